@@ -1,0 +1,639 @@
+//! Root confinement: every file operation on the host goes through [`HostRoot`].
+//!
+//! A *host path* is an absolute path as the host sees it (`/etc/sysctl.d/x.conf`). It is
+//! resolved beneath the root mount with chroot semantics by [`pathrs`] (openat2
+//! `RESOLVE_IN_ROOT` where the kernel has it, a checked userspace walk otherwise): `..`
+//! components and symlinks, absolute or relative, never leave the root, and a directory
+//! swapped for a symlink during an operation cannot redirect it outside.
+//!
+//! Nothing here checks paths lexically; confinement is the kernel's (or pathrs') job.
+
+use std::ffi::OsString;
+use std::fs::{File, Metadata, Permissions};
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use pathrs::flags::{OpenFlags, RenameFlags};
+use pathrs::{InodeType, Root};
+
+/// Maximum number of dangling symlinks followed by [`HostRoot::write_atomic`] before it gives
+/// up with `ELOOP` (the kernel's own limit for path resolution is 40).
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// An error from a file operation under the host root.
+///
+/// The message reads after "failed to": `failed to write /etc/x.conf under host root /mnt`.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to {op} {} under host root {}", path.display(), root.display())]
+pub struct RootError {
+    /// The operation that failed (`write`, `read`, `create directory`, ...).
+    pub op: &'static str,
+    /// The host path it was applied to.
+    pub path: PathBuf,
+    /// The root mount.
+    pub root: PathBuf,
+    /// The OS error. `EXDEV` means pathrs detected an attempt to escape the root.
+    #[source]
+    pub source: io::Error,
+}
+
+impl RootError {
+    /// The underlying OS error kind.
+    pub fn kind(&self) -> io::ErrorKind {
+        self.source.kind()
+    }
+
+    /// True when the path (or one of its parents) does not exist.
+    pub fn is_not_found(&self) -> bool {
+        self.source.kind() == io::ErrorKind::NotFound
+    }
+}
+
+/// Result alias for host root operations.
+pub type Result<T, E = RootError> = std::result::Result<T, E>;
+
+/// One entry of [`HostRoot::read_dir`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// The file name (one path component).
+    pub name: OsString,
+    /// The entry's own type (symlinks are not followed).
+    pub kind: EntryKind,
+}
+
+/// The type of a filesystem object, without following a final symlink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link.
+    Symlink,
+    /// Anything else (fifo, socket, device).
+    Other,
+}
+
+impl EntryKind {
+    fn of(ft: std::fs::FileType) -> Self {
+        if ft.is_symlink() {
+            EntryKind::Symlink
+        } else if ft.is_dir() {
+            EntryKind::Dir
+        } else if ft.is_file() {
+            EntryKind::File
+        } else {
+            EntryKind::Other
+        }
+    }
+}
+
+/// The host's `/` as seen from the agent: a directory (the root mount) under which every
+/// host path is resolved with chroot semantics.
+#[derive(Debug)]
+pub struct HostRoot {
+    root: Root,
+    /// The root mount as given (used for display and for `chroot`).
+    mount: PathBuf,
+    /// The canonical root mount (used to map resolved handles back to host paths).
+    canonical: PathBuf,
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn pathrs_io(err: pathrs::error::Error) -> io::Error {
+    match err.kind() {
+        pathrs::error::ErrorKind::OsError(Some(errno)) => io::Error::from_raw_os_error(errno),
+        pathrs::error::ErrorKind::SafetyViolation => io::Error::new(
+            io::ErrorKind::CrossesDevices,
+            format!("path escapes the host root: {err}"),
+        ),
+        _ => io::Error::other(err.to_string()),
+    }
+}
+
+
+/// Split a host path into its parent and final component. `/` has no final component.
+fn split(host: &Path) -> io::Result<(PathBuf, OsString)> {
+    let name = host
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let parent = host.parent().unwrap_or(Path::new("/"));
+    Ok((parent.to_path_buf(), name.to_os_string()))
+}
+
+impl HostRoot {
+    /// Open the root mount `mount` (an existing directory on the agent's side).
+    ///
+    /// # Errors
+    /// When `mount` does not exist or is not a directory.
+    pub fn open(mount: impl AsRef<Path>) -> Result<Self> {
+        let mount = mount.as_ref().to_path_buf();
+        let err = |source| RootError {
+            op: "open",
+            path: PathBuf::from("/"),
+            root: mount.clone(),
+            source,
+        };
+        let canonical = std::fs::canonicalize(&mount).map_err(err)?;
+        let root = Root::open(&canonical).map_err(|e| err(pathrs_io(e)))?;
+        Ok(HostRoot {
+            root,
+            mount,
+            canonical,
+        })
+    }
+
+    /// The root mount as given to [`HostRoot::open`].
+    pub fn mount(&self) -> &Path {
+        &self.mount
+    }
+
+    /// The agent-side spelling of a host path: the root mount joined with `host` by plain
+    /// concatenation (one separator). For messages and for handing to a chrooted process;
+    /// never use it to open files (that would not be confined).
+    pub fn display_path(&self, host: &Path) -> PathBuf {
+        let rel = host.strip_prefix("/").unwrap_or(host);
+        if rel.as_os_str().is_empty() {
+            self.mount.clone()
+        } else {
+            self.mount.join(rel)
+        }
+    }
+
+    fn err(&self, op: &'static str, host: &Path, source: io::Error) -> RootError {
+        RootError {
+            op,
+            path: host.to_path_buf(),
+            root: self.mount.clone(),
+            source,
+        }
+    }
+
+    fn check_abs(&self, op: &'static str, host: &Path) -> Result<()> {
+        if host.is_absolute() {
+            Ok(())
+        } else {
+            Err(self.err(
+                op,
+                host,
+                io::Error::new(io::ErrorKind::InvalidInput, "paths must be absolute"),
+            ))
+        }
+    }
+
+    /// Open `host` (following symlinks inside the root) with `flags`.
+    fn open_with(&self, op: &'static str, host: &Path, flags: OpenFlags) -> Result<File> {
+        self.check_abs(op, host)?;
+        self.root
+            .open_subpath(host, flags | OpenFlags::O_CLOEXEC)
+            .map_err(|e| self.err(op, host, pathrs_io(e)))
+    }
+
+    /// Metadata of `host`, following symlinks. `Ok(None)` when it does not exist (including a
+    /// dangling symlink).
+    ///
+    /// # Errors
+    /// Any other resolution or `fstat` failure.
+    pub fn metadata(&self, host: &Path) -> Result<Option<Metadata>> {
+        match self.open_with("stat", host, OpenFlags::O_PATH) {
+            Ok(f) => f.metadata().map(Some).map_err(|e| self.err("stat", host, e)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Metadata of `host` itself (a final symlink is not followed). `Ok(None)` when absent.
+    ///
+    /// # Errors
+    /// Any other resolution or `fstat` failure.
+    pub fn symlink_metadata(&self, host: &Path) -> Result<Option<Metadata>> {
+        self.check_abs("stat", host)?;
+        let Ok((parent, name)) = split(host) else {
+            return self.metadata(host);
+        };
+        let dir = match self.open_with("stat", &parent, OpenFlags::O_PATH | OpenFlags::O_DIRECTORY) {
+            Ok(d) => d,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        // The parent is confined; `name` is a single component looked up without following.
+        let proc = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())).join(&name);
+        match std::fs::symlink_metadata(proc) {
+            Ok(m) => Ok(Some(m)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.err("stat", host, e)),
+        }
+    }
+
+    /// True when `host` exists (following symlinks).
+    ///
+    /// # Errors
+    /// Resolution failures other than "not found".
+    pub fn exists(&self, host: &Path) -> Result<bool> {
+        Ok(self.metadata(host)?.is_some())
+    }
+
+    /// Open an existing file for reading.
+    ///
+    /// # Errors
+    /// Not found, permission, or an attempted escape (`EXDEV`).
+    pub fn open_read(&self, host: &Path) -> Result<File> {
+        self.open_with("read", host, OpenFlags::O_RDONLY)
+    }
+
+    /// Read a whole file.
+    ///
+    /// # Errors
+    /// As [`HostRoot::open_read`], plus read errors.
+    pub fn read(&self, host: &Path) -> Result<Vec<u8>> {
+        let mut f = self.open_read(host)?;
+        let mut buf = Vec::new();
+        io::Read::read_to_end(&mut f, &mut buf).map_err(|e| self.err("read", host, e))?;
+        Ok(buf)
+    }
+
+    /// Read a whole file, `Ok(None)` when it does not exist.
+    ///
+    /// # Errors
+    /// As [`HostRoot::read`], except "not found".
+    pub fn read_opt(&self, host: &Path) -> Result<Option<Vec<u8>>> {
+        match self.read(host) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Create `host` and its missing parents as directories with `mode` (existing directories
+    /// keep their mode, owner and times).
+    ///
+    /// # Errors
+    /// A component exists and is not a directory, or creation fails.
+    pub fn create_dir_all(&self, host: &Path, mode: u32) -> Result<()> {
+        self.check_abs("create directory", host)?;
+        self.root
+            .mkdir_all(host, &Permissions::from_mode(mode))
+            .map(|_| ())
+            .map_err(|e| self.err("create directory", host, pathrs_io(e)))
+    }
+
+    /// Create a new file exclusively (`O_EXCL`) with `mode` for writing, creating missing
+    /// parent directories with mode 0755. Fails with `AlreadyExists` when the name is taken.
+    ///
+    /// # Errors
+    /// `AlreadyExists`, or any creation failure.
+    pub fn create_new(&self, host: &Path, mode: u32) -> Result<File> {
+        self.check_abs("create", host)?;
+        if let Some(parent) = host.parent() {
+            self.create_dir_all(parent, 0o755)?;
+        }
+        self.root
+            .create_file(
+                host,
+                OpenFlags::O_WRONLY | OpenFlags::O_EXCL | OpenFlags::O_CLOEXEC,
+                &Permissions::from_mode(mode),
+            )
+            .map_err(|e| self.err("create", host, pathrs_io(e)))
+    }
+
+    /// The host path an open file descriptor refers to (via `/proc/self/fd`).
+    fn real_path_of(&self, f: &File) -> PathBuf {
+        let link = format!("/proc/self/fd/{}", f.as_raw_fd());
+        std::fs::read_link(link).unwrap_or_default()
+    }
+
+    /// Map an agent-side canonical path back to a host path.
+    fn host_path_of(&self, f: &File) -> Option<PathBuf> {
+        let real = self.real_path_of(f);
+        let rel = real.strip_prefix(&self.canonical).ok()?;
+        Some(Path::new("/").join(rel))
+    }
+
+    /// Where a write to `host` should land: `host` itself, or for a symlink the target it
+    /// resolves to inside the root (also when the target does not exist yet).
+    fn write_target(&self, host: &Path) -> Result<PathBuf> {
+        let mut cur = host.to_path_buf();
+        for _ in 0..MAX_SYMLINK_HOPS {
+            match self.symlink_metadata(&cur)? {
+                Some(m) if m.file_type().is_symlink() => {
+                    // Existing target: let pathrs resolve it, then map back.
+                    if let Ok(f) = self.open_with("write", &cur, OpenFlags::O_PATH) {
+                        return self
+                            .host_path_of(&f)
+                            .ok_or_else(|| self.err("write", host, io::ErrorKind::Other.into()));
+                    }
+                    // Dangling: follow one hop by hand, relative to the link's directory.
+                    let target = self
+                        .root
+                        .readlink(&cur)
+                        .map_err(|e| self.err("read link", &cur, pathrs_io(e)))?;
+                    let base = cur.parent().unwrap_or(Path::new("/")).to_path_buf();
+                    cur = normalize(&base.join(target));
+                }
+                _ => return Ok(cur),
+            }
+        }
+        Err(self.err(
+            "write",
+            host,
+            io::Error::from_raw_os_error(libc::ELOOP),
+        ))
+    }
+
+    /// Replace the content of `host` atomically: write a temporary file in the same directory,
+    /// fsync it, rename it over the destination and fsync the directory. Missing parents are
+    /// created (0755). An existing file keeps its mode, owner and group unless `mode` is given;
+    /// a new file gets `mode` or 0644. When `host` is a symlink, its target (resolved inside the
+    /// root) is replaced and the link is left in place.
+    ///
+    /// # Errors
+    /// Any creation, write, fsync or rename failure; the destination is then unchanged and the
+    /// temporary file removed.
+    pub fn write_atomic(&self, host: &Path, data: &[u8], mode: Option<u32>) -> Result<()> {
+        self.check_abs("write", host)?;
+        let target = self.write_target(host)?;
+        let (parent, name) = split(&target).map_err(|e| self.err("write", host, e))?;
+        self.create_dir_all(&parent, 0o755)?;
+        let existing = self.metadata(&target)?;
+        let final_mode = mode.unwrap_or_else(|| existing.as_ref().map_or(0o644, |m| m.mode() & 0o7777));
+        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp_name = format!(
+            ".{}.skyhook-tmp-{}-{}",
+            name.to_string_lossy(),
+            std::process::id(),
+            n
+        );
+        let tmp = parent.join(&tmp_name);
+        let result = (|| -> Result<()> {
+            let mut f = self
+                .root
+                .create_file(
+                    &tmp,
+                    OpenFlags::O_WRONLY | OpenFlags::O_EXCL | OpenFlags::O_CLOEXEC,
+                    &Permissions::from_mode(0o600),
+                )
+                .map_err(|e| self.err("write", &tmp, pathrs_io(e)))?;
+            f.write_all(data).map_err(|e| self.err("write", &tmp, e))?;
+            if let Some(m) = &existing {
+                let _ = nix::unistd::fchown(&f, Some(m.uid().into()), Some(m.gid().into()));
+            }
+            f.set_permissions(Permissions::from_mode(final_mode))
+                .map_err(|e| self.err("write", &tmp, e))?;
+            f.sync_all().map_err(|e| self.err("write", &tmp, e))?;
+            self.root
+                .rename(&tmp, &target, RenameFlags::empty())
+                .map_err(|e| self.err("write", &target, pathrs_io(e)))?;
+            self.sync_dir(&parent);
+            Ok(())
+        })();
+        if result.is_err() {
+            let _ = self.root.remove_file(&tmp);
+        }
+        result
+    }
+
+    /// fsync a directory (best effort: some filesystems refuse).
+    fn sync_dir(&self, dir: &Path) {
+        if let Ok(f) = self.open_with("sync", dir, OpenFlags::O_RDONLY | OpenFlags::O_DIRECTORY) {
+            let _ = f.sync_all();
+        }
+    }
+
+    /// Remove a file or symlink. `Ok(false)` when it did not exist.
+    ///
+    /// # Errors
+    /// Any failure other than "not found" (a directory gives `EISDIR`).
+    pub fn remove_file(&self, host: &Path) -> Result<bool> {
+        self.check_abs("remove", host)?;
+        match self.root.remove_file(host) {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                let io = pathrs_io(e);
+                if io.kind() == io::ErrorKind::NotFound {
+                    Ok(false)
+                } else {
+                    Err(self.err("remove", host, io))
+                }
+            }
+        }
+    }
+
+    /// Remove an empty directory. `Ok(false)` when it did not exist.
+    ///
+    /// # Errors
+    /// Not empty, not a directory, or another failure.
+    pub fn remove_dir(&self, host: &Path) -> Result<bool> {
+        self.check_abs("remove directory", host)?;
+        match self.root.remove_dir(host) {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                let io = pathrs_io(e);
+                if io.kind() == io::ErrorKind::NotFound {
+                    Ok(false)
+                } else {
+                    Err(self.err("remove directory", host, io))
+                }
+            }
+        }
+    }
+
+    /// Remove a tree (like `rm -rf`). `Ok(false)` when it did not exist.
+    ///
+    /// # Errors
+    /// Any failure other than "not found".
+    pub fn remove_all(&self, host: &Path) -> Result<bool> {
+        self.check_abs("remove", host)?;
+        if self.symlink_metadata(host)?.is_none() {
+            return Ok(false);
+        }
+        self.root
+            .remove_all(host)
+            .map(|_| true)
+            .map_err(|e| self.err("remove", host, pathrs_io(e)))
+    }
+
+    /// Rename `from` to `to` (both host paths), replacing `to`.
+    ///
+    /// # Errors
+    /// Any rename failure.
+    pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        self.check_abs("rename", from)?;
+        self.check_abs("rename", to)?;
+        self.root
+            .rename(from, to, RenameFlags::empty())
+            .map_err(|e| self.err("rename", from, pathrs_io(e)))
+    }
+
+    /// List a directory: entries (without `.` and `..`) sorted by name.
+    ///
+    /// # Errors
+    /// Not found, not a directory, or read failure.
+    pub fn read_dir(&self, host: &Path) -> Result<Vec<DirEntry>> {
+        let dir = self.open_with("list", host, OpenFlags::O_RDONLY | OpenFlags::O_DIRECTORY)?;
+        // Listing through /proc/self/fd keeps the confined directory handle.
+        let proc = format!("/proc/self/fd/{}", dir.as_raw_fd());
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(&proc).map_err(|e| self.err("list", host, e))? {
+            let entry = entry.map_err(|e| self.err("list", host, e))?;
+            let kind = entry
+                .file_type()
+                .map(EntryKind::of)
+                .unwrap_or(EntryKind::Other);
+            out.push(DirEntry {
+                name: entry.file_name(),
+                kind,
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Set the permission bits of `host` (following symlinks).
+    ///
+    /// # Errors
+    /// Not found or `fchmod` failure.
+    pub fn set_mode(&self, host: &Path, mode: u32) -> Result<()> {
+        let f = self.open_with("chmod", host, OpenFlags::O_PATH)?;
+        // fchmod does not work on O_PATH descriptors; chmod through /proc/self/fd does.
+        let proc = format!("/proc/self/fd/{}", f.as_raw_fd());
+        std::fs::set_permissions(proc, Permissions::from_mode(mode))
+            .map_err(|e| self.err("chmod", host, e))
+    }
+
+    /// Create a symlink at `link` pointing to `target` (stored as given).
+    ///
+    /// # Errors
+    /// `AlreadyExists` or any creation failure.
+    pub fn symlink(&self, target: &Path, link: &Path) -> Result<()> {
+        self.check_abs("create symlink", link)?;
+        self.root
+            .create(link, &InodeType::Symlink(target.to_path_buf()))
+            .map_err(|e| self.err("create symlink", link, pathrs_io(e)))
+    }
+
+    /// Read a symlink's target as stored.
+    ///
+    /// # Errors
+    /// Not a symlink, or not found.
+    pub fn read_link(&self, host: &Path) -> Result<PathBuf> {
+        self.check_abs("read link", host)?;
+        self.root
+            .readlink(host)
+            .map_err(|e| self.err("read link", host, pathrs_io(e)))
+    }
+
+    /// Resolve `host` (following symlinks inside the root) to the host path it designates.
+    /// `Ok(None)` when it does not exist.
+    ///
+    /// # Errors
+    /// Resolution failures other than "not found".
+    pub fn canonical(&self, host: &Path) -> Result<Option<PathBuf>> {
+        match self.open_with("resolve", host, OpenFlags::O_PATH) {
+            Ok(f) => Ok(self.host_path_of(&f)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Lexically normalise an absolute host path (`.` dropped, `..` pops, never above `/`).
+/// Used only to follow a dangling symlink hop; the result is resolved by pathrs again.
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root() -> (tempfile::TempDir, HostRoot) {
+        let d = tempfile::tempdir().unwrap();
+        let r = HostRoot::open(d.path()).unwrap();
+        (d, r)
+    }
+
+    #[test]
+    fn write_atomic_creates_parents_and_content() {
+        let (d, r) = root();
+        r.write_atomic(Path::new("/a/b/c.txt"), b"hello", None).unwrap();
+        assert_eq!(std::fs::read(d.path().join("a/b/c.txt")).unwrap(), b"hello");
+        let m = std::fs::metadata(d.path().join("a/b/c.txt")).unwrap();
+        assert_eq!(m.mode() & 0o777, 0o644);
+        // no temp file left behind
+        assert_eq!(std::fs::read_dir(d.path().join("a/b")).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn write_atomic_keeps_existing_mode() {
+        let (d, r) = root();
+        std::fs::write(d.path().join("f"), "old").unwrap();
+        std::fs::set_permissions(d.path().join("f"), Permissions::from_mode(0o600)).unwrap();
+        r.write_atomic(Path::new("/f"), b"new", None).unwrap();
+        let m = std::fs::metadata(d.path().join("f")).unwrap();
+        assert_eq!(m.mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"new");
+    }
+
+    #[test]
+    fn absolute_symlink_stays_inside_root() {
+        let outside = tempfile::tempdir().unwrap();
+        let (d, r) = root();
+        let sentinel = outside.path().join("victim");
+        std::os::unix::fs::symlink(&sentinel, d.path().join("link")).unwrap();
+        r.write_atomic(Path::new("/link"), b"x", None).unwrap();
+        assert!(!sentinel.exists(), "write escaped the root");
+        // the link stays, its target was created inside the root
+        assert!(std::fs::symlink_metadata(d.path().join("link")).unwrap().file_type().is_symlink());
+        let inside = d.path().join(sentinel.strip_prefix("/").unwrap());
+        assert_eq!(std::fs::read(inside).unwrap(), b"x");
+    }
+
+    #[test]
+    fn dotdot_cannot_climb() {
+        let (d, r) = root();
+        r.write_atomic(Path::new("/../../../etc-escape-test"), b"x", None).unwrap();
+        assert!(d.path().join("etc-escape-test").exists());
+        assert!(!Path::new("/etc-escape-test").exists());
+    }
+
+    #[test]
+    fn relative_paths_are_refused() {
+        let (_d, r) = root();
+        let e = r.write_atomic(Path::new("rel/x"), b"x", None).unwrap_err();
+        assert!(e.to_string().contains("paths must be absolute") || e.source.to_string().contains("absolute"));
+    }
+
+    #[test]
+    fn create_new_is_exclusive() {
+        let (_d, r) = root();
+        r.create_new(Path::new("/logs/x.log"), 0o644).unwrap();
+        let e = r.create_new(Path::new("/logs/x.log"), 0o644).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+    }
+
+    #[test]
+    fn read_dir_sorted_and_remove() {
+        let (_d, r) = root();
+        r.write_atomic(Path::new("/d/b"), b"", None).unwrap();
+        r.write_atomic(Path::new("/d/a"), b"", None).unwrap();
+        let names: Vec<_> = r.read_dir(Path::new("/d")).unwrap().into_iter().map(|e| e.name).collect();
+        assert_eq!(names, vec![OsString::from("a"), OsString::from("b")]);
+        assert!(r.remove_file(Path::new("/d/a")).unwrap());
+        assert!(!r.remove_file(Path::new("/d/a")).unwrap());
+        assert_eq!(r.read_opt(Path::new("/d/a")).unwrap(), None);
+    }
+}

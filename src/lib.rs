@@ -1,0 +1,22 @@
+//! Skyhook node agent and Rhai step runtime.
+//!
+//! Layers, top to bottom (data flows down, never back up), as `docs/architecture.md` draws
+//! them:
+//!
+//! | module | role |
+//! |---|---|
+//! | [`package`] | config.json model, embedded JSON Schema v1, step rules, package loading |
+//! | [`agent`] | one mode of one package: flags, history, check summaries, interrupts, SIGTERM |
+//! | [`runner`] | runs one step: a process (chroot, process group, streamed output) |
+//! | [`logs`] | the log sink: chunked relay, timestamps and labels, log files, retention |
+//! | [`state`] | the on-host files the agent owns: flag names, history, markers, all atomic |
+//! | [`host`] | root confinement ([`host::root::HostRoot`]) and the host API |
+#![warn(missing_docs)]
+
+pub mod agent;
+pub mod host;
+pub mod logs;
+pub mod package;
+pub mod runner;
+pub mod state;
+pub mod pyfmt;
