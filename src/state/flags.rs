@@ -12,7 +12,7 @@ use chrono::NaiveDateTime;
 
 use super::StateError;
 use crate::host::root::HostRoot;
-use crate::package::{Mode, Step};
+use crate::package::{Mode, Package, Step};
 use crate::pyfmt;
 
 /// Longest file name component Linux filesystems accept, in bytes.
@@ -179,6 +179,27 @@ pub fn remove_flag(root: &HostRoot, flag: &Path) -> Result<bool, StateError> {
             Err(e) => return Err(e.into()),
         }
         current = parent;
+    }
+    Ok(removed)
+}
+
+/// Remove the flag of every step of every mode of `pkg` (end of `uninstall-check`, contract
+/// 7.4), with names computed from the steps as configured; flags of steps no longer in the
+/// config are left alone. Returns how many flags existed and were removed.
+///
+/// # Errors
+/// As [`remove_flag`]; stops at the first failure.
+pub fn remove_package_flags(
+    root: &HostRoot,
+    state_root: &Path,
+    pkg: &Package,
+) -> Result<usize, StateError> {
+    let mut removed = 0;
+    for (_, step) in pkg.all_steps() {
+        let flag = flag_path(state_root, &pkg.package_name, &pkg.package_version, step);
+        if remove_flag(root, &flag)? {
+            removed += 1;
+        }
     }
     Ok(removed)
 }
@@ -407,5 +428,34 @@ mod tests {
         clear_all_checked(&r, st, Mode::PostInterruptCheck).unwrap();
         assert!(!all.exists());
         clear_all_checked(&r, st, Mode::PostInterruptCheck).unwrap();
+    }
+
+    #[test]
+    fn uninstall_removes_configured_flags_only() {
+        let (d, r) = root();
+        let st = Path::new("/s");
+        let a = step(&["a"], &[0]);
+        let q = step(&["?"], &[0]);
+        let mut gone = step(&["old"], &[0]);
+        gone.path = "old.sh".into();
+        for s in [&a, &q, &gone] {
+            write_flag(&r, &flag_path(st, "demo", "1.0.0", s), s, now()).unwrap();
+        }
+        let pkg = Package {
+            schema_version: "v1".into(),
+            package_name: "demo".into(),
+            package_version: "1.0.0".into(),
+            expected_config_files: vec![],
+            modes: vec![
+                (Mode::Apply, vec![a.clone(), q]),
+                (Mode::ApplyCheck, vec![a]),
+            ],
+        };
+        assert_eq!(remove_package_flags(&r, st, &pkg).unwrap(), 2);
+        let names: Vec<_> = std::fs::read_dir(d.path().join("s/flags/demo/1.0.0"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec!["old.sh_WydvbGQnXV9bMF0="]);
     }
 }
