@@ -80,7 +80,7 @@ pub fn validate(config: &Path) -> i32 {
     match result {
         Ok(loaded) => {
             for w in &loaded.warnings {
-                mode::warn(w);
+                mode::warn(w.trim_start());
             }
             let p = &loaded.package;
             let steps: usize = p.modes.iter().map(|(_, s)| s.len()).sum();

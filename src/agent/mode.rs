@@ -106,7 +106,7 @@ pub fn load_package(root: &HostRoot, copy_dir: &Path) -> Result<Package, AgentEr
     let bytes = root.read(&config)?;
     let loaded = package::load::parse(&shown, &bytes)?;
     for w in &loaded.warnings {
-        warn(w);
+        warn(w.trim_start());
     }
     let sroot = step_root(copy_dir);
     package::load::check_step_files(&shown, &loaded.package, |p| {
@@ -244,17 +244,7 @@ impl ModeRun<'_> {
             Mode::ApplyCheck | Mode::UpgradeCheck => record(&pkg.package_version)?,
             Mode::UninstallCheck => {
                 record("uninstalled")?;
-                for (_, steps) in &pkg.modes {
-                    for step in steps {
-                        let flag = flags::flag_path(
-                            state,
-                            &pkg.package_name,
-                            &pkg.package_version,
-                            step,
-                        );
-                        flags::remove_flag(self.root, &flag)?;
-                    }
-                }
+                flags::remove_package_flags(self.root, state, pkg)?;
             }
             _ => {}
         }

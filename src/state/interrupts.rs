@@ -116,6 +116,15 @@ pub fn remove_pending(root: &HostRoot, dir: &Path) -> Result<bool, StateError> {
     Ok(root.remove_file(&pending_path(dir))?)
 }
 
+/// Remove `<name>.complete` (Python's algorithm deletes it when a command it pre-marked fails).
+/// `Ok(false)` when it did not exist.
+///
+/// # Errors
+/// Any removal failure other than "not found".
+pub fn remove_complete(root: &HostRoot, dir: &Path, name: &str) -> Result<bool, StateError> {
+    Ok(root.remove_file(&complete_path(dir, name))?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
