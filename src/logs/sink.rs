@@ -52,6 +52,15 @@ pub enum LogError {
     /// An old log file could not be removed by retention.
     #[error("failed to remove old log file")]
     Remove(#[source] RootError),
+    /// The step's output pipe could not be read (the stream is then treated as ended).
+    #[error("failed to read step {stream}")]
+    Read {
+        /// `stdout` or `stderr`.
+        stream: &'static str,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
     /// Relayed bytes could not be written to a console stream or log file.
     #[error("failed to write step output to {target}")]
     Write {
