@@ -26,11 +26,16 @@
 //! tasks, no threads), each in reads of at most `buffer_limit` bytes
 //! (`SKYHOOK_AGENT_BUFFER_LIMIT`; also capped at 64 KiB, the default pipe capacity, so the
 //! memory used stays small whatever the limit: a read returning less than the limit is what
-//! any pipe read may do). Each chunk goes through a [`Relay`] into one reused buffer and is
-//! written by a [`StreamSink`] with one `write` to the console and one to the log file. No
-//! allocation happens per chunk or per line. Console and file writes are blocking writes
-//! (page-cache file writes and a console the kubelet drains); while one blocks, the other
-//! stream is not read, which cannot deadlock the child since its pipes only fill up.
+//! any pipe read may do). Each chunk, with its own clock reading, goes through a [`Relay`]
+//! into one reused buffer, which a [`StreamSink`] writes with one `write` to the console and
+//! one to the log file. When further chunks are already waiting in the pipe they are read and
+//! relayed into the same buffer first (up to 64 KiB of output), so a fast producer costs one
+//! pair of writes per batch instead of per chunk; the bytes are identical, and the buffer is
+//! always written before the relay waits for the pipe, so nothing is held back. No
+//! allocation happens per chunk or per line (the benchmark `benches/log_relay.sh` measures
+//! throughput against `cat > file` and peak RSS). Console and file writes are blocking
+//! writes (page-cache file writes and a console the kubelet drains); while one blocks, the
+//! other stream is not read, which cannot deadlock the child since its pipes only fill up.
 //!
 //! # How the process ends
 //!
@@ -57,18 +62,22 @@ use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::process::Stdio;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use chrono::NaiveDateTime;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::logs::sink::{Label, LogError, Relay, StepLogFiles, StreamSink};
 
 /// Largest single read, whatever the buffer limit (the default pipe capacity).
 const MAX_CHUNK: usize = 64 * 1024;
+
+/// Output of consecutive, immediately available chunks written with one `write`, in bytes.
+const MAX_BATCH: usize = 64 * 1024;
 
 /// The shell a script without an interpreter line is run with (as `execvp` does).
 const FALLBACK_SHELL: &str = "/bin/sh";
@@ -227,6 +236,11 @@ impl StreamState {
 }
 
 /// Read `pipe` to end of file, relaying every chunk.
+///
+/// Chunks that are already available when one has been relayed are read at once (each still
+/// with its own timestamp) and their output is written together, up to [`MAX_BATCH`] bytes:
+/// the bytes are the same, fewer `write`s are made, and nothing waits in the buffer while the
+/// pipe is empty.
 async fn pump<R: AsyncRead + Unpin>(
     state: &mut StreamState,
     pipe: Option<R>,
@@ -234,19 +248,46 @@ async fn pump<R: AsyncRead + Unpin>(
     stream: &'static str,
 ) {
     let Some(mut pipe) = pipe else { return };
-    loop {
-        let n = match pipe.read(&mut state.buf).await {
+    let mut eof = false;
+    while !eof {
+        state.out.clear();
+        match pipe.read(&mut state.buf).await {
             Ok(0) => return,
-            Ok(n) => n,
+            Ok(n) => state.relay.feed(&state.buf[..n], clock(), &mut state.out),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(source) => {
                 state.errors.push(LogError::Read { stream, source });
                 return;
             }
-        };
-        state.out.clear();
-        state.relay.feed(&state.buf[..n], clock(), &mut state.out);
+        }
+        while state.out.len() < MAX_BATCH {
+            match read_now(&mut pipe, &mut state.buf) {
+                Some(Ok(0)) => eof = true,
+                Some(Ok(n)) => {
+                    state.relay.feed(&state.buf[..n], clock(), &mut state.out);
+                    continue;
+                }
+                Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Some(Err(source)) => {
+                    state.errors.push(LogError::Read { stream, source });
+                    eof = true;
+                }
+                None => {}
+            }
+            break;
+        }
         state.sink.write(&state.out, &mut state.errors);
+    }
+}
+
+/// One read of what is available right now; `None` when it would wait.
+fn read_now<R: AsyncRead + Unpin>(pipe: &mut R, buf: &mut [u8]) -> Option<io::Result<usize>> {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut rb = ReadBuf::new(buf);
+    match Pin::new(pipe).poll_read(&mut cx, &mut rb) {
+        Poll::Ready(Ok(())) => Some(Ok(rb.filled().len())),
+        Poll::Ready(Err(e)) => Some(Err(e)),
+        Poll::Pending => None,
     }
 }
 
@@ -530,6 +571,7 @@ mod tests {
     use super::*;
     use crate::host::root::HostRoot;
     use crate::logs::sink::open_step_logs;
+    use chrono::Timelike;
     use std::sync::{Arc, Mutex};
 
     /// A console that records what it is given.
@@ -822,6 +864,52 @@ mod tests {
         .expect("a process of the cancelled run still holds the fifo open")
         .unwrap();
         assert_eq!(eof, b"");
+    }
+
+    static TICKS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+    /// A clock advancing one microsecond per reading.
+    fn ticking_clock() -> NaiveDateTime {
+        let t = TICKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        fixed_clock().with_nanosecond(t * 1_000).unwrap()
+    }
+
+    #[test]
+    fn large_output_batches_keep_per_chunk_timestamps_and_identical_bytes() {
+        let (d, _root, logs) = tmp_logs();
+        let out_path = logs.out_path.clone();
+        let (console, err) = (Capture::default(), Capture::default());
+        let options = RunOptions {
+            stdout: Some(Box::new(console.clone())),
+            stderr: Some(Box::new(err.clone())),
+            clock: ticking_clock,
+            ..RunOptions::default()
+        };
+        // 20000 numbered lines of 80 bytes, read 4096 bytes at a time.
+        let spec = sh("i=0; while [ $i -lt 20000 ]; do printf '%079d\\n' $i; i=$((i+1)); done");
+        let report = block_on(ProcessRunner::new(4096).run_with(&spec, Some(logs), options));
+        assert!(matches!(report.outcome, Outcome::Exited(0)));
+        let bytes = console.bytes();
+        assert_eq!(read_log(&d, &out_path), bytes);
+        let text = String::from_utf8(bytes).unwrap();
+        let lines: Vec<&str> = text.split('\n').collect();
+        assert_eq!(lines.len(), 20001);
+        let mut last = String::new();
+        for (i, line) in lines.iter().enumerate() {
+            let rest = line.strip_prefix("[out]2025-01-02T13:45:01.").unwrap();
+            let (micros, body) = rest.split_at(6);
+            assert!(micros.chars().all(|c| c.is_ascii_digit()), "{line}");
+            assert!(micros >= last.as_str(), "timestamps go back at line {i}");
+            last = micros.to_string();
+            let expected = if i < 20000 {
+                format!(" {i:079}")
+            } else {
+                " ".into()
+            };
+            assert_eq!(body, expected);
+        }
+        // more than one chunk, so more than one timestamp
+        assert_ne!(last, lines[0][25..31]);
     }
 
     /// Copy `/bin/sh` and the libraries `ldd` lists into `dir`, at the same paths.
