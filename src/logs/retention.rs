@@ -22,13 +22,13 @@ fn is_ts_log(rest: &[u8]) -> bool {
 }
 
 /// Keep the `keep` newest `<basename>-<FTS>.log` files in the directory of `<log_dir>/<base>`
-/// (host paths under `root`) and delete the others, each with its `<name>.log.err` [fix].
+/// (host paths under `root`) and delete the others, each with its `<name>.log.err` \[fix\].
 ///
 /// A file matches only when its name is `<basename>-` followed by exactly
 /// `\d{4}-\d{2}-\d{2}-\d{6}\.log`, so `foo.sh-bar-2024-01-01-000000.log` (step `foo.sh-bar`)
 /// is never pruned for step `foo.sh`, and glob metacharacters in names mean nothing. Files
 /// are ordered newest first by the timestamp in the name, then by modification time [fix:
-/// Python globs `<basename>-*.log` and orders by mtime only, never deleting `.err` files].
+/// Python globs `<basename>-*.log` and orders by mtime only, never deleting `.err` files\].
 /// Used for interrupt logs too, with `base` = `interrupts/<type>_<i>`.
 ///
 /// Returns the host paths removed (`.log` and, where one existed, `.log.err`). A missing

@@ -38,7 +38,7 @@ pub enum LogError {
     /// A log file could not be created (the cause names the host path).
     #[error("failed to create step log file")]
     Create(#[source] RootError),
-    /// Every name from the start time on, for [`MAX_NAME_ATTEMPTS`] seconds, is taken.
+    /// Every name from the start time on, for 3600 seconds, is taken.
     #[error("failed to find a free log file name for {} ({attempts} seconds tried)", path.display())]
     NoFreeName {
         /// The host path of the first name tried (`.../<base>-<TS>.log`).
@@ -151,7 +151,7 @@ fn utf8_width(b: u8) -> usize {
 /// 3. with every `\n` replaced by `\n + label + t + " "`,
 ///
 /// where `t` is the chunk's time formatted by [`format_timestamp`]. Decoding is incremental
-/// [fix]: a multi-byte sequence split across chunks is held back (at most 3 bytes) and emitted
+/// \[fix\]: a multi-byte sequence split across chunks is held back (at most 3 bytes) and emitted
 /// whole with the next chunk; [`Relay::finish`] turns a sequence still incomplete at the end
 /// of the stream into one U+FFFD.
 #[derive(Debug, Clone)]
@@ -436,8 +436,8 @@ pub fn file_timestamp(t: &chrono::DateTime<chrono::Utc>) -> String {
 /// `base` is the step path (`sub/x.sh`) or `interrupts/<type>_<i>`; its directories are kept
 /// and missing parents created (0755). Both files are created with `O_EXCL` (mode 0644): when
 /// either name is taken, the next second's `TS` is tried, and so on, so an existing log is
-/// never truncated and names keep the shape retention matches [fix: Python sleeps one second
-/// per step instead]. No sleeping happens. Leading `/` in `base` are ignored.
+/// never truncated and names keep the shape retention matches \[fix: Python sleeps one second
+/// per step instead\]. No sleeping happens. Leading `/` in `base` are ignored.
 ///
 /// # Errors
 /// [`LogError::Create`] for any creation failure other than a taken name;

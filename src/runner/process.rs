@@ -4,9 +4,9 @@
 //! # How a process is started
 //!
 //! [`ProcessSpec`] is complete: the environment is cleared and set from the spec (8.3 is the
-//! agent's job), stdin is `/dev/null` [fix: Python inherits the agent's stdin], and the child
+//! agent's job), stdin is `/dev/null` \[fix: Python inherits the agent's stdin\], and the child
 //! gets its own process group (`setpgid(0, 0)`, so `pgid == pid`) so a timeout or cleanup can
-//! signal every process the step started [fix]. The optional `chroot` and the `chdir` to
+//! signal every process the step started \[fix\]. The optional `chroot` and the `chdir` to
 //! `cwd` run in `pre_exec`, in that order: std's own `current_dir` would `chdir` *before*
 //! `pre_exec`, i.e. outside the chroot. Between `fork` and `exec` only async-signal-safe calls
 //! are allowed, so both paths are turned into `CString`s before the fork and the closure calls
