@@ -356,7 +356,7 @@ impl HostRoot {
     pub fn write_atomic(&self, host: &Path, data: &[u8], mode: Option<u32>) -> Result<()> {
         self.check_abs("write", host)?;
         let target = self.write_target(host)?;
-        let (parent, name) = split(&target).map_err(|e| self.err("write", host, e))?;
+        let (parent, _) = split(&target).map_err(|e| self.err("write", host, e))?;
         self.create_dir_all(&parent, 0o755)?;
         let existing = self.metadata(&target)?;
         let final_mode = mode.unwrap_or_else(|| existing.as_ref().map_or(0o644, |m| m.mode() & 0o7777));
