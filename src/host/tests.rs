@@ -1,0 +1,1 @@
+//! Cross-module tests of the host API (modes, idempotence, confinement).
