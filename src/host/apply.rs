@@ -43,8 +43,7 @@ pub(crate) fn package_commands(
 ) -> (Vec<Vec<String>>, Vec<(String, String)>) {
     let verb = if install { "install" } else { "remove" };
     let mut cmds = Vec::new();
-    let env;
-    match manager {
+    let env = match manager {
         PkgManager::Apt => {
             let lock = format!("DPkg::Lock::Timeout={lock_secs}");
             if update {
@@ -53,7 +52,7 @@ pub(crate) fn package_commands(
             let mut c = argv(&["apt-get", "-y", "-o", &lock, verb]);
             c.extend(names.iter().cloned());
             cmds.push(c);
-            env = vec![("DEBIAN_FRONTEND".into(), "noninteractive".into())];
+            vec![("DEBIAN_FRONTEND".into(), "noninteractive".into())]
         }
         PkgManager::Dnf | PkgManager::Yum => {
             let tool = manager.name();
@@ -63,7 +62,7 @@ pub(crate) fn package_commands(
             let mut c = argv(&[tool, "-y", verb]);
             c.extend(names.iter().cloned());
             cmds.push(c);
-            env = Vec::new();
+            Vec::new()
         }
         PkgManager::Zypper => {
             if update {
@@ -72,9 +71,9 @@ pub(crate) fn package_commands(
             let mut c = argv(&["zypper", "--non-interactive", verb]);
             c.extend(names.iter().cloned());
             cmds.push(c);
-            env = vec![("ZYPP_LOCK_TIMEOUT".into(), lock_secs.to_string())];
+            vec![("ZYPP_LOCK_TIMEOUT".into(), lock_secs.to_string())]
         }
-    }
+    };
     (cmds, env)
 }
 
@@ -194,8 +193,7 @@ mod tests {
 
     #[test]
     fn apt_commands_wait_for_the_lock() {
-        let (cmds, env) =
-            package_commands(PkgManager::Apt, true, true, &s(&["jq", "curl"]), 120);
+        let (cmds, env) = package_commands(PkgManager::Apt, true, true, &s(&["jq", "curl"]), 120);
         assert_eq!(
             cmds,
             vec![
@@ -231,6 +229,9 @@ mod tests {
                 s(&["zypper", "--non-interactive", "install", "jq"])
             ]
         );
-        assert_eq!(env, vec![("ZYPP_LOCK_TIMEOUT".to_string(), "5".to_string())]);
+        assert_eq!(
+            env,
+            vec![("ZYPP_LOCK_TIMEOUT".to_string(), "5".to_string())]
+        );
     }
 }

@@ -121,7 +121,11 @@ pub fn query(h: &mut Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutp
 pub fn sh(h: &mut Host, script: &str, opts: &RunOptions) -> Result<CmdOutput> {
     run(
         h,
-        &["/bin/bash".to_string(), "-c".to_string(), script.to_string()],
+        &[
+            "/bin/bash".to_string(),
+            "-c".to_string(),
+            script.to_string(),
+        ],
         opts,
     )
 }
@@ -175,11 +179,23 @@ pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOu
     cmd.process_group(0);
     let cwd = opts.cwd.clone().unwrap_or_else(|| "/".into());
     if h.options().commands_chrooted {
+        // Checked here so that a bad cwd is not reported as a missing program.
+        if !h
+            .root()
+            .metadata(std::path::Path::new(&cwd))?
+            .is_some_and(|m| m.is_dir())
+        {
+            return Err(HostError::Invalid {
+                what: "working directory",
+                message: format!("{cwd} is not a directory under the host root"),
+            });
+        }
         let bad = |what: &str| HostError::Invalid {
             what: "command directory",
             message: format!("{what} contains a NUL byte"),
         };
-        let root = CString::new(h.root().mount().as_os_str().as_bytes()).map_err(|_| bad("root"))?;
+        let root =
+            CString::new(h.root().mount().as_os_str().as_bytes()).map_err(|_| bad("root"))?;
         let dir = CString::new(cwd.as_bytes()).map_err(|_| bad("cwd"))?;
         // SAFETY: chroot and chdir are async-signal-safe; the CStrings are moved in and
         // outlive the fork.

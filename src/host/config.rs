@@ -68,7 +68,12 @@ pub fn get(h: &Host, name: &str) -> Result<Option<String>> {
     };
     match std::fs::read(&p) {
         Ok(b) => Ok(Some(String::from_utf8_lossy(&b).into_owned())),
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory) => {
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory
+            ) =>
+        {
             Ok(None)
         }
         Err(source) => Err(HostError::AgentFile { path: p, source }),
@@ -207,7 +212,10 @@ mod tests {
             e.to_string(),
             "configMap \"bad\" line 3: expected key=value, got \"novalue\""
         );
-        assert!(matches!(lines(&h, "nope"), Err(HostError::ConfigMapMissing { .. })));
+        assert!(matches!(
+            lines(&h, "nope"),
+            Err(HostError::ConfigMapMissing { .. })
+        ));
         assert_eq!(labels(&h).unwrap()["gpu"], "a100");
         assert!(annotations(&h).unwrap().is_empty());
         assert!(packages(&h).unwrap().is_empty());

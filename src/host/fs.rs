@@ -547,7 +547,9 @@ pub fn remove_all(h: &mut Host, p: &str) -> Result<bool> {
 pub fn copy(h: &mut Host, src: &str, dst: &str, opts: &WriteOptions) -> Result<bool> {
     let s = host_path(src)?;
     let d = host_path(dst)?;
-    let content = h.view_read(&s)?.ok_or(HostError::NotFound { path: s.clone() })?;
+    let content = h
+        .view_read(&s)?
+        .ok_or(HostError::NotFound { path: s.clone() })?;
     let (uid, gid) = ids(h, opts.owner.as_deref(), opts.group.as_deref())?;
     let mut mode = opts.mode;
     if mode.is_none() && h.view_stat(&d, true)?.is_none() {

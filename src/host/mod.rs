@@ -36,9 +36,9 @@ pub mod session;
 pub mod tuning;
 
 #[cfg(test)]
-pub(crate) mod testutil;
-#[cfg(test)]
 mod tests;
+#[cfg(test)]
+pub(crate) mod testutil;
 
 pub use error::HostError;
 pub use plan::render_diff;

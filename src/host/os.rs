@@ -116,8 +116,7 @@ pub fn family(h: &Host) -> Result<String> {
 }
 
 fn read_trimmed(h: &Host, p: &str) -> Result<Option<String>> {
-    Ok(h
-        .view_read(Path::new(p))?
+    Ok(h.view_read(Path::new(p))?
         .map(|b| String::from_utf8_lossy(&b).trim().to_string()))
 }
 
@@ -184,11 +183,17 @@ mod tests {
         assert_eq!(fam("ID=ubuntu\nID_LIKE=debian\n"), "debian");
         assert_eq!(fam("ID=debian\n"), "debian");
         assert_eq!(fam("ID=\"rhel\"\nID_LIKE=\"fedora\"\n"), "rhel");
-        assert_eq!(fam("ID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\n"), "rhel");
+        assert_eq!(
+            fam("ID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\n"),
+            "rhel"
+        );
         assert_eq!(fam("ID=\"amzn\"\nID_LIKE=\"centos rhel fedora\"\n"), "rhel");
         assert_eq!(fam("ID=fedora\n"), "fedora");
         assert_eq!(fam("ID=\"sles\"\nID_LIKE=\"suse\"\n"), "suse");
-        assert_eq!(fam("ID=\"opensuse-leap\"\nID_LIKE=\"suse opensuse\"\n"), "suse");
+        assert_eq!(
+            fam("ID=\"opensuse-leap\"\nID_LIKE=\"suse opensuse\"\n"),
+            "suse"
+        );
         // ID_LIKE fallback, first word that names a family.
         assert_eq!(fam("ID=linuxmint\nID_LIKE=\"ubuntu debian\"\n"), "debian");
         assert_eq!(fam("ID=\"virtuozzo\"\nID_LIKE=\"rhel fedora\"\n"), "rhel");

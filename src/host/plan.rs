@@ -59,14 +59,9 @@ impl Node {
                 mtime,
             } => ("file", content.len() as u64, *mode, *uid, *gid, *mtime),
             Node::Dir { mode, uid, gid, .. } => ("dir", 0, *mode, *uid, *gid, 0),
-            Node::Symlink { target } => (
-                "symlink",
-                target.as_os_str().len() as u64,
-                0o777,
-                0,
-                0,
-                0,
-            ),
+            Node::Symlink { target } => {
+                ("symlink", target.as_os_str().len() as u64, 0o777, 0, 0, 0)
+            }
             Node::Absent => return None,
         };
         Some(Stat {
@@ -334,7 +329,10 @@ impl Host {
             Effect::GrubUpdate(GrubUpdate::Grubby { add, remove }) => {
                 let mut parts = Vec::new();
                 if !add.is_empty() {
-                    parts.push(format!("grubby --update-kernel=ALL --args={:?}", add.join(" ")));
+                    parts.push(format!(
+                        "grubby --update-kernel=ALL --args={:?}",
+                        add.join(" ")
+                    ));
                 }
                 if !remove.is_empty() {
                     parts.push(format!(
@@ -537,6 +535,9 @@ mod tests {
 
     #[test]
     fn normalize_never_climbs() {
-        assert_eq!(normalize(Path::new("/a/../../b/./c")), PathBuf::from("/b/c"));
+        assert_eq!(
+            normalize(Path::new("/a/../../b/./c")),
+            PathBuf::from("/b/c")
+        );
     }
 }

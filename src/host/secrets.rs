@@ -152,7 +152,10 @@ mod tests {
             ("TOKEN".into(), "abc".into()),
             ("LONG".into(), "abcdef".into()),
             ("EMPTY".into(), "".into()),
-            ("SKYHOOK_REDACT_ENV".into(), "TOKEN, LONG,EMPTY,UNSET".into()),
+            (
+                "SKYHOOK_REDACT_ENV".into(),
+                "TOKEN, LONG,EMPTY,UNSET".into(),
+            ),
         ]);
         assert_eq!(r.len(), 2);
         assert_eq!(r.redact("x abcdef abc y"), "x *** *** y");
@@ -193,10 +196,7 @@ mod tests {
             secret_env(&mut h, "NOPE"),
             Err(HostError::EnvMissing { .. })
         ));
-        assert_eq!(
-            h.redactor().redact("pw=s3cr3t key=k-123"),
-            "pw=*** key=***"
-        );
+        assert_eq!(h.redactor().redact("pw=s3cr3t key=k-123"), "pw=*** key=***");
     }
 
     #[test]
@@ -206,8 +206,13 @@ mod tests {
             o.env.push(("PW".into(), "topsecret".into()));
         });
         let pw = secret_env(&mut h, "PW").unwrap();
-        crate::host::fs::write(&mut h, "/etc/app.conf", &format!("pw={pw}\n"), &Default::default())
-            .unwrap();
+        crate::host::fs::write(
+            &mut h,
+            "/etc/app.conf",
+            &format!("pw={pw}\n"),
+            &Default::default(),
+        )
+        .unwrap();
         let red = h.redactor().clone();
         let rep = h.finish().unwrap();
         let text = rep.render_text(&red);

@@ -384,13 +384,12 @@ impl Host {
         }
         let mut out: BTreeMap<String, EntryKind> = BTreeMap::new();
         let fresh = self.mode != ExecMode::Apply && self.overlay.is_fresh_dir(&key);
-        if !fresh {
-            if let Some(m) = self.root.metadata(&key)?
-                && m.is_dir()
-            {
-                for e in self.root.read_dir(&key)? {
-                    out.insert(e.name.to_string_lossy().into_owned(), e.kind);
-                }
+        if !fresh
+            && let Some(m) = self.root.metadata(&key)?
+            && m.is_dir()
+        {
+            for e in self.root.read_dir(&key)? {
+                out.insert(e.name.to_string_lossy().into_owned(), e.kind);
             }
         }
         if self.mode != ExecMode::Apply {

@@ -123,7 +123,10 @@ pub(crate) fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
     use std::os::unix::fs::MetadataExt;
     let mut out = BTreeMap::new();
     fn go(base: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap()).collect();
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect();
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
             let p = e.path();

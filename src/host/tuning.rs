@@ -35,7 +35,9 @@ pub mod sysctl {
         };
         let bad = rel.is_empty()
             || key.chars().any(|c| c.is_whitespace() || c == '\0')
-            || rel.split('/').any(|c| c.is_empty() || c == "." || c == "..");
+            || rel
+                .split('/')
+                .any(|c| c.is_empty() || c == "." || c == "..");
         if bad {
             return Err(HostError::Invalid {
                 what: "sysctl key",
@@ -55,8 +57,7 @@ pub mod sysctl {
     /// Invalid key; read failures.
     pub fn get(h: &Host, key: &str) -> Result<Option<String>> {
         let p = proc_path(key)?;
-        Ok(h
-            .view_read(&p)?
+        Ok(h.view_read(&p)?
             .map(|b| String::from_utf8_lossy(&b).trim().to_string()))
     }
 
@@ -162,7 +163,10 @@ pub mod grub {
 
     fn check_args(args: &[String]) -> Result<()> {
         for a in args {
-            if a.is_empty() || a.contains(['"', '\\', '$', '`', '\n']) || a.contains(char::is_whitespace) {
+            if a.is_empty()
+                || a.contains(['"', '\\', '$', '`', '\n'])
+                || a.contains(char::is_whitespace)
+            {
                 return Err(HostError::Invalid {
                     what: "kernel argument",
                     message: format!("{a:?}"),
