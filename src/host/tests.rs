@@ -826,3 +826,11 @@ fn confinement_race_dir_swapped_for_symlink() {
     assert!(flips > 0);
     e.assert_untouched();
 }
+
+#[test]
+fn host_is_send_for_the_binding_layer() {
+    fn send<T: Send + 'static>() {}
+    send::<Host>();
+    send::<crate::host::Report>();
+    send::<crate::host::secrets::Redactor>();
+}
