@@ -71,6 +71,7 @@ use chrono::NaiveDateTime;
 use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
+use crate::logs::redact::Redactor;
 use crate::logs::sink::{Label, LogError, Relay, StepLogFiles, StreamSink};
 
 /// Largest single read, whatever the buffer limit (the default pipe capacity).
@@ -159,6 +160,9 @@ pub struct RunOptions {
     /// How long pipes still held open by a process outside the group are read after the
     /// main process exited; default 10 s.
     pub drain_grace: Duration,
+    /// Secret values replaced by `***` in the relayed output (console and files). Applied per
+    /// relayed batch: a value split across two reads of the pipe is not recognised.
+    pub redactor: Option<Redactor>,
 }
 
 fn local_now() -> NaiveDateTime {
@@ -173,6 +177,7 @@ impl Default for RunOptions {
             clock: local_now,
             term_grace: Duration::from_secs(10),
             drain_grace: Duration::from_secs(10),
+            redactor: None,
         }
     }
 }
@@ -246,6 +251,7 @@ async fn pump<R: AsyncRead + Unpin>(
     pipe: Option<R>,
     clock: fn() -> NaiveDateTime,
     stream: &'static str,
+    redactor: Option<&Redactor>,
 ) {
     let Some(mut pipe) = pipe else { return };
     let mut eof = false;
@@ -276,7 +282,14 @@ async fn pump<R: AsyncRead + Unpin>(
             }
             break;
         }
-        state.sink.write(&state.out, &mut state.errors);
+        match redactor.filter(|r| !r.is_empty()) {
+            Some(r) => {
+                let text = String::from_utf8_lossy(&state.out);
+                let hidden = r.redact(&text);
+                state.sink.write(hidden.as_bytes(), &mut state.errors);
+            }
+            None => state.sink.write(&state.out, &mut state.errors),
+        }
     }
 }
 
@@ -498,13 +511,14 @@ impl ProcessRunner {
         let stdout_pipe = child.stdout.take();
         let stderr_pipe = child.stderr.take();
         let clock = options.clock;
+        let redactor = options.redactor.clone();
         let mut timed_out = false;
         let drained;
         {
             let mut pumps = pin!(async {
                 tokio::join!(
-                    pump(&mut out, stdout_pipe, clock, "stdout"),
-                    pump(&mut err, stderr_pipe, clock, "stderr"),
+                    pump(&mut out, stdout_pipe, clock, "stdout", redactor.as_ref()),
+                    pump(&mut err, stderr_pipe, clock, "stderr", redactor.as_ref()),
                 )
             });
             let mut exit = pin!(async {
