@@ -72,7 +72,9 @@ pub struct Limits {
     pub max_string_size: usize,
     /// Elements of one array. Default 1,000,000.
     pub max_array_size: usize,
-    /// Properties of one object map. Default 100,000.
+    /// Properties of one object map. Default 100,000. Rhai 1.27 checks it when a map is built,
+    /// merged (`+=`, `mixin`) or stored in another value, not when `m[k] = v` adds a property;
+    /// such growth is bounded by [`Limits::max_operations`] until the next check.
     pub max_map_size: usize,
     /// Modules imported per run (every `import` executed counts). Default 64.
     pub max_modules: usize,

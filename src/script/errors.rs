@@ -10,7 +10,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use rhai::{Dynamic, EvalAltResult, ParseError, ParseErrorType, Position};
+use rhai::{Dynamic, EvalAltResult, NativeCallContext, ParseError, ParseErrorType, Position};
 
 use super::engine::Limits;
 
@@ -191,11 +191,7 @@ impl ScriptError {
                 ScriptErrorKind::Limit(Limit::Functions),
                 Limit::Functions.message(limits),
             ),
-            ParseErrorType::LiteralTooLarge(..) => (
-                ScriptErrorKind::Limit(Limit::StringSize),
-                Limit::StringSize.message(limits),
-            ),
-            other => (ScriptErrorKind::Syntax, other.to_string()),
+            other => classify_parse(other, limits),
         };
         ScriptError::new(file, kind, message).at(err.position())
     }
@@ -250,31 +246,46 @@ impl ScriptError {
     }
 }
 
+/// Which size limit Rhai's description of a too-large value (`Length of string`, `Size of
+/// array/BLOB`, `Size of object map`, and the literal variants) refers to.
+fn data_limit(what: &str) -> Option<Limit> {
+    let what = what.to_ascii_lowercase();
+    if what.contains("string") {
+        Some(Limit::StringSize)
+    } else if what.contains("array") || what.contains("blob") {
+        Some(Limit::ArraySize)
+    } else if what.contains("map") {
+        Some(Limit::MapSize)
+    } else {
+        None
+    }
+}
+
+fn classify_parse(t: &ParseErrorType, limits: &Limits) -> (ScriptErrorKind, String) {
+    let limit = |l: Limit| (ScriptErrorKind::Limit(l), l.message(limits));
+    match t {
+        ParseErrorType::ExprTooDeep => limit(Limit::ExprDepth),
+        ParseErrorType::TooManyFunctions => limit(Limit::Functions),
+        ParseErrorType::LiteralTooLarge(what, _) => match data_limit(what) {
+            Some(l) => limit(l),
+            None => (ScriptErrorKind::Syntax, t.to_string()),
+        },
+        other => (ScriptErrorKind::Syntax, other.to_string()),
+    }
+}
+
 fn classify(mut err: Box<EvalAltResult>, limits: &Limits) -> (ScriptErrorKind, String) {
     let limit = |l: Limit| (ScriptErrorKind::Limit(l), l.message(limits));
     match &*err {
-        EvalAltResult::ErrorParsing(t, _) => match t {
-            ParseErrorType::ExprTooDeep => limit(Limit::ExprDepth),
-            ParseErrorType::TooManyFunctions => limit(Limit::Functions),
-            ParseErrorType::LiteralTooLarge(..) => limit(Limit::StringSize),
-            other => (ScriptErrorKind::Syntax, other.to_string()),
-        },
+        EvalAltResult::ErrorParsing(t, _) => classify_parse(t, limits),
         EvalAltResult::ErrorTooManyOperations(_) => limit(Limit::Operations),
         EvalAltResult::ErrorStackOverflow(_) => limit(Limit::CallLevels),
         EvalAltResult::ErrorTooManyModules(_) => limit(Limit::Modules),
         EvalAltResult::ErrorTooManyVariables(_) => limit(Limit::Variables),
-        EvalAltResult::ErrorDataTooLarge(what, _) => {
-            let what = what.to_ascii_lowercase();
-            if what.contains("string") {
-                limit(Limit::StringSize)
-            } else if what.contains("array") || what.contains("blob") {
-                limit(Limit::ArraySize)
-            } else if what.contains("map") {
-                limit(Limit::MapSize)
-            } else {
-                (ScriptErrorKind::Runtime, format!("{what} too large"))
-            }
-        }
+        EvalAltResult::ErrorDataTooLarge(what, _) => match data_limit(what) {
+            Some(l) => limit(l),
+            None => (ScriptErrorKind::Runtime, format!("{what} too large")),
+        },
         EvalAltResult::ErrorTerminated(token, _) => match token.clone().try_cast::<Stop>() {
             Some(Stop::Fail(msg)) => (ScriptErrorKind::Failed, msg),
             Some(Stop::Deadline) => (
@@ -289,7 +300,10 @@ fn classify(mut err: Box<EvalAltResult>, limits: &Limits) -> (ScriptErrorKind, S
         },
         // Our resolver puts the whole message (`cannot import "x": reason`) in the path.
         EvalAltResult::ErrorModuleNotFound(text, _) => (ScriptErrorKind::Import, text.clone()),
-        EvalAltResult::ErrorRuntime(value, _) => (ScriptErrorKind::Runtime, runtime_text(value)),
+        EvalAltResult::ErrorRuntime(value, _) => match value.clone().try_cast::<ImportFailure>() {
+            Some(ImportFailure(msg)) => (ScriptErrorKind::Import, msg),
+            None => (ScriptErrorKind::Runtime, runtime_text(value)),
+        },
         _ => {
             err.clear_position();
             (ScriptErrorKind::Runtime, err.to_string())
@@ -327,13 +341,28 @@ impl fmt::Display for ScriptError {
 }
 
 /// The error a host binding returns for a failed host call: a catchable Rhai runtime error
-/// whose message is `message` exactly. Rhai fills in the call's position; [`ScriptError`]
-/// then reports it as `file:line:col: message`.
-pub fn host_error(message: impl Into<String>) -> Box<EvalAltResult> {
+/// whose message is `message` exactly, at the call's position (`ctx.call_position()`), so the
+/// step fails with `file:line:col: message`.
+///
+/// Take the position from the context: Rhai 1.27 fills in a missing position for errors of
+/// global functions but not for namespaced ones (`fs::write`), so a binding registered in a
+/// static module must take `NativeCallContext` as its first parameter and pass it here.
+pub fn host_error(ctx: &NativeCallContext, message: impl Into<String>) -> Box<EvalAltResult> {
     Box::new(EvalAltResult::ErrorRuntime(
         Dynamic::from(message.into()),
-        Position::NONE,
+        ctx.call_position(),
     ))
+}
+
+/// The value of the runtime error our resolver raises for an import it cannot resolve (Rhai
+/// replaces an `ErrorModuleNotFound` from a resolver with its own message, losing ours).
+#[derive(Debug, Clone)]
+pub(crate) struct ImportFailure(pub String);
+
+impl fmt::Display for ImportFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 #[cfg(test)]

@@ -26,8 +26,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use pathrs::Root;
 use pathrs::flags::OpenFlags;
+use super::errors::ImportFailure;
 use rhai::{
-    AST, ASTNode, Engine, EvalAltResult, Expr, GlobalRuntimeState, Module, ModuleResolver,
+    AST, ASTNode, Dynamic, Engine, EvalAltResult, Expr, GlobalRuntimeState, Module, ModuleResolver,
     ParseError, Position, Scope, Shared, Stmt,
 };
 
@@ -257,7 +258,7 @@ impl RunResolver {
         pos: Position,
     ) -> Result<Shared<Module>, Box<EvalAltResult>> {
         let module = self.store.load(engine, path).map_err(|e| match e {
-            LoadError::NotFound(msg) => Box::new(EvalAltResult::ErrorModuleNotFound(msg, pos)),
+            LoadError::NotFound(msg) => import_failure(msg, pos),
             LoadError::Syntax { file, err } => Box::new(EvalAltResult::ErrorInModule(
                 file,
                 Box::new(EvalAltResult::ErrorParsing(*err.0, err.1)),
@@ -266,18 +267,15 @@ impl RunResolver {
         })?;
         {
             let mut stack = self.stack.lock().map_err(|_| {
-                Box::new(EvalAltResult::ErrorModuleNotFound(
-                    format!("cannot import {path:?}: resolver state poisoned"),
-                    pos,
-                ))
+                import_failure(format!("cannot import {path:?}: resolver state poisoned"), pos)
             })?;
             if stack.contains(&module.file) {
                 let mut chain: Vec<&str> = stack.iter().map(String::as_str).collect();
                 chain.push(&module.file);
-                return Err(Box::new(EvalAltResult::ErrorModuleNotFound(
+                return Err(import_failure(
                     format!("cannot import {path:?}: cyclic import ({})", chain.join(" -> ")),
                     pos,
-                )));
+                ));
             }
             stack.push(module.file.clone());
         }
@@ -304,6 +302,13 @@ impl RunResolver {
             ))),
         }
     }
+}
+
+fn import_failure(msg: String, pos: Position) -> Box<EvalAltResult> {
+    Box::new(EvalAltResult::ErrorRuntime(
+        Dynamic::from(ImportFailure(msg)),
+        pos,
+    ))
 }
 
 impl ModuleResolver for RunResolver {

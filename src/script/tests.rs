@@ -155,7 +155,7 @@ fn cancel_flag_stops_the_run() {
     let cancel = Arc::new(AtomicBool::new(true));
     let r = run_opts(Limits::default(), "loop {}", &[], |o| o.cancel = cancel.clone());
     assert_eq!(r.err().kind, ScriptErrorKind::Cancelled);
-    assert_eq!(r.err().to_string(), format!("{}:1:1: step cancelled", r.main()));
+    assert_eq!(r.err().to_string(), format!("{}:1:6: step cancelled", r.main()));
 }
 
 #[test]
@@ -237,9 +237,22 @@ fn growing_array_and_map_hit_their_limits() {
     let r = run_opts(limits.clone(), "let a = [];\nfor i in 0..1000 { a.push(i); }\n", &[], |_| {});
     assert_eq!(r.err().kind, ScriptErrorKind::Limit(Limit::ArraySize));
     assert_eq!(r.err().line, Some(2));
-    let r = run_opts(limits, "let m = #{};\nfor i in 0..1000 { m[`k${i}`] = i; }\n", &[], |_| {});
+    let r = run_opts(
+        limits.clone(),
+        "let m = #{a:1,b:2,c:3,d:4,e:5,f:6};\nlet n = #{g:7,h:8,i:9,j:10,k:11};\nm += n;\n",
+        &[],
+        |_| {},
+    );
     assert_eq!(r.err().kind, ScriptErrorKind::Limit(Limit::MapSize));
-    assert_eq!(r.err().message, "map size limit exceeded (max_map_size = 10 properties)");
+    assert_eq!(
+        r.err().to_string(),
+        format!("{}:3:3: map size limit exceeded (max_map_size = 10 properties)", r.main())
+    );
+    // A literal over the limit is refused at compile time.
+    let (_d, _e, c) = compile_with(limits, "let m = #{a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9,j:10,k:11};", &[]);
+    let e = c.unwrap_err();
+    assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::MapSize));
+    assert_eq!((e.line, e.column), (Some(1), Some(54)));
 }
 
 #[test]
@@ -633,9 +646,12 @@ impl ScriptHost for TestHost {
         let mut m = rhai::Module::new();
         let left = run.deadline.saturating_duration_since(Instant::now());
         m.set_native_fn("remaining_ok", move || Ok(left > Duration::from_secs(1)));
-        m.set_native_fn("refuse", |p: &str| -> Result<bool, Box<rhai::EvalAltResult>> {
-            Err(host_error(format!("failed to write {p}: denied")))
-        });
+        m.set_native_fn(
+            "refuse",
+            |ctx: rhai::NativeCallContext, p: &str| -> Result<bool, Box<rhai::EvalAltResult>> {
+                Err(host_error(&ctx, format!("failed to write {p}: denied")))
+            },
+        );
         engine.register_static_module("fs", m.into());
     }
     fn changed(&self) -> i64 {
@@ -676,12 +692,14 @@ fn engine_is_shared_across_threads() {
             let (engine, script) = (engine.clone(), script.clone());
             std::thread::spawn(move || {
                 let out = Arc::new(CaptureOutput::new());
-                run_script(&engine, &script, &ctx(), out, Arc::new(AtomicBool::new(false))).code
+                let o = run_script(&engine, &script, &ctx(), out, Arc::new(AtomicBool::new(false)));
+                (o.code, o.error.map(|e| e.to_string()))
             })
         })
         .collect();
     for h in handles {
-        assert_eq!(h.join().unwrap(), "hello, x (from main.rhai)".len() as i32);
+        let (code, err) = h.join().unwrap();
+        assert_eq!((code, err), ("hello, x (from main.rhai)".len() as i32, None));
     }
 }
 
