@@ -146,13 +146,29 @@ impl ModuleStore {
         &self.base_dir
     }
 
+    /// `<base>/<rel>` for messages; just `rel` when the base is the working directory
+    /// (empty or `.`), so that `skyhook-run check x.rhai` reports `lib/util.rhai`.
+    fn display(&self, rel: &Path) -> String {
+        if self.base_dir.as_os_str().is_empty() || self.base_dir == Path::new(".") {
+            rel.display().to_string()
+        } else {
+            self.base_dir.join(rel).display().to_string()
+        }
+    }
+
     fn root(&self) -> Result<&Root, String> {
         self.root
             .get_or_init(|| {
-                Root::open(&self.base_dir).map_err(|e| {
+                let dir = if self.base_dir.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    &self.base_dir
+                };
+                Root::open(dir).map_err(|e| {
                     format!(
-                        "cannot open module directory {}: {e}",
-                        self.base_dir.display()
+                        "cannot open module directory {}: {}",
+                        dir.display(),
+                        pathrs_message(&e)
                     )
                 })
             })
@@ -174,14 +190,14 @@ impl ModuleStore {
         let (file, source) = match module {
             ModuleRef::Stdlib(name, source) => (format!("stdlib/{name}.rhai"), source.to_string()),
             ModuleRef::File(rel) => {
-                let file = self.base_dir.join(&rel).display().to_string();
+                let file = self.display(&rel);
                 let root = self.root().map_err(not_found)?;
                 let handle = root
                     .open_subpath(
                         &rel,
                         OpenFlags::O_RDONLY | OpenFlags::O_NONBLOCK | OpenFlags::O_CLOEXEC,
                     )
-                    .map_err(|e| not_found(format!("{file}: {e}")))?;
+                    .map_err(|e| not_found(format!("{file}: {}", pathrs_message(&e))))?;
                 let text = read_regular(handle).map_err(|e| not_found(format!("{file}: {e}")))?;
                 (file, text)
             }
@@ -195,6 +211,17 @@ impl ModuleStore {
             c.insert(key, cached.clone());
         }
         Ok(cached)
+    }
+}
+
+/// The OS error behind a pathrs error when there is one (`No such file or directory (os
+/// error 2)`), else pathrs' own description.
+fn pathrs_message(err: &pathrs::error::Error) -> String {
+    match err.kind() {
+        pathrs::error::ErrorKind::OsError(Some(errno)) => {
+            std::io::Error::from_raw_os_error(errno).to_string()
+        }
+        _ => err.to_string(),
     }
 }
 
