@@ -17,7 +17,11 @@ fn write(dir: &Path, rel: &str, text: &str) {
 fn good_files_exit_0_silently() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "lib/util.rhai", "fn f() { 1 }\n");
-    write(dir.path(), "a.rhai", "import \"lib/util\" as u;\nimport \"skyhook/hello\" as h;\nu::f()\n");
+    write(
+        dir.path(),
+        "a.rhai",
+        "import \"lib/util\" as u;\nimport \"skyhook/hello\" as h;\nu::f()\n",
+    );
     write(dir.path(), "b.rhai", "print(step.name);\n");
     let out = skyhook_run()
         .arg("check")
@@ -35,13 +39,23 @@ fn errors_exit_1_with_file_line_col() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "ok.rhai", "let x = 1;\n");
     write(dir.path(), "syntax.rhai", "let x = 1;\nlet y = ;\n");
-    write(dir.path(), "import.rhai", "\n  import \"lib/missing\" as m;\n");
+    write(
+        dir.path(),
+        "import.rhai",
+        "\n  import \"lib/missing\" as m;\n",
+    );
     write(dir.path(), "lib/bad.rhai", "fn f() {\n  1 +\n}\n");
     write(dir.path(), "badmod.rhai", "import \"lib/bad\" as b;\n");
     // Relative paths as given on the command line are kept in the messages.
     let out = skyhook_run()
         .current_dir(dir.path())
-        .args(["check", "ok.rhai", "syntax.rhai", "import.rhai", "badmod.rhai"])
+        .args([
+            "check",
+            "ok.rhai",
+            "syntax.rhai",
+            "import.rhai",
+            "badmod.rhai",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
@@ -62,7 +76,10 @@ fn usage_errors_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     let out = skyhook_run().arg("check").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let out = skyhook_run().args(["check", "--bogus", "x.rhai"]).output().unwrap();
+    let out = skyhook_run()
+        .args(["check", "--bogus", "x.rhai"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let out = skyhook_run().arg("--help").output().unwrap();
     assert_eq!(out.status.code(), Some(0));

@@ -78,12 +78,14 @@ pub(crate) fn register(engine: &mut Engine, step: Map, env: Arc<BTreeMap<String,
     engine.register_fn("step", move || step.clone());
     let e = env.clone();
     engine.register_fn("env", move |name: &str| -> Dynamic {
-        e.get(name)
-            .map_or(Dynamic::UNIT, |v| Dynamic::from(ImmutableString::from(v.as_str())))
+        e.get(name).map_or(Dynamic::UNIT, |v| {
+            Dynamic::from(ImmutableString::from(v.as_str()))
+        })
     });
     engine.register_fn("env", move |name: &str, default: Dynamic| -> Dynamic {
-        env.get(name)
-            .map_or(default, |v| Dynamic::from(ImmutableString::from(v.as_str())))
+        env.get(name).map_or(default, |v| {
+            Dynamic::from(ImmutableString::from(v.as_str()))
+        })
     });
 }
 

@@ -232,10 +232,10 @@ impl ScriptError {
         }
         let pos = leaf.position();
         let (kind, message) = classify(leaf, limits);
-        if pos.is_none() {
-            if let Some((f, p)) = fallback {
-                return ScriptError::new(f, kind, message).at(p);
-            }
+        if pos.is_none()
+            && let Some((f, p)) = fallback
+        {
+            return ScriptError::new(f, kind, message).at(p);
         }
         ScriptError::new(file, kind, message).at(pos)
     }
@@ -371,7 +371,8 @@ mod tests {
 
     #[test]
     fn display_with_and_without_position() {
-        let e = ScriptError::new("a.rhai", ScriptErrorKind::Runtime, "boom").at(Position::new(3, 7));
+        let e =
+            ScriptError::new("a.rhai", ScriptErrorKind::Runtime, "boom").at(Position::new(3, 7));
         assert_eq!(e.to_string(), "a.rhai:3:7: boom");
         let e = ScriptError::new("a.rhai", ScriptErrorKind::Io, "cannot read");
         assert_eq!(e.to_string(), "a.rhai: cannot read");
@@ -382,7 +383,10 @@ mod tests {
         let limits = Limits::default();
         assert_eq!(
             Limit::Operations.message(&limits),
-            format!("operations limit exceeded (max_operations = {})", limits.max_operations)
+            format!(
+                "operations limit exceeded (max_operations = {})",
+                limits.max_operations
+            )
         );
         assert_eq!(fmt_duration(Duration::from_millis(200)), "0.2 s");
         assert_eq!(fmt_duration(Duration::from_secs(600)), "600 s");

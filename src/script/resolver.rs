@@ -24,9 +24,9 @@ use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::errors::ImportFailure;
 use pathrs::Root;
 use pathrs::flags::OpenFlags;
-use super::errors::ImportFailure;
 use rhai::{
     AST, ASTNode, Dynamic, Engine, EvalAltResult, Expr, GlobalRuntimeState, Module, ModuleResolver,
     ParseError, Position, Scope, Shared, Stmt,
@@ -39,9 +39,7 @@ pub const MAX_SCRIPT_BYTES: u64 = 1024 * 1024;
 pub const STDLIB_PREFIX: &str = "skyhook/";
 
 /// The embedded standard library: `(name, source)`, imported as `skyhook/<name>`.
-pub const STDLIB: &[(&str, &str)] = &[
-    ("hello", include_str!("../../stdlib/hello.rhai")),
-];
+pub const STDLIB: &[(&str, &str)] = &[("hello", include_str!("../../stdlib/hello.rhai"))];
 
 /// The source of embedded module `name`, if there is one.
 pub fn stdlib_source(name: &str) -> Option<&'static str> {
@@ -99,9 +97,7 @@ fn parse_spec(spec: &str) -> Result<ModuleRef, String> {
                 return Err("module paths must not contain `..`".to_string());
             }
             Component::RootDir | Component::Prefix(_) => {
-                return Err(
-                    "module paths must be relative to the package directory".to_string()
-                );
+                return Err("module paths must be relative to the package directory".to_string());
             }
         }
     }
@@ -177,7 +173,11 @@ impl ModuleStore {
     }
 
     /// Load (from the cache, or read and compile with `compiler`) the module `spec` names.
-    pub(crate) fn load(&self, compiler: &Engine, spec: &str) -> Result<Arc<CachedModule>, LoadError> {
+    pub(crate) fn load(
+        &self,
+        compiler: &Engine,
+        spec: &str,
+    ) -> Result<Arc<CachedModule>, LoadError> {
         let not_found = |why: String| LoadError::NotFound(format!("cannot import {spec:?}: {why}"));
         let module = parse_spec(spec).map_err(not_found)?;
         let key = match &module {
@@ -202,9 +202,10 @@ impl ModuleStore {
                 (file, text)
             }
         };
-        let mut ast = compiler
-            .compile(&source)
-            .map_err(|err| LoadError::Syntax { file: file.clone(), err })?;
+        let mut ast = compiler.compile(&source).map_err(|err| LoadError::Syntax {
+            file: file.clone(),
+            err,
+        })?;
         ast.set_source(file.as_str());
         let cached = Arc::new(CachedModule { file, ast });
         if let Ok(mut c) = self.cache.lock() {
@@ -236,7 +237,9 @@ pub(crate) fn read_regular(mut file: File) -> std::io::Result<String> {
         ));
     }
     let mut text = String::new();
-    (&mut file).take(MAX_SCRIPT_BYTES + 1).read_to_string(&mut text)?;
+    (&mut file)
+        .take(MAX_SCRIPT_BYTES + 1)
+        .read_to_string(&mut text)?;
     if text.len() as u64 > MAX_SCRIPT_BYTES {
         return Err(std::io::Error::new(
             std::io::ErrorKind::FileTooLarge,
@@ -251,10 +254,10 @@ pub(crate) fn read_regular(mut file: File) -> std::io::Result<String> {
 pub(crate) fn static_imports(ast: &AST) -> Vec<(String, Position)> {
     let mut found = Vec::new();
     ast.walk(&mut |path: &[ASTNode]| {
-        if let Some(ASTNode::Stmt(Stmt::Import(x, pos))) = path.last() {
-            if let Expr::StringConstant(s, _) = &x.0 {
-                found.push((s.to_string(), *pos));
-            }
+        if let Some(ASTNode::Stmt(Stmt::Import(x, pos))) = path.last()
+            && let Expr::StringConstant(s, _) = &x.0
+        {
+            found.push((s.to_string(), *pos));
         }
         true
     });
@@ -294,13 +297,19 @@ impl RunResolver {
         })?;
         {
             let mut stack = self.stack.lock().map_err(|_| {
-                import_failure(format!("cannot import {path:?}: resolver state poisoned"), pos)
+                import_failure(
+                    format!("cannot import {path:?}: resolver state poisoned"),
+                    pos,
+                )
             })?;
             if stack.contains(&module.file) {
                 let mut chain: Vec<&str> = stack.iter().map(String::as_str).collect();
                 chain.push(&module.file);
                 return Err(import_failure(
-                    format!("cannot import {path:?}: cyclic import ({})", chain.join(" -> ")),
+                    format!(
+                        "cannot import {path:?}: cyclic import ({})",
+                        chain.join(" -> ")
+                    ),
                     pos,
                 ));
             }
@@ -387,7 +396,10 @@ mod tests {
             parse_spec("/etc/x.rhai"),
             Err("module paths must be relative to the package directory".to_string())
         );
-        assert!(matches!(parse_spec("skyhook/hello"), Ok(ModuleRef::Stdlib("hello", _))));
+        assert!(matches!(
+            parse_spec("skyhook/hello"),
+            Ok(ModuleRef::Stdlib("hello", _))
+        ));
         assert_eq!(
             parse_spec("skyhook/nope"),
             Err("no embedded module named \"nope\" (available: hello)".to_string())

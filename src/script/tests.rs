@@ -38,7 +38,11 @@ fn compile_with(
     limits: Limits,
     main: &str,
     files: &[(&str, &str)],
-) -> (tempfile::TempDir, ScriptEngine, Result<CompiledScript, ScriptError>) {
+) -> (
+    tempfile::TempDir,
+    ScriptEngine,
+    Result<CompiledScript, ScriptError>,
+) {
     let dir = tempfile::tempdir().unwrap();
     for (rel, text) in files {
         write(dir.path(), rel, text);
@@ -63,7 +67,10 @@ impl Ran {
         self.dir.path().join(rel).display().to_string()
     }
     fn err(&self) -> &ScriptError {
-        self.outcome.error.as_ref().expect("the run should have failed")
+        self.outcome
+            .error
+            .as_ref()
+            .expect("the run should have failed")
     }
     fn stdout(&self) -> String {
         String::from_utf8(self.out.stdout_bytes()).unwrap()
@@ -73,7 +80,12 @@ impl Ran {
     }
 }
 
-fn run_opts(limits: Limits, main: &str, files: &[(&str, &str)], f: impl FnOnce(&mut RunOptions)) -> Ran {
+fn run_opts(
+    limits: Limits,
+    main: &str,
+    files: &[(&str, &str)],
+    f: impl FnOnce(&mut RunOptions),
+) -> Ran {
     let (dir, engine, compiled) = compile_with(limits, main, files);
     let script = compiled.unwrap_or_else(|e| panic!("compile failed: {e}"));
     let out = Arc::new(CaptureOutput::new());
@@ -106,7 +118,10 @@ fn infinite_loop_hits_operations_limit() {
     let r = run_opts(limits, "let x = 0;\nloop {\n    x += 1;\n}\n", &[], |_| {});
     let e = r.err();
     assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::Operations));
-    assert_eq!(e.message, "operations limit exceeded (max_operations = 10000)");
+    assert_eq!(
+        e.message,
+        "operations limit exceeded (max_operations = 10000)"
+    );
     assert_eq!(e.file, r.main());
     assert!(e.line.is_some_and(|l| (2..=3).contains(&l)), "{e}");
     assert_eq!(r.outcome.code, 1);
@@ -153,9 +168,14 @@ fn run_timeout_overrides_engine_timeout() {
 #[test]
 fn cancel_flag_stops_the_run() {
     let cancel = Arc::new(AtomicBool::new(true));
-    let r = run_opts(Limits::default(), "loop {}", &[], |o| o.cancel = cancel.clone());
+    let r = run_opts(Limits::default(), "loop {}", &[], |o| {
+        o.cancel = cancel.clone()
+    });
     assert_eq!(r.err().kind, ScriptErrorKind::Cancelled);
-    assert_eq!(r.err().to_string(), format!("{}:1:6: step cancelled", r.main()));
+    assert_eq!(
+        r.err().to_string(),
+        format!("{}:1:6: step cancelled", r.main())
+    );
 }
 
 #[test]
@@ -197,7 +217,10 @@ fn closure_recursion_hits_call_levels() {
 
 #[test]
 fn function_pointer_recursion_hits_call_levels() {
-    let r = run("fn again(p) {\n    p.call(p)\n}\nlet p = Fn(\"again\");\np.call(p)\n", &[]);
+    let r = run(
+        "fn again(p) {\n    p.call(p)\n}\nlet p = Fn(\"again\");\np.call(p)\n",
+        &[],
+    );
     let e = r.err();
     assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::CallLevels));
     assert_at(e, &r.main(), 5, 3);
@@ -234,7 +257,12 @@ fn growing_array_and_map_hit_their_limits() {
         max_map_size: 10,
         ..Limits::default()
     };
-    let r = run_opts(limits.clone(), "let a = [];\nfor i in 0..1000 { a.push(i); }\n", &[], |_| {});
+    let r = run_opts(
+        limits.clone(),
+        "let a = [];\nfor i in 0..1000 { a.push(i); }\n",
+        &[],
+        |_| {},
+    );
     assert_eq!(r.err().kind, ScriptErrorKind::Limit(Limit::ArraySize));
     assert_eq!(r.err().line, Some(2));
     let r = run_opts(
@@ -246,10 +274,17 @@ fn growing_array_and_map_hit_their_limits() {
     assert_eq!(r.err().kind, ScriptErrorKind::Limit(Limit::MapSize));
     assert_eq!(
         r.err().to_string(),
-        format!("{}:3:3: map size limit exceeded (max_map_size = 10 properties)", r.main())
+        format!(
+            "{}:3:3: map size limit exceeded (max_map_size = 10 properties)",
+            r.main()
+        )
     );
     // A literal over the limit is refused at compile time.
-    let (_d, _e, c) = compile_with(limits, "let m = #{a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9,j:10,k:11};", &[]);
+    let (_d, _e, c) = compile_with(
+        limits,
+        "let m = #{a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9,j:10,k:11};",
+        &[],
+    );
     let e = c.unwrap_err();
     assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::MapSize));
     assert_eq!((e.line, e.column), (Some(1), Some(54)));
@@ -283,13 +318,19 @@ fn too_many_variables() {
         max_variables: 5,
         ..Limits::default()
     };
-    let r = run_opts(limits, "let a = 1; let b = 2; let c = 3; let d = 4; let e = 5; let f = 6;", &[], |_| {});
+    let r = run_opts(
+        limits,
+        "let a = 1; let b = 2; let c = 3; let d = 4; let e = 5; let f = 6;",
+        &[],
+        |_| {},
+    );
     assert_eq!(r.err().kind, ScriptErrorKind::Limit(Limit::Variables));
 }
 
 #[test]
 fn eval_is_a_parse_error() {
-    let (dir, _e, compiled) = compile_with(Limits::default(), "let x = 1;\nlet y = eval(\"x\");\n", &[]);
+    let (dir, _e, compiled) =
+        compile_with(Limits::default(), "let x = 1;\nlet y = eval(\"x\");\n", &[]);
     let e = compiled.unwrap_err();
     assert_eq!(e.kind, ScriptErrorKind::Syntax);
     assert_eq!(e.line, Some(2));
@@ -322,8 +363,14 @@ fn stdlib_import_works_and_sees_step() {
 #[test]
 fn relative_imports_work() {
     let files = [
-        ("lib/util.rhai", "fn twice(x) { x * 2 }\nexport const NAME = step().package_name;\n"),
-        ("lib/other.rhai", "import \"lib/util\" as u;\nfn four() { u::twice(2) }\n"),
+        (
+            "lib/util.rhai",
+            "fn twice(x) { x * 2 }\nexport const NAME = step().package_name;\n",
+        ),
+        (
+            "lib/other.rhai",
+            "import \"lib/util\" as u;\nfn four() { u::twice(2) }\n",
+        ),
     ];
     let r = run(
         "import \"lib/util\" as a;\nimport \"./lib/util.rhai\" as b;\nimport \"lib/other\" as o;\n\
@@ -336,7 +383,11 @@ fn relative_imports_work() {
 
 #[test]
 fn parent_and_absolute_imports_are_refused() {
-    let (dir, _e, c) = compile_with(Limits::default(), "let x = 1;\nimport \"../x\" as x;\n", &[]);
+    let (dir, _e, c) = compile_with(
+        Limits::default(),
+        "let x = 1;\nimport \"../x\" as x;\n",
+        &[],
+    );
     let e = c.unwrap_err();
     assert_eq!(e.kind, ScriptErrorKind::Import);
     let main = dir.path().join("main.rhai").display().to_string();
@@ -370,7 +421,9 @@ fn symlinks_cannot_leave_the_base_dir() {
     std::fs::create_dir(&base).unwrap();
     std::os::unix::fs::symlink(&target, base.join("abs.rhai")).unwrap();
     // A relative link climbing out of the base: <tmp>/pkg/rel.rhai -> ../<outside>/secret.rhai
-    let rel_target = Path::new("..").join("..").join(target.strip_prefix("/").unwrap());
+    let rel_target = Path::new("..")
+        .join("..")
+        .join(target.strip_prefix("/").unwrap());
     std::os::unix::fs::symlink(&rel_target, base.join("rel.rhai")).unwrap();
     std::fs::create_dir(base.join("lib")).unwrap();
     std::os::unix::fs::symlink(outside.path(), base.join("lib/out")).unwrap();
@@ -380,19 +433,30 @@ fn symlinks_cannot_leave_the_base_dir() {
 
     let engine = ScriptEngine::default();
     for spec in ["abs", "rel", "lib/out/secret"] {
-        write(&base, "main.rhai", &format!("import \"{spec}\" as m;\nm::X\n"));
+        write(
+            &base,
+            "main.rhai",
+            &format!("import \"{spec}\" as m;\nm::X\n"),
+        );
         let e = compile_step(&engine, &base.join("main.rhai"), &base).unwrap_err();
         assert_eq!(e.kind, ScriptErrorKind::Import, "{spec}: {e}");
         assert_eq!((e.line, e.column), (Some(1), Some(1)), "{e}");
         assert!(
-            e.message.starts_with(&format!("cannot import \"{spec}\": ")),
+            e.message
+                .starts_with(&format!("cannot import \"{spec}\": ")),
             "{e}"
         );
     }
     write(&base, "main.rhai", "import \"inside\" as m;\nm::X\n");
     let script = compile_step(&engine, &base.join("main.rhai"), &base).unwrap();
     let out = Arc::new(CaptureOutput::new());
-    let o = run_script(&engine, &script, &ctx(), out, Arc::new(AtomicBool::new(false)));
+    let o = run_script(
+        &engine,
+        &script,
+        &ctx(),
+        out,
+        Arc::new(AtomicBool::new(false)),
+    );
     assert!(o.error.is_none(), "{:?}", o.error);
     assert_eq!(o.code, 7);
 }
@@ -408,7 +472,10 @@ fn error_inside_module_reports_module_position() {
     assert_eq!(e.kind, ScriptErrorKind::Runtime);
     assert_eq!(e.message, "kaput");
     assert_at(e, &r.file("lib/bad.rhai"), 3, 5);
-    assert_eq!(r.stderr(), format!("{}:3:5: kaput\n", r.file("lib/bad.rhai")));
+    assert_eq!(
+        r.stderr(),
+        format!("{}:3:5: kaput\n", r.file("lib/bad.rhai"))
+    );
 }
 
 #[test]
@@ -429,7 +496,10 @@ fn syntax_error_in_module_reports_module_position() {
     );
     let e = c.unwrap_err();
     assert_eq!(e.kind, ScriptErrorKind::Syntax);
-    assert_eq!(e.file, dir.path().join("lib/broken.rhai").display().to_string());
+    assert_eq!(
+        e.file,
+        dir.path().join("lib/broken.rhai").display().to_string()
+    );
     assert_eq!(e.line, Some(2));
 }
 
@@ -438,7 +508,10 @@ fn cyclic_imports_are_refused_at_compile_time() {
     let (dir, _e, c) = compile_with(
         Limits::default(),
         "import \"a\" as a;\n",
-        &[("a.rhai", "import \"b\" as b;\n"), ("b.rhai", "\nimport \"a\" as a;\n")],
+        &[
+            ("a.rhai", "import \"b\" as b;\n"),
+            ("b.rhai", "\nimport \"a\" as a;\n"),
+        ],
     );
     let e = c.unwrap_err();
     let p = |f: &str| dir.path().join(f).display().to_string();
@@ -511,7 +584,8 @@ fn missing_import_fails_before_running() {
     assert_at(&e, &main, 3, 5);
     let missing = dir.path().join("lib/missing.rhai").display().to_string();
     assert!(
-        e.message.starts_with(&format!("cannot import \"lib/missing\": {missing}: ")),
+        e.message
+            .starts_with(&format!("cannot import \"lib/missing\": {missing}: ")),
         "{e}"
     );
 }
@@ -664,9 +738,7 @@ impl ScriptHost for TestHost {
 
 #[test]
 fn host_bindings_and_changed() {
-    let host = Arc::new(TestHost {
-        changes: 0.into(),
-    });
+    let host = Arc::new(TestHost { changes: 0.into() });
     let r = run_opts(
         Limits::default(),
         "print(fs::remaining_ok());\nprint(changed());\nprint(changed());\n\n  fs::refuse(\"/etc/x\");\n",
@@ -676,7 +748,10 @@ fn host_bindings_and_changed() {
     assert_eq!(r.stdout(), "true\n1\n2\n");
     let e = r.err();
     assert_eq!(e.kind, ScriptErrorKind::Runtime);
-    assert_eq!(e.to_string(), format!("{}:5:7: failed to write /etc/x: denied", r.main()));
+    assert_eq!(
+        e.to_string(),
+        format!("{}:5:7: failed to write /etc/x: denied", r.main())
+    );
 }
 
 #[test]
@@ -688,21 +763,35 @@ fn changed_without_host_is_zero() {
 fn engine_is_shared_across_threads() {
     let engine = Arc::new(ScriptEngine::default());
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "main.rhai", "import \"skyhook/hello\" as h;\nh::greet(\"x\").len()");
-    let script = Arc::new(compile_step(&engine, &dir.path().join("main.rhai"), dir.path()).unwrap());
+    write(
+        dir.path(),
+        "main.rhai",
+        "import \"skyhook/hello\" as h;\nh::greet(\"x\").len()",
+    );
+    let script =
+        Arc::new(compile_step(&engine, &dir.path().join("main.rhai"), dir.path()).unwrap());
     let handles: Vec<_> = (0..4)
         .map(|_| {
             let (engine, script) = (engine.clone(), script.clone());
             std::thread::spawn(move || {
                 let out = Arc::new(CaptureOutput::new());
-                let o = run_script(&engine, &script, &ctx(), out, Arc::new(AtomicBool::new(false)));
+                let o = run_script(
+                    &engine,
+                    &script,
+                    &ctx(),
+                    out,
+                    Arc::new(AtomicBool::new(false)),
+                );
                 (o.code, o.error.map(|e| e.to_string()))
             })
         })
         .collect();
     for h in handles {
         let (code, err) = h.join().unwrap();
-        assert_eq!((code, err), ("hello, x (from main.rhai)".len() as i32, None));
+        assert_eq!(
+            (code, err),
+            ("hello, x (from main.rhai)".len() as i32, None)
+        );
     }
 }
 
@@ -735,4 +824,31 @@ fn bench_trivial_run_overhead() {
         times[times.len() * 9 / 10],
         times[times.len() - 1]
     );
+}
+
+/// A host whose binding panics: the run fails, the process survives.
+struct PanickingHost;
+
+impl ScriptHost for PanickingHost {
+    fn register(&self, engine: &mut Engine, _run: &RunHandle) {
+        engine.register_fn("explode", || -> i64 { panic!("binding bug") });
+    }
+    fn changed(&self) -> i64 {
+        0
+    }
+}
+
+#[test]
+fn a_panicking_binding_fails_the_step_only() {
+    let r = run_opts(Limits::default(), "print(1);\nexplode()\n", &[], |o| {
+        o.host = Arc::new(PanickingHost);
+    });
+    let e = r.err();
+    assert_eq!(e.kind, ScriptErrorKind::Internal);
+    assert_eq!(
+        e.to_string(),
+        format!("{}: script runtime panicked: binding bug", r.main())
+    );
+    assert_eq!(r.outcome.code, 1);
+    assert_eq!(r.stdout(), "1\n");
 }
