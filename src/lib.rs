@@ -10,6 +10,7 @@
 //! | [`runner`] | runs one step: a process (chroot, process group, streamed output) |
 //! | [`logs`] | the log sink: chunked relay, timestamps and labels, log files, retention |
 //! | [`state`] | the on-host files the agent owns: flag names, history, markers, all atomic |
+//! | [`script`] | the Rhai engine: limits, module resolver, context, output, error mapping |
 //! | [`host`] | root confinement ([`host::root::HostRoot`]) and the host API |
 #![warn(missing_docs)]
 
@@ -18,5 +19,6 @@ pub mod host;
 pub mod logs;
 pub mod package;
 pub mod runner;
+pub mod script;
 pub mod state;
 pub mod pyfmt;

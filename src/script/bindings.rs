@@ -1,0 +1,66 @@
+//! The seam for the host API: `fs::`, `service::`, `pkg::`, ... are plain Rust in
+//! [`crate::host`]; a [`ScriptHost`] binds them into each run's engine.
+//!
+//! A host implementation is typically a per-step session (host root, executor — apply, plan
+//! or check — and its record of effects) behind an `Arc`. [`ScriptHost::register`] is called
+//! once per run, on the run's fresh engine, after the script-layer functions (output,
+//! context, `fail`, `changed`) and before the run starts; it registers static modules
+//! (`engine.register_static_module("fs", module)`) or global functions, whose closures
+//! capture what they need of `self` and of the [`RunHandle`]. Host functions report failure
+//! with [`host_error`](super::host_error) (or any `Box<EvalAltResult>`): Rhai adds the call's
+//! position, the step fails with `file:line:col: message`.
+//!
+//! Registering a prebuilt `Shared<Module>` is an `Arc` clone, so a host with many functions
+//! can build its modules once per session and keep the per-run cost near zero.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use rhai::Engine;
+
+use super::output::ScriptOutput;
+
+/// What a host binding may need of the current run.
+#[derive(Clone)]
+pub struct RunHandle {
+    /// When the step's deadline passes. Blocking host calls (commands, lock waits) must not
+    /// wait beyond it; `on_progress` cannot interrupt them.
+    pub deadline: Instant,
+    /// Set when the step is cancelled; long host calls should poll it.
+    pub cancel: Arc<AtomicBool>,
+    /// The step's output sink (e.g. for streaming a command's output live).
+    pub output: Arc<dyn ScriptOutput>,
+}
+
+impl std::fmt::Debug for RunHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunHandle")
+            .field("deadline", &self.deadline)
+            .field("cancel", &self.cancel)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The host API as seen by the script layer.
+pub trait ScriptHost: Send + Sync {
+    /// Register the host API into `engine` (one run's engine). See the module docs.
+    fn register(&self, engine: &mut Engine, run: &RunHandle);
+
+    /// How many effects this step has changed so far: the value of `changed()` in scripts.
+    /// Actions are not counted (`docs/host-api.md`, Principles).
+    fn changed(&self) -> i64;
+}
+
+/// No host API: only the script layer's own functions exist, `changed()` is always 0. For
+/// `skyhook-run check`, tests, and pure computation.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoHost;
+
+impl ScriptHost for NoHost {
+    fn register(&self, _engine: &mut Engine, _run: &RunHandle) {}
+
+    fn changed(&self) -> i64 {
+        0
+    }
+}

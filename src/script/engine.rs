@@ -1,0 +1,299 @@
+//! The Rhai engine: packages, limits, `eval` off, and the per-run hooks.
+//!
+//! [`ScriptEngine`] is built once (the package modules are built once and shared) and is
+//! immutable afterwards; share it as `Arc<ScriptEngine>`. Each run gets its own
+//! `rhai::Engine`, assembled from the frozen parts in a few microseconds, because the hooks
+//! that differ per run (the output sink, the deadline and cancel flag in `on_progress`,
+//! `step()`, `env()`, the host bindings) are closures that Rhai stores in the engine itself.
+//! A per-run engine also means concurrent runs share nothing mutable.
+//!
+//! # Packages
+//!
+//! The engine starts from `Engine::new_raw()` (no functions at all) and gets only:
+//!
+//! | package | why |
+//! |---|---|
+//! | `CorePackage` | operators, `type_of`, ranges and iterators for `for` loops, `Fn`/`call`/`curry`, basic strings, `print`/`debug` formatting |
+//! | `LogicPackage` | comparisons, `min`/`max` across number types |
+//! | `MoreStringPackage` | `split`, `trim`, `contains`, `replace`, `sub_string`, `pad`, ...: scripts edit config text |
+//! | `BasicArrayPackage` | `push`, `sort`, `filter`, `map`, `join`, ...: lines, argument lists |
+//! | `BasicMapPackage` | `keys`, `values`, `contains`, merging: host API results and configMap key/values |
+//! | `BasicMathPackage` | `parse_int`, `parse_float`, `to_int`, `abs`, rounding: numbers read from files |
+//! | `BasicTimePackage` | `timestamp()` / `elapsed`: measuring waits inside a step |
+//!
+//! Left out: `BitFieldPackage` and `BasicBlobPackage` (no host API takes bits or blobs) and
+//! the debugging package. Nothing in these packages touches files, processes or the
+//! network; every such capability comes from the host bindings.
+//!
+//! # Limits
+//!
+//! Every limit is set explicitly ([`Limits`]): Rhai's defaults differ between debug and
+//! release builds. Parse-time limits (expression depth, number of functions, string literal
+//! size) are enforced by [`compile_step`](super::compile_step); the rest while running.
+//! On top of Rhai's limits, a wall-clock deadline and a cancel flag are checked in
+//! `on_progress` every [`PROGRESS_CHECK_EVERY`] operations. A blocking host call does not
+//! tick `on_progress`; host calls keep their own timeouts (commands default to what remains
+//! of the deadline, see [`RunHandle::deadline`](super::RunHandle)).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rhai::packages::{
+    BasicArrayPackage, BasicMapPackage, BasicMathPackage, BasicTimePackage, CorePackage,
+    LogicPackage, MoreStringPackage, Package,
+};
+use rhai::{Dynamic, Engine, OptimizationLevel, Shared};
+
+use super::errors::Stop;
+
+/// The environment variable that overrides [`Limits::timeout`], in whole seconds.
+pub const TIMEOUT_ENV: &str = "SKYHOOK_SCRIPT_TIMEOUT";
+
+/// How often (in Rhai operations) `on_progress` looks at the clock and the cancel flag:
+/// often enough to stop a tight loop within microseconds of the deadline, rarely enough
+/// that reading the clock costs nothing measurable.
+pub const PROGRESS_CHECK_EVERY: u64 = 256;
+
+/// Resource limits of a script run. Every field is applied explicitly to the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Rhai operations per run (statements, expressions, loop iterations), module
+    /// evaluation included. Default 100,000,000: seconds of work, far beyond any
+    /// configuration script, and a backstop to the deadline.
+    pub max_operations: u64,
+    /// Nested calls of script functions, closures and function pointers. Default 64.
+    pub max_call_levels: usize,
+    /// Nesting depth of expressions at the top level (parse time). Default 64.
+    pub max_expr_depth: usize,
+    /// Nesting depth of expressions inside function bodies (parse time). Default 32.
+    pub max_function_expr_depth: usize,
+    /// Length of one string in bytes. Default 32 MiB (a large configuration file).
+    pub max_string_size: usize,
+    /// Elements of one array. Default 1,000,000.
+    pub max_array_size: usize,
+    /// Properties of one object map. Default 100,000. Rhai 1.27 checks it when a map is built,
+    /// merged (`+=`, `mixin`) or stored in another value, not when `m[k] = v` adds a property;
+    /// such growth is bounded by [`Limits::max_operations`] until the next check.
+    pub max_map_size: usize,
+    /// Modules imported per run (every `import` executed counts). Default 64.
+    pub max_modules: usize,
+    /// Variables in scope at any instant. Default 10,000.
+    pub max_variables: usize,
+    /// Script functions defined in one script or module (parse time). Default 1,000.
+    pub max_functions: usize,
+    /// Wall-clock deadline of one run. Default 600 s; [`TIMEOUT_ENV`] overrides it.
+    pub timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_operations: 100_000_000,
+            max_call_levels: 64,
+            max_expr_depth: 64,
+            max_function_expr_depth: 32,
+            max_string_size: 32 * 1024 * 1024,
+            max_array_size: 1_000_000,
+            max_map_size: 100_000,
+            max_modules: 64,
+            max_variables: 10_000,
+            max_functions: 1_000,
+            timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// An invalid [`TIMEOUT_ENV`] value.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid {TIMEOUT_ENV} value {value:?}: expected a positive number of seconds")]
+pub struct TimeoutEnvError {
+    /// The value as found in the environment.
+    pub value: String,
+}
+
+impl Limits {
+    /// The defaults, with [`Limits::timeout`] taken from `SKYHOOK_SCRIPT_TIMEOUT` (whole
+    /// seconds) when set and not empty.
+    ///
+    /// # Errors
+    /// When the variable is set to something other than a positive integer.
+    pub fn from_env() -> Result<Self, TimeoutEnvError> {
+        let value = std::env::var(TIMEOUT_ENV).ok();
+        Limits::default().with_timeout_env(value.as_deref())
+    }
+
+    /// Apply a [`TIMEOUT_ENV`] value (`None` or empty keeps the current timeout).
+    ///
+    /// # Errors
+    /// When `value` is not a positive integer number of seconds.
+    pub fn with_timeout_env(mut self, value: Option<&str>) -> Result<Self, TimeoutEnvError> {
+        match value.map(str::trim) {
+            None | Some("") => Ok(self),
+            Some(v) => match v.parse::<u64>() {
+                Ok(secs) if secs > 0 => {
+                    self.timeout = Duration::from_secs(secs);
+                    Ok(self)
+                }
+                _ => Err(TimeoutEnvError {
+                    value: v.to_string(),
+                }),
+            },
+        }
+    }
+}
+
+/// The script engine: limits and package modules, frozen. Cheap to share (`Arc`), safe to
+/// use from several threads at once.
+pub struct ScriptEngine {
+    limits: Limits,
+    packages: Vec<Shared<rhai::Module>>,
+    /// Parse-only engine: same symbols, limits and optimisation as run engines.
+    compiler: Engine,
+}
+
+impl std::fmt::Debug for ScriptEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptEngine")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for ScriptEngine {
+    fn default() -> Self {
+        ScriptEngine::new(Limits::default())
+    }
+}
+
+impl ScriptEngine {
+    /// Build the engine with `limits`: builds the package modules (once; about a
+    /// millisecond) and the parse-only engine.
+    pub fn new(limits: Limits) -> Self {
+        let packages = vec![
+            CorePackage::new().as_shared_module(),
+            LogicPackage::new().as_shared_module(),
+            MoreStringPackage::new().as_shared_module(),
+            BasicArrayPackage::new().as_shared_module(),
+            BasicMapPackage::new().as_shared_module(),
+            BasicMathPackage::new().as_shared_module(),
+            BasicTimePackage::new().as_shared_module(),
+        ];
+        let mut engine = ScriptEngine {
+            limits,
+            packages,
+            compiler: Engine::new_raw(),
+        };
+        let mut compiler = Engine::new_raw();
+        engine.configure(&mut compiler);
+        engine.compiler = compiler;
+        engine
+    }
+
+    /// The limits runs are held to.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The parse-only engine used by [`compile_step`](super::compile_step) and the module
+    /// resolver.
+    pub(crate) fn compiler(&self) -> &Engine {
+        &self.compiler
+    }
+
+    /// Everything that is the same for every engine: packages, limits, `eval` off.
+    fn configure(&self, engine: &mut Engine) {
+        for p in &self.packages {
+            engine.register_global_module(p.clone());
+        }
+        let l = &self.limits;
+        engine
+            .set_max_operations(l.max_operations)
+            .set_max_call_levels(l.max_call_levels)
+            .set_max_expr_depths(l.max_expr_depth, l.max_function_expr_depth)
+            .set_max_string_size(l.max_string_size)
+            .set_max_array_size(l.max_array_size)
+            .set_max_map_size(l.max_map_size)
+            .set_max_modules(l.max_modules)
+            .set_max_variables(l.max_variables)
+            .set_max_functions(l.max_functions)
+            .set_optimization_level(OptimizationLevel::Simple);
+        // `eval` would run code that compile_step never saw; as a disabled symbol it is a
+        // parse error wherever it appears.
+        engine.disable_symbol("eval");
+    }
+
+    /// A fresh engine for one run: the frozen configuration plus the deadline/cancel hook.
+    /// The caller adds the per-run functions (output, context, host bindings, resolver).
+    pub(crate) fn run_engine(&self, deadline: Instant, cancel: Arc<AtomicBool>) -> Engine {
+        let mut engine = Engine::new_raw();
+        self.configure(&mut engine);
+        engine.on_progress(move |ops| {
+            if ops % PROGRESS_CHECK_EVERY != 0 {
+                return None;
+            }
+            if cancel.load(Ordering::Relaxed) {
+                return Some(Dynamic::from(Stop::Cancelled));
+            }
+            if Instant::now() >= deadline {
+                return Some(Dynamic::from(Stop::Deadline));
+            }
+            None
+        });
+        engine
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_env_parsing() {
+        let l = Limits::default().with_timeout_env(Some("30")).unwrap();
+        assert_eq!(l.timeout, Duration::from_secs(30));
+        let l = Limits::default().with_timeout_env(Some("")).unwrap();
+        assert_eq!(l.timeout, Duration::from_secs(600));
+        let l = Limits::default().with_timeout_env(None).unwrap();
+        assert_eq!(l.timeout, Duration::from_secs(600));
+        let e = Limits::default().with_timeout_env(Some("0")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid SKYHOOK_SCRIPT_TIMEOUT value \"0\": expected a positive number of seconds"
+        );
+        assert!(Limits::default().with_timeout_env(Some("1.5")).is_err());
+    }
+
+    #[test]
+    fn every_limit_is_applied() {
+        let limits = Limits {
+            max_operations: 11,
+            max_call_levels: 12,
+            max_expr_depth: 13,
+            max_function_expr_depth: 14,
+            max_string_size: 15,
+            max_array_size: 16,
+            max_map_size: 17,
+            max_modules: 18,
+            max_variables: 19,
+            max_functions: 20,
+            timeout: Duration::from_secs(1),
+        };
+        let se = ScriptEngine::new(limits);
+        for e in [
+            se.compiler(),
+            &se.run_engine(Instant::now(), Arc::new(AtomicBool::new(false))),
+        ] {
+            assert_eq!(e.max_operations(), 11);
+            assert_eq!(e.max_call_levels(), 12);
+            assert_eq!(e.max_expr_depth(), 13);
+            assert_eq!(e.max_function_expr_depth(), 14);
+            assert_eq!(e.max_string_size(), 15);
+            assert_eq!(e.max_array_size(), 16);
+            assert_eq!(e.max_map_size(), 17);
+            assert_eq!(e.max_modules(), 18);
+            assert_eq!(e.max_variables(), 19);
+            assert_eq!(e.max_functions(), 20);
+        }
+    }
+}

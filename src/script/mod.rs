@@ -1,0 +1,57 @@
+//! The script layer: runs `.rhai` steps in an embedded, sandboxed Rhai engine.
+//!
+//! - [`engine`]: [`ScriptEngine`] — packages, [`Limits`], `eval` off, deadline and cancel.
+//! - [`resolver`]: `import "skyhook/<name>"` (embedded `stdlib/`) and imports confined to
+//!   the package directory, compiled once per [`ModuleStore`].
+//! - [`run`]: [`compile_step`] (parse and resolve every static import before any state is
+//!   written) and [`run_script`] / [`run_script_with`] → [`ScriptOutcome`].
+//! - [`context`]: the `step` constant, `step()`, `env()` from a [`StepContext`].
+//! - [`output`]: `print`, `debug`, `log::*` through [`ScriptOutput`].
+//! - [`bindings`]: [`ScriptHost`], the seam where the host API (`fs::`, `service::`, ...)
+//!   is bound into each run.
+//! - [`errors`]: [`ScriptError`], rendered `file:line:col: message`.
+//!
+//! Besides the Rhai packages, scripts get: `print(x)`, `debug(x)`, `log::info/warn/error(msg)`,
+//! `step` / `step()`, `env(name)` / `env(name, default)`, `fail(msg)` and `changed()`.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::{Arc, atomic::AtomicBool};
+//! use skyhook::script::{CaptureOutput, ScriptEngine, StepContext, compile_step, run_script};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("apply.rhai");
+//! std::fs::write(&path, "print(`hi from ${step.name}`); 3").unwrap();
+//!
+//! let engine = ScriptEngine::default();
+//! let script = compile_step(&engine, &path, dir.path()).unwrap();
+//! let ctx = StepContext { name: "apply.rhai".into(), ..Default::default() };
+//! let out = Arc::new(CaptureOutput::new());
+//! let outcome = run_script(&engine, &script, &ctx, out.clone(), Arc::new(AtomicBool::new(false)));
+//! assert_eq!(outcome.code, 3);
+//! assert!(!outcome.failed());
+//! assert_eq!(out.stdout_bytes(), b"hi from apply.rhai\n");
+//! ```
+
+pub mod bindings;
+pub mod context;
+pub mod engine;
+pub mod errors;
+pub mod output;
+pub mod resolver;
+pub mod run;
+
+#[cfg(test)]
+mod tests;
+
+pub use bindings::{NoHost, RunHandle, ScriptHost};
+pub use context::StepContext;
+pub use engine::{Limits, ScriptEngine, TIMEOUT_ENV, TimeoutEnvError};
+pub use errors::{Limit, ScriptError, ScriptErrorKind, host_error};
+pub use output::{CaptureOutput, ScriptOutput, StdioOutput, Stream};
+pub use resolver::{MAX_SCRIPT_BYTES, ModuleStore, STDLIB, stdlib_source};
+pub use run::{
+    CompiledScript, RunOptions, SCRIPT_STACK_BYTES, ScriptOutcome, compile_source, compile_step,
+    compile_step_in, run_script, run_script_with,
+};

@@ -1,0 +1,408 @@
+//! Module resolution: `import "skyhook/<name>"` and imports relative to a base directory.
+//!
+//! - `skyhook/<name>` is the embedded module `stdlib/<name>.rhai` (table [`STDLIB`]; adding
+//!   a module is one line there). Errors inside it report `stdlib/<name>.rhai:line:col`.
+//! - Anything else is a path relative to the base directory (the package's `skyhook_dir`;
+//!   for `skyhook-run`, the script's directory): `lib/util`, `lib/util.rhai` and
+//!   `./lib/util.rhai` all name `<base>/lib/util.rhai` (`.rhai` is added when the last
+//!   component has no extension). Every relative import is relative to the base directory,
+//!   also from inside another module. Absolute paths and `..` components are refused before
+//!   touching the filesystem, and the file is opened through a `pathrs::Root` on the base
+//!   directory, so symlinks (absolute or relative) are resolved *inside* it with chroot
+//!   semantics and can never reach a file outside. Only regular files are read (a FIFO or
+//!   device is refused without blocking), at most [`MAX_SCRIPT_BYTES`].
+//!
+//! Compiled modules are cached per [`ModuleStore`] (one per package or script directory):
+//! [`compile_step`](super::compile_step) compiles every static import ahead of the run, and
+//! the run evaluates the cached ASTs. A module is *evaluated* at each `import` executed, in
+//! the run's own engine, so its top-level code sees the current step (`step()`) and its
+//! output goes to the current step's sink.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::errors::ImportFailure;
+use pathrs::Root;
+use pathrs::flags::OpenFlags;
+use rhai::{
+    AST, ASTNode, Dynamic, Engine, EvalAltResult, Expr, GlobalRuntimeState, Module, ModuleResolver,
+    ParseError, Position, Scope, Shared, Stmt,
+};
+
+/// Largest script or module file read, in bytes (1 MiB).
+pub const MAX_SCRIPT_BYTES: u64 = 1024 * 1024;
+
+/// The prefix of embedded module paths.
+pub const STDLIB_PREFIX: &str = "skyhook/";
+
+/// The embedded standard library: `(name, source)`, imported as `skyhook/<name>`.
+pub const STDLIB: &[(&str, &str)] = &[("hello", include_str!("../../stdlib/hello.rhai"))];
+
+/// The source of embedded module `name`, if there is one.
+pub fn stdlib_source(name: &str) -> Option<&'static str> {
+    STDLIB.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+}
+
+/// A compiled module, as cached.
+#[derive(Debug)]
+pub(crate) struct CachedModule {
+    /// The file name used in errors (`stdlib/hello.rhai`, `<base>/lib/util.rhai`); also the
+    /// AST's source, hence the module's id.
+    pub file: String,
+    pub ast: AST,
+}
+
+/// Why a module could not be loaded.
+#[derive(Debug)]
+pub(crate) enum LoadError {
+    /// Not resolvable: the message reads `cannot import "x": reason`.
+    NotFound(String),
+    /// The module does not parse.
+    Syntax { file: String, err: ParseError },
+}
+
+/// Which module an import path names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ModuleRef {
+    Stdlib(&'static str, &'static str),
+    File(PathBuf),
+}
+
+fn parse_spec(spec: &str) -> Result<ModuleRef, String> {
+    if let Some(name) = spec.strip_prefix(STDLIB_PREFIX) {
+        return STDLIB
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(n, s)| ModuleRef::Stdlib(n, s))
+            .ok_or_else(|| {
+                let names: Vec<_> = STDLIB.iter().map(|(n, _)| *n).collect();
+                format!(
+                    "no embedded module named {name:?} (available: {})",
+                    names.join(", ")
+                )
+            });
+    }
+    if spec.is_empty() {
+        return Err("empty module path".to_string());
+    }
+    let mut rel = PathBuf::new();
+    for c in Path::new(spec).components() {
+        match c {
+            Component::Normal(part) => rel.push(part),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                return Err("module paths must not contain `..`".to_string());
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err("module paths must be relative to the package directory".to_string());
+            }
+        }
+    }
+    if rel.as_os_str().is_empty() {
+        return Err("empty module path".to_string());
+    }
+    if rel.extension().is_none() {
+        rel.set_extension("rhai");
+    }
+    Ok(ModuleRef::File(rel))
+}
+
+/// Compiled modules of one base directory. Shared by the compile step and every run of
+/// scripts from that directory.
+pub struct ModuleStore {
+    base_dir: PathBuf,
+    /// Opened on the first relative import, so a script without any needs no base dir.
+    root: OnceLock<Result<Root, String>>,
+    cache: Mutex<HashMap<String, Arc<CachedModule>>>,
+}
+
+impl std::fmt::Debug for ModuleStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModuleStore")
+            .field("base_dir", &self.base_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ModuleStore {
+    /// A store resolving relative imports under `base_dir`. Nothing is opened yet.
+    pub fn new(base_dir: impl Into<PathBuf>) -> Self {
+        ModuleStore {
+            base_dir: base_dir.into(),
+            root: OnceLock::new(),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The base directory relative imports resolve in.
+    pub fn base_dir(&self) -> &Path {
+        &self.base_dir
+    }
+
+    /// `<base>/<rel>` for messages; just `rel` when the base is the working directory
+    /// (empty or `.`), so that `skyhook-run check x.rhai` reports `lib/util.rhai`.
+    fn display(&self, rel: &Path) -> String {
+        if self.base_dir.as_os_str().is_empty() || self.base_dir == Path::new(".") {
+            rel.display().to_string()
+        } else {
+            self.base_dir.join(rel).display().to_string()
+        }
+    }
+
+    fn root(&self) -> Result<&Root, String> {
+        self.root
+            .get_or_init(|| {
+                let dir = if self.base_dir.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    &self.base_dir
+                };
+                Root::open(dir).map_err(|e| {
+                    format!(
+                        "cannot open module directory {}: {}",
+                        dir.display(),
+                        pathrs_message(&e)
+                    )
+                })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Load (from the cache, or read and compile with `compiler`) the module `spec` names.
+    pub(crate) fn load(
+        &self,
+        compiler: &Engine,
+        spec: &str,
+    ) -> Result<Arc<CachedModule>, LoadError> {
+        let not_found = |why: String| LoadError::NotFound(format!("cannot import {spec:?}: {why}"));
+        let module = parse_spec(spec).map_err(not_found)?;
+        let key = match &module {
+            ModuleRef::Stdlib(name, _) => format!("{STDLIB_PREFIX}{name}"),
+            ModuleRef::File(rel) => format!("file:{}", rel.display()),
+        };
+        if let Some(m) = self.cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+            return Ok(m);
+        }
+        let (file, source) = match module {
+            ModuleRef::Stdlib(name, source) => (format!("stdlib/{name}.rhai"), source.to_string()),
+            ModuleRef::File(rel) => {
+                let file = self.display(&rel);
+                let root = self.root().map_err(not_found)?;
+                let handle = root
+                    .open_subpath(
+                        &rel,
+                        OpenFlags::O_RDONLY | OpenFlags::O_NONBLOCK | OpenFlags::O_CLOEXEC,
+                    )
+                    .map_err(|e| not_found(format!("{file}: {}", pathrs_message(&e))))?;
+                let text = read_regular(handle).map_err(|e| not_found(format!("{file}: {e}")))?;
+                (file, text)
+            }
+        };
+        let mut ast = compiler.compile(&source).map_err(|err| LoadError::Syntax {
+            file: file.clone(),
+            err,
+        })?;
+        ast.set_source(file.as_str());
+        let cached = Arc::new(CachedModule { file, ast });
+        if let Ok(mut c) = self.cache.lock() {
+            c.insert(key, cached.clone());
+        }
+        Ok(cached)
+    }
+}
+
+/// The OS error behind a pathrs error when there is one (`No such file or directory (os
+/// error 2)`), else pathrs' own description.
+fn pathrs_message(err: &pathrs::error::Error) -> String {
+    match err.kind() {
+        pathrs::error::ErrorKind::OsError(Some(errno)) => {
+            std::io::Error::from_raw_os_error(errno).to_string()
+        }
+        _ => err.to_string(),
+    }
+}
+
+/// Read an opened file, refusing anything but a regular file of at most
+/// [`MAX_SCRIPT_BYTES`].
+pub(crate) fn read_regular(mut file: File) -> std::io::Result<String> {
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut text = String::new();
+    (&mut file)
+        .take(MAX_SCRIPT_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_SCRIPT_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("larger than {MAX_SCRIPT_BYTES} bytes"),
+        ));
+    }
+    Ok(text)
+}
+
+/// The static imports of `ast` (string-literal paths, function bodies included), in source
+/// order, with the position of each path literal.
+pub(crate) fn static_imports(ast: &AST) -> Vec<(String, Position)> {
+    let mut found = Vec::new();
+    ast.walk(&mut |path: &[ASTNode]| {
+        if let Some(ASTNode::Stmt(Stmt::Import(x, pos))) = path.last()
+            && let Expr::StringConstant(s, _) = &x.0
+        {
+            found.push((s.to_string(), *pos));
+        }
+        true
+    });
+    found
+}
+
+/// The resolver installed in one run's engine: the shared [`ModuleStore`] plus the chain of
+/// modules being evaluated (to refuse cyclic imports with a clear error instead of
+/// recursing until a limit trips).
+pub(crate) struct RunResolver {
+    pub store: Arc<ModuleStore>,
+    pub stack: Mutex<Vec<String>>,
+}
+
+impl RunResolver {
+    pub fn new(store: Arc<ModuleStore>) -> Self {
+        RunResolver {
+            store,
+            stack: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn eval_module(
+        &self,
+        engine: &Engine,
+        global: Option<&mut GlobalRuntimeState>,
+        path: &str,
+        pos: Position,
+    ) -> Result<Shared<Module>, Box<EvalAltResult>> {
+        let module = self.store.load(engine, path).map_err(|e| match e {
+            LoadError::NotFound(msg) => import_failure(msg, pos),
+            LoadError::Syntax { file, err } => Box::new(EvalAltResult::ErrorInModule(
+                file,
+                Box::new(EvalAltResult::ErrorParsing(*err.0, err.1)),
+                pos,
+            )),
+        })?;
+        {
+            let mut stack = self.stack.lock().map_err(|_| {
+                import_failure(
+                    format!("cannot import {path:?}: resolver state poisoned"),
+                    pos,
+                )
+            })?;
+            if stack.contains(&module.file) {
+                let mut chain: Vec<&str> = stack.iter().map(String::as_str).collect();
+                chain.push(&module.file);
+                return Err(import_failure(
+                    format!(
+                        "cannot import {path:?}: cyclic import ({})",
+                        chain.join(" -> ")
+                    ),
+                    pos,
+                ));
+            }
+            stack.push(module.file.clone());
+        }
+        let result = match global {
+            Some(global) => {
+                Module::eval_ast_as_new_raw(engine, &mut Scope::new(), global, &module.ast)
+            }
+            None => Module::eval_ast_as_new(Scope::new(), &module.ast, engine),
+        };
+        if let Ok(mut stack) = self.stack.lock() {
+            stack.pop();
+        }
+        match result {
+            Ok(m) => Ok(m.into()),
+            // Limits, fail() and the deadline stay uncatchable and keep the import's position.
+            Err(mut err) if err.is_system_exception() => {
+                err.set_position(pos);
+                Err(err)
+            }
+            Err(err) => Err(Box::new(EvalAltResult::ErrorInModule(
+                module.file.clone(),
+                err,
+                pos,
+            ))),
+        }
+    }
+}
+
+fn import_failure(msg: String, pos: Position) -> Box<EvalAltResult> {
+    Box::new(EvalAltResult::ErrorRuntime(
+        Dynamic::from(ImportFailure(msg)),
+        pos,
+    ))
+}
+
+impl ModuleResolver for RunResolver {
+    fn resolve(
+        &self,
+        engine: &Engine,
+        _source: Option<&str>,
+        path: &str,
+        pos: Position,
+    ) -> Result<Shared<Module>, Box<EvalAltResult>> {
+        self.eval_module(engine, None, path, pos)
+    }
+
+    fn resolve_raw(
+        &self,
+        engine: &Engine,
+        global: &mut GlobalRuntimeState,
+        _scope: &mut Scope,
+        path: &str,
+        pos: Position,
+    ) -> Result<Shared<Module>, Box<EvalAltResult>> {
+        self.eval_module(engine, Some(global), path, pos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_parsing() {
+        assert_eq!(
+            parse_spec("lib/util"),
+            Ok(ModuleRef::File(PathBuf::from("lib/util.rhai")))
+        );
+        assert_eq!(
+            parse_spec("./lib/util.rhai"),
+            Ok(ModuleRef::File(PathBuf::from("lib/util.rhai")))
+        );
+        assert_eq!(
+            parse_spec("../x"),
+            Err("module paths must not contain `..`".to_string())
+        );
+        assert_eq!(
+            parse_spec("lib/../../x"),
+            Err("module paths must not contain `..`".to_string())
+        );
+        assert_eq!(
+            parse_spec("/etc/x.rhai"),
+            Err("module paths must be relative to the package directory".to_string())
+        );
+        assert!(matches!(
+            parse_spec("skyhook/hello"),
+            Ok(ModuleRef::Stdlib("hello", _))
+        ));
+        assert_eq!(
+            parse_spec("skyhook/nope"),
+            Err("no embedded module named \"nope\" (available: hello)".to_string())
+        );
+    }
+}

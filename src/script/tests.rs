@@ -1,0 +1,854 @@
+//! Tests of the script layer through its public API: limits, resolver, context, output,
+//! results.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rhai::Engine;
+
+use super::*;
+
+fn write(dir: &Path, rel: &str, text: &str) {
+    let p = dir.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+fn ctx() -> StepContext {
+    StepContext {
+        mode: "apply".into(),
+        name: "main.rhai".into(),
+        args: vec!["a".into(), "b c".into()],
+        package_name: "tuning".into(),
+        package_version: "1.2.3".into(),
+        previous_version: None,
+        skyhook_dir: "/skyhook/tuning".into(),
+        step_root: "/skyhook/tuning/root".into(),
+        resource_id: "node1_tuning_1.2.3".into(),
+        node_order: Some(2),
+        dry_run: false,
+        env: [("A".to_string(), "alpha".to_string())].into(),
+    }
+}
+
+/// Write `main.rhai` (plus `files`) into a fresh dir, compile it with `limits`.
+fn compile_with(
+    limits: Limits,
+    main: &str,
+    files: &[(&str, &str)],
+) -> (
+    tempfile::TempDir,
+    ScriptEngine,
+    Result<CompiledScript, ScriptError>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    for (rel, text) in files {
+        write(dir.path(), rel, text);
+    }
+    write(dir.path(), "main.rhai", main);
+    let engine = ScriptEngine::new(limits);
+    let compiled = compile_step(&engine, &dir.path().join("main.rhai"), dir.path());
+    (dir, engine, compiled)
+}
+
+struct Ran {
+    dir: tempfile::TempDir,
+    outcome: ScriptOutcome,
+    out: Arc<CaptureOutput>,
+}
+
+impl Ran {
+    fn main(&self) -> String {
+        self.dir.path().join("main.rhai").display().to_string()
+    }
+    fn file(&self, rel: &str) -> String {
+        self.dir.path().join(rel).display().to_string()
+    }
+    fn err(&self) -> &ScriptError {
+        self.outcome
+            .error
+            .as_ref()
+            .expect("the run should have failed")
+    }
+    fn stdout(&self) -> String {
+        String::from_utf8(self.out.stdout_bytes()).unwrap()
+    }
+    fn stderr(&self) -> String {
+        String::from_utf8(self.out.stderr_bytes()).unwrap()
+    }
+}
+
+fn run_opts(
+    limits: Limits,
+    main: &str,
+    files: &[(&str, &str)],
+    f: impl FnOnce(&mut RunOptions),
+) -> Ran {
+    let (dir, engine, compiled) = compile_with(limits, main, files);
+    let script = compiled.unwrap_or_else(|e| panic!("compile failed: {e}"));
+    let out = Arc::new(CaptureOutput::new());
+    let mut opts = RunOptions::new(out.clone(), Arc::new(AtomicBool::new(false)));
+    f(&mut opts);
+    let outcome = run_script_with(&engine, &script, &ctx(), &opts);
+    Ran { dir, outcome, out }
+}
+
+fn run(main: &str, files: &[(&str, &str)]) -> Ran {
+    run_opts(Limits::default(), main, files, |_| {})
+}
+
+fn assert_at(err: &ScriptError, file: &str, line: usize, col: usize) {
+    assert_eq!(
+        (err.file.as_str(), err.line, err.column),
+        (file, Some(line), Some(col)),
+        "error was: {err}"
+    );
+}
+
+// ---- limits -------------------------------------------------------------------------
+
+#[test]
+fn infinite_loop_hits_operations_limit() {
+    let limits = Limits {
+        max_operations: 10_000,
+        ..Limits::default()
+    };
+    let r = run_opts(limits, "let x = 0;\nloop {\n    x += 1;\n}\n", &[], |_| {});
+    let e = r.err();
+    assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::Operations));
+    assert_eq!(
+        e.message,
+        "operations limit exceeded (max_operations = 10000)"
+    );
+    assert_eq!(e.file, r.main());
+    assert!(e.line.is_some_and(|l| (2..=3).contains(&l)), "{e}");
+    assert_eq!(r.outcome.code, 1);
+    assert_eq!(r.stderr(), format!("{e}\n"));
+}
+
+#[test]
+fn infinite_loop_hits_deadline() {
+    let limits = Limits {
+        max_operations: u64::MAX,
+        timeout: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let start = Instant::now();
+    let r = run_opts(limits, "let x = 0;\nloop {\n    x += 1;\n}\n", &[], |_| {});
+    let elapsed = start.elapsed();
+    let e = r.err();
+    assert_eq!(e.kind, ScriptErrorKind::Timeout);
+    assert_eq!(
+        e.message,
+        "step deadline exceeded (0.2 s; SKYHOOK_SCRIPT_TIMEOUT)"
+    );
+    assert!(e.line.is_some_and(|l| (2..=3).contains(&l)), "{e}");
+    assert!(elapsed >= Duration::from_millis(200), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+}
+
+#[test]
+fn run_timeout_overrides_engine_timeout() {
+    let limits = Limits {
+        max_operations: u64::MAX,
+        ..Limits::default()
+    };
+    let r = run_opts(limits, "loop {}", &[], |o| {
+        o.timeout = Some(Duration::from_millis(50));
+    });
+    assert_eq!(r.err().kind, ScriptErrorKind::Timeout);
+    assert_eq!(
+        r.err().message,
+        "step deadline exceeded (0.05 s; SKYHOOK_SCRIPT_TIMEOUT)"
+    );
+}
+
+#[test]
+fn cancel_flag_stops_the_run() {
+    let cancel = Arc::new(AtomicBool::new(true));
+    let r = run_opts(Limits::default(), "loop {}", &[], |o| {
+        o.cancel = cancel.clone()
+    });
+    assert_eq!(r.err().kind, ScriptErrorKind::Cancelled);
+    assert_eq!(
+        r.err().to_string(),
+        format!("{}:1:6: step cancelled", r.main())
+    );
+}
+
+#[test]
+fn cancel_from_another_thread() {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let c = cancel.clone();
+    let limits = Limits {
+        max_operations: u64::MAX,
+        ..Limits::default()
+    };
+    // The script signals it is running through print; the output sink sets the flag.
+    struct CancelOnPrint(Arc<AtomicBool>);
+    impl ScriptOutput for CancelOnPrint {
+        fn stdout(&self, _: &[u8]) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+        fn stderr(&self, _: &[u8]) {}
+    }
+    let (_dir, engine, compiled) = compile_with(limits, "print(1);\nloop {}", &[]);
+    let mut opts = RunOptions::new(Arc::new(CancelOnPrint(c)), cancel);
+    opts.timeout = Some(Duration::from_secs(30));
+    let outcome = run_script_with(&engine, &compiled.unwrap(), &ctx(), &opts);
+    assert_eq!(outcome.error.unwrap().kind, ScriptErrorKind::Cancelled);
+}
+
+#[test]
+fn closure_recursion_hits_call_levels() {
+    let r = run("let f = |g| g.call(g);\nf.call(f);\n", &[]);
+    let e = r.err();
+    assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::CallLevels));
+    assert_eq!(
+        e.message,
+        "call depth limit exceeded: too deep recursion through functions, closures or \
+         function pointers (max_call_levels = 64)"
+    );
+    assert_eq!(e.file, r.main());
+    assert!(e.line.is_some(), "{e}");
+}
+
+#[test]
+fn function_pointer_recursion_hits_call_levels() {
+    let r = run(
+        "fn again(p) {\n    p.call(p)\n}\nlet p = Fn(\"again\");\np.call(p)\n",
+        &[],
+    );
+    let e = r.err();
+    assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::CallLevels));
+    assert_at(e, &r.main(), 5, 3);
+}
+
+#[test]
+fn recursion_up_to_the_limit_works() {
+    // 63 nested calls below the top level: within max_call_levels = 64, on any build.
+    let r = run(
+        "fn depth(n) { if n == 0 { 0 } else { 1 + depth(n - 1) } }\ndepth(63)\n",
+        &[],
+    );
+    assert!(r.outcome.error.is_none(), "{:?}", r.outcome.error);
+    assert_eq!(r.outcome.code, 63);
+}
+
+#[test]
+fn doubling_string_hits_string_size() {
+    let r = run("let s = \"x\";\nloop { s += s; }\n", &[]);
+    let e = r.err();
+    assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::StringSize));
+    assert_eq!(
+        e.message,
+        "string size limit exceeded (max_string_size = 33554432 bytes)"
+    );
+    assert_eq!(e.file, r.main());
+    assert_eq!(e.line, Some(2));
+}
+
+#[test]
+fn growing_array_and_map_hit_their_limits() {
+    let limits = Limits {
+        max_array_size: 100,
+        max_map_size: 10,
+        ..Limits::default()
+    };
+    let r = run_opts(
+        limits.clone(),
+        "let a = [];\nfor i in 0..1000 { a.push(i); }\n",
+        &[],
+        |_| {},
+    );
+    assert_eq!(r.err().kind, ScriptErrorKind::Limit(Limit::ArraySize));
+    assert_eq!(r.err().line, Some(2));
+    let r = run_opts(
+        limits.clone(),
+        "let m = #{a:1,b:2,c:3,d:4,e:5,f:6};\nlet n = #{g:7,h:8,i:9,j:10,k:11};\nm += n;\n",
+        &[],
+        |_| {},
+    );
+    assert_eq!(r.err().kind, ScriptErrorKind::Limit(Limit::MapSize));
+    assert_eq!(
+        r.err().to_string(),
+        format!(
+            "{}:3:3: map size limit exceeded (max_map_size = 10 properties)",
+            r.main()
+        )
+    );
+    // A literal over the limit is refused at compile time.
+    let (_d, _e, c) = compile_with(
+        limits,
+        "let m = #{a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9,j:10,k:11};",
+        &[],
+    );
+    let e = c.unwrap_err();
+    assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::MapSize));
+    assert_eq!((e.line, e.column), (Some(1), Some(54)));
+}
+
+#[test]
+fn deep_expression_hits_expression_depth() {
+    let deep = format!("let x = {}1{};\n", "(".repeat(200), ")".repeat(200));
+    let (dir, _e, compiled) = compile_with(Limits::default(), &deep, &[]);
+    let e = compiled.unwrap_err();
+    assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::ExprDepth));
+    assert_eq!(
+        e.message,
+        "expression nesting limit exceeded (max_expr_depth = 64, 32 in functions)"
+    );
+    assert_eq!(e.file, dir.path().join("main.rhai").display().to_string());
+    assert_eq!(e.line, Some(1));
+    assert!(e.column.is_some());
+
+    // Inside a function the lower limit applies.
+    let in_fn = format!("fn f() {{\n  {}1{}\n}}\n", "(".repeat(40), ")".repeat(40));
+    let (_dir, _e, compiled) = compile_with(Limits::default(), &in_fn, &[]);
+    let e = compiled.unwrap_err();
+    assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::ExprDepth));
+    assert_eq!(e.line, Some(2));
+}
+
+#[test]
+fn too_many_variables() {
+    let limits = Limits {
+        max_variables: 5,
+        ..Limits::default()
+    };
+    let r = run_opts(
+        limits,
+        "let a = 1; let b = 2; let c = 3; let d = 4; let e = 5; let f = 6;",
+        &[],
+        |_| {},
+    );
+    assert_eq!(r.err().kind, ScriptErrorKind::Limit(Limit::Variables));
+}
+
+#[test]
+fn eval_is_a_parse_error() {
+    let (dir, _e, compiled) =
+        compile_with(Limits::default(), "let x = 1;\nlet y = eval(\"x\");\n", &[]);
+    let e = compiled.unwrap_err();
+    assert_eq!(e.kind, ScriptErrorKind::Syntax);
+    assert_eq!(e.line, Some(2));
+    assert_eq!(e.file, dir.path().join("main.rhai").display().to_string());
+    assert!(e.message.contains("eval"), "{e}");
+}
+
+#[test]
+fn eval_through_a_function_pointer_is_refused() {
+    let r = run("let f = Fn(\"eval\");\nf.call(\"40 + 2\")\n", &[]);
+    assert_eq!(r.outcome.code, 1);
+    assert_eq!(
+        r.err().to_string(),
+        format!("{}:1:12: 'eval' is a reserved keyword", r.main())
+    );
+}
+
+// ---- resolver -----------------------------------------------------------------------
+
+#[test]
+fn stdlib_import_works_and_sees_step() {
+    let r = run(
+        "import \"skyhook/hello\" as h;\nprint(h::greet(\"world\"));\nprint(h::GREETING);\n",
+        &[],
+    );
+    assert!(r.outcome.error.is_none(), "{:?}", r.outcome.error);
+    assert_eq!(r.stdout(), "hello, world (from main.rhai)\nhello\n");
+}
+
+#[test]
+fn relative_imports_work() {
+    let files = [
+        (
+            "lib/util.rhai",
+            "fn twice(x) { x * 2 }\nexport const NAME = step().package_name;\n",
+        ),
+        (
+            "lib/other.rhai",
+            "import \"lib/util\" as u;\nfn four() { u::twice(2) }\n",
+        ),
+    ];
+    let r = run(
+        "import \"lib/util\" as a;\nimport \"./lib/util.rhai\" as b;\nimport \"lib/other\" as o;\n\
+         print(a::twice(3));\nprint(b::NAME);\nprint(o::four());\n",
+        &files,
+    );
+    assert!(r.outcome.error.is_none(), "{:?}", r.outcome.error);
+    assert_eq!(r.stdout(), "6\ntuning\n4\n");
+}
+
+#[test]
+fn parent_and_absolute_imports_are_refused() {
+    let (dir, _e, c) = compile_with(
+        Limits::default(),
+        "let x = 1;\nimport \"../x\" as x;\n",
+        &[],
+    );
+    let e = c.unwrap_err();
+    assert_eq!(e.kind, ScriptErrorKind::Import);
+    let main = dir.path().join("main.rhai").display().to_string();
+    assert_eq!(
+        e.to_string(),
+        format!("{main}:2:1: cannot import \"../x\": module paths must not contain `..`")
+    );
+
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "abs.rhai", "export const X = 1;");
+    let abs = outside.path().join("abs.rhai").display().to_string();
+    let (dir, _e, c) = compile_with(Limits::default(), &format!("import \"{abs}\" as x;\n"), &[]);
+    let e = c.unwrap_err();
+    let main = dir.path().join("main.rhai").display().to_string();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{main}:1:1: cannot import \"{abs}\": module paths must be relative to the package \
+             directory"
+        )
+    );
+}
+
+#[test]
+fn symlinks_cannot_leave_the_base_dir() {
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "secret.rhai", "export const X = 42;");
+    let target = outside.path().join("secret.rhai");
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("pkg");
+    std::fs::create_dir(&base).unwrap();
+    std::os::unix::fs::symlink(&target, base.join("abs.rhai")).unwrap();
+    // A relative link climbing out of the base: <tmp>/pkg/rel.rhai -> ../<outside>/secret.rhai
+    let rel_target = Path::new("..")
+        .join("..")
+        .join(target.strip_prefix("/").unwrap());
+    std::os::unix::fs::symlink(&rel_target, base.join("rel.rhai")).unwrap();
+    std::fs::create_dir(base.join("lib")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), base.join("lib/out")).unwrap();
+    // A link that stays inside works.
+    write(&base, "real.rhai", "export const X = 7;");
+    std::os::unix::fs::symlink("real.rhai", base.join("inside.rhai")).unwrap();
+
+    let engine = ScriptEngine::default();
+    for spec in ["abs", "rel", "lib/out/secret"] {
+        write(
+            &base,
+            "main.rhai",
+            &format!("import \"{spec}\" as m;\nm::X\n"),
+        );
+        let e = compile_step(&engine, &base.join("main.rhai"), &base).unwrap_err();
+        assert_eq!(e.kind, ScriptErrorKind::Import, "{spec}: {e}");
+        assert_eq!((e.line, e.column), (Some(1), Some(1)), "{e}");
+        assert!(
+            e.message
+                .starts_with(&format!("cannot import \"{spec}\": ")),
+            "{e}"
+        );
+    }
+    write(&base, "main.rhai", "import \"inside\" as m;\nm::X\n");
+    let script = compile_step(&engine, &base.join("main.rhai"), &base).unwrap();
+    let out = Arc::new(CaptureOutput::new());
+    let o = run_script(
+        &engine,
+        &script,
+        &ctx(),
+        out,
+        Arc::new(AtomicBool::new(false)),
+    );
+    assert!(o.error.is_none(), "{:?}", o.error);
+    assert_eq!(o.code, 7);
+}
+
+#[test]
+fn error_inside_module_reports_module_position() {
+    let files = [(
+        "lib/bad.rhai",
+        "fn boom() {\n    let x = 1;\n    throw \"kaput\";\n}\n",
+    )];
+    let r = run("import \"lib/bad\" as b;\n\nb::boom();\n", &files);
+    let e = r.err();
+    assert_eq!(e.kind, ScriptErrorKind::Runtime);
+    assert_eq!(e.message, "kaput");
+    assert_at(e, &r.file("lib/bad.rhai"), 3, 5);
+    assert_eq!(
+        r.stderr(),
+        format!("{}:3:5: kaput\n", r.file("lib/bad.rhai"))
+    );
+}
+
+#[test]
+fn error_in_module_top_level_reports_module_position() {
+    let files = [("lib/top.rhai", "let a = 1;\nlet b = a + undefined_thing;\n")];
+    let r = run("import \"lib/top\" as t;\n", &files);
+    let e = r.err();
+    assert_eq!(e.message, "Variable not found: undefined_thing");
+    assert_at(e, &r.file("lib/top.rhai"), 2, 13);
+}
+
+#[test]
+fn syntax_error_in_module_reports_module_position() {
+    let (dir, _e, c) = compile_with(
+        Limits::default(),
+        "import \"lib/broken\" as b;\n",
+        &[("lib/broken.rhai", "fn ok() { 1 }\nfn bad( { }\n")],
+    );
+    let e = c.unwrap_err();
+    assert_eq!(e.kind, ScriptErrorKind::Syntax);
+    assert_eq!(
+        e.file,
+        dir.path().join("lib/broken.rhai").display().to_string()
+    );
+    assert_eq!(e.line, Some(2));
+}
+
+#[test]
+fn cyclic_imports_are_refused_at_compile_time() {
+    let (dir, _e, c) = compile_with(
+        Limits::default(),
+        "import \"a\" as a;\n",
+        &[
+            ("a.rhai", "import \"b\" as b;\n"),
+            ("b.rhai", "\nimport \"a\" as a;\n"),
+        ],
+    );
+    let e = c.unwrap_err();
+    let p = |f: &str| dir.path().join(f).display().to_string();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}:2:1: cannot import \"a\": cyclic import ({} -> {} -> {} -> {})",
+            p("b.rhai"),
+            p("main.rhai"),
+            p("a.rhai"),
+            p("b.rhai"),
+            p("a.rhai")
+        )
+    );
+}
+
+#[test]
+fn dynamic_import_is_resolved_at_run_time() {
+    let r = run(
+        "let name = \"lib/\" + \"dyn\";\nimport name as d;\nprint(d::X);\nlet n2 = \"nope\";\nimport n2 as n;\n",
+        &[("lib/dyn.rhai", "export const X = \"dynamic\";")],
+    );
+    assert_eq!(r.stdout(), "dynamic\n");
+    let e = r.err();
+    assert_eq!(e.kind, ScriptErrorKind::Import);
+    assert_eq!(e.line, Some(5));
+    assert!(e.message.starts_with("cannot import \"nope\": "), "{e}");
+}
+
+#[test]
+fn unknown_stdlib_module() {
+    let (_d, _e, c) = compile_with(Limits::default(), "import \"skyhook/nope\" as n;", &[]);
+    assert_eq!(
+        c.unwrap_err().message,
+        "cannot import \"skyhook/nope\": no embedded module named \"nope\" (available: hello)"
+    );
+}
+
+#[test]
+fn every_stdlib_module_compiles() {
+    let engine = ScriptEngine::default();
+    for (name, source) in STDLIB {
+        let store = Arc::new(ModuleStore::new("/nonexistent"));
+        compile_source(&engine, &format!("stdlib/{name}.rhai"), source, store)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+// ---- compile_step -------------------------------------------------------------------
+
+#[test]
+fn syntax_error_position() {
+    let (dir, _e, c) = compile_with(Limits::default(), "let x = 1;\nlet y = ;\n", &[]);
+    let e = c.unwrap_err();
+    assert_eq!(e.kind, ScriptErrorKind::Syntax);
+    let main = dir.path().join("main.rhai").display().to_string();
+    assert_at(&e, &main, 2, 9);
+}
+
+#[test]
+fn missing_import_fails_before_running() {
+    let (dir, _e, c) = compile_with(
+        Limits::default(),
+        "print(\"side effect\");\nfn f() {\n    import \"lib/missing\" as m;\n}\n",
+        &[],
+    );
+    let e = c.unwrap_err();
+    assert_eq!(e.kind, ScriptErrorKind::Import);
+    let main = dir.path().join("main.rhai").display().to_string();
+    assert_at(&e, &main, 3, 5);
+    let missing = dir.path().join("lib/missing.rhai").display().to_string();
+    assert!(
+        e.message
+            .starts_with(&format!("cannot import \"lib/missing\": {missing}: ")),
+        "{e}"
+    );
+}
+
+#[test]
+fn unreadable_script_is_an_io_error() {
+    let engine = ScriptEngine::default();
+    let dir = tempfile::tempdir().unwrap();
+    let e = compile_step(&engine, &dir.path().join("nope.rhai"), dir.path()).unwrap_err();
+    assert_eq!(e.kind, ScriptErrorKind::Io);
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}: cannot read script: No such file or directory (os error 2)",
+            dir.path().join("nope.rhai").display()
+        )
+    );
+    let e = compile_step(&engine, dir.path(), dir.path()).unwrap_err();
+    assert_eq!(e.kind, ScriptErrorKind::Io);
+}
+
+// ---- context ------------------------------------------------------------------------
+
+#[test]
+fn step_constant_and_function() {
+    let r = run(
+        "fn from_fn() { step().resource_id }\n\
+         import \"lib/m\" as m;\n\
+         print(step.mode);\nprint(step.is_check);\nprint(step.name);\nprint(step.args);\n\
+         print(step.package_name + \" \" + step.package_version);\n\
+         print(type_of(step.previous_version));\nprint(step.skyhook_dir);\nprint(step.step_root);\n\
+         print(step.node_order);\nprint(step.dry_run);\nprint(from_fn());\nprint(m::order());\n\
+         print(step == step());\n",
+        &[("lib/m.rhai", "fn order() { step().node_order + 1 }\n")],
+    );
+    assert!(r.outcome.error.is_none(), "{:?}", r.outcome.error);
+    assert_eq!(
+        r.stdout(),
+        "apply\nfalse\nmain.rhai\n[\"a\", \"b c\"]\ntuning 1.2.3\n()\n/skyhook/tuning\n\
+         /skyhook/tuning/root\n2\nfalse\nnode1_tuning_1.2.3\n3\ntrue\n"
+    );
+}
+
+#[test]
+fn step_is_constant() {
+    let r = run("step.mode = \"x\";\n", &[]);
+    assert!(r.outcome.failed());
+}
+
+#[test]
+fn env_lookup() {
+    let r = run(
+        "print(env(\"A\"));\nprint(type_of(env(\"B\")));\nprint(env(\"B\", \"dflt\"));\nprint(env(\"A\", \"dflt\"));\n",
+        &[],
+    );
+    assert_eq!(r.stdout(), "alpha\n()\ndflt\nalpha\n");
+}
+
+// ---- output -------------------------------------------------------------------------
+
+#[test]
+fn print_debug_and_log_chunks() {
+    let r = run(
+        "print(\"out\");\ndebug(\"err\");\ndebug([1, \"a\"]);\nprint(42);\n\
+         log::info(\"i\");\nlog::warn(\"w\");\nlog::error(`e ${1 + 1}`);\nlog::info(5);\n",
+        &[],
+    );
+    assert!(r.outcome.error.is_none(), "{:?}", r.outcome.error);
+    let chunks: Vec<(Stream, String)> = r
+        .out
+        .chunks()
+        .into_iter()
+        .map(|(s, b)| (s, String::from_utf8(b).unwrap()))
+        .collect();
+    use Stream::*;
+    let expect = [
+        (Stdout, "out\n"),
+        (Stderr, "err\n"),
+        (Stderr, "[1, \"a\"]\n"),
+        (Stdout, "42\n"),
+        (Stdout, "INFO: i\n"),
+        (Stderr, "WARN: w\n"),
+        (Stderr, "ERROR: e 2\n"),
+        (Stdout, "INFO: 5\n"),
+    ];
+    let expect: Vec<(Stream, String)> = expect.iter().map(|(s, t)| (*s, t.to_string())).collect();
+    assert_eq!(chunks, expect);
+}
+
+// ---- results ------------------------------------------------------------------------
+
+#[test]
+fn fail_ends_the_step_with_its_message() {
+    let r = run(
+        "print(\"before\");\nfn check() { fail(\"x\"); }\ntry { check(); } catch (e) { print(\"caught\"); }\nprint(\"after\");\n0\n",
+        &[],
+    );
+    let e = r.err();
+    assert!(e.is_fail());
+    assert_eq!(e.kind, ScriptErrorKind::Failed);
+    assert_eq!(e.message, "x");
+    assert_eq!(r.outcome.code, 1);
+    assert_eq!(r.stdout(), "before\n");
+    assert_eq!(r.stderr(), format!("{e}\n"));
+    assert!(r.stderr().ends_with(": x\n"));
+}
+
+#[test]
+fn return_codes() {
+    assert_eq!(run("3", &[]).outcome.code, 3);
+    let r = run("let x = 1;\nif x == 1 { return 4; }\n5\n", &[]);
+    assert_eq!((r.outcome.code, r.outcome.failed()), (4, false));
+    let r = run("\"done\"", &[]);
+    assert_eq!((r.outcome.code, r.outcome.failed()), (0, false));
+    let r = run("let x = 1;", &[]);
+    assert_eq!((r.outcome.code, r.outcome.failed()), (0, false));
+    let r = run("throw \"no\";\n", &[]);
+    assert_eq!((r.outcome.code, r.outcome.failed()), (1, true));
+    assert_eq!(r.err().to_string(), format!("{}:1:1: no", r.main()));
+    let r = run("5000000000", &[]);
+    assert_eq!((r.outcome.code, r.outcome.failed()), (1, true));
+    assert_eq!(
+        r.err().message,
+        "script returned 5000000000, which is not a valid return code"
+    );
+}
+
+/// A host with one function and a change counter, as the host layer will plug in.
+struct TestHost {
+    changes: std::sync::atomic::AtomicI64,
+}
+
+impl ScriptHost for TestHost {
+    fn register(&self, engine: &mut Engine, run: &RunHandle) {
+        let mut m = rhai::Module::new();
+        let left = run.deadline.saturating_duration_since(Instant::now());
+        m.set_native_fn("remaining_ok", move || Ok(left > Duration::from_secs(1)));
+        m.set_native_fn(
+            "refuse",
+            |ctx: rhai::NativeCallContext, p: &str| -> Result<bool, Box<rhai::EvalAltResult>> {
+                Err(host_error(&ctx, format!("failed to write {p}: denied")))
+            },
+        );
+        engine.register_static_module("fs", m.into());
+    }
+    fn changed(&self) -> i64 {
+        self.changes.fetch_add(1, Ordering::SeqCst) + 1
+    }
+}
+
+#[test]
+fn host_bindings_and_changed() {
+    let host = Arc::new(TestHost { changes: 0.into() });
+    let r = run_opts(
+        Limits::default(),
+        "print(fs::remaining_ok());\nprint(changed());\nprint(changed());\n\n  fs::refuse(\"/etc/x\");\n",
+        &[],
+        |o| o.host = host.clone(),
+    );
+    assert_eq!(r.stdout(), "true\n1\n2\n");
+    let e = r.err();
+    assert_eq!(e.kind, ScriptErrorKind::Runtime);
+    assert_eq!(
+        e.to_string(),
+        format!("{}:5:7: failed to write /etc/x: denied", r.main())
+    );
+}
+
+#[test]
+fn changed_without_host_is_zero() {
+    assert_eq!(run("changed()", &[]).outcome.code, 0);
+}
+
+#[test]
+fn engine_is_shared_across_threads() {
+    let engine = Arc::new(ScriptEngine::default());
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "main.rhai",
+        "import \"skyhook/hello\" as h;\nh::greet(\"x\").len()",
+    );
+    let script =
+        Arc::new(compile_step(&engine, &dir.path().join("main.rhai"), dir.path()).unwrap());
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let (engine, script) = (engine.clone(), script.clone());
+            std::thread::spawn(move || {
+                let out = Arc::new(CaptureOutput::new());
+                let o = run_script(
+                    &engine,
+                    &script,
+                    &ctx(),
+                    out,
+                    Arc::new(AtomicBool::new(false)),
+                );
+                (o.code, o.error.map(|e| e.to_string()))
+            })
+        })
+        .collect();
+    for h in handles {
+        let (code, err) = h.join().unwrap();
+        assert_eq!(
+            (code, err),
+            ("hello, x (from main.rhai)".len() as i32, None)
+        );
+    }
+}
+
+/// Per-run overhead of a trivial script through `run_script` (context setup, engine
+/// assembly, script thread, evaluation). Run with
+/// `cargo test --release --lib script::tests::bench_trivial_run_overhead -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn bench_trivial_run_overhead() {
+    let engine = ScriptEngine::default();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "main.rhai", "let x = 1;");
+    let script = compile_step(&engine, &dir.path().join("main.rhai"), dir.path()).unwrap();
+    let c = ctx();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let mut times = Vec::with_capacity(1000);
+    for _ in 0..1100 {
+        let out = Arc::new(CaptureOutput::new());
+        let t = Instant::now();
+        let o = run_script(&engine, &script, &c, out, cancel.clone());
+        times.push(t.elapsed());
+        assert!(!o.failed());
+    }
+    let mut times = times.split_off(100);
+    times.sort();
+    println!(
+        "trivial run_script over {} runs: median {:?}, p90 {:?}, max {:?}",
+        times.len(),
+        times[times.len() / 2],
+        times[times.len() * 9 / 10],
+        times[times.len() - 1]
+    );
+}
+
+/// A host whose binding panics: the run fails, the process survives.
+struct PanickingHost;
+
+impl ScriptHost for PanickingHost {
+    fn register(&self, engine: &mut Engine, _run: &RunHandle) {
+        engine.register_fn("explode", || -> i64 { panic!("binding bug") });
+    }
+    fn changed(&self) -> i64 {
+        0
+    }
+}
+
+#[test]
+fn a_panicking_binding_fails_the_step_only() {
+    let r = run_opts(Limits::default(), "print(1);\nexplode()\n", &[], |o| {
+        o.host = Arc::new(PanickingHost);
+    });
+    let e = r.err();
+    assert_eq!(e.kind, ScriptErrorKind::Internal);
+    assert_eq!(
+        e.to_string(),
+        format!("{}: script runtime panicked: binding bug", r.main())
+    );
+    assert_eq!(r.outcome.code, 1);
+    assert_eq!(r.stdout(), "1\n");
+}
