@@ -43,8 +43,8 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 /// Tools copied into every fake root (besides `sh` and `bash`), looked up in `/usr/bin`
 /// then `/bin`; missing ones are skipped.
 pub const DEFAULT_TOOLS: &[&str] = &[
-    "sh", "dash", "bash", "touch", "sleep", "cat", "env", "pwd", "printf", "echo", "mkdir",
-    "rm", "cp", "mv", "ls", "chmod", "true", "false", "test", "head", "tr",
+    "sh", "dash", "bash", "touch", "sleep", "cat", "env", "pwd", "printf", "echo", "mkdir", "rm",
+    "cp", "mv", "ls", "chmod", "true", "false", "test", "head", "tr",
 ];
 
 /// Skip the current test loudly unless running as root (chroot, mounts and namespaces need it).
@@ -81,7 +81,10 @@ pub fn re_full(pattern: &str) -> Regex {
 /// Assert `text` matches the whole-text regex `pattern` (see [`re_full`]).
 #[track_caller]
 pub fn assert_full_match(text: &str, pattern: &str) {
-    assert!(re_full(pattern).is_match(text), "text {text:?} does not fully match {pattern:?}");
+    assert!(
+        re_full(pattern).is_match(text),
+        "text {text:?} does not fully match {pattern:?}"
+    );
 }
 
 /// Standard base64 of `s`: a step flag marker for the rendered `repr(args)_repr(codes)`.
@@ -111,7 +114,10 @@ fn lexical_normalize(p: &Path) -> PathBuf {
 /// recreated with the same target and followed, directories are created, the final file is
 /// copied with its mode.
 fn mirror(root: &Path, p: &Path) -> io::Result<()> {
-    let comps: Vec<Component> = p.components().filter(|c| matches!(c, Component::Normal(_))).collect();
+    let comps: Vec<Component> = p
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .collect();
     let mut cur = PathBuf::from("/");
     for (i, c) in comps.iter().enumerate() {
         cur.push(c);
@@ -176,7 +182,10 @@ pub fn build_root(dir: &Path, tools: &[&str]) -> io::Result<()> {
     // The merged-/usr layout: reproduce top-level symlinks (bin -> usr/bin, ...) first.
     for top in ["bin", "sbin", "lib", "lib64", "lib32", "libx32"] {
         let p = Path::new("/").join(top);
-        if fs::symlink_metadata(&p).map(|m| m.file_type().is_symlink()).unwrap_or(false) {
+        if fs::symlink_metadata(&p)
+            .map(|m| m.file_type().is_symlink())
+            .unwrap_or(false)
+        {
             mirror(dir, &p)?;
         }
     }
@@ -340,7 +349,9 @@ impl Run {
     #[track_caller]
     pub fn has_line_between(&self, prefix: &str, suffix: &str) -> &Self {
         assert!(
-            self.stdout.lines().any(|l| l.starts_with(prefix) && l.ends_with(suffix)),
+            self.stdout
+                .lines()
+                .any(|l| l.starts_with(prefix) && l.ends_with(suffix)),
             "stdout has no line {prefix:?}...{suffix:?}\n--- stdout ---\n{}",
             self.stdout
         );
@@ -394,10 +405,16 @@ impl FakeRoot {
         env.insert("SKYHOOK_LOG_DIR".into(), format!("{T}/log"));
         env.insert("SKYHOOK_RESOURCE_ID".into(), RID.into());
         env.insert("COPY_RESOLV".into(), "false".into());
-        let path = std::env::var("PATH")
-            .unwrap_or_else(|_| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+        let path = std::env::var("PATH").unwrap_or_else(|_| {
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
+        });
         env.insert("PATH".into(), path.clone());
-        FakeRoot { _dir: dir, root, env, path }
+        FakeRoot {
+            _dir: dir,
+            root,
+            env,
+            path,
+        }
     }
 
     /// A fresh root with additional tools copied from this machine (with their libraries).
@@ -485,7 +502,10 @@ impl FakeRoot {
 
     /// Write `$T/pkg/config.json`.
     pub fn write_config(&self, config: &Value) {
-        self.write(&format!("{T}/pkg/config.json"), serde_json::to_vec_pretty(config).expect("json"));
+        self.write(
+            &format!("{T}/pkg/config.json"),
+            serde_json::to_vec_pretty(config).expect("json"),
+        );
     }
 
     /// Write an executable (0755) step file `$T/pkg/skyhook_dir/<path>`.
@@ -520,7 +540,16 @@ impl FakeRoot {
     pub fn interrupt_setup(&mut self) {
         let bin = format!("{T}/bin");
         let calls = format!("{T}/calls");
-        self.stub(&bin, "systemctl", &calls, &[ExitRule { arg: 2, value: "bad", code: 5 }]);
+        self.stub(
+            &bin,
+            "systemctl",
+            &calls,
+            &[ExitRule {
+                arg: 2,
+                value: "bad",
+                code: 5,
+            }],
+        );
         self.stub(&bin, "service", &calls, &[]);
         self.stub(&bin, "reboot", &calls, &[]);
         self.set_env("PATH", &format!("{T}/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
@@ -561,8 +590,11 @@ impl FakeRoot {
 
     /// Spawn `MODE R $T/pkg` without waiting (stdout/stderr piped).
     pub fn spawn(&self, mode: &str) -> Child {
-        let args: Vec<OsString> =
-            vec![mode.into(), self.root_str().into(), format!("{T}/pkg").into()];
+        let args: Vec<OsString> = vec![
+            mode.into(),
+            self.root_str().into(),
+            format!("{T}/pkg").into(),
+        ];
         self.command(AGENT, &args).spawn().expect("spawn the agent")
     }
 
@@ -577,7 +609,13 @@ check=$1; report=$2; shift 2
 "$@"; rc=$?
 if [ -e "/root$check" ] || [ -L "/root$check" ]; then echo present > "$report"; else echo absent > "$report"; fi
 exit $rc"#;
-        let mut full: Vec<OsString> = vec!["-m".into(), "sh".into(), "-c".into(), script.into(), "sh".into()];
+        let mut full: Vec<OsString> = vec![
+            "-m".into(),
+            "sh".into(),
+            "-c".into(),
+            script.into(),
+            "sh".into(),
+        ];
         full.push(check.into());
         full.push(report.clone().into());
         full.push(AGENT.into());
@@ -586,7 +624,11 @@ exit $rc"#;
         // unshare and sh come from the machine; the agent keeps the standard environment.
         cmd.env("PATH", &self.path);
         let run = run_to_end(cmd.spawn().expect("spawn unshare"));
-        assert_ne!(run.code, 97, "could not mount a tmpfs over /root: {}", run.stderr);
+        assert_ne!(
+            run.code, 97,
+            "could not mount a tmpfs over /root: {}",
+            run.stderr
+        );
         let state = fs::read_to_string(&report)
             .unwrap_or_else(|_| panic!("namespace wrapper did not report; stderr: {}", run.stderr));
         (run, state.trim() == "present")
@@ -600,7 +642,11 @@ exit $rc"#;
     /// Names of the entries of host directory `host` (sorted; empty when missing).
     pub fn list(&self, host: &str) -> Vec<String> {
         let mut v: Vec<String> = fs::read_dir(self.host(host))
-            .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
             .unwrap_or_default();
         v.sort();
         v
@@ -609,7 +655,10 @@ exit $rc"#;
     /// Names in `L` matching the whole-name regex `pattern` (see [`re_full`]).
     pub fn logs_matching(&self, pattern: &str) -> Vec<String> {
         let r = re_full(pattern);
-        self.list(&format!("{T}/log/demo/1.0.0")).into_iter().filter(|n| r.is_match(n)).collect()
+        self.list(&format!("{T}/log/demo/1.0.0"))
+            .into_iter()
+            .filter(|n| r.is_match(n))
+            .collect()
     }
 
     /// Every path under `R` relative to it (sorted), for "nothing created" checks.
@@ -618,7 +667,12 @@ exit $rc"#;
             if let Ok(rd) = fs::read_dir(dir) {
                 for e in rd.flatten() {
                     let p = e.path();
-                    out.push(p.strip_prefix(base).expect("under base").to_string_lossy().into_owned());
+                    out.push(
+                        p.strip_prefix(base)
+                            .expect("under base")
+                            .to_string_lossy()
+                            .into_owned(),
+                    );
                     if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
                         walk(base, &p, out);
                     }
