@@ -192,11 +192,8 @@ pub fn build_root(dir: &Path, tools: &[&str]) -> io::Result<()> {
     let mut bins: Vec<PathBuf> = Vec::new();
     for t in ["sh", "bash"].iter().chain(tools) {
         match find_tool(t) {
-            Some(p) => {
-                if !bins.contains(&p) {
-                    bins.push(p)
-                }
-            }
+            Some(p) if !bins.contains(&p) => bins.push(p),
+            Some(_) => {}
             None if *t == "sh" || *t == "bash" => {
                 return Err(io::Error::other(format!("{t} not found on this machine")));
             }
@@ -223,10 +220,10 @@ fn template() -> &'static Path {
         if let Ok(rd) = fs::read_dir(base) {
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if let Some(pid) = name.strip_prefix("fakeroot-template-") {
-                    if !Path::new("/proc").join(pid).exists() {
-                        let _ = fs::remove_dir_all(e.path());
-                    }
+                if let Some(pid) = name.strip_prefix("fakeroot-template-")
+                    && !Path::new("/proc").join(pid).exists()
+                {
+                    let _ = fs::remove_dir_all(e.path());
                 }
             }
         }
