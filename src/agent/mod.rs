@@ -1,1 +1,183 @@
-//! TODO
+//! The agent: one invocation of `skyhook-agent` (agent-contract.md sections 2-12).
+//!
+//! [`main`] is the whole program behind the binary: argument parsing, the startup order of
+//! section 2 (arguments and `SKYHOOK_RESOURCE_ID` validated first, then `COPY_RESOLV`, the
+//! banner, the unknown-mode warning, then the mode or interrupt), and exit statuses.
+
+pub mod banner;
+pub mod cli;
+pub mod error;
+pub mod interrupt;
+pub mod mode;
+pub mod prepare;
+pub mod settings;
+pub mod signal;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::Path;
+
+use crate::host::root::HostRoot;
+use crate::package::{self, Mode};
+
+use cli::{Invocation, RunArgs, UsageError};
+use error::{AgentError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, render_chain};
+use interrupt::{Interrupt, InterruptRun};
+use mode::ModeRun;
+use settings::{ResourceId, Settings};
+use signal::Shutdown;
+
+/// Run the agent with `args` (after the program name) and `env`; returns the exit status.
+pub fn main(
+    args: impl IntoIterator<Item = OsString>,
+    env: impl IntoIterator<Item = (OsString, OsString)>,
+) -> i32 {
+    let invocation = match cli::parse(args) {
+        Ok(i) => i,
+        Err(UsageError::Clap(e)) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            return EXIT_USAGE;
+        }
+    };
+    let settings = Settings::from_env(env);
+    match invocation {
+        Invocation::Validate(path) => validate(&path),
+        Invocation::Run(args) => match run(&args, &settings) {
+            Ok(true) => EXIT_OK,
+            Ok(false) => EXIT_FAILURE,
+            Err(e) => {
+                eprintln!("skyhook-agent: error: {}", render_chain(&e));
+                e.exit_code()
+            }
+        },
+    }
+}
+
+/// `skyhook-agent validate CONFIG_JSON`: schema, step rules and step files, touching nothing.
+/// Exit 0 valid, 1 invalid.
+pub fn validate(config: &Path) -> i32 {
+    let bytes = match std::fs::read(config) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skyhook-agent: error: failed to read {}: {e}", config.display());
+            return EXIT_FAILURE;
+        }
+    };
+    let result = package::load::parse(config, &bytes).and_then(|loaded| {
+        let step_root = config
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join("skyhook_dir");
+        package::load::check_step_files(config, &loaded.package, |p| {
+            step_root.join(p).is_file()
+        })?;
+        Ok(loaded)
+    });
+    match result {
+        Ok(loaded) => {
+            for w in &loaded.warnings {
+                mode::warn(w.trim_start());
+            }
+            let p = &loaded.package;
+            let steps: usize = p.modes.iter().map(|(_, s)| s.len()).sum();
+            println!(
+                "{}: valid: package {} {}, {} modes, {} steps",
+                config.display(),
+                p.package_name,
+                p.package_version,
+                p.modes.len(),
+                steps
+            );
+            if !p.expected_config_files.is_empty() {
+                println!(
+                    "expected configMap files (checked at run time): {}",
+                    p.expected_config_files.join(", ")
+                );
+            }
+            EXIT_OK
+        }
+        Err(e) => {
+            eprintln!("skyhook-agent: error: {}", render_chain(&e));
+            EXIT_FAILURE
+        }
+    }
+}
+
+/// Run one mode or interrupt. `Ok(true)` = exit 0, `Ok(false)` = exit 1.
+///
+/// # Errors
+/// Anything that stops the run before or between steps (see [`AgentError`]).
+pub fn run(args: &RunArgs, settings: &Settings) -> Result<bool, AgentError> {
+    for w in &settings.warnings {
+        mode::warn(w);
+    }
+    let id = ResourceId::parse(&settings.resource_id)?;
+    let root = HostRoot::open(&args.root).map_err(|source| AgentError::OpenRoot {
+        path: args.root.clone(),
+        source,
+    })?;
+    if settings.copy_resolv {
+        prepare::copy_resolv(&root, Path::new("/etc/resolv.conf"))?;
+    }
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(banner::render(args, settings, &id).as_bytes());
+        let _ = out.flush();
+    }
+    let Some(mode) = Mode::parse(&args.mode) else {
+        let all: Vec<&str> = Mode::ALL.iter().map(|m| m.as_str()).collect();
+        eprintln!(
+            "WARNING:root:This version of the Agent doesn't support the {} mode. Options are: {}.",
+            args.mode,
+            all.join(",")
+        );
+        return Ok(true);
+    };
+    if mode != Mode::Interrupt && args.payload.is_some() {
+        mode::warn(&format!(
+            "interrupt data given for mode {}: ignored",
+            mode.as_str()
+        ));
+    }
+    let interrupt = match (mode, &args.payload) {
+        (Mode::Interrupt, Some(p)) => Some(Interrupt::decode(p)?),
+        (Mode::Interrupt, None) => return Err(UsageError::Count.into()),
+        _ => None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(AgentError::Runtime)?;
+    rt.block_on(async {
+        let shutdown = Shutdown::install().map_err(AgentError::Runtime)?;
+        match interrupt {
+            Some(i) => {
+                InterruptRun {
+                    root: &root,
+                    settings,
+                    id: &id,
+                    copy_dir: &args.copy_dir,
+                    shutdown: &shutdown,
+                }
+                .run(&i)
+                .await
+            }
+            None => {
+                ModeRun {
+                    root: &root,
+                    settings,
+                    id: &id,
+                    copy_dir: &args.copy_dir,
+                    mode,
+                    shutdown: &shutdown,
+                }
+                .run()
+                .await
+            }
+        }
+    })
+}

@@ -1,5 +1,8 @@
-//! `skyhook-agent`: drop-in replacement for the Python Skyhook agent (work in progress).
+//! `skyhook-agent`: drop-in replacement for the Python Skyhook node agent.
+//!
+//! See `skyhook-agent --help` and docs/agent.md. All logic lives in [`skyhook::agent`].
+
 fn main() {
-    eprintln!("usage: skyhook-agent MODE [ROOT_MOUNT] COPY_DIR [INTERRUPT_DATA]");
-    std::process::exit(2);
+    let code = skyhook::agent::main(std::env::args_os().skip(1), std::env::vars_os());
+    std::process::exit(code);
 }

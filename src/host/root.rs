@@ -361,12 +361,9 @@ impl HostRoot {
         let existing = self.metadata(&target)?;
         let final_mode = mode.unwrap_or_else(|| existing.as_ref().map_or(0o644, |m| m.mode() & 0o7777));
         let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp_name = format!(
-            ".{}.skyhook-tmp-{}-{}",
-            name.to_string_lossy(),
-            std::process::id(),
-            n
-        );
+        // Short and independent of `name`, so a destination name of up to 255 bytes still
+        // has a valid temporary name beside it.
+        let tmp_name = format!(".skyhook-tmp-{}-{}", std::process::id(), n);
         let tmp = parent.join(&tmp_name);
         let result = (|| -> Result<()> {
             let mut f = self
@@ -540,6 +537,18 @@ impl HostRoot {
     }
 }
 
+impl HostRoot {
+    /// Set the modification time of `host` (following symlinks); the access time is left as is.
+    ///
+    /// # Errors
+    /// Not found or `utimensat` failure.
+    pub fn set_mtime(&self, host: &Path, mtime: std::time::SystemTime) -> Result<()> {
+        let f = self.open_with("set times of", host, OpenFlags::O_RDONLY)?;
+        f.set_modified(mtime)
+            .map_err(|e| self.err("set times of", host, e))
+    }
+}
+
 /// Lexically normalise an absolute host path (`.` dropped, `..` pops, never above `/`).
 /// Used only to follow a dangling symlink hop; the result is resolved by pathrs again.
 fn normalize(p: &Path) -> PathBuf {
@@ -575,6 +584,15 @@ mod tests {
         assert_eq!(m.mode() & 0o777, 0o644);
         // no temp file left behind
         assert_eq!(std::fs::read_dir(d.path().join("a/b")).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn write_atomic_accepts_255_byte_names() {
+        // regression: the temporary name used to embed the destination name and overflowed
+        let (d, r) = root();
+        let name = "f".repeat(255);
+        r.write_atomic(&Path::new("/").join(&name), b"x", None).unwrap();
+        assert_eq!(std::fs::read(d.path().join(&name)).unwrap(), b"x");
     }
 
     #[test]

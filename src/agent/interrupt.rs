@@ -1,0 +1,402 @@
+//! Interrupts (agent-contract.md section 10): the base64 JSON wire format, the commands of each
+//! type, once-per-resource-id completion markers, and the boot-id scheme for reboots.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use chrono::Utc;
+
+use crate::host::root::HostRoot;
+use crate::logs::retention;
+use crate::logs::sink::open_step_logs;
+use crate::pyfmt;
+use crate::runner::process::{Outcome, ProcessRunner, ProcessSpec};
+use crate::state::{interrupts as markers, lock};
+
+use super::error::AgentError;
+use super::mode::{EnvBuilder, LOGS_KEPT, say, warn};
+use super::settings::{ResourceId, Settings};
+use super::signal::Shutdown;
+
+/// Python's message for an undecodable payload.
+pub const BAD_PAYLOAD: &str =
+    "Serialized interrupt must be base64 encoded {'type': str, **kwargs: dict[str, any]}";
+
+/// How long a successful `reboot` may take to bring the agent down before the run counts as
+/// failed (10.4, step 5), in seconds.
+pub const REBOOT_GRACE_SECS: u64 = 10;
+
+/// An interrupt payload that cannot be used (exit 1, nothing written).
+#[derive(Debug, thiserror::Error)]
+pub enum InterruptError {
+    /// Not base64, not a JSON object, or no string `type` (Python's message, then the detail).
+    #[error("{BAD_PAYLOAD} ({detail})")]
+    Malformed {
+        /// What exactly is wrong.
+        detail: String,
+    },
+    /// An unknown `type` (Python's message).
+    #[error(
+        "Unknown interrupt {0} must be one of: no_op, node_restart, restart_all_services, script_interrupt, service_restart"
+    )]
+    UnknownType(String),
+    /// `services` is present but not a list of strings.
+    #[error("interrupt payload field \"services\" must be a list of strings")]
+    BadServices,
+}
+
+/// A decoded interrupt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Interrupt {
+    /// Nothing to run; `no_op.complete` is written.
+    NoOp,
+    /// `reboot`.
+    NodeRestart,
+    /// `systemctl daemon-reload`, then `systemctl restart <s>` per service.
+    ServiceRestart(Vec<String>),
+    /// `service procps force-reload`.
+    RestartAllServices,
+    /// The package's own steps do the work; nothing is run or written.
+    ScriptInterrupt,
+}
+
+impl Interrupt {
+    /// Decode a payload: standard base64 (padding required, ASCII whitespace ignored) of a JSON
+    /// object with a string `type`; unknown fields are ignored [fix].
+    ///
+    /// # Errors
+    /// [`InterruptError`] as described on each variant.
+    pub fn decode(payload: &str) -> Result<Interrupt, InterruptError> {
+        let cleaned: String = payload
+            .chars()
+            .filter(|c| !c.is_ascii_whitespace())
+            .collect();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(cleaned.as_bytes())
+            .map_err(|e| InterruptError::Malformed {
+                detail: format!("not base64: {e}"),
+            })?;
+        let value: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| InterruptError::Malformed {
+                detail: format!("not JSON: {e}"),
+            })?;
+        let obj = value.as_object().ok_or_else(|| InterruptError::Malformed {
+            detail: "not a JSON object".into(),
+        })?;
+        let kind = obj
+            .get("type")
+            .and_then(|t| t.as_str())
+            .ok_or_else(|| InterruptError::Malformed {
+                detail: "no string field \"type\"".into(),
+            })?;
+        Ok(match kind {
+            "no_op" => Interrupt::NoOp,
+            "node_restart" => Interrupt::NodeRestart,
+            "restart_all_services" => Interrupt::RestartAllServices,
+            "script_interrupt" => Interrupt::ScriptInterrupt,
+            "service_restart" => {
+                let services = match obj.get("services") {
+                    None | Some(serde_json::Value::Null) => Vec::new(),
+                    Some(serde_json::Value::Array(items)) => items
+                        .iter()
+                        .map(|s| s.as_str().map(String::from).ok_or(InterruptError::BadServices))
+                        .collect::<Result<_, _>>()?,
+                    Some(_) => return Err(InterruptError::BadServices),
+                };
+                Interrupt::ServiceRestart(services)
+            }
+            other => return Err(InterruptError::UnknownType(other.to_string())),
+        })
+    }
+
+    /// The type name used in marker and log file names.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Interrupt::NoOp => "no_op",
+            Interrupt::NodeRestart => "node_restart",
+            Interrupt::ServiceRestart(_) => "service_restart",
+            Interrupt::RestartAllServices => "restart_all_services",
+            Interrupt::ScriptInterrupt => "script_interrupt",
+        }
+    }
+
+    /// The commands, in order (10.2).
+    pub fn commands(&self) -> Vec<Vec<String>> {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        match self {
+            Interrupt::NodeRestart => vec![v(&["reboot"])],
+            Interrupt::ServiceRestart(services) => {
+                let mut cmds = vec![v(&["systemctl", "daemon-reload"])];
+                cmds.extend(services.iter().map(|s| v(&["systemctl", "restart", s])));
+                cmds
+            }
+            Interrupt::RestartAllServices => vec![v(&["service", "procps", "force-reload"])],
+            Interrupt::NoOp | Interrupt::ScriptInterrupt => Vec::new(),
+        }
+    }
+}
+
+/// Runs one decoded interrupt for one resource id.
+pub struct InterruptRun<'a> {
+    /// The host root.
+    pub root: &'a HostRoot,
+    /// Agent settings.
+    pub settings: &'a Settings,
+    /// The resource id (keys the marker directory; package/version name the log directory).
+    pub id: &'a ResourceId,
+    /// The copy dir (working directory of the commands).
+    pub copy_dir: &'a Path,
+    /// Stop requests.
+    pub shutdown: &'a Shutdown,
+}
+
+fn now_epoch() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+impl InterruptRun<'_> {
+    /// Run the interrupt (10.3 with the 10.4 fixes). Returns true for exit 0.
+    ///
+    /// # Errors
+    /// State write failures.
+    pub async fn run(&self, interrupt: &Interrupt) -> Result<bool, AgentError> {
+        let dir = markers::interrupt_dir(&self.settings.state_root, &self.id.raw);
+        self.root.create_dir_all(&dir, 0o755)?;
+        let _lock = lock::lock_package(self.root, &self.settings.state_root, &self.id.package)?;
+        match interrupt {
+            Interrupt::NoOp => {
+                markers::mark_complete(self.root, &dir, "no_op", now_epoch())?;
+                Ok(true)
+            }
+            Interrupt::ScriptInterrupt => Ok(true),
+            Interrupt::NodeRestart => self.node_restart(&dir).await,
+            other => {
+                let kind = other.type_name();
+                for (i, cmd) in other.commands().iter().enumerate() {
+                    let name = format!("{kind}_{i}");
+                    if markers::is_complete(self.root, &dir, &name)? {
+                        say(&format!(
+                            "Skipping interrupt {name} because it was already run for {}",
+                            self.id.raw
+                        ));
+                        continue;
+                    }
+                    let outcome = self.command(&name, cmd).await?;
+                    if !matches!(outcome, Outcome::Exited(0)) {
+                        self.report_failure(cmd, &outcome);
+                        return Ok(false);
+                    }
+                    markers::mark_complete(self.root, &dir, &name, now_epoch())?;
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    fn report_failure(&self, cmd: &[String], outcome: &Outcome) {
+        if let Outcome::SpawnFailed(e) = outcome {
+            eprintln!("skyhook-agent: failed to execute {}: {e}", cmd[0]);
+        }
+        say(&format!(
+            "INTERRUPT FAILED: {} return_code: {}",
+            pyfmt::repr_str_list(cmd),
+            outcome.display_status()
+        ));
+    }
+
+    async fn node_restart(&self, dir: &Path) -> Result<bool, AgentError> {
+        const NAME: &str = "node_restart_0";
+        if markers::is_complete(self.root, dir, NAME)? {
+            say(&format!(
+                "Skipping interrupt {NAME} because it was already run for {}",
+                self.id.raw
+            ));
+            return Ok(true);
+        }
+        let cmd = vec!["reboot".to_string()];
+        let boot_id = self
+            .root
+            .read_opt(Path::new("/proc/sys/kernel/random/boot_id"))
+            .ok()
+            .flatten()
+            .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+            .filter(|s| !s.is_empty());
+        let Some(boot_id) = boot_id else {
+            // No procfs under the root: Python's algorithm (marker first, then reboot).
+            warn("cannot read /proc/sys/kernel/random/boot_id under the root mount; marking node_restart_0 complete before rebooting");
+            markers::mark_complete(self.root, dir, NAME, now_epoch())?;
+            let outcome = self.command(NAME, &cmd).await?;
+            return Ok(match outcome {
+                Outcome::Exited(0) => true,
+                Outcome::Signaled(15) => false,
+                other => {
+                    markers::remove_complete(self.root, dir, NAME)?;
+                    self.report_failure(&cmd, &other);
+                    false
+                }
+            });
+        };
+        if let Some(pending) = markers::read_pending(self.root, dir)? {
+            match pending.trim_end().strip_prefix("boot-id:") {
+                Some(prev) if !prev.is_empty() && prev != boot_id => {
+                    markers::pending_to_complete(self.root, dir)?;
+                    say(&format!(
+                        "node_restart_0 completed: the node rebooted (boot id {prev} -> {boot_id})"
+                    ));
+                    return Ok(true);
+                }
+                _ => {
+                    markers::remove_pending(self.root, dir)?;
+                }
+            }
+        }
+        markers::write_pending(self.root, dir, &boot_id)?;
+        let outcome = tokio::select! {
+            o = self.command(NAME, &cmd) => o?,
+            _ = self.shutdown.wait() => {
+                warn("SIGTERM while rebooting: leaving node_restart_0.pending for the next boot");
+                return Ok(true);
+            }
+        };
+        match outcome {
+            Outcome::Signaled(15) => Ok(true),
+            Outcome::Exited(0) => {
+                let waited = tokio::time::timeout(
+                    std::time::Duration::from_secs(REBOOT_GRACE_SECS),
+                    self.shutdown.wait(),
+                )
+                .await;
+                if waited.is_ok() {
+                    Ok(true)
+                } else {
+                    warn(&format!(
+                        "reboot returned 0 but the node did not shut down within {REBOOT_GRACE_SECS} s; the next run will reboot again"
+                    ));
+                    Ok(false)
+                }
+            }
+            other => {
+                markers::remove_pending(self.root, dir)?;
+                self.report_failure(&cmd, &other);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Run one interrupt command chrooted into the host with logs
+    /// `<log root>/<pkg>/<ver>/interrupts/<name>-<TS>.log`.
+    async fn command(&self, name: &str, cmd: &[String]) -> Result<Outcome, AgentError> {
+        let cwd: PathBuf = if self.root.exists(self.copy_dir).unwrap_or(false) {
+            self.copy_dir.to_path_buf()
+        } else {
+            warn(&format!(
+                "copy dir {} does not exist on the host; running {} in /",
+                self.copy_dir.display(),
+                cmd.join(" ")
+            ));
+            PathBuf::from("/")
+        };
+        let spec = ProcessSpec {
+            program: PathBuf::from(&cmd[0]),
+            args: cmd[1..].iter().map(OsString::from).collect(),
+            env: EnvBuilder::from_agent(self.settings).into_vec(),
+            cwd,
+            chroot: Some(self.root.mount().to_path_buf()),
+            timeout: None,
+            preamble: Some(format!("{}\n", cmd.join(" ")).into_bytes()),
+        };
+        let log_dir = self
+            .settings
+            .log_root
+            .join(&self.id.package)
+            .join(&self.id.version);
+        let base = format!("interrupts/{name}");
+        let logs = if self.settings.write_logs {
+            Some(
+                open_step_logs(self.root, &log_dir, &base, Utc::now())
+                    .map_err(|e| AgentError::Script(super::error::render_chain(&e)))?,
+            )
+        } else {
+            None
+        };
+        let runner = ProcessRunner {
+            buffer_limit: self.settings.buffer_limit,
+        };
+        let outcome = runner.run(&spec, logs).await;
+        if self.settings.write_logs {
+            if let Err(e) = retention::prune(self.root, &log_dir, &base, LOGS_KEPT) {
+                warn(&format!("log retention for {base}: {}", super::error::render_chain(&e)));
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_types() {
+        assert_eq!(Interrupt::decode("eyJ0eXBlIjoibm9fb3AifQ==").unwrap(), Interrupt::NoOp);
+        assert_eq!(
+            Interrupt::decode("eyJ0eXBlIjoic2VydmljZV9yZXN0YXJ0Iiwic2VydmljZXMiOlsiY29udGFpbmVyZCIsImt1YmVsZXQiXX0=").unwrap(),
+            Interrupt::ServiceRestart(vec!["containerd".into(), "kubelet".into()])
+        );
+        assert_eq!(
+            Interrupt::decode("eyJ0eXBlIjoicmVzdGFydF9hbGxfc2VydmljZXMifQ==").unwrap(),
+            Interrupt::RestartAllServices
+        );
+        assert_eq!(
+            Interrupt::decode("eyJ0eXBlIjoic2NyaXB0X2ludGVycnVwdCJ9").unwrap(),
+            Interrupt::ScriptInterrupt
+        );
+        assert_eq!(
+            Interrupt::decode("eyJ0eXBlIjoibm9kZV9yZXN0YXJ0In0=").unwrap(),
+            Interrupt::NodeRestart
+        );
+        // unknown fields ignored [fix]; services absent -> empty
+        let b = base64::engine::general_purpose::STANDARD;
+        assert_eq!(
+            Interrupt::decode(&b.encode(r#"{"type":"node_restart","services":[]}"#)).unwrap(),
+            Interrupt::NodeRestart
+        );
+        assert_eq!(
+            Interrupt::decode(&b.encode(r#"{"type":"service_restart"}"#)).unwrap(),
+            Interrupt::ServiceRestart(vec![])
+        );
+    }
+
+    #[test]
+    fn decode_errors() {
+        assert!(matches!(
+            Interrupt::decode("not base64!"),
+            Err(InterruptError::Malformed { .. })
+        ));
+        let e = Interrupt::decode("eyJ0eXBlIjoicmVib290In0=").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Unknown interrupt reboot must be one of: no_op, node_restart, restart_all_services, script_interrupt, service_restart"
+        );
+        let e = Interrupt::decode("eyJub3BlIjoxfQ==").unwrap_err();
+        assert!(e.to_string().starts_with(BAD_PAYLOAD), "{e}");
+        assert!(Interrupt::decode("bm90LWpzb24=").is_err());
+    }
+
+    #[test]
+    fn commands() {
+        let i = Interrupt::ServiceRestart(vec!["a".into(), "b".into()]);
+        assert_eq!(
+            i.commands(),
+            vec![
+                vec!["systemctl".to_string(), "daemon-reload".into()],
+                vec!["systemctl".to_string(), "restart".into(), "a".into()],
+                vec!["systemctl".to_string(), "restart".into(), "b".into()],
+            ]
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! The agent's environment (agent-contract.md section 3): parsed once at start.
+
+use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
+
+/// Default `SKYHOOK_ROOT_DIR` (state root, a host path).
+pub const DEFAULT_STATE_ROOT: &str = "/etc/skyhook";
+/// Default `SKYHOOK_LOG_DIR` (log root, a host path).
+pub const DEFAULT_LOG_ROOT: &str = "/var/log/skyhook";
+/// Default `SKYHOOK_DATA_DIR` (legacy copy source, on the agent's side).
+pub const DEFAULT_DATA_DIR: &str = "/skyhook-package";
+/// Default `SKYHOOK_AGENT_BUFFER_LIMIT` in bytes.
+pub const DEFAULT_BUFFER_LIMIT: usize = 8192;
+/// `PATH` given to steps when the agent has none (8.3).
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The agent's settings, read from its environment.
+///
+/// Booleans are true if and only if the value lowercased equals `true` (Python's parsing);
+/// empty path values count as unset (the Go rewrite's rule, section 3).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `SKYHOOK_RESOURCE_ID` as given (empty when unset).
+    pub resource_id: String,
+    /// `SKYHOOK_ROOT_DIR`: the state root, a host path.
+    pub state_root: PathBuf,
+    /// `SKYHOOK_LOG_DIR`: the log root, a host path.
+    pub log_root: PathBuf,
+    /// `SKYHOOK_DATA_DIR`: the legacy copy source, on the agent's side.
+    pub data_dir: PathBuf,
+    /// `SKYHOOK_AGENT_WRITE_LOGS` (default true).
+    pub write_logs: bool,
+    /// `SKYHOOK_AGENT_BUFFER_LIMIT` in bytes (default 8192; non-integers and values < 1 warn
+    /// and use the default).
+    pub buffer_limit: usize,
+    /// `COPY_RESOLV` (default true).
+    pub copy_resolv: bool,
+    /// `OVERLAY_ALWAYS_RUN_STEP` (default false).
+    pub always_run_step: bool,
+    /// The agent's whole environment, in order, passed to every step (8.3).
+    pub env: Vec<(OsString, OsString)>,
+    /// Warnings produced while parsing (printed on stderr by the caller).
+    pub warnings: Vec<String>,
+}
+
+fn truthy(v: Option<&OsStr>, default: bool) -> bool {
+    match v {
+        None => default,
+        Some(v) => v.to_string_lossy().to_lowercase() == "true",
+    }
+}
+
+impl Settings {
+    /// Parse settings from an environment (normally `std::env::vars_os()`).
+    pub fn from_env(env: impl IntoIterator<Item = (OsString, OsString)>) -> Settings {
+        let env: Vec<(OsString, OsString)> = env.into_iter().collect();
+        let get = |k: &str| -> Option<&OsStr> {
+            env.iter()
+                .rev()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.as_os_str())
+        };
+        let path = |k: &str, d: &str| -> PathBuf {
+            match get(k) {
+                Some(v) if !v.is_empty() => PathBuf::from(v),
+                _ => PathBuf::from(d),
+            }
+        };
+        let mut warnings = Vec::new();
+        let buffer_limit = match get("SKYHOOK_AGENT_BUFFER_LIMIT") {
+            None => DEFAULT_BUFFER_LIMIT,
+            Some(v) => match v.to_string_lossy().trim().parse::<i64>() {
+                Ok(n) if n >= 1 => usize::try_from(n).unwrap_or(DEFAULT_BUFFER_LIMIT),
+                _ => {
+                    warnings.push(format!(
+                        "SKYHOOK_AGENT_BUFFER_LIMIT={} is not a positive integer; using {DEFAULT_BUFFER_LIMIT}",
+                        v.to_string_lossy()
+                    ));
+                    DEFAULT_BUFFER_LIMIT
+                }
+            },
+        };
+        Settings {
+            resource_id: get("SKYHOOK_RESOURCE_ID")
+                .map(|v| v.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            state_root: path("SKYHOOK_ROOT_DIR", DEFAULT_STATE_ROOT),
+            log_root: path("SKYHOOK_LOG_DIR", DEFAULT_LOG_ROOT),
+            data_dir: path("SKYHOOK_DATA_DIR", DEFAULT_DATA_DIR),
+            write_logs: truthy(get("SKYHOOK_AGENT_WRITE_LOGS"), true),
+            buffer_limit,
+            copy_resolv: truthy(get("COPY_RESOLV"), true),
+            always_run_step: truthy(get("OVERLAY_ALWAYS_RUN_STEP"), false),
+            env,
+            warnings,
+        }
+    }
+
+    /// The value of a variable in the agent's environment.
+    pub fn var(&self, name: &str) -> Option<&OsStr> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_os_str())
+    }
+}
+
+/// `SKYHOOK_RESOURCE_ID` split into its parts (section 3.1, the Go rewrite's parser).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceId {
+    /// The whole id, e.g. `gpu-init-<uid>-3_tuning_1.1.4`.
+    pub raw: String,
+    /// Text between the first and the last `_`.
+    pub package: String,
+    /// Text after the last `_`.
+    pub version: String,
+}
+
+/// An unusable `SKYHOOK_RESOURCE_ID`.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "SKYHOOK_RESOURCE_ID={value:?} is invalid: expected <id>_<package>_<version> with a non-empty package and version that are single path components"
+)]
+pub struct ResourceIdError {
+    /// The value as given.
+    pub value: String,
+}
+
+fn is_component(s: &str) -> bool {
+    !s.is_empty() && !s.contains('/') && s != "." && s != ".." && !s.contains('\0')
+}
+
+impl ResourceId {
+    /// Parse `<id>_<package>_<version>`: the package is between the first and the last `_`,
+    /// the version after the last `_`.
+    ///
+    /// # Errors
+    /// Fewer than two `_`, or a package/version that is empty, `.`, `..` or contains `/`.
+    pub fn parse(raw: &str) -> Result<ResourceId, ResourceIdError> {
+        let err = || ResourceIdError {
+            value: raw.to_string(),
+        };
+        let first = raw.find('_').ok_or_else(err)?;
+        let last = raw.rfind('_').ok_or_else(err)?;
+        if first == last {
+            return Err(err());
+        }
+        let package = &raw[first + 1..last];
+        let version = &raw[last + 1..];
+        if !is_component(package) || !is_component(version) {
+            return Err(err());
+        }
+        Ok(ResourceId {
+            raw: raw.to_string(),
+            package: package.to_string(),
+            version: version.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Settings {
+        Settings::from_env(pairs.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))))
+    }
+
+    #[test]
+    fn defaults() {
+        let s = env(&[]);
+        assert_eq!(s.state_root, PathBuf::from("/etc/skyhook"));
+        assert_eq!(s.log_root, PathBuf::from("/var/log/skyhook"));
+        assert_eq!(s.data_dir, PathBuf::from("/skyhook-package"));
+        assert!(s.write_logs && s.copy_resolv && !s.always_run_step);
+        assert_eq!(s.buffer_limit, 8192);
+    }
+
+    #[test]
+    fn booleans_and_empty_paths() {
+        let s = env(&[
+            ("SKYHOOK_AGENT_WRITE_LOGS", "yes"),
+            ("COPY_RESOLV", "FALSE"),
+            ("OVERLAY_ALWAYS_RUN_STEP", "TRUE"),
+            ("SKYHOOK_ROOT_DIR", ""),
+        ]);
+        assert!(!s.write_logs && !s.copy_resolv && s.always_run_step);
+        assert_eq!(s.state_root, PathBuf::from("/etc/skyhook"));
+    }
+
+    #[test]
+    fn bad_buffer_limit_warns() {
+        for bad in ["abc", "0", "-5", ""] {
+            let s = env(&[("SKYHOOK_AGENT_BUFFER_LIMIT", bad)]);
+            assert_eq!(s.buffer_limit, 8192, "{bad}");
+            assert_eq!(s.warnings.len(), 1, "{bad}");
+        }
+        assert_eq!(env(&[("SKYHOOK_AGENT_BUFFER_LIMIT", "4")]).buffer_limit, 4);
+    }
+
+    #[test]
+    fn resource_id() {
+        let r = ResourceId::parse("sky-0000-1_demo_1.0.0").unwrap();
+        assert_eq!((r.package.as_str(), r.version.as_str()), ("demo", "1.0.0"));
+        let r = ResourceId::parse("a_b_c_d").unwrap();
+        assert_eq!((r.package.as_str(), r.version.as_str()), ("b_c", "d"));
+        for bad in ["", "nounderscore", "a_b", "a__1", "a_pkg_", "a_../x_1", "a_.._1", "a_p_.."] {
+            assert!(ResourceId::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
