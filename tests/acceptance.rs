@@ -789,7 +789,11 @@ fn case_32_retention() {
         fr.run("apply").code(0);
         let now: BTreeSet<String> = fr.logs_matching(pattern).into_iter().collect();
         let new: Vec<&String> = now.difference(&seen).collect();
-        assert_eq!(new.len(), 1, "run {i} added {new:?} (listing {now:?})");
+        assert_eq!(
+            new.len(),
+            1,
+            "run {i} added {new:?} (listing {now:?}, seen before {seen:?}): a log name must be new, not a reused pruned one"
+        );
         seen.extend(now);
     }
     let kept: Vec<String> = fr.logs_matching(pattern);
