@@ -1,0 +1,169 @@
+//! Log retention (agent-contract 6.5): keep the newest step logs, delete the rest.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use crate::host::root::{EntryKind, HostRoot};
+
+use super::sink::LogError;
+
+/// Number of `.log` files per step the agent keeps (Python's hard-coded 5).
+pub const DEFAULT_KEEP: usize = 5;
+
+/// True when `rest` (the part of a file name after `<basename>-`) is exactly a file-name
+/// timestamp plus `.log`: `\d{4}-\d{2}-\d{2}-\d{6}\.log`.
+fn is_ts_log(rest: &[u8]) -> bool {
+    const SHAPE: &[u8] = b"dddd-dd-dd-dddddd.log";
+    rest.len() == SHAPE.len()
+        && rest.iter().zip(SHAPE).all(|(&c, &s)| match s {
+            b'd' => c.is_ascii_digit(),
+            _ => c == s,
+        })
+}
+
+/// Keep the `keep` newest `<basename>-<FTS>.log` files in the directory of `<log_dir>/<base>`
+/// (host paths under `root`) and delete the others, each with its `<name>.log.err` \[fix\].
+///
+/// A file matches only when its name is `<basename>-` followed by exactly
+/// `\d{4}-\d{2}-\d{2}-\d{6}\.log`, so `foo.sh-bar-2024-01-01-000000.log` (step `foo.sh-bar`)
+/// is never pruned for step `foo.sh`, and glob metacharacters in names mean nothing. Files
+/// are ordered newest first by the timestamp in the name, then by modification time [fix:
+/// Python globs `<basename>-*.log` and orders by mtime only, never deleting `.err` files\].
+/// Used for interrupt logs too, with `base` = `interrupts/<type>_<i>`.
+///
+/// Returns the host paths removed (`.log` and, where one existed, `.log.err`). A missing
+/// directory removes nothing.
+///
+/// # Errors
+/// [`LogError::List`] when the directory cannot be listed; [`LogError::Remove`] on the first
+/// file that cannot be removed (files removed before it stay removed).
+pub fn prune(
+    root: &HostRoot,
+    log_dir: &Path,
+    base: &str,
+    keep: usize,
+) -> Result<Vec<PathBuf>, LogError> {
+    let full = log_dir.join(base.trim_start_matches('/'));
+    let (Some(dir), Some(name)) = (full.parent(), full.file_name()) else {
+        return Ok(Vec::new());
+    };
+    let entries = match root.read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.is_not_found() => return Ok(Vec::new()),
+        Err(e) => return Err(LogError::List(e)),
+    };
+    let mut stem = name.as_encoded_bytes().to_vec();
+    stem.push(b'-');
+    let mut logs: Vec<(Vec<u8>, SystemTime, PathBuf)> = Vec::new();
+    for entry in entries {
+        if entry.kind != EntryKind::File {
+            continue;
+        }
+        let bytes = entry.name.as_encoded_bytes();
+        let Some(rest) = bytes.strip_prefix(stem.as_slice()) else {
+            continue;
+        };
+        if !is_ts_log(rest) {
+            continue;
+        }
+        let path = dir.join(&entry.name);
+        let mtime = root
+            .symlink_metadata(&path)
+            .ok()
+            .flatten()
+            .and_then(|m| m.modified().ok())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        logs.push((rest.to_vec(), mtime, path));
+    }
+    logs.sort_by(|a, b| (&b.0, b.1).cmp(&(&a.0, a.1)));
+    let mut removed = Vec::new();
+    for (_, _, path) in logs.into_iter().skip(keep) {
+        if root.remove_file(&path).map_err(LogError::Remove)? {
+            removed.push(path.clone());
+        }
+        let mut err = path.into_os_string();
+        err.push(".err");
+        let err = PathBuf::from(err);
+        if root.remove_file(&err).map_err(LogError::Remove)? {
+            removed.push(err);
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_is_exact() {
+        assert!(is_ts_log(b"2025-01-02-134501.log"));
+        assert!(!is_ts_log(b"2025-01-02-134501.log.err"));
+        assert!(!is_ts_log(b"bar-2025-01-02-134501.log"));
+        assert!(!is_ts_log(b"2025-01-02-13450.log"));
+        assert!(!is_ts_log(b"2025-01-02T134501.log"));
+    }
+
+    #[test]
+    fn keeps_five_newest_by_name_and_removes_err_pairs() {
+        let d = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(d.path()).unwrap();
+        let dir = d.path().join("log/sub");
+        std::fs::create_dir_all(&dir).unwrap();
+        // written newest first, so mtime order is the reverse of name order
+        for s in (0..7).rev() {
+            std::fs::write(dir.join(format!("x.sh-2025-01-02-00000{s}.log")), "o").unwrap();
+            std::fs::write(dir.join(format!("x.sh-2025-01-02-00000{s}.log.err")), "e").unwrap();
+        }
+        let other = [
+            "x.sh-bar-2024-01-01-000000.log",
+            "x.sh-2024-01-01-000000.log.bak",
+            "y.sh-2020-01-01-000000.log",
+            "x.sh-2020-1-01-000000.log",
+        ];
+        for o in other {
+            std::fs::write(dir.join(o), "").unwrap();
+        }
+        let removed = prune(&root, Path::new("/log"), "sub/x.sh", 5).unwrap();
+        assert_eq!(
+            removed,
+            vec![
+                PathBuf::from("/log/sub/x.sh-2025-01-02-000001.log"),
+                PathBuf::from("/log/sub/x.sh-2025-01-02-000001.log.err"),
+                PathBuf::from("/log/sub/x.sh-2025-01-02-000000.log"),
+                PathBuf::from("/log/sub/x.sh-2025-01-02-000000.log.err"),
+            ]
+        );
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut expected: Vec<String> = other.iter().map(|s| s.to_string()).collect();
+        for s in 2..7 {
+            expected.push(format!("x.sh-2025-01-02-00000{s}.log"));
+            expected.push(format!("x.sh-2025-01-02-00000{s}.log.err"));
+        }
+        expected.sort();
+        assert_eq!(left, expected);
+    }
+
+    #[test]
+    fn same_name_timestamp_orders_by_mtime_and_missing_dir_is_empty() {
+        let d = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(d.path()).unwrap();
+        assert!(
+            prune(&root, Path::new("/log"), "x.sh", 5)
+                .unwrap()
+                .is_empty()
+        );
+        // keep 0: everything matching goes, without an .err when there is none
+        std::fs::create_dir_all(d.path().join("log")).unwrap();
+        std::fs::write(d.path().join("log/x.sh-2025-01-02-000000.log"), "").unwrap();
+        let removed = prune(&root, Path::new("/log"), "x.sh", 0).unwrap();
+        assert_eq!(
+            removed,
+            vec![PathBuf::from("/log/x.sh-2025-01-02-000000.log")]
+        );
+    }
+}

@@ -1,0 +1,961 @@
+//! Running one step as a process (agent-contract 8.2-8.4) with its output relayed through
+//! the log sink (9.3).
+//!
+//! # How a process is started
+//!
+//! [`ProcessSpec`] is complete: the environment is cleared and set from the spec (8.3 is the
+//! agent's job), stdin is `/dev/null` \[fix: Python inherits the agent's stdin\], and the child
+//! gets its own process group (`setpgid(0, 0)`, so `pgid == pid`) so a timeout or cleanup can
+//! signal every process the step started \[fix\]. The optional `chroot` and the `chdir` to
+//! `cwd` run in `pre_exec`, in that order: std's own `current_dir` would `chdir` *before*
+//! `pre_exec`, i.e. outside the chroot. Between `fork` and `exec` only async-signal-safe calls
+//! are allowed, so both paths are turned into `CString`s before the fork and the closure calls
+//! nothing but `chroot(2)`, `chdir(2)` and reads `errno`. A failure there, or of `exec`, is
+//! reported by std through its close-on-exec error pipe and becomes
+//! [`Outcome::SpawnFailed`]; the agent prints the OS error and uses status 127 (8.4).
+//!
+//! A script without a `#!` line makes `execve` fail with `ENOEXEC`. glibc's `execvp` (which
+//! std uses) already retries such a file with `/bin/sh`; for C libraries that do not, the
+//! runner does the same itself: on `ENOEXEC` it spawns `/bin/sh <program> <args...>` (inside
+//! the chroot, if any). `PATH` lookups (a `program` without `/`) use the spec's `PATH`, after
+//! the chroot.
+//!
+//! # How output is relayed
+//!
+//! stdout and stderr are read concurrently on the calling task (`tokio::join!`, no spawned
+//! tasks, no threads), each in reads of at most `buffer_limit` bytes
+//! (`SKYHOOK_AGENT_BUFFER_LIMIT`; also capped at 64 KiB, the default pipe capacity, so the
+//! memory used stays small whatever the limit: a read returning less than the limit is what
+//! any pipe read may do). Each chunk, with its own clock reading, goes through a [`Relay`]
+//! into one reused buffer, which a [`StreamSink`] writes with one `write` to the console and
+//! one to the log file. When further chunks are already waiting in the pipe they are read and
+//! relayed into the same buffer first (up to 64 KiB of output), so a fast producer costs one
+//! pair of writes per batch instead of per chunk; the bytes are identical, and the buffer is
+//! always written before the relay waits for the pipe, so nothing is held back. No
+//! allocation happens per chunk or per line (the benchmark `benches/log_relay.sh` measures
+//! throughput against `cat > file` and peak RSS). Console and file writes are blocking
+//! writes (page-cache file writes and a console the kubelet drains); while one blocks, the
+//! other stream is not read, which cannot deadlock the child since its pipes only fill up.
+//!
+//! # How the process ends
+//!
+//! The exit of the main process is observed with `waitid(WEXITED | WNOHANG | WNOWAIT)` on
+//! every `SIGCHLD` (tokio's signal stream, registered before the spawn so no exit is missed),
+//! which leaves it a zombie: its pid, hence the group id, cannot be reused yet. Then what is
+//! left of its process group is sent `SIGKILL` (`ESRCH`, nobody left, is ignored) so a
+//! background child that inherited the pipes cannot keep the step running forever, the pipes
+//! are drained to end of file, and only then is the main process reaped. A process that
+//! escaped the group (`setsid`) and keeps the pipes open is waited for at most
+//! [`RunOptions::drain_grace`]; the rest of its output is not relayed.
+//!
+//! With a [`ProcessSpec::timeout`], a tokio timer races the exit; when it fires the group
+//! gets `SIGTERM`, then after [`RunOptions::term_grace`] `SIGKILL`, and the outcome is
+//! [`Outcome::TimedOut`]. Output keeps being relayed throughout. Nothing sleeps; every wait is
+//! on an event or a tokio timer. If the future returned by [`ProcessRunner::run`] is dropped
+//! before the process ended, the group is sent `SIGKILL` (tokio reaps the child in the
+//! background), which makes a run cancellable.
+//!
+//! The runner needs a tokio runtime with the IO and time drivers enabled (`enable_all`).
+
+use std::ffi::{CString, OsString};
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::pin::{Pin, pin};
+use std::process::Stdio;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use chrono::NaiveDateTime;
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use crate::logs::sink::{Label, LogError, Relay, StepLogFiles, StreamSink};
+
+/// Largest single read, whatever the buffer limit (the default pipe capacity).
+const MAX_CHUNK: usize = 64 * 1024;
+
+/// Output of consecutive, immediately available chunks written with one `write`, in bytes.
+const MAX_BATCH: usize = 64 * 1024;
+
+/// The shell a script without an interpreter line is run with (as `execvp` does).
+const FALLBACK_SHELL: &str = "/bin/sh";
+
+/// What to run: everything the process sees. Built by the agent from a step (8.2, 8.3) or an
+/// interrupt command (10).
+#[derive(Debug, Clone)]
+pub struct ProcessSpec {
+    /// Path of the executable as seen by the process (inside the chroot if any); without a
+    /// `/` it is looked up in the spec's `PATH`.
+    pub program: PathBuf,
+    /// `argv[1..]` (`argv[0]` is `program`).
+    pub args: Vec<OsString>,
+    /// The complete environment: nothing of the agent's is inherited.
+    pub env: Vec<(OsString, OsString)>,
+    /// Working directory as seen by the process (after the chroot).
+    pub cwd: PathBuf,
+    /// Agent-side directory to chroot into; `None` runs in the agent's own filesystem.
+    pub chroot: Option<PathBuf>,
+    /// Kill the process group (`SIGTERM`, grace, `SIGKILL`) when the process runs longer;
+    /// `None` waits forever.
+    pub timeout: Option<Duration>,
+    /// Bytes written raw (unlabelled) to the console stdout and as the first bytes of the
+    /// `.log` file before any output: the interrupt command line plus `\n` (9.3, last
+    /// paragraph).
+    pub preamble: Option<Vec<u8>>,
+}
+
+/// How a process run ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The process exited with this status.
+    Exited(i32),
+    /// The process was killed by this signal number.
+    Signaled(i32),
+    /// The process could not be started: program missing or not executable, exec format
+    /// error, chroot or chdir failure (the `pre_exec` or `exec` error), or a failure to set
+    /// up pipes or wait for it.
+    SpawnFailed(io::Error),
+    /// [`ProcessSpec::timeout`] expired and the process group was terminated.
+    TimedOut,
+}
+
+impl Outcome {
+    /// The status for the `FAILED:` line (8.4): the exit code, `-<signal>` for a signal
+    /// (Python's convention), `127` when the process could not start, `124` for a timeout
+    /// (coreutils `timeout`'s status).
+    pub fn display_status(&self) -> i32 {
+        match self {
+            Outcome::Exited(code) => *code,
+            Outcome::Signaled(sig) => -*sig,
+            Outcome::SpawnFailed(_) => 127,
+            Outcome::TimedOut => 124,
+        }
+    }
+
+    /// True if and only if the process exited with a code `accepts` accepts (the step's
+    /// `returncodes`). A signal, a timeout or a spawn failure is always a failure.
+    pub fn succeeded_with(&self, accepts: impl Fn(i32) -> bool) -> bool {
+        match self {
+            Outcome::Exited(code) => accepts(*code),
+            _ => false,
+        }
+    }
+}
+
+/// Knobs of [`ProcessRunner::run_with`] beyond the spec; [`Default`] is what
+/// [`ProcessRunner::run`] uses.
+pub struct RunOptions {
+    /// Console for the relayed stdout; `None` = the agent's stdout (fd 1).
+    pub stdout: Option<Box<dyn Write + Send>>,
+    /// Console for the relayed stderr; `None` = the agent's stderr (fd 2).
+    pub stderr: Option<Box<dyn Write + Send>>,
+    /// The clock read once per chunk; default: naive local time (`chrono::Local`), as
+    /// Python's `datetime.now()`.
+    pub clock: fn() -> NaiveDateTime,
+    /// Time between `SIGTERM` and `SIGKILL` after a timeout; default 10 s.
+    pub term_grace: Duration,
+    /// How long pipes still held open by a process outside the group are read after the
+    /// main process exited; default 10 s.
+    pub drain_grace: Duration,
+}
+
+fn local_now() -> NaiveDateTime {
+    chrono::Local::now().naive_local()
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            stdout: None,
+            stderr: None,
+            clock: local_now,
+            term_grace: Duration::from_secs(10),
+            drain_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("stdout", &self.stdout.as_ref().map(|_| "custom"))
+            .field("stderr", &self.stderr.as_ref().map(|_| "custom"))
+            .field("term_grace", &self.term_grace)
+            .field("drain_grace", &self.drain_grace)
+            .finish()
+    }
+}
+
+/// Everything [`ProcessRunner::run_with`] observed.
+#[derive(Debug)]
+pub struct RunReport {
+    /// How the process ended.
+    pub outcome: Outcome,
+    /// Failures to read the pipes or write the console or log files (at most one per
+    /// target); the run itself went on.
+    pub output_errors: Vec<LogError>,
+    /// False when output was cut off after [`RunOptions::drain_grace`] because a process
+    /// outside the group kept a pipe open.
+    pub drained: bool,
+}
+
+/// Runs processes with streamed, labelled output (see the module docs).
+#[derive(Debug, Clone)]
+pub struct ProcessRunner {
+    /// Largest read from a pipe, in bytes (`SKYHOOK_AGENT_BUFFER_LIMIT`); 0 is treated as 1.
+    pub buffer_limit: usize,
+}
+
+/// One stream's relay state, borrowed by its pump so it survives a cut-off drain.
+struct StreamState {
+    relay: Relay,
+    sink: StreamSink,
+    buf: Vec<u8>,
+    out: Vec<u8>,
+    errors: Vec<LogError>,
+}
+
+impl StreamState {
+    fn new(label: Label, sink: StreamSink, limit: usize) -> Self {
+        StreamState {
+            relay: Relay::new(label),
+            sink,
+            buf: vec![0; limit.clamp(1, MAX_CHUNK)],
+            out: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    fn finish(&mut self) {
+        self.out.clear();
+        self.relay.finish(&mut self.out);
+        self.sink.write(&self.out, &mut self.errors);
+    }
+}
+
+/// Read `pipe` to end of file, relaying every chunk.
+///
+/// Chunks that are already available when one has been relayed are read at once (each still
+/// with its own timestamp) and their output is written together, up to [`MAX_BATCH`] bytes:
+/// the bytes are the same, fewer `write`s are made, and nothing waits in the buffer while the
+/// pipe is empty.
+async fn pump<R: AsyncRead + Unpin>(
+    state: &mut StreamState,
+    pipe: Option<R>,
+    clock: fn() -> NaiveDateTime,
+    stream: &'static str,
+) {
+    let Some(mut pipe) = pipe else { return };
+    let mut eof = false;
+    while !eof {
+        state.out.clear();
+        match pipe.read(&mut state.buf).await {
+            Ok(0) => return,
+            Ok(n) => state.relay.feed(&state.buf[..n], clock(), &mut state.out),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(source) => {
+                state.errors.push(LogError::Read { stream, source });
+                return;
+            }
+        }
+        while state.out.len() < MAX_BATCH {
+            match read_now(&mut pipe, &mut state.buf) {
+                Some(Ok(0)) => eof = true,
+                Some(Ok(n)) => {
+                    state.relay.feed(&state.buf[..n], clock(), &mut state.out);
+                    continue;
+                }
+                Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Some(Err(source)) => {
+                    state.errors.push(LogError::Read { stream, source });
+                    eof = true;
+                }
+                None => {}
+            }
+            break;
+        }
+        state.sink.write(&state.out, &mut state.errors);
+    }
+}
+
+/// One read of what is available right now; `None` when it would wait.
+fn read_now<R: AsyncRead + Unpin>(pipe: &mut R, buf: &mut [u8]) -> Option<io::Result<usize>> {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut rb = ReadBuf::new(buf);
+    match Pin::new(pipe).poll_read(&mut cx, &mut rb) {
+        Poll::Ready(Ok(())) => Some(Ok(rb.filled().len())),
+        Poll::Ready(Err(e)) => Some(Err(e)),
+        Poll::Pending => None,
+    }
+}
+
+/// Send `sig` to process group `pgid`, ignoring `ESRCH` (the group is gone).
+fn kill_group(pgid: libc::pid_t, sig: libc::c_int) {
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
+    unsafe {
+        libc::kill(-pgid, sig);
+    }
+}
+
+/// Sends `SIGKILL` to the group when dropped while armed (a cancelled run).
+struct GroupGuard {
+    pgid: libc::pid_t,
+    armed: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            kill_group(self.pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// True when `pid` has exited (or cannot be waited for), without reaping it.
+fn exited_nowait(pid: libc::pid_t) -> bool {
+    // SAFETY: siginfo_t is plain data; waitid writes into it.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a siginfo_t; WNOWAIT leaves the child waitable.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    if r != 0 {
+        // ECHILD (someone else reaped it) or EINVAL: nothing to wait for.
+        return io::Error::last_os_error().kind() != io::ErrorKind::Interrupted;
+    }
+    // SAFETY: after a successful waitid, si_pid is initialised (0 when nothing exited).
+    unsafe { info.si_pid() != 0 }
+}
+
+/// Wait until `pid` exits, leaving it a zombie.
+async fn wait_exit(pid: libc::pid_t, sigchld: &mut Signal) {
+    while !exited_nowait(pid) {
+        if sigchld.recv().await.is_none() {
+            // The signal driver is gone; the final reap will wait instead.
+            return;
+        }
+    }
+}
+
+fn cstring(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("path contains a NUL byte: {}", p.display()),
+        )
+    })
+}
+
+/// Build and spawn `program args...` with the spec's environment, root and cwd.
+fn spawn(
+    spec: &ProcessSpec,
+    program: &Path,
+    args: &[OsString],
+) -> io::Result<tokio::process::Child> {
+    let root = spec.chroot.as_deref().map(cstring).transpose()?;
+    let cwd = cstring(&spec.cwd)?;
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let hook = move || -> io::Result<()> {
+        // Only async-signal-safe calls: chroot(2), chdir(2), errno.
+        if let Some(root) = &root {
+            // SAFETY: a valid NUL-terminated path prepared before the fork.
+            if unsafe { libc::chroot(root.as_ptr()) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        // SAFETY: as above.
+        if unsafe { libc::chdir(cwd.as_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    // SAFETY: the hook only makes async-signal-safe calls and allocates nothing.
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+    tokio::process::Command::from(cmd).spawn()
+}
+
+/// Spawn the spec, retrying a file without an interpreter line with `/bin/sh`.
+fn spawn_spec(spec: &ProcessSpec) -> io::Result<tokio::process::Child> {
+    match spawn(spec, &spec.program, &spec.args) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => {
+            let mut args = Vec::with_capacity(spec.args.len() + 1);
+            args.push(spec.program.clone().into_os_string());
+            args.extend(spec.args.iter().cloned());
+            spawn(spec, Path::new(FALLBACK_SHELL), &args)
+        }
+        other => other,
+    }
+}
+
+impl ProcessRunner {
+    /// A runner reading at most `buffer_limit` bytes per chunk.
+    pub fn new(buffer_limit: usize) -> Self {
+        ProcessRunner { buffer_limit }
+    }
+
+    /// Spawn `spec` and relay its output to the agent's stdout/stderr and, when `logs` is
+    /// given, to the step's `.log`/`.log.err` files (`None`: no files, as with
+    /// `SKYHOOK_AGENT_WRITE_LOGS=false`). Output errors (a full disk, a closed console) are
+    /// printed on stderr as `skyhook-agent: <error>: <cause>` and do not change the outcome.
+    pub async fn run(&self, spec: &ProcessSpec, logs: Option<StepLogFiles>) -> Outcome {
+        let report = self.run_with(spec, logs, RunOptions::default()).await;
+        for e in &report.output_errors {
+            match std::error::Error::source(e) {
+                Some(cause) => eprintln!("skyhook-agent: {e}: {cause}"),
+                None => eprintln!("skyhook-agent: {e}"),
+            }
+        }
+        report.outcome
+    }
+
+    /// [`ProcessRunner::run`] with explicit consoles, clock and grace periods, returning
+    /// the output errors instead of printing them.
+    pub async fn run_with(
+        &self,
+        spec: &ProcessSpec,
+        logs: Option<StepLogFiles>,
+        options: RunOptions,
+    ) -> RunReport {
+        let mut output_errors = Vec::new();
+        let (out_file, err_file) = match logs {
+            Some(l) => (
+                Some((l.out_file, l.out_path)),
+                Some((l.err_file, l.err_path)),
+            ),
+            None => (None, None),
+        };
+        let sink = |label: Label,
+                    console: Option<Box<dyn Write + Send>>,
+                    file: Option<(std::fs::File, PathBuf)>|
+         -> Result<StreamSink, LogError> {
+            match console {
+                Some(c) => Ok(StreamSink::new(
+                    match label {
+                        Label::Out => "stdout",
+                        Label::Err => "stderr",
+                    },
+                    c,
+                    file.map(|(f, p)| (Box::new(f) as Box<dyn Write + Send>, p)),
+                )),
+                None => StreamSink::console(label, file),
+            }
+        };
+        let failed = |outcome, output_errors| RunReport {
+            outcome,
+            output_errors,
+            drained: true,
+        };
+        let out_sink = match sink(Label::Out, options.stdout, out_file) {
+            Ok(s) => s,
+            Err(e) => return failed(Outcome::SpawnFailed(io::Error::other(e)), output_errors),
+        };
+        let err_sink = match sink(Label::Err, options.stderr, err_file) {
+            Ok(s) => s,
+            Err(e) => return failed(Outcome::SpawnFailed(io::Error::other(e)), output_errors),
+        };
+
+        // Registered before the spawn so the child's SIGCHLD cannot be missed.
+        let mut sigchld = match signal(SignalKind::child()) {
+            Ok(s) => s,
+            Err(e) => return failed(Outcome::SpawnFailed(e), output_errors),
+        };
+        let mut child = match spawn_spec(spec) {
+            Ok(c) => c,
+            Err(e) => return failed(Outcome::SpawnFailed(e), output_errors),
+        };
+        let Some(pid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) else {
+            return failed(
+                Outcome::SpawnFailed(io::Error::other("spawned process has no pid")),
+                output_errors,
+            );
+        };
+        let mut guard = GroupGuard {
+            pgid: pid,
+            armed: true,
+        };
+
+        let mut out = StreamState::new(Label::Out, out_sink, self.buffer_limit);
+        let mut err = StreamState::new(Label::Err, err_sink, self.buffer_limit);
+        if let Some(preamble) = &spec.preamble {
+            out.sink.write(preamble, &mut out.errors);
+        }
+        let stdout_pipe = child.stdout.take();
+        let stderr_pipe = child.stderr.take();
+        let clock = options.clock;
+        let mut timed_out = false;
+        let drained;
+        {
+            let mut pumps = pin!(async {
+                tokio::join!(
+                    pump(&mut out, stdout_pipe, clock, "stdout"),
+                    pump(&mut err, stderr_pipe, clock, "stderr"),
+                )
+            });
+            let mut exit = pin!(async {
+                let Some(limit) = spec.timeout else {
+                    return wait_exit(pid, &mut sigchld).await;
+                };
+                if tokio::time::timeout(limit, wait_exit(pid, &mut sigchld))
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+                timed_out = true;
+                kill_group(pid, libc::SIGTERM);
+                if tokio::time::timeout(options.term_grace, wait_exit(pid, &mut sigchld))
+                    .await
+                    .is_err()
+                {
+                    kill_group(pid, libc::SIGKILL);
+                    wait_exit(pid, &mut sigchld).await;
+                }
+            });
+            let pipes_closed_first = tokio::select! {
+                () = &mut exit => false,
+                _ = &mut pumps => true,
+            };
+            if pipes_closed_first {
+                exit.await;
+            }
+            // The main process is a zombie: its pid still names the group.
+            kill_group(pid, libc::SIGKILL);
+            guard.armed = false;
+            drained = pipes_closed_first
+                || tokio::time::timeout(options.drain_grace, &mut pumps)
+                    .await
+                    .is_ok();
+        }
+        out.finish();
+        err.finish();
+        output_errors.append(&mut out.errors);
+        output_errors.append(&mut err.errors);
+        let status = child.wait().await;
+        let outcome = match status {
+            _ if timed_out => Outcome::TimedOut,
+            Ok(s) => match (s.code(), s.signal()) {
+                (Some(code), _) => Outcome::Exited(code),
+                (None, Some(sig)) => Outcome::Signaled(sig),
+                (None, None) => {
+                    Outcome::SpawnFailed(io::Error::other(format!("unexpected wait status {s}")))
+                }
+            },
+            Err(e) => Outcome::SpawnFailed(e),
+        };
+        RunReport {
+            outcome,
+            output_errors,
+            drained,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::root::HostRoot;
+    use crate::logs::sink::open_step_logs;
+    use chrono::Timelike;
+    use std::sync::{Arc, Mutex};
+
+    /// A console that records what it is given.
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Capture {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Capture {
+        fn bytes(&self) -> Vec<u8> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    fn fixed_clock() -> NaiveDateTime {
+        chrono::NaiveDate::from_ymd_opt(2025, 1, 2)
+            .unwrap()
+            .and_hms_micro_opt(13, 45, 1, 123_456)
+            .unwrap()
+    }
+
+    const TS: &str = "2025-01-02T13:45:01.123456";
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                // A broken run hangs instead of failing; bound it generously.
+                tokio::time::timeout(Duration::from_secs(60), f)
+                    .await
+                    .expect("run did not finish within 60 s")
+            })
+    }
+
+    fn sh(script: &str) -> ProcessSpec {
+        ProcessSpec {
+            program: PathBuf::from("/bin/sh"),
+            args: vec!["-c".into(), script.into()],
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: PathBuf::from("/"),
+            chroot: None,
+            timeout: None,
+            preamble: None,
+        }
+    }
+
+    struct Run {
+        report: RunReport,
+        out: Vec<u8>,
+        err: Vec<u8>,
+    }
+
+    fn run(limit: usize, spec: &ProcessSpec, logs: Option<StepLogFiles>) -> Run {
+        let (out, err) = (Capture::default(), Capture::default());
+        let options = RunOptions {
+            stdout: Some(Box::new(out.clone())),
+            stderr: Some(Box::new(err.clone())),
+            clock: fixed_clock,
+            term_grace: Duration::from_millis(200),
+            ..RunOptions::default()
+        };
+        let report = block_on(ProcessRunner::new(limit).run_with(spec, logs, options));
+        Run {
+            report,
+            out: out.bytes(),
+            err: err.bytes(),
+        }
+    }
+
+    fn tmp_logs() -> (tempfile::TempDir, HostRoot, StepLogFiles) {
+        let d = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(d.path()).unwrap();
+        let start = chrono::DateTime::from_timestamp(1_735_825_501, 0).unwrap();
+        let logs = open_step_logs(&root, Path::new("/log/demo/1.0.0"), "foo.sh", start).unwrap();
+        (d, root, logs)
+    }
+
+    fn read_log(d: &tempfile::TempDir, host: &Path) -> Vec<u8> {
+        std::fs::read(d.path().join(host.strip_prefix("/").unwrap())).unwrap()
+    }
+
+    #[test]
+    fn case_29_lines_labels_and_files() {
+        let (d, _root, logs) = tmp_logs();
+        let (out_path, err_path) = (logs.out_path.clone(), logs.err_path.clone());
+        let r = run(
+            8192,
+            &sh("printf 'one\\ntwo\\n'; printf 'e1\\n' >&2"),
+            Some(logs),
+        );
+        assert!(matches!(r.report.outcome, Outcome::Exited(0)));
+        assert!(r.report.output_errors.is_empty());
+        let expected_out = format!("[out]{TS} one\n[out]{TS} two\n[out]{TS} ");
+        let expected_err = format!("[err]{TS} e1\n[err]{TS} ");
+        assert_eq!(String::from_utf8(r.out).unwrap(), expected_out);
+        assert_eq!(String::from_utf8(r.err).unwrap(), expected_err);
+        assert_eq!(read_log(&d, &out_path), expected_out.as_bytes());
+        assert_eq!(read_log(&d, &err_path), expected_err.as_bytes());
+    }
+
+    #[test]
+    fn case_30_silent_step_leaves_empty_files() {
+        let (d, _root, logs) = tmp_logs();
+        let (out_path, err_path) = (logs.out_path.clone(), logs.err_path.clone());
+        let r = run(8192, &sh("true"), Some(logs));
+        assert!(matches!(r.report.outcome, Outcome::Exited(0)));
+        assert_eq!(r.out, b"");
+        assert_eq!(r.err, b"");
+        assert_eq!(read_log(&d, &out_path), b"");
+        assert_eq!(read_log(&d, &err_path), b"");
+    }
+
+    #[test]
+    fn case_33_limit_four_long_lines() {
+        let r = run(
+            4,
+            &sh("for c in a b c; do printf \"%01000d\\n\" 0 | tr 0 $c; done"),
+            None,
+        );
+        let mut expected = String::new();
+        for c in ["a", "b", "c"] {
+            expected += &format!("[out]{TS} {}\n", c.repeat(1000));
+        }
+        expected += &format!("[out]{TS} ");
+        assert_eq!(String::from_utf8(r.out).unwrap(), expected);
+    }
+
+    #[test]
+    fn preamble_precedes_output_on_console_and_file() {
+        let (d, _root, logs) = tmp_logs();
+        let out_path = logs.out_path.clone();
+        let mut spec = sh("echo x");
+        spec.preamble = Some(b"systemctl restart containerd\n".to_vec());
+        let r = run(8192, &spec, Some(logs));
+        let expected = format!("systemctl restart containerd\n[out]{TS} x\n[out]{TS} ");
+        assert_eq!(String::from_utf8(r.out).unwrap(), expected);
+        assert_eq!(read_log(&d, &out_path), expected.as_bytes());
+    }
+
+    #[test]
+    fn environment_is_complete_and_cwd_applies() {
+        let d = tempfile::tempdir().unwrap();
+        let mut spec = sh("echo \"$FOO|${HOME-unset}|$(pwd)\"");
+        spec.env.push(("FOO".into(), "bar\nbaz".into()));
+        spec.cwd = d.path().to_path_buf();
+        let r = run(8192, &spec, None);
+        let expected = format!(
+            "[out]{TS} bar\n[out]{TS} baz|unset|{}\n[out]{TS} ",
+            d.path().display()
+        );
+        assert_eq!(String::from_utf8(r.out).unwrap(), expected);
+    }
+
+    #[test]
+    fn exit_code_is_kept() {
+        let r = run(8192, &sh("exit 7"), None);
+        assert!(matches!(r.report.outcome, Outcome::Exited(7)));
+        assert_eq!(r.report.outcome.display_status(), 7);
+        assert!(r.report.outcome.succeeded_with(|c| c == 7 || c == 0));
+        assert!(!r.report.outcome.succeeded_with(|c| c == 0));
+    }
+
+    #[test]
+    fn killed_by_signal() {
+        let r = run(8192, &sh("kill -9 $$"), None);
+        assert!(matches!(r.report.outcome, Outcome::Signaled(9)));
+        assert_eq!(r.report.outcome.display_status(), -9);
+        assert!(!r.report.outcome.succeeded_with(|_| true));
+    }
+
+    #[test]
+    fn missing_program_fails_to_spawn() {
+        let mut spec = sh("");
+        spec.program = PathBuf::from("/nonexistent/skyhook-step");
+        let r = run(8192, &spec, None);
+        match &r.report.outcome {
+            Outcome::SpawnFailed(e) => assert_eq!(e.kind(), io::ErrorKind::NotFound),
+            other => panic!("expected SpawnFailed, got {other:?}"),
+        }
+        assert_eq!(r.report.outcome.display_status(), 127);
+        assert!(!r.report.outcome.succeeded_with(|_| true));
+    }
+
+    #[test]
+    fn bad_cwd_fails_to_spawn() {
+        let mut spec = sh("true");
+        spec.cwd = PathBuf::from("/nonexistent/skyhook-cwd");
+        let r = run(8192, &spec, None);
+        assert!(
+            matches!(&r.report.outcome, Outcome::SpawnFailed(e) if e.kind() == io::ErrorKind::NotFound)
+        );
+    }
+
+    #[test]
+    fn script_without_shebang_runs_with_sh() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let script = d.path().join("noshebang");
+        std::fs::write(&script, "echo \"via sh $1\"\nexit 3\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut spec = sh("");
+        spec.program = script;
+        spec.args = vec!["x".into()];
+        let r = run(8192, &spec, None);
+        assert!(matches!(r.report.outcome, Outcome::Exited(3)));
+        assert_eq!(
+            String::from_utf8(r.out).unwrap(),
+            format!("[out]{TS} via sh x\n[out]{TS} ")
+        );
+    }
+
+    #[test]
+    fn background_child_does_not_hang_the_run() {
+        // `sleep` inherits both pipes; without the group kill the run would last 1000 s.
+        let r = run(8192, &sh("sleep 1000 & echo started"), None);
+        assert!(matches!(r.report.outcome, Outcome::Exited(0)));
+        assert!(r.report.drained);
+        assert_eq!(
+            String::from_utf8(r.out).unwrap(),
+            format!("[out]{TS} started\n[out]{TS} ")
+        );
+    }
+
+    #[test]
+    fn timeout_terminates_the_group() {
+        let mut spec = sh("echo begin; sleep 1000; echo never");
+        spec.timeout = Some(Duration::from_millis(100));
+        let r = run(8192, &spec, None);
+        assert!(matches!(r.report.outcome, Outcome::TimedOut));
+        assert_eq!(r.report.outcome.display_status(), 124);
+        assert_eq!(
+            String::from_utf8(r.out).unwrap(),
+            format!("[out]{TS} begin\n[out]{TS} ")
+        );
+    }
+
+    #[test]
+    fn timeout_kills_a_group_ignoring_term() {
+        let mut spec = sh("trap '' TERM; sleep 1000; echo never");
+        spec.timeout = Some(Duration::from_millis(100));
+        let r = run(8192, &spec, None);
+        assert!(matches!(r.report.outcome, Outcome::TimedOut));
+        assert_eq!(r.out, b"");
+    }
+
+    #[test]
+    fn cancelled_run_kills_the_group() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // The child opens the fifo for writing, then blocks forever; the test reads the
+        // fifo after cancelling: EOF proves every writer (the group) is dead.
+        let spec = sh(&format!("exec 3>{}; sleep 1000", fifo.display()));
+        let fifo2 = fifo.clone();
+        let eof = block_on(async move {
+            let runner = ProcessRunner::new(8192);
+            let options = RunOptions {
+                stdout: Some(Box::new(Capture::default())),
+                stderr: Some(Box::new(Capture::default())),
+                ..RunOptions::default()
+            };
+            let reader = tokio::task::spawn_blocking(move || std::fs::File::open(fifo2));
+            let run = runner.run_with(&spec, None, options);
+            tokio::select! {
+                _ = run => panic!("run ended by itself"),
+                f = reader => {
+                    // The writer is open: cancel the run by dropping its future (end of select).
+                    let mut f = f.unwrap().unwrap();
+                    // Read after the select has dropped (cancelled) the run.
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    std::thread::spawn(move || {
+                        let mut buf = Vec::new();
+                        let _ = tx.send(io::Read::read_to_end(&mut f, &mut buf).map(|_| buf));
+                    });
+                    rx
+                }
+            }
+        })
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a process of the cancelled run still holds the fifo open")
+        .unwrap();
+        assert_eq!(eof, b"");
+    }
+
+    static TICKS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+    /// A clock advancing one microsecond per reading.
+    fn ticking_clock() -> NaiveDateTime {
+        let t = TICKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        fixed_clock().with_nanosecond(t * 1_000).unwrap()
+    }
+
+    #[test]
+    fn large_output_batches_keep_per_chunk_timestamps_and_identical_bytes() {
+        let (d, _root, logs) = tmp_logs();
+        let out_path = logs.out_path.clone();
+        let (console, err) = (Capture::default(), Capture::default());
+        let options = RunOptions {
+            stdout: Some(Box::new(console.clone())),
+            stderr: Some(Box::new(err.clone())),
+            clock: ticking_clock,
+            ..RunOptions::default()
+        };
+        // 20000 numbered lines of 80 bytes, read 4096 bytes at a time.
+        let spec = sh("i=0; while [ $i -lt 20000 ]; do printf '%079d\\n' $i; i=$((i+1)); done");
+        let report = block_on(ProcessRunner::new(4096).run_with(&spec, Some(logs), options));
+        assert!(matches!(report.outcome, Outcome::Exited(0)));
+        let bytes = console.bytes();
+        assert_eq!(read_log(&d, &out_path), bytes);
+        let text = String::from_utf8(bytes).unwrap();
+        let lines: Vec<&str> = text.split('\n').collect();
+        assert_eq!(lines.len(), 20001);
+        let mut last = String::new();
+        for (i, line) in lines.iter().enumerate() {
+            let rest = line.strip_prefix("[out]2025-01-02T13:45:01.").unwrap();
+            let (micros, body) = rest.split_at(6);
+            assert!(micros.chars().all(|c| c.is_ascii_digit()), "{line}");
+            assert!(micros >= last.as_str(), "timestamps go back at line {i}");
+            last = micros.to_string();
+            let expected = if i < 20000 {
+                format!(" {i:079}")
+            } else {
+                " ".into()
+            };
+            assert_eq!(body, expected);
+        }
+        // more than one chunk, so more than one timestamp
+        assert_ne!(last, lines[0][25..31]);
+    }
+
+    /// Copy `/bin/sh` and the libraries `ldd` lists into `dir`, at the same paths.
+    fn populate_chroot(dir: &Path) {
+        let sh = std::fs::canonicalize("/bin/sh").unwrap();
+        let ldd = std::process::Command::new("ldd").arg(&sh).output().unwrap();
+        let mut files = vec![(sh, PathBuf::from("/bin/sh"))];
+        for line in String::from_utf8(ldd.stdout).unwrap().lines() {
+            let path = match line.split_once("=>") {
+                Some((_, rest)) => rest.trim(),
+                None => line.trim(),
+            };
+            let path = path.split(" (").next().unwrap_or("").trim();
+            if path.starts_with('/') {
+                files.push((PathBuf::from(path), PathBuf::from(path)));
+            }
+        }
+        for (src, dst) in files {
+            let target = dir.join(dst.strip_prefix("/").unwrap());
+            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+            std::fs::copy(&src, &target).unwrap();
+        }
+    }
+
+    #[test]
+    fn chroot_runs_inside_the_directory() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED chroot_runs_inside_the_directory: needs root");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        populate_chroot(d.path());
+        std::fs::create_dir_all(d.path().join("work")).unwrap();
+        std::fs::write(d.path().join("only-in-chroot"), "").unwrap();
+        let mut spec = sh("test -e /only-in-chroot && echo inside; cd . && echo \"$PWD\"");
+        spec.chroot = Some(d.path().to_path_buf());
+        spec.cwd = PathBuf::from("/work");
+        let r = run(8192, &spec, None);
+        assert!(
+            matches!(r.report.outcome, Outcome::Exited(0)),
+            "{:?}",
+            r.report
+        );
+        assert_eq!(
+            String::from_utf8(r.out).unwrap(),
+            format!("[out]{TS} inside\n[out]{TS} /work\n[out]{TS} ")
+        );
+    }
+}
