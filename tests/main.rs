@@ -1,7 +1,7 @@
 //! Integration tests of the `skyhook-agent` binary, one test binary (as ripgrep does).
 //!
 //! Modules:
-//! - `util`: the harness only, no tests: `FakeRoot` (throwaway host roots built from a
+//! - `util`: the harness (plus `harness_*` self-tests of it that do not run the agent): `FakeRoot` (throwaway host roots built from a
 //!   per-binary template), the standard environment of agent-contract.md section 15, fixture
 //!   P, recording stubs, the agent runner, `TS`/`FTS` regex helpers, `require_root!`.
 //! - `acceptance`: the 50 acceptance cases of agent-contract.md section 15, one test each,

@@ -772,3 +772,71 @@ pub fn p_config() -> Value {
 pub fn p_check_step() -> Value {
     step("foo_check", "foo_check.sh", &[])
 }
+
+// ---------------------------------------------------------------------------------------
+// Self-tests of the harness (they do not involve the agent).
+
+/// Run `argv` chrooted into `fr` with `fr`'s environment; returns (status, stdout).
+fn chroot_run(fr: &FakeRoot, argv: &[&str]) -> (i32, String) {
+    let mut args: Vec<OsString> = vec![fr.root().into()];
+    args.extend(argv.iter().map(OsString::from));
+    let run = run_to_end(
+        fr.command("chroot", &args)
+            .env("PATH", &fr.path)
+            .spawn()
+            .expect("chroot"),
+    );
+    (run.code, run.stdout)
+}
+
+#[test]
+fn harness_fake_root_layout_and_shells() {
+    require_root!();
+    let fr = FakeRoot::new();
+    for (link, target) in [
+        ("bin", "usr/bin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+    ] {
+        if let Ok(real) = fs::read_link(Path::new("/").join(link)) {
+            assert_eq!(fs::read_link(fr.root().join(link)).expect(link), real);
+            assert_eq!(real, Path::new(target), "this machine's /{link}");
+        }
+    }
+    assert_eq!(fr.list("/t"), Vec::<String>::new(), "T starts empty");
+    let (code, out) = chroot_run(
+        &fr,
+        &[
+            "/bin/sh",
+            "-c",
+            "echo sh; /bin/bash -c 'echo bash'; touch /t/x; cat /t/x",
+        ],
+    );
+    assert_eq!((code, out.as_str()), (0, "sh\nbash\n"));
+    assert!(fr.exists("/t/x"));
+}
+
+#[test]
+fn harness_stub_records_calls_and_exit_rules() {
+    require_root!();
+    let mut fr = FakeRoot::new();
+    fr.interrupt_setup();
+    let (c1, _) = chroot_run(&fr, &["/t/bin/systemctl", "restart", "containerd"]);
+    let (c2, _) = chroot_run(&fr, &["/t/bin/systemctl", "restart", "bad"]);
+    let (c3, _) = chroot_run(&fr, &["/t/bin/reboot"]);
+    assert_eq!((c1, c2, c3), (0, 5, 0));
+    assert_eq!(
+        fr.calls().as_deref(),
+        Some("systemctl restart containerd\nsystemctl restart bad\nreboot \n")
+    );
+}
+
+#[test]
+fn harness_regexes() {
+    assert_full_match("2025-01-02T13:45:01.123456", "{TS}");
+    assert_full_match("2025-01-02T13:45:01", "{TS}");
+    assert!(!re_full("{TS}").is_match("2025-01-02T13:45:01.123"));
+    assert_full_match("foo.sh-2025-01-02-134501.log", r"foo\.sh-{FTS}\.log");
+    assert_eq!(marker("['a', 'b']_[0]"), "WydhJywgJ2InXV9bMF0=");
+    assert_eq!(marker("['?']_[0]"), "Wyc/J11fWzBd");
+}
