@@ -1,3 +1,46 @@
-//! The host: root-confined file access (and, later, the host API scripts call).
+//! The host API in plain Rust (no Rhai here): root-confined files, commands, services,
+//! packages, OS facts, sysctl/grub/ulimit, interrupts, configMaps, node metadata and secrets,
+//! as `docs/host-api.md` specifies them for scripts.
+//!
+//! One session ([`Host`]) per step. Every mutation is an [`effect::Effect`] handed to the
+//! session's executor, chosen by [`ExecMode`]: apply performs it, plan records it over a read
+//! overlay and renders diffs, check records it as drift. The functions of each area
+//! (`fs::write(&mut host, ...)`) mirror the script names one to one, so the binding layer
+//! is thin.
+//!
+//! | module | area |
+//! |---|---|
+//! | [`root`] | root confinement over pathrs (every file access) |
+//! | [`session`] | [`Host`], [`HostOptions`], the view and the executor dispatch |
+//! | [`effect`] | [`effect::Effect`] and its parts |
+//! | `apply`, `plan` | the executors (private) |
+//! | [`report`] | [`Report`], [`ExecMode`] |
+//! | [`fs`], [`cmd`], [`service`], [`pkg`], [`os`], [`tuning`], [`interrupt`] | the API areas |
+//! | [`config`], [`secrets`] | configMaps and node metadata; secrets and the [`secrets::Redactor`] |
 
+mod apply;
+pub mod cmd;
+pub mod config;
+pub mod effect;
+pub mod error;
+pub mod fs;
+pub mod interrupt;
+pub mod os;
+pub mod pkg;
+mod plan;
+pub mod report;
 pub mod root;
+pub mod secrets;
+pub mod service;
+pub mod session;
+pub mod tuning;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+pub(crate) mod testutil;
+
+pub use error::HostError;
+pub use plan::render_diff;
+pub use report::{ExecMode, Report};
+pub use session::{Host, HostOptions, Stat};

@@ -115,7 +115,6 @@ fn pathrs_io(err: pathrs::error::Error) -> io::Error {
     }
 }
 
-
 /// Split a host path into its parent and final component. `/` has no final component.
 fn split(host: &Path) -> io::Result<(PathBuf, OsString)> {
     let name = host
@@ -200,7 +199,10 @@ impl HostRoot {
     /// Any other resolution or `fstat` failure.
     pub fn metadata(&self, host: &Path) -> Result<Option<Metadata>> {
         match self.open_with("stat", host, OpenFlags::O_PATH) {
-            Ok(f) => f.metadata().map(Some).map_err(|e| self.err("stat", host, e)),
+            Ok(f) => f
+                .metadata()
+                .map(Some)
+                .map_err(|e| self.err("stat", host, e)),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
         }
@@ -215,7 +217,8 @@ impl HostRoot {
         let Ok((parent, name)) = split(host) else {
             return self.metadata(host);
         };
-        let dir = match self.open_with("stat", &parent, OpenFlags::O_PATH | OpenFlags::O_DIRECTORY) {
+        let dir = match self.open_with("stat", &parent, OpenFlags::O_PATH | OpenFlags::O_DIRECTORY)
+        {
             Ok(d) => d,
             Err(e) if e.is_not_found() => return Ok(None),
             Err(e) => return Err(e),
@@ -337,11 +340,7 @@ impl HostRoot {
                 _ => return Ok(cur),
             }
         }
-        Err(self.err(
-            "write",
-            host,
-            io::Error::from_raw_os_error(libc::ELOOP),
-        ))
+        Err(self.err("write", host, io::Error::from_raw_os_error(libc::ELOOP)))
     }
 
     /// Replace the content of `host` atomically: write a temporary file in the same directory,
@@ -356,10 +355,11 @@ impl HostRoot {
     pub fn write_atomic(&self, host: &Path, data: &[u8], mode: Option<u32>) -> Result<()> {
         self.check_abs("write", host)?;
         let target = self.write_target(host)?;
-        let (parent, name) = split(&target).map_err(|e| self.err("write", host, e))?;
+        let (parent, _) = split(&target).map_err(|e| self.err("write", host, e))?;
         self.create_dir_all(&parent, 0o755)?;
         let existing = self.metadata(&target)?;
-        let final_mode = mode.unwrap_or_else(|| existing.as_ref().map_or(0o644, |m| m.mode() & 0o7777));
+        let final_mode =
+            mode.unwrap_or_else(|| existing.as_ref().map_or(0o644, |m| m.mode() & 0o7777));
         let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
         // Short and independent of `name`, so a destination name of up to 255 bytes still
         // has a valid temporary name beside it.
@@ -535,6 +535,173 @@ impl HostRoot {
             Err(e) => Err(e),
         }
     }
+
+    // ---- Appended for the host API (src/host/fs.rs, tuning.rs) ----
+
+    /// Change the owner and/or group of `host` (following symlinks inside the root). `None`
+    /// leaves that id unchanged.
+    ///
+    /// # Errors
+    /// Not found, or the `chown` failure.
+    pub fn set_owner(&self, host: &Path, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
+        let f = self.open_with("chown", host, OpenFlags::O_PATH)?;
+        // fchown does not work on O_PATH descriptors; chown through /proc/self/fd does.
+        let proc = format!("/proc/self/fd/{}", f.as_raw_fd());
+        std::os::unix::fs::chown(proc, uid, gid).map_err(|e| self.err("chown", host, e))
+    }
+
+    /// Overwrite an existing file in place (`O_WRONLY|O_TRUNC`, no rename): for files that
+    /// cannot be replaced, such as `/proc/sys/...` entries.
+    ///
+    /// # Errors
+    /// Not found (the file is never created), permission, or the write failure.
+    pub fn write_in_place(&self, host: &Path, data: &[u8]) -> Result<()> {
+        let mut f = self.open_with("write", host, OpenFlags::O_WRONLY | OpenFlags::O_TRUNC)?;
+        f.write_all(data).map_err(|e| self.err("write", host, e))
+    }
+
+    /// [`HostRoot::write_atomic`] with ownership and extended attributes: an existing file
+    /// keeps its mode, owner, group and extended attributes (SELinux label
+    /// `security.selinux`, POSIX ACLs `system.posix_acl_*`, `user.*`, ...) unless `mode`,
+    /// `uid` or `gid` are given; the attributes are copied from the old file to the temporary
+    /// file before the rename. A new file gets `mode` or 0644, `uid`/`gid` or the agent's.
+    ///
+    /// # Errors
+    /// As [`HostRoot::write_atomic`], plus a failure to copy an extended attribute (except
+    /// when the filesystem does not support them).
+    pub fn write_atomic_owned(
+        &self,
+        host: &Path,
+        data: &[u8],
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> Result<()> {
+        self.check_abs("write", host)?;
+        let target = self.write_target(host)?;
+        let (parent, name) = split(&target).map_err(|e| self.err("write", host, e))?;
+        self.create_dir_all(&parent, 0o755)?;
+        let existing = self.metadata(&target)?;
+        let old = match &existing {
+            Some(m) if m.is_file() => {
+                Some(self.open_with("write", &target, OpenFlags::O_RDONLY)?)
+            }
+            _ => None,
+        };
+        let final_mode =
+            mode.unwrap_or_else(|| existing.as_ref().map_or(0o644, |m| m.mode() & 0o7777));
+        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp_name = format!(
+            ".{}.skyhook-tmp-{}-{}",
+            name.to_string_lossy(),
+            std::process::id(),
+            n
+        );
+        let tmp = parent.join(&tmp_name);
+        let result = (|| -> Result<()> {
+            let mut f = self
+                .root
+                .create_file(
+                    &tmp,
+                    OpenFlags::O_WRONLY | OpenFlags::O_EXCL | OpenFlags::O_CLOEXEC,
+                    &Permissions::from_mode(0o600),
+                )
+                .map_err(|e| self.err("write", &tmp, pathrs_io(e)))?;
+            f.write_all(data).map_err(|e| self.err("write", &tmp, e))?;
+            let owner_uid = uid.or(existing.as_ref().map(|m| m.uid()));
+            let owner_gid = gid.or(existing.as_ref().map(|m| m.gid()));
+            if owner_uid.is_some() || owner_gid.is_some() {
+                let r =
+                    nix::unistd::fchown(&f, owner_uid.map(Into::into), owner_gid.map(Into::into));
+                // Keeping an old owner is best effort (unprivileged agents in tests); an
+                // explicitly requested owner must succeed.
+                if let Err(e) = r
+                    && (uid.is_some() || gid.is_some())
+                {
+                    return Err(self.err("chown", &tmp, io::Error::from(e)));
+                }
+            }
+            // After fchown (which clears security.capability) and before chmod (which keeps
+            // an ACL's mask in step with the group bits).
+            if let Some(old) = &old {
+                copy_xattrs(old, &f)
+                    .map_err(|e| self.err("copy extended attributes of", &target, e))?;
+            }
+            f.set_permissions(Permissions::from_mode(final_mode))
+                .map_err(|e| self.err("write", &tmp, e))?;
+            f.sync_all().map_err(|e| self.err("write", &tmp, e))?;
+            self.root
+                .rename(&tmp, &target, RenameFlags::empty())
+                .map_err(|e| self.err("write", &target, pathrs_io(e)))?;
+            self.sync_dir(&parent);
+            Ok(())
+        })();
+        if result.is_err() {
+            let _ = self.root.remove_file(&tmp);
+        }
+        result
+    }
+}
+
+/// Copy every extended attribute of `from` to `to` (both open files). Filesystems without
+/// xattr support (`ENOTSUP`) are not an error.
+fn copy_xattrs(from: &File, to: &File) -> io::Result<()> {
+    let fd = from.as_raw_fd();
+    // SAFETY: a null buffer with size 0 asks for the needed size.
+    let size = unsafe { libc::flistxattr(fd, std::ptr::null_mut(), 0) };
+    if size < 0 {
+        let e = io::Error::last_os_error();
+        return if e.raw_os_error() == Some(libc::ENOTSUP) {
+            Ok(())
+        } else {
+            Err(e)
+        };
+    }
+    if size == 0 {
+        return Ok(());
+    }
+    let mut names = vec![0u8; size as usize];
+    // SAFETY: the buffer is `names.len()` bytes long.
+    let size = unsafe { libc::flistxattr(fd, names.as_mut_ptr().cast(), names.len()) };
+    if size < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    names.truncate(size as usize);
+    for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+        let Ok(cname) = std::ffi::CString::new(name) else {
+            continue;
+        };
+        // SAFETY: size query with a null buffer.
+        let len = unsafe { libc::fgetxattr(fd, cname.as_ptr(), std::ptr::null_mut(), 0) };
+        if len < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut value = vec![0u8; len as usize];
+        // SAFETY: the buffer is `value.len()` bytes long.
+        let len =
+            unsafe { libc::fgetxattr(fd, cname.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+        if len < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        value.truncate(len as usize);
+        // SAFETY: name and value are valid for the given lengths.
+        let r = unsafe {
+            libc::fsetxattr(
+                to.as_raw_fd(),
+                cname.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                0,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::ENOTSUP) {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
 }
 
 impl HostRoot {
@@ -578,7 +745,8 @@ mod tests {
     #[test]
     fn write_atomic_creates_parents_and_content() {
         let (d, r) = root();
-        r.write_atomic(Path::new("/a/b/c.txt"), b"hello", None).unwrap();
+        r.write_atomic(Path::new("/a/b/c.txt"), b"hello", None)
+            .unwrap();
         assert_eq!(std::fs::read(d.path().join("a/b/c.txt")).unwrap(), b"hello");
         let m = std::fs::metadata(d.path().join("a/b/c.txt")).unwrap();
         assert_eq!(m.mode() & 0o777, 0o644);
@@ -615,7 +783,12 @@ mod tests {
         r.write_atomic(Path::new("/link"), b"x", None).unwrap();
         assert!(!sentinel.exists(), "write escaped the root");
         // the link stays, its target was created inside the root
-        assert!(std::fs::symlink_metadata(d.path().join("link")).unwrap().file_type().is_symlink());
+        assert!(
+            std::fs::symlink_metadata(d.path().join("link"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
         let inside = d.path().join(sentinel.strip_prefix("/").unwrap());
         assert_eq!(std::fs::read(inside).unwrap(), b"x");
     }
@@ -623,7 +796,8 @@ mod tests {
     #[test]
     fn dotdot_cannot_climb() {
         let (d, r) = root();
-        r.write_atomic(Path::new("/../../../etc-escape-test"), b"x", None).unwrap();
+        r.write_atomic(Path::new("/../../../etc-escape-test"), b"x", None)
+            .unwrap();
         assert!(d.path().join("etc-escape-test").exists());
         assert!(!Path::new("/etc-escape-test").exists());
     }
@@ -632,7 +806,10 @@ mod tests {
     fn relative_paths_are_refused() {
         let (_d, r) = root();
         let e = r.write_atomic(Path::new("rel/x"), b"x", None).unwrap_err();
-        assert!(e.to_string().contains("paths must be absolute") || e.source.to_string().contains("absolute"));
+        assert!(
+            e.to_string().contains("paths must be absolute")
+                || e.source.to_string().contains("absolute")
+        );
     }
 
     #[test]
@@ -648,7 +825,12 @@ mod tests {
         let (_d, r) = root();
         r.write_atomic(Path::new("/d/b"), b"", None).unwrap();
         r.write_atomic(Path::new("/d/a"), b"", None).unwrap();
-        let names: Vec<_> = r.read_dir(Path::new("/d")).unwrap().into_iter().map(|e| e.name).collect();
+        let names: Vec<_> = r
+            .read_dir(Path::new("/d"))
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
         assert_eq!(names, vec![OsString::from("a"), OsString::from("b")]);
         assert!(r.remove_file(Path::new("/d/a")).unwrap());
         assert!(!r.remove_file(Path::new("/d/a")).unwrap());

@@ -1,0 +1,361 @@
+//! [`Effect`]: the one currency of mutation in the host API.
+//!
+//! Every API function that could change the host first computes the current state (reading
+//! through the session's view, which in plan and check mode includes planned writes), decides
+//! whether a change is needed, and if so hands an `Effect` to the session
+//! ([`crate::host::Host`]), whose executor either performs it (apply), records it over the
+//! read overlay with a rendered diff (plan) or records it as drift (check). Nothing else in
+//! `host` mutates the host, so there is no `if dry_run` outside the executors.
+//!
+//! Effects fall in three classes ([`EffectClass`]):
+//! - *changes* bring the host to a desired state and are only submitted when the state
+//!   differed (counted by `changed()`, drift in a check);
+//! - *actions* are done every time they are asked for (commands, restarts, daemon-reload,
+//!   grub regeneration); never drift;
+//! - *interrupts* are collected and handed to the agent after the step succeeded.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::host::cmd::RunOptions;
+
+/// A systemd unit state change (`systemctl <op> <name>`), submitted only when the state
+/// differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceOp {
+    /// `systemctl start`.
+    Start,
+    /// `systemctl stop`.
+    Stop,
+    /// `systemctl enable`.
+    Enable,
+    /// `systemctl disable`.
+    Disable,
+}
+
+impl ServiceOp {
+    /// The `systemctl` verb.
+    pub fn verb(self) -> &'static str {
+        match self {
+            ServiceOp::Start => "start",
+            ServiceOp::Stop => "stop",
+            ServiceOp::Enable => "enable",
+            ServiceOp::Disable => "disable",
+        }
+    }
+}
+
+/// A systemd action done every time (`systemctl <verb> <name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceAction {
+    /// `systemctl restart`.
+    Restart,
+    /// `systemctl reload`.
+    Reload,
+}
+
+impl ServiceAction {
+    /// The `systemctl` verb.
+    pub fn verb(self) -> &'static str {
+        match self {
+            ServiceAction::Restart => "restart",
+            ServiceAction::Reload => "reload",
+        }
+    }
+}
+
+/// A supported package manager (`pkg::manager()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PkgManager {
+    /// Debian family: `apt-get` and `dpkg-query`.
+    Apt,
+    /// Fedora, RHEL 8+: `dnf` and `rpm`.
+    Dnf,
+    /// RHEL 7, Amazon Linux 2: `yum` and `rpm`.
+    Yum,
+    /// SUSE: `zypper` and `rpm`.
+    Zypper,
+}
+
+impl PkgManager {
+    /// The name scripts see: `apt`, `dnf`, `yum`, `zypper`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PkgManager::Apt => "apt",
+            PkgManager::Dnf => "dnf",
+            PkgManager::Yum => "yum",
+            PkgManager::Zypper => "zypper",
+        }
+    }
+}
+
+/// How grub configuration is regenerated at the end of a step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "tool", rename_all = "lowercase")]
+pub enum GrubUpdate {
+    /// Debian family (and anything not rhel/fedora): `update-grub`.
+    UpdateGrub,
+    /// rhel and fedora families (BootLoaderSpec entries):
+    /// `grubby --update-kernel=ALL --args="<add>"` then `--remove-args="<remove>"`
+    /// (each only when non-empty).
+    Grubby {
+        /// Arguments to add to every kernel entry.
+        add: Vec<String>,
+        /// Arguments to take away from every kernel entry.
+        remove: Vec<String>,
+    },
+}
+
+/// An interrupt requested by a step: run by the agent after the step succeeded and its flag
+/// is written, with the same commands and once-per-SKYHOOK_RESOURCE_ID markers as its
+/// `interrupt` mode. The host layer only collects them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum InterruptRequest {
+    /// Reboot the node (`interrupt::reboot()`).
+    Reboot,
+    /// Restart the named services (`interrupt::restart_services(names)`).
+    RestartServices {
+        /// Unit names as given.
+        services: Vec<String>,
+    },
+    /// Restart all services (`interrupt::restart_all_services()`).
+    RestartAllServices,
+}
+
+/// One desired-state change, action or interrupt, as handed to the session's executor.
+/// Paths are host paths (absolute, resolved under the host root by the executor).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Effect {
+    /// Replace a file's content atomically; `None` attributes keep the existing file's (or
+    /// the defaults 0644 / the agent's ids for a new file).
+    WriteFile {
+        /// Host path (a symlink's target is written, the link stays).
+        path: PathBuf,
+        /// The complete new content.
+        content: Vec<u8>,
+        /// Permission bits to set.
+        mode: Option<u32>,
+        /// Owner uid to set.
+        uid: Option<u32>,
+        /// Group gid to set.
+        gid: Option<u32>,
+    },
+    /// Remove a file, symlink or empty directory.
+    RemoveFile {
+        /// Host path.
+        path: PathBuf,
+    },
+    /// Create a directory and its parents; set `mode` on the final directory.
+    Mkdir {
+        /// Host path.
+        path: PathBuf,
+        /// Permission bits of the final directory.
+        mode: u32,
+    },
+    /// Remove a tree (`rm -rf`).
+    RemoveAll {
+        /// Host path.
+        path: PathBuf,
+    },
+    /// Set permission bits.
+    Chmod {
+        /// Host path.
+        path: PathBuf,
+        /// New permission bits.
+        mode: u32,
+    },
+    /// Set owner and/or group.
+    Chown {
+        /// Host path.
+        path: PathBuf,
+        /// New uid, `None` to keep.
+        uid: Option<u32>,
+        /// New gid, `None` to keep.
+        gid: Option<u32>,
+    },
+    /// Create (or retarget) a symlink.
+    Symlink {
+        /// The link's content, stored as given (may be relative).
+        target: PathBuf,
+        /// Host path of the link; an existing symlink there is replaced.
+        link: PathBuf,
+    },
+    /// A service state change (`systemctl <op> <name>`).
+    Service {
+        /// Unit name.
+        name: String,
+        /// Which change.
+        op: ServiceOp,
+    },
+    /// A service action (`systemctl restart|reload <name>`).
+    ServiceAction {
+        /// Unit name.
+        name: String,
+        /// Which action.
+        action: ServiceAction,
+    },
+    /// `systemctl daemon-reload` (explicit, or the coalesced one scheduled by drop-ins).
+    DaemonReload,
+    /// Install packages (only the missing ones are listed).
+    PackageInstall {
+        /// The manager used.
+        manager: PkgManager,
+        /// Package names.
+        names: Vec<String>,
+        /// Refresh the package index first (`apt-get update`, `dnf makecache`, ...).
+        update: bool,
+    },
+    /// Remove packages (only the installed ones are listed).
+    PackageRemove {
+        /// The manager used.
+        manager: PkgManager,
+        /// Package names.
+        names: Vec<String>,
+    },
+    /// Set a runtime sysctl value by writing `/proc/sys/<key>`.
+    Sysctl {
+        /// The key in dotted form.
+        key: String,
+        /// The new value.
+        value: String,
+    },
+    /// Run a command that is not read-only (an action).
+    Command {
+        /// Program and arguments.
+        argv: Vec<String>,
+        /// Options as given.
+        opts: RunOptions,
+    },
+    /// Regenerate grub configuration (deferred to the end of the step).
+    GrubUpdate(GrubUpdate),
+    /// An interrupt for the agent to run after the step.
+    Interrupt(InterruptRequest),
+}
+
+/// The class of an [`Effect`]: see the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EffectClass {
+    /// Brings the host to a desired state; drift in a check.
+    Change,
+    /// Done every time; never drift.
+    Action,
+    /// Collected for the agent.
+    Interrupt,
+}
+
+impl Effect {
+    /// This effect's class.
+    pub fn class(&self) -> EffectClass {
+        match self {
+            Effect::ServiceAction { .. }
+            | Effect::DaemonReload
+            | Effect::Command { .. }
+            | Effect::GrubUpdate(_) => EffectClass::Action,
+            Effect::Interrupt(_) => EffectClass::Interrupt,
+            _ => EffectClass::Change,
+        }
+    }
+
+    /// A short machine-readable kind for reports: `write`, `remove`, `mkdir`, `remove_all`,
+    /// `chmod`, `chown`, `symlink`, `service`, `service_action`, `daemon_reload`,
+    /// `package_install`, `package_remove`, `sysctl`, `command`, `grub_update`, `interrupt`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Effect::WriteFile { .. } => "write",
+            Effect::RemoveFile { .. } => "remove",
+            Effect::Mkdir { .. } => "mkdir",
+            Effect::RemoveAll { .. } => "remove_all",
+            Effect::Chmod { .. } => "chmod",
+            Effect::Chown { .. } => "chown",
+            Effect::Symlink { .. } => "symlink",
+            Effect::Service { .. } => "service",
+            Effect::ServiceAction { .. } => "service_action",
+            Effect::DaemonReload => "daemon_reload",
+            Effect::PackageInstall { .. } => "package_install",
+            Effect::PackageRemove { .. } => "package_remove",
+            Effect::Sysctl { .. } => "sysctl",
+            Effect::Command { .. } => "command",
+            Effect::GrubUpdate(_) => "grub_update",
+            Effect::Interrupt(_) => "interrupt",
+        }
+    }
+
+    /// What the effect applies to: a host path, unit, package list, key or command line.
+    pub fn target(&self) -> String {
+        match self {
+            Effect::WriteFile { path, .. }
+            | Effect::RemoveFile { path }
+            | Effect::Mkdir { path, .. }
+            | Effect::RemoveAll { path }
+            | Effect::Chmod { path, .. }
+            | Effect::Chown { path, .. } => path.display().to_string(),
+            Effect::Symlink { link, .. } => link.display().to_string(),
+            Effect::Service { name, .. } | Effect::ServiceAction { name, .. } => name.clone(),
+            Effect::DaemonReload => "systemd".into(),
+            Effect::PackageInstall { names, .. } | Effect::PackageRemove { names, .. } => {
+                names.join(" ")
+            }
+            Effect::Sysctl { key, .. } => key.clone(),
+            Effect::Command { argv, .. } => quote_argv(argv),
+            Effect::GrubUpdate(_) => "grub".into(),
+            Effect::Interrupt(_) => "node".into(),
+        }
+    }
+}
+
+/// Render an argv as a shell-like command line for messages: words made only of safe
+/// characters stay bare, anything else is single-quoted (`'` as `'\''`).
+pub fn quote_argv(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| quote_word(a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn quote_word(a: &str) -> String {
+    let safe = !a.is_empty()
+        && a.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@%^".contains(c));
+    if safe {
+        a.to_string()
+    } else {
+        format!("'{}'", a.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        let argv: Vec<String> = ["echo", "a b", "it's", ""]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(quote_argv(&argv), r#"echo 'a b' 'it'\''s' ''"#);
+    }
+
+    #[test]
+    fn classes() {
+        assert_eq!(Effect::DaemonReload.class(), EffectClass::Action);
+        assert_eq!(
+            Effect::Sysctl {
+                key: "a.b".into(),
+                value: "1".into()
+            }
+            .class(),
+            EffectClass::Change
+        );
+        assert_eq!(
+            Effect::Interrupt(InterruptRequest::Reboot).class(),
+            EffectClass::Interrupt
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! [`HostError`]: every failure of a host API call, naming the path, command or coordinate
+//! involved. Messages are lowercase and read after "failed to" where they describe an
+//! operation; the cause is kept in `#[source]`.
+//!
+//! Messages never contain a secret's value: [`HostError::SecretRefused`] names the
+//! coordinate only. Command stderr tails may contain anything a command printed, so the
+//! binding layer passes every message through [`crate::host::secrets::Redactor::redact`].
+
+use std::path::PathBuf;
+
+use crate::host::root::RootError;
+
+/// A host API failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostError {
+    /// A file operation under the host root failed (the message names path and root).
+    #[error(transparent)]
+    Root(#[from] RootError),
+
+    /// A path argument was relative.
+    #[error("paths must be absolute: {path:?}")]
+    RelativePath {
+        /// The path as given.
+        path: String,
+    },
+
+    /// A file that must exist does not (`fs::read`, `ensure_line` with `create: false`).
+    #[error("{} does not exist", path.display())]
+    NotFound {
+        /// The host path.
+        path: PathBuf,
+    },
+
+    /// The object at a path has the wrong type for the call (a directory given to `read`).
+    #[error("{}: {what}", path.display())]
+    WrongKind {
+        /// The host path.
+        path: PathBuf,
+        /// What was wrong, e.g. "is a directory".
+        what: &'static str,
+    },
+
+    /// A file's content is not UTF-8 where text is needed.
+    #[error("{} is not valid UTF-8 text", path.display())]
+    NotText {
+        /// The host path.
+        path: PathBuf,
+    },
+
+    /// A regular expression argument did not compile.
+    #[error("invalid regex {pattern:?}")]
+    Regex {
+        /// The pattern as given.
+        pattern: String,
+        /// The compile error.
+        #[source]
+        source: regex::Error,
+    },
+
+    /// A glob pattern did not compile.
+    #[error("invalid glob pattern {pattern:?}")]
+    Glob {
+        /// The pattern as given.
+        pattern: String,
+        /// The compile error.
+        #[source]
+        source: globset::Error,
+    },
+
+    /// An argument was outside what the call accepts (a name with `/`, an empty argv, ...).
+    #[error("invalid {what}: {message}")]
+    Invalid {
+        /// The argument ("service name", "sysctl key", "argv", ...).
+        what: &'static str,
+        /// Why, including the offending value (never a secret).
+        message: String,
+    },
+
+    /// A user or group name is not in the host root's `/etc/passwd` or `/etc/group`.
+    #[error("unknown {kind} {name:?} (not in the host's {file})")]
+    UnknownId {
+        /// `user` or `group`.
+        kind: &'static str,
+        /// The name as given.
+        name: String,
+        /// `/etc/passwd` or `/etc/group`.
+        file: &'static str,
+    },
+
+    /// A command's program does not exist (inside the host root when chrooted).
+    #[error("failed to run {command}: program not found")]
+    ProgramNotFound {
+        /// The command line, shell-quoted.
+        command: String,
+    },
+
+    /// A command could not be started or waited for.
+    #[error("failed to run {command}")]
+    Spawn {
+        /// The command line, shell-quoted.
+        command: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A command run with `check: true` (or an internal command) exited non-zero.
+    #[error("command {command} failed with exit code {code}: {stderr_tail}")]
+    CommandFailed {
+        /// The command line, shell-quoted.
+        command: String,
+        /// Its exit code (-1 when killed by a signal).
+        code: i32,
+        /// The last lines of its stderr (at most 20 lines / 2000 bytes).
+        stderr_tail: String,
+    },
+
+    /// A command ran past its timeout; its process group was killed.
+    #[error("command {command} timed out after {secs:.1}s and was killed")]
+    Timeout {
+        /// The command line, shell-quoted.
+        command: String,
+        /// The timeout in seconds.
+        secs: f64,
+    },
+
+    /// A sysctl key has no `/proc/sys` entry under the root.
+    #[error("unknown sysctl key {key:?} (no {})", path.display())]
+    UnknownSysctl {
+        /// The key as given.
+        key: String,
+        /// The host path looked up.
+        path: PathBuf,
+    },
+
+    /// The package manager could not be determined from os-release.
+    #[error("no supported package manager for this host (os-release ID {id:?})")]
+    NoPackageManager {
+        /// The os-release ID (empty when unknown).
+        id: String,
+    },
+
+    /// A configMap line is not `key=value`.
+    #[error("configMap {name:?} line {line}: expected key=value, got {text:?}")]
+    ConfigMapLine {
+        /// The configMap (file) name.
+        name: String,
+        /// The 1-based line number.
+        line: usize,
+        /// The line as found.
+        text: String,
+    },
+
+    /// `config::lines` or `config::kv` of a configMap that does not exist.
+    #[error("configMap {name:?} does not exist")]
+    ConfigMapMissing {
+        /// The configMap (file) name.
+        name: String,
+    },
+
+    /// A file outside the host root (configMaps, node metadata, secrets) could not be read.
+    #[error("failed to read {}", path.display())]
+    AgentFile {
+        /// The agent-side path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A node metadata file is not a JSON object.
+    #[error("failed to parse node metadata {}", path.display())]
+    Json {
+        /// The agent-side path.
+        path: PathBuf,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// A secret not in `SKYHOOK_ALLOWED_SECRETS` was asked for.
+    #[error("secret {name:?} is not in SKYHOOK_ALLOWED_SECRETS (asked for key {key:?})")]
+    SecretRefused {
+        /// The secret name.
+        name: String,
+        /// The key asked for.
+        key: String,
+    },
+
+    /// An allowed secret key does not exist or cannot be read.
+    #[error("failed to read secret {name:?} key {key:?}")]
+    SecretRead {
+        /// The secret name.
+        name: String,
+        /// The key.
+        key: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// `secret_env(var)` on an unset variable.
+    #[error("environment variable {var:?} is not set")]
+    EnvMissing {
+        /// The variable name.
+        var: String,
+    },
+}
+
+/// Result alias for host API calls.
+pub type Result<T, E = HostError> = std::result::Result<T, E>;

@@ -1,0 +1,631 @@
+//! Files: `fs::` queries and mutations on host paths.
+//!
+//! Every path is an absolute host path resolved inside the host root with chroot semantics
+//! (through [`crate::host::root::HostRoot`]); a relative path is
+//! [`HostError::RelativePath`]. Queries read through the session's view (planned writes
+//! included in plan/check mode). Mutations compare with the current state and submit an
+//! [`Effect`] only when something differs, returning whether they did.
+//!
+//! Text functions (`read`, `ensure_line`, blocks) work on UTF-8 text; a file that is not
+//! UTF-8 is [`HostError::NotText`]. When a text function rewrites a file, the result ends
+//! with a newline.
+
+use std::path::{Path, PathBuf};
+
+use crate::host::Host;
+use crate::host::effect::Effect;
+use crate::host::error::{HostError, Result};
+use crate::host::root::EntryKind;
+use crate::host::session::Stat;
+
+/// Options of `write`, `copy`: attributes to set (`None` keeps the existing file's).
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// Permission bits (e.g. `0o600`).
+    pub mode: Option<u32>,
+    /// Owner: a user name from the host root's `/etc/passwd`, or a number.
+    pub owner: Option<String>,
+    /// Group: a group name from the host root's `/etc/group`, or a number.
+    pub group: Option<String>,
+}
+
+/// Options of `ensure_line`.
+#[derive(Debug, Clone)]
+pub struct LineOptions {
+    /// Replace the last line matching this regex (else append when absent).
+    pub regex: Option<String>,
+    /// Create a missing file (default true); false makes a missing file an error.
+    pub create: bool,
+}
+
+impl Default for LineOptions {
+    fn default() -> Self {
+        LineOptions {
+            regex: None,
+            create: true,
+        }
+    }
+}
+
+/// Parse a script path: absolute, else [`HostError::RelativePath`].
+pub fn host_path(p: &str) -> Result<PathBuf> {
+    if p.starts_with('/') {
+        Ok(PathBuf::from(p))
+    } else {
+        Err(HostError::RelativePath { path: p.into() })
+    }
+}
+
+fn compile(pattern: &str) -> Result<regex::Regex> {
+    regex::Regex::new(pattern).map_err(|source| HostError::Regex {
+        pattern: pattern.into(),
+        source,
+    })
+}
+
+fn text(path: &Path, bytes: Vec<u8>) -> Result<String> {
+    String::from_utf8(bytes).map_err(|_| HostError::NotText {
+        path: path.to_path_buf(),
+    })
+}
+
+/// `fs::exists(p)`: true when `p` exists (following symlinks).
+///
+/// # Errors
+/// Relative path, resolution failures.
+pub fn exists(h: &Host, p: &str) -> Result<bool> {
+    Ok(h.view_stat(&host_path(p)?, true)?.is_some())
+}
+
+/// `fs::is_file(p)`: true when `p` is a regular file (following symlinks).
+///
+/// # Errors
+/// Relative path, resolution failures.
+pub fn is_file(h: &Host, p: &str) -> Result<bool> {
+    Ok(h.view_stat(&host_path(p)?, true)?
+        .is_some_and(|s| s.kind == "file"))
+}
+
+/// `fs::is_dir(p)`: true when `p` is a directory (following symlinks).
+///
+/// # Errors
+/// Relative path, resolution failures.
+pub fn is_dir(h: &Host, p: &str) -> Result<bool> {
+    Ok(h.view_stat(&host_path(p)?, true)?
+        .is_some_and(|s| s.kind == "dir"))
+}
+
+/// `fs::read(p)`: the file's text.
+///
+/// # Errors
+/// [`HostError::NotFound`] when missing; [`HostError::NotText`]; a directory.
+pub fn read(h: &Host, p: &str) -> Result<String> {
+    let path = host_path(p)?;
+    match h.view_read(&path)? {
+        Some(b) => text(&path, b),
+        None => Err(HostError::NotFound { path }),
+    }
+}
+
+/// `fs::read_or(p, default)`: the file's text, or `default` when it does not exist.
+///
+/// # Errors
+/// As [`read`], except a missing file.
+pub fn read_or(h: &Host, p: &str, default: &str) -> Result<String> {
+    let path = host_path(p)?;
+    match h.view_read(&path)? {
+        Some(b) => text(&path, b),
+        None => Ok(default.to_string()),
+    }
+}
+
+/// `fs::list(dir)`: entry names, sorted (byte order).
+///
+/// # Errors
+/// [`HostError::NotFound`] when missing; not a directory.
+pub fn list(h: &Host, dir: &str) -> Result<Vec<String>> {
+    let path = host_path(dir)?;
+    match h.view_list(&path)? {
+        Some(v) => Ok(v.into_iter().map(|(n, _)| n).collect()),
+        None => Err(HostError::NotFound { path }),
+    }
+}
+
+/// `fs::stat(p)`: `#{kind, size, mode, uid, gid, mtime}` of `p` itself (a final symlink is
+/// not followed, so `kind` can be `symlink`).
+///
+/// # Errors
+/// [`HostError::NotFound`] when missing.
+pub fn stat(h: &Host, p: &str) -> Result<Stat> {
+    let path = host_path(p)?;
+    h.view_stat(&path, false)?
+        .ok_or(HostError::NotFound { path })
+}
+
+fn has_meta(s: &str) -> bool {
+    s.contains(['*', '?', '[', '{'])
+}
+
+/// `fs::glob(pattern)`: sorted host paths matching an absolute glob pattern (`*`, `?`,
+/// `[abc]`, `{a,b}`, and `**` for any number of directories; `*` never crosses `/` and does
+/// match names starting with `.`). Matching uses the `globset` crate; the walk starts at the
+/// pattern's literal prefix and descends only as deep as the pattern reaches (`**` walks the
+/// whole subtree without following symlinked directories).
+///
+/// # Errors
+/// Relative or invalid pattern; directory read failures.
+pub fn glob(h: &Host, pattern: &str) -> Result<Vec<String>> {
+    let path = host_path(pattern)?;
+    let norm = crate::host::plan::normalize(&path);
+    let comps: Vec<String> = norm
+        .components()
+        .skip(1)
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let Some(first_meta) = comps.iter().position(|c| has_meta(c)) else {
+        return Ok(if h.view_stat(&norm, false)?.is_some() {
+            vec![norm.to_string_lossy().into_owned()]
+        } else {
+            Vec::new()
+        });
+    };
+    let matcher = globset::GlobBuilder::new(&norm.to_string_lossy())
+        .literal_separator(true)
+        .build()
+        .map_err(|source| HostError::Glob {
+            pattern: pattern.into(),
+            source,
+        })?
+        .compile_matcher();
+    let base: PathBuf = std::iter::once("/".to_string())
+        .chain(comps[..first_meta].iter().cloned())
+        .collect();
+    let rest = &comps[first_meta..];
+    let unlimited = rest.iter().any(|c| c.contains("**"));
+    let mut out = Vec::new();
+    walk(h, &base, rest.len(), unlimited, &matcher, &mut out)?;
+    out.sort();
+    Ok(out)
+}
+
+fn walk(
+    h: &Host,
+    dir: &Path,
+    depth: usize,
+    unlimited: bool,
+    m: &globset::GlobMatcher,
+    out: &mut Vec<String>,
+) -> Result<()> {
+    let entries = match h.view_list(dir) {
+        Ok(Some(e)) => e,
+        Ok(None) | Err(HostError::WrongKind { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for (name, kind) in entries {
+        let p = dir.join(&name);
+        if m.is_match(&p) {
+            out.push(p.to_string_lossy().into_owned());
+        }
+        if unlimited || depth > 1 {
+            let descend = match kind {
+                EntryKind::Dir => true,
+                EntryKind::Symlink if !unlimited => {
+                    h.view_stat(&p, true)?.is_some_and(|s| s.kind == "dir")
+                }
+                _ => false,
+            };
+            if descend {
+                walk(h, &p, depth.saturating_sub(1), unlimited, m, out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Resolve a user (`passwd`) or group (`group`) name in the host root, or parse a number.
+fn resolve_id(h: &Host, name: &str, group: bool) -> Result<u32> {
+    if let Ok(n) = name.parse::<u32>() {
+        return Ok(n);
+    }
+    let (file, kind) = if group {
+        ("/etc/group", "group")
+    } else {
+        ("/etc/passwd", "user")
+    };
+    let content = h.view_read(Path::new(file))?.unwrap_or_default();
+    let content = String::from_utf8_lossy(&content);
+    content
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() > 2 && f[0] == name).then(|| f[2].parse::<u32>().ok())?
+        })
+        .next()
+        .ok_or(HostError::UnknownId {
+            kind,
+            name: name.into(),
+            file,
+        })
+}
+
+fn ids(h: &Host, owner: Option<&str>, group: Option<&str>) -> Result<(Option<u32>, Option<u32>)> {
+    Ok((
+        owner.map(|o| resolve_id(h, o, false)).transpose()?,
+        group.map(|g| resolve_id(h, g, true)).transpose()?,
+    ))
+}
+
+/// Bring `path` to `content` with the given attributes; the one write path of every text
+/// helper, `copy`, drop-ins and persisted tuning files.
+pub(crate) fn put(
+    h: &mut Host,
+    path: &Path,
+    content: Vec<u8>,
+    mode: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+) -> Result<bool> {
+    let current = h.view_stat(path, true)?;
+    let needed = match &current {
+        None => true,
+        Some(s) if s.kind == "dir" => {
+            return Err(HostError::WrongKind {
+                path: path.to_path_buf(),
+                what: "is a directory",
+            });
+        }
+        Some(s) => {
+            mode.is_some_and(|m| m != s.mode)
+                || uid.is_some_and(|u| u != s.uid)
+                || gid.is_some_and(|g| g != s.gid)
+                || h.view_read(path)?.as_deref() != Some(content.as_slice())
+        }
+    };
+    if !needed {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    h.submit(Effect::WriteFile {
+        path: path.to_path_buf(),
+        content,
+        mode,
+        uid,
+        gid,
+    })?;
+    Ok(true)
+}
+
+/// `fs::write(p, content, #{mode, owner, group})`: replace the file's content atomically
+/// (temp file, fsync, rename; a symlink's target is written). An existing file keeps its
+/// mode, owner, group and extended attributes unless set. Changed when content or an
+/// attribute differs.
+///
+/// # Errors
+/// Relative path, a directory at `p`, unknown owner/group, write failures.
+pub fn write(h: &mut Host, p: &str, content: &str, opts: &WriteOptions) -> Result<bool> {
+    write_bytes(h, p, content.as_bytes(), opts)
+}
+
+/// [`write`] with raw bytes.
+///
+/// # Errors
+/// As [`write`].
+pub fn write_bytes(h: &mut Host, p: &str, content: &[u8], opts: &WriteOptions) -> Result<bool> {
+    let path = host_path(p)?;
+    let (uid, gid) = ids(h, opts.owner.as_deref(), opts.group.as_deref())?;
+    put(h, &path, content.to_vec(), opts.mode, uid, gid)
+}
+
+/// `fs::append(p, content)`: append to the file (created when missing). Not idempotent by
+/// nature: changed whenever `content` is not empty.
+///
+/// # Errors
+/// As [`write`].
+pub fn append(h: &mut Host, p: &str, content: &str) -> Result<bool> {
+    let path = host_path(p)?;
+    let mut cur = h.view_read(&path)?.unwrap_or_default();
+    if content.is_empty() {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    cur.extend_from_slice(content.as_bytes());
+    put(h, &path, cur, None, None, None)
+}
+
+/// Current lines of a text file, `None` when missing.
+fn lines_of(h: &Host, path: &Path) -> Result<Option<Vec<String>>> {
+    match h.view_read(path)? {
+        None => Ok(None),
+        Some(b) => Ok(Some(text(path, b)?.lines().map(String::from).collect())),
+    }
+}
+
+fn join_lines(lines: &[String]) -> Vec<u8> {
+    let mut s = lines.join("\n");
+    if !lines.is_empty() {
+        s.push('\n');
+    }
+    s.into_bytes()
+}
+
+/// Write `lines` when they differ from the file's current text (compared as bytes).
+fn put_lines(h: &mut Host, path: &Path, lines: &[String]) -> Result<bool> {
+    put(h, path, join_lines(lines), None, None, None)
+}
+
+/// `fs::ensure_line(p, line, #{regex, create})`: without `regex`, append `line` when no line
+/// equals it. With `regex`, replace the *last* line matching it by `line` (unchanged when it
+/// already equals `line`); when none matches, append `line` unless present.
+///
+/// # Errors
+/// Invalid regex; missing file with `create: false` ([`HostError::NotFound`]); non-text file.
+pub fn ensure_line(h: &mut Host, p: &str, line: &str, opts: &LineOptions) -> Result<bool> {
+    let path = host_path(p)?;
+    let re = opts.regex.as_deref().map(compile).transpose()?;
+    let mut lines = match lines_of(h, &path)? {
+        Some(l) => l,
+        None if opts.create => Vec::new(),
+        None => return Err(HostError::NotFound { path }),
+    };
+    let last_match = re
+        .as_ref()
+        .and_then(|re| lines.iter().rposition(|l| re.is_match(l)));
+    match last_match {
+        Some(i) if lines[i] == line => {
+            h.note_unchanged();
+            return Ok(false);
+        }
+        Some(i) => lines[i] = line.to_string(),
+        None if lines.iter().any(|l| l == line) => {
+            h.note_unchanged();
+            return Ok(false);
+        }
+        None => lines.push(line.to_string()),
+    }
+    put_lines(h, &path, &lines)
+}
+
+/// `fs::remove_line(p, regex)`: remove every line matching `regex`. A missing file is
+/// unchanged.
+///
+/// # Errors
+/// Invalid regex; non-text file.
+pub fn remove_line(h: &mut Host, p: &str, regex: &str) -> Result<bool> {
+    let path = host_path(p)?;
+    let re = compile(regex)?;
+    let Some(lines) = lines_of(h, &path)? else {
+        h.note_unchanged();
+        return Ok(false);
+    };
+    let kept: Vec<String> = lines.iter().filter(|l| !re.is_match(l)).cloned().collect();
+    if kept.len() == lines.len() {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    put_lines(h, &path, &kept)
+}
+
+fn markers(id: &str) -> Result<(String, String)> {
+    if id.is_empty() || id.contains(['\n', '\r']) {
+        return Err(HostError::Invalid {
+            what: "block id",
+            message: format!("{id:?} must be a non-empty single line"),
+        });
+    }
+    Ok((
+        format!("# BEGIN skyhook {id}"),
+        format!("# END skyhook {id}"),
+    ))
+}
+
+/// The line range of block `id` (BEGIN..=END), when both markers are present in order.
+fn find_block(lines: &[String], begin: &str, end: &str) -> Option<(usize, usize)> {
+    let b = lines.iter().position(|l| l == begin)?;
+    let e = lines[b..].iter().position(|l| l == end)? + b;
+    Some((b, e))
+}
+
+/// `fs::ensure_block(p, id, content)`: a managed block of `content`'s lines between
+/// `# BEGIN skyhook <id>` and `# END skyhook <id>`; replaced in place when present, else
+/// appended (file created when missing).
+///
+/// # Errors
+/// Invalid id (empty or multi-line); non-text file.
+pub fn ensure_block(h: &mut Host, p: &str, id: &str, content: &str) -> Result<bool> {
+    let path = host_path(p)?;
+    let (begin, end) = markers(id)?;
+    let mut lines = lines_of(h, &path)?.unwrap_or_default();
+    let mut block = vec![begin.clone()];
+    block.extend(content.lines().map(String::from));
+    block.push(end.clone());
+    match find_block(&lines, &begin, &end) {
+        Some((b, e)) => {
+            if lines[b..=e] == block[..] {
+                h.note_unchanged();
+                return Ok(false);
+            }
+            lines.splice(b..=e, block);
+        }
+        None => lines.extend(block),
+    }
+    put_lines(h, &path, &lines)
+}
+
+/// `fs::remove_block(p, id)`: remove the managed block `id` (markers included). Unchanged
+/// when the file or the block is absent.
+///
+/// # Errors
+/// Invalid id; non-text file.
+pub fn remove_block(h: &mut Host, p: &str, id: &str) -> Result<bool> {
+    let path = host_path(p)?;
+    let (begin, end) = markers(id)?;
+    let Some(mut lines) = lines_of(h, &path)? else {
+        h.note_unchanged();
+        return Ok(false);
+    };
+    let Some((b, e)) = find_block(&lines, &begin, &end) else {
+        h.note_unchanged();
+        return Ok(false);
+    };
+    lines.drain(b..=e);
+    put_lines(h, &path, &lines)
+}
+
+/// `fs::mkdir(p)` / `fs::mkdir(p, mode)`: create a directory and its parents (default mode
+/// 0755). An existing directory is unchanged unless `mode` is given and differs (then it is
+/// chmod-ed).
+///
+/// # Errors
+/// Something other than a directory exists at `p`; creation failures.
+pub fn mkdir(h: &mut Host, p: &str, mode: Option<u32>) -> Result<bool> {
+    let path = host_path(p)?;
+    match h.view_stat(&path, true)? {
+        Some(s) if s.kind != "dir" => Err(HostError::WrongKind {
+            path,
+            what: "exists and is not a directory",
+        }),
+        Some(s) if mode.is_none_or(|m| m == s.mode) => {
+            h.note_unchanged();
+            Ok(false)
+        }
+        _ => {
+            h.submit(Effect::Mkdir {
+                path,
+                mode: mode.unwrap_or(0o755),
+            })?;
+            Ok(true)
+        }
+    }
+}
+
+/// `fs::remove(p)`: remove a file, symlink (not its target) or empty directory. Unchanged
+/// when absent.
+///
+/// # Errors
+/// A non-empty directory; removal failures.
+pub fn remove(h: &mut Host, p: &str) -> Result<bool> {
+    let path = host_path(p)?;
+    match h.view_stat(&path, false)? {
+        None => {
+            h.note_unchanged();
+            Ok(false)
+        }
+        Some(s) => {
+            if s.kind == "dir" && !h.view_list(&path)?.unwrap_or_default().is_empty() {
+                return Err(HostError::WrongKind {
+                    path,
+                    what: "is a non-empty directory (use fs::remove_all)",
+                });
+            }
+            h.submit(Effect::RemoveFile { path })?;
+            Ok(true)
+        }
+    }
+}
+
+/// `fs::remove_all(p)`: remove a tree (a symlink itself, not its target). Unchanged when
+/// absent.
+///
+/// # Errors
+/// Removal failures.
+pub fn remove_all(h: &mut Host, p: &str) -> Result<bool> {
+    let path = host_path(p)?;
+    if h.view_stat(&path, false)?.is_none() {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    h.submit(Effect::RemoveAll { path })?;
+    Ok(true)
+}
+
+/// `fs::copy(src, dst, #{mode, owner, group})`: make `dst` a copy of file `src` (both host
+/// paths). A new `dst` gets `src`'s mode unless `mode` is given; an existing one keeps its
+/// attributes unless set.
+///
+/// # Errors
+/// [`HostError::NotFound`] when `src` is missing; as [`write`].
+pub fn copy(h: &mut Host, src: &str, dst: &str, opts: &WriteOptions) -> Result<bool> {
+    let s = host_path(src)?;
+    let d = host_path(dst)?;
+    let content = h
+        .view_read(&s)?
+        .ok_or(HostError::NotFound { path: s.clone() })?;
+    let (uid, gid) = ids(h, opts.owner.as_deref(), opts.group.as_deref())?;
+    let mut mode = opts.mode;
+    if mode.is_none() && h.view_stat(&d, true)?.is_none() {
+        mode = h.view_stat(&s, true)?.map(|st| st.mode);
+    }
+    put(h, &d, content, mode, uid, gid)
+}
+
+/// `fs::chmod(p, mode)`: set permission bits (following symlinks).
+///
+/// # Errors
+/// [`HostError::NotFound`]; chmod failures.
+pub fn chmod(h: &mut Host, p: &str, mode: u32) -> Result<bool> {
+    let path = host_path(p)?;
+    let s = h
+        .view_stat(&path, true)?
+        .ok_or(HostError::NotFound { path: path.clone() })?;
+    if s.mode == mode & 0o7777 {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    h.submit(Effect::Chmod {
+        path,
+        mode: mode & 0o7777,
+    })?;
+    Ok(true)
+}
+
+/// `fs::chown(p, owner, group)`: set owner and/or group (`None` keeps; names resolved in the
+/// host root's `/etc/passwd` and `/etc/group`, or numbers), following symlinks.
+///
+/// # Errors
+/// [`HostError::NotFound`]; [`HostError::UnknownId`]; chown failures.
+pub fn chown(h: &mut Host, p: &str, owner: Option<&str>, group: Option<&str>) -> Result<bool> {
+    let path = host_path(p)?;
+    let (uid, gid) = ids(h, owner, group)?;
+    let s = h
+        .view_stat(&path, true)?
+        .ok_or(HostError::NotFound { path: path.clone() })?;
+    if uid.is_none_or(|u| u == s.uid) && gid.is_none_or(|g| g == s.gid) {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    h.submit(Effect::Chown { path, uid, gid })?;
+    Ok(true)
+}
+
+/// `fs::symlink(target, link)`: make `link` a symlink whose content is `target` (stored as
+/// given, may be relative). An existing symlink with another target is replaced atomically.
+///
+/// # Errors
+/// Something other than a symlink exists at `link`.
+pub fn symlink(h: &mut Host, target: &str, link: &str) -> Result<bool> {
+    let path = host_path(link)?;
+    if target.is_empty() {
+        return Err(HostError::Invalid {
+            what: "symlink target",
+            message: "must not be empty".into(),
+        });
+    }
+    match h.view_stat(&path, false)? {
+        Some(s) if s.kind != "symlink" => {
+            return Err(HostError::WrongKind {
+                path,
+                what: "exists and is not a symlink",
+            });
+        }
+        Some(_) if h.view_readlink(&path)?.as_deref() == Some(Path::new(target)) => {
+            h.note_unchanged();
+            return Ok(false);
+        }
+        _ => {}
+    }
+    h.submit(Effect::Symlink {
+        target: PathBuf::from(target),
+        link: path,
+    })?;
+    Ok(true)
+}

@@ -1,0 +1,543 @@
+//! The plan/check executor: a read overlay of recorded effects, and the rendering of effects
+//! as report lines and unified diffs.
+//!
+//! The overlay maps *resolved* host paths (symlinks followed through the real root where they
+//! exist) to what the session planned there: a file with content and attributes, a directory,
+//! a symlink, or nothing (removed). A removed tree hides everything beneath it; a directory
+//! the plan creates ("fresh") hides whatever the real root had under that name. Planned
+//! service states and package installs are kept too, so `service::is_active` after a planned
+//! `start` and `pkg::installed` after a planned `install` answer as after an apply.
+//!
+//! Limits (documented, harmless for idempotence): symlinks planned in the same session are
+//! not followed by later reads; mtimes of planned files are the real ones when the file
+//! existed, else 0.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Component, Path, PathBuf};
+
+use crate::host::Host;
+use crate::host::effect::{Effect, GrubUpdate, ServiceOp, quote_argv};
+use crate::host::error::Result;
+use crate::host::root::EntryKind;
+use crate::host::session::Stat;
+
+/// One planned object.
+#[derive(Debug, Clone)]
+pub(crate) enum Node {
+    File {
+        content: Vec<u8>,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        mtime: i64,
+    },
+    Dir {
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        /// Created by the plan: the real root's content under it is not visible.
+        fresh: bool,
+    },
+    Symlink {
+        target: PathBuf,
+    },
+    Absent,
+}
+
+impl Node {
+    pub(crate) fn is_absent(&self) -> bool {
+        matches!(self, Node::Absent)
+    }
+
+    pub(crate) fn stat(&self) -> Option<Stat> {
+        let (kind, size, mode, uid, gid, mtime) = match self {
+            Node::File {
+                content,
+                mode,
+                uid,
+                gid,
+                mtime,
+            } => ("file", content.len() as u64, *mode, *uid, *gid, *mtime),
+            Node::Dir { mode, uid, gid, .. } => ("dir", 0, *mode, *uid, *gid, 0),
+            Node::Symlink { target } => {
+                ("symlink", target.as_os_str().len() as u64, 0o777, 0, 0, 0)
+            }
+            Node::Absent => return None,
+        };
+        Some(Stat {
+            kind: kind.into(),
+            size,
+            mode,
+            uid,
+            gid,
+            mtime,
+        })
+    }
+
+    /// File content, `Ok(None)` when absent, `Err(reason)` for a directory.
+    pub(crate) fn content(&self) -> std::result::Result<Option<Vec<u8>>, &'static str> {
+        match self {
+            Node::File { content, .. } => Ok(Some(content.clone())),
+            Node::Dir { .. } => Err("is a directory"),
+            Node::Symlink { .. } | Node::Absent => Ok(None),
+        }
+    }
+
+    fn entry_kind(&self) -> Option<EntryKind> {
+        match self {
+            Node::File { .. } => Some(EntryKind::File),
+            Node::Dir { .. } => Some(EntryKind::Dir),
+            Node::Symlink { .. } => Some(EntryKind::Symlink),
+            Node::Absent => None,
+        }
+    }
+}
+
+static ABSENT: Node = Node::Absent;
+
+/// The read overlay of a plan/check session.
+#[derive(Debug, Default)]
+pub(crate) struct Overlay {
+    nodes: BTreeMap<PathBuf, Node>,
+    /// Planned unit states: (active, enabled).
+    pub(crate) services: HashMap<String, (Option<bool>, Option<bool>)>,
+    /// Planned package presence.
+    pub(crate) packages: HashMap<String, bool>,
+}
+
+impl Overlay {
+    /// What the plan says about `p`: its own entry, or absence implied by the nearest
+    /// ancestor that was removed, is a file, or was created fresh. `None`: ask the real root.
+    pub(crate) fn lookup(&self, p: &Path) -> Option<&Node> {
+        if let Some(n) = self.nodes.get(p) {
+            return Some(n);
+        }
+        for anc in p.ancestors().skip(1) {
+            match self.nodes.get(anc) {
+                Some(Node::Dir { fresh: false, .. }) | None => continue,
+                Some(_) => return Some(&ABSENT),
+            }
+        }
+        None
+    }
+
+    pub(crate) fn is_fresh_dir(&self, p: &Path) -> bool {
+        matches!(self.nodes.get(p), Some(Node::Dir { fresh: true, .. }))
+    }
+
+    /// Planned children of `dir` (present ones only).
+    pub(crate) fn children(&self, dir: &Path) -> Vec<(String, EntryKind)> {
+        self.nodes
+            .range(dir.to_path_buf()..)
+            .filter(|(p, _)| p.parent() == Some(dir))
+            .filter_map(|(p, n)| {
+                let name = p.file_name()?.to_string_lossy().into_owned();
+                n.entry_kind().map(|k| (name, k))
+            })
+            .collect()
+    }
+
+    fn set(&mut self, p: PathBuf, n: Node) {
+        if matches!(n, Node::Absent) {
+            // Everything planned beneath is gone too.
+            let below: Vec<PathBuf> = self
+                .nodes
+                .range(p.clone()..)
+                .map(|(k, _)| k.clone())
+                .take_while(|k| k.starts_with(&p))
+                .filter(|k| k != &p)
+                .collect();
+            for k in below {
+                self.nodes.remove(&k);
+            }
+        }
+        self.nodes.insert(p, n);
+    }
+}
+
+/// Lexically normalise an absolute host path (`.` dropped, `..` pops, never above `/`), the
+/// way chroot resolution treats `..` at the root.
+pub(crate) fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A unified diff between two texts with `--- a/path` / `+++ b/path` headers (`/dev/null`
+/// for a side that does not exist), or a one-line note for binary content.
+pub fn render_diff(path: &Path, old: Option<&[u8]>, new: Option<&[u8]>) -> String {
+    let rel = path.to_string_lossy();
+    let rel = rel.trim_start_matches('/');
+    let a = if old.is_some() {
+        format!("a/{rel}")
+    } else {
+        "/dev/null".into()
+    };
+    let b = if new.is_some() {
+        format!("b/{rel}")
+    } else {
+        "/dev/null".into()
+    };
+    let (o, n) = (old.unwrap_or_default(), new.unwrap_or_default());
+    match (std::str::from_utf8(o), std::str::from_utf8(n)) {
+        (Ok(o), Ok(n)) => similar::TextDiff::from_lines(o, n)
+            .unified_diff()
+            .context_radius(3)
+            .header(&a, &b)
+            .to_string(),
+        _ => format!(
+            "Binary files {a} and {b} differ ({} -> {} bytes)\n",
+            o.len(),
+            n.len()
+        ),
+    }
+}
+
+fn ids(uid: Option<u32>, gid: Option<u32>) -> String {
+    let f = |x: Option<u32>| x.map_or("-".to_string(), |v| v.to_string());
+    format!("{}:{}", f(uid), f(gid))
+}
+
+impl Host {
+    /// A one-line summary of `effect` and, for file contents when `with_diff`, its diff
+    /// against the current view.
+    pub(crate) fn describe(
+        &self,
+        effect: &Effect,
+        with_diff: bool,
+    ) -> Result<(String, Option<String>)> {
+        Ok(match effect {
+            Effect::WriteFile {
+                path,
+                content,
+                mode,
+                uid,
+                gid,
+            } => {
+                let old_stat = self.view_stat(path, true)?;
+                let old = match &old_stat {
+                    Some(s) if s.kind == "file" => self.view_read(path)?,
+                    _ => None,
+                };
+                let p = path.display();
+                let mut summary = match (&old_stat, mode) {
+                    (None, m) => format!("create {p} (mode {:04o})", m.unwrap_or(0o644)),
+                    (Some(_), _) => format!("update {p}"),
+                };
+                if let Some(s) = &old_stat {
+                    if let Some(m) = mode
+                        && *m != s.mode
+                    {
+                        summary.push_str(&format!(" (mode {:04o} -> {:04o})", s.mode, m));
+                    }
+                    if uid.is_some_and(|u| u != s.uid) || gid.is_some_and(|g| g != s.gid) {
+                        summary.push_str(&format!(
+                            " (owner {}:{} -> {})",
+                            s.uid,
+                            s.gid,
+                            ids(*uid, *gid)
+                        ));
+                    }
+                } else if uid.is_some() || gid.is_some() {
+                    summary.push_str(&format!(" (owner {})", ids(*uid, *gid)));
+                }
+                let diff = (with_diff && old.as_deref() != Some(content.as_slice()))
+                    .then(|| render_diff(path, old.as_deref(), Some(content)));
+                (summary, diff)
+            }
+            Effect::RemoveFile { path } => {
+                let old = if with_diff {
+                    self.view_read(path).ok().flatten()
+                } else {
+                    None
+                };
+                let diff = old.map(|o| render_diff(path, Some(&o), None));
+                (format!("remove {}", path.display()), diff)
+            }
+            Effect::Mkdir { path, mode } => (
+                match self.view_stat(path, true)? {
+                    Some(s) => format!(
+                        "chmod directory {} {:04o} -> {:04o}",
+                        path.display(),
+                        s.mode,
+                        mode
+                    ),
+                    None => format!("create directory {} (mode {:04o})", path.display(), mode),
+                },
+                None,
+            ),
+            Effect::RemoveAll { path } => (format!("remove tree {}", path.display()), None),
+            Effect::Chmod { path, mode } => {
+                let old = self.view_stat(path, true)?.map_or(0, |s| s.mode);
+                (
+                    format!("chmod {} {:04o} -> {:04o}", path.display(), old, mode),
+                    None,
+                )
+            }
+            Effect::Chown { path, uid, gid } => {
+                let old = self
+                    .view_stat(path, true)?
+                    .map_or("-:-".into(), |s| format!("{}:{}", s.uid, s.gid));
+                (
+                    format!("chown {} {old} -> {}", path.display(), ids(*uid, *gid)),
+                    None,
+                )
+            }
+            Effect::Symlink { target, link } => (
+                format!("symlink {} -> {}", link.display(), target.display()),
+                None,
+            ),
+            Effect::Service { name, op } => (format!("{} service {name}", op.verb()), None),
+            Effect::ServiceAction { name, action } => {
+                (format!("systemctl {} {name}", action.verb()), None)
+            }
+            Effect::DaemonReload => ("systemctl daemon-reload".into(), None),
+            Effect::PackageInstall {
+                manager,
+                names,
+                update,
+            } => (
+                format!(
+                    "install packages {} ({}{})",
+                    names.join(" "),
+                    manager.name(),
+                    if *update { ", after index update" } else { "" }
+                ),
+                None,
+            ),
+            Effect::PackageRemove { manager, names } => (
+                format!("remove packages {} ({})", names.join(" "), manager.name()),
+                None,
+            ),
+            Effect::Sysctl { key, value } => {
+                let old = crate::host::tuning::sysctl::get(self, key)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
+                (format!("sysctl {key} = {value} (was {old})"), None)
+            }
+            Effect::Command { argv, .. } => (quote_argv(argv), None),
+            Effect::GrubUpdate(GrubUpdate::UpdateGrub) => ("update-grub".into(), None),
+            Effect::GrubUpdate(GrubUpdate::Grubby { add, remove }) => {
+                let mut parts = Vec::new();
+                if !add.is_empty() {
+                    parts.push(format!(
+                        "grubby --update-kernel=ALL --args={:?}",
+                        add.join(" ")
+                    ));
+                }
+                if !remove.is_empty() {
+                    parts.push(format!(
+                        "grubby --update-kernel=ALL --remove-args={:?}",
+                        remove.join(" ")
+                    ));
+                }
+                (parts.join("; "), None)
+            }
+            Effect::Interrupt(_) => ("interrupt".into(), None),
+        })
+    }
+
+    /// Record `effect` in the overlay so later reads see it.
+    pub(crate) fn overlay_record(&mut self, effect: &Effect) -> Result<()> {
+        match effect {
+            Effect::WriteFile {
+                path,
+                content,
+                mode,
+                uid,
+                gid,
+            } => {
+                let key = self.overlay_key(path, true)?;
+                let old = self.view_stat(&key, true)?;
+                self.plan_parents(&key)?;
+                let node = Node::File {
+                    content: content.clone(),
+                    mode: mode.or(old.as_ref().map(|s| s.mode)).unwrap_or(0o644),
+                    uid: uid.or(old.as_ref().map(|s| s.uid)).unwrap_or(0),
+                    gid: gid.or(old.as_ref().map(|s| s.gid)).unwrap_or(0),
+                    mtime: old.as_ref().map_or(0, |s| s.mtime),
+                };
+                self.overlay.set(key, node);
+            }
+            Effect::RemoveFile { path } | Effect::RemoveAll { path } => {
+                let key = self.overlay_key(path, false)?;
+                self.overlay.set(key, Node::Absent);
+            }
+            Effect::Mkdir { path, mode } => {
+                let key = self.overlay_key(path, true)?;
+                let old = self.view_stat(&key, true)?;
+                self.plan_parents(&key)?;
+                let node = Node::Dir {
+                    mode: *mode,
+                    uid: old.as_ref().map_or(0, |s| s.uid),
+                    gid: old.as_ref().map_or(0, |s| s.gid),
+                    fresh: old.is_none() || self.overlay.is_fresh_dir(&key),
+                };
+                self.overlay.set(key, node);
+            }
+            Effect::Chmod { path, mode } => self.plan_attrs(path, Some(*mode), None, None)?,
+            Effect::Chown { path, uid, gid } => self.plan_attrs(path, None, *uid, *gid)?,
+            Effect::Symlink { target, link } => {
+                let key = self.overlay_key(link, false)?;
+                self.plan_parents(&key)?;
+                self.overlay.set(
+                    key,
+                    Node::Symlink {
+                        target: target.clone(),
+                    },
+                );
+            }
+            Effect::Service { name, op } => {
+                let e = self.overlay.services.entry(name.clone()).or_default();
+                match op {
+                    ServiceOp::Start => e.0 = Some(true),
+                    ServiceOp::Stop => e.0 = Some(false),
+                    ServiceOp::Enable => e.1 = Some(true),
+                    ServiceOp::Disable => e.1 = Some(false),
+                }
+            }
+            Effect::PackageInstall { names, .. } => {
+                for n in names {
+                    self.overlay.packages.insert(n.clone(), true);
+                }
+            }
+            Effect::PackageRemove { names, .. } => {
+                for n in names {
+                    self.overlay.packages.insert(n.clone(), false);
+                }
+            }
+            Effect::Sysctl { key, value } => {
+                let path = crate::host::tuning::sysctl::proc_path(key)?;
+                let k = self.overlay_key(&path, true)?;
+                let old = self.view_stat(&k, true)?;
+                self.overlay.set(
+                    k,
+                    Node::File {
+                        content: format!("{value}\n").into_bytes(),
+                        mode: old.as_ref().map_or(0o644, |s| s.mode),
+                        uid: 0,
+                        gid: 0,
+                        mtime: 0,
+                    },
+                );
+            }
+            Effect::ServiceAction { .. }
+            | Effect::DaemonReload
+            | Effect::Command { .. }
+            | Effect::GrubUpdate(_)
+            | Effect::Interrupt(_) => {}
+        }
+        Ok(())
+    }
+
+    /// The content of symlink `path` as the session sees it; `None` when it is not a symlink.
+    pub(crate) fn view_readlink(&self, path: &Path) -> Result<Option<PathBuf>> {
+        let key = if self.mode() != crate::host::ExecMode::Apply {
+            let key = self.overlay_key(path, false)?;
+            if let Some(n) = self.overlay.lookup(&key) {
+                return Ok(match n {
+                    Node::Symlink { target } => Some(target.clone()),
+                    _ => None,
+                });
+            }
+            key
+        } else {
+            path.to_path_buf()
+        };
+        match self.root().symlink_metadata(&key)? {
+            Some(m) if m.file_type().is_symlink() => Ok(Some(self.root().read_link(&key)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Plan the missing parent directories of `key` (mode 0755, fresh).
+    fn plan_parents(&mut self, key: &Path) -> Result<()> {
+        let mut missing = Vec::new();
+        for anc in key.ancestors().skip(1) {
+            if self.view_stat(anc, true)?.is_some() {
+                break;
+            }
+            missing.push(anc.to_path_buf());
+        }
+        for p in missing.into_iter().rev() {
+            self.overlay.set(
+                p,
+                Node::Dir {
+                    mode: 0o755,
+                    uid: 0,
+                    gid: 0,
+                    fresh: true,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn plan_attrs(
+        &mut self,
+        path: &Path,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> Result<()> {
+        let key = self.overlay_key(path, true)?;
+        let Some(s) = self.view_stat(&key, true)? else {
+            return Ok(());
+        };
+        let node = if s.kind == "dir" {
+            Node::Dir {
+                mode: mode.unwrap_or(s.mode),
+                uid: uid.unwrap_or(s.uid),
+                gid: gid.unwrap_or(s.gid),
+                fresh: self.overlay.is_fresh_dir(&key),
+            }
+        } else {
+            Node::File {
+                content: self.view_read(&key)?.unwrap_or_default(),
+                mode: mode.unwrap_or(s.mode),
+                uid: uid.unwrap_or(s.uid),
+                gid: gid.unwrap_or(s.gid),
+                mtime: s.mtime,
+            }
+        };
+        self.overlay.set(key, node);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_exact() {
+        let d = render_diff(
+            Path::new("/etc/x.conf"),
+            Some(b"a\nb\nc\n"),
+            Some(b"a\nB\nc\n"),
+        );
+        assert_eq!(
+            d,
+            "--- a/etc/x.conf\n+++ b/etc/x.conf\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"
+        );
+        let d = render_diff(Path::new("/n"), None, Some(b"x\n"));
+        assert_eq!(d, "--- /dev/null\n+++ b/n\n@@ -0,0 +1 @@\n+x\n");
+    }
+
+    #[test]
+    fn normalize_never_climbs() {
+        assert_eq!(
+            normalize(Path::new("/a/../../b/./c")),
+            PathBuf::from("/b/c")
+        );
+    }
+}

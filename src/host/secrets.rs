@@ -1,0 +1,222 @@
+//! Secrets: `secret(name, key)`, `secret_env(var)` and the [`Redactor`] that hides every
+//! value read from step output, log files, plans and error messages.
+//!
+//! `secret(name, key)` reads `<secrets_dir>/<name>/<key>`, the layout in which the kubelet
+//! mounts a Secret volume (a directory on the agent's side, not under the host root). `name`
+//! must be in the allowlist (`SKYHOOK_ALLOWED_SECRETS`, comma-separated, empty allows none).
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use crate::host::Host;
+use crate::host::error::{HostError, Result};
+
+/// A shared, thread-safe set of secret values to hide. Clones share the set, so the log sink
+/// and the host session hold the same one.
+#[derive(Debug, Clone, Default)]
+pub struct Redactor {
+    values: Arc<RwLock<Vec<String>>>,
+}
+
+impl Redactor {
+    /// An empty redactor.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A redactor holding the values of the variables that `SKYHOOK_REDACT_ENV`
+    /// (comma-separated names, looked up in `env`) names.
+    pub fn from_env(env: &[(String, String)]) -> Self {
+        let r = Redactor::new();
+        r.add_from_env(env);
+        r
+    }
+
+    /// Add the values of the variables that `SKYHOOK_REDACT_ENV` in `env` names.
+    pub fn add_from_env(&self, env: &[(String, String)]) {
+        let lookup = |k: &str| env.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v);
+        if let Some(names) = lookup("SKYHOOK_REDACT_ENV") {
+            for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                if let Some(v) = lookup(name) {
+                    self.add(v);
+                }
+            }
+        }
+    }
+
+    /// Add a value (ignored when empty or already known). A value ending in a newline is
+    /// also added without it, since scripts usually trim what they read.
+    pub fn add(&self, value: &str) {
+        let mut vals = match self.values.write() {
+            Ok(v) => v,
+            Err(p) => p.into_inner(),
+        };
+        let trimmed = value.trim_end_matches(['\n', '\r']);
+        for v in [value, trimmed] {
+            if !v.is_empty() && !vals.iter().any(|x| x == v) {
+                vals.push(v.to_string());
+            }
+        }
+        // Longest first, so a value containing another is replaced whole.
+        vals.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    }
+
+    /// `text` with every known value replaced by `***` (borrowed when nothing matched).
+    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let vals = match self.values.read() {
+            Ok(v) => v,
+            Err(p) => p.into_inner(),
+        };
+        let mut out = Cow::Borrowed(text);
+        for v in vals.iter() {
+            if out.contains(v.as_str()) {
+                out = Cow::Owned(out.replace(v.as_str(), "***"));
+            }
+        }
+        out
+    }
+
+    /// How many values are known.
+    pub fn len(&self) -> usize {
+        self.values.read().map(|v| v.len()).unwrap_or(0)
+    }
+
+    /// True when no value is known.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn valid_component(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')
+}
+
+/// `secret(name, key)`: the content of `<secrets_dir>/<name>/<key>`, added to the redactor.
+///
+/// # Errors
+/// [`HostError::SecretRefused`] when `name` is not allowed (or `name`/`key` are not single
+/// path components); [`HostError::SecretRead`] when the file cannot be read. Neither names
+/// the value.
+pub fn secret(h: &mut Host, name: &str, key: &str) -> Result<String> {
+    let refused = || HostError::SecretRefused {
+        name: name.to_string(),
+        key: key.to_string(),
+    };
+    if !valid_component(name) || !valid_component(key) {
+        return Err(refused());
+    }
+    if !h.options().allowed_secrets.iter().any(|a| a == name) {
+        return Err(refused());
+    }
+    let path = Path::new(&h.options().secrets_dir).join(name).join(key);
+    let bytes = std::fs::read(&path).map_err(|source| HostError::SecretRead {
+        name: name.to_string(),
+        key: key.to_string(),
+        source,
+    })?;
+    let value = String::from_utf8_lossy(&bytes).into_owned();
+    h.redactor().add(&value);
+    Ok(value)
+}
+
+/// `secret_env(var)`: the value of `var` in the step's environment, added to the redactor.
+///
+/// # Errors
+/// [`HostError::EnvMissing`] when unset.
+pub fn secret_env(h: &mut Host, var: &str) -> Result<String> {
+    let value = h.env(var).ok_or_else(|| HostError::EnvMissing {
+        var: var.to_string(),
+    })?;
+    h.redactor().add(&value);
+    Ok(value)
+}
+
+/// Parse `SKYHOOK_ALLOWED_SECRETS` (comma-separated, blanks ignored; empty allows none).
+pub fn parse_allowlist(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::testutil::*;
+
+    #[test]
+    fn redactor_longest_first_and_env() {
+        let r = Redactor::from_env(&[
+            ("TOKEN".into(), "abc".into()),
+            ("LONG".into(), "abcdef".into()),
+            ("EMPTY".into(), "".into()),
+            (
+                "SKYHOOK_REDACT_ENV".into(),
+                "TOKEN, LONG,EMPTY,UNSET".into(),
+            ),
+        ]);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.redact("x abcdef abc y"), "x *** *** y");
+        assert!(matches!(r.redact("nothing"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn allowlist_refusal_and_redaction() {
+        let t = TestHost::new();
+        let sdir = t.dir.path().join("secrets");
+        std::fs::create_dir_all(sdir.join("db")).unwrap();
+        std::fs::create_dir_all(sdir.join("other")).unwrap();
+        std::fs::write(sdir.join("db/password"), "s3cr3t\n").unwrap();
+        std::fs::write(sdir.join("other/password"), "nope").unwrap();
+        let mut h = t.host_with(crate::host::ExecMode::Apply, |o| {
+            o.secrets_dir = sdir.clone();
+            o.allowed_secrets = parse_allowlist("db, ,x");
+            o.env.push(("API_KEY".into(), "k-123".into()));
+        });
+        assert_eq!(secret(&mut h, "db", "password").unwrap(), "s3cr3t\n");
+        let e = secret(&mut h, "other", "password").unwrap_err();
+        let msg = e.to_string();
+        assert_eq!(
+            msg,
+            "secret \"other\" is not in SKYHOOK_ALLOWED_SECRETS (asked for key \"password\")"
+        );
+        assert!(!msg.contains("nope"));
+        assert!(matches!(
+            secret(&mut h, "db", "../other/password"),
+            Err(HostError::SecretRefused { .. })
+        ));
+        assert!(matches!(
+            secret(&mut h, "db", "missing"),
+            Err(HostError::SecretRead { .. })
+        ));
+        assert_eq!(secret_env(&mut h, "API_KEY").unwrap(), "k-123");
+        assert!(matches!(
+            secret_env(&mut h, "NOPE"),
+            Err(HostError::EnvMissing { .. })
+        ));
+        assert_eq!(h.redactor().redact("pw=s3cr3t key=k-123"), "pw=*** key=***");
+    }
+
+    #[test]
+    fn plan_output_redacts_secret_written_to_file() {
+        let t = TestHost::new();
+        let mut h = t.host_with(crate::host::ExecMode::Plan, |o| {
+            o.env.push(("PW".into(), "topsecret".into()));
+        });
+        let pw = secret_env(&mut h, "PW").unwrap();
+        crate::host::fs::write(
+            &mut h,
+            "/etc/app.conf",
+            &format!("pw={pw}\n"),
+            &Default::default(),
+        )
+        .unwrap();
+        let red = h.redactor().clone();
+        let rep = h.finish().unwrap();
+        let text = rep.render_text(&red);
+        assert!(text.contains("+pw=***\n"), "{text}");
+        assert!(!text.contains("topsecret"));
+    }
+}

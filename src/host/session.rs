@@ -1,0 +1,448 @@
+//! [`Host`]: one step's session over the host root, and its executor.
+//!
+//! A `Host` is created per step with an [`ExecMode`]. API functions (`fs::write`,
+//! `service::start`, ...) read through the session's *view* and hand every mutation to
+//! [`Host::submit`] as an [`Effect`]. The executor then:
+//!
+//! - **Apply**: performs the effect (`apply.rs`) and records a one-line summary;
+//! - **Plan**: records the effect over a read overlay (`plan.rs`), so later reads in the same
+//!   session see the planned file contents, removals, service and package states, and renders
+//!   a unified diff for file contents; commands that are not read-only are recorded as
+//!   actions and return a planned result;
+//! - **Check**: records exactly like Plan; the report's changes are the drift.
+//!
+//! # Deferred work and `finish`
+//!
+//! A changed systemd drop-in schedules one `systemctl daemon-reload` (coalesced), run before
+//! the next `service::` call or at the end of the step; a changed grub drop-in schedules one
+//! grub regeneration at the end. [`Host::finish`] runs what is pending and returns the
+//! [`Report`]. **Call `finish` on error paths too**: a step that failed after scheduling a
+//! daemon-reload must still run it. As a safety net, dropping a `Host` without calling
+//! `finish` runs pending work too (errors are then lost), so an early `?` return cannot lose
+//! it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::host::cmd::{CmdOutput, RunOptions};
+use crate::host::effect::{Effect, EffectClass, GrubUpdate, InterruptRequest};
+use crate::host::error::{HostError, Result};
+use crate::host::plan::Overlay;
+use crate::host::report::{Action, Change, ExecMode, Report};
+use crate::host::root::{EntryKind, HostRoot};
+use crate::host::secrets::Redactor;
+
+/// Settings of one session, filled by the agent or `skyhook-run` from the step's context.
+#[derive(Debug, Clone)]
+pub struct HostOptions {
+    /// The step's environment (later entries win). Commands get exactly this plus their own
+    /// `env`; `PATH` defaults to `/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`.
+    pub env: Vec<(String, String)>,
+    /// Agent-side configMaps directory (`SKYHOOK_DIR/configmaps` or `--configmaps`); may lie
+    /// outside the root. `None`: no configMaps.
+    pub configmaps_dir: Option<PathBuf>,
+    /// Agent-side node metadata directory (`SKYHOOK_DIR/node-metadata`). `None`: empty maps.
+    pub node_metadata_dir: Option<PathBuf>,
+    /// Run commands chrooted into the host root (the agent's `on_host`, and `skyhook-run`).
+    /// When false they run in the agent's own filesystem.
+    pub commands_chrooted: bool,
+    /// The step's deadline: the default command timeout is what remains of it.
+    pub deadline: Option<Instant>,
+    /// Agent-side directory of mounted Secrets (`SKYHOOK_SECRETS_DIR`,
+    /// default `/var/run/secrets/skyhook`).
+    pub secrets_dir: PathBuf,
+    /// Secret names that may be read (`SKYHOOK_ALLOWED_SECRETS`, parsed with
+    /// [`crate::host::secrets::parse_allowlist`]).
+    pub allowed_secrets: Vec<String>,
+    /// `SKYHOOK_RESOURCE_ID` (for interrupts' once-per-resource markers, used by the agent).
+    pub resource_id: String,
+    /// How long package managers wait for their lock (apt's `DPkg::Lock::Timeout`, zypper's
+    /// `ZYPP_LOCK_TIMEOUT`), capped by what remains of the deadline. Default 300 s.
+    pub package_lock_timeout: Duration,
+    /// The redactor to share with the log sink. `None`: a new one from `SKYHOOK_REDACT_ENV`
+    /// in `env`. When given, the `SKYHOOK_REDACT_ENV` values are added to it.
+    pub redactor: Option<Redactor>,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        HostOptions {
+            env: Vec::new(),
+            configmaps_dir: None,
+            node_metadata_dir: None,
+            commands_chrooted: true,
+            deadline: None,
+            secrets_dir: PathBuf::from("/var/run/secrets/skyhook"),
+            allowed_secrets: Vec::new(),
+            resource_id: String::new(),
+            package_lock_timeout: Duration::from_secs(300),
+            redactor: None,
+        }
+    }
+}
+
+/// Grub work scheduled by `grub::` calls, run once by `finish`.
+#[derive(Debug, Default)]
+pub(crate) struct GrubPending {
+    /// `update-grub` needed (debian and other families).
+    pub regenerate: bool,
+    /// grubby `--args` to add (rhel, fedora).
+    pub add: Vec<String>,
+    /// grubby `--remove-args` (rhel, fedora).
+    pub remove: Vec<String>,
+}
+
+/// A file system object as the session sees it (`fs::stat`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Stat {
+    /// `file`, `dir`, `symlink` or `other`.
+    pub kind: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits (`mode & 0o7777`).
+    pub mode: u32,
+    /// Owner uid.
+    pub uid: u32,
+    /// Group gid.
+    pub gid: u32,
+    /// Modification time, seconds since the Unix epoch.
+    pub mtime: i64,
+}
+
+/// One step's session over a host root: the view, the executor and the report.
+#[derive(Debug)]
+pub struct Host {
+    root: HostRoot,
+    mode: ExecMode,
+    opts: HostOptions,
+    redactor: Redactor,
+    pub(crate) overlay: Overlay,
+    report: Report,
+    pub(crate) pending_daemon_reload: bool,
+    pub(crate) pending_grub: GrubPending,
+    finished: bool,
+}
+
+impl Host {
+    /// A session over `root` in `mode`.
+    pub fn new(root: HostRoot, mode: ExecMode, mut options: HostOptions) -> Host {
+        let redactor = options.redactor.take().unwrap_or_default();
+        redactor.add_from_env(&options.env);
+        Host {
+            root,
+            mode,
+            opts: options,
+            redactor,
+            overlay: Overlay::default(),
+            report: Report::new(mode),
+            pending_daemon_reload: false,
+            pending_grub: GrubPending::default(),
+            finished: false,
+        }
+    }
+
+    /// The execution mode.
+    pub fn mode(&self) -> ExecMode {
+        self.mode
+    }
+
+    /// True in plan mode (`step.dry_run`).
+    pub fn is_dry_run(&self) -> bool {
+        self.mode == ExecMode::Plan
+    }
+
+    /// The host root.
+    pub fn root(&self) -> &HostRoot {
+        &self.root
+    }
+
+    /// The session's options.
+    pub fn options(&self) -> &HostOptions {
+        &self.opts
+    }
+
+    /// The shared redactor (every secret read in this session is in it).
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    /// `env(name)`: the step environment's value (last definition wins).
+    pub fn env(&self, name: &str) -> Option<String> {
+        self.opts
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    /// `changed()`: how many changes this session has made (or planned) so far.
+    pub fn changed(&self) -> usize {
+        self.report.changes.len()
+    }
+
+    /// The report so far.
+    pub fn report(&self) -> &Report {
+        &self.report
+    }
+
+    /// What remains of the deadline (zero when passed), `None` without a deadline.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.opts
+            .deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// Count a mutating call that found the desired state already in place.
+    pub fn note_unchanged(&mut self) {
+        self.report.unchanged += 1;
+    }
+
+    /// Hand one effect to the executor (see the module docs). Returns the command output for
+    /// [`Effect::Command`] (planned in plan/check mode), `None` otherwise.
+    ///
+    /// # Errors
+    /// In apply mode, whatever performing it fails with; in plan/check mode, failures to
+    /// read the current state for the diff.
+    pub fn submit(&mut self, effect: Effect) -> Result<Option<CmdOutput>> {
+        if let Effect::Interrupt(i) = effect {
+            self.report.interrupts.push(i);
+            return Ok(None);
+        }
+        if matches!(effect, Effect::DaemonReload) {
+            self.pending_daemon_reload = false;
+        }
+        let with_diff = self.mode != ExecMode::Apply;
+        let (summary, diff) = self.describe(&effect, with_diff)?;
+        let out = match self.mode {
+            ExecMode::Apply => crate::host::apply::perform(self, &effect)?,
+            ExecMode::Plan | ExecMode::Check => {
+                self.overlay_record(&effect)?;
+                match effect {
+                    Effect::Command { .. } => Some(CmdOutput::planned()),
+                    _ => None,
+                }
+            }
+        };
+        match effect.class() {
+            EffectClass::Change => self.report.changes.push(Change {
+                kind: effect.kind().into(),
+                target: effect.target(),
+                summary,
+                diff,
+            }),
+            EffectClass::Action => self.report.actions.push(Action {
+                kind: effect.kind().into(),
+                target: effect.target(),
+                summary,
+            }),
+            EffectClass::Interrupt => {}
+        }
+        Ok(out)
+    }
+
+    /// Schedule one (coalesced) `systemctl daemon-reload`.
+    pub fn schedule_daemon_reload(&mut self) {
+        self.pending_daemon_reload = true;
+    }
+
+    /// Run a scheduled daemon-reload now (before a `service::` call).
+    ///
+    /// # Errors
+    /// The reload's failure (it is then no longer pending).
+    pub fn flush_daemon_reload(&mut self) -> Result<()> {
+        if self.pending_daemon_reload {
+            self.pending_daemon_reload = false;
+            self.submit(Effect::DaemonReload)?;
+        }
+        Ok(())
+    }
+
+    fn run_deferred(&mut self) -> Result<()> {
+        let reload = self.flush_daemon_reload();
+        let grub = std::mem::take(&mut self.pending_grub);
+        let family = if grub.add.is_empty() && grub.remove.is_empty() {
+            None
+        } else {
+            Some(GrubUpdate::Grubby {
+                add: grub.add,
+                remove: grub.remove,
+            })
+        };
+        let grub_result = match family {
+            Some(g) => self.submit(Effect::GrubUpdate(g)).map(|_| ()),
+            None if grub.regenerate => self
+                .submit(Effect::GrubUpdate(GrubUpdate::UpdateGrub))
+                .map(|_| ()),
+            None => Ok(()),
+        };
+        reload.and(grub_result)
+    }
+
+    /// End the session: run pending deferred work (daemon-reload, grub regeneration) and
+    /// return the report. Call it whether the step succeeded or not.
+    ///
+    /// # Errors
+    /// The first failure of the deferred work (the rest is still attempted).
+    pub fn finish(mut self) -> Result<Report> {
+        self.finished = true;
+        self.run_deferred()?;
+        Ok(std::mem::replace(&mut self.report, Report::new(self.mode)))
+    }
+
+    // ---- the view: reads that see planned effects in plan/check mode ----
+
+    /// Metadata of `path` as the session sees it; `follow` follows a final symlink.
+    pub(crate) fn view_stat(&self, path: &Path, follow: bool) -> Result<Option<Stat>> {
+        if self.mode != ExecMode::Apply {
+            let key = self.overlay_key(path, follow)?;
+            if let Some(hit) = self.overlay.lookup(&key) {
+                return Ok(hit.stat());
+            }
+            return self.real_stat(&key, follow);
+        }
+        self.real_stat(path, follow)
+    }
+
+    fn real_stat(&self, path: &Path, follow: bool) -> Result<Option<Stat>> {
+        use std::os::unix::fs::MetadataExt;
+        let m = if follow {
+            self.root.metadata(path)?
+        } else {
+            self.root.symlink_metadata(path)?
+        };
+        Ok(m.map(|m| {
+            let ft = m.file_type();
+            let kind = if ft.is_symlink() {
+                "symlink"
+            } else if ft.is_dir() {
+                "dir"
+            } else if ft.is_file() {
+                "file"
+            } else {
+                "other"
+            };
+            Stat {
+                kind: kind.into(),
+                size: m.size(),
+                mode: m.mode() & 0o7777,
+                uid: m.uid(),
+                gid: m.gid(),
+                mtime: m.mtime(),
+            }
+        }))
+    }
+
+    /// Content of the file at `path` (following symlinks); `None` when absent.
+    ///
+    /// # Errors
+    /// [`HostError::WrongKind`] for a directory; resolution or read failures.
+    pub(crate) fn view_read(&self, path: &Path) -> Result<Option<Vec<u8>>> {
+        let key = if self.mode != ExecMode::Apply {
+            let key = self.overlay_key(path, true)?;
+            if let Some(hit) = self.overlay.lookup(&key) {
+                return match hit.content() {
+                    Ok(c) => Ok(c),
+                    Err(what) => Err(HostError::WrongKind {
+                        path: path.to_path_buf(),
+                        what,
+                    }),
+                };
+            }
+            key
+        } else {
+            path.to_path_buf()
+        };
+        match self.root.metadata(&key)? {
+            None => Ok(None),
+            Some(m) if m.is_dir() => Err(HostError::WrongKind {
+                path: path.to_path_buf(),
+                what: "is a directory",
+            }),
+            Some(_) => Ok(Some(self.root.read(&key)?)),
+        }
+    }
+
+    /// Entries of directory `dir` (name, kind), sorted by name; `None` when absent.
+    pub(crate) fn view_list(&self, dir: &Path) -> Result<Option<Vec<(String, EntryKind)>>> {
+        let key = if self.mode != ExecMode::Apply {
+            self.overlay_key(dir, true)?
+        } else {
+            dir.to_path_buf()
+        };
+        let stat = self.view_stat(&key, true)?;
+        match stat {
+            None => return Ok(None),
+            Some(s) if s.kind != "dir" => {
+                return Err(HostError::WrongKind {
+                    path: dir.to_path_buf(),
+                    what: "is not a directory",
+                });
+            }
+            Some(_) => {}
+        }
+        let mut out: BTreeMap<String, EntryKind> = BTreeMap::new();
+        let fresh = self.mode != ExecMode::Apply && self.overlay.is_fresh_dir(&key);
+        if !fresh
+            && let Some(m) = self.root.metadata(&key)?
+            && m.is_dir()
+        {
+            for e in self.root.read_dir(&key)? {
+                out.insert(e.name.to_string_lossy().into_owned(), e.kind);
+            }
+        }
+        if self.mode != ExecMode::Apply {
+            out.retain(|name, _| {
+                self.overlay
+                    .lookup(&key.join(name))
+                    .is_none_or(|n| !n.is_absent())
+            });
+            for (name, kind) in self.overlay.children(&key) {
+                out.insert(name, kind);
+            }
+        }
+        Ok(Some(out.into_iter().collect()))
+    }
+
+    /// The overlay key of a host path: lexically normalised, and with symlinks resolved
+    /// through the real root where the path (or its parent) exists.
+    pub(crate) fn overlay_key(&self, path: &Path, follow: bool) -> Result<PathBuf> {
+        let n = crate::host::plan::normalize(path);
+        if self.overlay.lookup(&n).is_some() || n == Path::new("/") {
+            return Ok(n);
+        }
+        if follow && let Some(c) = self.root.canonical(&n)? {
+            return Ok(c);
+        }
+        if let (Some(parent), Some(name)) = (n.parent(), n.file_name())
+            && let Some(c) = self.root.canonical(parent)?
+        {
+            return Ok(c.join(name));
+        }
+        Ok(n)
+    }
+
+    pub(crate) fn record_interrupt(&mut self, i: InterruptRequest) {
+        self.report.interrupts.push(i);
+    }
+
+    /// Options for internal commands (systemctl, package managers): checked, not read-only.
+    pub(crate) fn internal_opts(&self) -> RunOptions {
+        RunOptions {
+            check: true,
+            ..RunOptions::default()
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.finished = true;
+            // Never lose a scheduled daemon-reload or grub regeneration, even when the caller
+            // returned early with `?`. Errors cannot be reported from here.
+            let _ = self.run_deferred();
+        }
+    }
+}

@@ -1,0 +1,836 @@
+//! Cross-module tests of the host API: every mutating function in apply, plan and check mode
+//! (idempotence, byte-identical roots after a plan, drift), the read overlay, deferred work,
+//! commands, and the confinement corpus.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::host::cmd::{self, RunOptions};
+use crate::host::error::{HostError, Result};
+use crate::host::fs::{self, LineOptions, WriteOptions};
+use crate::host::testutil::{TestHost, tree};
+use crate::host::tuning::{grub, sysctl, ulimit};
+use crate::host::{ExecMode, Host, interrupt, pkg, service};
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+fn snapshot(t: &TestHost) -> std::collections::BTreeMap<PathBuf, String> {
+    let mut m = tree(&t.root);
+    m.remove(Path::new("stub.log"));
+    m
+}
+
+/// Run `f` in plan, check, apply, apply again, check and plan again, asserting: a plan and
+/// a check leave the root byte-identical and report what apply then does; the second apply
+/// changes nothing; the check after apply finds no drift.
+fn all_modes(t: &TestHost, f: impl Fn(&mut Host) -> Result<Vec<bool>>) -> Vec<bool> {
+    let before = snapshot(t);
+    let mut h = t.host(ExecMode::Plan);
+    let planned = f(&mut h).unwrap();
+    let plan = h.finish().unwrap();
+    assert_eq!(snapshot(t), before, "a plan changed the root");
+    assert!(planned.iter().any(|c| *c), "nothing to plan: {planned:?}");
+    assert_eq!(plan.changes.len(), planned.iter().filter(|c| **c).count());
+
+    let mut h = t.host(ExecMode::Check);
+    let checked = f(&mut h).unwrap();
+    let check = h.finish().unwrap();
+    assert_eq!(snapshot(t), before, "a check changed the root");
+    assert_eq!(checked, planned);
+    assert_eq!(check.drift().len(), plan.changes.len());
+
+    let mut h = t.host(ExecMode::Apply);
+    let applied = f(&mut h).unwrap();
+    h.finish().unwrap();
+    assert_eq!(applied, planned, "apply and plan disagree");
+
+    let mut h = t.host(ExecMode::Apply);
+    let again = f(&mut h).unwrap();
+    let rep = h.finish().unwrap();
+    assert!(again.iter().all(|c| !c), "second apply changed: {again:?}");
+    assert!(rep.changes.is_empty());
+
+    let mut h = t.host(ExecMode::Check);
+    f(&mut h).unwrap();
+    assert!(h.finish().unwrap().drift().is_empty(), "drift after apply");
+    applied
+}
+
+#[test]
+fn write_all_modes_and_attributes() {
+    let t = TestHost::new();
+    t.file(
+        "/etc/passwd",
+        "root:x:0:0::/root:/bin/sh\napp:x:1234:1234::/:/bin/sh\n",
+    );
+    t.file("/etc/group", "root:x:0:\ngrp:x:2345:\n");
+    t.file("/etc/existing.conf", "old\n");
+    let r = all_modes(&t, |h| {
+        Ok(vec![
+            fs::write(h, "/etc/new.conf", "a=1\n", &WriteOptions::default())?,
+            fs::write(h, "/etc/existing.conf", "new\n", &WriteOptions::default())?,
+            fs::write(
+                h,
+                "/etc/secret.conf",
+                "s\n",
+                &WriteOptions {
+                    mode: Some(0o600),
+                    owner: Some("app".into()),
+                    group: Some("grp".into()),
+                },
+            )?,
+        ])
+    });
+    assert_eq!(r, vec![true, true, true]);
+    assert_eq!(t.read("/etc/new.conf"), "a=1\n");
+    let m = std::fs::metadata(t.p("/etc/secret.conf")).unwrap();
+    assert_eq!((m.mode() & 0o7777, m.uid(), m.gid()), (0o600, 1234, 2345));
+    // Unknown names are errors naming the file looked in.
+    let mut h = t.host(ExecMode::Apply);
+    let e = fs::write(
+        &mut h,
+        "/x",
+        "",
+        &WriteOptions {
+            owner: Some("nobody2".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "unknown user \"nobody2\" (not in the host's /etc/passwd)"
+    );
+}
+
+#[test]
+fn text_helpers_all_modes() {
+    let t = TestHost::new();
+    t.file("/etc/a.conf", "x=1\n#y=2\nz=3\n#y=9\n");
+    t.file("/etc/b.conf", "keep\ndrop me\nkeep too\ndrop me too\n");
+    t.file(
+        "/etc/c.conf",
+        "top\n# BEGIN skyhook old\nstale\n# END skyhook old\nbottom\n",
+    );
+    all_modes(&t, |h| {
+        Ok(vec![
+            fs::ensure_line(h, "/etc/a.conf", "w=0", &LineOptions::default())?,
+            fs::ensure_line(
+                h,
+                "/etc/a.conf",
+                "y=5",
+                &LineOptions {
+                    regex: Some("^#?y=".into()),
+                    create: true,
+                },
+            )?,
+            fs::ensure_line(h, "/etc/new.conf", "only", &LineOptions::default())?,
+            fs::remove_line(h, "/etc/b.conf", "^drop")?,
+            fs::ensure_block(h, "/etc/c.conf", "tuning", "a\nb")?,
+            fs::remove_block(h, "/etc/c.conf", "old")?,
+        ])
+    });
+    // The last matching line is replaced; the earlier one stays.
+    assert_eq!(t.read("/etc/a.conf"), "x=1\n#y=2\nz=3\ny=5\nw=0\n");
+    assert_eq!(t.read("/etc/new.conf"), "only\n");
+    assert_eq!(t.read("/etc/b.conf"), "keep\nkeep too\n");
+    assert_eq!(
+        t.read("/etc/c.conf"),
+        "top\nbottom\n# BEGIN skyhook tuning\na\nb\n# END skyhook tuning\n"
+    );
+    // create: false makes a missing file an error.
+    let mut h = t.host(ExecMode::Apply);
+    let e = fs::ensure_line(
+        &mut h,
+        "/etc/missing",
+        "x",
+        &LineOptions {
+            regex: None,
+            create: false,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.to_string(), "/etc/missing does not exist");
+    // Block replaced in place when present.
+    assert!(fs::ensure_block(&mut h, "/etc/c.conf", "tuning", "c").unwrap());
+    assert_eq!(
+        t.read("/etc/c.conf"),
+        "top\nbottom\n# BEGIN skyhook tuning\nc\n# END skyhook tuning\n"
+    );
+}
+
+#[test]
+fn tree_ops_all_modes() {
+    let t = TestHost::new();
+    t.file("/srv/src.bin", "payload");
+    std::fs::set_permissions(t.p("/srv/src.bin"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    t.file("/srv/old/a/b", "x");
+    t.file("/srv/lone", "x");
+    std::fs::create_dir_all(t.p("/srv/emptydir")).unwrap();
+    t.file("/srv/perm", "x");
+    all_modes(&t, |h| {
+        Ok(vec![
+            fs::mkdir(h, "/srv/new/deep", None)?,
+            fs::mkdir(h, "/srv/emptydir", Some(0o700))?,
+            fs::copy(h, "/srv/src.bin", "/srv/copy.bin", &WriteOptions::default())?,
+            fs::remove(h, "/srv/lone")?,
+            fs::remove_all(h, "/srv/old")?,
+            fs::chmod(h, "/srv/perm", 0o640)?,
+            fs::chown(h, "/srv/perm", Some("42"), Some("43"))?,
+            fs::symlink(h, "../srv/perm", "/srv/link")?,
+        ])
+    });
+    assert!(t.p("/srv/new/deep").is_dir());
+    let mode = |p: &str| std::fs::symlink_metadata(t.p(p)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("/srv/emptydir"), 0o700);
+    assert_eq!(mode("/srv/new/deep"), 0o755);
+    assert_eq!(mode("/srv/copy.bin"), 0o750);
+    assert_eq!(t.read("/srv/copy.bin"), "payload");
+    assert!(!t.p("/srv/lone").exists() && !t.p("/srv/old").exists());
+    assert_eq!(mode("/srv/perm"), 0o640);
+    assert_eq!(std::fs::metadata(t.p("/srv/perm")).unwrap().uid(), 42);
+    assert_eq!(
+        std::fs::read_link(t.p("/srv/link")).unwrap(),
+        PathBuf::from("../srv/perm")
+    );
+    // Retargeting a symlink replaces it; a non-empty directory is not `remove`d.
+    let mut h = t.host(ExecMode::Apply);
+    assert!(fs::symlink(&mut h, "/srv/copy.bin", "/srv/link").unwrap());
+    assert_eq!(
+        std::fs::read_link(t.p("/srv/link")).unwrap(),
+        PathBuf::from("/srv/copy.bin")
+    );
+    assert!(matches!(
+        fs::remove(&mut h, "/srv/new"),
+        Err(HostError::WrongKind { .. })
+    ));
+}
+
+#[test]
+fn queries_and_glob() {
+    let t = TestHost::new();
+    t.file("/etc/sysctl.d/10-a.conf", "");
+    t.file("/etc/sysctl.d/20-b.conf", "");
+    t.file("/etc/sysctl.d/README", "");
+    t.file("/etc/modprobe.d/x.conf", "");
+    t.file("/etc/deep/a/b/c.conf", "");
+    let h = t.host(ExecMode::Apply);
+    assert_eq!(
+        fs::glob(&h, "/etc/sysctl.d/*.conf").unwrap(),
+        s(&["/etc/sysctl.d/10-a.conf", "/etc/sysctl.d/20-b.conf"])
+    );
+    assert_eq!(
+        fs::glob(&h, "/etc/*/x.conf").unwrap(),
+        s(&["/etc/modprobe.d/x.conf"])
+    );
+    assert_eq!(
+        fs::glob(&h, "/etc/**/*.conf").unwrap(),
+        s(&[
+            "/etc/deep/a/b/c.conf",
+            "/etc/modprobe.d/x.conf",
+            "/etc/sysctl.d/10-a.conf",
+            "/etc/sysctl.d/20-b.conf"
+        ])
+    );
+    assert!(fs::glob(&h, "/nope/*").unwrap().is_empty());
+    assert_eq!(
+        fs::list(&h, "/etc/sysctl.d").unwrap(),
+        s(&["10-a.conf", "20-b.conf", "README"])
+    );
+    let st = fs::stat(&h, "/etc/sysctl.d").unwrap();
+    assert_eq!(st.kind, "dir");
+    assert!(fs::is_dir(&h, "/etc").unwrap() && !fs::is_file(&h, "/etc").unwrap());
+    assert_eq!(fs::read_or(&h, "/nope", "dflt").unwrap(), "dflt");
+    assert!(matches!(
+        fs::read(&h, "/nope"),
+        Err(HostError::NotFound { .. })
+    ));
+    let e = fs::read(&h, "etc/passwd").unwrap_err();
+    assert_eq!(e.to_string(), "paths must be absolute: \"etc/passwd\"");
+}
+
+#[test]
+fn plan_reads_see_planned_effects() {
+    let t = TestHost::new();
+    t.file("/etc/x.conf", "a\nb\nc\n");
+    t.file("/opt/tree/f", "x");
+    t.file("/opt/tree/sub/g", "y");
+    let before = snapshot(&t);
+    let mut h = t.host(ExecMode::Plan);
+    assert!(fs::write(&mut h, "/etc/x.conf", "a\nB\nc\n", &Default::default()).unwrap());
+    assert_eq!(fs::read(&h, "/etc/x.conf").unwrap(), "a\nB\nc\n");
+    assert!(fs::write(&mut h, "/new/dir/f", "n", &Default::default()).unwrap());
+    assert!(fs::is_dir(&h, "/new/dir").unwrap());
+    assert_eq!(fs::list(&h, "/new/dir").unwrap(), s(&["f"]));
+    assert!(fs::remove_all(&mut h, "/opt/tree").unwrap());
+    assert!(!fs::exists(&h, "/opt/tree/sub/g").unwrap());
+    assert!(fs::list(&h, "/opt").unwrap().is_empty());
+    // Recreating inside a removed tree does not resurrect the old content.
+    assert!(fs::write(&mut h, "/opt/tree/h", "z", &Default::default()).unwrap());
+    assert_eq!(fs::list(&h, "/opt/tree").unwrap(), s(&["h"]));
+    assert!(!fs::exists(&h, "/opt/tree/f").unwrap());
+    assert!(fs::chmod(&mut h, "/etc/x.conf", 0o600).unwrap());
+    assert_eq!(fs::stat(&h, "/etc/x.conf").unwrap().mode, 0o600);
+    assert!(!fs::chmod(&mut h, "/etc/x.conf", 0o600).unwrap());
+    assert_eq!(fs::glob(&h, "/opt/*/*").unwrap(), s(&["/opt/tree/h"]));
+    let rep = h.finish().unwrap();
+    assert_eq!(snapshot(&t), before);
+    // Exact diff for a small change.
+    assert_eq!(rep.changes[0].summary, "update /etc/x.conf");
+    assert_eq!(
+        rep.changes[0].diff.as_deref(),
+        Some("--- a/etc/x.conf\n+++ b/etc/x.conf\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n")
+    );
+    assert_eq!(rep.summary(), "Plan: 5 to change, 1 unchanged.");
+}
+
+#[test]
+fn drop_ins_coalesce_one_daemon_reload() {
+    let t = TestHost::new();
+    t.systemctl_stub();
+    let mut h = t.host(ExecMode::Apply);
+    for f in ["a.conf", "b.conf", "c.conf"] {
+        assert!(service::drop_in(&mut h, "kubelet", f, "[Service]\nX=1\n").unwrap());
+    }
+    assert!(
+        t.calls().is_empty(),
+        "reload must be deferred: {:?}",
+        t.calls()
+    );
+    // Runs before the next service call.
+    assert!(service::start(&mut h, "kubelet").unwrap());
+    let rep = h.finish().unwrap();
+    assert_eq!(
+        t.calls(),
+        s(&[
+            "systemctl daemon-reload",
+            "systemctl is-active kubelet",
+            "systemctl start kubelet"
+        ])
+    );
+    assert_eq!(
+        t.read("/etc/systemd/system/kubelet.service.d/b.conf"),
+        "[Service]\nX=1\n"
+    );
+    assert_eq!(rep.summary(), "Apply: 4 changed, 0 unchanged, 1 action.");
+
+    // At the end of the step when no service call follows; none when nothing changed.
+    t.clear_calls();
+    let mut h = t.host(ExecMode::Apply);
+    assert!(service::drop_in(&mut h, "kubelet", "a.conf", "other\n").unwrap());
+    assert!(!service::drop_in(&mut h, "kubelet", "b.conf", "[Service]\nX=1\n").unwrap());
+    h.finish().unwrap();
+    assert_eq!(t.calls(), s(&["systemctl daemon-reload"]));
+    t.clear_calls();
+    let mut h = t.host(ExecMode::Apply);
+    assert!(!service::drop_in(&mut h, "kubelet", "a.conf", "other\n").unwrap());
+    assert!(service::remove_drop_in(&mut h, "kubelet", "c.conf").unwrap());
+    assert!(!service::remove_drop_in(&mut h, "kubelet", "c.conf").unwrap());
+    h.finish().unwrap();
+    assert_eq!(t.calls(), s(&["systemctl daemon-reload"]));
+}
+
+#[test]
+fn failing_step_still_runs_deferred_reload() {
+    let t = TestHost::new();
+    t.systemctl_stub();
+    t.stub("fail", "echo boom >&2; exit 3");
+    // Explicit finish on the error path.
+    let mut h = t.host(ExecMode::Apply);
+    let step = |h: &mut Host, content: &str| -> Result<()> {
+        service::drop_in(h, "x", "a.conf", content)?;
+        cmd::run(
+            h,
+            &s(&["fail"]),
+            &RunOptions {
+                check: true,
+                ..Default::default()
+            },
+        )?;
+        Ok(())
+    };
+    let e = step(&mut h, "1").unwrap_err();
+    assert_eq!(e.to_string(), "command fail failed with exit code 3: boom");
+    h.finish().unwrap();
+    assert_eq!(t.calls(), s(&["fail ", "systemctl daemon-reload"]));
+    // Dropped without finish (an early `?` out of the step): the guard runs it.
+    t.clear_calls();
+    {
+        let mut h = t.host(ExecMode::Apply);
+        let _ = step(&mut h, "2");
+    }
+    assert_eq!(t.calls(), s(&["fail ", "systemctl daemon-reload"]));
+}
+
+#[test]
+fn services_all_modes() {
+    let t = TestHost::new();
+    t.systemctl_stub();
+    all_modes(&t, |h| {
+        Ok(vec![
+            service::start(h, "nginx")?,
+            service::enable(h, "nginx")?,
+            {
+                // a planned start answers later queries (a query, not a change)
+                assert!(service::is_active(h, "nginx")?);
+                service::stop(h, "other")?
+            },
+        ])
+    });
+    // Actions are recorded in plan and check, never drift, run every time in apply.
+    t.clear_calls();
+    let mut h = t.host(ExecMode::Check);
+    service::restart(&mut h, "nginx").unwrap();
+    service::daemon_reload(&mut h).unwrap();
+    let rep = h.finish().unwrap();
+    assert!(rep.drift().is_empty());
+    assert_eq!(rep.actions.len(), 2);
+    assert!(t.calls().is_empty());
+    let mut h = t.host(ExecMode::Apply);
+    service::restart(&mut h, "nginx").unwrap();
+    h.finish().unwrap();
+    assert_eq!(t.calls(), s(&["systemctl restart nginx"]));
+}
+
+#[test]
+fn packages_all_modes_and_plan_never_mutates() {
+    let t = TestHost::new();
+    t.install_sh();
+    std::fs::create_dir_all(t.p("/state")).unwrap();
+    t.file("/etc/os-release", "ID=ubuntu\nID_LIKE=debian\n");
+    t.file("/state/pkg-curl", "");
+    t.stub(
+        "dpkg-query",
+        r#"for last; do :; done
+if [ -e "/state/pkg-$last" ]; then printf 'install ok installed\t1.2-3'; else echo "no packages found matching $last" >&2; exit 1; fi"#,
+    );
+    t.stub(
+        "apt-get",
+        r#"inst=0; for a; do if [ $inst = 1 ]; then : > "/state/pkg-$a"; fi; [ "$a" = install ] && inst=1; done; :"#,
+    );
+    let h = t.host(ExecMode::Apply);
+    assert_eq!(pkg::manager(&h).unwrap().map(|m| m.name()), Some("apt"));
+    assert_eq!(pkg::version(&h, "curl").unwrap().as_deref(), Some("1.2-3"));
+    assert_eq!(pkg::version(&h, "jq").unwrap(), None);
+    drop(h);
+    t.clear_calls();
+    let mut h = t.host(ExecMode::Plan);
+    assert!(pkg::install(&mut h, &s(&["curl", "jq", "jq"]), true).unwrap());
+    assert!(pkg::installed(&h, "jq").unwrap());
+    assert!(
+        t.calls().iter().all(|c| c.starts_with("dpkg-query")),
+        "plan ran {:?}",
+        t.calls()
+    );
+    let rep = h.finish().unwrap();
+    assert_eq!(
+        rep.changes[0].summary,
+        "install packages jq (apt, after index update)"
+    );
+    all_modes(&t, |h| {
+        Ok(vec![pkg::install(h, &s(&["curl", "jq"]), false)?])
+    });
+    assert!(
+        t.calls()
+            .iter()
+            .any(|c| c == "apt-get -y -o DPkg::Lock::Timeout=300 install jq"),
+        "{:?}",
+        t.calls()
+    );
+}
+
+#[test]
+fn tuning_all_modes() {
+    let t = TestHost::new();
+    t.file("/etc/os-release", "ID=debian\n");
+    t.file("/proc/sys/net/ipv4/ip_local_port_range", "32768\t60999\n");
+    t.file("/proc/sys/vm/swappiness", "60\n");
+    let h = t.host(ExecMode::Apply);
+    assert_eq!(
+        sysctl::get(&h, "net.ipv4.ip_local_port_range")
+            .unwrap()
+            .as_deref(),
+        Some("32768\t60999")
+    );
+    assert_eq!(sysctl::get(&h, "no.such.key").unwrap(), None);
+    drop(h);
+    all_modes(&t, |h| {
+        Ok(vec![
+            sysctl::set(h, "net.ipv4.ip_local_port_range", "32768 60999")?,
+            sysctl::set(h, "vm.swappiness", "10")?,
+            sysctl::persist(
+                h,
+                "90-skyhook.conf",
+                &[("vm.swappiness".into(), "10".into())],
+            )?,
+            ulimit::persist(
+                h,
+                "90-nofile.conf",
+                &[ulimit::LimitEntry {
+                    domain: "*".into(),
+                    kind: "soft".into(),
+                    item: "nofile".into(),
+                    value: "65536".into(),
+                }],
+            )?,
+        ])
+    });
+    assert_eq!(t.read("/proc/sys/vm/swappiness"), "10\n");
+    assert_eq!(
+        t.read("/etc/sysctl.d/90-skyhook.conf"),
+        "vm.swappiness = 10\n"
+    );
+    assert_eq!(
+        t.read("/etc/security/limits.d/90-nofile.conf"),
+        "* soft nofile 65536\n"
+    );
+    let mut h = t.host(ExecMode::Apply);
+    let e = sysctl::set(&mut h, "no.such.key", "1").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "unknown sysctl key \"no.such.key\" (no /proc/sys/no/such/key)"
+    );
+}
+
+#[test]
+fn grub_debian_update_grub_once() {
+    let t = TestHost::new();
+    t.install_sh();
+    t.file("/etc/os-release", "ID=ubuntu\n");
+    t.stub("update-grub", ":");
+    all_modes(&t, |h| {
+        Ok(vec![
+            grub::set_cmdline(h, "tuning", &s(&["hugepages=16", "iommu=pt"]))?,
+            grub::set_cmdline(h, "kdump", &s(&["crashkernel=512M"]))?,
+        ])
+    });
+    assert_eq!(
+        t.read("/etc/default/grub.d/tuning.cfg"),
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"${GRUB_CMDLINE_LINUX_DEFAULT} hugepages=16 iommu=pt\"\n"
+    );
+    // One update-grub for the apply that changed both (the second apply changed nothing).
+    assert_eq!(t.calls(), s(&["update-grub "]));
+}
+
+#[test]
+fn grub_rhel_grubby_args() {
+    let t = TestHost::new();
+    t.install_sh();
+    t.file(
+        "/etc/os-release",
+        "ID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\n",
+    );
+    t.stub("grubby", ":");
+    let mut h = t.host(ExecMode::Apply);
+    assert!(grub::set_cmdline(&mut h, "tuning", &s(&["a=1", "b"])).unwrap());
+    h.finish().unwrap();
+    assert_eq!(t.calls(), s(&["grubby --update-kernel=ALL --args=a=1 b"]));
+    t.clear_calls();
+    let mut h = t.host(ExecMode::Apply);
+    assert!(grub::set_cmdline(&mut h, "tuning", &s(&["a=2", "b"])).unwrap());
+    h.finish().unwrap();
+    assert_eq!(
+        t.calls(),
+        s(&[
+            "grubby --update-kernel=ALL --args=a=2 b",
+            "grubby --update-kernel=ALL --remove-args=a=1"
+        ])
+    );
+    t.clear_calls();
+    let mut h = t.host(ExecMode::Apply);
+    assert!(grub::remove(&mut h, "tuning").unwrap());
+    assert!(!grub::remove(&mut h, "tuning").unwrap());
+    h.finish().unwrap();
+    assert_eq!(
+        t.calls(),
+        s(&["grubby --update-kernel=ALL --remove-args=a=2 b"])
+    );
+}
+
+#[test]
+fn commands_run_chrooted_and_are_planned() {
+    let t = TestHost::new();
+    t.install_sh();
+    t.file("/marker", "inside the root\n");
+    let mut h = t.host_with(ExecMode::Apply, |o| {
+        o.env.push(("STEP_VAR".into(), "v1".into()));
+    });
+    let out = cmd::run(
+        &mut h,
+        &s(&[
+            "/bin/sh",
+            "-c",
+            "read l; echo \"$l $STEP_VAR $EXTRA $(pwd)\"; read m < /marker; echo \"$m\" >&2; exit 4",
+        ]),
+        &RunOptions {
+            input: Some(b"hello\n".to_vec()),
+            env: vec![("EXTRA".into(), "e".into())],
+            cwd: Some("/etc".into()),
+            ..Default::default()
+        },
+    );
+    // /etc does not exist in the root yet: chdir fails, the spawn reports it.
+    assert!(out.is_err());
+    std::fs::create_dir_all(t.p("/etc")).unwrap();
+    let out = cmd::run(
+        &mut h,
+        &s(&["/bin/sh", "-c", "read l; echo \"$l $STEP_VAR $EXTRA $(pwd)\"; read m < /marker; echo \"$m\" >&2; exit 4"]),
+        &RunOptions {
+            input: Some(b"hello\n".to_vec()),
+            env: vec![("EXTRA".into(), "e".into())],
+            cwd: Some("/etc".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            out.code,
+            out.stdout.as_str(),
+            out.stderr.as_str(),
+            out.ok,
+            out.planned
+        ),
+        (4, "hello v1 e /etc\n", "inside the root\n", false, false)
+    );
+    let e = cmd::run(&mut h, &s(&["no-such-program"]), &RunOptions::default()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "failed to run no-such-program: program not found"
+    );
+    let e = cmd::sh(&mut h, "exit 1", &RunOptions::default()).unwrap_err();
+    assert!(matches!(e, HostError::ProgramNotFound { .. }), "{e}"); // no bash in the root
+    let e = cmd::run(
+        &mut h,
+        &s(&["/bin/sh", "-c", "while :; do :; done"]),
+        &RunOptions {
+            timeout: Some(std::time::Duration::from_millis(200)),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, HostError::Timeout { .. }), "{e}");
+    h.finish().unwrap();
+
+    // Plan: not executed, planned result, recorded as an action; read_only runs.
+    let before = snapshot(&t);
+    let mut h = t.host(ExecMode::Plan);
+    let out = cmd::run(
+        &mut h,
+        &s(&["/bin/sh", "-c", "echo x > /created"]),
+        &Default::default(),
+    )
+    .unwrap();
+    assert_eq!(out, cmd::CmdOutput::planned());
+    let q = cmd::query(
+        &mut h,
+        &s(&["/bin/sh", "-c", "echo q"]),
+        &Default::default(),
+    )
+    .unwrap();
+    assert_eq!(q.stdout, "q\n");
+    let rep = h.finish().unwrap();
+    assert_eq!(snapshot(&t), before);
+    assert_eq!(rep.actions.len(), 1);
+    assert_eq!(rep.actions[0].summary, "/bin/sh -c 'echo x > /created'");
+    assert_eq!(rep.summary(), "Plan: 0 to change, 0 unchanged, 1 action.");
+}
+
+#[test]
+fn interrupts_are_collected() {
+    let t = TestHost::new();
+    let mut h = t.host(ExecMode::Check);
+    interrupt::reboot(&mut h).unwrap();
+    interrupt::restart_services(&mut h, &s(&["containerd"])).unwrap();
+    let rep = h.finish().unwrap();
+    assert!(rep.drift().is_empty());
+    assert_eq!(rep.interrupts.len(), 2);
+    assert_eq!(
+        rep.interrupts[1],
+        crate::host::effect::InterruptRequest::RestartServices {
+            services: s(&["containerd"])
+        }
+    );
+}
+
+#[test]
+fn write_preserves_xattrs() {
+    let t = TestHost::new();
+    t.file("/etc/labelled", "old");
+    let p = std::ffi::CString::new(t.p("/etc/labelled").to_str().unwrap()).unwrap();
+    let name = c"trusted.skyhook-test";
+    // SAFETY: valid C strings and buffer.
+    let r = unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), b"lbl".as_ptr().cast(), 3, 0) };
+    if r != 0 {
+        eprintln!(
+            "SKIPPED write_preserves_xattrs: setxattr unsupported here: {}",
+            std::io::Error::last_os_error()
+        );
+        return;
+    }
+    let mut h = t.host(ExecMode::Apply);
+    assert!(fs::write(&mut h, "/etc/labelled", "new", &Default::default()).unwrap());
+    let mut buf = [0u8; 16];
+    // SAFETY: valid C strings and buffer.
+    let n = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 16) };
+    assert_eq!(n, 3, "xattr lost");
+    assert_eq!(&buf[..3], b"lbl");
+}
+
+// ---- confinement corpus: a sentinel directory outside the root is never touched ----
+
+struct Escape {
+    t: TestHost,
+    outside: tempfile::TempDir,
+}
+
+impl Escape {
+    fn new() -> Self {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("victim"), "original").unwrap();
+        Escape {
+            t: TestHost::new(),
+            outside,
+        }
+    }
+
+    fn sentinel(&self) -> PathBuf {
+        self.outside.path().to_path_buf()
+    }
+
+    fn assert_untouched(&self) {
+        let names: Vec<_> = std::fs::read_dir(self.outside.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("victim")]);
+        assert_eq!(
+            std::fs::read_to_string(self.outside.path().join("victim")).unwrap(),
+            "original"
+        );
+    }
+
+    /// Every fs mutation through `path` (a host path whose resolution tries to escape).
+    fn attack(&self, path: &str) {
+        let mut h = self.t.host(ExecMode::Apply);
+        let o = WriteOptions::default();
+        let _ = fs::write(&mut h, path, "pwned", &o);
+        let _ = fs::append(&mut h, path, "pwned");
+        let _ = fs::ensure_line(&mut h, path, "pwned", &LineOptions::default());
+        let _ = fs::ensure_block(&mut h, path, "x", "pwned");
+        let _ = fs::chmod(&mut h, path, 0o777);
+        let _ = fs::chown(&mut h, path, Some("4242"), None);
+        let _ = fs::copy(&mut h, "/etc/hostname", path, &o);
+        let _ = fs::mkdir(&mut h, &format!("{path}/sub"), None);
+        let _ = fs::symlink(&mut h, "x", &format!("{path}/l"));
+        let _ = fs::remove_line(&mut h, path, "original");
+        self.assert_untouched();
+        let victim = std::fs::metadata(self.outside.path().join("victim")).unwrap();
+        assert_ne!(victim.mode() & 0o777, 0o777);
+        assert_ne!(victim.uid(), 4242);
+        let _ = fs::remove(&mut h, path);
+        let _ = fs::remove_all(&mut h, path);
+        self.assert_untouched();
+        // Reads never see outside content either.
+        assert_ne!(fs::read_or(&h, path, "").unwrap_or_default(), "original");
+        drop(h);
+    }
+}
+
+#[test]
+fn confinement_corpus() {
+    let e = Escape::new();
+    e.t.file("/etc/hostname", "node\n");
+    let out = e.sentinel();
+    let victim = out.join("victim");
+    let r = &e.t.root;
+    std::fs::create_dir_all(r.join("etc")).unwrap();
+    // absolute symlink to the victim
+    std::os::unix::fs::symlink(&victim, r.join("etc/abs")).unwrap();
+    // climbing relative symlink
+    let depth = r.components().count() + 2;
+    let climb = format!(
+        "{}{}",
+        "../".repeat(depth),
+        victim.strip_prefix("/").unwrap().display()
+    );
+    std::os::unix::fs::symlink(&climb, r.join("etc/climb")).unwrap();
+    // symlinked intermediate directory
+    std::os::unix::fs::symlink(&out, r.join("etc/dirlink")).unwrap();
+    // symlink to a file that does not exist yet (outside)
+    std::os::unix::fs::symlink(out.join("future"), r.join("etc/future")).unwrap();
+    // dangling symlink climbing out
+    std::os::unix::fs::symlink(format!("{climb}-gone"), r.join("etc/dangling")).unwrap();
+    // A write through the absolute link lands inside the root.
+    let mut h = e.t.host(ExecMode::Apply);
+    assert!(fs::write(&mut h, "/etc/abs", "inside", &Default::default()).unwrap());
+    drop(h);
+    let inside = r.join(victim.strip_prefix("/").unwrap());
+    assert_eq!(std::fs::read_to_string(&inside).unwrap(), "inside");
+    e.assert_untouched();
+    for p in [
+        "/etc/abs".to_string(),
+        "/etc/climb".to_string(),
+        "/etc/dirlink/victim".to_string(),
+        "/etc/dirlink/newfile".to_string(),
+        "/etc/future".to_string(),
+        "/etc/dangling".to_string(),
+        format!("/../../../../..{}", victim.display()),
+        format!("/etc/../..{}", victim.display()),
+    ] {
+        e.attack(&p);
+    }
+}
+
+#[test]
+fn confinement_race_dir_swapped_for_symlink() {
+    let e = Escape::new();
+    let r = e.t.root.clone();
+    std::fs::create_dir_all(r.join("data")).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flipper = {
+        let stop = stop.clone();
+        let (r, out) = (r.clone(), e.sentinel());
+        std::thread::spawn(move || {
+            let mut flips = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // data: dir -> symlink to the sentinel -> dir
+                let _ = std::fs::rename(r.join("data"), r.join("data.real"));
+                let _ = std::os::unix::fs::symlink(&out, r.join("data"));
+                let _ = std::fs::remove_file(r.join("data"));
+                let _ = std::fs::rename(r.join("data.real"), r.join("data"));
+                flips += 1;
+            }
+            flips
+        })
+    };
+    let mut h = e.t.host(ExecMode::Apply);
+    for i in 0..400 {
+        let _ = fs::write(
+            &mut h,
+            "/data/victim",
+            &format!("pwned {i}"),
+            &Default::default(),
+        );
+        let _ = fs::write(
+            &mut h,
+            &format!("/data/n{}", i % 7),
+            "pwned",
+            &Default::default(),
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let flips = flipper.join().unwrap();
+    assert!(flips > 0);
+    e.assert_untouched();
+}
+
+#[test]
+fn host_is_send_for_the_binding_layer() {
+    fn send<T: Send + 'static>() {}
+    send::<Host>();
+    send::<crate::host::Report>();
+    send::<crate::host::secrets::Redactor>();
+}
