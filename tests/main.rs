@@ -1,0 +1,16 @@
+//! Integration tests of the `skyhook-agent` binary, one test binary (as ripgrep does).
+//!
+//! Modules:
+//! - `util`: the harness (plus `harness_*` self-tests of it that do not run the agent): `FakeRoot` (throwaway host roots built from a
+//!   per-binary template), the standard environment of agent-contract.md section 15, fixture
+//!   P, recording stubs, the agent runner, `TS`/`FTS` regex helpers, `require_root!`.
+//! - `acceptance`: the 50 acceptance cases of agent-contract.md section 15, one test each,
+//!   named `case_NN_<topic>`; assertions are the values the case states.
+//! - `fixtures`: realistic packages from `tests/fixtures/` (shaped like the public Skyhook
+//!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
+
+#[macro_use]
+mod util;
+
+mod acceptance;
+mod fixtures;
