@@ -6,6 +6,7 @@
 //!   P, recording stubs, the agent runner, `TS`/`FTS` regex helpers, `require_root!`.
 //! - `acceptance`: the 50 acceptance cases of agent-contract.md section 15, one test each,
 //!   named `case_NN_<topic>`; assertions are the values the case states.
+//! - `skyhook_run_check`: `skyhook-run check FILE...` exit codes and `file:line:col` errors.
 //! - `fixtures`: realistic packages from `tests/fixtures/` (shaped like the public Skyhook
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
 
@@ -14,3 +15,4 @@ mod util;
 
 mod acceptance;
 mod fixtures;
+mod skyhook_run_check;

@@ -21,28 +21,13 @@ fn is_ts_log(rest: &[u8]) -> bool {
         })
 }
 
-/// Keep the `keep` newest `<basename>-<FTS>.log` files in the directory of `<log_dir>/<base>`
-/// (host paths under `root`) and delete the others, each with its `<name>.log.err` \[fix\].
-///
-/// A file matches only when its name is `<basename>-` followed by exactly
-/// `\d{4}-\d{2}-\d{2}-\d{6}\.log`, so `foo.sh-bar-2024-01-01-000000.log` (step `foo.sh-bar`)
-/// is never pruned for step `foo.sh`, and glob metacharacters in names mean nothing. Files
-/// are ordered newest first by the timestamp in the name, then by modification time [fix:
-/// Python globs `<basename>-*.log` and orders by mtime only, never deleting `.err` files\].
-/// Used for interrupt logs too, with `base` = `interrupts/<type>_<i>`.
-///
-/// Returns the host paths removed (`.log` and, where one existed, `.log.err`). A missing
-/// directory removes nothing.
-///
-/// # Errors
-/// [`LogError::List`] when the directory cannot be listed; [`LogError::Remove`] on the first
-/// file that cannot be removed (files removed before it stay removed).
-pub fn prune(
-    root: &HostRoot,
-    log_dir: &Path,
-    base: &str,
-    keep: usize,
-) -> Result<Vec<PathBuf>, LogError> {
+/// One existing step log: the timestamp part of its name (`2025-01-02-134501`), its mtime and
+/// its host path.
+type StepLog = (Vec<u8>, SystemTime, PathBuf);
+
+/// The `<basename>-<FTS>.log` files of step `base` under `log_dir`, newest first (by the
+/// timestamp in the name, then by modification time). A missing directory lists nothing.
+fn step_logs(root: &HostRoot, log_dir: &Path, base: &str) -> Result<Vec<StepLog>, LogError> {
     let full = log_dir.join(base.trim_start_matches('/'));
     let (Some(dir), Some(name)) = (full.parent(), full.file_name()) else {
         return Ok(Vec::new());
@@ -54,7 +39,7 @@ pub fn prune(
     };
     let mut stem = name.as_encoded_bytes().to_vec();
     stem.push(b'-');
-    let mut logs: Vec<(Vec<u8>, SystemTime, PathBuf)> = Vec::new();
+    let mut logs: Vec<StepLog> = Vec::new();
     for entry in entries {
         if entry.kind != EntryKind::File {
             continue;
@@ -73,11 +58,54 @@ pub fn prune(
             .flatten()
             .and_then(|m| m.modified().ok())
             .unwrap_or(SystemTime::UNIX_EPOCH);
-        logs.push((rest.to_vec(), mtime, path));
+        let ts = rest[..rest.len() - ".log".len()].to_vec();
+        logs.push((ts, mtime, path));
     }
     logs.sort_by(|a, b| (&b.0, b.1).cmp(&(&a.0, a.1)));
+    Ok(logs)
+}
+
+/// The newest file-name timestamp (`%Y-%m-%d-%H%M%S`, UTC) among the existing logs of step
+/// `base`, if any. [`open_step_logs`](super::sink::open_step_logs) names a new log after it,
+/// so a name that retention deleted is never reused (agent-contract.md 15, case 32).
+///
+/// # Errors
+/// [`LogError::List`] when the directory cannot be listed.
+pub fn newest_timestamp(
+    root: &HostRoot,
+    log_dir: &Path,
+    base: &str,
+) -> Result<Option<String>, LogError> {
+    Ok(step_logs(root, log_dir, base)?
+        .into_iter()
+        .next()
+        .map(|(ts, _, _)| String::from_utf8_lossy(&ts).into_owned()))
+}
+
+/// Keep the `keep` newest `<basename>-<FTS>.log` files in the directory of `<log_dir>/<base>`
+/// (host paths under `root`) and delete the others, each with its `<name>.log.err` \[fix\].
+///
+/// A file matches only when its name is `<basename>-` followed by exactly
+/// `\d{4}-\d{2}-\d{2}-\d{6}\.log`, so `foo.sh-bar-2024-01-01-000000.log` (step `foo.sh-bar`)
+/// is never pruned for step `foo.sh`, and glob metacharacters in names mean nothing. Files
+/// are ordered newest first by the timestamp in the name, then by modification time \[fix:
+/// Python globs `<basename>-*.log` and orders by mtime only, never deleting `.err` files\].
+/// Used for interrupt logs too, with `base` = `interrupts/<type>_<i>`.
+///
+/// Returns the host paths removed (`.log` and, where one existed, `.log.err`). A missing
+/// directory removes nothing.
+///
+/// # Errors
+/// [`LogError::List`] when the directory cannot be listed; [`LogError::Remove`] on the first
+/// file that cannot be removed (files removed before it stay removed).
+pub fn prune(
+    root: &HostRoot,
+    log_dir: &Path,
+    base: &str,
+    keep: usize,
+) -> Result<Vec<PathBuf>, LogError> {
     let mut removed = Vec::new();
-    for (_, _, path) in logs.into_iter().skip(keep) {
+    for (_, _, path) in step_logs(root, log_dir, base)?.into_iter().skip(keep) {
         if root.remove_file(&path).map_err(LogError::Remove)? {
             removed.push(path.clone());
         }

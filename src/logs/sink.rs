@@ -449,6 +449,16 @@ pub fn open_step_logs(
     start_utc: chrono::DateTime<chrono::Utc>,
 ) -> Result<StepLogFiles, LogError> {
     let base = base.trim_start_matches('/');
+    // Never reuse a name retention may have deleted: start after the newest existing log.
+    let mut start_utc = start_utc;
+    if let Some(newest) = super::retention::newest_timestamp(root, log_dir, base)? {
+        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(&newest, "%Y-%m-%d-%H%M%S") {
+            let after = t.and_utc() + chrono::TimeDelta::seconds(1);
+            if after > start_utc {
+                start_utc = after;
+            }
+        }
+    }
     let mut first = None;
     for attempt in 0..MAX_NAME_ATTEMPTS {
         let ts = file_timestamp(&(start_utc + chrono::TimeDelta::seconds(i64::from(attempt))));
@@ -737,6 +747,34 @@ mod tests {
         assert_eq!(
             again.out_path,
             Path::new("/log/foo.sh-2025-01-03-000002.log")
+        );
+    }
+
+    #[test]
+    fn step_logs_never_reuse_a_pruned_name() {
+        // regression (case 32): 7 runs within one second; retention deleted the oldest name,
+        // which must not be handed out again.
+        let d = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(d.path()).unwrap();
+        let dir = d.path().join("log");
+        std::fs::create_dir_all(&dir).unwrap();
+        for s in 31..=35 {
+            std::fs::write(dir.join(format!("foo.sh-2025-01-02-0000{s}.log")), "").unwrap();
+        }
+        let logs =
+            open_step_logs(&root, Path::new("/log"), "foo.sh", utc("2025-01-02 00:00:30"))
+                .unwrap();
+        assert_eq!(
+            logs.out_path,
+            Path::new("/log/foo.sh-2025-01-02-000036.log")
+        );
+        // an older newest log does not push a fresh run's name
+        let other =
+            open_step_logs(&root, Path::new("/log"), "bar.sh", utc("2025-01-02 00:00:30"))
+                .unwrap();
+        assert_eq!(
+            other.out_path,
+            Path::new("/log/bar.sh-2025-01-02-000030.log")
         );
     }
 }
