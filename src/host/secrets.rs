@@ -83,7 +83,7 @@ mod tests {
         ]);
         assert_eq!(r.len(), 2);
         assert_eq!(r.redact("x abcdef abc y"), "x *** *** y");
-        assert!(matches!(r.redact("nothing"), Cow::Borrowed(_)));
+        assert!(matches!(r.redact("nothing"), std::borrow::Cow::Borrowed(_)));
     }
 
     #[test]
