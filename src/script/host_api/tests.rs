@@ -615,3 +615,218 @@ fn docs_definitions_are_up_to_date() {
     assert!(d.contains("    fn write(path: String, content: String) -> bool;\n"));
     check_generated("docs/skyhook.d.rhai", &d);
 }
+
+fn apt_stubs(t: &TestHost) {
+    t.install_sh();
+    std::fs::create_dir_all(t.p("/state")).unwrap();
+    t.file(
+        "/etc/os-release",
+        "ID=ubuntu\nID_LIKE=debian\nVERSION_ID=\"24.04\"\n",
+    );
+    t.stub(
+        "dpkg-query",
+        r#"for last; do :; done
+if [ -s "/state/pkg-$last" ]; then printf 'install ok installed\t1.2-3'; else exit 1; fi"#,
+    );
+    t.stub(
+        "apt-get",
+        r#"mode=; for a; do case "$a" in install|remove) mode=$a ;; -*) ;; *) if [ "$mode" = install ]; then echo i > "/state/pkg-$a"; elif [ "$mode" = remove ]; then : > "/state/pkg-$a"; fi ;; esac; done; :"#,
+    );
+}
+
+#[test]
+fn packages_all_modes() {
+    let t = TestHost::new();
+    apt_stubs(&t);
+    std::fs::write(t.p("/state/pkg-old"), "i\n").unwrap();
+    all_modes(
+        &t,
+        &[
+            r#"pkg::install("curl")"#,
+            r#"pkg::install(["jq", "vim"], #{update: true})"#,
+            r#"pkg::remove(["old", "never-installed"])"#,
+        ],
+    );
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        r#"print([pkg::manager(), pkg::installed("jq"), pkg::installed("old"), pkg::version("curl"), pkg::version("old")]);"#,
+    )
+    .ok();
+    assert_eq!(r.stdout(), "[\"apt\", true, false, \"1.2-3\", ()]\n");
+    let r = run(&t, ExecMode::Apply, r#"pkg::install(#{})"#);
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:6: pkg::install: names must be a string or an array of strings, got map"
+    );
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        r#"pkg::install("x", #{upgrade: true})"#,
+    );
+    assert!(
+        r.error().contains("unknown option \"upgrade\""),
+        "{}",
+        r.error()
+    );
+    t.file("/etc/os-release", "ID=arch\n");
+    let r = run(&t, ExecMode::Apply, r#"print(type_of(pkg::manager()))"#).ok();
+    assert_eq!(r.stdout(), "()\n");
+}
+
+#[test]
+fn os_facts() {
+    let t = TestHost::new();
+    t.file(
+        "/etc/os-release",
+        "ID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\nVERSION_ID=\"9.3\"\n",
+    );
+    t.file("/proc/sys/kernel/osrelease", "6.1.0-test\n");
+    t.file("/proc/cmdline", "ro quiet\n");
+    t.file("/etc/hostname", "node-7\n");
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"print([os::id(), os::version(), os::family(), os::kernel(), os::hostname(), os::cmdline(), os::release().ID_LIKE, os::arch() != ""]);"#,
+    )
+    .ok();
+    assert_eq!(
+        r.stdout(),
+        "[\"rocky\", \"9.3\", \"rhel\", \"6.1.0-test\", \"node-7\", \"ro quiet\", \"rhel centos fedora\", true]\n"
+    );
+}
+
+#[test]
+fn sysctl_grub_ulimit_all_modes() {
+    let t = TestHost::new();
+    t.install_sh();
+    t.stub("update-grub", ":");
+    t.file("/etc/os-release", "ID=ubuntu\n");
+    t.file("/proc/sys/vm/swappiness", "60\n");
+    t.file("/proc/sys/net/ipv4/ip_local_port_range", "32768\t60999\n");
+    t.file(
+        "/etc/default/grub.d/old.cfg",
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"${GRUB_CMDLINE_LINUX_DEFAULT} quiet\"\n",
+    );
+    let plan = all_modes(
+        &t,
+        &[
+            r#"sysctl::set("vm.swappiness", 10)"#,
+            r#"sysctl::persist("90-x.conf", #{"vm.swappiness": 10, "net.core.somaxconn": "4096"})"#,
+            r#"grub::set_cmdline("tuning", ["hugepages=16", "iommu=pt"])"#,
+            r#"grub::remove("old")"#,
+            r#"ulimit::persist("90-x.conf", [#{domain: "*", type: "soft", item: "nofile", value: 65536}, "* hard nofile 65536"])"#,
+        ],
+    );
+    assert!(
+        plan.actions
+            .iter()
+            .any(|a| a.summary.contains("update-grub")),
+        "{:?}",
+        plan.actions
+    );
+    assert_eq!(t.read("/proc/sys/vm/swappiness"), "10\n");
+    assert_eq!(
+        t.read("/etc/sysctl.d/90-x.conf"),
+        "net.core.somaxconn = 4096\nvm.swappiness = 10\n"
+    );
+    assert_eq!(
+        t.read("/etc/default/grub.d/tuning.cfg"),
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"${GRUB_CMDLINE_LINUX_DEFAULT} hugepages=16 iommu=pt\"\n"
+    );
+    assert_eq!(
+        t.read("/etc/security/limits.d/90-x.conf"),
+        "* soft nofile 65536\n* hard nofile 65536\n"
+    );
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        r#"print([sysctl::get("vm.swappiness"), sysctl::get("no.such"), sysctl::set("net.ipv4.ip_local_port_range", "32768 60999")]);"#,
+    )
+    .ok();
+    assert_eq!(r.stdout(), "[\"10\", (), false]\n");
+    let r = run(&t, ExecMode::Apply, "\nsysctl::set(\"no.such\", 1)");
+    assert_eq!(
+        r.error(),
+        "main.rhai:2:9: sysctl::set: unknown sysctl key \"no.such\" (no /proc/sys/no/such)"
+    );
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        r#"ulimit::persist("x", ["* soft nofile"])"#,
+    );
+    assert!(r.error().contains("must have four fields"), "{}", r.error());
+}
+
+#[test]
+fn interrupts_are_recorded_not_run() {
+    let t = TestHost::new();
+    t.install_sh();
+    t.stub("reboot", ":");
+    t.stub("systemctl", ":");
+    let src = r#"interrupt::restart_services(["containerd", "kubelet"]); interrupt::restart_services("x"); interrupt::restart_all_services(); interrupt::reboot(); changed()"#;
+    for mode in [ExecMode::Apply, ExecMode::Plan, ExecMode::Check] {
+        let before = snapshot(&t);
+        let r = run(&t, mode, src).ok();
+        assert_eq!(r.outcome.code, 0);
+        assert_eq!(snapshot(&t), before);
+        assert!(t.calls().is_empty(), "{:?}", t.calls());
+        assert!(r.report.drift().is_empty());
+        let json = serde_json::to_value(&r.report.interrupts).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!([
+                {"type": "restart_services", "services": ["containerd", "kubelet"]},
+                {"type": "restart_services", "services": ["x"]},
+                {"type": "restart_all_services"},
+                {"type": "reboot"}
+            ])
+        );
+    }
+}
+
+#[test]
+fn finish_twice_and_calls_after_finish() {
+    let t = TestHost::new();
+    let api = HostApi::new(t.host(ExecMode::Apply));
+    let rep = api.finish().unwrap();
+    assert!(rep.changes.is_empty());
+    let e = api.finish().unwrap_err();
+    assert_eq!(e.to_string(), "host session already finished");
+    assert_eq!(api.changed(), 0);
+}
+
+/// `cargo test --release --lib script::host_api::tests::bench -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn bench_ensure_line_and_plan() {
+    let t = TestHost::new();
+    let n = 10_000;
+    let src = format!(
+        "for i in 0..{n} {{ fs::ensure_line(\"/etc/bench.conf\", `line ${{i % 100}}`); }}\nchanged()"
+    );
+    let started = Instant::now();
+    let r = run(&t, ExecMode::Apply, &src).ok();
+    let total = started.elapsed();
+    assert_eq!(r.outcome.code, 100);
+    println!(
+        "ensure_line x{n} (apply, one file, 100 distinct lines): {total:?} total, {:?} per call",
+        total / n
+    );
+    let src =
+        "for i in 0..200 { fs::write(`/etc/plan/f${i}.conf`, `value = ${i}\\n`); }\nchanged()";
+    let started = Instant::now();
+    let r = run(&t, ExecMode::Plan, src).ok();
+    let total = started.elapsed();
+    assert_eq!(r.outcome.code, 200);
+    let text = r.report.render_text(&crate::host::secrets::Redactor::new());
+    println!(
+        "plan of 200 fs::write: {total:?} (report {} bytes, render {:?})",
+        text.len(),
+        {
+            let s = Instant::now();
+            let _ = r.report.render_text(&crate::host::secrets::Redactor::new());
+            s.elapsed()
+        }
+    );
+}
