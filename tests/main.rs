@@ -7,6 +7,8 @@
 //! - `acceptance`: the 50 acceptance cases of agent-contract.md section 15, one test each,
 //!   named `case_NN_<topic>`; assertions are the values the case states.
 //! - `skyhook_run_check`: `skyhook-run check FILE...` exit codes and `file:line:col` errors.
+//! - `rhai_steps`: `.rhai` steps in the agent (compile-ahead, check from apply, interrupts,
+//!   shellscript compatibility, redaction).
 //! - `fixtures`: realistic packages from `tests/fixtures/` (shaped like the public Skyhook
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
 
@@ -15,4 +17,5 @@ mod util;
 
 mod acceptance;
 mod fixtures;
+mod rhai_steps;
 mod skyhook_run_check;

@@ -5,17 +5,14 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
-use chrono::Utc;
 
 use crate::host::root::HostRoot;
-use crate::logs::retention;
-use crate::logs::sink::open_step_logs;
 use crate::pyfmt;
 use crate::runner::process::{Outcome, ProcessRunner, ProcessSpec};
-use crate::state::{interrupts as markers, lock};
+use crate::state::interrupts as markers;
 
 use super::error::AgentError;
-use super::mode::{EnvBuilder, LOGS_KEPT, say, warn};
+use super::mode::{EnvBuilder, open_logs, prune_logs, say, warn};
 use super::settings::{ResourceId, Settings};
 use super::signal::Shutdown;
 
@@ -159,14 +156,15 @@ fn now_epoch() -> f64 {
 }
 
 impl InterruptRun<'_> {
-    /// Run the interrupt (10.3 with the 10.4 fixes). Returns true for exit 0.
+    /// Run the interrupt (10.3 with the 10.4 fixes). Returns true for exit 0. The caller
+    /// holds the package lock ([`crate::state::lock::lock_package`]): the `interrupt` mode takes it first,
+    /// a script step's requested interrupt runs under its mode's lock.
     ///
     /// # Errors
     /// State write failures.
     pub async fn run(&self, interrupt: &Interrupt) -> Result<bool, AgentError> {
         let dir = markers::interrupt_dir(&self.settings.state_root, &self.id.raw);
         self.root.create_dir_all(&dir, 0o755)?;
-        let _lock = lock::lock_package(self.root, &self.settings.state_root, &self.id.package)?;
         match interrupt {
             Interrupt::NoOp => {
                 markers::mark_complete(self.root, &dir, "no_op", now_epoch())?;
@@ -315,23 +313,12 @@ impl InterruptRun<'_> {
             .join(&self.id.package)
             .join(&self.id.version);
         let base = format!("interrupts/{name}");
-        let logs = if self.settings.write_logs {
-            Some(
-                open_step_logs(self.root, &log_dir, &base, Utc::now())
-                    .map_err(|e| AgentError::Script(super::error::render_chain(&e)))?,
-            )
-        } else {
-            None
-        };
+        let logs = open_logs(self.root, self.settings, &log_dir, &base)?;
         let runner = ProcessRunner {
             buffer_limit: self.settings.buffer_limit,
         };
         let outcome = runner.run(&spec, logs).await;
-        if self.settings.write_logs {
-            if let Err(e) = retention::prune(self.root, &log_dir, &base, LOGS_KEPT) {
-                warn(&format!("log retention for {base}: {}", super::error::render_chain(&e)));
-            }
-        }
+        prune_logs(self.root, self.settings, &log_dir, &base);
         Ok(outcome)
     }
 }

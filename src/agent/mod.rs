@@ -10,6 +10,7 @@ pub mod error;
 pub mod interrupt;
 pub mod mode;
 pub mod prepare;
+pub mod script_step;
 pub mod settings;
 pub mod signal;
 
@@ -156,6 +157,11 @@ pub fn run(args: &RunArgs, settings: &Settings) -> Result<bool, AgentError> {
         let shutdown = Shutdown::install().map_err(AgentError::Runtime)?;
         match interrupt {
             Some(i) => {
+                let _lock = crate::state::lock::lock_package(
+                    &root,
+                    &settings.state_root,
+                    &id.package,
+                )?;
                 InterruptRun {
                     root: &root,
                     settings,

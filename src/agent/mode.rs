@@ -10,13 +10,18 @@ use chrono::{Local, Utc};
 
 use crate::host::root::HostRoot;
 use crate::logs::retention;
-use crate::logs::sink::open_step_logs;
+use crate::logs::sink::{StepLogFiles, open_step_logs};
 use crate::package::{self, Mode, Package, Step};
 use crate::pyfmt;
-use crate::runner::process::{Outcome, ProcessRunner, ProcessSpec};
+use crate::host::effect::InterruptRequest;
+use crate::logs::redact::Redactor;
+use crate::runner::process::{Outcome, ProcessRunner, ProcessSpec, RunOptions};
+use crate::script::run::CompiledScript;
 use crate::state::{flags, history, lock};
 
 use super::error::AgentError;
+use super::interrupt::{Interrupt, InterruptRun};
+use super::script_step::{self, StepScripts};
 use super::prepare;
 use super::settings::{DEFAULT_PATH, ResourceId, Settings};
 use super::signal::Shutdown;
@@ -67,6 +72,65 @@ impl EnvBuilder {
     pub(crate) fn into_vec(self) -> Vec<(OsString, OsString)> {
         self.0
     }
+}
+
+/// Create the log files of one executed step or interrupt command (6.5), or none when
+/// `SKYHOOK_AGENT_WRITE_LOGS` is false.
+///
+/// # Errors
+/// The files cannot be created (the message names the path).
+pub(crate) fn open_logs(
+    root: &HostRoot,
+    settings: &Settings,
+    log_dir: &Path,
+    base: &str,
+) -> Result<Option<StepLogFiles>, AgentError> {
+    if !settings.write_logs {
+        return Ok(None);
+    }
+    open_step_logs(root, log_dir, base, Utc::now())
+        .map(Some)
+        .map_err(|e| AgentError::Script(crate::agent::error::render_chain(&e)))
+}
+
+/// Apply log retention after a step or interrupt command ran; a failure only warns.
+pub(crate) fn prune_logs(root: &HostRoot, settings: &Settings, log_dir: &Path, base: &str) {
+    if !settings.write_logs {
+        return;
+    }
+    if let Err(e) = retention::prune(root, log_dir, base, LOGS_KEPT) {
+        warn(&format!(
+            "log retention for {base}: {}",
+            crate::agent::error::render_chain(&e)
+        ));
+    }
+}
+
+/// What one executed step produced.
+#[derive(Debug, Default)]
+pub(crate) struct StepResult {
+    /// The step succeeded.
+    pub ok: bool,
+    /// Interrupts a script step requested (run after its flag is written).
+    pub interrupts: Vec<InterruptRequest>,
+}
+
+impl StepResult {
+    fn failed() -> Self {
+        StepResult::default()
+    }
+}
+
+/// An environment as UTF-8 strings (invalid sequences replaced), for the script layer.
+pub(crate) fn lossy_env(env: &[(OsString, OsString)]) -> Vec<(String, String)> {
+    env.iter()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect()
 }
 
 /// Everything one mode run needs.
@@ -145,6 +209,7 @@ impl ModeRun<'_> {
                 ));
             }
         }
+        let scripts = script_step::compile_mode_scripts(self.root, self.copy_dir, &pkg, self.mode)?;
         if !matches!(self.mode, Mode::Uninstall | Mode::UninstallCheck) {
             prepare::check_expected_files(self.root, self.copy_dir, &pkg.expected_config_files)?;
             prepare::overlay(self.root, self.copy_dir)?;
@@ -152,9 +217,9 @@ impl ModeRun<'_> {
         let _lock = lock::lock_package(self.root, &self.settings.state_root, &pkg.package_name)?;
         flags::write_start(self.root, &self.settings.state_root)?;
         if self.mode.is_check() {
-            self.run_checks(&pkg).await
+            self.run_checks(&pkg, &scripts).await
         } else {
-            self.run_steps(&pkg).await
+            self.run_steps(&pkg, &scripts).await
         }
     }
 
@@ -169,9 +234,9 @@ impl ModeRun<'_> {
         Ok(Some((read.previous, pkg.package_version.clone())))
     }
 
-    async fn run_steps(&self, pkg: &Package) -> Result<bool, AgentError> {
+    async fn run_steps(&self, pkg: &Package, scripts: &StepScripts) -> Result<bool, AgentError> {
         let (name, ver) = self.flag_dir_pkg(pkg);
-        for step in pkg.steps(self.mode) {
+        for (index, step) in pkg.steps(self.mode).iter().enumerate() {
             if self.shutdown.check().await {
                 warn(&format!("stopping before {}: SIGTERM received", step.path));
                 return Ok(false);
@@ -199,15 +264,23 @@ impl ModeRun<'_> {
                     continue;
                 }
             }
-            if !self.execute(pkg, step, versions.as_ref()).await? {
+            let result = self
+                .execute(pkg, step, versions.as_ref(), scripts.get(&index))
+                .await?;
+            if !result.ok {
                 return Ok(false);
             }
             flags::write_flag(self.root, &flag, step, Local::now().naive_local())?;
+            for request in &result.interrupts {
+                if !self.run_requested_interrupt(step, request).await? {
+                    return Ok(false);
+                }
+            }
         }
         Ok(true)
     }
 
-    async fn run_checks(&self, pkg: &Package) -> Result<bool, AgentError> {
+    async fn run_checks(&self, pkg: &Package, scripts: &StepScripts) -> Result<bool, AgentError> {
         let steps = pkg.steps(self.mode);
         let state = &self.settings.state_root;
         if steps.is_empty() {
@@ -218,13 +291,16 @@ impl ModeRun<'_> {
         } else {
             flags::clear_all_checked(self.root, state, self.mode)?;
             let mut results = Vec::with_capacity(steps.len());
-            for step in steps {
+            for (index, step) in steps.iter().enumerate() {
                 if self.shutdown.check().await {
                     warn(&format!("stopping before {}: SIGTERM received", step.path));
                     return Ok(false);
                 }
                 let versions = self.versions(pkg)?;
-                let ok = self.execute(pkg, step, versions.as_ref()).await?;
+                let ok = self
+                    .execute(pkg, step, versions.as_ref(), scripts.get(&index))
+                    .await?
+                    .ok;
                 results.push((step.path.clone(), !ok));
             }
             flags::write_check_results(self.root, state, &results)?;
@@ -258,7 +334,8 @@ impl ModeRun<'_> {
         pkg: &Package,
         step: &Step,
         versions: Option<&(String, String)>,
-    ) -> Result<bool, AgentError> {
+        script: Option<&CompiledScript>,
+    ) -> Result<StepResult, AgentError> {
         let mut shown_args = step.arguments.clone();
         if let (true, Some((prev, cur))) = (step.upgrade_step, versions) {
             shown_args.push(prev.clone());
@@ -293,7 +370,7 @@ impl ModeRun<'_> {
                     step.path
                 ));
             }
-            return Ok(false);
+            return Ok(StepResult::failed());
         }
         if let (true, Some((prev, cur))) = (step.upgrade_step, versions) {
             args.push(prev.clone());
@@ -301,7 +378,9 @@ impl ModeRun<'_> {
         }
 
         let host_program = step_root(self.copy_dir).join(&step.path);
-        self.make_executable(&host_program)?;
+        if script.is_none() {
+            self.make_executable(&host_program)?;
+        }
 
         let mut env = EnvBuilder::from_agent(self.settings);
         for (k, v) in &step.env {
@@ -331,54 +410,101 @@ impl ModeRun<'_> {
         env.set("STEP_ROOT", &step_root_v);
         env.set("SKYHOOK_DIR", &skyhook_dir_v);
 
-        let spec = ProcessSpec {
-            program,
-            args: args.iter().map(OsString::from).collect(),
-            env: env.into_vec(),
-            cwd,
-            chroot,
-            timeout: None,
-            preamble: None,
-        };
+        let env = env.into_vec();
+        let redactor = Redactor::from_env(&lossy_env(&env));
         let log_dir = self.log_dir(pkg);
-        let logs = if self.settings.write_logs {
-            Some(open_step_logs(self.root, &log_dir, &step.path, Utc::now()).map_err(|e| {
-                AgentError::Script(crate::agent::error::render_chain(&e))
-            })?)
-        } else {
-            None
+        let logs = open_logs(self.root, self.settings, &log_dir, &step.path)?;
+        let (ok, status, interrupts) = match script {
+            Some(script) => {
+                let run = script_step::ScriptStep {
+                    root: self.root,
+                    settings: self.settings,
+                    id: self.id,
+                    copy_dir: self.copy_dir,
+                    mode: self.mode,
+                    package: pkg,
+                    step,
+                };
+                let r = run.run(
+                    script,
+                    &args,
+                    env,
+                    versions.map(|(p, _)| p.clone()),
+                    logs,
+                    redactor,
+                )?;
+                (r.ok, r.status, r.interrupts)
+            }
+            None => {
+                let spec = ProcessSpec {
+                    program,
+                    args: args.iter().map(OsString::from).collect(),
+                    env,
+                    cwd,
+                    chroot,
+                    timeout: None,
+                    preamble: None,
+                };
+                let runner = ProcessRunner {
+                    buffer_limit: self.settings.buffer_limit,
+                };
+                let options = RunOptions {
+                    redactor: Some(redactor),
+                    ..RunOptions::default()
+                };
+                let outcome = runner.run_with(&spec, logs, options).await.outcome;
+                if let Outcome::SpawnFailed(e) = &outcome {
+                    eprintln!(
+                        "skyhook-agent: failed to execute {}: {e}",
+                        self.root.display_path(&host_program).display()
+                    );
+                }
+                (
+                    outcome.succeeded_with(|c| step.accepts(c)),
+                    outcome.display_status(),
+                    Vec::new(),
+                )
+            }
         };
-        let runner = ProcessRunner {
-            buffer_limit: self.settings.buffer_limit,
-        };
-        let outcome = runner.run(&spec, logs).await;
-        if let Outcome::SpawnFailed(e) = &outcome {
-            eprintln!(
-                "skyhook-agent: failed to execute {}: {e}",
-                self.root.display_path(&host_program).display()
-            );
-        }
-        let ok = outcome.succeeded_with(|c| step.accepts(c));
         let joined = args.join(" ");
         if ok {
             say(&format!("SUCEEDED: {} {joined}", step.path));
         } else {
-            say(&format!(
-                "FAILED: {} {joined} {}",
-                step.path,
-                outcome.display_status()
-            ));
+            say(&format!("FAILED: {} {joined} {status}", step.path));
         }
-        if self.settings.write_logs {
-            if let Err(e) = retention::prune(self.root, &log_dir, &step.path, LOGS_KEPT) {
-                warn(&format!(
-                    "log retention for {}: {}",
-                    step.path,
-                    crate::agent::error::render_chain(&e)
-                ));
+        prune_logs(self.root, self.settings, &log_dir, &step.path);
+        Ok(StepResult { ok, interrupts })
+    }
+
+    /// Run an interrupt a script step requested (`interrupt::reboot()` ...), after the step
+    /// succeeded and its flag was written, with the agent's interrupt machinery (same
+    /// commands, same once-per-resource-id markers).
+    async fn run_requested_interrupt(
+        &self,
+        step: &Step,
+        request: &InterruptRequest,
+    ) -> Result<bool, AgentError> {
+        let interrupt = match request {
+            InterruptRequest::Reboot => Interrupt::NodeRestart,
+            InterruptRequest::RestartServices { services } => {
+                Interrupt::ServiceRestart(services.clone())
             }
+            InterruptRequest::RestartAllServices => Interrupt::RestartAllServices,
+        };
+        say(&format!(
+            "{} requested interrupt {}",
+            step.path,
+            interrupt.type_name()
+        ));
+        InterruptRun {
+            root: self.root,
+            settings: self.settings,
+            id: self.id,
+            copy_dir: self.copy_dir,
+            shutdown: self.shutdown,
         }
-        Ok(ok)
+        .run(&interrupt)
+        .await
     }
 
     /// Add the execute bits (8.2): `mode | 0o111` on the permission bits, dropping

@@ -451,13 +451,10 @@ pub fn open_step_logs(
     let base = base.trim_start_matches('/');
     // Never reuse a name retention may have deleted: start after the newest existing log.
     let mut start_utc = start_utc;
-    if let Some(newest) = super::retention::newest_timestamp(root, log_dir, base)? {
-        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(&newest, "%Y-%m-%d-%H%M%S") {
-            let after = t.and_utc() + chrono::TimeDelta::seconds(1);
-            if after > start_utc {
-                start_utc = after;
-            }
-        }
+    if let Some(newest) = super::retention::newest_timestamp(root, log_dir, base)?
+        && let Ok(t) = chrono::NaiveDateTime::parse_from_str(&newest, "%Y-%m-%d-%H%M%S")
+    {
+        start_utc = start_utc.max(t.and_utc() + chrono::TimeDelta::seconds(1));
     }
     let mut first = None;
     for attempt in 0..MAX_NAME_ATTEMPTS {

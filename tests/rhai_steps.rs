@@ -1,0 +1,183 @@
+//! `.rhai` steps in the agent: compile-ahead, apply/check from one script, result lines and
+//! logs like a bash step, `returncodes`, `fail()`, interrupts requested by scripts,
+//! shellscript compatibility (`configmaps/STAGE.rhai`) and secret redaction.
+
+use serde_json::json;
+
+use crate::util::*;
+
+fn rhai_step(path: &str, args: &[&str]) -> serde_json::Value {
+    step(path.trim_end_matches(".rhai"), path, args)
+}
+
+/// A package whose apply and apply-check both run `apply.rhai`.
+fn one_script(fr: &FakeRoot, body: &str) {
+    fr.write_config(&config(json!({
+        "apply": [rhai_step("apply.rhai", &["x"])],
+        "apply-check": [rhai_step("apply.rhai", &["x"])],
+    })));
+    fr.write_step("apply.rhai", body);
+}
+
+const WRITE_CONF: &str = r#"
+print(`mode=${step.mode} arg=${step.args[0]}`);
+if fs::write("/etc/demo.conf", "k=v\n") { print("wrote"); }
+"#;
+
+#[test]
+fn rhai_apply_then_check_from_the_same_script() {
+    require_root!();
+    let fr = FakeRoot::new();
+    one_script(&fr, WRITE_CONF);
+
+    // check before apply: the pending write is drift, the check fails, nothing changes
+    let r = fr.run("apply-check");
+    r.code(1)
+        .has_line("apply-check apply.rhai ['x'] [0] Idempotence.Auto True")
+        .has_line_ending("FAILED: apply.rhai x 1");
+    assert!(r.stderr.contains("~ create /etc/demo.conf"), "{}", r.stderr);
+    assert!(!fr.exists("/etc/demo.conf"));
+    assert_eq!(fr.read("/t/state/flags/check_results"), "apply.rhai True");
+
+    // apply: the file is written, the flag is a normal flag, the log has [out] lines
+    let r = fr.run("apply");
+    r.code(0)
+        .has_line("apply apply.rhai ['x'] [0] Idempotence.Auto True")
+        .has_line_ending("SUCEEDED: apply.rhai x");
+    assert_eq!(fr.read("/etc/demo.conf"), "k=v\n");
+    assert!(fr.exists(&format!("/t/state/flags/demo/1.0.0/apply.rhai_{}", marker("['x']_[0]"))));
+    // one log from the failed check, one from the apply (same step path, same directory)
+    let mut logs = fr.logs_matching(&format!(r"apply\.rhai-{FTS}\.log"));
+    logs.sort();
+    assert_eq!(logs.len(), 2, "{logs:?}");
+    let log = fr.read(&format!("/t/log/demo/1.0.0/{}", logs[1]));
+    assert_full_match(&log, &format!(r"\[out\]{TS} mode=apply arg=x\n\[out\]{TS} wrote\n\[out\]{TS} "));
+
+    // second apply: skipped by its flag; check now passes and records history
+    fr.run("apply").code(0).has_line_between("Skipping apply.rhai because ", " exists.");
+    fr.run("apply-check").code(0).has_line_ending("SUCEEDED: apply.rhai x");
+    assert_eq!(fr.read("/t/state/flags/check_results"), "apply.rhai False");
+    assert!(fr.exists("/t/state/flags/apply-check_ALL_CHECKED"));
+    assert!(fr.read("/t/state/history/demo.json").starts_with(r#"{"current-version": "1.0.0""#));
+}
+
+#[test]
+fn rhai_syntax_error_changes_nothing() {
+    require_root!();
+    let fr = FakeRoot::new();
+    one_script(&fr, "let x = 1;\nlet y = ;\n");
+    let r = fr.run("apply");
+    r.code(1);
+    assert!(
+        r.stderr.contains("/t/pkg/skyhook_dir/apply.rhai:2:9:"),
+        "stderr: {}",
+        r.stderr
+    );
+    assert!(!fr.exists("/t/state"), "state written despite a syntax error");
+    assert!(!fr.exists("/t/log"));
+}
+
+#[test]
+fn rhai_missing_import_is_found_before_start() {
+    require_root!();
+    let fr = FakeRoot::new();
+    one_script(&fr, "import \"lib/nope\" as n;\nprint(1);\n");
+    let r = fr.run("apply");
+    r.code(1);
+    assert!(r.stderr.contains("apply.rhai:1:"), "stderr: {}", r.stderr);
+    assert!(!fr.exists("/t/state"));
+}
+
+#[test]
+fn rhai_fail_and_return_codes() {
+    require_root!();
+    let fr = FakeRoot::new();
+    one_script(&fr, "fail(\"the host is not ready\");\n");
+    let r = fr.run("apply");
+    r.code(1).has_line_ending("FAILED: apply.rhai x 1");
+    assert!(r.stderr.contains("the host is not ready"), "{}", r.stderr);
+    assert!(!fr.exists(&format!("/t/state/flags/demo/1.0.0/apply.rhai_{}", marker("['x']_[0]"))));
+
+    // an integer value is the return code, checked against returncodes
+    let mut fr = FakeRoot::new();
+    let mut s = rhai_step("apply.rhai", &[]);
+    s["returncodes"] = json!([0, 3]);
+    fr.write_config(&config(json!({"apply": [s.clone()], "apply-check": [s]})));
+    fr.write_step("apply.rhai", "3\n");
+    fr.run("apply").code(0).has_line_ending("SUCEEDED: apply.rhai ");
+    fr.write_step("apply.rhai", "4\n");
+    fr.set_env("OVERLAY_ALWAYS_RUN_STEP", "true");
+    fr.run("apply").code(1).has_line_ending("FAILED: apply.rhai  4");
+}
+
+#[test]
+fn rhai_requested_interrupt_runs_after_the_flag() {
+    require_root!();
+    let mut fr = FakeRoot::new();
+    fr.interrupt_setup();
+    one_script(
+        &fr,
+        "if fs::write(\"/etc/demo.conf\", \"k=v\\n\") { interrupt::restart_services([\"containerd\"]); }\n",
+    );
+    let r = fr.run("apply");
+    r.code(0).has_line_ending("SUCEEDED: apply.rhai x");
+    assert_eq!(
+        fr.calls().as_deref(),
+        Some("systemctl daemon-reload\nsystemctl restart containerd\n")
+    );
+    let i = "/t/state/interrupts/flags/sky-0000-1_demo_1.0.0";
+    assert!(fr.exists(&format!("{i}/service_restart_1.complete")));
+    // a check never runs interrupts
+    fr.run("apply-check").code(0);
+    assert_eq!(
+        fr.calls().as_deref(),
+        Some("systemctl daemon-reload\nsystemctl restart containerd\n")
+    );
+}
+
+#[test]
+fn shellscript_dispatcher_runs_configmap_rhai_when_present() {
+    require_root!();
+    let fr = FakeRoot::new();
+    fr.write_config(&config(json!({
+        "apply": [step("apply", "shellscript_run.sh", &["apply"])],
+        "apply-check": [step("apply_check", "shellscript_run.sh", &["apply_check"])],
+    })));
+    fr.write_step(
+        "shellscript_run.sh",
+        "#!/bin/sh\nstage=$1\nif [ -f \"$SKYHOOK_DIR/configmaps/$stage.sh\" ]; then . \"$SKYHOOK_DIR/configmaps/$stage.sh\"; else echo \"bash dispatcher: no $stage.sh\"; fi\n",
+    );
+    fr.write("/t/pkg/configmaps/apply.rhai", "fs::write(\"/etc/from-rhai\", \"yes\\n\");\nprint(\"rhai apply\");\n");
+    let r = fr.run("apply");
+    r.code(0)
+        .has_line("apply shellscript_run.sh ['apply'] [0] Idempotence.Auto True")
+        .has_line_ending("SUCEEDED: shellscript_run.sh apply");
+    assert!(r.stdout.contains("rhai apply"), "{}", r.stdout);
+    assert!(!r.stdout.contains("bash dispatcher"), "{}", r.stdout);
+    assert_eq!(fr.read("/etc/from-rhai"), "yes\n");
+    // no apply_check.rhai: the package's own dispatcher runs
+    let r = fr.run("apply-check");
+    r.code(0);
+    assert!(r.stdout.contains("bash dispatcher: no apply_check.sh"), "{}", r.stdout);
+}
+
+#[test]
+fn redact_env_hides_values_in_bash_step_output_and_logs() {
+    require_root!();
+    let mut fr = FakeRoot::new();
+    fr.write_config(&config(json!({
+        "apply": [step("foo", "foo.sh", &[])],
+        "apply-check": [step("foo_check", "foo_check.sh", &[])],
+    })));
+    fr.write_step("foo.sh", "#!/bin/sh\necho \"token is $API_TOKEN\"\n");
+    fr.write_step("foo_check.sh", "#!/bin/sh\nexit 0\n");
+    fr.set_env("API_TOKEN", "s3cr3t-value");
+    fr.set_env("SKYHOOK_REDACT_ENV", "API_TOKEN");
+    let r = fr.run("apply");
+    r.code(0);
+    assert!(r.stdout.contains("token is ***"), "{}", r.stdout);
+    assert!(!r.stdout.contains("s3cr3t-value"));
+    let logs = fr.logs_matching(&format!(r"foo\.sh-{FTS}\.log"));
+    let log = fr.read(&format!("/t/log/demo/1.0.0/{}", logs[0]));
+    assert!(log.contains("token is ***") && !log.contains("s3cr3t-value"), "{log}");
+}
