@@ -434,6 +434,13 @@ impl Host {
             ..RunOptions::default()
         }
     }
+
+    /// Tighten the session's deadline to `deadline` (the earlier one wins), e.g. to a script
+    /// run's deadline, so that the default timeout of every command (scripts' and internal
+    /// ones) never outlives the run.
+    pub fn limit_deadline(&mut self, deadline: Instant) {
+        self.opts.deadline = Some(self.opts.deadline.map_or(deadline, |d| d.min(deadline)));
+    }
 }
 
 impl Drop for Host {

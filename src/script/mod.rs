@@ -38,6 +38,7 @@ pub mod bindings;
 pub mod context;
 pub mod engine;
 pub mod errors;
+pub mod host_api;
 pub mod output;
 pub mod resolver;
 pub mod run;

@@ -1,0 +1,198 @@
+//! Conversions between Rhai values and the host layer's types. Every failure is a message
+//! naming the argument (the caller adds the function name and position).
+
+use std::collections::BTreeMap;
+
+use rhai::{Array, Dynamic, ImmutableString, Map};
+
+/// `d` as a string; strings only.
+pub fn string(d: &Dynamic, what: &str) -> Result<String, String> {
+    match d.clone().into_immutable_string() {
+        Ok(s) => Ok(s.to_string()),
+        Err(t) => Err(format!("{what} must be a string, got {t}")),
+    }
+}
+
+/// A scalar rendered as text: a string as it is, an integer, float or bool in decimal.
+pub fn scalar(d: &Dynamic, what: &str) -> Result<String, String> {
+    if d.is_string() {
+        return string(d, what);
+    }
+    if d.is_int() || d.is_float() || d.is_bool() {
+        return Ok(d.to_string());
+    }
+    Err(format!(
+        "{what} must be a string or a number, got {}",
+        d.type_name()
+    ))
+}
+
+/// `()` → `None`, else [`scalar`].
+pub fn opt_scalar(d: &Dynamic, what: &str) -> Result<Option<String>, String> {
+    if d.is_unit() {
+        Ok(None)
+    } else {
+        scalar(d, what).map(Some)
+    }
+}
+
+/// A permission mode: an integer (`0o644`) or a string of octal digits (`"0644"`, `"644"`,
+/// `"0o644"`), at most `0o7777`.
+pub fn mode(d: &Dynamic) -> Result<u32, String> {
+    let bad = || {
+        format!(
+            "mode must be an integer such as 0o644 or an octal string such as \"0644\", got {}",
+            if d.is_string() {
+                format!("{:?}", d.to_string())
+            } else {
+                d.to_string()
+            }
+        )
+    };
+    let n = if let Ok(i) = d.as_int() {
+        u32::try_from(i).map_err(|_| bad())?
+    } else if d.is_string() {
+        let s = d.to_string();
+        let digits = s.trim().trim_start_matches("0o");
+        if digits.is_empty() || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+            return Err(bad());
+        }
+        u32::from_str_radix(digits, 8).map_err(|_| bad())?
+    } else {
+        return Err(bad());
+    };
+    if n > 0o7777 {
+        return Err(bad());
+    }
+    Ok(n)
+}
+
+/// An array of strings (`what` names the argument in messages).
+pub fn strings(a: &Array, what: &str) -> Result<Vec<String>, String> {
+    a.iter()
+        .enumerate()
+        .map(|(i, d)| string(d, &format!("{what}[{i}]")))
+        .collect()
+}
+
+/// A string (one item) or an array of strings.
+pub fn string_or_array(d: &Dynamic, what: &str) -> Result<Vec<String>, String> {
+    if d.is_string() {
+        return Ok(vec![string(d, what)?]);
+    }
+    match d.read_lock::<Array>() {
+        Some(a) => strings(&a, what),
+        None => Err(format!(
+            "{what} must be a string or an array of strings, got {}",
+            d.type_name()
+        )),
+    }
+}
+
+/// Fail on a key of `opts` that is not in `allowed` (typos must not pass silently).
+pub fn check_keys(opts: &Map, allowed: &[&str]) -> Result<(), String> {
+    for k in opts.keys() {
+        if !allowed.contains(&k.as_str()) {
+            return Err(format!(
+                "unknown option {:?} (expected one of: {})",
+                k.as_str(),
+                allowed.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A bool option (`()` or absent → `default`).
+pub fn opt_bool(opts: &Map, key: &str, default: bool) -> Result<bool, String> {
+    match opts.get(key) {
+        None => Ok(default),
+        Some(d) if d.is_unit() => Ok(default),
+        Some(d) => d
+            .as_bool()
+            .map_err(|t| format!("option {key} must be a bool, got {t}")),
+    }
+}
+
+/// An optional string option.
+pub fn opt_string(opts: &Map, key: &str) -> Result<Option<String>, String> {
+    match opts.get(key) {
+        None => Ok(None),
+        Some(d) if d.is_unit() => Ok(None),
+        Some(d) => string(d, &format!("option {key}")).map(Some),
+    }
+}
+
+/// A string for scripts.
+pub fn s(v: impl Into<ImmutableString>) -> Dynamic {
+    Dynamic::from(v.into())
+}
+
+/// `Some(s)` → string, `None` → `()`.
+pub fn opt(v: Option<String>) -> Dynamic {
+    v.map_or(Dynamic::UNIT, s)
+}
+
+/// An array of strings for scripts.
+pub fn array(v: Vec<String>) -> Array {
+    v.into_iter().map(s).collect()
+}
+
+/// A string map for scripts.
+pub fn map(v: BTreeMap<String, String>) -> Map {
+    v.into_iter().map(|(k, v)| (k.into(), s(v))).collect()
+}
+
+/// A JSON value for scripts (objects → maps, arrays → arrays, null → `()`; integers that
+/// fit `i64` → int, other numbers → float).
+pub fn json(v: serde_json::Value) -> Dynamic {
+    use serde_json::Value;
+    match v {
+        Value::Null => Dynamic::UNIT,
+        Value::Bool(b) => Dynamic::from(b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => Dynamic::from(i),
+            None => Dynamic::from(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(x) => s(x),
+        Value::Array(a) => Dynamic::from_array(a.into_iter().map(json).collect()),
+        Value::Object(o) => Dynamic::from_map(json_map(o)),
+    }
+}
+
+/// A JSON object for scripts.
+pub fn json_map(o: serde_json::Map<String, serde_json::Value>) -> Map {
+    o.into_iter().map(|(k, v)| (k.into(), json(v))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes() {
+        assert_eq!(mode(&Dynamic::from(0o644_i64)), Ok(0o644));
+        assert_eq!(mode(&s("0644")), Ok(0o644));
+        assert_eq!(mode(&s("755")), Ok(0o755));
+        assert_eq!(mode(&s("0o600")), Ok(0o600));
+        assert_eq!(
+            mode(&s("0968")).unwrap_err(),
+            "mode must be an integer such as 0o644 or an octal string such as \"0644\", got \"0968\""
+        );
+        assert!(mode(&Dynamic::from(0o10000_i64)).is_err());
+        assert!(mode(&Dynamic::from(-1_i64)).is_err());
+        assert!(mode(&Dynamic::from(true)).is_err());
+    }
+
+    #[test]
+    fn lists_and_json() {
+        assert_eq!(string_or_array(&s("a"), "names"), Ok(vec!["a".to_string()]));
+        let a: Array = vec![s("a"), Dynamic::from(1_i64)];
+        assert_eq!(
+            string_or_array(&Dynamic::from_array(a), "names").unwrap_err(),
+            "names[1] must be a string, got i64"
+        );
+        let d = json(serde_json::json!({"a": [1, 2.5, null, true, "x"]}));
+        assert_eq!(d.to_string(), "#{\"a\": [1, 2.5, (), true, \"x\"]}");
+    }
+}

@@ -1,0 +1,896 @@
+//! The one table of host functions ([`FUNCTIONS`]) and the generators of the script authors'
+//! reference (`docs/host-api.md`, [`render_markdown`]) and of the editor definitions file
+//! (`docs/skyhook.d.rhai`, [`render_definitions`]).
+//!
+//! Tests check that every function registered in the engine has a row and every row a
+//! function, and that both generated files are up to date. Regenerate them with
+//! `SKYHOOK_UPDATE_DOCS=1 cargo test --lib script::host_api::tests::docs`.
+
+use std::fmt::Write as _;
+
+/// How a function behaves in the three execution modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Modes {
+    /// Reads the host; runs in every mode and sees planned changes in plan and check mode.
+    Query,
+    /// Brings the host to a desired state: performed in apply, recorded (with a diff for
+    /// files) in plan, reported as drift in check. Returns whether the state differed.
+    Change,
+    /// Done every time it is called: run in apply, recorded in plan and check, never drift.
+    Action,
+    /// A command: run in apply; in plan and check recorded as an action and not run, unless
+    /// `read_only`.
+    Command,
+    /// A read-only command: run in every mode.
+    ReadOnlyCommand,
+    /// Recorded in the report in every mode, never run by the script; never drift.
+    Interrupt,
+    /// Reads agent-side data (configMaps, node metadata, secrets, counters); the same in
+    /// every mode.
+    Context,
+}
+
+impl Modes {
+    /// The short text of the reference's "modes" column.
+    pub fn text(self) -> &'static str {
+        match self {
+            Modes::Query => "query: runs in every mode; sees planned changes",
+            Modes::Change => "change: apply performs; plan records (diff); check: drift",
+            Modes::Action => "action: apply runs; plan/check record; never drift",
+            Modes::Command => "apply runs; plan/check record as action (unless `read_only`)",
+            Modes::ReadOnlyCommand => "query: runs in every mode",
+            Modes::Interrupt => "recorded in every mode; the agent runs it after the step",
+            Modes::Context => "same in every mode",
+        }
+    }
+}
+
+/// One script function (one overload).
+#[derive(Debug, Clone, Copy)]
+pub struct FnDoc {
+    /// Namespace (`fs`, `service`, ...); empty for a global function.
+    pub ns: &'static str,
+    /// Function name.
+    pub name: &'static str,
+    /// Parameters: `(name, type)` with Rhai definition types (`String`, `int`, `bool`,
+    /// `Map`, `Array`, `?` for several accepted types).
+    pub params: &'static [(&'static str, &'static str)],
+    /// Return type (Rhai definition type; `?` for "a value or `()`", `()` for none).
+    pub returns: &'static str,
+    /// One line for script authors.
+    pub doc: &'static str,
+    /// Behaviour per mode.
+    pub modes: Modes,
+    /// Registered by the script layer itself (`changed()`), not by [`super::HostApi`].
+    pub script_layer: bool,
+}
+
+impl FnDoc {
+    /// `ns::name` or `name`.
+    pub fn full_name(&self) -> String {
+        super::fname(self.ns, self.name)
+    }
+
+    /// `fs::write(path, content, opts)`.
+    pub fn call(&self) -> String {
+        let names: Vec<&str> = self.params.iter().map(|(n, _)| *n).collect();
+        format!("{}({})", self.full_name(), names.join(", "))
+    }
+
+    /// `fn write(path: String, content: String) -> bool;`
+    pub fn definition(&self) -> String {
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .map(|(n, t)| format!("{n}: {t}"))
+            .collect();
+        format!(
+            "fn {}({}) -> {};",
+            self.name,
+            params.join(", "),
+            self.returns
+        )
+    }
+}
+
+const fn f(
+    ns: &'static str,
+    name: &'static str,
+    params: &'static [(&'static str, &'static str)],
+    returns: &'static str,
+    modes: Modes,
+    doc: &'static str,
+) -> FnDoc {
+    FnDoc {
+        ns,
+        name,
+        params,
+        returns,
+        doc,
+        modes,
+        script_layer: false,
+    }
+}
+
+const P: (&str, &str) = ("path", "String");
+const NAME: (&str, &str) = ("name", "String");
+const OPTS: (&str, &str) = ("opts", "Map");
+const ARGV: (&str, &str) = ("argv", "Array");
+
+use Modes::*;
+
+/// Every host function scripts can call, in reference order (namespaces in the order of
+/// [`NAMESPACES`]).
+pub const FUNCTIONS: &[FnDoc] = &[
+    // Commands and secrets (global).
+    f(
+        "",
+        "run",
+        &[ARGV],
+        "Map",
+        Command,
+        "Run `argv` (no shell) chrooted in the host root with the step's environment: `#{code, stdout, stderr, ok}` (plus `planned: true` when recorded, not run). A missing program is an error.",
+    ),
+    f(
+        "",
+        "run",
+        &[ARGV, OPTS],
+        "Map",
+        Command,
+        "As `run(argv)` with `#{check, input, env, cwd, timeout, read_only}`: `check` throws on a non-zero code (command and stderr tail), `timeout` in seconds kills the process group (default and cap: what remains of the step's deadline), `read_only` marks a query.",
+    ),
+    f(
+        "",
+        "query",
+        &[ARGV],
+        "Map",
+        ReadOnlyCommand,
+        "`run(argv)` with `read_only: true`: executed in plan and check mode too.",
+    ),
+    f(
+        "",
+        "query",
+        &[ARGV, OPTS],
+        "Map",
+        ReadOnlyCommand,
+        "`run(argv, opts)` with `read_only: true`.",
+    ),
+    f(
+        "",
+        "sh",
+        &[("script", "String")],
+        "Map",
+        Command,
+        "`run([\"/bin/bash\", \"-c\", script])`.",
+    ),
+    f(
+        "",
+        "sh",
+        &[("script", "String"), OPTS],
+        "Map",
+        Command,
+        "`run([\"/bin/bash\", \"-c\", script], opts)`.",
+    ),
+    f(
+        "",
+        "secret",
+        &[NAME, ("key", "String")],
+        "String",
+        Context,
+        "`<SKYHOOK_SECRETS_DIR>/<name>/<key>`; `name` must be in `SKYHOOK_ALLOWED_SECRETS`. The value is redacted (`***`) from output, logs, plans and errors.",
+    ),
+    f(
+        "",
+        "secret_env",
+        &[("var", "String")],
+        "String",
+        Context,
+        "The step environment's variable `var` (error when unset), redacted like `secret`.",
+    ),
+    FnDoc {
+        script_layer: true,
+        ..f(
+            "",
+            "changed",
+            &[],
+            "int",
+            Context,
+            "How many changes this step has made (apply) or would make (plan, check) so far; actions are not counted.",
+        )
+    },
+    // fs
+    f(
+        "fs",
+        "exists",
+        &[P],
+        "bool",
+        Query,
+        "True when `path` exists (following symlinks).",
+    ),
+    f(
+        "fs",
+        "is_file",
+        &[P],
+        "bool",
+        Query,
+        "True when `path` is a regular file (following symlinks).",
+    ),
+    f(
+        "fs",
+        "is_dir",
+        &[P],
+        "bool",
+        Query,
+        "True when `path` is a directory (following symlinks).",
+    ),
+    f(
+        "fs",
+        "read",
+        &[P],
+        "String",
+        Query,
+        "The file's text; an error when it is missing, a directory or not UTF-8.",
+    ),
+    f(
+        "fs",
+        "read_or",
+        &[P, ("default", "String")],
+        "String",
+        Query,
+        "The file's text, or `default` when it does not exist.",
+    ),
+    f(
+        "fs",
+        "list",
+        &[("dir", "String")],
+        "Array",
+        Query,
+        "Entry names of a directory, sorted; an error when it is missing.",
+    ),
+    f(
+        "fs",
+        "glob",
+        &[("pattern", "String")],
+        "Array",
+        Query,
+        "Sorted host paths matching an absolute pattern (`*`, `?`, `[abc]`, `{a,b}`, `**`).",
+    ),
+    f(
+        "fs",
+        "stat",
+        &[P],
+        "Map",
+        Query,
+        "`#{kind, size, mode, uid, gid, mtime}` of `path` itself (`kind`: `file`, `dir`, `symlink`, `other`); an error when missing.",
+    ),
+    f(
+        "fs",
+        "write",
+        &[P, ("content", "String")],
+        "bool",
+        Change,
+        "Replace the file's content atomically; an existing file keeps its mode, owner and extended attributes; a symlink's target is written.",
+    ),
+    f(
+        "fs",
+        "write",
+        &[P, ("content", "String"), OPTS],
+        "bool",
+        Change,
+        "As `write`, also setting `#{mode, owner, group}` (mode `0o644` or `\"0644\"`; owner and group names from the root's /etc/passwd and /etc/group, or numbers).",
+    ),
+    f(
+        "fs",
+        "append",
+        &[P, ("content", "String")],
+        "bool",
+        Change,
+        "Append to the file (created when missing); changed whenever `content` is not empty.",
+    ),
+    f(
+        "fs",
+        "ensure_line",
+        &[P, ("line", "String")],
+        "bool",
+        Change,
+        "Append `line` when no line equals it (the file is created when missing).",
+    ),
+    f(
+        "fs",
+        "ensure_line",
+        &[P, ("line", "String"), OPTS],
+        "bool",
+        Change,
+        "With `#{regex, create}`: replace the last line matching `regex` (else append when absent); `create: false` makes a missing file an error.",
+    ),
+    f(
+        "fs",
+        "remove_line",
+        &[P, ("regex", "String")],
+        "bool",
+        Change,
+        "Remove every line matching `regex`; a missing file is unchanged.",
+    ),
+    f(
+        "fs",
+        "ensure_block",
+        &[P, ("id", "String"), ("content", "String")],
+        "bool",
+        Change,
+        "A managed block between `# BEGIN skyhook <id>` and `# END skyhook <id>`, replaced in place or appended.",
+    ),
+    f(
+        "fs",
+        "remove_block",
+        &[P, ("id", "String")],
+        "bool",
+        Change,
+        "Remove the managed block `id`, markers included.",
+    ),
+    f(
+        "fs",
+        "mkdir",
+        &[P],
+        "bool",
+        Change,
+        "Create a directory and its parents (mode 0755).",
+    ),
+    f(
+        "fs",
+        "mkdir",
+        &[P, ("mode", "?")],
+        "bool",
+        Change,
+        "Create a directory and its parents with `mode` (int or octal string); an existing one is chmod-ed when it differs.",
+    ),
+    f(
+        "fs",
+        "remove",
+        &[P],
+        "bool",
+        Change,
+        "Remove a file, a symlink (not its target) or an empty directory; absent is unchanged.",
+    ),
+    f(
+        "fs",
+        "remove_all",
+        &[P],
+        "bool",
+        Change,
+        "Remove a tree (a symlink itself, not its target); absent is unchanged.",
+    ),
+    f(
+        "fs",
+        "copy",
+        &[("src", "String"), ("dst", "String")],
+        "bool",
+        Change,
+        "Make `dst` a copy of file `src` (a new `dst` gets `src`'s mode).",
+    ),
+    f(
+        "fs",
+        "copy",
+        &[("src", "String"), ("dst", "String"), OPTS],
+        "bool",
+        Change,
+        "As `copy`, also setting `#{mode, owner, group}`.",
+    ),
+    f(
+        "fs",
+        "chmod",
+        &[P, ("mode", "?")],
+        "bool",
+        Change,
+        "Set permission bits (`0o600` or `\"0600\"`), following symlinks.",
+    ),
+    f(
+        "fs",
+        "chown",
+        &[P, ("owner", "?"), ("group", "?")],
+        "bool",
+        Change,
+        "Set owner and group (names or numbers; `()` keeps), following symlinks.",
+    ),
+    f(
+        "fs",
+        "symlink",
+        &[("target", "String"), ("link", "String")],
+        "bool",
+        Change,
+        "Make `link` a symlink to `target` (stored as given, may be relative); another link there is replaced.",
+    ),
+    // service
+    f(
+        "service",
+        "is_active",
+        &[NAME],
+        "bool",
+        Query,
+        "`systemctl is-active` succeeds.",
+    ),
+    f(
+        "service",
+        "is_enabled",
+        &[NAME],
+        "bool",
+        Query,
+        "`systemctl is-enabled` succeeds.",
+    ),
+    f(
+        "service",
+        "start",
+        &[NAME],
+        "bool",
+        Change,
+        "Start the unit when it is not active.",
+    ),
+    f(
+        "service",
+        "stop",
+        &[NAME],
+        "bool",
+        Change,
+        "Stop the unit when it is active.",
+    ),
+    f(
+        "service",
+        "enable",
+        &[NAME],
+        "bool",
+        Change,
+        "Enable the unit when it is not enabled.",
+    ),
+    f(
+        "service",
+        "disable",
+        &[NAME],
+        "bool",
+        Change,
+        "Disable the unit when it is enabled.",
+    ),
+    f(
+        "service",
+        "restart",
+        &[NAME],
+        "()",
+        Action,
+        "`systemctl restart`, every time.",
+    ),
+    f(
+        "service",
+        "reload",
+        &[NAME],
+        "()",
+        Action,
+        "`systemctl reload`, every time.",
+    ),
+    f(
+        "service",
+        "daemon_reload",
+        &[],
+        "()",
+        Action,
+        "`systemctl daemon-reload`, every time (also satisfies a scheduled one).",
+    ),
+    f(
+        "service",
+        "drop_in",
+        &[NAME, ("file", "String"), ("content", "String")],
+        "bool",
+        Change,
+        "Write `/etc/systemd/system/<name>.service.d/<file>`; a change schedules one daemon-reload, run before the next `service::` call or at the end of the step (also a failed one).",
+    ),
+    f(
+        "service",
+        "remove_drop_in",
+        &[NAME, ("file", "String")],
+        "bool",
+        Change,
+        "Remove that drop-in; a change schedules one daemon-reload.",
+    ),
+    // pkg
+    f(
+        "pkg",
+        "manager",
+        &[],
+        "?",
+        Query,
+        "`\"apt\"`, `\"dnf\"`, `\"yum\"`, `\"zypper\"` or `()`, from the host's os-release.",
+    ),
+    f(
+        "pkg",
+        "installed",
+        &[NAME],
+        "bool",
+        Query,
+        "True when the package is installed.",
+    ),
+    f(
+        "pkg",
+        "version",
+        &[NAME],
+        "?",
+        Query,
+        "The installed version, or `()`.",
+    ),
+    f(
+        "pkg",
+        "install",
+        &[("names", "?")],
+        "bool",
+        Change,
+        "Install what is missing of a name or an array of names, non-interactively, waiting (bounded) for the package manager's lock.",
+    ),
+    f(
+        "pkg",
+        "install",
+        &[("names", "?"), OPTS],
+        "bool",
+        Change,
+        "As `install`; `#{update: true}` refreshes the package index first (only when something is missing).",
+    ),
+    f(
+        "pkg",
+        "remove",
+        &[("names", "?")],
+        "bool",
+        Change,
+        "Remove what is installed of a name or an array of names.",
+    ),
+    // os
+    f(
+        "os",
+        "release",
+        &[],
+        "Map",
+        Query,
+        "The host's os-release as a map (`ID`, `VERSION_ID`, `ID_LIKE`, ...).",
+    ),
+    f(
+        "os",
+        "id",
+        &[],
+        "String",
+        Query,
+        "os-release `ID` (empty when unknown).",
+    ),
+    f(
+        "os",
+        "version",
+        &[],
+        "String",
+        Query,
+        "os-release `VERSION_ID` (empty when unknown).",
+    ),
+    f(
+        "os",
+        "family",
+        &[],
+        "String",
+        Query,
+        "`debian`, `rhel`, `fedora`, `suse` (by `ID`, then `ID_LIKE`), else the `ID`.",
+    ),
+    f(
+        "os",
+        "kernel",
+        &[],
+        "String",
+        Query,
+        "The running kernel's release (`/proc/sys/kernel/osrelease` under the root).",
+    ),
+    f(
+        "os",
+        "arch",
+        &[],
+        "String",
+        Query,
+        "The machine architecture (`x86_64`, `aarch64`).",
+    ),
+    f(
+        "os",
+        "hostname",
+        &[],
+        "String",
+        Query,
+        "`/etc/hostname` under the root (else the kernel's).",
+    ),
+    f(
+        "os",
+        "cmdline",
+        &[],
+        "String",
+        Query,
+        "The running kernel's command line (`/proc/cmdline` under the root).",
+    ),
+    // sysctl, grub, ulimit
+    f(
+        "sysctl",
+        "get",
+        &[("key", "String")],
+        "?",
+        Query,
+        "The live value of `/proc/sys/<key, dots as slashes>`, or `()` when there is no such entry.",
+    ),
+    f(
+        "sysctl",
+        "set",
+        &[("key", "String"), ("value", "?")],
+        "bool",
+        Change,
+        "Write the live value when it differs (compared whitespace-normalised); an unknown key is an error. Never writes under /etc.",
+    ),
+    f(
+        "sysctl",
+        "persist",
+        &[("file", "String"), ("values", "Map")],
+        "bool",
+        Change,
+        "Write `/etc/sysctl.d/<file>`: one `key = value` line per map entry, keys sorted.",
+    ),
+    f(
+        "grub",
+        "set_cmdline",
+        &[NAME, ("args", "?")],
+        "bool",
+        Change,
+        "`/etc/default/grub.d/<name>.cfg` appending `args` (array, or a string split at spaces) to `GRUB_CMDLINE_LINUX_DEFAULT`; a change runs `update-grub` (or `grubby` on rhel/fedora) once at the end of the step.",
+    ),
+    f(
+        "grub",
+        "remove",
+        &[NAME],
+        "bool",
+        Change,
+        "Remove that drop-in and take its arguments back.",
+    ),
+    f(
+        "ulimit",
+        "persist",
+        &[("file", "String"), ("entries", "Array")],
+        "bool",
+        Change,
+        "Write `/etc/security/limits.d/<file>`, one `domain type item value` line per entry; an entry is a map `#{domain, type, item, value}` or a string `\"* soft nofile 65536\"`.",
+    ),
+    // interrupt
+    f(
+        "interrupt",
+        "reboot",
+        &[],
+        "()",
+        Interrupt,
+        "Reboot the node after the step succeeded (once per SKYHOOK_RESOURCE_ID).",
+    ),
+    f(
+        "interrupt",
+        "restart_services",
+        &[("names", "?")],
+        "()",
+        Interrupt,
+        "Restart a service or an array of services after the step succeeded.",
+    ),
+    f(
+        "interrupt",
+        "restart_all_services",
+        &[],
+        "()",
+        Interrupt,
+        "Restart all services after the step succeeded.",
+    ),
+    // config, node
+    f(
+        "config",
+        "has",
+        &[NAME],
+        "bool",
+        Context,
+        "True when the configMap exists.",
+    ),
+    f(
+        "config",
+        "get",
+        &[NAME],
+        "?",
+        Context,
+        "The configMap's text, or `()`.",
+    ),
+    f(
+        "config",
+        "names",
+        &[],
+        "Array",
+        Context,
+        "Sorted configMap names.",
+    ),
+    f(
+        "config",
+        "lines",
+        &[NAME],
+        "Array",
+        Context,
+        "Lines, trimmed, without blank lines and `#` comments; an error when missing.",
+    ),
+    f(
+        "config",
+        "kv",
+        &[NAME],
+        "Map",
+        Context,
+        "A map from `key=value` lines; a malformed line is an error naming the configMap and line number.",
+    ),
+    f(
+        "node",
+        "labels",
+        &[],
+        "Map",
+        Context,
+        "The node's labels (empty when unknown).",
+    ),
+    f(
+        "node",
+        "annotations",
+        &[],
+        "Map",
+        Context,
+        "The node's annotations (empty when unknown).",
+    ),
+    f(
+        "node",
+        "packages",
+        &[],
+        "Map",
+        Context,
+        "The operator's packages map for the node (empty when unknown).",
+    ),
+];
+
+/// Namespaces in reference order, with a heading and an introduction.
+pub const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "",
+        "Commands, secrets and counters (global functions)",
+        "Commands run chrooted in the host root, in their own process group, with the step's environment only. Their result is a map `#{code, stdout, stderr, ok}`.",
+    ),
+    (
+        "fs",
+        "Files — `fs::`",
+        "Every path is an absolute host path resolved inside the host root (`..` and symlinks never leave it); a relative path is an error (\"paths must be absolute\"). Writes are atomic (temp file, fsync, rename).",
+    ),
+    (
+        "service",
+        "Services (systemd) — `service::`",
+        "Every call first runs a daemon-reload scheduled by a changed drop-in.",
+    ),
+    (
+        "pkg",
+        "Packages — `pkg::`",
+        "The package manager is chosen from the host's os-release. A plan or check never runs the package manager's mutating commands (not even `apt-get update`).",
+    ),
+    (
+        "os",
+        "OS facts — `os::`",
+        "Read as files under the host root, so a test root can provide them.",
+    ),
+    (
+        "sysctl",
+        "Kernel parameters — `sysctl::`",
+        "The live values under `/proc/sys` of the root; `persist` writes the boot-time file.",
+    ),
+    (
+        "grub",
+        "Kernel command line — `grub::`",
+        "Drop-ins of several packages compose instead of overwriting each other and the distribution's defaults.",
+    ),
+    ("ulimit", "Resource limits — `ulimit::`", ""),
+    (
+        "interrupt",
+        "Interrupts — `interrupt::`",
+        "The same commands and once-per-resource markers as the agent's `interrupt` mode; run after the step has succeeded and its flag is written, never in the middle of it.",
+    ),
+    (
+        "config",
+        "configMaps — `config::`",
+        "Files under `SKYHOOK_DIR/configmaps/` (for `skyhook-run`, the `--configmaps` folder). Names starting with `.` are never listed.",
+    ),
+    (
+        "node",
+        "Node metadata — `node::`",
+        "From the operator's `SKYHOOK_DIR/node-metadata/` JSON files.",
+    ),
+];
+
+const INTRO: &str = "\
+<!-- Generated from src/script/host_api/docs.rs by
+     `SKYHOOK_UPDATE_DOCS=1 cargo test --lib script::host_api::tests::docs`. Do not edit. -->
+
+# Host API reference for step scripts
+
+Lifecycle steps written in Rhai (`.rhai`) reach the host only through the functions below.
+The same script runs in three modes: **apply** (the agent's normal modes and
+`skyhook-run --apply`), **plan** (`skyhook-run` without `--apply`: nothing on the host
+changes, the report shows what would) and **check** (an agent `*-check` mode running an
+apply script: what would change is drift, and the check fails).
+
+## Rules every function follows
+
+- **Paths are host paths.** `/etc/sysctl.d/x.conf` means that file on the node, resolved
+  inside the host root as if chrooted: neither `..` nor a symlink can lead outside it. A
+  relative path is an error (`paths must be absolute`).
+- **Mutations report whether they changed something.** `true` means the host was not yet
+  in the desired state and now is (or, in plan mode, would be); `false` means nothing had to
+  be done. Running a script twice changes nothing the second time, and `changed()` counts
+  the changes of the step so far.
+- **Changes and actions.** A *change* brings the host to a desired state and happens only
+  when the state differs. An *action* (`service::restart`, `run`, `sh`, ...) happens every
+  time it is called; it is never drift. Make an action depend on a change:
+  `if fs::write(p, text) { service::restart(\"x\"); }`.
+- **A plan is the same code path.** In plan and check mode mutations are recorded instead of
+  performed, and later reads see them, so a script that writes and then reads behaves the
+  same. Commands are recorded, not run, unless marked `read_only` (or run with `query`).
+- **Errors are script errors** at the call's `file:line:col`, naming the path or command,
+  and they can be caught with `try`/`catch`. An uncaught one fails the step.
+- **Secrets never leak.** Values read with `secret()` or `secret_env()` (and variables named
+  in `SKYHOOK_REDACT_ENV`) are replaced by `***` in output, logs, plans and error messages.
+- **Unset is `()`.** Functions documented to return a value or `()` return `()` when there is
+  nothing (`config::get` of a missing configMap, `pkg::version` of a missing package).
+
+Types below are Rhai's: `String`, `int`, `bool`, `Map` (`#{...}`), `Array` (`[...]`), `()`;
+`?` means several types are accepted (see the description). Editor completion:
+`docs/skyhook.d.rhai`.
+";
+
+fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+/// The reference for script authors (`docs/host-api.md`).
+pub fn render_markdown() -> String {
+    let mut out = String::from(INTRO);
+    for (ns, title, intro) in NAMESPACES {
+        let _ = write!(out, "\n## {title}\n\n");
+        if !intro.is_empty() {
+            let _ = write!(out, "{intro}\n\n");
+        }
+        out.push_str("| function | returns | modes | description |\n|---|---|---|---|\n");
+        for d in FUNCTIONS.iter().filter(|d| d.ns == *ns) {
+            let _ = writeln!(
+                out,
+                "| `{}` | `{}` | {} | {} |",
+                d.call(),
+                d.returns,
+                md_cell(d.modes.text()),
+                md_cell(d.doc)
+            );
+        }
+    }
+    out
+}
+
+/// The Rhai definitions file for editors (`docs/skyhook.d.rhai`), in the layout of Rhai's
+/// `Engine::definitions().single_file()`: global functions after `module static;`, then one
+/// `module <ns> { ... }` block per namespace, each function with its description as a doc
+/// comment.
+pub fn render_definitions() -> String {
+    let mut out = String::from(
+        "// Generated from src/script/host_api/docs.rs; do not edit.\n\
+         // Rhai definitions of the skyhook host API, for editor completion.\n\nmodule static;\n",
+    );
+    for (ns, _, _) in NAMESPACES {
+        let indent = if ns.is_empty() { "" } else { "    " };
+        if !ns.is_empty() {
+            let _ = write!(out, "\nmodule {ns} {{\n");
+        }
+        for d in FUNCTIONS.iter().filter(|d| d.ns == *ns) {
+            let _ = write!(
+                out,
+                "\n{indent}/// {}\n{indent}/// Modes: {}\n{indent}{}\n",
+                d.doc,
+                d.modes.text(),
+                d.definition()
+            );
+        }
+        if !ns.is_empty() {
+            out.push_str("}\n");
+        }
+    }
+    out
+}

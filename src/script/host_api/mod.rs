@@ -1,0 +1,383 @@
+//! The host API bound into Rhai: [`HostApi`], a [`ScriptHost`] over one [`Host`] session.
+//!
+//! This layer is thin: every script function converts its Rhai arguments, calls the plain
+//! Rust function of the same name in [`crate::host`] and converts the result back. What the
+//! functions do, and how they behave in apply, plan and check mode, is specified once in
+//! [`FUNCTIONS`], the table from which `docs/host-api.md` and `docs/skyhook.d.rhai` are
+//! generated ([`render_markdown`], [`render_definitions`]) and against which the
+//! registration is verified in tests.
+//!
+//! # Use
+//!
+//! ```no_run
+//! # use std::sync::{Arc, atomic::AtomicBool};
+//! # use skyhook::host::{ExecMode, Host, HostOptions, root::HostRoot};
+//! # use skyhook::script::{host_api::HostApi, *};
+//! # fn demo(engine: &ScriptEngine, script: &CompiledScript, ctx: &StepContext) {
+//! let host = Host::new(HostRoot::open("/").unwrap(), ExecMode::Plan, HostOptions::default());
+//! let api = HostApi::new(host);
+//! // Route output through the host's redactor (the agent's log sink may share it instead).
+//! let output = api.redacting_output(Arc::new(StdioOutput));
+//! let mut opts = RunOptions::new(output, Arc::new(AtomicBool::new(false)));
+//! opts.host = Arc::new(api.clone());
+//! let outcome = run_script_with(engine, script, ctx, &opts);
+//! // Always finish, also when the script failed: pending daemon-reload and grub work run.
+//! let report = api.finish();
+//! # let _ = (outcome, report);
+//! # }
+//! ```
+//!
+//! `HostApi` is a cheap handle (`Clone` shares the session). [`HostApi::finish`] takes the
+//! session out, runs its deferred work ([`Host::finish`]) and returns the [`Report`]; any
+//! later host call from a script fails with "host session already finished".
+//!
+//! # Errors
+//!
+//! A failed host call raises a catchable Rhai runtime error at the call's position (so the
+//! step fails with `file:line:col: message`), whose message is `<ns>::<fn>: <what>` with the
+//! [`HostError`] and its causes, and has passed through the session's
+//! [`Redactor`](crate::host::secrets::Redactor): a secret's value never appears in it.
+//!
+//! # Deadline
+//!
+//! [`ScriptHost::register`] tightens the session's deadline to the run's
+//! ([`RunHandle::deadline`]), so commands (`run`, `sh`, and the internal `systemctl`,
+//! package manager and grub commands) default to what remains of it; an explicit `timeout`
+//! is capped by it too.
+
+/// Register one binding: `bind!(r, api, "ns", "name", |h, arg: Type, ...| body)`, where
+/// `body` evaluates to `Result<R, CallError>` with the session as `h: &mut Host`.
+macro_rules! bind {
+    ($r:expr, $api:expr, $ns:literal, $name:literal, |$h:ident $(, $arg:ident : $ty:ty)*| $body:expr) => {{
+        let api = $api.clone();
+        let fname = $crate::script::host_api::fname($ns, $name);
+        $r.add(
+            $ns,
+            $name,
+            move |ctx: rhai::NativeCallContext $(, $arg: $ty)*| {
+                api.call(&ctx, &fname, |$h| $body)
+            },
+        );
+    }};
+}
+
+mod cmd;
+mod config;
+mod convert;
+mod docs;
+mod fs;
+mod os;
+mod pkg;
+mod service;
+mod tuning;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use rhai::{Engine, EvalAltResult, FuncRegistration, Module, NativeCallContext, RhaiNativeFunc};
+
+use super::bindings::{RunHandle, ScriptHost};
+use super::errors::host_error;
+use super::output::ScriptOutput;
+use crate::host::secrets::Redactor;
+use crate::host::{Host, HostError, Report};
+
+pub use docs::{FUNCTIONS, FnDoc, Modes, render_definitions, render_markdown};
+
+/// The host API for scripts: one step's [`Host`] session, bound into each run's engine.
+/// See the module docs.
+#[derive(Clone)]
+pub struct HostApi {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    host: Mutex<Option<Host>>,
+    redactor: Redactor,
+}
+
+impl std::fmt::Debug for HostApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostApi").finish_non_exhaustive()
+    }
+}
+
+/// [`HostApi::finish`] failed: the deferred work (daemon-reload, grub regeneration) failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct FinishError {
+    /// The report as it stood before the deferred work ran (`None` when the session had
+    /// already been finished).
+    pub report: Option<Box<Report>>,
+    /// The failure, redacted, with its causes: `failed to run deferred work: ...`.
+    pub message: String,
+    /// The host error.
+    #[source]
+    pub source: Option<HostError>,
+}
+
+impl HostApi {
+    /// Wrap a session. The session's redactor is the one errors pass through.
+    pub fn new(host: Host) -> HostApi {
+        let redactor = host.redactor().clone();
+        HostApi {
+            inner: Arc::new(Inner {
+                host: Mutex::new(Some(host)),
+                redactor,
+            }),
+        }
+    }
+
+    /// The session's redactor (shared: values added by `secret()` later are included).
+    pub fn redactor(&self) -> &Redactor {
+        &self.inner.redactor
+    }
+
+    /// `inner` wrapped so that every chunk written passes through [`HostApi::redactor`]
+    /// (for callers whose sink does not redact by itself, such as `skyhook-run`).
+    pub fn redacting_output(&self, inner: Arc<dyn ScriptOutput>) -> Arc<dyn ScriptOutput> {
+        Arc::new(RedactingOutput {
+            inner,
+            redactor: self.inner.redactor.clone(),
+        })
+    }
+
+    /// End the session: run its deferred work and return the [`Report`]. Call it after every
+    /// run, also a failed one. The second call fails (no session).
+    ///
+    /// # Errors
+    /// [`FinishError`] when the deferred work fails (with the report as it stood before) or
+    /// the session was already finished.
+    pub fn finish(&self) -> Result<Report, FinishError> {
+        let host = lock(&self.inner.host).take();
+        let Some(host) = host else {
+            return Err(FinishError {
+                report: None,
+                message: "host session already finished".into(),
+                source: None,
+            });
+        };
+        let before = host.report().clone();
+        host.finish().map_err(|e| FinishError {
+            report: Some(Box::new(before)),
+            message: format!(
+                "failed to run deferred work: {}",
+                self.inner.redactor.redact(&error_chain(&e))
+            ),
+            source: Some(e),
+        })
+    }
+
+    /// [`HostApi::finish`] by value.
+    ///
+    /// # Errors
+    /// As [`HostApi::finish`].
+    pub fn into_report(self) -> Result<Report, FinishError> {
+        self.finish()
+    }
+
+    /// Build the modules of every host function (closures over this session and `run`),
+    /// returning them with the registration log.
+    pub(crate) fn modules(&self, run: &RunHandle) -> Registrar {
+        let api = Api {
+            inner: self.inner.clone(),
+            deadline: run.deadline,
+        };
+        let mut r = Registrar::default();
+        fs::register(&mut r, &api);
+        cmd::register(&mut r, &api);
+        service::register(&mut r, &api);
+        pkg::register(&mut r, &api);
+        os::register(&mut r, &api);
+        tuning::register(&mut r, &api);
+        config::register(&mut r, &api);
+        r
+    }
+}
+
+impl ScriptHost for HostApi {
+    fn register(&self, engine: &mut Engine, run: &RunHandle) {
+        if let Some(h) = lock(&self.inner.host).as_mut() {
+            h.limit_deadline(run.deadline);
+        }
+        self.modules(run).install(engine);
+    }
+
+    fn changed(&self) -> i64 {
+        lock(&self.inner.host)
+            .as_ref()
+            .map_or(0, |h| i64::try_from(h.changed()).unwrap_or(i64::MAX))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic inside a host call is contained by the script runner; the session stays usable
+    // for `finish`.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An error with its causes, `a: b: c` (a cause already contained in the text is skipped).
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = c.source();
+    }
+    s
+}
+
+struct RedactingOutput {
+    inner: Arc<dyn ScriptOutput>,
+    redactor: Redactor,
+}
+
+impl ScriptOutput for RedactingOutput {
+    fn stdout(&self, bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        self.inner.stdout(self.redactor.redact(&text).as_bytes());
+    }
+    fn stderr(&self, bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        self.inner.stderr(self.redactor.redact(&text).as_bytes());
+    }
+}
+
+/// Why a binding failed: the host call, or an argument the binding could not convert.
+#[derive(Debug)]
+pub(crate) enum CallError {
+    Host(HostError),
+    Arg(String),
+}
+
+impl From<HostError> for CallError {
+    fn from(e: HostError) -> Self {
+        CallError::Host(e)
+    }
+}
+
+impl From<String> for CallError {
+    fn from(e: String) -> Self {
+        CallError::Arg(e)
+    }
+}
+
+/// The result type of binding closures.
+pub(crate) type RhaiResult<T> = Result<T, Box<EvalAltResult>>;
+
+/// What every binding closure captures: the session and the run's deadline.
+#[derive(Clone)]
+pub(crate) struct Api {
+    inner: Arc<Inner>,
+    pub deadline: std::time::Instant,
+}
+
+impl Api {
+    /// Run `op` on the session; a failure becomes a positioned, redacted Rhai error
+    /// `<fname>: <message>`.
+    pub fn call<R>(
+        &self,
+        ctx: &NativeCallContext,
+        fname: &str,
+        op: impl FnOnce(&mut Host) -> Result<R, CallError>,
+    ) -> RhaiResult<R> {
+        let mut guard = lock(&self.inner.host);
+        let res = match guard.as_mut() {
+            Some(h) => op(h),
+            None => Err(CallError::Arg("host session already finished".into())),
+        };
+        drop(guard);
+        res.map_err(|e| {
+            let text = match e {
+                CallError::Host(e) => error_chain(&e),
+                CallError::Arg(s) => s,
+            };
+            host_error(
+                ctx,
+                self.inner
+                    .redactor
+                    .redact(&format!("{fname}: {text}"))
+                    .into_owned(),
+            )
+        })
+    }
+}
+
+/// The name of `ns::name` in messages (`name` alone for a global function).
+pub(crate) fn fname(ns: &str, name: &str) -> String {
+    if ns.is_empty() {
+        name.to_string()
+    } else {
+        format!("{ns}::{name}")
+    }
+}
+
+/// One registered function, as Rhai recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Registered {
+    /// Namespace (`""` for global functions).
+    pub ns: &'static str,
+    /// Name as Rhai stored it.
+    pub name: String,
+    /// Number of parameters as Rhai counted them (the call context excluded).
+    pub params: usize,
+    /// Rhai's hash of the function (to check it is in the module).
+    pub hash: u64,
+}
+
+/// Collects functions into one module per namespace and logs each registration.
+#[derive(Default)]
+pub(crate) struct Registrar {
+    pub log: Vec<Registered>,
+    pub modules: BTreeMap<&'static str, Module>,
+}
+
+impl Registrar {
+    /// Register `func` as `ns::name` (`ns` empty: a global function). Every host function is
+    /// volatile (never constant-folded) and pure (never modifies its first argument).
+    pub fn add<A: 'static, const N: usize, const X: bool, R, const F: bool, FUNC>(
+        &mut self,
+        ns: &'static str,
+        name: &'static str,
+        func: FUNC,
+    ) where
+        R: rhai::Variant + Clone,
+        FUNC: RhaiNativeFunc<A, N, X, R, F> + Send + Sync + 'static,
+    {
+        let module = self.modules.entry(ns).or_default();
+        let reg = FuncRegistration::new(name)
+            .with_volatility(true)
+            .with_purity(true);
+        let reg = if ns.is_empty() {
+            reg.in_global_namespace()
+        } else {
+            reg.in_internal_namespace()
+        };
+        let meta = reg.set_into_module(module, func);
+        self.log.push(Registered {
+            ns,
+            name: meta.name.to_string(),
+            params: meta.num_params,
+            hash: meta.hash,
+        });
+    }
+
+    /// Install the modules: global functions as a global module, the rest as static modules
+    /// named after their namespace.
+    pub fn install(self, engine: &mut Engine) {
+        for (ns, m) in self.modules {
+            if ns.is_empty() {
+                engine.register_global_module(m.into());
+            } else {
+                engine.register_static_module(ns, m.into());
+            }
+        }
+    }
+}

@@ -1,0 +1,832 @@
+//! The host API through Rhai: every function in apply, plan and check mode, errors,
+//! secrets, the registration/table agreement and the generated docs.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::host::report::ExecMode;
+use crate::host::root::HostRoot;
+use crate::host::testutil::{TestHost, tree};
+use crate::host::{HostOptions, Report};
+use crate::script::{
+    CaptureOutput, ModuleStore, RunOptions, ScriptEngine, ScriptOutcome, StepContext,
+    compile_source, run_script_with,
+};
+
+/// One finished run.
+struct Ran {
+    outcome: ScriptOutcome,
+    report: Report,
+    out: Arc<CaptureOutput>,
+}
+
+impl Ran {
+    fn stdout(&self) -> String {
+        String::from_utf8(self.out.stdout_bytes()).unwrap()
+    }
+    fn stderr(&self) -> String {
+        String::from_utf8(self.out.stderr_bytes()).unwrap()
+    }
+    fn error(&self) -> String {
+        self.outcome
+            .error
+            .as_ref()
+            .expect("the run should have failed")
+            .to_string()
+    }
+    fn ok(self) -> Self {
+        assert!(
+            self.outcome.error.is_none(),
+            "script failed: {:?}\n{}",
+            self.outcome.error,
+            self.stderr()
+        );
+        self
+    }
+}
+
+fn opts_for(t: &TestHost) -> HostOptions {
+    HostOptions {
+        configmaps_dir: Some(t.dir.path().join("configmaps")),
+        node_metadata_dir: Some(t.dir.path().join("node-metadata")),
+        secrets_dir: t.dir.path().join("secrets"),
+        ..HostOptions::default()
+    }
+}
+
+fn run_with(t: &TestHost, mode: ExecMode, src: &str, o: HostOptions) -> Ran {
+    let host = Host::new(HostRoot::open(&t.root).unwrap(), mode, o);
+    let api = HostApi::new(host);
+    let engine = ScriptEngine::default();
+    let script = compile_source(
+        &engine,
+        "main.rhai",
+        src,
+        Arc::new(ModuleStore::new(t.dir.path())),
+    )
+    .unwrap();
+    let out = Arc::new(CaptureOutput::new());
+    let mut opts = RunOptions::new(
+        api.redacting_output(out.clone()),
+        Arc::new(AtomicBool::new(false)),
+    );
+    opts.host = Arc::new(api.clone());
+    let ctx = StepContext {
+        name: "main.rhai".into(),
+        ..Default::default()
+    };
+    let outcome = run_script_with(&engine, &script, &ctx, &opts);
+    let report = api.finish().unwrap();
+    Ran {
+        outcome,
+        report,
+        out,
+    }
+}
+
+fn run(t: &TestHost, mode: ExecMode, src: &str) -> Ran {
+    run_with(t, mode, src, opts_for(t))
+}
+
+fn snapshot(t: &TestHost) -> std::collections::BTreeMap<PathBuf, String> {
+    let mut m = tree(&t.root);
+    m.remove(Path::new("stub.log"));
+    m
+}
+
+/// `calls` pushed into `r` and printed, `changed()` returned: the script form of every
+/// mode test.
+fn script(calls: &[&str]) -> String {
+    let mut s = String::from("let r = [];\n");
+    for c in calls {
+        s.push_str(&format!("r.push({c});\n"));
+    }
+    s.push_str("print(r);\nchanged()\n");
+    s
+}
+
+fn bools(v: bool, n: usize) -> String {
+    format!("[{}]\n", vec![v.to_string(); n].join(", "))
+}
+
+/// Plan, check, apply, apply again, check, plan again over `calls` (each a mutation that
+/// changes the fresh root): a plan and a check leave the root byte-identical and list the
+/// changes; apply returns true for each and `changed()` counts them; the second apply
+/// returns false for each; the check after apply passes. Returns the plan's report.
+fn all_modes(t: &TestHost, calls: &[&str]) -> Report {
+    let src = script(calls);
+    let n = calls.len();
+    let before = snapshot(t);
+    let plan = run(t, ExecMode::Plan, &src).ok();
+    assert_eq!(snapshot(t), before, "a plan changed the root");
+    assert_eq!(plan.stdout(), bools(true, n));
+    assert_eq!(plan.outcome.code as usize, n);
+    assert_eq!(plan.report.changes.len(), n, "{:?}", plan.report.changes);
+
+    let check = run(t, ExecMode::Check, &src).ok();
+    assert_eq!(snapshot(t), before, "a check changed the root");
+    assert_eq!(check.report.drift().len(), n);
+
+    let apply = run(t, ExecMode::Apply, &src).ok();
+    assert_eq!(apply.stdout(), bools(true, n));
+    assert_eq!(apply.outcome.code as usize, n);
+
+    let again = run(t, ExecMode::Apply, &src).ok();
+    assert_eq!(again.stdout(), bools(false, n), "second apply changed");
+    assert_eq!(again.outcome.code, 0);
+    assert!(again.report.changes.is_empty());
+
+    let check = run(t, ExecMode::Check, &src).ok();
+    assert!(check.report.drift().is_empty(), "drift after apply");
+    let plan2 = run(t, ExecMode::Plan, &src).ok();
+    assert!(plan2.report.changes.is_empty());
+    plan.report
+}
+
+#[test]
+fn fs_mutations_all_modes() {
+    let t = TestHost::new();
+    t.file(
+        "/etc/passwd",
+        "root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n",
+    );
+    t.file("/etc/group", "root:x:0:\nnogroup:x:65534:\n");
+    t.file(
+        "/etc/app/old.conf",
+        "x=1\nkeep\nx=2\n# BEGIN skyhook gone\nz\n# END skyhook gone\n",
+    );
+    t.file("/etc/app/keep.conf", "k\n");
+    t.file("/etc/app/r.conf", "a=0\nz\na=1\n");
+    t.file("/etc/app/trash", "t");
+    t.file("/etc/app/tree/a/b", "b");
+    let plan = all_modes(
+        &t,
+        &[
+            r#"fs::mkdir("/etc/app/sub")"#,
+            r#"fs::mkdir("/etc/app/d", 0o700)"#,
+            r#"fs::write("/etc/app/a.conf", "a=1\n")"#,
+            r#"fs::write("/etc/app/b.conf", "b\n", #{mode: "0600", owner: "nobody", group: 65534})"#,
+            r#"fs::ensure_line("/etc/app/l.conf", "b=2")"#,
+            r#"fs::ensure_line("/etc/app/r.conf", "a=3", #{regex: "^a=", create: false})"#,
+            r#"fs::remove_line("/etc/app/old.conf", "^x=")"#,
+            r#"fs::ensure_block("/etc/app/l.conf", "net", "c=1\nd=2")"#,
+            r#"fs::remove_block("/etc/app/old.conf", "gone")"#,
+            r#"fs::copy("/etc/app/a.conf", "/etc/app/c.conf")"#,
+            r#"fs::copy("/etc/app/keep.conf", "/etc/app/e.conf", #{mode: 0o640})"#,
+            r#"fs::chmod("/etc/app/keep.conf", "0640")"#,
+            r#"fs::chown("/etc/app/keep.conf", "nobody", ())"#,
+            r#"fs::symlink("a.conf", "/etc/app/link")"#,
+            r#"fs::remove("/etc/app/trash")"#,
+            r#"fs::remove_all("/etc/app/tree")"#,
+        ],
+    );
+    // The plan lists the diff of a written file.
+    let a = plan
+        .changes
+        .iter()
+        .find(|c| c.target == "/etc/app/a.conf" && c.diff.is_some())
+        .expect("a diff for a.conf");
+    assert!(a.diff.as_ref().unwrap().contains("+a=1\n"), "{a:?}");
+    assert_eq!(t.read("/etc/app/a.conf"), "a=1\n");
+    assert_eq!(
+        t.read("/etc/app/l.conf"),
+        "b=2\n# BEGIN skyhook net\nc=1\nd=2\n# END skyhook net\n"
+    );
+    assert_eq!(t.read("/etc/app/r.conf"), "a=0\nz\na=3\n");
+    assert_eq!(t.read("/etc/app/old.conf"), "keep\n");
+    assert_eq!(t.read("/etc/app/c.conf"), t.read("/etc/app/a.conf"));
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(t.p("/etc/app/b.conf")).unwrap();
+    assert_eq!((m.mode() & 0o7777, m.uid(), m.gid()), (0o600, 65534, 65534));
+    let m = std::fs::metadata(t.p("/etc/app/keep.conf")).unwrap();
+    assert_eq!((m.mode() & 0o7777, m.uid()), (0o640, 65534));
+    assert_eq!(
+        std::fs::read_link(t.p("/etc/app/link")).unwrap(),
+        Path::new("a.conf")
+    );
+    assert!(!t.p("/etc/app/tree").exists() && !t.p("/etc/app/trash").exists());
+}
+
+#[test]
+fn fs_append_is_a_change_every_time_and_plans_nothing() {
+    let t = TestHost::new();
+    let src = r#"print(fs::append("/var/log/x", "line\n")); print(fs::append("/var/log/x", ""));"#;
+    let before = snapshot(&t);
+    let p = run(&t, ExecMode::Plan, src).ok();
+    assert_eq!(snapshot(&t), before);
+    assert_eq!(p.stdout(), "true\nfalse\n");
+    run(&t, ExecMode::Apply, src).ok();
+    let r = run(&t, ExecMode::Apply, src).ok();
+    assert_eq!(r.stdout(), "true\nfalse\n");
+    assert_eq!(t.read("/var/log/x"), "line\nline\n");
+}
+
+#[test]
+fn fs_queries_see_planned_writes() {
+    let t = TestHost::new();
+    t.file("/etc/d/b", "bee");
+    t.file("/etc/d/a.conf", "A");
+    let src = r#"
+        fs::write("/etc/d/c.conf", "planned");
+        let st = fs::stat("/etc/d/b");
+        print([fs::exists("/etc/d/c.conf"), fs::is_file("/etc/d/b"), fs::is_dir("/etc/d"),
+               fs::exists("/nope")]);
+        print([fs::read("/etc/d/c.conf"), fs::read_or("/nope", "dflt")]);
+        print(fs::list("/etc/d"));
+        print(fs::glob("/etc/*/*.conf"));
+        print([st.kind, st.size, st.mode]);
+    "#;
+    let expect = "[true, true, true, false]\n[\"planned\", \"dflt\"]\n\
+                  [\"a.conf\", \"b\", \"c.conf\"]\n[\"/etc/d/a.conf\", \"/etc/d/c.conf\"]\n\
+                  [\"file\", 3, 420]\n";
+    let before = snapshot(&t);
+    let r = run(&t, ExecMode::Plan, src).ok();
+    assert_eq!(r.stdout(), expect);
+    assert_eq!(snapshot(&t), before);
+    std::fs::set_permissions(
+        t.p("/etc/d/b"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let r = run(&t, ExecMode::Apply, src).ok();
+    assert_eq!(r.stdout(), expect);
+}
+
+#[test]
+fn errors_carry_position_path_and_function() {
+    let t = TestHost::new();
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        "let x = 1;\nlet y = fs::read(\"/etc/missing\");\n",
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:2:13: fs::read: /etc/missing does not exist"
+    );
+    let r = run(&t, ExecMode::Plan, "\n  fs::write(\"etc/x\", \"\");");
+    assert_eq!(
+        r.error(),
+        "main.rhai:2:7: fs::write: paths must be absolute: \"etc/x\""
+    );
+    // Catchable, and the message is the value caught.
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        r#"try { fs::list("rel") } catch (e) { print(e) }"#,
+    )
+    .ok();
+    assert_eq!(r.stdout(), "fs::list: paths must be absolute: \"rel\"\n");
+    // Argument errors name the option.
+    let r = run(&t, ExecMode::Apply, r#"fs::write("/x", "", #{mod: 1})"#);
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:5: fs::write: unknown option \"mod\" (expected one of: mode, owner, group)"
+    );
+    let r = run(&t, ExecMode::Apply, r#"fs::chmod("/x", "rw")"#);
+    assert!(
+        r.error().contains("mode must be an integer"),
+        "{}",
+        r.error()
+    );
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        r#"fs::ensure_line("/x", "l", #{create: false})"#,
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:5: fs::ensure_line: /x does not exist"
+    );
+}
+
+#[test]
+fn commands_run_plan_and_query() {
+    let t = TestHost::new();
+    t.install_sh();
+    t.stub("hello", "echo out-$1; echo err >&2; exit ${2:-0}");
+    let src = r#"
+        let a = run(["hello", "x"]);
+        let b = run(["hello", "y", "3"], #{env: #{V: 1}});
+        let q = query(["hello", "q"]);
+        let s = sh("echo shell", #{read_only: false});
+        print([a.code, a.stdout, a.stderr, a.ok, a.planned]);
+        print([b.code, b.ok, q.stdout, s.planned]);
+    "#;
+    let before = snapshot(&t);
+    let p = run(&t, ExecMode::Plan, src).ok();
+    assert_eq!(snapshot(&t), before);
+    assert_eq!(
+        p.stdout(),
+        "[0, \"\", \"\", true, true]\n[0, true, \"out-q\\n\", true]\n"
+    );
+    assert_eq!(t.calls(), vec!["hello q"]);
+    let actions: Vec<&str> = p
+        .report
+        .actions
+        .iter()
+        .map(|a| a.summary.as_str())
+        .collect();
+    assert_eq!(actions.len(), 3, "{actions:?}");
+    assert!(p.report.changes.is_empty());
+    t.clear_calls();
+    let c = run(&t, ExecMode::Check, src).ok();
+    assert!(c.report.drift().is_empty(), "commands are never drift");
+    t.clear_calls();
+    // Apply runs them; no `planned` key.
+    let a = run(
+        &t,
+        ExecMode::Apply,
+        &src.replace(
+            "sh(\"echo shell\"",
+            "run([\"/bin/sh\", \"-c\", \"echo shell\"]",
+        ),
+    )
+    .ok();
+    assert_eq!(
+        a.stdout(),
+        "[0, \"out-x\\n\", \"err\\n\", true, ()]\n[3, false, \"out-q\\n\", ()]\n"
+    );
+    assert_eq!(t.calls(), vec!["hello x", "hello y 3", "hello q"]);
+    // check: true throws with the command and its stderr.
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        "\n run([\"hello\", \"z\", \"4\"], #{check: true})",
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:2:2: run: command hello z 4 failed with exit code 4: err"
+    );
+    let r = run(&t, ExecMode::Apply, r#"run(["no-such-program"])"#);
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:1: run: failed to run no-such-program: program not found"
+    );
+    let r = run(&t, ExecMode::Apply, r#"run(["hello", 1])"#);
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:1: run: argv[1] must be a string, got i64"
+    );
+}
+
+#[test]
+fn command_timeout_defaults_to_the_run_deadline() {
+    let t = TestHost::new();
+    t.install_sh();
+    nix::unistd::mkfifo(
+        &t.p("/fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let host = Host::new(
+        HostRoot::open(&t.root).unwrap(),
+        ExecMode::Apply,
+        HostOptions::default(),
+    );
+    let api = HostApi::new(host);
+    let engine = ScriptEngine::default();
+    let script = compile_source(
+        &engine,
+        "main.rhai",
+        r#"run(["/bin/sh", "-c", "read x < /fifo"])"#,
+        Arc::new(ModuleStore::new(t.dir.path())),
+    )
+    .unwrap();
+    let out = Arc::new(CaptureOutput::new());
+    let mut opts = RunOptions::new(out, Arc::new(AtomicBool::new(false)));
+    opts.host = Arc::new(api.clone());
+    opts.timeout = Some(Duration::from_millis(300));
+    let started = Instant::now();
+    let outcome = run_script_with(&engine, &script, &StepContext::default(), &opts);
+    let err = outcome.error.expect("timed out").to_string();
+    assert!(
+        err.starts_with("main.rhai:1:1: run: command /bin/sh -c 'read x < /fifo' timed out after"),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    api.finish().unwrap();
+}
+
+#[test]
+fn services_all_modes_and_actions() {
+    let t = TestHost::new();
+    t.systemctl_stub();
+    std::fs::write(t.p("/state/old.active"), "yes\n").unwrap();
+    std::fs::write(t.p("/state/old.enabled"), "yes\n").unwrap();
+    let plan = all_modes(
+        &t,
+        &[
+            r#"service::start("nginx")"#,
+            r#"service::enable("nginx")"#,
+            r#"service::stop("old")"#,
+            r#"service::disable("old")"#,
+            r#"service::drop_in("kubelet", "10-x.conf", "[Service]\nX=1\n")"#,
+        ],
+    );
+    // The drop-in's daemon-reload is an action in the plan, not a change.
+    assert!(
+        plan.actions
+            .iter()
+            .any(|a| a.summary.contains("daemon-reload")),
+        "{:?}",
+        plan.actions
+    );
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        r#"print([service::is_active("nginx"), service::is_enabled("old")]);"#,
+    )
+    .ok();
+    assert_eq!(r.stdout(), "[true, false]\n");
+    // Actions run every time in apply, are recorded in plan, never drift in check.
+    let src = r#"service::restart("nginx"); service::reload("nginx"); service::daemon_reload(); changed()"#;
+    t.clear_calls();
+    let p = run(&t, ExecMode::Plan, src).ok();
+    assert_eq!(p.report.actions.len(), 3);
+    assert!(t.calls().is_empty());
+    let c = run(&t, ExecMode::Check, src).ok();
+    assert!(c.report.drift().is_empty());
+    let a = run(&t, ExecMode::Apply, src).ok();
+    assert_eq!(a.outcome.code, 0, "actions are not counted by changed()");
+    assert_eq!(
+        t.calls(),
+        vec![
+            "systemctl restart nginx",
+            "systemctl reload nginx",
+            "systemctl daemon-reload"
+        ]
+    );
+    // Removing the drop-in: a change, plus one deferred reload run at finish even when the
+    // script then fails.
+    t.clear_calls();
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        r#"service::remove_drop_in("kubelet", "10-x.conf"); throw "boom";"#,
+    );
+    assert!(r.error().ends_with("boom"));
+    assert_eq!(t.calls(), vec!["systemctl daemon-reload"]);
+    assert!(
+        !t.p("/etc/systemd/system/kubelet.service.d/10-x.conf")
+            .exists()
+    );
+}
+
+#[test]
+fn config_node_and_secrets() {
+    let t = TestHost::new();
+    let cm = t.dir.path().join("configmaps");
+    std::fs::create_dir_all(&cm).unwrap();
+    std::fs::write(cm.join("a"), "one\n# c\n\n two \n").unwrap();
+    std::fs::write(cm.join("kv"), "x = 1\ny=2\n").unwrap();
+    std::fs::write(cm.join("bad"), "k=v\nnovalue\n").unwrap();
+    let md = t.dir.path().join("node-metadata");
+    std::fs::create_dir_all(&md).unwrap();
+    std::fs::write(md.join("labels.json"), r#"{"gpu": "a100", "n": 2}"#).unwrap();
+    let sd = t.dir.path().join("secrets/db");
+    std::fs::create_dir_all(&sd).unwrap();
+    std::fs::write(sd.join("password"), "s3cr3t-pw").unwrap();
+    let src = r#"
+        print([config::has("a"), config::has("zz"), config::get("zz"), config::names()]);
+        print([config::lines("a"), config::kv("kv")]);
+        print([node::labels(), node::annotations(), node::packages()]);
+        let pw = secret("db", "password");
+        let tok = secret_env("TOKEN");
+        print(`pw=${pw} tok=${tok}`);
+        print(pw.len());
+    "#;
+    let mut o = opts_for(&t);
+    o.allowed_secrets = vec!["db".into()];
+    o.env.push(("TOKEN".into(), "tok-123".into()));
+    let r = run_with(&t, ExecMode::Plan, src, o.clone()).ok();
+    assert_eq!(
+        r.stdout(),
+        "[true, false, (), [\"a\", \"bad\", \"kv\"]]\n\
+         [[\"one\", \"two\"], #{\"x\": \"1\", \"y\": \"2\"}]\n\
+         [#{\"gpu\": \"a100\", \"n\": 2}, #{}, #{}]\n\
+         pw=*** tok=***\n9\n"
+    );
+    let r = run_with(&t, ExecMode::Apply, "\nconfig::kv(\"bad\")", o.clone());
+    assert_eq!(
+        r.error(),
+        "main.rhai:2:9: config::kv: configMap \"bad\" line 2: expected key=value, got \"novalue\""
+    );
+    // A secret never appears in an error, nor in the error written to stderr.
+    let r = run_with(
+        &t,
+        ExecMode::Apply,
+        "let pw = secret(\"db\", \"password\");\nfs::read(`/etc/${pw}`)",
+        o.clone(),
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:2:5: fs::read: /etc/*** does not exist"
+    );
+    assert!(!r.stderr().contains("s3cr3t"), "{}", r.stderr());
+    let r = run_with(&t, ExecMode::Apply, r#"secret("other", "k")"#, o.clone());
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:1: secret: secret \"other\" is not in SKYHOOK_ALLOWED_SECRETS (asked for key \"k\")"
+    );
+    // A plan that writes a secret into a file shows it redacted.
+    let r = run_with(
+        &t,
+        ExecMode::Plan,
+        r#"fs::write("/etc/app.conf", "pw=" + secret_env("TOKEN") + "\n")"#,
+        o,
+    )
+    .ok();
+    let red = crate::host::secrets::Redactor::new();
+    red.add("tok-123");
+    assert!(r.report.render_text(&red).contains("+pw=***\n"));
+}
+
+/// Registration log vs. table, and every logged function really is in its module.
+#[test]
+fn every_registered_function_is_documented_and_vice_versa() {
+    let t = TestHost::new();
+    let api = HostApi::new(t.host(ExecMode::Plan));
+    let handle = crate::script::RunHandle {
+        deadline: Instant::now(),
+        cancel: Arc::new(AtomicBool::new(false)),
+        output: Arc::new(CaptureOutput::new()),
+    };
+    let reg = api.modules(&handle);
+    for r in &reg.log {
+        assert!(reg.modules[r.ns].contains_fn(r.hash), "{r:?} not in module");
+    }
+    let mut registered: Vec<(String, usize)> = reg
+        .log
+        .iter()
+        .map(|r| (fname(r.ns, &r.name), r.params))
+        .collect();
+    registered.sort();
+    let mut documented: Vec<(String, usize)> = FUNCTIONS
+        .iter()
+        .filter(|d| !d.script_layer)
+        .map(|d| (d.full_name(), d.params.len()))
+        .collect();
+    documented.sort();
+    assert_eq!(registered, documented);
+    // The script layer's own functions in the table exist too.
+    for d in FUNCTIONS.iter().filter(|d| d.script_layer) {
+        let r = run(&t, ExecMode::Apply, &format!("{}()", d.name)).ok();
+        assert_eq!(r.outcome.code, 0);
+    }
+    // Every namespace of the table has a section.
+    for d in FUNCTIONS {
+        assert!(docs_namespaces().contains(&d.ns), "{}", d.ns);
+    }
+}
+
+fn docs_namespaces() -> Vec<&'static str> {
+    super::docs::NAMESPACES.iter().map(|n| n.0).collect()
+}
+
+fn check_generated(rel: &str, text: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    if std::env::var_os("SKYHOOK_UPDATE_DOCS").is_some_and(|v| v == "1") {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        on_disk == text,
+        "{rel} is stale: regenerate it with \
+         `SKYHOOK_UPDATE_DOCS=1 cargo test --lib script::host_api::tests::docs`"
+    );
+}
+
+#[test]
+fn docs_reference_is_up_to_date() {
+    let md = render_markdown();
+    assert!(md.contains("| `fs::write(path, content, opts)` | `bool` |"));
+    check_generated("docs/host-api.md", &md);
+}
+
+#[test]
+fn docs_definitions_are_up_to_date() {
+    let d = render_definitions();
+    assert!(d.contains("module fs {\n"));
+    assert!(d.contains("    fn write(path: String, content: String) -> bool;\n"));
+    check_generated("docs/skyhook.d.rhai", &d);
+}
+
+fn apt_stubs(t: &TestHost) {
+    t.install_sh();
+    std::fs::create_dir_all(t.p("/state")).unwrap();
+    t.file(
+        "/etc/os-release",
+        "ID=ubuntu\nID_LIKE=debian\nVERSION_ID=\"24.04\"\n",
+    );
+    t.stub(
+        "dpkg-query",
+        r#"for last; do :; done
+if [ -s "/state/pkg-$last" ]; then printf 'install ok installed\t1.2-3'; else exit 1; fi"#,
+    );
+    t.stub(
+        "apt-get",
+        r#"mode=; for a; do case "$a" in install|remove) mode=$a ;; -*) ;; *) if [ "$mode" = install ]; then echo i > "/state/pkg-$a"; elif [ "$mode" = remove ]; then : > "/state/pkg-$a"; fi ;; esac; done; :"#,
+    );
+}
+
+#[test]
+fn packages_all_modes() {
+    let t = TestHost::new();
+    apt_stubs(&t);
+    std::fs::write(t.p("/state/pkg-old"), "i\n").unwrap();
+    all_modes(
+        &t,
+        &[
+            r#"pkg::install("curl")"#,
+            r#"pkg::install(["jq", "vim"], #{update: true})"#,
+            r#"pkg::remove(["old", "never-installed"])"#,
+        ],
+    );
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        r#"print([pkg::manager(), pkg::installed("jq"), pkg::installed("old"), pkg::version("curl"), pkg::version("old")]);"#,
+    )
+    .ok();
+    assert_eq!(r.stdout(), "[\"apt\", true, false, \"1.2-3\", ()]\n");
+    let r = run(&t, ExecMode::Apply, r#"pkg::install(#{})"#);
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:6: pkg::install: names must be a string or an array of strings, got map"
+    );
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        r#"pkg::install("x", #{upgrade: true})"#,
+    );
+    assert!(
+        r.error().contains("unknown option \"upgrade\""),
+        "{}",
+        r.error()
+    );
+    t.file("/etc/os-release", "ID=arch\n");
+    let r = run(&t, ExecMode::Apply, r#"print(type_of(pkg::manager()))"#).ok();
+    assert_eq!(r.stdout(), "()\n");
+}
+
+#[test]
+fn os_facts() {
+    let t = TestHost::new();
+    t.file(
+        "/etc/os-release",
+        "ID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\nVERSION_ID=\"9.3\"\n",
+    );
+    t.file("/proc/sys/kernel/osrelease", "6.1.0-test\n");
+    t.file("/proc/cmdline", "ro quiet\n");
+    t.file("/etc/hostname", "node-7\n");
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"print([os::id(), os::version(), os::family(), os::kernel(), os::hostname(), os::cmdline(), os::release().ID_LIKE, os::arch() != ""]);"#,
+    )
+    .ok();
+    assert_eq!(
+        r.stdout(),
+        "[\"rocky\", \"9.3\", \"rhel\", \"6.1.0-test\", \"node-7\", \"ro quiet\", \"rhel centos fedora\", true]\n"
+    );
+}
+
+#[test]
+fn sysctl_grub_ulimit_all_modes() {
+    let t = TestHost::new();
+    t.install_sh();
+    t.stub("update-grub", ":");
+    t.file("/etc/os-release", "ID=ubuntu\n");
+    t.file("/proc/sys/vm/swappiness", "60\n");
+    t.file("/proc/sys/net/ipv4/ip_local_port_range", "32768\t60999\n");
+    t.file(
+        "/etc/default/grub.d/old.cfg",
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"${GRUB_CMDLINE_LINUX_DEFAULT} quiet\"\n",
+    );
+    let plan = all_modes(
+        &t,
+        &[
+            r#"sysctl::set("vm.swappiness", 10)"#,
+            r#"sysctl::persist("90-x.conf", #{"vm.swappiness": 10, "net.core.somaxconn": "4096"})"#,
+            r#"grub::set_cmdline("tuning", ["hugepages=16", "iommu=pt"])"#,
+            r#"grub::remove("old")"#,
+            r#"ulimit::persist("90-x.conf", [#{domain: "*", type: "soft", item: "nofile", value: 65536}, "* hard nofile 65536"])"#,
+        ],
+    );
+    assert!(
+        plan.actions
+            .iter()
+            .any(|a| a.summary.contains("update-grub")),
+        "{:?}",
+        plan.actions
+    );
+    assert_eq!(t.read("/proc/sys/vm/swappiness"), "10\n");
+    assert_eq!(
+        t.read("/etc/sysctl.d/90-x.conf"),
+        "net.core.somaxconn = 4096\nvm.swappiness = 10\n"
+    );
+    assert_eq!(
+        t.read("/etc/default/grub.d/tuning.cfg"),
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"${GRUB_CMDLINE_LINUX_DEFAULT} hugepages=16 iommu=pt\"\n"
+    );
+    assert_eq!(
+        t.read("/etc/security/limits.d/90-x.conf"),
+        "* soft nofile 65536\n* hard nofile 65536\n"
+    );
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        r#"print([sysctl::get("vm.swappiness"), sysctl::get("no.such"), sysctl::set("net.ipv4.ip_local_port_range", "32768 60999")]);"#,
+    )
+    .ok();
+    assert_eq!(r.stdout(), "[\"10\", (), false]\n");
+    let r = run(&t, ExecMode::Apply, "\nsysctl::set(\"no.such\", 1)");
+    assert_eq!(
+        r.error(),
+        "main.rhai:2:9: sysctl::set: unknown sysctl key \"no.such\" (no /proc/sys/no/such)"
+    );
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        r#"ulimit::persist("x", ["* soft nofile"])"#,
+    );
+    assert!(r.error().contains("must have four fields"), "{}", r.error());
+}
+
+#[test]
+fn interrupts_are_recorded_not_run() {
+    let t = TestHost::new();
+    t.install_sh();
+    t.stub("reboot", ":");
+    t.stub("systemctl", ":");
+    let src = r#"interrupt::restart_services(["containerd", "kubelet"]); interrupt::restart_services("x"); interrupt::restart_all_services(); interrupt::reboot(); changed()"#;
+    for mode in [ExecMode::Apply, ExecMode::Plan, ExecMode::Check] {
+        let before = snapshot(&t);
+        let r = run(&t, mode, src).ok();
+        assert_eq!(r.outcome.code, 0);
+        assert_eq!(snapshot(&t), before);
+        assert!(t.calls().is_empty(), "{:?}", t.calls());
+        assert!(r.report.drift().is_empty());
+        let json = serde_json::to_value(&r.report.interrupts).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!([
+                {"type": "restart_services", "services": ["containerd", "kubelet"]},
+                {"type": "restart_services", "services": ["x"]},
+                {"type": "restart_all_services"},
+                {"type": "reboot"}
+            ])
+        );
+    }
+}
+
+#[test]
+fn finish_twice_and_calls_after_finish() {
+    let t = TestHost::new();
+    let api = HostApi::new(t.host(ExecMode::Apply));
+    let rep = api.finish().unwrap();
+    assert!(rep.changes.is_empty());
+    let e = api.finish().unwrap_err();
+    assert_eq!(e.to_string(), "host session already finished");
+    assert_eq!(api.changed(), 0);
+}
+
+/// `cargo test --release --lib script::host_api::tests::bench -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn bench_ensure_line_and_plan() {
+    let t = TestHost::new();
+    let n = 10_000;
+    let src = format!(
+        "for i in 0..{n} {{ fs::ensure_line(\"/etc/bench.conf\", `line ${{i % 100}}`); }}\nchanged()"
+    );
+    let started = Instant::now();
+    let r = run(&t, ExecMode::Apply, &src).ok();
+    let total = started.elapsed();
+    assert_eq!(r.outcome.code, 100);
+    println!(
+        "ensure_line x{n} (apply, one file, 100 distinct lines): {total:?} total, {:?} per call",
+        total / n
+    );
+    let src =
+        "for i in 0..200 { fs::write(`/etc/plan/f${i}.conf`, `value = ${i}\\n`); }\nchanged()";
+    let started = Instant::now();
+    let r = run(&t, ExecMode::Plan, src).ok();
+    let total = started.elapsed();
+    assert_eq!(r.outcome.code, 200);
+    let text = r.report.render_text(&crate::host::secrets::Redactor::new());
+    println!(
+        "plan of 200 fs::write: {total:?} (report {} bytes, render {:?})",
+        text.len(),
+        {
+            let s = Instant::now();
+            let _ = r.report.render_text(&crate::host::secrets::Redactor::new());
+            s.elapsed()
+        }
+    );
+}
