@@ -218,7 +218,6 @@ done"#
 
 struct Node {
     t: TestHost,
-    family: &'static str,
     package: String,
 }
 
@@ -252,8 +251,8 @@ impl Ran {
 impl Node {
     fn new(os: &str, family: &'static str, package: &str) -> Node {
         let t = TestHost::new();
-        let rel = std::fs::read_to_string(manifest().join("tests/fixtures/os-release").join(os))
-            .unwrap();
+        let rel =
+            std::fs::read_to_string(manifest().join("tests/fixtures/os-release").join(os)).unwrap();
         t.file("/etc/os-release", &rel);
         t.install_sh();
         install_binary(&t, Path::new("/bin/bash"));
@@ -297,9 +296,9 @@ esac"#,
             t.stub(s, "");
         }
         std::fs::create_dir_all(t.p("/skyhook/pkg/configmaps")).unwrap();
+        let _ = family;
         Node {
             t,
-            family,
             package: package.to_string(),
         }
     }
@@ -310,8 +309,13 @@ esac"#,
             .file(&format!("/skyhook/pkg/configmaps/{name}"), content);
     }
 
+    /// The recorded stub command lines (without the stub's trailing space for no arguments).
     fn calls(&self) -> Vec<String> {
-        self.t.calls()
+        self.t
+            .calls()
+            .into_iter()
+            .map(|c| c.trim_end().to_string())
+            .collect()
     }
 
     /// The tree without the stub log and the stubs' state.
@@ -335,7 +339,10 @@ esac"#,
         };
         let env = vec![
             ("SKYHOOK_DIR".to_string(), "/skyhook/pkg".to_string()),
-            ("STEP_ROOT".to_string(), "/skyhook/pkg/skyhook_dir".to_string()),
+            (
+                "STEP_ROOT".to_string(),
+                "/skyhook/pkg/skyhook_dir".to_string(),
+            ),
         ];
         let opts = HostOptions {
             env: env.clone(),
@@ -421,11 +428,19 @@ fn tuning_node(os: &str, family: &'static str) -> Node {
     }
     if family == "debian" {
         n.t.file("/etc/pam.d/common-session", PAM_SESSION);
-        n.t.file("/etc/pam.d/common-session-noninteractive", PAM_NONINTERACTIVE);
+        n.t.file(
+            "/etc/pam.d/common-session-noninteractive",
+            PAM_NONINTERACTIVE,
+        );
     }
     n.t.file("/proc/cmdline", "BOOT_IMAGE=/vmlinuz ro quiet\n");
     let cm = manifest().join("examples/tuning/configmaps");
-    for name in ["sysctl.conf", "ulimit.conf", "service_containerd.conf", "grub.conf"] {
+    for name in [
+        "sysctl.conf",
+        "ulimit.conf",
+        "service_containerd.conf",
+        "grub.conf",
+    ] {
         n.configmap(name, &std::fs::read_to_string(cm.join(name)).unwrap());
     }
     n
@@ -466,8 +481,15 @@ fn tuning_on_every_distribution() {
 
         // config: exact files and exact commands, one reload, one grub regeneration.
         let ran = n.step("tuning", "config", false).ok();
-        assert!(ran.stdout.contains("tuning tuning: sysctl changed"), "{}", ran.stdout);
-        assert_eq!(n.t.read("/etc/sysctl.d/999-tuning-tuning.conf"), TUNING_SYSCTL);
+        assert!(
+            ran.stdout.contains("tuning tuning: sysctl changed"),
+            "{}",
+            ran.stdout
+        );
+        assert_eq!(
+            n.t.read("/etc/sysctl.d/999-tuning-tuning.conf"),
+            TUNING_SYSCTL
+        );
         assert_eq!(n.t.read("/proc/sys/net/core/rmem_max"), "16777216\n");
         assert_eq!(n.t.read("/proc/sys/vm/max_map_count"), "262144\n");
         assert_eq!(
@@ -478,7 +500,10 @@ fn tuning_on_every_distribution() {
             n.t.read("/etc/systemd/system/containerd.service.d/999-tuning-tuning.conf"),
             TUNING_DROP_IN
         );
-        assert_eq!(n.t.read("/etc/default/grub.d/999-tuning-tuning.cfg"), TUNING_GRUB);
+        assert_eq!(
+            n.t.read("/etc/default/grub.d/999-tuning-tuning.cfg"),
+            TUNING_GRUB
+        );
         let grub_cmd = if *family == "debian" {
             "update-grub".to_string()
         } else {
@@ -509,7 +534,11 @@ fn tuning_on_every_distribution() {
         n.t.clear_calls();
         let configured = n.snapshot();
         let again = n.step("tuning", "config", false).ok();
-        assert!(again.report.changes.is_empty(), "{os}: {:?}", again.report.changes);
+        assert!(
+            again.report.changes.is_empty(),
+            "{os}: {:?}",
+            again.report.changes
+        );
         assert!(n.calls().is_empty(), "{os}: {:?}", n.calls());
         assert_eq!(n.snapshot(), configured);
 
@@ -538,7 +567,8 @@ fn tuning_on_every_distribution() {
         let bad = n.step("tuning", "config-check", false);
         assert!(bad.outcome.failed());
         assert!(
-            bad.stderr.contains("ERROR: sysctl vm.max_map_count is \"65530\", expected \"262144\"")
+            bad.stderr
+                .contains("ERROR: sysctl vm.max_map_count is \"65530\", expected \"262144\"")
                 && bad
                     .stderr
                     .contains("ERROR: containerd: LimitMEMLOCK is 8388608, expected infinity"),
@@ -600,7 +630,10 @@ fn tuning_on_every_distribution() {
         );
         n.t.clear_calls();
         let twice = n.step("tuning", "uninstall", false).ok();
-        assert!(twice.report.changes.is_empty() && n.calls().is_empty(), "{os}");
+        assert!(
+            twice.report.changes.is_empty() && n.calls().is_empty(),
+            "{os}"
+        );
         n.step("tuning", "uninstall-check", false).ok();
     }
 }
@@ -616,8 +649,7 @@ fn tuning_follows_removed_configmaps() {
     n.step("tuning", "config", false).ok();
     assert!(!n.t.p("/etc/default/grub.d/999-tuning-tuning.cfg").exists());
     assert!(
-        !n.t
-            .p("/etc/systemd/system/containerd.service.d/999-tuning-tuning.conf")
+        !n.t.p("/etc/systemd/system/containerd.service.d/999-tuning-tuning.conf")
             .exists()
     );
     assert_eq!(
@@ -666,7 +698,9 @@ fn pkg_cmds(family: &str, verb: &str, names: &str) -> Vec<String> {
             "apt-get -o DPkg::Lock::Timeout=300 update".into(),
             format!("apt-get -y -o DPkg::Lock::Timeout=300 install {names}"),
         ],
-        ("debian", _) => vec![format!("apt-get -y -o DPkg::Lock::Timeout=300 {verb} {names}")],
+        ("debian", _) => vec![format!(
+            "apt-get -y -o DPkg::Lock::Timeout=300 {verb} {names}"
+        )],
         (_, "install") => vec!["dnf -y makecache".into(), format!("dnf -y install {names}")],
         (_, _) => vec![format!("dnf -y {verb} {names}")],
     }
@@ -696,7 +730,12 @@ fn kdump_on_every_distribution() {
         let plan = n.step("kdump", "apply", true).ok();
         assert_eq!(n.snapshot(), fresh, "{os}");
         assert!(mutating(n.calls()).is_empty(), "{os}: {:?}", n.calls());
-        assert_eq!(plan.report.changes.len(), 2, "{os}: {:?}", plan.report.changes);
+        assert_eq!(
+            plan.report.changes.len(),
+            2,
+            "{os}: {:?}",
+            plan.report.changes
+        );
         n.t.clear_calls();
         n.step("kdump", "apply", false).ok();
         let mut want = pkg_cmds(family, "install", pkgs);
@@ -704,7 +743,10 @@ fn kdump_on_every_distribution() {
         assert_eq!(mutating(n.calls()), want, "{os}");
         n.t.clear_calls();
         let again = n.step("kdump", "apply", false).ok();
-        assert!(again.report.changes.is_empty() && mutating(n.calls()).is_empty(), "{os}");
+        assert!(
+            again.report.changes.is_empty() && mutating(n.calls()).is_empty(),
+            "{os}"
+        );
         n.step("kdump", "apply-check", false).ok();
 
         // config: crashkernel through the grub drop-in, kdump.conf in the family's file.
@@ -717,7 +759,10 @@ fn kdump_on_every_distribution() {
             n.t.read("/etc/default/grub.d/999-kdump-kdump.cfg"),
             "GRUB_CMDLINE_LINUX_DEFAULT=\"${GRUB_CMDLINE_LINUX_DEFAULT} crashkernel=512M\"\n"
         );
-        assert_eq!(n.t.read(conf), "USE_KDUMP=1\nKDUMP_COREDIR=\"/var/crash\"\n");
+        assert_eq!(
+            n.t.read(conf),
+            "USE_KDUMP=1\nKDUMP_COREDIR=\"/var/crash\"\n"
+        );
         let grub = if *family == "debian" {
             "update-grub"
         } else {
@@ -726,7 +771,10 @@ fn kdump_on_every_distribution() {
         assert_eq!(n.calls(), [grub], "{os}");
         n.t.clear_calls();
         let again = n.step("kdump", "config", false).ok();
-        assert!(again.report.changes.is_empty() && n.calls().is_empty(), "{os}");
+        assert!(
+            again.report.changes.is_empty() && n.calls().is_empty(),
+            "{os}"
+        );
         n.step("kdump", "config-check", false).ok();
 
         // post-interrupt-check: before the reboot it fails, after it passes.
@@ -741,7 +789,10 @@ fn kdump_on_every_distribution() {
             "{os}: {}",
             early.stderr
         );
-        n.t.file("/proc/cmdline", "BOOT_IMAGE=/vmlinuz ro quiet crashkernel=512M\n");
+        n.t.file(
+            "/proc/cmdline",
+            "BOOT_IMAGE=/vmlinuz ro quiet crashkernel=512M\n",
+        );
         n.t.file(&format!("/state/{svc}.active"), "yes\n");
         let ok = n.step("kdump", "post-interrupt-check", false).ok();
         assert_eq!(ok.stdout, "kdump post-interrupt-check: ok\n");
@@ -763,7 +814,10 @@ fn kdump_on_every_distribution() {
         assert_eq!(mutating(n.calls()), want, "{os}");
         n.t.clear_calls();
         let twice = n.step("kdump", "uninstall", false).ok();
-        assert!(twice.report.changes.is_empty() && mutating(n.calls()).is_empty(), "{os}");
+        assert!(
+            twice.report.changes.is_empty() && mutating(n.calls()).is_empty(),
+            "{os}"
+        );
         n.step("kdump", "uninstall-check", false).ok();
     }
 }
@@ -773,8 +827,9 @@ fn kdump_config_needs_the_crashkernel_configmap() {
     let n = Node::new("rhel-9", "rhel", "kdump");
     let ran = n.step("kdump", "config", false);
     assert!(
-        ran.error()
-            .contains("configMap crashkernel is missing: it sets the memory reserved for the crash kernel"),
+        ran.error().contains(
+            "configMap crashkernel is missing: it sets the memory reserved for the crash kernel"
+        ),
         "{}",
         ran.error()
     );
@@ -782,7 +837,8 @@ fn kdump_config_needs_the_crashkernel_configmap() {
 
 // ---------------------------------------------------------------- tuned
 
-const PROFILE: &str = "[main]\nsummary=test\ninclude=throughput-performance\n\n[sysctl]\nvm.swappiness=10\n";
+const PROFILE: &str =
+    "[main]\nsummary=test\ninclude=throughput-performance\n\n[sysctl]\nvm.swappiness=10\n";
 
 #[test]
 fn tuned_on_every_distribution() {
@@ -844,7 +900,10 @@ fn tuned_on_every_distribution() {
         assert_eq!(mutating(n.calls()), want, "{os}");
         n.t.clear_calls();
         let twice = n.step("tuned", "uninstall", false).ok();
-        assert!(twice.report.changes.is_empty() && mutating(n.calls()).is_empty(), "{os}");
+        assert!(
+            twice.report.changes.is_empty() && mutating(n.calls()).is_empty(),
+            "{os}"
+        );
         n.step("tuned", "uninstall-check", false).ok();
     }
 }
@@ -891,7 +950,7 @@ fn shellscript_on_every_distribution() {
                 .iter()
                 .map(|a| a.summary.as_str())
                 .collect::<Vec<_>>(),
-            ["run /bin/bash /skyhook/pkg/configmaps/apply.sh"],
+            ["/bin/bash /skyhook/pkg/configmaps/apply.sh"],
             "{os}"
         );
 
@@ -930,7 +989,8 @@ fn shellscript_refuses_rhai_configmaps() {
     n.configmap("apply.rhai", "print(1);");
     let ran = n.step("shellscript", "apply", false);
     assert!(
-        ran.error().contains("configMap apply.rhai: Rhai configMaps are run by the agent"),
+        ran.error()
+            .contains("configMap apply.rhai: Rhai configMaps are run by the agent"),
         "{}",
         ran.error()
     );
