@@ -995,3 +995,49 @@ fn shellscript_refuses_rhai_configmaps() {
         ran.error()
     );
 }
+
+// ---------------------------------------------------------------- examples and docs
+
+#[test]
+fn example_packages_load_and_compile() {
+    let engine = ScriptEngine::default();
+    for module in ["tuning", "tuned", "kdump", "shellscript"] {
+        let dir = manifest().join("examples").join(module);
+        let json = std::fs::read(dir.join("config.json")).unwrap();
+        let loaded = crate::package::load::parse(&dir.join("config.json"), &json)
+            .unwrap_or_else(|e| panic!("{module}: {e}"));
+        assert!(
+            loaded.warnings.is_empty(),
+            "{module}: {:?}",
+            loaded.warnings
+        );
+        let steps = dir.join("skyhook_dir");
+        crate::package::load::check_step_files(&dir, &loaded.package, |p| steps.join(p).is_file())
+            .unwrap();
+        for (_, step) in loaded.package.all_steps() {
+            compile_step(&engine, &steps.join(&step.path), &steps)
+                .unwrap_or_else(|e| panic!("{module}: {e}"));
+        }
+    }
+}
+
+/// Every function of every module is named in docs/stdlib.md.
+#[test]
+fn docs_name_every_function() {
+    let docs = std::fs::read_to_string(manifest().join("docs/stdlib.md")).unwrap();
+    for (name, src) in STDLIB {
+        if *name == "hello" {
+            continue;
+        }
+        assert!(docs.contains(&format!("## skyhook/{name}")), "{name}");
+        for line in src.lines() {
+            if let Some(rest) = line.strip_prefix("fn ") {
+                let f = &rest[..rest.find('(').unwrap()];
+                assert!(
+                    docs.contains(&format!("`{f}(")) || docs.contains(&format!(" {f}(")),
+                    "docs/stdlib.md does not name skyhook/{name}::{f}"
+                );
+            }
+        }
+    }
+}
