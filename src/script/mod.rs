@@ -44,6 +44,8 @@ pub mod resolver;
 pub mod run;
 
 #[cfg(test)]
+mod stdlib_tests;
+#[cfg(test)]
 mod tests;
 
 pub use bindings::{NoHost, RunHandle, ScriptHost};

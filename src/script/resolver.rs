@@ -39,7 +39,13 @@ pub const MAX_SCRIPT_BYTES: u64 = 1024 * 1024;
 pub const STDLIB_PREFIX: &str = "skyhook/";
 
 /// The embedded standard library: `(name, source)`, imported as `skyhook/<name>`.
-pub const STDLIB: &[(&str, &str)] = &[("hello", include_str!("../../stdlib/hello.rhai"))];
+pub const STDLIB: &[(&str, &str)] = &[
+    ("hello", include_str!("../../stdlib/hello.rhai")),
+    ("kdump", include_str!("../../stdlib/kdump.rhai")),
+    ("shellscript", include_str!("../../stdlib/shellscript.rhai")),
+    ("tuned", include_str!("../../stdlib/tuned.rhai")),
+    ("tuning", include_str!("../../stdlib/tuning.rhai")),
+];
 
 /// The source of embedded module `name`, if there is one.
 pub fn stdlib_source(name: &str) -> Option<&'static str> {
@@ -402,7 +408,7 @@ mod tests {
         ));
         assert_eq!(
             parse_spec("skyhook/nope"),
-            Err("no embedded module named \"nope\" (available: hello)".to_string())
+            Err("no embedded module named \"nope\" (available: hello, kdump, shellscript, tuned, tuning)".to_string())
         );
     }
 }

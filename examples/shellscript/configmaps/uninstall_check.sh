@@ -1,0 +1,2 @@
+#!/bin/bash
+test ! -e /etc/motd.d/10-skyhook
