@@ -31,8 +31,9 @@
 #
 # Agent environment (as the operator's): SKYHOOK_ROOT_DIR=/state SKYHOOK_LOG_DIR=/log
 # SKYHOOK_RESOURCE_ID=bench-0-1_bench_1.0.0 COPY_RESOLV=false. Agent stdout/stderr go to a file
-# under target/bench-root. State and logs are kept between runs (as on a node); retention keeps
-# the log directory small.
+# under target/bench-root. State and logs are kept between runs (as on a node); retention bounds
+# each log directory at 5 logs per step path. KEEP=1 keeps target/bench-root for inspection;
+# BENCH_WORK=/dev/shm/x puts the work dir (and root) elsewhere, e.g. on tmpfs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-11}
