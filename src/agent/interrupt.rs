@@ -313,12 +313,12 @@ impl InterruptRun<'_> {
             .join(&self.id.package)
             .join(&self.id.version);
         let base = format!("interrupts/{name}");
-        let logs = open_logs(self.root, self.settings, &log_dir, &base)?;
+        let (logs, previous_logs) = open_logs(self.root, self.settings, &log_dir, &base)?;
         let runner = ProcessRunner {
             buffer_limit: self.settings.buffer_limit,
         };
         let outcome = runner.run(&spec, logs).await;
-        prune_logs(self.root, self.settings, &log_dir, &base);
+        prune_logs(self.root, &base, &previous_logs);
         Ok(outcome)
     }
 }

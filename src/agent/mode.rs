@@ -75,7 +75,8 @@ impl EnvBuilder {
 }
 
 /// Create the log files of one executed step or interrupt command (6.5), or none when
-/// `SKYHOOK_AGENT_WRITE_LOGS` is false.
+/// `SKYHOOK_AGENT_WRITE_LOGS` is false. Also returns the step's older logs (newest first) for
+/// [`prune_logs`] after the step, so retention does not list the directory again.
 ///
 /// # Errors
 /// The files cannot be created (the message names the path).
@@ -84,21 +85,20 @@ pub(crate) fn open_logs(
     settings: &Settings,
     log_dir: &Path,
     base: &str,
-) -> Result<Option<StepLogFiles>, AgentError> {
+) -> Result<(Option<StepLogFiles>, Vec<PathBuf>), AgentError> {
     if !settings.write_logs {
-        return Ok(None);
+        return Ok((None, Vec::new()));
     }
-    open_step_logs(root, log_dir, base, Utc::now())
-        .map(Some)
-        .map_err(|e| AgentError::Script(crate::agent::error::render_chain(&e)))
+    let mut logs = open_step_logs(root, log_dir, base, Utc::now())
+        .map_err(|e| AgentError::Script(crate::agent::error::render_chain(&e)))?;
+    let previous = std::mem::take(&mut logs.previous);
+    Ok((Some(logs), previous))
 }
 
-/// Apply log retention after a step or interrupt command ran; a failure only warns.
-pub(crate) fn prune_logs(root: &HostRoot, settings: &Settings, log_dir: &Path, base: &str) {
-    if !settings.write_logs {
-        return;
-    }
-    if let Err(e) = retention::prune(root, log_dir, base, LOGS_KEPT) {
+/// Log retention after a step or interrupt command ran (6.5): of the `previous` logs (newest
+/// first, from [`open_logs`]) keep [`LOGS_KEPT`]` - 1` beside the new one. A failure only warns.
+pub(crate) fn prune_logs(root: &HostRoot, base: &str, previous: &[PathBuf]) {
+    if let Err(e) = retention::prune_listed(root, previous, LOGS_KEPT - 1) {
         warn(&format!(
             "log retention for {base}: {}",
             crate::agent::error::render_chain(&e)
@@ -413,7 +413,7 @@ impl ModeRun<'_> {
         let env = env.into_vec();
         let redactor = Redactor::from_env(&lossy_env(&env));
         let log_dir = self.log_dir(pkg);
-        let logs = open_logs(self.root, self.settings, &log_dir, &step.path)?;
+        let (logs, previous_logs) = open_logs(self.root, self.settings, &log_dir, &step.path)?;
         let (ok, status, interrupts) = match script {
             Some(script) => {
                 let run = script_step::ScriptStep {
@@ -472,7 +472,7 @@ impl ModeRun<'_> {
         } else {
             say(&format!("FAILED: {} {joined} {status}", step.path));
         }
-        prune_logs(self.root, self.settings, &log_dir, &step.path);
+        prune_logs(self.root, &step.path, &previous_logs);
         Ok(StepResult { ok, interrupts })
     }
 

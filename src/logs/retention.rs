@@ -1,7 +1,6 @@
 //! Log retention (agent-contract 6.5): keep the newest step logs, delete the rest.
 
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use crate::host::root::{EntryKind, HostRoot};
 
@@ -21,13 +20,13 @@ fn is_ts_log(rest: &[u8]) -> bool {
         })
 }
 
-/// One existing step log: the timestamp part of its name (`2025-01-02-134501`), its mtime and
-/// its host path.
-type StepLog = (Vec<u8>, SystemTime, PathBuf);
-
-/// The `<basename>-<FTS>.log` files of step `base` under `log_dir`, newest first (by the
-/// timestamp in the name, then by modification time). A missing directory lists nothing.
-fn step_logs(root: &HostRoot, log_dir: &Path, base: &str) -> Result<Vec<StepLog>, LogError> {
+/// The `<basename>-<FTS>.log` files of step `base` under `log_dir`: `(timestamp, host path)`,
+/// newest first by the timestamp in the name (names are unique within a directory, so this
+/// order is total and no `stat` is needed). A missing directory lists nothing.
+///
+/// # Errors
+/// [`LogError::List`] when the directory cannot be listed.
+pub fn list(root: &HostRoot, log_dir: &Path, base: &str) -> Result<Vec<(String, PathBuf)>, LogError> {
     let full = log_dir.join(base.trim_start_matches('/'));
     let (Some(dir), Some(name)) = (full.parent(), full.file_name()) else {
         return Ok(Vec::new());
@@ -39,7 +38,7 @@ fn step_logs(root: &HostRoot, log_dir: &Path, base: &str) -> Result<Vec<StepLog>
     };
     let mut stem = name.as_encoded_bytes().to_vec();
     stem.push(b'-');
-    let mut logs: Vec<StepLog> = Vec::new();
+    let mut logs = Vec::new();
     for entry in entries {
         if entry.kind != EntryKind::File {
             continue;
@@ -51,23 +50,15 @@ fn step_logs(root: &HostRoot, log_dir: &Path, base: &str) -> Result<Vec<StepLog>
         if !is_ts_log(rest) {
             continue;
         }
-        let path = dir.join(&entry.name);
-        let mtime = root
-            .symlink_metadata(&path)
-            .ok()
-            .flatten()
-            .and_then(|m| m.modified().ok())
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        let ts = rest[..rest.len() - ".log".len()].to_vec();
-        logs.push((ts, mtime, path));
+        let ts = String::from_utf8_lossy(&rest[..rest.len() - ".log".len()]).into_owned();
+        logs.push((ts, dir.join(&entry.name)));
     }
-    logs.sort_by(|a, b| (&b.0, b.1).cmp(&(&a.0, a.1)));
+    logs.sort_by(|a, b| b.0.cmp(&a.0));
     Ok(logs)
 }
 
 /// The newest file-name timestamp (`%Y-%m-%d-%H%M%S`, UTC) among the existing logs of step
-/// `base`, if any. [`open_step_logs`](super::sink::open_step_logs) names a new log after it,
-/// so a name that retention deleted is never reused (agent-contract.md 15, case 32).
+/// `base`, if any.
 ///
 /// # Errors
 /// [`LogError::List`] when the directory cannot be listed.
@@ -76,10 +67,7 @@ pub fn newest_timestamp(
     log_dir: &Path,
     base: &str,
 ) -> Result<Option<String>, LogError> {
-    Ok(step_logs(root, log_dir, base)?
-        .into_iter()
-        .next()
-        .map(|(ts, _, _)| String::from_utf8_lossy(&ts).into_owned()))
+    Ok(list(root, log_dir, base)?.into_iter().next().map(|(ts, _)| ts))
 }
 
 /// Keep the `keep` newest `<basename>-<FTS>.log` files in the directory of `<log_dir>/<base>`
@@ -88,9 +76,9 @@ pub fn newest_timestamp(
 /// A file matches only when its name is `<basename>-` followed by exactly
 /// `\d{4}-\d{2}-\d{2}-\d{6}\.log`, so `foo.sh-bar-2024-01-01-000000.log` (step `foo.sh-bar`)
 /// is never pruned for step `foo.sh`, and glob metacharacters in names mean nothing. Files
-/// are ordered newest first by the timestamp in the name, then by modification time \[fix:
-/// Python globs `<basename>-*.log` and orders by mtime only, never deleting `.err` files\].
-/// Used for interrupt logs too, with `base` = `interrupts/<type>_<i>`.
+/// are ordered newest first by the timestamp in the name \[fix: Python globs
+/// `<basename>-*.log` and orders by mtime only, never deleting `.err` files\]. Used for
+/// interrupt logs too, with `base` = `interrupts/<type>_<i>`.
 ///
 /// Returns the host paths removed (`.log` and, where one existed, `.log.err`). A missing
 /// directory removes nothing.
@@ -104,12 +92,30 @@ pub fn prune(
     base: &str,
     keep: usize,
 ) -> Result<Vec<PathBuf>, LogError> {
+    let listed: Vec<PathBuf> = list(root, log_dir, base)?.into_iter().map(|(_, p)| p).collect();
+    prune_listed(root, &listed, keep)
+}
+
+/// [`prune`] over logs already listed (newest first, e.g. [`StepLogFiles::previous`] taken
+/// when the step's own logs were created, with `keep` one less for the new log): keeps the
+/// first `keep` and removes the rest with their `.log.err`, without listing the directory
+/// again.
+///
+/// [`StepLogFiles::previous`]: super::sink::StepLogFiles::previous
+///
+/// # Errors
+/// [`LogError::Remove`] on the first file that cannot be removed.
+pub fn prune_listed(
+    root: &HostRoot,
+    listed: &[PathBuf],
+    keep: usize,
+) -> Result<Vec<PathBuf>, LogError> {
     let mut removed = Vec::new();
-    for (_, _, path) in step_logs(root, log_dir, base)?.into_iter().skip(keep) {
-        if root.remove_file(&path).map_err(LogError::Remove)? {
+    for path in listed.iter().skip(keep) {
+        if root.remove_file(path).map_err(LogError::Remove)? {
             removed.push(path.clone());
         }
-        let mut err = path.into_os_string();
+        let mut err = path.clone().into_os_string();
         err.push(".err");
         let err = PathBuf::from(err);
         if root.remove_file(&err).map_err(LogError::Remove)? {

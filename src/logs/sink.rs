@@ -423,6 +423,9 @@ pub struct StepLogFiles {
     pub out_file: File,
     /// The stderr log, open for writing.
     pub err_file: File,
+    /// The step's logs that existed before these were created, newest first (host paths),
+    /// for [`prune_listed`](super::retention::prune_listed) after the step.
+    pub previous: Vec<PathBuf>,
 }
 
 /// The file-name timestamp of 6.5: UTC `%Y-%m-%d-%H%M%S` (e.g. `2025-01-02-134501`).
@@ -451,8 +454,9 @@ pub fn open_step_logs(
     let base = base.trim_start_matches('/');
     // Never reuse a name retention may have deleted: start after the newest existing log.
     let mut start_utc = start_utc;
-    if let Some(newest) = super::retention::newest_timestamp(root, log_dir, base)?
-        && let Ok(t) = chrono::NaiveDateTime::parse_from_str(&newest, "%Y-%m-%d-%H%M%S")
+    let previous = super::retention::list(root, log_dir, base)?;
+    if let Some((newest, _)) = previous.first()
+        && let Ok(t) = chrono::NaiveDateTime::parse_from_str(newest, "%Y-%m-%d-%H%M%S")
     {
         start_utc = start_utc.max(t.and_utc() + chrono::TimeDelta::seconds(1));
     }
@@ -474,6 +478,7 @@ pub fn open_step_logs(
                     err_path,
                     out_file,
                     err_file,
+                    previous: previous.into_iter().map(|(_, p)| p).collect(),
                 });
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {

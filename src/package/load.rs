@@ -390,7 +390,11 @@ fn check_rules(file: &Path, pkg: &Package, warnings: &mut Vec<String>) -> Result
         let check = mode.check_mode().unwrap_or(mode);
         for step in pkg.steps(mode) {
             let expected = expected_check_path(&step.path);
-            if !pkg.steps(check).iter().any(|c| c.path == expected) {
+            // A `.rhai` step may serve as its own check (run with changes held back), so
+            // the same script in the check mode counts too.
+            let self_checked = step.path.ends_with(".rhai")
+                && pkg.steps(check).iter().any(|c| c.path == step.path);
+            if !self_checked && !pkg.steps(check).iter().any(|c| c.path == expected) {
                 warnings.push(format!(
                     " {expected} doesn't exist. Checks ensure that all tasks in the step will complete."
                 ));
@@ -675,6 +679,18 @@ mod tests {
         );
         assert_eq!(expected_check_path("a.b.sh"), "a.b_check.sh");
         assert_eq!(expected_check_path(".hidden"), "_check.hidden");
+    }
+
+    #[test]
+    fn rhai_step_that_is_its_own_check_gets_no_warning() {
+        let mut d = fixture();
+        d["modes"]["apply"] = json!([step("a", "apply.rhai"), step("b", "other.rhai")]);
+        d["modes"]["apply-check"] = json!([step("a", "apply.rhai")]);
+        let l = load(&d).unwrap();
+        assert_eq!(
+            l.warnings,
+            vec![" other_check.rhai doesn't exist. Checks ensure that all tasks in the step will complete."]
+        );
     }
 
     #[test]
