@@ -18,7 +18,7 @@ pub mod agent;
 pub mod host;
 pub mod logs;
 pub mod package;
+pub mod pyfmt;
 pub mod runner;
 pub mod script;
 pub mod state;
-pub mod pyfmt;

@@ -45,20 +45,33 @@ fn rhai_apply_then_check_from_the_same_script() {
         .has_line("apply apply.rhai ['x'] [0] Idempotence.Auto True")
         .has_line_ending("SUCEEDED: apply.rhai x");
     assert_eq!(fr.read("/etc/demo.conf"), "k=v\n");
-    assert!(fr.exists(&format!("/t/state/flags/demo/1.0.0/apply.rhai_{}", marker("['x']_[0]"))));
+    assert!(fr.exists(&format!(
+        "/t/state/flags/demo/1.0.0/apply.rhai_{}",
+        marker("['x']_[0]")
+    )));
     // one log from the failed check, one from the apply (same step path, same directory)
     let mut logs = fr.logs_matching(&format!(r"apply\.rhai-{FTS}\.log"));
     logs.sort();
     assert_eq!(logs.len(), 2, "{logs:?}");
     let log = fr.read(&format!("/t/log/demo/1.0.0/{}", logs[1]));
-    assert_full_match(&log, &format!(r"\[out\]{TS} mode=apply arg=x\n\[out\]{TS} wrote\n\[out\]{TS} "));
+    assert_full_match(
+        &log,
+        &format!(r"\[out\]{TS} mode=apply arg=x\n\[out\]{TS} wrote\n\[out\]{TS} "),
+    );
 
     // second apply: skipped by its flag; check now passes and records history
-    fr.run("apply").code(0).has_line_between("Skipping apply.rhai because ", " exists.");
-    fr.run("apply-check").code(0).has_line_ending("SUCEEDED: apply.rhai x");
+    fr.run("apply")
+        .code(0)
+        .has_line_between("Skipping apply.rhai because ", " exists.");
+    fr.run("apply-check")
+        .code(0)
+        .has_line_ending("SUCEEDED: apply.rhai x");
     assert_eq!(fr.read("/t/state/flags/check_results"), "apply.rhai False");
     assert!(fr.exists("/t/state/flags/apply-check_ALL_CHECKED"));
-    assert!(fr.read("/t/state/history/demo.json").starts_with(r#"{"current-version": "1.0.0""#));
+    assert!(
+        fr.read("/t/state/history/demo.json")
+            .starts_with(r#"{"current-version": "1.0.0""#)
+    );
 }
 
 #[test]
@@ -73,7 +86,10 @@ fn rhai_syntax_error_changes_nothing() {
         "stderr: {}",
         r.stderr
     );
-    assert!(!fr.exists("/t/state"), "state written despite a syntax error");
+    assert!(
+        !fr.exists("/t/state"),
+        "state written despite a syntax error"
+    );
     assert!(!fr.exists("/t/log"));
 }
 
@@ -96,7 +112,10 @@ fn rhai_fail_and_return_codes() {
     let r = fr.run("apply");
     r.code(1).has_line_ending("FAILED: apply.rhai x 1");
     assert!(r.stderr.contains("the host is not ready"), "{}", r.stderr);
-    assert!(!fr.exists(&format!("/t/state/flags/demo/1.0.0/apply.rhai_{}", marker("['x']_[0]"))));
+    assert!(!fr.exists(&format!(
+        "/t/state/flags/demo/1.0.0/apply.rhai_{}",
+        marker("['x']_[0]")
+    )));
 
     // an integer value is the return code, checked against returncodes
     let mut fr = FakeRoot::new();
@@ -104,10 +123,14 @@ fn rhai_fail_and_return_codes() {
     s["returncodes"] = json!([0, 3]);
     fr.write_config(&config(json!({"apply": [s.clone()], "apply-check": [s]})));
     fr.write_step("apply.rhai", "3\n");
-    fr.run("apply").code(0).has_line_ending("SUCEEDED: apply.rhai ");
+    fr.run("apply")
+        .code(0)
+        .has_line_ending("SUCEEDED: apply.rhai ");
     fr.write_step("apply.rhai", "4\n");
     fr.set_env("OVERLAY_ALWAYS_RUN_STEP", "true");
-    fr.run("apply").code(1).has_line_ending("FAILED: apply.rhai  4");
+    fr.run("apply")
+        .code(1)
+        .has_line_ending("FAILED: apply.rhai  4");
 }
 
 #[test]
@@ -147,7 +170,10 @@ fn shellscript_dispatcher_runs_configmap_rhai_when_present() {
         "shellscript_run.sh",
         "#!/bin/sh\nstage=$1\nif [ -f \"$SKYHOOK_DIR/configmaps/$stage.sh\" ]; then . \"$SKYHOOK_DIR/configmaps/$stage.sh\"; else echo \"bash dispatcher: no $stage.sh\"; fi\n",
     );
-    fr.write("/t/pkg/configmaps/apply.rhai", "fs::write(\"/etc/from-rhai\", \"yes\\n\");\nprint(\"rhai apply\");\n");
+    fr.write(
+        "/t/pkg/configmaps/apply.rhai",
+        "fs::write(\"/etc/from-rhai\", \"yes\\n\");\nprint(\"rhai apply\");\n",
+    );
     let r = fr.run("apply");
     r.code(0)
         .has_line("apply shellscript_run.sh ['apply'] [0] Idempotence.Auto True")
@@ -158,7 +184,11 @@ fn shellscript_dispatcher_runs_configmap_rhai_when_present() {
     // no apply_check.rhai: the package's own dispatcher runs
     let r = fr.run("apply-check");
     r.code(0);
-    assert!(r.stdout.contains("bash dispatcher: no apply_check.sh"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("bash dispatcher: no apply_check.sh"),
+        "{}",
+        r.stdout
+    );
 }
 
 #[test]
@@ -179,5 +209,8 @@ fn redact_env_hides_values_in_bash_step_output_and_logs() {
     assert!(!r.stdout.contains("s3cr3t-value"));
     let logs = fr.logs_matching(&format!(r"foo\.sh-{FTS}\.log"));
     let log = fr.read(&format!("/t/log/demo/1.0.0/{}", logs[0]));
-    assert!(log.contains("token is ***") && !log.contains("s3cr3t-value"), "{log}");
+    assert!(
+        log.contains("token is ***") && !log.contains("s3cr3t-value"),
+        "{log}"
+    );
 }

@@ -46,7 +46,11 @@ pub fn render(args: &RunArgs, settings: &Settings, id: &ResourceId) -> String {
     let _ = writeln!(s, "SKYHOOK_ROOT_DIR: {}", settings.state_root.display());
     let _ = writeln!(s, "SKYHOOK_LOG_DIR: {}", settings.log_root.display());
     let _ = writeln!(s, "SKYHOOK_AGENT_BUFFER_LIMIT: {}", settings.buffer_limit);
-    let _ = writeln!(s, "SKYHOOK_AGENT_WRITE_LOGS: {}", py_bool(settings.write_logs));
+    let _ = writeln!(
+        s,
+        "SKYHOOK_AGENT_WRITE_LOGS: {}",
+        py_bool(settings.write_logs)
+    );
     let _ = writeln!(s, "Directory CONFIGURATION");
     let _ = writeln!(
         s,

@@ -51,7 +51,11 @@ EXIT STATUS:
 )]
 struct RawArgs {
     /// MODE, ROOT_MOUNT, COPY_DIR and INTERRUPT_DATA, as the forms below describe.
-    #[arg(value_name = "ARGS", allow_hyphen_values = true, trailing_var_arg = true)]
+    #[arg(
+        value_name = "ARGS",
+        allow_hyphen_values = true,
+        trailing_var_arg = true
+    )]
     args: Vec<OsString>,
 }
 
@@ -105,9 +109,8 @@ pub enum UsageError {
 /// [`UsageError`] for every malformed form; `--help`/`--version` come back as
 /// [`UsageError::Clap`] whose `exit()` prints and exits 0.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, UsageError> {
-    let raw = RawArgs::try_parse_from(
-        std::iter::once(OsString::from("skyhook-agent")).chain(args),
-    )?;
+    let raw =
+        RawArgs::try_parse_from(std::iter::once(OsString::from("skyhook-agent")).chain(args))?;
     let args: Vec<String> = raw
         .args
         .into_iter()
@@ -166,8 +169,14 @@ mod tests {
 
     #[test]
     fn forms() {
-        assert_eq!(p(&["apply", "/root", "/c"]).unwrap(), run("apply", "/root", "/c", None));
-        assert_eq!(p(&["apply", "/c"]).unwrap(), run("apply", "/root", "/c", None));
+        assert_eq!(
+            p(&["apply", "/root", "/c"]).unwrap(),
+            run("apply", "/root", "/c", None)
+        );
+        assert_eq!(
+            p(&["apply", "/c"]).unwrap(),
+            run("apply", "/root", "/c", None)
+        );
         assert_eq!(
             p(&["interrupt", "/c", "eA=="]).unwrap(),
             run("interrupt", "/root", "/c", Some("eA=="))
@@ -195,14 +204,23 @@ mod tests {
     fn usage_errors() {
         assert!(matches!(p(&["apply"]), Err(UsageError::Count)));
         assert!(matches!(p(&[]), Err(UsageError::Count)));
-        assert!(matches!(p(&["a", "/b", "/c", "d", "e"]), Err(UsageError::Count)));
+        assert!(matches!(
+            p(&["a", "/b", "/c", "d", "e"]),
+            Err(UsageError::Count)
+        ));
         assert!(matches!(
             p(&["apply", "/r", "rel"]),
-            Err(UsageError::NotAbsolute { what: "COPY_DIR", .. })
+            Err(UsageError::NotAbsolute {
+                what: "COPY_DIR",
+                ..
+            })
         ));
         assert!(matches!(
             p(&["apply", "r", "/c"]),
-            Err(UsageError::NotAbsolute { what: "ROOT_MOUNT", .. })
+            Err(UsageError::NotAbsolute {
+                what: "ROOT_MOUNT",
+                ..
+            })
         ));
     }
 }

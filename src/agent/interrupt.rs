@@ -81,12 +81,12 @@ impl Interrupt {
         let obj = value.as_object().ok_or_else(|| InterruptError::Malformed {
             detail: "not a JSON object".into(),
         })?;
-        let kind = obj
-            .get("type")
-            .and_then(|t| t.as_str())
-            .ok_or_else(|| InterruptError::Malformed {
-                detail: "no string field \"type\"".into(),
-            })?;
+        let kind =
+            obj.get("type")
+                .and_then(|t| t.as_str())
+                .ok_or_else(|| InterruptError::Malformed {
+                    detail: "no string field \"type\"".into(),
+                })?;
         Ok(match kind {
             "no_op" => Interrupt::NoOp,
             "node_restart" => Interrupt::NodeRestart,
@@ -97,7 +97,11 @@ impl Interrupt {
                     None | Some(serde_json::Value::Null) => Vec::new(),
                     Some(serde_json::Value::Array(items)) => items
                         .iter()
-                        .map(|s| s.as_str().map(String::from).ok_or(InterruptError::BadServices))
+                        .map(|s| {
+                            s.as_str()
+                                .map(String::from)
+                                .ok_or(InterruptError::BadServices)
+                        })
                         .collect::<Result<_, _>>()?,
                     Some(_) => return Err(InterruptError::BadServices),
                 };
@@ -225,7 +229,9 @@ impl InterruptRun<'_> {
             .filter(|s| !s.is_empty());
         let Some(boot_id) = boot_id else {
             // No procfs under the root: Python's algorithm (marker first, then reboot).
-            warn("cannot read /proc/sys/kernel/random/boot_id under the root mount; marking node_restart_0 complete before rebooting");
+            warn(
+                "cannot read /proc/sys/kernel/random/boot_id under the root mount; marking node_restart_0 complete before rebooting",
+            );
             markers::mark_complete(self.root, dir, NAME, now_epoch())?;
             let outcome = self.command(NAME, &cmd).await?;
             return Ok(match outcome {
@@ -329,7 +335,10 @@ mod tests {
 
     #[test]
     fn decode_types() {
-        assert_eq!(Interrupt::decode("eyJ0eXBlIjoibm9fb3AifQ==").unwrap(), Interrupt::NoOp);
+        assert_eq!(
+            Interrupt::decode("eyJ0eXBlIjoibm9fb3AifQ==").unwrap(),
+            Interrupt::NoOp
+        );
         assert_eq!(
             Interrupt::decode("eyJ0eXBlIjoic2VydmljZV9yZXN0YXJ0Iiwic2VydmljZXMiOlsiY29udGFpbmVyZCIsImt1YmVsZXQiXX0=").unwrap(),
             Interrupt::ServiceRestart(vec!["containerd".into(), "kubelet".into()])

@@ -64,7 +64,10 @@ pub fn validate(config: &Path) -> i32 {
     let bytes = match std::fs::read(config) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("skyhook-agent: error: failed to read {}: {e}", config.display());
+            eprintln!(
+                "skyhook-agent: error: failed to read {}: {e}",
+                config.display()
+            );
             return EXIT_FAILURE;
         }
     };
@@ -73,9 +76,7 @@ pub fn validate(config: &Path) -> i32 {
             .parent()
             .unwrap_or(Path::new("."))
             .join("skyhook_dir");
-        package::load::check_step_files(config, &loaded.package, |p| {
-            step_root.join(p).is_file()
-        })?;
+        package::load::check_step_files(config, &loaded.package, |p| step_root.join(p).is_file())?;
         Ok(loaded)
     });
     match result {
@@ -157,11 +158,8 @@ pub fn run(args: &RunArgs, settings: &Settings) -> Result<bool, AgentError> {
         let shutdown = Shutdown::install().map_err(AgentError::Runtime)?;
         match interrupt {
             Some(i) => {
-                let _lock = crate::state::lock::lock_package(
-                    &root,
-                    &settings.state_root,
-                    &id.package,
-                )?;
+                let _lock =
+                    crate::state::lock::lock_package(&root, &settings.state_root, &id.package)?;
                 InterruptRun {
                     root: &root,
                     settings,

@@ -8,21 +8,21 @@ use std::path::{Path, PathBuf};
 
 use chrono::{Local, Utc};
 
+use crate::host::effect::InterruptRequest;
 use crate::host::root::HostRoot;
+use crate::logs::redact::Redactor;
 use crate::logs::retention;
 use crate::logs::sink::{StepLogFiles, open_step_logs};
 use crate::package::{self, Mode, Package, Step};
 use crate::pyfmt;
-use crate::host::effect::InterruptRequest;
-use crate::logs::redact::Redactor;
 use crate::runner::process::{Outcome, ProcessRunner, ProcessSpec, RunOptions};
 use crate::script::run::CompiledScript;
 use crate::state::{flags, history, lock};
 
 use super::error::AgentError;
 use super::interrupt::{Interrupt, InterruptRun};
-use super::script_step::{self, StepScripts};
 use super::prepare;
+use super::script_step::{self, StepScripts};
 use super::settings::{DEFAULT_PATH, ResourceId, Settings};
 use super::signal::Shutdown;
 
@@ -173,9 +173,11 @@ pub fn load_package(root: &HostRoot, copy_dir: &Path) -> Result<Package, AgentEr
         warn(w.trim_start());
     }
     let sroot = step_root(copy_dir);
-    package::load::check_step_files(&shown, &loaded.package, |p| {
-        matches!(root.metadata(&sroot.join(p)), Ok(Some(m)) if m.is_file())
-    })?;
+    package::load::check_step_files(
+        &shown,
+        &loaded.package,
+        |p| matches!(root.metadata(&sroot.join(p)), Ok(Some(m)) if m.is_file()),
+    )?;
     Ok(loaded.package)
 }
 
@@ -252,7 +254,9 @@ impl ModeRun<'_> {
                         step.path
                     ));
                 } else if matches!(self.mode, Mode::Config | Mode::Uninstall | Mode::Upgrade) {
-                    say("Flag exists but CONFIG, UNINSTALL, and UPGRADE mode don't support idempotence so running step anyway.");
+                    say(
+                        "Flag exists but CONFIG, UNINSTALL, and UPGRADE mode don't support idempotence so running step anyway.",
+                    );
                 } else if step.idempotence {
                     say("Flag exists but idempotence is Idempotence.Disabled so running step.");
                 } else {

@@ -193,10 +193,22 @@ mod tests {
         std::fs::create_dir_all(r.join("pkg/root_dir/etc/new")).unwrap();
         std::fs::create_dir_all(r.join("etc")).unwrap();
         std::fs::set_permissions(r.join("etc"), std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::set_permissions(r.join("pkg/root_dir/etc"), std::fs::Permissions::from_mode(0o700)).unwrap();
-        std::fs::set_permissions(r.join("pkg/root_dir/etc/new"), std::fs::Permissions::from_mode(0o750)).unwrap();
+        std::fs::set_permissions(
+            r.join("pkg/root_dir/etc"),
+            std::fs::Permissions::from_mode(0o700),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            r.join("pkg/root_dir/etc/new"),
+            std::fs::Permissions::from_mode(0o750),
+        )
+        .unwrap();
         std::fs::write(r.join("pkg/root_dir/etc/demo.conf"), "k=v\n").unwrap();
-        std::fs::set_permissions(r.join("pkg/root_dir/etc/demo.conf"), std::fs::Permissions::from_mode(0o640)).unwrap();
+        std::fs::set_permissions(
+            r.join("pkg/root_dir/etc/demo.conf"),
+            std::fs::Permissions::from_mode(0o640),
+        )
+        .unwrap();
         let root = HostRoot::open(r).unwrap();
         assert_eq!(overlay(&root, Path::new("/pkg")).unwrap(), 1);
         assert_eq!(std::fs::read(r.join("etc/demo.conf")).unwrap(), b"k=v\n");
@@ -204,8 +216,13 @@ mod tests {
         assert_eq!(mode("etc/demo.conf"), 0o640);
         assert_eq!(mode("etc"), 0o755);
         assert_eq!(mode("etc/new"), 0o750);
-        let src_m = std::fs::metadata(r.join("pkg/root_dir/etc/demo.conf")).unwrap().mtime();
-        assert_eq!(std::fs::metadata(r.join("etc/demo.conf")).unwrap().mtime(), src_m);
+        let src_m = std::fs::metadata(r.join("pkg/root_dir/etc/demo.conf"))
+            .unwrap()
+            .mtime();
+        assert_eq!(
+            std::fs::metadata(r.join("etc/demo.conf")).unwrap().mtime(),
+            src_m
+        );
     }
 
     #[test]
@@ -226,8 +243,14 @@ mod tests {
         std::fs::write(src.path().join("skyhook_dir/a.sh"), "x").unwrap();
         let root = HostRoot::open(d.path()).unwrap();
         assert!(legacy_copy(&root, Path::new("/t/pkg"), src.path()).unwrap());
-        assert_eq!(std::fs::read(d.path().join("t/pkg/config.json")).unwrap(), b"{}");
-        assert_eq!(std::fs::read(d.path().join("t/pkg/skyhook_dir/a.sh")).unwrap(), b"x");
+        assert_eq!(
+            std::fs::read(d.path().join("t/pkg/config.json")).unwrap(),
+            b"{}"
+        );
+        assert_eq!(
+            std::fs::read(d.path().join("t/pkg/skyhook_dir/a.sh")).unwrap(),
+            b"x"
+        );
         assert!(!legacy_copy(&root, Path::new("/t/pkg"), src.path()).unwrap());
     }
 }

@@ -108,9 +108,8 @@ pub fn compile_mode_scripts(
             })
             .clone();
         let source = root.read(&path)?;
-        let source = String::from_utf8(source).map_err(|_| {
-            AgentError::Script(format!("{}: not valid UTF-8", path.display()))
-        })?;
+        let source = String::from_utf8(source)
+            .map_err(|_| AgentError::Script(format!("{}: not valid UTF-8", path.display())))?;
         let compiled = compile_source(&engine, &path.display().to_string(), &source, store)
             .map_err(|e| AgentError::Script(e.to_string()))?;
         out.insert(index, compiled);
@@ -164,7 +163,12 @@ impl ScriptStep<'_> {
     ) -> Result<ScriptStepResult, AgentError> {
         let engine = engine()?;
         let env = lossy_env(&env);
-        let get = |k: &str| env.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let get = |k: &str| {
+            env.iter()
+                .rev()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+        };
         let step_root = self.copy_dir.join("skyhook_dir");
         let (skyhook_dir, step_root) = if self.step.on_host {
             (self.copy_dir.to_path_buf(), step_root)
@@ -193,19 +197,15 @@ impl ScriptStep<'_> {
         } else {
             ExecMode::Apply
         };
-        let session_root = HostRoot::open(self.root.mount()).map_err(|source| {
-            AgentError::OpenRoot {
+        let session_root =
+            HostRoot::open(self.root.mount()).map_err(|source| AgentError::OpenRoot {
                 path: self.root.mount().to_path_buf(),
                 source,
-            }
-        })?;
+            })?;
         let options = HostOptions {
             env: env.clone(),
             configmaps_dir: Some(self.root.display_path(&self.copy_dir.join("configmaps"))),
-            node_metadata_dir: Some(
-                self.root
-                    .display_path(&self.copy_dir.join("node-metadata")),
-            ),
+            node_metadata_dir: Some(self.root.display_path(&self.copy_dir.join("node-metadata"))),
             commands_chrooted: self.step.on_host,
             deadline: Some(Instant::now() + engine.limits().timeout),
             secrets_dir: get("SKYHOOK_SECRETS_DIR")

@@ -164,7 +164,11 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Settings {
-        Settings::from_env(pairs.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))))
+        Settings::from_env(
+            pairs
+                .iter()
+                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+        )
     }
 
     #[test]
@@ -205,7 +209,16 @@ mod tests {
         assert_eq!((r.package.as_str(), r.version.as_str()), ("demo", "1.0.0"));
         let r = ResourceId::parse("a_b_c_d").unwrap();
         assert_eq!((r.package.as_str(), r.version.as_str()), ("b_c", "d"));
-        for bad in ["", "nounderscore", "a_b", "a__1", "a_pkg_", "a_../x_1", "a_.._1", "a_p_.."] {
+        for bad in [
+            "",
+            "nounderscore",
+            "a_b",
+            "a__1",
+            "a_pkg_",
+            "a_../x_1",
+            "a_.._1",
+            "a_p_..",
+        ] {
             assert!(ResourceId::parse(bad).is_err(), "{bad}");
         }
     }

@@ -759,7 +759,8 @@ mod tests {
         // regression: the temporary name used to embed the destination name and overflowed
         let (d, r) = root();
         let name = "f".repeat(255);
-        r.write_atomic(&Path::new("/").join(&name), b"x", None).unwrap();
+        r.write_atomic(&Path::new("/").join(&name), b"x", None)
+            .unwrap();
         assert_eq!(std::fs::read(d.path().join(&name)).unwrap(), b"x");
     }
 

@@ -26,7 +26,11 @@ fn is_ts_log(rest: &[u8]) -> bool {
 ///
 /// # Errors
 /// [`LogError::List`] when the directory cannot be listed.
-pub fn list(root: &HostRoot, log_dir: &Path, base: &str) -> Result<Vec<(String, PathBuf)>, LogError> {
+pub fn list(
+    root: &HostRoot,
+    log_dir: &Path,
+    base: &str,
+) -> Result<Vec<(String, PathBuf)>, LogError> {
     let full = log_dir.join(base.trim_start_matches('/'));
     let (Some(dir), Some(name)) = (full.parent(), full.file_name()) else {
         return Ok(Vec::new());
@@ -67,7 +71,10 @@ pub fn newest_timestamp(
     log_dir: &Path,
     base: &str,
 ) -> Result<Option<String>, LogError> {
-    Ok(list(root, log_dir, base)?.into_iter().next().map(|(ts, _)| ts))
+    Ok(list(root, log_dir, base)?
+        .into_iter()
+        .next()
+        .map(|(ts, _)| ts))
 }
 
 /// Keep the `keep` newest `<basename>-<FTS>.log` files in the directory of `<log_dir>/<base>`
@@ -92,7 +99,10 @@ pub fn prune(
     base: &str,
     keep: usize,
 ) -> Result<Vec<PathBuf>, LogError> {
-    let listed: Vec<PathBuf> = list(root, log_dir, base)?.into_iter().map(|(_, p)| p).collect();
+    let listed: Vec<PathBuf> = list(root, log_dir, base)?
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
     prune_listed(root, &listed, keep)
 }
 

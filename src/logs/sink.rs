@@ -763,17 +763,25 @@ mod tests {
         for s in 31..=35 {
             std::fs::write(dir.join(format!("foo.sh-2025-01-02-0000{s}.log")), "").unwrap();
         }
-        let logs =
-            open_step_logs(&root, Path::new("/log"), "foo.sh", utc("2025-01-02 00:00:30"))
-                .unwrap();
+        let logs = open_step_logs(
+            &root,
+            Path::new("/log"),
+            "foo.sh",
+            utc("2025-01-02 00:00:30"),
+        )
+        .unwrap();
         assert_eq!(
             logs.out_path,
             Path::new("/log/foo.sh-2025-01-02-000036.log")
         );
         // an older newest log does not push a fresh run's name
-        let other =
-            open_step_logs(&root, Path::new("/log"), "bar.sh", utc("2025-01-02 00:00:30"))
-                .unwrap();
+        let other = open_step_logs(
+            &root,
+            Path::new("/log"),
+            "bar.sh",
+            utc("2025-01-02 00:00:30"),
+        )
+        .unwrap();
         assert_eq!(
             other.out_path,
             Path::new("/log/bar.sh-2025-01-02-000030.log")

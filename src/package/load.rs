@@ -689,7 +689,9 @@ mod tests {
         let l = load(&d).unwrap();
         assert_eq!(
             l.warnings,
-            vec![" other_check.rhai doesn't exist. Checks ensure that all tasks in the step will complete."]
+            vec![
+                " other_check.rhai doesn't exist. Checks ensure that all tasks in the step will complete."
+            ]
         );
     }
 

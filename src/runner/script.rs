@@ -53,9 +53,15 @@ impl SinkOutput {
     ///
     /// # Errors
     /// When a console descriptor cannot be duplicated.
-    pub fn console(logs: Option<StepLogFiles>, redactor: Option<Redactor>) -> Result<Self, LogError> {
+    pub fn console(
+        logs: Option<StepLogFiles>,
+        redactor: Option<Redactor>,
+    ) -> Result<Self, LogError> {
         let (out_file, err_file) = match logs {
-            Some(l) => (Some((l.out_file, l.out_path)), Some((l.err_file, l.err_path))),
+            Some(l) => (
+                Some((l.out_file, l.out_path)),
+                Some((l.err_file, l.err_path)),
+            ),
             None => (None, None),
         };
         Ok(Self::with_sinks(
@@ -221,8 +227,14 @@ mod tests {
         assert!(out.finish().is_empty());
         let ts = "2025-01-02T13:45:01.123456";
         let expected = format!("[out]{ts} one\n[out]{ts} pw=***\n[out]{ts} ");
-        assert_eq!(String::from_utf8(con_out.0.lock().unwrap().clone()).unwrap(), expected);
-        assert_eq!(String::from_utf8(file_out.0.lock().unwrap().clone()).unwrap(), expected);
+        assert_eq!(
+            String::from_utf8(con_out.0.lock().unwrap().clone()).unwrap(),
+            expected
+        );
+        assert_eq!(
+            String::from_utf8(file_out.0.lock().unwrap().clone()).unwrap(),
+            expected
+        );
         assert_eq!(
             String::from_utf8(con_err.0.lock().unwrap().clone()).unwrap(),
             format!("[err]{ts} e1\n[err]{ts} ")
