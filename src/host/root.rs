@@ -353,44 +353,7 @@ impl HostRoot {
     /// Any creation, write, fsync or rename failure; the destination is then unchanged and the
     /// temporary file removed.
     pub fn write_atomic(&self, host: &Path, data: &[u8], mode: Option<u32>) -> Result<()> {
-        self.check_abs("write", host)?;
-        let target = self.write_target(host)?;
-        let (parent, _) = split(&target).map_err(|e| self.err("write", host, e))?;
-        self.create_dir_all(&parent, 0o755)?;
-        let existing = self.metadata(&target)?;
-        let final_mode =
-            mode.unwrap_or_else(|| existing.as_ref().map_or(0o644, |m| m.mode() & 0o7777));
-        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        // Short and independent of `name`, so a destination name of up to 255 bytes still
-        // has a valid temporary name beside it.
-        let tmp_name = format!(".skyhook-tmp-{}-{}", std::process::id(), n);
-        let tmp = parent.join(&tmp_name);
-        let result = (|| -> Result<()> {
-            let mut f = self
-                .root
-                .create_file(
-                    &tmp,
-                    OpenFlags::O_WRONLY | OpenFlags::O_EXCL | OpenFlags::O_CLOEXEC,
-                    &Permissions::from_mode(0o600),
-                )
-                .map_err(|e| self.err("write", &tmp, pathrs_io(e)))?;
-            f.write_all(data).map_err(|e| self.err("write", &tmp, e))?;
-            if let Some(m) = &existing {
-                let _ = nix::unistd::fchown(&f, Some(m.uid().into()), Some(m.gid().into()));
-            }
-            f.set_permissions(Permissions::from_mode(final_mode))
-                .map_err(|e| self.err("write", &tmp, e))?;
-            f.sync_all().map_err(|e| self.err("write", &tmp, e))?;
-            self.root
-                .rename(&tmp, &target, RenameFlags::empty())
-                .map_err(|e| self.err("write", &target, pathrs_io(e)))?;
-            self.sync_dir(&parent);
-            Ok(())
-        })();
-        if result.is_err() {
-            let _ = self.root.remove_file(&tmp);
-        }
-        result
+        self.write_atomic_owned(host, data, mode, None, None)
     }
 
     /// fsync a directory (best effort: some filesystems refuse).
@@ -579,7 +542,7 @@ impl HostRoot {
     ) -> Result<()> {
         self.check_abs("write", host)?;
         let target = self.write_target(host)?;
-        let (parent, name) = split(&target).map_err(|e| self.err("write", host, e))?;
+        let (parent, _) = split(&target).map_err(|e| self.err("write", host, e))?;
         self.create_dir_all(&parent, 0o755)?;
         let existing = self.metadata(&target)?;
         let old = match &existing {
@@ -591,12 +554,9 @@ impl HostRoot {
         let final_mode =
             mode.unwrap_or_else(|| existing.as_ref().map_or(0o644, |m| m.mode() & 0o7777));
         let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp_name = format!(
-            ".{}.skyhook-tmp-{}-{}",
-            name.to_string_lossy(),
-            std::process::id(),
-            n
-        );
+        // Short and independent of `name`, so a destination name of up to 255 bytes still
+        // has a valid temporary name beside it.
+        let tmp_name = format!(".skyhook-tmp-{}-{}", std::process::id(), n);
         let tmp = parent.join(&tmp_name);
         let result = (|| -> Result<()> {
             let mut f = self
