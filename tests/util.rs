@@ -96,19 +96,6 @@ pub fn marker(rendered: &str) -> String {
 // ---------------------------------------------------------------------------------------
 // Template root
 
-fn lexical_normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-            _ => {}
-        }
-    }
-    out
-}
 
 /// Reproduce the real absolute path `p` under `root`: every symlink met on the way is
 /// recreated with the same target and followed, directories are created, the final file is
@@ -134,7 +121,7 @@ fn mirror(root: &Path, p: &Path) -> io::Result<()> {
                 cur.parent().unwrap_or(Path::new("/")).join(target)
             };
             let rest: PathBuf = comps[i + 1..].iter().collect();
-            return mirror(root, &lexical_normalize(&resolved.join(rest)));
+            return mirror(root, &skyhook::host::root::normalize(&resolved.join(rest)));
         } else if meta.is_dir() {
             if fs::symlink_metadata(&dst).is_err() {
                 fs::create_dir(&dst)?;

@@ -345,7 +345,8 @@ impl HostRoot {
 
     /// Replace the content of `host` atomically: write a temporary file in the same directory,
     /// fsync it, rename it over the destination and fsync the directory. Missing parents are
-    /// created (0755). An existing file keeps its mode, owner and group unless `mode` is given;
+    /// created (0755). An existing file keeps its mode, owner, group and extended attributes
+    /// (see [`HostRoot::write_atomic_owned`]) unless `mode` is given;
     /// a new file gets `mode` or 0644. When `host` is a symlink, its target (resolved inside the
     /// root) is replaced and the link is left in place.
     ///
@@ -676,9 +677,10 @@ impl HostRoot {
     }
 }
 
-/// Lexically normalise an absolute host path (`.` dropped, `..` pops, never above `/`).
-/// Used only to follow a dangling symlink hop; the result is resolved by pathrs again.
-fn normalize(p: &Path) -> PathBuf {
+/// Lexically normalise a path to an absolute one (`.` dropped, `..` pops, never above `/`).
+/// Used here only to follow a dangling symlink hop, whose result pathrs resolves again; never
+/// a substitute for confined resolution.
+pub fn normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");
     for c in p.components() {
         match c {
