@@ -6,7 +6,7 @@
 //! | module | role |
 //! |---|---|
 //! | [`local`] | `skyhook-run`: one script or a whole package against a local host root (plan, apply, check) |
-| [`package`] | config.json model, embedded JSON Schema v1, step rules, package loading |
+//! | [`package`] | config.json model, embedded JSON Schema v1, step rules, package loading |
 //! | [`agent`] | one mode of one package: flags, history, check summaries, interrupts, SIGTERM |
 //! | [`runner`] | runs one step: a process (chroot, process group, streamed output) |
 //! | [`logs`] | the log sink: chunked relay, timestamps and labels, log files, retention |

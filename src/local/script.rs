@@ -65,7 +65,8 @@ pub(crate) enum End {
 }
 
 /// Run one compiled step on `api`, then end the step (always, also after a failure) and
-/// collect its [`StepOutcome`]. `accepts` decides whether a return code is a success.
+/// collect its [`StepOutcome`]. `accepts` decides whether a return code is a success. Errors
+/// (the script's, the deferred work's) are written to `output`'s stderr.
 pub(crate) fn run_step(
     engine: &ScriptEngine,
     script: &CompiledScript,
@@ -75,7 +76,7 @@ pub(crate) fn run_step(
     accepts: impl Fn(i32) -> bool,
     end: End,
 ) -> StepOutcome {
-    let mut opts = RunOptions::new(output, Arc::new(AtomicBool::new(false)));
+    let mut opts = RunOptions::new(output.clone(), Arc::new(AtomicBool::new(false)));
     opts.host = Arc::new(api.clone());
     let outcome = run_script_with(engine, script, ctx, &opts);
     let mut error = outcome.error.as_ref().map(ToString::to_string);
@@ -92,7 +93,9 @@ pub(crate) fn run_step(
                 false => ExecMode::Apply,
             };
             if error.is_none() {
-                error = Some(format!("{}: {}", script.file(), e.message));
+                let msg = format!("{}: {}", script.file(), e.message);
+                output.stderr(format!("{msg}\n").as_bytes());
+                error = Some(msg);
             }
             e.report.map_or_else(|| Report::new(mode), |r| *r)
         }
