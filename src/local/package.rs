@@ -77,7 +77,8 @@ pub struct PlannedStep {
     pub name: String,
     /// Its path relative to `skyhook_dir`.
     pub path: String,
-    /// Its arguments after `env:` substitution and upgrade versions.
+    /// Its arguments after `env:` substitution and upgrade versions (as configured when the
+    /// step was not reached, was skipped or an `env:` variable is missing).
     pub args: Vec<String>,
     /// What happened.
     pub kind: StepKind,
@@ -439,6 +440,7 @@ impl PackageRun {
                 entry.args.push(cur.clone());
             }
             if !missing.is_empty() {
+                entry.args = step.arguments.clone();
                 entry.kind = StepKind::Failed {
                     message: missing
                         .iter()
