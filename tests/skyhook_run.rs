@@ -105,7 +105,10 @@ fn dry_run_prints_the_diff_and_changes_nothing() {
     let out = run_script(&script, root.path(), &["--detailed-exitcode"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert_eq!(tree(root.path()), before);
-    assert_eq!(std::fs::read(root.path().join("etc/demo.conf")).unwrap(), b"a=1\n");
+    assert_eq!(
+        std::fs::read(root.path().join("etc/demo.conf")).unwrap(),
+        b"a=1\n"
+    );
 }
 
 #[test]
@@ -120,7 +123,10 @@ fn apply_writes_then_nothing_is_left_to_plan() {
         text(&out.stdout),
         "mode=apply dry_run=false\n~ update /etc/demo.conf\nApply: 1 changed, 0 unchanged.\n"
     );
-    assert_eq!(std::fs::read(root.path().join("etc/demo.conf")).unwrap(), b"a=2\n");
+    assert_eq!(
+        std::fs::read(root.path().join("etc/demo.conf")).unwrap(),
+        b"a=2\n"
+    );
 
     let out = run_script(&script, root.path(), &["--detailed-exitcode"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -209,7 +215,9 @@ fn step_context_env_args_and_configmaps() {
         .arg(&script)
         .arg("--root")
         .arg(root.path())
-        .args(["--mode", "config", "--env", "K=v=1", "--arg", "-x", "--arg", "y"])
+        .args([
+            "--mode", "config", "--env", "K=v=1", "--arg", "-x", "--arg", "y",
+        ])
         .arg("--configmaps")
         .arg(dir.path().join("cm"))
         .output()
@@ -254,7 +262,11 @@ fn errors_exit_1_with_file_line_col() {
     let root = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "syntax.rhai", "let x = 1;\nlet y = ;\n");
-    write(dir.path(), "fails.rhai", "print(\"before\");\n\n  fail(\"no good\");\n");
+    write(
+        dir.path(),
+        "fails.rhai",
+        "print(\"before\");\n\n  fail(\"no good\");\n",
+    );
     write(dir.path(), "code.rhai", "3\n");
     let out = skyhook_run()
         .current_dir(dir.path())
@@ -273,7 +285,10 @@ fn errors_exit_1_with_file_line_col() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert_eq!(text(&out.stdout), "before\nPlan: 0 to change, 0 unchanged.\n");
+    assert_eq!(
+        text(&out.stdout),
+        "before\nPlan: 0 to change, 0 unchanged.\n"
+    );
     assert_eq!(text(&out.stderr), "fails.rhai:3:3: no good\n");
 
     let out = skyhook_run()
@@ -311,8 +326,25 @@ fn usage_errors_exit_1() {
         vec!["x.rhai", "--root", r, "--env", "NOEQUALS"],
         vec!["x.rhai", "--root", r, "--output", "yaml"],
         vec!["--package", "examples/tuning", "--root", r],
-        vec!["x.rhai", "--package", "examples/tuning", "--mode", "config", "--root", r],
-        vec!["--package", "examples/tuning", "--mode", "config", "--root", r, "--arg", "a"],
+        vec![
+            "x.rhai",
+            "--package",
+            "examples/tuning",
+            "--mode",
+            "config",
+            "--root",
+            r,
+        ],
+        vec![
+            "--package",
+            "examples/tuning",
+            "--mode",
+            "config",
+            "--root",
+            r,
+            "--arg",
+            "a",
+        ],
     ] {
         let out = skyhook_run().args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
@@ -322,7 +354,11 @@ fn usage_errors_exit_1() {
     let out = skyhook_run().arg("--help").output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let help = text(&out.stdout);
-    for needle in ["--detailed-exitcode", "Plan: 2 to change, 5 unchanged, 1 action.", "--package examples/tuning"] {
+    for needle in [
+        "--detailed-exitcode",
+        "Plan: 2 to change, 5 unchanged, 1 action.",
+        "--package examples/tuning",
+    ] {
         assert!(help.contains(needle), "help lacks {needle}");
     }
 }
@@ -331,7 +367,11 @@ fn usage_errors_exit_1() {
 /// sysctl.conf configMap (at other values), no binaries.
 fn tuning_root() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
-    write(d.path(), "etc/os-release", "ID=ubuntu\nID_LIKE=debian\nVERSION_ID=\"22.04\"\n");
+    write(
+        d.path(),
+        "etc/os-release",
+        "ID=ubuntu\nID_LIKE=debian\nVERSION_ID=\"22.04\"\n",
+    );
     for key in [
         "net/core/rmem_max",
         "net/core/wmem_max",
@@ -376,7 +416,10 @@ fn package_dry_run_of_the_tuning_example() {
         "> would run: systemctl daemon-reload",
         "> would run: update-grub",
     ] {
-        assert!(stdout.lines().any(|l| l == line), "missing {line:?} in\n{stdout}");
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "missing {line:?} in\n{stdout}"
+        );
     }
     assert!(
         stdout.ends_with("\nPlan: 8 to change, 0 unchanged, 2 actions.\n"),
@@ -437,7 +480,11 @@ fn mixed_package(dir: &Path) {
         "skyhook_dir/second.rhai",
         "print(`second sees: ${fs::read(\"/etc/mixed/a.conf\")}`);\n",
     );
-    write(dir, "skyhook_dir/check.rhai", "fs::write(\"/etc/mixed/a.conf\", config::get(\"greeting.conf\"));\n");
+    write(
+        dir,
+        "skyhook_dir/check.rhai",
+        "fs::write(\"/etc/mixed/a.conf\", config::get(\"greeting.conf\"));\n",
+    );
     write(dir, "configmaps/greeting.conf", "hello\n");
 }
 
@@ -503,7 +550,14 @@ fn package_apply_runs_the_agent_flow_chrooted() {
     let out = skyhook_run()
         .arg("--package")
         .arg(pkg.path())
-        .args(["--mode", "apply", "--apply", "--env", "NODE_NAME=n1", "--root"])
+        .args([
+            "--mode",
+            "apply",
+            "--apply",
+            "--env",
+            "NODE_NAME=n1",
+            "--root",
+        ])
         .arg(fr.root())
         .arg("--configmaps")
         .arg(cm.path())
@@ -512,7 +566,10 @@ fn package_apply_runs_the_agent_flow_chrooted() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let stdout = text(&out.stdout);
     assert!(stdout.contains("SUCEEDED: greet.sh n1 x\n"), "{stdout}");
-    assert!(stdout.contains("second sees: from --configmaps\n"), "{stdout}");
+    assert!(
+        stdout.contains("second sees: from --configmaps\n"),
+        "{stdout}"
+    );
     assert!(
         stdout.ends_with(
             "skyhook-run: mode apply succeeded (package copy at /var/lib/skyhook/skyhook-run/mixed-1.0.0)\n"
@@ -539,6 +596,15 @@ fn package_apply_runs_the_agent_flow_chrooted() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let stdout = text(&out.stdout);
-    assert_eq!(stdout.matches("skipped: flag /etc/skyhook/flags/mixed/1.0.0/").count(), 3, "{stdout}");
-    assert!(stdout.ends_with("Plan: 0 to change, 0 unchanged.\n"), "{stdout}");
+    assert_eq!(
+        stdout
+            .matches("skipped: flag /etc/skyhook/flags/mixed/1.0.0/")
+            .count(),
+        3,
+        "{stdout}"
+    );
+    assert!(
+        stdout.ends_with("Plan: 0 to change, 0 unchanged.\n"),
+        "{stdout}"
+    );
 }

@@ -106,7 +106,11 @@ struct Cli {
     command: Option<Command>,
 
     /// The .rhai script to run (relative imports resolve in its directory).
-    #[arg(value_name = "SCRIPT", required_unless_present = "package", conflicts_with = "package")]
+    #[arg(
+        value_name = "SCRIPT",
+        required_unless_present = "package",
+        conflicts_with = "package"
+    )]
     script: Option<PathBuf>,
 
     /// Plan or run a whole package directory (config.json, skyhook_dir/, configmaps/) the way
@@ -137,7 +141,12 @@ struct Cli {
     env: Vec<(String, String)>,
 
     /// A step argument (step.args; repeatable, in order). Scripts only.
-    #[arg(long = "arg", value_name = "X", allow_hyphen_values = true, conflicts_with = "package")]
+    #[arg(
+        long = "arg",
+        value_name = "X",
+        allow_hyphen_values = true,
+        conflicts_with = "package"
+    )]
     args: Vec<String>,
 
     /// Output format: text, or one JSON document on stdout (script output then goes to
@@ -457,4 +466,3 @@ fn check(files: &[PathBuf]) -> u8 {
     }
     code
 }
-

@@ -9,17 +9,19 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::agent::mode::{ModeRun, warn};
+use crate::agent::script_step::SHELLSCRIPT_DISPATCHER;
 use crate::agent::settings::{DEFAULT_PATH, ResourceId, Settings};
 use crate::agent::signal::Shutdown;
-use crate::agent::script_step::SHELLSCRIPT_DISPATCHER;
+use crate::host::report::Action;
 use crate::host::root::HostRoot;
 use crate::host::secrets::Redactor;
-use crate::host::report::Action;
 use crate::host::{ExecMode, Host, Report};
 use crate::package::load::{Loaded, check_step_files, parse};
 use crate::package::{Mode, Step};
 use crate::script::host_api::HostApi;
-use crate::script::{CompiledScript, ModuleStore, ScriptEngine, ScriptOutput, StepContext, compile_step_in};
+use crate::script::{
+    CompiledScript, ModuleStore, ScriptEngine, ScriptOutput, StepContext, compile_step_in,
+};
 use crate::state::{flags, history};
 
 use super::script::{End, StepOutcome, absolute, host_options, open_root, run_step};
@@ -173,7 +175,8 @@ impl PackagePlan {
                     if let Some(e) = &o.error {
                         let _ = writeln!(out, "failed: {}", self.redactor.redact(e));
                     } else if !o.ok && !o.report.drift().is_empty() {
-                        let _ = writeln!(out, "failed: {} pending change(s)", o.report.drift().len());
+                        let _ =
+                            writeln!(out, "failed: {} pending change(s)", o.report.drift().len());
                     } else if !o.ok {
                         let _ = writeln!(out, "failed: return code {}", o.code);
                     }
@@ -266,7 +269,11 @@ fn os_env(env: &[(String, String)]) -> Vec<(OsString, OsString)> {
 impl PackageRun {
     /// The configMaps folder: [`PackageRun::configmaps`] or `DIR/configmaps`.
     pub fn configmaps_dir(&self) -> PathBuf {
-        absolute(self.configmaps.as_deref().unwrap_or(&self.dir.join("configmaps")))
+        absolute(
+            self.configmaps
+                .as_deref()
+                .unwrap_or(&self.dir.join("configmaps")),
+        )
     }
 
     /// Load `DIR/config.json` as the agent does (schema, step rules) and require every step
@@ -341,8 +348,11 @@ impl PackageRun {
         }
         let loaded = self.load()?;
         let pkg = &loaded.package;
-        let mut warnings: Vec<String> =
-            loaded.warnings.iter().map(|w| w.trim_start().to_string()).collect();
+        let mut warnings: Vec<String> = loaded
+            .warnings
+            .iter()
+            .map(|w| w.trim_start().to_string())
+            .collect();
         let configmaps = self.configmaps_dir();
         if checks_expected_files(self.mode) {
             for name in &pkg.expected_config_files {
@@ -445,7 +455,10 @@ impl PackageRun {
                     message: missing
                         .iter()
                         .map(|n| {
-                            format!("{}: Expected environment variable did not exist: {n}", step.path)
+                            format!(
+                                "{}: Expected environment variable did not exist: {n}",
+                                step.path
+                            )
                         })
                         .collect::<Vec<_>>()
                         .join("; "),

@@ -229,7 +229,9 @@ impl ScriptRun {
             .unwrap_or_else(|| script_dir.clone());
         env_default(&mut env, "SKYHOOK_DIR", skyhook_dir.display().to_string());
         env_default(&mut env, "STEP_ROOT", script_dir.display().to_string());
-        let resource_id = env_get(&env, "SKYHOOK_RESOURCE_ID").unwrap_or("").to_string();
+        let resource_id = env_get(&env, "SKYHOOK_RESOURCE_ID")
+            .unwrap_or("")
+            .to_string();
         let exec = self.exec_mode();
         let ctx = StepContext {
             mode: self.mode.as_str().to_string(),
