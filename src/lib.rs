@@ -5,17 +5,20 @@
 //!
 //! | module | role |
 //! |---|---|
+//! | [`local`] | `skyhook-run`: one script or a whole package against a local host root (plan, apply, check) |
 //! | [`package`] | config.json model, embedded JSON Schema v1, step rules, package loading |
 //! | [`agent`] | one mode of one package: flags, history, check summaries, interrupts, SIGTERM |
-//! | [`runner`] | runs one step: a process (chroot, process group, streamed output) |
-//! | [`logs`] | the log sink: chunked relay, timestamps and labels, log files, retention |
+//! | [`runner`] | runs one step: a process (chroot, process group, streamed output) or a `.rhai` script in-process |
+//! | [`logs`] | the log sink: chunked relay, timestamps and labels, log files, retention, redaction |
 //! | [`state`] | the on-host files the agent owns: flag names, history, markers, all atomic |
-//! | [`script`] | the Rhai engine: limits, module resolver, context, output, error mapping |
+//! | [`pyfmt`] | Python-compatible renderings (repr, float, isoformat, json.dumps) the state formats need |
+//! | [`script`] | the Rhai engine: limits, module resolver, context, output, error mapping, host API bindings |
 //! | [`host`] | root confinement ([`host::root::HostRoot`]) and the host API |
 #![warn(missing_docs)]
 
 pub mod agent;
 pub mod host;
+pub mod local;
 pub mod logs;
 pub mod package;
 pub mod pyfmt;

@@ -6,6 +6,8 @@
 //!   P, recording stubs, the agent runner, `TS`/`FTS` regex helpers, `require_root!`.
 //! - `acceptance`: the 50 acceptance cases of agent-contract.md section 15, one test each,
 //!   named `case_NN_<topic>`; assertions are the values the case states.
+//! - `skyhook_run`: `skyhook-run SCRIPT` and `--package DIR` (dry run, apply, check, JSON,
+//!   exit codes) against tempdir roots.
 //! - `skyhook_run_check`: `skyhook-run check FILE...` exit codes and `file:line:col` errors.
 //! - `rhai_steps`: `.rhai` steps in the agent (compile-ahead, check from apply, interrupts,
 //!   shellscript compatibility, redaction).
@@ -18,4 +20,5 @@ mod util;
 mod acceptance;
 mod fixtures;
 mod rhai_steps;
+mod skyhook_run;
 mod skyhook_run_check;

@@ -71,16 +71,16 @@ fn errors_exit_1_with_file_line_col() {
 }
 
 #[test]
-fn usage_errors_exit_2() {
+fn usage_errors_exit_1() {
     let out = skyhook_run().output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     let out = skyhook_run().arg("check").output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     let out = skyhook_run()
         .args(["check", "--bogus", "x.rhai"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     let out = skyhook_run().arg("--help").output().unwrap();
     assert_eq!(out.status.code(), Some(0));
 }

@@ -96,7 +96,6 @@ pub fn marker(rendered: &str) -> String {
 // ---------------------------------------------------------------------------------------
 // Template root
 
-
 /// Reproduce the real absolute path `p` under `root`: every symlink met on the way is
 /// recreated with the same target and followed, directories are created, the final file is
 /// copied with its mode.

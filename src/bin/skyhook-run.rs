@@ -1,31 +1,170 @@
-//! `skyhook-run`: the local tool for package authors.
+//! `skyhook-run`: the local tool for package authors. A thin edge over
+//! [`skyhook::local`]: argument parsing, rendering and exit codes.
 //!
-//! For now one subcommand: `skyhook-run check FILE...` compiles each script the way the
-//! agent does before running a step (syntax, parse-time limits, every static import
-//! resolved under the script's own directory) without running anything, and prints each
-//! error as `file:line:col: message` on stderr.
+//! - `skyhook-run SCRIPT --root DIR [...]`: one `.rhai` script against a host root, a dry
+//!   run unless `--apply`.
+//! - `skyhook-run --package DIR --mode MODE --root DIR [...]`: a whole package as the agent
+//!   would run it.
+//! - `skyhook-run check FILE...`: compile scripts without running them.
 //!
-//! Exit codes (interface): 0 every file compiled, 1 at least one did not, 2 usage error.
+//! Exit codes (interface): 0 done; 1 any error (a failed script or step, drift in a check,
+//! a compile error, a usage error); 2 with `--detailed-exitcode`, a dry run that succeeded
+//! with changes pending.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
-use skyhook::script::{Limits, ScriptEngine, compile_step};
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::{Value, json};
+use skyhook::host::ExecMode;
+use skyhook::local::{LocalError, PackageRun, ScriptRun};
+use skyhook::package::Mode;
+use skyhook::script::{Limits, ScriptEngine, ScriptOutput, StdioOutput, compile_step};
 
-/// Every file compiled.
+/// Done: the run succeeded (a dry run: whatever it plans, unless --detailed-exitcode).
 const EXIT_OK: u8 = 0;
-/// At least one file had an error.
-const EXIT_ERRORS: u8 = 1;
-/// Bad command line.
-const EXIT_USAGE: u8 = 2;
+/// Any error, usage errors included.
+const EXIT_ERROR: u8 = 1;
+/// With --detailed-exitcode: a dry run that succeeded with changes pending.
+const EXIT_CHANGES: u8 = 2;
 
-/// Run and check Skyhook Rhai step scripts.
+const AFTER_HELP: &str = "\
+Dry run (the default):
+  The script runs for real, but every change goes to a plan instead of the host: reads see
+  the planned writes, commands are recorded and not run (unless marked read_only, e.g.
+  query()), step.dry_run is true. Nothing under --root changes. The plan lists each change
+  (`~`, with a unified diff for file contents and mode/owner changes), each action
+  (`> would run:`: commands, service restarts, daemon-reload, update-grub), each interrupt
+  (`!`) and ends with the summary line, e.g.
+      Plan: 2 to change, 5 unchanged, 1 action.
+  --apply makes the changes and prints what changed (`Apply: 2 changed, 5 unchanged.`).
+  A *-check mode (--mode apply-check) runs the script as a check: what it would change is
+  drift, listed the same way, and the run fails (exit 1) when there is any.
+
+Step context and environment:
+  step.mode is --mode (default apply), step.args the --arg values, step.name the file stem.
+  The step environment (env() in scripts, and commands' environment) is skyhook-run's own
+  environment plus every --env K=V (later wins), as the agent passes its environment to
+  steps. SKYHOOK_DIR and STEP_ROOT default to the configMaps folder's parent and the
+  script's directory. Relative imports resolve in the script's directory; commands run
+  chrooted into --root. configMaps come from --configmaps DIR (may lie outside the root), or,
+  for a script in a package's skyhook_dir/, from the package's configmaps/ folder.
+
+Output:
+  Script output (print, debug, log::) goes to stdout and stderr with secrets redacted, the
+  plan after it on stdout. Errors are `file:line:col: message` on stderr. With --output json
+  stdout holds exactly one JSON document: the report (mode, changes, actions, unchanged,
+  interrupts, summary) plus ok, return_code, error, drift and exit_code; script output then
+  goes to stderr.
+
+Packages (--package DIR --mode MODE):
+  DIR holds config.json, skyhook_dir/ and usually configmaps/ (--configmaps replaces it).
+  config.json is validated and every .rhai step compiled first. A dry run runs the mode's
+  steps in order in one host session (later steps see earlier planned writes): .rhai steps
+  on the plan (or check) executor, any other step listed as `would run: <path> <args>`,
+  steps the agent would skip for an existing flag listed as skipped. With --apply the agent
+  itself runs: the package is copied into the root at
+  /var/lib/skyhook/skyhook-run/<name>-<version> (configMaps in its configmaps/), then the
+  mode runs as on a node (bash steps chrooted into the root; flags, history and check results
+  under SKYHOOK_ROOT_DIR, default /etc/skyhook, logs under SKYHOOK_LOG_DIR, default
+  /var/log/skyhook, both inside the root; resource id SKYHOOK_RESOURCE_ID, default
+  skyhook-run_<name>_<version>). Flags make a second --apply of a step skip it, as on a node
+  (OVERLAY_ALWAYS_RUN_STEP=true runs them anyway).
+
+Exit status:
+  0 done; 1 error (failed script or step, drift in a check, compile or usage error);
+  2 with --detailed-exitcode: a dry run that succeeded with changes pending (actions alone
+  do not count).
+
+Examples:
+  skyhook-run apply.rhai --root /mnt/node-copy
+  skyhook-run apply.rhai --root /mnt/node-copy --apply
+  skyhook-run apply.rhai --root /mnt/node-copy --mode apply-check
+  skyhook-run tune.rhai --root /mnt/node-copy --configmaps ./cm --env NODE_NAME=n1 --arg fast
+  skyhook-run apply.rhai --root /mnt/node-copy --output json --detailed-exitcode
+  skyhook-run --package examples/tuning --mode config --root /mnt/node-copy
+  skyhook-run --package examples/tuning --mode config --root /mnt/node-copy --apply
+  skyhook-run check skyhook_dir/*.rhai";
+
+/// Run Skyhook Rhai step scripts and packages against a host root, as a dry run by default.
+///
+/// `skyhook-run SCRIPT --root DIR` runs one .rhai script and prints the plan: what it would
+/// change (unified diffs), the commands and service/package actions it would run, and a
+/// summary line. Nothing under DIR changes unless --apply is given.
 #[derive(Debug, Parser)]
-#[command(name = "skyhook-run", version)]
+#[command(
+    name = "skyhook-run",
+    version,
+    after_help = AFTER_HELP,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+
+    /// The .rhai script to run (relative imports resolve in its directory).
+    #[arg(
+        value_name = "SCRIPT",
+        required_unless_present = "package",
+        conflicts_with = "package"
+    )]
+    script: Option<PathBuf>,
+
+    /// Plan or run a whole package directory (config.json, skyhook_dir/, configmaps/) the way
+    /// the agent would; needs --mode.
+    #[arg(long, value_name = "DIR", requires = "mode")]
+    package: Option<PathBuf>,
+
+    /// The host root: every path a script touches resolves inside it, commands run chrooted
+    /// into it.
+    #[arg(long, value_name = "DIR", required = true)]
+    root: Option<PathBuf>,
+
+    /// Make the changes (default: a dry run that changes nothing).
+    #[arg(long)]
+    apply: bool,
+
+    /// The step's mode (step.mode): apply, config, uninstall, upgrade, post-interrupt or a
+    /// *-check mode, which checks (drift fails). Default for a script: apply.
+    #[arg(long, value_name = "MODE")]
+    mode: Option<String>,
+
+    /// The configMaps folder (config:: in scripts); may lie outside the root.
+    #[arg(long, value_name = "DIR")]
+    configmaps: Option<PathBuf>,
+
+    /// Add K=V to the step environment (repeatable; later wins).
+    #[arg(long = "env", value_name = "K=V", value_parser = parse_kv)]
+    env: Vec<(String, String)>,
+
+    /// A step argument (step.args; repeatable, in order). Scripts only.
+    #[arg(
+        long = "arg",
+        value_name = "X",
+        allow_hyphen_values = true,
+        conflicts_with = "package"
+    )]
+    args: Vec<String>,
+
+    /// Output format: text, or one JSON document on stdout (script output then goes to
+    /// stderr).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Output::Text)]
+    output: Output,
+
+    /// Exit 2 (instead of 0) from a dry run that succeeded with changes pending.
+    #[arg(long)]
+    detailed_exitcode: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    /// Human-readable plan and summary line.
+    Text,
+    /// One JSON document.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -39,17 +178,274 @@ enum Command {
     },
 }
 
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected K=V, got {s:?}")),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version go to stdout with 0; anything else is a usage error.
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { EXIT_OK });
+            return ExitCode::from(if e.use_stderr() { EXIT_ERROR } else { EXIT_OK });
         }
     };
-    match cli.command {
-        Command::Check { files } => ExitCode::from(check(&files)),
+    let code = match &cli.command {
+        Some(Command::Check { files }) => check(files),
+        None => run(&cli),
+    };
+    ExitCode::from(code)
+}
+
+fn usage(msg: &str) -> u8 {
+    eprintln!("error: {msg}\n\nFor more information, try '--help'.");
+    EXIT_ERROR
+}
+
+fn run(cli: &Cli) -> u8 {
+    let Some(root) = cli.root.clone() else {
+        return usage("--root DIR is required");
+    };
+    let mode_text = cli.mode.as_deref().unwrap_or("apply");
+    let Some(mode) = Mode::parse(mode_text) else {
+        let all: Vec<&str> = Mode::ALL.iter().map(|m| m.as_str()).collect();
+        return usage(&format!(
+            "unknown mode {mode_text:?} (modes: {})",
+            all.join(", ")
+        ));
+    };
+    // The step environment: ours, then every --env (later wins).
+    let mut env: Vec<(String, String)> = std::env::vars_os()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    for (k, v) in &cli.env {
+        env.retain(|(n, _)| n != k);
+        env.push((k.clone(), v.clone()));
+    }
+    let json = cli.output == Output::Json;
+    let engine = match Limits::from_env() {
+        Ok(l) => ScriptEngine::new(l),
+        Err(e) => return fail(json, &format!("skyhook-run: error: {e}")),
+    };
+    // Script output: the terminal, or only stderr when stdout carries the JSON document.
+    let output: Arc<dyn ScriptOutput> = if json {
+        Arc::new(StderrOnly)
+    } else {
+        Arc::new(StdioOutput)
+    };
+    match &cli.package {
+        Some(dir) => {
+            let run = PackageRun {
+                dir: dir.clone(),
+                root,
+                mode,
+                configmaps: cli.configmaps.clone(),
+                env,
+            };
+            if cli.apply {
+                package_apply(&run, json)
+            } else {
+                package_plan(&run, &engine, output, json, cli.detailed_exitcode)
+            }
+        }
+        None => {
+            let Some(script) = cli.script.clone() else {
+                return usage("SCRIPT or --package DIR is required");
+            };
+            let run = ScriptRun {
+                script,
+                root,
+                mode,
+                apply: cli.apply,
+                configmaps: cli.configmaps.clone(),
+                env,
+                args: cli.args.clone(),
+            };
+            script_run(&run, &engine, output, json, cli.detailed_exitcode)
+        }
+    }
+}
+
+/// Print an error (and, in JSON mode, the error document) and return 1.
+fn fail(json: bool, message: &str) -> u8 {
+    eprintln!("{message}");
+    if json {
+        print_json(&json!({"ok": false, "error": message, "exit_code": EXIT_ERROR}));
+    }
+    EXIT_ERROR
+}
+
+fn error_text(e: &LocalError) -> String {
+    match e {
+        // Already `file:line:col: message`.
+        LocalError::Compile(c) => c.to_string(),
+        other => {
+            let mut s = format!("skyhook-run: error: {other}");
+            let mut src = std::error::Error::source(other);
+            while let Some(c) = src {
+                let t = c.to_string();
+                if !s.contains(&t) {
+                    s.push_str(": ");
+                    s.push_str(&t);
+                }
+                src = c.source();
+            }
+            s
+        }
+    }
+}
+
+fn print_json(v: &Value) {
+    let mut out = std::io::stdout().lock();
+    let text = serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".into());
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
+}
+
+fn print_text(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+fn exit_code(ok: bool, exec: ExecMode, changes: usize, detailed: bool) -> u8 {
+    if !ok {
+        EXIT_ERROR
+    } else if detailed && exec == ExecMode::Plan && changes > 0 {
+        EXIT_CHANGES
+    } else {
+        EXIT_OK
+    }
+}
+
+fn script_run(
+    run: &ScriptRun,
+    engine: &ScriptEngine,
+    output: Arc<dyn ScriptOutput>,
+    json: bool,
+    detailed: bool,
+) -> u8 {
+    let (outcome, redactor) = match run.run(engine, output) {
+        Ok(r) => r,
+        Err(e) => return fail(json, &error_text(&e)),
+    };
+    let report = &outcome.report;
+    let code = exit_code(outcome.ok, report.mode, report.changes.len(), detailed);
+    let drift = report.drift().len();
+    if drift > 0 {
+        eprintln!(
+            "skyhook-run: drift: {drift} pending change(s), the host is not in the state this script describes"
+        );
+    } else if outcome.error.is_none() && !outcome.ok {
+        eprintln!(
+            "skyhook-run: {}: returned {}",
+            run.script.display(),
+            outcome.code
+        );
+    }
+    if json {
+        let mut v = outcome.to_json(&redactor);
+        if let Value::Object(m) = &mut v {
+            m.insert("script".into(), run.script.display().to_string().into());
+            m.insert("step_mode".into(), run.mode.as_str().into());
+            m.insert("exit_code".into(), code.into());
+        }
+        print_json(&v);
+    } else {
+        print_text(&report.render_text(&redactor));
+    }
+    code
+}
+
+fn package_plan(
+    run: &PackageRun,
+    engine: &ScriptEngine,
+    output: Arc<dyn ScriptOutput>,
+    json: bool,
+    detailed: bool,
+) -> u8 {
+    let plan = match run.plan(engine, output) {
+        Ok(p) => p,
+        Err(e) => return fail(json, &error_text(&e)),
+    };
+    for w in &plan.warnings {
+        eprintln!("WARNING: {w}");
+    }
+    let total = plan.total();
+    let code = exit_code(plan.ok(), plan.exec_mode, total.changes.len(), detailed);
+    if json {
+        let mut v = plan.to_json();
+        if let Value::Object(m) = &mut v {
+            m.insert("exit_code".into(), code.into());
+        }
+        print_json(&v);
+    } else {
+        print_text(&plan.render_text());
+    }
+    code
+}
+
+fn package_apply(run: &PackageRun, json: bool) -> u8 {
+    // The agent prints on stdout; in JSON mode stdout is kept for the document.
+    let saved = if json {
+        let _ = std::io::stdout().flush();
+        match nix::unistd::dup(std::io::stdout()) {
+            Ok(fd) => {
+                let _ = nix::unistd::dup2_stdout(std::io::stderr());
+                Some(fd)
+            }
+            Err(_) => None,
+        }
+    } else {
+        None
+    };
+    let result = run.apply();
+    if let Some(fd) = &saved {
+        let _ = std::io::stdout().flush();
+        let _ = nix::unistd::dup2_stdout(fd);
+    }
+    let (ok, copy_dir) = match result {
+        Ok(r) => r,
+        Err(e) => return fail(json, &error_text(&e)),
+    };
+    let code = if ok { EXIT_OK } else { EXIT_ERROR };
+    if json {
+        print_json(&json!({
+            "package_mode": run.mode.as_str(),
+            "apply": true,
+            "ok": ok,
+            "copy_dir": copy_dir.display().to_string(),
+            "exit_code": code,
+        }));
+    } else {
+        println!(
+            "skyhook-run: mode {} {} (package copy at {})",
+            run.mode.as_str(),
+            if ok { "succeeded" } else { "failed" },
+            copy_dir.display()
+        );
+    }
+    code
+}
+
+/// Script output when stdout carries the JSON document: both streams to stderr.
+struct StderrOnly;
+
+impl ScriptOutput for StderrOnly {
+    fn stdout(&self, bytes: &[u8]) {
+        let _ = std::io::stderr().lock().write_all(bytes);
+    }
+    fn stderr(&self, bytes: &[u8]) {
+        let _ = std::io::stderr().lock().write_all(bytes);
     }
 }
 
@@ -65,7 +461,7 @@ fn check(files: &[PathBuf]) -> u8 {
         };
         if let Err(e) = compile_step(&engine, file, base) {
             eprintln!("{e}");
-            code = EXIT_ERRORS;
+            code = EXIT_ERROR;
         }
     }
     code

@@ -291,6 +291,22 @@ impl Host {
         Ok(std::mem::replace(&mut self.report, Report::new(self.mode)))
     }
 
+    /// End one step of a session that serves several steps (`skyhook-run --package` in a
+    /// dry run): run pending deferred work and return this step's report, leaving a fresh
+    /// report for the next step. The plan overlay is kept, so later steps see the planned
+    /// effects of earlier ones. The deadline is cleared: the next run sets its own
+    /// ([`Host::limit_deadline`]).
+    ///
+    /// # Errors
+    /// The first failure of the deferred work (the step's report is then dropped; callers
+    /// that need it clone [`Host::report`] first).
+    pub fn finish_step(&mut self) -> Result<Report> {
+        let deferred = self.run_deferred();
+        let report = std::mem::replace(&mut self.report, Report::new(self.mode));
+        self.opts.deadline = None;
+        deferred.map(|()| report)
+    }
+
     // ---- the view: reads that see planned effects in plan/check mode ----
 
     /// Metadata of `path` as the session sees it; `follow` follows a final symlink.

@@ -171,6 +171,33 @@ impl HostApi {
         })
     }
 
+    /// End one step but keep the session for the next one (see [`Host::finish_step`]): the
+    /// deferred work runs and the step's [`Report`] is returned; the plan overlay stays, so a
+    /// later run on this `HostApi` sees the planned effects of earlier ones. Call
+    /// [`HostApi::finish`] after the last step.
+    ///
+    /// # Errors
+    /// As [`HostApi::finish`].
+    pub fn finish_step(&self) -> Result<Report, FinishError> {
+        let mut guard = lock(&self.inner.host);
+        let Some(host) = guard.as_mut() else {
+            return Err(FinishError {
+                report: None,
+                message: "host session already finished".into(),
+                source: None,
+            });
+        };
+        let before = host.report().clone();
+        host.finish_step().map_err(|e| FinishError {
+            report: Some(Box::new(before)),
+            message: format!(
+                "failed to run deferred work: {}",
+                self.inner.redactor.redact(&error_chain(&e))
+            ),
+            source: Some(e),
+        })
+    }
+
     /// [`HostApi::finish`] by value.
     ///
     /// # Errors

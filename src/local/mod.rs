@@ -1,0 +1,120 @@
+//! Local runs for package authors (what `skyhook-run` does): one `.rhai` script, or a whole
+//! package the way the agent runs it, against a host root on this machine.
+//!
+//! - [`script`]: [`ScriptRun`] runs one script as a dry run ([`ExecMode::Plan`]), for real
+//!   ([`ExecMode::Apply`]) or as a check ([`ExecMode::Check`], the `*-check` modes), and
+//!   returns a [`StepOutcome`] with the host [`Report`](crate::host::Report).
+//! - [`package`]: [`PackageRun`] loads and validates a package directory, then either plans
+//!   every step of one mode in one host session ([`PackageRun::plan`] → [`PackagePlan`]:
+//!   `.rhai` steps run on the Plan or Check executor, other steps are listed as
+//!   `would run: <path> <args>`), or copies it into the root and runs the agent's own mode
+//!   flow ([`PackageRun::apply`], [`crate::agent::mode::ModeRun`]).
+//!
+//! Nothing here prints: script output goes to the [`ScriptOutput`](crate::script::ScriptOutput)
+//! the caller gives, results come back as values the caller renders
+//! ([`crate::host::Report::render_text`], [`PackagePlan::render_text`], the `to_json`
+//! methods), except [`PackageRun::apply`], which is the agent flow and prints as the agent
+//! does.
+//!
+//! The step environment is what the caller passes (`skyhook-run`: its own environment plus
+//! `--env`), as the agent passes its environment to every step.
+
+pub mod package;
+pub mod script;
+
+use std::path::PathBuf;
+
+use crate::host::ExecMode;
+use crate::package::Mode;
+
+pub use package::{PackagePlan, PackageRun, PlannedStep, StepKind, default_copy_dir};
+pub use script::{ScriptRun, StepOutcome};
+
+/// Why a local run could not start or had to stop before or between steps (a failing step
+/// is not an error: it is an outcome with `ok == false`).
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// The script (or an import) does not compile; the message is `file:line:col: message`.
+    #[error("{0}")]
+    Compile(#[from] crate::script::ScriptError),
+    /// The host root cannot be opened.
+    #[error("failed to open host root {}", path.display())]
+    OpenRoot {
+        /// The root as given.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: crate::host::root::RootError,
+    },
+    /// config.json is unreadable or invalid, or step files are missing.
+    #[error(transparent)]
+    Package(#[from] crate::package::PackageError),
+    /// A file of the package (on this machine, not under the root) cannot be read.
+    #[error("failed to read {}", path.display())]
+    Read {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An `expected_config_files` name is missing from the configMaps folder.
+    #[error("expected config file {name} not found in {}", dir.display())]
+    ExpectedConfigFile {
+        /// The missing name.
+        name: String,
+        /// The configMaps folder searched.
+        dir: PathBuf,
+    },
+    /// The mode cannot be run locally (`interrupt`).
+    #[error("mode {0} cannot be run by skyhook-run (interrupts are run by the agent)")]
+    UnsupportedMode(String),
+    /// Writing the package copy under the root failed.
+    #[error("failed to copy the package into the root at {}", path.display())]
+    Copy {
+        /// The host path being written.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: crate::host::root::RootError,
+    },
+    /// The agent flow failed before or between steps.
+    #[error(transparent)]
+    Agent(#[from] crate::agent::error::AgentError),
+    /// A host state read (flags, history) failed during a dry run.
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+    /// A host file operation failed.
+    #[error(transparent)]
+    Root(#[from] crate::host::root::RootError),
+}
+
+/// The executor a run uses: a `*-check` mode always checks (drift fails it, nothing
+/// changes); otherwise `apply` chooses Apply over Plan (the dry run).
+pub fn exec_mode(mode: Mode, apply: bool) -> ExecMode {
+    if mode.is_check() {
+        ExecMode::Check
+    } else if apply {
+        ExecMode::Apply
+    } else {
+        ExecMode::Plan
+    }
+}
+
+/// The value of `name` in `env` (last definition wins).
+pub(crate) fn env_get<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    env.iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// `env` with `name=value` appended unless `name` is already set.
+pub(crate) fn env_default(env: &mut Vec<(String, String)>, name: &str, value: String) {
+    if env_get(env, name).is_none() {
+        env.push((name.to_string(), value));
+    }
+}
+
+#[cfg(test)]
+mod tests;

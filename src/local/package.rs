@@ -1,0 +1,638 @@
+//! A whole package: [`PackageRun`] (`skyhook-run --package DIR --mode MODE --root DIR`).
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::agent::mode::{ModeRun, warn};
+use crate::agent::script_step::SHELLSCRIPT_DISPATCHER;
+use crate::agent::settings::{DEFAULT_PATH, ResourceId, Settings};
+use crate::agent::signal::Shutdown;
+use crate::host::report::Action;
+use crate::host::root::HostRoot;
+use crate::host::secrets::Redactor;
+use crate::host::{ExecMode, Host, Report};
+use crate::package::load::{Loaded, check_step_files, parse};
+use crate::package::{Mode, Step};
+use crate::script::host_api::HostApi;
+use crate::script::{
+    CompiledScript, ModuleStore, ScriptEngine, ScriptOutput, StepContext, compile_step_in,
+};
+use crate::state::{flags, history};
+
+use super::script::{End, StepOutcome, absolute, host_options, open_root, run_step};
+use super::{LocalError, env_get, exec_mode};
+
+/// Where `--package --apply` puts the package copy inside the root (the agent's copy dir):
+/// `/var/lib/skyhook/skyhook-run/<name>-<version>`.
+pub fn default_copy_dir(name: &str, version: &str) -> PathBuf {
+    PathBuf::from(format!("/var/lib/skyhook/skyhook-run/{name}-{version}"))
+}
+
+/// One package mode run (`skyhook-run --package DIR --mode MODE`).
+#[derive(Debug, Clone)]
+pub struct PackageRun {
+    /// The package directory on this machine (`config.json`, `skyhook_dir/`, optionally
+    /// `configmaps/` and `root_dir/`).
+    pub dir: PathBuf,
+    /// The host root.
+    pub root: PathBuf,
+    /// The mode to run (`interrupt` is refused).
+    pub mode: Mode,
+    /// The configMaps folder (may lie outside the root); `None`: `DIR/configmaps`.
+    pub configmaps: Option<PathBuf>,
+    /// The step environment before per-step additions (`skyhook-run`: its own environment
+    /// plus `--env`). Also the agent settings' source (`SKYHOOK_ROOT_DIR`, `SKYHOOK_LOG_DIR`,
+    /// `OVERLAY_ALWAYS_RUN_STEP`, ...) and the source of `env:NAME` arguments.
+    pub env: Vec<(String, String)>,
+}
+
+/// How one step of a dry run went.
+#[derive(Debug, Clone)]
+pub enum StepKind {
+    /// A `.rhai` step that ran on the Plan or Check executor.
+    Script(StepOutcome),
+    /// Any other step: not run, listed as `would run: <path> <args>`.
+    Process,
+    /// Skipped, as the agent would skip it: its flag exists (a host path).
+    Skipped {
+        /// The flag file.
+        flag: PathBuf,
+    },
+    /// Failed before running (an `env:` argument whose variable is unset).
+    Failed {
+        /// The agent's message.
+        message: String,
+    },
+    /// Not reached: an earlier step failed (run modes stop at the first failure).
+    NotRun,
+}
+
+/// One step of a dry run.
+#[derive(Debug, Clone)]
+pub struct PlannedStep {
+    /// The step's name.
+    pub name: String,
+    /// Its path relative to `skyhook_dir`.
+    pub path: String,
+    /// Its arguments after `env:` substitution and upgrade versions (as configured when the
+    /// step was not reached, was skipped or an `env:` variable is missing).
+    pub args: Vec<String>,
+    /// What happened.
+    pub kind: StepKind,
+}
+
+impl PlannedStep {
+    /// False only for a failed step (a failed script, drift, a missing `env:` variable).
+    pub fn ok(&self) -> bool {
+        match &self.kind {
+            StepKind::Script(o) => o.ok,
+            StepKind::Failed { .. } => false,
+            StepKind::Process | StepKind::Skipped { .. } | StepKind::NotRun => true,
+        }
+    }
+
+    /// `<path> <args>` (the arguments joined by spaces).
+    pub fn command_line(&self) -> String {
+        let mut s = self.path.clone();
+        for a in &self.args {
+            s.push(' ');
+            s.push_str(a);
+        }
+        s
+    }
+}
+
+/// The dry run of one mode of a package.
+#[derive(Debug, Clone)]
+pub struct PackagePlan {
+    /// `package_name`.
+    pub package_name: String,
+    /// `package_version`.
+    pub package_version: String,
+    /// The mode.
+    pub mode: Mode,
+    /// Plan, or Check in a `*-check` mode.
+    pub exec_mode: ExecMode,
+    /// Warnings from loading config.json and reading the history file.
+    pub warnings: Vec<String>,
+    /// Every step of the mode, in order.
+    pub steps: Vec<PlannedStep>,
+    /// The session's redactor (secret values read by any step).
+    pub redactor: Redactor,
+}
+
+impl PackagePlan {
+    /// True when no step failed.
+    pub fn ok(&self) -> bool {
+        self.steps.iter().all(PlannedStep::ok)
+    }
+
+    /// Every step's report in one: changes, actions and interrupts in step order,
+    /// `unchanged` summed; each process step adds an action (kind `step`, summary
+    /// `<path> <args>`), since what it would do is unknown.
+    pub fn total(&self) -> Report {
+        let mut total = Report::new(self.exec_mode);
+        for s in &self.steps {
+            match &s.kind {
+                StepKind::Script(o) => {
+                    total.changes.extend(o.report.changes.iter().cloned());
+                    total.actions.extend(o.report.actions.iter().cloned());
+                    total.interrupts.extend(o.report.interrupts.iter().cloned());
+                    total.unchanged += o.report.unchanged;
+                }
+                StepKind::Process => total.actions.push(process_action(s)),
+                _ => {}
+            }
+        }
+        total
+    }
+
+    /// The text form: per step a header `==> step <name>: <path> <args>` and what it
+    /// planned (the [`Report`] text form without its summary line: `~` changes with diffs,
+    /// `> would run:` actions, `! interrupt:` lines), `> would run: <path> <args>` for a
+    /// process step, `skipped: flag <path> exists` or `failed: <message>`; then the summary
+    /// of [`PackagePlan::total`]. Secret values are replaced by `***`.
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        for s in &self.steps {
+            let _ = writeln!(out, "==> step {}: {}", s.name, s.command_line());
+            match &s.kind {
+                StepKind::Script(o) => {
+                    let text = o.report.render_text(&self.redactor);
+                    let body = text
+                        .trim_end_matches('\n')
+                        .rsplit_once('\n')
+                        .map_or("", |(body, _summary)| body);
+                    if !body.is_empty() {
+                        out.push_str(body);
+                        out.push('\n');
+                    }
+                    if let Some(e) = &o.error {
+                        let _ = writeln!(out, "failed: {}", self.redactor.redact(e));
+                    } else if !o.ok && !o.report.drift().is_empty() {
+                        let _ =
+                            writeln!(out, "failed: {} pending change(s)", o.report.drift().len());
+                    } else if !o.ok {
+                        let _ = writeln!(out, "failed: return code {}", o.code);
+                    }
+                }
+                StepKind::Process => {
+                    let _ = writeln!(out, "> would run: {}", s.command_line());
+                }
+                StepKind::Skipped { flag } => {
+                    let _ = writeln!(out, "skipped: flag {} exists", flag.display());
+                }
+                StepKind::Failed { message } => {
+                    let _ = writeln!(out, "failed: {message}");
+                }
+                StepKind::NotRun => out.push_str("not run: an earlier step failed\n"),
+            }
+        }
+        out.push_str(&self.total().summary());
+        out.push('\n');
+        self.redactor.redact(&out).into_owned()
+    }
+
+    /// The JSON form: [`PackagePlan::total`] as [`Report::to_json`] plus `package`,
+    /// `version`, `package_mode`, `ok`, `warnings` and `steps` (each with `name`, `path`,
+    /// `args`, `kind` — `rhai`, `process`, `skipped`, `failed` or `not_run` — and for a
+    /// script its [`StepOutcome::to_json`] under `result`, for a skipped step its `flag`,
+    /// for a failed one its `error`).
+    pub fn to_json(&self) -> Value {
+        let r = &self.redactor;
+        let steps: Vec<Value> = self
+            .steps
+            .iter()
+            .map(|s| {
+                let mut v = json!({"name": s.name, "path": s.path, "args": s.args});
+                let m = v.as_object_mut().expect("object literal");
+                let kind = match &s.kind {
+                    StepKind::Script(o) => {
+                        m.insert("result".into(), o.to_json(r));
+                        "rhai"
+                    }
+                    StepKind::Process => {
+                        m.insert("would_run".into(), s.command_line().into());
+                        "process"
+                    }
+                    StepKind::Skipped { flag } => {
+                        m.insert("flag".into(), flag.display().to_string().into());
+                        "skipped"
+                    }
+                    StepKind::Failed { message } => {
+                        m.insert("error".into(), message.clone().into());
+                        "failed"
+                    }
+                    StepKind::NotRun => "not_run",
+                };
+                m.insert("kind".into(), kind.into());
+                v
+            })
+            .collect();
+        let mut v = self.total().to_json(r);
+        if let Value::Object(m) = &mut v {
+            m.insert("package".into(), self.package_name.clone().into());
+            m.insert("version".into(), self.package_version.clone().into());
+            m.insert("package_mode".into(), self.mode.as_str().into());
+            m.insert("ok".into(), self.ok().into());
+            m.insert("warnings".into(), json!(self.warnings));
+            m.insert("steps".into(), Value::Array(steps));
+        }
+        v
+    }
+}
+
+fn process_action(s: &PlannedStep) -> Action {
+    Action {
+        kind: "step".into(),
+        target: s.path.clone(),
+        summary: s.command_line(),
+    }
+}
+
+/// The modes that do not check `expected_config_files` (as the agent).
+fn checks_expected_files(mode: Mode) -> bool {
+    !matches!(mode, Mode::Uninstall | Mode::UninstallCheck)
+}
+
+fn os_env(env: &[(String, String)]) -> Vec<(OsString, OsString)> {
+    env.iter()
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+        .collect()
+}
+
+impl PackageRun {
+    /// The configMaps folder: [`PackageRun::configmaps`] or `DIR/configmaps`.
+    pub fn configmaps_dir(&self) -> PathBuf {
+        absolute(
+            self.configmaps
+                .as_deref()
+                .unwrap_or(&self.dir.join("configmaps")),
+        )
+    }
+
+    /// Load `DIR/config.json` as the agent does (schema, step rules) and require every step
+    /// file under `DIR/skyhook_dir`.
+    ///
+    /// # Errors
+    /// [`LocalError::Read`], [`LocalError::Package`].
+    pub fn load(&self) -> Result<Loaded, LocalError> {
+        let config = self.dir.join("config.json");
+        let bytes = std::fs::read(&config).map_err(|source| LocalError::Read {
+            path: config.clone(),
+            source,
+        })?;
+        let loaded = parse(&config, &bytes)?;
+        let sroot = self.dir.join("skyhook_dir");
+        check_step_files(&config, &loaded.package, |p| sroot.join(p).is_file())?;
+        Ok(loaded)
+    }
+
+    /// `SKYHOOK_RESOURCE_ID` from the environment, else `skyhook-run_<name>_<version>`.
+    pub fn resource_id(&self, name: &str, version: &str) -> String {
+        env_get(&self.env, "SKYHOOK_RESOURCE_ID")
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| format!("skyhook-run_{name}_{version}"), str::to_string)
+    }
+
+    /// The script a step runs on this machine, if it is a script step (the agent's rule:
+    /// a `.rhai` path, or the shellscript dispatcher with a `configmaps/<STAGE>.rhai`).
+    fn script_file(&self, step: &Step, configmaps: &Path) -> Option<PathBuf> {
+        if step.path.ends_with(".rhai") {
+            return Some(self.dir.join("skyhook_dir").join(&step.path));
+        }
+        let is_dispatcher = Path::new(&step.path)
+            .file_name()
+            .is_some_and(|n| n == SHELLSCRIPT_DISPATCHER);
+        let stage = step.arguments.first().filter(|s| {
+            !s.is_empty() && !s.starts_with("env:") && !s.contains('/') && *s != "." && *s != ".."
+        })?;
+        let candidate = configmaps.join(format!("{stage}.rhai"));
+        (is_dispatcher && candidate.is_file()).then_some(candidate)
+    }
+
+    /// Dry run (or, in a `*-check` mode, check) of every step of the mode, nothing changed
+    /// on the host, no state written:
+    ///
+    /// 1. load and validate the package, require `expected_config_files` in the configMaps
+    ///    folder, compile every `.rhai` step of the mode (before anything runs);
+    /// 2. one host session over the root for all steps, so later steps see the planned
+    ///    writes of earlier ones (each step still ends with its own deferred work, e.g. one
+    ///    `daemon-reload` per step, as in the agent);
+    /// 3. each step in order, as the agent would run it: a step whose flag exists (under
+    ///    the state root, `SKYHOOK_ROOT_DIR`, default `/etc/skyhook`) is skipped where the
+    ///    agent would skip it; `env:NAME` arguments are substituted from the environment;
+    ///    a `.rhai` step runs (context as the agent's, with `dry_run` true in a plan,
+    ///    `skyhook_dir` = DIR and `step_root` = DIR/skyhook_dir on this machine, since
+    ///    nothing is copied); any other step is listed, not run. In a run mode the first
+    ///    failing step stops the plan (the rest are [`StepKind::NotRun`]); a check runs all.
+    ///
+    /// The session's environment (for commands and `secret_env`) is the run's environment;
+    /// each step's `env` from config.json is added to its `env()` only.
+    ///
+    /// # Errors
+    /// Loading, an expected configMap missing, a compile error, `interrupt` mode, the root
+    /// cannot be opened or the flags/history cannot be read.
+    pub fn plan(
+        &self,
+        engine: &ScriptEngine,
+        output: Arc<dyn ScriptOutput>,
+    ) -> Result<PackagePlan, LocalError> {
+        if self.mode == Mode::Interrupt {
+            return Err(LocalError::UnsupportedMode(self.mode.as_str().into()));
+        }
+        let loaded = self.load()?;
+        let pkg = &loaded.package;
+        let mut warnings: Vec<String> = loaded
+            .warnings
+            .iter()
+            .map(|w| w.trim_start().to_string())
+            .collect();
+        let configmaps = self.configmaps_dir();
+        if checks_expected_files(self.mode) {
+            for name in &pkg.expected_config_files {
+                if !configmaps.join(name).is_file() {
+                    return Err(LocalError::ExpectedConfigFile {
+                        name: name.clone(),
+                        dir: configmaps,
+                    });
+                }
+            }
+        }
+        let steps = pkg.steps(self.mode);
+        let store = Arc::new(ModuleStore::new(absolute(&self.dir.join("skyhook_dir"))));
+        let mut scripts: Vec<Option<CompiledScript>> = Vec::with_capacity(steps.len());
+        for step in steps {
+            scripts.push(match self.script_file(step, &configmaps) {
+                Some(p) => Some(compile_step_in(engine, &p, store.clone())?),
+                None => None,
+            });
+        }
+
+        let root = open_root(&self.root)?;
+        let rid = self.resource_id(&pkg.package_name, &pkg.package_version);
+        let mut base_env = self.env.clone();
+        if env_get(&base_env, "SKYHOOK_RESOURCE_ID").is_none_or(str::is_empty) {
+            base_env.push(("SKYHOOK_RESOURCE_ID".into(), rid.clone()));
+        }
+        if env_get(&base_env, "PATH").is_none() {
+            base_env.push(("PATH".into(), DEFAULT_PATH.into()));
+        }
+        let settings = Settings::from_env(os_env(&base_env));
+        warnings.extend(settings.warnings.iter().cloned());
+        let versions = if matches!(self.mode, Mode::Upgrade | Mode::UpgradeCheck) {
+            let read = history::read_previous(&root, &settings.state_root, &pkg.package_name)?;
+            warnings.extend(read.messages);
+            Some((read.previous, pkg.package_version.clone()))
+        } else {
+            None
+        };
+        let exec = exec_mode(self.mode, false);
+        let dir_abs = absolute(&self.dir);
+        let step_root = dir_abs.join("skyhook_dir");
+        let flag_root = open_root(&self.root)?;
+        let api = HostApi::new(Host::new(
+            root,
+            exec,
+            host_options(&base_env, Some(configmaps.clone()), &rid),
+        ));
+        let redactor = api.redactor().clone();
+        let output = api.redacting_output(output);
+
+        let mut planned = Vec::with_capacity(steps.len());
+        let mut stopped = false;
+        for (step, script) in steps.iter().zip(&scripts) {
+            let mut entry = PlannedStep {
+                name: step.name.clone(),
+                path: step.path.clone(),
+                args: Vec::new(),
+                kind: StepKind::NotRun,
+            };
+            if stopped {
+                entry.args = step.arguments.clone();
+                planned.push(entry);
+                continue;
+            }
+            if !self.mode.is_check() {
+                let flag = flags::flag_path(
+                    &settings.state_root,
+                    &pkg.package_name,
+                    &pkg.package_version,
+                    step,
+                );
+                let runs_anyway = settings.always_run_step
+                    || matches!(self.mode, Mode::Config | Mode::Uninstall | Mode::Upgrade)
+                    || step.idempotence;
+                if !runs_anyway && flag_root.exists(&flag)? {
+                    entry.args = step.arguments.clone();
+                    entry.kind = StepKind::Skipped { flag };
+                    planned.push(entry);
+                    continue;
+                }
+            }
+            let mut missing = Vec::new();
+            for a in &step.arguments {
+                match a.strip_prefix("env:") {
+                    Some(name) => match settings.var(name) {
+                        Some(v) => entry.args.push(v.to_string_lossy().into_owned()),
+                        None => missing.push(name.to_string()),
+                    },
+                    None => entry.args.push(a.clone()),
+                }
+            }
+            if let (true, Some((prev, cur))) = (step.upgrade_step, &versions) {
+                entry.args.push(prev.clone());
+                entry.args.push(cur.clone());
+            }
+            if !missing.is_empty() {
+                entry.args = step.arguments.clone();
+                entry.kind = StepKind::Failed {
+                    message: missing
+                        .iter()
+                        .map(|n| {
+                            format!(
+                                "{}: Expected environment variable did not exist: {n}",
+                                step.path
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                };
+                planned.push(entry);
+                stopped = !self.mode.is_check();
+                continue;
+            }
+            let Some(script) = script else {
+                entry.kind = StepKind::Process;
+                planned.push(entry);
+                continue;
+            };
+            let mut env = base_env.clone();
+            let mut set = |k: &str, v: String| {
+                env.retain(|(n, _)| n != k);
+                env.push((k.to_string(), v));
+            };
+            for (k, v) in &step.env {
+                set(k, v.clone());
+            }
+            if let Some((prev, cur)) = &versions {
+                set("PREVIOUS_VERSION", prev.clone());
+                set("CURRENT_VERSION", cur.clone());
+            }
+            set("STEP_ROOT", step_root.display().to_string());
+            set("SKYHOOK_DIR", dir_abs.display().to_string());
+            let ctx = StepContext {
+                mode: self.mode.as_str().to_string(),
+                name: step.name.clone(),
+                args: entry.args.clone(),
+                package_name: pkg.package_name.clone(),
+                package_version: pkg.package_version.clone(),
+                previous_version: versions.as_ref().map(|(p, _)| p.clone()),
+                skyhook_dir: dir_abs.display().to_string(),
+                step_root: step_root.display().to_string(),
+                resource_id: rid.clone(),
+                node_order: env_get(&env, "SKYHOOK_NODE_ORDER").and_then(|v| v.trim().parse().ok()),
+                dry_run: exec == ExecMode::Plan,
+                env: env.iter().cloned().collect(),
+            };
+            let outcome = run_step(
+                engine,
+                script,
+                &ctx,
+                &api,
+                output.clone(),
+                |c| step.accepts(c),
+                End::Step,
+            );
+            stopped = !outcome.ok && !self.mode.is_check();
+            entry.kind = StepKind::Script(outcome);
+            planned.push(entry);
+        }
+        // Every step has ended its part already; this only closes the session.
+        let _ = api.finish();
+        Ok(PackagePlan {
+            package_name: pkg.package_name.clone(),
+            package_version: pkg.package_version.clone(),
+            mode: self.mode,
+            exec_mode: exec,
+            warnings,
+            steps: planned,
+            redactor,
+        })
+    }
+
+    /// Apply: the agent's own flow on this root, so bash steps run chrooted exactly as on a
+    /// node.
+    ///
+    /// 1. load and validate the package (nothing is written when that fails);
+    /// 2. replace the copy dir [`default_copy_dir`] inside the root with a fresh copy of DIR
+    ///    (without `DIR/configmaps` when `--configmaps` is given), and copy the configMaps
+    ///    folder into `<copy dir>/configmaps`;
+    /// 3. run [`ModeRun`] with agent [`Settings`] from the environment: flags, history and
+    ///    check results under `SKYHOOK_ROOT_DIR` (default `/etc/skyhook`), logs under
+    ///    `SKYHOOK_LOG_DIR` (default `/var/log/skyhook`), both inside the root; the resource
+    ///    id is `SKYHOOK_RESOURCE_ID`, else `skyhook-run_<name>_<version>`. Output is the
+    ///    agent's, on this process's stdout and stderr. `COPY_RESOLV` is not done.
+    ///
+    /// Returns whether the mode succeeded and the copy dir (a host path).
+    ///
+    /// # Errors
+    /// Loading, `interrupt` mode, copying, and what the agent stops on.
+    pub fn apply(&self) -> Result<(bool, PathBuf), LocalError> {
+        if self.mode == Mode::Interrupt {
+            return Err(LocalError::UnsupportedMode(self.mode.as_str().into()));
+        }
+        let loaded = self.load()?;
+        let pkg = &loaded.package;
+        let root = open_root(&self.root)?;
+        let copy_dir = default_copy_dir(&pkg.package_name, &pkg.package_version);
+        let copy_err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| LocalError::Copy { path, source }
+        };
+        root.remove_all(&copy_dir).map_err(copy_err(&copy_dir))?;
+        let skip = if self.configmaps.is_some() {
+            Some(std::ffi::OsStr::new("configmaps"))
+        } else {
+            None
+        };
+        copy_into_root(&root, &self.dir, &copy_dir, skip)?;
+        let cm = self.configmaps_dir();
+        if self.configmaps.is_some() && cm.is_dir() {
+            copy_into_root(&root, &cm, &copy_dir.join("configmaps"), None)?;
+        }
+
+        let mut env = self.env.clone();
+        let rid = self.resource_id(&pkg.package_name, &pkg.package_version);
+        env.retain(|(k, _)| k != "SKYHOOK_RESOURCE_ID");
+        env.push(("SKYHOOK_RESOURCE_ID".into(), rid.clone()));
+        let settings = Settings::from_env(os_env(&env));
+        for w in &settings.warnings {
+            warn(w);
+        }
+        let id = ResourceId::parse(&rid).map_err(crate::agent::error::AgentError::from)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(crate::agent::error::AgentError::Runtime)?;
+        let ok = rt.block_on(async {
+            let shutdown = Shutdown::install().map_err(crate::agent::error::AgentError::Runtime)?;
+            ModeRun {
+                root: &root,
+                settings: &settings,
+                id: &id,
+                copy_dir: &copy_dir,
+                mode: self.mode,
+                shutdown: &shutdown,
+            }
+            .run()
+            .await
+        })?;
+        Ok((ok, copy_dir))
+    }
+}
+
+/// Copy the tree `src` on this machine to the host path `dst` under `root`: directories
+/// with their modes, files atomically with their modes, source symlinks followed; `skip`
+/// names a top-level entry left out.
+fn copy_into_root(
+    root: &HostRoot,
+    src: &Path,
+    dst: &Path,
+    skip: Option<&std::ffi::OsStr>,
+) -> Result<(), LocalError> {
+    let read_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| LocalError::Read { path, source }
+    };
+    let copy_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| LocalError::Copy { path, source }
+    };
+    let meta = std::fs::metadata(src).map_err(read_err(src))?;
+    if meta.is_dir() {
+        root.create_dir_all(dst, meta.permissions().mode() & 0o7777)
+            .map_err(copy_err(dst))?;
+        let mut entries: Vec<_> = std::fs::read_dir(src)
+            .map_err(read_err(src))?
+            .collect::<Result<_, _>>()
+            .map_err(read_err(src))?;
+        entries.sort_by_key(std::fs::DirEntry::file_name);
+        for e in entries {
+            if skip.is_some_and(|s| s == e.file_name()) {
+                continue;
+            }
+            copy_into_root(root, &e.path(), &dst.join(e.file_name()), None)?;
+        }
+    } else if meta.is_file() {
+        let data = std::fs::read(src).map_err(read_err(src))?;
+        root.write_atomic(dst, &data, Some(meta.permissions().mode() & 0o7777))
+            .map_err(copy_err(dst))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,269 @@
+//! One `.rhai` script against a host root: [`ScriptRun`] (`skyhook-run SCRIPT --root DIR`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use serde_json::{Value, json};
+
+use crate::host::root::HostRoot;
+use crate::host::secrets::{Redactor, parse_allowlist};
+use crate::host::{ExecMode, Host, HostOptions, Report};
+use crate::package::Mode;
+use crate::script::host_api::HostApi;
+use crate::script::{
+    CompiledScript, RunOptions, ScriptEngine, ScriptOutput, StepContext, compile_step,
+    run_script_with,
+};
+
+use super::{LocalError, env_default, env_get, exec_mode};
+
+/// What one script step did: its host report and how it ended.
+#[derive(Debug, Clone)]
+pub struct StepOutcome {
+    /// Changes, actions and interrupts of the step (applied, planned or, in a check, drift).
+    pub report: Report,
+    /// The step's return code: the script's integer value, 0 for any other value, 1 after an
+    /// error (as the agent counts it).
+    pub code: i32,
+    /// The script error (`file:line:col: message`, already written to the step's stderr) or
+    /// the failure of the deferred work (daemon-reload, grub regeneration), redacted.
+    pub error: Option<String>,
+    /// Success: no error, the return code accepted, and in a check no drift.
+    pub ok: bool,
+}
+
+impl StepOutcome {
+    /// The JSON form: the report's ([`Report::to_json`]: `mode`, `changes`, `actions`,
+    /// `unchanged`, `interrupts`, `summary`) plus `ok`, `return_code`, `error` (string or
+    /// null) and `drift` (the number of pending changes of a check, 0 otherwise).
+    pub fn to_json(&self, redactor: &Redactor) -> Value {
+        let mut v = self.report.to_json(redactor);
+        if let Value::Object(m) = &mut v {
+            m.insert("ok".into(), self.ok.into());
+            m.insert("return_code".into(), self.code.into());
+            m.insert(
+                "error".into(),
+                self.error
+                    .as_ref()
+                    .map_or(Value::Null, |e| redactor.redact(e).into_owned().into()),
+            );
+            m.insert("drift".into(), json!(self.report.drift().len()));
+        }
+        v
+    }
+}
+
+/// How a step's session ends after the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// The session ends with the step ([`HostApi::finish`]).
+    Session,
+    /// The session continues with the next step ([`HostApi::finish_step`]).
+    Step,
+}
+
+/// Run one compiled step on `api`, then end the step (always, also after a failure) and
+/// collect its [`StepOutcome`]. `accepts` decides whether a return code is a success. Errors
+/// (the script's, the deferred work's) are written to `output`'s stderr.
+pub(crate) fn run_step(
+    engine: &ScriptEngine,
+    script: &CompiledScript,
+    ctx: &StepContext,
+    api: &HostApi,
+    output: Arc<dyn ScriptOutput>,
+    accepts: impl Fn(i32) -> bool,
+    end: End,
+) -> StepOutcome {
+    let mut opts = RunOptions::new(output.clone(), Arc::new(AtomicBool::new(false)));
+    opts.host = Arc::new(api.clone());
+    let outcome = run_script_with(engine, script, ctx, &opts);
+    let mut error = outcome.error.as_ref().map(ToString::to_string);
+    let finished = match end {
+        End::Session => api.finish(),
+        End::Step => api.finish_step(),
+    };
+    let report = match finished {
+        Ok(r) => r,
+        Err(e) => {
+            let mode = match ctx.dry_run {
+                true => ExecMode::Plan,
+                false if ctx.is_check() => ExecMode::Check,
+                false => ExecMode::Apply,
+            };
+            if error.is_none() {
+                let msg = format!("{}: {}", script.file(), e.message);
+                output.stderr(format!("{msg}\n").as_bytes());
+                error = Some(msg);
+            }
+            e.report.map_or_else(|| Report::new(mode), |r| *r)
+        }
+    };
+    let ok = error.is_none() && accepts(outcome.code) && report.drift().is_empty();
+    StepOutcome {
+        report,
+        code: outcome.code,
+        error,
+        ok,
+    }
+}
+
+/// The [`HostOptions`] of a local session: the step environment, configMaps from an
+/// agent-side folder, commands chrooted into the root, secrets settings from the
+/// environment (`SKYHOOK_SECRETS_DIR`, `SKYHOOK_ALLOWED_SECRETS`).
+pub(crate) fn host_options(
+    env: &[(String, String)],
+    configmaps: Option<PathBuf>,
+    resource_id: &str,
+) -> HostOptions {
+    HostOptions {
+        env: env.to_vec(),
+        configmaps_dir: configmaps,
+        node_metadata_dir: None,
+        commands_chrooted: true,
+        deadline: None,
+        secrets_dir: env_get(env, "SKYHOOK_SECRETS_DIR")
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| PathBuf::from("/var/run/secrets/skyhook"), PathBuf::from),
+        allowed_secrets: parse_allowlist(env_get(env, "SKYHOOK_ALLOWED_SECRETS").unwrap_or("")),
+        resource_id: resource_id.to_string(),
+        ..HostOptions::default()
+    }
+}
+
+/// Open the host root.
+pub(crate) fn open_root(root: &Path) -> Result<HostRoot, LocalError> {
+    HostRoot::open(root).map_err(|source| LocalError::OpenRoot {
+        path: root.to_path_buf(),
+        source,
+    })
+}
+
+/// An absolute form of `p` (relative to the working directory), `p` itself if that fails.
+pub(crate) fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// One script run (`skyhook-run SCRIPT --root DIR ...`).
+///
+/// The step context: `mode` as given, `name` the file stem, `args`, `dry_run` in plan mode,
+/// `package_name`/`package_version` empty, `resource_id` from `SKYHOOK_RESOURCE_ID` in the
+/// environment (else empty), `skyhook_dir` the `SKYHOOK_DIR` of the environment, else the
+/// configMaps folder's parent, else the script's directory; `step_root` the `STEP_ROOT`
+/// of the environment, else the script's directory. Both are also put into the step
+/// environment when it lacks them, as the agent does.
+#[derive(Debug, Clone)]
+pub struct ScriptRun {
+    /// The script (a file on this machine; relative imports resolve in its directory).
+    pub script: PathBuf,
+    /// The host root.
+    pub root: PathBuf,
+    /// The step's mode (`step.mode`); a `*-check` mode runs on the Check executor.
+    pub mode: Mode,
+    /// Apply the changes (otherwise a dry run).
+    pub apply: bool,
+    /// The configMaps folder (may lie outside the root). `None`: the package's
+    /// `configmaps/` when the script lies in a package's `skyhook_dir/`, else none.
+    pub configmaps: Option<PathBuf>,
+    /// The step environment (`env()` in scripts; commands get it too).
+    pub env: Vec<(String, String)>,
+    /// The step's arguments (`step.args`).
+    pub args: Vec<String>,
+}
+
+impl ScriptRun {
+    /// The executor this run uses ([`super::exec_mode`]).
+    pub fn exec_mode(&self) -> ExecMode {
+        exec_mode(self.mode, self.apply)
+    }
+
+    /// The configMaps folder used: [`ScriptRun::configmaps`], or `../configmaps` beside a
+    /// `skyhook_dir` the script lies in, when that exists.
+    pub fn configmaps_dir(&self) -> Option<PathBuf> {
+        if let Some(c) = &self.configmaps {
+            return Some(absolute(c));
+        }
+        let dir = absolute(&self.script);
+        let dir = dir.parent()?;
+        if dir.file_name()? != "skyhook_dir" {
+            return None;
+        }
+        let cm = dir.parent()?.join("configmaps");
+        cm.is_dir().then_some(cm)
+    }
+
+    /// Compile the script and its imports (nothing runs).
+    ///
+    /// # Errors
+    /// [`LocalError::Compile`] (`file:line:col: message`).
+    pub fn compile(&self, engine: &ScriptEngine) -> Result<CompiledScript, LocalError> {
+        let base = match self.script.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        Ok(compile_step(engine, &self.script, base)?)
+    }
+
+    /// Compile and run the script once, on a new session over the root; script output goes
+    /// to `output` redacted (every secret read and every `SKYHOOK_REDACT_ENV` value replaced
+    /// by `***`). Returns the outcome and the session's redactor (for rendering the report).
+    ///
+    /// # Errors
+    /// The script does not compile, or the root cannot be opened (nothing ran then).
+    pub fn run(
+        &self,
+        engine: &ScriptEngine,
+        output: Arc<dyn ScriptOutput>,
+    ) -> Result<(StepOutcome, Redactor), LocalError> {
+        let compiled = self.compile(engine)?;
+        let root = open_root(&self.root)?;
+        let script_dir = absolute(&self.script)
+            .parent()
+            .map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
+        let configmaps = self.configmaps_dir();
+        let mut env = self.env.clone();
+        let skyhook_dir = configmaps
+            .as_ref()
+            .and_then(|c| c.parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| script_dir.clone());
+        env_default(&mut env, "SKYHOOK_DIR", skyhook_dir.display().to_string());
+        env_default(&mut env, "STEP_ROOT", script_dir.display().to_string());
+        let resource_id = env_get(&env, "SKYHOOK_RESOURCE_ID")
+            .unwrap_or("")
+            .to_string();
+        let exec = self.exec_mode();
+        let ctx = StepContext {
+            mode: self.mode.as_str().to_string(),
+            name: self
+                .script
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            args: self.args.clone(),
+            package_name: String::new(),
+            package_version: String::new(),
+            previous_version: None,
+            skyhook_dir: env_get(&env, "SKYHOOK_DIR").unwrap_or("").to_string(),
+            step_root: env_get(&env, "STEP_ROOT").unwrap_or("").to_string(),
+            resource_id: resource_id.clone(),
+            node_order: env_get(&env, "SKYHOOK_NODE_ORDER").and_then(|v| v.trim().parse().ok()),
+            dry_run: exec == ExecMode::Plan,
+            env: env.iter().cloned().collect::<BTreeMap<_, _>>(),
+        };
+        let host = Host::new(root, exec, host_options(&env, configmaps, &resource_id));
+        let api = HostApi::new(host);
+        let redactor = api.redactor().clone();
+        let output = api.redacting_output(output);
+        let outcome = run_step(
+            engine,
+            &compiled,
+            &ctx,
+            &api,
+            output,
+            |c| c == 0,
+            End::Session,
+        );
+        Ok((outcome, redactor))
+    }
+}
