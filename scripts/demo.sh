@@ -10,7 +10,9 @@
 #     (`mkdir -p /root/$SKYHOOK_DIR && cp -r /skyhook-package/* /root/$SKYHOOK_DIR`), with the
 #     package's configmaps/ laid out as a Kubernetes configMap volume (..data symlinks);
 #  4. run `skyhook-agent apply` then `apply-check` with the operator's environment;
-#  5. print the resulting state: flags, history, logs and the host files the package wrote.
+#  5. print the resulting state: flags, history, logs and the host files the package wrote;
+#  6. plan examples/motd.rhai against the same root with skyhook-run (a dry run: diffs, nothing
+#     changes), apply it, and plan again (`Plan: 0 to change`).
 # Needs root (steps run chrooted into the host root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +20,7 @@ example=${1:-examples/hello}
 work=${2:-/tmp/skyhook-demo}
 cargo build --quiet --bins
 agent=$PWD/target/debug/skyhook-agent
+run=$PWD/target/debug/skyhook-run
 
 rm -rf "$work"
 root=$(bash scripts/make-host-root.sh "$work/root" | tail -n 1)
@@ -53,3 +56,13 @@ echo "================ state under $root"
 echo "---- history:"; cat "$root/var/lib/skyhook/demo/history/${pkg%-*}.json"; echo
 echo "---- files the package wrote:"
 (cd "$root" && find etc -newer "$root$copy_dir/config.json" -type f 2>/dev/null | sort | while read -r f; do echo "/$f:"; sed 's/^/    /' "$f"; done)
+echo "---- a step log ($(cd "$root" && ls var/log/skyhook/demo/*/*/*.log | head -n 1)):"
+cat "$(ls "$root"/var/log/skyhook/demo/*/*/*.log | head -n 1)"; echo
+
+echo
+echo "================ skyhook-run examples/motd.rhai --root $root        (dry run: the plan)"
+"$run" examples/motd.rhai --root "$root"
+echo "================ skyhook-run examples/motd.rhai --root $root --apply"
+"$run" examples/motd.rhai --root "$root" --apply
+echo "================ skyhook-run examples/motd.rhai --root $root        (dry run again)"
+"$run" examples/motd.rhai --root "$root"
