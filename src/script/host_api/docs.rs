@@ -862,6 +862,39 @@ pub fn render_markdown() -> String {
             );
         }
     }
+    out.push_str(&render_stdlib());
+    out
+}
+
+/// The "Shipped modules" section: for each module of the embedded standard library
+/// ([`STDLIB`](crate::script::resolver::STDLIB)), its opening comment block (what it reads,
+/// what it writes, which interrupts it needs) and its functions, taken from the module source
+/// itself so the list cannot drift from what ships.
+fn render_stdlib() -> String {
+    let mut out = String::from(
+        "\n## Shipped modules: `import \"skyhook/<name>\" as m;`\n\n\
+         Rhai modules embedded in the binary (`stdlib/`). Each stage function is named after \
+         the mode with `_` (`config()`, `config_check()`, `uninstall()`, ...); the smaller \
+         functions they are made of can be called one by one. More in `docs/stdlib.md`.\n",
+    );
+    for (name, source) in crate::script::resolver::STDLIB {
+        let header: Vec<&str> = source
+            .lines()
+            .take_while(|l| l.starts_with("//") && !l.starts_with("///"))
+            .map(|l| l.strip_prefix("// ").unwrap_or(l.trim_start_matches('/')))
+            .collect();
+        let functions: Vec<String> = source
+            .lines()
+            .filter_map(|l| l.strip_prefix("fn "))
+            .filter_map(|l| l.split_once(')').map(|(sig, _)| format!("`{sig})`")))
+            .collect();
+        let _ = write!(
+            out,
+            "\n### `skyhook/{name}`\n\n```text\n{}\n```\n\nFunctions: {}\n",
+            header.join("\n").trim_end(),
+            functions.join(", ")
+        );
+    }
     out
 }
 

@@ -605,6 +605,16 @@ fn check_generated(rel: &str, text: &str) {
 fn docs_reference_is_up_to_date() {
     let md = render_markdown();
     assert!(md.contains("| `fs::write(path, content, opts)` | `bool` |"));
+    for (name, _) in crate::script::resolver::STDLIB {
+        assert!(
+            md.contains(&format!("### `skyhook/{name}`")),
+            "stdlib module {name} not listed"
+        );
+    }
+    assert!(
+        md.contains("`config_check()`"),
+        "tuning's stage functions listed"
+    );
     check_generated("docs/host-api.md", &md);
 }
 
