@@ -19,12 +19,21 @@
 #     if a C compiler is present, a tighter one without the chroot(1) exec: a small C loop doing
 #     fork + chroot + chdir + execv + waitpid STEPS times (the least any chrooting runner pays).
 #     Overhead per step = (agent_total - baseline_total) / STEPS; target <= 2 ms.
+#     Also the same /pkg with every step skipped (flags exist, OVERLAY_ALWAYS_RUN_STEP=false):
+#     the agent's fixed cost for this package, i.e. the run with zero executed steps.
+#  1b. Rhai steps: /pkg-rhai has STEPS in-process steps t.rhai ("let x = 1;", arguments
+#     0..STEPS-1), run with logs on and with SKYHOOK_AGENT_WRITE_LOGS=false. Overhead per step =
+#     (agent_total - agent_total with zero executed steps) / STEPS, where the zero-step run is
+#     the same package with every step skipped (same config, same compile-ahead of every
+#     script, same flag lookups; only execution, logs and flag writes differ). Also reported
+#     against the one-step skipped apply of (2), which also charges config size and the
+#     compile-ahead to the steps. Target < 1 ms.
 #  2. agent start to first step: the only apply step is a copy of date(1) run as
 #     `stamp +%s%N`; latency = its printed CLOCK_REALTIME minus the driver's CLOCK_REALTIME just
 #     before spawning the agent, minus the same latency for a bare spawn of date(1) (both pay
 #     date's own start-up). Also: total runtime of an apply whose only step is skipped (flag
 #     exists) minus a bare /bin/true spawn. Target < 10 ms.
-#  3. peak RSS of the agent during (1) (logs on): /usr/bin/time -v "Maximum resident set size"
+#  3. peak RSS of the agent during (1) and (1b) (logs on): /usr/bin/time -v "Maximum resident set size"
 #     (the script installs the `time` package with apt-get if /usr/bin/time is missing; if that
 #     fails, a Python wrapper reports resource.getrusage(RUSAGE_CHILDREN).ru_maxrss). Either
 #     figure is the max over the agent and the steps it waited for (sh, ~1-2 MiB).
@@ -34,6 +43,13 @@
 # under target/bench-root. State and logs are kept between runs (as on a node); retention bounds
 # each log directory at 5 logs per step path. KEEP=1 keeps target/bench-root for inspection;
 # BENCH_WORK=/dev/shm/x puts the work dir (and root) elsewhere, e.g. on tmpfs.
+#
+# Settling: on ext4, creating an inode within vm.dirty_expire_centisecs (30 s) of a mass
+# deletion is slow (__ext4_new_inode -> recently_deleted skips every recently freed inode of the
+# group; measured: a 100-step Rhai apply 120 ms -> 220-300 ms, all of it sys time). The work dir
+# of a previous run (thousands of log files) is deleted by its EXIT trap or at our start, so the
+# script waits dirty_expire_centisecs/100 + 5 s after setup before measuring. SETTLE=0 skips the
+# wait; SETTLE=N waits N seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-11}
@@ -75,6 +91,7 @@ done
 #   /pkg-dist   STEPS steps tNNN.sh (distinct paths, same content)
 #   /pkg-first  one step: stamp (a copy of date) +%s%N
 #   /pkg-skip   one step t.sh, skipped once its flag exists
+#   /pkg-rhai   STEPS in-process steps t.rhai ("let x = 1;") 0..STEPS-1
 python3 - "$ROOT" "$STEPS" <<'PY'
 import json, os, shutil, sys
 root, n = sys.argv[1], int(sys.argv[2])
@@ -103,6 +120,8 @@ package("/pkg-dist", "benchdist", [step(f"s{i}", f"t{i:03}.sh", []) for i in ran
 package("/pkg-first", "benchfirst", [step("stamp", "stamp", ["+%s%N"])],
         {"t.sh": script, "stamp": open("/bin/date", "rb").read()})
 package("/pkg-skip", "benchskip", [step("skip", "t.sh", ["skip"])], {"t.sh": script})
+package("/pkg-rhai", "benchrhai", [step(f"s{i}", "t.rhai", [str(i)]) for i in range(n)],
+        {"t.sh": script, "t.rhai": b"let x = 1;\n"})
 PY
 
 # Tight baseline: fork + chroot + exec from a small C process (skipped without a compiler).
@@ -188,8 +207,8 @@ def realtime_latency(argv, env):
         sys.exit(f"{argv}: status {status}, no timestamp in output:\n{text[-2000:]}")
     return (int(m.group(1)) - t0) / 1e9
 
-def rss_time_v():
-    argv = [agent, "apply", root, "/pkg"]
+def rss_time_v(pkg):
+    argv = [agent, "apply", root, pkg]
     if TIME:
         with open(os.path.join(work, "time.txt"), "wb") as err:
             subprocess.run([TIME, "-v"] + argv, env=base_env, stdin=subprocess.DEVNULL,
@@ -213,9 +232,12 @@ for _ in range(6):
     agent_apply("/pkg-dist")
 agent_apply("/pkg-skip", OVERLAY_ALWAYS_RUN_STEP="false")
 agent_apply("/pkg-first")
+for _ in range(2):
+    agent_apply("/pkg-rhai"); agent_apply("/pkg-rhai", SKYHOOK_AGENT_WRITE_LOGS="false")
 
 FIRST_SAMPLES = 5
-m = {k: [] for k in ["chroot", "fork", "agent", "agent_nologs", "agent_dist", "rss_agent",
+m = {k: [] for k in ["chroot", "fork", "agent", "agent_nologs", "agent_dist", "agent_skipall",
+                     "rhai", "rhai_nologs", "rhai_skipall", "rss_agent", "rss_rhai",
                      "first_agent", "first_bare", "skip_agent", "true_bare"]}
 measures = [
     ("chroot", chroot_loop),
@@ -223,6 +245,10 @@ measures = [
     ("agent", lambda: agent_apply("/pkg")),
     ("agent_nologs", lambda: agent_apply("/pkg", SKYHOOK_AGENT_WRITE_LOGS="false")),
     ("agent_dist", lambda: agent_apply("/pkg-dist")),
+    ("agent_skipall", lambda: agent_apply("/pkg", OVERLAY_ALWAYS_RUN_STEP="false")),
+    ("rhai", lambda: agent_apply("/pkg-rhai")),
+    ("rhai_nologs", lambda: agent_apply("/pkg-rhai", SKYHOOK_AGENT_WRITE_LOGS="false")),
+    ("rhai_skipall", lambda: agent_apply("/pkg-rhai", OVERLAY_ALWAYS_RUN_STEP="false")),
     ("first_agent", lambda: [realtime_latency([agent, "apply", root, "/pkg-first"], base_env)
                              for _ in range(FIRST_SAMPLES)]),
     ("first_bare", lambda: [realtime_latency([os.path.join(root, "bin/date"), "+%s%N"], base_env)
@@ -231,7 +257,8 @@ measures = [
                             for _ in range(FIRST_SAMPLES)]),
     ("true_bare", lambda: [spawn([os.path.join(root, "bin/true")])[0]
                            for _ in range(FIRST_SAMPLES)]),
-    ("rss_agent", rss_time_v),
+    ("rss_agent", lambda: rss_time_v("/pkg")),
+    ("rss_rhai", lambda: rss_time_v("/pkg-rhai")),
 ]
 for r in range(runs):
     k = r % len(measures)          # rotate the order so no measurement always goes first
@@ -245,7 +272,8 @@ for r in range(runs):
         else:
             m[name].append(v)
     print(f"run {r + 1}/{runs}: agent {m['agent'][-1] * 1e3:.1f} ms, "
-          f"chroot loop {m['chroot'][-1] * 1e3:.1f} ms", file=sys.stderr)
+          f"chroot loop {m['chroot'][-1] * 1e3:.1f} ms, rhai {m['rhai'][-1] * 1e3:.1f} ms",
+          file=sys.stderr)
 
 med = {k: statistics.median(v) for k, v in m.items()}
 best = {k: min(v) for k, v in m.items()}
@@ -262,6 +290,11 @@ rows = [
     (f"agent apply, {n} steps, logs on", "agent"),
     (f"agent apply, {n} steps, SKYHOOK_AGENT_WRITE_LOGS=false", "agent_nologs"),
     (f"agent apply, {n} distinct step paths, logs on", "agent_dist"),
+    (f"agent apply, {n} steps, all skipped (flags exist)", "agent_skipall"),
+    (f"agent apply, {n} rhai steps, logs on", "rhai"),
+    (f"agent apply, {n} rhai steps, SKYHOOK_AGENT_WRITE_LOGS=false", "rhai_nologs"),
+    (f"agent apply, {n} rhai steps, all skipped (flags exist)", "rhai_skipall"),
+    ("agent apply, 1 step, skipped (per spawn)", "skip_agent"),
 ]
 for label, k in rows:
     print(f"{label + ' (ms)':<52} {ms(med[k]):>10.1f} {ms(best[k]):>10.1f}")
@@ -278,10 +311,24 @@ for label, a, b in [("logs on  vs chroot(1) loop", "agent", "chroot"),
           f" {med[a] / med[b]:>6.2f}x")
 print("  (target: <= 2 ms per step; ratio = median agent total / median baseline total)")
 print()
+print(f"{'rhai per-step overhead (agent - zero-step run) / ' + str(n) + ', ms':<52} {'median':>10} {'best':>10}"
+      f" {'ratio':>7}")
+for label, a, b in [("rhai logs on  vs same pkg, all skipped", "rhai", "rhai_skipall"),
+                    ("rhai logs off vs same pkg, all skipped", "rhai_nologs", "rhai_skipall"),
+                    ("rhai logs on  vs 1-step skipped apply", "rhai", "skip_agent"),
+                    ("rhai logs off vs 1-step skipped apply", "rhai_nologs", "skip_agent"),
+                    ("bash logs on  vs same pkg, all skipped", "agent", "agent_skipall"),
+                    ("bash logs off vs same pkg, all skipped", "agent_nologs", "agent_skipall")]:
+    print(f"{label:<52} {ms(med[a] - med[b]) / n:>10.3f} {ms(best[a] - best[b]) / n:>10.3f}"
+          f" {med[a] / med[b]:>6.2f}x")
+print("  (rhai target: < 1 ms per step; the bash rows include the step's fork+chroot+exec)")
+print()
 print(f"{'CPU (user+sys, incl. steps) overhead per step, ms':<52} {'median':>10} {'best':>10}")
 for label, a, b in [("logs on  vs fork+chroot+exec", "agent", "fork"),
                     ("logs off vs fork+chroot+exec", "agent_nologs", "fork"),
-                    ("distinct paths, logs on vs fork+chroot+exec", "agent_dist", "fork")]:
+                    ("distinct paths, logs on vs fork+chroot+exec", "agent_dist", "fork"),
+                    ("rhai logs on  vs same pkg, all skipped", "rhai", "rhai_skipall"),
+                    ("rhai logs off vs same pkg, all skipped", "rhai_nologs", "rhai_skipall")]:
     a, b = a + "_cpu", b + "_cpu"
     print(f"{label:<52} {ms(med[a] - med[b]) / n:>10.3f} {ms(best[a] - best[b]) / n:>10.3f}")
 print("  (wall minus CPU is waiting, mostly fsync of flag files; a busy shared disk inflates it)")
@@ -299,9 +346,16 @@ src = "/usr/bin/time -v" if TIME else "getrusage(RUSAGE_CHILDREN)"
 print(f"peak RSS, agent apply {n} steps, logs on ({src}): median "
       f"{statistics.median(m['rss_agent']) / 1024:.1f} MiB, max {max(m['rss_agent']) / 1024:.1f} MiB"
       " (no separate target; architecture.md gives the log sink < 20 MB)")
+print(f"peak RSS, agent apply {n} rhai steps, logs on ({src}): median "
+      f"{statistics.median(m['rss_rhai']) / 1024:.1f} MiB, max {max(m['rss_rhai']) / 1024:.1f} MiB")
 PY
 
 echo "agent: $AGENT ($(stat -c %s "$AGENT") bytes)" >&2
+SETTLE=${SETTLE:-$(( $(cat /proc/sys/vm/dirty_expire_centisecs 2> /dev/null || echo 3000) / 100 + 5 ))}
+if [ "$SETTLE" -gt 0 ]; then
+    echo "settling ${SETTLE}s (recently deleted inodes; SETTLE=0 skips)" >&2
+    sleep "$SETTLE"
+fi
 python3 "$WORK/driver.py" "$AGENT" "$ROOT" "$WORK" "$RUNS" "$STEPS"
 echo
 echo "reproduce: sudo RUNS=$RUNS STEPS=$STEPS bash benches/agent_overhead.sh"
