@@ -214,3 +214,32 @@ fn redact_env_hides_values_in_bash_step_output_and_logs() {
         "{log}"
     );
 }
+
+#[test]
+fn broken_configmap_stage_script_is_found_before_start() {
+    require_root!();
+    let fr = FakeRoot::new();
+    one_script(&fr, "import \"skyhook/shellscript\" as s;\ns::apply()\n");
+    fr.write("/t/pkg/configmaps/apply.rhai", "print(1);\nlet = 2;\n");
+    let r = fr.run("apply");
+    r.code(1);
+    assert!(
+        r.stderr.contains("/t/pkg/configmaps/apply.rhai:2:"),
+        "stderr: {}",
+        r.stderr
+    );
+    assert!(
+        !fr.exists("/t/state"),
+        "state written despite a broken configMap script"
+    );
+
+    // fixed: the shellscript module runs it in the step's own runtime
+    fr.write(
+        "/t/pkg/configmaps/apply.rhai",
+        "fs::write(\"/etc/via-module\", \"1\\n\");\nprint(\"configmap rhai ran\");\n",
+    );
+    let r = fr.run("apply");
+    r.code(0).has_line_ending("SUCEEDED: apply.rhai x");
+    assert!(r.stdout.contains("configmap rhai ran"), "{}", r.stdout);
+    assert_eq!(fr.read("/etc/via-module"), "1\n");
+}

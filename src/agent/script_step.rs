@@ -102,9 +102,10 @@ pub fn compile_mode_scripts(
         let engine = engine()?;
         let store = store
             .get_or_insert_with(|| {
-                Arc::new(ModuleStore::new(
-                    root.display_path(&copy_dir.join("skyhook_dir")),
-                ))
+                Arc::new(
+                    ModuleStore::new(root.display_path(&copy_dir.join("skyhook_dir")))
+                        .with_configmaps(root.display_path(&copy_dir.join("configmaps"))),
+                )
             })
             .clone();
         let source = root.read(&path)?;
@@ -113,6 +114,22 @@ pub fn compile_mode_scripts(
         let compiled = compile_source(&engine, &path.display().to_string(), &source, store)
             .map_err(|e| AgentError::Script(e.to_string()))?;
         out.insert(index, compiled);
+    }
+    // A `.rhai` step may run the configMap script of its stage (`skyhook/shellscript` imports
+    // `configmap/<stage>`): compile it now too, so a syntax error there changes nothing.
+    let stage_script = copy_dir
+        .join("configmaps")
+        .join(format!("{}.rhai", mode.as_str().replace('-', "_")));
+    if !out.is_empty() && matches!(root.metadata(&stage_script)?, Some(m) if m.is_file()) {
+        let engine = engine()?;
+        let store = Arc::new(ModuleStore::new(
+            root.display_path(&copy_dir.join("skyhook_dir")),
+        ));
+        let source = String::from_utf8(root.read(&stage_script)?).map_err(|_| {
+            AgentError::Script(format!("{}: not valid UTF-8", stage_script.display()))
+        })?;
+        compile_source(&engine, &stage_script.display().to_string(), &source, store)
+            .map_err(|e| AgentError::Script(e.to_string()))?;
     }
     Ok(out)
 }

@@ -365,7 +365,10 @@ impl PackageRun {
             }
         }
         let steps = pkg.steps(self.mode);
-        let store = Arc::new(ModuleStore::new(absolute(&self.dir.join("skyhook_dir"))));
+        let store = Arc::new(
+            ModuleStore::new(absolute(&self.dir.join("skyhook_dir")))
+                .with_configmaps(configmaps.clone()),
+        );
         let mut scripts: Vec<Option<CompiledScript>> = Vec::with_capacity(steps.len());
         for step in steps {
             scripts.push(match self.script_file(step, &configmaps) {

@@ -13,8 +13,8 @@ use crate::host::{ExecMode, Host, HostOptions, Report};
 use crate::package::Mode;
 use crate::script::host_api::HostApi;
 use crate::script::{
-    CompiledScript, RunOptions, ScriptEngine, ScriptOutput, StepContext, compile_step,
-    run_script_with,
+    CompiledScript, ModuleStore, RunOptions, ScriptEngine, ScriptOutput, StepContext,
+    compile_step_in, run_script_with,
 };
 
 use super::{LocalError, env_default, env_get, exec_mode};
@@ -202,7 +202,11 @@ impl ScriptRun {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        Ok(compile_step(engine, &self.script, base)?)
+        let mut store = ModuleStore::new(base);
+        if let Some(cm) = self.configmaps_dir() {
+            store = store.with_configmaps(cm);
+        }
+        Ok(compile_step_in(engine, &self.script, Arc::new(store))?)
     }
 
     /// Compile and run the script once, on a new session over the root; script output goes

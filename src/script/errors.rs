@@ -152,8 +152,10 @@ impl Limit {
 /// `ErrorTerminated`, which Rhai never lets `try`/`catch` intercept.
 #[derive(Debug, Clone)]
 pub(crate) enum Stop {
-    /// `fail(msg)` was called.
-    Fail(String),
+    /// `fail(msg)` was called: the message, and the file (the AST's source name: the script
+    /// or module) and position of the call. The location travels in the token because Rhai
+    /// does not wrap a termination in the call/module errors that carry positions.
+    Fail(String, Option<(String, Position)>),
     /// The wall-clock deadline passed.
     Deadline,
     /// The cancel flag was set.
@@ -230,7 +232,15 @@ impl ScriptError {
                 break;
             }
         }
-        let pos = leaf.position();
+        let mut pos = leaf.position();
+        if let EvalAltResult::ErrorTerminated(token, _) = &*leaf
+            && let Some(Stop::Fail(_, Some((src, at)))) = token.clone().try_cast::<Stop>()
+        {
+            if !src.is_empty() {
+                file = src;
+            }
+            pos = at;
+        }
         let (kind, message) = classify(leaf, limits);
         if pos.is_none()
             && let Some((f, p)) = fallback
@@ -287,7 +297,7 @@ fn classify(mut err: Box<EvalAltResult>, limits: &Limits) -> (ScriptErrorKind, S
             None => (ScriptErrorKind::Runtime, format!("{what} too large")),
         },
         EvalAltResult::ErrorTerminated(token, _) => match token.clone().try_cast::<Stop>() {
-            Some(Stop::Fail(msg)) => (ScriptErrorKind::Failed, msg),
+            Some(Stop::Fail(msg, _)) => (ScriptErrorKind::Failed, msg),
             Some(Stop::Deadline) => (
                 ScriptErrorKind::Timeout,
                 format!(

@@ -75,9 +75,32 @@ pub(crate) enum LoadError {
 enum ModuleRef {
     Stdlib(&'static str, &'static str),
     File(PathBuf),
+    /// `configmap/<name>`: `<name>.rhai` in the store's configMaps directory.
+    ConfigMap(PathBuf),
 }
 
+/// Import prefix of a configMap script: `import "configmap/apply" as s;` evaluates
+/// `<configmaps>/apply.rhai` (the shellscript compatibility module runs `<stage>.rhai` this way).
+pub const CONFIGMAP_PREFIX: &str = "configmap/";
+
 fn parse_spec(spec: &str) -> Result<ModuleRef, String> {
+    if let Some(name) = spec.strip_prefix(CONFIGMAP_PREFIX) {
+        if name.is_empty()
+            || name.contains('/')
+            || name == "."
+            || name == ".."
+            || name.starts_with('.')
+        {
+            return Err(format!(
+                "a configMap module is one file name of the configMaps folder, got {name:?}"
+            ));
+        }
+        let mut rel = PathBuf::from(name);
+        if rel.extension().is_none() {
+            rel.set_extension("rhai");
+        }
+        return Ok(ModuleRef::ConfigMap(rel));
+    }
     if let Some(name) = spec.strip_prefix(STDLIB_PREFIX) {
         return STDLIB
             .iter()
@@ -122,6 +145,10 @@ pub struct ModuleStore {
     base_dir: PathBuf,
     /// Opened on the first relative import, so a script without any needs no base dir.
     root: OnceLock<Result<Root, String>>,
+    /// The configMaps folder `configmap/<name>` imports resolve in (agent: `<copy
+    /// dir>/configmaps`; skyhook-run: `--configmaps`), opened on first use.
+    configmaps_dir: Option<PathBuf>,
+    configmaps_root: OnceLock<Result<Root, String>>,
     cache: Mutex<HashMap<String, Arc<CachedModule>>>,
 }
 
@@ -139,8 +166,17 @@ impl ModuleStore {
         ModuleStore {
             base_dir: base_dir.into(),
             root: OnceLock::new(),
+            configmaps_dir: None,
+            configmaps_root: OnceLock::new(),
             cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Let `configmap/<name>` imports resolve in `dir` (confined to it like relative imports
+    /// are to the base directory). Without it such imports fail with a clear message.
+    pub fn with_configmaps(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.configmaps_dir = Some(dir.into());
+        self
     }
 
     /// The base directory relative imports resolve in.
@@ -156,6 +192,25 @@ impl ModuleStore {
         } else {
             self.base_dir.join(rel).display().to_string()
         }
+    }
+
+    fn configmaps_root(&self) -> Result<(&Root, &Path), String> {
+        let Some(dir) = &self.configmaps_dir else {
+            return Err("no configMaps folder is known to this run".to_string());
+        };
+        self.configmaps_root
+            .get_or_init(|| {
+                Root::open(dir).map_err(|e| {
+                    format!(
+                        "cannot open configMaps directory {}: {}",
+                        dir.display(),
+                        pathrs_message(&e)
+                    )
+                })
+            })
+            .as_ref()
+            .map(|r| (r, dir.as_path()))
+            .map_err(Clone::clone)
     }
 
     fn root(&self) -> Result<&Root, String> {
@@ -189,6 +244,7 @@ impl ModuleStore {
         let key = match &module {
             ModuleRef::Stdlib(name, _) => format!("{STDLIB_PREFIX}{name}"),
             ModuleRef::File(rel) => format!("file:{}", rel.display()),
+            ModuleRef::ConfigMap(rel) => format!("configmap:{}", rel.display()),
         };
         if let Some(m) = self.cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
             return Ok(m);
@@ -198,6 +254,18 @@ impl ModuleStore {
             ModuleRef::File(rel) => {
                 let file = self.display(&rel);
                 let root = self.root().map_err(not_found)?;
+                let handle = root
+                    .open_subpath(
+                        &rel,
+                        OpenFlags::O_RDONLY | OpenFlags::O_NONBLOCK | OpenFlags::O_CLOEXEC,
+                    )
+                    .map_err(|e| not_found(format!("{file}: {}", pathrs_message(&e))))?;
+                let text = read_regular(handle).map_err(|e| not_found(format!("{file}: {e}")))?;
+                (file, text)
+            }
+            ModuleRef::ConfigMap(rel) => {
+                let (root, dir) = self.configmaps_root().map_err(not_found)?;
+                let file = dir.join(&rel).display().to_string();
                 let handle = root
                     .open_subpath(
                         &rel,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use rhai::{AST, Dynamic, EvalAltResult, Position, Scope};
+use rhai::{AST, Dynamic, EvalAltResult, NativeCallContext, Position, Scope};
 
 use super::bindings::{NoHost, RunHandle, ScriptHost};
 use super::context::{self, StepContext};
@@ -291,16 +291,23 @@ fn evaluate(
     output::register(&mut e, opts.output.clone());
     let step = ctx.to_map();
     context::register(&mut e, step.clone(), Arc::new(ctx.env.clone()));
-    e.register_fn("fail", |msg: Dynamic| -> Result<(), Box<EvalAltResult>> {
-        let text = match msg.clone().into_immutable_string() {
-            Ok(s) => s.to_string(),
-            Err(_) => msg.to_string(),
-        };
-        Err(Box::new(EvalAltResult::ErrorTerminated(
-            Dynamic::from(Stop::Fail(text)),
-            Position::NONE,
-        )))
-    });
+    e.register_fn(
+        "fail",
+        |ctx: NativeCallContext, msg: Dynamic| -> Result<(), Box<EvalAltResult>> {
+            let text = match msg.clone().into_immutable_string() {
+                Ok(s) => s.to_string(),
+                Err(_) => msg.to_string(),
+            };
+            let at = Some((
+                ctx.call_source().unwrap_or_default().to_string(),
+                ctx.call_position(),
+            ));
+            Err(Box::new(EvalAltResult::ErrorTerminated(
+                Dynamic::from(Stop::Fail(text, at)),
+                Position::NONE,
+            )))
+        },
+    );
     let host = opts.host.clone();
     e.register_fn("changed", move || host.changed());
     let handle = RunHandle {

@@ -353,7 +353,8 @@ esac"#,
         let host = Host::new(HostRoot::open(&self.t.root).unwrap(), exec, opts);
         let api = HostApi::new(host);
         let engine = ScriptEngine::default();
-        let script = compile_step(&engine, &dir.join(format!("{stage}.rhai")), &dir)
+        let store = ModuleStore::new(&dir).with_configmaps(self.t.p("/skyhook/pkg/configmaps"));
+        let script = compile_step_in(&engine, &dir.join(format!("{stage}.rhai")), Arc::new(store))
             .unwrap_or_else(|e| panic!("{e}"));
         let out = Arc::new(CaptureOutput::new());
         let mut ro = RunOptions::new(
@@ -984,15 +985,46 @@ fn shellscript_on_every_distribution() {
 }
 
 #[test]
-fn shellscript_refuses_rhai_configmaps() {
+fn shellscript_runs_rhai_configmaps_in_the_same_session() {
     let n = Node::new("ubuntu-24.04", "debian", "shellscript");
-    n.configmap("apply.rhai", "print(1);");
-    let ran = n.step("shellscript", "apply", false);
+    // the .rhai configMap wins over a .sh of the same stage
+    n.configmap(
+        "apply.rhai",
+        "print(`stage ${step().mode}`);\nfs::write(\"/etc/from-configmap-rhai\", \"yes\\n\");\n",
+    );
+    n.configmap("apply.sh", "echo bash must not run\n");
+    let fresh = n.snapshot();
+    let plan = n.step("shellscript", "apply", true).ok();
+    assert_eq!(n.snapshot(), fresh, "a dry run changes nothing");
+    assert_eq!(plan.report.changes.len(), 1);
+    assert!(plan.report.actions.is_empty(), "bash was not planned");
+
+    let ran = n.step("shellscript", "apply", false).ok();
+    assert_eq!(ran.stdout, "stage apply\n");
+    assert_eq!(n.t.read("/etc/from-configmap-rhai"), "yes\n");
     assert!(
-        ran.error()
-            .contains("configMap apply.rhai: Rhai configMaps are run by the agent"),
+        mutating(n.calls()).is_empty(),
+        "no command ran: {:?}",
+        n.calls()
+    );
+
+    // the check stage's script is a .rhai too: it holds changes back, drift fails
+    n.configmap(
+        "apply_check.rhai",
+        "fs::write(\"/etc/from-configmap-rhai\", \"no\\n\");\n",
+    );
+    let check = n.step("shellscript", "apply-check", false);
+    assert_eq!(check.report.drift().len(), 1);
+    assert_eq!(n.t.read("/etc/from-configmap-rhai"), "yes\n");
+
+    // fail() in the configMap fails the step, with the configMap's own position
+    n.configmap("config.rhai", "\nfail(\"not today\");\n");
+    let failed = n.step("shellscript", "config", false);
+    assert!(failed.error().contains("not today"), "{}", failed.error());
+    assert!(
+        failed.error().contains("config.rhai:2:"),
         "{}",
-        ran.error()
+        failed.error()
     );
 }
 
