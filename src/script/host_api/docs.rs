@@ -833,6 +833,24 @@ apply script: what would change is drift, and the check fails).
 - **Unset is `()`.** Functions documented to return a value or `()` return `()` when there is
   nothing (`config::get` of a missing configMap, `pkg::version` of a missing package).
 
+## Context, output and modules
+
+- `step` (a constant map) and `step()` (the same map from anywhere, functions and modules
+  included): `mode`, `is_check`, `name`, `args`, `package_name`, `package_version`,
+  `previous_version`, `skyhook_dir`, `step_root`, `resource_id`, `node_order`, `dry_run`.
+  `env(name)` / `env(name, default)` read the step's environment.
+- `print(x)` and `log::info(msg)` write to the step's stdout, `debug(x)`, `log::warn(msg)` and
+  `log::error(msg)` to its stderr: the same log files, labels and timestamps as a bash step.
+  `fail(msg)` ends the step as failed (it cannot be caught). The script's value, when it is an
+  integer, is the step's return code (checked against `returncodes`).
+- `import \"skyhook/<name>\" as m;` loads a shipped module (below); `import \"lib/util\" as u;`
+  a file of the package's `skyhook_dir` (never outside it); `import \"configmap/<name>\" as c;`
+  evaluates configMap `<name>.rhai` (confined to the configMaps folder).
+- Limits: operations, call depth, expression depth, string/array/map sizes, modules and
+  variables are bounded, and a step has a wall-clock deadline (`SKYHOOK_SCRIPT_TIMEOUT`,
+  default 600 s); hitting one fails the step with a message naming the limit. `eval` does not
+  exist.
+
 Types below are Rhai's: `String`, `int`, `bool`, `Map` (`#{...}`), `Array` (`[...]`), `()`;
 `?` means several types are accepted (see the description). Editor completion:
 `docs/skyhook.d.rhai`.
