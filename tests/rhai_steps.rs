@@ -243,3 +243,39 @@ fn broken_configmap_stage_script_is_found_before_start() {
     assert!(r.stdout.contains("configmap rhai ran"), "{}", r.stdout);
     assert_eq!(fr.read("/etc/via-module"), "1\n");
 }
+
+#[test]
+fn redaction_holds_when_a_secret_spans_reads() {
+    // regression: a value split across two pipe reads was printed in clear
+    require_root!();
+    let mut fr = FakeRoot::new();
+    fr.write_config(&config(json!({
+        "apply": [step("foo", "foo.sh", &[])],
+        "apply-check": [step("foo_check", "foo_check.sh", &[])],
+    })));
+    fr.write_step(
+        "foo.sh",
+        "#!/bin/sh\nprintf 'password: %s\\n' \"$API_TOKEN\"\nprintf 'to' >&2\nprintf 'pic\\n' >&2\n",
+    );
+    fr.write_step("foo_check.sh", "#!/bin/sh\nexit 0\n");
+    fr.set_env("API_TOKEN", "topsecretvalue");
+    fr.set_env("SKYHOOK_REDACT_ENV", "API_TOKEN");
+    // every read is at most 4 bytes, so the 14-byte value always spans reads
+    fr.set_env("SKYHOOK_AGENT_BUFFER_LIMIT", "4");
+    let r = fr.run("apply");
+    r.code(0);
+    assert!(
+        !r.stdout.contains("topsecretvalue") && !r.stdout.contains("topse"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("password: ***"), "{}", r.stdout);
+    // a held-back prefix of the value that turns out not to be it is released intact
+    assert!(r.stderr.contains("topic"), "{}", r.stderr);
+    let logs = fr.logs_matching(&format!(r"foo\.sh-{FTS}\.log"));
+    let log = fr.read(&format!("/t/log/demo/1.0.0/{}", logs[0]));
+    assert!(
+        log.contains("password: ***") && !log.contains("topsecret"),
+        "{log}"
+    );
+}

@@ -71,7 +71,7 @@ use chrono::NaiveDateTime;
 use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::logs::redact::Redactor;
+use crate::logs::redact::{Redactor, StreamRedactor};
 use crate::logs::sink::{Label, LogError, Relay, StepLogFiles, StreamSink};
 
 /// Largest single read, whatever the buffer limit (the default pipe capacity).
@@ -220,21 +220,42 @@ struct StreamState {
     buf: Vec<u8>,
     out: Vec<u8>,
     errors: Vec<LogError>,
+    /// Secret redaction applied to the raw bytes before the relay (so a value split across
+    /// two reads is still hidden), with its held-back tail and a scratch buffer.
+    redact: Option<(Redactor, StreamRedactor, Vec<u8>)>,
 }
 
 impl StreamState {
-    fn new(label: Label, sink: StreamSink, limit: usize) -> Self {
+    fn new(label: Label, sink: StreamSink, limit: usize, redactor: Option<Redactor>) -> Self {
         StreamState {
             relay: Relay::new(label),
             sink,
             buf: vec![0; limit.clamp(1, MAX_CHUNK)],
             out: Vec::new(),
             errors: Vec::new(),
+            redact: redactor.map(|r| (r, StreamRedactor::new(), Vec::new())),
         }
     }
 
-    fn finish(&mut self) {
+    /// Relay `n` bytes of `buf` (redacted first when secrets are known) into `out`.
+    fn feed(&mut self, n: usize, now: NaiveDateTime) {
+        match &mut self.redact {
+            Some((r, stream, scratch)) => {
+                scratch.clear();
+                stream.push(r, &self.buf[..n], scratch);
+                self.relay.feed(scratch, now, &mut self.out);
+            }
+            None => self.relay.feed(&self.buf[..n], now, &mut self.out),
+        }
+    }
+
+    fn finish(&mut self, now: NaiveDateTime) {
         self.out.clear();
+        if let Some((_, stream, scratch)) = &mut self.redact {
+            scratch.clear();
+            stream.finish(scratch);
+            self.relay.feed(scratch, now, &mut self.out);
+        }
         self.relay.finish(&mut self.out);
         self.sink.write(&self.out, &mut self.errors);
     }
@@ -251,7 +272,6 @@ async fn pump<R: AsyncRead + Unpin>(
     pipe: Option<R>,
     clock: fn() -> NaiveDateTime,
     stream: &'static str,
-    redactor: Option<&Redactor>,
 ) {
     let Some(mut pipe) = pipe else { return };
     let mut eof = false;
@@ -259,7 +279,7 @@ async fn pump<R: AsyncRead + Unpin>(
         state.out.clear();
         match pipe.read(&mut state.buf).await {
             Ok(0) => return,
-            Ok(n) => state.relay.feed(&state.buf[..n], clock(), &mut state.out),
+            Ok(n) => state.feed(n, clock()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(source) => {
                 state.errors.push(LogError::Read { stream, source });
@@ -270,7 +290,7 @@ async fn pump<R: AsyncRead + Unpin>(
             match read_now(&mut pipe, &mut state.buf) {
                 Some(Ok(0)) => eof = true,
                 Some(Ok(n)) => {
-                    state.relay.feed(&state.buf[..n], clock(), &mut state.out);
+                    state.feed(n, clock());
                     continue;
                 }
                 Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -282,14 +302,7 @@ async fn pump<R: AsyncRead + Unpin>(
             }
             break;
         }
-        match redactor.filter(|r| !r.is_empty()) {
-            Some(r) => {
-                let text = String::from_utf8_lossy(&state.out);
-                let hidden = r.redact(&text);
-                state.sink.write(hidden.as_bytes(), &mut state.errors);
-            }
-            None => state.sink.write(&state.out, &mut state.errors),
-        }
+        state.sink.write(&state.out, &mut state.errors);
     }
 }
 
@@ -503,22 +516,31 @@ impl ProcessRunner {
             armed: true,
         };
 
-        let mut out = StreamState::new(Label::Out, out_sink, self.buffer_limit);
-        let mut err = StreamState::new(Label::Err, err_sink, self.buffer_limit);
+        let mut out = StreamState::new(
+            Label::Out,
+            out_sink,
+            self.buffer_limit,
+            options.redactor.clone(),
+        );
+        let mut err = StreamState::new(
+            Label::Err,
+            err_sink,
+            self.buffer_limit,
+            options.redactor.clone(),
+        );
         if let Some(preamble) = &spec.preamble {
             out.sink.write(preamble, &mut out.errors);
         }
         let stdout_pipe = child.stdout.take();
         let stderr_pipe = child.stderr.take();
         let clock = options.clock;
-        let redactor = options.redactor.clone();
         let mut timed_out = false;
         let drained;
         {
             let mut pumps = pin!(async {
                 tokio::join!(
-                    pump(&mut out, stdout_pipe, clock, "stdout", redactor.as_ref()),
-                    pump(&mut err, stderr_pipe, clock, "stderr", redactor.as_ref()),
+                    pump(&mut out, stdout_pipe, clock, "stdout"),
+                    pump(&mut err, stderr_pipe, clock, "stderr"),
                 )
             });
             let mut exit = pin!(async {
@@ -556,8 +578,8 @@ impl ProcessRunner {
                     .await
                     .is_ok();
         }
-        out.finish();
-        err.finish();
+        out.finish(clock());
+        err.finish(clock());
         output_errors.append(&mut out.errors);
         output_errors.append(&mut err.errors);
         let status = child.wait().await;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use chrono::NaiveDateTime;
 
-use crate::logs::redact::Redactor;
+use crate::logs::redact::{Redactor, StreamRedactor};
 use crate::logs::sink::{Label, LogError, Relay, StepLogFiles, StreamSink};
 use crate::script::bindings::ScriptHost;
 use crate::script::context::StepContext;
@@ -21,6 +21,8 @@ struct Stream {
     sink: StreamSink,
     out: Vec<u8>,
     errors: Vec<LogError>,
+    redact: StreamRedactor,
+    scratch: Vec<u8>,
 }
 
 impl Stream {
@@ -30,6 +32,8 @@ impl Stream {
             sink,
             out: Vec::new(),
             errors: Vec::new(),
+            redact: StreamRedactor::new(),
+            scratch: Vec::new(),
         }
     }
 }
@@ -94,15 +98,15 @@ impl SinkOutput {
         };
         let s = &mut *s;
         s.out.clear();
-        s.relay.feed(bytes, (self.clock)(), &mut s.out);
-        match self.redactor.as_ref().filter(|r| !r.is_empty()) {
+        match &self.redactor {
             Some(r) => {
-                let text = String::from_utf8_lossy(&s.out);
-                let hidden = r.redact(&text).into_owned();
-                s.sink.write(hidden.as_bytes(), &mut s.errors);
+                s.scratch.clear();
+                s.redact.push(r, bytes, &mut s.scratch);
+                s.relay.feed(&s.scratch, (self.clock)(), &mut s.out);
             }
-            None => s.sink.write(&s.out, &mut s.errors),
+            None => s.relay.feed(bytes, (self.clock)(), &mut s.out),
         }
+        s.sink.write(&s.out, &mut s.errors);
     }
 
     /// Flush a dangling partial UTF-8 sequence (none in practice: prints are whole strings)
@@ -116,6 +120,9 @@ impl SinkOutput {
             };
             let s = &mut *s;
             s.out.clear();
+            s.scratch.clear();
+            s.redact.finish(&mut s.scratch);
+            s.relay.feed(&s.scratch, (self.clock)(), &mut s.out);
             s.relay.finish(&mut s.out);
             s.sink.write(&s.out, &mut s.errors);
             errors.append(&mut s.errors);
