@@ -279,3 +279,28 @@ fn redaction_holds_when_a_secret_spans_reads() {
         "{log}"
     );
 }
+
+#[test]
+fn validate_compiles_rhai_steps_and_imports() {
+    // regression: validate said "valid" for a package whose .rhai step did not compile
+    let fr = FakeRoot::new();
+    one_script(&fr, "import \"lib/helper\" as h;\nh::greet();\n");
+    fr.write(
+        "/t/pkg/skyhook_dir/lib/helper.rhai",
+        "fn greet() { print(1); }\n",
+    );
+    let config = fr.root().join("t/pkg/config.json");
+    let config = config.to_str().unwrap();
+    fr.run_args(&["validate", config]).code(0);
+    fr.write(
+        "/t/pkg/skyhook_dir/lib/helper.rhai",
+        "fn greet() { let = 1; }\n",
+    );
+    let r = fr.run_args(&["validate", config]);
+    r.code(1);
+    assert!(r.stderr.contains("lib/helper.rhai:1:"), "{}", r.stderr);
+    fr.write("/t/pkg/skyhook_dir/apply.rhai", "let x = 1;\nlet y = ;\n");
+    let r = fr.run_args(&["validate", config]);
+    r.code(1);
+    assert!(r.stderr.contains("apply.rhai:2:9:"), "{}", r.stderr);
+}

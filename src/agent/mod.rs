@@ -58,8 +58,8 @@ pub fn main(
     }
 }
 
-/// `skyhook-agent validate CONFIG_JSON`: schema, step rules and step files, touching nothing.
-/// Exit 0 valid, 1 invalid.
+/// `skyhook-agent validate CONFIG_JSON`: schema, step rules, step files and `.rhai` steps (with
+/// their imports) compiled, touching nothing. Exit 0 valid, 1 invalid.
 pub fn validate(config: &Path) -> i32 {
     let bytes = match std::fs::read(config) {
         Ok(b) => b,
@@ -77,8 +77,27 @@ pub fn validate(config: &Path) -> i32 {
             .unwrap_or(Path::new("."))
             .join("skyhook_dir");
         package::load::check_step_files(config, &loaded.package, |p| step_root.join(p).is_file())?;
-        Ok(loaded)
+        Ok((loaded, step_root))
     });
+    // `.rhai` steps and their imports compile as they will before a run (configMaps are
+    // supplied at deploy time, so `configmap/...` imports are not checked here).
+    let result = result
+        .map_err(|e| render_chain(&e))
+        .and_then(|(loaded, step_root)| {
+            let store = std::sync::Arc::new(crate::script::ModuleStore::new(&step_root));
+            let engine = script_step::engine().map_err(|e| render_chain(&e))?;
+            for (_, step) in loaded.package.all_steps() {
+                if step.path.ends_with(".rhai") {
+                    crate::script::compile_step_in(
+                        &engine,
+                        &step_root.join(&step.path),
+                        store.clone(),
+                    )
+                    .map_err(|e| e.to_string())?;
+                }
+            }
+            Ok(loaded)
+        });
     match result {
         Ok(loaded) => {
             for w in &loaded.warnings {
@@ -102,8 +121,8 @@ pub fn validate(config: &Path) -> i32 {
             }
             EXIT_OK
         }
-        Err(e) => {
-            eprintln!("skyhook-agent: error: {}", render_chain(&e));
+        Err(message) => {
+            eprintln!("skyhook-agent: error: {message}");
             EXIT_FAILURE
         }
     }
