@@ -34,10 +34,24 @@ ENVIRONMENT:
   SKYHOOK_AGENT_BUFFER_LIMIT  bytes read from a step's output per chunk (default 8192)
   COPY_RESOLV                 copy /etc/resolv.conf to the host first (default true)
   OVERLAY_ALWAYS_RUN_STEP     ignore step flags (default false)
+  SKYHOOK_SCRIPT_TIMEOUT      wall-clock limit of a .rhai step, seconds (default 600)
+  SKYHOOK_REDACT_ENV          comma-separated variable names whose values are shown as ***
+                              in every step's output and logs
+  SKYHOOK_SECRETS_DIR         where secret(name, key) reads mounted Secrets
+                              (default /var/run/secrets/skyhook)
+  SKYHOOK_ALLOWED_SECRETS     comma-separated Secret names secret() may read (default none)
+
+STEPS:
+  A step whose path ends in .rhai runs in-process in the Rhai runtime with the host API
+  (docs/host-api.md); any other step runs as a process chrooted into ROOT_MOUNT. In a
+  *-check mode a .rhai script runs with its changes held back: any change it would make is
+  drift and fails the check. Every .rhai step of the mode and its imports are compiled
+  before anything on the host is written.
 
 EXIT STATUS:
   0  the mode completed (or unknown mode, or everything already done)
-  1  a step or check failed, invalid package or environment, interrupt failed, SIGTERM
+  1  a step or check failed, invalid package or environment, interrupt failed, or stopped
+     by SIGTERM before its last step
   2  malformed command line";
 
 /// Raw clap view: everything positional so that the Python argument forms keep working.
@@ -54,7 +68,8 @@ struct RawArgs {
     #[arg(
         value_name = "ARGS",
         allow_hyphen_values = true,
-        trailing_var_arg = true
+        trailing_var_arg = true,
+        hide = true
     )]
     args: Vec<OsString>,
 }

@@ -143,7 +143,13 @@ fn overlay_dir(root: &HostRoot, src: &Path, dst: &Path) -> Result<usize, Prepare
         let s = src.join(&entry.name);
         let d = dst.join(&entry.name);
         let Some(meta) = root.metadata(&s)? else {
-            continue; // dangling symlink in the source: nothing to copy
+            // A dangling symlink in the source: nothing to copy, but say so.
+            eprintln!(
+                "WARNING: {} is a dangling symlink in root_dir; {} is not overlaid",
+                s.display(),
+                d.display()
+            );
+            continue;
         };
         if meta.is_dir() {
             if root.metadata(&d)?.is_none() {

@@ -119,12 +119,20 @@ pub struct ResourceId {
 
 /// An unusable `SKYHOOK_RESOURCE_ID`.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "SKYHOOK_RESOURCE_ID={value:?} is invalid: expected <id>_<package>_<version> with a non-empty package and version that are single path components"
-)]
-pub struct ResourceIdError {
-    /// The value as given.
-    pub value: String,
+pub enum ResourceIdError {
+    /// Unset or empty.
+    #[error(
+        "SKYHOOK_RESOURCE_ID is not set: it must be <id>_<package>_<version> (the operator sets it, e.g. gpu-init-<uid>-3_tuning_1.1.4)"
+    )]
+    Unset,
+    /// Not of the expected shape.
+    #[error(
+        "SKYHOOK_RESOURCE_ID={value:?} is invalid: expected <id>_<package>_<version>, one path component (no `/`, not starting with `.`) with a non-empty package and version"
+    )]
+    Invalid {
+        /// The value as given.
+        value: String,
+    },
 }
 
 fn is_component(s: &str) -> bool {
@@ -138,7 +146,10 @@ impl ResourceId {
     /// # Errors
     /// Fewer than two `_`, or a package/version that is empty, `.`, `..` or contains `/`.
     pub fn parse(raw: &str) -> Result<ResourceId, ResourceIdError> {
-        let err = || ResourceIdError {
+        if raw.is_empty() {
+            return Err(ResourceIdError::Unset);
+        }
+        let err = || ResourceIdError::Invalid {
             value: raw.to_string(),
         };
         let first = raw.find('_').ok_or_else(err)?;
@@ -148,7 +159,12 @@ impl ResourceId {
         }
         let package = &raw[first + 1..last];
         let version = &raw[last + 1..];
-        if !is_component(package) || !is_component(version) {
+        // The whole id names the interrupt marker directory, so it must be one component too.
+        if !is_component(package)
+            || !is_component(version)
+            || !is_component(raw)
+            || raw.starts_with('.')
+        {
             return Err(err());
         }
         Ok(ResourceId {
