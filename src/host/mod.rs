@@ -13,6 +13,7 @@
 //! | [`root`] | root confinement over pathrs (every file access) |
 //! | [`session`] | [`Host`], [`HostOptions`], the view and the executor dispatch |
 //! | [`effect`] | [`effect::Effect`] and its parts |
+//! | [`deferred`] | records of deferred work that failed, rerun by the next session |
 //! | `apply`, `plan` | the executors (private) |
 //! | [`report`] | [`Report`], [`ExecMode`] |
 //! | [`fs`], [`cmd`], [`service`], [`pkg`], [`os`], [`tuning`], [`interrupt`] | the API areas |
@@ -21,6 +22,7 @@
 mod apply;
 pub mod cmd;
 pub mod config;
+pub mod deferred;
 pub mod effect;
 pub mod error;
 pub mod fs;

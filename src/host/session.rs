@@ -20,12 +20,20 @@
 //! daemon-reload must still run it. As a safety net, dropping a `Host` without calling
 //! `finish` runs pending work too (errors are then lost), so an early `?` return cannot lose
 //! it.
+//!
+//! Deferred work that fails (or cannot start) in apply mode is recorded inside the host root
+//! and scheduled again by the next session ([`crate::host::deferred`]), so it is never lost
+//! even though the drop-in that caused it is already in place. The report lists every action
+//! that ran, the deferred ones included, also when the deferred work failed
+//! ([`Host::finish_with_report`]).
+
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::host::cmd::{CmdOutput, RunOptions};
+use crate::host::deferred::{self, GrubPending};
 use crate::host::effect::{Effect, EffectClass, GrubUpdate, InterruptRequest};
 use crate::host::error::{HostError, Result};
 use crate::host::plan::Overlay;
@@ -82,17 +90,6 @@ impl Default for HostOptions {
     }
 }
 
-/// Grub work scheduled by `grub::` calls, run once by `finish`.
-#[derive(Debug, Default)]
-pub(crate) struct GrubPending {
-    /// `update-grub` needed (debian and other families).
-    pub regenerate: bool,
-    /// grubby `--args` to add (rhel, fedora).
-    pub add: Vec<String>,
-    /// grubby `--remove-args` (rhel, fedora).
-    pub remove: Vec<String>,
-}
-
 /// A file system object as the session sees it (`fs::stat`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Stat {
@@ -121,14 +118,21 @@ pub struct Host {
     report: Report,
     pub(crate) pending_daemon_reload: bool,
     pub(crate) pending_grub: GrubPending,
+    /// A daemon-reload record exists in the root ([`deferred`]).
+    recorded_reload: bool,
+    /// A grub record exists in the root ([`deferred`]).
+    recorded_grub: bool,
     finished: bool,
 }
 
 impl Host {
-    /// A session over `root` in `mode`.
+    /// A session over `root` in `mode`. Deferred work recorded by an earlier session that
+    /// could not run it ([`crate::host::deferred`]) is scheduled again: it runs at this
+    /// session's end in apply mode, and shows up as an action in plan and check mode.
     pub fn new(root: HostRoot, mode: ExecMode, mut options: HostOptions) -> Host {
         let redactor = options.redactor.take().unwrap_or_default();
         redactor.add_from_env(&options.env);
+        let (recorded_reload, grub) = deferred::load(&root);
         Host {
             root,
             mode,
@@ -136,8 +140,10 @@ impl Host {
             redactor,
             overlay: Overlay::default(),
             report: Report::new(mode),
-            pending_daemon_reload: false,
-            pending_grub: GrubPending::default(),
+            pending_daemon_reload: recorded_reload,
+            recorded_grub: grub.is_some(),
+            pending_grub: grub.unwrap_or_default(),
+            recorded_reload,
             finished: false,
         }
     }
@@ -210,13 +216,19 @@ impl Host {
             self.report.interrupts.push(i);
             return Ok(None);
         }
-        if matches!(effect, Effect::DaemonReload) {
-            self.pending_daemon_reload = false;
-        }
+        // A daemon-reload (explicit or scheduled) satisfies a scheduled one.
+        let reload = matches!(effect, Effect::DaemonReload);
+        let was_pending = reload && std::mem::take(&mut self.pending_daemon_reload);
         let with_diff = self.mode != ExecMode::Apply;
         let (summary, diff) = self.describe(&effect, with_diff)?;
         let out = match self.mode {
-            ExecMode::Apply => crate::host::apply::perform(self, &effect)?,
+            ExecMode::Apply => {
+                let r = crate::host::apply::perform(self, &effect);
+                if reload {
+                    self.settle_reload_record(r.is_ok(), was_pending);
+                }
+                r?
+            }
             ExecMode::Plan | ExecMode::Check => {
                 self.overlay_record(&effect)?;
                 match effect {
@@ -250,31 +262,60 @@ impl Host {
     /// Run a scheduled daemon-reload now (before a `service::` call).
     ///
     /// # Errors
-    /// The reload's failure (it is then no longer pending).
+    /// The reload's failure (it is then no longer pending in this session; in apply mode it
+    /// is recorded for the next one, see [`crate::host::deferred`]).
     pub fn flush_daemon_reload(&mut self) -> Result<()> {
         if self.pending_daemon_reload {
-            self.pending_daemon_reload = false;
             self.submit(Effect::DaemonReload)?;
         }
         Ok(())
     }
 
+    /// After a daemon-reload ran in apply mode: drop the record when it succeeded, record it
+    /// when a scheduled (or recorded) one failed.
+    fn settle_reload_record(&mut self, ok: bool, was_pending: bool) {
+        if ok {
+            if self.recorded_reload
+                && deferred::clear(&self.root, &deferred::daemon_reload_path()).is_ok()
+            {
+                self.recorded_reload = false;
+            }
+        } else if (was_pending || self.recorded_reload)
+            && deferred::record_daemon_reload(&self.root).is_ok()
+        {
+            self.recorded_reload = true;
+        }
+    }
+
     fn run_deferred(&mut self) -> Result<()> {
         let reload = self.flush_daemon_reload();
         let grub = std::mem::take(&mut self.pending_grub);
-        let family = if grub.add.is_empty() && grub.remove.is_empty() {
-            None
-        } else {
+        let effect = if !grub.add.is_empty() || !grub.remove.is_empty() {
             Some(GrubUpdate::Grubby {
-                add: grub.add,
-                remove: grub.remove,
+                add: grub.add.clone(),
+                remove: grub.remove.clone(),
             })
+        } else if grub.regenerate {
+            Some(GrubUpdate::UpdateGrub)
+        } else {
+            None
         };
-        let grub_result = match family {
-            Some(g) => self.submit(Effect::GrubUpdate(g)).map(|_| ()),
-            None if grub.regenerate => self
-                .submit(Effect::GrubUpdate(GrubUpdate::UpdateGrub))
-                .map(|_| ()),
+        let grub_result = match effect {
+            Some(g) => {
+                let r = self.submit(Effect::GrubUpdate(g)).map(|_| ());
+                if self.mode == ExecMode::Apply {
+                    if r.is_ok() {
+                        if self.recorded_grub
+                            && deferred::clear(&self.root, &deferred::grub_path()).is_ok()
+                        {
+                            self.recorded_grub = false;
+                        }
+                    } else if deferred::record_grub(&self.root, &grub).is_ok() {
+                        self.recorded_grub = true;
+                    }
+                }
+                r
+            }
             None => Ok(()),
         };
         reload.and(grub_result)
@@ -284,11 +325,20 @@ impl Host {
     /// return the report. Call it whether the step succeeded or not.
     ///
     /// # Errors
-    /// The first failure of the deferred work (the rest is still attempted).
-    pub fn finish(mut self) -> Result<Report> {
+    /// The first failure of the deferred work (the rest is still attempted). Use
+    /// [`Host::finish_with_report`] to keep the report then.
+    pub fn finish(self) -> Result<Report> {
+        let (report, result) = self.finish_with_report();
+        result.map(|()| report)
+    }
+
+    /// [`Host::finish`] that returns the report also when the deferred work failed: it lists
+    /// every action that ran, the deferred ones that succeeded included.
+    pub fn finish_with_report(mut self) -> (Report, Result<()>) {
         self.finished = true;
-        self.run_deferred()?;
-        Ok(std::mem::replace(&mut self.report, Report::new(self.mode)))
+        let result = self.run_deferred();
+        let report = std::mem::replace(&mut self.report, Report::new(self.mode));
+        (report, result)
     }
 
     /// End one step of a session that serves several steps (`skyhook-run --package` in a
@@ -298,13 +348,20 @@ impl Host {
     /// ([`Host::limit_deadline`]).
     ///
     /// # Errors
-    /// The first failure of the deferred work (the step's report is then dropped; callers
-    /// that need it clone [`Host::report`] first).
+    /// The first failure of the deferred work (use [`Host::finish_step_with_report`] to keep
+    /// the step's report then).
     pub fn finish_step(&mut self) -> Result<Report> {
+        let (report, result) = self.finish_step_with_report();
+        result.map(|()| report)
+    }
+
+    /// [`Host::finish_step`] that returns the step's report also when the deferred work
+    /// failed (as [`Host::finish_with_report`]).
+    pub fn finish_step_with_report(&mut self) -> (Report, Result<()>) {
         let deferred = self.run_deferred();
         let report = std::mem::replace(&mut self.report, Report::new(self.mode));
         self.opts.deadline = None;
-        deferred.map(|()| report)
+        (report, deferred)
     }
 
     // ---- the view: reads that see planned effects in plan/check mode ----

@@ -834,3 +834,167 @@ fn host_is_send_for_the_binding_layer() {
     send::<crate::host::Report>();
     send::<crate::host::secrets::Redactor>();
 }
+
+/// The records of deferred work in `t`'s root: (daemon-reload record, grub record).
+fn records(t: &TestHost) -> (Option<String>, Option<String>) {
+    let r = |f: &str| std::fs::read_to_string(t.p(&format!("/var/lib/skyhook/.deferred/{f}"))).ok();
+    (r("daemon-reload.json"), r("grub.json"))
+}
+
+#[test]
+fn failed_update_grub_is_recorded_planned_and_rerun_once() {
+    let t = TestHost::new();
+    t.install_sh();
+    t.file("/etc/os-release", "ID=ubuntu\n");
+    let args = s(&["a=1"]);
+    // No update-grub on the host: the drop-in is written, the regeneration fails.
+    let mut h = t.host(ExecMode::Apply);
+    assert!(grub::set_cmdline(&mut h, "99-x", &args).unwrap());
+    let (rep, res) = h.finish_with_report();
+    assert_eq!(
+        res.unwrap_err().to_string(),
+        "failed to run update-grub: program not found"
+    );
+    assert!(rep.actions.is_empty(), "{rep:?}");
+    assert_eq!(
+        records(&t),
+        (
+            None,
+            Some(
+                "{\"action\":\"grub_update\",\"regenerate\":true,\"add\":[],\"remove\":[]}\n"
+                    .into()
+            )
+        )
+    );
+    // A plan and a check show the pending regeneration as an action, not as drift, and
+    // leave the root (and the record) alone.
+    let before = snapshot(&t);
+    for mode in [ExecMode::Plan, ExecMode::Check] {
+        let mut h = t.host(mode);
+        assert!(!grub::set_cmdline(&mut h, "99-x", &args).unwrap());
+        let rep = h.finish().unwrap();
+        assert!(rep.changes.is_empty() && rep.drift().is_empty());
+        let actions: Vec<&str> = rep.actions.iter().map(|a| a.summary.as_str()).collect();
+        assert_eq!(actions, ["update-grub"]);
+    }
+    assert_eq!(snapshot(&t), before);
+    // The next apply runs it exactly once, although nothing changed, and drops the record.
+    t.stub("update-grub", ":");
+    let mut h = t.host(ExecMode::Apply);
+    assert!(!grub::set_cmdline(&mut h, "99-x", &args).unwrap());
+    let rep = h.finish().unwrap();
+    assert_eq!(t.calls(), s(&["update-grub "]));
+    assert_eq!(rep.summary(), "Apply: 0 changed, 1 unchanged, 1 action.");
+    assert_eq!(records(&t), (None, None));
+    t.clear_calls();
+    t.host(ExecMode::Apply).finish().unwrap();
+    assert!(t.calls().is_empty());
+}
+
+#[test]
+fn failed_grubby_args_are_recorded_and_merged() {
+    let t = TestHost::new();
+    t.install_sh();
+    t.file("/etc/os-release", "ID=fedora\n");
+    t.stub("grubby", "[ -e /grubby-ok ]");
+    let mut h = t.host(ExecMode::Apply);
+    assert!(grub::set_cmdline(&mut h, "x", &s(&["a=1", "b"])).unwrap());
+    assert!(h.finish().is_err());
+    assert_eq!(
+        records(&t).1.as_deref(),
+        Some(
+            "{\"action\":\"grub_update\",\"regenerate\":false,\"add\":[\"a=1\",\"b\"],\"remove\":[]}\n"
+        )
+    );
+    // Failing again with more work: the record holds the merged work.
+    let mut h = t.host(ExecMode::Apply);
+    assert!(grub::set_cmdline(&mut h, "x", &s(&["a=2", "b"])).unwrap());
+    assert!(h.finish().is_err());
+    assert_eq!(
+        records(&t).1.as_deref(),
+        Some(
+            "{\"action\":\"grub_update\",\"regenerate\":false,\"add\":[\"b\",\"a=2\"],\"remove\":[\"a=1\"]}\n"
+        )
+    );
+    t.clear_calls();
+    t.file("/grubby-ok", "");
+    t.host(ExecMode::Apply).finish().unwrap();
+    assert_eq!(
+        t.calls(),
+        s(&[
+            "grubby --update-kernel=ALL --args=b a=2",
+            "grubby --update-kernel=ALL --remove-args=a=1"
+        ])
+    );
+    assert_eq!(records(&t), (None, None));
+}
+
+#[test]
+fn failed_daemon_reload_is_recorded_and_rerun_once() {
+    let t = TestHost::new();
+    t.install_sh();
+    t.stub(
+        "systemctl",
+        r#"if [ "$1" = daemon-reload ] && [ -e /reload-fails ]; then echo nope >&2; exit 1; fi"#,
+    );
+    t.file("/reload-fails", "");
+    let mut h = t.host(ExecMode::Apply);
+    assert!(service::drop_in(&mut h, "x", "a.conf", "[Service]\n").unwrap());
+    assert_eq!(
+        h.finish().unwrap_err().to_string(),
+        "command systemctl daemon-reload failed with exit code 1: nope"
+    );
+    assert_eq!(
+        records(&t).0.as_deref(),
+        Some("{\"action\":\"daemon_reload\"}\n")
+    );
+    // Still failing: still recorded (a recorded reload that fails again stays).
+    let mut h = t.host(ExecMode::Apply);
+    assert!(service::is_active(&mut h, "x").is_err());
+    h.finish().unwrap();
+    assert!(records(&t).0.is_some());
+    std::fs::remove_file(t.p("/reload-fails")).unwrap();
+    t.clear_calls();
+    // Rerun: nothing changes, the reload runs once, before the first service call.
+    let mut h = t.host(ExecMode::Apply);
+    assert!(!service::drop_in(&mut h, "x", "a.conf", "[Service]\n").unwrap());
+    service::is_active(&mut h, "x").unwrap();
+    let rep = h.finish().unwrap();
+    assert_eq!(
+        t.calls(),
+        s(&["systemctl daemon-reload", "systemctl is-active x"])
+    );
+    assert_eq!(rep.actions.len(), 1);
+    assert_eq!(records(&t), (None, None));
+}
+
+#[test]
+fn report_lists_deferred_actions_when_later_deferred_work_fails() {
+    let t = TestHost::new();
+    t.systemctl_stub();
+    t.file("/etc/os-release", "ID=ubuntu\n");
+    let mut h = t.host(ExecMode::Apply);
+    assert!(service::drop_in(&mut h, "x", "a.conf", "1\n").unwrap());
+    service::restart(&mut h, "x").unwrap();
+    assert!(service::drop_in(&mut h, "x", "a.conf", "2\n").unwrap());
+    assert!(grub::set_cmdline(&mut h, "g", &s(&["a=1"])).unwrap());
+    let (rep, res) = h.finish_with_report();
+    assert!(res.is_err());
+    assert_eq!(
+        t.calls(),
+        s(&[
+            "systemctl daemon-reload",
+            "systemctl restart x",
+            "systemctl daemon-reload"
+        ])
+    );
+    let ran: Vec<&str> = rep.actions.iter().map(|a| a.summary.as_str()).collect();
+    assert_eq!(
+        ran,
+        [
+            "systemctl daemon-reload",
+            "systemctl restart x",
+            "systemctl daemon-reload"
+        ]
+    );
+}

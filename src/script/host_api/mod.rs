@@ -109,8 +109,8 @@ impl std::fmt::Debug for HostApi {
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct FinishError {
-    /// The report as it stood before the deferred work ran (`None` when the session had
-    /// already been finished).
+    /// The report, listing every action that ran (the deferred ones that succeeded
+    /// included); `None` when the session had already been finished.
     pub report: Option<Box<Report>>,
     /// The failure, redacted, with its causes: `failed to run deferred work: ...`.
     pub message: String,
@@ -149,7 +149,7 @@ impl HostApi {
     /// run, also a failed one. The second call fails (no session).
     ///
     /// # Errors
-    /// [`FinishError`] when the deferred work fails (with the report as it stood before) or
+    /// [`FinishError`] when the deferred work fails (with the report) or
     /// the session was already finished.
     pub fn finish(&self) -> Result<Report, FinishError> {
         let host = lock(&self.inner.host).take();
@@ -160,15 +160,27 @@ impl HostApi {
                 source: None,
             });
         };
-        let before = host.report().clone();
-        host.finish().map_err(|e| FinishError {
-            report: Some(Box::new(before)),
-            message: format!(
-                "failed to run deferred work: {}",
-                self.inner.redactor.redact(&error_chain(&e))
-            ),
-            source: Some(e),
-        })
+        let (report, result) = host.finish_with_report();
+        self.finished(report, result)
+    }
+
+    /// The report, or the [`FinishError`] carrying it.
+    fn finished(
+        &self,
+        report: Report,
+        result: Result<(), HostError>,
+    ) -> Result<Report, FinishError> {
+        match result {
+            Ok(()) => Ok(report),
+            Err(e) => Err(FinishError {
+                report: Some(Box::new(report)),
+                message: format!(
+                    "failed to run deferred work: {}",
+                    self.inner.redactor.redact(&error_chain(&e))
+                ),
+                source: Some(e),
+            }),
+        }
     }
 
     /// End one step but keep the session for the next one (see [`Host::finish_step`]): the
@@ -187,15 +199,9 @@ impl HostApi {
                 source: None,
             });
         };
-        let before = host.report().clone();
-        host.finish_step().map_err(|e| FinishError {
-            report: Some(Box::new(before)),
-            message: format!(
-                "failed to run deferred work: {}",
-                self.inner.redactor.redact(&error_chain(&e))
-            ),
-            source: Some(e),
-        })
+        let (report, result) = host.finish_step_with_report();
+        drop(guard);
+        self.finished(report, result)
     }
 
     /// [`HostApi::finish`] by value.

@@ -1,0 +1,124 @@
+//! Durable records of deferred work that could not run, so that a later session runs it.
+//!
+//! A changed systemd drop-in schedules a `systemctl daemon-reload`, a changed grub drop-in a
+//! grub regeneration (`update-grub`, or `grubby --args/--remove-args` on rhel and fedora);
+//! both run once at the end of the step ([`crate::host::Host::finish`]). The drop-in is
+//! already written by then, so when that run fails (the program is missing, it exits
+//! non-zero) a rerun of the script would find nothing to change and never schedule it
+//! again. Instead, in apply mode, the failed work is recorded inside the host root:
+//!
+//! | record | content |
+//! |---|---|
+//! | `/var/lib/skyhook/.deferred/daemon-reload.json` | `{"action":"daemon_reload"}` |
+//! | `/var/lib/skyhook/.deferred/grub.json` | `{"action":"grub_update","regenerate":true,"add":[...],"remove":[...]}` |
+//!
+//! (`regenerate`: `update-grub` is due; `add`/`remove`: grubby arguments still to add or
+//! take away.) The directory name starts with `.`, so it can never be a Skyhook's state
+//! directory (`/var/lib/skyhook/<skyhook name>`). Records are written atomically (mode
+//! 0600); a grub record that fails again is replaced by the merged pending work.
+//!
+//! Every new session reads the records ([`load`]) and schedules what they hold, as if a
+//! drop-in of the session had changed: in apply mode the work runs at the session's end (or,
+//! for the daemon-reload, before its first `service::` call) and the record is removed once
+//! it succeeded; in plan and check mode it shows up as an action (never drift). Writing a
+//! record is best effort: when even that fails, the work's own error is what the step reports.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::host::root::HostRoot;
+
+/// The directory of the records (a host path).
+pub const DIR: &str = "/var/lib/skyhook/.deferred";
+
+/// The daemon-reload record.
+pub fn daemon_reload_path() -> PathBuf {
+    Path::new(DIR).join("daemon-reload.json")
+}
+
+/// The grub record.
+pub fn grub_path() -> PathBuf {
+    Path::new(DIR).join("grub.json")
+}
+
+/// Grub work still due: the content of the grub record, and the session's pending grub work.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrubPending {
+    /// `update-grub` needed (debian and other families).
+    #[serde(default)]
+    pub regenerate: bool,
+    /// grubby `--args` to add (rhel, fedora).
+    #[serde(default)]
+    pub add: Vec<String>,
+    /// grubby `--remove-args` (rhel, fedora).
+    #[serde(default)]
+    pub remove: Vec<String>,
+}
+
+impl GrubPending {
+    /// Nothing to do.
+    pub fn is_empty(&self) -> bool {
+        !self.regenerate && self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct GrubRecord {
+    action: String,
+    #[serde(flatten)]
+    pending: GrubPending,
+}
+
+/// What the records of `root` hold: whether a daemon-reload is due, and the grub work due
+/// (`None` without a grub record). An unreadable or malformed grub record is left alone and
+/// reads as `None`; a daemon-reload record counts whatever its content.
+pub fn load(root: &HostRoot) -> (bool, Option<GrubPending>) {
+    let reload = matches!(root.symlink_metadata(&daemon_reload_path()), Ok(Some(_)));
+    let grub = root
+        .read_opt(&grub_path())
+        .ok()
+        .flatten()
+        .and_then(|b| serde_json::from_slice::<GrubRecord>(&b).ok())
+        .map(|r| r.pending);
+    (reload, grub)
+}
+
+fn write(root: &HostRoot, path: &Path, data: &[u8]) -> crate::host::root::Result<()> {
+    root.create_dir_all(Path::new(DIR), 0o755)?;
+    root.write_atomic(path, data, Some(0o600))
+}
+
+/// Record a due daemon-reload.
+///
+/// # Errors
+/// Creating the directory or writing the record failed.
+pub fn record_daemon_reload(root: &HostRoot) -> crate::host::root::Result<()> {
+    write(
+        root,
+        &daemon_reload_path(),
+        b"{\"action\":\"daemon_reload\"}\n",
+    )
+}
+
+/// Record the grub work due (replacing an older record).
+///
+/// # Errors
+/// Creating the directory or writing the record failed.
+pub fn record_grub(root: &HostRoot, pending: &GrubPending) -> crate::host::root::Result<()> {
+    let rec = GrubRecord {
+        action: "grub_update".into(),
+        pending: pending.clone(),
+    };
+    let mut data = serde_json::to_vec(&rec).unwrap_or_default();
+    data.push(b'\n');
+    write(root, &grub_path(), &data)
+}
+
+/// Remove a record after its work succeeded (absent is fine).
+///
+/// # Errors
+/// The removal failed.
+pub fn clear(root: &HostRoot, path: &Path) -> crate::host::root::Result<()> {
+    root.remove_file(path).map(|_| ())
+}
