@@ -41,6 +41,19 @@ pub enum HostError {
         what: &'static str,
     },
 
+    /// Nothing can be created at `path`: an ancestor (or, for a directory, `path` itself)
+    /// exists and is not a directory, or is a dangling symlink. Raised in every mode.
+    #[error("cannot create {}: {} {reason}", path.display(), ancestor.display())]
+    BadAncestor {
+        /// The path to create.
+        path: PathBuf,
+        /// The offending ancestor.
+        ancestor: PathBuf,
+        /// `exists and is not a directory`, `is a dangling symlink (its target X does not
+        /// exist)`.
+        reason: String,
+    },
+
     /// A file's content is not UTF-8 where text is needed.
     #[error("{} is not valid UTF-8 text", path.display())]
     NotText {

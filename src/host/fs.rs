@@ -265,6 +265,7 @@ pub(crate) fn put(
     uid: Option<u32>,
     gid: Option<u32>,
 ) -> Result<bool> {
+    h.check_creatable(path)?;
     let current = h.view_stat(path, true)?;
     let needed = match &current {
         None => true,
@@ -301,7 +302,8 @@ pub(crate) fn put(
 /// attribute differs.
 ///
 /// # Errors
-/// Relative path, a directory at `p`, unknown owner/group, write failures.
+/// Relative path, a directory at `p`, [`HostError::BadAncestor`] (an ancestor is a file or a
+/// dangling symlink; also in plan and check mode), unknown owner/group, write failures.
 pub fn write(h: &mut Host, p: &str, content: &str, opts: &WriteOptions) -> Result<bool> {
     write_bytes(h, p, content.as_bytes(), opts)
 }
@@ -476,9 +478,11 @@ pub fn remove_block(h: &mut Host, p: &str, id: &str) -> Result<bool> {
 /// chmod-ed).
 ///
 /// # Errors
-/// Something other than a directory exists at `p`; creation failures.
+/// Something other than a directory exists at `p`; [`HostError::BadAncestor`] (also in plan
+/// and check mode); creation failures.
 pub fn mkdir(h: &mut Host, p: &str, mode: Option<u32>) -> Result<bool> {
     let path = host_path(p)?;
+    h.check_creatable(&path)?;
     match h.view_stat(&path, true)? {
         Some(s) if s.kind != "dir" => Err(HostError::WrongKind {
             path,
@@ -527,7 +531,8 @@ pub fn remove(h: &mut Host, p: &str) -> Result<bool> {
 /// absent.
 ///
 /// # Errors
-/// Removal failures.
+/// `/` itself (`invalid path argument: remove all path is /`, in every mode); removal
+/// failures.
 pub fn remove_all(h: &mut Host, p: &str) -> Result<bool> {
     let path = host_path(p)?;
     if h.view_stat(&path, false)?.is_none() {
@@ -610,6 +615,7 @@ pub fn symlink(h: &mut Host, target: &str, link: &str) -> Result<bool> {
             message: "must not be empty".into(),
         });
     }
+    h.check_creatable(&path)?;
     match h.view_stat(&path, false)? {
         Some(s) if s.kind != "symlink" => {
             return Err(HostError::WrongKind {

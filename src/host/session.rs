@@ -26,7 +26,13 @@
 //! even though the drop-in that caused it is already in place. The report lists every action
 //! that ran, the deferred ones included, also when the deferred work failed
 //! ([`Host::finish_with_report`]).
-
+//!
+//! # Validation before the executor
+//!
+//! [`Host::submit`] validates an effect the same way in every mode before handing it to the
+//! executor, so that a plan never promises what an apply refuses: a file, directory or
+//! symlink cannot be created beneath an existing non-directory or a dangling symlink
+//! ([`HostError::BadAncestor`]), and `/` itself cannot be removed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -216,6 +222,7 @@ impl Host {
             self.report.interrupts.push(i);
             return Ok(None);
         }
+        self.validate(&effect)?;
         // A daemon-reload (explicit or scheduled) satisfies a scheduled one.
         let reload = matches!(effect, Effect::DaemonReload);
         let was_pending = reload && std::mem::take(&mut self.pending_daemon_reload);
@@ -362,6 +369,86 @@ impl Host {
         let report = std::mem::replace(&mut self.report, Report::new(self.mode));
         self.opts.deadline = None;
         (report, deferred)
+    }
+
+    /// The checks of an effect that do not depend on the mode (module docs).
+    fn validate(&self, effect: &Effect) -> Result<()> {
+        match effect {
+            Effect::WriteFile { path, .. } | Effect::Symlink { link: path, .. } => {
+                self.check_ancestors(path, path)
+            }
+            Effect::Mkdir { path, .. } => {
+                self.check_ancestors(path, path)?;
+                if self.view_stat(path, true)?.is_none() {
+                    self.check_not_dangling(path, path)?;
+                }
+                Ok(())
+            }
+            Effect::RemoveAll { path } | Effect::RemoveFile { path }
+                if crate::host::plan::normalize(path) == Path::new("/") =>
+            {
+                Err(HostError::Invalid {
+                    what: "path argument",
+                    message: format!(
+                        "{} path is /",
+                        if matches!(effect, Effect::RemoveAll { .. }) {
+                            "remove all"
+                        } else {
+                            "remove"
+                        }
+                    ),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Every existing ancestor of `path` (as the session sees it) must be a directory; the
+    /// first missing one ends the check (the rest will be created). Creating functions call
+    /// it before reading `path` itself, whose resolution would fail with a less helpful
+    /// "not a directory".
+    ///
+    /// # Errors
+    /// [`HostError::BadAncestor`]; resolution failures.
+    pub(crate) fn check_creatable(&self, path: &Path) -> Result<()> {
+        self.check_ancestors(path, path)
+    }
+
+    fn check_ancestors(&self, path: &Path, reported: &Path) -> Result<()> {
+        let norm = crate::host::plan::normalize(path);
+        let ancestors: Vec<&Path> = norm.ancestors().skip(1).collect();
+        for anc in ancestors.into_iter().rev() {
+            match self.view_stat(anc, true)? {
+                Some(s) if s.kind == "dir" => {}
+                Some(_) => {
+                    return Err(HostError::BadAncestor {
+                        path: reported.to_path_buf(),
+                        ancestor: anc.to_path_buf(),
+                        reason: "exists and is not a directory".into(),
+                    });
+                }
+                None => return self.check_not_dangling(anc, reported),
+            }
+        }
+        Ok(())
+    }
+
+    /// `p` (missing when followed) must not be a dangling symlink.
+    fn check_not_dangling(&self, p: &Path, reported: &Path) -> Result<()> {
+        if self
+            .view_stat(p, false)?
+            .is_some_and(|s| s.kind == "symlink")
+        {
+            let target = self
+                .view_readlink(p)?
+                .map_or_else(String::new, |t| format!(" {}", t.display()));
+            return Err(HostError::BadAncestor {
+                path: reported.to_path_buf(),
+                ancestor: p.to_path_buf(),
+                reason: format!("is a dangling symlink (its target{target} does not exist)"),
+            });
+        }
+        Ok(())
     }
 
     // ---- the view: reads that see planned effects in plan/check mode ----

@@ -998,3 +998,56 @@ fn report_lists_deferred_actions_when_later_deferred_work_fails() {
         ]
     );
 }
+
+#[test]
+fn plan_refuses_what_apply_refuses() {
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/etc")).unwrap();
+    std::os::unix::fs::symlink("/srv/data", t.p("/etc/data")).unwrap();
+    t.file("/etc/plain", "x\n");
+    let before = snapshot(&t);
+    for mode in [ExecMode::Plan, ExecMode::Check, ExecMode::Apply] {
+        let mut h = t.host(mode);
+        let e = fs::write(&mut h, "/etc/data/x.conf", "a\n", &WriteOptions::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot create /etc/data/x.conf: /etc/data is a dangling symlink (its target /srv/data does not exist)",
+            "{mode:?}"
+        );
+        let e = fs::mkdir(&mut h, "/etc/data", None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot create /etc/data: /etc/data is a dangling symlink (its target /srv/data does not exist)"
+        );
+        let e = fs::mkdir(&mut h, "/etc/plain/d/e", None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot create /etc/plain/d/e: /etc/plain exists and is not a directory"
+        );
+        let e = fs::symlink(&mut h, "/x", "/etc/plain/l").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot create /etc/plain/l: /etc/plain exists and is not a directory"
+        );
+        for p in ["/", "/etc/.."] {
+            let e = fs::remove_all(&mut h, p).unwrap_err();
+            assert_eq!(e.to_string(), "invalid path argument: remove all path is /");
+        }
+        let e = fs::remove(&mut h, "/").unwrap_err();
+        assert!(e.to_string().contains("non-empty"), "{e}");
+        // A file planned in the session blocks paths beneath it like a real one.
+        fs::write(&mut h, "/etc/new", "x\n", &WriteOptions::default()).unwrap();
+        let e = fs::write(&mut h, "/etc/new/y", "a\n", &WriteOptions::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot create /etc/new/y: /etc/new exists and is not a directory"
+        );
+        // A dangling symlink as the file itself is fine: its target is written.
+        assert!(fs::write(&mut h, "/etc/data", "d\n", &WriteOptions::default()).unwrap());
+        h.finish().unwrap();
+        if mode != ExecMode::Apply {
+            assert_eq!(snapshot(&t), before, "{mode:?} changed the root");
+        }
+    }
+    assert_eq!(t.read("/srv/data"), "d\n");
+}
