@@ -254,25 +254,15 @@ impl ModuleStore {
             ModuleRef::File(rel) => {
                 let file = self.display(&rel);
                 let root = self.root().map_err(not_found)?;
-                let handle = root
-                    .open_subpath(
-                        &rel,
-                        OpenFlags::O_RDONLY | OpenFlags::O_NONBLOCK | OpenFlags::O_CLOEXEC,
-                    )
-                    .map_err(|e| not_found(format!("{file}: {}", pathrs_message(&e))))?;
-                let text = read_regular(handle).map_err(|e| not_found(format!("{file}: {e}")))?;
+                let text =
+                    read_confined(root, &rel).map_err(|e| not_found(format!("{file}: {e}")))?;
                 (file, text)
             }
             ModuleRef::ConfigMap(rel) => {
                 let (root, dir) = self.configmaps_root().map_err(not_found)?;
                 let file = dir.join(&rel).display().to_string();
-                let handle = root
-                    .open_subpath(
-                        &rel,
-                        OpenFlags::O_RDONLY | OpenFlags::O_NONBLOCK | OpenFlags::O_CLOEXEC,
-                    )
-                    .map_err(|e| not_found(format!("{file}: {}", pathrs_message(&e))))?;
-                let text = read_regular(handle).map_err(|e| not_found(format!("{file}: {e}")))?;
+                let text =
+                    read_confined(root, &rel).map_err(|e| not_found(format!("{file}: {e}")))?;
                 (file, text)
             }
         };
@@ -287,6 +277,18 @@ impl ModuleStore {
         }
         Ok(cached)
     }
+}
+
+/// Read the module file `rel` beneath `root` (symlinks resolved inside it, never outside; a
+/// FIFO or device refused without blocking).
+fn read_confined(root: &Root, rel: &Path) -> Result<String, String> {
+    let handle = root
+        .open_subpath(
+            rel,
+            OpenFlags::O_RDONLY | OpenFlags::O_NONBLOCK | OpenFlags::O_CLOEXEC,
+        )
+        .map_err(|e| pathrs_message(&e))?;
+    read_regular(handle).map_err(|e| e.to_string())
 }
 
 /// The OS error behind a pathrs error when there is one (`No such file or directory (os
