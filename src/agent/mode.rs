@@ -149,12 +149,6 @@ pub struct ModeRun<'a> {
     pub shutdown: &'a Shutdown,
 }
 
-/// A loaded, validated package.
-pub struct Prepared {
-    /// The package.
-    pub package: Package,
-}
-
 fn step_root(copy_dir: &Path) -> PathBuf {
     copy_dir.join("skyhook_dir")
 }
@@ -421,11 +415,7 @@ impl ModeRun<'_> {
         let (ok, status, interrupts) = match script {
             Some(script) => {
                 let run = script_step::ScriptStep {
-                    root: self.root,
-                    settings: self.settings,
-                    id: self.id,
-                    copy_dir: self.copy_dir,
-                    mode: self.mode,
+                    run: self,
                     package: pkg,
                     step,
                 };

@@ -29,8 +29,7 @@ use crate::script::resolver::ModuleStore;
 use crate::script::run::{CompiledScript, compile_source};
 
 use super::error::{AgentError, render_chain};
-use super::mode::lossy_env;
-use super::settings::{ResourceId, Settings};
+use super::mode::{ModeRun, lossy_env};
 
 /// The file name of the shellscript package's dispatcher.
 pub const SHELLSCRIPT_DISPATCHER: &str = "shellscript_run.sh";
@@ -145,18 +144,10 @@ pub struct ScriptStepResult {
     pub interrupts: Vec<InterruptRequest>,
 }
 
-/// One script step to run.
+/// One script step of a mode run.
 pub struct ScriptStep<'a> {
-    /// The host root.
-    pub root: &'a HostRoot,
-    /// Agent settings.
-    pub settings: &'a Settings,
-    /// Resource id.
-    pub id: &'a ResourceId,
-    /// Copy dir (host path).
-    pub copy_dir: &'a Path,
-    /// The agent's mode.
-    pub mode: Mode,
+    /// The mode run it belongs to (host root, settings, resource id, copy dir, mode).
+    pub run: &'a ModeRun<'a>,
     /// The package.
     pub package: &'a Package,
     /// The step.
@@ -186,17 +177,17 @@ impl ScriptStep<'_> {
                 .find(|(n, _)| n == k)
                 .map(|(_, v)| v.clone())
         };
-        let step_root = self.copy_dir.join("skyhook_dir");
+        let step_root = self.run.copy_dir.join("skyhook_dir");
         let (skyhook_dir, step_root) = if self.step.on_host {
-            (self.copy_dir.to_path_buf(), step_root)
+            (self.run.copy_dir.to_path_buf(), step_root)
         } else {
             (
-                self.root.display_path(self.copy_dir),
-                self.root.display_path(&step_root),
+                self.run.root.display_path(self.run.copy_dir),
+                self.run.root.display_path(&step_root),
             )
         };
         let ctx = StepContext {
-            mode: self.mode.as_str().to_string(),
+            mode: self.run.mode.as_str().to_string(),
             name: self.step.name.clone(),
             args: args.to_vec(),
             package_name: self.package.package_name.clone(),
@@ -204,25 +195,33 @@ impl ScriptStep<'_> {
             previous_version,
             skyhook_dir: skyhook_dir.display().to_string(),
             step_root: step_root.display().to_string(),
-            resource_id: self.id.raw.clone(),
+            resource_id: self.run.id.raw.clone(),
             node_order: get("SKYHOOK_NODE_ORDER").and_then(|v| v.trim().parse().ok()),
             dry_run: false,
             env: env.iter().cloned().collect::<BTreeMap<_, _>>(),
         };
-        let exec_mode = if self.mode.is_check() {
+        let exec_mode = if self.run.mode.is_check() {
             ExecMode::Check
         } else {
             ExecMode::Apply
         };
         let session_root =
-            HostRoot::open(self.root.mount()).map_err(|source| AgentError::OpenRoot {
-                path: self.root.mount().to_path_buf(),
+            HostRoot::open(self.run.root.mount()).map_err(|source| AgentError::OpenRoot {
+                path: self.run.root.mount().to_path_buf(),
                 source,
             })?;
         let options = HostOptions {
             env: env.clone(),
-            configmaps_dir: Some(self.root.display_path(&self.copy_dir.join("configmaps"))),
-            node_metadata_dir: Some(self.root.display_path(&self.copy_dir.join("node-metadata"))),
+            configmaps_dir: Some(
+                self.run
+                    .root
+                    .display_path(&self.run.copy_dir.join("configmaps")),
+            ),
+            node_metadata_dir: Some(
+                self.run
+                    .root
+                    .display_path(&self.run.copy_dir.join("node-metadata")),
+            ),
             commands_chrooted: self.step.on_host,
             deadline: Some(Instant::now() + engine.limits().timeout),
             secrets_dir: get("SKYHOOK_SECRETS_DIR")
@@ -232,7 +231,7 @@ impl ScriptStep<'_> {
             allowed_secrets: crate::host::secrets::parse_allowlist(
                 &get("SKYHOOK_ALLOWED_SECRETS").unwrap_or_default(),
             ),
-            resource_id: self.id.raw.clone(),
+            resource_id: self.run.id.raw.clone(),
             redactor: Some(redactor.clone()),
             ..HostOptions::default()
         };
@@ -269,7 +268,7 @@ impl ScriptStep<'_> {
                         status = 1;
                     }
                 }
-                if !self.mode.is_check() {
+                if !self.run.mode.is_check() {
                     interrupts = report.interrupts.clone();
                 }
             }
