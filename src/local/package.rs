@@ -70,6 +70,10 @@ pub enum StepKind {
     },
     /// Not reached: an earlier step failed (run modes stop at the first failure).
     NotRun,
+    /// The package's `root_dir/` overlay, planned before the steps as the agent applies it
+    /// ([`PackageRun::plan`]): its report (file writes and missing directories; in a
+    /// `*-check` mode these are not drift, the agent writes them before checking).
+    Overlay(Report),
 }
 
 /// One step of a dry run.
@@ -92,7 +96,10 @@ impl PlannedStep {
         match &self.kind {
             StepKind::Script(o) => o.ok,
             StepKind::Failed { .. } => false,
-            StepKind::Process | StepKind::Skipped { .. } | StepKind::NotRun => true,
+            StepKind::Process
+            | StepKind::Skipped { .. }
+            | StepKind::NotRun
+            | StepKind::Overlay(_) => true,
         }
     }
 
@@ -146,13 +153,18 @@ impl PackagePlan {
                     total.unchanged += o.report.unchanged;
                 }
                 StepKind::Process => total.actions.push(process_action(s)),
+                StepKind::Overlay(r) => {
+                    total.changes.extend(r.changes.iter().cloned());
+                    total.unchanged += r.unchanged;
+                }
                 _ => {}
             }
         }
         total
     }
 
-    /// The text form: per step a header `==> step <name>: <path> <args>` and what it
+    /// The text form: for the `root_dir/` overlay a header `==> overlay root_dir/` and its
+    /// changes; per step a header `==> step <name>: <path> <args>` and what it
     /// planned (the [`Report`] text form without its summary line: `~` changes with diffs,
     /// `> would run:` actions, `! interrupt:` lines), `> would run: <path> <args>` for a
     /// process step, `skipped: flag <path> exists` or `failed: <message>`; then the summary
@@ -160,18 +172,15 @@ impl PackagePlan {
     pub fn render_text(&self) -> String {
         let mut out = String::new();
         for s in &self.steps {
+            if let StepKind::Overlay(r) = &s.kind {
+                let _ = writeln!(out, "==> overlay {}", s.path);
+                out.push_str(&report_body(r, &self.redactor));
+                continue;
+            }
             let _ = writeln!(out, "==> step {}: {}", s.name, s.command_line());
             match &s.kind {
                 StepKind::Script(o) => {
-                    let text = o.report.render_text(&self.redactor);
-                    let body = text
-                        .trim_end_matches('\n')
-                        .rsplit_once('\n')
-                        .map_or("", |(body, _summary)| body);
-                    if !body.is_empty() {
-                        out.push_str(body);
-                        out.push('\n');
-                    }
+                    out.push_str(&report_body(&o.report, &self.redactor));
                     if let Some(e) = &o.error {
                         let _ = writeln!(out, "failed: {}", self.redactor.redact(e));
                     } else if !o.ok && !o.report.drift().is_empty() {
@@ -191,6 +200,7 @@ impl PackagePlan {
                     let _ = writeln!(out, "failed: {message}");
                 }
                 StepKind::NotRun => out.push_str("not run: an earlier step failed\n"),
+                StepKind::Overlay(_) => {}
             }
         }
         out.push_str(&self.total().summary());
@@ -200,8 +210,9 @@ impl PackagePlan {
 
     /// The JSON form: [`PackagePlan::total`] as [`Report::to_json`] plus `package`,
     /// `version`, `package_mode`, `ok`, `warnings` and `steps` (each with `name`, `path`,
-    /// `args`, `kind` — `rhai`, `process`, `skipped`, `failed` or `not_run` — and for a
-    /// script its [`StepOutcome::to_json`] under `result`, for a skipped step its `flag`,
+    /// `args`, `kind` — `overlay`, `rhai`, `process`, `skipped`, `failed` or `not_run` — and
+    /// for a script its [`StepOutcome::to_json`] under `result` (for the overlay its
+    /// [`Report::to_json`]), for a skipped step its `flag`,
     /// for a failed one its `error`).
     pub fn to_json(&self) -> Value {
         let r = &self.redactor;
@@ -229,6 +240,10 @@ impl PackagePlan {
                         "failed"
                     }
                     StepKind::NotRun => "not_run",
+                    StepKind::Overlay(rep) => {
+                        m.insert("result".into(), rep.to_json(r));
+                        "overlay"
+                    }
                 };
                 m.insert("kind".into(), kind.into());
                 v
@@ -245,6 +260,57 @@ impl PackagePlan {
         }
         v
     }
+}
+
+/// A report's text form without its summary line (empty, or lines ending with `\n`).
+fn report_body(r: &Report, redactor: &Redactor) -> String {
+    let text = r.render_text(redactor);
+    let body = text
+        .trim_end_matches('\n')
+        .rsplit_once('\n')
+        .map_or("", |(body, _summary)| body);
+    if body.is_empty() {
+        String::new()
+    } else {
+        format!("{body}\n")
+    }
+}
+
+/// Plan the agent's `root_dir/` overlay ([`crate::agent::prepare::overlay`]) from the
+/// package's `src` folder on this machine onto `h`: files written with their mode to the
+/// same host paths, missing directories created with the source mode, existing ones left
+/// alone, source symlinks followed (dangling ones skipped), entries taken in name order.
+fn plan_overlay(h: &mut Host, src: &Path, dst: &Path) -> Result<(), String> {
+    let read_err = |p: &Path, e: std::io::Error| format!("failed to read {}: {e}", p.display());
+    let mut entries: Vec<_> = std::fs::read_dir(src)
+        .map_err(|e| read_err(src, e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| read_err(src, e))?;
+    entries.sort_by_key(std::fs::DirEntry::file_name);
+    for e in entries {
+        let s = e.path();
+        let d = dst.join(e.file_name());
+        let ds = d.to_string_lossy();
+        let Ok(meta) = std::fs::metadata(&s) else {
+            continue; // dangling symlink in the source: nothing to copy
+        };
+        let mode = meta.permissions().mode() & 0o7777;
+        let host_err = |e: crate::host::HostError| crate::script::host_api::error_chain(&e);
+        if meta.is_dir() {
+            if h.view_stat(&d, true).map_err(host_err)?.is_none() {
+                crate::host::fs::mkdir(h, &ds, Some(mode)).map_err(host_err)?;
+            }
+            plan_overlay(h, &s, &d)?;
+        } else if meta.is_file() {
+            let data = std::fs::read(&s).map_err(|e| read_err(&s, e))?;
+            let opts = crate::host::fs::WriteOptions {
+                mode: Some(mode),
+                ..Default::default()
+            };
+            crate::host::fs::write_bytes(h, &ds, &data, &opts).map_err(host_err)?;
+        }
+    }
+    Ok(())
 }
 
 fn process_action(s: &PlannedStep) -> Action {
@@ -324,7 +390,13 @@ impl PackageRun {
     /// 2. one host session over the root for all steps, so later steps see the planned
     ///    writes of earlier ones (each step still ends with its own deferred work, e.g. one
     ///    `daemon-reload` per step, as in the agent);
-    /// 3. each step in order, as the agent would run it: a step whose flag exists (under
+    /// 3. the package's `root_dir/` overlay, as the agent applies it before the steps (not in
+    ///    `uninstall`/`uninstall-check`): every file of `DIR/root_dir/**` written to the same
+    ///    host path with its mode, missing directories created with theirs, existing ones
+    ///    untouched, through the shared session (so it shows as changes with diffs, listed
+    ///    first as a [`StepKind::Overlay`] entry, and later steps see it; never drift). A
+    ///    failure there is a [`StepKind::Failed`] entry named `root_dir` and no step runs;
+    /// 4. each step in order, as the agent would run it: a step whose flag exists (under
     ///    the state root, `SKYHOOK_ROOT_DIR`, default `/etc/skyhook`) is skipped where the
     ///    agent would skip it; `env:NAME` arguments are substituted from the environment;
     ///    a `.rhai` step runs (context as the agent's, with `dry_run` true in a plan,
@@ -407,8 +479,34 @@ impl PackageRun {
         let redactor = api.redactor().clone();
         let output = api.redacting_output(output);
 
-        let mut planned = Vec::with_capacity(steps.len());
+        let mut planned = Vec::with_capacity(steps.len() + 1);
         let mut stopped = false;
+        let overlay_src = self.dir.join("root_dir");
+        // The agent overlays root_dir/ in every mode but the uninstall ones, before any step.
+        if !matches!(self.mode, Mode::Uninstall | Mode::UninstallCheck) && overlay_src.is_dir() {
+            let planned_overlay = api.with_host(|h| {
+                let r = plan_overlay(h, &overlay_src, Path::new("/"));
+                let (report, deferred) = h.finish_step_with_report();
+                r.and(deferred.map_err(|e| crate::script::host_api::error_chain(&e)))
+                    .map(|()| report)
+            });
+            let kind = match planned_overlay {
+                Some(Ok(report)) => StepKind::Overlay(report),
+                Some(Err(message)) => {
+                    stopped = true;
+                    StepKind::Failed {
+                        message: format!("root_dir overlay: {message}"),
+                    }
+                }
+                None => StepKind::NotRun,
+            };
+            planned.push(PlannedStep {
+                name: "root_dir".into(),
+                path: "root_dir/".into(),
+                args: Vec::new(),
+                kind,
+            });
+        }
         for (step, script) in steps.iter().zip(&scripts) {
             let mut entry = PlannedStep {
                 name: step.name.clone(),

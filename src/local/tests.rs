@@ -117,3 +117,120 @@ fn one_session_across_steps_keeps_the_plan_overlay() {
     assert!(rest.changes.is_empty() && rest.actions.is_empty());
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
 }
+
+/// `examples/hello` copied into `d/pkg`, plus a `.rhai` apply step that reads the overlay.
+fn hello_with_reader(d: &std::path::Path) -> std::path::PathBuf {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hello");
+    let pkg = d.join("pkg");
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&src)
+        .arg(&pkg)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let config = std::fs::read_to_string(pkg.join("config.json")).unwrap();
+    let config = config.replacen(
+        "\"apply\": [",
+        "\"apply\": [\n      {\"name\": \"show\", \"path\": \"show.rhai\", \"arguments\": [], \"returncodes\": [0], \"on_host\": true, \"idempotence\": false, \"upgrade_step\": false},",
+        1,
+    );
+    std::fs::write(pkg.join("config.json"), config).unwrap();
+    std::fs::write(
+        pkg.join("skyhook_dir/show.rhai"),
+        "print(fs::read(\"/etc/hello/motd\"));",
+    )
+    .unwrap();
+    pkg
+}
+
+#[test]
+fn package_plan_includes_the_root_dir_overlay() {
+    let d = tempfile::tempdir().unwrap();
+    let pkg = hello_with_reader(d.path());
+    let root = d.path().join("root");
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    let engine = ScriptEngine::default();
+    let run = |mode: Mode| {
+        let out = Arc::new(CaptureOutput::new());
+        let plan = PackageRun {
+            dir: pkg.clone(),
+            root: root.clone(),
+            mode,
+            configmaps: None,
+            env: vec![("NODE_NAME".into(), "n1".into())],
+        }
+        .plan(&engine, out.clone())
+        .unwrap();
+        (plan, out)
+    };
+    let (plan, out) = run(Mode::Apply);
+    assert!(plan.ok(), "{}", plan.render_text());
+    assert_eq!(plan.steps[0].name, "root_dir");
+    let StepKind::Overlay(rep) = &plan.steps[0].kind else {
+        panic!("{:?}", plan.steps[0].kind);
+    };
+    let changes: Vec<(&str, Option<&str>)> = rep
+        .changes
+        .iter()
+        .map(|c| (c.summary.as_str(), c.diff.as_deref()))
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            ("create directory /etc/hello (mode 0755)", None),
+            (
+                "create /etc/hello/motd (mode 0644)",
+                Some(
+                    "--- /dev/null\n+++ b/etc/hello/motd\n@@ -0,0 +1 @@\n+Welcome to a node managed by skyhook\n"
+                )
+            ),
+        ]
+    );
+    // The later .rhai step sees the planned file; the host is untouched.
+    assert_eq!(
+        out.stdout_bytes(),
+        b"Welcome to a node managed by skyhook\n\n"
+    );
+    assert!(plan.render_text().starts_with(
+        "==> overlay root_dir/\n~ create directory /etc/hello (mode 0755)\n~ create /etc/hello/motd (mode 0644)\n"
+    ));
+    assert_eq!(plan.total().changes.len(), 2);
+    assert_eq!(plan.to_json()["steps"][0]["kind"], "overlay");
+    assert_eq!(std::fs::read_dir(root.join("etc")).unwrap().count(), 0);
+
+    // A check mode plans it too, without counting it as drift.
+    let (plan, _) = run(Mode::ApplyCheck);
+    assert!(matches!(&plan.steps[0].kind, StepKind::Overlay(r) if r.changes.len() == 2));
+    assert!(plan.steps[0].ok());
+    // Uninstall modes do not overlay.
+    let (plan, _) = run(Mode::Uninstall);
+    assert!(plan.steps.iter().all(|s| s.name != "root_dir"));
+    // An existing identical file is unchanged; a bad ancestor fails the plan before the steps.
+    std::fs::create_dir_all(root.join("etc/hello")).unwrap();
+    std::fs::write(
+        root.join("etc/hello/motd"),
+        "Welcome to a node managed by skyhook\n",
+    )
+    .unwrap();
+    let (plan, _) = run(Mode::Apply);
+    assert!(
+        matches!(&plan.steps[0].kind, StepKind::Overlay(r) if r.changes.is_empty() && r.unchanged == 1)
+    );
+    std::fs::remove_dir_all(root.join("etc/hello")).unwrap();
+    std::os::unix::fs::symlink("/srv/hello", root.join("etc/hello")).unwrap();
+    let (plan, _) = run(Mode::Apply);
+    assert!(!plan.ok());
+    let StepKind::Failed { message } = &plan.steps[0].kind else {
+        panic!("{:?}", plan.steps[0].kind);
+    };
+    assert_eq!(
+        message,
+        "root_dir overlay: cannot create /etc/hello: /etc/hello is a dangling symlink (its target /srv/hello does not exist)"
+    );
+    assert!(
+        plan.steps[1..]
+            .iter()
+            .all(|s| matches!(s.kind, StepKind::NotRun))
+    );
+}

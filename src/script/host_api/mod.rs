@@ -204,6 +204,13 @@ impl HostApi {
         self.finished(report, result)
     }
 
+    /// Run `f` on the session directly (Rust callers that act on the host outside a script,
+    /// e.g. `skyhook-run --package` planning the `root_dir/` overlay through the same
+    /// session as the steps). `None` when the session was already finished.
+    pub fn with_host<R>(&self, f: impl FnOnce(&mut Host) -> R) -> Option<R> {
+        lock(&self.inner.host).as_mut().map(f)
+    }
+
     /// [`HostApi::finish`] by value.
     ///
     /// # Errors
