@@ -59,8 +59,12 @@ pub const PROGRESS_CHECK_EVERY: u64 = 256;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Rhai operations per run (statements, expressions, loop iterations), module
-    /// evaluation included. Default 100,000,000: seconds of work, far beyond any
-    /// configuration script, and a backstop to the deadline.
+    /// evaluation included. Default 5,000,000: under a second of pure script work in a
+    /// release build. Measured: every shipped stdlib module and `examples/` package step
+    /// (the stdlib and `skyhook-run` test suites) runs within 20,000 operations, so the
+    /// margin is 250 times. It is also what bounds a map grown by `m[k] = v` in a loop
+    /// (see [`Limits::max_map_size`]): about 11 operations per new key, so at most ~450,000
+    /// keys, ~40 MB, where the former 100,000,000 let such a loop reach 600 MB.
     pub max_operations: u64,
     /// Nested calls of script functions, closures and function pointers. Default 64.
     pub max_call_levels: usize,
@@ -70,7 +74,10 @@ pub struct Limits {
     pub max_function_expr_depth: usize,
     /// Length of one string in bytes. Default 32 MiB (a large configuration file).
     pub max_string_size: usize,
-    /// Elements of one array. Default 1,000,000.
+    /// Elements of one array. Default 50,000 (a file of 50,000 lines split into lines fits).
+    /// Rhai re-measures an array on every `push`, so growing one element by element costs
+    /// quadratic time: 50,000 pushes take about 0.5 s in a release build, where the former
+    /// limit of 1,000,000 was never reached before the deadline.
     pub max_array_size: usize,
     /// Properties of one object map. Default 100,000. Rhai 1.27 checks it when a map is built,
     /// merged (`+=`, `mixin`) or stored in another value, not when `m[k] = v` adds a property;
@@ -89,12 +96,12 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_operations: 100_000_000,
+            max_operations: 5_000_000,
             max_call_levels: 64,
             max_expr_depth: 64,
             max_function_expr_depth: 32,
             max_string_size: 32 * 1024 * 1024,
-            max_array_size: 1_000_000,
+            max_array_size: 50_000,
             max_map_size: 100_000,
             max_modules: 64,
             max_variables: 10_000,
@@ -295,5 +302,49 @@ mod tests {
             assert_eq!(e.max_variables(), 19);
             assert_eq!(e.max_functions(), 20);
         }
+    }
+
+    /// Run `src` with the default limits; the error message and how long it took.
+    fn run_default(src: &str) -> (Option<String>, Duration) {
+        use crate::script::{
+            CaptureOutput, ModuleStore, RunOptions, StepContext, compile_source, run_script_with,
+        };
+        let engine = ScriptEngine::default();
+        let d = tempfile::tempdir().unwrap();
+        let store = Arc::new(ModuleStore::new(d.path()));
+        let script = compile_source(&engine, "grow.rhai", src, store).unwrap();
+        let opts = RunOptions::new(
+            Arc::new(CaptureOutput::new()),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let start = Instant::now();
+        let r = run_script_with(&engine, &script, &StepContext::default(), &opts);
+        (r.error.map(|e| e.to_string()), start.elapsed())
+    }
+
+    /// Pushing to an array in an endless loop hits the array limit (about 3 s in a debug
+    /// build, 0.5 s in release), not the 600 s deadline.
+    #[test]
+    fn endless_push_stops_at_the_array_limit() {
+        let (err, took) = run_default("let a = [];\nloop { a.push(1); }\n");
+        assert_eq!(
+            err.as_deref(),
+            Some("grow.rhai:2:10: array size limit exceeded (max_array_size = 50000 elements)")
+        );
+        assert!(took < Duration::from_secs(30), "took {took:?}");
+    }
+
+    /// Adding map keys in an endless loop (which Rhai does not size-check) hits the
+    /// operations limit (about 6 s in a debug build, under 1 s in release).
+    #[test]
+    fn endless_map_growth_stops_at_the_operations_limit() {
+        let (err, took) =
+            run_default("let m = #{};\nlet i = 0;\nloop { m[`k${i}`] = i; i += 1; }\n");
+        let err = err.unwrap();
+        assert!(
+            err.ends_with("operations limit exceeded (max_operations = 5000000)"),
+            "{err}"
+        );
+        assert!(took < Duration::from_secs(30), "took {took:?}");
     }
 }

@@ -828,6 +828,13 @@ apply script: what would change is drift, and the check fails).
   same. Commands are recorded, not run, unless marked `read_only` (or run with `query`).
 - **Errors are script errors** at the call's `file:line:col`, naming the path or command,
   and they can be caught with `try`/`catch`. An uncaught one fails the step.
+- **Deferred work is never lost.** A changed `service::drop_in` schedules one
+  `systemctl daemon-reload` (run before the step's next `service::` call, else at its end), a
+  changed `grub::` drop-in one grub regeneration at the end of the step; both run also when
+  the step fails. When one fails or cannot start, it is recorded on the host in
+  `/var/lib/skyhook/.deferred/` (`daemon-reload.json`, `grub.json` with the pending grubby
+  arguments) and the next script step on the node runs it (a plan or check lists it as an
+  action, never drift), then removes the record.
 - **Secrets never leak.** Values read with `secret()` or `secret_env()` (and variables named
   in `SKYHOOK_REDACT_ENV`) are replaced by `***` in output, logs, plans and error messages.
 - **Unset is `()`.** Functions documented to return a value or `()` return `()` when there is
@@ -846,10 +853,15 @@ apply script: what would change is drift, and the check fails).
 - `import \"skyhook/<name>\" as m;` loads a shipped module (below); `import \"lib/util\" as u;`
   a file of the package's `skyhook_dir` (never outside it); `import \"configmap/<name>\" as c;`
   evaluates configMap `<name>.rhai` (confined to the configMaps folder).
-- Limits: operations, call depth, expression depth, string/array/map sizes, modules and
-  variables are bounded, and a step has a wall-clock deadline (`SKYHOOK_SCRIPT_TIMEOUT`,
-  default 600 s); hitting one fails the step with a message naming the limit. `eval` does not
-  exist.
+- Limits: operations (5,000,000 per run: well under a second of script work; the shipped
+  modules need under 20,000), call depth (64), expression depth, string size (32 MiB), array
+  size (50,000 elements), map size (100,000 properties), modules and variables are bounded,
+  and a step has a wall-clock deadline (`SKYHOOK_SCRIPT_TIMEOUT`, default 600 s); hitting one
+  fails the step with a message naming the limit. Rhai checks a map's size when it is built or
+  merged, not when `m[k] = v` adds a key, so a map grown key by key in a loop is stopped by
+  the operations limit instead (at about 450,000 keys). Growing an array by `push` in a loop
+  gets slower as it grows (Rhai re-measures it on every push); build large lists with `split`
+  or `map` instead. `eval` does not exist.
 
 Types below are Rhai's: `String`, `int`, `bool`, `Map` (`#{...}`), `Array` (`[...]`), `()`;
 `?` means several types are accepted (see the description). Editor completion:
