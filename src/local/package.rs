@@ -154,7 +154,10 @@ impl PackagePlan {
                 }
                 StepKind::Process => total.actions.push(process_action(s)),
                 StepKind::Overlay(r) => {
+                    // Actions too: deferred work recorded by an earlier run is listed at the
+                    // end of the session's first part.
                     total.changes.extend(r.changes.iter().cloned());
+                    total.actions.extend(r.actions.iter().cloned());
                     total.unchanged += r.unchanged;
                 }
                 _ => {}
