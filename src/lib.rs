@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod chain;
 pub mod host;
 pub mod local;
 pub mod logs;

@@ -69,18 +69,5 @@ impl AgentError {
     }
 }
 
-/// Render an error and its causes on one line (`a: b: c`), skipping a cause whose text the
-/// previous message already contains.
-pub fn render_chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        let s = e.to_string();
-        if !out.contains(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-        cur = e.source();
-    }
-    out
-}
+/// Render an error and its causes on one line (`a: b: c`); see [`crate::chain::render`].
+pub use crate::chain::render as render_chain;

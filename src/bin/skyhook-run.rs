@@ -288,19 +288,7 @@ fn error_text(e: &LocalError) -> String {
     match e {
         // Already `file:line:col: message`.
         LocalError::Compile(c) => c.to_string(),
-        other => {
-            let mut s = format!("skyhook-run: error: {other}");
-            let mut src = std::error::Error::source(other);
-            while let Some(c) = src {
-                let t = c.to_string();
-                if !s.contains(&t) {
-                    s.push_str(": ");
-                    s.push_str(&t);
-                }
-                src = c.source();
-            }
-            s
-        }
+        other => format!("skyhook-run: error: {}", skyhook::chain::render(other)),
     }
 }
 

@@ -13,7 +13,7 @@
 //! existed, else 0.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use crate::host::Host;
 use crate::host::effect::{Effect, GrubUpdate, ServiceOp, quote_argv};
@@ -155,21 +155,8 @@ impl Overlay {
     }
 }
 
-/// Lexically normalise an absolute host path (`.` dropped, `..` pops, never above `/`), the
-/// way chroot resolution treats `..` at the root.
-pub(crate) fn normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-            _ => {}
-        }
-    }
-    out
-}
+/// Lexical normalisation of a host path, as chroot resolution treats `..` at the root.
+pub(crate) use crate::host::root::normalize;
 
 /// A unified diff between two texts with `--- a/path` / `+++ b/path` headers (`/dev/null`
 /// for a side that does not exist), or a one-line note for binary content.

@@ -104,7 +104,7 @@ impl Limit {
     }
 
     /// The message for this limit with the configured values, e.g.
-    /// `operations limit exceeded (max_operations = 100000000)`.
+    /// `operations limit exceeded (max_operations = 5000000)`.
     pub fn message(self, limits: &Limits) -> String {
         match self {
             Limit::Operations => format!(

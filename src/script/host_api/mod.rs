@@ -259,19 +259,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// An error with its causes, `a: b: c` (a cause already contained in the text is skipped).
+/// An error with its causes, `a: b: c` (see [`crate::chain::render`]).
 pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = c.source();
-    }
-    s
+    crate::chain::render(e)
 }
 
 struct RedactingOutput {
