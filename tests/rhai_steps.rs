@@ -304,3 +304,24 @@ fn validate_compiles_rhai_steps_and_imports() {
     r.code(1);
     assert!(r.stderr.contains("apply.rhai:2:9:"), "{}", r.stderr);
 }
+
+#[test]
+fn module_errors_name_host_paths_like_step_errors() {
+    // regression: import errors showed the agent-side path under the root mount
+    require_root!();
+    let fr = FakeRoot::new();
+    one_script(&fr, "import \"lib/helper\" as h;\nh::boom();\n");
+    fr.write(
+        "/t/pkg/skyhook_dir/lib/helper.rhai",
+        "fn boom() {\n    let x = 1 + \"a\" - 2;\n}\n",
+    );
+    let r = fr.run("apply");
+    r.code(1);
+    // the script error goes to the step's stderr (console and .log.err)
+    assert!(
+        r.stderr.contains("/t/pkg/skyhook_dir/lib/helper.rhai:2:"),
+        "stderr: {}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains(&fr.root_str()), "{}", r.stderr);
+}

@@ -103,7 +103,11 @@ pub fn compile_mode_scripts(
             .get_or_insert_with(|| {
                 Arc::new(
                     ModuleStore::new(root.display_path(&copy_dir.join("skyhook_dir")))
-                        .with_configmaps(root.display_path(&copy_dir.join("configmaps"))),
+                        .with_configmaps(root.display_path(&copy_dir.join("configmaps")))
+                        .shown_as(
+                            copy_dir.join("skyhook_dir"),
+                            Some(copy_dir.join("configmaps")),
+                        ),
                 )
             })
             .clone();
@@ -121,9 +125,10 @@ pub fn compile_mode_scripts(
         .join(format!("{}.rhai", mode.as_str().replace('-', "_")));
     if !out.is_empty() && matches!(root.metadata(&stage_script)?, Some(m) if m.is_file()) {
         let engine = engine()?;
-        let store = Arc::new(ModuleStore::new(
-            root.display_path(&copy_dir.join("skyhook_dir")),
-        ));
+        let store = Arc::new(
+            ModuleStore::new(root.display_path(&copy_dir.join("skyhook_dir")))
+                .shown_as(copy_dir.join("skyhook_dir"), None),
+        );
         let source = String::from_utf8(root.read(&stage_script)?).map_err(|_| {
             AgentError::Script(format!("{}: not valid UTF-8", stage_script.display()))
         })?;

@@ -514,7 +514,7 @@ mod tests {
         d["package_version"] = json!("1.0");
         let e = err(&d);
         assert!(
-            e.starts_with("/pkg/config.json: does not match the skyhook-agent v1 schema: at /package_version: \"1.0\" does not match"),
+            e.starts_with("/pkg/config.json: does not match the skyhook-agent v1 schema: at /package_version: \"1.0\" is not a semantic version: expected MAJOR.MINOR.PATCH"),
             "{e}"
         );
     }

@@ -72,11 +72,29 @@ pub fn validate_v1(doc: &Value) -> Result<Vec<Violation>, String> {
     let validator = validator_v1()?;
     Ok(validator
         .iter_errors(doc)
-        .map(|e| Violation {
-            pointer: e.instance_path().as_str().to_string(),
-            message: e.to_string(),
+        .map(|e| {
+            let pointer = e.instance_path().as_str().to_string();
+            let message = readable_pattern_error(&pointer, e.instance(), e.to_string());
+            Violation { pointer, message }
         })
         .collect())
+}
+
+/// The validator words a pattern mismatch by quoting the whole regex; for the two patterns of
+/// schema v1 say what is expected instead.
+fn readable_pattern_error(pointer: &str, instance: &Value, message: String) -> String {
+    if !message.contains(" does not match ") {
+        return message;
+    }
+    if pointer == "/package_version" {
+        format!(
+            "{instance} is not a semantic version: expected MAJOR.MINOR.PATCH with an optional -PRERELEASE and +BUILD, no leading zeros (e.g. 1.0.0, 1.0.0-dev, 1.0.0+build1)"
+        )
+    } else if pointer.starts_with("/modes/") && pointer.ends_with("/name") {
+        format!("{instance} is not a valid step name: use letters, digits, `_`, `-` and `.`")
+    } else {
+        message
+    }
 }
 
 #[cfg(test)]

@@ -149,6 +149,10 @@ pub struct ModuleStore {
     /// dir>/configmaps`; skyhook-run: `--configmaps`), opened on first use.
     configmaps_dir: Option<PathBuf>,
     configmaps_root: OnceLock<Result<Root, String>>,
+    /// How the base and configMaps directories are spelled in messages (the agent shows host
+    /// paths, not the root mount's); `None`: as opened.
+    shown_base: Option<PathBuf>,
+    shown_configmaps: Option<PathBuf>,
     cache: Mutex<HashMap<String, Arc<CachedModule>>>,
 }
 
@@ -168,6 +172,8 @@ impl ModuleStore {
             root: OnceLock::new(),
             configmaps_dir: None,
             configmaps_root: OnceLock::new(),
+            shown_base: None,
+            shown_configmaps: None,
             cache: Mutex::new(HashMap::new()),
         }
     }
@@ -179,6 +185,15 @@ impl ModuleStore {
         self
     }
 
+    /// Spell the base directory `base` and the configMaps directory `configmaps` in error
+    /// messages (file:line:col), e.g. as host paths when the directories are opened through
+    /// the root mount, so that every script error of a step names files the same way.
+    pub fn shown_as(mut self, base: impl Into<PathBuf>, configmaps: Option<PathBuf>) -> Self {
+        self.shown_base = Some(base.into());
+        self.shown_configmaps = configmaps;
+        self
+    }
+
     /// The base directory relative imports resolve in.
     pub fn base_dir(&self) -> &Path {
         &self.base_dir
@@ -187,6 +202,9 @@ impl ModuleStore {
     /// `<base>/<rel>` for messages; just `rel` when the base is the working directory
     /// (empty or `.`), so that `skyhook-run check x.rhai` reports `lib/util.rhai`.
     fn display(&self, rel: &Path) -> String {
+        if let Some(shown) = &self.shown_base {
+            return shown.join(rel).display().to_string();
+        }
         if self.base_dir.as_os_str().is_empty() || self.base_dir == Path::new(".") {
             rel.display().to_string()
         } else {
@@ -260,7 +278,13 @@ impl ModuleStore {
             }
             ModuleRef::ConfigMap(rel) => {
                 let (root, dir) = self.configmaps_root().map_err(not_found)?;
-                let file = dir.join(&rel).display().to_string();
+                let file = self
+                    .shown_configmaps
+                    .as_deref()
+                    .unwrap_or(dir)
+                    .join(&rel)
+                    .display()
+                    .to_string();
                 let text =
                     read_confined(root, &rel).map_err(|e| not_found(format!("{file}: {e}")))?;
                 (file, text)

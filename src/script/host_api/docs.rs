@@ -835,8 +835,11 @@ apply script: what would change is drift, and the check fails).
   `/var/lib/skyhook/.deferred/` (`daemon-reload.json`, `grub.json` with the pending grubby
   arguments) and the next script step on the node runs it (a plan or check lists it as an
   action, never drift), then removes the record.
-- **Secrets never leak.** Values read with `secret()` or `secret_env()` (and variables named
-  in `SKYHOOK_REDACT_ENV`) are replaced by `***` in output, logs, plans and error messages.
+- **Secrets are redacted.** Values read with `secret()` or `secret_env()` (and variables
+  named in `SKYHOOK_REDACT_ENV`) are replaced by `***` wherever they appear verbatim in
+  output, logs, plans and error messages, also when a step's output splits them across
+  reads. A value the script transforms (a substring, upper-cased, split into characters) is no
+  longer that value and is not recognised: do not print derived forms of a secret.
 - **Unset is `()`.** Functions documented to return a value or `()` return `()` when there is
   nothing (`config::get` of a missing configMap, `pkg::version` of a missing package).
 
