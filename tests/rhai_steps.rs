@@ -325,3 +325,74 @@ fn module_errors_name_host_paths_like_step_errors() {
     );
     assert!(!r.stderr.contains(&fr.root_str()), "{}", r.stderr);
 }
+
+/// Wait (bounded) until `rx` yields a line satisfying `want`.
+fn wait_line(
+    rx: &std::sync::mpsc::Receiver<String>,
+    want: impl Fn(&str) -> bool,
+    what: &str,
+) -> Result<(), String> {
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(l) if want(&l) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("no {what} line ({e})")),
+        }
+    }
+}
+
+#[test]
+fn sigterm_during_a_rhai_step_stops_before_the_next() {
+    // regression: the runtime did not poll its signal driver while a script ran, so a SIGTERM
+    // during a .rhai step was noticed only after the next step had run
+    require_root!();
+    use nix::sys::signal::{Signal, kill};
+    let fr = FakeRoot::new();
+    fr.write_config(&config(json!({
+        "apply": [rhai_step("s1.rhai", &[]), rhai_step("s2.rhai", &[])],
+        "apply-check": [rhai_step("s1.rhai", &[])],
+    })));
+    // s1 blocks on a fifo until the test has sent SIGTERM and seen the agent record it
+    fr.write_step(
+        "s1.rhai",
+        "query([\"/bin/sh\", \"-c\", \"read x < /t/go\"]);\nprint(\"s1 done\");\n",
+    );
+    fr.write_step("s2.rhai", "fs::write(\"/t/s2-ran\", \"x\");\n");
+    nix::unistd::mkfifo(
+        &fr.host("/t/go"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .expect("mkfifo");
+    let mut child = fr.spawn("apply");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let (out_lines, stdout) = line_reader(child.stdout.take().expect("stdout"));
+    let (err_lines, stderr) = line_reader(child.stderr.take().expect("stderr"));
+    let fail = |e: String, child: &mut std::process::Child| -> ! {
+        let _ = kill(pid, Signal::SIGKILL);
+        let _ = child.wait();
+        panic!("{e}");
+    };
+    if let Err(e) = wait_line(&out_lines, |l| l.starts_with("apply s1.rhai "), "s1 header") {
+        fail(e, &mut child);
+    }
+    kill(pid, Signal::SIGTERM).expect("SIGTERM");
+    // recorded while s1 is still blocked
+    if let Err(e) = wait_line(
+        &err_lines,
+        |l| l.contains("received SIGTERM"),
+        "SIGTERM notice",
+    ) {
+        fail(e, &mut child);
+    }
+    std::fs::write(fr.host("/t/go"), "go\n").expect("release s1");
+    let status = child.wait().expect("wait");
+    let (out, err) = (stdout.join().unwrap(), stderr.join().unwrap());
+    assert_eq!(exit_code(status), 1, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("SUCEEDED: s1.rhai "), "{out}");
+    assert!(!out.contains("apply s2.rhai"), "{out}");
+    assert!(!fr.exists("/t/s2-ran"));
+    assert!(fr.exists(&format!(
+        "/t/state/flags/demo/1.0.0/s1.rhai_{}",
+        marker("[]_[0]")
+    )));
+}

@@ -419,14 +419,16 @@ impl ModeRun<'_> {
                     package: pkg,
                     step,
                 };
-                let r = run.run(
-                    script,
-                    &args,
-                    env,
-                    versions.map(|(p, _)| p.clone()),
-                    logs,
-                    redactor,
-                )?;
+                let r = run
+                    .run(
+                        script,
+                        &args,
+                        env,
+                        versions.map(|(p, _)| p.clone()),
+                        logs,
+                        redactor,
+                    )
+                    .await?;
                 (r.ok, r.status, r.interrupts)
             }
             None => {

@@ -165,7 +165,7 @@ impl ScriptStep<'_> {
     ///
     /// # Errors
     /// The host root cannot be reopened, or the console cannot be duplicated.
-    pub fn run(
+    pub async fn run(
         &self,
         script: &CompiledScript,
         args: &[String],
@@ -245,14 +245,20 @@ impl ScriptStep<'_> {
             SinkOutput::console(logs, Some(redactor.clone()))
                 .map_err(|e| AgentError::Script(render_chain(&e)))?,
         );
+        // The script runs on the blocking pool while this task awaits it, so the runtime keeps
+        // polling its drivers: a SIGTERM during the step is recorded at once (section 11), as
+        // for a process step.
         let runner = ScriptRunner { engine };
-        let outcome = runner.run(
-            script,
-            &ctx,
-            api.clone(),
-            output.clone(),
-            Arc::new(AtomicBool::new(false)),
-        );
+        let outcome = {
+            let file = script.file().to_string();
+            let (script, ctx, api, output) =
+                (script.clone(), ctx.clone(), api.clone(), output.clone());
+            tokio::task::spawn_blocking(move || {
+                runner.run(&script, &ctx, api, output, Arc::new(AtomicBool::new(false)))
+            })
+            .await
+            .map_err(|e| AgentError::Script(format!("{file}: script runner: {e}")))?
+        };
         let mut ok = !outcome.failed() && self.step.accepts(outcome.code);
         let mut status = outcome.code;
         let mut interrupts = Vec::new();
