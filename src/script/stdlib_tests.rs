@@ -677,6 +677,45 @@ fn tuning_refuses_an_unsupported_limit() {
     assert_eq!(n.snapshot(), fresh);
 }
 
+#[test]
+fn tuning_grub_lines_may_hold_several_arguments() {
+    let n = tuning_node("ubuntu-24.04", "debian");
+    n.configmap("grub.conf", "# huge pages\nhugepagesz=1G hugepages=2\n");
+    n.step("tuning", "config", false).ok();
+    assert_eq!(
+        n.t.read("/etc/default/grub.d/999-tuning-tuning.cfg"),
+        TUNING_GRUB
+    );
+    n.step("tuning", "config", false).ok();
+    n.t.file(
+        "/proc/cmdline",
+        "BOOT_IMAGE=/vmlinuz ro quiet hugepagesz=1G hugepages=2\n",
+    );
+    n.t.file(
+        "/state/containerd.service.show",
+        "LimitMEMLOCK=infinity\nLimitNOFILE=1048576\nLimitSTACK=67108864\n",
+    );
+    n.step("tuning", "post-interrupt-check", false).ok();
+}
+
+#[test]
+fn tuning_validates_grub_conf_before_changing_anything() {
+    let n = tuning_node("rhel-9", "rhel");
+    n.configmap("grub.conf", "hugepages=2\n\nquiet init=$x\n");
+    let fresh = n.snapshot();
+    let ran = n.step("tuning", "config", false);
+    assert!(
+        ran.error().contains(
+            "grub.conf line 3: invalid kernel argument \"init=$x\" (quotes, \\, $ and backquotes are not allowed)"
+        ),
+        "{}",
+        ran.error()
+    );
+    assert!(ran.report.changes.is_empty());
+    assert_eq!(n.snapshot(), fresh);
+    assert!(n.calls().is_empty(), "{:?}", n.calls());
+}
+
 /// The calls that change something: without the queries (`dpkg-query`, `rpm -q`,
 /// `systemctl is-*`, `systemctl show`, `tuned-adm active`).
 fn mutating(calls: Vec<String>) -> Vec<String> {
