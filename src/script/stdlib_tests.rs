@@ -716,6 +716,52 @@ fn tuning_validates_grub_conf_before_changing_anything() {
     assert!(n.calls().is_empty(), "{:?}", n.calls());
 }
 
+#[test]
+fn tuning_checks_every_sysctl_key_before_setting_any() {
+    let n = tuning_node("ubuntu-22.04", "debian");
+    n.configmap(
+        "sysctl.conf",
+        "fs.inotify.max_user_instances = 8192\n# comment\nnet.core.nosuch = 1\n",
+    );
+    let fresh = n.snapshot();
+    let ran = n.step("tuning", "config", false);
+    assert!(
+        ran.error()
+            .contains("sysctl.conf line 3: no such key \"net.core.nosuch\" in /proc/sys"),
+        "{}",
+        ran.error()
+    );
+    assert!(ran.report.changes.is_empty());
+    assert_eq!(n.snapshot(), fresh);
+    assert_eq!(n.t.read("/proc/sys/fs/inotify/max_user_instances"), "128\n");
+}
+
+#[test]
+fn tuning_sysctl_conf_syntax_semicolons_and_optional_keys() {
+    let n = tuning_node("fedora-40", "fedora");
+    n.configmap(
+        "sysctl.conf",
+        "; a comment\n-net.core.nosuch = 1\n- vm.max_map_count = 262144\nnet.core.rmem_max=4096\n",
+    );
+    let ran = n.step("tuning", "config", false).ok();
+    assert_eq!(
+        ran.stderr,
+        "WARN: sysctl.conf line 2: no such key \"net.core.nosuch\" in /proc/sys, skipped (optional: \"-\" prefix)\n"
+    );
+    assert_eq!(
+        n.t.read("/etc/sysctl.d/999-tuning-tuning.conf"),
+        "net.core.rmem_max = 4096\nvm.max_map_count = 262144\n"
+    );
+    assert_eq!(n.t.read("/proc/sys/vm/max_map_count"), "262144\n");
+    assert_eq!(n.t.read("/proc/sys/net/core/rmem_max"), "4096\n");
+    n.t.file(
+        "/state/containerd.service.show",
+        "LimitMEMLOCK=infinity\nLimitNOFILE=1048576\nLimitSTACK=67108864\n",
+    );
+    let check = n.step("tuning", "config-check", false).ok();
+    assert_eq!(check.stdout, "tuning config-check: ok\n");
+}
+
 /// The calls that change something: without the queries (`dpkg-query`, `rpm -q`,
 /// `systemctl is-*`, `systemctl show`, `tuned-adm active`).
 fn mutating(calls: Vec<String>) -> Vec<String> {
