@@ -762,6 +762,39 @@ fn tuning_sysctl_conf_syntax_semicolons_and_optional_keys() {
     assert_eq!(check.stdout, "tuning config-check: ok\n");
 }
 
+#[test]
+fn two_tuning_packages_keep_their_own_pam_limits_blocks() {
+    let mut n = tuning_node("ubuntu-24.04", "debian");
+    n.t.file(
+        "/state/containerd.service.show",
+        "LimitMEMLOCK=infinity\nLimitNOFILE=1048576\nLimitSTACK=67108864\n",
+    );
+    n.package = "first".into();
+    n.step("tuning", "config", false).ok();
+    n.package = "second".into();
+    n.step("tuning", "config", false).ok();
+    let first = "# BEGIN skyhook first-tuning\nsession required pam_limits.so\n# END skyhook first-tuning\n";
+    let second = "# BEGIN skyhook second-tuning\nsession required pam_limits.so\n# END skyhook second-tuning\n";
+    assert_eq!(
+        n.t.read("/etc/pam.d/common-session"),
+        format!("{PAM_SESSION}{first}{second}")
+    );
+    // a line outside the skyhook blocks still counts
+    assert_eq!(
+        n.t.read("/etc/pam.d/common-session-noninteractive"),
+        PAM_NONINTERACTIVE
+    );
+    n.package = "first".into();
+    n.step("tuning", "uninstall", false).ok();
+    n.step("tuning", "uninstall-check", false).ok();
+    assert_eq!(
+        n.t.read("/etc/pam.d/common-session"),
+        format!("{PAM_SESSION}{second}")
+    );
+    n.package = "second".into();
+    n.step("tuning", "config-check", false).ok();
+}
+
 /// The calls that change something: without the queries (`dpkg-query`, `rpm -q`,
 /// `systemctl is-*`, `systemctl show`, `tuned-adm active`).
 fn mutating(calls: Vec<String>) -> Vec<String> {
