@@ -1028,6 +1028,58 @@ fn tuned_on_every_distribution() {
 }
 
 #[test]
+fn tuned_removes_profiles_whose_configmap_is_gone() {
+    let n = Node::new("ubuntu-24.04", "debian", "tuned");
+    n.configmap("tuned_profile", "gpu-throughput\n");
+    n.configmap("gpu-throughput", PROFILE);
+    n.configmap("old-hpc", "[main]\ninclude=latency-performance\n");
+    n.step("tuned", "apply", false).ok();
+    assert_eq!(
+        n.t.read("/etc/tuned/.skyhook-tuned-profiles"),
+        "gpu-throughput\nold-hpc\n"
+    );
+    assert!(n.t.p("/etc/tuned/old-hpc/tuned.conf").exists());
+
+    // the configMap goes: config-check sees the leftover, config removes it
+    std::fs::remove_file(n.t.p("/skyhook/pkg/configmaps/old-hpc")).unwrap();
+    let stale = n.step("tuned", "config-check", false);
+    assert!(
+        stale
+            .stderr
+            .contains("ERROR: /etc/tuned/old-hpc exists but there is no configMap old-hpc"),
+        "{}",
+        stale.stderr
+    );
+    n.step("tuned", "config", false).ok();
+    assert!(!n.t.p("/etc/tuned/old-hpc").exists());
+    assert_eq!(
+        n.t.read("/etc/tuned/.skyhook-tuned-profiles"),
+        "gpu-throughput\n"
+    );
+    n.step("tuned", "config-check", false).ok();
+    let again = n.step("tuned", "config", false).ok();
+    assert!(
+        again.report.changes.is_empty(),
+        "{:?}",
+        again.report.changes
+    );
+
+    // uninstall removes the recorded profiles even when their configMap is gone too
+    std::fs::remove_file(n.t.p("/skyhook/pkg/configmaps/gpu-throughput")).unwrap();
+    let left = n.step("tuned", "uninstall-check", false);
+    assert!(
+        left.stderr
+            .contains("ERROR: /etc/tuned/gpu-throughput still exists"),
+        "{}",
+        left.stderr
+    );
+    n.step("tuned", "uninstall", false).ok();
+    assert!(!n.t.p("/etc/tuned/gpu-throughput").exists());
+    assert!(!n.t.p("/etc/tuned/.skyhook-tuned-profiles").exists());
+    n.step("tuned", "uninstall-check", false).ok();
+}
+
+#[test]
 fn tuned_uses_yum_where_there_is_no_dnf() {
     let n = Node::new("rhel-9", "rhel", "tuned");
     std::fs::remove_file(n.t.p("/usr/bin/dnf")).unwrap();
