@@ -649,15 +649,40 @@ fn tuning_follows_removed_configmaps() {
     n.t.clear_calls();
     n.step("tuning", "config", false).ok();
     assert!(!n.t.p("/etc/default/grub.d/999-tuning-tuning.cfg").exists());
-    assert!(
-        !n.t.p("/etc/systemd/system/containerd.service.d/999-tuning-tuning.conf")
-            .exists()
-    );
+    assert!(!n.t.p("/etc/systemd/system/containerd.service.d").exists());
     assert_eq!(
         n.t.read("/etc/systemd/system/crio.service.d/999-tuning-tuning.conf"),
         "[Service]\nLimitNOFILE=65536\n"
     );
     assert_eq!(n.calls(), ["systemctl daemon-reload", "update-grub"]);
+}
+
+#[test]
+fn tuning_drop_in_dirs_removed_when_empty_and_empty_drop_ins_are_absent() {
+    let n = tuning_node("debian-12", "debian");
+    n.configmap("service_crio.conf", "\n \n");
+    n.t.file(
+        "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf",
+        "[Service]\n",
+    );
+    n.configmap("service_kubelet.conf", "[Service]\nLimitNOFILE=65536\n");
+    n.step("tuning", "config", false).ok();
+    assert!(!n.t.p("/etc/systemd/system/crio.service.d").exists());
+    assert!(
+        n.t.p("/etc/systemd/system/containerd.service.d/999-tuning-tuning.conf")
+            .exists()
+    );
+    n.step("tuning", "uninstall", false).ok();
+    assert!(!n.t.p("/etc/systemd/system/containerd.service.d").exists());
+    // a directory holding someone else's drop-in stays
+    assert_eq!(
+        n.t.read("/etc/systemd/system/kubelet.service.d/10-kubeadm.conf"),
+        "[Service]\n"
+    );
+    assert!(
+        !n.t.p("/etc/systemd/system/kubelet.service.d/999-tuning-tuning.conf")
+            .exists()
+    );
 }
 
 #[test]
