@@ -857,16 +857,29 @@ fn kdump_on_every_distribution() {
     for (os, family) in DISTROS {
         let n = Node::new(os, family, "kdump");
         n.configmap("crashkernel", "512M\n");
-        n.configmap("kdump.conf", "USE_KDUMP=1\nKDUMP_COREDIR=\"/var/crash\"");
+        // both families' configuration: each node writes only its own
+        n.configmap("kdump-tools", "USE_KDUMP=1\nKDUMP_COREDIR=\"/var/crash\"");
+        n.configmap(
+            "kdump.conf",
+            "path /var/crash\ncore_collector makedumpfile -l\n",
+        );
         n.t.file("/proc/cmdline", "BOOT_IMAGE=/vmlinuz ro quiet\n");
-        let (pkgs, svc, conf) = if *family == "debian" {
+        let (pkgs, svc, conf, conf_text, other) = if *family == "debian" {
             (
                 "kdump-tools crash makedumpfile",
                 "kdump-tools",
                 "/etc/default/kdump-tools",
+                "USE_KDUMP=1\nKDUMP_COREDIR=\"/var/crash\"\n",
+                "/etc/kdump.conf",
             )
         } else {
-            ("kexec-tools crash", "kdump", "/etc/kdump.conf")
+            (
+                "kexec-tools crash",
+                "kdump",
+                "/etc/kdump.conf",
+                "path /var/crash\ncore_collector makedumpfile -l\n",
+                "/etc/default/kdump-tools",
+            )
         };
         let fresh = n.snapshot();
 
@@ -903,10 +916,8 @@ fn kdump_on_every_distribution() {
             n.t.read("/etc/default/grub.d/999-kdump-kdump.cfg"),
             "GRUB_CMDLINE_LINUX_DEFAULT=\"${GRUB_CMDLINE_LINUX_DEFAULT} crashkernel=512M\"\n"
         );
-        assert_eq!(
-            n.t.read(conf),
-            "USE_KDUMP=1\nKDUMP_COREDIR=\"/var/crash\"\n"
-        );
+        assert_eq!(n.t.read(conf), conf_text, "{os}");
+        assert!(!n.t.p(other).exists(), "{os}");
         let grub = if *family == "debian" {
             "update-grub"
         } else {
@@ -963,6 +974,32 @@ fn kdump_on_every_distribution() {
             "{os}"
         );
         n.step("kdump", "uninstall-check", false).ok();
+    }
+}
+
+#[test]
+fn kdump_warns_about_the_other_familys_configuration() {
+    for (os, family, given, want) in [
+        (
+            "ubuntu-24.04",
+            "debian",
+            "kdump.conf",
+            "WARN: configMap kdump.conf is not used on the debian family (its kdump configuration is configMap kdump-tools, written to /etc/default/kdump-tools); /etc/default/kdump-tools left as it is\n",
+        ),
+        (
+            "rhel-9",
+            "rhel",
+            "kdump-tools",
+            "WARN: configMap kdump-tools is not used on the rhel family (its kdump configuration is configMap kdump.conf, written to /etc/kdump.conf); /etc/kdump.conf left as it is\n",
+        ),
+    ] {
+        let n = Node::new(os, family, "kdump");
+        n.configmap("crashkernel", "512M\n");
+        n.configmap(given, "x\n");
+        let ran = n.step("kdump", "config", false).ok();
+        assert_eq!(ran.stderr, want, "{os}");
+        assert!(!n.t.p("/etc/default/kdump-tools").exists(), "{os}");
+        assert!(!n.t.p("/etc/kdump.conf").exists(), "{os}");
     }
 }
 
@@ -1244,6 +1281,81 @@ fn example_packages_load_and_compile() {
         for (_, step) in loaded.package.all_steps() {
             compile_step(&engine, &steps.join(&step.path), &steps)
                 .unwrap_or_else(|e| panic!("{module}: {e}"));
+        }
+    }
+}
+
+/// The `configMap:` entries of the first package of a Skyhook CR (`skyhook.yaml`): plain
+/// scalars and `|` / `|-` block scalars, as the examples write them (no YAML library).
+fn cr_configmaps(yaml: &str) -> std::collections::BTreeMap<String, String> {
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let lines: Vec<&str> = yaml.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.trim() == "configMap:")
+        .expect("a configMap: section");
+    let base = indent(lines[start]);
+    let mut out = std::collections::BTreeMap::new();
+    let mut i = start + 1;
+    while i < lines.len() {
+        let l = lines[i];
+        if l.trim().is_empty() {
+            i += 1;
+            continue;
+        }
+        if indent(l) <= base {
+            break;
+        }
+        let (key, value) = l.trim().split_once(':').expect("key: value");
+        let value = value.trim();
+        i += 1;
+        if value == "|-" || value == "|" {
+            let mut body: Vec<&str> = Vec::new();
+            let mut block_indent = None;
+            while i < lines.len() && (lines[i].trim().is_empty() || indent(lines[i]) > indent(l)) {
+                let bi = *block_indent.get_or_insert(indent(lines[i]).max(indent(l) + 1));
+                body.push(lines[i].get(bi..).unwrap_or(""));
+                i += 1;
+            }
+            while body.last() == Some(&"") {
+                body.pop();
+            }
+            let mut text = body.join("\n");
+            if value == "|" {
+                text.push('\n');
+            }
+            out.insert(key.to_string(), text);
+        } else {
+            out.insert(key.to_string(), value.trim_matches('"').to_string());
+        }
+    }
+    out
+}
+
+/// Each example's `configmaps/` holds exactly the configMaps of its Skyhook CR, so a dry run
+/// of the example (`skyhook-run --package examples/<m>`) tests what the CR deploys.
+#[test]
+fn example_configmaps_match_the_crs() {
+    for module in ["tuning", "tuned", "kdump", "shellscript"] {
+        let dir = manifest().join("examples").join(module);
+        let cr = cr_configmaps(&std::fs::read_to_string(dir.join("skyhook.yaml")).unwrap());
+        let mut files = std::collections::BTreeMap::new();
+        for e in std::fs::read_dir(dir.join("configmaps")).unwrap() {
+            let e = e.unwrap();
+            let text = std::fs::read_to_string(e.path()).unwrap();
+            files.insert(e.file_name().to_string_lossy().into_owned(), text);
+        }
+        assert_eq!(
+            cr.keys().collect::<Vec<_>>(),
+            files.keys().collect::<Vec<_>>(),
+            "{module}"
+        );
+        for (name, want) in &cr {
+            assert_eq!(
+                files[name].trim_end_matches('\n'),
+                want.trim_end_matches('\n'),
+                "{module}: configmaps/{name}"
+            );
         }
     }
 }

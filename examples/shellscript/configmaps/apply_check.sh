@@ -1,2 +1,2 @@
 #!/bin/bash
-grep -qx "Managed by Skyhook" /etc/motd.d/10-skyhook
+grep -qxF "${MOTD_TEXT:-Managed by Skyhook}" /etc/motd.d/10-skyhook
