@@ -944,11 +944,24 @@ fn kdump_on_every_distribution() {
             "{os}: {}",
             early.stderr
         );
+        n.t.file(&format!("/state/{svc}.active"), "yes\n");
+        // the kernel uses the last crashkernel= (e.g. Ubuntu's kdump-tools.cfg drop-in)
+        n.t.file(
+            "/proc/cmdline",
+            "BOOT_IMAGE=/vmlinuz ro quiet crashkernel=512M crashkernel=384M-:192M\n",
+        );
+        let overridden = n.step("kdump", "post-interrupt-check", false);
+        assert!(
+            overridden.error().contains(
+                "the running kernel uses crashkernel=384M-:192M, not crashkernel=512M: a later crashkernel= wins"
+            ),
+            "{os}: {}",
+            overridden.error()
+        );
         n.t.file(
             "/proc/cmdline",
             "BOOT_IMAGE=/vmlinuz ro quiet crashkernel=512M\n",
         );
-        n.t.file(&format!("/state/{svc}.active"), "yes\n");
         let ok = n.step("kdump", "post-interrupt-check", false).ok();
         assert_eq!(ok.stdout, "kdump post-interrupt-check: ok\n");
 
