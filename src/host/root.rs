@@ -291,16 +291,31 @@ impl HostRoot {
     /// `AlreadyExists`, or any creation failure.
     pub fn create_new(&self, host: &Path, mode: u32) -> Result<File> {
         self.check_abs("create", host)?;
-        if let Some(parent) = host.parent() {
-            self.create_dir_all(parent, 0o755)?;
+        self.create_excl("create", host, mode)
+    }
+
+    /// Create `host` exclusively for writing with `mode`. The parent directories are created
+    /// (0755) only when the first attempt finds one missing, so the common case (they exist)
+    /// costs one confined `open` and no directory walk.
+    fn create_excl(&self, op: &'static str, host: &Path, mode: u32) -> Result<File> {
+        let attempt = || {
+            self.root
+                .create_file(
+                    host,
+                    OpenFlags::O_WRONLY | OpenFlags::O_EXCL | OpenFlags::O_CLOEXEC,
+                    &Permissions::from_mode(mode),
+                )
+                .map_err(|e| self.err(op, host, pathrs_io(e)))
+        };
+        match attempt() {
+            Err(e) if e.is_not_found() => {
+                if let Some(parent) = host.parent() {
+                    self.create_dir_all(parent, 0o755)?;
+                }
+                attempt()
+            }
+            other => other,
         }
-        self.root
-            .create_file(
-                host,
-                OpenFlags::O_WRONLY | OpenFlags::O_EXCL | OpenFlags::O_CLOEXEC,
-                &Permissions::from_mode(mode),
-            )
-            .map_err(|e| self.err("create", host, pathrs_io(e)))
     }
 
     /// The host path an open file descriptor refers to (via `/proc/self/fd`).
@@ -544,7 +559,6 @@ impl HostRoot {
         self.check_abs("write", host)?;
         let target = self.write_target(host)?;
         let (parent, _) = split(&target).map_err(|e| self.err("write", host, e))?;
-        self.create_dir_all(&parent, 0o755)?;
         let existing = self.metadata(&target)?;
         let old = match &existing {
             Some(m) if m.is_file() => {
@@ -560,14 +574,7 @@ impl HostRoot {
         let tmp_name = format!(".skyhook-tmp-{}-{}", std::process::id(), n);
         let tmp = parent.join(&tmp_name);
         let result = (|| -> Result<()> {
-            let mut f = self
-                .root
-                .create_file(
-                    &tmp,
-                    OpenFlags::O_WRONLY | OpenFlags::O_EXCL | OpenFlags::O_CLOEXEC,
-                    &Permissions::from_mode(0o600),
-                )
-                .map_err(|e| self.err("write", &tmp, pathrs_io(e)))?;
+            let mut f = self.create_excl("write", &tmp, 0o600)?;
             f.write_all(data).map_err(|e| self.err("write", &tmp, e))?;
             let owner_uid = uid.or(existing.as_ref().map(|m| m.uid()));
             let owner_gid = gid.or(existing.as_ref().map(|m| m.gid()));
