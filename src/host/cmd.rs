@@ -7,8 +7,13 @@
 //! the chroot, so the host's programs are found.
 //!
 //! A timeout (the option, else what remains of the step's deadline) kills the whole process
-//! group with `SIGKILL`. Output is collected whole (these are short helpers; step output
-//! streaming is the runner's job).
+//! group with `SIGKILL`. Both pipes are read concurrently (one thread each), so a child that
+//! fills one pipe while the other is not being read cannot deadlock.
+//!
+//! Output is collected whole, unless [`RunOptions::stream`] is set: then each chunk is handed
+//! to the [`OutputSink`] as soon as it is read (in the calling thread, in the order the chunks
+//! were read), and only the last [`STREAM_CAPTURE_LIMIT`] bytes of each stream are kept for the
+//! result, so a chatty command cannot exhaust memory.
 //!
 //! In plan and check mode a command that is not `read_only` is handed to the executor as an
 //! [`Effect::Command`] action and not executed; it returns [`CmdOutput::planned`].
@@ -20,7 +25,7 @@ use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -31,6 +36,36 @@ use crate::host::error::{HostError, Result};
 
 /// `PATH` given to commands when the step's environment has none.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// At most this many bytes (64 KiB) of each of stdout and stderr are kept in the result of a
+/// streamed command (the last ones; a multi-byte character cut at the start is dropped).
+pub const STREAM_CAPTURE_LIMIT: usize = 64 * 1024;
+
+/// Bytes read from a pipe at a time (one chunk at most this long).
+const CHUNK: usize = 64 * 1024;
+
+/// Receives a streamed command's output live (`run(argv, #{stream: true})`): the script layer
+/// passes the step's output, so the agent's log sink labels, timestamps and writes each chunk.
+///
+/// Called from the thread that runs the command, one chunk (the bytes of one pipe read, at most
+/// 64 KiB, not aligned to lines or characters) at a time, stdout and stderr chunks interleaved
+/// in the order they were read. Must not fail: output never fails a command.
+pub trait OutputSink: Send + Sync {
+    /// One chunk of the command's stdout.
+    fn stdout(&self, bytes: &[u8]);
+    /// One chunk of the command's stderr.
+    fn stderr(&self, bytes: &[u8]);
+}
+
+/// A shared [`OutputSink`], as held by [`RunOptions::stream`].
+#[derive(Clone)]
+pub struct StreamTo(pub Arc<dyn OutputSink>);
+
+impl std::fmt::Debug for StreamTo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StreamTo(..)")
+    }
+}
 
 /// Options of `run(argv, #{...})`.
 #[derive(Debug, Clone, Default)]
@@ -48,6 +83,10 @@ pub struct RunOptions {
     pub timeout: Option<Duration>,
     /// A query, safe to execute during a plan or check.
     pub read_only: bool,
+    /// Forward stdout and stderr to this sink as they arrive; the result then keeps only the
+    /// last [`STREAM_CAPTURE_LIMIT`] bytes of each. A command that is not executed (plan and
+    /// check mode, not `read_only`) streams nothing.
+    pub stream: Option<StreamTo>,
 }
 
 /// The result of a command (`#{code, stdout, stderr, ok, planned}` in scripts).
@@ -56,9 +95,11 @@ pub struct CmdOutput {
     /// Exit code; the negated signal number when killed by a signal (as Python's
     /// `subprocess`).
     pub code: i32,
-    /// Standard output (UTF-8, invalid bytes replaced).
+    /// Standard output (UTF-8, invalid bytes replaced); for a streamed command its last
+    /// [`STREAM_CAPTURE_LIMIT`] bytes.
     pub stdout: String,
-    /// Standard error (UTF-8, invalid bytes replaced).
+    /// Standard error (UTF-8, invalid bytes replaced); for a streamed command its last
+    /// [`STREAM_CAPTURE_LIMIT`] bytes.
     pub stderr: String,
     /// `code == 0`.
     pub ok: bool,
@@ -145,10 +186,93 @@ fn tail(s: &str) -> String {
     t
 }
 
+/// One of a command's two output pipes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pipe {
+    Stdout,
+    Stderr,
+}
+
 enum Event {
     Exited(std::io::Result<std::process::ExitStatus>),
-    Stdout(Vec<u8>),
-    Stderr(Vec<u8>),
+    /// One read of a pipe.
+    Chunk(Pipe, Vec<u8>),
+    /// The pipe reached end of file (or failed to read).
+    Eof,
+}
+
+/// Events in flight at most (backpressure: a sink slower than the command slows the readers,
+/// it does not buffer without bound).
+const QUEUE: usize = 16;
+
+/// Read `r` to its end in chunks, sending each; then [`Event::Eof`]. Stops early when the
+/// receiver is gone.
+fn pump(mut r: impl Read, pipe: Pipe, tx: mpsc::SyncSender<Event>) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if tx.send(Event::Chunk(pipe, buf[..n].to_vec())).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let _ = tx.send(Event::Eof);
+}
+
+/// The captured bytes of one stream: whole, or the last `limit` bytes.
+struct Capture {
+    buf: Vec<u8>,
+    limit: Option<usize>,
+    truncated: bool,
+}
+
+impl Capture {
+    fn new(limit: Option<usize>) -> Self {
+        Capture {
+            buf: Vec::new(),
+            limit,
+            truncated: false,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+        // Trim only once twice the limit is held, so each byte is moved O(1) times.
+        if let Some(limit) = self.limit
+            && self.buf.len() > 2 * limit
+        {
+            self.cut_to(limit);
+        }
+    }
+
+    fn cut_to(&mut self, limit: usize) {
+        let cut = self.buf.len() - limit;
+        self.buf.drain(..cut);
+        self.truncated = true;
+    }
+
+    /// The text (invalid UTF-8 replaced); when bytes were dropped, a character cut at the
+    /// start is dropped too rather than shown as a replacement character.
+    fn into_string(mut self) -> String {
+        if let Some(limit) = self.limit
+            && self.buf.len() > limit
+        {
+            self.cut_to(limit);
+        }
+        let mut start = 0;
+        if self.truncated {
+            // At most 3 continuation bytes follow a lead byte.
+            while start < 3.min(self.buf.len()) && self.buf[start] & 0xC0 == 0x80 {
+                start += 1;
+            }
+        }
+        String::from_utf8_lossy(&self.buf[start..]).into_owned()
+    }
 }
 
 /// Execute a command now, in every mode (the executor's and the queries' path).
@@ -218,37 +342,35 @@ pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOu
         Err(e) => return Err(spawn_err(e)),
     };
     let pid = child.id() as i32;
-    let (tx, rx) = mpsc::channel();
+    let (tx, rx) = mpsc::sync_channel(QUEUE);
     if let (Some(mut stdin), Some(input)) = (child.stdin.take(), opts.input.clone()) {
         std::thread::spawn(move || {
             // A child that exits without reading gives EPIPE: not an error of ours.
             let _ = stdin.write_all(&input);
         });
     }
-    if let Some(mut out) = child.stdout.take() {
+    let mut open = 0;
+    if let Some(out) = child.stdout.take() {
         let tx = tx.clone();
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = out.read_to_end(&mut buf);
-            let _ = tx.send(Event::Stdout(buf));
-        });
+        open += 1;
+        std::thread::spawn(move || pump(out, Pipe::Stdout, tx));
     }
-    if let Some(mut err) = child.stderr.take() {
+    if let Some(err) = child.stderr.take() {
         let tx = tx.clone();
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = err.read_to_end(&mut buf);
-            let _ = tx.send(Event::Stderr(buf));
-        });
+        open += 1;
+        std::thread::spawn(move || pump(err, Pipe::Stderr, tx));
     }
     std::thread::spawn(move || {
         let _ = tx.send(Event::Exited(child.wait()));
     });
+    let sink = opts.stream.as_ref().map(|s| &s.0);
+    let limit = sink.map(|_| STREAM_CAPTURE_LIMIT);
+    let (mut stdout, mut stderr) = (Capture::new(limit), Capture::new(limit));
     let timeout = opts.timeout.or_else(|| h.remaining());
     let deadline = timeout.map(|t| Instant::now() + t);
-    let (mut stdout, mut stderr, mut status) = (None, None, None);
+    let mut status = None;
     let mut timed_out = false;
-    while stdout.is_none() || stderr.is_none() || status.is_none() {
+    while open > 0 || status.is_none() {
         let ev = match deadline {
             Some(d) if !timed_out => {
                 match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
@@ -271,8 +393,19 @@ pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOu
         };
         match ev {
             Event::Exited(s) => status = Some(s.map_err(spawn_err)?),
-            Event::Stdout(b) => stdout = Some(b),
-            Event::Stderr(b) => stderr = Some(b),
+            Event::Chunk(Pipe::Stdout, b) => {
+                if let Some(sink) = sink {
+                    sink.stdout(&b);
+                }
+                stdout.push(&b);
+            }
+            Event::Chunk(Pipe::Stderr, b) => {
+                if let Some(sink) = sink {
+                    sink.stderr(&b);
+                }
+                stderr.push(&b);
+            }
+            Event::Eof => open -= 1,
         }
     }
     if timed_out {
@@ -287,8 +420,8 @@ pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOu
         .unwrap_or_else(|| -status.signal().unwrap_or(0));
     let out = CmdOutput {
         code,
-        stdout: String::from_utf8_lossy(&stdout.unwrap_or_default()).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr.unwrap_or_default()).into_owned(),
+        stdout: stdout.into_string(),
+        stderr: stderr.into_string(),
         ok: code == 0,
         planned: false,
     };
@@ -300,4 +433,30 @@ pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOu
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Capture;
+
+    #[test]
+    fn capture_keeps_the_tail_and_drops_a_cut_character() {
+        // x x é(C3 A9) €(E2 82 AC): the last 4 bytes start inside `é`.
+        let mut c = Capture::new(Some(4));
+        c.push("xxé€".as_bytes());
+        assert_eq!(c.into_string(), "€");
+        // Trimmed while pushing (beyond twice the limit) and at the end.
+        let mut c = Capture::new(Some(4));
+        for b in ["abc", "def", "ghi", "jk"] {
+            c.push(b.as_bytes());
+        }
+        assert_eq!(c.into_string(), "hijk");
+        // Nothing dropped: kept as it is, a stray continuation byte included.
+        let mut c = Capture::new(Some(4));
+        c.push(&[0xA9, b'a']);
+        assert_eq!(c.into_string(), "\u{FFFD}a");
+        let mut c = Capture::new(None);
+        c.push(&[b'z'; 100]);
+        assert_eq!(c.into_string().len(), 100);
+    }
 }

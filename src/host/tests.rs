@@ -1051,3 +1051,187 @@ fn plan_refuses_what_apply_refuses() {
     }
     assert_eq!(t.read("/srv/data"), "d\n");
 }
+
+// ---- streamed commands ----
+
+/// Records the chunks of a streamed command. When `release` is set, the first stdout chunk
+/// equal to its trigger makes a helper thread open its fifo (inside the root) for writing and
+/// write `go\n`: the command under test waits for that, so it can only finish when its output
+/// reached the sink while it was still running.
+#[derive(Default)]
+struct Recorder {
+    out: std::sync::Mutex<Vec<Vec<u8>>>,
+    err: std::sync::Mutex<Vec<Vec<u8>>>,
+    release: Option<(&'static [u8], PathBuf)>,
+}
+
+impl Recorder {
+    fn stream(self: &std::sync::Arc<Self>) -> Option<cmd::StreamTo> {
+        Some(cmd::StreamTo(self.clone()))
+    }
+    fn out(&self) -> Vec<Vec<u8>> {
+        self.out.lock().unwrap().clone()
+    }
+    fn err(&self) -> Vec<Vec<u8>> {
+        self.err.lock().unwrap().clone()
+    }
+}
+
+impl cmd::OutputSink for Recorder {
+    fn stdout(&self, bytes: &[u8]) {
+        if let Some((trigger, fifo)) = &self.release
+            && bytes == *trigger
+        {
+            let fifo = fifo.clone();
+            // Not joined: when streaming is broken the command is gone by now and the open
+            // would block for ever; the test fails on the command's timeout instead.
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let mut f = std::fs::OpenOptions::new().write(true).open(fifo).unwrap();
+                f.write_all(b"go\n").unwrap();
+            });
+        }
+        self.out.lock().unwrap().push(bytes.to_vec());
+    }
+    fn stderr(&self, bytes: &[u8]) {
+        self.err.lock().unwrap().push(bytes.to_vec());
+    }
+}
+
+fn chunks(v: &[&str]) -> Vec<Vec<u8>> {
+    v.iter().map(|x| x.as_bytes().to_vec()).collect()
+}
+
+#[test]
+fn streamed_command_output_reaches_the_sink_while_it_runs() {
+    let t = TestHost::new();
+    t.install_sh();
+    nix::unistd::mkfifo(
+        &t.p("/fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let rec = std::sync::Arc::new(Recorder {
+        release: Some((b"one\n", t.p("/fifo"))),
+        ..Default::default()
+    });
+    let mut h = t.host(ExecMode::Apply);
+    let out = cmd::run(
+        &mut h,
+        &s(&[
+            "/bin/sh",
+            "-c",
+            "echo one; echo err >&2; read l < /fifo; echo \"two $l\"",
+        ]),
+        &RunOptions {
+            stream: rec.stream(),
+            // Bounds the test: without live streaming the command waits on the fifo until
+            // this kills it.
+            timeout: Some(std::time::Duration::from_secs(20)),
+            ..Default::default()
+        },
+    )
+    .expect("the command finishes only if `one` was streamed while it ran");
+    assert_eq!(
+        (out.code, out.stdout.as_str(), out.stderr.as_str()),
+        (0, "one\ntwo go\n", "err\n")
+    );
+    // The command blocked after `one`, so that chunk came alone.
+    assert_eq!(rec.out(), chunks(&["one\n", "two go\n"]));
+    assert_eq!(rec.err(), chunks(&["err\n"]));
+    h.finish().unwrap();
+}
+
+#[test]
+fn streamed_command_keeps_the_last_64k_and_relays_everything() {
+    let t = TestHost::new();
+    t.install_sh();
+    // Both pipes well beyond a pipe buffer (64 KiB) and twice the capture limit.
+    let script = "i=0; while [ $i -lt 12000 ]; do echo \"out line $i\"; \
+                  echo \"err line $i\" >&2; i=$((i+1)); done";
+    let full =
+        |prefix: &str| -> String { (0..12000).map(|i| format!("{prefix} line {i}\n")).collect() };
+    let (full_out, full_err) = (full("out"), full("err"));
+    assert!(full_out.len() > 2 * cmd::STREAM_CAPTURE_LIMIT);
+    let last = |s: &str| s[s.len() - cmd::STREAM_CAPTURE_LIMIT..].to_string();
+    let argv = s(&["/bin/sh", "-c", script]);
+    let mut h = t.host(ExecMode::Apply);
+
+    let rec = std::sync::Arc::new(Recorder::default());
+    let out = cmd::run(
+        &mut h,
+        &argv,
+        &RunOptions {
+            stream: rec.stream(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(out.code, 0);
+    assert_eq!(out.stdout.len(), 65536);
+    assert_eq!(out.stdout, last(&full_out));
+    assert_eq!(out.stderr, last(&full_err));
+    assert_eq!(rec.out().concat(), full_out.as_bytes());
+    assert_eq!(rec.err().concat(), full_err.as_bytes());
+
+    // Without `stream`, everything is captured.
+    let out = cmd::run(&mut h, &argv, &RunOptions::default()).unwrap();
+    assert_eq!((out.stdout, out.stderr), (full_out, full_err));
+    h.finish().unwrap();
+}
+
+#[test]
+fn streamed_command_timeout_kills_the_group_after_relaying() {
+    let t = TestHost::new();
+    t.install_sh();
+    let rec = std::sync::Arc::new(Recorder::default());
+    let mut h = t.host(ExecMode::Apply);
+    let e = cmd::run(
+        &mut h,
+        &s(&[
+            "/bin/sh",
+            "-c",
+            "echo start; /bin/sh -c 'while :; do :; done'",
+        ]),
+        &RunOptions {
+            stream: rec.stream(),
+            timeout: Some(std::time::Duration::from_millis(200)),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, HostError::Timeout { .. }), "{e}");
+    assert_eq!(rec.out(), chunks(&["start\n"]));
+    h.finish().unwrap();
+}
+
+#[test]
+fn streamed_command_in_plan_and_check_is_not_run_and_streams_nothing() {
+    let t = TestHost::new();
+    t.install_sh();
+    for mode in [ExecMode::Plan, ExecMode::Check] {
+        let rec = std::sync::Arc::new(Recorder::default());
+        let mut h = t.host(mode);
+        let opts = RunOptions {
+            stream: rec.stream(),
+            ..Default::default()
+        };
+        // Not run, so the missing /bin/bash does not matter.
+        let out = cmd::sh(&mut h, "echo x; echo x > /created", &opts).unwrap();
+        assert_eq!(out, cmd::CmdOutput::planned());
+        let out = cmd::run(
+            &mut h,
+            &s(&["/bin/sh", "-c", "echo x; echo y >&2; echo x > /created"]),
+            &opts,
+        )
+        .unwrap();
+        assert_eq!(out, cmd::CmdOutput::planned());
+        assert!(rec.out().is_empty() && rec.err().is_empty());
+        assert!(!t.p("/created").exists());
+        // A query runs, and streams, in every mode.
+        let q = cmd::query(&mut h, &s(&["/bin/sh", "-c", "echo q"]), &opts).unwrap();
+        assert_eq!(q.stdout, "q\n");
+        assert_eq!(rec.out(), chunks(&["q\n"]));
+        h.finish().unwrap();
+    }
+}

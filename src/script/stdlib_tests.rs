@@ -1180,7 +1180,8 @@ fn shellscript_on_every_distribution() {
         let n = Node::new(os, family, "shellscript");
         n.configmap(
             "apply.sh",
-            "echo \"apply in $SKYHOOK_DIR\"\necho careful >&2\necho ok > /etc/shellscript-ran\n",
+            "echo \"apply in $SKYHOOK_DIR\"\necho careful >&2\nprintf '\\n\\nno newline at the end'\n\
+             echo ok > /etc/shellscript-ran\n",
         );
         n.configmap(
             "apply_check.sh",
@@ -1190,6 +1191,12 @@ fn shellscript_on_every_distribution() {
 
         let plan = n.step("shellscript", "apply", true).ok();
         assert_eq!(n.snapshot(), fresh, "{os}");
+        // Only planned: nothing streamed.
+        assert_eq!(
+            (plan.stdout.as_str(), plan.stderr.as_str()),
+            ("", ""),
+            "{os}"
+        );
         assert_eq!(
             plan.report
                 .actions
@@ -1202,7 +1209,11 @@ fn shellscript_on_every_distribution() {
 
         let ran = n.step("shellscript", "apply", false).ok();
         assert_eq!(ran.outcome.code, 0);
-        assert_eq!(ran.stdout, "apply in /skyhook/pkg\n", "{os}");
+        // Streamed byte for byte: blank lines and the missing last newline kept.
+        assert_eq!(
+            ran.stdout, "apply in /skyhook/pkg\n\n\nno newline at the end",
+            "{os}"
+        );
         assert_eq!(ran.stderr, "careful\n", "{os}");
         assert_eq!(n.t.read("/etc/shellscript-ran"), "ok\n");
 

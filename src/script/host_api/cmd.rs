@@ -1,18 +1,49 @@
 //! `run`, `query`, `sh` bindings over [`crate::host::cmd`].
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rhai::{Array, Dynamic, ImmutableString, Map};
 
 use super::convert::{self, check_keys, opt_bool, opt_string};
 use super::{Api, Registrar};
-use crate::host::cmd::{self, CmdOutput, RunOptions};
+use crate::host::cmd::{self, CmdOutput, OutputSink, RunOptions, StreamTo};
+use crate::script::output::ScriptOutput;
 
-/// `#{check, input, env, cwd, timeout, read_only}`. The timeout (seconds, int or float) is
-/// capped by what remains of the run's deadline; without one, the session's deadline
-/// (tightened to the run's) applies.
-fn run_opts(m: &Map, deadline: Instant) -> Result<RunOptions, String> {
-    check_keys(m, &["check", "input", "env", "cwd", "timeout", "read_only"])?;
+/// The run's output as the sink of a streamed command: each chunk goes to the step's stdout
+/// or stderr as it arrives.
+struct ToScriptOutput(Arc<dyn ScriptOutput>);
+
+impl OutputSink for ToScriptOutput {
+    fn stdout(&self, bytes: &[u8]) {
+        self.0.stdout(bytes);
+    }
+    fn stderr(&self, bytes: &[u8]) {
+        self.0.stderr(bytes);
+    }
+}
+
+/// `#{check, input, env, cwd, timeout, read_only, stream}`. The timeout (seconds, int or
+/// float) is capped by what remains of the run's deadline; without one, the session's
+/// deadline (tightened to the run's) applies. `stream: true` forwards the command's output to
+/// `output`, the run's.
+fn run_opts(
+    m: &Map,
+    deadline: Instant,
+    output: &Arc<dyn ScriptOutput>,
+) -> Result<RunOptions, String> {
+    check_keys(
+        m,
+        &[
+            "check",
+            "input",
+            "env",
+            "cwd",
+            "timeout",
+            "read_only",
+            "stream",
+        ],
+    )?;
     let mut env = Vec::new();
     match m.get("env") {
         None => {}
@@ -56,6 +87,8 @@ fn run_opts(m: &Map, deadline: Instant) -> Result<RunOptions, String> {
         cwd: opt_string(m, "cwd")?,
         timeout,
         read_only: opt_bool(m, "read_only", false)?,
+        stream: opt_bool(m, "stream", false)?
+            .then(|| StreamTo(Arc::new(ToScriptOutput(output.clone())))),
     })
 }
 
@@ -75,13 +108,15 @@ pub(crate) fn output_map(o: CmdOutput) -> Map {
 pub(crate) fn register(r: &mut Registrar, api: &Api) {
     type S = ImmutableString;
     let d = api.deadline;
+    // One handle on the run's output per binding that may stream.
+    let (out_run, out_query, out_sh) = (api.output.clone(), api.output.clone(), api.output.clone());
     bind!(r, api, "", "run", |h, argv: Array| {
         let argv = convert::strings(&argv, "argv")?;
         Ok(output_map(cmd::run(h, &argv, &RunOptions::default())?))
     });
     bind!(r, api, "", "run", |h, argv: Array, o: Map| {
         let argv = convert::strings(&argv, "argv")?;
-        let o = run_opts(&o, d)?;
+        let o = run_opts(&o, d, &out_run)?;
         Ok(output_map(cmd::run(h, &argv, &o)?))
     });
     bind!(r, api, "", "query", |h, argv: Array| {
@@ -90,7 +125,7 @@ pub(crate) fn register(r: &mut Registrar, api: &Api) {
     });
     bind!(r, api, "", "query", |h, argv: Array, o: Map| {
         let argv = convert::strings(&argv, "argv")?;
-        let o = run_opts(&o, d)?;
+        let o = run_opts(&o, d, &out_query)?;
         Ok(output_map(cmd::query(h, &argv, &o)?))
     });
     bind!(r, api, "", "sh", |h, script: S| Ok(output_map(cmd::sh(
@@ -99,7 +134,7 @@ pub(crate) fn register(r: &mut Registrar, api: &Api) {
         &RunOptions::default()
     )?)));
     bind!(r, api, "", "sh", |h, script: S, o: Map| {
-        let o = run_opts(&o, d)?;
+        let o = run_opts(&o, d, &out_sh)?;
         Ok(output_map(cmd::sh(h, &script, &o)?))
     });
 }

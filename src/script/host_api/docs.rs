@@ -137,7 +137,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[ARGV, OPTS],
         "Map",
         Command,
-        "As `run(argv)` with `#{check, input, env, cwd, timeout, read_only}`: `check` throws on a non-zero code (command and stderr tail), `timeout` in seconds kills the process group (default and cap: what remains of the step's deadline), `read_only` marks a query.",
+        "As `run(argv)` with `#{check, input, env, cwd, timeout, read_only, stream}`: `check` throws on a non-zero code (command and stderr tail), `timeout` in seconds kills the process group (default and cap: what remains of the step's deadline), `read_only` marks a query, `stream: true` writes the command's stdout and stderr to the step's as they arrive (the agent's logs timestamp each chunk; nothing when the command is only planned) and keeps only the last 64 KiB of each in the result.",
     ),
     f(
         "",
@@ -748,7 +748,7 @@ pub const NAMESPACES: &[(&str, &str, &str)] = &[
     (
         "",
         "Commands, secrets and counters (global functions)",
-        "Commands run chrooted in the host root, in their own process group, with the step's environment only. Their result is a map `#{code, stdout, stderr, ok}`.",
+        "Commands run chrooted in the host root, in their own process group, with the step's environment only. Their result is a map `#{code, stdout, stderr, ok}`: output is captured whole and returned when the command ends, unless `stream: true` relays it live (and keeps only the last 64 KiB of each stream in the result).",
     ),
     (
         "fs",

@@ -225,6 +225,7 @@ impl HostApi {
         let api = Api {
             inner: self.inner.clone(),
             deadline: run.deadline,
+            output: run.output.clone(),
         };
         let mut r = Registrar::default();
         fs::register(&mut r, &api);
@@ -302,11 +303,13 @@ impl From<String> for CallError {
 /// The result type of binding closures.
 pub(crate) type RhaiResult<T> = Result<T, Box<EvalAltResult>>;
 
-/// What every binding closure captures: the session and the run's deadline.
+/// What every binding closure captures: the session, the run's deadline and its output (for
+/// streamed commands).
 #[derive(Clone)]
 pub(crate) struct Api {
     inner: Arc<Inner>,
     pub deadline: std::time::Instant,
+    pub output: Arc<dyn ScriptOutput>,
 }
 
 impl Api {

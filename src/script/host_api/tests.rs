@@ -374,6 +374,55 @@ fn commands_run_plan_and_query() {
 }
 
 #[test]
+fn streamed_commands_write_to_the_run_output() {
+    use crate::script::Stream;
+    let t = TestHost::new();
+    t.install_sh();
+    t.stub("hello", "echo out-$1; echo err >&2; exit ${2:-0}");
+    let src = r#"
+        print("before");
+        let r = run(["hello", "s"], #{stream: true});
+        let q = query(["hello", "q", "2"], #{stream: true});
+        print([r.code, r.stdout, r.stderr, q.code, q.stdout]);
+    "#;
+    let of = |r: &Ran, which: Stream| -> Vec<String> {
+        r.out
+            .chunks()
+            .into_iter()
+            .filter(|(s, _)| *s == which)
+            .map(|(_, b)| String::from_utf8(b).unwrap())
+            .collect()
+    };
+    // Apply: each command's output is in the run's output, in order with the prints, and
+    // still in the result.
+    let a = run(&t, ExecMode::Apply, src).ok();
+    assert_eq!(
+        of(&a, Stream::Stdout),
+        [
+            "before\n",
+            "out-s\n",
+            "out-q\n",
+            "[0, \"out-s\\n\", \"err\\n\", 2, \"out-q\\n\"]\n"
+        ]
+    );
+    assert_eq!(of(&a, Stream::Stderr), ["err\n", "err\n"]);
+    // Plan: the command is not run and streams nothing; the query streams.
+    t.clear_calls();
+    let p = run(&t, ExecMode::Plan, src).ok();
+    assert_eq!(
+        of(&p, Stream::Stdout),
+        ["before\n", "out-q\n", "[0, \"\", \"\", 2, \"out-q\\n\"]\n"]
+    );
+    assert_eq!(of(&p, Stream::Stderr), ["err\n"]);
+    assert_eq!(t.calls(), vec!["hello q 2"]);
+    let r = run(&t, ExecMode::Apply, r#"run(["hello"], #{stream: 1})"#);
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:1: run: option stream must be a bool, got i64"
+    );
+}
+
+#[test]
 fn command_timeout_defaults_to_the_run_deadline() {
     let t = TestHost::new();
     t.install_sh();
