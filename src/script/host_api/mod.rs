@@ -84,6 +84,7 @@ use super::errors::host_error;
 use super::output::ScriptOutput;
 use crate::host::secrets::Redactor;
 use crate::host::{Host, HostError, Report};
+use crate::logs::redact::StreamRedactor;
 
 pub use docs::{FUNCTIONS, FnDoc, Modes, render_definitions, render_markdown};
 
@@ -142,6 +143,8 @@ impl HostApi {
         Arc::new(RedactingOutput {
             inner,
             redactor: self.inner.redactor.clone(),
+            out: Mutex::new(StreamRedactor::new()),
+            err: Mutex::new(StreamRedactor::new()),
         })
     }
 
@@ -265,19 +268,52 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     crate::chain::render(e)
 }
 
+/// Redacts each stream as a byte stream (a secret split across two chunks of a streamed
+/// command is still hidden, and a multi-byte character split across chunks is passed on
+/// intact); a possible partial secret held back at the end is released when the output is
+/// dropped.
 struct RedactingOutput {
     inner: Arc<dyn ScriptOutput>,
     redactor: Redactor,
+    out: Mutex<StreamRedactor>,
+    err: Mutex<StreamRedactor>,
+}
+
+impl RedactingOutput {
+    fn pass(&self, stream: &Mutex<StreamRedactor>, bytes: &[u8], stdout: bool) {
+        let mut buf = Vec::with_capacity(bytes.len());
+        lock(stream).push(&self.redactor, bytes, &mut buf);
+        if !buf.is_empty() {
+            if stdout {
+                self.inner.stdout(&buf);
+            } else {
+                self.inner.stderr(&buf);
+            }
+        }
+    }
 }
 
 impl ScriptOutput for RedactingOutput {
     fn stdout(&self, bytes: &[u8]) {
-        let text = String::from_utf8_lossy(bytes);
-        self.inner.stdout(self.redactor.redact(&text).as_bytes());
+        self.pass(&self.out, bytes, true);
     }
     fn stderr(&self, bytes: &[u8]) {
-        let text = String::from_utf8_lossy(bytes);
-        self.inner.stderr(self.redactor.redact(&text).as_bytes());
+        self.pass(&self.err, bytes, false);
+    }
+}
+
+impl Drop for RedactingOutput {
+    fn drop(&mut self) {
+        let mut tail = Vec::new();
+        lock(&self.out).finish(&mut tail);
+        if !tail.is_empty() {
+            self.inner.stdout(&tail);
+        }
+        tail.clear();
+        lock(&self.err).finish(&mut tail);
+        if !tail.is_empty() {
+            self.inner.stderr(&tail);
+        }
     }
 }
 

@@ -889,3 +889,28 @@ fn bench_ensure_line_and_plan() {
         }
     );
 }
+
+#[test]
+fn redacting_output_handles_secrets_and_characters_split_across_chunks() {
+    // regression: each chunk was redacted (and UTF-8 decoded) on its own, so a streamed
+    // command's secret or multi-byte character split across two reads slipped through or
+    // was mangled
+    let d = tempfile::tempdir().unwrap();
+    let api = HostApi::new(Host::new(
+        HostRoot::open(d.path()).unwrap(),
+        ExecMode::Apply,
+        HostOptions::default(),
+    ));
+    api.redactor().add("topsecret");
+    let capture = Arc::new(crate::script::CaptureOutput::new());
+    {
+        let out = api.redacting_output(capture.clone());
+        out.stdout(b"pass: top");
+        out.stdout(b"secret\ncaf\xc3");
+        out.stdout(b"\xa9 ");
+        out.stderr(b"ends with top");
+    }
+    assert_eq!(capture.stdout_bytes(), "pass: ***\ncafé ".as_bytes());
+    // the held-back "top" is released when the output is dropped
+    assert_eq!(capture.stderr_bytes(), b"ends with top");
+}
