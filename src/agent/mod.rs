@@ -86,8 +86,10 @@ pub fn validate(config: &Path) -> i32 {
         .and_then(|(loaded, step_root)| {
             let store = std::sync::Arc::new(crate::script::ModuleStore::new(&step_root));
             let engine = script_step::engine().map_err(|e| render_chain(&e))?;
+            let mut seen = std::collections::HashSet::new();
             for (_, step) in loaded.package.all_steps() {
-                if step.path.ends_with(".rhai") {
+                // a script used by several modes (apply and its check) is compiled once
+                if step.path.ends_with(".rhai") && seen.insert(step.path.as_str()) {
                     crate::script::compile_step_in(
                         &engine,
                         &step_root.join(&step.path),

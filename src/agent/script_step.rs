@@ -93,47 +93,45 @@ pub fn compile_mode_scripts(
     mode: Mode,
 ) -> Result<StepScripts, AgentError> {
     let mut out = StepScripts::new();
-    let mut store: Option<Arc<ModuleStore>> = None;
-    for (index, step) in pkg.steps(mode).iter().enumerate() {
-        let Some(path) = script_path(root, copy_dir, step)? else {
-            continue;
-        };
-        let engine = engine()?;
-        let store = store
-            .get_or_insert_with(|| {
-                Arc::new(
+    // One module store (and engine) for every script of the mode, made on first use.
+    let mut shared: Option<(Arc<ScriptEngine>, Arc<ModuleStore>)> = None;
+    let mut compile = |path: &Path| -> Result<CompiledScript, AgentError> {
+        let (engine, store) = match &shared {
+            Some(s) => s.clone(),
+            None => {
+                let store = Arc::new(
                     ModuleStore::new(root.display_path(&copy_dir.join("skyhook_dir")))
                         .with_configmaps(root.display_path(&copy_dir.join("configmaps")))
                         .shown_as(
                             copy_dir.join("skyhook_dir"),
                             Some(copy_dir.join("configmaps")),
                         ),
-                )
-            })
-            .clone();
-        let source = root.read(&path)?;
-        let source = String::from_utf8(source)
+                );
+                shared.insert((engine()?, store)).clone()
+            }
+        };
+        let source = String::from_utf8(root.read(path)?)
             .map_err(|_| AgentError::Script(format!("{}: not valid UTF-8", path.display())))?;
-        let compiled = compile_source(&engine, &path.display().to_string(), &source, store)
-            .map_err(|e| AgentError::Script(e.to_string()))?;
-        out.insert(index, compiled);
+        compile_source(&engine, &path.display().to_string(), &source, store)
+            .map_err(|e| AgentError::Script(e.to_string()))
+    };
+    for (index, step) in pkg.steps(mode).iter().enumerate() {
+        if let Some(path) = script_path(root, copy_dir, step)? {
+            out.insert(index, compile(&path)?);
+        }
     }
     // A `.rhai` step may run the configMap script of its stage (`skyhook/shellscript` imports
-    // `configmap/<stage>`): compile it now too, so a syntax error there changes nothing.
+    // `configmap/<stage>`): compile it now too, so a syntax error there changes nothing. (The
+    // shellscript dispatcher's own stage script was compiled above already.)
     let stage_script = copy_dir
         .join("configmaps")
         .join(format!("{}.rhai", mode.as_str().replace('-', "_")));
-    if !out.is_empty() && matches!(root.metadata(&stage_script)?, Some(m) if m.is_file()) {
-        let engine = engine()?;
-        let store = Arc::new(
-            ModuleStore::new(root.display_path(&copy_dir.join("skyhook_dir")))
-                .shown_as(copy_dir.join("skyhook_dir"), None),
-        );
-        let source = String::from_utf8(root.read(&stage_script)?).map_err(|_| {
-            AgentError::Script(format!("{}: not valid UTF-8", stage_script.display()))
-        })?;
-        compile_source(&engine, &stage_script.display().to_string(), &source, store)
-            .map_err(|e| AgentError::Script(e.to_string()))?;
+    let shown = stage_script.display().to_string();
+    if !out.is_empty()
+        && !out.values().any(|c| c.file() == shown)
+        && matches!(root.metadata(&stage_script)?, Some(m) if m.is_file())
+    {
+        compile(&stage_script)?;
     }
     Ok(out)
 }
