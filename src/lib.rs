@@ -9,6 +9,7 @@
 //! | [`package`] | config.json model, embedded JSON Schema v1, step rules, package loading |
 //! | [`agent`] | one mode of one package: flags, history, check summaries, interrupts, SIGTERM |
 //! | [`runner`] | runs one step: a process (chroot, process group, streamed output) or a `.rhai` script in-process |
+//! | [`process`] | the one process primitive (own group, subreaper, TERM/grace/KILL, streamed output) and the [`process::Cancel`] token |
 //! | [`logs`] | the log sink: chunked relay, timestamps and labels, log files, retention, redaction |
 //! | [`state`] | the on-host files the agent owns: flag names, history, markers, all atomic |
 //! | [`pyfmt`] | Python-compatible renderings (repr, float, isoformat, json.dumps) the state formats need |
@@ -22,6 +23,7 @@ pub mod host;
 pub mod local;
 pub mod logs;
 pub mod package;
+pub mod process;
 pub mod pyfmt;
 pub mod runner;
 pub mod script;
