@@ -88,7 +88,8 @@ mod tests {
                 ("COPY_RESOLV", "false"),
             ]
             .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-        );
+        )
+        .unwrap();
         let id = ResourceId::parse("sky-0000-1_demo_1.0.0").unwrap();
         let args = RunArgs {
             mode: "apply".into(),

@@ -9,7 +9,7 @@ use crate::state::StateError;
 use super::cli::UsageError;
 use super::interrupt::InterruptError;
 use super::prepare::PrepareError;
-use super::settings::ResourceIdError;
+use super::settings::{ResourceIdError, SettingError};
 
 /// Exit status: the mode completed.
 pub const EXIT_OK: i32 = 0;
@@ -39,9 +39,38 @@ pub enum AgentError {
     /// config.json is invalid or unreadable.
     #[error(transparent)]
     Package(#[from] PackageError),
-    /// A `.rhai` step failed to compile or a script-related setup failed.
-    #[error("{0}")]
-    Script(String),
+    /// A setting in the environment is out of range (`SKYHOOK_SCRIPT_TIMEOUT`).
+    #[error(transparent)]
+    Setting(#[from] SettingError),
+    /// A `.rhai` step (or an import) does not compile: `file:line:col: message`.
+    #[error(transparent)]
+    Compile(#[from] crate::script::ScriptError),
+    /// A `.rhai` step is not UTF-8.
+    #[error("{}: not valid UTF-8", path.display())]
+    NotUtf8 {
+        /// The script.
+        path: PathBuf,
+    },
+    /// A package file on this machine cannot be read (`skyhook-run --package`).
+    #[error("failed to read {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An `expected_config_files` name is missing from a local configMaps folder.
+    #[error("expected config file {name} not found in {}", dir.display())]
+    ExpectedConfigFile {
+        /// The missing name.
+        name: String,
+        /// The configMaps folder searched.
+        dir: PathBuf,
+    },
+    /// A step's log files cannot be created (the message names the path).
+    #[error(transparent)]
+    Logs(#[from] crate::logs::sink::LogError),
     /// Host preparation failed.
     #[error(transparent)]
     Prepare(#[from] PrepareError),
@@ -60,11 +89,26 @@ pub enum AgentError {
 }
 
 impl AgentError {
-    /// The exit status this error maps to.
+    /// The exit status this error maps to (agent-contract.md section 12): 2 for a
+    /// malformed command line, 1 for everything else. The one mapping both binaries use
+    /// (`skyhook-run` through [`crate::local::LocalError::exit_code`]).
     pub fn exit_code(&self) -> i32 {
         match self {
             AgentError::Usage(_) => EXIT_USAGE,
-            _ => EXIT_FAILURE,
+            AgentError::ResourceId(_)
+            | AgentError::OpenRoot { .. }
+            | AgentError::Package(_)
+            | AgentError::Setting(_)
+            | AgentError::Compile(_)
+            | AgentError::NotUtf8 { .. }
+            | AgentError::Read { .. }
+            | AgentError::ExpectedConfigFile { .. }
+            | AgentError::Logs(_)
+            | AgentError::Prepare(_)
+            | AgentError::State(_)
+            | AgentError::Root(_)
+            | AgentError::Interrupt(_)
+            | AgentError::Runtime(_) => EXIT_FAILURE,
         }
     }
 }

@@ -7,14 +7,17 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 
 use crate::host::root::HostRoot;
+use crate::logs::sink::Label;
 use crate::pyfmt;
-use crate::runner::process::{Outcome, ProcessRunner, ProcessSpec};
+use crate::runner::process::{Outcome, ProcessRunner, ProcessSpec, RunOptions};
 use crate::state::interrupts as markers;
 
+use super::console::Console;
+use super::env::EnvBuilder;
 use super::error::AgentError;
-use super::mode::{EnvBuilder, open_logs, prune_logs, say, warn};
 use super::settings::{ResourceId, Settings};
-use super::signal::Shutdown;
+use super::step_logs;
+use crate::process::Cancel;
 
 /// Python's message for an undecodable payload.
 pub const BAD_PAYLOAD: &str =
@@ -148,8 +151,10 @@ pub struct InterruptRun<'a> {
     pub id: &'a ResourceId,
     /// The copy dir (working directory of the commands).
     pub copy_dir: &'a Path,
-    /// Stop requests.
-    pub shutdown: &'a Shutdown,
+    /// Stop requests (SIGTERM while a reboot is pending).
+    pub cancel: &'a Cancel,
+    /// The agent's console.
+    pub console: &'a Console,
 }
 
 fn now_epoch() -> f64 {
@@ -181,7 +186,7 @@ impl InterruptRun<'_> {
                 for (i, cmd) in other.commands().iter().enumerate() {
                     let name = format!("{kind}_{i}");
                     if markers::is_complete(self.root, &dir, &name)? {
-                        say(&format!(
+                        self.console.say(&format!(
                             "Skipping interrupt {name} because it was already run for {}",
                             self.id.raw
                         ));
@@ -201,9 +206,10 @@ impl InterruptRun<'_> {
 
     fn report_failure(&self, cmd: &[String], outcome: &Outcome) {
         if let Outcome::SpawnFailed(e) = outcome {
-            eprintln!("skyhook-agent: failed to execute {}: {e}", cmd[0]);
+            self.console
+                .error(&format!("skyhook-agent: failed to execute {}: {e}", cmd[0]));
         }
-        say(&format!(
+        self.console.say(&format!(
             "INTERRUPT FAILED: {} return_code: {}",
             pyfmt::repr_str_list(cmd),
             outcome.display_status()
@@ -213,7 +219,7 @@ impl InterruptRun<'_> {
     async fn node_restart(&self, dir: &Path) -> Result<bool, AgentError> {
         const NAME: &str = "node_restart_0";
         if markers::is_complete(self.root, dir, NAME)? {
-            say(&format!(
+            self.console.say(&format!(
                 "Skipping interrupt {NAME} because it was already run for {}",
                 self.id.raw
             ));
@@ -229,7 +235,7 @@ impl InterruptRun<'_> {
             .filter(|s| !s.is_empty());
         let Some(boot_id) = boot_id else {
             // No procfs under the root: Python's algorithm (marker first, then reboot).
-            warn(
+            self.console.warn(
                 "cannot read /proc/sys/kernel/random/boot_id under the root mount; marking node_restart_0 complete before rebooting",
             );
             markers::mark_complete(self.root, dir, NAME, now_epoch())?;
@@ -248,7 +254,7 @@ impl InterruptRun<'_> {
             match pending.trim_end().strip_prefix("boot-id:") {
                 Some(prev) if !prev.is_empty() && prev != boot_id => {
                     markers::pending_to_complete(self.root, dir)?;
-                    say(&format!(
+                    self.console.say(&format!(
                         "node_restart_0 completed: the node rebooted (boot id {prev} -> {boot_id})"
                     ));
                     return Ok(true);
@@ -261,8 +267,8 @@ impl InterruptRun<'_> {
         markers::write_pending(self.root, dir, &boot_id)?;
         let outcome = tokio::select! {
             o = self.command(NAME, &cmd) => o?,
-            _ = self.shutdown.wait() => {
-                warn("SIGTERM while rebooting: leaving node_restart_0.pending for the next boot");
+            _ = self.cancel.stopped() => {
+                self.console.warn("SIGTERM while rebooting: leaving node_restart_0.pending for the next boot");
                 return Ok(true);
             }
         };
@@ -271,13 +277,13 @@ impl InterruptRun<'_> {
             Outcome::Exited(0) => {
                 let waited = tokio::time::timeout(
                     std::time::Duration::from_secs(REBOOT_GRACE_SECS),
-                    self.shutdown.wait(),
+                    self.cancel.stopped(),
                 )
                 .await;
                 if waited.is_ok() {
                     Ok(true)
                 } else {
-                    warn(&format!(
+                    self.console.warn(&format!(
                         "reboot returned 0 but the node did not shut down within {REBOOT_GRACE_SECS} s; the next run will reboot again"
                     ));
                     Ok(false)
@@ -297,7 +303,7 @@ impl InterruptRun<'_> {
         let cwd: PathBuf = if self.root.exists(self.copy_dir).unwrap_or(false) {
             self.copy_dir.to_path_buf()
         } else {
-            warn(&format!(
+            self.console.warn(&format!(
                 "copy dir {} does not exist on the host; running {} in /",
                 self.copy_dir.display(),
                 cmd.join(" ")
@@ -319,12 +325,23 @@ impl InterruptRun<'_> {
             .join(&self.id.package)
             .join(&self.id.version);
         let base = format!("interrupts/{name}");
-        let (logs, previous_logs) = open_logs(self.root, self.settings, &log_dir, &base)?;
-        let runner = ProcessRunner {
-            buffer_limit: self.settings.buffer_limit,
+        let (logs, previous_logs) =
+            step_logs::open(self.root, self.settings.write_logs, &log_dir, &base)?;
+        let runner = ProcessRunner::new(self.settings.buffer_limit);
+        let options = RunOptions {
+            stdout: Some(self.console.writer(Label::Out)),
+            stderr: Some(self.console.writer(Label::Err)),
+            ..RunOptions::default()
         };
-        let outcome = runner.run(&spec, logs).await;
-        prune_logs(self.root, &base, &previous_logs);
+        let report = runner.run_with(&spec, logs, options).await;
+        for e in &report.output_errors {
+            self.console
+                .error(&format!("skyhook-agent: {}", crate::chain::render(e)));
+        }
+        let outcome = report.outcome;
+        if self.settings.write_logs {
+            step_logs::prune(self.root, self.console, &base, &previous_logs);
+        }
         Ok(outcome)
     }
 }

@@ -6,27 +6,29 @@
 
 pub mod banner;
 pub mod cli;
+pub mod console;
+pub mod env;
 pub mod error;
 pub mod interrupt;
 pub mod mode;
 pub mod prepare;
-pub mod script_step;
 pub mod settings;
 pub mod signal;
+pub mod site;
+pub mod step_logs;
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::path::Path;
 
 use crate::host::root::HostRoot;
 use crate::package::{self, Mode};
 
 use cli::{Invocation, RunArgs, UsageError};
+use console::Console;
 use error::{AgentError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, render_chain};
 use interrupt::{Interrupt, InterruptRun};
 use mode::ModeRun;
 use settings::{ResourceId, Settings};
-use signal::Shutdown;
 
 /// Run the agent with `args` (after the program name) and `env`; returns the exit status.
 pub fn main(
@@ -44,23 +46,28 @@ pub fn main(
             return EXIT_USAGE;
         }
     };
-    let settings = Settings::from_env(env);
+    let console = Console::stdio();
     match invocation {
-        Invocation::Validate(path) => validate(&path),
-        Invocation::Run(args) => match run(&args, &settings) {
-            Ok(true) => EXIT_OK,
-            Ok(false) => EXIT_FAILURE,
-            Err(e) => {
-                eprintln!("skyhook-agent: error: {}", render_chain(&e));
-                e.exit_code()
+        Invocation::Validate(path) => validate(&path, &console),
+        Invocation::Run(args) => {
+            let result = Settings::from_env(env)
+                .map_err(AgentError::from)
+                .and_then(|settings| run(&args, &settings, &console));
+            match result {
+                Ok(true) => EXIT_OK,
+                Ok(false) => EXIT_FAILURE,
+                Err(e) => {
+                    console.error(&format!("skyhook-agent: error: {}", render_chain(&e)));
+                    e.exit_code()
+                }
             }
-        },
+        }
     }
 }
 
 /// `skyhook-agent validate CONFIG_JSON`: schema, step rules, step files and `.rhai` steps (with
 /// their imports) compiled, touching nothing. Exit 0 valid, 1 invalid.
-pub fn validate(config: &Path) -> i32 {
+pub fn validate(config: &Path, console: &Console) -> i32 {
     let bytes = match std::fs::read(config) {
         Ok(b) => b,
         Err(e) => {
@@ -85,7 +92,7 @@ pub fn validate(config: &Path) -> i32 {
         .map_err(|e| render_chain(&e))
         .and_then(|(loaded, step_root)| {
             let store = std::sync::Arc::new(crate::script::ModuleStore::new(&step_root));
-            let engine = script_step::engine().map_err(|e| render_chain(&e))?;
+            let engine = mode::engine();
             let mut seen = std::collections::HashSet::new();
             for (_, step) in loaded.package.all_steps() {
                 // a script used by several modes (apply and its check) is compiled once
@@ -103,7 +110,7 @@ pub fn validate(config: &Path) -> i32 {
     match result {
         Ok(loaded) => {
             for w in &loaded.warnings {
-                mode::warn(w.trim_start());
+                console.warn(w.trim_start());
             }
             let p = &loaded.package;
             let steps: usize = p.modes.iter().map(|(_, s)| s.len()).sum();
@@ -134,9 +141,9 @@ pub fn validate(config: &Path) -> i32 {
 ///
 /// # Errors
 /// Anything that stops the run before or between steps (see [`AgentError`]).
-pub fn run(args: &RunArgs, settings: &Settings) -> Result<bool, AgentError> {
+pub fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<bool, AgentError> {
     for w in &settings.warnings {
-        mode::warn(w);
+        console.warn(w);
     }
     let id = ResourceId::parse(&settings.resource_id)?;
     let root = HostRoot::open(&args.root).map_err(|source| AgentError::OpenRoot {
@@ -146,22 +153,18 @@ pub fn run(args: &RunArgs, settings: &Settings) -> Result<bool, AgentError> {
     if settings.copy_resolv {
         prepare::copy_resolv(&root, Path::new("/etc/resolv.conf"))?;
     }
-    {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(banner::render(args, settings, &id).as_bytes());
-        let _ = out.flush();
-    }
+    console.write_out(banner::render(args, settings, &id).as_bytes());
     let Some(mode) = Mode::parse(&args.mode) else {
         let all: Vec<&str> = Mode::ALL.iter().map(|m| m.as_str()).collect();
-        eprintln!(
+        console.error(&format!(
             "WARNING:root:This version of the Agent doesn't support the {} mode. Options are: {}.",
             args.mode,
             all.join(",")
-        );
+        ));
         return Ok(true);
     };
     if mode != Mode::Interrupt && args.payload.is_some() {
-        mode::warn(&format!(
+        console.warn(&format!(
             "interrupt data given for mode {}: ignored",
             mode.as_str()
         ));
@@ -176,7 +179,8 @@ pub fn run(args: &RunArgs, settings: &Settings) -> Result<bool, AgentError> {
         .build()
         .map_err(AgentError::Runtime)?;
     rt.block_on(async {
-        let shutdown = Shutdown::install().map_err(AgentError::Runtime)?;
+        let cancel = crate::process::Cancel::new();
+        signal::install(&cancel).map_err(AgentError::Runtime)?;
         match interrupt {
             Some(i) => {
                 let _lock =
@@ -186,7 +190,8 @@ pub fn run(args: &RunArgs, settings: &Settings) -> Result<bool, AgentError> {
                     settings,
                     id: &id,
                     copy_dir: &args.copy_dir,
-                    shutdown: &shutdown,
+                    cancel: &cancel,
+                    console,
                 }
                 .run(&i)
                 .await
@@ -198,7 +203,8 @@ pub fn run(args: &RunArgs, settings: &Settings) -> Result<bool, AgentError> {
                     id: &id,
                     copy_dir: &args.copy_dir,
                     mode,
-                    shutdown: &shutdown,
+                    cancel: &cancel,
+                    console,
                 }
                 .run()
                 .await

@@ -1,345 +1,389 @@
-//! One mode of one package (agent-contract.md sections 4 and 7-8): preparation, the flag
-//! decision, step execution, check summaries and history.
+//! The one mode loop (agent-contract.md sections 7-8): the flag decision,
+//! `OVERLAY_ALWAYS_RUN_STEP`, `env:` substitution, the reserved step variables, the step
+//! invocation, check summaries and history — for the agent and for `skyhook-run --package`
+//! alike.
+//!
+//! [`ModeLoop`] decides and a [`StepRunner`] runs. The agent ([`ModeRun`]) drives it with
+//! [`AgentRunner`] and a writable [`StateView`]; the dry run
+//! ([`crate::local::PackageRun::plan`]) drives the very same loop with
+//! [`PlanRunner`](crate::runner::PlanRunner) (bash steps "would run", `.rhai` steps on the
+//! Plan executor) and a read-only view (flags read, never written), a [`Console::null`], and
+//! turns the returned [`StepRecord`]s into its plan.
 
-use std::ffi::{OsStr, OsString};
-use std::io::Write;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use chrono::{Local, Utc};
 
 use crate::host::effect::InterruptRequest;
 use crate::host::root::HostRoot;
+use crate::host::{ExecMode, HostOptions};
 use crate::logs::redact::Redactor;
-use crate::logs::retention;
-use crate::logs::sink::{StepLogFiles, open_step_logs};
+use crate::logs::sink::Label;
 use crate::package::{self, Mode, Package, Step};
+use crate::process::Cancel;
 use crate::pyfmt;
-use crate::runner::process::{Outcome, ProcessRunner, ProcessSpec, RunOptions};
-use crate::script::run::CompiledScript;
+use crate::runner::step::ConsoleStreams;
+use crate::runner::{AgentRunner, ProcessRunner, ScriptRunner, StepInvocation, StepProgram};
+use crate::runner::{StepResult, StepRunner};
+use crate::script::context::StepContext;
+use crate::script::engine::{Limits, ScriptEngine};
 use crate::state::{flags, history, lock};
 
+use super::console::Console;
+use super::env::{EnvBuilder, lossy_env};
 use super::error::AgentError;
 use super::interrupt::{Interrupt, InterruptRun};
-use super::prepare;
-use super::script_step::{self, StepScripts};
-use super::settings::{DEFAULT_PATH, ResourceId, Settings};
-use super::signal::Shutdown;
+use super::settings::{ResourceId, Settings};
+use super::site::{PackageSite, StepScripts};
+use super::{prepare, step_logs};
 
-/// Number of log files kept per step (section 6.5).
-pub const LOGS_KEPT: usize = 5;
-
-/// Print one line on stdout and flush (ordering with relayed step output matters).
-pub(crate) fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(line.as_bytes());
-    let _ = out.write_all(b"\n");
-    let _ = out.flush();
-}
-
-/// Print one warning line on stderr.
-pub(crate) fn warn(line: &str) {
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "WARNING: {line}");
-    let _ = err.flush();
-}
-
-/// An environment under construction: later `set` calls replace earlier values.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct EnvBuilder(Vec<(OsString, OsString)>);
-
-impl EnvBuilder {
-    pub(crate) fn from_agent(settings: &Settings) -> Self {
-        let mut me = EnvBuilder(Vec::new());
-        for (k, v) in &settings.env {
-            me.set(k, v);
-        }
-        if settings.var("PATH").is_none() {
-            me.set("PATH", DEFAULT_PATH);
-        }
-        me
-    }
-
-    pub(crate) fn set(&mut self, k: impl AsRef<OsStr>, v: impl AsRef<OsStr>) {
-        let k = k.as_ref();
-        if let Some(slot) = self.0.iter_mut().find(|(n, _)| n == k) {
-            slot.1 = v.as_ref().to_os_string();
-        } else {
-            self.0.push((k.to_os_string(), v.as_ref().to_os_string()));
-        }
-    }
-
-    pub(crate) fn into_vec(self) -> Vec<(OsString, OsString)> {
-        self.0
-    }
-}
-
-/// Create the log files of one executed step or interrupt command (6.5), or none when
-/// `SKYHOOK_AGENT_WRITE_LOGS` is false. Also returns the step's older logs (newest first) for
-/// [`prune_logs`] after the step, so retention does not list the directory again.
-///
-/// # Errors
-/// The files cannot be created (the message names the path).
-pub(crate) fn open_logs(
-    root: &HostRoot,
-    settings: &Settings,
-    log_dir: &Path,
-    base: &str,
-) -> Result<(Option<StepLogFiles>, Vec<PathBuf>), AgentError> {
-    if !settings.write_logs {
-        return Ok((None, Vec::new()));
-    }
-    let mut logs = open_step_logs(root, log_dir, base, Utc::now())
-        .map_err(|e| AgentError::Script(crate::agent::error::render_chain(&e)))?;
-    let previous = std::mem::take(&mut logs.previous);
-    Ok((Some(logs), previous))
-}
-
-/// Log retention after a step or interrupt command ran (6.5): of the `previous` logs (newest
-/// first, from [`open_logs`]) keep [`LOGS_KEPT`]` - 1` beside the new one. A failure only warns.
-pub(crate) fn prune_logs(root: &HostRoot, base: &str, previous: &[PathBuf]) {
-    if let Err(e) = retention::prune_listed(root, previous, LOGS_KEPT - 1) {
-        warn(&format!(
-            "log retention for {base}: {}",
-            crate::agent::error::render_chain(&e)
-        ));
-    }
-}
-
-/// What one executed step produced.
-#[derive(Debug, Default)]
-pub(crate) struct StepResult {
-    /// The step succeeded.
-    pub ok: bool,
-    /// Interrupts a script step requested (run after its flag is written).
-    pub interrupts: Vec<InterruptRequest>,
-}
-
-impl StepResult {
-    fn failed() -> Self {
-        StepResult::default()
-    }
-}
-
-/// An environment as UTF-8 strings (invalid sequences replaced), for the script layer.
-pub(crate) fn lossy_env(env: &[(OsString, OsString)]) -> Vec<(String, String)> {
-    env.iter()
-        .map(|(k, v)| {
-            (
-                k.to_string_lossy().into_owned(),
-                v.to_string_lossy().into_owned(),
-            )
-        })
-        .collect()
-}
-
-/// Everything one mode run needs.
-pub struct ModeRun<'a> {
+/// The on-host state as the loop sees it: flags, check results, history. Read-write for
+/// the agent; read-only for a dry run (every write is skipped, reads are real).
+#[derive(Debug, Clone, Copy)]
+pub struct StateView<'a> {
     /// The host root.
     pub root: &'a HostRoot,
-    /// Agent settings.
-    pub settings: &'a Settings,
-    /// The resource id.
-    pub id: &'a ResourceId,
-    /// The copy dir (host path).
-    pub copy_dir: &'a Path,
+    /// `SKYHOOK_ROOT_DIR` (a host path).
+    pub state_root: &'a Path,
+    /// False: writes are skipped.
+    pub writable: bool,
+}
+
+impl StateView<'_> {
+    fn flag(&self, pkg: &Package, step: &Step) -> PathBuf {
+        flags::flag_path(
+            self.state_root,
+            &pkg.package_name,
+            &pkg.package_version,
+            step,
+        )
+    }
+
+    /// The previous version for the upgrade modes (from the history file) and the
+    /// messages reading it produced.
+    fn previous(&self, pkg: &Package) -> Result<history::HistoryRead, AgentError> {
+        Ok(history::read_previous(
+            self.root,
+            self.state_root,
+            &pkg.package_name,
+        )?)
+    }
+}
+
+/// What the loop decided for one step.
+#[derive(Debug)]
+pub enum Decision {
+    /// The runner ran it (or, in a dry run, listed it: `result.ran` is false).
+    Ran(StepResult),
+    /// Skipped: its flag exists (a host path).
+    Skipped {
+        /// The flag file.
+        flag: PathBuf,
+    },
+    /// Failed before running: an `env:` argument's variable is unset (the agent's message,
+    /// one line per missing name, joined by `; `).
+    MissingEnv {
+        /// The message.
+        message: String,
+    },
+    /// Not reached: an earlier step failed, or the run was stopped before it.
+    NotRun,
+}
+
+/// One step of the mode and what happened to it.
+#[derive(Debug)]
+pub struct StepRecord {
+    /// The step's index in the mode.
+    pub index: usize,
+    /// Its arguments: after `env:` substitution and upgrade versions when it ran, as
+    /// configured otherwise.
+    pub args: Vec<String>,
+    /// The decision.
+    pub decision: Decision,
+}
+
+impl StepRecord {
+    /// False for a failed step (runner failure or a missing `env:` variable).
+    pub fn ok(&self) -> bool {
+        match &self.decision {
+            Decision::Ran(r) => r.ok,
+            Decision::MissingEnv { .. } => false,
+            Decision::Skipped { .. } | Decision::NotRun => true,
+        }
+    }
+}
+
+/// How a mode ended.
+#[derive(Debug)]
+pub struct ModeOutcome {
+    /// Exit 0.
+    pub ok: bool,
+    /// Every step of the mode, in order.
+    pub steps: Vec<StepRecord>,
+}
+
+/// One mode of one package, decided by the rules and executed by `runner`.
+pub struct ModeLoop<'a, R> {
     /// The mode.
     pub mode: Mode,
-    /// Stop requests.
-    pub shutdown: &'a Shutdown,
+    /// The package.
+    pub package: &'a Package,
+    /// Where its files are.
+    pub site: &'a PackageSite<'a>,
+    /// The run's settings (environment, `OVERLAY_ALWAYS_RUN_STEP`, log root, limits).
+    pub settings: &'a Settings,
+    /// Flags, check results and history.
+    pub state: StateView<'a>,
+    /// The mode's compiled scripts, by step index.
+    pub scripts: &'a StepScripts,
+    /// Runs each step.
+    pub runner: &'a R,
+    /// The agent's own lines.
+    pub console: &'a Console,
+    /// Stop (SIGTERM: no further step) and abort (the running step ends).
+    pub cancel: &'a Cancel,
+    /// `SKYHOOK_RESOURCE_ID` as given.
+    pub resource_id: &'a str,
+    /// The executor of script steps in run modes: Apply (the agent) or Plan (a dry run).
+    /// `*-check` modes always use Check.
+    pub run_exec: ExecMode,
+    /// Write step logs (the agent, when `SKYHOOK_AGENT_WRITE_LOGS` is on).
+    pub write_logs: bool,
+    /// Where script steps read node metadata (`<copy dir>/node-metadata`, agent-side).
+    pub node_metadata_dir: Option<PathBuf>,
+    /// Runs interrupts requested by script steps after their flag (the agent); `None`
+    /// ignores them (a dry run lists them in its report).
+    pub interrupts: Option<InterruptRun<'a>>,
+    /// Descriptors every step process inherits (the package lock).
+    pub keep_fds: Vec<RawFd>,
 }
 
-fn step_root(copy_dir: &Path) -> PathBuf {
-    copy_dir.join("skyhook_dir")
-}
-
-/// Load and validate `<copy dir>/config.json` and the step files (section 4 item 2, 5).
-/// Prints warnings on stderr.
-///
-/// # Errors
-/// Unreadable or invalid config, missing step files.
-pub fn load_package(root: &HostRoot, copy_dir: &Path) -> Result<Package, AgentError> {
-    let config = copy_dir.join("config.json");
-    let shown = root.display_path(&config);
-    let bytes = root.read(&config)?;
-    let loaded = package::load::parse(&shown, &bytes)?;
-    for w in &loaded.warnings {
-        warn(w.trim_start());
-    }
-    let sroot = step_root(copy_dir);
-    package::load::check_step_files(
-        &shown,
-        &loaded.package,
-        |p| matches!(root.metadata(&sroot.join(p)), Ok(Some(m)) if m.is_file()),
-    )?;
-    Ok(loaded.package)
-}
-
-impl ModeRun<'_> {
-    fn flag_dir_pkg(&self, pkg: &Package) -> (String, String) {
-        (pkg.package_name.clone(), pkg.package_version.clone())
+impl<R: StepRunner> ModeLoop<'_, R> {
+    fn exec(&self) -> ExecMode {
+        if self.mode.is_check() {
+            ExecMode::Check
+        } else {
+            self.run_exec
+        }
     }
 
-    fn log_dir(&self, pkg: &Package) -> PathBuf {
-        self.settings
-            .log_root
-            .join(&pkg.package_name)
-            .join(&pkg.package_version)
-    }
-
-    /// Run the mode end to end: legacy copy, load, expected files, overlay, lock, `START`, steps.
-    /// Returns true when the mode succeeded (exit 0).
+    /// Run the mode's steps (run modes) or checks (`*-check` modes). `START` is the
+    /// caller's (it comes before the loop, after the lock).
     ///
     /// # Errors
-    /// Preparation and state failures (exit 1). Step failures are `Ok(false)`.
-    pub async fn run(&self) -> Result<bool, AgentError> {
-        prepare::legacy_copy(self.root, self.copy_dir, &self.settings.data_dir)?;
-        let pkg = load_package(self.root, self.copy_dir)?;
-        for (mode, steps) in &pkg.modes {
-            for s in steps.iter().filter(|s| !s.on_host) {
-                warn(&format!(
-                    "step {} ({}) has on_host: false: it runs in the agent's filesystem with the host under {}, not chrooted into the host",
-                    s.path,
-                    mode.as_str(),
-                    self.root.mount().display()
-                ));
-            }
-        }
-        let scripts = script_step::compile_mode_scripts(self.root, self.copy_dir, &pkg, self.mode)?;
-        if !matches!(self.mode, Mode::Uninstall | Mode::UninstallCheck) {
-            prepare::check_expected_files(self.root, self.copy_dir, &pkg.expected_config_files)?;
-            prepare::overlay(self.root, self.copy_dir)?;
-        }
-        let _lock = lock::lock_package(self.root, &self.settings.state_root, &pkg.package_name)?;
-        flags::write_start(self.root, &self.settings.state_root)?;
+    /// State reads and writes (flags, history, check results) and log-file creation;
+    /// a failing step is `Ok` with `ok == false`.
+    pub async fn run(&self) -> Result<ModeOutcome, AgentError> {
         if self.mode.is_check() {
-            self.run_checks(&pkg, &scripts).await
+            self.run_checks().await
         } else {
-            self.run_steps(&pkg, &scripts).await
+            self.run_steps().await
         }
     }
 
-    fn versions(&self, pkg: &Package) -> Result<Option<(String, String)>, AgentError> {
+    fn versions(&self) -> Result<Option<(String, String)>, AgentError> {
         if !matches!(self.mode, Mode::Upgrade | Mode::UpgradeCheck) {
             return Ok(None);
         }
-        let read = history::read_previous(self.root, &self.settings.state_root, &pkg.package_name)?;
+        let read = self.state.previous(self.package)?;
         for m in &read.messages {
-            say(m);
+            self.console.say(m);
         }
-        Ok(Some((read.previous, pkg.package_version.clone())))
+        Ok(Some((read.previous, self.package.package_version.clone())))
     }
 
-    async fn run_steps(&self, pkg: &Package, scripts: &StepScripts) -> Result<bool, AgentError> {
-        let (name, ver) = self.flag_dir_pkg(pkg);
-        for (index, step) in pkg.steps(self.mode).iter().enumerate() {
-            if self.shutdown.check().await {
-                warn(&format!("stopping before {}: SIGTERM received", step.path));
-                return Ok(false);
+    fn stopped_before(&self, step: &Step) -> bool {
+        if !self.cancel.is_stopped() {
+            return false;
+        }
+        let why = self
+            .cancel
+            .reason()
+            .map_or_else(|| "stopped".to_string(), |r| r.to_string());
+        self.console
+            .warn(&format!("stopping before {}: {why}", step.path));
+        true
+    }
+
+    /// The flag decision (section 7): `Some(flag)` when the step is skipped.
+    fn skip_flag(&self, step: &Step) -> Result<Option<PathBuf>, AgentError> {
+        let flag = self.state.flag(self.package, step);
+        if !self.state.root.exists(&flag)? {
+            return Ok(None);
+        }
+        let shown = self.state.root.display_path(&flag);
+        if self.settings.always_run_step {
+            self.console.say(&format!(
+                "WARNING: {} exists for {} but OVERLAY_ALWAYS_RUN_STEP flag is set so running anyway.",
+                shown.display(),
+                step.path
+            ));
+            Ok(None)
+        } else if matches!(self.mode, Mode::Config | Mode::Uninstall | Mode::Upgrade) {
+            self.console.say(
+                "Flag exists but CONFIG, UNINSTALL, and UPGRADE mode don't support idempotence so running step anyway.",
+            );
+            Ok(None)
+        } else if step.idempotence {
+            self.console
+                .say("Flag exists but idempotence is Idempotence.Disabled so running step.");
+            Ok(None)
+        } else {
+            self.console.say(&format!(
+                "Skipping {} because {} exists.",
+                step.path,
+                shown.display()
+            ));
+            Ok(Some(flag))
+        }
+    }
+
+    async fn run_steps(&self) -> Result<ModeOutcome, AgentError> {
+        let steps = self.package.steps(self.mode);
+        let mut records = Vec::with_capacity(steps.len());
+        let mut ok = true;
+        for (index, step) in steps.iter().enumerate() {
+            // Let a pending signal delivery run before deciding (section 11).
+            tokio::task::yield_now().await;
+            if !ok || self.stopped_before(step) {
+                ok = false;
+                records.push(not_run(index, step));
+                continue;
             }
-            let flag = flags::flag_path(&self.settings.state_root, &name, &ver, step);
-            let versions = self.versions(pkg)?;
-            if self.root.exists(&flag)? {
-                let shown = self.root.display_path(&flag);
-                if self.settings.always_run_step {
-                    say(&format!(
-                        "WARNING: {} exists for {} but OVERLAY_ALWAYS_RUN_STEP flag is set so running anyway.",
-                        shown.display(),
-                        step.path
-                    ));
-                } else if matches!(self.mode, Mode::Config | Mode::Uninstall | Mode::Upgrade) {
-                    say(
-                        "Flag exists but CONFIG, UNINSTALL, and UPGRADE mode don't support idempotence so running step anyway.",
-                    );
-                } else if step.idempotence {
-                    say("Flag exists but idempotence is Idempotence.Disabled so running step.");
-                } else {
-                    say(&format!(
-                        "Skipping {} because {} exists.",
-                        step.path,
-                        shown.display()
-                    ));
-                    continue;
+            let versions = self.versions()?;
+            if let Some(flag) = self.skip_flag(step)? {
+                records.push(StepRecord {
+                    index,
+                    args: step.arguments.clone(),
+                    decision: Decision::Skipped { flag },
+                });
+                continue;
+            }
+            let record = self.execute(index, step, versions.as_ref()).await?;
+            if !record.ok() {
+                ok = false;
+                records.push(record);
+                continue;
+            }
+            let interrupts = match &record.decision {
+                Decision::Ran(r) if r.ran => {
+                    if self.state.writable {
+                        let flag = self.state.flag(self.package, step);
+                        flags::write_flag(
+                            self.state.root,
+                            &flag,
+                            step,
+                            Local::now().naive_local(),
+                        )?;
+                    }
+                    r.interrupts.clone()
                 }
-            }
-            let result = self
-                .execute(pkg, step, versions.as_ref(), scripts.get(&index))
-                .await?;
-            if !result.ok {
-                return Ok(false);
-            }
-            flags::write_flag(self.root, &flag, step, Local::now().naive_local())?;
-            for request in &result.interrupts {
+                _ => Vec::new(),
+            };
+            records.push(record);
+            for request in &interrupts {
                 if !self.run_requested_interrupt(step, request).await? {
-                    return Ok(false);
+                    ok = false;
+                    break;
                 }
             }
         }
-        Ok(true)
+        Ok(ModeOutcome { ok, steps: records })
     }
 
-    async fn run_checks(&self, pkg: &Package, scripts: &StepScripts) -> Result<bool, AgentError> {
-        let steps = pkg.steps(self.mode);
-        let state = &self.settings.state_root;
+    async fn run_checks(&self) -> Result<ModeOutcome, AgentError> {
+        let steps = self.package.steps(self.mode);
+        let root = self.state.root;
+        let state = self.state.state_root;
+        let write = self.state.writable;
+        let mut records = Vec::with_capacity(steps.len());
         if steps.is_empty() {
-            warn(&format!(
+            self.console.warn(&format!(
                 "There are no {} steps defined. This will be ran as a no-op.",
                 self.mode.as_str()
             ));
         } else {
-            flags::clear_all_checked(self.root, state, self.mode)?;
-            let mut results = Vec::with_capacity(steps.len());
+            if write {
+                flags::clear_all_checked(root, state, self.mode)?;
+            }
+            let mut stopped = false;
             for (index, step) in steps.iter().enumerate() {
-                if self.shutdown.check().await {
-                    warn(&format!("stopping before {}: SIGTERM received", step.path));
-                    return Ok(false);
+                tokio::task::yield_now().await;
+                if stopped || self.stopped_before(step) {
+                    stopped = true;
+                    records.push(not_run(index, step));
+                    continue;
                 }
-                let versions = self.versions(pkg)?;
-                let ok = self
-                    .execute(pkg, step, versions.as_ref(), scripts.get(&index))
-                    .await?
-                    .ok;
-                results.push((step.path.clone(), !ok));
+                let versions = self.versions()?;
+                records.push(self.execute(index, step, versions.as_ref()).await?);
             }
-            flags::write_check_results(self.root, state, &results)?;
+            if stopped {
+                return Ok(ModeOutcome {
+                    ok: false,
+                    steps: records,
+                });
+            }
+            let results: Vec<(String, bool)> = steps
+                .iter()
+                .zip(&records)
+                .map(|(s, r)| (s.path.clone(), !r.ok()))
+                .collect();
+            if write {
+                flags::write_check_results(root, state, &results)?;
+            }
             if results.iter().any(|(_, failed)| *failed) {
-                return Ok(false);
+                return Ok(ModeOutcome {
+                    ok: false,
+                    steps: records,
+                });
             }
-            flags::set_all_checked(self.root, state, self.mode)?;
         }
-        let now = Utc::now();
-        let record = |version: &str| -> Result<(), AgentError> {
-            for m in history::record(self.root, state, &pkg.package_name, version, now)? {
-                say(&m);
+        if write {
+            // History first, the success marker last: a failed history write never leaves
+            // `<mode>_ALL_CHECKED` behind.
+            let now = Utc::now();
+            let pkg = self.package;
+            let record = |version: &str| -> Result<(), AgentError> {
+                for m in history::record(root, state, &pkg.package_name, version, now)? {
+                    self.console.say(&m);
+                }
+                Ok(())
+            };
+            match self.mode {
+                Mode::ApplyCheck | Mode::UpgradeCheck => record(&pkg.package_version)?,
+                Mode::UninstallCheck => {
+                    record("uninstalled")?;
+                    flags::remove_package_flags(root, state, pkg)?;
+                }
+                _ => {}
             }
-            Ok(())
-        };
-        match self.mode {
-            Mode::ApplyCheck | Mode::UpgradeCheck => record(&pkg.package_version)?,
-            Mode::UninstallCheck => {
-                record("uninstalled")?;
-                flags::remove_package_flags(self.root, state, pkg)?;
+            if !steps.is_empty() {
+                flags::set_all_checked(root, state, self.mode)?;
             }
-            _ => {}
         }
-        Ok(true)
+        Ok(ModeOutcome {
+            ok: true,
+            steps: records,
+        })
     }
 
-    /// Execute one step (section 8): header, `env:` substitution, chmod, process, result line,
-    /// log retention. Returns whether the step succeeded.
+    /// Resolve and run one step (section 8): header, `env:` substitution, chmod, the
+    /// environment and context, log files, the runner, the result line, log retention.
     async fn execute(
         &self,
-        pkg: &Package,
+        index: usize,
         step: &Step,
         versions: Option<&(String, String)>,
-        script: Option<&CompiledScript>,
-    ) -> Result<StepResult, AgentError> {
+    ) -> Result<StepRecord, AgentError> {
         let mut shown_args = step.arguments.clone();
         if let (true, Some((prev, cur))) = (step.upgrade_step, versions) {
             shown_args.push(prev.clone());
             shown_args.push(cur.clone());
         }
-        say(&format!(
+        self.console.say(&format!(
             "{} {} {} {} {} {}",
             self.mode.as_str(),
             step.path,
@@ -349,7 +393,7 @@ impl ModeRun<'_> {
             if step.on_host { "True" } else { "False" }
         ));
 
-        // env: substitution from the agent's environment (8.1)
+        // env: substitution from the run's environment (8.1)
         let mut args: Vec<String> = Vec::with_capacity(shown_args.len());
         let mut missing = Vec::new();
         for a in &step.arguments {
@@ -362,24 +406,42 @@ impl ModeRun<'_> {
             }
         }
         if !missing.is_empty() {
-            for name in missing {
-                say(&format!(
-                    "{}: Expected environment variable did not exist: {name}",
-                    step.path
-                ));
+            let lines: Vec<String> = missing
+                .iter()
+                .map(|name| {
+                    format!(
+                        "{}: Expected environment variable did not exist: {name}",
+                        step.path
+                    )
+                })
+                .collect();
+            for l in &lines {
+                self.console.say(l);
             }
-            return Ok(StepResult::failed());
+            return Ok(StepRecord {
+                index,
+                args: step.arguments.clone(),
+                decision: Decision::MissingEnv {
+                    message: lines.join("; "),
+                },
+            });
         }
         if let (true, Some((prev, cur))) = (step.upgrade_step, versions) {
             args.push(prev.clone());
             args.push(cur.clone());
         }
 
-        let host_program = step_root(self.copy_dir).join(&step.path);
-        if script.is_none() {
-            self.make_executable(&host_program)?;
-        }
+        let program = match self.scripts.get(&index) {
+            Some(script) => StepProgram::Script(script.clone()),
+            None => {
+                if self.state.writable {
+                    self.make_executable(&self.site.step_root().join(&step.path))?;
+                }
+                self.site.process(step)
+            }
+        };
 
+        let (step_root_v, skyhook_dir_v) = self.site.reserved_dirs(step.on_host);
         let mut env = EnvBuilder::from_agent(self.settings);
         for (k, v) in &step.env {
             env.set(k, v);
@@ -388,88 +450,96 @@ impl ModeRun<'_> {
             env.set("PREVIOUS_VERSION", prev);
             env.set("CURRENT_VERSION", cur);
         }
-        let (program, cwd, chroot, step_root_v, skyhook_dir_v) = if step.on_host {
-            (
-                host_program.clone(),
-                self.copy_dir.to_path_buf(),
-                Some(self.root.mount().to_path_buf()),
-                step_root(self.copy_dir),
-                self.copy_dir.to_path_buf(),
-            )
-        } else {
-            (
-                self.root.display_path(&host_program),
-                self.root.display_path(self.copy_dir),
-                None,
-                self.root.display_path(&step_root(self.copy_dir)),
-                self.root.display_path(self.copy_dir),
-            )
-        };
         env.set("STEP_ROOT", &step_root_v);
         env.set("SKYHOOK_DIR", &skyhook_dir_v);
-
         let env = env.into_vec();
-        let redactor = Redactor::from_env(&lossy_env(&env));
-        let log_dir = self.log_dir(pkg);
-        let (logs, previous_logs) = open_logs(self.root, self.settings, &log_dir, &step.path)?;
-        let (ok, status, interrupts) = match script {
-            Some(script) => {
-                let run = script_step::ScriptStep {
-                    run: self,
-                    package: pkg,
-                    step,
-                };
-                let r = run
-                    .run(
-                        script,
-                        &args,
-                        env,
-                        versions.map(|(p, _)| p.clone()),
-                        logs,
-                        redactor,
-                    )
-                    .await?;
-                (r.ok, r.status, r.interrupts)
-            }
-            None => {
-                let spec = ProcessSpec {
-                    program,
-                    args: args.iter().map(OsString::from).collect(),
-                    env,
-                    cwd,
-                    chroot,
-                    timeout: None,
-                    preamble: None,
-                };
-                let runner = ProcessRunner {
-                    buffer_limit: self.settings.buffer_limit,
-                };
-                let options = RunOptions {
-                    redactor: Some(redactor),
-                    ..RunOptions::default()
-                };
-                let outcome = runner.run_with(&spec, logs, options).await.outcome;
-                if let Outcome::SpawnFailed(e) = &outcome {
-                    eprintln!(
-                        "skyhook-agent: failed to execute {}: {e}",
-                        self.root.display_path(&host_program).display()
-                    );
-                }
-                (
-                    outcome.succeeded_with(|c| step.accepts(c)),
-                    outcome.display_status(),
-                    Vec::new(),
-                )
-            }
+        let text_env = lossy_env(&env);
+        let redactor = Redactor::from_env(&text_env);
+        let get = |k: &str| {
+            text_env
+                .iter()
+                .rev()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
         };
-        let joined = args.join(" ");
-        if ok {
-            say(&format!("SUCEEDED: {} {joined}", step.path));
-        } else {
-            say(&format!("FAILED: {} {joined} {status}", step.path));
+        let exec = self.exec();
+        let context = StepContext {
+            mode: self.mode.as_str().to_string(),
+            name: step.name.clone(),
+            args: args.clone(),
+            package_name: self.package.package_name.clone(),
+            package_version: self.package.package_version.clone(),
+            previous_version: versions.map(|(p, _)| p.clone()),
+            skyhook_dir: skyhook_dir_v.display().to_string(),
+            step_root: step_root_v.display().to_string(),
+            resource_id: self.resource_id.to_string(),
+            node_order: get("SKYHOOK_NODE_ORDER").and_then(|v| v.trim().parse().ok()),
+            dry_run: exec == ExecMode::Plan,
+            env: text_env.iter().cloned().collect(),
+        };
+        let step_cancel = self.cancel.child();
+        let host = HostOptions {
+            env: text_env.clone(),
+            configmaps_dir: Some(self.site.shown(&self.site.configmaps_dir())),
+            node_metadata_dir: self.node_metadata_dir.clone(),
+            commands_chrooted: step.on_host,
+            deadline: Some(std::time::Instant::now() + self.settings.script_timeout),
+            secrets_dir: get("SKYHOOK_SECRETS_DIR")
+                .filter(|v| !v.is_empty())
+                .map_or_else(|| PathBuf::from("/var/run/secrets/skyhook"), PathBuf::from),
+            allowed_secrets: crate::host::secrets::parse_allowlist(
+                &get("SKYHOOK_ALLOWED_SECRETS").unwrap_or_default(),
+            ),
+            resource_id: self.resource_id.to_string(),
+            redactor: Some(redactor.clone()),
+            ..HostOptions::default()
+        };
+        let log_dir = self
+            .settings
+            .log_root
+            .join(&self.package.package_name)
+            .join(&self.package.package_version);
+        let (logs, previous_logs) =
+            step_logs::open(self.state.root, self.write_logs, &log_dir, &step.path)?;
+        let invocation = StepInvocation {
+            path: step.path.clone(),
+            program,
+            args: args.clone(),
+            env,
+            context,
+            host,
+            exec,
+            logs,
+            redactor,
+            returncodes: step
+                .returncodes
+                .iter()
+                .filter_map(|c| i32::try_from(c.value).ok())
+                .collect(),
+            script_timeout: Some(self.settings.script_timeout),
+            cancel: step_cancel,
+            preamble: None,
+            keep_fds: self.keep_fds.clone(),
+        };
+        let result = self.runner.run(invocation).await;
+        if result.ran {
+            let joined = args.join(" ");
+            if result.ok {
+                self.console
+                    .say(&format!("SUCEEDED: {} {joined}", step.path));
+            } else {
+                self.console
+                    .say(&format!("FAILED: {} {joined} {}", step.path, result.status));
+            }
         }
-        prune_logs(self.root, &step.path, &previous_logs);
-        Ok(StepResult { ok, interrupts })
+        if self.write_logs {
+            step_logs::prune(self.state.root, self.console, &step.path, &previous_logs);
+        }
+        Ok(StepRecord {
+            index,
+            args,
+            decision: Decision::Ran(result),
+        })
     }
 
     /// Run an interrupt a script step requested (`interrupt::reboot()` ...), after the step
@@ -480,6 +550,9 @@ impl ModeRun<'_> {
         step: &Step,
         request: &InterruptRequest,
     ) -> Result<bool, AgentError> {
+        let Some(run) = &self.interrupts else {
+            return Ok(true);
+        };
         let interrupt = match request {
             InterruptRequest::Reboot => Interrupt::NodeRestart,
             InterruptRequest::RestartServices { services } => {
@@ -487,31 +560,177 @@ impl ModeRun<'_> {
             }
             InterruptRequest::RestartAllServices => Interrupt::RestartAllServices,
         };
-        say(&format!(
+        self.console.say(&format!(
             "{} requested interrupt {}",
             step.path,
             interrupt.type_name()
         ));
-        InterruptRun {
-            root: self.root,
-            settings: self.settings,
-            id: self.id,
-            copy_dir: self.copy_dir,
-            shutdown: self.shutdown,
-        }
-        .run(&interrupt)
-        .await
+        run.run(&interrupt).await
     }
 
     /// Add the execute bits (8.2): `mode | 0o111` on the permission bits, dropping
     /// set-uid/set-gid/sticky when a chmod is needed [fix]. Follows symlinks inside the root.
     fn make_executable(&self, host: &Path) -> Result<(), AgentError> {
-        if let Some(m) = self.root.metadata(host)? {
+        let PackageSite::Copy { root, .. } = self.site else {
+            return Ok(());
+        };
+        if let Some(m) = root.metadata(host)? {
             let mode = m.mode() & 0o7777;
             if mode & 0o111 != 0o111 {
-                self.root.set_mode(host, (mode & 0o777) | 0o111)?;
+                root.set_mode(host, (mode & 0o777) | 0o111)?;
             }
         }
         Ok(())
+    }
+}
+
+fn not_run(index: usize, step: &Step) -> StepRecord {
+    StepRecord {
+        index,
+        args: step.arguments.clone(),
+        decision: Decision::NotRun,
+    }
+}
+
+/// Load and validate `config.json` and the step files of `site` (section 4 item 2, 5).
+/// Returns the package and the loader's warnings (already trimmed).
+///
+/// # Errors
+/// Unreadable or invalid config, missing step files.
+pub fn load_package(site: &PackageSite<'_>) -> Result<(Package, Vec<String>), AgentError> {
+    let config = site.config_path();
+    let shown = site.shown(&config);
+    let bytes = site.read(&config)?;
+    let loaded = package::load::parse(&shown, &bytes)?;
+    let step_root = site.step_root();
+    let lookup_error = std::cell::RefCell::new(None);
+    package::load::check_step_files(&shown, &loaded.package, |p| {
+        match site.is_file(&step_root.join(p)) {
+            Ok(b) => b,
+            Err(e) => {
+                lookup_error.borrow_mut().get_or_insert(e);
+                false
+            }
+        }
+    })?;
+    if let Some(e) = lookup_error.into_inner() {
+        return Err(e);
+    }
+    let warnings = loaded
+        .warnings
+        .iter()
+        .map(|w| w.trim_start().to_string())
+        .collect();
+    Ok((loaded.package, warnings))
+}
+
+/// The engine the agent compiles and runs a run's scripts with (built once per run; every
+/// limit but the deadline, which is per step from the run's settings).
+pub fn engine() -> Arc<ScriptEngine> {
+    Arc::new(ScriptEngine::new(Limits::default()))
+}
+
+impl ConsoleStreams for Console {
+    fn writer(&self, label: Label) -> Box<dyn std::io::Write + Send> {
+        Console::writer(self, label)
+    }
+    fn error_line(&self, line: &str) {
+        self.error(line);
+    }
+}
+
+/// Everything one agent mode run needs.
+pub struct ModeRun<'a> {
+    /// The host root.
+    pub root: &'a HostRoot,
+    /// Agent settings.
+    pub settings: &'a Settings,
+    /// The resource id.
+    pub id: &'a ResourceId,
+    /// The copy dir (host path).
+    pub copy_dir: &'a Path,
+    /// The mode.
+    pub mode: Mode,
+    /// Stop requests (SIGTERM).
+    pub cancel: &'a Cancel,
+    /// The agent's console.
+    pub console: &'a Console,
+}
+
+impl ModeRun<'_> {
+    /// Run the mode end to end: legacy copy, load, compile, expected files, overlay, lock,
+    /// `START`, then the [`ModeLoop`]. Returns true when the mode succeeded (exit 0).
+    ///
+    /// # Errors
+    /// Preparation and state failures (exit 1). Step failures are `Ok(false)`.
+    pub async fn run(&self) -> Result<bool, AgentError> {
+        prepare::legacy_copy(self.root, self.copy_dir, &self.settings.data_dir)?;
+        let site = PackageSite::Copy {
+            root: self.root,
+            copy_dir: self.copy_dir,
+        };
+        let (pkg, warnings) = load_package(&site)?;
+        for w in &warnings {
+            self.console.warn(w);
+        }
+        for (mode, steps) in &pkg.modes {
+            for s in steps.iter().filter(|s| !s.on_host) {
+                self.console.warn(&format!(
+                    "step {} ({}) has on_host: false: it runs in the agent's filesystem with the host under {}, not chrooted into the host",
+                    s.path,
+                    mode.as_str(),
+                    self.root.mount().display()
+                ));
+            }
+        }
+        let engine = engine();
+        let scripts = site.compile_mode_scripts(&engine, &pkg, self.mode)?;
+        if !matches!(self.mode, Mode::Uninstall | Mode::UninstallCheck) {
+            site.check_expected_files(&pkg.expected_config_files)?;
+            prepare::overlay(self.root, self.copy_dir)?;
+        }
+        let lock = lock::lock_package(self.root, &self.settings.state_root, &pkg.package_name)?;
+        flags::write_start(self.root, &self.settings.state_root)?;
+        let console: Arc<dyn ConsoleStreams> = Arc::new(self.console.clone());
+        let runner = AgentRunner {
+            process: ProcessRunner::new(self.settings.buffer_limit),
+            script: ScriptRunner {
+                engine,
+                root: self.root.mount().to_path_buf(),
+            },
+            console,
+        };
+        let outcome = ModeLoop {
+            mode: self.mode,
+            package: &pkg,
+            site: &site,
+            settings: self.settings,
+            state: StateView {
+                root: self.root,
+                state_root: &self.settings.state_root,
+                writable: true,
+            },
+            scripts: &scripts,
+            runner: &runner,
+            console: self.console,
+            cancel: self.cancel,
+            resource_id: &self.id.raw,
+            run_exec: ExecMode::Apply,
+            write_logs: self.settings.write_logs,
+            node_metadata_dir: Some(self.root.display_path(&self.copy_dir.join("node-metadata"))),
+            interrupts: Some(InterruptRun {
+                root: self.root,
+                settings: self.settings,
+                id: self.id,
+                copy_dir: self.copy_dir,
+                cancel: self.cancel,
+                console: self.console,
+            }),
+            keep_fds: vec![lock.as_raw_fd()],
+        }
+        .run()
+        .await?;
+        drop(lock);
+        Ok(outcome.ok)
     }
 }

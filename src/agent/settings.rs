@@ -2,6 +2,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Default `SKYHOOK_ROOT_DIR` (state root, a host path).
 pub const DEFAULT_STATE_ROOT: &str = "/etc/skyhook";
@@ -11,8 +12,53 @@ pub const DEFAULT_LOG_ROOT: &str = "/var/log/skyhook";
 pub const DEFAULT_DATA_DIR: &str = "/skyhook-package";
 /// Default `SKYHOOK_AGENT_BUFFER_LIMIT` in bytes.
 pub const DEFAULT_BUFFER_LIMIT: usize = 8192;
-/// `PATH` given to steps when the agent has none (8.3).
+/// `PATH` given to steps and commands when the environment has none (8.3).
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Default `SKYHOOK_SCRIPT_TIMEOUT`: a `.rhai` step's wall-clock deadline, in seconds.
+pub const DEFAULT_SCRIPT_TIMEOUT_SECS: u64 = 600;
+/// Largest accepted `SKYHOOK_SCRIPT_TIMEOUT`, in seconds (one year).
+pub const MAX_SCRIPT_TIMEOUT_SECS: u64 = 365 * 24 * 3600;
+
+/// A setting whose value is out of its range or of the wrong shape. Reported before
+/// anything is written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {name} value {value:?}: expected {expected}")]
+pub struct SettingError {
+    /// The variable.
+    pub name: &'static str,
+    /// Its value (at most 80 characters of it).
+    pub value: String,
+    /// What is accepted.
+    pub expected: String,
+}
+
+fn quoted(v: &str) -> String {
+    match v.char_indices().nth(80) {
+        Some((i, _)) => format!("{}...", &v[..i]),
+        None => v.to_string(),
+    }
+}
+
+/// Parse `SKYHOOK_SCRIPT_TIMEOUT`: whole seconds from 1 to [`MAX_SCRIPT_TIMEOUT_SECS`];
+/// unset or empty gives the default.
+///
+/// # Errors
+/// [`SettingError`] for anything else.
+pub fn parse_script_timeout(value: Option<&str>) -> Result<Duration, SettingError> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(Duration::from_secs(DEFAULT_SCRIPT_TIMEOUT_SECS)),
+        Some(v) => match v.parse::<u64>() {
+            Ok(secs) if (1..=MAX_SCRIPT_TIMEOUT_SECS).contains(&secs) => {
+                Ok(Duration::from_secs(secs))
+            }
+            _ => Err(SettingError {
+                name: "SKYHOOK_SCRIPT_TIMEOUT",
+                value: quoted(v),
+                expected: format!("whole seconds from 1 to {MAX_SCRIPT_TIMEOUT_SECS}"),
+            }),
+        },
+    }
+}
 
 /// The agent's settings, read from its environment.
 ///
@@ -37,6 +83,9 @@ pub struct Settings {
     pub copy_resolv: bool,
     /// `OVERLAY_ALWAYS_RUN_STEP` (default false).
     pub always_run_step: bool,
+    /// `SKYHOOK_SCRIPT_TIMEOUT`: the wall-clock deadline of each `.rhai` step (default
+    /// 600 s); commands a script runs default to what remains of it.
+    pub script_timeout: Duration,
     /// The agent's whole environment, in order, passed to every step (8.3).
     pub env: Vec<(OsString, OsString)>,
     /// Warnings produced while parsing (printed on stderr by the caller).
@@ -51,8 +100,14 @@ fn truthy(v: Option<&OsStr>, default: bool) -> bool {
 }
 
 impl Settings {
-    /// Parse settings from an environment (normally `std::env::vars_os()`).
-    pub fn from_env(env: impl IntoIterator<Item = (OsString, OsString)>) -> Settings {
+    /// Parse settings from an environment (normally `std::env::vars_os()`; `skyhook-run`:
+    /// its own plus `--env`). Nothing is read from the process environment itself.
+    ///
+    /// # Errors
+    /// [`SettingError`] for a value out of range (`SKYHOOK_SCRIPT_TIMEOUT`).
+    pub fn from_env(
+        env: impl IntoIterator<Item = (OsString, OsString)>,
+    ) -> Result<Settings, SettingError> {
         let env: Vec<(OsString, OsString)> = env.into_iter().collect();
         let get = |k: &str| -> Option<&OsStr> {
             env.iter()
@@ -80,7 +135,12 @@ impl Settings {
                 }
             },
         };
-        Settings {
+        let script_timeout = parse_script_timeout(
+            get("SKYHOOK_SCRIPT_TIMEOUT")
+                .map(|v| v.to_string_lossy())
+                .as_deref(),
+        )?;
+        Ok(Settings {
             resource_id: get("SKYHOOK_RESOURCE_ID")
                 .map(|v| v.to_string_lossy().into_owned())
                 .unwrap_or_default(),
@@ -91,9 +151,10 @@ impl Settings {
             buffer_limit,
             copy_resolv: truthy(get("COPY_RESOLV"), true),
             always_run_step: truthy(get("OVERLAY_ALWAYS_RUN_STEP"), false),
+            script_timeout,
             env,
             warnings,
-        }
+        })
     }
 
     /// The value of a variable in the agent's environment.
@@ -185,6 +246,32 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (OsString::from(k), OsString::from(v))),
         )
+        .unwrap()
+    }
+
+    #[test]
+    fn script_timeout_is_ranged_and_never_overflows() {
+        assert_eq!(env(&[]).script_timeout, Duration::from_secs(600));
+        assert_eq!(
+            env(&[("SKYHOOK_SCRIPT_TIMEOUT", " 30 ")]).script_timeout,
+            Duration::from_secs(30)
+        );
+        for bad in ["0", "-1", "1.5", "abc", "18446744073709551615", "31536001"] {
+            let e = Settings::from_env([(
+                OsString::from("SKYHOOK_SCRIPT_TIMEOUT"),
+                OsString::from(bad),
+            )])
+            .unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "invalid SKYHOOK_SCRIPT_TIMEOUT value {bad:?}: expected whole seconds from 1 to 31536000"
+                )
+            );
+        }
+        let long = "9".repeat(500);
+        let e = parse_script_timeout(Some(&long)).unwrap_err();
+        assert!(e.to_string().len() < 200, "{e}");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
+use skyhook::agent::console::Console;
 use skyhook::host::ExecMode;
 use skyhook::local::{LocalError, PackageRun, ScriptRun};
 use skyhook::package::Mode;
@@ -232,10 +233,9 @@ fn run(cli: &Cli) -> u8 {
         env.push((k.clone(), v.clone()));
     }
     let json = cli.output == Output::Json;
-    let engine = match Limits::from_env() {
-        Ok(l) => ScriptEngine::new(l),
-        Err(e) => return fail(json, &format!("skyhook-run: error: {e}")),
-    };
+    // Every limit but the deadline; the deadline (SKYHOOK_SCRIPT_TIMEOUT) is read from the
+    // run's environment (ours plus --env), per run.
+    let engine = ScriptEngine::new(Limits::default());
     // Script output: the terminal, or only stderr when stdout carries the JSON document.
     let output: Arc<dyn ScriptOutput> = if json {
         Arc::new(StderrOnly)
@@ -269,6 +269,7 @@ fn run(cli: &Cli) -> u8 {
                 configmaps: cli.configmaps.clone(),
                 env,
                 args: cli.args.clone(),
+                cancel: skyhook::process::Cancel::new(),
             };
             script_run(&run, &engine, output, json, cli.detailed_exitcode)
         }
@@ -383,24 +384,14 @@ fn package_plan(
 }
 
 fn package_apply(run: &PackageRun, json: bool) -> u8 {
-    // The agent prints on stdout; in JSON mode stdout is kept for the document.
-    let saved = if json {
-        let _ = std::io::stdout().flush();
-        match nix::unistd::dup(std::io::stdout()) {
-            Ok(fd) => {
-                let _ = nix::unistd::dup2_stdout(std::io::stderr());
-                Some(fd)
-            }
-            Err(_) => None,
-        }
+    // The agent prints on stdout; in JSON mode stdout is kept for the document, so the
+    // agent's console is stderr.
+    let console = if json {
+        Console::stderr_only()
     } else {
-        None
+        Console::stdio()
     };
-    let result = run.apply();
-    if let Some(fd) = &saved {
-        let _ = std::io::stdout().flush();
-        let _ = nix::unistd::dup2_stdout(fd);
-    }
+    let result = run.apply(&console);
     let (ok, copy_dir) = match result {
         Ok(r) => r,
         Err(e) => return fail(json, &error_text(&e)),

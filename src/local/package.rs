@@ -8,23 +8,24 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::agent::mode::{ModeRun, warn};
-use crate::agent::script_step::SHELLSCRIPT_DISPATCHER;
+use crate::agent::console::Console;
+use crate::agent::error::AgentError;
+use crate::agent::mode::{Decision, ModeLoop, ModeRun, StateView, load_package};
 use crate::agent::settings::{DEFAULT_PATH, ResourceId, Settings};
-use crate::agent::signal::Shutdown;
+use crate::agent::site::PackageSite;
 use crate::host::report::Action;
 use crate::host::root::HostRoot;
 use crate::host::secrets::Redactor;
 use crate::host::{ExecMode, Host, Report};
+use crate::package::Mode;
 use crate::package::load::{Loaded, check_step_files, parse};
-use crate::package::{Mode, Step};
+use crate::process::Cancel;
+use crate::runner::PlanRunner;
 use crate::script::host_api::HostApi;
-use crate::script::{
-    CompiledScript, ModuleStore, ScriptEngine, ScriptOutput, StepContext, compile_step_in,
-};
-use crate::state::{flags, history};
+use crate::script::{ScriptEngine, ScriptOutput};
+use crate::state::history;
 
-use super::script::{End, StepOutcome, absolute, host_options, open_root, run_step};
+use super::script::{StepOutcome, absolute, host_options, open_root};
 use super::{LocalError, env_get, exec_mode};
 
 /// Where `--package --apply` puts the package copy inside the root (the agent's copy dir):
@@ -369,22 +370,6 @@ impl PackageRun {
             .map_or_else(|| format!("skyhook-run_{name}_{version}"), str::to_string)
     }
 
-    /// The script a step runs on this machine, if it is a script step (the agent's rule:
-    /// a `.rhai` path, or the shellscript dispatcher with a `configmaps/<STAGE>.rhai`).
-    fn script_file(&self, step: &Step, configmaps: &Path) -> Option<PathBuf> {
-        if step.path.ends_with(".rhai") {
-            return Some(self.dir.join("skyhook_dir").join(&step.path));
-        }
-        let is_dispatcher = Path::new(&step.path)
-            .file_name()
-            .is_some_and(|n| n == SHELLSCRIPT_DISPATCHER);
-        let stage = step.arguments.first().filter(|s| {
-            !s.is_empty() && !s.starts_with("env:") && !s.contains('/') && *s != "." && *s != ".."
-        })?;
-        let candidate = configmaps.join(format!("{stage}.rhai"));
-        (is_dispatcher && candidate.is_file()).then_some(candidate)
-    }
-
     /// Dry run (or, in a `*-check` mode, check) of every step of the mode, nothing changed
     /// on the host, no state written:
     ///
@@ -421,36 +406,18 @@ impl PackageRun {
         if self.mode == Mode::Interrupt {
             return Err(LocalError::UnsupportedMode(self.mode.as_str().into()));
         }
-        let loaded = self.load()?;
-        let pkg = &loaded.package;
-        let mut warnings: Vec<String> = loaded
-            .warnings
-            .iter()
-            .map(|w| w.trim_start().to_string())
-            .collect();
         let configmaps = self.configmaps_dir();
+        let site = PackageSite::Local {
+            dir: self.dir.clone(),
+            configmaps: configmaps.clone(),
+        };
+        let (pkg, mut warnings) = load_package(&site)?;
+        let pkg = &pkg;
+        let scripts = site.compile_mode_scripts(engine, pkg, self.mode)?;
         if checks_expected_files(self.mode) {
-            for name in &pkg.expected_config_files {
-                if !configmaps.join(name).is_file() {
-                    return Err(LocalError::ExpectedConfigFile {
-                        name: name.clone(),
-                        dir: configmaps,
-                    });
-                }
-            }
+            site.check_expected_files(&pkg.expected_config_files)?;
         }
         let steps = pkg.steps(self.mode);
-        let store = Arc::new(
-            ModuleStore::new(absolute(&self.dir.join("skyhook_dir")))
-                .with_configmaps(configmaps.clone()),
-        );
-        let mut scripts: Vec<Option<CompiledScript>> = Vec::with_capacity(steps.len());
-        for step in steps {
-            scripts.push(match self.script_file(step, &configmaps) {
-                Some(p) => Some(compile_step_in(engine, &p, store.clone())?),
-                None => None,
-            });
-        }
 
         let root = open_root(&self.root)?;
         let rid = self.resource_id(&pkg.package_name, &pkg.package_version);
@@ -461,19 +428,16 @@ impl PackageRun {
         if env_get(&base_env, "PATH").is_none() {
             base_env.push(("PATH".into(), DEFAULT_PATH.into()));
         }
-        let settings = Settings::from_env(os_env(&base_env));
+        let settings = Settings::from_env(os_env(&base_env)).map_err(AgentError::from)?;
         warnings.extend(settings.warnings.iter().cloned());
-        let versions = if matches!(self.mode, Mode::Upgrade | Mode::UpgradeCheck) {
-            let read = history::read_previous(&root, &settings.state_root, &pkg.package_name)?;
-            warnings.extend(read.messages);
-            Some((read.previous, pkg.package_version.clone()))
-        } else {
-            None
-        };
-        let exec = exec_mode(self.mode, false);
-        let dir_abs = absolute(&self.dir);
-        let step_root = dir_abs.join("skyhook_dir");
         let flag_root = open_root(&self.root)?;
+        if matches!(self.mode, Mode::Upgrade | Mode::UpgradeCheck) {
+            // The loop reads the history once per step (its messages go to the agent's
+            // console); a plan lists them once.
+            let read = history::read_previous(&flag_root, &settings.state_root, &pkg.package_name)?;
+            warnings.extend(read.messages);
+        }
+        let exec = exec_mode(self.mode, false);
         let api = HostApi::new(Host::new(
             root,
             exec,
@@ -486,7 +450,7 @@ impl PackageRun {
         let mut stopped = false;
         let overlay_src = self.dir.join("root_dir");
         // The agent overlays root_dir/ in every mode but the uninstall ones, before any step.
-        if !matches!(self.mode, Mode::Uninstall | Mode::UninstallCheck) && overlay_src.is_dir() {
+        if checks_expected_files(self.mode) && overlay_src.is_dir() {
             let planned_overlay = api.with_host(|h| {
                 let r = plan_overlay(h, &overlay_src, Path::new("/"));
                 let (report, deferred) = h.finish_step_with_report();
@@ -510,112 +474,67 @@ impl PackageRun {
                 kind,
             });
         }
-        for (step, script) in steps.iter().zip(&scripts) {
-            let mut entry = PlannedStep {
+        if stopped {
+            planned.extend(steps.iter().map(|step| PlannedStep {
                 name: step.name.clone(),
                 path: step.path.clone(),
-                args: Vec::new(),
+                args: step.arguments.clone(),
                 kind: StepKind::NotRun,
-            };
-            if stopped {
-                entry.args = step.arguments.clone();
-                planned.push(entry);
-                continue;
-            }
-            if !self.mode.is_check() {
-                let flag = flags::flag_path(
-                    &settings.state_root,
-                    &pkg.package_name,
-                    &pkg.package_version,
-                    step,
-                );
-                let runs_anyway = settings.always_run_step
-                    || matches!(self.mode, Mode::Config | Mode::Uninstall | Mode::Upgrade)
-                    || step.idempotence;
-                if !runs_anyway && flag_root.exists(&flag)? {
-                    entry.args = step.arguments.clone();
-                    entry.kind = StepKind::Skipped { flag };
-                    planned.push(entry);
-                    continue;
-                }
-            }
-            let mut missing = Vec::new();
-            for a in &step.arguments {
-                match a.strip_prefix("env:") {
-                    Some(name) => match settings.var(name) {
-                        Some(v) => entry.args.push(v.to_string_lossy().into_owned()),
-                        None => missing.push(name.to_string()),
-                    },
-                    None => entry.args.push(a.clone()),
-                }
-            }
-            if let (true, Some((prev, cur))) = (step.upgrade_step, &versions) {
-                entry.args.push(prev.clone());
-                entry.args.push(cur.clone());
-            }
-            if !missing.is_empty() {
-                entry.args = step.arguments.clone();
-                entry.kind = StepKind::Failed {
-                    message: missing
-                        .iter()
-                        .map(|n| {
-                            format!(
-                                "{}: Expected environment variable did not exist: {n}",
-                                step.path
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                };
-                planned.push(entry);
-                stopped = !self.mode.is_check();
-                continue;
-            }
-            let Some(script) = script else {
-                entry.kind = StepKind::Process;
-                planned.push(entry);
-                continue;
-            };
-            let mut env = base_env.clone();
-            let mut set = |k: &str, v: String| {
-                env.retain(|(n, _)| n != k);
-                env.push((k.to_string(), v));
-            };
-            for (k, v) in &step.env {
-                set(k, v.clone());
-            }
-            if let Some((prev, cur)) = &versions {
-                set("PREVIOUS_VERSION", prev.clone());
-                set("CURRENT_VERSION", cur.clone());
-            }
-            set("STEP_ROOT", step_root.display().to_string());
-            set("SKYHOOK_DIR", dir_abs.display().to_string());
-            let ctx = StepContext {
-                mode: self.mode.as_str().to_string(),
-                name: step.name.clone(),
-                args: entry.args.clone(),
-                package_name: pkg.package_name.clone(),
-                package_version: pkg.package_version.clone(),
-                previous_version: versions.as_ref().map(|(p, _)| p.clone()),
-                skyhook_dir: dir_abs.display().to_string(),
-                step_root: step_root.display().to_string(),
-                resource_id: rid.clone(),
-                node_order: env_get(&env, "SKYHOOK_NODE_ORDER").and_then(|v| v.trim().parse().ok()),
-                dry_run: exec == ExecMode::Plan,
-                env: env.iter().cloned().collect(),
-            };
-            let outcome = run_step(
+            }));
+        } else {
+            let runner = PlanRunner {
                 engine,
-                script,
-                &ctx,
-                &api,
-                output.clone(),
-                |c| step.accepts(c),
-                End::Step,
-            );
-            stopped = !outcome.ok && !self.mode.is_check();
-            entry.kind = StepKind::Script(outcome);
-            planned.push(entry);
+                api: &api,
+                output: output.clone(),
+            };
+            let console = Console::null();
+            let cancel = Cancel::new();
+            let mode_loop = ModeLoop {
+                mode: self.mode,
+                package: pkg,
+                site: &site,
+                settings: &settings,
+                state: StateView {
+                    root: &flag_root,
+                    state_root: &settings.state_root,
+                    writable: false,
+                },
+                scripts: &scripts,
+                runner: &runner,
+                console: &console,
+                cancel: &cancel,
+                resource_id: &rid,
+                run_exec: ExecMode::Plan,
+                write_logs: false,
+                node_metadata_dir: None,
+                interrupts: None,
+                keep_fds: Vec::new(),
+            };
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(AgentError::Runtime)?;
+            let outcome = rt.block_on(mode_loop.run())?;
+            for (step, record) in steps.iter().zip(outcome.steps) {
+                let kind = match record.decision {
+                    Decision::Ran(r) if !r.ran => StepKind::Process,
+                    Decision::Ran(r) => StepKind::Script(StepOutcome {
+                        report: r.report.unwrap_or_else(|| Report::new(exec)),
+                        code: r.status,
+                        error: r.error,
+                        ok: r.ok,
+                    }),
+                    Decision::Skipped { flag } => StepKind::Skipped { flag },
+                    Decision::MissingEnv { message } => StepKind::Failed { message },
+                    Decision::NotRun => StepKind::NotRun,
+                };
+                planned.push(PlannedStep {
+                    name: step.name.clone(),
+                    path: step.path.clone(),
+                    args: record.args,
+                    kind,
+                });
+            }
         }
         // Every step has ended its part already; this only closes the session.
         let _ = api.finish();
@@ -647,7 +566,7 @@ impl PackageRun {
     ///
     /// # Errors
     /// Loading, `interrupt` mode, copying, and what the agent stops on.
-    pub fn apply(&self) -> Result<(bool, PathBuf), LocalError> {
+    pub fn apply(&self, console: &Console) -> Result<(bool, PathBuf), LocalError> {
         if self.mode == Mode::Interrupt {
             return Err(LocalError::UnsupportedMode(self.mode.as_str().into()));
         }
@@ -675,24 +594,26 @@ impl PackageRun {
         let rid = self.resource_id(&pkg.package_name, &pkg.package_version);
         env.retain(|(k, _)| k != "SKYHOOK_RESOURCE_ID");
         env.push(("SKYHOOK_RESOURCE_ID".into(), rid.clone()));
-        let settings = Settings::from_env(os_env(&env));
+        let settings = Settings::from_env(os_env(&env)).map_err(AgentError::from)?;
         for w in &settings.warnings {
-            warn(w);
+            console.warn(w);
         }
-        let id = ResourceId::parse(&rid).map_err(crate::agent::error::AgentError::from)?;
+        let id = ResourceId::parse(&rid).map_err(AgentError::from)?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(crate::agent::error::AgentError::Runtime)?;
+            .map_err(AgentError::Runtime)?;
         let ok = rt.block_on(async {
-            let shutdown = Shutdown::install().map_err(crate::agent::error::AgentError::Runtime)?;
+            let cancel = Cancel::new();
+            crate::agent::signal::install(&cancel).map_err(AgentError::Runtime)?;
             ModeRun {
                 root: &root,
                 settings: &settings,
                 id: &id,
                 copy_dir: &copy_dir,
                 mode: self.mode,
-                shutdown: &shutdown,
+                cancel: &cancel,
+                console,
             }
             .run()
             .await

@@ -3,111 +3,19 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-
-use serde_json::{Value, json};
 
 use crate::host::root::HostRoot;
 use crate::host::secrets::{Redactor, parse_allowlist};
-use crate::host::{ExecMode, Host, HostOptions, Report};
+use crate::host::{ExecMode, Host, HostOptions};
 use crate::package::Mode;
 use crate::script::host_api::HostApi;
 use crate::script::{
-    CompiledScript, ModuleStore, RunOptions, ScriptEngine, ScriptOutput, StepContext,
-    compile_step_in, run_script_with,
+    CompiledScript, ModuleStore, ScriptEngine, ScriptOutput, StepContext, compile_step_in,
 };
 
 use super::{LocalError, env_default, env_get, exec_mode};
 
-/// What one script step did: its host report and how it ended.
-#[derive(Debug, Clone)]
-pub struct StepOutcome {
-    /// Changes, actions and interrupts of the step (applied, planned or, in a check, drift).
-    pub report: Report,
-    /// The step's return code: the script's integer value, 0 for any other value, 1 after an
-    /// error (as the agent counts it).
-    pub code: i32,
-    /// The script error (`file:line:col: message`, already written to the step's stderr) or
-    /// the failure of the deferred work (daemon-reload, grub regeneration), redacted.
-    pub error: Option<String>,
-    /// Success: no error, the return code accepted, and in a check no drift.
-    pub ok: bool,
-}
-
-impl StepOutcome {
-    /// The JSON form: the report's ([`Report::to_json`]: `mode`, `changes`, `actions`,
-    /// `unchanged`, `interrupts`, `summary`) plus `ok`, `return_code`, `error` (string or
-    /// null) and `drift` (the number of pending changes of a check, 0 otherwise).
-    pub fn to_json(&self, redactor: &Redactor) -> Value {
-        let mut v = self.report.to_json(redactor);
-        if let Value::Object(m) = &mut v {
-            m.insert("ok".into(), self.ok.into());
-            m.insert("return_code".into(), self.code.into());
-            m.insert(
-                "error".into(),
-                self.error
-                    .as_ref()
-                    .map_or(Value::Null, |e| redactor.redact(e).into_owned().into()),
-            );
-            m.insert("drift".into(), json!(self.report.drift().len()));
-        }
-        v
-    }
-}
-
-/// How a step's session ends after the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum End {
-    /// The session ends with the step ([`HostApi::finish`]).
-    Session,
-    /// The session continues with the next step ([`HostApi::finish_step`]).
-    Step,
-}
-
-/// Run one compiled step on `api`, then end the step (always, also after a failure) and
-/// collect its [`StepOutcome`]. `accepts` decides whether a return code is a success. Errors
-/// (the script's, the deferred work's) are written to `output`'s stderr.
-pub(crate) fn run_step(
-    engine: &ScriptEngine,
-    script: &CompiledScript,
-    ctx: &StepContext,
-    api: &HostApi,
-    output: Arc<dyn ScriptOutput>,
-    accepts: impl Fn(i32) -> bool,
-    end: End,
-) -> StepOutcome {
-    let mut opts = RunOptions::new(output.clone(), Arc::new(AtomicBool::new(false)));
-    opts.host = Arc::new(api.clone());
-    let outcome = run_script_with(engine, script, ctx, &opts);
-    let mut error = outcome.error.as_ref().map(ToString::to_string);
-    let finished = match end {
-        End::Session => api.finish(),
-        End::Step => api.finish_step(),
-    };
-    let report = match finished {
-        Ok(r) => r,
-        Err(e) => {
-            let mode = match ctx.dry_run {
-                true => ExecMode::Plan,
-                false if ctx.is_check() => ExecMode::Check,
-                false => ExecMode::Apply,
-            };
-            if error.is_none() {
-                let msg = format!("{}: {}", script.file(), e.message);
-                output.stderr(format!("{msg}\n").as_bytes());
-                error = Some(msg);
-            }
-            e.report.map_or_else(|| Report::new(mode), |r| *r)
-        }
-    };
-    let ok = error.is_none() && accepts(outcome.code) && report.drift().is_empty();
-    StepOutcome {
-        report,
-        code: outcome.code,
-        error,
-        ok,
-    }
-}
+pub use crate::runner::plan::{End, StepOutcome, run_step};
 
 /// The [`HostOptions`] of a local session: the step environment, configMaps from an
 /// agent-side folder, commands chrooted into the root, secrets settings from the
@@ -170,6 +78,8 @@ pub struct ScriptRun {
     pub env: Vec<(String, String)>,
     /// The step's arguments (`step.args`).
     pub args: Vec<String>,
+    /// Aborting it ends the script at its next operation or command (Ctrl-C).
+    pub cancel: crate::process::Cancel,
 }
 
 impl ScriptRun {
@@ -220,6 +130,11 @@ impl ScriptRun {
         engine: &ScriptEngine,
         output: Arc<dyn ScriptOutput>,
     ) -> Result<(StepOutcome, Redactor), LocalError> {
+        let timeout = crate::agent::settings::parse_script_timeout(env_get(
+            &self.env,
+            "SKYHOOK_SCRIPT_TIMEOUT",
+        ))
+        .map_err(crate::agent::error::AgentError::from)?;
         let compiled = self.compile(engine)?;
         let root = open_root(&self.root)?;
         let script_dir = absolute(&self.script)
@@ -259,12 +174,14 @@ impl ScriptRun {
         let api = HostApi::new(host);
         let redactor = api.redactor().clone();
         let output = api.redacting_output(output);
+        let mut opts = crate::script::RunOptions::new(output, self.cancel.clone());
+        opts.timeout = Some(timeout);
         let outcome = run_step(
             engine,
             &compiled,
             &ctx,
             &api,
-            output,
+            opts,
             |c| c == 0,
             End::Session,
         );

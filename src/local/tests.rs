@@ -28,6 +28,7 @@ fn script_configmaps_default_to_the_package_layout() {
         configmaps: None,
         env: Vec::new(),
         args: Vec::new(),
+        cancel: crate::process::Cancel::new(),
     };
     assert_eq!(run.configmaps_dir(), Some(d.path().join("pkg/configmaps")));
     run.script = d.path().join("apply.rhai");
@@ -73,7 +74,7 @@ fn one_session_across_steps_keeps_the_plan_overlay() {
         &first,
         &ctx,
         &api,
-        out.clone(),
+        crate::script::RunOptions::new(out.clone(), crate::process::Cancel::new()),
         |c| c == 0,
         End::Step,
     );
@@ -105,7 +106,7 @@ fn one_session_across_steps_keeps_the_plan_overlay() {
         &second,
         &ctx,
         &api,
-        out.clone(),
+        crate::script::RunOptions::new(out.clone(), crate::process::Cancel::new()),
         |c| c == 0,
         End::Step,
     );

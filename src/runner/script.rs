@@ -2,7 +2,6 @@
 //! the same log sink as a process step's pipes (labels, per-chunk timestamps, console and
 //! `.log`/`.log.err` files, redaction), so logs look the same whatever kind a step is.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use chrono::NaiveDateTime;
@@ -12,6 +11,7 @@ use crate::logs::sink::{Label, LogError, Relay, StepLogFiles, StreamSink};
 use crate::script::bindings::ScriptHost;
 use crate::script::context::StepContext;
 use crate::script::engine::ScriptEngine;
+use crate::script::host_api::HostApi;
 use crate::script::output::ScriptOutput;
 use crate::script::run::{CompiledScript, RunOptions, ScriptOutcome, run_script_with};
 
@@ -140,16 +140,20 @@ impl ScriptOutput for SinkOutput {
     }
 }
 
-/// Runs compiled `.rhai` steps on one shared engine.
+/// Runs compiled `.rhai` steps on one shared engine, each on a fresh host session over the
+/// host root mount.
 #[derive(Clone)]
 pub struct ScriptRunner {
-    /// The engine (built once, immutable).
+    /// The engine (built once per run, immutable; the deadline is per step).
     pub engine: Arc<ScriptEngine>,
+    /// The host root mount (an agent-side path) each step's session opens.
+    pub root: std::path::PathBuf,
 }
 
 impl ScriptRunner {
-    /// Run `script` with `ctx`, the host API `host`, output through `output`. Blocks until
-    /// the script ends (it runs on its own thread; see
+    /// Run `script` with `ctx`, the host API `host`, output through `output`, until it
+    /// ends, fails, passes `timeout` (else the engine's) or `cancel` is aborted. Blocks
+    /// until the script ends (it runs on its own thread; see
     /// [`run_script_with`](crate::script::run::run_script_with)).
     ///
     /// The outcome fails on any script error, `fail()`, limit, deadline or cancel, whatever
@@ -159,17 +163,166 @@ impl ScriptRunner {
         script: &CompiledScript,
         ctx: &StepContext,
         host: Arc<dyn ScriptHost>,
-        output: Arc<SinkOutput>,
-        cancel: Arc<AtomicBool>,
+        output: Arc<dyn crate::script::output::ScriptOutput>,
+        cancel: crate::process::Cancel,
+        timeout: Option<std::time::Duration>,
     ) -> ScriptOutcome {
         let opts = RunOptions {
             output,
             cancel,
             host,
-            timeout: None,
+            timeout,
         };
         run_script_with(&self.engine, script, ctx, &opts)
     }
+
+    /// Run one `.rhai` step of the agent: a new host session over [`ScriptRunner::root`]
+    /// with `inv.host` options on `inv.exec` (Apply in run modes, Check in `*-check`
+    /// modes: pending changes are drift and fail the step, each listed on the step's
+    /// stderr), output relayed like a process's (console via `console`, the step's log
+    /// files, redaction), then the step's deferred work (daemon-reload, grub), whose failure
+    /// fails the step.
+    ///
+    /// The script runs on tokio's blocking pool while the caller awaits it, so the runtime
+    /// keeps polling its drivers (a SIGTERM during the step is recorded at once).
+    ///
+    /// Never fails: a root that cannot be reopened or a runner that panicked is a failed
+    /// step with the error on stderr.
+    pub async fn run_step(
+        &self,
+        mut inv: super::step::StepInvocation,
+        console: Arc<dyn super::step::ConsoleStreams>,
+    ) -> super::step::StepResult {
+        use super::step::{StepProgram, StepResult};
+        use crate::host::{Host, root::HostRoot};
+        use crate::logs::sink::Label;
+        let StepProgram::Script(script) = &inv.program else {
+            return StepResult::failed(1);
+        };
+        let file = script.file().to_string();
+        let session_root = match HostRoot::open(&self.root) {
+            Ok(r) => r,
+            Err(e) => {
+                console.error_line(&format!(
+                    "skyhook-agent: {file}: failed to open host root {}: {}",
+                    self.root.display(),
+                    crate::chain::render(&e)
+                ));
+                return StepResult::failed(1);
+            }
+        };
+        let (out_file, err_file) = match inv.logs.take() {
+            Some(l) => (
+                Some((
+                    Box::new(l.out_file) as Box<dyn std::io::Write + Send>,
+                    l.out_path,
+                )),
+                Some((
+                    Box::new(l.err_file) as Box<dyn std::io::Write + Send>,
+                    l.err_path,
+                )),
+            ),
+            None => (None, None),
+        };
+        let output = Arc::new(SinkOutput::with_sinks(
+            StreamSink::new("stdout", console.writer(Label::Out), out_file),
+            StreamSink::new("stderr", console.writer(Label::Err), err_file),
+            Some(inv.redactor.clone()),
+            local_now,
+        ));
+        let check = inv.exec == crate::host::ExecMode::Check;
+        let mut options = inv.host.clone();
+        options.redactor = Some(inv.redactor.clone());
+        let api = Arc::new(HostApi::new(Host::new(session_root, inv.exec, options)));
+        let outcome = {
+            let runner = self.clone();
+            let (script, ctx, api, out) = (
+                script.clone(),
+                inv.context.clone(),
+                api.clone(),
+                output.clone(),
+            );
+            let (cancel, timeout) = (inv.cancel.clone(), inv.script_timeout);
+            tokio::task::spawn_blocking(move || {
+                runner.run(&script, &ctx, api, out, cancel, timeout)
+            })
+            .await
+        };
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                let msg = format!("{file}: script runner: {e}\n");
+                ScriptOutput::stderr(&*output, msg.as_bytes());
+                let log_errors = finish_output(&output, &*console);
+                return StepResult {
+                    log_errors,
+                    ..StepResult::failed(1)
+                };
+            }
+        };
+        let mut ok = !outcome.failed() && inv.accepts(outcome.code);
+        let mut status = outcome.code;
+        let mut error = outcome
+            .error
+            .as_ref()
+            .map(|e| inv.redactor.redact(&e.to_string()).into_owned());
+        let mut interrupts = Vec::new();
+        let report = match api.finish() {
+            Ok(report) => {
+                let drift = report.drift();
+                if !drift.is_empty() {
+                    let mut text = format!(
+                        "drift: {} pending change(s), the host is not in the state this script describes:\n",
+                        drift.len()
+                    );
+                    for change in drift {
+                        text.push_str(&format!("  ~ {}\n", change.summary));
+                    }
+                    ScriptOutput::stderr(&*output, text.as_bytes());
+                    ok = false;
+                    if status == 0 {
+                        status = 1;
+                    }
+                }
+                if !check {
+                    interrupts = report.interrupts.clone();
+                }
+                Some(report)
+            }
+            Err(e) => {
+                let msg = format!(
+                    "{file}: deferred host actions failed: {}",
+                    inv.redactor.redact(&crate::chain::render(&e))
+                );
+                ScriptOutput::stderr(&*output, format!("{msg}\n").as_bytes());
+                error.get_or_insert(msg);
+                ok = false;
+                if status == 0 {
+                    status = 1;
+                }
+                e.report.map(|r| *r)
+            }
+        };
+        let log_errors = finish_output(&output, &*console);
+        StepResult {
+            ok,
+            status,
+            ran: true,
+            interrupts,
+            report,
+            error,
+            log_errors,
+        }
+    }
+}
+
+/// End a step's output and report its write errors on stderr (as a process step's).
+fn finish_output(output: &SinkOutput, console: &dyn super::step::ConsoleStreams) -> Vec<String> {
+    let lines = super::step::log_error_lines(&output.finish());
+    for line in &lines {
+        console.error_line(line);
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -222,13 +375,17 @@ mod tests {
             Arc::new(ModuleStore::new(dir.path())),
         )
         .unwrap();
-        let runner = ScriptRunner { engine };
+        let runner = ScriptRunner {
+            engine,
+            root: dir.path().to_path_buf(),
+        };
         let outcome = runner.run(
             &script,
             &StepContext::default(),
             Arc::new(crate::script::bindings::NoHost),
             out.clone(),
-            Arc::new(AtomicBool::new(false)),
+            crate::process::Cancel::new(),
+            None,
         );
         assert!(!outcome.failed());
         assert!(out.finish().is_empty());

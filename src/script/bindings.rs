@@ -14,7 +14,6 @@
 //! can build its modules once per session and keep the per-run cost near zero.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use rhai::Engine;
@@ -28,7 +27,7 @@ pub struct RunHandle {
     /// wait beyond it; `on_progress` cannot interrupt them.
     pub deadline: Instant,
     /// Set when the step is cancelled; long host calls should poll it.
-    pub cancel: Arc<AtomicBool>,
+    pub cancel: crate::process::Cancel,
     /// The step's output sink (e.g. for streaming a command's output live).
     pub output: Arc<dyn ScriptOutput>,
 }

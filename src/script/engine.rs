@@ -35,8 +35,6 @@
 //! tick `on_progress`; host calls keep their own timeouts (commands default to what remains
 //! of the deadline, see [`RunHandle::deadline`](super::RunHandle)).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rhai::packages::{
@@ -89,7 +87,10 @@ pub struct Limits {
     pub max_variables: usize,
     /// Script functions defined in one script or module (parse time). Default 1,000.
     pub max_functions: usize,
-    /// Wall-clock deadline of one run. Default 600 s; [`TIMEOUT_ENV`] overrides it.
+    /// Wall-clock deadline of one run when the run gives none ([`RunOptions::timeout`]:
+    /// the agent and `skyhook-run` pass the run's `SKYHOOK_SCRIPT_TIMEOUT`). Default 600 s.
+    ///
+    /// [`RunOptions::timeout`]: crate::script::run::RunOptions::timeout
     pub timeout: Duration,
 }
 
@@ -107,45 +108,6 @@ impl Default for Limits {
             max_variables: 10_000,
             max_functions: 1_000,
             timeout: Duration::from_secs(600),
-        }
-    }
-}
-
-/// An invalid [`TIMEOUT_ENV`] value.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid {TIMEOUT_ENV} value {value:?}: expected a positive number of seconds")]
-pub struct TimeoutEnvError {
-    /// The value as found in the environment.
-    pub value: String,
-}
-
-impl Limits {
-    /// The defaults, with [`Limits::timeout`] taken from `SKYHOOK_SCRIPT_TIMEOUT` (whole
-    /// seconds) when set and not empty.
-    ///
-    /// # Errors
-    /// When the variable is set to something other than a positive integer.
-    pub fn from_env() -> Result<Self, TimeoutEnvError> {
-        let value = std::env::var(TIMEOUT_ENV).ok();
-        Limits::default().with_timeout_env(value.as_deref())
-    }
-
-    /// Apply a [`TIMEOUT_ENV`] value (`None` or empty keeps the current timeout).
-    ///
-    /// # Errors
-    /// When `value` is not a positive integer number of seconds.
-    pub fn with_timeout_env(mut self, value: Option<&str>) -> Result<Self, TimeoutEnvError> {
-        match value.map(str::trim) {
-            None | Some("") => Ok(self),
-            Some(v) => match v.parse::<u64>() {
-                Ok(secs) if secs > 0 => {
-                    self.timeout = Duration::from_secs(secs);
-                    Ok(self)
-                }
-                _ => Err(TimeoutEnvError {
-                    value: v.to_string(),
-                }),
-            },
         }
     }
 }
@@ -232,14 +194,14 @@ impl ScriptEngine {
 
     /// A fresh engine for one run: the frozen configuration plus the deadline/cancel hook.
     /// The caller adds the per-run functions (output, context, host bindings, resolver).
-    pub(crate) fn run_engine(&self, deadline: Instant, cancel: Arc<AtomicBool>) -> Engine {
+    pub(crate) fn run_engine(&self, deadline: Instant, cancel: crate::process::Cancel) -> Engine {
         let mut engine = Engine::new_raw();
         self.configure(&mut engine);
         engine.on_progress(move |ops| {
             if ops % PROGRESS_CHECK_EVERY != 0 {
                 return None;
             }
-            if cancel.load(Ordering::Relaxed) {
+            if cancel.is_aborted() {
                 return Some(Dynamic::from(Stop::Cancelled));
             }
             if Instant::now() >= deadline {
@@ -254,22 +216,7 @@ impl ScriptEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timeout_env_parsing() {
-        let l = Limits::default().with_timeout_env(Some("30")).unwrap();
-        assert_eq!(l.timeout, Duration::from_secs(30));
-        let l = Limits::default().with_timeout_env(Some("")).unwrap();
-        assert_eq!(l.timeout, Duration::from_secs(600));
-        let l = Limits::default().with_timeout_env(None).unwrap();
-        assert_eq!(l.timeout, Duration::from_secs(600));
-        let e = Limits::default().with_timeout_env(Some("0")).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "invalid SKYHOOK_SCRIPT_TIMEOUT value \"0\": expected a positive number of seconds"
-        );
-        assert!(Limits::default().with_timeout_env(Some("1.5")).is_err());
-    }
+    use std::sync::Arc;
 
     #[test]
     fn every_limit_is_applied() {
@@ -289,7 +236,7 @@ mod tests {
         let se = ScriptEngine::new(limits);
         for e in [
             se.compiler(),
-            &se.run_engine(Instant::now(), Arc::new(AtomicBool::new(false))),
+            &se.run_engine(Instant::now(), crate::process::Cancel::new()),
         ] {
             assert_eq!(e.max_operations(), 11);
             assert_eq!(e.max_call_levels(), 12);
@@ -315,7 +262,7 @@ mod tests {
         let script = compile_source(&engine, "grow.rhai", src, store).unwrap();
         let opts = RunOptions::new(
             Arc::new(CaptureOutput::new()),
-            Arc::new(AtomicBool::new(false)),
+            crate::process::Cancel::new(),
         );
         let start = Instant::now();
         let r = run_script_with(&engine, &script, &StepContext::default(), &opts);

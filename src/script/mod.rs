@@ -28,7 +28,7 @@
 //! let script = compile_step(&engine, &path, dir.path()).unwrap();
 //! let ctx = StepContext { name: "apply.rhai".into(), ..Default::default() };
 //! let out = Arc::new(CaptureOutput::new());
-//! let outcome = run_script(&engine, &script, &ctx, out.clone(), Arc::new(AtomicBool::new(false)));
+//! let outcome = run_script(&engine, &script, &ctx, out.clone(), skyhook::process::Cancel::new());
 //! assert_eq!(outcome.code, 3);
 //! assert!(!outcome.failed());
 //! assert_eq!(out.stdout_bytes(), b"hi from apply.rhai\n");
@@ -50,7 +50,7 @@ mod tests;
 
 pub use bindings::{NoHost, RunHandle, ScriptHost};
 pub use context::StepContext;
-pub use engine::{Limits, ScriptEngine, TIMEOUT_ENV, TimeoutEnvError};
+pub use engine::{Limits, ScriptEngine, TIMEOUT_ENV};
 pub use errors::{Limit, ScriptError, ScriptErrorKind, host_error};
 pub use output::{CaptureOutput, ScriptOutput, StdioOutput, Stream};
 pub use resolver::{MAX_SCRIPT_BYTES, ModuleStore, STDLIB, stdlib_source};

@@ -5,7 +5,6 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use rhai::{AST, Dynamic, EvalAltResult, NativeCallContext, Position, Scope};
@@ -190,7 +189,7 @@ pub struct RunOptions {
     /// Where `print`, `debug`, `log::` and the final error go.
     pub output: Arc<dyn ScriptOutput>,
     /// Cancels the run when set (checked every few hundred operations).
-    pub cancel: Arc<AtomicBool>,
+    pub cancel: crate::process::Cancel,
     /// The host API bindings ([`NoHost`] for none).
     pub host: Arc<dyn ScriptHost>,
     /// Overrides the engine's [`Limits::timeout`] for this run.
@@ -199,7 +198,7 @@ pub struct RunOptions {
 
 impl RunOptions {
     /// Options with no host API and the engine's timeout.
-    pub fn new(output: Arc<dyn ScriptOutput>, cancel: Arc<AtomicBool>) -> Self {
+    pub fn new(output: Arc<dyn ScriptOutput>, cancel: crate::process::Cancel) -> Self {
         RunOptions {
             output,
             cancel,
@@ -215,7 +214,7 @@ pub fn run_script(
     script: &CompiledScript,
     ctx: &StepContext,
     output: Arc<dyn ScriptOutput>,
-    cancel: Arc<AtomicBool>,
+    cancel: crate::process::Cancel,
 ) -> ScriptOutcome {
     run_script_with(engine, script, ctx, &RunOptions::new(output, cancel))
 }

@@ -2,7 +2,6 @@
 //! pure helpers compute what their docs say.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use super::*;
 
@@ -23,7 +22,7 @@ fn run_pure(main: &str, ctx: &StepContext) -> (ScriptOutcome, String, String) {
         &script,
         ctx,
         out.clone(),
-        Arc::new(AtomicBool::new(false)),
+        crate::process::Cancel::new(),
     );
     (
         outcome,
@@ -359,7 +358,7 @@ esac"#,
         let out = Arc::new(CaptureOutput::new());
         let mut ro = RunOptions::new(
             api.redacting_output(out.clone()),
-            Arc::new(AtomicBool::new(false)),
+            crate::process::Cancel::new(),
         );
         ro.host = Arc::new(api.clone());
         let ctx = StepContext {

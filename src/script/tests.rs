@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rhai::Engine;
@@ -89,7 +89,7 @@ fn run_opts(
     let (dir, engine, compiled) = compile_with(limits, main, files);
     let script = compiled.unwrap_or_else(|e| panic!("compile failed: {e}"));
     let out = Arc::new(CaptureOutput::new());
-    let mut opts = RunOptions::new(out.clone(), Arc::new(AtomicBool::new(false)));
+    let mut opts = RunOptions::new(out.clone(), crate::process::Cancel::new());
     f(&mut opts);
     let outcome = run_script_with(&engine, &script, &ctx(), &opts);
     Ran { dir, outcome, out }
@@ -167,7 +167,8 @@ fn run_timeout_overrides_engine_timeout() {
 
 #[test]
 fn cancel_flag_stops_the_run() {
-    let cancel = Arc::new(AtomicBool::new(true));
+    let cancel = crate::process::Cancel::new();
+    cancel.abort(crate::process::CancelReason::Remote("test".into()));
     let r = run_opts(Limits::default(), "loop {}", &[], |o| {
         o.cancel = cancel.clone()
     });
@@ -180,17 +181,18 @@ fn cancel_flag_stops_the_run() {
 
 #[test]
 fn cancel_from_another_thread() {
-    let cancel = Arc::new(AtomicBool::new(false));
+    let cancel = crate::process::Cancel::new();
     let c = cancel.clone();
     let limits = Limits {
         max_operations: u64::MAX,
         ..Limits::default()
     };
     // The script signals it is running through print; the output sink sets the flag.
-    struct CancelOnPrint(Arc<AtomicBool>);
+    struct CancelOnPrint(crate::process::Cancel);
     impl ScriptOutput for CancelOnPrint {
         fn stdout(&self, _: &[u8]) {
-            self.0.store(true, Ordering::SeqCst);
+            self.0
+                .abort(crate::process::CancelReason::Remote("test".into()));
         }
         fn stderr(&self, _: &[u8]) {}
     }
@@ -450,13 +452,7 @@ fn symlinks_cannot_leave_the_base_dir() {
     write(&base, "main.rhai", "import \"inside\" as m;\nm::X\n");
     let script = compile_step(&engine, &base.join("main.rhai"), &base).unwrap();
     let out = Arc::new(CaptureOutput::new());
-    let o = run_script(
-        &engine,
-        &script,
-        &ctx(),
-        out,
-        Arc::new(AtomicBool::new(false)),
-    );
+    let o = run_script(&engine, &script, &ctx(), out, crate::process::Cancel::new());
     assert!(o.error.is_none(), "{:?}", o.error);
     assert_eq!(o.code, 7);
 }
@@ -775,13 +771,7 @@ fn engine_is_shared_across_threads() {
             let (engine, script) = (engine.clone(), script.clone());
             std::thread::spawn(move || {
                 let out = Arc::new(CaptureOutput::new());
-                let o = run_script(
-                    &engine,
-                    &script,
-                    &ctx(),
-                    out,
-                    Arc::new(AtomicBool::new(false)),
-                );
+                let o = run_script(&engine, &script, &ctx(), out, crate::process::Cancel::new());
                 (o.code, o.error.map(|e| e.to_string()))
             })
         })
@@ -806,7 +796,7 @@ fn bench_trivial_run_overhead() {
     write(dir.path(), "main.rhai", "let x = 1;");
     let script = compile_step(&engine, &dir.path().join("main.rhai"), dir.path()).unwrap();
     let c = ctx();
-    let cancel = Arc::new(AtomicBool::new(false));
+    let cancel = crate::process::Cancel::new();
     let mut times = Vec::with_capacity(1000);
     for _ in 0..1100 {
         let out = Arc::new(CaptureOutput::new());

@@ -23,6 +23,15 @@ pub struct PackageLock {
     path: PathBuf,
 }
 
+impl std::os::fd::AsRawFd for PackageLock {
+    /// The locked descriptor. A process that inherits it (a step's processes do) keeps the
+    /// lock held until it exits, so a rerun waits for the last of them.
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsFd;
+        self._lock.as_fd().as_raw_fd()
+    }
+}
+
 impl PackageLock {
     /// The lock file's host path.
     pub fn path(&self) -> &Path {

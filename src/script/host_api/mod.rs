@@ -18,7 +18,7 @@
 //! let api = HostApi::new(host);
 //! // Route output through the host's redactor (the agent's log sink may share it instead).
 //! let output = api.redacting_output(Arc::new(StdioOutput));
-//! let mut opts = RunOptions::new(output, Arc::new(AtomicBool::new(false)));
+//! let mut opts = RunOptions::new(output, skyhook::process::Cancel::new());
 //! opts.host = Arc::new(api.clone());
 //! let outcome = run_script_with(engine, script, ctx, &opts);
 //! // Always finish, also when the script failed: pending daemon-reload and grub work run.

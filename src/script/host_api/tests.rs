@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -71,7 +70,7 @@ fn run_with(t: &TestHost, mode: ExecMode, src: &str, o: HostOptions) -> Ran {
     let out = Arc::new(CaptureOutput::new());
     let mut opts = RunOptions::new(
         api.redacting_output(out.clone()),
-        Arc::new(AtomicBool::new(false)),
+        crate::process::Cancel::new(),
     );
     opts.host = Arc::new(api.clone());
     let ctx = StepContext {
@@ -446,7 +445,7 @@ fn command_timeout_defaults_to_the_run_deadline() {
     )
     .unwrap();
     let out = Arc::new(CaptureOutput::new());
-    let mut opts = RunOptions::new(out, Arc::new(AtomicBool::new(false)));
+    let mut opts = RunOptions::new(out, crate::process::Cancel::new());
     opts.host = Arc::new(api.clone());
     opts.timeout = Some(Duration::from_millis(300));
     let started = Instant::now();
@@ -601,7 +600,7 @@ fn every_registered_function_is_documented_and_vice_versa() {
     let api = HostApi::new(t.host(ExecMode::Plan));
     let handle = crate::script::RunHandle {
         deadline: Instant::now(),
-        cancel: Arc::new(AtomicBool::new(false)),
+        cancel: crate::process::Cancel::new(),
         output: Arc::new(CaptureOutput::new()),
     };
     let reg = api.modules(&handle);

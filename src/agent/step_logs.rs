@@ -1,0 +1,48 @@
+//! The log files of one executed step or interrupt command (agent-contract.md 6.5) and
+//! their retention.
+
+use std::path::{Path, PathBuf};
+
+use chrono::Utc;
+
+use crate::host::root::HostRoot;
+use crate::logs::retention::{self, DEFAULT_KEEP};
+use crate::logs::sink::{StepLogFiles, open_step_logs};
+
+use super::console::Console;
+use super::error::AgentError;
+
+/// Log files kept per step, the new one included (6.5).
+pub const LOGS_KEPT: usize = DEFAULT_KEEP;
+
+/// Create the log files of one step (`base`: its path, or `interrupts/<type>_<i>`) under
+/// `log_dir` (a host path), or none when `write_logs` is false. Also returns the step's
+/// older logs (newest first) for [`prune`] after the step, so retention does not list the
+/// directory again.
+///
+/// # Errors
+/// [`AgentError::Logs`]: the files cannot be created (the message names the path).
+pub fn open(
+    root: &HostRoot,
+    write_logs: bool,
+    log_dir: &Path,
+    base: &str,
+) -> Result<(Option<StepLogFiles>, Vec<PathBuf>), AgentError> {
+    if !write_logs {
+        return Ok((None, Vec::new()));
+    }
+    let mut logs = open_step_logs(root, log_dir, base, Utc::now())?;
+    let previous = std::mem::take(&mut logs.previous);
+    Ok((Some(logs), previous))
+}
+
+/// Retention after a step ran: of the `previous` logs (newest first, from [`open`]) keep
+/// [`LOGS_KEPT`]` - 1` beside the new one. A failure only warns.
+pub fn prune(root: &HostRoot, console: &Console, base: &str, previous: &[PathBuf]) {
+    if let Err(e) = retention::prune_listed(root, previous, LOGS_KEPT - 1) {
+        console.warn(&format!(
+            "log retention for {base}: {}",
+            crate::chain::render(&e)
+        ));
+    }
+}
