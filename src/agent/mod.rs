@@ -71,10 +71,10 @@ pub fn validate(config: &Path, console: &Console) -> i32 {
     let bytes = match std::fs::read(config) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!(
+            console.error(&format!(
                 "skyhook-agent: error: failed to read {}: {e}",
                 config.display()
-            );
+            ));
             return EXIT_FAILURE;
         }
     };
@@ -114,24 +114,24 @@ pub fn validate(config: &Path, console: &Console) -> i32 {
             }
             let p = &loaded.package;
             let steps: usize = p.modes.iter().map(|(_, s)| s.len()).sum();
-            println!(
+            console.say(&format!(
                 "{}: valid: package {} {}, {} modes, {} steps",
                 config.display(),
                 p.package_name,
                 p.package_version,
                 p.modes.len(),
                 steps
-            );
+            ));
             if !p.expected_config_files.is_empty() {
-                println!(
+                console.say(&format!(
                     "expected configMap files (checked at run time): {}",
                     p.expected_config_files.join(", ")
-                );
+                ));
             }
             EXIT_OK
         }
         Err(message) => {
-            eprintln!("skyhook-agent: error: {message}");
+            console.error(&format!("skyhook-agent: error: {message}"));
             EXIT_FAILURE
         }
     }
@@ -180,7 +180,7 @@ pub fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<boo
         .map_err(AgentError::Runtime)?;
     rt.block_on(async {
         let cancel = crate::process::Cancel::new();
-        signal::install(&cancel).map_err(AgentError::Runtime)?;
+        signal::install(&cancel, console).map_err(AgentError::Runtime)?;
         match interrupt {
             Some(i) => {
                 let _lock =

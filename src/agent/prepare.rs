@@ -46,9 +46,20 @@ pub enum PrepareError {
     },
 }
 
-/// Copy the agent-side tree `src` into the host directory `dst` (created as needed),
-/// overwriting files, following symlinks in the source.
-fn copy_from_agent(root: &HostRoot, src: &Path, dst: &Path) -> Result<(), PrepareError> {
+/// Copy the agent-side tree `src` into the host directory `dst` under `root` — the one tree
+/// copier (the legacy copy, `skyhook-run --package --apply`'s package copy): directories
+/// created when missing with the source mode (existing ones left as they are), files
+/// replaced atomically with the source mode and mtime, symlinks in the source followed,
+/// entries in name order; `skip` names a top-level entry of `src` left out.
+///
+/// # Errors
+/// [`PrepareError::ReadSource`] for the source, [`PrepareError::Root`] for the host side.
+pub fn copy_tree(
+    root: &HostRoot,
+    src: &Path,
+    dst: &Path,
+    skip: Option<&std::ffi::OsStr>,
+) -> Result<(), PrepareError> {
     let read_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| PrepareError::ReadSource { path, source }
@@ -64,7 +75,10 @@ fn copy_from_agent(root: &HostRoot, src: &Path, dst: &Path) -> Result<(), Prepar
             .map_err(read_err(src))?;
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
-            copy_from_agent(root, &e.path(), &dst.join(e.file_name()))?;
+            if skip.is_some_and(|s| s == e.file_name()) {
+                continue;
+            }
+            copy_tree(root, &e.path(), &dst.join(e.file_name()), None)?;
         }
     } else {
         let data = std::fs::read(src).map_err(read_err(src))?;
@@ -96,10 +110,10 @@ pub fn legacy_copy(
             data_dir: data_dir.to_path_buf(),
         });
     }
-    copy_from_agent(root, data_dir, copy_dir)?;
+    copy_tree(root, data_dir, copy_dir, None)?;
     let node_files = Path::new(NODE_FILES_DIR);
     if node_files.is_dir() {
-        copy_from_agent(root, node_files, copy_dir)?;
+        copy_tree(root, node_files, copy_dir, None)?;
     }
     Ok(true)
 }

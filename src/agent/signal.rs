@@ -7,27 +7,29 @@
 
 use tokio::signal::unix::{SignalKind, signal};
 
+use super::console::Console;
 use crate::process::{Cancel, CancelReason};
 
 /// Install SIGTERM and SIGINT handlers that stop `cancel` (with the reason
-/// [`CancelReason::Signal`]) and print one line on stderr per signal. Must be called inside
+/// [`CancelReason::Signal`]) and print one line on `console`'s stderr per signal. Must be called inside
 /// a tokio runtime with signal support enabled; the handlers live as long as the runtime.
 ///
 /// # Errors
 /// When the handlers cannot be registered.
-pub fn install(cancel: &Cancel) -> std::io::Result<()> {
+pub fn install(cancel: &Cancel, console: &Console) -> std::io::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let task = cancel.clone();
+    let console = console.clone();
     tokio::spawn(async move {
         loop {
             let name = tokio::select! {
                 _ = term.recv() => "SIGTERM",
                 _ = int.recv() => "SIGINT",
             };
-            eprintln!(
+            console.error(&format!(
                 "skyhook-agent: received {name}: the running step may finish, no further step will start"
-            );
+            ));
             task.stop(CancelReason::Signal("SIGTERM"));
         }
     });

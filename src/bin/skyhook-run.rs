@@ -19,6 +19,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 use skyhook::agent::console::Console;
+use skyhook::agent::error::AgentError;
 use skyhook::host::ExecMode;
 use skyhook::local::{LocalError, PackageRun, ScriptRun};
 use skyhook::package::Mode;
@@ -276,21 +277,20 @@ fn run(cli: &Cli) -> u8 {
     }
 }
 
-/// Print an error (and, in JSON mode, the error document) and return 1.
-fn fail(json: bool, message: &str) -> u8 {
+/// Print an error (and, in JSON mode, the error document) and return its exit status
+/// ([`LocalError::exit_code`], the mapping the agent uses too).
+fn fail(json: bool, e: &LocalError) -> u8 {
+    let message = match e {
+        // Already `file:line:col: message`.
+        LocalError::Compile(c) | LocalError::Agent(AgentError::Compile(c)) => c.to_string(),
+        other => format!("skyhook-run: error: {}", skyhook::chain::render(other)),
+    };
+    let code = u8::try_from(e.exit_code()).unwrap_or(EXIT_ERROR);
     eprintln!("{message}");
     if json {
-        print_json(&json!({"ok": false, "error": message, "exit_code": EXIT_ERROR}));
+        print_json(&json!({"ok": false, "error": message, "exit_code": code}));
     }
-    EXIT_ERROR
-}
-
-fn error_text(e: &LocalError) -> String {
-    match e {
-        // Already `file:line:col: message`.
-        LocalError::Compile(c) => c.to_string(),
-        other => format!("skyhook-run: error: {}", skyhook::chain::render(other)),
-    }
+    code
 }
 
 fn print_json(v: &Value) {
@@ -325,7 +325,7 @@ fn script_run(
 ) -> u8 {
     let (outcome, redactor) = match run.run(engine, output) {
         Ok(r) => r,
-        Err(e) => return fail(json, &error_text(&e)),
+        Err(e) => return fail(json, &e),
     };
     let report = &outcome.report;
     let code = exit_code(outcome.ok, report.mode, report.changes.len(), detailed);
@@ -364,7 +364,7 @@ fn package_plan(
 ) -> u8 {
     let plan = match run.plan(engine, output) {
         Ok(p) => p,
-        Err(e) => return fail(json, &error_text(&e)),
+        Err(e) => return fail(json, &e),
     };
     for w in &plan.warnings {
         eprintln!("WARNING: {w}");
@@ -394,7 +394,7 @@ fn package_apply(run: &PackageRun, json: bool) -> u8 {
     let result = run.apply(&console);
     let (ok, copy_dir) = match result {
         Ok(r) => r,
-        Err(e) => return fail(json, &error_text(&e)),
+        Err(e) => return fail(json, &e),
     };
     let code = if ok { EXIT_OK } else { EXIT_ERROR };
     if json {

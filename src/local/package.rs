@@ -14,7 +14,6 @@ use crate::agent::mode::{Decision, ModeLoop, ModeRun, StateView, load_package};
 use crate::agent::settings::{DEFAULT_PATH, ResourceId, Settings};
 use crate::agent::site::PackageSite;
 use crate::host::report::Action;
-use crate::host::root::HostRoot;
 use crate::host::secrets::Redactor;
 use crate::host::{ExecMode, Host, Report};
 use crate::package::Mode;
@@ -584,10 +583,13 @@ impl PackageRun {
         } else {
             None
         };
-        copy_into_root(&root, &self.dir, &copy_dir, skip)?;
+        let copy = |src: &Path, dst: &Path, skip| {
+            crate::agent::prepare::copy_tree(&root, src, dst, skip).map_err(AgentError::from)
+        };
+        copy(&self.dir, &copy_dir, skip)?;
         let cm = self.configmaps_dir();
         if self.configmaps.is_some() && cm.is_dir() {
-            copy_into_root(&root, &cm, &copy_dir.join("configmaps"), None)?;
+            copy(&cm, &copy_dir.join("configmaps"), None)?;
         }
 
         let mut env = self.env.clone();
@@ -605,7 +607,7 @@ impl PackageRun {
             .map_err(AgentError::Runtime)?;
         let ok = rt.block_on(async {
             let cancel = Cancel::new();
-            crate::agent::signal::install(&cancel).map_err(AgentError::Runtime)?;
+            crate::agent::signal::install(&cancel, console).map_err(AgentError::Runtime)?;
             ModeRun {
                 root: &root,
                 settings: &settings,
@@ -620,44 +622,4 @@ impl PackageRun {
         })?;
         Ok((ok, copy_dir))
     }
-}
-
-/// Copy the tree `src` on this machine to the host path `dst` under `root`: directories
-/// with their modes, files atomically with their modes, source symlinks followed; `skip`
-/// names a top-level entry left out.
-fn copy_into_root(
-    root: &HostRoot,
-    src: &Path,
-    dst: &Path,
-    skip: Option<&std::ffi::OsStr>,
-) -> Result<(), LocalError> {
-    let read_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| LocalError::Read { path, source }
-    };
-    let copy_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| LocalError::Copy { path, source }
-    };
-    let meta = std::fs::metadata(src).map_err(read_err(src))?;
-    if meta.is_dir() {
-        root.create_dir_all(dst, meta.permissions().mode() & 0o7777)
-            .map_err(copy_err(dst))?;
-        let mut entries: Vec<_> = std::fs::read_dir(src)
-            .map_err(read_err(src))?
-            .collect::<Result<_, _>>()
-            .map_err(read_err(src))?;
-        entries.sort_by_key(std::fs::DirEntry::file_name);
-        for e in entries {
-            if skip.is_some_and(|s| s == e.file_name()) {
-                continue;
-            }
-            copy_into_root(root, &e.path(), &dst.join(e.file_name()), None)?;
-        }
-    } else if meta.is_file() {
-        let data = std::fs::read(src).map_err(read_err(src))?;
-        root.write_atomic(dst, &data, Some(meta.permissions().mode() & 0o7777))
-            .map_err(copy_err(dst))?;
-    }
-    Ok(())
 }

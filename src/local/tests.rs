@@ -235,3 +235,62 @@ fn package_plan_includes_the_root_dir_overlay() {
             .all(|s| matches!(s.kind, StepKind::NotRun))
     );
 }
+
+/// Two script runs in one process at once, with different `SKYHOOK_SCRIPT_TIMEOUT` in their
+/// own environments: each keeps its own deadline (no global state). Both block in a chrooted
+/// `read < fifo`; the 1 s run ends at its deadline while the 60 s run, started first, is
+/// still waiting, and finishes once the test feeds its fifo.
+#[test]
+fn two_runs_with_different_deadlines_do_not_interfere() {
+    let t = crate::host::testutil::TestHost::new();
+    t.install_sh();
+    std::fs::create_dir_all(t.p("/t")).unwrap();
+    for f in ["/t/a", "/t/b"] {
+        nix::unistd::mkfifo(&t.p(f), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    }
+    let script = |name: &str, fifo: &str| {
+        let p = t.dir.path().join(format!("{name}.rhai"));
+        std::fs::write(
+            &p,
+            format!(
+                "let r = run([\"/bin/sh\", \"-c\", \"read x < {fifo}\"], #{{check: true}});\n0"
+            ),
+        )
+        .unwrap();
+        p
+    };
+    let run = |script: PathBuf, secs: &str| ScriptRun {
+        script,
+        root: t.root.clone(),
+        mode: Mode::Apply,
+        apply: true,
+        configmaps: None,
+        env: vec![("SKYHOOK_SCRIPT_TIMEOUT".into(), secs.into())],
+        args: Vec::new(),
+        cancel: crate::process::Cancel::new(),
+    };
+    let long = run(script("long", "/t/b"), "60");
+    let short = run(script("short", "/t/a"), "1");
+    let engine = ScriptEngine::default();
+    std::thread::scope(|s| {
+        let long_run = s.spawn(|| long.run(&engine, Arc::new(CaptureOutput::new())));
+        let (short_outcome, _) = short.run(&engine, Arc::new(CaptureOutput::new())).unwrap();
+        let err = short_outcome.error.expect("the 1 s run hits its deadline");
+        assert!(
+            err.contains("timed out") || err.contains("deadline"),
+            "{err}"
+        );
+        assert!(
+            !long_run.is_finished(),
+            "the 60 s run must still be waiting"
+        );
+        // Unblock the long run's reader.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(t.p("/t/b"))
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b"go\n"))
+            .unwrap();
+        let (long_outcome, _) = long_run.join().unwrap().unwrap();
+        assert!(long_outcome.ok, "{long_outcome:?}");
+    });
+}
