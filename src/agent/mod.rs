@@ -68,13 +68,10 @@ pub fn main(
 /// `skyhook-agent validate CONFIG_JSON`: schema, step rules, step files and `.rhai` steps (with
 /// their imports) compiled, touching nothing. Exit 0 valid, 1 invalid.
 pub fn validate(config: &Path, console: &Console) -> i32 {
-    let bytes = match std::fs::read(config) {
+    let bytes = match site::read_local(config) {
         Ok(b) => b,
         Err(e) => {
-            console.error(&format!(
-                "skyhook-agent: error: failed to read {}: {e}",
-                config.display()
-            ));
+            console.error(&format!("skyhook-agent: error: {}", render_chain(&e)));
             return EXIT_FAILURE;
         }
     };

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::host::root::HostRoot;
+use crate::host::root::{HostRoot, MAX_PACKAGE_FILE_BYTES, open_local, read_bounded};
 use crate::package::{Mode, Package, Step};
 use crate::runner::StepProgram;
 use crate::script::engine::ScriptEngine;
@@ -92,17 +92,28 @@ impl PackageSite<'_> {
         }
     }
 
-    /// The bytes of `p`.
+    /// The bytes of the package file `p` (config.json, a script): a regular file of at most
+    /// [`MAX_PACKAGE_FILE_BYTES`], opened without blocking (a FIFO or `/dev/zero` in its
+    /// place is an error, not a hang or an exhausted memory).
     ///
     /// # Errors
-    /// The file cannot be read (the error names it).
+    /// The file cannot be read, is not a regular file or is too large (the error names it
+    /// and the limit).
     pub fn read(&self, p: &Path) -> Result<Vec<u8>, AgentError> {
+        self.read_max(p, MAX_PACKAGE_FILE_BYTES)
+    }
+
+    fn read_max(&self, p: &Path, max: u64) -> Result<Vec<u8>, AgentError> {
         match self {
-            PackageSite::Copy { root, .. } => Ok(root.read(p)?),
-            PackageSite::Local { .. } => std::fs::read(p).map_err(|source| AgentError::Read {
-                path: p.to_path_buf(),
-                source,
-            }),
+            PackageSite::Copy { root, .. } => Ok(root.read_regular(p, max)?),
+            PackageSite::Local { .. } => {
+                open_local(p)
+                    .and_then(|f| read_bounded(f, max))
+                    .map_err(|source| AgentError::Read {
+                        path: p.to_path_buf(),
+                        source,
+                    })
+            }
         }
     }
 
@@ -218,7 +229,8 @@ impl PackageSite<'_> {
             let store = store
                 .get_or_insert_with(|| Arc::new(self.module_store()))
                 .clone();
-            let source = String::from_utf8(self.read(path)?).map_err(|_| AgentError::NotUtf8 {
+            let bytes = self.read_max(path, crate::script::resolver::MAX_SCRIPT_BYTES)?;
+            let source = String::from_utf8(bytes).map_err(|_| AgentError::NotUtf8 {
                 path: path.to_path_buf(),
             })?;
             Ok(compile_source(
@@ -271,4 +283,17 @@ impl PackageSite<'_> {
             }
         }
     }
+}
+
+/// Read a package file on this machine as [`PackageSite::read`] does.
+///
+/// # Errors
+/// [`AgentError::Read`] naming the file (not found, not a regular file, too large).
+pub fn read_local(p: &Path) -> Result<Vec<u8>, AgentError> {
+    open_local(p)
+        .and_then(|f| read_bounded(f, MAX_PACKAGE_FILE_BYTES))
+        .map_err(|source| AgentError::Read {
+            path: p.to_path_buf(),
+            source,
+        })
 }

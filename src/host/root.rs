@@ -52,6 +52,72 @@ impl RootError {
     }
 }
 
+/// Largest package file the agent reads whole (config.json, a `.rhai` step), in bytes
+/// (16 MiB).
+pub const MAX_PACKAGE_FILE_BYTES: u64 = 16 << 20;
+
+/// What kind of non-regular file `ft` is, for messages (`a fifo`, `a directory`, ...).
+fn kind_name(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a fifo"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    }
+}
+
+/// Read the whole of the open file `f`, which must be a regular file of at most `max_bytes`
+/// bytes (checked with `fstat` before reading, and again while reading, so a file that
+/// grows meanwhile is cut off with the same error).
+///
+/// # Errors
+/// `InvalidInput` (not a regular file), `FileTooLarge` (over the limit), read errors.
+pub fn read_bounded(f: File, max_bytes: u64) -> io::Result<Vec<u8>> {
+    let meta = f.metadata()?;
+    let too_large = |n: u64| {
+        io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!("{n} bytes, more than the limit of {max_bytes} bytes"),
+        )
+    };
+    if !meta.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("not a regular file ({})", kind_name(meta.file_type())),
+        ));
+    }
+    if meta.len() > max_bytes {
+        return Err(too_large(meta.len()));
+    }
+    let mut buf = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    io::Read::read_to_end(&mut io::Read::take(f, max_bytes + 1), &mut buf)?;
+    if buf.len() as u64 > max_bytes {
+        return Err(too_large(buf.len() as u64));
+    }
+    Ok(buf)
+}
+
+/// Open a file on this machine (not under a host root) for [`read_bounded`] without
+/// blocking on a FIFO (`O_NONBLOCK | O_NOCTTY`).
+///
+/// # Errors
+/// The open fails.
+pub fn open_local(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+}
+
 /// Result alias for host root operations.
 pub type Result<T, E = RootError> = std::result::Result<T, E>;
 
@@ -257,6 +323,22 @@ impl HostRoot {
         let mut buf = Vec::new();
         io::Read::read_to_end(&mut f, &mut buf).map_err(|e| self.err("read", host, e))?;
         Ok(buf)
+    }
+
+    /// Read a whole regular file of at most `max_bytes` bytes, without blocking: the file is
+    /// opened `O_NONBLOCK | O_NOCTTY` (a FIFO or a terminal cannot hang the caller) and must
+    /// be a regular file (not a FIFO, device, socket or directory) no larger than the limit.
+    ///
+    /// # Errors
+    /// As [`HostRoot::open_read`]; `InvalidInput` "not a regular file (a fifo)" and
+    /// `FileTooLarge` "N bytes, more than the limit of M bytes" as the cause.
+    pub fn read_regular(&self, host: &Path, max_bytes: u64) -> Result<Vec<u8>> {
+        let f = self.open_with(
+            "read",
+            host,
+            OpenFlags::O_RDONLY | OpenFlags::O_NONBLOCK | OpenFlags::O_NOCTTY,
+        )?;
+        read_bounded(f, max_bytes).map_err(|e| self.err("read", host, e))
     }
 
     /// Read a whole file, `Ok(None)` when it does not exist.

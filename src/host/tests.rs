@@ -1235,3 +1235,60 @@ fn streamed_command_in_plan_and_check_is_not_run_and_streams_nothing() {
         h.finish().unwrap();
     }
 }
+
+/// Package files are read without blocking and with a size cap: a FIFO, a character device
+/// and a 2 GiB sparse file in place of config.json are each a prompt, named error.
+#[test]
+fn read_regular_refuses_fifos_devices_and_huge_files() {
+    use crate::host::root::{HostRoot, MAX_PACKAGE_FILE_BYTES};
+    let d = tempfile::tempdir().unwrap();
+    let root = HostRoot::open(d.path()).unwrap();
+    std::fs::write(d.path().join("ok.json"), b"{}").unwrap();
+    assert_eq!(
+        root.read_regular(Path::new("/ok.json"), MAX_PACKAGE_FILE_BYTES)
+            .unwrap(),
+        b"{}"
+    );
+    nix::unistd::mkfifo(
+        &d.path().join("fifo.json"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let e = root
+        .read_regular(Path::new("/fifo.json"), MAX_PACKAGE_FILE_BYTES)
+        .unwrap_err();
+    assert_eq!(
+        crate::chain::render(&e),
+        format!(
+            "failed to read /fifo.json under host root {}: not a regular file (a fifo)",
+            d.path().display()
+        )
+    );
+    // A character device like /dev/zero (made inside the root: paths resolve in it).
+    if nix::sys::stat::mknod(
+        &d.path().join("zero"),
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(1, 5),
+    )
+    .is_ok()
+    {
+        let e = root
+            .read_regular(Path::new("/zero"), MAX_PACKAGE_FILE_BYTES)
+            .unwrap_err();
+        assert!(
+            crate::chain::render(&e).ends_with("not a regular file (a character device)"),
+            "{e}"
+        );
+    }
+    let big = std::fs::File::create(d.path().join("big.json")).unwrap();
+    big.set_len(2 << 30).unwrap();
+    let e = root
+        .read_regular(Path::new("/big.json"), MAX_PACKAGE_FILE_BYTES)
+        .unwrap_err();
+    assert!(
+        crate::chain::render(&e)
+            .ends_with("2147483648 bytes, more than the limit of 16777216 bytes"),
+        "{e}"
+    );
+}

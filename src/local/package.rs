@@ -352,10 +352,7 @@ impl PackageRun {
     /// [`LocalError::Read`], [`LocalError::Package`].
     pub fn load(&self) -> Result<Loaded, LocalError> {
         let config = self.dir.join("config.json");
-        let bytes = std::fs::read(&config).map_err(|source| LocalError::Read {
-            path: config.clone(),
-            source,
-        })?;
+        let bytes = crate::agent::site::read_local(&config)?;
         let loaded = parse(&config, &bytes)?;
         let sroot = self.dir.join("skyhook_dir");
         check_step_files(&config, &loaded.package, |p| sroot.join(p).is_file())?;

@@ -20,7 +20,6 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -328,25 +327,10 @@ fn pathrs_message(err: &pathrs::error::Error) -> String {
 
 /// Read an opened file, refusing anything but a regular file of at most
 /// [`MAX_SCRIPT_BYTES`].
-pub(crate) fn read_regular(mut file: File) -> std::io::Result<String> {
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    let mut text = String::new();
-    (&mut file)
-        .take(MAX_SCRIPT_BYTES + 1)
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > MAX_SCRIPT_BYTES {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::FileTooLarge,
-            format!("larger than {MAX_SCRIPT_BYTES} bytes"),
-        ));
-    }
-    Ok(text)
+pub(crate) fn read_regular(file: File) -> std::io::Result<String> {
+    let bytes = crate::host::root::read_bounded(file, MAX_SCRIPT_BYTES)?;
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not valid UTF-8"))
 }
 
 /// The static imports of `ast` (string-literal paths, function bodies included), in source
