@@ -11,6 +11,8 @@
 //! - `skyhook_run_check`: `skyhook-run check FILE...` exit codes and `file:line:col` errors.
 //! - `rhai_steps`: `.rhai` steps in the agent (compile-ahead, check from apply, interrupts,
 //!   shellscript compatibility, redaction).
+//! - `engine_parity`: the agent and `skyhook-run --package` decide the same steps on the same
+//!   host state; log write failures (a full tmpfs) are reported and change no outcome.
 //! - `fixtures`: realistic packages from `tests/fixtures/` (shaped like the public Skyhook
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
 
@@ -18,6 +20,7 @@
 mod util;
 
 mod acceptance;
+mod engine_parity;
 mod fixtures;
 mod rhai_steps;
 mod skyhook_run;

@@ -826,3 +826,34 @@ fn harness_regexes() {
     assert_eq!(marker("['a', 'b']_[0]"), "WydhJywgJ2InXV9bMF0=");
     assert_eq!(marker("['?']_[0]"), "Wyc/J11fWzBd");
 }
+
+// ---------------------------------------------------------------------------------------
+// Helpers for `engine_parity`
+
+impl FakeRoot {
+    /// The environment the agent is run with (the standard one plus `set_env`).
+    pub fn env_vars(&self) -> &BTreeMap<String, String> {
+        &self.env
+    }
+
+    /// Run the agent with `args` in a private mount namespace (`unshare -m`) after the shell
+    /// snippet `setup` (e.g. a `mount`); a failing `setup` exits 97 and fails the test.
+    pub fn run_unshared(&self, setup: &str, args: &[&str]) -> Run {
+        let script = format!("{{ {setup} ; }} || exit 97\nPATH=$1; shift\nexec \"$@\"");
+        let mut full: Vec<OsString> = vec!["-m".into(), "sh".into(), "-c".into(), script.into()];
+        full.push("sh".into());
+        full.push(self.env.get("PATH").cloned().unwrap_or_default().into());
+        full.push(AGENT.into());
+        full.extend(args.iter().map(OsString::from));
+        let mut cmd = self.command("unshare", &full);
+        // unshare, sh and mount come from the machine; the agent gets its own PATH back.
+        cmd.env("PATH", &self.path);
+        let run = run_to_end(cmd.spawn().expect("spawn unshare"));
+        assert_ne!(
+            run.code, 97,
+            "namespace setup {setup:?} failed: {}",
+            run.stderr
+        );
+        run
+    }
+}
