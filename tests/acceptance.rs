@@ -1294,3 +1294,42 @@ fn case_50_sigterm_between_steps() {
     assert!(fr.exists(&f("demo/1.0.0/s1.sh_W11fWzBd")));
     assert!(!fr.exists("/t/s2-ran"), "s2.sh ran after SIGTERM");
 }
+
+/// Upstream's "bootstrap copy dir before interrupts": with the copy dir missing and
+/// `SKYHOOK_DATA_DIR` present, an interrupt first copies the data dir into the copy dir and
+/// runs its commands there (no "running in /" warning); without a data dir either, the
+/// commands still run, from `/`.
+#[test]
+fn interrupt_bootstraps_a_missing_copy_dir_from_the_data_dir() {
+    require_root!();
+    let mut fr = interrupt_root();
+    fs::remove_dir_all(fr.t("pkg")).unwrap();
+    let src = fr.t("src");
+    fs::create_dir_all(src.join("skyhook_dir")).unwrap();
+    fs::write(src.join("config.json"), "{}").unwrap();
+    fr.set_env("SKYHOOK_DATA_DIR", src.to_str().unwrap());
+    let run = fr.interrupt(SERVICE_RESTART);
+    run.code(0);
+    assert_eq!(fr.read("/t/pkg/config.json"), "{}");
+    assert!(fr.exists("/t/pkg/skyhook_dir"));
+    assert!(
+        !run.stderr.contains("does not exist on the host"),
+        "stderr: {}",
+        run.stderr
+    );
+    assert!(fr.calls().unwrap().contains("systemctl restart containerd"));
+
+    // No data dir either: the documented fallback.
+    let mut fr = interrupt_root();
+    fs::remove_dir_all(fr.t("pkg")).unwrap();
+    fr.set_env("SKYHOOK_DATA_DIR", "/t/missing");
+    let run = fr.interrupt(SERVICE_RESTART);
+    run.code(0);
+    assert!(
+        run.stderr
+            .contains("copy dir /t/pkg does not exist on the host; running"),
+        "stderr: {}",
+        run.stderr
+    );
+    assert!(!fr.exists("/t/pkg"));
+}

@@ -180,6 +180,13 @@ pub fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<boo
         signal::install(&cancel, console).map_err(AgentError::Runtime)?;
         match interrupt {
             Some(i) => {
+                // Upstream (NodeWright 0d61d428): interrupt pods have no init container, so the
+                // legacy copy runs here too; without a data dir either, the commands run from
+                // `/` as documented (the interrupt itself needs no package files).
+                match prepare::legacy_copy(&root, &args.copy_dir, &settings.data_dir) {
+                    Ok(_) | Err(prepare::PrepareError::MissingDataDir { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
                 let _lock =
                     crate::state::lock::lock_package(&root, &settings.state_root, &id.package)?;
                 InterruptRun {

@@ -135,6 +135,20 @@ impl Settings {
                 }
             },
         };
+        let state_root = path("SKYHOOK_ROOT_DIR", DEFAULT_STATE_ROOT);
+        let log_root = path("SKYHOOK_LOG_DIR", DEFAULT_LOG_ROOT);
+        for (name, dir) in [
+            ("SKYHOOK_ROOT_DIR", &state_root),
+            ("SKYHOOK_LOG_DIR", &log_root),
+        ] {
+            if !dir.is_absolute() {
+                return Err(SettingError {
+                    name,
+                    value: quoted(&dir.to_string_lossy()),
+                    expected: "an absolute host path".into(),
+                });
+            }
+        }
         let script_timeout = parse_script_timeout(
             get("SKYHOOK_SCRIPT_TIMEOUT")
                 .map(|v| v.to_string_lossy())
@@ -144,8 +158,8 @@ impl Settings {
             resource_id: get("SKYHOOK_RESOURCE_ID")
                 .map(|v| v.to_string_lossy().into_owned())
                 .unwrap_or_default(),
-            state_root: path("SKYHOOK_ROOT_DIR", DEFAULT_STATE_ROOT),
-            log_root: path("SKYHOOK_LOG_DIR", DEFAULT_LOG_ROOT),
+            state_root,
+            log_root,
             data_dir: path("SKYHOOK_DATA_DIR", DEFAULT_DATA_DIR),
             write_logs: truthy(get("SKYHOOK_AGENT_WRITE_LOGS"), true),
             buffer_limit,
@@ -188,7 +202,7 @@ pub enum ResourceIdError {
     Unset,
     /// Not of the expected shape.
     #[error(
-        "SKYHOOK_RESOURCE_ID={value:?} is invalid: expected <id>_<package>_<version>, one path component (no `/`, not starting with `.`) with a non-empty package and version"
+        "SKYHOOK_RESOURCE_ID={value:?} is invalid: expected <id>_<package>_<version>, one path component (no `/`, no control characters such as a trailing newline, not starting with `.`, at most 255 bytes) with a non-empty package and version"
     )]
     Invalid {
         /// The value as given.
@@ -197,7 +211,12 @@ pub enum ResourceIdError {
 }
 
 fn is_component(s: &str) -> bool {
-    !s.is_empty() && !s.contains('/') && s != "." && s != ".." && !s.contains('\0')
+    !s.is_empty()
+        && s.len() <= 255
+        && !s.contains('/')
+        && s != "."
+        && s != ".."
+        && !s.chars().any(char::is_control)
 }
 
 impl ResourceId {
@@ -210,9 +229,7 @@ impl ResourceId {
         if raw.is_empty() {
             return Err(ResourceIdError::Unset);
         }
-        let err = || ResourceIdError::Invalid {
-            value: raw.to_string(),
-        };
+        let err = || ResourceIdError::Invalid { value: quoted(raw) };
         let first = raw.find('_').ok_or_else(err)?;
         let last = raw.rfind('_').ok_or_else(err)?;
         if first == last {
@@ -321,8 +338,22 @@ mod tests {
             "a_../x_1",
             "a_.._1",
             "a_p_..",
+            "sky-0000-1_demo_1.0.0\n",
+            "sky_de\tmo_1",
         ] {
-            assert!(ResourceId::parse(bad).is_err(), "{bad}");
+            assert!(ResourceId::parse(bad).is_err(), "{bad:?}");
+        }
+        let e = ResourceId::parse(&format!("a_b_{}", "9".repeat(10_000))).unwrap_err();
+        assert!(e.to_string().len() < 400, "one readable line: {e}");
+        for (k, v) in [
+            ("SKYHOOK_ROOT_DIR", "etc/skyhook"),
+            ("SKYHOOK_LOG_DIR", "./log"),
+        ] {
+            let e = Settings::from_env([(OsString::from(k), OsString::from(v))]).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("invalid {k} value {v:?}: expected an absolute host path")
+            );
         }
     }
 }

@@ -122,6 +122,19 @@ pub enum PackageError {
         /// The run mode.
         mode: Mode,
     },
+    /// A value the agent uses as a path component or hands to `execve` is unusable
+    /// (`package_name`/`package_version` not one safe path component, a NUL byte, an
+    /// argument or environment beyond the bounds of [`LIMITS`]). The value is quoted with at
+    /// most 64 characters.
+    #[error("{}: {what}: {why}", file.display())]
+    Invalid {
+        /// The config file.
+        file: PathBuf,
+        /// What is wrong, e.g. `package_name "a/b"`.
+        what: String,
+        /// Why.
+        why: String,
+    },
     /// Rule 4: an upgrade step outside `upgrade`/`upgrade-check`.
     #[error("{}: UpgradeStep {path} defined in the {mode} mode but can only be defined in the UPGRADE or UPGRADE_CHECK modes.", file.display())]
     UpgradeStepMode {
@@ -358,7 +371,155 @@ pub fn expected_check_path(path: &str) -> String {
     }
 }
 
+/// Bounds on what a step hands to `execve` (Linux: 128 KiB per string, about 2 MiB in all).
+pub struct Limits {
+    /// Arguments of one step.
+    pub max_args: usize,
+    /// Bytes of one argument or environment value.
+    pub max_value_bytes: usize,
+    /// Entries of one step's `env`.
+    pub max_env: usize,
+    /// Entries of one step's `returncodes`.
+    pub max_returncodes: usize,
+    /// Bytes of arguments and environment of one step together.
+    pub max_total_bytes: usize,
+}
+
+/// The bounds checked by [`parse`].
+pub const LIMITS: Limits = Limits {
+    max_args: 4096,
+    max_value_bytes: 128 * 1024,
+    max_env: 1024,
+    max_returncodes: 256,
+    max_total_bytes: 1024 * 1024,
+};
+
+/// `v` quoted for a message, cut to 64 characters.
+fn quote_short(v: &str) -> String {
+    match v.char_indices().nth(64) {
+        Some((i, _)) => format!("{:?}...", &v[..i]),
+        None => format!("{v:?}"),
+    }
+}
+
+/// Why `v` is not one safe path component, if it is not.
+fn path_component_problem(v: &str) -> Option<&'static str> {
+    if v.is_empty() {
+        Some("is empty")
+    } else if v == "." || v == ".." {
+        Some("must not be . or ..")
+    } else if v.contains('/') {
+        Some("must not contain /")
+    } else if v.contains('\0') {
+        Some("must not contain a NUL byte")
+    } else if v.chars().any(char::is_control) {
+        Some("must not contain control characters (newline, tab, ...)")
+    } else if v.len() > 255 {
+        Some("is longer than 255 bytes")
+    } else {
+        None
+    }
+}
+
+/// Rule 0 [fix]: values used as path parts or passed to `execve` are usable.
+fn check_bounds(file: &Path, pkg: &Package) -> Result<(), PackageError> {
+    let bad = |what: String, why: String| PackageError::Invalid {
+        file: file.to_path_buf(),
+        what,
+        why,
+    };
+    for (field, v) in [
+        ("package_name", &pkg.package_name),
+        ("package_version", &pkg.package_version),
+    ] {
+        if let Some(why) = path_component_problem(v) {
+            return Err(bad(
+                format!("{field} {}", quote_short(v)),
+                format!("{why} (it names the flag, history, log and lock paths)"),
+            ));
+        }
+    }
+    let l = &LIMITS;
+    for (mode, step) in pkg.all_steps() {
+        let at = |what: &str| format!("step {} of mode {mode}: {what}", quote_short(&step.path));
+        if step.path.contains('\0') {
+            return Err(bad(at("path"), "must not contain a NUL byte".into()));
+        }
+        if step.arguments.len() > l.max_args {
+            return Err(bad(
+                at("arguments"),
+                format!(
+                    "{} arguments, more than {}",
+                    step.arguments.len(),
+                    l.max_args
+                ),
+            ));
+        }
+        if step.env.len() > l.max_env {
+            return Err(bad(
+                at("env"),
+                format!("{} variables, more than {}", step.env.len(), l.max_env),
+            ));
+        }
+        if step.returncodes.len() > l.max_returncodes {
+            return Err(bad(
+                at("returncodes"),
+                format!(
+                    "{} codes, more than {}",
+                    step.returncodes.len(),
+                    l.max_returncodes
+                ),
+            ));
+        }
+        let mut total = 0usize;
+        for (i, a) in step.arguments.iter().enumerate() {
+            total += a.len() + 1;
+            if a.contains('\0') {
+                return Err(bad(
+                    at(&format!("argument {i}")),
+                    "contains a NUL byte".into(),
+                ));
+            }
+            if a.len() > l.max_value_bytes {
+                return Err(bad(
+                    at(&format!("argument {i}")),
+                    format!("{} bytes, more than {}", a.len(), l.max_value_bytes),
+                ));
+            }
+        }
+        for (k, v) in &step.env {
+            total += k.len() + v.len() + 2;
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(bad(
+                    at(&format!("env key {}", quote_short(k))),
+                    "must be non-empty without '=' or NUL".into(),
+                ));
+            }
+            if v.contains('\0') {
+                return Err(bad(
+                    at(&format!("env {}", quote_short(k))),
+                    "value contains a NUL byte".into(),
+                ));
+            }
+            if v.len() > l.max_value_bytes {
+                return Err(bad(
+                    at(&format!("env {}", quote_short(k))),
+                    format!("{} bytes, more than {}", v.len(), l.max_value_bytes),
+                ));
+            }
+        }
+        if total > l.max_total_bytes {
+            return Err(bad(
+                at("arguments and env"),
+                format!("{total} bytes in all, more than {}", l.max_total_bytes),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_rules(file: &Path, pkg: &Package, warnings: &mut Vec<String>) -> Result<(), PackageError> {
+    check_bounds(file, pkg)?;
     let file = || file.to_path_buf();
     // 1. some step somewhere
     if pkg.modes.iter().all(|(_, s)| s.is_empty()) {
@@ -495,6 +656,51 @@ mod tests {
         assert!(foo.on_host && !foo.idempotence && !foo.upgrade_step);
         assert!(p.steps(Mode::Config).is_empty());
         assert!(!p.has_mode_key(Mode::Config));
+    }
+
+    #[test]
+    fn names_and_step_values_are_bounded() {
+        let long = "n".repeat(300);
+        for (name, why) in [
+            ("", "is empty"),
+            (".", "must not be . or .."),
+            ("..", "must not be . or .."),
+            ("a/b", "must not contain /"),
+            ("a\u{0}b", "must not contain a NUL byte"),
+            (
+                "demo\n",
+                "must not contain control characters (newline, tab, ...)",
+            ),
+            (long.as_str(), "is longer than 255 bytes"),
+        ] {
+            let mut d = fixture();
+            d["package_name"] = json!(name);
+            let e = err(&d);
+            assert!(e.starts_with("/pkg/config.json: package_name "), "{e}");
+            assert!(e.contains(why), "{name:?}: {e}");
+            assert!(e.len() < 300, "one readable line: {e}");
+        }
+        let mut big = fixture();
+        big["modes"]["apply"][0]["arguments"] = json!(["x".repeat(200 * 1024)]);
+        assert_eq!(
+            err(&big),
+            "/pkg/config.json: step \"foo.sh\" of mode apply: argument 0: 204800 bytes, more than 131072"
+        );
+        let mut many = fixture();
+        many["modes"]["apply"][0]["arguments"] = json!(vec!["a"; 100_000]);
+        assert_eq!(
+            err(&many),
+            "/pkg/config.json: step \"foo.sh\" of mode apply: arguments: 100000 arguments, more than 4096"
+        );
+        let mut nul = fixture();
+        nul["modes"]["apply"][0]["env"] = json!({"A\u{0}B": "1"});
+        assert!(err(&nul).contains("must be non-empty without '=' or NUL"));
+        let mut nulv = fixture();
+        nulv["modes"]["apply"][0]["env"] = json!({"A": "x\u{0}"});
+        assert!(err(&nulv).ends_with("value contains a NUL byte"));
+        let mut total = fixture();
+        total["modes"]["apply"][0]["arguments"] = json!(vec!["y".repeat(100 * 1024); 11]);
+        assert!(err(&total).contains("bytes in all, more than 1048576"));
     }
 
     #[test]
