@@ -663,3 +663,77 @@ fn dry_run_of_upgrade_writes_no_history_state() {
         assert_same_tree(&before, &tree(fr.root()), &format!("history {history:?}"));
     }
 }
+
+/// 16000 lines of 63 `x` and a newline: 1 024 000 bytes on stdout.
+const BIG_BASH: &str = "#!/bin/bash\nline=$(printf '%063d' 0 | tr 0 x)\nfor i in {1..16000}; do echo \"$line\"; done\n";
+/// 20000 lines of 60 `x`: about 1.2 MB printed.
+const BIG_RHAI: &str = "let s = \"\";\ns.pad(60, 'x');\nfor i in 0..20000 { print(s); }\n";
+
+/// A step's log files live on a 64 KiB tmpfs (`SKYHOOK_LOG_DIR`, mounted in a private mount
+/// namespace) and the step prints about 1 MB: the log write fails with ENOSPC. Contract 9.3:
+/// output errors do not change a step's outcome — the error is named on stderr, the console
+/// still gets every line, the step succeeds, its flag is written and the agent exits 0. The
+/// same for a bash step and a `.rhai` step.
+#[test]
+fn bash_step_log_write_failure_is_reported() {
+    require_root!();
+    for (path, body, lines) in [("big.sh", BIG_BASH, 16000), ("big.rhai", BIG_RHAI, 20000)] {
+        let mut fr = FakeRoot::new();
+        fr.set_env("SKYHOOK_LOG_DIR", "/var/log/skyhook");
+        fr.write_config(&config(json!({
+            "apply": [step("big", path, &[])],
+            "apply-check": [step("big_check", "big_check.sh", &[])],
+        })));
+        fr.write_step(path, body);
+        fr.write_step("big_check.sh", "#!/bin/sh\nexit 0\n");
+        let logs = fr.host("/var/log/skyhook");
+        fs::create_dir_all(&logs).expect("create the log mount point");
+        let r = fr.root_str();
+        let run = fr.run_unshared(
+            &format!(
+                "mount -t tmpfs -o size=64k skyhook-test-logs '{}'",
+                logs.display()
+            ),
+            &["apply", &r, "/t/pkg"],
+        );
+        let ctx = format!(
+            "{path}\n--- stderr ---\n{}\n--- stdout (last 300 bytes) ---\n{}",
+            run.stderr,
+            &run.stdout[run.stdout.len().saturating_sub(300)..]
+        );
+        assert_eq!(run.code, 0, "exit status: {ctx}");
+        run.has_line(&format!("apply {path} [] [0] Idempotence.Auto True"));
+        run.has_line_ending(&format!("SUCEEDED: {path} "));
+        // Every line reached the console although the log file could not take them.
+        let xs = format!(
+            " {}",
+            "x".repeat(if path.ends_with(".sh") { 63 } else { 60 })
+        );
+        assert_eq!(
+            run.stdout.lines().filter(|l| l.ends_with(&xs)).count(),
+            lines,
+            "console lines: {ctx}"
+        );
+        // The failed write is named once: the agent's prefix, the log file and ENOSPC.
+        let errors: Vec<&str> = run
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("skyhook-agent: "))
+            .collect();
+        assert_eq!(errors.len(), 1, "log write errors: {ctx}");
+        assert_full_match(
+            errors[0],
+            &format!(
+                r"skyhook-agent: failed to write step output to /var/log/skyhook/demo/1\.0\.0/{}-{{FTS}}\.log: No space left on device \(os error 28\)",
+                regex::escape(path)
+            ),
+        );
+        // The step's flag is written (it succeeded); START too.
+        assert!(
+            fr.exists(&format!("{T}/state/flags/demo/1.0.0/{path}_W11fWzBd")),
+            "no flag: {ctx}"
+        );
+        // The tmpfs went away with the namespace: nothing reached the disk below it.
+        assert_eq!(fr.list("/var/log/skyhook"), Vec::<String>::new(), "{ctx}");
+    }
+}
