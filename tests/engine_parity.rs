@@ -631,12 +631,9 @@ fn agent_and_dry_run_decide_the_same_steps() {
 
 /// `skyhook-run --package --mode upgrade` reads the history for the previous version; a dry
 /// run writes nothing, so it must neither create `<state root>/history/` on a fresh node nor
-/// move a corrupt history file to `.backup` (the agent does both, contract 6.3).
+/// move a corrupt history file to `.backup` (the agent does both, contract 6.3). Regression:
+/// the dry run used the agent's writing history read.
 #[test]
-#[ignore = "bug: the upgrade dry run reads the history with history::read_previous, which \
-            creates <state root>/history and renames a corrupt file to .backup \
-            (src/agent/mode.rs:67 StateView::previous ignores `writable`; \
-            src/local/package.rs:433 calls read_previous directly)"]
 fn dry_run_of_upgrade_writes_no_history_state() {
     require_root!();
     for history in [None, Some("{not json")] {

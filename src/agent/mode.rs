@@ -64,12 +64,14 @@ impl StateView<'_> {
 
     /// The previous version for the upgrade modes (from the history file) and the
     /// messages reading it produced.
+    /// Read-only views never create the history directory nor move a corrupt file.
     fn previous(&self, pkg: &Package) -> Result<history::HistoryRead, AgentError> {
-        Ok(history::read_previous(
-            self.root,
-            self.state_root,
-            &pkg.package_name,
-        )?)
+        let read = if self.writable {
+            history::read_previous
+        } else {
+            history::peek_previous
+        };
+        Ok(read(self.root, self.state_root, &pkg.package_name)?)
     }
 }
 

@@ -1292,3 +1292,52 @@ fn read_regular_refuses_fifos_devices_and_huge_files() {
         "{e}"
     );
 }
+
+/// Temporaries left by a dead writer never block a write (the old `<pid>-<n>` names of a
+/// process with our pid used to fail with `File exists`) and are removed the first time the
+/// directory is written; a live writer's temporary is left alone.
+#[test]
+fn stale_temporaries_are_removed_and_never_collide() {
+    use crate::host::root::{HostRoot, TMP_PREFIX};
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("flags");
+    std::fs::create_dir_all(&dir).unwrap();
+    let me = std::process::id();
+    let old_shape_ours = format!("{TMP_PREFIX}{me}-0");
+    let dead = format!("{TMP_PREFIX}4000000-77-0-00000000000000ff");
+    // PID 1 is alive; its real start time is what /proc says.
+    let stat = std::fs::read_to_string("/proc/1/stat").unwrap();
+    let start = stat[stat.rfind(')').unwrap() + 2..]
+        .split(' ')
+        .nth(19)
+        .unwrap()
+        .to_string();
+    let live = format!("{TMP_PREFIX}1-{start}-3-00000000000000aa");
+    let reused_pid = format!(
+        "{TMP_PREFIX}1-{}-3-00000000000000bb",
+        start.parse::<u64>().unwrap() + 1
+    );
+    for n in [&old_shape_ours, &dead, &live, &reused_pid] {
+        std::fs::write(dir.join(n), b"partial").unwrap();
+    }
+    let root = HostRoot::open(d.path()).unwrap();
+    root.write_atomic(Path::new("/flags/step_flag"), b"ok", None)
+        .unwrap();
+    assert_eq!(std::fs::read(dir.join("step_flag")).unwrap(), b"ok");
+    let mut left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, [live.clone(), "step_flag".to_string()]);
+    // Many writes in a row leave no temporary behind.
+    for i in 0..50 {
+        root.write_atomic(
+            Path::new("/flags/step_flag"),
+            format!("{i}").as_bytes(),
+            None,
+        )
+        .unwrap();
+    }
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
+}

@@ -430,7 +430,7 @@ impl PackageRun {
         if matches!(self.mode, Mode::Upgrade | Mode::UpgradeCheck) {
             // The loop reads the history once per step (its messages go to the agent's
             // console); a plan lists them once.
-            let read = history::read_previous(&flag_root, &settings.state_root, &pkg.package_name)?;
+            let read = history::peek_previous(&flag_root, &settings.state_root, &pkg.package_name)?;
             warnings.extend(read.messages);
         }
         let exec = exec_mode(self.mode, false);

@@ -54,15 +54,19 @@ fn missing_message(pkg: &str) -> String {
     format!("no existing history found for {pkg}, could be first installation...")
 }
 
-/// Read and classify the history file, moving a corrupt one to `.backup`. The messages the
-/// Python agent prints for a missing or corrupt file are appended to `messages`.
-fn load(
+/// Read and classify the history file, moving a corrupt one to `.backup` when `write`
+/// (else only saying the agent would). The messages the Python agent prints for a missing
+/// or corrupt file are appended to `messages`.
+fn load_with(
     root: &HostRoot,
     state_root: &Path,
     pkg: &str,
     messages: &mut Vec<String>,
+    write: bool,
 ) -> Result<Loaded, StateError> {
-    root.create_dir_all(&history_dir(state_root), 0o755)?;
+    if write {
+        root.create_dir_all(&history_dir(state_root), 0o755)?;
+    }
     let path = history_path(state_root, pkg);
     let Some(bytes) = root.read_opt(&path)? else {
         messages.push(missing_message(pkg));
@@ -72,6 +76,14 @@ fn load(
         .ok()
         .and_then(|s| serde_json::from_str::<Value>(s).ok());
     let Some(value) = parsed else {
+        if !write {
+            messages.push(format!(
+                "existing history {} is corrupt: the agent would move it to {}.backup...",
+                root.display_path(&path).display(),
+                root.display_path(&path).display()
+            ));
+            return Ok(Loaded::Corrupt);
+        }
         root.rename(&path, &backup_path(state_root, pkg))?;
         messages.push(format!(
             "Failed to load existing history, corrupt history file moved to {}.backup...",
@@ -94,6 +106,37 @@ fn load(
             Ok(Loaded::WrongShape)
         }
     }
+}
+
+fn load(
+    root: &HostRoot,
+    state_root: &Path,
+    pkg: &str,
+    messages: &mut Vec<String>,
+) -> Result<Loaded, StateError> {
+    load_with(root, state_root, pkg, messages, true)
+}
+
+/// [`read_previous`] for a dry run: the same answer and messages, but nothing is created or
+/// moved (a corrupt file is reported, not moved to `.backup`).
+///
+/// # Errors
+/// Read failures.
+pub fn peek_previous(
+    root: &HostRoot,
+    state_root: &Path,
+    pkg: &str,
+) -> Result<HistoryRead, StateError> {
+    let mut messages = Vec::new();
+    let previous = match load_with(root, state_root, pkg, &mut messages, false)? {
+        Loaded::Valid(map) => map
+            .get("current-version")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_string(),
+        _ => "unknown".to_string(),
+    };
+    Ok(HistoryRead { previous, messages })
 }
 
 /// Read the previous version for an upgrade step (contract 6.3, 7.5).
