@@ -440,6 +440,12 @@ impl ModeRun<'_> {
                     chroot,
                     timeout: None,
                     preamble: None,
+                    keep_fds: lock::held_fd(&lock::lock_path(
+                        &self.settings.state_root,
+                        &pkg.package_name,
+                    ))
+                    .into_iter()
+                    .collect(),
                 };
                 let runner = ProcessRunner {
                     buffer_limit: self.settings.buffer_limit,

@@ -440,10 +440,8 @@ pub async fn run_async<S: Sink + Send + 'static>(
     mut options: Options,
     mut sink: S,
 ) -> (Report, S) {
-    let token = options
-        .cancel
-        .as_ref()
-        .map_or_else(Cancel::new, Cancel::child);
+    let given = options.cancel.take();
+    let token = given.as_ref().map_or_else(Cancel::new, Cancel::child);
     options.cancel = Some(token.clone());
     let mut guard = AbortOnDrop(Some(token));
     let task = tokio::task::spawn_blocking(move || {
@@ -453,7 +451,15 @@ pub async fn run_async<S: Sink + Send + 'static>(
     let result = task.await;
     guard.0 = None;
     match result {
-        Ok(r) => r,
+        Ok((mut report, sink)) => {
+            // The run saw its child token; report the reason the caller's token was given.
+            if let Outcome::Cancelled { reason, .. } = &mut report.outcome
+                && let Some(r) = given.as_ref().and_then(Cancel::reason)
+            {
+                *reason = r;
+            }
+            (report, sink)
+        }
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(e) => panic!("the process run's blocking task was cancelled: {e}"),
     }

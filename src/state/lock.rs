@@ -8,7 +8,9 @@
 //! place and is empty.
 
 use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
@@ -23,11 +25,53 @@ pub struct PackageLock {
     path: PathBuf,
 }
 
+/// The locks this process holds (host path, descriptor), for [`held_fd`].
+static HELD: Mutex<Vec<(PathBuf, RawFd)>> = Mutex::new(Vec::new());
+
+fn held() -> std::sync::MutexGuard<'static, Vec<(PathBuf, RawFd)>> {
+    match HELD.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
 impl PackageLock {
     /// The lock file's host path.
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The descriptor holding the `flock`. A process that inherits it keeps the package
+    /// locked until it exits (the kernel drops the lock with the last descriptor of the open
+    /// file), even if this process died: the agent passes it to step processes.
+    pub fn as_raw_fd(&self) -> RawFd {
+        self._lock.as_raw_fd()
+    }
+
+    fn new(lock: Flock<File>, path: PathBuf) -> PackageLock {
+        held().push((path.clone(), lock.as_raw_fd()));
+        PackageLock { _lock: lock, path }
+    }
+}
+
+impl AsRawFd for PackageLock {
+    fn as_raw_fd(&self) -> RawFd {
+        PackageLock::as_raw_fd(self)
+    }
+}
+
+impl Drop for PackageLock {
+    fn drop(&mut self) {
+        let fd = self._lock.as_raw_fd();
+        held().retain(|(p, f)| !(*f == fd && *p == self.path));
+    }
+}
+
+/// The descriptor of the lock on `path` (a [`lock_path`]) while this process holds it
+/// ([`PackageLock::as_raw_fd`]), for code that cannot be handed the [`PackageLock`];
+/// `None` when it is not held here.
+pub fn held_fd(path: &Path) -> Option<RawFd> {
+    held().iter().find(|(p, _)| p == path).map(|(_, fd)| *fd)
 }
 
 /// `<state root>/locks/<pkg>.lock`.
@@ -62,7 +106,7 @@ fn lock_with(
     let mut file = open_lock_file(root, &path)?;
     loop {
         match Flock::lock(file, arg) {
-            Ok(lock) => return Ok(Some(PackageLock { _lock: lock, path })),
+            Ok(lock) => return Ok(Some(PackageLock::new(lock, path))),
             Err((f, Errno::EINTR)) => file = f,
             Err((_, Errno::EWOULDBLOCK)) if arg == FlockArg::LockExclusiveNonblock => {
                 return Ok(None);
@@ -118,6 +162,7 @@ mod tests {
         let held = lock_package(&r, st, "demo").unwrap();
         assert_eq!(held.path(), Path::new("/st/locks/demo.lock"));
         assert!(d.path().join("st/locks/demo.lock").is_file());
+        assert_eq!(held_fd(held.path()), Some(held.as_raw_fd()));
         // flock locks belong to the open file description: a second open is excluded
         assert!(try_lock_package(&r, st, "demo").unwrap().is_none());
         // another package is independent
@@ -136,6 +181,7 @@ mod tests {
             h.join().unwrap()
         });
         assert_eq!(waiter.unwrap(), Path::new("/st/locks/demo.lock"));
+        assert_eq!(held_fd(Path::new("/st/locks/demo.lock")), None, "dropped");
         assert!(try_lock_package(&r, st, "demo").unwrap().is_some());
     }
 }
