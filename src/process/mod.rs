@@ -219,3 +219,22 @@ pub struct Report {
     /// Failures to read a pipe (at most one per stream; that stream is not read further).
     pub read_errors: Vec<(Stream, io::Error)>,
 }
+
+/// Test helper: true when the process `pid` (decimal text, surrounding whitespace allowed)
+/// has exited (a zombie counts), waiting for its pidfd at most 10 s: a `SIGKILL`ed process
+/// that is not our child finishes dying asynchronously.
+#[cfg(test)]
+pub(crate) fn wait_exited(pid: &str) -> bool {
+    use std::os::fd::AsRawFd;
+    let pid: libc::pid_t = pid.trim().parse().expect("a pid");
+    let Some(fd) = run::pidfd_open(pid) else {
+        return true; // ESRCH: reaped already
+    };
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, 10_000) == 1 }
+}

@@ -30,7 +30,7 @@ enum Ending {
     SinkStopped,
 }
 
-fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
+pub(super) fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
     // SAFETY: pidfd_open(2) with a pid and no flags; the result is checked.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     let fd = RawFd::try_from(fd).ok().filter(|&fd| fd >= 0)?;
@@ -525,20 +525,8 @@ mod tests {
         (r, sink)
     }
 
-    /// True when `pid` has exited (a zombie counts), waiting for its pidfd at most 10 s: a
-    /// `SIGKILL`ed process that is not our child finishes dying asynchronously.
     fn gone(pid: &str) -> bool {
-        let pid: libc::pid_t = pid.trim().parse().unwrap();
-        let Some(fd) = pidfd_open(pid) else {
-            return true; // ESRCH: reaped already
-        };
-        let mut p = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut p, 1, 10_000) == 1 }
+        crate::process::wait_exited(pid)
     }
 
     #[test]
