@@ -11,6 +11,8 @@
 //! - `skyhook_run_check`: `skyhook-run check FILE...` exit codes and `file:line:col` errors.
 //! - `rhai_steps`: `.rhai` steps in the agent (compile-ahead, check from apply, interrupts,
 //!   shellscript compatibility, redaction).
+//! - `orphans`: nothing a step starts outlives it (subreaper, pdeathsig, the lock fd kept by
+//!   a background child).
 //! - `fixtures`: realistic packages from `tests/fixtures/` (shaped like the public Skyhook
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
 
@@ -19,6 +21,7 @@ mod util;
 
 mod acceptance;
 mod fixtures;
+mod orphans;
 mod rhai_steps;
 mod skyhook_run;
 mod skyhook_run_check;
