@@ -42,7 +42,10 @@
 //!
 //! - The main process exits: what is left of its process group, and every descendant this
 //!   process adopted as a child subreaper (see [`reaper`]), gets `SIGTERM`; the pipes keep
-//!   being drained until end of file or [`Options::exit_grace`]; then `SIGKILL`. Output
+//!   being drained until both reach end of file or [`Options::exit_grace`] passes, whichever
+//!   comes first; then `SIGKILL` (so a leftover that closed or never held the pipes gets
+//!   `SIGKILL` right after its `SIGTERM`: nothing waits for a process that produces no
+//!   output). Output
 //!   that is still held open after the `SIGKILL` (a process outside the group when this
 //!   process is not a subreaper) is read for at most one more second, then abandoned
 //!   ([`Report::drained`] false).
