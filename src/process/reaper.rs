@@ -11,8 +11,8 @@
 //! The main processes of other runs in progress are never touched; their adopted
 //! descendants are (they cannot be told apart), which only matters for concurrent runs.
 //!
-//! Children are listed from `/proc/self/task/*/children` (every thread: an orphan is
-//! re-parented to some thread of the subreaper), or, when the kernel lacks
+//! Adopted children are listed from `/proc/self/task/<pid>/children` (the main thread's: an
+//! orphan is re-parented to the subreaper's first live thread), or, when the kernel lacks
 //! `CONFIG_PROC_CHILDREN`, by scanning `/proc/*/stat` for a parent pid equal to ours.
 
 use std::collections::BTreeSet;
@@ -57,8 +57,29 @@ pub(super) fn registry() -> MutexGuard<'static, BTreeSet<libc::pid_t>> {
     }
 }
 
-/// Children of this process from `/proc/self/task/*/children`; `None` when unavailable.
+/// Adopted children of this process: those of its main thread, from
+/// `/proc/self/task/<pid>/children`; `None` when unavailable.
+///
+/// The kernel re-parents an orphan to the first live thread of the subreaper
+/// (`find_new_reaper` → `find_alive_thread`, which walks the thread list from the group
+/// leader), i.e. to the main thread while the process runs; the other threads' children
+/// are the main processes they spawned, which are registered and never adopted. One file
+/// read instead of one per thread keeps the sweep cheap (it runs twice per process run).
 fn children_from_tasks() -> Option<Vec<libc::pid_t>> {
+    // SAFETY: getpid(2) has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let text = std::fs::read_to_string(format!("/proc/self/task/{me}/children")).ok()?;
+    Some(
+        text.split_whitespace()
+            .filter_map(|p| p.parse::<libc::pid_t>().ok())
+            .collect(),
+    )
+}
+
+/// Children of every thread of this process, from `/proc/self/task/*/children`; `None` when
+/// unavailable.
+#[cfg(test)]
+fn children_of_all_tasks() -> Option<Vec<libc::pid_t>> {
     let mut pids = Vec::new();
     let mut any = false;
     for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
@@ -172,8 +193,7 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = c.id() as libc::pid_t;
-        let tasks = children_from_tasks();
-        if let Some(t) = &tasks {
+        if let Some(t) = children_of_all_tasks() {
             assert!(t.contains(&pid), "{t:?} lacks {pid}");
         }
         assert!(children_from_stat().contains(&pid));
