@@ -33,6 +33,7 @@ fn main() -> anyhow::Result<()> {
         chroot: None,
         timeout: None,
         preamble: None,
+        keep_fds: Vec::new(),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

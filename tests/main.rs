@@ -13,6 +13,8 @@
 //!   shellscript compatibility, redaction).
 //! - `engine_parity`: the agent and `skyhook-run --package` decide the same steps on the same
 //!   host state; log write failures (a full tmpfs) are reported and change no outcome.
+//! - `orphans`: nothing a step starts outlives it (subreaper, pdeathsig, the lock fd kept by
+//!   a background child).
 //! - `fixtures`: realistic packages from `tests/fixtures/` (shaped like the public Skyhook
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
 
@@ -22,6 +24,7 @@ mod util;
 mod acceptance;
 mod engine_parity;
 mod fixtures;
+mod orphans;
 mod rhai_steps;
 mod skyhook_run;
 mod skyhook_run_check;

@@ -318,6 +318,7 @@ impl InterruptRun<'_> {
             chroot: Some(self.root.mount().to_path_buf()),
             timeout: None,
             preamble: Some(format!("{}\n", cmd.join(" ")).into_bytes()),
+            keep_fds: Vec::new(),
         };
         let log_dir = self
             .settings

@@ -494,6 +494,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             ),
             resource_id: self.resource_id.to_string(),
             redactor: Some(redactor.clone()),
+            cancel: step_cancel.clone(),
             ..HostOptions::default()
         };
         let log_dir = self

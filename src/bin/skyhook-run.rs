@@ -188,6 +188,10 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
 }
 
 fn main() -> ExitCode {
+    // Adopt the orphans of commands, so that nothing a script started outlives it.
+    if let Err(e) = skyhook::process::reaper::enable_subreaper() {
+        eprintln!("skyhook-run: warning: cannot become a child subreaper: {e}");
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

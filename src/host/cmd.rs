@@ -6,33 +6,41 @@
 //! environment plus its own `env` (no inherited agent environment). `PATH` is looked up after
 //! the chroot, so the host's programs are found.
 //!
-//! A timeout (the option, else what remains of the step's deadline) kills the whole process
-//! group with `SIGKILL`. Both pipes are read concurrently (one thread each), so a child that
-//! fills one pipe while the other is not being read cannot deadlock.
+//! Every command runs through the process primitive ([`crate::process::run`], on the calling
+//! thread, which forks and waits). A timeout (the option, else what remains of the step's
+//! deadline) or an aborted [`HostOptions::cancel`] token ends the command: `SIGTERM` to its
+//! process group (and, in the agent, to every descendant it adopted as a subreaper),
+//! [`COMMAND_GRACE`] while its output is still read, then `SIGKILL`. When the main process
+//! exits, what is left of its group gets the same treatment, so `sh("sleep 500 &")` returns
+//! as soon as bash exits instead of waiting for the background child that holds the pipes.
+//! Both pipes (and stdin, for `input`) are served by one `poll(2)` loop, so a child that
+//! fills one pipe while writing the other cannot deadlock.
 //!
-//! Output is collected whole, unless [`RunOptions::stream`] is set: then each chunk is handed
-//! to the [`OutputSink`] as soon as it is read (in the calling thread, in the order the chunks
-//! were read), and only the last [`STREAM_CAPTURE_LIMIT`] bytes of each stream are kept for the
-//! result, so a chatty command cannot exhaust memory.
+//! Output is collected whole, up to [`CAPTURE_LIMIT`] bytes per stream (beyond that the
+//! command is ended and the call fails with [`HostError::OutputTooLarge`]), unless
+//! [`RunOptions::stream`] is set: then each chunk is handed to the [`OutputSink`] as soon as
+//! it is read (in the calling thread, in the order the chunks were read), and only the last
+//! [`STREAM_CAPTURE_LIMIT`] bytes of each stream are kept for the result, so a chatty command
+//! cannot exhaust memory.
 //!
 //! In plan and check mode a command that is not `read_only` is handed to the executor as an
 //! [`Effect::Command`] action and not executed; it returns [`CmdOutput::planned`].
 //!
 //! [`HostOptions::commands_chrooted`]: crate::host::HostOptions::commands_chrooted
+//! [`HostOptions::cancel`]: crate::host::HostOptions::cancel
 
-use std::ffi::CString;
-use std::io::{Read, Write};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, mpsc};
-use std::time::{Duration, Instant};
+use std::ffi::OsString;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::host::Host;
 use crate::host::effect::{Effect, quote_argv};
 use crate::host::error::{HostError, Result};
+use crate::process::{self, Stream};
 
 /// `PATH` given to commands when the step's environment has none.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -41,8 +49,18 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 /// streamed command (the last ones; a multi-byte character cut at the start is dropped).
 pub const STREAM_CAPTURE_LIMIT: usize = 64 * 1024;
 
+/// At most this many bytes (16 MiB) of each of stdout and stderr are captured for a command
+/// that is not streamed: a command printing more is ended and the call fails with
+/// [`HostError::OutputTooLarge`] (use the `stream` option for large output).
+pub const CAPTURE_LIMIT: usize = 16 * 1024 * 1024;
+
 /// Bytes read from a pipe at a time (one chunk at most this long).
 const CHUNK: usize = 64 * 1024;
+
+/// Time a command's process group has between `SIGTERM` and `SIGKILL`: after a timeout, a
+/// cancel or the capture limit, and after the main process exited (while its pipes are
+/// still read), 5 s.
+pub const COMMAND_GRACE: Duration = Duration::from_secs(5);
 
 /// Receives a streamed command's output live (`run(argv, #{stream: true})`): the script layer
 /// passes the step's output, so the agent's log sink labels, timestamps and writes each chunk.
@@ -125,7 +143,9 @@ impl CmdOutput {
 ///
 /// # Errors
 /// [`HostError::Invalid`] for an empty argv; [`HostError::ProgramNotFound`];
-/// [`HostError::Spawn`]; [`HostError::Timeout`]; [`HostError::CommandFailed`] with `check`.
+/// [`HostError::Spawn`]; [`HostError::Timeout`]; [`HostError::Cancelled`] when the step's
+/// token is aborted; [`HostError::OutputTooLarge`] beyond [`CAPTURE_LIMIT`];
+/// [`HostError::CommandFailed`] with `check`.
 pub fn run(h: &mut Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
     if argv.is_empty() || argv[0].is_empty() {
         return Err(HostError::Invalid {
@@ -186,44 +206,6 @@ fn tail(s: &str) -> String {
     t
 }
 
-/// One of a command's two output pipes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Pipe {
-    Stdout,
-    Stderr,
-}
-
-enum Event {
-    Exited(std::io::Result<std::process::ExitStatus>),
-    /// One read of a pipe.
-    Chunk(Pipe, Vec<u8>),
-    /// The pipe reached end of file (or failed to read).
-    Eof,
-}
-
-/// Events in flight at most (backpressure: a sink slower than the command slows the readers,
-/// it does not buffer without bound).
-const QUEUE: usize = 16;
-
-/// Read `r` to its end in chunks, sending each; then [`Event::Eof`]. Stops early when the
-/// receiver is gone.
-fn pump(mut r: impl Read, pipe: Pipe, tx: mpsc::SyncSender<Event>) {
-    let mut buf = vec![0u8; CHUNK];
-    loop {
-        match r.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                if tx.send(Event::Chunk(pipe, buf[..n].to_vec())).is_err() {
-                    return;
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
-    }
-    let _ = tx.send(Event::Eof);
-}
-
 /// The captured bytes of one stream: whole, or the last `limit` bytes.
 struct Capture {
     buf: Vec<u8>,
@@ -275,34 +257,53 @@ impl Capture {
     }
 }
 
-/// Execute a command now, in every mode (the executor's and the queries' path).
+/// The primitive's sink for a command: forwards to the [`OutputSink`] of a streamed command
+/// and captures each stream (its tail when streamed, else whole up to [`CAPTURE_LIMIT`]).
+struct CommandSink<'a> {
+    stream: Option<&'a Arc<dyn OutputSink>>,
+    stdout: Capture,
+    stderr: Capture,
+    /// The stream that went over [`CAPTURE_LIMIT`].
+    over: Option<Stream>,
+}
+
+impl process::Sink for CommandSink<'_> {
+    fn chunk(&mut self, stream: Stream, bytes: &[u8]) -> ControlFlow<()> {
+        let capture = match stream {
+            Stream::Stdout => &mut self.stdout,
+            Stream::Stderr => &mut self.stderr,
+        };
+        if let Some(sink) = self.stream {
+            match stream {
+                Stream::Stdout => sink.stdout(bytes),
+                Stream::Stderr => sink.stderr(bytes),
+            }
+        } else if capture.buf.len() + bytes.len() > CAPTURE_LIMIT {
+            self.over = Some(stream);
+            return ControlFlow::Break(());
+        }
+        capture.push(bytes);
+        ControlFlow::Continue(())
+    }
+}
+
+/// Execute a command now, in every mode (the executor's and the queries' path), through the
+/// process primitive ([`crate::process::run`], on this thread).
 pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
     let command = quote_argv(argv);
-    let spawn_err = |source: std::io::Error| HostError::Spawn {
-        command: command.clone(),
-        source,
-    };
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..]);
-    cmd.env_clear();
+    let mut env: Vec<(OsString, OsString)> = Vec::new();
     let mut has_path = false;
     for (k, v) in h.options().env.iter().chain(opts.env.iter()) {
         has_path |= k == "PATH";
-        cmd.env(k, v);
+        // Later entries win, as with `Command::env`.
+        env.retain(|(ek, _)| ek.as_os_str() != std::ffi::OsStr::new(k));
+        env.push((k.into(), v.into()));
     }
     if !has_path {
-        cmd.env("PATH", DEFAULT_PATH);
+        env.push(("PATH".into(), DEFAULT_PATH.into()));
     }
-    cmd.stdin(if opts.input.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
-    cmd.stdout(Stdio::piped());
-    cmd.stderr(Stdio::piped());
-    cmd.process_group(0);
     let cwd = opts.cwd.clone().unwrap_or_else(|| "/".into());
-    if h.options().commands_chrooted {
+    let chroot = if h.options().commands_chrooted {
         // Checked here so that a bad cwd is not reported as a missing program.
         if !h
             .root()
@@ -314,114 +315,67 @@ pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOu
                 message: format!("{cwd} is not a directory under the host root"),
             });
         }
-        let bad = |what: &str| HostError::Invalid {
-            what: "command directory",
-            message: format!("{what} contains a NUL byte"),
-        };
-        let root =
-            CString::new(h.root().mount().as_os_str().as_bytes()).map_err(|_| bad("root"))?;
-        let dir = CString::new(cwd.as_bytes()).map_err(|_| bad("cwd"))?;
-        // SAFETY: chroot and chdir are async-signal-safe; the CStrings are moved in and
-        // outlive the fork.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::chroot(root.as_ptr()) != 0 || libc::chdir(dir.as_ptr()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        Some(h.root().mount().to_path_buf())
     } else {
-        cmd.current_dir(&cwd);
-    }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        None
+    };
+    let spec = process::Spec {
+        program: PathBuf::from(&argv[0]),
+        args: argv[1..].iter().map(OsString::from).collect(),
+        env,
+        cwd: PathBuf::from(&cwd),
+        chroot,
+        stdin: opts.input.clone(),
+        keep_fds: Vec::new(),
+    };
+    let timeout = opts.timeout.or_else(|| h.remaining());
+    let options = process::Options {
+        timeout,
+        cancel: Some(h.options().cancel.clone()),
+        term_grace: COMMAND_GRACE,
+        exit_grace: COMMAND_GRACE,
+        read_size: CHUNK,
+    };
+    let streamed = opts.stream.as_ref().map(|s| &s.0);
+    let limit = streamed.map(|_| STREAM_CAPTURE_LIMIT);
+    let mut sink = CommandSink {
+        stream: streamed,
+        stdout: Capture::new(limit),
+        stderr: Capture::new(limit),
+        over: None,
+    };
+    let report = process::run(&spec, &options, &mut sink);
+    let code = match report.outcome {
+        process::Outcome::Exited(code) => code,
+        process::Outcome::Signaled(sig) => -sig,
+        process::Outcome::SpawnFailed(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(HostError::ProgramNotFound { command });
         }
-        Err(e) => return Err(spawn_err(e)),
-    };
-    let pid = child.id() as i32;
-    let (tx, rx) = mpsc::sync_channel(QUEUE);
-    if let (Some(mut stdin), Some(input)) = (child.stdin.take(), opts.input.clone()) {
-        std::thread::spawn(move || {
-            // A child that exits without reading gives EPIPE: not an error of ours.
-            let _ = stdin.write_all(&input);
-        });
-    }
-    let mut open = 0;
-    if let Some(out) = child.stdout.take() {
-        let tx = tx.clone();
-        open += 1;
-        std::thread::spawn(move || pump(out, Pipe::Stdout, tx));
-    }
-    if let Some(err) = child.stderr.take() {
-        let tx = tx.clone();
-        open += 1;
-        std::thread::spawn(move || pump(err, Pipe::Stderr, tx));
-    }
-    std::thread::spawn(move || {
-        let _ = tx.send(Event::Exited(child.wait()));
-    });
-    let sink = opts.stream.as_ref().map(|s| &s.0);
-    let limit = sink.map(|_| STREAM_CAPTURE_LIMIT);
-    let (mut stdout, mut stderr) = (Capture::new(limit), Capture::new(limit));
-    let timeout = opts.timeout.or_else(|| h.remaining());
-    let deadline = timeout.map(|t| Instant::now() + t);
-    let mut status = None;
-    let mut timed_out = false;
-    while open > 0 || status.is_none() {
-        let ev = match deadline {
-            Some(d) if !timed_out => {
-                match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
-                    Ok(ev) => ev,
-                    Err(mpsc::RecvTimeoutError::Timeout) => {
-                        timed_out = true;
-                        let _ = nix::sys::signal::killpg(
-                            nix::unistd::Pid::from_raw(pid),
-                            nix::sys::signal::Signal::SIGKILL,
-                        );
-                        continue;
-                    }
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-            }
-            _ => match rx.recv() {
-                Ok(ev) => ev,
-                Err(_) => break,
-            },
-        };
-        match ev {
-            Event::Exited(s) => status = Some(s.map_err(spawn_err)?),
-            Event::Chunk(Pipe::Stdout, b) => {
-                if let Some(sink) = sink {
-                    sink.stdout(&b);
-                }
-                stdout.push(&b);
-            }
-            Event::Chunk(Pipe::Stderr, b) => {
-                if let Some(sink) = sink {
-                    sink.stderr(&b);
-                }
-                stderr.push(&b);
-            }
-            Event::Eof => open -= 1,
+        process::Outcome::SpawnFailed(source) => return Err(HostError::Spawn { command, source }),
+        process::Outcome::TimedOut { .. } => {
+            return Err(HostError::Timeout {
+                command,
+                secs: timeout.unwrap_or_default().as_secs_f64(),
+            });
         }
-    }
-    if timed_out {
-        return Err(HostError::Timeout {
-            command,
-            secs: timeout.unwrap_or_default().as_secs_f64(),
-        });
-    }
-    let status = status.ok_or_else(|| spawn_err(std::io::Error::other("lost the child")))?;
-    let code = status
-        .code()
-        .unwrap_or_else(|| -status.signal().unwrap_or(0));
+        process::Outcome::Cancelled { reason, .. } => {
+            return Err(HostError::Cancelled {
+                command,
+                reason: reason.to_string(),
+            });
+        }
+        process::Outcome::SinkStopped { .. } => {
+            return Err(HostError::OutputTooLarge {
+                command,
+                stream: sink.over.unwrap_or(Stream::Stdout).name(),
+                limit: CAPTURE_LIMIT,
+            });
+        }
+    };
     let out = CmdOutput {
         code,
-        stdout: stdout.into_string(),
-        stderr: stderr.into_string(),
+        stdout: sink.stdout.into_string(),
+        stderr: sink.stderr.into_string(),
         ok: code == 0,
         planned: false,
     };
@@ -437,7 +391,106 @@ pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOu
 
 #[cfg(test)]
 mod tests {
-    use super::Capture;
+    use super::*;
+    use crate::host::ExecMode;
+    use crate::host::testutil::TestHost;
+    use crate::process::{Cancel, CancelReason};
+
+    /// A session whose commands run unchrooted (the machine's own bash, sleep, yes).
+    fn host(t: &TestHost, cancel: Option<Cancel>) -> Host {
+        t.host_with(ExecMode::Apply, |o| {
+            o.commands_chrooted = false;
+            o.env = vec![("PATH".into(), "/usr/bin:/bin".into())];
+            if let Some(c) = cancel {
+                o.cancel = c;
+            }
+        })
+    }
+
+    #[test]
+    fn sh_with_a_background_child_returns_when_bash_exits() {
+        let t = TestHost::new();
+        let mut h = host(&t, None);
+        let pidfile = t.dir.path().join("pid");
+        let start = std::time::Instant::now();
+        let out = sh(
+            &mut h,
+            &format!("sleep 500 & echo $! > {}; echo done", pidfile.display()),
+            &RunOptions::default(),
+        )
+        .unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!((out.code, out.stdout.as_str()), (0, "done\n"));
+        // The sleep got SIGTERM with the group: it is gone.
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        assert!(crate::process::wait_exited(&pid));
+        h.finish().unwrap();
+    }
+
+    #[test]
+    fn captured_output_is_capped() {
+        let t = TestHost::new();
+        let mut h = host(&t, None);
+        let e = run(
+            &mut h,
+            &["/usr/bin/yes".to_string()],
+            &RunOptions::default(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, HostError::OutputTooLarge { command, stream: "stdout", limit }
+                if command == "/usr/bin/yes" && *limit == CAPTURE_LIMIT),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "command /usr/bin/yes printed more than 16777216 bytes on stdout (the capture limit) \
+             and was stopped; use the stream option for large output"
+        );
+        h.finish().unwrap();
+    }
+
+    #[test]
+    fn an_aborted_token_ends_the_command() {
+        let t = TestHost::new();
+        let cancel = Cancel::new();
+        let mut h = host(&t, Some(cancel.clone()));
+        let c = cancel.clone();
+        let aborter = std::thread::spawn(move || {
+            c.abort(CancelReason::Signal("SIGTERM"));
+        });
+        let start = std::time::Instant::now();
+        let e = sh(&mut h, "echo up; sleep 500", &RunOptions::default()).unwrap_err();
+        aborter.join().unwrap();
+        assert!(start.elapsed() < Duration::from_secs(20));
+        assert_eq!(
+            e.to_string(),
+            "command /bin/bash -c 'echo up; sleep 500' was cancelled: SIGTERM received"
+        );
+    }
+
+    #[test]
+    fn input_and_timeout() {
+        let t = TestHost::new();
+        let mut h = host(&t, None);
+        let opts = RunOptions {
+            input: Some(b"abc".to_vec()),
+            ..RunOptions::default()
+        };
+        let out = sh(&mut h, "cat", &opts).unwrap();
+        assert_eq!(out.stdout, "abc");
+        let opts = RunOptions {
+            timeout: Some(Duration::from_millis(100)),
+            ..RunOptions::default()
+        };
+        let e = sh(&mut h, "sleep 500", &opts).unwrap_err();
+        assert!(matches!(e, HostError::Timeout { .. }), "{e:?}");
+        h.finish().unwrap();
+    }
 
     #[test]
     fn capture_keeps_the_tail_and_drops_a_cut_character() {

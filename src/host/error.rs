@@ -138,6 +138,31 @@ pub enum HostError {
         secs: f64,
     },
 
+    /// A command was ended because the step's cancel token
+    /// ([`crate::host::HostOptions::cancel`]) was aborted; its process group got `SIGTERM`,
+    /// a grace period, then `SIGKILL`.
+    #[error("command {command} was cancelled: {reason}")]
+    Cancelled {
+        /// The command line, shell-quoted.
+        command: String,
+        /// Why the token was aborted (e.g. `SIGTERM received`).
+        reason: String,
+    },
+
+    /// A command printed more than the capture limit on one stream (without `stream`) and
+    /// was ended (`SIGTERM`, grace, `SIGKILL`).
+    #[error(
+        "command {command} printed more than {limit} bytes on {stream} (the capture limit) and was stopped; use the stream option for large output"
+    )]
+    OutputTooLarge {
+        /// The command line, shell-quoted.
+        command: String,
+        /// `stdout` or `stderr`.
+        stream: &'static str,
+        /// The cap in bytes ([`crate::host::cmd::CAPTURE_LIMIT`]).
+        limit: usize,
+    },
+
     /// A sysctl key has no `/proc/sys` entry under the root.
     #[error("unknown sysctl key {key:?} (no {})", path.display())]
     UnknownSysctl {

@@ -77,6 +77,10 @@ pub struct HostOptions {
     /// The redactor to share with the log sink. `None`: a new one from `SKYHOOK_REDACT_ENV`
     /// in `env`. When given, the `SKYHOOK_REDACT_ENV` values are added to it.
     pub redactor: Option<Redactor>,
+    /// The step's cancel token: once aborted, a running command is ended (`SIGTERM` to its
+    /// group, a grace period, `SIGKILL`) and fails with [`crate::host::HostError::Cancelled`].
+    /// Default: a fresh token nobody cancels.
+    pub cancel: crate::process::Cancel,
 }
 
 impl Default for HostOptions {
@@ -92,6 +96,7 @@ impl Default for HostOptions {
             resource_id: String::new(),
             package_lock_timeout: Duration::from_secs(300),
             redactor: None,
+            cancel: crate::process::Cancel::new(),
         }
     }
 }

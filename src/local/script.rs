@@ -170,7 +170,9 @@ impl ScriptRun {
             dry_run: exec == ExecMode::Plan,
             env: env.iter().cloned().collect::<BTreeMap<_, _>>(),
         };
-        let host = Host::new(root, exec, host_options(&env, configmaps, &resource_id));
+        let mut options = host_options(&env, configmaps, &resource_id);
+        options.cancel = self.cancel.clone();
+        let host = Host::new(root, exec, options);
         let api = HostApi::new(host);
         let redactor = api.redactor().clone();
         let output = api.redacting_output(output);

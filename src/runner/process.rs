@@ -3,85 +3,66 @@
 //!
 //! # How a process is started
 //!
-//! [`ProcessSpec`] is complete: the environment is cleared and set from the spec (8.3 is the
-//! agent's job), stdin is `/dev/null` \[fix: Python inherits the agent's stdin\], and the child
-//! gets its own process group (`setpgid(0, 0)`, so `pgid == pid`) so a timeout or cleanup can
-//! signal every process the step started \[fix\]. The optional `chroot` and the `chdir` to
-//! `cwd` run in `pre_exec`, in that order: std's own `current_dir` would `chdir` *before*
-//! `pre_exec`, i.e. outside the chroot. Between `fork` and `exec` only async-signal-safe calls
-//! are allowed, so both paths are turned into `CString`s before the fork and the closure calls
-//! nothing but `chroot(2)`, `chdir(2)` and reads `errno`. A failure there, or of `exec`, is
-//! reported by std through its close-on-exec error pipe and becomes
-//! [`Outcome::SpawnFailed`]; the agent prints the OS error and uses status 127 (8.4).
-//!
-//! A script without a `#!` line makes `execve` fail with `ENOEXEC`. glibc's `execvp` (which
-//! std uses) already retries such a file with `/bin/sh`; for C libraries that do not, the
-//! runner does the same itself: on `ENOEXEC` it spawns `/bin/sh <program> <args...>` (inside
-//! the chroot, if any). `PATH` lookups (a `program` without `/`) use the spec's `PATH`, after
-//! the chroot.
+//! Through the process primitive [`crate::process`]: [`ProcessSpec`] is complete (the
+//! environment is cleared and set from the spec; 8.3 is the agent's job), stdin is
+//! `/dev/null` \[fix: Python inherits the agent's stdin\], and the child gets its own process
+//! group (`pgid == pid`) so a timeout or cleanup can signal every process the step started
+//! \[fix\]. The optional `chroot` and the `chdir` to `cwd` run in `pre_exec`, in that order,
+//! with async-signal-safe calls only; the child also gets `PR_SET_PDEATHSIG(SIGKILL)` and
+//! inherits [`ProcessSpec::keep_fds`] (the agent passes its package-lock descriptor, so a
+//! rerun waits until the last process of the step is gone). A failure there, or of `exec`,
+//! becomes [`Outcome::SpawnFailed`]; the agent prints the OS error and uses status 127
+//! (8.4). A script without a `#!` line (`ENOEXEC`) is run with `/bin/sh <program>
+//! <args...>`. `PATH` lookups (a `program` without `/`) use the spec's `PATH`, after the
+//! chroot.
 //!
 //! # How output is relayed
 //!
-//! stdout and stderr are read concurrently on the calling task (`tokio::join!`, no spawned
-//! tasks, no threads), each in reads of at most `buffer_limit` bytes
+//! The primitive reads stdout and stderr in reads of at most `buffer_limit` bytes
 //! (`SKYHOOK_AGENT_BUFFER_LIMIT`; also capped at 64 KiB, the default pipe capacity, so the
 //! memory used stays small whatever the limit: a read returning less than the limit is what
 //! any pipe read may do). Each chunk, with its own clock reading, goes through a [`Relay`]
-//! into one reused buffer, which a [`StreamSink`] writes with one `write` to the console and
-//! one to the log file. When further chunks are already waiting in the pipe they are read and
-//! relayed into the same buffer first (up to 64 KiB of output), so a fast producer costs one
-//! pair of writes per batch instead of per chunk; the bytes are identical, and the buffer is
-//! always written before the relay waits for the pipe, so nothing is held back. No
-//! allocation happens per chunk or per line (the benchmark `benches/log_relay.sh` measures
-//! throughput against `cat > file` and peak RSS). Console and file writes are blocking
-//! writes (page-cache file writes and a console the kubelet drains); while one blocks, the
-//! other stream is not read, which cannot deadlock the child since its pipes only fill up.
+//! into one reused buffer per stream; when the pipe would block (or 64 KiB were read in a
+//! row) the primitive says so ([`crate::process::Sink::flush`]) and a [`StreamSink`] writes
+//! the batch with one `write` to the console and one to the log file. So a fast producer
+//! costs one pair of writes per batch instead of per chunk; the bytes are identical, and
+//! nothing is held back while the pipe is empty. No allocation happens per chunk or per
+//! line (the benchmark `benches/log_relay.sh` measures throughput against `cat > file` and
+//! peak RSS). Console and file writes are blocking writes (page-cache file writes and a
+//! console the kubelet drains); while one blocks, the pipes are not read, which cannot
+//! deadlock the child since its pipes only fill up.
 //!
 //! # How the process ends
 //!
-//! The exit of the main process is observed with `waitid(WEXITED | WNOHANG | WNOWAIT)` on
-//! every `SIGCHLD` (tokio's signal stream, registered before the spawn so no exit is missed),
-//! which leaves it a zombie: its pid, hence the group id, cannot be reused yet. Then what is
-//! left of its process group is sent `SIGKILL` (`ESRCH`, nobody left, is ignored) so a
-//! background child that inherited the pipes cannot keep the step running forever, the pipes
-//! are drained to end of file, and only then is the main process reaped. A process that
-//! escaped the group (`setsid`) and keeps the pipes open is waited for at most
-//! [`RunOptions::drain_grace`]; the rest of its output is not relayed.
+//! As the primitive ends every run (see [`crate::process`]): when the main process exits,
+//! what is left of its group (and every descendant the agent adopted as a child subreaper)
+//! gets `SIGTERM`, the pipes are drained until end of file or for at most
+//! [`RunOptions::drain_grace`], then `SIGKILL`; nothing the step started outlives it when
+//! the binary enabled the subreaper. With a [`ProcessSpec::timeout`], or once
+//! [`RunOptions::cancel`] is aborted, the group gets `SIGTERM`, [`RunOptions::term_grace`]
+//! while output is still relayed, then `SIGKILL`; the outcome is [`Outcome::TimedOut`] or
+//! [`Outcome::Cancelled`]. Nothing sleeps. The run happens on tokio's blocking pool (the
+//! thread that forks waits, so `PR_SET_PDEATHSIG` only fires when the agent dies); if the
+//! future returned by [`ProcessRunner::run`] is dropped before the process ended, the run is
+//! aborted the same way, which makes a run cancellable.
 //!
-//! With a [`ProcessSpec::timeout`], a tokio timer races the exit; when it fires the group
-//! gets `SIGTERM`, then after [`RunOptions::term_grace`] `SIGKILL`, and the outcome is
-//! [`Outcome::TimedOut`]. Output keeps being relayed throughout. Nothing sleeps; every wait is
-//! on an event or a tokio timer. If the future returned by [`ProcessRunner::run`] is dropped
-//! before the process ended, the group is sent `SIGKILL` (tokio reaps the child in the
-//! background), which makes a run cancellable.
-//!
-//! The runner needs a tokio runtime with the IO and time drivers enabled (`enable_all`).
+//! The runner needs a tokio runtime (any flavour).
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::io::{self, Write};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
-use std::pin::{Pin, pin};
-use std::process::Stdio;
-use std::task::{Context, Poll, Waker};
+use std::ops::ControlFlow;
+use std::os::fd::RawFd;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use chrono::NaiveDateTime;
-use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
-use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::logs::redact::{Redactor, StreamRedactor};
 use crate::logs::sink::{Label, LogError, Relay, StepLogFiles, StreamSink};
+use crate::process::{self, Cancel, CancelReason, Stream};
 
 /// Largest single read, whatever the buffer limit (the default pipe capacity).
-const MAX_CHUNK: usize = 64 * 1024;
-
-/// Output of consecutive, immediately available chunks written with one `write`, in bytes.
-const MAX_BATCH: usize = 64 * 1024;
-
-/// The shell a script without an interpreter line is run with (as `execvp` does).
-const FALLBACK_SHELL: &str = "/bin/sh";
+const MAX_CHUNK: usize = process::MAX_READ;
 
 /// What to run: everything the process sees. Built by the agent from a step (8.2, 8.3) or an
 /// interrupt command (10).
@@ -103,8 +84,11 @@ pub struct ProcessSpec {
     pub timeout: Option<Duration>,
     /// Bytes written raw (unlabelled) to the console stdout and as the first bytes of the
     /// `.log` file before any output: the interrupt command line plus `\n` (9.3, last
-    /// paragraph).
+    /// paragraph). Not written when the process cannot be started.
     pub preamble: Option<Vec<u8>>,
+    /// Agent descriptors the process inherits (close-on-exec cleared in the child only),
+    /// e.g. the package lock's `flock` descriptor; default empty. Must be open and not 0-2.
+    pub keep_fds: Vec<RawFd>,
 }
 
 /// How a process run ended.
@@ -120,23 +104,33 @@ pub enum Outcome {
     SpawnFailed(io::Error),
     /// [`ProcessSpec::timeout`] expired and the process group was terminated.
     TimedOut,
+    /// [`RunOptions::cancel`] was aborted (or the run's future dropped) and the process group
+    /// was terminated.
+    Cancelled {
+        /// Why the token was aborted.
+        reason: CancelReason,
+        /// The signal that ended the main process: the one it died of, or `SIGTERM` (15)
+        /// when it exited by itself after the `SIGTERM` or was never started.
+        signal: i32,
+    },
 }
 
 impl Outcome {
     /// The status for the `FAILED:` line (8.4): the exit code, `-<signal>` for a signal
-    /// (Python's convention), `127` when the process could not start, `124` for a timeout
-    /// (coreutils `timeout`'s status).
+    /// (Python's convention) and for a cancelled run (the signal that ended it), `127` when
+    /// the process could not start, `124` for a timeout (coreutils `timeout`'s status).
     pub fn display_status(&self) -> i32 {
         match self {
             Outcome::Exited(code) => *code,
             Outcome::Signaled(sig) => -*sig,
             Outcome::SpawnFailed(_) => 127,
             Outcome::TimedOut => 124,
+            Outcome::Cancelled { signal, .. } => -*signal,
         }
     }
 
     /// True if and only if the process exited with a code `accepts` accepts (the step's
-    /// `returncodes`). A signal, a timeout or a spawn failure is always a failure.
+    /// `returncodes`). A signal, a timeout, a cancel or a spawn failure is always a failure.
     pub fn succeeded_with(&self, accepts: impl Fn(i32) -> bool) -> bool {
         match self {
             Outcome::Exited(code) => accepts(*code),
@@ -155,14 +149,18 @@ pub struct RunOptions {
     /// The clock read once per chunk; default: naive local time (`chrono::Local`), as
     /// Python's `datetime.now()`.
     pub clock: fn() -> NaiveDateTime,
-    /// Time between `SIGTERM` and `SIGKILL` after a timeout; default 10 s.
+    /// Time between `SIGTERM` and `SIGKILL` after a timeout or a cancel; default 10 s.
     pub term_grace: Duration,
-    /// How long pipes still held open by a process outside the group are read after the
-    /// main process exited; default 10 s.
+    /// After the main process exited: how long what is left of the step has between
+    /// `SIGTERM` and `SIGKILL` while the pipes are still read (cut short when both reach end
+    /// of file); default 10 s.
     pub drain_grace: Duration,
-    /// Secret values replaced by `***` in the relayed output (console and files). Applied per
-    /// relayed batch: a value split across two reads of the pipe is not recognised.
+    /// Secret values replaced by `***` in the relayed output (console and files), on the
+    /// byte stream: a value split across two reads of the pipe is still recognised.
     pub redactor: Option<Redactor>,
+    /// Ends the run (`SIGTERM`, [`RunOptions::term_grace`], `SIGKILL`) once aborted;
+    /// `None`: only the timeout or dropping the future does.
+    pub cancel: Option<Cancel>,
 }
 
 fn local_now() -> NaiveDateTime {
@@ -178,6 +176,7 @@ impl Default for RunOptions {
             term_grace: Duration::from_secs(10),
             drain_grace: Duration::from_secs(10),
             redactor: None,
+            cancel: None,
         }
     }
 }
@@ -189,6 +188,7 @@ impl std::fmt::Debug for RunOptions {
             .field("stderr", &self.stderr.as_ref().map(|_| "custom"))
             .field("term_grace", &self.term_grace)
             .field("drain_grace", &self.drain_grace)
+            .field("cancel", &self.cancel)
             .finish()
     }
 }
@@ -201,8 +201,8 @@ pub struct RunReport {
     /// Failures to read the pipes or write the console or log files (at most one per
     /// target); the run itself went on.
     pub output_errors: Vec<LogError>,
-    /// False when output was cut off after [`RunOptions::drain_grace`] because a process
-    /// outside the group kept a pipe open.
+    /// False when output was cut off because a process that could not be killed (outside
+    /// the group, with no subreaper) kept a pipe open after the final `SIGKILL`.
     pub drained: bool,
 }
 
@@ -213,11 +213,10 @@ pub struct ProcessRunner {
     pub buffer_limit: usize,
 }
 
-/// One stream's relay state, borrowed by its pump so it survives a cut-off drain.
+/// One stream's relay state.
 struct StreamState {
     relay: Relay,
     sink: StreamSink,
-    buf: Vec<u8>,
     out: Vec<u8>,
     errors: Vec<LogError>,
     /// Secret redaction applied to the raw bytes before the relay (so a value split across
@@ -226,31 +225,38 @@ struct StreamState {
 }
 
 impl StreamState {
-    fn new(label: Label, sink: StreamSink, limit: usize, redactor: Option<Redactor>) -> Self {
+    fn new(label: Label, sink: StreamSink, redactor: Option<Redactor>) -> Self {
         StreamState {
             relay: Relay::new(label),
             sink,
-            buf: vec![0; limit.clamp(1, MAX_CHUNK)],
             out: Vec::new(),
             errors: Vec::new(),
             redact: redactor.map(|r| (r, StreamRedactor::new(), Vec::new())),
         }
     }
 
-    /// Relay `n` bytes of `buf` (redacted first when secrets are known) into `out`.
-    fn feed(&mut self, n: usize, now: NaiveDateTime) {
+    /// Relay `chunk` (redacted first when secrets are known) into `out`.
+    fn feed(&mut self, chunk: &[u8], now: NaiveDateTime) {
         match &mut self.redact {
             Some((r, stream, scratch)) => {
                 scratch.clear();
-                stream.push(r, &self.buf[..n], scratch);
+                stream.push(r, chunk, scratch);
                 self.relay.feed(scratch, now, &mut self.out);
             }
-            None => self.relay.feed(&self.buf[..n], now, &mut self.out),
+            None => self.relay.feed(chunk, now, &mut self.out),
+        }
+    }
+
+    /// Write what was relayed since the last write.
+    fn write_out(&mut self) {
+        if !self.out.is_empty() {
+            self.sink.write(&self.out, &mut self.errors);
+            self.out.clear();
         }
     }
 
     fn finish(&mut self, now: NaiveDateTime) {
-        self.out.clear();
+        self.write_out();
         if let Some((_, stream, scratch)) = &mut self.redact {
             scratch.clear();
             stream.finish(scratch);
@@ -258,174 +264,44 @@ impl StreamState {
         }
         self.relay.finish(&mut self.out);
         self.sink.write(&self.out, &mut self.errors);
+        self.out.clear();
     }
 }
 
-/// Read `pipe` to end of file, relaying every chunk.
-///
-/// Chunks that are already available when one has been relayed are read at once (each still
-/// with its own timestamp) and their output is written together, up to [`MAX_BATCH`] bytes:
-/// the bytes are the same, fewer `write`s are made, and nothing waits in the buffer while the
-/// pipe is empty.
-async fn pump<R: AsyncRead + Unpin>(
-    state: &mut StreamState,
-    pipe: Option<R>,
+/// The primitive's [`process::Sink`]: both streams' relays, the preamble and the clock.
+struct RelaySink {
+    out: StreamState,
+    err: StreamState,
     clock: fn() -> NaiveDateTime,
-    stream: &'static str,
-) {
-    let Some(mut pipe) = pipe else { return };
-    let mut eof = false;
-    while !eof {
-        state.out.clear();
-        match pipe.read(&mut state.buf).await {
-            Ok(0) => return,
-            Ok(n) => state.feed(n, clock()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(source) => {
-                state.errors.push(LogError::Read { stream, source });
-                return;
-            }
-        }
-        while state.out.len() < MAX_BATCH {
-            match read_now(&mut pipe, &mut state.buf) {
-                Some(Ok(0)) => eof = true,
-                Some(Ok(n)) => {
-                    state.feed(n, clock());
-                    continue;
-                }
-                Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Some(Err(source)) => {
-                    state.errors.push(LogError::Read { stream, source });
-                    eof = true;
-                }
-                None => {}
-            }
-            break;
-        }
-        state.sink.write(&state.out, &mut state.errors);
-    }
+    preamble: Option<Vec<u8>>,
+    started: bool,
 }
 
-/// One read of what is available right now; `None` when it would wait.
-fn read_now<R: AsyncRead + Unpin>(pipe: &mut R, buf: &mut [u8]) -> Option<io::Result<usize>> {
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut rb = ReadBuf::new(buf);
-    match Pin::new(pipe).poll_read(&mut cx, &mut rb) {
-        Poll::Ready(Ok(())) => Some(Ok(rb.filled().len())),
-        Poll::Ready(Err(e)) => Some(Err(e)),
-        Poll::Pending => None,
-    }
-}
-
-/// Send `sig` to process group `pgid`, ignoring `ESRCH` (the group is gone).
-fn kill_group(pgid: libc::pid_t, sig: libc::c_int) {
-    // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
-    unsafe {
-        libc::kill(-pgid, sig);
-    }
-}
-
-/// Sends `SIGKILL` to the group when dropped while armed (a cancelled run).
-struct GroupGuard {
-    pgid: libc::pid_t,
-    armed: bool,
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            kill_group(self.pgid, libc::SIGKILL);
+impl RelaySink {
+    fn state(&mut self, stream: Stream) -> &mut StreamState {
+        match stream {
+            Stream::Stdout => &mut self.out,
+            Stream::Stderr => &mut self.err,
         }
     }
 }
 
-/// True when `pid` has exited (or cannot be waited for), without reaping it.
-fn exited_nowait(pid: libc::pid_t) -> bool {
-    // SAFETY: siginfo_t is plain data; waitid writes into it.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer to a siginfo_t; WNOWAIT leaves the child waitable.
-    let r = unsafe {
-        libc::waitid(
-            libc::P_PID,
-            pid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-        )
-    };
-    if r != 0 {
-        // ECHILD (someone else reaped it) or EINVAL: nothing to wait for.
-        return io::Error::last_os_error().kind() != io::ErrorKind::Interrupted;
-    }
-    // SAFETY: after a successful waitid, si_pid is initialised (0 when nothing exited).
-    unsafe { info.si_pid() != 0 }
-}
-
-/// Wait until `pid` exits, leaving it a zombie.
-async fn wait_exit(pid: libc::pid_t, sigchld: &mut Signal) {
-    while !exited_nowait(pid) {
-        if sigchld.recv().await.is_none() {
-            // The signal driver is gone; the final reap will wait instead.
-            return;
+impl process::Sink for RelaySink {
+    fn started(&mut self) {
+        self.started = true;
+        if let Some(preamble) = self.preamble.take() {
+            self.out.sink.write(&preamble, &mut self.out.errors);
         }
     }
-}
 
-fn cstring(p: &Path) -> io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("path contains a NUL byte: {}", p.display()),
-        )
-    })
-}
-
-/// Build and spawn `program args...` with the spec's environment, root and cwd.
-fn spawn(
-    spec: &ProcessSpec,
-    program: &Path,
-    args: &[OsString],
-) -> io::Result<tokio::process::Child> {
-    let root = spec.chroot.as_deref().map(cstring).transpose()?;
-    let cwd = cstring(&spec.cwd)?;
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(args)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let hook = move || -> io::Result<()> {
-        // Only async-signal-safe calls: chroot(2), chdir(2), errno.
-        if let Some(root) = &root {
-            // SAFETY: a valid NUL-terminated path prepared before the fork.
-            if unsafe { libc::chroot(root.as_ptr()) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        // SAFETY: as above.
-        if unsafe { libc::chdir(cwd.as_ptr()) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    };
-    // SAFETY: the hook only makes async-signal-safe calls and allocates nothing.
-    unsafe {
-        cmd.pre_exec(hook);
+    fn chunk(&mut self, stream: Stream, bytes: &[u8]) -> ControlFlow<()> {
+        let now = (self.clock)();
+        self.state(stream).feed(bytes, now);
+        ControlFlow::Continue(())
     }
-    tokio::process::Command::from(cmd).spawn()
-}
 
-/// Spawn the spec, retrying a file without an interpreter line with `/bin/sh`.
-fn spawn_spec(spec: &ProcessSpec) -> io::Result<tokio::process::Child> {
-    match spawn(spec, &spec.program, &spec.args) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => {
-            let mut args = Vec::with_capacity(spec.args.len() + 1);
-            args.push(spec.program.clone().into_os_string());
-            args.extend(spec.args.iter().cloned());
-            spawn(spec, Path::new(FALLBACK_SHELL), &args)
-        }
-        other => other,
+    fn flush(&mut self, stream: Stream) {
+        self.state(stream).write_out();
     }
 }
 
@@ -450,15 +326,14 @@ impl ProcessRunner {
         report.outcome
     }
 
-    /// [`ProcessRunner::run`] with explicit consoles, clock and grace periods, returning
-    /// the output errors instead of printing them.
+    /// [`ProcessRunner::run`] with explicit consoles, clock, grace periods and cancel token,
+    /// returning the output errors instead of printing them.
     pub async fn run_with(
         &self,
         spec: &ProcessSpec,
         logs: Option<StepLogFiles>,
         options: RunOptions,
     ) -> RunReport {
-        let mut output_errors = Vec::new();
         let (out_file, err_file) = match logs {
             Some(l) => (
                 Some((l.out_file, l.out_path)),
@@ -482,122 +357,79 @@ impl ProcessRunner {
                 None => StreamSink::console(label, file),
             }
         };
-        let failed = |outcome, output_errors| RunReport {
-            outcome,
-            output_errors,
+        let failed = |e: LogError| RunReport {
+            outcome: Outcome::SpawnFailed(io::Error::other(e)),
+            output_errors: Vec::new(),
             drained: true,
         };
         let out_sink = match sink(Label::Out, options.stdout, out_file) {
             Ok(s) => s,
-            Err(e) => return failed(Outcome::SpawnFailed(io::Error::other(e)), output_errors),
+            Err(e) => return failed(e),
         };
         let err_sink = match sink(Label::Err, options.stderr, err_file) {
             Ok(s) => s,
-            Err(e) => return failed(Outcome::SpawnFailed(io::Error::other(e)), output_errors),
+            Err(e) => return failed(e),
         };
-
-        // Registered before the spawn so the child's SIGCHLD cannot be missed.
-        let mut sigchld = match signal(SignalKind::child()) {
-            Ok(s) => s,
-            Err(e) => return failed(Outcome::SpawnFailed(e), output_errors),
+        let relay = RelaySink {
+            out: StreamState::new(Label::Out, out_sink, options.redactor.clone()),
+            err: StreamState::new(Label::Err, err_sink, options.redactor),
+            clock: options.clock,
+            preamble: spec.preamble.clone(),
+            started: false,
         };
-        let mut child = match spawn_spec(spec) {
-            Ok(c) => c,
-            Err(e) => return failed(Outcome::SpawnFailed(e), output_errors),
+        let pspec = process::Spec {
+            program: spec.program.clone(),
+            args: spec.args.clone(),
+            env: spec.env.clone(),
+            cwd: spec.cwd.clone(),
+            chroot: spec.chroot.clone(),
+            stdin: None,
+            keep_fds: spec.keep_fds.clone(),
         };
-        let Some(pid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) else {
-            return failed(
-                Outcome::SpawnFailed(io::Error::other("spawned process has no pid")),
-                output_errors,
-            );
+        let popts = process::Options {
+            timeout: spec.timeout,
+            cancel: options.cancel,
+            term_grace: options.term_grace,
+            exit_grace: options.drain_grace,
+            read_size: self.buffer_limit.clamp(1, MAX_CHUNK),
         };
-        let mut guard = GroupGuard {
-            pgid: pid,
-            armed: true,
-        };
-
-        let mut out = StreamState::new(
-            Label::Out,
-            out_sink,
-            self.buffer_limit,
-            options.redactor.clone(),
-        );
-        let mut err = StreamState::new(
-            Label::Err,
-            err_sink,
-            self.buffer_limit,
-            options.redactor.clone(),
-        );
-        if let Some(preamble) = &spec.preamble {
-            out.sink.write(preamble, &mut out.errors);
+        let (report, mut relay) = process::run_async(pspec, popts, relay).await;
+        let mut output_errors: Vec<LogError> = report
+            .read_errors
+            .into_iter()
+            .map(|(stream, source)| LogError::Read {
+                stream: stream.name(),
+                source,
+            })
+            .collect();
+        if relay.started {
+            let clock = relay.clock;
+            relay.out.finish(clock());
+            relay.err.finish(clock());
         }
-        let stdout_pipe = child.stdout.take();
-        let stderr_pipe = child.stderr.take();
-        let clock = options.clock;
-        let mut timed_out = false;
-        let drained;
-        {
-            let mut pumps = pin!(async {
-                tokio::join!(
-                    pump(&mut out, stdout_pipe, clock, "stdout"),
-                    pump(&mut err, stderr_pipe, clock, "stderr"),
-                )
-            });
-            let mut exit = pin!(async {
-                let Some(limit) = spec.timeout else {
-                    return wait_exit(pid, &mut sigchld).await;
-                };
-                if tokio::time::timeout(limit, wait_exit(pid, &mut sigchld))
-                    .await
-                    .is_ok()
-                {
-                    return;
-                }
-                timed_out = true;
-                kill_group(pid, libc::SIGTERM);
-                if tokio::time::timeout(options.term_grace, wait_exit(pid, &mut sigchld))
-                    .await
-                    .is_err()
-                {
-                    kill_group(pid, libc::SIGKILL);
-                    wait_exit(pid, &mut sigchld).await;
-                }
-            });
-            let pipes_closed_first = tokio::select! {
-                () = &mut exit => false,
-                _ = &mut pumps => true,
-            };
-            if pipes_closed_first {
-                exit.await;
-            }
-            // The main process is a zombie: its pid still names the group.
-            kill_group(pid, libc::SIGKILL);
-            guard.armed = false;
-            drained = pipes_closed_first
-                || tokio::time::timeout(options.drain_grace, &mut pumps)
-                    .await
-                    .is_ok();
-        }
-        out.finish(clock());
-        err.finish(clock());
-        output_errors.append(&mut out.errors);
-        output_errors.append(&mut err.errors);
-        let status = child.wait().await;
-        let outcome = match status {
-            _ if timed_out => Outcome::TimedOut,
-            Ok(s) => match (s.code(), s.signal()) {
-                (Some(code), _) => Outcome::Exited(code),
-                (None, Some(sig)) => Outcome::Signaled(sig),
-                (None, None) => {
-                    Outcome::SpawnFailed(io::Error::other(format!("unexpected wait status {s}")))
-                }
+        output_errors.append(&mut relay.out.errors);
+        output_errors.append(&mut relay.err.errors);
+        let outcome = match report.outcome {
+            process::Outcome::Exited(c) => Outcome::Exited(c),
+            process::Outcome::Signaled(s) => Outcome::Signaled(s),
+            process::Outcome::SpawnFailed(e) => Outcome::SpawnFailed(e),
+            process::Outcome::TimedOut { .. } => Outcome::TimedOut,
+            process::Outcome::Cancelled { reason, status } => Outcome::Cancelled {
+                reason,
+                signal: match status {
+                    Some(process::Status::Signal(s)) => s,
+                    _ => libc::SIGTERM,
+                },
             },
-            Err(e) => Outcome::SpawnFailed(e),
+            // The relay never asks to stop.
+            process::Outcome::SinkStopped { .. } => {
+                Outcome::SpawnFailed(io::Error::other("the output relay stopped the run"))
+            }
         };
         RunReport {
             outcome,
             output_errors,
-            drained,
+            drained: report.drained,
         }
     }
 }
@@ -608,6 +440,7 @@ mod tests {
     use crate::host::root::HostRoot;
     use crate::logs::sink::open_step_logs;
     use chrono::Timelike;
+    use std::path::Path;
     use std::sync::{Arc, Mutex};
 
     /// A console that records what it is given.
@@ -661,6 +494,7 @@ mod tests {
             chroot: None,
             timeout: None,
             preamble: None,
+            keep_fds: Vec::new(),
         }
     }
 
@@ -900,6 +734,40 @@ mod tests {
         .expect("a process of the cancelled run still holds the fifo open")
         .unwrap();
         assert_eq!(eof, b"");
+    }
+
+    #[test]
+    fn aborted_token_cancels_the_run() {
+        let cancel = Cancel::new();
+        let c = cancel.clone();
+        let spec = sh("echo begin; sleep 1000; echo never");
+        let report = block_on(async move {
+            let (out, err) = (Capture::default(), Capture::default());
+            let options = RunOptions {
+                stdout: Some(Box::new(out)),
+                stderr: Some(Box::new(err)),
+                clock: fixed_clock,
+                term_grace: Duration::from_millis(200),
+                cancel: Some(cancel),
+                ..RunOptions::default()
+            };
+            let runner = ProcessRunner::new(8192);
+            let run = runner.run_with(&spec, None, options);
+            let abort = async {
+                c.abort(CancelReason::Remote("engine-a".into()));
+            };
+            let (report, ()) = tokio::join!(run, abort);
+            report
+        });
+        match &report.outcome {
+            Outcome::Cancelled { reason, signal } => {
+                assert_eq!(reason, &CancelReason::Remote("engine-a".into()));
+                assert_eq!(*signal, 15);
+            }
+            other => panic!("expected Cancelled, got {other:?}"),
+        }
+        assert_eq!(report.outcome.display_status(), -15);
+        assert!(!report.outcome.succeeded_with(|_| true));
     }
 
     static TICKS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);

@@ -193,11 +193,13 @@ async fn run_process_step(
         chroot: chroot.clone(),
         timeout: None,
         preamble: inv.preamble.clone(),
+        keep_fds: inv.keep_fds.clone(),
     };
     let options = super::RunOptions {
         stdout: Some(console.writer(crate::logs::sink::Label::Out)),
         stderr: Some(console.writer(crate::logs::sink::Label::Err)),
         redactor: Some(inv.redactor.clone()),
+        cancel: Some(inv.cancel.clone()),
         ..super::RunOptions::default()
     };
     let report = runner.run_with(&spec, inv.logs, options).await;

@@ -1,0 +1,818 @@
+//! The wait loop of [`run`] and its async entry [`run_async`] (see the module docs of
+//! [`crate::process`]).
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+use nix::unistd::Pid;
+
+use super::cancel::{Cancel, CancelReason};
+use super::spawn::{Spawned, spawn};
+use super::{MAX_READ, Options, Outcome, Report, Sink, Spec, Status, Stream, reaper};
+
+/// Bytes of one stream read in a row before [`Sink::flush`] and a look at the other fds.
+const MAX_BATCH: usize = 64 * 1024;
+
+/// How long output is still read after the final `SIGKILL`.
+const AFTER_KILL: Duration = Duration::from_secs(1);
+
+/// Re-check interval when no pidfd (or no abort eventfd) could be made.
+const FALLBACK_TICK: Duration = Duration::from_millis(50);
+
+/// Why the run is being ended before the main process exited by itself.
+enum Ending {
+    TimedOut,
+    Cancelled(CancelReason),
+    SinkStopped,
+}
+
+pub(super) fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open(2) with a pid and no flags; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = RawFd::try_from(fd).ok().filter(|&fd| fd >= 0)?;
+    // SAFETY: a fresh descriptor we own.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn set_nonblocking(fd: &OwnedFd) {
+    if let Ok(flags) = fcntl(fd, FcntlArg::F_GETFL) {
+        let flags = OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK;
+        let _ = fcntl(fd, FcntlArg::F_SETFL(flags));
+    }
+}
+
+/// True when `pid` has exited, without reaping it.
+fn exited_nowait(pid: libc::pid_t) -> bool {
+    match waitid(
+        Id::Pid(Pid::from_raw(pid)),
+        WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
+    ) {
+        Ok(WaitStatus::StillAlive) => false,
+        Ok(_) => true,
+        Err(nix::errno::Errno::EINTR) => false,
+        // ECHILD: nothing left to wait for.
+        Err(_) => true,
+    }
+}
+
+/// Reap the main process (it has exited, or is being killed) and drop it from the
+/// registry, atomically with respect to spawns and sweeps.
+fn reap(pid: libc::pid_t) -> io::Result<Status> {
+    let mut live = reaper::registry();
+    let r = loop {
+        match waitid(Id::Pid(Pid::from_raw(pid)), WaitPidFlag::WEXITED) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => break other,
+        }
+    };
+    live.remove(&pid);
+    match r {
+        Ok(WaitStatus::Exited(_, code)) => Ok(Status::Code(code)),
+        Ok(WaitStatus::Signaled(_, sig, _)) => Ok(Status::Signal(sig as i32)),
+        Ok(other) => Err(io::Error::other(format!(
+            "unexpected wait status {other:?}"
+        ))),
+        Err(e) => Err(io::Error::from(e)),
+    }
+}
+
+/// Signal the group led by `pid` and the adopted descendants (`ESRCH` ignored).
+fn signal_all(pid: libc::pid_t, sig: Signal) {
+    let _ = killpg(Pid::from_raw(pid), sig);
+    reaper::signal_adopted(sig);
+}
+
+fn poll_timeout(now: Instant, until: Option<Instant>) -> libc::c_int {
+    match until {
+        None => -1,
+        Some(t) => {
+            let d = t.saturating_duration_since(now);
+            // Round up so a wake-up is never early (no spinning on sub-millisecond rests).
+            let ms = d.as_micros().div_ceil(1000);
+            libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX)
+        }
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The state of one output pipe.
+struct Pipe {
+    fd: Option<OwnedFd>,
+    stream: Stream,
+}
+
+/// Run `spec` to its end, on this thread (which forks the process and waits for it, so the
+/// child's `PR_SET_PDEATHSIG` fires only if this process dies), giving its output to `sink`.
+/// See the module docs for how the run ends. Blocks the calling thread; needs no runtime.
+///
+/// Never fails: a spawn error is [`Outcome::SpawnFailed`], read errors are in
+/// [`Report::read_errors`]. Side effects: the process and its group are signalled, the main
+/// process is reaped, and when the subreaper is enabled every adopted descendant is killed
+/// and reaped before this returns.
+pub fn run(spec: &Spec, options: &Options, sink: &mut dyn Sink) -> Report {
+    let failed = |e| Report {
+        outcome: Outcome::SpawnFailed(e),
+        drained: true,
+        read_errors: Vec::new(),
+    };
+    if let Some(c) = &options.cancel
+        && c.is_aborted()
+    {
+        return Report {
+            outcome: Outcome::Cancelled {
+                reason: c.reason().unwrap_or(CancelReason::Parent),
+                status: None,
+            },
+            drained: true,
+            read_errors: Vec::new(),
+        };
+    }
+    let Spawned {
+        pid,
+        stdin,
+        stdout,
+        stderr,
+    } = {
+        let mut live = reaper::registry();
+        match spawn(spec) {
+            Ok(s) => {
+                live.insert(s.pid);
+                s
+            }
+            Err(e) => return failed(e),
+        }
+    };
+    sink.started();
+    let start = Instant::now();
+    let pidfd = pidfd_open(pid);
+    let abort_fd: Option<BorrowedFd<'_>> = options.cancel.as_ref().and_then(Cancel::abort_fd);
+    for fd in [&stdout, &stderr].into_iter().chain(stdin.as_ref()) {
+        set_nonblocking(fd);
+    }
+    let mut pipes = [
+        Pipe {
+            fd: Some(stdout),
+            stream: Stream::Stdout,
+        },
+        Pipe {
+            fd: Some(stderr),
+            stream: Stream::Stderr,
+        },
+    ];
+    let input: &[u8] = spec.stdin.as_deref().unwrap_or(&[]);
+    let mut written = 0;
+    let mut stdin = stdin;
+    if input.is_empty() {
+        stdin = None;
+    }
+
+    let mut buf = vec![0u8; options.read_size.clamp(1, MAX_READ)];
+    let deadline = options.timeout.map(|t| start + t);
+    let mut ending: Option<Ending> = None;
+    let mut sink_open = true;
+    let mut main_exited = false;
+    let mut kill_at: Option<Instant> = None;
+    let mut killed_at: Option<Instant> = None;
+    let mut read_errors = Vec::new();
+    let mut drained = true;
+    let mut watch_abort = abort_fd.is_some();
+    let cancel_without_fd = options.cancel.is_some() && abort_fd.is_none();
+
+    // Begin ending the run: SIGTERM now, SIGKILL at the latest `grace` later.
+    let begin_end = |kill_at: &mut Option<Instant>, grace: Duration, now: Instant| {
+        signal_all(pid, Signal::SIGTERM);
+        let at = now + grace;
+        *kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
+    };
+
+    loop {
+        let now = Instant::now();
+        let pipes_open = pipes.iter().any(|p| p.fd.is_some());
+        if main_exited && !pipes_open {
+            break;
+        }
+        if let Some(k) = killed_at {
+            if main_exited && now >= k + AFTER_KILL {
+                drained = false;
+                break;
+            }
+        } else if let Some(k) = kill_at
+            && now >= k
+        {
+            signal_all(pid, Signal::SIGKILL);
+            reaper::kill_and_reap_adopted();
+            killed_at = Some(Instant::now());
+            continue;
+        }
+        if !main_exited
+            && ending.is_none()
+            && let Some(d) = deadline
+            && now >= d
+        {
+            ending = Some(Ending::TimedOut);
+            begin_end(&mut kill_at, options.term_grace, now);
+            continue;
+        }
+
+        // What to wait for, and until when.
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(5);
+        let pollfd = |fd: RawFd, events| libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        for p in &pipes {
+            if let Some(fd) = &p.fd {
+                fds.push(pollfd(fd.as_raw_fd(), libc::POLLIN));
+            }
+        }
+        let stdin_at = fds.len();
+        if let Some(fd) = &stdin {
+            fds.push(pollfd(fd.as_raw_fd(), libc::POLLOUT));
+        }
+        let pidfd_at = fds.len();
+        if !main_exited && let Some(fd) = &pidfd {
+            fds.push(pollfd(fd.as_raw_fd(), libc::POLLIN));
+        }
+        let abort_at = fds.len();
+        if watch_abort && let Some(fd) = abort_fd {
+            fds.push(pollfd(fd.as_raw_fd(), libc::POLLIN));
+        }
+        let mut until = match killed_at {
+            Some(k) if main_exited => Some(k + AFTER_KILL),
+            Some(_) => None,
+            None => kill_at,
+        };
+        if !main_exited && ending.is_none() {
+            until = earliest(until, deadline);
+        }
+        let ticking = (!main_exited && pidfd.is_none()) || (cancel_without_fd && ending.is_none());
+        if ticking {
+            until = earliest(until, Some(now + FALLBACK_TICK));
+        }
+        let timeout = poll_timeout(now, until);
+        // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            // Cannot wait: end the run the hard way rather than spin.
+            signal_all(pid, Signal::SIGKILL);
+            for p in &mut pipes {
+                p.fd = None;
+            }
+            read_errors.push((Stream::Stdout, e));
+            break;
+        }
+
+        // Output, stdout first then stderr, each until it would block or a batch is full.
+        let mut slot = 0;
+        for p in &mut pipes {
+            let Some(fd) = &p.fd else { continue };
+            let revents = fds[slot].revents;
+            slot += 1;
+            if revents == 0 {
+                continue;
+            }
+            let mut batch = 0;
+            let mut close = false;
+            while batch < MAX_BATCH {
+                match nix::unistd::read(fd.as_fd(), &mut buf) {
+                    Ok(0) => {
+                        close = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        batch += n;
+                        if sink_open && sink.chunk(p.stream, &buf[..n]).is_break() {
+                            sink_open = false;
+                            if !main_exited && ending.is_none() {
+                                ending = Some(Ending::SinkStopped);
+                                begin_end(&mut kill_at, options.term_grace, Instant::now());
+                            }
+                        }
+                    }
+                    Err(nix::errno::Errno::EINTR) => {}
+                    Err(nix::errno::Errno::EAGAIN) => break,
+                    Err(e) => {
+                        read_errors.push((p.stream, io::Error::from(e)));
+                        close = true;
+                        break;
+                    }
+                }
+            }
+            if sink_open && batch > 0 {
+                sink.flush(p.stream);
+            }
+            if close {
+                p.fd = None;
+            }
+        }
+
+        // Input, as much as the pipe takes.
+        if let Some(fd) = &stdin
+            && fds[stdin_at].revents != 0
+        {
+            let mut done = false;
+            while written < input.len() {
+                match nix::unistd::write(fd, &input[written..]) {
+                    Ok(n) => written += n,
+                    Err(nix::errno::Errno::EINTR) => {}
+                    Err(nix::errno::Errno::EAGAIN) => break,
+                    // EPIPE: the process does not read its stdin (any more).
+                    Err(_) => {
+                        done = true;
+                        break;
+                    }
+                }
+            }
+            if done || written >= input.len() {
+                stdin = None;
+            }
+        }
+
+        // The main process.
+        if !main_exited {
+            let ready = match &pidfd {
+                Some(_) => fds[pidfd_at].revents != 0,
+                None => exited_nowait(pid),
+            };
+            if ready {
+                main_exited = true;
+                stdin = None;
+                if killed_at.is_none() {
+                    begin_end(&mut kill_at, options.exit_grace, Instant::now());
+                }
+            }
+        }
+
+        // The cancel token.
+        if let Some(c) = &options.cancel {
+            let aborted = if watch_abort {
+                fds.get(abort_at).is_some_and(|f| f.revents != 0)
+            } else {
+                cancel_without_fd && c.is_aborted()
+            };
+            if aborted {
+                watch_abort = false;
+                if main_exited {
+                    // Already ending: do not wait for the rest of the grace.
+                    kill_at = Some(Instant::now());
+                } else if ending.is_none() {
+                    ending = Some(Ending::Cancelled(
+                        c.reason().unwrap_or(CancelReason::Parent),
+                    ));
+                    begin_end(&mut kill_at, options.term_grace, Instant::now());
+                }
+            }
+        }
+    }
+
+    // What is left: the group (the zombie leader keeps its id valid) and adopted orphans.
+    if killed_at.is_none() {
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    reaper::kill_and_reap_adopted();
+    let status = match reap(pid) {
+        Ok(s) => s,
+        Err(e) => {
+            return Report {
+                outcome: Outcome::SpawnFailed(e),
+                drained,
+                read_errors,
+            };
+        }
+    };
+    let outcome = match ending {
+        Some(Ending::TimedOut) => Outcome::TimedOut { status },
+        Some(Ending::Cancelled(reason)) => Outcome::Cancelled {
+            reason,
+            status: Some(status),
+        },
+        Some(Ending::SinkStopped) => Outcome::SinkStopped { status },
+        None => match status {
+            Status::Code(c) => Outcome::Exited(c),
+            Status::Signal(s) => Outcome::Signaled(s),
+        },
+    };
+    Report {
+        outcome,
+        drained,
+        read_errors,
+    }
+}
+
+/// Aborts its token when dropped while armed (the run's future was dropped).
+struct AbortOnDrop(Option<Cancel>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            c.abort(CancelReason::Parent);
+        }
+    }
+}
+
+/// [`run`] on tokio's blocking pool (whose thread forks and waits, see [`run`]); returns the
+/// report and the sink. Needs a tokio runtime (any flavour).
+///
+/// If the returned future is dropped before the run ended, the run is aborted (reason
+/// [`CancelReason::Parent`]): the group gets `SIGTERM`, [`Options::term_grace`], `SIGKILL`,
+/// on the blocking thread, which keeps running until the process is reaped.
+///
+/// # Panics
+/// When the blocking task panicked (the panic is resumed) or was cancelled by a runtime
+/// shutdown.
+pub async fn run_async<S: Sink + Send + 'static>(
+    spec: Spec,
+    mut options: Options,
+    mut sink: S,
+) -> (Report, S) {
+    let given = options.cancel.take();
+    let token = given.as_ref().map_or_else(Cancel::new, Cancel::child);
+    options.cancel = Some(token.clone());
+    let mut guard = AbortOnDrop(Some(token));
+    let task = tokio::task::spawn_blocking(move || {
+        let report = run(&spec, &options, &mut sink);
+        (report, sink)
+    });
+    let result = task.await;
+    guard.0 = None;
+    match result {
+        Ok((mut report, sink)) => {
+            // The run saw its child token; report the reason the caller's token was given.
+            if let Outcome::Cancelled { reason, .. } = &mut report.outcome
+                && let Some(r) = given.as_ref().and_then(Cancel::reason)
+            {
+                *reason = r;
+            }
+            (report, sink)
+        }
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("the process run's blocking task was cancelled: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ops::ControlFlow;
+    use std::path::PathBuf;
+
+    #[derive(Default)]
+    struct Collect {
+        out: Vec<u8>,
+        err: Vec<u8>,
+        started: bool,
+        flushes: usize,
+        /// Stop after this many stdout bytes.
+        cap: Option<usize>,
+    }
+
+    impl Sink for Collect {
+        fn started(&mut self) {
+            self.started = true;
+        }
+        fn chunk(&mut self, stream: Stream, bytes: &[u8]) -> ControlFlow<()> {
+            let v = match stream {
+                Stream::Stdout => &mut self.out,
+                Stream::Stderr => &mut self.err,
+            };
+            v.extend_from_slice(bytes);
+            match self.cap {
+                Some(c) if self.out.len() > c => ControlFlow::Break(()),
+                _ => ControlFlow::Continue(()),
+            }
+        }
+        fn flush(&mut self, _: Stream) {
+            self.flushes += 1;
+        }
+    }
+
+    fn bash(script: &str) -> Spec {
+        Spec {
+            program: PathBuf::from("/bin/bash"),
+            args: vec!["-c".into(), script.into()],
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: PathBuf::from("/"),
+            ..Spec::default()
+        }
+    }
+
+    fn quick() -> Options {
+        Options {
+            term_grace: Duration::from_millis(300),
+            exit_grace: Duration::from_millis(300),
+            ..Options::default()
+        }
+    }
+
+    fn go(spec: &Spec, options: &Options) -> (Report, Collect) {
+        let mut sink = Collect::default();
+        let r = run(spec, options, &mut sink);
+        (r, sink)
+    }
+
+    fn gone(pid: &str) -> bool {
+        crate::process::wait_exited(pid)
+    }
+
+    #[test]
+    fn exit_code_and_output() {
+        let (r, s) = go(&bash("echo out; echo err >&2; exit 3"), &quick());
+        assert!(matches!(r.outcome, Outcome::Exited(3)), "{r:?}");
+        assert!(r.drained && r.read_errors.is_empty());
+        assert_eq!(s.out, b"out\n");
+        assert_eq!(s.err, b"err\n");
+        assert!(s.started && s.flushes >= 2);
+    }
+
+    #[test]
+    fn killed_by_a_signal() {
+        let (r, _) = go(&bash("kill -KILL $$"), &quick());
+        assert!(matches!(r.outcome, Outcome::Signaled(9)), "{r:?}");
+    }
+
+    #[test]
+    fn spawn_failure() {
+        let mut spec = bash("");
+        spec.program = PathBuf::from("/nonexistent/prog");
+        let (r, s) = go(&spec, &quick());
+        assert!(
+            matches!(&r.outcome, Outcome::SpawnFailed(e) if e.kind() == io::ErrorKind::NotFound)
+        );
+        assert!(!s.started);
+        let mut spec = bash("true");
+        spec.keep_fds = vec![999_999];
+        let (r, _) = go(&spec, &quick());
+        assert!(
+            matches!(&r.outcome, Outcome::SpawnFailed(e) if e.raw_os_error() == Some(libc::EBADF))
+        );
+    }
+
+    #[test]
+    fn timeout_terms_then_kills_a_group_ignoring_term() {
+        let d = tempfile::tempdir().unwrap();
+        let pidfile = d.path().join("pid");
+        let spec = bash(&format!(
+            "trap '' TERM; sleep 500 & echo $! > {}; echo begin; wait",
+            pidfile.display()
+        ));
+        let options = Options {
+            timeout: Some(Duration::from_millis(200)),
+            ..quick()
+        };
+        let t = Instant::now();
+        let (r, s) = go(&spec, &options);
+        let took = t.elapsed();
+        assert!(
+            matches!(
+                r.outcome,
+                Outcome::TimedOut {
+                    status: Status::Signal(9)
+                }
+            ),
+            "{r:?}"
+        );
+        assert!(
+            took >= Duration::from_millis(500),
+            "{took:?}: no grace after TERM"
+        );
+        assert!(took < Duration::from_secs(20), "{took:?}");
+        assert_eq!(s.out, b"begin\n");
+        assert!(gone(&std::fs::read_to_string(&pidfile).unwrap()));
+    }
+
+    #[test]
+    fn timeout_with_term_ends_at_once() {
+        let options = Options {
+            timeout: Some(Duration::from_millis(100)),
+            term_grace: Duration::from_secs(30),
+            ..quick()
+        };
+        let t = Instant::now();
+        let (r, _) = go(&bash("sleep 500"), &options);
+        assert!(
+            matches!(
+                r.outcome,
+                Outcome::TimedOut {
+                    status: Status::Signal(15)
+                }
+            ),
+            "{r:?}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn abort_from_another_thread_cancels() {
+        let cancel = Cancel::new();
+        let options = Options {
+            cancel: Some(cancel.clone()),
+            ..quick()
+        };
+        let c = cancel.clone();
+        let spec = bash("echo go; sleep 500");
+        let t = Instant::now();
+        let aborter = std::thread::spawn(move || {
+            // Abort once the command is running (its output is seen by the sink, below),
+            // here simply right away from another thread while run() blocks.
+            c.abort(CancelReason::Remote("test".into()));
+        });
+        let (r, _) = go(&spec, &options);
+        aborter.join().unwrap();
+        match r.outcome {
+            Outcome::Cancelled { reason, .. } => {
+                assert_eq!(reason, CancelReason::Remote("test".into()));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(t.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn abort_during_a_long_command() {
+        // The sink aborts the token from another thread once the command printed.
+        struct AbortOnOutput(Cancel, Vec<u8>);
+        impl Sink for AbortOnOutput {
+            fn chunk(&mut self, _: Stream, bytes: &[u8]) -> ControlFlow<()> {
+                self.1.extend_from_slice(bytes);
+                let c = self.0.clone();
+                std::thread::spawn(move || c.abort(CancelReason::Signal("SIGTERM")));
+                ControlFlow::Continue(())
+            }
+        }
+        let cancel = Cancel::new();
+        let options = Options {
+            cancel: Some(cancel.clone()),
+            ..quick()
+        };
+        let mut sink = AbortOnOutput(cancel, Vec::new());
+        let t = Instant::now();
+        let r = run(&bash("echo started; sleep 500"), &options, &mut sink);
+        assert!(
+            matches!(
+                &r.outcome,
+                Outcome::Cancelled {
+                    reason: CancelReason::Signal("SIGTERM"),
+                    status: Some(Status::Signal(15))
+                }
+            ),
+            "{r:?}"
+        );
+        assert_eq!(sink.1, b"started\n");
+        assert!(t.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn aborted_before_start_spawns_nothing() {
+        let cancel = Cancel::new();
+        cancel.abort(CancelReason::Parent);
+        let options = Options {
+            cancel: Some(cancel),
+            ..quick()
+        };
+        let (r, s) = go(&bash("echo no"), &options);
+        assert!(matches!(r.outcome, Outcome::Cancelled { status: None, .. }));
+        assert!(!s.started && s.out.is_empty());
+    }
+
+    #[test]
+    fn stdin_bytes_are_written_without_deadlock() {
+        // 1 MiB in, 1 MiB out: more than both pipe buffers.
+        let input: Vec<u8> = (0..1024 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
+        let mut spec = bash("cat");
+        spec.stdin = Some(input.clone());
+        let (r, s) = go(&spec, &quick());
+        assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
+        assert_eq!(s.out, input);
+        // A process that does not read: no error, no hang.
+        let mut spec = bash("exit 0");
+        spec.stdin = Some(input);
+        let (r, _) = go(&spec, &quick());
+        assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
+        // Default stdin is /dev/null.
+        let (_, s) = go(&bash("cat; echo end"), &quick());
+        assert_eq!(s.out, b"end\n");
+    }
+
+    #[test]
+    fn background_child_holding_stdout_does_not_delay_the_end() {
+        let d = tempfile::tempdir().unwrap();
+        let pidfile = d.path().join("pid");
+        // Ignores TERM and keeps stdout open: only the SIGKILL after the grace ends it.
+        let spec = bash(&format!(
+            "bash -c \"trap '' TERM; sleep 500\" & echo $! > {}; echo main done",
+            pidfile.display()
+        ));
+        let t = Instant::now();
+        let (r, s) = go(&spec, &quick());
+        assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
+        assert!(r.drained);
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+        assert_eq!(s.out, b"main done\n");
+        assert!(gone(&std::fs::read_to_string(&pidfile).unwrap()));
+        // A plain background sleep dies of the SIGTERM at once.
+        let t = Instant::now();
+        let options = Options {
+            exit_grace: Duration::from_secs(60),
+            ..quick()
+        };
+        let (r, _) = go(&bash("sleep 500 & echo x"), &options);
+        assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn sink_stop_bounds_the_capture_of_yes() {
+        let mut sink = Collect {
+            cap: Some(4 * 1024 * 1024),
+            ..Collect::default()
+        };
+        let r = run(&bash("exec yes"), &quick(), &mut sink);
+        assert!(
+            matches!(
+                r.outcome,
+                Outcome::SinkStopped {
+                    status: Status::Signal(15)
+                }
+            ),
+            "{r:?}"
+        );
+        // no more chunks after the Break
+        assert!(
+            sink.out.len() <= 4 * 1024 * 1024 + MAX_READ,
+            "{}",
+            sink.out.len()
+        );
+    }
+
+    #[test]
+    fn keep_fds_are_inherited() {
+        let d = tempfile::tempdir().unwrap();
+        let f = std::fs::File::create(d.path().join("f")).unwrap();
+        let fd = f.as_raw_fd();
+        let mut spec = bash(&format!("echo kept >&{fd}"));
+        let (r, s) = go(&spec, &quick());
+        assert!(
+            matches!(r.outcome, Outcome::Exited(1)),
+            "{r:?} {s:?}",
+            s = s.err
+        );
+        spec.keep_fds = vec![fd];
+        let (r, _) = go(&spec, &quick());
+        assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
+        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"kept\n");
+    }
+
+    /// Tells the test once the first chunk arrived.
+    struct Notify(Option<tokio::sync::oneshot::Sender<()>>);
+    impl Sink for Notify {
+        fn chunk(&mut self, _: Stream, _: &[u8]) -> ControlFlow<()> {
+            if let Some(tx) = self.0.take() {
+                let _ = tx.send(());
+            }
+            ControlFlow::Continue(())
+        }
+    }
+
+    #[test]
+    fn async_entry_and_dropped_future() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let pidfile = d.path().join("pid");
+        rt.block_on(async {
+            let (r, s) = run_async(bash("echo hi"), quick(), Collect::default()).await;
+            assert!(matches!(r.outcome, Outcome::Exited(0)));
+            assert_eq!(s.out, b"hi\n");
+            let spec = bash(&format!(
+                "echo $$ > {}; echo up; sleep 500",
+                pidfile.display()
+            ));
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let run = run_async(spec, quick(), Notify(Some(tx)));
+            // Dropped once the command printed: the run is aborted on its blocking thread.
+            tokio::select! {
+                _ = run => panic!("the run ended by itself"),
+                _ = rx => {}
+            }
+        });
+        drop(rt); // waits for the blocking task, i.e. for the run to end
+        assert!(gone(&std::fs::read_to_string(&pidfile).unwrap()));
+    }
+}
