@@ -122,6 +122,14 @@ impl Console {
         }
     }
 
+    /// Over any two writers (each `write` is followed by a `flush`).
+    pub fn with_writers(out: Box<dyn Write + Send>, err: Box<dyn Write + Send>) -> Self {
+        Console {
+            out: shared(out),
+            err: shared(err),
+        }
+    }
+
     /// Records both streams in memory; returns the console and its buffers.
     pub fn memory() -> (Self, Recorded) {
         let rec = Recorded::default();

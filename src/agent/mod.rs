@@ -216,3 +216,6 @@ pub fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<boo
         }
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -12,8 +12,7 @@ pub const DEFAULT_LOG_ROOT: &str = "/var/log/skyhook";
 pub const DEFAULT_DATA_DIR: &str = "/skyhook-package";
 /// Default `SKYHOOK_AGENT_BUFFER_LIMIT` in bytes.
 pub const DEFAULT_BUFFER_LIMIT: usize = 8192;
-/// `PATH` given to steps and commands when the environment has none (8.3).
-pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub use crate::process::DEFAULT_PATH;
 /// Default `SKYHOOK_SCRIPT_TIMEOUT`: a `.rhai` step's wall-clock deadline, in seconds.
 pub const DEFAULT_SCRIPT_TIMEOUT_SECS: u64 = 600;
 /// Largest accepted `SKYHOOK_SCRIPT_TIMEOUT`, in seconds (one year).

@@ -42,8 +42,7 @@ use crate::host::effect::{Effect, quote_argv};
 use crate::host::error::{HostError, Result};
 use crate::process::{self, Stream};
 
-/// `PATH` given to commands when the step's environment has none.
-pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub use crate::process::DEFAULT_PATH;
 
 /// At most this many bytes (64 KiB) of each of stdout and stderr are kept in the result of a
 /// streamed command (the last ones; a multi-byte character cut at the start is dropped).

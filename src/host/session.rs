@@ -164,11 +164,6 @@ impl Host {
         self.mode
     }
 
-    /// True in plan mode (`step.dry_run`).
-    pub fn is_dry_run(&self) -> bool {
-        self.mode == ExecMode::Plan
-    }
-
     /// The host root.
     pub fn root(&self) -> &HostRoot {
         &self.root

@@ -61,22 +61,6 @@ pub fn list(
     Ok(logs)
 }
 
-/// The newest file-name timestamp (`%Y-%m-%d-%H%M%S`, UTC) among the existing logs of step
-/// `base`, if any.
-///
-/// # Errors
-/// [`LogError::List`] when the directory cannot be listed.
-pub fn newest_timestamp(
-    root: &HostRoot,
-    log_dir: &Path,
-    base: &str,
-) -> Result<Option<String>, LogError> {
-    Ok(list(root, log_dir, base)?
-        .into_iter()
-        .next()
-        .map(|(ts, _)| ts))
-}
-
 /// Keep the `keep` newest `<basename>-<FTS>.log` files in the directory of `<log_dir>/<base>`
 /// (host paths under `root`) and delete the others, each with its `<name>.log.err` \[fix\].
 ///

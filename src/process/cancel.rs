@@ -40,7 +40,8 @@ pub enum CancelReason {
     },
     /// A remote client asked (its engine name or request id).
     Remote(String),
-    /// The parent token was cancelled.
+    /// The parent token was cancelled without a reason of its own (not produced by this
+    /// module's API: every cancel gives a reason, which children inherit).
     Parent,
 }
 
@@ -97,10 +98,15 @@ impl Inner {
             Err(p) => p.into_inner().clone(),
         };
         for child in children.iter().filter_map(Weak::upgrade) {
-            child.raise(level, CancelReason::Parent);
+            child.raise(level, reason_of(self));
         }
         true
     }
+}
+
+/// The reason `inner` was cancelled with (what its children inherit).
+fn reason_of(inner: &Inner) -> CancelReason {
+    inner.reason.get().cloned().unwrap_or(CancelReason::Parent)
 }
 
 fn signal_eventfd(fd: &OwnedFd) {
@@ -141,7 +147,7 @@ impl Cancel {
         Cancel(Arc::new(Inner::new()))
     }
 
-    /// A token cancelled with `self` (at the same level, reason [`CancelReason::Parent`])
+    /// A token cancelled with `self` (at the same level, with `self`'s reason)
     /// that can also be cancelled alone. Already cancelled if `self` is.
     pub fn child(&self) -> Cancel {
         let child = Cancel::new();
@@ -156,7 +162,7 @@ impl Cancel {
         // After registering, so a concurrent cancel of the parent is not missed.
         let level = self.0.level.load(Ordering::SeqCst);
         if level != RUNNING {
-            child.0.raise(level, CancelReason::Parent);
+            child.0.raise(level, reason_of(&self.0));
         }
         child
     }
@@ -268,7 +274,7 @@ mod tests {
         assert!(a.is_aborted() && !b.is_stopped() && !parent.is_stopped());
         parent.stop(CancelReason::Signal("SIGTERM"));
         assert!(b.is_stopped() && !b.is_aborted());
-        assert_eq!(b.reason(), Some(CancelReason::Parent));
+        assert_eq!(b.reason(), Some(CancelReason::Signal("SIGTERM")));
         parent.abort(CancelReason::Signal("SIGTERM"));
         assert!(b.is_aborted());
         // a child made after the cancel starts cancelled

@@ -79,6 +79,10 @@ pub use run::{run, run_async};
 /// Largest single read from a pipe, in bytes (the default pipe capacity, 64 KiB).
 pub const MAX_READ: usize = 64 * 1024;
 
+/// `PATH` for a step or command whose environment has none (agent-contract.md 8.3): the one
+/// definition, re-exported where steps and host commands are built.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// What to run: everything the process sees.
 #[derive(Debug, Clone, Default)]
 pub struct Spec {

@@ -214,14 +214,6 @@ impl HostApi {
         lock(&self.inner.host).as_mut().map(f)
     }
 
-    /// [`HostApi::finish`] by value.
-    ///
-    /// # Errors
-    /// As [`HostApi::finish`].
-    pub fn into_report(self) -> Result<Report, FinishError> {
-        self.finish()
-    }
-
     /// Build the modules of every host function (closures over this session and `run`),
     /// returning them with the registration log.
     pub(crate) fn modules(&self, run: &RunHandle) -> Registrar {

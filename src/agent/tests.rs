@@ -1,0 +1,153 @@
+//! The mode loop driven in-process: cancellation reaches a running bash step, a `.rhai` step
+//! in a loop and a `run()` of a long command; each ends promptly, fails with its reason, and
+//! no later step starts.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+
+use super::console::Console;
+use super::mode::ModeRun;
+use super::settings::{ResourceId, Settings};
+use crate::host::root::HostRoot;
+use crate::host::testutil::TestHost;
+use crate::package::Mode;
+use crate::process::{Cancel, CancelReason};
+
+/// A console writer that aborts `cancel` once the output it was given contains `marker`.
+struct AbortOn {
+    seen: Arc<Mutex<Vec<u8>>>,
+    marker: &'static str,
+    cancel: Cancel,
+}
+
+impl Write for AbortOn {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let mut seen = self.seen.lock().unwrap();
+        seen.extend_from_slice(b);
+        if String::from_utf8_lossy(&seen).contains(self.marker) {
+            self.cancel
+                .abort(CancelReason::Remote("test-engine".into()));
+        }
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Run `apply` of a package whose first step is `first` (path, body) and whose second step
+/// would write `/t/second-ran`; the console aborts the run's token when the first step
+/// prints `STARTED`. Returns (ok, stdout, stderr, host).
+fn run_cancelled(first: (&str, &str)) -> (bool, String, String, TestHost) {
+    let t = TestHost::new();
+    t.install_sh();
+    let (path, body) = first;
+    let step = |name: &str, path: &str| {
+        json!({"name": name, "path": path, "arguments": [], "returncodes": [0],
+               "on_host": true, "idempotence": false, "upgrade_step": false})
+    };
+    let cfg = json!({
+        "schema_version": "v1", "package_name": "demo", "package_version": "1.0.0",
+        "expected_config_files": [],
+        "modes": {
+            "apply": [step("first", path), step("second", "second.sh")],
+            "apply-check": [step("c", "check.sh")]
+        }
+    });
+    t.file("/pkg/config.json", &cfg.to_string());
+    t.file(&format!("/pkg/skyhook_dir/{path}"), body);
+    t.file(
+        "/pkg/skyhook_dir/second.sh",
+        "#!/bin/sh\necho x > /t/second-ran\n",
+    );
+    t.file("/pkg/skyhook_dir/check.sh", "#!/bin/sh\nexit 0\n");
+    std::fs::create_dir_all(t.p("/t")).unwrap();
+    nix::unistd::mkfifo(
+        &t.p("/t/fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let settings = Settings::from_env(
+        [
+            ("SKYHOOK_ROOT_DIR", "/state"),
+            ("SKYHOOK_LOG_DIR", "/log"),
+            ("PATH", "/bin"),
+        ]
+        .map(|(k, v)| (k.into(), v.into())),
+    )
+    .unwrap();
+    let cancel = Cancel::new();
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let err = Arc::new(Mutex::new(Vec::new()));
+    let console = Console::with_writers(
+        Box::new(AbortOn {
+            seen: out.clone(),
+            marker: "STARTED",
+            cancel: cancel.clone(),
+        }),
+        Box::new(AbortOn {
+            seen: err.clone(),
+            marker: "\u{0}never",
+            cancel: cancel.clone(),
+        }),
+    );
+    let root = HostRoot::open(&t.root).unwrap();
+    let id = ResourceId::parse("sky-1_demo_1.0.0").unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ok = rt
+        .block_on(
+            ModeRun {
+                root: &root,
+                settings: &settings,
+                id: &id,
+                copy_dir: Path::new("/pkg"),
+                mode: Mode::Apply,
+                cancel: &cancel,
+                console: &console,
+            }
+            .run(),
+        )
+        .unwrap();
+    let text = |b: &Arc<Mutex<Vec<u8>>>| String::from_utf8_lossy(&b.lock().unwrap()).into_owned();
+    (ok, text(&out), text(&err), t)
+}
+
+#[test]
+fn cancel_ends_a_running_bash_step() {
+    let (ok, out, _err, t) = run_cancelled((
+        "long.sh",
+        "#!/bin/sh\necho STARTED\nread x < /t/fifo\necho never > /t/after\n",
+    ));
+    assert!(!ok);
+    assert!(out.contains("FAILED: long.sh  -15"), "{out}");
+    assert!(!t.p("/t/after").exists());
+    assert!(!t.p("/t/second-ran").exists(), "no later step starts");
+    assert!(!t.p("/state/flags/demo/1.0.0").join("long.sh").exists());
+}
+
+#[test]
+fn cancel_ends_a_rhai_step_in_a_loop() {
+    let (ok, out, err, t) = run_cancelled(("spin.rhai", "print(\"STARTED\");\nloop {}\n"));
+    assert!(!ok);
+    assert!(out.contains("FAILED: spin.rhai  1"), "{out}");
+    assert!(err.contains("step cancelled"), "{err}");
+    assert!(!t.p("/t/second-ran").exists());
+}
+
+#[test]
+fn cancel_ends_a_run_of_a_long_command() {
+    let (ok, out, err, t) = run_cancelled((
+        "cmd.rhai",
+        "print(\"STARTED\");\nrun([\"/bin/sh\", \"-c\", \"read x < /t/fifo\"], #{check: true});\n",
+    ));
+    assert!(!ok);
+    assert!(out.contains("FAILED: cmd.rhai  1"), "{out}");
+    assert!(err.contains("cancelled by test-engine"), "{err}");
+    assert!(!t.p("/t/second-ran").exists());
+}
