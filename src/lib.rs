@@ -7,8 +7,8 @@
 //! |---|---|
 //! | [`local`] | `skyhook-run`: one script or a whole package against a local host root (plan, apply, check) |
 //! | [`package`] | config.json model, embedded JSON Schema v1, step rules, package loading |
-//! | [`agent`] | one mode of one package: flags, history, check summaries, interrupts, SIGTERM |
-//! | [`runner`] | runs one step: a process (chroot, process group, streamed output) or a `.rhai` script in-process |
+//! | [`agent`] | one mode of one package: the one mode loop ([`agent::mode::ModeLoop`]), flags, history, check summaries, interrupts, SIGTERM, the console |
+//! | [`runner`] | the step seam ([`runner::StepRunner`]): a process, a `.rhai` script in-process, or a dry run |
 //! | [`process`] | the one process primitive (own group, subreaper, TERM/grace/KILL, streamed output) and the [`process::Cancel`] token |
 //! | [`logs`] | the log sink: chunked relay, timestamps and labels, log files, retention, redaction |
 //! | [`state`] | the on-host files the agent owns: flag names, history, markers, all atomic |
