@@ -165,11 +165,23 @@ pub enum PackageError {
     },
 }
 
+/// Violations listed in one error line at most; the rest are counted.
+const MAX_LISTED_VIOLATIONS: usize = super::schema::MAX_WORDED;
+
 fn join_violations(v: &[Violation]) -> String {
-    v.iter()
+    let mut text = v
+        .iter()
+        .take(MAX_LISTED_VIOLATIONS)
         .map(ToString::to_string)
         .collect::<Vec<_>>()
-        .join("; ")
+        .join("; ");
+    if v.len() > MAX_LISTED_VIOLATIONS {
+        text.push_str(&format!(
+            "; and {} more violations",
+            v.len() - MAX_LISTED_VIOLATIONS
+        ));
+    }
+    text
 }
 
 fn valid_modes() -> String {
@@ -656,6 +668,16 @@ mod tests {
         assert!(foo.on_host && !foo.idempotence && !foo.upgrade_step);
         assert!(p.steps(Mode::Config).is_empty());
         assert!(!p.has_mode_key(Mode::Config));
+    }
+
+    #[test]
+    fn schema_errors_stay_one_readable_line() {
+        let mut d = fixture();
+        d["modes"]["apply"][0]["arguments"] = json!(vec![json!(["x".repeat(1_000)]); 5_000]);
+        let e = err(&d);
+        assert!(e.len() < 4000, "{} bytes", e.len());
+        assert!(e.ends_with("; and 990 more violations"), "{}", &e[e.len() - 80..]);
+        assert!(!e.contains('\n'));
     }
 
     #[test]

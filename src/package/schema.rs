@@ -63,21 +63,50 @@ pub fn validator_v1() -> Result<&'static Validator, String> {
     VALIDATOR.get_or_init(build).as_ref().map_err(Clone::clone)
 }
 
-/// Validate a parsed config.json against schema v1; every violation, in the validator's
-/// order. Empty when the document is valid.
+/// Validate a parsed config.json against schema v1: the violations in the validator's order
+/// (at most [`MAX_COUNTED`]; the first [`MAX_WORDED`] with their message, capped at
+/// [`MAX_QUOTED_CHARS`]). Empty when the document is valid.
 ///
 /// # Errors
 /// When the embedded schema does not compile (see [`validator_v1`]).
 pub fn validate_v1(doc: &Value) -> Result<Vec<Violation>, String> {
     let validator = validator_v1()?;
+    // Only the first violations are worded (the validator's message quotes the offending
+    // value, which may be megabytes); the rest are counted, up to MAX_COUNTED.
     Ok(validator
         .iter_errors(doc)
-        .map(|e| {
+        .take(MAX_COUNTED)
+        .enumerate()
+        .map(|(i, e)| {
             let pointer = e.instance_path().as_str().to_string();
-            let message = readable_pattern_error(&pointer, e.instance(), e.to_string());
-            Violation { pointer, message }
+            let message = if i < MAX_WORDED {
+                cap(readable_pattern_error(&pointer, e.instance(), e.to_string()))
+            } else {
+                String::new()
+            };
+            Violation {
+                pointer: cap(pointer),
+                message,
+            }
         })
         .collect())
+}
+
+/// Violations worded in full (the rest keep only their pointer).
+pub const MAX_WORDED: usize = 10;
+/// Violations counted at most.
+pub const MAX_COUNTED: usize = 1000;
+
+/// Longest part of a violation quoted in a message, in characters: the validator quotes the
+/// offending value, which may be megabytes long.
+pub const MAX_QUOTED_CHARS: usize = 200;
+
+/// `s` cut to [`MAX_QUOTED_CHARS`] characters (`...` marks a cut).
+fn cap(s: String) -> String {
+    match s.char_indices().nth(MAX_QUOTED_CHARS) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s,
+    }
 }
 
 /// The validator words a pattern mismatch by quoting the whole regex; for the two patterns of
