@@ -15,6 +15,8 @@
 //!   host state; log write failures (a full tmpfs) are reported and change no outcome.
 //! - `orphans`: nothing a step starts outlives it (subreaper, pdeathsig, the lock fd kept by
 //!   a background child).
+//! - `malformed`: a generated corpus of bad inputs: each exits 1 with one line and writes
+//!   nothing.
 //! - `fixtures`: realistic packages from `tests/fixtures/` (shaped like the public Skyhook
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
 
@@ -24,6 +26,7 @@ mod util;
 mod acceptance;
 mod engine_parity;
 mod fixtures;
+mod malformed;
 mod orphans;
 mod rhai_steps;
 mod skyhook_run;
