@@ -26,6 +26,7 @@ mod util;
 mod acceptance;
 mod engine_parity;
 mod fixtures;
+mod full_disk;
 mod malformed;
 mod orphans;
 mod rhai_steps;

@@ -746,11 +746,13 @@ impl HostRoot {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 8 => {
                     attempt += 1;
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(self.err("write", &target, e.source)),
             }
         };
         let result = (|| -> Result<()> {
-            f.write_all(data).map_err(|e| self.err("write", &tmp, e))?;
+            // Errors name the target, not the temporary the user never asked for.
+            f.write_all(data)
+                .map_err(|e| self.err("write", &target, e))?;
             let owner_uid = uid.or(existing.as_ref().map(|m| m.uid()));
             let owner_gid = gid.or(existing.as_ref().map(|m| m.gid()));
             if owner_uid.is_some() || owner_gid.is_some() {
@@ -761,7 +763,7 @@ impl HostRoot {
                 if let Err(e) = r
                     && (uid.is_some() || gid.is_some())
                 {
-                    return Err(self.err("chown", &tmp, io::Error::from(e)));
+                    return Err(self.err("chown", &target, io::Error::from(e)));
                 }
             }
             // After fchown (which clears security.capability) and before chmod (which keeps
@@ -771,8 +773,8 @@ impl HostRoot {
                     .map_err(|e| self.err("copy extended attributes of", &target, e))?;
             }
             f.set_permissions(Permissions::from_mode(final_mode))
-                .map_err(|e| self.err("write", &tmp, e))?;
-            f.sync_all().map_err(|e| self.err("write", &tmp, e))?;
+                .map_err(|e| self.err("write", &target, e))?;
+            f.sync_all().map_err(|e| self.err("write", &target, e))?;
             self.root
                 .rename(&tmp, &target, RenameFlags::empty())
                 .map_err(|e| self.err("write", &target, pathrs_io(e)))?;
