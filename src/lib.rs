@@ -28,3 +28,6 @@ pub mod pyfmt;
 pub mod runner;
 pub mod script;
 pub mod state;
+
+#[cfg(test)]
+mod proptests;
