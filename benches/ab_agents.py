@@ -9,7 +9,15 @@ times per binary (default 12), alternating which goes first, with the bench's en
 OVERLAY_ALWAYS_RUN_STEP=true, and prints the median and best wall time and the median CPU time
 (user+sys of the agent and its children) of each. Both binaries see the same disk state, so the
 difference is the change, not the machine.
+
+Baselines, in the same alternation (each iteration also runs them): every binary on the same PKG
+with OVERLAY_ALWAYS_RUN_STEP=false (flags exist: zero executed steps, same config, compile-ahead
+and flag lookups), and for a bash package the bench's C loop target/bench-root/spawn_loop
+(fork+chroot+exec of t.sh, as agent_overhead.sh) if it is there. Per-step overhead =
+(median executed wall - median baseline wall) / steps, steps = the apply steps of PKG's
+config.json; and the new - old difference per step.
 """
+import json
 import os
 import statistics
 import subprocess
@@ -23,18 +31,49 @@ root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", 
 env = dict(PATH="/usr/bin:/bin", SKYHOOK_ROOT_DIR="/state", SKYHOOK_LOG_DIR="/log",
            SKYHOOK_RESOURCE_ID="bench-0-1_bench_1.0.0", COPY_RESOLV="false",
            OVERLAY_ALWAYS_RUN_STEP="true")
+skip_env = dict(env, OVERLAY_ALWAYS_RUN_STEP="false")
+with open(os.path.join(root, pkg.lstrip("/"), "config.json")) as f:
+    config = json.load(f)
+steps = len(config["modes"]["apply"])
+spawn_loop = os.path.join(root, "..", "spawn_loop")
+bash_pkg = all(not s["path"].endswith(".rhai") for s in config["modes"]["apply"])
+use_c = bash_pkg and os.access(spawn_loop, os.X_OK)
 bins = [("old", old), ("new", new)]
-wall = {k: [] for k, _ in bins}
-cpu = {k: [] for k, _ in bins}
+wall = {k: [] for k in ["old", "new", "old_skip", "new_skip", "c_loop"]}
+cpu = {k: [] for k in wall}
+
+
+def timed(key, argv, e):
+    r0, t0 = os.times(), time.perf_counter()
+    subprocess.run(argv, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    t1, r1 = time.perf_counter(), os.times()
+    wall[key].append((t1 - t0) * 1000)
+    cpu[key].append(((r1.children_user - r0.children_user)
+                     + (r1.children_system - r0.children_system)) * 1000)
+
+
 for i in range(n):
     for k, b in (bins if i % 2 == 0 else bins[::-1]):
-        r0, t0 = os.times(), time.perf_counter()
-        subprocess.run([b, "apply", root, pkg], env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=True)
-        t1, r1 = time.perf_counter(), os.times()
-        wall[k].append((t1 - t0) * 1000)
-        cpu[k].append(((r1.children_user - r0.children_user)
-                       + (r1.children_system - r0.children_system)) * 1000)
+        timed(k, [b, "apply", root, pkg], env)
+    for k, b in (bins if i % 2 == 0 else bins[::-1]):
+        timed(k + "_skip", [b, "apply", root, pkg], skip_env)
+    if use_c:
+        timed("c_loop", [spawn_loop, root, "/pkg/skyhook_dir/t.sh", str(steps)], env)
 for k, _ in bins:
     print(f"{k} {pkg}: wall median {statistics.median(wall[k]):.1f} ms, best {min(wall[k]):.1f} ms;"
           f" cpu median {statistics.median(cpu[k]):.1f} ms")
+med = {k: statistics.median(v) for k, v in wall.items() if v}
+best = {k: min(v) for k, v in wall.items() if v}
+for k in [k for k in ["old_skip", "new_skip", "c_loop"] if k in med]:
+    print(f"baseline {k} {pkg}: wall median {med[k]:.1f} ms, best {best[k]:.1f} ms;"
+          f" cpu median {statistics.median(cpu[k]):.1f} ms")
+print(f"per step ({steps} steps), ms: median / best")
+for k, _ in bins:
+    line = (f"  {k}: vs zero executed {(med[k] - med[k + '_skip']) / steps:.3f} /"
+            f" {(best[k] - best[k + '_skip']) / steps:.3f}")
+    if "c_loop" in med:
+        line += (f"; vs C fork+chroot+exec {(med[k] - med['c_loop']) / steps:.3f} /"
+                 f" {(best[k] - best['c_loop']) / steps:.3f}")
+    print(line)
+print(f"  new - old: {(med['new'] - med['old']) / steps:+.3f} / {(best['new'] - best['old']) / steps:+.3f}"
+      f" (vs zero executed: {((med['new'] - med['new_skip']) - (med['old'] - med['old_skip'])) / steps:+.3f})")

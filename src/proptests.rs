@@ -45,7 +45,7 @@ fn mutate(doc: &mut serde_json::Value, pick: u64, with: serde_json::Value) {
             Value::Array(a) => a.len(),
             _ => 0,
         };
-        if len == 0 || pick % 4 == 0 {
+        if len == 0 || pick.is_multiple_of(4) {
             *node = with;
             return;
         }

@@ -676,7 +676,11 @@ mod tests {
         d["modes"]["apply"][0]["arguments"] = json!(vec![json!(["x".repeat(1_000)]); 5_000]);
         let e = err(&d);
         assert!(e.len() < 4000, "{} bytes", e.len());
-        assert!(e.ends_with("; and 990 more violations"), "{}", &e[e.len() - 80..]);
+        assert!(
+            e.ends_with("; and 990 more violations"),
+            "{}",
+            &e[e.len() - 80..]
+        );
         assert!(!e.contains('\n'));
     }
 

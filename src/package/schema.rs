@@ -80,7 +80,11 @@ pub fn validate_v1(doc: &Value) -> Result<Vec<Violation>, String> {
         .map(|(i, e)| {
             let pointer = e.instance_path().as_str().to_string();
             let message = if i < MAX_WORDED {
-                cap(readable_pattern_error(&pointer, e.instance(), e.to_string()))
+                cap(readable_pattern_error(
+                    &pointer,
+                    e.instance(),
+                    e.to_string(),
+                ))
             } else {
                 String::new()
             };
