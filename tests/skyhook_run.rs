@@ -70,12 +70,18 @@ fn demo_root() -> tempfile::TempDir {
 const WRITE_DEMO: &str = "print(`mode=${step.mode} dry_run=${step.dry_run}`);\n\
                           fs::write(\"/etc/demo.conf\", \"a=2\\n\");\n";
 
-const DEMO_DIFF: &str = "~ update /etc/demo.conf\n\
-                         --- a/etc/demo.conf\n\
-                         +++ b/etc/demo.conf\n\
-                         @@ -1 +1 @@\n\
-                         -a=1\n\
-                         +a=2\n";
+/// The plan of [`WRITE_DEMO`] at `script`: the change with its position and diff.
+fn demo_diff(script: &Path) -> String {
+    format!(
+        "~ update /etc/demo.conf  # {}:2\n\
+         --- a/etc/demo.conf\n\
+         +++ b/etc/demo.conf\n\
+         @@ -1 +1 @@\n\
+         -a=1\n\
+         +a=2\n",
+        script.display()
+    )
+}
 
 fn run_script(script: &Path, root: &Path, extra: &[&str]) -> Output {
     skyhook_run()
@@ -98,7 +104,10 @@ fn dry_run_prints_the_diff_and_changes_nothing() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(
         text(&out.stdout),
-        format!("mode=apply dry_run=true\n{DEMO_DIFF}Plan: 1 to change, 0 unchanged.\n")
+        format!(
+            "mode=apply dry_run=true\n{}Plan: 1 to change, 0 unchanged.\n",
+            demo_diff(&script)
+        )
     );
     assert_eq!(text(&out.stderr), "");
 
@@ -121,7 +130,10 @@ fn apply_writes_then_nothing_is_left_to_plan() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(
         text(&out.stdout),
-        "mode=apply dry_run=false\n~ update /etc/demo.conf\nApply: 1 changed, 0 unchanged.\n"
+        format!(
+            "mode=apply dry_run=false\n~ update /etc/demo.conf  # {}:2\nApply: 1 changed, 0 unchanged.\n",
+            script.display()
+        )
     );
     assert_eq!(
         std::fs::read(root.path().join("etc/demo.conf")).unwrap(),
@@ -178,7 +190,10 @@ fn check_mode_fails_with_drift_then_passes_after_apply() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(
         text(&out.stdout),
-        format!("mode=apply-check dry_run=false\n{DEMO_DIFF}Plan: 1 to change, 0 unchanged.\n")
+        format!(
+            "mode=apply-check dry_run=false\n{}Plan: 1 to change, 0 unchanged.\n",
+            demo_diff(&script)
+        )
     );
     assert_eq!(
         text(&out.stderr),
@@ -244,8 +259,12 @@ fn commands_are_recorded_not_run_in_a_dry_run() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(
         text(&out.stdout),
-        "true\n> would run: /usr/bin/systemctl restart x\n> would run: systemctl daemon-reload\n\
-         Plan: 0 to change, 0 unchanged, 2 actions.\n"
+        format!(
+            "> would run: /usr/bin/systemctl restart x  # {s}:1\ntrue\n\
+             > would run: systemctl daemon-reload  # {s}:3\n\
+             Plan: 0 to change, 0 unchanged, 2 actions.\n",
+            s = script.display()
+        )
     );
     // applied, the missing program is an error at its position
     let out = run_script(&script, root.path(), &["--apply"]);
@@ -417,7 +436,9 @@ fn package_dry_run_of_the_tuning_example() {
         "> would run: update-grub",
     ] {
         assert!(
-            stdout.lines().any(|l| l == line),
+            stdout
+                .lines()
+                .any(|l| l.split_once("  # ").map_or(l, |(l, _pos)| l) == line),
             "missing {line:?} in\n{stdout}"
         );
     }
@@ -504,17 +525,22 @@ fn package_dry_run_lists_bash_steps_and_shares_one_session() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(
         text(&out.stdout),
-        "second sees: hello\n\n\
-         ==> step first: first.rhai\n\
-         ~ create /etc/mixed/a.conf (mode 0644)\n\
-         --- /dev/null\n\
-         +++ b/etc/mixed/a.conf\n\
-         @@ -0,0 +1 @@\n\
-         +hello\n\
-         ==> step greet: greet.sh n1 x\n\
-         > would run: greet.sh n1 x\n\
-         ==> step second: second.rhai\n\
-         Plan: 1 to change, 0 unchanged, 1 action.\n"
+        format!(
+            "==> step first: first.rhai\n\
+             + mkdir /etc\n\
+             + mkdir /etc/mixed\n\
+             ~ create /etc/mixed/a.conf (mode 0644)  # {}:1\n\
+             --- /dev/null\n\
+             +++ b/etc/mixed/a.conf\n\
+             @@ -0,0 +1 @@\n\
+             +hello\n\
+             ==> step greet: greet.sh n1 x\n\
+             > would run: greet.sh n1 x\n\
+             ==> step second: second.rhai\n\
+             second sees: hello\n\n\
+             Plan: 1 to change, 0 unchanged, 1 action.\n",
+            pkg.path().join("skyhook_dir/first.rhai").display()
+        )
     );
     assert_eq!(tree(root.path()), before);
 

@@ -21,8 +21,9 @@ use serde_json::{Value, json};
 use skyhook::agent::console::Console;
 use skyhook::agent::error::AgentError;
 use skyhook::host::ExecMode;
-use skyhook::local::{LocalError, PackageRun, ScriptRun};
+use skyhook::local::{LocalError, PackageRun, ScriptRun, error_json, script_error_json};
 use skyhook::package::Mode;
+use skyhook::script::host_api::Capture;
 use skyhook::script::{Limits, ScriptEngine, ScriptOutput, StdioOutput, compile_step};
 
 /// Done: the run succeeded (a dry run: whatever it plans, unless --detailed-exitcode).
@@ -36,12 +37,16 @@ const AFTER_HELP: &str = "\
 Dry run (the default):
   The script runs for real, but every change goes to a plan instead of the host: reads see
   the planned writes, commands are recorded and not run (unless marked read_only, e.g.
-  query()), step.dry_run is true. Nothing under --root changes. The plan lists each change
-  (`~`, with a unified diff for file contents and mode/owner changes), each action
-  (`> would run:`: commands, service restarts, daemon-reload, update-grub), each interrupt
-  (`!`) and ends with the summary line, e.g.
+  query()), step.dry_run is true. Nothing under --root changes. The plan lists, in the
+  order they happened, each change (`~`, with a unified diff for file contents and
+  mode/owner changes, after a `+ mkdir DIR` line for each directory it creates; guarded
+  commands such as run(argv, #{creates: path}) are changes too), each action
+  (`> would run:`: unguarded commands, service restarts, daemon-reload, update-grub), each
+  interrupt (`!`) and the script's stdout (print, log::info); each change, action and
+  interrupt ends with `  # file:line`, the script line that made it. The summary line ends it:
       Plan: 2 to change, 5 unchanged, 1 action.
-  --apply makes the changes and prints what changed (`Apply: 2 changed, 5 unchanged.`).
+  --apply makes the changes and prints what changed (`Apply: 2 changed, 5 unchanged.`);
+  --apply --diff also shows the diffs of file contents, as the plan does.
   A *-check mode (--mode apply-check) runs the script as a check: what it would change is
   drift, listed the same way, and the run fails (exit 1) when there is any.
 
@@ -55,11 +60,15 @@ Step context and environment:
   for a script in a package's skyhook_dir/, from the package's configmaps/ folder.
 
 Output:
-  Script output (print, debug, log::) goes to stdout and stderr with secrets redacted, the
-  plan after it on stdout. Errors are `file:line:col: message` on stderr. With --output json
-  stdout holds exactly one JSON document: the report (mode, changes, actions, unchanged,
-  interrupts, summary) plus ok, return_code, error, drift and exit_code; script output then
-  goes to stderr.
+  Script output (print, debug, log::) goes to stdout and stderr with secrets redacted. In a
+  dry run the stdout output is part of the plan, in order (and each package step's under its
+  `==> step` header); stderr output is written as it happens. Errors are
+  `file:line:col: message` on stderr. With --output json stdout holds exactly one JSON
+  document, specified by docs/plan.schema.json: the report (mode, changes, actions,
+  unchanged, interrupts, summary, counts, items: the ordered list with positions, content
+  hashes, diffs and the script's output) plus ok, return_code, error, errors
+  ([{file, line, column, message}]), drift and exit_code; script output then goes to
+  stderr (and into the items).
 
 Packages (--package DIR --mode MODE):
   DIR holds config.json, skyhook_dir/ and usually configmaps/ (--configmaps replaces it).
@@ -128,6 +137,11 @@ struct Cli {
     /// Make the changes (default: a dry run that changes nothing).
     #[arg(long)]
     apply: bool,
+
+    /// With --apply (one script): show the unified diff of each file content change, as a
+    /// dry run does.
+    #[arg(long, requires = "apply")]
+    diff: bool,
 
     /// The step's mode (step.mode): apply, config, uninstall, upgrade, post-interrupt or a
     /// *-check mode, which checks (drift fails). Default for a script: apply.
@@ -247,7 +261,17 @@ fn run(cli: &Cli) -> u8 {
     } else {
         Arc::new(StdioOutput)
     };
+    // Output in the report's ordered list: all of it in JSON; in a text plan stdout is
+    // rendered by the plan, in order; an applied text run prints it live.
+    let capture = match (json, cli.apply) {
+        (true, _) => Some(Capture::Record),
+        (false, false) => Some(Capture::StdoutInPlan),
+        (false, true) => None,
+    };
     match &cli.package {
+        Some(_) if cli.diff => {
+            usage("--diff shows the diffs of one script; --package --apply runs the agent flow")
+        }
         Some(dir) => {
             let run = PackageRun {
                 dir: dir.clone(),
@@ -255,6 +279,7 @@ fn run(cli: &Cli) -> u8 {
                 mode,
                 configmaps: cli.configmaps.clone(),
                 env,
+                capture,
             };
             if cli.apply {
                 package_apply(&run, json)
@@ -275,6 +300,8 @@ fn run(cli: &Cli) -> u8 {
                 env,
                 args: cli.args.clone(),
                 cancel: skyhook::process::Cancel::new(),
+                capture,
+                diffs: cli.diff,
             };
             script_run(&run, &engine, output, json, cli.detailed_exitcode)
         }
@@ -292,7 +319,13 @@ fn fail(json: bool, e: &LocalError) -> u8 {
     let code = u8::try_from(e.exit_code()).unwrap_or(EXIT_ERROR);
     eprintln!("{message}");
     if json {
-        print_json(&json!({"ok": false, "error": message, "exit_code": code}));
+        let errors = match e {
+            LocalError::Compile(c) | LocalError::Agent(AgentError::Compile(c)) => {
+                vec![script_error_json(c)]
+            }
+            _ => vec![error_json(&message)],
+        };
+        print_json(&json!({"ok": false, "error": message, "errors": errors, "exit_code": code}));
     }
     code
 }
@@ -351,6 +384,12 @@ fn script_run(
             m.insert("script".into(), run.script.display().to_string().into());
             m.insert("step_mode".into(), run.mode.as_str().into());
             m.insert("exit_code".into(), code.into());
+            let errors: Vec<Value> = outcome
+                .error
+                .iter()
+                .map(|e| error_json(&redactor.redact(e)))
+                .collect();
+            m.insert("errors".into(), Value::Array(errors));
         }
         print_json(&v);
     } else {

@@ -26,6 +26,18 @@
 //! In plan and check mode a command that is not `read_only` is handed to the executor as an
 //! [`Effect::Command`] action and not executed; it returns [`CmdOutput::planned`].
 //!
+//! # Guarded commands
+//!
+//! A command with [`RunOptions::guards`] (`#{creates: path}`, `#{removes: path}`,
+//! `#{unless: argv}`, `#{onlyif: argv}`, as Ansible's `command` module and Puppet's `exec`)
+//! is a *change*: its guards are evaluated first, in every mode (a path through the session's
+//! view, so a planned write counts; a guard command executed like a query, chrooted like the
+//! command, with its `env`, `cwd` and `timeout`). When any guard says the work is done
+//! (`creates` exists, `removes` is missing, `unless` exits 0, `onlyif` exits non-zero) the
+//! command is skipped, counted unchanged and returns [`CmdOutput::skipped`]; otherwise it is
+//! submitted as an [`Effect::GuardedCommand`]: run in apply, recorded as a change in plan,
+//! drift in a check.
+//!
 //! [`HostOptions::commands_chrooted`]: crate::host::HostOptions::commands_chrooted
 //! [`HostOptions::cancel`]: crate::host::HostOptions::cancel
 
@@ -84,6 +96,43 @@ impl std::fmt::Debug for StreamTo {
     }
 }
 
+/// One idempotence guard of a command (see the module docs): the work is *done* when the
+/// guard says so, and the command is then skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Guard {
+    /// Done when this host path exists (`#{creates: path}`).
+    Creates(String),
+    /// Done when this host path does not exist (`#{removes: path}`).
+    Removes(String),
+    /// Done when this command exits 0 (`#{unless: argv}`).
+    Unless(Vec<String>),
+    /// Done when this command exits non-zero (`#{onlyif: argv}`).
+    Onlyif(Vec<String>),
+}
+
+impl Guard {
+    /// `creates /path`, `unless id gpuops`, ... (as summaries show it).
+    pub fn text(&self) -> String {
+        match self {
+            Guard::Creates(p) => format!("creates {p}"),
+            Guard::Removes(p) => format!("removes {p}"),
+            Guard::Unless(a) => format!("unless {}", quote_argv(a)),
+            Guard::Onlyif(a) => format!("onlyif {}", quote_argv(a)),
+        }
+    }
+}
+
+/// The summary of a guarded command: `run: useradd gpuops (unless id gpuops)`, or for
+/// `sh(script)` (`/bin/bash -c script`) `sh: <script> (...)`.
+pub fn guarded_summary(argv: &[String], guards: &[Guard]) -> String {
+    let what = match argv {
+        [bash, c, script] if bash == "/bin/bash" && c == "-c" => format!("sh: {script}"),
+        _ => format!("run: {}", quote_argv(argv)),
+    };
+    let g: Vec<String> = guards.iter().map(Guard::text).collect();
+    format!("{what} ({})", g.join(", "))
+}
+
 /// Options of `run(argv, #{...})`.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -104,6 +153,8 @@ pub struct RunOptions {
     /// last [`STREAM_CAPTURE_LIMIT`] bytes of each. A command that is not executed (plan and
     /// check mode, not `read_only`) streams nothing.
     pub stream: Option<StreamTo>,
+    /// Idempotence guards (module docs); not empty: the command is a change.
+    pub guards: Vec<Guard>,
 }
 
 /// The result of a command (`#{code, stdout, stderr, ok, planned}` in scripts).
@@ -122,6 +173,8 @@ pub struct CmdOutput {
     pub ok: bool,
     /// True when the command was recorded, not executed (plan/check mode).
     pub planned: bool,
+    /// True when a guard said the work was done and the command did not run.
+    pub skipped: bool,
 }
 
 impl CmdOutput {
@@ -134,6 +187,17 @@ impl CmdOutput {
             stderr: String::new(),
             ok: true,
             planned: true,
+            skipped: false,
+        }
+    }
+
+    /// The result of a guarded command whose guard said it is done:
+    /// `#{code: 0, stdout: "", stderr: "", ok: true, skipped: true}`.
+    pub fn skipped() -> Self {
+        CmdOutput {
+            planned: false,
+            skipped: true,
+            ..CmdOutput::planned()
         }
     }
 }
@@ -155,11 +219,65 @@ pub fn run(h: &mut Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput
     if opts.read_only {
         return exec(h, argv, opts);
     }
+    if !opts.guards.is_empty() {
+        if guards_say_done(h, opts)? {
+            h.note_unchanged();
+            return Ok(CmdOutput::skipped());
+        }
+        let out = h.submit(Effect::GuardedCommand {
+            argv: argv.to_vec(),
+            opts: opts.clone(),
+        })?;
+        return Ok(out.unwrap_or_else(CmdOutput::planned));
+    }
     let out = h.submit(Effect::Command {
         argv: argv.to_vec(),
         opts: opts.clone(),
     })?;
     Ok(out.unwrap_or_else(CmdOutput::planned))
+}
+
+/// Whether any guard of `opts` says the work is done (module docs). Guard commands run as
+/// queries with the command's `env`, `cwd` and `timeout` (no input, no streaming, no
+/// `check`).
+///
+/// # Errors
+/// An empty guard argv, a guard path that cannot be resolved, a guard command that cannot
+/// run (as [`run`]).
+fn guards_say_done(h: &Host, opts: &RunOptions) -> Result<bool> {
+    let query = RunOptions {
+        check: false,
+        input: None,
+        env: opts.env.clone(),
+        cwd: opts.cwd.clone(),
+        timeout: opts.timeout,
+        read_only: true,
+        stream: None,
+        guards: Vec::new(),
+    };
+    for g in &opts.guards {
+        let done = match g {
+            Guard::Creates(p) | Guard::Removes(p) => {
+                let path = crate::host::fs::host_path(p)?;
+                let exists = h.view_stat(&path, true)?.is_some();
+                exists == matches!(g, Guard::Creates(_))
+            }
+            Guard::Unless(argv) | Guard::Onlyif(argv) => {
+                if argv.is_empty() || argv[0].is_empty() {
+                    return Err(HostError::Invalid {
+                        what: "guard",
+                        message: format!("{} needs at least a program name", g.text()),
+                    });
+                }
+                let ok = exec(h, argv, &query)?.ok;
+                ok == matches!(g, Guard::Unless(_))
+            }
+        };
+        if done {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// `query(argv, opts)`: [`run`] with `read_only: true` (executed in every mode).
@@ -377,6 +495,7 @@ pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOu
         stderr: sink.stderr.into_string(),
         ok: code == 0,
         planned: false,
+        skipped: false,
     };
     if opts.check && !out.ok {
         return Err(HostError::CommandFailed {

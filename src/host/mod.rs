@@ -14,6 +14,7 @@
 //! | [`session`] | [`Host`], [`HostOptions`], the view and the executor dispatch |
 //! | [`effect`] | [`effect::Effect`] and its parts |
 //! | [`deferred`] | records of deferred work that failed, rerun by the next session |
+//! | [`digest`] | SHA-256 content hashes for reports |
 //! | `apply`, `plan` | the executors (private) |
 //! | [`report`] | [`Report`], [`ExecMode`] |
 //! | [`fs`], [`cmd`], [`service`], [`pkg`], [`os`], [`tuning`], [`interrupt`] | the API areas |
@@ -23,6 +24,7 @@ mod apply;
 pub mod cmd;
 pub mod config;
 pub mod deferred;
+pub mod digest;
 pub mod effect;
 pub mod error;
 pub mod fs;
@@ -44,5 +46,5 @@ pub(crate) mod testutil;
 
 pub use error::HostError;
 pub use plan::render_diff;
-pub use report::{ExecMode, Report};
+pub use report::{ExecMode, Position, Report};
 pub use session::{Host, HostOptions, Stat};

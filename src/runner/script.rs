@@ -269,15 +269,8 @@ impl ScriptRunner {
         let mut interrupts = Vec::new();
         let report = match api.finish() {
             Ok(report) => {
-                let drift = report.drift();
-                if !drift.is_empty() {
-                    let mut text = format!(
-                        "drift: {} pending change(s), the host is not in the state this script describes:\n",
-                        drift.len()
-                    );
-                    for change in drift {
-                        text.push_str(&format!("  ~ {}\n", change.summary));
-                    }
+                if !report.drift().is_empty() {
+                    let text = report.render_drift(&inv.redactor);
                     ScriptOutput::stderr(&*output, text.as_bytes());
                     ok = false;
                     if status == 0 {

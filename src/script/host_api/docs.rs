@@ -19,7 +19,7 @@ pub enum Modes {
     /// Done every time it is called: run in apply, recorded in plan and check, never drift.
     Action,
     /// A command: run in apply; in plan and check recorded as an action and not run, unless
-    /// `read_only`.
+    /// `read_only`; with a guard (`creates`, `removes`, `unless`, `onlyif`) a change.
     Command,
     /// A read-only command: run in every mode.
     ReadOnlyCommand,
@@ -37,7 +37,9 @@ impl Modes {
             Modes::Query => "query: runs in every mode; sees planned changes",
             Modes::Change => "change: apply performs; plan records (diff); check: drift",
             Modes::Action => "action: apply runs; plan/check record; never drift",
-            Modes::Command => "apply runs; plan/check record as action (unless `read_only`)",
+            Modes::Command => {
+                "apply runs; plan/check record as action (unless `read_only`); guarded: a change (skipped when done, drift in check)"
+            }
             Modes::ReadOnlyCommand => "query: runs in every mode",
             Modes::Interrupt => "recorded in every mode; the agent runs it after the step",
             Modes::Context => "same in every mode",
@@ -137,7 +139,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[ARGV, OPTS],
         "Map",
         Command,
-        "As `run(argv)` with `#{check, input, env, cwd, timeout, read_only, stream}`: `check` throws on a non-zero code (command and stderr tail), `timeout` in seconds kills the process group (default and cap: what remains of the step's deadline), `read_only` marks a query, `stream: true` writes the command's stdout and stderr to the step's as they arrive (the agent's logs timestamp each chunk; nothing when the command is only planned) and keeps only the last 64 KiB of each in the result.",
+        "As `run(argv)` with `#{check, input, env, cwd, timeout, read_only, stream}`: `check` throws on a non-zero code (command and stderr tail), `timeout` in seconds kills the process group (default and cap: what remains of the step's deadline), `read_only` marks a query, `stream: true` writes the command's stdout and stderr to the step's as they arrive (the agent's logs timestamp each chunk; nothing when the command is only planned) and keeps only the last 64 KiB of each in the result. Guards make the command a change: `creates: path` (done when the path exists), `removes: path` (done when it does not), `unless: argv` (done when that command exits 0), `onlyif: argv` (done when it exits non-zero). Guards are queries, evaluated in every mode (chrooted like the command, with its `env`, `cwd`, `timeout`); when one says done the command is skipped, counted unchanged and returns `skipped: true`; otherwise it runs (apply), is planned as a change `run: useradd gpuops (unless id gpuops)` (plan) or is drift (check).",
     ),
     f(
         "",
@@ -169,7 +171,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[("script", "String"), OPTS],
         "Map",
         Command,
-        "`run([\"/bin/bash\", \"-c\", script], opts)`.",
+        "`run([\"/bin/bash\", \"-c\", script], opts)`, guards included (summary `sh: <script> (creates /path)`).",
     ),
     f(
         "",
@@ -822,10 +824,16 @@ apply script: what would change is drift, and the check fails).
 - **Changes and actions.** A *change* brings the host to a desired state and happens only
   when the state differs. An *action* (`service::restart`, `run`, `sh`, ...) happens every
   time it is called; it is never drift. Make an action depend on a change:
-  `if fs::write(p, text) { service::restart(\"x\"); }`.
+  `if fs::write(p, text) { service::restart(\"x\"); }`. A command with a guard is a change:
+  `run([\"useradd\", \"gpuops\"], #{unless: [\"id\", \"gpuops\"]})` runs only while
+  `id gpuops` fails, and a check reports it as drift until then.
 - **A plan is the same code path.** In plan and check mode mutations are recorded instead of
   performed, and later reads see them, so a script that writes and then reads behaves the
   same. Commands are recorded, not run, unless marked `read_only` (or run with `query`).
+  A plan lists, per step and in the order they happened, the changes (with the directories
+  a write creates, `+ mkdir /etc/motd.d`), actions, interrupts and the script's output, each
+  change and action with the `file:line` of the call that made it; `--output json` follows
+  `docs/plan.schema.json`.
 - **Errors are script errors** at the call's `file:line:col`, naming the path or command,
   and they can be caught with `try`/`catch`. An uncaught one fails the step.
 - **Deferred work is never lost.** A changed `service::drop_in` schedules one
