@@ -344,6 +344,17 @@ fn usage_errors_exit_1() {
         vec!["x.rhai", "--root", r, "--mode", "nosuchmode"],
         vec!["x.rhai", "--root", r, "--env", "NOEQUALS"],
         vec!["x.rhai", "--root", r, "--output", "yaml"],
+        vec!["x.rhai", "--root", r, "--diff"],
+        vec![
+            "--package",
+            "examples/tuning",
+            "--mode",
+            "config",
+            "--root",
+            r,
+            "--apply",
+            "--diff",
+        ],
         vec!["--package", "examples/tuning", "--root", r],
         vec![
             "x.rhai",
@@ -633,4 +644,320 @@ fn package_apply_runs_the_agent_flow_chrooted() {
         stdout.ends_with("Plan: 0 to change, 0 unchanged.\n"),
         "{stdout}"
     );
+}
+
+/// `docs/plan.schema.json`, compiled (draft 2020-12, local references only).
+fn plan_schema() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(manifest("docs/plan.schema.json")).unwrap();
+    let schema: Value = serde_json::from_str(&text).unwrap();
+    jsonschema::draft202012::options().build(&schema).unwrap()
+}
+
+/// Parse stdout as one JSON document and validate it against the plan schema.
+fn valid_json(out: &Output) -> Value {
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let errors: Vec<String> = plan_schema()
+        .iter_errors(&v)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}\n{v:#}");
+    v
+}
+
+/// Writes (one into a missing directory), an unguarded and a guarded command, prints and
+/// log lines, interleaved.
+const INTERLEAVED: &str = "print(\"start\");\n\
+    fs::write(\"/etc/motd.d/10-gpu\", \"hello\\n\");\n\
+    run([\"/usr/sbin/useradd\", \"gpuops\"], #{creates: \"/home/gpuops\"});\n\
+    log::info(\"between\");\n\
+    debug(\"to stderr\");\n\
+    run([\"/usr/bin/systemctl\", \"restart\", \"x\"]);\n\
+    fs::write(\"/etc/demo.conf\", \"a=2\\n\");\n\
+    print(\"end\");\n";
+
+#[test]
+fn a_plan_lists_everything_in_order_with_positions() {
+    let root = demo_root();
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(dir.path(), "s.rhai", INTERLEAVED);
+    let before = tree(root.path());
+    let out = run_script(&script, root.path(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "start\n\
+             + mkdir /etc/motd.d\n\
+             ~ create /etc/motd.d/10-gpu (mode 0644)  # {s}:2\n\
+             --- /dev/null\n\
+             +++ b/etc/motd.d/10-gpu\n\
+             @@ -0,0 +1 @@\n\
+             +hello\n\
+             ~ run: /usr/sbin/useradd gpuops (creates /home/gpuops)  # {s}:3\n\
+             INFO: between\n\
+             > would run: /usr/bin/systemctl restart x  # {s}:6\n\
+             ~ update /etc/demo.conf  # {s}:7\n\
+             --- a/etc/demo.conf\n\
+             +++ b/etc/demo.conf\n\
+             @@ -1 +1 @@\n\
+             -a=1\n\
+             +a=2\n\
+             end\n\
+             Plan: 3 to change, 0 unchanged, 1 action.\n",
+            s = script.display()
+        )
+    );
+    // stderr output is written as it happens, not into the text plan
+    assert_eq!(text(&out.stderr), "to stderr\n");
+    assert_eq!(tree(root.path()), before);
+
+    // the guard says done: skipped and unchanged
+    write(root.path(), "home/gpuops/.keep", "");
+    let out = run_script(&script, root.path(), &[]);
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("useradd"), "{stdout}");
+    assert!(
+        stdout.ends_with("\nPlan: 2 to change, 1 unchanged, 1 action.\n"),
+        "{stdout}"
+    );
+    std::fs::remove_dir_all(root.path().join("home")).unwrap();
+
+    // a check: the guarded command that would run is drift, like the writes
+    let out = run_script(&script, root.path(), &["--mode", "apply-check"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("skyhook-run: drift: 3 pending change(s)"),
+        "{out:?}"
+    );
+
+    // JSON: the same order, every stream, positions, hashes, diffs, counts
+    let out = run_script(&script, root.path(), &["--output", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = valid_json(&out);
+    let items = v["items"].as_array().unwrap();
+    let shape: Vec<String> = items
+        .iter()
+        .map(|i| match i["item"].as_str().unwrap() {
+            "output" => format!(
+                "{} {:?}",
+                i["stream"].as_str().unwrap(),
+                i["text"].as_str().unwrap()
+            ),
+            other => format!(
+                "{other} {} line {}",
+                i["kind"].as_str().unwrap(),
+                i["position"]["line"]
+            ),
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            "stdout \"start\\n\"",
+            "change write line 2",
+            "change guarded_command line 3",
+            "stdout \"INFO: between\\n\"",
+            "stderr \"to stderr\\n\"",
+            "action command line 6",
+            "change write line 7",
+            "stdout \"end\\n\"",
+        ]
+    );
+    let script_file = script.display().to_string();
+    assert_eq!(items[1]["position"]["file"], script_file.as_str());
+    assert_eq!(items[1]["path"], "/etc/motd.d/10-gpu");
+    assert_eq!(items[1]["mkdir"], serde_json::json!(["/etc/motd.d"]));
+    assert_eq!(items[1]["before"], Value::Null);
+    assert_eq!(items[2]["command"], "/usr/sbin/useradd gpuops");
+    assert_eq!(items[2]["path"], Value::Null);
+    assert_eq!(items[5]["command"], "/usr/bin/systemctl restart x");
+    assert_eq!(
+        items[6]["before"],
+        format!("sha256:{}", sha256_hex("a=1\n"))
+    );
+    assert_eq!(items[6]["after"], format!("sha256:{}", sha256_hex("a=2\n")));
+    assert_eq!(
+        items[6]["diff"],
+        "--- a/etc/demo.conf\n+++ b/etc/demo.conf\n@@ -1 +1 @@\n-a=1\n+a=2\n"
+    );
+    assert_eq!(
+        v["counts"],
+        serde_json::json!({"changes": 3, "unchanged": 0, "actions": 1, "interrupts": 0})
+    );
+    assert_eq!(v["errors"], serde_json::json!([]));
+}
+
+/// SHA-256 of `s` in hex, from the machine's `sha256sum` (an independent implementation).
+fn sha256_hex(s: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    text(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn apply_with_diff_shows_the_plans_diffs() {
+    let root = demo_root();
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    let planned = run_script(&script, root.path(), &[]);
+    let out = run_script(&script, root.path(), &["--apply", "--diff"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "mode=apply dry_run=false\n{}Apply: 1 changed, 0 unchanged.\n",
+            demo_diff(&script)
+        )
+    );
+    // the same diff lines as the dry run printed
+    let diff_of = |o: &Output| -> Vec<String> {
+        text(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with(['-', '+', '@', '~']))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(diff_of(&out), diff_of(&planned));
+    assert_eq!(
+        std::fs::read(root.path().join("etc/demo.conf")).unwrap(),
+        b"a=2\n"
+    );
+    // JSON of an applied run carries the diff too
+    std::fs::write(root.path().join("etc/demo.conf"), "a=1\n").unwrap();
+    let out = run_script(
+        &script,
+        root.path(),
+        &["--apply", "--diff", "--output", "json"],
+    );
+    let v = valid_json(&out);
+    assert_eq!(v["mode"], "apply");
+    assert_eq!(
+        v["items"][1]["diff"],
+        "--- a/etc/demo.conf\n+++ b/etc/demo.conf\n@@ -1 +1 @@\n-a=1\n+a=2\n"
+    );
+}
+
+#[test]
+fn the_json_schema_holds_for_real_plans() {
+    // a script: plan, check with drift, apply
+    let root = demo_root();
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    for args in [
+        vec!["--output", "json"],
+        vec!["--output", "json", "--mode", "apply-check"],
+        vec!["--output", "json", "--apply"],
+    ] {
+        let out = run_script(&script, root.path(), &args);
+        let v = valid_json(&out);
+        assert_eq!(v["script"], script.display().to_string(), "{args:?}");
+    }
+    // the schema is not vacuous: a plan missing its counts, or with a position on line 0,
+    // or an item of an unknown kind, is rejected
+    std::fs::write(root.path().join("etc/demo.conf"), "a=1\n").unwrap();
+    let out = run_script(&script, root.path(), &["--output", "json"]);
+    let good = valid_json(&out);
+    let schema = plan_schema();
+    let mut bad = good.clone();
+    bad.as_object_mut().unwrap().remove("counts");
+    assert!(!schema.is_valid(&bad));
+    let mut bad = good.clone();
+    bad["items"][1]["position"]["line"] = 0.into();
+    assert!(!schema.is_valid(&bad));
+    let mut bad = good;
+    bad["items"][1]["item"] = "surprise".into();
+    assert!(!schema.is_valid(&bad));
+    // a runtime error: {file, line, column, message}
+    let failing = write(
+        dir.path(),
+        "fails.rhai",
+        "print(\"x\");\nfs::write(\"relative\", \"y\");\n",
+    );
+    let v = valid_json(&run_script(&failing, root.path(), &["--output", "json"]));
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["errors"][0]["file"], failing.display().to_string());
+    assert_eq!(v["errors"][0]["line"], 2);
+    assert_eq!(v["errors"][0]["column"], 5);
+    assert!(
+        v["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("fs::write: "),
+        "{v:#}"
+    );
+    // a compile error: the failure document
+    let syntax = write(dir.path(), "syntax.rhai", "let x = ;\n");
+    let v = valid_json(&run_script(&syntax, root.path(), &["--output", "json"]));
+    assert_eq!(
+        v["errors"],
+        serde_json::json!([{"file": syntax.display().to_string(), "line": 1, "column": 9,
+            "message": "Unexpected ';'"}])
+    );
+    // packages: the tuning example (stdlib positions), a mixed one with a process step,
+    // and the same failing on a missing env: variable
+    let out = skyhook_run()
+        .arg("--package")
+        .arg(manifest("examples/tuning"))
+        .args(["--mode", "config", "--output", "json", "--root"])
+        .arg(tuning_root().path())
+        .output()
+        .unwrap();
+    let v = valid_json(&out);
+    let first = &v["steps"][0]["result"]["items"][0];
+    assert_eq!(first["item"], "change");
+    assert!(
+        first["position"]["file"]
+            .as_str()
+            .unwrap()
+            .starts_with("stdlib/"),
+        "{first:#}"
+    );
+    let pkg = tempfile::tempdir().unwrap();
+    mixed_package(pkg.path());
+    let empty = tempfile::tempdir().unwrap();
+    for env in [vec!["--env", "NODE_NAME=n1"], vec![]] {
+        let out = skyhook_run()
+            .arg("--package")
+            .arg(pkg.path())
+            .args(["--mode", "apply", "--output", "json", "--root"])
+            .arg(empty.path())
+            .args(&env)
+            .output()
+            .unwrap();
+        let v = valid_json(&out);
+        let kinds: Vec<&str> = v["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["kind"].as_str().unwrap())
+            .collect();
+        let expected: &[&str] = if env.is_empty() {
+            &["rhai", "failed", "not_run"]
+        } else {
+            &["rhai", "process", "rhai"]
+        };
+        assert_eq!(kinds, expected);
+    }
+    // a package that does not load: the failure document
+    let bad = tempfile::tempdir().unwrap();
+    write(bad.path(), "config.json", "{}");
+    let out = skyhook_run()
+        .arg("--package")
+        .arg(bad.path())
+        .args(["--mode", "apply", "--output", "json", "--root"])
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    let v = valid_json(&out);
+    assert_eq!(v["ok"], false);
 }
