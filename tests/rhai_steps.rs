@@ -35,7 +35,18 @@ fn rhai_apply_then_check_from_the_same_script() {
     r.code(1)
         .has_line("apply-check apply.rhai ['x'] [0] Idempotence.Auto True")
         .has_line_ending("FAILED: apply.rhai x 1");
-    assert!(r.stderr.contains("~ create /etc/demo.conf"), "{}", r.stderr);
+    // the drift log lists each drifted change once, with its position and diff
+    assert_eq!(
+        r.stderr
+            .matches("~ create /etc/demo.conf (mode 0644)  # ")
+            .count(),
+        1,
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("apply.rhai:3\n"), "{}", r.stderr);
+    assert!(r.stderr.contains("  +++ b/etc/demo.conf\n"), "{}", r.stderr);
+    assert!(r.stderr.contains("  +k=v\n"), "{}", r.stderr);
     assert!(!fr.exists("/etc/demo.conf"));
     assert_eq!(fr.read("/t/state/flags/check_results"), "apply.rhai True");
 

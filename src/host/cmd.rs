@@ -630,4 +630,158 @@ mod tests {
         c.push(&[b'z'; 100]);
         assert_eq!(c.into_string().len(), 100);
     }
+
+    fn argv(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    /// A chrooted root with `/bin/sh`, a `useradd` stub appending to `/users` and an `id`
+    /// stub that succeeds for a listed user.
+    fn users_root() -> TestHost {
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub("useradd", "echo \"$1\" >> /users");
+        t.stub(
+            "id",
+            "[ -e /users ] || exit 1\nwhile read u; do [ \"$u\" = \"$1\" ] && exit 0; done < /users\nexit 1",
+        );
+        t
+    }
+
+    fn useradd(h: &mut Host) -> CmdOutput {
+        run(
+            h,
+            &argv(&["useradd", "gpuops"]),
+            &RunOptions {
+                guards: vec![Guard::Unless(argv(&["id", "gpuops"]))],
+                ..RunOptions::default()
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_guarded_command_is_a_change_in_every_mode() {
+        let t = users_root();
+        let summary = "run: useradd gpuops (unless id gpuops)";
+
+        // Plan: the guard (a query) runs, the command does not; a change.
+        let mut h = t.host(ExecMode::Plan);
+        assert_eq!(useradd(&mut h), CmdOutput::planned());
+        let rep = h.finish().unwrap();
+        assert_eq!(t.calls(), ["id gpuops"]);
+        assert!(!t.p("/users").exists());
+        assert_eq!(rep.changes.len(), 1);
+        assert_eq!(rep.changes[0].kind, "guarded_command");
+        assert_eq!(rep.changes[0].summary, summary);
+        assert!(rep.actions.is_empty());
+        assert_eq!(rep.summary(), "Plan: 1 to change, 0 unchanged.");
+
+        // Check: drift while the guard says not done.
+        t.clear_calls();
+        let mut h = t.host(ExecMode::Check);
+        useradd(&mut h);
+        let rep = h.finish().unwrap();
+        assert_eq!(rep.drift().len(), 1);
+        assert_eq!(rep.drift()[0].summary, summary);
+        assert_eq!(t.calls(), ["id gpuops"]);
+
+        // Apply: runs, counted as a change.
+        t.clear_calls();
+        let mut h = t.host(ExecMode::Apply);
+        let out = useradd(&mut h);
+        assert!(out.ok && !out.planned && !out.skipped, "{out:?}");
+        assert_eq!(h.changed(), 1);
+        let rep = h.finish().unwrap();
+        assert_eq!(rep.summary(), "Apply: 1 changed, 0 unchanged.");
+        assert_eq!(t.calls(), ["id gpuops", "useradd gpuops"]);
+        assert_eq!(t.read("/users"), "gpuops\n");
+
+        // Done now: skipped and unchanged in apply, plan and check; no drift.
+        for mode in [ExecMode::Apply, ExecMode::Plan, ExecMode::Check] {
+            t.clear_calls();
+            let mut h = t.host(mode);
+            assert_eq!(useradd(&mut h), CmdOutput::skipped());
+            let rep = h.finish().unwrap();
+            assert!(rep.changes.is_empty() && rep.actions.is_empty(), "{rep:?}");
+            assert_eq!(rep.unchanged, 1);
+            assert!(rep.drift().is_empty());
+            assert_eq!(t.calls(), ["id gpuops"], "{mode:?}");
+        }
+        assert_eq!(t.read("/users"), "gpuops\n");
+    }
+
+    #[test]
+    fn path_guards_onlyif_and_summaries() {
+        let t = users_root();
+        let make = |h: &mut Host, guards: Vec<Guard>| {
+            run(
+                h,
+                &argv(&["/bin/sh", "-c", "echo x > /made"]),
+                &RunOptions {
+                    guards,
+                    ..RunOptions::default()
+                },
+            )
+            .unwrap()
+        };
+        let creates = || vec![Guard::Creates("/made".into())];
+        let mut h = t.host(ExecMode::Plan);
+        make(&mut h, creates());
+        // a planned write satisfies a later `creates` of the same session
+        crate::host::fs::write(&mut h, "/made", "planned\n", &Default::default()).unwrap();
+        assert_eq!(make(&mut h, creates()), CmdOutput::skipped());
+        let rep = h.finish().unwrap();
+        assert_eq!(
+            rep.changes[0].summary,
+            "run: /bin/sh -c 'echo x > /made' (creates /made)"
+        );
+        assert_eq!(rep.unchanged, 1);
+
+        let mut h = t.host(ExecMode::Apply);
+        assert!(make(&mut h, creates()).ok);
+        assert_eq!(t.read("/made"), "x\n");
+        assert_eq!(make(&mut h, creates()), CmdOutput::skipped());
+        // removes: done once the path is gone
+        let removes = || vec![Guard::Removes("/gone".into())];
+        assert_eq!(make(&mut h, removes()), CmdOutput::skipped());
+        // onlyif: done when the guard command fails; any guard saying done skips
+        let onlyif = |code: &str| Guard::Onlyif(argv(&["/bin/sh", "-c", &format!("exit {code}")]));
+        assert_eq!(make(&mut h, vec![onlyif("1")]), CmdOutput::skipped());
+        assert_eq!(
+            make(&mut h, vec![onlyif("0"), Guard::Creates("/made".into())]),
+            CmdOutput::skipped()
+        );
+        assert!(!make(&mut h, vec![onlyif("0")]).skipped);
+        let rep = h.finish().unwrap();
+        assert_eq!(rep.summary(), "Apply: 2 changed, 4 unchanged.");
+
+        // sh's summary names the script; guards are listed in order
+        assert_eq!(
+            guarded_summary(
+                &argv(&["/bin/bash", "-c", "mount /data"]),
+                &[
+                    Guard::Onlyif(argv(&["test", "-b", "/dev/sdb"])),
+                    Guard::Removes("/x y".into())
+                ]
+            ),
+            "sh: mount /data (onlyif test -b /dev/sdb, removes /x y)"
+        );
+
+        // a guard command that cannot run is the command's error
+        let mut h = t.host(ExecMode::Plan);
+        let e = run(
+            &mut h,
+            &argv(&["true"]),
+            &RunOptions {
+                guards: vec![Guard::Unless(argv(&["no-such-guard"]))],
+                ..RunOptions::default()
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "failed to run no-such-guard: program not found"
+        );
+    }
 }

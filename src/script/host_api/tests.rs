@@ -913,3 +913,104 @@ fn redacting_output_handles_secrets_and_characters_split_across_chunks() {
     // the held-back "top" is released when the output is dropped
     assert_eq!(capture.stderr_bytes(), b"ends with top");
 }
+
+/// A root with `/bin/sh` and `useradd`/`id` stubs over `/users`.
+fn users_root() -> TestHost {
+    let t = TestHost::new();
+    t.install_sh();
+    t.stub("useradd", "echo \"$1\" >> /users");
+    t.stub(
+        "id",
+        "[ -e /users ] || exit 1\nwhile read u; do [ \"$u\" = \"$1\" ] && exit 0; done < /users\nexit 1",
+    );
+    t
+}
+
+const GUARDED: &str = "print(\"before\");\n\
+    let r = run([\"useradd\", \"gpuops\"], #{unless: [\"id\", \"gpuops\"]});\n\
+    print(`skipped=${r.skipped ?? false} planned=${r.planned ?? false}`);\n\
+    sh(\"echo made > /made\", #{creates: \"/made\"});\n\
+    changed()\n";
+
+#[test]
+fn guarded_commands_through_rhai_in_plan_check_and_apply() {
+    let t = users_root();
+    let pos = |line: usize| {
+        Some(crate::host::Position {
+            file: "main.rhai".into(),
+            line,
+        })
+    };
+    let before = snapshot(&t);
+    let plan = run(&t, ExecMode::Plan, GUARDED).ok();
+    assert_eq!(snapshot(&t), before);
+    assert_eq!(plan.stdout(), "before\nskipped=false planned=true\n");
+    assert_eq!(plan.outcome.code, 2);
+    let summaries: Vec<(&str, &str, Option<crate::host::Position>)> = plan
+        .report
+        .changes
+        .iter()
+        .map(|c| (c.kind.as_str(), c.summary.as_str(), c.position.clone()))
+        .collect();
+    assert_eq!(
+        summaries,
+        [
+            (
+                "guarded_command",
+                "run: useradd gpuops (unless id gpuops)",
+                pos(2)
+            ),
+            (
+                "guarded_command",
+                "sh: echo made > /made (creates /made)",
+                pos(4)
+            ),
+        ]
+    );
+    let check = run(&t, ExecMode::Check, GUARDED).ok();
+    assert_eq!(check.report.drift().len(), 2);
+
+    // No bash in the test root: only the `run` can be applied; `sh` stays drift.
+    let apply = run(
+        &t,
+        ExecMode::Apply,
+        "run([\"useradd\", \"gpuops\"], #{unless: [\"id\", \"gpuops\"]}).ok",
+    )
+    .ok();
+    assert_eq!(apply.report.summary(), "Apply: 1 changed, 0 unchanged.");
+    assert_eq!(t.read("/users"), "gpuops\n");
+    t.file("/made", "made\n");
+    let check = run(&t, ExecMode::Check, GUARDED).ok();
+    assert!(check.report.drift().is_empty(), "{:?}", check.report);
+    assert_eq!(check.report.unchanged, 2);
+    assert_eq!(check.stdout(), "before\nskipped=true planned=false\n");
+    assert_eq!(check.outcome.code, 0);
+}
+
+#[test]
+fn guard_options_are_checked() {
+    let t = TestHost::new();
+    for (src, msg) in [
+        (
+            "run([\"true\"], #{creates: \"made\"})",
+            "run: option creates must be an absolute path, got \"made\"",
+        ),
+        (
+            "run([\"true\"], #{unless: \"id x\"})",
+            "run: option unless must be an argv array, got string",
+        ),
+        (
+            "run([\"true\"], #{onlyif: []})",
+            "run: option onlyif needs at least a program name",
+        ),
+        (
+            "run([\"true\"], #{creates: \"/x\", read_only: true})",
+            "run: a guarded command cannot be read_only (guards are for commands that change something)",
+        ),
+    ] {
+        let r = run(&t, ExecMode::Plan, src);
+        assert_eq!(r.error(), format!("main.rhai:1:1: {msg}"), "{src}");
+    }
+    let r = run(&t, ExecMode::Plan, "query([\"true\"], #{creates: \"/x\"})");
+    assert!(r.error().contains("creates"), "{}", r.error());
+}
