@@ -160,6 +160,7 @@ fn package_plan_includes_the_root_dir_overlay() {
             mode,
             configmaps: None,
             env: vec![("NODE_NAME".into(), "n1".into())],
+            skyhook_cr: None,
         }
         .plan(&engine, out.clone())
         .unwrap();

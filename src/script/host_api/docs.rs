@@ -39,7 +39,9 @@ impl Modes {
             Modes::Action => "action: apply runs; plan/check record; never drift",
             Modes::Command => "apply runs; plan/check record as action (unless `read_only`)",
             Modes::ReadOnlyCommand => "query: runs in every mode",
-            Modes::Interrupt => "recorded in every mode; the agent runs it after the step",
+            Modes::Interrupt => {
+                "declared in every mode, never run by the step; judged against the Skyhook CR"
+            }
             Modes::Context => "same in every mode",
         }
     }
@@ -658,7 +660,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[],
         "()",
         Interrupt,
-        "Reboot the node after the step succeeded (once per SKYHOOK_RESOURCE_ID).",
+        "Declare that the step's changes need a reboot: the step fails unless the package's Skyhook CR declares a reboot (`interrupt` or `configInterrupts`), which the operator then runs in its interrupt stage; post-interrupt-check fails until the boot id changed.",
     ),
     f(
         "interrupt",
@@ -666,7 +668,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[("names", "?")],
         "()",
         Interrupt,
-        "Restart a service or an array of services after the step succeeded.",
+        "Declare that a service (or an array of services) must be restarted: the step fails unless the CR declares it (`type: service` with those units, `restartAllServices` or a reboot).",
     ),
     f(
         "interrupt",
@@ -784,7 +786,7 @@ pub const NAMESPACES: &[(&str, &str, &str)] = &[
     (
         "interrupt",
         "Interrupts — `interrupt::`",
-        "The same commands and once-per-resource markers as the agent's `interrupt` mode; run after the step has succeeded and its flag is written, never in the middle of it.",
+        "A step never interrupts the node itself: the operator cordons and drains a node only for packages whose Skyhook CR declares an `interrupt` (or `configInterrupts`). After the step succeeded, each request is compared with the package's entry in `SKYHOOK_DIR/node-metadata/packages.json` (`skyhook-run`: `--skyhook-cr FILE`): declared → one line saying the operator runs it; not declared → the step fails with the CR lines to add; no node metadata → a warning. Restarting a service as part of ordinary work is `service::restart`, an action.",
     ),
     (
         "config",
