@@ -15,6 +15,8 @@
 //!   host state; log write failures (a full tmpfs) are reported and change no outcome.
 //! - `orphans`: nothing a step starts outlives it (subreaper, pdeathsig, the lock fd kept by
 //!   a background child).
+//! - `crash_safety`: faults injected into real runs (SIGKILL between a drop-in and its
+//!   reload, two writers of one file, SIGTERM while waiting for the package lock).
 //! - `fixtures`: realistic packages from `tests/fixtures/` (shaped like the public Skyhook
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
 
@@ -22,6 +24,7 @@
 mod util;
 
 mod acceptance;
+mod crash_safety;
 mod engine_parity;
 mod fixtures;
 mod orphans;

@@ -583,6 +583,53 @@ impl Host {
         Ok(n)
     }
 
+    /// In apply mode, take the cross-process lock of the file at `path` for a
+    /// read-compare-write ([`crate::host::pathlock`]); the caller must read the current
+    /// content only after this returns. `None` in plan and check mode (nothing is written,
+    /// and the overlay is private to the session).
+    ///
+    /// # Errors
+    /// Creating, opening or locking the lock file.
+    pub(crate) fn lock_for_update(
+        &self,
+        path: &Path,
+    ) -> Result<Option<crate::host::pathlock::PathLock>> {
+        if self.mode != ExecMode::Apply {
+            return Ok(None);
+        }
+        let key = self.lock_key(path);
+        Ok(Some(crate::host::pathlock::lock(&self.root, &key)?))
+    }
+
+    /// The path a lock of `path` is keyed by: the canonical parent directory plus the final
+    /// name, following a final symlink (at most 40 hops) the same way. Never the canonical
+    /// form of the file itself: resolving an open file's path races with the rename of a
+    /// concurrent writer (the kernel then reports the replaced inode as `... (deleted)`),
+    /// while directories are not replaced. A path that does not resolve is keyed by what
+    /// resolved of it; the read or write that follows reports the real error.
+    fn lock_key(&self, path: &Path) -> PathBuf {
+        let mut cur = crate::host::plan::normalize(path);
+        for _ in 0..40 {
+            let (Some(parent), Some(name)) = (cur.parent(), cur.file_name()) else {
+                return cur;
+            };
+            let dir = match self.root.canonical(parent) {
+                Ok(Some(d)) => d,
+                _ => parent.to_path_buf(),
+            };
+            let at = dir.join(name);
+            match self.root.symlink_metadata(&at) {
+                Ok(Some(m)) if m.file_type().is_symlink() => match self.root.read_link(&at) {
+                    // An absolute target is a host path (chroot semantics): `join` keeps it.
+                    Ok(target) => cur = crate::host::plan::normalize(&dir.join(target)),
+                    Err(_) => return at,
+                },
+                _ => return at,
+            }
+        }
+        cur
+    }
+
     pub(crate) fn record_interrupt(&mut self, i: InterruptRequest) {
         self.report.interrupts.push(i);
     }
