@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::util::run_to_end;
+use crate::util::{FakeRoot, T, run_to_end};
 
 const SKYHOOK_RUN: &str = env!("CARGO_BIN_EXE_skyhook-run");
 
@@ -98,5 +98,117 @@ fn concurrent_ensure_block_and_line_lose_no_update() {
             }
         }
         std::fs::remove_dir_all(&root).unwrap();
+    }
+}
+
+/// A recording stub `$T/bin/<name>` that SIGKILLs the agent (`$AGENT_PID`) the first time it
+/// is called with exactly the arguments `$KILL_AT` names (`<name> <args>`), then exits 0.
+fn killing_stub(fr: &FakeRoot, name: &str) {
+    fr.write_mode(
+        &format!("{T}/bin/{name}"),
+        format!(
+            "#!/bin/sh\necho \"{name} $*\" >> {T}/calls\n\
+             if [ \"$KILL_AT\" = \"{name} $*\" ] && [ ! -e {T}/killed ]; then\n\
+               : > {T}/killed\n  kill -9 \"$AGENT_PID\"\nfi\nexit 0\n"
+        ),
+        0o755,
+    );
+}
+
+/// `skyhook-run --apply` of `script` against `fr`, with `AGENT_PID` set to its own pid (the
+/// shell that execs it passes `$$`).
+fn apply_with_pid(fr: &FakeRoot, script: &Path, kill_at: &str) -> crate::util::Run {
+    let child = Command::new("sh")
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .arg("-c")
+        .arg("exec \"$@\" --env \"AGENT_PID=$$\"")
+        .arg("sh")
+        .arg(SKYHOOK_RUN)
+        .arg(script)
+        .arg("--root")
+        .arg(fr.root())
+        .arg("--apply")
+        .arg("--env")
+        .arg(format!("PATH={T}/bin:/usr/bin:/bin"))
+        .arg("--env")
+        .arg(format!("KILL_AT={kill_at}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn skyhook-run");
+    run_to_end(child)
+}
+
+/// SIGKILL of a real `skyhook-run --apply` at three points between writing a drop-in and
+/// finishing its deferred work: right after the systemd drop-in (in a command the script
+/// runs next), inside the `systemctl daemon-reload` itself, and inside `update-grub` after a
+/// grub drop-in. Each time the record is left, the rerun (which finds the drop-in in place
+/// and changes nothing) runs the work exactly once and removes the record, and a third run
+/// runs nothing.
+#[test]
+fn sigkill_between_a_drop_in_and_its_deferred_work_loses_nothing() {
+    require_root!();
+    let cases = [
+        (
+            "after the drop-in",
+            "service::drop_in(\"x\", \"a.conf\", \"[Service]\\nX=1\\n\");\nrun([\"marker\"]);\n",
+            "marker ",
+            "systemctl daemon-reload",
+            "daemon-reload.json",
+        ),
+        (
+            "in the reload",
+            "service::drop_in(\"x\", \"a.conf\", \"[Service]\\nX=1\\n\");\n",
+            "systemctl daemon-reload",
+            "systemctl daemon-reload",
+            "daemon-reload.json",
+        ),
+        (
+            "in update-grub",
+            "grub::set_cmdline(\"99-x\", [\"a=1\"]);\n",
+            "update-grub ",
+            "update-grub ",
+            "grub.json",
+        ),
+    ];
+    for (point, body, kill_at, work, record) in cases {
+        let fr = FakeRoot::new();
+        fr.write("/etc/os-release", "ID=ubuntu\n");
+        for stub in ["marker", "systemctl", "update-grub"] {
+            killing_stub(&fr, stub);
+        }
+        let script = fr.t("step.rhai");
+        std::fs::write(&script, body).unwrap();
+        let record = format!("/var/lib/skyhook/.deferred/{record}");
+        let count = |fr: &FakeRoot| {
+            fr.read_opt(&format!("{T}/calls"))
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| *l == work)
+                .count()
+        };
+
+        let run = apply_with_pid(&fr, &script, kill_at);
+        assert_eq!(run.code, -9, "{point}: not killed: {}", run.stderr);
+        assert!(fr.exists(&format!("{T}/killed")), "{point}");
+        assert!(fr.exists(&record), "{point}: no record after the kill");
+        let before = count(&fr);
+        assert!(before <= 1, "{point}");
+
+        let run = apply_with_pid(&fr, &script, kill_at);
+        assert_eq!(run.code, 0, "{point}: {}{}", run.stdout, run.stderr);
+        assert!(
+            run.stdout.contains("0 changed"),
+            "{point}: the rerun changed something: {}",
+            run.stdout
+        );
+        assert_eq!(count(&fr), before + 1, "{point}: not exactly once");
+        assert!(!fr.exists(&record), "{point}: record left");
+
+        let run = apply_with_pid(&fr, &script, kill_at);
+        assert_eq!(run.code, 0, "{point}: {}", run.stderr);
+        assert_eq!(count(&fr), before + 1, "{point}: ran again");
     }
 }
