@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::util::{FakeRoot, T, run_to_end};
+use crate::util::{FakeRoot, T, exit_code, line_reader, run_to_end};
 
 const SKYHOOK_RUN: &str = env!("CARGO_BIN_EXE_skyhook-run");
 
@@ -211,4 +211,79 @@ fn sigkill_between_a_drop_in_and_its_deferred_work_loses_nothing() {
         assert_eq!(run.code, 0, "{point}: {}", run.stderr);
         assert_eq!(count(&fr), before + 1, "{point}: ran again");
     }
+}
+
+/// An agent blocked on the package lock (held here, by the test) ends on SIGTERM: it says it
+/// waits, then, after the signal, exits 1 with the stopping warning, without writing
+/// `START` or running a step. With the lock free again the same mode runs normally.
+#[test]
+fn sigterm_while_waiting_for_the_package_lock_exits_1_without_start() {
+    use nix::fcntl::{Flock, FlockArg};
+    use nix::sys::signal::{Signal, kill};
+    use std::time::Duration;
+    require_root!();
+    let fr = FakeRoot::new();
+    fr.write_p();
+    let lock_file = fr.t("state/locks/demo.lock");
+    std::fs::create_dir_all(lock_file.parent().unwrap()).unwrap();
+    let held = Flock::lock(
+        std::fs::File::create(&lock_file).unwrap(),
+        FlockArg::LockExclusive,
+    )
+    .expect("hold the package lock");
+
+    let mut child = fr.spawn("apply");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let (_, stdout) = line_reader(child.stdout.take().expect("stdout"));
+    let (err_lines, stderr) = line_reader(child.stderr.take().expect("stderr"));
+    let waiting = format!(
+        "WARNING: waiting for the package lock {T}/state/locks/demo.lock (held by another agent)"
+    );
+    loop {
+        match err_lines.recv_timeout(Duration::from_secs(30)) {
+            Ok(l) if l == waiting => break,
+            Ok(_) => {}
+            Err(e) => {
+                let _ = kill(pid, Signal::SIGKILL);
+                let _ = child.wait();
+                panic!(
+                    "no {waiting:?} line ({e}); stdout:\n{}\nstderr:\n{}",
+                    stdout.join().unwrap(),
+                    stderr.join().unwrap()
+                );
+            }
+        }
+    }
+    kill(pid, Signal::SIGTERM).expect("send SIGTERM");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(s) => s.expect("wait"),
+        Err(_) => {
+            let _ = kill(pid, Signal::SIGKILL);
+            panic!("the agent still waits for the lock after SIGTERM");
+        }
+    };
+    let out = stdout.join().unwrap();
+    let err = stderr.join().unwrap();
+    assert_eq!(exit_code(status), 1, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        err.lines().any(|l| l
+            == "WARNING: stopping before the first step: SIGTERM received while waiting for the package lock"),
+        "{err}"
+    );
+    assert!(!fr.flag("START").exists(), "START written");
+    assert!(!out.contains("foo a b"), "a step ran: {out}");
+    drop(held);
+
+    let run = fr.run("apply");
+    run.code(0);
+    assert!(fr.flag("START").exists());
+    assert!(
+        !run.stderr.contains("waiting for the package lock"),
+        "{}",
+        run.stderr
+    );
 }
