@@ -7,10 +7,11 @@
 //! - concurrent read-modify-writes of one host file by two processes lose no update;
 //! - an agent waiting for the package lock ends on SIGTERM, with exit 1 and no `START`.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::util::{FakeRoot, T, exit_code, line_reader, run_to_end};
+use crate::util::{AGENT, FakeRoot, T, config, exit_code, line_reader, run_to_end, step};
 
 const SKYHOOK_RUN: &str = env!("CARGO_BIN_EXE_skyhook-run");
 
@@ -286,4 +287,118 @@ fn sigterm_while_waiting_for_the_package_lock_exits_1_without_start() {
         "{}",
         run.stderr
     );
+}
+
+/// Two real agents at once on two tuning-shaped `.rhai` packages (`tune-a`, `tune-b`): each
+/// writes its own limits file and containerd drop-in, and edits the shared files the public
+/// tuning package edits on every node: 60 managed blocks each in one shared limits file and
+/// the `pam_limits` line in `/etc/pam.d/common-session`, 5 rounds. Every block of both
+/// packages is present, the pam line once, and each agent's daemon-reload ran.
+#[test]
+fn two_agents_on_tuning_shaped_packages_keep_each_others_edits() {
+    require_root!();
+    let fr = FakeRoot::new();
+    fr.write_mode(
+        &format!("{T}/bin/systemctl"),
+        format!("#!/bin/sh\necho \"systemctl $*\" >> {T}/calls\n"),
+        0o755,
+    );
+    fr.write(
+        "/etc/pam.d/common-session",
+        "session required pam_unix.so\n",
+    );
+    let body = "let pkg = env(\"SKYHOOK_PACKAGE\");\n\
+                fs::write(`/etc/security/limits.d/999-${pkg}.conf`, \"* hard nofile 1048576\\n\");\n\
+                service::drop_in(\"containerd\", `999-${pkg}.conf`, \"[Service]\\nLimitNOFILE=1048576\\n\");\n\
+                for i in 0..60 {\n\
+                  fs::ensure_block(\"/etc/security/limits.conf\", `${pkg}-${i}`, `* hard nproc ${i}`);\n\
+                }\n\
+                fs::ensure_line(\"/etc/pam.d/common-session\", \"session required pam_limits.so\");\n";
+    for pkg in ["tune-a", "tune-b"] {
+        let mut s = step("apply", "apply.rhai", &[]);
+        s["env"] = serde_json::json!({ "SKYHOOK_PACKAGE": pkg });
+        let mut cfg = config(serde_json::json!({
+            "apply": [s.clone()], "apply-check": [s.clone()],
+            "config": [s.clone()], "config-check": [s],
+        }));
+        cfg["package_name"] = pkg.into();
+        fr.write(
+            &format!("{T}/{pkg}/config.json"),
+            serde_json::to_vec_pretty(&cfg).unwrap(),
+        );
+        fr.write_mode(&format!("{T}/{pkg}/skyhook_dir/apply.rhai"), body, 0o755);
+    }
+    let spawn = |pkg: &str| {
+        Command::new(AGENT)
+            .args([
+                OsStr::new("config"),
+                fr.root().as_os_str(),
+                OsStr::new(&format!("{T}/{pkg}")),
+            ])
+            .env_clear()
+            .envs(fr.env_vars())
+            .env("SKYHOOK_RESOURCE_ID", format!("sky-0000-1_{pkg}_1.0.0"))
+            .env("PATH", format!("{T}/bin:/usr/bin:/bin"))
+            .current_dir(fr.root())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the agent")
+    };
+    for round in 0..5 {
+        let _ = std::fs::remove_file(fr.host("/etc/security/limits.conf"));
+        for f in [
+            "/etc/security/limits.d",
+            "/etc/systemd/system/containerd.service.d",
+        ] {
+            let _ = std::fs::remove_dir_all(fr.host(f));
+        }
+        fr.write(
+            "/etc/pam.d/common-session",
+            "session required pam_unix.so\n",
+        );
+        let _ = std::fs::remove_file(fr.t("calls"));
+        let a = spawn("tune-a");
+        let b = spawn("tune-b");
+        for (pkg, child) in [("tune-a", a), ("tune-b", b)] {
+            let run = run_to_end(child);
+            assert_eq!(
+                run.code, 0,
+                "round {round} {pkg}: {}{}",
+                run.stdout, run.stderr
+            );
+        }
+        let limits = fr.read("/etc/security/limits.conf");
+        for pkg in ["tune-a", "tune-b"] {
+            for i in 0..60 {
+                assert!(
+                    limits.contains(&format!(
+                        "# BEGIN skyhook {pkg}-{i}\n* hard nproc {i}\n# END skyhook {pkg}-{i}\n"
+                    )),
+                    "round {round}: block {pkg}-{i} lost"
+                );
+            }
+            assert!(fr.exists(&format!("/etc/security/limits.d/999-{pkg}.conf")));
+            assert!(fr.exists(&format!(
+                "/etc/systemd/system/containerd.service.d/999-{pkg}.conf"
+            )));
+        }
+        assert_eq!(limits.lines().count(), 2 * 60 * 3, "round {round}");
+        assert_eq!(
+            fr.read("/etc/pam.d/common-session"),
+            "session required pam_unix.so\nsession required pam_limits.so\n",
+            "round {round}"
+        );
+        let calls = fr.read(&format!("{T}/calls"));
+        assert_eq!(
+            calls
+                .lines()
+                .filter(|l| *l == "systemctl daemon-reload")
+                .count(),
+            2,
+            "round {round}: {calls}"
+        );
+        assert!(!fr.exists("/var/lib/skyhook/.deferred/daemon-reload.json"));
+    }
 }
