@@ -202,8 +202,17 @@ pub fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<boo
                     Ok(_) | Err(prepare::PrepareError::MissingDataDir { .. }) => {}
                     Err(e) => return Err(e.into()),
                 }
-                let _lock =
-                    crate::state::lock::lock_package(&root, &settings.state_root, &id.package)?;
+                let Some(_lock) = prepare::package_lock(
+                    &root,
+                    &settings.state_root,
+                    &id.package,
+                    &cancel,
+                    console,
+                )
+                .await?
+                else {
+                    return Ok(false);
+                };
                 InterruptRun {
                     root: &root,
                     settings,

@@ -30,7 +30,7 @@ use crate::runner::{AgentRunner, ProcessRunner, ScriptRunner, StepInvocation, St
 use crate::runner::{StepResult, StepRunner};
 use crate::script::context::StepContext;
 use crate::script::engine::{Limits, ScriptEngine};
-use crate::state::{flags, history, lock};
+use crate::state::{flags, history};
 
 use super::console::Console;
 use super::coverage::{self, Declarations};
@@ -763,7 +763,17 @@ impl ModeRun<'_> {
             site.check_expected_files(&pkg.expected_config_files)?;
             prepare::overlay(self.root, self.copy_dir)?;
         }
-        let lock = lock::lock_package(self.root, &self.settings.state_root, &pkg.package_name)?;
+        let Some(lock) = prepare::package_lock(
+            self.root,
+            &self.settings.state_root,
+            &pkg.package_name,
+            self.cancel,
+            self.console,
+        )
+        .await?
+        else {
+            return Ok(false);
+        };
         flags::write_start(self.root, &self.settings.state_root)?;
         let console: Arc<dyn ConsoleStreams> = Arc::new(self.console.clone());
         let runner = AgentRunner {

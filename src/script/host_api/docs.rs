@@ -833,10 +833,16 @@ apply script: what would change is drift, and the check fails).
 - **Deferred work is never lost.** A changed `service::drop_in` schedules one
   `systemctl daemon-reload` (run before the step's next `service::` call, else at its end), a
   changed `grub::` drop-in one grub regeneration at the end of the step; both run also when
-  the step fails. When one fails or cannot start, it is recorded on the host in
-  `/var/lib/skyhook/.deferred/` (`daemon-reload.json`, `grub.json` with the pending grubby
-  arguments) and the next script step on the node runs it (a plan or check lists it as an
-  action, never drift), then removes the record.
+  the step fails. In apply mode it is recorded on the host in `/var/lib/skyhook/.deferred/`
+  (`daemon-reload.json`, `grub.json` with the pending grubby arguments) *before* the drop-in
+  is written, and the record is removed only once the work succeeded; when the work fails or
+  the agent dies in between, the next script step on the node runs it (a plan or check lists
+  it as an action, never drift), then removes the record.
+- **Concurrent edits are not lost.** In apply mode a call that rewrites a file
+  (`fs::ensure_line`, `fs::ensure_block`, `fs::append`, `fs::write`, ...) reads, compares
+  and writes it holding an exclusive lock (`flock` on
+  `/var/lib/skyhook/.locks/<hash of the path>.lock`), so two agents or scripts editing the
+  same file keep each other's lines.
 - **Secrets are redacted.** Values read with `secret()` or `secret_env()` (and variables
   named in `SKYHOOK_REDACT_ENV`) are replaced by `***` wherever they appear verbatim in
   output, logs, plans and error messages, also when a step's output splits them across
