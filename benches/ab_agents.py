@@ -3,6 +3,7 @@
 
     KEEP=1 RUNS=1 SETTLE=0 bash benches/agent_overhead.sh      # leaves target/bench-root
     python3 benches/ab_agents.py OLD_AGENT NEW_AGENT [PKG] [N]
+    (BENCH_WORK=/dev/shm/x for both commands: the same on a tmpfs root)
 
 Runs `AGENT apply target/bench-root/root PKG` (PKG default /pkg-rhai; /pkg for bash steps) N
 times per binary (default 12), alternating which goes first, with the bench's environment and
@@ -27,7 +28,9 @@ import time
 old, new = sys.argv[1], sys.argv[2]
 pkg = sys.argv[3] if len(sys.argv) > 3 else "/pkg-rhai"
 n = int(sys.argv[4]) if len(sys.argv) > 4 else 12
-root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "bench-root", "root")
+work = os.environ.get("BENCH_WORK") or os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                    "..", "target", "bench-root")
+root = os.path.join(work, "root")  # BENCH_WORK as for agent_overhead.sh (e.g. a root on tmpfs)
 env = dict(PATH="/usr/bin:/bin", SKYHOOK_ROOT_DIR="/state", SKYHOOK_LOG_DIR="/log",
            SKYHOOK_RESOURCE_ID="bench-0-1_bench_1.0.0", COPY_RESOLV="false",
            OVERLAY_ALWAYS_RUN_STEP="true")
@@ -35,7 +38,7 @@ skip_env = dict(env, OVERLAY_ALWAYS_RUN_STEP="false")
 with open(os.path.join(root, pkg.lstrip("/"), "config.json")) as f:
     config = json.load(f)
 steps = len(config["modes"]["apply"])
-spawn_loop = os.path.join(root, "..", "spawn_loop")
+spawn_loop = os.path.join(work, "spawn_loop")
 bash_pkg = all(not s["path"].endswith(".rhai") for s in config["modes"]["apply"])
 use_c = bash_pkg and os.access(spawn_loop, os.X_OK)
 bins = [("old", old), ("new", new)]
@@ -44,12 +47,18 @@ cpu = {k: [] for k in wall}
 
 
 def timed(key, argv, e):
-    r0, t0 = os.times(), time.perf_counter()
-    subprocess.run(argv, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    t1, r1 = time.perf_counter(), os.times()
+    """Wall time around the spawn; CPU from wait4 (the process and the children it waited for,
+    microseconds, not os.times' clock ticks)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    t1 = time.perf_counter()
+    p.returncode = status
+    if status != 0:
+        sys.exit(f"{argv} failed with wait status {status}")
     wall[key].append((t1 - t0) * 1000)
-    cpu[key].append(((r1.children_user - r0.children_user)
-                     + (r1.children_system - r0.children_system)) * 1000)
+    cpu[key].append((ru.ru_utime + ru.ru_stime) * 1000)
 
 
 for i in range(n):
@@ -67,10 +76,11 @@ best = {k: min(v) for k, v in wall.items() if v}
 for k in [k for k in ["old_skip", "new_skip", "c_loop"] if k in med]:
     print(f"baseline {k} {pkg}: wall median {med[k]:.1f} ms, best {best[k]:.1f} ms;"
           f" cpu median {statistics.median(cpu[k]):.1f} ms")
-print(f"per step ({steps} steps), ms: median / best")
+print(f"per step ({steps} steps), ms: median / best (cpu: median)")
 for k, _ in bins:
     line = (f"  {k}: vs zero executed {(med[k] - med[k + '_skip']) / steps:.3f} /"
-            f" {(best[k] - best[k + '_skip']) / steps:.3f}")
+            f" {(best[k] - best[k + '_skip']) / steps:.3f}"
+            f" (cpu {(statistics.median(cpu[k]) - statistics.median(cpu[k + '_skip'])) / steps:.3f})")
     if "c_loop" in med:
         line += (f"; vs C fork+chroot+exec {(med[k] - med['c_loop']) / steps:.3f} /"
                  f" {(best[k] - best['c_loop']) / steps:.3f}")

@@ -17,6 +17,8 @@
 //!   a background child).
 //! - `malformed`: a generated corpus of bad inputs: each exits 1 with one line and writes
 //!   nothing.
+//! - `crash_safety`: faults injected into real runs (SIGKILL between a drop-in and its
+//!   reload, two writers of one file, SIGTERM while waiting for the package lock).
 //! - `fixtures`: realistic packages from `tests/fixtures/` (shaped like the public Skyhook
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
 
@@ -24,9 +26,11 @@
 mod util;
 
 mod acceptance;
+mod crash_safety;
 mod engine_parity;
 mod fixtures;
 mod full_disk;
+mod kill_anywhere;
 mod malformed;
 mod orphans;
 mod rhai_steps;

@@ -144,29 +144,102 @@ fn rhai_fail_and_return_codes() {
         .has_line_ending("FAILED: apply.rhai  4");
 }
 
+/// A step never interrupts the node itself: a requested interrupt that the package's
+/// Skyhook CR does not declare (the operator's node metadata) fails the step with the CR lines
+/// to add; a declared one is left to the operator; without node metadata a warning. No
+/// systemctl or reboot runs in any of these cases.
 #[test]
-fn rhai_requested_interrupt_runs_after_the_flag() {
+fn rhai_requested_interrupts_are_judged_never_run() {
+    require_root!();
+    let body = "if fs::write(\"/etc/demo.conf\", \"k=v\\n\") { interrupt::restart_services([\"containerd\"]); }\n";
+    let flag = "/t/state/flags/demo/1.0.0/apply.rhai_Wyd4J11fWzBd";
+
+    // Not declared: the package is listed without an interrupt.
+    let mut fr = FakeRoot::new();
+    fr.interrupt_setup();
+    one_script(&fr, body);
+    fr.write(
+        "/t/pkg/node-metadata/packages.json",
+        r#"{"demo": {"version": "1.0.0"}}"#,
+    );
+    let r = fr.run("apply");
+    r.code(1).has_line_ending("FAILED: apply.rhai x 1");
+    assert!(
+        r.stderr.contains(
+            "apply.rhai: requested interrupt restart_services [containerd] is not declared for package demo in the Skyhook CR, so the operator would not drain the node for it; nothing was interrupted. Add to spec.packages.demo: interrupt: {type: service, services: [containerd]}"
+        ),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(fr.calls(), None, "nothing interrupted");
+    assert!(!fr.exists(flag), "no flag for a failed step");
+
+    // Declared: left to the operator.
+    let mut fr = FakeRoot::new();
+    fr.interrupt_setup();
+    one_script(&fr, body);
+    fr.write(
+        "/t/pkg/node-metadata/packages.json",
+        r#"{"demo": {"interrupt": {"type": "service", "services": ["containerd"]}}}"#,
+    );
+    let r = fr.run("apply");
+    r.code(0)
+        .has_line_ending("SUCEEDED: apply.rhai x")
+        .has_line("apply.rhai: requested interrupt restart_services [containerd] is declared in the Skyhook CR (interrupt (type: service, services: [containerd])): the operator runs it in its interrupt stage");
+    assert_eq!(fr.calls(), None);
+    assert!(fr.exists(flag));
+
+    // No node metadata: a warning, the step succeeds, nothing runs.
+    let mut fr = FakeRoot::new();
+    fr.interrupt_setup();
+    one_script(&fr, body);
+    let r = fr.run("apply");
+    r.code(0);
+    assert!(
+        r.stderr.contains("cannot be checked (no node metadata"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(fr.calls(), None);
+}
+
+/// A declared reboot is recorded with the boot id; post-interrupt-check fails while the node
+/// still runs that boot, passes (and forgets the record) once it changed.
+#[test]
+fn requested_reboot_is_verified_by_post_interrupt_check() {
     require_root!();
     let mut fr = FakeRoot::new();
     fr.interrupt_setup();
-    one_script(
-        &fr,
-        "if fs::write(\"/etc/demo.conf\", \"k=v\\n\") { interrupt::restart_services([\"containerd\"]); }\n",
+    fr.write_config(&config(json!({
+        "apply": [rhai_step("apply.rhai", &["x"])],
+        "apply-check": [rhai_step("apply.rhai", &["x"])],
+        "post-interrupt-check": [rhai_step("pic.rhai", &[])],
+    })));
+    fr.write_step("apply.rhai", "interrupt::reboot();\n");
+    fr.write_step("pic.rhai", "0\n");
+    fr.write(
+        "/t/pkg/node-metadata/packages.json",
+        r#"{"packages": {"demo": {"interrupt": {"type": "reboot"}}}}"#,
     );
-    let r = fr.run("apply");
-    r.code(0).has_line_ending("SUCEEDED: apply.rhai x");
+    fr.write("/proc/sys/kernel/random/boot_id", "boot-one\n");
+    fr.run("apply").code(0);
+    assert_eq!(fr.calls(), None, "the agent never reboots in apply");
     assert_eq!(
-        fr.calls().as_deref(),
-        Some("systemctl daemon-reload\nsystemctl restart containerd\n")
+        fr.read("/t/state/interrupts/requested/demo.reboot"),
+        "boot-one\n"
     );
-    let i = "/t/state/interrupts/flags/sky-0000-1_demo_1.0.0";
-    assert!(fr.exists(&format!("{i}/service_restart_1.complete")));
-    // a check never runs interrupts
-    fr.run("apply-check").code(0);
-    assert_eq!(
-        fr.calls().as_deref(),
-        Some("systemctl daemon-reload\nsystemctl restart containerd\n")
+    let r = fr.run("post-interrupt-check");
+    r.code(1);
+    assert!(
+        r.stderr.contains("post-interrupt-check: the requested reboot has not happened: the node still runs boot boot-one"),
+        "{}",
+        r.stderr
     );
+    assert!(!fr.exists("/t/state/flags/post-interrupt-check_ALL_CHECKED"));
+    fr.write("/proc/sys/kernel/random/boot_id", "boot-two\n");
+    fr.run("post-interrupt-check").code(0);
+    assert!(!fr.exists("/t/state/interrupts/requested/demo.reboot"));
+    assert!(fr.exists("/t/state/flags/post-interrupt-check_ALL_CHECKED"));
 }
 
 #[test]

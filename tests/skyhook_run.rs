@@ -961,3 +961,77 @@ fn the_json_schema_holds_for_real_plans() {
     let v = valid_json(&out);
     assert_eq!(v["ok"], false);
 }
+
+/// A dry run judges requested interrupts as the agent does: against `--skyhook-cr` (or the
+/// package's node-metadata/packages.json); an undeclared reboot fails the step with the CR
+/// lines to add, a declared one plans; `skyhook-agent validate` warns about the request.
+#[test]
+fn dry_run_judges_requested_interrupts_against_the_cr() {
+    let pkg = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let step = |name: &str, path: &str| {
+        serde_json::json!({"name": name, "path": path, "arguments": [], "returncodes": [0],
+                           "on_host": true, "idempotence": false, "upgrade_step": false})
+    };
+    let cfg = serde_json::json!({"schema_version": "v1", "expected_config_files": [],
+        "package_name": "demo", "package_version": "1.0.0",
+        "modes": {"apply": [step("r", "r.rhai")], "apply-check": [step("r", "r.rhai")]}});
+    write(pkg.path(), "config.json", &cfg.to_string());
+    write(
+        pkg.path(),
+        "skyhook_dir/r.rhai",
+        "\n  interrupt::reboot();\n",
+    );
+    let cr = |body: &str| {
+        write(
+            pkg.path(),
+            "cr.yaml",
+            &format!("kind: Skyhook\nspec:\n  packages:\n    demo:\n      version: 1.0.0\n{body}"),
+        )
+    };
+    let plan = |extra: &[&str]| {
+        skyhook_run()
+            .arg("--package")
+            .arg(pkg.path())
+            .args(["--mode", "apply", "--output", "json", "--root"])
+            .arg(root.path())
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // Not declared.
+    let cr_path = cr("");
+    let out = plan(&["--skyhook-cr", cr_path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let v = valid_json(&out);
+    let result = &v["steps"][0]["result"];
+    assert_eq!(result["ok"], false);
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .ends_with("Add to spec.packages.demo: interrupt: {type: reboot}"),
+        "{v:#}"
+    );
+    // Declared.
+    let cr_path = cr("      interrupt:\n        type: reboot\n");
+    let out = plan(&["--skyhook-cr", cr_path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v = valid_json(&out);
+    assert_eq!(
+        v["steps"][0]["result"]["interrupts"][0]["type"], "reboot",
+        "{v:#}"
+    );
+    // validate warns with the position of the call.
+    let out = Command::new(env!("CARGO_BIN_EXE_skyhook-agent"))
+        .arg("validate")
+        .arg(pkg.path().join("config.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("skyhook_dir/r.rhai:2:14: step r.rhai can request interrupt::reboot(): the package's Skyhook CR must declare it (interrupt: {type: reboot}"),
+        "{err}"
+    );
+}

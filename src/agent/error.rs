@@ -68,6 +68,9 @@ pub enum AgentError {
         /// The configMaps folder searched.
         dir: PathBuf,
     },
+    /// The node metadata the operator mounts (`packages.json`) is unreadable or not JSON.
+    #[error("node metadata: {0}")]
+    NodeMetadata(String),
     /// A step's log files cannot be created (the message names the path).
     #[error(transparent)]
     Logs(#[from] crate::logs::sink::LogError),
@@ -104,6 +107,7 @@ impl AgentError {
             | AgentError::Read { .. }
             | AgentError::ExpectedConfigFile { .. }
             | AgentError::Logs(_)
+            | AgentError::NodeMetadata(_)
             | AgentError::Prepare(_)
             | AgentError::State(_)
             | AgentError::Root(_)

@@ -7,6 +7,7 @@
 pub mod banner;
 pub mod cli;
 pub mod console;
+pub mod coverage;
 pub mod env;
 pub mod error;
 pub mod interrupt;
@@ -91,22 +92,36 @@ pub fn validate(config: &Path, console: &Console) -> i32 {
             let store = std::sync::Arc::new(crate::script::ModuleStore::new(&step_root));
             let engine = mode::engine();
             let mut seen = std::collections::HashSet::new();
+            let mut interrupt_warnings = Vec::new();
             for (_, step) in loaded.package.all_steps() {
                 // a script used by several modes (apply and its check) is compiled once
                 if step.path.ends_with(".rhai") && seen.insert(step.path.as_str()) {
-                    crate::script::compile_step_in(
+                    let compiled = crate::script::compile_step_in(
                         &engine,
                         &step_root.join(&step.path),
                         store.clone(),
                     )
                     .map_err(|e| e.to_string())?;
+                    for (name, line, col) in compiled.namespaced_calls("interrupt") {
+                        let request = match name.as_str() {
+                            "reboot" => "interrupt: {type: reboot}",
+                            "restart_services" => "interrupt: {type: service, services: [...]}",
+                            "restart_all_services" => "interrupt: {type: restartAllServices}",
+                            _ => continue,
+                        };
+                        interrupt_warnings.push(format!(
+                            "{}:{line}:{col}: step {} can request interrupt::{name}(): the package's Skyhook CR must declare it ({request}, or a configInterrupts entry), else the step fails on the node",
+                            compiled.file(),
+                            step.path
+                        ));
+                    }
                 }
             }
-            Ok(loaded)
+            Ok((loaded, interrupt_warnings))
         });
     match result {
-        Ok(loaded) => {
-            for w in &loaded.warnings {
+        Ok((loaded, interrupt_warnings)) => {
+            for w in loaded.warnings.iter().chain(&interrupt_warnings) {
                 console.warn(w.trim_start());
             }
             let p = &loaded.package;
@@ -187,8 +202,17 @@ pub fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<boo
                     Ok(_) | Err(prepare::PrepareError::MissingDataDir { .. }) => {}
                     Err(e) => return Err(e.into()),
                 }
-                let _lock =
-                    crate::state::lock::lock_package(&root, &settings.state_root, &id.package)?;
+                let Some(_lock) = prepare::package_lock(
+                    &root,
+                    &settings.state_root,
+                    &id.package,
+                    &cancel,
+                    console,
+                )
+                .await?
+                else {
+                    return Ok(false);
+                };
                 InterruptRun {
                     root: &root,
                     settings,

@@ -30,12 +30,12 @@ use crate::runner::{AgentRunner, ProcessRunner, ScriptRunner, StepInvocation, St
 use crate::runner::{StepResult, StepRunner};
 use crate::script::context::StepContext;
 use crate::script::engine::{Limits, ScriptEngine};
-use crate::state::{flags, history, lock};
+use crate::state::{flags, history};
 
 use super::console::Console;
+use super::coverage::{self, Declarations};
 use super::env::{EnvBuilder, lossy_env};
 use super::error::AgentError;
-use super::interrupt::{Interrupt, InterruptRun};
 use super::settings::{ResourceId, Settings};
 use super::site::{PackageSite, StepScripts};
 use super::{prepare, step_logs};
@@ -73,6 +73,15 @@ impl StateView<'_> {
         };
         Ok(read(self.root, self.state_root, &pkg.package_name)?)
     }
+}
+
+/// How the loop treats interrupts that script steps request.
+#[derive(Debug, Clone)]
+pub struct InterruptPolicy {
+    /// What the package's Skyhook CR declares (node metadata, or `--skyhook-cr`).
+    pub declarations: Declarations,
+    /// Record a requested reboot's boot id for `post-interrupt-check` (the agent).
+    pub record: bool,
 }
 
 /// What the loop decided for one step.
@@ -156,9 +165,9 @@ pub struct ModeLoop<'a, R> {
     pub write_logs: bool,
     /// Where script steps read node metadata (`<copy dir>/node-metadata`, agent-side).
     pub node_metadata_dir: Option<PathBuf>,
-    /// Runs interrupts requested by script steps after their flag (the agent); `None`
-    /// ignores them (a dry run lists them in its report).
-    pub interrupts: Option<InterruptRun<'a>>,
+    /// Judges interrupts requested by script steps against what the Skyhook CR declares
+    /// (see [`super::coverage`]); `None` does not judge them.
+    pub interrupts: Option<InterruptPolicy>,
     /// Descriptors every step process inherits (the package lock).
     pub keep_fds: Vec<RawFd>,
 }
@@ -270,28 +279,14 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                 records.push(record);
                 continue;
             }
-            let interrupts = match &record.decision {
-                Decision::Ran(r) if r.ran => {
-                    if self.state.writable {
-                        let flag = self.state.flag(self.package, step);
-                        flags::write_flag(
-                            self.state.root,
-                            &flag,
-                            step,
-                            Local::now().naive_local(),
-                        )?;
-                    }
-                    r.interrupts.clone()
-                }
-                _ => Vec::new(),
-            };
-            records.push(record);
-            for request in &interrupts {
-                if !self.run_requested_interrupt(step, request).await? {
-                    ok = false;
-                    break;
-                }
+            if let Decision::Ran(r) = &record.decision
+                && r.ran
+                && self.state.writable
+            {
+                let flag = self.state.flag(self.package, step);
+                flags::write_flag(self.state.root, &flag, step, Local::now().naive_local())?;
             }
+            records.push(record);
         }
         Ok(ModeOutcome { ok, steps: records })
     }
@@ -302,6 +297,20 @@ impl<R: StepRunner> ModeLoop<'_, R> {
         let state = self.state.state_root;
         let write = self.state.writable;
         let mut records = Vec::with_capacity(steps.len());
+        if self.mode == Mode::PostInterruptCheck
+            && let Some(message) = self.reboot_pending()?
+        {
+            self.console
+                .error(&format!("post-interrupt-check: {message}"));
+            return Ok(ModeOutcome {
+                ok: false,
+                steps: steps
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| not_run(i, s))
+                    .collect(),
+            });
+        }
         if steps.is_empty() {
             self.console.warn(&format!(
                 "There are no {} steps defined. This will be ran as a no-op.",
@@ -361,6 +370,9 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                     flags::remove_package_flags(root, state, pkg)?;
                 }
                 _ => {}
+            }
+            if self.mode == Mode::PostInterruptCheck {
+                root.remove_file(&coverage::reboot_record(state, &pkg.package_name))?;
             }
             if !steps.is_empty() {
                 flags::set_all_checked(root, state, self.mode)?;
@@ -524,7 +536,10 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             preamble: None,
             keep_fds: self.keep_fds.clone(),
         };
-        let result = self.runner.run(invocation).await;
+        let mut result = self.runner.run(invocation).await;
+        if result.ran && result.ok && !result.interrupts.is_empty() {
+            self.judge_interrupts(step, &mut result)?;
+        }
         if result.ran {
             let joined = args.join(" ");
             if result.ok {
@@ -545,30 +560,83 @@ impl<R: StepRunner> ModeLoop<'_, R> {
         })
     }
 
-    /// Run an interrupt a script step requested (`interrupt::reboot()` ...), after the step
-    /// succeeded and its flag was written, with the agent's interrupt machinery (same
-    /// commands, same once-per-resource-id markers).
-    async fn run_requested_interrupt(
-        &self,
-        step: &Step,
-        request: &InterruptRequest,
-    ) -> Result<bool, AgentError> {
-        let Some(run) = &self.interrupts else {
-            return Ok(true);
+    /// Judge the interrupts a succeeded step requested (see [`super::coverage`]): covered
+    /// ones are said to be the operator's; an uncovered one fails the step with the CR lines
+    /// to add; without node metadata a warning. Nothing is ever interrupted here. A covered
+    /// (or unjudged) reboot is recorded with the boot id for `post-interrupt-check`.
+    fn judge_interrupts(&self, step: &Step, result: &mut StepResult) -> Result<(), AgentError> {
+        let Some(policy) = &self.interrupts else {
+            return Ok(());
         };
-        let interrupt = match request {
-            InterruptRequest::Reboot => Interrupt::NodeRestart,
-            InterruptRequest::RestartServices { services } => {
-                Interrupt::ServiceRestart(services.clone())
+        let pkg = &self.package.package_name;
+        let mut uncovered = Vec::new();
+        for request in &result.interrupts {
+            let name = coverage::request_name(request);
+            match &policy.declarations {
+                Declarations::Known(Some(d)) => match d.covering(request) {
+                    Some(how) => self.console.say(&format!(
+                        "{}: requested interrupt {name} is declared in the Skyhook CR ({how}): the operator runs it in its interrupt stage",
+                        step.path
+                    )),
+                    None => uncovered.push(request),
+                },
+                Declarations::Known(None) => uncovered.push(request),
+                Declarations::Unknown => self.console.warn(&format!(
+                    "{}: requested interrupt {name} cannot be checked (no node metadata packages.json): the agent never interrupts the node itself; declare it in the package's Skyhook CR",
+                    step.path
+                )),
             }
-            InterruptRequest::RestartAllServices => Interrupt::RestartAllServices,
+        }
+        if !uncovered.is_empty() {
+            let lines: Vec<String> = uncovered
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{}: requested interrupt {} is not declared for package {pkg} in the Skyhook CR, so the operator would not drain the node for it; nothing was interrupted. Add to spec.packages.{pkg}: {}",
+                        step.path,
+                        coverage::request_name(r),
+                        coverage::cr_lines(r)
+                    )
+                })
+                .collect();
+            for l in &lines {
+                self.console.error(l);
+            }
+            result.ok = false;
+            result.status = 1;
+            result.error = Some(lines.join("; "));
+            return Ok(());
+        }
+        if policy.record
+            && self.state.writable
+            && result.interrupts.contains(&InterruptRequest::Reboot)
+            && let Some(boot) = coverage::boot_id(self.state.root)
+        {
+            self.state.root.write_atomic(
+                &coverage::reboot_record(self.state.state_root, pkg),
+                format!("{boot}\n").as_bytes(),
+                Some(0o644),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// `post-interrupt-check` after a requested reboot: `Some(message)` while the node still
+    /// runs the boot id recorded when the reboot was requested.
+    fn reboot_pending(&self) -> Result<Option<String>, AgentError> {
+        let record = coverage::reboot_record(self.state.state_root, &self.package.package_name);
+        let Some(bytes) = self.state.root.read_opt(&record)? else {
+            return Ok(None);
         };
-        self.console.say(&format!(
-            "{} requested interrupt {}",
-            step.path,
-            interrupt.type_name()
-        ));
-        run.run(&interrupt).await
+        let recorded = String::from_utf8_lossy(&bytes).trim().to_string();
+        match coverage::boot_id(self.state.root) {
+            Some(now) if now == recorded => Ok(Some(format!(
+                "the requested reboot has not happened: the node still runs boot {now}, as when a step of {} requested it ({})",
+                self.package.package_name,
+                self.state.root.display_path(&record).display()
+            ))),
+            _ => Ok(None),
+        }
     }
 
     /// Add the execute bits (8.2): `mode | 0o111` on the permission bits, dropping
@@ -688,11 +756,24 @@ impl ModeRun<'_> {
         }
         let engine = engine();
         let scripts = site.compile_mode_scripts(&engine, &pkg, self.mode)?;
+        let declarations =
+            Declarations::from_node_metadata(self.root, self.copy_dir, &pkg.package_name)
+                .map_err(AgentError::NodeMetadata)?;
         if !matches!(self.mode, Mode::Uninstall | Mode::UninstallCheck) {
             site.check_expected_files(&pkg.expected_config_files)?;
             prepare::overlay(self.root, self.copy_dir)?;
         }
-        let lock = lock::lock_package(self.root, &self.settings.state_root, &pkg.package_name)?;
+        let Some(lock) = prepare::package_lock(
+            self.root,
+            &self.settings.state_root,
+            &pkg.package_name,
+            self.cancel,
+            self.console,
+        )
+        .await?
+        else {
+            return Ok(false);
+        };
         flags::write_start(self.root, &self.settings.state_root)?;
         let console: Arc<dyn ConsoleStreams> = Arc::new(self.console.clone());
         let runner = AgentRunner {
@@ -721,13 +802,9 @@ impl ModeRun<'_> {
             run_exec: ExecMode::Apply,
             write_logs: self.settings.write_logs,
             node_metadata_dir: Some(self.root.display_path(&self.copy_dir.join("node-metadata"))),
-            interrupts: Some(InterruptRun {
-                root: self.root,
-                settings: self.settings,
-                id: self.id,
-                copy_dir: self.copy_dir,
-                cancel: self.cancel,
-                console: self.console,
+            interrupts: Some(InterruptPolicy {
+                declarations,
+                record: true,
             }),
             keep_fds: vec![lock.as_raw_fd()],
         }

@@ -1,5 +1,6 @@
 //! Host preparation before a mode runs (agent-contract.md section 4): the legacy copy from
-//! `SKYHOOK_DATA_DIR`, the `root_dir` overlay, expected configMap files and `COPY_RESOLV`.
+//! `SKYHOOK_DATA_DIR`, the `root_dir` overlay, expected configMap files and `COPY_RESOLV`;
+//! and taking the package lock ([`package_lock`]), the last thing before `START`.
 //!
 //! Every write goes through [`HostRoot`], so `..` and symlinks in the package or on the host
 //! never lead outside the root mount.
@@ -8,6 +9,45 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::host::root::{EntryKind, HostRoot, RootError};
+use crate::process::Cancel;
+use crate::state::StateError;
+use crate::state::lock::{self, PackageLock};
+
+use super::console::Console;
+
+/// Take the package lock of `pkg` (`<state root>/locks/<pkg>.lock`) before a mode or an
+/// interrupt runs: at once when it is free; otherwise print
+/// `WARNING: waiting for the package lock <host path> (held by another agent)` on stderr and
+/// wait until it is free or `cancel` is stopped (the agent's SIGTERM). On a stop print
+/// `WARNING: stopping before the first step: <reason> while waiting for the package lock`
+/// and return `Ok(None)`: the caller then exits 1 without writing `START` or anything else.
+///
+/// # Errors
+/// Creating, opening or locking the lock file ([`lock::lock_package_cancellable`]).
+pub async fn package_lock(
+    root: &HostRoot,
+    state_root: &Path,
+    pkg: &str,
+    cancel: &Cancel,
+    console: &Console,
+) -> Result<Option<PackageLock>, StateError> {
+    let held = lock::lock_package_cancellable(root, state_root, pkg, cancel, |p| {
+        console.warn(&format!(
+            "waiting for the package lock {} (held by another agent)",
+            p.display()
+        ));
+    })
+    .await?;
+    if held.is_none() {
+        let why = cancel
+            .reason()
+            .map_or_else(|| "stopped".to_string(), |r| r.to_string());
+        console.warn(&format!(
+            "stopping before the first step: {why} while waiting for the package lock"
+        ));
+    }
+    Ok(held)
+}
 
 /// The container path whose contents the legacy copy adds after `SKYHOOK_DATA_DIR`.
 pub const NODE_FILES_DIR: &str = "/etc/nvidia-bootstrap/node-files";

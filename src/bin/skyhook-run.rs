@@ -83,6 +83,10 @@ Packages (--package DIR --mode MODE):
   /var/log/skyhook, both inside the root; resource id SKYHOOK_RESOURCE_ID, default
   skyhook-run_<name>_<version>). Flags make a second --apply of a step skip it, as on a node
   (OVERLAY_ALWAYS_RUN_STEP=true runs them anyway).
+  Interrupts a .rhai step requests (interrupt::reboot() ...) are never run by a step: the
+  operator runs them in its interrupt stage when the package's Skyhook CR declares them.
+  A dry run judges each request against --skyhook-cr FILE (or DIR/node-metadata/
+  packages.json): a request the CR does not declare fails the step, as on a node.
 
 Exit status:
   0 done; 1 error (failed script or step, drift in a check, compile or usage error);
@@ -151,6 +155,12 @@ struct Cli {
     /// The configMaps folder (config:: in scripts); may lie outside the root.
     #[arg(long, value_name = "DIR")]
     configmaps: Option<PathBuf>,
+
+    /// The Skyhook CR (YAML or JSON) that deploys the package: a dry run judges the
+    /// interrupts its steps request against the CR's `interrupt`/`configInterrupts` (default:
+    /// DIR/node-metadata/packages.json when present). Packages only.
+    #[arg(long = "skyhook-cr", value_name = "FILE")]
+    skyhook_cr: Option<PathBuf>,
 
     /// Add K=V to the step environment (repeatable; later wins).
     #[arg(long = "env", value_name = "K=V", value_parser = parse_kv)]
@@ -280,6 +290,7 @@ fn run(cli: &Cli) -> u8 {
                 configmaps: cli.configmaps.clone(),
                 env,
                 capture,
+                skyhook_cr: cli.skyhook_cr.clone(),
             };
             if cli.apply {
                 package_apply(&run, json)

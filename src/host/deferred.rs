@@ -1,11 +1,13 @@
-//! Durable records of deferred work that could not run, so that a later session runs it.
+//! Durable write-ahead records of deferred work, so that a crash cannot lose it.
 //!
 //! A changed systemd drop-in schedules a `systemctl daemon-reload`, a changed grub drop-in a
 //! grub regeneration (`update-grub`, or `grubby --args/--remove-args` on rhel and fedora);
-//! both run once at the end of the step ([`crate::host::Host::finish`]). The drop-in is
-//! already written by then, so when that run fails (the program is missing, it exits
-//! non-zero) a rerun of the script would find nothing to change and never schedule it
-//! again. Instead, in apply mode, the failed work is recorded inside the host root:
+//! both run once at the end of the step ([`crate::host::Host::finish`]). Once the drop-in is
+//! written, a rerun of the script finds nothing to change and would never schedule the work
+//! again: not when the work failed (the program is missing, it exits non-zero), and not when
+//! the agent died (SIGKILL, OOM, node power loss) between the write and the work. So in
+//! apply mode the work is recorded inside the host root *before* the drop-in is written or
+//! removed (write-ahead), and the record is removed only after the work succeeded:
 //!
 //! | record | content |
 //! |---|---|
@@ -14,14 +16,19 @@
 //!
 //! (`regenerate`: `update-grub` is due; `add`/`remove`: grubby arguments still to add or
 //! take away.) The directory name starts with `.`, so it can never be a Skyhook's state
-//! directory (`/var/lib/skyhook/<skyhook name>`). Records are written atomically (mode
-//! 0600); a grub record that fails again is replaced by the merged pending work.
+//! directory (`/var/lib/skyhook/<skyhook name>`). Records are written atomically (temporary
+//! file, fsync, rename, directory fsync; mode 0600) before every drop-in change, the grub
+//! record holding all the session's pending grub work merged (a drop-in write that then
+//! fails puts the previous record back). A crash anywhere between the record and the
+//! removal leaves the record; the work may then run once more than needed, never less.
 //!
 //! Every new session reads the records ([`load`]) and schedules what they hold, as if a
 //! drop-in of the session had changed: in apply mode the work runs at the session's end (or,
 //! for the daemon-reload, before its first `service::` call) and the record is removed once
-//! it succeeded; in plan and check mode it shows up as an action (never drift). Writing a
-//! record is best effort: when even that fails, the work's own error is what the step reports.
+//! it succeeded; in plan and check mode it shows up as an action (never drift). A record
+//! that cannot be written ahead fails the drop-in call (the drop-in is left unwritten);
+//! recording a failure after the work ran is best effort (the record normally exists
+//! already).
 
 use std::path::{Path, PathBuf};
 

@@ -12,11 +12,11 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::host::Host;
 use crate::host::effect::Effect;
 use crate::host::error::{HostError, Result};
 use crate::host::root::EntryKind;
 use crate::host::session::Stat;
+use crate::host::{ExecMode, Host};
 
 /// Options of `write`, `copy`: attributes to set (`None` keeps the existing file's).
 #[derive(Debug, Clone, Default)]
@@ -255,8 +255,9 @@ fn ids(h: &Host, owner: Option<&str>, group: Option<&str>) -> Result<(Option<u32
     ))
 }
 
-/// Bring `path` to `content` with the given attributes; the one write path of every text
-/// helper, `copy`, drop-ins and persisted tuning files.
+/// Bring `path` to `content` with the given attributes; the one write path of `write`,
+/// `copy`, drop-ins and persisted tuning files. In apply mode the compare and the write
+/// happen under the path's lock ([`crate::host::pathlock`]).
 pub(crate) fn put(
     h: &mut Host,
     path: &Path,
@@ -265,9 +266,44 @@ pub(crate) fn put(
     uid: Option<u32>,
     gid: Option<u32>,
 ) -> Result<bool> {
+    put_with(h, path, content, (mode, uid, gid), |_| Ok(()))
+}
+
+/// [`put`] that calls `before` once a write is needed, right before it is submitted, still
+/// under the path's lock: deferred work is recorded there, ahead of the write
+/// ([`crate::host::deferred`]). An error of `before` leaves the file unwritten.
+pub(crate) fn put_with(
+    h: &mut Host,
+    path: &Path,
+    content: Vec<u8>,
+    attrs: (Option<u32>, Option<u32>, Option<u32>),
+    before: impl FnOnce(&mut Host) -> Result<()>,
+) -> Result<bool> {
+    // Unchanged without a lock (no lock file for a call that changes nothing); a change is
+    // decided again under the lock.
+    if h.mode() == ExecMode::Apply && !put_needed(h, path, &content, attrs)? {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    let lock = h.lock_for_update(path)?;
+    let changed = put_locked(h, path, content, attrs, before);
+    drop(lock);
+    changed
+}
+
+/// Whether bringing `path` to `content` and the attributes changes anything (as the session
+/// sees it).
+///
+/// # Errors
+/// [`HostError::BadAncestor`]; a directory at `path`; read failures.
+fn put_needed(
+    h: &Host,
+    path: &Path,
+    content: &[u8],
+    (mode, uid, gid): (Option<u32>, Option<u32>, Option<u32>),
+) -> Result<bool> {
     h.check_creatable(path)?;
-    let current = h.view_stat(path, true)?;
-    let needed = match &current {
+    Ok(match h.view_stat(path, true)? {
         None => true,
         Some(s) if s.kind == "dir" => {
             return Err(HostError::WrongKind {
@@ -279,13 +315,26 @@ pub(crate) fn put(
             mode.is_some_and(|m| m != s.mode)
                 || uid.is_some_and(|u| u != s.uid)
                 || gid.is_some_and(|g| g != s.gid)
-                || h.view_read(path)?.as_deref() != Some(content.as_slice())
+                || h.view_read(path)?.as_deref() != Some(content)
         }
-    };
-    if !needed {
+    })
+}
+
+/// [`put_with`] for a caller that already holds the path's lock (a read-modify-write that
+/// read the content it changes under the lock).
+fn put_locked(
+    h: &mut Host,
+    path: &Path,
+    content: Vec<u8>,
+    attrs: (Option<u32>, Option<u32>, Option<u32>),
+    before: impl FnOnce(&mut Host) -> Result<()>,
+) -> Result<bool> {
+    if !put_needed(h, path, &content, attrs)? {
         h.note_unchanged();
         return Ok(false);
     }
+    let (mode, uid, gid) = attrs;
+    before(h)?;
     h.submit(Effect::WriteFile {
         path: path.to_path_buf(),
         content,
@@ -319,19 +368,22 @@ pub fn write_bytes(h: &mut Host, p: &str, content: &[u8], opts: &WriteOptions) -
 }
 
 /// `fs::append(p, content)`: append to the file (created when missing). Not idempotent by
-/// nature: changed whenever `content` is not empty.
+/// nature: changed whenever `content` is not empty. In apply mode the read and the write
+/// happen under the path's lock, so concurrent appends of other processes are kept.
 ///
 /// # Errors
 /// As [`write`].
 pub fn append(h: &mut Host, p: &str, content: &str) -> Result<bool> {
     let path = host_path(p)?;
-    let mut cur = h.view_read(&path)?.unwrap_or_default();
     if content.is_empty() {
         h.note_unchanged();
         return Ok(false);
     }
-    cur.extend_from_slice(content.as_bytes());
-    put(h, &path, cur, None, None, None)
+    edit(h, &path, |h| {
+        let mut cur = h.view_read(&path)?.unwrap_or_default();
+        cur.extend_from_slice(content.as_bytes());
+        Ok(Some(cur))
+    })
 }
 
 /// Current lines of a text file, `None` when missing.
@@ -350,61 +402,93 @@ fn join_lines(lines: &[String]) -> Vec<u8> {
     s.into_bytes()
 }
 
-/// Write `lines` when they differ from the file's current text (compared as bytes).
-fn put_lines(h: &mut Host, path: &Path, lines: &[String]) -> Result<bool> {
-    put(h, path, join_lines(lines), None, None, None)
+/// A read-modify-write of the file at `path`. `compute` reads the current state through the
+/// view and returns the new content, or `None` when nothing is to change. It runs once
+/// without a lock; when that finds a change in apply mode, the path's lock is taken
+/// ([`crate::host::pathlock`]) and `compute` runs again on a fresh read, and the write
+/// follows under the lock. So a call that changes nothing takes no lock, and no update of
+/// another process made between the two reads is lost.
+fn edit(
+    h: &mut Host,
+    path: &Path,
+    compute: impl Fn(&Host) -> Result<Option<Vec<u8>>>,
+) -> Result<bool> {
+    let Some(mut content) = compute(h)? else {
+        h.note_unchanged();
+        return Ok(false);
+    };
+    let lock = h.lock_for_update(path)?;
+    if lock.is_some() {
+        match compute(h)? {
+            Some(c) => content = c,
+            None => {
+                h.note_unchanged();
+                return Ok(false);
+            }
+        }
+    }
+    let changed = put_locked(h, path, content, (None, None, None), |_| Ok(()));
+    drop(lock);
+    changed
+}
+
+/// [`edit`] over the file's lines (`None` when missing); the result is written with a final
+/// newline.
+fn edit_lines(
+    h: &mut Host,
+    path: &Path,
+    compute: impl Fn(Option<Vec<String>>) -> Result<Option<Vec<String>>>,
+) -> Result<bool> {
+    edit(h, path, |h| {
+        Ok(compute(lines_of(h, path)?)?.map(|l| join_lines(&l)))
+    })
 }
 
 /// `fs::ensure_line(p, line, #{regex, create})`: without `regex`, append `line` when no line
 /// equals it. With `regex`, replace the *last* line matching it by `line` (unchanged when it
-/// already equals `line`); when none matches, append `line` unless present.
+/// already equals `line`); when none matches, append `line` unless present. In apply mode
+/// the decision is made on content read under the path's lock ([`edit`]).
 ///
 /// # Errors
-/// Invalid regex; missing file with `create: false` ([`HostError::NotFound`]); non-text file.
+/// Invalid regex; missing file with `create: false` ([`HostError::NotFound`]); non-text file;
+/// the path's lock file cannot be created or locked (apply mode).
 pub fn ensure_line(h: &mut Host, p: &str, line: &str, opts: &LineOptions) -> Result<bool> {
     let path = host_path(p)?;
     let re = opts.regex.as_deref().map(compile).transpose()?;
-    let mut lines = match lines_of(h, &path)? {
-        Some(l) => l,
-        None if opts.create => Vec::new(),
-        None => return Err(HostError::NotFound { path }),
-    };
-    let last_match = re
-        .as_ref()
-        .and_then(|re| lines.iter().rposition(|l| re.is_match(l)));
-    match last_match {
-        Some(i) if lines[i] == line => {
-            h.note_unchanged();
-            return Ok(false);
+    edit_lines(h, &path, |current| {
+        let mut lines = match current {
+            Some(l) => l,
+            None if opts.create => Vec::new(),
+            None => return Err(HostError::NotFound { path: path.clone() }),
+        };
+        let last_match = re
+            .as_ref()
+            .and_then(|re| lines.iter().rposition(|l| re.is_match(l)));
+        match last_match {
+            Some(i) if lines[i] == line => return Ok(None),
+            Some(i) => lines[i] = line.to_string(),
+            None if lines.iter().any(|l| l == line) => return Ok(None),
+            None => lines.push(line.to_string()),
         }
-        Some(i) => lines[i] = line.to_string(),
-        None if lines.iter().any(|l| l == line) => {
-            h.note_unchanged();
-            return Ok(false);
-        }
-        None => lines.push(line.to_string()),
-    }
-    put_lines(h, &path, &lines)
+        Ok(Some(lines))
+    })
 }
 
 /// `fs::remove_line(p, regex)`: remove every line matching `regex`. A missing file is
-/// unchanged.
+/// unchanged. In apply mode under the path's lock, as [`ensure_line`].
 ///
 /// # Errors
-/// Invalid regex; non-text file.
+/// Invalid regex; non-text file; the lock (apply mode).
 pub fn remove_line(h: &mut Host, p: &str, regex: &str) -> Result<bool> {
     let path = host_path(p)?;
     let re = compile(regex)?;
-    let Some(lines) = lines_of(h, &path)? else {
-        h.note_unchanged();
-        return Ok(false);
-    };
-    let kept: Vec<String> = lines.iter().filter(|l| !re.is_match(l)).cloned().collect();
-    if kept.len() == lines.len() {
-        h.note_unchanged();
-        return Ok(false);
-    }
-    put_lines(h, &path, &kept)
+    edit_lines(h, &path, |current| {
+        let Some(lines) = current else {
+            return Ok(None);
+        };
+        let kept: Vec<String> = lines.iter().filter(|l| !re.is_match(l)).cloned().collect();
+        Ok((kept.len() != lines.len()).then_some(kept))
+    })
 }
 
 fn markers(id: &str) -> Result<(String, String)> {
@@ -429,48 +513,49 @@ fn find_block(lines: &[String], begin: &str, end: &str) -> Option<(usize, usize)
 
 /// `fs::ensure_block(p, id, content)`: a managed block of `content`'s lines between
 /// `# BEGIN skyhook <id>` and `# END skyhook <id>`; replaced in place when present, else
-/// appended (file created when missing).
+/// appended (file created when missing). In apply mode under the path's lock, as
+/// [`ensure_line`], so blocks of concurrent sessions in the same file are all kept.
 ///
 /// # Errors
-/// Invalid id (empty or multi-line); non-text file.
+/// Invalid id (empty or multi-line); non-text file; the lock (apply mode).
 pub fn ensure_block(h: &mut Host, p: &str, id: &str, content: &str) -> Result<bool> {
     let path = host_path(p)?;
     let (begin, end) = markers(id)?;
-    let mut lines = lines_of(h, &path)?.unwrap_or_default();
     let mut block = vec![begin.clone()];
     block.extend(content.lines().map(String::from));
     block.push(end.clone());
-    match find_block(&lines, &begin, &end) {
-        Some((b, e)) => {
-            if lines[b..=e] == block[..] {
-                h.note_unchanged();
-                return Ok(false);
+    edit_lines(h, &path, |current| {
+        let mut lines = current.unwrap_or_default();
+        match find_block(&lines, &begin, &end) {
+            Some((b, e)) if lines[b..=e] == block[..] => return Ok(None),
+            Some((b, e)) => {
+                lines.splice(b..=e, block.iter().cloned());
             }
-            lines.splice(b..=e, block);
+            None => lines.extend(block.iter().cloned()),
         }
-        None => lines.extend(block),
-    }
-    put_lines(h, &path, &lines)
+        Ok(Some(lines))
+    })
 }
 
 /// `fs::remove_block(p, id)`: remove the managed block `id` (markers included). Unchanged
-/// when the file or the block is absent.
+/// when the file or the block is absent. In apply mode under the path's lock, as
+/// [`ensure_line`].
 ///
 /// # Errors
-/// Invalid id; non-text file.
+/// Invalid id; non-text file; the lock (apply mode).
 pub fn remove_block(h: &mut Host, p: &str, id: &str) -> Result<bool> {
     let path = host_path(p)?;
     let (begin, end) = markers(id)?;
-    let Some(mut lines) = lines_of(h, &path)? else {
-        h.note_unchanged();
-        return Ok(false);
-    };
-    let Some((b, e)) = find_block(&lines, &begin, &end) else {
-        h.note_unchanged();
-        return Ok(false);
-    };
-    lines.drain(b..=e);
-    put_lines(h, &path, &lines)
+    edit_lines(h, &path, |current| {
+        let Some(mut lines) = current else {
+            return Ok(None);
+        };
+        let Some((b, e)) = find_block(&lines, &begin, &end) else {
+            return Ok(None);
+        };
+        lines.drain(b..=e);
+        Ok(Some(lines))
+    })
 }
 
 /// `fs::mkdir(p)` / `fs::mkdir(p, mode)`: create a directory and its parents (default mode
@@ -503,28 +588,50 @@ pub fn mkdir(h: &mut Host, p: &str, mode: Option<u32>) -> Result<bool> {
 }
 
 /// `fs::remove(p)`: remove a file, symlink (not its target) or empty directory. Unchanged
-/// when absent.
+/// when absent. In apply mode the removal is decided again under the path's lock
+/// ([`crate::host::pathlock`]) before it is made.
 ///
 /// # Errors
-/// A non-empty directory; removal failures.
+/// A non-empty directory; removal failures; the lock (apply mode).
 pub fn remove(h: &mut Host, p: &str) -> Result<bool> {
+    remove_with(h, p, |_| Ok(()))
+}
+
+/// [`remove`] that calls `before` once the removal is needed, right before it is submitted,
+/// under the path's lock (as [`put_with`]). An error of `before` leaves the path in place.
+pub(crate) fn remove_with(
+    h: &mut Host,
+    p: &str,
+    before: impl FnOnce(&mut Host) -> Result<()>,
+) -> Result<bool> {
     let path = host_path(p)?;
-    match h.view_stat(&path, false)? {
-        None => {
-            h.note_unchanged();
-            Ok(false)
-        }
-        Some(s) => {
-            if s.kind == "dir" && !h.view_list(&path)?.unwrap_or_default().is_empty() {
-                return Err(HostError::WrongKind {
-                    path,
-                    what: "is a non-empty directory (use fs::remove_all)",
-                });
+    let needed = |h: &Host| -> Result<bool> {
+        match h.view_stat(&path, false)? {
+            None => Ok(false),
+            Some(s) => {
+                if s.kind == "dir" && !h.view_list(&path)?.unwrap_or_default().is_empty() {
+                    return Err(HostError::WrongKind {
+                        path: path.clone(),
+                        what: "is a non-empty directory (use fs::remove_all)",
+                    });
+                }
+                Ok(true)
             }
-            h.submit(Effect::RemoveFile { path })?;
-            Ok(true)
         }
+    };
+    if !needed(h)? {
+        h.note_unchanged();
+        return Ok(false);
     }
+    let lock = h.lock_for_update(&path)?;
+    if lock.is_some() && !needed(h)? {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    before(h)?;
+    h.submit(Effect::RemoveFile { path: path.clone() })?;
+    drop(lock);
+    Ok(true)
 }
 
 /// `fs::remove_all(p)`: remove a tree (a symlink itself, not its target). Unchanged when

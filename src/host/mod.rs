@@ -13,7 +13,8 @@
 //! | [`root`] | root confinement over pathrs (every file access) |
 //! | [`session`] | [`Host`], [`HostOptions`], the view and the executor dispatch |
 //! | [`effect`] | [`effect::Effect`] and its parts |
-//! | [`deferred`] | records of deferred work that failed, rerun by the next session |
+//! | [`deferred`] | write-ahead records of deferred work, run by the next session after a crash |
+//! | [`pathlock`] | cross-process locks held across a read-modify-write of a host file |
 //! | [`digest`] | SHA-256 content hashes for reports |
 //! | `apply`, `plan` | the executors (private) |
 //! | [`report`] | [`Report`], [`ExecMode`] |
@@ -30,6 +31,7 @@ pub mod error;
 pub mod fs;
 pub mod interrupt;
 pub mod os;
+pub mod pathlock;
 pub mod pkg;
 mod plan;
 pub mod report;

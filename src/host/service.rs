@@ -182,13 +182,22 @@ pub fn drop_in_path(name: &str, file: &str) -> Result<PathBuf> {
 }
 
 /// `service::drop_in(name, file, content)`: write the drop-in; when changed, schedule one
-/// (coalesced) daemon-reload.
+/// (coalesced) daemon-reload. In apply mode the daemon-reload record is made durable
+/// *before* the drop-in is written and removed only after a reload succeeded
+/// ([`crate::host::deferred`]), so a crash in between leaves the reload to the next session.
 ///
 /// # Errors
-/// As [`drop_in_path`]; write failures.
+/// As [`drop_in_path`]; writing the record (apply mode; the drop-in is then not written);
+/// write failures.
 pub fn drop_in(h: &mut Host, name: &str, file: &str, content: &str) -> Result<bool> {
     let path = drop_in_path(name, file)?;
-    let changed = crate::host::fs::put(h, &path, content.as_bytes().to_vec(), None, None, None)?;
+    let changed = crate::host::fs::put_with(
+        h,
+        &path,
+        content.as_bytes().to_vec(),
+        (None, None, None),
+        Host::write_ahead_daemon_reload,
+    )?;
     if changed {
         h.schedule_daemon_reload();
     }
@@ -196,13 +205,15 @@ pub fn drop_in(h: &mut Host, name: &str, file: &str, content: &str) -> Result<bo
 }
 
 /// `service::remove_drop_in(name, file)`: remove the drop-in; when it existed, schedule one
-/// (coalesced) daemon-reload.
+/// (coalesced) daemon-reload, recorded ahead of the removal in apply mode as in
+/// [`drop_in`].
 ///
 /// # Errors
-/// As [`drop_in_path`]; removal failures.
+/// As [`drop_in_path`]; writing the record (apply mode); removal failures.
 pub fn remove_drop_in(h: &mut Host, name: &str, file: &str) -> Result<bool> {
     let path = drop_in_path(name, file)?;
-    let changed = crate::host::fs::remove(h, &path.to_string_lossy())?;
+    let changed =
+        crate::host::fs::remove_with(h, &path.to_string_lossy(), Host::write_ahead_daemon_reload)?;
     if changed {
         h.schedule_daemon_reload();
     }

@@ -21,9 +21,11 @@
 //! `finish` runs pending work too (errors are then lost), so an early `?` return cannot lose
 //! it.
 //!
-//! Deferred work that fails (or cannot start) in apply mode is recorded inside the host root
-//! and scheduled again by the next session ([`crate::host::deferred`]), so it is never lost
-//! even though the drop-in that caused it is already in place. The report lists every action
+//! In apply mode deferred work is recorded inside the host root before the drop-in that
+//! causes it is written, and the record is removed only after the work succeeded; a record
+//! left by a failure or a crash is scheduled again by the next session
+//! ([`crate::host::deferred`]), so the work is never lost even though the drop-in is already
+//! in place. The report lists every action
 //! that ran, the deferred ones included, also when the deferred work failed
 //! ([`Host::finish_with_report`]).
 //!
@@ -305,6 +307,59 @@ impl Host {
     /// Schedule one (coalesced) `systemctl daemon-reload`.
     pub fn schedule_daemon_reload(&mut self) {
         self.pending_daemon_reload = true;
+    }
+
+    /// Write-ahead for a drop-in change: in apply mode, make the daemon-reload record durable
+    /// ([`deferred::record_daemon_reload`]: atomic write, fsync) before the drop-in is
+    /// written. It is removed once a reload of this (or a later) session succeeded. Written
+    /// for every change, so a record another session removed meanwhile is put back. Nothing
+    /// in plan and check mode.
+    ///
+    /// # Errors
+    /// Creating the directory or writing the record failed (the drop-in must then not be
+    /// written).
+    pub(crate) fn write_ahead_daemon_reload(&mut self) -> Result<()> {
+        if self.mode == ExecMode::Apply {
+            deferred::record_daemon_reload(&self.root)?;
+            self.recorded_reload = true;
+        }
+        Ok(())
+    }
+
+    /// Write-ahead for a grub drop-in change: make `pending` the session's pending grub work
+    /// and, in apply mode, the content of the grub record (durable before the drop-in is
+    /// written; removed once the regeneration succeeded). Returns what to give
+    /// [`Host::restore_grub`] when the drop-in write then fails.
+    ///
+    /// # Errors
+    /// Writing the record failed (nothing is changed then).
+    pub(crate) fn schedule_grub_ahead(
+        &mut self,
+        pending: GrubPending,
+    ) -> Result<(GrubPending, bool)> {
+        if self.mode == ExecMode::Apply {
+            deferred::record_grub(&self.root, &pending)?;
+        }
+        let recorded = self.recorded_grub || self.mode == ExecMode::Apply;
+        let prev_recorded = std::mem::replace(&mut self.recorded_grub, recorded);
+        let prev = std::mem::replace(&mut self.pending_grub, pending);
+        Ok((prev, prev_recorded))
+    }
+
+    /// Undo [`Host::schedule_grub_ahead`] after the drop-in write failed: the previous
+    /// pending work, and in apply mode the previous record (or none). Best effort.
+    pub(crate) fn restore_grub(&mut self, (pending, recorded): (GrubPending, bool)) {
+        if self.mode == ExecMode::Apply {
+            let undone = if recorded {
+                deferred::record_grub(&self.root, &pending)
+            } else {
+                deferred::clear(&self.root, &deferred::grub_path())
+            };
+            if undone.is_ok() {
+                self.recorded_grub = recorded;
+            }
+        }
+        self.pending_grub = pending;
     }
 
     /// Run a scheduled daemon-reload now (before a `service::` call).
@@ -624,6 +679,53 @@ impl Host {
             return Ok(c.join(name));
         }
         Ok(n)
+    }
+
+    /// In apply mode, take the cross-process lock of the file at `path` for a
+    /// read-compare-write ([`crate::host::pathlock`]); the caller must read the current
+    /// content only after this returns. `None` in plan and check mode (nothing is written,
+    /// and the overlay is private to the session).
+    ///
+    /// # Errors
+    /// Creating, opening or locking the lock file.
+    pub(crate) fn lock_for_update(
+        &self,
+        path: &Path,
+    ) -> Result<Option<crate::host::pathlock::PathLock>> {
+        if self.mode != ExecMode::Apply {
+            return Ok(None);
+        }
+        let key = self.lock_key(path);
+        Ok(Some(crate::host::pathlock::lock(&self.root, &key)?))
+    }
+
+    /// The path a lock of `path` is keyed by: the canonical parent directory plus the final
+    /// name, following a final symlink (at most 40 hops) the same way. Never the canonical
+    /// form of the file itself: resolving an open file's path races with the rename of a
+    /// concurrent writer (the kernel then reports the replaced inode as `... (deleted)`),
+    /// while directories are not replaced. A path that does not resolve is keyed by what
+    /// resolved of it; the read or write that follows reports the real error.
+    fn lock_key(&self, path: &Path) -> PathBuf {
+        let mut cur = crate::host::plan::normalize(path);
+        for _ in 0..40 {
+            let (Some(parent), Some(name)) = (cur.parent(), cur.file_name()) else {
+                return cur;
+            };
+            let dir = match self.root.canonical(parent) {
+                Ok(Some(d)) => d,
+                _ => parent.to_path_buf(),
+            };
+            let at = dir.join(name);
+            match self.root.symlink_metadata(&at) {
+                Ok(Some(m)) if m.file_type().is_symlink() => match self.root.read_link(&at) {
+                    // An absolute target is a host path (chroot semantics): `join` keeps it.
+                    Ok(target) => cur = crate::host::plan::normalize(&dir.join(target)),
+                    Err(_) => return at,
+                },
+                _ => return at,
+            }
+        }
+        cur
     }
 
     pub(crate) fn record_interrupt(&mut self, i: InterruptRequest) {

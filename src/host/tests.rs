@@ -1341,3 +1341,142 @@ fn stale_temporaries_are_removed_and_never_collide() {
     }
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
 }
+
+/// A session that dies without running its deferred work (SIGKILL, OOM, power loss): no
+/// `finish`, no `Drop`.
+fn crash(h: Host) {
+    std::mem::forget(h);
+}
+
+#[test]
+fn daemon_reload_is_recorded_before_the_drop_in_and_survives_a_crash() {
+    let t = TestHost::new();
+    t.systemctl_stub();
+    let mut h = t.host(ExecMode::Apply);
+    assert!(service::drop_in(&mut h, "x", "a.conf", "[Service]\n").unwrap());
+    // Written ahead: the record is there before any reload ran.
+    assert!(t.calls().is_empty());
+    assert_eq!(
+        records(&t).0.as_deref(),
+        Some("{\"action\":\"daemon_reload\"}\n")
+    );
+    // A second drop-in of the same session (the record is rewritten, the reload coalesced).
+    assert!(service::drop_in(&mut h, "x", "b.conf", "[Service]\n").unwrap());
+    crash(h);
+    assert!(t.calls().is_empty());
+    // Plan and check after the crash: an action, never drift; nothing written.
+    let before = snapshot(&t);
+    for mode in [ExecMode::Plan, ExecMode::Check] {
+        let mut h = t.host(mode);
+        assert!(!service::drop_in(&mut h, "x", "a.conf", "[Service]\n").unwrap());
+        let rep = h.finish().unwrap();
+        assert!(rep.changes.is_empty() && rep.drift().is_empty(), "{rep:?}");
+        let actions: Vec<&str> = rep.actions.iter().map(|a| a.summary.as_str()).collect();
+        assert_eq!(actions, ["systemctl daemon-reload"]);
+    }
+    assert_eq!(snapshot(&t), before);
+    // The rerun changes nothing, runs the reload exactly once and removes the record.
+    let mut h = t.host(ExecMode::Apply);
+    assert!(!service::drop_in(&mut h, "x", "a.conf", "[Service]\n").unwrap());
+    let rep = h.finish().unwrap();
+    assert_eq!(t.calls(), s(&["systemctl daemon-reload"]));
+    assert_eq!(rep.summary(), "Apply: 0 changed, 1 unchanged, 1 action.");
+    assert_eq!(records(&t), (None, None));
+    t.clear_calls();
+    t.host(ExecMode::Apply).finish().unwrap();
+    assert!(t.calls().is_empty());
+
+    // A reload that succeeded removes the record; a later drop-in writes it again.
+    let mut h = t.host(ExecMode::Apply);
+    assert!(service::remove_drop_in(&mut h, "x", "b.conf").unwrap());
+    assert!(records(&t).0.is_some(), "recorded before the removal");
+    service::daemon_reload(&mut h).unwrap();
+    assert_eq!(records(&t), (None, None));
+    assert!(service::drop_in(&mut h, "x", "a.conf", "changed\n").unwrap());
+    assert!(records(&t).0.is_some());
+    h.finish().unwrap();
+    assert_eq!(records(&t), (None, None));
+}
+
+#[test]
+fn a_drop_in_is_not_written_when_its_record_cannot_be() {
+    let t = TestHost::new();
+    t.systemctl_stub();
+    t.file("/etc/os-release", "ID=ubuntu\n");
+    // The records' directory is a file: the record cannot be written, so neither is the
+    // drop-in (the write-ahead order), and no work is pending.
+    t.file("/var/lib/skyhook/.deferred", "not a directory");
+    let mut h = t.host(ExecMode::Apply);
+    assert!(service::drop_in(&mut h, "x", "a.conf", "[Service]\n").is_err());
+    assert!(grub::set_cmdline(&mut h, "g", &s(&["a=1"])).is_err());
+    h.finish().unwrap();
+    assert!(!t.p("/etc/systemd/system/x.service.d/a.conf").exists());
+    assert!(!t.p("/etc/default/grub.d/g.cfg").exists());
+    assert!(t.calls().is_empty(), "{:?}", t.calls());
+}
+
+#[test]
+fn grub_work_is_recorded_before_the_drop_in_and_survives_a_crash() {
+    let t = TestHost::new();
+    t.install_sh();
+    t.file("/etc/os-release", "ID=ubuntu\n");
+    t.stub("update-grub", ":");
+    let mut h = t.host(ExecMode::Apply);
+    assert!(grub::set_cmdline(&mut h, "99-x", &s(&["a=1"])).unwrap());
+    assert_eq!(
+        records(&t).1.as_deref(),
+        Some("{\"action\":\"grub_update\",\"regenerate\":true,\"add\":[],\"remove\":[]}\n")
+    );
+    crash(h);
+    assert!(t.calls().is_empty());
+    let mut h = t.host(ExecMode::Apply);
+    assert!(!grub::set_cmdline(&mut h, "99-x", &s(&["a=1"])).unwrap());
+    h.finish().unwrap();
+    assert_eq!(t.calls(), s(&["update-grub "]));
+    assert_eq!(records(&t), (None, None));
+
+    // grubby: the record holds the merged work of the session, including the arguments a
+    // replaced drop-in takes back.
+    let t = TestHost::new();
+    t.install_sh();
+    t.file("/etc/os-release", "ID=fedora\n");
+    t.stub("grubby", ":");
+    let mut h = t.host(ExecMode::Apply);
+    assert!(grub::set_cmdline(&mut h, "x", &s(&["a=1", "b"])).unwrap());
+    h.finish().unwrap();
+    t.clear_calls();
+    let mut h = t.host(ExecMode::Apply);
+    assert!(grub::set_cmdline(&mut h, "x", &s(&["a=2", "b"])).unwrap());
+    assert!(grub::set_cmdline(&mut h, "y", &s(&["c"])).unwrap());
+    assert_eq!(
+        records(&t).1.as_deref(),
+        Some(
+            "{\"action\":\"grub_update\",\"regenerate\":false,\"add\":[\"a=2\",\"b\",\"c\"],\"remove\":[\"a=1\"]}\n"
+        )
+    );
+    crash(h);
+    t.host(ExecMode::Apply).finish().unwrap();
+    assert_eq!(
+        t.calls(),
+        s(&[
+            "grubby --update-kernel=ALL --args=a=2 b c",
+            "grubby --update-kernel=ALL --remove-args=a=1"
+        ])
+    );
+    assert_eq!(records(&t), (None, None));
+    // grub::remove records what it takes back before removing the drop-in.
+    t.clear_calls();
+    let mut h = t.host(ExecMode::Apply);
+    assert!(grub::remove(&mut h, "y").unwrap());
+    assert_eq!(
+        records(&t).1.as_deref(),
+        Some("{\"action\":\"grub_update\",\"regenerate\":false,\"add\":[],\"remove\":[\"c\"]}\n")
+    );
+    crash(h);
+    t.host(ExecMode::Apply).finish().unwrap();
+    assert_eq!(
+        t.calls(),
+        s(&["grubby --update-kernel=ALL --remove-args=c"])
+    );
+    assert_eq!(records(&t), (None, None));
+}

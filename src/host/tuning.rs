@@ -117,11 +117,14 @@ pub mod sysctl {
 /// entries, which ignore grub.d) the new arguments are added and the dropped ones removed
 /// with `grubby --update-kernel=ALL --args=... / --remove-args=...`, the drop-in kept as the
 /// record; elsewhere `update-grub` is scheduled. Either runs once, at the end of the step.
+/// In apply mode the work is recorded (write-ahead) before the drop-in is written or removed,
+/// and the record is removed only once the work succeeded ([`crate::host::deferred`]).
 pub mod grub {
     use std::path::PathBuf;
 
     use super::check_file_name;
     use crate::host::Host;
+    use crate::host::deferred::GrubPending;
     use crate::host::error::{HostError, Result};
 
     const PREFIX: &str = "GRUB_CMDLINE_LINUX_DEFAULT=\"${GRUB_CMDLINE_LINUX_DEFAULT}";
@@ -183,9 +186,10 @@ pub mod grub {
         ))
     }
 
-    fn schedule(h: &mut Host, add: &[String], remove: &[String]) -> Result<()> {
+    /// The session's pending grub work with `add` and `remove` merged in.
+    fn merged(h: &Host, add: &[String], remove: &[String]) -> Result<GrubPending> {
+        let mut p = h.pending_grub.clone();
         if uses_grubby(h)? {
-            let p = &mut h.pending_grub;
             for a in remove {
                 p.add.retain(|x| x != a);
                 if !p.remove.contains(a) {
@@ -199,47 +203,73 @@ pub mod grub {
                 }
             }
         } else {
-            h.pending_grub.regenerate = true;
+            p.regenerate = true;
         }
-        Ok(())
+        Ok(p)
+    }
+
+    /// The arguments the drop-in at `path` holds now (as the session sees it).
+    fn current_args(h: &Host, path: &std::path::Path) -> Result<Vec<String>> {
+        Ok(h.view_read(path)?
+            .map(|b| parse(&String::from_utf8_lossy(&b)))
+            .unwrap_or_default())
     }
 
     /// `grub::set_cmdline(name, args)`: see the module docs.
     ///
     /// # Errors
-    /// Invalid name or argument (empty, whitespace, quotes, `\`, `$`, backquote); write
-    /// failures.
+    /// Invalid name or argument (empty, whitespace, quotes, `\`, `$`, backquote); writing the
+    /// grub record (apply mode; the drop-in is then not written); write failures.
     pub fn set_cmdline(h: &mut Host, name: &str, args: &[String]) -> Result<bool> {
         let path = drop_in_path(name)?;
         check_args(args)?;
-        let old = h
-            .view_read(&path)?
-            .map(|b| parse(&String::from_utf8_lossy(&b)))
-            .unwrap_or_default();
-        let changed = crate::host::fs::put(h, &path, render(args).into_bytes(), None, None, None)?;
-        if changed {
-            let removed: Vec<String> = old.into_iter().filter(|a| !args.contains(a)).collect();
-            schedule(h, args, &removed)?;
+        let mut undo = None;
+        // `before` runs under the drop-in's lock right before the write: the old arguments
+        // are read there, and the work is recorded ahead of the write.
+        let r = crate::host::fs::put_with(
+            h,
+            &path,
+            render(args).into_bytes(),
+            (None, None, None),
+            |h| {
+                let removed: Vec<String> = current_args(h, &path)?
+                    .into_iter()
+                    .filter(|a| !args.contains(a))
+                    .collect();
+                let pending = merged(h, args, &removed)?;
+                undo = Some(h.schedule_grub_ahead(pending)?);
+                Ok(())
+            },
+        );
+        if r.is_err()
+            && let Some(u) = undo
+        {
+            h.restore_grub(u);
         }
-        Ok(changed)
+        r
     }
 
     /// `grub::remove(name)`: remove the drop-in and take exactly its arguments back
-    /// (`grubby --remove-args` on rhel/fedora, `update-grub` elsewhere).
+    /// (`grubby --remove-args` on rhel/fedora, `update-grub` elsewhere). In apply mode the
+    /// work is recorded before the removal, as for [`set_cmdline`].
     ///
     /// # Errors
-    /// Invalid name; removal failures.
+    /// Invalid name; writing the record (apply mode); removal failures.
     pub fn remove(h: &mut Host, name: &str) -> Result<bool> {
         let path = drop_in_path(name)?;
-        let old = h
-            .view_read(&path)?
-            .map(|b| parse(&String::from_utf8_lossy(&b)))
-            .unwrap_or_default();
-        let changed = crate::host::fs::remove(h, &path.to_string_lossy())?;
-        if changed {
-            schedule(h, &[], &old)?;
+        let mut undo = None;
+        let r = crate::host::fs::remove_with(h, &path.to_string_lossy(), |h| {
+            let old = current_args(h, &path)?;
+            let pending = merged(h, &[], &old)?;
+            undo = Some(h.schedule_grub_ahead(pending)?);
+            Ok(())
+        });
+        if r.is_err()
+            && let Some(u) = undo
+        {
+            h.restore_grub(u);
         }
-        Ok(changed)
+        r
     }
 }
 

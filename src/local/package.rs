@@ -9,8 +9,9 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::agent::console::Console;
+use crate::agent::coverage::{Declarations, DeclaredInterrupts};
 use crate::agent::error::AgentError;
-use crate::agent::mode::{Decision, ModeLoop, ModeRun, StateView, load_package};
+use crate::agent::mode::{Decision, InterruptPolicy, ModeLoop, ModeRun, StateView, load_package};
 use crate::agent::settings::{DEFAULT_PATH, ResourceId, Settings};
 use crate::agent::site::PackageSite;
 use crate::host::report::Action;
@@ -52,6 +53,10 @@ pub struct PackageRun {
     /// Record script output in each step's ordered list ([`Capture`]; dry runs only);
     /// `None`: output is only written.
     pub capture: Option<Capture>,
+    /// The Skyhook CR (YAML or JSON) whose `spec.packages.<name>` declares the package's
+    /// interrupts; `None`: `DIR/node-metadata/packages.json` when present, else requested
+    /// interrupts are not judged.
+    pub skyhook_cr: Option<PathBuf>,
 }
 
 /// How one step of a dry run went.
@@ -364,6 +369,34 @@ impl PackageRun {
         Ok(loaded)
     }
 
+    /// What the package's Skyhook CR declares ([`PackageRun::skyhook_cr`], else
+    /// `DIR/node-metadata/packages.json`).
+    ///
+    /// # Errors
+    /// The CR or packages.json cannot be read or parsed, or the CR lacks the package.
+    pub fn declarations(&self, name: &str) -> Result<Declarations, LocalError> {
+        let bad = |what: &Path, e: String| {
+            LocalError::Agent(AgentError::NodeMetadata(format!("{}: {e}", what.display())))
+        };
+        if let Some(cr) = &self.skyhook_cr {
+            let text = std::fs::read_to_string(cr).map_err(|e| bad(cr, e.to_string()))?;
+            let d = DeclaredInterrupts::from_cr(&text, name).map_err(|e| bad(cr, e))?;
+            return Ok(Declarations::Known(Some(d)));
+        }
+        let pj = self.dir.join("node-metadata").join("packages.json");
+        match std::fs::read(&pj) {
+            Ok(bytes) => {
+                let doc: serde_json::Value = serde_json::from_slice(&bytes)
+                    .map_err(|e| bad(&pj, format!("not JSON: {e}")))?;
+                Ok(Declarations::Known(DeclaredInterrupts::from_packages_json(
+                    &doc, name,
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Declarations::Unknown),
+            Err(e) => Err(bad(&pj, e.to_string())),
+        }
+    }
+
     /// `SKYHOOK_RESOURCE_ID` from the environment, else `skyhook-run_<name>_<version>`.
     pub fn resource_id(&self, name: &str, version: &str) -> String {
         env_get(&self.env, "SKYHOOK_RESOURCE_ID")
@@ -512,7 +545,10 @@ impl PackageRun {
                 run_exec: ExecMode::Plan,
                 write_logs: false,
                 node_metadata_dir: None,
-                interrupts: None,
+                interrupts: Some(InterruptPolicy {
+                    declarations: self.declarations(&pkg.package_name)?,
+                    record: false,
+                }),
                 keep_fds: Vec::new(),
             };
             let rt = tokio::runtime::Builder::new_current_thread()

@@ -163,6 +163,7 @@ fn package_plan_includes_the_root_dir_overlay() {
             configmaps: None,
             env: vec![("NODE_NAME".into(), "n1".into())],
             capture: None,
+            skyhook_cr: None,
         }
         .plan(&engine, out.clone())
         .unwrap();

@@ -139,11 +139,18 @@ impl StepRunner for PlanRunner<'_> {
             |c| inv.accepts(c),
             End::Step,
         );
+        // What the step would request (judged by the loop as the agent judges it; a check
+        // requests nothing).
+        let interrupts = if inv.exec == crate::host::ExecMode::Check {
+            Vec::new()
+        } else {
+            o.report.interrupts.clone()
+        };
         StepResult {
             ok: o.ok,
             status: o.code,
             ran: true,
-            interrupts: Vec::new(),
+            interrupts,
             error: o.error,
             report: Some(o.report),
             log_errors: Vec::new(),

@@ -39,6 +39,32 @@ impl CompiledScript {
     pub fn modules(&self) -> &Arc<ModuleStore> {
         &self.modules
     }
+
+    /// The calls `ns::f(...)` of namespace `ns` in this script itself (not its imports),
+    /// with their function names and positions (`line`, `column`), in source order. Used to
+    /// find what a step can request, e.g. `interrupt::reboot`.
+    pub fn namespaced_calls(&self, ns: &str) -> Vec<(String, usize, usize)> {
+        let mut found = Vec::new();
+        self.ast.walk(&mut |path: &[rhai::ASTNode]| {
+            let call = match path.last() {
+                Some(rhai::ASTNode::Expr(rhai::Expr::FnCall(call, pos)))
+                | Some(rhai::ASTNode::Stmt(rhai::Stmt::FnCall(call, pos))) => Some((call, pos)),
+                _ => None,
+            };
+            if let Some((call, pos)) = call
+                && call.namespace.path.len() == 1
+                && call.namespace.path[0].name == ns
+            {
+                found.push((
+                    call.name.to_string(),
+                    pos.line().unwrap_or(0),
+                    pos.position().unwrap_or(0),
+                ));
+            }
+            true
+        });
+        found
+    }
 }
 
 /// Compile the step script at `path`, resolving its imports under `base_dir`.

@@ -115,9 +115,135 @@ pub fn try_lock_package(
     lock_with(root, state_root, pkg, FlockArg::LockExclusiveNonblock)
 }
 
+/// Take the package lock, waiting while another holder has it, unless `cancel` is stopped
+/// first (the agent's SIGTERM stops it). `Ok(None)`: stopped while waiting (nothing is
+/// held then). A free lock is taken at once, even when `cancel` is already stopped (the
+/// caller's loop starts no step then); `on_wait(lock file host path)` is called once, before
+/// waiting, only when the lock is busy.
+///
+/// How: `flock(2)` has no descriptor to poll for a release, so the blocking
+/// `flock(LOCK_EX)` (retried on `EINTR`) runs on a helper thread, on its own open file
+/// description, while this future waits for either its result or [`Cancel::stopped`]. After
+/// a cancel the thread stays blocked until the holder releases; if it then acquires the
+/// lock, nobody receives it and it is dropped at once, which releases it. The thread owns
+/// nothing else, and its descriptor is close-on-exec, so no step process inherits it.
+///
+/// # Errors
+/// Creating or opening the lock file, `flock` failing, or the helper thread not starting.
+///
+/// [`Cancel::stopped`]: crate::process::Cancel::stopped
+pub async fn lock_package_cancellable(
+    root: &HostRoot,
+    state_root: &Path,
+    pkg: &str,
+    cancel: &crate::process::Cancel,
+    on_wait: impl FnOnce(&Path),
+) -> Result<Option<PackageLock>, StateError> {
+    if let Some(held) = try_lock_package(root, state_root, pkg)? {
+        return Ok(Some(held));
+    }
+    let path = lock_path(state_root, pkg);
+    on_wait(&path);
+    let file = open_lock_file(root, &path)?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("skyhook-lock-wait".into())
+        .spawn(move || {
+            let mut file = file;
+            let result = loop {
+                match Flock::lock(file, FlockArg::LockExclusive) {
+                    Ok(lock) => break Ok(lock),
+                    Err((f, Errno::EINTR)) => file = f,
+                    Err((_, errno)) => break Err(errno),
+                }
+            };
+            // A receiver gone (cancelled) drops the lock here, releasing it.
+            let _ = tx.send(result);
+        })
+        .map_err(|e| StateError::Lock {
+            path: path.clone(),
+            source: e.raw_os_error().map_or(Errno::EAGAIN, Errno::from_raw),
+        })?;
+    tokio::select! {
+        biased;
+        r = rx => match r {
+            Ok(Ok(lock)) => Ok(Some(PackageLock { _lock: lock, path })),
+            Ok(Err(errno)) => Err(StateError::Lock { path, source: errno }),
+            // The thread ended without sending: it panicked.
+            Err(_) => Err(StateError::Lock { path, source: Errno::EIO }),
+        },
+        () = cancel.stopped() => Ok(None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cancellable_wait_ends_on_stop_and_a_late_acquisition_is_released() {
+        use crate::process::{Cancel, CancelReason};
+        let d = tempfile::tempdir().unwrap();
+        let r = HostRoot::open(d.path()).unwrap();
+        let st = Path::new("/st");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // Free: taken at once, no wait reported, even when already stopped.
+        let stopped = Cancel::new();
+        stopped.stop(CancelReason::Signal("SIGTERM"));
+        let mut waited = None;
+        let free = rt
+            .block_on(lock_package_cancellable(&r, st, "demo", &stopped, |p| {
+                waited = Some(p.to_path_buf())
+            }))
+            .unwrap();
+        assert!(free.is_some() && waited.is_none());
+
+        // Busy: the wait is reported, and a stop ends it with nothing held.
+        let cancel = Cancel::new();
+        let stopper = cancel.clone();
+        let got = rt
+            .block_on(async {
+                lock_package_cancellable(&r, st, "demo", &cancel, |p| {
+                    waited = Some(p.to_path_buf());
+                    stopper.stop(CancelReason::Signal("SIGTERM"));
+                })
+                .await
+            })
+            .unwrap();
+        assert!(got.is_none());
+        assert_eq!(waited.as_deref(), Some(Path::new("/st/locks/demo.lock")));
+        // The helper thread acquires the lock once it is released, and drops it: a bounded
+        // number of blocking takes, each of which succeeds only when nobody holds it.
+        drop(free);
+        let mut taken = None;
+        for _ in 0..1000 {
+            if let Some(l) = try_lock_package(&r, st, "demo").unwrap() {
+                taken = Some(l);
+                break;
+            }
+            // The helper holds it for an instant between acquiring and dropping.
+            std::thread::yield_now();
+        }
+        let taken = taken.expect("the abandoned waiter kept the lock");
+        drop(taken);
+
+        // Busy, then released while waiting: acquired.
+        let held = lock_package(&r, st, "demo").unwrap();
+        let cancel = Cancel::new();
+        let got = rt.block_on(async {
+            let wait = lock_package_cancellable(&r, st, "demo", &cancel, |_| {});
+            let release = async {
+                tokio::task::yield_now().await;
+                drop(held);
+            };
+            let (got, ()) = tokio::join!(wait, release);
+            got
+        });
+        assert!(got.unwrap().is_some());
+    }
 
     #[test]
     fn second_lock_excluded_until_drop() {

@@ -41,7 +41,9 @@ impl Modes {
                 "apply runs; plan/check record as action (unless `read_only`); guarded: a change (skipped when done, drift in check)"
             }
             Modes::ReadOnlyCommand => "query: runs in every mode",
-            Modes::Interrupt => "recorded in every mode; the agent runs it after the step",
+            Modes::Interrupt => {
+                "declared in every mode, never run by the step; judged against the Skyhook CR"
+            }
             Modes::Context => "same in every mode",
         }
     }
@@ -660,7 +662,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[],
         "()",
         Interrupt,
-        "Reboot the node after the step succeeded (once per SKYHOOK_RESOURCE_ID).",
+        "Declare that the step's changes need a reboot: the step fails unless the package's Skyhook CR declares a reboot (`interrupt` or `configInterrupts`), which the operator then runs in its interrupt stage; post-interrupt-check fails until the boot id changed.",
     ),
     f(
         "interrupt",
@@ -668,7 +670,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[("names", "?")],
         "()",
         Interrupt,
-        "Restart a service or an array of services after the step succeeded.",
+        "Declare that a service (or an array of services) must be restarted: the step fails unless the CR declares it (`type: service` with those units, `restartAllServices` or a reboot).",
     ),
     f(
         "interrupt",
@@ -786,7 +788,7 @@ pub const NAMESPACES: &[(&str, &str, &str)] = &[
     (
         "interrupt",
         "Interrupts — `interrupt::`",
-        "The same commands and once-per-resource markers as the agent's `interrupt` mode; run after the step has succeeded and its flag is written, never in the middle of it.",
+        "A step never interrupts the node itself: the operator cordons and drains a node only for packages whose Skyhook CR declares an `interrupt` (or `configInterrupts`). After the step succeeded, each request is compared with the package's entry in `SKYHOOK_DIR/node-metadata/packages.json` (`skyhook-run`: `--skyhook-cr FILE`): declared → one line saying the operator runs it; not declared → the step fails with the CR lines to add; no node metadata → a warning. Restarting a service as part of ordinary work is `service::restart`, an action.",
     ),
     (
         "config",
@@ -839,10 +841,16 @@ apply script: what would change is drift, and the check fails).
 - **Deferred work is never lost.** A changed `service::drop_in` schedules one
   `systemctl daemon-reload` (run before the step's next `service::` call, else at its end), a
   changed `grub::` drop-in one grub regeneration at the end of the step; both run also when
-  the step fails. When one fails or cannot start, it is recorded on the host in
-  `/var/lib/skyhook/.deferred/` (`daemon-reload.json`, `grub.json` with the pending grubby
-  arguments) and the next script step on the node runs it (a plan or check lists it as an
-  action, never drift), then removes the record.
+  the step fails. In apply mode it is recorded on the host in `/var/lib/skyhook/.deferred/`
+  (`daemon-reload.json`, `grub.json` with the pending grubby arguments) *before* the drop-in
+  is written, and the record is removed only once the work succeeded; when the work fails or
+  the agent dies in between, the next script step on the node runs it (a plan or check lists
+  it as an action, never drift), then removes the record.
+- **Concurrent edits are not lost.** In apply mode a call that rewrites a file
+  (`fs::ensure_line`, `fs::ensure_block`, `fs::append`, `fs::write`, ...) reads, compares
+  and writes it holding an exclusive lock (`flock` on
+  `/var/lib/skyhook/.locks/<hash of the path>.lock`), so two agents or scripts editing the
+  same file keep each other's lines.
 - **Secrets are redacted.** Values read with `secret()` or `secret_env()` (and variables
   named in `SKYHOOK_REDACT_ENV`) are replaced by `***` wherever they appear verbatim in
   output, logs, plans and error messages, also when a step's output splits them across

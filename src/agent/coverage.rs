@@ -1,0 +1,304 @@
+//! Interrupts a step *requests* (`interrupt::reboot()`, `interrupt::restart_services(..)`,
+//! `interrupt::restart_all_services()`) against what the operator will do.
+//!
+//! A step never interrupts the node itself: the operator cordons and drains a node only for
+//! packages whose Skyhook CR declares an `interrupt` (or `configInterrupts`), and runs it in
+//! its interrupt stage. So after a step that requested interrupts succeeded, the agent looks
+//! the package up in the node metadata the operator mounts
+//! (`<copy dir>/node-metadata/packages.json`) — or, for `skyhook-run`, in a Skyhook CR given
+//! with `--skyhook-cr` — and for each request:
+//!
+//! - **covered** (the CR declares that interrupt, a reboot, or a config interrupt that does):
+//!   one line saying the operator runs it in its interrupt stage;
+//! - **not covered**: the step fails with the CR lines to add, nothing is interrupted;
+//! - **no node metadata** (an older operator, a local run): a warning.
+//!
+//! A requested reboot that is covered (or cannot be judged) is recorded with the boot id at
+//! the time (`<state root>/interrupts/requested/<package>.reboot`); `post-interrupt-check`
+//! fails while the node still runs that boot id ("the requested reboot has not happened"),
+//! and removes the record once the checks pass on a new boot.
+//!
+//! Accepted shapes of `packages.json` (the operator's node metadata; the package is found by
+//! its `package_name`): `{"<name>": ENTRY}`, `{"packages": {"<name>": ENTRY}}` or
+//! `[{"name": "<name>", ...ENTRY}]`. ENTRY (and a CR's `spec.packages.<name>`) may hold
+//! `interrupt: {type, services}` and `configInterrupts: {<configMap key>: {type, services}}`,
+//! with `type` one of `reboot`, `service`, `restartAllServices`, `noop` (the CR's names) or
+//! the agent's payload names (`node_restart`, `service_restart`, `restart_all_services`,
+//! `no_op`).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::host::effect::InterruptRequest;
+use crate::host::root::HostRoot;
+
+/// One interrupt the CR declares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Declared {
+    /// `type: reboot`.
+    Reboot,
+    /// `type: service` with these units.
+    Services(Vec<String>),
+    /// `type: restartAllServices`.
+    RestartAllServices,
+    /// `type: noop`, or a type this agent does not know.
+    Other(String),
+}
+
+impl Declared {
+    fn from_value(v: &Value) -> Option<Declared> {
+        let t = v.get("type")?.as_str()?;
+        Some(match t {
+            "reboot" | "node_restart" => Declared::Reboot,
+            "service" | "service_restart" => Declared::Services(
+                v.get("services")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            ),
+            "restartAllServices" | "restart_all_services" => Declared::RestartAllServices,
+            other => Declared::Other(other.to_string()),
+        })
+    }
+
+    fn covers(&self, request: &InterruptRequest) -> bool {
+        match (self, request) {
+            // A reboot restarts every service too.
+            (Declared::Reboot, _) => true,
+            (Declared::RestartAllServices, InterruptRequest::RestartServices { .. })
+            | (Declared::RestartAllServices, InterruptRequest::RestartAllServices) => true,
+            (Declared::Services(have), InterruptRequest::RestartServices { services }) => {
+                services.iter().all(|s| {
+                    have.iter().any(|h| {
+                        h == s || h.trim_end_matches(".service") == s.trim_end_matches(".service")
+                    })
+                })
+            }
+            _ => false,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Declared::Reboot => "type: reboot".into(),
+            Declared::Services(s) => format!("type: service, services: [{}]", s.join(", ")),
+            Declared::RestartAllServices => "type: restartAllServices".into(),
+            Declared::Other(t) => format!("type: {t}"),
+        }
+    }
+}
+
+/// What the package's Skyhook CR declares.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeclaredInterrupts {
+    /// `interrupt`.
+    pub interrupt: Option<Declared>,
+    /// `configInterrupts`, by configMap key.
+    pub config: Vec<(String, Declared)>,
+}
+
+impl DeclaredInterrupts {
+    fn from_entry(entry: &Value) -> DeclaredInterrupts {
+        DeclaredInterrupts {
+            interrupt: entry.get("interrupt").and_then(Declared::from_value),
+            config: entry
+                .get("configInterrupts")
+                .and_then(Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Declared::from_value(v).map(|d| (k.clone(), d)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The package `name`'s entry of a node metadata `packages.json` document (see the
+    /// module docs for the shapes); `None` when the package is not listed (nothing
+    /// declared: every request is uncovered).
+    pub fn from_packages_json(doc: &Value, name: &str) -> Option<DeclaredInterrupts> {
+        let entry = match doc {
+            Value::Array(items) => items
+                .iter()
+                .find(|e| e.get("name").and_then(Value::as_str) == Some(name)),
+            Value::Object(m) => m
+                .get("packages")
+                .and_then(|p| p.get(name))
+                .or_else(|| m.get(name)),
+            _ => None,
+        }?;
+        Some(DeclaredInterrupts::from_entry(entry))
+    }
+
+    /// The package `name` of a Skyhook CR (`spec.packages.<name>`), parsed from YAML or JSON.
+    ///
+    /// # Errors
+    /// Not YAML, or no such package in the CR (the message says which).
+    pub fn from_cr(text: &str, name: &str) -> Result<DeclaredInterrupts, String> {
+        let doc: Value =
+            serde_yaml_ng::from_str(text).map_err(|e| format!("not a YAML document: {e}"))?;
+        let entry = doc
+            .get("spec")
+            .and_then(|s| s.get("packages"))
+            .and_then(|p| p.get(name))
+            .ok_or_else(|| format!("the CR has no spec.packages.{name}"))?;
+        Ok(DeclaredInterrupts::from_entry(entry))
+    }
+
+    /// How (and whether) `request` is covered: the declaration that covers it.
+    pub fn covering(&self, request: &InterruptRequest) -> Option<String> {
+        if let Some(d) = &self.interrupt
+            && d.covers(request)
+        {
+            return Some(format!("interrupt ({})", d.describe()));
+        }
+        self.config
+            .iter()
+            .find(|(_, d)| d.covers(request))
+            .map(|(k, d)| format!("configInterrupts.{k} ({})", d.describe()))
+    }
+}
+
+/// The CR lines that would cover `request`, for the failure message.
+pub fn cr_lines(request: &InterruptRequest) -> String {
+    match request {
+        InterruptRequest::Reboot => "interrupt: {type: reboot}".into(),
+        InterruptRequest::RestartServices { services } => {
+            format!(
+                "interrupt: {{type: service, services: [{}]}}",
+                services.join(", ")
+            )
+        }
+        InterruptRequest::RestartAllServices => "interrupt: {type: restartAllServices}".into(),
+    }
+}
+
+/// The request's name in messages (`reboot`, `restart_services [a, b]`, ...).
+pub fn request_name(request: &InterruptRequest) -> String {
+    match request {
+        InterruptRequest::Reboot => "reboot".into(),
+        InterruptRequest::RestartServices { services } => {
+            format!("restart_services [{}]", services.join(", "))
+        }
+        InterruptRequest::RestartAllServices => "restart_all_services".into(),
+    }
+}
+
+/// Where the agent learns what the CR declares.
+#[derive(Debug, Clone)]
+pub enum Declarations {
+    /// Read (or given): the package's entry, `None` when the package is not listed.
+    Known(Option<DeclaredInterrupts>),
+    /// No node metadata (an older operator, a local run): requests are not judged.
+    Unknown,
+}
+
+impl Declarations {
+    /// Read `<copy dir>/node-metadata/packages.json` under `root` for package `name`.
+    ///
+    /// # Errors
+    /// The file exists but cannot be read or is not JSON (the message names it).
+    pub fn from_node_metadata(
+        root: &HostRoot,
+        copy_dir: &Path,
+        name: &str,
+    ) -> Result<Declarations, String> {
+        let path = copy_dir.join("node-metadata").join("packages.json");
+        let bytes = match root.read_opt(&path) {
+            Ok(Some(b)) => b,
+            Ok(None) => return Ok(Declarations::Unknown),
+            Err(e) => return Err(crate::chain::render(&e)),
+        };
+        let doc: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("{}: not JSON: {e}", root.display_path(&path).display()))?;
+        Ok(Declarations::Known(DeclaredInterrupts::from_packages_json(
+            &doc, name,
+        )))
+    }
+}
+
+/// `<state root>/interrupts/requested/<package>.reboot`: the boot id when a step requested a
+/// reboot.
+pub fn reboot_record(state_root: &Path, package: &str) -> PathBuf {
+    state_root
+        .join("interrupts")
+        .join("requested")
+        .join(format!("{package}.reboot"))
+}
+
+/// The running boot id (`/proc/sys/kernel/random/boot_id` under the root), if readable.
+pub fn boot_id(root: &HostRoot) -> Option<String> {
+    root.read_opt(Path::new("/proc/sys/kernel/random/boot_id"))
+        .ok()
+        .flatten()
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn services(s: &[&str]) -> InterruptRequest {
+        InterruptRequest::RestartServices {
+            services: s.iter().map(|x| x.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn coverage_rules() {
+        let reboot = DeclaredInterrupts {
+            interrupt: Some(Declared::Reboot),
+            config: vec![],
+        };
+        assert!(reboot.covering(&InterruptRequest::Reboot).is_some());
+        assert!(reboot.covering(&services(&["containerd"])).is_some());
+        let svc = DeclaredInterrupts {
+            interrupt: Some(Declared::Services(vec!["containerd.service".into()])),
+            config: vec![("sysctl.conf".into(), Declared::Reboot)],
+        };
+        assert_eq!(
+            svc.covering(&services(&["containerd"])).unwrap(),
+            "interrupt (type: service, services: [containerd.service])"
+        );
+        assert!(
+            svc.covering(&services(&["containerd", "kubelet"]))
+                .is_some(),
+            "the config reboot covers it"
+        );
+        let none = DeclaredInterrupts::default();
+        assert!(none.covering(&InterruptRequest::Reboot).is_none());
+        assert_eq!(
+            cr_lines(&services(&["a", "b"])),
+            "interrupt: {type: service, services: [a, b]}"
+        );
+    }
+
+    #[test]
+    fn packages_json_shapes_and_cr() {
+        let entry = json!({"interrupt": {"type": "reboot"}});
+        for doc in [
+            json!({"tuning": entry}),
+            json!({"packages": {"tuning": entry}}),
+            json!([{"name": "tuning", "interrupt": {"type": "reboot"}}]),
+        ] {
+            let d = DeclaredInterrupts::from_packages_json(&doc, "tuning").unwrap();
+            assert_eq!(d.interrupt, Some(Declared::Reboot), "{doc}");
+            assert!(DeclaredInterrupts::from_packages_json(&doc, "other").is_none());
+        }
+        let cr = "apiVersion: skyhook.nvidia.com/v1alpha1\nkind: Skyhook\nspec:\n  packages:\n    tuning:\n      version: 1.0.0\n      configInterrupts:\n        grub.conf:\n          type: reboot\n";
+        let d = DeclaredInterrupts::from_cr(cr, "tuning").unwrap();
+        assert_eq!(d.config, vec![("grub.conf".to_string(), Declared::Reboot)]);
+        assert_eq!(
+            DeclaredInterrupts::from_cr(cr, "kdump").unwrap_err(),
+            "the CR has no spec.packages.kdump"
+        );
+    }
+}
