@@ -229,7 +229,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[P],
         "String",
         Query,
-        "The file's text; an error when it is missing, a directory or not UTF-8.",
+        "The file's text; an error when it is missing, a directory, not a regular file (a FIFO, device or socket), larger than 64 MiB or not UTF-8 (and the string size limit, 32 MiB, applies to the text).",
     ),
     f(
         "fs",
@@ -753,7 +753,7 @@ pub const NAMESPACES: &[(&str, &str, &str)] = &[
     (
         "fs",
         "Files — `fs::`",
-        "Every path is an absolute host path resolved inside the host root (`..` and symlinks never leave it); a relative path is an error (\"paths must be absolute\"). Writes are atomic (temp file, fsync, rename).",
+        "Every path is an absolute host path resolved inside the host root (`..` and symlinks never leave it); a relative path is an error (\"paths must be absolute\"). Writes are atomic (temp file, fsync, rename). A file is read whole only when it is a regular file of at most 64 MiB: a FIFO, device or socket, or a larger file, fails the call with an error naming the path (and the limit) before anything is read, so it can neither block the step nor fill the agent's memory. That applies to `read`, `read_or`, the line and block edits, `append`, `copy` and the comparison `write` makes before replacing a file.",
     ),
     (
         "service",
@@ -789,7 +789,7 @@ pub const NAMESPACES: &[(&str, &str, &str)] = &[
     (
         "config",
         "configMaps — `config::`",
-        "Files under `SKYHOOK_DIR/configmaps/` (for `skyhook-run`, the `--configmaps` folder). Names starting with `.` are never listed.",
+        "Files under `SKYHOOK_DIR/configmaps/` (for `skyhook-run`, the `--configmaps` folder). Names starting with `.` are never listed. Like files under the host root, a configMap, node metadata file or secret is read only when it is a regular file of at most 64 MiB.",
     ),
     (
         "node",
