@@ -700,6 +700,34 @@ fn whole_file_reads_refuse_fifos_devices_and_huge_files() {
     );
 }
 
+/// A command that prints without end is stopped at the capture limit (16 MiB per stream)
+/// and the step fails at the call with the named error; `query` in plan mode alike.
+#[test]
+fn endless_command_output_stops_at_the_capture_limit() {
+    let t = TestHost::new();
+    let mut o = opts_for(&t);
+    o.commands_chrooted = false;
+    o.env = vec![("PATH".into(), "/usr/bin:/bin".into())];
+    let started = Instant::now();
+    let msg = "command /usr/bin/yes printed more than 16777216 bytes on stdout (the capture \
+               limit) and was stopped; use the stream option for large output";
+    let r = run_with(
+        &t,
+        ExecMode::Apply,
+        "let x = 1;\nrun([\"/usr/bin/yes\"]);\nprint(\"after\");",
+        o.clone(),
+    );
+    assert_eq!(r.error(), format!("main.rhai:2:1: run: {msg}"));
+    assert_eq!(r.stdout(), "");
+    let r = run_with(&t, ExecMode::Plan, r#"query(["/usr/bin/yes"])"#, o);
+    assert_eq!(r.error(), format!("main.rhai:1:1: query: {msg}"));
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 /// Registration log vs. table, and every logged function really is in its module.
 #[test]
 fn every_registered_function_is_documented_and_vice_versa() {
