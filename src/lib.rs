@@ -28,3 +28,8 @@ pub mod pyfmt;
 pub mod runner;
 pub mod script;
 pub mod state;
+
+/// Counts each thread's allocations, so that a script run's memory can be bounded
+/// ([`script::memory`], [`script::Limits::max_memory`]).
+#[global_allocator]
+static ALLOCATOR: script::memory::CountingAlloc = script::memory::CountingAlloc;

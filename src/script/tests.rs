@@ -292,6 +292,73 @@ fn growing_array_and_map_hit_their_limits() {
     assert_eq!((e.line, e.column), (Some(1), Some(54)));
 }
 
+/// Rhai never measures map keys: a map grown by fresh 1 MB keys is stopped by the memory
+/// limit (about 130 keys in), long before the operations limit would.
+#[test]
+fn map_grown_by_large_keys_hits_the_memory_limit() {
+    let r = run(
+        "let m = #{};\nlet v = \"x\";\nv.pad(1000000, 'x');\nfor i in 0..100000 {\n    m[v + i] = i;\n}\n",
+        &[],
+    );
+    let e = r.err();
+    assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::Memory));
+    assert_eq!(
+        e.message,
+        "memory limit exceeded: the script holds more than 256 MiB (max_memory)"
+    );
+    assert_eq!(e.file, r.main());
+    assert!(e.line.is_some_and(|l| (4..=5).contains(&l)), "{e}");
+    assert_eq!(r.stderr(), format!("{e}\n"));
+}
+
+/// Values spread over many variables, each within Rhai's per-value limits, are bounded by
+/// the memory limit all together.
+#[test]
+fn many_large_variables_hit_the_memory_limit() {
+    let limits = Limits {
+        max_memory: 64 << 20,
+        ..Limits::default()
+    };
+    let mut src = String::from("let s = \"x\";\ns.pad(1000000, 'x');\n");
+    for i in 0..200 {
+        src.push_str(&format!("let v{i} = s + {i};\n"));
+    }
+    src.push_str("print(\"unreachable\");\n");
+    let r = run_opts(limits, &src, &[], |_| {});
+    let e = r.err();
+    assert_eq!(
+        e.to_string().split_once(": ").map(|(_, m)| m),
+        Some("memory limit exceeded: the script holds more than 64 MiB (max_memory)")
+    );
+    // About 1 to 2 MB per variable: stopped somewhere after the 30th, before the last.
+    assert!(e.line.is_some_and(|l| (30..200).contains(&l)), "{e}");
+    assert_eq!(r.stdout(), "");
+}
+
+/// `m[k] = v` stores another reference to `v`'s string, not a copy: 100,000 keys referring
+/// to one 1 MB string take a few MB, and the memory limit (here 64 MiB) counts the string
+/// once, so the loop runs to its end. Rhai's own size check counts every reference: handing
+/// such a map to a function fails with the string limit.
+#[test]
+fn map_of_one_shared_string_costs_one_string() {
+    let limits = Limits {
+        max_memory: 64 << 20,
+        ..Limits::default()
+    };
+    let grow = "let m = #{};\nlet v = \"x\";\nv.pad(1000000, 'x');\nfor i in 0..100000 {\n    m[\"k\" + i] = v;\n}\n";
+    let r = run_opts(limits.clone(), &format!("{grow}7\n"), &[], |_| {});
+    assert!(r.outcome.error.is_none(), "{:?}", r.outcome.error);
+    assert_eq!(r.outcome.code, 7);
+    let r = run_opts(limits, &format!("{grow}m.len()\n"), &[], |_| {});
+    assert_eq!(
+        r.err().to_string(),
+        format!(
+            "{}:7:3: string size limit exceeded (max_string_size = 33554432 bytes)",
+            r.main()
+        )
+    );
+}
+
 #[test]
 fn deep_expression_hits_expression_depth() {
     let deep = format!("let x = {}1{};\n", "(".repeat(200), ")".repeat(200));
