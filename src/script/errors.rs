@@ -87,6 +87,8 @@ pub enum Limit {
     Functions,
     /// [`Limits::max_memory`].
     Memory,
+    /// [`Limits::max_output`].
+    Output,
 }
 
 impl Limit {
@@ -103,6 +105,7 @@ impl Limit {
             Limit::Variables => "max_variables",
             Limit::Functions => "max_functions",
             Limit::Memory => "max_memory",
+            Limit::Output => "max_output",
         }
     }
 
@@ -151,6 +154,11 @@ impl Limit {
                 "memory limit exceeded: the script holds more than {} (max_memory)",
                 fmt_bytes(limits.max_memory)
             ),
+            Limit::Output => format!(
+                "output limit exceeded: the script wrote more than {} with print, debug and \
+                 log:: (max_output)",
+                fmt_bytes(limits.max_output)
+            ),
         }
     }
 }
@@ -169,6 +177,8 @@ pub(crate) enum Stop {
     Cancelled,
     /// The run holds more memory than [`Limits::max_memory`].
     Memory,
+    /// The run wrote more output than [`Limits::max_output`].
+    Output,
 }
 
 impl ScriptError {
@@ -316,6 +326,7 @@ fn classify(mut err: Box<EvalAltResult>, limits: &Limits) -> (ScriptErrorKind, S
             ),
             Some(Stop::Cancelled) => (ScriptErrorKind::Cancelled, "step cancelled".to_string()),
             Some(Stop::Memory) => limit(Limit::Memory),
+            Some(Stop::Output) => limit(Limit::Output),
             None => (ScriptErrorKind::Runtime, "script terminated".to_string()),
         },
         // Our resolver puts the whole message (`cannot import "x": reason`) in the path.

@@ -858,16 +858,18 @@ apply script: what would change is drift, and the check fails).
   evaluates configMap `<name>.rhai` (confined to the configMaps folder).
 - Limits: operations (5,000,000 per run: well under a second of script work; the shipped
   modules need under 20,000), call depth (64), expression depth, string size (32 MiB), array
-  size (50,000 elements), map size (100,000 properties), modules and variables are bounded,
-  so is the memory a run holds, all values together (256 MiB, as the allocator counts it: a
+  size (50,000 elements), map size (100,000 properties), modules and variables are bounded;
+  so are the memory a run holds, all values together (256 MiB as the allocator counts it: a
   string stored in many places counts once; map keys, variables and host call results count
-  too), and a step has a wall-clock deadline (`SKYHOOK_SCRIPT_TIMEOUT`, default 600 s);
-  hitting one fails the step with a message naming the limit (`memory limit exceeded: the
-  script holds more than 256 MiB (max_memory)`). Rhai checks a map's size when it is built or
-  merged, not when `m[k] = v` adds a key, so a map grown key by key in a loop is stopped by
-  the operations limit (at about 450,000 keys) or the memory limit, whichever comes first. Growing an array by `push` in a loop
-  gets slower as it grows (Rhai re-measures it on every push); build large lists with `split`
-  or `map` instead. `eval` does not exist.
+  too), and what it writes with `print`, `debug` and `log::` (64 MiB, both streams together;
+  the output of a `stream: true` command is not counted); and a step has a wall-clock
+  deadline (`SKYHOOK_SCRIPT_TIMEOUT`, default 600 s). Hitting one fails the step with a
+  message naming the limit (`memory limit exceeded: the script holds more than 256 MiB
+  (max_memory)`). Rhai checks a map's size when it is built or merged, not when `m[k] = v`
+  adds a key, so a map grown key by key in a loop is stopped by the operations limit (at
+  about 450,000 keys) or the memory limit, whichever comes first. Growing an array by `push`
+  in a loop gets slower as it grows (Rhai re-measures it on every push); build large lists
+  with `split` or `map` instead. `eval` does not exist.
 
 Types below are Rhai's: `String`, `int`, `bool`, `Map` (`#{...}`), `Array` (`[...]`), `()`;
 `?` means several types are accepted (see the description). Editor completion:
