@@ -208,7 +208,10 @@ wait
         eprintln!(
             "NOTE sigkilled_agent: the background child was ended by someone else (PID 1?); checking only that the lock is free"
         );
-        assert!(!held_while_bg_lives, "the lock is held with no step process left");
+        assert!(
+            !held_while_bg_lives,
+            "the lock is held with no step process left"
+        );
         return;
     }
     assert!(
