@@ -31,3 +31,8 @@ pub mod state;
 
 #[cfg(test)]
 mod proptests;
+
+/// Counts each thread's allocations, so that a script run's memory can be bounded
+/// ([`script::memory`], [`script::Limits::max_memory`]).
+#[global_allocator]
+static ALLOCATOR: script::memory::CountingAlloc = script::memory::CountingAlloc;

@@ -2,8 +2,10 @@
 //!
 //! Both live in agent-side directories ([`HostOptions::configmaps_dir`],
 //! [`HostOptions::node_metadata_dir`]) that may lie outside the host root, so they are read
-//! with plain `std::fs`. A configMap is a file in the directory; names starting with `.` (a
-//! configMap volume's `..data` internals) are never listed or read.
+//! with plain `std::fs` (regular files of at most [`crate::host::fs::MAX_READ_BYTES`],
+//! opened without blocking: [`crate::host::fs::read_local`]). A configMap is a file in the
+//! directory; names starting with `.` (a configMap volume's `..data` internals) are never
+//! listed or read.
 //!
 //! [`HostOptions::configmaps_dir`]: crate::host::HostOptions::configmaps_dir
 //! [`HostOptions::node_metadata_dir`]: crate::host::HostOptions::node_metadata_dir
@@ -61,12 +63,14 @@ pub fn names(h: &Host) -> Result<Vec<String>> {
 /// `config::get(name)`: the configMap's text, `None` when absent.
 ///
 /// # Errors
-/// [`HostError::AgentFile`] on a read failure other than "not found".
+/// [`HostError::AgentFile`] on a read failure other than "not found";
+/// [`HostError::NotRegular`] for a FIFO, device or socket and [`HostError::FileTooLarge`]
+/// above [`crate::host::fs::MAX_READ_BYTES`] (as for every file read whole).
 pub fn get(h: &Host, name: &str) -> Result<Option<String>> {
     let Some(p) = cm_path(h, name) else {
         return Ok(None);
     };
-    match std::fs::read(&p) {
+    match crate::host::fs::read_local(&p)? {
         Ok(b) => Ok(Some(String::from_utf8_lossy(&b).into_owned())),
         Err(e)
             if matches!(
@@ -142,7 +146,7 @@ fn metadata(h: &Host, file: &str) -> Result<serde_json::Map<String, serde_json::
         return Ok(Default::default());
     };
     let p = dir.join(file);
-    let bytes = match std::fs::read(&p) {
+    let bytes = match crate::host::fs::read_local(&p)? {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
         Err(source) => return Err(HostError::AgentFile { path: p, source }),

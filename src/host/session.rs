@@ -592,10 +592,13 @@ impl Host {
         }))
     }
 
-    /// Content of the file at `path` (following symlinks); `None` when absent.
+    /// Content of the file at `path` (following symlinks); `None` when absent. A file on disk
+    /// is read with [`crate::host::fs::read_whole`]: regular files of at most
+    /// [`crate::host::fs::MAX_READ_BYTES`] only.
     ///
     /// # Errors
-    /// [`HostError::WrongKind`] for a directory; resolution or read failures.
+    /// [`HostError::WrongKind`] for a directory; [`HostError::NotRegular`],
+    /// [`HostError::FileTooLarge`]; resolution or read failures.
     pub(crate) fn view_read(&self, path: &Path) -> Result<Option<Vec<u8>>> {
         let key = if self.mode != ExecMode::Apply {
             let key = self.overlay_key(path, true)?;
@@ -612,14 +615,7 @@ impl Host {
         } else {
             path.to_path_buf()
         };
-        match self.root.metadata(&key)? {
-            None => Ok(None),
-            Some(m) if m.is_dir() => Err(HostError::WrongKind {
-                path: path.to_path_buf(),
-                what: "is a directory",
-            }),
-            Some(_) => Ok(Some(self.root.read(&key)?)),
-        }
+        crate::host::fs::read_whole(&self.root, &key, path)
     }
 
     /// Entries of directory `dir` (name, kind), sorted by name; `None` when absent.

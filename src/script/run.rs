@@ -312,8 +312,12 @@ fn evaluate(
     limits: &Limits,
     deadline: Instant,
 ) -> ScriptOutcome {
-    let mut e = engine.run_engine(deadline, opts.cancel.clone());
-    output::register(&mut e, opts.output.clone());
+    let out = Arc::new(output::CappedOutput::new(
+        opts.output.clone(),
+        limits.max_output,
+    ));
+    let mut e = engine.run_engine(deadline, opts.cancel.clone(), out.clone());
+    output::register(&mut e, out.clone());
     let step = ctx.to_map();
     context::register(&mut e, step.clone(), Arc::new(ctx.env.clone()));
     e.register_fn(
@@ -345,7 +349,18 @@ fn evaluate(
 
     let mut scope = Scope::new();
     scope.push_constant("step", step);
-    match e.eval_ast_with_scope::<Dynamic>(&mut scope, &script.ast) {
+    let result = e
+        .eval_ast_with_scope::<Dynamic>(&mut scope, &script.ast)
+        .and_then(|value| {
+            // A `print` past the limit as the script's last operation: nothing ran after it
+            // to stop the run.
+            if out.exceeded() {
+                Err(output::output_stop(Position::NONE))
+            } else {
+                Ok(value)
+            }
+        });
+    match result {
         Ok(value) => match value.as_int() {
             Ok(n) => match i32::try_from(n) {
                 Ok(code) => ScriptOutcome { code, error: None },

@@ -233,7 +233,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[P],
         "String",
         Query,
-        "The file's text; an error when it is missing, a directory or not UTF-8.",
+        "The file's text; an error when it is missing, a directory, not a regular file (a FIFO, device or socket), larger than 64 MiB or not UTF-8 (and the string size limit, 32 MiB, applies to the text).",
     ),
     f(
         "fs",
@@ -757,7 +757,7 @@ pub const NAMESPACES: &[(&str, &str, &str)] = &[
     (
         "fs",
         "Files — `fs::`",
-        "Every path is an absolute host path resolved inside the host root (`..` and symlinks never leave it); a relative path is an error (\"paths must be absolute\"). Writes are atomic (temp file, fsync, rename).",
+        "Every path is an absolute host path resolved inside the host root (`..` and symlinks never leave it); a relative path is an error (\"paths must be absolute\"). Writes are atomic (temp file, fsync, rename). A file is read whole only when it is a regular file of at most 64 MiB: a FIFO, device or socket, or a larger file, fails the call with an error naming the path (and the limit) before anything is read, so it can neither block the step nor fill the agent's memory. That applies to `read`, `read_or`, the line and block edits, `append`, `copy` and the comparison `write` makes before replacing a file.",
     ),
     (
         "service",
@@ -793,7 +793,7 @@ pub const NAMESPACES: &[(&str, &str, &str)] = &[
     (
         "config",
         "configMaps — `config::`",
-        "Files under `SKYHOOK_DIR/configmaps/` (for `skyhook-run`, the `--configmaps` folder). Names starting with `.` are never listed.",
+        "Files under `SKYHOOK_DIR/configmaps/` (for `skyhook-run`, the `--configmaps` folder). Names starting with `.` are never listed. Like files under the host root, a configMap, node metadata file or secret is read only when it is a regular file of at most 64 MiB.",
     ),
     (
         "node",
@@ -874,13 +874,18 @@ apply script: what would change is drift, and the check fails).
   evaluates configMap `<name>.rhai` (confined to the configMaps folder).
 - Limits: operations (5,000,000 per run: well under a second of script work; the shipped
   modules need under 20,000), call depth (64), expression depth, string size (32 MiB), array
-  size (50,000 elements), map size (100,000 properties), modules and variables are bounded,
-  and a step has a wall-clock deadline (`SKYHOOK_SCRIPT_TIMEOUT`, default 600 s); hitting one
-  fails the step with a message naming the limit. Rhai checks a map's size when it is built or
-  merged, not when `m[k] = v` adds a key, so a map grown key by key in a loop is stopped by
-  the operations limit instead (at about 450,000 keys). Growing an array by `push` in a loop
-  gets slower as it grows (Rhai re-measures it on every push); build large lists with `split`
-  or `map` instead. `eval` does not exist.
+  size (50,000 elements), map size (100,000 properties), modules and variables are bounded;
+  so are the memory a run holds, all values together (256 MiB as the allocator counts it: a
+  string stored in many places counts once; map keys, variables and host call results count
+  too), and what it writes with `print`, `debug` and `log::` (64 MiB, both streams together;
+  the output of a `stream: true` command is not counted); and a step has a wall-clock
+  deadline (`SKYHOOK_SCRIPT_TIMEOUT`, default 600 s). Hitting one fails the step with a
+  message naming the limit (`memory limit exceeded: the script holds more than 256 MiB
+  (max_memory)`). Rhai checks a map's size when it is built or merged, not when `m[k] = v`
+  adds a key, so a map grown key by key in a loop is stopped by the operations limit (at
+  about 450,000 keys) or the memory limit, whichever comes first. Growing an array by `push`
+  in a loop gets slower as it grows (Rhai re-measures it on every push); build large lists
+  with `split` or `map` instead. `eval` does not exist.
 
 Types below are Rhai's: `String`, `int`, `bool`, `Map` (`#{...}`), `Array` (`[...]`), `()`;
 `?` means several types are accepted (see the description). Editor completion:

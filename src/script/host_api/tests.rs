@@ -593,6 +593,141 @@ fn config_node_and_secrets() {
     assert!(r.report.render_text(&red).contains("+pw=***\n"));
 }
 
+fn mkfifo(p: &Path) {
+    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+}
+
+/// Every host call that reads a whole file refuses a FIFO (which would block the step past
+/// its deadline), a character device like `/dev/zero` (which would fill memory) and a file
+/// above `MAX_READ_BYTES`, promptly and with an error naming the path and the limit; under
+/// the host root and for agent-side files (configMaps, node metadata, secrets) alike.
+#[test]
+fn whole_file_reads_refuse_fifos_devices_and_huge_files() {
+    let t = TestHost::new();
+    t.file("/etc/ok", "fine\n");
+    mkfifo(&t.p("/etc/fifo"));
+    let big = std::fs::File::create(t.p("/etc/big")).unwrap();
+    big.set_len(crate::host::fs::MAX_READ_BYTES + 1).unwrap();
+    // mknod needs CAP_MKNOD: the device case is checked only where it can be made.
+    let zero = nix::sys::stat::mknod(
+        &t.p("/etc/zero"),
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(1, 5),
+    )
+    .is_ok();
+    let cm = t.dir.path().join("configmaps");
+    std::fs::create_dir_all(&cm).unwrap();
+    mkfifo(&cm.join("fifo"));
+    let md = t.dir.path().join("node-metadata");
+    std::fs::create_dir_all(&md).unwrap();
+    mkfifo(&md.join("labels.json"));
+    let sd = t.dir.path().join("secrets/db");
+    std::fs::create_dir_all(&sd).unwrap();
+    mkfifo(&sd.join("fifo"));
+    let mut o = opts_for(&t);
+    o.allowed_secrets = vec!["db".into()];
+
+    let started = Instant::now();
+    // Uncaught: the step fails at the call with the whole message.
+    let r = run_with(
+        &t,
+        ExecMode::Apply,
+        "let x = 1;\nfs::read(\"/etc/fifo\")",
+        o.clone(),
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:2:5: fs::read: /etc/fifo is a fifo, not a regular file (only regular files are read)"
+    );
+    let r = run_with(&t, ExecMode::Apply, r#"fs::read("/etc/big")"#, o.clone());
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:5: fs::read: /etc/big is too large to read: 67108865 bytes, more than the \
+         limit of 67108864 bytes (64 MiB)"
+    );
+    // Every other whole-file reader, in plan mode too (reads go through the overlay).
+    let src = r#"
+        let calls = [
+            || fs::read_or("/etc/fifo", "d"),
+            || fs::ensure_line("/etc/fifo", "x"),
+            || fs::ensure_block("/etc/big", "id", "x"),
+            || fs::append("/etc/fifo", "x"),
+            || fs::copy("/etc/fifo", "/etc/copy"),
+            || fs::write("/etc/fifo", "x"),
+            || config::get("fifo"),
+            || node::labels(),
+            || secret("db", "fifo"),
+        ];
+        for c in calls { try { c.call(); print("read?"); } catch (e) { print(e); } }
+        print(fs::read("/etc/ok"));
+    "#;
+    let fifo = |p: &str| format!("{p} is a fifo, not a regular file (only regular files are read)");
+    let agent = |rel: &str| t.dir.path().join(rel).display().to_string();
+    let expected = [
+        format!("fs::read_or: {}", fifo("/etc/fifo")),
+        format!("fs::ensure_line: {}", fifo("/etc/fifo")),
+        "fs::ensure_block: /etc/big is too large to read: 67108865 bytes, more than the limit \
+         of 67108864 bytes (64 MiB)"
+            .to_string(),
+        format!("fs::append: {}", fifo("/etc/fifo")),
+        format!("fs::copy: {}", fifo("/etc/fifo")),
+        format!("fs::write: {}", fifo("/etc/fifo")),
+        format!("config::get: {}", fifo(&agent("configmaps/fifo"))),
+        format!(
+            "node::labels: {}",
+            fifo(&agent("node-metadata/labels.json"))
+        ),
+        format!("secret: {}", fifo(&agent("secrets/db/fifo"))),
+        "fine\n".to_string(),
+    ];
+    for mode in [ExecMode::Plan, ExecMode::Apply] {
+        let r = run_with(&t, mode, src, o.clone()).ok();
+        assert_eq!(r.stdout(), expected.join("\n") + "\n", "{mode:?}");
+    }
+    if zero {
+        let r = run_with(&t, ExecMode::Apply, r#"fs::read("/etc/zero")"#, o.clone());
+        assert_eq!(
+            r.error(),
+            "main.rhai:1:5: fs::read: /etc/zero is a character device, not a regular file (only \
+             regular files are read)"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A command that prints without end is stopped at the capture limit (16 MiB per stream)
+/// and the step fails at the call with the named error; `query` in plan mode alike.
+#[test]
+fn endless_command_output_stops_at_the_capture_limit() {
+    let t = TestHost::new();
+    let mut o = opts_for(&t);
+    o.commands_chrooted = false;
+    o.env = vec![("PATH".into(), "/usr/bin:/bin".into())];
+    let started = Instant::now();
+    let msg = "command /usr/bin/yes printed more than 16777216 bytes on stdout (the capture \
+               limit) and was stopped; use the stream option for large output";
+    let r = run_with(
+        &t,
+        ExecMode::Apply,
+        "let x = 1;\nrun([\"/usr/bin/yes\"]);\nprint(\"after\");",
+        o.clone(),
+    );
+    assert_eq!(r.error(), format!("main.rhai:2:1: run: {msg}"));
+    assert_eq!(r.stdout(), "");
+    let r = run_with(&t, ExecMode::Plan, r#"query(["/usr/bin/yes"])"#, o);
+    assert_eq!(r.error(), format!("main.rhai:1:1: query: {msg}"));
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 /// Registration log vs. table, and every logged function really is in its module.
 #[test]
 fn every_registered_function_is_documented_and_vice_versa() {
