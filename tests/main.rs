@@ -17,6 +17,9 @@
 //!   a background child).
 //! - `malformed`: a generated corpus of bad inputs: each exits 1 with one line and writes
 //!   nothing.
+//! - `image`: the OCI image of `scripts/build-image.sh` (prebuilt by `.ci/run`), unpacked and
+//!   run the way the operator runs it: chrooted into its read-only rootfs in a private mount
+//!   namespace, a fake host root at `/root`, the package volumes under `/skyhook-package`.
 //! - `fixtures`: realistic packages from `tests/fixtures/` (shaped like the public Skyhook
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
 
@@ -27,6 +30,7 @@ mod acceptance;
 mod engine_parity;
 mod fixtures;
 mod full_disk;
+mod image;
 mod malformed;
 mod orphans;
 mod rhai_steps;
