@@ -8,6 +8,7 @@
 //!   named `case_NN_<topic>`; assertions are the values the case states.
 //! - `skyhook_run`: `skyhook-run SCRIPT` and `--package DIR` (dry run, apply, check, JSON,
 //!   exit codes) against tempdir roots.
+//! - `cli`: `--version` (git revision, build date) and `skyhook-run completions SHELL`.
 //! - `skyhook_run_check`: `skyhook-run check FILE...` exit codes and `file:line:col` errors.
 //! - `rhai_steps`: `.rhai` steps in the agent (compile-ahead, check from apply, interrupts,
 //!   shellscript compatibility, redaction).
@@ -27,6 +28,7 @@
 mod util;
 
 mod acceptance;
+mod cli;
 mod engine_parity;
 mod fixtures;
 mod full_disk;
