@@ -6,6 +6,7 @@
 //! - `skyhook-run --package DIR --mode MODE --root DIR [...]`: a whole package as the agent
 //!   would run it.
 //! - `skyhook-run check FILE...`: compile scripts without running them.
+//! - `skyhook-run completions bash|zsh|fish`: shell completions from these definitions.
 //!
 //! Exit codes (interface): 0 done; 1 any error (a failed script or step, drift in a check,
 //! a compile error, a usage error); 2 with `--detailed-exitcode`, a dry run that succeeded
@@ -108,10 +109,20 @@ Examples:
 /// `skyhook-run SCRIPT --root DIR` runs one .rhai script and prints the plan: what it would
 /// change (unified diffs), the commands and service/package actions it would run, and a
 /// summary line. Nothing under DIR changes unless --apply is given.
+/// `--version`: the package version, the git revision and the build date (build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("SKYHOOK_GIT_REV"),
+    ", built ",
+    env!("SKYHOOK_BUILD_DATE"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "skyhook-run",
-    version,
+    version = VERSION,
     after_help = AFTER_HELP,
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true
@@ -202,6 +213,13 @@ enum Command {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
+    /// Print a completion script for SHELL on stdout, generated from these definitions, e.g.
+    /// `skyhook-run completions bash > /etc/bash_completion.d/skyhook-run`.
+    Completions {
+        /// bash, zsh, fish (also elvish, powershell).
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
@@ -226,9 +244,25 @@ fn main() -> ExitCode {
     };
     let code = match &cli.command {
         Some(Command::Check { files }) => check(files),
+        Some(Command::Completions { shell }) => completions(*shell),
         None => run(&cli),
     };
     ExitCode::from(code)
+}
+
+fn completions(shell: clap_complete::Shell) -> u8 {
+    use clap::CommandFactory;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "skyhook-run", &mut script);
+    match std::io::stdout().write_all(&script) {
+        Ok(()) => EXIT_OK,
+        // `skyhook-run completions bash | head`: the reader has what it wanted.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => EXIT_OK,
+        Err(e) => {
+            eprintln!("skyhook-run: cannot write the completion script: {e}");
+            EXIT_ERROR
+        }
+    }
 }
 
 fn usage(msg: &str) -> u8 {
