@@ -10,6 +10,7 @@
 //! | [`agent`] | one mode of one package: the one mode loop ([`agent::mode::ModeLoop`]), flags, history, check summaries, interrupts, SIGTERM, the console |
 //! | [`runner`] | the step seam ([`runner::StepRunner`]): a process, a `.rhai` script in-process, or a dry run |
 //! | [`process`] | the one process primitive (own group, subreaper, TERM/grace/KILL, streamed output) and the [`process::Cancel`] token |
+//! | [`diag`] | diagnostics with `tracing` (`SKYHOOK_LOG`, `SKYHOOK_LOG_FORMAT`, `SKYHOOK_LOG_FILE`), off by default, never on stdout |
 //! | [`logs`] | the log sink: chunked relay, timestamps and labels, log files, retention, redaction |
 //! | [`state`] | the on-host files the agent owns: flag names, history, markers, all atomic |
 //! | [`pyfmt`] | Python-compatible renderings (repr, float, isoformat, json.dumps) the state formats need |
@@ -19,6 +20,7 @@
 
 pub mod agent;
 pub mod chain;
+pub mod diag;
 pub mod host;
 pub mod local;
 pub mod logs;

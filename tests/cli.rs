@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::util::{AGENT, re_full};
+use crate::util::{AGENT, FakeRoot, TS, re, re_full};
 
 const RUN: &str = env!("CARGO_BIN_EXE_skyhook-run");
 
@@ -49,4 +49,53 @@ fn completions_for_bash_zsh_fish() {
     let (code, _, stderr) = out(RUN, &["completions", "tcsh"]);
     assert_eq!(code, 1);
     assert!(stderr.contains("invalid value 'tcsh'"), "{stderr}");
+}
+
+/// `SKYHOOK_LOG=debug SKYHOOK_LOG_FORMAT=json` adds JSON diagnostic events with the mode,
+/// step and command spans on stderr; stdout (the byte-compatible agent output) has the same
+/// lines as without diagnostics.
+#[test]
+fn diagnostics_go_to_stderr_as_json_and_leave_stdout_alone() {
+    require_root!();
+    let fr = FakeRoot::new();
+    fr.write_p();
+    let plain = fr.run("apply");
+    plain.code(0);
+    let mut fr2 = FakeRoot::new();
+    fr2.write_p();
+    fr2.set_env("SKYHOOK_LOG", "skyhook=debug");
+    fr2.set_env("SKYHOOK_LOG_FORMAT", "json");
+    let traced = fr2.run("apply");
+    traced.code(0);
+    let shape = |s: &str| -> Vec<String> {
+        let ts = re(TS);
+        s.lines()
+            .map(|l| {
+                ts.replace_all(l, "TS")
+                    .replace(fr.root_str().as_str(), "R")
+                    .replace(fr2.root_str().as_str(), "R")
+            })
+            .collect()
+    };
+    assert_eq!(shape(&traced.stdout), shape(&plain.stdout));
+    let events: Vec<serde_json::Value> = traced
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert!(
+        events.iter().any(|e| e["fields"]["message"] == "step ended"
+            && e["span"]["name"] == "step"
+            && e["span"]["path"] == "foo.sh"),
+        "{}",
+        traced.stderr
+    );
+    assert!(
+        events.iter().any(|e| e["spans"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["name"] == "mode"))),
+        "{}",
+        traced.stderr
+    );
 }

@@ -48,6 +48,10 @@ pub fn main(
         }
     };
     let console = Console::stdio();
+    let env: Vec<(OsString, OsString)> = env.into_iter().collect();
+    if let Err(e) = crate::diag::init(&env) {
+        console.warn(&format!("{e}; running without diagnostics"));
+    }
     match invocation {
         Invocation::Validate(path) => validate(&path, &console),
         Invocation::Run(args) => {

@@ -223,8 +223,10 @@ impl<R: StepRunner> ModeLoop<'_, R> {
     fn skip_flag(&self, step: &Step) -> Result<Option<PathBuf>, AgentError> {
         let flag = self.state.flag(self.package, step);
         if !self.state.root.exists(&flag)? {
+            tracing::debug!(step = %step.path, flag = %flag.display(), "no flag: the step runs");
             return Ok(None);
         }
+        tracing::debug!(step = %step.path, flag = %flag.display(), mode = self.mode.as_str(), "flag exists");
         let shown = self.state.root.display_path(&flag);
         if self.settings.always_run_step {
             self.console.say(&format!(
@@ -536,7 +538,15 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             preamble: None,
             keep_fds: self.keep_fds.clone(),
         };
-        let mut result = self.runner.run(invocation).await;
+        let kind = if matches!(invocation.program, StepProgram::Script(_)) {
+            "rhai"
+        } else {
+            "process"
+        };
+        let span = tracing::info_span!("step", path = %step.path, index, kind);
+        let mut result =
+            tracing::Instrument::instrument(self.runner.run(invocation), span.clone()).await;
+        tracing::debug!(parent: &span, ok = result.ok, status = result.status, ran = result.ran, "step ended");
         if result.ran && result.ok && !result.interrupts.is_empty() {
             self.judge_interrupts(step, &mut result)?;
         }
@@ -784,7 +794,13 @@ impl ModeRun<'_> {
             },
             console,
         };
-        let outcome = ModeLoop {
+        let span = tracing::info_span!(
+            "mode",
+            mode = self.mode.as_str(),
+            package = %pkg.package_name,
+            version = %pkg.package_version
+        );
+        let mode_loop = ModeLoop {
             mode: self.mode,
             package: &pkg,
             site: &site,
@@ -807,9 +823,8 @@ impl ModeRun<'_> {
                 record: true,
             }),
             keep_fds: vec![lock.as_raw_fd()],
-        }
-        .run()
-        .await?;
+        };
+        let outcome = tracing::Instrument::instrument(mode_loop.run(), span).await?;
         drop(lock);
         Ok(outcome.ok)
     }

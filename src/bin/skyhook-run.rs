@@ -234,6 +234,11 @@ fn main() -> ExitCode {
     if let Err(e) = skyhook::process::reaper::enable_subreaper() {
         eprintln!("skyhook-run: warning: cannot become a child subreaper: {e}");
     }
+    // Diagnostics on stderr when SKYHOOK_LOG is set (stdout stays the plan or JSON document).
+    let env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+    if let Err(e) = skyhook::diag::init(&env) {
+        eprintln!("WARNING: {e}; running without diagnostics");
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

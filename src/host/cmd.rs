@@ -408,6 +408,7 @@ impl process::Sink for CommandSink<'_> {
 /// process primitive ([`crate::process::run`], on this thread).
 pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
     let command = quote_argv(argv);
+    let _span = tracing::debug_span!("command", argv = %command).entered();
     let mut env: Vec<(OsString, OsString)> = Vec::new();
     let mut has_path = false;
     for (k, v) in h.options().env.iter().chain(opts.env.iter()) {

@@ -243,7 +243,10 @@ impl ScriptRunner {
                 output.clone(),
             );
             let (cancel, timeout) = (inv.cancel.clone(), inv.script_timeout);
+            // The step's diagnostics span follows the script onto the blocking pool.
+            let span = tracing::Span::current();
             tokio::task::spawn_blocking(move || {
+                let _entered = span.enter();
                 runner.run(&script, &ctx, api, out, cancel, timeout)
             })
             .await

@@ -272,8 +272,12 @@ pub fn run_script_with(
         let spawned = std::thread::Builder::new()
             .name("skyhook-script".to_string())
             .stack_size(SCRIPT_STACK_BYTES)
-            .spawn_scoped(s, move || {
-                evaluate(engine, script, ctx, opts, limits, deadline)
+            .spawn_scoped(s, {
+                let span = tracing::Span::current();
+                move || {
+                    let _entered = span.enter();
+                    evaluate(engine, script, ctx, opts, limits, deadline)
+                }
             });
         match spawned {
             Ok(handle) => handle.join().unwrap_or_else(|panic| {

@@ -402,6 +402,7 @@ impl Api {
         fname: &str,
         op: impl FnOnce(&mut Host) -> Result<R, CallError>,
     ) -> RhaiResult<R> {
+        let _span = tracing::debug_span!("host_api", function = fname).entered();
         let mut guard = lock(&self.inner.host);
         let res = match guard.as_mut() {
             Some(h) => {
