@@ -347,7 +347,7 @@ fn commands_run_plan_and_query() {
     .ok();
     assert_eq!(
         a.stdout(),
-        "[0, \"out-x\\n\", \"err\\n\", true, ()]\n[3, false, \"out-q\\n\", ()]\n"
+        "[0, \"out-x\\n\", \"err\\n\", true, false]\n[3, false, \"out-q\\n\", false]\n"
     );
     assert_eq!(t.calls(), vec!["hello x", "hello y 3", "hello q"]);
     // check: true throws with the command and its stderr.
@@ -629,6 +629,56 @@ fn every_registered_function_is_documented_and_vice_versa() {
     for d in FUNCTIONS {
         assert!(docs_namespaces().contains(&d.ns), "{}", d.ns);
     }
+}
+
+/// Every script-layer function of the reference is callable in a run with its arity.
+#[test]
+fn script_functions_are_registered() {
+    let t = TestHost::new();
+    for d in SCRIPT_FUNCTIONS {
+        let args = vec!["\"x\""; d.params.len()].join(", ");
+        let r = run(&t, ExecMode::Apply, &format!("{}({args});", d.full_name()));
+        if d.name == "fail" {
+            assert!(
+                r.outcome.error.as_ref().is_some_and(|e| e.is_fail()),
+                "{d:?}"
+            );
+        } else {
+            let r = r.ok();
+            assert_eq!(r.outcome.code, 0, "{d:?}");
+        }
+    }
+}
+
+/// The option keys the table records (which `skyhook-run check` enforces) are exactly those
+/// each binding accepts: an unknown key is refused with the binding's own list.
+#[test]
+fn documented_option_keys_are_the_bindings_keys() {
+    let t = TestHost::new();
+    let mut seen = 0;
+    for d in FUNCTIONS.iter().filter(|d| !d.options.is_empty()) {
+        let args: Vec<&str> = d
+            .params
+            .iter()
+            .map(|(_, ty)| match *ty {
+                "Map" => "#{__bogus: 1}",
+                "Array" => "[\"true\"]",
+                _ => "\"/x\"",
+            })
+            .collect();
+        let src = format!("{}({});", d.full_name(), args.join(", "));
+        let r = run(&t, ExecMode::Plan, &src);
+        assert!(
+            r.error().ends_with(&format!(
+                "unknown option \"__bogus\" (expected one of: {})",
+                d.options.join(", ")
+            )),
+            "{src}: {}",
+            r.error()
+        );
+        seen += 1;
+    }
+    assert_eq!(seen, 7);
 }
 
 fn docs_namespaces() -> Vec<&'static str> {
