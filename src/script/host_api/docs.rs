@@ -733,7 +733,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[NAME],
         "?",
         Context,
-        "The configMap's text, or `()`.",
+        "The configMap's text, or `()`; a configMap that is not UTF-8 text (binary) is an error naming it (`config::has` still sees it).",
     ),
     f(
         "config",

@@ -593,6 +593,35 @@ fn config_node_and_secrets() {
     assert!(r.report.render_text(&red).contains("+pw=***\n"));
 }
 
+/// A binary configMap read as text is an error naming it (not U+FFFD replacements);
+/// `config::has` still sees it.
+#[test]
+fn binary_configmap_read_as_text_is_an_error() {
+    let t = TestHost::new();
+    let cm = t.dir.path().join("configmaps");
+    std::fs::create_dir_all(&cm).unwrap();
+    std::fs::write(cm.join("blob"), b"ok\n\xff\xfe\x00").unwrap();
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        "print(config::has(\"blob\"));\nconfig::get(\"blob\")",
+    );
+    assert_eq!(r.stdout(), "true\n");
+    assert_eq!(
+        r.error(),
+        "main.rhai:2:9: config::get: configMap \"blob\" is not UTF-8 text (invalid byte at \
+         offset 3); binary configMaps cannot be read as text"
+    );
+    for f in ["lines", "kv"] {
+        let r = run(&t, ExecMode::Plan, &format!("config::{f}(\"blob\")"));
+        assert!(
+            r.error().contains("configMap \"blob\" is not UTF-8 text"),
+            "{}",
+            r.error()
+        );
+    }
+}
+
 /// Registration log vs. table, and every logged function really is in its module.
 #[test]
 fn every_registered_function_is_documented_and_vice_versa() {
