@@ -9,19 +9,23 @@
 //! | a namespaced call of a function the namespace does not have: `unknown function fs::wrte (did you mean fs::write?)`; for an alias of a statically imported module, the module's exported (non-private) functions | error |
 //! | a known function called with an argument count it has no overload for: `fs::write expects 2 or 3 arguments, got 1` | error |
 //! | a plain call `f(..)` of a function that is neither defined in the script, a host API global (`run`, `sh`, ...), a script-layer function (`step`, `env`, `fail`, `print`, ...) nor in Rhai's packages the engine loads | error |
-//! | a key of a literal options map (`#{...}`) the host function does not accept: `fs::write: unknown option mod (did you mean mode?; accepted: mode, owner, group)` | error |
+//! | a key of a literal options map (`#{...}`) the host function does not accept: `fs::write: unknown option mod (did you mean mode? accepted: mode, owner, group)` | error |
 //! | a method `x.f(..)` no function of any arity has the name of (it may still be a function stored in a map property, hence only a warning) | warning |
 //! | a backtick string containing `\n`: Rhai keeps backslash-n literally there | warning |
-//! | the result of an in-place method (`replace`, `trim`, `make_upper`, `make_lower`, `pad`, `truncate`, `crop`, `clear`, `sort`, `reverse`), which is `()`, used as a value: assigned, passed as an argument, returned, a condition, the object of another call | warning |
+//! | the result of an in-place method (`replace`, `trim`, `make_upper`, `make_lower`, `pad`, `truncate`, `crop`, `clear`, `sort`, `reverse`), which is `()`, used as a value: assigned, passed as an argument, returned (also as the last expression of a function or closure: `lines.map(\|l\| l.trim())`), compared, a condition, the object of another call | warning |
 //!
 //! The functions come from the tables a run is verified against: the host API
-//! ([`FUNCTIONS`](super::host_api::FUNCTIONS), checked against the registration in tests),
-//! the script layer ([`SCRIPT_FUNCTIONS`](super::host_api::SCRIPT_FUNCTIONS), each checked
+//! ([`FUNCTIONS`], checked against the registration in tests),
+//! the script layer ([`SCRIPT_FUNCTIONS`], each checked
 //! to be callable in a run) and the functions of the Rhai packages the [`ScriptEngine`]
 //! loads ([`RHAI_FUNCTIONS`], generated from Rhai's metadata for the Rhai version in
 //! `Cargo.lock`, which a test pins).
 //!
-//! Known gaps: calls through function pointers (`Fn("name")`, `f.call(..)`) and `call` of a
+//! Errors on a namespaced call are reported at the start of the qualified name (`fs` of
+//! `fs::wrte`), others at the call, an option key at the key.
+//!
+//! Known gaps: only the given script is walked, not the relative modules it imports (check
+//! those files too); calls through function pointers (`Fn("name")`, `f.call(..)`) and `call` of a
 //! name built at run time are not resolved; a plain call whose name is also a variable (a
 //! function pointer called as `f(x)`) is not checked; calls into a module imported by a
 //! computed path or from `configmap/` are not checked (the module is only known at run
