@@ -1099,8 +1099,8 @@ options maps built at run time.
 ## Rhai pitfalls
 
 - **A missing map property is an error.** `s.hugepages` (or `s["hugepages"]`) on a map
-  without that key fails the step at its position (`Property not found: hugepages`), so a
-  typo never plans an empty file. Test first with `"hugepages" in s`, or read an optional
+  without that key fails the step at its position (`Property not found: hugepages (the map
+  has no such key: ...)`), so a typo never plans an empty file. Test first with `"hugepages" in s`, or read an optional
   key with `s.get("hugepages") ?? "default"` (`get` returns `()` for a missing key).
 - **Backtick strings have no escapes.** In `` `a\nb` `` the `\n` stays a backslash and an
   `n`. Break the line inside the backtick string itself, or use `"a\nb"` (double quotes
