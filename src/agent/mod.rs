@@ -108,7 +108,12 @@ pub fn validate(config: &Path, console: &Console) -> i32 {
                         store.clone(),
                     )
                     .map_err(|e| e.to_string())?;
-                    found.extend(d);
+                    // a module imported by several steps is reported once
+                    for x in d {
+                        if !found.contains(&x) {
+                            found.push(x);
+                        }
+                    }
                 }
             }
             Ok((loaded, found))

@@ -24,8 +24,10 @@
 //! Errors on a namespaced call are reported at the start of the qualified name (`fs` of
 //! `fs::wrte`), others at the call, an option key at the key.
 //!
-//! Known gaps: only the given script is walked, not the relative modules it imports (check
-//! those files too); calls through function pointers (`Fn("name")`, `f.call(..)`) and `call` of a
+//! [`check_step`] (what `check` and `validate` use) also walks the package modules a script
+//! imports (`import "lib/util" as u;`), each reported in its own file.
+//!
+//! Known gaps: calls through function pointers (`Fn("name")`, `f.call(..)`) and `call` of a
 //! name built at run time are not resolved; a plain call whose name is also a variable (a
 //! function pointer called as `f(x)`) is not checked; calls into a module imported by a
 //! computed path or from `configmap/` are not checked (the module is only known at run
@@ -223,8 +225,63 @@ impl Checker {
         script: &CompiledScript,
         source: &str,
     ) -> Vec<Diagnostic> {
-        let ast = script.ast();
-        let modules = aliases(engine, script.modules(), ast);
+        self.check_ast(
+            engine,
+            script.modules(),
+            script.file(),
+            script.ast(),
+            source,
+        )
+    }
+
+    /// [`Checker::check`] of `script` and of every module it imports statically from its
+    /// package (relative paths, recursively; not the shipped `skyhook/` modules, which their
+    /// own tests check, nor `configmap/` ones), each module once: the script's diagnostics
+    /// first, then each module's, in import order.
+    pub fn check_with_imports(
+        &self,
+        engine: &ScriptEngine,
+        script: &CompiledScript,
+        source: &str,
+    ) -> Vec<Diagnostic> {
+        let mut out = self.check(engine, script, source);
+        let store = script.modules();
+        let mut seen = HashSet::new();
+        let mut queue: Vec<(String, std::sync::Arc<super::resolver::CachedModule>)> = Vec::new();
+        let push = |ast: &AST, queue: &mut Vec<_>, seen: &mut HashSet<String>| {
+            for (spec, _) in super::resolver::static_imports(ast) {
+                if spec.starts_with(super::resolver::STDLIB_PREFIX)
+                    || spec.starts_with(super::resolver::CONFIGMAP_PREFIX)
+                {
+                    continue;
+                }
+                if let Ok(m) = store.load(engine.compiler(), &spec)
+                    && seen.insert(m.file.clone())
+                {
+                    queue.push((spec, m));
+                }
+            }
+        };
+        push(script.ast(), &mut queue, &mut seen);
+        let mut i = 0;
+        while i < queue.len() {
+            let m = queue[i].1.clone();
+            out.extend(self.check_ast(engine, store, &m.file, &m.ast, &m.source));
+            push(&m.ast, &mut queue, &mut seen);
+            i += 1;
+        }
+        out
+    }
+
+    fn check_ast(
+        &self,
+        engine: &ScriptEngine,
+        store: &ModuleStore,
+        file: &str,
+        ast: &AST,
+        source: &str,
+    ) -> Vec<Diagnostic> {
+        let modules = aliases(engine, store, ast);
         let mut script_fns = Arities::new();
         for f in ast.iter_functions() {
             script_fns
@@ -236,7 +293,7 @@ impl Checker {
         let tails = tails(ast);
         let mut walk = Walk {
             checker: self,
-            file: script.file(),
+            file,
             source: SourceIndex::new(source),
             script_fns: &script_fns,
             variables: &variables,
@@ -842,10 +899,11 @@ fn distance(a: &str, b: &str) -> usize {
 }
 
 /// Compile the step at `path` (imports resolved in `modules`, as
-/// [`compile_step_in`](super::compile_step_in)) and check it.
+/// [`compile_step_in`](super::compile_step_in)) and check it and the package modules it
+/// imports ([`Checker::check_with_imports`]).
 ///
-/// Returns the compiled script (for a caller that runs it next) and the diagnostics, in
-/// source order.
+/// Returns the compiled script (for a caller that runs it next) and the diagnostics: the
+/// script's in source order, then each imported module's.
 ///
 /// # Errors
 /// As [`compile_step_in`](super::compile_step_in): the file cannot be read, or the script or
@@ -867,7 +925,7 @@ pub fn check_step(
         err
     })?;
     let script = compile_source(engine, &file, &source, modules)?;
-    let found = checker.check(engine, &script, &source);
+    let found = checker.check_with_imports(engine, &script, &source);
     Ok((script, found))
 }
 

@@ -1091,7 +1091,8 @@ step of a package. It reports, at `file:line:col`:
 - warnings: the traps below, and a method name no function has (it may still be a function
   stored in a map).
 
-`check` prints `OK FILE` for each file without errors and exits 0 when no file has an error
+The package modules a script imports (`import "lib/util" as u;`) are checked too, each in its
+own file. `check` prints `OK FILE` for each file without errors and exits 0 when no file has an error
 (warnings allowed), 1 otherwise. Not checked: argument types, calls through function pointers
 (`Fn("name")`, `f.call(..)`), modules imported by a computed path or from `configmap/`,
 options maps built at run time.

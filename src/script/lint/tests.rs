@@ -227,6 +227,50 @@ fn relative_modules_export_their_public_functions() {
     );
 }
 
+/// `check_step` also checks the package modules a step imports (recursively, each once, in
+/// its own file), not the shipped ones.
+#[test]
+fn check_step_walks_imported_package_modules() {
+    let d = tempfile::tempdir().unwrap();
+    let w = |rel: &str, text: &str| {
+        let p = d.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    w(
+        "apply.rhai",
+        "import \"lib/a\" as a;\nimport \"lib/b\" as b;\nimport \"skyhook/hello\" as h;\na::f();\n",
+    );
+    w(
+        "lib/a.rhai",
+        "import \"lib/b\" as b;\nfn f() { b::g(); fs::wrte(\"/x\", \"\"); }\n",
+    );
+    w("lib/b.rhai", "fn g() { let s = `x\\n`; s }\n");
+    let engine = ScriptEngine::default();
+    let store = Arc::new(ModuleStore::new(d.path()));
+    let (_, found) = check_step(
+        &engine,
+        &Checker::new(),
+        &d.path().join("apply.rhai"),
+        store,
+    )
+    .unwrap();
+    let base = d.path().display().to_string();
+    let found: Vec<String> = found
+        .iter()
+        .map(|x| x.to_string().replace(&base, "<d>"))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            "<d>/lib/a.rhai:2:18: error: unknown function fs::wrte (did you mean fs::write?)",
+            "<d>/lib/b.rhai:1:18: warning: backtick string contains \\n, which Rhai keeps as a \
+             backslash and an `n` (backtick strings have no escapes): break the line in the \
+             string itself, or use \"...\\n...\"",
+        ]
+    );
+}
+
 /// A missing map property is a run-time error at the property (the engine sets
 /// `fail_on_invalid_map_property`); `in` and `get` are the ways to read optional keys.
 #[test]
