@@ -390,6 +390,54 @@ fn validate_compiles_rhai_steps_and_imports() {
 }
 
 #[test]
+fn validate_runs_the_checker_over_rhai_steps() {
+    let fr = FakeRoot::new();
+    one_script(
+        &fr,
+        "let x = 1;\nfs::wrte(\"/etc/x\", \"y\");\nservcie::restart(\"x\");\n",
+    );
+    let config = fr.root().join("t/pkg/config.json");
+    let config = config.to_str().unwrap();
+    let r = fr.run_args(&["validate", config]);
+    r.code(1);
+    let step = fr.root().join("t/pkg/skyhook_dir/apply.rhai");
+    assert!(
+        r.stderr.contains(&format!(
+            "{}:2:1: error: unknown function fs::wrte (did you mean fs::write?)\n{}:3:1: error: \
+             unknown module servcie (did you mean service?)\n",
+            step.display(),
+            step.display()
+        )),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains(&format!(
+            "skyhook-agent: error: {config}: invalid: 2 errors in .rhai steps"
+        )),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stdout.contains("valid: package"), "{}", r.stdout);
+    // warnings only: valid, exit 0, each warning printed
+    fr.write(
+        "/t/pkg/skyhook_dir/apply.rhai",
+        "let s = \" a \";\nlet t = s.trim();\n",
+    );
+    let r = fr.run_args(&["validate", config]);
+    r.code(0);
+    assert!(
+        r.stderr.contains(&format!(
+            "WARNING: {}:2:11: warning: trim() changes its object in place",
+            step.display()
+        )),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stdout.contains("valid: package"), "{}", r.stdout);
+}
+
+#[test]
 fn module_errors_name_host_paths_like_step_errors() {
     // regression: import errors showed the agent-side path under the root mount
     require_root!();

@@ -1035,3 +1035,57 @@ fn dry_run_judges_requested_interrupts_against_the_cr() {
         "{err}"
     );
 }
+
+/// `skyhook-run x.sh` is refused (not a Rhai script); a `--configmaps` folder that does not
+/// exist is an error; `--package` with a mode without steps says so and exits 0.
+#[test]
+fn refuses_non_rhai_scripts_missing_configmaps_and_says_when_a_mode_has_no_steps() {
+    let root = demo_root();
+    let dir = tempfile::tempdir().unwrap();
+    let sh = write(dir.path(), "apply.sh", "echo hi\n");
+    let out = run_script(&sh, root.path(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).starts_with(&format!(
+            "skyhook-run: error: {} is not a Rhai script",
+            sh.display()
+        )),
+        "{}",
+        text(&out.stderr)
+    );
+    let script = write(dir.path(), "a.rhai", "print(1);\n");
+    let missing = dir.path().join("no-such-cm");
+    let out = run_script(
+        &script,
+        root.path(),
+        &["--configmaps", missing.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "skyhook-run: error: --configmaps {}: no such directory\n",
+            missing.display()
+        )
+    );
+    assert_eq!(out.stdout, b"");
+
+    let pkg = tempfile::tempdir().unwrap();
+    mixed_package(pkg.path());
+    for extra in [&[][..], &["--apply"][..]] {
+        let out = skyhook_run()
+            .arg("--package")
+            .arg(pkg.path())
+            .args(["--mode", "uninstall", "--root"])
+            .arg(root.path())
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(
+            text(&out.stderr),
+            "skyhook-run: package mixed 1.0.0 has no uninstall steps: nothing to run (modes \
+             with steps: apply, apply-check)\n"
+        );
+    }
+}

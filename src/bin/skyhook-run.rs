@@ -25,7 +25,8 @@ use skyhook::host::ExecMode;
 use skyhook::local::{LocalError, PackageRun, ScriptRun, error_json, script_error_json};
 use skyhook::package::Mode;
 use skyhook::script::host_api::Capture;
-use skyhook::script::{Limits, ScriptEngine, ScriptOutput, StdioOutput, compile_step};
+use skyhook::script::lint::{Checker, Diagnostic, Severity, check_step};
+use skyhook::script::{Limits, ModuleStore, ScriptEngine, ScriptOutput, StdioOutput};
 
 /// Done: the run succeeded (a dry run: whatever it plans, unless --detailed-exitcode).
 const EXIT_OK: u8 = 0;
@@ -90,9 +91,21 @@ Packages (--package DIR --mode MODE):
   packages.json): a request the CR does not declare fails the step, as on a node.
 
 Exit status:
-  0 done; 1 error (failed script or step, drift in a check, compile or usage error);
+  0 done; also --package with a mode that has no steps (it says so on stderr: the agent runs
+    such a mode as a no-op);
+  1 error (failed script or step, drift in a check, compile or usage error, a SCRIPT that is
+    not a .rhai file, a --configmaps folder that does not exist);
   2 with --detailed-exitcode: a dry run that succeeded with changes pending (actions alone
-  do not count).
+    do not count).
+
+Checking scripts (skyhook-run check FILE...):
+  Compiles each file with its imports and checks it without running anything: unknown
+  functions and modules (with a did-you-mean), wrong argument counts, option keys a host
+  function does not accept (literal #{...} maps), and warnings for known traps (a `\n` in a
+  backtick string, the () result of trim/replace/make_upper/... used as a value). Prints
+  `OK FILE` on stdout per file without errors and `file:line:col: error: ...` or
+  `file:line:col: warning: ...` on stderr. Exit 0: no errors (warnings allowed); 1: any
+  error (a syntax or import error, a finding, a file that is not .rhai).
 
 Examples:
   skyhook-run apply.rhai --root /mnt/node-copy
@@ -206,8 +219,12 @@ enum Output {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Compile scripts and their imports without running them; print each error as
-    /// file:line:col: message. Relative imports resolve in each script's directory.
+    /// Compile scripts and their imports and check them without running them: unknown
+    /// functions and modules (with a suggestion), wrong argument counts, option keys a host
+    /// function does not accept, and known Rhai traps (warnings). Prints `OK FILE` for each
+    /// file without errors, and `file:line:col: error: ...` / `warning: ...` on stderr.
+    /// Relative imports resolve in each script's directory. Exit 0 when no file has an error
+    /// (warnings allowed), 1 otherwise.
     Check {
         /// The .rhai files to check.
         #[arg(required = true, value_name = "FILE")]
@@ -300,6 +317,15 @@ fn run(cli: &Cli) -> u8 {
         env.retain(|(n, _)| n != k);
         env.push((k.clone(), v.clone()));
     }
+    if let Some(dir) = &cli.configmaps
+        && !dir.is_dir()
+    {
+        eprintln!(
+            "skyhook-run: error: --configmaps {}: no such directory",
+            dir.display()
+        );
+        return EXIT_ERROR;
+    }
     let json = cli.output == Output::Json;
     // Every limit but the deadline; the deadline (SKYHOOK_SCRIPT_TIMEOUT) is read from the
     // run's environment (ours plus --env), per run.
@@ -331,6 +357,9 @@ fn run(cli: &Cli) -> u8 {
                 capture,
                 skyhook_cr: cli.skyhook_cr.clone(),
             };
+            if let Some(code) = no_steps(&run, json) {
+                return code;
+            }
             if cli.apply {
                 package_apply(&run, json)
             } else {
@@ -341,6 +370,14 @@ fn run(cli: &Cli) -> u8 {
             let Some(script) = cli.script.clone() else {
                 return usage("SCRIPT or --package DIR is required");
             };
+            if !is_rhai(&script) {
+                eprintln!(
+                    "skyhook-run: error: {} is not a Rhai script: skyhook-run runs .rhai \
+                     files (a package's other steps run with --package DIR --mode MODE)",
+                    script.display()
+                );
+                return EXIT_ERROR;
+            }
             let run = ScriptRun {
                 script,
                 root,
@@ -356,6 +393,46 @@ fn run(cli: &Cli) -> u8 {
             script_run(&run, &engine, output, json, cli.detailed_exitcode)
         }
     }
+}
+
+/// A package whose mode has no steps: say so (stderr; in JSON mode also the document) and
+/// exit 0, as the agent runs such a mode as a no-op. `None` when the mode has steps, or the
+/// package does not load (the run then reports why).
+fn no_steps(run: &PackageRun, json: bool) -> Option<u8> {
+    if run.mode == Mode::Interrupt {
+        return None;
+    }
+    let loaded = run.load().ok()?;
+    let p = &loaded.package;
+    if !p.steps(run.mode).is_empty() {
+        return None;
+    }
+    let with: Vec<&str> = p
+        .modes
+        .iter()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(m, _)| m.as_str())
+        .collect();
+    eprintln!(
+        "skyhook-run: package {} {} has no {} steps: nothing to run (modes with steps: {})",
+        p.package_name,
+        p.package_version,
+        run.mode.as_str(),
+        if with.is_empty() {
+            "none".to_string()
+        } else {
+            with.join(", ")
+        }
+    );
+    if json {
+        print_json(&json!({
+            "package_mode": run.mode.as_str(),
+            "ok": true,
+            "steps": [],
+            "exit_code": EXIT_OK,
+        }));
+    }
+    Some(EXIT_OK)
 }
 
 /// Print an error (and, in JSON mode, the error document) and return its exit status
@@ -521,20 +598,59 @@ impl ScriptOutput for StderrOnly {
     }
 }
 
+/// `check FILE...`: compile each file with its imports and run the static checker. Prints
+/// `OK <file>` on stdout for each file without errors (with the number of warnings, if any)
+/// and every error and warning on stderr as `file:line:col: error: message` /
+/// `file:line:col: warning: message`. Exit 0 when no file has an error, else 1.
 fn check(files: &[PathBuf]) -> u8 {
     // Limits that matter at compile time do not depend on the timeout, so the environment
     // is not consulted here.
     let engine = ScriptEngine::new(Limits::default());
+    let checker = Checker::new();
     let mut code = EXIT_OK;
     for file in files {
+        if !is_rhai(file) {
+            eprintln!(
+                "{}: error: not a Rhai script (check takes .rhai files)",
+                file.display()
+            );
+            code = EXIT_ERROR;
+            continue;
+        }
         let base = match file.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        if let Err(e) = compile_step(&engine, file, base) {
-            eprintln!("{e}");
-            code = EXIT_ERROR;
+        let store = Arc::new(ModuleStore::new(base));
+        match check_step(&engine, &checker, file, store) {
+            Err(e) => {
+                eprintln!("{}", Diagnostic::from_compile(&e));
+                code = EXIT_ERROR;
+            }
+            Ok((_, found)) => {
+                for d in &found {
+                    eprintln!("{d}");
+                }
+                let errors = found
+                    .iter()
+                    .filter(|d| d.severity == Severity::Error)
+                    .count();
+                let warnings = found.len() - errors;
+                if errors > 0 {
+                    code = EXIT_ERROR;
+                } else if warnings > 0 {
+                    let s = if warnings == 1 { "" } else { "s" };
+                    println!("OK {} ({warnings} warning{s})", file.display());
+                } else {
+                    println!("OK {}", file.display());
+                }
+            }
         }
     }
     code
+}
+
+/// Whether `path` names a `.rhai` file.
+fn is_rhai(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "rhai")
 }

@@ -60,18 +60,18 @@ pub fn names(h: &Host) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// `config::get(name)`: the configMap's text, `None` when absent.
+/// The configMap's bytes, `None` when absent (or not a file).
 ///
 /// # Errors
 /// [`HostError::AgentFile`] on a read failure other than "not found";
 /// [`HostError::NotRegular`] for a FIFO, device or socket and [`HostError::FileTooLarge`]
 /// above [`crate::host::fs::MAX_READ_BYTES`] (as for every file read whole).
-pub fn get(h: &Host, name: &str) -> Result<Option<String>> {
+fn read(h: &Host, name: &str) -> Result<Option<Vec<u8>>> {
     let Some(p) = cm_path(h, name) else {
         return Ok(None);
     };
     match crate::host::fs::read_local(&p)? {
-        Ok(b) => Ok(Some(String::from_utf8_lossy(&b).into_owned())),
+        Ok(b) => Ok(Some(b)),
         Err(e)
             if matches!(
                 e.kind(),
@@ -84,12 +84,29 @@ pub fn get(h: &Host, name: &str) -> Result<Option<String>> {
     }
 }
 
-/// `config::has(name)`.
+/// `config::get(name)`: the configMap's text, `None` when absent.
 ///
 /// # Errors
-/// As [`get`].
+/// [`HostError::ConfigMapNotText`] when the content is not UTF-8 (a binary configMap);
+/// [`HostError::AgentFile`] on a read failure other than "not found".
+pub fn get(h: &Host, name: &str) -> Result<Option<String>> {
+    match read(h, name)? {
+        None => Ok(None),
+        Some(b) => String::from_utf8(b)
+            .map(Some)
+            .map_err(|e| HostError::ConfigMapNotText {
+                name: name.into(),
+                offset: e.utf8_error().valid_up_to(),
+            }),
+    }
+}
+
+/// `config::has(name)`: whether the configMap exists (whatever its content).
+///
+/// # Errors
+/// [`HostError::AgentFile`] on a read failure other than "not found".
 pub fn has(h: &Host, name: &str) -> Result<bool> {
-    Ok(get(h, name)?.is_some())
+    Ok(read(h, name)?.is_some())
 }
 
 fn need(h: &Host, name: &str) -> Result<String> {

@@ -224,6 +224,18 @@ pub enum HostError {
         name: String,
     },
 
+    /// A configMap read as text (`config::get`, `lines`, `kv`) is not valid UTF-8: a binary
+    /// configMap, which text functions would otherwise silently mangle.
+    #[error(
+        "configMap {name:?} is not UTF-8 text (invalid byte at offset {offset}); binary configMaps cannot be read as text"
+    )]
+    ConfigMapNotText {
+        /// The configMap (file) name.
+        name: String,
+        /// Byte offset of the first invalid sequence.
+        offset: usize,
+    },
+
     /// A file outside the host root (configMaps, node metadata, secrets) could not be read.
     #[error("failed to read {}", path.display())]
     AgentFile {

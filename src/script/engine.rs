@@ -213,7 +213,9 @@ impl ScriptEngine {
             .set_max_modules(l.max_modules)
             .set_max_variables(l.max_variables)
             .set_max_functions(l.max_functions)
-            .set_optimization_level(OptimizationLevel::Simple);
+            .set_optimization_level(OptimizationLevel::Simple)
+            // `m.key` / `m["key"]` of a missing key is an error at its position, not `()`.
+            .set_fail_on_invalid_map_property(true);
         // `eval` would run code that compile_step never saw; as a disabled symbol it is a
         // parse error wherever it appears.
         engine.disable_symbol("eval");

@@ -331,6 +331,14 @@ fn classify(mut err: Box<EvalAltResult>, limits: &Limits) -> (ScriptErrorKind, S
         },
         // Our resolver puts the whole message (`cannot import "x": reason`) in the path.
         EvalAltResult::ErrorModuleNotFound(text, _) => (ScriptErrorKind::Import, text.clone()),
+        // `m.key` / `m["key"]` of a missing key (the engine fails on it instead of `()`).
+        EvalAltResult::ErrorPropertyNotFound(p, _) => (
+            ScriptErrorKind::Runtime,
+            format!(
+                "Property not found: {p} (the map has no such key: test it with `{p:?} in m`, \
+                 or read it with `m.get({p:?})`, which is () when missing)"
+            ),
+        ),
         EvalAltResult::ErrorRuntime(value, _) => match value.clone().try_cast::<ImportFailure>() {
             Some(ImportFailure(msg)) => (ScriptErrorKind::Import, msg),
             None => (ScriptErrorKind::Runtime, runtime_text(value)),

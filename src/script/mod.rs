@@ -11,6 +11,8 @@
 //! - [`bindings`]: [`ScriptHost`], the seam where the host API (`fs::`, `service::`, ...)
 //!   is bound into each run.
 //! - [`errors`]: [`ScriptError`], rendered `file:line:col: message`.
+//! - [`lint`]: the static checker of `skyhook-run check` and `skyhook-agent validate`
+//!   (unknown functions and modules, argument counts, option keys, known Rhai traps).
 //!
 //! Besides the Rhai packages, scripts get: `print(x)`, `debug(x)`, `log::info/warn/error(msg)`,
 //! `step` / `step()`, `env(name)` / `env(name, default)`, `fail(msg)` and `changed()`.
@@ -40,6 +42,7 @@ pub mod context;
 pub mod engine;
 pub mod errors;
 pub mod host_api;
+pub mod lint;
 pub mod memory;
 pub mod output;
 pub mod resolver;

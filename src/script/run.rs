@@ -65,6 +65,11 @@ impl CompiledScript {
         });
         found
     }
+
+    /// The compiled AST (what the static checker walks).
+    pub fn ast(&self) -> &AST {
+        &self.ast
+    }
 }
 
 /// Compile the step script at `path`, resolving its imports under `base_dir`.
@@ -138,7 +143,7 @@ pub fn compile_source(
     })
 }
 
-fn read_script(path: &Path) -> std::io::Result<String> {
+pub(crate) fn read_script(path: &Path) -> std::io::Result<String> {
     let f = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)

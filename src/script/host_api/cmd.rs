@@ -153,20 +153,17 @@ fn run_opts(
     })
 }
 
-/// `#{code, stdout, stderr, ok}`, plus `planned: true` for a recorded command and
-/// `skipped: true` for a guarded command whose guard said it is done.
+/// `#{code, stdout, stderr, ok, planned, skipped}`: `planned` is true for a recorded
+/// command, `skipped` for a guarded command whose guard said it is done. Always present:
+/// reading a missing property is an error in scripts.
 pub(crate) fn output_map(o: CmdOutput) -> Map {
     let mut m = Map::new();
     m.insert("code".into(), Dynamic::from(i64::from(o.code)));
     m.insert("stdout".into(), convert::s(o.stdout));
     m.insert("stderr".into(), convert::s(o.stderr));
     m.insert("ok".into(), Dynamic::from(o.ok));
-    if o.planned {
-        m.insert("planned".into(), Dynamic::from(true));
-    }
-    if o.skipped {
-        m.insert("skipped".into(), Dynamic::from(true));
-    }
+    m.insert("planned".into(), Dynamic::from(o.planned));
+    m.insert("skipped".into(), Dynamic::from(o.skipped));
     m
 }
 

@@ -86,7 +86,7 @@ use crate::host::secrets::Redactor;
 use crate::host::{Host, HostError, Report};
 use crate::logs::redact::StreamRedactor;
 
-pub use docs::{FUNCTIONS, FnDoc, Modes, render_definitions, render_markdown};
+pub use docs::{FUNCTIONS, FnDoc, Modes, SCRIPT_FUNCTIONS, render_definitions, render_markdown};
 
 /// The host API for scripts: one step's [`Host`] session, bound into each run's engine.
 /// See the module docs.
