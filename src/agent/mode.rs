@@ -580,14 +580,19 @@ impl<R: StepRunner> ModeLoop<'_, R> {
         };
         let pkg = &self.package.package_name;
         let mut uncovered = Vec::new();
+        let mut notes = Vec::new();
         for request in &result.interrupts {
             let name = coverage::request_name(request);
             match &policy.declarations {
                 Declarations::Known(Some(d)) => match d.covering(request) {
-                    Some(how) => self.console.say(&format!(
-                        "{}: requested interrupt {name} is declared in the Skyhook CR ({how}): the operator runs it in its interrupt stage",
-                        step.path
-                    )),
+                    Some(how) => {
+                        let line = format!(
+                            "{}: requested interrupt {name} is declared in the Skyhook CR ({how}): the operator runs it in its interrupt stage",
+                            step.path
+                        );
+                        self.console.say(&line);
+                        notes.push(line);
+                    }
                     None => uncovered.push(request),
                 },
                 Declarations::Known(None) => uncovered.push(request),
@@ -617,6 +622,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             result.error = Some(lines.join("; "));
             return Ok(());
         }
+        result.notes.extend(notes);
         if policy.record
             && self.state.writable
             && result.interrupts.contains(&InterruptRequest::Reboot)

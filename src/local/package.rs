@@ -192,6 +192,9 @@ impl PackagePlan {
             match &s.kind {
                 StepKind::Script(o) => {
                     out.push_str(&report_body(&o.report, &self.redactor));
+                    for n in &o.notes {
+                        let _ = writeln!(out, "note: {n}");
+                    }
                     if let Some(e) = &o.error {
                         let _ = writeln!(out, "failed: {}", self.redactor.redact(e));
                     } else if !o.ok && !o.report.drift().is_empty() {
@@ -560,6 +563,7 @@ impl PackageRun {
                 let kind = match record.decision {
                     Decision::Ran(r) if !r.ran => StepKind::Process,
                     Decision::Ran(r) => StepKind::Script(StepOutcome {
+                        notes: r.notes,
                         report: r.report.unwrap_or_else(|| Report::new(exec)),
                         code: r.status,
                         error: r.error,

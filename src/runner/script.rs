@@ -307,6 +307,7 @@ impl ScriptRunner {
             interrupts,
             report,
             error,
+            notes: Vec::new(),
             log_errors,
         }
     }
