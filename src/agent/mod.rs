@@ -191,16 +191,24 @@ pub fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<boo
     for w in &settings.warnings {
         console.warn(w);
     }
-    let Some(mode) = Mode::parse(&args.mode) else {
+    let mode = Mode::parse(&args.mode);
+    let unknown_mode = || {
         let all: Vec<&str> = Mode::ALL.iter().map(|m| m.as_str()).collect();
         console.error(&format!(
             "WARNING:root:This version of the Agent doesn't support the {} mode. Options are: {}.",
             args.mode,
             all.join(",")
         ));
-        return Ok(true);
+        Ok(true)
     };
-    let id = ResourceId::parse(&settings.resource_id)?;
+    // An unknown mode exits 0 for the operator's forward compatibility (section 2): after the
+    // banner and the resolver copy as Python does when the resource id is usable, at once
+    // (nothing written, no banner) when it is not.
+    let id = match (ResourceId::parse(&settings.resource_id), mode) {
+        (Ok(id), _) => id,
+        (Err(_), None) => return unknown_mode(),
+        (Err(e), Some(_)) => return Err(e.into()),
+    };
     let root = HostRoot::open(&args.root).map_err(|source| AgentError::OpenRoot {
         path: args.root.clone(),
         source,
@@ -209,6 +217,9 @@ pub fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<boo
         prepare::copy_resolv(&root, Path::new("/etc/resolv.conf"))?;
     }
     console.write_out(banner::render(args, settings, &id).as_bytes());
+    let Some(mode) = mode else {
+        return unknown_mode();
+    };
     if mode != Mode::Interrupt && args.payload.is_some() {
         console.warn(&format!(
             "interrupt data given for mode {}: ignored",
