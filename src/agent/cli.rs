@@ -19,6 +19,7 @@ FORMS (the operator uses the first two):
   skyhook-agent MODE COPY_DIR                       legacy: ROOT_MOUNT is /root
   skyhook-agent interrupt COPY_DIR DATA             legacy: ROOT_MOUNT is /root
   skyhook-agent validate CONFIG_JSON                check a config.json and its step files
+  skyhook-agent serve [OPTIONS]                     the remote step API (serve --help)
 
 MODES:
   apply, apply-check, config, config-check, upgrade, upgrade-check, uninstall,
