@@ -26,6 +26,7 @@ pub mod logs;
 pub mod package;
 pub mod process;
 pub mod pyfmt;
+pub mod remote;
 pub mod runner;
 pub mod script;
 pub mod serve;
