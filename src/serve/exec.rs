@@ -609,7 +609,11 @@ impl Service {
         {
             let mut reg = lock(&self.reg);
             while over() {
-                let Some(old) = reg.finished.pop_front() else {
+                // the oldest ended one other than `exec` (which just ended, maybe)
+                let Some(pos) = reg.finished.iter().position(|id| id != &exec.id) else {
+                    break;
+                };
+                let Some(old) = reg.finished.remove(pos) else {
                     break;
                 };
                 if let Some(e) = reg.execs.remove(&old) {
@@ -973,7 +977,7 @@ fn status_json(s: Option<Status>) -> Value {
     match s {
         Some(Status::Code(c)) => json!({"code": c}),
         Some(Status::Signal(s)) => json!({"signal": s}),
-        None => json!({"error": "cancelled before start"}),
+        None => json!({"error": "cancelled"}),
     }
 }
 
@@ -1052,6 +1056,245 @@ impl crate::script::ScriptOutput for RhaiSink {
         let mut s = lock(&self.streams);
         s.1.push(&self.exec.redactor, bytes, &mut |b| {
             self.svc.emit(&self.exec, &b)
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    fn service(dir: &Path, f: impl FnOnce(&mut Config)) -> Arc<Service> {
+        let mut cfg = Config::new(Path::new("/"));
+        std::fs::create_dir_all(dir.join("secrets/db")).unwrap();
+        std::fs::write(dir.join("secrets/db/pw"), "s3cr3t-value").unwrap();
+        cfg.secrets = Secrets {
+            dir: dir.join("secrets"),
+            allow: vec!["db".into()],
+        };
+        cfg.state_dir = Some(dir.join("state"));
+        f(&mut cfg);
+        Service::with_audit(cfg, true, Arc::new(|_: &str| {})).unwrap()
+    }
+
+    /// Every line of a stream until it closes.
+    async fn collect(mut rx: mpsc::Receiver<Bytes>) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(b) = rx.recv().await {
+            for l in String::from_utf8(b.to_vec()).unwrap().lines() {
+                out.push(serde_json::from_str(l).unwrap());
+            }
+        }
+        out
+    }
+
+    async fn run_to_end(svc: &Arc<Service>, body: Value) -> Vec<Value> {
+        let e = svc.start(body.to_string().as_bytes(), "t").unwrap();
+        collect(svc.stream(e, 0).unwrap()).await
+    }
+
+    #[test]
+    fn refused_starts_leave_nothing_then_429_and_cancel() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |c| c.max_running = 1);
+        rt().block_on(async {
+            let marker = d.path().join("ran");
+            let touch = format!("touch {}", marker.display());
+            let cases = [
+                (b"{nope".to_vec(), 400),
+                (
+                    json!({"id": "a", "kind": "sh", "command": touch, "x": 1})
+                        .to_string()
+                        .into_bytes(),
+                    400,
+                ),
+                (
+                    json!({"id": "a/b", "kind": "sh", "command": touch})
+                        .to_string()
+                        .into_bytes(),
+                    400,
+                ),
+                (
+                    json!({"id": "a", "kind": "sh", "script": "1"})
+                        .to_string()
+                        .into_bytes(),
+                    400,
+                ),
+                (
+                    json!({"id": "a", "kind": "sh", "command": touch, "timeout_s": -1})
+                        .to_string()
+                        .into_bytes(),
+                    400,
+                ),
+                (
+                    json!({"id": "a", "kind": "sh", "command": touch,
+                        "secrets": [{"env": "P", "name": "other", "key": "pw"}]})
+                    .to_string()
+                    .into_bytes(),
+                    403,
+                ),
+                (
+                    json!({"id": "a", "kind": "sh", "command": touch,
+                        "secrets": [{"env": "P", "name": "db", "key": "nope"}]})
+                    .to_string()
+                    .into_bytes(),
+                    422,
+                ),
+                (
+                    json!({"id": "a", "kind": "rhai", "script": "fn ("})
+                        .to_string()
+                        .into_bytes(),
+                    422,
+                ),
+                (
+                    json!({"id": "a", "kind": "rhai", "script": "1", "mode": "yolo"})
+                        .to_string()
+                        .into_bytes(),
+                    400,
+                ),
+            ];
+            for (body, want) in &cases {
+                let r = svc.start(body, "t").unwrap_err();
+                assert_eq!(r.status, *want, "{}", String::from_utf8_lossy(body));
+                assert!(!r.body.to_string().contains("s3cr3t"));
+            }
+            assert!(svc.get("a").is_none());
+            assert_eq!((svc.running(), svc.ring_bytes()), (0, 0));
+            assert!(!marker.exists());
+            assert!(
+                std::fs::read_dir(d.path().join("state"))
+                    .unwrap()
+                    .next()
+                    .is_none()
+            );
+            // one running: the next is 429, with Retry-After
+            let long = svc
+                .start(
+                    json!({"id": "long", "kind": "sh", "command": "echo up; sleep 60"})
+                        .to_string()
+                        .as_bytes(),
+                    "t",
+                )
+                .unwrap();
+            let r = svc
+                .start(
+                    json!({"id": "b", "kind": "sh", "command": "true"})
+                        .to_string()
+                        .as_bytes(),
+                    "t",
+                )
+                .unwrap_err();
+            assert_eq!(r.status, 429);
+            assert_eq!(r.headers, vec![("Retry-After", "1".to_string())]);
+            assert!(svc.get("b").is_none());
+            let mut rx = svc.stream(long.clone(), 0).unwrap();
+            let up = rx.recv().await.unwrap();
+            assert!(String::from_utf8_lossy(&up).contains("\"line\":\"up\""));
+            assert_eq!(svc.cancel("long", b"{\"grace_s\": 1}", "t").unwrap().0, 202);
+            let ev = collect(rx).await;
+            assert_eq!(ev.last().unwrap()["exit"], json!({"signal": 15}));
+            assert_eq!(svc.cancel("long", b"", "t").unwrap().0, 200);
+            assert_eq!(svc.running(), 0);
+            assert!(
+                std::fs::read_dir(d.path().join("state"))
+                    .unwrap()
+                    .next()
+                    .is_none()
+            );
+        });
+    }
+
+    #[test]
+    fn byte_budget_evicts_ended_executions_then_own_oldest_events() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |c| {
+            c.ring_bytes = 4000;
+            c.keep_finished = 2;
+        });
+        rt().block_on(async {
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "a", "kind": "sh", "command": "seq 1 10"}),
+            )
+            .await;
+            assert_eq!(ev.len(), 11);
+            assert!(svc.get("a").is_some());
+            // 200 lines of ~70 bytes: over budget; "a" goes first, then b's oldest events
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "b", "kind": "sh", "command": "seq 1 200"}),
+            )
+            .await;
+            assert!(
+                svc.get("a").is_none(),
+                "the ended execution was not evicted first"
+            );
+            assert!(svc.ring_bytes() <= 4000 + 200, "{}", svc.ring_bytes());
+            let b = svc.get("b").unwrap();
+            let gap = svc.stream(b.clone(), 0).unwrap_err();
+            assert_eq!(gap.wanted, 1);
+            assert!(gap.oldest > 100);
+            // the stream that started first saw everything: it read while the step ran, or
+            // it ended early without a hole
+            for w in ev.windows(2) {
+                assert_eq!(
+                    w[1]["seq"].as_u64(),
+                    Some(w[0]["seq"].as_u64().unwrap() + 1)
+                );
+            }
+            assert_eq!(b.status()["state"], "exited");
+            // by count: keep_finished = 2
+            for id in ["c", "d"] {
+                run_to_end(&svc, json!({"id": id, "kind": "sh", "command": "true"})).await;
+            }
+            assert!(svc.get("b").is_none() && svc.get("c").is_some() && svc.get("d").is_some());
+        });
+    }
+
+    #[test]
+    fn heartbeats_secrets_rhai_and_shutdown() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |c| c.alive_every = Duration::from_millis(20));
+        rt().block_on(async {
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "h", "kind": "sh", "command": "sleep 0.2; echo \"$P\"",
+                       "secrets": [{"env": "P", "name": "db", "key": "pw"}]}),
+            )
+            .await;
+            assert!(ev.iter().any(|e| e["alive"] == true && e.get("seq").is_none()));
+            let lines: Vec<&Value> = ev.iter().filter(|e| e.get("seq").is_some()).collect();
+            assert_eq!(lines[0]["line"], "***");
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "r", "kind": "rhai", "mode": "plan",
+                       "script": "let p = secret(\"db\", \"pw\"); print(p); fs::write(\"/tmp/skyhook-serve-plan-only\", p);",
+                       "secrets": [{"env": "P", "name": "db", "key": "pw"}]}),
+            )
+            .await;
+            let text = serde_json::to_string(&ev).unwrap();
+            assert!(!text.contains("s3cr3t"), "{text}");
+            assert!(ev.iter().any(|e| e["line"] == "***"));
+            assert_eq!(ev.last().unwrap()["exit"], json!({"code": 0}));
+            // shutdown: the grace passes, the running one is cancelled, new starts refused
+            let e = svc
+                .start(json!({"id": "s", "kind": "sh", "command": "echo up; sleep 60"}).to_string().as_bytes(), "t")
+                .unwrap();
+            let mut rx = svc.stream(e, 0).unwrap();
+            assert!(!rx.recv().await.unwrap().is_empty(), "the step started");
+            svc.shutdown(Duration::from_millis(50)).await;
+            assert_eq!(collect(rx).await.last().unwrap()["exit"], json!({"signal": 15}));
+            let r = svc
+                .start(json!({"id": "z", "kind": "sh", "command": "true"}).to_string().as_bytes(), "t")
+                .unwrap_err();
+            assert_eq!(r.status, 503);
         });
     }
 }
