@@ -114,7 +114,8 @@ impl Srv {
             seen: Vec::new(),
         };
         let l = srv.wait_log("listening on 127.0.0.1:");
-        srv.port = l.rsplit(':').next().unwrap().trim().parse().unwrap();
+        let port = l.split("127.0.0.1:").nth(1).unwrap();
+        srv.port = port.split_whitespace().next().unwrap().parse().unwrap();
         srv
     }
 
@@ -725,8 +726,8 @@ fn cutting_proxy(port: u16, cut: usize) -> u16 {
 
 #[test]
 fn skyhook_run_remote_renders_the_local_plan_and_resumes_a_dropped_stream() {
-    let srv = Srv::start(&[]);
-    let d = srv.dir.path();
+    let mut srv = Srv::start(&[]);
+    let d = srv.dir.path().to_path_buf();
     std::fs::write(d.join("token"), "tok-ci\n").unwrap();
     let target = d.join("r.conf");
     let script = d.join("s.rhai");
@@ -775,6 +776,12 @@ fn skyhook_run_remote_renders_the_local_plan_and_resumes_a_dropped_stream() {
         "--detailed-exitcode",
     ]);
     assert_eq!(resumed, local);
+    assert!(
+        (0..50).any(|_| srv
+            .wait_log("\"route\":\"GET /v1/executions/skyhook-run-")
+            .contains("/events")),
+        "the client did not resume"
+    );
     let (code, json_out) = run(&["--remote", &url, "--token-file", &token, "--output", "json"]);
     assert_eq!(code, Some(0));
     let v: Value = serde_json::from_str(&json_out).unwrap();
@@ -788,4 +795,156 @@ fn skyhook_run_remote_renders_the_local_plan_and_resumes_a_dropped_stream() {
     std::fs::write(d.join("token"), "wrong").unwrap();
     let (code, _) = run(&["--remote", &url, "--token-file", &token]);
     assert_eq!(code, Some(1));
+}
+
+/// A CA and a leaf for 127.0.0.1 signed by it, made with openssl: (ca.pem, cert.pem, key.pem).
+fn pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let sh = |cmd: &str| {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    sh(
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout ca.key -out ca.pem -days 2 -subj /CN=test-ca",
+    );
+    sh(
+        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout key.pem -out leaf.csr -subj /CN=localhost",
+    );
+    std::fs::write(
+        dir.join("ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
+         extendedKeyUsage=serverAuth,clientAuth\n",
+    )
+    .unwrap();
+    sh(
+        "openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+        -out cert.pem -days 2 -extfile ext",
+    );
+    (
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    )
+}
+
+#[test]
+fn tls_and_client_certificates_with_skyhook_run_remote() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = pki(dir.path());
+    let (ca, cert, key) = (
+        ca.display().to_string(),
+        cert.display().to_string(),
+        key.display().to_string(),
+    );
+    let srv = Srv::start_in(
+        dir,
+        &["--tls-cert", &cert, "--tls-key", &key, "--client-ca", &ca],
+    );
+    let d = srv.dir.path();
+    std::fs::write(d.join("token"), "tok-ci").unwrap();
+    let script = d.join("t.rhai");
+    std::fs::write(&script, "print(\"over tls\");").unwrap();
+    let token = d.join("token").display().to_string();
+    let url = format!("https://127.0.0.1:{}", srv.port);
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
+            .arg(&script)
+            .args(["--remote", &url, "--token-file", &token, "--tls-ca", &ca])
+            .args(extra)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8(out.stdout).unwrap())
+    };
+    let (code, out) = run(&["--tls-cert", &cert, "--tls-key", &key]);
+    assert_eq!(code, Some(0));
+    assert_eq!(out, "over tls\nPlan: 0 to change, 0 unchanged.\n");
+    // no client certificate: the handshake fails, nothing runs
+    assert_eq!(run(&[]).0, Some(1));
+    // plain HTTP on the TLS port gets no HTTP answer
+    let mut s = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut b = Vec::new();
+    let _ = s.read_to_end(&mut b);
+    assert!(!b.starts_with(b"HTTP/1.1 200"));
+    // non-loopback without TLS is refused at startup
+    let out = Command::new(AGENT)
+        .args(["serve", "--listen", "0.0.0.0:0", "--insecure-no-auth"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refusing plain HTTP"));
+}
+
+#[test]
+fn sigterm_stops_accepting_lets_the_grace_pass_then_cancels() {
+    let mut srv = Srv::start(&["--shutdown-grace", "200ms"]);
+    let mut r = srv.open(
+        "POST",
+        "/v1/executions",
+        Some("tok-ci"),
+        Some(&json!({"id": "g-1", "kind": "sh", "command": "echo up; sleep 300"}).to_string()),
+    );
+    assert_eq!(r.event().unwrap()["line"], "up");
+    srv.signal("TERM");
+    srv.wait_log("\"event\":\"shutdown\"");
+    let rest = r.events();
+    assert_eq!(exit_of(&rest), json!({"signal": 15}));
+    let st = srv.child.wait().unwrap();
+    assert_eq!(st.code(), Some(0));
+    assert!(TcpStream::connect(("127.0.0.1", srv.port)).is_err());
+}
+
+#[test]
+fn ctrl_c_of_skyhook_run_remote_cancels_the_execution() {
+    let mut srv = Srv::start(&[]);
+    let d = srv.dir.path().to_path_buf();
+    std::fs::write(d.join("token"), "tok-ci").unwrap();
+    let script = d.join("w.rhai");
+    std::fs::write(
+        &script,
+        "print(\"up\");\nrun([\"sleep\", \"300\"]);\nprint(\"not reached\");",
+    )
+    .unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
+        .arg(&script)
+        .args([
+            "--remote",
+            &format!("http://127.0.0.1:{}", srv.port),
+            "--token-file",
+            &d.join("token").display().to_string(),
+            "--apply",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut l = String::new();
+    out.read_line(&mut l).unwrap();
+    assert_eq!(l, "up\n");
+    let st = Command::new("kill")
+        .args(["-INT", &c.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(!rest.contains("not reached"), "{rest}");
+    assert_eq!(c.wait().unwrap().code(), Some(1));
+    let cancel = srv.wait_log("/cancel");
+    assert!(cancel.contains("\"outcome\":202"), "{cancel}");
+    let exit = srv.wait_log("\"route\":\"exit\"");
+    assert!(exit.contains("skyhook-run-"), "{exit}");
 }

@@ -130,7 +130,7 @@ struct Cli {
     root: Option<PathBuf>,
 
     /// Run SCRIPT on a node through its remote step API (`skyhook-agent serve`):
-    /// http://HOST:PORT or unix:/PATH. Plan by default, --apply, --mode check; the node's
+    /// http://HOST:PORT, https://HOST:PORT (--tls-ca) or unix:/PATH. Plan by default, --apply, --mode check; the node's
     /// root is used (no --root). Only --env values are sent.
     #[arg(long, value_name = "URL", conflicts_with_all = ["package", "root"])]
     remote: Option<String>,
@@ -138,6 +138,18 @@ struct Cli {
     /// The bearer token for --remote (a file holding it).
     #[arg(long, value_name = "FILE", requires = "remote")]
     token_file: Option<PathBuf>,
+
+    /// CA certificates (PEM) to trust for an https:// --remote.
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    tls_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for an https:// --remote that asks for one; needs --tls-key.
+    #[arg(long, value_name = "FILE", requires_all = ["remote", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+
+    /// Client private key (PEM) for --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 
     /// Make the changes (default: a dry run that changes nothing).
     #[arg(long)]
@@ -514,10 +526,12 @@ fn remote_run(cli: &Cli, url: &str) -> u8 {
         Ok(t) => t,
         Err(e) => return fail_msg(format!("cannot read {}: {e}", script.display())),
     };
-    let client = match skyhook::remote::Client::new(url, &token) {
-        Ok(c) => c,
-        Err(e) => return fail_msg(e.to_string()),
-    };
+    let client_cert = cli.tls_cert.as_deref().zip(cli.tls_key.as_deref());
+    let client =
+        match skyhook::remote::Client::with_tls(url, &token, cli.tls_ca.as_deref(), client_cert) {
+            Ok(c) => c,
+            Err(e) => return fail_msg(e.to_string()),
+        };
     let id = format!(
         "skyhook-run-{}-{}",
         std::process::id(),

@@ -1,9 +1,10 @@
 //! Client of the remote step API (`skyhook-run --remote`): start an execution, follow its
 //! NDJSON stream, reconnect and resume from the last sequence number seen when the
 //! connection drops, cancel it when asked. HTTP/1.1 over TCP (`http://HOST:PORT`) or a Unix
-//! socket (`unix:/path`), with hyper's client connection (no pool, one connection per call).
+//! socket (`unix:/path`), or HTTPS (`https://HOST:PORT`, rustls), with hyper's client connection (no pool, one connection per call).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::{Bytes, Incoming};
@@ -19,8 +20,11 @@ pub const RECONNECTS: u32 = 8;
 /// A failed call.
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
-    /// The URL is neither `http://HOST:PORT[/]` nor `unix:/PATH`.
-    #[error("bad remote URL {0:?} (http://HOST:PORT or unix:/PATH)")]
+    /// The URL is not `http://HOST:PORT[/]`, `https://HOST:PORT[/]` or `unix:/PATH`, or
+    /// its TLS settings are missing or unusable.
+    #[error(
+        "bad remote URL {0:?} (http://HOST:PORT, https://HOST:PORT with a CA file, or unix:/PATH)"
+    )]
     Url(String),
     /// Connecting or talking to the server failed.
     #[error("{0}")]
@@ -44,10 +48,21 @@ pub enum RemoteError {
     },
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 enum Target {
     Tcp(String),
+    Tls(String, Arc<tokio_rustls::rustls::ClientConfig>),
     Unix(PathBuf),
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Tcp(hp) => write!(f, "http://{hp}"),
+            Target::Tls(hp, _) => write!(f, "https://{hp}"),
+            Target::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
 }
 
 /// A server and the token to call it with.
@@ -58,19 +73,44 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client of `url` with bearer `token`.
+    /// A client of `url` (`http://HOST:PORT`, `unix:/PATH`) with bearer `token`.
     ///
     /// # Errors
-    /// [`RemoteError::Url`].
+    /// [`RemoteError::Url`] (an `https://` URL needs [`Client::with_tls`]).
     pub fn new(url: &str, token: &str) -> Result<Client, RemoteError> {
-        let target = if let Some(p) = url.strip_prefix("unix:") {
-            Target::Unix(PathBuf::from(p))
-        } else if let Some(hp) = url.strip_prefix("http://") {
+        Self::with_tls(url, token, None, None)
+    }
+
+    /// As [`Client::new`], also `https://HOST:PORT` trusting the CAs of `ca` (PEM) and
+    /// presenting `client` (certificate, key) when the server asks for one.
+    ///
+    /// # Errors
+    /// [`RemoteError::Url`] for a bad URL, an `https://` URL without `ca`, or unusable PEM
+    /// files.
+    pub fn with_tls(
+        url: &str,
+        token: &str,
+        ca: Option<&Path>,
+        client: Option<(&Path, &Path)>,
+    ) -> Result<Client, RemoteError> {
+        let host_port = |hp: &str| {
             let hp = hp.trim_end_matches('/');
             if hp.is_empty() || hp.contains('/') {
                 return Err(RemoteError::Url(url.into()));
             }
-            Target::Tcp(hp.to_string())
+            Ok(hp.to_string())
+        };
+        let target = if let Some(p) = url.strip_prefix("unix:") {
+            Target::Unix(PathBuf::from(p))
+        } else if let Some(hp) = url.strip_prefix("http://") {
+            Target::Tcp(host_port(hp)?)
+        } else if let Some(hp) = url.strip_prefix("https://") {
+            let Some(ca) = ca else {
+                return Err(RemoteError::Url(format!("{url}: https needs a CA file")));
+            };
+            let cfg = crate::serve::tls::client_config(ca, client)
+                .map_err(|e| RemoteError::Url(format!("{url}: {e}")))?;
+            Target::Tls(host_port(hp)?, cfg)
         } else {
             return Err(RemoteError::Url(url.into()));
         };
@@ -92,7 +132,7 @@ impl Client {
     ) -> Result<Response<Incoming>, RemoteError> {
         let io = |e: &dyn std::fmt::Display| RemoteError::Io(format!("{}: {e}", self.shown()));
         let host = match &self.target {
-            Target::Tcp(hp) => hp.clone(),
+            Target::Tcp(hp) | Target::Tls(hp, _) => hp.clone(),
             Target::Unix(_) => "localhost".into(),
         };
         let req = Request::builder()
@@ -123,6 +163,20 @@ impl Client {
                     .map_err(|e| io(&e))?;
                 exchange!(s)
             }
+            Target::Tls(hp, cfg) => {
+                let s = tokio::net::TcpStream::connect(hp.as_str())
+                    .await
+                    .map_err(|e| io(&e))?;
+                let host = hp.rsplit_once(':').map_or(hp.as_str(), |(h, _)| h);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let name = tokio_rustls::rustls::pki_types::ServerName::try_from(host.to_string())
+                    .map_err(|e| io(&e))?;
+                let s = tokio_rustls::TlsConnector::from(cfg.clone())
+                    .connect(name, s)
+                    .await
+                    .map_err(|e| io(&e))?;
+                exchange!(s)
+            }
             Target::Unix(p) => {
                 let s = tokio::net::UnixStream::connect(p)
                     .await
@@ -133,10 +187,7 @@ impl Client {
     }
 
     fn shown(&self) -> String {
-        match &self.target {
-            Target::Tcp(hp) => format!("http://{hp}"),
-            Target::Unix(p) => format!("unix:{}", p.display()),
-        }
+        format!("{:?}", self.target)
     }
 
     /// A whole JSON call: status and body (`null` when not JSON).

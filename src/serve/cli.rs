@@ -67,13 +67,13 @@ pub struct ServeArgs {
     /// What runs a sh command, split on whitespace (the command is appended).
     #[arg(long, value_name = "CMD", default_value = "/bin/sh -c")]
     pub shell: String,
-    /// TLS certificate (PEM). Not supported by this build: refused.
+    /// TLS certificate chain (PEM) for --listen; needs --tls-key.
     #[arg(long, value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
-    /// TLS key (PEM). Not supported by this build: refused.
+    /// TLS private key (PEM).
     #[arg(long, value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
-    /// Client CA for mTLS. Not supported by this build: refused.
+    /// Require client certificates signed by this CA (PEM); needs --tls-cert.
     #[arg(long, value_name = "FILE")]
     pub client_ca: Option<PathBuf>,
     /// Audit log format on stderr: text or json.
@@ -147,23 +147,22 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
 }
 
 fn run(a: ServeArgs) -> Result<(), String> {
-    if a.tls_cert.is_some() || a.tls_key.is_some() || a.client_ca.is_some() {
-        return Err(
-            "TLS (--tls-cert/--tls-key/--client-ca) is not supported by this build; \
-                    listen on loopback or a Unix socket"
-                .into(),
-        );
-    }
+    let tls = match (&a.tls_cert, &a.tls_key) {
+        (Some(c), Some(k)) => Some(super::tls::server_config(c, k, a.client_ca.as_deref())?),
+        (None, None) if a.client_ca.is_none() => None,
+        _ => return Err("--tls-cert and --tls-key go together (--client-ca needs them)".into()),
+    };
     if a.listen.is_none() && a.unix.is_none() {
         return Err("give --listen ADDR and/or --unix PATH".into());
     }
     if let Some(addr) = a.listen
         && !addr.ip().is_loopback()
+        && tls.is_none()
         && !a.insecure_plain_http
     {
         return Err(format!(
-            "refusing plain HTTP on non-loopback {addr} (no TLS in this build); \
-             --insecure-plain-http to do it anyway"
+            "refusing plain HTTP on non-loopback {addr}: give --tls-cert/--tls-key, \
+             or --insecure-plain-http to do it anyway"
         ));
     }
     let auth = match (&a.tokens_file, a.insecure_no_auth) {
@@ -222,9 +221,18 @@ fn run(a: ServeArgs) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("listen on {addr}: {e}"))?;
             let local = l.local_addr().map_err(|e| e.to_string())?;
-            eprintln!("skyhook-agent serve: listening on {local}");
+            let listener = match &tls {
+                Some(cfg) => {
+                    eprintln!("skyhook-agent serve: listening on {local} (TLS)");
+                    Listener::Tls(l, tokio_rustls::TlsAcceptor::from(cfg.clone()))
+                }
+                None => {
+                    eprintln!("skyhook-agent serve: listening on {local}");
+                    Listener::Tcp(l)
+                }
+            };
             tasks.push(tokio::spawn(serve(
-                Listener::Tcp(l),
+                listener,
                 server.clone(),
                 stop_rx.clone(),
             )));

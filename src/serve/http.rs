@@ -254,10 +254,12 @@ fn describe_start(body: &[u8], audit: &mut Value) {
     }
 }
 
-/// A listener: TCP or Unix.
+/// A listener: TCP (plain or TLS) or Unix.
 pub enum Listener {
     /// A TCP socket.
     Tcp(tokio::net::TcpListener),
+    /// A TCP socket speaking TLS (the handshake runs on the connection's task).
+    Tls(tokio::net::TcpListener, tokio_rustls::TlsAcceptor),
     /// A Unix socket.
     Unix(tokio::net::UnixListener),
 }
@@ -270,6 +272,7 @@ pub async fn serve(listener: Listener, server: Server, mut stop: watch::Receiver
             r = async {
                 match &listener {
                     Listener::Tcp(l) => l.accept().await.map(|(s, _)| Conn::Tcp(s)),
+                    Listener::Tls(l, a) => l.accept().await.map(|(s, _)| Conn::Tls(s, a.clone())),
                     Listener::Unix(l) => l.accept().await.map(|(s, _)| Conn::Unix(s)),
                 }
             } => r,
@@ -298,6 +301,18 @@ pub async fn serve(listener: Listener, server: Server, mut stop: watch::Receiver
                         .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
                         .await
                 }
+                Conn::Tls(s, acceptor) => {
+                    let handshake = tokio::time::timeout(
+                        std::time::Duration::from_secs(10),
+                        acceptor.accept(s),
+                    );
+                    let Ok(Ok(tls)) = handshake.await else {
+                        return; // bad or slow handshake: drop the connection
+                    };
+                    builder
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                        .await
+                }
             };
         });
     }
@@ -305,5 +320,6 @@ pub async fn serve(listener: Listener, server: Server, mut stop: watch::Receiver
 
 enum Conn {
     Tcp(tokio::net::TcpStream),
+    Tls(tokio::net::TcpStream, tokio_rustls::TlsAcceptor),
     Unix(tokio::net::UnixStream),
 }

@@ -7,8 +7,8 @@
 //!   cancel (through [`crate::process::Cancel::abort`]: TERM to the group, grace, KILL),
 //!   the state dir ([`state`]), shutdown, the audit line.
 //! - [`auth`]: the hashed tokens file, constant-time compare, reload.
-//! - [`http`]: the thin HTTP/1.1 transport (hyper) on TCP and Unix sockets; [`cli`]: the
-//!   `serve` subcommand.
+//! - [`http`]: the thin HTTP/1.1 transport (hyper) on TCP (plain or [`tls`]) and Unix
+//!   sockets; [`cli`]: the `serve` subcommand.
 
 pub mod auth;
 pub mod cli;
@@ -18,5 +18,6 @@ pub mod http;
 pub mod ring;
 pub mod secrets;
 pub mod state;
+pub mod tls;
 
 pub use exec::{Config, Execution, Refusal, Service};
