@@ -948,3 +948,78 @@ fn ctrl_c_of_skyhook_run_remote_cancels_the_execution() {
     let exit = srv.wait_log("\"route\":\"exit\"");
     assert!(exit.contains("skyhook-run-"), "{exit}");
 }
+
+fn proc_field(pid: u32, field: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let l = s.lines().find(|l| l.starts_with(field)).unwrap();
+    l.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+fn children(pid: u32) -> String {
+    let mut all = String::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let p = t.unwrap().path().join("children");
+        all.push_str(&std::fs::read_to_string(p).unwrap_or_default());
+    }
+    all.trim().to_string()
+}
+
+/// Held load, loopback only: 1,000 sequential short executions, then 100 at once. No
+/// process or descriptor is left behind and the resident set grows by less than the ring
+/// bound (printed: `RSS before/after`).
+#[test]
+fn held_load_leaks_no_process_fd_or_memory_beyond_the_ring() {
+    let srv = Srv::start(&["--max-running", "100", "--ring-bytes", "8MiB"]);
+    let pid = srv.pid();
+    // warm up (first rhai engine use, allocator arenas)
+    for i in 0..20 {
+        let (s, _) = srv.run(&json!({"id": format!("w{i}"), "kind": "sh", "command": "echo w"}));
+        assert_eq!(s, 200);
+    }
+    let (rss0, fd0) = (proc_field(pid, "VmRSS:"), fds(pid));
+    let t = std::time::Instant::now();
+    for i in 0..1000 {
+        let (s, ev) = srv.run(&json!({"id": format!("q{i}"), "kind": "sh", "command": "echo $0"}));
+        assert_eq!(s, 200);
+        assert_eq!(exit_of(&ev), json!({"code": 0}));
+    }
+    let seq = t.elapsed();
+    let t = std::time::Instant::now();
+    let mut open: Vec<Resp> = (0..100)
+        .map(|i| {
+            let body = json!({"id": format!("p{i}"), "kind": "sh", "command": "seq 1 100"});
+            let r = srv.open(
+                "POST",
+                "/v1/executions",
+                Some("tok-ci"),
+                Some(&body.to_string()),
+            );
+            assert_eq!(r.status, 200, "p{i}");
+            r
+        })
+        .collect();
+    for r in &mut open {
+        let ev = r.events();
+        assert_eq!(lines_of(&ev, "stdout").len(), 100);
+        assert_eq!(exit_of(&ev), json!({"code": 0}));
+    }
+    drop(open);
+    let conc = t.elapsed();
+    let (_, h) = srv.call("GET", "/v1/health", None);
+    assert_eq!(serde_json::from_str::<Value>(&h).unwrap()["running"], 0);
+    let (rss1, fd1) = (proc_field(pid, "VmRSS:"), fds(pid));
+    eprintln!(
+        "held load: 1000 sequential in {seq:?}, 100 concurrent in {conc:?}; \
+         RSS before/after {rss0} KiB / {rss1} KiB; fds {fd0} / {fd1}"
+    );
+    assert_eq!(children(pid), "", "processes left behind");
+    assert!(fd1 <= fd0 + 2, "descriptors leaked: {fd0} -> {fd1}");
+    // the rings hold at most 8 MiB, plus the bookkeeping of 1024 ended executions
+    assert!(rss1 < rss0 + 24 * 1024, "RSS grew {rss0} -> {rss1} KiB");
+}

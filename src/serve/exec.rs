@@ -252,6 +252,18 @@ impl Execution {
         lock(&self.inner).exit.clone()
     }
 
+    /// Wait until the execution ended; its exit object.
+    pub async fn ended(&self) -> Value {
+        let mut tick = self.tick.subscribe();
+        loop {
+            if let Some(e) = self.exit() {
+                return e;
+            }
+            // The sender lives in `self`: this never fails while we wait.
+            let _ = tick.changed().await;
+        }
+    }
+
     /// The process record (pid == pgid, start time) of a running sh execution.
     pub fn proc_record(&self) -> Option<ProcRecord> {
         lock(&self.inner).proc
@@ -1227,22 +1239,27 @@ mod tests {
             assert_eq!(ev.len(), 11);
             assert!(svc.get("a").is_some());
             // 200 lines of ~70 bytes: over budget; "a" goes first, then b's oldest events
-            let ev = run_to_end(
-                &svc,
-                json!({"id": "b", "kind": "sh", "command": "seq 1 200"}),
-            )
-            .await;
+            let b = svc
+                .start(
+                    json!({"id": "b", "kind": "sh", "command": "seq 1 200"})
+                        .to_string()
+                        .as_bytes(),
+                    "t",
+                )
+                .unwrap();
+            let rx = svc.stream(b.clone(), 0).unwrap();
+            assert_eq!(b.ended().await, json!({"code": 0}));
+            // a reader that fell behind the ring ends early, without a hole
+            let ev = collect(rx).await;
             assert!(
                 svc.get("a").is_none(),
                 "the ended execution was not evicted first"
             );
             assert!(svc.ring_bytes() <= 4000 + 200, "{}", svc.ring_bytes());
-            let b = svc.get("b").unwrap();
+            assert!(svc.get("b").is_some());
             let gap = svc.stream(b.clone(), 0).unwrap_err();
             assert_eq!(gap.wanted, 1);
-            assert!(gap.oldest > 100);
-            // the stream that started first saw everything: it read while the step ran, or
-            // it ended early without a hole
+            assert!(gap.oldest > 100, "{gap:?}");
             for w in ev.windows(2) {
                 assert_eq!(
                     w[1]["seq"].as_u64(),
@@ -1295,6 +1312,35 @@ mod tests {
                 .start(json!({"id": "z", "kind": "sh", "command": "true"}).to_string().as_bytes(), "t")
                 .unwrap_err();
             assert_eq!(r.status, 503);
+        });
+    }
+
+    #[test]
+    fn a_cancelled_or_timed_out_rhai_step_stops_at_its_next_operation() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |_| {});
+        rt().block_on(async {
+            let e = svc
+                .start(
+                    json!({"id": "spin", "kind": "rhai",
+                           "script": "print(\"up\"); let x = 0; loop { x += 1; }"})
+                    .to_string()
+                    .as_bytes(),
+                    "t",
+                )
+                .unwrap();
+            let mut rx = svc.stream(e, 0).unwrap();
+            assert!(String::from_utf8_lossy(&rx.recv().await.unwrap()).contains("up"));
+            assert_eq!(svc.cancel("spin", b"", "t").unwrap().0, 202);
+            let ev = collect(rx).await;
+            assert_eq!(ev.last().unwrap()["exit"], json!({"error": "cancelled"}));
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "slow", "kind": "rhai", "timeout_s": 0.2,
+                       "script": "let x = 0; loop { x += 1; }"}),
+            )
+            .await;
+            assert_eq!(ev.last().unwrap()["exit"], json!({"error": "timeout"}));
         });
     }
 }
