@@ -674,7 +674,14 @@ fn cancel_survives_a_server_restart() {
         Path::new(&format!("/proc/{pid}")).exists(),
         "grandchild gone already"
     );
-    let srv = Srv::start_in(dir, &[]);
+    let mut srv = Srv::start_in(dir, &[]);
+    assert!(
+        srv.seen
+            .iter()
+            .any(|l| l.contains("cancellable by id: rs-1")),
+        "{:?}",
+        srv.seen
+    );
     let (s, body) = srv.call(
         "POST",
         "/v1/executions/rs-1/cancel",
@@ -694,6 +701,10 @@ fn cancel_survives_a_server_restart() {
         );
         std::thread::yield_now();
     }
+    // once the group is gone, the record is too: the id is unknown
+    srv.wait_log("\"route\":\"POST /v1/executions/rs-1/cancel\"");
+    let (s, _) = srv.call("POST", "/v1/executions/rs-1/cancel", None);
+    assert!(s == 404 || s == 202, "{s}");
     let _ = srv.pid();
 }
 

@@ -210,6 +210,15 @@ fn run(a: ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("tokio runtime: {e}"))?;
     rt.block_on(async move {
         let svc = Service::new(cfg, json_log).map_err(|e| format!("state dir: {e}"))?;
+        let recovered = svc.recovered();
+        if !recovered.is_empty() {
+            eprintln!(
+                "skyhook-agent serve: {} execution(s) of an earlier server still running, \
+                 cancellable by id: {}",
+                recovered.len(),
+                recovered.join(", ")
+            );
+        }
         let server = Server {
             svc: svc.clone(),
             auth: auth.clone(),

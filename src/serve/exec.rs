@@ -24,6 +24,9 @@ use crate::logs::redact::Redactor;
 use crate::process::{Cancel, CancelReason, Outcome, Status};
 use crate::script::{CompiledScript, ModuleStore, RunOptions, ScriptEngine, StepContext};
 
+/// Base directory of relative Rhai imports: one that does not exist, so none resolves.
+const NO_MODULES: &str = "/nonexistent/skyhook-serve/no-relative-imports";
+
 /// Events handed to a stream per ring read (bounds what one reader copies at once).
 const READ_BATCH: usize = 256;
 
@@ -337,6 +340,20 @@ impl Service {
         }))
     }
 
+    /// Executions recorded in the state dir by an earlier server whose process group is
+    /// still alive (cancel reaches them; their streams are gone).
+    pub fn recovered(&self) -> Vec<String> {
+        let Some(state) = &self.state else {
+            return Vec::new();
+        };
+        state
+            .all()
+            .into_iter()
+            .filter(|(_, rec)| !super::state::group_members(*rec).is_empty())
+            .map(|(id, _)| id)
+            .collect()
+    }
+
     /// The settings.
     pub fn config(&self) -> &Config {
         &self.cfg
@@ -503,7 +520,9 @@ impl Service {
                         )));
                     }
                 };
-                let store = Arc::new(ModuleStore::new(&workdir));
+                // Only the embedded stdlib (`skyhook/...`) can be imported: a relative import
+                // would read the server's own filesystem, outside the host root.
+                let store = Arc::new(ModuleStore::new(NO_MODULES));
                 let file = format!("{}.rhai", req.id);
                 let compiled = crate::script::compile_source(&self.engine, &file, script, store)
                     .map_err(|e| {
@@ -745,6 +764,10 @@ impl Service {
             if let Some(state) = &self.state
                 && let Some(rec) = state.get(id)
             {
+                if super::state::group_members(rec).is_empty() {
+                    state.remove(id); // its processes are gone (or its pid was reused)
+                    return Err(Refusal::not_found());
+                }
                 let state = state.clone();
                 let id2 = id.to_string();
                 tokio::spawn(async move {
@@ -1161,6 +1184,12 @@ mod tests {
                 ),
                 (
                     json!({"id": "a", "kind": "rhai", "script": "fn ("})
+                        .to_string()
+                        .into_bytes(),
+                    422,
+                ),
+                (
+                    json!({"id": "a", "kind": "rhai", "script": "import \"../../etc/hostname\" as m;"})
                         .to_string()
                         .into_bytes(),
                     422,
