@@ -15,6 +15,7 @@
 //! | [`state`] | the on-host files the agent owns: flag names, history, markers, all atomic |
 //! | [`pyfmt`] | Python-compatible renderings (repr, float, isoformat, json.dumps) the state formats need |
 //! | [`script`] | the Rhai engine: limits, module resolver, context, output, error mapping, host API bindings |
+//! | [`serve`] | the remote step API (`skyhook-agent serve`): executions, event rings, secrets, auth, HTTP |
 //! | [`host`] | root confinement ([`host::root::HostRoot`]) and the host API |
 #![warn(missing_docs)]
 
@@ -27,8 +28,10 @@ pub mod logs;
 pub mod package;
 pub mod process;
 pub mod pyfmt;
+pub mod remote;
 pub mod runner;
 pub mod script;
+pub mod serve;
 pub mod state;
 
 #[cfg(test)]

@@ -108,7 +108,11 @@ fn case_02_unknown_mode() {
     );
     assert!(!fr.exists("/t/state"));
     // After the banner, as Python (section 2).
-    assert!(run.stdout.contains("-CLI CONFIGURATION--"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("-CLI CONFIGURATION--"),
+        "{}",
+        run.stdout
+    );
     // Without a usable SKYHOOK_RESOURCE_ID: still exit 0, no banner, nothing written.
     let mut fr = FakeRoot::new();
     fr.write_p();

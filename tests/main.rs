@@ -25,6 +25,8 @@
 //!   namespace, a fake host root at `/root`, the package volumes under `/skyhook-package`.
 //! - `fixtures`: realistic packages from `tests/fixtures/` (shaped like the public Skyhook
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
+//! - `serve`: `skyhook-agent serve` on loopback with raw HTTP requests, and `skyhook-run --remote`
+//!   paired with it (plan parity with a local run, resume after a cut connection).
 
 #[macro_use]
 mod util;
@@ -40,5 +42,6 @@ mod kill_anywhere;
 mod malformed;
 mod orphans;
 mod rhai_steps;
+mod serve;
 mod skyhook_run;
 mod skyhook_run_check;

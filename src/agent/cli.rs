@@ -20,6 +20,7 @@ FORMS (the operator uses the first two):
   skyhook-agent interrupt COPY_DIR DATA             legacy: ROOT_MOUNT is /root
   skyhook-agent validate CONFIG_JSON                check a config.json, its step files and
                                                     .rhai steps (as skyhook-run check)
+  skyhook-agent serve [OPTIONS]                     the remote step API (serve --help)
 
 MODES:
   apply, apply-check, config, config-check, upgrade, upgrade-check, uninstall,

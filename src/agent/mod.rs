@@ -38,6 +38,11 @@ pub fn main(
     args: impl IntoIterator<Item = OsString>,
     env: impl IntoIterator<Item = (OsString, OsString)>,
 ) -> i32 {
+    let mut args: Vec<OsString> = args.into_iter().collect();
+    if args.first().is_some_and(|a| a == "serve") {
+        args.remove(0);
+        return crate::serve::cli::main(args);
+    }
     let invocation = match cli::parse(args) {
         Ok(i) => i,
         Err(UsageError::Clap(e)) => {

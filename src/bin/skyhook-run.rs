@@ -159,8 +159,30 @@ struct Cli {
 
     /// The host root: every path a script touches resolves inside it, commands run chrooted
     /// into it.
-    #[arg(long, value_name = "DIR", required = true)]
+    #[arg(long, value_name = "DIR", required_unless_present = "remote")]
     root: Option<PathBuf>,
+
+    /// Run SCRIPT on a node through its remote step API (`skyhook-agent serve`):
+    /// http://HOST:PORT, https://HOST:PORT (--tls-ca) or unix:/PATH. Plan by default, --apply, --mode check; the node's
+    /// root is used (no --root). Only --env values are sent.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["package", "root"])]
+    remote: Option<String>,
+
+    /// The bearer token for --remote (a file holding it).
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    token_file: Option<PathBuf>,
+
+    /// CA certificates (PEM) to trust for an https:// --remote.
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    tls_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for an https:// --remote that asks for one; needs --tls-key.
+    #[arg(long, value_name = "FILE", requires_all = ["remote", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+
+    /// Client private key (PEM) for --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 
     /// Make the changes (default: a dry run that changes nothing).
     #[arg(long)]
@@ -293,6 +315,9 @@ fn usage(msg: &str) -> u8 {
 }
 
 fn run(cli: &Cli) -> u8 {
+    if let Some(url) = &cli.remote {
+        return remote_run(cli, url);
+    }
     let Some(root) = cli.root.clone() else {
         return usage("--root DIR is required");
     };
@@ -653,4 +678,163 @@ fn check(files: &[PathBuf]) -> u8 {
 /// Whether `path` names a `.rhai` file.
 fn is_rhai(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "rhai")
+}
+
+/// `skyhook-run --remote URL --token-file F SCRIPT`: the script runs on the node behind
+/// URL (`skyhook-agent serve`) in plan (default), apply (`--apply`) or check (`--mode
+/// check` or a `*-check` mode) mode; its output and the plan render as a local run's.
+/// Only `--env` values are sent (not this machine's environment). Ctrl-C cancels the
+/// execution and waits for its exit.
+fn remote_run(cli: &Cli, url: &str) -> u8 {
+    let Some(token_file) = &cli.token_file else {
+        return usage("--remote needs --token-file FILE");
+    };
+    let Some(script) = cli.script.clone() else {
+        return usage("--remote runs a SCRIPT (not --package)");
+    };
+    let json_out = cli.output == Output::Json;
+    let mode_text = cli.mode.as_deref().unwrap_or("apply");
+    let check = mode_text == "check" || mode_text.ends_with("-check");
+    if !check && Mode::parse(mode_text).is_none() {
+        return usage(&format!("unknown mode {mode_text:?}"));
+    }
+    let (remote_mode, exec) = if check {
+        ("check", ExecMode::Check)
+    } else if cli.apply {
+        ("apply", ExecMode::Apply)
+    } else {
+        ("plan", ExecMode::Plan)
+    };
+    let fail_msg = |msg: String| {
+        eprintln!("skyhook-run: error: {msg}");
+        if json_out {
+            print_json(&json!({"ok": false, "error": msg, "exit_code": EXIT_ERROR}));
+        }
+        EXIT_ERROR
+    };
+    let token = match std::fs::read_to_string(token_file) {
+        Ok(t) => t,
+        Err(e) => return fail_msg(format!("cannot read {}: {e}", token_file.display())),
+    };
+    let text = match std::fs::read_to_string(&script) {
+        Ok(t) => t,
+        Err(e) => return fail_msg(format!("cannot read {}: {e}", script.display())),
+    };
+    let client_cert = cli.tls_cert.as_deref().zip(cli.tls_key.as_deref());
+    let client =
+        match skyhook::remote::Client::with_tls(url, &token, cli.tls_ca.as_deref(), client_cert) {
+            Ok(c) => c,
+            Err(e) => return fail_msg(e.to_string()),
+        };
+    let id = format!(
+        "skyhook-run-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    let env: serde_json::Map<String, Value> = cli
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::from(v.clone())))
+        .collect();
+    let start = json!({"id": id, "kind": "rhai", "mode": remote_mode, "script": text, "env": env});
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail_msg(format!("tokio runtime: {e}")),
+    };
+    let cancel = skyhook::process::Cancel::new();
+    let result = rt.block_on(async {
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("skyhook-run: interrupted: cancelling the remote execution");
+                c.abort(skyhook::process::CancelReason::Signal("SIGINT"));
+            }
+        });
+        let mut on_event = |v: &Value| {
+            let Some(line) = v.get("line").and_then(Value::as_str) else {
+                return;
+            };
+            let nl = if v.get("partial") == Some(&Value::Bool(true)) {
+                ""
+            } else {
+                "\n"
+            };
+            if v["stream"] == "stdout" && !json_out {
+                print_text(&format!("{line}{nl}"));
+            } else {
+                eprint!("{line}{nl}");
+            }
+        };
+        client.execute(&start, &cancel, &mut on_event).await
+    });
+    let exit_ev = match result {
+        Ok(v) => v,
+        Err(skyhook::remote::RemoteError::Status { status: 422, body })
+            if body.get("line").is_some() =>
+        {
+            let msg = format!(
+                "{}:{}:{}: {}",
+                script.display(),
+                body["line"],
+                body["column"],
+                body["message"].as_str().unwrap_or("syntax error")
+            );
+            eprintln!("{msg}");
+            if json_out {
+                print_json(&json!({"ok": false, "error": msg, "exit_code": EXIT_ERROR}));
+            }
+            return EXIT_ERROR;
+        }
+        Err(e) => return fail_msg(e.to_string()),
+    };
+    let Some(report) = exit_ev.get("report").cloned() else {
+        return fail_msg(format!(
+            "the remote execution ended with {}",
+            exit_ev["exit"]
+        ));
+    };
+    let ok = report["ok"].as_bool().unwrap_or(false);
+    let changes = report["changes"].as_array().map_or(0, Vec::len);
+    let code = exit_code(ok, exec, changes, cli.detailed_exitcode);
+    let drift = report["drift"].as_u64().unwrap_or(0);
+    if drift > 0 {
+        eprintln!(
+            "skyhook-run: drift: {drift} pending change(s), the host is not in the state this script describes"
+        );
+    } else if report["error"].is_null() && !ok {
+        eprintln!(
+            "skyhook-run: {}: returned {}",
+            script.display(),
+            report["return_code"]
+        );
+    }
+    // The node compiled the script as `<id>.rhai`: positions name the local file instead, as
+    // a local run's do.
+    let remote_name = format!("{id}.rhai");
+    let local_name = script.display().to_string();
+    if json_out {
+        let text = serde_json::to_string(&report)
+            .unwrap_or_default()
+            .replace(&remote_name, &local_name);
+        let mut v: Value = serde_json::from_str(&text).unwrap_or(report);
+        if let Value::Object(m) = &mut v {
+            m.insert("script".into(), local_name.into());
+            m.insert("step_mode".into(), mode_text.into());
+            m.insert("exit_code".into(), code.into());
+        }
+        print_json(&v);
+    } else {
+        print_text(
+            &exit_ev["rendered"]
+                .as_str()
+                .unwrap_or("")
+                .replace(&remote_name, &local_name),
+        );
+    }
+    code
 }
