@@ -99,3 +99,28 @@ fn diagnostics_go_to_stderr_as_json_and_leave_stdout_alone() {
         traced.stderr
     );
 }
+
+/// `skyhook-run man DIR` writes both man pages from the clap definitions.
+#[test]
+fn man_pages_are_generated_from_the_definitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
+        .arg("man")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let agent = std::fs::read_to_string(dir.path().join("skyhook-agent.1")).unwrap();
+    assert!(agent.contains(".TH skyhook-agent 1"), "{agent}");
+    assert!(agent.contains("validate CONFIG_JSON"), "{agent}");
+    let run = std::fs::read_to_string(dir.path().join("skyhook-run.1")).unwrap();
+    assert!(
+        run.contains(".TH skyhook-run 1") && run.contains("\\-\\-skyhook\\-cr"),
+        "{run}"
+    );
+}

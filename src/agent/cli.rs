@@ -127,6 +127,15 @@ pub enum UsageError {
 /// [`UsageError`] for every malformed form; `--help`/`--version` come back as
 /// [`UsageError::Clap`] whose `exit()` prints and exits 0.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, UsageError> {
+    parse_args(args)
+}
+
+/// The clap definition of `skyhook-agent` (its `--help`), for generated man pages.
+pub fn command() -> clap::Command {
+    <RawArgs as clap::CommandFactory>::command()
+}
+
+fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, UsageError> {
     let raw =
         RawArgs::try_parse_from(std::iter::once(OsString::from("skyhook-agent")).chain(args))?;
     let args: Vec<String> = raw

@@ -98,6 +98,11 @@ Exit status:
   2 with --detailed-exitcode: a dry run that succeeded with changes pending (actions alone
     do not count).
 
+Output never carries colour codes (plans and JSON are plain text, whatever the terminal);
+only --help is coloured, on a terminal, and not when NO_COLOR is set. Diagnostics:
+SKYHOOK_LOG=debug (stderr; SKYHOOK_LOG_FORMAT=json). Shell completions: `skyhook-run
+completions bash|zsh|fish`; man pages: `skyhook-run man DIR`.
+
 Checking scripts (skyhook-run check FILE...):
   Compiles each file with its imports and checks it without running anything: unknown
   functions and modules (with a did-you-mean), wrong argument counts, option keys a host
@@ -252,6 +257,13 @@ enum Command {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
+    /// Write the man pages skyhook-run.1 and skyhook-agent.1, generated from the command-line
+    /// definitions, into DIR (created if missing), e.g. `skyhook-run man /usr/share/man/man1`.
+    Man {
+        /// The directory to write the pages into.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
     /// Print a completion script for SHELL on stdout, generated from these definitions, e.g.
     /// `skyhook-run completions bash > /etc/bash_completion.d/skyhook-run`.
     Completions {
@@ -289,9 +301,37 @@ fn main() -> ExitCode {
     let code = match &cli.command {
         Some(Command::Check { files }) => check(files),
         Some(Command::Completions { shell }) => completions(*shell),
+        Some(Command::Man { dir }) => man_pages(dir),
         None => run(&cli),
     };
     ExitCode::from(code)
+}
+
+/// Write `skyhook-run.1` and `skyhook-agent.1` into `dir` (clap_mangen, from the same
+/// definitions as `--help`).
+fn man_pages(dir: &Path) -> u8 {
+    use clap::CommandFactory;
+    let pages = [
+        ("skyhook-run.1", Cli::command()),
+        ("skyhook-agent.1", skyhook::agent::cli::command()),
+    ];
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("skyhook-run: cannot create {}: {e}", dir.display());
+        return EXIT_ERROR;
+    }
+    for (name, cmd) in pages {
+        let mut roff = Vec::new();
+        let path = dir.join(name);
+        let written = clap_mangen::Man::new(cmd)
+            .render(&mut roff)
+            .and_then(|()| std::fs::write(&path, &roff));
+        if let Err(e) = written {
+            eprintln!("skyhook-run: cannot write {}: {e}", path.display());
+            return EXIT_ERROR;
+        }
+        println!("{}", path.display());
+    }
+    EXIT_OK
 }
 
 fn completions(shell: clap_complete::Shell) -> u8 {
