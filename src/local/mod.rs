@@ -49,23 +49,6 @@ pub enum LocalError {
     /// config.json is unreadable or invalid, or step files are missing.
     #[error(transparent)]
     Package(#[from] crate::package::PackageError),
-    /// A file of the package (on this machine, not under the root) cannot be read.
-    #[error("failed to read {}", path.display())]
-    Read {
-        /// The file or directory.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// An `expected_config_files` name is missing from the configMaps folder.
-    #[error("expected config file {name} not found in {}", dir.display())]
-    ExpectedConfigFile {
-        /// The missing name.
-        name: String,
-        /// The configMaps folder searched.
-        dir: PathBuf,
-    },
     /// The mode cannot be run locally (`interrupt`).
     #[error("mode {0} cannot be run by skyhook-run (interrupts are run by the agent)")]
     UnsupportedMode(String),

@@ -362,7 +362,7 @@ impl PackageRun {
     /// file under `DIR/skyhook_dir`.
     ///
     /// # Errors
-    /// [`LocalError::Read`], [`LocalError::Package`].
+    /// [`LocalError::Agent`] (unreadable, not a regular file, too large), [`LocalError::Package`].
     pub fn load(&self) -> Result<Loaded, LocalError> {
         let config = self.dir.join("config.json");
         let bytes = crate::agent::site::read_local(&config)?;

@@ -44,10 +44,10 @@ use std::sync::Arc;
 use rhai::{AST, ASTNode, Expr, FnAccess, FnCallExpr, Map, Position, Stmt};
 
 use super::engine::ScriptEngine;
-use super::errors::{ScriptError, ScriptErrorKind};
+use super::errors::ScriptError;
 use super::host_api::{FUNCTIONS, SCRIPT_FUNCTIONS};
 use super::resolver::ModuleStore;
-use super::run::{CompiledScript, compile_source, read_script};
+use super::run::{CompiledScript, compile_source};
 
 /// How serious a [`Diagnostic`] is: errors fail `check` and `validate` (exit 1), warnings are
 /// printed and do not.
@@ -914,16 +914,7 @@ pub fn check_step(
     path: &Path,
     modules: Arc<ModuleStore>,
 ) -> Result<(CompiledScript, Vec<Diagnostic>), ScriptError> {
-    let file = path.display().to_string();
-    let source = read_script(path).map_err(|e| {
-        let mut err = ScriptError::new(
-            file.clone(),
-            ScriptErrorKind::Io,
-            format!("cannot read script: {e}"),
-        );
-        err.source = Some(e);
-        err
-    })?;
+    let (file, source) = super::run::read_step_source(path)?;
     let script = compile_source(engine, &file, &source, modules)?;
     let found = checker.check_with_imports(engine, &script, &source);
     Ok((script, found))

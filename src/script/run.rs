@@ -103,6 +103,16 @@ pub fn compile_step_in(
     path: &Path,
     modules: Arc<ModuleStore>,
 ) -> Result<CompiledScript, ScriptError> {
+    let (file, source) = read_step_source(path)?;
+    compile_source(engine, &file, &source, modules)
+}
+
+/// Read the step script at `path`: its name for errors (the path as given) and its text.
+///
+/// # Errors
+/// [`ScriptErrorKind::Io`] naming the file (missing, not a regular file, too large, not
+/// UTF-8).
+pub(crate) fn read_step_source(path: &Path) -> Result<(String, String), ScriptError> {
     let file = path.display().to_string();
     let source = read_script(path).map_err(|e| {
         let mut err = ScriptError::new(
@@ -113,7 +123,7 @@ pub fn compile_step_in(
         err.source = Some(e);
         err
     })?;
-    compile_source(engine, &file, &source, modules)
+    Ok((file, source))
 }
 
 /// Compile script text `source` whose file name (for errors) is `file`, resolving imports in

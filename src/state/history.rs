@@ -127,8 +127,19 @@ pub fn peek_previous(
     state_root: &Path,
     pkg: &str,
 ) -> Result<HistoryRead, StateError> {
+    previous_with(root, state_root, pkg, false)
+}
+
+/// The previous version and the messages of reading it (`write`: may create the history
+/// directory and move a corrupt file aside).
+fn previous_with(
+    root: &HostRoot,
+    state_root: &Path,
+    pkg: &str,
+    write: bool,
+) -> Result<HistoryRead, StateError> {
     let mut messages = Vec::new();
-    let previous = match load_with(root, state_root, pkg, &mut messages, false)? {
+    let previous = match load_with(root, state_root, pkg, &mut messages, write)? {
         Loaded::Valid(map) => map
             .get("current-version")
             .and_then(Value::as_str)
@@ -156,16 +167,7 @@ pub fn read_previous(
     state_root: &Path,
     pkg: &str,
 ) -> Result<HistoryRead, StateError> {
-    let mut messages = Vec::new();
-    let previous = match load(root, state_root, pkg, &mut messages)? {
-        Loaded::Valid(map) => map
-            .get("current-version")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown")
-            .to_string(),
-        _ => "unknown".to_string(),
-    };
-    Ok(HistoryRead { previous, messages })
+    previous_with(root, state_root, pkg, true)
 }
 
 /// The `time` of a new entry: UTC, `YYYY-MM-DDTHH:MM:SS.ffffff+00:00`, fraction omitted when
