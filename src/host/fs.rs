@@ -511,7 +511,8 @@ fn edit_view(
         drop(lock);
         return changed;
     }
-    h.check_creatable(path)?;
+    // `submit` checks the ancestors ([`HostError::BadAncestor`]); the view's read resolved
+    // the path already.
     h.submit(Effect::WriteFile {
         path: path.to_path_buf(),
         content,
