@@ -10,24 +10,34 @@
 //! | [`agent`] | one mode of one package: the one mode loop ([`agent::mode::ModeLoop`]), flags, history, check summaries, interrupts, SIGTERM, the console |
 //! | [`runner`] | the step seam ([`runner::StepRunner`]): a process, a `.rhai` script in-process, or a dry run |
 //! | [`process`] | the one process primitive (own group, subreaper, TERM/grace/KILL, streamed output) and the [`process::Cancel`] token |
+//! | [`diag`] | diagnostics with `tracing` (`SKYHOOK_LOG`, `SKYHOOK_LOG_FORMAT`, `SKYHOOK_LOG_FILE`), off by default, never on stdout |
 //! | [`logs`] | the log sink: chunked relay, timestamps and labels, log files, retention, redaction |
 //! | [`state`] | the on-host files the agent owns: flag names, history, markers, all atomic |
 //! | [`pyfmt`] | Python-compatible renderings (repr, float, isoformat, json.dumps) the state formats need |
 //! | [`script`] | the Rhai engine: limits, module resolver, context, output, error mapping, host API bindings |
+//! | [`serve`] | the remote step API (`skyhook-agent serve`): executions, event rings, secrets, auth, HTTP |
 //! | [`host`] | root confinement ([`host::root::HostRoot`]) and the host API |
 #![warn(missing_docs)]
 
 pub mod agent;
 pub mod chain;
+pub mod diag;
 pub mod host;
 pub mod local;
 pub mod logs;
 pub mod package;
 pub mod process;
 pub mod pyfmt;
+pub mod remote;
 pub mod runner;
 pub mod script;
+pub mod serve;
 pub mod state;
 
 #[cfg(test)]
 mod proptests;
+
+/// Counts each thread's allocations, so that a script run's memory can be bounded
+/// ([`script::memory`], [`script::Limits::max_memory`]).
+#[global_allocator]
+static ALLOCATOR: script::memory::CountingAlloc = script::memory::CountingAlloc;

@@ -107,6 +107,20 @@ fn case_02_unknown_mode() {
         run.stderr
     );
     assert!(!fr.exists("/t/state"));
+    // After the banner, as Python (section 2).
+    assert!(
+        run.stdout.contains("-CLI CONFIGURATION--"),
+        "{}",
+        run.stdout
+    );
+    // Without a usable SKYHOOK_RESOURCE_ID: still exit 0, no banner, nothing written.
+    let mut fr = FakeRoot::new();
+    fr.write_p();
+    fr.unset_env("SKYHOOK_RESOURCE_ID");
+    let run = fr.run("future-stage");
+    run.code(0);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    assert!(!fr.exists("/t/state"));
 }
 
 #[test]

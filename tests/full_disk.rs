@@ -162,3 +162,25 @@ fn full_etc_target_fails_the_step_and_keeps_the_old_file() {
     assert!(!fr.exists("/t/state/flags/demo/1.0.0/w.rhai_W11fWzBd"));
     assert!(leftovers(&fr).is_empty());
 }
+
+/// The history write fails (its directory is a file) after every check passed: exit 1, the
+/// error names the history path, and no `apply-check_ALL_CHECKED` is left (history is written
+/// before the success marker).
+#[test]
+fn failed_history_write_leaves_no_success_marker() {
+    require_root!();
+    let fr = FakeRoot::new();
+    fr.write_p();
+    fr.write("/t/state/history", "not a directory");
+    let run = fr.run("apply-check");
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("/t/state/history"), "{}", run.stderr);
+    assert!(
+        fr.exists("/t/state/flags/check_results"),
+        "the results were written"
+    );
+    assert!(
+        !fr.exists("/t/state/flags/apply-check_ALL_CHECKED"),
+        "no success marker after a failed history write"
+    );
+}

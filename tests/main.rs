@@ -8,6 +8,7 @@
 //!   named `case_NN_<topic>`; assertions are the values the case states.
 //! - `skyhook_run`: `skyhook-run SCRIPT` and `--package DIR` (dry run, apply, check, JSON,
 //!   exit codes) against tempdir roots.
+//! - `cli`: `--version` (git revision, build date) and `skyhook-run completions SHELL`.
 //! - `skyhook_run_check`: `skyhook-run check FILE...` exit codes and `file:line:col` errors.
 //! - `rhai_steps`: `.rhai` steps in the agent (compile-ahead, check from apply, interrupts,
 //!   shellscript compatibility, redaction).
@@ -19,20 +20,28 @@
 //!   nothing.
 //! - `crash_safety`: faults injected into real runs (SIGKILL between a drop-in and its
 //!   reload, two writers of one file, SIGTERM while waiting for the package lock).
+//! - `image`: the OCI image of `scripts/build-image.sh` (prebuilt by `.ci/run`), unpacked and
+//!   run the way the operator runs it: chrooted into its read-only rootfs in a private mount
+//!   namespace, a fake host root at `/root`, the package volumes under `/skyhook-package`.
 //! - `fixtures`: realistic packages from `tests/fixtures/` (shaped like the public Skyhook
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
+//! - `serve`: `skyhook-agent serve` on loopback with raw HTTP requests, and `skyhook-run --remote`
+//!   paired with it (plan parity with a local run, resume after a cut connection).
 
 #[macro_use]
 mod util;
 
 mod acceptance;
+mod cli;
 mod crash_safety;
 mod engine_parity;
 mod fixtures;
 mod full_disk;
+mod image;
 mod kill_anywhere;
 mod malformed;
 mod orphans;
 mod rhai_steps;
+mod serve;
 mod skyhook_run;
 mod skyhook_run_check;

@@ -35,7 +35,18 @@ fn rhai_apply_then_check_from_the_same_script() {
     r.code(1)
         .has_line("apply-check apply.rhai ['x'] [0] Idempotence.Auto True")
         .has_line_ending("FAILED: apply.rhai x 1");
-    assert!(r.stderr.contains("~ create /etc/demo.conf"), "{}", r.stderr);
+    // the drift log lists each drifted change once, with its position and diff
+    assert_eq!(
+        r.stderr
+            .matches("~ create /etc/demo.conf (mode 0644)  # ")
+            .count(),
+        1,
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("apply.rhai:3\n"), "{}", r.stderr);
+    assert!(r.stderr.contains("  +++ b/etc/demo.conf\n"), "{}", r.stderr);
+    assert!(r.stderr.contains("  +k=v\n"), "{}", r.stderr);
     assert!(!fr.exists("/etc/demo.conf"));
     assert_eq!(fr.read("/t/state/flags/check_results"), "apply.rhai True");
 
@@ -376,6 +387,54 @@ fn validate_compiles_rhai_steps_and_imports() {
     let r = fr.run_args(&["validate", config]);
     r.code(1);
     assert!(r.stderr.contains("apply.rhai:2:9:"), "{}", r.stderr);
+}
+
+#[test]
+fn validate_runs_the_checker_over_rhai_steps() {
+    let fr = FakeRoot::new();
+    one_script(
+        &fr,
+        "let x = 1;\nfs::wrte(\"/etc/x\", \"y\");\nservcie::restart(\"x\");\n",
+    );
+    let config = fr.root().join("t/pkg/config.json");
+    let config = config.to_str().unwrap();
+    let r = fr.run_args(&["validate", config]);
+    r.code(1);
+    let step = fr.root().join("t/pkg/skyhook_dir/apply.rhai");
+    assert!(
+        r.stderr.contains(&format!(
+            "{}:2:1: error: unknown function fs::wrte (did you mean fs::write?)\n{}:3:1: error: \
+             unknown module servcie (did you mean service?)\n",
+            step.display(),
+            step.display()
+        )),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains(&format!(
+            "skyhook-agent: error: {config}: invalid: 2 errors in .rhai steps"
+        )),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stdout.contains("valid: package"), "{}", r.stdout);
+    // warnings only: valid, exit 0, each warning printed
+    fr.write(
+        "/t/pkg/skyhook_dir/apply.rhai",
+        "let s = \" a \";\nlet t = s.trim();\n",
+    );
+    let r = fr.run_args(&["validate", config]);
+    r.code(0);
+    assert!(
+        r.stderr.contains(&format!(
+            "WARNING: {}:2:11: warning: trim() changes its object in place",
+            step.display()
+        )),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stdout.contains("valid: package"), "{}", r.stdout);
 }
 
 #[test]

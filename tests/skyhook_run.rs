@@ -70,12 +70,18 @@ fn demo_root() -> tempfile::TempDir {
 const WRITE_DEMO: &str = "print(`mode=${step.mode} dry_run=${step.dry_run}`);\n\
                           fs::write(\"/etc/demo.conf\", \"a=2\\n\");\n";
 
-const DEMO_DIFF: &str = "~ update /etc/demo.conf\n\
-                         --- a/etc/demo.conf\n\
-                         +++ b/etc/demo.conf\n\
-                         @@ -1 +1 @@\n\
-                         -a=1\n\
-                         +a=2\n";
+/// The plan of [`WRITE_DEMO`] at `script`: the change with its position and diff.
+fn demo_diff(script: &Path) -> String {
+    format!(
+        "~ update /etc/demo.conf  # {}:2\n\
+         --- a/etc/demo.conf\n\
+         +++ b/etc/demo.conf\n\
+         @@ -1 +1 @@\n\
+         -a=1\n\
+         +a=2\n",
+        script.display()
+    )
+}
 
 fn run_script(script: &Path, root: &Path, extra: &[&str]) -> Output {
     skyhook_run()
@@ -98,7 +104,10 @@ fn dry_run_prints_the_diff_and_changes_nothing() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(
         text(&out.stdout),
-        format!("mode=apply dry_run=true\n{DEMO_DIFF}Plan: 1 to change, 0 unchanged.\n")
+        format!(
+            "mode=apply dry_run=true\n{}Plan: 1 to change, 0 unchanged.\n",
+            demo_diff(&script)
+        )
     );
     assert_eq!(text(&out.stderr), "");
 
@@ -121,7 +130,10 @@ fn apply_writes_then_nothing_is_left_to_plan() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(
         text(&out.stdout),
-        "mode=apply dry_run=false\n~ update /etc/demo.conf\nApply: 1 changed, 0 unchanged.\n"
+        format!(
+            "mode=apply dry_run=false\n~ update /etc/demo.conf  # {}:2\nApply: 1 changed, 0 unchanged.\n",
+            script.display()
+        )
     );
     assert_eq!(
         std::fs::read(root.path().join("etc/demo.conf")).unwrap(),
@@ -178,7 +190,10 @@ fn check_mode_fails_with_drift_then_passes_after_apply() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(
         text(&out.stdout),
-        format!("mode=apply-check dry_run=false\n{DEMO_DIFF}Plan: 1 to change, 0 unchanged.\n")
+        format!(
+            "mode=apply-check dry_run=false\n{}Plan: 1 to change, 0 unchanged.\n",
+            demo_diff(&script)
+        )
     );
     assert_eq!(
         text(&out.stderr),
@@ -244,8 +259,12 @@ fn commands_are_recorded_not_run_in_a_dry_run() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(
         text(&out.stdout),
-        "true\n> would run: /usr/bin/systemctl restart x\n> would run: systemctl daemon-reload\n\
-         Plan: 0 to change, 0 unchanged, 2 actions.\n"
+        format!(
+            "> would run: /usr/bin/systemctl restart x  # {s}:1\ntrue\n\
+             > would run: systemctl daemon-reload  # {s}:3\n\
+             Plan: 0 to change, 0 unchanged, 2 actions.\n",
+            s = script.display()
+        )
     );
     // applied, the missing program is an error at its position
     let out = run_script(&script, root.path(), &["--apply"]);
@@ -325,6 +344,17 @@ fn usage_errors_exit_1() {
         vec!["x.rhai", "--root", r, "--mode", "nosuchmode"],
         vec!["x.rhai", "--root", r, "--env", "NOEQUALS"],
         vec!["x.rhai", "--root", r, "--output", "yaml"],
+        vec!["x.rhai", "--root", r, "--diff"],
+        vec![
+            "--package",
+            "examples/tuning",
+            "--mode",
+            "config",
+            "--root",
+            r,
+            "--apply",
+            "--diff",
+        ],
         vec!["--package", "examples/tuning", "--root", r],
         vec![
             "x.rhai",
@@ -417,7 +447,9 @@ fn package_dry_run_of_the_tuning_example() {
         "> would run: update-grub",
     ] {
         assert!(
-            stdout.lines().any(|l| l == line),
+            stdout
+                .lines()
+                .any(|l| l.split_once("  # ").map_or(l, |(l, _pos)| l) == line),
             "missing {line:?} in\n{stdout}"
         );
     }
@@ -504,17 +536,22 @@ fn package_dry_run_lists_bash_steps_and_shares_one_session() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(
         text(&out.stdout),
-        "second sees: hello\n\n\
-         ==> step first: first.rhai\n\
-         ~ create /etc/mixed/a.conf (mode 0644)\n\
-         --- /dev/null\n\
-         +++ b/etc/mixed/a.conf\n\
-         @@ -0,0 +1 @@\n\
-         +hello\n\
-         ==> step greet: greet.sh n1 x\n\
-         > would run: greet.sh n1 x\n\
-         ==> step second: second.rhai\n\
-         Plan: 1 to change, 0 unchanged, 1 action.\n"
+        format!(
+            "==> step first: first.rhai\n\
+             + mkdir /etc\n\
+             + mkdir /etc/mixed\n\
+             ~ create /etc/mixed/a.conf (mode 0644)  # {}:1\n\
+             --- /dev/null\n\
+             +++ b/etc/mixed/a.conf\n\
+             @@ -0,0 +1 @@\n\
+             +hello\n\
+             ==> step greet: greet.sh n1 x\n\
+             > would run: greet.sh n1 x\n\
+             ==> step second: second.rhai\n\
+             second sees: hello\n\n\
+             Plan: 1 to change, 0 unchanged, 1 action.\n",
+            pkg.path().join("skyhook_dir/first.rhai").display()
+        )
     );
     assert_eq!(tree(root.path()), before);
 
@@ -609,6 +646,322 @@ fn package_apply_runs_the_agent_flow_chrooted() {
     );
 }
 
+/// `docs/plan.schema.json`, compiled (draft 2020-12, local references only).
+fn plan_schema() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(manifest("docs/plan.schema.json")).unwrap();
+    let schema: Value = serde_json::from_str(&text).unwrap();
+    jsonschema::draft202012::options().build(&schema).unwrap()
+}
+
+/// Parse stdout as one JSON document and validate it against the plan schema.
+fn valid_json(out: &Output) -> Value {
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let errors: Vec<String> = plan_schema()
+        .iter_errors(&v)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}\n{v:#}");
+    v
+}
+
+/// Writes (one into a missing directory), an unguarded and a guarded command, prints and
+/// log lines, interleaved.
+const INTERLEAVED: &str = "print(\"start\");\n\
+    fs::write(\"/etc/motd.d/10-gpu\", \"hello\\n\");\n\
+    run([\"/usr/sbin/useradd\", \"gpuops\"], #{creates: \"/home/gpuops\"});\n\
+    log::info(\"between\");\n\
+    debug(\"to stderr\");\n\
+    run([\"/usr/bin/systemctl\", \"restart\", \"x\"]);\n\
+    fs::write(\"/etc/demo.conf\", \"a=2\\n\");\n\
+    print(\"end\");\n";
+
+#[test]
+fn a_plan_lists_everything_in_order_with_positions() {
+    let root = demo_root();
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(dir.path(), "s.rhai", INTERLEAVED);
+    let before = tree(root.path());
+    let out = run_script(&script, root.path(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "start\n\
+             + mkdir /etc/motd.d\n\
+             ~ create /etc/motd.d/10-gpu (mode 0644)  # {s}:2\n\
+             --- /dev/null\n\
+             +++ b/etc/motd.d/10-gpu\n\
+             @@ -0,0 +1 @@\n\
+             +hello\n\
+             ~ run: /usr/sbin/useradd gpuops (creates /home/gpuops)  # {s}:3\n\
+             INFO: between\n\
+             > would run: /usr/bin/systemctl restart x  # {s}:6\n\
+             ~ update /etc/demo.conf  # {s}:7\n\
+             --- a/etc/demo.conf\n\
+             +++ b/etc/demo.conf\n\
+             @@ -1 +1 @@\n\
+             -a=1\n\
+             +a=2\n\
+             end\n\
+             Plan: 3 to change, 0 unchanged, 1 action.\n",
+            s = script.display()
+        )
+    );
+    // stderr output is written as it happens, not into the text plan
+    assert_eq!(text(&out.stderr), "to stderr\n");
+    assert_eq!(tree(root.path()), before);
+
+    // the guard says done: skipped and unchanged
+    write(root.path(), "home/gpuops/.keep", "");
+    let out = run_script(&script, root.path(), &[]);
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("useradd"), "{stdout}");
+    assert!(
+        stdout.ends_with("\nPlan: 2 to change, 1 unchanged, 1 action.\n"),
+        "{stdout}"
+    );
+    std::fs::remove_dir_all(root.path().join("home")).unwrap();
+
+    // a check: the guarded command that would run is drift, like the writes
+    let out = run_script(&script, root.path(), &["--mode", "apply-check"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("skyhook-run: drift: 3 pending change(s)"),
+        "{out:?}"
+    );
+
+    // JSON: the same order, every stream, positions, hashes, diffs, counts
+    let out = run_script(&script, root.path(), &["--output", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = valid_json(&out);
+    let items = v["items"].as_array().unwrap();
+    let shape: Vec<String> = items
+        .iter()
+        .map(|i| match i["item"].as_str().unwrap() {
+            "output" => format!(
+                "{} {:?}",
+                i["stream"].as_str().unwrap(),
+                i["text"].as_str().unwrap()
+            ),
+            other => format!(
+                "{other} {} line {}",
+                i["kind"].as_str().unwrap(),
+                i["position"]["line"]
+            ),
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            "stdout \"start\\n\"",
+            "change write line 2",
+            "change guarded_command line 3",
+            "stdout \"INFO: between\\n\"",
+            "stderr \"to stderr\\n\"",
+            "action command line 6",
+            "change write line 7",
+            "stdout \"end\\n\"",
+        ]
+    );
+    let script_file = script.display().to_string();
+    assert_eq!(items[1]["position"]["file"], script_file.as_str());
+    assert_eq!(items[1]["path"], "/etc/motd.d/10-gpu");
+    assert_eq!(items[1]["mkdir"], serde_json::json!(["/etc/motd.d"]));
+    assert_eq!(items[1]["before"], Value::Null);
+    assert_eq!(items[2]["command"], "/usr/sbin/useradd gpuops");
+    assert_eq!(items[2]["path"], Value::Null);
+    assert_eq!(items[5]["command"], "/usr/bin/systemctl restart x");
+    assert_eq!(
+        items[6]["before"],
+        format!("sha256:{}", sha256_hex("a=1\n"))
+    );
+    assert_eq!(items[6]["after"], format!("sha256:{}", sha256_hex("a=2\n")));
+    assert_eq!(
+        items[6]["diff"],
+        "--- a/etc/demo.conf\n+++ b/etc/demo.conf\n@@ -1 +1 @@\n-a=1\n+a=2\n"
+    );
+    assert_eq!(
+        v["counts"],
+        serde_json::json!({"changes": 3, "unchanged": 0, "actions": 1, "interrupts": 0})
+    );
+    assert_eq!(v["errors"], serde_json::json!([]));
+}
+
+/// SHA-256 of `s` in hex, from the machine's `sha256sum` (an independent implementation).
+fn sha256_hex(s: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    text(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn apply_with_diff_shows_the_plans_diffs() {
+    let root = demo_root();
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    let planned = run_script(&script, root.path(), &[]);
+    let out = run_script(&script, root.path(), &["--apply", "--diff"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "mode=apply dry_run=false\n{}Apply: 1 changed, 0 unchanged.\n",
+            demo_diff(&script)
+        )
+    );
+    // the same diff lines as the dry run printed
+    let diff_of = |o: &Output| -> Vec<String> {
+        text(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with(['-', '+', '@', '~']))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(diff_of(&out), diff_of(&planned));
+    assert_eq!(
+        std::fs::read(root.path().join("etc/demo.conf")).unwrap(),
+        b"a=2\n"
+    );
+    // JSON of an applied run carries the diff too
+    std::fs::write(root.path().join("etc/demo.conf"), "a=1\n").unwrap();
+    let out = run_script(
+        &script,
+        root.path(),
+        &["--apply", "--diff", "--output", "json"],
+    );
+    let v = valid_json(&out);
+    assert_eq!(v["mode"], "apply");
+    assert_eq!(
+        v["items"][1]["diff"],
+        "--- a/etc/demo.conf\n+++ b/etc/demo.conf\n@@ -1 +1 @@\n-a=1\n+a=2\n"
+    );
+}
+
+#[test]
+fn the_json_schema_holds_for_real_plans() {
+    // a script: plan, check with drift, apply
+    let root = demo_root();
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    for args in [
+        vec!["--output", "json"],
+        vec!["--output", "json", "--mode", "apply-check"],
+        vec!["--output", "json", "--apply"],
+    ] {
+        let out = run_script(&script, root.path(), &args);
+        let v = valid_json(&out);
+        assert_eq!(v["script"], script.display().to_string(), "{args:?}");
+    }
+    // the schema is not vacuous: a plan missing its counts, or with a position on line 0,
+    // or an item of an unknown kind, is rejected
+    std::fs::write(root.path().join("etc/demo.conf"), "a=1\n").unwrap();
+    let out = run_script(&script, root.path(), &["--output", "json"]);
+    let good = valid_json(&out);
+    let schema = plan_schema();
+    let mut bad = good.clone();
+    bad.as_object_mut().unwrap().remove("counts");
+    assert!(!schema.is_valid(&bad));
+    let mut bad = good.clone();
+    bad["items"][1]["position"]["line"] = 0.into();
+    assert!(!schema.is_valid(&bad));
+    let mut bad = good;
+    bad["items"][1]["item"] = "surprise".into();
+    assert!(!schema.is_valid(&bad));
+    // a runtime error: {file, line, column, message}
+    let failing = write(
+        dir.path(),
+        "fails.rhai",
+        "print(\"x\");\nfs::write(\"relative\", \"y\");\n",
+    );
+    let v = valid_json(&run_script(&failing, root.path(), &["--output", "json"]));
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["errors"][0]["file"], failing.display().to_string());
+    assert_eq!(v["errors"][0]["line"], 2);
+    assert_eq!(v["errors"][0]["column"], 5);
+    assert!(
+        v["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("fs::write: "),
+        "{v:#}"
+    );
+    // a compile error: the failure document
+    let syntax = write(dir.path(), "syntax.rhai", "let x = ;\n");
+    let v = valid_json(&run_script(&syntax, root.path(), &["--output", "json"]));
+    assert_eq!(
+        v["errors"],
+        serde_json::json!([{"file": syntax.display().to_string(), "line": 1, "column": 9,
+            "message": "Unexpected ';'"}])
+    );
+    // packages: the tuning example (stdlib positions), a mixed one with a process step,
+    // and the same failing on a missing env: variable
+    let out = skyhook_run()
+        .arg("--package")
+        .arg(manifest("examples/tuning"))
+        .args(["--mode", "config", "--output", "json", "--root"])
+        .arg(tuning_root().path())
+        .output()
+        .unwrap();
+    let v = valid_json(&out);
+    let first = &v["steps"][0]["result"]["items"][0];
+    assert_eq!(first["item"], "change");
+    assert!(
+        first["position"]["file"]
+            .as_str()
+            .unwrap()
+            .starts_with("stdlib/"),
+        "{first:#}"
+    );
+    let pkg = tempfile::tempdir().unwrap();
+    mixed_package(pkg.path());
+    let empty = tempfile::tempdir().unwrap();
+    for env in [vec!["--env", "NODE_NAME=n1"], vec![]] {
+        let out = skyhook_run()
+            .arg("--package")
+            .arg(pkg.path())
+            .args(["--mode", "apply", "--output", "json", "--root"])
+            .arg(empty.path())
+            .args(&env)
+            .output()
+            .unwrap();
+        let v = valid_json(&out);
+        let kinds: Vec<&str> = v["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["kind"].as_str().unwrap())
+            .collect();
+        let expected: &[&str] = if env.is_empty() {
+            &["rhai", "failed", "not_run"]
+        } else {
+            &["rhai", "process", "rhai"]
+        };
+        assert_eq!(kinds, expected);
+    }
+    // a package that does not load: the failure document
+    let bad = tempfile::tempdir().unwrap();
+    write(bad.path(), "config.json", "{}");
+    let out = skyhook_run()
+        .arg("--package")
+        .arg(bad.path())
+        .args(["--mode", "apply", "--output", "json", "--root"])
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    let v = valid_json(&out);
+    assert_eq!(v["ok"], false);
+}
+
 /// A dry run judges requested interrupts as the agent does: against `--skyhook-cr` (or the
 /// package's node-metadata/packages.json); an undeclared reboot fails the step with the CR
 /// lines to add, a declared one plans; `skyhook-agent validate` warns about the request.
@@ -650,7 +1003,7 @@ fn dry_run_judges_requested_interrupts_against_the_cr() {
     let cr_path = cr("");
     let out = plan(&["--skyhook-cr", cr_path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = valid_json(&out);
     let result = &v["steps"][0]["result"];
     assert_eq!(result["ok"], false);
     assert!(
@@ -664,7 +1017,7 @@ fn dry_run_judges_requested_interrupts_against_the_cr() {
     let cr_path = cr("      interrupt:\n        type: reboot\n");
     let out = plan(&["--skyhook-cr", cr_path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = valid_json(&out);
     assert_eq!(
         v["steps"][0]["result"]["interrupts"][0]["type"], "reboot",
         "{v:#}"
@@ -681,4 +1034,58 @@ fn dry_run_judges_requested_interrupts_against_the_cr() {
         err.contains("skyhook_dir/r.rhai:2:14: step r.rhai can request interrupt::reboot(): the package's Skyhook CR must declare it (interrupt: {type: reboot}"),
         "{err}"
     );
+}
+
+/// `skyhook-run x.sh` is refused (not a Rhai script); a `--configmaps` folder that does not
+/// exist is an error; `--package` with a mode without steps says so and exits 0.
+#[test]
+fn refuses_non_rhai_scripts_missing_configmaps_and_says_when_a_mode_has_no_steps() {
+    let root = demo_root();
+    let dir = tempfile::tempdir().unwrap();
+    let sh = write(dir.path(), "apply.sh", "echo hi\n");
+    let out = run_script(&sh, root.path(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).starts_with(&format!(
+            "skyhook-run: error: {} is not a Rhai script",
+            sh.display()
+        )),
+        "{}",
+        text(&out.stderr)
+    );
+    let script = write(dir.path(), "a.rhai", "print(1);\n");
+    let missing = dir.path().join("no-such-cm");
+    let out = run_script(
+        &script,
+        root.path(),
+        &["--configmaps", missing.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "skyhook-run: error: --configmaps {}: no such directory\n",
+            missing.display()
+        )
+    );
+    assert_eq!(out.stdout, b"");
+
+    let pkg = tempfile::tempdir().unwrap();
+    mixed_package(pkg.path());
+    for extra in [&[][..], &["--apply"][..]] {
+        let out = skyhook_run()
+            .arg("--package")
+            .arg(pkg.path())
+            .args(["--mode", "uninstall", "--root"])
+            .arg(root.path())
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(
+            text(&out.stderr),
+            "skyhook-run: package mixed 1.0.0 has no uninstall steps: nothing to run (modes \
+             with steps: apply, apply-check)\n"
+        );
+    }
 }

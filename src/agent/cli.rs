@@ -18,15 +18,18 @@ FORMS (the operator uses the first two):
   skyhook-agent interrupt ROOT_MOUNT COPY_DIR DATA  run an interrupt (DATA: base64 JSON)
   skyhook-agent MODE COPY_DIR                       legacy: ROOT_MOUNT is /root
   skyhook-agent interrupt COPY_DIR DATA             legacy: ROOT_MOUNT is /root
-  skyhook-agent validate CONFIG_JSON                check a config.json and its step files
+  skyhook-agent validate CONFIG_JSON                check a config.json, its step files and
+                                                    .rhai steps (as skyhook-run check)
+  skyhook-agent serve [OPTIONS]                     the remote step API (serve --help)
 
 MODES:
   apply, apply-check, config, config-check, upgrade, upgrade-check, uninstall,
   uninstall-check, post-interrupt, post-interrupt-check, interrupt.
-  An unknown mode prints a warning and exits 0 (an older agent survives a newer operator).
+  An unknown mode prints a warning and exits 0 (an older agent survives a newer operator),
+  before SKYHOOK_RESOURCE_ID or anything else is validated.
 
 ENVIRONMENT:
-  SKYHOOK_RESOURCE_ID         <id>_<package>_<version> (required for every mode)
+  SKYHOOK_RESOURCE_ID         <id>_<package>_<version> (required for every known mode)
   SKYHOOK_ROOT_DIR            state root on the host (default /etc/skyhook)
   SKYHOOK_LOG_DIR             log root on the host (default /var/log/skyhook)
   SKYHOOK_DATA_DIR            legacy copy source (default /skyhook-package)

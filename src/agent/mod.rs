@@ -1,8 +1,10 @@
 //! The agent: one invocation of `skyhook-agent` (agent-contract.md sections 2-12).
 //!
 //! [`main`] is the whole program behind the binary: argument parsing, the startup order of
-//! section 2 (arguments and `SKYHOOK_RESOURCE_ID` validated first, then `COPY_RESOLV`, the
-//! banner, the unknown-mode warning, then the mode or interrupt), and exit statuses.
+//! section 2 (arguments first; an unknown mode then prints its warning and exits 0 before
+//! anything else is validated, so an older agent survives a newer operator whatever the
+//! environment; then `SKYHOOK_RESOURCE_ID`, `COPY_RESOLV`, the banner, the mode or
+//! interrupt), and exit statuses.
 
 pub mod banner;
 pub mod cli;
@@ -36,6 +38,11 @@ pub fn main(
     args: impl IntoIterator<Item = OsString>,
     env: impl IntoIterator<Item = (OsString, OsString)>,
 ) -> i32 {
+    let mut args: Vec<OsString> = args.into_iter().collect();
+    if args.first().is_some_and(|a| a == "serve") {
+        args.remove(0);
+        return crate::serve::cli::main(args);
+    }
     let invocation = match cli::parse(args) {
         Ok(i) => i,
         Err(UsageError::Clap(e)) => {
@@ -48,6 +55,10 @@ pub fn main(
         }
     };
     let console = Console::stdio();
+    let env: Vec<(OsString, OsString)> = env.into_iter().collect();
+    if let Err(e) = crate::diag::init(&env) {
+        console.warn(&format!("{e}; running without diagnostics"));
+    }
     match invocation {
         Invocation::Validate(path) => validate(&path, &console),
         Invocation::Run(args) => {
@@ -67,7 +78,9 @@ pub fn main(
 }
 
 /// `skyhook-agent validate CONFIG_JSON`: schema, step rules, step files and `.rhai` steps (with
-/// their imports) compiled, touching nothing. Exit 0 valid, 1 invalid.
+/// their imports) compiled and checked by [`crate::script::lint`] (each finding printed as
+/// `file:line:col: error: ...` on stderr, warnings as `WARNING: file:line:col: warning: ...`),
+/// touching nothing. Exit 0 valid (warnings allowed), 1 invalid (any error).
 pub fn validate(config: &Path, console: &Console) -> i32 {
     let bytes = match site::read_local(config) {
         Ok(b) => b,
@@ -85,23 +98,33 @@ pub fn validate(config: &Path, console: &Console) -> i32 {
         Ok((loaded, step_root))
     });
     // `.rhai` steps and their imports compile as they will before a run (configMaps are
-    // supplied at deploy time, so `configmap/...` imports are not checked here).
+    // supplied at deploy time, so `configmap/...` imports are not checked here), then go
+    // through the static checker of `skyhook-run check`.
     let result = result
         .map_err(|e| render_chain(&e))
         .and_then(|(loaded, step_root)| {
             let store = std::sync::Arc::new(crate::script::ModuleStore::new(&step_root));
             let engine = mode::engine();
+            let checker = crate::script::lint::Checker::new();
             let mut seen = std::collections::HashSet::new();
+            let mut found = Vec::new();
             let mut interrupt_warnings = Vec::new();
             for (_, step) in loaded.package.all_steps() {
                 // a script used by several modes (apply and its check) is compiled once
                 if step.path.ends_with(".rhai") && seen.insert(step.path.as_str()) {
-                    let compiled = crate::script::compile_step_in(
+                    let (compiled, d) = crate::script::lint::check_step(
                         &engine,
+                        &checker,
                         &step_root.join(&step.path),
                         store.clone(),
                     )
                     .map_err(|e| e.to_string())?;
+                    // a module imported by several steps is reported once
+                    for x in d {
+                        if !found.contains(&x) {
+                            found.push(x);
+                        }
+                    }
                     for (name, line, col) in compiled.namespaced_calls("interrupt") {
                         let request = match name.as_str() {
                             "reboot" => "interrupt: {type: reboot}",
@@ -117,8 +140,24 @@ pub fn validate(config: &Path, console: &Console) -> i32 {
                     }
                 }
             }
-            Ok((loaded, interrupt_warnings))
+            Ok((loaded, found, interrupt_warnings))
         });
+    let result = result.and_then(|(loaded, found, interrupt_warnings)| {
+        for d in &found {
+            match d.severity {
+                crate::script::lint::Severity::Warning => console.warn(&d.to_string()),
+                crate::script::lint::Severity::Error => console.error(&d.to_string()),
+            }
+        }
+        match crate::script::lint::errors(&found).count() {
+            0 => Ok((loaded, interrupt_warnings)),
+            n => Err(format!(
+                "{}: invalid: {n} error{} in .rhai steps",
+                config.display(),
+                if n == 1 { "" } else { "s" }
+            )),
+        }
+    });
     match result {
         Ok((loaded, interrupt_warnings)) => {
             for w in loaded.warnings.iter().chain(&interrupt_warnings) {
@@ -157,7 +196,24 @@ pub fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<boo
     for w in &settings.warnings {
         console.warn(w);
     }
-    let id = ResourceId::parse(&settings.resource_id)?;
+    let mode = Mode::parse(&args.mode);
+    let unknown_mode = || {
+        let all: Vec<&str> = Mode::ALL.iter().map(|m| m.as_str()).collect();
+        console.error(&format!(
+            "WARNING:root:This version of the Agent doesn't support the {} mode. Options are: {}.",
+            args.mode,
+            all.join(",")
+        ));
+        Ok(true)
+    };
+    // An unknown mode exits 0 for the operator's forward compatibility (section 2): after the
+    // banner and the resolver copy as Python does when the resource id is usable, at once
+    // (nothing written, no banner) when it is not.
+    let id = match (ResourceId::parse(&settings.resource_id), mode) {
+        (Ok(id), _) => id,
+        (Err(_), None) => return unknown_mode(),
+        (Err(e), Some(_)) => return Err(e.into()),
+    };
     let root = HostRoot::open(&args.root).map_err(|source| AgentError::OpenRoot {
         path: args.root.clone(),
         source,
@@ -166,14 +222,8 @@ pub fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<boo
         prepare::copy_resolv(&root, Path::new("/etc/resolv.conf"))?;
     }
     console.write_out(banner::render(args, settings, &id).as_bytes());
-    let Some(mode) = Mode::parse(&args.mode) else {
-        let all: Vec<&str> = Mode::ALL.iter().map(|m| m.as_str()).collect();
-        console.error(&format!(
-            "WARNING:root:This version of the Agent doesn't support the {} mode. Options are: {}.",
-            args.mode,
-            all.join(",")
-        ));
-        return Ok(true);
+    let Some(mode) = mode else {
+        return unknown_mode();
     };
     if mode != Mode::Interrupt && args.payload.is_some() {
         console.warn(&format!(

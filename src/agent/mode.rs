@@ -226,8 +226,10 @@ impl<R: StepRunner> ModeLoop<'_, R> {
     fn skip_flag(&self, step: &Step) -> Result<Option<PathBuf>, AgentError> {
         let flag = self.state.flag(self.package, step);
         if !self.state.root.exists(&flag)? {
+            tracing::debug!(step = %step.path, flag = %flag.display(), "no flag: the step runs");
             return Ok(None);
         }
+        tracing::debug!(step = %step.path, flag = %flag.display(), mode = self.mode.as_str(), "flag exists");
         let shown = self.state.root.display_path(&flag);
         if self.settings.always_run_step {
             self.console.say(&format!(
@@ -544,7 +546,15 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             preamble: None,
             keep_fds: self.keep_fds.clone(),
         };
-        let mut result = self.runner.run(invocation).await;
+        let kind = if matches!(invocation.program, StepProgram::Script(_)) {
+            "rhai"
+        } else {
+            "process"
+        };
+        let span = tracing::info_span!("step", path = %step.path, index, kind);
+        let mut result =
+            tracing::Instrument::instrument(self.runner.run(invocation), span.clone()).await;
+        tracing::debug!(parent: &span, ok = result.ok, status = result.status, ran = result.ran, "step ended");
         if result.ran && result.ok && !result.interrupts.is_empty() {
             self.judge_interrupts(step, &mut result)?;
         }
@@ -578,14 +588,19 @@ impl<R: StepRunner> ModeLoop<'_, R> {
         };
         let pkg = &self.package.package_name;
         let mut uncovered = Vec::new();
+        let mut notes = Vec::new();
         for request in &result.interrupts {
             let name = coverage::request_name(request);
             match &policy.declarations {
                 Declarations::Known(Some(d)) => match d.covering(request) {
-                    Some(how) => self.console.say(&format!(
-                        "{}: requested interrupt {name} is declared in the Skyhook CR ({how}): the operator runs it in its interrupt stage",
-                        step.path
-                    )),
+                    Some(how) => {
+                        let line = format!(
+                            "{}: requested interrupt {name} is declared in the Skyhook CR ({how}): the operator runs it in its interrupt stage",
+                            step.path
+                        );
+                        self.console.say(&line);
+                        notes.push(line);
+                    }
                     None => uncovered.push(request),
                 },
                 Declarations::Known(None) => uncovered.push(request),
@@ -615,6 +630,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             result.error = Some(lines.join("; "));
             return Ok(());
         }
+        result.notes.extend(notes);
         if policy.record
             && self.state.writable
             && result.interrupts.contains(&InterruptRequest::Reboot)
@@ -792,7 +808,13 @@ impl ModeRun<'_> {
             },
             console,
         };
-        let outcome = ModeLoop {
+        let span = tracing::info_span!(
+            "mode",
+            mode = self.mode.as_str(),
+            package = %pkg.package_name,
+            version = %pkg.package_version
+        );
+        let mode_loop = ModeLoop {
             mode: self.mode,
             package: &pkg,
             site: &site,
@@ -816,9 +838,8 @@ impl ModeRun<'_> {
             }),
             keep_fds: vec![lock.as_raw_fd()],
             logs: crate::logs::retention::LogIndex::default(),
-        }
-        .run()
-        .await?;
+        };
+        let outcome = tracing::Instrument::instrument(mode_loop.run(), span).await?;
         drop(lock);
         Ok(outcome.ok)
     }

@@ -151,3 +151,16 @@ fn cancel_ends_a_run_of_a_long_command() {
     assert!(err.contains("cancelled by test-engine"), "{err}");
     assert!(!t.p("/t/second-ran").exists());
 }
+
+/// An unknown mode exits 0 with its warning even when `SKYHOOK_RESOURCE_ID` is unset (and the
+/// root does not exist): the operator's forward compatibility comes before validation.
+#[test]
+fn unknown_mode_exits_0_before_the_resource_id_is_validated() {
+    let args = ["future-stage", "/nonexistent-root", "/nonexistent-copy"].map(Into::into);
+    let env = [("PATH", "/bin")].map(|(k, v)| (k.into(), v.into()));
+    assert_eq!(super::main(args, env), 0);
+    // a known mode without SKYHOOK_RESOURCE_ID still fails
+    let args = ["apply", "/nonexistent-root", "/nonexistent-copy"].map(Into::into);
+    let env = [("PATH", "/bin")].map(|(k, v)| (k.into(), v.into()));
+    assert_eq!(super::main(args, env), 1);
+}

@@ -7,6 +7,21 @@ fn main() {
     if let Err(e) = skyhook::process::reaper::enable_subreaper() {
         eprintln!("skyhook-agent: warning: cannot become a child subreaper: {e}");
     }
-    let code = skyhook::agent::main(std::env::args_os().skip(1), std::env::vars_os());
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    // `--version` with the git revision and build date (build.rs). Only the exact one-word
+    // forms: everything else, `--help` included, is the agent's CLI (clap there prints the
+    // bare package version).
+    if let [flag] = args.as_slice()
+        && (flag == "--version" || flag == "-V")
+    {
+        println!(
+            "skyhook-agent {} ({}, built {})",
+            env!("CARGO_PKG_VERSION"),
+            env!("SKYHOOK_GIT_REV"),
+            env!("SKYHOOK_BUILD_DATE")
+        );
+        std::process::exit(0);
+    }
+    let code = skyhook::agent::main(args, std::env::vars_os());
     std::process::exit(code);
 }

@@ -6,6 +6,7 @@
 //! - `skyhook-run --package DIR --mode MODE --root DIR [...]`: a whole package as the agent
 //!   would run it.
 //! - `skyhook-run check FILE...`: compile scripts without running them.
+//! - `skyhook-run completions bash|zsh|fish`: shell completions from these definitions.
 //!
 //! Exit codes (interface): 0 done; 1 any error (a failed script or step, drift in a check,
 //! a compile error, a usage error); 2 with `--detailed-exitcode`, a dry run that succeeded
@@ -21,9 +22,11 @@ use serde_json::{Value, json};
 use skyhook::agent::console::Console;
 use skyhook::agent::error::AgentError;
 use skyhook::host::ExecMode;
-use skyhook::local::{LocalError, PackageRun, ScriptRun};
+use skyhook::local::{LocalError, PackageRun, ScriptRun, error_json, script_error_json};
 use skyhook::package::Mode;
-use skyhook::script::{Limits, ScriptEngine, ScriptOutput, StdioOutput, compile_step};
+use skyhook::script::host_api::Capture;
+use skyhook::script::lint::{Checker, Diagnostic, Severity, check_step};
+use skyhook::script::{Limits, ModuleStore, ScriptEngine, ScriptOutput, StdioOutput};
 
 /// Done: the run succeeded (a dry run: whatever it plans, unless --detailed-exitcode).
 const EXIT_OK: u8 = 0;
@@ -36,12 +39,16 @@ const AFTER_HELP: &str = "\
 Dry run (the default):
   The script runs for real, but every change goes to a plan instead of the host: reads see
   the planned writes, commands are recorded and not run (unless marked read_only, e.g.
-  query()), step.dry_run is true. Nothing under --root changes. The plan lists each change
-  (`~`, with a unified diff for file contents and mode/owner changes), each action
-  (`> would run:`: commands, service restarts, daemon-reload, update-grub), each interrupt
-  (`!`) and ends with the summary line, e.g.
+  query()), step.dry_run is true. Nothing under --root changes. The plan lists, in the
+  order they happened, each change (`~`, with a unified diff for file contents and
+  mode/owner changes, after a `+ mkdir DIR` line for each directory it creates; guarded
+  commands such as run(argv, #{creates: path}) are changes too), each action
+  (`> would run:`: unguarded commands, service restarts, daemon-reload, update-grub), each
+  interrupt (`!`) and the script's stdout (print, log::info); each change, action and
+  interrupt ends with `  # file:line`, the script line that made it. The summary line ends it:
       Plan: 2 to change, 5 unchanged, 1 action.
-  --apply makes the changes and prints what changed (`Apply: 2 changed, 5 unchanged.`).
+  --apply makes the changes and prints what changed (`Apply: 2 changed, 5 unchanged.`);
+  --apply --diff also shows the diffs of file contents, as the plan does.
   A *-check mode (--mode apply-check) runs the script as a check: what it would change is
   drift, listed the same way, and the run fails (exit 1) when there is any.
 
@@ -55,11 +62,15 @@ Step context and environment:
   for a script in a package's skyhook_dir/, from the package's configmaps/ folder.
 
 Output:
-  Script output (print, debug, log::) goes to stdout and stderr with secrets redacted, the
-  plan after it on stdout. Errors are `file:line:col: message` on stderr. With --output json
-  stdout holds exactly one JSON document: the report (mode, changes, actions, unchanged,
-  interrupts, summary) plus ok, return_code, error, drift and exit_code; script output then
-  goes to stderr.
+  Script output (print, debug, log::) goes to stdout and stderr with secrets redacted. In a
+  dry run the stdout output is part of the plan, in order (and each package step's under its
+  `==> step` header); stderr output is written as it happens. Errors are
+  `file:line:col: message` on stderr. With --output json stdout holds exactly one JSON
+  document, specified by docs/plan.schema.json: the report (mode, changes, actions,
+  unchanged, interrupts, summary, counts, items: the ordered list with positions, content
+  hashes, diffs and the script's output) plus ok, return_code, error, errors
+  ([{file, line, column, message}]), drift and exit_code; script output then goes to
+  stderr (and into the items).
 
 Packages (--package DIR --mode MODE):
   DIR holds config.json, skyhook_dir/ and usually configmaps/ (--configmaps replaces it).
@@ -80,9 +91,21 @@ Packages (--package DIR --mode MODE):
   packages.json): a request the CR does not declare fails the step, as on a node.
 
 Exit status:
-  0 done; 1 error (failed script or step, drift in a check, compile or usage error);
+  0 done; also --package with a mode that has no steps (it says so on stderr: the agent runs
+    such a mode as a no-op);
+  1 error (failed script or step, drift in a check, compile or usage error, a SCRIPT that is
+    not a .rhai file, a --configmaps folder that does not exist);
   2 with --detailed-exitcode: a dry run that succeeded with changes pending (actions alone
-  do not count).
+    do not count).
+
+Checking scripts (skyhook-run check FILE...):
+  Compiles each file with its imports and checks it without running anything: unknown
+  functions and modules (with a did-you-mean), wrong argument counts, option keys a host
+  function does not accept (literal #{...} maps), and warnings for known traps (a `\n` in a
+  backtick string, the () result of trim/replace/make_upper/... used as a value). Prints
+  `OK FILE` on stdout per file without errors and `file:line:col: error: ...` or
+  `file:line:col: warning: ...` on stderr. Exit 0: no errors (warnings allowed); 1: any
+  error (a syntax or import error, a finding, a file that is not .rhai).
 
 Examples:
   skyhook-run apply.rhai --root /mnt/node-copy
@@ -99,10 +122,20 @@ Examples:
 /// `skyhook-run SCRIPT --root DIR` runs one .rhai script and prints the plan: what it would
 /// change (unified diffs), the commands and service/package actions it would run, and a
 /// summary line. Nothing under DIR changes unless --apply is given.
+/// `--version`: the package version, the git revision and the build date (build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("SKYHOOK_GIT_REV"),
+    ", built ",
+    env!("SKYHOOK_BUILD_DATE"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "skyhook-run",
-    version,
+    version = VERSION,
     after_help = AFTER_HELP,
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true
@@ -126,12 +159,39 @@ struct Cli {
 
     /// The host root: every path a script touches resolves inside it, commands run chrooted
     /// into it.
-    #[arg(long, value_name = "DIR", required = true)]
+    #[arg(long, value_name = "DIR", required_unless_present = "remote")]
     root: Option<PathBuf>,
+
+    /// Run SCRIPT on a node through its remote step API (`skyhook-agent serve`):
+    /// http://HOST:PORT, https://HOST:PORT (--tls-ca) or unix:/PATH. Plan by default, --apply, --mode check; the node's
+    /// root is used (no --root). Only --env values are sent.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["package", "root"])]
+    remote: Option<String>,
+
+    /// The bearer token for --remote (a file holding it).
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    token_file: Option<PathBuf>,
+
+    /// CA certificates (PEM) to trust for an https:// --remote.
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    tls_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for an https:// --remote that asks for one; needs --tls-key.
+    #[arg(long, value_name = "FILE", requires_all = ["remote", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+
+    /// Client private key (PEM) for --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 
     /// Make the changes (default: a dry run that changes nothing).
     #[arg(long)]
     apply: bool,
+
+    /// With --apply (one script): show the unified diff of each file content change, as a
+    /// dry run does.
+    #[arg(long, requires = "apply")]
+    diff: bool,
 
     /// The step's mode (step.mode): apply, config, uninstall, upgrade, post-interrupt or a
     /// *-check mode, which checks (drift fails). Default for a script: apply.
@@ -181,12 +241,23 @@ enum Output {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Compile scripts and their imports without running them; print each error as
-    /// file:line:col: message. Relative imports resolve in each script's directory.
+    /// Compile scripts and their imports and check them without running them: unknown
+    /// functions and modules (with a suggestion), wrong argument counts, option keys a host
+    /// function does not accept, and known Rhai traps (warnings). Prints `OK FILE` for each
+    /// file without errors, and `file:line:col: error: ...` / `warning: ...` on stderr.
+    /// Relative imports resolve in each script's directory. Exit 0 when no file has an error
+    /// (warnings allowed), 1 otherwise.
     Check {
         /// The .rhai files to check.
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
+    },
+    /// Print a completion script for SHELL on stdout, generated from these definitions, e.g.
+    /// `skyhook-run completions bash > /etc/bash_completion.d/skyhook-run`.
+    Completions {
+        /// bash, zsh, fish (also elvish, powershell).
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
     },
 }
 
@@ -202,6 +273,11 @@ fn main() -> ExitCode {
     if let Err(e) = skyhook::process::reaper::enable_subreaper() {
         eprintln!("skyhook-run: warning: cannot become a child subreaper: {e}");
     }
+    // Diagnostics on stderr when SKYHOOK_LOG is set (stdout stays the plan or JSON document).
+    let env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+    if let Err(e) = skyhook::diag::init(&env) {
+        eprintln!("WARNING: {e}; running without diagnostics");
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -212,9 +288,25 @@ fn main() -> ExitCode {
     };
     let code = match &cli.command {
         Some(Command::Check { files }) => check(files),
+        Some(Command::Completions { shell }) => completions(*shell),
         None => run(&cli),
     };
     ExitCode::from(code)
+}
+
+fn completions(shell: clap_complete::Shell) -> u8 {
+    use clap::CommandFactory;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "skyhook-run", &mut script);
+    match std::io::stdout().write_all(&script) {
+        Ok(()) => EXIT_OK,
+        // `skyhook-run completions bash | head`: the reader has what it wanted.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => EXIT_OK,
+        Err(e) => {
+            eprintln!("skyhook-run: cannot write the completion script: {e}");
+            EXIT_ERROR
+        }
+    }
 }
 
 fn usage(msg: &str) -> u8 {
@@ -223,6 +315,9 @@ fn usage(msg: &str) -> u8 {
 }
 
 fn run(cli: &Cli) -> u8 {
+    if let Some(url) = &cli.remote {
+        return remote_run(cli, url);
+    }
     let Some(root) = cli.root.clone() else {
         return usage("--root DIR is required");
     };
@@ -247,6 +342,15 @@ fn run(cli: &Cli) -> u8 {
         env.retain(|(n, _)| n != k);
         env.push((k.clone(), v.clone()));
     }
+    if let Some(dir) = &cli.configmaps
+        && !dir.is_dir()
+    {
+        eprintln!(
+            "skyhook-run: error: --configmaps {}: no such directory",
+            dir.display()
+        );
+        return EXIT_ERROR;
+    }
     let json = cli.output == Output::Json;
     // Every limit but the deadline; the deadline (SKYHOOK_SCRIPT_TIMEOUT) is read from the
     // run's environment (ours plus --env), per run.
@@ -257,7 +361,17 @@ fn run(cli: &Cli) -> u8 {
     } else {
         Arc::new(StdioOutput)
     };
+    // Output in the report's ordered list: all of it in JSON; in a text plan stdout is
+    // rendered by the plan, in order; an applied text run prints it live.
+    let capture = match (json, cli.apply) {
+        (true, _) => Some(Capture::Record),
+        (false, false) => Some(Capture::StdoutInPlan),
+        (false, true) => None,
+    };
     match &cli.package {
+        Some(_) if cli.diff => {
+            usage("--diff shows the diffs of one script; --package --apply runs the agent flow")
+        }
         Some(dir) => {
             let run = PackageRun {
                 dir: dir.clone(),
@@ -265,8 +379,12 @@ fn run(cli: &Cli) -> u8 {
                 mode,
                 configmaps: cli.configmaps.clone(),
                 env,
+                capture,
                 skyhook_cr: cli.skyhook_cr.clone(),
             };
+            if let Some(code) = no_steps(&run, json) {
+                return code;
+            }
             if cli.apply {
                 package_apply(&run, json)
             } else {
@@ -277,6 +395,14 @@ fn run(cli: &Cli) -> u8 {
             let Some(script) = cli.script.clone() else {
                 return usage("SCRIPT or --package DIR is required");
             };
+            if !is_rhai(&script) {
+                eprintln!(
+                    "skyhook-run: error: {} is not a Rhai script: skyhook-run runs .rhai \
+                     files (a package's other steps run with --package DIR --mode MODE)",
+                    script.display()
+                );
+                return EXIT_ERROR;
+            }
             let run = ScriptRun {
                 script,
                 root,
@@ -286,10 +412,52 @@ fn run(cli: &Cli) -> u8 {
                 env,
                 args: cli.args.clone(),
                 cancel: skyhook::process::Cancel::new(),
+                capture,
+                diffs: cli.diff,
             };
             script_run(&run, &engine, output, json, cli.detailed_exitcode)
         }
     }
+}
+
+/// A package whose mode has no steps: say so (stderr; in JSON mode also the document) and
+/// exit 0, as the agent runs such a mode as a no-op. `None` when the mode has steps, or the
+/// package does not load (the run then reports why).
+fn no_steps(run: &PackageRun, json: bool) -> Option<u8> {
+    if run.mode == Mode::Interrupt {
+        return None;
+    }
+    let loaded = run.load().ok()?;
+    let p = &loaded.package;
+    if !p.steps(run.mode).is_empty() {
+        return None;
+    }
+    let with: Vec<&str> = p
+        .modes
+        .iter()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(m, _)| m.as_str())
+        .collect();
+    eprintln!(
+        "skyhook-run: package {} {} has no {} steps: nothing to run (modes with steps: {})",
+        p.package_name,
+        p.package_version,
+        run.mode.as_str(),
+        if with.is_empty() {
+            "none".to_string()
+        } else {
+            with.join(", ")
+        }
+    );
+    if json {
+        print_json(&json!({
+            "package_mode": run.mode.as_str(),
+            "ok": true,
+            "steps": [],
+            "exit_code": EXIT_OK,
+        }));
+    }
+    Some(EXIT_OK)
 }
 
 /// Print an error (and, in JSON mode, the error document) and return its exit status
@@ -303,7 +471,13 @@ fn fail(json: bool, e: &LocalError) -> u8 {
     let code = u8::try_from(e.exit_code()).unwrap_or(EXIT_ERROR);
     eprintln!("{message}");
     if json {
-        print_json(&json!({"ok": false, "error": message, "exit_code": code}));
+        let errors = match e {
+            LocalError::Compile(c) | LocalError::Agent(AgentError::Compile(c)) => {
+                vec![script_error_json(c)]
+            }
+            _ => vec![error_json(&message)],
+        };
+        print_json(&json!({"ok": false, "error": message, "errors": errors, "exit_code": code}));
     }
     code
 }
@@ -362,6 +536,12 @@ fn script_run(
             m.insert("script".into(), run.script.display().to_string().into());
             m.insert("step_mode".into(), run.mode.as_str().into());
             m.insert("exit_code".into(), code.into());
+            let errors: Vec<Value> = outcome
+                .error
+                .iter()
+                .map(|e| error_json(&redactor.redact(e)))
+                .collect();
+            m.insert("errors".into(), Value::Array(errors));
         }
         print_json(&v);
     } else {
@@ -443,20 +623,218 @@ impl ScriptOutput for StderrOnly {
     }
 }
 
+/// `check FILE...`: compile each file with its imports and run the static checker. Prints
+/// `OK <file>` on stdout for each file without errors (with the number of warnings, if any)
+/// and every error and warning on stderr as `file:line:col: error: message` /
+/// `file:line:col: warning: message`. Exit 0 when no file has an error, else 1.
 fn check(files: &[PathBuf]) -> u8 {
     // Limits that matter at compile time do not depend on the timeout, so the environment
     // is not consulted here.
     let engine = ScriptEngine::new(Limits::default());
+    let checker = Checker::new();
     let mut code = EXIT_OK;
     for file in files {
+        if !is_rhai(file) {
+            eprintln!(
+                "{}: error: not a Rhai script (check takes .rhai files)",
+                file.display()
+            );
+            code = EXIT_ERROR;
+            continue;
+        }
         let base = match file.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        if let Err(e) = compile_step(&engine, file, base) {
-            eprintln!("{e}");
-            code = EXIT_ERROR;
+        let store = Arc::new(ModuleStore::new(base));
+        match check_step(&engine, &checker, file, store) {
+            Err(e) => {
+                eprintln!("{}", Diagnostic::from_compile(&e));
+                code = EXIT_ERROR;
+            }
+            Ok((_, found)) => {
+                for d in &found {
+                    eprintln!("{d}");
+                }
+                let errors = found
+                    .iter()
+                    .filter(|d| d.severity == Severity::Error)
+                    .count();
+                let warnings = found.len() - errors;
+                if errors > 0 {
+                    code = EXIT_ERROR;
+                } else if warnings > 0 {
+                    let s = if warnings == 1 { "" } else { "s" };
+                    println!("OK {} ({warnings} warning{s})", file.display());
+                } else {
+                    println!("OK {}", file.display());
+                }
+            }
         }
+    }
+    code
+}
+
+/// Whether `path` names a `.rhai` file.
+fn is_rhai(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "rhai")
+}
+
+/// `skyhook-run --remote URL --token-file F SCRIPT`: the script runs on the node behind
+/// URL (`skyhook-agent serve`) in plan (default), apply (`--apply`) or check (`--mode
+/// check` or a `*-check` mode) mode; its output and the plan render as a local run's.
+/// Only `--env` values are sent (not this machine's environment). Ctrl-C cancels the
+/// execution and waits for its exit.
+fn remote_run(cli: &Cli, url: &str) -> u8 {
+    let Some(token_file) = &cli.token_file else {
+        return usage("--remote needs --token-file FILE");
+    };
+    let Some(script) = cli.script.clone() else {
+        return usage("--remote runs a SCRIPT (not --package)");
+    };
+    let json_out = cli.output == Output::Json;
+    let mode_text = cli.mode.as_deref().unwrap_or("apply");
+    let check = mode_text == "check" || mode_text.ends_with("-check");
+    if !check && Mode::parse(mode_text).is_none() {
+        return usage(&format!("unknown mode {mode_text:?}"));
+    }
+    let (remote_mode, exec) = if check {
+        ("check", ExecMode::Check)
+    } else if cli.apply {
+        ("apply", ExecMode::Apply)
+    } else {
+        ("plan", ExecMode::Plan)
+    };
+    let fail_msg = |msg: String| {
+        eprintln!("skyhook-run: error: {msg}");
+        if json_out {
+            print_json(&json!({"ok": false, "error": msg, "exit_code": EXIT_ERROR}));
+        }
+        EXIT_ERROR
+    };
+    let token = match std::fs::read_to_string(token_file) {
+        Ok(t) => t,
+        Err(e) => return fail_msg(format!("cannot read {}: {e}", token_file.display())),
+    };
+    let text = match std::fs::read_to_string(&script) {
+        Ok(t) => t,
+        Err(e) => return fail_msg(format!("cannot read {}: {e}", script.display())),
+    };
+    let client_cert = cli.tls_cert.as_deref().zip(cli.tls_key.as_deref());
+    let client =
+        match skyhook::remote::Client::with_tls(url, &token, cli.tls_ca.as_deref(), client_cert) {
+            Ok(c) => c,
+            Err(e) => return fail_msg(e.to_string()),
+        };
+    let id = format!(
+        "skyhook-run-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    let env: serde_json::Map<String, Value> = cli
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::from(v.clone())))
+        .collect();
+    let start = json!({"id": id, "kind": "rhai", "mode": remote_mode, "script": text, "env": env});
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail_msg(format!("tokio runtime: {e}")),
+    };
+    let cancel = skyhook::process::Cancel::new();
+    let result = rt.block_on(async {
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("skyhook-run: interrupted: cancelling the remote execution");
+                c.abort(skyhook::process::CancelReason::Signal("SIGINT"));
+            }
+        });
+        let mut on_event = |v: &Value| {
+            let Some(line) = v.get("line").and_then(Value::as_str) else {
+                return;
+            };
+            let nl = if v.get("partial") == Some(&Value::Bool(true)) {
+                ""
+            } else {
+                "\n"
+            };
+            if v["stream"] == "stdout" && !json_out {
+                print_text(&format!("{line}{nl}"));
+            } else {
+                eprint!("{line}{nl}");
+            }
+        };
+        client.execute(&start, &cancel, &mut on_event).await
+    });
+    let exit_ev = match result {
+        Ok(v) => v,
+        Err(skyhook::remote::RemoteError::Status { status: 422, body })
+            if body.get("line").is_some() =>
+        {
+            let msg = format!(
+                "{}:{}:{}: {}",
+                script.display(),
+                body["line"],
+                body["column"],
+                body["message"].as_str().unwrap_or("syntax error")
+            );
+            eprintln!("{msg}");
+            if json_out {
+                print_json(&json!({"ok": false, "error": msg, "exit_code": EXIT_ERROR}));
+            }
+            return EXIT_ERROR;
+        }
+        Err(e) => return fail_msg(e.to_string()),
+    };
+    let Some(report) = exit_ev.get("report").cloned() else {
+        return fail_msg(format!(
+            "the remote execution ended with {}",
+            exit_ev["exit"]
+        ));
+    };
+    let ok = report["ok"].as_bool().unwrap_or(false);
+    let changes = report["changes"].as_array().map_or(0, Vec::len);
+    let code = exit_code(ok, exec, changes, cli.detailed_exitcode);
+    let drift = report["drift"].as_u64().unwrap_or(0);
+    if drift > 0 {
+        eprintln!(
+            "skyhook-run: drift: {drift} pending change(s), the host is not in the state this script describes"
+        );
+    } else if report["error"].is_null() && !ok {
+        eprintln!(
+            "skyhook-run: {}: returned {}",
+            script.display(),
+            report["return_code"]
+        );
+    }
+    // The node compiled the script as `<id>.rhai`: positions name the local file instead, as
+    // a local run's do.
+    let remote_name = format!("{id}.rhai");
+    let local_name = script.display().to_string();
+    if json_out {
+        let text = serde_json::to_string(&report)
+            .unwrap_or_default()
+            .replace(&remote_name, &local_name);
+        let mut v: Value = serde_json::from_str(&text).unwrap_or(report);
+        if let Value::Object(m) = &mut v {
+            m.insert("script".into(), local_name.into());
+            m.insert("step_mode".into(), mode_text.into());
+            m.insert("exit_code".into(), code.into());
+        }
+        print_json(&v);
+    } else {
+        print_text(
+            &exit_ev["rendered"]
+                .as_str()
+                .unwrap_or("")
+                .replace(&remote_name, &local_name),
+        );
     }
     code
 }

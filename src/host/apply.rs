@@ -77,7 +77,8 @@ pub(crate) fn package_commands(
     (cmds, env)
 }
 
-/// Perform `effect`. Returns the output of [`Effect::Command`].
+/// Perform `effect`. Returns the output of [`Effect::Command`] and
+/// [`Effect::GuardedCommand`].
 pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>> {
     let root = h.root();
     match effect {
@@ -154,7 +155,9 @@ pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>
             let path = crate::host::tuning::sysctl::proc_path(key)?;
             root.write_in_place(&path, format!("{value}\n").as_bytes())?;
         }
-        Effect::Command { argv, opts } => return Ok(Some(exec(h, argv, opts)?)),
+        Effect::Command { argv, opts } | Effect::GuardedCommand { argv, opts } => {
+            return Ok(Some(exec(h, argv, opts)?));
+        }
         Effect::GrubUpdate(GrubUpdate::UpdateGrub) => {
             internal(h, argv(&["update-grub"]), Vec::new())?;
         }

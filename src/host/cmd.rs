@@ -26,6 +26,18 @@
 //! In plan and check mode a command that is not `read_only` is handed to the executor as an
 //! [`Effect::Command`] action and not executed; it returns [`CmdOutput::planned`].
 //!
+//! # Guarded commands
+//!
+//! A command with [`RunOptions::guards`] (`#{creates: path}`, `#{removes: path}`,
+//! `#{unless: argv}`, `#{onlyif: argv}`, as Ansible's `command` module and Puppet's `exec`)
+//! is a *change*: its guards are evaluated first, in every mode (a path through the session's
+//! view, so a planned write counts; a guard command executed like a query, chrooted like the
+//! command, with its `env`, `cwd` and `timeout`). When any guard says the work is done
+//! (`creates` exists, `removes` is missing, `unless` exits 0, `onlyif` exits non-zero) the
+//! command is skipped, counted unchanged and returns [`CmdOutput::skipped`]; otherwise it is
+//! submitted as an [`Effect::GuardedCommand`]: run in apply, recorded as a change in plan,
+//! drift in a check.
+//!
 //! [`HostOptions::commands_chrooted`]: crate::host::HostOptions::commands_chrooted
 //! [`HostOptions::cancel`]: crate::host::HostOptions::cancel
 
@@ -84,6 +96,43 @@ impl std::fmt::Debug for StreamTo {
     }
 }
 
+/// One idempotence guard of a command (see the module docs): the work is *done* when the
+/// guard says so, and the command is then skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Guard {
+    /// Done when this host path exists (`#{creates: path}`).
+    Creates(String),
+    /// Done when this host path does not exist (`#{removes: path}`).
+    Removes(String),
+    /// Done when this command exits 0 (`#{unless: argv}`).
+    Unless(Vec<String>),
+    /// Done when this command exits non-zero (`#{onlyif: argv}`).
+    Onlyif(Vec<String>),
+}
+
+impl Guard {
+    /// `creates /path`, `unless id gpuops`, ... (as summaries show it).
+    pub fn text(&self) -> String {
+        match self {
+            Guard::Creates(p) => format!("creates {p}"),
+            Guard::Removes(p) => format!("removes {p}"),
+            Guard::Unless(a) => format!("unless {}", quote_argv(a)),
+            Guard::Onlyif(a) => format!("onlyif {}", quote_argv(a)),
+        }
+    }
+}
+
+/// The summary of a guarded command: `run: useradd gpuops (unless id gpuops)`, or for
+/// `sh(script)` (`/bin/bash -c script`) `sh: <script> (...)`.
+pub fn guarded_summary(argv: &[String], guards: &[Guard]) -> String {
+    let what = match argv {
+        [bash, c, script] if bash == "/bin/bash" && c == "-c" => format!("sh: {script}"),
+        _ => format!("run: {}", quote_argv(argv)),
+    };
+    let g: Vec<String> = guards.iter().map(Guard::text).collect();
+    format!("{what} ({})", g.join(", "))
+}
+
 /// Options of `run(argv, #{...})`.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -104,6 +153,8 @@ pub struct RunOptions {
     /// last [`STREAM_CAPTURE_LIMIT`] bytes of each. A command that is not executed (plan and
     /// check mode, not `read_only`) streams nothing.
     pub stream: Option<StreamTo>,
+    /// Idempotence guards (module docs); not empty: the command is a change.
+    pub guards: Vec<Guard>,
 }
 
 /// The result of a command (`#{code, stdout, stderr, ok, planned}` in scripts).
@@ -122,6 +173,8 @@ pub struct CmdOutput {
     pub ok: bool,
     /// True when the command was recorded, not executed (plan/check mode).
     pub planned: bool,
+    /// True when a guard said the work was done and the command did not run.
+    pub skipped: bool,
 }
 
 impl CmdOutput {
@@ -134,6 +187,17 @@ impl CmdOutput {
             stderr: String::new(),
             ok: true,
             planned: true,
+            skipped: false,
+        }
+    }
+
+    /// The result of a guarded command whose guard said it is done:
+    /// `#{code: 0, stdout: "", stderr: "", ok: true, skipped: true}`.
+    pub fn skipped() -> Self {
+        CmdOutput {
+            planned: false,
+            skipped: true,
+            ..CmdOutput::planned()
         }
     }
 }
@@ -155,11 +219,65 @@ pub fn run(h: &mut Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput
     if opts.read_only {
         return exec(h, argv, opts);
     }
+    if !opts.guards.is_empty() {
+        if guards_say_done(h, opts)? {
+            h.note_unchanged();
+            return Ok(CmdOutput::skipped());
+        }
+        let out = h.submit(Effect::GuardedCommand {
+            argv: argv.to_vec(),
+            opts: opts.clone(),
+        })?;
+        return Ok(out.unwrap_or_else(CmdOutput::planned));
+    }
     let out = h.submit(Effect::Command {
         argv: argv.to_vec(),
         opts: opts.clone(),
     })?;
     Ok(out.unwrap_or_else(CmdOutput::planned))
+}
+
+/// Whether any guard of `opts` says the work is done (module docs). Guard commands run as
+/// queries with the command's `env`, `cwd` and `timeout` (no input, no streaming, no
+/// `check`).
+///
+/// # Errors
+/// An empty guard argv, a guard path that cannot be resolved, a guard command that cannot
+/// run (as [`run`]).
+fn guards_say_done(h: &Host, opts: &RunOptions) -> Result<bool> {
+    let query = RunOptions {
+        check: false,
+        input: None,
+        env: opts.env.clone(),
+        cwd: opts.cwd.clone(),
+        timeout: opts.timeout,
+        read_only: true,
+        stream: None,
+        guards: Vec::new(),
+    };
+    for g in &opts.guards {
+        let done = match g {
+            Guard::Creates(p) | Guard::Removes(p) => {
+                let path = crate::host::fs::host_path(p)?;
+                let exists = h.view_stat(&path, true)?.is_some();
+                exists == matches!(g, Guard::Creates(_))
+            }
+            Guard::Unless(argv) | Guard::Onlyif(argv) => {
+                if argv.is_empty() || argv[0].is_empty() {
+                    return Err(HostError::Invalid {
+                        what: "guard",
+                        message: format!("{} needs at least a program name", g.text()),
+                    });
+                }
+                let ok = exec(h, argv, &query)?.ok;
+                ok == matches!(g, Guard::Unless(_))
+            }
+        };
+        if done {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// `query(argv, opts)`: [`run`] with `read_only: true` (executed in every mode).
@@ -290,6 +408,7 @@ impl process::Sink for CommandSink<'_> {
 /// process primitive ([`crate::process::run`], on this thread).
 pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
     let command = quote_argv(argv);
+    let _span = tracing::debug_span!("command", argv = %command).entered();
     let mut env: Vec<(OsString, OsString)> = Vec::new();
     let mut has_path = false;
     for (k, v) in h.options().env.iter().chain(opts.env.iter()) {
@@ -377,6 +496,7 @@ pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOu
         stderr: sink.stderr.into_string(),
         ok: code == 0,
         planned: false,
+        skipped: false,
     };
     if opts.check && !out.ok {
         return Err(HostError::CommandFailed {
@@ -510,5 +630,159 @@ mod tests {
         let mut c = Capture::new(None);
         c.push(&[b'z'; 100]);
         assert_eq!(c.into_string().len(), 100);
+    }
+
+    fn argv(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    /// A chrooted root with `/bin/sh`, a `useradd` stub appending to `/users` and an `id`
+    /// stub that succeeds for a listed user.
+    fn users_root() -> TestHost {
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub("useradd", "echo \"$1\" >> /users");
+        t.stub(
+            "id",
+            "[ -e /users ] || exit 1\nwhile read u; do [ \"$u\" = \"$1\" ] && exit 0; done < /users\nexit 1",
+        );
+        t
+    }
+
+    fn useradd(h: &mut Host) -> CmdOutput {
+        run(
+            h,
+            &argv(&["useradd", "gpuops"]),
+            &RunOptions {
+                guards: vec![Guard::Unless(argv(&["id", "gpuops"]))],
+                ..RunOptions::default()
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_guarded_command_is_a_change_in_every_mode() {
+        let t = users_root();
+        let summary = "run: useradd gpuops (unless id gpuops)";
+
+        // Plan: the guard (a query) runs, the command does not; a change.
+        let mut h = t.host(ExecMode::Plan);
+        assert_eq!(useradd(&mut h), CmdOutput::planned());
+        let rep = h.finish().unwrap();
+        assert_eq!(t.calls(), ["id gpuops"]);
+        assert!(!t.p("/users").exists());
+        assert_eq!(rep.changes.len(), 1);
+        assert_eq!(rep.changes[0].kind, "guarded_command");
+        assert_eq!(rep.changes[0].summary, summary);
+        assert!(rep.actions.is_empty());
+        assert_eq!(rep.summary(), "Plan: 1 to change, 0 unchanged.");
+
+        // Check: drift while the guard says not done.
+        t.clear_calls();
+        let mut h = t.host(ExecMode::Check);
+        useradd(&mut h);
+        let rep = h.finish().unwrap();
+        assert_eq!(rep.drift().len(), 1);
+        assert_eq!(rep.drift()[0].summary, summary);
+        assert_eq!(t.calls(), ["id gpuops"]);
+
+        // Apply: runs, counted as a change.
+        t.clear_calls();
+        let mut h = t.host(ExecMode::Apply);
+        let out = useradd(&mut h);
+        assert!(out.ok && !out.planned && !out.skipped, "{out:?}");
+        assert_eq!(h.changed(), 1);
+        let rep = h.finish().unwrap();
+        assert_eq!(rep.summary(), "Apply: 1 changed, 0 unchanged.");
+        assert_eq!(t.calls(), ["id gpuops", "useradd gpuops"]);
+        assert_eq!(t.read("/users"), "gpuops\n");
+
+        // Done now: skipped and unchanged in apply, plan and check; no drift.
+        for mode in [ExecMode::Apply, ExecMode::Plan, ExecMode::Check] {
+            t.clear_calls();
+            let mut h = t.host(mode);
+            assert_eq!(useradd(&mut h), CmdOutput::skipped());
+            let rep = h.finish().unwrap();
+            assert!(rep.changes.is_empty() && rep.actions.is_empty(), "{rep:?}");
+            assert_eq!(rep.unchanged, 1);
+            assert!(rep.drift().is_empty());
+            assert_eq!(t.calls(), ["id gpuops"], "{mode:?}");
+        }
+        assert_eq!(t.read("/users"), "gpuops\n");
+    }
+
+    #[test]
+    fn path_guards_onlyif_and_summaries() {
+        let t = users_root();
+        let make = |h: &mut Host, guards: Vec<Guard>| {
+            run(
+                h,
+                &argv(&["/bin/sh", "-c", "echo x > /made"]),
+                &RunOptions {
+                    guards,
+                    ..RunOptions::default()
+                },
+            )
+            .unwrap()
+        };
+        let creates = || vec![Guard::Creates("/made".into())];
+        let mut h = t.host(ExecMode::Plan);
+        make(&mut h, creates());
+        // a planned write satisfies a later `creates` of the same session
+        crate::host::fs::write(&mut h, "/made", "planned\n", &Default::default()).unwrap();
+        assert_eq!(make(&mut h, creates()), CmdOutput::skipped());
+        let rep = h.finish().unwrap();
+        assert_eq!(
+            rep.changes[0].summary,
+            "run: /bin/sh -c 'echo x > /made' (creates /made)"
+        );
+        assert_eq!(rep.unchanged, 1);
+
+        let mut h = t.host(ExecMode::Apply);
+        assert!(make(&mut h, creates()).ok);
+        assert_eq!(t.read("/made"), "x\n");
+        assert_eq!(make(&mut h, creates()), CmdOutput::skipped());
+        // removes: done once the path is gone
+        let removes = || vec![Guard::Removes("/gone".into())];
+        assert_eq!(make(&mut h, removes()), CmdOutput::skipped());
+        // onlyif: done when the guard command fails; any guard saying done skips
+        let onlyif = |code: &str| Guard::Onlyif(argv(&["/bin/sh", "-c", &format!("exit {code}")]));
+        assert_eq!(make(&mut h, vec![onlyif("1")]), CmdOutput::skipped());
+        assert_eq!(
+            make(&mut h, vec![onlyif("0"), Guard::Creates("/made".into())]),
+            CmdOutput::skipped()
+        );
+        assert!(!make(&mut h, vec![onlyif("0")]).skipped);
+        let rep = h.finish().unwrap();
+        assert_eq!(rep.summary(), "Apply: 2 changed, 4 unchanged.");
+
+        // sh's summary names the script; guards are listed in order
+        assert_eq!(
+            guarded_summary(
+                &argv(&["/bin/bash", "-c", "mount /data"]),
+                &[
+                    Guard::Onlyif(argv(&["test", "-b", "/dev/sdb"])),
+                    Guard::Removes("/x y".into())
+                ]
+            ),
+            "sh: mount /data (onlyif test -b /dev/sdb, removes /x y)"
+        );
+
+        // a guard command that cannot run is the command's error
+        let mut h = t.host(ExecMode::Plan);
+        let e = run(
+            &mut h,
+            &argv(&["true"]),
+            &RunOptions {
+                guards: vec![Guard::Unless(argv(&["no-such-guard"]))],
+                ..RunOptions::default()
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "failed to run no-such-guard: program not found"
+        );
     }
 }

@@ -2,8 +2,10 @@
 //!
 //! Both live in agent-side directories ([`HostOptions::configmaps_dir`],
 //! [`HostOptions::node_metadata_dir`]) that may lie outside the host root, so they are read
-//! with plain `std::fs`. A configMap is a file in the directory; names starting with `.` (a
-//! configMap volume's `..data` internals) are never listed or read.
+//! with plain `std::fs` (regular files of at most [`crate::host::fs::MAX_READ_BYTES`],
+//! opened without blocking: [`crate::host::fs::read_local`]). A configMap is a file in the
+//! directory; names starting with `.` (a configMap volume's `..data` internals) are never
+//! listed or read.
 //!
 //! [`HostOptions::configmaps_dir`]: crate::host::HostOptions::configmaps_dir
 //! [`HostOptions::node_metadata_dir`]: crate::host::HostOptions::node_metadata_dir
@@ -58,16 +60,18 @@ pub fn names(h: &Host) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// `config::get(name)`: the configMap's text, `None` when absent.
+/// The configMap's bytes, `None` when absent (or not a file).
 ///
 /// # Errors
-/// [`HostError::AgentFile`] on a read failure other than "not found".
-pub fn get(h: &Host, name: &str) -> Result<Option<String>> {
+/// [`HostError::AgentFile`] on a read failure other than "not found";
+/// [`HostError::NotRegular`] for a FIFO, device or socket and [`HostError::FileTooLarge`]
+/// above [`crate::host::fs::MAX_READ_BYTES`] (as for every file read whole).
+fn read(h: &Host, name: &str) -> Result<Option<Vec<u8>>> {
     let Some(p) = cm_path(h, name) else {
         return Ok(None);
     };
-    match std::fs::read(&p) {
-        Ok(b) => Ok(Some(String::from_utf8_lossy(&b).into_owned())),
+    match crate::host::fs::read_local(&p)? {
+        Ok(b) => Ok(Some(b)),
         Err(e)
             if matches!(
                 e.kind(),
@@ -80,12 +84,29 @@ pub fn get(h: &Host, name: &str) -> Result<Option<String>> {
     }
 }
 
-/// `config::has(name)`.
+/// `config::get(name)`: the configMap's text, `None` when absent.
 ///
 /// # Errors
-/// As [`get`].
+/// [`HostError::ConfigMapNotText`] when the content is not UTF-8 (a binary configMap);
+/// [`HostError::AgentFile`] on a read failure other than "not found".
+pub fn get(h: &Host, name: &str) -> Result<Option<String>> {
+    match read(h, name)? {
+        None => Ok(None),
+        Some(b) => String::from_utf8(b)
+            .map(Some)
+            .map_err(|e| HostError::ConfigMapNotText {
+                name: name.into(),
+                offset: e.utf8_error().valid_up_to(),
+            }),
+    }
+}
+
+/// `config::has(name)`: whether the configMap exists (whatever its content).
+///
+/// # Errors
+/// [`HostError::AgentFile`] on a read failure other than "not found".
 pub fn has(h: &Host, name: &str) -> Result<bool> {
-    Ok(get(h, name)?.is_some())
+    Ok(read(h, name)?.is_some())
 }
 
 fn need(h: &Host, name: &str) -> Result<String> {
@@ -142,7 +163,7 @@ fn metadata(h: &Host, file: &str) -> Result<serde_json::Map<String, serde_json::
         return Ok(Default::default());
     };
     let p = dir.join(file);
-    let bytes = match std::fs::read(&p) {
+    let bytes = match crate::host::fs::read_local(&p)? {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
         Err(source) => return Err(HostError::AgentFile { path: p, source }),

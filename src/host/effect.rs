@@ -10,8 +10,10 @@
 //! Effects fall in three classes ([`EffectClass`]):
 //! - *changes* bring the host to a desired state and are only submitted when the state
 //!   differed (counted by `changed()`, drift in a check);
-//! - *actions* are done every time they are asked for (commands, restarts, daemon-reload,
-//!   grub regeneration); never drift;
+//!   Guarded commands (`run(argv, #{creates: path})`, [`Effect::GuardedCommand`]) are
+//!   changes too: submitted only when their guard says the work is not done yet;
+//! - *actions* are done every time they are asked for (unguarded commands, restarts,
+//!   daemon-reload, grub regeneration); never drift;
 //! - *interrupts* are collected and handed to the agent after the step succeeded.
 
 use std::path::PathBuf;
@@ -225,11 +227,19 @@ pub enum Effect {
         /// The new value.
         value: String,
     },
-    /// Run a command that is not read-only (an action).
+    /// Run a command that is not read-only and has no guard (an action).
     Command {
         /// Program and arguments.
         argv: Vec<String>,
         /// Options as given.
+        opts: RunOptions,
+    },
+    /// Run a command whose guards ([`RunOptions::guards`], not empty) said its work is not
+    /// done yet (a change: drift in a check).
+    GuardedCommand {
+        /// Program and arguments.
+        argv: Vec<String>,
+        /// Options as given, guards included.
         opts: RunOptions,
     },
     /// Regenerate grub configuration (deferred to the end of the step).
@@ -264,7 +274,8 @@ impl Effect {
 
     /// A short machine-readable kind for reports: `write`, `remove`, `mkdir`, `remove_all`,
     /// `chmod`, `chown`, `symlink`, `service`, `service_action`, `daemon_reload`,
-    /// `package_install`, `package_remove`, `sysctl`, `command`, `grub_update`, `interrupt`.
+    /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,
+    /// `grub_update`, `interrupt`.
     pub fn kind(&self) -> &'static str {
         match self {
             Effect::WriteFile { .. } => "write",
@@ -281,6 +292,7 @@ impl Effect {
             Effect::PackageRemove { .. } => "package_remove",
             Effect::Sysctl { .. } => "sysctl",
             Effect::Command { .. } => "command",
+            Effect::GuardedCommand { .. } => "guarded_command",
             Effect::GrubUpdate(_) => "grub_update",
             Effect::Interrupt(_) => "interrupt",
         }
@@ -302,7 +314,7 @@ impl Effect {
                 names.join(" ")
             }
             Effect::Sysctl { key, .. } => key.clone(),
-            Effect::Command { argv, .. } => quote_argv(argv),
+            Effect::Command { argv, .. } | Effect::GuardedCommand { argv, .. } => quote_argv(argv),
             Effect::GrubUpdate(_) => "grub".into(),
             Effect::Interrupt(_) => "node".into(),
         }

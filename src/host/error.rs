@@ -41,6 +41,33 @@ pub enum HostError {
         what: &'static str,
     },
 
+    /// A file the host API reads whole (`fs::read`, the text edits, `copy`, `os::`, configMaps,
+    /// node metadata, secrets) is not a regular file: a FIFO, a device or a socket is refused
+    /// before any byte is read, so it can neither block the step nor stream without end.
+    #[error("{} is {what}, not a regular file (only regular files are read)", path.display())]
+    NotRegular {
+        /// The host path (an agent-side path for configMaps, node metadata and secrets).
+        path: PathBuf,
+        /// What it is: `a fifo`, `a character device`, `a block device`, `a socket`.
+        what: &'static str,
+    },
+
+    /// A file the host API reads whole is larger than the read limit (`limit` bytes:
+    /// [`crate::host::fs::MAX_READ_BYTES`], 64 MiB).
+    #[error(
+        "{} is too large to read: {size} bytes, more than the limit of {limit} bytes ({} MiB)",
+        path.display(),
+        limit >> 20
+    )]
+    FileTooLarge {
+        /// The host path (an agent-side path for configMaps, node metadata and secrets).
+        path: PathBuf,
+        /// Its size in bytes (as far as it was read, for a file that grew while being read).
+        size: u64,
+        /// The limit in bytes.
+        limit: u64,
+    },
+
     /// Nothing can be created at `path`: an ancestor (or, for a directory, `path` itself)
     /// exists and is not a directory, or is a dangling symlink. Raised in every mode.
     #[error("cannot create {}: {} {reason}", path.display(), ancestor.display())]
@@ -195,6 +222,18 @@ pub enum HostError {
     ConfigMapMissing {
         /// The configMap (file) name.
         name: String,
+    },
+
+    /// A configMap read as text (`config::get`, `lines`, `kv`) is not valid UTF-8: a binary
+    /// configMap, which text functions would otherwise silently mangle.
+    #[error(
+        "configMap {name:?} is not UTF-8 text (invalid byte at offset {offset}); binary configMaps cannot be read as text"
+    )]
+    ConfigMapNotText {
+        /// The configMap (file) name.
+        name: String,
+        /// Byte offset of the first invalid sequence.
+        offset: usize,
     },
 
     /// A file outside the host root (configMaps, node metadata, secrets) could not be read.

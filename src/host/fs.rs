@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use crate::host::effect::Effect;
 use crate::host::error::{HostError, Result};
 use crate::host::lines::{Lines, Stamp, View};
-use crate::host::root::EntryKind;
+use crate::host::root::{EntryKind, HostRoot, kind_name};
 use crate::host::session::Stat;
 use crate::host::{ExecMode, Host};
 
@@ -46,6 +46,86 @@ impl Default for LineOptions {
             create: true,
         }
     }
+}
+
+/// The largest file the host API reads whole, in bytes (64 MiB): `fs::read`, `fs::read_or`,
+/// the text edits (`ensure_line`, blocks, `append`), `copy`, the comparison before `write`,
+/// `os::`, `sysctl::`/`grub::` files, configMaps, node metadata and secrets. Twice Rhai's
+/// [`max_string_size`](crate::script::Limits::max_string_size) (32 MiB), so a text edit of
+/// any file a script could have written works, while `/dev/zero`-like or runaway files cannot
+/// exhaust the agent's memory. A larger file fails the call with
+/// [`HostError::FileTooLarge`].
+pub const MAX_READ_BYTES: u64 = 64 << 20;
+
+/// The whole content of the regular file at `key` under `root` (`shown` is the path for
+/// errors), `None` when absent; symlinks are followed inside the root.
+///
+/// The file is checked with `stat` before it is opened, then opened `O_NONBLOCK | O_NOCTTY`
+/// and checked again with `fstat` ([`crate::host::root::HostRoot::read_regular`]), so a FIFO
+/// never blocks the step (the deadline cannot interrupt a blocking read) and a device never
+/// streams into memory.
+///
+/// # Errors
+/// [`HostError::WrongKind`] for a directory; [`HostError::NotRegular`] for a FIFO, device or
+/// socket; [`HostError::FileTooLarge`] above [`MAX_READ_BYTES`]; resolution and read
+/// failures (a file swapped or grown between the checks fails with the root error naming
+/// the limit).
+pub(crate) fn read_whole(root: &HostRoot, key: &Path, shown: &Path) -> Result<Option<Vec<u8>>> {
+    let Some(m) = root.metadata(key)? else {
+        return Ok(None);
+    };
+    if m.is_dir() {
+        return Err(HostError::WrongKind {
+            path: shown.to_path_buf(),
+            what: "is a directory",
+        });
+    }
+    check_regular(shown, &m)?;
+    Ok(Some(root.read_regular(key, MAX_READ_BYTES)?))
+}
+
+/// [`HostError::NotRegular`] / [`HostError::FileTooLarge`] for a file that may not be read.
+fn check_regular(path: &Path, m: &std::fs::Metadata) -> Result<()> {
+    if !m.is_file() {
+        return Err(HostError::NotRegular {
+            path: path.to_path_buf(),
+            what: kind_name(m.file_type()),
+        });
+    }
+    if m.len() > MAX_READ_BYTES {
+        return Err(HostError::FileTooLarge {
+            path: path.to_path_buf(),
+            size: m.len(),
+            limit: MAX_READ_BYTES,
+        });
+    }
+    Ok(())
+}
+
+/// Read an agent-side file (configMaps, node metadata, secrets: outside the host root) as
+/// [`read_whole`] does: without blocking on a FIFO, a regular file of at most
+/// [`MAX_READ_BYTES`].
+///
+/// The outer error is the refusal ([`HostError::NotRegular`], [`HostError::FileTooLarge`]);
+/// the inner `io::Result` is the open or read outcome for the caller to map (`NotFound`,
+/// `IsADirectory` for a directory, permissions).
+///
+/// # Errors
+/// See above.
+pub(crate) fn read_local(path: &Path) -> Result<std::io::Result<Vec<u8>>> {
+    let f = match crate::host::root::open_local(path) {
+        Ok(f) => f,
+        Err(e) => return Ok(Err(e)),
+    };
+    let m = match f.metadata() {
+        Ok(m) => m,
+        Err(e) => return Ok(Err(e)),
+    };
+    if m.is_dir() {
+        return Ok(Err(std::io::ErrorKind::IsADirectory.into()));
+    }
+    check_regular(path, &m)?;
+    Ok(crate::host::root::read_bounded(f, MAX_READ_BYTES))
 }
 
 /// Parse a script path: absolute, else [`HostError::RelativePath`].
@@ -99,7 +179,9 @@ pub fn is_dir(h: &Host, p: &str) -> Result<bool> {
 /// `fs::read(p)`: the file's text.
 ///
 /// # Errors
-/// [`HostError::NotFound`] when missing; [`HostError::NotText`]; a directory.
+/// [`HostError::NotFound`] when missing; [`HostError::NotText`]; a directory
+/// ([`HostError::WrongKind`]); a FIFO, device or socket ([`HostError::NotRegular`], without
+/// reading or blocking); a file above [`MAX_READ_BYTES`] ([`HostError::FileTooLarge`]).
 pub fn read(h: &Host, p: &str) -> Result<String> {
     let path = host_path(p)?;
     match h.view_read(&path)? {
@@ -448,7 +530,10 @@ fn take_view(h: &mut Host, path: &Path, key: &Path) -> Result<View> {
                 what: "is a directory",
             });
         }
-        Some(m) => Some(Stamp::of(&m)),
+        Some(m) => {
+            check_regular(path, &m)?;
+            Some(Stamp::of(&m))
+        }
     };
     if let Some(v) = h.texts.remove(key)
         && v.stamp == stamp
@@ -456,10 +541,11 @@ fn take_view(h: &mut Host, path: &Path, key: &Path) -> Result<View> {
     {
         return Ok(v);
     }
-    // Read after the stat: content newer than the stamp only causes a re-read next time.
+    // Read after the stat: content newer than the stamp only causes a re-read next time. Read
+    // as `read_whole` does: a regular file, non-blocking, at most `MAX_READ_BYTES`.
     let content = match stamp {
         None => None,
-        Some(_) => Some(h.root().read(path)?),
+        Some(_) => Some(h.root().read_regular(path, MAX_READ_BYTES)?),
     };
     let exists = content.is_some();
     Ok(View {

@@ -15,6 +15,7 @@
 //! | [`effect`] | [`effect::Effect`] and its parts |
 //! | [`deferred`] | write-ahead records of deferred work, run by the next session after a crash |
 //! | [`pathlock`] | cross-process locks held across a read-modify-write of a host file |
+//! | [`digest`] | SHA-256 content hashes for reports |
 //! | `apply`, `plan` | the executors (private) |
 //! | [`report`] | [`Report`], [`ExecMode`] |
 //! | [`fs`], [`cmd`], [`service`], [`pkg`], [`os`], [`tuning`], [`interrupt`] | the API areas |
@@ -24,6 +25,7 @@ mod apply;
 pub mod cmd;
 pub mod config;
 pub mod deferred;
+pub mod digest;
 pub mod effect;
 pub mod error;
 pub mod fs;
@@ -47,5 +49,5 @@ pub(crate) mod testutil;
 
 pub use error::HostError;
 pub use plan::render_diff;
-pub use report::{ExecMode, Report};
+pub use report::{ExecMode, Position, Report};
 pub use session::{Host, HostOptions, Stat};

@@ -193,15 +193,65 @@ fn ids(uid: Option<u32>, gid: Option<u32>) -> String {
     format!("{}:{}", f(uid), f(gid))
 }
 
+/// What a report says about one effect ([`Host::describe`]).
+#[derive(Debug, Default)]
+pub(crate) struct Described {
+    /// The one-line summary.
+    pub summary: String,
+    /// The unified diff of file contents, when asked for.
+    pub diff: Option<String>,
+    /// `sha256:` of the content before (an existing file written or removed).
+    pub before: Option<String>,
+    /// `sha256:` of the content after (a write).
+    pub after: Option<String>,
+    /// Missing directories the effect creates on the way, outermost first.
+    pub mkdir: Vec<String>,
+}
+
 impl Host {
-    /// A one-line summary of `effect` and, for file contents when `with_diff`, its diff
-    /// against the current view.
-    pub(crate) fn describe(
-        &self,
-        effect: &Effect,
-        with_diff: bool,
-    ) -> Result<(String, Option<String>)> {
-        Ok(match effect {
+    /// The summary of `effect`, the content hashes and, for file contents when `with_diff`,
+    /// its diff against the current view, and the directories it creates on the way.
+    pub(crate) fn describe(&self, effect: &Effect, with_diff: bool) -> Result<Described> {
+        let mut d = self.summarize(effect, with_diff)?;
+        match effect {
+            Effect::WriteFile { path, content, .. } => {
+                d.after = Some(crate::host::digest::sha256_tag(content));
+                d.mkdir = self.missing_parents(path)?;
+            }
+            Effect::Symlink { link: path, .. } | Effect::Mkdir { path, .. } => {
+                d.mkdir = self.missing_parents(path)?;
+            }
+            _ => {}
+        }
+        if let Effect::WriteFile { path, .. } | Effect::RemoveFile { path } = effect
+            && self
+                .view_stat(path, true)?
+                .is_some_and(|s| s.kind == "file")
+        {
+            d.before = self
+                .view_read(path)?
+                .map(|c| crate::host::digest::sha256_tag(&c));
+        }
+        Ok(d)
+    }
+
+    /// The missing ancestors of `path` as the session sees them, outermost first (host
+    /// paths, lexically normalised).
+    fn missing_parents(&self, path: &Path) -> Result<Vec<String>> {
+        let norm = normalize(path);
+        let mut missing = Vec::new();
+        for anc in norm.ancestors().skip(1) {
+            if self.view_stat(anc, true)?.is_some() {
+                break;
+            }
+            missing.push(anc.display().to_string());
+        }
+        missing.reverse();
+        Ok(missing)
+    }
+
+    fn summarize(&self, effect: &Effect, with_diff: bool) -> Result<Described> {
+        let (summary, diff) = match effect {
             Effect::WriteFile {
                 path,
                 content,
@@ -313,6 +363,9 @@ impl Host {
                 (format!("sysctl {key} = {value} (was {old})"), None)
             }
             Effect::Command { argv, .. } => (quote_argv(argv), None),
+            Effect::GuardedCommand { argv, opts } => {
+                (crate::host::cmd::guarded_summary(argv, &opts.guards), None)
+            }
             Effect::GrubUpdate(GrubUpdate::UpdateGrub) => ("update-grub".into(), None),
             Effect::GrubUpdate(GrubUpdate::Grubby { add, remove }) => {
                 let mut parts = Vec::new();
@@ -331,6 +384,11 @@ impl Host {
                 (parts.join("; "), None)
             }
             Effect::Interrupt(_) => ("interrupt".into(), None),
+        };
+        Ok(Described {
+            summary,
+            diff,
+            ..Described::default()
         })
     }
 
@@ -421,6 +479,7 @@ impl Host {
             Effect::ServiceAction { .. }
             | Effect::DaemonReload
             | Effect::Command { .. }
+            | Effect::GuardedCommand { .. }
             | Effect::GrubUpdate(_)
             | Effect::Interrupt(_) => {}
         }

@@ -57,7 +57,7 @@ impl RootError {
 pub const MAX_PACKAGE_FILE_BYTES: u64 = 16 << 20;
 
 /// What kind of non-regular file `ft` is, for messages (`a fifo`, `a directory`, ...).
-fn kind_name(ft: std::fs::FileType) -> &'static str {
+pub(crate) fn kind_name(ft: std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     if ft.is_dir() {
         "a directory"

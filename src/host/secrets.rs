@@ -20,8 +20,9 @@ fn valid_component(s: &str) -> bool {
 ///
 /// # Errors
 /// [`HostError::SecretRefused`] when `name` is not allowed (or `name`/`key` are not single
-/// path components); [`HostError::SecretRead`] when the file cannot be read. Neither names
-/// the value.
+/// path components); [`HostError::SecretRead`] when the file cannot be read;
+/// [`HostError::NotRegular`] / [`HostError::FileTooLarge`] for a FIFO, device or socket or a
+/// file above [`crate::host::fs::MAX_READ_BYTES`]. None names the value.
 pub fn secret(h: &mut Host, name: &str, key: &str) -> Result<String> {
     let refused = || HostError::SecretRefused {
         name: name.to_string(),
@@ -34,7 +35,7 @@ pub fn secret(h: &mut Host, name: &str, key: &str) -> Result<String> {
         return Err(refused());
     }
     let path = Path::new(&h.options().secrets_dir).join(name).join(key);
-    let bytes = std::fs::read(&path).map_err(|source| HostError::SecretRead {
+    let bytes = crate::host::fs::read_local(&path)?.map_err(|source| HostError::SecretRead {
         name: name.to_string(),
         key: key.to_string(),
         source,

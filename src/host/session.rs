@@ -45,7 +45,7 @@ use crate::host::deferred::{self, GrubPending};
 use crate::host::effect::{Effect, EffectClass, GrubUpdate, InterruptRequest};
 use crate::host::error::{HostError, Result};
 use crate::host::plan::Overlay;
-use crate::host::report::{Action, Change, ExecMode, Report};
+use crate::host::report::{Action, Change, ExecMode, Item, Journal, Position, Report};
 use crate::host::root::{EntryKind, HostRoot};
 use crate::host::secrets::Redactor;
 
@@ -83,6 +83,9 @@ pub struct HostOptions {
     /// group, a grace period, `SIGKILL`) and fails with [`crate::host::HostError::Cancelled`].
     /// Default: a fresh token nobody cancels.
     pub cancel: crate::process::Cancel,
+    /// Render unified diffs of file contents in apply mode too (`skyhook-run --apply
+    /// --diff`); plan and check mode always render them.
+    pub diffs: bool,
 }
 
 impl Default for HostOptions {
@@ -99,6 +102,7 @@ impl Default for HostOptions {
             package_lock_timeout: Duration::from_secs(300),
             redactor: None,
             cancel: crate::process::Cancel::new(),
+            diffs: false,
         }
     }
 }
@@ -140,6 +144,10 @@ pub struct Host {
     /// A grub record exists in the root ([`deferred`]).
     recorded_grub: bool,
     finished: bool,
+    /// The script position of the host call being served ([`Host::set_position`]).
+    position: Option<Position>,
+    /// The step's ordered list, shared with a recording output ([`Host::journal`]).
+    journal: Journal,
 }
 
 impl Host {
@@ -163,6 +171,8 @@ impl Host {
             pending_grub: grub.unwrap_or_default(),
             recorded_reload,
             finished: false,
+            position: None,
+            journal: Journal::default(),
         }
     }
 
@@ -213,6 +223,19 @@ impl Host {
             .map(|d| d.saturating_duration_since(Instant::now()))
     }
 
+    /// Set the script position of the host call being served (the binding layer sets it
+    /// before each call and clears it after): effects submitted meanwhile carry it.
+    pub fn set_position(&mut self, position: Option<Position>) {
+        self.position = position;
+    }
+
+    /// The step's ordered list (changes, actions, interrupts as they are submitted). Give a
+    /// clone to a recording output so script output lands in it in order; the report gets
+    /// the items when the step ends ([`Report::items`]).
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
     /// Count a mutating call that found the desired state already in place.
     pub fn note_unchanged(&mut self) {
         self.report.unchanged += 1;
@@ -229,6 +252,10 @@ impl Host {
         // functions put back the view of the file they wrote).
         self.texts.clear();
         if let Effect::Interrupt(i) = effect {
+            self.journal.push(Item::Interrupt {
+                index: self.report.interrupts.len(),
+                position: self.position.clone(),
+            });
             self.report.interrupts.push(i);
             return Ok(None);
         }
@@ -236,8 +263,8 @@ impl Host {
         // A daemon-reload (explicit or scheduled) satisfies a scheduled one.
         let reload = matches!(effect, Effect::DaemonReload);
         let was_pending = reload && std::mem::take(&mut self.pending_daemon_reload);
-        let with_diff = self.mode != ExecMode::Apply;
-        let (summary, diff) = self.describe(&effect, with_diff)?;
+        let with_diff = self.mode != ExecMode::Apply || self.opts.diffs;
+        let d = self.describe(&effect, with_diff)?;
         let out = match self.mode {
             ExecMode::Apply => {
                 let r = crate::host::apply::perform(self, &effect);
@@ -249,23 +276,37 @@ impl Host {
             ExecMode::Plan | ExecMode::Check => {
                 self.overlay_record(&effect)?;
                 match effect {
-                    Effect::Command { .. } => Some(CmdOutput::planned()),
+                    Effect::Command { .. } | Effect::GuardedCommand { .. } => {
+                        Some(CmdOutput::planned())
+                    }
                     _ => None,
                 }
             }
         };
+        let position = self.position.clone();
         match effect.class() {
-            EffectClass::Change => self.report.changes.push(Change {
-                kind: effect.kind().into(),
-                target: effect.target(),
-                summary,
-                diff,
-            }),
-            EffectClass::Action => self.report.actions.push(Action {
-                kind: effect.kind().into(),
-                target: effect.target(),
-                summary,
-            }),
+            EffectClass::Change => {
+                self.journal.push(Item::Change(self.report.changes.len()));
+                self.report.changes.push(Change {
+                    kind: effect.kind().into(),
+                    target: effect.target(),
+                    summary: d.summary,
+                    diff: d.diff,
+                    before: d.before,
+                    after: d.after,
+                    mkdir: d.mkdir,
+                    position,
+                });
+            }
+            EffectClass::Action => {
+                self.journal.push(Item::Action(self.report.actions.len()));
+                self.report.actions.push(Action {
+                    kind: effect.kind().into(),
+                    target: effect.target(),
+                    summary: d.summary,
+                    position,
+                });
+            }
             EffectClass::Interrupt => {}
         }
         Ok(out)
@@ -407,7 +448,8 @@ impl Host {
     pub fn finish_with_report(mut self) -> (Report, Result<()>) {
         self.finished = true;
         let result = self.run_deferred();
-        let report = std::mem::replace(&mut self.report, Report::new(self.mode));
+        let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
+        report.items = self.journal.take();
         (report, result)
     }
 
@@ -429,7 +471,8 @@ impl Host {
     /// failed (as [`Host::finish_with_report`]).
     pub fn finish_step_with_report(&mut self) -> (Report, Result<()>) {
         let deferred = self.run_deferred();
-        let report = std::mem::replace(&mut self.report, Report::new(self.mode));
+        let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
+        report.items = self.journal.take();
         self.opts.deadline = None;
         (report, deferred)
     }
@@ -557,10 +600,13 @@ impl Host {
         }))
     }
 
-    /// Content of the file at `path` (following symlinks); `None` when absent.
+    /// Content of the file at `path` (following symlinks); `None` when absent. A file on disk
+    /// is read with [`crate::host::fs::read_whole`]: regular files of at most
+    /// [`crate::host::fs::MAX_READ_BYTES`] only.
     ///
     /// # Errors
-    /// [`HostError::WrongKind`] for a directory; resolution or read failures.
+    /// [`HostError::WrongKind`] for a directory; [`HostError::NotRegular`],
+    /// [`HostError::FileTooLarge`]; resolution or read failures.
     pub(crate) fn view_read(&self, path: &Path) -> Result<Option<Vec<u8>>> {
         let key = if self.mode != ExecMode::Apply {
             let key = self.overlay_key(path, true)?;
@@ -577,14 +623,7 @@ impl Host {
         } else {
             path.to_path_buf()
         };
-        match self.root.metadata(&key)? {
-            None => Ok(None),
-            Some(m) if m.is_dir() => Err(HostError::WrongKind {
-                path: path.to_path_buf(),
-                what: "is a directory",
-            }),
-            Some(_) => Ok(Some(self.root.read(&key)?)),
-        }
+        crate::host::fs::read_whole(&self.root, &key, path)
     }
 
     /// Entries of directory `dir` (name, kind), sorted by name; `None` when absent.

@@ -1525,3 +1525,21 @@ fn line_view_is_kept_per_session_and_sees_other_writers() {
     assert_eq!(t.read("/etc/v.conf"), "q\nm\nn\n");
     assert!(!fs::ensure_line(&mut h, "/etc/v.conf", "n", &o).unwrap());
 }
+
+#[test]
+fn line_views_read_as_bounded_reads_do() {
+    // A FIFO is refused without blocking, in apply mode (the view's own read) as in plan.
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/etc")).unwrap();
+    nix::unistd::mkfifo(
+        &t.p("/etc/pipe"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    for mode in [ExecMode::Apply, ExecMode::Plan] {
+        let mut h = t.host(mode);
+        let e = fs::ensure_line(&mut h, "/etc/pipe", "x", &LineOptions::default()).unwrap_err();
+        assert!(matches!(e, HostError::NotRegular { .. }), "{mode:?}: {e}");
+        h.finish().unwrap();
+    }
+}

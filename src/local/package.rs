@@ -21,7 +21,7 @@ use crate::package::Mode;
 use crate::package::load::{Loaded, check_step_files, parse};
 use crate::process::Cancel;
 use crate::runner::PlanRunner;
-use crate::script::host_api::HostApi;
+use crate::script::host_api::{Capture, HostApi};
 use crate::script::{ScriptEngine, ScriptOutput};
 use crate::state::history;
 
@@ -50,6 +50,9 @@ pub struct PackageRun {
     /// plus `--env`). Also the agent settings' source (`SKYHOOK_ROOT_DIR`, `SKYHOOK_LOG_DIR`,
     /// `OVERLAY_ALWAYS_RUN_STEP`, ...) and the source of `env:NAME` arguments.
     pub env: Vec<(String, String)>,
+    /// Record script output in each step's ordered list ([`Capture`]; dry runs only);
+    /// `None`: output is only written.
+    pub capture: Option<Capture>,
     /// The Skyhook CR (YAML or JSON) whose `spec.packages.<name>` declares the package's
     /// interrupts; `None`: `DIR/node-metadata/packages.json` when present, else requested
     /// interrupts are not judged.
@@ -189,6 +192,9 @@ impl PackagePlan {
             match &s.kind {
                 StepKind::Script(o) => {
                     out.push_str(&report_body(&o.report, &self.redactor));
+                    for n in &o.notes {
+                        let _ = writeln!(out, "note: {n}");
+                    }
                     if let Some(e) = &o.error {
                         let _ = writeln!(out, "failed: {}", self.redactor.redact(e));
                     } else if !o.ok && !o.report.drift().is_empty() {
@@ -232,7 +238,16 @@ impl PackagePlan {
                 let m = v.as_object_mut().expect("object literal");
                 let kind = match &s.kind {
                     StepKind::Script(o) => {
-                        m.insert("result".into(), o.to_json(r));
+                        let mut result = o.to_json(r);
+                        if let Value::Object(rm) = &mut result {
+                            let errors: Vec<Value> = o
+                                .error
+                                .iter()
+                                .map(|e| super::error_json(&r.redact(e)))
+                                .collect();
+                            rm.insert("errors".into(), Value::Array(errors));
+                        }
+                        m.insert("result".into(), result);
                         "rhai"
                     }
                     StepKind::Process => {
@@ -270,18 +285,10 @@ impl PackagePlan {
     }
 }
 
-/// A report's text form without its summary line (empty, or lines ending with `\n`).
+/// A report's text form without its summary line (empty, or lines ending with `\n`), in
+/// the order things happened ([`Report::render_items`]).
 fn report_body(r: &Report, redactor: &Redactor) -> String {
-    let text = r.render_text(redactor);
-    let body = text
-        .trim_end_matches('\n')
-        .rsplit_once('\n')
-        .map_or("", |(body, _summary)| body);
-    if body.is_empty() {
-        String::new()
-    } else {
-        format!("{body}\n")
-    }
+    redactor.redact(&r.render_items()).into_owned()
 }
 
 /// Plan the agent's `root_dir/` overlay ([`crate::agent::prepare::overlay`]) from the
@@ -326,6 +333,7 @@ fn process_action(s: &PlannedStep) -> Action {
         kind: "step".into(),
         target: s.path.clone(),
         summary: s.command_line(),
+        position: None,
     }
 }
 
@@ -473,6 +481,10 @@ impl PackageRun {
             host_options(&base_env, Some(configmaps.clone()), &rid),
         ));
         let redactor = api.redactor().clone();
+        let output = match self.capture {
+            Some(c) => api.capture_output(output, c),
+            None => output,
+        };
         let output = api.redacting_output(output);
 
         let mut planned = Vec::with_capacity(steps.len() + 1);
@@ -552,6 +564,7 @@ impl PackageRun {
                 let kind = match record.decision {
                     Decision::Ran(r) if !r.ran => StepKind::Process,
                     Decision::Ran(r) => StepKind::Script(StepOutcome {
+                        notes: r.notes,
                         report: r.report.unwrap_or_else(|| Report::new(exec)),
                         code: r.status,
                         error: r.error,

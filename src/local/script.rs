@@ -8,7 +8,7 @@ use crate::host::root::HostRoot;
 use crate::host::secrets::{Redactor, parse_allowlist};
 use crate::host::{ExecMode, Host, HostOptions};
 use crate::package::Mode;
-use crate::script::host_api::HostApi;
+use crate::script::host_api::{Capture, HostApi};
 use crate::script::{
     CompiledScript, ModuleStore, ScriptEngine, ScriptOutput, StepContext, compile_step_in,
 };
@@ -80,6 +80,11 @@ pub struct ScriptRun {
     pub args: Vec<String>,
     /// Aborting it ends the script at its next operation or command (Ctrl-C).
     pub cancel: crate::process::Cancel,
+    /// Record script output in the report's ordered list ([`Capture`]); `None`: output is
+    /// only written.
+    pub capture: Option<Capture>,
+    /// Render file diffs in apply mode too (`--apply --diff`; plans always have them).
+    pub diffs: bool,
 }
 
 impl ScriptRun {
@@ -172,9 +177,14 @@ impl ScriptRun {
         };
         let mut options = host_options(&env, configmaps, &resource_id);
         options.cancel = self.cancel.clone();
+        options.diffs = self.diffs;
         let host = Host::new(root, exec, options);
         let api = HostApi::new(host);
         let redactor = api.redactor().clone();
+        let output = match self.capture {
+            Some(c) => api.capture_output(output, c),
+            None => output,
+        };
         let output = api.redacting_output(output);
         let mut opts = crate::script::RunOptions::new(output, self.cancel.clone());
         opts.timeout = Some(timeout);

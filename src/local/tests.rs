@@ -29,6 +29,8 @@ fn script_configmaps_default_to_the_package_layout() {
         env: Vec::new(),
         args: Vec::new(),
         cancel: crate::process::Cancel::new(),
+        capture: None,
+        diffs: false,
     };
     assert_eq!(run.configmaps_dir(), Some(d.path().join("pkg/configmaps")));
     run.script = d.path().join("apply.rhai");
@@ -160,6 +162,7 @@ fn package_plan_includes_the_root_dir_overlay() {
             mode,
             configmaps: None,
             env: vec![("NODE_NAME".into(), "n1".into())],
+            capture: None,
             skyhook_cr: None,
         }
         .plan(&engine, out.clone())
@@ -269,6 +272,8 @@ fn two_runs_with_different_deadlines_do_not_interfere() {
         env: vec![("SKYHOOK_SCRIPT_TIMEOUT".into(), secs.into())],
         args: Vec::new(),
         cancel: crate::process::Cancel::new(),
+        capture: None,
+        diffs: false,
     };
     let long = run(script("long", "/t/b"), "60");
     let short = run(script("short", "/t/a"), "1");

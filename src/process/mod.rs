@@ -163,6 +163,10 @@ pub trait Sink {
     /// any chunk.
     fn started(&mut self) {}
 
+    /// Called once with the main process's pid (also its process group id), right before
+    /// [`Sink::started`]. The pid stays valid (a zombie at worst) until the run returns.
+    fn spawned(&mut self, _pid: i32) {}
+
     /// One read of `stream` (1 to [`Options::read_size`] bytes, not aligned to lines or
     /// characters), in read order. `Break` ends the run like an abort
     /// ([`Outcome::SinkStopped`]); the sink then receives no more chunks (the rest of the

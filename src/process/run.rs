@@ -152,6 +152,7 @@ pub fn run(spec: &Spec, options: &Options, sink: &mut dyn Sink) -> Report {
             Err(e) => return failed(e),
         }
     };
+    sink.spawned(pid);
     sink.started();
     let start = Instant::now();
     let pidfd = pidfd_open(pid);

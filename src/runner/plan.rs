@@ -29,6 +29,8 @@ pub struct StepOutcome {
     pub error: Option<String>,
     /// Success: no error, the return code accepted, and in a check no drift.
     pub ok: bool,
+    /// Verdicts on requested interrupts (declared in the CR, left to the operator).
+    pub notes: Vec<String>,
 }
 
 impl StepOutcome {
@@ -47,6 +49,9 @@ impl StepOutcome {
                     .map_or(Value::Null, |e| redactor.redact(e).into_owned().into()),
             );
             m.insert("drift".into(), json!(self.report.drift().len()));
+            if !self.notes.is_empty() {
+                m.insert("notes".into(), json!(self.notes));
+            }
         }
         v
     }
@@ -104,6 +109,7 @@ pub fn run_step(
         code: outcome.code,
         error,
         ok,
+        notes: Vec::new(),
     }
 }
 
@@ -153,6 +159,7 @@ impl StepRunner for PlanRunner<'_> {
             interrupts,
             error: o.error,
             report: Some(o.report),
+            notes: Vec::new(),
             log_errors: Vec::new(),
         }
     }

@@ -243,7 +243,10 @@ impl ScriptRunner {
                 output.clone(),
             );
             let (cancel, timeout) = (inv.cancel.clone(), inv.script_timeout);
+            // The step's diagnostics span follows the script onto the blocking pool.
+            let span = tracing::Span::current();
             tokio::task::spawn_blocking(move || {
+                let _entered = span.enter();
                 runner.run(&script, &ctx, api, out, cancel, timeout)
             })
             .await
@@ -269,15 +272,8 @@ impl ScriptRunner {
         let mut interrupts = Vec::new();
         let report = match api.finish() {
             Ok(report) => {
-                let drift = report.drift();
-                if !drift.is_empty() {
-                    let mut text = format!(
-                        "drift: {} pending change(s), the host is not in the state this script describes:\n",
-                        drift.len()
-                    );
-                    for change in drift {
-                        text.push_str(&format!("  ~ {}\n", change.summary));
-                    }
+                if !report.drift().is_empty() {
+                    let text = report.render_drift(&inv.redactor);
                     ScriptOutput::stderr(&*output, text.as_bytes());
                     ok = false;
                     if status == 0 {
@@ -311,6 +307,7 @@ impl ScriptRunner {
             interrupts,
             report,
             error,
+            notes: Vec::new(),
             log_errors,
         }
     }

@@ -104,6 +104,9 @@ pub struct StepResult {
     pub report: Option<Report>,
     /// The script error or deferred-work failure (`file:line:col: message`), redacted.
     pub error: Option<String>,
+    /// Lines about the step the agent also printed, e.g. that a requested interrupt is
+    /// declared in the Skyhook CR and left to the operator.
+    pub notes: Vec<String>,
     /// Output that could not be written (a full log disk, a closed console): reported on
     /// stderr by the runner and kept here; the step's outcome is unchanged (9.3).
     pub log_errors: Vec<String>,

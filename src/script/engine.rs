@@ -30,11 +30,13 @@
 //! Every limit is set explicitly ([`Limits`]): Rhai's defaults differ between debug and
 //! release builds. Parse-time limits (expression depth, number of functions, string literal
 //! size) are enforced by [`compile_step`](super::compile_step); the rest while running.
-//! On top of Rhai's limits, a wall-clock deadline and a cancel flag are checked in
-//! `on_progress` every [`PROGRESS_CHECK_EVERY`] operations. A blocking host call does not
+//! On top of Rhai's limits, the run's memory ([`Limits::max_memory`]) and output
+//! ([`Limits::max_output`]) are checked in `on_progress` before every operation, and a
+//! wall-clock deadline and a cancel flag every [`PROGRESS_CHECK_EVERY`] operations. A blocking host call does not
 //! tick `on_progress`; host calls keep their own timeouts (commands default to what remains
 //! of the deadline, see [`RunHandle::deadline`](super::RunHandle)).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rhai::packages::{
@@ -44,6 +46,8 @@ use rhai::packages::{
 use rhai::{Dynamic, Engine, OptimizationLevel, Shared};
 
 use super::errors::Stop;
+use super::memory;
+use super::output::CappedOutput;
 
 /// The environment variable that overrides [`Limits::timeout`], in whole seconds.
 pub const TIMEOUT_ENV: &str = "SKYHOOK_SCRIPT_TIMEOUT";
@@ -79,7 +83,8 @@ pub struct Limits {
     pub max_array_size: usize,
     /// Properties of one object map. Default 100,000. Rhai 1.27 checks it when a map is built,
     /// merged (`+=`, `mixin`) or stored in another value, not when `m[k] = v` adds a property;
-    /// such growth is bounded by [`Limits::max_operations`] until the next check.
+    /// such growth is bounded by [`Limits::max_operations`] until the next check, and its
+    /// bytes (keys, which Rhai never measures, included) by [`Limits::max_memory`].
     pub max_map_size: usize,
     /// Modules imported per run (every `import` executed counts). Default 64.
     pub max_modules: usize,
@@ -87,6 +92,26 @@ pub struct Limits {
     pub max_variables: usize,
     /// Script functions defined in one script or module (parse time). Default 1,000.
     pub max_functions: usize,
+    /// Bytes of memory one run may hold, all values together. Default 256 MiB.
+    ///
+    /// Measured by the allocator, not estimated from values ([`crate::script::memory`]): the
+    /// bytes allocated and not yet freed by the run's thread since the run started, checked
+    /// before every Rhai operation. So it counts what Rhai's size limits do not see (map
+    /// keys, many variables, call frames, captured values, host call results, planned
+    /// writes) and counts a string shared by several values once. A run may overshoot by
+    /// what one operation allocates (one host call: at most a
+    /// [`MAX_READ_BYTES`](crate::host::fs::MAX_READ_BYTES) file or two
+    /// [`CAPTURE_LIMIT`](crate::host::cmd::CAPTURE_LIMIT) command streams; one string
+    /// operation: about two [`Limits::max_string_size`]). 256 MiB is eight times the largest
+    /// string and ten thousand times what the shipped modules use (under 1 MiB), and keeps a
+    /// runaway step well below the memory of the smallest node.
+    pub max_memory: usize,
+    /// Bytes of output one run may write through `print`, `debug` and `log::` (both streams
+    /// together, prefixes and newlines included). Default 64 MiB: a thousand times what the
+    /// shipped modules print, twice the largest string; a step's logs and the console stay
+    /// bounded whatever the script prints. Beyond it the run stops (see
+    /// [`crate::script::output`]); output of commands run with `stream: true` is not counted.
+    pub max_output: usize,
     /// Wall-clock deadline of one run when the run gives none ([`RunOptions::timeout`]:
     /// the agent and `skyhook-run` pass the run's `SKYHOOK_SCRIPT_TIMEOUT`). Default 600 s.
     ///
@@ -107,6 +132,8 @@ impl Default for Limits {
             max_modules: 64,
             max_variables: 10_000,
             max_functions: 1_000,
+            max_memory: 256 << 20,
+            max_output: 64 << 20,
             timeout: Duration::from_secs(600),
         }
     }
@@ -186,18 +213,38 @@ impl ScriptEngine {
             .set_max_modules(l.max_modules)
             .set_max_variables(l.max_variables)
             .set_max_functions(l.max_functions)
-            .set_optimization_level(OptimizationLevel::Simple);
+            .set_optimization_level(OptimizationLevel::Simple)
+            // `m.key` / `m["key"]` of a missing key is an error at its position, not `()`.
+            .set_fail_on_invalid_map_property(true);
         // `eval` would run code that compile_step never saw; as a disabled symbol it is a
         // parse error wherever it appears.
         engine.disable_symbol("eval");
     }
 
-    /// A fresh engine for one run: the frozen configuration plus the deadline/cancel hook.
-    /// The caller adds the per-run functions (output, context, host bindings, resolver).
-    pub(crate) fn run_engine(&self, deadline: Instant, cancel: crate::process::Cancel) -> Engine {
+    /// A fresh engine for one run: the frozen configuration plus the memory, output,
+    /// deadline and cancel hook. Call it on the thread that runs the script: the run's memory
+    /// is what that thread holds beyond what it held here ([`memory::thread_net`]). `output`
+    /// is the run's capped output, which the caller hooks up with the per-run functions
+    /// (output, context, host bindings, resolver).
+    pub(crate) fn run_engine(
+        &self,
+        deadline: Instant,
+        cancel: crate::process::Cancel,
+        output: Arc<CappedOutput>,
+    ) -> Engine {
         let mut engine = Engine::new_raw();
         self.configure(&mut engine);
+        let base = memory::thread_net();
+        let max_memory = isize::try_from(self.limits.max_memory).unwrap_or(isize::MAX);
         engine.on_progress(move |ops| {
+            // One thread-local read: cheap enough for every operation, and a loop allocating
+            // a large string per operation cannot get far past the limit.
+            if memory::thread_net().saturating_sub(base) > max_memory {
+                return Some(Dynamic::from(Stop::Memory));
+            }
+            if output.exceeded() {
+                return Some(Dynamic::from(Stop::Output));
+            }
             if ops % PROGRESS_CHECK_EVERY != 0 {
                 return None;
             }
@@ -231,12 +278,21 @@ mod tests {
             max_modules: 18,
             max_variables: 19,
             max_functions: 20,
+            max_memory: 21,
+            max_output: 22,
             timeout: Duration::from_secs(1),
         };
         let se = ScriptEngine::new(limits);
         for e in [
             se.compiler(),
-            &se.run_engine(Instant::now(), crate::process::Cancel::new()),
+            &se.run_engine(
+                Instant::now(),
+                crate::process::Cancel::new(),
+                Arc::new(CappedOutput::new(
+                    Arc::new(crate::script::CaptureOutput::new()),
+                    1,
+                )),
+            ),
         ] {
             assert_eq!(e.max_operations(), 11);
             assert_eq!(e.max_call_levels(), 12);

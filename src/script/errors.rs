@@ -85,6 +85,10 @@ pub enum Limit {
     Variables,
     /// [`Limits::max_functions`] (parse time).
     Functions,
+    /// [`Limits::max_memory`].
+    Memory,
+    /// [`Limits::max_output`].
+    Output,
 }
 
 impl Limit {
@@ -100,6 +104,8 @@ impl Limit {
             Limit::Modules => "max_modules",
             Limit::Variables => "max_variables",
             Limit::Functions => "max_functions",
+            Limit::Memory => "max_memory",
+            Limit::Output => "max_output",
         }
     }
 
@@ -144,6 +150,15 @@ impl Limit {
                 "function limit exceeded (max_functions = {})",
                 limits.max_functions
             ),
+            Limit::Memory => format!(
+                "memory limit exceeded: the script holds more than {} (max_memory)",
+                fmt_bytes(limits.max_memory)
+            ),
+            Limit::Output => format!(
+                "output limit exceeded: the script wrote more than {} with print, debug and \
+                 log:: (max_output)",
+                fmt_bytes(limits.max_output)
+            ),
         }
     }
 }
@@ -160,6 +175,10 @@ pub(crate) enum Stop {
     Deadline,
     /// The cancel flag was set.
     Cancelled,
+    /// The run holds more memory than [`Limits::max_memory`].
+    Memory,
+    /// The run wrote more output than [`Limits::max_output`].
+    Output,
 }
 
 impl ScriptError {
@@ -306,10 +325,20 @@ fn classify(mut err: Box<EvalAltResult>, limits: &Limits) -> (ScriptErrorKind, S
                 ),
             ),
             Some(Stop::Cancelled) => (ScriptErrorKind::Cancelled, "step cancelled".to_string()),
+            Some(Stop::Memory) => limit(Limit::Memory),
+            Some(Stop::Output) => limit(Limit::Output),
             None => (ScriptErrorKind::Runtime, "script terminated".to_string()),
         },
         // Our resolver puts the whole message (`cannot import "x": reason`) in the path.
         EvalAltResult::ErrorModuleNotFound(text, _) => (ScriptErrorKind::Import, text.clone()),
+        // `m.key` / `m["key"]` of a missing key (the engine fails on it instead of `()`).
+        EvalAltResult::ErrorPropertyNotFound(p, _) => (
+            ScriptErrorKind::Runtime,
+            format!(
+                "Property not found: {p} (the map has no such key: test it with `{p:?} in m`, \
+                 or read it with `m.get({p:?})`, which is () when missing)"
+            ),
+        ),
         EvalAltResult::ErrorRuntime(value, _) => match value.clone().try_cast::<ImportFailure>() {
             Some(ImportFailure(msg)) => (ScriptErrorKind::Import, msg),
             None => (ScriptErrorKind::Runtime, runtime_text(value)),
@@ -328,6 +357,15 @@ fn runtime_text(value: &Dynamic) -> String {
         value.clone().into_string().unwrap_or_default()
     } else {
         value.to_string()
+    }
+}
+
+/// `256 MiB` for whole MiB, else `1000 bytes`.
+pub(crate) fn fmt_bytes(n: usize) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{} MiB", n >> 20)
+    } else {
+        format!("{n} bytes")
     }
 }
 

@@ -6,10 +6,13 @@
 //! - [`run`]: [`compile_step`] (parse and resolve every static import before any state is
 //!   written) and [`run_script`] / [`run_script_with`] → [`ScriptOutcome`].
 //! - [`context`]: the `step` constant, `step()`, `env()` from a [`StepContext`].
-//! - [`output`]: `print`, `debug`, `log::*` through [`ScriptOutput`].
+//! - [`output`]: `print`, `debug`, `log::*` through [`ScriptOutput`], capped per run.
+//! - [`memory`]: the counting allocator behind [`Limits::max_memory`].
 //! - [`bindings`]: [`ScriptHost`], the seam where the host API (`fs::`, `service::`, ...)
 //!   is bound into each run.
 //! - [`errors`]: [`ScriptError`], rendered `file:line:col: message`.
+//! - [`lint`]: the static checker of `skyhook-run check` and `skyhook-agent validate`
+//!   (unknown functions and modules, argument counts, option keys, known Rhai traps).
 //!
 //! Besides the Rhai packages, scripts get: `print(x)`, `debug(x)`, `log::info/warn/error(msg)`,
 //! `step` / `step()`, `env(name)` / `env(name, default)`, `fail(msg)` and `changed()`.
@@ -39,6 +42,8 @@ pub mod context;
 pub mod engine;
 pub mod errors;
 pub mod host_api;
+pub mod lint;
+pub mod memory;
 pub mod output;
 pub mod resolver;
 pub mod run;

@@ -13,10 +13,23 @@
 //!
 //! A script error is written to stderr as `file:line:col: message\n` by
 //! [`run_script`](super::run_script).
+//!
+//! # Output limit
+//!
+//! A run writes at most [`Limits::max_output`](super::Limits::max_output) bytes (both streams
+//! together, prefixes and newlines included) through these calls. The chunk that would pass
+//! the limit, and any after it, is not written; `log::` functions then fail at the call, and
+//! after `print` and `debug` (whose hooks cannot fail) the run stops before its next
+//! operation, or when it ends, with `output limit exceeded`. Output of commands run with
+//! `stream: true` is not counted (like a bash step's, it is bounded by the command's
+//! timeout), nor is the final error message.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rhai::{Dynamic, Engine, ImmutableString, Module};
+use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Module, NativeCallContext};
+
+use super::errors::Stop;
 
 /// Where a run's output goes: the agent pipes it into its log sink (labels, timestamps, log
 /// files), `skyhook-run` to the terminal, tests into a buffer.
@@ -119,12 +132,80 @@ fn text_of(value: &Dynamic) -> String {
     }
 }
 
-/// Hook `print`, `debug` and the `log` module of one run to `out`.
-pub(crate) fn register(engine: &mut Engine, out: Arc<dyn ScriptOutput>) {
+/// One run's output with its limit (see the module docs): writes chunks through to the
+/// inner output until `limit` bytes would be passed, then drops every chunk and remembers
+/// it ([`CappedOutput::exceeded`]).
+pub(crate) struct CappedOutput {
+    inner: Arc<dyn ScriptOutput>,
+    limit: u64,
+    used: AtomicU64,
+    exceeded: AtomicBool,
+}
+
+impl CappedOutput {
+    /// `inner` limited to `limit` bytes.
+    pub(crate) fn new(inner: Arc<dyn ScriptOutput>, limit: usize) -> Self {
+        CappedOutput {
+            inner,
+            limit: u64::try_from(limit).unwrap_or(u64::MAX),
+            used: AtomicU64::new(0),
+            exceeded: AtomicBool::new(false),
+        }
+    }
+
+    /// True once a chunk was refused: the run must stop.
+    pub(crate) fn exceeded(&self) -> bool {
+        self.exceeded.load(Ordering::Relaxed)
+    }
+
+    /// Count `n` bytes; false (and [`CappedOutput::exceeded`] from now on) when they do not
+    /// fit.
+    fn admit(&self, n: usize) -> bool {
+        if self.exceeded() {
+            return false;
+        }
+        let n = n as u64;
+        let before = self.used.fetch_add(n, Ordering::Relaxed);
+        if before.saturating_add(n) > self.limit {
+            self.exceeded.store(true, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Write `bytes` to stdout or stderr if they fit; false when refused.
+    fn write(&self, to_stderr: bool, bytes: &[u8]) -> bool {
+        if !self.admit(bytes.len()) {
+            return false;
+        }
+        if to_stderr {
+            self.inner.stderr(bytes);
+        } else {
+            self.inner.stdout(bytes);
+        }
+        true
+    }
+}
+
+/// The error that stops a run at its output limit.
+pub(crate) fn output_stop(pos: rhai::Position) -> Box<EvalAltResult> {
+    Box::new(EvalAltResult::ErrorTerminated(
+        Dynamic::from(Stop::Output),
+        pos,
+    ))
+}
+
+/// Hook `print`, `debug` and the `log` module of one run to `out`, which holds the run's
+/// output limit.
+pub(crate) fn register(engine: &mut Engine, out: Arc<CappedOutput>) {
     let o = out.clone();
-    engine.on_print(move |s| o.stdout(&line("", s)));
+    engine.on_print(move |s| {
+        o.write(false, &line("", s));
+    });
     let o = out.clone();
-    engine.on_debug(move |s, _source, _pos| o.stderr(&line("", s)));
+    engine.on_debug(move |s, _source, _pos| {
+        o.write(true, &line("", s));
+    });
     // Rhai's own `debug` quotes strings (`debug("hi")` would print `"hi"`); a step's
     // stderr wants the text. Functions on the engine take precedence over packages.
     engine.register_fn("debug", |s: ImmutableString| s);
@@ -137,14 +218,12 @@ pub(crate) fn register(engine: &mut Engine, out: Arc<dyn ScriptOutput>) {
     ];
     for (name, prefix, to_stderr) in levels {
         let o = out.clone();
-        log.set_native_fn(name, move |msg: Dynamic| {
-            let bytes = line(prefix, &text_of(&msg));
-            if to_stderr {
-                o.stderr(&bytes);
+        log.set_native_fn(name, move |ctx: NativeCallContext, msg: Dynamic| {
+            if o.write(to_stderr, &line(prefix, &text_of(&msg))) {
+                Ok(())
             } else {
-                o.stdout(&bytes);
+                Err(output_stop(ctx.call_position()))
             }
-            Ok(())
         });
     }
     engine.register_static_module("log", log.into());

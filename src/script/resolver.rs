@@ -58,6 +58,8 @@ pub(crate) struct CachedModule {
     /// AST's source, hence the module's id.
     pub file: String,
     pub ast: AST,
+    /// The module's text (the static checker looks at literals in it).
+    pub source: String,
 }
 
 /// Why a module could not be loaded.
@@ -294,7 +296,7 @@ impl ModuleStore {
             err,
         })?;
         ast.set_source(file.as_str());
-        let cached = Arc::new(CachedModule { file, ast });
+        let cached = Arc::new(CachedModule { file, ast, source });
         if let Ok(mut c) = self.cache.lock() {
             c.insert(key, cached.clone());
         }

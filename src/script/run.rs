@@ -65,6 +65,11 @@ impl CompiledScript {
         });
         found
     }
+
+    /// The compiled AST (what the static checker walks).
+    pub fn ast(&self) -> &AST {
+        &self.ast
+    }
 }
 
 /// Compile the step script at `path`, resolving its imports under `base_dir`.
@@ -138,7 +143,7 @@ pub fn compile_source(
     })
 }
 
-fn read_script(path: &Path) -> std::io::Result<String> {
+pub(crate) fn read_script(path: &Path) -> std::io::Result<String> {
     let f = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
@@ -272,8 +277,12 @@ pub fn run_script_with(
         let spawned = std::thread::Builder::new()
             .name("skyhook-script".to_string())
             .stack_size(SCRIPT_STACK_BYTES)
-            .spawn_scoped(s, move || {
-                evaluate(engine, script, ctx, opts, limits, deadline)
+            .spawn_scoped(s, {
+                let span = tracing::Span::current();
+                move || {
+                    let _entered = span.enter();
+                    evaluate(engine, script, ctx, opts, limits, deadline)
+                }
             });
         match spawned {
             Ok(handle) => handle.join().unwrap_or_else(|panic| {
@@ -312,8 +321,12 @@ fn evaluate(
     limits: &Limits,
     deadline: Instant,
 ) -> ScriptOutcome {
-    let mut e = engine.run_engine(deadline, opts.cancel.clone());
-    output::register(&mut e, opts.output.clone());
+    let out = Arc::new(output::CappedOutput::new(
+        opts.output.clone(),
+        limits.max_output,
+    ));
+    let mut e = engine.run_engine(deadline, opts.cancel.clone(), out.clone());
+    output::register(&mut e, out.clone());
     let step = ctx.to_map();
     context::register(&mut e, step.clone(), Arc::new(ctx.env.clone()));
     e.register_fn(
@@ -345,7 +358,18 @@ fn evaluate(
 
     let mut scope = Scope::new();
     scope.push_constant("step", step);
-    match e.eval_ast_with_scope::<Dynamic>(&mut scope, &script.ast) {
+    let result = e
+        .eval_ast_with_scope::<Dynamic>(&mut scope, &script.ast)
+        .and_then(|value| {
+            // A `print` past the limit as the script's last operation: nothing ran after it
+            // to stop the run.
+            if out.exceeded() {
+                Err(output::output_stop(Position::NONE))
+            } else {
+                Ok(value)
+            }
+        });
+    match result {
         Ok(value) => match value.as_int() {
             Ok(n) => match i32::try_from(n) {
                 Ok(code) => ScriptOutcome { code, error: None },

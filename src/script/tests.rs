@@ -292,6 +292,167 @@ fn growing_array_and_map_hit_their_limits() {
     assert_eq!((e.line, e.column), (Some(1), Some(54)));
 }
 
+/// Rhai never measures map keys: a map grown by fresh 1 MB keys is stopped by the memory
+/// limit (about 130 keys in), long before the operations limit would.
+#[test]
+fn map_grown_by_large_keys_hits_the_memory_limit() {
+    let r = run(
+        "let m = #{};\nlet v = \"x\";\nv.pad(1000000, 'x');\nfor i in 0..100000 {\n    m[v + i] = i;\n}\n",
+        &[],
+    );
+    let e = r.err();
+    assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::Memory));
+    assert_eq!(
+        e.message,
+        "memory limit exceeded: the script holds more than 256 MiB (max_memory)"
+    );
+    assert_eq!(e.file, r.main());
+    assert!(e.line.is_some_and(|l| (4..=5).contains(&l)), "{e}");
+    assert_eq!(r.stderr(), format!("{e}\n"));
+}
+
+/// Values spread over many variables, each within Rhai's per-value limits, are bounded by
+/// the memory limit all together.
+#[test]
+fn many_large_variables_hit_the_memory_limit() {
+    let limits = Limits {
+        max_memory: 64 << 20,
+        ..Limits::default()
+    };
+    let mut src = String::from("let s = \"x\";\ns.pad(1000000, 'x');\n");
+    for i in 0..200 {
+        src.push_str(&format!("let v{i} = s + {i};\n"));
+    }
+    src.push_str("print(\"unreachable\");\n");
+    let r = run_opts(limits, &src, &[], |_| {});
+    let e = r.err();
+    assert_eq!(
+        e.to_string().split_once(": ").map(|(_, m)| m),
+        Some("memory limit exceeded: the script holds more than 64 MiB (max_memory)")
+    );
+    // About 1 to 2 MB per variable: stopped somewhere after the 30th, before the last.
+    assert!(e.line.is_some_and(|l| (30..200).contains(&l)), "{e}");
+    assert_eq!(r.stdout(), "");
+}
+
+/// `m[k] = v` stores another reference to `v`'s string, not a copy: 100,000 keys referring
+/// to one 1 MB string take a few MB, and the memory limit (here 64 MiB) counts the string
+/// once, so the loop runs to its end. Rhai's own size check counts every reference: handing
+/// such a map to a function fails with the string limit.
+#[test]
+fn map_of_one_shared_string_costs_one_string() {
+    let limits = Limits {
+        max_memory: 64 << 20,
+        ..Limits::default()
+    };
+    let grow = "let m = #{};\nlet v = \"x\";\nv.pad(1000000, 'x');\nfor i in 0..100000 {\n    m[\"k\" + i] = v;\n}\n";
+    let r = run_opts(limits.clone(), &format!("{grow}7\n"), &[], |_| {});
+    assert!(r.outcome.error.is_none(), "{:?}", r.outcome.error);
+    assert_eq!(r.outcome.code, 7);
+    let r = run_opts(limits, &format!("{grow}m.len()\n"), &[], |_| {});
+    assert_eq!(
+        r.err().to_string(),
+        format!(
+            "{}:7:3: string size limit exceeded (max_string_size = 33554432 bytes)",
+            r.main()
+        )
+    );
+}
+
+const OUTPUT_LIMIT: &str = "output limit exceeded: the script wrote more than 64 MiB with print, debug and log:: (max_output)";
+
+/// Printing a 30 MB string in an endless loop stops at the output limit (64 MiB per run):
+/// two prints are written, the third is not, and the run ends at the loop.
+#[test]
+fn endless_large_prints_stop_at_the_output_limit() {
+    let r = run(
+        "let s = \"x\";\ns.pad(30000000, 'x');\nloop {\n    print(s);\n}\n",
+        &[],
+    );
+    let e = r.err();
+    assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::Output));
+    assert_eq!(e.message, OUTPUT_LIMIT);
+    assert_eq!(e.file, r.main());
+    assert!(e.line.is_some_and(|l| (3..=4).contains(&l)), "{e}");
+    let out = r.out.stdout_bytes();
+    assert_eq!(out.len(), 2 * 30_000_001);
+    assert_eq!(r.stderr(), format!("{e}\n"));
+}
+
+/// Every output call counts, both streams together: `log::` fails at the call that would
+/// pass the limit, a `print` or `debug` past it stops the run before its next operation, and
+/// one as the last thing the script does still fails the run.
+#[test]
+fn output_limit_counts_print_debug_and_log() {
+    let limits = Limits {
+        max_output: 20,
+        ..Limits::default()
+    };
+    let limit = "output limit exceeded: the script wrote more than 20 bytes with print, debug and \
+                 log:: (max_output)";
+    // 6 + 6 + 12 > 20: the third call fails where it is.
+    let r = run_opts(
+        limits.clone(),
+        "print(\"hello\");\ndebug(\"world\");\nlog::info(\"abc\");\nprint(\"never\");\n",
+        &[],
+        |_| {},
+    );
+    assert_eq!(r.err().to_string(), format!("{}:3:6: {limit}", r.main()));
+    assert_eq!(
+        (r.stdout(), r.stderr()),
+        ("hello\n".to_string(), format!("world\n{}\n", r.err()))
+    );
+    // A print past the limit: stopped before the next statement runs.
+    let r = run_opts(
+        limits.clone(),
+        "print(\"0123456789abcdefghij\");\nprint(\"after\");\n",
+        &[],
+        |_| {},
+    );
+    assert_eq!(r.err().kind, ScriptErrorKind::Limit(Limit::Output));
+    assert_eq!(r.err().line, Some(2), "{}", r.err());
+    assert_eq!(r.stdout(), "");
+    // The last statement: no later operation, the run fails when it ends.
+    let r = run_opts(
+        limits.clone(),
+        "let x = 1;\ndebug(\"0123456789abcdefghij\");",
+        &[],
+        |_| {},
+    );
+    assert_eq!(r.err().to_string(), format!("{}: {limit}", r.main()));
+    // Within the limit nothing changes.
+    let r = run_opts(limits, "print(\"0123456789abcdefghi\"); 3", &[], |_| {});
+    assert!(r.outcome.error.is_none(), "{:?}", r.outcome.error);
+    assert_eq!((r.outcome.code, r.stdout().len()), (3, 20));
+}
+
+/// Small prints without end, no operations limit: the output limit ends the run, not the
+/// deadline.
+#[test]
+fn endless_small_prints_stop_at_the_output_limit() {
+    let limits = Limits {
+        max_operations: u64::MAX,
+        max_output: 1 << 20,
+        ..Limits::default()
+    };
+    let started = Instant::now();
+    let r = run_opts(limits, "loop { print(\"x\"); }", &[], |_| {});
+    assert_eq!(
+        r.err().to_string(),
+        format!(
+            "{}:1:8: output limit exceeded: the script wrote more than 1 MiB with print, debug \
+             and log:: (max_output)",
+            r.main()
+        )
+    );
+    assert_eq!(r.out.stdout_bytes().len(), 1 << 20);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 #[test]
 fn deep_expression_hits_expression_depth() {
     let deep = format!("let x = {}1{};\n", "(".repeat(200), ")".repeat(200));

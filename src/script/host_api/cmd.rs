@@ -7,7 +7,7 @@ use rhai::{Array, Dynamic, ImmutableString, Map};
 
 use super::convert::{self, check_keys, opt_bool, opt_string};
 use super::{Api, Registrar};
-use crate::host::cmd::{self, CmdOutput, OutputSink, RunOptions, StreamTo};
+use crate::host::cmd::{self, CmdOutput, Guard, OutputSink, RunOptions, StreamTo};
 use crate::script::output::ScriptOutput;
 
 /// The run's output as the sink of a streamed command: each chunk goes to the step's stdout
@@ -23,27 +23,87 @@ impl OutputSink for ToScriptOutput {
     }
 }
 
-/// `#{check, input, env, cwd, timeout, read_only, stream}`. The timeout (seconds, int or
-/// float) is capped by what remains of the run's deadline; without one, the session's
-/// deadline (tightened to the run's) applies. `stream: true` forwards the command's output to
-/// `output`, the run's.
+/// The guard options of `run`/`sh`, in the order they are evaluated.
+const GUARD_KEYS: [&str; 4] = ["creates", "removes", "unless", "onlyif"];
+
+/// The guards of `m` (`creates`/`removes`: a path string; `unless`/`onlyif`: an argv array);
+/// `()` values are ignored.
+fn guards(m: &Map) -> Result<Vec<Guard>, String> {
+    let mut out = Vec::new();
+    for key in GUARD_KEYS {
+        match m.get(key) {
+            None => {}
+            Some(d) if d.is_unit() => {}
+            Some(d) => match key {
+                "creates" | "removes" => {
+                    let Some(p) = opt_string(m, key)? else {
+                        continue;
+                    };
+                    if !p.starts_with('/') {
+                        return Err(format!("option {key} must be an absolute path, got {p:?}"));
+                    }
+                    out.push(if key == "creates" {
+                        Guard::Creates(p)
+                    } else {
+                        Guard::Removes(p)
+                    });
+                }
+                _ => {
+                    let Some(a) = d.read_lock::<Array>() else {
+                        return Err(format!(
+                            "option {key} must be an argv array, got {}",
+                            d.type_name()
+                        ));
+                    };
+                    let argv = convert::strings(&a, key)?;
+                    if argv.first().is_none_or(String::is_empty) {
+                        return Err(format!("option {key} needs at least a program name"));
+                    }
+                    out.push(if key == "unless" {
+                        Guard::Unless(argv)
+                    } else {
+                        Guard::Onlyif(argv)
+                    });
+                }
+            },
+        }
+    }
+    Ok(out)
+}
+
+/// `#{check, input, env, cwd, timeout, read_only, stream}` and, unless `query`, the guards
+/// `#{creates, removes, unless, onlyif}` (a guarded command is a change). The timeout
+/// (seconds, int or float) is capped by what remains of the run's deadline; without one, the
+/// session's deadline (tightened to the run's) applies. `stream: true` forwards the
+/// command's output to `output`, the run's.
 fn run_opts(
     m: &Map,
     deadline: Instant,
     output: &Arc<dyn ScriptOutput>,
+    query: bool,
 ) -> Result<RunOptions, String> {
-    check_keys(
-        m,
-        &[
-            "check",
-            "input",
-            "env",
-            "cwd",
-            "timeout",
-            "read_only",
-            "stream",
-        ],
-    )?;
+    let base = [
+        "check",
+        "input",
+        "env",
+        "cwd",
+        "timeout",
+        "read_only",
+        "stream",
+    ];
+    if query {
+        check_keys(m, &base)?;
+    } else {
+        let all: Vec<&str> = base.iter().chain(GUARD_KEYS.iter()).copied().collect();
+        check_keys(m, &all)?;
+    }
+    let guards = if query { Vec::new() } else { guards(m)? };
+    if !guards.is_empty() && opt_bool(m, "read_only", false)? {
+        return Err(
+            "a guarded command cannot be read_only (guards are for commands that change something)"
+                .into(),
+        );
+    }
     let mut env = Vec::new();
     match m.get("env") {
         None => {}
@@ -89,19 +149,21 @@ fn run_opts(
         read_only: opt_bool(m, "read_only", false)?,
         stream: opt_bool(m, "stream", false)?
             .then(|| StreamTo(Arc::new(ToScriptOutput(output.clone())))),
+        guards,
     })
 }
 
-/// `#{code, stdout, stderr, ok}`, plus `planned: true` for a recorded command.
+/// `#{code, stdout, stderr, ok, planned, skipped}`: `planned` is true for a recorded
+/// command, `skipped` for a guarded command whose guard said it is done. Always present:
+/// reading a missing property is an error in scripts.
 pub(crate) fn output_map(o: CmdOutput) -> Map {
     let mut m = Map::new();
     m.insert("code".into(), Dynamic::from(i64::from(o.code)));
     m.insert("stdout".into(), convert::s(o.stdout));
     m.insert("stderr".into(), convert::s(o.stderr));
     m.insert("ok".into(), Dynamic::from(o.ok));
-    if o.planned {
-        m.insert("planned".into(), Dynamic::from(true));
-    }
+    m.insert("planned".into(), Dynamic::from(o.planned));
+    m.insert("skipped".into(), Dynamic::from(o.skipped));
     m
 }
 
@@ -116,7 +178,7 @@ pub(crate) fn register(r: &mut Registrar, api: &Api) {
     });
     bind!(r, api, "", "run", |h, argv: Array, o: Map| {
         let argv = convert::strings(&argv, "argv")?;
-        let o = run_opts(&o, d, &out_run)?;
+        let o = run_opts(&o, d, &out_run, false)?;
         Ok(output_map(cmd::run(h, &argv, &o)?))
     });
     bind!(r, api, "", "query", |h, argv: Array| {
@@ -125,7 +187,7 @@ pub(crate) fn register(r: &mut Registrar, api: &Api) {
     });
     bind!(r, api, "", "query", |h, argv: Array, o: Map| {
         let argv = convert::strings(&argv, "argv")?;
-        let o = run_opts(&o, d, &out_query)?;
+        let o = run_opts(&o, d, &out_query, true)?;
         Ok(output_map(cmd::query(h, &argv, &o)?))
     });
     bind!(r, api, "", "sh", |h, script: S| Ok(output_map(cmd::sh(
@@ -134,7 +196,7 @@ pub(crate) fn register(r: &mut Registrar, api: &Api) {
         &RunOptions::default()
     )?)));
     bind!(r, api, "", "sh", |h, script: S, o: Map| {
-        let o = run_opts(&o, d, &out_sh)?;
+        let o = run_opts(&o, d, &out_sh, false)?;
         Ok(output_map(cmd::sh(h, &script, &o)?))
     });
 }

@@ -19,7 +19,7 @@ pub enum Modes {
     /// Done every time it is called: run in apply, recorded in plan and check, never drift.
     Action,
     /// A command: run in apply; in plan and check recorded as an action and not run, unless
-    /// `read_only`.
+    /// `read_only`; with a guard (`creates`, `removes`, `unless`, `onlyif`) a change.
     Command,
     /// A read-only command: run in every mode.
     ReadOnlyCommand,
@@ -37,7 +37,9 @@ impl Modes {
             Modes::Query => "query: runs in every mode; sees planned changes",
             Modes::Change => "change: apply performs; plan records (diff); check: drift",
             Modes::Action => "action: apply runs; plan/check record; never drift",
-            Modes::Command => "apply runs; plan/check record as action (unless `read_only`)",
+            Modes::Command => {
+                "apply runs; plan/check record as action (unless `read_only`); guarded: a change (skipped when done, drift in check)"
+            }
             Modes::ReadOnlyCommand => "query: runs in every mode",
             Modes::Interrupt => {
                 "declared in every mode, never run by the step; judged against the Skyhook CR"
@@ -65,6 +67,10 @@ pub struct FnDoc {
     pub modes: Modes,
     /// Registered by the script layer itself (`changed()`), not by [`super::HostApi`].
     pub script_layer: bool,
+    /// The keys the function accepts in its `opts` map (empty: it takes no options map).
+    /// Checked against the binding's own list in tests; `skyhook-run check` reports any other
+    /// key of a literal options map.
+    pub options: &'static [&'static str],
 }
 
 impl FnDoc {
@@ -111,8 +117,39 @@ const fn f(
         doc,
         modes,
         script_layer: false,
+        options: &[],
     }
 }
+
+/// `d` taking an options map with `keys`.
+const fn with_opts(keys: &'static [&'static str], d: FnDoc) -> FnDoc {
+    FnDoc { options: keys, ..d }
+}
+
+const RUN_KEYS: &[&str] = &[
+    "check",
+    "input",
+    "env",
+    "cwd",
+    "timeout",
+    "read_only",
+    "stream",
+];
+/// The option keys of `run`/`sh`: [`RUN_KEYS`] and the guards (`query` takes none).
+const GUARDED_RUN_KEYS: &[&str] = &[
+    "check",
+    "input",
+    "env",
+    "cwd",
+    "timeout",
+    "read_only",
+    "stream",
+    "creates",
+    "removes",
+    "unless",
+    "onlyif",
+];
+const WRITE_KEYS: &[&str] = &["mode", "owner", "group"];
 
 const P: (&str, &str) = ("path", "String");
 const NAME: (&str, &str) = ("name", "String");
@@ -131,15 +168,18 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[ARGV],
         "Map",
         Command,
-        "Run `argv` (no shell) chrooted in the host root with the step's environment: `#{code, stdout, stderr, ok}` (plus `planned: true` when recorded, not run). A missing program is an error.",
+        "Run `argv` (no shell) chrooted in the host root with the step's environment: `#{code, stdout, stderr, ok, planned}` (`planned` is true when the command was recorded, not run). A missing program is an error.",
     ),
-    f(
-        "",
-        "run",
-        &[ARGV, OPTS],
-        "Map",
-        Command,
-        "As `run(argv)` with `#{check, input, env, cwd, timeout, read_only, stream}`: `check` throws on a non-zero code (command and stderr tail), `timeout` in seconds kills the process group (default and cap: what remains of the step's deadline), `read_only` marks a query, `stream: true` writes the command's stdout and stderr to the step's as they arrive (the agent's logs timestamp each chunk; nothing when the command is only planned) and keeps only the last 64 KiB of each in the result.",
+    with_opts(
+        GUARDED_RUN_KEYS,
+        f(
+            "",
+            "run",
+            &[ARGV, OPTS],
+            "Map",
+            Command,
+            "As `run(argv)` with `#{check, input, env, cwd, timeout, read_only, stream}`: `check` throws on a non-zero code (command and stderr tail), `timeout` in seconds kills the process group (default and cap: what remains of the step's deadline), `read_only` marks a query, `stream: true` writes the command's stdout and stderr to the step's as they arrive (the agent's logs timestamp each chunk; nothing when the command is only planned) and keeps only the last 64 KiB of each in the result. Guards make the command a change: `creates: path` (done when the path exists), `removes: path` (done when it does not), `unless: argv` (done when that command exits 0), `onlyif: argv` (done when it exits non-zero). Guards are queries, evaluated in every mode (chrooted like the command, with its `env`, `cwd`, `timeout`); when one says done the command is skipped, counted unchanged and returns `skipped: true`; otherwise it runs (apply), is planned as a change `run: useradd gpuops (unless id gpuops)` (plan) or is drift (check).",
+        ),
     ),
     f(
         "",
@@ -149,13 +189,16 @@ pub const FUNCTIONS: &[FnDoc] = &[
         ReadOnlyCommand,
         "`run(argv)` with `read_only: true`: executed in plan and check mode too.",
     ),
-    f(
-        "",
-        "query",
-        &[ARGV, OPTS],
-        "Map",
-        ReadOnlyCommand,
-        "`run(argv, opts)` with `read_only: true`.",
+    with_opts(
+        RUN_KEYS,
+        f(
+            "",
+            "query",
+            &[ARGV, OPTS],
+            "Map",
+            ReadOnlyCommand,
+            "`run(argv, opts)` with `read_only: true`.",
+        ),
     ),
     f(
         "",
@@ -165,13 +208,16 @@ pub const FUNCTIONS: &[FnDoc] = &[
         Command,
         "`run([\"/bin/bash\", \"-c\", script])`.",
     ),
-    f(
-        "",
-        "sh",
-        &[("script", "String"), OPTS],
-        "Map",
-        Command,
-        "`run([\"/bin/bash\", \"-c\", script], opts)`.",
+    with_opts(
+        GUARDED_RUN_KEYS,
+        f(
+            "",
+            "sh",
+            &[("script", "String"), OPTS],
+            "Map",
+            Command,
+            "`run([\"/bin/bash\", \"-c\", script], opts)`, guards included (summary `sh: <script> (creates /path)`).",
+        ),
     ),
     f(
         "",
@@ -231,7 +277,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[P],
         "String",
         Query,
-        "The file's text; an error when it is missing, a directory or not UTF-8.",
+        "The file's text; an error when it is missing, a directory, not a regular file (a FIFO, device or socket), larger than 64 MiB or not UTF-8 (and the string size limit, 32 MiB, applies to the text).",
     ),
     f(
         "fs",
@@ -273,13 +319,16 @@ pub const FUNCTIONS: &[FnDoc] = &[
         Change,
         "Replace the file's content atomically; an existing file keeps its mode, owner and extended attributes; a symlink's target is written.",
     ),
-    f(
-        "fs",
-        "write",
-        &[P, ("content", "String"), OPTS],
-        "bool",
-        Change,
-        "As `write`, also setting `#{mode, owner, group}` (mode `0o644` or `\"0644\"`; owner and group names from the root's /etc/passwd and /etc/group, or numbers).",
+    with_opts(
+        WRITE_KEYS,
+        f(
+            "fs",
+            "write",
+            &[P, ("content", "String"), OPTS],
+            "bool",
+            Change,
+            "As `write`, also setting `#{mode, owner, group}` (mode `0o644` or `\"0644\"`; owner and group names from the root's /etc/passwd and /etc/group, or numbers).",
+        ),
     ),
     f(
         "fs",
@@ -297,13 +346,16 @@ pub const FUNCTIONS: &[FnDoc] = &[
         Change,
         "Append `line` when no line equals it (the file is created when missing).",
     ),
-    f(
-        "fs",
-        "ensure_line",
-        &[P, ("line", "String"), OPTS],
-        "bool",
-        Change,
-        "With `#{regex, create}`: replace the last line matching `regex` (else append when absent); `create: false` makes a missing file an error.",
+    with_opts(
+        &["regex", "create"],
+        f(
+            "fs",
+            "ensure_line",
+            &[P, ("line", "String"), OPTS],
+            "bool",
+            Change,
+            "With `#{regex, create}`: replace the last line matching `regex` (else append when absent); `create: false` makes a missing file an error.",
+        ),
     ),
     f(
         "fs",
@@ -369,13 +421,16 @@ pub const FUNCTIONS: &[FnDoc] = &[
         Change,
         "Make `dst` a copy of file `src` (a new `dst` gets `src`'s mode).",
     ),
-    f(
-        "fs",
-        "copy",
-        &[("src", "String"), ("dst", "String"), OPTS],
-        "bool",
-        Change,
-        "As `copy`, also setting `#{mode, owner, group}`.",
+    with_opts(
+        WRITE_KEYS,
+        f(
+            "fs",
+            "copy",
+            &[("src", "String"), ("dst", "String"), OPTS],
+            "bool",
+            Change,
+            "As `copy`, also setting `#{mode, owner, group}`.",
+        ),
     ),
     f(
         "fs",
@@ -523,13 +578,16 @@ pub const FUNCTIONS: &[FnDoc] = &[
         Change,
         "Install what is missing of a name or an array of names, non-interactively, waiting (bounded) for the package manager's lock.",
     ),
-    f(
-        "pkg",
-        "install",
-        &[("names", "?"), OPTS],
-        "bool",
-        Change,
-        "As `install`; `#{update: true}` refreshes the package index first (only when something is missing).",
+    with_opts(
+        &["update"],
+        f(
+            "pkg",
+            "install",
+            &[("names", "?"), OPTS],
+            "bool",
+            Change,
+            "As `install`; `#{update: true}` refreshes the package index first (only when something is missing).",
+        ),
     ),
     f(
         "pkg",
@@ -693,7 +751,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[NAME],
         "?",
         Context,
-        "The configMap's text, or `()`.",
+        "The configMap's text, or `()`; a configMap that is not UTF-8 text (binary) is an error naming it (`config::has` still sees it).",
     ),
     f(
         "config",
@@ -745,17 +803,101 @@ pub const FUNCTIONS: &[FnDoc] = &[
     ),
 ];
 
+/// A function of the script layer itself (see [`SCRIPT_FUNCTIONS`]).
+const fn sl(
+    ns: &'static str,
+    name: &'static str,
+    params: &'static [(&'static str, &'static str)],
+    returns: &'static str,
+    doc: &'static str,
+) -> FnDoc {
+    FnDoc {
+        script_layer: true,
+        ..f(ns, name, params, returns, Context, doc)
+    }
+}
+
+/// The script layer's own functions besides `changed()` (which is in [`FUNCTIONS`]): the
+/// step context, the environment, output and `fail`. Registered by the script runner, not
+/// by [`super::HostApi`]; listed in the reference and the editor definitions, and known to
+/// the static checker ([`crate::script::lint`]). Tests check each one is registered.
+pub const SCRIPT_FUNCTIONS: &[FnDoc] = &[
+    sl(
+        "",
+        "step",
+        &[],
+        "Map",
+        "The step context, the same map as the `step` constant; callable from functions and modules, where the constant is not visible.",
+    ),
+    sl(
+        "",
+        "env",
+        &[NAME],
+        "?",
+        "The step environment's variable `name` (a string), or `()` when it is unset.",
+    ),
+    sl(
+        "",
+        "env",
+        &[NAME, ("default", "?")],
+        "?",
+        "The step environment's variable `name`, or `default` when it is unset.",
+    ),
+    sl(
+        "",
+        "fail",
+        &[("msg", "?")],
+        "()",
+        "End the step as failed with `msg` at this position; it cannot be caught by `try`/`catch`.",
+    ),
+    sl(
+        "",
+        "print",
+        &[("x", "?")],
+        "()",
+        "Write `x` (as `to_string` renders it) and a newline to the step's stdout.",
+    ),
+    sl(
+        "",
+        "debug",
+        &[("x", "?")],
+        "()",
+        "Write `x` and a newline to the step's stderr: a string as it is, any other value in Rhai's debug form.",
+    ),
+    sl(
+        "log",
+        "info",
+        &[("msg", "?")],
+        "()",
+        "`INFO: msg` to the step's stdout.",
+    ),
+    sl(
+        "log",
+        "warn",
+        &[("msg", "?")],
+        "()",
+        "`WARN: msg` to the step's stderr.",
+    ),
+    sl(
+        "log",
+        "error",
+        &[("msg", "?")],
+        "()",
+        "`ERROR: msg` to the step's stderr.",
+    ),
+];
+
 /// Namespaces in reference order, with a heading and an introduction.
 pub const NAMESPACES: &[(&str, &str, &str)] = &[
     (
         "",
         "Commands, secrets and counters (global functions)",
-        "Commands run chrooted in the host root, in their own process group, with the step's environment only. Their result is a map `#{code, stdout, stderr, ok}`: output is captured whole and returned when the command ends, unless `stream: true` relays it live (and keeps only the last 64 KiB of each stream in the result).",
+        "Commands run chrooted in the host root, in their own process group, with the step's environment only. Their result is a map `#{code, stdout, stderr, ok, planned}`: output is captured whole and returned when the command ends, unless `stream: true` relays it live (and keeps only the last 64 KiB of each stream in the result).",
     ),
     (
         "fs",
         "Files — `fs::`",
-        "Every path is an absolute host path resolved inside the host root (`..` and symlinks never leave it); a relative path is an error (\"paths must be absolute\"). Writes are atomic (temp file, fsync, rename).",
+        "Every path is an absolute host path resolved inside the host root (`..` and symlinks never leave it); a relative path is an error (\"paths must be absolute\"). Writes are atomic (temp file, fsync, rename). A file is read whole only when it is a regular file of at most 64 MiB: a FIFO, device or socket, or a larger file, fails the call with an error naming the path (and the limit) before anything is read, so it can neither block the step nor fill the agent's memory. That applies to `read`, `read_or`, the line and block edits, `append`, `copy` and the comparison `write` makes before replacing a file.",
     ),
     (
         "service",
@@ -791,7 +933,7 @@ pub const NAMESPACES: &[(&str, &str, &str)] = &[
     (
         "config",
         "configMaps — `config::`",
-        "Files under `SKYHOOK_DIR/configmaps/` (for `skyhook-run`, the `--configmaps` folder). Names starting with `.` are never listed.",
+        "Files under `SKYHOOK_DIR/configmaps/` (for `skyhook-run`, the `--configmaps` folder). Names starting with `.` are never listed. Like files under the host root, a configMap, node metadata file or secret is read only when it is a regular file of at most 64 MiB.",
     ),
     (
         "node",
@@ -824,10 +966,16 @@ apply script: what would change is drift, and the check fails).
 - **Changes and actions.** A *change* brings the host to a desired state and happens only
   when the state differs. An *action* (`service::restart`, `run`, `sh`, ...) happens every
   time it is called; it is never drift. Make an action depend on a change:
-  `if fs::write(p, text) { service::restart(\"x\"); }`.
+  `if fs::write(p, text) { service::restart(\"x\"); }`. A command with a guard is a change:
+  `run([\"useradd\", \"gpuops\"], #{unless: [\"id\", \"gpuops\"]})` runs only while
+  `id gpuops` fails, and a check reports it as drift until then.
 - **A plan is the same code path.** In plan and check mode mutations are recorded instead of
   performed, and later reads see them, so a script that writes and then reads behaves the
   same. Commands are recorded, not run, unless marked `read_only` (or run with `query`).
+  A plan lists, per step and in the order they happened, the changes (with the directories
+  a write creates, `+ mkdir /etc/motd.d`), actions, interrupts and the script's output, each
+  change and action with the `file:line` of the call that made it; `--output json` follows
+  `docs/plan.schema.json`.
 - **Errors are script errors** at the call's `file:line:col`, naming the path or command,
   and they can be caught with `try`/`catch`. An uncaught one fails the step.
 - **Deferred work is never lost.** A changed `service::drop_in` schedules one
@@ -866,13 +1014,18 @@ apply script: what would change is drift, and the check fails).
   evaluates configMap `<name>.rhai` (confined to the configMaps folder).
 - Limits: operations (5,000,000 per run: well under a second of script work; the shipped
   modules need under 20,000), call depth (64), expression depth, string size (32 MiB), array
-  size (50,000 elements), map size (100,000 properties), modules and variables are bounded,
-  and a step has a wall-clock deadline (`SKYHOOK_SCRIPT_TIMEOUT`, default 600 s); hitting one
-  fails the step with a message naming the limit. Rhai checks a map's size when it is built or
-  merged, not when `m[k] = v` adds a key, so a map grown key by key in a loop is stopped by
-  the operations limit instead (at about 450,000 keys). Growing an array by `push` in a loop
-  gets slower as it grows (Rhai re-measures it on every push); build large lists with `split`
-  or `map` instead. `eval` does not exist.
+  size (50,000 elements), map size (100,000 properties), modules and variables are bounded;
+  so are the memory a run holds, all values together (256 MiB as the allocator counts it: a
+  string stored in many places counts once; map keys, variables and host call results count
+  too), and what it writes with `print`, `debug` and `log::` (64 MiB, both streams together;
+  the output of a `stream: true` command is not counted); and a step has a wall-clock
+  deadline (`SKYHOOK_SCRIPT_TIMEOUT`, default 600 s). Hitting one fails the step with a
+  message naming the limit (`memory limit exceeded: the script holds more than 256 MiB
+  (max_memory)`). Rhai checks a map's size when it is built or merged, not when `m[k] = v`
+  adds a key, so a map grown key by key in a loop is stopped by the operations limit (at
+  about 450,000 keys) or the memory limit, whichever comes first. Growing an array by `push`
+  in a loop gets slower as it grows (Rhai re-measures it on every push); build large lists
+  with `split` or `map` instead. `eval` does not exist.
 
 Types below are Rhai's: `String`, `int`, `bool`, `Map` (`#{...}`), `Array` (`[...]`), `()`;
 `?` means several types are accepted (see the description). Editor completion:
@@ -886,6 +1039,21 @@ fn md_cell(s: &str) -> String {
 /// The reference for script authors (`docs/host-api.md`).
 pub fn render_markdown() -> String {
     let mut out = String::from(INTRO);
+    out.push_str(
+        "\n## Script functions\n\n\
+         Registered by the script runner itself, the same in every mode (`changed()` is listed \
+         with the commands below).\n\n\
+         | function | returns | description |\n|---|---|---|\n",
+    );
+    for d in SCRIPT_FUNCTIONS {
+        let _ = writeln!(
+            out,
+            "| `{}` | `{}` | {} |",
+            d.call(),
+            d.returns,
+            md_cell(d.doc)
+        );
+    }
     for (ns, title, intro) in NAMESPACES {
         let _ = write!(out, "\n## {title}\n\n");
         if !intro.is_empty() {
@@ -904,6 +1072,7 @@ pub fn render_markdown() -> String {
         }
     }
     out.push_str(&render_stdlib());
+    out.push_str(GUIDE);
     out
 }
 
@@ -939,21 +1108,98 @@ fn render_stdlib() -> String {
     out
 }
 
+/// The closing sections of the reference: checking scripts, Rhai pitfalls, editor use.
+const GUIDE: &str = r#"
+## Checking scripts: `skyhook-run check`
+
+`skyhook-run check FILE...` compiles each script with its imports and checks it without
+running anything; `skyhook-agent validate CONFIG_JSON` runs the same check over every `.rhai`
+step of a package. It reports, at `file:line:col`:
+
+- errors: an unknown function or module, with the closest name (`t.rhai:1:1: error: unknown
+  function fs::wrte (did you mean fs::write?)`, `unknown module servcie (did you mean
+  service?)`); a function called with an argument count it does not take (`fs::write expects
+  2 or 3 arguments, got 1`); a function of an imported module (`import "skyhook/tuning" as
+  t; t::confg()`) that the module does not export; a key of a literal options map the
+  function does not accept (`fs::write: unknown option mod (did you mean mode? accepted:
+  mode, owner, group)`);
+- warnings: the traps below, and a method name no function has (it may still be a function
+  stored in a map).
+
+The package modules a script imports (`import "lib/util" as u;`) are checked too, each in its
+own file. `check` prints `OK FILE` for each file without errors and exits 0 when no file has an error
+(warnings allowed), 1 otherwise. Not checked: argument types, calls through function pointers
+(`Fn("name")`, `f.call(..)`), modules imported by a computed path or from `configmap/`,
+options maps built at run time.
+
+## Rhai pitfalls
+
+- **A missing map property is an error.** `s.hugepages` (or `s["hugepages"]`) on a map
+  without that key fails the step at its position (`Property not found: hugepages (the map
+  has no such key: ...)`), so a typo never plans an empty file. Test first with `"hugepages" in s`, or read an optional
+  key with `s.get("hugepages") ?? "default"` (`get` returns `()` for a missing key).
+- **Backtick strings have no escapes.** In `` `a\nb` `` the `\n` stays a backslash and an
+  `n`. Break the line inside the backtick string itself, or use `"a\nb"` (double quotes
+  know escapes) and `+`. `check` warns about it.
+- **In-place methods return `()`.** `trim`, `replace`, `make_upper`, `make_lower`, `pad`,
+  `truncate`, `crop`, `clear`, `sort` and `reverse` change the variable they are called on:
+  `let t = s.trim();` makes `t` equal to `()`. Write `s.trim();` and use `s`. `check` warns
+  when such a result is assigned, passed, returned or compared.
+- **`()` is not `false`.** `if config::get("x") { .. }` is a type error when the configMap is
+  missing (`()` is not a bool); test with `config::has("x")` or `!= ()`.
+- **Functions do not see the script's variables.** A `fn` sees its parameters and, through
+  `step()`, the step context; the top-level `step` constant and `let` variables are not
+  visible inside it. Pass what it needs as arguments.
+
+## Using the definitions in an editor
+
+`docs/skyhook.d.rhai` declares everything a script can call: the `step` constant, the script
+functions (`step`, `env`, `fail`, `print`, `debug`), `log::`, every host namespace, and one
+module per shipped module, named after the last part of its import path (`import
+"skyhook/tuning" as tuning;` then `tuning::config()`). It is written in the syntax of Rhai's
+definition files (`module static;`, `module name { fn f(a: T) -> R; }`, the format of Rhai's
+`Engine::definitions()`), which the Rhai language server (`rhaiscript/lsp`, experimental,
+with a VS Code extension) reads from the workspace:
+
+1. install the Rhai language server or its editor extension;
+2. copy `docs/skyhook.d.rhai` into the folder you open in the editor (the package directory,
+   next to `skyhook_dir/`), so the server loads it with the scripts;
+3. completion, signatures and hover text then cover `fs::`, `service::`, ... and the shipped
+   modules.
+
+Without a language server the file is still a one-page index of every signature and its
+modes. Either way, `skyhook-run check` is the authority on what resolves.
+"#;
+
 /// The Rhai definitions file for editors (`docs/skyhook.d.rhai`), in the layout of Rhai's
-/// `Engine::definitions().single_file()`: global functions after `module static;`, then one
-/// `module <ns> { ... }` block per namespace, each function with its description as a doc
-/// comment.
+/// `Engine::definitions().single_file()`: the `step` constant and the global functions
+/// (script functions and host API) after `module static;`, then one `module <ns> { ... }`
+/// block per namespace (`log` and the host API), each function with its description as a doc
+/// comment, then one module per shipped module of the stdlib, named after its import path's
+/// last part, with its exported functions and their own doc comments.
 pub fn render_definitions() -> String {
     let mut out = String::from(
         "// Generated from src/script/host_api/docs.rs; do not edit.\n\
-         // Rhai definitions of the skyhook host API, for editor completion.\n\nmodule static;\n",
+         // Rhai definitions of everything a skyhook step script can call, for editor\n\
+         // completion (see \"Using the definitions in an editor\" in docs/host-api.md).\n\
+         \nmodule static;\n\
+         \n/// The step context: mode, is_check, name, args, package_name, package_version,\n\
+         /// previous_version, skyhook_dir, step_root, resource_id, node_order, dry_run.\n\
+         const step: Map;\n",
     );
-    for (ns, _, _) in NAMESPACES {
+    let all: Vec<&FnDoc> = SCRIPT_FUNCTIONS.iter().chain(FUNCTIONS).collect();
+    let mut namespaces: Vec<&str> = vec![""];
+    for d in &all {
+        if !namespaces.contains(&d.ns) {
+            namespaces.push(d.ns);
+        }
+    }
+    for ns in namespaces {
         let indent = if ns.is_empty() { "" } else { "    " };
         if !ns.is_empty() {
             let _ = write!(out, "\nmodule {ns} {{\n");
         }
-        for d in FUNCTIONS.iter().filter(|d| d.ns == *ns) {
+        for d in all.iter().filter(|d| d.ns == ns) {
             let _ = write!(
                 out,
                 "\n{indent}/// {}\n{indent}/// Modes: {}\n{indent}{}\n",
@@ -965,6 +1211,37 @@ pub fn render_definitions() -> String {
         if !ns.is_empty() {
             out.push_str("}\n");
         }
+    }
+    for (name, source) in crate::script::resolver::STDLIB {
+        let _ = write!(
+            out,
+            "\n/// Shipped module: `import \"skyhook/{name}\" as {name};`\nmodule {name} {{\n"
+        );
+        let mut doc: Vec<&str> = Vec::new();
+        for line in source.lines() {
+            if let Some(d) = line.strip_prefix("///") {
+                doc.push(d.strip_prefix(' ').unwrap_or(d));
+                continue;
+            }
+            if let Some(sig) = line.strip_prefix("fn ")
+                && let Some((head, _)) = sig.split_once(')')
+                && let Some((fname, params)) = head.split_once('(')
+            {
+                let params: Vec<String> = params
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(|p| format!("{p}: ?"))
+                    .collect();
+                out.push('\n');
+                for d in &doc {
+                    let _ = writeln!(out, "    /// {d}");
+                }
+                let _ = writeln!(out, "    fn {fname}({}) -> ?;", params.join(", "));
+            }
+            doc.clear();
+        }
+        out.push_str("}\n");
     }
     out
 }

@@ -86,7 +86,7 @@ use crate::host::secrets::Redactor;
 use crate::host::{Host, HostError, Report};
 use crate::logs::redact::StreamRedactor;
 
-pub use docs::{FUNCTIONS, FnDoc, Modes, render_definitions, render_markdown};
+pub use docs::{FUNCTIONS, FnDoc, Modes, SCRIPT_FUNCTIONS, render_definitions, render_markdown};
 
 /// The host API for scripts: one step's [`Host`] session, bound into each run's engine.
 /// See the module docs.
@@ -146,6 +146,27 @@ impl HostApi {
             out: Mutex::new(StreamRedactor::new()),
             err: Mutex::new(StreamRedactor::new()),
         })
+    }
+
+    /// `inner` wrapped so that every chunk is also recorded in the session's ordered list
+    /// ([`Host::journal`], [`Report::items`]) where it happened between changes and actions.
+    /// With [`Capture::StdoutInPlan`] stdout is only recorded (the plan shows it, in order),
+    /// not written to `inner`; stderr is always written too. Wrap the result with
+    /// [`HostApi::redacting_output`] so that what is recorded is redacted as well. `inner`
+    /// unchanged when the session was already finished.
+    pub fn capture_output(
+        &self,
+        inner: Arc<dyn ScriptOutput>,
+        capture: Capture,
+    ) -> Arc<dyn ScriptOutput> {
+        match lock(&self.inner.host).as_ref() {
+            Some(h) => Arc::new(RecordingOutput {
+                inner,
+                journal: h.journal().clone(),
+                forward_stdout: capture == Capture::Record,
+            }),
+            None => inner,
+        }
     }
 
     /// End the session: run its deferred work and return the [`Report`]. Call it after every
@@ -260,6 +281,38 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     crate::chain::render(e)
 }
 
+/// What [`HostApi::capture_output`] does with script output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capture {
+    /// Write both streams as usual and record them in the ordered list (`--output json`).
+    Record,
+    /// Record stdout instead of writing it (the plan renders it in order); write and record
+    /// stderr (a dry run's text plan).
+    StdoutInPlan,
+}
+
+/// Records output into a session's journal ([`HostApi::capture_output`]).
+struct RecordingOutput {
+    inner: Arc<dyn ScriptOutput>,
+    journal: crate::host::report::Journal,
+    forward_stdout: bool,
+}
+
+impl ScriptOutput for RecordingOutput {
+    fn stdout(&self, bytes: &[u8]) {
+        self.journal
+            .output(crate::host::report::OutputStream::Stdout, bytes);
+        if self.forward_stdout {
+            self.inner.stdout(bytes);
+        }
+    }
+    fn stderr(&self, bytes: &[u8]) {
+        self.journal
+            .output(crate::host::report::OutputStream::Stderr, bytes);
+        self.inner.stderr(bytes);
+    }
+}
+
 /// Redacts each stream as a byte stream (a secret split across two chunks of a streamed
 /// command is still hidden, and a multi-byte character split across chunks is passed on
 /// intact); a possible partial secret held back at the end is released when the output is
@@ -349,9 +402,16 @@ impl Api {
         fname: &str,
         op: impl FnOnce(&mut Host) -> Result<R, CallError>,
     ) -> RhaiResult<R> {
+        let _span = tracing::debug_span!("host_api", function = fname).entered();
         let mut guard = lock(&self.inner.host);
         let res = match guard.as_mut() {
-            Some(h) => op(h),
+            Some(h) => {
+                // Effects submitted by this call carry its script position.
+                h.set_position(position(ctx));
+                let r = op(h);
+                h.set_position(None);
+                r
+            }
             None => Err(CallError::Arg("host session already finished".into())),
         };
         drop(guard);
@@ -369,6 +429,16 @@ impl Api {
             )
         })
     }
+}
+
+/// The script position of a host call: the source of the AST that made it (the script file,
+/// or an imported module's) and the line. `None` when Rhai knows no position.
+fn position(ctx: &NativeCallContext) -> Option<crate::host::Position> {
+    let pos = ctx.call_position();
+    Some(crate::host::Position {
+        file: ctx.call_source().unwrap_or_default().to_string(),
+        line: pos.line()?,
+    })
 }
 
 /// The name of `ns::name` in messages (`name` alone for a global function).

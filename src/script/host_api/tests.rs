@@ -347,7 +347,7 @@ fn commands_run_plan_and_query() {
     .ok();
     assert_eq!(
         a.stdout(),
-        "[0, \"out-x\\n\", \"err\\n\", true, ()]\n[3, false, \"out-q\\n\", ()]\n"
+        "[0, \"out-x\\n\", \"err\\n\", true, false]\n[3, false, \"out-q\\n\", false]\n"
     );
     assert_eq!(t.calls(), vec!["hello x", "hello y 3", "hello q"]);
     // check: true throws with the command and its stderr.
@@ -593,6 +593,164 @@ fn config_node_and_secrets() {
     assert!(r.report.render_text(&red).contains("+pw=***\n"));
 }
 
+fn mkfifo(p: &Path) {
+    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+}
+
+/// Every host call that reads a whole file refuses a FIFO (which would block the step past
+/// its deadline), a character device like `/dev/zero` (which would fill memory) and a file
+/// above `MAX_READ_BYTES`, promptly and with an error naming the path and the limit; under
+/// the host root and for agent-side files (configMaps, node metadata, secrets) alike.
+#[test]
+fn whole_file_reads_refuse_fifos_devices_and_huge_files() {
+    let t = TestHost::new();
+    t.file("/etc/ok", "fine\n");
+    mkfifo(&t.p("/etc/fifo"));
+    let big = std::fs::File::create(t.p("/etc/big")).unwrap();
+    big.set_len(crate::host::fs::MAX_READ_BYTES + 1).unwrap();
+    // mknod needs CAP_MKNOD: the device case is checked only where it can be made.
+    let zero = nix::sys::stat::mknod(
+        &t.p("/etc/zero"),
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(1, 5),
+    )
+    .is_ok();
+    let cm = t.dir.path().join("configmaps");
+    std::fs::create_dir_all(&cm).unwrap();
+    mkfifo(&cm.join("fifo"));
+    let md = t.dir.path().join("node-metadata");
+    std::fs::create_dir_all(&md).unwrap();
+    mkfifo(&md.join("labels.json"));
+    let sd = t.dir.path().join("secrets/db");
+    std::fs::create_dir_all(&sd).unwrap();
+    mkfifo(&sd.join("fifo"));
+    let mut o = opts_for(&t);
+    o.allowed_secrets = vec!["db".into()];
+
+    let started = Instant::now();
+    // Uncaught: the step fails at the call with the whole message.
+    let r = run_with(
+        &t,
+        ExecMode::Apply,
+        "let x = 1;\nfs::read(\"/etc/fifo\")",
+        o.clone(),
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:2:5: fs::read: /etc/fifo is a fifo, not a regular file (only regular files are read)"
+    );
+    let r = run_with(&t, ExecMode::Apply, r#"fs::read("/etc/big")"#, o.clone());
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:5: fs::read: /etc/big is too large to read: 67108865 bytes, more than the \
+         limit of 67108864 bytes (64 MiB)"
+    );
+    // Every other whole-file reader, in plan mode too (reads go through the overlay).
+    let src = r#"
+        let calls = [
+            || fs::read_or("/etc/fifo", "d"),
+            || fs::ensure_line("/etc/fifo", "x"),
+            || fs::ensure_block("/etc/big", "id", "x"),
+            || fs::append("/etc/fifo", "x"),
+            || fs::copy("/etc/fifo", "/etc/copy"),
+            || fs::write("/etc/fifo", "x"),
+            || config::get("fifo"),
+            || node::labels(),
+            || secret("db", "fifo"),
+        ];
+        for c in calls { try { c.call(); print("read?"); } catch (e) { print(e); } }
+        print(fs::read("/etc/ok"));
+    "#;
+    let fifo = |p: &str| format!("{p} is a fifo, not a regular file (only regular files are read)");
+    let agent = |rel: &str| t.dir.path().join(rel).display().to_string();
+    let expected = [
+        format!("fs::read_or: {}", fifo("/etc/fifo")),
+        format!("fs::ensure_line: {}", fifo("/etc/fifo")),
+        "fs::ensure_block: /etc/big is too large to read: 67108865 bytes, more than the limit \
+         of 67108864 bytes (64 MiB)"
+            .to_string(),
+        format!("fs::append: {}", fifo("/etc/fifo")),
+        format!("fs::copy: {}", fifo("/etc/fifo")),
+        format!("fs::write: {}", fifo("/etc/fifo")),
+        format!("config::get: {}", fifo(&agent("configmaps/fifo"))),
+        format!(
+            "node::labels: {}",
+            fifo(&agent("node-metadata/labels.json"))
+        ),
+        format!("secret: {}", fifo(&agent("secrets/db/fifo"))),
+        "fine\n".to_string(),
+    ];
+    for mode in [ExecMode::Plan, ExecMode::Apply] {
+        let r = run_with(&t, mode, src, o.clone()).ok();
+        assert_eq!(r.stdout(), expected.join("\n") + "\n", "{mode:?}");
+    }
+    if zero {
+        let r = run_with(&t, ExecMode::Apply, r#"fs::read("/etc/zero")"#, o.clone());
+        assert_eq!(
+            r.error(),
+            "main.rhai:1:5: fs::read: /etc/zero is a character device, not a regular file (only \
+             regular files are read)"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A command that prints without end is stopped at the capture limit (16 MiB per stream)
+/// and the step fails at the call with the named error; `query` in plan mode alike.
+#[test]
+fn endless_command_output_stops_at_the_capture_limit() {
+    let t = TestHost::new();
+    let mut o = opts_for(&t);
+    o.commands_chrooted = false;
+    o.env = vec![("PATH".into(), "/usr/bin:/bin".into())];
+    let msg = "command /usr/bin/yes printed more than 16777216 bytes on stdout (the capture \
+               limit) and was stopped; use the stream option for large output";
+    let r = run_with(
+        &t,
+        ExecMode::Apply,
+        "let x = 1;\nrun([\"/usr/bin/yes\"]);\nprint(\"after\");",
+        o.clone(),
+    );
+    assert_eq!(r.error(), format!("main.rhai:2:1: run: {msg}"));
+    assert_eq!(r.stdout(), "");
+    let r = run_with(&t, ExecMode::Plan, r#"query(["/usr/bin/yes"])"#, o);
+    assert_eq!(r.error(), format!("main.rhai:1:1: query: {msg}"));
+}
+
+/// A binary configMap read as text is an error naming it (not U+FFFD replacements);
+/// `config::has` still sees it.
+#[test]
+fn binary_configmap_read_as_text_is_an_error() {
+    let t = TestHost::new();
+    let cm = t.dir.path().join("configmaps");
+    std::fs::create_dir_all(&cm).unwrap();
+    std::fs::write(cm.join("blob"), b"ok\n\xff\xfe\x00").unwrap();
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        "print(config::has(\"blob\"));\nconfig::get(\"blob\")",
+    );
+    assert_eq!(r.stdout(), "true\n");
+    assert_eq!(
+        r.error(),
+        "main.rhai:2:9: config::get: configMap \"blob\" is not UTF-8 text (invalid byte at \
+         offset 3); binary configMaps cannot be read as text"
+    );
+    for f in ["lines", "kv"] {
+        let r = run(&t, ExecMode::Plan, &format!("config::{f}(\"blob\")"));
+        assert!(
+            r.error().contains("configMap \"blob\" is not UTF-8 text"),
+            "{}",
+            r.error()
+        );
+    }
+}
+
 /// Registration log vs. table, and every logged function really is in its module.
 #[test]
 fn every_registered_function_is_documented_and_vice_versa() {
@@ -629,6 +787,56 @@ fn every_registered_function_is_documented_and_vice_versa() {
     for d in FUNCTIONS {
         assert!(docs_namespaces().contains(&d.ns), "{}", d.ns);
     }
+}
+
+/// Every script-layer function of the reference is callable in a run with its arity.
+#[test]
+fn script_functions_are_registered() {
+    let t = TestHost::new();
+    for d in SCRIPT_FUNCTIONS {
+        let args = vec!["\"x\""; d.params.len()].join(", ");
+        let r = run(&t, ExecMode::Apply, &format!("{}({args});", d.full_name()));
+        if d.name == "fail" {
+            assert!(
+                r.outcome.error.as_ref().is_some_and(|e| e.is_fail()),
+                "{d:?}"
+            );
+        } else {
+            let r = r.ok();
+            assert_eq!(r.outcome.code, 0, "{d:?}");
+        }
+    }
+}
+
+/// The option keys the table records (which `skyhook-run check` enforces) are exactly those
+/// each binding accepts: an unknown key is refused with the binding's own list.
+#[test]
+fn documented_option_keys_are_the_bindings_keys() {
+    let t = TestHost::new();
+    let mut seen = 0;
+    for d in FUNCTIONS.iter().filter(|d| !d.options.is_empty()) {
+        let args: Vec<&str> = d
+            .params
+            .iter()
+            .map(|(_, ty)| match *ty {
+                "Map" => "#{__bogus: 1}",
+                "Array" => "[\"true\"]",
+                _ => "\"/x\"",
+            })
+            .collect();
+        let src = format!("{}({});", d.full_name(), args.join(", "));
+        let r = run(&t, ExecMode::Plan, &src);
+        assert!(
+            r.error().ends_with(&format!(
+                "unknown option \"__bogus\" (expected one of: {})",
+                d.options.join(", ")
+            )),
+            "{src}: {}",
+            r.error()
+        );
+        seen += 1;
+    }
+    assert_eq!(seen, 7);
 }
 
 fn docs_namespaces() -> Vec<&'static str> {
@@ -912,4 +1120,105 @@ fn redacting_output_handles_secrets_and_characters_split_across_chunks() {
     assert_eq!(capture.stdout_bytes(), "pass: ***\ncafé ".as_bytes());
     // the held-back "top" is released when the output is dropped
     assert_eq!(capture.stderr_bytes(), b"ends with top");
+}
+
+/// A root with `/bin/sh` and `useradd`/`id` stubs over `/users`.
+fn users_root() -> TestHost {
+    let t = TestHost::new();
+    t.install_sh();
+    t.stub("useradd", "echo \"$1\" >> /users");
+    t.stub(
+        "id",
+        "[ -e /users ] || exit 1\nwhile read u; do [ \"$u\" = \"$1\" ] && exit 0; done < /users\nexit 1",
+    );
+    t
+}
+
+const GUARDED: &str = "print(\"before\");\n\
+    let r = run([\"useradd\", \"gpuops\"], #{unless: [\"id\", \"gpuops\"]});\n\
+    print(`skipped=${r.skipped ?? false} planned=${r.planned ?? false}`);\n\
+    sh(\"echo made > /made\", #{creates: \"/made\"});\n\
+    changed()\n";
+
+#[test]
+fn guarded_commands_through_rhai_in_plan_check_and_apply() {
+    let t = users_root();
+    let pos = |line: usize| {
+        Some(crate::host::Position {
+            file: "main.rhai".into(),
+            line,
+        })
+    };
+    let before = snapshot(&t);
+    let plan = run(&t, ExecMode::Plan, GUARDED).ok();
+    assert_eq!(snapshot(&t), before);
+    assert_eq!(plan.stdout(), "before\nskipped=false planned=true\n");
+    assert_eq!(plan.outcome.code, 2);
+    let summaries: Vec<(&str, &str, Option<crate::host::Position>)> = plan
+        .report
+        .changes
+        .iter()
+        .map(|c| (c.kind.as_str(), c.summary.as_str(), c.position.clone()))
+        .collect();
+    assert_eq!(
+        summaries,
+        [
+            (
+                "guarded_command",
+                "run: useradd gpuops (unless id gpuops)",
+                pos(2)
+            ),
+            (
+                "guarded_command",
+                "sh: echo made > /made (creates /made)",
+                pos(4)
+            ),
+        ]
+    );
+    let check = run(&t, ExecMode::Check, GUARDED).ok();
+    assert_eq!(check.report.drift().len(), 2);
+
+    // No bash in the test root: only the `run` can be applied; `sh` stays drift.
+    let apply = run(
+        &t,
+        ExecMode::Apply,
+        "run([\"useradd\", \"gpuops\"], #{unless: [\"id\", \"gpuops\"]}).ok",
+    )
+    .ok();
+    assert_eq!(apply.report.summary(), "Apply: 1 changed, 0 unchanged.");
+    assert_eq!(t.read("/users"), "gpuops\n");
+    t.file("/made", "made\n");
+    let check = run(&t, ExecMode::Check, GUARDED).ok();
+    assert!(check.report.drift().is_empty(), "{:?}", check.report);
+    assert_eq!(check.report.unchanged, 2);
+    assert_eq!(check.stdout(), "before\nskipped=true planned=false\n");
+    assert_eq!(check.outcome.code, 0);
+}
+
+#[test]
+fn guard_options_are_checked() {
+    let t = TestHost::new();
+    for (src, msg) in [
+        (
+            "run([\"true\"], #{creates: \"made\"})",
+            "run: option creates must be an absolute path, got \"made\"",
+        ),
+        (
+            "run([\"true\"], #{unless: \"id x\"})",
+            "run: option unless must be an argv array, got string",
+        ),
+        (
+            "run([\"true\"], #{onlyif: []})",
+            "run: option onlyif needs at least a program name",
+        ),
+        (
+            "run([\"true\"], #{creates: \"/x\", read_only: true})",
+            "run: a guarded command cannot be read_only (guards are for commands that change something)",
+        ),
+    ] {
+        let r = run(&t, ExecMode::Plan, src);
+        assert_eq!(r.error(), format!("main.rhai:1:1: {msg}"), "{src}");
+    }
+    let r = run(&t, ExecMode::Plan, "query([\"true\"], #{creates: \"/x\"})");
+    assert!(r.error().contains("creates"), "{}", r.error());
 }

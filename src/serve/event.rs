@@ -1,0 +1,246 @@
+//! Events of one execution (remote-api.md "Events"): output lines, plan entries, heartbeats
+//! and the exit, each rendered as one NDJSON line; and [`Lines`], which turns a redacted
+//! byte stream into line events (64 KiB at most per event, `partial`/`lossy` flags).
+
+use serde_json::{Map, Value, json};
+
+use crate::logs::redact::{Redactor, StreamRedactor};
+
+/// Longest `line` of one event, in bytes: a longer line is split into several events,
+/// `"partial": true` on all but the last.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// The wall-clock time as the events carry it: `2026-12-01T10:00:00.123Z` (UTC, ms).
+pub fn now_ts() -> String {
+    chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string()
+}
+
+/// An event body without its `seq` (the ring numbers it).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body {
+    /// A line of output (`stream` is `"stdout"` or `"stderr"`), without its newline.
+    Line {
+        /// `"stdout"` or `"stderr"`.
+        stream: &'static str,
+        /// The text (lossy UTF-8 when `lossy`).
+        line: String,
+        /// More of the same line follows in the next event of this stream.
+        partial: bool,
+        /// The bytes were not valid UTF-8 and were converted lossily.
+        lossy: bool,
+    },
+    /// One planned (or, in a check, drifted) change or action of a Rhai step.
+    Plan(Value),
+    /// How the execution ended: `{"code": N}`, `{"signal": N}` or `{"error": "..."}`;
+    /// `extra` fields are merged into the event (the Rhai report).
+    Exit {
+        /// The `exit` object.
+        exit: Value,
+        /// Further top-level fields (`report`, `rendered`), possibly empty.
+        extra: Map<String, Value>,
+    },
+}
+
+impl Body {
+    /// The event as one JSON line (no newline) with `seq` first.
+    pub fn render(&self, seq: u64) -> String {
+        let mut m = Map::new();
+        m.insert("seq".into(), seq.into());
+        match self {
+            Body::Line {
+                stream,
+                line,
+                partial,
+                lossy,
+            } => {
+                m.insert("stream".into(), (*stream).into());
+                m.insert("line".into(), line.clone().into());
+                if *partial {
+                    m.insert("partial".into(), true.into());
+                }
+                if *lossy {
+                    m.insert("lossy".into(), true.into());
+                }
+                m.insert("ts".into(), now_ts().into());
+            }
+            Body::Plan(p) => {
+                m.insert("plan".into(), p.clone());
+            }
+            Body::Exit { exit, extra } => {
+                m.insert("exit".into(), exit.clone());
+                m.insert("ts".into(), now_ts().into());
+                for (k, v) in extra {
+                    m.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        Value::Object(m).to_string()
+    }
+}
+
+/// A heartbeat line (`{"alive": true, "ts": ...}`), never numbered nor replayed.
+pub fn alive_line() -> String {
+    json!({"alive": true, "ts": now_ts()}).to_string()
+}
+
+/// One output stream of an execution: redaction on the byte stream (a secret split across
+/// two reads is still hidden), then line splitting.
+#[derive(Debug)]
+pub struct Lines {
+    stream: &'static str,
+    redact: StreamRedactor,
+    buf: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+impl Lines {
+    /// A splitter for `stream` (`"stdout"` / `"stderr"`).
+    pub fn new(stream: &'static str) -> Self {
+        Lines {
+            stream,
+            redact: StreamRedactor::new(),
+            buf: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Feed one chunk; every complete line (or [`MAX_LINE`] piece) goes to `emit`.
+    pub fn push(&mut self, redactor: &Redactor, chunk: &[u8], emit: &mut dyn FnMut(Body)) {
+        self.scratch.clear();
+        self.redact.push(redactor, chunk, &mut self.scratch);
+        self.buf.extend_from_slice(&self.scratch);
+        self.drain(emit, false);
+    }
+
+    /// The stream ended: release what the redactor held back and the last unterminated line.
+    pub fn finish(&mut self, emit: &mut dyn FnMut(Body)) {
+        self.scratch.clear();
+        self.redact.finish(&mut self.scratch);
+        self.buf.extend_from_slice(&self.scratch);
+        self.drain(emit, true);
+    }
+
+    fn drain(&mut self, emit: &mut dyn FnMut(Body), end: bool) {
+        let mut start = 0;
+        loop {
+            let rest = &self.buf[start..];
+            if let Some(nl) = memchr::memchr(b'\n', &rest[..rest.len().min(MAX_LINE + 1)]) {
+                emit(self.line(&rest[..nl], false));
+                start += nl + 1;
+            } else if rest.len() > MAX_LINE {
+                let mut cut = MAX_LINE;
+                // Do not cut a UTF-8 sequence in two (it would be lossy on both sides).
+                if let Err(e) = std::str::from_utf8(&rest[..cut])
+                    && e.error_len().is_none()
+                    && e.valid_up_to() > 0
+                {
+                    cut = e.valid_up_to();
+                }
+                emit(self.line(&rest[..cut], true));
+                start += cut;
+            } else {
+                break;
+            }
+        }
+        self.buf.drain(..start);
+        if end && !self.buf.is_empty() {
+            let rest = std::mem::take(&mut self.buf);
+            emit(self.line(&rest, false));
+        }
+    }
+
+    fn line(&self, bytes: &[u8], partial: bool) -> Body {
+        let (line, lossy) = match String::from_utf8_lossy(bytes) {
+            std::borrow::Cow::Borrowed(s) => (s.to_string(), false),
+            std::borrow::Cow::Owned(s) => (s, true),
+        };
+        Body::Line {
+            stream: self.stream,
+            line,
+            partial,
+            lossy,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(values: &[&str], chunks: &[&[u8]]) -> Vec<Body> {
+        let r = Redactor::new();
+        for v in values {
+            r.add(v);
+        }
+        let mut l = Lines::new("stdout");
+        let mut out = Vec::new();
+        for c in chunks {
+            l.push(&r, c, &mut |b| out.push(b));
+        }
+        l.finish(&mut |b| out.push(b));
+        out
+    }
+
+    fn text(b: &Body) -> (&str, bool, bool) {
+        match b {
+            Body::Line {
+                line,
+                partial,
+                lossy,
+                ..
+            } => (line.as_str(), *partial, *lossy),
+            _ => panic!("not a line"),
+        }
+    }
+
+    #[test]
+    fn lines_secret_split_across_reads_long_and_lossy() {
+        let ev = split(&["hunter22"], &[b"a\npw=hun", b"ter22 ok\nlast"]);
+        let t: Vec<_> = ev.iter().map(text).collect();
+        assert_eq!(
+            t,
+            [
+                ("a", false, false),
+                ("pw=*** ok", false, false),
+                ("last", false, false)
+            ]
+        );
+        let long = vec![b'x'; MAX_LINE * 2 + 5];
+        let ev = split(&[], &[&long, b"\n"]);
+        let t: Vec<_> = ev.iter().map(text).collect();
+        assert_eq!(t.len(), 3);
+        assert!(t[0].1 && t[1].1 && !t[2].1);
+        assert_eq!(t[0].0.len() + t[1].0.len() + t[2].0.len(), long.len());
+        let ev = split(&[], &[b"\xff\xfeok\n"]);
+        assert_eq!(text(&ev[0]), ("\u{fffd}\u{fffd}ok", false, true));
+        // a multi-byte character on the 64 KiB boundary stays whole
+        let mut s = vec![b'a'; MAX_LINE - 1];
+        s.extend_from_slice("é".as_bytes());
+        s.push(b'\n');
+        let ev = split(&[], &[&s]);
+        assert!(ev.iter().all(|b| !text(b).2), "no lossy piece");
+    }
+
+    #[test]
+    fn render_has_seq_first() {
+        let l = Body::Line {
+            stream: "stderr",
+            line: "x".into(),
+            partial: false,
+            lossy: false,
+        }
+        .render(7);
+        assert!(
+            l.starts_with(r#"{"seq":7,"stream":"stderr","line":"x","ts":""#),
+            "{l}"
+        );
+        let e = Body::Exit {
+            exit: json!({"code": 0}),
+            extra: Map::new(),
+        }
+        .render(8);
+        assert!(e.starts_with(r#"{"seq":8,"exit":{"code":0}"#), "{e}");
+    }
+}

@@ -1,0 +1,1375 @@
+//! [`Service`]: everything that decides what the remote step API does, without HTTP.
+//! Executions by id, validation before anything is spawned, secrets, the event rings and
+//! their byte budget, `--max-running`, cancel, status, streams with heartbeats, shutdown,
+//! the audit line. The HTTP layer ([`super::http`]) maps requests onto these calls.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, watch};
+
+use super::event::{Body, Lines, alive_line};
+use super::ring::{Events, Gap, Ring};
+use super::secrets::{SecretError, SecretRef, Secrets, env_name};
+use super::state::{ProcRecord, StateDir, proc_stat};
+use crate::host::{ExecMode, Host, HostOptions};
+use crate::logs::redact::Redactor;
+use crate::process::{Cancel, CancelReason, Outcome, Status};
+use crate::script::{CompiledScript, ModuleStore, RunOptions, ScriptEngine, StepContext};
+
+/// Base directory of relative Rhai imports: one that does not exist, so none resolves.
+const NO_MODULES: &str = "/nonexistent/skyhook-serve/no-relative-imports";
+
+/// Events handed to a stream per ring read (bounds what one reader copies at once).
+const READ_BATCH: usize = 256;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Settings of a [`Service`] (the options of `skyhook-agent serve`).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The host root (`--root`): sh steps run chrooted there (no chroot when it is `/`),
+    /// Rhai steps use the host API confined to it.
+    pub root: PathBuf,
+    /// Where a step runs when it names no `workdir` (host path, `--workdir`; default `/`).
+    pub workdir: PathBuf,
+    /// What runs a sh `command` (`--shell`, default `["/bin/sh", "-c"]`); the command is the
+    /// last argument.
+    pub shell: Vec<String>,
+    /// Secrets dir and allowlist.
+    pub secrets: Secrets,
+    /// Events kept per execution (`--ring-lines`).
+    pub ring_lines: usize,
+    /// Bytes of event lines kept in all (`--ring-bytes`).
+    pub ring_bytes: usize,
+    /// Executions running at once (`--max-running`); one more is `429`.
+    pub max_running: usize,
+    /// Ended executions kept for status and replay (oldest evicted first).
+    pub keep_finished: usize,
+    /// Heartbeat interval on a stream while the execution runs (`--alive-every`).
+    pub alive_every: Duration,
+    /// Where `id -> pid + start time` survives a restart (`--state-dir`); `None`: memory only.
+    pub state_dir: Option<PathBuf>,
+    /// Grace between SIGTERM and SIGKILL when a cancel names none, and after a timeout.
+    pub default_grace: Duration,
+}
+
+impl Config {
+    /// Defaults for everything but the root: workdir `/`, `/bin/sh -c`, no secrets, 10000
+    /// lines, 64 MiB, 16 running, 1024 ended kept, 10 s heartbeats, no state dir, 10 s grace.
+    pub fn new(root: &Path) -> Config {
+        Config {
+            root: root.to_path_buf(),
+            workdir: PathBuf::from("/"),
+            shell: vec!["/bin/sh".into(), "-c".into()],
+            secrets: Secrets {
+                dir: PathBuf::from("/var/run/secrets/skyhook"),
+                allow: Vec::new(),
+            },
+            ring_lines: 10_000,
+            ring_bytes: 64 << 20,
+            max_running: 16,
+            keep_finished: 1024,
+            alive_every: Duration::from_secs(10),
+            state_dir: None,
+            default_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A refused request: HTTP status, JSON body, extra headers. Never carries a secret value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    /// The status code (400, 403, 404, 409, 410, 422, 429, 503).
+    pub status: u16,
+    /// `{"error": "...", ...}`.
+    pub body: Value,
+    /// Extra headers (`Retry-After` on a 429).
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl Refusal {
+    fn new(status: u16, body: Value) -> Refusal {
+        Refusal {
+            status,
+            body,
+            headers: Vec::new(),
+        }
+    }
+
+    fn bad(detail: impl std::fmt::Display) -> Refusal {
+        Refusal::new(
+            400,
+            json!({"error": "bad request", "detail": detail.to_string()}),
+        )
+    }
+
+    /// `404 {"error": "not found"}`.
+    pub fn not_found() -> Refusal {
+        Refusal::new(404, json!({"error": "not found"}))
+    }
+
+    /// `410 {"error": "gap", "wanted", "oldest"}`.
+    pub fn gap(g: Gap) -> Refusal {
+        Refusal::new(
+            410,
+            json!({"error": "gap", "wanted": g.wanted, "oldest": g.oldest}),
+        )
+    }
+}
+
+/// The kind of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A shell line.
+    Sh,
+    /// A Rhai script.
+    Rhai,
+}
+
+impl Kind {
+    /// `"sh"` or `"rhai"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Sh => "sh",
+            Kind::Rhai => "rhai",
+        }
+    }
+}
+
+/// The body of `POST /v1/executions` (unknown fields refused).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartRequest {
+    /// `[A-Za-z0-9._-]{1,128}`, chosen by the engine.
+    pub id: String,
+    /// `sh` or `rhai`.
+    pub kind: Kind,
+    /// kind sh: the shell line.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// kind rhai: the script text.
+    #[serde(default)]
+    pub script: Option<String>,
+    /// kind rhai: `apply` (default), `plan` or `check`.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Extra environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Secret coordinates resolved on the host.
+    #[serde(default)]
+    pub secrets: Vec<SecretRef>,
+    /// Host path to run in (default the service's workdir).
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// Wall-clock limit in seconds (then SIGTERM, grace, SIGKILL; exit `{"error":"timeout"}`).
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+}
+
+/// True for a valid execution id.
+pub fn valid_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Everything a start needs, resolved before anything runs.
+enum Prepared {
+    Sh(crate::process::Spec),
+    Rhai {
+        compiled: CompiledScript,
+        exec: ExecMode,
+        env: Vec<(String, String)>,
+        names: Vec<String>,
+    },
+}
+
+struct Inner {
+    ring: Ring,
+    exit: Option<Value>,
+    proc: Option<ProcRecord>,
+}
+
+/// One execution: its ring, its exit once it ended, its cancel token.
+pub struct Execution {
+    /// The engine's id.
+    pub id: String,
+    /// sh or rhai.
+    pub kind: Kind,
+    /// Who started it (tokens file name).
+    pub engine: String,
+    inner: Mutex<Inner>,
+    tick: watch::Sender<u64>,
+    cancel: Cancel,
+    timed_out: AtomicBool,
+    redactor: Redactor,
+}
+
+impl std::fmt::Debug for Execution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Execution")
+            .field("id", &self.id)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Execution {
+    /// Up to `max` events after `after`, whether the execution ended, and the last seq.
+    ///
+    /// # Errors
+    /// [`Gap`] when the ring no longer reaches back to `after + 1`.
+    pub fn read(&self, after: u64, max: usize) -> Result<(Events, bool, u64), Gap> {
+        let i = lock(&self.inner);
+        let ev = i.ring.after(after, max)?;
+        Ok((ev, i.exit.is_some(), i.ring.last_seq()))
+    }
+
+    /// `{"id", "state", "exit", "first_seq", "last_seq"}`.
+    pub fn status(&self) -> Value {
+        let i = lock(&self.inner);
+        json!({
+            "id": self.id,
+            "state": if i.exit.is_some() { "exited" } else { "running" },
+            "exit": i.exit.clone(),
+            "first_seq": i.ring.first_seq(),
+            "last_seq": i.ring.last_seq(),
+        })
+    }
+
+    /// The exit object once ended.
+    pub fn exit(&self) -> Option<Value> {
+        lock(&self.inner).exit.clone()
+    }
+
+    /// Wait until the execution ended; its exit object.
+    pub async fn ended(&self) -> Value {
+        let mut tick = self.tick.subscribe();
+        loop {
+            if let Some(e) = self.exit() {
+                return e;
+            }
+            // The sender lives in `self`: this never fails while we wait.
+            let _ = tick.changed().await;
+        }
+    }
+
+    /// The process record (pid == pgid, start time) of a running sh execution.
+    pub fn proc_record(&self) -> Option<ProcRecord> {
+        lock(&self.inner).proc
+    }
+}
+
+struct Registry {
+    execs: HashMap<String, Arc<Execution>>,
+    finished: VecDeque<String>,
+    running: usize,
+    closed: bool,
+}
+
+/// Where audit lines go (stderr by default).
+pub type AuditSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The remote step service (see the module docs). Use it behind an `Arc`, inside a tokio
+/// runtime (executions run as tasks).
+pub struct Service {
+    cfg: Config,
+    engine: Arc<ScriptEngine>,
+    reg: Mutex<Registry>,
+    bytes: AtomicUsize,
+    running: watch::Sender<usize>,
+    state: Option<StateDir>,
+    audit: AuditSink,
+    json_audit: bool,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Service {
+    /// A service with `cfg`, auditing to stderr (JSON lines when `json_audit`).
+    ///
+    /// # Errors
+    /// The state dir cannot be created.
+    pub fn new(cfg: Config, json_audit: bool) -> std::io::Result<Arc<Service>> {
+        Self::with_audit(cfg, json_audit, Arc::new(|line: &str| eprintln!("{line}")))
+    }
+
+    /// As [`Service::new`] with audit lines given to `audit`.
+    ///
+    /// # Errors
+    /// The state dir cannot be created.
+    pub fn with_audit(
+        cfg: Config,
+        json_audit: bool,
+        audit: AuditSink,
+    ) -> std::io::Result<Arc<Service>> {
+        let state = cfg.state_dir.as_deref().map(StateDir::open).transpose()?;
+        Ok(Arc::new(Service {
+            engine: crate::agent::mode::engine(),
+            reg: Mutex::new(Registry {
+                execs: HashMap::new(),
+                finished: VecDeque::new(),
+                running: 0,
+                closed: false,
+            }),
+            bytes: AtomicUsize::new(0),
+            running: watch::channel(0).0,
+            state,
+            audit,
+            json_audit,
+            cfg,
+        }))
+    }
+
+    /// Executions recorded in the state dir by an earlier server whose process group is
+    /// still alive (cancel reaches them; their streams are gone).
+    pub fn recovered(&self) -> Vec<String> {
+        let Some(state) = &self.state else {
+            return Vec::new();
+        };
+        state
+            .all()
+            .into_iter()
+            .filter(|(_, rec)| !super::state::group_members(*rec).is_empty())
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Executions running now.
+    pub fn running(&self) -> usize {
+        lock(&self.reg).running
+    }
+
+    /// Bytes held by all rings (at most `ring_bytes`, plus one event).
+    pub fn ring_bytes(&self) -> usize {
+        self.bytes.load(Ordering::SeqCst)
+    }
+
+    /// `{"version", "running"}`.
+    pub fn health(&self) -> Value {
+        json!({"version": env!("CARGO_PKG_VERSION"), "running": self.running()})
+    }
+
+    /// A known execution.
+    pub fn get(&self, id: &str) -> Option<Arc<Execution>> {
+        lock(&self.reg).execs.get(id).cloned()
+    }
+
+    /// Write one audit line: `fields` plus `ts` (JSON, or `key=value` words).
+    pub fn audit(&self, fields: Value) {
+        let mut m = Map::new();
+        m.insert("ts".into(), super::event::now_ts().into());
+        if let Value::Object(f) = fields {
+            m.extend(f);
+        }
+        let line = if self.json_audit {
+            Value::Object(m).to_string()
+        } else {
+            let mut s = String::from("audit");
+            for (k, v) in &m {
+                let v = match v {
+                    Value::String(s) => s.clone(),
+                    Value::Null => continue,
+                    other => other.to_string(),
+                };
+                s.push_str(&format!(" {k}={v}"));
+            }
+            s
+        };
+        (self.audit)(&line);
+    }
+
+    /// Validate and start an execution (`POST /v1/executions`). Nothing is spawned, written
+    /// or registered unless every check passed: JSON shape (unknown fields refused), id,
+    /// kind-specific fields, env names, workdir, timeout, the Rhai script compiles, every
+    /// secret resolves, the id is new (`409`), fewer than `max_running` run (`429`).
+    ///
+    /// # Errors
+    /// The [`Refusal`] to answer with.
+    pub fn start(self: &Arc<Self>, body: &[u8], engine: &str) -> Result<Arc<Execution>, Refusal> {
+        let req: StartRequest = serde_json::from_slice(body).map_err(Refusal::bad)?;
+        if !valid_id(&req.id) {
+            return Err(Refusal::bad("id must match [A-Za-z0-9._-]{1,128}"));
+        }
+        if self.get(&req.id).is_some() {
+            return Err(Refusal::new(
+                409,
+                json!({"error": "execution exists", "id": req.id}),
+            ));
+        }
+        for (k, v) in &req.env {
+            if !env_name(k) || v.contains('\0') {
+                return Err(Refusal::bad(format!("invalid env entry {k:?}")));
+            }
+        }
+        let timeout = match req.timeout_s {
+            None => None,
+            Some(t) if t > 0.0 && t <= 7.0 * 86400.0 => Some(Duration::from_secs_f64(t)),
+            Some(_) => return Err(Refusal::bad("timeout_s must be in (0, 604800]")),
+        };
+        let workdir = match &req.workdir {
+            Some(w) if !w.starts_with('/') => {
+                return Err(Refusal::bad("workdir must be an absolute host path"));
+            }
+            Some(w) => PathBuf::from(w),
+            None => self.cfg.workdir.clone(),
+        };
+        let values = self.cfg.secrets.resolve_all(&req.secrets).map_err(|e| {
+            let (name, key) = e.coordinate();
+            let status = if matches!(e, SecretError::NotAllowed { .. }) {
+                403
+            } else {
+                422
+            };
+            Refusal::new(
+                status,
+                json!({"error": e.to_string(), "name": name, "key": key}),
+            )
+        })?;
+        let redactor = Redactor::new();
+        for (_, v) in &values {
+            redactor.add(v);
+        }
+        let mut env: Vec<(String, String)> =
+            vec![("PATH".into(), crate::process::DEFAULT_PATH.into())];
+        for (k, v) in req
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .chain(values)
+        {
+            env.retain(|(n, _)| n != &k);
+            env.push((k, v));
+        }
+        let prepared = match req.kind {
+            Kind::Sh => {
+                if req.script.is_some() || req.mode.is_some() {
+                    return Err(Refusal::bad("kind sh takes command, not script or mode"));
+                }
+                let Some(command) = req.command.clone() else {
+                    return Err(Refusal::bad("kind sh needs command"));
+                };
+                if command.contains('\0') {
+                    return Err(Refusal::bad("command contains NUL"));
+                }
+                let chrooted = !is_slash(&self.cfg.root);
+                let seen = self
+                    .cfg
+                    .root
+                    .join(workdir.strip_prefix("/").unwrap_or(&workdir));
+                if !seen.is_dir() {
+                    return Err(Refusal::new(
+                        422,
+                        json!({"error": "workdir not found", "workdir": workdir}),
+                    ));
+                }
+                let mut args: Vec<OsString> =
+                    self.cfg.shell[1..].iter().map(OsString::from).collect();
+                args.push(command.into());
+                Prepared::Sh(crate::process::Spec {
+                    program: PathBuf::from(&self.cfg.shell[0]),
+                    args,
+                    env: env
+                        .iter()
+                        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+                        .collect(),
+                    cwd: workdir.clone(),
+                    chroot: chrooted.then(|| self.cfg.root.clone()),
+                    stdin: None,
+                    keep_fds: Vec::new(),
+                })
+            }
+            Kind::Rhai => {
+                if req.command.is_some() {
+                    return Err(Refusal::bad("kind rhai takes script, not command"));
+                }
+                let Some(script) = &req.script else {
+                    return Err(Refusal::bad("kind rhai needs script"));
+                };
+                let exec = match req.mode.as_deref().unwrap_or("apply") {
+                    "apply" => ExecMode::Apply,
+                    "plan" => ExecMode::Plan,
+                    "check" => ExecMode::Check,
+                    other => {
+                        return Err(Refusal::bad(format!(
+                            "mode {other:?}: expected apply, plan or check"
+                        )));
+                    }
+                };
+                // Only the embedded stdlib (`skyhook/...`) can be imported: a relative import
+                // would read the server's own filesystem, outside the host root.
+                let store = Arc::new(ModuleStore::new(NO_MODULES));
+                let file = format!("{}.rhai", req.id);
+                let compiled = crate::script::compile_source(&self.engine, &file, script, store)
+                    .map_err(|e| {
+                        Refusal::new(
+                            422,
+                            json!({"error": "script does not compile",
+                                   "message": redactor.redact(&e.message),
+                                   "line": e.line, "column": e.column}),
+                        )
+                    })?;
+                let mut names: Vec<String> = req.secrets.iter().map(|s| s.name.clone()).collect();
+                names.dedup();
+                Prepared::Rhai {
+                    compiled,
+                    exec,
+                    env,
+                    names,
+                }
+            }
+        };
+        let exec = Arc::new(Execution {
+            id: req.id.clone(),
+            kind: req.kind,
+            engine: engine.to_string(),
+            inner: Mutex::new(Inner {
+                ring: Ring::new(self.cfg.ring_lines),
+                exit: None,
+                proc: None,
+            }),
+            tick: watch::channel(0).0,
+            cancel: Cancel::new(),
+            timed_out: AtomicBool::new(false),
+            redactor,
+        });
+        {
+            let mut reg = lock(&self.reg);
+            if reg.closed {
+                return Err(Refusal::new(503, json!({"error": "shutting down"})));
+            }
+            if reg.execs.contains_key(&req.id) {
+                return Err(Refusal::new(
+                    409,
+                    json!({"error": "execution exists", "id": req.id}),
+                ));
+            }
+            if reg.running >= self.cfg.max_running {
+                let mut r = Refusal::new(
+                    429,
+                    json!({"error": "too many running", "max_running": self.cfg.max_running}),
+                );
+                r.headers.push(("Retry-After", "1".into()));
+                return Err(r);
+            }
+            reg.running += 1;
+            reg.execs.insert(req.id.clone(), exec.clone());
+            self.running.send_replace(reg.running);
+        }
+        if let Some(t) = timeout {
+            let (svc, e) = (Arc::downgrade(self), Arc::downgrade(&exec));
+            tokio::spawn(async move {
+                tokio::time::sleep(t).await;
+                if let (Some(svc), Some(e)) = (svc.upgrade(), e.upgrade())
+                    && e.exit().is_none()
+                {
+                    e.timed_out.store(true, Ordering::SeqCst);
+                    svc.terminate(
+                        &e,
+                        CancelReason::Deadline {
+                            what: "timeout_s".into(),
+                            secs: t.as_secs_f64(),
+                        },
+                        svc.cfg.default_grace,
+                    );
+                }
+            });
+        }
+        let (svc, e) = (self.clone(), exec.clone());
+        tokio::spawn(async move {
+            let (exit, extra) = match prepared {
+                Prepared::Sh(spec) => svc.run_sh(&e, spec).await,
+                Prepared::Rhai {
+                    compiled,
+                    exec,
+                    env,
+                    names,
+                } => svc.run_rhai(&e, compiled, exec, env, names).await,
+            };
+            svc.finish(&e, exit, extra);
+        });
+        Ok(exec)
+    }
+
+    /// Append one event to `exec`'s ring, keeping the byte budget.
+    fn emit(&self, exec: &Execution, body: &Body) {
+        let (seq, delta) = lock(&exec.inner).ring.push(|s| body.render(s));
+        self.account(delta);
+        exec.tick.send_replace(seq);
+        if self.bytes.load(Ordering::SeqCst) > self.cfg.ring_bytes {
+            self.reclaim(exec);
+        }
+    }
+
+    fn account(&self, delta: isize) {
+        if delta >= 0 {
+            self.bytes.fetch_add(delta as usize, Ordering::SeqCst);
+        } else {
+            self.bytes.fetch_sub((-delta) as usize, Ordering::SeqCst);
+        }
+    }
+
+    /// Over the byte budget: evict the oldest ended executions, then the oldest events of
+    /// `exec` (never its last one).
+    fn reclaim(&self, exec: &Execution) {
+        let over = || self.bytes.load(Ordering::SeqCst) > self.cfg.ring_bytes;
+        {
+            let mut reg = lock(&self.reg);
+            while over() {
+                // the oldest ended one other than `exec` (which just ended, maybe)
+                let Some(pos) = reg.finished.iter().position(|id| id != &exec.id) else {
+                    break;
+                };
+                let Some(old) = reg.finished.remove(pos) else {
+                    break;
+                };
+                if let Some(e) = reg.execs.remove(&old) {
+                    self.drop_ring(&e);
+                }
+            }
+        }
+        while over() {
+            let mut i = lock(&exec.inner);
+            if i.ring.len() <= 1 {
+                break;
+            }
+            let n = i.ring.pop_front();
+            drop(i);
+            self.account(-(n as isize));
+        }
+    }
+
+    fn drop_ring(&self, e: &Execution) {
+        let mut i = lock(&e.inner);
+        let mut n = 0;
+        while !i.ring.is_empty() {
+            n += i.ring.pop_front();
+        }
+        drop(i);
+        self.account(-(n as isize));
+        e.tick.send_replace(u64::MAX);
+    }
+
+    /// The exit event, the ended state, the running count, eviction by count, the audit line.
+    fn finish(&self, exec: &Arc<Execution>, exit: Value, extra: Map<String, Value>) {
+        let body = Body::Exit {
+            exit: exit.clone(),
+            extra,
+        };
+        let (seq, delta) = {
+            let mut i = lock(&exec.inner);
+            let r = i.ring.push(|s| body.render(s));
+            i.exit = Some(exit.clone());
+            i.proc = None;
+            r
+        };
+        self.account(delta);
+        if let Some(s) = &self.state {
+            s.remove(&exec.id);
+        }
+        {
+            let mut reg = lock(&self.reg);
+            reg.running -= 1;
+            reg.finished.push_back(exec.id.clone());
+            while reg.finished.len() > self.cfg.keep_finished {
+                if let Some(old) = reg.finished.pop_front()
+                    && let Some(e) = reg.execs.remove(&old)
+                {
+                    self.drop_ring(&e);
+                }
+            }
+            self.running.send_replace(reg.running);
+        }
+        exec.tick.send_replace(seq);
+        if self.bytes.load(Ordering::SeqCst) > self.cfg.ring_bytes {
+            self.reclaim(exec);
+        }
+        self.audit(
+            json!({"engine": exec.engine, "route": "exit", "id": exec.id,
+                          "kind": exec.kind.as_str(), "exit": exit}),
+        );
+    }
+
+    /// Abort `exec` (TERM to its group now; a Rhai step stops at its next operation) and
+    /// SIGKILL its group after `grace` if it still runs.
+    fn terminate(&self, exec: &Arc<Execution>, reason: CancelReason, grace: Duration) {
+        exec.cancel.abort(reason);
+        let e = Arc::downgrade(exec);
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            let Some(e) = e.upgrade() else { return };
+            // The main process stays unreaped (pid and group reserved) until the run ends,
+            // which clears the record first: a recorded group is still ours.
+            let i = lock(&e.inner);
+            if let (None, Some(rec)) = (&i.exit, i.proc)
+                && proc_stat(rec.pid).is_some_and(|(_, s)| s == rec.start)
+            {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(rec.pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        });
+    }
+
+    /// `POST /v1/executions/{id}/cancel` with its body (`{"grace_s": N}`, optional).
+    /// `202` when a running execution (or, after a restart, a recorded process group) is
+    /// being cancelled; `200` with the exit when it already ended.
+    ///
+    /// # Errors
+    /// `400` for a bad body, `404` for an unknown id.
+    pub fn cancel(&self, id: &str, body: &[u8], engine: &str) -> Result<(u16, Value), Refusal> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct CancelBody {
+            grace_s: Option<f64>,
+        }
+        let grace = if body.iter().all(u8::is_ascii_whitespace) {
+            None
+        } else {
+            let b: CancelBody = serde_json::from_slice(body).map_err(Refusal::bad)?;
+            b.grace_s
+        };
+        let grace = match grace {
+            None => self.cfg.default_grace,
+            Some(g) if (0.0..=3600.0).contains(&g) => Duration::from_secs_f64(g),
+            Some(_) => return Err(Refusal::bad("grace_s must be in [0, 3600]")),
+        };
+        let Some(exec) = self.get(id) else {
+            // A group recorded by an earlier server.
+            if let Some(state) = &self.state
+                && let Some(rec) = state.get(id)
+            {
+                if super::state::group_members(rec).is_empty() {
+                    state.remove(id); // its processes are gone (or its pid was reused)
+                    return Err(Refusal::not_found());
+                }
+                let state = state.clone();
+                let id2 = id.to_string();
+                tokio::spawn(async move {
+                    super::state::terminate_group(rec, grace).await;
+                    state.remove(&id2);
+                });
+                return Ok((
+                    202,
+                    json!({"id": id, "state": "cancelling", "recovered": true}),
+                ));
+            }
+            return Err(Refusal::not_found());
+        };
+        if let Some(exit) = exec.exit() {
+            return Ok((200, json!({"id": id, "state": "exited", "exit": exit})));
+        }
+        self.terminate(&exec, CancelReason::Remote(engine.to_string()), grace);
+        Ok((202, json!({"id": id, "state": "cancelling"})))
+    }
+
+    /// The stream of `exec` from the first event after `after`: NDJSON chunks (each ends
+    /// with `\n`), a heartbeat every `alive_every` while it runs, closed after the exit
+    /// event, or early when the reader fell so far behind that the ring dropped what it
+    /// needs next (the client then resumes and gets the `410`).
+    ///
+    /// # Errors
+    /// [`Gap`] when the ring does not reach back to `after + 1` now.
+    pub fn stream(&self, exec: Arc<Execution>, after: u64) -> Result<mpsc::Receiver<Bytes>, Gap> {
+        exec.read(after, 0)?;
+        let (tx, rx) = mpsc::channel::<Bytes>(16);
+        let alive = self.cfg.alive_every;
+        tokio::spawn(async move {
+            let mut cursor = after;
+            let mut tick = exec.tick.subscribe();
+            loop {
+                tick.borrow_and_update();
+                let Ok((events, ended, last)) = exec.read(cursor, READ_BATCH) else {
+                    return; // fell behind: end without a hole
+                };
+                let had = !events.is_empty();
+                let mut chunk = Vec::new();
+                for (seq, line) in events {
+                    chunk.extend_from_slice(line.as_bytes());
+                    chunk.push(b'\n');
+                    cursor = seq;
+                }
+                if had && tx.send(Bytes::from(chunk)).await.is_err() {
+                    return;
+                }
+                if ended && cursor >= last {
+                    return;
+                }
+                if had {
+                    continue;
+                }
+                tokio::select! {
+                    r = tick.changed() => if r.is_err() { return },
+                    () = tokio::time::sleep(alive) => {
+                        let mut l = alive_line().into_bytes();
+                        l.push(b'\n');
+                        if tx.send(Bytes::from(l)).await.is_err() {
+                            return;
+                        }
+                    }
+                    () = tx.closed() => return,
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    /// Refuse new starts, let running executions finish for `grace`, then cancel what is
+    /// left (TERM, the default grace, KILL) and wait until every one ended.
+    pub async fn shutdown(&self, grace: Duration) {
+        lock(&self.reg).closed = true;
+        let mut running = self.running.subscribe();
+        let idle = async {
+            let _ = running.wait_for(|n| *n == 0).await;
+        };
+        if tokio::time::timeout(grace, idle).await.is_ok() {
+            return;
+        }
+        let live: Vec<Arc<Execution>> = lock(&self.reg)
+            .execs
+            .values()
+            .filter(|e| e.exit().is_none())
+            .cloned()
+            .collect();
+        for e in &live {
+            self.terminate(e, CancelReason::Signal("SIGTERM"), self.cfg.default_grace);
+        }
+        let mut running = self.running.subscribe();
+        let _ = running.wait_for(|n| *n == 0).await;
+    }
+
+    async fn run_sh(
+        self: &Arc<Self>,
+        exec: &Arc<Execution>,
+        spec: crate::process::Spec,
+    ) -> (Value, Map<String, Value>) {
+        let sink = ShSink {
+            svc: self.clone(),
+            exec: exec.clone(),
+            out: Lines::new("stdout"),
+            err: Lines::new("stderr"),
+        };
+        let options = crate::process::Options {
+            timeout: None,
+            cancel: Some(exec.cancel.clone()),
+            // Our own timer sends the SIGKILL after the grace a cancel asks for; this is the
+            // upper bound.
+            term_grace: Duration::from_secs(3600),
+            ..crate::process::Options::default()
+        };
+        let (report, mut sink) = crate::process::run_async(spec, options, sink).await;
+        sink.finish();
+        let exit = if exec.timed_out.load(Ordering::SeqCst) {
+            json!({"error": "timeout"})
+        } else {
+            match report.outcome {
+                Outcome::Exited(c) => json!({"code": c}),
+                Outcome::Signaled(s) => json!({"signal": s}),
+                Outcome::SpawnFailed(e) => {
+                    json!({"error": exec.redactor.redact(&format!("spawn failed: {e}"))})
+                }
+                Outcome::TimedOut { .. } => json!({"error": "timeout"}),
+                Outcome::Cancelled { status, .. } => status_json(status),
+                Outcome::SinkStopped { status } => status_json(Some(status)),
+            }
+        };
+        (exit, Map::new())
+    }
+
+    async fn run_rhai(
+        self: &Arc<Self>,
+        exec: &Arc<Execution>,
+        compiled: CompiledScript,
+        mode: ExecMode,
+        env: Vec<(String, String)>,
+        names: Vec<String>,
+    ) -> (Value, Map<String, Value>) {
+        let out = Arc::new(RhaiSink {
+            svc: self.clone(),
+            exec: exec.clone(),
+            streams: Mutex::new((Lines::new("stdout"), Lines::new("stderr"))),
+        });
+        let svc = self.clone();
+        let e = exec.clone();
+        let o2 = out.clone();
+        let ran = tokio::task::spawn_blocking(move || {
+            let root = crate::host::root::HostRoot::open(&svc.cfg.root)
+                .map_err(|err| format!("cannot open host root: {err}"))?;
+            let options = HostOptions {
+                env: env.clone(),
+                commands_chrooted: !is_slash(&svc.cfg.root),
+                secrets_dir: svc.cfg.secrets.dir.clone(),
+                allowed_secrets: names,
+                resource_id: e.id.clone(),
+                redactor: Some(e.redactor.clone()),
+                cancel: e.cancel.clone(),
+                ..HostOptions::default()
+            };
+            let api = crate::script::host_api::HostApi::new(Host::new(root, mode, options));
+            let ctx = StepContext {
+                mode: if mode == ExecMode::Check {
+                    "apply-check"
+                } else {
+                    "apply"
+                }
+                .into(),
+                name: e.id.clone(),
+                resource_id: e.id.clone(),
+                dry_run: mode == ExecMode::Plan,
+                env: env.into_iter().collect(),
+                ..StepContext::default()
+            };
+            let mut opts = RunOptions::new(o2, e.cancel.clone());
+            opts.timeout = Some(Duration::from_secs(7 * 86400));
+            let o = crate::runner::plan::run_step(
+                &svc.engine,
+                &compiled,
+                &ctx,
+                &api,
+                opts,
+                |c| c == 0,
+                crate::runner::plan::End::Session,
+            );
+            Ok::<_, String>(o)
+        })
+        .await;
+        out.finish();
+        let r = &exec.redactor;
+        let o = match ran {
+            Ok(Ok(o)) => o,
+            Ok(Err(msg)) => return (json!({"error": r.redact(&msg)}), Map::new()),
+            Err(join) => {
+                return (
+                    json!({"error": format!("script runner: {join}")}),
+                    Map::new(),
+                );
+            }
+        };
+        let drift = mode == ExecMode::Check;
+        for c in &o.report.changes {
+            let mut p = json!({
+                "action": c.summary.split_whitespace().next().unwrap_or(&c.kind),
+                "kind": c.kind,
+                "path": r.redact(&c.target),
+                "summary": r.redact(&c.summary),
+            });
+            if let Some(d) = &c.diff {
+                p["diff"] = r.redact(d).into_owned().into();
+            }
+            if drift {
+                p["drift"] = true.into();
+            }
+            self.emit(exec, &Body::Plan(p));
+        }
+        for a in &o.report.actions {
+            let p = json!({"action": a.kind, "path": r.redact(&a.target),
+                           "summary": r.redact(&a.summary)});
+            self.emit(exec, &Body::Plan(p));
+        }
+        let code = if o.ok || o.code != 0 { o.code } else { 1 };
+        let exit = if exec.timed_out.load(Ordering::SeqCst) {
+            json!({"error": "timeout"})
+        } else if exec.cancel.is_aborted() && o.error.is_some() {
+            json!({"error": "cancelled"})
+        } else if let Some(err) = &o.error {
+            json!({"code": code, "error": r.redact(err)})
+        } else {
+            json!({"code": code})
+        };
+        let mut extra = Map::new();
+        extra.insert("report".into(), o.to_json(r));
+        extra.insert("rendered".into(), o.report.render_text(r).into());
+        (exit, extra)
+    }
+}
+
+fn status_json(s: Option<Status>) -> Value {
+    match s {
+        Some(Status::Code(c)) => json!({"code": c}),
+        Some(Status::Signal(s)) => json!({"signal": s}),
+        None => json!({"error": "cancelled"}),
+    }
+}
+
+fn is_slash(p: &Path) -> bool {
+    std::fs::canonicalize(p).is_ok_and(|c| c == Path::new("/"))
+}
+
+/// Output of a sh execution: redacted, split into line events.
+struct ShSink {
+    svc: Arc<Service>,
+    exec: Arc<Execution>,
+    out: Lines,
+    err: Lines,
+}
+
+impl ShSink {
+    fn finish(&mut self) {
+        let (svc, exec) = (&self.svc, &self.exec);
+        for l in [&mut self.out, &mut self.err] {
+            l.finish(&mut |b| svc.emit(exec, &b));
+        }
+    }
+}
+
+impl crate::process::Sink for ShSink {
+    fn spawned(&mut self, pid: i32) {
+        let Some((_, start)) = proc_stat(pid) else {
+            return;
+        };
+        let rec = ProcRecord { pid, start };
+        lock(&self.exec.inner).proc = Some(rec);
+        if let Some(s) = &self.svc.state
+            && let Err(e) = s.record(&self.exec.id, rec)
+        {
+            self.svc.audit(json!({"id": self.exec.id, "warning":
+                format!("cannot record the process in the state dir: {e}")}));
+        }
+    }
+
+    fn chunk(&mut self, stream: crate::process::Stream, bytes: &[u8]) -> std::ops::ControlFlow<()> {
+        let (svc, exec) = (&self.svc, &self.exec);
+        let lines = match stream {
+            crate::process::Stream::Stdout => &mut self.out,
+            crate::process::Stream::Stderr => &mut self.err,
+        };
+        lines.push(&exec.redactor, bytes, &mut |b| svc.emit(exec, &b));
+        std::ops::ControlFlow::Continue(())
+    }
+}
+
+/// Output of a Rhai execution (`print`, `debug`, `log::`, the error): the same events.
+struct RhaiSink {
+    svc: Arc<Service>,
+    exec: Arc<Execution>,
+    streams: Mutex<(Lines, Lines)>,
+}
+
+impl RhaiSink {
+    fn finish(&self) {
+        let mut s = lock(&self.streams);
+        let (out, err) = &mut *s;
+        for l in [out, err] {
+            l.finish(&mut |b| self.svc.emit(&self.exec, &b));
+        }
+    }
+}
+
+impl crate::script::ScriptOutput for RhaiSink {
+    fn stdout(&self, bytes: &[u8]) {
+        let mut s = lock(&self.streams);
+        s.0.push(&self.exec.redactor, bytes, &mut |b| {
+            self.svc.emit(&self.exec, &b)
+        });
+    }
+    fn stderr(&self, bytes: &[u8]) {
+        let mut s = lock(&self.streams);
+        s.1.push(&self.exec.redactor, bytes, &mut |b| {
+            self.svc.emit(&self.exec, &b)
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    fn service(dir: &Path, f: impl FnOnce(&mut Config)) -> Arc<Service> {
+        let mut cfg = Config::new(Path::new("/"));
+        std::fs::create_dir_all(dir.join("secrets/db")).unwrap();
+        std::fs::write(dir.join("secrets/db/pw"), "s3cr3t-value").unwrap();
+        cfg.secrets = Secrets {
+            dir: dir.join("secrets"),
+            allow: vec!["db".into()],
+        };
+        cfg.state_dir = Some(dir.join("state"));
+        f(&mut cfg);
+        Service::with_audit(cfg, true, Arc::new(|_: &str| {})).unwrap()
+    }
+
+    /// Every line of a stream until it closes.
+    async fn collect(mut rx: mpsc::Receiver<Bytes>) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(b) = rx.recv().await {
+            for l in String::from_utf8(b.to_vec()).unwrap().lines() {
+                out.push(serde_json::from_str(l).unwrap());
+            }
+        }
+        out
+    }
+
+    async fn run_to_end(svc: &Arc<Service>, body: Value) -> Vec<Value> {
+        let e = svc.start(body.to_string().as_bytes(), "t").unwrap();
+        collect(svc.stream(e, 0).unwrap()).await
+    }
+
+    #[test]
+    fn refused_starts_leave_nothing_then_429_and_cancel() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |c| c.max_running = 1);
+        rt().block_on(async {
+            let marker = d.path().join("ran");
+            let touch = format!("touch {}", marker.display());
+            let cases = [
+                (b"{nope".to_vec(), 400),
+                (
+                    json!({"id": "a", "kind": "sh", "command": touch, "x": 1})
+                        .to_string()
+                        .into_bytes(),
+                    400,
+                ),
+                (
+                    json!({"id": "a/b", "kind": "sh", "command": touch})
+                        .to_string()
+                        .into_bytes(),
+                    400,
+                ),
+                (
+                    json!({"id": "a", "kind": "sh", "script": "1"})
+                        .to_string()
+                        .into_bytes(),
+                    400,
+                ),
+                (
+                    json!({"id": "a", "kind": "sh", "command": touch, "timeout_s": -1})
+                        .to_string()
+                        .into_bytes(),
+                    400,
+                ),
+                (
+                    json!({"id": "a", "kind": "sh", "command": touch,
+                        "secrets": [{"env": "P", "name": "other", "key": "pw"}]})
+                    .to_string()
+                    .into_bytes(),
+                    403,
+                ),
+                (
+                    json!({"id": "a", "kind": "sh", "command": touch,
+                        "secrets": [{"env": "P", "name": "db", "key": "nope"}]})
+                    .to_string()
+                    .into_bytes(),
+                    422,
+                ),
+                (
+                    json!({"id": "a", "kind": "rhai", "script": "fn ("})
+                        .to_string()
+                        .into_bytes(),
+                    422,
+                ),
+                (
+                    json!({"id": "a", "kind": "rhai", "script": "import \"../../etc/hostname\" as m;"})
+                        .to_string()
+                        .into_bytes(),
+                    422,
+                ),
+                (
+                    json!({"id": "a", "kind": "rhai", "script": "1", "mode": "yolo"})
+                        .to_string()
+                        .into_bytes(),
+                    400,
+                ),
+            ];
+            for (body, want) in &cases {
+                let r = svc.start(body, "t").unwrap_err();
+                assert_eq!(r.status, *want, "{}", String::from_utf8_lossy(body));
+                assert!(!r.body.to_string().contains("s3cr3t"));
+            }
+            assert!(svc.get("a").is_none());
+            assert_eq!((svc.running(), svc.ring_bytes()), (0, 0));
+            assert!(!marker.exists());
+            assert!(
+                std::fs::read_dir(d.path().join("state"))
+                    .unwrap()
+                    .next()
+                    .is_none()
+            );
+            // one running: the next is 429, with Retry-After
+            let long = svc
+                .start(
+                    json!({"id": "long", "kind": "sh", "command": "echo up; sleep 60"})
+                        .to_string()
+                        .as_bytes(),
+                    "t",
+                )
+                .unwrap();
+            let r = svc
+                .start(
+                    json!({"id": "b", "kind": "sh", "command": "true"})
+                        .to_string()
+                        .as_bytes(),
+                    "t",
+                )
+                .unwrap_err();
+            assert_eq!(r.status, 429);
+            assert_eq!(r.headers, vec![("Retry-After", "1".to_string())]);
+            assert!(svc.get("b").is_none());
+            let mut rx = svc.stream(long.clone(), 0).unwrap();
+            let up = rx.recv().await.unwrap();
+            assert!(String::from_utf8_lossy(&up).contains("\"line\":\"up\""));
+            assert_eq!(svc.cancel("long", b"{\"grace_s\": 1}", "t").unwrap().0, 202);
+            let ev = collect(rx).await;
+            assert_eq!(ev.last().unwrap()["exit"], json!({"signal": 15}));
+            assert_eq!(svc.cancel("long", b"", "t").unwrap().0, 200);
+            assert_eq!(svc.running(), 0);
+            assert!(
+                std::fs::read_dir(d.path().join("state"))
+                    .unwrap()
+                    .next()
+                    .is_none()
+            );
+        });
+    }
+
+    #[test]
+    fn byte_budget_evicts_ended_executions_then_own_oldest_events() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |c| {
+            c.ring_bytes = 4000;
+            c.keep_finished = 2;
+        });
+        rt().block_on(async {
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "a", "kind": "sh", "command": "seq 1 10"}),
+            )
+            .await;
+            assert_eq!(ev.len(), 11);
+            assert!(svc.get("a").is_some());
+            // 200 lines of ~70 bytes: over budget; "a" goes first, then b's oldest events
+            let b = svc
+                .start(
+                    json!({"id": "b", "kind": "sh", "command": "seq 1 200"})
+                        .to_string()
+                        .as_bytes(),
+                    "t",
+                )
+                .unwrap();
+            let rx = svc.stream(b.clone(), 0).unwrap();
+            assert_eq!(b.ended().await, json!({"code": 0}));
+            // a reader that fell behind the ring ends early, without a hole
+            let ev = collect(rx).await;
+            assert!(
+                svc.get("a").is_none(),
+                "the ended execution was not evicted first"
+            );
+            assert!(svc.ring_bytes() <= 4000 + 200, "{}", svc.ring_bytes());
+            assert!(svc.get("b").is_some());
+            let gap = svc.stream(b.clone(), 0).unwrap_err();
+            assert_eq!(gap.wanted, 1);
+            assert!(gap.oldest > 100, "{gap:?}");
+            for w in ev.windows(2) {
+                assert_eq!(
+                    w[1]["seq"].as_u64(),
+                    Some(w[0]["seq"].as_u64().unwrap() + 1)
+                );
+            }
+            assert_eq!(b.status()["state"], "exited");
+            // by count: keep_finished = 2
+            for id in ["c", "d"] {
+                run_to_end(&svc, json!({"id": id, "kind": "sh", "command": "true"})).await;
+            }
+            assert!(svc.get("b").is_none() && svc.get("c").is_some() && svc.get("d").is_some());
+        });
+    }
+
+    #[test]
+    fn heartbeats_secrets_rhai_and_shutdown() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |c| c.alive_every = Duration::from_millis(20));
+        rt().block_on(async {
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "h", "kind": "sh", "command": "sleep 0.2; echo \"$P\"",
+                       "secrets": [{"env": "P", "name": "db", "key": "pw"}]}),
+            )
+            .await;
+            assert!(ev.iter().any(|e| e["alive"] == true && e.get("seq").is_none()));
+            let lines: Vec<&Value> = ev.iter().filter(|e| e.get("seq").is_some()).collect();
+            assert_eq!(lines[0]["line"], "***");
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "r", "kind": "rhai", "mode": "plan",
+                       "script": "let p = secret(\"db\", \"pw\"); print(p); fs::write(\"/tmp/skyhook-serve-plan-only\", p);",
+                       "secrets": [{"env": "P", "name": "db", "key": "pw"}]}),
+            )
+            .await;
+            let text = serde_json::to_string(&ev).unwrap();
+            assert!(!text.contains("s3cr3t"), "{text}");
+            assert!(ev.iter().any(|e| e["line"] == "***"));
+            assert_eq!(ev.last().unwrap()["exit"], json!({"code": 0}));
+            // shutdown: the grace passes, the running one is cancelled, new starts refused
+            let e = svc
+                .start(json!({"id": "s", "kind": "sh", "command": "echo up; sleep 60"}).to_string().as_bytes(), "t")
+                .unwrap();
+            let mut rx = svc.stream(e, 0).unwrap();
+            assert!(!rx.recv().await.unwrap().is_empty(), "the step started");
+            svc.shutdown(Duration::from_millis(50)).await;
+            assert_eq!(collect(rx).await.last().unwrap()["exit"], json!({"signal": 15}));
+            let r = svc
+                .start(json!({"id": "z", "kind": "sh", "command": "true"}).to_string().as_bytes(), "t")
+                .unwrap_err();
+            assert_eq!(r.status, 503);
+        });
+    }
+
+    #[test]
+    fn a_cancelled_or_timed_out_rhai_step_stops_at_its_next_operation() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |_| {});
+        rt().block_on(async {
+            let e = svc
+                .start(
+                    json!({"id": "spin", "kind": "rhai",
+                           "script": "print(\"up\"); let x = 0; loop { x += 1; }"})
+                    .to_string()
+                    .as_bytes(),
+                    "t",
+                )
+                .unwrap();
+            let mut rx = svc.stream(e, 0).unwrap();
+            assert!(String::from_utf8_lossy(&rx.recv().await.unwrap()).contains("up"));
+            assert_eq!(svc.cancel("spin", b"", "t").unwrap().0, 202);
+            let ev = collect(rx).await;
+            assert_eq!(ev.last().unwrap()["exit"], json!({"error": "cancelled"}));
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "slow", "kind": "rhai", "timeout_s": 0.2,
+                       "script": "let x = 0; loop { x += 1; }"}),
+            )
+            .await;
+            assert_eq!(ev.last().unwrap()["exit"], json!({"error": "timeout"}));
+        });
+    }
+}

@@ -1,0 +1,23 @@
+//! The remote step API (`skyhook-agent serve`, `../shared/docs/remote-api.md`): a node
+//! service that runs one step at a time for an engine it does not trust and streams the
+//! result back as numbered NDJSON events.
+//!
+//! - [`exec::Service`] decides everything: executions by id, validation before anything is
+//!   spawned, secrets ([`secrets`]), the event rings ([`ring`], [`event`]), `--max-running`,
+//!   cancel (through [`crate::process::Cancel::abort`]: TERM to the group, grace, KILL),
+//!   the state dir ([`state`]), shutdown, the audit line.
+//! - [`auth`]: the hashed tokens file, constant-time compare, reload.
+//! - [`http`]: the thin HTTP/1.1 transport (hyper) on TCP (plain or [`tls`]) and Unix
+//!   sockets; [`cli`]: the `serve` subcommand.
+
+pub mod auth;
+pub mod cli;
+pub mod event;
+pub mod exec;
+pub mod http;
+pub mod ring;
+pub mod secrets;
+pub mod state;
+pub mod tls;
+
+pub use exec::{Config, Execution, Refusal, Service};

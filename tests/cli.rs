@@ -1,0 +1,101 @@
+//! CLI conventions of both binaries: `--version` with the git revision and build date,
+//! `skyhook-run completions SHELL` generated from the clap definitions.
+
+use std::process::Command;
+
+use crate::util::{AGENT, FakeRoot, TS, re, re_full};
+
+const RUN: &str = env!("CARGO_BIN_EXE_skyhook-run");
+
+fn out(bin: &str, args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(bin)
+        .args(args)
+        .output()
+        .expect("run the binary");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn version_has_revision_and_build_date() {
+    for (bin, name) in [(AGENT, "skyhook-agent"), (RUN, "skyhook-run")] {
+        for flag in ["--version", "-V"] {
+            let (code, stdout, _) = out(bin, &[flag]);
+            assert_eq!(code, 0, "{name} {flag}");
+            let pattern = format!(
+                r"{name} {} \((?:[0-9a-f]{{7,40}}|unknown), built \d{{4}}-\d\d-\d\d\)\n",
+                regex::escape(env!("CARGO_PKG_VERSION"))
+            );
+            assert!(
+                re_full(&pattern).is_match(&stdout),
+                "{name} {flag}: {stdout:?} !~ {pattern}"
+            );
+        }
+    }
+}
+
+#[test]
+fn completions_for_bash_zsh_fish() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, stdout, stderr) = out(RUN, &["completions", shell]);
+        assert_eq!(code, 0, "{shell}: {stderr}");
+        for word in ["skyhook-run", "package", "detailed-exitcode", "check"] {
+            assert!(stdout.contains(word), "{shell} completions lack {word}");
+        }
+    }
+    let (code, _, stderr) = out(RUN, &["completions", "tcsh"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("invalid value 'tcsh'"), "{stderr}");
+}
+
+/// `SKYHOOK_LOG=debug SKYHOOK_LOG_FORMAT=json` adds JSON diagnostic events with the mode,
+/// step and command spans on stderr; stdout (the byte-compatible agent output) has the same
+/// lines as without diagnostics.
+#[test]
+fn diagnostics_go_to_stderr_as_json_and_leave_stdout_alone() {
+    require_root!();
+    let fr = FakeRoot::new();
+    fr.write_p();
+    let plain = fr.run("apply");
+    plain.code(0);
+    let mut fr2 = FakeRoot::new();
+    fr2.write_p();
+    fr2.set_env("SKYHOOK_LOG", "skyhook=debug");
+    fr2.set_env("SKYHOOK_LOG_FORMAT", "json");
+    let traced = fr2.run("apply");
+    traced.code(0);
+    let shape = |s: &str| -> Vec<String> {
+        let ts = re(TS);
+        s.lines()
+            .map(|l| {
+                ts.replace_all(l, "TS")
+                    .replace(fr.root_str().as_str(), "R")
+                    .replace(fr2.root_str().as_str(), "R")
+            })
+            .collect()
+    };
+    assert_eq!(shape(&traced.stdout), shape(&plain.stdout));
+    let events: Vec<serde_json::Value> = traced
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert!(
+        events.iter().any(|e| e["fields"]["message"] == "step ended"
+            && e["span"]["name"] == "step"
+            && e["span"]["path"] == "foo.sh"),
+        "{}",
+        traced.stderr
+    );
+    assert!(
+        events.iter().any(|e| e["spans"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["name"] == "mode"))),
+        "{}",
+        traced.stderr
+    );
+}
