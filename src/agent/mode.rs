@@ -170,6 +170,9 @@ pub struct ModeLoop<'a, R> {
     pub interrupts: Option<InterruptPolicy>,
     /// Descriptors every step process inherits (the package lock).
     pub keep_fds: Vec<RawFd>,
+    /// The run's step logs, each log directory listed once per run (start with
+    /// `LogIndex::default()`).
+    pub logs: crate::logs::retention::LogIndex,
 }
 
 impl<R: StepRunner> ModeLoop<'_, R> {
@@ -516,8 +519,13 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             .log_root
             .join(&self.package.package_name)
             .join(&self.package.package_version);
-        let (logs, previous_logs) =
-            step_logs::open(self.state.root, self.write_logs, &log_dir, &step.path)?;
+        let (logs, previous_logs) = step_logs::open_indexed(
+            self.state.root,
+            &self.logs,
+            self.write_logs,
+            &log_dir,
+            &step.path,
+        )?;
         let invocation = StepInvocation {
             path: step.path.clone(),
             program,
@@ -829,6 +837,7 @@ impl ModeRun<'_> {
                 record: true,
             }),
             keep_fds: vec![lock.as_raw_fd()],
+            logs: crate::logs::retention::LogIndex::default(),
         };
         let outcome = tracing::Instrument::instrument(mode_loop.run(), span).await?;
         drop(lock);

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use chrono::Utc;
 
 use crate::host::root::HostRoot;
-use crate::logs::retention::{self, DEFAULT_KEEP};
-use crate::logs::sink::{StepLogFiles, open_step_logs};
+use crate::logs::retention::{self, DEFAULT_KEEP, LogIndex};
+use crate::logs::sink::{StepLogFiles, open_step_logs, open_step_logs_after};
 
 use super::console::Console;
 use super::error::AgentError;
@@ -32,6 +32,29 @@ pub fn open(
         return Ok((None, Vec::new()));
     }
     let mut logs = open_step_logs(root, log_dir, base, Utc::now())?;
+    let previous = std::mem::take(&mut logs.previous);
+    Ok((Some(logs), previous))
+}
+
+/// [`open`] for a run of many steps: the step's older logs come from `index` (each log
+/// directory is listed once per run, not once per step), and the index notes the new log and
+/// what [`prune`] will keep.
+///
+/// # Errors
+/// As [`open`].
+pub fn open_indexed(
+    root: &HostRoot,
+    index: &LogIndex,
+    write_logs: bool,
+    log_dir: &Path,
+    base: &str,
+) -> Result<(Option<StepLogFiles>, Vec<PathBuf>), AgentError> {
+    if !write_logs {
+        return Ok((None, Vec::new()));
+    }
+    let listed = index.list(root, log_dir, base).map_err(AgentError::from)?;
+    let mut logs = open_step_logs_after(root, log_dir, base, Utc::now(), listed.clone())?;
+    index.created(log_dir, base, &logs.out_path, &listed, LOGS_KEPT);
     let previous = std::mem::take(&mut logs.previous);
     Ok((Some(logs), previous))
 }

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::host::effect::Effect;
 use crate::host::error::{HostError, Result};
+use crate::host::lines::{Lines, Stamp, View};
 use crate::host::root::{EntryKind, HostRoot, kind_name};
 use crate::host::session::Stat;
 use crate::host::{ExecMode, Host};
@@ -468,22 +469,6 @@ pub fn append(h: &mut Host, p: &str, content: &str) -> Result<bool> {
     })
 }
 
-/// Current lines of a text file, `None` when missing.
-fn lines_of(h: &Host, path: &Path) -> Result<Option<Vec<String>>> {
-    match h.view_read(path)? {
-        None => Ok(None),
-        Some(b) => Ok(Some(text(path, b)?.lines().map(String::from).collect())),
-    }
-}
-
-fn join_lines(lines: &[String]) -> Vec<u8> {
-    let mut s = lines.join("\n");
-    if !lines.is_empty() {
-        s.push('\n');
-    }
-    s.into_bytes()
-}
-
 /// A read-modify-write of the file at `path`. `compute` reads the current state through the
 /// view and returns the new content, or `None` when nothing is to change. It runs once
 /// without a lock; when that finds a change in apply mode, the path's lock is taken
@@ -514,22 +499,129 @@ fn edit(
     changed
 }
 
-/// [`edit`] over the file's lines (`None` when missing); the result is written with a final
-/// newline.
-fn edit_lines(
+/// The session's view of the text file at `path` (module [`crate::host::lines`]), taken out
+/// of the session's cache when it still shows the file, else read and parsed. In apply mode
+/// the file is `stat`ed first and a cached view is used only when its [`Stamp`] equals the
+/// file's, so a change by another process (or a command of this step) is always seen; in
+/// plan and check mode a cached view is valid until the session's next effect (which clears
+/// the cache), and a file is read through the overlay.
+///
+/// # Errors
+/// A directory at `path`; [`HostError::NotText`]; resolution or read failures.
+fn take_view(h: &mut Host, path: &Path, key: &Path) -> Result<View> {
+    if h.mode() != ExecMode::Apply {
+        if let Some(v) = h.texts.remove(key) {
+            return Ok(v);
+        }
+        let content = h.view_read(path)?;
+        let exists = content.is_some();
+        let lines = Lines::parse(text(path, content.unwrap_or_default())?);
+        return Ok(View {
+            exists,
+            lines,
+            stamp: None,
+        });
+    }
+    let stamp = match h.root().metadata(path)? {
+        None => None,
+        Some(m) if m.is_dir() => {
+            return Err(HostError::WrongKind {
+                path: path.to_path_buf(),
+                what: "is a directory",
+            });
+        }
+        Some(m) => {
+            check_regular(path, &m)?;
+            Some(Stamp::of(&m))
+        }
+    };
+    if let Some(v) = h.texts.remove(key)
+        && v.stamp == stamp
+        && v.exists == stamp.is_some()
+    {
+        return Ok(v);
+    }
+    // Read after the stat: content newer than the stamp only causes a re-read next time. Read
+    // as `read_whole` does: a regular file, non-blocking, at most `MAX_READ_BYTES`.
+    let content = match stamp {
+        None => None,
+        Some(_) => Some(h.root().read_regular(path, MAX_READ_BYTES)?),
+    };
+    let exists = content.is_some();
+    Ok(View {
+        exists,
+        lines: Lines::parse(text(path, content.unwrap_or_default())?),
+        stamp,
+    })
+}
+
+/// A read-modify-write of the lines of the text file at `path` through the session's view
+/// ([`take_view`]). `change` edits the lines in place (given whether the file exists) and
+/// returns whether it changed anything; it must return `Err` or `Ok(false)` before
+/// touching them. In apply mode a change is made under the path's lock
+/// ([`crate::host::pathlock`]): the view is checked against the file again under the lock,
+/// and when another process changed the file meanwhile it is read again and `change` runs
+/// on the fresh lines. The file is written whole (atomically, with a final newline) and the
+/// view, now showing what was written, stays cached with the written file's stamp, so a
+/// file the session itself wrote is never read back.
+fn edit_view(
     h: &mut Host,
     path: &Path,
-    compute: impl Fn(Option<Vec<String>>) -> Result<Option<Vec<String>>>,
+    change: impl Fn(&mut Lines, bool) -> Result<bool>,
 ) -> Result<bool> {
-    edit(h, path, |h| {
-        Ok(compute(lines_of(h, path)?)?.map(|l| join_lines(&l)))
-    })
+    let key = crate::host::plan::normalize(path);
+    let mut view = take_view(h, path, &key)?;
+    if !change(&mut view.lines, view.exists)? {
+        h.texts.insert(key, view);
+        h.note_unchanged();
+        return Ok(false);
+    }
+    let lock = h.lock_for_update(path)?;
+    if lock.is_some() {
+        // Decide again on the file as it is under the lock.
+        let now = h.root().metadata(path)?.map(|m| Stamp::of(&m));
+        if now != view.stamp {
+            view = take_view(h, path, &key)?;
+            if !change(&mut view.lines, view.exists)? {
+                h.texts.insert(key, view);
+                h.note_unchanged();
+                return Ok(false);
+            }
+        }
+    }
+    let content = view.lines.to_bytes();
+    if view.lines.irregular() {
+        // A line with a line break in it: the lines no longer describe the bytes, so
+        // compare bytes as `put` does and keep no view.
+        let changed = put_locked(h, path, content, (None, None, None), |_| Ok(()));
+        drop(lock);
+        return changed;
+    }
+    // `submit` checks the ancestors ([`HostError::BadAncestor`]); the view's read resolved
+    // the path already.
+    h.submit(Effect::WriteFile {
+        path: path.to_path_buf(),
+        content,
+        mode: None,
+        uid: None,
+        gid: None,
+    })?;
+    if lock.is_some() {
+        // Still under the lock: the stamp is that of the file just written.
+        view.stamp = h.root().metadata(path)?.map(|m| Stamp::of(&m));
+    }
+    drop(lock);
+    view.exists = true;
+    h.texts.insert(key, view);
+    Ok(true)
 }
 
 /// `fs::ensure_line(p, line, #{regex, create})`: without `regex`, append `line` when no line
 /// equals it. With `regex`, replace the *last* line matching it by `line` (unchanged when it
 /// already equals `line`); when none matches, append `line` unless present. In apply mode
-/// the decision is made on content read under the path's lock ([`edit`]).
+/// the decision is made on content read under the path's lock ([`edit_view`]). Repeated
+/// calls on one file cost O(1) each (plus the write when one changes it) without `regex`,
+/// O(lines) with it.
 ///
 /// # Errors
 /// Invalid regex; missing file with `create: false` ([`HostError::NotFound`]); non-text file;
@@ -537,22 +629,20 @@ fn edit_lines(
 pub fn ensure_line(h: &mut Host, p: &str, line: &str, opts: &LineOptions) -> Result<bool> {
     let path = host_path(p)?;
     let re = opts.regex.as_deref().map(compile).transpose()?;
-    edit_lines(h, &path, |current| {
-        let mut lines = match current {
-            Some(l) => l,
-            None if opts.create => Vec::new(),
-            None => return Err(HostError::NotFound { path: path.clone() }),
-        };
+    edit_view(h, &path, |lines, exists| {
+        if !exists && !opts.create {
+            return Err(HostError::NotFound { path: path.clone() });
+        }
         let last_match = re
             .as_ref()
             .and_then(|re| lines.iter().rposition(|l| re.is_match(l)));
         match last_match {
-            Some(i) if lines[i] == line => return Ok(None),
-            Some(i) => lines[i] = line.to_string(),
-            None if lines.iter().any(|l| l == line) => return Ok(None),
-            None => lines.push(line.to_string()),
+            Some(i) if lines.get(i) == line => return Ok(false),
+            Some(i) => lines.replace(i, line),
+            None if lines.contains(line) => return Ok(false),
+            None => lines.push(line),
         }
-        Ok(Some(lines))
+        Ok(true)
     })
 }
 
@@ -564,12 +654,8 @@ pub fn ensure_line(h: &mut Host, p: &str, line: &str, opts: &LineOptions) -> Res
 pub fn remove_line(h: &mut Host, p: &str, regex: &str) -> Result<bool> {
     let path = host_path(p)?;
     let re = compile(regex)?;
-    edit_lines(h, &path, |current| {
-        let Some(lines) = current else {
-            return Ok(None);
-        };
-        let kept: Vec<String> = lines.iter().filter(|l| !re.is_match(l)).cloned().collect();
-        Ok((kept.len() != lines.len()).then_some(kept))
+    edit_view(h, &path, |lines, exists| {
+        Ok(exists && lines.remove_where(|l| re.is_match(l)))
     })
 }
 
@@ -586,10 +672,11 @@ fn markers(id: &str) -> Result<(String, String)> {
     ))
 }
 
-/// The line range of block `id` (BEGIN..=END), when both markers are present in order.
-fn find_block(lines: &[String], begin: &str, end: &str) -> Option<(usize, usize)> {
-    let b = lines.iter().position(|l| l == begin)?;
-    let e = lines[b..].iter().position(|l| l == end)? + b;
+/// The line range of block `id` (BEGIN..=END), when both markers are present in order
+/// (O(1) when the BEGIN marker is absent).
+fn find_block(lines: &Lines, begin: &str, end: &str) -> Option<(usize, usize)> {
+    let b = lines.position_from(0, begin)?;
+    let e = lines.position_from(b, end)?;
     Some((b, e))
 }
 
@@ -603,19 +690,16 @@ fn find_block(lines: &[String], begin: &str, end: &str) -> Option<(usize, usize)
 pub fn ensure_block(h: &mut Host, p: &str, id: &str, content: &str) -> Result<bool> {
     let path = host_path(p)?;
     let (begin, end) = markers(id)?;
-    let mut block = vec![begin.clone()];
-    block.extend(content.lines().map(String::from));
-    block.push(end.clone());
-    edit_lines(h, &path, |current| {
-        let mut lines = current.unwrap_or_default();
-        match find_block(&lines, &begin, &end) {
-            Some((b, e)) if lines[b..=e] == block[..] => return Ok(None),
-            Some((b, e)) => {
-                lines.splice(b..=e, block.iter().cloned());
-            }
-            None => lines.extend(block.iter().cloned()),
+    let mut block = vec![begin.as_str()];
+    block.extend(content.lines());
+    block.push(end.as_str());
+    edit_view(h, &path, |lines, _| {
+        match find_block(lines, &begin, &end) {
+            Some((b, e)) if lines.range_eq(b..e + 1, &block) => return Ok(false),
+            Some((b, e)) => lines.splice(b..e + 1, &block),
+            None => lines.splice(lines.len()..lines.len(), &block),
         }
-        Ok(Some(lines))
+        Ok(true)
     })
 }
 
@@ -628,15 +712,12 @@ pub fn ensure_block(h: &mut Host, p: &str, id: &str, content: &str) -> Result<bo
 pub fn remove_block(h: &mut Host, p: &str, id: &str) -> Result<bool> {
     let path = host_path(p)?;
     let (begin, end) = markers(id)?;
-    edit_lines(h, &path, |current| {
-        let Some(mut lines) = current else {
-            return Ok(None);
+    edit_view(h, &path, |lines, exists| {
+        let Some((b, e)) = find_block(lines, &begin, &end).filter(|_| exists) else {
+            return Ok(false);
         };
-        let Some((b, e)) = find_block(&lines, &begin, &end) else {
-            return Ok(None);
-        };
-        lines.drain(b..=e);
-        Ok(Some(lines))
+        lines.splice(b..e + 1, &[]);
+        Ok(true)
     })
 }
 

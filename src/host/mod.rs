@@ -30,6 +30,7 @@ pub mod effect;
 pub mod error;
 pub mod fs;
 pub mod interrupt;
+mod lines;
 pub mod os;
 pub mod pathlock;
 pub mod pkg;

@@ -260,8 +260,9 @@ impl Host {
                 gid,
             } => {
                 let old_stat = self.view_stat(path, true)?;
+                // Only the diff needs the old content: apply mode does not read it.
                 let old = match &old_stat {
-                    Some(s) if s.kind == "file" => self.view_read(path)?,
+                    Some(s) if with_diff && s.kind == "file" => self.view_read(path)?,
                     _ => None,
                 };
                 let p = path.display();

@@ -132,6 +132,10 @@ pub struct Host {
     opts: HostOptions,
     redactor: Redactor,
     pub(crate) overlay: Overlay,
+    /// Parsed views of the files the line and block functions edited, by normalised host
+    /// path ([`crate::host::fs`]). Any effect clears them ([`Host::submit`]); in apply mode
+    /// a view is trusted only while the file's [`crate::host::lines::Stamp`] is unchanged.
+    pub(crate) texts: std::collections::HashMap<PathBuf, crate::host::lines::View>,
     report: Report,
     pub(crate) pending_daemon_reload: bool,
     pub(crate) pending_grub: GrubPending,
@@ -160,6 +164,7 @@ impl Host {
             opts: options,
             redactor,
             overlay: Overlay::default(),
+            texts: std::collections::HashMap::new(),
             report: Report::new(mode),
             pending_daemon_reload: recorded_reload,
             recorded_grub: grub.is_some(),
@@ -243,6 +248,9 @@ impl Host {
     /// In apply mode, whatever performing it fails with; in plan/check mode, failures to
     /// read the current state for the diff.
     pub fn submit(&mut self, effect: Effect) -> Result<Option<CmdOutput>> {
+        // Whatever the effect is, the line views may no longer show the files (the line
+        // functions put back the view of the file they wrote).
+        self.texts.clear();
         if let Effect::Interrupt(i) = effect {
             self.journal.push(Item::Interrupt {
                 index: self.report.interrupts.len(),

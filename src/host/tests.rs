@@ -1480,3 +1480,66 @@ fn grub_work_is_recorded_before_the_drop_in_and_survives_a_crash() {
     );
     assert_eq!(records(&t), (None, None));
 }
+
+#[test]
+fn line_view_is_kept_per_session_and_sees_other_writers() {
+    let t = TestHost::new();
+    t.file("/etc/v.conf", "a\n");
+    let o = LineOptions::default();
+    let mut h = t.host(ExecMode::Apply);
+    assert!(fs::ensure_line(&mut h, "/etc/v.conf", "b", &o).unwrap());
+    assert!(!fs::ensure_line(&mut h, "/etc/v.conf", "b", &o).unwrap());
+    // Another process replaces the file (new inode), then edits it in place with the same
+    // size: each time the session's view is dropped and the file read again.
+    std::fs::write(t.p("/etc/v.tmp"), "a\nb\nc\n").unwrap();
+    std::fs::rename(t.p("/etc/v.tmp"), t.p("/etc/v.conf")).unwrap();
+    assert!(fs::ensure_line(&mut h, "/etc/v.conf", "d", &o).unwrap());
+    assert_eq!(t.read("/etc/v.conf"), "a\nb\nc\nd\n");
+    std::fs::write(t.p("/etc/v.conf"), "a\nb\nx\nd\n").unwrap();
+    assert!(fs::ensure_line(&mut h, "/etc/v.conf", "c", &o).unwrap());
+    assert_eq!(t.read("/etc/v.conf"), "a\nb\nx\nd\nc\n");
+    // A write through the session (any effect) invalidates the view.
+    fs::write(&mut h, "/etc/v.conf", "q\n", &WriteOptions::default()).unwrap();
+    assert!(fs::ensure_line(&mut h, "/etc/v.conf", "c", &o).unwrap());
+    assert!(fs::ensure_block(&mut h, "/etc/v.conf", "id", "1\n2").unwrap());
+    assert!(!fs::ensure_block(&mut h, "/etc/v.conf", "id", "1\n2").unwrap());
+    assert!(fs::remove_line(&mut h, "/etc/v.conf", "^c$").unwrap());
+    assert!(fs::remove_block(&mut h, "/etc/v.conf", "id").unwrap());
+    assert_eq!(t.read("/etc/v.conf"), "q\n");
+    h.finish().unwrap();
+
+    // Plan: the view follows the session's own planned writes and any other effect.
+    let mut p = t.host(ExecMode::Plan);
+    for i in 0..50 {
+        assert!(fs::ensure_line(&mut p, "/etc/v.conf", &format!("l{i}"), &o).unwrap());
+    }
+    assert!(!fs::ensure_line(&mut p, "/etc/v.conf", "l7", &o).unwrap());
+    fs::write(&mut p, "/etc/v.conf", "l7\n", &WriteOptions::default()).unwrap();
+    assert!(!fs::ensure_line(&mut p, "/etc/v.conf", "l7", &o).unwrap());
+    assert!(fs::ensure_line(&mut p, "/etc/v.conf", "l8", &o).unwrap());
+    assert_eq!(fs::read(&p, "/etc/v.conf").unwrap(), "l7\nl8\n");
+    assert_eq!(t.read("/etc/v.conf"), "q\n");
+    // A line with a line break is written as given and compared as bytes afterwards.
+    let mut h = t.host(ExecMode::Apply);
+    assert!(fs::ensure_line(&mut h, "/etc/v.conf", "m\nn", &o).unwrap());
+    assert_eq!(t.read("/etc/v.conf"), "q\nm\nn\n");
+    assert!(!fs::ensure_line(&mut h, "/etc/v.conf", "n", &o).unwrap());
+}
+
+#[test]
+fn line_views_read_as_bounded_reads_do() {
+    // A FIFO is refused without blocking, in apply mode (the view's own read) as in plan.
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/etc")).unwrap();
+    nix::unistd::mkfifo(
+        &t.p("/etc/pipe"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    for mode in [ExecMode::Apply, ExecMode::Plan] {
+        let mut h = t.host(mode);
+        let e = fs::ensure_line(&mut h, "/etc/pipe", "x", &LineOptions::default()).unwrap_err();
+        assert!(matches!(e, HostError::NotRegular { .. }), "{mode:?}: {e}");
+        h.finish().unwrap();
+    }
+}

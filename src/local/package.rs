@@ -553,6 +553,7 @@ impl PackageRun {
                     record: false,
                 }),
                 keep_fds: Vec::new(),
+                logs: crate::logs::retention::LogIndex::default(),
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -1,5 +1,6 @@
 //! Log retention (agent-contract 6.5): keep the newest step logs, delete the rest.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::host::root::{EntryKind, HostRoot};
@@ -59,6 +60,119 @@ pub fn list(
     }
     logs.sort_by(|a, b| b.0.cmp(&a.0));
     Ok(logs)
+}
+
+/// The step logs of one directory: by base name, `(timestamp, host path)` newest first.
+type DirLogs = HashMap<Vec<u8>, Vec<(String, PathBuf)>>;
+
+/// Length of `-<FTS>.log` after the step's base name.
+const TS_SUFFIX: usize = "-dddd-dd-dd-dddddd.log".len();
+
+/// The step logs of the directories one run writes to, each listed once per run instead of
+/// once per step: a run of N steps sharing a log directory (one package version) lists it
+/// once, so retention costs O(N + directory size), not O(N × directory size). The index
+/// then follows the logs the run creates and the ones its retention removes
+/// ([`LogIndex::created`]). Logs another process adds to the directory during the run are
+/// not seen until the next run (their retention is then one run late); logs it removes are
+/// harmless (removing a missing file is not an error).
+#[derive(Debug, Default)]
+pub struct LogIndex {
+    /// By directory (host path), by base name: `(timestamp, host path)`, newest first.
+    dirs: std::sync::Mutex<HashMap<PathBuf, DirLogs>>,
+}
+
+impl LogIndex {
+    /// An empty index (nothing listed yet).
+    pub fn new() -> LogIndex {
+        LogIndex::default()
+    }
+
+    /// What [`list`] returns for `base` under `log_dir`, from the index; the directory is
+    /// listed on its first use.
+    ///
+    /// # Errors
+    /// [`LogError::List`] when the directory cannot be listed.
+    pub fn list(
+        &self,
+        root: &HostRoot,
+        log_dir: &Path,
+        base: &str,
+    ) -> Result<Vec<(String, PathBuf)>, LogError> {
+        let full = log_dir.join(base.trim_start_matches('/'));
+        let (Some(dir), Some(name)) = (full.parent(), full.file_name()) else {
+            return Ok(Vec::new());
+        };
+        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        if !dirs.contains_key(dir) {
+            dirs.insert(dir.to_path_buf(), list_dir(root, dir)?);
+        }
+        Ok(dirs[dir]
+            .get(name.as_encoded_bytes())
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    /// Note that the step `base` created its log `path` and that retention keeps the
+    /// `keep - 1` newest of `previous` (as returned by [`LogIndex::list`]) beside it.
+    pub fn created(
+        &self,
+        log_dir: &Path,
+        base: &str,
+        path: &Path,
+        previous: &[(String, PathBuf)],
+        keep: usize,
+    ) {
+        let full = log_dir.join(base.trim_start_matches('/'));
+        let (Some(dir), Some(name)) = (full.parent(), full.file_name()) else {
+            return;
+        };
+        let Some(ts) = path
+            .file_name()
+            .map(|n| n.as_encoded_bytes())
+            .filter(|n| n.len() >= TS_SUFFIX)
+            .map(|n| {
+                String::from_utf8_lossy(&n[n.len() - TS_SUFFIX + 1..n.len() - 4]).into_owned()
+            })
+        else {
+            return;
+        };
+        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(bases) = dirs.get_mut(dir) {
+            let mut logs = vec![(ts, path.to_path_buf())];
+            logs.extend(previous.iter().take(keep.saturating_sub(1)).cloned());
+            logs.sort_by(|a, b| b.0.cmp(&a.0));
+            bases.insert(name.as_encoded_bytes().to_vec(), logs);
+        }
+    }
+}
+
+/// Every step's `<basename>-<FTS>.log` files in `dir`, by base name, newest first (one
+/// listing). A missing directory lists nothing.
+fn list_dir(root: &HostRoot, dir: &Path) -> Result<DirLogs, LogError> {
+    let entries = match root.read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.is_not_found() => return Ok(HashMap::new()),
+        Err(e) => return Err(LogError::List(e)),
+    };
+    let mut out = DirLogs::new();
+    for entry in entries {
+        let bytes = entry.name.as_encoded_bytes();
+        if entry.kind != EntryKind::File || bytes.len() < TS_SUFFIX {
+            continue;
+        }
+        let (stem, rest) = bytes.split_at(bytes.len() - TS_SUFFIX);
+        if rest[0] != b'-' || !is_ts_log(&rest[1..]) {
+            continue;
+        }
+        let ts = String::from_utf8_lossy(&rest[1..rest.len() - ".log".len()]).into_owned();
+        out.entry(stem.to_vec())
+            .or_default()
+            .push((ts, dir.join(&entry.name)));
+    }
+    for logs in out.values_mut() {
+        logs.sort_by(|a, b| b.0.cmp(&a.0));
+    }
+    Ok(out)
 }
 
 /// Keep the `keep` newest `<basename>-<FTS>.log` files in the directory of `<log_dir>/<base>`
@@ -192,6 +306,55 @@ mod tests {
         assert_eq!(
             removed,
             vec![PathBuf::from("/log/x.sh-2025-01-02-000000.log")]
+        );
+    }
+
+    #[test]
+    fn index_lists_once_and_follows_created_logs() {
+        let d = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(d.path()).unwrap();
+        let dir = d.path().join("log/sub");
+        std::fs::create_dir_all(&dir).unwrap();
+        for s in 0..3 {
+            std::fs::write(dir.join(format!("x.sh-2025-01-02-00000{s}.log")), "").unwrap();
+        }
+        std::fs::write(dir.join("x.sh-bar-2024-01-01-000000.log"), "").unwrap();
+        std::fs::write(dir.join("y.sh-2020-01-01-000000.log.err"), "").unwrap();
+        let index = LogIndex::new();
+        for base in [
+            "sub/x.sh",
+            "sub/x.sh-bar",
+            "sub/y.sh",
+            "sub/z.sh",
+            "other/x.sh",
+        ] {
+            assert_eq!(
+                index.list(&root, Path::new("/log"), base).unwrap(),
+                list(&root, Path::new("/log"), base).unwrap(),
+                "{base}"
+            );
+        }
+        // Listed once: a file added behind the index's back is not seen ...
+        std::fs::write(dir.join("x.sh-2025-01-02-000009.log"), "").unwrap();
+        let prev = index.list(&root, Path::new("/log"), "sub/x.sh").unwrap();
+        assert_eq!(prev.len(), 3);
+        // ... but what the run creates is, with what retention keeps.
+        let new = PathBuf::from("/log/sub/x.sh-2025-01-02-000005.log");
+        index.created(Path::new("/log"), "sub/x.sh", &new, &prev, 3);
+        let now = index.list(&root, Path::new("/log"), "sub/x.sh").unwrap();
+        assert_eq!(
+            now,
+            vec![
+                ("2025-01-02-000005".into(), new),
+                (
+                    "2025-01-02-000002".into(),
+                    PathBuf::from("/log/sub/x.sh-2025-01-02-000002.log")
+                ),
+                (
+                    "2025-01-02-000001".into(),
+                    PathBuf::from("/log/sub/x.sh-2025-01-02-000001.log")
+                ),
+            ]
         );
     }
 }

@@ -451,10 +451,26 @@ pub fn open_step_logs(
     base: &str,
     start_utc: chrono::DateTime<chrono::Utc>,
 ) -> Result<StepLogFiles, LogError> {
+    let previous = super::retention::list(root, log_dir, base)?;
+    open_step_logs_after(root, log_dir, base, start_utc, previous)
+}
+
+/// [`open_step_logs`] given the step's existing logs, newest first, as
+/// [`super::retention::list`] (or a [`super::retention::LogIndex`]) returns them: the
+/// directory is not listed again.
+///
+/// # Errors
+/// As [`open_step_logs`].
+pub fn open_step_logs_after(
+    root: &HostRoot,
+    log_dir: &Path,
+    base: &str,
+    start_utc: chrono::DateTime<chrono::Utc>,
+    previous: Vec<(String, PathBuf)>,
+) -> Result<StepLogFiles, LogError> {
     let base = base.trim_start_matches('/');
     // Never reuse a name retention may have deleted: start after the newest existing log.
     let mut start_utc = start_utc;
-    let previous = super::retention::list(root, log_dir, base)?;
     if let Some((newest, _)) = previous.first()
         && let Ok(t) = chrono::NaiveDateTime::parse_from_str(newest, "%Y-%m-%d-%H%M%S")
     {
