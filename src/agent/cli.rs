@@ -25,8 +25,8 @@ FORMS (the operator uses the first two):
 MODES:
   apply, apply-check, config, config-check, upgrade, upgrade-check, uninstall,
   uninstall-check, post-interrupt, post-interrupt-check, interrupt.
-  An unknown mode prints a warning and exits 0 (an older agent survives a newer operator),
-  before SKYHOOK_RESOURCE_ID or anything else is validated.
+  An unknown mode prints a warning and exits 0 (an older agent survives a newer operator):
+  after the banner when SKYHOOK_RESOURCE_ID is usable, at once without it.
 
 ENVIRONMENT:
   SKYHOOK_RESOURCE_ID         <id>_<package>_<version> (required for every known mode)
