@@ -578,15 +578,7 @@ impl Walk<'_> {
                 if self.variables.contains(name) {
                     return; // maybe a function pointer called as `f(x)`
                 }
-                let candidates = self
-                    .checker
-                    .globals
-                    .keys()
-                    .chain(self.script_fns.keys())
-                    .map(String::as_str);
-                let hint = suggest(name, candidates)
-                    .map(|s| format!(" (did you mean {s}?)"))
-                    .unwrap_or_default();
+                let hint = self.global_hint(name);
                 self.push(
                     pos,
                     Severity::Error,
@@ -727,20 +719,25 @@ impl Walk<'_> {
         {
             return;
         }
+        let hint = self.global_hint(name);
+        self.push(
+            pos,
+            Severity::Warning,
+            format!("unknown method {name}{hint}"),
+        );
+    }
+
+    /// ` (did you mean X?)` for the global or script function closest to `name`, or empty.
+    fn global_hint(&self, name: &str) -> String {
         let candidates = self
             .checker
             .globals
             .keys()
             .chain(self.script_fns.keys())
             .map(String::as_str);
-        let hint = suggest(name, candidates)
+        suggest(name, candidates)
             .map(|s| format!(" (did you mean {s}?)"))
-            .unwrap_or_default();
-        self.push(
-            pos,
-            Severity::Warning,
-            format!("unknown method {name}{hint}"),
-        );
+            .unwrap_or_default()
     }
 
     /// The result of an in-place method used as a value.
