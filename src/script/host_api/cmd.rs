@@ -82,21 +82,14 @@ fn run_opts(
     output: &Arc<dyn ScriptOutput>,
     query: bool,
 ) -> Result<RunOptions, String> {
-    let base = [
-        "check",
-        "input",
-        "env",
-        "cwd",
-        "timeout",
-        "read_only",
-        "stream",
-    ];
-    if query {
-        check_keys(m, &base)?;
-    } else {
-        let all: Vec<&str> = base.iter().chain(GUARD_KEYS.iter()).copied().collect();
-        check_keys(m, &all)?;
-    }
+    check_keys(
+        m,
+        if query {
+            super::docs::RUN_KEYS
+        } else {
+            super::docs::GUARDED_RUN_KEYS
+        },
+    )?;
     let guards = if query { Vec::new() } else { guards(m)? };
     if !guards.is_empty() && opt_bool(m, "read_only", false)? {
         return Err(

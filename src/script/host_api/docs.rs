@@ -126,7 +126,9 @@ const fn with_opts(keys: &'static [&'static str], d: FnDoc) -> FnDoc {
     FnDoc { options: keys, ..d }
 }
 
-const RUN_KEYS: &[&str] = &[
+/// The option keys of `query` (and the unguarded part of `run`/`sh`); the binding checks
+/// options against these lists, so the docs and the checker cannot drift from it.
+pub(crate) const RUN_KEYS: &[&str] = &[
     "check",
     "input",
     "env",
@@ -136,7 +138,7 @@ const RUN_KEYS: &[&str] = &[
     "stream",
 ];
 /// The option keys of `run`/`sh`: [`RUN_KEYS`] and the guards (`query` takes none).
-const GUARDED_RUN_KEYS: &[&str] = &[
+pub(crate) const GUARDED_RUN_KEYS: &[&str] = &[
     "check",
     "input",
     "env",
