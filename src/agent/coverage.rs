@@ -215,8 +215,16 @@ impl Declarations {
             Ok(None) => return Ok(Declarations::Unknown),
             Err(e) => return Err(crate::chain::render(&e)),
         };
-        let doc: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("{}: not JSON: {e}", root.display_path(&path).display()))?;
+        Declarations::from_packages_json_bytes(&bytes, name)
+            .map_err(|e| format!("{}: {e}", root.display_path(&path).display()))
+    }
+
+    /// The package `name`'s declarations from the bytes of a `packages.json`.
+    ///
+    /// # Errors
+    /// `not JSON: ...` when the bytes do not parse.
+    pub fn from_packages_json_bytes(bytes: &[u8], name: &str) -> Result<Declarations, String> {
+        let doc: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
         Ok(Declarations::Known(DeclaredInterrupts::from_packages_json(
             &doc, name,
         )))

@@ -106,14 +106,7 @@ impl PackageSite<'_> {
     fn read_max(&self, p: &Path, max: u64) -> Result<Vec<u8>, AgentError> {
         match self {
             PackageSite::Copy { root, .. } => Ok(root.read_regular(p, max)?),
-            PackageSite::Local { .. } => {
-                open_local(p)
-                    .and_then(|f| read_bounded(f, max))
-                    .map_err(|source| AgentError::Read {
-                        path: p.to_path_buf(),
-                        source,
-                    })
-            }
+            PackageSite::Local { .. } => read_local_max(p, max),
         }
     }
 
@@ -290,8 +283,12 @@ impl PackageSite<'_> {
 /// # Errors
 /// [`AgentError::Read`] naming the file (not found, not a regular file, too large).
 pub fn read_local(p: &Path) -> Result<Vec<u8>, AgentError> {
+    read_local_max(p, MAX_PACKAGE_FILE_BYTES)
+}
+
+fn read_local_max(p: &Path, max: u64) -> Result<Vec<u8>, AgentError> {
     open_local(p)
-        .and_then(|f| read_bounded(f, MAX_PACKAGE_FILE_BYTES))
+        .and_then(|f| read_bounded(f, max))
         .map_err(|source| AgentError::Read {
             path: p.to_path_buf(),
             source,

@@ -389,11 +389,7 @@ impl PackageRun {
         let pj = self.dir.join("node-metadata").join("packages.json");
         match std::fs::read(&pj) {
             Ok(bytes) => {
-                let doc: serde_json::Value = serde_json::from_slice(&bytes)
-                    .map_err(|e| bad(&pj, format!("not JSON: {e}")))?;
-                Ok(Declarations::Known(DeclaredInterrupts::from_packages_json(
-                    &doc, name,
-                )))
+                Declarations::from_packages_json_bytes(&bytes, name).map_err(|e| bad(&pj, e))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Declarations::Unknown),
             Err(e) => Err(bad(&pj, e.to_string())),
