@@ -778,7 +778,9 @@ fn remote_run(cli: &Cli, url: &str) -> u8 {
         .iter()
         .map(|(k, v)| (k.clone(), Value::from(v.clone())))
         .collect();
-    let start = json!({"id": id, "kind": "rhai", "mode": remote_mode, "script": text, "env": env});
+    // The node names the script as we do, so errors and plan positions read as a local run's.
+    let start = json!({"id": id, "kind": "rhai", "mode": remote_mode, "script": text, "env": env,
+                       "script_name": script.display().to_string()});
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -853,28 +855,16 @@ fn remote_run(cli: &Cli, url: &str) -> u8 {
             report["return_code"]
         );
     }
-    // The node compiled the script as `<id>.rhai`: positions name the local file instead, as
-    // a local run's do.
-    let remote_name = format!("{id}.rhai");
-    let local_name = script.display().to_string();
     if json_out {
-        let text = serde_json::to_string(&report)
-            .unwrap_or_default()
-            .replace(&remote_name, &local_name);
-        let mut v: Value = serde_json::from_str(&text).unwrap_or(report);
+        let mut v = report;
         if let Value::Object(m) = &mut v {
-            m.insert("script".into(), local_name.into());
+            m.insert("script".into(), script.display().to_string().into());
             m.insert("step_mode".into(), mode_text.into());
             m.insert("exit_code".into(), code.into());
         }
         print_json(&v);
     } else {
-        print_text(
-            &exit_ev["rendered"]
-                .as_str()
-                .unwrap_or("")
-                .replace(&remote_name, &local_name),
-        );
+        print_text(exit_ev["rendered"].as_str().unwrap_or(""));
     }
     code
 }

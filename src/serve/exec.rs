@@ -176,6 +176,11 @@ pub struct StartRequest {
     /// Wall-clock limit in seconds (then SIGTERM, grace, SIGKILL; exit `{"error":"timeout"}`).
     #[serde(default)]
     pub timeout_s: Option<f64>,
+    /// kind rhai: the name errors and plan positions give the script (an extension: the
+    /// client's file name, so a remote plan reads as a local one); default `<id>.rhai`. At
+    /// most 255 bytes, no control characters.
+    #[serde(default)]
+    pub script_name: Option<String>,
 }
 
 /// True for a valid execution id.
@@ -523,7 +528,15 @@ impl Service {
                 // Only the embedded stdlib (`skyhook/...`) can be imported: a relative import
                 // would read the server's own filesystem, outside the host root.
                 let store = Arc::new(ModuleStore::new(NO_MODULES));
-                let file = format!("{}.rhai", req.id);
+                let file = match &req.script_name {
+                    None => format!("{}.rhai", req.id),
+                    Some(n) if n.is_empty() || n.len() > 255 || n.chars().any(char::is_control) => {
+                        return Err(Refusal::bad(
+                            "script_name must be 1 to 255 bytes without control characters",
+                        ));
+                    }
+                    Some(n) => n.clone(),
+                };
                 let compiled = crate::script::compile_source(&self.engine, &file, script, store)
                     .map_err(|e| {
                         Refusal::new(
@@ -1164,6 +1177,12 @@ mod tests {
                 ),
                 (
                     json!({"id": "a", "kind": "sh", "command": touch, "timeout_s": -1})
+                        .to_string()
+                        .into_bytes(),
+                    400,
+                ),
+                (
+                    json!({"id": "a", "kind": "rhai", "script": "1", "script_name": "a\nb"})
                         .to_string()
                         .into_bytes(),
                     400,
