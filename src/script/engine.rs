@@ -308,7 +308,9 @@ mod tests {
     }
 
     /// Run `src` with the default limits; the error message and how long it took.
-    fn run_default(src: &str) -> (Option<String>, Duration) {
+    /// The error of running `src` with the default limits (the named limit, not the 600 s
+    /// deadline, must end it; how long that takes is a benchmark question).
+    fn run_default(src: &str) -> Option<String> {
         use crate::script::{
             CaptureOutput, ModuleStore, RunOptions, StepContext, compile_source, run_script_with,
         };
@@ -320,38 +322,30 @@ mod tests {
             Arc::new(CaptureOutput::new()),
             crate::process::Cancel::new(),
         );
-        let start = Instant::now();
         let r = run_script_with(&engine, &script, &StepContext::default(), &opts);
-        (r.error.map(|e| e.to_string()), start.elapsed())
+        r.error.map(|e| e.to_string())
     }
 
     /// Pushing to an array in an endless loop hits the array limit (about 3 s in a debug
     /// build, 0.5 s in release), not the 600 s deadline.
     #[test]
     fn endless_push_stops_at_the_array_limit() {
-        let (err, took) = run_default("let a = [];\nloop { a.push(1); }\n");
+        let err = run_default("let a = [];\nloop { a.push(1); }\n");
         assert_eq!(
             err.as_deref(),
             Some("grow.rhai:2:10: array size limit exceeded (max_array_size = 50000 elements)")
         );
-        // The named limit (not the 600 s deadline) ended it; how long that took is a
-        // benchmark question, not asserted on a shared machine.
-        let _ = took;
     }
 
     /// Adding map keys in an endless loop (which Rhai does not size-check) hits the
     /// operations limit (about 6 s in a debug build, under 1 s in release).
     #[test]
     fn endless_map_growth_stops_at_the_operations_limit() {
-        let (err, took) =
-            run_default("let m = #{};\nlet i = 0;\nloop { m[`k${i}`] = i; i += 1; }\n");
+        let err = run_default("let m = #{};\nlet i = 0;\nloop { m[`k${i}`] = i; i += 1; }\n");
         let err = err.unwrap();
         assert!(
             err.ends_with("operations limit exceeded (max_operations = 5000000)"),
             "{err}"
         );
-        // The named limit (not the 600 s deadline) ended it; how long that took is a
-        // benchmark question, not asserted on a shared machine.
-        let _ = took;
     }
 }
