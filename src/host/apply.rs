@@ -172,6 +172,15 @@ pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>
             }
         }
         Effect::Interrupt(i) => h.record_interrupt(i.clone()),
+        Effect::Mount { path, op } => {
+            internal(h, op.argv(path), Vec::new())?;
+        }
+        Effect::ModuleLoad { name, .. } => {
+            internal(h, argv(&["modprobe", name]), Vec::new())?;
+        }
+        Effect::InitramfsUpdate(tool) => {
+            internal(h, tool.argv(), Vec::new())?;
+        }
     }
     Ok(None)
 }

@@ -283,6 +283,25 @@ pub enum HostError {
         /// The variable name.
         var: String,
     },
+
+    /// `mount::ensure` with state `mounted` found the mount point mounted from another
+    /// source or with another filesystem type.
+    #[error(
+        "{} is mounted from {found_source} ({found_fstype}), not {wanted_source} ({wanted_fstype}): unmount it first (mount::remove) or change the source",
+        path.display()
+    )]
+    MountConflict {
+        /// The mount point.
+        path: std::path::PathBuf,
+        /// Source of the live mount (`/proc/1/mountinfo`).
+        found_source: String,
+        /// Filesystem type of the live mount.
+        found_fstype: String,
+        /// The source asked for.
+        wanted_source: String,
+        /// The filesystem type asked for.
+        wanted_fstype: String,
+    },
 }
 
 /// Result alias for host API calls.

@@ -480,6 +480,19 @@ fn edit(
     path: &Path,
     compute: impl Fn(&Host) -> Result<Option<Vec<u8>>>,
 ) -> Result<bool> {
+    edit_with(h, path, compute, |_| Ok(()))
+}
+
+/// [`edit`] that calls `before` once the write is needed, right before it is submitted,
+/// under the path's lock (as [`put_with`]); an error of `before` leaves the file unwritten.
+/// `compute` returning an empty content is a write of an empty file (use [`remove_with`] to
+/// remove one).
+pub(crate) fn edit_with(
+    h: &mut Host,
+    path: &Path,
+    compute: impl Fn(&Host) -> Result<Option<Vec<u8>>>,
+    before: impl FnOnce(&mut Host) -> Result<()>,
+) -> Result<bool> {
     let Some(mut content) = compute(h)? else {
         h.note_unchanged();
         return Ok(false);
@@ -494,7 +507,7 @@ fn edit(
             }
         }
     }
-    let changed = put_locked(h, path, content, (None, None, None), |_| Ok(()));
+    let changed = put_locked(h, path, content, (None, None, None), before);
     drop(lock);
     changed
 }

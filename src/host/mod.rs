@@ -20,6 +20,7 @@
 //! | [`report`] | [`Report`], [`ExecMode`] |
 //! | [`fs`], [`cmd`], [`service`], [`pkg`], [`os`], [`tuning`], [`interrupt`] | the API areas |
 //! | [`config`], [`secrets`] | configMaps and node metadata; secrets and the [`secrets::Redactor`] |
+//! | [`mount`], [`kmod`] | fstab and the host's mount table; kernel modules and the initramfs |
 
 mod apply;
 pub mod cmd;
@@ -30,7 +31,9 @@ pub mod effect;
 pub mod error;
 pub mod fs;
 pub mod interrupt;
+pub mod kmod;
 mod lines;
+pub mod mount;
 pub mod os;
 pub mod pathlock;
 pub mod pkg;
@@ -44,6 +47,8 @@ pub mod tuning;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_mounts;
 #[cfg(test)]
 pub(crate) mod testutil;
 

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::host::Host;
-use crate::host::effect::{Effect, GrubUpdate, ServiceOp, quote_argv};
+use crate::host::effect::{Effect, GrubUpdate, MountOp, ServiceOp, quote_argv};
 use crate::host::error::Result;
 use crate::host::root::EntryKind;
 use crate::host::session::Stat;
@@ -103,6 +103,10 @@ pub(crate) struct Overlay {
     pub(crate) services: HashMap<String, (Option<bool>, Option<bool>)>,
     /// Planned package presence.
     pub(crate) packages: HashMap<String, bool>,
+    /// Planned mount state by normalised mount point: mounted (`true`) or unmounted.
+    pub(crate) mounts: HashMap<PathBuf, bool>,
+    /// Kernel modules planned to be loaded (names with `-` as `_`).
+    pub(crate) modules: std::collections::HashSet<String>,
 }
 
 impl Overlay {
@@ -384,6 +388,9 @@ impl Host {
                 (parts.join("; "), None)
             }
             Effect::Interrupt(_) => ("interrupt".into(), None),
+            Effect::Mount { path, op } => (quote_argv(&op.argv(path)), None),
+            Effect::ModuleLoad { name, .. } => (format!("modprobe {name}"), None),
+            Effect::InitramfsUpdate(tool) => (quote_argv(&tool.argv()), None),
         };
         Ok(Described {
             summary,
@@ -481,7 +488,17 @@ impl Host {
             | Effect::Command { .. }
             | Effect::GuardedCommand { .. }
             | Effect::GrubUpdate(_)
-            | Effect::Interrupt(_) => {}
+            | Effect::Interrupt(_)
+            | Effect::InitramfsUpdate(_) => {}
+            Effect::Mount { path, op } => {
+                let key = crate::host::plan::normalize(path);
+                self.overlay.mounts.insert(key, *op != MountOp::Unmount);
+            }
+            Effect::ModuleLoad { name, .. } => {
+                self.overlay
+                    .modules
+                    .insert(crate::host::kmod::canonical_name(name));
+            }
         }
         Ok(())
     }

@@ -143,6 +143,10 @@ pub struct Host {
     recorded_reload: bool,
     /// A grub record exists in the root ([`deferred`]).
     recorded_grub: bool,
+    /// An initramfs regeneration is due at the end of the step ([`crate::host::kmod`]).
+    pub(crate) pending_initramfs: bool,
+    /// An initramfs record exists in the root ([`deferred`]).
+    recorded_initramfs: bool,
     finished: bool,
     /// The script position of the host call being served ([`Host::set_position`]).
     position: Option<Position>,
@@ -158,6 +162,7 @@ impl Host {
         let redactor = options.redactor.take().unwrap_or_default();
         redactor.add_from_env(&options.env);
         let (recorded_reload, grub) = deferred::load(&root);
+        let recorded_initramfs = deferred::initramfs_recorded(&root);
         Host {
             root,
             mode,
@@ -170,6 +175,8 @@ impl Host {
             recorded_grub: grub.is_some(),
             pending_grub: grub.unwrap_or_default(),
             recorded_reload,
+            pending_initramfs: recorded_initramfs,
+            recorded_initramfs,
             finished: false,
             position: None,
             journal: Journal::default(),
@@ -370,6 +377,35 @@ impl Host {
         self.pending_grub = pending;
     }
 
+    /// Write-ahead for a `kmod::` blacklist or options file change: schedule one initramfs
+    /// regeneration at the end of the step and, in apply mode, make the initramfs record
+    /// durable ([`deferred::record_initramfs`]) before the file is written. Returns what to
+    /// give [`Host::restore_initramfs`] when the write then fails.
+    ///
+    /// # Errors
+    /// Writing the record failed (nothing is scheduled then; the file must not be written).
+    pub(crate) fn schedule_initramfs_ahead(&mut self) -> Result<(bool, bool)> {
+        if self.mode == ExecMode::Apply {
+            deferred::record_initramfs(&self.root)?;
+        }
+        let prev = (self.pending_initramfs, self.recorded_initramfs);
+        self.pending_initramfs = true;
+        self.recorded_initramfs = self.recorded_initramfs || self.mode == ExecMode::Apply;
+        Ok(prev)
+    }
+
+    /// Undo [`Host::schedule_initramfs_ahead`] after the file write failed: the previous
+    /// pending state and, in apply mode, no record when there was none before. Best effort.
+    pub(crate) fn restore_initramfs(&mut self, (pending, recorded): (bool, bool)) {
+        if self.mode == ExecMode::Apply
+            && !recorded
+            && deferred::clear(&self.root, &deferred::initramfs_path()).is_ok()
+        {
+            self.recorded_initramfs = false;
+        }
+        self.pending_initramfs = pending;
+    }
+
     /// Run a scheduled daemon-reload now (before a `service::` call).
     ///
     /// # Errors
@@ -429,7 +465,30 @@ impl Host {
             }
             None => Ok(()),
         };
-        reload.and(grub_result)
+        reload.and(grub_result).and(self.run_initramfs())
+    }
+
+    /// The deferred initramfs regeneration ([`crate::host::kmod`]): `dracut -f` on the rhel
+    /// and fedora families, else `update-initramfs -u`; the record is dropped once it
+    /// succeeded, kept (or written) when it failed.
+    fn run_initramfs(&mut self) -> Result<()> {
+        if !std::mem::take(&mut self.pending_initramfs) {
+            return Ok(());
+        }
+        let r = crate::host::kmod::initramfs_tool(self)
+            .and_then(|tool| self.submit(Effect::InitramfsUpdate(tool)).map(|_| ()));
+        if self.mode == ExecMode::Apply {
+            if r.is_ok() {
+                if self.recorded_initramfs
+                    && deferred::clear(&self.root, &deferred::initramfs_path()).is_ok()
+                {
+                    self.recorded_initramfs = false;
+                }
+            } else if deferred::record_initramfs(&self.root).is_ok() {
+                self.recorded_initramfs = true;
+            }
+        }
+        r
     }
 
     /// End the session: run pending deferred work (daemon-reload, grub regeneration) and
