@@ -174,9 +174,14 @@ pub fn table(h: &Host) -> Result<Vec<MountEntry>> {
     })
 }
 
-/// The mount point argument: absolute, normalised, not `/`.
+/// A path argument of a query: absolute, normalised.
+fn query_point(p: &str) -> Result<PathBuf> {
+    Ok(normalize(&crate::host::fs::host_path(p)?))
+}
+
+/// The mount point argument of a mutation: absolute, normalised, not `/`.
 fn mount_point(p: &str) -> Result<PathBuf> {
-    let path = normalize(&crate::host::fs::host_path(p)?);
+    let path = query_point(p)?;
     if path == Path::new("/") {
         return Err(HostError::Invalid {
             what: "mount point",
@@ -465,9 +470,9 @@ pub fn remove(h: &mut Host, p: &str) -> Result<bool> {
 /// in plan and check mode after the session's planned mounts and unmounts).
 ///
 /// # Errors
-/// Relative path or `/`; a malformed mount table; read failures.
+/// Relative path; a malformed mount table; read failures.
 pub fn is_mounted(h: &Host, p: &str) -> Result<bool> {
-    Ok(current(h, &mount_point(p)?)?.is_some())
+    Ok(current(h, &query_point(p)?)?.is_some())
 }
 
 /// `mount::info(path)`: the filesystem mounted at `path` (topmost), `None` when none. For a
@@ -476,7 +481,7 @@ pub fn is_mounted(h: &Host, p: &str) -> Result<bool> {
 /// # Errors
 /// As [`is_mounted`].
 pub fn info(h: &Host, p: &str) -> Result<Option<MountEntry>> {
-    current(h, &mount_point(p)?)
+    current(h, &query_point(p)?)
 }
 
 #[cfg(test)]

@@ -152,6 +152,12 @@ pub(crate) const GUARDED_RUN_KEYS: &[&str] = &[
     "onlyif",
 ];
 const WRITE_KEYS: &[&str] = &["mode", "owner", "group"];
+/// The option keys of `mount::ensure` (checked by its binding).
+pub(crate) const MOUNT_KEYS: &[&str] = &["source", "fstype", "options", "state", "dump", "pass"];
+/// The option keys of `kmod::blacklist`.
+pub(crate) const BLACKLIST_KEYS: &[&str] = &["file", "disable"];
+/// The option keys of the other `kmod::` file functions.
+pub(crate) const KMOD_FILE_KEYS: &[&str] = &["file"];
 
 const P: (&str, &str) = ("path", "String");
 const NAME: (&str, &str) = ("name", "String");
@@ -803,6 +809,173 @@ pub const FUNCTIONS: &[FnDoc] = &[
         Context,
         "The operator's packages map for the node (empty when unknown).",
     ),
+    // mount
+    with_opts(
+        MOUNT_KEYS,
+        f(
+            "mount",
+            "ensure",
+            &[P, OPTS],
+            "bool",
+            Change,
+            "Keep exactly one `/etc/fstab` line `<source> <path> <fstype> <options> <dump> <pass>` for mount point `path` (`#{source, fstype}` required; `options` a string or an array, default `defaults`; `dump`/`pass` default 0 0; `source` as given: `UUID=...`, `LABEL=...`, `/dev/...`), replacing another line for it in place and keeping every other line byte for byte; create the mount point (0755). With `state: \"mounted\"` (default) run `mount <path>` when the host's mount table (`/proc/1/mountinfo`) does not list it, or `mount -o remount <path>` when it is mounted and the fstab line changed; mounted from another source or fstype is an error (nothing changed). `state: \"present\"`: fstab and directory only. An unmounted filesystem is drift.",
+        ),
+    ),
+    f(
+        "mount",
+        "remove",
+        &[P],
+        "bool",
+        Change,
+        "`umount <path>` when mounted, then remove the mount point's `/etc/fstab` lines (the directory stays).",
+    ),
+    f(
+        "mount",
+        "is_mounted",
+        &[P],
+        "bool",
+        Query,
+        "True when the host's mount table (`/proc/1/mountinfo` under the root; octal escapes such as `\\040` decoded) lists `path`; in a plan also after a planned `mount::ensure`.",
+    ),
+    f(
+        "mount",
+        "info",
+        &[P],
+        "?",
+        Query,
+        "`#{path, source, fstype, options, super_options, root}` of the filesystem mounted at `path` (topmost), or `()`; for a planned mount the fstab line's fields.",
+    ),
+    // kmod
+    f(
+        "kmod",
+        "blacklist",
+        &[NAME],
+        "bool",
+        Change,
+        "Keep `blacklist <name>` in `/etc/modprobe.d/blacklist-<name>.conf`; a change regenerates the initramfs once at the end of the step.",
+    ),
+    with_opts(
+        BLACKLIST_KEYS,
+        f(
+            "kmod",
+            "blacklist",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "As `blacklist(name)` in `/etc/modprobe.d/<file>.conf`; `disable: true` also keeps `install <name> /bin/false` (no explicit `modprobe` or dependency loads it either), `false` removes that line.",
+        ),
+    ),
+    f(
+        "kmod",
+        "unblacklist",
+        &[NAME],
+        "bool",
+        Change,
+        "Take the `blacklist <name>` and `install <name> /bin/false` lines out of the blacklist file (removed when left empty); a change regenerates the initramfs.",
+    ),
+    with_opts(
+        KMOD_FILE_KEYS,
+        f(
+            "kmod",
+            "unblacklist",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "As `unblacklist(name)` in `/etc/modprobe.d/<file>.conf`.",
+        ),
+    ),
+    f(
+        "kmod",
+        "options",
+        &[NAME, ("opts", "?")],
+        "bool",
+        Change,
+        "Keep exactly one `options <name> <opts>` line in `/etc/modprobe.d/<name>.conf` (`opts` a string `\"modeset=0\"` or a map `#{modeset: 0}`, rendered `k=v` by key); another `options <name>` line is replaced, other lines stay; a change regenerates the initramfs. A hand-edited value is drift.",
+    ),
+    with_opts(
+        KMOD_FILE_KEYS,
+        f(
+            "kmod",
+            "options",
+            &[NAME, ("opts", "?"), ("file_opts", "Map")],
+            "bool",
+            Change,
+            "As `options(name, opts)` in `/etc/modprobe.d/<file>.conf` (`#{file}`), which may also hold the module's blacklist lines.",
+        ),
+    ),
+    f(
+        "kmod",
+        "remove_options",
+        &[NAME],
+        "bool",
+        Change,
+        "Take the `options <name>` lines out of `/etc/modprobe.d/<name>.conf` (removed when left empty); a change regenerates the initramfs.",
+    ),
+    with_opts(
+        KMOD_FILE_KEYS,
+        f(
+            "kmod",
+            "remove_options",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "As `remove_options(name)` in `/etc/modprobe.d/<file>.conf`.",
+        ),
+    ),
+    f(
+        "kmod",
+        "load_at_boot",
+        &[NAME],
+        "bool",
+        Change,
+        "Keep the line `<name>` in `/etc/modules-load.d/<name>.conf` (read by systemd-modules-load at boot); no initramfs regeneration.",
+    ),
+    with_opts(
+        KMOD_FILE_KEYS,
+        f(
+            "kmod",
+            "load_at_boot",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "As `load_at_boot(name)` in `/etc/modules-load.d/<file>.conf` (one file may list several modules).",
+        ),
+    ),
+    f(
+        "kmod",
+        "unload_at_boot",
+        &[NAME],
+        "bool",
+        Change,
+        "Take the line `<name>` out of `/etc/modules-load.d/<name>.conf` (removed when left empty).",
+    ),
+    with_opts(
+        KMOD_FILE_KEYS,
+        f(
+            "kmod",
+            "unload_at_boot",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "As `unload_at_boot(name)` in `/etc/modules-load.d/<file>.conf`.",
+        ),
+    ),
+    f(
+        "kmod",
+        "loaded",
+        &[NAME],
+        "bool",
+        Query,
+        "True when `/proc/modules` under the root lists the module (`-` and `_` equivalent; built-in modules are not listed; `false` without `/proc/modules`); in a plan also after a planned `kmod::load`.",
+    ),
+    f(
+        "kmod",
+        "load",
+        &[NAME],
+        "bool",
+        Change,
+        "`modprobe <name>` unless loaded: a change (drift in a check) when `/proc/modules` does not list it; without `/proc/modules` an action, run every time.",
+    ),
 ];
 
 /// A function of the script layer itself (see [`SCRIPT_FUNCTIONS`]).
@@ -942,6 +1115,16 @@ pub const NAMESPACES: &[(&str, &str, &str)] = &[
         "Node metadata — `node::`",
         "From the operator's `SKYHOOK_DIR/node-metadata/` JSON files.",
     ),
+    (
+        "mount",
+        "Filesystems — `mount::`",
+        "`/etc/fstab` holds one line per mount point; the live state is the host's mount table, `/proc/1/mountinfo` under the root (the agent's own mount namespace is not the host's; a root without it reads as nothing mounted). `mount`, `mount -o remount` and `umount` run chrooted, so they read the host's fstab; the agent's root mount needs `mountPropagation: Bidirectional` for a mount to reach the host. In a plan, a later `is_mounted` sees an earlier planned mount or unmount.",
+    ),
+    (
+        "kmod",
+        "Kernel modules — `kmod::`",
+        "Each function keeps only its own lines of its file (`/etc/modprobe.d/*.conf`, `/etc/modules-load.d/*.conf`), so comments and other modules' lines stay and a blacklist and options can share a file (`#{file}`); module names compare with `-` and `_` equivalent. A changed blacklist or options file schedules ONE initramfs regeneration at the end of the step: `update-initramfs -u`, or `dracut -f` on the rhel and fedora families; it is recorded ahead in `/var/lib/skyhook/.deferred/initramfs.json` and run by the next step when it failed or the agent died (a plan lists it as an action).",
+    ),
 ];
 
 const INTRO: &str = "\
@@ -982,7 +1165,8 @@ apply script: what would change is drift, and the check fails).
   and they can be caught with `try`/`catch`. An uncaught one fails the step.
 - **Deferred work is never lost.** A changed `service::drop_in` schedules one
   `systemctl daemon-reload` (run before the step's next `service::` call, else at its end), a
-  changed `grub::` drop-in one grub regeneration at the end of the step; both run also when
+  changed `grub::` drop-in one grub regeneration at the end of the step (a changed `kmod::`
+  blacklist or options file one initramfs regeneration, `initramfs.json`); all run also when
   the step fails. In apply mode it is recorded on the host in `/var/lib/skyhook/.deferred/`
   (`daemon-reload.json`, `grub.json` with the pending grubby arguments) *before* the drop-in
   is written, and the record is removed only once the work succeeded; when the work fails or

@@ -66,6 +66,7 @@ mod config;
 mod convert;
 mod docs;
 mod fs;
+mod mount;
 mod os;
 mod pkg;
 mod service;
@@ -251,6 +252,7 @@ impl HostApi {
         os::register(&mut r, &api);
         tuning::register(&mut r, &api);
         config::register(&mut r, &api);
+        mount::register(&mut r, &api);
         r
     }
 }

@@ -836,7 +836,7 @@ fn documented_option_keys_are_the_bindings_keys() {
         );
         seen += 1;
     }
-    assert_eq!(seen, 7);
+    assert_eq!(seen, 14);
 }
 
 fn docs_namespaces() -> Vec<&'static str> {
@@ -1221,4 +1221,95 @@ fn guard_options_are_checked() {
     }
     let r = run(&t, ExecMode::Plan, "query([\"true\"], #{creates: \"/x\"})");
     assert!(r.error().contains("creates"), "{}", r.error());
+}
+
+#[test]
+fn kmod_functions_all_modes_from_rhai() {
+    let t = TestHost::new();
+    t.install_sh();
+    t.file("/etc/os-release", "ID=ubuntu\n");
+    t.file("/proc/modules", "");
+    t.stub("update-initramfs", ":");
+    t.stub("modprobe", r#"echo "$1 1 0 - Live 0x0" >> /proc/modules"#);
+    let plan = all_modes(
+        &t,
+        &[
+            r#"kmod::blacklist("nouveau", #{disable: true})"#,
+            r#"kmod::options("nouveau", #{modeset: 0})"#,
+            r#"kmod::options("nvidia", "NVreg_PreserveVideoMemoryAllocations=1", #{file: "nvidia-pm"})"#,
+            r#"kmod::load_at_boot("nvidia_uvm", #{file: "nvidia"})"#,
+            r#"kmod::load("nvidia_uvm")"#,
+        ],
+    );
+    let actions: Vec<&str> = plan.actions.iter().map(|a| a.summary.as_str()).collect();
+    assert_eq!(actions, ["update-initramfs -u"]);
+    assert_eq!(
+        t.read("/etc/modprobe.d/nouveau.conf"),
+        "options nouveau modeset=0\n"
+    );
+    assert_eq!(
+        t.read("/etc/modprobe.d/nvidia-pm.conf"),
+        "options nvidia NVreg_PreserveVideoMemoryAllocations=1\n"
+    );
+    assert_eq!(t.read("/etc/modules-load.d/nvidia.conf"), "nvidia_uvm\n");
+    assert_eq!(t.calls(), ["modprobe nvidia_uvm", "update-initramfs -u"]);
+}
+
+#[test]
+fn mount_functions_from_rhai_plan_and_errors() {
+    let t = TestHost::new();
+    t.file("/etc/fstab", "# empty\n");
+    t.file("/proc/1/mountinfo", "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n");
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"let c = mount::ensure("/data", #{source: "/dev/sdb1", fstype: "ext4", options: ["noatime", "nofail"], pass: 2});
+print(c);
+print(mount::is_mounted("/data"));
+let i = mount::info("/data");
+print(`${i.source} ${i.fstype} ${i.options}`);
+print(mount::info("/nothing"));
+print(mount::info("/").source);"#,
+    )
+    .ok();
+    assert_eq!(
+        r.stdout(),
+        "true\ntrue\n/dev/sdb1 ext4 noatime,nofail\n\n/dev/sda1\n"
+    );
+    assert_eq!(
+        r.report.changes[0].diff.as_deref(),
+        Some(
+            "--- a/etc/fstab\n+++ b/etc/fstab\n@@ -1 +1,2 @@\n # empty\n+/dev/sdb1 /data ext4 noatime,nofail 0 2\n"
+        )
+    );
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"mount::ensure("/data", #{source: "/dev/sdb1", fstype: "ext4", state: "gone"})"#,
+    );
+    assert!(
+        r.error().ends_with(
+            "mount::ensure: option state must be \"mounted\" or \"present\", got \"gone\""
+        ),
+        "{}",
+        r.error()
+    );
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"mount::ensure("/data", #{fstype: "ext4"})"#,
+    );
+    assert!(
+        r.error()
+            .ends_with("mount::ensure: option source is required (#{source, fstype})"),
+        "{}",
+        r.error()
+    );
+    let r = run(&t, ExecMode::Plan, r#"kmod::options("nouveau", 1)"#);
+    assert!(
+        r.error()
+            .ends_with("kmod::options: opts must be a string, got i64 (or a map)"),
+        "{}",
+        r.error()
+    );
 }
