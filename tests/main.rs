@@ -40,6 +40,7 @@ mod full_disk;
 mod image;
 mod kill_anywhere;
 mod malformed;
+mod nouveau_example;
 mod orphans;
 mod rhai_steps;
 mod serve;
