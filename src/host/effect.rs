@@ -13,7 +13,7 @@
 //!   Guarded commands (`run(argv, #{creates: path})`, [`Effect::GuardedCommand`]) are
 //!   changes too: submitted only when their guard says the work is not done yet;
 //! - *actions* are done every time they are asked for (unguarded commands, restarts,
-//!   daemon-reload, grub regeneration); never drift;
+//!   daemon-reload, grub and initramfs regeneration); never drift;
 //! - *interrupts* are collected and handed to the agent after the step succeeded.
 
 use std::path::PathBuf;

@@ -15,7 +15,8 @@
 //!
 //! A changed systemd drop-in schedules one `systemctl daemon-reload` (coalesced), run before
 //! the next `service::` call or at the end of the step; a changed grub drop-in schedules one
-//! grub regeneration at the end. [`Host::finish`] runs what is pending and returns the
+//! grub regeneration at the end, a changed `kmod::` blacklist or options file one initramfs
+//! regeneration ([`crate::host::kmod`]). [`Host::finish`] runs what is pending and returns the
 //! [`Report`]. **Call `finish` on error paths too**: a step that failed after scheduling a
 //! daemon-reload must still run it. As a safety net, dropping a `Host` without calling
 //! `finish` runs pending work too (errors are then lost), so an early `?` return cannot lose
