@@ -71,6 +71,27 @@ fn nouveau_blacklist_example_plan_apply_clean_plan_and_check() {
     );
     assert_eq!(fr.read_opt("/etc/modprobe.d/nouveau.conf"), None);
     assert_eq!(fr.calls(), None);
+    // The same plan as JSON follows docs/plan.schema.json (the new kinds included).
+    let out = skyhook_run()
+        .arg("--package")
+        .arg(&pkg)
+        .args(["--mode", "apply", "--output", "json", "--root"])
+        .arg(fr.root())
+        .arg("--skyhook-cr")
+        .arg(&cr)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(manifest("docs/plan.schema.json")).unwrap())
+            .unwrap();
+    let validator = jsonschema::draft202012::options().build(&schema).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    let actions = &v["steps"][0]["result"]["actions"];
+    assert_eq!(actions[0]["kind"], "initramfs_update", "{v:#}");
+    assert_eq!(actions[0]["summary"], "update-initramfs -u");
 
     // Apply through the agent's flow.
     let out = skyhook_run()

@@ -287,20 +287,16 @@ pub enum HostError {
     /// `mount::ensure` with state `mounted` found the mount point mounted from another
     /// source or with another filesystem type.
     #[error(
-        "{} is mounted from {found_source} ({found_fstype}), not {wanted_source} ({wanted_fstype}): unmount it first (mount::remove) or change the source",
+        "{} is mounted from {found}, not {wanted}: unmount it first (mount::remove) or change the source",
         path.display()
     )]
     MountConflict {
         /// The mount point.
         path: std::path::PathBuf,
-        /// Source of the live mount (`/proc/1/mountinfo`).
-        found_source: String,
-        /// Filesystem type of the live mount.
-        found_fstype: String,
-        /// The source asked for.
-        wanted_source: String,
-        /// The filesystem type asked for.
-        wanted_fstype: String,
+        /// The live mount (`/proc/1/mountinfo`): `<source> (<fstype>)`.
+        found: String,
+        /// What was asked for: `<source> (<fstype>)`.
+        wanted: String,
     },
 }
 

@@ -420,10 +420,8 @@ pub fn ensure(h: &mut Host, p: &str, spec: &MountSpec) -> Result<bool> {
     {
         return Err(HostError::MountConflict {
             path,
-            found_source: e.source.clone(),
-            found_fstype: e.fstype.clone(),
-            wanted_source: spec.source.clone(),
-            wanted_fstype: spec.fstype.clone(),
+            found: format!("{} ({})", e.source, e.fstype),
+            wanted: format!("{} ({})", spec.source, spec.fstype),
         });
     }
     let line = render_line(&path, spec);
