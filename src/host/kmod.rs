@@ -210,7 +210,7 @@ fn edit_conf(
     change: impl Fn(&mut Vec<String>),
 ) -> Result<bool> {
     let mut undo = None;
-    let before = |h: &mut Host| -> Result<()> {
+    let mut before = |h: &mut Host| -> Result<()> {
         if initramfs {
             undo = Some(h.schedule_initramfs_ahead()?);
         }
@@ -221,7 +221,17 @@ fn edit_conf(
             h.note_unchanged();
             return Ok(false);
         }
-        Outcome::Remove => crate::host::fs::remove_with(h, &path.to_string_lossy(), before),
+        Outcome::Remove => crate::host::fs::remove_with(h, &path.to_string_lossy(), |h| {
+            // Decided again under the file's lock: lines another process added meanwhile
+            // are not removed with the file.
+            if !matches!(outcome(h, path, &change)?, Outcome::Remove) {
+                return Err(HostError::Invalid {
+                    what: "concurrent edit",
+                    message: format!("{} changed while it was being removed", path.display()),
+                });
+            }
+            before(h)
+        }),
         Outcome::Write(_) => crate::host::fs::edit_with(
             h,
             path,

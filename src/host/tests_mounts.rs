@@ -600,3 +600,39 @@ fn kmod_load_is_a_change_when_the_module_table_says_not_loaded() {
     assert_eq!(actions, [("module_load", "modprobe nvidia")]);
     assert!(!Path::new(&t.p("/stub.log")).exists());
 }
+
+#[test]
+fn a_modprobe_file_is_not_written_when_the_initramfs_record_cannot_be() {
+    let t = kmod_host("ID=ubuntu\n");
+    // The records' directory is a file: no record, so no modprobe.d change (write-ahead
+    // order), and no regeneration pending; modules-load.d needs no record.
+    t.file("/var/lib/skyhook/.deferred", "not a directory");
+    let mut h = t.host(ExecMode::Apply);
+    assert!(kmod::blacklist(&mut h, "nouveau", &BlacklistOptions::default()).is_err());
+    assert!(kmod::options(&mut h, "nouveau", "modeset=0", &FileOptions::default()).is_err());
+    assert!(kmod::load_at_boot(&mut h, "nvidia", &FileOptions::default()).unwrap());
+    h.finish().unwrap();
+    assert!(!t.p("/etc/modprobe.d/blacklist-nouveau.conf").exists());
+    assert!(!t.p("/etc/modprobe.d/nouveau.conf").exists());
+    assert!(t.calls().is_empty(), "{:?}", t.calls());
+}
+
+#[test]
+fn initramfs_work_survives_a_crash_after_the_modprobe_file_was_written() {
+    let t = kmod_host("ID=fedora\n");
+    let mut h = t.host(ExecMode::Apply);
+    assert!(kmod::options(&mut h, "nouveau", "modeset=0", &FileOptions::default()).unwrap());
+    // The agent dies before the end of the step: nothing ran, the record stays.
+    std::mem::forget(h);
+    assert!(t.calls().is_empty());
+    assert_eq!(
+        records(&t).as_deref(),
+        Some("{\"action\":\"initramfs_update\"}\n")
+    );
+    // The next session (any step, nothing to change) runs it once and drops the record.
+    let mut h = t.host(ExecMode::Apply);
+    assert!(!kmod::options(&mut h, "nouveau", "modeset=0", &FileOptions::default()).unwrap());
+    h.finish().unwrap();
+    assert_eq!(t.calls(), s(&["dracut -f"]));
+    assert_eq!(records(&t), None);
+}
