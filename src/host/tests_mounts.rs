@@ -636,3 +636,33 @@ fn initramfs_work_survives_a_crash_after_the_modprobe_file_was_written() {
     assert_eq!(t.calls(), s(&["dracut -f"]));
     assert_eq!(records(&t), None);
 }
+
+#[test]
+fn kmod_removals_in_every_mode() {
+    let t = kmod_host("ID=ubuntu\n");
+    t.file(
+        "/etc/modprobe.d/blacklist-nouveau.conf",
+        "blacklist nouveau\ninstall nouveau /bin/false\n",
+    );
+    t.file(
+        "/etc/modprobe.d/nouveau.conf",
+        "# keep me\noptions nouveau modeset=0\n",
+    );
+    t.file("/etc/modules-load.d/nvidia.conf", "nvidia\nnvidia-uvm\n");
+    let changed = all_modes(&t, |h| {
+        let d = FileOptions::default();
+        let nvidia = FileOptions {
+            file: Some("nvidia".into()),
+        };
+        Ok(vec![
+            kmod::unblacklist(h, "nouveau", &d)?,
+            kmod::remove_options(h, "nouveau", &d)?,
+            kmod::unload_at_boot(h, "nvidia_uvm", &nvidia)?,
+        ])
+    });
+    assert_eq!(changed, [true, true, true]);
+    assert!(!t.p("/etc/modprobe.d/blacklist-nouveau.conf").exists());
+    assert_eq!(t.read("/etc/modprobe.d/nouveau.conf"), "# keep me\n");
+    assert_eq!(t.read("/etc/modules-load.d/nvidia.conf"), "nvidia\n");
+    assert_eq!(t.calls(), s(&["update-initramfs -u"]));
+}
