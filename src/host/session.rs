@@ -492,7 +492,7 @@ impl Host {
         r
     }
 
-    /// End the session: run pending deferred work (daemon-reload, grub regeneration) and
+    /// End the session: run pending deferred work (daemon-reload, grub and initramfs regeneration) and
     /// return the report. Call it whether the step succeeded or not.
     ///
     /// # Errors
