@@ -492,8 +492,8 @@ impl Host {
         r
     }
 
-    /// End the session: run pending deferred work (daemon-reload, grub and initramfs regeneration) and
-    /// return the report. Call it whether the step succeeded or not.
+    /// End the session: run pending deferred work (daemon-reload, grub and initramfs
+    /// regeneration) and return the report. Call it whether the step succeeded or not.
     ///
     /// # Errors
     /// The first failure of the deferred work (the rest is still attempted). Use
