@@ -172,6 +172,7 @@ pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>
             }
         }
         Effect::Interrupt(i) => h.record_interrupt(i.clone()),
+        Effect::Fetch(d) => crate::host::fetch::perform(h, d)?,
     }
     Ok(None)
 }

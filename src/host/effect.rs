@@ -246,6 +246,8 @@ pub enum Effect {
     GrubUpdate(GrubUpdate),
     /// An interrupt for the agent to run after the step.
     Interrupt(InterruptRequest),
+    /// Download a URL to a file, verified by its SHA-256 digest (`fs::fetch`).
+    Fetch(crate::host::fetch::Download),
 }
 
 /// The class of an [`Effect`]: see the module documentation.
@@ -275,7 +277,7 @@ impl Effect {
     /// A short machine-readable kind for reports: `write`, `remove`, `mkdir`, `remove_all`,
     /// `chmod`, `chown`, `symlink`, `service`, `service_action`, `daemon_reload`,
     /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,
-    /// `grub_update`, `interrupt`.
+    /// `grub_update`, `interrupt`, `fetch`.
     pub fn kind(&self) -> &'static str {
         match self {
             Effect::WriteFile { .. } => "write",
@@ -295,6 +297,7 @@ impl Effect {
             Effect::GuardedCommand { .. } => "guarded_command",
             Effect::GrubUpdate(_) => "grub_update",
             Effect::Interrupt(_) => "interrupt",
+            Effect::Fetch(_) => "fetch",
         }
     }
 
@@ -317,6 +320,7 @@ impl Effect {
             Effect::Command { argv, .. } | Effect::GuardedCommand { argv, .. } => quote_argv(argv),
             Effect::GrubUpdate(_) => "grub".into(),
             Effect::Interrupt(_) => "node".into(),
+            Effect::Fetch(d) => d.path.display().to_string(),
         }
     }
 }

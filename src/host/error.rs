@@ -283,6 +283,33 @@ pub enum HostError {
         /// The variable name.
         var: String,
     },
+
+    /// `fs::fetch` could not download `url`: connection, TLS, HTTP status, redirects, size
+    /// limit, timeout or cancellation (the message says which). The destination is unchanged.
+    #[error("failed to download {url}: {message}")]
+    Fetch {
+        /// The URL as given (or the redirect target that failed).
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+
+    /// `fs::fetch` downloaded `url` but its SHA-256 digest is not the expected one; the
+    /// download was discarded and `path` is unchanged.
+    #[error(
+        "checksum mismatch for {url}: expected sha256 {expected}, got sha256 {actual} ({} left unchanged)",
+        path.display()
+    )]
+    ChecksumMismatch {
+        /// The URL as given.
+        url: String,
+        /// The destination host path.
+        path: PathBuf,
+        /// The expected digest (64 lowercase hex digits).
+        expected: String,
+        /// The digest of what was downloaded.
+        actual: String,
+    },
 }
 
 /// Result alias for host API calls.

@@ -20,6 +20,7 @@
 //! | [`report`] | [`Report`], [`ExecMode`] |
 //! | [`fs`], [`cmd`], [`service`], [`pkg`], [`os`], [`tuning`], [`interrupt`] | the API areas |
 //! | [`config`], [`secrets`] | configMaps and node metadata; secrets and the [`secrets::Redactor`] |
+//! | [`fetch`] | downloads verified by SHA-256 (`fs::fetch`) |
 
 mod apply;
 pub mod cmd;
@@ -41,11 +42,14 @@ pub mod secrets;
 pub mod service;
 pub mod session;
 pub mod tuning;
+pub mod fetch;
 
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
+#[cfg(test)]
+mod fetch_tests;
 
 pub use error::HostError;
 pub use plan::render_diff;

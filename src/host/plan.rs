@@ -42,6 +42,13 @@ pub(crate) enum Node {
         target: PathBuf,
     },
     Absent,
+    /// A file `fs::fetch` would download: its digest is known, its content is not.
+    Download {
+        sha256: String,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
 }
 
 impl Node {
@@ -63,6 +70,8 @@ impl Node {
                 ("symlink", target.as_os_str().len() as u64, 0o777, 0, 0, 0)
             }
             Node::Absent => return None,
+            // The size is unknown until the download happens.
+            Node::Download { mode, uid, gid, .. } => ("file", 0, *mode, *uid, *gid, 0),
         };
         Some(Stat {
             kind: kind.into(),
@@ -80,6 +89,9 @@ impl Node {
             Node::File { content, .. } => Ok(Some(content.clone())),
             Node::Dir { .. } => Err("is a directory"),
             Node::Symlink { .. } | Node::Absent => Ok(None),
+            Node::Download { .. } => Err(
+                "is downloaded by fs::fetch only when applied: its content is unknown in a plan",
+            ),
         }
     }
 
@@ -89,6 +101,7 @@ impl Node {
             Node::Dir { .. } => Some(EntryKind::Dir),
             Node::Symlink { .. } => Some(EntryKind::Symlink),
             Node::Absent => None,
+            Node::Download { .. } => Some(EntryKind::File),
         }
     }
 }
@@ -220,6 +233,10 @@ impl Host {
             }
             Effect::Symlink { link: path, .. } | Effect::Mkdir { path, .. } => {
                 d.mkdir = self.missing_parents(path)?;
+            }
+            Effect::Fetch(f) => {
+                d.after = Some(format!("sha256:{}", f.sha256));
+                d.mkdir = self.missing_parents(&f.path)?;
             }
             _ => {}
         }
@@ -384,6 +401,7 @@ impl Host {
                 (parts.join("; "), None)
             }
             Effect::Interrupt(_) => ("interrupt".into(), None),
+            Effect::Fetch(d) => (d.summary(self.mode()), None),
         };
         Ok(Described {
             summary,
@@ -482,6 +500,18 @@ impl Host {
             | Effect::GuardedCommand { .. }
             | Effect::GrubUpdate(_)
             | Effect::Interrupt(_) => {}
+            Effect::Fetch(d) => {
+                let key = self.overlay_key(&d.path, true)?;
+                let old = self.view_stat(&key, true)?;
+                self.plan_parents(&key)?;
+                let node = Node::Download {
+                    sha256: d.sha256.clone(),
+                    mode: d.mode.or(old.as_ref().map(|s| s.mode)).unwrap_or(0o644),
+                    uid: d.uid.or(old.as_ref().map(|s| s.uid)).unwrap_or(0),
+                    gid: d.gid.or(old.as_ref().map(|s| s.gid)).unwrap_or(0),
+                };
+                self.overlay.set(key, node);
+            }
         }
         Ok(())
     }
@@ -540,6 +570,16 @@ impl Host {
         let Some(s) = self.view_stat(&key, true)? else {
             return Ok(());
         };
+        if let Some(Node::Download { sha256, .. }) = self.overlay.lookup(&key) {
+            let node = Node::Download {
+                sha256: sha256.clone(),
+                mode: mode.unwrap_or(s.mode),
+                uid: uid.unwrap_or(s.uid),
+                gid: gid.unwrap_or(s.gid),
+            };
+            self.overlay.set(key, node);
+            return Ok(());
+        }
         let node = if s.kind == "dir" {
             Node::Dir {
                 mode: mode.unwrap_or(s.mode),
