@@ -103,8 +103,14 @@ impl Download {
     /// The report line: `download <url> (sha256 <hex>) to <path>`, `would download ...` in
     /// plan and check mode, with ` (mode 0755)` when a mode is set.
     pub fn summary(&self, mode: ExecMode) -> String {
-        let would = if mode == ExecMode::Apply { "" } else { "would " };
-        let m = self.mode.map_or(String::new(), |m| format!(" (mode {m:04o})"));
+        let would = if mode == ExecMode::Apply {
+            ""
+        } else {
+            "would "
+        };
+        let m = self
+            .mode
+            .map_or(String::new(), |m| format!(" (mode {m:04o})"));
         format!(
             "{would}download {} (sha256 {}) to {}{m}",
             self.url,
@@ -132,14 +138,18 @@ fn fetch_err(url: &str, message: impl Into<String>) -> HostError {
 fn parse_url(url: &str) -> std::result::Result<Uri, String> {
     let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
     if !lower.starts_with("http://") && !lower.starts_with("https://") {
-        return Err(format!("bad URL {url:?}: only http:// and https:// are supported"));
+        return Err(format!(
+            "bad URL {url:?}: only http:// and https:// are supported"
+        ));
     }
-    let uri: Uri = url
-        .parse()
-        .map_err(|e| format!("bad URL {url:?}: {e}"))?;
+    let uri: Uri = url.parse().map_err(|e| format!("bad URL {url:?}: {e}"))?;
     match uri.scheme_str() {
         Some("http" | "https") => {}
-        _ => return Err(format!("bad URL {url:?}: only http:// and https:// are supported")),
+        _ => {
+            return Err(format!(
+                "bad URL {url:?}: only http:// and https:// are supported"
+            ));
+        }
     }
     if uri.host().is_none_or(str::is_empty) {
         return Err(format!("bad URL {url:?}: no host"));
@@ -157,9 +167,7 @@ fn check_sha256(s: Option<&str>) -> Result<String> {
         ));
     };
     if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(invalid(format!(
-            "sha256 must be 64 hex digits, got {s:?}"
-        )));
+        return Err(invalid(format!("sha256 must be 64 hex digits, got {s:?}")));
     }
     Ok(s.to_ascii_lowercase())
 }
@@ -379,7 +387,11 @@ fn cancelled(d: &Download, cancel: &crate::process::Cancel) -> HostError {
 }
 
 /// GET `d.url` (following redirects) and stream the body into `f`, hashing it.
-async fn download(root: &HostRoot, d: &Download, f: &mut std::fs::File) -> std::result::Result<(), Fail> {
+async fn download(
+    root: &HostRoot,
+    d: &Download,
+    f: &mut std::fs::File,
+) -> std::result::Result<(), Fail> {
     let mut uri = parse_url(&d.url).map_err(|m| fetch_err(&d.url, m))?;
     let mut tls: Option<Arc<rustls::ClientConfig>> = None;
     let at = |uri: &Uri| {
@@ -415,11 +427,7 @@ async fn download(root: &HostRoot, d: &Download, f: &mut std::fs::File) -> std::
             continue;
         }
         if status != hyper::StatusCode::OK {
-            return Err(fetch_err(
-                &d.url,
-                format!("server answered {status}{}", at(&uri)),
-            )
-            .into());
+            return Err(fetch_err(&d.url, format!("server answered {status}{}", at(&uri))).into());
         }
         break resp;
     };
@@ -443,7 +451,10 @@ async fn download(root: &HostRoot, d: &Download, f: &mut std::fs::File) -> std::
     let mut total: u64 = 0;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| {
-            fetch_err(&d.url, format!("reading the body failed after {total} bytes: {e}"))
+            fetch_err(
+                &d.url,
+                format!("reading the body failed after {total} bytes: {e}"),
+            )
         })?;
         if let Ok(data) = frame.into_data() {
             total += data.len() as u64;
@@ -548,8 +559,7 @@ fn host_tls_config(root: &HostRoot) -> std::result::Result<Arc<rustls::ClientCon
     use rustls::pki_types::pem::PemObject;
     for p in CA_BUNDLES {
         let path = Path::new(p);
-        let Some(pem) =
-            crate::host::fs::read_whole(root, path, path).map_err(|e| e.to_string())?
+        let Some(pem) = crate::host::fs::read_whole(root, path, path).map_err(|e| e.to_string())?
         else {
             continue;
         };
@@ -558,7 +568,9 @@ fn host_tls_config(root: &HostRoot) -> std::result::Result<Arc<rustls::ClientCon
             CertificateDer::pem_slice_iter(&pem).filter_map(std::result::Result::ok),
         );
         if added == 0 {
-            return Err(format!("the host's CA bundle {p} holds no usable certificate"));
+            return Err(format!(
+                "the host's CA bundle {p} holds no usable certificate"
+            ));
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
@@ -589,10 +601,7 @@ mod tests {
         assert_eq!(resolve(&base, "/z").unwrap(), u("http://a:8/z"));
         assert_eq!(resolve(&base, "other").unwrap(), u("http://a:8/x/y/other"));
         assert_eq!(resolve(&base, "//b/c").unwrap(), u("http://b/c"));
-        assert_eq!(
-            resolve(&base, "https://c/d").unwrap(),
-            u("https://c/d")
-        );
+        assert_eq!(resolve(&base, "https://c/d").unwrap(), u("https://c/d"));
         assert_eq!(
             resolve(&base, "ftp://c/d").unwrap_err(),
             "redirect to \"ftp://c/d\": bad URL \"ftp://c/d\": only http:// and https:// are supported"

@@ -10,14 +10,14 @@ use sha2::{Digest, Sha256};
 
 use crate::host::error::HostError;
 use crate::host::fetch::{FetchOptions, fetch};
-use crate::host::testutil::TestHost;
 use crate::host::tests::{all_modes, snapshot};
+use crate::host::testutil::TestHost;
 use crate::host::{ExecMode, fs};
 use tokio_rustls::rustls;
 
-const BODY: &[u8] = b"#!/bin/sh\necho tool 1.0\n";
+pub(crate) const BODY: &[u8] = b"#!/bin/sh\necho tool 1.0\n";
 
-fn sha(b: &[u8]) -> String {
+pub(crate) fn sha(b: &[u8]) -> String {
     Sha256::digest(b)
         .iter()
         .map(|x| format!("{x:02x}"))
@@ -25,7 +25,7 @@ fn sha(b: &[u8]) -> String {
 }
 
 /// What the server answers for a path.
-enum Reply {
+pub(crate) enum Reply {
     Body(Vec<u8>),
     Redirect(String),
     Status(&'static str),
@@ -36,7 +36,7 @@ enum Reply {
 
 type Routes = Arc<dyn Fn(&str) -> Reply + Send + Sync>;
 
-struct Server {
+pub(crate) struct Server {
     addr: SocketAddr,
     /// Request paths in arrival order.
     requests: Arc<Mutex<Vec<String>>>,
@@ -66,15 +66,15 @@ impl Server {
         Server { addr, requests }
     }
 
-    fn plain(routes: impl Fn(&str) -> Reply + Send + Sync + 'static) -> Server {
+    pub(crate) fn plain(routes: impl Fn(&str) -> Reply + Send + Sync + 'static) -> Server {
         Server::start(None, Arc::new(routes))
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
-    fn requests(&self) -> Vec<String> {
+    pub(crate) fn requests(&self) -> Vec<String> {
         self.requests.lock().unwrap().clone()
     }
 }

@@ -29,6 +29,7 @@ pub mod deferred;
 pub mod digest;
 pub mod effect;
 pub mod error;
+pub mod fetch;
 pub mod fs;
 pub mod interrupt;
 mod lines;
@@ -42,14 +43,13 @@ pub mod secrets;
 pub mod service;
 pub mod session;
 pub mod tuning;
-pub mod fetch;
 
+#[cfg(test)]
+pub(crate) mod fetch_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
-#[cfg(test)]
-mod fetch_tests;
 
 pub use error::HostError;
 pub use plan::render_diff;

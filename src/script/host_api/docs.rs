@@ -152,6 +152,9 @@ pub(crate) const GUARDED_RUN_KEYS: &[&str] = &[
     "onlyif",
 ];
 const WRITE_KEYS: &[&str] = &["mode", "owner", "group"];
+/// The option keys of `fs::fetch` (the binding checks against this list).
+pub(crate) const FETCH_KEYS: &[&str] =
+    &["sha256", "mode", "owner", "group", "timeout", "max_bytes"];
 
 const P: (&str, &str) = ("path", "String");
 const NAME: (&str, &str) = ("name", "String");
@@ -802,6 +805,17 @@ pub const FUNCTIONS: &[FnDoc] = &[
         "Map",
         Context,
         "The operator's packages map for the node (empty when unknown).",
+    ),
+    with_opts(
+        FETCH_KEYS,
+        f(
+            "fs",
+            "fetch",
+            &[("url", "String"), P, OPTS],
+            "bool",
+            Change,
+            "Download `url` (`http://`, or `https://` trusting the host's CA bundle: the first of `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`, `/etc/ssl/ca-bundle.pem`, `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`, `/etc/ssl/cert.pem`; up to 5 redirects; no proxy) to `path`, verified by `#{sha256}` (required, 64 hex digits), with `#{mode, owner, group}`. Unchanged when the file already has that digest (only `mode`/`owner`/`group` are then set when they differ); otherwise streamed to a temporary file beside it, checked, and renamed into place. A wrong digest, an HTTP error, a body over `max_bytes` (default 4 GiB), the `timeout` (seconds, default 300, capped by the step's deadline) or a cancel fail the call and leave `path` unchanged. A plan makes no request (`would download <url> (sha256 ...) to <path>`); later reads in it see the file, but `fs::read` of it fails (its content is unknown until applied). Check: drift when missing or of another digest.",
+        ),
     ),
 ];
 

@@ -65,6 +65,7 @@ mod cmd;
 mod config;
 mod convert;
 mod docs;
+mod fetch;
 mod fs;
 mod os;
 mod pkg;
@@ -251,6 +252,7 @@ impl HostApi {
         os::register(&mut r, &api);
         tuning::register(&mut r, &api);
         config::register(&mut r, &api);
+        fetch::register(&mut r, &api);
         r
     }
 }

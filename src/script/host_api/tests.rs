@@ -1222,3 +1222,53 @@ fn guard_options_are_checked() {
     let r = run(&t, ExecMode::Plan, "query([\"true\"], #{creates: \"/x\"})");
     assert!(r.error().contains("creates"), "{}", r.error());
 }
+
+#[test]
+fn fs_fetch_all_modes_and_its_options() {
+    use crate::host::fetch_tests::{BODY, Reply, Server, sha};
+    let t = TestHost::new();
+    let srv = Server::plain(|p| match p {
+        "/tool" => Reply::Body(BODY.to_vec()),
+        _ => Reply::Status("404 Not Found"),
+    });
+    let call = format!(
+        r#"fs::fetch("{}", "/opt/bin/tool", #{{sha256: "{}", mode: 0o755, timeout: 30, max_bytes: 1024}})"#,
+        srv.url("/tool"),
+        sha(BODY)
+    );
+    let plan = all_modes(&t, &[&call]);
+    assert_eq!(plan.changes[0].kind, "fetch");
+    assert_eq!(srv.requests(), vec!["/tool"]);
+    assert_eq!(std::fs::read(t.p("/opt/bin/tool")).unwrap(), BODY);
+
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"fs::fetch("http://x/a", "/a", #{sha: "x"})"#,
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:5: fs::fetch: unknown option \"sha\" (expected one of: sha256, mode, owner, group, timeout, max_bytes)"
+    );
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"fs::fetch("http://x/a", "/a", #{sha256: "00", timeout: 0})"#,
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:5: fs::fetch: option timeout must be a positive number of seconds, got 0"
+    );
+    let url = srv.url("/nope");
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        &format!(r#"fs::fetch("{url}", "/a", #{{sha256: "{}"}})"#, sha(BODY)),
+    );
+    assert_eq!(
+        r.error(),
+        format!(
+            "main.rhai:1:5: fs::fetch: failed to download {url}: server answered 404 Not Found"
+        )
+    );
+}
