@@ -248,6 +248,17 @@ pub enum Effect {
     Interrupt(InterruptRequest),
     /// Download a URL to a file, verified by its SHA-256 digest (`fs::fetch`).
     Fetch(crate::host::fetch::Download),
+    /// Hold packages at their installed version, or release them (`pkg::hold`/`unhold`:
+    /// `apt-mark hold|unhold`, `dnf|yum versionlock add|delete`); only the packages whose
+    /// state differs are listed.
+    PackageHold {
+        /// The manager used.
+        manager: PkgManager,
+        /// Package names.
+        names: Vec<String>,
+        /// True to hold, false to release.
+        hold: bool,
+    },
 }
 
 /// The class of an [`Effect`]: see the module documentation.
@@ -277,7 +288,7 @@ impl Effect {
     /// A short machine-readable kind for reports: `write`, `remove`, `mkdir`, `remove_all`,
     /// `chmod`, `chown`, `symlink`, `service`, `service_action`, `daemon_reload`,
     /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,
-    /// `grub_update`, `interrupt`, `fetch`.
+    /// `grub_update`, `interrupt`, `fetch`, `package_hold`, `package_unhold`.
     pub fn kind(&self) -> &'static str {
         match self {
             Effect::WriteFile { .. } => "write",
@@ -298,6 +309,8 @@ impl Effect {
             Effect::GrubUpdate(_) => "grub_update",
             Effect::Interrupt(_) => "interrupt",
             Effect::Fetch(_) => "fetch",
+            Effect::PackageHold { hold: true, .. } => "package_hold",
+            Effect::PackageHold { hold: false, .. } => "package_unhold",
         }
     }
 
@@ -321,6 +334,7 @@ impl Effect {
             Effect::GrubUpdate(_) => "grub".into(),
             Effect::Interrupt(_) => "node".into(),
             Effect::Fetch(d) => d.path.display().to_string(),
+            Effect::PackageHold { names, .. } => names.join(" "),
         }
     }
 }

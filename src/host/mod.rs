@@ -21,6 +21,7 @@
 //! | [`fs`], [`cmd`], [`service`], [`pkg`], [`os`], [`tuning`], [`interrupt`] | the API areas |
 //! | [`config`], [`secrets`] | configMaps and node metadata; secrets and the [`secrets::Redactor`] |
 //! | [`fetch`] | downloads verified by SHA-256 (`fs::fetch`) |
+//! | [`pkgrepo`] | package repositories and holds (`pkg::repo`, `remove_repo`, `hold`, `unhold`) |
 
 mod apply;
 pub mod cmd;
@@ -36,6 +37,7 @@ mod lines;
 pub mod os;
 pub mod pathlock;
 pub mod pkg;
+pub mod pkgrepo;
 mod plan;
 pub mod report;
 pub mod root;

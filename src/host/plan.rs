@@ -116,6 +116,8 @@ pub(crate) struct Overlay {
     pub(crate) services: HashMap<String, (Option<bool>, Option<bool>)>,
     /// Planned package presence.
     pub(crate) packages: HashMap<String, bool>,
+    /// Planned package holds (`pkg::hold` true, `pkg::unhold` false).
+    pub(crate) holds: HashMap<String, bool>,
 }
 
 impl Overlay {
@@ -402,6 +404,19 @@ impl Host {
             }
             Effect::Interrupt(_) => ("interrupt".into(), None),
             Effect::Fetch(d) => (d.summary(self.mode()), None),
+            Effect::PackageHold {
+                manager,
+                names,
+                hold,
+            } => (
+                format!(
+                    "{} packages {} ({})",
+                    if *hold { "hold" } else { "unhold" },
+                    names.join(" "),
+                    manager.name()
+                ),
+                None,
+            ),
         };
         Ok(Described {
             summary,
@@ -469,9 +484,14 @@ impl Host {
                     ServiceOp::Disable => e.1 = Some(false),
                 }
             }
-            Effect::PackageInstall { names, .. } => {
+            Effect::PackageInstall { names, manager, .. } => {
                 for n in names {
                     self.overlay.packages.insert(n.clone(), true);
+                    // A pinned version (`name=1.2`) installs the package itself too.
+                    let spec = crate::host::pkg::parse_spec(*manager, n);
+                    if spec.version.is_some() {
+                        self.overlay.packages.insert(spec.name, true);
+                    }
                 }
             }
             Effect::PackageRemove { names, .. } => {
@@ -511,6 +531,11 @@ impl Host {
                     gid: d.gid.or(old.as_ref().map(|s| s.gid)).unwrap_or(0),
                 };
                 self.overlay.set(key, node);
+            }
+            Effect::PackageHold { names, hold, .. } => {
+                for n in names {
+                    self.overlay.holds.insert(n.clone(), *hold);
+                }
             }
         }
         Ok(())

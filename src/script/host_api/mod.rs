@@ -69,6 +69,7 @@ mod fetch;
 mod fs;
 mod os;
 mod pkg;
+mod pkgrepo;
 mod service;
 mod tuning;
 
@@ -253,6 +254,7 @@ impl HostApi {
         tuning::register(&mut r, &api);
         config::register(&mut r, &api);
         fetch::register(&mut r, &api);
+        pkgrepo::register(&mut r, &api);
         r
     }
 }

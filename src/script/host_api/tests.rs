@@ -836,7 +836,8 @@ fn documented_option_keys_are_the_bindings_keys() {
         );
         seen += 1;
     }
-    assert_eq!(seen, 7);
+    // run, query, sh, fs::write, fs::ensure_line, fs::copy, pkg::install, fs::fetch, pkg::repo
+    assert_eq!(seen, 9);
 }
 
 fn docs_namespaces() -> Vec<&'static str> {
