@@ -49,6 +49,8 @@ pub mod tuning;
 #[cfg(test)]
 pub(crate) mod fetch_tests;
 #[cfg(test)]
+mod pkgrepo_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
