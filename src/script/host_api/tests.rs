@@ -1273,3 +1273,65 @@ fn fs_fetch_all_modes_and_its_options() {
         )
     );
 }
+
+#[test]
+fn pkg_repo_and_hold_from_scripts() {
+    let t = TestHost::new();
+    apt_stubs(&t);
+    t.stub(
+        "apt-mark",
+        r#"case "$1" in
+  showhold) if [ -e /state/held ]; then read v < /state/held; echo "$v"; fi ;;
+  hold) echo "$2" > /state/held ;;
+esac"#,
+    );
+    let src = r#"print([
+        pkg::repo("r", #{url: "https://r.example/apt", suites: ["noble"], components: "main",
+                         key: "-----BEGIN PGP PUBLIC KEY BLOCK-----\nk\n-----END PGP PUBLIC KEY BLOCK-----"}),
+        pkg::hold("jq"),
+    ]);"#;
+    let plan = run(&t, ExecMode::Plan, src).ok();
+    assert_eq!(plan.stdout(), "[true, true]\n");
+    let kinds: Vec<&str> = plan
+        .report
+        .changes
+        .iter()
+        .map(|c| c.kind.as_str())
+        .collect();
+    assert_eq!(kinds, vec!["write", "write", "package_hold"]);
+    assert_eq!(plan.report.changes[2].summary, "hold packages jq (apt)");
+    assert_eq!(
+        run(&t, ExecMode::Apply, src).ok().stdout(),
+        "[true, true]\n"
+    );
+    assert_eq!(
+        run(&t, ExecMode::Apply, src).ok().stdout(),
+        "[false, false]\n"
+    );
+    assert_eq!(
+        t.read("/etc/apt/sources.list.d/r.sources"),
+        "# Managed by skyhook (pkg::repo \"r\").\nTypes: deb\nURIs: https://r.example/apt\nSuites: noble\nComponents: main\nSigned-By: /etc/apt/keyrings/r.asc\n"
+    );
+    assert_eq!(
+        t.read("/etc/apt/keyrings/r.asc"),
+        "-----BEGIN PGP PUBLIC KEY BLOCK-----\nk\n-----END PGP PUBLIC KEY BLOCK-----\n"
+    );
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"pkg::repo("r", #{url: "u", suite: "noble"})"#,
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:6: pkg::repo: unknown option \"suite\" (expected one of: url, suites, components, arch, key, key_url, key_sha256, enabled)"
+    );
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"pkg::repo("r", #{url: "u", suites: 1})"#,
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:6: pkg::repo: option suites must be a string or an array of strings, got i64"
+    );
+}
