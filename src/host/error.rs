@@ -294,22 +294,27 @@ pub enum HostError {
         message: String,
     },
 
-    /// `fs::fetch` downloaded `url` but its SHA-256 digest is not the expected one; the
-    /// download was discarded and `path` is unchanged.
-    #[error(
-        "checksum mismatch for {url}: expected sha256 {expected}, got sha256 {actual} ({} left unchanged)",
-        path.display()
-    )]
-    ChecksumMismatch {
-        /// The URL as given.
-        url: String,
-        /// The destination host path.
-        path: PathBuf,
-        /// The expected digest (64 lowercase hex digits).
-        expected: String,
-        /// The digest of what was downloaded.
-        actual: String,
-    },
+    /// `fs::fetch` downloaded a URL but its SHA-256 digest is not the expected one; the
+    /// download was discarded and the destination is unchanged.
+    #[error("{0}")]
+    ChecksumMismatch(Box<ChecksumMismatch>),
+}
+
+/// The details of [`HostError::ChecksumMismatch`] (boxed: the error stays small).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "checksum mismatch for {url}: expected sha256 {expected}, got sha256 {actual} ({} left unchanged)",
+    path.display()
+)]
+pub struct ChecksumMismatch {
+    /// The URL as given.
+    pub url: String,
+    /// The destination host path.
+    pub path: PathBuf,
+    /// The expected digest (64 lowercase hex digits).
+    pub expected: String,
+    /// The digest of what was downloaded.
+    pub actual: String,
 }
 
 /// Result alias for host API calls.

@@ -467,13 +467,15 @@ async fn download(
     }
     let actual = hex(&hasher.finalize());
     if actual != d.sha256 {
-        return Err(HostError::ChecksumMismatch {
-            url: d.url.clone(),
-            path: d.path.clone(),
-            expected: d.sha256.clone(),
-            actual,
-        }
-        .into());
+        return Err(
+            HostError::ChecksumMismatch(Box::new(crate::host::error::ChecksumMismatch {
+                url: d.url.clone(),
+                path: d.path.clone(),
+                expected: d.sha256.clone(),
+                actual,
+            }))
+            .into(),
+        );
     }
     Ok(())
 }
