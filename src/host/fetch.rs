@@ -344,24 +344,34 @@ pub(crate) fn perform(h: &Host, d: &Download) -> Result<()> {
         return Err(cancelled(d, &cancel));
     }
     let timeout = h.remaining().map_or(d.timeout, |r| r.min(d.timeout));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| fetch_err(&d.url, format!("cannot start the I/O runtime: {e}")))?;
     let root = h.root();
     let mut failure: Option<HostError> = None;
     let written = root.write_atomic_from(&d.path, d.mode, d.uid, d.gid, |f| {
-        let r = rt.block_on(async {
-            tokio::select! {
-                biased;
-                () = cancel.aborted() => Err(Fail::Host(cancelled(d, &cancel))),
-                r = tokio::time::timeout(timeout, download(root, d, f)) => r.unwrap_or_else(|_| {
-                    Err(Fail::Host(fetch_err(
-                        &d.url,
-                        format!("timed out after {:.1}s", timeout.as_secs_f64()),
-                    )))
-                }),
-            }
+        // A current-thread runtime of its own, on a scoped thread: the caller may itself be
+        // inside a runtime's context, where `block_on` is refused.
+        let run = || -> std::result::Result<(), Fail> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| fetch_err(&d.url, format!("cannot start the I/O runtime: {e}")))?;
+            rt.block_on(async {
+                tokio::select! {
+                    biased;
+                    () = cancel.aborted() => Err(Fail::Host(cancelled(d, &cancel))),
+                    r = tokio::time::timeout(timeout, download(root, d, f)) => {
+                        r.unwrap_or_else(|_| {
+                            Err(Fail::Host(fetch_err(
+                                &d.url,
+                                format!("timed out after {:.1}s", timeout.as_secs_f64()),
+                            )))
+                        })
+                    }
+                }
+            })
+        };
+        let r = std::thread::scope(|s| match s.spawn(run).join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
         });
         match r {
             Ok(()) => Ok(()),

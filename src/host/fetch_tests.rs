@@ -445,3 +445,21 @@ fn https_trusts_the_hosts_ca_bundle() {
     assert_eq!(std::fs::read(t.p("/opt/t")).unwrap(), BODY);
     assert_eq!(srv.requests(), vec!["/tool"]);
 }
+
+#[test]
+fn fetch_works_inside_a_runtime_context() {
+    let t = TestHost::new();
+    let srv = fixed();
+    let url = srv.url("/tool");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let changed = rt.block_on(async {
+        let mut h = t.host(ExecMode::Apply);
+        let r = fetch(&mut h, &url, "/opt/t", &opts(&sha(BODY)));
+        h.finish().unwrap();
+        r
+    });
+    assert!(changed.unwrap());
+    assert_eq!(std::fs::read(t.p("/opt/t")).unwrap(), BODY);
+}
