@@ -424,3 +424,43 @@ fn bad_repositories_are_refused_in_every_mode() {
     );
     assert_eq!(snapshot(&t), before);
 }
+
+/// The JSON form of a report with the new change kinds (`fetch`, `package_hold`,
+/// `package_unhold`) holds to `docs/plan.schema.json`'s report definition.
+#[test]
+fn new_change_kinds_hold_to_the_plan_schema() {
+    use crate::host::fetch::{FetchOptions, fetch};
+    let t = TestHost::new();
+    debian(&t);
+    t.file("/state/hold-old", "yes\n");
+    let mut h = t.host(ExecMode::Plan);
+    let o = FetchOptions {
+        sha256: Some("ab".repeat(32)),
+        ..FetchOptions::default()
+    };
+    assert!(fetch(&mut h, "https://example.com/x", "/opt/x", &o).unwrap());
+    assert!(pkgrepo::hold(&mut h, &s(&["jq"])).unwrap());
+    assert!(pkgrepo::unhold(&mut h, &s(&["old"])).unwrap());
+    let rep = h.finish().unwrap();
+    let json = rep.to_json(&crate::host::secrets::Redactor::default());
+    let kinds: Vec<&str> = json["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, vec!["fetch", "package_hold", "package_unhold"]);
+    assert_eq!(json["changes"][0]["target"], "/opt/x");
+    // Items name a fetch's path as they do a write's.
+    assert_eq!(json["items"][0]["path"], "/opt/x");
+    assert_eq!(json["items"][1]["path"], serde_json::Value::Null);
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/plan.schema.json"),
+    )
+    .unwrap();
+    let mut schema: serde_json::Value = serde_json::from_str(&text).unwrap();
+    schema["oneOf"] = serde_json::json!([{ "$ref": "#/$defs/report" }]);
+    let v = jsonschema::draft202012::options().build(&schema).unwrap();
+    let errors: Vec<String> = v.iter_errors(&json).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:#?}\n{json:#}");
+}
