@@ -99,7 +99,8 @@ fn real_version(h: &Host, m: PkgManager, name: &str) -> Result<Option<String>> {
     Ok(out)
 }
 
-/// `pkg::installed(name)`.
+/// `pkg::installed(name)`: the package is installed; for a pinned `name` (see
+/// [`parse_spec`]), installed in that version.
 ///
 /// # Errors
 /// Invalid name; no package manager; the query failing to start.
@@ -111,6 +112,9 @@ pub fn installed(h: &Host, name: &str) -> Result<bool> {
         return Ok(*p);
     }
     let m = need_manager(h)?;
+    if parse_spec(m, name).version.is_some() {
+        return satisfied(h, m, name);
+    }
     Ok(real_version(h, m, name)?.is_some())
 }
 

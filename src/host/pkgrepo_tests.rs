@@ -210,6 +210,8 @@ fn debian_repo_pinned_install_and_hold_all_modes() {
         pkg::version(&h, "cuda-drivers").unwrap().as_deref(),
         Some("550.90.07-1")
     );
+    assert!(pkg::installed(&h, "cuda-drivers=550.90.07-1").unwrap());
+    assert!(!pkg::installed(&h, "cuda-drivers=545.23.08-1").unwrap());
     drop(h);
 
     // Another pinned version is a change; the installed one is not; no stale index now.

@@ -576,7 +576,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[NAME],
         "bool",
         Query,
-        "True when the package is installed.",
+        "True when the package is installed; for a pinned name (`\"cuda-drivers=550.90.07-1\"`, `\"cuda-drivers-550.90.07\"`, as `install` takes them) installed in that version.",
     ),
     f(
         "pkg",
