@@ -309,6 +309,19 @@ pub enum Effect {
     },
     /// Regenerate the initramfs (deferred to the end of the step); an action.
     InitramfsUpdate(InitramfsTool),
+    /// Download a URL to a file, verified by its SHA-256 digest (`fs::fetch`).
+    Fetch(crate::host::fetch::Download),
+    /// Hold packages at their installed version, or release them (`pkg::hold`/`unhold`:
+    /// `apt-mark hold|unhold`, `dnf|yum versionlock add|delete`); only the packages whose
+    /// state differs are listed.
+    PackageHold {
+        /// The manager used.
+        manager: PkgManager,
+        /// Package names.
+        names: Vec<String>,
+        /// True to hold, false to release.
+        hold: bool,
+    },
 }
 
 /// The class of an [`Effect`]: see the module documentation.
@@ -340,7 +353,8 @@ impl Effect {
     /// A short machine-readable kind for reports: `write`, `remove`, `mkdir`, `remove_all`,
     /// `chmod`, `chown`, `symlink`, `service`, `service_action`, `daemon_reload`,
     /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,
-    /// `grub_update`, `interrupt`, `mount`, `module_load`, `initramfs_update`.
+    /// `grub_update`, `interrupt`, `mount`, `module_load`, `initramfs_update`, `fetch`,
+    /// `package_hold`, `package_unhold`.
     pub fn kind(&self) -> &'static str {
         match self {
             Effect::WriteFile { .. } => "write",
@@ -363,6 +377,9 @@ impl Effect {
             Effect::Mount { .. } => "mount",
             Effect::ModuleLoad { .. } => "module_load",
             Effect::InitramfsUpdate(_) => "initramfs_update",
+            Effect::Fetch(_) => "fetch",
+            Effect::PackageHold { hold: true, .. } => "package_hold",
+            Effect::PackageHold { hold: false, .. } => "package_unhold",
         }
     }
 
@@ -388,6 +405,8 @@ impl Effect {
             Effect::Mount { path, .. } => path.display().to_string(),
             Effect::ModuleLoad { name, .. } => name.clone(),
             Effect::InitramfsUpdate(_) => "initramfs".into(),
+            Effect::Fetch(d) => d.path.display().to_string(),
+            Effect::PackageHold { names, .. } => names.join(" "),
         }
     }
 }

@@ -331,7 +331,13 @@ fn resolve_id(h: &Host, name: &str, group: bool) -> Result<u32> {
         })
 }
 
-fn ids(h: &Host, owner: Option<&str>, group: Option<&str>) -> Result<(Option<u32>, Option<u32>)> {
+/// Owner and group names (or numbers) as uid and gid, from the host root's `/etc/passwd` and
+/// `/etc/group` as the session sees them.
+pub(crate) fn ids(
+    h: &Host,
+    owner: Option<&str>,
+    group: Option<&str>,
+) -> Result<(Option<u32>, Option<u32>)> {
     Ok((
         owner.map(|o| resolve_id(h, o, false)).transpose()?,
         group.map(|g| resolve_id(h, g, true)).transpose()?,

@@ -21,6 +21,8 @@
 //! | [`fs`], [`cmd`], [`service`], [`pkg`], [`os`], [`tuning`], [`interrupt`] | the API areas |
 //! | [`config`], [`secrets`] | configMaps and node metadata; secrets and the [`secrets::Redactor`] |
 //! | [`mount`], [`kmod`] | fstab and the host's mount table; kernel modules and the initramfs |
+//! | [`fetch`] | downloads verified by SHA-256 (`fs::fetch`) |
+//! | [`pkgrepo`] | package repositories and holds (`pkg::repo`, `remove_repo`, `hold`, `unhold`) |
 
 mod apply;
 pub mod cmd;
@@ -29,6 +31,7 @@ pub mod deferred;
 pub mod digest;
 pub mod effect;
 pub mod error;
+pub mod fetch;
 pub mod fs;
 pub mod interrupt;
 pub mod kmod;
@@ -37,6 +40,7 @@ pub mod mount;
 pub mod os;
 pub mod pathlock;
 pub mod pkg;
+pub mod pkgrepo;
 mod plan;
 pub mod report;
 pub mod root;
@@ -45,6 +49,10 @@ pub mod service;
 pub mod session;
 pub mod tuning;
 
+#[cfg(test)]
+pub(crate) mod fetch_tests;
+#[cfg(test)]
+mod pkgrepo_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

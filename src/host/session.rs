@@ -153,6 +153,9 @@ pub struct Host {
     position: Option<Position>,
     /// The step's ordered list, shared with a recording output ([`Host::journal`]).
     journal: Journal,
+    /// A package repository changed in this session: the next `pkg::install` refreshes the
+    /// index ([`Host::mark_package_index_stale`]).
+    pub(crate) package_index_stale: bool,
 }
 
 impl Host {
@@ -181,6 +184,7 @@ impl Host {
             finished: false,
             position: None,
             journal: Journal::default(),
+            package_index_stale: false,
         }
     }
 
@@ -242,6 +246,13 @@ impl Host {
     /// the items when the step ends ([`Report::items`]).
     pub fn journal(&self) -> &Journal {
         &self.journal
+    }
+
+    /// Mark the package index stale (a repository definition or key changed): the next
+    /// `pkg::install` of this session that installs something refreshes it first
+    /// (`apt-get update`, `dnf makecache`, ...), in every mode.
+    pub fn mark_package_index_stale(&mut self) {
+        self.package_index_stale = true;
     }
 
     /// Count a mutating call that found the desired state already in place.

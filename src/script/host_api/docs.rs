@@ -158,6 +158,20 @@ pub(crate) const MOUNT_KEYS: &[&str] = &["source", "fstype", "options", "state",
 pub(crate) const BLACKLIST_KEYS: &[&str] = &["file", "disable"];
 /// The option keys of the other `kmod::` file functions.
 pub(crate) const KMOD_FILE_KEYS: &[&str] = &["file"];
+/// The option keys of `fs::fetch` (the binding checks against this list).
+pub(crate) const FETCH_KEYS: &[&str] =
+    &["sha256", "mode", "owner", "group", "timeout", "max_bytes"];
+/// The option keys of `pkg::repo` (the binding checks against this list).
+pub(crate) const REPO_KEYS: &[&str] = &[
+    "url",
+    "suites",
+    "components",
+    "arch",
+    "key",
+    "key_url",
+    "key_sha256",
+    "enabled",
+];
 
 const P: (&str, &str) = ("path", "String");
 const NAME: (&str, &str) = ("name", "String");
@@ -568,7 +582,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[NAME],
         "bool",
         Query,
-        "True when the package is installed.",
+        "True when the package is installed; for a pinned name (`\"cuda-drivers=550.90.07-1\"`, `\"cuda-drivers-550.90.07\"`, as `install` takes them) installed in that version.",
     ),
     f(
         "pkg",
@@ -584,7 +598,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[("names", "?")],
         "bool",
         Change,
-        "Install what is missing of a name or an array of names, non-interactively, waiting (bounded) for the package manager's lock.",
+        "Install what is missing of a name or an array of names, non-interactively, waiting (bounded) for the package manager's lock. A name may pin a version: `\"cuda-drivers=550.90.07-1\"` (apt, compared with dpkg's `${Version}`; installed with `--allow-downgrades`) or `\"cuda-drivers-550.90.07\"` / `\"cuda-drivers-550.90.07-1.el9\"` (dnf/yum: a version starting with a digit and containing a `.`, compared with `%{VERSION}-%{RELEASE}`): another installed version is a change. After a changed `pkg::repo` the index is refreshed first.",
     ),
     with_opts(
         &["update"],
@@ -975,6 +989,52 @@ pub const FUNCTIONS: &[FnDoc] = &[
         "bool",
         Change,
         "`modprobe <name>` unless loaded: a change (drift in a check) when `/proc/modules` does not list it; without `/proc/modules` an action, run every time.",
+    ),
+    with_opts(
+        FETCH_KEYS,
+        f(
+            "fs",
+            "fetch",
+            &[("url", "String"), P, OPTS],
+            "bool",
+            Change,
+            "Download `url` (`http://`, or `https://` trusting the host's CA bundle: the first of `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`, `/etc/ssl/ca-bundle.pem`, `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`, `/etc/ssl/cert.pem`; up to 5 redirects; no proxy) to `path`, verified by `#{sha256}` (required, 64 hex digits), with `#{mode, owner, group}`. Unchanged when the file already has that digest (only `mode`/`owner`/`group` are then set when they differ); otherwise streamed to a temporary file beside it, checked, and renamed into place. A wrong digest, an HTTP error, a body over `max_bytes` (default 4 GiB), the `timeout` (seconds, default 300, capped by the step's deadline) or a cancel fail the call and leave `path` unchanged. A plan makes no request (`would download <url> (sha256 ...) to <path>`); later reads in it see the file, but `fs::read` of it fails (its content is unknown until applied). Check: drift when missing or of another digest.",
+        ),
+    ),
+    with_opts(
+        REPO_KEYS,
+        f(
+            "pkg",
+            "repo",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "Define repository `name` with its signing key, `key` (ASCII-armored text) or `key_url` with `key_sha256` (downloaded as `fs::fetch`). apt: `/etc/apt/sources.list.d/<name>.sources` (deb822: `Types: deb`, `URIs: <url>`, `Suites:` (required; `\"/\"` for a flat repository), `Components:`, `Architectures: <arch>`, `Enabled: no` when `enabled: false`, `Signed-By: /etc/apt/keyrings/<name>.asc`, `.gpg` for a `key_url` ending in `.gpg`); dnf/yum: `/etc/yum.repos.d/<name>.repo` (`[name]`, `name=`, `baseurl=`, `enabled=`, `gpgcheck=1`, `gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-<name>`) and the key there. Files 0644, key first. A change makes the step's next `pkg::install` refresh the package index. zypper hosts: an error.",
+        ),
+    ),
+    f(
+        "pkg",
+        "remove_repo",
+        &[NAME],
+        "bool",
+        Change,
+        "Remove repository `name`'s file and key (as `pkg::repo` wrote them); a change makes the next `pkg::install` refresh the index.",
+    ),
+    f(
+        "pkg",
+        "hold",
+        &[("names", "?")],
+        "bool",
+        Change,
+        "Hold a name or an array of names at the installed version: `apt-mark hold` (queried with `apt-mark showhold`), `dnf versionlock add` (queried with `dnf versionlock list`; needs the versionlock plugin). Unchanged for held ones.",
+    ),
+    f(
+        "pkg",
+        "unhold",
+        &[("names", "?")],
+        "bool",
+        Change,
+        "Release held packages: `apt-mark unhold`, `dnf versionlock delete`. Unchanged for ones not held.",
     ),
 ];
 

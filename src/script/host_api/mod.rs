@@ -65,10 +65,12 @@ mod cmd;
 mod config;
 mod convert;
 mod docs;
+mod fetch;
 mod fs;
 mod mount;
 mod os;
 mod pkg;
+mod pkgrepo;
 mod service;
 mod tuning;
 
@@ -253,6 +255,8 @@ impl HostApi {
         tuning::register(&mut r, &api);
         config::register(&mut r, &api);
         mount::register(&mut r, &api);
+        fetch::register(&mut r, &api);
+        pkgrepo::register(&mut r, &api);
         r
     }
 }

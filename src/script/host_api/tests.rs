@@ -836,7 +836,7 @@ fn documented_option_keys_are_the_bindings_keys() {
         );
         seen += 1;
     }
-    assert_eq!(seen, 14);
+    assert_eq!(seen, 16);
 }
 
 fn docs_namespaces() -> Vec<&'static str> {
@@ -1311,5 +1311,117 @@ print(mount::info("/").source);"#,
             .ends_with("kmod::options: opts must be a string, got i64 (or a map)"),
         "{}",
         r.error()
+    );
+}
+
+#[test]
+fn fs_fetch_all_modes_and_its_options() {
+    use crate::host::fetch_tests::{BODY, Reply, Server, sha};
+    let t = TestHost::new();
+    let srv = Server::plain(|p| match p {
+        "/tool" => Reply::Body(BODY.to_vec()),
+        _ => Reply::Status("404 Not Found"),
+    });
+    let call = format!(
+        r#"fs::fetch("{}", "/opt/bin/tool", #{{sha256: "{}", mode: 0o755, timeout: 30, max_bytes: 1024}})"#,
+        srv.url("/tool"),
+        sha(BODY)
+    );
+    let plan = all_modes(&t, &[&call]);
+    assert_eq!(plan.changes[0].kind, "fetch");
+    assert_eq!(srv.requests(), vec!["/tool"]);
+    assert_eq!(std::fs::read(t.p("/opt/bin/tool")).unwrap(), BODY);
+
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"fs::fetch("http://x/a", "/a", #{sha: "x"})"#,
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:5: fs::fetch: unknown option \"sha\" (expected one of: sha256, mode, owner, group, timeout, max_bytes)"
+    );
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"fs::fetch("http://x/a", "/a", #{sha256: "00", timeout: 0})"#,
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:5: fs::fetch: option timeout must be a positive number of seconds, got 0"
+    );
+    let url = srv.url("/nope");
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        &format!(r#"fs::fetch("{url}", "/a", #{{sha256: "{}"}})"#, sha(BODY)),
+    );
+    assert_eq!(
+        r.error(),
+        format!(
+            "main.rhai:1:5: fs::fetch: failed to download {url}: server answered 404 Not Found"
+        )
+    );
+}
+
+#[test]
+fn pkg_repo_and_hold_from_scripts() {
+    let t = TestHost::new();
+    apt_stubs(&t);
+    t.stub(
+        "apt-mark",
+        r#"case "$1" in
+  showhold) if [ -e /state/held ]; then read v < /state/held; echo "$v"; fi ;;
+  hold) echo "$2" > /state/held ;;
+esac"#,
+    );
+    let src = r#"print([
+        pkg::repo("r", #{url: "https://r.example/apt", suites: ["noble"], components: "main",
+                         key: "-----BEGIN PGP PUBLIC KEY BLOCK-----\nk\n-----END PGP PUBLIC KEY BLOCK-----"}),
+        pkg::hold("jq"),
+    ]);"#;
+    let plan = run(&t, ExecMode::Plan, src).ok();
+    assert_eq!(plan.stdout(), "[true, true]\n");
+    let kinds: Vec<&str> = plan
+        .report
+        .changes
+        .iter()
+        .map(|c| c.kind.as_str())
+        .collect();
+    assert_eq!(kinds, vec!["write", "write", "package_hold"]);
+    assert_eq!(plan.report.changes[2].summary, "hold packages jq (apt)");
+    assert_eq!(
+        run(&t, ExecMode::Apply, src).ok().stdout(),
+        "[true, true]\n"
+    );
+    assert_eq!(
+        run(&t, ExecMode::Apply, src).ok().stdout(),
+        "[false, false]\n"
+    );
+    assert_eq!(
+        t.read("/etc/apt/sources.list.d/r.sources"),
+        "# Managed by skyhook (pkg::repo \"r\").\nTypes: deb\nURIs: https://r.example/apt\nSuites: noble\nComponents: main\nSigned-By: /etc/apt/keyrings/r.asc\n"
+    );
+    assert_eq!(
+        t.read("/etc/apt/keyrings/r.asc"),
+        "-----BEGIN PGP PUBLIC KEY BLOCK-----\nk\n-----END PGP PUBLIC KEY BLOCK-----\n"
+    );
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"pkg::repo("r", #{url: "u", suite: "noble"})"#,
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:6: pkg::repo: unknown option \"suite\" (expected one of: url, suites, components, arch, key, key_url, key_sha256, enabled)"
+    );
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"pkg::repo("r", #{url: "u", suites: 1})"#,
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:6: pkg::repo: option suites must be a string or an array of strings, got i64"
     );
 }
