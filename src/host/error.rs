@@ -283,6 +283,22 @@ pub enum HostError {
         /// The variable name.
         var: String,
     },
+
+    /// A structured config file (`toml::`, `json::`, `ini::`) or text (`toml::parse`) does
+    /// not parse; `line` and `column` are 1-based (column in characters).
+    #[error("{}:{line}:{column}: invalid {format}: {message}", path.display())]
+    Parse {
+        /// The host path (`<text>` for a string argument).
+        path: PathBuf,
+        /// `TOML`, `JSON` or `INI`.
+        format: &'static str,
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
 }
 
 /// Result alias for host API calls.

@@ -29,7 +29,9 @@ pub mod digest;
 pub mod effect;
 pub mod error;
 pub mod fs;
+pub mod ini;
 pub mod interrupt;
+pub mod json;
 mod lines;
 pub mod os;
 pub mod pathlock;
@@ -40,8 +42,13 @@ pub mod root;
 pub mod secrets;
 pub mod service;
 pub mod session;
+pub mod structured;
+pub mod text;
+pub mod toml;
 pub mod tuning;
 
+#[cfg(test)]
+mod structured_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

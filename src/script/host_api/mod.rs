@@ -69,6 +69,7 @@ mod fs;
 mod os;
 mod pkg;
 mod service;
+mod structured;
 mod tuning;
 
 #[cfg(test)]
@@ -251,6 +252,7 @@ impl HostApi {
         os::register(&mut r, &api);
         tuning::register(&mut r, &api);
         config::register(&mut r, &api);
+        structured::register(&mut r, &api);
         r
     }
 }
