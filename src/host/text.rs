@@ -41,13 +41,17 @@ pub fn captures(pattern: &str, text: &str) -> Result<Option<Vec<Option<String>>>
     }))
 }
 
+/// A named group of a match: its name and the text it matched (`None`: it did not take
+/// part).
+pub type NamedGroup = (String, Option<String>);
+
 /// `regex::named(pattern, text)`: the first match's named groups as `(name, value)` pairs
 /// in pattern order (`None` for a group that did not take part), or `None` when there is
 /// no match.
 ///
 /// # Errors
 /// As [`is_match`].
-pub fn named(pattern: &str, text: &str) -> Result<Option<Vec<(String, Option<String>)>>> {
+pub fn named(pattern: &str, text: &str) -> Result<Option<Vec<NamedGroup>>> {
     let re = compile(pattern)?;
     Ok(re.captures(text).map(|c| {
         re.capture_names()
