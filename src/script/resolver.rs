@@ -489,7 +489,7 @@ mod tests {
         ));
         assert_eq!(
             parse_spec("skyhook/nope"),
-            Err("no embedded module named \"nope\" (available: hello, kdump, shellscript, tuned, tuning)".to_string())
+            Err("no embedded module named \"nope\" (available: hello, kdump, shellscript, tuned, tuning, containerd)".to_string())
         );
     }
 }
