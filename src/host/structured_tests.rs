@@ -509,3 +509,28 @@ fn ini_plan_and_check() {
     assert_eq!(h.finish().unwrap().drift().len(), 1);
     assert_eq!(tree(&t.root), before);
 }
+
+#[test]
+fn toml_new_entries_copy_indentation_not_comments() {
+    let t = TestHost::new();
+    t.file(
+        "/c.toml",
+        "# head\n[a]\n  # about x\n  x = 1\n\n# about b\n[a.b]\n  k = 1\n",
+    );
+    assert!(apply(&t, |h| toml::set(
+        h,
+        "/c.toml",
+        &kp(&["a", "y"]),
+        &json!(2)
+    )));
+    assert!(apply(&t, |h| toml::set(
+        h,
+        "/c.toml",
+        &kp(&["a", "c"]),
+        &json!({"k": 2})
+    )));
+    assert_eq!(
+        t.read("/c.toml"),
+        "# head\n[a]\n  # about x\n  x = 1\n  y = 2\n\n# about b\n[a.b]\n  k = 1\n\n[a.c]\n  k = 2\n"
+    );
+}

@@ -27,7 +27,7 @@
 use std::path::Path;
 
 use serde_json::Value as J;
-use toml_edit::{DocumentMut, InlineTable, Item, Table, TableLike, Value};
+use toml_edit::{Decor, DocumentMut, InlineTable, Item, Table, TableLike, Value};
 
 use crate::host::Host;
 use crate::host::error::{HostError, Result};
@@ -318,7 +318,7 @@ fn insert_formatted(t: &mut dyn TableLike, standard: bool, k: &str, mut item: It
                 .map(|(n, _)| n.to_string());
             t.insert(k, item);
             if let Some(like) = like
-                && let Some(decor) = t.key(&like).map(|key| key.leaf_decor().clone())
+                && let Some(decor) = t.key(&like).map(|key| layout(key.leaf_decor(), false))
                 && let Some(mut key) = t.key_mut(k)
             {
                 *key.leaf_decor_mut() = decor;
@@ -351,17 +351,41 @@ fn insert_formatted(t: &mut dyn TableLike, standard: bool, k: &str, mut item: It
     t.insert(k, item);
 }
 
+/// The layout part of `d` (so that no comment is copied): the indentation of its prefix's
+/// last line (after a newline for a table `header`) and a blank-only suffix.
+fn layout(d: &Decor, header: bool) -> Decor {
+    let raw = |r: Option<&toml_edit::RawString>| r.and_then(|r| r.as_str()).map(str::to_string);
+    let prefix = raw(d.prefix()).map(|p| {
+        let last = p.rsplit('\n').next().unwrap_or("");
+        let indent = if last.trim().is_empty() { last } else { "" };
+        if header {
+            format!("\n{indent}")
+        } else {
+            indent.to_string()
+        }
+    });
+    let suffix = raw(d.suffix()).filter(|s| s.trim().is_empty());
+    let mut out = Decor::default();
+    if let Some(p) = prefix {
+        out.set_prefix(p);
+    }
+    if let Some(s) = suffix {
+        out.set_suffix(s);
+    }
+    out
+}
+
 /// Give the new table `nt` (and its sub-tables) the header decor and key indentation of
 /// the existing table `like`.
 fn format_like(nt: &mut Table, like: &Table) {
     if !nt.is_implicit() {
-        *nt.decor_mut() = like.decor().clone();
+        *nt.decor_mut() = layout(like.decor(), true);
     }
     let key_decor = like
         .iter()
         .filter(|(_, v)| v.is_value())
         .filter_map(|(n, _)| like.key(n))
-        .map(|k| k.leaf_decor().clone())
+        .map(|k| layout(k.leaf_decor(), false))
         .next();
     let names: Vec<String> = nt.iter().map(|(n, _)| n.to_string()).collect();
     for n in names {

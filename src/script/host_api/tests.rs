@@ -1222,3 +1222,6 @@ fn guard_options_are_checked() {
     let r = run(&t, ExecMode::Plan, "query([\"true\"], #{creates: \"/x\"})");
     assert!(r.error().contains("creates"), "{}", r.error());
 }
+
+#[path = "structured_tests.rs"]
+mod structured;
