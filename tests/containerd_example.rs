@@ -18,7 +18,7 @@ fn text(b: &[u8]) -> String {
 
 const CONFIG: &str = "# containerd config\nversion = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"runc\"\n\n  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n    runtime_type = \"io.containerd.runc.v2\"\n";
 
-const CONFIGURED: &str = "# containerd config\nversion = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"nvidia\"\n\n  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n    runtime_type = \"io.containerd.runc.v2\"\n\n  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n    runtime_type = \"io.containerd.runc.v2\"\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\n";
+const CONFIGURED: &str = "# containerd config\nversion = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"nvidia\"\n\n  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n    runtime_type = \"io.containerd.runc.v2\"\n\n  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n    runtime_type = \"io.containerd.runc.v2\"\n\n    [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n      BinaryName = \"/usr/bin/nvidia-container-runtime\"\n";
 
 fn run(step: &str, root: &Path, extra: &[&str]) -> Output {
     skyhook_run()

@@ -255,14 +255,14 @@ fn toml_inline_tables_stay_inline() {
         &kp(&["a", "k"]),
         &json!({"y": {"z": 2}})
     )));
-    assert_eq!(t.read("/c.toml"), "[a]\nk = { x = 1 , y = { z = 2 } }\n");
+    assert_eq!(t.read("/c.toml"), "[a]\nk = { x = 1, y = { z = 2 } }\n");
     assert!(apply(&t, |h| toml::set(
         h,
         "/c.toml",
         &kp(&["a", "k", "x"]),
         &json!(3)
     )));
-    assert_eq!(t.read("/c.toml"), "[a]\nk = { x = 3 , y = { z = 2 } }\n");
+    assert_eq!(t.read("/c.toml"), "[a]\nk = { x = 3, y = { z = 2 } }\n");
 }
 
 const PKG_JSON: &str = "{\n    \"name\": \"x\",\n    \"deps\": {\n        \"b\": 1,\n        \"a\": [\n            1,\n            2\n        ]\n    }\n}\n";

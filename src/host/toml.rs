@@ -349,6 +349,10 @@ fn insert_formatted(t: &mut dyn TableLike, standard: bool, k: &str, mut item: It
         }
     }
     t.insert(k, item);
+    if !standard {
+        // An inline table gained a key: lay it out as toml_edit does (`{ a = 1, b = 2 }`).
+        t.fmt();
+    }
 }
 
 /// The layout part of `d` (so that no comment is copied): the indentation of its prefix's
@@ -401,8 +405,46 @@ fn format_like(nt: &mut Table, like: &Table) {
             .and_then(Item::as_table)
             .or_else(|| like.iter().filter_map(|(_, v)| v.as_table()).next())
             .cloned();
-        if let (Some(sub_like), Some(Item::Table(st))) = (sub_like, nt.get_mut(&n)) {
-            format_like(st, &sub_like);
+        match (sub_like, nt.get_mut(&n)) {
+            (Some(sub_like), Some(Item::Table(st))) => format_like(st, &sub_like),
+            (None, Some(Item::Table(st))) => {
+                // No table to copy: one level deeper than `like`, as its keys are
+                // indented relative to its header.
+                let header = indent_of(like.decor()).unwrap_or_default();
+                let keys = key_decor.as_ref().and_then(indent_of).unwrap_or_default();
+                if let Some(step) = keys.strip_prefix(header.as_str())
+                    && !step.is_empty()
+                {
+                    let step = step.to_string();
+                    indent_table(st, &keys, &step);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The blank indentation of the last line of `d`'s prefix.
+fn indent_of(d: &Decor) -> Option<String> {
+    let p = d.prefix()?.as_str()?;
+    let last = p.rsplit('\n').next().unwrap_or("");
+    last.trim().is_empty().then(|| last.to_string())
+}
+
+/// Indent table `t` (header at `indent`, its keys and sub-tables `step` deeper).
+fn indent_table(t: &mut Table, indent: &str, step: &str) {
+    let inner = format!("{indent}{step}");
+    if !t.is_implicit() {
+        t.decor_mut().set_prefix(format!("\n{indent}"));
+    }
+    let names: Vec<String> = t.iter().map(|(n, _)| n.to_string()).collect();
+    for n in names {
+        if t.get(&n).is_some_and(Item::is_value) {
+            if let Some(mut key) = t.key_mut(&n) {
+                key.leaf_decor_mut().set_prefix(inner.clone());
+            }
+        } else if let Some(Item::Table(st)) = t.get_mut(&n) {
+            indent_table(st, &inner, step);
         }
     }
 }
