@@ -72,6 +72,12 @@ pub fn replace(pattern: &str, text: &str, replacement: &str) -> Result<String> {
         .into_owned())
 }
 
+/// `to_json(value)`: `value` as pretty-printed JSON (two-space indent, keys in the map's
+/// order, which for a Rhai map is sorted; no final newline). `()` is `null`.
+pub fn to_json(v: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

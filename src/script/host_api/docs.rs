@@ -902,6 +902,22 @@ pub const FUNCTIONS: &[FnDoc] = &[
         "The SHA-256 of the text's UTF-8 bytes, 64 lowercase hex digits (as `sha256sum` prints).",
     ),
     f(
+        "",
+        "to_json",
+        &[("value", "?")],
+        "String",
+        Context,
+        "`value` (a map, array, string, number, bool or `()`) as pretty-printed JSON: two-space indent, map keys in the map's order (sorted: Rhai maps are ordered by key), `()` as `null`, no final newline. The inverse of Rhai's `parse_json(text)` (JSON `null` → `()`).",
+    ),
+    f(
+        "",
+        "to_json",
+        &[("map", "Map")],
+        "String",
+        Context,
+        "The same for a map; also called as a method, `m.to_json()` (which replaces Rhai's one-line form).",
+    ),
+    f(
         "regex",
         "is_match",
         &[("pattern", "String"), ("text", "String")],
@@ -1094,7 +1110,7 @@ pub const NAMESPACES: &[(&str, &str, &str)] = &[
     (
         "regex",
         "Regular expressions — `regex::`",
-        "Pure helpers, the same in every mode, with the Rust `regex` crate's syntax (no look-around or backreferences; matching is linear time). Rhai's own `parse_json(text)` reads JSON text into a map; `to_json()` on a map writes it on one line with its keys sorted (Rhai maps are ordered by key).",
+        "Pure helpers, the same in every mode, with the Rust `regex` crate's syntax (no look-around or backreferences; matching is linear time). Rhai's own `parse_json(text)` reads JSON text into a map; `to_json(value)` (above, with the commands) writes one back, pretty-printed.",
     ),
 ];
 

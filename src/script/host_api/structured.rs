@@ -113,6 +113,12 @@ pub(crate) fn register(r: &mut Registrar, api: &Api) {
             ),
         }
     ));
+    bind!(r, api, "", "to_json", |_h, v: D| Ok(convert::s(
+        text::to_json(&convert::to_json(&v, "value")?)
+    )));
+    bind!(r, api, "", "to_json", |_h, v: Map| Ok(convert::s(
+        text::to_json(&convert::to_json(&Dynamic::from_map(v), "value")?)
+    )));
     bind!(r, api, "regex", "replace", |_h, p: S, t: S, w: S| Ok(
         convert::s(text::replace(&p, &t, &w)?)
     ));

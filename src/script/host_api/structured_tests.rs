@@ -113,3 +113,23 @@ print(regex::replace("(\\d+)", "a1b22", "<$1>"));"#,
         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\ntrue\n[\"key=\", \"key\", ()]\ntrue\n#{\"k\": \"a\", \"v\": \"b\"}\na<1>b<22>\n"
     );
 }
+
+#[test]
+fn to_json_is_pretty_and_parse_json_reads_it_back() {
+    let t = TestHost::new();
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"let m = #{b: 1, a: [1, "x", ()], c: #{}};
+print(to_json(m));
+print(m.to_json() == to_json(m));
+print(to_json([true, 2.5]));
+print(to_json("s"));
+print(parse_json(to_json(m)) == m);"#,
+    )
+    .ok();
+    assert_eq!(
+        r.stdout(),
+        "{\n  \"a\": [\n    1,\n    \"x\",\n    null\n  ],\n  \"b\": 1,\n  \"c\": {}\n}\ntrue\n[\n  true,\n  2.5\n]\n\"s\"\ntrue\n"
+    );
+}
