@@ -78,3 +78,39 @@ fn containerd_example_plan_apply_check() {
         text(&check.stderr)
     );
 }
+
+#[test]
+fn containerd_example_package_plan_declares_the_restart() {
+    let root = tempfile::tempdir().unwrap();
+    let config = root.path().join("etc/containerd/config.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, "version = 2\n").unwrap();
+    let out = skyhook_run()
+        .arg("--package")
+        .arg(manifest("examples/containerd-nvidia"))
+        .args(["--mode", "config", "--root"])
+        .arg(root.path())
+        .arg("--skyhook-cr")
+        .arg(manifest("examples/containerd-nvidia/skyhook.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stdout = text(&out.stdout);
+    for line in [
+        "+[plugins.\"io.containerd.grpc.v1.cri\".containerd]",
+        "+default_runtime_name = \"nvidia\"",
+        "+BinaryName = \"/usr/bin/nvidia-container-runtime\"",
+        "note: config.rhai: requested interrupt restart_services [containerd] is declared in the Skyhook CR (interrupt (type: service, services: [containerd])): the operator runs it in its interrupt stage",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "missing {line:?} in\n{stdout}"
+        );
+    }
+    assert!(
+        stdout.ends_with("Plan: 3 to change, 1 unchanged.\n"),
+        "{stdout}"
+    );
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), "version = 2\n");
+    assert!(!root.path().join("var").exists());
+}
