@@ -199,6 +199,13 @@ pub fn set(h: &mut Host, p: &str, section: &str, key: &str, value: &str) -> Resu
         let mut doc = Doc::parse(cur.unwrap_or(""));
         let found = doc.entries(section, key);
         if let Some((&first, repeats)) = found.split_first() {
+            if let Kind::Entry { value_at, .. } = doc.kinds[first]
+                && repeats.is_empty()
+                && value_of(&doc.lines[first], value_at) == value
+            {
+                // Already so: the file stays as it is (a missing final newline included).
+                return Ok(None);
+            }
             for &i in repeats.iter().rev() {
                 doc.lines.remove(i);
             }

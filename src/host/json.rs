@@ -62,7 +62,12 @@ pub fn set(h: &mut Host, p: &str, key: &KeyPath, value: &Value) -> Result<bool> 
             Some(text) => (parse_doc(&path, text)?, Style::of(text)),
             None => (Value::Object(Default::default()), Style::default()),
         };
+        let before = cur.is_some().then(|| doc.clone());
         set_in(&path, &mut doc, &segs, 0, value)?;
+        // An equal value leaves the file as it is, whatever its layout.
+        if before.as_ref() == Some(&doc) {
+            return Ok(None);
+        }
         Ok(Some(style.render(&doc)))
     })
 }

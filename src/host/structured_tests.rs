@@ -327,6 +327,15 @@ fn json_keeps_order_indent_and_newline() {
         &json!(true)
     )));
     assert_eq!(t.read("/tab.json"), "{\n\t\"a\": 1,\n\t\"b\": true\n}");
+    // An equal value changes nothing, whatever the layout.
+    t.file("/odd.json", "{ \"a\" : [1,2] }");
+    assert!(!apply(&t, |h| json::set(
+        h,
+        "/odd.json",
+        &kp(&["a"]),
+        &json!([1, 2])
+    )));
+    assert_eq!(t.read("/odd.json"), "{ \"a\" : [1,2] }");
     t.file("/one.json", "{\"a\":1}\n");
     assert!(apply(&t, |h| json::set(
         h,
@@ -462,6 +471,10 @@ fn ini_edits_lines_in_place() {
         "Environment"
     )));
     assert!(!t.read("/u.conf").contains("Environment"));
+    // An equal value leaves a file without a final newline alone.
+    t.file("/n.ini", "[a]\nk=v");
+    assert!(!apply(&t, |h| ini::set(h, "/n.ini", "a", "k", "v")));
+    assert_eq!(t.read("/n.ini"), "[a]\nk=v");
     // A new file, spaced style from the file's first key.
     t.file("/s.ini", "[a]\nk = v\n");
     assert!(apply(&t, |h| ini::set(h, "/s.ini", "a", "n", "1")));
@@ -532,5 +545,29 @@ fn toml_new_entries_copy_indentation_not_comments() {
     assert_eq!(
         t.read("/c.toml"),
         "# head\n[a]\n  # about x\n  x = 1\n  y = 2\n\n# about b\n[a.b]\n  k = 1\n\n[a.c]\n  k = 2\n"
+    );
+}
+
+#[test]
+fn toml_dotted_keys_stay_dotted() {
+    let t = TestHost::new();
+    t.file("/c.toml", "a.b = 1 # dotted\n[x]\ny = 1\n");
+    assert!(apply(&t, |h| toml::set(
+        h,
+        "/c.toml",
+        &kp(&["a", "c"]),
+        &json!(2)
+    )));
+    assert!(apply(&t, |h| toml::set(
+        h,
+        "/c.toml",
+        &KeyPath::Text("a.b".into()),
+        &json!(3)
+    )));
+    assert_eq!(t.read("/c.toml"), "a.b = 3 # dotted\na.c = 2\n[x]\ny = 1\n");
+    let h = t.host(ExecMode::Plan);
+    assert_eq!(
+        toml::get(&h, "/c.toml", &KeyPath::Text(String::new())).unwrap(),
+        json!({"a": {"b": 3, "c": 2}, "x": {"y": 1}})
     );
 }
