@@ -240,7 +240,7 @@ fn check_fails_after_a_hand_edit_and_reads_containerd_config_dump() {
     let r = n.step("containerd-nvidia", "config-check", false);
     assert_eq!(
         r.error(),
-        "stdlib/containerd.rhai:324:9: containerd config-check: 1 problem(s)",
+        "stdlib/containerd.rhai:327:5: containerd config-check: 1 problem(s), first: /etc/containerd/config.toml: runtime nvidia options.BinaryName is /opt/x, expected /usr/bin/nvidia-container-runtime",
     );
     assert!(
         r.stderr.contains(
