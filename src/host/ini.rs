@@ -19,7 +19,7 @@
 //! header). A rewritten file ends with a newline.
 //!
 //! Mutations are one [`crate::host::effect::Effect::WriteFile`] through
-//! [`crate::host::structured::rewrite`] (apply under the path's lock; plan: a diff, later
+//! `structured::rewrite` (the path lock of `fs::` edits) (apply under the path's lock; plan: a diff, later
 //! reads see it; check: drift). `set` creates a missing file (and its missing parent
 //! directories, as `fs::write` does).
 

@@ -17,7 +17,7 @@
 //! keys kept); any other value replaces.
 //!
 //! Mutations are one [`crate::host::effect::Effect::WriteFile`] through
-//! [`crate::host::structured::rewrite`] (apply under the path's lock; plan: a diff, later
+//! `structured::rewrite` (the path lock of `fs::` edits) (apply under the path's lock; plan: a diff, later
 //! reads see it; check: drift). A missing file reads as absent: `set` creates it (an object
 //! at the top, and missing parent directories as `fs::write` does).
 

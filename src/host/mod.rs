@@ -20,6 +20,8 @@
 //! | [`report`] | [`Report`], [`ExecMode`] |
 //! | [`fs`], [`cmd`], [`service`], [`pkg`], [`os`], [`tuning`], [`interrupt`] | the API areas |
 //! | [`config`], [`secrets`] | configMaps and node metadata; secrets and the [`secrets::Redactor`] |
+//! | [`toml`], [`json`], [`ini`] ([`structured`]: key paths, the shared read-modify-write) | format-preserving structured config edits |
+//! | [`text`] | pure helpers: `sha256`, `regex::`, `to_json` |
 
 mod apply;
 pub mod cmd;

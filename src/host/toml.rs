@@ -19,7 +19,7 @@
 //! times read as strings; `Null` (`()`) cannot be set.
 //!
 //! Every mutation is one [`crate::host::effect::Effect::WriteFile`] through
-//! [`crate::host::structured::rewrite`]: apply writes it atomically under the path's lock
+//! `structured::rewrite` (the path lock of `fs::` edits): apply writes it atomically under the path's lock
 //! (decided again on the file read under the lock), plan records it with a diff (and later
 //! reads see it), check reports it as drift. A missing file reads as an empty document: `set`
 //! and `ensure_table` create it (and its missing parent directories, as `fs::write` does).
