@@ -33,6 +33,7 @@ mod util;
 
 mod acceptance;
 mod cli;
+mod containerd_example;
 mod crash_safety;
 mod engine_parity;
 mod fixtures;

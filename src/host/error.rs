@@ -284,6 +284,21 @@ pub enum HostError {
         var: String,
     },
 
+    /// A structured config file (`toml::`, `json::`, `ini::`) or text (`toml::parse`) does
+    /// not parse; `line` and `column` are 1-based (column in characters).
+    #[error("{}:{line}:{column}: invalid {format}: {message}", path.display())]
+    Parse {
+        /// The host path (`<text>` for a string argument).
+        path: PathBuf,
+        /// `TOML`, `JSON` or `INI`.
+        format: &'static str,
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
     /// `mount::ensure` with state `mounted` found the mount point mounted from another
     /// source or with another filesystem type.
     #[error(

@@ -481,7 +481,7 @@ pub fn append(h: &mut Host, p: &str, content: &str) -> Result<bool> {
 /// ([`crate::host::pathlock`]) and `compute` runs again on a fresh read, and the write
 /// follows under the lock. So a call that changes nothing takes no lock, and no update of
 /// another process made between the two reads is lost.
-fn edit(
+pub(crate) fn edit(
     h: &mut Host,
     path: &Path,
     compute: impl Fn(&Host) -> Result<Option<Vec<u8>>>,

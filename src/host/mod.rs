@@ -23,6 +23,8 @@
 //! | [`mount`], [`kmod`] | fstab and the host's mount table; kernel modules and the initramfs |
 //! | [`fetch`] | downloads verified by SHA-256 (`fs::fetch`) |
 //! | [`pkgrepo`] | package repositories and holds (`pkg::repo`, `remove_repo`, `hold`, `unhold`) |
+//! | [`toml`], [`json`], [`ini`] ([`structured`]: key paths, the shared read-modify-write) | format-preserving structured config edits |
+//! | [`text`] | pure helpers: `sha256`, `regex::`, `to_json` |
 
 mod apply;
 pub mod cmd;
@@ -33,7 +35,9 @@ pub mod effect;
 pub mod error;
 pub mod fetch;
 pub mod fs;
+pub mod ini;
 pub mod interrupt;
+pub mod json;
 pub mod kmod;
 mod lines;
 pub mod mount;
@@ -47,12 +51,17 @@ pub mod root;
 pub mod secrets;
 pub mod service;
 pub mod session;
+pub mod structured;
+pub mod text;
+pub mod toml;
 pub mod tuning;
 
 #[cfg(test)]
 pub(crate) mod fetch_tests;
 #[cfg(test)]
 mod pkgrepo_tests;
+#[cfg(test)]
+mod structured_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -177,6 +177,7 @@ const P: (&str, &str) = ("path", "String");
 const NAME: (&str, &str) = ("name", "String");
 const OPTS: (&str, &str) = ("opts", "Map");
 const ARGV: (&str, &str) = ("argv", "Array");
+const KEY_PATH: (&str, &str) = ("key_path", "?");
 
 use Modes::*;
 
@@ -1036,6 +1037,155 @@ pub const FUNCTIONS: &[FnDoc] = &[
         Change,
         "Release held packages: `apt-mark unhold`, `dnf versionlock delete`. Unchanged for ones not held.",
     ),
+    // toml, json, ini (structured config), sha256, regex
+    f(
+        "toml",
+        "get",
+        &[P, KEY_PATH],
+        "?",
+        Query,
+        "The value at `key_path` (a table as a map, an array of tables as an array of maps, dates as strings), or `()` when the file or key is missing; `[]` is the whole document. A parse error names `file:line:col`.",
+    ),
+    f(
+        "toml",
+        "set",
+        &[P, KEY_PATH, ("value", "?")],
+        "bool",
+        Change,
+        "Set the value (string, int, float, bool, array, map); missing tables are created (implicit: only the deepest gets a `[header]`); a map becomes a table, merged into an existing one (keys it does not name are kept); an equal value is unchanged. Only the changed or added lines differ; comments, order and layout stay. Creates a missing file.",
+    ),
+    f(
+        "toml",
+        "remove",
+        &[P, KEY_PATH],
+        "bool",
+        Change,
+        "Remove a key or a whole table (with its sub-tables); absent is unchanged.",
+    ),
+    f(
+        "toml",
+        "ensure_table",
+        &[P, KEY_PATH],
+        "bool",
+        Change,
+        "Make `key_path` a table, adding `[a.b]` when missing; an error when something else is there.",
+    ),
+    f(
+        "toml",
+        "parse",
+        &[("text", "String")],
+        "Map",
+        Context,
+        "A TOML text (e.g. the stdout of `containerd config dump`) as a map; a parse error names `<text>:line:col`.",
+    ),
+    f(
+        "json",
+        "get",
+        &[P, KEY_PATH],
+        "?",
+        Query,
+        "The value at `key_path` (an array of keys and indices, or a JSON Pointer `\"/a/0\"`), or `()` when the file or key is missing (JSON `null` reads as `()` too).",
+    ),
+    f(
+        "json",
+        "set",
+        &[P, KEY_PATH, ("value", "?")],
+        "bool",
+        Change,
+        "Set the value (`()` is `null`), creating missing objects; a map merges into an existing object. The file keeps its key order (new keys last), indentation unit (tab or N spaces, detected) and final newline. Creates a missing file.",
+    ),
+    f(
+        "json",
+        "remove",
+        &[P, KEY_PATH],
+        "bool",
+        Change,
+        "Remove an object key or an array element; absent is unchanged.",
+    ),
+    f(
+        "ini",
+        "get",
+        &[P, ("section", "String"), ("key", "String")],
+        "?",
+        Query,
+        "The value of `key` in `[section]` (`\"\"`: before any header), trimmed, the last one when repeated; `()` when missing. `#` and `;` start comments.",
+    ),
+    f(
+        "ini",
+        "set",
+        &[P, ("section", "String"), ("key", "String"), ("value", "?")],
+        "bool",
+        Change,
+        "Give `key` exactly `value` (string, number or bool): its first line is rewritten in place (spacing kept) and repeats removed; a new key goes after the section's last line, a new section at the end of the file. Creates a missing file.",
+    ),
+    f(
+        "ini",
+        "remove",
+        &[P, ("section", "String"), ("key", "String")],
+        "bool",
+        Change,
+        "Remove every line of `key` in `[section]` (the header stays); absent is unchanged.",
+    ),
+    f(
+        "",
+        "sha256",
+        &[("text", "String")],
+        "String",
+        Context,
+        "The SHA-256 of the text's UTF-8 bytes, 64 lowercase hex digits (as `sha256sum` prints).",
+    ),
+    f(
+        "",
+        "to_json",
+        &[("value", "?")],
+        "String",
+        Context,
+        "`value` (a map, array, string, number, bool or `()`) as pretty-printed JSON: two-space indent, map keys in the map's order (sorted: Rhai maps are ordered by key), `()` as `null`, no final newline. The inverse of Rhai's `parse_json(text)` (JSON `null` → `()`).",
+    ),
+    f(
+        "",
+        "to_json",
+        &[("map", "Map")],
+        "String",
+        Context,
+        "The same for a map; also called as a method, `m.to_json()` (which replaces Rhai's one-line form).",
+    ),
+    f(
+        "regex",
+        "is_match",
+        &[("pattern", "String"), ("text", "String")],
+        "bool",
+        Context,
+        "Whether `pattern` (Rust `regex` syntax) matches anywhere in `text`; an invalid pattern is an error naming it.",
+    ),
+    f(
+        "regex",
+        "captures",
+        &[("pattern", "String"), ("text", "String")],
+        "?",
+        Context,
+        "The first match as `[whole, group1, ...]` (`()` for a group that did not match), or `()` when nothing matches.",
+    ),
+    f(
+        "regex",
+        "named",
+        &[("pattern", "String"), ("text", "String")],
+        "?",
+        Context,
+        "The first match's named groups `(?P<name>...)` as a map (`()` for a group that did not match), or `()` when nothing matches.",
+    ),
+    f(
+        "regex",
+        "replace",
+        &[
+            ("pattern", "String"),
+            ("text", "String"),
+            ("replacement", "String"),
+        ],
+        "String",
+        Context,
+        "`text` with every match replaced; `$1` or `${name}` in `replacement` insert groups, `$$` a `$`.",
+    ),
 ];
 
 /// A function of the script layer itself (see [`SCRIPT_FUNCTIONS`]).
@@ -1184,6 +1334,26 @@ pub const NAMESPACES: &[(&str, &str, &str)] = &[
         "kmod",
         "Kernel modules — `kmod::`",
         "Each function keeps only its own lines of its file (`/etc/modprobe.d/*.conf`, `/etc/modules-load.d/*.conf`), so comments and other modules' lines stay and a blacklist and options can share a file (`#{file}`); module names compare with `-` and `_` equivalent. A changed blacklist or options file schedules ONE initramfs regeneration at the end of the step: `update-initramfs -u`, or `dracut -f` on the rhel and fedora families; it is recorded ahead in `/var/lib/skyhook/.deferred/initramfs.json` and run by the next step when it failed or the agent died (a plan lists it as an action).",
+    ),
+    (
+        "toml",
+        "TOML files — `toml::`",
+        "Edits keep comments and layout (over the `toml_edit` crate): a one-key change is a one-line diff, a new key is indented like its table's keys, a new table is placed after its last sibling table and formatted like it. `key_path` is an array of keys taken literally (`[\"plugins\", \"io.containerd.grpc.v1.cri\", \"containerd\"]`; integers index arrays, in `get` only) or one TOML dotted-key string (`plugins.\"io.containerd.grpc.v1.cri\".containerd`: keys with dots are quoted, so it is unambiguous). Every write is one atomic file write under the path's lock, a diff in a plan, drift in a check.",
+    ),
+    (
+        "json",
+        "JSON files — `json::`",
+        "Key order, the indentation unit and the final newline are kept; the rest of the layout is normalised to that pretty-printed form on the first change (a one-line file stays on one line). `key_path` is an array of keys and integer indices, or a JSON Pointer (RFC 6901) string.",
+    ),
+    (
+        "ini",
+        "INI files — `ini::`",
+        "systemd units and other INI-style files, edited line by line: every line but the changed ones stays byte for byte. Keys and sections are case-sensitive; sections of the same name count as one; lines without `=` are kept and are not keys.",
+    ),
+    (
+        "regex",
+        "Regular expressions — `regex::`",
+        "Pure helpers, the same in every mode, with the Rust `regex` crate's syntax (no look-around or backreferences; matching is linear time). Rhai's own `parse_json(text)` reads JSON text into a map; `to_json(value)` (above, with the commands) writes one back, pretty-printed.",
     ),
 ];
 

@@ -72,6 +72,7 @@ mod os;
 mod pkg;
 mod pkgrepo;
 mod service;
+mod structured;
 mod tuning;
 
 #[cfg(test)]
@@ -257,6 +258,7 @@ impl HostApi {
         mount::register(&mut r, &api);
         fetch::register(&mut r, &api);
         pkgrepo::register(&mut r, &api);
+        structured::register(&mut r, &api);
         r
     }
 }

@@ -1425,3 +1425,6 @@ esac"#,
         "main.rhai:1:6: pkg::repo: option suites must be a string or an array of strings, got i64"
     );
 }
+
+#[path = "structured_tests.rs"]
+mod structured;
