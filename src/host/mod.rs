@@ -20,6 +20,7 @@
 //! | [`report`] | [`Report`], [`ExecMode`] |
 //! | [`fs`], [`cmd`], [`service`], [`pkg`], [`os`], [`tuning`], [`interrupt`] | the API areas |
 //! | [`config`], [`secrets`] | configMaps and node metadata; secrets and the [`secrets::Redactor`] |
+//! | [`user`], [`group`], [`userdb`] | local users and groups (the account files, edited through effects) |
 
 mod apply;
 pub mod cmd;
@@ -29,6 +30,7 @@ pub mod digest;
 pub mod effect;
 pub mod error;
 pub mod fs;
+pub mod group;
 pub mod interrupt;
 mod lines;
 pub mod os;
@@ -41,6 +43,8 @@ pub mod secrets;
 pub mod service;
 pub mod session;
 pub mod tuning;
+pub mod user;
+pub mod userdb;
 
 #[cfg(test)]
 mod tests;

@@ -70,6 +70,7 @@ mod os;
 mod pkg;
 mod service;
 mod tuning;
+mod users;
 
 #[cfg(test)]
 mod tests;
@@ -251,6 +252,7 @@ impl HostApi {
         os::register(&mut r, &api);
         tuning::register(&mut r, &api);
         config::register(&mut r, &api);
+        users::register(&mut r, &api);
         r
     }
 }

@@ -836,7 +836,7 @@ fn documented_option_keys_are_the_bindings_keys() {
         );
         seen += 1;
     }
-    assert_eq!(seen, 7);
+    assert_eq!(seen, 10);
 }
 
 fn docs_namespaces() -> Vec<&'static str> {
