@@ -37,7 +37,7 @@ pub fn ensure(h: &mut Host, name: &str, o: &GroupOptions) -> Result<bool> {
     if let Some(g) = o.gid {
         check_id("gid", g)?;
     }
-    let (changed, ()) = userdb::transact(h, |db| {
+    let (changed, ()) = userdb::transact(h, |_, db| {
         let taken = |db: &Db, gid: u32| -> Result<()> {
             match db.gid_owner(gid, name) {
                 Some(other) => Err(HostError::Invalid {
@@ -91,7 +91,7 @@ pub fn ensure(h: &mut Host, name: &str, o: &GroupOptions) -> Result<bool> {
 /// refuses it; reads, locks and writes.
 pub fn remove(h: &mut Host, name: &str) -> Result<bool> {
     check_name("group name", name)?;
-    let (changed, ()) = userdb::transact(h, |db| {
+    let (changed, ()) = userdb::transact(h, |_, db| {
         let Some((i, gid)) = db.group_gid(name)? else {
             return Ok(());
         };

@@ -50,6 +50,8 @@ pub mod userdb;
 mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
+#[cfg(test)]
+mod user_tests;
 
 pub use error::HostError;
 pub use plan::render_diff;

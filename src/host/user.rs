@@ -184,16 +184,15 @@ fn edit_ensure(db: &mut Db, name: &str, o: &UserOptions, days: u64) -> Result<Op
     db.passwd.set(i, &f);
     join_groups(db, name, &o.groups)?;
     let home = String::from_utf8_lossy(&f[5]).into_owned();
-    Ok((o.create_home == Some(true) && home.starts_with('/'))
-        .then(|| -> Result<HomeSpec> {
-            Ok(HomeSpec {
-                path: PathBuf::from(home),
-                uid,
-                gid,
-                mode: db.defs.home_mode()?,
-            })
-        })
-        .transpose()?)
+    if o.create_home != Some(true) || !home.starts_with('/') {
+        return Ok(None);
+    }
+    Ok(Some(HomeSpec {
+        path: PathBuf::from(home),
+        uid,
+        gid,
+        mode: db.defs.home_mode()?,
+    }))
 }
 
 /// A new user's entries (module docs); returns its home when it is to be created.
@@ -292,7 +291,17 @@ fn create(db: &mut Db, name: &str, o: &UserOptions, days: u64) -> Result<Option<
 pub fn ensure(h: &mut Host, name: &str, o: &UserOptions) -> Result<bool> {
     validate(name, o)?;
     let days = userdb::days_since_epoch(h)?;
-    let (changed, home) = userdb::transact(h, |db| edit_ensure(db, name, o, days))?;
+    let (changed, home) = userdb::transact(h, |h, db| {
+        let home = edit_ensure(db, name, o, days)?;
+        // Refused before anything is written.
+        if let Some(spec) = &home
+            && h.view_stat(&spec.path, true)?
+                .is_some_and(|s| s.kind != "dir")
+        {
+            return Err(not_a_dir(&spec.path));
+        }
+        Ok(home)
+    })?;
     let made_home = match home {
         Some(spec) => make_home(h, &spec)?,
         None => false,
@@ -303,17 +312,19 @@ pub fn ensure(h: &mut Host, name: &str, o: &UserOptions) -> Result<bool> {
     Ok(changed || made_home)
 }
 
+fn not_a_dir(path: &Path) -> HostError {
+    HostError::WrongKind {
+        path: path.to_path_buf(),
+        what: "exists and is not a directory (the user's home)",
+    }
+}
+
 /// Create the home directory of `spec` when missing, owned by the user, with a copy of
 /// `/etc/skel`.
 fn make_home(h: &mut Host, spec: &HomeSpec) -> Result<bool> {
     match h.view_stat(&spec.path, true)? {
         Some(s) if s.kind == "dir" => return Ok(false),
-        Some(_) => {
-            return Err(HostError::WrongKind {
-                path: spec.path.clone(),
-                what: "exists and is not a directory (the user's home)",
-            });
-        }
+        Some(_) => return Err(not_a_dir(&spec.path)),
         None => {}
     }
     h.submit(Effect::Mkdir {
@@ -388,7 +399,7 @@ fn copy_skel(h: &mut Host, src: &Path, dst: &Path, spec: &HomeSpec, depth: usize
 /// A bad name; reads, locks and writes.
 pub fn remove(h: &mut Host, name: &str, remove_home: bool) -> Result<bool> {
     check_name("user name", name)?;
-    let (changed, removed) = userdb::transact(h, |db| {
+    let (changed, removed) = userdb::transact(h, |_, db| {
         let Some((i, cur)) = db.user(name)? else {
             return Ok(None);
         };

@@ -190,10 +190,11 @@ impl Table {
 
     /// Every line split into fields (lines without a `:` are skipped).
     pub fn entries(&self) -> impl Iterator<Item = (usize, Vec<&[u8]>)> {
-        self.lines.iter().enumerate().filter_map(|(i, l)| {
-            l.contains(&b':')
-                .then(|| (i, l.split(|b| *b == b':').collect::<Vec<_>>()))
-        })
+        self.lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.contains(&b':'))
+            .map(|(i, l)| (i, l.split(|b| *b == b':').collect::<Vec<_>>()))
     }
 
     /// Replace line `i` by `fields` joined with `:` (unchanged when equal).
@@ -768,16 +769,20 @@ fn lock_all(h: &Host) -> Result<Locks> {
 }
 
 /// One edit of the account files (module docs): `edit` changes the tables of a fresh
-/// [`Db`] and returns a value; every changed file is then written through
+/// [`Db`] (given the session for other reads, such as the home directory) and returns a
+/// value; every changed file is then written through
 /// [`Host::submit`]. Returns whether a file changed, and `edit`'s value. In apply mode a
 /// change is decided again under the locks on the files as they are then, and `edit` runs
 /// again (so it must only depend on the tables it is given).
 ///
 /// # Errors
 /// Whatever `edit` fails with; reads; locks; the writes.
-pub(crate) fn transact<T>(h: &mut Host, edit: impl Fn(&mut Db) -> Result<T>) -> Result<(bool, T)> {
+pub(crate) fn transact<T>(
+    h: &mut Host,
+    edit: impl Fn(&Host, &mut Db) -> Result<T>,
+) -> Result<(bool, T)> {
     let mut db = Db::read(h)?;
-    let value = edit(&mut db)?;
+    let value = edit(h, &mut db)?;
     if !db.dirty() {
         return Ok((false, value));
     }
@@ -787,7 +792,7 @@ pub(crate) fn transact<T>(h: &mut Host, edit: impl Fn(&mut Db) -> Result<T>) -> 
     }
     let locks = lock_all(h)?;
     let mut db = Db::read(h)?;
-    let value = edit(&mut db)?;
+    let value = edit(h, &mut db)?;
     let dirty = db.dirty();
     let written = if dirty { db.write(h) } else { Ok(()) };
     drop(locks);
