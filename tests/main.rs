@@ -27,6 +27,8 @@
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
 //! - `serve`: `skyhook-agent serve` on loopback with raw HTTP requests, and `skyhook-run --remote`
 //!   paired with it (plan parity with a local run, resume after a cut connection).
+//! - `gpu_service_user`: the `examples/gpu-service-user` package (user::, group::, fs::write,
+//!   sysctl::) planned, applied, planned again and checked on a fake root.
 
 #[macro_use]
 mod util;
@@ -45,3 +47,4 @@ mod rhai_steps;
 mod serve;
 mod skyhook_run;
 mod skyhook_run_check;
+mod gpu_service_user;
