@@ -26,7 +26,11 @@ fn write(root: &Path, rel: &str, text: &str) {
 fn node_root() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     let r = d.path();
-    write(r, "etc/os-release", "ID=ubuntu\nID_LIKE=debian\nVERSION_ID=\"24.04\"\n");
+    write(
+        r,
+        "etc/os-release",
+        "ID=ubuntu\nID_LIKE=debian\nVERSION_ID=\"24.04\"\n",
+    );
     write(r, "etc/passwd", PASSWD);
     write(r, "etc/group", GROUP);
     write(r, "etc/shadow", SHADOW);
@@ -35,7 +39,11 @@ fn node_root() -> tempfile::TempDir {
         std::fs::set_permissions(r.join(f), std::fs::Permissions::from_mode(0o640)).unwrap();
         std::os::unix::fs::chown(r.join(f), Some(0), Some(42)).unwrap();
     }
-    write(r, "etc/login.defs", "UID_MIN 1000\nUID_MAX 60000\nHOME_MODE 0750\n");
+    write(
+        r,
+        "etc/login.defs",
+        "UID_MIN 1000\nUID_MAX 60000\nHOME_MODE 0750\n",
+    );
     write(r, "proc/sys/vm/nr_hugepages", "0\n");
     write(r, "proc/sys/kernel/osrelease", "6.8.0\n");
     std::fs::create_dir_all(r.join("var/lib")).unwrap();
@@ -144,7 +152,10 @@ fn plan_apply_clean_replan_and_check_after_a_manual_userdel() {
         "INFO: gpu-service-user: 9 change(s)",
         "Plan: 9 to change, 0 unchanged.",
     ] {
-        assert!(plan.iter().any(|l| l == line), "missing {line:?} in\n{plan:#?}");
+        assert!(
+            plan.iter().any(|l| l == line),
+            "missing {line:?} in\n{plan:#?}"
+        );
     }
     assert_eq!(tree(root), before, "the plan changed the root");
 
@@ -206,7 +217,10 @@ fn plan_apply_clean_replan_and_check_after_a_manual_userdel() {
         "failed: 4 pending change(s)",
         "Plan: 4 to change, 3 unchanged.",
     ] {
-        assert!(check.iter().any(|l| l == line), "missing {line:?} in\n{check:#?}");
+        assert!(
+            check.iter().any(|l| l == line),
+            "missing {line:?} in\n{check:#?}"
+        );
     }
     assert_eq!(tree(root), deleted, "the check changed the root");
 

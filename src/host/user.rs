@@ -51,7 +51,8 @@ pub struct UserOptions {
     pub home: Option<String>,
     /// Login shell (absolute).
     pub shell: Option<String>,
-    /// A system account: ids from the `SYS_` ranges, `nologin`, no home by default.
+    /// A new system account: ids from the `SYS_` ranges, `nologin`, no home by default, no
+    /// password aging. Ignored for an existing user.
     pub system: bool,
     /// Create the home directory when it does not exist.
     pub create_home: Option<bool>,
@@ -160,7 +161,8 @@ fn edit_ensure(db: &mut Db, name: &str, o: &UserOptions, days: u64) -> Result<Op
         return create(db, name, o, days);
     };
     let mut f = db.passwd.fields(i);
-    f.resize(f.len().max(7), Vec::new());
+    // Only a line that changes is rewritten (a short line is padded then, never before).
+    let mut edits: Vec<(usize, Vec<u8>)> = Vec::new();
     let mut uid = cur.uid;
     if let Some(u) = o.uid
         && u != cur.uid
@@ -169,21 +171,31 @@ fn edit_ensure(db: &mut Db, name: &str, o: &UserOptions, days: u64) -> Result<Op
             return Err(taken("uid", u, "user", &other, userdb::PASSWD));
         }
         uid = u;
-        f[2] = u.to_string().into_bytes();
+        edits.push((2, u.to_string().into_bytes()));
     }
     let mut gid = cur.gid;
     if let Some(g) = &o.group {
         gid = resolve_group(db, g)?;
-        f[3] = gid.to_string().into_bytes();
-    }
-    for (k, v) in [(4, &o.comment), (5, &o.home), (6, &o.shell)] {
-        if let Some(v) = v {
-            f[k] = v.clone().into_bytes();
+        if gid != cur.gid {
+            edits.push((3, gid.to_string().into_bytes()));
         }
     }
-    db.passwd.set(i, &f);
+    for (k, v) in [(4, &o.comment), (5, &o.home), (6, &o.shell)] {
+        if let Some(v) = v
+            && field(&f, k) != v.as_bytes()
+        {
+            edits.push((k, v.clone().into_bytes()));
+        }
+    }
+    if !edits.is_empty() {
+        f.resize(f.len().max(7), Vec::new());
+        for (k, v) in edits {
+            f[k] = v;
+        }
+        db.passwd.set(i, &f);
+    }
     join_groups(db, name, &o.groups)?;
-    let home = String::from_utf8_lossy(&f[5]).into_owned();
+    let home = String::from_utf8_lossy(field(&f, 5)).into_owned();
     if o.create_home != Some(true) || !home.starts_with('/') {
         return Ok(None);
     }

@@ -745,9 +745,31 @@ fn errors_name_the_problem() {
 fn lines_not_owned_are_kept_byte_for_byte() {
     let t = debian();
     // a comment, a NIS line, a malformed line and no final newline
-    let odd = "root:x:0:0:root:/root:/bin/bash\n# local accounts\n+@netgroup::::::\nbroken\nubuntu:x:1000:1000:Ubuntu:/home/ubuntu:/bin/bash";
+    let odd = "root:x:0:0:root:/root:/bin/bash\n# local accounts\n+@netgroup::::::\nbroken\nshort:x:900:900\nubuntu:x:1000:1000:Ubuntu:/home/ubuntu:/bin/bash";
     t.file("/etc/passwd", odd);
     let mut h = host(&t, ExecMode::Apply);
+    // a short entry is left alone unless a field of it is asked for
+    assert!(!user::ensure(&mut h, "short", &UserOptions::default()).unwrap());
+    assert!(
+        !user::ensure(
+            &mut h,
+            "short",
+            &UserOptions {
+                uid: Some(900),
+                ..UserOptions::default()
+            }
+        )
+        .unwrap()
+    );
+    assert_eq!(t.read("/etc/passwd"), odd);
+    let sh = UserOptions {
+        shell: Some("/bin/sh".into()),
+        ..UserOptions::default()
+    };
+    assert!(user::ensure(&mut h, "short", &sh).unwrap());
+    assert!(!user::ensure(&mut h, "short", &sh).unwrap());
+    let odd = odd.replace("short:x:900:900", "short:x:900:900:::/bin/sh");
+    assert_eq!(t.read("/etc/passwd"), odd);
     let o = UserOptions {
         create_home: Some(false),
         ..UserOptions::default()

@@ -96,13 +96,13 @@ pub fn check_name(what: &'static str, name: &str) -> Result<()> {
     }
 }
 
-/// Check a free-text field (comment, home, shell): no `:` and no line break, which would
-/// corrupt the colon-separated line. `what` names the option.
+/// Check a free-text field (comment, home, shell): no `:`, no line break and no NUL, which
+/// would corrupt the colon-separated line. `what` names the option.
 ///
 /// # Errors
 /// [`HostError::Invalid`].
 pub fn check_field(what: &'static str, value: &str) -> Result<()> {
-    if value.contains([':', '\n', '\r']) {
+    if value.contains([':', '\n', '\r', '\0']) {
         return Err(HostError::Invalid {
             what,
             message: format!("{value:?} must not contain ':' or a line break"),
