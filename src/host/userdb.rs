@@ -41,9 +41,10 @@
 //!
 //! # Secrets
 //!
-//! Password hashes of `/etc/shadow` and `/etc/gshadow` (fields of 8 characters or more) are
-//! added to the session's redactor when the files are read, so plan diffs of these files
-//! (whose context lines show other accounts) and error messages show `***` instead.
+//! A diff of `/etc/shadow` or `/etc/gshadow` shows other accounts in its context lines: the
+//! password fields (of 8 characters or more: hashes, not `!` or `*`) of every line a diff
+//! shows are added to the session's redactor before the write is submitted, so plans, drift
+//! reports and `--diff` output show `***` instead. Nothing else prints these files.
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -427,7 +428,7 @@ pub(crate) struct Db {
 
 impl Db {
     /// Read the files through the session's view (planned writes included in plan and check
-    /// mode). Password hashes are added to the session's redactor (module docs).
+    /// mode).
     ///
     /// # Errors
     /// A file that cannot be read (a directory, a FIFO, too large, resolution failures).
@@ -440,13 +441,6 @@ impl Db {
             gshadow: Table::parse(GSHADOW, false, read(GSHADOW)?),
             defs: LoginDefs::parse(&read(LOGIN_DEFS)?.unwrap_or_default()),
         };
-        for t in [&db.shadow, &db.gshadow] {
-            for (_, f) in t.entries() {
-                if let Some(pw) = f.get(1).filter(|p| p.len() >= 8) {
-                    h.redactor().add(&String::from_utf8_lossy(pw));
-                }
-            }
-        }
         Ok(db)
     }
 
@@ -662,9 +656,13 @@ impl Db {
             if !t.dirty || !t.writable() {
                 continue;
             }
+            let content = t.to_bytes();
+            if [SHADOW, GSHADOW].contains(&t.path) {
+                redact_shown(h, t.path, &content)?;
+            }
             h.submit(Effect::WriteFile {
                 path: t.path.into(),
-                content: t.to_bytes(),
+                content,
                 mode: (!t.exists).then_some(0o644),
                 uid: None,
                 gid: None,
@@ -672,6 +670,35 @@ impl Db {
         }
         Ok(())
     }
+}
+
+/// Add to the session's redactor the password fields (8 characters or more) of the lines of
+/// `path` that the diff of its rewrite to `new` shows: the changed lines and their context
+/// (3 lines, as [`crate::host::render_diff`]). Only when diffs are rendered (plan and check
+/// mode, apply with `diffs`); a file that is not UTF-8 is rendered without its lines.
+///
+/// # Errors
+/// Reading the current content.
+fn redact_shown(h: &Host, path: &str, new: &[u8]) -> Result<()> {
+    if h.mode() == ExecMode::Apply && !h.options().diffs {
+        return Ok(());
+    }
+    let old = h.view_read(Path::new(path))?.unwrap_or_default();
+    let (Ok(old), Ok(new)) = (std::str::from_utf8(&old), std::str::from_utf8(new)) else {
+        return Ok(());
+    };
+    let diff = similar::TextDiff::from_lines(old, new);
+    for group in diff.grouped_ops(3) {
+        for op in &group {
+            for change in diff.iter_changes(op) {
+                let line = change.value().trim_end_matches(['\n', '\r']);
+                if let Some(pw) = line.split(':').nth(1).filter(|p| p.len() >= 8) {
+                    h.redactor().add(pw);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Days since the Unix epoch for `lastchg`: from `SOURCE_DATE_EPOCH` in the step's
