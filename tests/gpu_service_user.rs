@@ -235,3 +235,57 @@ fn plan_apply_clean_replan_and_check_after_a_manual_userdel() {
         "{out:?}"
     );
 }
+
+/// Two `skyhook-run --apply` processes adding different users to the same account files at
+/// the same time lose none (the path locks and the fcntl lock on `/etc/.pwd.lock` serialize
+/// their read-compare-writes across processes).
+#[test]
+fn two_processes_adding_users_lose_none() {
+    require_root!();
+    let node = node_root();
+    let root = node.path();
+    let scripts = tempfile::tempdir().unwrap();
+    for p in ["a", "b"] {
+        std::fs::write(
+            scripts.path().join(format!("{p}.rhai")),
+            format!(
+                "for i in 0..12 {{ user::ensure(`{p}${{i}}`, #{{groups: \"sudo\", create_home: false}}); }}\n"
+            ),
+        )
+        .unwrap();
+    }
+    // Both started before either is waited for.
+    let spawned: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|p| {
+            Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
+                .arg(scripts.path().join(format!("{p}.rhai")))
+                .args(["--apply", "--env", EPOCH, "--root"])
+                .arg(root)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in spawned {
+        let out = c.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+    }
+    let passwd = read(root, "etc/passwd");
+    let shadow = read(root, "etc/shadow");
+    let group = read(root, "etc/group");
+    for p in ["a", "b"] {
+        for i in 0..12 {
+            let n = format!("{p}{i}");
+            assert!(passwd.contains(&format!("\n{n}:x:")), "{n} lost:\n{passwd}");
+            assert!(
+                shadow.contains(&format!("\n{n}:!:20423:")),
+                "{n} lost:\n{shadow}"
+            );
+            assert!(group.contains(&format!("\n{n}:x:")), "{n} lost:\n{group}");
+        }
+    }
+    assert_eq!(passwd.lines().count(), 2 + 24);
+    let sudo = group.lines().find(|l| l.starts_with("sudo:")).unwrap();
+    assert_eq!(sudo.split(':').nth(3).unwrap().split(',').count(), 24);
+}
