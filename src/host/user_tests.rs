@@ -916,3 +916,36 @@ fn user_info_sees_files_as_the_session_does() {
     assert_eq!(i.entry.shell, "/bin/bash");
     assert!(Path::new(&i.entry.home).is_absolute());
 }
+
+/// `group::ensure` with another gid changes the group and its users' primary gid (as
+/// groupmod does); a gid of another group is refused before anything is written.
+#[test]
+fn group_gid_change_follows_to_its_users() {
+    let t = debian();
+    let g = |gid| GroupOptions {
+        gid: Some(gid),
+        system: false,
+    };
+    let mut h = host(&t, ExecMode::Apply);
+    assert_eq!(
+        group::ensure(&mut h, "ubuntu", &g(998))
+            .unwrap_err()
+            .to_string(),
+        "invalid gid: 998 is taken by group \"systemd-network\" (in /etc/group)"
+    );
+    assert!(!group::ensure(&mut h, "ubuntu", &g(1000)).unwrap());
+    assert!(!group::ensure(&mut h, "ubuntu", &GroupOptions::default()).unwrap());
+    assert!(!t.p("/etc/.pwd.lock").exists());
+    assert!(group::ensure(&mut h, "ubuntu", &g(1500)).unwrap());
+    assert!(!group::ensure(&mut h, "ubuntu", &g(1500)).unwrap());
+    h.finish().unwrap();
+    assert_eq!(
+        t.read("/etc/group"),
+        DEB_GROUP.replace("ubuntu:x:1000:", "ubuntu:x:1500:")
+    );
+    assert_eq!(
+        t.read("/etc/passwd"),
+        DEB_PASSWD.replace("ubuntu:x:1000:1000:", "ubuntu:x:1000:1500:")
+    );
+    assert_eq!(t.read("/etc/gshadow"), DEB_GSHADOW);
+}
