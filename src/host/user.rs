@@ -21,7 +21,7 @@
 //!
 //! A created home directory (only when it does not exist yet; an existing one is left as it
 //! is) has mode `HOME_MODE` of login.defs, else `0777 & !UMASK`, else 0750, is owned by the
-//! user and its primary group, and receives a copy of `/etc/skel` (files and directories with
+//! user and its primary group (missing parents are created 0755, root-owned), and receives a copy of `/etc/skel` (files and directories with
 //! their modes and owned by the user; symlinks recreated, owned by root). New shadow entries
 //! are locked (`!`), with `lastchg` the days since the epoch (`SOURCE_DATE_EPOCH` of the step
 //! environment when set) and, except for `system` users, the aging fields of login.defs'
@@ -338,6 +338,16 @@ fn make_home(h: &mut Host, spec: &HomeSpec) -> Result<bool> {
         Some(s) if s.kind == "dir" => return Ok(false),
         Some(_) => return Err(not_a_dir(&spec.path)),
         None => {}
+    }
+    // Missing parents first, 0755: the apply of `Effect::Mkdir` gives every directory it
+    // creates the final mode, and a 0750 `/var/lib` would lock out other services.
+    if let Some(parent) = spec.path.parent()
+        && h.view_stat(parent, true)?.is_none()
+    {
+        h.submit(Effect::Mkdir {
+            path: parent.to_path_buf(),
+            mode: 0o755,
+        })?;
     }
     h.submit(Effect::Mkdir {
         path: spec.path.clone(),

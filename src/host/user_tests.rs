@@ -949,3 +949,36 @@ fn group_gid_change_follows_to_its_users() {
     );
     assert_eq!(t.read("/etc/gshadow"), DEB_GSHADOW);
 }
+
+/// A home whose parents are missing: the parents are created 0755 (planned and applied
+/// alike), only the home itself gets the home mode.
+#[test]
+fn missing_parents_of_a_home_are_0755() {
+    let t = debian();
+    let o = UserOptions {
+        home: Some("/srv/gpu/ops".into()),
+        ..UserOptions::default()
+    };
+    let mut p = host(&t, ExecMode::Plan);
+    assert!(user::ensure(&mut p, "ops", &o).unwrap());
+    let plan = p.finish().unwrap();
+    let dirs: Vec<&str> = plan
+        .changes
+        .iter()
+        .filter(|c| c.kind == "mkdir")
+        .map(|c| c.summary.as_str())
+        .collect();
+    assert_eq!(
+        dirs,
+        vec![
+            "create directory /srv/gpu (mode 0755)",
+            "create directory /srv/gpu/ops (mode 0750)",
+            "create directory /srv/gpu/ops/.config (mode 0755)",
+        ]
+    );
+    assert_eq!(plan.changes[4].mkdir, vec!["/srv".to_string()]);
+    all_modes(&t, |h| user::ensure(h, "ops", &o));
+    assert_eq!(meta(&t, "/srv"), (0o755, 0, 0));
+    assert_eq!(meta(&t, "/srv/gpu"), (0o755, 0, 0));
+    assert_eq!(meta(&t, "/srv/gpu/ops"), (0o750, 1001, 1001));
+}
