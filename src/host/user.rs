@@ -21,8 +21,9 @@
 //!
 //! A created home directory (only when it does not exist yet; an existing one is left as it
 //! is) has mode `HOME_MODE` of login.defs, else `0777 & !UMASK`, else 0750, is owned by the
-//! user and its primary group (missing parents are created 0755, root-owned), and receives a copy of `/etc/skel` (files and directories with
-//! their modes and owned by the user; symlinks recreated, owned by root). New shadow entries
+//! user and its primary group (missing parents are created 0755, root-owned), and receives a
+//! copy of `/etc/skel` (files and directories with their modes and owned by the user;
+//! symlinks recreated, owned by root). New shadow entries
 //! are locked (`!`), with `lastchg` the days since the epoch (`SOURCE_DATE_EPOCH` of the step
 //! environment when set) and, except for `system` users, the aging fields of login.defs'
 //! `PASS_MIN_DAYS`, `PASS_MAX_DAYS`, `PASS_WARN_AGE`; an existing user's shadow entry is never
