@@ -1235,6 +1235,7 @@ fn users_and_groups_through_rhai() {
     );
     t.file("/etc/group", "root:x:0:\nvideo:x:44:\nubuntu:x:1000:\n");
     t.file("/srv/data/model.bin", "weights");
+    std::fs::create_dir_all(t.p("/var/lib")).unwrap();
     let src = script(&[
         "group::ensure(\"gpuops\", #{system: true})",
         "user::ensure(\"gpuops\", #{system: true, group: \"gpuops\", groups: [\"video\"], home: \"/var/lib/gpuops\", create_home: true, comment: \"GPU ops\"})",
