@@ -27,6 +27,8 @@
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
 //! - `serve`: `skyhook-agent serve` on loopback with raw HTTP requests, and `skyhook-run --remote`
 //!   paired with it (plan parity with a local run, resume after a cut connection).
+//! - `gpu_service_user`: the `examples/gpu-service-user` package (user::, group::, fs::write,
+//!   sysctl::) planned, applied, planned again and checked on a fake root.
 
 #[macro_use]
 mod util;
@@ -38,6 +40,7 @@ mod crash_safety;
 mod engine_parity;
 mod fixtures;
 mod full_disk;
+mod gpu_service_user;
 mod image;
 mod kill_anywhere;
 mod malformed;

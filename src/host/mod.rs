@@ -25,6 +25,7 @@
 //! | [`pkgrepo`] | package repositories and holds (`pkg::repo`, `remove_repo`, `hold`, `unhold`) |
 //! | [`toml`], [`json`], [`ini`] ([`structured`]: key paths, the shared read-modify-write) | format-preserving structured config edits |
 //! | [`text`] | pure helpers: `sha256`, `regex::`, `to_json` |
+//! | [`user`], [`group`], [`userdb`] | local users and groups (the account files, edited through effects) |
 
 mod apply;
 pub mod cmd;
@@ -35,6 +36,7 @@ pub mod effect;
 pub mod error;
 pub mod fetch;
 pub mod fs;
+pub mod group;
 pub mod ini;
 pub mod interrupt;
 pub mod json;
@@ -55,6 +57,8 @@ pub mod structured;
 pub mod text;
 pub mod toml;
 pub mod tuning;
+pub mod user;
+pub mod userdb;
 
 #[cfg(test)]
 pub(crate) mod fetch_tests;
@@ -68,6 +72,8 @@ mod tests;
 mod tests_mounts;
 #[cfg(test)]
 pub(crate) mod testutil;
+#[cfg(test)]
+mod user_tests;
 
 pub use error::HostError;
 pub use plan::render_diff;

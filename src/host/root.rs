@@ -904,6 +904,16 @@ impl HostRoot {
         f.set_modified(mtime)
             .map_err(|e| self.err("set times of", host, e))
     }
+
+    /// Open an existing file for writing without truncating it (`O_WRONLY`), following
+    /// symlinks inside the root: for a lock that needs a writable descriptor
+    /// (`fcntl(F_SETLKW)` with `F_WRLCK`, [`crate::host::userdb`]).
+    ///
+    /// # Errors
+    /// Not found, permission, or an attempted escape (`EXDEV`).
+    pub fn open_write(&self, host: &Path) -> Result<File> {
+        self.open_with("open", host, OpenFlags::O_WRONLY)
+    }
 }
 
 /// Lexically normalise a path to an absolute one (`.` dropped, `..` pops, never above `/`).

@@ -172,6 +172,21 @@ pub(crate) const REPO_KEYS: &[&str] = &[
     "key_sha256",
     "enabled",
 ];
+/// The option keys of `user::ensure` (checked by the binding, [`super::users`]).
+pub(crate) const USER_KEYS: &[&str] = &[
+    "uid",
+    "group",
+    "groups",
+    "home",
+    "shell",
+    "system",
+    "create_home",
+    "comment",
+];
+/// The option keys of `user::remove`.
+pub(crate) const USER_REMOVE_KEYS: &[&str] = &["remove_home"];
+/// The option keys of `group::ensure`.
+pub(crate) const GROUP_KEYS: &[&str] = &["gid", "system"];
 
 const P: (&str, &str) = ("path", "String");
 const NAME: (&str, &str) = ("name", "String");
@@ -1186,6 +1201,96 @@ pub const FUNCTIONS: &[FnDoc] = &[
         Context,
         "`text` with every match replaced; `$1` or `${name}` in `replacement` insert groups, `$$` a `$`.",
     ),
+    // user, group
+    f(
+        "user",
+        "exists",
+        &[NAME],
+        "bool",
+        Query,
+        "True when `/etc/passwd` has the user (planned users included).",
+    ),
+    f(
+        "user",
+        "info",
+        &[NAME],
+        "?",
+        Query,
+        "`#{name, uid, gid, group, groups, home, shell, comment}` (`group`: the primary group's name or `()`; `groups`: the groups listing the user as a member), or `()` when there is no such user.",
+    ),
+    f(
+        "user",
+        "ensure",
+        &[NAME],
+        "bool",
+        Change,
+        "`user::ensure(name, #{})`: create the user when missing with the defaults below.",
+    ),
+    with_opts(
+        USER_KEYS,
+        f(
+            "user",
+            "ensure",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "Create or update a local user by editing `/etc/passwd`, `/etc/shadow`, `/etc/group`, `/etc/gshadow` (no `useradd`; a plan shows each file's diff, later calls such as `fs::chown(p, name)` see the planned user, a check reports a deleted user or a changed attribute as drift). A new user gets `uid` (else the next free one of login.defs' `UID_MIN..UID_MAX`, or for `system: true` the highest free of `SYS_UID_MIN..SYS_UID_MAX`), `group` (a name or gid that exists; else a group of its own name, created with gid = uid when free), `home` (default `/home/<name>`), `shell` (default `/bin/bash`, `/usr/sbin/nologin` for `system`), `comment`, a locked shadow entry (`!`), membership of each of `groups` (a name or an array; each must exist), and, when `create_home` (default: not `system`), the home directory (mode `HOME_MODE`/`UMASK` of login.defs, else 0750) owned by the user, with a copy of `/etc/skel`. An existing user is changed only in the attributes given (files are not re-owned, homes not moved); `groups` only adds memberships. A uid taken by another user, a bad name (`[a-z_][a-z0-9_-]*[$]?`, at most 32) or a field with `:` or a line break is an error.",
+        ),
+    ),
+    f(
+        "user",
+        "remove",
+        &[NAME],
+        "bool",
+        Change,
+        "Remove the user's passwd and shadow entries and group memberships, and its own group when nothing else uses it (as userdel). False when there is no such user.",
+    ),
+    with_opts(
+        USER_REMOVE_KEYS,
+        f(
+            "user",
+            "remove",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "As `remove(name)`; `#{remove_home: true}` also removes the home directory when it is a directory owned by the user.",
+        ),
+    ),
+    f(
+        "group",
+        "exists",
+        &[NAME],
+        "bool",
+        Query,
+        "True when `/etc/group` has the group (planned groups included).",
+    ),
+    f(
+        "group",
+        "ensure",
+        &[NAME],
+        "bool",
+        Change,
+        "`group::ensure(name, #{})`: create the group when missing.",
+    ),
+    with_opts(
+        GROUP_KEYS,
+        f(
+            "group",
+            "ensure",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "Create a group in `/etc/group` (and `/etc/gshadow` when present) with `gid` (else the next free one of login.defs' `GID_MIN..GID_MAX`, or for `system: true` the highest free of `SYS_GID_MIN..SYS_GID_MAX`); an existing group with another `gid` is changed to it, with its users' primary gid. A gid taken by another group is an error.",
+        ),
+    ),
+    f(
+        "group",
+        "remove",
+        &[NAME],
+        "bool",
+        Change,
+        "Remove the group's `/etc/group` and `/etc/gshadow` entries; an error when it is a user's primary group. False when there is no such group.",
+    ),
 ];
 
 /// A function of the script layer itself (see [`SCRIPT_FUNCTIONS`]).
@@ -1354,6 +1459,16 @@ pub const NAMESPACES: &[(&str, &str, &str)] = &[
         "regex",
         "Regular expressions — `regex::`",
         "Pure helpers, the same in every mode, with the Rust `regex` crate's syntax (no look-around or backreferences; matching is linear time). Rhai's own `parse_json(text)` reads JSON text into a map; `to_json(value)` (above, with the commands) writes one back, pretty-printed.",
+    ),
+    (
+        "user",
+        "Users — `user::`",
+        "Local accounts, managed by editing `/etc/passwd`, `/etc/shadow`, `/etc/group` and `/etc/gshadow` under the host root (each written whole and atomically, keeping its mode and owner; other lines are kept byte for byte, new entries appended; a missing shadow file stays missing). In apply mode the edit holds the shadow-utils lock (`fcntl` on `/etc/.pwd.lock`, as `lckpwdf(3)`) besides the path locks, and rereads the files under it, so `useradd` on the node or another step cannot interleave. `lastchg` of a new shadow entry is the day of `SOURCE_DATE_EPOCH` of the step environment when set. Password hashes of the shadow files are redacted (`***`) from plans and errors. Replaces `useradd`, `usermod`, `userdel` (docs/from-bash-to-rhai.md).",
+    ),
+    (
+        "group",
+        "Groups — `group::`",
+        "Local groups, edited in `/etc/group` and `/etc/gshadow` as `user::` does. Replaces `groupadd`, `groupmod -g`, `groupdel`.",
     ),
 ];
 

@@ -74,6 +74,7 @@ mod pkgrepo;
 mod service;
 mod structured;
 mod tuning;
+mod users;
 
 #[cfg(test)]
 mod tests;
@@ -259,6 +260,7 @@ impl HostApi {
         fetch::register(&mut r, &api);
         pkgrepo::register(&mut r, &api);
         structured::register(&mut r, &api);
+        users::register(&mut r, &api);
         r
     }
 }
