@@ -1294,6 +1294,7 @@ fn example_packages_load_and_compile() {
         "kdump",
         "shellscript",
         "containerd-nvidia",
+        "gpu-service-user",
     ] {
         let dir = manifest().join("examples").join(module);
         let json = std::fs::read(dir.join("config.json")).unwrap();
@@ -1371,6 +1372,7 @@ fn example_configmaps_match_the_crs() {
         "kdump",
         "shellscript",
         "containerd-nvidia",
+        "gpu-service-user",
     ] {
         let dir = manifest().join("examples").join(module);
         let cr = cr_configmaps(&std::fs::read_to_string(dir.join("skyhook.yaml")).unwrap());
