@@ -28,7 +28,8 @@
 //! - `serve`: `skyhook-agent serve` on loopback with raw HTTP requests, and `skyhook-run --remote`
 //!   paired with it (plan parity with a local run, resume after a cut connection).
 //! - `gpu_service_user`: the `examples/gpu-service-user` package (user::, group::, fs::write,
-//!   sysctl::) planned, applied, planned again and checked on a fake root.
+//!   sysctl::, mount:: with a recording `mount`) planned, applied, planned again and checked
+//!   on a fake root, also after a manual umount and userdel.
 
 #[macro_use]
 mod util;
