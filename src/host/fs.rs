@@ -740,9 +740,10 @@ pub fn remove_block(h: &mut Host, p: &str, id: &str) -> Result<bool> {
     })
 }
 
-/// `fs::mkdir(p)` / `fs::mkdir(p, mode)`: create a directory and its parents (default mode
-/// 0755). An existing directory is unchanged unless `mode` is given and differs (then it is
-/// chmod-ed).
+/// `fs::mkdir(p)` / `fs::mkdir(p, mode)`: create a directory (default mode 0755) and its
+/// missing parents (always 0755, like `mkdir -p` under umask 022; modes are set exactly in
+/// apply, whatever the agent's umask, and planned the same). An existing directory is
+/// unchanged unless `mode` is given and differs (then it is chmod-ed).
 ///
 /// # Errors
 /// Something other than a directory exists at `p`; [`HostError::BadAncestor`] (also in plan
