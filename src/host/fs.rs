@@ -368,9 +368,10 @@ pub(crate) fn put_with(
     attrs: (Option<u32>, Option<u32>, Option<u32>),
     before: impl FnOnce(&mut Host) -> Result<()>,
 ) -> Result<bool> {
-    // Unchanged without a lock (no lock file for a call that changes nothing); a change is
-    // decided again under the lock.
-    if h.mode() == ExecMode::Apply && !put_needed(h, path, &content, attrs)? {
+    // Unchanged without a lock (no lock file for a call that changes nothing, and so, in
+    // plan and check mode, no planned lock directory); a change is decided again under the
+    // lock.
+    if !put_needed(h, path, &content, attrs)? {
         h.note_unchanged();
         return Ok(false);
     }

@@ -1,12 +1,14 @@
 //! Plan and apply agree on the directories they create: missing parents get 0755 and only
 //! the final directory the requested mode (`mkdir -p`), for `fs::mkdir` and for every
-//! creator of parents (writes, copies, symlinks).
+//! creator of parents (writes, copies, symlinks); and the directory of the path locks,
+//! which apply mode creates on its first lock, is planned too, so a root without
+//! `/var/lib` reports the same in both modes.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use crate::host::error::Result;
-use crate::host::fs::{self, WriteOptions};
+use crate::host::fs::{self, LineOptions, WriteOptions};
 use crate::host::report::Report;
 use crate::host::root::HostRoot;
 use crate::host::tests::snapshot;
@@ -175,4 +177,82 @@ fn create_dir_all_creates_parents_0755_and_names_a_non_directory() {
     assert_eq!(e.source.to_string(), "exists and is not a directory");
     let e = r.create_dir_all(Path::new("rel"), 0o755).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+}
+
+/// A root without `/var/lib`: the apply creates the lock directory on its first lock, and
+/// the plan plans it at the same point, so a later `fs::mkdir` under `/var/lib` reports the
+/// same and returns the same in both modes.
+#[test]
+fn lock_directory_is_planned_where_apply_creates_it() {
+    let t = TestHost::new();
+    t.file("/etc/x.conf", "a\n");
+    let seen = std::sync::Mutex::new(Vec::new());
+    let (plan, apply, _) = plan_then_apply(&t, &[], |h| {
+        assert!(fs::ensure_line(
+            h,
+            "/etc/x.conf",
+            "b",
+            &LineOptions::default()
+        )?);
+        let made_var_lib = fs::mkdir(h, "/var/lib", None)?;
+        assert!(fs::mkdir(h, "/var/lib/x", Some(0o700))?);
+        seen.lock().unwrap().push((
+            made_var_lib,
+            fs::list(h, "/var/lib/skyhook")?,
+            view_mode(h, "/var/lib"),
+            view_mode(h, crate::host::pathlock::DIR),
+        ));
+        Ok(())
+    });
+    let seen = seen.into_inner().unwrap();
+    let expected = (false, vec![".locks".to_string()], 0o755, 0o755);
+    assert_eq!(seen, vec![expected.clone(), expected], "plan, then apply");
+    let summaries = vec![
+        (
+            "write".to_string(),
+            "update /etc/x.conf".to_string(),
+            Vec::new(),
+        ),
+        (
+            "mkdir".to_string(),
+            "create directory /var/lib/x (mode 0700)".to_string(),
+            Vec::new(),
+        ),
+    ];
+    assert_eq!(changes(&plan), summaries);
+    assert_eq!(changes(&apply), summaries);
+    assert_eq!(disk_mode(&t, "/var"), 0o755);
+    assert_eq!(disk_mode(&t, "/var/lib"), 0o755);
+    assert_eq!(disk_mode(&t, "/var/lib/skyhook"), 0o755);
+    assert_eq!(disk_mode(&t, crate::host::pathlock::DIR), 0o755);
+    assert_eq!(disk_mode(&t, "/var/lib/x"), 0o700);
+}
+
+/// A call that changes nothing takes no lock in apply mode, so the plan plans no lock
+/// directory for it either; a change does in both.
+#[test]
+fn lock_directory_only_for_changes_in_both_modes() {
+    let t = TestHost::new();
+    t.file("/etc/x.conf", "a\n");
+    let keep = WriteOptions::default();
+    let mut seen = Vec::new();
+    for mode in [ExecMode::Plan, ExecMode::Check, ExecMode::Apply] {
+        let mut h = t.host(mode);
+        assert!(!fs::ensure_line(&mut h, "/etc/x.conf", "a", &LineOptions::default()).unwrap());
+        assert!(!fs::write(&mut h, "/etc/x.conf", "a\n", &keep).unwrap());
+        let unchanged = fs::list(&h, "/var/lib").ok();
+        assert!(fs::write(&mut h, "/etc/y.conf", "y\n", &keep).unwrap());
+        let changed = fs::list(&h, "/var/lib").ok();
+        h.finish().unwrap();
+        seen.push((mode, unchanged, changed));
+    }
+    let after = Some(vec!["skyhook".to_string()]);
+    assert_eq!(
+        seen,
+        vec![
+            (ExecMode::Plan, None, after.clone()),
+            (ExecMode::Check, None, after.clone()),
+            (ExecMode::Apply, None, after),
+        ]
+    );
 }
