@@ -208,10 +208,10 @@ pub fn fetch(h: &mut Host, url: &str, p: &str, opts: &FetchOptions) -> Result<bo
         max_bytes: opts.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
     };
     h.check_creatable(&d.path)?;
-    // Unchanged without a lock (no lock file for a call that changes nothing); a change is
-    // decided again under the lock.
-    if h.mode() == ExecMode::Apply
-        && let Some((digest, stat)) = current(h, &d.path)?
+    // Unchanged without a lock (no lock file for a call that changes nothing, and so, in
+    // plan and check mode, no planned lock directory); a change is decided again under the
+    // lock.
+    if let Some((digest, stat)) = current(h, &d.path)?
         && digest == d.sha256
         && attrs_ok(&d, &stat)
     {

@@ -433,7 +433,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[P, ("mode", "?")],
         "bool",
         Change,
-        "Create a directory and its parents with `mode` (int or octal string); an existing one is chmod-ed when it differs.",
+        "Create a directory and its missing parents (those 0755) with `mode` (int or octal string); an existing one is chmod-ed when it differs.",
     ),
     f(
         "fs",
