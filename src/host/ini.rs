@@ -7,7 +7,8 @@
 //! Keys and section names are case-sensitive (systemd's rule). Anything else (blank lines,
 //! lines without `=`) is kept and is not a key; a value is one line (systemd's trailing `\`
 //! continuations are not joined). Sections of the same name count as one (systemd merges
-//! them).
+//! them). A line starting with `[` without a `]` is an error (`file:line:col: invalid INI:
+//! unclosed section header`), in every function.
 //!
 //! Repeated keys: [`get`] returns the *last* value (the one that wins for a systemd
 //! setting); [`set`] rewrites the *first* line of the key and removes the others, so the
@@ -75,8 +76,24 @@ struct Doc {
 }
 
 impl Doc {
-    fn parse(text: &str) -> Doc {
+    /// # Errors
+    /// [`HostError::Parse`] for a line starting with `[` that has no `]` (an unclosed
+    /// section header: its keys would silently land in the section before it).
+    fn parse(path: &Path, text: &str) -> Result<Doc> {
         let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        if let Some((i, l)) = lines
+            .iter()
+            .enumerate()
+            .find(|(_, l)| l.trim_start().starts_with('[') && !l.contains(']'))
+        {
+            return Err(HostError::Parse {
+                path: path.to_path_buf(),
+                format: "INI",
+                line: i + 1,
+                column: l.trim_end().chars().count() + 1,
+                message: "unclosed section header, expected `]`".into(),
+            });
+        }
         let kinds: Vec<Kind> = lines.iter().map(|l| classify(l)).collect();
         let mut cur = String::new();
         let sections = kinds
@@ -88,11 +105,11 @@ impl Doc {
                 cur.clone()
             })
             .collect();
-        Doc {
+        Ok(Doc {
             lines,
             kinds,
             sections,
-        }
+        })
     }
 
     /// Line indices of `key` in `section`, in file order.
@@ -167,7 +184,7 @@ pub fn get(h: &Host, p: &str, section: &str, key: &str) -> Result<Option<String>
     let Some(text) = crate::host::structured::read_text(h, &path)? else {
         return Ok(None);
     };
-    let doc = Doc::parse(&text);
+    let doc = Doc::parse(&path, &text)?;
     Ok(doc
         .entries(section, key)
         .last()
@@ -196,7 +213,7 @@ pub fn set(h: &mut Host, p: &str, section: &str, key: &str, value: &str) -> Resu
         });
     }
     crate::host::structured::rewrite(h, &path, |cur| {
-        let mut doc = Doc::parse(cur.unwrap_or(""));
+        let mut doc = Doc::parse(&path, cur.unwrap_or(""))?;
         let found = doc.entries(section, key);
         if let Some((&first, repeats)) = found.split_first() {
             if let Kind::Entry { value_at, .. } = doc.kinds[first]
@@ -253,7 +270,7 @@ pub fn remove(h: &mut Host, p: &str, section: &str, key: &str) -> Result<bool> {
     let path = host_path(p)?;
     crate::host::structured::rewrite(h, &path, |cur| {
         let Some(cur) = cur else { return Ok(None) };
-        let mut doc = Doc::parse(cur);
+        let mut doc = Doc::parse(&path, cur)?;
         let found = doc.entries(section, key);
         if found.is_empty() {
             return Ok(None);

@@ -571,3 +571,39 @@ fn toml_dotted_keys_stay_dotted() {
         json!({"a": {"b": 3, "c": 2}, "x": {"y": 1}})
     );
 }
+
+/// A `[section` line without its `]` is an error naming file:line:col in every function,
+/// not a line silently kept: its keys would be read from, and written to, the section
+/// before it (`ini::set` would append a second `[sec]`). The file stays as it is.
+#[test]
+fn ini_unclosed_section_header_is_a_parse_error() {
+    let t = TestHost::new();
+    let text = "[a]\nk=1\n  [sec\nk=2\n";
+    t.file("/bad.ini", text);
+    let msg = "/bad.ini:3:7: invalid INI: unclosed section header, expected `]`";
+    let h = t.host(ExecMode::Plan);
+    assert_eq!(
+        ini::get(&h, "/bad.ini", "sec", "k")
+            .unwrap_err()
+            .to_string(),
+        msg
+    );
+    drop(h);
+    for mode in [ExecMode::Plan, ExecMode::Apply] {
+        let mut h = t.host(mode);
+        assert_eq!(
+            ini::set(&mut h, "/bad.ini", "sec", "k", "3")
+                .unwrap_err()
+                .to_string(),
+            msg
+        );
+        assert_eq!(
+            ini::remove(&mut h, "/bad.ini", "a", "k")
+                .unwrap_err()
+                .to_string(),
+            msg
+        );
+        assert_eq!(h.changed(), 0);
+    }
+    assert_eq!(t.read("/bad.ini"), text);
+}

@@ -1123,7 +1123,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[P, ("section", "String"), ("key", "String")],
         "?",
         Query,
-        "The value of `key` in `[section]` (`\"\"`: before any header), trimmed, the last one when repeated; `()` when missing. `#` and `;` start comments.",
+        "The value of `key` in `[section]` (`\"\"`: before any header), trimmed, the last one when repeated; `()` when missing. `#` and `;` start comments. A line starting with `[` without `]` is an error naming `file:line:col` (in `set` and `remove` too).",
     ),
     f(
         "ini",
