@@ -607,3 +607,21 @@ fn ini_unclosed_section_header_is_a_parse_error() {
     }
     assert_eq!(t.read("/bad.ini"), text);
 }
+
+/// A key that is not an index, on an array, is named as the user wrote it (not as the
+/// internal `Key("-")`), and nothing changes.
+#[test]
+fn json_set_names_a_non_index_key_on_an_array_as_written() {
+    let t = TestHost::new();
+    t.file("/n.json", "{\"b\": [1]}\n");
+    for mode in [ExecMode::Plan, ExecMode::Apply] {
+        let mut h = t.host(mode);
+        let key = KeyPath::Text("/b/-".into());
+        let e = json::set(&mut h, "/n.json", &key, &json!(2)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid key path: /n.json: b is an array: key \"-\" is not an index"
+        );
+    }
+    assert_eq!(t.read("/n.json"), "{\"b\": [1]}\n");
+}
