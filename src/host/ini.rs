@@ -17,7 +17,8 @@
 //! after the last non-blank line of its section (the last section of that name), written
 //! `key=value`, or `key = value` when the file's first key line is spaced so; a new section
 //! goes at the end of the file after a blank line (section `""` keys before the first
-//! header). A rewritten file ends with a newline.
+//! header). A rewritten file ends with a newline; a CRLF file keeps `\r\n` on every line
+//! (new lines included).
 //!
 //! Mutations are one [`crate::host::effect::Effect::WriteFile`] through
 //! `structured::rewrite` (the path lock of `fs::` edits) (apply under the path's lock; plan: a diff, later
@@ -43,6 +44,8 @@ enum Kind {
 }
 
 fn classify(line: &str) -> Kind {
+    // A CRLF line's `\r` is not part of its value (offsets stay valid: only a suffix goes).
+    let line = line.strip_suffix('\r').unwrap_or(line);
     let t = line.trim();
     if t.is_empty() || t.starts_with('#') || t.starts_with(';') {
         return Kind::Other;
@@ -73,6 +76,8 @@ struct Doc {
     kinds: Vec<Kind>,
     /// The section of each line (a header line belongs to its own section).
     sections: Vec<String>,
+    /// `"\r"` when the file's first line ends with CRLF (new lines are written so), else `""`.
+    cr: &'static str,
 }
 
 impl Doc {
@@ -80,7 +85,12 @@ impl Doc {
     /// [`HostError::Parse`] for a line starting with `[` that has no `]` (an unclosed
     /// section header: its keys would silently land in the section before it).
     fn parse(path: &Path, text: &str) -> Result<Doc> {
-        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        // Split on `\n` only: a CRLF file's lines keep their `\r` (classify and value_of
+        // trim it), so lines this module does not change are written back as they were.
+        let mut lines: Vec<String> = text.split('\n').map(str::to_string).collect();
+        if text.is_empty() || text.ends_with('\n') {
+            lines.pop();
+        }
         if let Some((i, l)) = lines
             .iter()
             .enumerate()
@@ -105,10 +115,16 @@ impl Doc {
                 cur.clone()
             })
             .collect();
+        let cr = if lines.first().is_some_and(|l| l.ends_with('\r')) {
+            "\r"
+        } else {
+            ""
+        };
         Ok(Doc {
             lines,
             kinds,
             sections,
+            cr,
         })
     }
 
@@ -236,7 +252,7 @@ pub fn set(h: &mut Host, p: &str, section: &str, key: &str, value: &str) -> Resu
             }
             return Ok(Some(doc.render()));
         }
-        let entry = format!("{key}{}{value}", doc.separator());
+        let entry = format!("{key}{}{value}{}", doc.separator(), doc.cr);
         let is_header = |i: usize| matches!(doc.kinds[i], Kind::Section(_));
         let last_header = (0..doc.lines.len())
             .rfind(|&i| matches!(&doc.kinds[i], Kind::Section(s) if s == section));
@@ -252,9 +268,9 @@ pub fn set(h: &mut Host, p: &str, section: &str, key: &str, value: &str) -> Resu
             doc.lines.insert(at, entry);
         } else {
             if doc.lines.last().is_some_and(|l| !l.trim().is_empty()) {
-                doc.lines.push(String::new());
+                doc.lines.push(doc.cr.to_string());
             }
-            doc.lines.push(format!("[{section}]"));
+            doc.lines.push(format!("[{section}]{}", doc.cr));
             doc.lines.push(entry);
         }
         Ok(Some(doc.render()))

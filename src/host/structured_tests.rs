@@ -625,3 +625,55 @@ fn json_set_names_a_non_index_key_on_an_array_as_written() {
     }
     assert_eq!(t.read("/n.json"), "{\"b\": [1]}\n");
 }
+
+/// A CRLF file keeps its line endings: `ini::set` changes only the value (its line keeps
+/// `\r\n`), and new keys and sections are written with `\r\n` too.
+#[test]
+fn ini_set_keeps_crlf_line_endings() {
+    let t = TestHost::new();
+    t.file("/c.ini", "[s]\r\nk=1\r\nj=2\r\n");
+    assert!(apply(&t, |h| ini::set(h, "/c.ini", "s", "k", "5")));
+    assert_eq!(t.read("/c.ini"), "[s]\r\nk=5\r\nj=2\r\n");
+    assert!(apply(&t, |h| ini::set(h, "/c.ini", "s", "n", "6")));
+    assert!(apply(&t, |h| ini::set(h, "/c.ini", "t", "m", "7")));
+    assert_eq!(
+        t.read("/c.ini"),
+        "[s]\r\nk=5\r\nj=2\r\nn=6\r\n\r\n[t]\r\nm=7\r\n"
+    );
+    assert!(!apply(&t, |h| ini::set(h, "/c.ini", "t", "m", "7")));
+    assert_eq!(
+        ini::get(&t.host(ExecMode::Plan), "/c.ini", "s", "k").unwrap(),
+        Some("5".into())
+    );
+    assert!(apply(&t, |h| ini::remove(h, "/c.ini", "s", "j")));
+    assert_eq!(t.read("/c.ini"), "[s]\r\nk=5\r\nn=6\r\n\r\n[t]\r\nm=7\r\n");
+}
+
+/// An empty value on a CRLF line is replaced before the `\r`, not after it.
+#[test]
+fn ini_set_replaces_an_empty_crlf_value_before_the_cr() {
+    let t = TestHost::new();
+    t.file("/e.ini", "[s]\r\nk=\r\n");
+    assert!(apply(&t, |h| ini::set(h, "/e.ini", "s", "k", "v")));
+    assert_eq!(t.read("/e.ini"), "[s]\r\nk=v\r\n");
+}
+
+/// A CRLF TOML file keeps `\r\n` (toml_edit writes `\n`): a set changes one line, not all.
+#[test]
+fn toml_set_keeps_crlf_line_endings() {
+    let t = TestHost::new();
+    t.file("/c.toml", "a = 1\r\n[b]\r\nc = 2\r\n");
+    assert!(apply(&t, |h| toml::set(
+        h,
+        "/c.toml",
+        &KeyPath::Text("b.d".into()),
+        &json!(3)
+    )));
+    assert_eq!(t.read("/c.toml"), "a = 1\r\n[b]\r\nc = 2\r\nd = 3\r\n");
+    assert!(apply(&t, |h| toml::remove(
+        h,
+        "/c.toml",
+        &KeyPath::Text("a".into())
+    )));
+    assert_eq!(t.read("/c.toml"), "[b]\r\nc = 2\r\nd = 3\r\n");
+}
