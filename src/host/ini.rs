@@ -216,7 +216,8 @@ pub fn get(h: &Host, p: &str, section: &str, key: &str) -> Result<Option<String>
 ///
 /// # Errors
 /// Relative path; a key that is empty, has `=` or starts with `#`, `;` or `[`; a section
-/// with `[` or `]`; a multi-line key, section or value; [`HostError::NotText`]; as
+/// with `[` or `]`; a multi-line key, section or value; a value starting or ending with
+/// blanks; [`HostError::NotText`]; as
 /// [`crate::host::fs::write`].
 pub fn set(h: &mut Host, p: &str, section: &str, key: &str, value: &str) -> Result<bool> {
     let path = host_path(p)?;
@@ -226,6 +227,17 @@ pub fn set(h: &mut Host, p: &str, section: &str, key: &str, value: &str) -> Resu
         return Err(HostError::Invalid {
             what: "INI value",
             message: format!("{}: the value of {key:?} must be one line", path.display()),
+        });
+    }
+    if value.trim() != value {
+        // `get` trims values: such a value could never read back, and was written anew
+        // (one blank more) on every run.
+        return Err(HostError::Invalid {
+            what: "INI value",
+            message: format!(
+                "{}: the value of {key:?} must not start or end with blanks, got {value:?}",
+                path.display()
+            ),
         });
     }
     crate::host::structured::rewrite(h, &path, |cur| {

@@ -677,3 +677,24 @@ fn toml_set_keeps_crlf_line_endings() {
     )));
     assert_eq!(t.read("/c.toml"), "[b]\r\nc = 2\r\nd = 3\r\n");
 }
+
+/// `ini::get` trims values, so a value with leading or trailing blanks cannot be kept: it
+/// grew by one blank on every run (`k= v`, `k=  v`, ...). It is an error naming the key.
+#[test]
+fn ini_set_refuses_a_value_with_surrounding_blanks() {
+    let t = TestHost::new();
+    t.file("/w.ini", "[s]\nk=v\n");
+    for v in [" v", "v ", "\tv"] {
+        let mut h = t.host(ExecMode::Apply);
+        assert_eq!(
+            ini::set(&mut h, "/w.ini", "s", "k", v)
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "invalid INI value: /w.ini: the value of \"k\" must not start or end with blanks, got {v:?}"
+            )
+        );
+    }
+    assert_eq!(t.read("/w.ini"), "[s]\nk=v\n");
+    assert!(!apply(&t, |h| ini::set(h, "/w.ini", "s", "k", "v")));
+}

@@ -1131,7 +1131,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[P, ("section", "String"), ("key", "String"), ("value", "?")],
         "bool",
         Change,
-        "Give `key` exactly `value` (string, number or bool): its first line is rewritten in place (spacing kept) and repeats removed; a new key goes after the section's last line, a new section at the end of the file. Creates a missing file.",
+        "Give `key` exactly `value` (string, number or bool): its first line is rewritten in place (spacing kept) and repeats removed; a new key goes after the section's last line, a new section at the end of the file. Creates a missing file. A value starting or ending with blanks is an error (`get` trims values).",
     ),
     f(
         "ini",
