@@ -135,7 +135,7 @@ fn fetch_err(url: &str, message: impl Into<String>) -> HostError {
 }
 
 /// `url` with any `user:password@` before the host replaced by `***@`, for messages.
-fn redacted(url: &str) -> String {
+pub(crate) fn redacted(url: &str) -> String {
     let start = url.find("://").map_or(0, |i| i + 3);
     let end = url[start..]
         .find(['/', '?', '#'])

@@ -176,7 +176,7 @@ pub fn yum_repo(name: &str, o: &RepoOptions, url: &str, key: &Path) -> String {
 /// [`HostError::Invalid`]: a bad name; `url` missing; neither or both of `key` and
 /// `key_url`; `key_url` without `key_sha256`; a key that is not ASCII-armored; apt without
 /// `suites`; `suites`/`components`/`arch` on dnf/yum; a value with a newline or a space; a
-/// zypper host. As `fs::write` and `fs::fetch` for the files.
+/// `url` with `user:password@` (refused, shown as `***@`); a zypper host. As `fs::write` and `fs::fetch` for the files.
 pub fn repo(h: &mut Host, name: &str, o: &RepoOptions) -> Result<bool> {
     check_repo_name("repo", name)?;
     let m = need_manager(h)?;
@@ -185,6 +185,17 @@ pub fn repo(h: &mut Host, name: &str, o: &RepoOptions) -> Result<bool> {
         .as_deref()
         .ok_or_else(|| invalid("repo", "url is required".into()))?;
     check_value("url", url)?;
+    let shown = crate::host::fetch::redacted(url);
+    if shown != url {
+        return Err(invalid(
+            "repo",
+            format!(
+                "url {shown:?} carries credentials: they would be written into a world-readable \
+                 repository file and printed in plans; put them in /etc/apt/auth.conf.d/ (apt) \
+                 or the .repo file's username=/password= (dnf/yum) instead"
+            ),
+        ));
+    }
     for (what, list) in [
         ("suite", &o.suites),
         ("component", &o.components),

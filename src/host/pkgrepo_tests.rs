@@ -360,6 +360,14 @@ fn bad_repositories_are_refused_in_every_mode() {
         "invalid pkg::repo argument: url is required"
     );
     let o = RepoOptions {
+        url: Some("https://deploy:s3cret@repo.example/cuda/".into()),
+        ..cuda_repo()
+    };
+    assert_eq!(
+        err(&mut h, "x", &o),
+        "invalid pkg::repo argument: url \"https://***@repo.example/cuda/\" carries credentials: they would be written into a world-readable repository file and printed in plans; put them in /etc/apt/auth.conf.d/ (apt) or the .repo file's username=/password= (dnf/yum) instead"
+    );
+    let o = RepoOptions {
         key: None,
         ..cuda_repo()
     };
