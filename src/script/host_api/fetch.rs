@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use rhai::{Dynamic, ImmutableString, Map};
 
-use super::convert::{self, check_keys, opt_scalar, opt_string};
+use super::convert::{check_keys, opt_string};
 use super::{Api, Registrar};
 use crate::host::fetch::{self, FetchOptions};
 
@@ -40,17 +40,12 @@ fn fetch_opts(m: &Map) -> Result<FetchOptions, String> {
             )),
         })
         .transpose()?;
+    let attrs = super::fs::attribute_opts(m)?;
     Ok(FetchOptions {
         sha256: opt_string(m, "sha256")?,
-        mode: get("mode").map(convert::mode).transpose()?,
-        owner: get("owner")
-            .map(|d| opt_scalar(d, "owner"))
-            .transpose()?
-            .flatten(),
-        group: get("group")
-            .map(|d| opt_scalar(d, "group"))
-            .transpose()?
-            .flatten(),
+        mode: attrs.mode,
+        owner: attrs.owner,
+        group: attrs.group,
         timeout: get("timeout").map(|d| secs(d, "timeout")).transpose()?,
         max_bytes,
     })

@@ -9,6 +9,13 @@ use crate::host::fs::{self, LineOptions, WriteOptions};
 /// `#{mode, owner, group}` (`()` values mean "keep").
 fn write_opts(m: &Map) -> Result<WriteOptions, String> {
     check_keys(m, &["mode", "owner", "group"])?;
+    attribute_opts(m)
+}
+
+/// The `mode`, `owner` and `group` keys of an options map (`()` values mean "keep"), as
+/// [`WriteOptions`]; the caller checks the map's keys. Shared by `fs::write`/`fs::copy`
+/// and `fs::fetch`.
+pub(super) fn attribute_opts(m: &Map) -> Result<WriteOptions, String> {
     let get = |k: &str| m.get(k).filter(|d| !d.is_unit());
     Ok(WriteOptions {
         mode: get("mode").map(convert::mode).transpose()?,
