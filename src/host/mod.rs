@@ -15,7 +15,8 @@
 //! | [`effect`] | [`effect::Effect`] and its parts |
 //! | [`deferred`] | write-ahead records of deferred work, run by the next session after a crash |
 //! | [`pathlock`] | cross-process locks held across a read-modify-write of a host file |
-//! | [`digest`] | SHA-256 content hashes for reports |
+//! | [`digest`] | SHA-256 content hashes for reports (`hashes`: once per file per report) |
+//! | `textdiff` | unified diffs on a window around the change |
 //! | `apply`, `plan` | the executors (private) |
 //! | [`report`] | [`Report`], [`ExecMode`] |
 //! | [`fs`], [`cmd`], [`service`], [`pkg`], [`os`], [`tuning`], [`interrupt`] | the API areas |
@@ -29,6 +30,7 @@ pub mod digest;
 pub mod effect;
 pub mod error;
 pub mod fs;
+mod hashes;
 pub mod interrupt;
 mod lines;
 pub mod os;
@@ -40,6 +42,7 @@ pub mod root;
 pub mod secrets;
 pub mod service;
 pub mod session;
+mod textdiff;
 pub mod tuning;
 
 #[cfg(test)]
