@@ -152,7 +152,7 @@ fn windowed(old: &str, new: &str, a: &str, b: &str) -> Option<String> {
         return Some(text);
     }
     // Shift the hunk headers by the lines cut off above (the same number in both texts).
-    let shift = memchr::memchr_iter(b'\n', &o[..wo_start]).count();
+    let shift = o[..wo_start].iter().filter(|&&c| c == b'\n').count();
     let mut out = String::with_capacity(text.len() + 16);
     for line in text.split_inclusive('\n') {
         match line.strip_prefix("@@ -") {
@@ -238,6 +238,32 @@ mod tests {
         check(&body, &format!("{body}x\n"));
         check(&format!("a\n{body}b\n"), &format!("a\n{body}x\nb\n"));
         check(&format!("{body}y\n{body}"), &format!("{body}{body}"));
+    }
+
+    #[test]
+    fn planned_ensure_line_in_a_long_file_shows_the_tail_with_real_line_numbers() {
+        use crate::host::ExecMode;
+        use crate::host::fs::{self, LineOptions};
+        let t = crate::host::testutil::TestHost::new();
+        t.file("/etc/f", &numbered(100));
+        let mut h = t.host(ExecMode::Plan);
+        let o = LineOptions::default();
+        assert!(fs::ensure_line(&mut h, "/etc/f", "new 1", &o).unwrap());
+        assert!(fs::ensure_line(&mut h, "/etc/f", "new 2", &o).unwrap());
+        let r = h.finish().unwrap();
+        let diffs: Vec<&str> = r
+            .changes
+            .iter()
+            .map(|c| c.diff.as_deref().unwrap())
+            .collect();
+        assert_eq!(
+            diffs,
+            [
+                "--- a/etc/f\n+++ b/etc/f\n@@ -98,3 +98,4 @@\n line 97\n line 98\n line 99\n+new 1\n",
+                "--- a/etc/f\n+++ b/etc/f\n@@ -99,3 +99,4 @@\n line 98\n line 99\n new 1\n+new 2\n",
+            ]
+        );
+        assert_eq!(t.read("/etc/f"), numbered(100), "a plan writes nothing");
     }
 
     proptest! {
