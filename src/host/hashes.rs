@@ -82,10 +82,7 @@ impl Host {
         if !self.hashes.seen.insert(normalize(path)) {
             return Ok(None);
         }
-        if !self
-            .view_stat(path, true)?
-            .is_some_and(|s| s.kind == "file")
-        {
+        if self.view_stat(path, true)?.is_none_or(|s| s.kind != "file") {
             return Ok(None);
         }
         Ok(self.view_read_cow(path)?.map(|c| sha256_tag(&c)))

@@ -11,7 +11,7 @@
 //! is dead.
 //!
 //! The lines are those of [`str::lines`] (split at `\n`, a trailing `\r` dropped, no empty
-//! last line after a final newline), and [`Lines::to_bytes`] writes them back joined by
+//! last line after a final newline), and [`Lines::render`] writes them back joined by
 //! `\n` with a final newline: the semantics of the text functions.
 //!
 //! [`View`] adds what the session needs to trust a cached view: whether the file existed,
@@ -45,10 +45,10 @@ pub(crate) struct Lines {
     hasher: RandomState,
     /// Bytes of replaced or removed lines in `buf` (separators are not counted).
     dead: usize,
-    /// An edit added a line containing `\n` or ending in `\r`: [`Lines::to_bytes`] does not
+    /// An edit added a line containing `\n` or ending in `\r`: [`Lines::render`] does not
     /// parse back to these lines, so the caller must fall back to comparing bytes.
     irregular: bool,
-    /// What [`Lines::to_bytes`] returned last, kept up to date by [`Lines::push`] (the
+    /// What [`Lines::render`] returned last, kept up to date by [`Lines::push`] (the
     /// `ensure_line` append) and dropped by every other edit, so that N appends cost one
     /// copy of the text each instead of a walk over every line.
     rendered: Option<Vec<u8>>,
@@ -215,14 +215,14 @@ impl Lines {
         }
     }
 
-    /// Whether an edit added a line that [`Lines::to_bytes`] would not give back as one line.
+    /// Whether an edit added a line that [`Lines::render`] would not give back as one line.
     pub(crate) fn irregular(&self) -> bool {
         self.irregular
     }
 
     /// The text: the lines joined by `\n`, with a final newline unless there are none. Kept
     /// for the next call (and the appends after it): one copy per call after the first.
-    pub(crate) fn to_bytes(&mut self) -> Vec<u8> {
+    pub(crate) fn render(&mut self) -> Vec<u8> {
         if let Some(r) = &self.rendered {
             return r.clone();
         }
@@ -292,7 +292,7 @@ mod tests {
             if !l.lines.is_empty() {
                 want.push('\n');
             }
-            assert_eq!(l.to_bytes(), want.into_bytes());
+            assert_eq!(l.render(), want.into_bytes());
         }
     }
 
@@ -323,22 +323,22 @@ mod tests {
     }
 
     #[test]
-    fn to_bytes_follows_every_kind_of_edit() {
+    fn render_follows_every_kind_of_edit() {
         let mut l = Lines::parse("a\nb\n".into());
-        assert_eq!(l.to_bytes(), b"a\nb\n");
+        assert_eq!(l.render(), b"a\nb\n");
         l.push("c");
-        assert_eq!(l.to_bytes(), b"a\nb\nc\n");
+        assert_eq!(l.render(), b"a\nb\nc\n");
         l.replace(0, "A");
-        assert_eq!(l.to_bytes(), b"A\nb\nc\n");
+        assert_eq!(l.render(), b"A\nb\nc\n");
         l.push("d");
-        assert_eq!(l.to_bytes(), b"A\nb\nc\nd\n");
+        assert_eq!(l.render(), b"A\nb\nc\nd\n");
         l.splice(1..2, &["x", "y"]);
-        assert_eq!(l.to_bytes(), b"A\nx\ny\nc\nd\n");
+        assert_eq!(l.render(), b"A\nx\ny\nc\nd\n");
         assert!(l.remove_where(|s| s == "y"));
-        assert_eq!(l.to_bytes(), b"A\nx\nc\nd\n");
+        assert_eq!(l.render(), b"A\nx\nc\nd\n");
         assert!(!l.remove_where(|s| s == "nope"));
         l.push("e");
-        assert_eq!(l.to_bytes(), b"A\nx\nc\nd\ne\n");
+        assert_eq!(l.render(), b"A\nx\nc\nd\ne\n");
     }
 
     #[test]
