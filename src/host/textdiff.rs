@@ -13,8 +13,8 @@
 //! equal lines there); otherwise the whole files are diffed as before. Either way the text is
 //! the whole-file diff's (`tests::windowed_equals_whole_file`).
 //!
-//! Costs per call: a few `memcmp`/`memchr` passes over the file (GB/s, no allocation per
-//! line) plus `similar` on the window, instead of tokenizing, hashing and diffing every line
+//! Costs per call: a few `memcmp`/`memchr`/`bytecount` passes over the file (GB/s, no
+//! allocation per line) plus `similar` on the window, instead of tokenizing, hashing and diffing every line
 //! of both texts.
 
 use similar::{DiffOp, TextDiff};
@@ -47,13 +47,16 @@ fn whole(old: &str, new: &str, a: &str, b: &str) -> String {
         .to_string()
 }
 
-/// Length of the common prefix of `x` and `y` in bytes (chunked `memcmp`).
+/// Length of the common prefix of `x` and `y` in bytes (`memcmp` of 4 KiB, then 64-byte
+/// chunks, then bytes).
 fn common_prefix(x: &[u8], y: &[u8]) -> usize {
     const CHUNK: usize = 4096;
     let n = x.len().min(y.len());
     let mut i = 0;
-    while i + CHUNK <= n && x[i..i + CHUNK] == y[i..i + CHUNK] {
-        i += CHUNK;
+    for chunk in [CHUNK, 64] {
+        while i + chunk <= n && x[i..i + chunk] == y[i..i + chunk] {
+            i += chunk;
+        }
     }
     while i < n && x[i] == y[i] {
         i += 1;
@@ -67,8 +70,10 @@ fn common_suffix(x: &[u8], y: &[u8], limit: usize) -> usize {
     let n = x.len().min(y.len()).min(limit);
     let (lx, ly) = (x.len(), y.len());
     let mut i = 0;
-    while i + CHUNK <= n && x[lx - i - CHUNK..lx - i] == y[ly - i - CHUNK..ly - i] {
-        i += CHUNK;
+    for chunk in [CHUNK, 64] {
+        while i + chunk <= n && x[lx - i - chunk..lx - i] == y[ly - i - chunk..ly - i] {
+            i += chunk;
+        }
     }
     while i < n && x[lx - i - 1] == y[ly - i - 1] {
         i += 1;
@@ -152,7 +157,7 @@ fn windowed(old: &str, new: &str, a: &str, b: &str) -> Option<String> {
         return Some(text);
     }
     // Shift the hunk headers by the lines cut off above (the same number in both texts).
-    let shift = o[..wo_start].iter().filter(|&&c| c == b'\n').count();
+    let shift = bytecount::count(&o[..wo_start], b'\n');
     let mut out = String::with_capacity(text.len() + 16);
     for line in text.split_inclusive('\n') {
         match line.strip_prefix("@@ -") {
