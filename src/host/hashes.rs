@@ -48,10 +48,14 @@ impl ContentHashes {
     pub(crate) fn note(&mut self, index: usize, effect: Effect) {
         match effect {
             Effect::WriteFile { path, content, .. } => {
-                self.last_write.insert(normalize(&path), (index, content));
+                let key = normalize(&path);
+                self.seen.insert(key.clone());
+                self.last_write.insert(key, (index, content));
             }
             Effect::RemoveFile { path } => {
-                self.last_write.remove(&normalize(&path));
+                let key = normalize(&path);
+                self.last_write.remove(&key);
+                self.seen.insert(key);
             }
             _ => {}
         }
@@ -69,8 +73,8 @@ impl ContentHashes {
 }
 
 impl Host {
-    /// The `before` hash of a file change (module docs): for the first write or removal of
-    /// its file in this report, the SHA-256 of the regular file the session sees there, else
+    /// The `before` hash of a file change (module docs): for the first recorded write or
+    /// removal of its file in this report, the SHA-256 of the regular file the session sees there, else
     /// `None`. Reads through the view (planned content in plan and check mode).
     ///
     /// # Errors
@@ -79,7 +83,9 @@ impl Host {
         let (Effect::WriteFile { path, .. } | Effect::RemoveFile { path }) = effect else {
             return Ok(None);
         };
-        if !self.hashes.seen.insert(normalize(path)) {
+        // A file counts as seen once a change of it is recorded ([`ContentHashes::note`]):
+        // a write that failed leaves the next one first.
+        if self.hashes.seen.contains(&normalize(path)) {
             return Ok(None);
         }
         if self.view_stat(path, true)?.is_none_or(|s| s.kind != "file") {

@@ -214,7 +214,8 @@ impl Host {
         self.report.changes.len()
     }
 
-    /// The report so far.
+    /// The report so far (without the `after` hashes, which are set when the session or
+    /// step ends: `src/host/hashes.rs`).
     pub fn report(&self) -> &Report {
         &self.report
     }
