@@ -238,6 +238,16 @@ mod tests {
     }
 
     #[test]
+    fn crlf_lines_and_a_missing_final_newline() {
+        let old: String = (0..60).map(|i| format!("l{i}\r\n")).collect();
+        check(&old, &old.replace("l30\r\n", "l30\n"));
+        check(&old, &old.replace("l30\r\n", "x\r\ny\r\n"));
+        check(&old, &format!("{old}tail"));
+        check(&format!("{old}tail"), &format!("{old}tail\r\n"));
+        assert!(windowed(&old, &old.replace("l30\r\n", "l30\n"), "a/f", "b/f").is_some());
+    }
+
+    #[test]
     fn repeated_lines_around_the_change_fall_back_or_agree() {
         let body: String = "x\n".repeat(100);
         check(&body, &format!("{body}x\n"));
