@@ -1,7 +1,7 @@
 //! Kill anywhere: the agent is SIGKILLed at its K-th `fsync` or `rename` (per thread, as
 //! strace counts; `strace -f -e inject=SYSCALL:signal=KILL:when=K`) while it runs a package
-//! of a bash step, a `.rhai` step writing a systemd drop-in, a grub drop-in and a config line,
-//! and another bash step. Then the agent is rerun to completion, and the host must equal a
+//! of a bash step, a `.rhai` step writing a systemd drop-in, a grub drop-in, a config line and
+//! a modprobe.d options file (initramfs regeneration), and another bash step. Then the agent is rerun to completion, and the host must equal a
 //! clean run's: no temporary file, no torn or empty state file, every deferred command ran
 //! after the last change it covers (the stubs record what the drop-ins held when they were
 //! called), and no deferred record is left behind.
@@ -15,6 +15,7 @@ use crate::util::*;
 
 const DROP_IN: &str = "/etc/systemd/system/containerd.service.d/99-test.conf";
 const GRUB: &str = "/etc/default/grub.d/99-test.cfg";
+const MODPROBE: &str = "/etc/modprobe.d/nouveau.conf";
 
 fn which(tool: &str) -> Option<std::path::PathBuf> {
     std::env::var("PATH")
@@ -42,7 +43,8 @@ fn package() -> FakeRoot {
         "let n = step.args[0];\n\
          service::drop_in(\"containerd\", \"99-test.conf\", \"[Service]\\nLimitNOFILE=\" + n + \"\\n\");\n\
          grub::set_cmdline(\"99-test\", [\"hugepages=\" + n]);\n\
-         fs::ensure_line(\"/etc/test.conf\", \"hugepages=\" + n);\n",
+         fs::ensure_line(\"/etc/test.conf\", \"hugepages=\" + n);\n\
+         kmod::options(\"nouveau\", \"modeset=0 n=\" + n);\n",
     );
     fr.write(
         "/etc/os-release",
@@ -60,6 +62,13 @@ fn package() -> FakeRoot {
         "/t/bin/update-grub",
         format!(
             "#!/bin/sh\necho \"update-grub | $(cat {GRUB} 2>&1 | tr '\\n' ' ')\" >> /t/calls\n"
+        ),
+        0o755,
+    );
+    fr.write_mode(
+        "/t/bin/update-initramfs",
+        format!(
+            "#!/bin/sh\necho \"update-initramfs $* | $(cat {MODPROBE} 2>&1 | tr '\\n' ' ')\" >> /t/calls\n"
         ),
         0o755,
     );
@@ -86,12 +95,14 @@ fn assert_complete(fr: &FakeRoot, ctx: &str) -> Vec<String> {
     }
     assert!(
         !fr.exists("/var/lib/skyhook/.deferred/daemon-reload.json")
-            && !fr.exists("/var/lib/skyhook/.deferred/grub.json"),
+            && !fr.exists("/var/lib/skyhook/.deferred/grub.json")
+            && !fr.exists("/var/lib/skyhook/.deferred/initramfs.json"),
         "{ctx}: a deferred record is left"
     );
     let calls = fr.read_opt("/t/calls").unwrap_or_default();
     let drop_in = fr.read(DROP_IN).replace('\n', " ");
     let grub = fr.read(GRUB).replace('\n', " ");
+    let modprobe = fr.read(MODPROBE).replace('\n', " ");
     let last = |prefix: &str| {
         calls
             .lines()
@@ -109,10 +120,16 @@ fn assert_complete(fr: &FakeRoot, ctx: &str) -> Vec<String> {
         Some(grub.as_str()),
         "{ctx}: update-grub after the last grub change is missing; calls:\n{calls}"
     );
+    assert_eq!(
+        last("update-initramfs -u").as_deref(),
+        Some(modprobe.as_str()),
+        "{ctx}: update-initramfs after the last modprobe.d change is missing; calls:\n{calls}"
+    );
     vec![
         fr.read(DROP_IN),
         fr.read(GRUB),
         fr.read("/etc/test.conf"),
+        fr.read(MODPROBE),
         fr.read("/t/three.log"),
     ]
 }
@@ -155,11 +172,11 @@ fn sigkill_at_any_fsync_or_rename_then_rerun_equals_a_clean_run() {
             assert_eq!(rerun.code, 0, "{ctx}: rerun failed: {}", rerun.stderr);
             let got = assert_complete(&fr, &ctx);
             assert_eq!(
-                &got[..3],
-                &want[..3],
+                &got[..4],
+                &want[..4],
                 "{ctx}: host files differ from a clean run"
             );
-            assert!(got[3].contains("three"), "{ctx}");
+            assert!(got[4].contains("three"), "{ctx}");
         }
     }
     assert!(

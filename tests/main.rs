@@ -27,19 +27,25 @@
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
 //! - `serve`: `skyhook-agent serve` on loopback with raw HTTP requests, and `skyhook-run --remote`
 //!   paired with it (plan parity with a local run, resume after a cut connection).
+//! - `gpu_service_user`: the `examples/gpu-service-user` package (user::, group::, fs::write,
+//!   sysctl::, mount:: with a recording `mount`) planned, applied, planned again and checked
+//!   on a fake root, also after a manual umount and userdel.
 
 #[macro_use]
 mod util;
 
 mod acceptance;
 mod cli;
+mod containerd_example;
 mod crash_safety;
 mod engine_parity;
 mod fixtures;
 mod full_disk;
+mod gpu_service_user;
 mod image;
 mod kill_anywhere;
 mod malformed;
+mod nouveau_example;
 mod orphans;
 mod rhai_steps;
 mod serve;

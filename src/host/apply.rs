@@ -50,6 +50,10 @@ pub(crate) fn package_commands(
                 cmds.push(argv(&["apt-get", "-o", &lock, "update"]));
             }
             let mut c = argv(&["apt-get", "-y", "-o", &lock, verb]);
+            // A pinned version may be older than the installed one.
+            if install && names.iter().any(|n| n.contains('=')) {
+                c.push("--allow-downgrades".into());
+            }
             c.extend(names.iter().cloned());
             cmds.push(c);
             vec![("DEBIAN_FRONTEND".into(), "noninteractive".into())]
@@ -172,6 +176,25 @@ pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>
             }
         }
         Effect::Interrupt(i) => h.record_interrupt(i.clone()),
+        Effect::Mount { path, op } => {
+            internal(h, op.argv(path), Vec::new())?;
+        }
+        Effect::ModuleLoad { name, .. } => {
+            internal(h, argv(&["modprobe", name]), Vec::new())?;
+        }
+        Effect::InitramfsUpdate(tool) => {
+            internal(h, tool.argv(), Vec::new())?;
+        }
+        Effect::Fetch(d) => crate::host::fetch::perform(h, d)?,
+        Effect::PackageHold {
+            manager,
+            names,
+            hold,
+        } => {
+            for c in crate::host::pkgrepo::hold_commands(*manager, *hold, names)? {
+                internal(h, c, Vec::new())?;
+            }
+        }
     }
     Ok(None)
 }

@@ -13,6 +13,7 @@
 //! |---|---|
 //! | `/var/lib/skyhook/.deferred/daemon-reload.json` | `{"action":"daemon_reload"}` |
 //! | `/var/lib/skyhook/.deferred/grub.json` | `{"action":"grub_update","regenerate":true,"add":[...],"remove":[...]}` |
+//! | `/var/lib/skyhook/.deferred/initramfs.json` | `{"action":"initramfs_update"}` (a `kmod::` blacklist or options file changed; `update-initramfs -u` or `dracut -f`, chosen from the os family when it runs) |
 //!
 //! (`regenerate`: `update-grub` is due; `add`/`remove`: grubby arguments still to add or
 //! take away.) The directory name starts with `.`, so it can never be a Skyhook's state
@@ -128,4 +129,26 @@ pub fn record_grub(root: &HostRoot, pending: &GrubPending) -> crate::host::root:
 /// The removal failed.
 pub fn clear(root: &HostRoot, path: &Path) -> crate::host::root::Result<()> {
     root.remove_file(path).map(|_| ())
+}
+
+/// The initramfs record.
+pub fn initramfs_path() -> PathBuf {
+    Path::new(DIR).join("initramfs.json")
+}
+
+/// Whether `root` holds an initramfs record (whatever its content).
+pub fn initramfs_recorded(root: &HostRoot) -> bool {
+    matches!(root.symlink_metadata(&initramfs_path()), Ok(Some(_)))
+}
+
+/// Record a due initramfs regeneration.
+///
+/// # Errors
+/// Creating the directory or writing the record failed.
+pub fn record_initramfs(root: &HostRoot) -> crate::host::root::Result<()> {
+    write(
+        root,
+        &initramfs_path(),
+        b"{\"action\":\"initramfs_update\"}\n",
+    )
 }

@@ -13,7 +13,7 @@
 //!   Guarded commands (`run(argv, #{creates: path})`, [`Effect::GuardedCommand`]) are
 //!   changes too: submitted only when their guard says the work is not done yet;
 //! - *actions* are done every time they are asked for (unguarded commands, restarts,
-//!   daemon-reload, grub regeneration); never drift;
+//!   daemon-reload, grub and initramfs regeneration); never drift;
 //! - *interrupts* are collected and handed to the agent after the step succeeded.
 
 use std::path::PathBuf;
@@ -110,6 +110,51 @@ pub enum GrubUpdate {
         /// Arguments to take away from every kernel entry.
         remove: Vec<String>,
     },
+}
+
+/// What a mount effect does to a mount point (`mount::ensure`, `mount::remove`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MountOp {
+    /// `mount <path>`: mount as `/etc/fstab` says.
+    Mount,
+    /// `mount -o remount <path>`: apply changed `/etc/fstab` options to a mounted filesystem.
+    Remount,
+    /// `umount <path>`.
+    Unmount,
+}
+
+impl MountOp {
+    /// The command line for `path`.
+    pub fn argv(self, path: &std::path::Path) -> Vec<String> {
+        let p = path.display().to_string();
+        match self {
+            MountOp::Mount => vec!["mount".into(), p],
+            MountOp::Remount => vec!["mount".into(), "-o".into(), "remount".into(), p],
+            MountOp::Unmount => vec!["umount".into(), p],
+        }
+    }
+}
+
+/// How the initramfs is regenerated at the end of a step (`kmod::` blacklist or options
+/// changed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InitramfsTool {
+    /// Debian family (and anything not rhel/fedora): `update-initramfs -u`.
+    UpdateInitramfs,
+    /// rhel and fedora families: `dracut -f`.
+    Dracut,
+}
+
+impl InitramfsTool {
+    /// The command line.
+    pub fn argv(self) -> Vec<String> {
+        match self {
+            InitramfsTool::UpdateInitramfs => vec!["update-initramfs".into(), "-u".into()],
+            InitramfsTool::Dracut => vec!["dracut".into(), "-f".into()],
+        }
+    }
 }
 
 /// An interrupt requested by a step: run by the agent after the step succeeded and its flag
@@ -246,6 +291,37 @@ pub enum Effect {
     GrubUpdate(GrubUpdate),
     /// An interrupt for the agent to run after the step.
     Interrupt(InterruptRequest),
+    /// Mount, remount or unmount a mount point (`mount`/`umount`, chrooted); a change.
+    Mount {
+        /// Host path of the mount point.
+        path: PathBuf,
+        /// Which operation.
+        op: MountOp,
+    },
+    /// Load a kernel module (`modprobe <name>`, chrooted). A change when `/proc/modules`
+    /// said it is not loaded (`known: true`); an action when the module table could not be
+    /// read (`known: false`).
+    ModuleLoad {
+        /// Module name as given.
+        name: String,
+        /// `/proc/modules` was read and does not list the module.
+        known: bool,
+    },
+    /// Regenerate the initramfs (deferred to the end of the step); an action.
+    InitramfsUpdate(InitramfsTool),
+    /// Download a URL to a file, verified by its SHA-256 digest (`fs::fetch`).
+    Fetch(crate::host::fetch::Download),
+    /// Hold packages at their installed version, or release them (`pkg::hold`/`unhold`:
+    /// `apt-mark hold|unhold`, `dnf|yum versionlock add|delete`); only the packages whose
+    /// state differs are listed.
+    PackageHold {
+        /// The manager used.
+        manager: PkgManager,
+        /// Package names.
+        names: Vec<String>,
+        /// True to hold, false to release.
+        hold: bool,
+    },
 }
 
 /// The class of an [`Effect`]: see the module documentation.
@@ -266,7 +342,9 @@ impl Effect {
             Effect::ServiceAction { .. }
             | Effect::DaemonReload
             | Effect::Command { .. }
-            | Effect::GrubUpdate(_) => EffectClass::Action,
+            | Effect::GrubUpdate(_)
+            | Effect::InitramfsUpdate(_)
+            | Effect::ModuleLoad { known: false, .. } => EffectClass::Action,
             Effect::Interrupt(_) => EffectClass::Interrupt,
             _ => EffectClass::Change,
         }
@@ -275,7 +353,8 @@ impl Effect {
     /// A short machine-readable kind for reports: `write`, `remove`, `mkdir`, `remove_all`,
     /// `chmod`, `chown`, `symlink`, `service`, `service_action`, `daemon_reload`,
     /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,
-    /// `grub_update`, `interrupt`.
+    /// `grub_update`, `interrupt`, `mount`, `module_load`, `initramfs_update`, `fetch`,
+    /// `package_hold`, `package_unhold`.
     pub fn kind(&self) -> &'static str {
         match self {
             Effect::WriteFile { .. } => "write",
@@ -295,6 +374,12 @@ impl Effect {
             Effect::GuardedCommand { .. } => "guarded_command",
             Effect::GrubUpdate(_) => "grub_update",
             Effect::Interrupt(_) => "interrupt",
+            Effect::Mount { .. } => "mount",
+            Effect::ModuleLoad { .. } => "module_load",
+            Effect::InitramfsUpdate(_) => "initramfs_update",
+            Effect::Fetch(_) => "fetch",
+            Effect::PackageHold { hold: true, .. } => "package_hold",
+            Effect::PackageHold { hold: false, .. } => "package_unhold",
         }
     }
 
@@ -317,6 +402,11 @@ impl Effect {
             Effect::Command { argv, .. } | Effect::GuardedCommand { argv, .. } => quote_argv(argv),
             Effect::GrubUpdate(_) => "grub".into(),
             Effect::Interrupt(_) => "node".into(),
+            Effect::Mount { path, .. } => path.display().to_string(),
+            Effect::ModuleLoad { name, .. } => name.clone(),
+            Effect::InitramfsUpdate(_) => "initramfs".into(),
+            Effect::Fetch(d) => d.path.display().to_string(),
+            Effect::PackageHold { names, .. } => names.join(" "),
         }
     }
 }

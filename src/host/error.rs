@@ -283,6 +283,67 @@ pub enum HostError {
         /// The variable name.
         var: String,
     },
+
+    /// A structured config file (`toml::`, `json::`, `ini::`) or text (`toml::parse`) does
+    /// not parse; `line` and `column` are 1-based (column in characters).
+    #[error("{}:{line}:{column}: invalid {format}: {message}", path.display())]
+    Parse {
+        /// The host path (`<text>` for a string argument).
+        path: PathBuf,
+        /// `TOML`, `JSON` or `INI`.
+        format: &'static str,
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// `mount::ensure` with state `mounted` found the mount point mounted from another
+    /// source or with another filesystem type.
+    #[error(
+        "{} is mounted from {found}, not {wanted}: unmount it first (mount::remove) or change the source",
+        path.display()
+    )]
+    MountConflict {
+        /// The mount point.
+        path: std::path::PathBuf,
+        /// The live mount (`/proc/1/mountinfo`): `<source> (<fstype>)`.
+        found: String,
+        /// What was asked for: `<source> (<fstype>)`.
+        wanted: String,
+    },
+    /// `fs::fetch` could not download `url`: connection, TLS, HTTP status, redirects, size
+    /// limit, timeout or cancellation (the message says which). The destination is unchanged.
+    #[error("failed to download {url}: {message}")]
+    Fetch {
+        /// The URL as given (or the redirect target that failed).
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+
+    /// `fs::fetch` downloaded a URL but its SHA-256 digest is not the expected one; the
+    /// download was discarded and the destination is unchanged.
+    #[error("{0}")]
+    ChecksumMismatch(Box<ChecksumMismatch>),
+}
+
+/// The details of [`HostError::ChecksumMismatch`] (boxed: the error stays small).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "checksum mismatch for {url}: expected sha256 {expected}, got sha256 {actual} ({} left unchanged)",
+    path.display()
+)]
+pub struct ChecksumMismatch {
+    /// The URL as given.
+    pub url: String,
+    /// The destination host path.
+    pub path: PathBuf,
+    /// The expected digest (64 lowercase hex digits).
+    pub expected: String,
+    /// The digest of what was downloaded.
+    pub actual: String,
 }
 
 /// Result alias for host API calls.

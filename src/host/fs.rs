@@ -331,7 +331,13 @@ fn resolve_id(h: &Host, name: &str, group: bool) -> Result<u32> {
         })
 }
 
-fn ids(h: &Host, owner: Option<&str>, group: Option<&str>) -> Result<(Option<u32>, Option<u32>)> {
+/// Owner and group names (or numbers) as uid and gid, from the host root's `/etc/passwd` and
+/// `/etc/group` as the session sees them.
+pub(crate) fn ids(
+    h: &Host,
+    owner: Option<&str>,
+    group: Option<&str>,
+) -> Result<(Option<u32>, Option<u32>)> {
     Ok((
         owner.map(|o| resolve_id(h, o, false)).transpose()?,
         group.map(|g| resolve_id(h, g, true)).transpose()?,
@@ -475,10 +481,23 @@ pub fn append(h: &mut Host, p: &str, content: &str) -> Result<bool> {
 /// ([`crate::host::pathlock`]) and `compute` runs again on a fresh read, and the write
 /// follows under the lock. So a call that changes nothing takes no lock, and no update of
 /// another process made between the two reads is lost.
-fn edit(
+pub(crate) fn edit(
     h: &mut Host,
     path: &Path,
     compute: impl Fn(&Host) -> Result<Option<Vec<u8>>>,
+) -> Result<bool> {
+    edit_with(h, path, compute, |_| Ok(()))
+}
+
+/// [`edit`] that calls `before` once the write is needed, right before it is submitted,
+/// under the path's lock (as [`put_with`]); an error of `before` leaves the file unwritten.
+/// `compute` returning an empty content is a write of an empty file (use [`remove_with`] to
+/// remove one).
+pub(crate) fn edit_with(
+    h: &mut Host,
+    path: &Path,
+    compute: impl Fn(&Host) -> Result<Option<Vec<u8>>>,
+    before: impl FnOnce(&mut Host) -> Result<()>,
 ) -> Result<bool> {
     let Some(mut content) = compute(h)? else {
         h.note_unchanged();
@@ -494,7 +513,7 @@ fn edit(
             }
         }
     }
-    let changed = put_locked(h, path, content, (None, None, None), |_| Ok(()));
+    let changed = put_locked(h, path, content, (None, None, None), before);
     drop(lock);
     changed
 }

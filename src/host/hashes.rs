@@ -44,7 +44,7 @@ pub(crate) struct ContentHashes {
 impl ContentHashes {
     /// After change `index` was recorded for `effect`: remember a write's bytes (moved out
     /// of the effect, no copy) as its file's last change; a removal ends the file's chain
-    /// without `after`.
+    /// without `after`, a fetch with its own (its declared digest, set by `describe`).
     pub(crate) fn note(&mut self, index: usize, effect: Effect) {
         match effect {
             Effect::WriteFile { path, content, .. } => {
@@ -54,6 +54,12 @@ impl ContentHashes {
             }
             Effect::RemoveFile { path } => {
                 let key = normalize(&path);
+                self.last_write.remove(&key);
+                self.seen.insert(key);
+            }
+            // A fetch carries its own `after` (the verified digest) and ends the chain.
+            Effect::Fetch(d) => {
+                let key = normalize(&d.path);
                 self.last_write.remove(&key);
                 self.seen.insert(key);
             }

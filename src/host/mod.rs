@@ -21,6 +21,12 @@
 //! | [`report`] | [`Report`], [`ExecMode`] |
 //! | [`fs`], [`cmd`], [`service`], [`pkg`], [`os`], [`tuning`], [`interrupt`] | the API areas |
 //! | [`config`], [`secrets`] | configMaps and node metadata; secrets and the [`secrets::Redactor`] |
+//! | [`mount`], [`kmod`] | fstab and the host's mount table; kernel modules and the initramfs |
+//! | [`fetch`] | downloads verified by SHA-256 (`fs::fetch`) |
+//! | [`pkgrepo`] | package repositories and holds (`pkg::repo`, `remove_repo`, `hold`, `unhold`) |
+//! | [`toml`], [`json`], [`ini`] ([`structured`]: key paths, the shared read-modify-write) | format-preserving structured config edits |
+//! | [`text`] | pure helpers: `sha256`, `regex::`, `to_json` |
+//! | [`user`], [`group`], [`userdb`] | local users and groups (the account files, edited through effects) |
 
 mod apply;
 pub mod cmd;
@@ -29,26 +35,48 @@ pub mod deferred;
 pub mod digest;
 pub mod effect;
 pub mod error;
+pub mod fetch;
 pub mod fs;
+pub mod group;
 mod hashes;
+pub mod ini;
 pub mod interrupt;
+pub mod json;
+pub mod kmod;
 mod lines;
+pub mod mount;
 pub mod os;
 pub mod pathlock;
 pub mod pkg;
+pub mod pkgrepo;
 mod plan;
 pub mod report;
 pub mod root;
 pub mod secrets;
 pub mod service;
 pub mod session;
+pub mod structured;
+pub mod text;
 mod textdiff;
+pub mod toml;
 pub mod tuning;
+pub mod user;
+pub mod userdb;
 
+#[cfg(test)]
+pub(crate) mod fetch_tests;
+#[cfg(test)]
+mod pkgrepo_tests;
+#[cfg(test)]
+mod structured_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_mounts;
+#[cfg(test)]
 pub(crate) mod testutil;
+#[cfg(test)]
+mod user_tests;
 
 pub use error::HostError;
 pub use plan::render_diff;

@@ -51,13 +51,13 @@ pub fn manager(h: &Host) -> Result<Option<PkgManager>> {
     })
 }
 
-fn need_manager(h: &Host) -> Result<PkgManager> {
+pub(crate) fn need_manager(h: &Host) -> Result<PkgManager> {
     manager(h)?.ok_or_else(|| HostError::NoPackageManager {
         id: crate::host::os::id(h).unwrap_or_default(),
     })
 }
 
-fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.is_empty() || name.starts_with('-') || name.chars().any(char::is_whitespace) {
         return Err(HostError::Invalid {
             what: "package name",
@@ -67,7 +67,7 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-fn query(h: &Host, argv: &[&str]) -> Result<crate::host::cmd::CmdOutput> {
+pub(crate) fn query(h: &Host, argv: &[&str]) -> Result<crate::host::cmd::CmdOutput> {
     let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
     exec(
         h,
@@ -99,7 +99,8 @@ fn real_version(h: &Host, m: PkgManager, name: &str) -> Result<Option<String>> {
     Ok(out)
 }
 
-/// `pkg::installed(name)`.
+/// `pkg::installed(name)`: the package is installed; for a pinned `name` (see
+/// [`parse_spec`]), installed in that version.
 ///
 /// # Errors
 /// Invalid name; no package manager; the query failing to start.
@@ -111,6 +112,9 @@ pub fn installed(h: &Host, name: &str) -> Result<bool> {
         return Ok(*p);
     }
     let m = need_manager(h)?;
+    if parse_spec(m, name).version.is_some() {
+        return satisfied(h, m, name);
+    }
     Ok(real_version(h, m, name)?.is_some())
 }
 
@@ -131,8 +135,98 @@ pub fn version(h: &Host, name: &str) -> Result<Option<String>> {
     real_version(h, m, name)
 }
 
-/// `pkg::install(names, #{update})`: install the packages that are not installed (each name
-/// once); `update` refreshes the package index first (only when something is missing).
+/// A package argument of `pkg::install`: a name, or a name pinned to a version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackageSpec {
+    /// The package name.
+    pub name: String,
+    /// The version asked for: apt's `name=version` (compared with dpkg's `${Version}`
+    /// exactly), or rpm's `name-version[-release]` (compared with `%{VERSION}-%{RELEASE}`,
+    /// or with `%{VERSION}` alone when no release is given).
+    pub version: Option<String>,
+}
+
+/// One rpm version or release word: starts with a digit, then `[0-9A-Za-z._+~^]`.
+fn rpm_word(w: &str) -> bool {
+    w.starts_with(|c: char| c.is_ascii_digit())
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._+~^".contains(c))
+}
+
+/// Parse an install argument for `manager`. apt: `name=version` (the first `=`). dnf, yum
+/// and zypper: `name-version` or `name-version-release`, recognised only when the version
+/// starts with a digit and contains a `.` and the release (when present) starts with a
+/// digit, taking the first `-` where that holds (`cuda-drivers-550.90.07`,
+/// `cuda-drivers-550.90.07-1.el9`); anything else is a plain name (`java-17-openjdk`,
+/// `java-1.8.0-openjdk`). Epochs (`2:`) are not supported.
+pub fn parse_spec(manager: PkgManager, spec: &str) -> PackageSpec {
+    let plain = || PackageSpec {
+        name: spec.to_string(),
+        version: None,
+    };
+    match manager {
+        PkgManager::Apt => match spec.split_once('=') {
+            Some((n, v)) if !n.is_empty() && !v.is_empty() => PackageSpec {
+                name: n.to_string(),
+                version: Some(v.to_string()),
+            },
+            _ => plain(),
+        },
+        _ => {
+            for (i, _) in spec.match_indices('-') {
+                let (name, rest) = (&spec[..i], &spec[i + 1..]);
+                if name.is_empty() {
+                    continue;
+                }
+                let (v, r) = match rest.split_once('-') {
+                    Some((v, r)) => (v, Some(r)),
+                    None => (rest, None),
+                };
+                if rpm_word(v) && v.contains('.') && r.is_none_or(rpm_word) {
+                    return PackageSpec {
+                        name: name.to_string(),
+                        version: Some(rest.to_string()),
+                    };
+                }
+            }
+            plain()
+        }
+    }
+}
+
+/// Whether `installed` (dpkg `${Version}`, rpm `%{VERSION}-%{RELEASE}`) is the version asked
+/// for.
+fn version_matches(manager: PkgManager, installed: &str, wanted: &str) -> bool {
+    match manager {
+        PkgManager::Apt => installed == wanted,
+        _ => installed == wanted || installed.starts_with(&format!("{wanted}-")),
+    }
+}
+
+/// Whether `spec` is satisfied: installed, and in the version asked for (plan and check
+/// mode: a planned install or removal answers first).
+fn satisfied(h: &Host, m: PkgManager, raw: &str) -> Result<bool> {
+    let spec = parse_spec(m, raw);
+    let Some(want) = &spec.version else {
+        return installed(h, raw);
+    };
+    check_name(&spec.name)?;
+    if h.mode() != ExecMode::Apply {
+        if let Some(p) = h.overlay.packages.get(raw) {
+            return Ok(*p);
+        }
+        if h.overlay.packages.get(&spec.name) == Some(&false) {
+            return Ok(false);
+        }
+    }
+    Ok(real_version(h, m, &spec.name)?.is_some_and(|v| version_matches(m, &v, want)))
+}
+
+/// `pkg::install(names, #{update})`: install the packages that are not installed, or not in
+/// the version asked for (`name=version` with apt, `name-version[-release]` with dnf/yum,
+/// see [`parse_spec`]); each name once. `update` refreshes the package index first (only
+/// when something is missing), and so does a package index made stale by a changed
+/// `pkg::repo` earlier in the session ([`Host::mark_package_index_stale`]).
 ///
 /// # Errors
 /// As [`installed`]; the package manager failing (apply).
@@ -140,7 +234,7 @@ pub fn install(h: &mut Host, names: &[String], update: bool) -> Result<bool> {
     let m = need_manager(h)?;
     let mut missing: Vec<String> = Vec::new();
     for n in names {
-        if !missing.contains(n) && !installed(h, n)? {
+        if !missing.contains(n) && !satisfied(h, m, n)? {
             missing.push(n.clone());
         }
     }
@@ -148,11 +242,15 @@ pub fn install(h: &mut Host, names: &[String], update: bool) -> Result<bool> {
         h.note_unchanged();
         return Ok(false);
     }
+    let update = update || h.package_index_stale;
     h.submit(Effect::PackageInstall {
         manager: m,
         names: missing,
         update,
     })?;
+    if update {
+        h.package_index_stale = false;
+    }
     Ok(true)
 }
 

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::host::Host;
-use crate::host::effect::{Effect, GrubUpdate, ServiceOp, quote_argv};
+use crate::host::effect::{Effect, GrubUpdate, MountOp, ServiceOp, quote_argv};
 use crate::host::error::Result;
 use crate::host::root::EntryKind;
 use crate::host::session::Stat;
@@ -42,6 +42,13 @@ pub(crate) enum Node {
         target: PathBuf,
     },
     Absent,
+    /// A file `fs::fetch` would download: its digest is known, its content is not.
+    Download {
+        sha256: String,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
 }
 
 impl Node {
@@ -63,6 +70,8 @@ impl Node {
                 ("symlink", target.as_os_str().len() as u64, 0o777, 0, 0, 0)
             }
             Node::Absent => return None,
+            // The size is unknown until the download happens.
+            Node::Download { mode, uid, gid, .. } => ("file", 0, *mode, *uid, *gid, 0),
         };
         Some(Stat {
             kind: kind.into(),
@@ -80,6 +89,9 @@ impl Node {
             Node::File { content, .. } => Ok(Some(content.clone())),
             Node::Dir { .. } => Err("is a directory"),
             Node::Symlink { .. } | Node::Absent => Ok(None),
+            Node::Download { .. } => Err(
+                "is downloaded by fs::fetch only when applied: its content is unknown in a plan",
+            ),
         }
     }
 
@@ -89,6 +101,7 @@ impl Node {
             Node::Dir { .. } => Some(EntryKind::Dir),
             Node::Symlink { .. } => Some(EntryKind::Symlink),
             Node::Absent => None,
+            Node::Download { .. } => Some(EntryKind::File),
         }
     }
 }
@@ -103,6 +116,12 @@ pub(crate) struct Overlay {
     pub(crate) services: HashMap<String, (Option<bool>, Option<bool>)>,
     /// Planned package presence.
     pub(crate) packages: HashMap<String, bool>,
+    /// Planned mount state by normalised mount point: mounted (`true`) or unmounted.
+    pub(crate) mounts: HashMap<PathBuf, bool>,
+    /// Kernel modules planned to be loaded (names with `-` as `_`).
+    pub(crate) modules: std::collections::HashSet<String>,
+    /// Planned package holds (`pkg::hold` true, `pkg::unhold` false).
+    pub(crate) holds: HashMap<String, bool>,
 }
 
 impl Overlay {
@@ -198,6 +217,9 @@ pub(crate) struct Described {
     pub summary: String,
     /// The unified diff of file contents, when asked for.
     pub diff: Option<String>,
+    /// `sha256:` of the content after, when the effect itself declares it (a fetch's
+    /// verified digest). File writes get theirs from the session (`src/host/hashes.rs`).
+    pub after: Option<String>,
     /// Missing directories the effect creates on the way, outermost first.
     pub mkdir: Vec<String>,
 }
@@ -213,6 +235,10 @@ impl Host {
             | Effect::Symlink { link: path, .. }
             | Effect::Mkdir { path, .. } => {
                 d.mkdir = self.missing_parents(path)?;
+            }
+            Effect::Fetch(f) => {
+                d.after = Some(format!("sha256:{}", f.sha256));
+                d.mkdir = self.missing_parents(&f.path)?;
             }
             _ => {}
         }
@@ -368,6 +394,23 @@ impl Host {
                 (parts.join("; "), None)
             }
             Effect::Interrupt(_) => ("interrupt".into(), None),
+            Effect::Mount { path, op } => (quote_argv(&op.argv(path)), None),
+            Effect::ModuleLoad { name, .. } => (format!("modprobe {name}"), None),
+            Effect::InitramfsUpdate(tool) => (quote_argv(&tool.argv()), None),
+            Effect::Fetch(d) => (d.summary(self.mode()), None),
+            Effect::PackageHold {
+                manager,
+                names,
+                hold,
+            } => (
+                format!(
+                    "{} packages {} ({})",
+                    if *hold { "hold" } else { "unhold" },
+                    names.join(" "),
+                    manager.name()
+                ),
+                None,
+            ),
         };
         Ok(Described {
             summary,
@@ -435,9 +478,14 @@ impl Host {
                     ServiceOp::Disable => e.1 = Some(false),
                 }
             }
-            Effect::PackageInstall { names, .. } => {
+            Effect::PackageInstall { names, manager, .. } => {
                 for n in names {
                     self.overlay.packages.insert(n.clone(), true);
+                    // A pinned version (`name=1.2`) installs the package itself too.
+                    let spec = crate::host::pkg::parse_spec(*manager, n);
+                    if spec.version.is_some() {
+                        self.overlay.packages.insert(spec.name, true);
+                    }
                 }
             }
             Effect::PackageRemove { names, .. } => {
@@ -465,7 +513,34 @@ impl Host {
             | Effect::Command { .. }
             | Effect::GuardedCommand { .. }
             | Effect::GrubUpdate(_)
-            | Effect::Interrupt(_) => {}
+            | Effect::Interrupt(_)
+            | Effect::InitramfsUpdate(_) => {}
+            Effect::Mount { path, op } => {
+                let key = crate::host::plan::normalize(path);
+                self.overlay.mounts.insert(key, *op != MountOp::Unmount);
+            }
+            Effect::ModuleLoad { name, .. } => {
+                self.overlay
+                    .modules
+                    .insert(crate::host::kmod::canonical_name(name));
+            }
+            Effect::Fetch(d) => {
+                let key = self.overlay_key(&d.path, true)?;
+                let old = self.view_stat(&key, true)?;
+                self.plan_parents(&key)?;
+                let node = Node::Download {
+                    sha256: d.sha256.clone(),
+                    mode: d.mode.or(old.as_ref().map(|s| s.mode)).unwrap_or(0o644),
+                    uid: d.uid.or(old.as_ref().map(|s| s.uid)).unwrap_or(0),
+                    gid: d.gid.or(old.as_ref().map(|s| s.gid)).unwrap_or(0),
+                };
+                self.overlay.set(key, node);
+            }
+            Effect::PackageHold { names, hold, .. } => {
+                for n in names {
+                    self.overlay.holds.insert(n.clone(), *hold);
+                }
+            }
         }
         Ok(())
     }
@@ -524,6 +599,16 @@ impl Host {
         let Some(s) = self.view_stat(&key, true)? else {
             return Ok(());
         };
+        if let Some(Node::Download { sha256, .. }) = self.overlay.lookup(&key) {
+            let node = Node::Download {
+                sha256: sha256.clone(),
+                mode: mode.unwrap_or(s.mode),
+                uid: uid.unwrap_or(s.uid),
+                gid: gid.unwrap_or(s.gid),
+            };
+            self.overlay.set(key, node);
+            return Ok(());
+        }
         let node = if s.kind == "dir" {
             Node::Dir {
                 mode: mode.unwrap_or(s.mode),

@@ -402,6 +402,34 @@ impl HostRoot {
         read_bounded(f, max_bytes).map_err(|e| self.err("read", host, e))
     }
 
+    /// Open a regular file for reading without blocking (`O_NONBLOCK | O_NOCTTY`, then
+    /// `fstat`): for callers that stream a file of any size (the digest of `fs::fetch`).
+    ///
+    /// # Errors
+    /// As [`HostRoot::open_read`]; `InvalidInput` "not a regular file (a fifo)".
+    pub fn open_regular(&self, host: &Path) -> Result<File> {
+        let f = self.open_with(
+            "read",
+            host,
+            OpenFlags::O_RDONLY | OpenFlags::O_NONBLOCK | OpenFlags::O_NOCTTY,
+        )?;
+        let ft = f
+            .metadata()
+            .map_err(|e| self.err("read", host, e))?
+            .file_type();
+        if !ft.is_file() {
+            return Err(self.err(
+                "read",
+                host,
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("not a regular file ({})", kind_name(ft)),
+                ),
+            ));
+        }
+        Ok(f)
+    }
+
     /// Read a whole file, `Ok(None)` when it does not exist.
     ///
     /// # Errors
@@ -722,6 +750,24 @@ impl HostRoot {
         uid: Option<u32>,
         gid: Option<u32>,
     ) -> Result<()> {
+        self.write_atomic_from(host, mode, uid, gid, |f| f.write_all(data))
+    }
+
+    /// [`HostRoot::write_atomic_owned`] whose content `fill` writes into the temporary file
+    /// (for content streamed from elsewhere, e.g. a download). When `fill` fails nothing is
+    /// renamed: the destination is unchanged and the temporary file removed, and the error
+    /// names the destination.
+    ///
+    /// # Errors
+    /// As [`HostRoot::write_atomic_owned`], plus `fill`'s error.
+    pub fn write_atomic_from(
+        &self,
+        host: &Path,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        fill: impl FnOnce(&mut File) -> io::Result<()>,
+    ) -> Result<()> {
         self.check_abs("write", host)?;
         let target = self.write_target(host)?;
         let (parent, _) = split(&target).map_err(|e| self.err("write", host, e))?;
@@ -751,8 +797,7 @@ impl HostRoot {
         };
         let result = (|| -> Result<()> {
             // Errors name the target, not the temporary the user never asked for.
-            f.write_all(data)
-                .map_err(|e| self.err("write", &target, e))?;
+            fill(&mut f).map_err(|e| self.err("write", &target, e))?;
             let owner_uid = uid.or(existing.as_ref().map(|m| m.uid()));
             let owner_gid = gid.or(existing.as_ref().map(|m| m.gid()));
             if owner_uid.is_some() || owner_gid.is_some() {
@@ -858,6 +903,16 @@ impl HostRoot {
         let f = self.open_with("set times of", host, OpenFlags::O_RDONLY)?;
         f.set_modified(mtime)
             .map_err(|e| self.err("set times of", host, e))
+    }
+
+    /// Open an existing file for writing without truncating it (`O_WRONLY`), following
+    /// symlinks inside the root: for a lock that needs a writable descriptor
+    /// (`fcntl(F_SETLKW)` with `F_WRLCK`, [`crate::host::userdb`]).
+    ///
+    /// # Errors
+    /// Not found, permission, or an attempted escape (`EXDEV`).
+    pub fn open_write(&self, host: &Path) -> Result<File> {
+        self.open_with("open", host, OpenFlags::O_WRONLY)
     }
 }
 

@@ -15,7 +15,8 @@
 //!
 //! A changed systemd drop-in schedules one `systemctl daemon-reload` (coalesced), run before
 //! the next `service::` call or at the end of the step; a changed grub drop-in schedules one
-//! grub regeneration at the end. [`Host::finish`] runs what is pending and returns the
+//! grub regeneration at the end, a changed `kmod::` blacklist or options file one initramfs
+//! regeneration ([`crate::host::kmod`]). [`Host::finish`] runs what is pending and returns the
 //! [`Report`]. **Call `finish` on error paths too**: a step that failed after scheduling a
 //! daemon-reload must still run it. As a safety net, dropping a `Host` without calling
 //! `finish` runs pending work too (errors are then lost), so an early `?` return cannot lose
@@ -145,11 +146,18 @@ pub struct Host {
     recorded_reload: bool,
     /// A grub record exists in the root ([`deferred`]).
     recorded_grub: bool,
+    /// An initramfs regeneration is due at the end of the step ([`crate::host::kmod`]).
+    pub(crate) pending_initramfs: bool,
+    /// An initramfs record exists in the root ([`deferred`]).
+    recorded_initramfs: bool,
     finished: bool,
     /// The script position of the host call being served ([`Host::set_position`]).
     position: Option<Position>,
     /// The step's ordered list, shared with a recording output ([`Host::journal`]).
     journal: Journal,
+    /// A package repository changed in this session: the next `pkg::install` refreshes the
+    /// index ([`Host::mark_package_index_stale`]).
+    pub(crate) package_index_stale: bool,
 }
 
 impl Host {
@@ -160,6 +168,7 @@ impl Host {
         let redactor = options.redactor.take().unwrap_or_default();
         redactor.add_from_env(&options.env);
         let (recorded_reload, grub) = deferred::load(&root);
+        let recorded_initramfs = deferred::initramfs_recorded(&root);
         Host {
             root,
             mode,
@@ -173,9 +182,12 @@ impl Host {
             recorded_grub: grub.is_some(),
             pending_grub: grub.unwrap_or_default(),
             recorded_reload,
+            pending_initramfs: recorded_initramfs,
+            recorded_initramfs,
             finished: false,
             position: None,
             journal: Journal::default(),
+            package_index_stale: false,
         }
     }
 
@@ -240,6 +252,13 @@ impl Host {
         &self.journal
     }
 
+    /// Mark the package index stale (a repository definition or key changed): the next
+    /// `pkg::install` of this session that installs something refreshes it first
+    /// (`apt-get update`, `dnf makecache`, ...), in every mode.
+    pub fn mark_package_index_stale(&mut self) {
+        self.package_index_stale = true;
+    }
+
     /// Count a mutating call that found the desired state already in place.
     pub fn note_unchanged(&mut self) {
         self.report.unchanged += 1;
@@ -299,7 +318,7 @@ impl Host {
                     summary: d.summary,
                     diff: d.diff,
                     before,
-                    after: None,
+                    after: d.after,
                     mkdir: d.mkdir,
                     position,
                 });
@@ -378,6 +397,35 @@ impl Host {
         self.pending_grub = pending;
     }
 
+    /// Write-ahead for a `kmod::` blacklist or options file change: schedule one initramfs
+    /// regeneration at the end of the step and, in apply mode, make the initramfs record
+    /// durable ([`deferred::record_initramfs`]) before the file is written. Returns what to
+    /// give [`Host::restore_initramfs`] when the write then fails.
+    ///
+    /// # Errors
+    /// Writing the record failed (nothing is scheduled then; the file must not be written).
+    pub(crate) fn schedule_initramfs_ahead(&mut self) -> Result<(bool, bool)> {
+        if self.mode == ExecMode::Apply {
+            deferred::record_initramfs(&self.root)?;
+        }
+        let prev = (self.pending_initramfs, self.recorded_initramfs);
+        self.pending_initramfs = true;
+        self.recorded_initramfs = self.recorded_initramfs || self.mode == ExecMode::Apply;
+        Ok(prev)
+    }
+
+    /// Undo [`Host::schedule_initramfs_ahead`] after the file write failed: the previous
+    /// pending state and, in apply mode, no record when there was none before. Best effort.
+    pub(crate) fn restore_initramfs(&mut self, (pending, recorded): (bool, bool)) {
+        if self.mode == ExecMode::Apply
+            && !recorded
+            && deferred::clear(&self.root, &deferred::initramfs_path()).is_ok()
+        {
+            self.recorded_initramfs = false;
+        }
+        self.pending_initramfs = pending;
+    }
+
     /// Run a scheduled daemon-reload now (before a `service::` call).
     ///
     /// # Errors
@@ -437,11 +485,34 @@ impl Host {
             }
             None => Ok(()),
         };
-        reload.and(grub_result)
+        reload.and(grub_result).and(self.run_initramfs())
     }
 
-    /// End the session: run pending deferred work (daemon-reload, grub regeneration) and
-    /// return the report. Call it whether the step succeeded or not.
+    /// The deferred initramfs regeneration ([`crate::host::kmod`]): `dracut -f` on the rhel
+    /// and fedora families, else `update-initramfs -u`; the record is dropped once it
+    /// succeeded, kept (or written) when it failed.
+    fn run_initramfs(&mut self) -> Result<()> {
+        if !std::mem::take(&mut self.pending_initramfs) {
+            return Ok(());
+        }
+        let r = crate::host::kmod::initramfs_tool(self)
+            .and_then(|tool| self.submit(Effect::InitramfsUpdate(tool)).map(|_| ()));
+        if self.mode == ExecMode::Apply {
+            if r.is_ok() {
+                if self.recorded_initramfs
+                    && deferred::clear(&self.root, &deferred::initramfs_path()).is_ok()
+                {
+                    self.recorded_initramfs = false;
+                }
+            } else if deferred::record_initramfs(&self.root).is_ok() {
+                self.recorded_initramfs = true;
+            }
+        }
+        r
+    }
+
+    /// End the session: run pending deferred work (daemon-reload, grub and initramfs
+    /// regeneration) and return the report. Call it whether the step succeeded or not.
     ///
     /// # Errors
     /// The first failure of the deferred work (the rest is still attempted). Use

@@ -12,11 +12,11 @@ use crate::host::testutil::{TestHost, tree};
 use crate::host::tuning::{grub, sysctl, ulimit};
 use crate::host::{ExecMode, Host, interrupt, pkg, service};
 
-fn s(v: &[&str]) -> Vec<String> {
+pub(crate) fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
 }
 
-fn snapshot(t: &TestHost) -> std::collections::BTreeMap<PathBuf, String> {
+pub(crate) fn snapshot(t: &TestHost) -> std::collections::BTreeMap<PathBuf, String> {
     let mut m = tree(&t.root);
     m.remove(Path::new("stub.log"));
     m
@@ -25,7 +25,7 @@ fn snapshot(t: &TestHost) -> std::collections::BTreeMap<PathBuf, String> {
 /// Run `f` in plan, check, apply, apply again, check and plan again, asserting: a plan and
 /// a check leave the root byte-identical and report what apply then does; the second apply
 /// changes nothing; the check after apply finds no drift.
-fn all_modes(t: &TestHost, f: impl Fn(&mut Host) -> Result<Vec<bool>>) -> Vec<bool> {
+pub(crate) fn all_modes(t: &TestHost, f: impl Fn(&mut Host) -> Result<Vec<bool>>) -> Vec<bool> {
     let before = snapshot(t);
     let mut h = t.host(ExecMode::Plan);
     let planned = f(&mut h).unwrap();

@@ -44,6 +44,7 @@ pub const STDLIB: &[(&str, &str)] = &[
     ("shellscript", include_str!("../../stdlib/shellscript.rhai")),
     ("tuned", include_str!("../../stdlib/tuned.rhai")),
     ("tuning", include_str!("../../stdlib/tuning.rhai")),
+    ("containerd", include_str!("../../stdlib/containerd.rhai")),
 ];
 
 /// The source of embedded module `name`, if there is one.
@@ -488,7 +489,7 @@ mod tests {
         ));
         assert_eq!(
             parse_spec("skyhook/nope"),
-            Err("no embedded module named \"nope\" (available: hello, kdump, shellscript, tuned, tuning)".to_string())
+            Err("no embedded module named \"nope\" (available: hello, kdump, shellscript, tuned, tuning, containerd)".to_string())
         );
     }
 }

@@ -1288,7 +1288,14 @@ fn shellscript_runs_rhai_configmaps_in_the_same_session() {
 #[test]
 fn example_packages_load_and_compile() {
     let engine = ScriptEngine::default();
-    for module in ["tuning", "tuned", "kdump", "shellscript"] {
+    for module in [
+        "tuning",
+        "tuned",
+        "kdump",
+        "shellscript",
+        "containerd-nvidia",
+        "gpu-service-user",
+    ] {
         let dir = manifest().join("examples").join(module);
         let json = std::fs::read(dir.join("config.json")).unwrap();
         let loaded = crate::package::load::parse(&dir.join("config.json"), &json)
@@ -1359,7 +1366,14 @@ fn cr_configmaps(yaml: &str) -> std::collections::BTreeMap<String, String> {
 /// of the example (`skyhook-run --package examples/<m>`) tests what the CR deploys.
 #[test]
 fn example_configmaps_match_the_crs() {
-    for module in ["tuning", "tuned", "kdump", "shellscript"] {
+    for module in [
+        "tuning",
+        "tuned",
+        "kdump",
+        "shellscript",
+        "containerd-nvidia",
+        "gpu-service-user",
+    ] {
         let dir = manifest().join("examples").join(module);
         let cr = cr_configmaps(&std::fs::read_to_string(dir.join("skyhook.yaml")).unwrap());
         let mut files = std::collections::BTreeMap::new();
@@ -1403,3 +1417,6 @@ fn docs_name_every_function() {
         }
     }
 }
+
+#[path = "stdlib_tests/containerd.rs"]
+mod containerd;

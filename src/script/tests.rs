@@ -703,7 +703,7 @@ fn unknown_stdlib_module() {
     let (_d, _e, c) = compile_with(Limits::default(), "import \"skyhook/nope\" as n;", &[]);
     assert_eq!(
         c.unwrap_err().message,
-        "cannot import \"skyhook/nope\": no embedded module named \"nope\" (available: hello, kdump, shellscript, tuned, tuning)"
+        "cannot import \"skyhook/nope\": no embedded module named \"nope\" (available: hello, kdump, shellscript, tuned, tuning, containerd)"
     );
 }
 

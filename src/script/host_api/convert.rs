@@ -165,6 +165,49 @@ pub fn json_map(o: serde_json::Map<String, serde_json::Value>) -> Map {
     o.into_iter().map(|(k, v)| (k.into(), json(v))).collect()
 }
 
+/// A script value as JSON for the structured-config edits (`toml::set`, `json::set`):
+/// `()` → null, bool, int, float (finite), string (a char as a one-character string),
+/// array, map (keys in the map's order: sorted); `what` names the argument in messages.
+pub fn to_json(d: &Dynamic, what: &str) -> Result<serde_json::Value, String> {
+    use serde_json::Value;
+    if d.is_unit() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = d.as_bool() {
+        return Ok(Value::Bool(b));
+    }
+    if let Ok(i) = d.as_int() {
+        return Ok(Value::from(i));
+    }
+    if let Ok(f) = d.as_float() {
+        return serde_json::Number::from_f64(f)
+            .map(Value::Number)
+            .ok_or_else(|| format!("{what} is {f}, which cannot be stored (not finite)"));
+    }
+    if d.is_string() || d.is_char() {
+        return Ok(Value::String(d.to_string()));
+    }
+    if let Some(a) = d.read_lock::<Array>() {
+        return a
+            .iter()
+            .enumerate()
+            .map(|(i, x)| to_json(x, &format!("{what}[{i}]")))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array);
+    }
+    if let Some(m) = d.read_lock::<Map>() {
+        return m
+            .iter()
+            .map(|(k, x)| Ok((k.to_string(), to_json(x, &format!("{what}.{k}"))?)))
+            .collect::<Result<serde_json::Map<_, _>, String>>()
+            .map(Value::Object);
+    }
+    Err(format!(
+        "{what} must be a string, number, bool, array, map or (), got {}",
+        d.type_name()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

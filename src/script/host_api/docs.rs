@@ -152,11 +152,47 @@ pub(crate) const GUARDED_RUN_KEYS: &[&str] = &[
     "onlyif",
 ];
 const WRITE_KEYS: &[&str] = &["mode", "owner", "group"];
+/// The option keys of `mount::ensure` (checked by its binding).
+pub(crate) const MOUNT_KEYS: &[&str] = &["source", "fstype", "options", "state", "dump", "pass"];
+/// The option keys of `kmod::blacklist`.
+pub(crate) const BLACKLIST_KEYS: &[&str] = &["file", "disable"];
+/// The option keys of the other `kmod::` file functions.
+pub(crate) const KMOD_FILE_KEYS: &[&str] = &["file"];
+/// The option keys of `fs::fetch` (the binding checks against this list).
+pub(crate) const FETCH_KEYS: &[&str] =
+    &["sha256", "mode", "owner", "group", "timeout", "max_bytes"];
+/// The option keys of `pkg::repo` (the binding checks against this list).
+pub(crate) const REPO_KEYS: &[&str] = &[
+    "url",
+    "suites",
+    "components",
+    "arch",
+    "key",
+    "key_url",
+    "key_sha256",
+    "enabled",
+];
+/// The option keys of `user::ensure` (checked by the binding, [`super::users`]).
+pub(crate) const USER_KEYS: &[&str] = &[
+    "uid",
+    "group",
+    "groups",
+    "home",
+    "shell",
+    "system",
+    "create_home",
+    "comment",
+];
+/// The option keys of `user::remove`.
+pub(crate) const USER_REMOVE_KEYS: &[&str] = &["remove_home"];
+/// The option keys of `group::ensure`.
+pub(crate) const GROUP_KEYS: &[&str] = &["gid", "system"];
 
 const P: (&str, &str) = ("path", "String");
 const NAME: (&str, &str) = ("name", "String");
 const OPTS: (&str, &str) = ("opts", "Map");
 const ARGV: (&str, &str) = ("argv", "Array");
+const KEY_PATH: (&str, &str) = ("key_path", "?");
 
 use Modes::*;
 
@@ -562,7 +598,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[NAME],
         "bool",
         Query,
-        "True when the package is installed.",
+        "True when the package is installed; for a pinned name (`\"cuda-drivers=550.90.07-1\"`, `\"cuda-drivers-550.90.07\"`, as `install` takes them) installed in that version.",
     ),
     f(
         "pkg",
@@ -578,7 +614,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[("names", "?")],
         "bool",
         Change,
-        "Install what is missing of a name or an array of names, non-interactively, waiting (bounded) for the package manager's lock.",
+        "Install what is missing of a name or an array of names, non-interactively, waiting (bounded) for the package manager's lock. A name may pin a version: `\"cuda-drivers=550.90.07-1\"` (apt, compared with dpkg's `${Version}`; installed with `--allow-downgrades`) or `\"cuda-drivers-550.90.07\"` / `\"cuda-drivers-550.90.07-1.el9\"` (dnf/yum: a version starting with a digit and containing a `.`, compared with `%{VERSION}-%{RELEASE}`): another installed version is a change. After a changed `pkg::repo` the index is refreshed first.",
     ),
     with_opts(
         &["update"],
@@ -803,6 +839,458 @@ pub const FUNCTIONS: &[FnDoc] = &[
         Context,
         "The operator's packages map for the node (empty when unknown).",
     ),
+    // mount
+    with_opts(
+        MOUNT_KEYS,
+        f(
+            "mount",
+            "ensure",
+            &[P, OPTS],
+            "bool",
+            Change,
+            "Keep exactly one `/etc/fstab` line `<source> <path> <fstype> <options> <dump> <pass>` for mount point `path` (`#{source, fstype}` required; `options` a string or an array, default `defaults`; `dump`/`pass` default 0 0; `source` as given: `UUID=...`, `LABEL=...`, `/dev/...`), replacing another line for it in place and keeping every other line byte for byte; create the mount point (0755). With `state: \"mounted\"` (default) run `mount <path>` when the host's mount table (`/proc/1/mountinfo`) does not list it, or `mount -o remount <path>` when it is mounted and the fstab line changed; mounted from another source or fstype is an error (nothing changed). `state: \"present\"`: fstab and directory only. An unmounted filesystem is drift.",
+        ),
+    ),
+    f(
+        "mount",
+        "remove",
+        &[P],
+        "bool",
+        Change,
+        "`umount <path>` when mounted, then remove the mount point's `/etc/fstab` lines (the directory stays).",
+    ),
+    f(
+        "mount",
+        "is_mounted",
+        &[P],
+        "bool",
+        Query,
+        "True when the host's mount table (`/proc/1/mountinfo` under the root; octal escapes such as `\\040` decoded) lists `path`; in a plan also after a planned `mount::ensure`.",
+    ),
+    f(
+        "mount",
+        "info",
+        &[P],
+        "?",
+        Query,
+        "`#{path, source, fstype, options, super_options, root}` of the filesystem mounted at `path` (topmost), or `()`; for a planned mount the fstab line's fields.",
+    ),
+    // kmod
+    f(
+        "kmod",
+        "blacklist",
+        &[NAME],
+        "bool",
+        Change,
+        "Keep `blacklist <name>` in `/etc/modprobe.d/blacklist-<name>.conf`; a change regenerates the initramfs once at the end of the step.",
+    ),
+    with_opts(
+        BLACKLIST_KEYS,
+        f(
+            "kmod",
+            "blacklist",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "As `blacklist(name)` in `/etc/modprobe.d/<file>.conf`; `disable: true` also keeps `install <name> /bin/false` (no explicit `modprobe` or dependency loads it either), `false` removes that line.",
+        ),
+    ),
+    f(
+        "kmod",
+        "unblacklist",
+        &[NAME],
+        "bool",
+        Change,
+        "Take the `blacklist <name>` and `install <name> /bin/false` lines out of the blacklist file (removed when left empty); a change regenerates the initramfs.",
+    ),
+    with_opts(
+        KMOD_FILE_KEYS,
+        f(
+            "kmod",
+            "unblacklist",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "As `unblacklist(name)` in `/etc/modprobe.d/<file>.conf`.",
+        ),
+    ),
+    f(
+        "kmod",
+        "options",
+        &[NAME, ("opts", "?")],
+        "bool",
+        Change,
+        "Keep exactly one `options <name> <opts>` line in `/etc/modprobe.d/<name>.conf` (`opts` a string `\"modeset=0\"` or a map `#{modeset: 0}`, rendered `k=v` by key); another `options <name>` line is replaced, other lines stay; a change regenerates the initramfs. A hand-edited value is drift.",
+    ),
+    with_opts(
+        KMOD_FILE_KEYS,
+        f(
+            "kmod",
+            "options",
+            &[NAME, ("opts", "?"), ("file_opts", "Map")],
+            "bool",
+            Change,
+            "As `options(name, opts)` in `/etc/modprobe.d/<file>.conf` (`#{file}`), which may also hold the module's blacklist lines.",
+        ),
+    ),
+    f(
+        "kmod",
+        "remove_options",
+        &[NAME],
+        "bool",
+        Change,
+        "Take the `options <name>` lines out of `/etc/modprobe.d/<name>.conf` (removed when left empty); a change regenerates the initramfs.",
+    ),
+    with_opts(
+        KMOD_FILE_KEYS,
+        f(
+            "kmod",
+            "remove_options",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "As `remove_options(name)` in `/etc/modprobe.d/<file>.conf`.",
+        ),
+    ),
+    f(
+        "kmod",
+        "load_at_boot",
+        &[NAME],
+        "bool",
+        Change,
+        "Keep the line `<name>` in `/etc/modules-load.d/<name>.conf` (read by systemd-modules-load at boot); no initramfs regeneration.",
+    ),
+    with_opts(
+        KMOD_FILE_KEYS,
+        f(
+            "kmod",
+            "load_at_boot",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "As `load_at_boot(name)` in `/etc/modules-load.d/<file>.conf` (one file may list several modules).",
+        ),
+    ),
+    f(
+        "kmod",
+        "unload_at_boot",
+        &[NAME],
+        "bool",
+        Change,
+        "Take the line `<name>` out of `/etc/modules-load.d/<name>.conf` (removed when left empty).",
+    ),
+    with_opts(
+        KMOD_FILE_KEYS,
+        f(
+            "kmod",
+            "unload_at_boot",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "As `unload_at_boot(name)` in `/etc/modules-load.d/<file>.conf`.",
+        ),
+    ),
+    f(
+        "kmod",
+        "loaded",
+        &[NAME],
+        "bool",
+        Query,
+        "True when `/proc/modules` under the root lists the module (`-` and `_` equivalent; built-in modules are not listed; `false` without `/proc/modules`); in a plan also after a planned `kmod::load`.",
+    ),
+    f(
+        "kmod",
+        "load",
+        &[NAME],
+        "bool",
+        Change,
+        "`modprobe <name>` unless loaded: a change (drift in a check) when `/proc/modules` does not list it; without `/proc/modules` an action, run every time.",
+    ),
+    with_opts(
+        FETCH_KEYS,
+        f(
+            "fs",
+            "fetch",
+            &[("url", "String"), P, OPTS],
+            "bool",
+            Change,
+            "Download `url` (`http://`, or `https://` trusting the host's CA bundle: the first of `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`, `/etc/ssl/ca-bundle.pem`, `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`, `/etc/ssl/cert.pem`; up to 5 redirects; no proxy) to `path`, verified by `#{sha256}` (required, 64 hex digits), with `#{mode, owner, group}`. Unchanged when the file already has that digest (only `mode`/`owner`/`group` are then set when they differ); otherwise streamed to a temporary file beside it, checked, and renamed into place. A wrong digest, an HTTP error, a body over `max_bytes` (default 4 GiB), the `timeout` (seconds, default 300, capped by the step's deadline) or a cancel fail the call and leave `path` unchanged. A plan makes no request (`would download <url> (sha256 ...) to <path>`); later reads in it see the file, but `fs::read` of it fails (its content is unknown until applied). Check: drift when missing or of another digest.",
+        ),
+    ),
+    with_opts(
+        REPO_KEYS,
+        f(
+            "pkg",
+            "repo",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "Define repository `name` with its signing key, `key` (ASCII-armored text) or `key_url` with `key_sha256` (downloaded as `fs::fetch`). apt: `/etc/apt/sources.list.d/<name>.sources` (deb822: `Types: deb`, `URIs: <url>`, `Suites:` (required; `\"/\"` for a flat repository), `Components:`, `Architectures: <arch>`, `Enabled: no` when `enabled: false`, `Signed-By: /etc/apt/keyrings/<name>.asc`, `.gpg` for a `key_url` ending in `.gpg`); dnf/yum: `/etc/yum.repos.d/<name>.repo` (`[name]`, `name=`, `baseurl=`, `enabled=`, `gpgcheck=1`, `gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-<name>`) and the key there. Files 0644, key first. A change makes the step's next `pkg::install` refresh the package index. zypper hosts: an error.",
+        ),
+    ),
+    f(
+        "pkg",
+        "remove_repo",
+        &[NAME],
+        "bool",
+        Change,
+        "Remove repository `name`'s file and key (as `pkg::repo` wrote them); a change makes the next `pkg::install` refresh the index.",
+    ),
+    f(
+        "pkg",
+        "hold",
+        &[("names", "?")],
+        "bool",
+        Change,
+        "Hold a name or an array of names at the installed version: `apt-mark hold` (queried with `apt-mark showhold`), `dnf versionlock add` (queried with `dnf versionlock list`; needs the versionlock plugin). Unchanged for held ones.",
+    ),
+    f(
+        "pkg",
+        "unhold",
+        &[("names", "?")],
+        "bool",
+        Change,
+        "Release held packages: `apt-mark unhold`, `dnf versionlock delete`. Unchanged for ones not held.",
+    ),
+    // toml, json, ini (structured config), sha256, regex
+    f(
+        "toml",
+        "get",
+        &[P, KEY_PATH],
+        "?",
+        Query,
+        "The value at `key_path` (a table as a map, an array of tables as an array of maps, dates as strings), or `()` when the file or key is missing; `[]` is the whole document. A parse error names `file:line:col`.",
+    ),
+    f(
+        "toml",
+        "set",
+        &[P, KEY_PATH, ("value", "?")],
+        "bool",
+        Change,
+        "Set the value (string, int, float, bool, array, map); missing tables are created (implicit: only the deepest gets a `[header]`); a map becomes a table, merged into an existing one (keys it does not name are kept); an equal value is unchanged. Only the changed or added lines differ; comments, order and layout stay. Creates a missing file.",
+    ),
+    f(
+        "toml",
+        "remove",
+        &[P, KEY_PATH],
+        "bool",
+        Change,
+        "Remove a key or a whole table (with its sub-tables); absent is unchanged.",
+    ),
+    f(
+        "toml",
+        "ensure_table",
+        &[P, KEY_PATH],
+        "bool",
+        Change,
+        "Make `key_path` a table, adding `[a.b]` when missing; an error when something else is there.",
+    ),
+    f(
+        "toml",
+        "parse",
+        &[("text", "String")],
+        "Map",
+        Context,
+        "A TOML text (e.g. the stdout of `containerd config dump`) as a map; a parse error names `<text>:line:col`.",
+    ),
+    f(
+        "json",
+        "get",
+        &[P, KEY_PATH],
+        "?",
+        Query,
+        "The value at `key_path` (an array of keys and indices, or a JSON Pointer `\"/a/0\"`), or `()` when the file or key is missing (JSON `null` reads as `()` too).",
+    ),
+    f(
+        "json",
+        "set",
+        &[P, KEY_PATH, ("value", "?")],
+        "bool",
+        Change,
+        "Set the value (`()` is `null`), creating missing objects; a map merges into an existing object. The file keeps its key order (new keys last), indentation unit (tab or N spaces, detected) and final newline. Creates a missing file.",
+    ),
+    f(
+        "json",
+        "remove",
+        &[P, KEY_PATH],
+        "bool",
+        Change,
+        "Remove an object key or an array element; absent is unchanged.",
+    ),
+    f(
+        "ini",
+        "get",
+        &[P, ("section", "String"), ("key", "String")],
+        "?",
+        Query,
+        "The value of `key` in `[section]` (`\"\"`: before any header), trimmed, the last one when repeated; `()` when missing. `#` and `;` start comments.",
+    ),
+    f(
+        "ini",
+        "set",
+        &[P, ("section", "String"), ("key", "String"), ("value", "?")],
+        "bool",
+        Change,
+        "Give `key` exactly `value` (string, number or bool): its first line is rewritten in place (spacing kept) and repeats removed; a new key goes after the section's last line, a new section at the end of the file. Creates a missing file.",
+    ),
+    f(
+        "ini",
+        "remove",
+        &[P, ("section", "String"), ("key", "String")],
+        "bool",
+        Change,
+        "Remove every line of `key` in `[section]` (the header stays); absent is unchanged.",
+    ),
+    f(
+        "",
+        "sha256",
+        &[("text", "String")],
+        "String",
+        Context,
+        "The SHA-256 of the text's UTF-8 bytes, 64 lowercase hex digits (as `sha256sum` prints).",
+    ),
+    f(
+        "",
+        "to_json",
+        &[("value", "?")],
+        "String",
+        Context,
+        "`value` (a map, array, string, number, bool or `()`) as pretty-printed JSON: two-space indent, map keys in the map's order (sorted: Rhai maps are ordered by key), `()` as `null`, no final newline. The inverse of Rhai's `parse_json(text)` (JSON `null` → `()`).",
+    ),
+    f(
+        "",
+        "to_json",
+        &[("map", "Map")],
+        "String",
+        Context,
+        "The same for a map; also called as a method, `m.to_json()` (which replaces Rhai's one-line form).",
+    ),
+    f(
+        "regex",
+        "is_match",
+        &[("pattern", "String"), ("text", "String")],
+        "bool",
+        Context,
+        "Whether `pattern` (Rust `regex` syntax) matches anywhere in `text`; an invalid pattern is an error naming it.",
+    ),
+    f(
+        "regex",
+        "captures",
+        &[("pattern", "String"), ("text", "String")],
+        "?",
+        Context,
+        "The first match as `[whole, group1, ...]` (`()` for a group that did not match), or `()` when nothing matches.",
+    ),
+    f(
+        "regex",
+        "named",
+        &[("pattern", "String"), ("text", "String")],
+        "?",
+        Context,
+        "The first match's named groups `(?P<name>...)` as a map (`()` for a group that did not match), or `()` when nothing matches.",
+    ),
+    f(
+        "regex",
+        "replace",
+        &[
+            ("pattern", "String"),
+            ("text", "String"),
+            ("replacement", "String"),
+        ],
+        "String",
+        Context,
+        "`text` with every match replaced; `$1` or `${name}` in `replacement` insert groups, `$$` a `$`.",
+    ),
+    // user, group
+    f(
+        "user",
+        "exists",
+        &[NAME],
+        "bool",
+        Query,
+        "True when `/etc/passwd` has the user (planned users included).",
+    ),
+    f(
+        "user",
+        "info",
+        &[NAME],
+        "?",
+        Query,
+        "`#{name, uid, gid, group, groups, home, shell, comment}` (`group`: the primary group's name or `()`; `groups`: the groups listing the user as a member), or `()` when there is no such user.",
+    ),
+    f(
+        "user",
+        "ensure",
+        &[NAME],
+        "bool",
+        Change,
+        "`user::ensure(name, #{})`: create the user when missing with the defaults below.",
+    ),
+    with_opts(
+        USER_KEYS,
+        f(
+            "user",
+            "ensure",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "Create or update a local user by editing `/etc/passwd`, `/etc/shadow`, `/etc/group`, `/etc/gshadow` (no `useradd`; a plan shows each file's diff, later calls such as `fs::chown(p, name)` see the planned user, a check reports a deleted user or a changed attribute as drift). A new user gets `uid` (else the next free one of login.defs' `UID_MIN..UID_MAX`, or for `system: true` the highest free of `SYS_UID_MIN..SYS_UID_MAX`), `group` (a name or gid that exists; else a group of its own name, created with gid = uid when free), `home` (default `/home/<name>`), `shell` (default `/bin/bash`, `/usr/sbin/nologin` for `system`), `comment`, a locked shadow entry (`!`), membership of each of `groups` (a name or an array; each must exist), and, when `create_home` (default: not `system`), the home directory (mode `HOME_MODE`/`UMASK` of login.defs, else 0750) owned by the user, with a copy of `/etc/skel`. An existing user is changed only in the attributes given (files are not re-owned, homes not moved); `groups` only adds memberships. A uid taken by another user, a bad name (`[a-z_][a-z0-9_-]*[$]?`, at most 32) or a field with `:` or a line break is an error.",
+        ),
+    ),
+    f(
+        "user",
+        "remove",
+        &[NAME],
+        "bool",
+        Change,
+        "Remove the user's passwd and shadow entries and group memberships, and its own group when nothing else uses it (as userdel). False when there is no such user.",
+    ),
+    with_opts(
+        USER_REMOVE_KEYS,
+        f(
+            "user",
+            "remove",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "As `remove(name)`; `#{remove_home: true}` also removes the home directory when it is a directory owned by the user.",
+        ),
+    ),
+    f(
+        "group",
+        "exists",
+        &[NAME],
+        "bool",
+        Query,
+        "True when `/etc/group` has the group (planned groups included).",
+    ),
+    f(
+        "group",
+        "ensure",
+        &[NAME],
+        "bool",
+        Change,
+        "`group::ensure(name, #{})`: create the group when missing.",
+    ),
+    with_opts(
+        GROUP_KEYS,
+        f(
+            "group",
+            "ensure",
+            &[NAME, OPTS],
+            "bool",
+            Change,
+            "Create a group in `/etc/group` (and `/etc/gshadow` when present) with `gid` (else the next free one of login.defs' `GID_MIN..GID_MAX`, or for `system: true` the highest free of `SYS_GID_MIN..SYS_GID_MAX`); an existing group with another `gid` is changed to it, with its users' primary gid. A gid taken by another group is an error.",
+        ),
+    ),
+    f(
+        "group",
+        "remove",
+        &[NAME],
+        "bool",
+        Change,
+        "Remove the group's `/etc/group` and `/etc/gshadow` entries; an error when it is a user's primary group. False when there is no such group.",
+    ),
 ];
 
 /// A function of the script layer itself (see [`SCRIPT_FUNCTIONS`]).
@@ -942,6 +1430,46 @@ pub const NAMESPACES: &[(&str, &str, &str)] = &[
         "Node metadata — `node::`",
         "From the operator's `SKYHOOK_DIR/node-metadata/` JSON files.",
     ),
+    (
+        "mount",
+        "Filesystems — `mount::`",
+        "`/etc/fstab` holds one line per mount point; the live state is the host's mount table, `/proc/1/mountinfo` under the root (the agent's own mount namespace is not the host's; a root without it reads as nothing mounted). `mount`, `mount -o remount` and `umount` run chrooted, so they read the host's fstab; the agent's root mount needs `mountPropagation: Bidirectional` for a mount to reach the host. In a plan, a later `is_mounted` sees an earlier planned mount or unmount.",
+    ),
+    (
+        "kmod",
+        "Kernel modules — `kmod::`",
+        "Each function keeps only its own lines of its file (`/etc/modprobe.d/*.conf`, `/etc/modules-load.d/*.conf`), so comments and other modules' lines stay and a blacklist and options can share a file (`#{file}`); module names compare with `-` and `_` equivalent. A changed blacklist or options file schedules ONE initramfs regeneration at the end of the step: `update-initramfs -u`, or `dracut -f` on the rhel and fedora families; it is recorded ahead in `/var/lib/skyhook/.deferred/initramfs.json` and run by the next step when it failed or the agent died (a plan lists it as an action).",
+    ),
+    (
+        "toml",
+        "TOML files — `toml::`",
+        "Edits keep comments and layout (over the `toml_edit` crate): a one-key change is a one-line diff, a new key is indented like its table's keys, a new table is placed after its last sibling table and formatted like it. `key_path` is an array of keys taken literally (`[\"plugins\", \"io.containerd.grpc.v1.cri\", \"containerd\"]`; integers index arrays, in `get` only) or one TOML dotted-key string (`plugins.\"io.containerd.grpc.v1.cri\".containerd`: keys with dots are quoted, so it is unambiguous). Every write is one atomic file write under the path's lock, a diff in a plan, drift in a check.",
+    ),
+    (
+        "json",
+        "JSON files — `json::`",
+        "Key order, the indentation unit and the final newline are kept; the rest of the layout is normalised to that pretty-printed form on the first change (a one-line file stays on one line). `key_path` is an array of keys and integer indices, or a JSON Pointer (RFC 6901) string.",
+    ),
+    (
+        "ini",
+        "INI files — `ini::`",
+        "systemd units and other INI-style files, edited line by line: every line but the changed ones stays byte for byte. Keys and sections are case-sensitive; sections of the same name count as one; lines without `=` are kept and are not keys.",
+    ),
+    (
+        "regex",
+        "Regular expressions — `regex::`",
+        "Pure helpers, the same in every mode, with the Rust `regex` crate's syntax (no look-around or backreferences; matching is linear time). Rhai's own `parse_json(text)` reads JSON text into a map; `to_json(value)` (above, with the commands) writes one back, pretty-printed.",
+    ),
+    (
+        "user",
+        "Users — `user::`",
+        "Local accounts, managed by editing `/etc/passwd`, `/etc/shadow`, `/etc/group` and `/etc/gshadow` under the host root (each written whole and atomically, keeping its mode and owner; other lines are kept byte for byte, new entries appended; a missing shadow file stays missing). In apply mode the edit holds the shadow-utils lock (`fcntl` on `/etc/.pwd.lock`, as `lckpwdf(3)`) besides the path locks, and rereads the files under it, so `useradd` on the node or another step cannot interleave. `lastchg` of a new shadow entry is the day of `SOURCE_DATE_EPOCH` of the step environment when set. Password hashes of the shadow files are redacted (`***`) from plans and errors. Replaces `useradd`, `usermod`, `userdel` (docs/from-bash-to-rhai.md).",
+    ),
+    (
+        "group",
+        "Groups — `group::`",
+        "Local groups, edited in `/etc/group` and `/etc/gshadow` as `user::` does. Replaces `groupadd`, `groupmod -g`, `groupdel`.",
+    ),
 ];
 
 const INTRO: &str = "\
@@ -982,7 +1510,8 @@ apply script: what would change is drift, and the check fails).
   and they can be caught with `try`/`catch`. An uncaught one fails the step.
 - **Deferred work is never lost.** A changed `service::drop_in` schedules one
   `systemctl daemon-reload` (run before the step's next `service::` call, else at its end), a
-  changed `grub::` drop-in one grub regeneration at the end of the step; both run also when
+  changed `grub::` drop-in one grub regeneration at the end of the step (a changed `kmod::`
+  blacklist or options file one initramfs regeneration, `initramfs.json`); all run also when
   the step fails. In apply mode it is recorded on the host in `/var/lib/skyhook/.deferred/`
   (`daemon-reload.json`, `grub.json` with the pending grubby arguments) *before* the drop-in
   is written, and the record is removed only once the work succeeded; when the work fails or

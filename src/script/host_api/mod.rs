@@ -65,11 +65,16 @@ mod cmd;
 mod config;
 mod convert;
 mod docs;
+mod fetch;
 mod fs;
+mod mount;
 mod os;
 mod pkg;
+mod pkgrepo;
 mod service;
+mod structured;
 mod tuning;
+mod users;
 
 #[cfg(test)]
 mod tests;
@@ -251,6 +256,11 @@ impl HostApi {
         os::register(&mut r, &api);
         tuning::register(&mut r, &api);
         config::register(&mut r, &api);
+        mount::register(&mut r, &api);
+        fetch::register(&mut r, &api);
+        pkgrepo::register(&mut r, &api);
+        structured::register(&mut r, &api);
+        users::register(&mut r, &api);
         r
     }
 }

@@ -836,7 +836,7 @@ fn documented_option_keys_are_the_bindings_keys() {
         );
         seen += 1;
     }
-    assert_eq!(seen, 7);
+    assert_eq!(seen, 19);
 }
 
 fn docs_namespaces() -> Vec<&'static str> {
@@ -1221,4 +1221,329 @@ fn guard_options_are_checked() {
     }
     let r = run(&t, ExecMode::Plan, "query([\"true\"], #{creates: \"/x\"})");
     assert!(r.error().contains("creates"), "{}", r.error());
+}
+
+#[test]
+fn kmod_functions_all_modes_from_rhai() {
+    let t = TestHost::new();
+    t.install_sh();
+    t.file("/etc/os-release", "ID=ubuntu\n");
+    t.file("/proc/modules", "");
+    t.stub("update-initramfs", ":");
+    t.stub("modprobe", r#"echo "$1 1 0 - Live 0x0" >> /proc/modules"#);
+    let plan = all_modes(
+        &t,
+        &[
+            r#"kmod::blacklist("nouveau", #{disable: true})"#,
+            r#"kmod::options("nouveau", #{modeset: 0})"#,
+            r#"kmod::options("nvidia", "NVreg_PreserveVideoMemoryAllocations=1", #{file: "nvidia-pm"})"#,
+            r#"kmod::load_at_boot("nvidia_uvm", #{file: "nvidia"})"#,
+            r#"kmod::load("nvidia_uvm")"#,
+        ],
+    );
+    let actions: Vec<&str> = plan.actions.iter().map(|a| a.summary.as_str()).collect();
+    assert_eq!(actions, ["update-initramfs -u"]);
+    assert_eq!(
+        t.read("/etc/modprobe.d/nouveau.conf"),
+        "options nouveau modeset=0\n"
+    );
+    assert_eq!(
+        t.read("/etc/modprobe.d/nvidia-pm.conf"),
+        "options nvidia NVreg_PreserveVideoMemoryAllocations=1\n"
+    );
+    assert_eq!(t.read("/etc/modules-load.d/nvidia.conf"), "nvidia_uvm\n");
+    assert_eq!(t.calls(), ["modprobe nvidia_uvm", "update-initramfs -u"]);
+}
+
+#[test]
+fn mount_functions_from_rhai_plan_and_errors() {
+    let t = TestHost::new();
+    t.file("/etc/fstab", "# empty\n");
+    t.file("/proc/1/mountinfo", "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n");
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"let c = mount::ensure("/data", #{source: "/dev/sdb1", fstype: "ext4", options: ["noatime", "nofail"], pass: 2});
+print(c);
+print(mount::is_mounted("/data"));
+let i = mount::info("/data");
+print(`${i.source} ${i.fstype} ${i.options}`);
+print(mount::info("/nothing"));
+print(mount::info("/").source);"#,
+    )
+    .ok();
+    assert_eq!(
+        r.stdout(),
+        "true\ntrue\n/dev/sdb1 ext4 noatime,nofail\n\n/dev/sda1\n"
+    );
+    assert_eq!(
+        r.report.changes[0].diff.as_deref(),
+        Some(
+            "--- a/etc/fstab\n+++ b/etc/fstab\n@@ -1 +1,2 @@\n # empty\n+/dev/sdb1 /data ext4 noatime,nofail 0 2\n"
+        )
+    );
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"mount::ensure("/data", #{source: "/dev/sdb1", fstype: "ext4", state: "gone"})"#,
+    );
+    assert!(
+        r.error().ends_with(
+            "mount::ensure: option state must be \"mounted\" or \"present\", got \"gone\""
+        ),
+        "{}",
+        r.error()
+    );
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"mount::ensure("/data", #{fstype: "ext4"})"#,
+    );
+    assert!(
+        r.error()
+            .ends_with("mount::ensure: option source is required (#{source, fstype})"),
+        "{}",
+        r.error()
+    );
+    let r = run(&t, ExecMode::Plan, r#"kmod::options("nouveau", 1)"#);
+    assert!(
+        r.error()
+            .ends_with("kmod::options: opts must be a string, got i64 (or a map)"),
+        "{}",
+        r.error()
+    );
+}
+
+#[test]
+fn fs_fetch_all_modes_and_its_options() {
+    use crate::host::fetch_tests::{BODY, Reply, Server, sha};
+    let t = TestHost::new();
+    let srv = Server::plain(|p| match p {
+        "/tool" => Reply::Body(BODY.to_vec()),
+        _ => Reply::Status("404 Not Found"),
+    });
+    let call = format!(
+        r#"fs::fetch("{}", "/opt/bin/tool", #{{sha256: "{}", mode: 0o755, timeout: 30, max_bytes: 1024}})"#,
+        srv.url("/tool"),
+        sha(BODY)
+    );
+    let plan = all_modes(&t, &[&call]);
+    assert_eq!(plan.changes[0].kind, "fetch");
+    assert_eq!(srv.requests(), vec!["/tool"]);
+    assert_eq!(std::fs::read(t.p("/opt/bin/tool")).unwrap(), BODY);
+
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"fs::fetch("http://x/a", "/a", #{sha: "x"})"#,
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:5: fs::fetch: unknown option \"sha\" (expected one of: sha256, mode, owner, group, timeout, max_bytes)"
+    );
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"fs::fetch("http://x/a", "/a", #{sha256: "00", timeout: 0})"#,
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:5: fs::fetch: option timeout must be a positive number of seconds, got 0"
+    );
+    let url = srv.url("/nope");
+    let r = run(
+        &t,
+        ExecMode::Apply,
+        &format!(r#"fs::fetch("{url}", "/a", #{{sha256: "{}"}})"#, sha(BODY)),
+    );
+    assert_eq!(
+        r.error(),
+        format!(
+            "main.rhai:1:5: fs::fetch: failed to download {url}: server answered 404 Not Found"
+        )
+    );
+}
+
+#[test]
+fn pkg_repo_and_hold_from_scripts() {
+    let t = TestHost::new();
+    apt_stubs(&t);
+    t.stub(
+        "apt-mark",
+        r#"case "$1" in
+  showhold) if [ -e /state/held ]; then read v < /state/held; echo "$v"; fi ;;
+  hold) echo "$2" > /state/held ;;
+esac"#,
+    );
+    let src = r#"print([
+        pkg::repo("r", #{url: "https://r.example/apt", suites: ["noble"], components: "main",
+                         key: "-----BEGIN PGP PUBLIC KEY BLOCK-----\nk\n-----END PGP PUBLIC KEY BLOCK-----"}),
+        pkg::hold("jq"),
+    ]);"#;
+    let plan = run(&t, ExecMode::Plan, src).ok();
+    assert_eq!(plan.stdout(), "[true, true]\n");
+    let kinds: Vec<&str> = plan
+        .report
+        .changes
+        .iter()
+        .map(|c| c.kind.as_str())
+        .collect();
+    assert_eq!(kinds, vec!["write", "write", "package_hold"]);
+    assert_eq!(plan.report.changes[2].summary, "hold packages jq (apt)");
+    assert_eq!(
+        run(&t, ExecMode::Apply, src).ok().stdout(),
+        "[true, true]\n"
+    );
+    assert_eq!(
+        run(&t, ExecMode::Apply, src).ok().stdout(),
+        "[false, false]\n"
+    );
+    assert_eq!(
+        t.read("/etc/apt/sources.list.d/r.sources"),
+        "# Managed by skyhook (pkg::repo \"r\").\nTypes: deb\nURIs: https://r.example/apt\nSuites: noble\nComponents: main\nSigned-By: /etc/apt/keyrings/r.asc\n"
+    );
+    assert_eq!(
+        t.read("/etc/apt/keyrings/r.asc"),
+        "-----BEGIN PGP PUBLIC KEY BLOCK-----\nk\n-----END PGP PUBLIC KEY BLOCK-----\n"
+    );
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"pkg::repo("r", #{url: "u", suite: "noble"})"#,
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:6: pkg::repo: unknown option \"suite\" (expected one of: url, suites, components, arch, key, key_url, key_sha256, enabled)"
+    );
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        r#"pkg::repo("r", #{url: "u", suites: 1})"#,
+    );
+    assert_eq!(
+        r.error(),
+        "main.rhai:1:6: pkg::repo: option suites must be a string or an array of strings, got i64"
+    );
+}
+
+#[path = "structured_tests.rs"]
+mod structured;
+
+/// `user::` and `group::` through Rhai: the issue's script (a system user, then `fs::chown`
+/// and `fs::write` with its name) in plan, check and apply mode; `user::info`; option and
+/// argument errors with the function name.
+#[test]
+fn users_and_groups_through_rhai() {
+    let t = TestHost::new();
+    t.file(
+        "/etc/passwd",
+        "root:x:0:0:root:/root:/bin/bash\nubuntu:x:1000:1000::/home/ubuntu:/bin/bash\n",
+    );
+    t.file("/etc/group", "root:x:0:\nvideo:x:44:\nubuntu:x:1000:\n");
+    t.file("/srv/data/model.bin", "weights");
+    std::fs::create_dir_all(t.p("/var/lib")).unwrap();
+    let src = script(&[
+        "group::ensure(\"gpuops\", #{system: true})",
+        "user::ensure(\"gpuops\", #{system: true, group: \"gpuops\", groups: [\"video\"], home: \"/var/lib/gpuops\", create_home: true, comment: \"GPU ops\"})",
+        "fs::chown(\"/srv/data\", \"gpuops\", \"gpuops\")",
+        "user::ensure(\"alice\", #{uid: 2000, shell: \"/bin/sh\", create_home: false})",
+    ]);
+    let before = snapshot(&t);
+    let report = run(&t, ExecMode::Plan, &src).ok().report;
+    assert_eq!(snapshot(&t), before, "a plan changed the root");
+    let check = run(&t, ExecMode::Check, &src).ok();
+    assert_eq!(check.report.drift().len(), 8);
+    assert_eq!(snapshot(&t), before, "a check changed the root");
+    let apply = run(&t, ExecMode::Apply, &src).ok();
+    assert_eq!(apply.stdout(), bools(true, 4));
+    let again = run(&t, ExecMode::Apply, &src).ok();
+    assert_eq!(again.stdout(), bools(false, 4));
+    assert!(
+        run(&t, ExecMode::Check, &src)
+            .ok()
+            .report
+            .drift()
+            .is_empty()
+    );
+    assert_eq!(
+        report
+            .changes
+            .iter()
+            .map(|c| c.summary.as_str())
+            .collect::<Vec<_>>(),
+        vec![
+            "update /etc/group",
+            "update /etc/passwd",
+            "update /etc/group",
+            "create directory /var/lib/gpuops (mode 0750)",
+            "chown /var/lib/gpuops 0:0 -> 999:999",
+            "chown /srv/data 0:0 -> 999:999",
+            "update /etc/passwd",
+            "update /etc/group",
+        ]
+    );
+    assert_eq!(
+        t.read("/etc/passwd"),
+        "root:x:0:0:root:/root:/bin/bash\nubuntu:x:1000:1000::/home/ubuntu:/bin/bash\n\
+         gpuops:!:999:999:GPU ops:/var/lib/gpuops:/usr/sbin/nologin\n\
+         alice:!:2000:2000::/home/alice:/bin/sh\n"
+    );
+    assert_eq!(
+        t.read("/etc/group"),
+        "root:x:0:\nvideo:x:44:gpuops\nubuntu:x:1000:\ngpuops:!:999:\nalice:!:2000:\n"
+    );
+    let r = run(
+        &t,
+        ExecMode::Plan,
+        "let i = user::info(\"gpuops\");\n\
+         print(`${i.uid} ${i.gid} ${i.group} ${i.groups} ${i.home} ${i.shell} ${i.comment}`);\n\
+         print(user::info(\"nobody\") == ());\n\
+         print(user::exists(\"alice\"));\nprint(group::exists(\"gpuops\"));\n\
+         print(user::remove(\"alice\"));\nprint(user::exists(\"alice\"));\n\
+         print(group::remove(\"video\"));",
+    )
+    .ok();
+    assert_eq!(
+        r.stdout(),
+        "999 999 gpuops [\"video\"] /var/lib/gpuops /usr/sbin/nologin GPU ops\ntrue\ntrue\ntrue\ntrue\nfalse\ntrue\n"
+    );
+    for (src, msg) in [
+        (
+            "user::ensure(\"gpuops\", #{system: \"yes\"})",
+            "user::ensure: option system must be a bool, got string",
+        ),
+        (
+            "user::ensure(\"gpuops\", #{uid: -1})",
+            "user::ensure: option uid must be in 0..=4294967294, got -1",
+        ),
+        (
+            "user::ensure(\"gpuops\", #{groups: [1]})",
+            "user::ensure: option groups[0] must be a string, got i64",
+        ),
+        (
+            "user::ensure(\"Gpu\")",
+            "user::ensure: invalid user name: \"Gpu\" must match [a-z_][a-z0-9_-]*[$]? and have at most 32 characters",
+        ),
+        (
+            "user::ensure(\"bob\", #{uid: 1000})",
+            "user::ensure: invalid uid: 1000 is taken by user \"ubuntu\" (in /etc/passwd)",
+        ),
+        (
+            "group::ensure(\"ops\", #{gid: 44})",
+            "group::ensure: invalid gid: 44 is taken by group \"video\" (in /etc/group)",
+        ),
+        (
+            "group::remove(\"gpuops\")",
+            "group::remove: invalid group: cannot remove group \"gpuops\": it is the primary group of user \"gpuops\"",
+        ),
+        (
+            "user::remove(\"gpuops\", #{home: true})",
+            "user::remove: unknown option \"home\" (expected one of: remove_home)",
+        ),
+    ] {
+        // Rhai puts a namespaced call at the function name, after `ns::`.
+        let col = src.find("::").unwrap() + 3;
+        let r = run(&t, ExecMode::Plan, src);
+        assert_eq!(r.error(), format!("main.rhai:1:{col}: {msg}"), "{src}");
+    }
 }

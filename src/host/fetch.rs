@@ -1,0 +1,649 @@
+//! Downloads: `fs::fetch(url, path, #{sha256, mode, owner, group, timeout, max_bytes})`.
+//!
+//! A download is a *change* identified by its SHA-256 digest (required): the file is
+//! unchanged when it already has that digest (its mode and owner are then brought to the
+//! requested ones, as `fs::write` does), and downloaded otherwise. The digest of an existing
+//! file is computed by streaming it (any size; a FIFO or device is refused without blocking).
+//!
+//! - **Apply**: under the path's lock ([`crate::host::pathlock`]) the body is streamed into
+//!   a temporary file beside the destination (the host root's temporary names, so a crash
+//!   leaves nothing a later write does not sweep), hashed as it arrives, and renamed over the
+//!   destination (fsync of file and directory) only when the digest matches. A mismatch,
+//!   an HTTP error, the size limit, the timeout or the step's cancel token leave the
+//!   destination unchanged and remove the temporary file.
+//! - **Plan**: nothing is requested; the change reads `would download <url> (sha256 <hex>)
+//!   to <path>`. Later reads in the plan see a file at `path` (`fs::exists`, `fs::stat` with
+//!   size 0, a second `fs::fetch` with the same digest is unchanged), but its content is not
+//!   known: `fs::read` of it fails with "is downloaded by fs::fetch only when applied".
+//! - **Check**: drift when the file is missing or has another digest (or mode/owner).
+//!
+//! HTTP/1.1 over TCP (`http://`) or TLS (`https://`, rustls on ring) with hyper's client
+//! connection, one connection per request, redirects followed up to [`MAX_REDIRECTS`]. HTTPS
+//! trusts the **host's** CA bundle, the first of [`CA_BUNDLES`] that exists under the root
+//! (the agent image carries none). No proxy support: the agent connects directly.
+
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::Uri;
+use sha2::{Digest, Sha256};
+use tokio_rustls::rustls;
+
+use crate::host::effect::Effect;
+use crate::host::error::{HostError, Result};
+use crate::host::fs::host_path;
+use crate::host::plan::Node;
+use crate::host::root::HostRoot;
+use crate::host::session::Stat;
+use crate::host::{ExecMode, Host};
+
+/// Default of the `timeout` option: the whole download (connect, redirects, body) may take
+/// this long (300 s), capped by what remains of the step's deadline.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Default of the `max_bytes` option: a body larger than this (4 GiB) fails the download.
+pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
+
+/// Redirects followed (301, 302, 303, 307, 308) before the download fails.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// Where the host's CA bundle is looked for, in order (Debian/Ubuntu, RHEL/Fedora, SUSE,
+/// RHEL's extracted bundle, Alpine); the first one present under the host root is used.
+pub const CA_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+/// Options of `fs::fetch`.
+#[derive(Debug, Clone, Default)]
+pub struct FetchOptions {
+    /// The expected SHA-256 digest, 64 hex digits (required; upper case accepted).
+    pub sha256: Option<String>,
+    /// Permission bits of the file (`None`: an existing file's, else 0644).
+    pub mode: Option<u32>,
+    /// Owner: a user name from the host root's `/etc/passwd`, or a number.
+    pub owner: Option<String>,
+    /// Group: a group name from the host root's `/etc/group`, or a number.
+    pub group: Option<String>,
+    /// Limit of the whole download ([`DEFAULT_TIMEOUT`] when `None`).
+    pub timeout: Option<Duration>,
+    /// Largest body accepted, in bytes ([`DEFAULT_MAX_BYTES`] when `None`).
+    pub max_bytes: Option<u64>,
+}
+
+/// One download, as [`Effect::Fetch`] carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Download {
+    /// The URL as given (`http://` or `https://`).
+    pub url: String,
+    /// The destination host path.
+    pub path: PathBuf,
+    /// The expected digest: 64 lowercase hex digits.
+    pub sha256: String,
+    /// Permission bits to set (`None`: an existing file's, else 0644).
+    pub mode: Option<u32>,
+    /// Owner uid to set.
+    pub uid: Option<u32>,
+    /// Group gid to set.
+    pub gid: Option<u32>,
+    /// Limit of the whole download.
+    pub timeout: Duration,
+    /// Largest body accepted, in bytes.
+    pub max_bytes: u64,
+}
+
+impl Download {
+    /// The report line: `download <url> (sha256 <hex>) to <path>`, `would download ...` in
+    /// plan and check mode, with ` (mode 0755)` when a mode is set.
+    pub fn summary(&self, mode: ExecMode) -> String {
+        let would = if mode == ExecMode::Apply {
+            ""
+        } else {
+            "would "
+        };
+        let m = self
+            .mode
+            .map_or(String::new(), |m| format!(" (mode {m:04o})"));
+        format!(
+            "{would}download {} (sha256 {}) to {}{m}",
+            self.url,
+            self.sha256,
+            self.path.display()
+        )
+    }
+}
+
+fn invalid(message: String) -> HostError {
+    HostError::Invalid {
+        what: "fs::fetch argument",
+        message,
+    }
+}
+
+fn fetch_err(url: &str, message: impl Into<String>) -> HostError {
+    HostError::Fetch {
+        url: url.to_string(),
+        message: message.into(),
+    }
+}
+
+/// Parse an `http://` or `https://` URL with a host.
+fn parse_url(url: &str) -> std::result::Result<Uri, String> {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    if !lower.starts_with("http://") && !lower.starts_with("https://") {
+        return Err(format!(
+            "bad URL {url:?}: only http:// and https:// are supported"
+        ));
+    }
+    let uri: Uri = url.parse().map_err(|e| format!("bad URL {url:?}: {e}"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => {
+            return Err(format!(
+                "bad URL {url:?}: only http:// and https:// are supported"
+            ));
+        }
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("bad URL {url:?}: no host"));
+    }
+    Ok(uri)
+}
+
+/// 64 hex digits, lower-cased.
+fn check_sha256(s: Option<&str>) -> Result<String> {
+    let Some(s) = s else {
+        return Err(invalid(
+            "sha256 is required (the expected SHA-256 digest of the file, 64 hex digits): \
+             it makes the download idempotent and verified"
+                .into(),
+        ));
+    };
+    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(invalid(format!("sha256 must be 64 hex digits, got {s:?}")));
+    }
+    Ok(s.to_ascii_lowercase())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `fs::fetch(url, path, opts)`: make `path` the file at `url` whose SHA-256 digest is
+/// `opts.sha256`, with the requested attributes. Returns whether something changed (or, in
+/// plan/check mode, would). See the module docs for the modes.
+///
+/// # Errors
+/// Relative path; a bad URL, missing or malformed `sha256`, zero `timeout`/`max_bytes`
+/// ([`HostError::Invalid`]); a directory or non-regular file at `path`;
+/// [`HostError::BadAncestor`]; unknown owner/group; in apply mode [`HostError::Fetch`]
+/// (connection, TLS, status, redirects, size, timeout, cancellation) and
+/// [`HostError::ChecksumMismatch`], the destination unchanged in both cases.
+pub fn fetch(h: &mut Host, url: &str, p: &str, opts: &FetchOptions) -> Result<bool> {
+    let path = host_path(p)?;
+    parse_url(url).map_err(invalid)?;
+    let sha256 = check_sha256(opts.sha256.as_deref())?;
+    if opts.timeout.is_some_and(|t| t.is_zero()) {
+        return Err(invalid("timeout must be more than 0 seconds".into()));
+    }
+    if opts.max_bytes == Some(0) {
+        return Err(invalid("max_bytes must be more than 0".into()));
+    }
+    let (uid, gid) = crate::host::fs::ids(h, opts.owner.as_deref(), opts.group.as_deref())?;
+    let d = Download {
+        url: url.to_string(),
+        path,
+        sha256,
+        mode: opts.mode,
+        uid,
+        gid,
+        timeout: opts.timeout.unwrap_or(DEFAULT_TIMEOUT),
+        max_bytes: opts.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
+    };
+    h.check_creatable(&d.path)?;
+    // Unchanged without a lock (no lock file for a call that changes nothing); a change is
+    // decided again under the lock.
+    if h.mode() == ExecMode::Apply
+        && let Some((digest, stat)) = current(h, &d.path)?
+        && digest == d.sha256
+        && attrs_ok(&d, &stat)
+    {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    let lock = h.lock_for_update(&d.path)?;
+    let changed = fetch_locked(h, d);
+    drop(lock);
+    changed
+}
+
+fn attrs_ok(d: &Download, s: &Stat) -> bool {
+    d.mode.is_none_or(|m| m == s.mode)
+        && d.uid.is_none_or(|u| u == s.uid)
+        && d.gid.is_none_or(|g| g == s.gid)
+}
+
+fn fetch_locked(h: &mut Host, d: Download) -> Result<bool> {
+    match current(h, &d.path)? {
+        Some((digest, stat)) if digest == d.sha256 => {
+            let mut changed = false;
+            if let Some(m) = d.mode
+                && m != stat.mode
+            {
+                h.submit(Effect::Chmod {
+                    path: d.path.clone(),
+                    mode: m,
+                })?;
+                changed = true;
+            }
+            let uid = d.uid.filter(|u| *u != stat.uid);
+            let gid = d.gid.filter(|g| *g != stat.gid);
+            if uid.is_some() || gid.is_some() {
+                h.submit(Effect::Chown {
+                    path: d.path.clone(),
+                    uid,
+                    gid,
+                })?;
+                changed = true;
+            }
+            if !changed {
+                h.note_unchanged();
+            }
+            Ok(changed)
+        }
+        _ => {
+            h.submit(Effect::Fetch(d))?;
+            Ok(true)
+        }
+    }
+}
+
+/// The digest and metadata of the file at `path` as the session sees it (a planned
+/// download's digest in plan/check mode), `None` when absent.
+fn current(h: &Host, path: &Path) -> Result<Option<(String, Stat)>> {
+    let Some(stat) = h.view_stat(path, true)? else {
+        return Ok(None);
+    };
+    match stat.kind.as_str() {
+        "file" => {}
+        "dir" => {
+            return Err(HostError::WrongKind {
+                path: path.to_path_buf(),
+                what: "is a directory",
+            });
+        }
+        _ => {
+            return Err(HostError::WrongKind {
+                path: path.to_path_buf(),
+                what: "is not a regular file",
+            });
+        }
+    }
+    let key = if h.mode() == ExecMode::Apply {
+        path.to_path_buf()
+    } else {
+        let key = h.overlay_key(path, true)?;
+        match h.overlay.lookup(&key) {
+            Some(Node::Download { sha256, .. }) => return Ok(Some((sha256.clone(), stat))),
+            Some(Node::File { content, .. }) => {
+                return Ok(Some((hex(&Sha256::digest(content)), stat)));
+            }
+            _ => key,
+        }
+    };
+    let mut f = h.root().open_regular(&key)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(crate::host::root::RootError {
+                    op: "read",
+                    path: path.to_path_buf(),
+                    root: h.root().mount().to_path_buf(),
+                    source: e,
+                }
+                .into());
+            }
+        };
+        hasher.update(&buf[..n]);
+    }
+    Ok(Some((hex(&hasher.finalize()), stat)))
+}
+
+/// Why a download failed: a host error to report as is, or a write error of the temporary
+/// file (reported by the root as "failed to write <path>").
+enum Fail {
+    Host(HostError),
+    Io(io::Error),
+}
+
+impl From<HostError> for Fail {
+    fn from(e: HostError) -> Self {
+        Fail::Host(e)
+    }
+}
+
+/// The apply executor's half of [`Effect::Fetch`]: download, verify, rename (module docs).
+///
+/// # Errors
+/// As [`fetch`] in apply mode; the root's write errors.
+pub(crate) fn perform(h: &Host, d: &Download) -> Result<()> {
+    let cancel = h.options().cancel.clone();
+    if cancel.is_aborted() {
+        return Err(cancelled(d, &cancel));
+    }
+    let timeout = h.remaining().map_or(d.timeout, |r| r.min(d.timeout));
+    let root = h.root();
+    let mut failure: Option<HostError> = None;
+    let written = root.write_atomic_from(&d.path, d.mode, d.uid, d.gid, |f| {
+        // A current-thread runtime of its own, on a scoped thread: the caller may itself be
+        // inside a runtime's context, where `block_on` is refused.
+        let run = || -> std::result::Result<(), Fail> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| fetch_err(&d.url, format!("cannot start the I/O runtime: {e}")))?;
+            rt.block_on(async {
+                tokio::select! {
+                    biased;
+                    () = cancel.aborted() => Err(Fail::Host(cancelled(d, &cancel))),
+                    r = tokio::time::timeout(timeout, download(root, d, f)) => {
+                        r.unwrap_or_else(|_| {
+                            Err(Fail::Host(fetch_err(
+                                &d.url,
+                                format!("timed out after {:.1}s", timeout.as_secs_f64()),
+                            )))
+                        })
+                    }
+                }
+            })
+        };
+        let r = std::thread::scope(|s| match s.spawn(run).join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        });
+        match r {
+            Ok(()) => Ok(()),
+            Err(Fail::Io(e)) => Err(e),
+            Err(Fail::Host(e)) => {
+                failure = Some(e);
+                Err(io::Error::other("download failed"))
+            }
+        }
+    });
+    match (written, failure) {
+        (Ok(()), _) => Ok(()),
+        (Err(_), Some(e)) => Err(e),
+        (Err(e), None) => Err(e.into()),
+    }
+}
+
+fn cancelled(d: &Download, cancel: &crate::process::Cancel) -> HostError {
+    let reason = cancel
+        .reason()
+        .map_or_else(|| "the step was cancelled".to_string(), |r| r.to_string());
+    fetch_err(&d.url, format!("cancelled: {reason}"))
+}
+
+/// GET `d.url` (following redirects) and stream the body into `f`, hashing it.
+async fn download(
+    root: &HostRoot,
+    d: &Download,
+    f: &mut std::fs::File,
+) -> std::result::Result<(), Fail> {
+    let mut uri = parse_url(&d.url).map_err(|m| fetch_err(&d.url, m))?;
+    let mut tls: Option<Arc<rustls::ClientConfig>> = None;
+    let at = |uri: &Uri| {
+        if uri.to_string() == d.url {
+            String::new()
+        } else {
+            format!(" (redirected to {uri})")
+        }
+    };
+    let mut hops = 0;
+    let resp = loop {
+        let resp = request(root, &uri, &mut tls)
+            .await
+            .map_err(|m| fetch_err(&d.url, format!("{m}{}", at(&uri))))?;
+        let status = resp.status();
+        if matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308) {
+            if hops == MAX_REDIRECTS {
+                return Err(fetch_err(
+                    &d.url,
+                    format!("more than {MAX_REDIRECTS} redirects{}", at(&uri)),
+                )
+                .into());
+            }
+            let loc = resp
+                .headers()
+                .get(hyper::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .ok_or_else(|| {
+                    fetch_err(&d.url, format!("{status} without a Location{}", at(&uri)))
+                })?;
+            uri = resolve(&uri, loc).map_err(|m| fetch_err(&d.url, m))?;
+            hops += 1;
+            continue;
+        }
+        if status != hyper::StatusCode::OK {
+            return Err(fetch_err(&d.url, format!("server answered {status}{}", at(&uri))).into());
+        }
+        break resp;
+    };
+    let too_large = || {
+        fetch_err(
+            &d.url,
+            format!("the body is larger than max_bytes ({} bytes)", d.max_bytes),
+        )
+    };
+    if let Some(len) = resp
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        && len > d.max_bytes
+    {
+        return Err(too_large().into());
+    }
+    let mut body = resp.into_body();
+    let mut hasher = Sha256::new();
+    let mut total: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            fetch_err(
+                &d.url,
+                format!("reading the body failed after {total} bytes: {e}"),
+            )
+        })?;
+        if let Ok(data) = frame.into_data() {
+            total += data.len() as u64;
+            if total > d.max_bytes {
+                return Err(too_large().into());
+            }
+            hasher.update(&data);
+            f.write_all(&data).map_err(Fail::Io)?;
+        }
+    }
+    let actual = hex(&hasher.finalize());
+    if actual != d.sha256 {
+        return Err(
+            HostError::ChecksumMismatch(Box::new(crate::host::error::ChecksumMismatch {
+                url: d.url.clone(),
+                path: d.path.clone(),
+                expected: d.sha256.clone(),
+                actual,
+            }))
+            .into(),
+        );
+    }
+    Ok(())
+}
+
+/// The target of a redirect from `base` to `loc` (absolute, scheme-relative, absolute-path
+/// or relative reference).
+fn resolve(base: &Uri, loc: &str) -> std::result::Result<Uri, String> {
+    let scheme = base.scheme_str().unwrap_or("http");
+    let authority = base.authority().map_or("", |a| a.as_str());
+    let target = if loc.contains("://") {
+        loc.to_string()
+    } else if let Some(rest) = loc.strip_prefix("//") {
+        format!("{scheme}://{rest}")
+    } else if loc.starts_with('/') {
+        format!("{scheme}://{authority}{loc}")
+    } else {
+        let path = base.path();
+        let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
+        let dir = if dir.is_empty() { "/" } else { dir };
+        format!("{scheme}://{authority}{dir}{loc}")
+    };
+    parse_url(&target).map_err(|m| format!("redirect to {loc:?}: {m}"))
+}
+
+/// One GET of `uri` on a new connection; the response with its body still streaming.
+async fn request(
+    root: &HostRoot,
+    uri: &Uri,
+    tls: &mut Option<Arc<rustls::ClientConfig>>,
+) -> std::result::Result<hyper::Response<hyper::body::Incoming>, String> {
+    let https = uri.scheme_str() == Some("https");
+    let host = uri
+        .host()
+        .unwrap_or_default()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let authority = uri.authority().map_or(host.clone(), |a| a.to_string());
+    let target = uri.path_and_query().map_or("/", |p| p.as_str());
+    let req = hyper::Request::get(target)
+        .header(hyper::header::HOST, authority)
+        .header(
+            hyper::header::USER_AGENT,
+            concat!("skyhook-agent/", env!("CARGO_PKG_VERSION")),
+        )
+        .header(hyper::header::ACCEPT, "*/*")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|e| format!("cannot connect to {host}:{port}: {e}"))?;
+    macro_rules! exchange {
+        ($stream:expr) => {{
+            let (mut tx, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new($stream))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            tokio::spawn(conn);
+            tx.send_request(req).await.map_err(|e| e.to_string())
+        }};
+    }
+    if !https {
+        return exchange!(tcp);
+    }
+    let cfg = match tls {
+        Some(c) => c.clone(),
+        None => tls.insert(host_tls_config(root)?).clone(),
+    };
+    let name = rustls::pki_types::ServerName::try_from(host.clone())
+        .map_err(|e| format!("bad TLS server name {host:?}: {e}"))?;
+    let stream = tokio_rustls::TlsConnector::from(cfg)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS handshake with {host}:{port} failed: {e}"))?;
+    exchange!(stream)
+}
+
+/// A TLS client config trusting the host's CA bundle (the first of [`CA_BUNDLES`] under the
+/// root; certificates that do not parse are skipped).
+fn host_tls_config(root: &HostRoot) -> std::result::Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    for p in CA_BUNDLES {
+        let path = Path::new(p);
+        let Some(pem) = crate::host::fs::read_whole(root, path, path).map_err(|e| e.to_string())?
+        else {
+            continue;
+        };
+        let mut store = rustls::RootCertStore::empty();
+        let (added, _) = store.add_parsable_certificates(
+            CertificateDer::pem_slice_iter(&pem).filter_map(std::result::Result::ok),
+        );
+        if added == 0 {
+            return Err(format!(
+                "the host's CA bundle {p} holds no usable certificate"
+            ));
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(store)
+            .with_no_client_auth();
+        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        return Ok(Arc::new(cfg));
+    }
+    Err(format!(
+        "https needs the host's CA bundle, none found under the host root (looked for {})",
+        CA_BUNDLES.join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u(s: &str) -> Uri {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn redirect_targets() {
+        let base = u("http://a:8/x/y/file?q=1");
+        assert_eq!(resolve(&base, "/z").unwrap(), u("http://a:8/z"));
+        assert_eq!(resolve(&base, "other").unwrap(), u("http://a:8/x/y/other"));
+        assert_eq!(resolve(&base, "//b/c").unwrap(), u("http://b/c"));
+        assert_eq!(resolve(&base, "https://c/d").unwrap(), u("https://c/d"));
+        assert_eq!(
+            resolve(&base, "ftp://c/d").unwrap_err(),
+            "redirect to \"ftp://c/d\": bad URL \"ftp://c/d\": only http:// and https:// are supported"
+        );
+    }
+
+    #[test]
+    fn url_and_digest_validation() {
+        assert!(parse_url("http://example.com/a").is_ok());
+        assert_eq!(
+            parse_url("file:///etc/passwd").unwrap_err(),
+            "bad URL \"file:///etc/passwd\": only http:// and https:// are supported"
+        );
+        assert_eq!(
+            parse_url("/relative").unwrap_err(),
+            "bad URL \"/relative\": only http:// and https:// are supported"
+        );
+        assert_eq!(
+            check_sha256(Some(&"AB".repeat(32))).unwrap(),
+            "ab".repeat(32)
+        );
+        assert_eq!(
+            check_sha256(Some("abc")).unwrap_err().to_string(),
+            "invalid fs::fetch argument: sha256 must be 64 hex digits, got \"abc\""
+        );
+        assert!(
+            check_sha256(None)
+                .unwrap_err()
+                .to_string()
+                .starts_with("invalid fs::fetch argument: sha256 is required")
+        );
+    }
+}
