@@ -177,6 +177,32 @@ mod tests {
     }
 
     #[test]
+    fn a_fetch_carries_its_digest_and_ends_the_chain() {
+        use crate::host::fetch::{FetchOptions, fetch};
+        use crate::host::fetch_tests::{BODY, Reply, Server, sha};
+        let srv = Server::plain(|_| Reply::Body(BODY.to_vec()));
+        let t = TestHost::new();
+        t.file("/opt/tool", "old\n");
+        let mut h = t.host(ExecMode::Apply);
+        assert!(fs::write(&mut h, "/opt/tool", "mid\n", &WriteOptions::default()).unwrap());
+        let o = FetchOptions {
+            sha256: Some(sha(BODY)),
+            ..FetchOptions::default()
+        };
+        assert!(fetch(&mut h, &srv.url("/tool"), "/opt/tool", &o).unwrap());
+        let r = h.finish().unwrap();
+        let p = || "/opt/tool".to_string();
+        assert_eq!(
+            hashes(&r),
+            [
+                (p(), tag("old\n"), None),
+                (p(), None, Some(format!("sha256:{}", sha(BODY)))),
+            ]
+        );
+        assert_eq!(std::fs::read(t.p("/opt/tool")).unwrap(), BODY);
+    }
+
+    #[test]
     fn each_step_report_starts_its_own_chain() {
         let t = TestHost::new();
         let mut h = t.host(ExecMode::Plan);
