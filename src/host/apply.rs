@@ -104,9 +104,11 @@ pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>
             }
         }
         Effect::Mkdir { path, mode } => {
-            root.create_dir_all(path, *mode)?;
-            // mkdir is subject to the umask; set the requested bits exactly.
-            root.set_mode(path, *mode)?;
+            // Missing parents 0755 and a new `path` `mode`, exactly (as planned); an
+            // existing `path` is chmod-ed.
+            if root.create_dir_all(path, *mode)?.is_empty() {
+                root.set_mode(path, *mode)?;
+            }
         }
         Effect::RemoveAll { path } => {
             root.remove_all(path)?;
@@ -115,7 +117,7 @@ pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>
         Effect::Chown { path, uid, gid } => root.set_owner(path, *uid, *gid)?,
         Effect::Symlink { target, link } => {
             if let Some(parent) = link.parent() {
-                root.create_dir_all(parent, 0o755)?;
+                root.create_dir_all(parent, crate::host::root::PARENT_DIR_MODE)?;
             }
             let exists = root.symlink_metadata(link)?.is_some();
             if exists {

@@ -198,7 +198,8 @@ pub enum Effect {
         /// Host path.
         path: PathBuf,
     },
-    /// Create a directory and its parents; set `mode` on the final directory.
+    /// Create a directory and its missing parents; set `mode` on the final directory (the
+    /// parents get 0755, [`crate::host::root::PARENT_DIR_MODE`]).
     Mkdir {
         /// Host path.
         path: PathBuf,

@@ -134,12 +134,32 @@ fn fetch_err(url: &str, message: impl Into<String>) -> HostError {
     }
 }
 
-/// Parse an `http://` or `https://` URL with a host.
+/// `url` with any `user:password@` before the host replaced by `***@`, for messages.
+fn redacted(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| start + i);
+    match url[start..end].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
+        None => url.to_string(),
+    }
+}
+
+/// Parse an `http://` or `https://` URL with a host. Credentials (`user:password@`) are
+/// refused: they are not sent, and the URL is printed in plans, reports and errors.
 fn parse_url(url: &str) -> std::result::Result<Uri, String> {
+    let shown = redacted(url);
     let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
     if !lower.starts_with("http://") && !lower.starts_with("https://") {
         return Err(format!(
-            "bad URL {url:?}: only http:// and https:// are supported"
+            "bad URL {shown:?}: only http:// and https:// are supported"
+        ));
+    }
+    if shown != url {
+        return Err(format!(
+            "bad URL {shown:?}: credentials in the URL are not supported (they are not \
+             sent, and would be printed in plans and logs)"
         ));
     }
     let uri: Uri = url.parse().map_err(|e| format!("bad URL {url:?}: {e}"))?;
@@ -208,10 +228,10 @@ pub fn fetch(h: &mut Host, url: &str, p: &str, opts: &FetchOptions) -> Result<bo
         max_bytes: opts.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
     };
     h.check_creatable(&d.path)?;
-    // Unchanged without a lock (no lock file for a call that changes nothing); a change is
-    // decided again under the lock.
-    if h.mode() == ExecMode::Apply
-        && let Some((digest, stat)) = current(h, &d.path)?
+    // Unchanged without a lock (no lock file for a call that changes nothing, and so, in
+    // plan and check mode, no planned lock directory); a change is decided again under the
+    // lock.
+    if let Some((digest, stat)) = current(h, &d.path)?
         && digest == d.sha256
         && attrs_ok(&d, &stat)
     {

@@ -463,3 +463,30 @@ fn fetch_works_inside_a_runtime_context() {
     assert!(changed.unwrap());
     assert_eq!(std::fs::read(t.p("/opt/t")).unwrap(), BODY);
 }
+
+/// Credentials in a URL are never sent (no `Authorization` header) and would be printed in
+/// the plan line, the report and every error: the call refuses them, without echoing the
+/// password, and makes no request.
+#[test]
+fn credentials_in_the_url_are_refused_without_printing_them() {
+    let t = TestHost::new();
+    for mode in [ExecMode::Plan, ExecMode::Apply] {
+        let mut h = t.host(mode);
+        let err = fetch(
+            &mut h,
+            "http://admin:s3cret@127.0.0.1:1/tool",
+            "/opt/tool",
+            &opts(&sha(BODY)),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "invalid fs::fetch argument: bad URL \"http://***@127.0.0.1:1/tool\": credentials \
+             in the URL are not supported (they are not sent, and would be printed in plans \
+             and logs)"
+        );
+        assert_eq!(h.changed(), 0);
+    }
+    assert!(!t.p("/opt").exists());
+}

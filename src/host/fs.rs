@@ -368,9 +368,10 @@ pub(crate) fn put_with(
     attrs: (Option<u32>, Option<u32>, Option<u32>),
     before: impl FnOnce(&mut Host) -> Result<()>,
 ) -> Result<bool> {
-    // Unchanged without a lock (no lock file for a call that changes nothing); a change is
-    // decided again under the lock.
-    if h.mode() == ExecMode::Apply && !put_needed(h, path, &content, attrs)? {
+    // Unchanged without a lock (no lock file for a call that changes nothing, and so, in
+    // plan and check mode, no planned lock directory); a change is decided again under the
+    // lock.
+    if !put_needed(h, path, &content, attrs)? {
         h.note_unchanged();
         return Ok(false);
     }
@@ -740,9 +741,10 @@ pub fn remove_block(h: &mut Host, p: &str, id: &str) -> Result<bool> {
     })
 }
 
-/// `fs::mkdir(p)` / `fs::mkdir(p, mode)`: create a directory and its parents (default mode
-/// 0755). An existing directory is unchanged unless `mode` is given and differs (then it is
-/// chmod-ed).
+/// `fs::mkdir(p)` / `fs::mkdir(p, mode)`: create a directory (default mode 0755) and its
+/// missing parents (always 0755, like `mkdir -p` under umask 022; modes are set exactly in
+/// apply, whatever the agent's umask, and planned the same). An existing directory is
+/// unchanged unless `mode` is given and differs (then it is chmod-ed).
 ///
 /// # Errors
 /// Something other than a directory exists at `p`; [`HostError::BadAncestor`] (also in plan

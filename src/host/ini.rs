@@ -7,7 +7,8 @@
 //! Keys and section names are case-sensitive (systemd's rule). Anything else (blank lines,
 //! lines without `=`) is kept and is not a key; a value is one line (systemd's trailing `\`
 //! continuations are not joined). Sections of the same name count as one (systemd merges
-//! them).
+//! them). A line starting with `[` without a `]` is an error (`file:line:col: invalid INI:
+//! unclosed section header`), in every function.
 //!
 //! Repeated keys: [`get`] returns the *last* value (the one that wins for a systemd
 //! setting); [`set`] rewrites the *first* line of the key and removes the others, so the
@@ -16,7 +17,8 @@
 //! after the last non-blank line of its section (the last section of that name), written
 //! `key=value`, or `key = value` when the file's first key line is spaced so; a new section
 //! goes at the end of the file after a blank line (section `""` keys before the first
-//! header). A rewritten file ends with a newline.
+//! header). A rewritten file ends with a newline; a CRLF file keeps `\r\n` on every line
+//! (new lines included).
 //!
 //! Mutations are one [`crate::host::effect::Effect::WriteFile`] through
 //! `structured::rewrite` (the path lock of `fs::` edits) (apply under the path's lock; plan: a diff, later
@@ -42,6 +44,8 @@ enum Kind {
 }
 
 fn classify(line: &str) -> Kind {
+    // A CRLF line's `\r` is not part of its value (offsets stay valid: only a suffix goes).
+    let line = line.strip_suffix('\r').unwrap_or(line);
     let t = line.trim();
     if t.is_empty() || t.starts_with('#') || t.starts_with(';') {
         return Kind::Other;
@@ -72,11 +76,34 @@ struct Doc {
     kinds: Vec<Kind>,
     /// The section of each line (a header line belongs to its own section).
     sections: Vec<String>,
+    /// `"\r"` when the file's first line ends with CRLF (new lines are written so), else `""`.
+    cr: &'static str,
 }
 
 impl Doc {
-    fn parse(text: &str) -> Doc {
-        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+    /// # Errors
+    /// [`HostError::Parse`] for a line starting with `[` that has no `]` (an unclosed
+    /// section header: its keys would silently land in the section before it).
+    fn parse(path: &Path, text: &str) -> Result<Doc> {
+        // Split on `\n` only: a CRLF file's lines keep their `\r` (classify and value_of
+        // trim it), so lines this module does not change are written back as they were.
+        let mut lines: Vec<String> = text.split('\n').map(str::to_string).collect();
+        if text.is_empty() || text.ends_with('\n') {
+            lines.pop();
+        }
+        if let Some((i, l)) = lines
+            .iter()
+            .enumerate()
+            .find(|(_, l)| l.trim_start().starts_with('[') && !l.contains(']'))
+        {
+            return Err(HostError::Parse {
+                path: path.to_path_buf(),
+                format: "INI",
+                line: i + 1,
+                column: l.trim_end().chars().count() + 1,
+                message: "unclosed section header, expected `]`".into(),
+            });
+        }
         let kinds: Vec<Kind> = lines.iter().map(|l| classify(l)).collect();
         let mut cur = String::new();
         let sections = kinds
@@ -88,11 +115,17 @@ impl Doc {
                 cur.clone()
             })
             .collect();
-        Doc {
+        let cr = if lines.first().is_some_and(|l| l.ends_with('\r')) {
+            "\r"
+        } else {
+            ""
+        };
+        Ok(Doc {
             lines,
             kinds,
             sections,
-        }
+            cr,
+        })
     }
 
     /// Line indices of `key` in `section`, in file order.
@@ -167,7 +200,7 @@ pub fn get(h: &Host, p: &str, section: &str, key: &str) -> Result<Option<String>
     let Some(text) = crate::host::structured::read_text(h, &path)? else {
         return Ok(None);
     };
-    let doc = Doc::parse(&text);
+    let doc = Doc::parse(&path, &text)?;
     Ok(doc
         .entries(section, key)
         .last()
@@ -183,7 +216,8 @@ pub fn get(h: &Host, p: &str, section: &str, key: &str) -> Result<Option<String>
 ///
 /// # Errors
 /// Relative path; a key that is empty, has `=` or starts with `#`, `;` or `[`; a section
-/// with `[` or `]`; a multi-line key, section or value; [`HostError::NotText`]; as
+/// with `[` or `]`; a multi-line key, section or value; a value starting or ending with
+/// blanks; [`HostError::NotText`]; as
 /// [`crate::host::fs::write`].
 pub fn set(h: &mut Host, p: &str, section: &str, key: &str, value: &str) -> Result<bool> {
     let path = host_path(p)?;
@@ -195,8 +229,19 @@ pub fn set(h: &mut Host, p: &str, section: &str, key: &str, value: &str) -> Resu
             message: format!("{}: the value of {key:?} must be one line", path.display()),
         });
     }
+    if value.trim() != value {
+        // `get` trims values: such a value could never read back, and was written anew
+        // (one blank more) on every run.
+        return Err(HostError::Invalid {
+            what: "INI value",
+            message: format!(
+                "{}: the value of {key:?} must not start or end with blanks, got {value:?}",
+                path.display()
+            ),
+        });
+    }
     crate::host::structured::rewrite(h, &path, |cur| {
-        let mut doc = Doc::parse(cur.unwrap_or(""));
+        let mut doc = Doc::parse(&path, cur.unwrap_or(""))?;
         let found = doc.entries(section, key);
         if let Some((&first, repeats)) = found.split_first() {
             if let Kind::Entry { value_at, .. } = doc.kinds[first]
@@ -219,7 +264,7 @@ pub fn set(h: &mut Host, p: &str, section: &str, key: &str, value: &str) -> Resu
             }
             return Ok(Some(doc.render()));
         }
-        let entry = format!("{key}{}{value}", doc.separator());
+        let entry = format!("{key}{}{value}{}", doc.separator(), doc.cr);
         let is_header = |i: usize| matches!(doc.kinds[i], Kind::Section(_));
         let last_header = (0..doc.lines.len())
             .rfind(|&i| matches!(&doc.kinds[i], Kind::Section(s) if s == section));
@@ -235,9 +280,9 @@ pub fn set(h: &mut Host, p: &str, section: &str, key: &str, value: &str) -> Resu
             doc.lines.insert(at, entry);
         } else {
             if doc.lines.last().is_some_and(|l| !l.trim().is_empty()) {
-                doc.lines.push(String::new());
+                doc.lines.push(doc.cr.to_string());
             }
-            doc.lines.push(format!("[{section}]"));
+            doc.lines.push(format!("[{section}]{}", doc.cr));
             doc.lines.push(entry);
         }
         Ok(Some(doc.render()))
@@ -253,7 +298,7 @@ pub fn remove(h: &mut Host, p: &str, section: &str, key: &str) -> Result<bool> {
     let path = host_path(p)?;
     crate::host::structured::rewrite(h, &path, |cur| {
         let Some(cur) = cur else { return Ok(None) };
-        let mut doc = Doc::parse(cur);
+        let mut doc = Doc::parse(&path, cur)?;
         let found = doc.entries(section, key);
         if found.is_empty() {
             return Ok(None);

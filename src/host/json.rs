@@ -191,7 +191,14 @@ fn set_in(path: &Path, node: &mut Value, segs: &[Seg], depth: usize, value: &Val
             let Some(i) = as_index(seg) else {
                 return Err(bad_key(
                     path,
-                    format!("{} is an array: key {seg:?} is not an index", shown_here()),
+                    format!(
+                        "{} is an array: key {} is not an index",
+                        shown_here(),
+                        match seg {
+                            Seg::Key(k) => format!("{k:?}"),
+                            Seg::Index(i) => i.to_string(),
+                        }
+                    ),
                 ));
             };
             let len = a.len();

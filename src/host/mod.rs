@@ -66,6 +66,8 @@ pub mod userdb;
 #[cfg(test)]
 pub(crate) mod fetch_tests;
 #[cfg(test)]
+mod mkdir_tests;
+#[cfg(test)]
 mod pkgrepo_tests;
 #[cfg(test)]
 mod structured_tests;

@@ -396,13 +396,22 @@ fn check_field(what: &'static str, v: &str, spaces: bool) -> Result<()> {
 /// reports each as drift (an unmounted filesystem is drift).
 ///
 /// # Errors
-/// Relative path or `/`; an empty source/fstype/options, whitespace in fstype or options, a
-/// line break anywhere; fstype `swap` (not supported); a non-directory at `path`; a
+/// Relative path or `/`; an empty source/fstype/options, a source starting with `#`,
+/// whitespace in fstype or options, a line break anywhere; fstype `swap` (not supported); a non-directory at `path`; a
 /// malformed mount table; [`HostError::MountConflict`]; fstab not UTF-8; `mount` failing
 /// (apply).
 pub fn ensure(h: &mut Host, p: &str, spec: &MountSpec) -> Result<bool> {
     let path = mount_point(p)?;
     check_field("mount source", &spec.source, true)?;
+    if spec.source.starts_with('#') {
+        return Err(HostError::Invalid {
+            what: "mount source",
+            message: format!(
+                "{:?} (a source starting with # would make the fstab line a comment)",
+                spec.source
+            ),
+        });
+    }
     check_field("filesystem type", &spec.fstype, false)?;
     check_field("mount options", &spec.options, false)?;
     if spec.fstype == "swap" {

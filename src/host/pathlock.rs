@@ -21,8 +21,21 @@
 //! so agents of different versions agree on the file name.
 //!
 //! Plan and check mode take no lock (they write nothing and must not create the lock
-//! directory). The directory name starts with `.`, so it can never be a Skyhook's state
-//! directory (`/var/lib/skyhook/<skyhook name>`).
+//! directory). Instead, where the apply would take its first lock, they *plan* the lock
+//! directory and its missing parents (0755) in the session's read overlay, without an
+//! effect (`Host::overlay_lock_dir`): on a root without `/var/lib` a later
+//! `fs::mkdir("/var/lib/x")` then reports and returns the same in plan and apply. Reports
+//! show the lock directory in neither mode (it is the agent's bookkeeping). A call that
+//! changes nothing takes no lock (and plans no directory). The directory name starts with
+//! `.`, so it can never be a Skyhook's state directory (`/var/lib/skyhook/<skyhook name>`).
+//!
+//! Lock files are never removed, so they accumulate: one empty file (one inode, no data
+//! blocks) per distinct path ever written through the host API, a few dozen on a node.
+//! Removing one safely needs every locker to re-check after `flock` that the path still
+//! names the inode it locked (else retry), and the remover to unlink only while holding the
+//! lock. Agents of an older version, which may run beside a newer one during an upgrade,
+//! do not re-check, so a newer agent removing lock files would break their mutual
+//! exclusion; the growth is bounded by the set of managed paths, so they are kept.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

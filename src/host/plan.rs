@@ -565,6 +565,30 @@ impl Host {
         }
     }
 
+    /// Plan the directory of the path locks ([`crate::host::pathlock::DIR`]) and its missing
+    /// parents (mode 0755, fresh) without an effect: apply mode creates it when it takes its
+    /// first lock, so a plan that did not would see a later `fs::mkdir("/var/lib/x")` create
+    /// `/var/lib` where the apply finds it. Reports show neither (it is the agent's own
+    /// bookkeeping). Nothing when it exists in the session's view.
+    ///
+    /// # Errors
+    /// Resolving or stating the directory or its parents.
+    pub(crate) fn overlay_lock_dir(&mut self) -> Result<()> {
+        let key = self.overlay_key(Path::new(crate::host::pathlock::DIR), true)?;
+        if self.view_stat(&key, true)?.is_some() {
+            return Ok(());
+        }
+        self.plan_parents(&key)?;
+        let dir = Node::Dir {
+            mode: crate::host::root::PARENT_DIR_MODE,
+            uid: 0,
+            gid: 0,
+            fresh: true,
+        };
+        self.overlay.set(key, dir);
+        Ok(())
+    }
+
     /// Plan the missing parent directories of `key` (mode 0755, fresh).
     fn plan_parents(&mut self, key: &Path) -> Result<()> {
         let mut missing = Vec::new();

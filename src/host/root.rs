@@ -23,6 +23,11 @@ use pathrs::{InodeType, Root};
 /// up with `ELOOP` (the kernel's own limit for path resolution is 40).
 const MAX_SYMLINK_HOPS: usize = 40;
 
+/// Mode of the missing parent directories every creator makes on the way
+/// ([`HostRoot::create_dir_all`], and so new files, symlinks and downloads): 0755, set
+/// exactly whatever the umask, as the plan reports them (`mkdir -p` under umask 022).
+pub const PARENT_DIR_MODE: u32 = 0o755;
+
 /// An error from a file operation under the host root.
 ///
 /// The message reads after "failed to": `failed to write /etc/x.conf under host root /mnt`.
@@ -442,17 +447,65 @@ impl HostRoot {
         }
     }
 
-    /// Create `host` and its missing parents as directories with `mode` (existing directories
-    /// keep their mode, owner and times).
+    /// Create `host` and its missing parents as directories, `mkdir -p` style: each missing
+    /// parent gets mode [`PARENT_DIR_MODE`] (0755), `host` itself `mode`, both set exactly
+    /// (`chmod` after `mkdir`, so the agent's umask does not matter; the plan reports the same
+    /// modes). Existing directories, also one at `host`, keep their mode, owner and times; a
+    /// directory another process creates concurrently counts as existing. `..` is resolved
+    /// lexically ([`normalize`]), symlinks inside the root are followed. Returns the
+    /// directories created, outermost first.
     ///
     /// # Errors
-    /// A component exists and is not a directory, or creation fails.
-    pub fn create_dir_all(&self, host: &Path, mode: u32) -> Result<()> {
-        self.check_abs("create directory", host)?;
-        self.root
-            .mkdir_all(host, &Permissions::from_mode(mode))
-            .map(|_| ())
-            .map_err(|e| self.err("create directory", host, pathrs_io(e)))
+    /// A component exists and is not a directory (`ENOTDIR`, naming it), or a `mkdir`/`chmod`
+    /// fails (naming the directory).
+    pub fn create_dir_all(&self, host: &Path, mode: u32) -> Result<Vec<PathBuf>> {
+        const OP: &str = "create directory";
+        self.check_abs(OP, host)?;
+        let host = normalize(host);
+        // Walk up to the nearest existing directory, then create downwards.
+        let mut missing = Vec::new();
+        let mut cur = host.as_path();
+        loop {
+            match self
+                .metadata(cur)
+                .map_err(|e| self.err(OP, cur, e.source))?
+            {
+                Some(m) if m.is_dir() => break,
+                Some(_) => {
+                    let e = io::Error::new(
+                        io::ErrorKind::NotADirectory,
+                        "exists and is not a directory",
+                    );
+                    return Err(self.err(OP, cur, e));
+                }
+                None => missing.push(cur.to_path_buf()),
+            }
+            match cur.parent() {
+                Some(p) => cur = p,
+                None => break,
+            }
+        }
+        missing.reverse();
+        let mut created = Vec::with_capacity(missing.len());
+        for dir in missing {
+            let m = if dir == host { mode } else { PARENT_DIR_MODE };
+            let perm = Permissions::from_mode(m & 0o777);
+            match self.root.create(&dir, &InodeType::Directory(perm)) {
+                Ok(()) => {
+                    self.set_mode(&dir, m)?;
+                    created.push(dir);
+                }
+                Err(e) => {
+                    let e = pathrs_io(e);
+                    let raced = e.kind() == io::ErrorKind::AlreadyExists
+                        && self.metadata(&dir)?.is_some_and(|m| m.is_dir());
+                    if !raced {
+                        return Err(self.err(OP, &dir, e));
+                    }
+                }
+            }
+        }
+        Ok(created)
     }
 
     /// Create a new file exclusively (`O_EXCL`) with `mode` for writing, creating missing
@@ -481,7 +534,7 @@ impl HostRoot {
         match attempt() {
             Err(e) if e.is_not_found() => {
                 if let Some(parent) = host.parent() {
-                    self.create_dir_all(parent, 0o755)?;
+                    self.create_dir_all(parent, PARENT_DIR_MODE)?;
                 }
                 attempt()
             }

@@ -769,15 +769,17 @@ impl Host {
     /// In apply mode, take the cross-process lock of the file at `path` for a
     /// read-compare-write ([`crate::host::pathlock`]); the caller must read the current
     /// content only after this returns. `None` in plan and check mode (nothing is written,
-    /// and the overlay is private to the session).
+    /// and the overlay is private to the session); there the lock directory the apply would
+    /// create is planned instead ([`Host::overlay_lock_dir`]), so later reads agree.
     ///
     /// # Errors
     /// Creating, opening or locking the lock file.
     pub(crate) fn lock_for_update(
-        &self,
+        &mut self,
         path: &Path,
     ) -> Result<Option<crate::host::pathlock::PathLock>> {
         if self.mode != ExecMode::Apply {
+            self.overlay_lock_dir()?;
             return Ok(None);
         }
         let key = self.lock_key(path);

@@ -571,3 +571,130 @@ fn toml_dotted_keys_stay_dotted() {
         json!({"a": {"b": 3, "c": 2}, "x": {"y": 1}})
     );
 }
+
+/// A `[section` line without its `]` is an error naming file:line:col in every function,
+/// not a line silently kept: its keys would be read from, and written to, the section
+/// before it (`ini::set` would append a second `[sec]`). The file stays as it is.
+#[test]
+fn ini_unclosed_section_header_is_a_parse_error() {
+    let t = TestHost::new();
+    let text = "[a]\nk=1\n  [sec\nk=2\n";
+    t.file("/bad.ini", text);
+    let msg = "/bad.ini:3:7: invalid INI: unclosed section header, expected `]`";
+    let h = t.host(ExecMode::Plan);
+    assert_eq!(
+        ini::get(&h, "/bad.ini", "sec", "k")
+            .unwrap_err()
+            .to_string(),
+        msg
+    );
+    drop(h);
+    for mode in [ExecMode::Plan, ExecMode::Apply] {
+        let mut h = t.host(mode);
+        assert_eq!(
+            ini::set(&mut h, "/bad.ini", "sec", "k", "3")
+                .unwrap_err()
+                .to_string(),
+            msg
+        );
+        assert_eq!(
+            ini::remove(&mut h, "/bad.ini", "a", "k")
+                .unwrap_err()
+                .to_string(),
+            msg
+        );
+        assert_eq!(h.changed(), 0);
+    }
+    assert_eq!(t.read("/bad.ini"), text);
+}
+
+/// A key that is not an index, on an array, is named as the user wrote it (not as the
+/// internal `Key("-")`), and nothing changes.
+#[test]
+fn json_set_names_a_non_index_key_on_an_array_as_written() {
+    let t = TestHost::new();
+    t.file("/n.json", "{\"b\": [1]}\n");
+    for mode in [ExecMode::Plan, ExecMode::Apply] {
+        let mut h = t.host(mode);
+        let key = KeyPath::Text("/b/-".into());
+        let e = json::set(&mut h, "/n.json", &key, &json!(2)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid key path: /n.json: b is an array: key \"-\" is not an index"
+        );
+    }
+    assert_eq!(t.read("/n.json"), "{\"b\": [1]}\n");
+}
+
+/// A CRLF file keeps its line endings: `ini::set` changes only the value (its line keeps
+/// `\r\n`), and new keys and sections are written with `\r\n` too.
+#[test]
+fn ini_set_keeps_crlf_line_endings() {
+    let t = TestHost::new();
+    t.file("/c.ini", "[s]\r\nk=1\r\nj=2\r\n");
+    assert!(apply(&t, |h| ini::set(h, "/c.ini", "s", "k", "5")));
+    assert_eq!(t.read("/c.ini"), "[s]\r\nk=5\r\nj=2\r\n");
+    assert!(apply(&t, |h| ini::set(h, "/c.ini", "s", "n", "6")));
+    assert!(apply(&t, |h| ini::set(h, "/c.ini", "t", "m", "7")));
+    assert_eq!(
+        t.read("/c.ini"),
+        "[s]\r\nk=5\r\nj=2\r\nn=6\r\n\r\n[t]\r\nm=7\r\n"
+    );
+    assert!(!apply(&t, |h| ini::set(h, "/c.ini", "t", "m", "7")));
+    assert_eq!(
+        ini::get(&t.host(ExecMode::Plan), "/c.ini", "s", "k").unwrap(),
+        Some("5".into())
+    );
+    assert!(apply(&t, |h| ini::remove(h, "/c.ini", "s", "j")));
+    assert_eq!(t.read("/c.ini"), "[s]\r\nk=5\r\nn=6\r\n\r\n[t]\r\nm=7\r\n");
+}
+
+/// An empty value on a CRLF line is replaced before the `\r`, not after it.
+#[test]
+fn ini_set_replaces_an_empty_crlf_value_before_the_cr() {
+    let t = TestHost::new();
+    t.file("/e.ini", "[s]\r\nk=\r\n");
+    assert!(apply(&t, |h| ini::set(h, "/e.ini", "s", "k", "v")));
+    assert_eq!(t.read("/e.ini"), "[s]\r\nk=v\r\n");
+}
+
+/// A CRLF TOML file keeps `\r\n` (toml_edit writes `\n`): a set changes one line, not all.
+#[test]
+fn toml_set_keeps_crlf_line_endings() {
+    let t = TestHost::new();
+    t.file("/c.toml", "a = 1\r\n[b]\r\nc = 2\r\n");
+    assert!(apply(&t, |h| toml::set(
+        h,
+        "/c.toml",
+        &KeyPath::Text("b.d".into()),
+        &json!(3)
+    )));
+    assert_eq!(t.read("/c.toml"), "a = 1\r\n[b]\r\nc = 2\r\nd = 3\r\n");
+    assert!(apply(&t, |h| toml::remove(
+        h,
+        "/c.toml",
+        &KeyPath::Text("a".into())
+    )));
+    assert_eq!(t.read("/c.toml"), "[b]\r\nc = 2\r\nd = 3\r\n");
+}
+
+/// `ini::get` trims values, so a value with leading or trailing blanks cannot be kept: it
+/// grew by one blank on every run (`k= v`, `k=  v`, ...). It is an error naming the key.
+#[test]
+fn ini_set_refuses_a_value_with_surrounding_blanks() {
+    let t = TestHost::new();
+    t.file("/w.ini", "[s]\nk=v\n");
+    for v in [" v", "v ", "\tv"] {
+        let mut h = t.host(ExecMode::Apply);
+        assert_eq!(
+            ini::set(&mut h, "/w.ini", "s", "k", v)
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "invalid INI value: /w.ini: the value of \"k\" must not start or end with blanks, got {v:?}"
+            )
+        );
+    }
+    assert_eq!(t.read("/w.ini"), "[s]\nk=v\n");
+    assert!(!apply(&t, |h| ini::set(h, "/w.ini", "s", "k", "v")));
+}

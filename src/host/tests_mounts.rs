@@ -666,3 +666,22 @@ fn kmod_removals_in_every_mode() {
     assert_eq!(t.read("/etc/modules-load.d/nvidia.conf"), "nvidia\n");
     assert_eq!(t.calls(), s(&["update-initramfs -u"]));
 }
+
+/// A source starting with `#` would make the fstab line a comment: the next run would not
+/// find it and append it again (every run a change). It is an error, and nothing changes.
+#[test]
+fn mount_source_starting_with_hash_is_refused() {
+    let t = TestHost::new();
+    t.file("/etc/fstab", "/dev/sda1 / ext4 defaults 0 1\n");
+    for mode in [ExecMode::Plan, ExecMode::Apply] {
+        let mut h = t.host(mode);
+        let e = mount::ensure(&mut h, "/mnt/q", &spec("#x", "xfs", "defaults")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid mount source: \"#x\" (a source starting with # would make the fstab line a comment)"
+        );
+        assert_eq!(h.changed(), 0);
+    }
+    assert_eq!(t.read("/etc/fstab"), "/dev/sda1 / ext4 defaults 0 1\n");
+    assert!(!t.p("/mnt").exists());
+}

@@ -83,7 +83,7 @@ pub fn set(h: &mut Host, p: &str, key: &KeyPath, value: &J) -> Result<bool> {
         } else {
             set_in(&path, doc.as_item_mut(), &[], &segs, value)?;
         }
-        Ok(Some(doc.to_string()))
+        Ok(Some(render(cur, &doc)))
     })
 }
 
@@ -111,7 +111,7 @@ pub fn remove(h: &mut Host, p: &str, key: &KeyPath) -> Result<bool> {
             }
         }
         match item.as_table_like_mut().and_then(|t| t.remove(last)) {
-            Some(_) => Ok(Some(doc.to_string())),
+            Some(_) => Ok(Some(render(Some(cur), &doc))),
             None => Ok(None),
         }
     })
@@ -158,7 +158,7 @@ pub fn ensure_table(h: &mut Host, p: &str, key: &KeyPath) -> Result<bool> {
             // An implicit table asked for by name gets its header.
             t.set_implicit(false);
         }
-        Ok(Some(doc.to_string()))
+        Ok(Some(render(cur, &doc)))
     })
 }
 
@@ -169,6 +169,17 @@ pub fn ensure_table(h: &mut Host, p: &str, key: &KeyPath) -> Result<bool> {
 /// [`HostError::Parse`] with `shown:line:col`.
 pub fn parse(text: &str, shown: &Path) -> Result<J> {
     Ok(item_json(parse_doc(shown, text)?.as_item()))
+}
+
+/// The document's text, with `\r\n` line endings when the file had them (`toml_edit`
+/// writes `\n`), so a CRLF file does not change on every line.
+fn render(cur: Option<&str>, doc: &DocumentMut) -> String {
+    let out = doc.to_string();
+    if cur.is_some_and(|c| c.contains("\r\n")) {
+        out.replace("\r\n", "\n").replace('\n', "\r\n")
+    } else {
+        out
+    }
 }
 
 fn parse_doc(path: &Path, text: &str) -> Result<DocumentMut> {

@@ -340,16 +340,8 @@ fn make_home(h: &mut Host, spec: &HomeSpec) -> Result<bool> {
         Some(_) => return Err(not_a_dir(&spec.path)),
         None => {}
     }
-    // Missing parents first, 0755: the apply of `Effect::Mkdir` gives every directory it
-    // creates the final mode, and a 0750 `/var/lib` would lock out other services.
-    if let Some(parent) = spec.path.parent()
-        && h.view_stat(parent, true)?.is_none()
-    {
-        h.submit(Effect::Mkdir {
-            path: parent.to_path_buf(),
-            mode: 0o755,
-        })?;
-    }
+    // Missing parents are made 0755 by `Effect::Mkdir` itself (planned and applied alike);
+    // only the home gets the home mode.
     h.submit(Effect::Mkdir {
         path: spec.path.clone(),
         mode: spec.mode,

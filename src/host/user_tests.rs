@@ -971,12 +971,14 @@ fn missing_parents_of_a_home_are_0755() {
     assert_eq!(
         dirs,
         vec![
-            "create directory /srv/gpu (mode 0755)",
             "create directory /srv/gpu/ops (mode 0750)",
             "create directory /srv/gpu/ops/.config (mode 0755)",
         ]
     );
-    assert_eq!(plan.changes[4].mkdir, vec!["/srv".to_string()]);
+    assert_eq!(
+        plan.changes[4].mkdir,
+        vec!["/srv".to_string(), "/srv/gpu".to_string()]
+    );
     all_modes(&t, |h| user::ensure(h, "ops", &o));
     assert_eq!(meta(&t, "/srv"), (0o755, 0, 0));
     assert_eq!(meta(&t, "/srv/gpu"), (0o755, 0, 0));

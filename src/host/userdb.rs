@@ -782,7 +782,7 @@ struct Locks {
     _paths: Vec<crate::host::pathlock::PathLock>,
 }
 
-fn lock_all(h: &Host) -> Result<Locks> {
+fn lock_all(h: &mut Host) -> Result<Locks> {
     let mut paths = Vec::new();
     for p in [PASSWD, GROUP, SHADOW, GSHADOW] {
         if let Some(l) = h.lock_for_update(Path::new(p))? {
@@ -814,6 +814,8 @@ pub(crate) fn transact<T>(
         return Ok((false, value));
     }
     if h.mode() != ExecMode::Apply {
+        // Where the apply takes its path locks (`lock_all`).
+        h.overlay_lock_dir()?;
         db.write(h)?;
         return Ok((true, value));
     }

@@ -433,7 +433,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[P, ("mode", "?")],
         "bool",
         Change,
-        "Create a directory and its parents with `mode` (int or octal string); an existing one is chmod-ed when it differs.",
+        "Create a directory and its missing parents (those 0755) with `mode` (int or octal string); an existing one is chmod-ed when it differs.",
     ),
     f(
         "fs",
@@ -1014,7 +1014,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
             &[("url", "String"), P, OPTS],
             "bool",
             Change,
-            "Download `url` (`http://`, or `https://` trusting the host's CA bundle: the first of `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`, `/etc/ssl/ca-bundle.pem`, `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`, `/etc/ssl/cert.pem`; up to 5 redirects; no proxy) to `path`, verified by `#{sha256}` (required, 64 hex digits), with `#{mode, owner, group}`. Unchanged when the file already has that digest (only `mode`/`owner`/`group` are then set when they differ); otherwise streamed to a temporary file beside it, checked, and renamed into place. A wrong digest, an HTTP error, a body over `max_bytes` (default 4 GiB), the `timeout` (seconds, default 300, capped by the step's deadline) or a cancel fail the call and leave `path` unchanged. A plan makes no request (`would download <url> (sha256 ...) to <path>`); later reads in it see the file, but `fs::read` of it fails (its content is unknown until applied). Check: drift when missing or of another digest.",
+            "Download `url` (`http://`, or `https://` trusting the host's CA bundle: the first of `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`, `/etc/ssl/ca-bundle.pem`, `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`, `/etc/ssl/cert.pem`; up to 5 redirects; no proxy; a URL with `user:password@` is an error, as credentials are not sent) to `path`, verified by `#{sha256}` (required, 64 hex digits), with `#{mode, owner, group}`. Unchanged when the file already has that digest (only `mode`/`owner`/`group` are then set when they differ); otherwise streamed to a temporary file beside it, checked, and renamed into place. A wrong digest, an HTTP error, a body over `max_bytes` (default 4 GiB), the `timeout` (seconds, default 300, capped by the step's deadline) or a cancel fail the call and leave `path` unchanged. A plan makes no request (`would download <url> (sha256 ...) to <path>`); later reads in it see the file, but `fs::read` of it fails (its content is unknown until applied). Check: drift when missing or of another digest.",
         ),
     ),
     with_opts(
@@ -1123,7 +1123,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[P, ("section", "String"), ("key", "String")],
         "?",
         Query,
-        "The value of `key` in `[section]` (`\"\"`: before any header), trimmed, the last one when repeated; `()` when missing. `#` and `;` start comments.",
+        "The value of `key` in `[section]` (`\"\"`: before any header), trimmed, the last one when repeated; `()` when missing. `#` and `;` start comments. A line starting with `[` without `]` is an error naming `file:line:col` (in `set` and `remove` too).",
     ),
     f(
         "ini",
@@ -1131,7 +1131,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[P, ("section", "String"), ("key", "String"), ("value", "?")],
         "bool",
         Change,
-        "Give `key` exactly `value` (string, number or bool): its first line is rewritten in place (spacing kept) and repeats removed; a new key goes after the section's last line, a new section at the end of the file. Creates a missing file.",
+        "Give `key` exactly `value` (string, number or bool): its first line is rewritten in place (spacing kept) and repeats removed; a new key goes after the section's last line, a new section at the end of the file. Creates a missing file. A value starting or ending with blanks is an error (`get` trims values).",
     ),
     f(
         "ini",

@@ -84,16 +84,26 @@ fn blacklist_opts(m: &Map) -> Result<BlacklistOptions, String> {
     })
 }
 
-/// Module options: a string of `key=value` words, or a map rendered `k=v` in key order.
+/// Module options: a string of `key=value` words, or a map rendered `k=v` in key order
+/// (each key a word without `=` or blanks, each value a non-empty word without blanks).
 fn module_options(d: &Dynamic) -> Result<String, String> {
     if let Some(m) = d.read_lock::<Map>() {
         return m
             .iter()
             .map(|(k, v)| {
-                Ok(format!(
-                    "{k}={}",
-                    convert::scalar(v, &format!("option {k}"))?
-                ))
+                if k.is_empty() || k.contains(|c: char| c == '=' || c.is_whitespace()) {
+                    return Err(format!(
+                        "option key {:?} must be a non-empty word without `=` or blanks",
+                        k.as_str()
+                    ));
+                }
+                let v = convert::scalar(v, &format!("option {k}"))?;
+                if v.is_empty() || v.contains(char::is_whitespace) {
+                    return Err(format!(
+                        "option {k}: value {v:?} must be one word without blanks"
+                    ));
+                }
+                Ok(format!("{k}={v}"))
             })
             .collect::<Result<Vec<_>, String>>()
             .map(|w| w.join(" "));

@@ -1547,3 +1547,30 @@ fn users_and_groups_through_rhai() {
         assert_eq!(r.error(), format!("main.rhai:1:{col}: {msg}"), "{src}");
     }
 }
+
+/// A map of module options must render `key=value` words modprobe reads back as written: a
+/// key that is empty or has `=` or blanks, or a value with blanks, is an error naming the
+/// option (they became `options nouveau =1` or `options nouveau a=x y`, which modprobe
+/// parses as other parameters). Nothing is written.
+#[test]
+fn kmod_options_map_rejects_keys_and_values_that_are_not_one_word() {
+    let t = TestHost::new();
+    for (src, want) in [
+        (
+            r#"kmod::options("nouveau", #{"": 1})"#,
+            "main.rhai:1:7: kmod::options: option key \"\" must be a non-empty word without `=` or blanks",
+        ),
+        (
+            r#"kmod::options("nouveau", #{"a b": 1})"#,
+            "main.rhai:1:7: kmod::options: option key \"a b\" must be a non-empty word without `=` or blanks",
+        ),
+        (
+            r#"kmod::options("nouveau", #{a: "x y"})"#,
+            "main.rhai:1:7: kmod::options: option a: value \"x y\" must be one word without blanks",
+        ),
+    ] {
+        let r = run(&t, ExecMode::Apply, src);
+        assert_eq!(r.error(), want, "{src}");
+    }
+    assert!(!t.p("/etc/modprobe.d").exists());
+}
