@@ -609,7 +609,7 @@ fn edit_view(
             }
         }
     }
-    let content = view.lines.to_bytes();
+    let content = view.lines.render();
     if view.lines.irregular() {
         // A line with a line break in it: the lines no longer describe the bytes, so
         // compare bytes as `put` does and keep no view.

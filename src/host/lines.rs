@@ -11,7 +11,7 @@
 //! is dead.
 //!
 //! The lines are those of [`str::lines`] (split at `\n`, a trailing `\r` dropped, no empty
-//! last line after a final newline), and [`Lines::to_bytes`] writes them back joined by
+//! last line after a final newline), and [`Lines::render`] writes them back joined by
 //! `\n` with a final newline: the semantics of the text functions.
 //!
 //! [`View`] adds what the session needs to trust a cached view: whether the file existed,
@@ -45,9 +45,13 @@ pub(crate) struct Lines {
     hasher: RandomState,
     /// Bytes of replaced or removed lines in `buf` (separators are not counted).
     dead: usize,
-    /// An edit added a line containing `\n` or ending in `\r`: [`Lines::to_bytes`] does not
+    /// An edit added a line containing `\n` or ending in `\r`: [`Lines::render`] does not
     /// parse back to these lines, so the caller must fall back to comparing bytes.
     irregular: bool,
+    /// What [`Lines::render`] returned last, kept up to date by [`Lines::push`] (the
+    /// `ensure_line` append) and dropped by every other edit, so that N appends cost one
+    /// copy of the text each instead of a walk over every line.
+    rendered: Option<Vec<u8>>,
 }
 
 impl Default for Lines {
@@ -80,6 +84,7 @@ impl Lines {
             index,
             hasher,
             irregular: false,
+            rendered: None,
         }
     }
 
@@ -148,10 +153,15 @@ impl Lines {
     pub(crate) fn push(&mut self, line: &str) {
         let s = self.alloc(line);
         self.lines.push(s);
+        if let Some(r) = &mut self.rendered {
+            r.extend_from_slice(line.as_bytes());
+            r.push(b'\n');
+        }
     }
 
     /// Replace line `i` by `line`.
     pub(crate) fn replace(&mut self, i: usize, line: &str) {
+        self.rendered = None;
         self.unindex(self.lines[i]);
         self.lines[i] = self.alloc(line);
         self.compact_if_sparse();
@@ -159,6 +169,7 @@ impl Lines {
 
     /// Replace the lines in `range` by `new` (an empty `new` removes them).
     pub(crate) fn splice(&mut self, range: Range<usize>, new: &[&str]) {
+        self.rendered = None;
         for i in range.clone() {
             self.unindex(self.lines[i]);
         }
@@ -181,6 +192,9 @@ impl Lines {
         for s in &gone {
             self.unindex(*s);
         }
+        if !gone.is_empty() {
+            self.rendered = None;
+        }
         self.compact_if_sparse();
         !gone.is_empty()
     }
@@ -201,18 +215,23 @@ impl Lines {
         }
     }
 
-    /// Whether an edit added a line that [`Lines::to_bytes`] would not give back as one line.
+    /// Whether an edit added a line that [`Lines::render`] would not give back as one line.
     pub(crate) fn irregular(&self) -> bool {
         self.irregular
     }
 
-    /// The text: the lines joined by `\n`, with a final newline unless there are none.
-    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+    /// The text: the lines joined by `\n`, with a final newline unless there are none. Kept
+    /// for the next call (and the appends after it): one copy per call after the first.
+    pub(crate) fn render(&mut self) -> Vec<u8> {
+        if let Some(r) = &self.rendered {
+            return r.clone();
+        }
         let mut out = Vec::with_capacity(self.buf.len() - self.dead + self.len());
         for l in self.iter() {
             out.extend_from_slice(l.as_bytes());
             out.push(b'\n');
         }
+        self.rendered = Some(out.clone());
         out
     }
 }
@@ -267,13 +286,13 @@ mod tests {
     #[test]
     fn parses_as_str_lines_and_writes_back_with_final_newline() {
         for text in ["", "a", "a\n", "a\r\nb", "a\n\nb\n", "\n", "x\ny\n\n"] {
-            let l = Lines::parse(text.to_string());
+            let mut l = Lines::parse(text.to_string());
             assert_eq!(lines(&l), text.lines().collect::<Vec<_>>(), "{text:?}");
             let mut want = text.lines().collect::<Vec<_>>().join("\n");
             if !l.lines.is_empty() {
                 want.push('\n');
             }
-            assert_eq!(l.to_bytes(), want.into_bytes());
+            assert_eq!(l.render(), want.into_bytes());
         }
     }
 
@@ -301,6 +320,25 @@ mod tests {
         assert!(!l.contains("x") && !l.irregular());
         l.push("p\nq");
         assert!(l.irregular());
+    }
+
+    #[test]
+    fn render_follows_every_kind_of_edit() {
+        let mut l = Lines::parse("a\nb\n".into());
+        assert_eq!(l.render(), b"a\nb\n");
+        l.push("c");
+        assert_eq!(l.render(), b"a\nb\nc\n");
+        l.replace(0, "A");
+        assert_eq!(l.render(), b"A\nb\nc\n");
+        l.push("d");
+        assert_eq!(l.render(), b"A\nb\nc\nd\n");
+        l.splice(1..2, &["x", "y"]);
+        assert_eq!(l.render(), b"A\nx\ny\nc\nd\n");
+        assert!(l.remove_where(|s| s == "y"));
+        assert_eq!(l.render(), b"A\nx\nc\nd\n");
+        assert!(!l.remove_where(|s| s == "nope"));
+        l.push("e");
+        assert_eq!(l.render(), b"A\nx\nc\nd\ne\n");
     }
 
     #[test]

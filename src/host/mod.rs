@@ -15,7 +15,8 @@
 //! | [`effect`] | [`effect::Effect`] and its parts |
 //! | [`deferred`] | write-ahead records of deferred work, run by the next session after a crash |
 //! | [`pathlock`] | cross-process locks held across a read-modify-write of a host file |
-//! | [`digest`] | SHA-256 content hashes for reports |
+//! | [`digest`] | SHA-256 content hashes for reports (`hashes`: once per file per report) |
+//! | `textdiff` | unified diffs on a window around the change |
 //! | `apply`, `plan` | the executors (private) |
 //! | [`report`] | [`Report`], [`ExecMode`] |
 //! | [`fs`], [`cmd`], [`service`], [`pkg`], [`os`], [`tuning`], [`interrupt`] | the API areas |
@@ -37,6 +38,7 @@ pub mod error;
 pub mod fetch;
 pub mod fs;
 pub mod group;
+mod hashes;
 pub mod ini;
 pub mod interrupt;
 pub mod json;
@@ -55,6 +57,7 @@ pub mod service;
 pub mod session;
 pub mod structured;
 pub mod text;
+mod textdiff;
 pub mod toml;
 pub mod tuning;
 pub mod user;

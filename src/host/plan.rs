@@ -178,7 +178,9 @@ impl Overlay {
 pub(crate) use crate::host::root::normalize;
 
 /// A unified diff between two texts with `--- a/path` / `+++ b/path` headers (`/dev/null`
-/// for a side that does not exist), or a one-line note for binary content.
+/// for a side that does not exist), or a one-line note for binary content. Equal texts give
+/// an empty string. `similar`'s diff of the whole texts, computed on a window around the
+/// change ([`crate::host::textdiff`]).
 pub fn render_diff(path: &Path, old: Option<&[u8]>, new: Option<&[u8]>) -> String {
     let rel = path.to_string_lossy();
     let rel = rel.trim_start_matches('/');
@@ -194,11 +196,7 @@ pub fn render_diff(path: &Path, old: Option<&[u8]>, new: Option<&[u8]>) -> Strin
     };
     let (o, n) = (old.unwrap_or_default(), new.unwrap_or_default());
     match (std::str::from_utf8(o), std::str::from_utf8(n)) {
-        (Ok(o), Ok(n)) => similar::TextDiff::from_lines(o, n)
-            .unified_diff()
-            .context_radius(3)
-            .header(&a, &b)
-            .to_string(),
+        (Ok(o), Ok(n)) => crate::host::textdiff::unified(o, n, &a, &b),
         _ => format!(
             "Binary files {a} and {b} differ ({} -> {} bytes)\n",
             o.len(),
@@ -219,25 +217,23 @@ pub(crate) struct Described {
     pub summary: String,
     /// The unified diff of file contents, when asked for.
     pub diff: Option<String>,
-    /// `sha256:` of the content before (an existing file written or removed).
-    pub before: Option<String>,
-    /// `sha256:` of the content after (a write).
+    /// `sha256:` of the content after, when the effect itself declares it (a fetch's
+    /// verified digest). File writes get theirs from the session (`src/host/hashes.rs`).
     pub after: Option<String>,
     /// Missing directories the effect creates on the way, outermost first.
     pub mkdir: Vec<String>,
 }
 
 impl Host {
-    /// The summary of `effect`, the content hashes and, for file contents when `with_diff`,
-    /// its diff against the current view, and the directories it creates on the way.
+    /// The summary of `effect` and, for file contents when `with_diff`, its diff against the
+    /// current view, and the directories it creates on the way. The content hashes are the
+    /// session's ([`crate::host::hashes`]).
     pub(crate) fn describe(&self, effect: &Effect, with_diff: bool) -> Result<Described> {
         let mut d = self.summarize(effect, with_diff)?;
         match effect {
-            Effect::WriteFile { path, content, .. } => {
-                d.after = Some(crate::host::digest::sha256_tag(content));
-                d.mkdir = self.missing_parents(path)?;
-            }
-            Effect::Symlink { link: path, .. } | Effect::Mkdir { path, .. } => {
+            Effect::WriteFile { path, .. }
+            | Effect::Symlink { link: path, .. }
+            | Effect::Mkdir { path, .. } => {
                 d.mkdir = self.missing_parents(path)?;
             }
             Effect::Fetch(f) => {
@@ -245,15 +241,6 @@ impl Host {
                 d.mkdir = self.missing_parents(&f.path)?;
             }
             _ => {}
-        }
-        if let Effect::WriteFile { path, .. } | Effect::RemoveFile { path } = effect
-            && self
-                .view_stat(path, true)?
-                .is_some_and(|s| s.kind == "file")
-        {
-            d.before = self
-                .view_read(path)?
-                .map(|c| crate::host::digest::sha256_tag(&c));
         }
         Ok(d)
     }
@@ -285,7 +272,7 @@ impl Host {
                 let old_stat = self.view_stat(path, true)?;
                 // Only the diff needs the old content: apply mode does not read it.
                 let old = match &old_stat {
-                    Some(s) if with_diff && s.kind == "file" => self.view_read(path)?,
+                    Some(s) if with_diff && s.kind == "file" => self.view_read_cow(path)?,
                     _ => None,
                 };
                 let p = path.display();

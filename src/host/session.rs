@@ -133,6 +133,8 @@ pub struct Host {
     opts: HostOptions,
     redactor: Redactor,
     pub(crate) overlay: Overlay,
+    /// The report's content hashes, once per file ([`crate::host::hashes`]).
+    pub(crate) hashes: crate::host::hashes::ContentHashes,
     /// Parsed views of the files the line and block functions edited, by normalised host
     /// path ([`crate::host::fs`]). Any effect clears them ([`Host::submit`]); in apply mode
     /// a view is trusted only while the file's [`crate::host::lines::Stamp`] is unchanged.
@@ -174,6 +176,7 @@ impl Host {
             redactor,
             overlay: Overlay::default(),
             texts: std::collections::HashMap::new(),
+            hashes: Default::default(),
             report: Report::new(mode),
             pending_daemon_reload: recorded_reload,
             recorded_grub: grub.is_some(),
@@ -223,7 +226,8 @@ impl Host {
         self.report.changes.len()
     }
 
-    /// The report so far.
+    /// The report so far (without the `after` hashes, which are set when the session or
+    /// step ends: `src/host/hashes.rs`).
     pub fn report(&self) -> &Report {
         &self.report
     }
@@ -284,6 +288,7 @@ impl Host {
         let was_pending = reload && std::mem::take(&mut self.pending_daemon_reload);
         let with_diff = self.mode != ExecMode::Apply || self.opts.diffs;
         let d = self.describe(&effect, with_diff)?;
+        let before = self.hash_before(&effect)?;
         let out = match self.mode {
             ExecMode::Apply => {
                 let r = crate::host::apply::perform(self, &effect);
@@ -305,17 +310,20 @@ impl Host {
         let position = self.position.clone();
         match effect.class() {
             EffectClass::Change => {
-                self.journal.push(Item::Change(self.report.changes.len()));
+                let index = self.report.changes.len();
+                self.journal.push(Item::Change(index));
                 self.report.changes.push(Change {
                     kind: effect.kind().into(),
                     target: effect.target(),
                     summary: d.summary,
                     diff: d.diff,
-                    before: d.before,
+                    before,
                     after: d.after,
                     mkdir: d.mkdir,
                     position,
                 });
+                // `after` is filled when the report is taken ([`crate::host::hashes`]).
+                self.hashes.note(index, effect);
             }
             EffectClass::Action => {
                 self.journal.push(Item::Action(self.report.actions.len()));
@@ -520,6 +528,7 @@ impl Host {
         self.finished = true;
         let result = self.run_deferred();
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
+        self.hashes.fill(&mut report.changes);
         report.items = self.journal.take();
         (report, result)
     }
@@ -543,6 +552,7 @@ impl Host {
     pub fn finish_step_with_report(&mut self) -> (Report, Result<()>) {
         let deferred = self.run_deferred();
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
+        self.hashes.fill(&mut report.changes);
         report.items = self.journal.take();
         self.opts.deadline = None;
         (report, deferred)
