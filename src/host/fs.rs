@@ -17,6 +17,7 @@ use crate::host::error::{HostError, Result};
 use crate::host::lines::{Lines, Stamp, View};
 use crate::host::root::{EntryKind, HostRoot, kind_name};
 use crate::host::session::Stat;
+use crate::host::textdiff::Appended;
 use crate::host::{ExecMode, Host};
 
 /// Options of `write`, `copy`: attributes to set (`None` keeps the existing file's).
@@ -591,6 +592,9 @@ fn edit_view(
 ) -> Result<bool> {
     let key = crate::host::plan::normalize(path);
     let mut view = take_view(h, path, &key)?;
+    // What the last rendering (the content the session last wrote here) was, to tell the
+    // plan's diff when the change only appended lines ([`Appended`]).
+    let mut mark = view.lines.rendered_mark();
     if !change(&mut view.lines, view.exists)? {
         h.texts.insert(key, view);
         h.note_unchanged();
@@ -602,6 +606,7 @@ fn edit_view(
         let now = h.root().metadata(path)?.map(|m| Stamp::of(&m));
         if now != view.stamp {
             view = take_view(h, path, &key)?;
+            mark = None;
             if !change(&mut view.lines, view.exists)? {
                 h.texts.insert(key, view);
                 h.note_unchanged();
@@ -616,6 +621,15 @@ fn edit_view(
         let changed = put_locked(h, path, content, (None, None, None), |_| Ok(()));
         drop(lock);
         return changed;
+    }
+    if let (Some((old_len, old_lines)), Some((_, now_lines))) = (mark, view.lines.rendered_mark())
+        && now_lines > old_lines
+    {
+        h.appended = Some(Appended {
+            path: key.clone(),
+            old_len,
+            old_lines,
+        });
     }
     // `submit` checks the ancestors ([`HostError::BadAncestor`]); the view's read resolved
     // the path already.

@@ -220,6 +220,14 @@ impl Lines {
         self.irregular
     }
 
+    /// `(bytes, lines)` of what [`Lines::render`] returned last, while it is still the text
+    /// (no edit but appends since, and every line without `\n` or final `\r`): the text
+    /// then is that rendering with the lines appended since. `None` otherwise.
+    pub(crate) fn rendered_mark(&self) -> Option<(usize, usize)> {
+        let r = self.rendered.as_ref().filter(|_| !self.irregular)?;
+        Some((r.len(), self.lines.len()))
+    }
+
     /// The text: the lines joined by `\n`, with a final newline unless there are none. Kept
     /// for the next call (and the appends after it): one copy per call after the first.
     pub(crate) fn render(&mut self) -> Vec<u8> {
@@ -339,6 +347,21 @@ mod tests {
         assert!(!l.remove_where(|s| s == "nope"));
         l.push("e");
         assert_eq!(l.render(), b"A\nx\nc\nd\ne\n");
+    }
+
+    #[test]
+    fn rendered_mark_survives_appends_only() {
+        let mut l = Lines::parse("a\r\nb".into());
+        assert_eq!(l.rendered_mark(), None, "not rendered yet");
+        assert_eq!(l.render(), b"a\nb\n");
+        assert_eq!(l.rendered_mark(), Some((4, 2)));
+        l.push("c");
+        assert_eq!(l.rendered_mark(), Some((6, 3)));
+        l.replace(0, "A");
+        assert_eq!(l.rendered_mark(), None, "a replace drops it");
+        l.render();
+        l.push("p\nq");
+        assert_eq!(l.rendered_mark(), None, "an irregular line drops it");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::host::effect::{Effect, GrubUpdate, MountOp, ServiceOp, quote_argv};
 use crate::host::error::Result;
 use crate::host::root::EntryKind;
 use crate::host::session::Stat;
+use crate::host::textdiff::Appended;
 
 /// One planned object.
 #[derive(Debug, Clone)]
@@ -182,18 +183,7 @@ pub(crate) use crate::host::root::normalize;
 /// an empty string. `similar`'s diff of the whole texts, computed on a window around the
 /// change ([`crate::host::textdiff`]).
 pub fn render_diff(path: &Path, old: Option<&[u8]>, new: Option<&[u8]>) -> String {
-    let rel = path.to_string_lossy();
-    let rel = rel.trim_start_matches('/');
-    let a = if old.is_some() {
-        format!("a/{rel}")
-    } else {
-        "/dev/null".into()
-    };
-    let b = if new.is_some() {
-        format!("b/{rel}")
-    } else {
-        "/dev/null".into()
-    };
+    let (a, b) = diff_headers(path, old.is_some(), new.is_some());
     let (o, n) = (old.unwrap_or_default(), new.unwrap_or_default());
     match (std::str::from_utf8(o), std::str::from_utf8(n)) {
         (Ok(o), Ok(n)) => crate::host::textdiff::unified(o, n, &a, &b),
@@ -203,6 +193,45 @@ pub fn render_diff(path: &Path, old: Option<&[u8]>, new: Option<&[u8]>) -> Strin
             n.len()
         ),
     }
+}
+
+/// The diff of a planned write of `new` over `old` ([`render_diff`]); when `appended`
+/// describes this write (same file, `old`'s length), at the cost of the appended lines
+/// ([`crate::host::textdiff::unified_appended`]), else as `render_diff`.
+fn render_write_diff(
+    path: &Path,
+    old: Option<&[u8]>,
+    new: &[u8],
+    appended: Option<&Appended>,
+) -> String {
+    if let (Some(o), Some(h)) = (old, appended)
+        && h.old_len == o.len()
+        && h.path == normalize(path)
+    {
+        let (a, b) = diff_headers(path, true, true);
+        if let Some(d) = crate::host::textdiff::unified_appended(o, new, h.old_lines, &a, &b) {
+            return d;
+        }
+    }
+    render_diff(path, old, Some(new))
+}
+
+/// The `--- a/…` and `+++ b/…` header names of a diff of `path` (`/dev/null` for a side
+/// that does not exist).
+fn diff_headers(path: &Path, old: bool, new: bool) -> (String, String) {
+    let rel = path.to_string_lossy();
+    let rel = rel.trim_start_matches('/');
+    let a = if old {
+        format!("a/{rel}")
+    } else {
+        "/dev/null".into()
+    };
+    let b = if new {
+        format!("b/{rel}")
+    } else {
+        "/dev/null".into()
+    };
+    (a, b)
 }
 
 fn ids(uid: Option<u32>, gid: Option<u32>) -> String {
@@ -228,8 +257,15 @@ impl Host {
     /// The summary of `effect` and, for file contents when `with_diff`, its diff against the
     /// current view, and the directories it creates on the way. The content hashes are the
     /// session's ([`crate::host::hashes`]).
-    pub(crate) fn describe(&self, effect: &Effect, with_diff: bool) -> Result<Described> {
-        let mut d = self.summarize(effect, with_diff)?;
+    /// `appended`: what the line view knows about a write's content ([`Appended`]), used
+    /// for its diff in plan and check mode when it matches the effect.
+    pub(crate) fn describe(
+        &self,
+        effect: &Effect,
+        with_diff: bool,
+        appended: Option<&Appended>,
+    ) -> Result<Described> {
+        let mut d = self.summarize(effect, with_diff, appended)?;
         match effect {
             Effect::WriteFile { path, .. }
             | Effect::Symlink { link: path, .. }
@@ -260,7 +296,12 @@ impl Host {
         Ok(missing)
     }
 
-    fn summarize(&self, effect: &Effect, with_diff: bool) -> Result<Described> {
+    fn summarize(
+        &self,
+        effect: &Effect,
+        with_diff: bool,
+        appended: Option<&Appended>,
+    ) -> Result<Described> {
         let (summary, diff) = match effect {
             Effect::WriteFile {
                 path,
@@ -297,8 +338,9 @@ impl Host {
                 } else if uid.is_some() || gid.is_some() {
                     summary.push_str(&format!(" (owner {})", ids(*uid, *gid)));
                 }
+                let appended = appended.filter(|_| self.mode() != crate::host::ExecMode::Apply);
                 let diff = (with_diff && old.as_deref() != Some(content.as_slice()))
-                    .then(|| render_diff(path, old.as_deref(), Some(content)));
+                    .then(|| render_write_diff(path, old.as_deref(), content, appended));
                 (summary, diff)
             }
             Effect::RemoveFile { path } => {
@@ -671,6 +713,33 @@ mod tests {
         );
         let d = render_diff(Path::new("/n"), None, Some(b"x\n"));
         assert_eq!(d, "--- /dev/null\n+++ b/n\n@@ -0,0 +1 @@\n+x\n");
+    }
+
+    #[test]
+    fn write_diff_uses_an_appended_hint_only_when_it_matches() {
+        let old: String = (0..50).map(|i| format!("l{i}\n")).collect();
+        let new = format!("{old}x\n");
+        let p = Path::new("/etc/f");
+        let want = render_diff(p, Some(old.as_bytes()), Some(new.as_bytes()));
+        assert_eq!(
+            want,
+            "--- a/etc/f\n+++ b/etc/f\n@@ -48,3 +48,4 @@\n l47\n l48\n l49\n+x\n"
+        );
+        let hint = |path: &str, old_len, old_lines| Appended {
+            path: PathBuf::from(path),
+            old_len,
+            old_lines,
+        };
+        let d = |h: &Appended| render_write_diff(p, Some(old.as_bytes()), new.as_bytes(), Some(h));
+        assert_eq!(d(&hint("/etc/f", old.len(), 50)), want);
+        // Another file or another length: not this write's hint, diffed as without one. (A
+        // wrong line count would shift the headers: the hint is trusted for it.)
+        assert_eq!(d(&hint("/etc/g", old.len(), 7)), want);
+        assert_eq!(d(&hint("/etc/f", old.len() - 1, 7)), want);
+        assert_eq!(
+            render_write_diff(p, None, new.as_bytes(), Some(&hint("/etc/f", 0, 0))),
+            render_diff(p, None, Some(new.as_bytes()))
+        );
     }
 
     #[test]

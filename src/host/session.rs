@@ -158,6 +158,9 @@ pub struct Host {
     /// A package repository changed in this session: the next `pkg::install` refreshes the
     /// index ([`Host::mark_package_index_stale`]).
     pub(crate) package_index_stale: bool,
+    /// Set by the line functions for the one write they submit next: what its content adds
+    /// to the old ([`crate::host::textdiff::Appended`]); taken by [`Host::submit`].
+    pub(crate) appended: Option<crate::host::textdiff::Appended>,
 }
 
 impl Host {
@@ -188,6 +191,7 @@ impl Host {
             position: None,
             journal: Journal::default(),
             package_index_stale: false,
+            appended: None,
         }
     }
 
@@ -271,6 +275,7 @@ impl Host {
     /// In apply mode, whatever performing it fails with; in plan/check mode, failures to
     /// read the current state for the diff.
     pub fn submit(&mut self, effect: Effect) -> Result<Option<CmdOutput>> {
+        let appended = self.appended.take();
         // Whatever the effect is, the line views may no longer show the files (the line
         // functions put back the view of the file they wrote).
         self.texts.clear();
@@ -287,7 +292,7 @@ impl Host {
         let reload = matches!(effect, Effect::DaemonReload);
         let was_pending = reload && std::mem::take(&mut self.pending_daemon_reload);
         let with_diff = self.mode != ExecMode::Apply || self.opts.diffs;
-        let d = self.describe(&effect, with_diff)?;
+        let d = self.describe(&effect, with_diff, appended.as_ref())?;
         let before = self.hash_before(&effect)?;
         let out = match self.mode {
             ExecMode::Apply => {

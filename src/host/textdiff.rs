@@ -131,12 +131,42 @@ fn windowed(old: &str, new: &str, a: &str, b: &str) -> Option<String> {
         return None;
     }
     let (wo, wn) = (&old[wo_start..wo_end], &new[wn_start..wn_end]);
+    let cut = Cut {
+        above,
+        below,
+        top: wo_start > 0,
+        bottom: wo_end < o.len(),
+    };
+    // Lines cut off above (the same number in both texts).
+    let shift = || bytecount::count(&o[..wo_start], b'\n');
+    diff_window(wo, wn, a, b, cut, shift)
+}
+
+/// Where a window was cut from the whole texts: whole lines kept above and below the
+/// changed middle, and whether anything was cut off at the top and at the bottom.
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    above: usize,
+    below: usize,
+    top: bool,
+    bottom: bool,
+}
+
+/// `similar`'s diff of the window `wo` → `wn` with its hunk headers moved down by
+/// `shift()` lines (the lines cut off above), or `None` when a hunk came near a cut edge
+/// (module docs).
+fn diff_window(
+    wo: &str,
+    wn: &str,
+    a: &str,
+    b: &str,
+    cut: Cut,
+    shift: impl FnOnce() -> usize,
+) -> Option<String> {
     let diff = TextDiff::from_lines(wo, wn);
     let ops = diff.ops();
     // A hunk that came near a cut edge may have slid differently than in the whole texts.
     let room = MARGIN - CONTEXT;
-    let cut_top = wo_start > 0;
-    let cut_bottom = wo_end < o.len();
     let lead = match ops.first() {
         Some(DiffOp::Equal { len, .. }) => *len,
         _ => 0,
@@ -145,7 +175,7 @@ fn windowed(old: &str, new: &str, a: &str, b: &str) -> Option<String> {
         Some(DiffOp::Equal { len, .. }) => *len,
         _ => 0,
     };
-    if (cut_top && lead < above.min(room)) || (cut_bottom && trail < below.min(room)) {
+    if (cut.top && lead < cut.above.min(room)) || (cut.bottom && trail < cut.below.min(room)) {
         return None;
     }
     let text = diff
@@ -153,11 +183,10 @@ fn windowed(old: &str, new: &str, a: &str, b: &str) -> Option<String> {
         .context_radius(CONTEXT)
         .header(a, b)
         .to_string();
-    if wo_start == 0 {
+    if !cut.top {
         return Some(text);
     }
-    // Shift the hunk headers by the lines cut off above (the same number in both texts).
-    let shift = bytecount::count(&o[..wo_start], b'\n');
+    let shift = shift();
     let mut out = String::with_capacity(text.len() + 16);
     for line in text.split_inclusive('\n') {
         match line.strip_prefix("@@ -") {
@@ -166,6 +195,56 @@ fn windowed(old: &str, new: &str, a: &str, b: &str) -> Option<String> {
         }
     }
     Some(out)
+}
+
+/// What the session's line view knows about a write it submits (`fs::ensure_line`
+/// appending to a file it already wrote in this plan, [`crate::host::fs`]): the new content
+/// is the old content — exactly the view's previous rendering, `old_len` bytes in
+/// `old_lines` lines, each ended by `\n` — with whole lines appended. It lets the plan's diff
+/// of that write skip the scans for the common prefix, the line count above the window and
+/// the UTF-8 check of the unchanged part ([`unified_appended`]), so a planned append costs
+/// O(change), not O(file size). Only meaningful for the one effect it is handed with
+/// ([`crate::host::Host::submit`] takes it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Appended {
+    /// The file (lexically normalised host path).
+    pub(crate) path: std::path::PathBuf,
+    /// Bytes of the old content.
+    pub(crate) old_len: usize,
+    /// Lines of the old content (its `\n` count).
+    pub(crate) old_lines: usize,
+}
+
+/// The unified diff of `old` → `new` (as [`unified`]) when `new` is `old` with whole lines
+/// appended and `old` has `old_lines` lines, each ended by `\n` ([`Appended`]): trusted,
+/// not checked, except for lengths. Only the last [`MARGIN`] lines of `old` and the appended
+/// text are looked at (and checked to be UTF-8). `None` when that cannot be used: `new` not
+/// longer than `old`, `old` empty or not ending in `\n`, a window that is not UTF-8 or that
+/// a hunk came near to the edge of; the caller then diffs as [`unified`].
+pub(crate) fn unified_appended(
+    old: &[u8],
+    new: &[u8],
+    old_lines: usize,
+    a: &str,
+    b: &str,
+) -> Option<String> {
+    if old.is_empty() || new.len() <= old.len() || old.last() != Some(&b'\n') {
+        return None;
+    }
+    let (start, above) = lines_up(old, old.len(), MARGIN);
+    if start == 0 || above > old_lines {
+        // Nothing cut off: `unified` is as cheap.
+        return None;
+    }
+    let wo = std::str::from_utf8(&old[start..]).ok()?;
+    let wn = std::str::from_utf8(&new[start..]).ok()?;
+    let cut = Cut {
+        above,
+        below: 0,
+        top: true,
+        bottom: false,
+    };
+    diff_window(wo, wn, a, b, cut, || old_lines - above)
 }
 
 /// Append `@@ -a[,b] +c[,d] @@\n` with `a` and `c` increased by `shift`; `rest` is the
@@ -279,6 +358,95 @@ mod tests {
             ]
         );
         assert_eq!(t.read("/etc/f"), numbered(100), "a plan writes nothing");
+    }
+
+    /// The appended fast path gives the whole-file diff, or declines.
+    fn check_appended(old: &str, add: &str) {
+        let new = format!("{old}{add}");
+        let lines = bytecount::count(old.as_bytes(), b'\n');
+        let got = unified_appended(old.as_bytes(), new.as_bytes(), lines, "a/f", "b/f")
+            .unwrap_or_else(|| unified(old, &new, "a/f", "b/f"));
+        assert_eq!(got, whole(old, &new, "a/f", "b/f"), "{old:?} + {add:?}");
+    }
+
+    #[test]
+    fn appended_lines_diff_as_the_whole_file() {
+        for n in [1, 2, 3, 11, 12, 13, 14, 40, 200] {
+            let old = numbered(n);
+            check_appended(&old, "new\n");
+            check_appended(&old, "a\nb\n");
+            check_appended(&old, &format!("line {}\n", n - 1));
+            let same = "x\n".repeat(n);
+            check_appended(&same, "x\n");
+            check_appended(&same, "y\nx\n");
+        }
+        // Taken (not declined) in a long file, with the real line numbers.
+        let old = numbered(100);
+        let new = format!("{old}new\n");
+        assert_eq!(
+            unified_appended(old.as_bytes(), new.as_bytes(), 100, "a/f", "b/f").as_deref(),
+            Some("--- a/f\n+++ b/f\n@@ -98,3 +98,4 @@\n line 97\n line 98\n line 99\n+new\n")
+        );
+    }
+
+    #[test]
+    fn appended_declines_what_it_cannot_diff() {
+        let old = numbered(100);
+        let new = format!("{old}new\n");
+        let d = |o: &[u8], n: &[u8], l| unified_appended(o, n, l, "a/f", "b/f");
+        // Not longer, empty or unterminated old, nothing cut off, a line count too small.
+        assert_eq!(d(old.as_bytes(), old.as_bytes(), 100), None);
+        assert_eq!(d(b"", b"x\n", 0), None);
+        assert_eq!(d(b"a\nb", b"a\nbc\n", 1), None);
+        assert_eq!(d(b"a\nb\n", b"a\nb\nc\n", 2), None);
+        assert_eq!(d(old.as_bytes(), new.as_bytes(), 5), None);
+        // A window that is not UTF-8.
+        let mut bad = old.clone().into_bytes();
+        bad.extend_from_slice(b"\xff\n");
+        assert_eq!(d(&bad, &[&bad[..], b"x\n"].concat(), 101), None);
+    }
+
+    #[test]
+    fn planned_appends_diff_as_consecutive_contents() {
+        use crate::host::ExecMode;
+        use crate::host::fs::{self, LineOptions};
+        use crate::host::plan::render_diff;
+        use std::path::Path;
+        // A CRLF file without a final newline: the first write normalises it (no fast path),
+        // the later ones append; a repeated line is appended too.
+        let start = (0..30)
+            .map(|i| format!("l{}\r\n", i % 3))
+            .collect::<String>()
+            + "end";
+        let t = crate::host::testutil::TestHost::new();
+        t.file("/etc/f", &start);
+        let mut h = t.host(ExecMode::Plan);
+        let o = LineOptions::default();
+        let mut contents = vec![start.clone()];
+        let mut lines: Vec<String> = start.lines().map(str::to_string).collect();
+        for l in ["new", "l9", "end2", "x", "y", "z"] {
+            assert!(fs::ensure_line(&mut h, "/etc/f", l, &o).unwrap());
+            lines.push(l.to_string());
+            contents.push(lines.iter().map(|l| format!("{l}\n")).collect());
+        }
+        let r = h.finish().unwrap();
+        let diffs: Vec<String> = r.changes.iter().map(|c| c.diff.clone().unwrap()).collect();
+        let want: Vec<String> = contents
+            .windows(2)
+            .map(|w| {
+                render_diff(
+                    Path::new("/etc/f"),
+                    Some(w[0].as_bytes()),
+                    Some(w[1].as_bytes()),
+                )
+            })
+            .collect();
+        assert_eq!(diffs, want);
+        assert_eq!(
+            diffs[5],
+            "--- a/etc/f\n+++ b/etc/f\n@@ -34,3 +34,4 @@\n end2\n x\n y\n+z\n"
+        );
+        assert_eq!(t.read("/etc/f"), start, "a plan writes nothing");
     }
 
     proptest! {
