@@ -223,3 +223,69 @@ wait
     let lock = std::fs::File::open(fr.host("/t/state/locks/demo.lock")).expect("lock file");
     assert!(Flock::lock(lock, FlockArg::LockExclusiveNonblock).is_ok());
 }
+
+/// `kill(2)` calls of the agent (and its children) running `mode`, from `strace -f -e
+/// trace=kill`; `None` when strace is not installed.
+fn traced_kills(fr: &FakeRoot, mode: &str) -> Option<Vec<String>> {
+    let strace = std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|d| std::path::Path::new(d).join("strace"))
+        .find(|p| p.is_file())?;
+    let out = format!("{}/strace.out", fr.root_str());
+    let mut cmd = std::process::Command::new(strace);
+    cmd.args(["-f", "-qq", "-e", "trace=kill", "-o", &out])
+        .args([AGENT, mode, &fr.root_str(), "/t/pkg"])
+        .env_clear()
+        .envs(fr.env_vars())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let r = run_to_end(cmd.spawn().expect("spawn strace"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let text = std::fs::read_to_string(&out).unwrap();
+    // "PID  kill(-42, SIGTERM)   = 0" → "kill(-42, SIGTERM) = 0"; signal deliveries dropped.
+    Some(
+        text.lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(_, call)| call.split_whitespace().collect::<Vec<_>>().join(" "))
+            .filter(|call| call.starts_with("kill("))
+            .collect(),
+    )
+}
+
+#[test]
+fn a_step_leaving_nothing_is_not_signalled_and_one_leaving_a_child_is() {
+    require_root!();
+    let fr = FakeRoot::new();
+    fr.write_config(&config(json!({
+        "apply": [step("quiet", "quiet.sh", &[]), step("bg", "bg.sh", &[])],
+        "apply-check": [step("quiet", "quiet.sh", &[]), step("bg", "bg.sh", &[])],
+    })));
+    fr.write_step("quiet.sh", "#!/bin/bash\necho $$ > /t/quiet.pid\n");
+    fr.write_step(
+        "bg.sh",
+        "#!/bin/bash\necho $$ > /t/bg.pid\nsleep 500 >/t/sleep.out 2>&1 &\necho $! > /t/sleep.pid\n",
+    );
+    let Some(kills) = traced_kills(&fr, "apply") else {
+        eprintln!("SKIPPED: strace is not installed (.ci/run installs it)");
+        return;
+    };
+    let quiet = pid_in(&fr, "/t/quiet.pid");
+    let bg = pid_in(&fr, "/t/bg.pid");
+    let sleep = pid_in(&fr, "/t/sleep.pid");
+    // The quiet step's group is provably empty once it exited: no signal at all. The other
+    // step's group still holds its background sleep (adopted by the agent): SIGTERM to the
+    // group and the orphan, then (the pipes are at EOF) SIGKILL to both and the reap.
+    assert_eq!(
+        kills,
+        [
+            format!("kill(-{bg}, SIGTERM) = 0"),
+            format!("kill({sleep}, SIGTERM) = 0"),
+            format!("kill(-{bg}, SIGKILL) = 0"),
+            format!("kill({sleep}, SIGKILL) = 0"),
+        ],
+        "quiet step's pgid is {quiet}"
+    );
+    assert_gone("background sleep", sleep);
+}

@@ -48,7 +48,10 @@
 //!   output). Output
 //!   that is still held open after the `SIGKILL` (a process outside the group when this
 //!   process is not a subreaper) is read for at most one more second, then abandoned
-//!   ([`Report::drained`] false).
+//!   ([`Report::drained`] false). When the subreaper is enabled and, at the main process's
+//!   exit, it adopted nothing, the group is provably empty (see
+//!   [`reaper`]'s `nothing_adopted`): no signal is sent and the final sweep is skipped,
+//!   which is the common case of a step that leaves nothing running.
 //! - [`Options::timeout`] passes, [`Options::cancel`] is aborted, or the sink asks to stop
 //!   ([`Sink::chunk`] returns `Break`): `SIGTERM` to the group and the adopted descendants,
 //!   [`Options::term_grace`] while output is drained, then `SIGKILL`.

@@ -130,6 +130,25 @@ fn adopted(live: &BTreeSet<libc::pid_t>) -> Vec<libc::pid_t> {
     pids
 }
 
+/// True when the subreaper is enabled and this process has no adopted descendant (one read
+/// of `/proc/self/task/<pid>/children`, under the registry lock).
+///
+/// Asked once the main process of a run has exited (it is a zombie, not reaped yet): the
+/// kernel re-parents the exiting process's children to the subreaper before the exit can be
+/// seen (pidfd readable, `waitid`), so every live descendant of it is, or descends from, an
+/// adopted child. None adopted therefore means its process group holds nothing but the
+/// zombie leader (the group was made by `setpgid(0, 0)` in the agent's session; only a
+/// process of that session, i.e. of another run, could join it), and the run skips
+/// `SIGTERM`, `SIGKILL` and the sweeps. False when the subreaper is not enabled (nothing
+/// can be proven then) or any child that is not a live main process exists.
+pub(super) fn nothing_adopted() -> bool {
+    if !subreaper_enabled() {
+        return false;
+    }
+    let live = registry();
+    adopted(&live).is_empty()
+}
+
 /// Send `sig` to every adopted descendant (nothing when the subreaper is not enabled).
 pub(super) fn signal_adopted(sig: Signal) {
     if !subreaper_enabled() {

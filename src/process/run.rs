@@ -183,6 +183,8 @@ pub fn run(spec: &Spec, options: &Options, sink: &mut dyn Sink) -> Report {
     let mut sink_open = true;
     let mut main_exited = false;
     let mut kill_at: Option<Instant> = None;
+    // Set when the main process exited with no descendant left: no signal, no final sweep.
+    let mut group_empty = false;
     let mut killed_at: Option<Instant> = None;
     let mut read_errors = Vec::new();
     let mut drained = true;
@@ -354,7 +356,15 @@ pub fn run(spec: &Spec, options: &Options, sink: &mut dyn Sink) -> Report {
                 main_exited = true;
                 stdin = None;
                 if killed_at.is_none() {
-                    begin_end(&mut kill_at, options.exit_grace, Instant::now());
+                    if reaper::nothing_adopted() {
+                        // Nothing is left to signal (see `nothing_adopted`); the pipes are
+                        // still read until EOF, bounded by the grace as before.
+                        group_empty = true;
+                        let at = Instant::now() + options.exit_grace;
+                        kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
+                    } else {
+                        begin_end(&mut kill_at, options.exit_grace, Instant::now());
+                    }
                 }
             }
         }
@@ -381,11 +391,14 @@ pub fn run(spec: &Spec, options: &Options, sink: &mut dyn Sink) -> Report {
         }
     }
 
-    // What is left: the group (the zombie leader keeps its id valid) and adopted orphans.
-    if killed_at.is_none() {
-        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    // What is left: the group (the zombie leader keeps its id valid) and adopted orphans,
+    // unless the main process exited with nothing adopted (then nothing is left).
+    if !group_empty {
+        if killed_at.is_none() {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        reaper::kill_and_reap_adopted();
     }
-    reaper::kill_and_reap_adopted();
     let status = match reap(pid) {
         Ok(s) => s,
         Err(e) => {
