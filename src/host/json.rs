@@ -206,8 +206,9 @@ fn set_in(path: &Path, node: &mut Value, segs: &[Seg], depth: usize, value: &Val
                 return Err(bad_key(
                     path,
                     format!(
-                        "{}: index {i} is out of range (the array has {len} elements)",
-                        shown_here()
+                        "{}: index {i} is out of range (the array has {len} element{})",
+                        shown_here(),
+                        if len == 1 { "" } else { "s" }
                     ),
                 ));
             };

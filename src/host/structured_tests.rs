@@ -370,7 +370,12 @@ fn json_keeps_order_indent_and_newline() {
     .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "invalid key path: /p.json: deps.a: index 7 is out of range (the array has 1 elements)"
+        "invalid key path: /p.json: deps.a: index 7 is out of range (the array has 1 element)"
+    );
+    let e = toml::set(&mut h, "/i.toml", &kp(&[]), &json!(1)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid key path: /i.toml: the key path is empty: only a table (a map) can be set as the whole document"
     );
     let e = json::get(&h, "/p.json", &KeyPath::Text("deps".into())).unwrap_err();
     assert!(e.to_string().contains("is not a JSON Pointer"), "{e}");

@@ -69,7 +69,7 @@ pub fn set(h: &mut Host, p: &str, key: &KeyPath, value: &J) -> Result<bool> {
     if segs.is_empty() && !value.is_object() {
         return Err(bad_key(
             &path,
-            "is empty: only a table can be set as the whole document",
+            "the key path is empty: only a table (a map) can be set as the whole document",
         ));
     }
     crate::host::structured::rewrite(h, &path, |cur| {
