@@ -244,14 +244,51 @@ fn traced_kills(fr: &FakeRoot, mode: &str) -> Option<Vec<String>> {
     let r = run_to_end(cmd.spawn().expect("spawn strace"));
     assert_eq!(r.code, 0, "{}", r.stderr);
     let text = std::fs::read_to_string(&out).unwrap();
-    // "PID  kill(-42, SIGTERM)   = 0" → "kill(-42, SIGTERM) = 0"; signal deliveries dropped.
-    Some(
-        text.lines()
-            .filter_map(|l| l.split_once(' '))
-            .map(|(_, call)| call.split_whitespace().collect::<Vec<_>>().join(" "))
-            .filter(|call| call.starts_with("kill("))
-            .collect(),
-    )
+    Some(kill_calls(&text))
+}
+
+/// The `kill(...)` calls of an `strace -f -qq` log in the order they were made:
+/// "PID  kill(-42, SIGTERM)   = 0" → "kill(-42, SIGTERM) = 0", signal deliveries dropped. When
+/// two threads are in a system call at once strace splits one of them
+/// ("PID kill(-42, SIGTERM <unfinished ...>" … "PID <... kill resumed>) = 0"); the halves
+/// are joined by PID, at the position of the call's start.
+fn kill_calls(text: &str) -> Vec<String> {
+    let mut calls: Vec<String> = Vec::new();
+    let mut open: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (pid, call) in text.lines().filter_map(|l| l.split_once(' ')) {
+        let call = call.trim_start();
+        if let Some(head) = call.strip_suffix("<unfinished ...>") {
+            open.insert(pid, calls.len());
+            calls.push(head.trim_end().to_string());
+        } else if let Some(rest) = call.strip_prefix("<... kill resumed>") {
+            if let Some(i) = open.remove(pid) {
+                calls[i].push_str(rest);
+            }
+        } else if call.starts_with("<...") {
+            open.remove(pid);
+        } else {
+            calls.push(call.to_string());
+        }
+    }
+    calls
+        .into_iter()
+        .map(|c| c.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|c| c.starts_with("kill("))
+        .collect()
+}
+
+#[test]
+fn split_strace_lines_are_joined() {
+    let log = "10 kill(-42, SIGTERM <unfinished ...>\n\
+               11 wait4(-1, <unfinished ...>\n\
+               10 <... kill resumed>) = 0\n\
+               12 --- SIGTERM {si_signo=SIGTERM} ---\n\
+               10 kill(43, SIGTERM)   = 0\n\
+               11 <... wait4 resumed>NULL, 0, NULL) = 43\n";
+    assert_eq!(
+        kill_calls(log),
+        ["kill(-42, SIGTERM) = 0", "kill(43, SIGTERM) = 0"]
+    );
 }
 
 #[test]
@@ -277,15 +314,29 @@ fn a_step_leaving_nothing_is_not_signalled_and_one_leaving_a_child_is() {
     // The quiet step's group is provably empty once it exited: no signal at all. The other
     // step's group still holds its background sleep (adopted by the agent): SIGTERM to the
     // group and the orphan, then (the pipes are at EOF) SIGKILL to both and the reap.
+    // The group and the orphan may be signalled from different threads, so their calls may
+    // interleave either way; each target gets TERM before KILL.
+    let mut sorted = kills.clone();
+    sorted.sort();
+    let mut expected = [
+        format!("kill(-{bg}, SIGTERM) = 0"),
+        format!("kill({sleep}, SIGTERM) = 0"),
+        format!("kill(-{bg}, SIGKILL) = 0"),
+        format!("kill({sleep}, SIGKILL) = 0"),
+    ];
+    expected.sort();
     assert_eq!(
-        kills,
-        [
-            format!("kill(-{bg}, SIGTERM) = 0"),
-            format!("kill({sleep}, SIGTERM) = 0"),
-            format!("kill(-{bg}, SIGKILL) = 0"),
-            format!("kill({sleep}, SIGKILL) = 0"),
-        ],
-        "quiet step's pgid is {quiet}"
+        sorted, expected,
+        "quiet step's pgid is {quiet}; calls {kills:?}"
     );
+    for target in [format!("-{bg}"), sleep.to_string()] {
+        let at = |sig: &str| {
+            kills
+                .iter()
+                .position(|k| *k == format!("kill({target}, {sig}) = 0"))
+                .unwrap()
+        };
+        assert!(at("SIGTERM") < at("SIGKILL"), "{kills:?}");
+    }
     assert_gone("background sleep", sleep);
 }
