@@ -6,7 +6,6 @@
 //! error reported (contract 9.3).
 
 use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -162,50 +161,6 @@ fn flag_host_path(name: &str, version: &str, step: &Value) -> String {
         step["path"].as_str().expect("path"),
         marker(&format!("{args}_[{}]", codes.join(", ")))
     )
-}
-
-/// Every entry under `root`: path, kind, mode, owner, size, mtime and, for small regular
-/// files, the content. Equal before and after: nothing was created, removed or changed.
-fn tree(root: &Path) -> Vec<String> {
-    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
-        let mut entries: Vec<_> = fs::read_dir(dir).expect("list").flatten().collect();
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let p = e.path();
-            let m = fs::symlink_metadata(&p).expect("lstat");
-            let rel = p
-                .strip_prefix(base)
-                .expect("under base")
-                .display()
-                .to_string();
-            let what = if m.file_type().is_symlink() {
-                format!("link {}", fs::read_link(&p).expect("readlink").display())
-            } else if m.is_dir() {
-                "dir".to_string()
-            } else if m.len() <= 64 * 1024 && !rel.starts_with("usr/") {
-                format!(
-                    "file {:?}",
-                    String::from_utf8_lossy(&fs::read(&p).expect("read"))
-                )
-            } else {
-                format!("file of {} bytes", m.len())
-            };
-            out.push(format!(
-                "{rel} {what} {:o} {}:{} {}.{}",
-                m.mode(),
-                m.uid(),
-                m.gid(),
-                m.mtime(),
-                m.mtime_nsec()
-            ));
-            if m.is_dir() {
-                walk(base, &p, out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(root, root, &mut out);
-    out
 }
 
 /// Assert two [`tree`] listings are equal, naming the entries that differ.

@@ -10,9 +10,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use sha2::{Digest, Sha256};
-
-use crate::util::FakeRoot;
+use crate::util::{FakeRoot, tree};
 
 /// 2025-12-01T00:00:00Z: new shadow entries get lastchg 20423.
 const EPOCH: &str = "SOURCE_DATE_EPOCH=1764547200";
@@ -107,38 +105,6 @@ fn lines(out: &Output) -> Vec<String> {
         .lines()
         .map(|l| l.split_once("  # ").map_or(l, |(l, _)| l).to_string())
         .collect()
-}
-
-/// Every entry under `root` with kind, mode, owner, mtime and the SHA-256 of its content.
-fn tree(root: &Path) -> Vec<String> {
-    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let p = e.path();
-            let m = std::fs::symlink_metadata(&p).unwrap();
-            let content = if m.is_file() {
-                format!("{:x}", Sha256::digest(std::fs::read(&p).unwrap()))
-            } else {
-                String::new()
-            };
-            out.push(format!(
-                "{} {:o} {}:{} {}.{} {content}",
-                p.strip_prefix(base).unwrap().display(),
-                m.mode(),
-                m.uid(),
-                m.gid(),
-                m.mtime(),
-                m.mtime_nsec()
-            ));
-            if m.is_dir() {
-                walk(base, &p, out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(root, root, &mut out);
-    out
 }
 
 fn meta(root: &Path, rel: &str) -> (u32, u32, u32) {

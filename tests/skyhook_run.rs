@@ -2,11 +2,12 @@
 //! exit codes and error format of the built binary, against tempdir host roots without any
 //! binaries (a command that ran would fail loudly), except the chrooted package apply.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+use crate::util::tree;
 
 fn skyhook_run() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_skyhook-run"));
@@ -24,40 +25,6 @@ fn write(dir: &Path, rel: &str, text: &str) -> PathBuf {
 
 fn text(b: &[u8]) -> String {
     String::from_utf8(b.to_vec()).unwrap()
-}
-
-/// Every entry under `root`: path, kind, mode, uid, mtime (ns) and content (files) or target
-/// (symlinks). Equal before and after means the tree is byte-identical and untouched.
-fn tree(root: &Path) -> Vec<String> {
-    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let p = e.path();
-            let m = std::fs::symlink_metadata(&p).unwrap();
-            let rel = p.strip_prefix(base).unwrap().display().to_string();
-            let what = if m.file_type().is_symlink() {
-                format!("link {}", std::fs::read_link(&p).unwrap().display())
-            } else if m.is_dir() {
-                "dir".to_string()
-            } else {
-                format!("file {:?}", std::fs::read(&p).unwrap())
-            };
-            out.push(format!(
-                "{rel} {what} {:o} {} {}.{}",
-                m.mode(),
-                m.uid(),
-                m.mtime(),
-                m.mtime_nsec()
-            ));
-            if m.is_dir() {
-                walk(base, &p, out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(root, root, &mut out);
-    out
 }
 
 /// A host root with `/etc/demo.conf` = `a=1\n` and no binaries.

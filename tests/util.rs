@@ -857,3 +857,44 @@ impl FakeRoot {
         run
     }
 }
+
+/// Every entry under `root`, sorted: relative path, kind (`dir`, `link <target>`, or
+/// `file <sha256 of the content>`), mode, uid:gid and mtime (ns). Equal before and after
+/// means nothing under `root` was created, removed, rewritten, chmodded, chowned or touched.
+pub fn tree(root: &Path) -> Vec<String> {
+    use sha2::{Digest, Sha256};
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+        let mut entries: Vec<_> = fs::read_dir(dir).expect("list").flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let p = e.path();
+            let m = fs::symlink_metadata(&p).expect("lstat");
+            let rel = p
+                .strip_prefix(base)
+                .expect("under base")
+                .display()
+                .to_string();
+            let what = if m.file_type().is_symlink() {
+                format!("link {}", fs::read_link(&p).expect("readlink").display())
+            } else if m.is_dir() {
+                "dir".to_string()
+            } else {
+                format!("file {:x}", Sha256::digest(fs::read(&p).expect("read")))
+            };
+            out.push(format!(
+                "{rel} {what} {:o} {}:{} {}.{}",
+                m.mode(),
+                m.uid(),
+                m.gid(),
+                m.mtime(),
+                m.mtime_nsec()
+            ));
+            if m.is_dir() {
+                walk(base, &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out
+}
