@@ -262,12 +262,7 @@ fn edit_conf(
 /// Invalid module or file name; the file is not UTF-8 text; writing the initramfs record
 /// (apply; the file is then left unwritten); write failures.
 pub fn blacklist(h: &mut Host, name: &str, opts: &BlacklistOptions) -> Result<bool> {
-    check_name(name)?;
-    let file = opts
-        .file
-        .clone()
-        .unwrap_or_else(|| format!("blacklist-{name}"));
-    let path = conf_path(MODPROBE_D, &file)?;
+    let path = blacklist_path(name, opts.file.as_deref())?;
     let disable = opts.disable;
     let false_line = format!("install {name} /bin/false");
     edit_conf(h, &path, true, |lines| {
@@ -286,6 +281,14 @@ pub fn blacklist(h: &mut Host, name: &str, opts: &BlacklistOptions) -> Result<bo
     })
 }
 
+/// The blacklist file of module `name` (checked): `/etc/modprobe.d/<file>.conf`, by default
+/// `blacklist-<name>.conf`; shared by [`blacklist`] and [`unblacklist`].
+fn blacklist_path(name: &str, file: Option<&str>) -> Result<PathBuf> {
+    check_name(name)?;
+    let default = format!("blacklist-{name}");
+    conf_path(MODPROBE_D, file.unwrap_or(&default))
+}
+
 /// `kmod::unblacklist(name, #{file})`: take the `blacklist <name>` and
 /// `install <name> /bin/false` lines out of the [`blacklist`] file (removed when left
 /// empty). A change schedules the initramfs regeneration.
@@ -293,12 +296,7 @@ pub fn blacklist(h: &mut Host, name: &str, opts: &BlacklistOptions) -> Result<bo
 /// # Errors
 /// As [`blacklist`].
 pub fn unblacklist(h: &mut Host, name: &str, opts: &FileOptions) -> Result<bool> {
-    check_name(name)?;
-    let file = opts
-        .file
-        .clone()
-        .unwrap_or_else(|| format!("blacklist-{name}"));
-    let path = conf_path(MODPROBE_D, &file)?;
+    let path = blacklist_path(name, opts.file.as_deref())?;
     edit_conf(h, &path, true, |lines| {
         lines.retain(|l| {
             !(is_for(l, "blacklist", name)
