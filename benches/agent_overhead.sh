@@ -125,31 +125,8 @@ package("/pkg-rhai", "benchrhai", [step(f"s{i}", "t.rhai", [str(i)]) for i in ra
 PY
 
 # Tight baseline: fork + chroot + exec from a small C process (skipped without a compiler).
-cat > "$WORK/spawn_loop.c" <<'C'
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    /* spawn_loop ROOT PATH N: N times fork, chroot ROOT, chdir /pkg, execv PATH I, wait. */
-    int n = atoi(argv[3]);
-    for (int i = 0; i < n; i++) {
-        char arg[16];
-        snprintf(arg, sizeof arg, "%d", i);
-        pid_t pid = fork();
-        if (pid == 0) {
-            char *av[] = {argv[2], arg, NULL};
-            if (chroot(argv[1]) == 0 && chdir("/pkg") == 0) execv(argv[2], av);
-            _exit(127);
-        }
-        int status;
-        if (pid < 0 || waitpid(pid, &status, 0) < 0 || status != 0) return 1;
-    }
-    return 0;
-}
-C
 if command -v cc > /dev/null; then
-    cc -O2 -o "$WORK/spawn_loop" "$WORK/spawn_loop.c"
+    cc -O2 -o "$WORK/spawn_loop" benches/spawn_loop.c
 fi
 
 cat > "$WORK/driver.py" <<'PY'

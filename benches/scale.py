@@ -176,35 +176,11 @@ def step_root(n):
     return root
 
 
-SPAWN_C = r"""
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    int n = atoi(argv[3]);
-    for (int i = 0; i < n; i++) {
-        char arg[16];
-        snprintf(arg, sizeof arg, "%d", i);
-        pid_t pid = fork();
-        if (pid == 0) {
-            char *av[] = {argv[2], arg, NULL};
-            if (chroot(argv[1]) == 0 && chdir("/pkg") == 0) execv(argv[2], av);
-            _exit(127);
-        }
-        int status;
-        if (pid < 0 || waitpid(pid, &status, 0) < 0 || status != 0) return 1;
-    }
-    return 0;
-}
-"""
 
 
 def spawn_loop():
-    src = os.path.join(WORK, "spawn_loop.c")
+    src = os.path.join(HERE, "spawn_loop.c")
     exe = os.path.join(WORK, "spawn_loop")
-    with open(src, "w") as f:
-        f.write(SPAWN_C)
     subprocess.run(["cc", "-O2", "-o", exe, src], check=True)
     return exe
 
