@@ -402,3 +402,96 @@ fn two_agents_on_tuning_shaped_packages_keep_each_others_edits() {
         assert!(!fr.exists("/var/lib/skyhook/.deferred/daemon-reload.json"));
     }
 }
+
+/// `strace` from `PATH`, `None` when it is not installed.
+fn strace() -> Option<PathBuf> {
+    std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|d| Path::new(d).join("strace"))
+        .find(|p| p.is_file())
+}
+
+/// 100 `fs::ensure_line` calls into one file in one `skyhook-run --apply` are one atomic
+/// write (src/host/batch.rs): `strace -f -e trace=rename,renameat,renameat2` of the run
+/// shows exactly one rename onto `f.conf`, and one onto `g.conf`, whose edit ends the batch
+/// before it; the report still has one change per changing call.
+#[test]
+fn a_hundred_line_edits_of_one_file_are_one_rename() {
+    let Some(strace) = strace() else {
+        eprintln!("SKIPPED: strace is not installed (.ci/run installs it)");
+        return;
+    };
+    let dir = fast_tempdir();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    let script = dir.path().join("l.rhai");
+    std::fs::write(
+        &script,
+        "for i in 0..100 { fs::ensure_line(\"/etc/f.conf\", `line ${i}`); }\n\
+         fs::ensure_line(\"/etc/f.conf\", \"line 7\");\n\
+         fs::ensure_line(\"/etc/g.conf\", \"g\");\n",
+    )
+    .unwrap();
+    let out = dir.path().join("strace.out");
+    let run = skyhook_run(&script, &root, &[]);
+    let mut cmd = Command::new(&strace);
+    cmd.args(["-f", "-qq", "-e", "trace=rename,renameat,renameat2", "-o"])
+        .arg(&out)
+        .arg(run.get_program())
+        .args(run.get_args())
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let r = run_to_end(cmd.spawn().expect("spawn strace"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.ends_with("Apply: 101 changed, 1 unchanged.\n"),
+        "{}",
+        r.stdout
+    );
+    let want: String = (0..100).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(
+        std::fs::read_to_string(root.join("etc/f.conf")).unwrap(),
+        want
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("etc/g.conf")).unwrap(),
+        "g\n"
+    );
+    // The target of each rename: the last quoted argument.
+    let trace = std::fs::read_to_string(&out).unwrap();
+    let targets: Vec<&str> = trace
+        .lines()
+        .filter(|l| l.contains("rename"))
+        .map(|l| l.rsplit('"').nth(1).unwrap_or(l))
+        .collect();
+    assert_eq!(targets, ["f.conf", "g.conf"], "{trace}");
+}
+
+/// A script that fails after line edits still has them written (as before batching, when
+/// each was written at once), and its error is the run's.
+#[test]
+fn a_failing_script_still_writes_its_batched_line_edits() {
+    let dir = fast_tempdir();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::write(root.join("etc/f.conf"), "a\n").unwrap();
+    let script = dir.path().join("fail.rhai");
+    std::fs::write(
+        &script,
+        "fs::ensure_line(\"/etc/f.conf\", \"b\");\n\
+         fs::ensure_block(\"/etc/f.conf\", \"x\", \"c\");\n\
+         throw \"boom\";\n",
+    )
+    .unwrap();
+    let r = run_to_end(skyhook_run(&script, &root, &[]).spawn().unwrap());
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("boom"), "{}", r.stderr);
+    assert_eq!(
+        std::fs::read_to_string(root.join("etc/f.conf")).unwrap(),
+        "a\nb\n# BEGIN skyhook x\nc\n# END skyhook x\n"
+    );
+}

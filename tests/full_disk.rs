@@ -184,3 +184,53 @@ fn failed_history_write_leaves_no_success_marker() {
         "no success marker after a failed history write"
     );
 }
+
+/// Batched line edits (src/host/batch.rs) are written when the step ends: on a full disk
+/// that write fails, the step fails naming the file and `No space left on device`, the old
+/// file is intact, and there is no temporary file and no flag.
+#[test]
+fn full_disk_at_the_flush_of_line_edits_fails_the_step_and_keeps_the_old_file() {
+    require_root!();
+    let fr = FakeRoot::new();
+    let mut d = p_config();
+    d["modes"]["apply"] = json!([step("w", "w.rhai", &[])]);
+    fr.write_config(&d);
+    fr.write_step("foo_check.sh", "#!/bin/sh\nexit 0\n");
+    fr.write_step(
+        "w.rhai",
+        "for i in 0..2000 { fs::ensure_line(\"/etc/big.d/x.conf\", `line ${i} of the batch`); }\n",
+    );
+    let etc = fr.host("/etc/big.d");
+    fs::create_dir_all(&etc).unwrap();
+    let r = fr.root_str();
+    let setup = format!(
+        "mount -t tmpfs -o size=16k skyhook-full '{e}' && printf 'old\\n' > '{e}/x.conf' && \
+         (dd if=/dev/zero of='{e}/.fill' bs=1024 count=16 2>/dev/null; true)",
+        e = etc.display()
+    );
+    let after = format!(
+        "cat '{e}/x.conf' > '{t}/x.after'; ls -a '{e}' > '{t}/ls.after'",
+        e = etc.display(),
+        t = fr.t("").display()
+    );
+    let run = run_in_ns(&fr, &setup, &["apply", &r, "/t/pkg"], &after);
+    assert_eq!(fr.read("/t/x.after"), "old\n", "the old file is intact");
+    let listing = fr.read("/t/ls.after");
+    assert!(!listing.contains(".skyhook-tmp-"), "{listing}");
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("FAILED: w.rhai  1"),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("failed to write /etc/big.d/x.conf under host root")
+            && run.stderr.contains("No space left on device"),
+        "{}",
+        run.stderr
+    );
+    assert!(!fr.exists("/t/state/flags/demo/1.0.0/w.rhai_W11fWzBd"));
+    assert!(leftovers(&fr).is_empty());
+}

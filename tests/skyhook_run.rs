@@ -1056,3 +1056,64 @@ fn refuses_non_rhai_scripts_missing_configmaps_and_says_when_a_mode_has_no_steps
         );
     }
 }
+
+/// In an apply, batched line edits (src/host/batch.rs) are written before every read of the
+/// host: each read of the script sees every edit made before it (`fs::read`, `fs::stat`,
+/// `fs::exists` and `fs::list` of a new file, a command's `cat`, `toml::get`).
+#[test]
+fn apply_reads_see_every_batched_line_edit() {
+    require_root!();
+    let fr = crate::util::FakeRoot::new();
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(
+        dir.path(),
+        "r.rhai",
+        "let f = \"/etc/b.conf\";\n\
+         fs::ensure_line(f, \"a\");\n\
+         fs::ensure_line(f, \"b\");\n\
+         print(`read: ${fs::read(f)}`);\n\
+         fs::ensure_line(f, \"c\");\n\
+         print(`size: ${fs::stat(f).size}`);\n\
+         fs::ensure_line(\"/etc/b.d/n.conf\", \"n\");\n\
+         print(`exists: ${fs::exists(\"/etc/b.d/n.conf\")}`);\n\
+         fs::ensure_line(\"/etc/b.d/m.conf\", \"m\");\n\
+         print(`list: ${fs::list(\"/etc/b.d\")}`);\n\
+         fs::ensure_line(f, \"d\");\n\
+         print(`cat: ${sh(\"cat /etc/b.conf\").stdout}`);\n\
+         fs::ensure_line(\"/etc/t.toml\", \"k = 1\");\n\
+         print(`toml: ${toml::get(\"/etc/t.toml\", \"k\")}`);\n",
+    );
+    let out = run_script(&script, fr.root(), &["--apply"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stdout = text(&out.stdout);
+    let printed: Vec<&str> = stdout
+        .lines()
+        .filter(|l| {
+            !l.is_empty()
+                && !["~ ", "+ ", "> ", "Apply:"]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+        })
+        .collect();
+    assert_eq!(
+        printed,
+        [
+            "read: a",
+            "b",
+            "size: 6",
+            "exists: true",
+            "list: [\"m.conf\", \"n.conf\"]",
+            "cat: a",
+            "b",
+            "c",
+            "d",
+            "toml: 1",
+        ],
+        "{stdout}"
+    );
+    assert!(
+        stdout.ends_with("Apply: 7 changed, 0 unchanged, 1 action.\n"),
+        "{stdout}"
+    );
+    assert_eq!(fr.read("/etc/b.conf"), "a\nb\nc\nd\n");
+}

@@ -407,6 +407,8 @@ impl process::Sink for CommandSink<'_> {
 /// Execute a command now, in every mode (the executor's and the queries' path), through the
 /// process primitive ([`crate::process::run`], on this thread).
 pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
+    // The command may read files with batched line edits ([`crate::host::batch`]).
+    h.flush_batch()?;
     let command = quote_argv(argv);
     let _span = tracing::debug_span!("command", argv = %command).entered();
     let mut env: Vec<(OsString, OsString)> = Vec::new();

@@ -327,6 +327,20 @@ pub enum HostError {
     /// download was discarded and the destination is unchanged.
     #[error("{0}")]
     ChecksumMismatch(Box<ChecksumMismatch>),
+
+    /// The batched line and block edits of a file ([`crate::host::batch`]) were not
+    /// written: the file changed during the step, after the edits read it under its path
+    /// lock, by a writer that does not take that lock. The other writer's content is left.
+    #[error(
+        "{} changed under the step (by a writer that does not take skyhook's path lock) after its line edits read it; its {edits} pending line edit(s) were not written, the file is left as the other writer made it",
+        path.display()
+    )]
+    ChangedUnderStep {
+        /// The file (host path as the first edit gave it).
+        path: PathBuf,
+        /// How many changing line or block calls the batch held.
+        edits: usize,
+    },
 }
 
 /// The details of [`HostError::ChecksumMismatch`] (boxed: the error stays small).

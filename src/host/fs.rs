@@ -591,6 +591,10 @@ fn edit_view(
     change: impl Fn(&mut Lines, bool) -> Result<bool>,
 ) -> Result<bool> {
     let key = crate::host::plan::normalize(path);
+    // Apply mode: a batch of this file's edits is open, or another file's is written first.
+    if let Some(changed) = crate::host::batch::edit_pending(h, &key, &change)? {
+        return Ok(changed);
+    }
     let mut view = take_view(h, path, &key)?;
     // What the last rendering (the content the session last wrote here) was, to tell the
     // plan's diff when the change only appended lines ([`Appended`]).
@@ -614,14 +618,31 @@ fn edit_view(
             }
         }
     }
-    let content = view.lines.render();
     if view.lines.irregular() {
         // A line with a line break in it: the lines no longer describe the bytes, so
         // compare bytes as `put` does and keep no view.
+        let content = view.lines.render();
         let changed = put_locked(h, path, content, (None, None, None), |_| Ok(()));
         drop(lock);
         return changed;
     }
+    let lock = match lock {
+        // Apply: record the change now, write once when the batch is flushed.
+        Some(lock) if h.batches_line_edits() => {
+            h.hold_write = true;
+            h.submit(Effect::WriteFile {
+                path: path.to_path_buf(),
+                content: Default::default(),
+                mode: None,
+                uid: None,
+                gid: None,
+            })?;
+            crate::host::batch::begin(h, path, key, view, lock);
+            return Ok(true);
+        }
+        lock => lock,
+    };
+    let content = view.lines.render();
     if let (Some((old_len, old_lines)), Some((_, now_lines))) = (mark, view.lines.rendered_mark())
         && now_lines > old_lines
     {

@@ -67,6 +67,18 @@ impl ContentHashes {
         }
     }
 
+    /// A batched write ([`crate::host::batch`]) was flushed: change `index` (the batch's
+    /// last) wrote `content` to `key`.
+    pub(crate) fn set_last_write(&mut self, key: PathBuf, index: usize, content: Vec<u8>) {
+        self.seen.insert(key.clone());
+        self.last_write.insert(key, (index, content));
+    }
+
+    /// A batched write of `key` failed at its flush: its last change gets no `after`.
+    pub(crate) fn forget_last_write(&mut self, key: &Path) {
+        self.last_write.remove(key);
+    }
+
     /// Set `after` on the last change of every written file and start a new report.
     pub(crate) fn fill(&mut self, changes: &mut [Change]) {
         for (_, (index, content)) in self.last_write.drain() {

@@ -29,6 +29,7 @@
 //! | [`user`], [`group`], [`userdb`] | local users and groups (the account files, edited through effects) |
 
 mod apply;
+mod batch;
 pub mod cmd;
 pub mod config;
 pub mod deferred;
@@ -63,6 +64,8 @@ pub mod tuning;
 pub mod user;
 pub mod userdb;
 
+#[cfg(test)]
+mod batch_tests;
 #[cfg(test)]
 pub(crate) mod fetch_tests;
 #[cfg(test)]

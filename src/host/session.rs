@@ -161,6 +161,11 @@ pub struct Host {
     /// Set by the line functions for the one write they submit next: what its content adds
     /// to the old ([`crate::host::textdiff::Appended`]); taken by [`Host::submit`].
     pub(crate) appended: Option<crate::host::textdiff::Appended>,
+    /// Apply mode: the pending write of batched line edits ([`crate::host::batch`]).
+    pub(crate) batch: crate::host::batch::Batch,
+    /// Set by the line functions for the one write they submit next: record its change but
+    /// hold the write for a batch ([`crate::host::batch`]); taken by [`Host::submit`].
+    pub(crate) hold_write: bool,
 }
 
 impl Host {
@@ -192,6 +197,8 @@ impl Host {
             journal: Journal::default(),
             package_index_stale: false,
             appended: None,
+            batch: Default::default(),
+            hold_write: false,
         }
     }
 
@@ -200,8 +207,11 @@ impl Host {
         self.mode
     }
 
-    /// The host root.
+    /// The host root, for reading or writing it directly. Pending batched line edits are
+    /// written first ([`crate::host::batch`]; a failure is returned by the next fallible
+    /// call of the session), so a direct read sees them.
     pub fn root(&self) -> &HostRoot {
+        self.batch.flush(&self.root);
         &self.root
     }
 
@@ -276,6 +286,9 @@ impl Host {
     /// read the current state for the diff.
     pub fn submit(&mut self, effect: Effect) -> Result<Option<CmdOutput>> {
         let appended = self.appended.take();
+        let hold =
+            std::mem::take(&mut self.hold_write) && matches!(effect, Effect::WriteFile { .. });
+        self.settle_batch()?;
         // Whatever the effect is, the line views may no longer show the files (the line
         // functions put back the view of the file they wrote).
         self.texts.clear();
@@ -295,6 +308,8 @@ impl Host {
         let d = self.describe(&effect, with_diff, appended.as_ref())?;
         let before = self.hash_before(&effect)?;
         let out = match self.mode {
+            // The line functions' batched write ([`crate::host::batch`]).
+            ExecMode::Apply if hold => None,
             ExecMode::Apply => {
                 let r = crate::host::apply::perform(self, &effect);
                 if reload {
@@ -359,6 +374,7 @@ impl Host {
     /// Creating the directory or writing the record failed (the drop-in must then not be
     /// written).
     pub(crate) fn write_ahead_daemon_reload(&mut self) -> Result<()> {
+        self.settle_batch()?;
         if self.mode == ExecMode::Apply {
             deferred::record_daemon_reload(&self.root)?;
             self.recorded_reload = true;
@@ -377,6 +393,7 @@ impl Host {
         &mut self,
         pending: GrubPending,
     ) -> Result<(GrubPending, bool)> {
+        self.settle_batch()?;
         if self.mode == ExecMode::Apply {
             deferred::record_grub(&self.root, &pending)?;
         }
@@ -410,6 +427,7 @@ impl Host {
     /// # Errors
     /// Writing the record failed (nothing is scheduled then; the file must not be written).
     pub(crate) fn schedule_initramfs_ahead(&mut self) -> Result<(bool, bool)> {
+        self.settle_batch()?;
         if self.mode == ExecMode::Apply {
             deferred::record_initramfs(&self.root)?;
         }
@@ -531,7 +549,8 @@ impl Host {
     /// every action that ran, the deferred ones that succeeded included.
     pub fn finish_with_report(mut self) -> (Report, Result<()>) {
         self.finished = true;
-        let result = self.run_deferred();
+        let flushed = self.settle_batch();
+        let result = flushed.and(self.run_deferred());
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
         self.hashes.fill(&mut report.changes);
         report.items = self.journal.take();
@@ -555,7 +574,8 @@ impl Host {
     /// [`Host::finish_step`] that returns the step's report also when the deferred work
     /// failed (as [`Host::finish_with_report`]).
     pub fn finish_step_with_report(&mut self) -> (Report, Result<()>) {
-        let deferred = self.run_deferred();
+        let flushed = self.settle_batch();
+        let deferred = flushed.and(self.run_deferred());
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
         self.hashes.fill(&mut report.changes);
         report.items = self.journal.take();
@@ -647,6 +667,7 @@ impl Host {
 
     /// Metadata of `path` as the session sees it; `follow` follows a final symlink.
     pub(crate) fn view_stat(&self, path: &Path, follow: bool) -> Result<Option<Stat>> {
+        self.batch.flush_checked(&self.root)?;
         if self.mode != ExecMode::Apply {
             let key = self.overlay_key(path, follow)?;
             if let Some(hit) = self.overlay.lookup(&key) {
@@ -694,6 +715,7 @@ impl Host {
     /// [`HostError::WrongKind`] for a directory; [`HostError::NotRegular`],
     /// [`HostError::FileTooLarge`]; resolution or read failures.
     pub(crate) fn view_read(&self, path: &Path) -> Result<Option<Vec<u8>>> {
+        self.batch.flush_checked(&self.root)?;
         let key = if self.mode != ExecMode::Apply {
             let key = self.overlay_key(path, true)?;
             if let Some(hit) = self.overlay.lookup(&key) {
@@ -714,6 +736,7 @@ impl Host {
 
     /// Entries of directory `dir` (name, kind), sorted by name; `None` when absent.
     pub(crate) fn view_list(&self, dir: &Path) -> Result<Option<Vec<(String, EntryKind)>>> {
+        self.batch.flush_checked(&self.root)?;
         let key = if self.mode != ExecMode::Apply {
             self.overlay_key(dir, true)?
         } else {
@@ -756,6 +779,7 @@ impl Host {
     /// The overlay key of a host path: lexically normalised, and with symlinks resolved
     /// through the real root where the path (or its parent) exists.
     pub(crate) fn overlay_key(&self, path: &Path, follow: bool) -> Result<PathBuf> {
+        self.batch.flush_checked(&self.root)?;
         let n = crate::host::plan::normalize(path);
         if self.overlay.lookup(&n).is_some() || n == Path::new("/") {
             return Ok(n);
@@ -783,6 +807,8 @@ impl Host {
         &mut self,
         path: &Path,
     ) -> Result<Option<crate::host::pathlock::PathLock>> {
+        // At most one path lock per session: a batch's lock is released first.
+        self.settle_batch()?;
         if self.mode != ExecMode::Apply {
             self.overlay_lock_dir()?;
             return Ok(None);
@@ -820,6 +846,18 @@ impl Host {
         cur
     }
 
+    /// Record a change that is not submitted: one more call of a batched line edit
+    /// ([`crate::host::batch`]), at the current script position. Returns its index.
+    pub(crate) fn record_change(&mut self, change: Change) -> usize {
+        let index = self.report.changes.len();
+        self.journal.push(Item::Change(index));
+        self.report.changes.push(Change {
+            position: self.position.clone(),
+            ..change
+        });
+        index
+    }
+
     pub(crate) fn record_interrupt(&mut self, i: InterruptRequest) {
         self.report.interrupts.push(i);
     }
@@ -844,8 +882,10 @@ impl Drop for Host {
     fn drop(&mut self) {
         if !self.finished {
             self.finished = true;
-            // Never lose a scheduled daemon-reload or grub regeneration, even when the caller
-            // returned early with `?`. Errors cannot be reported from here.
+            // Never lose batched line edits, a scheduled daemon-reload or grub regeneration,
+            // even when the caller returned early with `?`. Errors cannot be reported from
+            // here.
+            let _ = self.settle_batch();
             let _ = self.run_deferred();
         }
     }

@@ -153,8 +153,9 @@ fn text_helpers_all_modes() {
     )
     .unwrap_err();
     assert_eq!(e.to_string(), "/etc/missing does not exist");
-    // Block replaced in place when present.
+    // Block replaced in place when present (written when the session ends: a batch).
     assert!(fs::ensure_block(&mut h, "/etc/c.conf", "tuning", "c").unwrap());
+    h.finish().unwrap();
     assert_eq!(
         t.read("/etc/c.conf"),
         "top\nbottom\n# BEGIN skyhook tuning\nc\n# END skyhook tuning\n"
@@ -1489,14 +1490,18 @@ fn line_view_is_kept_per_session_and_sees_other_writers() {
     let mut h = t.host(ExecMode::Apply);
     assert!(fs::ensure_line(&mut h, "/etc/v.conf", "b", &o).unwrap());
     assert!(!fs::ensure_line(&mut h, "/etc/v.conf", "b", &o).unwrap());
+    // A read of the host writes the batched edits ([`crate::host::batch`]).
+    assert_eq!(fs::read(&h, "/etc/v.conf").unwrap(), "a\nb\n");
     // Another process replaces the file (new inode), then edits it in place with the same
     // size: each time the session's view is dropped and the file read again.
     std::fs::write(t.p("/etc/v.tmp"), "a\nb\nc\n").unwrap();
     std::fs::rename(t.p("/etc/v.tmp"), t.p("/etc/v.conf")).unwrap();
     assert!(fs::ensure_line(&mut h, "/etc/v.conf", "d", &o).unwrap());
+    assert_eq!(fs::read(&h, "/etc/v.conf").unwrap(), "a\nb\nc\nd\n");
     assert_eq!(t.read("/etc/v.conf"), "a\nb\nc\nd\n");
     std::fs::write(t.p("/etc/v.conf"), "a\nb\nx\nd\n").unwrap();
     assert!(fs::ensure_line(&mut h, "/etc/v.conf", "c", &o).unwrap());
+    assert_eq!(fs::read(&h, "/etc/v.conf").unwrap(), "a\nb\nx\nd\nc\n");
     assert_eq!(t.read("/etc/v.conf"), "a\nb\nx\nd\nc\n");
     // A write through the session (any effect) invalidates the view.
     fs::write(&mut h, "/etc/v.conf", "q\n", &WriteOptions::default()).unwrap();
@@ -1505,8 +1510,8 @@ fn line_view_is_kept_per_session_and_sees_other_writers() {
     assert!(!fs::ensure_block(&mut h, "/etc/v.conf", "id", "1\n2").unwrap());
     assert!(fs::remove_line(&mut h, "/etc/v.conf", "^c$").unwrap());
     assert!(fs::remove_block(&mut h, "/etc/v.conf", "id").unwrap());
-    assert_eq!(t.read("/etc/v.conf"), "q\n");
     h.finish().unwrap();
+    assert_eq!(t.read("/etc/v.conf"), "q\n");
 
     // Plan: the view follows the session's own planned writes and any other effect.
     let mut p = t.host(ExecMode::Plan);

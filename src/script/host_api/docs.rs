@@ -1522,6 +1522,14 @@ apply script: what would change is drift, and the check fails).
   and writes it holding an exclusive lock (`flock` on
   `/var/lib/skyhook/.locks/<hash of the path>.lock`), so two agents or scripts editing the
   same file keep each other's lines.
+- **Line edits of one file are written once.** In apply mode, consecutive `fs::ensure_line`,
+  `fs::remove_line`, `fs::ensure_block` and `fs::remove_block` calls on one file write it
+  once (atomically), when anything else happens: another file's line edit, any other write
+  or command, any read (`fs::read`, `fs::exists`, `fs::list`, `fs::stat`, `toml::get`, ...)
+  or the end of the step, also a failed one. Every call still counts and reports its own
+  change, and reads always see the edits made before them. The file's lock is held until
+  then; if another writer that does not take it changes the file meanwhile, the step fails
+  naming the file and that writer's content is kept.
 - **Secrets are redacted.** Values read with `secret()` or `secret_env()` (and variables
   named in `SKYHOOK_REDACT_ENV`) are replaced by `***` wherever they appear verbatim in
   output, logs, plans and error messages, also when a step's output splits them across
