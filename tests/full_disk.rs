@@ -225,9 +225,10 @@ fn full_disk_at_the_flush_of_line_edits_fails_the_step_and_keeps_the_old_file() 
         run.stderr
     );
     assert!(
-        run.stderr
-            .contains("failed to write /etc/big.d/x.conf under host root")
-            && run.stderr.contains("No space left on device"),
+        run.stderr.contains(
+            "w.rhai: the work pending at the end of the step failed: \
+             failed to write /etc/big.d/x.conf under host root"
+        ) && run.stderr.contains("No space left on device"),
         "{}",
         run.stderr
     );

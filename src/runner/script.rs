@@ -287,7 +287,7 @@ impl ScriptRunner {
             }
             Err(e) => {
                 let msg = format!(
-                    "{file}: deferred host actions failed: {}",
+                    "{file}: {}",
                     inv.redactor.redact(&crate::chain::render(&e))
                 );
                 ScriptOutput::stderr(&*output, format!("{msg}\n").as_bytes());

@@ -111,14 +111,16 @@ impl std::fmt::Debug for HostApi {
     }
 }
 
-/// [`HostApi::finish`] failed: the deferred work (daemon-reload, grub regeneration) failed.
+/// [`HostApi::finish`] failed: the work pending at the end of the step failed (batched line
+/// edits' write, daemon-reload, grub or initramfs regeneration, directory fsyncs).
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct FinishError {
     /// The report, listing every action that ran (the deferred ones that succeeded
     /// included); `None` when the session had already been finished.
     pub report: Option<Box<Report>>,
-    /// The failure, redacted, with its causes: `failed to run deferred work: ...`.
+    /// The failure, redacted, with its causes: `the work pending at the end of the step
+    /// failed: ...`.
     pub message: String,
     /// The host error.
     #[source]
@@ -204,7 +206,7 @@ impl HostApi {
             Err(e) => Err(FinishError {
                 report: Some(Box::new(report)),
                 message: format!(
-                    "failed to run deferred work: {}",
+                    "the work pending at the end of the step failed: {}",
                     self.inner.redactor.redact(&error_chain(&e))
                 ),
                 source: Some(e),
