@@ -28,6 +28,7 @@
 //! | [`text`] | pure helpers: `sha256`, `regex::`, `to_json` |
 //! | [`user`], [`group`], [`userdb`] | local users and groups (the account files, edited through effects) |
 
+mod appendbuf;
 mod apply;
 pub mod cmd;
 pub mod config;
