@@ -34,6 +34,7 @@ pub mod cmd;
 pub mod config;
 pub mod deferred;
 pub mod digest;
+pub mod durability;
 pub mod effect;
 pub mod error;
 pub mod fetch;

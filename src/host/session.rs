@@ -161,6 +161,9 @@ pub struct Host {
     /// Set by the line functions for the one write they submit next: what its content adds
     /// to the old ([`crate::host::textdiff::Appended`]); taken by [`Host::submit`].
     pub(crate) appended: Option<crate::host::textdiff::Appended>,
+    /// Directories whose entries the executor changed, fsynced once when the step ends
+    /// ([`crate::host::durability`]).
+    pub(crate) dir_syncs: crate::host::durability::DirSyncs,
 }
 
 impl Host {
@@ -192,6 +195,7 @@ impl Host {
             journal: Journal::default(),
             package_index_stale: false,
             appended: None,
+            dir_syncs: Default::default(),
         }
     }
 
@@ -531,7 +535,7 @@ impl Host {
     /// every action that ran, the deferred ones that succeeded included.
     pub fn finish_with_report(mut self) -> (Report, Result<()>) {
         self.finished = true;
-        let result = self.run_deferred();
+        let result = self.run_deferred().and(self.sync_dirs());
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
         self.hashes.fill(&mut report.changes);
         report.items = self.journal.take();
@@ -555,7 +559,7 @@ impl Host {
     /// [`Host::finish_step`] that returns the step's report also when the deferred work
     /// failed (as [`Host::finish_with_report`]).
     pub fn finish_step_with_report(&mut self) -> (Report, Result<()>) {
-        let deferred = self.run_deferred();
+        let deferred = self.run_deferred().and(self.sync_dirs());
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
         self.hashes.fill(&mut report.changes);
         report.items = self.journal.take();
@@ -847,6 +851,7 @@ impl Drop for Host {
             // Never lose a scheduled daemon-reload or grub regeneration, even when the caller
             // returned early with `?`. Errors cannot be reported from here.
             let _ = self.run_deferred();
+            let _ = self.sync_dirs();
         }
     }
 }
