@@ -7,6 +7,12 @@
 //! swapped for a symlink during an operation cannot redirect it outside.
 //!
 //! Nothing here checks paths lexically; confinement is the kernel's (or pathrs') job.
+//!
+//! Durability: an atomic write ([`HostRoot::write_atomic`] and friends) is temp file, write,
+//! fsync(file), rename, fsync(directory), both fsyncs at once. A session's executor writes
+//! with [`HostRoot::write_atomic_synced`] and [`DirSync::Defer`] instead: the file's fsync
+//! still comes before the rename, the directory's is collected and done once at the end of
+//! the step ([`crate::host::durability`], policy `fsync1`).
 
 use std::ffi::OsString;
 use std::fs::{File, Metadata, Permissions};

@@ -30,6 +30,15 @@
 //! that ran, the deferred ones included, also when the deferred work failed
 //! ([`Host::finish_with_report`]).
 //!
+//! # Durability of the step's file changes
+//!
+//! In apply mode every file the executor writes is fsynced before its rename, and the
+//! directories in which it renamed, created or unlinked entries are fsynced once each when
+//! the step ends ([`Host::finish`], [`Host::finish_with_report`], [`Host::finish_step`],
+//! [`Host::finish_step_with_report`], and `Drop`), after the deferred work and before the
+//! caller writes the step's flag; a failing directory fsync is the step's error. Policy and
+//! reasoning: [`crate::host::durability`].
+//!
 //! # Validation before the executor
 //!
 //! [`Host::submit`] validates an effect the same way in every mode before handing it to the
