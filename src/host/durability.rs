@@ -136,6 +136,37 @@ mod tests {
     }
 
     #[test]
+    fn an_apply_session_notes_the_directories_of_its_effects_and_syncs_them_per_step() {
+        use crate::host::ExecMode;
+        use crate::host::fs::{self, WriteOptions};
+        use crate::host::testutil::TestHost;
+        let t = TestHost::new();
+        t.file("/etc/a/old", "o\n");
+        t.file("/srv/gone", "g\n");
+        for mode in [ExecMode::Plan, ExecMode::Apply] {
+            let mut h = t.host(mode);
+            let w = WriteOptions::default();
+            assert!(fs::write(&mut h, "/etc/a/x", "x\n", &w).unwrap());
+            assert!(fs::write(&mut h, "/etc/a/y", "y\n", &w).unwrap());
+            assert!(fs::remove(&mut h, "/srv/gone").unwrap());
+            assert!(fs::mkdir(&mut h, "/opt/new/dir", None).unwrap());
+            assert!(fs::symlink(&mut h, "/etc/a/x", "/etc/link").unwrap());
+            let want: Vec<PathBuf> = match mode {
+                ExecMode::Apply => ["/", "/etc", "/etc/a", "/opt", "/opt/new", "/srv"]
+                    .iter()
+                    .map(PathBuf::from)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            assert_eq!(h.dir_syncs.pending(), want, "{mode:?}");
+            h.finish_step().unwrap();
+            assert!(h.dir_syncs.pending().is_empty(), "{mode:?}");
+            h.finish().unwrap();
+        }
+        assert_eq!(t.read("/etc/a/y"), "y\n");
+    }
+
+    #[test]
     fn a_file_where_a_directory_was_noted_is_the_error_naming_it() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("etc")).unwrap();
