@@ -4,7 +4,7 @@
     python3 benches/durability.py                 # BENCH_WORK=target/bench-durability (ext4 here)
     N=1000 REPS=5 BENCH_WORK=/var/tmp/d python3 benches/durability.py
 
-Two write patterns of one step, each under four policies, median wall ms over REPS reps
+Two write patterns of one step, each under five policies, median wall ms over REPS reps
 (policies alternate within a rep), in a directory on the file system under test:
 
 - `lines`: N whole-file rewrites of one file growing by one line each (N `fs::ensure_line`
@@ -13,7 +13,11 @@ Two write patterns of one step, each under four policies, median wall ms over RE
 
 Policies:
 
-- `fsync2`: today's atomic write per change: temp file, write, fsync(temp), rename, fsync(dir);
+- `fsync2`: the atomic write per change of the agent's own state (and of a session's
+  writes before `fsync1`): temp file, write, fsync(temp), rename, fsync(dir);
+- `fsync1`: a session's writes since issue 13's fourth round: temp, write, fsync(temp),
+  rename per change (the data durable before the name points at it); one fsync of the
+  directory at the step's end;
 - `dirsync`: temp, write, rename per change; one fsync of the directory at the step's end
   (no file fsync: NOT crash-safe on its own, the data may not be on disk when the rename is);
 - `syncfs`: temp, write, rename per change; one syncfs(2) of the file system at the step's end;
@@ -74,7 +78,7 @@ def lines(d, policy):
         return
     for i in range(N):
         content += b"line %d\n" % i
-        os.rename(put(path, content, policy == "fsync2"), path)
+        os.rename(put(path, content, policy in ("fsync2", "fsync1")), path)
         if policy == "fsync2":
             fsync_dir(d)
     end(d, policy)
@@ -90,21 +94,21 @@ def files(d, policy):
         return
     for i in range(N):
         path = os.path.join(d, f"f{i}")
-        os.rename(put(path, b"x\n", policy == "fsync2"), path)
+        os.rename(put(path, b"x\n", policy in ("fsync2", "fsync1")), path)
         if policy == "fsync2":
             fsync_dir(d)
     end(d, policy)
 
 
 def end(d, policy):
-    if policy == "dirsync":
+    if policy in ("dirsync", "fsync1"):
         fsync_dir(d)
     elif policy == "syncfs":
         syncfs(d)
 
 
 def main():
-    policies = ["fsync2", "dirsync", "syncfs", "batched"]
+    policies = ["fsync2", "fsync1", "dirsync", "syncfs", "batched"]
     print(f"N = {N}, REPS = {REPS}, in {WORK} ({fs_type(WORK)}); median wall ms")
     print(f"{'pattern':8} " + " ".join(f"{p:>10}" for p in policies))
     for name, fn in (("lines", lines), ("files", files)):

@@ -9,8 +9,8 @@
 For each N in SIZES it measures, each beside its floor:
 
 - `fs::write` of N files (`skyhook-run` of a Rhai script, `--apply`, into a fresh root); floor:
-  a Python loop doing the same atomic writes (temp file, write, fsync, rename, directory
-  fsync);
+  a Python loop doing the same atomic writes (temp file, write, fsync, rename; one directory
+  fsync at the end: the session's `fsync1` policy, `src/host/durability.rs`);
 - `fs::ensure_line` of N distinct lines into one file: plan (no `--apply`, nothing written),
   apply (fresh root), and a second apply that changes nothing. Floors: plan, a Python loop
   with a set of lines (no I/O); apply, a Python loop making the same N whole-file atomic
@@ -92,6 +92,7 @@ def atomic(path, data):
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     os.write(fd, data); os.fsync(fd); os.close(fd)
     os.rename(tmp, path)
+def dirsync(d):
     dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY); os.fsync(dfd); os.close(dfd)
 """
 FLOOR_WRITE = ATOMIC + r"""
@@ -104,6 +105,7 @@ for i in range(n):
     except FileNotFoundError:
         pass
     atomic(p, b"x\n")
+dirsync(d + "/d")
 """
 FLOOR_LINE_PLAN = r"""
 import sys
@@ -121,6 +123,7 @@ for i in range(n):
     if l in seen: continue
     seen.add(l); lines.append(l)
     atomic(d + "/etc/f", ("\n".join(lines) + "\n").encode())
+dirsync(d + "/etc")
 """
 FLOOR_LINE_AGAIN = r"""
 import os, sys

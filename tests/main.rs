@@ -38,6 +38,7 @@ mod acceptance;
 mod cli;
 mod containerd_example;
 mod crash_safety;
+mod durability;
 mod engine_parity;
 mod fixtures;
 mod full_disk;

@@ -4,10 +4,12 @@
 //! and grub effects run their commands through the same path as `run` (chrooted, own process
 //! group, checked).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::host::Host;
 use crate::host::cmd::{CmdOutput, exec};
+use crate::host::durability::DirSync;
 use crate::host::effect::{Effect, GrubUpdate, PkgManager};
 use crate::host::error::Result;
 
@@ -92,7 +94,12 @@ pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>
             mode,
             uid,
             gid,
-        } => root.write_atomic_owned(path, content, *mode, *uid, *gid)?,
+        } => {
+            // The directory's fsync is the session's, at the end of the step
+            // ([`crate::host::durability`]); the file's own comes before the rename.
+            let dirs = DirSync::Defer(&h.dir_syncs);
+            root.write_atomic_synced(path, *mode, *uid, *gid, dirs, |f| f.write_all(content))?;
+        }
         Effect::RemoveFile { path } => {
             let is_dir = root
                 .symlink_metadata(path)?
@@ -102,22 +109,30 @@ pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>
             } else {
                 root.remove_file(path)?;
             }
+            h.dir_syncs.add_parent_of(path);
         }
         Effect::Mkdir { path, mode } => {
             // Missing parents 0755 and a new `path` `mode`, exactly (as planned); an
             // existing `path` is chmod-ed.
-            if root.create_dir_all(path, *mode)?.is_empty() {
+            let created = root.create_dir_all(path, *mode)?;
+            if created.is_empty() {
                 root.set_mode(path, *mode)?;
+            }
+            for dir in &created {
+                h.dir_syncs.add_parent_of(dir);
             }
         }
         Effect::RemoveAll { path } => {
             root.remove_all(path)?;
+            h.dir_syncs.add_parent_of(path);
         }
         Effect::Chmod { path, mode } => root.set_mode(path, *mode)?,
         Effect::Chown { path, uid, gid } => root.set_owner(path, *uid, *gid)?,
         Effect::Symlink { target, link } => {
             if let Some(parent) = link.parent() {
-                root.create_dir_all(parent, crate::host::root::PARENT_DIR_MODE)?;
+                for dir in root.create_dir_all(parent, crate::host::root::PARENT_DIR_MODE)? {
+                    h.dir_syncs.add_parent_of(&dir);
+                }
             }
             let exists = root.symlink_metadata(link)?.is_some();
             if exists {
@@ -131,6 +146,7 @@ pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>
             } else {
                 root.symlink(target, link)?;
             }
+            h.dir_syncs.add_parent_of(link);
         }
         Effect::Service { name, op } => {
             internal(h, argv(&["systemctl", op.verb(), name]), Vec::new())?;

@@ -99,7 +99,7 @@ struct Pending {
 struct Written {
     key: PathBuf,
     index: usize,
-    content: Vec<u8>,
+    content: bytes::Bytes,
     view: Option<View>,
 }
 
@@ -160,7 +160,7 @@ impl State {
 }
 
 /// The flush's compare and write (module docs); returns the bytes written.
-fn write(root: &HostRoot, p: &mut Pending) -> Result<Vec<u8>> {
+fn write(root: &HostRoot, p: &mut Pending) -> Result<bytes::Bytes> {
     let now = root.metadata(&p.path)?.map(|m| Stamp::of(&m));
     if now != p.stamp {
         return Err(HostError::ChangedUnderStep {

@@ -184,8 +184,12 @@ pub enum Effect {
     WriteFile {
         /// Host path (a symlink's target is written, the link stays).
         path: PathBuf,
-        /// The complete new content.
-        content: Vec<u8>,
+        /// The complete new content, shared: cloning it (the plan's overlay and the report's
+        /// hashes keep it) counts a reference instead of copying the bytes. Build it with
+        /// `.into()` from an owned `Vec<u8>` or `String` (no copy), or with
+        /// [`bytes::Bytes::copy_from_slice`] from a borrowed slice; the line view hands out
+        /// its kept rendering without a copy (`src/host/appendbuf.rs`).
+        content: bytes::Bytes,
         /// Permission bits to set.
         mode: Option<u32>,
         /// Owner uid to set.

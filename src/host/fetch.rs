@@ -366,7 +366,9 @@ pub(crate) fn perform(h: &Host, d: &Download) -> Result<()> {
     let timeout = h.remaining().map_or(d.timeout, |r| r.min(d.timeout));
     let root = h.root();
     let mut failure: Option<HostError> = None;
-    let written = root.write_atomic_from(&d.path, d.mode, d.uid, d.gid, |f| {
+    // The directory's fsync is the session's ([`crate::host::durability`]).
+    let dirs = crate::host::durability::DirSync::Defer(&h.dir_syncs);
+    let written = root.write_atomic_synced(&d.path, d.mode, d.uid, d.gid, dirs, |f| {
         // A current-thread runtime of its own, on a scoped thread: the caller may itself be
         // inside a runtime's context, where `block_on` is refused.
         let run = || -> std::result::Result<(), Fail> {

@@ -428,7 +428,7 @@ fn put_locked(
     before(h)?;
     h.submit(Effect::WriteFile {
         path: path.to_path_buf(),
-        content,
+        content: content.into(),
         mode,
         uid,
         gid,
@@ -622,7 +622,7 @@ fn edit_view(
         // A line with a line break in it: the lines no longer describe the bytes, so
         // compare bytes as `put` does and keep no view.
         let content = view.lines.render();
-        let changed = put_locked(h, path, content, (None, None, None), |_| Ok(()));
+        let changed = put_locked(h, path, content.to_vec(), (None, None, None), |_| Ok(()));
         drop(lock);
         return changed;
     }

@@ -38,12 +38,12 @@ pub(crate) struct ContentHashes {
     seen: HashSet<PathBuf>,
     /// Per file: the index of its last change in `Report::changes` when that change is a
     /// write, and the bytes it wrote.
-    last_write: HashMap<PathBuf, (usize, Vec<u8>)>,
+    last_write: HashMap<PathBuf, (usize, bytes::Bytes)>,
 }
 
 impl ContentHashes {
     /// After change `index` was recorded for `effect`: remember a write's bytes (moved out
-    /// of the effect, no copy) as its file's last change; a removal ends the file's chain
+    /// of the effect, shared with the plan's overlay: no copy) as its file's last change; a removal ends the file's chain
     /// without `after`, a fetch with its own (its declared digest, set by `describe`).
     pub(crate) fn note(&mut self, index: usize, effect: Effect) {
         match effect {
@@ -69,7 +69,7 @@ impl ContentHashes {
 
     /// A batched write ([`crate::host::batch`]) was flushed: change `index` (the batch's
     /// last) wrote `content` to `key`.
-    pub(crate) fn set_last_write(&mut self, key: PathBuf, index: usize, content: Vec<u8>) {
+    pub(crate) fn set_last_write(&mut self, key: PathBuf, index: usize, content: bytes::Bytes) {
         self.seen.insert(key.clone());
         self.last_write.insert(key, (index, content));
     }
@@ -121,7 +121,7 @@ impl Host {
         if self.mode() != crate::host::ExecMode::Apply {
             let key = self.overlay_key(path, true)?;
             if let Some(crate::host::plan::Node::File { content, .. }) = self.overlay.lookup(&key) {
-                return Ok(Some(Cow::Borrowed(content.as_slice())));
+                return Ok(Some(Cow::Borrowed(&content[..])));
             }
         }
         Ok(self.view_read(path)?.map(Cow::Owned))
@@ -212,6 +212,40 @@ mod tests {
             ]
         );
         assert_eq!(std::fs::read(t.p("/opt/tool")).unwrap(), BODY);
+    }
+
+    #[test]
+    fn planned_appends_share_one_buffer_between_view_overlay_and_hashes() {
+        use crate::host::plan::Node;
+        use std::path::Path;
+        let t = TestHost::new();
+        t.file("/etc/f", "a\n");
+        let mut h = t.host(ExecMode::Plan);
+        let o = LineOptions::default();
+        for l in ["b", "c", "d"] {
+            assert!(fs::ensure_line(&mut h, "/etc/f", l, &o).unwrap());
+        }
+        let f = Path::new("/etc/f");
+        let Some(Node::File { content, .. }) = h.overlay.lookup(f) else {
+            panic!("no planned file: {:?}", h.overlay.lookup(f));
+        };
+        let planned = content.clone();
+        assert_eq!(&planned[..], b"a\nb\nc\nd\n");
+        // The report's last write, the overlay's node and the view's rendering are one
+        // buffer: no copy of the content per call.
+        let (_, kept) = &h.hashes.last_write[f];
+        assert_eq!(
+            (kept.as_ptr(), kept.len()),
+            (planned.as_ptr(), planned.len())
+        );
+        let rendered = h.texts.get_mut(f).unwrap().lines.render();
+        assert_eq!(rendered.as_ptr(), planned.as_ptr());
+        // The next append writes past what was handed out: the planned content stays.
+        assert!(fs::ensure_line(&mut h, "/etc/f", "e", &o).unwrap());
+        assert_eq!(&planned[..], b"a\nb\nc\nd\n");
+        assert_eq!(h.view_read(f).unwrap().unwrap(), b"a\nb\nc\nd\ne\n");
+        let r = h.finish().unwrap();
+        assert_eq!(r.changes[3].after, tag("a\nb\nc\nd\ne\n"));
     }
 
     #[test]

@@ -21,7 +21,10 @@ use std::fs::Metadata;
 use std::hash::{BuildHasher, RandomState};
 use std::ops::Range;
 
+use bytes::Bytes;
 use hashbrown::HashTable;
+
+use crate::host::appendbuf::AppendBuf;
 
 /// A byte range of one line in the arena.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,8 +53,9 @@ pub(crate) struct Lines {
     irregular: bool,
     /// What [`Lines::render`] returned last, kept up to date by [`Lines::push`] (the
     /// `ensure_line` append) and dropped by every other edit, so that N appends cost one
-    /// copy of the text each instead of a walk over every line.
-    rendered: Option<Vec<u8>>,
+    /// text shared with every write made of it instead of a walk over every line (or a
+    /// copy) per call ([`AppendBuf`]).
+    rendered: Option<AppendBuf>,
 }
 
 impl Default for Lines {
@@ -155,7 +159,7 @@ impl Lines {
         self.lines.push(s);
         if let Some(r) = &mut self.rendered {
             r.extend_from_slice(line.as_bytes());
-            r.push(b'\n');
+            r.extend_from_slice(b"\n");
         }
     }
 
@@ -229,18 +233,20 @@ impl Lines {
     }
 
     /// The text: the lines joined by `\n`, with a final newline unless there are none. Kept
-    /// for the next call (and the appends after it): one copy per call after the first.
-    pub(crate) fn render(&mut self) -> Vec<u8> {
+    /// for the next call and extended by the appends after it; the `Bytes` shares the kept
+    /// rendering ([`AppendBuf::freeze`]), so after the first call no call copies the text.
+    pub(crate) fn render(&mut self) -> Bytes {
         if let Some(r) = &self.rendered {
-            return r.clone();
+            return r.freeze();
         }
-        let mut out = Vec::with_capacity(self.buf.len() - self.dead + self.len());
+        let mut out = AppendBuf::with_capacity(self.buf.len() - self.dead + self.len());
         for l in self.iter() {
             out.extend_from_slice(l.as_bytes());
-            out.push(b'\n');
+            out.extend_from_slice(b"\n");
         }
-        self.rendered = Some(out.clone());
-        out
+        let frozen = out.freeze();
+        self.rendered = Some(out);
+        frozen
     }
 }
 
@@ -333,27 +339,48 @@ mod tests {
     #[test]
     fn render_follows_every_kind_of_edit() {
         let mut l = Lines::parse("a\nb\n".into());
-        assert_eq!(l.render(), b"a\nb\n");
+        assert_eq!(&l.render()[..], b"a\nb\n");
         l.push("c");
-        assert_eq!(l.render(), b"a\nb\nc\n");
+        assert_eq!(&l.render()[..], b"a\nb\nc\n");
         l.replace(0, "A");
-        assert_eq!(l.render(), b"A\nb\nc\n");
+        assert_eq!(&l.render()[..], b"A\nb\nc\n");
         l.push("d");
-        assert_eq!(l.render(), b"A\nb\nc\nd\n");
+        assert_eq!(&l.render()[..], b"A\nb\nc\nd\n");
         l.splice(1..2, &["x", "y"]);
-        assert_eq!(l.render(), b"A\nx\ny\nc\nd\n");
+        assert_eq!(&l.render()[..], b"A\nx\ny\nc\nd\n");
         assert!(l.remove_where(|s| s == "y"));
-        assert_eq!(l.render(), b"A\nx\nc\nd\n");
+        assert_eq!(&l.render()[..], b"A\nx\nc\nd\n");
         assert!(!l.remove_where(|s| s == "nope"));
         l.push("e");
-        assert_eq!(l.render(), b"A\nx\nc\nd\ne\n");
+        assert_eq!(&l.render()[..], b"A\nx\nc\nd\ne\n");
+    }
+
+    #[test]
+    fn renders_after_appends_share_the_kept_buffer() {
+        let mut l = Lines::parse("a\n".into());
+        let first = l.render();
+        l.push("b");
+        let second = l.render();
+        l.push("c");
+        let third = l.render();
+        // The first push outgrew the exact-size first rendering; the next ones did not.
+        assert_eq!(second.as_ptr(), third.as_ptr());
+        assert_eq!(
+            [&first[..], &second[..], &third[..]],
+            [&b"a\n"[..], b"a\nb\n", b"a\nb\nc\n"]
+        );
+        l.replace(0, "A");
+        let fourth = l.render();
+        assert_ne!(fourth.as_ptr(), third.as_ptr(), "a replace renders anew");
+        assert_eq!(&fourth[..], b"A\nb\nc\n");
+        assert_eq!(&third[..], b"a\nb\nc\n");
     }
 
     #[test]
     fn rendered_mark_survives_appends_only() {
         let mut l = Lines::parse("a\r\nb".into());
         assert_eq!(l.rendered_mark(), None, "not rendered yet");
-        assert_eq!(l.render(), b"a\nb\n");
+        assert_eq!(&l.render()[..], b"a\nb\n");
         assert_eq!(l.rendered_mark(), Some((4, 2)));
         l.push("c");
         assert_eq!(l.rendered_mark(), Some((6, 3)));

@@ -28,12 +28,14 @@
 //! | [`text`] | pure helpers: `sha256`, `regex::`, `to_json` |
 //! | [`user`], [`group`], [`userdb`] | local users and groups (the account files, edited through effects) |
 
+mod appendbuf;
 mod apply;
 mod batch;
 pub mod cmd;
 pub mod config;
 pub mod deferred;
 pub mod digest;
+pub mod durability;
 pub mod effect;
 pub mod error;
 pub mod fetch;

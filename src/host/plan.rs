@@ -26,7 +26,8 @@ use crate::host::textdiff::Appended;
 #[derive(Debug, Clone)]
 pub(crate) enum Node {
     File {
-        content: Vec<u8>,
+        /// Shared with the effect that planned it (and the line view's rendering).
+        content: bytes::Bytes,
         mode: u32,
         uid: u32,
         gid: u32,
@@ -87,7 +88,7 @@ impl Node {
     /// File content, `Ok(None)` when absent, `Err(reason)` for a directory.
     pub(crate) fn content(&self) -> std::result::Result<Option<Vec<u8>>, &'static str> {
         match self {
-            Node::File { content, .. } => Ok(Some(content.clone())),
+            Node::File { content, .. } => Ok(Some(content.to_vec())),
             Node::Dir { .. } => Err("is a directory"),
             Node::Symlink { .. } | Node::Absent => Ok(None),
             Node::Download { .. } => Err(
@@ -339,7 +340,7 @@ impl Host {
                     summary.push_str(&format!(" (owner {})", ids(*uid, *gid)));
                 }
                 let appended = appended.filter(|_| self.mode() != crate::host::ExecMode::Apply);
-                let diff = (with_diff && old.as_deref() != Some(content.as_slice()))
+                let diff = (with_diff && old.as_deref() != Some(&content[..]))
                     .then(|| render_write_diff(path, old.as_deref(), content, appended));
                 (summary, diff)
             }
@@ -542,7 +543,7 @@ impl Host {
                 self.overlay.set(
                     k,
                     Node::File {
-                        content: format!("{value}\n").into_bytes(),
+                        content: format!("{value}\n").into(),
                         mode: old.as_ref().map_or(0o644, |s| s.mode),
                         uid: 0,
                         gid: 0,
@@ -684,7 +685,7 @@ impl Host {
             }
         } else {
             Node::File {
-                content: self.view_read(&key)?.unwrap_or_default(),
+                content: self.view_read(&key)?.unwrap_or_default().into(),
                 mode: mode.unwrap_or(s.mode),
                 uid: uid.unwrap_or(s.uid),
                 gid: gid.unwrap_or(s.gid),

@@ -7,6 +7,12 @@
 //! swapped for a symlink during an operation cannot redirect it outside.
 //!
 //! Nothing here checks paths lexically; confinement is the kernel's (or pathrs') job.
+//!
+//! Durability: an atomic write ([`HostRoot::write_atomic`] and friends) is temp file, write,
+//! fsync(file), rename, fsync(directory), both fsyncs at once. A session's executor writes
+//! with [`HostRoot::write_atomic_synced`] and [`DirSync::Defer`] instead: the file's fsync
+//! still comes before the rename, the directory's is collected and done once at the end of
+//! the step ([`crate::host::durability`], policy `fsync1`).
 
 use std::ffi::OsString;
 use std::fs::{File, Metadata, Permissions};
@@ -18,6 +24,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use pathrs::flags::{OpenFlags, RenameFlags};
 use pathrs::{InodeType, Root};
+
+use crate::host::durability::DirSync;
 
 /// Maximum number of dangling symlinks followed by [`HostRoot::write_atomic`] before it gives
 /// up with `ELOOP` (the kernel's own limit for path resolution is 40).
@@ -626,6 +634,27 @@ impl HostRoot {
         }
     }
 
+    /// fsync directory `dir` for a session's deferred directory sync
+    /// ([`crate::host::durability`]): `Ok` when `dir` does not exist or the filesystem
+    /// refuses to fsync a directory (`EINVAL`, `EOPNOTSUPP`).
+    ///
+    /// # Errors
+    /// Any other open or fsync failure (`EIO`, `ENOSPC`, `ENOTDIR`, ...), op `sync directory`.
+    pub fn sync_dir_checked(&self, dir: &Path) -> Result<()> {
+        const OP: &str = "sync directory";
+        let f = match self.open_with(OP, dir, OpenFlags::O_RDONLY | OpenFlags::O_DIRECTORY) {
+            Ok(f) => f,
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        match f.sync_all() {
+            Err(e) if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
+                Err(self.err(OP, dir, e))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Remove a file or symlink. `Ok(false)` when it did not exist.
     ///
     /// # Errors
@@ -821,6 +850,25 @@ impl HostRoot {
         gid: Option<u32>,
         fill: impl FnOnce(&mut File) -> io::Result<()>,
     ) -> Result<()> {
+        self.write_atomic_synced(host, mode, uid, gid, DirSync::Now, fill)
+    }
+
+    /// [`HostRoot::write_atomic_from`] whose directory fsync is `dir_sync`'s: at once
+    /// ([`DirSync::Now`], as every other writer), or the directory of the rename added to
+    /// a session's set for one fsync at the end of the step ([`DirSync::Defer`]; the
+    /// file's own fsync still comes before the rename: [`crate::host::durability`]).
+    ///
+    /// # Errors
+    /// As [`HostRoot::write_atomic_from`].
+    pub fn write_atomic_synced(
+        &self,
+        host: &Path,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        dir_sync: DirSync<'_>,
+        fill: impl FnOnce(&mut File) -> io::Result<()>,
+    ) -> Result<()> {
         self.check_abs("write", host)?;
         let target = self.write_target(host)?;
         let (parent, _) = split(&target).map_err(|e| self.err("write", host, e))?;
@@ -876,7 +924,10 @@ impl HostRoot {
             self.root
                 .rename(&tmp, &target, RenameFlags::empty())
                 .map_err(|e| self.err("write", &target, pathrs_io(e)))?;
-            self.sync_dir(&parent);
+            match dir_sync {
+                DirSync::Now => self.sync_dir(&parent),
+                DirSync::Defer(dirs) => dirs.add(&parent),
+            }
             Ok(())
         })();
         if result.is_err() {

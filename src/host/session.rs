@@ -30,6 +30,15 @@
 //! that ran, the deferred ones included, also when the deferred work failed
 //! ([`Host::finish_with_report`]).
 //!
+//! # Durability of the step's file changes
+//!
+//! In apply mode every file the executor writes is fsynced before its rename, and the
+//! directories in which it renamed, created or unlinked entries are fsynced once each when
+//! the step ends ([`Host::finish`], [`Host::finish_with_report`], [`Host::finish_step`],
+//! [`Host::finish_step_with_report`], and `Drop`), after the deferred work and before the
+//! caller writes the step's flag; a failing directory fsync is the step's error. Policy and
+//! reasoning: [`crate::host::durability`].
+//!
 //! # Validation before the executor
 //!
 //! [`Host::submit`] validates an effect the same way in every mode before handing it to the
@@ -166,6 +175,9 @@ pub struct Host {
     /// Set by the line functions for the one write they submit next: record its change but
     /// hold the write for a batch ([`crate::host::batch`]); taken by [`Host::submit`].
     pub(crate) hold_write: bool,
+    /// Directories whose entries the executor changed, fsynced once when the step ends
+    /// ([`crate::host::durability`]).
+    pub(crate) dir_syncs: crate::host::durability::DirSyncs,
 }
 
 impl Host {
@@ -199,6 +211,7 @@ impl Host {
             appended: None,
             batch: Default::default(),
             hold_write: false,
+            dir_syncs: Default::default(),
         }
     }
 
@@ -550,7 +563,7 @@ impl Host {
     pub fn finish_with_report(mut self) -> (Report, Result<()>) {
         self.finished = true;
         let flushed = self.settle_batch();
-        let result = flushed.and(self.run_deferred());
+        let result = flushed.and(self.run_deferred()).and(self.sync_dirs());
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
         self.hashes.fill(&mut report.changes);
         report.items = self.journal.take();
@@ -575,7 +588,7 @@ impl Host {
     /// failed (as [`Host::finish_with_report`]).
     pub fn finish_step_with_report(&mut self) -> (Report, Result<()>) {
         let flushed = self.settle_batch();
-        let deferred = flushed.and(self.run_deferred());
+        let deferred = flushed.and(self.run_deferred()).and(self.sync_dirs());
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
         self.hashes.fill(&mut report.changes);
         report.items = self.journal.take();
@@ -887,6 +900,7 @@ impl Drop for Host {
             // here.
             let _ = self.settle_batch();
             let _ = self.run_deferred();
+            let _ = self.sync_dirs();
         }
     }
 }

@@ -374,7 +374,7 @@ fn copy_skel(h: &mut Host, src: &Path, dst: &Path, spec: &HomeSpec, depth: usize
                 let content = h.view_read(&s)?.unwrap_or_default();
                 h.submit(Effect::WriteFile {
                     path: d,
-                    content,
+                    content: content.into(),
                     mode: Some(mode),
                     uid: Some(spec.uid),
                     gid: Some(spec.gid),

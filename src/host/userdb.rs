@@ -662,7 +662,7 @@ impl Db {
             }
             h.submit(Effect::WriteFile {
                 path: t.path.into(),
-                content,
+                content: content.into(),
                 mode: (!t.exists).then_some(0o644),
                 uid: None,
                 gid: None,

@@ -286,10 +286,7 @@ impl ScriptRunner {
                 Some(report)
             }
             Err(e) => {
-                let msg = format!(
-                    "{file}: {}",
-                    inv.redactor.redact(&crate::chain::render(&e))
-                );
+                let msg = format!("{file}: {}", inv.redactor.redact(&crate::chain::render(&e)));
                 ScriptOutput::stderr(&*output, format!("{msg}\n").as_bytes());
                 error.get_or_insert(msg);
                 ok = false;
