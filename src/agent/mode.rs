@@ -173,6 +173,9 @@ pub struct ModeLoop<'a, R> {
     /// The run's step logs, each log directory listed once per run (start with
     /// `LogIndex::default()`).
     pub logs: crate::logs::retention::LogIndex,
+    /// The run's flag directories, each resolved once per run (start with
+    /// `FlagDirs::default()`).
+    pub flag_dirs: crate::state::flag_dirs::FlagDirs,
 }
 
 impl<R: StepRunner> ModeLoop<'_, R> {
@@ -289,7 +292,13 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                 && self.state.writable
             {
                 let flag = self.state.flag(self.package, step);
-                flags::write_flag(self.state.root, &flag, step, Local::now().naive_local())?;
+                flags::write_flag_in(
+                    &self.flag_dirs,
+                    self.state.root,
+                    &flag,
+                    step,
+                    Local::now().naive_local(),
+                )?;
             }
             records.push(record);
         }
@@ -838,6 +847,7 @@ impl ModeRun<'_> {
             }),
             keep_fds: vec![lock.as_raw_fd()],
             logs: crate::logs::retention::LogIndex::default(),
+            flag_dirs: crate::state::flag_dirs::FlagDirs::default(),
         };
         let outcome = tracing::Instrument::instrument(mode_loop.run(), span).await?;
         drop(lock);
