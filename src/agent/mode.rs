@@ -173,9 +173,9 @@ pub struct ModeLoop<'a, R> {
     /// The run's step logs, each log directory listed once per run (start with
     /// `LogIndex::default()`).
     pub logs: crate::logs::retention::LogIndex,
-    /// The run's flag directories, each resolved once per run (start with
-    /// `FlagDirs::default()`).
-    pub flag_dirs: crate::state::flag_dirs::FlagDirs,
+    /// The directories the run's steps touch (flags, logs), each resolved once per run
+    /// (start with `RunDirs::default()`).
+    pub dirs: crate::host::run_dirs::RunDirs,
 }
 
 impl<R: StepRunner> ModeLoop<'_, R> {
@@ -228,7 +228,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
     /// The flag decision (section 7): `Some(flag)` when the step is skipped.
     fn skip_flag(&self, step: &Step) -> Result<Option<PathBuf>, AgentError> {
         let flag = self.state.flag(self.package, step);
-        if !self.state.root.exists(&flag)? {
+        if !self.dirs.exists(self.state.root, &flag)? {
             tracing::debug!(step = %step.path, flag = %flag.display(), "no flag: the step runs");
             return Ok(None);
         }
@@ -293,7 +293,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             {
                 let flag = self.state.flag(self.package, step);
                 flags::write_flag_in(
-                    &self.flag_dirs,
+                    &self.dirs,
                     self.state.root,
                     &flag,
                     step,
@@ -530,6 +530,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             .join(&self.package.package_version);
         let (logs, previous_logs) = step_logs::open_indexed(
             self.state.root,
+            &self.dirs,
             &self.logs,
             self.write_logs,
             &log_dir,
@@ -578,7 +579,13 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             }
         }
         if self.write_logs {
-            step_logs::prune(self.state.root, self.console, &step.path, &previous_logs);
+            step_logs::prune_in(
+                self.state.root,
+                &self.dirs,
+                self.console,
+                &step.path,
+                &previous_logs,
+            );
         }
         Ok(StepRecord {
             index,
@@ -847,7 +854,7 @@ impl ModeRun<'_> {
             }),
             keep_fds: vec![lock.as_raw_fd()],
             logs: crate::logs::retention::LogIndex::default(),
-            flag_dirs: crate::state::flag_dirs::FlagDirs::default(),
+            dirs: crate::host::run_dirs::RunDirs::default(),
         };
         let outcome = tracing::Instrument::instrument(mode_loop.run(), span).await?;
         drop(lock);

@@ -550,7 +550,7 @@ impl PackageRun {
                 }),
                 keep_fds: Vec::new(),
                 logs: crate::logs::retention::LogIndex::default(),
-                flag_dirs: crate::state::flag_dirs::FlagDirs::default(),
+                dirs: crate::host::run_dirs::RunDirs::default(),
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

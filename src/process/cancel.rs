@@ -359,7 +359,10 @@ mod tests {
         assert!(!readable(again.as_fd()));
         signal_eventfd(&again);
         idle.put(again, ABORTED);
-        assert!(idle.0.lock().unwrap().is_empty(), "an aborted token's fd is closed");
+        assert!(
+            idle.0.lock().unwrap().is_empty(),
+            "an aborted token's fd is closed"
+        );
         let fresh = idle.take().expect("eventfd");
         assert!(!readable(fresh.as_fd()));
         let many: Vec<OwnedFd> = (0..IDLE_KEPT + 2).filter_map(|_| idle.take()).collect();
@@ -367,7 +370,11 @@ mod tests {
         for fd in many {
             idle.put(fd, RUNNING);
         }
-        assert_eq!(idle.0.lock().unwrap().len(), IDLE_KEPT, "at most IDLE_KEPT are kept");
+        assert_eq!(
+            idle.0.lock().unwrap().len(),
+            IDLE_KEPT,
+            "at most IDLE_KEPT are kept"
+        );
     }
 
     #[test]
@@ -426,7 +433,9 @@ mod tests {
                 ..Options::default()
             };
             let sink = AbortOnStart(abort.then_some(token));
-            rt.block_on(run_async(spec(script), options, sink)).0.outcome
+            rt.block_on(run_async(spec(script), options, sink))
+                .0
+                .outcome
         };
         // Quiet steps leave their descriptors idle for the next ones.
         for _ in 0..3 {

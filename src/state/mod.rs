@@ -6,7 +6,6 @@
 //! [`HostRoot`](crate::host::root::HostRoot) (confined to the host root) and every state file
 //! is replaced atomically ([`HostRoot::write_atomic`](crate::host::root::HostRoot::write_atomic)).
 
-pub mod flag_dirs;
 pub mod flags;
 pub mod history;
 pub mod interrupts;
