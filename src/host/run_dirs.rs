@@ -439,4 +439,24 @@ mod tests {
         assert_eq!(names(&d), Vec::<String>::new());
         assert_eq!(dirs.dirs.lock().unwrap().len(), 1);
     }
+
+    #[test]
+    fn the_first_write_into_a_kept_directory_still_sweeps_stale_temporaries() {
+        let t = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(t.path()).unwrap();
+        let dirs = RunDirs::default();
+        let d = t.path().join("flags");
+        std::fs::create_dir(&d).unwrap();
+        // A temporary of the old `<pid>-<n>` shape with this process's pid: stale by
+        // `is_stale_tmp` (no writer of this process is running).
+        let stale = format!("{}{}-7", crate::host::root::TMP_PREFIX, std::process::id());
+        std::fs::write(d.join(&stale), b"partial").unwrap();
+        // Kept by a stat, not yet written: the first write goes through `write_atomic`.
+        assert!(!dirs.exists(&root, Path::new("/flags/f")).unwrap());
+        assert!(!dirs.lock()[Path::new("/flags")].swept);
+        dirs.write(&root, Path::new("/flags/f"), b"1").unwrap();
+        assert!(dirs.lock()[Path::new("/flags")].swept);
+        dirs.write(&root, Path::new("/flags/g"), b"2").unwrap();
+        assert_eq!(names(&d), ["f", "g"]);
+    }
 }
