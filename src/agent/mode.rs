@@ -821,6 +821,7 @@ impl ModeRun<'_> {
             script: ScriptRunner {
                 engine,
                 root: self.root.mount().to_path_buf(),
+                opened: self.root.try_clone().ok().map(Arc::new),
             },
             console,
         };

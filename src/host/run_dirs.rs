@@ -459,4 +459,25 @@ mod tests {
         dirs.write(&root, Path::new("/flags/g"), b"2").unwrap();
         assert_eq!(names(&d), ["f", "g"]);
     }
+
+    #[test]
+    fn a_cloned_root_is_the_same_confined_root() {
+        let t = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(t.path()).unwrap();
+        let clone = root.try_clone().unwrap();
+        assert_eq!(clone.mount(), root.mount());
+        clone.write_atomic(Path::new("/etc/f"), b"x", None).unwrap();
+        assert_eq!(root.read(Path::new("/etc/f")).unwrap(), b"x");
+        symlink("/../../etc", t.path().join("up")).unwrap();
+        assert!(
+            clone.exists(Path::new("/up/f")).unwrap(),
+            "resolved inside the root"
+        );
+        drop(root);
+        assert_eq!(
+            clone.read(Path::new("/etc/f")).unwrap(),
+            b"x",
+            "its own descriptor"
+        );
+    }
 }
