@@ -105,7 +105,7 @@ impl Inner {
 }
 
 /// Most idle abort descriptors kept for reuse ([`IDLE_FDS`]).
-const IDLE_KEPT: usize = 4;
+const IDLE_KEPT: usize = 2;
 
 /// Abort `eventfd`s of dropped tokens that were never aborted (so never written: their
 /// counter is 0 and they are not readable), handed to the next token that needs one.
