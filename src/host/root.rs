@@ -986,6 +986,27 @@ pub fn normalize(p: &Path) -> PathBuf {
     out
 }
 
+impl HostRoot {
+    /// Another handle on the same root: the root descriptor duplicated (`fcntl(F_DUPFD_CLOEXEC)`),
+    /// nothing resolved or canonicalized again (for a run that opens a session per step).
+    ///
+    /// # Errors
+    /// The `dup` failure (e.g. `EMFILE`).
+    pub fn try_clone(&self) -> Result<Self> {
+        let root = self.root.try_clone().map_err(|e| RootError {
+            op: "open",
+            path: PathBuf::from("/"),
+            root: self.mount.clone(),
+            source: pathrs_io(e),
+        })?;
+        Ok(HostRoot {
+            root,
+            mount: self.mount.clone(),
+            canonical: self.canonical.clone(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1090,26 +1111,5 @@ mod tests {
         assert!(r.remove_file(Path::new("/d/a")).unwrap());
         assert!(!r.remove_file(Path::new("/d/a")).unwrap());
         assert_eq!(r.read_opt(Path::new("/d/a")).unwrap(), None);
-    }
-}
-
-impl HostRoot {
-    /// Another handle on the same root: the root descriptor duplicated (`fcntl(F_DUPFD_CLOEXEC)`),
-    /// nothing resolved or canonicalized again (for a run that opens a session per step).
-    ///
-    /// # Errors
-    /// The `dup` failure (e.g. `EMFILE`).
-    pub fn try_clone(&self) -> Result<Self> {
-        let root = self.root.try_clone().map_err(|e| RootError {
-            op: "open",
-            path: PathBuf::from("/"),
-            root: self.mount.clone(),
-            source: pathrs_io(e),
-        })?;
-        Ok(HostRoot {
-            root,
-            mount: self.mount.clone(),
-            canonical: self.canonical.clone(),
-        })
     }
 }
