@@ -173,6 +173,9 @@ pub struct ModeLoop<'a, R> {
     /// The run's step logs, each log directory listed once per run (start with
     /// `LogIndex::default()`).
     pub logs: crate::logs::retention::LogIndex,
+    /// The directories the run's steps touch (flags, logs), each resolved once per run
+    /// (start with `RunDirs::default()`).
+    pub dirs: crate::host::run_dirs::RunDirs,
 }
 
 impl<R: StepRunner> ModeLoop<'_, R> {
@@ -225,7 +228,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
     /// The flag decision (section 7): `Some(flag)` when the step is skipped.
     fn skip_flag(&self, step: &Step) -> Result<Option<PathBuf>, AgentError> {
         let flag = self.state.flag(self.package, step);
-        if !self.state.root.exists(&flag)? {
+        if !self.dirs.exists(self.state.root, &flag)? {
             tracing::debug!(step = %step.path, flag = %flag.display(), "no flag: the step runs");
             return Ok(None);
         }
@@ -289,7 +292,13 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                 && self.state.writable
             {
                 let flag = self.state.flag(self.package, step);
-                flags::write_flag(self.state.root, &flag, step, Local::now().naive_local())?;
+                flags::write_flag_in(
+                    &self.dirs,
+                    self.state.root,
+                    &flag,
+                    step,
+                    Local::now().naive_local(),
+                )?;
             }
             records.push(record);
         }
@@ -521,6 +530,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             .join(&self.package.package_version);
         let (logs, previous_logs) = step_logs::open_indexed(
             self.state.root,
+            &self.dirs,
             &self.logs,
             self.write_logs,
             &log_dir,
@@ -569,7 +579,13 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             }
         }
         if self.write_logs {
-            step_logs::prune(self.state.root, self.console, &step.path, &previous_logs);
+            step_logs::prune_in(
+                self.state.root,
+                &self.dirs,
+                self.console,
+                &step.path,
+                &previous_logs,
+            );
         }
         Ok(StepRecord {
             index,
@@ -805,6 +821,7 @@ impl ModeRun<'_> {
             script: ScriptRunner {
                 engine,
                 root: self.root.mount().to_path_buf(),
+                opened: self.root.try_clone().ok().map(Arc::new),
             },
             console,
         };
@@ -838,6 +855,7 @@ impl ModeRun<'_> {
             }),
             keep_fds: vec![lock.as_raw_fd()],
             logs: crate::logs::retention::LogIndex::default(),
+            dirs: crate::host::run_dirs::RunDirs::default(),
         };
         let outcome = tracing::Instrument::instrument(mode_loop.run(), span).await?;
         drop(lock);

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use chrono::Utc;
 
 use crate::host::root::HostRoot;
+use crate::host::run_dirs::RunDirs;
 use crate::logs::retention::{self, DEFAULT_KEEP, LogIndex};
-use crate::logs::sink::{StepLogFiles, open_step_logs, open_step_logs_after};
+use crate::logs::sink::{StepLogFiles, open_step_logs, open_step_logs_in};
 
 use super::console::Console;
 use super::error::AgentError;
@@ -37,13 +38,15 @@ pub fn open(
 }
 
 /// [`open`] for a run of many steps: the step's older logs come from `index` (each log
-/// directory is listed once per run, not once per step), and the index notes the new log and
-/// what [`prune`] will keep.
+/// directory is listed once per run, not once per step), the index notes the new log and
+/// what [`prune`] will keep, and the files are created in the log directory's descriptor
+/// that `dirs` keeps for the run (resolved once per run, not twice per step).
 ///
 /// # Errors
 /// As [`open`].
 pub fn open_indexed(
     root: &HostRoot,
+    dirs: &RunDirs,
     index: &LogIndex,
     write_logs: bool,
     log_dir: &Path,
@@ -53,7 +56,7 @@ pub fn open_indexed(
         return Ok((None, Vec::new()));
     }
     let listed = index.list(root, log_dir, base).map_err(AgentError::from)?;
-    let mut logs = open_step_logs_after(root, log_dir, base, Utc::now(), listed.clone())?;
+    let mut logs = open_step_logs_in(dirs, root, log_dir, base, Utc::now(), listed.clone())?;
     index.created(log_dir, base, &logs.out_path, &listed, LOGS_KEPT);
     let previous = std::mem::take(&mut logs.previous);
     Ok((Some(logs), previous))
@@ -63,6 +66,23 @@ pub fn open_indexed(
 /// [`LOGS_KEPT`]` - 1` beside the new one. A failure only warns.
 pub fn prune(root: &HostRoot, console: &Console, base: &str, previous: &[PathBuf]) {
     if let Err(e) = retention::prune_listed(root, previous, LOGS_KEPT - 1) {
+        console.warn(&format!(
+            "log retention for {base}: {}",
+            crate::chain::render(&e)
+        ));
+    }
+}
+
+/// [`prune`] removing the files in their directory's descriptor that `dirs` keeps for the
+/// run (see [`open_indexed`]). A failure only warns.
+pub fn prune_in(
+    root: &HostRoot,
+    dirs: &RunDirs,
+    console: &Console,
+    base: &str,
+    previous: &[PathBuf],
+) {
+    if let Err(e) = retention::prune_listed_in(Some(dirs), root, previous, LOGS_KEPT - 1) {
         console.warn(&format!(
             "log retention for {base}: {}",
             crate::chain::render(&e)

@@ -55,6 +55,7 @@ pub mod pkgrepo;
 mod plan;
 pub mod report;
 pub mod root;
+pub mod run_dirs;
 pub mod secrets;
 pub mod service;
 pub mod session;

@@ -209,7 +209,7 @@ fn own_start() -> u64 {
 /// A temporary name that no other writer can hold: `<TMP_PREFIX><pid>-<start>-<n>-<random>`
 /// (pid and start time tell whether its writer still lives; the counter and 64 random bits
 /// make it unique).
-fn tmp_name() -> String {
+pub(crate) fn tmp_name() -> String {
     use std::hash::{BuildHasher, Hasher};
     let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -939,7 +939,7 @@ impl HostRoot {
 
 /// Copy every extended attribute of `from` to `to` (both open files). Filesystems without
 /// xattr support (`ENOTSUP`) are not an error.
-fn copy_xattrs(from: &File, to: &File) -> io::Result<()> {
+pub(crate) fn copy_xattrs(from: &File, to: &File) -> io::Result<()> {
     let fd = from.as_raw_fd();
     // SAFETY: a null buffer with size 0 asks for the needed size.
     let size = unsafe { libc::flistxattr(fd, std::ptr::null_mut(), 0) };
@@ -1035,6 +1035,27 @@ pub fn normalize(p: &Path) -> PathBuf {
         }
     }
     out
+}
+
+impl HostRoot {
+    /// Another handle on the same root: the root descriptor duplicated (`fcntl(F_DUPFD_CLOEXEC)`),
+    /// nothing resolved or canonicalized again (for a run that opens a session per step).
+    ///
+    /// # Errors
+    /// The `dup` failure (e.g. `EMFILE`).
+    pub fn try_clone(&self) -> Result<Self> {
+        let root = self.root.try_clone().map_err(|e| RootError {
+            op: "open",
+            path: PathBuf::from("/"),
+            root: self.mount.clone(),
+            source: pathrs_io(e),
+        })?;
+        Ok(HostRoot {
+            root,
+            mount: self.mount.clone(),
+            canonical: self.canonical.clone(),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -550,6 +550,7 @@ impl PackageRun {
                 }),
                 keep_fds: Vec::new(),
                 logs: crate::logs::retention::LogIndex::default(),
+                dirs: crate::host::run_dirs::RunDirs::default(),
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

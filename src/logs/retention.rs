@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::host::root::{EntryKind, HostRoot};
+use crate::host::run_dirs::RunDirs;
 
 use super::sink::LogError;
 
@@ -218,15 +219,34 @@ pub fn prune_listed(
     listed: &[PathBuf],
     keep: usize,
 ) -> Result<Vec<PathBuf>, LogError> {
+    prune_listed_in(None, root, listed, keep)
+}
+
+/// [`prune_listed`], removing through the directory descriptors `dirs` keeps for the run
+/// when given ([`RunDirs::remove_file`]: one `unlinkat`, no resolution), else through
+/// `root`.
+///
+/// # Errors
+/// As [`prune_listed`].
+pub fn prune_listed_in(
+    dirs: Option<&RunDirs>,
+    root: &HostRoot,
+    listed: &[PathBuf],
+    keep: usize,
+) -> Result<Vec<PathBuf>, LogError> {
+    let remove = |p: &Path| match dirs {
+        Some(d) => d.remove_file(root, p),
+        None => root.remove_file(p),
+    };
     let mut removed = Vec::new();
     for path in listed.iter().skip(keep) {
-        if root.remove_file(path).map_err(LogError::Remove)? {
+        if remove(path).map_err(LogError::Remove)? {
             removed.push(path.clone());
         }
         let mut err = path.clone().into_os_string();
         err.push(".err");
         let err = PathBuf::from(err);
-        if root.remove_file(&err).map_err(LogError::Remove)? {
+        if remove(&err).map_err(LogError::Remove)? {
             removed.push(err);
         }
     }

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use chrono::{Datelike, NaiveDateTime, Timelike};
 
 use crate::host::root::{HostRoot, RootError};
+use crate::host::run_dirs::RunDirs;
 
 /// The replacement character U+FFFD, UTF-8 encoded.
 const REPLACEMENT: &[u8] = "\u{FFFD}".as_bytes();
@@ -468,6 +469,42 @@ pub fn open_step_logs_after(
     start_utc: chrono::DateTime<chrono::Utc>,
     previous: Vec<(String, PathBuf)>,
 ) -> Result<StepLogFiles, LogError> {
+    open_logs(None, root, log_dir, base, start_utc, previous)
+}
+
+/// [`open_step_logs_after`] creating the files in the log directory's descriptor that
+/// `dirs` keeps for the run ([`RunDirs::create_new`]: one `openat`, no resolution, once the
+/// directory was opened by the run's first step there).
+///
+/// # Errors
+/// As [`open_step_logs`].
+pub fn open_step_logs_in(
+    dirs: &RunDirs,
+    root: &HostRoot,
+    log_dir: &Path,
+    base: &str,
+    start_utc: chrono::DateTime<chrono::Utc>,
+    previous: Vec<(String, PathBuf)>,
+) -> Result<StepLogFiles, LogError> {
+    open_logs(Some(dirs), root, log_dir, base, start_utc, previous)
+}
+
+fn open_logs(
+    dirs: Option<&RunDirs>,
+    root: &HostRoot,
+    log_dir: &Path,
+    base: &str,
+    start_utc: chrono::DateTime<chrono::Utc>,
+    previous: Vec<(String, PathBuf)>,
+) -> Result<StepLogFiles, LogError> {
+    let create = |p: &Path| match dirs {
+        Some(d) => d.create_new(root, p, LOG_FILE_MODE),
+        None => root.create_new(p, LOG_FILE_MODE),
+    };
+    let remove = |p: &Path| match dirs {
+        Some(d) => d.remove_file(root, p),
+        None => root.remove_file(p),
+    };
     let base = base.trim_start_matches('/');
     // Never reuse a name retention may have deleted: start after the newest existing log.
     let mut start_utc = start_utc;
@@ -482,12 +519,12 @@ pub fn open_step_logs_after(
         let out_path = log_dir.join(format!("{base}-{ts}.log"));
         let err_path = log_dir.join(format!("{base}-{ts}.log.err"));
         first.get_or_insert_with(|| out_path.clone());
-        let out_file = match root.create_new(&out_path, LOG_FILE_MODE) {
+        let out_file = match create(&out_path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(LogError::Create(e)),
         };
-        match root.create_new(&err_path, LOG_FILE_MODE) {
+        match create(&err_path) {
             Ok(err_file) => {
                 return Ok(StepLogFiles {
                     out_path,
@@ -500,11 +537,11 @@ pub fn open_step_logs_after(
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 // A stray `.log.err` (Python never pruned them): give the name up entirely.
                 drop(out_file);
-                root.remove_file(&out_path).map_err(LogError::Create)?;
+                remove(&out_path).map_err(LogError::Create)?;
             }
             Err(e) => {
                 drop(out_file);
-                let _ = root.remove_file(&out_path);
+                let _ = remove(&out_path);
                 return Err(LogError::Create(e));
             }
         }

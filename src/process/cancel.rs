@@ -104,6 +104,59 @@ impl Inner {
     }
 }
 
+/// Most idle abort descriptors kept for reuse ([`IDLE_FDS`]).
+const IDLE_KEPT: usize = 2;
+
+/// Abort `eventfd`s of dropped tokens that were never aborted (so never written: their
+/// counter is 0 and they are not readable), handed to the next token that needs one.
+struct IdleFds(Mutex<Vec<OwnedFd>>);
+
+impl IdleFds {
+    const fn new() -> Self {
+        IdleFds(Mutex::new(Vec::new()))
+    }
+
+    /// Keep `fd` of a dropped token at `level` for reuse, if it was never written (below
+    /// ABORTED) and fewer than [`IDLE_KEPT`] are kept; otherwise it is closed.
+    fn put(&self, fd: OwnedFd, level: u8) {
+        if level >= ABORTED {
+            return;
+        }
+        let mut idle = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < IDLE_KEPT {
+            idle.push(fd);
+        }
+    }
+
+    /// An unwritten `eventfd`: a kept one, else a new one (`None` when it cannot be made,
+    /// e.g. `EMFILE`).
+    fn take(&self) -> Option<OwnedFd> {
+        if let Some(fd) = self.0.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Some(fd);
+        }
+        // SAFETY: eventfd(2) with valid flags; the result is checked before use.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        // SAFETY: a fresh descriptor we own.
+        (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) })
+    }
+}
+
+/// The process's idle abort descriptors. A run makes a token per step (the step's, and
+/// [`run_async`](super::run_async)'s child of it); without this every step made an `eventfd`
+/// and closed it at its end.
+static IDLE_FDS: IdleFds = IdleFds::new();
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Only `raise(ABORTED)` and `abort_fd` of an aborted token write the descriptor, both
+        // after the level reached ABORTED, and the level never falls: below ABORTED it was
+        // never written. Nobody else holds it (`abort_fd` lends it for `&self` only).
+        if let Some(Some(fd)) = self.fd.take() {
+            IDLE_FDS.put(fd, self.level.load(Ordering::SeqCst));
+        }
+    }
+}
+
 /// The reason `inner` was cancelled with (what its children inherit).
 fn reason_of(inner: &Inner) -> CancelReason {
     inner.reason.get().cloned().unwrap_or(CancelReason::Parent)
@@ -218,14 +271,11 @@ impl Cancel {
     /// An `eventfd` that is readable (`POLLIN`) from the moment the token is aborted, for
     /// blocking code that waits with `poll(2)`. Never read it: it stays readable. `None` when
     /// the descriptor cannot be made (`EMFILE`); such a caller must fall back on
-    /// [`Cancel::is_aborted`] between its own events.
+    /// [`Cancel::is_aborted`] between its own events. The descriptor of a token dropped
+    /// without an abort is reused by a later token (a few are kept idle), so a run of many
+    /// steps does not make one per step.
     pub fn abort_fd(&self) -> Option<BorrowedFd<'_>> {
-        let fd = self.0.fd.get_or_init(|| {
-            // SAFETY: eventfd(2) with valid flags; the result is checked before use.
-            let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-            // SAFETY: a fresh descriptor we own.
-            (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) })
-        });
+        let fd = self.0.fd.get_or_init(|| IDLE_FDS.take());
         let fd = fd.as_ref()?;
         // An abort that happened before the descriptor existed.
         if self.is_aborted() {
@@ -296,6 +346,115 @@ mod tests {
         let d = Cancel::new();
         d.abort(CancelReason::Parent);
         assert!(readable(d.abort_fd().unwrap()));
+    }
+
+    #[test]
+    fn idle_fds_keep_only_unwritten_descriptors() {
+        let idle = IdleFds::new();
+        let a = idle.take().expect("eventfd");
+        let a_raw = a.as_raw_fd();
+        idle.put(a, STOPPED);
+        let again = idle.take().expect("kept");
+        assert_eq!(again.as_raw_fd(), a_raw, "a stopped token's fd is reused");
+        assert!(!readable(again.as_fd()));
+        signal_eventfd(&again);
+        idle.put(again, ABORTED);
+        assert!(
+            idle.0.lock().unwrap().is_empty(),
+            "an aborted token's fd is closed"
+        );
+        let fresh = idle.take().expect("eventfd");
+        assert!(!readable(fresh.as_fd()));
+        let many: Vec<OwnedFd> = (0..IDLE_KEPT + 2).filter_map(|_| idle.take()).collect();
+        assert_eq!(many.len(), IDLE_KEPT + 2);
+        for fd in many {
+            idle.put(fd, RUNNING);
+        }
+        assert_eq!(
+            idle.0.lock().unwrap().len(),
+            IDLE_KEPT,
+            "at most IDLE_KEPT are kept"
+        );
+    }
+
+    #[test]
+    fn a_token_after_an_aborted_one_is_not_aborted_and_still_aborts() {
+        for _ in 0..3 {
+            let gone = Cancel::new();
+            assert!(gone.abort_fd().is_some());
+            gone.abort(CancelReason::Parent);
+            drop(gone);
+            let quiet = Cancel::new();
+            assert!(quiet.abort_fd().is_some());
+            drop(quiet);
+        }
+        let next = Cancel::new();
+        let fd = next.abort_fd().expect("eventfd");
+        assert!(!readable(fd), "a new token's fd is not readable");
+        next.abort(CancelReason::Remote("r".into()));
+        assert!(readable(next.abort_fd().unwrap()));
+    }
+
+    /// Aborts its token as soon as the process has started (no sleep, no race with the
+    /// spawn); records nothing.
+    struct AbortOnStart(Option<Cancel>);
+
+    impl crate::process::Sink for AbortOnStart {
+        fn started(&mut self) {
+            if let Some(c) = self.0.take() {
+                c.abort(CancelReason::Remote("test".into()));
+            }
+        }
+        fn chunk(&mut self, _: crate::process::Stream, _: &[u8]) -> std::ops::ControlFlow<()> {
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+
+    #[test]
+    fn reused_descriptors_still_cancel_a_step_and_a_cancelled_step_does_not_poison_the_next() {
+        use crate::process::{Options, Outcome, Spec, Status, run_async};
+        let spec = |script: &str| Spec {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: "/".into(),
+            ..Spec::default()
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let run_cancel = Cancel::new();
+        let step = |script: &str, abort: bool| {
+            let token = run_cancel.child();
+            let options = Options {
+                cancel: Some(token.clone()),
+                term_grace: std::time::Duration::from_secs(5),
+                ..Options::default()
+            };
+            let sink = AbortOnStart(abort.then_some(token));
+            rt.block_on(run_async(spec(script), options, sink))
+                .0
+                .outcome
+        };
+        // Quiet steps leave their descriptors idle for the next ones.
+        for _ in 0..3 {
+            assert!(matches!(step("exit 0", false), Outcome::Exited(0)));
+        }
+        // A step on a reused descriptor is still ended by an abort (SIGTERM to `sleep`).
+        match step("exec sleep 30", true) {
+            Outcome::Cancelled { reason, status } => {
+                assert_eq!(reason, CancelReason::Remote("test".into()));
+                assert_eq!(status, Some(Status::Signal(libc::SIGTERM)));
+            }
+            other => panic!("expected a cancelled step, got {other:?}"),
+        }
+        // The aborted step's descriptor is not handed on: the next steps run to their end.
+        for code in [0, 3] {
+            let got = step(&format!("exit {code}"), false);
+            assert!(matches!(got, Outcome::Exited(c) if c == code), "{got:?}");
+        }
+        assert!(!run_cancel.is_stopped(), "a step's abort stays the step's");
     }
 
     #[test]

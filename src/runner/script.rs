@@ -148,6 +148,10 @@ pub struct ScriptRunner {
     pub engine: Arc<ScriptEngine>,
     /// The host root mount (an agent-side path) each step's session opens.
     pub root: std::path::PathBuf,
+    /// The run's open handle on `root`: each step's session gets a duplicate of it
+    /// ([`HostRoot::try_clone`](crate::host::root::HostRoot::try_clone)) instead of
+    /// canonicalizing and opening the mount again; `None` opens `root` per step.
+    pub opened: Option<Arc<crate::host::root::HostRoot>>,
 }
 
 impl ScriptRunner {
@@ -200,7 +204,11 @@ impl ScriptRunner {
             return StepResult::failed(1);
         };
         let file = script.file().to_string();
-        let session_root = match HostRoot::open(&self.root) {
+        let session_root = match self
+            .opened
+            .as_ref()
+            .map_or_else(|| HostRoot::open(&self.root), |r| r.try_clone())
+        {
             Ok(r) => r,
             Err(e) => {
                 console.error_line(&format!(
@@ -372,6 +380,7 @@ mod tests {
         let runner = ScriptRunner {
             engine,
             root: dir.path().to_path_buf(),
+            opened: None,
         };
         let outcome = runner.run(
             &script,

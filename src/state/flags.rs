@@ -70,6 +70,32 @@ pub fn write_flag(
     step: &Step,
     now_local: NaiveDateTime,
 ) -> Result<(), StateError> {
+    check_name_len(flag)?;
+    root.write_atomic(flag, flag_content(step, now_local).as_bytes(), None)?;
+    Ok(())
+}
+
+/// [`write_flag`] for a run of many steps: the same file, written relative to the flag
+/// directory's descriptor that `dirs` keeps for the run (see [`crate::host::run_dirs`]), so the
+/// directory is resolved once per run instead of about six times per flag. The write is as
+/// durable: `fsync` of the flag before its rename, `fsync` of the directory after it.
+///
+/// # Errors
+/// As [`write_flag`].
+pub fn write_flag_in(
+    dirs: &crate::host::run_dirs::RunDirs,
+    root: &HostRoot,
+    flag: &Path,
+    step: &Step,
+    now_local: NaiveDateTime,
+) -> Result<(), StateError> {
+    check_name_len(flag)?;
+    dirs.write(root, flag, flag_content(step, now_local).as_bytes())?;
+    Ok(())
+}
+
+/// [`StateError::NameTooLong`] when a component of `flag` exceeds [`NAME_MAX`] bytes.
+fn check_name_len(flag: &Path) -> Result<(), StateError> {
     let longest = flag
         .components()
         .map(|c| c.as_os_str().as_bytes().len())
@@ -81,7 +107,6 @@ pub fn write_flag(
             len: longest,
         });
     }
-    root.write_atomic(flag, flag_content(step, now_local).as_bytes(), None)?;
     Ok(())
 }
 
