@@ -9,17 +9,22 @@
 //! A [`Spec`] is complete: the environment is exactly [`Spec::env`] (nothing inherited),
 //! stdin is `/dev/null` or the given bytes, stdout and stderr are pipes, and the process
 //! leads its own process group (`pgid == pid`), so the rest of the step can be signalled as
-//! a unit. Between `fork` and `exec` (`pre_exec`, async-signal-safe calls only; every path
-//! is a `CString` made before the fork) the child:
+//! a unit. The child is made with `clone(CLONE_VM | CLONE_VFORK)` as `posix_spawn(3)` does (no
+//! copy of the agent's memory; see `spawn.rs` for why and for the rules the
+//! child follows: system calls only, on `CString`s prepared before the clone, with every
+//! signal blocked around it and the child's dispositions reset). Before `exec` the child:
 //!
 //! 1. sets `PR_SET_PDEATHSIG(SIGKILL)`, and exits with `ESRCH` if its parent already died
 //!    (the `getppid` check closes the race with the `prctl`). The kernel sends the
-//!    death signal when the **thread** that forked exits, not the process: [`run`] forks
+//!    death signal when the **thread** that spawned it exits, not the process: [`run`] spawns
 //!    from the calling thread and waits on that same thread until the process is reaped,
 //!    so the signal only fires when the agent itself dies (e.g. `SIGKILL`);
 //! 2. clears `FD_CLOEXEC` on [`Spec::keep_fds`] (e.g. the package-lock `flock` descriptor,
 //!    so a rerun waits until the last process of the step is gone);
 //! 3. `chroot`s to [`Spec::chroot`] when given, then `chdir`s to [`Spec::cwd`].
+//!
+//! (It also joins its own process group, takes the pipes as 0, 1 and 2, and starts with an
+//! empty signal mask and default dispositions, `SIGPIPE` included.)
 //!
 //! `exec` failing with `ENOEXEC` (a script without `#!`) is retried as
 //! `/bin/sh <program> <args...>`, as `execvp` does. A program without `/` is looked up in the

@@ -829,4 +829,163 @@ mod tests {
         drop(rt); // waits for the blocking task, i.e. for the run to end
         assert!(gone(&std::fs::read_to_string(&pidfile).unwrap()));
     }
+
+    /// Parse a `/proc/<pid>/status` signal field (hex mask) of `status`.
+    fn sig_field(status: &str, name: &str) -> u64 {
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} missing in {status}"));
+        u64::from_str_radix(line[name.len()..].trim(), 16).unwrap()
+    }
+
+    extern "C" fn ignore_signal(_: libc::c_int) {}
+
+    /// The child starts as `std::process::Command` leaves one (spawn.rs module docs), even
+    /// though it is cloned from a thread that blocks signals and a process that handles and
+    /// ignores some: an empty mask, no handler, `SIGPIPE` at its default, and a signal this
+    /// process ignores (`SIGUSR2` here) still ignored across exec.
+    #[test]
+    fn the_child_starts_with_default_signals_and_an_empty_mask() {
+        // SAFETY: a handler that does nothing for SIGUSR1, which no test sends; SIGUSR2 ignored
+        // (process-wide, harmless for other tests); SIGPIPE is ignored by the Rust runtime.
+        unsafe {
+            libc::signal(
+                libc::SIGUSR1,
+                ignore_signal as *const () as libc::sighandler_t,
+            );
+            libc::signal(libc::SIGUSR2, libc::SIG_IGN);
+        }
+        let mut blocked: libc::sigset_t = unsafe { std::mem::zeroed() };
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: plain signal set manipulation of this thread.
+        unsafe {
+            libc::sigemptyset(&mut blocked);
+            libc::sigaddset(&mut blocked, libc::SIGTERM);
+            libc::sigaddset(&mut blocked, libc::SIGCHLD);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &blocked, &mut old);
+        }
+        let spec = Spec {
+            program: PathBuf::from("/bin/cat"),
+            args: vec!["/proc/self/status".into()],
+            cwd: PathBuf::from("/"),
+            ..Spec::default()
+        };
+        let (r, s) = go(&spec, &quick());
+        // SAFETY: restores this thread's mask.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
+        let status = String::from_utf8(s.out).unwrap();
+        let bit = |sig: libc::c_int| 1u64 << (sig - 1);
+        assert_eq!(sig_field(&status, "SigBlk:"), 0, "{status}");
+        assert_eq!(sig_field(&status, "SigCgt:"), 0, "{status}");
+        let ignored = sig_field(&status, "SigIgn:");
+        assert_eq!(ignored & bit(libc::SIGPIPE), 0, "SIGPIPE ignored: {status}");
+        assert_ne!(
+            ignored & bit(libc::SIGUSR2),
+            0,
+            "SIGUSR2 not ignored: {status}"
+        );
+        // The parent's own mask is back as it was.
+        let mut now: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: reads this thread's mask.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, std::ptr::null(), &mut now) };
+        // SAFETY: `now` was filled above.
+        assert_eq!(unsafe { libc::sigismember(&now, libc::SIGTERM) }, 0);
+    }
+
+    /// A program without `/` is searched in the spec's `PATH` as `execvp` does: past a
+    /// directory without it and past a file that is not executable (`EACCES` remembered),
+    /// run from the first directory where it can be; `EACCES` is reported over `ENOENT`
+    /// when nothing runs; `ENOENT` when it is nowhere; `argv[0]` is the name as given.
+    #[test]
+    fn programs_are_searched_in_the_specs_path() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let (none, noexec, good) = (d.path().join("a"), d.path().join("b"), d.path().join("c"));
+        for dir in [&none, &noexec, &good] {
+            std::fs::create_dir(dir).unwrap();
+        }
+        std::fs::write(noexec.join("prog"), "#!/bin/sh\necho wrong\n").unwrap();
+        std::fs::write(good.join("prog"), "#!/bin/sh\necho \"right $0 $1\"\n").unwrap();
+        std::fs::set_permissions(noexec.join("prog"), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+        std::fs::set_permissions(good.join("prog"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        let path = |dirs: &[&PathBuf]| {
+            dirs.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(":")
+        };
+        let spec = |dirs: &[&PathBuf]| Spec {
+            program: PathBuf::from("prog"),
+            args: vec!["arg".into()],
+            env: vec![("PATH".into(), path(dirs).into())],
+            cwd: PathBuf::from("/"),
+            ..Spec::default()
+        };
+        let (r, s) = go(&spec(&[&none, &noexec, &good]), &quick());
+        assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
+        assert_eq!(
+            String::from_utf8(s.out).unwrap(),
+            format!("right {} arg\n", good.join("prog").display())
+        );
+        // execve needs an execute bit, for root too.
+        let (r, _) = go(&spec(&[&none, &noexec]), &quick());
+        assert!(
+            matches!(&r.outcome, Outcome::SpawnFailed(e) if e.raw_os_error() == Some(libc::EACCES)),
+            "{r:?}"
+        );
+        let (r, _) = go(&spec(&[&none]), &quick());
+        assert!(
+            matches!(&r.outcome, Outcome::SpawnFailed(e) if e.raw_os_error() == Some(libc::ENOENT)),
+            "{r:?}"
+        );
+    }
+
+    /// Many spawns from several threads at once (each child shares the agent's memory until
+    /// its exec): every one runs with its own arguments and output, and a failing one is
+    /// reaped, leaving no zombie child behind.
+    #[test]
+    fn concurrent_spawns_keep_their_own_arguments() {
+        // Named threads: a child that never exec'ed keeps the name of the thread it was
+        // cloned from, which tells its zombie apart from other tests' children.
+        const NAME: &str = "spawn-reap-t";
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                std::thread::Builder::new()
+                    .name(NAME.into())
+                    .spawn(move || {
+                        for i in 0..25 {
+                            let (r, s) = go(&bash(&format!("echo {t}-{i}")), &quick());
+                            assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
+                            assert_eq!(s.out, format!("{t}-{i}\n").into_bytes());
+                            let mut bad = bash("");
+                            bad.program = PathBuf::from(format!("/nonexistent/{t}-{i}"));
+                            let (r, _) = go(&bad, &quick());
+                            assert!(matches!(r.outcome, Outcome::SpawnFailed(_)), "{r:?}");
+                        }
+                    })
+                    .unwrap()
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        // No failed spawn's child is left unreaped (the exited threads' children were
+        // re-parented to the remaining threads of this process).
+        let mut left = Vec::new();
+        for task in std::fs::read_dir("/proc/self/task").unwrap() {
+            let children =
+                std::fs::read_to_string(task.unwrap().path().join("children")).unwrap_or_default();
+            for pid in children.split_whitespace() {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                if stat.contains(&format!("({NAME})")) {
+                    left.push(stat);
+                }
+            }
+        }
+        assert!(left.is_empty(), "unreaped children: {left:?}");
+    }
 }
