@@ -11,9 +11,11 @@
 //!   summary, `before` hash, the report's change), but its write is *held*: the new content
 //!   stays in the session as the file's line view, together with the lock and the file's
 //!   [`Stamp`] as read under the lock;
-//! - **further** line and block edits of the same file (same lexically normalised host path)
-//!   edit that pending view: no `stat`, no lock, no read, no write. Each changing call still
-//!   records its own change in the report (summary `update <path>`, its script position), so
+//! - **further** line and block edits of the same file (same lexically normalised host path,
+//!   and the same spelling when either has a `..`, which resolves physically after a
+//!   symlink) edit that pending view: no `stat`, no lock, no read, no write. Each changing
+//!   call still records its own change in the report (summary `update <path>` as the call
+//!   spelled it, its script position), so
 //!   `Apply: N changed, M unchanged.` and the report's items are what they were;
 //! - **anything else flushes first**: a line or block edit of another path, every
 //!   [`Host::submit`] (commands included: a command may read the file), every
@@ -218,19 +220,26 @@ impl Host {
     }
 }
 
-/// A line or block edit of `key` while a batch is open: when the batch is of `key`, run
-/// `change` on its pending lines and record the call (`Some(changed)`); otherwise settle
-/// the batch (flushing another file's edits) and return `None`: the caller edits as usual.
+/// A line or block edit of `path` (lexical normal form `key`) while a batch is open: when
+/// the batch is of the same file ([`same_file`]), run `change` on its pending lines and
+/// record the call (`Some(changed)`, the change naming `path` as the call spelled it);
+/// otherwise settle the batch (flushing the other file's edits) and return `None`: the
+/// caller edits as usual.
 ///
 /// # Errors
 /// `change`'s error (the batch is unchanged: `change` fails before editing); the flush's.
 pub(crate) fn edit_pending(
     h: &mut Host,
+    path: &Path,
     key: &Path,
     change: &impl Fn(&mut Lines, bool) -> Result<bool>,
 ) -> Result<Option<bool>> {
     let st = h.batch.state_mut();
-    let Some(p) = st.pending.as_mut().filter(|p| p.key == key) else {
+    let Some(p) = st
+        .pending
+        .as_mut()
+        .filter(|p| p.key == key && same_file(&p.path, path))
+    else {
         h.settle_batch()?;
         return Ok(None);
     };
@@ -241,7 +250,7 @@ pub(crate) fn edit_pending(
     p.edits += 1;
     let irregular = p.view.lines.irregular();
     let effect = Effect::WriteFile {
-        path: p.path.clone(),
+        path: path.to_path_buf(),
         content: Default::default(),
         mode: None,
         uid: None,
@@ -270,6 +279,15 @@ pub(crate) fn edit_pending(
         h.settle_batch()?;
     }
     Ok(Some(true))
+}
+
+/// Whether two spellings of one lexical path name the same file without a look at the host:
+/// equal, or both without `..` (`/etc//f`, `/etc/./f` and `/etc/f` resolve alike). A `..`
+/// resolves physically, after the symlinks before it (`/etc/link/../f` with `link ->
+/// /opt/d` is `/opt/f`), so its lexical form does not tell the file.
+fn same_file(a: &Path, b: &Path) -> bool {
+    let dotdot = |p: &Path| p.components().any(|c| c == std::path::Component::ParentDir);
+    a == b || !(dotdot(a) || dotdot(b))
 }
 
 /// Open a batch after the first changing call of `path` recorded its change with its write

@@ -1,0 +1,77 @@
+//! Apply batching ([`crate::host::batch`]) and the spellings of one path: a batch continues
+//! only with calls that name the same file, and each call's change names the path as the
+//! call spelled it (as without batching).
+
+use std::os::unix::fs::symlink;
+
+use crate::host::ExecMode;
+use crate::host::fs::{self, LineOptions};
+use crate::host::testutil::TestHost;
+
+fn o() -> LineOptions {
+    LineOptions::default()
+}
+
+/// `summary` of every change, in order.
+fn summaries(r: &crate::host::Report) -> Vec<String> {
+    r.changes.iter().map(|c| c.summary.clone()).collect()
+}
+
+#[test]
+fn a_dotdot_through_a_symlink_does_not_continue_the_lexical_files_batch() {
+    // `/etc/link/../f` resolves physically (the kernel's `..` after the link): `/opt/f`,
+    // while its lexical normal form is `/etc/f`. Batched and unbatched applies must write
+    // the same files.
+    let mut got = Vec::new();
+    for diffs in [true, false] {
+        let t = TestHost::new();
+        t.file("/etc/f", "x\n");
+        t.file("/opt/d/keep", "");
+        t.file("/opt/f", "o\n");
+        symlink("../opt/d", t.p("/etc/link")).unwrap();
+        let mut h = t.host_with(ExecMode::Apply, |o| o.diffs = diffs);
+        assert!(fs::ensure_line(&mut h, "/etc/link/../f", "a", &o()).unwrap());
+        assert!(fs::ensure_line(&mut h, "/etc/f", "b", &o()).unwrap());
+        assert!(fs::ensure_line(&mut h, "/etc/link/../f", "c", &o()).unwrap());
+        let r = h.finish().unwrap();
+        assert_eq!(t.read("/opt/f"), "o\na\nc\n", "diffs: {diffs}");
+        assert_eq!(t.read("/etc/f"), "x\nb\n", "diffs: {diffs}");
+        got.push(summaries(&r));
+    }
+    assert_eq!(got[0], got[1]);
+    assert_eq!(
+        got[0],
+        [
+            "update /etc/link/../f",
+            "update /etc/f",
+            "update /etc/link/../f"
+        ]
+    );
+}
+
+#[test]
+fn batched_changes_name_each_calls_spelling_of_the_path() {
+    let mut got = Vec::new();
+    for diffs in [true, false] {
+        let t = TestHost::new();
+        t.file("/etc/f", "x\n");
+        let mut h = t.host_with(ExecMode::Apply, |o| o.diffs = diffs);
+        assert!(fs::ensure_line(&mut h, "/etc/f", "a", &o()).unwrap());
+        assert!(fs::ensure_line(&mut h, "/etc//f", "b", &o()).unwrap());
+        assert!(fs::ensure_line(&mut h, "/etc/./f", "c", &o()).unwrap());
+        assert!(fs::remove_line(&mut h, "/etc/../etc/f", "^a$").unwrap());
+        let r = h.finish().unwrap();
+        assert_eq!(t.read("/etc/f"), "x\nb\nc\n", "diffs: {diffs}");
+        got.push(summaries(&r));
+    }
+    assert_eq!(got[0], got[1]);
+    assert_eq!(
+        got[0],
+        [
+            "update /etc/f",
+            "update /etc//f",
+            "update /etc/./f",
+            "update /etc/../etc/f"
+        ]
+    );
+}
