@@ -73,6 +73,8 @@ mod batch_tests;
 #[cfg(test)]
 pub(crate) mod fetch_tests;
 #[cfg(test)]
+mod lines_render_tests;
+#[cfg(test)]
 mod mkdir_tests;
 #[cfg(test)]
 mod pkgrepo_tests;
