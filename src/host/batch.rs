@@ -37,7 +37,10 @@
 //!
 //! A flush error is the step's error: reads and effects return it when they trigger the
 //! flush (the read or effect is then not done), [`Host::root`] (which cannot fail) keeps it
-//! for the next fallible call, and `finish*` return it. The changes a failed batch recorded
+//! for the next fallible call, and `finish*` return it. When a call got it and the script
+//! went on (a `try` around an unrelated read), `finish*` still fail, with
+//! [`HostError::EditsNotWritten`] naming the file, so no step flag is written for a report
+//! whose edits are not on disk. The changes a failed batch recorded
 //! stay in the report. A step that fails after some edits still has them written by
 //! `finish*` (as before batching, when each was written at once). A SIGKILL before the flush
 //! writes nothing of the batch (and no step flag), and the kernel releases the lock, so a
@@ -72,6 +75,9 @@ struct State {
     failed: Option<PathBuf>,
     /// The failed flush's error, until a fallible call returns it.
     error: Option<HostError>,
+    /// The first failed flush of the step (file and error text), until the step ends: the
+    /// step fails even when a call got `error` and the script went on.
+    unwritten: Option<(PathBuf, String)>,
 }
 
 /// Edits of one file not written yet.
@@ -153,6 +159,9 @@ impl State {
                 });
             }
             Err(e) => {
+                if self.unwritten.is_none() {
+                    self.unwritten = Some((p.path.clone(), crate::chain::render(&e)));
+                }
                 self.failed = Some(p.key);
                 self.error = Some(e);
             }
@@ -215,6 +224,25 @@ impl Host {
         }
         match st.error.take() {
             Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Host {
+    /// [`Host::settle_batch`] at the end of a step (`finish*`): also fails when a flush of
+    /// this step failed and its error was already returned to the call that triggered it
+    /// ([`HostError::EditsNotWritten`]), so a step whose report lists unwritten edits never
+    /// ends as done. Forgets the step's failures either way.
+    ///
+    /// # Errors
+    /// [`Host::settle_batch`]'s, else [`HostError::EditsNotWritten`].
+    pub(crate) fn settle_batch_at_step_end(&mut self) -> Result<()> {
+        let settled = self.settle_batch();
+        let unwritten = self.batch.state_mut().unwritten.take();
+        settled?;
+        match unwritten {
+            Some((path, message)) => Err(HostError::EditsNotWritten { path, message }),
             None => Ok(()),
         }
     }

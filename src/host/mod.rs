@@ -67,6 +67,8 @@ pub mod user;
 pub mod userdb;
 
 #[cfg(test)]
+mod batch_failure_tests;
+#[cfg(test)]
 mod batch_spelling_tests;
 #[cfg(test)]
 mod batch_tests;

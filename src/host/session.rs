@@ -562,7 +562,7 @@ impl Host {
     /// every action that ran, the deferred ones that succeeded included.
     pub fn finish_with_report(mut self) -> (Report, Result<()>) {
         self.finished = true;
-        let flushed = self.settle_batch();
+        let flushed = self.settle_batch_at_step_end();
         let result = flushed.and(self.run_deferred()).and(self.sync_dirs());
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
         self.hashes.fill(&mut report.changes);
@@ -587,7 +587,7 @@ impl Host {
     /// [`Host::finish_step`] that returns the step's report also when the deferred work
     /// failed (as [`Host::finish_with_report`]).
     pub fn finish_step_with_report(&mut self) -> (Report, Result<()>) {
-        let flushed = self.settle_batch();
+        let flushed = self.settle_batch_at_step_end();
         let deferred = flushed.and(self.run_deferred()).and(self.sync_dirs());
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
         self.hashes.fill(&mut report.changes);
