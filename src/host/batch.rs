@@ -310,12 +310,19 @@ pub(crate) fn edit_pending(
 }
 
 /// Whether two spellings of one lexical path name the same file without a look at the host:
-/// equal, or both without `..` (`/etc//f`, `/etc/./f` and `/etc/f` resolve alike). A `..`
-/// resolves physically, after the symlinks before it (`/etc/link/../f` with `link ->
-/// /opt/d` is `/opt/f`), so its lexical form does not tell the file.
+/// the same bytes, or both plain (`/etc//f`, `/etc/./f` and `/etc/f` resolve alike). Not
+/// plain: a `..`, which resolves physically, after the symlinks before it (`/etc/link/../f`
+/// with `link -> /opt/d` is `/opt/f`), and a final `/` or `/.`, which makes the kernel
+/// require a directory (`/etc/f/` fails with `ENOTDIR`); `Path` equality ignores both.
 fn same_file(a: &Path, b: &Path) -> bool {
-    let dotdot = |p: &Path| p.components().any(|c| c == std::path::Component::ParentDir);
-    a == b || !(dotdot(a) || dotdot(b))
+    use std::os::unix::ffi::OsStrExt;
+    let plain = |p: &Path| {
+        let raw = p.as_os_str().as_bytes();
+        !(raw.ends_with(b"/")
+            || raw.ends_with(b"/.")
+            || p.components().any(|c| c == std::path::Component::ParentDir))
+    };
+    a.as_os_str() == b.as_os_str() || (plain(a) && plain(b))
 }
 
 /// Open a batch after the first changing call of `path` recorded its change with its write

@@ -75,3 +75,24 @@ fn batched_changes_name_each_calls_spelling_of_the_path() {
         ]
     );
 }
+
+#[test]
+fn a_final_slash_does_not_continue_the_files_batch() {
+    // `/etc/f/` names a directory: the kernel refuses it for a file (`ENOTDIR`), with or
+    // without a batch open on `/etc/f`.
+    for diffs in [true, false] {
+        let t = TestHost::new();
+        t.file("/etc/f", "x\n");
+        let mut h = t.host_with(ExecMode::Apply, |o| o.diffs = diffs);
+        assert!(fs::ensure_line(&mut h, "/etc/f", "a", &o()).unwrap());
+        for bad in ["/etc/f/", "/etc/f/."] {
+            let e = fs::ensure_line(&mut h, bad, "b", &o()).unwrap_err();
+            assert!(
+                crate::chain::render(&e).ends_with("Not a directory (os error 20)"),
+                "diffs: {diffs}: {bad}: {e}"
+            );
+        }
+        h.finish().unwrap();
+        assert_eq!(t.read("/etc/f"), "x\na\n", "diffs: {diffs}");
+    }
+}
