@@ -73,6 +73,8 @@ mod batch_spelling_tests;
 #[cfg(test)]
 mod batch_tests;
 #[cfg(test)]
+mod durability_dotdot_tests;
+#[cfg(test)]
 pub(crate) mod fetch_tests;
 #[cfg(test)]
 mod lines_render_tests;
