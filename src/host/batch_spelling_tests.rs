@@ -96,3 +96,31 @@ fn a_final_slash_does_not_continue_the_files_batch() {
         assert_eq!(t.read("/etc/f"), "x\na\n", "diffs: {diffs}");
     }
 }
+
+/// Whether the path lock of host path `key` is free (taken and released at once).
+fn lock_free(t: &TestHost, key: &str) -> bool {
+    use nix::fcntl::{Flock, FlockArg};
+    let lock = crate::host::pathlock::lock_file(std::path::Path::new(key));
+    match std::fs::File::open(t.p(lock.to_str().unwrap())) {
+        Ok(f) => Flock::lock(f, FlockArg::LockExclusiveNonblock).is_ok(),
+        Err(_) => true,
+    }
+}
+
+#[test]
+fn a_dotdot_spelling_locks_the_file_it_writes() {
+    // The lock of `/etc/link/../f` must be `/opt/f`'s, the file written, so that another
+    // process editing `/opt/f` waits for the batch.
+    let t = TestHost::new();
+    t.file("/etc/f", "x\n");
+    t.file("/opt/f", "o\n");
+    t.file("/opt/d/keep", "");
+    symlink("../opt/d", t.p("/etc/link")).unwrap();
+    let mut h = t.host(ExecMode::Apply);
+    assert!(fs::ensure_line(&mut h, "/etc/link/../f", "a", &o()).unwrap());
+    assert!(!lock_free(&t, "/opt/f"), "the batch holds /opt/f's lock");
+    assert!(lock_free(&t, "/etc/f"));
+    h.finish().unwrap();
+    assert!(lock_free(&t, "/opt/f"));
+    assert_eq!(t.read("/opt/f"), "o\na\n");
+}

@@ -837,7 +837,16 @@ impl Host {
     /// while directories are not replaced. A path that does not resolve is keyed by what
     /// resolved of it; the read or write that follows reports the real error.
     fn lock_key(&self, path: &Path) -> PathBuf {
-        let mut cur = crate::host::plan::normalize(path);
+        // A `..` resolves physically (after a symlink before it): start from the real parent.
+        let mut cur = match (path.parent(), path.file_name()) {
+            (Some(parent), Some(name)) if path.components().any(|c| c.as_os_str() == "..") => {
+                match self.root.canonical(parent) {
+                    Ok(Some(d)) => d.join(name),
+                    _ => crate::host::plan::normalize(path),
+                }
+            }
+            _ => crate::host::plan::normalize(path),
+        };
         for _ in 0..40 {
             let (Some(parent), Some(name)) = (cur.parent(), cur.file_name()) else {
                 return cur;
