@@ -11,9 +11,11 @@
 //!   summary, `before` hash, the report's change), but its write is *held*: the new content
 //!   stays in the session as the file's line view, together with the lock and the file's
 //!   [`Stamp`] as read under the lock;
-//! - **further** line and block edits of the same file (same lexically normalised host path)
-//!   edit that pending view: no `stat`, no lock, no read, no write. Each changing call still
-//!   records its own change in the report (summary `update <path>`, its script position), so
+//! - **further** line and block edits of the same file (same lexically normalised host path,
+//!   and the same spelling when either has a `..`, which resolves physically after a
+//!   symlink) edit that pending view: no `stat`, no lock, no read, no write. Each changing
+//!   call still records its own change in the report (summary `update <path>` as the call
+//!   spelled it, its script position), so
 //!   `Apply: N changed, M unchanged.` and the report's items are what they were;
 //! - **anything else flushes first**: a line or block edit of another path, every
 //!   [`Host::submit`] (commands included: a command may read the file), every
@@ -35,7 +37,10 @@
 //!
 //! A flush error is the step's error: reads and effects return it when they trigger the
 //! flush (the read or effect is then not done), [`Host::root`] (which cannot fail) keeps it
-//! for the next fallible call, and `finish*` return it. The changes a failed batch recorded
+//! for the next fallible call, and `finish*` return it. When a call got it and the script
+//! went on (a `try` around an unrelated read), `finish*` still fail, with
+//! [`HostError::EditsNotWritten`] naming the file, so no step flag is written for a report
+//! whose edits are not on disk. The changes a failed batch recorded
 //! stay in the report. A step that fails after some edits still has them written by
 //! `finish*` (as before batching, when each was written at once). A SIGKILL before the flush
 //! writes nothing of the batch (and no step flag), and the kernel releases the lock, so a
@@ -70,6 +75,9 @@ struct State {
     failed: Option<PathBuf>,
     /// The failed flush's error, until a fallible call returns it.
     error: Option<HostError>,
+    /// The first failed flush of the step (file and error text), until the step ends: the
+    /// step fails even when a call got `error` and the script went on.
+    unwritten: Option<(PathBuf, String)>,
 }
 
 /// Edits of one file not written yet.
@@ -151,6 +159,9 @@ impl State {
                 });
             }
             Err(e) => {
+                if self.unwritten.is_none() {
+                    self.unwritten = Some((p.path.clone(), crate::chain::render(&e)));
+                }
                 self.failed = Some(p.key);
                 self.error = Some(e);
             }
@@ -218,19 +229,45 @@ impl Host {
     }
 }
 
-/// A line or block edit of `key` while a batch is open: when the batch is of `key`, run
-/// `change` on its pending lines and record the call (`Some(changed)`); otherwise settle
-/// the batch (flushing another file's edits) and return `None`: the caller edits as usual.
+impl Host {
+    /// [`Host::settle_batch`] at the end of a step (`finish*`): also fails when a flush of
+    /// this step failed and its error was already returned to the call that triggered it
+    /// ([`HostError::EditsNotWritten`]), so a step whose report lists unwritten edits never
+    /// ends as done. Forgets the step's failures either way.
+    ///
+    /// # Errors
+    /// [`Host::settle_batch`]'s, else [`HostError::EditsNotWritten`].
+    pub(crate) fn settle_batch_at_step_end(&mut self) -> Result<()> {
+        let settled = self.settle_batch();
+        let unwritten = self.batch.state_mut().unwritten.take();
+        settled?;
+        match unwritten {
+            Some((path, message)) => Err(HostError::EditsNotWritten { path, message }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A line or block edit of `path` (lexical normal form `key`) while a batch is open: when
+/// the batch is of the same file ([`same_file`]), run `change` on its pending lines and
+/// record the call (`Some(changed)`, the change naming `path` as the call spelled it);
+/// otherwise settle the batch (flushing the other file's edits) and return `None`: the
+/// caller edits as usual.
 ///
 /// # Errors
 /// `change`'s error (the batch is unchanged: `change` fails before editing); the flush's.
 pub(crate) fn edit_pending(
     h: &mut Host,
+    path: &Path,
     key: &Path,
     change: &impl Fn(&mut Lines, bool) -> Result<bool>,
 ) -> Result<Option<bool>> {
     let st = h.batch.state_mut();
-    let Some(p) = st.pending.as_mut().filter(|p| p.key == key) else {
+    let Some(p) = st
+        .pending
+        .as_mut()
+        .filter(|p| p.key == key && same_file(&p.path, path))
+    else {
         h.settle_batch()?;
         return Ok(None);
     };
@@ -241,7 +278,7 @@ pub(crate) fn edit_pending(
     p.edits += 1;
     let irregular = p.view.lines.irregular();
     let effect = Effect::WriteFile {
-        path: p.path.clone(),
+        path: path.to_path_buf(),
         content: Default::default(),
         mode: None,
         uid: None,
@@ -270,6 +307,22 @@ pub(crate) fn edit_pending(
         h.settle_batch()?;
     }
     Ok(Some(true))
+}
+
+/// Whether two spellings of one lexical path name the same file without a look at the host:
+/// the same bytes, or both plain (`/etc//f`, `/etc/./f` and `/etc/f` resolve alike). Not
+/// plain: a `..`, which resolves physically, after the symlinks before it (`/etc/link/../f`
+/// with `link -> /opt/d` is `/opt/f`), and a final `/` or `/.`, which makes the kernel
+/// require a directory (`/etc/f/` fails with `ENOTDIR`); `Path` equality ignores both.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let plain = |p: &Path| {
+        let raw = p.as_os_str().as_bytes();
+        !(raw.ends_with(b"/")
+            || raw.ends_with(b"/.")
+            || p.components().any(|c| c == std::path::Component::ParentDir))
+    };
+    a.as_os_str() == b.as_os_str() || (plain(a) && plain(b))
 }
 
 /// Open a batch after the first changing call of `path` recorded its change with its write

@@ -50,8 +50,9 @@ pub enum DirSync<'a> {
 }
 
 /// The directories a session changed entries in, to fsync once at the end of the step
-/// (module docs). Host paths, lexically normalised; interior mutability so that executors
-/// holding `&Host` (a download) can add to it.
+/// (module docs). Host paths, lexically normalised unless they have a `..`
+/// ([`DirSyncs::add`]); interior mutability so that executors holding `&Host` (a download)
+/// can add to it.
 #[derive(Debug, Default)]
 pub struct DirSyncs {
     dirs: Mutex<BTreeSet<PathBuf>>,
@@ -59,15 +60,40 @@ pub struct DirSyncs {
 
 impl DirSyncs {
     /// Note that an entry of directory `dir` (host path) was renamed, created or unlinked.
+    /// Kept lexically normalised, except a path with `..`: the kernel resolves that one
+    /// physically, after the symlinks before it, so it is kept as given and resolved when
+    /// synced ([`DirSyncs::resolved`]).
     pub fn add(&self, dir: &Path) {
-        let dir = crate::host::root::normalize(dir);
+        let dir = match has_dotdot(dir) {
+            true => dir.to_path_buf(),
+            false => crate::host::root::normalize(dir),
+        };
         self.lock().insert(dir);
     }
 
-    /// Note the directory holding `path` (its lexical parent; `/` for `/`).
+    /// Note the directory holding `path`: its lexical parent (`/` for `/`); with a `..`,
+    /// `path` minus its last name, or `path/..` when that last component is a `..` itself.
     pub fn add_parent_of(&self, path: &Path) {
+        if has_dotdot(path) {
+            match path.file_name() {
+                Some(_) => self.add(path.parent().unwrap_or(Path::new("/"))),
+                None => self.add(&path.join("..")),
+            }
+            return;
+        }
         let norm = crate::host::root::normalize(path);
         self.add(norm.parent().unwrap_or(Path::new("/")));
+    }
+
+    /// The directories noted so far as they will be synced: each spelling with a `..`
+    /// resolved through `root` (skipped when it no longer resolves), sorted, each once.
+    ///
+    /// # Errors
+    /// The first spelling that fails to resolve other than as missing.
+    pub fn resolved(&self, root: &HostRoot) -> Result<Vec<PathBuf>, RootError> {
+        let dirs = self.lock().clone();
+        let (dirs, first) = resolve(dirs, root);
+        first.map_or(Ok(dirs.into_iter().collect()), Err)
     }
 
     /// The directories noted so far, sorted (for tests and reports).
@@ -83,7 +109,7 @@ impl DirSyncs {
     /// The first directory whose open or fsync failed other than as skipped.
     pub fn sync(&self, root: &HostRoot) -> Result<(), RootError> {
         let dirs = std::mem::take(&mut *self.lock());
-        let mut first = None;
+        let (dirs, mut first) = resolve(dirs, root);
         for dir in dirs {
             if let Err(e) = root.sync_dir_checked(&dir) {
                 first.get_or_insert(e);
@@ -95,6 +121,33 @@ impl DirSyncs {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<PathBuf>> {
         self.dirs.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+fn has_dotdot(p: &Path) -> bool {
+    p.components().any(|c| c == std::path::Component::ParentDir)
+}
+
+/// `dirs` with every spelling with a `..` replaced by the directory it resolves to through
+/// `root` (dropped when missing), and the first failure to resolve one.
+fn resolve(dirs: BTreeSet<PathBuf>, root: &HostRoot) -> (BTreeSet<PathBuf>, Option<RootError>) {
+    let mut out = BTreeSet::new();
+    let mut first = None;
+    for dir in dirs {
+        if !has_dotdot(&dir) {
+            out.insert(dir);
+            continue;
+        }
+        match root.canonical(&dir) {
+            Ok(Some(c)) => {
+                out.insert(c);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+        }
+    }
+    (out, first)
 }
 
 impl crate::host::Host {
@@ -122,8 +175,9 @@ mod tests {
         d.add_parent_of(Path::new("/etc/a/../a/y"));
         d.add(Path::new("/etc"));
         d.add_parent_of(Path::new("/gone/z"));
+        // The `..` spelling is kept and resolved when synced (`durability_dotdot_tests`).
         assert_eq!(
-            d.pending(),
+            d.resolved(&root).unwrap(),
             [
                 PathBuf::from("/etc"),
                 PathBuf::from("/etc/a"),

@@ -341,6 +341,18 @@ pub enum HostError {
         /// How many changing line or block calls the batch held.
         edits: usize,
     },
+
+    /// The end of a step whose batched line and block edits of a file were not written
+    /// ([`HostError::ChangedUnderStep`] or the write's failure) after the call that triggered
+    /// the flush got that error and the script went on: the report lists the edits, so the
+    /// step must fail.
+    #[error("the line edits of {} were not written: {message}", path.display())]
+    EditsNotWritten {
+        /// The file (host path as the first edit gave it).
+        path: PathBuf,
+        /// The flush's error with its causes, as that call got it.
+        message: String,
+    },
 }
 
 /// The details of [`HostError::ChecksumMismatch`] (boxed: the error stays small).

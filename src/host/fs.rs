@@ -592,7 +592,7 @@ fn edit_view(
 ) -> Result<bool> {
     let key = crate::host::plan::normalize(path);
     // Apply mode: a batch of this file's edits is open, or another file's is written first.
-    if let Some(changed) = crate::host::batch::edit_pending(h, &key, &change)? {
+    if let Some(changed) = crate::host::batch::edit_pending(h, path, &key, &change)? {
         return Ok(changed);
     }
     let mut view = take_view(h, path, &key)?;

@@ -68,9 +68,17 @@ pub mod user;
 pub mod userdb;
 
 #[cfg(test)]
+mod batch_failure_tests;
+#[cfg(test)]
+mod batch_spelling_tests;
+#[cfg(test)]
 mod batch_tests;
 #[cfg(test)]
+mod durability_dotdot_tests;
+#[cfg(test)]
 pub(crate) mod fetch_tests;
+#[cfg(test)]
+mod lines_render_tests;
 #[cfg(test)]
 mod mkdir_tests;
 #[cfg(test)]

@@ -562,7 +562,7 @@ impl Host {
     /// every action that ran, the deferred ones that succeeded included.
     pub fn finish_with_report(mut self) -> (Report, Result<()>) {
         self.finished = true;
-        let flushed = self.settle_batch();
+        let flushed = self.settle_batch_at_step_end();
         let result = flushed.and(self.run_deferred()).and(self.sync_dirs());
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
         self.hashes.fill(&mut report.changes);
@@ -587,7 +587,7 @@ impl Host {
     /// [`Host::finish_step`] that returns the step's report also when the deferred work
     /// failed (as [`Host::finish_with_report`]).
     pub fn finish_step_with_report(&mut self) -> (Report, Result<()>) {
-        let flushed = self.settle_batch();
+        let flushed = self.settle_batch_at_step_end();
         let deferred = flushed.and(self.run_deferred()).and(self.sync_dirs());
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
         self.hashes.fill(&mut report.changes);
@@ -837,7 +837,16 @@ impl Host {
     /// while directories are not replaced. A path that does not resolve is keyed by what
     /// resolved of it; the read or write that follows reports the real error.
     fn lock_key(&self, path: &Path) -> PathBuf {
-        let mut cur = crate::host::plan::normalize(path);
+        // A `..` resolves physically (after a symlink before it): start from the real parent.
+        let mut cur = match (path.parent(), path.file_name()) {
+            (Some(parent), Some(name)) if path.components().any(|c| c.as_os_str() == "..") => {
+                match self.root.canonical(parent) {
+                    Ok(Some(d)) => d.join(name),
+                    _ => crate::host::plan::normalize(path),
+                }
+            }
+            _ => crate::host::plan::normalize(path),
+        };
         for _ in 0..40 {
             let (Some(parent), Some(name)) = (cur.parent(), cur.file_name()) else {
                 return cur;

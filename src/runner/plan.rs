@@ -25,7 +25,8 @@ pub struct StepOutcome {
     /// error (as the agent counts it).
     pub code: i32,
     /// The script error (`file:line:col: message`, already written to the step's stderr) or
-    /// the failure of the deferred work (daemon-reload, grub regeneration), redacted.
+    /// the failure of the deferred work (batched line edits' write, daemon-reload, grub
+    /// regeneration), redacted: the first of the two; both are written to the step's stderr.
     pub error: Option<String>,
     /// Success: no error, the return code accepted, and in a check no drift.
     pub ok: bool,
@@ -95,11 +96,11 @@ pub fn run_step(
                 false if ctx.is_check() => ExecMode::Check,
                 false => ExecMode::Apply,
             };
-            if error.is_none() {
-                let msg = format!("{}: {}", script.file(), e.message);
-                output.stderr(format!("{msg}\n").as_bytes());
-                error = Some(msg);
-            }
+            // Written also after a script error: the pending work may be the script's own
+            // batched edits, which the report lists but which were not written then.
+            let msg = format!("{}: {}", script.file(), e.message);
+            output.stderr(format!("{msg}\n").as_bytes());
+            error.get_or_insert(msg);
             e.report.map_or_else(|| Report::new(mode), |r| *r)
         }
     };
@@ -164,3 +165,7 @@ impl StepRunner for PlanRunner<'_> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "plan_finish_tests.rs"]
+mod finish_tests;
