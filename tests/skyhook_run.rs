@@ -1117,3 +1117,55 @@ fn apply_reads_see_every_batched_line_edit() {
     );
     assert_eq!(fr.read("/etc/b.conf"), "a\nb\nc\nd\n");
 }
+
+/// SIGTERM to `skyhook-run --apply` while line edits are batched (the script is in a loop
+/// that only repeats an unchanged edit, so nothing has flushed them): the script is
+/// cancelled, the batch is still written, the run says why and exits 1. Before, the default
+/// disposition ended the process (exit 143) with none of the 50 reported changes on disk.
+#[test]
+fn sigterm_during_an_apply_writes_the_batched_edits() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(
+        dir.path(),
+        "s.rhai",
+        "for i in 0..50 { fs::ensure_line(\"/etc/f\", `l ${i}`); }\n\
+         print(\"ready\");\n\
+         loop { fs::ensure_line(\"/etc/f\", \"l 0\"); }\n",
+    );
+    let mut child = skyhook_run()
+        .arg(&script)
+        .arg("--root")
+        .arg(root.path())
+        .arg("--apply")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, out) = crate::util::line_reader(child.stdout.take().unwrap());
+    let (_, err) = crate::util::line_reader(child.stderr.take().unwrap());
+    let ready = lines.iter().any(|l| l == "ready");
+    assert!(ready, "the script never printed ready");
+    assert!(
+        !root.path().join("etc/f").exists(),
+        "the edits were written before the end: nothing was batched"
+    );
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = child.wait().unwrap();
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    assert_eq!(status.code(), Some(1), "{stdout}\n{stderr}");
+    let want: String = (0..50).map(|i| format!("l {i}\n")).collect();
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("etc/f")).unwrap(),
+        want
+    );
+    assert!(
+        stderr.contains("skyhook-run: received SIGTERM: stopping the script")
+            && stderr.contains("s.rhai:3:")
+            && stderr.contains("step cancelled"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("Apply: 50 changed"), "{stdout}");
+}

@@ -49,6 +49,8 @@ Dry run (the default):
       Plan: 2 to change, 5 unchanged, 1 action.
   --apply makes the changes and prints what changed (`Apply: 2 changed, 5 unchanged.`);
   --apply --diff also shows the diffs of file contents, as the plan does.
+  SIGTERM or Ctrl-C during a script's --apply stops the script at its next operation and
+  still writes what it changed so far (exit 1); a second signal exits at once.
   A *-check mode (--mode apply-check) runs the script as a check: what it would change is
   drift, listed the same way, and the run fails (exit 1) when there is any.
 
@@ -443,6 +445,10 @@ fn run(cli: &Cli) -> u8 {
                 );
                 return EXIT_ERROR;
             }
+            let cancel = skyhook::process::Cancel::new();
+            if cli.apply {
+                abort_on_signals(&cancel);
+            }
             let run = ScriptRun {
                 script,
                 root,
@@ -451,7 +457,7 @@ fn run(cli: &Cli) -> u8 {
                 configmaps: cli.configmaps.clone(),
                 env,
                 args: cli.args.clone(),
-                cancel: skyhook::process::Cancel::new(),
+                cancel,
                 capture,
                 diffs: cli.diff,
             };
@@ -542,6 +548,55 @@ fn exit_code(ok: bool, exec: ExecMode, changes: usize, detailed: bool) -> u8 {
         EXIT_CHANGES
     } else {
         EXIT_OK
+    }
+}
+
+/// During a script's `--apply`, the first SIGTERM or SIGINT aborts `cancel`: the script
+/// stops at its next operation or command (a running command is ended as on a timeout), and
+/// the session's end still writes what it holds (batched line edits, deferred work), so
+/// what was reported as changed is on disk; the run exits 1. A second signal exits at once
+/// (143 for SIGTERM, 130 for SIGINT). The handlers are registered by a thread of their own;
+/// a signal before they are in place has its default effect.
+fn abort_on_signals(cancel: &skyhook::process::Cancel) {
+    let cancel = cancel.clone();
+    let spawned = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            use tokio::signal::unix::{SignalKind, signal};
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                let (Ok(mut term), Ok(mut int)) = (
+                    signal(SignalKind::terminate()),
+                    signal(SignalKind::interrupt()),
+                ) else {
+                    return;
+                };
+                let mut received = false;
+                loop {
+                    let (name, code) = tokio::select! {
+                        _ = term.recv() => ("SIGTERM", 143),
+                        _ = int.recv() => ("SIGINT", 130),
+                    };
+                    if received {
+                        eprintln!("skyhook-run: received {name} again: exiting now");
+                        std::process::exit(code);
+                    }
+                    received = true;
+                    eprintln!(
+                        "skyhook-run: received {name}: stopping the script; what it changed so \
+                         far is written (a second signal exits at once)"
+                    );
+                    cancel.abort(skyhook::process::CancelReason::Signal(name));
+                }
+            });
+        });
+    if let Err(e) = spawned {
+        eprintln!("skyhook-run: warning: no signal handling: {e}");
     }
 }
 
