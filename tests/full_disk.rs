@@ -118,25 +118,25 @@ fn full_state_dir_leaves_no_success_marker_in_a_check() {
     assert!(leftovers(&fr).is_empty());
 }
 
-#[test]
-fn full_etc_target_fails_the_step_and_keeps_the_old_file() {
-    require_root!();
+/// A package whose one apply step is the Rhai script `w_rhai`, applied with `/etc/big.d` a
+/// full 16 KiB tmpfs holding `x.conf` = `old`: the run, `x.conf` after it, and the
+/// directory's listing after it.
+fn apply_on_full_etc(w_rhai: &str, old: &str) -> (FakeRoot, Run, String, String) {
     let fr = FakeRoot::new();
     let mut d = p_config();
     d["modes"]["apply"] = json!([step("w", "w.rhai", &[])]);
     fr.write_config(&d);
     fr.write_step("foo_check.sh", "#!/bin/sh\nexit 0\n");
-    fr.write_step(
-        "w.rhai",
-        "let s = \"y\";\ns.pad(100000, 'y');\nfs::write(\"/etc/big.d/x.conf\", s);\n",
-    );
+    fr.write_step("w.rhai", w_rhai);
     let etc = fr.host("/etc/big.d");
     fs::create_dir_all(&etc).unwrap();
+    fs::write(fr.t("old"), old).unwrap();
     let r = fr.root_str();
     let setup = format!(
-        "mount -t tmpfs -o size=16k skyhook-full '{e}' && printf old > '{e}/x.conf' && \
+        "mount -t tmpfs -o size=16k skyhook-full '{e}' && cat '{t}/old' > '{e}/x.conf' && \
          (dd if=/dev/zero of='{e}/.fill' bs=1024 count=16 2>/dev/null; true)",
-        e = etc.display()
+        e = etc.display(),
+        t = fr.t("").display()
     );
     let after = format!(
         "cat '{e}/x.conf' > '{t}/x.after'; ls -a '{e}' > '{t}/ls.after'",
@@ -144,8 +144,18 @@ fn full_etc_target_fails_the_step_and_keeps_the_old_file() {
         t = fr.t("").display()
     );
     let run = run_in_ns(&fr, &setup, &["apply", &r, "/t/pkg"], &after);
-    assert_eq!(fr.read("/t/x.after"), "old", "the old file is intact");
-    let listing = fr.read("/t/ls.after");
+    let (content, listing) = (fr.read("/t/x.after"), fr.read("/t/ls.after"));
+    (fr, run, content, listing)
+}
+
+#[test]
+fn full_etc_target_fails_the_step_and_keeps_the_old_file() {
+    require_root!();
+    let (fr, run, content, listing) = apply_on_full_etc(
+        "let s = \"y\";\ns.pad(100000, 'y');\nfs::write(\"/etc/big.d/x.conf\", s);\n",
+        "old",
+    );
+    assert_eq!(content, "old", "the old file is intact");
     assert!(!listing.contains(".skyhook-tmp-"), "{listing}");
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(
@@ -191,31 +201,11 @@ fn failed_history_write_leaves_no_success_marker() {
 #[test]
 fn full_disk_at_the_flush_of_line_edits_fails_the_step_and_keeps_the_old_file() {
     require_root!();
-    let fr = FakeRoot::new();
-    let mut d = p_config();
-    d["modes"]["apply"] = json!([step("w", "w.rhai", &[])]);
-    fr.write_config(&d);
-    fr.write_step("foo_check.sh", "#!/bin/sh\nexit 0\n");
-    fr.write_step(
-        "w.rhai",
+    let (fr, run, content, listing) = apply_on_full_etc(
         "for i in 0..2000 { fs::ensure_line(\"/etc/big.d/x.conf\", `line ${i} of the batch`); }\n",
+        "old\n",
     );
-    let etc = fr.host("/etc/big.d");
-    fs::create_dir_all(&etc).unwrap();
-    let r = fr.root_str();
-    let setup = format!(
-        "mount -t tmpfs -o size=16k skyhook-full '{e}' && printf 'old\\n' > '{e}/x.conf' && \
-         (dd if=/dev/zero of='{e}/.fill' bs=1024 count=16 2>/dev/null; true)",
-        e = etc.display()
-    );
-    let after = format!(
-        "cat '{e}/x.conf' > '{t}/x.after'; ls -a '{e}' > '{t}/ls.after'",
-        e = etc.display(),
-        t = fr.t("").display()
-    );
-    let run = run_in_ns(&fr, &setup, &["apply", &r, "/t/pkg"], &after);
-    assert_eq!(fr.read("/t/x.after"), "old\n", "the old file is intact");
-    let listing = fr.read("/t/ls.after");
+    assert_eq!(content, "old\n", "the old file is intact");
     assert!(!listing.contains(".skyhook-tmp-"), "{listing}");
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(
