@@ -24,9 +24,11 @@
 //! (which creates missing directories and sweeps stale temporaries there).
 //!
 //! A directory is opened (and kept) after the first operation in it through the root, when
-//! it exists. A directory replaced by another process during the run would still be used
-//! through its old descriptor: the package lock keeps other agents out for the run, which
-//! is as long as a [`RunDirs`] lives.
+//! it exists. A kept directory that was removed meanwhile (link count 0: a step deleting
+//! its package's flags) is dropped and the operation goes through the root again. A
+//! directory renamed away and replaced by another process during the run would still be
+//! used through its old descriptor: the package lock keeps other agents out for the run,
+//! which is as long as a [`RunDirs`] lives.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -85,6 +87,21 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// The kept descriptor of `dir`, unless that directory was removed since it was opened (a
+/// step, or an uninstall, deleting it during the run): its link count is then 0, the entry
+/// is dropped and the caller goes through the root again, which re-creates the directory
+/// where it writes, so nothing is written into a deleted directory. (A directory renamed
+/// away and replaced keeps a link count: the package lock is what keeps that out.)
+fn live<'a>(dirs: &'a mut HashMap<PathBuf, Dir>, dir: &Path) -> Option<&'a Dir> {
+    let removed = dirs
+        .get(dir)
+        .is_some_and(|d| d.fd.metadata().map_or(true, |m| m.nlink() == 0));
+    if removed {
+        dirs.remove(dir);
+    }
+    dirs.get(dir)
+}
+
 impl RunDirs {
     fn lock(&self) -> MutexGuard<'_, HashMap<PathBuf, Dir>> {
         self.dirs.lock().unwrap_or_else(|p| p.into_inner())
@@ -121,8 +138,8 @@ impl RunDirs {
     /// As [`HostRoot::exists`].
     pub fn exists(&self, root: &HostRoot, host: &Path) -> Result<bool, RootError> {
         if let Some((parent, name)) = split(host) {
-            let dirs = self.lock();
-            if let Some(d) = dirs.get(parent) {
+            let mut dirs = self.lock();
+            if let Some(d) = live(&mut dirs, parent) {
                 // SAFETY: an all-zero `stat` is a valid value to be overwritten.
                 let mut st: libc::stat = unsafe { std::mem::zeroed() };
                 // SAFETY: valid descriptor, NUL-terminated name, a `stat` to fill.
@@ -159,8 +176,8 @@ impl RunDirs {
     /// included).
     pub fn create_new(&self, root: &HostRoot, host: &Path, mode: u32) -> Result<File, RootError> {
         if let Some((parent, name)) = split(host) {
-            let dirs = self.lock();
-            if let Some(d) = dirs.get(parent) {
+            let mut dirs = self.lock();
+            if let Some(d) = live(&mut dirs, parent) {
                 let flags = libc::O_WRONLY
                     | libc::O_CREAT
                     | libc::O_EXCL
@@ -190,8 +207,8 @@ impl RunDirs {
     /// As [`HostRoot::remove_file`] (a directory gives `EISDIR`).
     pub fn remove_file(&self, root: &HostRoot, host: &Path) -> Result<bool, RootError> {
         if let Some((parent, name)) = split(host) {
-            let dirs = self.lock();
-            if let Some(d) = dirs.get(parent) {
+            let mut dirs = self.lock();
+            if let Some(d) = live(&mut dirs, parent) {
                 // SAFETY: valid descriptor and name.
                 return match cvt(unsafe { libc::unlinkat(d.fd.as_raw_fd(), name.as_ptr(), 0) }) {
                     Ok(_) => Ok(true),
@@ -219,8 +236,8 @@ impl RunDirs {
         let Some((parent, name)) = split(host) else {
             return root.write_atomic(host, data, None);
         };
-        let dirs = self.lock();
-        let Some(d) = dirs.get(parent).filter(|d| d.swept) else {
+        let mut dirs = self.lock();
+        let Some(d) = live(&mut dirs, parent).filter(|d| d.swept) else {
             drop(dirs);
             root.write_atomic(host, data, None)?;
             self.keep(root, parent, true);
@@ -346,6 +363,49 @@ mod tests {
         assert_eq!(mode(&d.join("a.sh_X")), 0o600);
         assert_eq!(names(&d), ["a.sh_X", "b.sh_Y"]);
         assert_eq!(dirs.dirs.lock().unwrap().len(), 1);
+    }
+
+    /// A kept directory removed during the run (a step deleting its package's flags or
+    /// logs) is not written into: the write goes through the root, which re-creates it, and
+    /// the file is where the path says (before, it went into the deleted directory and was
+    /// lost). Creating a log and checking a flag do the same.
+    #[test]
+    fn a_kept_directory_removed_during_the_run_is_created_again() {
+        let t = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(t.path()).unwrap();
+        let dirs = RunDirs::default();
+        let d = t.path().join("state/flags/pkg/1.0");
+        dirs.write(&root, Path::new("/state/flags/pkg/1.0/a"), b"one")
+            .unwrap();
+        dirs.write(&root, Path::new("/state/flags/pkg/1.0/b"), b"two")
+            .unwrap();
+        std::fs::remove_dir_all(t.path().join("state")).unwrap();
+        assert!(
+            !dirs
+                .exists(&root, Path::new("/state/flags/pkg/1.0/a"))
+                .unwrap()
+        );
+        dirs.write(&root, Path::new("/state/flags/pkg/1.0/c"), b"three")
+            .unwrap();
+        assert_eq!(names(&d), ["c"]);
+        assert_eq!(std::fs::read(d.join("c")).unwrap(), b"three");
+        // The new directory is kept in turn.
+        dirs.write(&root, Path::new("/state/flags/pkg/1.0/d"), b"four")
+            .unwrap();
+        assert_eq!(names(&d), ["c", "d"]);
+        let logs = t.path().join("log");
+        std::fs::create_dir(&logs).unwrap();
+        drop(
+            dirs.create_new(&root, Path::new("/log/x.log"), 0o644)
+                .unwrap(),
+        );
+        std::fs::remove_dir_all(&logs).unwrap();
+        std::fs::create_dir(&logs).unwrap();
+        drop(
+            dirs.create_new(&root, Path::new("/log/y.log"), 0o644)
+                .unwrap(),
+        );
+        assert_eq!(names(&logs), ["y.log"]);
     }
 
     #[test]
