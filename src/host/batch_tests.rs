@@ -351,23 +351,19 @@ fn a_failing_call_after_edits_still_has_them_written() {
 }
 
 #[test]
-fn a_line_with_a_line_break_ends_the_batch() {
+fn a_line_that_is_not_one_line_is_refused_and_leaves_the_batch() {
     let t = TestHost::new();
     t.file("/etc/f", "a\n");
     let mut h = t.host(ExecMode::Apply);
     assert!(fs::ensure_line(&mut h, "/etc/f", "b", &o()).unwrap());
-    assert!(fs::ensure_line(&mut h, "/etc/f", "m\nn", &o()).unwrap());
-    // Written at once, and compared as bytes afterwards (no view kept).
-    assert_eq!(t.read("/etc/f"), "a\nb\nm\nn\n");
-    assert!(lock_free(&t, "/etc/f"));
-    assert!(!fs::ensure_line(&mut h, "/etc/f", "n", &o()).unwrap());
+    let e = fs::ensure_line(&mut h, "/etc/f", "m\nn", &o()).unwrap_err();
+    assert!(e.to_string().contains("contains a line break"), "{e}");
+    assert!(fs::ensure_line(&mut h, "/etc/f", "c", &o()).unwrap());
     let r = h.finish().unwrap();
+    assert_eq!(t.read("/etc/f"), "a\nb\nc\n");
+    assert!(lock_free(&t, "/etc/f"));
     assert_eq!(r.changes.len(), 2);
-    assert_eq!(
-        r.changes[1].after,
-        Some(sha256_tag(b"a\nb\nm\nn\n")),
-        "the batch's last change carries what was written"
-    );
+    assert_eq!(r.changes[1].after, Some(sha256_tag(b"a\nb\nc\n")));
 }
 
 #[test]

@@ -671,6 +671,27 @@ fn edit_view(
     Ok(true)
 }
 
+/// `line` as `fs::ensure_line` takes it: one line, which reads back as itself.
+///
+/// # Errors
+/// [`HostError::Invalid`] naming the line and why.
+fn one_line(line: &str) -> Result<()> {
+    let why = if line.contains('\n') {
+        "contains a line break (\\n)"
+    } else if line.ends_with('\r') {
+        "ends with a carriage return (\\r), which is read as part of the line ending"
+    } else {
+        return Ok(());
+    };
+    Err(HostError::Invalid {
+        what: "line",
+        message: format!(
+            "{line:?} {why}: fs::ensure_line compares and adds a single line, so this one would \
+             be added again on every run (use fs::ensure_block for several lines)"
+        ),
+    })
+}
+
 /// `fs::ensure_line(p, line, #{regex, create})`: without `regex`, append `line` when no line
 /// equals it. With `regex`, replace the *last* line matching it by `line` (unchanged when it
 /// already equals `line`); when none matches, append `line` unless present. In apply mode
@@ -679,9 +700,13 @@ fn edit_view(
 /// O(lines) with it.
 ///
 /// # Errors
-/// Invalid regex; missing file with `create: false` ([`HostError::NotFound`]); non-text file;
-/// the path's lock file cannot be created or locked (apply mode).
+/// `line` is not one line (it contains `\n`, or ends with `\r`, which the next read drops):
+/// [`HostError::Invalid`], nothing read or written (such a line never reads back as itself,
+/// so every run would append it again); invalid regex; missing file with `create: false`
+/// ([`HostError::NotFound`]); non-text file; the path's lock file cannot be created or
+/// locked (apply mode).
 pub fn ensure_line(h: &mut Host, p: &str, line: &str, opts: &LineOptions) -> Result<bool> {
+    one_line(line)?;
     let path = host_path(p)?;
     let re = opts.regex.as_deref().map(compile).transpose()?;
     edit_view(h, &path, |lines, exists| {

@@ -1524,11 +1524,29 @@ fn line_view_is_kept_per_session_and_sees_other_writers() {
     assert!(fs::ensure_line(&mut p, "/etc/v.conf", "l8", &o).unwrap());
     assert_eq!(fs::read(&p, "/etc/v.conf").unwrap(), "l7\nl8\n");
     assert_eq!(t.read("/etc/v.conf"), "q\n");
-    // A line with a line break is written as given and compared as bytes afterwards.
+    // A line that is not one line is refused in every mode, nothing written: it would never
+    // read back as itself, so each run appended it again (`d\r` grew the file by a line per
+    // apply, `m\nn` by two).
+    for mode in [ExecMode::Apply, ExecMode::Plan] {
+        let mut h = t.host(mode);
+        for bad in ["m\nn", "d\r", "\n"] {
+            let e = fs::ensure_line(&mut h, "/etc/v.conf", bad, &o).unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("invalid line: {bad:?} ")),
+                "{e}"
+            );
+        }
+        assert!(h.finish().unwrap().changes.is_empty());
+    }
+    assert_eq!(t.read("/etc/v.conf"), "q\n");
+    // A carriage return inside a line is kept, and the line reads back as itself.
     let mut h = t.host(ExecMode::Apply);
-    assert!(fs::ensure_line(&mut h, "/etc/v.conf", "m\nn", &o).unwrap());
-    assert_eq!(t.read("/etc/v.conf"), "q\nm\nn\n");
-    assert!(!fs::ensure_line(&mut h, "/etc/v.conf", "n", &o).unwrap());
+    assert!(fs::ensure_line(&mut h, "/etc/v.conf", "a\rb", &o).unwrap());
+    h.finish().unwrap();
+    assert_eq!(t.read("/etc/v.conf"), "q\na\rb\n");
+    let mut h = t.host(ExecMode::Apply);
+    assert!(!fs::ensure_line(&mut h, "/etc/v.conf", "a\rb", &o).unwrap());
 }
 
 #[test]

@@ -382,7 +382,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[P, ("line", "String")],
         "bool",
         Change,
-        "Append `line` when no line equals it (the file is created when missing).",
+        "Append `line` when no line equals it (the file is created when missing). `line` must be one line (no `\\n`, no final `\\r`).",
     ),
     with_opts(
         &["regex", "create"],
