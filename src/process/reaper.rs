@@ -79,7 +79,7 @@ fn children_from_tasks() -> Option<Vec<libc::pid_t>> {
 /// Children of every thread of this process, from `/proc/self/task/*/children`; `None` when
 /// unavailable.
 #[cfg(test)]
-fn children_of_all_tasks() -> Option<Vec<libc::pid_t>> {
+pub(super) fn children_of_all_tasks() -> Option<Vec<libc::pid_t>> {
     let mut pids = Vec::new();
     let mut any = false;
     for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {

@@ -975,17 +975,12 @@ mod tests {
         }
         // No failed spawn's child is left unreaped (the exited threads' children were
         // re-parented to the remaining threads of this process).
-        let mut left = Vec::new();
-        for task in std::fs::read_dir("/proc/self/task").unwrap() {
-            let children =
-                std::fs::read_to_string(task.unwrap().path().join("children")).unwrap_or_default();
-            for pid in children.split_whitespace() {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                if stat.contains(&format!("({NAME})")) {
-                    left.push(stat);
-                }
-            }
-        }
+        let left: Vec<String> = crate::process::reaper::children_of_all_tasks()
+            .expect("/proc/self/task/*/children")
+            .into_iter()
+            .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+            .filter(|stat| stat.contains(&format!("({NAME})")))
+            .collect();
         assert!(left.is_empty(), "unreaped children: {left:?}");
     }
 }
