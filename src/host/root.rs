@@ -899,28 +899,15 @@ impl HostRoot {
         let result = (|| -> Result<()> {
             // Errors name the target, not the temporary the user never asked for.
             fill(&mut f).map_err(|e| self.err("write", &target, e))?;
-            let owner_uid = uid.or(existing.as_ref().map(|m| m.uid()));
-            let owner_gid = gid.or(existing.as_ref().map(|m| m.gid()));
-            if owner_uid.is_some() || owner_gid.is_some() {
-                let r =
-                    nix::unistd::fchown(&f, owner_uid.map(Into::into), owner_gid.map(Into::into));
-                // Keeping an old owner is best effort (unprivileged agents in tests); an
-                // explicitly requested owner must succeed.
-                if let Err(e) = r
-                    && (uid.is_some() || gid.is_some())
-                {
-                    return Err(self.err("chown", &target, io::Error::from(e)));
-                }
-            }
-            // After fchown (which clears security.capability) and before chmod (which keeps
-            // an ACL's mask in step with the group bits).
-            if let Some(old) = &old {
-                copy_xattrs(old, &f)
-                    .map_err(|e| self.err("copy extended attributes of", &target, e))?;
-            }
-            f.set_permissions(Permissions::from_mode(final_mode))
-                .map_err(|e| self.err("write", &target, e))?;
-            f.sync_all().map_err(|e| self.err("write", &target, e))?;
+            settle_replacement(
+                &f,
+                old.as_ref(),
+                uid.or(existing.as_ref().map(|m| m.uid())),
+                gid.or(existing.as_ref().map(|m| m.gid())),
+                uid.is_some() || gid.is_some(),
+                final_mode,
+            )
+            .map_err(|(op, e)| self.err(op, &target, e))?;
             self.root
                 .rename(&tmp, &target, RenameFlags::empty())
                 .map_err(|e| self.err("write", &target, pathrs_io(e)))?;
@@ -935,6 +922,39 @@ impl HostRoot {
         }
         result
     }
+}
+
+/// The steps of an atomic replacement between its content and its rename, on the temporary
+/// file `f`; shared by [`HostRoot::write_atomic_synced`] and
+/// [`crate::host::run_dirs::RunDirs::write`]. In order: the owner `uid`/`gid` (when either is
+/// given; a failure is an error only when `owner_required`, since keeping an old owner is best
+/// effort for unprivileged agents in tests), the extended attributes of `old` (after `fchown`,
+/// which clears `security.capability`, and before `chmod`, which keeps an ACL's mask in step
+/// with the group bits), the permission bits `mode`, and `fsync`.
+///
+/// # Errors
+/// The failed step's operation name (`chown`, `copy extended attributes of`, `write`) and
+/// its error.
+pub(crate) fn settle_replacement(
+    f: &File,
+    old: Option<&File>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    owner_required: bool,
+    mode: u32,
+) -> std::result::Result<(), (&'static str, io::Error)> {
+    if (uid.is_some() || gid.is_some())
+        && let Err(e) = nix::unistd::fchown(f, uid.map(Into::into), gid.map(Into::into))
+        && owner_required
+    {
+        return Err(("chown", io::Error::from(e)));
+    }
+    if let Some(old) = old {
+        copy_xattrs(old, f).map_err(|e| ("copy extended attributes of", e))?;
+    }
+    f.set_permissions(Permissions::from_mode(mode))
+        .map_err(|e| ("write", e))?;
+    f.sync_all().map_err(|e| ("write", e))
 }
 
 /// Copy every extended attribute of `from` to `to` (both open files). Filesystems without

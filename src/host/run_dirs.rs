@@ -36,7 +36,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
@@ -299,16 +299,17 @@ fn write_at(dir: &File, name: &CString, data: &[u8], old: Option<&File>) -> io::
     };
     let result = (|| -> io::Result<()> {
         f.write_all(data)?;
-        let mut mode = NEW_FILE_MODE;
-        if let Some(old) = old {
-            let m = old.metadata()?;
-            mode = m.mode() & 0o7777;
-            // Keeping the old owner is best effort, as in `write_atomic_owned`.
-            let _ = nix::unistd::fchown(&f, Some(m.uid().into()), Some(m.gid().into()));
-            super::root::copy_xattrs(old, &f)?;
-        }
-        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        f.sync_all()?;
+        let meta = old.map(File::metadata).transpose()?;
+        // The old owner is kept best effort, as `write_atomic_owned` keeps it.
+        super::root::settle_replacement(
+            &f,
+            old,
+            meta.as_ref().map(MetadataExt::uid),
+            meta.as_ref().map(MetadataExt::gid),
+            false,
+            meta.as_ref().map_or(NEW_FILE_MODE, |m| m.mode() & 0o7777),
+        )
+        .map_err(|(_, e)| e)?;
         // SAFETY: valid descriptors and NUL-terminated single-component names.
         cvt(unsafe { libc::renameat(dirfd, tmp.as_ptr(), dirfd, name.as_ptr()) })?;
         // Best effort, as `write_atomic`'s directory fsync (some filesystems refuse).
@@ -325,6 +326,7 @@ fn write_at(dir: &File, name: &CString, data: &[u8], old: Option<&File>) -> io::
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
     use std::os::unix::fs::symlink;
 
     fn names(dir: &Path) -> Vec<String> {
