@@ -27,6 +27,8 @@
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
 //! - `serve`: `skyhook-agent serve` on loopback with raw HTTP requests, and `skyhook-run --remote`
 //!   paired with it (plan parity with a local run, resume after a cut connection).
+//! - `reboot`: a `node_restart` interrupt and the shutdown's SIGTERM (exit 0 with the pending
+//!   marker after the reboot was issued; exit 1 and no marker before).
 //! - `gpu_service_user`: the `examples/gpu-service-user` package (user::, group::, fs::write,
 //!   sysctl::, mount:: with a recording `mount`) planned, applied, planned again and checked
 //!   on a fake root, also after a manual umount and userdel.
@@ -48,6 +50,7 @@ mod kill_anywhere;
 mod malformed;
 mod nouveau_example;
 mod orphans;
+mod reboot;
 mod rhai_steps;
 mod serve;
 mod skyhook_run;
