@@ -27,6 +27,8 @@
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
 //! - `serve`: `skyhook-agent serve` on loopback with raw HTTP requests, and `skyhook-run --remote`
 //!   paired with it (plan parity with a local run, resume after a cut connection).
+//! - `interrupt_copy_dir`: an interrupt with no copy dir copies `SKYHOOK_DATA_DIR` into it
+//!   and runs its commands there (upstream 0d61d428); without a data dir, from `/`.
 //! - `reboot`: a `node_restart` interrupt and the shutdown's SIGTERM (exit 0 with the pending
 //!   marker after the reboot was issued; exit 1 and no marker before).
 //! - `gpu_service_user`: the `examples/gpu-service-user` package (user::, group::, fs::write,
@@ -46,6 +48,7 @@ mod fixtures;
 mod full_disk;
 mod gpu_service_user;
 mod image;
+mod interrupt_copy_dir;
 mod kill_anywhere;
 mod malformed;
 mod nouveau_example;
