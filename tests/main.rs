@@ -29,6 +29,8 @@
 //!   paired with it (plan parity with a local run, resume after a cut connection).
 //! - `interrupt_copy_dir`: an interrupt with no copy dir copies `SKYHOOK_DATA_DIR` into it
 //!   and runs its commands there (upstream 0d61d428); without a data dir, from `/`.
+//! - `log_format`: `SKYHOOK_AGENT_LOG_FORMAT` prefixed (v6, default) and plain (v7) step
+//!   logs, byte for byte; `SKYHOOK_AGENT_BUFFER_LIMIT` ignored when plain.
 //! - `reboot`: a `node_restart` interrupt and the shutdown's SIGTERM (exit 0 with the pending
 //!   marker after the reboot was issued; exit 1 and no marker before).
 //! - `gpu_service_user`: the `examples/gpu-service-user` package (user::, group::, fs::write,
@@ -50,6 +52,7 @@ mod gpu_service_user;
 mod image;
 mod interrupt_copy_dir;
 mod kill_anywhere;
+mod log_format;
 mod malformed;
 mod nouveau_example;
 mod orphans;

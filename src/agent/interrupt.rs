@@ -340,7 +340,8 @@ impl InterruptRun<'_> {
         let base = format!("interrupts/{name}");
         let (logs, previous_logs) =
             step_logs::open(self.root, self.settings.write_logs, &log_dir, &base)?;
-        let runner = ProcessRunner::new(self.settings.buffer_limit);
+        let runner = ProcessRunner::new(self.settings.buffer_limit)
+            .with_log_format(self.settings.log_format);
         let options = RunOptions {
             stdout: Some(self.console.writer(Label::Out)),
             stderr: Some(self.console.writer(Label::Err)),
