@@ -27,6 +27,12 @@
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
 //! - `serve`: `skyhook-agent serve` on loopback with raw HTTP requests, and `skyhook-run --remote`
 //!   paired with it (plan parity with a local run, resume after a cut connection).
+//! - `interrupt_copy_dir`: an interrupt with no copy dir copies `SKYHOOK_DATA_DIR` into it
+//!   and runs its commands there (upstream 0d61d428); without a data dir, from `/`.
+//! - `log_format`: `SKYHOOK_AGENT_LOG_FORMAT` prefixed (v6, default) and plain (v7) step
+//!   logs, byte for byte; `SKYHOOK_AGENT_BUFFER_LIMIT` ignored when plain.
+//! - `reboot`: a `node_restart` interrupt and the shutdown's SIGTERM (exit 0 with the pending
+//!   marker after the reboot was issued; exit 1 and no marker before).
 //! - `gpu_service_user`: the `examples/gpu-service-user` package (user::, group::, fs::write,
 //!   sysctl::, mount:: with a recording `mount`) planned, applied, planned again and checked
 //!   on a fake root, also after a manual umount and userdel.
@@ -44,10 +50,13 @@ mod fixtures;
 mod full_disk;
 mod gpu_service_user;
 mod image;
+mod interrupt_copy_dir;
 mod kill_anywhere;
+mod log_format;
 mod malformed;
 mod nouveau_example;
 mod orphans;
+mod reboot;
 mod rhai_steps;
 mod serve;
 mod skyhook_run;

@@ -571,6 +571,12 @@ impl FakeRoot {
         self.run_args(&["interrupt", &r, &pkg, payload])
     }
 
+    /// Spawn the agent with exactly `args` without waiting (stdout/stderr piped).
+    pub fn spawn_args(&self, args: &[&str]) -> Child {
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        self.command(AGENT, &args).spawn().expect("spawn the agent")
+    }
+
     /// Spawn `MODE R $T/pkg` without waiting (stdout/stderr piped).
     pub fn spawn(&self, mode: &str) -> Child {
         let args: Vec<OsString> = vec![

@@ -34,7 +34,11 @@ ENVIRONMENT:
   SKYHOOK_LOG_DIR             log root on the host (default /var/log/skyhook)
   SKYHOOK_DATA_DIR            legacy copy source (default /skyhook-package)
   SKYHOOK_AGENT_WRITE_LOGS    write per-step log files (default true)
-  SKYHOOK_AGENT_BUFFER_LIMIT  bytes read from a step's output per chunk (default 8192)
+  SKYHOOK_AGENT_BUFFER_LIMIT  bytes read from a step's output per chunk (default 8192;
+                              ignored with SKYHOOK_AGENT_LOG_FORMAT=plain)
+  SKYHOOK_AGENT_LOG_FORMAT    step output on the console and in log files: prefixed
+                              ([out]/[err] and time on every line, v6; default) or
+                              plain (lines as written, v7)
   COPY_RESOLV                 copy /etc/resolv.conf to the host first (default true)
   OVERLAY_ALWAYS_RUN_STEP     ignore step flags (default false)
   SKYHOOK_SCRIPT_TIMEOUT      wall-clock limit of a .rhai step, seconds (default 600)

@@ -225,6 +225,18 @@ impl InterruptRun<'_> {
             ));
             return Ok(true);
         }
+        // A stop that came before `reboot` was issued is not the node's shutdown: nothing
+        // will reboot it, so the interrupt fails and writes nothing (the operator retries).
+        if self.cancel.is_stopped() {
+            let why = self
+                .cancel
+                .reason()
+                .map_or_else(|| "stopped".to_string(), |r| r.to_string());
+            self.console.warn(&format!(
+                "{why} before the reboot was issued: not rebooting, {NAME} is not done"
+            ));
+            return Ok(false);
+        }
         let cmd = vec!["reboot".to_string()];
         let boot_id = self
             .root
@@ -328,7 +340,8 @@ impl InterruptRun<'_> {
         let base = format!("interrupts/{name}");
         let (logs, previous_logs) =
             step_logs::open(self.root, self.settings.write_logs, &log_dir, &base)?;
-        let runner = ProcessRunner::new(self.settings.buffer_limit);
+        let runner = ProcessRunner::new(self.settings.buffer_limit)
+            .with_log_format(self.settings.log_format);
         let options = RunOptions {
             stdout: Some(self.console.writer(Label::Out)),
             stderr: Some(self.console.writer(Label::Err)),
@@ -399,6 +412,127 @@ mod tests {
         let e = Interrupt::decode("eyJub3BlIjoxfQ==").unwrap_err();
         assert!(e.to_string().starts_with(BAD_PAYLOAD), "{e}");
         assert!(Interrupt::decode("bm90LWpzb24=").is_err());
+    }
+
+    /// A host with a `/usr/bin/reboot` stub (logging to `/stub.log`), a boot id and the
+    /// agent's settings; `run` drives one node_restart with `cancel`, returning (ok, stderr).
+    struct RebootHost {
+        t: crate::host::testutil::TestHost,
+        settings: Settings,
+    }
+
+    const BOOT_ID: &str = "11111111-2222-3333-4444-555555555555";
+    const MARKERS: &str = "/state/interrupts/flags/sky-1_demo_1.0.0";
+
+    impl RebootHost {
+        fn new() -> Self {
+            let t = crate::host::testutil::TestHost::new();
+            t.install_sh();
+            t.stub("reboot", "exit 0");
+            t.file("/proc/sys/kernel/random/boot_id", &format!("{BOOT_ID}\n"));
+            std::fs::create_dir_all(t.p("/pkg")).unwrap();
+            let settings = Settings::from_env(
+                [
+                    ("SKYHOOK_ROOT_DIR", "/state"),
+                    ("SKYHOOK_LOG_DIR", "/log"),
+                    ("PATH", "/usr/bin:/bin"),
+                ]
+                .map(|(k, v)| (k.into(), v.into())),
+            )
+            .unwrap();
+            RebootHost { t, settings }
+        }
+
+        fn run(&self, cancel: &Cancel) -> (bool, String) {
+            let err = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let console =
+                Console::with_writers(Box::new(std::io::sink()), Box::new(SharedBuf(err.clone())));
+            let root = HostRoot::open(&self.t.root).unwrap();
+            let id = ResourceId::parse("sky-1_demo_1.0.0").unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let ok = rt
+                .block_on(
+                    InterruptRun {
+                        root: &root,
+                        settings: &self.settings,
+                        id: &id,
+                        copy_dir: Path::new("/pkg"),
+                        cancel,
+                        console: &console,
+                    }
+                    .run(&Interrupt::NodeRestart),
+                )
+                .unwrap();
+            let text = String::from_utf8_lossy(&err.lock().unwrap()).into_owned();
+            (ok, text)
+        }
+    }
+
+    struct SharedBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for SharedBuf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A SIGTERM that arrived before `reboot` was issued (the pod was deleted while the
+    /// agent started) is not the node's shutdown: the interrupt fails (exit 1), `reboot` is
+    /// not run, and neither a pending nor a complete marker is left.
+    #[test]
+    fn sigterm_before_the_reboot_is_issued_fails_and_writes_nothing() {
+        let h = RebootHost::new();
+        let cancel = Cancel::new();
+        cancel.stop(crate::process::CancelReason::Signal("SIGTERM"));
+        let (ok, err) = h.run(&cancel);
+        assert!(!ok, "stderr: {err}");
+        assert_eq!(h.t.calls(), Vec::<String>::new(), "reboot was run");
+        assert!(!h.t.p(&format!("{MARKERS}/node_restart_0.pending")).exists());
+        assert!(
+            !h.t.p(&format!("{MARKERS}/node_restart_0.complete"))
+                .exists()
+        );
+        assert_eq!(
+            err,
+            "WARNING: SIGTERM received before the reboot was issued: not rebooting, node_restart_0 is not done\n"
+        );
+    }
+
+    /// Without a stop, the same host reboots: `reboot` runs once and the pending marker holds
+    /// this boot's id (the run then waits for the shutdown, here cut short by a stop once
+    /// `reboot` has been recorded).
+    #[test]
+    fn reboot_writes_the_pending_marker_with_the_boot_id() {
+        let h = RebootHost::new();
+        let cancel = Cancel::new();
+        let stopper = cancel.clone();
+        let log = h.t.p("/stub.log");
+        let watcher = std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while !log.exists() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            stopper.stop(crate::process::CancelReason::Signal("SIGTERM"));
+        });
+        let (ok, err) = h.run(&cancel);
+        watcher.join().unwrap();
+        assert!(ok, "stderr: {err}");
+        assert_eq!(h.t.calls(), vec!["reboot ".to_string()]);
+        assert_eq!(
+            h.t.read(&format!("{MARKERS}/node_restart_0.pending")),
+            format!("boot-id:{BOOT_ID}\n")
+        );
+        assert!(
+            !h.t.p(&format!("{MARKERS}/node_restart_0.complete"))
+                .exists()
+        );
     }
 
     #[test]

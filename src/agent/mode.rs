@@ -817,11 +817,13 @@ impl ModeRun<'_> {
         flags::write_start(self.root, &self.settings.state_root)?;
         let console: Arc<dyn ConsoleStreams> = Arc::new(self.console.clone());
         let runner = AgentRunner {
-            process: ProcessRunner::new(self.settings.buffer_limit),
+            process: ProcessRunner::new(self.settings.buffer_limit)
+                .with_log_format(self.settings.log_format),
             script: ScriptRunner {
                 engine,
                 root: self.root.mount().to_path_buf(),
                 opened: self.root.try_clone().ok().map(Arc::new),
+                log_format: self.settings.log_format,
             },
             console,
         };

@@ -4,6 +4,8 @@ use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::logs::sink::LogFormat;
+
 /// Default `SKYHOOK_ROOT_DIR` (state root, a host path).
 pub const DEFAULT_STATE_ROOT: &str = "/etc/skyhook";
 /// Default `SKYHOOK_LOG_DIR` (log root, a host path).
@@ -76,8 +78,13 @@ pub struct Settings {
     /// `SKYHOOK_AGENT_WRITE_LOGS` (default true).
     pub write_logs: bool,
     /// `SKYHOOK_AGENT_BUFFER_LIMIT` in bytes (default 8192; non-integers and values < 1 warn
-    /// and use the default).
+    /// and use the default). With the plain log format (the Go agent's, which dropped the
+    /// variable) any value is accepted and ignored: always the default.
     pub buffer_limit: usize,
+    /// `SKYHOOK_AGENT_LOG_FORMAT`: `prefixed` (default, the Python agent's `[out]`/`[err]`
+    /// and time on every line) or `plain` (the Go agent's lines as written), ASCII case
+    /// ignored.
+    pub log_format: LogFormat,
     /// `COPY_RESOLV` (default true).
     pub copy_resolv: bool,
     /// `OVERLAY_ALWAYS_RUN_STEP` (default false).
@@ -121,8 +128,18 @@ impl Settings {
             }
         };
         let mut warnings = Vec::new();
+        let log_format = match get("SKYHOOK_AGENT_LOG_FORMAT").map(|v| v.to_string_lossy()) {
+            None => LogFormat::Prefixed,
+            Some(v) if v.trim().is_empty() => LogFormat::Prefixed,
+            Some(v) => LogFormat::parse(v.trim()).ok_or_else(|| SettingError {
+                name: "SKYHOOK_AGENT_LOG_FORMAT",
+                value: quoted(&v),
+                expected: "prefixed (the default: [out]/[err] and time on every line) or plain (lines as the step wrote them)".into(),
+            })?,
+        };
         let buffer_limit = match get("SKYHOOK_AGENT_BUFFER_LIMIT") {
             None => DEFAULT_BUFFER_LIMIT,
+            Some(_) if log_format == LogFormat::Plain => DEFAULT_BUFFER_LIMIT,
             Some(v) => match v.to_string_lossy().trim().parse::<i64>() {
                 Ok(n) if n >= 1 => usize::try_from(n).unwrap_or(DEFAULT_BUFFER_LIMIT),
                 _ => {
@@ -162,6 +179,7 @@ impl Settings {
             data_dir: path("SKYHOOK_DATA_DIR", DEFAULT_DATA_DIR),
             write_logs: truthy(get("SKYHOOK_AGENT_WRITE_LOGS"), true),
             buffer_limit,
+            log_format,
             copy_resolv: truthy(get("COPY_RESOLV"), true),
             always_run_step: truthy(get("OVERLAY_ALWAYS_RUN_STEP"), false),
             script_timeout,
@@ -320,6 +338,37 @@ mod tests {
             assert_eq!(s.warnings.len(), 1, "{bad}");
         }
         assert_eq!(env(&[("SKYHOOK_AGENT_BUFFER_LIMIT", "4")]).buffer_limit, 4);
+    }
+
+    #[test]
+    fn log_format_and_the_ignored_buffer_limit() {
+        assert_eq!(env(&[]).log_format, LogFormat::Prefixed);
+        assert_eq!(
+            env(&[("SKYHOOK_AGENT_LOG_FORMAT", " ")]).log_format,
+            LogFormat::Prefixed
+        );
+        assert_eq!(
+            env(&[("SKYHOOK_AGENT_LOG_FORMAT", "Plain")]).log_format,
+            LogFormat::Plain
+        );
+        // Plain: the Go agent dropped SKYHOOK_AGENT_BUFFER_LIMIT; any value is accepted
+        // (no warning) and ignored.
+        for v in ["4", "abc", "0", "-5", ""] {
+            let s = env(&[
+                ("SKYHOOK_AGENT_BUFFER_LIMIT", v),
+                ("SKYHOOK_AGENT_LOG_FORMAT", "plain"),
+            ]);
+            assert_eq!((s.buffer_limit, s.warnings.len()), (8192, 0), "{v:?}");
+        }
+        let e = Settings::from_env([(
+            OsString::from("SKYHOOK_AGENT_LOG_FORMAT"),
+            OsString::from("v7"),
+        )])
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid SKYHOOK_AGENT_LOG_FORMAT value \"v7\": expected prefixed (the default: [out]/[err] and time on every line) or plain (lines as the step wrote them)"
+        );
     }
 
     #[test]

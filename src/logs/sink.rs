@@ -92,6 +92,36 @@ impl Label {
     }
 }
 
+/// How a [`Relay`] writes a step's output (`SKYHOOK_AGENT_LOG_FORMAT`): the console and the
+/// host log files get the same bytes either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// Every line starts with the label and the chunk's local time,
+    /// `[out]2025-01-02T13:45:01.123456 ` (the Python agent, v6; the default).
+    #[default]
+    Prefixed,
+    /// The step's lines as it wrote them (invalid UTF-8 still replaced), with no label or
+    /// time (the Go agent, v7).
+    Plain,
+}
+
+impl LogFormat {
+    /// The setting's values: `prefixed` or `plain`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Prefixed => "prefixed",
+            LogFormat::Plain => "plain",
+        }
+    }
+
+    /// Parse a setting value (ASCII case ignored); `None` for anything but the two names.
+    pub fn parse(value: &str) -> Option<LogFormat> {
+        [LogFormat::Prefixed, LogFormat::Plain]
+            .into_iter()
+            .find(|f| value.eq_ignore_ascii_case(f.as_str()))
+    }
+}
+
 /// Write `v` as exactly `width` decimal digits (zero padded; higher digits are dropped, which
 /// only matters for years past 9999).
 fn put_digits(buf: &mut [u8], v: u32, width: usize) {
@@ -151,13 +181,15 @@ fn utf8_width(b: u8) -> usize {
 ///    replacement, as Python's `errors="replace"` and `String::from_utf8_lossy`);
 /// 3. with every `\n` replaced by `\n + label + t + " "`,
 ///
-/// where `t` is the chunk's time formatted by [`format_timestamp`]. Decoding is incremental
+/// where `t` is the chunk's time formatted by [`format_timestamp`]. In [`LogFormat::Plain`]
+/// the prefix is empty, so only step 2 remains. Decoding is incremental
 /// \[fix\]: a multi-byte sequence split across chunks is held back (at most 3 bytes) and emitted
 /// whole with the next chunk; [`Relay::finish`] turns a sequence still incomplete at the end
 /// of the stream into one U+FFFD.
 #[derive(Debug, Clone)]
 pub struct Relay {
     label: Label,
+    format: LogFormat,
     started: bool,
     prefix: [u8; PREFIX_CAP],
     prefix_len: usize,
@@ -166,10 +198,16 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// A relay for a stream that has produced nothing yet.
+    /// A relay for a stream that has produced nothing yet, in the prefixed (v6) format.
     pub fn new(label: Label) -> Self {
+        Relay::with_format(label, LogFormat::Prefixed)
+    }
+
+    /// A relay for a stream that has produced nothing yet, writing `format`.
+    pub fn with_format(label: Label, format: LogFormat) -> Self {
         Relay {
             label,
+            format,
             started: false,
             prefix: [0; PREFIX_CAP],
             prefix_len: 0,
@@ -236,6 +274,10 @@ impl Relay {
     }
 
     fn set_prefix(&mut self, now: &NaiveDateTime) {
+        if self.format == LogFormat::Plain {
+            self.prefix_len = 0;
+            return;
+        }
         let label = self.label.as_str().as_bytes();
         self.prefix[..label.len()].copy_from_slice(label);
         let mut ts = [0u8; 26];
@@ -634,6 +676,26 @@ mod tests {
             "a".repeat(1000)
         );
         assert_eq!(String::from_utf8(out).unwrap(), expected);
+    }
+
+    #[test]
+    fn plain_format_relays_the_lines_without_label_or_time() {
+        // Two lines, a split 3-byte character, an invalid byte, read 3 bytes at a time.
+        let input = "one\ntwo \u{20AC}\n".as_bytes().to_vec();
+        let mut input = input;
+        input.extend_from_slice(b"bad \xFF end");
+        for label in [Label::Out, Label::Err] {
+            let mut r = Relay::with_format(label, LogFormat::Plain);
+            let mut out = Vec::new();
+            for (i, c) in input.chunks(3).enumerate() {
+                r.feed(c, t(1, 0, 0, i as u32 + 1), &mut out);
+            }
+            r.finish(&mut out);
+            assert_eq!(out, "one\ntwo \u{20AC}\nbad \u{FFFD} end".as_bytes());
+        }
+        assert_eq!(LogFormat::parse("PLAIN"), Some(LogFormat::Plain));
+        assert_eq!(LogFormat::parse("prefixed"), Some(LogFormat::Prefixed));
+        assert_eq!(LogFormat::parse("v7"), None);
     }
 
     #[test]

@@ -58,7 +58,7 @@ use std::time::Duration;
 use chrono::NaiveDateTime;
 
 use crate::logs::redact::{Redactor, StreamRedactor};
-use crate::logs::sink::{Label, LogError, Relay, StepLogFiles, StreamSink};
+use crate::logs::sink::{Label, LogError, LogFormat, Relay, StepLogFiles, StreamSink};
 use crate::process::{self, Cancel, CancelReason, Stream};
 
 /// Largest single read, whatever the buffer limit (the default pipe capacity).
@@ -211,6 +211,8 @@ pub struct RunReport {
 pub struct ProcessRunner {
     /// Largest read from a pipe, in bytes (`SKYHOOK_AGENT_BUFFER_LIMIT`); 0 is treated as 1.
     pub buffer_limit: usize,
+    /// How relayed lines are written (`SKYHOOK_AGENT_LOG_FORMAT`).
+    pub log_format: LogFormat,
 }
 
 /// One stream's relay state.
@@ -225,9 +227,9 @@ struct StreamState {
 }
 
 impl StreamState {
-    fn new(label: Label, sink: StreamSink, redactor: Option<Redactor>) -> Self {
+    fn new(label: Label, format: LogFormat, sink: StreamSink, redactor: Option<Redactor>) -> Self {
         StreamState {
-            relay: Relay::new(label),
+            relay: Relay::with_format(label, format),
             sink,
             out: Vec::new(),
             errors: Vec::new(),
@@ -306,9 +308,18 @@ impl process::Sink for RelaySink {
 }
 
 impl ProcessRunner {
-    /// A runner reading at most `buffer_limit` bytes per chunk.
+    /// A runner reading at most `buffer_limit` bytes per chunk, relaying in the prefixed
+    /// format.
     pub fn new(buffer_limit: usize) -> Self {
-        ProcessRunner { buffer_limit }
+        ProcessRunner {
+            buffer_limit,
+            log_format: LogFormat::Prefixed,
+        }
+    }
+
+    /// The same runner relaying in `log_format`.
+    pub fn with_log_format(self, log_format: LogFormat) -> Self {
+        ProcessRunner { log_format, ..self }
     }
 
     /// Spawn `spec` and relay its output to the agent's stdout/stderr and, when `logs` is
@@ -371,8 +382,13 @@ impl ProcessRunner {
             Err(e) => return failed(e),
         };
         let relay = RelaySink {
-            out: StreamState::new(Label::Out, out_sink, options.redactor.clone()),
-            err: StreamState::new(Label::Err, err_sink, options.redactor),
+            out: StreamState::new(
+                Label::Out,
+                self.log_format,
+                out_sink,
+                options.redactor.clone(),
+            ),
+            err: StreamState::new(Label::Err, self.log_format, err_sink, options.redactor),
             clock: options.clock,
             preamble: spec.preamble.clone(),
             started: false,

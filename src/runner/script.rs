@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use chrono::NaiveDateTime;
 
 use crate::logs::redact::{Redactor, StreamRedactor};
-use crate::logs::sink::{Label, LogError, Relay, StepLogFiles, StreamSink};
+use crate::logs::sink::{Label, LogError, LogFormat, Relay, StepLogFiles, StreamSink};
 use crate::script::bindings::ScriptHost;
 use crate::script::context::StepContext;
 use crate::script::engine::ScriptEngine;
@@ -91,6 +91,20 @@ impl SinkOutput {
         }
     }
 
+    /// The same output relaying in `format` (no output may have been relayed yet).
+    pub fn with_log_format(self, format: LogFormat) -> Self {
+        let set = |m: Mutex<Stream>| {
+            let mut s = m.into_inner().unwrap_or_else(|p| p.into_inner());
+            s.relay = Relay::with_format(s.relay.label(), format);
+            Mutex::new(s)
+        };
+        SinkOutput {
+            out: set(self.out),
+            err: set(self.err),
+            ..self
+        }
+    }
+
     fn feed(&self, stream: &Mutex<Stream>, bytes: &[u8]) {
         let mut s = match stream.lock() {
             Ok(s) => s,
@@ -152,6 +166,8 @@ pub struct ScriptRunner {
     /// ([`HostRoot::try_clone`](crate::host::root::HostRoot::try_clone)) instead of
     /// canonicalizing and opening the mount again; `None` opens `root` per step.
     pub opened: Option<Arc<crate::host::root::HostRoot>>,
+    /// How each step's output is relayed (`SKYHOOK_AGENT_LOG_FORMAT`).
+    pub log_format: LogFormat,
 }
 
 impl ScriptRunner {
@@ -232,12 +248,15 @@ impl ScriptRunner {
             ),
             None => (None, None),
         };
-        let output = Arc::new(SinkOutput::with_sinks(
-            StreamSink::new("stdout", console.writer(Label::Out), out_file),
-            StreamSink::new("stderr", console.writer(Label::Err), err_file),
-            Some(inv.redactor.clone()),
-            local_now,
-        ));
+        let output = Arc::new(
+            SinkOutput::with_sinks(
+                StreamSink::new("stdout", console.writer(Label::Out), out_file),
+                StreamSink::new("stderr", console.writer(Label::Err), err_file),
+                Some(inv.redactor.clone()),
+                local_now,
+            )
+            .with_log_format(self.log_format),
+        );
         let check = inv.exec == crate::host::ExecMode::Check;
         let mut options = inv.host.clone();
         options.redactor = Some(inv.redactor.clone());
@@ -381,6 +400,7 @@ mod tests {
             engine,
             root: dir.path().to_path_buf(),
             opened: None,
+            log_format: LogFormat::Prefixed,
         };
         let outcome = runner.run(
             &script,
