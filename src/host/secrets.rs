@@ -22,8 +22,22 @@ fn valid_component(s: &str) -> bool {
 /// [`HostError::SecretRefused`] when `name` is not allowed (or `name`/`key` are not single
 /// path components); [`HostError::SecretRead`] when the file cannot be read;
 /// [`HostError::NotRegular`] / [`HostError::FileTooLarge`] for a FIFO, device or socket or a
-/// file above [`crate::host::fs::MAX_READ_BYTES`]. None names the value.
+/// file above [`crate::host::fs::MAX_READ_BYTES`]; [`HostError::SecretNotDeclared`] when
+/// the session has [`crate::host::HostOptions::declared_secrets`] and the coordinate is not
+/// among them. None names the value.
 pub fn secret(h: &mut Host, name: &str, key: &str) -> Result<String> {
+    if let Some(declared) = &h.options().declared_secrets {
+        let value = declared
+            .iter()
+            .find(|(n, k, _)| n == name && k == key)
+            .map(|(_, _, v)| v.clone())
+            .ok_or_else(|| HostError::SecretNotDeclared {
+                name: name.to_string(),
+                key: key.to_string(),
+            })?;
+        h.redactor().add(&value);
+        return Ok(value);
+    }
     let refused = || HostError::SecretRefused {
         name: name.to_string(),
         key: key.to_string(),

@@ -198,7 +198,7 @@ enum Prepared {
         compiled: CompiledScript,
         exec: ExecMode,
         env: Vec<(String, String)>,
-        names: Vec<String>,
+        declared: Vec<(String, String, String)>,
     },
 }
 
@@ -459,6 +459,14 @@ impl Service {
         for (_, v) in &values {
             redactor.add(v);
         }
+        // What a Rhai `secret(name, key)` may answer: only the declared coordinates, with the
+        // values resolved above (nothing is read once the step runs).
+        let declared: Vec<(String, String, String)> = req
+            .secrets
+            .iter()
+            .zip(&values)
+            .map(|(r, (_, v))| (r.name.clone(), r.key.clone(), v.clone()))
+            .collect();
         let mut env: Vec<(String, String)> =
             vec![("PATH".into(), crate::process::DEFAULT_PATH.into())];
         for (k, v) in req
@@ -546,13 +554,11 @@ impl Service {
                                    "line": e.line, "column": e.column}),
                         )
                     })?;
-                let mut names: Vec<String> = req.secrets.iter().map(|s| s.name.clone()).collect();
-                names.dedup();
                 Prepared::Rhai {
                     compiled,
                     exec,
                     env,
-                    names,
+                    declared,
                 }
             }
         };
@@ -620,8 +626,8 @@ impl Service {
                     compiled,
                     exec,
                     env,
-                    names,
-                } => svc.run_rhai(&e, compiled, exec, env, names).await,
+                    declared,
+                } => svc.run_rhai(&e, compiled, exec, env, declared).await,
             };
             svc.finish(&e, exit, extra);
         });
@@ -920,7 +926,7 @@ impl Service {
         compiled: CompiledScript,
         mode: ExecMode,
         env: Vec<(String, String)>,
-        names: Vec<String>,
+        declared: Vec<(String, String, String)>,
     ) -> (Value, Map<String, Value>) {
         let out = Arc::new(RhaiSink {
             svc: self.clone(),
@@ -936,8 +942,7 @@ impl Service {
             let options = HostOptions {
                 env: env.clone(),
                 commands_chrooted: !is_slash(&svc.cfg.root),
-                secrets_dir: svc.cfg.secrets.dir.clone(),
-                allowed_secrets: names,
+                declared_secrets: Some(declared),
                 resource_id: e.id.clone(),
                 redactor: Some(e.redactor.clone()),
                 cancel: e.cancel.clone(),
@@ -1360,6 +1365,65 @@ mod tests {
                 .start(json!({"id": "z", "kind": "sh", "command": "true"}).to_string().as_bytes(), "t")
                 .unwrap_err();
             assert_eq!(r.status, 503);
+        });
+    }
+
+    #[test]
+    fn rhai_secret_reads_only_declared_coordinates_resolved_before_the_start() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |_| {});
+        let outside = d.path().join("outside");
+        std::fs::write(&outside, "host-file-content").unwrap();
+        std::os::unix::fs::symlink(&outside, d.path().join("secrets/db/link")).unwrap();
+        std::fs::write(d.path().join("secrets/db/other"), "undeclared-value").unwrap();
+        rt().block_on(async {
+            let declared = json!([{"env": "P", "name": "db", "key": "pw"}]);
+            for key in ["link", "other"] {
+                let ev = run_to_end(
+                    &svc,
+                    json!({"id": format!("r-{key}"), "kind": "rhai", "secrets": declared,
+                           "script": format!("print(secret(\"db\", \"{key}\"));")}),
+                )
+                .await;
+                let text = serde_json::to_string(&ev).unwrap();
+                assert!(!text.contains("host-file-content"), "{text}");
+                assert!(!text.contains("undeclared-value"), "{text}");
+                let exit = &ev.last().unwrap()["exit"];
+                assert_eq!(exit["code"], 1, "{text}");
+                let err = exit["error"].as_str().unwrap();
+                assert!(
+                    err.contains(&format!(
+                        "secret \"db\" key \"{key}\" is not in the request's `secrets` field"
+                    )),
+                    "{err}"
+                );
+                assert!(!err.contains("SKYHOOK_ALLOWED_SECRETS"), "{err}");
+            }
+            // the declared one is read; a declared link out of the dir is refused up front
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "ok", "kind": "rhai", "secrets": declared,
+                       "script": "if secret(\"db\", \"pw\") == \"s3cr3t-value\" { print(\"same\"); }"}),
+            )
+            .await;
+            assert!(ev.iter().any(|e| e["line"] == "same"), "{ev:?}");
+            let marker = d.path().join("ran");
+            let r = svc
+                .start(
+                    json!({"id": "esc", "kind": "rhai",
+                           "script": format!("fs::write(\"{}\", \"x\");", marker.display()),
+                           "secrets": [{"env": "P", "name": "db", "key": "link"}]})
+                    .to_string()
+                    .as_bytes(),
+                    "t",
+                )
+                .unwrap_err();
+            assert_eq!(r.status, 422);
+            assert_eq!(
+                r.body,
+                json!({"error": "secret not found", "name": "db", "key": "link"})
+            );
+            assert!(svc.get("esc").is_none() && !marker.exists());
         });
     }
 
