@@ -379,9 +379,51 @@ impl Service {
         json!({"version": env!("CARGO_PKG_VERSION"), "running": self.running()})
     }
 
-    /// A known execution.
+    /// A known execution, whoever started it.
     pub fn get(&self, id: &str) -> Option<Arc<Execution>> {
         lock(&self.reg).execs.get(id).cloned()
+    }
+
+    /// A known execution that `engine` started; `None` for one of another engine, so that
+    /// an engine cannot tell it from an unknown id.
+    pub fn get_owned(&self, id: &str, engine: &str) -> Option<Arc<Execution>> {
+        self.get(id).filter(|e| e.engine == engine)
+    }
+
+    /// `GET /v1/executions/{id}`: [`Execution::status`] of an execution `engine` started.
+    ///
+    /// # Errors
+    /// `404` for an unknown id or another engine's execution.
+    pub fn status(&self, id: &str, engine: &str) -> Result<Value, Refusal> {
+        self.get_owned(id, engine)
+            .map(|e| e.status())
+            .ok_or_else(Refusal::not_found)
+    }
+
+    /// `GET /v1/executions/{id}/events?after=N`: [`Service::stream`] of an execution `engine`
+    /// started.
+    ///
+    /// # Errors
+    /// `404` for an unknown id or another engine's execution; `400` when `after` is beyond
+    /// the last event (`last_seq` in the body: sequence numbers never go back, so such a
+    /// cursor did not come from this execution); `410` for a [`Gap`].
+    pub fn events(
+        &self,
+        id: &str,
+        after: u64,
+        engine: &str,
+    ) -> Result<mpsc::Receiver<Bytes>, Refusal> {
+        let exec = self.get_owned(id, engine).ok_or_else(Refusal::not_found)?;
+        let last = lock(&exec.inner).ring.last_seq();
+        if after > last {
+            return Err(Refusal::new(
+                400,
+                json!({"error": "bad request",
+                       "detail": format!("after {after} is beyond the last event {last}"),
+                       "last_seq": last}),
+            ));
+        }
+        self.stream(exec, after).map_err(Refusal::gap)
     }
 
     /// Write one audit line: `fields` plus `ts` (JSON, or `key=value` words).
@@ -760,7 +802,8 @@ impl Service {
     /// being cancelled; `200` with the exit when it already ended.
     ///
     /// # Errors
-    /// `400` for a bad body, `404` for an unknown id.
+    /// `400` for a bad body, `404` for an unknown id or another engine's execution (also
+    /// one recorded by an earlier server).
     pub fn cancel(&self, id: &str, body: &[u8], engine: &str) -> Result<(u16, Value), Refusal> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -779,9 +822,10 @@ impl Service {
             Some(_) => return Err(Refusal::bad("grace_s must be in [0, 3600]")),
         };
         let Some(exec) = self.get(id) else {
-            // A group recorded by an earlier server.
+            // A group recorded by an earlier server, for the engine that started it.
             if let Some(state) = &self.state
                 && let Some(rec) = state.get(id)
+                && state.owner(id).as_deref() == Some(engine)
             {
                 if super::state::group_members(rec).is_empty() {
                     state.remove(id); // its processes are gone (or its pid was reused)
@@ -800,6 +844,9 @@ impl Service {
             }
             return Err(Refusal::not_found());
         };
+        if exec.engine != engine {
+            return Err(Refusal::not_found());
+        }
         if let Some(exit) = exec.exit() {
             return Ok((200, json!({"id": id, "state": "exited", "exit": exit})));
         }
@@ -1063,7 +1110,7 @@ impl crate::process::Sink for ShSink {
         let rec = ProcRecord { pid, start };
         lock(&self.exec.inner).proc = Some(rec);
         if let Some(s) = &self.svc.state
-            && let Err(e) = s.record(&self.exec.id, rec)
+            && let Err(e) = s.record(&self.exec.id, rec, &self.exec.engine)
         {
             self.svc.audit(json!({"id": self.exec.id, "warning":
                 format!("cannot record the process in the state dir: {e}")}));
@@ -1424,6 +1471,56 @@ mod tests {
                 json!({"error": "secret not found", "name": "db", "key": "link"})
             );
             assert!(svc.get("esc").is_none() && !marker.exists());
+        });
+    }
+
+    #[test]
+    fn another_engine_gets_404_for_status_events_and_cancel_also_after_a_restart() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |_| {});
+        rt().block_on(async {
+            let e = svc
+                .start(
+                    json!({"id": "mine", "kind": "sh", "command": "echo up; sleep 60"})
+                        .to_string()
+                        .as_bytes(),
+                    "a",
+                )
+                .unwrap();
+            let mut rx = svc.stream(e.clone(), 0).unwrap();
+            assert!(String::from_utf8_lossy(&rx.recv().await.unwrap()).contains("up"));
+            assert_eq!(svc.status("mine", "b").unwrap_err(), Refusal::not_found());
+            assert_eq!(
+                svc.events("mine", 0, "b").unwrap_err(),
+                Refusal::not_found()
+            );
+            assert_eq!(
+                svc.cancel("mine", b"", "b").unwrap_err(),
+                Refusal::not_found()
+            );
+            assert_eq!(svc.status("mine", "a").unwrap()["state"], "running");
+            assert!(e.exit().is_none(), "another engine's cancel reached it");
+            // `after` beyond the last event: 400 naming it, for the owner too
+            let r = svc.events("mine", 5, "a").unwrap_err();
+            assert_eq!(r.status, 400);
+            assert_eq!(r.body["last_seq"], 1);
+            assert!(svc.events("mine", 1, "a").is_ok());
+            // a restarted server reads the owner from the state dir
+            let state = d.path().join("state/mine.json");
+            let doc: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+            assert_eq!(doc["engine"], "a");
+            let again = service(d.path(), |_| {});
+            assert_eq!(
+                again.cancel("mine", b"", "b").unwrap_err(),
+                Refusal::not_found()
+            );
+            assert!(e.exit().is_none());
+            let (code, body) = again.cancel("mine", b"{\"grace_s\": 1}", "a").unwrap();
+            assert_eq!((code, &body["recovered"]), (202, &json!(true)));
+            assert_eq!(
+                collect(rx).await.last().unwrap()["exit"],
+                json!({"signal": 15})
+            );
         });
     }
 

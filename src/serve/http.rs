@@ -157,21 +157,18 @@ impl Server {
                 let sub = parts.next();
                 audit["id"] = id.clone().into();
                 match (sub, m) {
-                    (None, &Method::GET) => match self.svc.get(&id) {
-                        Some(e) => (200, json_response(200, &e.status())),
-                        None => (404, refusal(&Refusal::not_found())),
+                    (None, &Method::GET) => match self.svc.status(&id, &engine) {
+                        Ok(v) => (200, json_response(200, &v)),
+                        Err(r) => (r.status, refusal(&r)),
                     },
                     (Some("events"), &Method::GET) => match parse_after(&query) {
                         None => {
                             let r = Refusal::new_bad("after must be a non-negative integer");
                             (400, refusal(&r))
                         }
-                        Some(after) => match self.svc.get(&id) {
-                            None => (404, refusal(&Refusal::not_found())),
-                            Some(e) => match self.svc.stream(e, after) {
-                                Ok(rx) => (200, stream_response(rx)),
-                                Err(g) => (410, refusal(&Refusal::gap(g))),
-                            },
+                        Some(after) => match self.svc.events(&id, after, &engine) {
+                            Ok(rx) => (200, stream_response(rx)),
+                            Err(r) => (r.status, refusal(&r)),
                         },
                     },
                     (Some("cancel"), &Method::POST) => {
