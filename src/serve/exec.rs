@@ -532,16 +532,7 @@ impl Service {
                     return Err(Refusal::bad("command contains NUL"));
                 }
                 let chrooted = !is_slash(&self.cfg.root);
-                let seen = self
-                    .cfg
-                    .root
-                    .join(workdir.strip_prefix("/").unwrap_or(&workdir));
-                if !seen.is_dir() {
-                    return Err(Refusal::new(
-                        422,
-                        json!({"error": "workdir not found", "workdir": workdir}),
-                    ));
-                }
+                let workdir = self.resolve_workdir(&workdir)?;
                 let mut args: Vec<OsString> =
                     self.cfg.shell[1..].iter().map(OsString::from).collect();
                 args.push(command.into());
@@ -674,6 +665,34 @@ impl Service {
             svc.finish(&e, exit, extra);
         });
         Ok(exec)
+    }
+
+    /// `workdir` resolved inside the host root as the chrooted step will see it (`..` stops
+    /// at the root, symlinks are followed inside it): the host path of a directory.
+    ///
+    /// # Errors
+    /// `422 {"error": "workdir not found", "workdir"}` when it is not a directory inside the
+    /// root (also when resolving it would leave the root); `500` when the root cannot be
+    /// opened.
+    fn resolve_workdir(&self, workdir: &Path) -> Result<PathBuf, Refusal> {
+        let root = crate::host::root::HostRoot::open(&self.cfg.root).map_err(|e| {
+            Refusal::new(500, json!({"error": format!("cannot open host root: {e}")}))
+        })?;
+        let not_found = || {
+            Refusal::new(
+                422,
+                json!({"error": "workdir not found", "workdir": workdir}),
+            )
+        };
+        let resolved = root
+            .canonical(workdir)
+            .ok()
+            .flatten()
+            .ok_or_else(not_found)?;
+        match root.metadata(&resolved) {
+            Ok(Some(m)) if m.is_dir() => Ok(resolved),
+            _ => Err(not_found()),
+        }
     }
 
     /// Append one event to `exec`'s ring, keeping the byte budget.
@@ -1521,6 +1540,51 @@ mod tests {
                 collect(rx).await.last().unwrap()["exit"],
                 json!({"signal": 15})
             );
+        });
+    }
+
+    #[test]
+    fn workdir_resolves_inside_the_host_root() {
+        let t = crate::host::testutil::TestHost::new();
+        t.install_sh();
+        let d = t.dir.path();
+        // beside the root on the host, and an absolute link naming a host directory
+        std::fs::create_dir_all(d.join("beside")).unwrap();
+        std::fs::create_dir_all(t.p("/srv/real")).unwrap();
+        std::os::unix::fs::symlink(d.join("beside"), t.p("/srv/out")).unwrap();
+        std::os::unix::fs::symlink("/srv/real", t.p("/srv/in")).unwrap();
+        let svc = service(d, |c| c.root = t.root.clone());
+        rt().block_on(async {
+            for w in [
+                "/../beside".to_string(),
+                "/srv/out".to_string(),
+                format!("{}", d.join("beside").display()),
+                "/srv/nope".to_string(),
+            ] {
+                let r = svc
+                    .start(
+                        json!({"id": "w", "kind": "sh", "command": "true", "workdir": w})
+                            .to_string()
+                            .as_bytes(),
+                        "t",
+                    )
+                    .unwrap_err();
+                assert_eq!(r.status, 422, "{w}");
+                assert_eq!(
+                    r.body,
+                    json!({"error": "workdir not found", "workdir": w}),
+                    "{w}"
+                );
+                assert!(svc.get("w").is_none());
+            }
+            // a link inside the root, absolute as the chrooted step reads it
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "in", "kind": "sh", "command": "pwd", "workdir": "/srv/in"}),
+            )
+            .await;
+            assert_eq!(ev[0]["line"], "/srv/real", "{ev:?}");
+            assert_eq!(ev.last().unwrap()["exit"], json!({"code": 0}));
         });
     }
 
