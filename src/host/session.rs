@@ -571,7 +571,7 @@ impl Host {
         let flushed = self.settle_batch_at_step_end();
         let result = flushed.and(self.run_deferred()).and(self.sync_dirs());
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
-        self.hashes.fill(&mut report.changes);
+        self.hashes.fill(&mut report.changes, &self.redactor);
         report.items = self.journal.take();
         (report, result)
     }
@@ -596,7 +596,7 @@ impl Host {
         let flushed = self.settle_batch_at_step_end();
         let deferred = flushed.and(self.run_deferred()).and(self.sync_dirs());
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
-        self.hashes.fill(&mut report.changes);
+        self.hashes.fill(&mut report.changes, &self.redactor);
         report.items = self.journal.take();
         self.opts.deadline = None;
         (report, deferred)
