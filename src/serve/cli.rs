@@ -166,7 +166,13 @@ fn run(a: ServeArgs) -> Result<(), String> {
         ));
     }
     let auth = match (&a.tokens_file, a.insecure_no_auth) {
-        (Some(f), _) => Auth::from_file(f).map_err(|e| e.to_string())?,
+        (Some(f), _) => {
+            let auth = Auth::from_file(f).map_err(|e| e.to_string())?;
+            if let Some(w) = super::auth::empty_warning(f, auth.engine_count()) {
+                eprintln!("skyhook-agent serve: WARNING: {w}");
+            }
+            auth
+        }
         (None, true) => {
             eprintln!("skyhook-agent serve: WARNING: --insecure-no-auth: anyone can run steps");
             Auth::insecure()
@@ -273,7 +279,15 @@ fn run(a: ServeArgs) -> Result<(), String> {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
                 _ = hup.recv() => match auth.reload() {
-                    Ok(n) => svc.audit(json!({"event": "tokens reloaded", "engines": n})),
+                    Ok(n) => {
+                        let mut a = json!({"event": "tokens reloaded", "engines": n});
+                        if let Some(f) = auth.file()
+                            && let Some(w) = super::auth::empty_warning(f, n)
+                        {
+                            a["warning"] = w.into();
+                        }
+                        svc.audit(a);
+                    }
                     Err(e) => svc.audit(json!({"event": "tokens reload failed (old set kept)",
                                                 "error": e.to_string()})),
                 },

@@ -24,8 +24,17 @@ use crate::logs::redact::Redactor;
 use crate::process::{Cancel, CancelReason, Outcome, Status};
 use crate::script::{CompiledScript, ModuleStore, RunOptions, ScriptEngine, StepContext};
 
-/// Base directory of relative Rhai imports: one that does not exist, so none resolves.
-const NO_MODULES: &str = "/nonexistent/skyhook-serve/no-relative-imports";
+/// Most environment entries a step gets (the request's `env`, its `secrets`, `PATH`).
+pub const MAX_ENV_ENTRIES: usize = 1024;
+
+/// Most bytes of a step's environment and command together, each entry counted as
+/// `NAME=value` plus its NUL: half of the usual 2 MiB `ARG_MAX`, so an exec never fails
+/// with `E2BIG`.
+pub const MAX_ENV_BYTES: usize = 1 << 20;
+
+/// Most bytes of one `NAME=value` entry or of the command, its NUL included: Linux's
+/// `MAX_ARG_STRLEN` (32 pages of 4 KiB), past which an exec fails with `E2BIG`.
+pub const MAX_ARG_BYTES: usize = 32 * 4096;
 
 /// Events handed to a stream per ring read (bounds what one reader copies at once).
 const READ_BATCH: usize = 256;
@@ -520,6 +529,7 @@ impl Service {
             env.retain(|(n, _)| n != &k);
             env.push((k, v));
         }
+        check_exec_size(&env, req.command.as_deref())?;
         let prepared = match req.kind {
             Kind::Sh => {
                 if req.script.is_some() || req.mode.is_some() {
@@ -568,7 +578,7 @@ impl Service {
                 };
                 // Only the embedded stdlib (`skyhook/...`) can be imported: a relative import
                 // would read the server's own filesystem, outside the host root.
-                let store = Arc::new(ModuleStore::new(NO_MODULES));
+                let store = Arc::new(ModuleStore::stdlib_only());
                 let file = match &req.script_name {
                     None => format!("{}.rhai", req.id),
                     Some(n) if n.is_empty() || n.len() > 255 || n.chars().any(char::is_control) => {
@@ -1092,6 +1102,52 @@ impl Service {
     }
 }
 
+/// `413` when the environment (`NAME=value` entries, secrets included) and the command
+/// would not fit an exec: more than [`MAX_ENV_ENTRIES`] entries, an entry or the command of
+/// [`MAX_ARG_BYTES`] or more, or [`MAX_ENV_BYTES`] in all. The refusal names variables,
+/// never values.
+fn check_exec_size(env: &[(String, String)], command: Option<&str>) -> Result<(), Refusal> {
+    let too_large = |detail: String| {
+        Refusal::new(
+            413,
+            json!({"error": "environment too large", "detail": detail,
+                   "max_env_entries": MAX_ENV_ENTRIES, "max_env_bytes": MAX_ENV_BYTES,
+                   "max_arg_bytes": MAX_ARG_BYTES}),
+        )
+    };
+    if env.len() > MAX_ENV_ENTRIES {
+        return Err(too_large(format!(
+            "{} environment entries, at most {MAX_ENV_ENTRIES}",
+            env.len()
+        )));
+    }
+    let mut total = 0;
+    for (k, v) in env {
+        let n = k.len() + 1 + v.len() + 1;
+        if n >= MAX_ARG_BYTES {
+            return Err(too_large(format!(
+                "env {k:?} is {n} bytes, each entry must be under {MAX_ARG_BYTES}"
+            )));
+        }
+        total += n;
+    }
+    if let Some(c) = command {
+        if c.len() + 1 >= MAX_ARG_BYTES {
+            return Err(too_large(format!(
+                "command is {} bytes, it must be under {MAX_ARG_BYTES}",
+                c.len() + 1
+            )));
+        }
+        total += c.len() + 1;
+    }
+    if total > MAX_ENV_BYTES {
+        return Err(too_large(format!(
+            "environment and command are {total} bytes, at most {MAX_ENV_BYTES}"
+        )));
+    }
+    Ok(())
+}
+
 fn status_json(s: Option<Status>) -> Value {
     match s {
         Some(Status::Code(c)) => json!({"code": c}),
@@ -1417,6 +1473,8 @@ mod tests {
             .await;
             let text = serde_json::to_string(&ev).unwrap();
             assert!(!text.contains("s3cr3t"), "{text}");
+            assert!(!text.contains(&crate::host::digest::sha256_tag(b"s3cr3t-value")), "{text}");
+            assert_eq!(ev.last().unwrap()["report"]["changes"][0]["after"], "***");
             assert!(ev.iter().any(|e| e["line"] == "***"));
             assert_eq!(ev.last().unwrap()["exit"], json!({"code": 0}));
             // shutdown: the grace passes, the running one is cancelled, new starts refused
@@ -1585,6 +1643,72 @@ mod tests {
             .await;
             assert_eq!(ev[0]["line"], "/srv/real", "{ev:?}");
             assert_eq!(ev.last().unwrap()["exit"], json!({"code": 0}));
+        });
+    }
+
+    #[test]
+    fn an_environment_that_would_not_fit_an_exec_is_413_and_a_relative_import_names_no_path() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |_| {});
+        let marker = d.path().join("ran");
+        let touch = format!("touch {}", marker.display());
+        let big = "v".repeat(200_000);
+        let many: BTreeMap<String, String> =
+            (0..2000).map(|i| (format!("V{i}"), "x".into())).collect();
+        let wide: BTreeMap<String, String> = (0..10)
+            .map(|i| (format!("V{i}"), "v".repeat(120_000)))
+            .collect();
+        rt().block_on(async {
+            for (body, detail) in [
+                (
+                    json!({"id": "e", "kind": "sh", "command": touch, "env": {"BIG": big}}),
+                    "env \"BIG\" is 200005 bytes, each entry must be under 131072",
+                ),
+                (
+                    json!({"id": "e", "kind": "sh", "command": touch, "env": many}),
+                    "2001 environment entries, at most 1024",
+                ),
+                (
+                    json!({"id": "e", "kind": "rhai", "script": "1", "env": wide}),
+                    "environment and command are 12001",
+                ),
+                (
+                    json!({"id": "e", "kind": "sh", "command": format!("{touch} {big}")}),
+                    "command is",
+                ),
+            ] {
+                let r = svc.start(body.to_string().as_bytes(), "t").unwrap_err();
+                assert_eq!(r.status, 413, "{detail}");
+                assert_eq!(r.body["error"], "environment too large");
+                assert_eq!(r.body["max_env_bytes"], 1 << 20);
+                let got = r.body["detail"].as_str().unwrap();
+                assert!(got.starts_with(detail), "{got}");
+                assert!(svc.get("e").is_none() && !marker.exists());
+            }
+            // a large value that fits is passed whole
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "fits", "kind": "sh", "command": "echo ${#V}",
+                       "env": {"V": "v".repeat(100_000)}}),
+            )
+            .await;
+            assert_eq!(ev[0]["line"], "100000", "{ev:?}");
+            // a relative import: a plain message, no server path
+            let r = svc
+                .start(
+                    json!({"id": "i", "kind": "rhai", "script": "import \"lib/util\" as u;"})
+                        .to_string()
+                        .as_bytes(),
+                    "t",
+                )
+                .unwrap_err();
+            assert_eq!(r.status, 422);
+            let msg = r.body["message"].as_str().unwrap();
+            assert!(
+                msg.contains("only the embedded skyhook/... modules can be imported here"),
+                "{msg}"
+            );
+            assert!(!msg.contains("nonexistent"), "{msg}");
         });
     }
 
