@@ -98,7 +98,7 @@ impl Config {
 /// A refused request: HTTP status, JSON body, extra headers. Never carries a secret value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refusal {
-    /// The status code (400, 403, 404, 409, 410, 422, 429, 503).
+    /// The status code (400, 403, 404, 409, 410, 413, 422, 429, 500, 503).
     pub status: u16,
     /// `{"error": "...", ...}`.
     pub body: Value,
