@@ -603,6 +603,71 @@ fn auth_401_sighup_revokes_and_429_and_refused_starts_leave_nothing() {
     }
 }
 
+/// One raw HTTP/1.1 request on a fresh connection (closed after): the whole response.
+fn raw(port: u16, head: &str, body: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let req = format!(
+        "{head}\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+#[test]
+fn content_type_415_bearer_any_case_and_an_empty_tokens_file_warns() {
+    let mut srv = Srv::start(&[]);
+    let start = |id: &str| json!({"id": id, "kind": "sh", "command": "echo hi"}).to_string();
+    let post = "POST /v1/executions HTTP/1.1\r\nAuthorization: Bearer tok-ci";
+    for (ct, id) in [
+        ("", "t-1"),
+        ("\r\nContent-Type: text/plain", "t-2"),
+        ("\r\nContent-Type: application/x-www-form-urlencoded", "t-3"),
+    ] {
+        let r = raw(srv.port, &format!("{post}{ct}"), &start(id));
+        assert!(r.starts_with("HTTP/1.1 415"), "{ct:?}: {r}");
+        assert!(r.contains("application/json"), "{r}");
+        let (s, _) = srv.call("GET", &format!("/v1/executions/{id}"), None);
+        assert_eq!(s, 404, "a refused start ran");
+    }
+    let r = raw(
+        srv.port,
+        &format!("{post}\r\nContent-Type: Application/JSON; charset=utf-8"),
+        &start("t-4"),
+    );
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    assert!(r.contains("\"line\":\"hi\""), "{r}");
+    // a cancel without a body needs no Content-Type; one with a body does
+    let cancel = "POST /v1/executions/t-4/cancel HTTP/1.1\r\nAuthorization: Bearer tok-ci";
+    assert!(raw(srv.port, cancel, "").starts_with("HTTP/1.1 200"));
+    let r = raw(
+        srv.port,
+        &format!("{cancel}\r\nContent-Type: text/plain"),
+        "{}",
+    );
+    assert!(r.starts_with("HTTP/1.1 415"), "{r}");
+    // the scheme in any case
+    for scheme in ["bearer", "BEARER"] {
+        let r = raw(
+            srv.port,
+            &format!("GET /v1/executions/t-4 HTTP/1.1\r\nAuthorization: {scheme} tok-ci"),
+            "",
+        );
+        assert!(r.starts_with("HTTP/1.1 200"), "{scheme}: {r}");
+    }
+    // emptied tokens file: the reload warns
+    std::fs::write(srv.dir.path().join("engines"), "# none\n").unwrap();
+    srv.signal("HUP");
+    let l = srv.wait_log("tokens reloaded");
+    assert!(
+        l.contains("lists no engine: every request is refused with 401"),
+        "{l}"
+    );
+}
+
 #[test]
 fn rhai_apply_plan_check_and_unix_socket() {
     let dir = tempfile::tempdir().unwrap();
@@ -637,7 +702,10 @@ fn rhai_apply_plan_check_and_unix_socket() {
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "a=1\n");
     let (_, ev) = srv.run(&body("k-2", "check"));
     assert_eq!(exit_of(&ev), json!({"code": 0}));
-    // the same API on the Unix socket
+    // the same API on the Unix socket, which only its owner may connect to
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&sock).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
     let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
     s.write_all(b"GET /v1/executions/a-1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-ci\r\nConnection: close\r\n\r\n")
         .unwrap();

@@ -265,6 +265,16 @@ pub enum HostError {
         key: String,
     },
 
+    /// A `skyhook-agent serve` execution asked for a coordinate its request's `secrets` did
+    /// not declare.
+    #[error("secret {name:?} key {key:?} is not in the request's `secrets` field")]
+    SecretNotDeclared {
+        /// The secret name.
+        name: String,
+        /// The key asked for.
+        key: String,
+    },
+
     /// An allowed secret key does not exist or cannot be read.
     #[error("failed to read secret {name:?} key {key:?}")]
     SecretRead {

@@ -15,6 +15,10 @@
 //!   when it wrote them: never read back from the host;
 //! - changes in between carry `null` on the sides that are not the chain's ends.
 //!
+//! A content that contains a known secret value (the session's [`Redactor`]) is never
+//! hashed into a report: its side is [`REDACTED`] instead, since a hash of a mostly known
+//! file around a secret can be brute-forced offline.
+//!
 //! A change that is a file's only change in the report carries both, as before. The chain
 //! starts again with each report (a step of a multi-step session). `docs/plan.schema.json`
 //! (`hash`) states the same. [`crate::host::Host::report`] taken before the end of the
@@ -30,6 +34,19 @@ use crate::host::effect::Effect;
 use crate::host::error::Result;
 use crate::host::plan::normalize;
 use crate::host::report::Change;
+use crate::host::secrets::Redactor;
+
+/// What a report shows instead of the hash of a content that contains a secret value.
+pub const REDACTED: &str = "***";
+
+/// `sha256:<hex>` of `content`, or [`REDACTED`] when it contains a value `redactor` knows.
+fn content_tag(content: &[u8], redactor: &Redactor) -> String {
+    if redactor.taints(content) {
+        REDACTED.to_string()
+    } else {
+        sha256_tag(content)
+    }
+}
 
 /// Per report: which files have had a change, and the last write of each (module docs).
 #[derive(Debug, Default)]
@@ -79,11 +96,12 @@ impl ContentHashes {
         self.last_write.remove(key);
     }
 
-    /// Set `after` on the last change of every written file and start a new report.
-    pub(crate) fn fill(&mut self, changes: &mut [Change]) {
+    /// Set `after` on the last change of every written file ([`REDACTED`] for a content
+    /// holding a value `redactor` knows) and start a new report.
+    pub(crate) fn fill(&mut self, changes: &mut [Change], redactor: &Redactor) {
         for (_, (index, content)) in self.last_write.drain() {
             if let Some(c) = changes.get_mut(index) {
-                c.after = Some(sha256_tag(&content));
+                c.after = Some(content_tag(&content, redactor));
             }
         }
         self.seen.clear();
@@ -109,7 +127,10 @@ impl Host {
         if self.view_stat(path, true)?.is_none_or(|s| s.kind != "file") {
             return Ok(None);
         }
-        Ok(self.view_read_cow(path)?.map(|c| sha256_tag(&c)))
+        let redactor = self.redactor().clone();
+        Ok(self
+            .view_read_cow(path)?
+            .map(|c| content_tag(&c, &redactor)))
     }
 
     /// [`Host::view_read`] that borrows a planned file's content from the overlay instead

@@ -22,8 +22,22 @@ fn valid_component(s: &str) -> bool {
 /// [`HostError::SecretRefused`] when `name` is not allowed (or `name`/`key` are not single
 /// path components); [`HostError::SecretRead`] when the file cannot be read;
 /// [`HostError::NotRegular`] / [`HostError::FileTooLarge`] for a FIFO, device or socket or a
-/// file above [`crate::host::fs::MAX_READ_BYTES`]. None names the value.
+/// file above [`crate::host::fs::MAX_READ_BYTES`]; [`HostError::SecretNotDeclared`] when
+/// the session has [`crate::host::HostOptions::declared_secrets`] and the coordinate is not
+/// among them. None names the value.
 pub fn secret(h: &mut Host, name: &str, key: &str) -> Result<String> {
+    if let Some(declared) = &h.options().declared_secrets {
+        let value = declared
+            .iter()
+            .find(|(n, k, _)| n == name && k == key)
+            .map(|(_, _, v)| v.clone())
+            .ok_or_else(|| HostError::SecretNotDeclared {
+                name: name.to_string(),
+                key: key.to_string(),
+            })?;
+        h.redactor().add(&value);
+        return Ok(value);
+    }
     let refused = || HostError::SecretRefused {
         name: name.to_string(),
         key: key.to_string(),
@@ -122,6 +136,62 @@ mod tests {
             Err(HostError::EnvMissing { .. })
         ));
         assert_eq!(h.redactor().redact("pw=s3cr3t key=k-123"), "pw=*** key=***");
+    }
+
+    #[test]
+    fn reports_never_hash_content_holding_a_secret() {
+        use crate::host::digest::sha256_tag;
+        let t = TestHost::new();
+        t.file("/etc/held.conf", "pw=topsecret\n");
+        for mode in [
+            crate::host::ExecMode::Plan,
+            crate::host::ExecMode::Check,
+            crate::host::ExecMode::Apply,
+        ] {
+            let mut h = t.host_with(mode, |o| {
+                o.env.push(("PW".into(), "topsecret".into()));
+            });
+            let pw = secret_env(&mut h, "PW").unwrap();
+            let w = |h: &mut Host, p: &str, c: &str| {
+                crate::host::fs::write(h, p, c, &Default::default()).unwrap();
+            };
+            w(&mut h, "/etc/app.conf", &format!("pw={pw}\n"));
+            w(&mut h, "/etc/held.conf", "pw=rotated\n");
+            w(&mut h, "/etc/plain.conf", "x=1\n");
+            let red = h.redactor().clone();
+            let rep = h.finish().unwrap();
+            let by = |p: &str| rep.changes.iter().find(|c| c.target == p).unwrap();
+            assert_eq!(
+                by("/etc/app.conf").after.as_deref(),
+                Some("***"),
+                "{mode:?}"
+            );
+            assert_eq!(
+                by("/etc/held.conf").before.as_deref(),
+                Some("***"),
+                "{mode:?}"
+            );
+            assert_eq!(
+                by("/etc/held.conf").after,
+                Some(sha256_tag(b"pw=rotated\n")),
+                "{mode:?}"
+            );
+            assert_eq!(by("/etc/plain.conf").after, Some(sha256_tag(b"x=1\n")));
+            let json = rep.to_json(&red).to_string();
+            for leak in [
+                sha256_tag(b"pw=topsecret\n"),
+                sha256_tag(b"pw=topsecret"),
+                "topsecret".to_string(),
+            ] {
+                assert!(!json.contains(&leak), "{mode:?}: {json}");
+                assert!(!rep.render_text(&red).contains(&leak), "{mode:?}");
+            }
+            if mode == crate::host::ExecMode::Apply {
+                t.file("/etc/held.conf", "pw=topsecret\n");
+                std::fs::remove_file(t.p("/etc/app.conf")).unwrap();
+                std::fs::remove_file(t.p("/etc/plain.conf")).unwrap();
+            }
+        }
     }
 
     #[test]

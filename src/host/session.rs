@@ -81,6 +81,11 @@ pub struct HostOptions {
     /// Secret names that may be read (`SKYHOOK_ALLOWED_SECRETS`, parsed with
     /// [`crate::host::secrets::parse_allowlist`]).
     pub allowed_secrets: Vec<String>,
+    /// Secrets resolved before the step started, as `(name, key, value)` (`skyhook-agent
+    /// serve`: the request's `secrets`, through the server's confined resolver). When set,
+    /// `secret(name, key)` answers only these coordinates and reads no file (`secrets_dir`
+    /// and `allowed_secrets` are not used).
+    pub declared_secrets: Option<Vec<(String, String, String)>>,
     /// `SKYHOOK_RESOURCE_ID` (for interrupts' once-per-resource markers, used by the agent).
     pub resource_id: String,
     /// How long package managers wait for their lock (apt's `DPkg::Lock::Timeout`, zypper's
@@ -108,6 +113,7 @@ impl Default for HostOptions {
             deadline: None,
             secrets_dir: PathBuf::from("/var/run/secrets/skyhook"),
             allowed_secrets: Vec::new(),
+            declared_secrets: None,
             resource_id: String::new(),
             package_lock_timeout: Duration::from_secs(300),
             redactor: None,
@@ -565,7 +571,7 @@ impl Host {
         let flushed = self.settle_batch_at_step_end();
         let result = flushed.and(self.run_deferred()).and(self.sync_dirs());
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
-        self.hashes.fill(&mut report.changes);
+        self.hashes.fill(&mut report.changes, &self.redactor);
         report.items = self.journal.take();
         (report, result)
     }
@@ -590,7 +596,7 @@ impl Host {
         let flushed = self.settle_batch_at_step_end();
         let deferred = flushed.and(self.run_deferred()).and(self.sync_dirs());
         let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
-        self.hashes.fill(&mut report.changes);
+        self.hashes.fill(&mut report.changes, &self.redactor);
         report.items = self.journal.take();
         self.opts.deadline = None;
         (report, deferred)

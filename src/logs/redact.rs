@@ -69,6 +69,17 @@ impl Redactor {
         out
     }
 
+    /// True when `bytes` contains a known value (content derived from a secret, which a
+    /// report must not describe by hash or content).
+    pub fn taints(&self, bytes: &[u8]) -> bool {
+        let vals = match self.values.read() {
+            Ok(v) => v,
+            Err(p) => p.into_inner(),
+        };
+        vals.iter()
+            .any(|v| memchr::memmem::find(bytes, v.as_bytes()).is_some())
+    }
+
     /// How many values are known.
     pub fn len(&self) -> usize {
         self.values.read().map(|v| v.len()).unwrap_or(0)

@@ -155,6 +155,9 @@ pub struct ModuleStore {
     /// paths, not the root mount's); `None`: as opened.
     shown_base: Option<PathBuf>,
     shown_configmaps: Option<PathBuf>,
+    /// False: relative imports are refused without touching the filesystem
+    /// ([`ModuleStore::stdlib_only`]).
+    files: bool,
     cache: Mutex<HashMap<String, Arc<CachedModule>>>,
 }
 
@@ -176,7 +179,18 @@ impl ModuleStore {
             configmaps_root: OnceLock::new(),
             shown_base: None,
             shown_configmaps: None,
+            files: true,
             cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A store that resolves only the embedded stdlib (`skyhook/<name>`): a relative import
+    /// fails with "only the embedded skyhook/... modules can be imported here", naming no
+    /// directory (`skyhook-agent serve`, whose filesystem is not the host root).
+    pub fn stdlib_only() -> Self {
+        ModuleStore {
+            files: false,
+            ..ModuleStore::new("")
         }
     }
 
@@ -271,6 +285,11 @@ impl ModuleStore {
         }
         let (file, source) = match module {
             ModuleRef::Stdlib(name, source) => (format!("stdlib/{name}.rhai"), source.to_string()),
+            ModuleRef::File(_) if !self.files => {
+                return Err(not_found(
+                    "only the embedded skyhook/... modules can be imported here".into(),
+                ));
+            }
             ModuleRef::File(rel) => {
                 let file = self.display(&rel);
                 let root = self.root().map_err(not_found)?;

@@ -76,6 +76,16 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<(String, [u8; 32])>, TokensE
     Ok(out)
 }
 
+/// The warning for a tokens file with no engine (every request is then `401`), or `None`.
+pub fn empty_warning(path: &Path, engines: usize) -> Option<String> {
+    (engines == 0).then(|| {
+        format!(
+            "tokens file {} lists no engine: every request is refused with 401",
+            path.display()
+        )
+    })
+}
+
 /// Engine names and the SHA-256 of their tokens.
 pub type Engines = Vec<(String, [u8; 32])>;
 
@@ -108,6 +118,16 @@ impl Auth {
         }
     }
 
+    /// The tokens file (`None` for `--insecure-no-auth`).
+    pub fn file(&self) -> Option<&Path> {
+        self.file.as_deref()
+    }
+
+    /// How many engines the tokens file lists now.
+    pub fn engine_count(&self) -> usize {
+        self.engines.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// True for `--insecure-no-auth`.
     pub fn is_insecure(&self) -> bool {
         self.file.is_none()
@@ -132,13 +152,18 @@ impl Auth {
         Ok(n)
     }
 
-    /// The engine an `Authorization` header value belongs to (`Bearer <token>`), or `None`.
-    /// Every line is compared, in constant time per line, whatever matched before.
+    /// The engine an `Authorization` header value belongs to (`Bearer <token>`, the scheme
+    /// case-insensitive as RFC 7235 has it), or `None`. Every line is compared, in constant
+    /// time per line, whatever matched before.
     pub fn engine(&self, authorization: Option<&str>) -> Option<String> {
         if self.is_insecure() {
             return Some("anonymous".into());
         }
-        let token = authorization?.strip_prefix("Bearer ")?.trim();
+        let (scheme, token) = authorization?.trim_start().split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return None;
+        }
+        let token = token.trim();
         if token.is_empty() {
             return None;
         }
@@ -191,5 +216,34 @@ mod tests {
         assert!(matches!(a.reload(), Err(TokensError::Line { line: 1, .. })));
         assert_eq!(a.engine(Some("Bearer tok-wf")).as_deref(), Some("wf"));
         assert_eq!(Auth::insecure().engine(None).as_deref(), Some("anonymous"));
+    }
+
+    #[test]
+    fn scheme_is_case_insensitive_and_an_empty_file_warns() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("engines");
+        std::fs::write(&f, format!("ci {}\n", sha256_hex(b"tok-ci"))).unwrap();
+        let a = Auth::from_file(&f).unwrap();
+        for h in [
+            "bearer tok-ci",
+            "BEARER tok-ci",
+            "Bearer  tok-ci",
+            "bEaReR tok-ci",
+        ] {
+            assert_eq!(a.engine(Some(h)).as_deref(), Some("ci"), "{h}");
+        }
+        for h in ["Basic tok-ci", "Bearertok-ci", "bearer", "tok-ci"] {
+            assert_eq!(a.engine(Some(h)), None, "{h}");
+        }
+        assert_eq!(empty_warning(&f, 1), None);
+        std::fs::write(&f, "# nobody yet\n\n").unwrap();
+        assert_eq!(a.reload().unwrap(), 0);
+        assert_eq!(
+            empty_warning(&f, a.engine_count()).unwrap(),
+            format!(
+                "tokens file {} lists no engine: every request is refused with 401",
+                f.display()
+            )
+        );
     }
 }

@@ -166,7 +166,13 @@ fn run(a: ServeArgs) -> Result<(), String> {
         ));
     }
     let auth = match (&a.tokens_file, a.insecure_no_auth) {
-        (Some(f), _) => Auth::from_file(f).map_err(|e| e.to_string())?,
+        (Some(f), _) => {
+            let auth = Auth::from_file(f).map_err(|e| e.to_string())?;
+            if let Some(w) = super::auth::empty_warning(f, auth.engine_count()) {
+                eprintln!("skyhook-agent serve: WARNING: {w}");
+            }
+            auth
+        }
         (None, true) => {
             eprintln!("skyhook-agent serve: WARNING: --insecure-no-auth: anyone can run steps");
             Auth::insecure()
@@ -247,12 +253,8 @@ fn run(a: ServeArgs) -> Result<(), String> {
             )));
         }
         if let Some(path) = &a.unix {
-            if std::fs::symlink_metadata(path)
-                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
-            {
-                let _ = std::fs::remove_file(path);
-            }
-            let l = tokio::net::UnixListener::bind(path)
+            let l = bind_unix(path)
+                .and_then(tokio::net::UnixListener::from_std)
                 .map_err(|e| format!("listen on {}: {e}", path.display()))?;
             eprintln!("skyhook-agent serve: listening on unix:{}", path.display());
             tasks.push(tokio::spawn(serve(
@@ -273,7 +275,15 @@ fn run(a: ServeArgs) -> Result<(), String> {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
                 _ = hup.recv() => match auth.reload() {
-                    Ok(n) => svc.audit(json!({"event": "tokens reloaded", "engines": n})),
+                    Ok(n) => {
+                        let mut a = json!({"event": "tokens reloaded", "engines": n});
+                        if let Some(f) = auth.file()
+                            && let Some(w) = super::auth::empty_warning(f, n)
+                        {
+                            a["warning"] = w.into();
+                        }
+                        svc.audit(a);
+                    }
                     Err(e) => svc.audit(json!({"event": "tokens reload failed (old set kept)",
                                                 "error": e.to_string()})),
                 },
@@ -292,9 +302,61 @@ fn run(a: ServeArgs) -> Result<(), String> {
     })
 }
 
+/// Listen on the Unix socket `path` with mode 0600 whatever the umask: bound under a
+/// temporary name beside it, chmod-ed, then renamed over `path` (an existing socket there is
+/// replaced; anything else is refused). Non-blocking, for tokio.
+///
+/// # Errors
+/// `path` exists and is not a socket, or binding, chmod or rename fail.
+fn bind_unix(path: &std::path::Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(m) = std::fs::symlink_metadata(path)
+        && !m.file_type().is_socket()
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "exists and is not a socket",
+        ));
+    }
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(name);
+    let _ = std::fs::remove_file(&tmp);
+    let l = std::os::unix::net::UnixListener::bind(&tmp)?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_unix_socket_is_0600_whatever_the_umask_and_replaces_only_a_socket() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let sock = d.path().join("serve.sock");
+        let l = bind_unix(&sock).unwrap();
+        let mode = std::fs::metadata(&sock).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        drop(l);
+        // a stale socket is replaced, a regular file is not
+        bind_unix(&sock).unwrap();
+        let file = d.path().join("file");
+        std::fs::write(&file, "keep").unwrap();
+        let e = bind_unix(&file).unwrap_err();
+        assert_eq!(e.to_string(), "exists and is not a socket");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+        let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+    }
 
     #[test]
     fn sizes_and_durations() {

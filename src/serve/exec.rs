@@ -24,8 +24,17 @@ use crate::logs::redact::Redactor;
 use crate::process::{Cancel, CancelReason, Outcome, Status};
 use crate::script::{CompiledScript, ModuleStore, RunOptions, ScriptEngine, StepContext};
 
-/// Base directory of relative Rhai imports: one that does not exist, so none resolves.
-const NO_MODULES: &str = "/nonexistent/skyhook-serve/no-relative-imports";
+/// Most environment entries a step gets (the request's `env`, its `secrets`, `PATH`).
+pub const MAX_ENV_ENTRIES: usize = 1024;
+
+/// Most bytes of a step's environment and command together, each entry counted as
+/// `NAME=value` plus its NUL: half of the usual 2 MiB `ARG_MAX`, so an exec never fails
+/// with `E2BIG`.
+pub const MAX_ENV_BYTES: usize = 1 << 20;
+
+/// Most bytes of one `NAME=value` entry or of the command, its NUL included: Linux's
+/// `MAX_ARG_STRLEN` (32 pages of 4 KiB), past which an exec fails with `E2BIG`.
+pub const MAX_ARG_BYTES: usize = 32 * 4096;
 
 /// Events handed to a stream per ring read (bounds what one reader copies at once).
 const READ_BATCH: usize = 256;
@@ -89,7 +98,7 @@ impl Config {
 /// A refused request: HTTP status, JSON body, extra headers. Never carries a secret value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refusal {
-    /// The status code (400, 403, 404, 409, 410, 422, 429, 503).
+    /// The status code (400, 403, 404, 409, 410, 413, 422, 429, 500, 503).
     pub status: u16,
     /// `{"error": "...", ...}`.
     pub body: Value,
@@ -198,7 +207,7 @@ enum Prepared {
         compiled: CompiledScript,
         exec: ExecMode,
         env: Vec<(String, String)>,
-        names: Vec<String>,
+        declared: Vec<(String, String, String)>,
     },
 }
 
@@ -379,9 +388,51 @@ impl Service {
         json!({"version": env!("CARGO_PKG_VERSION"), "running": self.running()})
     }
 
-    /// A known execution.
+    /// A known execution, whoever started it.
     pub fn get(&self, id: &str) -> Option<Arc<Execution>> {
         lock(&self.reg).execs.get(id).cloned()
+    }
+
+    /// A known execution that `engine` started; `None` for one of another engine, so that
+    /// an engine cannot tell it from an unknown id.
+    pub fn get_owned(&self, id: &str, engine: &str) -> Option<Arc<Execution>> {
+        self.get(id).filter(|e| e.engine == engine)
+    }
+
+    /// `GET /v1/executions/{id}`: [`Execution::status`] of an execution `engine` started.
+    ///
+    /// # Errors
+    /// `404` for an unknown id or another engine's execution.
+    pub fn status(&self, id: &str, engine: &str) -> Result<Value, Refusal> {
+        self.get_owned(id, engine)
+            .map(|e| e.status())
+            .ok_or_else(Refusal::not_found)
+    }
+
+    /// `GET /v1/executions/{id}/events?after=N`: [`Service::stream`] of an execution `engine`
+    /// started.
+    ///
+    /// # Errors
+    /// `404` for an unknown id or another engine's execution; `400` when `after` is beyond
+    /// the last event (`last_seq` in the body: sequence numbers never go back, so such a
+    /// cursor did not come from this execution); `410` for a [`Gap`].
+    pub fn events(
+        &self,
+        id: &str,
+        after: u64,
+        engine: &str,
+    ) -> Result<mpsc::Receiver<Bytes>, Refusal> {
+        let exec = self.get_owned(id, engine).ok_or_else(Refusal::not_found)?;
+        let last = lock(&exec.inner).ring.last_seq();
+        if after > last {
+            return Err(Refusal::new(
+                400,
+                json!({"error": "bad request",
+                       "detail": format!("after {after} is beyond the last event {last}"),
+                       "last_seq": last}),
+            ));
+        }
+        self.stream(exec, after).map_err(Refusal::gap)
     }
 
     /// Write one audit line: `fields` plus `ts` (JSON, or `key=value` words).
@@ -459,6 +510,14 @@ impl Service {
         for (_, v) in &values {
             redactor.add(v);
         }
+        // What a Rhai `secret(name, key)` may answer: only the declared coordinates, with the
+        // values resolved above (nothing is read once the step runs).
+        let declared: Vec<(String, String, String)> = req
+            .secrets
+            .iter()
+            .zip(&values)
+            .map(|(r, (_, v))| (r.name.clone(), r.key.clone(), v.clone()))
+            .collect();
         let mut env: Vec<(String, String)> =
             vec![("PATH".into(), crate::process::DEFAULT_PATH.into())];
         for (k, v) in req
@@ -470,6 +529,7 @@ impl Service {
             env.retain(|(n, _)| n != &k);
             env.push((k, v));
         }
+        check_exec_size(&env, req.command.as_deref())?;
         let prepared = match req.kind {
             Kind::Sh => {
                 if req.script.is_some() || req.mode.is_some() {
@@ -482,16 +542,7 @@ impl Service {
                     return Err(Refusal::bad("command contains NUL"));
                 }
                 let chrooted = !is_slash(&self.cfg.root);
-                let seen = self
-                    .cfg
-                    .root
-                    .join(workdir.strip_prefix("/").unwrap_or(&workdir));
-                if !seen.is_dir() {
-                    return Err(Refusal::new(
-                        422,
-                        json!({"error": "workdir not found", "workdir": workdir}),
-                    ));
-                }
+                let workdir = self.resolve_workdir(&workdir)?;
                 let mut args: Vec<OsString> =
                     self.cfg.shell[1..].iter().map(OsString::from).collect();
                 args.push(command.into());
@@ -527,7 +578,7 @@ impl Service {
                 };
                 // Only the embedded stdlib (`skyhook/...`) can be imported: a relative import
                 // would read the server's own filesystem, outside the host root.
-                let store = Arc::new(ModuleStore::new(NO_MODULES));
+                let store = Arc::new(ModuleStore::stdlib_only());
                 let file = match &req.script_name {
                     None => format!("{}.rhai", req.id),
                     Some(n) if n.is_empty() || n.len() > 255 || n.chars().any(char::is_control) => {
@@ -546,13 +597,11 @@ impl Service {
                                    "line": e.line, "column": e.column}),
                         )
                     })?;
-                let mut names: Vec<String> = req.secrets.iter().map(|s| s.name.clone()).collect();
-                names.dedup();
                 Prepared::Rhai {
                     compiled,
                     exec,
                     env,
-                    names,
+                    declared,
                 }
             }
         };
@@ -620,12 +669,40 @@ impl Service {
                     compiled,
                     exec,
                     env,
-                    names,
-                } => svc.run_rhai(&e, compiled, exec, env, names).await,
+                    declared,
+                } => svc.run_rhai(&e, compiled, exec, env, declared).await,
             };
             svc.finish(&e, exit, extra);
         });
         Ok(exec)
+    }
+
+    /// `workdir` resolved inside the host root as the chrooted step will see it (`..` stops
+    /// at the root, symlinks are followed inside it): the host path of a directory.
+    ///
+    /// # Errors
+    /// `422 {"error": "workdir not found", "workdir"}` when it is not a directory inside the
+    /// root (also when resolving it would leave the root); `500` when the root cannot be
+    /// opened.
+    fn resolve_workdir(&self, workdir: &Path) -> Result<PathBuf, Refusal> {
+        let root = crate::host::root::HostRoot::open(&self.cfg.root).map_err(|e| {
+            Refusal::new(500, json!({"error": format!("cannot open host root: {e}")}))
+        })?;
+        let not_found = || {
+            Refusal::new(
+                422,
+                json!({"error": "workdir not found", "workdir": workdir}),
+            )
+        };
+        let resolved = root
+            .canonical(workdir)
+            .ok()
+            .flatten()
+            .ok_or_else(not_found)?;
+        match root.metadata(&resolved) {
+            Ok(Some(m)) if m.is_dir() => Ok(resolved),
+            _ => Err(not_found()),
+        }
     }
 
     /// Append one event to `exec`'s ring, keeping the byte budget.
@@ -754,7 +831,8 @@ impl Service {
     /// being cancelled; `200` with the exit when it already ended.
     ///
     /// # Errors
-    /// `400` for a bad body, `404` for an unknown id.
+    /// `400` for a bad body, `404` for an unknown id or another engine's execution (also
+    /// one recorded by an earlier server).
     pub fn cancel(&self, id: &str, body: &[u8], engine: &str) -> Result<(u16, Value), Refusal> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -773,9 +851,10 @@ impl Service {
             Some(_) => return Err(Refusal::bad("grace_s must be in [0, 3600]")),
         };
         let Some(exec) = self.get(id) else {
-            // A group recorded by an earlier server.
+            // A group recorded by an earlier server, for the engine that started it.
             if let Some(state) = &self.state
                 && let Some(rec) = state.get(id)
+                && state.owner(id).as_deref() == Some(engine)
             {
                 if super::state::group_members(rec).is_empty() {
                     state.remove(id); // its processes are gone (or its pid was reused)
@@ -794,6 +873,9 @@ impl Service {
             }
             return Err(Refusal::not_found());
         };
+        if exec.engine != engine {
+            return Err(Refusal::not_found());
+        }
         if let Some(exit) = exec.exit() {
             return Ok((200, json!({"id": id, "state": "exited", "exit": exit})));
         }
@@ -920,7 +1002,7 @@ impl Service {
         compiled: CompiledScript,
         mode: ExecMode,
         env: Vec<(String, String)>,
-        names: Vec<String>,
+        declared: Vec<(String, String, String)>,
     ) -> (Value, Map<String, Value>) {
         let out = Arc::new(RhaiSink {
             svc: self.clone(),
@@ -936,8 +1018,7 @@ impl Service {
             let options = HostOptions {
                 env: env.clone(),
                 commands_chrooted: !is_slash(&svc.cfg.root),
-                secrets_dir: svc.cfg.secrets.dir.clone(),
-                allowed_secrets: names,
+                declared_secrets: Some(declared),
                 resource_id: e.id.clone(),
                 redactor: Some(e.redactor.clone()),
                 cancel: e.cancel.clone(),
@@ -1021,6 +1102,52 @@ impl Service {
     }
 }
 
+/// `413` when the environment (`NAME=value` entries, secrets included) and the command
+/// would not fit an exec: more than [`MAX_ENV_ENTRIES`] entries, an entry or the command of
+/// [`MAX_ARG_BYTES`] or more, or [`MAX_ENV_BYTES`] in all. The refusal names variables,
+/// never values.
+fn check_exec_size(env: &[(String, String)], command: Option<&str>) -> Result<(), Refusal> {
+    let too_large = |detail: String| {
+        Refusal::new(
+            413,
+            json!({"error": "environment too large", "detail": detail,
+                   "max_env_entries": MAX_ENV_ENTRIES, "max_env_bytes": MAX_ENV_BYTES,
+                   "max_arg_bytes": MAX_ARG_BYTES}),
+        )
+    };
+    if env.len() > MAX_ENV_ENTRIES {
+        return Err(too_large(format!(
+            "{} environment entries, at most {MAX_ENV_ENTRIES}",
+            env.len()
+        )));
+    }
+    let mut total = 0;
+    for (k, v) in env {
+        let n = k.len() + 1 + v.len() + 1;
+        if n >= MAX_ARG_BYTES {
+            return Err(too_large(format!(
+                "env {k:?} is {n} bytes, each entry must be under {MAX_ARG_BYTES}"
+            )));
+        }
+        total += n;
+    }
+    if let Some(c) = command {
+        if c.len() + 1 >= MAX_ARG_BYTES {
+            return Err(too_large(format!(
+                "command is {} bytes, it must be under {MAX_ARG_BYTES}",
+                c.len() + 1
+            )));
+        }
+        total += c.len() + 1;
+    }
+    if total > MAX_ENV_BYTES {
+        return Err(too_large(format!(
+            "environment and command are {total} bytes, at most {MAX_ENV_BYTES}"
+        )));
+    }
+    Ok(())
+}
+
 fn status_json(s: Option<Status>) -> Value {
     match s {
         Some(Status::Code(c)) => json!({"code": c}),
@@ -1058,7 +1185,7 @@ impl crate::process::Sink for ShSink {
         let rec = ProcRecord { pid, start };
         lock(&self.exec.inner).proc = Some(rec);
         if let Some(s) = &self.svc.state
-            && let Err(e) = s.record(&self.exec.id, rec)
+            && let Err(e) = s.record(&self.exec.id, rec, &self.exec.engine)
         {
             self.svc.audit(json!({"id": self.exec.id, "warning":
                 format!("cannot record the process in the state dir: {e}")}));
@@ -1346,6 +1473,8 @@ mod tests {
             .await;
             let text = serde_json::to_string(&ev).unwrap();
             assert!(!text.contains("s3cr3t"), "{text}");
+            assert!(!text.contains(&crate::host::digest::sha256_tag(b"s3cr3t-value")), "{text}");
+            assert_eq!(ev.last().unwrap()["report"]["changes"][0]["after"], "***");
             assert!(ev.iter().any(|e| e["line"] == "***"));
             assert_eq!(ev.last().unwrap()["exit"], json!({"code": 0}));
             // shutdown: the grace passes, the running one is cancelled, new starts refused
@@ -1360,6 +1489,226 @@ mod tests {
                 .start(json!({"id": "z", "kind": "sh", "command": "true"}).to_string().as_bytes(), "t")
                 .unwrap_err();
             assert_eq!(r.status, 503);
+        });
+    }
+
+    #[test]
+    fn rhai_secret_reads_only_declared_coordinates_resolved_before_the_start() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |_| {});
+        let outside = d.path().join("outside");
+        std::fs::write(&outside, "host-file-content").unwrap();
+        std::os::unix::fs::symlink(&outside, d.path().join("secrets/db/link")).unwrap();
+        std::fs::write(d.path().join("secrets/db/other"), "undeclared-value").unwrap();
+        rt().block_on(async {
+            let declared = json!([{"env": "P", "name": "db", "key": "pw"}]);
+            for key in ["link", "other"] {
+                let ev = run_to_end(
+                    &svc,
+                    json!({"id": format!("r-{key}"), "kind": "rhai", "secrets": declared,
+                           "script": format!("print(secret(\"db\", \"{key}\"));")}),
+                )
+                .await;
+                let text = serde_json::to_string(&ev).unwrap();
+                assert!(!text.contains("host-file-content"), "{text}");
+                assert!(!text.contains("undeclared-value"), "{text}");
+                let exit = &ev.last().unwrap()["exit"];
+                assert_eq!(exit["code"], 1, "{text}");
+                let err = exit["error"].as_str().unwrap();
+                assert!(
+                    err.contains(&format!(
+                        "secret \"db\" key \"{key}\" is not in the request's `secrets` field"
+                    )),
+                    "{err}"
+                );
+                assert!(!err.contains("SKYHOOK_ALLOWED_SECRETS"), "{err}");
+            }
+            // the declared one is read; a declared link out of the dir is refused up front
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "ok", "kind": "rhai", "secrets": declared,
+                       "script": "if secret(\"db\", \"pw\") == \"s3cr3t-value\" { print(\"same\"); }"}),
+            )
+            .await;
+            assert!(ev.iter().any(|e| e["line"] == "same"), "{ev:?}");
+            let marker = d.path().join("ran");
+            let r = svc
+                .start(
+                    json!({"id": "esc", "kind": "rhai",
+                           "script": format!("fs::write(\"{}\", \"x\");", marker.display()),
+                           "secrets": [{"env": "P", "name": "db", "key": "link"}]})
+                    .to_string()
+                    .as_bytes(),
+                    "t",
+                )
+                .unwrap_err();
+            assert_eq!(r.status, 422);
+            assert_eq!(
+                r.body,
+                json!({"error": "secret not found", "name": "db", "key": "link"})
+            );
+            assert!(svc.get("esc").is_none() && !marker.exists());
+        });
+    }
+
+    #[test]
+    fn another_engine_gets_404_for_status_events_and_cancel_also_after_a_restart() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |_| {});
+        rt().block_on(async {
+            let e = svc
+                .start(
+                    json!({"id": "mine", "kind": "sh", "command": "echo up; sleep 60"})
+                        .to_string()
+                        .as_bytes(),
+                    "a",
+                )
+                .unwrap();
+            let mut rx = svc.stream(e.clone(), 0).unwrap();
+            assert!(String::from_utf8_lossy(&rx.recv().await.unwrap()).contains("up"));
+            assert_eq!(svc.status("mine", "b").unwrap_err(), Refusal::not_found());
+            assert_eq!(
+                svc.events("mine", 0, "b").unwrap_err(),
+                Refusal::not_found()
+            );
+            assert_eq!(
+                svc.cancel("mine", b"", "b").unwrap_err(),
+                Refusal::not_found()
+            );
+            assert_eq!(svc.status("mine", "a").unwrap()["state"], "running");
+            assert!(e.exit().is_none(), "another engine's cancel reached it");
+            // `after` beyond the last event: 400 naming it, for the owner too
+            let r = svc.events("mine", 5, "a").unwrap_err();
+            assert_eq!(r.status, 400);
+            assert_eq!(r.body["last_seq"], 1);
+            assert!(svc.events("mine", 1, "a").is_ok());
+            // a restarted server reads the owner from the state dir
+            let state = d.path().join("state/mine.json");
+            let doc: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+            assert_eq!(doc["engine"], "a");
+            let again = service(d.path(), |_| {});
+            assert_eq!(
+                again.cancel("mine", b"", "b").unwrap_err(),
+                Refusal::not_found()
+            );
+            assert!(e.exit().is_none());
+            let (code, body) = again.cancel("mine", b"{\"grace_s\": 1}", "a").unwrap();
+            assert_eq!((code, &body["recovered"]), (202, &json!(true)));
+            assert_eq!(
+                collect(rx).await.last().unwrap()["exit"],
+                json!({"signal": 15})
+            );
+        });
+    }
+
+    #[test]
+    fn workdir_resolves_inside_the_host_root() {
+        let t = crate::host::testutil::TestHost::new();
+        t.install_sh();
+        let d = t.dir.path();
+        // beside the root on the host, and an absolute link naming a host directory
+        std::fs::create_dir_all(d.join("beside")).unwrap();
+        std::fs::create_dir_all(t.p("/srv/real")).unwrap();
+        std::os::unix::fs::symlink(d.join("beside"), t.p("/srv/out")).unwrap();
+        std::os::unix::fs::symlink("/srv/real", t.p("/srv/in")).unwrap();
+        let svc = service(d, |c| c.root = t.root.clone());
+        rt().block_on(async {
+            for w in [
+                "/../beside".to_string(),
+                "/srv/out".to_string(),
+                format!("{}", d.join("beside").display()),
+                "/srv/nope".to_string(),
+            ] {
+                let r = svc
+                    .start(
+                        json!({"id": "w", "kind": "sh", "command": "true", "workdir": w})
+                            .to_string()
+                            .as_bytes(),
+                        "t",
+                    )
+                    .unwrap_err();
+                assert_eq!(r.status, 422, "{w}");
+                assert_eq!(
+                    r.body,
+                    json!({"error": "workdir not found", "workdir": w}),
+                    "{w}"
+                );
+                assert!(svc.get("w").is_none());
+            }
+            // a link inside the root, absolute as the chrooted step reads it
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "in", "kind": "sh", "command": "pwd", "workdir": "/srv/in"}),
+            )
+            .await;
+            assert_eq!(ev[0]["line"], "/srv/real", "{ev:?}");
+            assert_eq!(ev.last().unwrap()["exit"], json!({"code": 0}));
+        });
+    }
+
+    #[test]
+    fn an_environment_that_would_not_fit_an_exec_is_413_and_a_relative_import_names_no_path() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |_| {});
+        let marker = d.path().join("ran");
+        let touch = format!("touch {}", marker.display());
+        let big = "v".repeat(200_000);
+        let many: BTreeMap<String, String> =
+            (0..2000).map(|i| (format!("V{i}"), "x".into())).collect();
+        let wide: BTreeMap<String, String> = (0..10)
+            .map(|i| (format!("V{i}"), "v".repeat(120_000)))
+            .collect();
+        rt().block_on(async {
+            for (body, detail) in [
+                (
+                    json!({"id": "e", "kind": "sh", "command": touch, "env": {"BIG": big}}),
+                    "env \"BIG\" is 200005 bytes, each entry must be under 131072",
+                ),
+                (
+                    json!({"id": "e", "kind": "sh", "command": touch, "env": many}),
+                    "2001 environment entries, at most 1024",
+                ),
+                (
+                    json!({"id": "e", "kind": "rhai", "script": "1", "env": wide}),
+                    "environment and command are 12001",
+                ),
+                (
+                    json!({"id": "e", "kind": "sh", "command": format!("{touch} {big}")}),
+                    "command is",
+                ),
+            ] {
+                let r = svc.start(body.to_string().as_bytes(), "t").unwrap_err();
+                assert_eq!(r.status, 413, "{detail}");
+                assert_eq!(r.body["error"], "environment too large");
+                assert_eq!(r.body["max_env_bytes"], 1 << 20);
+                let got = r.body["detail"].as_str().unwrap();
+                assert!(got.starts_with(detail), "{got}");
+                assert!(svc.get("e").is_none() && !marker.exists());
+            }
+            // a large value that fits is passed whole
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "fits", "kind": "sh", "command": "echo ${#V}",
+                       "env": {"V": "v".repeat(100_000)}}),
+            )
+            .await;
+            assert_eq!(ev[0]["line"], "100000", "{ev:?}");
+            // a relative import: a plain message, no server path
+            let r = svc
+                .start(
+                    json!({"id": "i", "kind": "rhai", "script": "import \"lib/util\" as u;"})
+                        .to_string()
+                        .as_bytes(),
+                    "t",
+                )
+                .unwrap_err();
+            assert_eq!(r.status, 422);
+            let msg = r.body["message"].as_str().unwrap();
+            assert!(
+                msg.contains("only the embedded skyhook/... modules can be imported here"),
+                "{msg}"
+            );
+            assert!(!msg.contains("nonexistent"), "{msg}");
         });
     }
 

@@ -18,6 +18,15 @@ use super::exec::{Refusal, Service};
 /// Largest request body, in bytes (a start request carries a script).
 pub const MAX_BODY: usize = 4 << 20;
 
+/// True for a `Content-Type` of `application/json`, parameters (`; charset=utf-8`) allowed.
+pub fn is_json(content_type: Option<&str>) -> bool {
+    content_type.is_some_and(|c| {
+        c.split(';')
+            .next()
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+    })
+}
+
 /// A response body: all at once, or an NDJSON stream fed by the service.
 #[derive(Debug)]
 pub enum RespBody {
@@ -134,8 +143,21 @@ impl Server {
         if self.auth.is_insecure() {
             audit["warning"] = "--insecure-no-auth: request not authenticated".into();
         }
+        let json_body = is_json(
+            req.headers()
+                .get(hyper::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok()),
+        );
+        let unsupported = || {
+            json_response(
+                415,
+                &json!({"error": "unsupported media type",
+                        "detail": "a request body must be Content-Type: application/json"}),
+            )
+        };
         let rest = path.strip_prefix("/v1/executions");
         let (status, resp) = match (rest, &method) {
+            (Some("" | "/"), &Method::POST) if !json_body => (415, unsupported()),
             (Some("" | "/"), &Method::POST) => {
                 let Some(body) = read_body(req.into_body(), MAX_BODY).await else {
                     let r = json_response(413, &json!({"error": "body too large or broken"}));
@@ -157,30 +179,31 @@ impl Server {
                 let sub = parts.next();
                 audit["id"] = id.clone().into();
                 match (sub, m) {
-                    (None, &Method::GET) => match self.svc.get(&id) {
-                        Some(e) => (200, json_response(200, &e.status())),
-                        None => (404, refusal(&Refusal::not_found())),
+                    (None, &Method::GET) => match self.svc.status(&id, &engine) {
+                        Ok(v) => (200, json_response(200, &v)),
+                        Err(r) => (r.status, refusal(&r)),
                     },
                     (Some("events"), &Method::GET) => match parse_after(&query) {
                         None => {
                             let r = Refusal::new_bad("after must be a non-negative integer");
                             (400, refusal(&r))
                         }
-                        Some(after) => match self.svc.get(&id) {
-                            None => (404, refusal(&Refusal::not_found())),
-                            Some(e) => match self.svc.stream(e, after) {
-                                Ok(rx) => (200, stream_response(rx)),
-                                Err(g) => (410, refusal(&Refusal::gap(g))),
-                            },
+                        Some(after) => match self.svc.events(&id, after, &engine) {
+                            Ok(rx) => (200, stream_response(rx)),
+                            Err(r) => (r.status, refusal(&r)),
                         },
                     },
                     (Some("cancel"), &Method::POST) => {
                         let body = read_body(req.into_body(), 64 << 10)
                             .await
                             .unwrap_or_default();
-                        match self.svc.cancel(&id, &body, &engine) {
-                            Ok((s, v)) => (s, json_response(s, &v)),
-                            Err(r) => (r.status, refusal(&r)),
+                        if !json_body && !body.iter().all(u8::is_ascii_whitespace) {
+                            (415, unsupported())
+                        } else {
+                            match self.svc.cancel(&id, &body, &engine) {
+                                Ok((s, v)) => (s, json_response(s, &v)),
+                                Err(r) => (r.status, refusal(&r)),
+                            }
                         }
                     }
                     (None | Some("events" | "cancel"), _) => (

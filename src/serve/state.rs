@@ -2,7 +2,8 @@
 //! running sh execution, written once its process exists and removed when it ended, so a
 //! cancel still reaches the process group after a server restart. `start` is the process's
 //! start time in clock ticks since boot (`/proc/PID/stat` field 22): a pid that was reused
-//! by another process is never signalled.
+//! by another process is never signalled. `engine` names the engine that started the
+//! execution: after a restart only that engine may cancel it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -96,14 +97,22 @@ impl StateDir {
         self.dir.join(format!("{id}.json"))
     }
 
-    /// Record `id` (atomically: temp file, rename).
+    /// Record `id`, started by `engine` (atomically: temp file, rename).
     ///
     /// # Errors
     /// The file cannot be written.
-    pub fn record(&self, id: &str, rec: ProcRecord) -> std::io::Result<()> {
+    pub fn record(&self, id: &str, rec: ProcRecord, engine: &str) -> std::io::Result<()> {
         let tmp = self.dir.join(format!(".{id}.tmp"));
-        std::fs::write(&tmp, serde_json::to_vec(&rec).unwrap_or_default())?;
+        let doc = serde_json::json!({"pid": rec.pid, "start": rec.start, "engine": engine});
+        std::fs::write(&tmp, doc.to_string())?;
         std::fs::rename(&tmp, self.path(id))
+    }
+
+    /// The engine that started `id`, when recorded.
+    pub fn owner(&self, id: &str) -> Option<String> {
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(self.path(id)).ok()?).ok()?;
+        v.get("engine")?.as_str().map(String::from)
     }
 
     /// Forget `id`.
@@ -151,8 +160,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = StateDir::open(&d.path().join("st")).unwrap();
         let r = ProcRecord { pid: 42, start: 7 };
-        s.record("a-1", r).unwrap();
+        s.record("a-1", r, "ci").unwrap();
         assert_eq!(s.get("a-1"), Some(r));
+        assert_eq!(s.owner("a-1").as_deref(), Some("ci"));
         assert_eq!(s.all(), vec![("a-1".to_string(), r)]);
         s.remove("a-1");
         assert!(s.all().is_empty());
