@@ -73,6 +73,7 @@ pub fn refusal_reason(status: u16) -> &'static str {
         403 => "forbidden",
         404 => "not_found",
         405 => "method_not_allowed",
+        408 => "request_timeout",
         409 => "conflict",
         410 => "gap",
         413 => "too_large",
