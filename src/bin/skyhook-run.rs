@@ -853,6 +853,14 @@ fn remote_run(cli: &Cli, url: &str) -> u8 {
             }
         });
         let mut on_event = |v: &Value| {
+            if let Some(n) = v.get("lost") {
+                eprintln!(
+                    "skyhook-run: {n} event(s) lost (seq {} to {}): the server's ring dropped \
+                     them before they were read",
+                    v["from_seq"], v["to_seq"]
+                );
+                return;
+            }
             let Some(line) = v.get("line").and_then(Value::as_str) else {
                 return;
             };

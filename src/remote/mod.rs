@@ -161,12 +161,16 @@ impl Client {
                 let s = tokio::net::TcpStream::connect(hp.as_str())
                     .await
                     .map_err(|e| io(&e))?;
+                // the request goes out in small writes: do not hold them back (Nagle)
+                let _ = s.set_nodelay(true);
                 exchange!(s)
             }
             Target::Tls(hp, cfg) => {
                 let s = tokio::net::TcpStream::connect(hp.as_str())
                     .await
                     .map_err(|e| io(&e))?;
+                // the request goes out in small writes: do not hold them back (Nagle)
+                let _ = s.set_nodelay(true);
                 let host = hp.rsplit_once(':').map_or(hp.as_str(), |(h, _)| h);
                 let host = host.trim_start_matches('[').trim_end_matches(']');
                 let name = tokio_rustls::rustls::pki_types::ServerName::try_from(host.to_string())
@@ -213,7 +217,8 @@ impl Client {
 
     /// Start `start` (a `POST /v1/executions` body with an `id`) and follow it to its exit
     /// event, which is returned. Every numbered event goes to `on_event` exactly once, in
-    /// order (heartbeats are dropped). A dropped connection is resumed with
+    /// order (heartbeats are dropped); so does a lost event (`{"lost", "from_seq", "to_seq"}`,
+    /// events the server dropped before they were read), after which the stream goes on. A dropped connection is resumed with
     /// `GET .../events?after=LAST` up to [`RECONNECTS`] times. Once `cancel` is aborted the
     /// execution is cancelled (`POST .../cancel`, once) and followed to its exit.
     ///
@@ -328,6 +333,16 @@ impl Client {
                 let Ok(v) = serde_json::from_slice::<Value>(&line[..i]) else {
                     return Err("a line of the stream is not JSON".into());
                 };
+                if let Some(to) = v.get("to_seq").and_then(Value::as_u64)
+                    && v.get("lost").is_some()
+                {
+                    // the server's ring dropped events before they were read: go on after them
+                    if to > *last {
+                        *last = to;
+                        on_event(&v);
+                    }
+                    continue;
+                }
                 let Some(seq) = v.get("seq").and_then(Value::as_u64) else {
                     continue; // heartbeat
                 };

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::auth::Auth;
 use super::exec::{Config, Service};
-use super::http::{Listener, Server, serve};
+use super::http::{Limits, Listener, Server, default_max_connections, serve};
 use super::secrets::Secrets;
 
 /// Options of `skyhook-agent serve`.
@@ -82,6 +82,18 @@ pub struct ServeArgs {
     /// On SIGTERM: how long running executions may finish before they are cancelled.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+    /// A request head must be complete this long after its first byte (or after the
+    /// connection opened), and a request body this long after its head.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+    /// Close a connection with no request in flight after this (a stream of a running
+    /// execution is in flight).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Connections open at once; one more sheds the oldest idle one (default: 1024, less
+    /// when the open-files limit is lower: the limit - 64 - 8 × --max-running).
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
 }
 
 /// `64MiB`, `1KiB`, `10MB`, `123` → bytes.
@@ -185,6 +197,11 @@ fn run(a: ServeArgs) -> Result<(), String> {
     if shell.is_empty() {
         return Err("--shell is empty".into());
     }
+    if a.header_timeout.is_zero() || a.idle_timeout.is_zero() || a.max_connections == Some(0) {
+        return Err(
+            "--header-timeout, --idle-timeout and --max-connections must be above 0".into(),
+        );
+    }
     let json_log = match a.log_format.as_str() {
         "json" => true,
         "text" => false,
@@ -225,10 +242,14 @@ fn run(a: ServeArgs) -> Result<(), String> {
                 recovered.join(", ")
             );
         }
-        let server = Server {
-            svc: svc.clone(),
-            auth: auth.clone(),
+        let limits = Limits {
+            header_timeout: a.header_timeout,
+            idle_timeout: a.idle_timeout,
+            max_connections: a
+                .max_connections
+                .unwrap_or_else(|| default_max_connections(a.max_running.max(1))),
         };
+        let server = Server::new(svc.clone(), auth.clone(), limits);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let mut tasks = Vec::new();
         if let Some(addr) = a.listen {

@@ -85,6 +85,14 @@ pub fn alive_line() -> String {
     json!({"alive": true, "ts": now_ts()}).to_string()
 }
 
+/// A lost event (`{"lost": N, "from_seq": A, "to_seq": B, "ts": ...}`): the ring dropped
+/// events A..=B (N of them) before this reader got them; the stream goes on with B + 1.
+/// Not numbered, never replayed.
+pub fn lost_line(from_seq: u64, to_seq: u64) -> String {
+    json!({"lost": to_seq - from_seq + 1, "from_seq": from_seq, "to_seq": to_seq, "ts": now_ts()})
+        .to_string()
+}
+
 /// One output stream of an execution: redaction on the byte stream (a secret split across
 /// two reads is still hidden), then line splitting.
 #[derive(Debug)]

@@ -8,14 +8,15 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 
-use super::event::{Body, Lines, alive_line};
+use super::event::{Body, Lines, alive_line, lost_line};
+use super::metrics::Metrics;
 use super::ring::{Events, Gap, Ring};
 use super::secrets::{SecretError, SecretRef, Secrets, env_name};
 use super::state::{ProcRecord, StateDir, proc_stat};
@@ -214,6 +215,9 @@ enum Prepared {
 struct Inner {
     ring: Ring,
     exit: Option<Value>,
+    /// The exit event, kept beside the ring so that a reader of an execution whose ring
+    /// was evicted still gets it (after a lost event).
+    exit_line: Option<(u64, Arc<str>)>,
     proc: Option<ProcRecord>,
 }
 
@@ -225,6 +229,7 @@ pub struct Execution {
     pub kind: Kind,
     /// Who started it (tokens file name).
     pub engine: String,
+    started: Instant,
     inner: Mutex<Inner>,
     tick: watch::Sender<u64>,
     cancel: Cancel,
@@ -250,6 +255,27 @@ impl Execution {
         let i = lock(&self.inner);
         let ev = i.ring.after(after, max)?;
         Ok((ev, i.exit.is_some(), i.ring.last_seq()))
+    }
+
+    /// As [`Execution::read`], but a reader that fell behind the ring is moved past what
+    /// was dropped: `Some((from_seq, to_seq))` names the events it lost, and the events
+    /// returned follow them (the kept exit event when the whole ring was evicted).
+    fn read_on(&self, after: u64, max: usize) -> (Option<(u64, u64)>, Events, bool, u64) {
+        let i = lock(&self.inner);
+        let (ended, last) = (i.exit.is_some(), i.ring.last_seq());
+        let g = match i.ring.after(after, max) {
+            Ok(ev) => return (None, ev, ended, last),
+            Err(g) => g,
+        };
+        if i.ring.is_empty()
+            && let Some((seq, line)) = &i.exit_line
+            && *seq >= g.wanted
+        {
+            let lost = (*seq > g.wanted).then(|| (g.wanted, *seq - 1));
+            return (lost, vec![(*seq, line.clone())], ended, last);
+        }
+        let ev = i.ring.after(g.oldest - 1, max).unwrap_or_default();
+        (Some((g.wanted, g.oldest - 1)), ev, ended, last)
     }
 
     /// `{"id", "state", "exit", "first_seq", "last_seq"}`.
@@ -304,6 +330,7 @@ pub struct Service {
     engine: Arc<ScriptEngine>,
     reg: Mutex<Registry>,
     bytes: AtomicUsize,
+    metrics: Metrics,
     running: watch::Sender<usize>,
     state: Option<StateDir>,
     audit: AuditSink,
@@ -346,6 +373,7 @@ impl Service {
                 closed: false,
             }),
             bytes: AtomicUsize::new(0),
+            metrics: Metrics::default(),
             running: watch::channel(0).0,
             state,
             audit,
@@ -383,6 +411,26 @@ impl Service {
         self.bytes.load(Ordering::SeqCst)
     }
 
+    /// The counters (the HTTP layer adds connections and refusals).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The Prometheus text exposition of [`Service::metrics`] with the execution and ring
+    /// gauges.
+    pub fn metrics_text(&self) -> String {
+        let (running, known) = {
+            let reg = lock(&self.reg);
+            (reg.running, reg.execs.len())
+        };
+        self.metrics.render(
+            running,
+            known.saturating_sub(running),
+            self.ring_bytes(),
+            self.cfg.ring_bytes,
+        )
+    }
+
     /// `{"version", "running"}`.
     pub fn health(&self) -> Value {
         json!({"version": env!("CARGO_PKG_VERSION"), "running": self.running()})
@@ -417,7 +465,7 @@ impl Service {
     /// the last event (`last_seq` in the body: sequence numbers never go back, so such a
     /// cursor did not come from this execution); `410` for a [`Gap`].
     pub fn events(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         after: u64,
         engine: &str,
@@ -609,9 +657,11 @@ impl Service {
             id: req.id.clone(),
             kind: req.kind,
             engine: engine.to_string(),
+            started: Instant::now(),
             inner: Mutex::new(Inner {
                 ring: Ring::new(self.cfg.ring_lines),
                 exit: None,
+                exit_line: None,
                 proc: None,
             }),
             tick: watch::channel(0).0,
@@ -642,6 +692,7 @@ impl Service {
             reg.execs.insert(req.id.clone(), exec.clone());
             self.running.send_replace(reg.running);
         }
+        self.metrics.started();
         if let Some(t) = timeout {
             let (svc, e) = (Arc::downgrade(self), Arc::downgrade(&exec));
             tokio::spawn(async move {
@@ -707,7 +758,13 @@ impl Service {
 
     /// Append one event to `exec`'s ring, keeping the byte budget.
     fn emit(&self, exec: &Execution, body: &Body) {
-        let (seq, delta) = lock(&exec.inner).ring.push(|s| body.render(s));
+        let (seq, delta, evicted) = {
+            let mut i = lock(&exec.inner);
+            let before = i.ring.first_seq();
+            let (seq, delta) = i.ring.push(|s| body.render(s));
+            (seq, delta, i.ring.first_seq() - before)
+        };
+        self.metrics.evicted(evicted);
         self.account(delta);
         exec.tick.send_replace(seq);
         if self.bytes.load(Ordering::SeqCst) > self.cfg.ring_bytes {
@@ -749,6 +806,7 @@ impl Service {
             }
             let n = i.ring.pop_front();
             drop(i);
+            self.metrics.evicted(1);
             self.account(-(n as isize));
         }
     }
@@ -756,6 +814,7 @@ impl Service {
     fn drop_ring(&self, e: &Execution) {
         let mut i = lock(&e.inner);
         let mut n = 0;
+        self.metrics.evicted(i.ring.len() as u64);
         while !i.ring.is_empty() {
             n += i.ring.pop_front();
         }
@@ -772,12 +831,17 @@ impl Service {
         };
         let (seq, delta) = {
             let mut i = lock(&exec.inner);
+            let before = i.ring.first_seq();
             let r = i.ring.push(|s| body.render(s));
+            self.metrics.evicted(i.ring.first_seq() - before);
+            i.exit_line = i.ring.after(r.0 - 1, 1).ok().and_then(|mut v| v.pop());
             i.exit = Some(exit.clone());
             i.proc = None;
             r
         };
         self.account(delta);
+        self.metrics
+            .ended(exec.kind.as_str(), &exit, exec.started.elapsed());
         if let Some(s) = &self.state {
             s.remove(&exec.id);
         }
@@ -885,25 +949,35 @@ impl Service {
 
     /// The stream of `exec` from the first event after `after`: NDJSON chunks (each ends
     /// with `\n`), a heartbeat every `alive_every` while it runs, closed after the exit
-    /// event, or early when the reader fell so far behind that the ring dropped what it
-    /// needs next (the client then resumes and gets the `410`).
+    /// event. A reader that fell so far behind that the ring dropped what it needs next
+    /// gets a lost event (`{"lost": N, "from_seq", "to_seq"}`) and the stream goes on
+    /// after it: the step is never slowed down by a reader.
     ///
     /// # Errors
     /// [`Gap`] when the ring does not reach back to `after + 1` now.
-    pub fn stream(&self, exec: Arc<Execution>, after: u64) -> Result<mpsc::Receiver<Bytes>, Gap> {
+    pub fn stream(
+        self: &Arc<Self>,
+        exec: Arc<Execution>,
+        after: u64,
+    ) -> Result<mpsc::Receiver<Bytes>, Gap> {
         exec.read(after, 0)?;
         let (tx, rx) = mpsc::channel::<Bytes>(16);
         let alive = self.cfg.alive_every;
+        let svc = self.clone();
         tokio::spawn(async move {
             let mut cursor = after;
             let mut tick = exec.tick.subscribe();
             loop {
                 tick.borrow_and_update();
-                let Ok((events, ended, last)) = exec.read(cursor, READ_BATCH) else {
-                    return; // fell behind: end without a hole
-                };
-                let had = !events.is_empty();
+                let (lost, events, ended, last) = exec.read_on(cursor, READ_BATCH);
                 let mut chunk = Vec::new();
+                if let Some((from, to)) = lost {
+                    svc.metrics.lost(to - from + 1);
+                    chunk.extend_from_slice(lost_line(from, to).as_bytes());
+                    chunk.push(b'\n');
+                    cursor = to;
+                }
+                let had = !chunk.is_empty() || !events.is_empty();
                 for (seq, line) in events {
                     chunk.extend_from_slice(line.as_bytes());
                     chunk.push(b'\n');
@@ -1270,6 +1344,27 @@ mod tests {
         out
     }
 
+    /// `ev` accounts for every seq from 1 to `last` exactly once, in order (numbered events
+    /// and lost events' ranges), and ends with the exit event numbered `last`.
+    fn assert_covers(ev: &[Value], last: u64) {
+        let mut next = 1;
+        for e in ev {
+            if let Some(n) = e.get("lost") {
+                let (from, to) = (e["from_seq"].as_u64(), e["to_seq"].as_u64());
+                assert_eq!(from, Some(next), "{e}");
+                let to = to.unwrap();
+                assert_eq!(n.as_u64(), Some(to - next + 1), "{e}");
+                next = to + 1;
+            } else if let Some(seq) = e.get("seq") {
+                assert_eq!(seq.as_u64(), Some(next), "{e}");
+                next += 1;
+            }
+        }
+        assert_eq!(next, last + 1, "events end at {}", next - 1);
+        let end = ev.last().unwrap();
+        assert!(end.get("exit").is_some(), "the stream ends with {end}");
+    }
+
     async fn run_to_end(svc: &Arc<Service>, body: Value) -> Vec<Value> {
         let e = svc.start(body.to_string().as_bytes(), "t").unwrap();
         collect(svc.stream(e, 0).unwrap()).await
@@ -1398,6 +1493,48 @@ mod tests {
         });
     }
 
+    /// A reader that does not read while a step writes past `--ring-lines` loses events:
+    /// it is told which (a lost event) and then gets the rest and the exit event.
+    #[test]
+    fn slow_reader_gets_a_lost_event_then_the_rest_and_the_exit() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |c| {
+            c.ring_lines = 50;
+            c.keep_finished = 1;
+        });
+        rt().block_on(async {
+            let e = svc
+                .start(
+                    json!({"id": "s", "kind": "sh", "command": "seq 1 3000"})
+                        .to_string()
+                        .as_bytes(),
+                    "t",
+                )
+                .unwrap();
+            let rx = svc.stream(e.clone(), 0).unwrap();
+            assert_eq!(e.ended().await, json!({"code": 0}));
+            let ev = collect(rx).await;
+            assert_covers(&ev, 3001);
+            let lost: u64 = ev.iter().filter_map(|e| e["lost"].as_u64()).sum();
+            assert!(lost > 0, "nothing lost: the test did not fall behind");
+            let text = svc.metrics_text();
+            let line = format!("skyhook_serve_stream_lost_events_total {lost}");
+            assert!(text.lines().any(|l| l == line), "{text}");
+            // the whole ring evicted (keep_finished = 1): a reader still holding the
+            // execution gets the kept exit event after the lost range
+            run_to_end(&svc, json!({"id": "t", "kind": "sh", "command": "true"})).await;
+            assert!(svc.get("s").is_none());
+            let (lost, ev, ended, last) = e.read_on(10, 100);
+            assert_eq!((lost, ended, last), (Some((11, 3000)), true, 3001));
+            assert_eq!(ev.len(), 1);
+            assert!(
+                ev[0].1.starts_with(r#"{"seq":3001,"exit":{"code":0}"#),
+                "{}",
+                ev[0].1
+            );
+        });
+    }
+
     #[test]
     fn byte_budget_evicts_ended_executions_then_own_oldest_events() {
         let d = tempfile::tempdir().unwrap();
@@ -1424,8 +1561,10 @@ mod tests {
                 .unwrap();
             let rx = svc.stream(b.clone(), 0).unwrap();
             assert_eq!(b.ended().await, json!({"code": 0}));
-            // a reader that fell behind the ring ends early, without a hole
+            // a reader that fell behind the ring is told what it lost, then gets the rest
             let ev = collect(rx).await;
+            assert_covers(&ev, 201);
+            assert!(ev.iter().any(|e| e.get("lost").is_some()), "no lost event");
             assert!(
                 svc.get("a").is_none(),
                 "the ended execution was not evicted first"
@@ -1435,12 +1574,6 @@ mod tests {
             let gap = svc.stream(b.clone(), 0).unwrap_err();
             assert_eq!(gap.wanted, 1);
             assert!(gap.oldest > 100, "{gap:?}");
-            for w in ev.windows(2) {
-                assert_eq!(
-                    w[1]["seq"].as_u64(),
-                    Some(w[0]["seq"].as_u64().unwrap() + 1)
-                );
-            }
             assert_eq!(b.status()["state"], "exited");
             // by count: keep_finished = 2
             for id in ["c", "d"] {

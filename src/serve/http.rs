@@ -1,16 +1,22 @@
 //! The HTTP/1.1 transport of the remote step API (hyper): routes onto [`Service`] calls,
-//! bearer authentication ([`Auth`]), one audit line per request. Nothing here decides
-//! behaviour beyond status codes and headers.
+//! bearer authentication ([`Auth`]), one audit line per request, and the connection
+//! [`Limits`] (head and idle timeouts, a cap on open connections). Nothing here decides
+//! behaviour beyond status codes, headers and when a connection is closed.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::time::Instant;
 
 use super::auth::{Auth, sha256_hex};
 use super::exec::{Refusal, Service};
@@ -102,16 +108,256 @@ fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response<RespBody> {
     r
 }
 
-/// The request handler: a [`Service`] and who may call it.
+/// When the server closes a connection, and how many it keeps open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// A request head must be complete this long after its first byte, or after the
+    /// connection opened; a request body must be complete this long after its head
+    /// (`--header-timeout`, default 10 s).
+    pub header_timeout: Duration,
+    /// A connection with no request in flight and no byte of a next one is closed after this
+    /// (`--idle-timeout`, default 30 s). A stream of a running execution is a request in
+    /// flight (its heartbeats flow), never idle.
+    pub idle_timeout: Duration,
+    /// Connections open at once over all listeners (`--max-connections`); one more sheds
+    /// the oldest idle connection, or is closed at once when none is idle.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    /// 10 s, 30 s, 1024.
+    fn default() -> Self {
+        Limits {
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+        }
+    }
+}
+
+/// The default `--max-connections`: 1024, lowered to fit the open-files limit
+/// (`RLIMIT_NOFILE` soft) less 64 descriptors for the server itself and 8 per execution
+/// that may run (`max_running`); at least 16.
+pub fn default_max_connections(max_running: usize) -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
+    } else {
+        1024
+    };
+    soft.saturating_sub(64 + 8 * max_running).clamp(16, 1024)
+}
+
+/// One open connection, as the limits see it.
+#[derive(Debug, Default)]
+struct ConnState {
+    /// Requests in flight: from the head parsed to the response body dropped.
+    busy: AtomicUsize,
+    /// Requests started (tells the watchdog a request came and went while it slept).
+    requests: AtomicU64,
+    /// Bytes arrived since the connection last became idle (a head is on its way).
+    reading: AtomicBool,
+    /// The watchdog has something to look at: idle again, or the first byte of a head.
+    wake: Notify,
+    /// Close now (shed to make room for a new connection).
+    shed: Notify,
+}
+
+/// Open connections by accept order (oldest first), over all listeners of a [`Server`].
+#[derive(Debug, Default)]
+struct Conns {
+    open: Mutex<BTreeMap<u64, Arc<ConnState>>>,
+    next: AtomicU64,
+}
+
+impl Conns {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<ConnState>>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Close the oldest connection with no request in flight; false when there is none.
+fn shed_oldest_idle(open: &mut BTreeMap<u64, Arc<ConnState>>) -> bool {
+    let Some(id) = open
+        .iter()
+        .find(|(_, c)| c.busy.load(Ordering::SeqCst) == 0)
+        .map(|(id, _)| *id)
+    else {
+        return false;
+    };
+    if let Some(c) = open.remove(&id) {
+        c.shed.notify_one();
+    }
+    true
+}
+
+/// A request in flight on a connection (dropped with the response body).
+struct Busy(Arc<ConnState>);
+
+impl Busy {
+    fn new(c: &Arc<ConnState>) -> Busy {
+        c.requests.fetch_add(1, Ordering::SeqCst);
+        c.busy.fetch_add(1, Ordering::SeqCst);
+        Busy(c.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if self.0.busy.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.reading.store(false, Ordering::SeqCst);
+            self.0.wake.notify_one();
+        }
+    }
+}
+
+/// A response body that keeps its connection busy until hyper drops it.
+pub struct Tracked {
+    body: RespBody,
+    _busy: Busy,
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+}
+
+/// A connection's byte stream, telling its [`ConnState`] when the first byte of a head
+/// arrives on an idle connection.
+struct Watched<S> {
+    io: S,
+    state: Arc<ConnState>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let me = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut me.io).poll_read(cx, buf);
+        if buf.filled().len() > before
+            && me.state.busy.load(Ordering::SeqCst) == 0
+            && !me.state.reading.swap(true, Ordering::SeqCst)
+        {
+            me.state.wake.notify_one();
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// Resolves when the connection should be closed, with the reason: no request and no byte
+/// of one for `idle_timeout` (`idle_timeout`), or a head (from its first byte, or from the
+/// connection's opening) not complete within `header_timeout` (`header_timeout`).
+async fn watchdog(c: &ConnState, limits: Limits) -> &'static str {
+    let mut fresh = true;
+    loop {
+        while c.busy.load(Ordering::SeqCst) > 0 {
+            c.wake.notified().await;
+        }
+        let requests = c.requests.load(Ordering::SeqCst);
+        let (mut deadline, mut reason) = if fresh || c.reading.load(Ordering::SeqCst) {
+            (Instant::now() + limits.header_timeout, "header_timeout")
+        } else {
+            (Instant::now() + limits.idle_timeout, "idle_timeout")
+        };
+        fresh = false;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => {
+                    if c.requests.load(Ordering::SeqCst) == requests
+                        && c.busy.load(Ordering::SeqCst) == 0
+                    {
+                        return reason;
+                    }
+                    break;
+                }
+                () = c.wake.notified() => {
+                    if c.requests.load(Ordering::SeqCst) != requests
+                        || c.busy.load(Ordering::SeqCst) > 0
+                    {
+                        break;
+                    }
+                    if reason == "idle_timeout" && c.reading.load(Ordering::SeqCst) {
+                        deadline = Instant::now() + limits.header_timeout;
+                        reason = "header_timeout";
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The request handler: a [`Service`], who may call it, and the connection limits.
 #[derive(Clone)]
 pub struct Server {
     /// The service.
     pub svc: Arc<Service>,
     /// The engines.
     pub auth: Auth,
+    limits: Limits,
+    conns: Arc<Conns>,
 }
 
 impl Server {
+    /// A handler for `svc`, callers in `auth`, connections held to `limits`.
+    pub fn new(svc: Arc<Service>, auth: Auth, limits: Limits) -> Server {
+        Server {
+            svc,
+            auth,
+            limits,
+            conns: Arc::new(Conns::default()),
+        }
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
     /// Answer one request (never fails: every error is a status).
     pub async fn handle(&self, req: Request<Incoming>) -> Response<RespBody> {
         let method = req.method().clone();
@@ -132,6 +378,7 @@ impl Server {
         let Some(engine) = self.auth.engine(header) else {
             self.svc
                 .audit(json!({"engine": null, "route": route, "outcome": 401}));
+            self.svc.metrics().refused(401);
             let mut r = json_response(401, &json!({"error": "unauthorized"}));
             r.headers_mut().insert(
                 hyper::header::WWW_AUTHENTICATE,
@@ -157,9 +404,31 @@ impl Server {
         };
         let rest = path.strip_prefix("/v1/executions");
         let (status, resp) = match (rest, &method) {
+            _ if path == "/v1/metrics" => {
+                if method == Method::GET {
+                    let mut r =
+                        Response::new(RespBody::Full(Some(Bytes::from(self.svc.metrics_text()))));
+                    r.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
+                    );
+                    (200, r)
+                } else {
+                    (
+                        405,
+                        json_response(405, &json!({"error": "method not allowed"})),
+                    )
+                }
+            }
             (Some("" | "/"), &Method::POST) if !json_body => (415, unsupported()),
             (Some("" | "/"), &Method::POST) => {
-                let Some(body) = read_body(req.into_body(), MAX_BODY).await else {
+                let read = read_body(req.into_body(), MAX_BODY);
+                let Ok(body) = tokio::time::timeout(self.limits.header_timeout, read).await else {
+                    let r = json_response(408, &json!({"error": "request body too slow"}));
+                    self.finish_audit(audit, 408);
+                    return r;
+                };
+                let Some(body) = body else {
                     let r = json_response(413, &json!({"error": "body too large or broken"}));
                     self.finish_audit(audit, 413);
                     return r;
@@ -224,6 +493,9 @@ impl Server {
     }
 
     fn finish_audit(&self, mut audit: Value, status: u16) {
+        if status >= 400 {
+            self.svc.metrics().refused(status);
+        }
         audit["outcome"] = status.into();
         self.svc.audit(audit);
     }
@@ -288,7 +560,9 @@ pub enum Listener {
 }
 
 /// Serve `server` on `listener` until `stop` becomes true (then stop accepting; connections
-/// already open go on until their responses end).
+/// already open go on until their responses end). Accepted TCP sockets get `TCP_NODELAY`
+/// (events are small writes that must not wait for an ACK). A failed accept (EMFILE and
+/// the like) sheds the oldest idle connection, backs off 50 ms and goes on.
 pub async fn serve(listener: Listener, server: Server, mut stop: watch::Receiver<bool>) {
     loop {
         let conn = tokio::select! {
@@ -301,42 +575,98 @@ pub async fn serve(listener: Listener, server: Server, mut stop: watch::Receiver
             } => r,
             _ = stop.wait_for(|s| *s) => return,
         };
-        let Ok(conn) = conn else {
-            // EMFILE and the like: do not spin.
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            continue;
+        let metrics = server.svc.metrics();
+        let conn = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                metrics.accept_error();
+                if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+                    && shed_oldest_idle(&mut server.conns.lock())
+                {
+                    metrics.connection_closed("over_cap");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
         };
+        if let Conn::Tcp(s) | Conn::Tls(s, _) = &conn {
+            let _ = s.set_nodelay(true);
+        }
+        let id = server.conns.next.fetch_add(1, Ordering::SeqCst);
+        let state = Arc::new(ConnState::default());
+        {
+            let mut open = server.conns.lock();
+            if open.len() >= server.limits.max_connections {
+                if shed_oldest_idle(&mut open) {
+                    metrics.connection_closed("over_cap");
+                } else {
+                    metrics.connection_closed("refused");
+                    continue; // every connection is busy: close this one
+                }
+            }
+            open.insert(id, state.clone());
+        }
+        metrics.connection_accepted();
         let server = server.clone();
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
+            let limits = server.limits;
+            let conns = server.conns.clone();
+            let svc = server.svc.clone();
+            let st = state.clone();
+            let service = hyper::service::service_fn(move |req| {
                 let server = server.clone();
-                async move { Ok::<_, Infallible>(server.handle(req).await) }
+                let busy = Busy::new(&st);
+                async move {
+                    let (parts, body) = server.handle(req).await.into_parts();
+                    Ok::<_, Infallible>(Response::from_parts(parts, Tracked { body, _busy: busy }))
+                }
             });
-            let builder = hyper::server::conn::http1::Builder::new();
-            let _ = match conn {
-                Conn::Tcp(s) => {
-                    builder
-                        .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
-                        .await
-                }
-                Conn::Unix(s) => {
-                    builder
-                        .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
-                        .await
-                }
-                Conn::Tls(s, acceptor) => {
-                    let handshake = tokio::time::timeout(
-                        std::time::Duration::from_secs(10),
-                        acceptor.accept(s),
-                    );
-                    let Ok(Ok(tls)) = handshake.await else {
-                        return; // bad or slow handshake: drop the connection
-                    };
-                    builder
-                        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
-                        .await
-                }
+            let run = async {
+                let builder = hyper::server::conn::http1::Builder::new();
+                let watched = |io| Watched {
+                    io,
+                    state: state.clone(),
+                };
+                let _ = match conn {
+                    Conn::Tcp(s) => {
+                        builder
+                            .serve_connection(hyper_util::rt::TokioIo::new(watched(s)), service)
+                            .await
+                    }
+                    Conn::Unix(s) => {
+                        let io = Watched {
+                            io: s,
+                            state: state.clone(),
+                        };
+                        builder
+                            .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+                            .await
+                    }
+                    Conn::Tls(s, acceptor) => {
+                        let handshake = tokio::time::timeout(
+                            Duration::from_secs(10),
+                            acceptor.accept(watched(s)),
+                        );
+                        let Ok(Ok(tls)) = handshake.await else {
+                            return Some("tls_handshake"); // bad or slow: drop the connection
+                        };
+                        builder
+                            .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                            .await
+                    }
+                };
+                None
             };
+            let closed = tokio::select! {
+                r = run => r,
+                () = state.shed.notified() => None, // counted by whoever shed it
+                reason = watchdog(&state, limits) => Some(reason),
+            };
+            if let Some(reason) = closed {
+                svc.metrics().connection_closed(reason);
+            }
+            conns.lock().remove(&id);
+            svc.metrics().connection_ended();
         });
     }
 }
@@ -345,4 +675,232 @@ enum Conn {
     Tcp(tokio::net::TcpStream),
     Tls(tokio::net::TcpStream, tokio_rustls::TlsAcceptor),
     Unix(tokio::net::UnixStream),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::exec::Config;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    /// A server on a loopback port with `limits`, in this runtime; its port and service.
+    async fn start(limits: Limits) -> (u16, Arc<Service>) {
+        let mut cfg = Config::new(std::path::Path::new("/"));
+        cfg.alive_every = Duration::from_millis(100);
+        let svc = Service::with_audit(cfg, true, Arc::new(|_: &str| {})).unwrap();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let server = Server::new(svc.clone(), Auth::insecure(), limits);
+        let (_stop, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            let _keep = _stop;
+            serve(Listener::Tcp(l), server, rx).await;
+        });
+        (port, svc)
+    }
+
+    /// Bytes until the peer closes (or resets) the connection; `None` when it is still
+    /// open after 5 s.
+    async fn until_closed(s: &mut TcpStream) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        let read = async {
+            let mut buf = [0u8; 4096];
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => out.extend_from_slice(&buf[..n]),
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), read)
+            .await
+            .ok()?;
+        Some(out)
+    }
+
+    /// One complete (chunked) response on a kept-alive connection (5 s at most).
+    async fn response(s: &mut TcpStream) -> String {
+        let mut got = Vec::new();
+        let read = async {
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = s.read(&mut buf).await.unwrap();
+                assert!(n > 0, "closed before the response ended");
+                got.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&got).to_string();
+                if text.contains("\r\n\r\n") && text.ends_with("\r\n0\r\n\r\n") {
+                    return text;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), read)
+            .await
+            .expect("no response within 5 s")
+    }
+
+    fn metric(svc: &Service, series: &str) -> u64 {
+        let text = svc.metrics_text();
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    type NameFn =
+        unsafe extern "C" fn(libc::c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> libc::c_int;
+
+    /// The port of an IPv4 socket's own (`getsockname`) or peer (`getpeername`) address.
+    fn inet_port(fd: i32, name: NameFn) -> Option<u16> {
+        // SAFETY: an all-zero sockaddr_in is valid; `name` writes at most `len` bytes.
+        let mut a: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let r = unsafe { name(fd, (&raw mut a).cast(), &mut len) };
+        (r == 0 && i32::from(a.sin_family) == libc::AF_INET).then(|| u16::from_be(a.sin_port))
+    }
+
+    const HEALTH: &[u8] = b"GET /v1/health HTTP/1.1\r\nHost: t\r\n\r\n";
+
+    /// Idle connections beyond the cap shed the oldest idle one, so health still answers;
+    /// an idle kept-alive connection and a head sent a byte at a time are closed; a stream
+    /// of a running execution outlives the idle timeout.
+    #[test]
+    fn idle_and_slow_connections_are_closed_and_health_answers_over_the_cap() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let limits = Limits {
+                header_timeout: Duration::from_millis(300),
+                idle_timeout: Duration::from_millis(400),
+                max_connections: 4,
+            };
+            let (port, svc) = start(limits).await;
+            let addr = ("127.0.0.1", port);
+            // twice the cap of connections that never send a byte
+            let mut idle = Vec::new();
+            for _ in 0..8 {
+                idle.push(TcpStream::connect(addr).await.unwrap());
+            }
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(HEALTH).await.unwrap();
+            let r = response(&mut s).await;
+            assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+            // the kept-alive connection is closed once idle (and not before a request)
+            let t = std::time::Instant::now();
+            assert_eq!(
+                until_closed(&mut s).await,
+                Some(Vec::new()),
+                "not closed when idle"
+            );
+            assert!(
+                t.elapsed() >= Duration::from_millis(350),
+                "{:?}",
+                t.elapsed()
+            );
+            // the shed ones are closed
+            for c in &mut idle[..4] {
+                assert!(
+                    until_closed(c).await.is_some(),
+                    "an idle connection over the cap stayed"
+                );
+            }
+            assert!(
+                metric(
+                    &svc,
+                    "skyhook_serve_connections_closed_total{reason=\"over_cap\"}"
+                ) >= 4
+            );
+            assert!(
+                metric(
+                    &svc,
+                    "skyhook_serve_connections_closed_total{reason=\"idle_timeout\"}"
+                ) >= 1
+            );
+            // a head at 10 bytes a second is cut at the header timeout
+            let mut slow = TcpStream::connect(addr).await.unwrap();
+            let mut closed = false;
+            for b in HEALTH.iter().cycle().take(100) {
+                if slow.write_all(&[*b]).await.is_err() {
+                    closed = true;
+                    break;
+                }
+                let mut buf = [0u8; 64];
+                if let Ok(r) =
+                    tokio::time::timeout(Duration::from_millis(100), slow.read(&mut buf)).await
+                {
+                    assert!(matches!(r, Ok(0) | Err(_)), "an answer to a slow head");
+                    closed = true;
+                    break;
+                }
+            }
+            assert!(closed, "a slow head held its connection 10 s");
+            assert!(
+                metric(
+                    &svc,
+                    "skyhook_serve_connections_closed_total{reason=\"header_timeout\"}"
+                ) >= 1
+            );
+            // a stream outlives the idle timeout: it is a request in flight
+            let body = r#"{"id":"long","kind":"sh","command":"sleep 1; echo done"}"#;
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            let req = format!(
+                "POST /v1/executions HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            s.write_all(req.as_bytes()).await.unwrap();
+            let all = String::from_utf8(until_closed(&mut s).await.unwrap()).unwrap();
+            assert!(all.contains(r#""line":"done""#), "{all}");
+            assert!(all.contains(r#""exit":{"code":0}"#), "{all}");
+            assert!(metric(&svc, "skyhook_serve_connections_open") <= 4);
+        });
+    }
+
+    /// `TCP_NODELAY` on the accepted socket (events are small writes; with Nagle each one
+    /// on a kept-alive connection waits for the ACK of the one before).
+    #[test]
+    fn accepted_tcp_sockets_have_nodelay() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (port, _svc) = start(Limits::default()).await;
+            let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            s.write_all(HEALTH).await.unwrap();
+            response(&mut s).await;
+            let client = s.local_addr().unwrap().port();
+            // the server's end of this connection is a descriptor of this process
+            let mut found = None;
+            for fd in std::fs::read_dir("/proc/self/fd").unwrap() {
+                let Ok(fd) = fd.unwrap().file_name().to_string_lossy().parse::<i32>() else {
+                    continue;
+                };
+                let (Some(local), Some(peer)) = (
+                    inet_port(fd, libc::getsockname),
+                    inet_port(fd, libc::getpeername),
+                ) else {
+                    continue;
+                };
+                if local == port && peer == client {
+                    let mut on: libc::c_int = 0;
+                    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+                    // SAFETY: getsockopt writes at most `len` bytes into `on`.
+                    let r = unsafe {
+                        libc::getsockopt(
+                            fd,
+                            libc::IPPROTO_TCP,
+                            libc::TCP_NODELAY,
+                            (&raw mut on).cast(),
+                            &mut len,
+                        )
+                    };
+                    assert_eq!(r, 0);
+                    found = Some(on);
+                }
+            }
+            assert_eq!(found, Some(1), "TCP_NODELAY on the accepted socket");
+        });
+    }
 }

@@ -15,6 +15,7 @@ pub mod cli;
 pub mod event;
 pub mod exec;
 pub mod http;
+pub mod metrics;
 pub mod ring;
 pub mod secrets;
 pub mod state;

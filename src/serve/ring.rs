@@ -1,6 +1,7 @@
 //! The event ring of one execution: numbered NDJSON lines, bounded by a line count (its own)
 //! and a byte budget (shared by all executions, enforced by the service). A read that no
-//! longer reaches back far enough is a [`Gap`], never a stream with a hole in it.
+//! longer reaches back far enough is a [`Gap`]: a resume answers it with `410`, a connected
+//! stream with a lost event naming the range (`Service::stream`), never a silent hole.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
