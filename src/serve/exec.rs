@@ -506,6 +506,7 @@ impl Service {
                     chroot: chrooted.then(|| self.cfg.root.clone()),
                     stdin: None,
                     keep_fds: Vec::new(),
+                    cgroup: None,
                 })
             }
             Kind::Rhai => {
