@@ -278,9 +278,10 @@ impl Execution {
     }
 
     /// A recovered execution that still runs but has no process left: its exit becomes
-    /// `{"error": "unknown"}` and its record and cgroup are retired.
+    /// `{"error": "unknown"}` and its record and cgroup are retired. Not while a cancel of
+    /// it is under way (the cancel retires it, `{"error": "cancelled"}`).
     fn refresh_recovered(&self, state: Option<&StateDir>) {
-        if !self.recovered {
+        if !self.recovered || self.cancel.is_aborted() {
             return;
         }
         let rec = {
@@ -929,6 +930,7 @@ impl Service {
             return Ok((200, json!({"id": id, "state": "exited", "exit": exit})));
         }
         if exec.recovered {
+            exec.cancel.abort(CancelReason::Remote(engine.to_string()));
             if let Some(rec) = exec.proc_record() {
                 let state = self.state.clone();
                 tokio::task::spawn_blocking(move || {
