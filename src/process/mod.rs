@@ -23,6 +23,9 @@
 //!    so a rerun waits until the last process of the step is gone);
 //! 3. `chroot`s to [`Spec::chroot`] when given, then `chdir`s to [`Spec::cwd`].
 //!
+//! With [`Spec::cgroup`], it first joins that cgroup (writes `0` to its `cgroup.procs`): it
+//! cannot fork before, so every process of the run is a member.
+//!
 //! (It also joins its own process group, takes the pipes as 0, 1 and 2, and starts with an
 //! empty signal mask and default dispositions, `SIGPIPE` included.)
 //!
@@ -61,6 +64,11 @@
 //!   ([`Sink::chunk`] returns `Break`): `SIGTERM` to the group and the adopted descendants,
 //!   [`Options::term_grace`] while output is drained, then `SIGKILL`.
 //!
+//! With [`Spec::cgroup`], "the adopted descendants" above are instead the live members of
+//! that cgroup (whoever their parent is now), and the final sweep kills the members until
+//! the cgroup is empty (at most 10 s) and reaps the adopted children that exited; other
+//! runs' orphans are left alone.
+//!
 //! The main process stays a zombie until everything else is done (so its pid, hence the
 //! group id, cannot be reused while the group is signalled), then it is reaped. When the
 //! subreaper is enabled, every adopted descendant is then killed and reaped, until none is
@@ -70,6 +78,7 @@
 //! it on tokio's blocking pool and kills the group if its future is dropped.
 
 pub mod cancel;
+pub mod cgroup;
 pub mod reaper;
 mod run;
 mod spawn;
@@ -112,6 +121,10 @@ pub struct Spec {
     /// Descriptors of this process that the child inherits (their `FD_CLOEXEC` is cleared
     /// in the child only). Must be open; must not be 0, 1 or 2.
     pub keep_fds: Vec<RawFd>,
+    /// A cgroup directory (see [`cgroup`]) the process joins before `exec`; the run then
+    /// ends its members instead of the adopted descendants. `None`: the process group and
+    /// the subreaper sweep are the boundary.
+    pub cgroup: Option<PathBuf>,
 }
 
 /// How a run is bounded; [`Default`]: no timeout, no token, 10 s grace periods, 64 KiB

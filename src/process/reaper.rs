@@ -9,7 +9,9 @@
 //! descendants with the run's process group (`SIGTERM`, then `SIGKILL`), and after a run
 //! they are killed and reaped, looping until none is left (killing one can orphan more).
 //! The main processes of other runs in progress are never touched; their adopted
-//! descendants are (they cannot be told apart), which only matters for concurrent runs.
+//! descendants are (they cannot be told apart), which only matters for concurrent runs,
+//! unless those runs have a cgroup of their own ([`super::cgroup`]): its live members are
+//! never swept by another run.
 //!
 //! Adopted children are listed from `/proc/self/task/<pid>/children` (the main thread's: an
 //! orphan is re-parented to the subreaper's first live thread), or, when the kernel lacks
@@ -120,14 +122,40 @@ fn stat_ppid(stat: &str) -> Option<libc::pid_t> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Adopted descendants: children that are not live main processes. Call with the registry
-/// held.
+/// Adopted descendants: children that are not live main processes, nor live members of the
+/// cgroup of a run in progress (that run ends them itself, see [`super::cgroup`]). Call
+/// with the registry held.
 fn adopted(live: &BTreeSet<libc::pid_t>) -> Vec<libc::pid_t> {
     let mut pids = children_from_tasks().unwrap_or_else(children_from_stat);
     pids.sort_unstable();
     pids.dedup();
     pids.retain(|p| !live.contains(p));
+    if !pids.is_empty() {
+        let bounded = super::cgroup::members_of_active();
+        pids.retain(|p| !bounded.contains(p));
+    }
     pids
+}
+
+/// Reap every adopted child that has exited already (`WNOHANG`), whoever's orphan it was:
+/// a dead process is no one's to keep (nothing when the subreaper is not enabled). Returns
+/// how many were reaped.
+pub(super) fn reap_exited_adopted() -> usize {
+    if !subreaper_enabled() {
+        return 0;
+    }
+    let live = registry();
+    let mut reaped = 0;
+    for pid in adopted(&live) {
+        if let Ok(s) = nix::sys::wait::waitpid(
+            Pid::from_raw(pid),
+            Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+        ) && s != nix::sys::wait::WaitStatus::StillAlive
+        {
+            reaped += 1;
+        }
+    }
+    reaped
 }
 
 /// True when the subreaper is enabled and this process has no adopted descendant (one read

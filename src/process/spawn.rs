@@ -219,6 +219,8 @@ struct Child<'a> {
     stdout: RawFd,
     stderr: RawFd,
     keep: &'a [RawFd],
+    /// `cgroup.procs` of the cgroup to join (write-only, close-on-exec), or -1.
+    cgroup: RawFd,
     root: Option<&'a CString>,
     cwd: &'a CString,
     candidates: &'a [CString],
@@ -264,6 +266,10 @@ impl Child<'_> {
             libc::sigemptyset(&mut none);
             libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
             if libc::setpgid(0, 0) != 0 {
+                return Err(errno());
+            }
+            // "0" moves the writing process; before any fork, so the whole run is inside.
+            if self.cgroup >= 0 && libc::write(self.cgroup, b"0".as_ptr().cast(), 1) != 1 {
                 return Err(errno());
             }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
@@ -357,6 +363,17 @@ fn spawn_one(spec: &Spec, program: &Path, args: &[OsString]) -> io::Result<Spawn
     };
     let (stdout_r, stdout_w) = pipe()?;
     let (stderr_r, stderr_w) = pipe()?;
+    let cgroup = spec
+        .cgroup
+        .as_ref()
+        .map(|d| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(d.join("cgroup.procs"))
+                .map(OwnedFd::from)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", d.display())))
+        })
+        .transpose()?;
     let error = AtomicI32::new(0);
     // SAFETY: getpid(2) has no preconditions.
     let parent = unsafe { libc::getpid() };
@@ -366,6 +383,7 @@ fn spawn_one(spec: &Spec, program: &Path, args: &[OsString]) -> io::Result<Spawn
         stdout: stdout_w.as_raw_fd(),
         stderr: stderr_w.as_raw_fd(),
         keep: &spec.keep_fds,
+        cgroup: cgroup.as_ref().map_or(-1, AsRawFd::as_raw_fd),
         root: root.as_ref(),
         cwd: &cwd,
         candidates: &candidates,

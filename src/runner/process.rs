@@ -401,6 +401,7 @@ impl ProcessRunner {
             chroot: spec.chroot.clone(),
             stdin: None,
             keep_fds: spec.keep_fds.clone(),
+            cgroup: None,
         };
         let popts = process::Options {
             timeout: spec.timeout,

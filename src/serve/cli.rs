@@ -49,6 +49,11 @@ pub struct ServeArgs {
     /// Keeps `id -> pid + start time` so cancel works across a restart.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Where each sh execution gets its own cgroup (`<DIR>/skyhook-serve/...`; DIR on a
+    /// cgroup v2 or v1 filesystem), or `none` for the process group + subreaper boundary.
+    /// Default: this process's own cgroup v2, else v1 pids, else freezer, else none.
+    #[arg(long, value_name = "DIR|none")]
+    pub cgroup_root: Option<PathBuf>,
     /// Events kept per execution.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub ring_lines: usize,
@@ -227,12 +232,26 @@ fn run(a: ServeArgs) -> Result<(), String> {
              cancel across a restart is best-effort"
         );
     }
+    let mut no_cgroup = String::new();
+    cfg.cgroup = match a.cgroup_root.as_deref() {
+        Some(p) if p.as_os_str() == "none" => None,
+        Some(p) => {
+            Some(crate::process::cgroup::Root::at(p).map_err(|e| format!("--cgroup-root {e}"))?)
+        }
+        None => crate::process::cgroup::Root::detect()
+            .map_err(|why| no_cgroup = format!(": no usable cgroup ({why})"))
+            .ok(),
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
     rt.block_on(async move {
         let svc = Service::new(cfg, json_log).map_err(|e| format!("state dir: {e}"))?;
+        eprintln!(
+            "skyhook-agent serve: execution boundary: {}{no_cgroup}",
+            svc.boundary()
+        );
         let recovered = svc.recovered();
         if !recovered.is_empty() {
             eprintln!(

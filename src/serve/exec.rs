@@ -22,6 +22,7 @@ use super::secrets::{SecretError, SecretRef, Secrets, env_name};
 use super::state::{ProcRecord, StateDir, proc_stat};
 use crate::host::{ExecMode, Host, HostOptions};
 use crate::logs::redact::Redactor;
+use crate::process::cgroup;
 use crate::process::{Cancel, CancelReason, Outcome, Status};
 use crate::script::{CompiledScript, ModuleStore, RunOptions, ScriptEngine, StepContext};
 
@@ -71,11 +72,15 @@ pub struct Config {
     pub state_dir: Option<PathBuf>,
     /// Grace between SIGTERM and SIGKILL when a cancel names none, and after a timeout.
     pub default_grace: Duration,
+    /// Where each sh execution gets its own cgroup (`--cgroup-root`, detected by default);
+    /// `None`: its process group and the subreaper sweep are its boundary.
+    pub cgroup: Option<cgroup::Root>,
 }
 
 impl Config {
     /// Defaults for everything but the root: workdir `/`, `/bin/sh -c`, no secrets, 10000
-    /// lines, 64 MiB, 16 running, 1024 ended kept, 10 s heartbeats, no state dir, 10 s grace.
+    /// lines, 64 MiB, 16 running, 1024 ended kept, 10 s heartbeats, no state dir, 10 s grace,
+    /// no cgroup.
     pub fn new(root: &Path) -> Config {
         Config {
             root: root.to_path_buf(),
@@ -92,6 +97,7 @@ impl Config {
             alive_every: Duration::from_secs(10),
             state_dir: None,
             default_grace: Duration::from_secs(10),
+            cgroup: None,
         }
     }
 }
@@ -235,6 +241,11 @@ pub struct Execution {
     cancel: Cancel,
     timed_out: AtomicBool,
     redactor: Redactor,
+    /// Found in the state dir at startup (started by an earlier server): no stream, no
+    /// exit code; its processes can be cancelled.
+    recovered: bool,
+    /// The execution's cgroup directory (sh executions, when the service has a root).
+    cgroup: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Execution {
@@ -278,16 +289,68 @@ impl Execution {
         (Some((g.wanted, g.oldest - 1)), ev, ended, last)
     }
 
-    /// `{"id", "state", "exit", "first_seq", "last_seq"}`.
+    /// `{"id", "state", "exit", "first_seq", "last_seq"}`, plus `"recovered": true` for an
+    /// execution of an earlier server (its exit is `{"error": "unknown"}` once its processes
+    /// are gone, `{"error": "cancelled"}` after a cancel).
     pub fn status(&self) -> Value {
         let i = lock(&self.inner);
-        json!({
+        let mut v = json!({
             "id": self.id,
             "state": if i.exit.is_some() { "exited" } else { "running" },
             "exit": i.exit.clone(),
             "first_seq": i.ring.first_seq(),
             "last_seq": i.ring.last_seq(),
-        })
+        });
+        if self.recovered {
+            v["recovered"] = true.into();
+        }
+        v
+    }
+
+    /// True for an execution found in the state dir at startup.
+    pub fn is_recovered(&self) -> bool {
+        self.recovered
+    }
+
+    /// A recovered execution that still runs but has no process left: its exit becomes
+    /// `{"error": "unknown"}` and its record and cgroup are retired. Not while a cancel of
+    /// it is under way (the cancel retires it, `{"error": "cancelled"}`).
+    fn refresh_recovered(&self, state: Option<&StateDir>) {
+        if !self.recovered || self.cancel.is_aborted() {
+            return;
+        }
+        let rec = {
+            let i = lock(&self.inner);
+            if i.exit.is_some() {
+                return;
+            }
+            i.proc.clone()
+        };
+        if rec
+            .as_ref()
+            .is_some_and(|r| !super::state::members(r).is_empty())
+        {
+            return;
+        }
+        self.retire(state, json!({"error": "unknown"}));
+    }
+
+    /// End a recovered execution with `exit`: forget its record, remove its cgroup.
+    fn retire(&self, state: Option<&StateDir>, exit: Value) {
+        let rec = {
+            let mut i = lock(&self.inner);
+            if i.exit.is_none() {
+                i.exit = Some(exit);
+            }
+            i.proc.take()
+        };
+        if let Some(s) = state {
+            s.remove(&self.id);
+        }
+        if let Some(dir) = rec.and_then(|r| r.cgroup) {
+            let _ = cgroup::remove(&dir);
+        }
+        self.tick.send_replace(0);
     }
 
     /// The exit object once ended.
@@ -307,9 +370,9 @@ impl Execution {
         }
     }
 
-    /// The process record (pid == pgid, start time) of a running sh execution.
+    /// The process record (pid == pgid, start time, cgroup) of a running sh execution.
     pub fn proc_record(&self) -> Option<ProcRecord> {
-        lock(&self.inner).proc
+        lock(&self.inner).proc.clone()
     }
 }
 
@@ -364,10 +427,42 @@ impl Service {
         audit: AuditSink,
     ) -> std::io::Result<Arc<Service>> {
         let state = cfg.state_dir.as_deref().map(StateDir::open).transpose()?;
+        let mut execs = HashMap::new();
+        for (id, rec) in state.as_ref().map(StateDir::all).unwrap_or_default() {
+            if super::state::members(&rec).is_empty() {
+                // Everything of it is gone: retire its record and cgroup.
+                if let Some(dir) = &rec.cgroup {
+                    let _ = cgroup::remove(dir);
+                }
+                if let Some(s) = &state {
+                    s.remove(&id);
+                }
+                continue;
+            }
+            let exec = Execution {
+                id: id.clone(),
+                kind: Kind::Sh,
+                engine: rec.engine.clone(),
+                cgroup: rec.cgroup.clone(),
+                inner: Mutex::new(Inner {
+                    ring: Ring::new(1),
+                    exit: None,
+                    exit_line: None,
+                    proc: Some(rec),
+                }),
+                tick: watch::channel(0).0,
+                cancel: Cancel::new(),
+                timed_out: AtomicBool::new(false),
+                redactor: Redactor::new(),
+                started: Instant::now(),
+                recovered: true,
+            };
+            execs.insert(id, Arc::new(exec));
+        }
         Ok(Arc::new(Service {
             engine: crate::agent::mode::engine(),
             reg: Mutex::new(Registry {
-                execs: HashMap::new(),
+                execs,
                 finished: VecDeque::new(),
                 running: 0,
                 closed: false,
@@ -382,18 +477,36 @@ impl Service {
         }))
     }
 
-    /// Executions recorded in the state dir by an earlier server whose process group is
-    /// still alive (cancel reaches them; their streams are gone).
+    /// Executions recorded in the state dir by an earlier server whose processes still run,
+    /// sorted: their ids are taken (a start is `409`), status reports them, cancel reaches
+    /// them; their output is gone.
     pub fn recovered(&self) -> Vec<String> {
-        let Some(state) = &self.state else {
-            return Vec::new();
-        };
-        state
-            .all()
+        let execs: Vec<Arc<Execution>> = lock(&self.reg).execs.values().cloned().collect();
+        let mut ids: Vec<String> = execs
             .into_iter()
-            .filter(|(_, rec)| !super::state::group_members(*rec).is_empty())
-            .map(|(id, _)| id)
-            .collect()
+            .filter(|e| {
+                e.refresh_recovered(self.state.as_ref());
+                e.recovered && e.exit().is_none()
+            })
+            .map(|e| e.id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// The boundary of each sh execution, for the startup message.
+    pub fn boundary(&self) -> String {
+        match &self.cfg.cgroup {
+            Some(r) => format!(
+                "a cgroup {} per execution under {}",
+                match r.version() {
+                    cgroup::Version::V2 => "v2",
+                    cgroup::Version::V1 => "v1",
+                },
+                r.dir().display()
+            ),
+            None => "process group + subreaper sweep (no cgroup)".into(),
+        }
     }
 
     /// The settings.
@@ -436,9 +549,12 @@ impl Service {
         json!({"version": env!("CARGO_PKG_VERSION"), "running": self.running()})
     }
 
-    /// A known execution, whoever started it.
+    /// A known execution, whoever started it (a recovered one whose processes are all gone
+    /// is marked exited).
     pub fn get(&self, id: &str) -> Option<Arc<Execution>> {
-        lock(&self.reg).execs.get(id).cloned()
+        let e = lock(&self.reg).execs.get(id).cloned()?;
+        e.refresh_recovered(self.state.as_ref());
+        Some(e)
     }
 
     /// A known execution that `engine` started; `None` for one of another engine, so that
@@ -578,7 +694,7 @@ impl Service {
             env.push((k, v));
         }
         check_exec_size(&env, req.command.as_deref())?;
-        let prepared = match req.kind {
+        let mut prepared = match req.kind {
             Kind::Sh => {
                 if req.script.is_some() || req.mode.is_some() {
                     return Err(Refusal::bad("kind sh takes command, not script or mode"));
@@ -605,6 +721,7 @@ impl Service {
                     chroot: chrooted.then(|| self.cfg.root.clone()),
                     stdin: None,
                     keep_fds: Vec::new(),
+                    cgroup: None,
                 })
             }
             Kind::Rhai => {
@@ -653,11 +770,36 @@ impl Service {
                 }
             }
         };
+        // The execution's own cgroup, made last: every refusal below removes it.
+        let cg = match (&mut prepared, &self.cfg.cgroup) {
+            (Prepared::Sh(spec), Some(root)) => match root.create(&req.id) {
+                Ok(dir) => {
+                    spec.cgroup = Some(dir.clone());
+                    Some(dir)
+                }
+                Err(e) => {
+                    return Err(Refusal::new(
+                        503,
+                        json!({"error": "cannot create the execution's cgroup",
+                               "detail": format!("{}: {e}", root.dir().display())}),
+                    ));
+                }
+            },
+            _ => None,
+        };
+        let refuse = |r: Refusal| {
+            if let Some(dir) = &cg {
+                let _ = cgroup::remove(dir);
+            }
+            Err(r)
+        };
         let exec = Arc::new(Execution {
             id: req.id.clone(),
             kind: req.kind,
             engine: engine.to_string(),
             started: Instant::now(),
+            recovered: false,
+            cgroup: cg.clone(),
             inner: Mutex::new(Inner {
                 ring: Ring::new(self.cfg.ring_lines),
                 exit: None,
@@ -672,10 +814,10 @@ impl Service {
         {
             let mut reg = lock(&self.reg);
             if reg.closed {
-                return Err(Refusal::new(503, json!({"error": "shutting down"})));
+                return refuse(Refusal::new(503, json!({"error": "shutting down"})));
             }
             if reg.execs.contains_key(&req.id) {
-                return Err(Refusal::new(
+                return refuse(Refusal::new(
                     409,
                     json!({"error": "execution exists", "id": req.id}),
                 ));
@@ -686,7 +828,7 @@ impl Service {
                     json!({"error": "too many running", "max_running": self.cfg.max_running}),
                 );
                 r.headers.push(("Retry-After", "1".into()));
-                return Err(r);
+                return refuse(r);
             }
             reg.running += 1;
             reg.execs.insert(req.id.clone(), exec.clone());
@@ -845,6 +987,14 @@ impl Service {
         if let Some(s) = &self.state {
             s.remove(&exec.id);
         }
+        // The run emptied the cgroup (bounded); what resists is killed once more.
+        if let Some(dir) = &exec.cgroup
+            && cgroup::remove(dir).is_err()
+            && !(cgroup::kill_all(dir, Duration::from_secs(1)) && cgroup::remove(dir).is_ok())
+        {
+            self.audit(json!({"id": exec.id, "warning":
+                format!("cannot remove the execution's cgroup {}", dir.display())}));
+        }
         {
             let mut reg = lock(&self.reg);
             reg.running -= 1;
@@ -879,20 +1029,24 @@ impl Service {
             // The main process stays unreaped (pid and group reserved) until the run ends,
             // which clears the record first: a recorded group is still ours.
             let i = lock(&e.inner);
-            if let (None, Some(rec)) = (&i.exit, i.proc)
+            if let (None, Some(rec)) = (&i.exit, &i.proc)
                 && proc_stat(rec.pid).is_some_and(|(_, s)| s == rec.start)
             {
                 let _ = nix::sys::signal::killpg(
                     nix::unistd::Pid::from_raw(rec.pid),
                     nix::sys::signal::Signal::SIGKILL,
                 );
+                if let Some(dir) = &rec.cgroup {
+                    cgroup::signal(dir, nix::sys::signal::Signal::SIGKILL);
+                }
             }
         });
     }
 
     /// `POST /v1/executions/{id}/cancel` with its body (`{"grace_s": N}`, optional).
-    /// `202` when a running execution (or, after a restart, a recorded process group) is
-    /// being cancelled; `200` with the exit when it already ended.
+    /// `202` when a running execution (or, after a restart, a recovered one: its cgroup's
+    /// members, else its process group) is being cancelled; `200` with the exit when it
+    /// already ended.
     ///
     /// # Errors
     /// `400` for a bad body, `404` for an unknown id or another engine's execution (also
@@ -915,26 +1069,6 @@ impl Service {
             Some(_) => return Err(Refusal::bad("grace_s must be in [0, 3600]")),
         };
         let Some(exec) = self.get(id) else {
-            // A group recorded by an earlier server, for the engine that started it.
-            if let Some(state) = &self.state
-                && let Some(rec) = state.get(id)
-                && state.owner(id).as_deref() == Some(engine)
-            {
-                if super::state::group_members(rec).is_empty() {
-                    state.remove(id); // its processes are gone (or its pid was reused)
-                    return Err(Refusal::not_found());
-                }
-                let state = state.clone();
-                let id2 = id.to_string();
-                tokio::spawn(async move {
-                    super::state::terminate_group(rec, grace).await;
-                    state.remove(&id2);
-                });
-                return Ok((
-                    202,
-                    json!({"id": id, "state": "cancelling", "recovered": true}),
-                ));
-            }
             return Err(Refusal::not_found());
         };
         if exec.engine != engine {
@@ -942,6 +1076,20 @@ impl Service {
         }
         if let Some(exit) = exec.exit() {
             return Ok((200, json!({"id": id, "state": "exited", "exit": exit})));
+        }
+        if exec.recovered {
+            exec.cancel.abort(CancelReason::Remote(engine.to_string()));
+            if let Some(rec) = exec.proc_record() {
+                let state = self.state.clone();
+                tokio::task::spawn_blocking(move || {
+                    super::state::terminate(&rec, grace);
+                    exec.retire(state.as_ref(), json!({"error": "cancelled"}));
+                });
+            }
+            return Ok((
+                202,
+                json!({"id": id, "state": "cancelling", "recovered": true}),
+            ));
         }
         self.terminate(&exec, CancelReason::Remote(engine.to_string()), grace);
         Ok((202, json!({"id": id, "state": "cancelling"})))
@@ -964,6 +1112,7 @@ impl Service {
         let (tx, rx) = mpsc::channel::<Bytes>(16);
         let alive = self.cfg.alive_every;
         let svc = self.clone();
+        let state = self.state.clone();
         tokio::spawn(async move {
             let mut cursor = after;
             let mut tick = exec.tick.subscribe();
@@ -995,6 +1144,8 @@ impl Service {
                 tokio::select! {
                     r = tick.changed() => if r.is_err() { return },
                     () = tokio::time::sleep(alive) => {
+                        // A recovered execution ends when its processes are found gone.
+                        exec.refresh_recovered(state.as_ref());
                         let mut l = alive_line().into_bytes();
                         l.push(b'\n');
                         if tx.send(Bytes::from(l)).await.is_err() {
@@ -1022,7 +1173,7 @@ impl Service {
         let live: Vec<Arc<Execution>> = lock(&self.reg)
             .execs
             .values()
-            .filter(|e| e.exit().is_none())
+            .filter(|e| !e.recovered && e.exit().is_none())
             .cloned()
             .collect();
         for e in &live {
@@ -1256,10 +1407,15 @@ impl crate::process::Sink for ShSink {
         let Some((_, start)) = proc_stat(pid) else {
             return;
         };
-        let rec = ProcRecord { pid, start };
-        lock(&self.exec.inner).proc = Some(rec);
+        let rec = ProcRecord {
+            pid,
+            start,
+            cgroup: self.exec.cgroup.clone(),
+            engine: self.exec.engine.clone(),
+        };
+        lock(&self.exec.inner).proc = Some(rec.clone());
         if let Some(s) = &self.svc.state
-            && let Err(e) = s.record(&self.exec.id, rec, &self.exec.engine)
+            && let Err(e) = s.record(&self.exec.id, &rec)
         {
             self.svc.audit(json!({"id": self.exec.id, "warning":
                 format!("cannot record the process in the state dir: {e}")}));

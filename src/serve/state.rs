@@ -1,22 +1,62 @@
-//! The state dir (`--state-dir`): `<dir>/<id>.json` = `{"pid": N, "start": T}` for every
-//! running sh execution, written once its process exists and removed when it ended, so a
-//! cancel still reaches the process group after a server restart. `start` is the process's
-//! start time in clock ticks since boot (`/proc/PID/stat` field 22): a pid that was reused
-//! by another process is never signalled. `engine` names the engine that started the
-//! execution: after a restart only that engine may cancel it.
+//! The state dir (`--state-dir`): `<dir>/<id>.json` = `{"pid": N, "start": T, "cgroup": P}`
+//! for every running sh execution, written once its process exists and removed when it
+//! ended, so a server restarted on the same dir knows the id (a start with it is `409`) and
+//! a cancel still reaches the execution. `start` is the process's start time in clock
+//! ticks since boot (`/proc/PID/stat` field 22): a pid that was reused by another process
+//! is never signalled. `cgroup` (absent without one) is the execution's cgroup directory:
+//! then every member is signalled, `setsid` grandchildren included; without it, the
+//! process group is. `engine` names the engine that started the execution: after a restart
+//! the recovered execution is that engine's alone.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// One record: the group leader's pid (== pgid) and its start time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// One record: the group leader's pid (== pgid), its start time, the execution's cgroup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcRecord {
     /// The main process's pid, also its process group id.
     pub pid: i32,
     /// Its start time, clock ticks since boot.
     pub start: u64,
+    /// The execution's cgroup directory, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<PathBuf>,
+    /// The engine that started it (empty in a record of a server before engines owned
+    /// executions: no engine owns such a one).
+    #[serde(default)]
+    pub engine: String,
+}
+
+/// The live processes of the recorded execution: its cgroup's members when it has a cgroup
+/// (that still exists), else its group's (see [`group_members`]).
+pub fn members(rec: &ProcRecord) -> Vec<i32> {
+    match &rec.cgroup {
+        Some(dir) if dir.is_dir() => crate::process::cgroup::procs(dir),
+        _ => group_members(rec),
+    }
+}
+
+/// End the recorded execution: `SIGTERM` to every process of it, up to `grace` for them to
+/// exit (their pidfds polled), then `SIGKILL` until none is left; its cgroup is removed.
+pub fn terminate(rec: &ProcRecord, grace: Duration) {
+    use crate::process::cgroup;
+    use nix::sys::signal::Signal;
+    let Some(dir) = rec.cgroup.as_deref().filter(|d| d.is_dir()) else {
+        let pids = signal_group(rec, Signal::SIGTERM);
+        if !pids.is_empty() && !cgroup::wait_exited(&pids, std::time::Instant::now() + grace) {
+            signal_group(rec, Signal::SIGKILL);
+        }
+        return;
+    };
+    let pids = cgroup::procs(dir);
+    for &p in &pids {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), Signal::SIGTERM);
+    }
+    cgroup::wait_exited(&pids, std::time::Instant::now() + grace);
+    cgroup::kill_all(dir, Duration::from_secs(10));
+    let _ = cgroup::remove(dir);
 }
 
 /// `(pgrp, starttime)` of a live process from `/proc/PID/stat`; `None` when it is gone.
@@ -35,7 +75,7 @@ pub fn proc_stat(pid: i32) -> Option<(i32, u64)> {
 /// alive with the recorded start time, or the leader gone (a pgid is not reused while any
 /// member lives) and members started no earlier than it. Empty when the group is gone or
 /// its id now belongs to someone else.
-pub fn group_members(rec: ProcRecord) -> Vec<i32> {
+pub fn group_members(rec: &ProcRecord) -> Vec<i32> {
     if let Some((_, start)) = proc_stat(rec.pid)
         && start != rec.start
     {
@@ -49,30 +89,13 @@ pub fn group_members(rec: ProcRecord) -> Vec<i32> {
         .collect()
 }
 
-/// Signal every member of the recorded group (see [`group_members`]); returns how many.
-pub fn signal_group(rec: ProcRecord, sig: nix::sys::signal::Signal) -> usize {
+/// Signal every member of the recorded group (see [`group_members`]); returns their pids.
+pub fn signal_group(rec: &ProcRecord, sig: nix::sys::signal::Signal) -> Vec<i32> {
     let members = group_members(rec);
     for &p in &members {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), sig);
     }
-    members.len()
-}
-
-/// TERM the recorded group, wait up to `grace` for it to go (checked every 50 ms, as
-/// processes that are not our children cannot be waited for), then KILL what is left.
-pub async fn terminate_group(rec: ProcRecord, grace: Duration) {
-    use nix::sys::signal::Signal;
-    if signal_group(rec, Signal::SIGTERM) == 0 {
-        return;
-    }
-    let until = tokio::time::Instant::now() + grace;
-    while tokio::time::Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        if group_members(rec).is_empty() {
-            return;
-        }
-    }
-    signal_group(rec, Signal::SIGKILL);
+    members
 }
 
 /// The state dir.
@@ -97,22 +120,14 @@ impl StateDir {
         self.dir.join(format!("{id}.json"))
     }
 
-    /// Record `id`, started by `engine` (atomically: temp file, rename).
+    /// Record `id` (atomically: temp file, rename).
     ///
     /// # Errors
     /// The file cannot be written.
-    pub fn record(&self, id: &str, rec: ProcRecord, engine: &str) -> std::io::Result<()> {
+    pub fn record(&self, id: &str, rec: &ProcRecord) -> std::io::Result<()> {
         let tmp = self.dir.join(format!(".{id}.tmp"));
-        let doc = serde_json::json!({"pid": rec.pid, "start": rec.start, "engine": engine});
-        std::fs::write(&tmp, doc.to_string())?;
+        std::fs::write(&tmp, serde_json::to_vec(rec).unwrap_or_default())?;
         std::fs::rename(&tmp, self.path(id))
-    }
-
-    /// The engine that started `id`, when recorded.
-    pub fn owner(&self, id: &str) -> Option<String> {
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(self.path(id)).ok()?).ok()?;
-        v.get("engine")?.as_str().map(String::from)
     }
 
     /// Forget `id`.
@@ -153,17 +168,36 @@ mod tests {
         let rec = ProcRecord {
             pid: pgrp,
             start: start + 1_000_000_000,
+            cgroup: None,
+            engine: String::new(),
         };
         if proc_stat(pgrp).is_some() {
-            assert!(group_members(rec).is_empty());
+            assert!(group_members(&rec).is_empty());
         }
         let d = tempfile::tempdir().unwrap();
         let s = StateDir::open(&d.path().join("st")).unwrap();
-        let r = ProcRecord { pid: 42, start: 7 };
-        s.record("a-1", r, "ci").unwrap();
-        assert_eq!(s.get("a-1"), Some(r));
-        assert_eq!(s.owner("a-1").as_deref(), Some("ci"));
+        let r = ProcRecord {
+            pid: 42,
+            start: 7,
+            cgroup: None,
+            engine: "ci".into(),
+        };
+        s.record("a-1", &r).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("st/a-1.json")).unwrap(),
+            r#"{"pid":42,"start":7,"engine":"ci"}"#
+        );
+        assert_eq!(s.get("a-1"), Some(r.clone()));
         assert_eq!(s.all(), vec![("a-1".to_string(), r)]);
+        let c = ProcRecord {
+            pid: 43,
+            start: 8,
+            cgroup: Some(PathBuf::from("/sys/fs/cgroup/skyhook-serve/b.1.0")),
+            engine: "ci".into(),
+        };
+        s.record("b", &c).unwrap();
+        assert_eq!(s.get("b"), Some(c));
+        s.remove("b");
         s.remove("a-1");
         assert!(s.all().is_empty());
     }
