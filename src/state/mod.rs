@@ -40,4 +40,16 @@ pub enum StateError {
         #[source]
         source: nix::Error,
     },
+    /// The lock file was removed or replaced after every one of `attempts` acquisitions:
+    /// each locked descriptor no longer named the file at the path.
+    #[error(
+        "failed to lock {}: the lock file was removed or replaced after each of {attempts} acquisitions",
+        path.display()
+    )]
+    LockReplaced {
+        /// The lock file's host path.
+        path: PathBuf,
+        /// Acquisitions tried.
+        attempts: u32,
+    },
 }
