@@ -769,7 +769,7 @@ pub struct ModeRun<'a> {
 }
 
 impl ModeRun<'_> {
-    /// Run the mode end to end: legacy copy, load, compile, expected files, overlay, lock,
+    /// Run the mode end to end: legacy copy, load, compile, expected files, lock, overlay,
     /// `START`, then the [`ModeLoop`]. Returns true when the mode succeeded (exit 0).
     ///
     /// # Errors
@@ -799,9 +799,9 @@ impl ModeRun<'_> {
         let declarations =
             Declarations::from_node_metadata(self.root, self.copy_dir, &pkg.package_name)
                 .map_err(AgentError::NodeMetadata)?;
-        if !matches!(self.mode, Mode::Uninstall | Mode::UninstallCheck) {
+        let overlays = !matches!(self.mode, Mode::Uninstall | Mode::UninstallCheck);
+        if overlays {
             site.check_expected_files(&pkg.expected_config_files)?;
-            prepare::overlay(self.root, self.copy_dir)?;
         }
         let Some(lock) = prepare::package_lock(
             self.root,
@@ -814,6 +814,10 @@ impl ModeRun<'_> {
         else {
             return Ok(false);
         };
+        // The overlay changes host files a running holder's steps may read: only under the lock.
+        if overlays {
+            prepare::overlay(self.root, self.copy_dir)?;
+        }
         flags::write_start(self.root, &self.settings.state_root)?;
         let console: Arc<dyn ConsoleStreams> = Arc::new(self.console.clone());
         let runner = AgentRunner {

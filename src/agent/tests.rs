@@ -164,3 +164,78 @@ fn unknown_mode_exits_0_before_the_resource_id_is_validated() {
     let env = [("PATH", "/bin")].map(|(k, v)| (k.into(), v.into()));
     assert_eq!(super::main(args, env), 1);
 }
+
+/// The `root_dir` overlay is written only once the package lock is held: an agent waiting for
+/// the lock (here stopped while waiting) leaves the host files of the running holder as they
+/// are; once the lock is free, the overlay is applied.
+#[test]
+fn the_root_dir_overlay_waits_for_the_package_lock() {
+    let t = TestHost::new();
+    let step = json!({"name": "s", "path": "s.rhai", "arguments": [], "returncodes": [0],
+                      "on_host": true, "idempotence": false, "upgrade_step": false});
+    let cfg = json!({
+        "schema_version": "v1", "package_name": "demo", "package_version": "1.0.0",
+        "expected_config_files": [],
+        "modes": {"apply": [step.clone()], "apply-check": [step]}
+    });
+    t.file("/pkg/config.json", &cfg.to_string());
+    t.file("/pkg/skyhook_dir/s.rhai", "print(\"ran\");\n");
+    t.file("/pkg/root_dir/etc/demo.conf", "v2\n");
+    t.file("/etc/demo.conf", "v1\n");
+    let settings = Settings::from_env(
+        [
+            ("SKYHOOK_ROOT_DIR", "/state"),
+            ("SKYHOOK_LOG_DIR", "/log"),
+            ("PATH", "/bin"),
+        ]
+        .map(|(k, v)| (k.into(), v.into())),
+    )
+    .unwrap();
+    let root = HostRoot::open(&t.root).unwrap();
+    let id = ResourceId::parse("sky-1_demo_1.0.0").unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let run = |cancel: &Cancel| {
+        let err = Arc::new(Mutex::new(Vec::new()));
+        let console = Console::with_writers(
+            Box::new(std::io::sink()),
+            Box::new(AbortOn {
+                seen: err.clone(),
+                marker: "\u{0}never",
+                cancel: cancel.clone(),
+            }),
+        );
+        let ok = rt
+            .block_on(
+                ModeRun {
+                    root: &root,
+                    settings: &settings,
+                    id: &id,
+                    copy_dir: Path::new("/pkg"),
+                    mode: Mode::Apply,
+                    cancel,
+                    console: &console,
+                }
+                .run(),
+            )
+            .unwrap();
+        let err = String::from_utf8_lossy(&err.lock().unwrap()).into_owned();
+        (ok, err)
+    };
+    let held = crate::state::lock::lock_package(&root, Path::new("/state"), "demo").unwrap();
+    let stopped = Cancel::new();
+    stopped.stop(CancelReason::Signal("SIGTERM"));
+    let (ok, err) = run(&stopped);
+    assert!(!ok);
+    assert!(
+        err.contains("waiting for the package lock /state/locks/demo.lock"),
+        "{err}"
+    );
+    assert_eq!(t.read("/etc/demo.conf"), "v1\n", "written under the holder");
+    drop(held);
+    let (ok, err) = run(&Cancel::new());
+    assert!(ok, "{err}");
+    assert_eq!(t.read("/etc/demo.conf"), "v2\n");
+}
