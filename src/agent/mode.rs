@@ -15,8 +15,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use chrono::{Local, Utc};
-
 use crate::host::effect::InterruptRequest;
 use crate::host::root::HostRoot;
 use crate::host::{ExecMode, HostOptions};
@@ -297,7 +295,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                     self.state.root,
                     &flag,
                     step,
-                    Local::now().naive_local(),
+                    crate::clock::now_local(),
                 )?;
             }
             records.push(record);
@@ -369,7 +367,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
         if write {
             // History first, the success marker last: a failed history write never leaves
             // `<mode>_ALL_CHECKED` behind.
-            let now = Utc::now();
+            let now = crate::clock::now_utc();
             let pkg = self.package;
             let record = |version: &str| -> Result<(), AgentError> {
                 for m in history::record(root, state, &pkg.package_name, version, now)? {

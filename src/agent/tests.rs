@@ -165,13 +165,11 @@ fn unknown_mode_exits_0_before_the_resource_id_is_validated() {
     assert_eq!(super::main(args, env), 1);
 }
 
-/// The `root_dir` overlay is written only once the package lock is held: an agent waiting for
-/// the lock (here stopped while waiting) leaves the host files of the running holder as they
-/// are; once the lock is free, the overlay is applied.
-#[test]
-fn the_root_dir_overlay_waits_for_the_package_lock() {
+/// A package of one step `s` (`path`, `body`) in every mode used here, at `/pkg` in a new
+/// test host.
+fn one_step_host(path: &str, body: &str) -> TestHost {
     let t = TestHost::new();
-    let step = json!({"name": "s", "path": "s.rhai", "arguments": [], "returncodes": [0],
+    let step = json!({"name": "s", "path": path, "arguments": [], "returncodes": [0],
                       "on_host": true, "idempotence": false, "upgrade_step": false});
     let cfg = json!({
         "schema_version": "v1", "package_name": "demo", "package_version": "1.0.0",
@@ -179,9 +177,13 @@ fn the_root_dir_overlay_waits_for_the_package_lock() {
         "modes": {"apply": [step.clone()], "apply-check": [step]}
     });
     t.file("/pkg/config.json", &cfg.to_string());
-    t.file("/pkg/skyhook_dir/s.rhai", "print(\"ran\");\n");
-    t.file("/pkg/root_dir/etc/demo.conf", "v2\n");
-    t.file("/etc/demo.conf", "v1\n");
+    t.file(&format!("/pkg/skyhook_dir/{path}"), body);
+    t
+}
+
+/// Run `mode` of the package at `/pkg` of `t` (state `/state`, logs `/log`) to its end;
+/// returns (ok, stdout, stderr).
+fn run_mode(t: &TestHost, mode: Mode, cancel: &Cancel) -> (bool, String, String) {
     let settings = Settings::from_env(
         [
             ("SKYHOOK_ROOT_DIR", "/state"),
@@ -197,37 +199,90 @@ fn the_root_dir_overlay_waits_for_the_package_lock() {
         .enable_all()
         .build()
         .unwrap();
-    let run = |cancel: &Cancel| {
-        let err = Arc::new(Mutex::new(Vec::new()));
-        let console = Console::with_writers(
-            Box::new(std::io::sink()),
-            Box::new(AbortOn {
-                seen: err.clone(),
-                marker: "\u{0}never",
-                cancel: cancel.clone(),
-            }),
-        );
-        let ok = rt
-            .block_on(
-                ModeRun {
-                    root: &root,
-                    settings: &settings,
-                    id: &id,
-                    copy_dir: Path::new("/pkg"),
-                    mode: Mode::Apply,
-                    cancel,
-                    console: &console,
-                }
-                .run(),
-            )
-            .unwrap();
-        let err = String::from_utf8_lossy(&err.lock().unwrap()).into_owned();
-        (ok, err)
+    let (out, err) = (Arc::default(), Arc::default());
+    let writer = |seen: &Arc<Mutex<Vec<u8>>>| {
+        Box::new(AbortOn {
+            seen: seen.clone(),
+            marker: "\u{0}never",
+            cancel: cancel.clone(),
+        })
     };
+    let console = Console::with_writers(writer(&out), writer(&err));
+    let ok = rt
+        .block_on(
+            ModeRun {
+                root: &root,
+                settings: &settings,
+                id: &id,
+                copy_dir: Path::new("/pkg"),
+                mode,
+                cancel,
+                console: &console,
+            }
+            .run(),
+        )
+        .unwrap();
+    let text = |b: &Arc<Mutex<Vec<u8>>>| String::from_utf8_lossy(&b.lock().unwrap()).into_owned();
+    (ok, text(&out), text(&err))
+}
+
+/// A wall clock before 1970 or in the year 300000 runs the steps: flags, log names, history
+/// and output timestamps use that time, or the nearest bound of years 1..=9999, instead of
+/// panicking.
+#[test]
+fn a_clock_out_of_range_runs_the_steps_with_clamped_timestamps() {
+    use std::time::{Duration, UNIX_EPOCH};
+    let year: u64 = 365 * 86_400;
+    let cases = [
+        (
+            UNIX_EPOCH - Duration::from_secs(5 * year),
+            chrono::DateTime::from_timestamp(-5 * 365 * 86_400, 0).unwrap(),
+        ),
+        (
+            UNIX_EPOCH + Duration::from_secs(298_030 * year),
+            crate::clock::latest(),
+        ),
+    ];
+    for (now, expect) in cases {
+        let t = one_step_host("s.sh", "#!/bin/sh\necho hello\n");
+        t.install_sh();
+        crate::clock::set_for_test(Some(now));
+        let apply = run_mode(&t, Mode::Apply, &Cancel::new());
+        let check = run_mode(&t, Mode::ApplyCheck, &Cancel::new());
+        crate::clock::set_for_test(None);
+        let (ok, out, err) = apply;
+        assert!(ok, "{out}\n{err}");
+        assert!(check.0, "{}\n{}", check.1, check.2);
+        let local = crate::pyfmt::isoformat(crate::clock::local_from(expect));
+        assert_eq!(
+            t.read("/state/flags/demo/1.0.0/s.sh_W11fWzBd"),
+            format!("last_run: {local}\nstep_always_runs: False")
+        );
+        let ts = crate::logs::sink::file_timestamp(&expect);
+        let logs: Vec<String> = std::fs::read_dir(t.p("/log/demo/1.0.0"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(logs.contains(&format!("s.sh-{ts}.log")), "{logs:?}");
+        let history = t.read("/state/history/demo.json");
+        let entry = crate::state::history::entry_time(expect);
+        assert!(history.contains(&entry), "{history}");
+    }
+}
+
+/// The `root_dir` overlay is written only once the package lock is held: an agent waiting for
+/// the lock (here stopped while waiting) leaves the host files of the running holder as they
+/// are; once the lock is free, the overlay is applied.
+#[test]
+fn the_root_dir_overlay_waits_for_the_package_lock() {
+    let t = one_step_host("s.rhai", "print(\"ran\");\n");
+    t.file("/pkg/root_dir/etc/demo.conf", "v2\n");
+    t.file("/etc/demo.conf", "v1\n");
+    let root = HostRoot::open(&t.root).unwrap();
     let held = crate::state::lock::lock_package(&root, Path::new("/state"), "demo").unwrap();
     let stopped = Cancel::new();
     stopped.stop(CancelReason::Signal("SIGTERM"));
-    let (ok, err) = run(&stopped);
+    let (ok, _, err) = run_mode(&t, Mode::Apply, &stopped);
     assert!(!ok);
     assert!(
         err.contains("waiting for the package lock /state/locks/demo.lock"),
@@ -235,7 +290,7 @@ fn the_root_dir_overlay_waits_for_the_package_lock() {
     );
     assert_eq!(t.read("/etc/demo.conf"), "v1\n", "written under the holder");
     drop(held);
-    let (ok, err) = run(&Cancel::new());
+    let (ok, _, err) = run_mode(&t, Mode::Apply, &Cancel::new());
     assert!(ok, "{err}");
     assert_eq!(t.read("/etc/demo.conf"), "v2\n");
 }
