@@ -27,6 +27,8 @@ use pathrs::{InodeType, Root};
 
 use crate::host::durability::DirSync;
 
+mod tree;
+
 /// Maximum number of dangling symlinks followed by [`HostRoot::write_atomic`] before it gives
 /// up with `ELOOP` (the kernel's own limit for path resolution is 40).
 const MAX_SYMLINK_HOPS: usize = 40;
@@ -691,21 +693,6 @@ impl HostRoot {
                 }
             }
         }
-    }
-
-    /// Remove a tree (like `rm -rf`). `Ok(false)` when it did not exist.
-    ///
-    /// # Errors
-    /// Any failure other than "not found".
-    pub fn remove_all(&self, host: &Path) -> Result<bool> {
-        self.check_abs("remove", host)?;
-        if self.symlink_metadata(host)?.is_none() {
-            return Ok(false);
-        }
-        self.root
-            .remove_all(host)
-            .map(|_| true)
-            .map_err(|e| self.err("remove", host, pathrs_io(e)))
     }
 
     /// Rename `from` to `to` (both host paths), replacing `to`.
