@@ -294,3 +294,39 @@ fn the_root_dir_overlay_waits_for_the_package_lock() {
     assert!(ok, "{err}");
     assert_eq!(t.read("/etc/demo.conf"), "v2\n");
 }
+
+/// `skyhook-agent validate` refuses a check step whose path would forge a `check_results`
+/// line, naming the step and the character, and exits 1.
+#[test]
+fn validate_names_a_control_character_in_a_step_path() {
+    let d = tempfile::tempdir().unwrap();
+    let step = |path: &str| {
+        json!({"name": "s", "path": path, "arguments": [], "returncodes": [0],
+               "on_host": true, "idempotence": false, "upgrade_step": false})
+    };
+    let cfg = json!({
+        "schema_version": "v1", "package_name": "demo", "package_version": "1.0.0",
+        "expected_config_files": [],
+        "modes": {"apply": [step("s.sh")], "apply-check": [step("c.sh\nother.sh True")]}
+    });
+    std::fs::write(d.path().join("config.json"), cfg.to_string()).unwrap();
+    let err = Arc::new(Mutex::new(Vec::new()));
+    let console = Console::with_writers(
+        Box::new(std::io::sink()),
+        Box::new(AbortOn {
+            seen: err.clone(),
+            marker: "\u{0}never",
+            cancel: Cancel::new(),
+        }),
+    );
+    let code = super::validate(&d.path().join("config.json"), &console);
+    let err = String::from_utf8_lossy(&err.lock().unwrap()).into_owned();
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(
+            "step \"c.sh\\nother.sh True\" of mode apply-check: path: contains the control character U+000A"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
