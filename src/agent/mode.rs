@@ -812,6 +812,19 @@ impl ModeRun<'_> {
         else {
             return Ok(false);
         };
+        crate::state::check_not_dangling(
+            self.root,
+            &flags::flags_dir(&self.settings.state_root),
+            "flags directory",
+        )?;
+        if self.settings.write_logs {
+            let log_dir = self
+                .settings
+                .log_root
+                .join(&pkg.package_name)
+                .join(&pkg.package_version);
+            crate::state::check_not_dangling(self.root, &log_dir, "log directory")?;
+        }
         // The overlay changes host files a running holder's steps may read: only under the lock.
         if overlays {
             prepare::overlay(self.root, self.copy_dir)?;

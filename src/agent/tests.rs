@@ -184,6 +184,16 @@ fn one_step_host(path: &str, body: &str) -> TestHost {
 /// Run `mode` of the package at `/pkg` of `t` (state `/state`, logs `/log`) to its end;
 /// returns (ok, stdout, stderr).
 fn run_mode(t: &TestHost, mode: Mode, cancel: &Cancel) -> (bool, String, String) {
+    let (ok, out, err) = try_run_mode(t, mode, cancel);
+    (ok.unwrap(), out, err)
+}
+
+/// [`run_mode`] keeping the run's error.
+fn try_run_mode(
+    t: &TestHost,
+    mode: Mode,
+    cancel: &Cancel,
+) -> (Result<bool, super::error::AgentError>, String, String) {
     let settings = Settings::from_env(
         [
             ("SKYHOOK_ROOT_DIR", "/state"),
@@ -208,20 +218,18 @@ fn run_mode(t: &TestHost, mode: Mode, cancel: &Cancel) -> (bool, String, String)
         })
     };
     let console = Console::with_writers(writer(&out), writer(&err));
-    let ok = rt
-        .block_on(
-            ModeRun {
-                root: &root,
-                settings: &settings,
-                id: &id,
-                copy_dir: Path::new("/pkg"),
-                mode,
-                cancel,
-                console: &console,
-            }
-            .run(),
-        )
-        .unwrap();
+    let ok = rt.block_on(
+        ModeRun {
+            root: &root,
+            settings: &settings,
+            id: &id,
+            copy_dir: Path::new("/pkg"),
+            mode,
+            cancel,
+            console: &console,
+        }
+        .run(),
+    );
     let text = |b: &Arc<Mutex<Vec<u8>>>| String::from_utf8_lossy(&b.lock().unwrap()).into_owned();
     (ok, text(&out), text(&err))
 }
@@ -329,4 +337,32 @@ fn validate_names_a_control_character_in_a_step_path() {
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// A flags or log directory that is a dangling symlink stops the run before `START` with an
+/// error naming the link (not "File exists", nor 3,600 log names tried).
+#[test]
+fn a_dangling_flags_or_log_directory_is_named_before_start() {
+    for (link, target, what) in [
+        (
+            "/state/flags",
+            "/gone/flags",
+            "flags directory /state/flags",
+        ),
+        ("/log/demo", "/gone/logs", "log directory /log/demo/1.0.0"),
+    ] {
+        let t = one_step_host("s.rhai", "print(\"ran\");\n");
+        std::fs::create_dir_all(t.p(link).parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, t.p(link)).unwrap();
+        let (res, _, _) = try_run_mode(&t, Mode::Apply, &Cancel::new());
+        let e = res.unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "the {what} cannot be used: {link} is a dangling symlink (to {target}); create its target or remove the link"
+            )
+        );
+        assert!(!t.p("/state/flags/START").exists());
+        assert!(!t.p("/gone").exists());
+    }
 }
