@@ -859,6 +859,7 @@ impl HostRoot {
         self.check_abs("write", host)?;
         let target = self.write_target(host)?;
         let (parent, _) = split(&target).map_err(|e| self.err("write", host, e))?;
+        self.check_replaceable(&parent, &target)?;
         let existing = self.metadata(&target)?;
         let old = match &existing {
             Some(m) if m.is_file() => {
@@ -908,6 +909,38 @@ impl HostRoot {
             let _ = self.root.remove_file(&tmp);
         }
         result
+    }
+}
+
+impl HostRoot {
+    /// Fail when `parent` is on procfs or sysfs: no file can be created there, so an atomic
+    /// replacement of `target` (a temporary beside it, then a rename) always fails, and the
+    /// kernel's `ENOENT` for the temporary would name the wrong cause.
+    fn check_replaceable(&self, parent: &Path, target: &Path) -> Result<()> {
+        let Ok(dir) = self.open_with("write", parent, OpenFlags::O_PATH | OpenFlags::O_DIRECTORY)
+        else {
+            // A missing parent is created or reported by the write itself.
+            return Ok(());
+        };
+        let Ok(fs) = nix::sys::statfs::fstatfs(&dir) else {
+            return Ok(());
+        };
+        let (kind, hint) = match fs.filesystem_type() {
+            nix::sys::statfs::PROC_SUPER_MAGIC => ("procfs", "use sysctl::set for /proc/sys keys"),
+            nix::sys::statfs::SYSFS_MAGIC => ("sysfs", "sysfs attributes are written in place"),
+            _ => return Ok(()),
+        };
+        Err(self.err(
+            "write",
+            target,
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "{} is on {kind}, whose files are kernel settings, not regular files on a writable filesystem: they cannot be replaced atomically ({hint})",
+                    parent.display()
+                ),
+            ),
+        ))
     }
 }
 

@@ -379,6 +379,54 @@ mod tests {
         });
     }
 
+    /// Kernel filesystems give their real cause: a write to a `/proc/sys` file cannot be an
+    /// atomic replacement (not "No such file or directory"), and a removal on a read-only
+    /// sysfs fails with `EROFS` (not "Not a directory").
+    #[test]
+    fn procfs_writes_and_read_only_sysfs_removals_name_the_real_cause() {
+        in_mount_namespace(|| {
+            let t = TestHost::new();
+            std::fs::create_dir_all(t.p("/proc")).unwrap();
+            std::fs::create_dir_all(t.p("/sys")).unwrap();
+            mount(
+                Some("proc"),
+                &t.p("/proc"),
+                Some("proc"),
+                MsFlags::empty(),
+                None::<&str>,
+            )
+            .unwrap();
+            mount(
+                Some("sysfs"),
+                &t.p("/sys"),
+                Some("sysfs"),
+                MsFlags::MS_RDONLY,
+                None::<&str>,
+            )
+            .unwrap();
+            let mut h = t.host(ExecMode::Apply);
+            // A read-only key: even a write that got through would change nothing.
+            let e = crate::host::fs::write(
+                &mut h,
+                "/proc/sys/kernel/osrelease",
+                "x\n",
+                &crate::host::fs::WriteOptions::default(),
+            )
+            .unwrap_err();
+            assert_eq!(
+                anyhow_like(&e),
+                format!(
+                    "failed to write /proc/sys/kernel/osrelease under host root {}: /proc/sys/kernel is on procfs, whose files are kernel settings, not regular files on a writable filesystem: they cannot be replaced atomically (use sysctl::set for /proc/sys keys)",
+                    t.root.display()
+                )
+            );
+            let root = HostRoot::open(&t.root).unwrap();
+            let e = root.remove_all(Path::new("/sys/kernel")).unwrap_err();
+            assert_eq!(e.source.raw_os_error(), Some(libc::EROFS), "{e:?}");
+            assert!(t.p("/sys/kernel").is_dir());
+        });
+    }
+
     /// The error and its sources, one per line.
     fn anyhow_like(e: &dyn std::error::Error) -> String {
         let mut out = e.to_string();
