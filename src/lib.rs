@@ -21,6 +21,7 @@
 
 pub mod agent;
 pub mod chain;
+pub mod clock;
 pub mod diag;
 pub mod host;
 pub mod local;

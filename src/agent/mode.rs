@@ -15,8 +15,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use chrono::{Local, Utc};
-
 use crate::host::effect::InterruptRequest;
 use crate::host::root::HostRoot;
 use crate::host::{ExecMode, HostOptions};
@@ -297,7 +295,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                     self.state.root,
                     &flag,
                     step,
-                    Local::now().naive_local(),
+                    crate::clock::now_local(),
                 )?;
             }
             records.push(record);
@@ -369,7 +367,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
         if write {
             // History first, the success marker last: a failed history write never leaves
             // `<mode>_ALL_CHECKED` behind.
-            let now = Utc::now();
+            let now = crate::clock::now_utc();
             let pkg = self.package;
             let record = |version: &str| -> Result<(), AgentError> {
                 for m in history::record(root, state, &pkg.package_name, version, now)? {
@@ -769,7 +767,7 @@ pub struct ModeRun<'a> {
 }
 
 impl ModeRun<'_> {
-    /// Run the mode end to end: legacy copy, load, compile, expected files, overlay, lock,
+    /// Run the mode end to end: legacy copy, load, compile, expected files, lock, overlay,
     /// `START`, then the [`ModeLoop`]. Returns true when the mode succeeded (exit 0).
     ///
     /// # Errors
@@ -799,9 +797,9 @@ impl ModeRun<'_> {
         let declarations =
             Declarations::from_node_metadata(self.root, self.copy_dir, &pkg.package_name)
                 .map_err(AgentError::NodeMetadata)?;
-        if !matches!(self.mode, Mode::Uninstall | Mode::UninstallCheck) {
+        let overlays = !matches!(self.mode, Mode::Uninstall | Mode::UninstallCheck);
+        if overlays {
             site.check_expected_files(&pkg.expected_config_files)?;
-            prepare::overlay(self.root, self.copy_dir)?;
         }
         let Some(lock) = prepare::package_lock(
             self.root,
@@ -814,6 +812,23 @@ impl ModeRun<'_> {
         else {
             return Ok(false);
         };
+        crate::state::check_not_dangling(
+            self.root,
+            &flags::flags_dir(&self.settings.state_root),
+            "flags directory",
+        )?;
+        if self.settings.write_logs {
+            let log_dir = self
+                .settings
+                .log_root
+                .join(&pkg.package_name)
+                .join(&pkg.package_version);
+            crate::state::check_not_dangling(self.root, &log_dir, "log directory")?;
+        }
+        // The overlay changes host files a running holder's steps may read: only under the lock.
+        if overlays {
+            prepare::overlay(self.root, self.copy_dir)?;
+        }
         flags::write_start(self.root, &self.settings.state_root)?;
         let console: Arc<dyn ConsoleStreams> = Arc::new(self.console.clone());
         let runner = AgentRunner {

@@ -3,8 +3,6 @@
 
 use std::path::{Path, PathBuf};
 
-use chrono::Utc;
-
 use crate::host::root::HostRoot;
 use crate::host::run_dirs::RunDirs;
 use crate::logs::retention::{self, DEFAULT_KEEP, LogIndex};
@@ -32,7 +30,7 @@ pub fn open(
     if !write_logs {
         return Ok((None, Vec::new()));
     }
-    let mut logs = open_step_logs(root, log_dir, base, Utc::now())?;
+    let mut logs = open_step_logs(root, log_dir, base, crate::clock::now_utc())?;
     let previous = std::mem::take(&mut logs.previous);
     Ok((Some(logs), previous))
 }
@@ -56,7 +54,14 @@ pub fn open_indexed(
         return Ok((None, Vec::new()));
     }
     let listed = index.list(root, log_dir, base).map_err(AgentError::from)?;
-    let mut logs = open_step_logs_in(dirs, root, log_dir, base, Utc::now(), listed.clone())?;
+    let mut logs = open_step_logs_in(
+        dirs,
+        root,
+        log_dir,
+        base,
+        crate::clock::now_utc(),
+        listed.clone(),
+    )?;
     index.created(log_dir, base, &logs.out_path, &listed, LOGS_KEPT);
     let previous = std::mem::take(&mut logs.previous);
     Ok((Some(logs), previous))

@@ -164,3 +164,205 @@ fn unknown_mode_exits_0_before_the_resource_id_is_validated() {
     let env = [("PATH", "/bin")].map(|(k, v)| (k.into(), v.into()));
     assert_eq!(super::main(args, env), 1);
 }
+
+/// A package of one step `s` (`path`, `body`) in every mode used here, at `/pkg` in a new
+/// test host.
+fn one_step_host(path: &str, body: &str) -> TestHost {
+    let t = TestHost::new();
+    let step = json!({"name": "s", "path": path, "arguments": [], "returncodes": [0],
+                      "on_host": true, "idempotence": false, "upgrade_step": false});
+    let cfg = json!({
+        "schema_version": "v1", "package_name": "demo", "package_version": "1.0.0",
+        "expected_config_files": [],
+        "modes": {"apply": [step.clone()], "apply-check": [step]}
+    });
+    t.file("/pkg/config.json", &cfg.to_string());
+    t.file(&format!("/pkg/skyhook_dir/{path}"), body);
+    t
+}
+
+/// Run `mode` of the package at `/pkg` of `t` (state `/state`, logs `/log`) to its end;
+/// returns (ok, stdout, stderr).
+fn run_mode(t: &TestHost, mode: Mode, cancel: &Cancel) -> (bool, String, String) {
+    let (ok, out, err) = try_run_mode(t, mode, cancel);
+    (ok.unwrap(), out, err)
+}
+
+/// [`run_mode`] keeping the run's error.
+fn try_run_mode(
+    t: &TestHost,
+    mode: Mode,
+    cancel: &Cancel,
+) -> (Result<bool, super::error::AgentError>, String, String) {
+    let settings = Settings::from_env(
+        [
+            ("SKYHOOK_ROOT_DIR", "/state"),
+            ("SKYHOOK_LOG_DIR", "/log"),
+            ("PATH", "/bin"),
+        ]
+        .map(|(k, v)| (k.into(), v.into())),
+    )
+    .unwrap();
+    let root = HostRoot::open(&t.root).unwrap();
+    let id = ResourceId::parse("sky-1_demo_1.0.0").unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (out, err) = (Arc::default(), Arc::default());
+    let writer = |seen: &Arc<Mutex<Vec<u8>>>| {
+        Box::new(AbortOn {
+            seen: seen.clone(),
+            marker: "\u{0}never",
+            cancel: cancel.clone(),
+        })
+    };
+    let console = Console::with_writers(writer(&out), writer(&err));
+    let ok = rt.block_on(
+        ModeRun {
+            root: &root,
+            settings: &settings,
+            id: &id,
+            copy_dir: Path::new("/pkg"),
+            mode,
+            cancel,
+            console: &console,
+        }
+        .run(),
+    );
+    let text = |b: &Arc<Mutex<Vec<u8>>>| String::from_utf8_lossy(&b.lock().unwrap()).into_owned();
+    (ok, text(&out), text(&err))
+}
+
+/// A wall clock before 1970 or in the year 300000 runs the steps: flags, log names, history
+/// and output timestamps use that time, or the nearest bound of years 1..=9999, instead of
+/// panicking.
+#[test]
+fn a_clock_out_of_range_runs_the_steps_with_clamped_timestamps() {
+    use std::time::{Duration, UNIX_EPOCH};
+    let year: u64 = 365 * 86_400;
+    let cases = [
+        (
+            UNIX_EPOCH - Duration::from_secs(5 * year),
+            chrono::DateTime::from_timestamp(-5 * 365 * 86_400, 0).unwrap(),
+        ),
+        (
+            UNIX_EPOCH + Duration::from_secs(298_030 * year),
+            crate::clock::latest(),
+        ),
+    ];
+    for (now, expect) in cases {
+        let t = one_step_host("s.sh", "#!/bin/sh\necho hello\n");
+        t.install_sh();
+        crate::clock::set_for_test(Some(now));
+        let apply = run_mode(&t, Mode::Apply, &Cancel::new());
+        let check = run_mode(&t, Mode::ApplyCheck, &Cancel::new());
+        crate::clock::set_for_test(None);
+        let (ok, out, err) = apply;
+        assert!(ok, "{out}\n{err}");
+        assert!(check.0, "{}\n{}", check.1, check.2);
+        let local = crate::pyfmt::isoformat(crate::clock::local_from(expect));
+        assert_eq!(
+            t.read("/state/flags/demo/1.0.0/s.sh_W11fWzBd"),
+            format!("last_run: {local}\nstep_always_runs: False")
+        );
+        let ts = crate::logs::sink::file_timestamp(&expect);
+        let logs: Vec<String> = std::fs::read_dir(t.p("/log/demo/1.0.0"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(logs.contains(&format!("s.sh-{ts}.log")), "{logs:?}");
+        let history = t.read("/state/history/demo.json");
+        let entry = crate::state::history::entry_time(expect);
+        assert!(history.contains(&entry), "{history}");
+    }
+}
+
+/// The `root_dir` overlay is written only once the package lock is held: an agent waiting for
+/// the lock (here stopped while waiting) leaves the host files of the running holder as they
+/// are; once the lock is free, the overlay is applied.
+#[test]
+fn the_root_dir_overlay_waits_for_the_package_lock() {
+    let t = one_step_host("s.rhai", "print(\"ran\");\n");
+    t.file("/pkg/root_dir/etc/demo.conf", "v2\n");
+    t.file("/etc/demo.conf", "v1\n");
+    let root = HostRoot::open(&t.root).unwrap();
+    let held = crate::state::lock::lock_package(&root, Path::new("/state"), "demo").unwrap();
+    let stopped = Cancel::new();
+    stopped.stop(CancelReason::Signal("SIGTERM"));
+    let (ok, _, err) = run_mode(&t, Mode::Apply, &stopped);
+    assert!(!ok);
+    assert!(
+        err.contains("waiting for the package lock /state/locks/demo.lock"),
+        "{err}"
+    );
+    assert_eq!(t.read("/etc/demo.conf"), "v1\n", "written under the holder");
+    drop(held);
+    let (ok, _, err) = run_mode(&t, Mode::Apply, &Cancel::new());
+    assert!(ok, "{err}");
+    assert_eq!(t.read("/etc/demo.conf"), "v2\n");
+}
+
+/// `skyhook-agent validate` refuses a check step whose path would forge a `check_results`
+/// line, naming the step and the character, and exits 1.
+#[test]
+fn validate_names_a_control_character_in_a_step_path() {
+    let d = tempfile::tempdir().unwrap();
+    let step = |path: &str| {
+        json!({"name": "s", "path": path, "arguments": [], "returncodes": [0],
+               "on_host": true, "idempotence": false, "upgrade_step": false})
+    };
+    let cfg = json!({
+        "schema_version": "v1", "package_name": "demo", "package_version": "1.0.0",
+        "expected_config_files": [],
+        "modes": {"apply": [step("s.sh")], "apply-check": [step("c.sh\nother.sh True")]}
+    });
+    std::fs::write(d.path().join("config.json"), cfg.to_string()).unwrap();
+    let err = Arc::new(Mutex::new(Vec::new()));
+    let console = Console::with_writers(
+        Box::new(std::io::sink()),
+        Box::new(AbortOn {
+            seen: err.clone(),
+            marker: "\u{0}never",
+            cancel: Cancel::new(),
+        }),
+    );
+    let code = super::validate(&d.path().join("config.json"), &console);
+    let err = String::from_utf8_lossy(&err.lock().unwrap()).into_owned();
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(
+            "step \"c.sh\\nother.sh True\" of mode apply-check: path: contains the control character U+000A"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// A flags or log directory that is a dangling symlink stops the run before `START` with an
+/// error naming the link (not "File exists", nor 3,600 log names tried).
+#[test]
+fn a_dangling_flags_or_log_directory_is_named_before_start() {
+    for (link, target, what) in [
+        (
+            "/state/flags",
+            "/gone/flags",
+            "flags directory /state/flags",
+        ),
+        ("/log/demo", "/gone/logs", "log directory /log/demo/1.0.0"),
+    ] {
+        let t = one_step_host("s.rhai", "print(\"ran\");\n");
+        std::fs::create_dir_all(t.p(link).parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, t.p(link)).unwrap();
+        let (res, _, _) = try_run_mode(&t, Mode::Apply, &Cancel::new());
+        let e = res.unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "the {what} cannot be used: {link} is a dangling symlink (to {target}); create its target or remove the link"
+            )
+        );
+        assert!(!t.p("/state/flags/START").exists());
+        assert!(!t.p("/gone").exists());
+    }
+}

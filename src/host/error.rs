@@ -275,6 +275,21 @@ pub enum HostError {
         key: String,
     },
 
+    /// A secret name or key that is not one file name (empty, `.`, `..`, a `/` or NUL).
+    #[error(
+        "secret {what} {value:?} is not a valid {what}: it must be one file name (not empty, . or .., without / or NUL) (asked for secret {name:?} key {key:?})"
+    )]
+    SecretCoordinate {
+        /// `name` or `key`: which one is wrong.
+        what: &'static str,
+        /// The wrong value.
+        value: String,
+        /// The secret name asked for.
+        name: String,
+        /// The key asked for.
+        key: String,
+    },
+
     /// An allowed secret key does not exist or cannot be read.
     #[error("failed to read secret {name:?} key {key:?}")]
     SecretRead {

@@ -879,16 +879,22 @@ pub(crate) fn remove_with(
 }
 
 /// `fs::remove_all(p)`: remove a tree (a symlink itself, not its target). Unchanged when
-/// absent.
+/// absent. The tree must lie on one mount: a mount point at or below `p` (another
+/// filesystem, or a bind mount) fails in every mode, naming it, before anything is removed
+/// ([`HostRoot::remove_all`](crate::host::root::HostRoot::remove_all)).
 ///
 /// # Errors
-/// `/` itself (`invalid path argument: remove all path is /`, in every mode); removal
-/// failures.
+/// `/` itself (`invalid path argument: remove all path is /`, in every mode); mount points
+/// below `p` (every mode); removal failures.
 pub fn remove_all(h: &mut Host, p: &str) -> Result<bool> {
     let path = host_path(p)?;
     if h.view_stat(&path, false)?.is_none() {
         h.note_unchanged();
         return Ok(false);
+    }
+    // Plan and check see the same refusal as apply (`/` itself is refused at submit).
+    if crate::host::plan::normalize(&path) != Path::new("/") {
+        h.root().remove_all_check(&path)?;
     }
     h.submit(Effect::RemoveAll { path })?;
     Ok(true)

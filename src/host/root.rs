@@ -27,6 +27,8 @@ use pathrs::{InodeType, Root};
 
 use crate::host::durability::DirSync;
 
+mod tree;
+
 /// Maximum number of dangling symlinks followed by [`HostRoot::write_atomic`] before it gives
 /// up with `ELOOP` (the kernel's own limit for path resolution is 40).
 const MAX_SYMLINK_HOPS: usize = 40;
@@ -693,21 +695,6 @@ impl HostRoot {
         }
     }
 
-    /// Remove a tree (like `rm -rf`). `Ok(false)` when it did not exist.
-    ///
-    /// # Errors
-    /// Any failure other than "not found".
-    pub fn remove_all(&self, host: &Path) -> Result<bool> {
-        self.check_abs("remove", host)?;
-        if self.symlink_metadata(host)?.is_none() {
-            return Ok(false);
-        }
-        self.root
-            .remove_all(host)
-            .map(|_| true)
-            .map_err(|e| self.err("remove", host, pathrs_io(e)))
-    }
-
     /// Rename `from` to `to` (both host paths), replacing `to`.
     ///
     /// # Errors
@@ -872,6 +859,7 @@ impl HostRoot {
         self.check_abs("write", host)?;
         let target = self.write_target(host)?;
         let (parent, _) = split(&target).map_err(|e| self.err("write", host, e))?;
+        self.check_replaceable(&parent, &target)?;
         let existing = self.metadata(&target)?;
         let old = match &existing {
             Some(m) if m.is_file() => {
@@ -921,6 +909,38 @@ impl HostRoot {
             let _ = self.root.remove_file(&tmp);
         }
         result
+    }
+}
+
+impl HostRoot {
+    /// Fail when `parent` is on procfs or sysfs: no file can be created there, so an atomic
+    /// replacement of `target` (a temporary beside it, then a rename) always fails, and the
+    /// kernel's `ENOENT` for the temporary would name the wrong cause.
+    fn check_replaceable(&self, parent: &Path, target: &Path) -> Result<()> {
+        let Ok(dir) = self.open_with("write", parent, OpenFlags::O_PATH | OpenFlags::O_DIRECTORY)
+        else {
+            // A missing parent is created or reported by the write itself.
+            return Ok(());
+        };
+        let Ok(fs) = nix::sys::statfs::fstatfs(&dir) else {
+            return Ok(());
+        };
+        let (kind, hint) = match fs.filesystem_type() {
+            nix::sys::statfs::PROC_SUPER_MAGIC => ("procfs", "use sysctl::set for /proc/sys keys"),
+            nix::sys::statfs::SYSFS_MAGIC => ("sysfs", "sysfs attributes are written in place"),
+            _ => return Ok(()),
+        };
+        Err(self.err(
+            "write",
+            target,
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "{} is on {kind}, whose files are kernel settings, not regular files on a writable filesystem: they cannot be replaced atomically ({hint})",
+                    parent.display()
+                ),
+            ),
+        ))
     }
 }
 

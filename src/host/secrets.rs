@@ -19,8 +19,8 @@ fn valid_component(s: &str) -> bool {
 /// `secret(name, key)`: the content of `<secrets_dir>/<name>/<key>`, added to the redactor.
 ///
 /// # Errors
-/// [`HostError::SecretRefused`] when `name` is not allowed (or `name`/`key` are not single
-/// path components); [`HostError::SecretRead`] when the file cannot be read;
+/// [`HostError::SecretCoordinate`] when `name` or `key` is not a single path component;
+/// [`HostError::SecretRefused`] when `name` is not allowed; [`HostError::SecretRead`] when the file cannot be read;
 /// [`HostError::NotRegular`] / [`HostError::FileTooLarge`] for a FIFO, device or socket or a
 /// file above [`crate::host::fs::MAX_READ_BYTES`]; [`HostError::SecretNotDeclared`] when
 /// the session has [`crate::host::HostOptions::declared_secrets`] and the coordinate is not
@@ -42,8 +42,15 @@ pub fn secret(h: &mut Host, name: &str, key: &str) -> Result<String> {
         name: name.to_string(),
         key: key.to_string(),
     };
-    if !valid_component(name) || !valid_component(key) {
-        return Err(refused());
+    for (what, value) in [("name", name), ("key", key)] {
+        if !valid_component(value) {
+            return Err(HostError::SecretCoordinate {
+                what,
+                value: value.to_string(),
+                name: name.to_string(),
+                key: key.to_string(),
+            });
+        }
     }
     if !h.options().allowed_secrets.iter().any(|a| a == name) {
         return Err(refused());
@@ -122,10 +129,18 @@ mod tests {
             "secret \"other\" is not in SKYHOOK_ALLOWED_SECRETS (asked for key \"password\")"
         );
         assert!(!msg.contains("nope"));
-        assert!(matches!(
-            secret(&mut h, "db", "../other/password"),
-            Err(HostError::SecretRefused { .. })
-        ));
+        // A wrong key is named as such, not blamed on the (allowed) secret name.
+        let e = secret(&mut h, "db", "../other/password").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "secret key \"../other/password\" is not a valid key: it must be one file name (not empty, . or .., without / or NUL) (asked for secret \"db\" key \"../other/password\")"
+        );
+        let e = secret(&mut h, "..", "password").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("secret name \"..\" is not a valid name"),
+            "{e}"
+        );
         assert!(matches!(
             secret(&mut h, "db", "missing"),
             Err(HostError::SecretRead { .. })

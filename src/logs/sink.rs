@@ -553,11 +553,18 @@ fn open_logs(
     if let Some((newest, _)) = previous.first()
         && let Ok(t) = chrono::NaiveDateTime::parse_from_str(newest, "%Y-%m-%d-%H%M%S")
     {
-        start_utc = start_utc.max(t.and_utc() + chrono::TimeDelta::seconds(1));
+        let after = t
+            .and_utc()
+            .checked_add_signed(chrono::TimeDelta::seconds(1));
+        start_utc = start_utc.max(after.unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC));
     }
     let mut first = None;
     for attempt in 0..MAX_NAME_ATTEMPTS {
-        let ts = file_timestamp(&(start_utc + chrono::TimeDelta::seconds(i64::from(attempt))));
+        let Some(at) = start_utc.checked_add_signed(chrono::TimeDelta::seconds(i64::from(attempt)))
+        else {
+            break;
+        };
+        let ts = file_timestamp(&at);
         let out_path = log_dir.join(format!("{base}-{ts}.log"));
         let err_path = log_dir.join(format!("{base}-{ts}.log.err"));
         first.get_or_insert_with(|| out_path.clone());

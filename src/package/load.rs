@@ -433,6 +433,21 @@ fn path_component_problem(v: &str) -> Option<&'static str> {
     }
 }
 
+/// What kind of character `c` is when it must not appear in a step path, which is printed
+/// in output lines, flag names and `check_results`: a control character (C0, DEL, C1) or a
+/// Unicode bidirectional text control (U+200E/F, U+202A–U+202E, U+2066–U+2069), which
+/// reorders what a terminal shows.
+fn unprintable(c: char) -> Option<&'static str> {
+    if c.is_control() {
+        Some("the control character")
+    } else if matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    {
+        Some("the bidirectional text control")
+    } else {
+        None
+    }
+}
+
 /// Rule 0 [fix]: values used as path parts or passed to `execve` are usable.
 fn check_bounds(file: &Path, pkg: &Package) -> Result<(), PackageError> {
     let bad = |what: String, why: String| PackageError::Invalid {
@@ -456,6 +471,19 @@ fn check_bounds(file: &Path, pkg: &Package) -> Result<(), PackageError> {
         let at = |what: &str| format!("step {} of mode {mode}: {what}", quote_short(&step.path));
         if step.path.contains('\0') {
             return Err(bad(at("path"), "must not contain a NUL byte".into()));
+        }
+        if let Some((c, kind)) = step
+            .path
+            .chars()
+            .find_map(|c| unprintable(c).map(|k| (c, k)))
+        {
+            return Err(bad(
+                at("path"),
+                format!(
+                    "contains {kind} U+{:04X}: step paths must not contain control characters (newline, carriage return, tab, C1) or bidirectional text controls",
+                    u32::from(c)
+                ),
+            ));
         }
         if step.arguments.len() > l.max_args {
             return Err(bad(
@@ -682,6 +710,40 @@ mod tests {
             &e[e.len() - 80..]
         );
         assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn step_paths_with_control_or_bidi_characters_are_refused_naming_step_and_character() {
+        for (path, code, kind) in [
+            ("a\nFAILED.sh", "U+000A", "control character"),
+            ("a\r.sh", "U+000D", "control character"),
+            ("a\t.sh", "U+0009", "control character"),
+            ("a\u{85}.sh", "U+0085", "control character"),
+            ("a\u{9b}.sh", "U+009B", "control character"),
+            ("a\u{7f}.sh", "U+007F", "control character"),
+            ("gpu\u{202E}hs.x", "U+202E", "bidirectional text control"),
+            ("a\u{202A}.sh", "U+202A", "bidirectional text control"),
+            ("a\u{2066}.sh", "U+2066", "bidirectional text control"),
+            ("a\u{2069}.sh", "U+2069", "bidirectional text control"),
+            ("a\u{200E}.sh", "U+200E", "bidirectional text control"),
+            ("a\u{200F}.sh", "U+200F", "bidirectional text control"),
+        ] {
+            let mut d = fixture();
+            d["modes"]["apply-check"][0]["path"] = json!(path);
+            let e = err(&d);
+            assert_eq!(
+                e,
+                format!(
+                    "/pkg/config.json: step {path:?} of mode apply-check: path: contains the {kind} {code}: step paths must not contain control characters (newline, carriage return, tab, C1) or bidirectional text controls"
+                )
+            );
+            assert!(!e.contains(['\n', '\r', '\u{202E}']), "{e:?}");
+        }
+        // Printable non-ASCII stays allowed.
+        let mut d = fixture();
+        d["modes"]["apply"][0]["path"] = json!("données/é.sh");
+        d["modes"]["apply-check"][0]["path"] = json!("données/é_check.sh");
+        assert!(load(&d).is_ok());
     }
 
     #[test]

@@ -164,7 +164,7 @@ pub struct RunOptions {
 }
 
 fn local_now() -> NaiveDateTime {
-    chrono::Local::now().naive_local()
+    crate::clock::now_local()
 }
 
 impl Default for RunOptions {

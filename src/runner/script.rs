@@ -49,7 +49,7 @@ pub struct SinkOutput {
 }
 
 fn local_now() -> NaiveDateTime {
-    chrono::Local::now().naive_local()
+    crate::clock::now_local()
 }
 
 impl SinkOutput {

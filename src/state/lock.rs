@@ -6,6 +6,12 @@
 //! lifetime of [`PackageLock`] and released when it is dropped (or when the process dies, as
 //! the kernel drops `flock` locks with the last descriptor). The lock file itself is left in
 //! place and is empty.
+//!
+//! A `flock` belongs to an inode, not to the path: a lock file removed or replaced while an
+//! agent waits on it would give that agent a lock on an inode nobody else opens. So after
+//! every acquisition the locked descriptor is compared with the file now at the path (device
+//! and inode); a mismatch drops the lock and starts again, at most [`MAX_LOCK_ATTEMPTS`]
+//! times.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -61,6 +67,66 @@ fn open_lock_file(root: &HostRoot, path: &Path) -> Result<File, StateError> {
     }
 }
 
+/// Acquisitions tried before [`StateError::LockReplaced`]: each retry means somebody removed
+/// or replaced the lock file between our open and our `flock`, which a sane host does rarely.
+const MAX_LOCK_ATTEMPTS: u32 = 64;
+
+/// What one `flock` on an opened lock file gave.
+enum Locked {
+    /// Held, and the descriptor is the file at the path.
+    Held(Flock<File>),
+    /// Held, but the file at the path is another one (or none): the lock protects nothing,
+    /// and dropping it releases it.
+    Stale,
+    /// `LOCK_NB` and another holder has it.
+    Busy,
+}
+
+/// True when `locked` is the file now at `path` (same device and inode, `fstat` vs `stat`).
+/// A lock file removed (a cleanup) or replaced after we opened it still locks, but only its
+/// old inode: another agent opening the path gets a different file and a lock of its own.
+fn still_at_path(root: &HostRoot, path: &Path, locked: &File) -> Result<bool, StateError> {
+    use std::os::unix::fs::MetadataExt;
+    let ours = locked.metadata().map_err(|e| StateError::Lock {
+        path: path.to_path_buf(),
+        source: e.raw_os_error().map_or(Errno::EIO, Errno::from_raw),
+    })?;
+    Ok(root
+        .metadata(path)?
+        .is_some_and(|now| now.dev() == ours.dev() && now.ino() == ours.ino()))
+}
+
+/// `flock(arg)` on an opened lock file (retried on `EINTR`), then check it is still the file
+/// at `path`.
+fn lock_opened(
+    root: &HostRoot,
+    path: &Path,
+    mut file: File,
+    arg: FlockArg,
+) -> Result<Locked, StateError> {
+    loop {
+        match Flock::lock(file, arg) {
+            Ok(lock) => {
+                return Ok(if still_at_path(root, path, &lock)? {
+                    Locked::Held(lock)
+                } else {
+                    Locked::Stale
+                });
+            }
+            Err((f, Errno::EINTR)) => file = f,
+            Err((_, Errno::EWOULDBLOCK)) if arg == FlockArg::LockExclusiveNonblock => {
+                return Ok(Locked::Busy);
+            }
+            Err((_, errno)) => {
+                return Err(StateError::Lock {
+                    path: path.to_path_buf(),
+                    source: errno,
+                });
+            }
+        }
+    }
+}
+
 fn lock_with(
     root: &HostRoot,
     state_root: &Path,
@@ -68,22 +134,18 @@ fn lock_with(
     arg: FlockArg,
 ) -> Result<Option<PackageLock>, StateError> {
     let path = lock_path(state_root, pkg);
-    let mut file = open_lock_file(root, &path)?;
-    loop {
-        match Flock::lock(file, arg) {
-            Ok(lock) => return Ok(Some(PackageLock { _lock: lock, path })),
-            Err((f, Errno::EINTR)) => file = f,
-            Err((_, Errno::EWOULDBLOCK)) if arg == FlockArg::LockExclusiveNonblock => {
-                return Ok(None);
-            }
-            Err((_, errno)) => {
-                return Err(StateError::Lock {
-                    path,
-                    source: errno,
-                });
-            }
+    for _ in 0..MAX_LOCK_ATTEMPTS {
+        let file = open_lock_file(root, &path)?;
+        match lock_opened(root, &path, file, arg)? {
+            Locked::Held(lock) => return Ok(Some(PackageLock { _lock: lock, path })),
+            Locked::Busy => return Ok(None),
+            Locked::Stale => {}
         }
     }
+    Err(StateError::LockReplaced {
+        path,
+        attempts: MAX_LOCK_ATTEMPTS,
+    })
 }
 
 /// Take the package lock, blocking until it is free (`flock(LOCK_EX)`, retried on `EINTR`).
@@ -139,12 +201,39 @@ pub async fn lock_package_cancellable(
     cancel: &crate::process::Cancel,
     on_wait: impl FnOnce(&Path),
 ) -> Result<Option<PackageLock>, StateError> {
-    if let Some(held) = try_lock_package(root, state_root, pkg)? {
-        return Ok(Some(held));
-    }
     let path = lock_path(state_root, pkg);
-    on_wait(&path);
-    let file = open_lock_file(root, &path)?;
+    let mut on_wait = Some(on_wait);
+    for _ in 0..MAX_LOCK_ATTEMPTS {
+        let file = open_lock_file(root, &path)?;
+        match lock_opened(root, &path, file, FlockArg::LockExclusiveNonblock)? {
+            Locked::Held(lock) => return Ok(Some(PackageLock { _lock: lock, path })),
+            Locked::Stale => continue,
+            Locked::Busy => {}
+        }
+        if let Some(f) = on_wait.take() {
+            f(&path);
+        }
+        let file = open_lock_file(root, &path)?;
+        let Some(lock) = wait_for_flock(file, &path, cancel).await? else {
+            return Ok(None);
+        };
+        if still_at_path(root, &path, &lock)? {
+            return Ok(Some(PackageLock { _lock: lock, path }));
+        }
+    }
+    Err(StateError::LockReplaced {
+        path,
+        attempts: MAX_LOCK_ATTEMPTS,
+    })
+}
+
+/// The blocking `flock(LOCK_EX)` of [`lock_package_cancellable`] on a helper thread;
+/// `Ok(None)` when `cancel` stops first.
+async fn wait_for_flock(
+    file: File,
+    path: &Path,
+    cancel: &crate::process::Cancel,
+) -> Result<Option<Flock<File>>, StateError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("skyhook-lock-wait".into())
@@ -161,16 +250,20 @@ pub async fn lock_package_cancellable(
             let _ = tx.send(result);
         })
         .map_err(|e| StateError::Lock {
-            path: path.clone(),
+            path: path.to_path_buf(),
             source: e.raw_os_error().map_or(Errno::EAGAIN, Errno::from_raw),
         })?;
+    let err = |source| StateError::Lock {
+        path: path.to_path_buf(),
+        source,
+    };
     tokio::select! {
         biased;
         r = rx => match r {
-            Ok(Ok(lock)) => Ok(Some(PackageLock { _lock: lock, path })),
-            Ok(Err(errno)) => Err(StateError::Lock { path, source: errno }),
+            Ok(Ok(lock)) => Ok(Some(lock)),
+            Ok(Err(errno)) => Err(err(errno)),
             // The thread ended without sending: it panicked.
-            Err(_) => Err(StateError::Lock { path, source: Errno::EIO }),
+            Err(_) => Err(err(Errno::EIO)),
         },
         () = cancel.stopped() => Ok(None),
     }
@@ -272,5 +365,61 @@ mod tests {
         });
         assert_eq!(waiter.unwrap(), Path::new("/st/locks/demo.lock"));
         assert!(try_lock_package(&r, st, "demo").unwrap().is_some());
+    }
+
+    #[test]
+    fn a_lock_on_a_removed_lock_file_is_not_taken() {
+        // A waiter opened the lock file, then a cleanup removed it and a second agent created
+        // and locked a new one: the waiter's flock succeeds on the old inode, which must not
+        // count as holding the package lock.
+        let d = tempfile::tempdir().unwrap();
+        let r = HostRoot::open(d.path()).unwrap();
+        let st = Path::new("/st");
+        let path = lock_path(st, "demo");
+        let first = lock_package(&r, st, "demo").unwrap();
+        let waiter_file = open_lock_file(&r, &path).unwrap();
+        std::fs::remove_file(d.path().join("st/locks/demo.lock")).unwrap();
+        let second = try_lock_package(&r, st, "demo").unwrap();
+        assert!(second.is_some(), "a new lock file is free");
+        drop(first);
+        let got = lock_opened(&r, &path, waiter_file, FlockArg::LockExclusiveNonblock).unwrap();
+        assert!(matches!(got, Locked::Stale));
+        // Through the public calls the waiter finds the new file, held by the second agent.
+        assert!(try_lock_package(&r, st, "demo").unwrap().is_none());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let cancel = crate::process::Cancel::new();
+        let stopper = cancel.clone();
+        let got = rt
+            .block_on(lock_package_cancellable(&r, st, "demo", &cancel, |_| {
+                stopper.stop(crate::process::CancelReason::Signal("SIGTERM"));
+            }))
+            .unwrap();
+        assert!(got.is_none(), "the second agent still holds it");
+        drop(second);
+        assert!(try_lock_package(&r, st, "demo").unwrap().is_some());
+    }
+
+    #[test]
+    fn a_lock_file_replaced_every_time_gives_up_with_the_path() {
+        let d = tempfile::tempdir().unwrap();
+        let r = HostRoot::open(d.path()).unwrap();
+        let path = Path::new("/st/locks/demo.lock");
+        std::fs::create_dir_all(d.path().join("st/locks")).unwrap();
+        std::fs::write(d.path().join("st/locks/demo.lock"), "").unwrap();
+        let old = open_lock_file(&r, path).unwrap();
+        std::fs::remove_file(d.path().join("st/locks/demo.lock")).unwrap();
+        let got = lock_opened(&r, path, old, FlockArg::LockExclusive).unwrap();
+        assert!(matches!(got, Locked::Stale), "removed: nothing at the path");
+        let e = StateError::LockReplaced {
+            path: path.to_path_buf(),
+            attempts: MAX_LOCK_ATTEMPTS,
+        };
+        assert_eq!(
+            e.to_string(),
+            "failed to lock /st/locks/demo.lock: the lock file was removed or replaced after each of 64 acquisitions"
+        );
     }
 }

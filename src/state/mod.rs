@@ -11,9 +11,36 @@ pub mod history;
 pub mod interrupts;
 pub mod lock;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use crate::host::root::RootError;
+use crate::host::root::{HostRoot, RootError};
+
+/// Fail with [`StateError::DanglingSymlink`] when the directory `dir` (a host path) or one of
+/// its parents is a symlink whose target does not exist, so a run stops before `START`
+/// naming the link instead of failing later with "File exists".
+///
+/// # Errors
+/// The dangling symlink; resolution failures.
+pub fn check_not_dangling(
+    root: &HostRoot,
+    dir: &Path,
+    what: &'static str,
+) -> Result<(), StateError> {
+    for p in dir.ancestors() {
+        let is_link = root
+            .symlink_metadata(p)?
+            .is_some_and(|m| m.file_type().is_symlink());
+        if is_link && root.metadata(p)?.is_none() {
+            return Err(StateError::DanglingSymlink {
+                what,
+                path: dir.to_path_buf(),
+                link: p.to_path_buf(),
+                target: root.read_link(p)?,
+            });
+        }
+    }
+    Ok(())
+}
 
 /// An error reading or writing on-host state.
 #[derive(Debug, thiserror::Error)]
@@ -39,5 +66,33 @@ pub enum StateError {
         /// The `flock` error.
         #[source]
         source: nix::Error,
+    },
+    /// A directory the agent writes into (or one of its parents) is a symlink whose target
+    /// does not exist: nothing can be created there.
+    #[error(
+        "the {what} {} cannot be used: {} is a dangling symlink (to {}); create its target or remove the link",
+        path.display(), link.display(), target.display()
+    )]
+    DanglingSymlink {
+        /// What the directory is for (`flags directory`, `log directory`).
+        what: &'static str,
+        /// The directory's host path.
+        path: PathBuf,
+        /// The dangling symlink: `path` or a parent of it.
+        link: PathBuf,
+        /// Its target, as stored.
+        target: PathBuf,
+    },
+    /// The lock file was removed or replaced after every one of `attempts` acquisitions:
+    /// each locked descriptor no longer named the file at the path.
+    #[error(
+        "failed to lock {}: the lock file was removed or replaced after each of {attempts} acquisitions",
+        path.display()
+    )]
+    LockReplaced {
+        /// The lock file's host path.
+        path: PathBuf,
+        /// Acquisitions tried.
+        attempts: u32,
     },
 }

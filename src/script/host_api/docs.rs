@@ -449,7 +449,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[P],
         "bool",
         Change,
-        "Remove a tree (a symlink itself, not its target); absent is unchanged.",
+        "Remove a tree (a symlink itself, not its target); absent is unchanged. A mount point at or below the path fails in every mode, naming it, and nothing is removed.",
     ),
     f(
         "fs",
