@@ -246,7 +246,7 @@ fn is_stale_tmp(name: &str) -> bool {
     }
 }
 
-fn pathrs_io(err: pathrs::error::Error) -> io::Error {
+pub(crate) fn pathrs_io(err: pathrs::error::Error) -> io::Error {
     match err.kind() {
         pathrs::error::ErrorKind::OsError(Some(errno)) => io::Error::from_raw_os_error(errno),
         pathrs::error::ErrorKind::SafetyViolation => io::Error::new(

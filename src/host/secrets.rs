@@ -2,8 +2,9 @@
 //! value read from step output, log files, plans and error messages.
 //!
 //! `secret(name, key)` reads `<secrets_dir>/<name>/<key>`, the layout in which the kubelet
-//! mounts a Secret volume (a directory on the agent's side, not under the host root). `name`
-//! must be in the allowlist (`SKYHOOK_ALLOWED_SECRETS`, comma-separated, empty allows none).
+//! mounts a Secret volume (a directory on the agent's side, not under the host root), with
+//! [`read_key`]: confined to `<secrets_dir>/<name>`. `name` must be in the allowlist
+//! (`SKYHOOK_ALLOWED_SECRETS`, comma-separated, empty allows none).
 
 use std::path::Path;
 
@@ -20,9 +21,9 @@ fn valid_component(s: &str) -> bool {
 ///
 /// # Errors
 /// [`HostError::SecretCoordinate`] when `name` or `key` is not a single path component;
-/// [`HostError::SecretRefused`] when `name` is not allowed; [`HostError::SecretRead`] when the file cannot be read;
-/// [`HostError::NotRegular`] / [`HostError::FileTooLarge`] for a FIFO, device or socket or a
-/// file above [`crate::host::fs::MAX_READ_BYTES`]; [`HostError::SecretNotDeclared`] when
+/// [`HostError::SecretRefused`] when `name` is not allowed; [`HostError::SecretRead`] when the
+/// file cannot be read by [`read_key`] (missing, a link out of `<secrets_dir>/<name>`, a FIFO,
+/// device or socket, or above [`MAX_SECRET_BYTES`]); [`HostError::SecretNotDeclared`] when
 /// the session has [`crate::host::HostOptions::declared_secrets`] and the coordinate is not
 /// among them. None names the value.
 pub fn secret(h: &mut Host, name: &str, key: &str) -> Result<String> {
@@ -55,12 +56,30 @@ pub fn secret(h: &mut Host, name: &str, key: &str) -> Result<String> {
     if !h.options().allowed_secrets.iter().any(|a| a == name) {
         return Err(refused());
     }
-    let path = Path::new(&h.options().secrets_dir).join(name).join(key);
-    let bytes = crate::host::fs::read_local(&path)?.map_err(|source| HostError::SecretRead {
+    let read_err = |source: std::io::Error| HostError::SecretRead {
         name: name.to_string(),
         key: key.to_string(),
         source,
-    })?;
+    };
+    let dir = &h.options().secrets_dir;
+    let f = open_key(dir, name, key).map_err(read_err)?;
+    let m = f.metadata().map_err(read_err)?;
+    let path = dir.join(name).join(key);
+    if m.is_dir() {
+        return Err(read_err(std::io::ErrorKind::IsADirectory.into()));
+    } else if !m.is_file() {
+        return Err(HostError::NotRegular {
+            path,
+            what: crate::host::root::kind_name(m.file_type()),
+        });
+    } else if m.len() > MAX_SECRET_BYTES {
+        return Err(HostError::FileTooLarge {
+            path,
+            size: m.len(),
+            limit: MAX_SECRET_BYTES,
+        });
+    }
+    let bytes = crate::host::root::read_bounded(f, MAX_SECRET_BYTES).map_err(read_err)?;
     let value = String::from_utf8_lossy(&bytes).into_owned();
     h.redactor().add(&value);
     Ok(value)
@@ -76,6 +95,52 @@ pub fn secret_env(h: &mut Host, var: &str) -> Result<String> {
     })?;
     h.redactor().add(&value);
     Ok(value)
+}
+
+/// Largest secret value read, in bytes (1 MiB, the size limit of a Kubernetes Secret).
+pub const MAX_SECRET_BYTES: u64 = 1024 * 1024;
+
+/// Open `<dir>/<name>/<key>` for reading, confined to `<dir>/<name>`: the name is resolved
+/// beneath `dir` and the key beneath the name's directory, each by one
+/// `openat2(RESOLVE_IN_ROOT)` through [`pathrs`] (or its emulation), so symlinks are followed
+/// only inside (the kubelet's `<key>` -> `..data/<key>`, `..data` -> `..<timestamp>` and
+/// Docker's flat files work; a link to `/elsewhere` or `../other` resolves inside the
+/// directory, normally to nothing). The check is the open itself: there is no window between
+/// resolving and opening. Opened `O_NONBLOCK | O_NOCTTY`, so a FIFO cannot hang the caller;
+/// the caller checks the type with `fstat` on the returned file. `name` and `key` are
+/// expected to be validated by the caller.
+///
+/// # Errors
+/// Not found (also for a link out of the directory), not a directory, permission.
+pub fn open_key(dir: &Path, name: &str, key: &str) -> std::io::Result<std::fs::File> {
+    use crate::host::root::pathrs_io;
+    use pathrs::flags::OpenFlags;
+    let secrets = pathrs::Root::open(dir).map_err(pathrs_io)?;
+    let name_dir = secrets
+        .open_subpath(
+            name,
+            OpenFlags::O_PATH | OpenFlags::O_DIRECTORY | OpenFlags::O_CLOEXEC,
+        )
+        .map_err(pathrs_io)?;
+    pathrs::Root::from_fd(name_dir)
+        .open_subpath(
+            key,
+            OpenFlags::O_RDONLY
+                | OpenFlags::O_NONBLOCK
+                | OpenFlags::O_NOCTTY
+                | OpenFlags::O_CLOEXEC,
+        )
+        .map_err(pathrs_io)
+}
+
+/// The bytes of `<dir>/<name>/<key>` opened by [`open_key`]: a regular file of at most
+/// [`MAX_SECRET_BYTES`] (`fstat` on the opened file, and again while reading).
+///
+/// # Errors
+/// As [`open_key`]; `InvalidInput` "not a regular file (a fifo)", `FileTooLarge` "N bytes,
+/// more than the limit of M bytes". No error carries content.
+pub fn read_key(dir: &Path, name: &str, key: &str) -> std::io::Result<Vec<u8>> {
+    crate::host::root::read_bounded(open_key(dir, name, key)?, MAX_SECRET_BYTES)
 }
 
 /// Parse `SKYHOOK_ALLOWED_SECRETS` (comma-separated, blanks ignored; empty allows none).
@@ -151,6 +216,106 @@ mod tests {
             Err(HostError::EnvMissing { .. })
         ));
         assert_eq!(h.redactor().redact("pw=s3cr3t key=k-123"), "pw=*** key=***");
+    }
+
+    /// A Secret volume's layouts are read; a key or name that links out of
+    /// `<secrets_dir>/<name>` is refused at the open, naming the coordinate, never the
+    /// content; a FIFO and an oversized key are refused without blocking.
+    #[test]
+    fn secret_is_confined_to_its_name_dir() {
+        use std::os::unix::fs::symlink;
+        let t = TestHost::new();
+        let sdir = t.dir.path().join("secrets");
+        let outside = t.dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("file"), "outside-content").unwrap();
+        // kubelet: db/password -> ..data/password, ..data -> ..2026_12_01_00_00_00.1
+        let db = sdir.join("db");
+        std::fs::create_dir_all(db.join("..2026_12_01_00_00_00.1")).unwrap();
+        std::fs::write(db.join("..2026_12_01_00_00_00.1/password"), "kube-pw").unwrap();
+        symlink("..2026_12_01_00_00_00.1", db.join("..data")).unwrap();
+        symlink("..data/password", db.join("password")).unwrap();
+        std::fs::write(db.join("flat"), "docker-pw").unwrap();
+        symlink(outside.join("file"), db.join("link")).unwrap();
+        symlink("../../outside/file", db.join("rel")).unwrap();
+        // a name that is itself a link out of the secrets dir
+        symlink(&outside, sdir.join("escaped")).unwrap();
+        nix::unistd::mkfifo(
+            &db.join("fifo"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let big = std::fs::File::create(db.join("big")).unwrap();
+        big.set_len(MAX_SECRET_BYTES + 1).unwrap();
+        let mut h = t.host_with(crate::host::ExecMode::Apply, |o| {
+            o.secrets_dir = sdir.clone();
+            o.allowed_secrets = parse_allowlist("db,escaped");
+        });
+        assert_eq!(secret(&mut h, "db", "password").unwrap(), "kube-pw");
+        assert_eq!(secret(&mut h, "db", "flat").unwrap(), "docker-pw");
+        for (name, key) in [("db", "link"), ("db", "rel"), ("escaped", "file")] {
+            let e = secret(&mut h, name, key).unwrap_err();
+            let msg = format!("{e} {:?}", std::error::Error::source(&e));
+            assert!(
+                matches!(&e, HostError::SecretRead { source, .. }
+                    if source.kind() == std::io::ErrorKind::NotFound),
+                "{name}/{key}: {msg}"
+            );
+            assert!(
+                msg.starts_with(&format!("failed to read secret {name:?} key {key:?}")),
+                "{msg}"
+            );
+            assert!(!msg.contains("outside-content"), "{msg}");
+        }
+        let started = std::time::Instant::now();
+        assert_eq!(
+            secret(&mut h, "db", "fifo").unwrap_err().to_string(),
+            format!(
+                "{} is a fifo, not a regular file (only regular files are read)",
+                db.join("fifo").display()
+            )
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        assert_eq!(
+            secret(&mut h, "db", "big").unwrap_err().to_string(),
+            format!(
+                "{} is too large to read: 1048577 bytes, more than the limit of 1048576 bytes \
+                 (1 MiB)",
+                db.join("big").display()
+            )
+        );
+        assert!(!h.redactor().redact("outside-content").contains("***"));
+    }
+
+    /// The open itself is confined: a key swapped for a link out of its directory between
+    /// one read and the next is refused by the next open ([`open_key`] has no separate
+    /// check to race).
+    #[test]
+    fn a_key_swapped_for_a_link_out_is_refused_by_the_open() {
+        use std::os::unix::fs::symlink;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("s/db")).unwrap();
+        std::fs::write(d.path().join("outside"), "outside-content").unwrap();
+        let key = d.path().join("s/db/k");
+        std::fs::write(&key, "inside").unwrap();
+        let dir = d.path().join("s");
+        let f = open_key(&dir, "db", "k").unwrap();
+        std::fs::remove_file(&key).unwrap();
+        symlink(d.path().join("outside"), &key).unwrap();
+        // the descriptor opened before the swap still reads what it resolved to
+        assert_eq!(
+            crate::host::root::read_bounded(f, MAX_SECRET_BYTES).unwrap(),
+            b"inside"
+        );
+        let e = read_key(&dir, "db", "k").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+        // the same swap through `..` components of the link
+        std::fs::remove_file(&key).unwrap();
+        symlink("../../outside", &key).unwrap();
+        assert_eq!(
+            read_key(&dir, "db", "k").unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
     }
 
     #[test]

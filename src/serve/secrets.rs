@@ -2,14 +2,15 @@
 //! the layout in which the kubelet mounts a Secret volume (`<key>` a symlink to
 //! `..data/<key>`, `..data` a symlink to a timestamped directory) and Docker mounts one.
 //! Only names in the host's allowlist are read, and a file must resolve inside its
-//! `<secrets-dir>/<name>` directory (symlinks followed, but not out of it).
+//! `<secrets-dir>/<name>` directory (symlinks followed, but not out of it): the open itself
+//! is confined ([`crate::host::secrets::read_key`], shared with the agent's `secret()`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
 
 /// Largest secret value read, in bytes.
-pub const MAX_SECRET: u64 = 1024 * 1024;
+pub const MAX_SECRET: u64 = crate::host::secrets::MAX_SECRET_BYTES;
 
 /// One coordinate of a start request: put the value of `name`/`key` into `env`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -105,12 +106,9 @@ impl Secrets {
             name: r.name.clone(),
             key: r.key.clone(),
         };
-        let base = std::fs::canonicalize(self.dir.join(&r.name)).map_err(|_| missing())?;
-        let file = std::fs::canonicalize(base.join(&r.key)).map_err(|_| missing())?;
-        if !file.starts_with(&base) {
-            return Err(missing());
-        }
-        read_small(&file).ok_or_else(missing)
+        let bytes =
+            crate::host::secrets::read_key(&self.dir, &r.name, &r.key).map_err(|_| missing())?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     /// Resolve every coordinate, in order.
@@ -122,18 +120,6 @@ impl Secrets {
             .map(|r| Ok((r.env.clone(), self.resolve(r)?)))
             .collect()
     }
-}
-
-fn read_small(p: &Path) -> Option<String> {
-    use std::io::Read;
-    let f = std::fs::File::open(p).ok()?;
-    let meta = f.metadata().ok()?;
-    if !meta.is_file() || meta.len() > MAX_SECRET {
-        return None;
-    }
-    let mut bytes = Vec::new();
-    f.take(MAX_SECRET).read_to_end(&mut bytes).ok()?;
-    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 #[cfg(test)]
@@ -200,5 +186,52 @@ mod tests {
         let e = s.resolve(&r("other", "k")).unwrap_err();
         assert_eq!(e.coordinate(), ("other", "k"));
         assert!(!format!("{e:?}{e}").contains("nope"));
+    }
+
+    /// A FIFO key is refused without blocking (the read runs on a thread and must answer
+    /// within a bounded time), an oversized key is refused, and a name or key linking out of
+    /// `<secrets-dir>/<name>` (by absolute path too) never yields the outside content.
+    #[test]
+    fn fifo_oversized_and_links_out_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let db = d.path().join("s/db");
+        std::fs::create_dir_all(&db).unwrap();
+        std::fs::create_dir_all(d.path().join("outside")).unwrap();
+        std::fs::write(d.path().join("outside/file"), "outside-content").unwrap();
+        nix::unistd::mkfifo(
+            &db.join("fifo"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let big = std::fs::File::create(db.join("big")).unwrap();
+        big.set_len(MAX_SECRET + 1).unwrap();
+        std::fs::write(db.join("max"), vec![b'x'; MAX_SECRET as usize]).unwrap();
+        symlink(d.path().join("outside/file"), db.join("abs")).unwrap();
+        symlink(d.path().join("outside"), d.path().join("s/linked")).unwrap();
+        let s = Secrets {
+            dir: d.path().join("s"),
+            allow: vec!["db".into(), "linked".into()],
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s2 = s.clone();
+        std::thread::spawn(move || tx.send(s2.resolve(&r("db", "fifo"))).unwrap());
+        let fifo = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("resolving a FIFO key blocked");
+        assert!(matches!(fifo, Err(SecretError::Missing { .. })), "{fifo:?}");
+        assert_eq!(
+            s.resolve(&r("db", "max")).unwrap().len(),
+            MAX_SECRET as usize
+        );
+        for (n, k) in [("db", "big"), ("db", "abs"), ("linked", "file")] {
+            let e = s.resolve(&r(n, k)).unwrap_err();
+            assert_eq!(
+                e,
+                SecretError::Missing {
+                    name: n.into(),
+                    key: k.into()
+                }
+            );
+        }
     }
 }

@@ -263,7 +263,7 @@ pub const FUNCTIONS: &[FnDoc] = &[
         &[NAME, ("key", "String")],
         "String",
         Context,
-        "`<SKYHOOK_SECRETS_DIR>/<name>/<key>`; `name` must be in `SKYHOOK_ALLOWED_SECRETS`. The value is redacted (`***`) from output, logs, plans and errors.",
+        "`<SKYHOOK_SECRETS_DIR>/<name>/<key>`; `name` must be in `SKYHOOK_ALLOWED_SECRETS`. The key is opened confined to `<SKYHOOK_SECRETS_DIR>/<name>`: symlinks inside it (the kubelet's `..data`) are followed, one pointing out of it is not found. A regular file of at most 1 MiB. The value is redacted (`***`) from output, logs, plans and errors.",
     ),
     f(
         "",

@@ -593,6 +593,33 @@ fn config_node_and_secrets() {
     assert!(r.report.render_text(&red).contains("+pw=***\n"));
 }
 
+/// A `.rhai` step's `secret()` on a key that links out of `<secrets_dir>/<name>` fails at
+/// the call naming the coordinate; the outside content appears in no output, error or
+/// report; the kubelet `..data` layout beside it still reads.
+#[test]
+fn secret_link_out_of_its_dir_is_refused() {
+    let t = TestHost::new();
+    std::fs::write(t.dir.path().join("outside-file"), "outside-content").unwrap();
+    let db = t.dir.path().join("secrets/db");
+    std::fs::create_dir_all(db.join("..2026_12_01")).unwrap();
+    std::fs::write(db.join("..2026_12_01/pw"), "kube-pw").unwrap();
+    std::os::unix::fs::symlink("..2026_12_01", db.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/pw", db.join("pw")).unwrap();
+    std::os::unix::fs::symlink(t.dir.path().join("outside-file"), db.join("link")).unwrap();
+    let mut o = opts_for(&t);
+    o.allowed_secrets = vec!["db".into()];
+    let src = "print(secret(\"db\", \"pw\").len());\nprint(secret(\"db\", \"link\"));";
+    let r = run_with(&t, ExecMode::Apply, src, o);
+    assert_eq!(r.stdout(), "7\n");
+    assert_eq!(
+        r.error(),
+        "main.rhai:2:7: secret: failed to read secret \"db\" key \"link\": No such file or \
+         directory (os error 2)"
+    );
+    let all = format!("{}{}{:?}", r.stdout(), r.stderr(), r.report);
+    assert!(!all.contains("outside-content"), "{all}");
+}
+
 fn mkfifo(p: &Path) {
     nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
 }
