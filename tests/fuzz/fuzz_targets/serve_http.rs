@@ -87,8 +87,10 @@ fn check_responses(mut out: &[u8]) {
             if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
                 dechunk(rest)
             } else {
+                // No length and not chunked (an HTTP/1.0 reply): the body ends with the
+                // connection.
                 let len: usize = header("content-length")
-                    .map_or(0, |v| v.parse().expect("a numeric Content-Length"));
+                    .map_or(rest.len(), |v| v.parse().expect("a numeric Content-Length"));
                 // A response to HEAD keeps its Content-Length but has no body: what follows is
                 // the next response or nothing (a JSON body starts with `{`).
                 let len = if rest.is_empty() || rest.starts_with(b"HTTP/1.") {
