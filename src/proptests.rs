@@ -2,9 +2,9 @@
 //! untrusted input: the config.json loader, the interrupt payload decoder, the Python-repr
 //! flag namer (against python3 itself), the grub configMap parser and the log chunker.
 //!
-//! `cargo fuzz` needs a nightly toolchain, which this project's machines do not have; these
-//! run in every `cargo test` instead, with a fixed number of cases each (`PROPTEST_CASES`
-//! raises it for a longer run).
+//! These run in every `cargo test`, with a fixed number of cases each (`PROPTEST_CASES`
+//! raises it for a longer run); the coverage-guided libFuzzer targets of the same surfaces,
+//! run by hand for a bounded time, are in `tests/fuzz/` (its README).
 
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;

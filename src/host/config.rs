@@ -133,7 +133,16 @@ pub fn lines(h: &Host, name: &str) -> Result<Vec<String>> {
 /// [`HostError::ConfigMapLine`] naming the configMap and 1-based line number of a line
 /// without `=` or with an empty key; [`HostError::ConfigMapMissing`].
 pub fn kv(h: &Host, name: &str) -> Result<BTreeMap<String, String>> {
-    let text = need(h, name)?;
+    parse_kv(name, &need(h, name)?)
+}
+
+/// The map of [`kv`] from configMap `name`'s `text` (the parser alone, for the fuzz targets
+/// in `tests/fuzz/`).
+///
+/// # Errors
+/// [`HostError::ConfigMapLine`] as [`kv`].
+#[doc(hidden)]
+pub fn parse_kv(name: &str, text: &str) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     for (i, raw) in text.lines().enumerate() {
         let l = raw.trim();

@@ -86,6 +86,10 @@ enum ModuleRef {
 pub const CONFIGMAP_PREFIX: &str = "configmap/";
 
 fn parse_spec(spec: &str) -> Result<ModuleRef, String> {
+    // No file is meant by such a name, and its path would break the one-line error.
+    if spec.contains(char::is_control) {
+        return Err("module paths must not contain control characters".to_string());
+    }
     if let Some(name) = spec.strip_prefix(CONFIGMAP_PREFIX) {
         if name.is_empty()
             || name.contains('/')

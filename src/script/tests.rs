@@ -574,6 +574,27 @@ fn parent_and_absolute_imports_are_refused() {
     );
 }
 
+/// Found by `tests/fuzz` (`rhai_lint`): the import path was shown raw after the quoted spec,
+/// so a `\n` in it split the error (and `skyhook-run check`'s diagnostic) over two lines.
+#[test]
+fn import_paths_with_control_characters_are_refused_on_one_line() {
+    let (dir, _e, c) = compile_with(
+        Limits::default(),
+        "import \"sk\0yhook/\\nning\" as t;\nt::apply();\n",
+        &[],
+    );
+    let e = c.unwrap_err();
+    assert_eq!(e.kind, ScriptErrorKind::Import);
+    let main = dir.path().join("main.rhai").display().to_string();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{main}:1:1: cannot import \"sk\\0yhook/\\nning\": module paths must not contain \
+             control characters"
+        )
+    );
+}
+
 #[test]
 fn symlinks_cannot_leave_the_base_dir() {
     let outside = tempfile::tempdir().unwrap();
