@@ -155,12 +155,11 @@ fn soft_nofile() -> usize {
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes the struct it is given.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
         usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
     } else {
         1024
-    };
-    soft
+    }
 }
 
 /// One open connection, as the limits see it.
