@@ -52,6 +52,12 @@ impl Srv {
     }
 
     pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Srv {
+        Self::start_limited(dir, extra, None)
+    }
+
+    /// [`Srv::start_in`], the server's `RLIMIT_NOFILE` (soft and hard) set to `nofile` when
+    /// given (in the child only).
+    pub fn start_limited(dir: tempfile::TempDir, extra: &[&str], nofile: Option<u64>) -> Srv {
         let d = dir.path();
         std::fs::write(
             d.join("engines"),
@@ -89,13 +95,28 @@ impl Srv {
         .map(|s| s.to_string())
         .collect();
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut child = Command::new(AGENT)
-            .args(&args)
+        let mut cmd = Command::new(AGENT);
+        cmd.args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::piped());
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe; the closure allocates nothing.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = cmd.spawn().unwrap();
         let (tx, rx) = mpsc::channel();
         let err = child.stderr.take().unwrap();
         std::thread::spawn(move || {
@@ -1335,4 +1356,36 @@ fn concurrent_executions_keep_their_own_orphans() {
     std::fs::write(&fifo, "go\n").unwrap();
     assert_eq!(exit_of(&a.events()), json!({"code": 0}));
     assert!(exits_within_10s(&a_orphan), "a's orphan outlived a");
+}
+
+/// With more connections held than the server has descriptors (`RLIMIT_NOFILE` 48, the cap
+/// set above it, a head timeout that closes nothing during the test), accept fails with
+/// EMFILE; the server sheds the oldest idle connection for each failure, keeps accepting,
+/// and health answers; it is still running after.
+#[test]
+fn emfile_sheds_idle_connections_and_health_still_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = ["--max-connections", "1000", "--header-timeout", "120s"];
+    let mut srv = Srv::start_limited(dir, &extra, Some(48));
+    let idle: Vec<TcpStream> = (0..80)
+        .map(|_| TcpStream::connect(("127.0.0.1", srv.port)).unwrap())
+        .collect();
+    let r = raw(srv.port, "GET /v1/health HTTP/1.1", "");
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    assert!(srv.child.try_wait().unwrap().is_none(), "the server exited");
+    let head = "GET /v1/metrics HTTP/1.1\r\nAuthorization: Bearer tok-ci";
+    let m = raw(srv.port, head, "");
+    let value = |series: &str| -> u64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in {m}"))
+    };
+    assert!(value("skyhook_serve_accept_errors_total") > 0, "{m}");
+    assert!(
+        value("skyhook_serve_connections_closed_total{reason=\"over_cap\"}") > 0,
+        "{m}"
+    );
+    drop(idle);
+    let r = raw(srv.port, "GET /v1/health HTTP/1.1", "");
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
 }

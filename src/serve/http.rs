@@ -14,6 +14,7 @@ use std::time::Duration;
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
+use std::os::fd::AsRawFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
@@ -139,17 +140,26 @@ impl Default for Limits {
 /// (`RLIMIT_NOFILE` soft) less 64 descriptors for the server itself and 8 per execution
 /// that may run (`max_running`); at least 16.
 pub fn default_max_connections(max_running: usize) -> usize {
+    max_connections_for(soft_nofile(), max_running)
+}
+
+/// The cap for an open-files limit of `soft` descriptors (see [`default_max_connections`]).
+fn max_connections_for(soft: usize, max_running: usize) -> usize {
+    soft.saturating_sub(64 + 8 * max_running).clamp(16, 1024)
+}
+
+/// `RLIMIT_NOFILE` soft; 1024 when it cannot be read.
+fn soft_nofile() -> usize {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes the struct it is given.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
         usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
     } else {
         1024
-    };
-    soft.saturating_sub(64 + 8 * max_running).clamp(16, 1024)
+    }
 }
 
 /// One open connection, as the limits see it.
@@ -165,6 +175,29 @@ struct ConnState {
     wake: Notify,
     /// Close now (shed to make room for a new connection).
     shed: Notify,
+    /// The socket's descriptor, to ask the kernel for bytes not yet read (FIONREAD); -1
+    /// when unknown (TLS after the handshake still reads the same socket).
+    fd: std::os::fd::RawFd,
+}
+
+impl ConnState {
+    fn new(fd: std::os::fd::RawFd) -> ConnState {
+        ConnState {
+            fd,
+            ..ConnState::default()
+        }
+    }
+
+    /// Bytes of a request have arrived: read by hyper but not yet a parsed head, or still
+    /// in the socket's receive queue.
+    fn pending(&self) -> bool {
+        if self.reading.load(Ordering::SeqCst) {
+            return true;
+        }
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one c_int; a stale descriptor only yields a wrong hint.
+        self.fd >= 0 && unsafe { libc::ioctl(self.fd, libc::FIONREAD, &mut n) } == 0 && n > 0
+    }
 }
 
 /// Open connections by accept order (oldest first), over all listeners of a [`Server`].
@@ -180,11 +213,14 @@ impl Conns {
     }
 }
 
-/// Close the oldest connection with no request in flight; false when there is none.
+/// Close the oldest connection with no request in flight and no byte of one pending; else
+/// the oldest with no request in flight; false when there is none.
 fn shed_oldest_idle(open: &mut BTreeMap<u64, Arc<ConnState>>) -> bool {
+    let idle = |c: &Arc<ConnState>| c.busy.load(Ordering::SeqCst) == 0;
     let Some(id) = open
         .iter()
-        .find(|(_, c)| c.busy.load(Ordering::SeqCst) == 0)
+        .find(|(_, c)| idle(c) && !c.pending())
+        .or_else(|| open.iter().find(|(_, c)| idle(c)))
         .map(|(id, _)| *id)
     else {
         return false;
@@ -593,7 +629,11 @@ pub async fn serve(listener: Listener, server: Server, mut stop: watch::Receiver
             let _ = s.set_nodelay(true);
         }
         let id = server.conns.next.fetch_add(1, Ordering::SeqCst);
-        let state = Arc::new(ConnState::default());
+        let fd = match &conn {
+            Conn::Tcp(s) | Conn::Tls(s, _) => s.as_raw_fd(),
+            Conn::Unix(s) => s.as_raw_fd(),
+        };
+        let state = Arc::new(ConnState::new(fd));
         {
             let mut open = server.conns.lock();
             if open.len() >= server.limits.max_connections {
@@ -759,6 +799,61 @@ mod tests {
     }
 
     const HEALTH: &[u8] = b"GET /v1/health HTTP/1.1\r\nHost: t\r\n\r\n";
+
+    #[test]
+    fn the_default_cap_follows_the_open_files_limit() {
+        assert_eq!(max_connections_for(256, 16), 64); // 256 - 64 - 8 * 16
+        assert_eq!(max_connections_for(1024, 16), 832);
+        assert_eq!(max_connections_for(1 << 20, 16), 1024);
+        assert_eq!(max_connections_for(100, 16), 16);
+        assert_eq!(max_connections_for(0, 1), 16);
+    }
+
+    /// Over the cap, a connection that has sent part of a request head is kept and an older
+    /// one that sent nothing is not: the connection with nothing pending is shed first.
+    #[test]
+    fn shedding_spares_a_connection_with_a_request_on_its_way() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let limits = Limits {
+                max_connections: 2,
+                ..Limits::default()
+            };
+            let (port, svc) = start(limits).await;
+            let addr = ("127.0.0.1", port);
+            let accepted = |n: u64| {
+                let svc = svc.clone();
+                async move {
+                    for _ in 0..500 {
+                        if metric(&svc, "skyhook_serve_connections_accepted_total") >= n {
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    panic!("{n} connections not accepted within 5 s");
+                }
+            };
+            // the oldest connection: half a head, then nothing more for now
+            let mut pending = TcpStream::connect(addr).await.unwrap();
+            pending
+                .write_all(b"GET /v1/health HTTP/1.1\r\n")
+                .await
+                .unwrap();
+            accepted(1).await;
+            let mut silent = TcpStream::connect(addr).await.unwrap();
+            accepted(2).await;
+            // one over the cap: the silent one goes, the pending one stays
+            let _third = TcpStream::connect(addr).await.unwrap();
+            accepted(3).await;
+            assert_eq!(until_closed(&mut silent).await, Some(Vec::new()));
+            pending.write_all(b"Host: t\r\n\r\n").await.unwrap();
+            let got = response(&mut pending).await;
+            assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+        });
+    }
 
     /// Idle connections beyond the cap shed the oldest idle one, so health still answers;
     /// an idle kept-alive connection and a head sent a byte at a time are closed; a stream
