@@ -32,7 +32,8 @@
 #
 # PUSH=REG/REPO: `skopeo copy --all` of the index to docker://REG/REPO:<version>, then the two
 # referrers to REG/REPO:<version>.sbom and :<version>.provenance (a registry with the OCI 1.1
-# referrers API lists them under the index's digest). Credentials: skopeo's (`skopeo login`).
+# referrers API lists them under the index's digest). Credentials: skopeo's (`skopeo login`);
+# PUSH_FLAGS adds skopeo copy flags (--dest-tls-verify=false for a loopback test registry).
 # Prints the image reference (oci:PATH:TAG) on the last line.
 # Needs: umoci, GNU tar, file, python3, cargo; arm64 from x86_64: see scripts/build-static.sh.
 set -euo pipefail
@@ -223,9 +224,12 @@ fi
 
 if [ -n "${PUSH:-}" ]; then
   command -v skopeo >/dev/null || { echo "$0: PUSH needs skopeo (apt-get install skopeo)" >&2; exit 1; }
-  skopeo copy --all --preserve-digests "oci:$layout:$tag" "docker://$PUSH:$tag" >&2
+  # PUSH_FLAGS: more skopeo copy flags, e.g. --dest-tls-verify=false for a test registry.
+  # shellcheck disable=SC2086
+  skopeo copy ${PUSH_FLAGS:-} --all --preserve-digests "oci:$layout:$tag" "docker://$PUSH:$tag" >&2
   for a in sbom provenance; do
-    skopeo copy --preserve-digests "oci:$layout:$tag.$a" "docker://$PUSH:$tag.$a" >&2
+    # shellcheck disable=SC2086
+    skopeo copy ${PUSH_FLAGS:-} --preserve-digests "oci:$layout:$tag.$a" "docker://$PUSH:$tag.$a" >&2
   done
   echo "$0: pushed $PUSH:$tag (and :$tag.sbom, :$tag.provenance)" >&2
 fi

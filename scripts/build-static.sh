@@ -18,8 +18,8 @@
 # a `.dep-v0` section (zlib-compressed JSON) that syft, trivy and `cargo audit bin` read.
 # AUDITABLE=required fails without it (.ci/run sets it); AUDITABLE=0 skips it.
 #
-# Reproducible: the checkout and cargo home paths are remapped (--remap-path-prefix) to
-# /build/skyhook and /cargo, and SOURCE_DATE_EPOCH is the commit time (build.rs reads it for
+# Reproducible: the checkout, cargo home and target dir paths are remapped (--remap-path-prefix)
+# to /build/skyhook, /cargo and /build/skyhook/target, and SOURCE_DATE_EPOCH is the commit time (build.rs reads it for
 # --version), so two builds of one commit give the same bytes (scripts/check-reproducible.sh).
 #
 # RUSTFLAGS with an explicit --target applies to the target artifacts only (build scripts and
@@ -81,7 +81,12 @@ esac
 
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
-RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static --remap-path-prefix=$repo=/build/skyhook --remap-path-prefix=$cargo_home=/cargo" \
+remap="--remap-path-prefix=$repo=/build/skyhook --remap-path-prefix=$cargo_home=/cargo"
+# A target dir outside the checkout (build scripts' OUT_DIR) maps where the default one does.
+if [ -n "${CARGO_TARGET_DIR:-}" ] && [[ $(realpath -m "$CARGO_TARGET_DIR") != "$repo"/* ]]; then
+  remap+=" --remap-path-prefix=$(realpath -m "$CARGO_TARGET_DIR")=/build/skyhook/target"
+fi
+RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static $remap" \
   "$cargo" "${build[@]}" --locked --release --target "$target" --bins >&2
 
 out=${CARGO_TARGET_DIR:-$PWD/target}/$target/release
@@ -96,7 +101,9 @@ done
 {
   "$rustc" -vV
   echo "cargo: $("$cargo" -V)"
-  [ "${build[0]}" = auditable ] && echo "cargo-auditable: $(cargo-auditable auditable --version 2>/dev/null || echo installed)"
+  if [ "${build[0]}" = auditable ]; then
+    echo "cargo-auditable: $("$cargo" install --list | sed -n 's/^cargo-auditable \(v[^:]*\):$/\1/p')"
+  fi
   linker=${CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER:-cc}
   [ "$target" = x86_64-unknown-linux-gnu ] && linker=cc
   echo "linker: $linker: $("$linker" --version | head -n 1)"
