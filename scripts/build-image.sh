@@ -6,6 +6,8 @@
 #   ARCHS=amd64 scripts/build-image.sh            # one architecture only (default: amd64 arm64)
 #   FORCE=1 scripts/build-image.sh                # rebuild even when the image is up to date
 #   PUSH=REG/REPO scripts/build-image.sh          # then copy it, SBOM and provenance included
+#   PREBUILT_arm64=DIR scripts/build-image.sh     # take DIR/skyhook-agent, skyhook-run (and
+#                                                 # toolchain.txt) for arm64 instead of building
 #
 # For each architecture in ARCHS:
 #  1. builds the static release binaries (scripts/build-static.sh: LTO, stripped, +crt-static,
@@ -150,7 +152,13 @@ umoci init --layout "$tmp"
 bins=() pairs=() report=()
 for arch in $archs; do
   start=$(date +%s)
-  bin=$(scripts/build-static.sh "${targets[$arch]}" | tail -n 1)
+  prebuilt=PREBUILT_$arch
+  if [ -n "${!prebuilt:-}" ]; then
+    bin=$(cd "${!prebuilt}" && pwd -P)
+    echo "$0: $arch: using the binaries in $bin ($prebuilt), not building them" >&2
+  else
+    bin=$(scripts/build-static.sh "${targets[$arch]}" | tail -n 1)
+  fi
   bins+=("$arch:$bin")
   # Stage the build context the Containerfile names.
   mkdir -p "$dist/linux/$arch"

@@ -64,6 +64,9 @@ if [ "$target" = aarch64-unknown-linux-gnu ] && [ "$(uname -m)" != aarch64 ]; th
   }
 fi
 
+# PROFILE=dev: unoptimised binaries in minutes instead of LTO ones, to try the image scripts
+# and tests; never shipped.
+profile=${PROFILE:-release}
 build=(build)
 case ${AUDITABLE:-auto} in
   0) ;;
@@ -87,9 +90,9 @@ if [ -n "${CARGO_TARGET_DIR:-}" ] && [[ $(realpath -m "$CARGO_TARGET_DIR") != "$
   remap+=" --remap-path-prefix=$(realpath -m "$CARGO_TARGET_DIR")=/build/skyhook/target"
 fi
 RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static $remap" \
-  "$cargo" "${build[@]}" --locked --release --target "$target" --bins >&2
+  "$cargo" "${build[@]}" --locked --profile "$profile" --target "$target" --bins >&2
 
-out=${CARGO_TARGET_DIR:-$PWD/target}/$target/release
+out=${CARGO_TARGET_DIR:-$PWD/target}/$target/$([ "$profile" = dev ] && echo debug || echo "$profile")
 for b in skyhook-agent skyhook-run; do
   desc=$(file -b "$out/$b" 2>/dev/null || true)
   case $desc in

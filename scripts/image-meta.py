@@ -310,6 +310,9 @@ def provenance(layout, tag, bin_dirs):
         try:
             with open(os.path.join(d, "toolchain.txt")) as f:
                 toolchains.append((arch, f.read()))
+        except FileNotFoundError:
+            # Binaries built elsewhere (PREBUILT_<arch>) without the record: say so.
+            toolchains.append((arch, "recorded: no (no toolchain.txt next to the binaries)\n"))
         except OSError as e:
             die(f"provenance: {e}")
     commit = git("rev-parse", "HEAD")
@@ -325,7 +328,7 @@ def provenance(layout, tag, bin_dirs):
             "name": f"toolchain linux/{arch}",
             "annotations": {k: v for k, v in tc.items() if k in (
                 "release", "commit-hash", "host", "LLVM version", "cargo", "cargo-auditable",
-                "linker")},
+                "linker", "recorded")},
         })
     ca = os.path.realpath("/etc/ssl/certs/ca-certificates.crt")
     if os.path.isfile(ca):
