@@ -177,9 +177,7 @@ fn resolve(
     let manifests = index_manifests(layout)?;
     let top = match tag {
         Some(t) => manifests.iter().find(|m| ref_name(m) == Some(t)),
-        None => manifests
-            .iter()
-            .find(|m| ref_name(m).is_some() && m["artifactType"].is_null()),
+        None => default_tagged(&manifests),
     }
     .ok_or_else(|| format!("{}: no manifest {tag:?} in index.json", layout.display()))?;
     let top_tag = ref_name(top).unwrap_or_default().to_string();
@@ -209,6 +207,18 @@ fn resolve(
     Ok(Some((tagged.to_string(), m.clone())))
 }
 
+/// Without a tag: the tagged image index (the multi-arch image), else the first tagged image.
+fn default_tagged(manifests: &[Value]) -> Option<&Value> {
+    let tagged = || {
+        manifests
+            .iter()
+            .filter(|m| ref_name(m).is_some() && m["artifactType"].is_null())
+    };
+    tagged()
+        .find(|m| m["mediaType"] == INDEX_TYPE)
+        .or_else(|| tagged().next())
+}
+
 fn unpack_image(arch: &str) -> Result<Image, String> {
     for tool in ["umoci", "runc"] {
         if !have(tool) {
@@ -227,9 +237,7 @@ fn unpack_image(arch: &str) -> Result<Image, String> {
     let reference = format!("{}:{tag}", layout.display());
     let top_tag = match locate()?.1 {
         Some(t) => t,
-        None => index_manifests(&layout)?
-            .iter()
-            .find(|m| ref_name(m).is_some() && m["artifactType"].is_null())
+        None => default_tagged(&index_manifests(&layout)?)
             .and_then(ref_name)
             .unwrap_or_default()
             .to_string(),
