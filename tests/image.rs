@@ -1,24 +1,27 @@
-//! The agent image, run the way the operator runs it (issue 12).
+//! The agent image, run the way the operator runs it (issues 12, 21).
 //!
-//! The image is not built here (a static LTO release takes minutes): `.ci/run` runs
-//! `scripts/build-image.sh` first, which writes an OCI layout to `target/image/oci`, and the
-//! tests use it, or the layout named by `SKYHOOK_IMAGE` (`PATH[:TAG]` or the script's
-//! `oci:PATH:TAG`). Without root, `umoci`, `unshare`, `mount`, `chroot` or the layout, every
-//! test here prints `SKIPPED ...` and passes.
+//! The image is not built here (static LTO release builds take minutes): `.ci/run` runs
+//! `scripts/build-image.sh` first, which writes a multi-architecture OCI layout to
+//! `target/image/oci` (index tagged `<version>`, manifests `<version>-amd64`/`-arm64`, SBOM
+//! and provenance referrers), and the tests use it, or the layout named by `SKYHOOK_IMAGE`
+//! (`PATH[:TAG]` or the script's `oci:PATH:TAG`). Without root, `umoci`, `runc` or the layout,
+//! every test here prints `SKIPPED ...` and passes; so does the arm64 test without
+//! `qemu-aarch64-static` or an arm64 manifest.
 //!
-//! Once per test binary, the layout is unpacked with `umoci unpack` (digests verified) and the
-//! entrypoint and environment are read from the image config, as a container runtime does.
-//! Each run then enters a private mount namespace (`unshare -m`, propagation private), makes
-//! the image rootfs read-only (the agent must not need a writable image filesystem), mounts
-//! what the kubelet mounts for the operator's pod (`/proc`, `/dev`; the throwaway host root
-//! at `/root`; the node-metadata and configMap volumes, in the configMap `..data` layout,
-//! under `/skyhook-package`) and `chroot`s into the rootfs to exec the entrypoint with the
-//! operator's arguments (`MODE /root COPY_DIR`, `interrupt /root COPY_DIR PAYLOAD`) and
-//! environment (agent-contract.md 1.1: package env, then `SKYHOOK_LOG_DIR`,
-//! `SKYHOOK_ROOT_DIR`, `COPY_RESOLV=false`, `SKYHOOK_RESOURCE_ID`, `SKYHOOK_NODE_ORDER`).
-//! The package's init container (`mkdir -p /root/$SKYHOOK_DIR && cp -r /skyhook-package/*
-//! /root/$SKYHOOK_DIR`) is reproduced with the machine's `sh` and `cp` beforehand. Every run
-//! is bounded by the harness's timeout.
+//! Once per test binary and architecture, the manifest is unpacked with `umoci unpack`
+//! (digests verified) into an OCI runtime bundle. Each run then gets a `config.json` made from
+//! the bundle's, as the kubelet would have runc run the operator's pod
+//! (agent-contract.md 1.1): the image's entrypoint and Env, then the pod's arguments
+//! (`MODE /root COPY_DIR`, `interrupt /root COPY_DIR PAYLOAD`) and environment (package env,
+//! `SKYHOOK_LOG_DIR`, `SKYHOOK_ROOT_DIR`, `COPY_RESOLV=false`, `SKYHOOK_RESOURCE_ID`,
+//! `SKYHOOK_NODE_ORDER`); privileged (every capability, no seccomp, no masked paths, every
+//! device), hostPID and hostNetwork (no pid or network namespace); the throwaway host root at
+//! `/root` as an rbind with HostToContainer (`rslave`) propagation; the node-metadata and
+//! configMap volumes, in the kubelet's `..data` layout, under `/skyhook-package`; a read-only
+//! image rootfs (the agent must not need a writable image filesystem). The package's init
+//! container (`mkdir -p /root/$SKYHOOK_DIR && cp -r /skyhook-package/* /root/$SKYHOOK_DIR`)
+//! is reproduced with the machine's `sh` and `cp` beforehand. Every run is bounded by the
+//! harness's timeout.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -27,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::util::{FakeRoot, Run, copy_tree, run_to_end};
 
@@ -40,6 +43,8 @@ const GENERATION: &str = "3";
 struct Image {
     _dir: tempfile::TempDir,
     rootfs: PathBuf,
+    /// The `config.json` umoci wrote next to the rootfs (OCI runtime spec).
+    spec: Value,
     /// Entrypoint followed by Cmd.
     argv: Vec<String>,
     /// `Env` of the image config, `KEY=VALUE`.
@@ -48,24 +53,47 @@ struct Image {
     config: Value,
     /// Reference unpacked (`PATH:TAG`), for messages.
     reference: String,
+    /// The OCI layout and the tag of what the layout's index names (index or manifest).
+    layout: PathBuf,
+    tag: String,
     /// The layer blobs, in order.
     layers: Vec<PathBuf>,
 }
 
-/// The unpacked image, or why the image tests cannot run here.
+/// The architecture of this machine in OCI terms.
+fn host_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "aarch64" => "arm64",
+        _ => "amd64",
+    }
+}
+
+/// The unpacked image for this machine's architecture, or why the image tests cannot run here.
 fn image() -> Result<&'static Image, &'static str> {
     static IMAGE: OnceLock<Result<Image, String>> = OnceLock::new();
     IMAGE
-        .get_or_init(unpack_image)
+        .get_or_init(|| unpack_image(host_arch()))
+        .as_ref()
+        .map_err(|e| e.as_str())
+}
+
+/// The unpacked arm64 image (its rootfs is what the qemu test runs).
+fn image_arm64() -> Result<&'static Image, &'static str> {
+    static IMAGE: OnceLock<Result<Image, String>> = OnceLock::new();
+    IMAGE
+        .get_or_init(|| unpack_image("arm64"))
         .as_ref()
         .map_err(|e| e.as_str())
 }
 
 /// Skip the current test loudly unless the image can be run here; else the image.
 macro_rules! require_image {
-    () => {{
+    () => {
+        require_image!(image())
+    };
+    ($img:expr) => {{
         require_root!();
-        match image() {
+        match $img {
             Ok(img) => img,
             Err(why) => {
                 eprintln!(
@@ -125,35 +153,103 @@ fn blob(layout: &Path, digest: &str) -> PathBuf {
     layout.join("blobs").join(alg).join(hex)
 }
 
-fn unpack_image() -> Result<Image, String> {
-    for tool in ["umoci", "unshare", "mount", "chroot"] {
+const REF_NAME: &str = "org.opencontainers.image.ref.name";
+const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+
+/// The descriptors of a layout's index.json.
+fn index_manifests(layout: &Path) -> Result<Vec<Value>, String> {
+    let index = read_json(&layout.join("index.json"))?;
+    Ok(index["manifests"].as_array().cloned().unwrap_or_default())
+}
+
+fn ref_name(m: &Value) -> Option<&str> {
+    m["annotations"][REF_NAME].as_str()
+}
+
+/// The manifest descriptor for `arch` under `tag` (or the first tagged descriptor): the
+/// descriptor itself when it is an image manifest, the index's `linux/<arch>` entry when it
+/// is an image index. `Ok(None)` when the index has no such platform.
+fn resolve(
+    layout: &Path,
+    tag: Option<&str>,
+    arch: &str,
+) -> Result<Option<(String, Value)>, String> {
+    let manifests = index_manifests(layout)?;
+    let top = match tag {
+        Some(t) => manifests.iter().find(|m| ref_name(m) == Some(t)),
+        None => default_tagged(&manifests),
+    }
+    .ok_or_else(|| format!("{}: no manifest {tag:?} in index.json", layout.display()))?;
+    let top_tag = ref_name(top).unwrap_or_default().to_string();
+    if top["mediaType"] != INDEX_TYPE {
+        return Ok(Some((top_tag, top.clone())));
+    }
+    let index = read_json(&blob(layout, top["digest"].as_str().unwrap_or("")))?;
+    let Some(m) = index["manifests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["platform"]["architecture"] == arch && m["platform"]["os"] == "linux")
+    else {
+        return Ok(None);
+    };
+    // umoci unpacks by tag: the script tags each platform's manifest too.
+    let tagged = manifests
+        .iter()
+        .find(|d| d["digest"] == m["digest"] && ref_name(d).is_some())
+        .and_then(ref_name)
+        .ok_or_else(|| {
+            format!(
+                "{}: the linux/{arch} manifest of {top_tag} has no tag of its own in index.json",
+                layout.display()
+            )
+        })?;
+    Ok(Some((tagged.to_string(), m.clone())))
+}
+
+/// Without a tag: the tagged image index (the multi-arch image), else the first tagged image.
+fn default_tagged(manifests: &[Value]) -> Option<&Value> {
+    let tagged = || {
+        manifests
+            .iter()
+            .filter(|m| ref_name(m).is_some() && m["artifactType"].is_null())
+    };
+    tagged()
+        .find(|m| m["mediaType"] == INDEX_TYPE)
+        .or_else(|| tagged().next())
+}
+
+fn unpack_image(arch: &str) -> Result<Image, String> {
+    for tool in ["umoci", "runc"] {
         if !have(tool) {
             return Err(format!(
-                "{tool} is not installed (the image tests need umoci, unshare, mount and chroot; .ci/run installs them)"
+                "{tool} is not installed (the image tests need umoci and runc; .ci/run installs them)"
             ));
         }
     }
     let (layout, tag) = locate()?;
-    let index = read_json(&layout.join("index.json"))?;
-    let manifests = index["manifests"].as_array().cloned().unwrap_or_default();
-    let name_of = |m: &Value| {
-        m["annotations"]["org.opencontainers.image.ref.name"]
-            .as_str()
-            .map(str::to_string)
-    };
-    let manifest = match &tag {
-        Some(t) => manifests
-            .iter()
-            .find(|m| name_of(m).as_deref() == Some(t.as_str())),
-        None => manifests.first(),
-    }
-    .ok_or_else(|| format!("{}: no manifest {tag:?} in index.json", layout.display()))?;
-    let tag = name_of(manifest).ok_or("the image's manifest has no ref.name")?;
+    let (tag, manifest) = resolve(&layout, tag.as_deref(), arch)?.ok_or_else(|| {
+        format!(
+            "{}: the image has no linux/{arch} manifest",
+            layout.display()
+        )
+    })?;
     let reference = format!("{}:{tag}", layout.display());
+    let top_tag = match locate()?.1 {
+        Some(t) => t,
+        None => default_tagged(&index_manifests(&layout)?)
+            .and_then(ref_name)
+            .unwrap_or_default()
+            .to_string(),
+    };
 
     // The image config, as a runtime reads it.
     let m = read_json(&blob(&layout, manifest["digest"].as_str().unwrap_or("")))?;
     let cfg = read_json(&blob(&layout, m["config"]["digest"].as_str().unwrap_or("")))?;
+    assert_eq!(
+        cfg["architecture"], arch,
+        "{reference}: the config's architecture"
+    );
     let config = cfg["config"].clone();
     let strings = |v: &Value| -> Vec<String> {
         v.as_array()
@@ -197,11 +293,13 @@ fn unpack_image() -> Result<Image, String> {
         );
     }
     let rootfs = bundle.join("rootfs");
-    // Mount points, as the container runtime creates them.
+    let spec = read_json(&bundle.join("config.json"))?;
+    // Mount points, as the container runtime creates them (the rootfs is read-only in runs).
     for d in [
         "root",
         "proc",
         "dev",
+        "sys",
         "skyhook-package/node-metadata",
         "skyhook-package/configmaps",
     ] {
@@ -228,10 +326,13 @@ fn unpack_image() -> Result<Image, String> {
     Ok(Image {
         _dir: dir,
         rootfs,
+        spec,
         argv,
         env,
         config,
         reference,
+        layout,
+        tag: top_tag,
         layers,
     })
 }
@@ -413,47 +514,47 @@ impl Pod {
         )
     }
 
-    /// Exec `argv + args` of the image in a private mount namespace, chrooted into its
-    /// read-only rootfs, with the pod's mounts and environment.
+    /// Run the image's entrypoint binary directly on this machine (no container), with
+    /// the host root's path for `/root` and the same environment: the bare binary the
+    /// container results are compared with.
+    fn run_bare(&self, img: &Image, args: &[&str], package_pod: bool) -> Run {
+        let bin = img.rootfs.join(img.argv[0].trim_start_matches('/'));
+        let root = self.host.root_str();
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| {
+                if *a == "/root" {
+                    root.clone()
+                } else {
+                    a.to_string()
+                }
+            })
+            .collect();
+        let mut cmd = Command::new(bin);
+        cmd.args(&img.argv[1..])
+            .args(&args)
+            .env_clear()
+            .envs(img.env.iter().filter_map(|kv| kv.split_once('=')))
+            .envs(
+                self.env
+                    .iter()
+                    .filter(|(k, _)| package_pod || !is_package_env(k))
+                    .map(|(k, v)| (k, v)),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        run_to_end(cmd.spawn().expect("spawn the bare agent"))
+    }
+
+    /// Run `argv + args` of the image with runc, as the operator's pod spec has the kubelet
+    /// run it (see the module doc).
     fn exec(&self, img: &Image, args: &[&str], package_pod: bool) -> Run {
         self.exec_argv(img, &img.argv, args, package_pod)
     }
 
     fn exec_argv(&self, img: &Image, argv: &[String], args: &[&str], package_pod: bool) -> Run {
-        let mut setup = String::from(
-            r#"set -e
-rfs=$1 host=$2 vols=$3 pkg=$4 cm=$5; shift 5
-mount --make-rprivate /
-mount --bind "$rfs" "$rfs"
-mount -o remount,bind,ro "$rfs"
-mount -t proc proc "$rfs/proc"
-mount --bind /dev "$rfs/dev"
-mount --bind "$host" "$rfs/root"
-"#,
-        );
-        setup.push_str(
-            r#"if [ "$pkg" = 1 ]; then
-  mount --bind -o ro "$vols/node-metadata" "$rfs/skyhook-package/node-metadata"
-  if [ "$cm" = 1 ]; then mount --bind -o ro "$vols/configmaps" "$rfs/skyhook-package/configmaps"; fi
-fi
-exec chroot "$rfs" "$@""#,
-        );
-        let mut cmd = Command::new("unshare");
-        cmd.args(["-m", "--propagation", "private", "sh", "-c", &setup, "pod"])
-            .arg(&img.rootfs)
-            .arg(self.host.root())
-            .arg(self.volumes.path())
-            .arg(if package_pod { "1" } else { "0" })
-            .arg(if self.has_configmaps { "1" } else { "0" })
-            .args(argv)
-            .args(args)
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        // The container's environment: the image's Env, then the pod's. `sh`, `mount` and
-        // `chroot` are the machine's: they run before the chroot with the image PATH
-        // extended by the machine's directories.
+        // The container's environment: the image's Env, then the pod's.
         let mut env: BTreeMap<String, String> = img
             .env
             .iter()
@@ -465,14 +566,182 @@ exec chroot "$rfs" "$@""#,
                 env.insert(k.clone(), v.clone());
             }
         }
-        let image_path = env.get("PATH").cloned();
-        cmd.envs(&env);
-        if image_path.is_none() {
-            cmd.env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        let mut process_args: Vec<String> = argv.to_vec();
+        process_args.extend(args.iter().map(|a| a.to_string()));
+        let mut mounts = vec![json!({
+            "destination": "/root", "type": "bind",
+            "source": self.host.root(), "options": ["rbind", "rslave"],
+        })];
+        if package_pod {
+            mounts.push(json!({
+                "destination": "/skyhook-package/node-metadata", "type": "bind",
+                "source": self.volumes.path().join("node-metadata"),
+                "options": ["rbind", "ro", "rprivate"],
+            }));
+            if self.has_configmaps {
+                mounts.push(json!({
+                    "destination": "/skyhook-package/configmaps", "type": "bind",
+                    "source": self.volumes.path().join("configmaps"),
+                    "options": ["rbind", "ro", "rprivate"],
+                }));
+            }
         }
-        run_to_end(cmd.spawn().expect("spawn unshare"))
+        let spec = pod_spec(img, &process_args, &env, mounts);
+
+        let bundle = tempfile::Builder::new()
+            .prefix("bundle-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("bundle dir");
+        fs::write(
+            bundle.path().join("config.json"),
+            serde_json::to_vec_pretty(&spec).expect("spec"),
+        )
+        .expect("write config.json");
+        let state = bundle.path().join("runc");
+        let id = format!(
+            "skyhook-test-{}-{}",
+            std::process::id(),
+            NEXT_CONTAINER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let mut cmd = Command::new("runc");
+        cmd.arg("--root")
+            .arg(&state)
+            .args(["run", "--no-new-keyring", "--bundle"])
+            .arg(bundle.path())
+            .arg(&id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let run = run_to_end(cmd.spawn().expect("spawn runc"));
+        // `runc run` deletes the container when its process ends; a run the harness killed
+        // leaves it behind.
+        let _ = Command::new("runc")
+            .arg("--root")
+            .arg(&state)
+            .args(["delete", "--force", &id])
+            .stderr(Stdio::null())
+            .status();
+        run
     }
 }
+
+static NEXT_CONTAINER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The OCI runtime spec of the agent container in the operator's pod: the bundle's
+/// `config.json` from `umoci unpack` with the process, mounts and security of a privileged,
+/// hostPID, hostNetwork container.
+fn pod_spec(
+    img: &Image,
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    extra_mounts: Vec<Value>,
+) -> Value {
+    let mut spec = img.spec.clone();
+    // Privileged: every capability the runtime holds (here: this test process's bounding set).
+    let bounding = fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|st| {
+            st.lines()
+                .find_map(|l| l.strip_prefix("CapBnd:"))
+                .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        })
+        .unwrap_or(u64::MAX);
+    let caps: Vec<&str> = CAPS_BY_BIT
+        .iter()
+        .enumerate()
+        .filter(|(bit, _)| bounding & (1 << bit) != 0)
+        .map(|(_, c)| *c)
+        .collect();
+    spec["process"]["terminal"] = json!(false);
+    spec["process"]["args"] = json!(args);
+    spec["process"]["env"] = json!(
+        env.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+    );
+    spec["process"]["cwd"] = json!("/");
+    spec["process"]["user"] = json!({"uid": 0, "gid": 0});
+    spec["process"]["noNewPrivileges"] = json!(false);
+    spec["process"]["capabilities"] = json!({
+        "bounding": caps, "effective": caps, "permitted": caps, "inheritable": caps,
+        "ambient": caps,
+    });
+    spec["root"] = json!({"path": img.rootfs, "readonly": true});
+    // The kubelet's mounts for a privileged container: proc, the host's devices, a writable
+    // sysfs; then the pod's volumes.
+    let mut mounts = vec![
+        json!({"destination": "/proc", "type": "proc", "source": "proc"}),
+        json!({"destination": "/dev", "type": "bind", "source": "/dev", "options": ["rbind", "rprivate"]}),
+        json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev"]}),
+    ];
+    mounts.extend(extra_mounts);
+    spec["mounts"] = json!(mounts);
+    let linux = &mut spec["linux"];
+    // hostPID and hostNetwork (which brings the host's UTS namespace): only ipc and mount.
+    linux["namespaces"] = json!([{"type": "ipc"}, {"type": "mount"}]);
+    linux["rootfsPropagation"] = json!("rslave");
+    linux["resources"] = json!({"devices": [{"allow": true, "access": "rwm"}]});
+    for k in [
+        "maskedPaths",
+        "readonlyPaths",
+        "seccomp",
+        "uidMappings",
+        "gidMappings",
+    ] {
+        if let Some(o) = linux.as_object_mut() {
+            o.remove(k);
+        }
+    }
+    if let Some(o) = spec.as_object_mut() {
+        o.remove("hostname");
+    }
+    spec
+}
+
+/// The Linux capabilities by bit number (capability.h).
+const CAPS_BY_BIT: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_DAC_READ_SEARCH",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_LINUX_IMMUTABLE",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_NET_BROADCAST",
+    "CAP_NET_ADMIN",
+    "CAP_NET_RAW",
+    "CAP_IPC_LOCK",
+    "CAP_IPC_OWNER",
+    "CAP_SYS_MODULE",
+    "CAP_SYS_RAWIO",
+    "CAP_SYS_CHROOT",
+    "CAP_SYS_PTRACE",
+    "CAP_SYS_PACCT",
+    "CAP_SYS_ADMIN",
+    "CAP_SYS_BOOT",
+    "CAP_SYS_NICE",
+    "CAP_SYS_RESOURCE",
+    "CAP_SYS_TIME",
+    "CAP_SYS_TTY_CONFIG",
+    "CAP_MKNOD",
+    "CAP_LEASE",
+    "CAP_AUDIT_WRITE",
+    "CAP_AUDIT_CONTROL",
+    "CAP_SETFCAP",
+    "CAP_MAC_OVERRIDE",
+    "CAP_MAC_ADMIN",
+    "CAP_SYSLOG",
+    "CAP_WAKE_ALARM",
+    "CAP_BLOCK_SUSPEND",
+    "CAP_AUDIT_READ",
+    "CAP_PERFMON",
+    "CAP_BPF",
+    "CAP_CHECKPOINT_RESTORE",
+];
 
 /// Whether `k` is a package `env` variable (interrupt pods get only the operator's).
 fn is_package_env(k: &str) -> bool {
@@ -709,4 +978,547 @@ fn image_runs_a_rhai_package() {
         "{}",
         again.all()
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Container against bare binary
+
+/// What a run left on the host, comparable across runs: every path under the host root
+/// (timestamps in names replaced by `<TS>`), with the content of the files outside the logs
+/// (timestamps in it replaced too).
+fn host_results(pod: &Pod) -> Vec<String> {
+    // Calendar timestamps, and the epoch seconds of interrupt `.complete` flags.
+    let ts =
+        crate::util::re(r"\d{4}-\d\d-\d\d[T_ -]?\d\d[:-]?\d\d[:-]?\d\d(?:\.\d+)?|\b\d{10}\.\d+\b");
+    let root = pod.host.root();
+    pod.host
+        .snapshot()
+        .into_iter()
+        .map(|rel| {
+            let p = root.join(&rel);
+            let name = ts.replace_all(&rel, "<TS>").into_owned();
+            let file = fs::symlink_metadata(&p)
+                .map(|m| m.is_file())
+                .unwrap_or(false);
+            if file && !rel.starts_with("var/log/skyhook") && !rel.starts_with("usr") {
+                let text = String::from_utf8_lossy(&fs::read(&p).expect("read")).into_owned();
+                format!("{name}: {}", ts.replace_all(&text, "<TS>"))
+            } else {
+                name
+            }
+        })
+        .collect()
+}
+
+/// The same stages (apply, apply-check, config, interrupt) through runc and through the bare
+/// binary on two identical host roots leave the same files, flags and history; the step
+/// output is the same lines.
+#[test]
+fn image_matches_the_bare_binary() {
+    let img = require_image!();
+    let in_pod = Pod::new("hello", &[("NODE_NAME", "node-a")]);
+    let bare = Pod::new("hello", &[("NODE_NAME", "node-a")]);
+    let interrupt = r#"{"type":"service_restart","services":["containerd"]}"#;
+    let payload = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(interrupt)
+    };
+    for mode in ["apply", "apply-check", "config"] {
+        let c = in_pod.run(img, mode);
+        let b = bare.run_bare(img, &[mode, "/root", &bare.copy_dir], true);
+        c.code(0);
+        b.code(0);
+        let ts = crate::util::re(crate::util::TS);
+        // The bare binary is given the host root's path where the container has /root.
+        let b_out = b.stdout.replace(&bare.host.root_str(), "/root");
+        assert_eq!(
+            ts.replace_all(&c.stdout, "<TS>"),
+            ts.replace_all(&b_out, "<TS>"),
+            "{mode}: stdout in the container and of the bare binary"
+        );
+    }
+    in_pod.interrupt(img, interrupt).code(0);
+    bare.run_bare(
+        img,
+        &["interrupt", "/root", &bare.copy_dir, &payload],
+        false,
+    )
+    .code(0);
+    let (c, b) = (host_results(&in_pod), host_results(&bare));
+    assert!(
+        c.iter()
+            .any(|l| l.starts_with("etc/hello/greeting: Hello, node-a!")),
+        "{c:#?}"
+    );
+    assert!(
+        c.iter()
+            .any(|l| l == "var/log/calls: systemctl daemon-reload\nsystemctl restart containerd\n"),
+        "{c:#?}"
+    );
+    assert_eq!(
+        c, b,
+        "host results: runc container (left) and bare binary (right)"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Multi-arch index, crate list, SBOM, provenance
+
+/// The unpacked image of `arch` (this machine's or arm64).
+fn arch_image(arch: &str) -> &'static Image {
+    let img = if arch == host_arch() {
+        image()
+    } else {
+        assert_eq!(arch, "arm64", "no test image for {arch}");
+        image_arm64()
+    };
+    img.unwrap_or_else(|e| panic!("the {arch} image: {e}"))
+}
+
+/// The architectures of the index tagged `img.tag`.
+fn image_archs(img: &Image) -> Vec<String> {
+    let top = index_manifests(&img.layout)
+        .expect("index.json")
+        .into_iter()
+        .find(|m| ref_name(m) == Some(img.tag.as_str()))
+        .expect("tagged index");
+    let index =
+        read_json(&blob(&img.layout, top["digest"].as_str().expect("digest"))).expect("index");
+    index["manifests"]
+        .as_array()
+        .expect("manifests")
+        .iter()
+        .map(|m| {
+            m["platform"]["architecture"]
+                .as_str()
+                .expect("arch")
+                .to_string()
+        })
+        .collect()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    format!("{:x}", Sha256::digest(bytes))
+}
+
+/// `(name, version)` of every registry package in Cargo.lock, with its checksum.
+fn cargo_lock() -> BTreeMap<(String, String), Option<String>> {
+    let text = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock"))
+        .expect("Cargo.lock");
+    let doc: toml_edit::DocumentMut = text.parse().expect("parse Cargo.lock");
+    doc["package"]
+        .as_array_of_tables()
+        .expect("[[package]]")
+        .iter()
+        .map(|p| {
+            (
+                (
+                    p["name"].as_str().expect("name").to_string(),
+                    p["version"].as_str().expect("version").to_string(),
+                ),
+                p.get("checksum").and_then(|c| c.as_str()).map(String::from),
+            )
+        })
+        .collect()
+}
+
+/// The content of ELF section `name` of a 64-bit little-endian ELF file.
+fn elf_section<'a>(elf: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
+    let u32_at = |o: usize| u32::from_le_bytes(elf[o..o + 4].try_into().expect("4")) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().expect("8")) as usize;
+    let (shoff, shentsize, shnum, shstrndx) =
+        (u64_at(0x28), u16_at(0x3A), u16_at(0x3C), u16_at(0x3E));
+    let header = |i: usize| shoff + i * shentsize;
+    let strtab = u64_at(header(shstrndx) + 0x18);
+    (0..shnum).find_map(|i| {
+        let h = header(i);
+        let n = strtab + u32_at(h);
+        let end = n + elf[n..].iter().position(|&b| b == 0)?;
+        (&elf[n..end] == name.as_bytes())
+            .then(|| &elf[u64_at(h + 0x18)..u64_at(h + 0x18) + u64_at(h + 0x20)])
+    })
+}
+
+/// The crate list `cargo auditable` linked into a binary: its `.dep-v0` section, zlib
+/// decompressed (python3's zlib) and parsed.
+fn dep_v0(path: &Path) -> Value {
+    let elf = fs::read(path).expect("binary");
+    let section = elf_section(&elf, ".dep-v0").unwrap_or_else(|| {
+        panic!(
+            "{}: no .dep-v0 section (built without cargo-auditable?)",
+            path.display()
+        )
+    });
+    let mut child = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, zlib; sys.stdout.buffer.write(zlib.decompress(sys.stdin.buffer.read()))",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(section)
+            .expect("write");
+    }
+    let out = child.wait_with_output().expect("python3");
+    assert!(
+        out.status.success(),
+        "{}: .dep-v0 is not zlib data",
+        path.display()
+    );
+    serde_json::from_slice(&out.stdout).expect(".dep-v0 JSON")
+}
+
+/// The index tagged `<version>` lists linux/amd64 and linux/arm64 manifests, each with the
+/// org.opencontainers labels; both binaries of both architectures carry their crate list, and
+/// every crate in it is a Cargo.lock crate at the locked version.
+#[test]
+fn image_index_is_multi_arch_with_crate_lists() {
+    let img = require_image!(image().or_else(|_| image_arm64()));
+    let layout = &img.layout;
+    let top = index_manifests(layout)
+        .expect("index.json")
+        .into_iter()
+        .find(|m| ref_name(m) == Some(img.tag.as_str()))
+        .expect("tagged index");
+    assert_eq!(top["mediaType"], INDEX_TYPE, "{}: {top}", img.tag);
+    let index = read_json(&blob(layout, top["digest"].as_str().expect("digest"))).expect("index");
+    let archs: Vec<&str> = index["manifests"]
+        .as_array()
+        .expect("manifests")
+        .iter()
+        .map(|m| m["platform"]["architecture"].as_str().expect("arch"))
+        .collect();
+    if archs != ["amd64", "arm64"] {
+        // .ci/run builds amd64 only when the arm64 toolchain does not install (and says so).
+        eprintln!("WARNING: the image has {archs:?}, not amd64 and arm64: {index}");
+    }
+    let lock = cargo_lock();
+    for m in index["manifests"].as_array().expect("manifests") {
+        let arch = m["platform"]["architecture"].as_str().expect("arch");
+        let manifest =
+            read_json(&blob(layout, m["digest"].as_str().expect("digest"))).expect("manifest");
+        let cfg = read_json(&blob(
+            layout,
+            manifest["config"]["digest"].as_str().expect("config"),
+        ))
+        .expect("config");
+        assert_eq!(cfg["architecture"], arch);
+        let labels = &cfg["config"]["Labels"];
+        assert_eq!(
+            labels["org.opencontainers.image.version"],
+            env!("CARGO_PKG_VERSION")
+        );
+        let rev = labels["org.opencontainers.image.revision"]
+            .as_str()
+            .expect("revision");
+        // The commit built (an older one than HEAD is only warned about, at unpack time).
+        assert!(
+            crate::util::re_full(r"[0-9a-f]{12}(-dirty)?|unknown").is_match(rev),
+            "{arch}: revision label {rev}"
+        );
+        assert_eq!(
+            index["annotations"]["org.opencontainers.image.revision"], rev,
+            "{arch}: the index's revision annotation and the manifest's label"
+        );
+        assert!(
+            labels["org.opencontainers.image.source"].is_string(),
+            "{labels}"
+        );
+    }
+    for arch in ["amd64", "arm64"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target/dist/linux")
+            .join(arch);
+        for b in ["skyhook-agent", "skyhook-run"] {
+            let deps = dep_v0(&dir.join(b));
+            let pkgs = deps["packages"].as_array().expect("packages");
+            let mut linked = 0;
+            for p in pkgs {
+                let (n, v) = (
+                    p["name"].as_str().expect("name"),
+                    p["version"].as_str().expect("version"),
+                );
+                if p["source"] == "local" {
+                    assert_eq!(n, "skyhook", "{arch}/{b}: local package {p}");
+                    continue;
+                }
+                assert!(
+                    lock.contains_key(&(n.to_string(), v.to_string())),
+                    "{arch}/{b}: {n} {v} is not in Cargo.lock"
+                );
+                if p["kind"].is_null() || p["kind"] == "runtime" {
+                    linked += 1;
+                }
+            }
+            for must in ["rhai", "tokio", "serde_json", "hyper", "rustls"] {
+                assert!(
+                    pkgs.iter().any(|p| p["name"] == must),
+                    "{arch}/{b}: {must} missing from the crate list"
+                );
+            }
+            eprintln!(
+                "{arch}/{b}: .dep-v0 lists {} packages ({linked} runtime)",
+                pkgs.len()
+            );
+        }
+    }
+}
+
+/// The SBOM and the provenance are next to the layout and attached to the index as OCI 1.1
+/// referrers; the SBOM covers the crates of the binaries' lists with Cargo.lock's checksums,
+/// the provenance's subjects are the binaries and manifests as built.
+#[test]
+fn image_sbom_and_provenance_are_attached() {
+    let img = require_image!(image().or_else(|_| image_arm64()));
+    let layout = &img.layout;
+    let manifests = index_manifests(layout).expect("index.json");
+    let top = manifests
+        .iter()
+        .find(|m| ref_name(m) == Some(img.tag.as_str()))
+        .expect("tagged index");
+    let out_dir = layout.parent().expect("out dir");
+    let lock = cargo_lock();
+    let mut seen = Vec::new();
+    for (tag, artifact_type, file) in [
+        ("sbom", "application/vnd.cyclonedx+json", "sbom.cdx.json"),
+        (
+            "provenance",
+            "application/vnd.in-toto+json",
+            "provenance.intoto.json",
+        ),
+    ] {
+        let d = manifests
+            .iter()
+            .find(|m| ref_name(m) == Some(format!("{}.{tag}", img.tag).as_str()))
+            .unwrap_or_else(|| panic!("no {}.{tag} in index.json", img.tag));
+        let m = read_json(&blob(layout, d["digest"].as_str().expect("digest"))).expect("referrer");
+        assert_eq!(m["artifactType"], artifact_type);
+        assert_eq!(m["subject"]["digest"], top["digest"], "{tag}: subject");
+        assert_eq!(m["subject"]["mediaType"], INDEX_TYPE);
+        assert_eq!(
+            m["config"]["mediaType"],
+            "application/vnd.oci.empty.v1+json"
+        );
+        let layer = &m["layers"][0];
+        let content =
+            fs::read(blob(layout, layer["digest"].as_str().expect("layer"))).expect("blob");
+        assert_eq!(
+            format!("sha256:{}", sha256_hex(&content)),
+            layer["digest"].as_str().expect("digest")
+        );
+        let shipped = fs::read(out_dir.join(file)).expect("file next to the image");
+        assert_eq!(
+            content, shipped,
+            "{file}: attached and shipped copies differ"
+        );
+        seen.push(serde_json::from_slice::<Value>(&content).expect("json"));
+    }
+    let (sbom, prov) = (&seen[0], &seen[1]);
+
+    assert_eq!(sbom["bomFormat"], "CycloneDX");
+    let comps = sbom["components"].as_array().expect("components");
+    let mut in_sbom = std::collections::BTreeSet::new();
+    for c in comps {
+        let (n, v) = (
+            c["name"].as_str().expect("name"),
+            c["version"].as_str().expect("version"),
+        );
+        assert_eq!(c["purl"], format!("pkg:cargo/{n}@{v}"));
+        let sum = lock
+            .get(&(n.to_string(), v.to_string()))
+            .unwrap_or_else(|| panic!("SBOM: {n} {v} not in Cargo.lock"));
+        assert_eq!(
+            c["hashes"][0]["content"].as_str(),
+            sum.as_deref(),
+            "{n} {v}"
+        );
+        assert!(
+            c["licenses"][0]["expression"].is_string(),
+            "{n} {v}: no license: {c}"
+        );
+        in_sbom.insert((n.to_string(), v.to_string()));
+    }
+    // Every crate a shipped binary lists is in the SBOM.
+    let archs = image_archs(img);
+    for arch in &archs {
+        let bin = arch_image(arch).rootfs.join("skyhook-agent");
+        for p in dep_v0(&bin)["packages"].as_array().expect("packages") {
+            if p["source"] == "local" {
+                continue;
+            }
+            let key = (
+                p["name"].as_str().expect("name").to_string(),
+                p["version"].as_str().expect("version").to_string(),
+            );
+            assert!(
+                in_sbom.contains(&key),
+                "{arch}: {key:?} is in the binary, not in the SBOM"
+            );
+        }
+    }
+    eprintln!(
+        "SBOM: {} crates of {} in Cargo.lock",
+        comps.len(),
+        lock.len()
+    );
+
+    assert_eq!(prov["_type"], "https://in-toto.io/Statement/v1");
+    assert_eq!(prov["predicateType"], "https://slsa.dev/provenance/v1");
+    let subjects: BTreeMap<String, String> = prov["subject"]
+        .as_array()
+        .expect("subject")
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().expect("name").to_string(),
+                s["digest"]["sha256"].as_str().expect("sha256").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        subjects[&format!("image index {}", img.tag)],
+        top["digest"]
+            .as_str()
+            .expect("digest")
+            .trim_start_matches("sha256:")
+    );
+    for arch in &archs {
+        for b in ["skyhook-agent", "skyhook-run"] {
+            let bin = arch_image(arch).rootfs.join(b);
+            assert_eq!(
+                subjects[&format!("linux/{arch}/{b}")],
+                sha256_hex(&fs::read(&bin).expect("binary")),
+                "provenance subject linux/{arch}/{b}"
+            );
+        }
+    }
+    let deps = prov["predicate"]["buildDefinition"]["resolvedDependencies"]
+        .as_array()
+        .expect("resolvedDependencies");
+    let lock_digest = sha256_hex(
+        &fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock")).expect("Cargo.lock"),
+    );
+    assert!(
+        deps.iter()
+            .any(|d| d["name"] == "Cargo.lock" && d["digest"]["sha256"] == lock_digest),
+        "{deps:#?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// arm64 under qemu
+
+/// The arm64 agent of the image (the binary `.ci/run` built once, unpacked from the
+/// `linux/arm64` manifest) runs a package with a bash step and a `.rhai` step under
+/// `qemu-aarch64-static`, on a throwaway host root: apply, apply-check and a rerun.
+#[test]
+fn arm64_agent_runs_under_qemu() {
+    require_root!();
+    if !have("qemu-aarch64-static") {
+        eprintln!(
+            "SKIPPED arm64_agent_runs_under_qemu: qemu-aarch64-static is not installed (apt-get install qemu-user-static; .ci/run does)"
+        );
+        return;
+    }
+    let img = require_image!(image_arm64());
+    let agent = img.rootfs.join("skyhook-agent");
+    let elf = fs::read(&agent).expect("arm64 agent");
+    assert_eq!(
+        u16::from_le_bytes([elf[0x12], elf[0x13]]),
+        183,
+        "EM_AARCH64"
+    );
+
+    let host = FakeRoot::with_tools(&["grep"]);
+    let copy_dir = "/var/lib/skyhook/qemu/arm-1.0.0";
+    let cfg = serde_json::json!({
+        "schema_version": "v1", "root_dir": "/", "expected_config_files": [],
+        "package_name": "arm", "package_version": "1.0.0",
+        "modes": {
+            "apply": [
+                crate::util::step("bash", "bash.sh", &["env:NODE_NAME"]),
+                crate::util::step("rhai", "write.rhai", &[]),
+            ],
+            "apply-check": [crate::util::step("check", "check.rhai", &[])],
+        }
+    });
+    host.write(
+        &format!("{copy_dir}/config.json"),
+        serde_json::to_vec_pretty(&cfg).expect("json"),
+    );
+    host.write_mode(
+        &format!("{copy_dir}/skyhook_dir/bash.sh"),
+        "#!/bin/bash\nset -e\nmkdir -p /etc/arm\necho \"bash on $1\" > /etc/arm/bash\necho bash step ran\n",
+        0o755,
+    );
+    host.write(
+        &format!("{copy_dir}/skyhook_dir/write.rhai"),
+        "fs::write(\"/etc/arm/rhai\", \"rhai on \" + env(\"NODE_NAME\", \"?\") + \"\\n\", #{mode: 0o644});\nprint(\"rhai step ran\");\n",
+    );
+    host.write(
+        &format!("{copy_dir}/skyhook_dir/check.rhai"),
+        "if fs::read(\"/etc/arm/rhai\") != \"rhai on arm-node\\n\" { throw \"wrong\"; }\nprint(\"check ok\");\n",
+    );
+    let run = |mode: &str| {
+        let mut cmd = Command::new("qemu-aarch64-static");
+        cmd.arg(&agent)
+            .args([mode, &host.root_str(), copy_dir])
+            .env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .env("NODE_NAME", "arm-node")
+            .env("SKYHOOK_RESOURCE_ID", "qemu-0000-1_arm_1.0.0")
+            .env("SKYHOOK_ROOT_DIR", "/var/lib/skyhook/qemu")
+            .env("SKYHOOK_LOG_DIR", "/var/log/skyhook/qemu")
+            .env("COPY_RESOLV", "false")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        run_to_end(cmd.spawn().expect("spawn qemu-aarch64-static"))
+    };
+    let version = Command::new("qemu-aarch64-static")
+        .arg(&agent)
+        .arg("--version")
+        .output()
+        .expect("qemu --version");
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    assert!(
+        version.starts_with(&format!("skyhook-agent {}", env!("CARGO_PKG_VERSION"))),
+        "{version}"
+    );
+    let r = run("apply");
+    eprintln!("arm64 agent under qemu, apply:\n{}", r.all());
+    r.code(0);
+    assert_eq!(host.read("/etc/arm/bash"), "bash on arm-node\n");
+    assert_eq!(host.read("/etc/arm/rhai"), "rhai on arm-node\n");
+    assert!(
+        r.stdout.contains("bash step ran") && r.stdout.contains("rhai step ran"),
+        "{}",
+        r.all()
+    );
+    let r = run("apply-check");
+    eprintln!("arm64 agent under qemu, apply-check:\n{}", r.all());
+    r.code(0);
+    assert!(
+        host.host("/var/lib/skyhook/qemu/flags/apply-check_ALL_CHECKED")
+            .exists(),
+        "{}",
+        r.all()
+    );
+    // A rerun skips the done steps.
+    host.write("/etc/arm/bash", "changed\n");
+    run("apply").code(0);
+    assert_eq!(host.read("/etc/arm/bash"), "changed\n");
 }
