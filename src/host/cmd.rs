@@ -447,7 +447,7 @@ pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOu
         chroot,
         stdin: opts.input.clone(),
         keep_fds: Vec::new(),
-        cgroup: None,
+        cgroup: h.options().cgroup.clone(),
     };
     let timeout = opts.timeout.or_else(|| h.remaining());
     let options = process::Options {

@@ -101,6 +101,10 @@ pub struct HostOptions {
     /// Render unified diffs of file contents in apply mode too (`skyhook-run --apply
     /// --diff`); plan and check mode always render them.
     pub diffs: bool,
+    /// A cgroup directory every command joins before `exec` ([`crate::process::Spec::cgroup`]):
+    /// a command's end then kills what is left in it. `skyhook-agent serve` gives each Rhai
+    /// execution its own; `None` (default): the process group and subreaper sweep.
+    pub cgroup: Option<PathBuf>,
 }
 
 impl Default for HostOptions {
@@ -119,6 +123,7 @@ impl Default for HostOptions {
             redactor: None,
             cancel: crate::process::Cancel::new(),
             diffs: false,
+            cgroup: None,
         }
     }
 }

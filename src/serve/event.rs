@@ -10,9 +10,10 @@ use crate::logs::redact::{Redactor, StreamRedactor};
 /// `"partial": true` on all but the last.
 pub const MAX_LINE: usize = 64 * 1024;
 
-/// The wall-clock time as the events carry it: `2026-12-01T10:00:00.123Z` (UTC, ms).
+/// The wall-clock time as the events carry it: `2026-12-01T10:00:00.123Z` (UTC, ms), the
+/// clock clamped to years 0001..=9999 ([`crate::clock`]) so a wrong host clock never panics.
 pub fn now_ts() -> String {
-    chrono::Utc::now()
+    crate::clock::now_utc()
         .format("%Y-%m-%dT%H:%M:%S%.3fZ")
         .to_string()
 }
@@ -176,6 +177,34 @@ impl Lines {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn now_ts_with_a_clock_out_of_range() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let year = 365 * 86_400;
+        let cases = [
+            (
+                UNIX_EPOCH - Duration::new(year, 250_000_000),
+                "1968-12-31T23:59:59.750Z",
+            ),
+            (
+                UNIX_EPOCH + Duration::from_secs(298_030 * year),
+                "9999-12-31T23:59:59.999Z",
+            ),
+            (
+                UNIX_EPOCH - Duration::from_secs(1_980 * year),
+                "0001-01-01T00:00:00.000Z",
+            ),
+        ];
+        for (t, want) in cases {
+            crate::clock::set_for_test(Some(t));
+            let got = std::panic::catch_unwind(now_ts);
+            crate::clock::set_for_test(None);
+            assert_eq!(got.ok().as_deref(), Some(want));
+        }
+        let now = now_ts();
+        assert!(now.starts_with("20") && now.ends_with('Z'), "{now}");
+    }
 
     fn split(values: &[&str], chunks: &[&[u8]]) -> Vec<Body> {
         let r = Redactor::new();

@@ -72,7 +72,7 @@ pub struct Config {
     pub state_dir: Option<PathBuf>,
     /// Grace between SIGTERM and SIGKILL when a cancel names none, and after a timeout.
     pub default_grace: Duration,
-    /// Where each sh execution gets its own cgroup (`--cgroup-root`, detected by default);
+    /// Where each execution gets its own cgroup (`--cgroup-root`, detected by default);
     /// `None`: its process group and the subreaper sweep are its boundary.
     pub cgroup: Option<cgroup::Root>,
 }
@@ -244,7 +244,7 @@ pub struct Execution {
     /// Found in the state dir at startup (started by an earlier server): no stream, no
     /// exit code; its processes can be cancelled.
     recovered: bool,
-    /// The execution's cgroup directory (sh executions, when the service has a root).
+    /// The execution's cgroup directory (when the service has a root).
     cgroup: Option<PathBuf>,
 }
 
@@ -771,10 +771,13 @@ impl Service {
             }
         };
         // The execution's own cgroup, made last: every refusal below removes it.
-        let cg = match (&mut prepared, &self.cfg.cgroup) {
-            (Prepared::Sh(spec), Some(root)) => match root.create(&req.id) {
+        // A Rhai execution's commands join it through the host options.
+        let cg = match &self.cfg.cgroup {
+            Some(root) => match root.create(&req.id) {
                 Ok(dir) => {
-                    spec.cgroup = Some(dir.clone());
+                    if let Prepared::Sh(spec) = &mut prepared {
+                        spec.cgroup = Some(dir.clone());
+                    }
                     Some(dir)
                 }
                 Err(e) => {
@@ -785,7 +788,7 @@ impl Service {
                     ));
                 }
             },
-            _ => None,
+            None => None,
         };
         let refuse = |r: Refusal| {
             if let Some(dir) = &cg {
@@ -1229,6 +1232,22 @@ impl Service {
         env: Vec<(String, String)>,
         declared: Vec<(String, String, String)>,
     ) -> (Value, Map<String, Value>) {
+        // The script runs in this process: the record names it (its pid is no group of the
+        // execution's) and the cgroup, whose members a restarted server can still cancel.
+        if let (Some(dir), Some(state)) = (&exec.cgroup, &self.state)
+            && let Some((_, start)) = proc_stat(std::process::id() as i32)
+        {
+            let rec = ProcRecord {
+                pid: std::process::id() as i32,
+                start,
+                cgroup: Some(dir.clone()),
+                engine: exec.engine.clone(),
+            };
+            if let Err(e) = state.record(&exec.id, &rec) {
+                self.audit(json!({"id": exec.id, "warning":
+                    format!("cannot record the execution in the state dir: {e}")}));
+            }
+        }
         let out = Arc::new(RhaiSink {
             svc: self.clone(),
             exec: exec.clone(),
@@ -1247,6 +1266,7 @@ impl Service {
                 resource_id: e.id.clone(),
                 redactor: Some(e.redactor.clone()),
                 cancel: e.cancel.clone(),
+                cgroup: e.cgroup.clone(),
                 ..HostOptions::default()
             };
             let api = crate::script::host_api::HostApi::new(Host::new(root, mode, options));
@@ -2027,6 +2047,84 @@ mod tests {
             )
             .await;
             assert_eq!(ev.last().unwrap()["exit"], json!({"error": "timeout"}));
+        });
+    }
+
+    /// A live (not zombie) process.
+    fn alive(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().to_string()))
+            .is_some_and(|r| !r.starts_with('Z'))
+    }
+
+    /// The pid written to `path`, waited for (bounded).
+    async fn pid_in(path: &Path) -> i32 {
+        for _ in 0..500 {
+            if let Some(p) = std::fs::read_to_string(path)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                return p;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no pid in {}", path.display());
+    }
+
+    #[test]
+    fn concurrent_executions_keep_their_background_children_until_their_own_end() {
+        let d = tempfile::tempdir().unwrap();
+        let root = cgroup::Root::detect().expect("a usable cgroup here");
+        let svc = service(d.path(), |c| c.cgroup = Some(root));
+        let p = |n: &str| d.path().join(n);
+        rt().block_on(async {
+            // A: a Rhai step whose command leaves an orphan and a setsid child while it runs.
+            let long = format!(
+                "(sleep 100 & echo $! > {}); setsid sleep 100 & echo $! > {}; sleep 100",
+                p("a").display(),
+                p("as").display()
+            );
+            let a = svc
+                .start(
+                    json!({"id": "a", "kind": "rhai",
+                           "script": format!("run([\"sh\", \"-c\", {long:?}]);")})
+                    .to_string()
+                    .as_bytes(),
+                    "t",
+                )
+                .unwrap();
+            let (orphan, setsid) = (pid_in(&p("a")).await, pid_in(&p("as")).await);
+            let rec = svc.state.as_ref().unwrap().get("a").expect("a recorded");
+            let cg = rec.cgroup.expect("a's cgroup recorded");
+            assert_eq!(a.cgroup.as_deref(), Some(cg.as_path()));
+            assert!(cgroup::procs(&cg).contains(&setsid));
+            // B (Rhai) and C (sh) each leave a background child and end.
+            let bg = |n: &str| format!("(sleep 100 & echo $! > {})", p(n).display());
+            let ev = run_to_end(
+                &svc,
+                json!({"id": "b", "kind": "rhai",
+                       "script": format!("run([\"sh\", \"-c\", {:?}]);", bg("b"))}),
+            )
+            .await;
+            assert_eq!(ev.last().unwrap()["exit"], json!({"code": 0}), "{ev:?}");
+            let ev = run_to_end(&svc, json!({"id": "c", "kind": "sh", "command": bg("c")})).await;
+            assert_eq!(ev.last().unwrap()["exit"], json!({"code": 0}), "{ev:?}");
+            let (b, c) = (pid_in(&p("b")).await, pid_in(&p("c")).await);
+            assert!(!alive(b) && !alive(c), "B's and C's children end with them");
+            assert!(
+                alive(orphan) && alive(setsid),
+                "A's children outlive B and C"
+            );
+            // Cancelling A ends both of its children and retires its cgroup and record.
+            assert_eq!(svc.cancel("a", br#"{"grace_s": 0.2}"#, "t").unwrap().0, 202);
+            let exit = tokio::time::timeout(Duration::from_secs(20), a.ended())
+                .await
+                .expect("a ends");
+            assert_eq!(exit, json!({"error": "cancelled"}));
+            assert!(!alive(orphan) && !alive(setsid));
+            assert!(!cg.exists(), "{} removed", cg.display());
+            assert!(svc.state.as_ref().unwrap().get("a").is_none());
         });
     }
 }
