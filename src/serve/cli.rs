@@ -49,8 +49,8 @@ pub struct ServeArgs {
     /// Keeps `id -> pid + start time` so cancel works across a restart.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// Where each sh execution gets its own cgroup (`<DIR>/skyhook-serve/...`; DIR on a
-    /// cgroup v2 or v1 filesystem), or `none` for the process group + subreaper boundary.
+    /// Where each execution (sh or Rhai) gets its own cgroup (`<DIR>/skyhook-serve/...`; DIR
+    /// on a cgroup v2 or v1 filesystem), or `none` for the process group + subreaper boundary.
     /// Default: this process's own cgroup v2, else v1 pids, else freezer, else none.
     #[arg(long, value_name = "DIR|none")]
     pub cgroup_root: Option<PathBuf>,
