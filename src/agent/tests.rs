@@ -477,3 +477,89 @@ fn a_removed_or_replaced_lock_file_does_not_let_a_second_agent_run_beside_the_ho
         assert_eq!(log(), "start\nend\nstart\nend\n", "replace={replace}");
     }
 }
+
+/// The lock path taken by another holder while a step runs (a file it had locked renamed onto
+/// the path): the running step finishes and its flag is written, no further step starts, and
+/// the run fails naming the lock path.
+#[test]
+fn a_lost_package_lock_fails_the_run_after_the_running_step() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let t = TestHost::new();
+    t.install_sh();
+    let step = |name: &str, path: &str| {
+        json!({"name": name, "path": path, "arguments": [], "returncodes": [0],
+               "on_host": true, "idempotence": false, "upgrade_step": false})
+    };
+    let cfg = json!({
+        "schema_version": "v1", "package_name": "demo", "package_version": "1.0.0",
+        "expected_config_files": [],
+        "modes": {"apply": [step("first", "first.sh"), step("second", "second.sh")],
+                  "apply-check": [step("c", "second.sh")]}
+    });
+    t.file("/pkg/config.json", &cfg.to_string());
+    t.file(
+        "/pkg/skyhook_dir/first.sh",
+        "#!/bin/sh\necho start >> /t/log\nread x < /t/fifo\n",
+    );
+    t.file(
+        "/pkg/skyhook_dir/second.sh",
+        "#!/bin/sh\necho second >> /t/log\n",
+    );
+    std::fs::create_dir_all(t.p("/t")).unwrap();
+    nix::unistd::mkfifo(
+        &t.p("/t/fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let root = HostRoot::open(&t.root).unwrap();
+    let (res, started) = std::thread::scope(|s| {
+        let a = s.spawn(|| try_run_mode(&t, Mode::Apply, &Cancel::new()).0);
+        let started = wait_until(20, || {
+            std::fs::read_to_string(t.p("/t/log")).is_ok_and(|l| l == "start\n")
+        });
+        let other = crate::state::lock::lock_package(&root, Path::new("/state"), "other").unwrap();
+        // The holder's attempt on the renamed file ends with its close: seen, the step is
+        // released (the holder records the loss before the step could end and be checked).
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        let watch = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).unwrap();
+        watch
+            .add_watch(
+                &t.p("/state/locks/other.lock"),
+                AddWatchFlags::IN_CLOSE_NOWRITE,
+            )
+            .unwrap();
+        std::fs::rename(
+            t.p("/state/locks/other.lock"),
+            t.p("/state/locks/demo.lock"),
+        )
+        .unwrap();
+        let tried = wait_until(20, || watch.read_events().is_ok_and(|e| !e.is_empty()));
+        let released = tried
+            && wait_until(20, || {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+                    .open(t.p("/t/fifo"))
+                    .and_then(|mut f| f.write_all(b"\n"))
+                    .is_ok()
+            });
+        let res = a.join().unwrap();
+        drop(other);
+        (res, started && released)
+    });
+    assert!(started);
+    let e = res.unwrap_err().to_string();
+    assert!(
+        e.starts_with("lost the package lock /state/locks/demo.lock: the lock file was removed or replaced while this agent held it, and another agent (pid "),
+        "{e}"
+    );
+    let flags: Vec<String> = std::fs::read_dir(t.p("/state/flags/demo/1.0.0"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        flags.len() == 1 && flags[0].starts_with("first.sh_"),
+        "{flags:?}"
+    );
+    assert_eq!(t.read("/t/log"), "start\n", "the second step did not start");
+}

@@ -488,6 +488,9 @@ impl Keeper {
                 return Ok(());
             }
             let file = open_lock_file(&self.root, &self.path).map_err(|e| format!("{e}"))?;
+            // Another descriptor of the same open file: its description is closed (an
+            // inotify IN_CLOSE for a watcher of the file) only once a loss is recorded.
+            let open = file.try_clone().ok();
             match lock_opened(
                 &self.root,
                 &self.path,
@@ -502,11 +505,14 @@ impl Keeper {
                     return Ok(());
                 }
                 Locked::Busy => {
-                    return Err(format!(
+                    let why = format!(
                         "the lock file was removed or replaced while this agent held it, and another agent (pid {}) locked the new one first; both may have run steps of the package at the same time",
                         holder_pid(&self.path, &self.root)
                             .map_or_else(|| "unknown".to_string(), |p| p.to_string())
-                    ));
+                    );
+                    let _ = self.lost.set(why.clone());
+                    drop(open);
+                    return Err(why);
                 }
                 Locked::Stale => {}
             }
