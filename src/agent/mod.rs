@@ -252,7 +252,7 @@ pub fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<boo
                     Ok(_) | Err(prepare::PrepareError::MissingDataDir { .. }) => {}
                     Err(e) => return Err(e.into()),
                 }
-                let Some(_lock) = prepare::package_lock(
+                let Some(lock) = prepare::package_lock(
                     &root,
                     &settings.state_root,
                     &id.package,
@@ -263,7 +263,8 @@ pub fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<boo
                 else {
                     return Ok(false);
                 };
-                InterruptRun {
+                let keeper = crate::state::lock::LockKeeper::start(&root, &lock)?;
+                let ok = InterruptRun {
                     root: &root,
                     settings,
                     id: &id,
@@ -272,7 +273,10 @@ pub fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<boo
                     console,
                 }
                 .run(&i)
-                .await
+                .await?;
+                keeper.stop()?;
+                drop(lock);
+                Ok(ok)
             }
             None => {
                 ModeRun {

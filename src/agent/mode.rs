@@ -168,6 +168,9 @@ pub struct ModeLoop<'a, R> {
     pub interrupts: Option<InterruptPolicy>,
     /// Descriptors every step process inherits (the package lock).
     pub keep_fds: Vec<RawFd>,
+    /// Keeps the package lock's path locked; a lost lock fails the run after the step that
+    /// was running (its flag written). `None`: no lock (dry runs).
+    pub lock_keeper: Option<&'a crate::state::lock::LockKeeper>,
     /// The run's step logs, each log directory listed once per run (start with
     /// `LogIndex::default()`).
     pub logs: crate::logs::retention::LogIndex,
@@ -299,6 +302,9 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                 )?;
             }
             records.push(record);
+            if let Some(keeper) = self.lock_keeper {
+                keeper.check()?;
+            }
         }
         Ok(ModeOutcome { ok, steps: records })
     }
@@ -342,6 +348,9 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                 }
                 let versions = self.versions()?;
                 records.push(self.execute(index, step, versions.as_ref()).await?);
+                if let Some(keeper) = self.lock_keeper {
+                    keeper.check()?;
+                }
             }
             if stopped {
                 return Ok(ModeOutcome {
@@ -829,6 +838,7 @@ impl ModeRun<'_> {
         if overlays {
             prepare::overlay(self.root, self.copy_dir)?;
         }
+        let keeper = crate::state::lock::LockKeeper::start(self.root, &lock)?;
         flags::write_start(self.root, &self.settings.state_root)?;
         let console: Arc<dyn ConsoleStreams> = Arc::new(self.console.clone());
         let runner = AgentRunner {
@@ -871,10 +881,12 @@ impl ModeRun<'_> {
                 record: true,
             }),
             keep_fds: vec![lock.as_raw_fd()],
+            lock_keeper: Some(&keeper),
             logs: crate::logs::retention::LogIndex::default(),
             dirs: crate::host::run_dirs::RunDirs::default(),
         };
         let outcome = tracing::Instrument::instrument(mode_loop.run(), span).await?;
+        keeper.stop()?;
         drop(lock);
         Ok(outcome.ok)
     }

@@ -194,6 +194,20 @@ fn try_run_mode(
     mode: Mode,
     cancel: &Cancel,
 ) -> (Result<bool, super::error::AgentError>, String, String) {
+    let (out, err) = (Arc::default(), Arc::default());
+    let ok = try_run_mode_into(t, mode, cancel, &out, &err);
+    let text = |b: &Arc<Mutex<Vec<u8>>>| String::from_utf8_lossy(&b.lock().unwrap()).into_owned();
+    (ok, text(&out), text(&err))
+}
+
+/// [`try_run_mode`] writing the console's stdout and stderr into `out` and `err` as it runs.
+fn try_run_mode_into(
+    t: &TestHost,
+    mode: Mode,
+    cancel: &Cancel,
+    out: &Arc<Mutex<Vec<u8>>>,
+    err: &Arc<Mutex<Vec<u8>>>,
+) -> Result<bool, super::error::AgentError> {
     let settings = Settings::from_env(
         [
             ("SKYHOOK_ROOT_DIR", "/state"),
@@ -209,7 +223,6 @@ fn try_run_mode(
         .enable_all()
         .build()
         .unwrap();
-    let (out, err) = (Arc::default(), Arc::default());
     let writer = |seen: &Arc<Mutex<Vec<u8>>>| {
         Box::new(AbortOn {
             seen: seen.clone(),
@@ -217,8 +230,8 @@ fn try_run_mode(
             cancel: cancel.clone(),
         })
     };
-    let console = Console::with_writers(writer(&out), writer(&err));
-    let ok = rt.block_on(
+    let console = Console::with_writers(writer(out), writer(err));
+    rt.block_on(
         ModeRun {
             root: &root,
             settings: &settings,
@@ -229,9 +242,7 @@ fn try_run_mode(
             console: &console,
         }
         .run(),
-    );
-    let text = |b: &Arc<Mutex<Vec<u8>>>| String::from_utf8_lossy(&b.lock().unwrap()).into_owned();
-    (ok, text(&out), text(&err))
+    )
 }
 
 /// A wall clock before 1970 or in the year 300000 runs the steps: flags, log names, history
@@ -365,4 +376,190 @@ fn a_dangling_flags_or_log_directory_is_named_before_start() {
         assert!(!t.p("/state/flags/START").exists());
         assert!(!t.p("/gone").exists());
     }
+}
+
+/// Poll `cond` until it holds or `secs` seconds pass; its last value.
+fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    cond()
+}
+
+/// The package lock file removed (a cleanup), or replaced by a rename onto its path, while
+/// agent A runs a step: agent B, started afterwards, waits for A instead of locking the new
+/// file and running its step beside A; once A ends, B runs. The step appends `start`, waits
+/// on a FIFO, then appends `end`: overlapping runs would log `start` twice in a row.
+#[test]
+fn a_removed_or_replaced_lock_file_does_not_let_a_second_agent_run_beside_the_holder() {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for replace in [false, true] {
+        let t = one_step_host(
+            "s.sh",
+            "#!/bin/sh\necho start >> /t/log\nread x < /t/fifo\necho end >> /t/log\n",
+        );
+        // Idempotence disabled: B runs the step again although A's flag exists.
+        let config = t.read("/pkg/config.json");
+        t.file(
+            "/pkg/config.json",
+            &config.replace("\"idempotence\":false", "\"idempotence\":true"),
+        );
+        t.install_sh();
+        std::fs::create_dir_all(t.p("/t")).unwrap();
+        nix::unistd::mkfifo(
+            &t.p("/t/fifo"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let log = || std::fs::read_to_string(t.p("/t/log")).unwrap_or_default();
+        let starts = || log().matches("start").count();
+        let root = HostRoot::open(&t.root).unwrap();
+        let lock = Path::new("/state/locks/demo.lock");
+        let (a_err, b_err) = (Arc::default(), Arc::default());
+        let (go, done) = (AtomicBool::new(false), AtomicBool::new(false));
+        let (a_started, restored, b_waited, a, b) = std::thread::scope(|s| {
+            // Once `go`, every reader of the FIFO is released (bounded: 60 s).
+            s.spawn(|| {
+                let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                while !done.load(Ordering::SeqCst) && std::time::Instant::now() < end {
+                    if go.load(Ordering::SeqCst)
+                        && let Ok(mut f) = std::fs::OpenOptions::new()
+                            .write(true)
+                            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+                            .open(t.p("/t/fifo"))
+                    {
+                        let _ = f.write_all(b"\n");
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+            });
+            let a = s.spawn(|| {
+                try_run_mode_into(&t, Mode::Apply, &Cancel::new(), &Arc::default(), &a_err)
+            });
+            let a_started = wait_until(20, || starts() == 1);
+            if replace {
+                t.file("/t/other.lock", "");
+                std::fs::rename(t.p("/t/other.lock"), t.p("/state/locks/demo.lock")).unwrap();
+            } else {
+                std::fs::remove_file(t.p("/state/locks/demo.lock")).unwrap();
+            }
+            // A locks the file now at the path (a flock on its inode in /proc/locks).
+            let restored = wait_until(5, || {
+                crate::state::lock::holder_pid(lock, &root) == Some(std::process::id())
+            });
+            let b = s.spawn(|| {
+                try_run_mode_into(&t, Mode::Apply, &Cancel::new(), &Arc::default(), &b_err)
+            });
+            let waiting = || {
+                String::from_utf8_lossy(&b_err.lock().unwrap())
+                    .contains("waiting for the package lock /state/locks/demo.lock")
+            };
+            let b_waited = wait_until(20, || waiting() || starts() > 1) && starts() == 1;
+            go.store(true, Ordering::SeqCst);
+            let a = a.join().unwrap();
+            let b = b.join().unwrap();
+            done.store(true, Ordering::SeqCst);
+            (a_started, restored, b_waited, a, b)
+        });
+        assert!(a_started, "A's step did not start");
+        assert!(
+            restored,
+            "replace={replace}: A did not re-take the lock path"
+        );
+        assert!(b_waited, "replace={replace}: B ran beside A: {:?}", log());
+        assert!(a.unwrap(), "A failed");
+        assert!(b.unwrap(), "B failed");
+        assert_eq!(log(), "start\nend\nstart\nend\n", "replace={replace}");
+    }
+}
+
+/// The lock path taken by another holder while a step runs (a file it had locked renamed onto
+/// the path): the running step finishes and its flag is written, no further step starts, and
+/// the run fails naming the lock path.
+#[test]
+fn a_lost_package_lock_fails_the_run_after_the_running_step() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let t = TestHost::new();
+    t.install_sh();
+    let step = |name: &str, path: &str| {
+        json!({"name": name, "path": path, "arguments": [], "returncodes": [0],
+               "on_host": true, "idempotence": false, "upgrade_step": false})
+    };
+    let cfg = json!({
+        "schema_version": "v1", "package_name": "demo", "package_version": "1.0.0",
+        "expected_config_files": [],
+        "modes": {"apply": [step("first", "first.sh"), step("second", "second.sh")],
+                  "apply-check": [step("c", "second.sh")]}
+    });
+    t.file("/pkg/config.json", &cfg.to_string());
+    t.file(
+        "/pkg/skyhook_dir/first.sh",
+        "#!/bin/sh\necho start >> /t/log\nread x < /t/fifo\n",
+    );
+    t.file(
+        "/pkg/skyhook_dir/second.sh",
+        "#!/bin/sh\necho second >> /t/log\n",
+    );
+    std::fs::create_dir_all(t.p("/t")).unwrap();
+    nix::unistd::mkfifo(
+        &t.p("/t/fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let root = HostRoot::open(&t.root).unwrap();
+    let (res, started) = std::thread::scope(|s| {
+        let a = s.spawn(|| try_run_mode(&t, Mode::Apply, &Cancel::new()).0);
+        let started = wait_until(20, || {
+            std::fs::read_to_string(t.p("/t/log")).is_ok_and(|l| l == "start\n")
+        });
+        let other = crate::state::lock::lock_package(&root, Path::new("/state"), "other").unwrap();
+        // The holder's attempt on the renamed file ends with its close: seen, the step is
+        // released (the holder records the loss before the step could end and be checked).
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        let watch = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).unwrap();
+        watch
+            .add_watch(
+                &t.p("/state/locks/other.lock"),
+                AddWatchFlags::IN_CLOSE_NOWRITE,
+            )
+            .unwrap();
+        std::fs::rename(
+            t.p("/state/locks/other.lock"),
+            t.p("/state/locks/demo.lock"),
+        )
+        .unwrap();
+        let tried = wait_until(20, || watch.read_events().is_ok_and(|e| !e.is_empty()));
+        let released = tried
+            && wait_until(20, || {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+                    .open(t.p("/t/fifo"))
+                    .and_then(|mut f| f.write_all(b"\n"))
+                    .is_ok()
+            });
+        let res = a.join().unwrap();
+        drop(other);
+        (res, started && released)
+    });
+    assert!(started);
+    let e = res.unwrap_err().to_string();
+    assert!(
+        e.starts_with("lost the package lock /state/locks/demo.lock: the lock file was removed or replaced while this agent held it, and another agent (pid "),
+        "{e}"
+    );
+    let flags: Vec<String> = std::fs::read_dir(t.p("/state/flags/demo/1.0.0"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        flags.len() == 1 && flags[0].starts_with("first.sh_"),
+        "{flags:?}"
+    );
+    assert_eq!(t.read("/t/log"), "start\n", "the second step did not start");
 }

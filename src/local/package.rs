@@ -549,6 +549,7 @@ impl PackageRun {
                     record: false,
                 }),
                 keep_fds: Vec::new(),
+                lock_keeper: None,
                 logs: crate::logs::retention::LogIndex::default(),
                 dirs: crate::host::run_dirs::RunDirs::default(),
             };

@@ -15,6 +15,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
@@ -269,6 +270,278 @@ async fn wait_for_flock(
     }
 }
 
+/// Keeps `<state root>/locks/<pkg>.lock` naming a file this agent holds locked, for as long
+/// as a [`PackageLock`] is held (the whole mode run).
+///
+/// The waiter's identity check cannot stop an agent that arrives after the lock file was
+/// removed (a cleanup) or replaced (a rename onto the path): it creates or opens the new
+/// file, locks it, and its check passes. So the holder watches the locks directory
+/// (inotify: delete, rename from/to, create, and the directory itself going) on a helper
+/// thread; when the name no longer names a file it holds, it takes whatever is there now
+/// (creating it `O_EXCL` through the root-confined calls if nothing is) with
+/// `LOCK_EX | LOCK_NB` and keeps that descriptor, so a newcomer finds the path locked and
+/// waits. If another holder got there first (a race of microseconds), the lock is lost:
+/// [`LockKeeper::check`] reports [`StateError::LockLost`] and the mode loop fails the run
+/// after the step that is running (a step cannot be interrupted safely).
+///
+/// The thread blocks in `poll(2)` on the inotify descriptor and one end of a socket pair;
+/// [`LockKeeper::stop`] (or drop) closes the other end and joins it, releasing what it took.
+/// No per-step cost: the thread wakes only on events in the locks directory.
+#[derive(Debug)]
+pub struct LockKeeper {
+    stop: Option<std::os::unix::net::UnixStream>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    lost: Arc<std::sync::OnceLock<String>>,
+    path: PathBuf,
+}
+
+impl LockKeeper {
+    /// Start keeping `lock`'s path for `root`.
+    ///
+    /// # Errors
+    /// [`StateError::Lock`] when the locks directory cannot be opened or watched, or the
+    /// thread does not start.
+    pub fn start(root: &HostRoot, lock: &PackageLock) -> Result<Self, StateError> {
+        use nix::sys::inotify::{InitFlags, Inotify};
+        use std::os::unix::fs::MetadataExt;
+        let path = lock.path.clone();
+        let err = |source: Errno| StateError::Lock {
+            path: path.clone(),
+            source,
+        };
+        let io_errno = |e: std::io::Error| e.raw_os_error().map_or(Errno::EIO, Errno::from_raw);
+        let meta = lock._lock.metadata().map_err(|e| err(io_errno(e)))?;
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).map_err(err)?;
+        let root = root.try_clone()?;
+        let _dir = watch_locks_dir(&root, &inotify, &path)?;
+        let (stop, stopped) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| err(io_errno(e)))?;
+        let lost = Arc::new(std::sync::OnceLock::new());
+        let keeper = Keeper {
+            root,
+            path: path.clone(),
+            ours: (meta.dev(), meta.ino()),
+            taken: None,
+            lost: Arc::clone(&lost),
+        };
+        let thread = std::thread::Builder::new()
+            .name("skyhook-lock-keep".into())
+            .spawn(move || keeper.run(&inotify, &stopped))
+            .map_err(|e| err(io_errno(e)))?;
+        Ok(LockKeeper {
+            stop: Some(stop),
+            thread: Some(thread),
+            lost,
+            path,
+        })
+    }
+
+    /// `Err(StateError::LockLost)` once another holder has the file at the lock path.
+    ///
+    /// # Errors
+    /// [`StateError::LockLost`].
+    pub fn check(&self) -> Result<(), StateError> {
+        match self.lost.get() {
+            None => Ok(()),
+            Some(why) => Err(StateError::LockLost {
+                path: self.path.clone(),
+                why: why.clone(),
+            }),
+        }
+    }
+
+    /// Stop the thread and wait for it; a lock file it took is released. Then
+    /// [`LockKeeper::check`].
+    ///
+    /// # Errors
+    /// [`StateError::LockLost`].
+    pub fn stop(mut self) -> Result<(), StateError> {
+        self.join();
+        self.check()
+    }
+
+    fn join(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            // A panic in the thread has already been reported by the panic hook.
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for LockKeeper {
+    fn drop(&mut self) {
+        self.join();
+    }
+}
+
+/// Watch the lock file's directory for the name going or changing, and the directory itself
+/// going. The directory is opened through `root` (confined) and watched through its
+/// `/proc/self/fd` name; the returned descriptor must outlive the `add_watch` call only.
+fn watch_locks_dir(
+    root: &HostRoot,
+    inotify: &nix::sys::inotify::Inotify,
+    path: &Path,
+) -> Result<File, StateError> {
+    use nix::sys::inotify::AddWatchFlags as W;
+    use std::os::fd::AsRawFd;
+    let dir_path = path.parent().unwrap_or(Path::new("/"));
+    let dir = root.open_read(dir_path)?;
+    inotify
+        .add_watch(
+            &PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())),
+            W::IN_DELETE
+                | W::IN_MOVED_FROM
+                | W::IN_MOVED_TO
+                | W::IN_CREATE
+                | W::IN_DELETE_SELF
+                | W::IN_MOVE_SELF
+                | W::IN_ONLYDIR,
+        )
+        .map_err(|source| StateError::Lock {
+            path: dir_path.to_path_buf(),
+            source,
+        })?;
+    Ok(dir)
+}
+
+/// The state of [`LockKeeper`]'s thread.
+struct Keeper {
+    root: HostRoot,
+    path: PathBuf,
+    /// Device and inode of the lock taken by [`lock_package`] and friends.
+    ours: (u64, u64),
+    /// The lock file this thread took after the path stopped naming `ours`.
+    taken: Option<Flock<File>>,
+    lost: Arc<std::sync::OnceLock<String>>,
+}
+
+impl Keeper {
+    fn run(
+        mut self,
+        inotify: &nix::sys::inotify::Inotify,
+        stopped: &std::os::unix::net::UnixStream,
+    ) {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use nix::sys::inotify::AddWatchFlags as W;
+        use std::os::fd::AsFd;
+        let name = self.path.file_name().map(std::ffi::OsStr::to_os_string);
+        loop {
+            let mut fds = [
+                PollFd::new(inotify.as_fd(), PollFlags::POLLIN),
+                PollFd::new(stopped.as_fd(), PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => continue,
+                Err(e) => return self.lose(format!("watching the locks directory failed: {e}")),
+            }
+            if fds[1].any().unwrap_or(true) {
+                return;
+            }
+            let events = match inotify.read_events() {
+                Ok(events) => events,
+                Err(Errno::EAGAIN | Errno::EINTR) => continue,
+                Err(e) => return self.lose(format!("watching the locks directory failed: {e}")),
+            };
+            let mut touched = false;
+            let mut rewatch = false;
+            for ev in &events {
+                touched |= ev.name == name || ev.mask.contains(W::IN_Q_OVERFLOW);
+                rewatch |= ev.mask.intersects(W::IN_DELETE_SELF | W::IN_MOVE_SELF);
+            }
+            if !(touched || rewatch) {
+                continue;
+            }
+            if let Err(why) = self.restore() {
+                return self.lose(why);
+            }
+            if rewatch {
+                // The directory went (or moved): the restore created a new one; watch it.
+                if let Err(e) = watch_locks_dir(&self.root, inotify, &self.path) {
+                    return self.lose(format!("{e:#}"));
+                }
+            }
+        }
+    }
+
+    fn lose(self, why: String) {
+        let _ = self.lost.set(why);
+    }
+
+    /// Make the lock path name a file this agent holds locked again. `Err(why)` when another
+    /// holder has the file now there.
+    fn restore(&mut self) -> Result<(), String> {
+        use std::os::unix::fs::MetadataExt;
+        let at_path = |root: &HostRoot, path: &Path| {
+            root.metadata(path)
+                .map(|m| m.map(|m| (m.dev(), m.ino())))
+                .map_err(|e| format!("{e}"))
+        };
+        for _ in 0..MAX_LOCK_ATTEMPTS {
+            let now = at_path(&self.root, &self.path)?;
+            let taken = match &self.taken {
+                Some(l) => l.metadata().ok().map(|m| (m.dev(), m.ino())),
+                None => None,
+            };
+            if now.is_some() && (now == Some(self.ours) || now == taken) {
+                return Ok(());
+            }
+            let file = open_lock_file(&self.root, &self.path).map_err(|e| format!("{e}"))?;
+            // Another descriptor of the same open file: its description is closed (an
+            // inotify IN_CLOSE for a watcher of the file) only once a loss is recorded.
+            let open = file.try_clone().ok();
+            match lock_opened(
+                &self.root,
+                &self.path,
+                file,
+                FlockArg::LockExclusiveNonblock,
+            )
+            .map_err(|e| format!("{e}"))?
+            {
+                Locked::Held(l) => {
+                    // The file taken before (if any) no longer names the path: release it.
+                    self.taken = Some(l);
+                    return Ok(());
+                }
+                Locked::Busy => {
+                    let why = format!(
+                        "the lock file was removed or replaced while this agent held it, and another agent (pid {}) locked the new one first; both may have run steps of the package at the same time",
+                        holder_pid(&self.path, &self.root)
+                            .map_or_else(|| "unknown".to_string(), |p| p.to_string())
+                    );
+                    let _ = self.lost.set(why.clone());
+                    drop(open);
+                    return Err(why);
+                }
+                Locked::Stale => {}
+            }
+        }
+        Err(format!(
+            "the lock file was removed or replaced again during each of {MAX_LOCK_ATTEMPTS} attempts to restore it"
+        ))
+    }
+}
+
+/// The pid holding a `flock` on the file now at `path`, from `/proc/locks` (`None` when it
+/// cannot be told).
+pub(crate) fn holder_pid(path: &Path, root: &HostRoot) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let m = root.metadata(path).ok()??;
+    let ino = m.ino();
+    let text = std::fs::read_to_string("/proc/locks").ok()?;
+    // `1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF`
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.get(1) != Some(&"FLOCK") {
+            return None;
+        }
+        let id = f.get(5)?;
+        let file_ino: u64 = id.rsplit(':').next()?.parse().ok()?;
+        (file_ino == ino).then(|| f.get(4)?.parse().ok()).flatten()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,6 +673,60 @@ mod tests {
         assert!(got.is_none(), "the second agent still holds it");
         drop(second);
         assert!(try_lock_package(&r, st, "demo").unwrap().is_some());
+    }
+
+    /// Another agent got the file at the lock path first (it was replaced by a file already
+    /// locked): the holder cannot re-take the path, and says so naming the path and the pid.
+    #[test]
+    fn a_lock_path_another_holder_took_first_is_reported_lost() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let r = HostRoot::open(d.path()).unwrap();
+        let st = Path::new("/st");
+        let held = lock_package(&r, st, "demo").unwrap();
+        let m = held._lock.metadata().unwrap();
+
+        // The restore itself: the name removed, and a newcomer created and locked a new file.
+        std::fs::remove_file(d.path().join("st/locks/demo.lock")).unwrap();
+        let other = try_lock_package(&r, st, "demo").unwrap().unwrap();
+        let mut keeper = Keeper {
+            root: r.try_clone().unwrap(),
+            path: lock_path(st, "demo"),
+            ours: (m.dev(), m.ino()),
+            taken: None,
+            lost: Arc::default(),
+        };
+        let why = keeper.restore().unwrap_err();
+        let pid = std::process::id();
+        assert_eq!(
+            why,
+            format!(
+                "the lock file was removed or replaced while this agent held it, and another agent (pid {pid}) locked the new one first; both may have run steps of the package at the same time"
+            )
+        );
+        drop(other);
+
+        // The thread: a file locked by another holder renamed onto the path.
+        let held = lock_package(&r, st, "demo").unwrap();
+        let keeper = LockKeeper::start(&r, &held).unwrap();
+        assert!(keeper.check().is_ok());
+        let other = lock_package(&r, st, "other").unwrap();
+        std::fs::rename(
+            d.path().join("st/locks/other.lock"),
+            d.path().join("st/locks/demo.lock"),
+        )
+        .unwrap();
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while keeper.check().is_ok() && std::time::Instant::now() < end {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let e = keeper.stop().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("lost the package lock /st/locks/demo.lock: {why}")
+        );
+        drop(other);
+        drop(held);
     }
 
     #[test]

@@ -95,4 +95,13 @@ pub enum StateError {
         /// Acquisitions tried.
         attempts: u32,
     },
+    /// The lock file was removed or replaced while this agent held the lock, and it could
+    /// not take the new one.
+    #[error("lost the package lock {}: {why}", path.display())]
+    LockLost {
+        /// The lock file's host path.
+        path: PathBuf,
+        /// What happened.
+        why: String,
+    },
 }
