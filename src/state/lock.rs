@@ -672,7 +672,17 @@ mod tests {
             .unwrap();
         assert!(got.is_none(), "the second agent still holds it");
         drop(second);
-        assert!(try_lock_package(&r, st, "demo").unwrap().is_some());
+        // The cancelled wait's helper thread may take the released lock for a moment before
+        // it drops it (see lock_package_cancellable): wait for the lock, bounded, instead of
+        // trying once.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mount = d.path().to_path_buf();
+        std::thread::spawn(move || {
+            let root = HostRoot::open(&mount).unwrap();
+            let _ = tx.send(lock_package(&root, Path::new("/st"), "demo").is_ok());
+        });
+        let free = rx.recv_timeout(std::time::Duration::from_secs(10));
+        assert_eq!(free, Ok(true), "the lock was not free again within 10 s");
     }
 
     /// Another agent got the file at the lock path first (it was replaced by a file already
