@@ -89,29 +89,10 @@ pub struct MountEntry {
     pub root: String,
 }
 
-/// Decode proc(5)/fstab(5) octal escapes (`\040` → space); anything else stays as is.
+/// Decode proc(5)/fstab(5) octal escapes (`\040` → space); anything else stays as is
+/// ([`crate::process::cgroup::unescape_octal`], then UTF-8, lossily).
 pub fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') as u32 * 64
-                + (b[i + 2] - b'0') as u32 * 8
-                + (b[i + 3] - b'0') as u32;
-            if let Ok(c) = u8::try_from(v) {
-                out.push(c);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8_lossy(&crate::process::cgroup::unescape_octal(s)).into_owned()
 }
 
 /// Encode a field for fstab: space, tab, newline and backslash as octal escapes.

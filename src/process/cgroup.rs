@@ -70,6 +70,15 @@ fn fs_version(dir: &Path) -> Option<Version> {
 
 /// A mountinfo path field with its `\ooo` escapes decoded.
 fn unescape(field: &str) -> PathBuf {
+    PathBuf::from(
+        <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(unescape_octal(field)),
+    )
+}
+
+/// The bytes of a proc(5) mountinfo or fstab(5) field with its `\ooo` octal escapes
+/// decoded (`\040` → space); anything else, an escape above `\377` included, stays as is.
+/// The one decoder for this crate's mount-table readers (here and `host::mount`).
+pub fn unescape_octal(field: &str) -> Vec<u8> {
     let b = field.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -81,14 +90,16 @@ fn unescape(field: &str) -> PathBuf {
             let v = b[i + 1..i + 4]
                 .iter()
                 .fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
-            out.push(v as u8);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
+            if let Ok(c) = u8::try_from(v) {
+                out.push(c);
+                i += 4;
+                continue;
+            }
         }
+        out.push(b[i]);
+        i += 1;
     }
-    PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out))
+    out
 }
 
 /// Where this process's cgroup of one hierarchy is: `(mount point, mount root)` of the
