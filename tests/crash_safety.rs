@@ -11,7 +11,9 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::util::{AGENT, FakeRoot, T, config, exit_code, line_reader, run_to_end, step};
+use crate::util::{
+    AGENT, FakeRoot, T, await_line, config, exit_code, line_reader, run_to_end, step,
+};
 
 const SKYHOOK_RUN: &str = env!("CARGO_BIN_EXE_skyhook-run");
 
@@ -240,20 +242,12 @@ fn sigterm_while_waiting_for_the_package_lock_exits_1_without_start() {
     let waiting = format!(
         "WARNING: waiting for the package lock {T}/state/locks/demo.lock (held by another agent)"
     );
-    loop {
-        match err_lines.recv_timeout(Duration::from_secs(30)) {
-            Ok(l) if l == waiting => break,
-            Ok(_) => {}
-            Err(e) => {
-                let _ = kill(pid, Signal::SIGKILL);
-                let _ = child.wait();
-                panic!(
-                    "no {waiting:?} line ({e}); stdout:\n{}\nstderr:\n{}",
-                    stdout.join().unwrap(),
-                    stderr.join().unwrap()
-                );
-            }
-        }
+    if let Err(e) = await_line(&mut child, &err_lines, &waiting) {
+        panic!(
+            "{e}; stdout:\n{}\nstderr:\n{}",
+            stdout.join().unwrap(),
+            stderr.join().unwrap()
+        );
     }
     kill(pid, Signal::SIGTERM).expect("send SIGTERM");
     let (tx, rx) = std::sync::mpsc::channel();

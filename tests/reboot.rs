@@ -127,15 +127,8 @@ fn sigterm_before_the_reboot_is_issued_exits_1_without_a_marker() {
     let waiting = format!(
         "WARNING: waiting for the package lock {T}/state/locks/demo.lock (held by another agent)"
     );
-    loop {
-        match err_lines.recv_timeout(Duration::from_secs(30)) {
-            Ok(l) if l == waiting => break,
-            Ok(_) => {}
-            Err(e) => {
-                let _ = kill(pid, Signal::SIGKILL);
-                panic!("no {waiting:?} line ({e})");
-            }
-        }
+    if let Err(e) = await_line(&mut child, &err_lines, &waiting) {
+        panic!("{e}");
     }
     kill(pid, Signal::SIGTERM).expect("send SIGTERM");
     let code = wait_exit(child, "waiting for the lock");

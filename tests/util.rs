@@ -736,6 +736,27 @@ pub fn line_reader<R: Read + Send + 'static>(
     (rx, h)
 }
 
+/// Wait up to 30 s for the line `want` on `lines` (a [`line_reader`] channel of `child`'s
+/// output). On a timeout or the stream's end, `child` is SIGKILLed and reaped, and the error
+/// says which line was missing and why.
+pub fn await_line(
+    child: &mut std::process::Child,
+    lines: &mpsc::Receiver<String>,
+    want: &str,
+) -> Result<(), String> {
+    loop {
+        match lines.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(l) if l == want => return Ok(()),
+            Ok(_) => {}
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("no {want:?} line ({e})"));
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Config builders
 
