@@ -5,7 +5,6 @@
 //!   [`open_step_logs`] (O_EXCL log files, next free second on collision).
 //! - [`retention`]: [`prune`] (keep the newest logs of a step, with their `.err` files).
 
-pub mod redact;
 pub mod retention;
 pub mod sink;
 

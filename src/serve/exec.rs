@@ -21,9 +21,9 @@ use super::ring::{Events, Gap, Ring};
 use super::secrets::{SecretError, SecretRef, Secrets, env_name};
 use super::state::{ProcRecord, StateDir, proc_stat};
 use crate::host::{ExecMode, Host, HostOptions};
-use crate::logs::redact::Redactor;
 use crate::process::cgroup;
 use crate::process::{Cancel, CancelReason, Outcome, Status};
+use crate::redact::Redactor;
 use crate::script::{CompiledScript, ModuleStore, RunOptions, ScriptEngine, StepContext};
 
 /// Most environment entries a step gets (the request's `env`, its `secrets`, `PATH`).
