@@ -73,7 +73,7 @@ pub enum AgentError {
     NodeMetadata(String),
     /// A step's log files cannot be created (the message names the path).
     #[error(transparent)]
-    Logs(#[from] crate::logs::sink::LogError),
+    Logs(#[from] crate::logs::LogError),
     /// Host preparation failed.
     #[error(transparent)]
     Prepare(#[from] PrepareError),

@@ -57,7 +57,8 @@ use std::time::Duration;
 
 use chrono::NaiveDateTime;
 
-use crate::logs::sink::{Label, LogError, LogFormat, Relay, StepLogFiles, StreamSink};
+use crate::logs::LogError;
+use crate::logs::sink::{Label, LogFormat, Relay, StepLogFiles, StreamSink};
 use crate::process::{self, Cancel, CancelReason, Stream};
 use crate::redact::{Redactor, StreamRedactor};
 

@@ -19,7 +19,8 @@ use std::sync::Arc;
 
 use crate::host::effect::InterruptRequest;
 use crate::host::{ExecMode, HostOptions, Report};
-use crate::logs::sink::{LogError, StepLogFiles};
+use crate::logs::LogError;
+use crate::logs::sink::StepLogFiles;
 use crate::process::Cancel;
 use crate::redact::Redactor;
 use crate::script::context::StepContext;
