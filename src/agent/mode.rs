@@ -27,7 +27,7 @@ use crate::runner::step::ConsoleStreams;
 use crate::runner::{AgentRunner, ProcessRunner, ScriptRunner, StepInvocation, StepProgram};
 use crate::runner::{StepResult, StepRunner};
 use crate::script::context::StepContext;
-use crate::script::engine::{Limits, ScriptEngine};
+use crate::script::{Limits, ScriptEngine};
 use crate::state::{flags, history};
 
 use super::console::Console;
