@@ -4,6 +4,7 @@
 //! - [`sink`]: [`Relay`] (the per-stream algorithm), [`StreamSink`] (console + file),
 //!   [`open_step_logs`] (O_EXCL log files, next free second on collision).
 //! - [`retention`]: [`prune`] (keep the newest logs of a step, with their `.err` files).
+//! - [`error`]: [`LogError`], the error of both.
 
 pub mod error;
 pub mod retention;

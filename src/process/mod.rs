@@ -65,9 +65,9 @@
 //!   [`Options::term_grace`] while output is drained, then `SIGKILL`.
 //!
 //! With [`Spec::cgroup`], "the adopted descendants" above are instead the live members of
-//! that cgroup (whoever their parent is now), and the final sweep kills the members until
-//! the cgroup is empty (at most 10 s) and reaps the adopted children that exited; other
-//! runs' orphans are left alone.
+//! that cgroup (whoever their parent is now), and the final sweep ([`sweep::kill_all`])
+//! kills the members until the cgroup is empty (at most 10 s) and reaps the adopted children
+//! that exited; other runs' orphans are left alone.
 //!
 //! The main process stays a zombie until everything else is done (so its pid, hence the
 //! group id, cannot be reused while the group is signalled), then it is reaped. When the
