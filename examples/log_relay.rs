@@ -13,12 +13,11 @@ use skyhook::host::root::HostRoot;
 use skyhook::logs::open_step_logs;
 use skyhook::runner::{ProcessRunner, ProcessSpec};
 
-fn main() -> anyhow::Result<()> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    anyhow::ensure!(
-        args.len() >= 3,
-        "usage: log_relay SIZE_BYTES ROOT_DIR [BUFFER_LIMIT]"
-    );
+    if args.len() < 3 {
+        return Err("usage: log_relay SIZE_BYTES ROOT_DIR [BUFFER_LIMIT]".into());
+    }
     let size: u64 = args[1].parse()?;
     let root_dir = Path::new(&args[2]);
     let limit: usize = args.get(3).map_or(Ok(8192), |s| s.parse())?;

@@ -11,7 +11,8 @@
 //! | [`runner`] | the step seam ([`runner::StepRunner`]): a process, a `.rhai` script in-process, or a dry run |
 //! | [`process`] | the one process primitive (own group, subreaper, TERM/grace/KILL, streamed output) and the [`process::Cancel`] token |
 //! | [`diag`] | diagnostics with `tracing` (`SKYHOOK_LOG`, `SKYHOOK_LOG_FORMAT`, `SKYHOOK_LOG_FILE`), off by default, never on stdout |
-//! | [`logs`] | the log sink: chunked relay, timestamps and labels, log files, retention, redaction |
+//! | [`logs`] | the log sink: chunked relay, timestamps and labels, log files, retention |
+//! | [`redact`] | secret redaction: the secret values hidden as `***` in output, logs, plans and errors |
 //! | [`state`] | the on-host files the agent owns: flag names, history, markers, all atomic |
 //! | [`pyfmt`] | Python-compatible renderings (repr, float, isoformat, json.dumps) the state formats need |
 //! | [`script`] | the Rhai engine: limits, module resolver, context, output, error mapping, host API bindings |
@@ -29,6 +30,7 @@ pub mod logs;
 pub mod package;
 pub mod process;
 pub mod pyfmt;
+pub mod redact;
 pub mod remote;
 pub mod runner;
 pub mod script;

@@ -9,8 +9,6 @@ use std::fmt::Write as _;
 use chrono::{NaiveDateTime, Timelike};
 use unicode_general_category::{GeneralCategory, get_general_category};
 
-use crate::package::ReturnCode;
-
 /// True when Python's `str.isprintable()` holds for the single code point `c`: its general
 /// category is none of Cc, Cf, Cs, Co, Cn, Zl, Zp, Zs, except that ASCII space is printable.
 ///
@@ -83,8 +81,9 @@ pub fn repr_str_list(items: &[String]) -> String {
     format!("[{}]", inner.join(", "))
 }
 
-/// Python's `repr()` of a step's `returncodes` list: `[0, 1]`, or `[1.0]` for a float code.
-pub fn repr_codes(codes: &[ReturnCode]) -> String {
+/// Python's `repr()` of a list of values whose `Display` is their own `repr()`: a step's
+/// `returncodes` (`package::ReturnCode`) renders `[0, 1]`, or `[1.0]` for a float code.
+pub fn repr_codes<T: std::fmt::Display>(codes: &[T]) -> String {
     let inner: Vec<String> = codes.iter().map(ToString::to_string).collect();
     format!("[{}]", inner.join(", "))
 }
@@ -270,17 +269,8 @@ mod tests {
     fn repr_lists() {
         assert_eq!(repr_str_list(&[]), "[]");
         assert_eq!(repr_str_list(&["a".into(), "b".into()]), "['a', 'b']");
-        assert_eq!(
-            repr_codes(&[ReturnCode::int(0), ReturnCode::int(1), ReturnCode::int(-1)]),
-            "[0, 1, -1]"
-        );
-        assert_eq!(
-            repr_codes(&[ReturnCode {
-                value: 1,
-                float: true
-            }]),
-            "[1.0]"
-        );
+        assert_eq!(repr_codes(&[0, 1, -1]), "[0, 1, -1]");
+        assert_eq!(repr_codes::<i64>(&[]), "[]");
     }
 
     #[test]

@@ -33,6 +33,8 @@
 //!   logs, byte for byte; `SKYHOOK_AGENT_BUFFER_LIMIT` ignored when plain.
 //! - `reboot`: a `node_restart` interrupt and the shutdown's SIGTERM (exit 0 with the pending
 //!   marker after the reboot was issued; exit 1 and no marker before).
+//! - `layers`: the layering of `src/` read from its source: the allowed imports between
+//!   top-level modules (its `LAYERS` table) and no import cycle between the files of a folder.
 //! - `gpu_service_user`: the `examples/gpu-service-user` package (user::, group::, fs::write,
 //!   sysctl::, mount:: with a recording `mount`) planned, applied, planned again and checked
 //!   on a fake root, also after a manual umount and userdel.
@@ -52,6 +54,7 @@ mod gpu_service_user;
 mod image;
 mod interrupt_copy_dir;
 mod kill_anywhere;
+mod layers;
 mod log_format;
 mod malformed;
 mod nouveau_example;

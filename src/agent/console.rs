@@ -202,8 +202,30 @@ mod tests {
 
     #[test]
     fn stderr_only_and_null_do_not_touch_stdout() {
+        // stderr_only: stdout and stderr are one stream (fd 2). Putting a recorder in place of
+        // that stream's writer, through `out`, shows every line and the relay land in it, in order.
+        let c = Console::stderr_only();
+        assert!(Arc::ptr_eq(&c.out, &c.err));
+        let rec = Recorded::default();
+        *c.out.lock().unwrap() = Box::new(MemWriter(rec.out.clone()));
+        c.say("header");
+        c.writer(Label::Out).write_all(b"[out]relayed\n").unwrap();
+        c.warn("careful");
+        c.writer(Label::Err).write_all(b"[err]oops\n").unwrap();
+        c.write_out(b"banner\n");
+        assert_eq!(
+            rec.stdout(),
+            "header\n[out]relayed\nWARNING: careful\n[err]oops\nbanner\n"
+        );
+        assert_eq!(rec.stderr(), "");
+
+        // null: two separate sinks that take every byte and keep none.
         let c = Console::null();
+        assert!(!Arc::ptr_eq(&c.out, &c.err));
         c.say("dropped");
         c.write_out(b"dropped too");
+        assert_eq!(c.writer(Label::Out).write(b"dropped").unwrap(), 7);
+        assert_eq!(c.writer(Label::Err).write(b"dropped!").unwrap(), 8);
+        assert_eq!(c.out.lock().unwrap().write(b"x").unwrap(), 1);
     }
 }

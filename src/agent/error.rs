@@ -7,7 +7,6 @@ use crate::package::PackageError;
 use crate::state::StateError;
 
 use super::cli::UsageError;
-use super::interrupt::InterruptError;
 use super::prepare::PrepareError;
 use super::settings::{ResourceIdError, SettingError};
 
@@ -17,6 +16,29 @@ pub const EXIT_OK: i32 = 0;
 pub const EXIT_FAILURE: i32 = 1;
 /// Exit status: malformed command line.
 pub const EXIT_USAGE: i32 = 2;
+
+/// Python's message for an undecodable payload.
+pub const BAD_PAYLOAD: &str =
+    "Serialized interrupt must be base64 encoded {'type': str, **kwargs: dict[str, any]}";
+
+/// An interrupt payload that cannot be used (exit 1, nothing written).
+#[derive(Debug, thiserror::Error)]
+pub enum InterruptError {
+    /// Not base64, not a JSON object, or no string `type` (Python's message, then the detail).
+    #[error("{BAD_PAYLOAD} ({detail})")]
+    Malformed {
+        /// What exactly is wrong.
+        detail: String,
+    },
+    /// An unknown `type` (Python's message).
+    #[error(
+        "Unknown interrupt {0} must be one of: no_op, node_restart, restart_all_services, script_interrupt, service_restart"
+    )]
+    UnknownType(String),
+    /// `services` is present but not a list of strings.
+    #[error("interrupt payload field \"services\" must be a list of strings")]
+    BadServices,
+}
 
 /// Everything that can stop the agent before or between steps.
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +95,7 @@ pub enum AgentError {
     NodeMetadata(String),
     /// A step's log files cannot be created (the message names the path).
     #[error(transparent)]
-    Logs(#[from] crate::logs::sink::LogError),
+    Logs(#[from] crate::logs::LogError),
     /// Host preparation failed.
     #[error(transparent)]
     Prepare(#[from] PrepareError),

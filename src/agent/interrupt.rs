@@ -14,37 +14,14 @@ use crate::state::interrupts as markers;
 
 use super::console::Console;
 use super::env::EnvBuilder;
-use super::error::AgentError;
+use super::error::{AgentError, InterruptError};
 use super::settings::{ResourceId, Settings};
 use super::step_logs;
 use crate::process::Cancel;
 
-/// Python's message for an undecodable payload.
-pub const BAD_PAYLOAD: &str =
-    "Serialized interrupt must be base64 encoded {'type': str, **kwargs: dict[str, any]}";
-
 /// How long a successful `reboot` may take to bring the agent down before the run counts as
 /// failed (10.4, step 5), in seconds.
 pub const REBOOT_GRACE_SECS: u64 = 10;
-
-/// An interrupt payload that cannot be used (exit 1, nothing written).
-#[derive(Debug, thiserror::Error)]
-pub enum InterruptError {
-    /// Not base64, not a JSON object, or no string `type` (Python's message, then the detail).
-    #[error("{BAD_PAYLOAD} ({detail})")]
-    Malformed {
-        /// What exactly is wrong.
-        detail: String,
-    },
-    /// An unknown `type` (Python's message).
-    #[error(
-        "Unknown interrupt {0} must be one of: no_op, node_restart, restart_all_services, script_interrupt, service_restart"
-    )]
-    UnknownType(String),
-    /// `services` is present but not a list of strings.
-    #[error("interrupt payload field \"services\" must be a list of strings")]
-    BadServices,
-}
 
 /// A decoded interrupt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -363,6 +340,7 @@ impl InterruptRun<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::error::BAD_PAYLOAD;
 
     #[test]
     fn decode_types() {

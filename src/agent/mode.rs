@@ -18,16 +18,16 @@ use std::sync::Arc;
 use crate::host::effect::InterruptRequest;
 use crate::host::root::HostRoot;
 use crate::host::{ExecMode, HostOptions};
-use crate::logs::redact::Redactor;
 use crate::logs::sink::Label;
 use crate::package::{self, Mode, Package, Step};
 use crate::process::Cancel;
 use crate::pyfmt;
+use crate::redact::Redactor;
 use crate::runner::step::ConsoleStreams;
 use crate::runner::{AgentRunner, ProcessRunner, ScriptRunner, StepInvocation, StepProgram};
 use crate::runner::{StepResult, StepRunner};
 use crate::script::context::StepContext;
-use crate::script::engine::{Limits, ScriptEngine};
+use crate::script::{Limits, ScriptEngine};
 use crate::state::{flags, history};
 
 use super::console::Console;

@@ -11,7 +11,7 @@ use std::path::Path;
 use crate::host::Host;
 use crate::host::error::{HostError, Result};
 
-pub use crate::logs::redact::Redactor;
+pub use crate::redact::Redactor;
 
 fn valid_component(s: &str) -> bool {
     !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')

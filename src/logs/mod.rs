@@ -4,10 +4,12 @@
 //! - [`sink`]: [`Relay`] (the per-stream algorithm), [`StreamSink`] (console + file),
 //!   [`open_step_logs`] (O_EXCL log files, next free second on collision).
 //! - [`retention`]: [`prune`] (keep the newest logs of a step, with their `.err` files).
+//! - [`error`]: [`LogError`], the error of both.
 
-pub mod redact;
+pub mod error;
 pub mod retention;
 pub mod sink;
 
+pub use error::LogError;
 pub use retention::prune;
-pub use sink::{Label, LogError, Relay, StepLogFiles, StreamSink, open_step_logs};
+pub use sink::{Label, Relay, StepLogFiles, StreamSink, open_step_logs};

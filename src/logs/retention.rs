@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::host::root::{EntryKind, HostRoot};
 use crate::host::run_dirs::RunDirs;
 
-use super::sink::LogError;
+use super::error::LogError;
 
 /// Number of `.log` files per step the agent keeps (Python's hard-coded 5).
 pub const DEFAULT_KEEP: usize = 5;

@@ -323,4 +323,23 @@ mod tests {
         };
         assert_eq!(always.idempotence_label(), "Idempotence.Disabled");
     }
+
+    #[test]
+    fn return_code_lists_render_as_python_repr() {
+        assert_eq!(
+            crate::pyfmt::repr_codes(&[
+                ReturnCode::int(0),
+                ReturnCode::int(1),
+                ReturnCode::int(-1)
+            ]),
+            "[0, 1, -1]"
+        );
+        assert_eq!(
+            crate::pyfmt::repr_codes(&[ReturnCode {
+                value: 1,
+                float: true
+            }]),
+            "[1.0]"
+        );
+    }
 }

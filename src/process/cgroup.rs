@@ -11,8 +11,8 @@
 //! cgroup v2 (the hierarchy this process lives in), else cgroup v1 `pids` or `freezer`, both
 //! through `cgroup.procs`. `SIGKILL` uses `cgroup.kill` (v2, Linux ≥ 5.14) when present, else
 //! signals every listed pid, round after round until the list is empty (bounded in rounds
-//! and time). Exited members are not listed (the kernel unlinks a task from its cgroup when
-//! it exits), so an empty list means nothing of the run is alive.
+//! and time: [`super::sweep::kill_all`]). Exited members are not listed (the kernel unlinks
+//! a task from its cgroup when it exits), so an empty list means nothing of the run is alive.
 
 use std::collections::BTreeSet;
 use std::ffi::CString;
@@ -22,13 +22,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-/// Rounds of [`kill_all`] before it gives up (a fork bomb outrunning the kills).
-const KILL_ROUNDS: usize = 1000;
 
 /// Cgroups of runs in progress: their members are never another run's adopted orphans.
 static ACTIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
@@ -256,14 +253,13 @@ pub fn signal(dir: &Path, sig: Signal) -> usize {
 /// Wait until every process of `pids` exited or `until` passed (pidfds polled; a pid that
 /// is already gone counts as exited). True when all exited.
 pub fn wait_exited(pids: &[libc::pid_t], until: Instant) -> bool {
-    let fds: Vec<OwnedFd> = pids
-        .iter()
-        .filter_map(|&p| super::run::pidfd_open(p))
-        .collect();
+    let fds: Vec<OwnedFd> = pids.iter().filter_map(|&p| super::pidfd_open(p)).collect();
     wait_fds(&fds, until)
 }
 
-fn wait_fds(fds: &[OwnedFd], until: Instant) -> bool {
+/// Wait until every pidfd of `fds` is readable (its process exited) or `until` passed. True
+/// when all are.
+pub(super) fn wait_fds(fds: &[OwnedFd], until: Instant) -> bool {
     let mut left: Vec<&OwnedFd> = fds.iter().collect();
     while !left.is_empty() {
         let now = Instant::now();
@@ -292,36 +288,6 @@ fn wait_fds(fds: &[OwnedFd], until: Instant) -> bool {
             .collect();
     }
     true
-}
-
-/// `SIGKILL` every member of `dir` until none is left (through `cgroup.kill` when present),
-/// reaping the adopted children of this process that exited, for at most `within`. True
-/// when the cgroup is empty.
-pub fn kill_all(dir: &Path, within: Duration) -> bool {
-    let until = Instant::now() + within;
-    let has_kill = dir.join("cgroup.kill").exists();
-    for _ in 0..KILL_ROUNDS {
-        let pids = procs(dir);
-        if pids.is_empty() {
-            super::reaper::reap_exited_adopted();
-            return true;
-        }
-        let fds: Vec<OwnedFd> = pids
-            .iter()
-            .filter_map(|&p| super::run::pidfd_open(p))
-            .collect();
-        if !(has_kill && std::fs::write(dir.join("cgroup.kill"), "1").is_ok()) {
-            for &p in &pids {
-                let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
-            }
-        }
-        let done = wait_fds(&fds, until);
-        super::reaper::reap_exited_adopted();
-        if !done {
-            return procs(dir).is_empty();
-        }
-    }
-    procs(dir).is_empty()
 }
 
 /// Remove the (empty) cgroup `dir`; a missing one is fine.

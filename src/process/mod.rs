@@ -65,9 +65,9 @@
 //!   [`Options::term_grace`] while output is drained, then `SIGKILL`.
 //!
 //! With [`Spec::cgroup`], "the adopted descendants" above are instead the live members of
-//! that cgroup (whoever their parent is now), and the final sweep kills the members until
-//! the cgroup is empty (at most 10 s) and reaps the adopted children that exited; other
-//! runs' orphans are left alone.
+//! that cgroup (whoever their parent is now), and the final sweep ([`sweep::kill_all`])
+//! kills the members until the cgroup is empty (at most 10 s) and reaps the adopted children
+//! that exited; other runs' orphans are left alone.
 //!
 //! The main process stays a zombie until everything else is done (so its pid, hence the
 //! group id, cannot be reused while the group is signalled), then it is reaped. When the
@@ -82,11 +82,12 @@ pub mod cgroup;
 pub mod reaper;
 mod run;
 mod spawn;
+pub mod sweep;
 
 use std::ffi::OsString;
 use std::io;
 use std::ops::ControlFlow;
-use std::os::fd::RawFd;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -252,6 +253,16 @@ pub struct Report {
     pub read_errors: Vec<(Stream, io::Error)>,
 }
 
+/// A pidfd of `pid` (`pidfd_open(2)`), readable once the process exited; `None` when the
+/// process is gone (reaped) or the kernel has no pidfds.
+fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open(2) with a pid and no flags; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = RawFd::try_from(fd).ok().filter(|&fd| fd >= 0)?;
+    // SAFETY: a fresh descriptor we own.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Test helper: true when the process `pid` (decimal text, surrounding whitespace allowed)
 /// has exited (a zombie counts), waiting for its pidfd at most 10 s: a `SIGKILL`ed process
 /// that is not our child finishes dying asynchronously.
@@ -259,7 +270,7 @@ pub struct Report {
 pub(crate) fn wait_exited(pid: &str) -> bool {
     use std::os::fd::AsRawFd;
     let pid: libc::pid_t = pid.trim().parse().expect("a pid");
-    let Some(fd) = run::pidfd_open(pid) else {
+    let Some(fd) = pidfd_open(pid) else {
         return true; // ESRCH: reaped already
     };
     let mut p = libc::pollfd {

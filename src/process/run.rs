@@ -2,7 +2,7 @@
 //! [`crate::process`]).
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 
 use super::cancel::{Cancel, CancelReason};
 use super::spawn::{Spawned, spawn};
-use super::{MAX_READ, Options, Outcome, Report, Sink, Spec, Status, Stream, reaper};
+use super::{MAX_READ, Options, Outcome, Report, Sink, Spec, Status, Stream, pidfd_open, reaper};
 
 /// Bytes of one stream read in a row before [`Sink::flush`] and a look at the other fds.
 const MAX_BATCH: usize = 64 * 1024;
@@ -28,14 +28,6 @@ enum Ending {
     TimedOut,
     Cancelled(CancelReason),
     SinkStopped,
-}
-
-pub(super) fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open(2) with a pid and no flags; the result is checked.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    let fd = RawFd::try_from(fd).ok().filter(|&fd| fd >= 0)?;
-    // SAFETY: a fresh descriptor we own.
-    Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 fn set_nonblocking(fd: &OwnedFd) {
@@ -114,7 +106,7 @@ fn nothing_left(cgroup: Option<&std::path::Path>) -> bool {
 fn sweep(cgroup: Option<&std::path::Path>) {
     match cgroup {
         Some(dir) => {
-            super::cgroup::kill_all(dir, CGROUP_SWEEP);
+            super::sweep::kill_all(dir, CGROUP_SWEEP);
         }
         None => {
             reaper::kill_and_reap_adopted();

@@ -57,9 +57,10 @@ use std::time::Duration;
 
 use chrono::NaiveDateTime;
 
-use crate::logs::redact::{Redactor, StreamRedactor};
-use crate::logs::sink::{Label, LogError, LogFormat, Relay, StepLogFiles, StreamSink};
+use crate::logs::LogError;
+use crate::logs::sink::{Label, LogFormat, Relay, StepLogFiles, StreamSink};
 use crate::process::{self, Cancel, CancelReason, Stream};
+use crate::redact::{Redactor, StreamRedactor};
 
 /// Largest single read, whatever the buffer limit (the default pipe capacity).
 const MAX_CHUNK: usize = process::MAX_READ;

@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use chrono::NaiveDateTime;
 
-use crate::logs::redact::{Redactor, StreamRedactor};
-use crate::logs::sink::{Label, LogError, LogFormat, Relay, StepLogFiles, StreamSink};
+use crate::logs::LogError;
+use crate::logs::sink::{Label, LogFormat, Relay, StepLogFiles, StreamSink};
+use crate::redact::{Redactor, StreamRedactor};
 use crate::script::bindings::ScriptHost;
 use crate::script::context::StepContext;
 use crate::script::engine::ScriptEngine;

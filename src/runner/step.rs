@@ -19,9 +19,10 @@ use std::sync::Arc;
 
 use crate::host::effect::InterruptRequest;
 use crate::host::{ExecMode, HostOptions, Report};
-use crate::logs::redact::Redactor;
-use crate::logs::sink::{LogError, StepLogFiles};
+use crate::logs::LogError;
+use crate::logs::sink::StepLogFiles;
 use crate::process::Cancel;
+use crate::redact::Redactor;
 use crate::script::context::StepContext;
 use crate::script::run::CompiledScript;
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use rhai::{Dynamic, EvalAltResult, NativeCallContext, ParseError, ParseErrorType, Position};
 
-use super::engine::Limits;
+use super::limits::Limits;
 
 /// A failed step script: where (file, line, column) and what.
 ///

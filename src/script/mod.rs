@@ -1,6 +1,7 @@
 //! The script layer: runs `.rhai` steps in an embedded, sandboxed Rhai engine.
 //!
-//! - [`engine`]: [`ScriptEngine`] — packages, [`Limits`], `eval` off, deadline and cancel.
+//! - [`engine`]: [`ScriptEngine`] — packages, limits, `eval` off, deadline and cancel.
+//! - [`limits`]: [`Limits`], the resource limits of a run.
 //! - [`resolver`]: `import "skyhook/<name>"` (embedded `stdlib/`) and imports confined to
 //!   the package directory, compiled once per [`ModuleStore`].
 //! - [`run`]: [`compile_step`] (parse and resolve every static import before any state is
@@ -42,6 +43,7 @@ pub mod context;
 pub mod engine;
 pub mod errors;
 pub mod host_api;
+pub mod limits;
 pub mod lint;
 pub mod memory;
 pub mod output;
@@ -55,8 +57,9 @@ mod tests;
 
 pub use bindings::{NoHost, RunHandle, ScriptHost};
 pub use context::StepContext;
-pub use engine::{Limits, ScriptEngine, TIMEOUT_ENV};
+pub use engine::ScriptEngine;
 pub use errors::{Limit, ScriptError, ScriptErrorKind, host_error};
+pub use limits::{Limits, TIMEOUT_ENV};
 pub use output::{CaptureOutput, ScriptOutput, StdioOutput, Stream};
 pub use resolver::{MAX_SCRIPT_BYTES, ModuleStore, STDLIB, stdlib_source};
 pub use run::{

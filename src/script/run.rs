@@ -11,8 +11,9 @@ use rhai::{AST, Dynamic, EvalAltResult, NativeCallContext, Position, Scope};
 
 use super::bindings::{NoHost, RunHandle, ScriptHost};
 use super::context::{self, StepContext};
-use super::engine::{Limits, ScriptEngine};
+use super::engine::ScriptEngine;
 use super::errors::{ScriptError, ScriptErrorKind, Stop};
+use super::limits::Limits;
 use super::output::{self, ScriptOutput};
 use super::resolver::{LoadError, ModuleStore, RunResolver, read_regular, static_imports};
 

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::logs::redact::{Redactor, StreamRedactor};
+use crate::redact::{Redactor, StreamRedactor};
 
 /// Longest `line` of one event, in bytes: a longer line is split into several events,
 /// `"partial": true` on all but the last.

@@ -21,9 +21,9 @@ use super::ring::{Events, Gap, Ring};
 use super::secrets::{SecretError, SecretRef, Secrets, env_name};
 use super::state::{ProcRecord, StateDir, proc_stat};
 use crate::host::{ExecMode, Host, HostOptions};
-use crate::logs::redact::Redactor;
-use crate::process::cgroup;
 use crate::process::{Cancel, CancelReason, Outcome, Status};
+use crate::process::{cgroup, sweep};
+use crate::redact::Redactor;
 use crate::script::{CompiledScript, ModuleStore, RunOptions, ScriptEngine, StepContext};
 
 /// Most environment entries a step gets (the request's `env`, its `secrets`, `PATH`).
@@ -993,7 +993,7 @@ impl Service {
         // The run emptied the cgroup (bounded); what resists is killed once more.
         if let Some(dir) = &exec.cgroup
             && cgroup::remove(dir).is_err()
-            && !(cgroup::kill_all(dir, Duration::from_secs(1)) && cgroup::remove(dir).is_ok())
+            && !(sweep::kill_all(dir, Duration::from_secs(1)) && cgroup::remove(dir).is_ok())
         {
             self.audit(json!({"id": exec.id, "warning":
                 format!("cannot remove the execution's cgroup {}", dir.display())}));

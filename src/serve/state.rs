@@ -41,7 +41,7 @@ pub fn members(rec: &ProcRecord) -> Vec<i32> {
 /// End the recorded execution: `SIGTERM` to every process of it, up to `grace` for them to
 /// exit (their pidfds polled), then `SIGKILL` until none is left; its cgroup is removed.
 pub fn terminate(rec: &ProcRecord, grace: Duration) {
-    use crate::process::cgroup;
+    use crate::process::{cgroup, sweep};
     use nix::sys::signal::Signal;
     let Some(dir) = rec.cgroup.as_deref().filter(|d| d.is_dir()) else {
         let pids = signal_group(rec, Signal::SIGTERM);
@@ -55,7 +55,7 @@ pub fn terminate(rec: &ProcRecord, grace: Duration) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), Signal::SIGTERM);
     }
     cgroup::wait_exited(&pids, std::time::Instant::now() + grace);
-    cgroup::kill_all(dir, Duration::from_secs(10));
+    sweep::kill_all(dir, Duration::from_secs(10));
     let _ = cgroup::remove(dir);
 }
 

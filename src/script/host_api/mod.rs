@@ -89,7 +89,7 @@ use super::errors::host_error;
 use super::output::ScriptOutput;
 use crate::host::secrets::Redactor;
 use crate::host::{Host, HostError, Report};
-use crate::logs::redact::StreamRedactor;
+use crate::redact::StreamRedactor;
 
 pub use docs::{FUNCTIONS, FnDoc, Modes, SCRIPT_FUNCTIONS, render_definitions, render_markdown};
 

@@ -1,0 +1,986 @@
+//! The crate's layering, checked from its source: which top-level module may import which
+//! ([`LAYERS`], the one place the allowed edges are written down), and no import cycle between
+//! the files of any one folder under `src/`.
+//!
+//! An edge is one file naming another through a path: `crate::a::b`, `super::x`, `self::x`,
+//! a child module declared with `mod x;`, each in `use` trees and in code. A path through a
+//! `pub use` re-export counts for the file that defines the item; a module's `mod` lines and
+//! its `pub use` of its own children are its interface, not edges. Comments and string
+//! literals are not read. Code under `#[cfg(test)]` (test modules, test-only files) is not
+//! checked: a test may reach across layers to build its fixture. `src/bin/` (separate crates
+//! that use the library by name) and `src/lib.rs` (the crate root, which declares everything)
+//! are not checked either.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The top-level modules of `src/`, lowest layer first, each with the top-level modules it may
+/// import. Every module in `src/` must have a row; every row may name only rows above it, so the
+/// table itself has no cycle. `step` and `cli` are placed ahead of the change that adds them.
+#[rustfmt::skip]
+const LAYERS: &[(&str, &[&str])] = &[
+    // Leaves: std and external crates only.
+    ("chain",   &[]),
+    ("clock",   &[]),
+    ("diag",    &[]),
+    ("pyfmt",   &[]),
+    ("redact",  &[]),
+    ("process", &[]),
+    // Root confinement and the host API.
+    ("host",    &["chain", "process", "redact"]),
+    // The package model; the on-host logs and state the agent owns.
+    ("package", &["pyfmt"]),
+    ("logs",    &["host"]),
+    ("state",   &["host", "package", "process", "pyfmt"]),
+    // The Rhai engine and its host API bindings.
+    ("script",  &["chain", "host", "logs", "package", "process", "redact"]),
+    // Running one step: `step` (issue 18) replaces `runner`.
+    ("runner",  &["chain", "clock", "host", "logs", "process", "redact", "script"]),
+    ("step",    &["chain", "clock", "host", "logs", "process", "redact", "script"]),
+    // Front ends: the agent's mode loop, the remote step API and its client, skyhook-run.
+    ("agent",   &["chain", "clock", "diag", "host", "logs", "package", "process", "pyfmt",
+                  "redact", "runner", "script", "state", "step"]),
+    ("serve",   &["chain", "clock", "host", "logs", "process", "redact", "runner", "script",
+                  "step"]),
+    ("remote",  &["process", "serve"]),
+    ("local",   &["agent", "host", "logs", "package", "process", "redact", "runner", "script",
+                  "state", "step"]),
+    // The command lines of the three binaries (issue 18).
+    ("cli",     &["agent", "chain", "diag", "host", "local", "package", "process", "remote",
+                  "script", "serve", "step"]),
+];
+
+/// Violations that other changes of issue 18 are removing, each as the test words it:
+/// `"a -> b"` for an edge between top-level modules that [`LAYERS`] does not allow,
+/// `"cycle in src/x"` for a folder whose files import each other in a cycle. The test fails
+/// when one of them no longer occurs, so the list only shrinks.
+const KNOWN_VIOLATIONS: &[&str] = &[
+    // serve is dispatched from agent::main; serve/exec.rs calls agent::mode::engine().
+    "agent -> serve",
+    "serve -> agent",
+    // host/root.rs, host/durability.rs, host/error.rs and others import each other.
+    "cycle in src/host",
+    // runner/script.rs and runner/step.rs import each other; src/step/ replaces src/runner/.
+    "cycle in src/runner",
+    // host_api/mod.rs defines `Api` and calls each area's `register`, and the areas use
+    // `Api`; the host API's one-home-per-function layout replaces the folder.
+    "cycle in src/script/host_api",
+];
+
+/// One token of Rust source, with its 1-based line.
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Ident(String),
+    /// `::`, or one punctuation character.
+    Punct(String),
+    /// A string literal's raw text (only read for `#[path = "..."]`).
+    Str(String),
+    /// Any other literal or a lifetime: breaks a path.
+    Other,
+}
+
+fn is_ident_start(c: char) -> bool {
+    c == '_' || c.is_alphabetic()
+}
+
+fn is_ident_char(c: char) -> bool {
+    c == '_' || c.is_alphanumeric()
+}
+
+/// When `c[i..]` starts a prefixed string literal (`r"`, `r#"`, `b"`, `br"`, `c"`, `cr#"`):
+/// whether it is raw, its number of `#`, and the index of its opening quote.
+fn string_prefix(c: &[char], i: usize) -> Option<(bool, usize, usize)> {
+    let mut j = i + 1;
+    match c[i] {
+        'r' => {}
+        'b' | 'c' if c.get(j) == Some(&'r') => j += 1,
+        'b' | 'c' => return (c.get(j) == Some(&'"')).then_some((false, 0, j)),
+        _ => return None,
+    }
+    let hash_start = j;
+    while c.get(j) == Some(&'#') {
+        j += 1;
+    }
+    (c.get(j) == Some(&'"')).then_some((true, j - hash_start, j))
+}
+
+/// The tokens of `src`, comments dropped, literals reduced to [`Tok::Str`] and [`Tok::Other`].
+fn tokenize(src: &str) -> Vec<(Tok, u32)> {
+    let c: Vec<char> = src.chars().collect();
+    let mut out = Vec::new();
+    let mut line = 1u32;
+    let mut i = 0;
+    // Skips to just after the string whose opening quote is at `i`, with `hashes` `#`s after
+    // the closing quote when raw; returns its text.
+    let string = |i: &mut usize, line: &mut u32, raw: bool, hashes: usize| -> String {
+        let start = *i + 1;
+        *i += 1;
+        loop {
+            match c.get(*i) {
+                None => return c[start..].iter().collect(),
+                Some('\\') if !raw => *i += 2,
+                Some('"') if (0..hashes).all(|k| c.get(*i + 1 + k) == Some(&'#')) => {
+                    let text = c[start..*i].iter().collect();
+                    *i += 1 + hashes;
+                    return text;
+                }
+                Some(ch) => {
+                    if *ch == '\n' {
+                        *line += 1;
+                    }
+                    *i += 1;
+                }
+            }
+        }
+    };
+    while i < c.len() {
+        let ch = c[i];
+        let next = c.get(i + 1).copied();
+        if ch == '\n' {
+            line += 1;
+            i += 1;
+        } else if ch.is_whitespace() {
+            i += 1;
+        } else if ch == '/' && next == Some('/') {
+            while i < c.len() && c[i] != '\n' {
+                i += 1;
+            }
+        } else if ch == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < c.len() {
+                if c[i] == '/' && c.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    i += 2;
+                } else if c[i] == '*' && c.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    if c[i] == '\n' {
+                        line += 1;
+                    }
+                    i += 1;
+                }
+            }
+        } else if ch == '"' {
+            let l = line;
+            let s = string(&mut i, &mut line, false, 0);
+            out.push((Tok::Str(s), l));
+        } else if let Some((raw, hashes, quote)) = string_prefix(&c, i) {
+            i = quote;
+            let l = line;
+            let s = string(&mut i, &mut line, raw, hashes);
+            out.push((Tok::Str(s), l));
+        } else if ch == 'b' && next == Some('\'') {
+            // b'x', b'\n'
+            i += 2;
+            while i < c.len() && c[i] != '\'' {
+                i += if c[i] == '\\' { 2 } else { 1 };
+            }
+            i += 1;
+            out.push((Tok::Other, line));
+        } else if ch == 'r' && next == Some('#') && c.get(i + 2).is_some_and(|&d| is_ident_start(d))
+        {
+            // r#ident
+            let start = i + 2;
+            i = start;
+            while i < c.len() && is_ident_char(c[i]) {
+                i += 1;
+            }
+            out.push((Tok::Ident(c[start..i].iter().collect()), line));
+        } else if is_ident_start(ch) {
+            let start = i;
+            while i < c.len() && is_ident_char(c[i]) {
+                i += 1;
+            }
+            out.push((Tok::Ident(c[start..i].iter().collect()), line));
+        } else if ch.is_ascii_digit() {
+            while i < c.len()
+                && (is_ident_char(c[i])
+                    || (c[i] == '.' && c.get(i + 1).is_some_and(|d| d.is_ascii_digit())))
+            {
+                i += 1;
+            }
+            out.push((Tok::Other, line));
+        } else if ch == '\'' {
+            // A char literal ('x', '\n', '\u{1F600}') or a lifetime ('a, 'static).
+            if next == Some('\\') {
+                i += 2;
+                while i < c.len() && c[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            } else if c.get(i + 2) == Some(&'\'') {
+                i += 3;
+            } else {
+                i += 1;
+                while i < c.len() && is_ident_char(c[i]) {
+                    i += 1;
+                }
+            }
+            out.push((Tok::Other, line));
+        } else if ch == ':' && next == Some(':') {
+            out.push((Tok::Punct("::".into()), line));
+            i += 2;
+        } else {
+            out.push((Tok::Punct(ch.to_string()), line));
+            i += 1;
+        }
+    }
+    out
+}
+
+/// A path named in one file: where, in which module scope, whether as a `pub use`.
+#[derive(Debug)]
+struct PathRef {
+    line: u32,
+    /// The module the path is written in (the file's module plus inline `mod x { }` names).
+    scope: Vec<String>,
+    /// As written: `crate`/`super`/`self`/a child module first, then the segments.
+    segments: Vec<String>,
+    /// A `pub use` (a re-export), with the name it exports.
+    reexport: Option<String>,
+}
+
+/// What one file declares and names.
+#[derive(Debug, Default)]
+struct FileScan {
+    refs: Vec<PathRef>,
+    /// `mod x;` at the file's top: the name, its `#[path]`, and whether it is test-only.
+    children: Vec<(String, Option<String>, bool)>,
+    /// `#![cfg(test)]` at the top of the file.
+    test_only: bool,
+}
+
+fn ident(t: Option<&(Tok, u32)>) -> Option<&str> {
+    match t {
+        Some((Tok::Ident(s), _)) => Some(s),
+        _ => None,
+    }
+}
+
+fn punct(t: Option<&(Tok, u32)>, p: &str) -> bool {
+    matches!(t, Some((Tok::Punct(s), _)) if s == p)
+}
+
+/// True for the tokens of a `cfg` attribute that holds only under test: `cfg(test)`,
+/// `cfg(all(test, ..))`; not `cfg(not(test))` nor `cfg(any(test, ..))`.
+fn is_test_cfg(attr: &[(Tok, u32)]) -> bool {
+    let words: Vec<&str> = attr.iter().filter_map(|t| ident(Some(t))).collect();
+    words.first() == Some(&"cfg")
+        && words.contains(&"test")
+        && !words.contains(&"not")
+        && !words.contains(&"any")
+}
+
+/// Expands the `use` tree starting at `toks[*i]` into (segments, alias) pairs, leaving `*i`
+/// after its closing `;`. A glob ends in `*`; `self` in a group names the group's prefix.
+fn use_tree(
+    toks: &[(Tok, u32)],
+    i: &mut usize,
+    prefix: &[String],
+    out: &mut Vec<(Vec<String>, String)>,
+) {
+    let mut path = prefix.to_vec();
+    loop {
+        match toks.get(*i) {
+            Some((Tok::Punct(p), _)) if p == "::" => *i += 1,
+            Some((Tok::Punct(p), _)) if p == "{" => {
+                *i += 1;
+                loop {
+                    use_tree(toks, i, &path, out);
+                    match toks.get(*i) {
+                        Some((Tok::Punct(p), _)) if p == "," => *i += 1,
+                        _ => break,
+                    }
+                    if punct(toks.get(*i), "}") {
+                        break;
+                    }
+                }
+                *i += 1; // `}`
+                return;
+            }
+            Some((Tok::Punct(p), _)) if p == "*" => {
+                *i += 1;
+                path.push("*".into());
+                out.push((path, "*".into()));
+                return;
+            }
+            Some((Tok::Ident(s), _)) if s == "as" => {
+                let alias = ident(toks.get(*i + 1)).unwrap_or("_").to_string();
+                *i += 2;
+                out.push((path, alias));
+                return;
+            }
+            Some((Tok::Ident(s), _))
+                if s == "self" && !prefix.is_empty() && path.len() == prefix.len() =>
+            {
+                // `a::{self, ..}`: the prefix itself, under its own name
+                *i += 1;
+                if ident(toks.get(*i)) == Some("as") {
+                    continue;
+                }
+                let name = path.last().cloned().unwrap_or_default();
+                out.push((path, name));
+                return;
+            }
+            Some((Tok::Ident(s), _)) => {
+                path.push(s.clone());
+                *i += 1;
+            }
+            _ => {
+                if path.len() > prefix.len() {
+                    let name = path.last().cloned().unwrap_or_default();
+                    out.push((path, name));
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// The paths, child modules and test-only parts of one file whose module is `module`.
+fn scan(src: &str, module: &[String]) -> FileScan {
+    let toks = tokenize(src);
+    let mut scan = FileScan::default();
+    // (inline module name if a `mod x {`, test-only) per open `{`
+    let mut scopes: Vec<(Option<String>, bool)> = Vec::new();
+    // a `#[cfg(test)]` waiting for its item: (brace depth, paren depth) it was read at
+    let mut pending_test: Option<(usize, usize)> = None;
+    let mut pending_path: Option<String> = None;
+    let mut parens = 0usize;
+    let mut i = 0;
+    while i < toks.len() {
+        let in_test = scan.test_only || pending_test.is_some() || scopes.iter().any(|s| s.1);
+        let scope: Vec<String> = module
+            .iter()
+            .cloned()
+            .chain(scopes.iter().filter_map(|s| s.0.clone()))
+            .collect();
+        let at_file_top = scopes.iter().all(|s| s.0.is_none());
+        let (tok, line) = &toks[i];
+        match tok {
+            Tok::Punct(p) if p == "#" => {
+                let inner = punct(toks.get(i + 1), "!");
+                let open = i + 1 + usize::from(inner);
+                if !punct(toks.get(open), "[") {
+                    i += 1;
+                    continue;
+                }
+                let mut depth = 0;
+                let mut j = open;
+                while j < toks.len() {
+                    if punct(toks.get(j), "[") {
+                        depth += 1;
+                    } else if punct(toks.get(j), "]") {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    j += 1;
+                }
+                let attr = &toks[open + 1..j];
+                if is_test_cfg(attr) {
+                    if inner && scopes.is_empty() {
+                        scan.test_only = true;
+                    } else if !inner {
+                        pending_test = Some((scopes.len(), parens));
+                    }
+                }
+                if ident(attr.first()) == Some("path")
+                    && let Some((Tok::Str(s), _)) = attr.get(2)
+                {
+                    pending_path = Some(s.clone());
+                }
+                i = j + 1;
+            }
+            Tok::Ident(s) if s == "mod" && ident(toks.get(i + 1)).is_some() => {
+                let name = ident(toks.get(i + 1)).unwrap().to_string();
+                if punct(toks.get(i + 2), "{") {
+                    scopes.push((Some(name), in_test));
+                    i += 3;
+                } else {
+                    if at_file_top {
+                        scan.children.push((name, pending_path.take(), in_test));
+                    }
+                    i += 2;
+                }
+                pending_test = None;
+                pending_path = None;
+            }
+            Tok::Ident(s) if s == "use" => {
+                let public = {
+                    // `pub use` or `pub(crate) use` / `pub(super) use`
+                    let mut k = i;
+                    if k > 0 && punct(toks.get(k - 1), ")") {
+                        while k > 0 && !punct(toks.get(k - 1), "(") {
+                            k -= 1;
+                        }
+                        k = k.saturating_sub(1);
+                    }
+                    k > 0 && ident(toks.get(k - 1)) == Some("pub")
+                };
+                let mut j = i + 1;
+                let mut trees = Vec::new();
+                use_tree(&toks, &mut j, &[], &mut trees);
+                while j < toks.len() && !punct(toks.get(j), ";") {
+                    j += 1;
+                }
+                if !in_test {
+                    for (segments, alias) in trees {
+                        scan.refs.push(PathRef {
+                            line: *line,
+                            scope: scope.clone(),
+                            segments,
+                            reexport: public.then_some(alias),
+                        });
+                    }
+                }
+                if pending_test.is_some_and(|(b, _)| b == scopes.len()) {
+                    pending_test = None;
+                }
+                i = j + 1;
+            }
+            Tok::Ident(s)
+                if punct(toks.get(i + 1), "::")
+                    && !(i > 0
+                        && (punct(toks.get(i - 1), "::") || punct(toks.get(i - 1), "$")))
+                    && (matches!(s.as_str(), "crate" | "super" | "self")
+                        || (at_file_top && scan.children.iter().any(|c| &c.0 == s))) =>
+            {
+                let mut segments = vec![s.clone()];
+                let mut j = i + 1;
+                while punct(toks.get(j), "::") {
+                    match ident(toks.get(j + 1)) {
+                        Some(seg) => segments.push(seg.to_string()),
+                        None => break,
+                    }
+                    j += 2;
+                }
+                if !in_test {
+                    scan.refs.push(PathRef {
+                        line: *line,
+                        scope,
+                        segments,
+                        reexport: None,
+                    });
+                }
+                i = j;
+            }
+            Tok::Punct(p) if p == "{" => {
+                let test = pending_test.is_some_and(|(b, _)| b == scopes.len());
+                scopes.push((None, in_test || test));
+                if test {
+                    pending_test = None;
+                }
+                i += 1;
+            }
+            Tok::Punct(p) if p == "}" => {
+                scopes.pop();
+                if pending_test.is_some_and(|(b, _)| b > scopes.len()) {
+                    pending_test = None;
+                }
+                i += 1;
+            }
+            Tok::Punct(p) if p == "(" || p == "[" => {
+                parens += 1;
+                i += 1;
+            }
+            Tok::Punct(p) if p == ")" || p == "]" => {
+                parens = parens.saturating_sub(1);
+                i += 1;
+            }
+            Tok::Punct(p) if p == ";" || p == "," => {
+                if pending_test.is_some_and(|(b, pa)| b == scopes.len() && pa == parens) {
+                    pending_test = None;
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    scan
+}
+
+/// One source file of the library.
+#[derive(Debug)]
+struct SourceFile {
+    /// Relative to the crate root: `src/agent/mode.rs`.
+    rel: PathBuf,
+    /// Its module path: `["agent", "mode"]`; `[]` for `src/lib.rs`.
+    module: Vec<String>,
+    scan: FileScan,
+    test_only: bool,
+}
+
+/// An import of one file by another.
+#[derive(Debug, Clone)]
+struct Edge {
+    from: usize,
+    to: usize,
+    line: u32,
+    path: String,
+}
+
+fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            rs_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The module path a file has by its place in `src/` (`#[path]` files are renamed later).
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .iter()
+        .skip(1)
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop().unwrap();
+    let stem = last.trim_end_matches(".rs").to_string();
+    if stem != "mod" && stem != "lib" {
+        parts.push(stem);
+    }
+    parts
+}
+
+/// Reads every library file under `root/src` (not `src/bin/`), fixes up `#[path]` modules
+/// and marks test-only files (declared under `#[cfg(test)]`, or below one that is).
+fn load(root: &Path) -> Vec<SourceFile> {
+    let mut paths = Vec::new();
+    rs_files(&root.join("src"), &mut paths);
+    let mut files: Vec<SourceFile> = paths
+        .into_iter()
+        .map(|p| p.strip_prefix(root).unwrap().to_path_buf())
+        .filter(|rel| !rel.starts_with("src/bin"))
+        .map(|rel| SourceFile {
+            module: module_of(&rel),
+            scan: FileScan::default(),
+            test_only: false,
+            rel,
+        })
+        .collect();
+    // `#[path = "x.rs"] mod name;` in a file: x.rs, next to that file, is module `name` in it.
+    let mut renamed = HashMap::new();
+    for f in &mut files {
+        let src = fs::read_to_string(root.join(&f.rel)).unwrap();
+        f.scan = scan(&src, &module_of(&f.rel));
+        for (name, path, _) in &f.scan.children {
+            if let Some(p) = path {
+                let target = f.rel.parent().unwrap().join(p);
+                let mut module = f.module.clone();
+                module.push(name.clone());
+                renamed.insert(target, module);
+            }
+        }
+    }
+    for f in &mut files {
+        if let Some(m) = renamed.remove(&f.rel) {
+            f.module = m;
+        }
+    }
+    // Test-only: a file whose own module, or an ancestor's, was declared `#[cfg(test)] mod`.
+    let declared_test: BTreeSet<Vec<String>> = files
+        .iter()
+        .flat_map(|f| {
+            f.scan.children.iter().filter(|c| c.2).map(|c| {
+                let mut m = f.module.clone();
+                m.push(c.0.clone());
+                m
+            })
+        })
+        .collect();
+    for f in &mut files {
+        f.test_only = f.scan.test_only
+            || (1..=f.module.len()).any(|n| declared_test.contains(&f.module[..n]));
+    }
+    files
+}
+
+/// Every edge between two different files, paths through `pub use` followed to the file that
+/// defines the item.
+fn edges(files: &[SourceFile]) -> Vec<Edge> {
+    let by_module: HashMap<&[String], usize> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.module.as_slice(), i))
+        .collect();
+    // (file, exported name) -> absolute path it names
+    let mut reexports: HashMap<(usize, String), Vec<String>> = HashMap::new();
+    let absolute = |f: &SourceFile, r: &PathRef| -> Option<Vec<String>> {
+        let mut it = r.segments.iter();
+        let first = it.next()?;
+        let mut abs = match first.as_str() {
+            "crate" => Vec::new(),
+            "self" => r.scope.clone(),
+            "super" => {
+                let mut s = r.scope.clone();
+                s.pop()?;
+                s
+            }
+            child => {
+                let mut s = f.module.clone();
+                s.push(child.to_string());
+                s
+            }
+        };
+        let mut rest = it.peekable();
+        while rest.peek().is_some_and(|s| *s == "super") {
+            abs.pop()?;
+            rest.next();
+        }
+        abs.extend(rest.filter(|s| *s != "self").cloned());
+        Some(abs)
+    };
+    for (i, f) in files.iter().enumerate() {
+        for r in &f.scan.refs {
+            if let (Some(name), Some(abs)) = (&r.reexport, absolute(f, r))
+                && name != "*"
+            {
+                reexports.insert((i, name.clone()), abs);
+            }
+        }
+    }
+    // The file that defines what `abs` names: its longest file-module prefix, through
+    // re-exports (a bounded number of hops).
+    let resolve = |abs: &[String]| -> Option<usize> {
+        let mut abs = abs.to_vec();
+        for _ in 0..8 {
+            let n = (0..=abs.len())
+                .rev()
+                .find(|n| by_module.contains_key(&abs[..*n]))?;
+            let file = by_module[&abs[..n]];
+            match abs
+                .get(n)
+                .and_then(|name| reexports.get(&(file, name.clone())))
+            {
+                Some(target) if n < abs.len() => {
+                    let mut next = target.clone();
+                    next.extend(abs[n + 1..].iter().cloned());
+                    abs = next;
+                }
+                _ => return Some(file),
+            }
+        }
+        None
+    };
+    let mut out = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        if f.test_only {
+            continue;
+        }
+        for r in &f.scan.refs {
+            let Some(abs) = absolute(f, r) else { continue };
+            let Some(to) = resolve(&abs) else { continue };
+            // A module's `pub use` of its own descendants is its interface.
+            let own = files[to].module.starts_with(&f.module);
+            if to == i || (r.reexport.is_some() && own) {
+                continue;
+            }
+            out.push(Edge {
+                from: i,
+                to,
+                line: r.line,
+                path: r.segments.join("::"),
+            });
+        }
+    }
+    out
+}
+
+/// The violations of [`LAYERS`] and of the no-cycle rule, keyed as [`KNOWN_VIOLATIONS`] words
+/// them, each with its lines of detail (`file:line: edge`).
+fn violations(files: &[SourceFile], edges: &[Edge]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let layers: HashMap<&str, &[&str]> = LAYERS.iter().copied().collect();
+    let loc = |e: &Edge| format!("{}:{}", files[e.from].rel.display(), e.line);
+    // Between top-level modules.
+    for e in edges {
+        let (Some(a), Some(b)) = (files[e.from].module.first(), files[e.to].module.first()) else {
+            continue;
+        };
+        if a == b {
+            continue;
+        }
+        let allowed = layers.get(a.as_str()).copied().unwrap_or(&[]);
+        if !allowed.contains(&b.as_str()) {
+            out.entry(format!("{a} -> {b}")).or_default().push(format!(
+                "{}: {a} -> {b} (`{}`), not in LAYERS: {a} may import {allowed:?}",
+                loc(e),
+                e.path
+            ));
+        }
+    }
+    // Between the files of one folder (below `src/`, whose folders are the top-level modules
+    // that LAYERS orders): a file in a subfolder counts as that subfolder.
+    let mut folders: BTreeMap<PathBuf, BTreeMap<(String, String), &Edge>> = BTreeMap::new();
+    for e in edges {
+        let (from, to) = (&files[e.from].rel, &files[e.to].rel);
+        let mut dir = from.parent().unwrap();
+        while dir != Path::new("src") && !to.starts_with(dir) {
+            dir = dir.parent().unwrap();
+        }
+        if dir == Path::new("src") {
+            continue;
+        }
+        let node = |p: &Path| {
+            let first = p.strip_prefix(dir).unwrap().iter().next().unwrap();
+            first.to_string_lossy().trim_end_matches(".rs").to_string()
+        };
+        let (a, b) = (node(from), node(to));
+        if a != b {
+            folders
+                .entry(dir.to_path_buf())
+                .or_default()
+                .entry((a, b))
+                .or_insert(e);
+        }
+    }
+    for (dir, graph) in &folders {
+        for component in components(graph.keys()) {
+            let mut detail = vec![format!("files {}", component.join(", "))];
+            for ((a, b), e) in graph {
+                if component.contains(a) && component.contains(b) {
+                    detail.push(format!("{}: {a} -> {b} (`{}`)", loc(e), e.path));
+                }
+            }
+            out.entry(format!("cycle in {}", dir.display()))
+                .or_default()
+                .extend(detail);
+        }
+    }
+    out
+}
+
+/// The strongly connected components of more than one node (the files that import each
+/// other in a cycle), each sorted.
+fn components<'a>(edges: impl Iterator<Item = &'a (String, String)>) -> Vec<Vec<String>> {
+    let mut next: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (a, b) in edges {
+        next.entry(a).or_default().insert(b);
+        next.entry(b).or_default();
+    }
+    // every node reachable from `from` in one step or more
+    let reach = |from: &str| -> BTreeSet<&str> {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![from];
+        while let Some(n) = todo.pop() {
+            for &m in &next[n] {
+                if seen.insert(m) {
+                    todo.push(m);
+                }
+            }
+        }
+        seen
+    };
+    let reached: BTreeMap<&str, BTreeSet<&str>> = next.keys().map(|&n| (n, reach(n))).collect();
+    let mut done: BTreeSet<String> = BTreeSet::new();
+    let mut out = Vec::new();
+    for (&n, from_n) in &reached {
+        if done.contains(n) || !from_n.contains(n) {
+            continue;
+        }
+        let component: Vec<String> = from_n
+            .iter()
+            .filter(|m| reached[**m].contains(n))
+            .map(|m| m.to_string())
+            .collect();
+        done.extend(component.iter().cloned());
+        out.push(component);
+    }
+    out
+}
+
+fn crate_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Top-level modules of `src/`: its folders and its files but `lib.rs`.
+fn top_level_modules(files: &[SourceFile]) -> BTreeSet<String> {
+    files
+        .iter()
+        .filter_map(|f| f.rel.iter().nth(1))
+        .map(|s| s.to_string_lossy().trim_end_matches(".rs").to_string())
+        .filter(|m| m != "lib")
+        .collect()
+}
+
+#[test]
+fn layers_table_orders_every_module_and_has_no_cycle() {
+    let files = load(&crate_root());
+    let mut problems = Vec::new();
+    let mut placed = BTreeSet::new();
+    for (module, imports) in LAYERS {
+        for import in *imports {
+            if !placed.contains(import) {
+                problems.push(format!(
+                    "LAYERS: `{module}` may import `{import}`, which is not a row above it"
+                ));
+            }
+        }
+        if !placed.insert(*module) {
+            problems.push(format!("LAYERS: `{module}` has two rows"));
+        }
+    }
+    for m in top_level_modules(&files) {
+        // test-only top-level modules (src/proptests.rs) have no layer
+        let test_only = files
+            .iter()
+            .filter(|f| f.module.first() == Some(&m))
+            .all(|f| f.test_only);
+        if !test_only && !placed.contains(m.as_str()) {
+            problems.push(format!(
+                "src/{m}: a top-level module with no row in LAYERS (tests/layers.rs): give it one"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The problems of the crate at `root` against [`LAYERS`] and `known` (see
+/// [`KNOWN_VIOLATIONS`]): each violation not in `known` with its `file:line: edge` lines, and
+/// each entry of `known` that no longer occurs.
+fn check(root: &Path, known: &[&str]) -> Vec<String> {
+    let files = load(root);
+    let found = violations(&files, &edges(&files));
+    let mut problems = Vec::new();
+    for (key, detail) in &found {
+        if !known.contains(&key.as_str()) {
+            problems.push(format!("{key}:\n  {}", detail.join("\n  ")));
+        }
+    }
+    for known in known {
+        if !found.contains_key(*known) {
+            problems.push(format!(
+                "KNOWN_VIOLATIONS lists `{known}`, which no longer occurs: remove it from tests/layers.rs"
+            ));
+        }
+    }
+    problems
+}
+
+#[test]
+fn no_import_goes_up_a_layer_or_round_a_folder() {
+    let problems = check(&crate_root(), KNOWN_VIOLATIONS);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A throwaway crate root holding `files` (path under it, content).
+fn fake_crate(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, text) in files {
+        let p = dir.path().join(path);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, text).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn checker_names_the_file_line_and_edge_of_an_upward_import() {
+    let dir = fake_crate(&[
+        ("src/lib.rs", "pub mod package;\npub mod pyfmt;\n"),
+        (
+            "src/package/mod.rs",
+            "pub mod model;\npub use model::ReturnCode;\n",
+        ),
+        ("src/package/model.rs", "pub struct ReturnCode;\n"),
+        (
+            "src/pyfmt.rs",
+            "use std::fmt;\n\npub fn f(_: &crate::package::ReturnCode) {}\n",
+        ),
+    ]);
+    assert_eq!(
+        check(dir.path(), &[]),
+        [
+            "pyfmt -> package:\n  src/pyfmt.rs:3: pyfmt -> package (`crate::package::ReturnCode`), \
+          not in LAYERS: pyfmt may import []"
+        ]
+    );
+}
+
+#[test]
+fn checker_finds_a_cycle_between_the_files_of_a_folder() {
+    let dir = fake_crate(&[
+        ("src/lib.rs", "pub mod logs;\n"),
+        (
+            "src/logs/mod.rs",
+            "pub mod a;\npub mod b;\npub mod c;\npub use a::A;\n",
+        ),
+        ("src/logs/a.rs", "use super::b::B;\npub struct A(B);\n"),
+        (
+            "src/logs/b.rs",
+            "pub struct B;\npub fn f() -> super::c::C { todo!() }\n",
+        ),
+        // through the re-export in mod.rs, to a.rs
+        ("src/logs/c.rs", "pub struct C(pub crate::logs::A);\n"),
+    ]);
+    assert_eq!(
+        check(dir.path(), &[]),
+        ["cycle in src/logs:\n  files a, b, c\n  \
+          src/logs/a.rs:1: a -> b (`super::b::B`)\n  \
+          src/logs/b.rs:2: b -> c (`super::c::C`)\n  \
+          src/logs/c.rs:1: c -> a (`crate::logs::A`)"]
+    );
+    // listed as known, it passes; listed and gone, it fails
+    assert_eq!(
+        check(dir.path(), &["cycle in src/logs"]),
+        Vec::<String>::new()
+    );
+    fs::write(dir.path().join("src/logs/c.rs"), "pub struct C;\n").unwrap();
+    assert_eq!(
+        check(dir.path(), &["cycle in src/logs"]),
+        [
+            "KNOWN_VIOLATIONS lists `cycle in src/logs`, which no longer occurs: remove it from tests/layers.rs"
+        ]
+    );
+}
+
+#[test]
+fn checker_skips_comments_strings_and_test_code() {
+    let dir = fake_crate(&[
+        ("src/lib.rs", "pub mod agent;\npub mod chain;\n"),
+        ("src/agent/mod.rs", "pub fn run() {}\n"),
+        (
+            "src/chain.rs",
+            r##"//! [`crate::agent::run`] in a doc comment
+/* crate::agent::run /* nested */ crate::agent::run */
+pub fn f<'a>(s: &'a str) -> (&'a str, char, &'static str) {
+    let _ = r#"crate::agent::run() " still inside"#;
+    let _ = b"crate::agent::run";
+    (s, '"', "crate::agent::run")
+}
+#[cfg(test)]
+mod tests {
+    use crate::agent::run;
+}
+#[cfg(test)]
+mod more_tests;
+#[cfg(test)]
+fn helper() { crate::agent::run() }
+#[cfg(not(test))]
+pub fn g() { crate::agent::run() }
+"##,
+        ),
+        ("src/chain/more_tests.rs", "use crate::agent::run;\n"),
+    ]);
+    assert_eq!(
+        check(dir.path(), &[]),
+        [
+            "chain -> agent:\n  src/chain.rs:17: chain -> agent (`crate::agent::run`), \
+          not in LAYERS: chain may import []"
+        ]
+    );
+}
