@@ -38,7 +38,8 @@ pub mod state;
 #[cfg(test)]
 mod proptests;
 
-/// Counts each thread's allocations, so that a script run's memory can be bounded
-/// ([`script::memory`], [`script::Limits::max_memory`]).
+/// The library's own tests count allocations as the binaries do (each binary installs
+/// [`script::memory::CountingAlloc`]), so that the memory limit of a script run is tested.
+#[cfg(test)]
 #[global_allocator]
 static ALLOCATOR: script::memory::CountingAlloc = script::memory::CountingAlloc;

@@ -124,3 +124,27 @@ fn man_pages_are_generated_from_the_definitions() {
         "{run}"
     );
 }
+
+/// The binaries install the counting allocator (`#[global_allocator]` in `src/bin/*`): a
+/// script that holds more than the default 256 MiB is stopped by the memory limit.
+#[test]
+fn skyhook_run_bounds_a_scripts_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("big.rhai");
+    std::fs::write(
+        &script,
+        "let m = #{};\nlet v = \"x\";\nv.pad(1000000, 'x');\nfor i in 0..100000 {\n    m[v + i] = i;\n}\n",
+    )
+    .unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let (code, _, stderr) = out(
+        RUN,
+        &[script.to_str().unwrap(), "--root", root.to_str().unwrap()],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("memory limit exceeded: the script holds more than 256 MiB (max_memory)"),
+        "{stderr}"
+    );
+}

@@ -37,6 +37,10 @@
 //!   sysctl::, mount:: with a recording `mount`) planned, applied, planned again and checked
 //!   on a fake root, also after a manual umount and userdel.
 
+/// Counts allocations as the binaries do, for the in-process runs of the library here.
+#[global_allocator]
+static ALLOCATOR: skyhook::script::memory::CountingAlloc = skyhook::script::memory::CountingAlloc;
+
 #[macro_use]
 mod util;
 

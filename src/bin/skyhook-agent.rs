@@ -2,6 +2,11 @@
 //!
 //! See `skyhook-agent --help` and docs/agent.md. All logic lives in [`skyhook::agent`].
 
+/// Counts each thread's allocations, so that a script run's memory can be bounded
+/// ([`skyhook::script::memory`], `max_memory`).
+#[global_allocator]
+static ALLOCATOR: skyhook::script::memory::CountingAlloc = skyhook::script::memory::CountingAlloc;
+
 fn main() {
     // Adopt the orphans of step processes, so that nothing a step started outlives it.
     if let Err(e) = skyhook::process::reaper::enable_subreaper() {

@@ -12,6 +12,11 @@
 //! a compile error, a usage error); 2 with `--detailed-exitcode`, a dry run that succeeded
 //! with changes pending.
 
+/// Counts each thread's allocations, so that a script run's memory can be bounded
+/// ([`skyhook::script::memory`], `max_memory`).
+#[global_allocator]
+static ALLOCATOR: skyhook::script::memory::CountingAlloc = skyhook::script::memory::CountingAlloc;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
