@@ -5,6 +5,7 @@
 //!
 //! | module | role |
 //! |---|---|
+//! | [`cli`] | the command lines of `skyhook-agent`, `skyhook-agent serve` and `skyhook-run` side by side, and the one exit-status table ([`cli::exit`]) |
 //! | [`local`] | `skyhook-run`: one script or a whole package against a local host root (plan, apply, check) |
 //! | [`package`] | config.json model, embedded JSON Schema v1, step rules, package loading |
 //! | [`agent`] | one mode of one package: the one mode loop ([`agent::mode::ModeLoop`]), flags, history, check summaries, interrupts, SIGTERM, the console |
@@ -21,6 +22,7 @@
 
 pub mod agent;
 pub mod chain;
+pub mod cli;
 pub mod clock;
 pub mod diag;
 pub mod host;

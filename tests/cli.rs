@@ -47,7 +47,7 @@ fn completions_for_bash_zsh_fish() {
         }
     }
     let (code, _, stderr) = out(RUN, &["completions", "tcsh"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
     assert!(stderr.contains("invalid value 'tcsh'"), "{stderr}");
 }
 
