@@ -6,6 +6,7 @@
 
 use crate::agent::error::AgentError;
 use crate::local::LocalError;
+use crate::local::scaffold::ScaffoldError;
 use crate::remote::RemoteError;
 use crate::serve::start::ServeError;
 
@@ -86,6 +87,9 @@ pub enum CliError {
     /// `skyhook-run --remote`: the node could not be reached or refused the execution.
     #[error(transparent)]
     Remote(#[from] RemoteError),
+    /// `skyhook-run new NAME` could not write the package.
+    #[error(transparent)]
+    Scaffold(#[from] ScaffoldError),
     /// A file of this machine named on the command line cannot be read or written.
     #[error("{what} {}: {source}", path.display())]
     File {
@@ -110,6 +114,7 @@ impl CliError {
             | CliError::Local(_)
             | CliError::Serve(_)
             | CliError::Remote(_)
+            | CliError::Scaffold(_)
             | CliError::File { .. } => ExitStatus::Failure,
         }
     }
@@ -166,6 +171,8 @@ mod tests {
             ),
             (CliError::Serve(ServeError::Runtime(io())), 1),
             (CliError::Remote(RemoteError::Url("ftp://x".into())), 1),
+            (CliError::Scaffold(ScaffoldError::Exists("demo".into())), 1),
+            (CliError::Scaffold(ScaffoldError::Name("a/b".into())), 1),
             (
                 CliError::File {
                     what: "man page",

@@ -7,6 +7,7 @@
 //! - `skyhook-run --package DIR --mode MODE --root DIR [...]`: a whole package as the agent
 //!   would run it.
 //! - `skyhook-run check FILE...`: compile scripts without running them.
+//! - `skyhook-run new NAME`: a new package ([`crate::local::scaffold`]).
 //! - `skyhook-run completions SHELL`, `skyhook-run man DIR`: from these definitions.
 //!
 //! Exit statuses: the one table, [`super::exit`].
@@ -80,7 +81,7 @@ Exit status (the table of all three commands: README.md, \"Exit status\"):
   0 done; also --package with a mode that has no steps (it says so on stderr: the agent runs
     such a mode as a no-op);
   1 error (failed script or step, drift in a check, compile error, a SCRIPT that is not a
-    .rhai file, a --configmaps folder that does not exist);
+    .rhai file, a --configmaps folder that does not exist, NAME of `new` exists);
   2 malformed command line (a missing or conflicting option, an unknown mode);
   3 with --detailed-exitcode: a dry run that succeeded with changes pending (actions alone
     do not count);
@@ -90,6 +91,12 @@ Output never carries colour codes (plans and JSON are plain text, whatever the t
 only --help is coloured, on a terminal, and not when NO_COLOR is set. Diagnostics:
 SKYHOOK_LOG=debug (stderr; SKYHOOK_LOG_FORMAT=json). Shell completions: `skyhook-run
 completions bash|zsh|fish`; man pages: `skyhook-run man DIR`.
+
+A new package (skyhook-run new NAME [--configmap KEY]...):
+  Writes NAME/ with config.json (every mode and its check wired to a .rhai step in
+  skyhook_dir/, expected_config_files from the --configmap keys), one small commented
+  .rhai step per mode, configmaps/ with an empty file per key, skyhook.yaml (a Skyhook CR
+  that deploys it) and a README.md. An existing NAME is never touched.
 
 Checking scripts (skyhook-run check FILE...):
   Compiles each file with its imports and checks it without running anything: unknown
@@ -108,7 +115,8 @@ Examples:
   skyhook-run apply.rhai --root /mnt/node-copy --output json --detailed-exitcode
   skyhook-run --package examples/tuning --mode config --root /mnt/node-copy
   skyhook-run --package examples/tuning --mode config --root /mnt/node-copy --apply
-  skyhook-run check skyhook_dir/*.rhai";
+  skyhook-run check skyhook_dir/*.rhai
+  skyhook-run new my-package --configmap settings.conf";
 
 /// `--version`: the package version, the git revision and the build date (build.rs).
 const VERSION: &str = super::agent::VERSION;
@@ -119,7 +127,7 @@ const VERSION: &str = super::agent::VERSION;
 /// change (unified diffs), the commands and service/package actions it would run, and a
 /// summary line. Nothing under DIR changes unless --apply is given. `--package DIR --mode
 /// MODE` does the same for a whole package, the way the agent runs it; `check` checks
-/// scripts without running them.
+/// scripts without running them; `new` writes a new package.
 #[derive(Debug, Parser)]
 #[command(
     name = "skyhook-run",
@@ -247,6 +255,18 @@ pub(crate) enum Command {
         #[arg(value_name = "DIR")]
         dir: PathBuf,
     },
+    /// Write a new package NAME/: config.json with every mode and its check wired to a small
+    /// .rhai step in skyhook_dir/, expected_config_files from the --configmap keys (an empty
+    /// file for each in configmaps/), a Skyhook CR (skyhook.yaml) and a README.md. NAME must
+    /// not exist.
+    New {
+        /// The package name (letters, digits, `-`, `_`, `.`); the directory written.
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// A configMap key (file name) the package expects (repeatable).
+        #[arg(long = "configmap", value_name = "KEY")]
+        configmaps: Vec<String>,
+    },
     /// Print a completion script for SHELL on stdout, generated from these definitions, e.g.
     /// `skyhook-run completions bash > /etc/bash_completion.d/skyhook-run`.
     Completions {
@@ -317,6 +337,11 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitStatus {
             super::docs::completions(*shell, &mut command(), "skyhook-run")
         }
         Some(Command::Man { dir }) => report(super::docs::write_man_pages(dir)),
+        Some(Command::New { name, configmaps }) => report(
+            crate::local::scaffold::write(std::path::Path::new(""), name, configmaps)
+                .map(|dir| println!("skyhook-run: wrote package {}", dir.display()))
+                .map_err(CliError::from),
+        ),
         None => match &cli.remote {
             Some(url) => super::run_remote::run(&cli, url),
             None => super::run_local::run(&cli),

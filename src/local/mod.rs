@@ -20,6 +20,7 @@
 //! `--env`), as the agent passes its environment to every step.
 
 pub mod package;
+pub mod scaffold;
 pub mod script;
 
 use std::path::PathBuf;
