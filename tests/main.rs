@@ -8,7 +8,8 @@
 //!   named `case_NN_<topic>`; assertions are the values the case states.
 //! - `skyhook_run`: `skyhook-run SCRIPT` and `--package DIR` (dry run, apply, check, JSON,
 //!   exit codes) against tempdir roots.
-//! - `cli`: `--version` (git revision, build date) and `skyhook-run completions SHELL`.
+//! - `cli`: `--version` (git revision, build date), `skyhook-run completions SHELL`, man
+//!   pages, the binaries' memory bound (their counting allocator), `skyhook-run new NAME`.
 //! - `skyhook_run_check`: `skyhook-run check FILE...` exit codes and `file:line:col` errors.
 //! - `rhai_steps`: `.rhai` steps in the agent (compile-ahead, check from apply, interrupts,
 //!   shellscript compatibility, redaction).
