@@ -5,6 +5,7 @@
 //!
 //! | module | role |
 //! |---|---|
+//! | [`cli`] | the command lines of `skyhook-agent`, `skyhook-agent serve` and `skyhook-run` side by side, and the one exit-status table ([`cli::exit`]) |
 //! | [`local`] | `skyhook-run`: one script or a whole package against a local host root (plan, apply, check) |
 //! | [`package`] | config.json model, embedded JSON Schema v1, step rules, package loading |
 //! | [`agent`] | one mode of one package: the one mode loop ([`agent::mode::ModeLoop`]), flags, history, check summaries, interrupts, SIGTERM, the console |
@@ -22,6 +23,7 @@
 
 pub mod agent;
 pub mod chain;
+pub mod cli;
 pub mod clock;
 pub mod diag;
 pub mod host;
@@ -40,7 +42,8 @@ pub mod state;
 #[cfg(test)]
 mod proptests;
 
-/// Counts each thread's allocations, so that a script run's memory can be bounded
-/// ([`script::memory`], [`script::Limits::max_memory`]).
+/// The library's own tests count allocations as the binaries do (each binary installs
+/// [`script::memory::CountingAlloc`]), so that the memory limit of a script run is tested.
+#[cfg(test)]
 #[global_allocator]
 static ALLOCATOR: script::memory::CountingAlloc = script::memory::CountingAlloc;

@@ -47,7 +47,7 @@ fn completions_for_bash_zsh_fish() {
         }
     }
     let (code, _, stderr) = out(RUN, &["completions", "tcsh"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
     assert!(stderr.contains("invalid value 'tcsh'"), "{stderr}");
 }
 
@@ -123,4 +123,85 @@ fn man_pages_are_generated_from_the_definitions() {
         run.contains(".TH skyhook-run 1") && run.contains("\\-\\-skyhook\\-cr"),
         "{run}"
     );
+}
+
+/// The binaries install the counting allocator (`#[global_allocator]` in `src/bin/*`): a
+/// script that holds more than the default 256 MiB is stopped by the memory limit.
+#[test]
+fn skyhook_run_bounds_a_scripts_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("big.rhai");
+    std::fs::write(
+        &script,
+        "let m = #{};\nlet v = \"x\";\nv.pad(1000000, 'x');\nfor i in 0..100000 {\n    m[v + i] = i;\n}\n",
+    )
+    .unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let (code, _, stderr) = out(
+        RUN,
+        &[script.to_str().unwrap(), "--root", root.to_str().unwrap()],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("memory limit exceeded: the script holds more than 256 MiB (max_memory)"),
+        "{stderr}"
+    );
+}
+
+/// `skyhook-run new NAME` writes a package `check` and a dry run accept, and refuses (exit 1,
+/// nothing written) when NAME exists.
+#[test]
+fn skyhook_run_new_writes_a_package_and_refuses_an_existing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let o = Command::new(RUN)
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .expect("run skyhook-run");
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = run(&["new", "demo", "--configmap", "a.conf"]);
+    assert_eq!(
+        (code, stdout.as_str()),
+        (0, "skyhook-run: wrote package demo\n"),
+        "{stderr}"
+    );
+    let readme = std::fs::read(dir.path().join("demo/README.md")).unwrap();
+    let (code, stdout, stderr) = run(&["new", "demo"]);
+    assert_eq!(code, 1, "{stdout}");
+    assert_eq!(
+        stderr,
+        "skyhook-run: error: demo: already exists (nothing written)\n"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("demo/README.md")).unwrap(),
+        readme
+    );
+    let (code, stdout, stderr) = run(&[
+        "check",
+        "demo/skyhook_dir/apply.rhai",
+        "demo/skyhook_dir/config.rhai",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout,
+        "OK demo/skyhook_dir/apply.rhai\nOK demo/skyhook_dir/config.rhai\n"
+    );
+    std::fs::create_dir(dir.path().join("root")).unwrap();
+    let (code, stdout, stderr) = run(&[
+        "--package",
+        "demo",
+        "--mode",
+        "config-check",
+        "--root",
+        "root",
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("configMap a.conf: 0 line(s)"), "{stdout}");
 }

@@ -138,7 +138,7 @@ fn plan_apply_clean_replan_and_checks_after_a_manual_umount_and_userdel() {
 
     // the plan: every file's diff, the fstab line, the mount and the chown; nothing touched
     let out = skyhook_run(root, &["--mode", "apply", "--detailed-exitcode"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
     let plan = lines(&out);
     has_lines(
         &plan,
@@ -289,7 +289,7 @@ fn plan_apply_clean_replan_and_checks_after_a_manual_umount_and_userdel() {
 
     // the uninstall plan unmounts and drops the fstab line (the root filesystem's is kept)
     let out = skyhook_run(root, &["--mode", "uninstall", "--detailed-exitcode"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
     has_lines(
         &lines(&out),
         &[

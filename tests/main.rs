@@ -8,7 +8,8 @@
 //!   named `case_NN_<topic>`; assertions are the values the case states.
 //! - `skyhook_run`: `skyhook-run SCRIPT` and `--package DIR` (dry run, apply, check, JSON,
 //!   exit codes) against tempdir roots.
-//! - `cli`: `--version` (git revision, build date) and `skyhook-run completions SHELL`.
+//! - `cli`: `--version` (git revision, build date), `skyhook-run completions SHELL`, man
+//!   pages, the binaries' memory bound (their counting allocator), `skyhook-run new NAME`.
 //! - `skyhook_run_check`: `skyhook-run check FILE...` exit codes and `file:line:col` errors.
 //! - `rhai_steps`: `.rhai` steps in the agent (compile-ahead, check from apply, interrupts,
 //!   shellscript compatibility, redaction).
@@ -38,6 +39,10 @@
 //! - `gpu_service_user`: the `examples/gpu-service-user` package (user::, group::, fs::write,
 //!   sysctl::, mount:: with a recording `mount`) planned, applied, planned again and checked
 //!   on a fake root, also after a manual umount and userdel.
+
+/// Counts allocations as the binaries do, for the in-process runs of the library here.
+#[global_allocator]
+static ALLOCATOR: skyhook::script::memory::CountingAlloc = skyhook::script::memory::CountingAlloc;
 
 #[macro_use]
 mod util;

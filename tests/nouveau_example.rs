@@ -46,7 +46,7 @@ fn nouveau_blacklist_example_plan_apply_clean_plan_and_check() {
         .arg(&cr)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
     let plan = stdout_of(&out);
     for line in [
         "~ create /etc/modprobe.d/blacklist-nouveau.conf (mode 0644)",

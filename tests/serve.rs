@@ -850,7 +850,7 @@ fn skyhook_run_remote_renders_the_local_plan_and_resumes_a_dropped_stream() {
         (out.status.code(), String::from_utf8(out.stdout).unwrap())
     };
     let local = run(&["--root", "/", "--detailed-exitcode"]);
-    assert_eq!(local.0, Some(2));
+    assert_eq!(local.0, Some(3));
     assert!(
         local.1.contains("line 39") && local.1.contains("+k=v"),
         "{}",

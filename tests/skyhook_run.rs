@@ -79,7 +79,7 @@ fn dry_run_prints_the_diff_and_changes_nothing() {
     assert_eq!(text(&out.stderr), "");
 
     let out = run_script(&script, root.path(), &["--detailed-exitcode"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert_eq!(tree(root.path()), before);
     assert_eq!(
         std::fs::read(root.path().join("etc/demo.conf")).unwrap(),
@@ -125,7 +125,7 @@ fn json_output_is_one_document_with_the_change() {
         root.path(),
         &["--output", "json", "--detailed-exitcode"],
     );
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
     // script output moves to stderr; stdout is exactly one JSON document
     assert_eq!(text(&out.stderr), "mode=apply dry_run=true\n");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -133,7 +133,7 @@ fn json_output_is_one_document_with_the_change() {
     assert_eq!(v["step_mode"], "apply");
     assert_eq!(v["summary"], "Plan: 1 to change, 0 unchanged.");
     assert_eq!(v["ok"], true);
-    assert_eq!(v["exit_code"], 2);
+    assert_eq!(v["exit_code"], 3);
     assert_eq!(v["return_code"], 0);
     assert_eq!(v["error"], Value::Null);
     let changes = v["changes"].as_array().unwrap();
@@ -300,8 +300,10 @@ fn errors_exit_1_with_file_line_col() {
     assert_eq!(v["exit_code"], 1);
 }
 
+/// A malformed command line exits 2, the usage status of all three commands (README.md,
+/// "Exit status").
 #[test]
-fn usage_errors_exit_1() {
+fn usage_errors_exit_2() {
     let root = tempfile::tempdir().unwrap();
     let r = root.path().to_str().unwrap();
     for args in [
@@ -344,7 +346,7 @@ fn usage_errors_exit_1() {
         ],
     ] {
         let out = skyhook_run().args(&args).output().unwrap();
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
         assert_eq!(text(&out.stdout), "", "{args:?}");
         assert!(!out.stderr.is_empty(), "{args:?}");
     }
@@ -396,7 +398,7 @@ fn package_dry_run_of_the_tuning_example() {
         .arg(root.path())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
     let stdout = text(&out.stdout);
     for line in [
         "==> step config: config.rhai",

@@ -168,16 +168,16 @@ fn help_documents_check_exit_codes() {
 }
 
 #[test]
-fn usage_errors_exit_1() {
+fn usage_errors_exit_2() {
     let out = skyhook_run().output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let out = skyhook_run().arg("check").output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let out = skyhook_run()
         .args(["check", "--bogus", "x.rhai"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let out = skyhook_run().arg("--help").output().unwrap();
     assert_eq!(out.status.code(), Some(0));
 }

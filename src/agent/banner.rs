@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::cli::RunArgs;
+use super::args::RunArgs;
 use super::settings::{ResourceId, Settings};
 
 fn py_bool(b: bool) -> &'static str {

@@ -1,4 +1,5 @@
-//! The agent's error type and its mapping to exit status (agent-contract.md section 12).
+//! The agent's error type. Its exit status (agent-contract.md section 12) comes from the one
+//! table of the command line (`cli::exit`).
 
 use std::path::PathBuf;
 
@@ -6,16 +7,9 @@ use crate::host::root::RootError;
 use crate::package::PackageError;
 use crate::state::StateError;
 
-use super::cli::UsageError;
+use super::args::UsageError;
 use super::prepare::PrepareError;
 use super::settings::{ResourceIdError, SettingError};
-
-/// Exit status: the mode completed.
-pub const EXIT_OK: i32 = 0;
-/// Exit status: a step or check failed, invalid input, SIGTERM, any internal error.
-pub const EXIT_FAILURE: i32 = 1;
-/// Exit status: malformed command line.
-pub const EXIT_USAGE: i32 = 2;
 
 /// Python's message for an undecodable payload.
 pub const BAD_PAYLOAD: &str =
@@ -111,32 +105,6 @@ pub enum AgentError {
     /// The async runtime could not be started.
     #[error("failed to start the runtime")]
     Runtime(#[source] std::io::Error),
-}
-
-impl AgentError {
-    /// The exit status this error maps to (agent-contract.md section 12): 2 for a
-    /// malformed command line, 1 for everything else. The one mapping both binaries use
-    /// (`skyhook-run` through [`crate::local::LocalError::exit_code`]).
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            AgentError::Usage(_) => EXIT_USAGE,
-            AgentError::ResourceId(_)
-            | AgentError::OpenRoot { .. }
-            | AgentError::Package(_)
-            | AgentError::Setting(_)
-            | AgentError::Compile(_)
-            | AgentError::NotUtf8 { .. }
-            | AgentError::Read { .. }
-            | AgentError::ExpectedConfigFile { .. }
-            | AgentError::Logs(_)
-            | AgentError::NodeMetadata(_)
-            | AgentError::Prepare(_)
-            | AgentError::State(_)
-            | AgentError::Root(_)
-            | AgentError::Interrupt(_)
-            | AgentError::Runtime(_) => EXIT_FAILURE,
-        }
-    }
 }
 
 /// Render an error and its causes on one line (`a: b: c`); see [`crate::chain::render`].

@@ -1,13 +1,13 @@
-//! The agent: one invocation of `skyhook-agent` (agent-contract.md sections 2-12).
+//! The agent: one run of one mode (or interrupt) of one package (agent-contract.md sections
+//! 2-12), and `validate`.
 //!
-//! [`main`] is the whole program behind the binary: argument parsing, the startup order of
-//! section 2 (arguments first; an unknown mode then prints its warning and exits 0 before
-//! anything else is validated, so an older agent survives a newer operator whatever the
-//! environment; then `SKYHOOK_RESOURCE_ID`, `COPY_RESOLV`, the banner, the mode or
-//! interrupt), and exit statuses.
+//! [`run`] keeps the startup order of section 2 after the arguments (parsed by the command
+//! line, `cli::agent`): an unknown mode prints its warning and succeeds before anything else
+//! is validated, so an older agent survives a newer operator whatever the environment; then
+//! `SKYHOOK_RESOURCE_ID`, `COPY_RESOLV`, the banner, the mode or interrupt.
 
+pub mod args;
 pub mod banner;
-pub mod cli;
 pub mod console;
 pub mod coverage;
 pub mod env;
@@ -20,73 +20,28 @@ pub mod signal;
 pub mod site;
 pub mod step_logs;
 
-use std::ffi::OsString;
 use std::path::Path;
 
 use crate::host::root::HostRoot;
 use crate::package::{self, Mode};
 
-use cli::{Invocation, RunArgs, UsageError};
+use args::{RunArgs, UsageError};
 use console::Console;
-use error::{AgentError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, render_chain};
+use error::{AgentError, render_chain};
 use interrupt::{Interrupt, InterruptRun};
 use mode::ModeRun;
 use settings::{ResourceId, Settings};
 
-/// Run the agent with `args` (after the program name) and `env`; returns the exit status.
-pub fn main(
-    args: impl IntoIterator<Item = OsString>,
-    env: impl IntoIterator<Item = (OsString, OsString)>,
-) -> i32 {
-    let mut args: Vec<OsString> = args.into_iter().collect();
-    if args.first().is_some_and(|a| a == "serve") {
-        args.remove(0);
-        return crate::serve::cli::main(args);
-    }
-    let invocation = match cli::parse(args) {
-        Ok(i) => i,
-        Err(UsageError::Clap(e)) => {
-            let _ = e.print();
-            return e.exit_code();
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            return EXIT_USAGE;
-        }
-    };
-    let console = Console::stdio();
-    let env: Vec<(OsString, OsString)> = env.into_iter().collect();
-    if let Err(e) = crate::diag::init(&env) {
-        console.warn(&format!("{e}; running without diagnostics"));
-    }
-    match invocation {
-        Invocation::Validate(path) => validate(&path, &console),
-        Invocation::Run(args) => {
-            let result = Settings::from_env(env)
-                .map_err(AgentError::from)
-                .and_then(|settings| run(&args, &settings, &console));
-            match result {
-                Ok(true) => EXIT_OK,
-                Ok(false) => EXIT_FAILURE,
-                Err(e) => {
-                    console.error(&format!("skyhook-agent: error: {}", render_chain(&e)));
-                    e.exit_code()
-                }
-            }
-        }
-    }
-}
-
 /// `skyhook-agent validate CONFIG_JSON`: schema, step rules, step files and `.rhai` steps (with
 /// their imports) compiled and checked by [`crate::script::lint`] (each finding printed as
 /// `file:line:col: error: ...` on stderr, warnings as `WARNING: file:line:col: warning: ...`),
-/// touching nothing. Exit 0 valid (warnings allowed), 1 invalid (any error).
-pub fn validate(config: &Path, console: &Console) -> i32 {
+/// touching nothing. `true` when valid (warnings allowed), `false` when invalid (any error).
+pub fn validate(config: &Path, console: &Console) -> bool {
     let bytes = match site::read_local(config) {
         Ok(b) => b,
         Err(e) => {
             console.error(&format!("skyhook-agent: error: {}", render_chain(&e)));
-            return EXIT_FAILURE;
+            return false;
         }
     };
     let result = package::load::parse(config, &bytes).and_then(|loaded| {
@@ -179,11 +134,11 @@ pub fn validate(config: &Path, console: &Console) -> i32 {
                     p.expected_config_files.join(", ")
                 ));
             }
-            EXIT_OK
+            true
         }
         Err(message) => {
             console.error(&format!("skyhook-agent: error: {message}"));
-            EXIT_FAILURE
+            false
         }
     }
 }

@@ -1,8 +1,13 @@
-//! `skyhook-agent`: drop-in replacement for the Python Skyhook node agent.
-//!
-//! See `skyhook-agent --help` and docs/agent.md. All logic lives in [`skyhook::agent`].
+//! `skyhook-agent`: drop-in replacement for the Python Skyhook node agent. See
+//! `skyhook-agent --help` and docs/agent.md; the command line and everything behind it is
+//! [`skyhook::cli::agent`].
 
-fn main() {
+/// Counts each thread's allocations, so that a script run's memory can be bounded
+/// ([`skyhook::script::memory`], `max_memory`).
+#[global_allocator]
+static ALLOCATOR: skyhook::script::memory::CountingAlloc = skyhook::script::memory::CountingAlloc;
+
+fn main() -> std::process::ExitCode {
     // Adopt the orphans of step processes, so that nothing a step started outlives it.
     if let Err(e) = skyhook::process::reaper::enable_subreaper() {
         eprintln!("skyhook-agent: warning: cannot become a child subreaper: {e}");
@@ -14,14 +19,8 @@ fn main() {
     if let [flag] = args.as_slice()
         && (flag == "--version" || flag == "-V")
     {
-        println!(
-            "skyhook-agent {} ({}, built {})",
-            env!("CARGO_PKG_VERSION"),
-            env!("SKYHOOK_GIT_REV"),
-            env!("SKYHOOK_BUILD_DATE")
-        );
-        std::process::exit(0);
+        println!("skyhook-agent {}", skyhook::cli::agent::VERSION);
+        return std::process::ExitCode::SUCCESS;
     }
-    let code = skyhook::agent::main(args, std::env::vars_os());
-    std::process::exit(code);
+    skyhook::cli::agent::main(args, std::env::vars_os()).into()
 }

@@ -20,6 +20,7 @@
 //! `--env`), as the agent passes its environment to every step.
 
 pub mod package;
+pub mod scaffold;
 pub mod script;
 
 use std::path::PathBuf;
@@ -70,19 +71,6 @@ pub enum LocalError {
     /// A host file operation failed.
     #[error(transparent)]
     Root(#[from] crate::host::root::RootError),
-}
-
-impl LocalError {
-    /// The exit status: the agent's mapping ([`AgentError::exit_code`]) for an agent error,
-    /// 1 for everything else (a local run has no command-line errors of its own here).
-    ///
-    /// [`AgentError::exit_code`]: crate::agent::error::AgentError::exit_code
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            LocalError::Agent(e) => e.exit_code(),
-            _ => crate::agent::error::EXIT_FAILURE,
-        }
-    }
 }
 
 /// The executor a run uses: a `*-check` mode always checks (drift fails it, nothing

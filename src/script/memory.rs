@@ -16,9 +16,9 @@
 //! (counted once per allocation, shared strings included once, capacity included), checked
 //! against [`Limits::max_memory`](super::Limits::max_memory) before every Rhai operation.
 //!
-//! The library installs [`CountingAlloc`] as the global allocator (`src/lib.rs`); its cost is
-//! one thread-local add per allocation. A program that links the library with its own global
-//! allocator does not build; one that somehow runs without [`CountingAlloc`] sees
+//! Each binary installs [`CountingAlloc`] as its global allocator (`src/bin/*`, and the test
+//! harnesses: `src/lib.rs` under `cfg(test)`, `tests/main.rs`); its cost is one thread-local
+//! add per allocation. A program that links the library without installing it sees
 //! [`thread_net`] stay at 0, so the memory limit never fires there.
 //!
 //! Memory freed on a thread other than the one that allocated it is counted on neither

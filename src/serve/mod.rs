@@ -1,4 +1,4 @@
-//! The remote step API (`skyhook-agent serve`, `../shared/docs/remote-api.md`): a node
+//! The remote step API (`skyhook-agent serve`, docs/remote.md): a node
 //! service that runs one step at a time for an engine it does not trust and streams the
 //! result back as numbered NDJSON events.
 //!
@@ -8,16 +8,17 @@
 //!   the state dir ([`state`]), shutdown, the audit line.
 //! - [`auth`]: the hashed tokens file, constant-time compare, reload.
 //! - [`http`]: the thin HTTP/1.1 transport (hyper) on TCP (plain or [`tls`]) and Unix
-//!   sockets; [`cli`]: the `serve` subcommand.
+//!   sockets; [`start`]: listen and run until SIGTERM from the options the command line
+//!   (`cli::serve`) checked.
 
 pub mod auth;
-pub mod cli;
 pub mod event;
 pub mod exec;
 pub mod http;
 pub mod metrics;
 pub mod ring;
 pub mod secrets;
+pub mod start;
 pub mod state;
 pub mod tls;
 

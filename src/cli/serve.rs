@@ -1,6 +1,6 @@
-//! `skyhook-agent serve [OPTIONS]`: parse the options of remote-api.md "Starting it", refuse
-//! unsafe combinations, listen, and run until SIGTERM/SIGINT (SIGHUP re-reads the tokens
-//! file). Prints `skyhook-agent serve: listening on ADDR` on stderr per listener.
+//! The command line of `skyhook-agent serve [OPTIONS]` (docs/remote.md, "Starting it"): the
+//! options, the refusal of unsafe or incomplete combinations ([`startup`]), and [`main`],
+//! which starts the server ([`crate::serve::start`]) and maps the result onto the exit table.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -8,18 +8,19 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use serde_json::json;
 
-use super::auth::Auth;
-use super::exec::{Config, Service};
-use super::http::{Limits, Listener, Server, default_max_connections, serve};
-use super::secrets::Secrets;
+use super::exit::{CliError, ExitStatus};
+use crate::serve::auth::Auth;
+use crate::serve::exec::Config;
+use crate::serve::http::{Limits, default_max_connections};
+use crate::serve::secrets::Secrets;
+use crate::serve::start::{ServeError, Startup};
 
 /// Options of `skyhook-agent serve`.
 #[derive(Debug, Parser)]
 #[command(
     name = "skyhook-agent serve",
-    about = "Serve the remote step API (docs: remote-api.md)"
+    about = "Serve the remote step API (docs/remote.md)"
 )]
 pub struct ServeArgs {
     /// TCP address to listen on (loopback unless --insecure-plain-http; port 0 picks one).
@@ -145,47 +146,63 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|e| format!("bad duration {s:?}: {e}"))
 }
 
-/// Run `skyhook-agent serve` with `args` (after `serve`); the exit status.
-pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
+/// Run `skyhook-agent serve` with `args` (after `serve`).
+pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitStatus {
     let a = match ServeArgs::try_parse_from(std::iter::once(OsString::from("serve")).chain(args)) {
         Ok(a) => a,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { 2 } else { 0 };
+            return ExitStatus::of_clap(&e);
         }
     };
-    match run(a) {
-        Ok(()) => 0,
-        Err(msg) => {
-            eprintln!("skyhook-agent serve: error: {msg}");
-            1
+    match startup(a).and_then(crate::serve::start::run) {
+        Ok(()) => ExitStatus::Done,
+        Err(e) => {
+            eprintln!("skyhook-agent serve: error: {e}");
+            CliError::Serve(e).exit_status()
         }
     }
 }
 
-fn run(a: ServeArgs) -> Result<(), String> {
+/// Check the options and turn them into what the server starts with: TLS, auth, the
+/// service config, listeners and limits. Prints the startup warnings (no auth, no state dir,
+/// an empty tokens file).
+///
+/// # Errors
+/// [`ServeError::Options`] for a refused or incomplete combination, [`ServeError::Tokens`],
+/// [`ServeError::Tls`], [`ServeError::Cgroup`].
+pub fn startup(a: ServeArgs) -> Result<Startup, ServeError> {
     let tls = match (&a.tls_cert, &a.tls_key) {
-        (Some(c), Some(k)) => Some(super::tls::server_config(c, k, a.client_ca.as_deref())?),
+        (Some(c), Some(k)) => Some(
+            crate::serve::tls::server_config(c, k, a.client_ca.as_deref())
+                .map_err(ServeError::Tls)?,
+        ),
         (None, None) if a.client_ca.is_none() => None,
-        _ => return Err("--tls-cert and --tls-key go together (--client-ca needs them)".into()),
+        _ => {
+            return Err(ServeError::Options(
+                "--tls-cert and --tls-key go together (--client-ca needs them)".into(),
+            ));
+        }
     };
     if a.listen.is_none() && a.unix.is_none() {
-        return Err("give --listen ADDR and/or --unix PATH".into());
+        return Err(ServeError::Options(
+            "give --listen ADDR and/or --unix PATH".into(),
+        ));
     }
     if let Some(addr) = a.listen
         && !addr.ip().is_loopback()
         && tls.is_none()
         && !a.insecure_plain_http
     {
-        return Err(format!(
+        return Err(ServeError::Options(format!(
             "refusing plain HTTP on non-loopback {addr}: give --tls-cert/--tls-key, \
              or --insecure-plain-http to do it anyway"
-        ));
+        )));
     }
     let auth = match (&a.tokens_file, a.insecure_no_auth) {
         (Some(f), _) => {
-            let auth = Auth::from_file(f).map_err(|e| e.to_string())?;
-            if let Some(w) = super::auth::empty_warning(f, auth.engine_count()) {
+            let auth = Auth::from_file(f).map_err(ServeError::Tokens)?;
+            if let Some(w) = crate::serve::auth::empty_warning(f, auth.engine_count()) {
                 eprintln!("skyhook-agent serve: WARNING: {w}");
             }
             auth
@@ -195,22 +212,28 @@ fn run(a: ServeArgs) -> Result<(), String> {
             Auth::insecure()
         }
         (None, false) => {
-            return Err("--tokens-file FILE is required (or --insecure-no-auth)".into());
+            return Err(ServeError::Options(
+                "--tokens-file FILE is required (or --insecure-no-auth)".into(),
+            ));
         }
     };
     let shell: Vec<String> = a.shell.split_whitespace().map(String::from).collect();
     if shell.is_empty() {
-        return Err("--shell is empty".into());
+        return Err(ServeError::Options("--shell is empty".into()));
     }
     if a.header_timeout.is_zero() || a.idle_timeout.is_zero() || a.max_connections == Some(0) {
-        return Err(
+        return Err(ServeError::Options(
             "--header-timeout, --idle-timeout and --max-connections must be above 0".into(),
-        );
+        ));
     }
     let json_log = match a.log_format.as_str() {
         "json" => true,
         "text" => false,
-        other => return Err(format!("--log-format {other:?}: text or json")),
+        other => {
+            return Err(ServeError::Options(format!(
+                "--log-format {other:?}: text or json"
+            )));
+        }
     };
     let mut cfg = Config::new(&a.root);
     cfg.workdir = a.workdir.clone();
@@ -235,167 +258,46 @@ fn run(a: ServeArgs) -> Result<(), String> {
     let mut no_cgroup = String::new();
     cfg.cgroup = match a.cgroup_root.as_deref() {
         Some(p) if p.as_os_str() == "none" => None,
-        Some(p) => {
-            Some(crate::process::cgroup::Root::at(p).map_err(|e| format!("--cgroup-root {e}"))?)
-        }
+        Some(p) => Some(
+            crate::process::cgroup::Root::at(p)
+                .map_err(|e| ServeError::Cgroup(format!("--cgroup-root {e}")))?,
+        ),
         None => crate::process::cgroup::Root::detect()
             .map_err(|why| no_cgroup = format!(": no usable cgroup ({why})"))
             .ok(),
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
-    rt.block_on(async move {
-        let svc = Service::new(cfg, json_log).map_err(|e| format!("state dir: {e}"))?;
-        eprintln!(
-            "skyhook-agent serve: execution boundary: {}{no_cgroup}",
-            svc.boundary()
-        );
-        let recovered = svc.recovered();
-        if !recovered.is_empty() {
-            eprintln!(
-                "skyhook-agent serve: {} execution(s) of an earlier server still running, \
-                 cancellable by id: {}",
-                recovered.len(),
-                recovered.join(", ")
-            );
-        }
-        let limits = Limits {
-            header_timeout: a.header_timeout,
-            idle_timeout: a.idle_timeout,
-            max_connections: a
-                .max_connections
-                .unwrap_or_else(|| default_max_connections(a.max_running.max(1))),
-        };
-        let server = Server::new(svc.clone(), auth.clone(), limits);
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let mut tasks = Vec::new();
-        if let Some(addr) = a.listen {
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| format!("listen on {addr}: {e}"))?;
-            let local = l.local_addr().map_err(|e| e.to_string())?;
-            let listener = match &tls {
-                Some(cfg) => {
-                    eprintln!("skyhook-agent serve: listening on {local} (TLS)");
-                    Listener::Tls(l, tokio_rustls::TlsAcceptor::from(cfg.clone()))
-                }
-                None => {
-                    eprintln!("skyhook-agent serve: listening on {local}");
-                    Listener::Tcp(l)
-                }
-            };
-            tasks.push(tokio::spawn(serve(
-                listener,
-                server.clone(),
-                stop_rx.clone(),
-            )));
-        }
-        if let Some(path) = &a.unix {
-            let l = bind_unix(path)
-                .and_then(tokio::net::UnixListener::from_std)
-                .map_err(|e| format!("listen on {}: {e}", path.display()))?;
-            eprintln!("skyhook-agent serve: listening on unix:{}", path.display());
-            tasks.push(tokio::spawn(serve(
-                Listener::Unix(l),
-                server.clone(),
-                stop_rx.clone(),
-            )));
-        }
-        use tokio::signal::unix::{SignalKind, signal};
-        let sig = |k| signal(k).map_err(|e| format!("signal handler: {e}"));
-        let (mut term, mut int, mut hup) = (
-            sig(SignalKind::terminate())?,
-            sig(SignalKind::interrupt())?,
-            sig(SignalKind::hangup())?,
-        );
-        loop {
-            tokio::select! {
-                _ = term.recv() => break,
-                _ = int.recv() => break,
-                _ = hup.recv() => match auth.reload() {
-                    Ok(n) => {
-                        let mut a = json!({"event": "tokens reloaded", "engines": n});
-                        if let Some(f) = auth.file()
-                            && let Some(w) = super::auth::empty_warning(f, n)
-                        {
-                            a["warning"] = w.into();
-                        }
-                        svc.audit(a);
-                    }
-                    Err(e) => svc.audit(json!({"event": "tokens reload failed (old set kept)",
-                                                "error": e.to_string()})),
-                },
-            }
-        }
-        svc.audit(json!({"event": "shutdown", "running": svc.running()}));
-        let _ = stop_tx.send(true);
-        for t in tasks {
-            let _ = t.await;
-        }
-        if let Some(path) = &a.unix {
-            let _ = std::fs::remove_file(path);
-        }
-        svc.shutdown(a.shutdown_grace).await;
-        Ok(())
+    let limits = Limits {
+        header_timeout: a.header_timeout,
+        idle_timeout: a.idle_timeout,
+        max_connections: a
+            .max_connections
+            .unwrap_or_else(|| default_max_connections(a.max_running.max(1))),
+    };
+    Ok(Startup {
+        cfg,
+        json_log,
+        auth,
+        tls,
+        listen: a.listen,
+        unix: a.unix,
+        limits,
+        shutdown_grace: a.shutdown_grace,
+        no_cgroup,
     })
-}
-
-/// Listen on the Unix socket `path` with mode 0600 whatever the umask: bound under a
-/// temporary name beside it, chmod-ed, then renamed over `path` (an existing socket there is
-/// replaced; anything else is refused). Non-blocking, for tokio.
-///
-/// # Errors
-/// `path` exists and is not a socket, or binding, chmod or rename fail.
-fn bind_unix(path: &std::path::Path) -> std::io::Result<std::os::unix::net::UnixListener> {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-    if let Ok(m) = std::fs::symlink_metadata(path)
-        && !m.file_type().is_socket()
-    {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::AlreadyExists,
-            "exists and is not a socket",
-        ));
-    }
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = path.with_file_name(name);
-    let _ = std::fs::remove_file(&tmp);
-    let l = std::os::unix::net::UnixListener::bind(&tmp)?;
-    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = placed {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    l.set_nonblocking(true)?;
-    Ok(l)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// `serve --help` names the project's doc (it cited a remote-api.md the project lacks).
     #[test]
-    fn the_unix_socket_is_0600_whatever_the_umask_and_replaces_only_a_socket() {
-        use std::os::unix::fs::PermissionsExt;
-        let d = tempfile::tempdir().unwrap();
-        let sock = d.path().join("serve.sock");
-        let l = bind_unix(&sock).unwrap();
-        let mode = std::fs::metadata(&sock).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
-        std::os::unix::net::UnixStream::connect(&sock).unwrap();
-        drop(l);
-        // a stale socket is replaced, a regular file is not
-        bind_unix(&sock).unwrap();
-        let file = d.path().join("file");
-        std::fs::write(&file, "keep").unwrap();
-        let e = bind_unix(&file).unwrap_err();
-        assert_eq!(e.to_string(), "exists and is not a socket");
-        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
-        let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().collect();
-        assert_eq!(left.len(), 2, "{left:?}");
+    fn help_cites_the_projects_remote_doc() {
+        let help = <ServeArgs as clap::CommandFactory>::command()
+            .render_help()
+            .to_string();
+        assert!(help.contains("(docs/remote.md)"), "{help}");
+        assert!(!help.contains("remote-api.md"), "{help}");
     }
 
     #[test]

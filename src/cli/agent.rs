@@ -1,16 +1,29 @@
-//! The agent's command line (agent-contract.md section 2): positional forms, current and
-//! legacy, plus `validate CONFIG_JSON`, `--version` and `--help`.
+//! The command line of `skyhook-agent` (agent-contract.md section 2): the positional forms,
+//! current and legacy, plus `validate CONFIG_JSON`, `serve [OPTIONS]`, `completions SHELL`,
+//! `--version` and `--help`; and [`main`], which dispatches them and maps the result onto
+//! the exit table ([`super::exit`]).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::Parser;
 
-/// The usage line printed for a malformed command line (exit 2).
-pub const USAGE: &str = "usage: skyhook-agent MODE [ROOT_MOUNT] COPY_DIR [INTERRUPT_DATA]";
+use super::exit::{CliError, ExitStatus};
+use crate::agent::args::{LEGACY_ROOT, RunArgs, UsageError};
+use crate::agent::console::Console;
+use crate::agent::error::AgentError;
+use crate::agent::settings::Settings;
+use crate::package::Mode;
 
-/// The root mount of the legacy forms.
-pub const LEGACY_ROOT: &str = "/root";
+/// `--version`: the package version, the git revision and the build date (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("SKYHOOK_GIT_REV"),
+    ", built ",
+    env!("SKYHOOK_BUILD_DATE"),
+    ")"
+);
 
 const AFTER_HELP: &str = "\
 FORMS (the operator uses the first two):
@@ -21,6 +34,7 @@ FORMS (the operator uses the first two):
   skyhook-agent validate CONFIG_JSON                check a config.json, its step files and
                                                     .rhai steps (as skyhook-run check)
   skyhook-agent serve [OPTIONS]                     the remote step API (serve --help)
+  skyhook-agent completions SHELL                   a completion script (bash, zsh, fish)
 
 MODES:
   apply, apply-check, config, config-check, upgrade, upgrade-check, uninstall,
@@ -55,7 +69,7 @@ STEPS:
   drift and fails the check. Every .rhai step of the mode and its imports are compiled
   before anything on the host is written.
 
-EXIT STATUS:
+EXIT STATUS (the table of all three commands: README.md, \"Exit status\"):
   0  the mode completed (or unknown mode, or everything already done)
   1  a step or check failed, invalid package or environment, interrupt failed, or stopped
      by SIGTERM before its last step
@@ -88,41 +102,10 @@ pub enum Invocation {
     Validate(PathBuf),
     /// A mode (or interrupt) run.
     Run(RunArgs),
-}
-
-/// Arguments of a mode run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunArgs {
-    /// The mode string as given (may be unknown).
-    pub mode: String,
-    /// The root mount (agent side), absolute.
-    pub root: PathBuf,
-    /// The copy dir (host path), absolute.
-    pub copy_dir: PathBuf,
-    /// The interrupt payload (base64), when given.
-    pub payload: Option<String>,
-}
-
-/// A malformed command line (exit status 2).
-#[derive(Debug, thiserror::Error)]
-pub enum UsageError {
-    /// Wrong number of arguments.
-    #[error("{USAGE}")]
-    Count,
-    /// A path that must be absolute is not.
-    #[error("{what} must be an absolute path, got {value:?}\n{USAGE}")]
-    NotAbsolute {
-        /// `ROOT_MOUNT` or `COPY_DIR`.
-        what: &'static str,
-        /// The value as given.
-        value: String,
-    },
-    /// An argument is not valid UTF-8.
-    #[error("arguments must be valid UTF-8\n{USAGE}")]
-    NotUtf8,
-    /// `--help`, `--version` or a clap error: clap renders and exits itself.
-    #[error("{0}")]
-    Clap(#[from] clap::Error),
+    /// `serve OPTIONS...`: the remote step API, with the options after `serve`.
+    Serve(Vec<OsString>),
+    /// `completions SHELL`: print a completion script.
+    Completions(clap_complete::Shell),
 }
 
 /// Parse the arguments after the program name.
@@ -140,6 +123,10 @@ pub fn command() -> clap::Command {
 }
 
 fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, UsageError> {
+    let mut args = args.into_iter().peekable();
+    if args.peek().is_some_and(|a| a == "serve") {
+        return Ok(Invocation::Serve(args.skip(1).collect()));
+    }
     let raw =
         RawArgs::try_parse_from(std::iter::once(OsString::from("skyhook-agent")).chain(args))?;
     let args: Vec<String> = raw
@@ -149,6 +136,12 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Us
         .collect::<Result<_, _>>()?;
     let (mode, root, copy_dir, payload) = match args.as_slice() {
         [v, config] if v == "validate" => return Ok(Invocation::Validate(PathBuf::from(config))),
+        // No mode run has a relative COPY_DIR, so this form takes nothing from the operator.
+        [c, shell] if c == "completions" && !shell.starts_with('/') => {
+            return <clap_complete::Shell as clap::ValueEnum>::from_str(shell, true)
+                .map(Invocation::Completions)
+                .map_err(|_| UsageError::Shell(shell.clone()));
+        }
         [mode, copy] => (mode.clone(), LEGACY_ROOT.to_string(), copy.clone(), None),
         [mode, copy, payload] if mode == "interrupt" => (
             mode.clone(),
@@ -179,6 +172,77 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Us
         copy_dir: PathBuf::from(copy_dir),
         payload,
     }))
+}
+
+/// The definition the completion scripts are generated from: the first word completes to a
+/// mode, `validate`, `serve` or `completions`, the others to paths.
+pub fn completion_command() -> clap::Command {
+    let words: Vec<&'static str> = Mode::ALL
+        .iter()
+        .map(|m| m.as_str())
+        .chain(["validate", "serve", "completions"])
+        .collect();
+    clap::Command::new("skyhook-agent")
+        .arg(clap::Arg::new("MODE").value_parser(clap::builder::PossibleValuesParser::new(words)))
+        .arg(
+            clap::Arg::new("ARGS")
+                .num_args(0..)
+                .value_hint(clap::ValueHint::AnyPath),
+        )
+}
+
+/// Run `skyhook-agent` with `args` (after the program name) and `env`: parse, then a mode
+/// run, `validate`, `serve` or `completions`.
+pub fn main(
+    args: impl IntoIterator<Item = OsString>,
+    env: impl IntoIterator<Item = (OsString, OsString)>,
+) -> ExitStatus {
+    let invocation = match parse(args) {
+        Ok(i) => i,
+        Err(UsageError::Clap(e)) => {
+            let _ = e.print();
+            return ExitStatus::of_clap(&e);
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            return CliError::Agent(e.into()).exit_status();
+        }
+    };
+    let console = Console::stdio();
+    let run = match invocation {
+        Invocation::Serve(args) => return super::serve::main(args),
+        Invocation::Completions(shell) => {
+            return super::docs::completions(shell, &mut completion_command(), "skyhook-agent");
+        }
+        Invocation::Validate(path) => {
+            init_diag(env, &console);
+            return ExitStatus::from_ok(crate::agent::validate(&path, &console));
+        }
+        Invocation::Run(run) => run,
+    };
+    let env: Vec<(OsString, OsString)> = env.into_iter().collect();
+    init_diag(env.clone(), &console);
+    let result = Settings::from_env(env)
+        .map_err(AgentError::from)
+        .and_then(|settings| crate::agent::run(&run, &settings, &console));
+    match result {
+        Ok(ok) => ExitStatus::from_ok(ok),
+        Err(e) => {
+            console.error(&format!(
+                "skyhook-agent: error: {}",
+                crate::agent::error::render_chain(&e)
+            ));
+            CliError::Agent(e).exit_status()
+        }
+    }
+}
+
+/// Diagnostics (`SKYHOOK_LOG`) on stderr; a bad setting is a warning, not an error.
+fn init_diag(env: impl IntoIterator<Item = (OsString, OsString)>, console: &Console) {
+    let env: Vec<(OsString, OsString)> = env.into_iter().collect();
+    if let Err(e) = crate::diag::init(&env) {
+        console.warn(&format!("{e}; running without diagnostics"));
+    }
 }
 
 #[cfg(test)]
@@ -231,6 +295,39 @@ mod tests {
         );
     }
 
+    /// `completions SHELL` and `serve ...` are forms of their own; no mode run form (whose
+    /// COPY_DIR is absolute) changes.
+    #[test]
+    fn completions_and_serve_forms() {
+        assert_eq!(
+            p(&["completions", "bash"]).unwrap(),
+            Invocation::Completions(clap_complete::Shell::Bash)
+        );
+        assert!(matches!(
+            p(&["completions", "tcsh"]),
+            Err(UsageError::Shell(s)) if s == "tcsh"
+        ));
+        assert_eq!(
+            p(&["completions", "/copy"]).unwrap(),
+            run("completions", "/root", "/copy", None)
+        );
+        assert_eq!(
+            p(&["serve", "--listen", "127.0.0.1:0"]).unwrap(),
+            Invocation::Serve(vec!["--listen".into(), "127.0.0.1:0".into()])
+        );
+    }
+
+    /// `skyhook-agent completions bash` exits 0 without a COPY_DIR (it failed with "COPY_DIR
+    /// must be an absolute path").
+    #[test]
+    fn completions_bash_exits_0() {
+        let env: [(OsString, OsString); 0] = [];
+        assert_eq!(
+            main(["completions", "bash"].map(OsString::from), env),
+            ExitStatus::Done
+        );
+    }
+
     #[test]
     fn usage_errors() {
         assert!(matches!(p(&["apply"]), Err(UsageError::Count)));
@@ -253,5 +350,18 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// An unknown mode exits 0 with its warning even when `SKYHOOK_RESOURCE_ID` is unset (and the
+    /// root does not exist): the operator's forward compatibility comes before validation.
+    #[test]
+    fn unknown_mode_exits_0_before_the_resource_id_is_validated() {
+        let args = ["future-stage", "/nonexistent-root", "/nonexistent-copy"].map(Into::into);
+        let env = [("PATH", "/bin")].map(|(k, v)| (k.into(), v.into()));
+        assert_eq!(main(args, env), ExitStatus::Done);
+        // a known mode without SKYHOOK_RESOURCE_ID still fails
+        let args = ["apply", "/nonexistent-root", "/nonexistent-copy"].map(Into::into);
+        let env = [("PATH", "/bin")].map(|(k, v)| (k.into(), v.into()));
+        assert_eq!(main(args, env), ExitStatus::Failure);
     }
 }

@@ -1,0 +1,66 @@
+//! `skyhook-run`'s [`main`]: parses the command line ([`super::run_args`]) and dispatches each
+//! form: a script or a package on this machine ([`super::run_local`]) or on a node
+//! ([`super::run_remote`]), `check`, `new`, `completions` and `man` ([`super::docs`]).
+//! Exit statuses: the one table, [`super::exit`].
+
+use std::ffi::OsString;
+
+use clap::Parser;
+
+use super::exit::{CliError, ExitStatus};
+use super::run_args::{Cli, Command};
+
+/// The clap command of `skyhook-run` (for completions, man pages and tests).
+pub fn command() -> clap::Command {
+    super::run_args::command()
+}
+
+/// Run `skyhook-run` with `args` (the program name first, as `std::env::args_os`).
+pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitStatus {
+    // Diagnostics on stderr when SKYHOOK_LOG is set (stdout stays the plan or JSON document).
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    if let Err(e) = crate::diag::init(&env) {
+        eprintln!("WARNING: {e}; running without diagnostics");
+    }
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout with 0; anything else is a usage error.
+            let _ = e.print();
+            return ExitStatus::of_clap(&e);
+        }
+    };
+    match &cli.command {
+        Some(Command::Check { files }) => super::run_local::check(files),
+        Some(Command::Completions { shell }) => {
+            super::docs::completions(*shell, &mut command(), "skyhook-run")
+        }
+        Some(Command::Man { dir }) => report(super::docs::write_man_pages(
+            dir,
+            [
+                ("skyhook-run.1", command()),
+                ("skyhook-agent.1", super::agent::command()),
+            ],
+        )),
+        Some(Command::New { name, configmaps }) => report(
+            crate::local::scaffold::write(std::path::Path::new(""), name, configmaps)
+                .map(|dir| println!("skyhook-run: wrote package {}", dir.display()))
+                .map_err(CliError::from),
+        ),
+        None => match &cli.remote {
+            Some(url) => super::run_remote::run(&cli, url),
+            None => super::run_local::run(&cli),
+        },
+    }
+}
+
+/// `Ok` is [`ExitStatus::Done`]; an error is printed (`skyhook-run: error: ...`) and mapped.
+fn report(result: Result<(), CliError>) -> ExitStatus {
+    match result {
+        Ok(()) => ExitStatus::Done,
+        Err(e) => {
+            eprintln!("skyhook-run: error: {}", crate::chain::render(&e));
+            e.exit_status()
+        }
+    }
+}
