@@ -6,7 +6,7 @@
 //! [`ModeLoop`] decides and a [`StepRunner`] runs. The agent ([`ModeRun`]) drives it with
 //! [`AgentRunner`] and a writable [`StateView`]; the dry run
 //! ([`crate::local::PackageRun::plan`]) drives the very same loop with
-//! [`PlanRunner`](crate::runner::PlanRunner) (bash steps "would run", `.rhai` steps on the
+//! [`PlanRunner`](crate::step::PlanRunner) (bash steps "would run", `.rhai` steps on the
 //! Plan executor) and a read-only view (flags read, never written), a [`Console::null`], and
 //! turns the returned [`StepRecord`]s into its plan.
 
@@ -23,12 +23,11 @@ use crate::logs::sink::Label;
 use crate::package::{self, Mode, Package, Step};
 use crate::process::Cancel;
 use crate::pyfmt;
-use crate::runner::step::ConsoleStreams;
-use crate::runner::{AgentRunner, ProcessRunner, ScriptRunner, StepInvocation, StepProgram};
-use crate::runner::{StepResult, StepRunner};
 use crate::script::context::StepContext;
-use crate::script::engine::{Limits, ScriptEngine};
 use crate::state::{flags, history};
+use crate::step::invocation::ConsoleStreams;
+use crate::step::{AgentRunner, ProcessRunner, ScriptRunner, StepInvocation, StepProgram};
+use crate::step::{StepResult, StepRunner};
 
 use super::console::Console;
 use super::coverage::{self, Declarations};
@@ -742,12 +741,6 @@ pub fn load_package(site: &PackageSite<'_>) -> Result<(Package, Vec<String>), Ag
     Ok((loaded.package, warnings))
 }
 
-/// The engine the agent compiles and runs a run's scripts with (built once per run; every
-/// limit but the deadline, which is per step from the run's settings).
-pub fn engine() -> Arc<ScriptEngine> {
-    Arc::new(ScriptEngine::new(Limits::default()))
-}
-
 impl ConsoleStreams for Console {
     fn writer(&self, label: Label) -> Box<dyn std::io::Write + Send> {
         Console::writer(self, label)
@@ -801,7 +794,7 @@ impl ModeRun<'_> {
                 ));
             }
         }
-        let engine = engine();
+        let engine = crate::step::engine();
         let scripts = site.compile_mode_scripts(&engine, &pkg, self.mode)?;
         let declarations =
             Declarations::from_node_metadata(self.root, self.copy_dir, &pkg.package_name)

@@ -20,10 +20,10 @@ use crate::host::{ExecMode, Host, Report};
 use crate::package::Mode;
 use crate::package::load::{Loaded, check_step_files, parse};
 use crate::process::Cancel;
-use crate::runner::PlanRunner;
 use crate::script::host_api::{Capture, HostApi};
 use crate::script::{ScriptEngine, ScriptOutput};
 use crate::state::history;
+use crate::step::PlanRunner;
 
 use super::script::{StepOutcome, absolute, host_options, open_root};
 use super::{LocalError, env_get, exec_mode};

@@ -15,7 +15,7 @@ use crate::script::{
 
 use super::{LocalError, env_default, env_get, exec_mode};
 
-pub use crate::runner::plan::{End, StepOutcome, run_step};
+pub use crate::step::plan::{End, StepOutcome, run_step};
 
 /// The [`HostOptions`] of a local session: the step environment, configMaps from an
 /// agent-side folder, commands chrooted into the root, secrets settings from the

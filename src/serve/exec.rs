@@ -460,7 +460,7 @@ impl Service {
             execs.insert(id, Arc::new(exec));
         }
         Ok(Arc::new(Service {
-            engine: crate::agent::mode::engine(),
+            engine: crate::step::engine(),
             reg: Mutex::new(Registry {
                 execs,
                 finished: VecDeque::new(),
@@ -1285,14 +1285,14 @@ impl Service {
             };
             let mut opts = RunOptions::new(o2, e.cancel.clone());
             opts.timeout = Some(Duration::from_secs(7 * 86400));
-            let o = crate::runner::plan::run_step(
+            let o = crate::step::plan::run_step(
                 &svc.engine,
                 &compiled,
                 &ctx,
                 &api,
                 opts,
                 |c| c == 0,
-                crate::runner::plan::End::Session,
+                crate::step::plan::End::Session,
             );
             Ok::<_, String>(o)
         })

@@ -14,7 +14,7 @@ use crate::script::{
     CompiledScript, RunOptions, ScriptEngine, ScriptOutput, StepContext, run_script_with,
 };
 
-use super::step::{StepInvocation, StepProgram, StepResult, StepRunner};
+use super::invocation::{StepInvocation, StepProgram, StepResult, StepRunner};
 
 /// What one script step did: its host report and how it ended.
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
-//! Runs one step. The seam is [`step::StepRunner`], fed a fully resolved
-//! [`step::StepInvocation`]:
+//! One step, from its resolved [`invocation::StepInvocation`] to its
+//! [`invocation::StepResult`], through one seam, [`invocation::StepRunner`]:
 //!
 //! - [`process::ProcessRunner`] spawns a process through the one process primitive
 //!   ([`crate::process`]: chroot, working directory, complete environment, own process group,
@@ -9,14 +9,25 @@
 //! - [`plan::PlanRunner`] is the dry run: scripts on the Plan executor of one shared
 //!   session, processes "would run".
 //!
-//! [`step::AgentRunner`] is the agent's combination of the first two.
+//! [`invocation::AgentRunner`] is the agent's combination of the first two. [`engine`] is the
+//! one script engine every front end (agent, dry run, serve, skyhook-run) runs steps with.
 
+pub mod invocation;
 pub mod plan;
 pub mod process;
 pub mod script;
-pub mod step;
 
+use std::sync::Arc;
+
+use crate::script::engine::{Limits, ScriptEngine};
+
+pub use invocation::{AgentRunner, StepInvocation, StepProgram, StepResult, StepRunner};
 pub use plan::{PlanRunner, StepOutcome};
 pub use process::{Outcome, ProcessRunner, ProcessSpec, RunOptions, RunReport};
 pub use script::{ScriptRunner, SinkOutput};
-pub use step::{AgentRunner, StepInvocation, StepProgram, StepResult, StepRunner};
+
+/// The engine steps are compiled and run with (built once per run or server; every limit
+/// but the deadline, which is per step).
+pub fn engine() -> Arc<ScriptEngine> {
+    Arc::new(ScriptEngine::new(Limits::default()))
+}

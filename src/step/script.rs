@@ -210,10 +210,10 @@ impl ScriptRunner {
     /// step with the error on stderr.
     pub async fn run_step(
         &self,
-        mut inv: super::step::StepInvocation,
-        console: Arc<dyn super::step::ConsoleStreams>,
-    ) -> super::step::StepResult {
-        use super::step::{StepProgram, StepResult};
+        mut inv: super::invocation::StepInvocation,
+        console: Arc<dyn super::invocation::ConsoleStreams>,
+    ) -> super::invocation::StepResult {
+        use super::invocation::{StepProgram, StepResult};
         use crate::host::{Host, root::HostRoot};
         use crate::logs::sink::Label;
         let StepProgram::Script(script) = &inv.program else {
@@ -338,8 +338,11 @@ impl ScriptRunner {
 }
 
 /// End a step's output and report its write errors on stderr (as a process step's).
-fn finish_output(output: &SinkOutput, console: &dyn super::step::ConsoleStreams) -> Vec<String> {
-    let lines = super::step::log_error_lines(&output.finish());
+fn finish_output(
+    output: &SinkOutput,
+    console: &dyn super::invocation::ConsoleStreams,
+) -> Vec<String> {
+    let lines = super::invocation::log_error_lines(&output.finish());
     for line in &lines {
         console.error_line(line);
     }
