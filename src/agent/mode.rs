@@ -15,19 +15,18 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::host::ExecMode;
 use crate::host::effect::InterruptRequest;
 use crate::host::root::HostRoot;
-use crate::host::{ExecMode, HostOptions};
 use crate::logs::redact::Redactor;
 use crate::logs::sink::Label;
 use crate::package::{self, Mode, Package, Step};
 use crate::process::Cancel;
 use crate::pyfmt;
-use crate::script::context::StepContext;
 use crate::state::{flags, history};
 use crate::step::invocation::ConsoleStreams;
 use crate::step::{AgentRunner, ProcessRunner, ScriptRunner, StepInvocation, StepProgram};
-use crate::step::{StepResult, StepRunner};
+use crate::step::{SecretSource, StepResult, StepRunner, StepSpec};
 
 use super::console::Console;
 use super::coverage::{self, Declarations};
@@ -489,16 +488,11 @@ impl<R: StepRunner> ModeLoop<'_, R> {
         let env = env.into_vec();
         let text_env = lossy_env(&env);
         let redactor = Redactor::from_env(&text_env);
-        let get = |k: &str| {
-            text_env
-                .iter()
-                .rev()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.clone())
-        };
         let exec = self.exec();
-        let context = StepContext {
+        let step_cancel = self.cancel.child();
+        let spec = StepSpec {
             mode: self.mode.as_str().to_string(),
+            exec,
             name: step.name.clone(),
             args: args.clone(),
             package_name: self.package.package_name.clone(),
@@ -507,27 +501,17 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             skyhook_dir: skyhook_dir_v.display().to_string(),
             step_root: step_root_v.display().to_string(),
             resource_id: self.resource_id.to_string(),
-            node_order: get("SKYHOOK_NODE_ORDER").and_then(|v| v.trim().parse().ok()),
-            dry_run: exec == ExecMode::Plan,
-            env: text_env.iter().cloned().collect(),
-        };
-        let step_cancel = self.cancel.child();
-        let host = HostOptions {
-            env: text_env.clone(),
+            node_order: crate::step::spec::node_order(&text_env),
+            env: text_env,
             configmaps_dir: Some(self.site.shown(&self.site.configmaps_dir())),
             node_metadata_dir: self.node_metadata_dir.clone(),
             commands_chrooted: step.on_host,
+            secrets: SecretSource::FromEnv,
             deadline: Some(std::time::Instant::now() + self.settings.script_timeout),
-            secrets_dir: get("SKYHOOK_SECRETS_DIR")
-                .filter(|v| !v.is_empty())
-                .map_or_else(|| PathBuf::from("/var/run/secrets/skyhook"), PathBuf::from),
-            allowed_secrets: crate::host::secrets::parse_allowlist(
-                &get("SKYHOOK_ALLOWED_SECRETS").unwrap_or_default(),
-            ),
-            resource_id: self.resource_id.to_string(),
             redactor: Some(redactor.clone()),
             cancel: step_cancel.clone(),
-            ..HostOptions::default()
+            cgroup: None,
+            diffs: false,
         };
         let log_dir = self
             .settings
@@ -547,9 +531,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             program,
             args: args.clone(),
             env,
-            context,
-            host,
-            exec,
+            spec,
             logs,
             redactor,
             returncodes: step

@@ -20,12 +20,12 @@ use crate::host::{ExecMode, Host, Report};
 use crate::package::Mode;
 use crate::package::load::{Loaded, check_step_files, parse};
 use crate::process::Cancel;
-use crate::script::host_api::{Capture, HostApi};
+use crate::script::host_api::Capture;
 use crate::script::{ScriptEngine, ScriptOutput};
 use crate::state::history;
 use crate::step::PlanRunner;
 
-use super::script::{StepOutcome, absolute, host_options, open_root};
+use super::script::{StepOutcome, absolute, local_spec, open_root};
 use super::{LocalError, env_get, exec_mode};
 
 /// Where `--package --apply` puts the package copy inside the root (the agent's copy dir):
@@ -471,11 +471,7 @@ impl PackageRun {
             warnings.extend(read.messages);
         }
         let exec = exec_mode(self.mode, false);
-        let api = HostApi::new(Host::new(
-            root,
-            exec,
-            host_options(&base_env, Some(configmaps.clone()), &rid),
-        ));
+        let api = local_spec(&base_env, Some(configmaps.clone()), &rid, exec).session(root);
         let redactor = api.redactor().clone();
         let output = match self.capture {
             Some(c) => api.capture_output(output, c),

@@ -1,5 +1,6 @@
 //! The step seam: a fully resolved [`StepInvocation`], built once by the mode loop
-//! ([`crate::agent::mode`]), is handed to a [`StepRunner`], which returns a [`StepResult`].
+//! ([`crate::agent::mode`]) around a [`StepSpec`], is handed to a [`StepRunner`], which
+//! returns a [`StepResult`].
 //!
 //! Runners:
 //! - [`AgentRunner`]: what the agent runs with — a process step on the
@@ -17,13 +18,14 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::host::Report;
 use crate::host::effect::InterruptRequest;
-use crate::host::{ExecMode, HostOptions, Report};
 use crate::logs::redact::Redactor;
 use crate::logs::sink::{LogError, StepLogFiles};
 use crate::process::Cancel;
-use crate::script::context::StepContext;
 use crate::script::run::CompiledScript;
+
+use super::spec::StepSpec;
 
 /// What a step runs.
 #[derive(Debug, Clone)]
@@ -56,13 +58,9 @@ pub struct StepInvocation {
     /// reserved variables (`STEP_ROOT`, `SKYHOOK_DIR`, `PREVIOUS_VERSION`,
     /// `CURRENT_VERSION`), `PATH` defaulted.
     pub env: Vec<(OsString, OsString)>,
-    /// The context a script sees (`step` in Rhai).
-    pub context: StepContext,
-    /// The host session options a script step's session gets (configMaps, node metadata,
-    /// secrets, deadline, resource id, cancel token).
-    pub host: HostOptions,
-    /// The executor of a script step: Apply, Check (a `*-check` mode) or Plan.
-    pub exec: ExecMode,
+    /// What a script step is: its `step` context, its host session's options and its
+    /// executor (Apply, Check in a `*-check` mode, or Plan) come from this.
+    pub spec: StepSpec,
     /// The step's log files (`None`: `SKYHOOK_AGENT_WRITE_LOGS=false`, or a dry run).
     pub logs: Option<StepLogFiles>,
     /// Secret values hidden from output and logs (`SKYHOOK_REDACT_ENV` and secrets read).

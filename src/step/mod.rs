@@ -1,5 +1,7 @@
-//! One step, from its resolved [`invocation::StepInvocation`] to its
-//! [`invocation::StepResult`], through one seam, [`invocation::StepRunner`]:
+//! One step, from what its front end says it is ([`spec::StepSpec`]: package, mode, step,
+//! environment, configMaps, node metadata, executor, deadline, cancel) and its resolved
+//! [`invocation::StepInvocation`] to its [`invocation::StepResult`], through one seam,
+//! [`invocation::StepRunner`]:
 //!
 //! - [`process::ProcessRunner`] spawns a process through the one process primitive
 //!   ([`crate::process`]: chroot, working directory, complete environment, own process group,
@@ -16,6 +18,7 @@ pub mod invocation;
 pub mod plan;
 pub mod process;
 pub mod script;
+pub mod spec;
 
 use std::sync::Arc;
 
@@ -25,6 +28,7 @@ pub use invocation::{AgentRunner, StepInvocation, StepProgram, StepResult, StepR
 pub use plan::{PlanRunner, StepOutcome};
 pub use process::{Outcome, ProcessRunner, ProcessSpec, RunOptions, RunReport};
 pub use script::{ScriptRunner, SinkOutput};
+pub use spec::{SecretSource, StepSpec};
 
 /// The engine steps are compiled and run with (built once per run or server; every limit
 /// but the deadline, which is per step).

@@ -140,7 +140,7 @@ impl StepRunner for PlanRunner<'_> {
         let o = run_step(
             self.engine,
             script,
-            &inv.context,
+            &inv.spec.context(),
             self.api,
             opts,
             |c| inv.accepts(c),
@@ -148,7 +148,7 @@ impl StepRunner for PlanRunner<'_> {
         );
         // What the step would request (judged by the loop as the agent judges it; a check
         // requests nothing).
-        let interrupts = if inv.exec == crate::host::ExecMode::Check {
+        let interrupts = if inv.spec.exec == crate::host::ExecMode::Check {
             Vec::new()
         } else {
             o.report.interrupts.clone()

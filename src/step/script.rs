@@ -11,7 +11,6 @@ use crate::logs::sink::{Label, LogError, LogFormat, Relay, StepLogFiles, StreamS
 use crate::script::bindings::ScriptHost;
 use crate::script::context::StepContext;
 use crate::script::engine::ScriptEngine;
-use crate::script::host_api::HostApi;
 use crate::script::output::ScriptOutput;
 use crate::script::run::{CompiledScript, RunOptions, ScriptOutcome, run_script_with};
 
@@ -197,7 +196,7 @@ impl ScriptRunner {
     }
 
     /// Run one `.rhai` step of the agent: a new host session over [`ScriptRunner::root`]
-    /// with `inv.host` options on `inv.exec` (Apply in run modes, Check in `*-check`
+    /// from `inv.spec` ([`super::spec::StepSpec::session`]; Apply in run modes, Check in `*-check`
     /// modes: pending changes are drift and fail the step, each listed on the step's
     /// stderr), output relayed like a process's (console via `console`, the step's log
     /// files, redaction), then the step's deferred work (daemon-reload, grub), whose failure
@@ -214,7 +213,7 @@ impl ScriptRunner {
         console: Arc<dyn super::invocation::ConsoleStreams>,
     ) -> super::invocation::StepResult {
         use super::invocation::{StepProgram, StepResult};
-        use crate::host::{Host, root::HostRoot};
+        use crate::host::root::HostRoot;
         use crate::logs::sink::Label;
         let StepProgram::Script(script) = &inv.program else {
             return StepResult::failed(1);
@@ -257,15 +256,14 @@ impl ScriptRunner {
             )
             .with_log_format(self.log_format),
         );
-        let check = inv.exec == crate::host::ExecMode::Check;
-        let mut options = inv.host.clone();
-        options.redactor = Some(inv.redactor.clone());
-        let api = Arc::new(HostApi::new(Host::new(session_root, inv.exec, options)));
+        let check = inv.spec.exec == crate::host::ExecMode::Check;
+        inv.spec.redactor = Some(inv.redactor.clone());
+        let api = Arc::new(inv.spec.session(session_root));
         let outcome = {
             let runner = self.clone();
             let (script, ctx, api, out) = (
                 script.clone(),
-                inv.context.clone(),
+                inv.spec.context(),
                 api.clone(),
                 output.clone(),
             );
