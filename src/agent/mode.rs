@@ -552,7 +552,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
         let span = tracing::info_span!("step", path = %step.path, index, kind);
         let mut result =
             tracing::Instrument::instrument(self.runner.run(invocation), span.clone()).await;
-        tracing::debug!(parent: &span, ok = result.ok, status = result.status, ran = result.ran, "step ended");
+        tracing::debug!(parent: &span, ok = result.ok, status = result.code, ran = result.ran, "step ended");
         if result.ran && result.ok && !result.interrupts.is_empty() {
             self.judge_interrupts(step, &mut result)?;
         }
@@ -563,7 +563,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                     .say(&format!("SUCEEDED: {} {joined}", step.path));
             } else {
                 self.console
-                    .say(&format!("FAILED: {} {joined} {}", step.path, result.status));
+                    .say(&format!("FAILED: {} {joined} {}", step.path, result.code));
             }
         }
         if self.write_logs {
@@ -630,7 +630,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                 self.console.error(l);
             }
             result.ok = false;
-            result.status = 1;
+            result.code = 1;
             result.error = Some(lines.join("; "));
             return Ok(());
         }

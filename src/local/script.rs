@@ -13,7 +13,8 @@ use crate::step::{SecretSource, StepSpec};
 
 use super::{LocalError, env_default, env_get, exec_mode};
 
-pub use crate::step::plan::{End, StepOutcome, run_step};
+pub use crate::step::StepResult;
+pub use crate::step::plan::{End, run_step};
 
 /// The [`StepSpec`] of a local session: the step environment, configMaps from an
 /// agent-side folder, commands chrooted into the root, secrets settings from the
@@ -128,7 +129,7 @@ impl ScriptRun {
         &self,
         engine: &ScriptEngine,
         output: Arc<dyn ScriptOutput>,
-    ) -> Result<(StepOutcome, Redactor), LocalError> {
+    ) -> Result<(StepResult, Redactor), LocalError> {
         let timeout = crate::agent::settings::parse_script_timeout(env_get(
             &self.env,
             "SKYHOOK_SCRIPT_TIMEOUT",

@@ -18,8 +18,10 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::host::Report;
+use serde_json::{Value, json};
+
 use crate::host::effect::InterruptRequest;
+use crate::host::{ExecMode, Report};
 use crate::logs::redact::Redactor;
 use crate::logs::sink::{LogError, StepLogFiles};
 use crate::process::Cancel;
@@ -87,19 +89,23 @@ impl StepInvocation {
     }
 }
 
-/// What one step produced.
-#[derive(Debug, Default)]
+/// What one step produced: the result of every runner (the agent's, the dry run's, and the
+/// lone script runs of `skyhook-agent serve` and `skyhook-run SCRIPT`).
+#[derive(Debug, Clone)]
 pub struct StepResult {
     /// The step succeeded (accepted code, no script error, no drift in a check).
     pub ok: bool,
-    /// The status for the `FAILED:` line (8.4).
-    pub status: i32,
+    /// The step's return code, also the status of the `FAILED:` line (8.4): a process's
+    /// exit code (`-<signal>` for a signal, 127 when it could not start), a script's
+    /// integer value (0 for any other value, 1 after an error).
+    pub code: i32,
     /// False when the step was not run (a dry run's process step: "would run").
     pub ran: bool,
     /// Interrupts a script step requested (run by the agent after the flag; never in checks).
     pub interrupts: Vec<InterruptRequest>,
-    /// A script step's host report (changes, actions, interrupts; drift in a check).
-    pub report: Option<Report>,
+    /// A script step's host report (changes, actions, interrupts; drift in a check); empty
+    /// for a process step, whose changes are not tracked.
+    pub report: Report,
     /// The script error or deferred-work failure (`file:line:col: message`), redacted.
     pub error: Option<String>,
     /// Lines about the step the agent also printed, e.g. that a requested interrupt is
@@ -111,14 +117,49 @@ pub struct StepResult {
 }
 
 impl StepResult {
-    /// A failure with `status` (a step that could not be set up).
-    pub fn failed(status: i32) -> Self {
+    /// A step that did not run, with an empty report on `exec`: not ok, code 0.
+    pub fn new(exec: ExecMode) -> Self {
         StepResult {
             ok: false,
-            status,
+            code: 0,
             ran: false,
-            ..StepResult::default()
+            interrupts: Vec::new(),
+            report: Report::new(exec),
+            error: None,
+            notes: Vec::new(),
+            log_errors: Vec::new(),
         }
+    }
+
+    /// A failure with `code` (a step that could not be set up).
+    pub fn failed(exec: ExecMode, code: i32) -> Self {
+        StepResult {
+            code,
+            ..StepResult::new(exec)
+        }
+    }
+
+    /// The JSON form: the report's ([`Report::to_json`]: `mode`, `changes`, `actions`,
+    /// `unchanged`, `interrupts`, `summary`) plus `ok`, `return_code`, `error` (string or
+    /// null), `drift` (the number of pending changes of a check, 0 otherwise) and, when
+    /// there are any, `notes`.
+    pub fn to_json(&self, redactor: &Redactor) -> Value {
+        let mut v = self.report.to_json(redactor);
+        if let Value::Object(m) = &mut v {
+            m.insert("ok".into(), self.ok.into());
+            m.insert("return_code".into(), self.code.into());
+            m.insert(
+                "error".into(),
+                self.error
+                    .as_ref()
+                    .map_or(Value::Null, |e| redactor.redact(e).into_owned().into()),
+            );
+            m.insert("drift".into(), json!(self.report.drift().len()));
+            if !self.notes.is_empty() {
+                m.insert("notes".into(), json!(self.notes));
+            }
+        }
+        v
     }
 }
 
@@ -184,7 +225,7 @@ async fn run_process_step(
         shown,
     } = &inv.program
     else {
-        return StepResult::failed(1);
+        return StepResult::failed(inv.spec.exec, 1);
     };
     let spec = super::ProcessSpec {
         program: program.clone(),
@@ -218,9 +259,9 @@ async fn run_process_step(
         ok: report
             .outcome
             .succeeded_with(|c| inv.returncodes.contains(&c)),
-        status: report.outcome.display_status(),
+        code: report.outcome.display_status(),
         ran: true,
         log_errors,
-        ..StepResult::default()
+        ..StepResult::new(inv.spec.exec)
     }
 }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use crate::script::engine::{Limits, ScriptEngine};
 
 pub use invocation::{AgentRunner, StepInvocation, StepProgram, StepResult, StepRunner};
-pub use plan::{PlanRunner, StepOutcome};
+pub use plan::PlanRunner;
 pub use process::{Outcome, ProcessRunner, ProcessSpec, RunOptions, RunReport};
 pub use script::{ScriptRunner, SinkOutput};
 pub use spec::{SecretSource, StepSpec};

@@ -215,8 +215,9 @@ impl ScriptRunner {
         use super::invocation::{StepProgram, StepResult};
         use crate::host::root::HostRoot;
         use crate::logs::sink::Label;
+        let exec = inv.spec.exec;
         let StepProgram::Script(script) = &inv.program else {
-            return StepResult::failed(1);
+            return StepResult::failed(exec, 1);
         };
         let file = script.file().to_string();
         let session_root = match self
@@ -231,7 +232,7 @@ impl ScriptRunner {
                     self.root.display(),
                     crate::chain::render(&e)
                 ));
-                return StepResult::failed(1);
+                return StepResult::failed(exec, 1);
             }
         };
         let (out_file, err_file) = match inv.logs.take() {
@@ -284,7 +285,7 @@ impl ScriptRunner {
                 let log_errors = finish_output(&output, &*console);
                 return StepResult {
                     log_errors,
-                    ..StepResult::failed(1)
+                    ..StepResult::failed(exec, 1)
                 };
             }
         };
@@ -308,7 +309,7 @@ impl ScriptRunner {
                 if !check {
                     interrupts = report.interrupts.clone();
                 }
-                Some(report)
+                report
             }
             Err(e) => {
                 let msg = format!("{file}: {}", inv.redactor.redact(&crate::chain::render(&e)));
@@ -318,13 +319,14 @@ impl ScriptRunner {
                 if status == 0 {
                     status = 1;
                 }
-                e.report.map(|r| *r)
+                e.report
+                    .map_or_else(|| crate::host::Report::new(exec), |r| *r)
             }
         };
         let log_errors = finish_output(&output, &*console);
         StepResult {
             ok,
-            status,
+            code: status,
             ran: true,
             interrupts,
             report,
