@@ -1,6 +1,5 @@
-//! The step seam: a fully resolved [`StepInvocation`], built once by the mode loop
-//! ([`crate::agent::mode`]) around a [`StepSpec`], is handed to a [`StepRunner`], which
-//! returns a [`StepResult`].
+//! The step seam: a fully resolved [`StepInvocation`], built once by the agent's mode loop
+//! around a [`StepSpec`], is handed to a [`StepRunner`], which returns a [`StepResult`].
 //!
 //! Runners:
 //! - [`AgentRunner`]: what the agent runs with — a process step on the
@@ -181,7 +180,7 @@ pub struct AgentRunner {
     pub console: Arc<dyn ConsoleStreams>,
 }
 
-/// Console writers for relayed step output (the agent's [`Console`](crate::agent::console::Console)).
+/// Console writers for relayed step output (the agent's `Console` implements it).
 pub trait ConsoleStreams: Send + Sync {
     /// A writer for stdout (`Label::Out`) or stderr (`Label::Err`).
     fn writer(&self, label: crate::logs::sink::Label) -> Box<dyn std::io::Write + Send>;

@@ -173,7 +173,7 @@ impl ScriptRunner {
     /// Run `script` with `ctx`, the host API `host`, output through `output`, until it
     /// ends, fails, passes `timeout` (else the engine's) or `cancel` is aborted. Blocks
     /// until the script ends (it runs on its own thread; see
-    /// [`run_script_with`](crate::script::run::run_script_with)).
+    /// [`run_script_with`]).
     ///
     /// The outcome fails on any script error, `fail()`, limit, deadline or cancel, whatever
     /// the step's `returncodes` say; otherwise its `code` is checked against them by the caller.
