@@ -5,7 +5,7 @@
 #
 # Builds the driver `examples/log_relay.rs` (release) and compares:
 #   baseline: sh -c "yes <79 x> | head -c SIZE" | cat > FILE
-#   relay:    the same generator run by skyhook::runner::ProcessRunner, stdout relayed with
+#   relay:    the same generator run by skyhook::step::ProcessRunner, stdout relayed with
 #             [out]<timestamp> prefixes to this script's stdout (/dev/null) and to a .log
 #             file on disk (under target/, not /tmp, which may be tmpfs)
 # and prints both times, the relay/cat throughput ratio (target >= 0.5) and the driver's

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use skyhook::host::root::HostRoot;
 use skyhook::logs::open_step_logs;
-use skyhook::runner::{ProcessRunner, ProcessSpec};
+use skyhook::step::{ProcessRunner, ProcessSpec};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();

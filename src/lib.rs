@@ -9,7 +9,7 @@
 //! | [`local`] | `skyhook-run`: one script or a whole package against a local host root (plan, apply, check) |
 //! | [`package`] | config.json model, embedded JSON Schema v1, step rules, package loading |
 //! | [`agent`] | one mode of one package: the one mode loop ([`agent::mode::ModeLoop`]), flags, history, check summaries, interrupts, SIGTERM, the console |
-//! | [`runner`] | the step seam ([`runner::StepRunner`]): a process, a `.rhai` script in-process, or a dry run |
+//! | [`step`] | one step from its spec to its result ([`step::StepRunner`]): a process, a `.rhai` script in-process, or a dry run |
 //! | [`process`] | the one process primitive (own group, subreaper, TERM/grace/KILL, streamed output) and the [`process::Cancel`] token |
 //! | [`diag`] | diagnostics with `tracing` (`SKYHOOK_LOG`, `SKYHOOK_LOG_FORMAT`, `SKYHOOK_LOG_FILE`), off by default, never on stdout |
 //! | [`logs`] | the log sink: chunked relay, timestamps and labels, log files, retention |
@@ -34,10 +34,10 @@ pub mod process;
 pub mod pyfmt;
 pub mod redact;
 pub mod remote;
-pub mod runner;
 pub mod script;
 pub mod serve;
 pub mod state;
+pub mod step;
 
 #[cfg(test)]
 mod proptests;

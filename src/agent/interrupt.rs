@@ -9,8 +9,8 @@ use base64::Engine as _;
 use crate::host::root::HostRoot;
 use crate::logs::sink::Label;
 use crate::pyfmt;
-use crate::runner::process::{Outcome, ProcessRunner, ProcessSpec, RunOptions};
 use crate::state::interrupts as markers;
+use crate::step::process::{Outcome, ProcessRunner, ProcessSpec, RunOptions};
 
 use super::console::Console;
 use super::env::EnvBuilder;

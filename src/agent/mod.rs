@@ -59,7 +59,7 @@ pub fn validate(config: &Path, console: &Console) -> bool {
         .map_err(|e| render_chain(&e))
         .and_then(|(loaded, step_root)| {
             let store = std::sync::Arc::new(crate::script::ModuleStore::new(&step_root));
-            let engine = mode::engine();
+            let engine = crate::step::engine();
             let checker = crate::script::lint::Checker::new();
             let mut seen = std::collections::HashSet::new();
             let mut found = Vec::new();

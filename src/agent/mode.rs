@@ -6,7 +6,7 @@
 //! [`ModeLoop`] decides and a [`StepRunner`] runs. The agent ([`ModeRun`]) drives it with
 //! [`AgentRunner`] and a writable [`StateView`]; the dry run
 //! ([`crate::local::PackageRun::plan`]) drives the very same loop with
-//! [`PlanRunner`](crate::runner::PlanRunner) (bash steps "would run", `.rhai` steps on the
+//! [`PlanRunner`](crate::step::PlanRunner) (bash steps "would run", `.rhai` steps on the
 //! Plan executor) and a read-only view (flags read, never written), a [`Console::null`], and
 //! turns the returned [`StepRecord`]s into its plan.
 
@@ -15,20 +15,18 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::host::ExecMode;
 use crate::host::effect::InterruptRequest;
 use crate::host::root::HostRoot;
-use crate::host::{ExecMode, HostOptions};
 use crate::logs::sink::Label;
 use crate::package::{self, Mode, Package, Step};
 use crate::process::Cancel;
 use crate::pyfmt;
 use crate::redact::Redactor;
-use crate::runner::step::ConsoleStreams;
-use crate::runner::{AgentRunner, ProcessRunner, ScriptRunner, StepInvocation, StepProgram};
-use crate::runner::{StepResult, StepRunner};
-use crate::script::context::StepContext;
-use crate::script::{Limits, ScriptEngine};
 use crate::state::{flags, history};
+use crate::step::invocation::ConsoleStreams;
+use crate::step::{AgentRunner, ProcessRunner, ScriptRunner, StepInvocation, StepProgram};
+use crate::step::{SecretSource, StepResult, StepRunner, StepSpec};
 
 use super::console::Console;
 use super::coverage::{self, Declarations};
@@ -490,16 +488,11 @@ impl<R: StepRunner> ModeLoop<'_, R> {
         let env = env.into_vec();
         let text_env = lossy_env(&env);
         let redactor = Redactor::from_env(&text_env);
-        let get = |k: &str| {
-            text_env
-                .iter()
-                .rev()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.clone())
-        };
         let exec = self.exec();
-        let context = StepContext {
+        let step_cancel = self.cancel.child();
+        let spec = StepSpec {
             mode: self.mode.as_str().to_string(),
+            exec,
             name: step.name.clone(),
             args: args.clone(),
             package_name: self.package.package_name.clone(),
@@ -508,27 +501,17 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             skyhook_dir: skyhook_dir_v.display().to_string(),
             step_root: step_root_v.display().to_string(),
             resource_id: self.resource_id.to_string(),
-            node_order: get("SKYHOOK_NODE_ORDER").and_then(|v| v.trim().parse().ok()),
-            dry_run: exec == ExecMode::Plan,
-            env: text_env.iter().cloned().collect(),
-        };
-        let step_cancel = self.cancel.child();
-        let host = HostOptions {
-            env: text_env.clone(),
+            node_order: crate::step::spec::node_order(&text_env),
+            env: text_env,
             configmaps_dir: Some(self.site.shown(&self.site.configmaps_dir())),
             node_metadata_dir: self.node_metadata_dir.clone(),
             commands_chrooted: step.on_host,
+            secrets: SecretSource::FromEnv,
             deadline: Some(std::time::Instant::now() + self.settings.script_timeout),
-            secrets_dir: get("SKYHOOK_SECRETS_DIR")
-                .filter(|v| !v.is_empty())
-                .map_or_else(|| PathBuf::from("/var/run/secrets/skyhook"), PathBuf::from),
-            allowed_secrets: crate::host::secrets::parse_allowlist(
-                &get("SKYHOOK_ALLOWED_SECRETS").unwrap_or_default(),
-            ),
-            resource_id: self.resource_id.to_string(),
             redactor: Some(redactor.clone()),
             cancel: step_cancel.clone(),
-            ..HostOptions::default()
+            cgroup: None,
+            diffs: false,
         };
         let log_dir = self
             .settings
@@ -548,9 +531,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             program,
             args: args.clone(),
             env,
-            context,
-            host,
-            exec,
+            spec,
             logs,
             redactor,
             returncodes: step
@@ -571,7 +552,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
         let span = tracing::info_span!("step", path = %step.path, index, kind);
         let mut result =
             tracing::Instrument::instrument(self.runner.run(invocation), span.clone()).await;
-        tracing::debug!(parent: &span, ok = result.ok, status = result.status, ran = result.ran, "step ended");
+        tracing::debug!(parent: &span, ok = result.ok, status = result.code, ran = result.ran, "step ended");
         if result.ran && result.ok && !result.interrupts.is_empty() {
             self.judge_interrupts(step, &mut result)?;
         }
@@ -582,7 +563,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                     .say(&format!("SUCEEDED: {} {joined}", step.path));
             } else {
                 self.console
-                    .say(&format!("FAILED: {} {joined} {}", step.path, result.status));
+                    .say(&format!("FAILED: {} {joined} {}", step.path, result.code));
             }
         }
         if self.write_logs {
@@ -649,7 +630,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                 self.console.error(l);
             }
             result.ok = false;
-            result.status = 1;
+            result.code = 1;
             result.error = Some(lines.join("; "));
             return Ok(());
         }
@@ -742,12 +723,6 @@ pub fn load_package(site: &PackageSite<'_>) -> Result<(Package, Vec<String>), Ag
     Ok((loaded.package, warnings))
 }
 
-/// The engine the agent compiles and runs a run's scripts with (built once per run; every
-/// limit but the deadline, which is per step from the run's settings).
-pub fn engine() -> Arc<ScriptEngine> {
-    Arc::new(ScriptEngine::new(Limits::default()))
-}
-
 impl ConsoleStreams for Console {
     fn writer(&self, label: Label) -> Box<dyn std::io::Write + Send> {
         Console::writer(self, label)
@@ -801,7 +776,7 @@ impl ModeRun<'_> {
                 ));
             }
         }
-        let engine = engine();
+        let engine = crate::step::engine();
         let scripts = site.compile_mode_scripts(&engine, &pkg, self.mode)?;
         let declarations =
             Declarations::from_node_metadata(self.root, self.copy_dir, &pkg.package_name)

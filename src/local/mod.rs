@@ -3,7 +3,7 @@
 //!
 //! - [`script`]: [`ScriptRun`] runs one script as a dry run ([`ExecMode::Plan`]), for real
 //!   ([`ExecMode::Apply`]) or as a check ([`ExecMode::Check`], the `*-check` modes), and
-//!   returns a [`StepOutcome`] with the host [`Report`](crate::host::Report).
+//!   returns a [`StepResult`] with the host [`Report`](crate::host::Report).
 //! - [`package`]: [`PackageRun`] loads and validates a package directory, then either plans
 //!   every step of one mode in one host session ([`PackageRun::plan`] → [`PackagePlan`]:
 //!   `.rhai` steps run on the Plan or Check executor, other steps are listed as
@@ -29,7 +29,7 @@ use crate::host::ExecMode;
 use crate::package::Mode;
 
 pub use package::{PackagePlan, PackageRun, PlannedStep, StepKind, default_copy_dir};
-pub use script::{ScriptRun, StepOutcome};
+pub use script::{ScriptRun, StepResult};
 
 /// Why a local run could not start or had to stop before or between steps (a failing step
 /// is not an error: it is an outcome with `ok == false`).

@@ -20,12 +20,12 @@ use crate::host::{ExecMode, Host, Report};
 use crate::package::Mode;
 use crate::package::load::{Loaded, check_step_files, parse};
 use crate::process::Cancel;
-use crate::runner::PlanRunner;
-use crate::script::host_api::{Capture, HostApi};
+use crate::script::host_api::Capture;
 use crate::script::{ScriptEngine, ScriptOutput};
 use crate::state::history;
+use crate::step::PlanRunner;
 
-use super::script::{StepOutcome, absolute, host_options, open_root};
+use super::script::{StepResult, absolute, local_spec, open_root};
 use super::{LocalError, env_get, exec_mode};
 
 /// Where `--package --apply` puts the package copy inside the root (the agent's copy dir):
@@ -63,7 +63,7 @@ pub struct PackageRun {
 #[derive(Debug, Clone)]
 pub enum StepKind {
     /// A `.rhai` step that ran on the Plan or Check executor.
-    Script(StepOutcome),
+    Script(StepResult),
     /// Any other step: not run, listed as `would run: <path> <args>`.
     Process,
     /// Skipped, as the agent would skip it: its flag exists (a host path).
@@ -225,7 +225,7 @@ impl PackagePlan {
     /// The JSON form: [`PackagePlan::total`] as [`Report::to_json`] plus `package`,
     /// `version`, `package_mode`, `ok`, `warnings` and `steps` (each with `name`, `path`,
     /// `args`, `kind` — `overlay`, `rhai`, `process`, `skipped`, `failed` or `not_run` — and
-    /// for a script its [`StepOutcome::to_json`] under `result` (for the overlay its
+    /// for a script its [`StepResult::to_json`] under `result` (for the overlay its
     /// [`Report::to_json`]), for a skipped step its `flag`,
     /// for a failed one its `error`).
     pub fn to_json(&self) -> Value {
@@ -471,11 +471,7 @@ impl PackageRun {
             warnings.extend(read.messages);
         }
         let exec = exec_mode(self.mode, false);
-        let api = HostApi::new(Host::new(
-            root,
-            exec,
-            host_options(&base_env, Some(configmaps.clone()), &rid),
-        ));
+        let api = local_spec(&base_env, Some(configmaps.clone()), &rid, exec).session(root);
         let redactor = api.redactor().clone();
         let output = match self.capture {
             Some(c) => api.capture_output(output, c),
@@ -561,13 +557,7 @@ impl PackageRun {
             for (step, record) in steps.iter().zip(outcome.steps) {
                 let kind = match record.decision {
                     Decision::Ran(r) if !r.ran => StepKind::Process,
-                    Decision::Ran(r) => StepKind::Script(StepOutcome {
-                        notes: r.notes,
-                        report: r.report.unwrap_or_else(|| Report::new(exec)),
-                        code: r.status,
-                        error: r.error,
-                        ok: r.ok,
-                    }),
+                    Decision::Ran(r) => StepKind::Script(r),
                     Decision::Skipped { flag } => StepKind::Skipped { flag },
                     Decision::MissingEnv { message } => StepKind::Failed { message },
                     Decision::NotRun => StepKind::NotRun,

@@ -1,42 +1,37 @@
 //! One `.rhai` script against a host root: [`ScriptRun`] (`skyhook-run SCRIPT --root DIR`).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::host::ExecMode;
 use crate::host::root::HostRoot;
-use crate::host::secrets::{Redactor, parse_allowlist};
-use crate::host::{ExecMode, Host, HostOptions};
+use crate::host::secrets::Redactor;
 use crate::package::Mode;
-use crate::script::host_api::{Capture, HostApi};
-use crate::script::{
-    CompiledScript, ModuleStore, ScriptEngine, ScriptOutput, StepContext, compile_step_in,
-};
+use crate::script::host_api::Capture;
+use crate::script::{CompiledScript, ModuleStore, ScriptEngine, ScriptOutput, compile_step_in};
+use crate::step::{SecretSource, StepSpec};
 
 use super::{LocalError, env_default, env_get, exec_mode};
 
-pub use crate::runner::plan::{End, StepOutcome, run_step};
+pub use crate::step::StepResult;
+pub use crate::step::plan::{End, run_step};
 
-/// The [`HostOptions`] of a local session: the step environment, configMaps from an
+/// The [`StepSpec`] of a local session: the step environment, configMaps from an
 /// agent-side folder, commands chrooted into the root, secrets settings from the
-/// environment (`SKYHOOK_SECRETS_DIR`, `SKYHOOK_ALLOWED_SECRETS`).
-pub(crate) fn host_options(
+/// environment (`SKYHOOK_SECRETS_DIR`, `SKYHOOK_ALLOWED_SECRETS`), no deadline.
+pub(crate) fn local_spec(
     env: &[(String, String)],
     configmaps: Option<PathBuf>,
     resource_id: &str,
-) -> HostOptions {
-    HostOptions {
+    exec: ExecMode,
+) -> StepSpec {
+    StepSpec {
+        exec,
         env: env.to_vec(),
         configmaps_dir: configmaps,
-        node_metadata_dir: None,
-        commands_chrooted: true,
-        deadline: None,
-        secrets_dir: env_get(env, "SKYHOOK_SECRETS_DIR")
-            .filter(|v| !v.is_empty())
-            .map_or_else(|| PathBuf::from("/var/run/secrets/skyhook"), PathBuf::from),
-        allowed_secrets: parse_allowlist(env_get(env, "SKYHOOK_ALLOWED_SECRETS").unwrap_or("")),
         resource_id: resource_id.to_string(),
-        ..HostOptions::default()
+        secrets: SecretSource::FromEnv,
+        ..StepSpec::default()
     }
 }
 
@@ -134,7 +129,7 @@ impl ScriptRun {
         &self,
         engine: &ScriptEngine,
         output: Arc<dyn ScriptOutput>,
-    ) -> Result<(StepOutcome, Redactor), LocalError> {
+    ) -> Result<(StepResult, Redactor), LocalError> {
         let timeout = crate::agent::settings::parse_script_timeout(env_get(
             &self.env,
             "SKYHOOK_SCRIPT_TIMEOUT",
@@ -157,7 +152,7 @@ impl ScriptRun {
             .unwrap_or("")
             .to_string();
         let exec = self.exec_mode();
-        let ctx = StepContext {
+        let spec = StepSpec {
             mode: self.mode.as_str().to_string(),
             name: self
                 .script
@@ -165,21 +160,15 @@ impl ScriptRun {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             args: self.args.clone(),
-            package_name: String::new(),
-            package_version: String::new(),
-            previous_version: None,
             skyhook_dir: env_get(&env, "SKYHOOK_DIR").unwrap_or("").to_string(),
             step_root: env_get(&env, "STEP_ROOT").unwrap_or("").to_string(),
-            resource_id: resource_id.clone(),
-            node_order: env_get(&env, "SKYHOOK_NODE_ORDER").and_then(|v| v.trim().parse().ok()),
-            dry_run: exec == ExecMode::Plan,
-            env: env.iter().cloned().collect::<BTreeMap<_, _>>(),
+            node_order: crate::step::spec::node_order(&env),
+            cancel: self.cancel.clone(),
+            diffs: self.diffs,
+            ..local_spec(&env, configmaps, &resource_id, exec)
         };
-        let mut options = host_options(&env, configmaps, &resource_id);
-        options.cancel = self.cancel.clone();
-        options.diffs = self.diffs;
-        let host = Host::new(root, exec, options);
-        let api = HostApi::new(host);
+        let ctx = spec.context();
+        let api = spec.session(root);
         let redactor = api.redactor().clone();
         let output = match self.capture {
             Some(c) => api.capture_output(output, c),

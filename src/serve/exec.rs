@@ -20,11 +20,11 @@ use super::metrics::Metrics;
 use super::ring::{Events, Gap, Ring};
 use super::secrets::{SecretError, SecretRef, Secrets, env_name};
 use super::state::{ProcRecord, StateDir, proc_stat};
-use crate::host::{ExecMode, Host, HostOptions};
+use crate::host::ExecMode;
 use crate::process::{Cancel, CancelReason, Outcome, Status};
 use crate::process::{cgroup, sweep};
 use crate::redact::Redactor;
-use crate::script::{CompiledScript, ModuleStore, RunOptions, ScriptEngine, StepContext};
+use crate::script::{CompiledScript, ModuleStore, RunOptions, ScriptEngine};
 
 /// Most environment entries a step gets (the request's `env`, its `secrets`, `PATH`).
 pub const MAX_ENV_ENTRIES: usize = 1024;
@@ -460,7 +460,7 @@ impl Service {
             execs.insert(id, Arc::new(exec));
         }
         Ok(Arc::new(Service {
-            engine: crate::agent::mode::engine(),
+            engine: crate::step::engine(),
             reg: Mutex::new(Registry {
                 execs,
                 finished: VecDeque::new(),
@@ -1259,40 +1259,36 @@ impl Service {
         let ran = tokio::task::spawn_blocking(move || {
             let root = crate::host::root::HostRoot::open(&svc.cfg.root)
                 .map_err(|err| format!("cannot open host root: {err}"))?;
-            let options = HostOptions {
-                env: env.clone(),
-                commands_chrooted: !is_slash(&svc.cfg.root),
-                declared_secrets: Some(declared),
-                resource_id: e.id.clone(),
-                redactor: Some(e.redactor.clone()),
-                cancel: e.cancel.clone(),
-                cgroup: e.cgroup.clone(),
-                ..HostOptions::default()
-            };
-            let api = crate::script::host_api::HostApi::new(Host::new(root, mode, options));
-            let ctx = StepContext {
+            let spec = crate::step::StepSpec {
                 mode: if mode == ExecMode::Check {
                     "apply-check"
                 } else {
                     "apply"
                 }
                 .into(),
+                exec: mode,
                 name: e.id.clone(),
                 resource_id: e.id.clone(),
-                dry_run: mode == ExecMode::Plan,
-                env: env.into_iter().collect(),
-                ..StepContext::default()
+                env,
+                commands_chrooted: !is_slash(&svc.cfg.root),
+                secrets: crate::step::SecretSource::Declared(declared),
+                redactor: Some(e.redactor.clone()),
+                cancel: e.cancel.clone(),
+                cgroup: e.cgroup.clone(),
+                ..crate::step::StepSpec::default()
             };
+            let api = spec.session(root);
+            let ctx = spec.context();
             let mut opts = RunOptions::new(o2, e.cancel.clone());
             opts.timeout = Some(Duration::from_secs(7 * 86400));
-            let o = crate::runner::plan::run_step(
+            let o = crate::step::plan::run_step(
                 &svc.engine,
                 &compiled,
                 &ctx,
                 &api,
                 opts,
                 |c| c == 0,
-                crate::runner::plan::End::Session,
+                crate::step::plan::End::Session,
             );
             Ok::<_, String>(o)
         })

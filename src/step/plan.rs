@@ -5,58 +5,13 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
-
-use crate::host::secrets::Redactor;
 use crate::host::{ExecMode, Report};
 use crate::script::host_api::HostApi;
 use crate::script::{
     CompiledScript, RunOptions, ScriptEngine, ScriptOutput, StepContext, run_script_with,
 };
 
-use super::step::{StepInvocation, StepProgram, StepResult, StepRunner};
-
-/// What one script step did: its host report and how it ended.
-#[derive(Debug, Clone)]
-pub struct StepOutcome {
-    /// Changes, actions and interrupts of the step (applied, planned or, in a check, drift).
-    pub report: Report,
-    /// The step's return code: the script's integer value, 0 for any other value, 1 after an
-    /// error (as the agent counts it).
-    pub code: i32,
-    /// The script error (`file:line:col: message`, already written to the step's stderr) or
-    /// the failure of the deferred work (batched line edits' write, daemon-reload, grub
-    /// regeneration), redacted: the first of the two; both are written to the step's stderr.
-    pub error: Option<String>,
-    /// Success: no error, the return code accepted, and in a check no drift.
-    pub ok: bool,
-    /// Verdicts on requested interrupts (declared in the CR, left to the operator).
-    pub notes: Vec<String>,
-}
-
-impl StepOutcome {
-    /// The JSON form: the report's ([`Report::to_json`]: `mode`, `changes`, `actions`,
-    /// `unchanged`, `interrupts`, `summary`) plus `ok`, `return_code`, `error` (string or
-    /// null) and `drift` (the number of pending changes of a check, 0 otherwise).
-    pub fn to_json(&self, redactor: &Redactor) -> Value {
-        let mut v = self.report.to_json(redactor);
-        if let Value::Object(m) = &mut v {
-            m.insert("ok".into(), self.ok.into());
-            m.insert("return_code".into(), self.code.into());
-            m.insert(
-                "error".into(),
-                self.error
-                    .as_ref()
-                    .map_or(Value::Null, |e| redactor.redact(e).into_owned().into()),
-            );
-            m.insert("drift".into(), json!(self.report.drift().len()));
-            if !self.notes.is_empty() {
-                m.insert("notes".into(), json!(self.notes));
-            }
-        }
-        v
-    }
-}
+use super::invocation::{StepInvocation, StepProgram, StepResult, StepRunner};
 
 /// How a step's session ends after the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,8 +24,9 @@ pub enum End {
 
 /// Run one compiled step on `api` with `opts` (its output, cancel token and deadline; the
 /// host is set to `api`), then end the step (always, also after a failure) and collect its
-/// [`StepOutcome`]. `accepts` decides whether a return code is a success. Errors (the
-/// script's, the deferred work's) are written to the output's stderr.
+/// [`StepResult`] (`ran`; `interrupts` left empty for the caller to judge). `accepts`
+/// decides whether a return code is a success. Errors (the script's, the deferred work's)
+/// are written to the output's stderr; `error` keeps the first of them.
 pub fn run_step(
     engine: &ScriptEngine,
     script: &CompiledScript,
@@ -79,7 +35,7 @@ pub fn run_step(
     mut opts: RunOptions,
     accepts: impl Fn(i32) -> bool,
     end: End,
-) -> StepOutcome {
+) -> StepResult {
     opts.host = Arc::new(api.clone());
     let output = opts.output.clone();
     let outcome = run_script_with(engine, script, ctx, &opts);
@@ -105,12 +61,15 @@ pub fn run_step(
         }
     };
     let ok = error.is_none() && accepts(outcome.code) && report.drift().is_empty();
-    StepOutcome {
-        report,
-        code: outcome.code,
-        error,
+    StepResult {
         ok,
+        code: outcome.code,
+        ran: true,
+        interrupts: Vec::new(),
+        report,
+        error,
         notes: Vec::new(),
+        log_errors: Vec::new(),
     }
 }
 
@@ -131,16 +90,15 @@ impl StepRunner for PlanRunner<'_> {
             // Not run: what a process would do is unknown.
             return StepResult {
                 ok: true,
-                ran: false,
-                ..StepResult::default()
+                ..StepResult::new(inv.spec.exec)
             };
         };
         let mut opts = RunOptions::new(self.output.clone(), inv.cancel.clone());
         opts.timeout = inv.script_timeout;
-        let o = run_step(
+        let mut o = run_step(
             self.engine,
             script,
-            &inv.context,
+            &inv.spec.context(),
             self.api,
             opts,
             |c| inv.accepts(c),
@@ -148,21 +106,10 @@ impl StepRunner for PlanRunner<'_> {
         );
         // What the step would request (judged by the loop as the agent judges it; a check
         // requests nothing).
-        let interrupts = if inv.exec == crate::host::ExecMode::Check {
-            Vec::new()
-        } else {
-            o.report.interrupts.clone()
-        };
-        StepResult {
-            ok: o.ok,
-            status: o.code,
-            ran: true,
-            interrupts,
-            error: o.error,
-            report: Some(o.report),
-            notes: Vec::new(),
-            log_errors: Vec::new(),
+        if inv.spec.exec != ExecMode::Check {
+            o.interrupts = o.report.interrupts.clone();
         }
+        o
     }
 }
 

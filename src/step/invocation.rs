@@ -1,8 +1,8 @@
-//! The step seam: a fully resolved [`StepInvocation`], built once by the mode loop
-//! ([`crate::agent::mode`]), is handed to a [`StepRunner`], which returns a [`StepResult`].
+//! The step seam: a fully resolved [`StepInvocation`], built once by the agent's mode loop
+//! around a [`StepSpec`], is handed to a [`StepRunner`], which returns a [`StepResult`].
 //!
 //! Runners:
-//! - [`AgentRunner`]: what the agent runs with — a process step on the
+//! - [`AgentRunner`](super::AgentRunner): what the agent runs with — a process step on the
 //!   [`ProcessRunner`](super::ProcessRunner), a `.rhai` step on the
 //!   [`ScriptRunner`](super::ScriptRunner) (Apply executor, or Check in a `*-check` mode).
 //! - [`PlanRunner`](super::plan::PlanRunner): what `skyhook-run --package` runs with — a
@@ -15,16 +15,18 @@
 use std::ffi::OsString;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
+
+use serde_json::{Value, json};
 
 use crate::host::effect::InterruptRequest;
-use crate::host::{ExecMode, HostOptions, Report};
+use crate::host::{ExecMode, Report};
 use crate::logs::LogError;
 use crate::logs::sink::StepLogFiles;
 use crate::process::Cancel;
 use crate::redact::Redactor;
-use crate::script::context::StepContext;
 use crate::script::run::CompiledScript;
+
+use super::spec::StepSpec;
 
 /// What a step runs.
 #[derive(Debug, Clone)]
@@ -57,13 +59,9 @@ pub struct StepInvocation {
     /// reserved variables (`STEP_ROOT`, `SKYHOOK_DIR`, `PREVIOUS_VERSION`,
     /// `CURRENT_VERSION`), `PATH` defaulted.
     pub env: Vec<(OsString, OsString)>,
-    /// The context a script sees (`step` in Rhai).
-    pub context: StepContext,
-    /// The host session options a script step's session gets (configMaps, node metadata,
-    /// secrets, deadline, resource id, cancel token).
-    pub host: HostOptions,
-    /// The executor of a script step: Apply, Check (a `*-check` mode) or Plan.
-    pub exec: ExecMode,
+    /// What a script step is: its `step` context, its host session's options and its
+    /// executor (Apply, Check in a `*-check` mode, or Plan) come from this.
+    pub spec: StepSpec,
     /// The step's log files (`None`: `SKYHOOK_AGENT_WRITE_LOGS=false`, or a dry run).
     pub logs: Option<StepLogFiles>,
     /// Secret values hidden from output and logs (`SKYHOOK_REDACT_ENV` and secrets read).
@@ -90,19 +88,23 @@ impl StepInvocation {
     }
 }
 
-/// What one step produced.
-#[derive(Debug, Default)]
+/// What one step produced: the result of every runner (the agent's, the dry run's, and the
+/// lone script runs of `skyhook-agent serve` and `skyhook-run SCRIPT`).
+#[derive(Debug, Clone)]
 pub struct StepResult {
     /// The step succeeded (accepted code, no script error, no drift in a check).
     pub ok: bool,
-    /// The status for the `FAILED:` line (8.4).
-    pub status: i32,
+    /// The step's return code, also the status of the `FAILED:` line (8.4): a process's
+    /// exit code (`-<signal>` for a signal, 127 when it could not start), a script's
+    /// integer value (0 for any other value, 1 after an error).
+    pub code: i32,
     /// False when the step was not run (a dry run's process step: "would run").
     pub ran: bool,
     /// Interrupts a script step requested (run by the agent after the flag; never in checks).
     pub interrupts: Vec<InterruptRequest>,
-    /// A script step's host report (changes, actions, interrupts; drift in a check).
-    pub report: Option<Report>,
+    /// A script step's host report (changes, actions, interrupts; drift in a check); empty
+    /// for a process step, whose changes are not tracked.
+    pub report: Report,
     /// The script error or deferred-work failure (`file:line:col: message`), redacted.
     pub error: Option<String>,
     /// Lines about the step the agent also printed, e.g. that a requested interrupt is
@@ -114,14 +116,49 @@ pub struct StepResult {
 }
 
 impl StepResult {
-    /// A failure with `status` (a step that could not be set up).
-    pub fn failed(status: i32) -> Self {
+    /// A step that did not run, with an empty report on `exec`: not ok, code 0.
+    pub fn new(exec: ExecMode) -> Self {
         StepResult {
             ok: false,
-            status,
+            code: 0,
             ran: false,
-            ..StepResult::default()
+            interrupts: Vec::new(),
+            report: Report::new(exec),
+            error: None,
+            notes: Vec::new(),
+            log_errors: Vec::new(),
         }
+    }
+
+    /// A failure with `code` (a step that could not be set up).
+    pub fn failed(exec: ExecMode, code: i32) -> Self {
+        StepResult {
+            code,
+            ..StepResult::new(exec)
+        }
+    }
+
+    /// The JSON form: the report's ([`Report::to_json`]: `mode`, `changes`, `actions`,
+    /// `unchanged`, `interrupts`, `summary`) plus `ok`, `return_code`, `error` (string or
+    /// null), `drift` (the number of pending changes of a check, 0 otherwise) and, when
+    /// there are any, `notes`.
+    pub fn to_json(&self, redactor: &Redactor) -> Value {
+        let mut v = self.report.to_json(redactor);
+        if let Value::Object(m) = &mut v {
+            m.insert("ok".into(), self.ok.into());
+            m.insert("return_code".into(), self.code.into());
+            m.insert(
+                "error".into(),
+                self.error
+                    .as_ref()
+                    .map_or(Value::Null, |e| redactor.redact(e).into_owned().into()),
+            );
+            m.insert("drift".into(), json!(self.report.drift().len()));
+            if !self.notes.is_empty() {
+                m.insert("notes".into(), json!(self.notes));
+            }
+        }
+        v
     }
 }
 
@@ -132,34 +169,12 @@ pub trait StepRunner {
     fn run(&self, inv: StepInvocation) -> impl Future<Output = StepResult>;
 }
 
-/// The agent's runner: processes on the [`ProcessRunner`](super::ProcessRunner), scripts on
-/// the [`ScriptRunner`](super::ScriptRunner).
-pub struct AgentRunner {
-    /// Runs process steps.
-    pub process: super::ProcessRunner,
-    /// Runs `.rhai` steps.
-    pub script: super::ScriptRunner,
-    /// Where relayed output goes (the agent's stdout/stderr).
-    pub console: Arc<dyn ConsoleStreams>,
-}
-
-/// Console writers for relayed step output (the agent's [`Console`](crate::agent::console::Console)).
+/// Console writers for relayed step output (the agent's `Console` implements it).
 pub trait ConsoleStreams: Send + Sync {
     /// A writer for stdout (`Label::Out`) or stderr (`Label::Err`).
     fn writer(&self, label: crate::logs::sink::Label) -> Box<dyn std::io::Write + Send>;
     /// One line on stderr.
     fn error_line(&self, line: &str);
-}
-
-impl StepRunner for AgentRunner {
-    async fn run(&self, inv: StepInvocation) -> StepResult {
-        match &inv.program {
-            StepProgram::Script(_) => self.script.run_step(inv, self.console.clone()).await,
-            StepProgram::Process { .. } => {
-                run_process_step(&self.process, inv, &*self.console).await
-            }
-        }
-    }
 }
 
 /// Render output errors as `skyhook-agent: <error>: <cause>` lines.
@@ -168,62 +183,4 @@ pub(crate) fn log_error_lines(errors: &[LogError]) -> Vec<String> {
         .iter()
         .map(|e| format!("skyhook-agent: {}", crate::chain::render(e)))
         .collect()
-}
-
-/// Run a process step: spawn it through the process primitive with the step's environment,
-/// relay its output (console and log files, redacted), and judge its status by the step's
-/// return codes. A spawn failure prints `skyhook-agent: failed to execute <host path>: <os
-/// error>` and has status 127 (8.4); output errors are printed on stderr and kept in the
-/// result.
-async fn run_process_step(
-    runner: &super::ProcessRunner,
-    inv: StepInvocation,
-    console: &dyn ConsoleStreams,
-) -> StepResult {
-    let StepProgram::Process {
-        program,
-        cwd,
-        chroot,
-        shown,
-    } = &inv.program
-    else {
-        return StepResult::failed(1);
-    };
-    let spec = super::ProcessSpec {
-        program: program.clone(),
-        args: inv.args.iter().map(OsString::from).collect(),
-        env: inv.env.clone(),
-        cwd: cwd.clone(),
-        chroot: chroot.clone(),
-        timeout: None,
-        preamble: inv.preamble.clone(),
-        keep_fds: inv.keep_fds.clone(),
-    };
-    let options = super::RunOptions {
-        stdout: Some(console.writer(crate::logs::sink::Label::Out)),
-        stderr: Some(console.writer(crate::logs::sink::Label::Err)),
-        redactor: Some(inv.redactor.clone()),
-        cancel: Some(inv.cancel.clone()),
-        ..super::RunOptions::default()
-    };
-    let report = runner.run_with(&spec, inv.logs, options).await;
-    if let super::Outcome::SpawnFailed(e) = &report.outcome {
-        console.error_line(&format!(
-            "skyhook-agent: failed to execute {}: {e}",
-            shown.display()
-        ));
-    }
-    let log_errors = log_error_lines(&report.output_errors);
-    for line in &log_errors {
-        console.error_line(line);
-    }
-    StepResult {
-        ok: report
-            .outcome
-            .succeeded_with(|c| inv.returncodes.contains(&c)),
-        status: report.outcome.display_status(),
-        ran: true,
-        log_errors,
-        ..StepResult::default()
-    }
 }

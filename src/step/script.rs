@@ -12,7 +12,6 @@ use crate::redact::{Redactor, StreamRedactor};
 use crate::script::bindings::ScriptHost;
 use crate::script::context::StepContext;
 use crate::script::engine::ScriptEngine;
-use crate::script::host_api::HostApi;
 use crate::script::output::ScriptOutput;
 use crate::script::run::{CompiledScript, RunOptions, ScriptOutcome, run_script_with};
 
@@ -175,7 +174,7 @@ impl ScriptRunner {
     /// Run `script` with `ctx`, the host API `host`, output through `output`, until it
     /// ends, fails, passes `timeout` (else the engine's) or `cancel` is aborted. Blocks
     /// until the script ends (it runs on its own thread; see
-    /// [`run_script_with`](crate::script::run::run_script_with)).
+    /// [`run_script_with`]).
     ///
     /// The outcome fails on any script error, `fail()`, limit, deadline or cancel, whatever
     /// the step's `returncodes` say; otherwise its `code` is checked against them by the caller.
@@ -198,7 +197,7 @@ impl ScriptRunner {
     }
 
     /// Run one `.rhai` step of the agent: a new host session over [`ScriptRunner::root`]
-    /// with `inv.host` options on `inv.exec` (Apply in run modes, Check in `*-check`
+    /// from `inv.spec` ([`super::spec::StepSpec::session`]; Apply in run modes, Check in `*-check`
     /// modes: pending changes are drift and fail the step, each listed on the step's
     /// stderr), output relayed like a process's (console via `console`, the step's log
     /// files, redaction), then the step's deferred work (daemon-reload, grub), whose failure
@@ -211,14 +210,15 @@ impl ScriptRunner {
     /// step with the error on stderr.
     pub async fn run_step(
         &self,
-        mut inv: super::step::StepInvocation,
-        console: Arc<dyn super::step::ConsoleStreams>,
-    ) -> super::step::StepResult {
-        use super::step::{StepProgram, StepResult};
-        use crate::host::{Host, root::HostRoot};
+        mut inv: super::invocation::StepInvocation,
+        console: Arc<dyn super::invocation::ConsoleStreams>,
+    ) -> super::invocation::StepResult {
+        use super::invocation::{StepProgram, StepResult};
+        use crate::host::root::HostRoot;
         use crate::logs::sink::Label;
+        let exec = inv.spec.exec;
         let StepProgram::Script(script) = &inv.program else {
-            return StepResult::failed(1);
+            return StepResult::failed(exec, 1);
         };
         let file = script.file().to_string();
         let session_root = match self
@@ -233,7 +233,7 @@ impl ScriptRunner {
                     self.root.display(),
                     crate::chain::render(&e)
                 ));
-                return StepResult::failed(1);
+                return StepResult::failed(exec, 1);
             }
         };
         let (out_file, err_file) = match inv.logs.take() {
@@ -258,15 +258,14 @@ impl ScriptRunner {
             )
             .with_log_format(self.log_format),
         );
-        let check = inv.exec == crate::host::ExecMode::Check;
-        let mut options = inv.host.clone();
-        options.redactor = Some(inv.redactor.clone());
-        let api = Arc::new(HostApi::new(Host::new(session_root, inv.exec, options)));
+        let check = inv.spec.exec == crate::host::ExecMode::Check;
+        inv.spec.redactor = Some(inv.redactor.clone());
+        let api = Arc::new(inv.spec.session(session_root));
         let outcome = {
             let runner = self.clone();
             let (script, ctx, api, out) = (
                 script.clone(),
-                inv.context.clone(),
+                inv.spec.context(),
                 api.clone(),
                 output.clone(),
             );
@@ -287,7 +286,7 @@ impl ScriptRunner {
                 let log_errors = finish_output(&output, &*console);
                 return StepResult {
                     log_errors,
-                    ..StepResult::failed(1)
+                    ..StepResult::failed(exec, 1)
                 };
             }
         };
@@ -311,7 +310,7 @@ impl ScriptRunner {
                 if !check {
                     interrupts = report.interrupts.clone();
                 }
-                Some(report)
+                report
             }
             Err(e) => {
                 let msg = format!("{file}: {}", inv.redactor.redact(&crate::chain::render(&e)));
@@ -321,13 +320,14 @@ impl ScriptRunner {
                 if status == 0 {
                     status = 1;
                 }
-                e.report.map(|r| *r)
+                e.report
+                    .map_or_else(|| crate::host::Report::new(exec), |r| *r)
             }
         };
         let log_errors = finish_output(&output, &*console);
         StepResult {
             ok,
-            status,
+            code: status,
             ran: true,
             interrupts,
             report,
@@ -339,8 +339,11 @@ impl ScriptRunner {
 }
 
 /// End a step's output and report its write errors on stderr (as a process step's).
-fn finish_output(output: &SinkOutput, console: &dyn super::step::ConsoleStreams) -> Vec<String> {
-    let lines = super::step::log_error_lines(&output.finish());
+fn finish_output(
+    output: &SinkOutput,
+    console: &dyn super::invocation::ConsoleStreams,
+) -> Vec<String> {
+    let lines = super::invocation::log_error_lines(&output.finish());
     for line in &lines {
         console.error_line(line);
     }
