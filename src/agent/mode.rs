@@ -15,7 +15,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::host::effect::InterruptRequest;
+use crate::host::effects::effect::InterruptRequest;
 use crate::host::root::HostRoot;
 use crate::host::{ExecMode, HostOptions};
 use crate::logs::redact::Redactor;
@@ -176,7 +176,7 @@ pub struct ModeLoop<'a, R> {
     pub logs: crate::logs::retention::LogIndex,
     /// The directories the run's steps touch (flags, logs), each resolved once per run
     /// (start with `RunDirs::default()`).
-    pub dirs: crate::host::run_dirs::RunDirs,
+    pub dirs: crate::host::root::run_dirs::RunDirs,
 }
 
 impl<R: StepRunner> ModeLoop<'_, R> {
@@ -883,7 +883,7 @@ impl ModeRun<'_> {
             keep_fds: vec![lock.as_raw_fd()],
             lock_keeper: Some(&keeper),
             logs: crate::logs::retention::LogIndex::default(),
-            dirs: crate::host::run_dirs::RunDirs::default(),
+            dirs: crate::host::root::run_dirs::RunDirs::default(),
         };
         let outcome = tracing::Instrument::instrument(mode_loop.run(), span).await?;
         keeper.stop()?;

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use chrono::{Datelike, NaiveDateTime, Timelike};
 
+use crate::host::root::run_dirs::RunDirs;
 use crate::host::root::{HostRoot, RootError};
-use crate::host::run_dirs::RunDirs;
 
 /// The replacement character U+FFFD, UTF-8 encoded.
 const REPLACEMENT: &[u8] = "\u{FFFD}".as_bytes();

@@ -17,7 +17,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::host::effect::InterruptRequest;
+use crate::host::effects::effect::InterruptRequest;
 use crate::host::{ExecMode, HostOptions, Report};
 use crate::logs::redact::Redactor;
 use crate::logs::sink::{LogError, StepLogFiles};
