@@ -191,6 +191,9 @@ pub struct Host {
     /// Directories whose entries the executor changed, fsynced once when the step ends
     /// ([`crate::host::root::durability`]).
     pub(crate) dir_syncs: crate::host::root::durability::DirSyncs,
+    /// Every effect submitted, in order, once [`Host::record_effects`] was called: the
+    /// recording double tests assert an area's effects with.
+    recorded: Option<Vec<Effect>>,
 }
 
 impl Host {
@@ -235,7 +238,21 @@ impl Host {
             batch: Default::default(),
             hold_write: false,
             dir_syncs: Default::default(),
+            recorded: None,
         }
+    }
+
+    /// Record every effect submitted from now on ([`Host::recorded_effects`]), in addition
+    /// to executing it as the mode says (in plan mode nothing on the host changes, and later
+    /// reads of the session see the recorded effects through the read view).
+    pub fn record_effects(&mut self) {
+        self.recorded.get_or_insert_with(Vec::new);
+    }
+
+    /// The effects submitted since [`Host::record_effects`], in order (empty when not
+    /// recording).
+    pub fn recorded_effects(&self) -> &[Effect] {
+        self.recorded.as_deref().unwrap_or_default()
     }
 
     /// The execution mode.
@@ -321,6 +338,9 @@ impl Host {
     /// In apply mode, whatever performing it fails with; in plan/check mode, failures to
     /// read the current state for the diff.
     pub fn submit(&mut self, effect: Effect) -> Result<Option<CmdOutput>> {
+        if let Some(r) = &mut self.recorded {
+            r.push(effect.clone());
+        }
         let appended = self.appended.take();
         let hold =
             std::mem::take(&mut self.hold_write) && matches!(effect, Effect::WriteFile { .. });
@@ -742,6 +762,50 @@ impl Host {
                 mtime: m.mtime(),
             }
         }))
+    }
+
+    /// The read view of a unit's state (active, enabled) as earlier effects of this session
+    /// planned it; `(None, None)` in apply mode, where the host itself answers.
+    pub(crate) fn planned_service(&self, name: &str) -> (Option<bool>, Option<bool>) {
+        match self.mode {
+            ExecMode::Apply => (None, None),
+            _ => self.overlay.services.get(name).copied().unwrap_or_default(),
+        }
+    }
+
+    /// The read view of a package's presence (`name` as given to `pkg::install` or
+    /// `pkg::remove`) as earlier effects of this session planned it; `None` in apply mode or
+    /// when nothing was planned.
+    pub(crate) fn planned_package(&self, name: &str) -> Option<bool> {
+        match self.mode {
+            ExecMode::Apply => None,
+            _ => self.overlay.packages.get(name).copied(),
+        }
+    }
+
+    /// The read view of a package hold as earlier effects of this session planned it; `None`
+    /// in apply mode or when nothing was planned.
+    pub(crate) fn planned_hold(&self, name: &str) -> Option<bool> {
+        match self.mode {
+            ExecMode::Apply => None,
+            _ => self.overlay.holds.get(name).copied(),
+        }
+    }
+
+    /// Whether an earlier effect of this session planned to load kernel module `name` (as
+    /// the kernel names it, `-` read as `_`); always false in apply mode.
+    pub(crate) fn planned_module_load(&self, name: &str) -> bool {
+        self.mode != ExecMode::Apply && self.overlay.modules.contains(name)
+    }
+
+    /// The read view of a mount point (normalised host path) as earlier effects of this
+    /// session planned it: mounted (`true`) or unmounted; `None` in apply mode or when
+    /// nothing was planned.
+    pub(crate) fn planned_mount(&self, path: &Path) -> Option<bool> {
+        match self.mode {
+            ExecMode::Apply => None,
+            _ => self.overlay.mounts.get(path).copied(),
+        }
     }
 
     /// Content of the file at `path` (following symlinks); `None` when absent. A file on disk

@@ -43,7 +43,6 @@ use std::path::{Path, PathBuf};
 use crate::host::Host;
 use crate::host::effects::effect::Effect;
 pub use crate::host::effects::effect::canonical_name;
-use crate::host::effects::report::ExecMode;
 use crate::host::root::error::{HostError, Result};
 
 /// The live module table (a host path).
@@ -393,7 +392,7 @@ fn module_table(h: &Host) -> Result<Option<std::collections::HashSet<String>>> {
 /// Invalid name; read failures.
 pub fn loaded(h: &Host, name: &str) -> Result<bool> {
     check_name(name)?;
-    if h.mode() != ExecMode::Apply && h.overlay.modules.contains(&canonical_name(name)) {
+    if h.planned_module_load(&canonical_name(name)) {
         return Ok(true);
     }
     Ok(module_table(h)?.is_some_and(|t| t.contains(&canonical_name(name))))
@@ -417,4 +416,32 @@ pub fn load(h: &mut Host, name: &str) -> Result<bool> {
         known,
     })?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// The exact effects `kmod::load` submits, recorded in a plan: one load for a module the
+    /// module table does not list (by its kernel name), none for a listed one or a planned one.
+    #[test]
+    fn load_submits_one_effect_and_reads_the_planned_module() {
+        let t = TestHost::new();
+        t.file(
+            "/proc/modules",
+            "nvidia_uvm 1904640 0 - Live 0x0000000000000000\n",
+        );
+        let mut h = t.host(ExecMode::Plan);
+        h.record_effects();
+        assert!(!load(&mut h, "nvidia-uvm").unwrap());
+        assert!(load(&mut h, "nvidia-drm").unwrap());
+        assert!(loaded(&h, "nvidia_drm").unwrap());
+        assert!(!load(&mut h, "nvidia_drm").unwrap());
+        assert_eq!(
+            format!("{:?}", h.recorded_effects()),
+            "[ModuleLoad { name: \"nvidia-drm\", known: true }]"
+        );
+    }
 }

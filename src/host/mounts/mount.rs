@@ -36,7 +36,6 @@ use std::path::{Path, PathBuf};
 
 use crate::host::Host;
 use crate::host::effects::effect::{Effect, MountOp};
-use crate::host::effects::report::ExecMode;
 use crate::host::root::error::{HostError, Result};
 use crate::host::root::normalize;
 
@@ -288,9 +287,7 @@ fn fstab_entry(h: &Host, path: &Path) -> Result<Option<(String, String, String)>
 /// The filesystem mounted at `path` (already normalised), as the session sees it: in plan
 /// and check mode a planned mount or unmount answers first.
 fn current(h: &Host, path: &Path) -> Result<Option<MountEntry>> {
-    if h.mode() != ExecMode::Apply
-        && let Some(&mounted) = h.overlay.mounts.get(path)
-    {
+    if let Some(mounted) = h.planned_mount(path) {
         if !mounted {
             return Ok(None);
         }

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use crate::host::ExecMode;
+use crate::host::effects::effect::Effect;
 use crate::host::kernel::kmod::{self, BlacklistOptions, FileOptions};
 use crate::host::mounts::mount::{self, MountSpec, MountState};
 use crate::host::tests::{all_modes, s, snapshot};
@@ -684,4 +685,37 @@ fn mount_source_starting_with_hash_is_refused() {
     }
     assert_eq!(t.read("/etc/fstab"), "/dev/sda1 / ext4 defaults 0 1\n");
     assert!(!t.p("/mnt").exists());
+}
+
+/// The exact effects `mount::ensure` and `mount::remove` submit, recorded in a plan: the
+/// fstab line (a file write), the mount, then the unmount and the line's removal; the planned
+/// mount state answers `is_mounted` through the read view.
+#[test]
+fn mount_submits_exact_effects_and_reads_the_planned_mount() {
+    let t = mount_host();
+    let mut h = t.host(ExecMode::Plan);
+    h.record_effects();
+    assert!(mount::ensure(&mut h, "/data", &spec("/dev/nvme1n1", "xfs", "defaults")).unwrap());
+    assert!(mount::is_mounted(&h, "/data").unwrap());
+    assert!(mount::remove(&mut h, "/data").unwrap());
+    assert!(!mount::is_mounted(&h, "/data").unwrap());
+    let kinds: Vec<String> = h
+        .recorded_effects()
+        .iter()
+        .map(|e| match e {
+            Effect::Mount { .. } => format!("{e:?}"),
+            _ => format!("{} {}", e.kind(), e.target()),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "write /etc/fstab",
+            "mkdir /data",
+            "Mount { path: \"/data\", op: Mount }",
+            "Mount { path: \"/data\", op: Unmount }",
+            "write /etc/fstab"
+        ]
+    );
+    assert!(t.calls().is_empty(), "a plan ran {:?}", t.calls());
 }

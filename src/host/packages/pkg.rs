@@ -14,7 +14,6 @@ use crate::host::Host;
 use crate::host::effects::effect::{Effect, PkgManager};
 pub use crate::host::effects::effect::{PackageSpec, parse_spec};
 use crate::host::effects::exec::{RunOptions, exec};
-use crate::host::effects::report::ExecMode;
 use crate::host::root::error::{HostError, Result};
 
 /// `pkg::manager()`: from the host's os-release family: debian → apt; rhel and fedora → dnf
@@ -107,10 +106,8 @@ fn real_version(h: &Host, m: PkgManager, name: &str) -> Result<Option<String>> {
 /// Invalid name; no package manager; the query failing to start.
 pub fn installed(h: &Host, name: &str) -> Result<bool> {
     check_name(name)?;
-    if h.mode() != ExecMode::Apply
-        && let Some(p) = h.overlay.packages.get(name)
-    {
-        return Ok(*p);
+    if let Some(p) = h.planned_package(name) {
+        return Ok(p);
     }
     let m = need_manager(h)?;
     if parse_spec(m, name).version.is_some() {
@@ -126,10 +123,7 @@ pub fn installed(h: &Host, name: &str) -> Result<bool> {
 /// As [`installed`].
 pub fn version(h: &Host, name: &str) -> Result<Option<String>> {
     check_name(name)?;
-    if h.mode() != ExecMode::Apply
-        && let Some(p) = h.overlay.packages.get(name)
-        && !*p
-    {
+    if h.planned_package(name) == Some(false) {
         return Ok(None);
     }
     let m = need_manager(h)?;
@@ -153,13 +147,11 @@ fn satisfied(h: &Host, m: PkgManager, raw: &str) -> Result<bool> {
         return installed(h, raw);
     };
     check_name(&spec.name)?;
-    if h.mode() != ExecMode::Apply {
-        if let Some(p) = h.overlay.packages.get(raw) {
-            return Ok(*p);
-        }
-        if h.overlay.packages.get(&spec.name) == Some(&false) {
-            return Ok(false);
-        }
+    if let Some(p) = h.planned_package(raw) {
+        return Ok(p);
+    }
+    if h.planned_package(&spec.name) == Some(false) {
+        return Ok(false);
     }
     Ok(real_version(h, m, &spec.name)?.is_some_and(|v| version_matches(m, &v, want)))
 }

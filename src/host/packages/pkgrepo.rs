@@ -31,7 +31,6 @@ use std::path::{Path, PathBuf};
 use crate::host::Host;
 use crate::host::effects::effect::{Effect, PkgManager};
 use crate::host::effects::exec::{RunOptions, exec};
-use crate::host::effects::report::ExecMode;
 use crate::host::fetch::{self, FetchOptions};
 use crate::host::packages::pkg::{check_name, need_manager};
 use crate::host::root::error::{HostError, Result};
@@ -379,9 +378,7 @@ fn set_hold(h: &mut Host, func: &str, names: &[String], hold: bool) -> Result<bo
     let held = held(h, m)?;
     let mut todo: Vec<String> = Vec::new();
     for n in names {
-        let planned = (h.mode() != ExecMode::Apply)
-            .then(|| h.overlay.holds.get(n).copied())
-            .flatten();
+        let planned = h.planned_hold(n);
         let is_held = planned.unwrap_or_else(|| held.contains(n));
         if is_held != hold && !todo.contains(n) {
             todo.push(n.clone());

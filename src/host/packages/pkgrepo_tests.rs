@@ -474,3 +474,33 @@ fn new_change_kinds_hold_to_the_plan_schema() {
     let errors: Vec<String> = v.iter_errors(&json).map(|e| e.to_string()).collect();
     assert!(errors.is_empty(), "{errors:#?}\n{json:#}");
 }
+
+/// The exact effects `pkg::install` and `pkg::hold` submit, recorded in a plan: only the
+/// packages not installed in the version asked for, one hold effect; the planned install
+/// and hold answer the later calls through the read view (nothing more is submitted).
+#[test]
+fn install_and_hold_submit_exact_effects_and_read_the_planned_state() {
+    let t = TestHost::new();
+    debian(&t);
+    t.file("/state/pkg-curl", "8.5\n");
+    let mut h = t.host(ExecMode::Plan);
+    h.record_effects();
+    assert!(
+        pkg::install(
+            &mut h,
+            &s(&["curl", "jq", "cuda-drivers=550.90.07-1"]),
+            false
+        )
+        .unwrap()
+    );
+    assert!(pkg::installed(&h, "jq").unwrap());
+    assert!(!pkg::install(&mut h, &s(&["jq"]), false).unwrap());
+    assert!(pkgrepo::hold(&mut h, &s(&["jq", "jq"])).unwrap());
+    assert!(!pkgrepo::hold(&mut h, &s(&["jq"])).unwrap());
+    assert_eq!(
+        format!("{:?}", h.recorded_effects()),
+        "[PackageInstall { manager: Apt, names: [\"jq\", \"cuda-drivers=550.90.07-1\"], update: false }, \
+         PackageHold { manager: Apt, names: [\"jq\"], hold: true }]"
+    );
+    assert!(mutations(&t).is_empty(), "a plan ran {:?}", mutations(&t));
+}

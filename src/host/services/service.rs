@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use crate::host::Host;
 use crate::host::effects::effect::{Effect, ServiceAction, ServiceOp};
 use crate::host::effects::exec::{RunOptions, exec};
-use crate::host::effects::report::ExecMode;
 use crate::host::root::error::{HostError, Result};
 
 /// Suffixes that make a name a full unit name (`x.socket`), so its drop-in directory is
@@ -51,10 +50,8 @@ fn query_ok(h: &Host, args: &[&str]) -> Result<bool> {
 pub fn is_active(h: &mut Host, name: &str) -> Result<bool> {
     check_name(name)?;
     h.flush_daemon_reload()?;
-    if h.mode() != ExecMode::Apply
-        && let Some((Some(a), _)) = h.overlay.services.get(name)
-    {
-        return Ok(*a);
+    if let (Some(a), _) = h.planned_service(name) {
+        return Ok(a);
     }
     query_ok(h, &["is-active", name])
 }
@@ -66,10 +63,8 @@ pub fn is_active(h: &mut Host, name: &str) -> Result<bool> {
 pub fn is_enabled(h: &mut Host, name: &str) -> Result<bool> {
     check_name(name)?;
     h.flush_daemon_reload()?;
-    if h.mode() != ExecMode::Apply
-        && let Some((_, Some(e))) = h.overlay.services.get(name)
-    {
-        return Ok(*e);
+    if let (_, Some(e)) = h.planned_service(name) {
+        return Ok(e);
     }
     query_ok(h, &["is-enabled", name])
 }
@@ -221,4 +216,42 @@ pub fn remove_drop_in(h: &mut Host, name: &str, file: &str) -> Result<bool> {
         h.schedule_daemon_reload();
     }
     Ok(changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// The exact effects `service::` submits, recorded in a plan (the host is not changed),
+    /// and the planned unit state answering the later queries through the read view.
+    #[test]
+    fn submits_one_effect_per_state_change_and_reads_the_planned_state() {
+        let t = TestHost::new();
+        t.systemctl_stub();
+        t.file("/state/nginx.enabled", "yes\n");
+        let mut h = t.host(ExecMode::Plan);
+        h.record_effects();
+        assert!(start(&mut h, "nginx").unwrap());
+        assert!(!enable(&mut h, "nginx").unwrap());
+        assert!(is_active(&mut h, "nginx").unwrap());
+        assert!(!start(&mut h, "nginx").unwrap());
+        assert!(disable(&mut h, "nginx").unwrap());
+        assert!(!is_enabled(&mut h, "nginx").unwrap());
+        restart(&mut h, "nginx").unwrap();
+        assert_eq!(
+            format!("{:?}", h.recorded_effects()),
+            "[Service { name: \"nginx\", op: Start }, Service { name: \"nginx\", op: Disable }, \
+             ServiceAction { name: \"nginx\", action: Restart }]"
+        );
+        assert_eq!(
+            t.calls(),
+            [
+                "systemctl is-active nginx",
+                "systemctl is-enabled nginx",
+                "systemctl is-enabled nginx"
+            ]
+        );
+    }
 }
