@@ -147,6 +147,17 @@ pub struct Stat {
     pub mtime: i64,
 }
 
+/// What [`Host::view_for_digest`] found at a path.
+#[derive(Debug)]
+pub(crate) enum ViewedFile {
+    /// A planned download: its SHA-256 digest (64 lowercase hex digits).
+    Digest(String),
+    /// A planned file: its content.
+    Content(bytes::Bytes),
+    /// Nothing planned: the host path to open under the root.
+    Open(PathBuf),
+}
+
 /// One step's session over a host root: the view, the executor and the report.
 #[derive(Debug)]
 pub struct Host {
@@ -360,7 +371,7 @@ impl Host {
         // A daemon-reload (explicit or scheduled) satisfies a scheduled one.
         let reload = matches!(effect, Effect::DaemonReload);
         let was_pending = reload && std::mem::take(&mut self.pending_daemon_reload);
-        let with_diff = self.mode != ExecMode::Apply || self.opts.diffs;
+        let with_diff = self.renders_diffs();
         let d = self.describe(&effect, with_diff, appended.as_ref())?;
         let before = self.hash_before(&effect)?;
         let out = match self.mode {
@@ -762,6 +773,35 @@ impl Host {
                 mtime: m.mtime(),
             }
         }))
+    }
+
+    /// Whether the session renders the diffs of its changes: plan and check mode, and apply
+    /// with [`HostOptions::diffs`].
+    pub(crate) fn renders_diffs(&self) -> bool {
+        self.mode != ExecMode::Apply || self.opts.diffs
+    }
+
+    /// Where the read view finds the content of the regular file at `path` for a digest: in
+    /// plan and check mode a planned download gives its digest and a planned file its
+    /// content; otherwise the host path to open under the root (the overlay's resolved key
+    /// in plan and check mode, `path` itself in apply).
+    ///
+    /// # Errors
+    /// Resolving the path through the planned symlinks.
+    pub(crate) fn view_for_digest(&self, path: &Path) -> Result<ViewedFile> {
+        if self.mode == ExecMode::Apply {
+            return Ok(ViewedFile::Open(path.to_path_buf()));
+        }
+        let key = self.overlay_key(path, true)?;
+        Ok(match self.overlay.lookup(&key) {
+            Some(crate::host::effects::plan::Node::Download { sha256, .. }) => {
+                ViewedFile::Digest(sha256.clone())
+            }
+            Some(crate::host::effects::plan::Node::File { content, .. }) => {
+                ViewedFile::Content(content.clone())
+            }
+            _ => ViewedFile::Open(key),
+        })
     }
 
     /// The read view of a unit's state (active, enabled) as earlier effects of this session

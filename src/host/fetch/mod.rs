@@ -31,11 +31,11 @@ use sha2::{Digest, Sha256};
 pub use crate::host::effects::download::{CA_BUNDLES, Download, MAX_REDIRECTS};
 use crate::host::effects::download::{hex, parse_url};
 use crate::host::effects::effect::Effect;
-use crate::host::effects::plan::Node;
-use crate::host::effects::session::Stat;
+
+use crate::host::Host;
+use crate::host::effects::session::{Stat, ViewedFile};
 use crate::host::files::fs::host_path;
 use crate::host::root::error::{HostError, Result};
-use crate::host::{ExecMode, Host};
 
 /// Default of the `timeout` option: the whole download (connect, redirects, body) may take
 /// this long (300 s), capped by what remains of the step's deadline.
@@ -193,17 +193,10 @@ fn current(h: &Host, path: &Path) -> Result<Option<(String, Stat)>> {
             });
         }
     }
-    let key = if h.mode() == ExecMode::Apply {
-        path.to_path_buf()
-    } else {
-        let key = h.overlay_key(path, true)?;
-        match h.overlay.lookup(&key) {
-            Some(Node::Download { sha256, .. }) => return Ok(Some((sha256.clone(), stat))),
-            Some(Node::File { content, .. }) => {
-                return Ok(Some((hex(&Sha256::digest(content)), stat)));
-            }
-            _ => key,
-        }
+    let key = match h.view_for_digest(path)? {
+        ViewedFile::Digest(sha256) => return Ok(Some((sha256, stat))),
+        ViewedFile::Content(content) => return Ok(Some((hex(&Sha256::digest(&content)), stat))),
+        ViewedFile::Open(key) => key,
     };
     let mut f = h.root().open_regular(&key)?;
     let mut hasher = Sha256::new();
@@ -237,6 +230,32 @@ mod tests {
 
     fn u(s: &str) -> Uri {
         s.parse().unwrap()
+    }
+
+    /// The exact effect `fs::fetch` submits, recorded in a plan (nothing is requested), and
+    /// the planned download answering a second call with the same digest through the read
+    /// view.
+    #[test]
+    fn fetch_submits_one_download_and_reads_the_planned_digest() {
+        let t = crate::host::testutil::TestHost::new();
+        let mut h = t.host(crate::host::ExecMode::Plan);
+        h.record_effects();
+        let o = FetchOptions {
+            sha256: Some("AB".repeat(32)),
+            mode: Some(0o755),
+            ..Default::default()
+        };
+        assert!(fetch(&mut h, "http://127.0.0.1:9/tool", "/opt/tool", &o).unwrap());
+        assert!(!fetch(&mut h, "http://127.0.0.1:9/tool", "/opt/tool", &o).unwrap());
+        assert_eq!(
+            format!("{:?}", h.recorded_effects()),
+            format!(
+                "[Fetch(Download {{ url: \"http://127.0.0.1:9/tool\", path: \"/opt/tool\", \
+                 sha256: \"{}\", mode: Some(493), uid: None, gid: None, timeout: 300s, \
+                 max_bytes: 4294967296 }})]",
+                "ab".repeat(32)
+            )
+        );
     }
 
     #[test]

@@ -680,7 +680,7 @@ impl Db {
 /// # Errors
 /// Reading the current content.
 fn redact_shown(h: &Host, path: &str, new: &[u8]) -> Result<()> {
-    if h.mode() == ExecMode::Apply && !h.options().diffs {
+    if !h.renders_diffs() {
         return Ok(());
     }
     let old = h.view_read(Path::new(path))?.unwrap_or_default();
