@@ -54,10 +54,12 @@ use crate::host::effects::effect::{
     Effect, EffectClass, GrubUpdate, InitramfsTool, InterruptRequest,
 };
 use crate::host::effects::exec::{CmdOutput, RunOptions};
+use crate::host::effects::lines::{Lines, Stamp, View};
 use crate::host::effects::plan::Overlay;
 use crate::host::effects::report::{Action, Change, ExecMode, Item, Journal, Position, Report};
 use crate::host::root::deferred::{self, GrubPending};
 use crate::host::root::error::{HostError, Result};
+use crate::host::root::read::MAX_READ_BYTES;
 use crate::host::root::{EntryKind, HostRoot};
 use crate::logs::redact::Redactor;
 
@@ -773,6 +775,68 @@ impl Host {
                 mtime: m.mtime(),
             }
         }))
+    }
+
+    /// The session's view of the text file at `path` (module [`crate::host::effects::lines`]), taken out
+    /// of the session's cache when it still shows the file, else read and parsed. In apply mode
+    /// the file is `stat`ed first and a cached view is used only when its [`Stamp`](crate::host::effects::lines::Stamp) equals the
+    /// file's, so a change by another process (or a command of this step) is always seen; in
+    /// plan and check mode a cached view is valid until the session's next effect (which clears
+    /// the cache), and a file is read through the overlay.
+    ///
+    /// # Errors
+    /// A directory at `path`; [`HostError::NotText`]; resolution or read failures.
+    pub(crate) fn take_line_view(&mut self, path: &Path, key: &Path) -> Result<View> {
+        if self.mode != ExecMode::Apply {
+            if let Some(v) = self.texts.remove(key) {
+                return Ok(v);
+            }
+            let content = self.view_read(path)?;
+            let exists = content.is_some();
+            let lines = Lines::parse(crate::host::root::read::text(
+                path,
+                content.unwrap_or_default(),
+            )?);
+            return Ok(View {
+                exists,
+                lines,
+                stamp: None,
+            });
+        }
+        let stamp = match self.root().metadata(path)? {
+            None => None,
+            Some(m) if m.is_dir() => {
+                return Err(HostError::WrongKind {
+                    path: path.to_path_buf(),
+                    what: "is a directory",
+                });
+            }
+            Some(m) => {
+                crate::host::root::read::check_regular(path, &m)?;
+                Some(Stamp::of(&m))
+            }
+        };
+        if let Some(v) = self.texts.remove(key)
+            && v.stamp == stamp
+            && v.exists == stamp.is_some()
+        {
+            return Ok(v);
+        }
+        // Read after the stat: content newer than the stamp only causes a re-read next time. Read
+        // as `read_whole` does: a regular file, non-blocking, at most `MAX_READ_BYTES`.
+        let content = match stamp {
+            None => None,
+            Some(_) => Some(self.root().read_regular(path, MAX_READ_BYTES)?),
+        };
+        let exists = content.is_some();
+        Ok(View {
+            exists,
+            lines: Lines::parse(crate::host::root::read::text(
+                path,
+                content.unwrap_or_default(),
+            )?),
+            stamp,
+        })
     }
 
     /// Whether the session renders the diffs of its changes: plan and check mode, and apply

@@ -12,16 +12,16 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::host::Host;
 use crate::host::effects::effect::Effect;
-use crate::host::effects::lines::{Lines, Stamp, View};
+use crate::host::effects::lines::{Lines, Stamp};
 use crate::host::effects::session::Stat;
 use crate::host::effects::textdiff::Appended;
 use crate::host::root::EntryKind;
 use crate::host::root::error::{HostError, Result};
-use crate::host::{ExecMode, Host};
 
 pub use crate::host::root::read::MAX_READ_BYTES;
-use crate::host::root::read::check_regular;
+use crate::host::root::read::{check_regular, text};
 
 /// Options of `write`, `copy`: attributes to set (`None` keeps the existing file's).
 #[derive(Debug, Clone, Default)]
@@ -91,12 +91,6 @@ fn compile(pattern: &str) -> Result<regex::Regex> {
     regex::Regex::new(pattern).map_err(|source| HostError::Regex {
         pattern: pattern.into(),
         source,
-    })
-}
-
-fn text(path: &Path, bytes: Vec<u8>) -> Result<String> {
-    String::from_utf8(bytes).map_err(|_| HostError::NotText {
-        path: path.to_path_buf(),
     })
 }
 
@@ -469,64 +463,8 @@ pub(crate) fn edit_with(
     changed
 }
 
-/// The session's view of the text file at `path` (module [`crate::host::effects::lines`]), taken out
-/// of the session's cache when it still shows the file, else read and parsed. In apply mode
-/// the file is `stat`ed first and a cached view is used only when its [`Stamp`] equals the
-/// file's, so a change by another process (or a command of this step) is always seen; in
-/// plan and check mode a cached view is valid until the session's next effect (which clears
-/// the cache), and a file is read through the overlay.
-///
-/// # Errors
-/// A directory at `path`; [`HostError::NotText`]; resolution or read failures.
-fn take_view(h: &mut Host, path: &Path, key: &Path) -> Result<View> {
-    if h.mode() != ExecMode::Apply {
-        if let Some(v) = h.texts.remove(key) {
-            return Ok(v);
-        }
-        let content = h.view_read(path)?;
-        let exists = content.is_some();
-        let lines = Lines::parse(text(path, content.unwrap_or_default())?);
-        return Ok(View {
-            exists,
-            lines,
-            stamp: None,
-        });
-    }
-    let stamp = match h.root().metadata(path)? {
-        None => None,
-        Some(m) if m.is_dir() => {
-            return Err(HostError::WrongKind {
-                path: path.to_path_buf(),
-                what: "is a directory",
-            });
-        }
-        Some(m) => {
-            check_regular(path, &m)?;
-            Some(Stamp::of(&m))
-        }
-    };
-    if let Some(v) = h.texts.remove(key)
-        && v.stamp == stamp
-        && v.exists == stamp.is_some()
-    {
-        return Ok(v);
-    }
-    // Read after the stat: content newer than the stamp only causes a re-read next time. Read
-    // as `read_whole` does: a regular file, non-blocking, at most `MAX_READ_BYTES`.
-    let content = match stamp {
-        None => None,
-        Some(_) => Some(h.root().read_regular(path, MAX_READ_BYTES)?),
-    };
-    let exists = content.is_some();
-    Ok(View {
-        exists,
-        lines: Lines::parse(text(path, content.unwrap_or_default())?),
-        stamp,
-    })
-}
-
 /// A read-modify-write of the lines of the text file at `path` through the session's view
-/// ([`take_view`]). `change` edits the lines in place (given whether the file exists) and
+/// ([`Host::take_line_view`]). `change` edits the lines in place (given whether the file exists) and
 /// returns whether it changed anything; it must return `Err` or `Ok(false)` before
 /// touching them. In apply mode a change is made under the path's lock
 /// ([`crate::host::root::pathlock`]): the view is checked against the file again under the lock,
@@ -544,7 +482,7 @@ fn edit_view(
     if let Some(changed) = crate::host::effects::batch::edit_pending(h, path, &key, &change)? {
         return Ok(changed);
     }
-    let mut view = take_view(h, path, &key)?;
+    let mut view = h.take_line_view(path, &key)?;
     // What the last rendering (the content the session last wrote here) was, to tell the
     // plan's diff when the change only appended lines ([`Appended`]).
     let mut mark = view.lines.rendered_mark();
@@ -558,7 +496,7 @@ fn edit_view(
         // Decide again on the file as it is under the lock.
         let now = h.root().metadata(path)?.map(|m| Stamp::of(&m));
         if now != view.stamp {
-            view = take_view(h, path, &key)?;
+            view = h.take_line_view(path, &key)?;
             mark = None;
             if !change(&mut view.lines, view.exists)? {
                 h.texts.insert(key, view);
@@ -940,4 +878,45 @@ pub fn symlink(h: &mut Host, target: &str, link: &str) -> Result<bool> {
         link: path,
     })?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// The exact effects the line functions submit in a plan: one whole-file write per
+    /// changing call, with the content the file would have; the planned content answers the
+    /// next call through the session's line view (an unchanged call submits nothing).
+    #[test]
+    fn line_edits_submit_one_write_each_and_read_the_planned_lines() {
+        let t = TestHost::new();
+        t.file("/etc/x.conf", "a\n");
+        let mut h = t.host(ExecMode::Plan);
+        h.record_effects();
+        let o = LineOptions::default();
+        assert!(ensure_line(&mut h, "/etc/x.conf", "b", &o).unwrap());
+        assert!(!ensure_line(&mut h, "/etc/x.conf", "b", &o).unwrap());
+        assert!(remove_line(&mut h, "/etc/x.conf", "^a$").unwrap());
+        let writes: Vec<(String, String)> = h
+            .recorded_effects()
+            .iter()
+            .map(|e| match e {
+                Effect::WriteFile { path, content, .. } => (
+                    path.display().to_string(),
+                    String::from_utf8_lossy(content).into_owned(),
+                ),
+                other => panic!("not a write: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            writes,
+            [
+                ("/etc/x.conf".to_string(), "a\nb\n".to_string()),
+                ("/etc/x.conf".to_string(), "b\n".to_string())
+            ]
+        );
+        assert_eq!(t.read("/etc/x.conf"), "a\n");
+    }
 }

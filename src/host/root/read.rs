@@ -60,3 +60,10 @@ pub(crate) fn check_regular(path: &Path, m: &std::fs::Metadata) -> Result<()> {
     }
     Ok(())
 }
+
+/// `bytes` as text: [`HostError::NotText`] naming `path` when they are not UTF-8.
+pub(crate) fn text(path: &Path, bytes: Vec<u8>) -> Result<String> {
+    String::from_utf8(bytes).map_err(|_| HostError::NotText {
+        path: path.to_path_buf(),
+    })
+}
