@@ -1022,6 +1022,37 @@ impl Host {
         Ok(Some(crate::host::root::pathlock::lock(&self.root, &key)?))
     }
 
+    /// Run `update`, a read-modify-write of the files at `paths` through the session, where
+    /// the apply executor holds the paths' locks ([`Host::lock_for_update`], in order) and
+    /// then `lock`'s guard (a lock of the files' own tools, such as `/etc/.pwd.lock`) across
+    /// it, released in the reverse order. In plan and check mode nothing is locked: the lock
+    /// directory the apply would create is planned and `update` runs as is.
+    ///
+    /// # Errors
+    /// Taking a lock; whatever `update` fails with.
+    pub(crate) fn locked_update<G, T>(
+        &mut self,
+        paths: &[&Path],
+        lock: impl FnOnce(&HostRoot) -> Result<G>,
+        update: impl FnOnce(&mut Host) -> Result<T>,
+    ) -> Result<T> {
+        if self.mode != ExecMode::Apply {
+            self.overlay_lock_dir()?;
+            return update(self);
+        }
+        let mut held = Vec::new();
+        for p in paths {
+            if let Some(l) = self.lock_for_update(p)? {
+                held.push(l);
+            }
+        }
+        let guard = lock(&self.root)?;
+        let r = update(self);
+        drop(guard);
+        drop(held);
+        r
+    }
+
     /// The path a lock of `path` is keyed by: the canonical parent directory plus the final
     /// name, following a final symlink (at most 40 hops) the same way. Never the canonical
     /// form of the file itself: resolving an open file's path races with the rename of a

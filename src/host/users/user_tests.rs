@@ -984,3 +984,44 @@ fn missing_parents_of_a_home_are_0755() {
     assert_eq!(meta(&t, "/srv/gpu"), (0o755, 0, 0));
     assert_eq!(meta(&t, "/srv/gpu/ops"), (0o750, 1001, 1001));
 }
+
+/// The exact effects `group::ensure` submits in a plan: one whole-file write of `/etc/group`
+/// and one of `/etc/gshadow` with the new line appended; the planned group answers
+/// `group::exists` and a second `ensure` (nothing more submitted).
+#[test]
+fn group_ensure_submits_the_account_file_writes_and_reads_the_planned_group() {
+    let t = debian();
+    let mut h = host(&t, ExecMode::Plan);
+    h.record_effects();
+    let o = GroupOptions {
+        gid: Some(2000),
+        system: false,
+    };
+    assert!(group::ensure(&mut h, "gpuops", &o).unwrap());
+    assert!(group::exists(&h, "gpuops").unwrap());
+    assert!(!group::ensure(&mut h, "gpuops", &o).unwrap());
+    let writes: Vec<(String, String)> = h
+        .recorded_effects()
+        .iter()
+        .map(|e| match e {
+            crate::host::effects::effect::Effect::WriteFile { path, content, .. } => (
+                path.display().to_string(),
+                String::from_utf8_lossy(content).into_owned(),
+            ),
+            other => (format!("{other:?}"), String::new()),
+        })
+        .collect();
+    assert_eq!(
+        writes,
+        [
+            (
+                "/etc/group".to_string(),
+                format!("{DEB_GROUP}gpuops:x:2000:\n")
+            ),
+            (
+                "/etc/gshadow".to_string(),
+                format!("{DEB_GSHADOW}gpuops:!::\n")
+            ),
+        ]
+    );
+}

@@ -50,10 +50,10 @@ use std::collections::BTreeSet;
 use std::fs::File;
 use std::path::Path;
 
+use crate::host::Host;
 use crate::host::effects::effect::Effect;
 use crate::host::root::error::{HostError, Result};
 use crate::host::root::{HostRoot, RootError};
-use crate::host::{ExecMode, Host};
 
 /// `/etc/passwd`.
 pub const PASSWD: &str = "/etc/passwd";
@@ -777,30 +777,12 @@ pub(crate) fn lock_pwd(root: &HostRoot) -> Result<PwdLock, RootError> {
 
 /// The locks of one apply-mode transaction. Fields drop in declaration order: the
 /// shadow-utils lock first, the path locks after it (module docs).
-struct Locks {
-    _pwd: PwdLock,
-    _paths: Vec<crate::host::root::pathlock::PathLock>,
-}
-
-fn lock_all(h: &mut Host) -> Result<Locks> {
-    let mut paths = Vec::new();
-    for p in [PASSWD, GROUP, SHADOW, GSHADOW] {
-        if let Some(l) = h.lock_for_update(Path::new(p))? {
-            paths.push(l);
-        }
-    }
-    Ok(Locks {
-        _pwd: lock_pwd(h.root())?,
-        _paths: paths,
-    })
-}
-
 /// One edit of the account files (module docs): `edit` changes the tables of a fresh
 /// [`Db`] (given the session for other reads, such as the home directory) and returns a
 /// value; every changed file is then written through
-/// [`Host::submit`]. Returns whether a file changed, and `edit`'s value. In apply mode a
-/// change is decided again under the locks on the files as they are then, and `edit` runs
-/// again (so it must only depend on the tables it is given).
+/// [`Host::submit`]. Returns whether a file changed, and `edit`'s value. A change is decided
+/// again inside [`Host::locked_update`] (in apply mode under the locks, on the files as they
+/// are then), and `edit` runs again (so it must only depend on the tables it is given).
 ///
 /// # Errors
 /// Whatever `edit` fails with; reads; locks; the writes.
@@ -813,19 +795,17 @@ pub(crate) fn transact<T>(
     if !db.dirty() {
         return Ok((false, value));
     }
-    if h.mode() != ExecMode::Apply {
-        // Where the apply takes its path locks (`lock_all`).
-        h.overlay_lock_dir()?;
-        db.write(h)?;
-        return Ok((true, value));
-    }
-    let locks = lock_all(h)?;
-    let mut db = Db::read(h)?;
-    let value = edit(h, &mut db)?;
-    let dirty = db.dirty();
-    let written = if dirty { db.write(h) } else { Ok(()) };
-    drop(locks);
-    written.map(|()| (dirty, value))
+    let paths = [PASSWD, GROUP, SHADOW, GSHADOW].map(Path::new);
+    let lock = |root: &HostRoot| lock_pwd(root).map_err(HostError::from);
+    h.locked_update(&paths, lock, |h| {
+        let mut db = Db::read(h)?;
+        let value = edit(h, &mut db)?;
+        let dirty = db.dirty();
+        if dirty {
+            db.write(h)?;
+        }
+        Ok((dirty, value))
+    })
 }
 
 #[cfg(test)]
