@@ -13,6 +13,7 @@ pub(crate) mod download;
 pub mod effect;
 pub mod exec;
 pub(crate) mod hashes;
+pub(crate) mod line_edit;
 pub(crate) mod lines;
 pub mod os_release;
 pub(crate) mod plan;

@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 
 use crate::host::Host;
 use crate::host::effects::effect::Effect;
-use crate::host::effects::lines::{Lines, Stamp};
+use crate::host::effects::line_edit::{self, LineEdit};
+use crate::host::effects::lines::Lines;
 use crate::host::effects::session::Stat;
-use crate::host::effects::textdiff::Appended;
 use crate::host::root::EntryKind;
 use crate::host::root::error::{HostError, Result};
 
@@ -463,99 +463,22 @@ pub(crate) fn edit_with(
     changed
 }
 
-/// A read-modify-write of the lines of the text file at `path` through the session's view
-/// ([`Host::take_line_view`]). `change` edits the lines in place (given whether the file exists) and
-/// returns whether it changed anything; it must return `Err` or `Ok(false)` before
-/// touching them. In apply mode a change is made under the path's lock
-/// ([`crate::host::root::pathlock`]): the view is checked against the file again under the lock,
-/// and when another process changed the file meanwhile it is read again and `change` runs
-/// on the fresh lines. The file is written whole (atomically, with a final newline) and the
-/// view, now showing what was written, stays cached with the written file's stamp, so a
-/// file the session itself wrote is never read back.
+/// A read-modify-write of the lines of the text file at `path` through the session's line
+/// view ([`line_edit::edit_lines`]); a file whose lines no longer describe its bytes is
+/// written whole as `put` writes, under the lock the edit took.
 fn edit_view(
     h: &mut Host,
     path: &Path,
     change: impl Fn(&mut Lines, bool) -> Result<bool>,
 ) -> Result<bool> {
-    let key = crate::host::effects::plan::normalize(path);
-    // Apply mode: a batch of this file's edits is open, or another file's is written first.
-    if let Some(changed) = crate::host::effects::batch::edit_pending(h, path, &key, &change)? {
-        return Ok(changed);
-    }
-    let mut view = h.take_line_view(path, &key)?;
-    // What the last rendering (the content the session last wrote here) was, to tell the
-    // plan's diff when the change only appended lines ([`Appended`]).
-    let mut mark = view.lines.rendered_mark();
-    if !change(&mut view.lines, view.exists)? {
-        h.texts.insert(key, view);
-        h.note_unchanged();
-        return Ok(false);
-    }
-    let lock = h.lock_for_update(path)?;
-    if lock.is_some() {
-        // Decide again on the file as it is under the lock.
-        let now = h.root().metadata(path)?.map(|m| Stamp::of(&m));
-        if now != view.stamp {
-            view = h.take_line_view(path, &key)?;
-            mark = None;
-            if !change(&mut view.lines, view.exists)? {
-                h.texts.insert(key, view);
-                h.note_unchanged();
-                return Ok(false);
-            }
+    match line_edit::edit_lines(h, path, change)? {
+        LineEdit::Done(changed) => Ok(changed),
+        LineEdit::Irregular { content, lock } => {
+            let changed = put_locked(h, path, content, (None, None, None), |_| Ok(()));
+            drop(lock);
+            changed
         }
     }
-    if view.lines.irregular() {
-        // A line with a line break in it: the lines no longer describe the bytes, so
-        // compare bytes as `put` does and keep no view.
-        let content = view.lines.render();
-        let changed = put_locked(h, path, content.to_vec(), (None, None, None), |_| Ok(()));
-        drop(lock);
-        return changed;
-    }
-    let lock = match lock {
-        // Apply: record the change now, write once when the batch is flushed.
-        Some(lock) if h.batches_line_edits() => {
-            h.hold_write = true;
-            h.submit(Effect::WriteFile {
-                path: path.to_path_buf(),
-                content: Default::default(),
-                mode: None,
-                uid: None,
-                gid: None,
-            })?;
-            crate::host::effects::batch::begin(h, path, key, view, lock);
-            return Ok(true);
-        }
-        lock => lock,
-    };
-    let content = view.lines.render();
-    if let (Some((old_len, old_lines)), Some((_, now_lines))) = (mark, view.lines.rendered_mark())
-        && now_lines > old_lines
-    {
-        h.appended = Some(Appended {
-            path: key.clone(),
-            old_len,
-            old_lines,
-        });
-    }
-    // `submit` checks the ancestors ([`HostError::BadAncestor`]); the view's read resolved
-    // the path already.
-    h.submit(Effect::WriteFile {
-        path: path.to_path_buf(),
-        content,
-        mode: None,
-        uid: None,
-        gid: None,
-    })?;
-    if lock.is_some() {
-        // Still under the lock: the stamp is that of the file just written.
-        view.stamp = h.root().metadata(path)?.map(|m| Stamp::of(&m));
-    }
-    drop(lock);
-    view.exists = true;
-    h.texts.insert(key, view);
-    Ok(true)
 }
 
 /// `line` as `fs::ensure_line` takes it: one line, which reads back as itself.
