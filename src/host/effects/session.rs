@@ -1025,8 +1025,10 @@ impl Host {
     /// Run `update`, a read-modify-write of the files at `paths` through the session, where
     /// the apply executor holds the paths' locks ([`Host::lock_for_update`], in order) and
     /// then `lock`'s guard (a lock of the files' own tools, such as `/etc/.pwd.lock`) across
-    /// it, released in the reverse order. In plan and check mode nothing is locked: the lock
-    /// directory the apply would create is planned and `update` runs as is.
+    /// it, released in the reverse order; `update` is told `true`, so it reads the files
+    /// again under the locks. In plan and check mode nothing is locked: the lock directory
+    /// the apply would create is planned and `update` is told `false` (what it read before
+    /// still holds).
     ///
     /// # Errors
     /// Taking a lock; whatever `update` fails with.
@@ -1034,11 +1036,11 @@ impl Host {
         &mut self,
         paths: &[&Path],
         lock: impl FnOnce(&HostRoot) -> Result<G>,
-        update: impl FnOnce(&mut Host) -> Result<T>,
+        update: impl FnOnce(&mut Host, bool) -> Result<T>,
     ) -> Result<T> {
         if self.mode != ExecMode::Apply {
             self.overlay_lock_dir()?;
-            return update(self);
+            return update(self, false);
         }
         let mut held = Vec::new();
         for p in paths {
@@ -1047,7 +1049,7 @@ impl Host {
             }
         }
         let guard = lock(&self.root)?;
-        let r = update(self);
+        let r = update(self, true);
         drop(guard);
         drop(held);
         r

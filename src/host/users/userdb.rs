@@ -780,9 +780,9 @@ pub(crate) fn lock_pwd(root: &HostRoot) -> Result<PwdLock, RootError> {
 /// One edit of the account files (module docs): `edit` changes the tables of a fresh
 /// [`Db`] (given the session for other reads, such as the home directory) and returns a
 /// value; every changed file is then written through
-/// [`Host::submit`]. Returns whether a file changed, and `edit`'s value. A change is decided
-/// again inside [`Host::locked_update`] (in apply mode under the locks, on the files as they
-/// are then), and `edit` runs again (so it must only depend on the tables it is given).
+/// [`Host::submit`]. Returns whether a file changed, and `edit`'s value. When
+/// [`Host::locked_update`] took the locks (apply mode) a change is decided again on the files
+/// as they are then, and `edit` runs again (so it must only depend on the tables it is given).
 ///
 /// # Errors
 /// Whatever `edit` fails with; reads; locks; the writes.
@@ -797,9 +797,15 @@ pub(crate) fn transact<T>(
     }
     let paths = [PASSWD, GROUP, SHADOW, GSHADOW].map(Path::new);
     let lock = |root: &HostRoot| lock_pwd(root).map_err(HostError::from);
-    h.locked_update(&paths, lock, |h| {
-        let mut db = Db::read(h)?;
-        let value = edit(h, &mut db)?;
+    h.locked_update(&paths, lock, |h, locked| {
+        let (db, value) = match locked {
+            true => {
+                let mut db = Db::read(h)?;
+                let value = edit(h, &mut db)?;
+                (db, value)
+            }
+            false => (db, value),
+        };
         let dirty = db.dirty();
         if dirty {
             db.write(h)?;
