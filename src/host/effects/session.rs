@@ -913,8 +913,8 @@ impl Host {
     }
 
     /// Content of the file at `path` (following symlinks); `None` when absent. A file on disk
-    /// is read with [`crate::host::files::fs::read_whole`]: regular files of at most
-    /// [`crate::host::files::fs::MAX_READ_BYTES`] only.
+    /// is read with [`crate::host::root::read::read_whole`]: regular files of at most
+    /// [`crate::host::root::read::MAX_READ_BYTES`] only.
     ///
     /// # Errors
     /// [`HostError::WrongKind`] for a directory; [`HostError::NotRegular`],

@@ -53,7 +53,7 @@ pub enum HostError {
     },
 
     /// A file the host API reads whole is larger than the read limit (`limit` bytes:
-    /// [`crate::host::files::fs::MAX_READ_BYTES`], 64 MiB).
+    /// [`crate::host::root::read::MAX_READ_BYTES`], 64 MiB).
     #[error(
         "{} is too large to read: {size} bytes, more than the limit of {limit} bytes ({} MiB)",
         path.display(),
