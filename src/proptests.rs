@@ -146,7 +146,7 @@ fn grub_configmap_parser_never_panics() {
     let mut runner = TestRunner::new(config(300));
     runner
         .run(&"(.{0,30}\n){0,6}", |text| {
-            let args = crate::host::tuning::grub::parse(&text);
+            let args = crate::host::kernel::tuning::grub::parse(&text);
             for a in &args {
                 prop_assert!(!a.contains('\n'));
             }

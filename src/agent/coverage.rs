@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::host::effect::InterruptRequest;
+use crate::host::effects::effect::InterruptRequest;
 use crate::host::root::HostRoot;
 
 /// One interrupt the CR declares.

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::host::ExecMode;
-use crate::host::effect::InterruptRequest;
+use crate::host::effects::effect::InterruptRequest;
 use crate::host::root::HostRoot;
 use crate::logs::sink::Label;
 use crate::package::{self, Mode, Package, Step};
@@ -174,7 +174,7 @@ pub struct ModeLoop<'a, R> {
     pub logs: crate::logs::retention::LogIndex,
     /// The directories the run's steps touch (flags, logs), each resolved once per run
     /// (start with `RunDirs::default()`).
-    pub dirs: crate::host::run_dirs::RunDirs,
+    pub dirs: crate::host::root::run_dirs::RunDirs,
 }
 
 impl<R: StepRunner> ModeLoop<'_, R> {
@@ -858,7 +858,7 @@ impl ModeRun<'_> {
             keep_fds: vec![lock.as_raw_fd()],
             lock_keeper: Some(&keeper),
             logs: crate::logs::retention::LogIndex::default(),
-            dirs: crate::host::run_dirs::RunDirs::default(),
+            dirs: crate::host::root::run_dirs::RunDirs::default(),
         };
         let outcome = tracing::Instrument::instrument(mode_loop.run(), span).await?;
         keeper.stop()?;

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::host::root::HostRoot;
-use crate::host::run_dirs::RunDirs;
+use crate::host::root::run_dirs::RunDirs;
 use crate::logs::retention::{self, DEFAULT_KEEP, LogIndex};
 use crate::logs::sink::{StepLogFiles, open_step_logs, open_step_logs_in};
 

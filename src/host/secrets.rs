@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use crate::host::Host;
-use crate::host::error::{HostError, Result};
+use crate::host::root::error::{HostError, Result};
 
 pub use crate::redact::Redactor;
 
@@ -320,7 +320,7 @@ mod tests {
 
     #[test]
     fn reports_never_hash_content_holding_a_secret() {
-        use crate::host::digest::sha256_tag;
+        use crate::host::root::digest::sha256_tag;
         let t = TestHost::new();
         t.file("/etc/held.conf", "pw=topsecret\n");
         for mode in [
@@ -333,7 +333,7 @@ mod tests {
             });
             let pw = secret_env(&mut h, "PW").unwrap();
             let w = |h: &mut Host, p: &str, c: &str| {
-                crate::host::fs::write(h, p, c, &Default::default()).unwrap();
+                crate::host::files::fs::write(h, p, c, &Default::default()).unwrap();
             };
             w(&mut h, "/etc/app.conf", &format!("pw={pw}\n"));
             w(&mut h, "/etc/held.conf", "pw=rotated\n");
@@ -381,7 +381,7 @@ mod tests {
             o.env.push(("PW".into(), "topsecret".into()));
         });
         let pw = secret_env(&mut h, "PW").unwrap();
-        crate::host::fs::write(
+        crate::host::files::fs::write(
             &mut h,
             "/etc/app.conf",
             &format!("pw={pw}\n"),

@@ -5,12 +5,15 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::host::cmd::{self, RunOptions};
-use crate::host::error::{HostError, Result};
-use crate::host::fs::{self, LineOptions, WriteOptions};
+use crate::host::files::fs::{self, LineOptions, WriteOptions};
+use crate::host::kernel::interrupt;
+use crate::host::kernel::tuning::{grub, sysctl, ulimit};
+use crate::host::packages::pkg;
+use crate::host::root::error::{HostError, Result};
+use crate::host::services::service;
+use crate::host::system::cmd::{self, RunOptions};
 use crate::host::testutil::{TestHost, tree};
-use crate::host::tuning::{grub, sysctl, ulimit};
-use crate::host::{ExecMode, Host, interrupt, pkg, service};
+use crate::host::{ExecMode, Host};
 
 pub(crate) fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
@@ -650,7 +653,7 @@ fn interrupts_are_collected() {
     assert_eq!(rep.interrupts.len(), 2);
     assert_eq!(
         rep.interrupts[1],
-        crate::host::effect::InterruptRequest::RestartServices {
+        crate::host::effects::effect::InterruptRequest::RestartServices {
             services: s(&["containerd"])
         }
     );
@@ -1490,7 +1493,7 @@ fn line_view_is_kept_per_session_and_sees_other_writers() {
     let mut h = t.host(ExecMode::Apply);
     assert!(fs::ensure_line(&mut h, "/etc/v.conf", "b", &o).unwrap());
     assert!(!fs::ensure_line(&mut h, "/etc/v.conf", "b", &o).unwrap());
-    // A read of the host writes the batched edits ([`crate::host::batch`]).
+    // A read of the host writes the batched edits ([`crate::host::effects::batch`]).
     assert_eq!(fs::read(&h, "/etc/v.conf").unwrap(), "a\nb\n");
     // Another process replaces the file (new inode), then edits it in place with the same
     // size: each time the session's view is dropped and the file read again.

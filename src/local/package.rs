@@ -14,7 +14,7 @@ use crate::agent::error::AgentError;
 use crate::agent::mode::{Decision, InterruptPolicy, ModeLoop, ModeRun, StateView, load_package};
 use crate::agent::settings::{DEFAULT_PATH, ResourceId, Settings};
 use crate::agent::site::PackageSite;
-use crate::host::report::Action;
+use crate::host::effects::report::Action;
 use crate::host::secrets::Redactor;
 use crate::host::{ExecMode, Host, Report};
 use crate::package::Mode;
@@ -313,16 +313,16 @@ fn plan_overlay(h: &mut Host, src: &Path, dst: &Path) -> Result<(), String> {
         let host_err = |e: crate::host::HostError| crate::script::host_api::error_chain(&e);
         if meta.is_dir() {
             if h.view_stat(&d, true).map_err(host_err)?.is_none() {
-                crate::host::fs::mkdir(h, &ds, Some(mode)).map_err(host_err)?;
+                crate::host::files::fs::mkdir(h, &ds, Some(mode)).map_err(host_err)?;
             }
             plan_overlay(h, &s, &d)?;
         } else if meta.is_file() {
             let data = std::fs::read(&s).map_err(|e| read_err(&s, e))?;
-            let opts = crate::host::fs::WriteOptions {
+            let opts = crate::host::files::fs::WriteOptions {
                 mode: Some(mode),
                 ..Default::default()
             };
-            crate::host::fs::write_bytes(h, &ds, &data, &opts).map_err(host_err)?;
+            crate::host::files::fs::write_bytes(h, &ds, &data, &opts).map_err(host_err)?;
         }
     }
     Ok(())
@@ -547,7 +547,7 @@ impl PackageRun {
                 keep_fds: Vec::new(),
                 lock_keeper: None,
                 logs: crate::logs::retention::LogIndex::default(),
-                dirs: crate::host::run_dirs::RunDirs::default(),
+                dirs: crate::host::root::run_dirs::RunDirs::default(),
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

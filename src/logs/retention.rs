@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use crate::host::root::run_dirs::RunDirs;
 use crate::host::root::{EntryKind, HostRoot};
-use crate::host::run_dirs::RunDirs;
 
 use super::error::LogError;
 

@@ -74,7 +74,7 @@ fn unescape(field: &str) -> PathBuf {
 
 /// The bytes of a proc(5) mountinfo or fstab(5) field with its `\ooo` octal escapes
 /// decoded (`\040` → space); anything else, an escape above `\377` included, stays as is.
-/// The one decoder for this crate's mount-table readers (here and `host::mount`).
+/// The one decoder for this crate's mount-table readers (here and `host::mounts::mount`).
 pub fn unescape_octal(field: &str) -> Vec<u8> {
     let b = field.as_bytes();
     let mut out = Vec::with_capacity(b.len());

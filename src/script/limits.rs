@@ -49,8 +49,8 @@ pub struct Limits {
     /// keys, many variables, call frames, captured values, host call results, planned
     /// writes) and counts a string shared by several values once. A run may overshoot by
     /// what one operation allocates (one host call: at most a
-    /// [`MAX_READ_BYTES`](crate::host::fs::MAX_READ_BYTES) file or two
-    /// [`CAPTURE_LIMIT`](crate::host::cmd::CAPTURE_LIMIT) command streams; one string
+    /// [`MAX_READ_BYTES`](crate::host::files::fs::MAX_READ_BYTES) file or two
+    /// [`CAPTURE_LIMIT`](crate::host::system::cmd::CAPTURE_LIMIT) command streams; one string
     /// operation: about two [`Limits::max_string_size`]). 256 MiB is eight times the largest
     /// string and ten thousand times what the shipped modules use (under 1 MiB), and keeps a
     /// runaway step well below the memory of the smallest node.

@@ -171,7 +171,7 @@ fn stage_value_is_the_return_code() {
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::host::report::ExecMode;
+use crate::host::effects::report::ExecMode;
 use crate::host::root::HostRoot;
 use crate::host::testutil::{TestHost, tree};
 use crate::host::{Host, HostOptions, Report};

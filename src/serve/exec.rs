@@ -1778,7 +1778,7 @@ mod tests {
             .await;
             let text = serde_json::to_string(&ev).unwrap();
             assert!(!text.contains("s3cr3t"), "{text}");
-            assert!(!text.contains(&crate::host::digest::sha256_tag(b"s3cr3t-value")), "{text}");
+            assert!(!text.contains(&crate::host::root::digest::sha256_tag(b"s3cr3t-value")), "{text}");
             assert_eq!(ev.last().unwrap()["report"]["changes"][0]["after"], "***");
             assert!(ev.iter().any(|e| e["line"] == "***"));
             assert_eq!(ev.last().unwrap()["exit"], json!({"code": 0}));

@@ -76,14 +76,14 @@ pub fn write_flag(
 }
 
 /// [`write_flag`] for a run of many steps: the same file, written relative to the flag
-/// directory's descriptor that `dirs` keeps for the run (see [`crate::host::run_dirs`]), so the
+/// directory's descriptor that `dirs` keeps for the run (see [`crate::host::root::run_dirs`]), so the
 /// directory is resolved once per run instead of about six times per flag. The write is as
 /// durable: `fsync` of the flag before its rename, `fsync` of the directory after it.
 ///
 /// # Errors
 /// As [`write_flag`].
 pub fn write_flag_in(
-    dirs: &crate::host::run_dirs::RunDirs,
+    dirs: &crate::host::root::run_dirs::RunDirs,
     root: &HostRoot,
     flag: &Path,
     step: &Step,

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use crate::host::effect::InterruptRequest;
+use crate::host::effects::effect::InterruptRequest;
 use crate::host::{ExecMode, Report};
 use crate::logs::LogError;
 use crate::logs::sink::StepLogFiles;

@@ -341,7 +341,7 @@ mod tests {
             // Plan, check and apply of fs::remove_all refuse alike, changing nothing.
             for mode in [ExecMode::Plan, ExecMode::Check, ExecMode::Apply] {
                 let mut h = t.host(mode);
-                let e = crate::host::fs::remove_all(&mut h, "/data/sub").unwrap_err();
+                let e = crate::host::files::fs::remove_all(&mut h, "/data/sub").unwrap_err();
                 assert_eq!(
                     e.to_string(),
                     format!(
@@ -406,11 +406,11 @@ mod tests {
             .unwrap();
             let mut h = t.host(ExecMode::Apply);
             // A read-only key: even a write that got through would change nothing.
-            let e = crate::host::fs::write(
+            let e = crate::host::files::fs::write(
                 &mut h,
                 "/proc/sys/kernel/osrelease",
                 "x\n",
-                &crate::host::fs::WriteOptions::default(),
+                &crate::host::files::fs::WriteOptions::default(),
             )
             .unwrap_err();
             assert_eq!(

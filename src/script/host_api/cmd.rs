@@ -1,4 +1,4 @@
-//! `run`, `query`, `sh` bindings over [`crate::host::cmd`].
+//! `run`, `query`, `sh` bindings over [`crate::host::system::cmd`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -7,7 +7,7 @@ use rhai::{Array, Dynamic, ImmutableString, Map};
 
 use super::convert::{self, check_keys, opt_bool, opt_string};
 use super::{Api, Registrar};
-use crate::host::cmd::{self, CmdOutput, Guard, OutputSink, RunOptions, StreamTo};
+use crate::host::system::cmd::{self, CmdOutput, Guard, OutputSink, RunOptions, StreamTo};
 use crate::script::output::ScriptOutput;
 
 /// The run's output as the sink of a streamed command: each chunk goes to the step's stdout

@@ -1,11 +1,12 @@
-//! `config::`, `node::`, `secret`, `secret_env` bindings over [`crate::host::config`] and
+//! `config::`, `node::`, `secret`, `secret_env` bindings over [`crate::host::files::config`] and
 //! [`crate::host::secrets`].
 
 use rhai::{Dynamic, ImmutableString};
 
 use super::convert;
 use super::{Api, Registrar};
-use crate::host::{config, secrets};
+use crate::host::files::config;
+use crate::host::secrets;
 
 pub(crate) fn register(r: &mut Registrar, api: &Api) {
     type S = ImmutableString;

@@ -1,10 +1,10 @@
-//! `fs::` bindings over [`crate::host::fs`].
+//! `fs::` bindings over [`crate::host::files::fs`].
 
 use rhai::{Dynamic, ImmutableString, Map};
 
 use super::convert::{self, check_keys, opt_bool, opt_scalar, opt_string};
 use super::{Api, Registrar};
-use crate::host::fs::{self, LineOptions, WriteOptions};
+use crate::host::files::fs::{self, LineOptions, WriteOptions};
 
 /// `#{mode, owner, group}` (`()` values mean "keep").
 fn write_opts(m: &Map) -> Result<WriteOptions, String> {

@@ -306,21 +306,21 @@ pub enum Capture {
 /// Records output into a session's journal ([`HostApi::capture_output`]).
 struct RecordingOutput {
     inner: Arc<dyn ScriptOutput>,
-    journal: crate::host::report::Journal,
+    journal: crate::host::effects::report::Journal,
     forward_stdout: bool,
 }
 
 impl ScriptOutput for RecordingOutput {
     fn stdout(&self, bytes: &[u8]) {
         self.journal
-            .output(crate::host::report::OutputStream::Stdout, bytes);
+            .output(crate::host::effects::report::OutputStream::Stdout, bytes);
         if self.forward_stdout {
             self.inner.stdout(bytes);
         }
     }
     fn stderr(&self, bytes: &[u8]) {
         self.journal
-            .output(crate::host::report::OutputStream::Stderr, bytes);
+            .output(crate::host::effects::report::OutputStream::Stderr, bytes);
         self.inner.stderr(bytes);
     }
 }

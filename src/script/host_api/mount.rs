@@ -1,12 +1,12 @@
-//! `mount::` and `kmod::` bindings over [`crate::host::mount`] and [`crate::host::kmod`].
+//! `mount::` and `kmod::` bindings over [`crate::host::mounts::mount`] and [`crate::host::kernel::kmod`].
 
 use rhai::{Dynamic, ImmutableString, Map};
 
 use super::convert::{self, check_keys, opt_bool, opt_string};
 use super::docs::{BLACKLIST_KEYS, KMOD_FILE_KEYS, MOUNT_KEYS};
 use super::{Api, Registrar};
-use crate::host::kmod::{self, BlacklistOptions, FileOptions};
-use crate::host::mount::{self, MountEntry, MountSpec, MountState};
+use crate::host::kernel::kmod::{self, BlacklistOptions, FileOptions};
+use crate::host::mounts::mount::{self, MountEntry, MountSpec, MountState};
 
 /// A non-negative integer option (`()` or absent → `default`).
 fn opt_u32(m: &Map, key: &str, default: u32) -> Result<u32, String> {

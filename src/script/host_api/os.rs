@@ -1,8 +1,8 @@
-//! `os::` bindings over [`crate::host::os`].
+//! `os::` bindings over [`crate::host::system::os`].
 
 use super::convert;
 use super::{Api, Registrar};
-use crate::host::os;
+use crate::host::system::os;
 
 pub(crate) fn register(r: &mut Registrar, api: &Api) {
     bind!(r, api, "os", "release", |h| Ok(convert::map(os::release(

@@ -1,10 +1,10 @@
-//! `pkg::` and `os::` bindings over [`crate::host::pkg`] and [`crate::host::os`].
+//! `pkg::` and `os::` bindings over [`crate::host::packages::pkg`] and [`crate::host::system::os`].
 
 use rhai::{Dynamic, ImmutableString, Map};
 
 use super::convert::{self, check_keys, opt_bool};
 use super::{Api, Registrar};
-use crate::host::pkg;
+use crate::host::packages::pkg;
 
 pub(crate) fn register(r: &mut Registrar, api: &Api) {
     type S = ImmutableString;

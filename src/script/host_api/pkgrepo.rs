@@ -1,11 +1,11 @@
 //! `pkg::repo`, `pkg::remove_repo`, `pkg::hold`, `pkg::unhold` bindings over
-//! [`crate::host::pkgrepo`].
+//! [`crate::host::packages::pkgrepo`].
 
 use rhai::{Dynamic, ImmutableString, Map};
 
 use super::convert::{self, check_keys, opt_bool, opt_string};
 use super::{Api, Registrar};
-use crate::host::pkgrepo::{self, RepoOptions};
+use crate::host::packages::pkgrepo::{self, RepoOptions};
 
 /// A string or an array of strings of option `key` (absent or `()`: empty).
 fn words(m: &Map, key: &str) -> Result<Vec<String>, String> {

@@ -1,9 +1,9 @@
-//! `service::` bindings over [`crate::host::service`].
+//! `service::` bindings over [`crate::host::services::service`].
 
 use rhai::ImmutableString;
 
 use super::{Api, Registrar};
-use crate::host::service;
+use crate::host::services::service;
 
 pub(crate) fn register(r: &mut Registrar, api: &Api) {
     type S = ImmutableString;

@@ -1,13 +1,13 @@
-//! `toml::`, `json::`, `ini::` bindings over [`crate::host::toml`], [`crate::host::json`]
-//! and [`crate::host::ini`], and the pure helpers (`sha256`, `regex::`) over
-//! [`crate::host::text`].
+//! `toml::`, `json::`, `ini::` bindings over [`crate::host::files::toml`], [`crate::host::files::json`]
+//! and [`crate::host::files::ini`], and the pure helpers (`sha256`, `regex::`) over
+//! [`crate::host::files::text`].
 
 use rhai::{Array, Dynamic, ImmutableString, Map};
 
 use super::convert;
 use super::{Api, Registrar};
-use crate::host::structured::{KeyPath, Seg};
-use crate::host::{ini, json, text, toml};
+use crate::host::files::structured::{KeyPath, Seg};
+use crate::host::files::{ini, json, text, toml};
 
 /// A key path: a string (TOML dotted key / JSON Pointer) or an array of strings (keys) and
 /// non-negative integers (array indices).

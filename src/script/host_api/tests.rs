@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::host::report::ExecMode;
+use crate::host::effects::report::ExecMode;
 use crate::host::root::HostRoot;
 use crate::host::testutil::{TestHost, tree};
 use crate::host::{HostOptions, Report};
@@ -634,7 +634,8 @@ fn whole_file_reads_refuse_fifos_devices_and_huge_files() {
     t.file("/etc/ok", "fine\n");
     mkfifo(&t.p("/etc/fifo"));
     let big = std::fs::File::create(t.p("/etc/big")).unwrap();
-    big.set_len(crate::host::fs::MAX_READ_BYTES + 1).unwrap();
+    big.set_len(crate::host::files::fs::MAX_READ_BYTES + 1)
+        .unwrap();
     // mknod needs CAP_MKNOD: the device case is checked only where it can be made.
     let zero = nix::sys::stat::mknod(
         &t.p("/etc/zero"),
@@ -1343,7 +1344,7 @@ print(mount::info("/").source);"#,
 
 #[test]
 fn fs_fetch_all_modes_and_its_options() {
-    use crate::host::fetch_tests::{BODY, Reply, Server, sha};
+    use crate::host::fetch::fetch_tests::{BODY, Reply, Server, sha};
     let t = TestHost::new();
     let srv = Server::plain(|p| match p {
         "/tool" => Reply::Body(BODY.to_vec()),

@@ -1,13 +1,13 @@
 //! `sysctl::`, `grub::`, `ulimit::` and `interrupt::` bindings over
-//! [`crate::host::tuning`] and [`crate::host::interrupt`].
+//! [`crate::host::kernel::tuning`] and [`crate::host::kernel::interrupt`].
 
 use rhai::{Array, Dynamic, ImmutableString, Map};
 
 use super::convert;
 use super::{Api, Registrar};
-use crate::host::interrupt;
-use crate::host::tuning::ulimit::LimitEntry;
-use crate::host::tuning::{grub, sysctl, ulimit};
+use crate::host::kernel::interrupt;
+use crate::host::kernel::tuning::ulimit::LimitEntry;
+use crate::host::kernel::tuning::{grub, sysctl, ulimit};
 
 /// `ulimit::persist` entries: each a map `#{domain, type, item, value}` (`value` may be an
 /// int) or a string `"domain type item value"` (exactly four whitespace-separated fields).

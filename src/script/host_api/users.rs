@@ -1,12 +1,12 @@
-//! `user::` and `group::` bindings over [`crate::host::user`] and [`crate::host::group`].
+//! `user::` and `group::` bindings over [`crate::host::users::user`] and [`crate::host::users::group`].
 
 use rhai::{Dynamic, ImmutableString, Map};
 
 use super::convert::{self, check_keys, opt_bool, opt_string};
 use super::docs::{GROUP_KEYS, USER_KEYS, USER_REMOVE_KEYS};
 use super::{Api, Registrar};
-use crate::host::group::{self, GroupOptions};
-use crate::host::user::{self, UserOptions};
+use crate::host::users::group::{self, GroupOptions};
+use crate::host::users::user::{self, UserOptions};
 
 /// An id option (`uid`, `gid`): an int in `0..=4294967294`.
 fn opt_id(m: &Map, key: &str) -> Result<Option<u32>, String> {

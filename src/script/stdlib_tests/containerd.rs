@@ -64,10 +64,12 @@ fn node(config: Option<&str>, conf: &str) -> Node {
 const DEFAULT_CONF: &str =
     "runtime_name=nvidia\nbinary_name=/usr/bin/nvidia-container-runtime\nset_as_default=true\n";
 
-fn restart() -> Vec<crate::host::effect::InterruptRequest> {
-    vec![crate::host::effect::InterruptRequest::RestartServices {
-        services: vec!["containerd".into()],
-    }]
+fn restart() -> Vec<crate::host::effects::effect::InterruptRequest> {
+    vec![
+        crate::host::effects::effect::InterruptRequest::RestartServices {
+            services: vec!["containerd".into()],
+        },
+    ]
 }
 
 #[test]

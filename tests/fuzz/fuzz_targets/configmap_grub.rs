@@ -1,11 +1,11 @@
-//! The grub drop-in parser (`host::tuning::grub::parse`, what `grub::set_cmdline` and
+//! The grub drop-in parser (`host::kernel::tuning::grub::parse`, what `grub::set_cmdline` and
 //! `grub::remove` read back from a drop-in): any text gives arguments that are words, and the
 //! ones `set_cmdline` would accept (no quote, `\`, `$` or backquote) render and parse back to
 //! themselves.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use skyhook::host::tuning::grub;
+use skyhook::host::kernel::tuning::grub;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

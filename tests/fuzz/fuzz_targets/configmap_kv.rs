@@ -1,10 +1,10 @@
-//! The `config::kv` configMap parser (`host::config::parse_kv`): any text gives a map or an
+//! The `config::kv` configMap parser (`host::files::config::parse_kv`): any text gives a map or an
 //! error naming the configMap and line; every key is trimmed, non-empty and without `=`, and
 //! the map written back as `key=value` lines parses to itself.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use skyhook::host::config::parse_kv;
+use skyhook::host::files::config::parse_kv;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -1,4 +1,4 @@
-//! The TOML edit (`host::toml::{set, get, remove}`) in plan mode over a throwaway host root,
+//! The TOML edit (`host::files::toml::{set, get, remove}`) in plan mode over a throwaway host root,
 //! as a step editing a configMap-driven TOML file does. Input: the key path (a TOML dotted
 //! key) on the first line, a JSON value on the second, the document after. Invariants: a set
 //! that succeeds reads back (`get`) as the value (an object: merged, so its keys read back);
@@ -11,8 +11,9 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use skyhook::host::root::HostRoot;
-use skyhook::host::structured::KeyPath;
-use skyhook::host::{ExecMode, Host, HostOptions, toml};
+use skyhook::host::files::structured::KeyPath;
+use skyhook::host::files::toml;
+use skyhook::host::{ExecMode, Host, HostOptions};
 
 const FILE: &str = "/etc/fuzz.toml";
 

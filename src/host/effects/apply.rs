@@ -1,0 +1,308 @@
+//! The apply executor: performs one [`Effect`] on the host.
+//!
+//! File effects go through [`crate::host::root::HostRoot`] (root-confined); service, package
+//! and grub effects run their commands through the same path as `run` (chrooted, own process
+//! group, checked).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::host::Host;
+use crate::host::effects::effect::{Effect, GrubUpdate, PkgManager};
+use crate::host::effects::exec::{CmdOutput, exec};
+use crate::host::root::DirSync;
+use crate::host::root::error::{HostError, Result};
+
+fn argv(words: &[&str]) -> Vec<String> {
+    words.iter().map(|s| s.to_string()).collect()
+}
+
+/// Run an internal command (checked; `env` added to the step's environment).
+fn internal(h: &Host, words: Vec<String>, env: Vec<(String, String)>) -> Result<CmdOutput> {
+    let mut opts = h.internal_opts();
+    opts.env = env;
+    exec(h, &words, &opts)
+}
+
+/// The package managers' lock wait in seconds: the configured bound, capped by what remains
+/// of the step's deadline, at least 1.
+fn lock_secs(h: &Host) -> u64 {
+    let mut d = h.options().package_lock_timeout;
+    if let Some(r) = h.remaining() {
+        d = d.min(r);
+    }
+    d.as_secs().max(1)
+}
+
+/// The command lines that install or remove `names` with `manager`, in order, with the extra
+/// environment they need. Public within the crate so the tests can assert them.
+pub(crate) fn package_commands(
+    manager: PkgManager,
+    install: bool,
+    update: bool,
+    names: &[String],
+    lock_secs: u64,
+) -> (Vec<Vec<String>>, Vec<(String, String)>) {
+    let verb = if install { "install" } else { "remove" };
+    let mut cmds = Vec::new();
+    let env = match manager {
+        PkgManager::Apt => {
+            let lock = format!("DPkg::Lock::Timeout={lock_secs}");
+            if update {
+                cmds.push(argv(&["apt-get", "-o", &lock, "update"]));
+            }
+            let mut c = argv(&["apt-get", "-y", "-o", &lock, verb]);
+            // A pinned version may be older than the installed one.
+            if install && names.iter().any(|n| n.contains('=')) {
+                c.push("--allow-downgrades".into());
+            }
+            c.extend(names.iter().cloned());
+            cmds.push(c);
+            vec![("DEBIAN_FRONTEND".into(), "noninteractive".into())]
+        }
+        PkgManager::Dnf | PkgManager::Yum => {
+            let tool = manager.name();
+            if update {
+                cmds.push(argv(&[tool, "-y", "makecache"]));
+            }
+            let mut c = argv(&[tool, "-y", verb]);
+            c.extend(names.iter().cloned());
+            cmds.push(c);
+            Vec::new()
+        }
+        PkgManager::Zypper => {
+            if update {
+                cmds.push(argv(&["zypper", "--non-interactive", "refresh"]));
+            }
+            let mut c = argv(&["zypper", "--non-interactive", verb]);
+            c.extend(names.iter().cloned());
+            cmds.push(c);
+            vec![("ZYPP_LOCK_TIMEOUT".into(), lock_secs.to_string())]
+        }
+    };
+    (cmds, env)
+}
+
+/// Perform `effect`. Returns the output of [`Effect::Command`] and
+/// [`Effect::GuardedCommand`].
+pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>> {
+    let root = h.root();
+    match effect {
+        Effect::WriteFile {
+            path,
+            content,
+            mode,
+            uid,
+            gid,
+        } => {
+            // The directory's fsync is the session's, at the end of the step
+            // ([`crate::host::root::durability`]); the file's own comes before the rename.
+            let defer = |dir: &Path| h.dir_syncs.add(dir);
+            let dirs = DirSync::Defer(&defer);
+            root.write_atomic_synced(path, *mode, *uid, *gid, dirs, |f| f.write_all(content))?;
+        }
+        Effect::RemoveFile { path } => {
+            let is_dir = root
+                .symlink_metadata(path)?
+                .is_some_and(|m| m.file_type().is_dir());
+            if is_dir {
+                root.remove_dir(path)?;
+            } else {
+                root.remove_file(path)?;
+            }
+            h.dir_syncs.add_parent_of(path);
+        }
+        Effect::Mkdir { path, mode } => {
+            // Missing parents 0755 and a new `path` `mode`, exactly (as planned); an
+            // existing `path` is chmod-ed.
+            let created = root.create_dir_all(path, *mode)?;
+            if created.is_empty() {
+                root.set_mode(path, *mode)?;
+            }
+            for dir in &created {
+                h.dir_syncs.add_parent_of(dir);
+            }
+        }
+        Effect::RemoveAll { path } => {
+            root.remove_all(path)?;
+            h.dir_syncs.add_parent_of(path);
+        }
+        Effect::Chmod { path, mode } => root.set_mode(path, *mode)?,
+        Effect::Chown { path, uid, gid } => root.set_owner(path, *uid, *gid)?,
+        Effect::Symlink { target, link } => {
+            if let Some(parent) = link.parent() {
+                for dir in root.create_dir_all(parent, crate::host::root::PARENT_DIR_MODE)? {
+                    h.dir_syncs.add_parent_of(&dir);
+                }
+            }
+            let exists = root.symlink_metadata(link)?.is_some();
+            if exists {
+                // Replace atomically: a new link beside it, renamed over the old one.
+                let tmp = tmp_beside(link);
+                root.symlink(target, &tmp)?;
+                if let Err(e) = root.rename(&tmp, link) {
+                    let _ = root.remove_file(&tmp);
+                    return Err(e.into());
+                }
+            } else {
+                root.symlink(target, link)?;
+            }
+            h.dir_syncs.add_parent_of(link);
+        }
+        Effect::Service { name, op } => {
+            internal(h, argv(&["systemctl", op.verb(), name]), Vec::new())?;
+        }
+        Effect::ServiceAction { name, action } => {
+            internal(h, argv(&["systemctl", action.verb(), name]), Vec::new())?;
+        }
+        Effect::DaemonReload => {
+            internal(h, argv(&["systemctl", "daemon-reload"]), Vec::new())?;
+        }
+        Effect::PackageInstall {
+            manager,
+            names,
+            update,
+        } => {
+            let (cmds, env) = package_commands(*manager, true, *update, names, lock_secs(h));
+            for c in cmds {
+                internal(h, c, env.clone())?;
+            }
+        }
+        Effect::PackageRemove { manager, names } => {
+            let (cmds, env) = package_commands(*manager, false, false, names, lock_secs(h));
+            for c in cmds {
+                internal(h, c, env.clone())?;
+            }
+        }
+        Effect::Sysctl { key, value } => {
+            let path = crate::host::effects::effect::sysctl_proc_path(key)?;
+            root.write_in_place(&path, format!("{value}\n").as_bytes())?;
+        }
+        Effect::Command { argv, opts } | Effect::GuardedCommand { argv, opts } => {
+            return Ok(Some(exec(h, argv, opts)?));
+        }
+        Effect::GrubUpdate(GrubUpdate::UpdateGrub) => {
+            internal(h, argv(&["update-grub"]), Vec::new())?;
+        }
+        Effect::GrubUpdate(GrubUpdate::Grubby { add, remove }) => {
+            if !add.is_empty() {
+                let a = format!("--args={}", add.join(" "));
+                internal(h, argv(&["grubby", "--update-kernel=ALL", &a]), Vec::new())?;
+            }
+            if !remove.is_empty() {
+                let r = format!("--remove-args={}", remove.join(" "));
+                internal(h, argv(&["grubby", "--update-kernel=ALL", &r]), Vec::new())?;
+            }
+        }
+        Effect::Interrupt(i) => h.record_interrupt(i.clone()),
+        Effect::Mount { path, op } => {
+            internal(h, op.argv(path), Vec::new())?;
+        }
+        Effect::ModuleLoad { name, .. } => {
+            internal(h, argv(&["modprobe", name]), Vec::new())?;
+        }
+        Effect::InitramfsUpdate(tool) => {
+            internal(h, tool.argv(), Vec::new())?;
+        }
+        Effect::Fetch(d) => crate::host::effects::download::perform(h, d)?,
+        Effect::PackageHold {
+            manager,
+            names,
+            hold,
+        } => {
+            for c in hold_commands(*manager, *hold, names)? {
+                internal(h, c, Vec::new())?;
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn tmp_beside(p: &Path) -> PathBuf {
+    let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+    let tmp = format!(
+        ".{}.skyhook-link-{}",
+        name.unwrap_or_default(),
+        std::process::id()
+    );
+    p.with_file_name(tmp)
+}
+
+/// The commands that hold (or release) `names` with `manager`.
+///
+/// # Errors
+/// zypper (refused earlier by the area).
+fn hold_commands(manager: PkgManager, hold: bool, names: &[String]) -> Result<Vec<Vec<String>>> {
+    let mut c: Vec<String> = match manager {
+        PkgManager::Apt => vec![
+            "apt-mark".into(),
+            if hold { "hold" } else { "unhold" }.into(),
+        ],
+        PkgManager::Dnf | PkgManager::Yum => vec![
+            manager.name().into(),
+            "versionlock".into(),
+            if hold { "add" } else { "delete" }.into(),
+        ],
+        PkgManager::Zypper => {
+            return Err(HostError::Invalid {
+                what: "package manager",
+                message: crate::host::effects::effect::REPOS_NOT_ON_ZYPPER.into(),
+            });
+        }
+    };
+    c.extend(names.iter().cloned());
+    Ok(vec![c])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        argv(v)
+    }
+
+    #[test]
+    fn apt_commands_wait_for_the_lock() {
+        let (cmds, env) = package_commands(PkgManager::Apt, true, true, &s(&["jq", "curl"]), 120);
+        assert_eq!(
+            cmds,
+            vec![
+                s(&["apt-get", "-o", "DPkg::Lock::Timeout=120", "update"]),
+                s(&[
+                    "apt-get",
+                    "-y",
+                    "-o",
+                    "DPkg::Lock::Timeout=120",
+                    "install",
+                    "jq",
+                    "curl"
+                ]),
+            ]
+        );
+        assert_eq!(
+            env,
+            vec![("DEBIAN_FRONTEND".to_string(), "noninteractive".to_string())]
+        );
+    }
+
+    #[test]
+    fn rpm_family_commands() {
+        let (cmds, _) = package_commands(PkgManager::Dnf, false, false, &s(&["jq"]), 5);
+        assert_eq!(cmds, vec![s(&["dnf", "-y", "remove", "jq"])]);
+        let (cmds, _) = package_commands(PkgManager::Yum, true, false, &s(&["jq"]), 5);
+        assert_eq!(cmds, vec![s(&["yum", "-y", "install", "jq"])]);
+        let (cmds, env) = package_commands(PkgManager::Zypper, true, true, &s(&["jq"]), 5);
+        assert_eq!(
+            cmds,
+            vec![
+                s(&["zypper", "--non-interactive", "refresh"]),
+                s(&["zypper", "--non-interactive", "install", "jq"])
+            ]
+        );
+        assert_eq!(
+            env,
+            vec![("ZYPP_LOCK_TIMEOUT".to_string(), "5".to_string())]
+        );
+    }
+}

@@ -1,0 +1,572 @@
+//! [`Effect`]: the one currency of mutation in the host API.
+//!
+//! Every API function that could change the host first computes the current state (reading
+//! through the session's view, which in plan and check mode includes planned writes), decides
+//! whether a change is needed, and if so hands an `Effect` to the session
+//! ([`crate::host::Host`]), whose executor either performs it (apply), records it over the
+//! read overlay with a rendered diff (plan) or records it as drift (check). Nothing else in
+//! `host` mutates the host, so there is no `if dry_run` outside the executors.
+//!
+//! Effects fall in three classes ([`EffectClass`]):
+//! - *changes* bring the host to a desired state and are only submitted when the state
+//!   differed (counted by `changed()`, drift in a check);
+//!   Guarded commands (`run(argv, #{creates: path})`, [`Effect::GuardedCommand`]) are
+//!   changes too: submitted only when their guard says the work is not done yet;
+//! - *actions* are done every time they are asked for (unguarded commands, restarts,
+//!   daemon-reload, grub and initramfs regeneration); never drift;
+//! - *interrupts* are collected and handed to the agent after the step succeeded.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::host::effects::exec::RunOptions;
+use crate::host::root::error::{HostError, Result};
+
+/// A systemd unit state change (`systemctl <op> <name>`), submitted only when the state
+/// differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceOp {
+    /// `systemctl start`.
+    Start,
+    /// `systemctl stop`.
+    Stop,
+    /// `systemctl enable`.
+    Enable,
+    /// `systemctl disable`.
+    Disable,
+}
+
+impl ServiceOp {
+    /// The `systemctl` verb.
+    pub fn verb(self) -> &'static str {
+        match self {
+            ServiceOp::Start => "start",
+            ServiceOp::Stop => "stop",
+            ServiceOp::Enable => "enable",
+            ServiceOp::Disable => "disable",
+        }
+    }
+}
+
+/// A systemd action done every time (`systemctl <verb> <name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceAction {
+    /// `systemctl restart`.
+    Restart,
+    /// `systemctl reload`.
+    Reload,
+}
+
+impl ServiceAction {
+    /// The `systemctl` verb.
+    pub fn verb(self) -> &'static str {
+        match self {
+            ServiceAction::Restart => "restart",
+            ServiceAction::Reload => "reload",
+        }
+    }
+}
+
+/// A supported package manager (`pkg::manager()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PkgManager {
+    /// Debian family: `apt-get` and `dpkg-query`.
+    Apt,
+    /// Fedora, RHEL 8+: `dnf` and `rpm`.
+    Dnf,
+    /// RHEL 7, Amazon Linux 2: `yum` and `rpm`.
+    Yum,
+    /// SUSE: `zypper` and `rpm`.
+    Zypper,
+}
+
+impl PkgManager {
+    /// The name scripts see: `apt`, `dnf`, `yum`, `zypper`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PkgManager::Apt => "apt",
+            PkgManager::Dnf => "dnf",
+            PkgManager::Yum => "yum",
+            PkgManager::Zypper => "zypper",
+        }
+    }
+}
+
+/// A package argument of `pkg::install`: a name, or a name pinned to a version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackageSpec {
+    /// The package name.
+    pub name: String,
+    /// The version asked for: apt's `name=version` (compared with dpkg's `${Version}`
+    /// exactly), or rpm's `name-version[-release]` (compared with `%{VERSION}-%{RELEASE}`,
+    /// or with `%{VERSION}` alone when no release is given).
+    pub version: Option<String>,
+}
+
+/// One rpm version or release word: starts with a digit, then `[0-9A-Za-z._+~^]`.
+fn rpm_word(w: &str) -> bool {
+    w.starts_with(|c: char| c.is_ascii_digit())
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._+~^".contains(c))
+}
+
+/// Parse an install argument for `manager`. apt: `name=version` (the first `=`). dnf, yum
+/// and zypper: `name-version` or `name-version-release`, recognised only when the version
+/// starts with a digit and contains a `.` and the release (when present) starts with a
+/// digit, taking the first `-` where that holds (`cuda-drivers-550.90.07`,
+/// `cuda-drivers-550.90.07-1.el9`); anything else is a plain name (`java-17-openjdk`,
+/// `java-1.8.0-openjdk`). Epochs (`2:`) are not supported.
+pub fn parse_spec(manager: PkgManager, spec: &str) -> PackageSpec {
+    let plain = || PackageSpec {
+        name: spec.to_string(),
+        version: None,
+    };
+    match manager {
+        PkgManager::Apt => match spec.split_once('=') {
+            Some((n, v)) if !n.is_empty() && !v.is_empty() => PackageSpec {
+                name: n.to_string(),
+                version: Some(v.to_string()),
+            },
+            _ => plain(),
+        },
+        _ => {
+            for (i, _) in spec.match_indices('-') {
+                let (name, rest) = (&spec[..i], &spec[i + 1..]);
+                if name.is_empty() {
+                    continue;
+                }
+                let (v, r) = match rest.split_once('-') {
+                    Some((v, r)) => (v, Some(r)),
+                    None => (rest, None),
+                };
+                if rpm_word(v) && v.contains('.') && r.is_none_or(rpm_word) {
+                    return PackageSpec {
+                        name: name.to_string(),
+                        version: Some(rest.to_string()),
+                    };
+                }
+            }
+            plain()
+        }
+    }
+}
+
+/// A module name as the kernel compares it: `-` read as `_`.
+pub fn canonical_name(name: &str) -> String {
+    name.replace('-', "_")
+}
+
+/// The `/proc/sys` path of `key`: dots become slashes, unless the key already uses
+/// slashes (then dots are literal, as sysctl(8) does for interface names like
+/// `eth0.100`).
+///
+/// # Errors
+/// [`HostError::Invalid`] for an empty key, whitespace, or `.`/`..`/empty components.
+pub fn sysctl_proc_path(key: &str) -> Result<PathBuf> {
+    let rel = if key.contains('/') {
+        key.to_string()
+    } else {
+        key.replace('.', "/")
+    };
+    let bad = rel.is_empty()
+        || key.chars().any(|c| c.is_whitespace() || c == '\0')
+        || rel
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..");
+    if bad {
+        return Err(HostError::Invalid {
+            what: "sysctl key",
+            message: format!("{key:?}"),
+        });
+    }
+    Ok(Path::new("/proc/sys").join(rel))
+}
+
+/// The refusal of repositories and holds on a zypper host (`pkg::repo`, `pkg::remove_repo`,
+/// `pkg::hold`, `pkg::unhold`).
+pub(crate) const REPOS_NOT_ON_ZYPPER: &str = "pkg::repo, pkg::remove_repo, pkg::hold and pkg::unhold support apt, dnf and yum hosts, not zypper";
+
+/// How grub configuration is regenerated at the end of a step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "tool", rename_all = "lowercase")]
+pub enum GrubUpdate {
+    /// Debian family (and anything not rhel/fedora): `update-grub`.
+    UpdateGrub,
+    /// rhel and fedora families (BootLoaderSpec entries):
+    /// `grubby --update-kernel=ALL --args="<add>"` then `--remove-args="<remove>"`
+    /// (each only when non-empty).
+    Grubby {
+        /// Arguments to add to every kernel entry.
+        add: Vec<String>,
+        /// Arguments to take away from every kernel entry.
+        remove: Vec<String>,
+    },
+}
+
+/// What a mount effect does to a mount point (`mount::ensure`, `mount::remove`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MountOp {
+    /// `mount <path>`: mount as `/etc/fstab` says.
+    Mount,
+    /// `mount -o remount <path>`: apply changed `/etc/fstab` options to a mounted filesystem.
+    Remount,
+    /// `umount <path>`.
+    Unmount,
+}
+
+impl MountOp {
+    /// The command line for `path`.
+    pub fn argv(self, path: &std::path::Path) -> Vec<String> {
+        let p = path.display().to_string();
+        match self {
+            MountOp::Mount => vec!["mount".into(), p],
+            MountOp::Remount => vec!["mount".into(), "-o".into(), "remount".into(), p],
+            MountOp::Unmount => vec!["umount".into(), p],
+        }
+    }
+}
+
+/// How the initramfs is regenerated at the end of a step (`kmod::` blacklist or options
+/// changed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InitramfsTool {
+    /// Debian family (and anything not rhel/fedora): `update-initramfs -u`.
+    UpdateInitramfs,
+    /// rhel and fedora families: `dracut -f`.
+    Dracut,
+}
+
+impl InitramfsTool {
+    /// The tool for an OS family ([`crate::host::effects::os_release::family`]): `dracut -f`
+    /// on the rhel and fedora families, else `update-initramfs -u`.
+    pub fn for_family(family: &str) -> Self {
+        match family {
+            "rhel" | "fedora" => InitramfsTool::Dracut,
+            _ => InitramfsTool::UpdateInitramfs,
+        }
+    }
+
+    /// The command line.
+    pub fn argv(self) -> Vec<String> {
+        match self {
+            InitramfsTool::UpdateInitramfs => vec!["update-initramfs".into(), "-u".into()],
+            InitramfsTool::Dracut => vec!["dracut".into(), "-f".into()],
+        }
+    }
+}
+
+/// An interrupt requested by a step: run by the agent after the step succeeded and its flag
+/// is written, with the same commands and once-per-SKYHOOK_RESOURCE_ID markers as its
+/// `interrupt` mode. The host layer only collects them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum InterruptRequest {
+    /// Reboot the node (`interrupt::reboot()`).
+    Reboot,
+    /// Restart the named services (`interrupt::restart_services(names)`).
+    RestartServices {
+        /// Unit names as given.
+        services: Vec<String>,
+    },
+    /// Restart all services (`interrupt::restart_all_services()`).
+    RestartAllServices,
+}
+
+/// One desired-state change, action or interrupt, as handed to the session's executor.
+/// Paths are host paths (absolute, resolved under the host root by the executor).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Effect {
+    /// Replace a file's content atomically; `None` attributes keep the existing file's (or
+    /// the defaults 0644 / the agent's ids for a new file).
+    WriteFile {
+        /// Host path (a symlink's target is written, the link stays).
+        path: PathBuf,
+        /// The complete new content, shared: cloning it (the plan's overlay and the report's
+        /// hashes keep it) counts a reference instead of copying the bytes. Build it with
+        /// `.into()` from an owned `Vec<u8>` or `String` (no copy), or with
+        /// [`bytes::Bytes::copy_from_slice`] from a borrowed slice; the line view hands out
+        /// its kept rendering without a copy (`src/host/appendbuf.rs`).
+        content: bytes::Bytes,
+        /// Permission bits to set.
+        mode: Option<u32>,
+        /// Owner uid to set.
+        uid: Option<u32>,
+        /// Group gid to set.
+        gid: Option<u32>,
+    },
+    /// Remove a file, symlink or empty directory.
+    RemoveFile {
+        /// Host path.
+        path: PathBuf,
+    },
+    /// Create a directory and its missing parents; set `mode` on the final directory (the
+    /// parents get 0755, [`crate::host::root::PARENT_DIR_MODE`]).
+    Mkdir {
+        /// Host path.
+        path: PathBuf,
+        /// Permission bits of the final directory.
+        mode: u32,
+    },
+    /// Remove a tree (`rm -rf`).
+    RemoveAll {
+        /// Host path.
+        path: PathBuf,
+    },
+    /// Set permission bits.
+    Chmod {
+        /// Host path.
+        path: PathBuf,
+        /// New permission bits.
+        mode: u32,
+    },
+    /// Set owner and/or group.
+    Chown {
+        /// Host path.
+        path: PathBuf,
+        /// New uid, `None` to keep.
+        uid: Option<u32>,
+        /// New gid, `None` to keep.
+        gid: Option<u32>,
+    },
+    /// Create (or retarget) a symlink.
+    Symlink {
+        /// The link's content, stored as given (may be relative).
+        target: PathBuf,
+        /// Host path of the link; an existing symlink there is replaced.
+        link: PathBuf,
+    },
+    /// A service state change (`systemctl <op> <name>`).
+    Service {
+        /// Unit name.
+        name: String,
+        /// Which change.
+        op: ServiceOp,
+    },
+    /// A service action (`systemctl restart|reload <name>`).
+    ServiceAction {
+        /// Unit name.
+        name: String,
+        /// Which action.
+        action: ServiceAction,
+    },
+    /// `systemctl daemon-reload` (explicit, or the coalesced one scheduled by drop-ins).
+    DaemonReload,
+    /// Install packages (only the missing ones are listed).
+    PackageInstall {
+        /// The manager used.
+        manager: PkgManager,
+        /// Package names.
+        names: Vec<String>,
+        /// Refresh the package index first (`apt-get update`, `dnf makecache`, ...).
+        update: bool,
+    },
+    /// Remove packages (only the installed ones are listed).
+    PackageRemove {
+        /// The manager used.
+        manager: PkgManager,
+        /// Package names.
+        names: Vec<String>,
+    },
+    /// Set a runtime sysctl value by writing `/proc/sys/<key>`.
+    Sysctl {
+        /// The key in dotted form.
+        key: String,
+        /// The new value.
+        value: String,
+    },
+    /// Run a command that is not read-only and has no guard (an action).
+    Command {
+        /// Program and arguments.
+        argv: Vec<String>,
+        /// Options as given.
+        opts: RunOptions,
+    },
+    /// Run a command whose guards ([`RunOptions::guards`], not empty) said its work is not
+    /// done yet (a change: drift in a check).
+    GuardedCommand {
+        /// Program and arguments.
+        argv: Vec<String>,
+        /// Options as given, guards included.
+        opts: RunOptions,
+    },
+    /// Regenerate grub configuration (deferred to the end of the step).
+    GrubUpdate(GrubUpdate),
+    /// An interrupt for the agent to run after the step.
+    Interrupt(InterruptRequest),
+    /// Mount, remount or unmount a mount point (`mount`/`umount`, chrooted); a change.
+    Mount {
+        /// Host path of the mount point.
+        path: PathBuf,
+        /// Which operation.
+        op: MountOp,
+    },
+    /// Load a kernel module (`modprobe <name>`, chrooted). A change when `/proc/modules`
+    /// said it is not loaded (`known: true`); an action when the module table could not be
+    /// read (`known: false`).
+    ModuleLoad {
+        /// Module name as given.
+        name: String,
+        /// `/proc/modules` was read and does not list the module.
+        known: bool,
+    },
+    /// Regenerate the initramfs (deferred to the end of the step); an action.
+    InitramfsUpdate(InitramfsTool),
+    /// Download a URL to a file, verified by its SHA-256 digest (`fs::fetch`).
+    Fetch(crate::host::effects::download::Download),
+    /// Hold packages at their installed version, or release them (`pkg::hold`/`unhold`:
+    /// `apt-mark hold|unhold`, `dnf|yum versionlock add|delete`); only the packages whose
+    /// state differs are listed.
+    PackageHold {
+        /// The manager used.
+        manager: PkgManager,
+        /// Package names.
+        names: Vec<String>,
+        /// True to hold, false to release.
+        hold: bool,
+    },
+}
+
+/// The class of an [`Effect`]: see the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EffectClass {
+    /// Brings the host to a desired state; drift in a check.
+    Change,
+    /// Done every time; never drift.
+    Action,
+    /// Collected for the agent.
+    Interrupt,
+}
+
+impl Effect {
+    /// This effect's class.
+    pub fn class(&self) -> EffectClass {
+        match self {
+            Effect::ServiceAction { .. }
+            | Effect::DaemonReload
+            | Effect::Command { .. }
+            | Effect::GrubUpdate(_)
+            | Effect::InitramfsUpdate(_)
+            | Effect::ModuleLoad { known: false, .. } => EffectClass::Action,
+            Effect::Interrupt(_) => EffectClass::Interrupt,
+            _ => EffectClass::Change,
+        }
+    }
+
+    /// A short machine-readable kind for reports: `write`, `remove`, `mkdir`, `remove_all`,
+    /// `chmod`, `chown`, `symlink`, `service`, `service_action`, `daemon_reload`,
+    /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,
+    /// `grub_update`, `interrupt`, `mount`, `module_load`, `initramfs_update`, `fetch`,
+    /// `package_hold`, `package_unhold`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Effect::WriteFile { .. } => "write",
+            Effect::RemoveFile { .. } => "remove",
+            Effect::Mkdir { .. } => "mkdir",
+            Effect::RemoveAll { .. } => "remove_all",
+            Effect::Chmod { .. } => "chmod",
+            Effect::Chown { .. } => "chown",
+            Effect::Symlink { .. } => "symlink",
+            Effect::Service { .. } => "service",
+            Effect::ServiceAction { .. } => "service_action",
+            Effect::DaemonReload => "daemon_reload",
+            Effect::PackageInstall { .. } => "package_install",
+            Effect::PackageRemove { .. } => "package_remove",
+            Effect::Sysctl { .. } => "sysctl",
+            Effect::Command { .. } => "command",
+            Effect::GuardedCommand { .. } => "guarded_command",
+            Effect::GrubUpdate(_) => "grub_update",
+            Effect::Interrupt(_) => "interrupt",
+            Effect::Mount { .. } => "mount",
+            Effect::ModuleLoad { .. } => "module_load",
+            Effect::InitramfsUpdate(_) => "initramfs_update",
+            Effect::Fetch(_) => "fetch",
+            Effect::PackageHold { hold: true, .. } => "package_hold",
+            Effect::PackageHold { hold: false, .. } => "package_unhold",
+        }
+    }
+
+    /// What the effect applies to: a host path, unit, package list, key or command line.
+    pub fn target(&self) -> String {
+        match self {
+            Effect::WriteFile { path, .. }
+            | Effect::RemoveFile { path }
+            | Effect::Mkdir { path, .. }
+            | Effect::RemoveAll { path }
+            | Effect::Chmod { path, .. }
+            | Effect::Chown { path, .. } => path.display().to_string(),
+            Effect::Symlink { link, .. } => link.display().to_string(),
+            Effect::Service { name, .. } | Effect::ServiceAction { name, .. } => name.clone(),
+            Effect::DaemonReload => "systemd".into(),
+            Effect::PackageInstall { names, .. } | Effect::PackageRemove { names, .. } => {
+                names.join(" ")
+            }
+            Effect::Sysctl { key, .. } => key.clone(),
+            Effect::Command { argv, .. } | Effect::GuardedCommand { argv, .. } => quote_argv(argv),
+            Effect::GrubUpdate(_) => "grub".into(),
+            Effect::Interrupt(_) => "node".into(),
+            Effect::Mount { path, .. } => path.display().to_string(),
+            Effect::ModuleLoad { name, .. } => name.clone(),
+            Effect::InitramfsUpdate(_) => "initramfs".into(),
+            Effect::Fetch(d) => d.path.display().to_string(),
+            Effect::PackageHold { names, .. } => names.join(" "),
+        }
+    }
+}
+
+/// Render an argv as a shell-like command line for messages: words made only of safe
+/// characters stay bare, anything else is single-quoted (`'` as `'\''`).
+pub fn quote_argv(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| quote_word(a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn quote_word(a: &str) -> String {
+    let safe = !a.is_empty()
+        && a.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@%^".contains(c));
+    if safe {
+        a.to_string()
+    } else {
+        format!("'{}'", a.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        let argv: Vec<String> = ["echo", "a b", "it's", ""]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(quote_argv(&argv), r#"echo 'a b' 'it'\''s' ''"#);
+    }
+
+    #[test]
+    fn classes() {
+        assert_eq!(Effect::DaemonReload.class(), EffectClass::Action);
+        assert_eq!(
+            Effect::Sysctl {
+                key: "a.b".into(),
+                value: "1".into()
+            }
+            .class(),
+            EffectClass::Change
+        );
+        assert_eq!(
+            Effect::Interrupt(InterruptRequest::Reboot).class(),
+            EffectClass::Interrupt
+        );
+    }
+}

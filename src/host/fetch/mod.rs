@@ -1,0 +1,303 @@
+//! Downloads: `fs::fetch(url, path, #{sha256, mode, owner, group, timeout, max_bytes})`.
+//!
+//! A download is a *change* identified by its SHA-256 digest (required): the file is
+//! unchanged when it already has that digest (its mode and owner are then brought to the
+//! requested ones, as `fs::write` does), and downloaded otherwise. The digest of an existing
+//! file is computed by streaming it (any size; a FIFO or device is refused without blocking).
+//!
+//! - **Apply**: under the path's lock ([`crate::host::root::pathlock`]) the body is streamed into
+//!   a temporary file beside the destination (the host root's temporary names, so a crash
+//!   leaves nothing a later write does not sweep), hashed as it arrives, and renamed over the
+//!   destination (fsync of file and directory) only when the digest matches. A mismatch,
+//!   an HTTP error, the size limit, the timeout or the step's cancel token leave the
+//!   destination unchanged and remove the temporary file.
+//! - **Plan**: nothing is requested; the change reads `would download <url> (sha256 <hex>)
+//!   to <path>`. Later reads in the plan see a file at `path` (`fs::exists`, `fs::stat` with
+//!   size 0, a second `fs::fetch` with the same digest is unchanged), but its content is not
+//!   known: `fs::read` of it fails with "is downloaded by fs::fetch only when applied".
+//! - **Check**: drift when the file is missing or has another digest (or mode/owner).
+//!
+//! HTTP/1.1 over TCP (`http://`) or TLS (`https://`, rustls on ring) with hyper's client
+//! connection, one connection per request, redirects followed up to [`MAX_REDIRECTS`]. HTTPS
+//! trusts the **host's** CA bundle, the first of [`CA_BUNDLES`] that exists under the root
+//! (the agent image carries none). No proxy support: the agent connects directly.
+
+use std::io::{self, Read};
+use std::path::Path;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+pub use crate::host::effects::download::{CA_BUNDLES, Download, MAX_REDIRECTS};
+use crate::host::effects::download::{hex, parse_url};
+use crate::host::effects::effect::Effect;
+
+use crate::host::Host;
+use crate::host::effects::session::{Stat, ViewedFile};
+use crate::host::files::fs::host_path;
+use crate::host::root::error::{HostError, Result};
+
+/// Default of the `timeout` option: the whole download (connect, redirects, body) may take
+/// this long (300 s), capped by what remains of the step's deadline.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Default of the `max_bytes` option: a body larger than this (4 GiB) fails the download.
+pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
+
+/// Options of `fs::fetch`.
+#[derive(Debug, Clone, Default)]
+pub struct FetchOptions {
+    /// The expected SHA-256 digest, 64 hex digits (required; upper case accepted).
+    pub sha256: Option<String>,
+    /// Permission bits of the file (`None`: an existing file's, else 0644).
+    pub mode: Option<u32>,
+    /// Owner: a user name from the host root's `/etc/passwd`, or a number.
+    pub owner: Option<String>,
+    /// Group: a group name from the host root's `/etc/group`, or a number.
+    pub group: Option<String>,
+    /// Limit of the whole download ([`DEFAULT_TIMEOUT`] when `None`).
+    pub timeout: Option<Duration>,
+    /// Largest body accepted, in bytes ([`DEFAULT_MAX_BYTES`] when `None`).
+    pub max_bytes: Option<u64>,
+}
+
+fn invalid(message: String) -> HostError {
+    HostError::Invalid {
+        what: "fs::fetch argument",
+        message,
+    }
+}
+
+/// 64 hex digits, lower-cased.
+fn check_sha256(s: Option<&str>) -> Result<String> {
+    let Some(s) = s else {
+        return Err(invalid(
+            "sha256 is required (the expected SHA-256 digest of the file, 64 hex digits): \
+             it makes the download idempotent and verified"
+                .into(),
+        ));
+    };
+    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(invalid(format!("sha256 must be 64 hex digits, got {s:?}")));
+    }
+    Ok(s.to_ascii_lowercase())
+}
+
+/// `fs::fetch(url, path, opts)`: make `path` the file at `url` whose SHA-256 digest is
+/// `opts.sha256`, with the requested attributes. Returns whether something changed (or, in
+/// plan/check mode, would). See the module docs for the modes.
+///
+/// # Errors
+/// Relative path; a bad URL, missing or malformed `sha256`, zero `timeout`/`max_bytes`
+/// ([`HostError::Invalid`]); a directory or non-regular file at `path`;
+/// [`HostError::BadAncestor`]; unknown owner/group; in apply mode [`HostError::Fetch`]
+/// (connection, TLS, status, redirects, size, timeout, cancellation) and
+/// [`HostError::ChecksumMismatch`], the destination unchanged in both cases.
+pub fn fetch(h: &mut Host, url: &str, p: &str, opts: &FetchOptions) -> Result<bool> {
+    let path = host_path(p)?;
+    parse_url(url).map_err(invalid)?;
+    let sha256 = check_sha256(opts.sha256.as_deref())?;
+    if opts.timeout.is_some_and(|t| t.is_zero()) {
+        return Err(invalid("timeout must be more than 0 seconds".into()));
+    }
+    if opts.max_bytes == Some(0) {
+        return Err(invalid("max_bytes must be more than 0".into()));
+    }
+    let (uid, gid) = crate::host::files::fs::ids(h, opts.owner.as_deref(), opts.group.as_deref())?;
+    let d = Download {
+        url: url.to_string(),
+        path,
+        sha256,
+        mode: opts.mode,
+        uid,
+        gid,
+        timeout: opts.timeout.unwrap_or(DEFAULT_TIMEOUT),
+        max_bytes: opts.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
+    };
+    h.check_creatable(&d.path)?;
+    // Unchanged without a lock (no lock file for a call that changes nothing, and so, in
+    // plan and check mode, no planned lock directory); a change is decided again under the
+    // lock.
+    if let Some((digest, stat)) = current(h, &d.path)?
+        && digest == d.sha256
+        && attrs_ok(&d, &stat)
+    {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    let lock = h.lock_for_update(&d.path)?;
+    let changed = fetch_locked(h, d);
+    drop(lock);
+    changed
+}
+
+fn attrs_ok(d: &Download, s: &Stat) -> bool {
+    d.mode.is_none_or(|m| m == s.mode)
+        && d.uid.is_none_or(|u| u == s.uid)
+        && d.gid.is_none_or(|g| g == s.gid)
+}
+
+fn fetch_locked(h: &mut Host, d: Download) -> Result<bool> {
+    match current(h, &d.path)? {
+        Some((digest, stat)) if digest == d.sha256 => {
+            let mut changed = false;
+            if let Some(m) = d.mode
+                && m != stat.mode
+            {
+                h.submit(Effect::Chmod {
+                    path: d.path.clone(),
+                    mode: m,
+                })?;
+                changed = true;
+            }
+            let uid = d.uid.filter(|u| *u != stat.uid);
+            let gid = d.gid.filter(|g| *g != stat.gid);
+            if uid.is_some() || gid.is_some() {
+                h.submit(Effect::Chown {
+                    path: d.path.clone(),
+                    uid,
+                    gid,
+                })?;
+                changed = true;
+            }
+            if !changed {
+                h.note_unchanged();
+            }
+            Ok(changed)
+        }
+        _ => {
+            h.submit(Effect::Fetch(d))?;
+            Ok(true)
+        }
+    }
+}
+
+/// The digest and metadata of the file at `path` as the session sees it (a planned
+/// download's digest in plan/check mode), `None` when absent.
+fn current(h: &Host, path: &Path) -> Result<Option<(String, Stat)>> {
+    let Some(stat) = h.view_stat(path, true)? else {
+        return Ok(None);
+    };
+    match stat.kind.as_str() {
+        "file" => {}
+        "dir" => {
+            return Err(HostError::WrongKind {
+                path: path.to_path_buf(),
+                what: "is a directory",
+            });
+        }
+        _ => {
+            return Err(HostError::WrongKind {
+                path: path.to_path_buf(),
+                what: "is not a regular file",
+            });
+        }
+    }
+    let key = match h.view_for_digest(path)? {
+        ViewedFile::Digest(sha256) => return Ok(Some((sha256, stat))),
+        ViewedFile::Content(content) => return Ok(Some((hex(&Sha256::digest(&content)), stat))),
+        ViewedFile::Open(key) => key,
+    };
+    let mut f = h.root().open_regular(&key)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(crate::host::root::RootError {
+                    op: "read",
+                    path: path.to_path_buf(),
+                    root: h.root().mount().to_path_buf(),
+                    source: e,
+                }
+                .into());
+            }
+        };
+        hasher.update(&buf[..n]);
+    }
+    Ok(Some((hex(&hasher.finalize()), stat)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::Uri;
+
+    use crate::host::effects::download::resolve;
+
+    fn u(s: &str) -> Uri {
+        s.parse().unwrap()
+    }
+
+    /// The exact effect `fs::fetch` submits, recorded in a plan (nothing is requested), and
+    /// the planned download answering a second call with the same digest through the read
+    /// view.
+    #[test]
+    fn fetch_submits_one_download_and_reads_the_planned_digest() {
+        let t = crate::host::testutil::TestHost::new();
+        let mut h = t.host(crate::host::ExecMode::Plan);
+        h.record_effects();
+        let o = FetchOptions {
+            sha256: Some("AB".repeat(32)),
+            mode: Some(0o755),
+            ..Default::default()
+        };
+        assert!(fetch(&mut h, "http://127.0.0.1:9/tool", "/opt/tool", &o).unwrap());
+        assert!(!fetch(&mut h, "http://127.0.0.1:9/tool", "/opt/tool", &o).unwrap());
+        assert_eq!(
+            format!("{:?}", h.recorded_effects()),
+            format!(
+                "[Fetch(Download {{ url: \"http://127.0.0.1:9/tool\", path: \"/opt/tool\", \
+                 sha256: \"{}\", mode: Some(493), uid: None, gid: None, timeout: 300s, \
+                 max_bytes: 4294967296 }})]",
+                "ab".repeat(32)
+            )
+        );
+    }
+
+    #[test]
+    fn redirect_targets() {
+        let base = u("http://a:8/x/y/file?q=1");
+        assert_eq!(resolve(&base, "/z").unwrap(), u("http://a:8/z"));
+        assert_eq!(resolve(&base, "other").unwrap(), u("http://a:8/x/y/other"));
+        assert_eq!(resolve(&base, "//b/c").unwrap(), u("http://b/c"));
+        assert_eq!(resolve(&base, "https://c/d").unwrap(), u("https://c/d"));
+        assert_eq!(
+            resolve(&base, "ftp://c/d").unwrap_err(),
+            "redirect to \"ftp://c/d\": bad URL \"ftp://c/d\": only http:// and https:// are supported"
+        );
+    }
+
+    #[test]
+    fn url_and_digest_validation() {
+        assert!(parse_url("http://example.com/a").is_ok());
+        assert_eq!(
+            parse_url("file:///etc/passwd").unwrap_err(),
+            "bad URL \"file:///etc/passwd\": only http:// and https:// are supported"
+        );
+        assert_eq!(
+            parse_url("/relative").unwrap_err(),
+            "bad URL \"/relative\": only http:// and https:// are supported"
+        );
+        assert_eq!(
+            check_sha256(Some(&"AB".repeat(32))).unwrap(),
+            "ab".repeat(32)
+        );
+        assert_eq!(
+            check_sha256(Some("abc")).unwrap_err().to_string(),
+            "invalid fs::fetch argument: sha256 must be 64 hex digits, got \"abc\""
+        );
+        assert!(
+            check_sha256(None)
+                .unwrap_err()
+                .to_string()
+                .starts_with("invalid fs::fetch argument: sha256 is required")
+        );
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fetch_tests;

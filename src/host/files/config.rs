@@ -1,0 +1,253 @@
+//! configMaps (`config::`) and node metadata (`node::`).
+//!
+//! Both live in agent-side directories ([`HostOptions::configmaps_dir`],
+//! [`HostOptions::node_metadata_dir`]) that may lie outside the host root, so they are read
+//! with plain `std::fs` (regular files of at most [`crate::host::files::fs::MAX_READ_BYTES`],
+//! opened without blocking: [`crate::host::files::fs::read_local`]). A configMap is a file in the
+//! directory; names starting with `.` (a configMap volume's `..data` internals) are never
+//! listed or read.
+//!
+//! [`HostOptions::configmaps_dir`]: crate::host::HostOptions::configmaps_dir
+//! [`HostOptions::node_metadata_dir`]: crate::host::HostOptions::node_metadata_dir
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::host::Host;
+use crate::host::root::error::{HostError, Result};
+
+fn cm_path(h: &Host, name: &str) -> Option<PathBuf> {
+    if name.is_empty() || name.starts_with('.') || name.contains(['/', '\0']) {
+        return None;
+    }
+    h.options().configmaps_dir.as_ref().map(|d| d.join(name))
+}
+
+/// `config::names()`: sorted configMap names (regular files, following the volume's
+/// symlinks; dot-names skipped). Empty when there is no directory.
+///
+/// # Errors
+/// [`HostError::AgentFile`] when the directory exists but cannot be listed.
+pub fn names(h: &Host) -> Result<Vec<String>> {
+    let Some(dir) = &h.options().configmaps_dir else {
+        return Ok(Vec::new());
+    };
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(HostError::AgentFile {
+                path: dir.clone(),
+                source,
+            });
+        }
+    };
+    let mut out = Vec::new();
+    for e in rd {
+        let e = e.map_err(|source| HostError::AgentFile {
+            path: dir.clone(),
+            source,
+        })?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        if std::fs::metadata(e.path()).is_ok_and(|m| m.is_file()) {
+            out.push(name);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The configMap's bytes, `None` when absent (or not a file).
+///
+/// # Errors
+/// [`HostError::AgentFile`] on a read failure other than "not found";
+/// [`HostError::NotRegular`] for a FIFO, device or socket and [`HostError::FileTooLarge`]
+/// above [`crate::host::files::fs::MAX_READ_BYTES`] (as for every file read whole).
+fn read(h: &Host, name: &str) -> Result<Option<Vec<u8>>> {
+    let Some(p) = cm_path(h, name) else {
+        return Ok(None);
+    };
+    match crate::host::files::fs::read_local(&p)? {
+        Ok(b) => Ok(Some(b)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(source) => Err(HostError::AgentFile { path: p, source }),
+    }
+}
+
+/// `config::get(name)`: the configMap's text, `None` when absent.
+///
+/// # Errors
+/// [`HostError::ConfigMapNotText`] when the content is not UTF-8 (a binary configMap);
+/// [`HostError::AgentFile`] on a read failure other than "not found".
+pub fn get(h: &Host, name: &str) -> Result<Option<String>> {
+    match read(h, name)? {
+        None => Ok(None),
+        Some(b) => String::from_utf8(b)
+            .map(Some)
+            .map_err(|e| HostError::ConfigMapNotText {
+                name: name.into(),
+                offset: e.utf8_error().valid_up_to(),
+            }),
+    }
+}
+
+/// `config::has(name)`: whether the configMap exists (whatever its content).
+///
+/// # Errors
+/// [`HostError::AgentFile`] on a read failure other than "not found".
+pub fn has(h: &Host, name: &str) -> Result<bool> {
+    Ok(read(h, name)?.is_some())
+}
+
+fn need(h: &Host, name: &str) -> Result<String> {
+    get(h, name)?.ok_or_else(|| HostError::ConfigMapMissing { name: name.into() })
+}
+
+/// `config::lines(name)`: the lines, trimmed, without blank lines and `#` comments.
+///
+/// # Errors
+/// [`HostError::ConfigMapMissing`]; read failures.
+pub fn lines(h: &Host, name: &str) -> Result<Vec<String>> {
+    Ok(need(h, name)?
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect())
+}
+
+/// `config::kv(name)`: a map from `key=value` lines (spaces around `=` and the line allowed,
+/// blank lines and `#` comments skipped, a later key wins).
+///
+/// # Errors
+/// [`HostError::ConfigMapLine`] naming the configMap and 1-based line number of a line
+/// without `=` or with an empty key; [`HostError::ConfigMapMissing`].
+pub fn kv(h: &Host, name: &str) -> Result<BTreeMap<String, String>> {
+    parse_kv(name, &need(h, name)?)
+}
+
+/// The map of [`kv`] from configMap `name`'s `text` (the parser alone, for the fuzz targets
+/// in `tests/fuzz/`).
+///
+/// # Errors
+/// [`HostError::ConfigMapLine`] as [`kv`].
+#[doc(hidden)]
+pub fn parse_kv(name: &str, text: &str) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for (i, raw) in text.lines().enumerate() {
+        let l = raw.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        match l.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => {
+                out.insert(k.trim().to_string(), v.trim().to_string());
+            }
+            _ => {
+                return Err(HostError::ConfigMapLine {
+                    name: name.into(),
+                    line: i + 1,
+                    text: raw.to_string(),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The node metadata map `<node_metadata_dir>/<file>`: empty when the directory or file is
+/// absent.
+fn metadata(h: &Host, file: &str) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let Some(dir) = &h.options().node_metadata_dir else {
+        return Ok(Default::default());
+    };
+    let p = dir.join(file);
+    let bytes = match crate::host::files::fs::read_local(&p)? {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(source) => return Err(HostError::AgentFile { path: p, source }),
+    };
+    serde_json::from_slice(&bytes).map_err(|source| HostError::Json { path: p, source })
+}
+
+/// `node::labels()`: the node's labels (`labels.json`), empty when absent.
+///
+/// # Errors
+/// [`HostError::Json`] when the file is not a JSON object; read failures.
+pub fn labels(h: &Host) -> Result<serde_json::Map<String, serde_json::Value>> {
+    metadata(h, "labels.json")
+}
+
+/// `node::annotations()`: the node's annotations (`annotations.json`), empty when absent.
+///
+/// # Errors
+/// As [`labels`].
+pub fn annotations(h: &Host) -> Result<serde_json::Map<String, serde_json::Value>> {
+    metadata(h, "annotations.json")
+}
+
+/// `node::packages()`: the operator's packages map (`packages.json`), empty when absent.
+///
+/// # Errors
+/// As [`labels`].
+pub fn packages(h: &Host) -> Result<serde_json::Map<String, serde_json::Value>> {
+    metadata(h, "packages.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::testutil::*;
+
+    #[test]
+    fn configmaps() {
+        let t = TestHost::new();
+        let cm = t.dir.path().join("configmaps");
+        std::fs::create_dir_all(cm.join("..2024_01_01")).unwrap();
+        std::fs::write(cm.join("..2024_01_01/b"), "x = 1\n# c\n\n y=2 \n").unwrap();
+        std::os::unix::fs::symlink("..2024_01_01", cm.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/b", cm.join("b")).unwrap();
+        std::fs::write(cm.join("a"), "one\n  # comment\n\n two  \n").unwrap();
+        std::fs::write(cm.join("bad"), "k=v\n# ok\nnovalue\n").unwrap();
+        std::fs::write(cm.join(".hidden"), "x").unwrap();
+        let md = t.dir.path().join("md");
+        std::fs::create_dir_all(&md).unwrap();
+        std::fs::write(md.join("labels.json"), r#"{"gpu":"a100"}"#).unwrap();
+        let h = t.host_with(crate::host::ExecMode::Apply, |o| {
+            o.configmaps_dir = Some(cm.clone());
+            o.node_metadata_dir = Some(md.clone());
+        });
+        assert_eq!(names(&h).unwrap(), vec!["a", "b", "bad"]);
+        assert!(has(&h, "a").unwrap());
+        assert!(!has(&h, ".hidden").unwrap());
+        assert!(!has(&h, "..data").unwrap());
+        assert_eq!(get(&h, "nope").unwrap(), None);
+        assert_eq!(lines(&h, "a").unwrap(), vec!["one", "two"]);
+        let m = kv(&h, "b").unwrap();
+        assert_eq!(m.get("x").map(String::as_str), Some("1"));
+        assert_eq!(m.get("y").map(String::as_str), Some("2"));
+        assert_eq!(m.len(), 2);
+        let e = kv(&h, "bad").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "configMap \"bad\" line 3: expected key=value, got \"novalue\""
+        );
+        assert!(matches!(
+            lines(&h, "nope"),
+            Err(HostError::ConfigMapMissing { .. })
+        ));
+        assert_eq!(labels(&h).unwrap()["gpu"], "a100");
+        assert!(annotations(&h).unwrap().is_empty());
+        assert!(packages(&h).unwrap().is_empty());
+    }
+}

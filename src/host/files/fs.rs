@@ -1,0 +1,845 @@
+//! Files: `fs::` queries and mutations on host paths.
+//!
+//! Every path is an absolute host path resolved inside the host root with chroot semantics
+//! (through [`crate::host::root::HostRoot`]); a relative path is
+//! [`HostError::RelativePath`]. Queries read through the session's view (planned writes
+//! included in plan/check mode). Mutations compare with the current state and submit an
+//! [`Effect`] only when something differs, returning whether they did.
+//!
+//! Text functions (`read`, `ensure_line`, blocks) work on UTF-8 text; a file that is not
+//! UTF-8 is [`HostError::NotText`]. When a text function rewrites a file, the result ends
+//! with a newline.
+
+use std::path::{Path, PathBuf};
+
+use crate::host::Host;
+use crate::host::effects::effect::Effect;
+use crate::host::effects::line_edit::{self, LineEdit};
+use crate::host::effects::lines::Lines;
+use crate::host::effects::session::Stat;
+use crate::host::root::EntryKind;
+use crate::host::root::error::{HostError, Result};
+
+pub use crate::host::root::read::MAX_READ_BYTES;
+use crate::host::root::read::{check_regular, text};
+
+/// Options of `write`, `copy`: attributes to set (`None` keeps the existing file's).
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// Permission bits (e.g. `0o600`).
+    pub mode: Option<u32>,
+    /// Owner: a user name from the host root's `/etc/passwd`, or a number.
+    pub owner: Option<String>,
+    /// Group: a group name from the host root's `/etc/group`, or a number.
+    pub group: Option<String>,
+}
+
+/// Options of `ensure_line`.
+#[derive(Debug, Clone)]
+pub struct LineOptions {
+    /// Replace the last line matching this regex (else append when absent).
+    pub regex: Option<String>,
+    /// Create a missing file (default true); false makes a missing file an error.
+    pub create: bool,
+}
+
+impl Default for LineOptions {
+    fn default() -> Self {
+        LineOptions {
+            regex: None,
+            create: true,
+        }
+    }
+}
+
+/// Read an agent-side file (configMaps, node metadata, secrets: outside the host root) as
+/// [`read_whole`] does: without blocking on a FIFO, a regular file of at most
+/// [`MAX_READ_BYTES`].
+///
+/// The outer error is the refusal ([`HostError::NotRegular`], [`HostError::FileTooLarge`]);
+/// the inner `io::Result` is the open or read outcome for the caller to map (`NotFound`,
+/// `IsADirectory` for a directory, permissions).
+///
+/// # Errors
+/// See above.
+pub(crate) fn read_local(path: &Path) -> Result<std::io::Result<Vec<u8>>> {
+    let f = match crate::host::root::open_local(path) {
+        Ok(f) => f,
+        Err(e) => return Ok(Err(e)),
+    };
+    let m = match f.metadata() {
+        Ok(m) => m,
+        Err(e) => return Ok(Err(e)),
+    };
+    if m.is_dir() {
+        return Ok(Err(std::io::ErrorKind::IsADirectory.into()));
+    }
+    check_regular(path, &m)?;
+    Ok(crate::host::root::read_bounded(f, MAX_READ_BYTES))
+}
+
+/// Parse a script path: absolute, else [`HostError::RelativePath`].
+pub fn host_path(p: &str) -> Result<PathBuf> {
+    if p.starts_with('/') {
+        Ok(PathBuf::from(p))
+    } else {
+        Err(HostError::RelativePath { path: p.into() })
+    }
+}
+
+fn compile(pattern: &str) -> Result<regex::Regex> {
+    regex::Regex::new(pattern).map_err(|source| HostError::Regex {
+        pattern: pattern.into(),
+        source,
+    })
+}
+
+/// `fs::exists(p)`: true when `p` exists (following symlinks).
+///
+/// # Errors
+/// Relative path, resolution failures.
+pub fn exists(h: &Host, p: &str) -> Result<bool> {
+    Ok(h.view_stat(&host_path(p)?, true)?.is_some())
+}
+
+/// `fs::is_file(p)`: true when `p` is a regular file (following symlinks).
+///
+/// # Errors
+/// Relative path, resolution failures.
+pub fn is_file(h: &Host, p: &str) -> Result<bool> {
+    Ok(h.view_stat(&host_path(p)?, true)?
+        .is_some_and(|s| s.kind == "file"))
+}
+
+/// `fs::is_dir(p)`: true when `p` is a directory (following symlinks).
+///
+/// # Errors
+/// Relative path, resolution failures.
+pub fn is_dir(h: &Host, p: &str) -> Result<bool> {
+    Ok(h.view_stat(&host_path(p)?, true)?
+        .is_some_and(|s| s.kind == "dir"))
+}
+
+/// `fs::read(p)`: the file's text.
+///
+/// # Errors
+/// [`HostError::NotFound`] when missing; [`HostError::NotText`]; a directory
+/// ([`HostError::WrongKind`]); a FIFO, device or socket ([`HostError::NotRegular`], without
+/// reading or blocking); a file above [`MAX_READ_BYTES`] ([`HostError::FileTooLarge`]).
+pub fn read(h: &Host, p: &str) -> Result<String> {
+    let path = host_path(p)?;
+    match h.view_read(&path)? {
+        Some(b) => text(&path, b),
+        None => Err(HostError::NotFound { path }),
+    }
+}
+
+/// `fs::read_or(p, default)`: the file's text, or `default` when it does not exist.
+///
+/// # Errors
+/// As [`read`], except a missing file.
+pub fn read_or(h: &Host, p: &str, default: &str) -> Result<String> {
+    let path = host_path(p)?;
+    match h.view_read(&path)? {
+        Some(b) => text(&path, b),
+        None => Ok(default.to_string()),
+    }
+}
+
+/// `fs::list(dir)`: entry names, sorted (byte order).
+///
+/// # Errors
+/// [`HostError::NotFound`] when missing; not a directory.
+pub fn list(h: &Host, dir: &str) -> Result<Vec<String>> {
+    let path = host_path(dir)?;
+    match h.view_list(&path)? {
+        Some(v) => Ok(v.into_iter().map(|(n, _)| n).collect()),
+        None => Err(HostError::NotFound { path }),
+    }
+}
+
+/// `fs::stat(p)`: `#{kind, size, mode, uid, gid, mtime}` of `p` itself (a final symlink is
+/// not followed, so `kind` can be `symlink`).
+///
+/// # Errors
+/// [`HostError::NotFound`] when missing.
+pub fn stat(h: &Host, p: &str) -> Result<Stat> {
+    let path = host_path(p)?;
+    h.view_stat(&path, false)?
+        .ok_or(HostError::NotFound { path })
+}
+
+fn has_meta(s: &str) -> bool {
+    s.contains(['*', '?', '[', '{'])
+}
+
+/// `fs::glob(pattern)`: sorted host paths matching an absolute glob pattern (`*`, `?`,
+/// `[abc]`, `{a,b}`, and `**` for any number of directories; `*` never crosses `/` and does
+/// match names starting with `.`). Matching uses the `globset` crate; the walk starts at the
+/// pattern's literal prefix and descends only as deep as the pattern reaches (`**` walks the
+/// whole subtree without following symlinked directories).
+///
+/// # Errors
+/// Relative or invalid pattern; directory read failures.
+pub fn glob(h: &Host, pattern: &str) -> Result<Vec<String>> {
+    let path = host_path(pattern)?;
+    let norm = crate::host::effects::plan::normalize(&path);
+    let comps: Vec<String> = norm
+        .components()
+        .skip(1)
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let Some(first_meta) = comps.iter().position(|c| has_meta(c)) else {
+        return Ok(if h.view_stat(&norm, false)?.is_some() {
+            vec![norm.to_string_lossy().into_owned()]
+        } else {
+            Vec::new()
+        });
+    };
+    let matcher = globset::GlobBuilder::new(&norm.to_string_lossy())
+        .literal_separator(true)
+        .build()
+        .map_err(|source| HostError::Glob {
+            pattern: pattern.into(),
+            source,
+        })?
+        .compile_matcher();
+    let base: PathBuf = std::iter::once("/".to_string())
+        .chain(comps[..first_meta].iter().cloned())
+        .collect();
+    let rest = &comps[first_meta..];
+    let unlimited = rest.iter().any(|c| c.contains("**"));
+    let mut out = Vec::new();
+    walk(h, &base, rest.len(), unlimited, &matcher, &mut out)?;
+    out.sort();
+    Ok(out)
+}
+
+fn walk(
+    h: &Host,
+    dir: &Path,
+    depth: usize,
+    unlimited: bool,
+    m: &globset::GlobMatcher,
+    out: &mut Vec<String>,
+) -> Result<()> {
+    let entries = match h.view_list(dir) {
+        Ok(Some(e)) => e,
+        Ok(None) | Err(HostError::WrongKind { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for (name, kind) in entries {
+        let p = dir.join(&name);
+        if m.is_match(&p) {
+            out.push(p.to_string_lossy().into_owned());
+        }
+        if unlimited || depth > 1 {
+            let descend = match kind {
+                EntryKind::Dir => true,
+                EntryKind::Symlink if !unlimited => {
+                    h.view_stat(&p, true)?.is_some_and(|s| s.kind == "dir")
+                }
+                _ => false,
+            };
+            if descend {
+                walk(h, &p, depth.saturating_sub(1), unlimited, m, out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Resolve a user (`passwd`) or group (`group`) name in the host root, or parse a number.
+fn resolve_id(h: &Host, name: &str, group: bool) -> Result<u32> {
+    if let Ok(n) = name.parse::<u32>() {
+        return Ok(n);
+    }
+    let (file, kind) = if group {
+        ("/etc/group", "group")
+    } else {
+        ("/etc/passwd", "user")
+    };
+    let content = h.view_read(Path::new(file))?.unwrap_or_default();
+    let content = String::from_utf8_lossy(&content);
+    content
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() > 2 && f[0] == name).then(|| f[2].parse::<u32>().ok())?
+        })
+        .next()
+        .ok_or(HostError::UnknownId {
+            kind,
+            name: name.into(),
+            file,
+        })
+}
+
+/// Owner and group names (or numbers) as uid and gid, from the host root's `/etc/passwd` and
+/// `/etc/group` as the session sees them.
+pub(crate) fn ids(
+    h: &Host,
+    owner: Option<&str>,
+    group: Option<&str>,
+) -> Result<(Option<u32>, Option<u32>)> {
+    Ok((
+        owner.map(|o| resolve_id(h, o, false)).transpose()?,
+        group.map(|g| resolve_id(h, g, true)).transpose()?,
+    ))
+}
+
+/// Bring `path` to `content` with the given attributes; the one write path of `write`,
+/// `copy`, drop-ins and persisted tuning files. In apply mode the compare and the write
+/// happen under the path's lock ([`crate::host::root::pathlock`]).
+pub(crate) fn put(
+    h: &mut Host,
+    path: &Path,
+    content: Vec<u8>,
+    mode: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+) -> Result<bool> {
+    put_with(h, path, content, (mode, uid, gid), |_| Ok(()))
+}
+
+/// [`put`] that calls `before` once a write is needed, right before it is submitted, still
+/// under the path's lock: deferred work is recorded there, ahead of the write
+/// ([`crate::host::root::deferred`]). An error of `before` leaves the file unwritten.
+pub(crate) fn put_with(
+    h: &mut Host,
+    path: &Path,
+    content: Vec<u8>,
+    attrs: (Option<u32>, Option<u32>, Option<u32>),
+    before: impl FnOnce(&mut Host) -> Result<()>,
+) -> Result<bool> {
+    // Unchanged without a lock (no lock file for a call that changes nothing, and so, in
+    // plan and check mode, no planned lock directory); a change is decided again under the
+    // lock.
+    if !put_needed(h, path, &content, attrs)? {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    let lock = h.lock_for_update(path)?;
+    let changed = put_locked(h, path, content, attrs, before);
+    drop(lock);
+    changed
+}
+
+/// Whether bringing `path` to `content` and the attributes changes anything (as the session
+/// sees it).
+///
+/// # Errors
+/// [`HostError::BadAncestor`]; a directory at `path`; read failures.
+fn put_needed(
+    h: &Host,
+    path: &Path,
+    content: &[u8],
+    (mode, uid, gid): (Option<u32>, Option<u32>, Option<u32>),
+) -> Result<bool> {
+    h.check_creatable(path)?;
+    Ok(match h.view_stat(path, true)? {
+        None => true,
+        Some(s) if s.kind == "dir" => {
+            return Err(HostError::WrongKind {
+                path: path.to_path_buf(),
+                what: "is a directory",
+            });
+        }
+        Some(s) => {
+            mode.is_some_and(|m| m != s.mode)
+                || uid.is_some_and(|u| u != s.uid)
+                || gid.is_some_and(|g| g != s.gid)
+                || h.view_read(path)?.as_deref() != Some(content)
+        }
+    })
+}
+
+/// [`put_with`] for a caller that already holds the path's lock (a read-modify-write that
+/// read the content it changes under the lock).
+fn put_locked(
+    h: &mut Host,
+    path: &Path,
+    content: Vec<u8>,
+    attrs: (Option<u32>, Option<u32>, Option<u32>),
+    before: impl FnOnce(&mut Host) -> Result<()>,
+) -> Result<bool> {
+    if !put_needed(h, path, &content, attrs)? {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    let (mode, uid, gid) = attrs;
+    before(h)?;
+    h.submit(Effect::WriteFile {
+        path: path.to_path_buf(),
+        content: content.into(),
+        mode,
+        uid,
+        gid,
+    })?;
+    Ok(true)
+}
+
+/// `fs::write(p, content, #{mode, owner, group})`: replace the file's content atomically
+/// (temp file, fsync, rename; a symlink's target is written). An existing file keeps its
+/// mode, owner, group and extended attributes unless set. Changed when content or an
+/// attribute differs.
+///
+/// # Errors
+/// Relative path, a directory at `p`, [`HostError::BadAncestor`] (an ancestor is a file or a
+/// dangling symlink; also in plan and check mode), unknown owner/group, write failures.
+pub fn write(h: &mut Host, p: &str, content: &str, opts: &WriteOptions) -> Result<bool> {
+    write_bytes(h, p, content.as_bytes(), opts)
+}
+
+/// [`write`] with raw bytes.
+///
+/// # Errors
+/// As [`write`].
+pub fn write_bytes(h: &mut Host, p: &str, content: &[u8], opts: &WriteOptions) -> Result<bool> {
+    let path = host_path(p)?;
+    let (uid, gid) = ids(h, opts.owner.as_deref(), opts.group.as_deref())?;
+    put(h, &path, content.to_vec(), opts.mode, uid, gid)
+}
+
+/// `fs::append(p, content)`: append to the file (created when missing). Not idempotent by
+/// nature: changed whenever `content` is not empty. In apply mode the read and the write
+/// happen under the path's lock, so concurrent appends of other processes are kept.
+///
+/// # Errors
+/// As [`write`].
+pub fn append(h: &mut Host, p: &str, content: &str) -> Result<bool> {
+    let path = host_path(p)?;
+    if content.is_empty() {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    edit(h, &path, |h| {
+        let mut cur = h.view_read(&path)?.unwrap_or_default();
+        cur.extend_from_slice(content.as_bytes());
+        Ok(Some(cur))
+    })
+}
+
+/// A read-modify-write of the file at `path`. `compute` reads the current state through the
+/// view and returns the new content, or `None` when nothing is to change. It runs once
+/// without a lock; when that finds a change in apply mode, the path's lock is taken
+/// ([`crate::host::root::pathlock`]) and `compute` runs again on a fresh read, and the write
+/// follows under the lock. So a call that changes nothing takes no lock, and no update of
+/// another process made between the two reads is lost.
+pub(crate) fn edit(
+    h: &mut Host,
+    path: &Path,
+    compute: impl Fn(&Host) -> Result<Option<Vec<u8>>>,
+) -> Result<bool> {
+    edit_with(h, path, compute, |_| Ok(()))
+}
+
+/// [`edit`] that calls `before` once the write is needed, right before it is submitted,
+/// under the path's lock (as [`put_with`]); an error of `before` leaves the file unwritten.
+/// `compute` returning an empty content is a write of an empty file (use [`remove_with`] to
+/// remove one).
+pub(crate) fn edit_with(
+    h: &mut Host,
+    path: &Path,
+    compute: impl Fn(&Host) -> Result<Option<Vec<u8>>>,
+    before: impl FnOnce(&mut Host) -> Result<()>,
+) -> Result<bool> {
+    let Some(mut content) = compute(h)? else {
+        h.note_unchanged();
+        return Ok(false);
+    };
+    let lock = h.lock_for_update(path)?;
+    if lock.is_some() {
+        match compute(h)? {
+            Some(c) => content = c,
+            None => {
+                h.note_unchanged();
+                return Ok(false);
+            }
+        }
+    }
+    let changed = put_locked(h, path, content, (None, None, None), before);
+    drop(lock);
+    changed
+}
+
+/// A read-modify-write of the lines of the text file at `path` through the session's line
+/// view ([`line_edit::edit_lines`]); a file whose lines no longer describe its bytes is
+/// written whole as `put` writes, under the lock the edit took.
+fn edit_view(
+    h: &mut Host,
+    path: &Path,
+    change: impl Fn(&mut Lines, bool) -> Result<bool>,
+) -> Result<bool> {
+    match line_edit::edit_lines(h, path, change)? {
+        LineEdit::Done(changed) => Ok(changed),
+        LineEdit::Irregular { content, lock } => {
+            let changed = put_locked(h, path, content, (None, None, None), |_| Ok(()));
+            drop(lock);
+            changed
+        }
+    }
+}
+
+/// `line` as `fs::ensure_line` takes it: one line, which reads back as itself.
+///
+/// # Errors
+/// [`HostError::Invalid`] naming the line and why.
+fn one_line(line: &str) -> Result<()> {
+    let why = if line.contains('\n') {
+        "contains a line break (\\n)"
+    } else if line.ends_with('\r') {
+        "ends with a carriage return (\\r), which is read as part of the line ending"
+    } else {
+        return Ok(());
+    };
+    Err(HostError::Invalid {
+        what: "line",
+        message: format!(
+            "{line:?} {why}: fs::ensure_line compares and adds a single line, so this one would \
+             be added again on every run (use fs::ensure_block for several lines)"
+        ),
+    })
+}
+
+/// `fs::ensure_line(p, line, #{regex, create})`: without `regex`, append `line` when no line
+/// equals it. With `regex`, replace the *last* line matching it by `line` (unchanged when it
+/// already equals `line`); when none matches, append `line` unless present. In apply mode
+/// the decision is made on content read under the path's lock ([`edit_view`]). Repeated
+/// calls on one file cost O(1) each (plus the write when one changes it) without `regex`,
+/// O(lines) with it.
+///
+/// # Errors
+/// `line` is not one line (it contains `\n`, or ends with `\r`, which the next read drops):
+/// [`HostError::Invalid`], nothing read or written (such a line never reads back as itself,
+/// so every run would append it again); invalid regex; missing file with `create: false`
+/// ([`HostError::NotFound`]); non-text file; the path's lock file cannot be created or
+/// locked (apply mode).
+pub fn ensure_line(h: &mut Host, p: &str, line: &str, opts: &LineOptions) -> Result<bool> {
+    one_line(line)?;
+    let path = host_path(p)?;
+    let re = opts.regex.as_deref().map(compile).transpose()?;
+    edit_view(h, &path, |lines, exists| {
+        if !exists && !opts.create {
+            return Err(HostError::NotFound { path: path.clone() });
+        }
+        let last_match = re
+            .as_ref()
+            .and_then(|re| lines.iter().rposition(|l| re.is_match(l)));
+        match last_match {
+            Some(i) if lines.get(i) == line => return Ok(false),
+            Some(i) => lines.replace(i, line),
+            None if lines.contains(line) => return Ok(false),
+            None => lines.push(line),
+        }
+        Ok(true)
+    })
+}
+
+/// `fs::remove_line(p, regex)`: remove every line matching `regex`. A missing file is
+/// unchanged. In apply mode under the path's lock, as [`ensure_line`].
+///
+/// # Errors
+/// Invalid regex; non-text file; the lock (apply mode).
+pub fn remove_line(h: &mut Host, p: &str, regex: &str) -> Result<bool> {
+    let path = host_path(p)?;
+    let re = compile(regex)?;
+    edit_view(h, &path, |lines, exists| {
+        Ok(exists && lines.remove_where(|l| re.is_match(l)))
+    })
+}
+
+fn markers(id: &str) -> Result<(String, String)> {
+    if id.is_empty() || id.contains(['\n', '\r']) {
+        return Err(HostError::Invalid {
+            what: "block id",
+            message: format!("{id:?} must be a non-empty single line"),
+        });
+    }
+    Ok((
+        format!("# BEGIN skyhook {id}"),
+        format!("# END skyhook {id}"),
+    ))
+}
+
+/// The line range of block `id` (BEGIN..=END), when both markers are present in order
+/// (O(1) when the BEGIN marker is absent).
+fn find_block(lines: &Lines, begin: &str, end: &str) -> Option<(usize, usize)> {
+    let b = lines.position_from(0, begin)?;
+    let e = lines.position_from(b, end)?;
+    Some((b, e))
+}
+
+/// `fs::ensure_block(p, id, content)`: a managed block of `content`'s lines between
+/// `# BEGIN skyhook <id>` and `# END skyhook <id>`; replaced in place when present, else
+/// appended (file created when missing). In apply mode under the path's lock, as
+/// [`ensure_line`], so blocks of concurrent sessions in the same file are all kept.
+///
+/// # Errors
+/// Invalid id (empty or multi-line); non-text file; the lock (apply mode).
+pub fn ensure_block(h: &mut Host, p: &str, id: &str, content: &str) -> Result<bool> {
+    let path = host_path(p)?;
+    let (begin, end) = markers(id)?;
+    let mut block = vec![begin.as_str()];
+    block.extend(content.lines());
+    block.push(end.as_str());
+    edit_view(h, &path, |lines, _| {
+        match find_block(lines, &begin, &end) {
+            Some((b, e)) if lines.range_eq(b..e + 1, &block) => return Ok(false),
+            Some((b, e)) => lines.splice(b..e + 1, &block),
+            None => lines.splice(lines.len()..lines.len(), &block),
+        }
+        Ok(true)
+    })
+}
+
+/// `fs::remove_block(p, id)`: remove the managed block `id` (markers included). Unchanged
+/// when the file or the block is absent. In apply mode under the path's lock, as
+/// [`ensure_line`].
+///
+/// # Errors
+/// Invalid id; non-text file; the lock (apply mode).
+pub fn remove_block(h: &mut Host, p: &str, id: &str) -> Result<bool> {
+    let path = host_path(p)?;
+    let (begin, end) = markers(id)?;
+    edit_view(h, &path, |lines, exists| {
+        let Some((b, e)) = find_block(lines, &begin, &end).filter(|_| exists) else {
+            return Ok(false);
+        };
+        lines.splice(b..e + 1, &[]);
+        Ok(true)
+    })
+}
+
+/// `fs::mkdir(p)` / `fs::mkdir(p, mode)`: create a directory (default mode 0755) and its
+/// missing parents (always 0755, like `mkdir -p` under umask 022; modes are set exactly in
+/// apply, whatever the agent's umask, and planned the same). An existing directory is
+/// unchanged unless `mode` is given and differs (then it is chmod-ed).
+///
+/// # Errors
+/// Something other than a directory exists at `p`; [`HostError::BadAncestor`] (also in plan
+/// and check mode); creation failures.
+pub fn mkdir(h: &mut Host, p: &str, mode: Option<u32>) -> Result<bool> {
+    let path = host_path(p)?;
+    h.check_creatable(&path)?;
+    match h.view_stat(&path, true)? {
+        Some(s) if s.kind != "dir" => Err(HostError::WrongKind {
+            path,
+            what: "exists and is not a directory",
+        }),
+        Some(s) if mode.is_none_or(|m| m == s.mode) => {
+            h.note_unchanged();
+            Ok(false)
+        }
+        _ => {
+            h.submit(Effect::Mkdir {
+                path,
+                mode: mode.unwrap_or(0o755),
+            })?;
+            Ok(true)
+        }
+    }
+}
+
+/// `fs::remove(p)`: remove a file, symlink (not its target) or empty directory. Unchanged
+/// when absent. In apply mode the removal is decided again under the path's lock
+/// ([`crate::host::root::pathlock`]) before it is made.
+///
+/// # Errors
+/// A non-empty directory; removal failures; the lock (apply mode).
+pub fn remove(h: &mut Host, p: &str) -> Result<bool> {
+    remove_with(h, p, |_| Ok(()))
+}
+
+/// [`remove`] that calls `before` once the removal is needed, right before it is submitted,
+/// under the path's lock (as [`put_with`]). An error of `before` leaves the path in place.
+pub(crate) fn remove_with(
+    h: &mut Host,
+    p: &str,
+    before: impl FnOnce(&mut Host) -> Result<()>,
+) -> Result<bool> {
+    let path = host_path(p)?;
+    let needed = |h: &Host| -> Result<bool> {
+        match h.view_stat(&path, false)? {
+            None => Ok(false),
+            Some(s) => {
+                if s.kind == "dir" && !h.view_list(&path)?.unwrap_or_default().is_empty() {
+                    return Err(HostError::WrongKind {
+                        path: path.clone(),
+                        what: "is a non-empty directory (use fs::remove_all)",
+                    });
+                }
+                Ok(true)
+            }
+        }
+    };
+    if !needed(h)? {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    let lock = h.lock_for_update(&path)?;
+    if lock.is_some() && !needed(h)? {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    before(h)?;
+    h.submit(Effect::RemoveFile { path: path.clone() })?;
+    drop(lock);
+    Ok(true)
+}
+
+/// `fs::remove_all(p)`: remove a tree (a symlink itself, not its target). Unchanged when
+/// absent. The tree must lie on one mount: a mount point at or below `p` (another
+/// filesystem, or a bind mount) fails in every mode, naming it, before anything is removed
+/// ([`HostRoot::remove_all`](crate::host::root::HostRoot::remove_all)).
+///
+/// # Errors
+/// `/` itself (`invalid path argument: remove all path is /`, in every mode); mount points
+/// below `p` (every mode); removal failures.
+pub fn remove_all(h: &mut Host, p: &str) -> Result<bool> {
+    let path = host_path(p)?;
+    if h.view_stat(&path, false)?.is_none() {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    // Plan and check see the same refusal as apply (`/` itself is refused at submit).
+    if crate::host::effects::plan::normalize(&path) != Path::new("/") {
+        h.root().remove_all_check(&path)?;
+    }
+    h.submit(Effect::RemoveAll { path })?;
+    Ok(true)
+}
+
+/// `fs::copy(src, dst, #{mode, owner, group})`: make `dst` a copy of file `src` (both host
+/// paths). A new `dst` gets `src`'s mode unless `mode` is given; an existing one keeps its
+/// attributes unless set.
+///
+/// # Errors
+/// [`HostError::NotFound`] when `src` is missing; as [`write`].
+pub fn copy(h: &mut Host, src: &str, dst: &str, opts: &WriteOptions) -> Result<bool> {
+    let s = host_path(src)?;
+    let d = host_path(dst)?;
+    let content = h
+        .view_read(&s)?
+        .ok_or(HostError::NotFound { path: s.clone() })?;
+    let (uid, gid) = ids(h, opts.owner.as_deref(), opts.group.as_deref())?;
+    let mut mode = opts.mode;
+    if mode.is_none() && h.view_stat(&d, true)?.is_none() {
+        mode = h.view_stat(&s, true)?.map(|st| st.mode);
+    }
+    put(h, &d, content, mode, uid, gid)
+}
+
+/// `fs::chmod(p, mode)`: set permission bits (following symlinks).
+///
+/// # Errors
+/// [`HostError::NotFound`]; chmod failures.
+pub fn chmod(h: &mut Host, p: &str, mode: u32) -> Result<bool> {
+    let path = host_path(p)?;
+    let s = h
+        .view_stat(&path, true)?
+        .ok_or(HostError::NotFound { path: path.clone() })?;
+    if s.mode == mode & 0o7777 {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    h.submit(Effect::Chmod {
+        path,
+        mode: mode & 0o7777,
+    })?;
+    Ok(true)
+}
+
+/// `fs::chown(p, owner, group)`: set owner and/or group (`None` keeps; names resolved in the
+/// host root's `/etc/passwd` and `/etc/group`, or numbers), following symlinks.
+///
+/// # Errors
+/// [`HostError::NotFound`]; [`HostError::UnknownId`]; chown failures.
+pub fn chown(h: &mut Host, p: &str, owner: Option<&str>, group: Option<&str>) -> Result<bool> {
+    let path = host_path(p)?;
+    let (uid, gid) = ids(h, owner, group)?;
+    let s = h
+        .view_stat(&path, true)?
+        .ok_or(HostError::NotFound { path: path.clone() })?;
+    if uid.is_none_or(|u| u == s.uid) && gid.is_none_or(|g| g == s.gid) {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    h.submit(Effect::Chown { path, uid, gid })?;
+    Ok(true)
+}
+
+/// `fs::symlink(target, link)`: make `link` a symlink whose content is `target` (stored as
+/// given, may be relative). An existing symlink with another target is replaced atomically.
+///
+/// # Errors
+/// Something other than a symlink exists at `link`.
+pub fn symlink(h: &mut Host, target: &str, link: &str) -> Result<bool> {
+    let path = host_path(link)?;
+    if target.is_empty() {
+        return Err(HostError::Invalid {
+            what: "symlink target",
+            message: "must not be empty".into(),
+        });
+    }
+    h.check_creatable(&path)?;
+    match h.view_stat(&path, false)? {
+        Some(s) if s.kind != "symlink" => {
+            return Err(HostError::WrongKind {
+                path,
+                what: "exists and is not a symlink",
+            });
+        }
+        Some(_) if h.view_readlink(&path)?.as_deref() == Some(Path::new(target)) => {
+            h.note_unchanged();
+            return Ok(false);
+        }
+        _ => {}
+    }
+    h.submit(Effect::Symlink {
+        target: PathBuf::from(target),
+        link: path,
+    })?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// The exact effects the line functions submit in a plan: one whole-file write per
+    /// changing call, with the content the file would have; the planned content answers the
+    /// next call through the session's line view (an unchanged call submits nothing).
+    #[test]
+    fn line_edits_submit_one_write_each_and_read_the_planned_lines() {
+        let t = TestHost::new();
+        t.file("/etc/x.conf", "a\n");
+        let mut h = t.host(ExecMode::Plan);
+        h.record_effects();
+        let o = LineOptions::default();
+        assert!(ensure_line(&mut h, "/etc/x.conf", "b", &o).unwrap());
+        assert!(!ensure_line(&mut h, "/etc/x.conf", "b", &o).unwrap());
+        assert!(remove_line(&mut h, "/etc/x.conf", "^a$").unwrap());
+        let writes: Vec<(String, String)> = h
+            .recorded_effects()
+            .iter()
+            .map(|e| match e {
+                Effect::WriteFile { path, content, .. } => (
+                    path.display().to_string(),
+                    String::from_utf8_lossy(content).into_owned(),
+                ),
+                other => panic!("not a write: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            writes,
+            [
+                ("/etc/x.conf".to_string(), "a\nb\n".to_string()),
+                ("/etc/x.conf".to_string(), "b\n".to_string())
+            ]
+        );
+        assert_eq!(t.read("/etc/x.conf"), "a\n");
+    }
+}

@@ -1,0 +1,16 @@
+//! Files and formats: `fs::` (files, directories, lines and blocks), the format-preserving
+//! structured edits `toml::`, `json::`, `ini::` (sharing [`structured`]), the pure `text`
+//! helpers (`sha256`, `regex::`), and the step's configMaps and node metadata (`config`).
+
+pub mod config;
+pub mod fs;
+pub mod ini;
+pub mod json;
+pub mod structured;
+pub mod text;
+pub mod toml;
+
+#[cfg(test)]
+mod mkdir_tests;
+#[cfg(test)]
+mod structured_tests;

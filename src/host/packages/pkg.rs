@@ -1,0 +1,212 @@
+//! Packages: `pkg::manager()`, `installed`, `version`, `install`, `remove`.
+//!
+//! Queries (`dpkg-query`, `rpm`) run in every mode (read-only); in plan and check mode a
+//! package planned for install or removal earlier in the session answers first. `install`
+//! and `remove` submit one [`Effect::PackageInstall`]/[`Effect::PackageRemove`] listing only
+//! the packages that need it; the apply executor runs the manager non-interactively and
+//! waits (bounded) for its lock (`apt-get -o DPkg::Lock::Timeout=<secs>`,
+//! `ZYPP_LOCK_TIMEOUT`; dnf and yum wait for their lock by themselves). A plan or check never
+//! runs `apt-get update` or any other mutating command.
+
+use std::path::Path;
+
+use crate::host::Host;
+use crate::host::effects::effect::{Effect, PkgManager};
+pub use crate::host::effects::effect::{PackageSpec, parse_spec};
+use crate::host::effects::exec::{RunOptions, exec};
+use crate::host::root::error::{HostError, Result};
+
+/// `pkg::manager()`: from the host's os-release family: debian → apt; rhel and fedora → dnf
+/// when `/usr/bin/dnf` exists under the root, else yum when `/usr/bin/yum` exists, else dnf
+/// (fedora, and rhel with VERSION_ID 8 or later) or yum; suse → zypper; otherwise `None`.
+///
+/// # Errors
+/// os-release read failures.
+pub fn manager(h: &Host) -> Result<Option<PkgManager>> {
+    let rel = crate::host::system::os::release(h)?;
+    let family = crate::host::system::os::family_from(&rel);
+    Ok(match family.as_str() {
+        "debian" => Some(PkgManager::Apt),
+        "suse" => Some(PkgManager::Zypper),
+        "rhel" | "fedora" => {
+            let has = |p: &str| h.view_stat(Path::new(p), true).map(|s| s.is_some());
+            if has("/usr/bin/dnf")? {
+                Some(PkgManager::Dnf)
+            } else if has("/usr/bin/yum")? {
+                Some(PkgManager::Yum)
+            } else {
+                let major: u32 = rel
+                    .get("VERSION_ID")
+                    .and_then(|v| v.split('.').next())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                if family == "fedora" || major >= 8 {
+                    Some(PkgManager::Dnf)
+                } else {
+                    Some(PkgManager::Yum)
+                }
+            }
+        }
+        _ => None,
+    })
+}
+
+pub(crate) fn need_manager(h: &Host) -> Result<PkgManager> {
+    manager(h)?.ok_or_else(|| HostError::NoPackageManager {
+        id: crate::host::system::os::id(h).unwrap_or_default(),
+    })
+}
+
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.starts_with('-') || name.chars().any(char::is_whitespace) {
+        return Err(HostError::Invalid {
+            what: "package name",
+            message: format!("{name:?}"),
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn query(h: &Host, argv: &[&str]) -> Result<crate::host::system::cmd::CmdOutput> {
+    let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+    exec(
+        h,
+        &argv,
+        &RunOptions {
+            read_only: true,
+            ..RunOptions::default()
+        },
+    )
+}
+
+fn real_version(h: &Host, m: PkgManager, name: &str) -> Result<Option<String>> {
+    let out = match m {
+        PkgManager::Apt => {
+            let out = query(h, &["dpkg-query", "-W", "-f=${Status}\t${Version}", name])?;
+            let text = out.stdout.trim();
+            match text.split_once('\t') {
+                Some((status, v)) if out.ok && status.ends_with(" installed") => {
+                    Some(v.to_string())
+                }
+                _ => None,
+            }
+        }
+        _ => {
+            let out = query(h, &["rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", name])?;
+            out.ok.then(|| out.stdout.trim().to_string())
+        }
+    };
+    Ok(out)
+}
+
+/// `pkg::installed(name)`: the package is installed; for a pinned `name` (see
+/// [`parse_spec`]), installed in that version.
+///
+/// # Errors
+/// Invalid name; no package manager; the query failing to start.
+pub fn installed(h: &Host, name: &str) -> Result<bool> {
+    check_name(name)?;
+    if let Some(p) = h.planned_package(name) {
+        return Ok(p);
+    }
+    let m = need_manager(h)?;
+    if parse_spec(m, name).version.is_some() {
+        return satisfied(h, m, name);
+    }
+    Ok(real_version(h, m, name)?.is_some())
+}
+
+/// `pkg::version(name)`: the installed version (`dpkg-query ${Version}`, rpm
+/// `%{VERSION}-%{RELEASE}`), `None` when not installed (or only planned).
+///
+/// # Errors
+/// As [`installed`].
+pub fn version(h: &Host, name: &str) -> Result<Option<String>> {
+    check_name(name)?;
+    if h.planned_package(name) == Some(false) {
+        return Ok(None);
+    }
+    let m = need_manager(h)?;
+    real_version(h, m, name)
+}
+
+/// Whether `installed` (dpkg `${Version}`, rpm `%{VERSION}-%{RELEASE}`) is the version asked
+/// for.
+fn version_matches(manager: PkgManager, installed: &str, wanted: &str) -> bool {
+    match manager {
+        PkgManager::Apt => installed == wanted,
+        _ => installed == wanted || installed.starts_with(&format!("{wanted}-")),
+    }
+}
+
+/// Whether `spec` is satisfied: installed, and in the version asked for (plan and check
+/// mode: a planned install or removal answers first).
+fn satisfied(h: &Host, m: PkgManager, raw: &str) -> Result<bool> {
+    let spec = parse_spec(m, raw);
+    let Some(want) = &spec.version else {
+        return installed(h, raw);
+    };
+    check_name(&spec.name)?;
+    if let Some(p) = h.planned_package(raw) {
+        return Ok(p);
+    }
+    if h.planned_package(&spec.name) == Some(false) {
+        return Ok(false);
+    }
+    Ok(real_version(h, m, &spec.name)?.is_some_and(|v| version_matches(m, &v, want)))
+}
+
+/// `pkg::install(names, #{update})`: install the packages that are not installed, or not in
+/// the version asked for (`name=version` with apt, `name-version[-release]` with dnf/yum,
+/// see [`parse_spec`]); each name once. `update` refreshes the package index first (only
+/// when something is missing), and so does a package index made stale by a changed
+/// `pkg::repo` earlier in the session ([`Host::mark_package_index_stale`]).
+///
+/// # Errors
+/// As [`installed`]; the package manager failing (apply).
+pub fn install(h: &mut Host, names: &[String], update: bool) -> Result<bool> {
+    let m = need_manager(h)?;
+    let mut missing: Vec<String> = Vec::new();
+    for n in names {
+        if !missing.contains(n) && !satisfied(h, m, n)? {
+            missing.push(n.clone());
+        }
+    }
+    if missing.is_empty() {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    let update = update || h.package_index_stale;
+    h.submit(Effect::PackageInstall {
+        manager: m,
+        names: missing,
+        update,
+    })?;
+    if update {
+        h.package_index_stale = false;
+    }
+    Ok(true)
+}
+
+/// `pkg::remove(names)`: remove the packages that are installed.
+///
+/// # Errors
+/// As [`install`].
+pub fn remove(h: &mut Host, names: &[String]) -> Result<bool> {
+    let m = need_manager(h)?;
+    let mut present: Vec<String> = Vec::new();
+    for n in names {
+        if !present.contains(n) && installed(h, n)? {
+            present.push(n.clone());
+        }
+    }
+    if present.is_empty() {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    h.submit(Effect::PackageRemove {
+        manager: m,
+        names: present,
+    })?;
+    Ok(true)
+}

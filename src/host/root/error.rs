@@ -1,0 +1,401 @@
+//! [`HostError`]: every failure of a host API call, naming the path, command or coordinate
+//! involved. Messages are lowercase and read after "failed to" where they describe an
+//! operation; the cause is kept in `#[source]`.
+//!
+//! Messages never contain a secret's value: [`HostError::SecretRefused`] names the
+//! coordinate only. Command stderr tails may contain anything a command printed, so the
+//! binding layer passes every message through [`crate::host::secrets::Redactor::redact`].
+
+use std::path::PathBuf;
+
+use crate::host::root::RootError;
+
+/// A host API failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostError {
+    /// A file operation under the host root failed (the message names path and root).
+    #[error(transparent)]
+    Root(#[from] RootError),
+
+    /// A path argument was relative.
+    #[error("paths must be absolute: {path:?}")]
+    RelativePath {
+        /// The path as given.
+        path: String,
+    },
+
+    /// A file that must exist does not (`fs::read`, `ensure_line` with `create: false`).
+    #[error("{} does not exist", path.display())]
+    NotFound {
+        /// The host path.
+        path: PathBuf,
+    },
+
+    /// The object at a path has the wrong type for the call (a directory given to `read`).
+    #[error("{}: {what}", path.display())]
+    WrongKind {
+        /// The host path.
+        path: PathBuf,
+        /// What was wrong, e.g. "is a directory".
+        what: &'static str,
+    },
+
+    /// A file the host API reads whole (`fs::read`, the text edits, `copy`, `os::`, configMaps,
+    /// node metadata, secrets) is not a regular file: a FIFO, a device or a socket is refused
+    /// before any byte is read, so it can neither block the step nor stream without end.
+    #[error("{} is {what}, not a regular file (only regular files are read)", path.display())]
+    NotRegular {
+        /// The host path (an agent-side path for configMaps, node metadata and secrets).
+        path: PathBuf,
+        /// What it is: `a fifo`, `a character device`, `a block device`, `a socket`.
+        what: &'static str,
+    },
+
+    /// A file the host API reads whole is larger than the read limit (`limit` bytes:
+    /// [`crate::host::root::read::MAX_READ_BYTES`], 64 MiB).
+    #[error(
+        "{} is too large to read: {size} bytes, more than the limit of {limit} bytes ({} MiB)",
+        path.display(),
+        limit >> 20
+    )]
+    FileTooLarge {
+        /// The host path (an agent-side path for configMaps, node metadata and secrets).
+        path: PathBuf,
+        /// Its size in bytes (as far as it was read, for a file that grew while being read).
+        size: u64,
+        /// The limit in bytes.
+        limit: u64,
+    },
+
+    /// Nothing can be created at `path`: an ancestor (or, for a directory, `path` itself)
+    /// exists and is not a directory, or is a dangling symlink. Raised in every mode.
+    #[error("cannot create {}: {} {reason}", path.display(), ancestor.display())]
+    BadAncestor {
+        /// The path to create.
+        path: PathBuf,
+        /// The offending ancestor.
+        ancestor: PathBuf,
+        /// `exists and is not a directory`, `is a dangling symlink (its target X does not
+        /// exist)`.
+        reason: String,
+    },
+
+    /// A file's content is not UTF-8 where text is needed.
+    #[error("{} is not valid UTF-8 text", path.display())]
+    NotText {
+        /// The host path.
+        path: PathBuf,
+    },
+
+    /// A regular expression argument did not compile.
+    #[error("invalid regex {pattern:?}")]
+    Regex {
+        /// The pattern as given.
+        pattern: String,
+        /// The compile error.
+        #[source]
+        source: regex::Error,
+    },
+
+    /// A glob pattern did not compile.
+    #[error("invalid glob pattern {pattern:?}")]
+    Glob {
+        /// The pattern as given.
+        pattern: String,
+        /// The compile error.
+        #[source]
+        source: globset::Error,
+    },
+
+    /// An argument was outside what the call accepts (a name with `/`, an empty argv, ...).
+    #[error("invalid {what}: {message}")]
+    Invalid {
+        /// The argument ("service name", "sysctl key", "argv", ...).
+        what: &'static str,
+        /// Why, including the offending value (never a secret).
+        message: String,
+    },
+
+    /// A user or group name is not in the host root's `/etc/passwd` or `/etc/group`.
+    #[error("unknown {kind} {name:?} (not in the host's {file})")]
+    UnknownId {
+        /// `user` or `group`.
+        kind: &'static str,
+        /// The name as given.
+        name: String,
+        /// `/etc/passwd` or `/etc/group`.
+        file: &'static str,
+    },
+
+    /// A command's program does not exist (inside the host root when chrooted).
+    #[error("failed to run {command}: program not found")]
+    ProgramNotFound {
+        /// The command line, shell-quoted.
+        command: String,
+    },
+
+    /// A command could not be started or waited for.
+    #[error("failed to run {command}")]
+    Spawn {
+        /// The command line, shell-quoted.
+        command: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A command run with `check: true` (or an internal command) exited non-zero.
+    #[error("command {command} failed with exit code {code}: {stderr_tail}")]
+    CommandFailed {
+        /// The command line, shell-quoted.
+        command: String,
+        /// Its exit code (-1 when killed by a signal).
+        code: i32,
+        /// The last lines of its stderr (at most 20 lines / 2000 bytes).
+        stderr_tail: String,
+    },
+
+    /// A command ran past its timeout; its process group was killed.
+    #[error("command {command} timed out after {secs:.1}s and was killed")]
+    Timeout {
+        /// The command line, shell-quoted.
+        command: String,
+        /// The timeout in seconds.
+        secs: f64,
+    },
+
+    /// A command was ended because the step's cancel token
+    /// ([`crate::host::HostOptions::cancel`]) was aborted; its process group got `SIGTERM`,
+    /// a grace period, then `SIGKILL`.
+    #[error("command {command} was cancelled: {reason}")]
+    Cancelled {
+        /// The command line, shell-quoted.
+        command: String,
+        /// Why the token was aborted (e.g. `SIGTERM received`).
+        reason: String,
+    },
+
+    /// A command printed more than the capture limit on one stream (without `stream`) and
+    /// was ended (`SIGTERM`, grace, `SIGKILL`).
+    #[error(
+        "command {command} printed more than {limit} bytes on {stream} (the capture limit) and was stopped; use the stream option for large output"
+    )]
+    OutputTooLarge {
+        /// The command line, shell-quoted.
+        command: String,
+        /// `stdout` or `stderr`.
+        stream: &'static str,
+        /// The cap in bytes ([`crate::host::system::cmd::CAPTURE_LIMIT`]).
+        limit: usize,
+    },
+
+    /// A sysctl key has no `/proc/sys` entry under the root.
+    #[error("unknown sysctl key {key:?} (no {})", path.display())]
+    UnknownSysctl {
+        /// The key as given.
+        key: String,
+        /// The host path looked up.
+        path: PathBuf,
+    },
+
+    /// The package manager could not be determined from os-release.
+    #[error("no supported package manager for this host (os-release ID {id:?})")]
+    NoPackageManager {
+        /// The os-release ID (empty when unknown).
+        id: String,
+    },
+
+    /// A configMap line is not `key=value`.
+    #[error("configMap {name:?} line {line}: expected key=value, got {text:?}")]
+    ConfigMapLine {
+        /// The configMap (file) name.
+        name: String,
+        /// The 1-based line number.
+        line: usize,
+        /// The line as found.
+        text: String,
+    },
+
+    /// `config::lines` or `config::kv` of a configMap that does not exist.
+    #[error("configMap {name:?} does not exist")]
+    ConfigMapMissing {
+        /// The configMap (file) name.
+        name: String,
+    },
+
+    /// A configMap read as text (`config::get`, `lines`, `kv`) is not valid UTF-8: a binary
+    /// configMap, which text functions would otherwise silently mangle.
+    #[error(
+        "configMap {name:?} is not UTF-8 text (invalid byte at offset {offset}); binary configMaps cannot be read as text"
+    )]
+    ConfigMapNotText {
+        /// The configMap (file) name.
+        name: String,
+        /// Byte offset of the first invalid sequence.
+        offset: usize,
+    },
+
+    /// A file outside the host root (configMaps, node metadata, secrets) could not be read.
+    #[error("failed to read {}", path.display())]
+    AgentFile {
+        /// The agent-side path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A node metadata file is not a JSON object.
+    #[error("failed to parse node metadata {}", path.display())]
+    Json {
+        /// The agent-side path.
+        path: PathBuf,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// A secret not in `SKYHOOK_ALLOWED_SECRETS` was asked for.
+    #[error("secret {name:?} is not in SKYHOOK_ALLOWED_SECRETS (asked for key {key:?})")]
+    SecretRefused {
+        /// The secret name.
+        name: String,
+        /// The key asked for.
+        key: String,
+    },
+
+    /// A `skyhook-agent serve` execution asked for a coordinate its request's `secrets` did
+    /// not declare.
+    #[error("secret {name:?} key {key:?} is not in the request's `secrets` field")]
+    SecretNotDeclared {
+        /// The secret name.
+        name: String,
+        /// The key asked for.
+        key: String,
+    },
+
+    /// A secret name or key that is not one file name (empty, `.`, `..`, a `/` or NUL).
+    #[error(
+        "secret {what} {value:?} is not a valid {what}: it must be one file name (not empty, . or .., without / or NUL) (asked for secret {name:?} key {key:?})"
+    )]
+    SecretCoordinate {
+        /// `name` or `key`: which one is wrong.
+        what: &'static str,
+        /// The wrong value.
+        value: String,
+        /// The secret name asked for.
+        name: String,
+        /// The key asked for.
+        key: String,
+    },
+
+    /// An allowed secret key does not exist or cannot be read.
+    #[error("failed to read secret {name:?} key {key:?}")]
+    SecretRead {
+        /// The secret name.
+        name: String,
+        /// The key.
+        key: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// `secret_env(var)` on an unset variable.
+    #[error("environment variable {var:?} is not set")]
+    EnvMissing {
+        /// The variable name.
+        var: String,
+    },
+
+    /// A structured config file (`toml::`, `json::`, `ini::`) or text (`toml::parse`) does
+    /// not parse; `line` and `column` are 1-based (column in characters).
+    #[error("{}:{line}:{column}: invalid {format}: {message}", path.display())]
+    Parse {
+        /// The host path (`<text>` for a string argument).
+        path: PathBuf,
+        /// `TOML`, `JSON` or `INI`.
+        format: &'static str,
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// `mount::ensure` with state `mounted` found the mount point mounted from another
+    /// source or with another filesystem type.
+    #[error(
+        "{} is mounted from {found}, not {wanted}: unmount it first (mount::remove) or change the source",
+        path.display()
+    )]
+    MountConflict {
+        /// The mount point.
+        path: std::path::PathBuf,
+        /// The live mount (`/proc/1/mountinfo`): `<source> (<fstype>)`.
+        found: String,
+        /// What was asked for: `<source> (<fstype>)`.
+        wanted: String,
+    },
+    /// `fs::fetch` could not download `url`: connection, TLS, HTTP status, redirects, size
+    /// limit, timeout or cancellation (the message says which). The destination is unchanged.
+    #[error("failed to download {url}: {message}")]
+    Fetch {
+        /// The URL as given (or the redirect target that failed).
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+
+    /// `fs::fetch` downloaded a URL but its SHA-256 digest is not the expected one; the
+    /// download was discarded and the destination is unchanged.
+    #[error("{0}")]
+    ChecksumMismatch(Box<ChecksumMismatch>),
+
+    /// The batched line and block edits of a file ([`crate::host::effects::batch`]) were not
+    /// written: the file changed during the step, after the edits read it under its path
+    /// lock, by a writer that does not take that lock. The other writer's content is left.
+    #[error(
+        "{} changed under the step (by a writer that does not take skyhook's path lock) after its line edits read it; its {edits} pending line edit(s) were not written, the file is left as the other writer made it",
+        path.display()
+    )]
+    ChangedUnderStep {
+        /// The file (host path as the first edit gave it).
+        path: PathBuf,
+        /// How many changing line or block calls the batch held.
+        edits: usize,
+    },
+
+    /// The end of a step whose batched line and block edits of a file were not written
+    /// ([`HostError::ChangedUnderStep`] or the write's failure) after the call that triggered
+    /// the flush got that error and the script went on: the report lists the edits, so the
+    /// step must fail.
+    #[error("the line edits of {} were not written: {message}", path.display())]
+    EditsNotWritten {
+        /// The file (host path as the first edit gave it).
+        path: PathBuf,
+        /// The flush's error with its causes, as that call got it.
+        message: String,
+    },
+}
+
+/// The details of [`HostError::ChecksumMismatch`] (boxed: the error stays small).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "checksum mismatch for {url}: expected sha256 {expected}, got sha256 {actual} ({} left unchanged)",
+    path.display()
+)]
+pub struct ChecksumMismatch {
+    /// The URL as given.
+    pub url: String,
+    /// The destination host path.
+    pub path: PathBuf,
+    /// The expected digest (64 lowercase hex digits).
+    pub expected: String,
+    /// The digest of what was downloaded.
+    pub actual: String,
+}
+
+/// Result alias for host API calls.
+pub type Result<T, E = HostError> = std::result::Result<T, E>;

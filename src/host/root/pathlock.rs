@@ -1,0 +1,163 @@
+//! Cross-process advisory locks on host paths, held across a read-modify-write.
+//!
+//! Two sessions (two agents of different packages, a `skyhook-run --apply` beside an agent)
+//! editing the same host file with `fs::ensure_line`, `fs::ensure_block`, `fs::append`, ...
+//! would otherwise lose updates: both read the old content, each adds its own line, and the
+//! second atomic rename replaces the first. In apply mode every write of a file through the
+//! host API ([`crate::host::files::fs`]) therefore reads the current content, compares and writes
+//! while holding an exclusive `flock(2)` on a *sidecar* lock file:
+//!
+//! | lock file | for |
+//! |---|---|
+//! | `/var/lib/skyhook/.locks/<16 hex digits>.lock` | the host path whose canonical form (symlinks resolved inside the root; for a missing file, its parent's canonical form plus the name) hashes to those digits (64-bit FNV-1a of the path's bytes) |
+//!
+//! A flock on the edited file itself would not do: the atomic write replaces the file's inode
+//! by a rename, so a writer that opened the old inode would hold a lock nobody else checks.
+//! The sidecar file is never renamed or removed (removing it would let a new opener lock a
+//! fresh inode while an old holder still has the unlinked one), so every writer of the path
+//! locks the same inode. Distinct paths whose hashes collide merely serialize. The lock is
+//! released when the [`PathLock`] is dropped, or by the kernel when the process dies, so a
+//! SIGKILLed writer never leaves it held. The hash is fixed (not `std`'s `DefaultHasher`),
+//! so agents of different versions agree on the file name.
+//!
+//! Plan and check mode take no lock (they write nothing and must not create the lock
+//! directory). Instead, where the apply would take its first lock, they *plan* the lock
+//! directory and its missing parents (0755) in the session's read overlay, without an
+//! effect (`Host::overlay_lock_dir`): on a root without `/var/lib` a later
+//! `fs::mkdir("/var/lib/x")` then reports and returns the same in plan and apply. Reports
+//! show the lock directory in neither mode (it is the agent's bookkeeping). A call that
+//! changes nothing takes no lock (and plans no directory). The directory name starts with
+//! `.`, so it can never be a Skyhook's state directory (`/var/lib/skyhook/<skyhook name>`).
+//!
+//! Lock files are never removed, so they accumulate: one empty file (one inode, no data
+//! blocks) per distinct path ever written through the host API, a few dozen on a node.
+//! Removing one safely needs every locker to re-check after `flock` that the path still
+//! names the inode it locked (else retry), and the remover to unlink only while holding the
+//! lock. Agents of an older version, which may run beside a newer one during an upgrade,
+//! do not re-check, so a newer agent removing lock files would break their mutual
+//! exclusion; the growth is bounded by the set of managed paths, so they are kept.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::host::root::{HostRoot, RootError};
+
+/// The directory of the lock files (a host path).
+pub const DIR: &str = "/var/lib/skyhook/.locks";
+
+/// 64-bit FNV-1a of `bytes` (stable across builds and versions).
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The lock file's host path for the canonical host path `key`
+/// (`/var/lib/skyhook/.locks/<hash>.lock`).
+pub fn lock_file(key: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    Path::new(DIR).join(format!("{:016x}.lock", fnv1a64(key.as_os_str().as_bytes())))
+}
+
+/// A held path lock; dropping it unlocks.
+#[derive(Debug)]
+pub struct PathLock {
+    _lock: Flock<File>,
+}
+
+/// Open the lock file, creating it (mode 0600, and its directory 0755) when missing.
+fn open(root: &HostRoot, path: &Path) -> Result<File, RootError> {
+    // Bounded: each failed round means the file vanished or appeared between two calls,
+    // which only a foreign process removing lock files can cause.
+    let mut last = None;
+    for _ in 0..16 {
+        match root.create_new(path, 0o600) {
+            Ok(f) => return Ok(f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        match root.open_read(path) {
+            Ok(f) => return Ok(f),
+            Err(e) if e.is_not_found() => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| RootError {
+        op: "open lock file",
+        path: path.to_path_buf(),
+        root: root.mount().to_path_buf(),
+        source: std::io::ErrorKind::NotFound.into(),
+    }))
+}
+
+/// Take the exclusive lock of the canonical host path `key`, blocking until it is free
+/// (`flock(LOCK_EX)`, retried on `EINTR`). Holders keep it only for one read-compare-write,
+/// so the wait is short.
+///
+/// Side effects: creates [`DIR`] and the lock file when missing.
+///
+/// # Errors
+/// Creating or opening the lock file, or `flock` failing (the error names the lock file).
+pub fn lock(root: &HostRoot, key: &Path) -> Result<PathLock, RootError> {
+    let path = lock_file(key);
+    let mut file = open(root, &path)?;
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusive) {
+            Ok(l) => return Ok(PathLock { _lock: l }),
+            Err((f, Errno::EINTR)) => file = f,
+            Err((_, errno)) => {
+                return Err(RootError {
+                    op: "lock",
+                    path,
+                    root: root.mount().to_path_buf(),
+                    source: std::io::Error::from_raw_os_error(errno as i32),
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_file_names_are_stable_and_exclusive() {
+        // Fixed value: another agent version must compute the same name.
+        assert_eq!(
+            lock_file(Path::new("/etc/fstab")),
+            Path::new(DIR).join(format!("{:016x}.lock", fnv1a64(b"/etc/fstab")))
+        );
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(
+            lock_file(Path::new("/etc/a")),
+            lock_file(Path::new("/etc/b"))
+        );
+
+        let d = tempfile::tempdir().unwrap();
+        let r = HostRoot::open(d.path()).unwrap();
+        let held = lock(&r, Path::new("/etc/a")).unwrap();
+        let f = File::open(
+            d.path()
+                .join(lock_file(Path::new("/etc/a")).strip_prefix("/").unwrap()),
+        )
+        .unwrap();
+        // Another open file description is excluded while held, free after the drop.
+        let f = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Err((f, Errno::EWOULDBLOCK)) => f,
+            other => panic!("not excluded: {other:?}"),
+        };
+        drop(held);
+        assert!(Flock::lock(f, FlockArg::LockExclusiveNonblock).is_ok());
+        // Another path is independent.
+        let _a = lock(&r, Path::new("/etc/a")).unwrap();
+        let _b = lock(&r, Path::new("/etc/b")).unwrap();
+    }
+}

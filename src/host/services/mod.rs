@@ -1,0 +1,3 @@
+//! Services: `service::` (systemd units: state queries, enable, start, restart, drop-ins).
+
+pub mod service;

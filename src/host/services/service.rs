@@ -1,0 +1,257 @@
+//! Services (systemd): `service::` queries, state changes, actions and drop-ins.
+//!
+//! Queries (`is_active`, `is_enabled`) run `systemctl` in every mode; in plan and check mode
+//! a state planned earlier in the session answers first. Every call first runs a
+//! daemon-reload scheduled by a changed drop-in ([`Host::flush_daemon_reload`]).
+
+use std::path::PathBuf;
+
+use crate::host::Host;
+use crate::host::effects::effect::{Effect, ServiceAction, ServiceOp};
+use crate::host::effects::exec::{RunOptions, exec};
+use crate::host::root::error::{HostError, Result};
+
+/// Suffixes that make a name a full unit name (`x.socket`), so its drop-in directory is
+/// `<name>.d` rather than `<name>.service.d`.
+const UNIT_SUFFIXES: &[&str] = &[
+    ".service", ".socket", ".timer", ".mount", ".path", ".target", ".slice", ".scope",
+];
+
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty()
+        || name.starts_with('-')
+        || name.contains(['/', '\0'])
+        || name.chars().any(char::is_whitespace)
+    {
+        return Err(HostError::Invalid {
+            what: "service name",
+            message: format!("{name:?}"),
+        });
+    }
+    Ok(())
+}
+
+fn query_ok(h: &Host, args: &[&str]) -> Result<bool> {
+    let argv: Vec<String> = std::iter::once("systemctl")
+        .chain(args.iter().copied())
+        .map(String::from)
+        .collect();
+    let opts = RunOptions {
+        read_only: true,
+        ..RunOptions::default()
+    };
+    Ok(exec(h, &argv, &opts)?.ok)
+}
+
+/// `service::is_active(name)`: `systemctl is-active <name>` exits 0.
+///
+/// # Errors
+/// Invalid name; `systemctl` missing or failing to start.
+pub fn is_active(h: &mut Host, name: &str) -> Result<bool> {
+    check_name(name)?;
+    h.flush_daemon_reload()?;
+    if let (Some(a), _) = h.planned_service(name) {
+        return Ok(a);
+    }
+    query_ok(h, &["is-active", name])
+}
+
+/// `service::is_enabled(name)`: `systemctl is-enabled <name>` exits 0.
+///
+/// # Errors
+/// As [`is_active`].
+pub fn is_enabled(h: &mut Host, name: &str) -> Result<bool> {
+    check_name(name)?;
+    h.flush_daemon_reload()?;
+    if let (_, Some(e)) = h.planned_service(name) {
+        return Ok(e);
+    }
+    query_ok(h, &["is-enabled", name])
+}
+
+fn change(h: &mut Host, name: &str, op: ServiceOp) -> Result<bool> {
+    let (current, want) = match op {
+        ServiceOp::Start => (is_active(h, name)?, true),
+        ServiceOp::Stop => (is_active(h, name)?, false),
+        ServiceOp::Enable => (is_enabled(h, name)?, true),
+        ServiceOp::Disable => (is_enabled(h, name)?, false),
+    };
+    if current == want {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    h.submit(Effect::Service {
+        name: name.to_string(),
+        op,
+    })?;
+    Ok(true)
+}
+
+/// `service::start(name)`: start when not active.
+///
+/// # Errors
+/// Invalid name; `systemctl start` failing (apply).
+pub fn start(h: &mut Host, name: &str) -> Result<bool> {
+    change(h, name, ServiceOp::Start)
+}
+
+/// `service::stop(name)`: stop when active.
+///
+/// # Errors
+/// As [`start`].
+pub fn stop(h: &mut Host, name: &str) -> Result<bool> {
+    change(h, name, ServiceOp::Stop)
+}
+
+/// `service::enable(name)`: enable when not enabled.
+///
+/// # Errors
+/// As [`start`].
+pub fn enable(h: &mut Host, name: &str) -> Result<bool> {
+    change(h, name, ServiceOp::Enable)
+}
+
+/// `service::disable(name)`: disable when enabled.
+///
+/// # Errors
+/// As [`start`].
+pub fn disable(h: &mut Host, name: &str) -> Result<bool> {
+    change(h, name, ServiceOp::Disable)
+}
+
+fn action(h: &mut Host, name: &str, action: ServiceAction) -> Result<()> {
+    check_name(name)?;
+    h.flush_daemon_reload()?;
+    h.submit(Effect::ServiceAction {
+        name: name.to_string(),
+        action,
+    })?;
+    Ok(())
+}
+
+/// `service::restart(name)`: an action (`systemctl restart`), every time.
+///
+/// # Errors
+/// Invalid name; the command failing (apply).
+pub fn restart(h: &mut Host, name: &str) -> Result<()> {
+    action(h, name, ServiceAction::Restart)
+}
+
+/// `service::reload(name)`: an action (`systemctl reload`), every time.
+///
+/// # Errors
+/// As [`restart`].
+pub fn reload(h: &mut Host, name: &str) -> Result<()> {
+    action(h, name, ServiceAction::Reload)
+}
+
+/// `service::daemon_reload()`: an action (`systemctl daemon-reload`), every time; it also
+/// satisfies a scheduled one.
+///
+/// # Errors
+/// The command failing (apply).
+pub fn daemon_reload(h: &mut Host) -> Result<()> {
+    h.submit(Effect::DaemonReload)?;
+    Ok(())
+}
+
+/// The drop-in path `/etc/systemd/system/<name>.service.d/<file>` (`<name>.d` when `name`
+/// already has a unit suffix such as `.socket`).
+///
+/// # Errors
+/// Invalid name, or `file` not a single path component.
+pub fn drop_in_path(name: &str, file: &str) -> Result<PathBuf> {
+    check_name(name)?;
+    if file.is_empty() || file == "." || file == ".." || file.contains(['/', '\0']) {
+        return Err(HostError::Invalid {
+            what: "drop-in file name",
+            message: format!("{file:?}"),
+        });
+    }
+    let dir = if UNIT_SUFFIXES.iter().any(|s| name.ends_with(s)) {
+        format!("{name}.d")
+    } else {
+        format!("{name}.service.d")
+    };
+    Ok(PathBuf::from("/etc/systemd/system").join(dir).join(file))
+}
+
+/// `service::drop_in(name, file, content)`: write the drop-in; when changed, schedule one
+/// (coalesced) daemon-reload. In apply mode the daemon-reload record is made durable
+/// *before* the drop-in is written and removed only after a reload succeeded
+/// ([`crate::host::root::deferred`]), so a crash in between leaves the reload to the next session.
+///
+/// # Errors
+/// As [`drop_in_path`]; writing the record (apply mode; the drop-in is then not written);
+/// write failures.
+pub fn drop_in(h: &mut Host, name: &str, file: &str, content: &str) -> Result<bool> {
+    let path = drop_in_path(name, file)?;
+    let changed = crate::host::files::fs::put_with(
+        h,
+        &path,
+        content.as_bytes().to_vec(),
+        (None, None, None),
+        Host::write_ahead_daemon_reload,
+    )?;
+    if changed {
+        h.schedule_daemon_reload();
+    }
+    Ok(changed)
+}
+
+/// `service::remove_drop_in(name, file)`: remove the drop-in; when it existed, schedule one
+/// (coalesced) daemon-reload, recorded ahead of the removal in apply mode as in
+/// [`drop_in`].
+///
+/// # Errors
+/// As [`drop_in_path`]; writing the record (apply mode); removal failures.
+pub fn remove_drop_in(h: &mut Host, name: &str, file: &str) -> Result<bool> {
+    let path = drop_in_path(name, file)?;
+    let changed = crate::host::files::fs::remove_with(
+        h,
+        &path.to_string_lossy(),
+        Host::write_ahead_daemon_reload,
+    )?;
+    if changed {
+        h.schedule_daemon_reload();
+    }
+    Ok(changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// The exact effects `service::` submits, recorded in a plan (the host is not changed),
+    /// and the planned unit state answering the later queries through the read view.
+    #[test]
+    fn submits_one_effect_per_state_change_and_reads_the_planned_state() {
+        let t = TestHost::new();
+        t.systemctl_stub();
+        t.file("/state/nginx.enabled", "yes\n");
+        let mut h = t.host(ExecMode::Plan);
+        h.record_effects();
+        assert!(start(&mut h, "nginx").unwrap());
+        assert!(!enable(&mut h, "nginx").unwrap());
+        assert!(is_active(&mut h, "nginx").unwrap());
+        assert!(!start(&mut h, "nginx").unwrap());
+        assert!(disable(&mut h, "nginx").unwrap());
+        assert!(!is_enabled(&mut h, "nginx").unwrap());
+        restart(&mut h, "nginx").unwrap();
+        assert_eq!(
+            format!("{:?}", h.recorded_effects()),
+            "[Service { name: \"nginx\", op: Start }, Service { name: \"nginx\", op: Disable }, \
+             ServiceAction { name: \"nginx\", action: Restart }]"
+        );
+        assert_eq!(
+            t.calls(),
+            [
+                "systemctl is-active nginx",
+                "systemctl is-enabled nginx",
+                "systemctl is-enabled nginx"
+            ]
+        );
+    }
+}

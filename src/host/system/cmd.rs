@@ -1,0 +1,417 @@
+//! Commands: `run`, `query`, `sh`.
+//!
+//! A command runs chrooted into the host root (when [`HostOptions::commands_chrooted`]; the
+//! `chroot` and `chdir` happen in `pre_exec`, which only makes async-signal-safe calls), in
+//! its own process group, with stdin from `input` or `/dev/null`, and with exactly the step's
+//! environment plus its own `env` (no inherited agent environment). `PATH` is looked up after
+//! the chroot, so the host's programs are found.
+//!
+//! Every command runs through the process primitive ([`crate::process::run`], on the calling
+//! thread, which forks and waits). A timeout (the option, else what remains of the step's
+//! deadline) or an aborted [`HostOptions::cancel`] token ends the command: `SIGTERM` to its
+//! process group (and, in the agent, to every descendant it adopted as a subreaper),
+//! [`COMMAND_GRACE`] while its output is still read, then `SIGKILL`. When the main process
+//! exits, what is left of its group gets the same treatment, so `sh("sleep 500 &")` returns
+//! as soon as bash exits instead of waiting for the background child that holds the pipes.
+//! Both pipes (and stdin, for `input`) are served by one `poll(2)` loop, so a child that
+//! fills one pipe while writing the other cannot deadlock.
+//!
+//! Output is collected whole, up to [`CAPTURE_LIMIT`] bytes per stream (beyond that the
+//! command is ended and the call fails with [`HostError::OutputTooLarge`]), unless
+//! [`RunOptions::stream`] is set: then each chunk is handed to the [`OutputSink`] as soon as
+//! it is read (in the calling thread, in the order the chunks were read), and only the last
+//! [`STREAM_CAPTURE_LIMIT`] bytes of each stream are kept for the result, so a chatty command
+//! cannot exhaust memory.
+//!
+//! In plan and check mode a command that is not `read_only` is handed to the executor as an
+//! [`Effect::Command`] action and not executed; it returns [`CmdOutput::planned`].
+//!
+//! # Guarded commands
+//!
+//! A command with [`RunOptions::guards`] (`#{creates: path}`, `#{removes: path}`,
+//! `#{unless: argv}`, `#{onlyif: argv}`, as Ansible's `command` module and Puppet's `exec`)
+//! is a *change*: its guards are evaluated first, in every mode (a path through the session's
+//! view, so a planned write counts; a guard command executed like a query, chrooted like the
+//! command, with its `env`, `cwd` and `timeout`). When any guard says the work is done
+//! (`creates` exists, `removes` is missing, `unless` exits 0, `onlyif` exits non-zero) the
+//! command is skipped, counted unchanged and returns [`CmdOutput::skipped`]; otherwise it is
+//! submitted as an [`Effect::GuardedCommand`]: run in apply, recorded as a change in plan,
+//! drift in a check.
+//!
+//! [`HostOptions::commands_chrooted`]: crate::host::HostOptions::commands_chrooted
+//! [`HostOptions::cancel`]: crate::host::HostOptions::cancel
+
+use crate::host::Host;
+use crate::host::effects::effect::Effect;
+use crate::host::effects::exec::exec;
+pub use crate::host::effects::exec::{
+    CAPTURE_LIMIT, COMMAND_GRACE, CmdOutput, DEFAULT_PATH, Guard, OutputSink, RunOptions,
+    STREAM_CAPTURE_LIMIT, StreamTo, guarded_summary,
+};
+use crate::host::root::error::{HostError, Result};
+
+/// `run(argv, opts)`: run a command (see the module docs).
+///
+/// # Errors
+/// [`HostError::Invalid`] for an empty argv; [`HostError::ProgramNotFound`];
+/// [`HostError::Spawn`]; [`HostError::Timeout`]; [`HostError::Cancelled`] when the step's
+/// token is aborted; [`HostError::OutputTooLarge`] beyond [`CAPTURE_LIMIT`];
+/// [`HostError::CommandFailed`] with `check`.
+pub fn run(h: &mut Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
+    if argv.is_empty() || argv[0].is_empty() {
+        return Err(HostError::Invalid {
+            what: "argv",
+            message: "a command needs at least a program name".into(),
+        });
+    }
+    if opts.read_only {
+        return exec(h, argv, opts);
+    }
+    if !opts.guards.is_empty() {
+        if guards_say_done(h, opts)? {
+            h.note_unchanged();
+            return Ok(CmdOutput::skipped());
+        }
+        let out = h.submit(Effect::GuardedCommand {
+            argv: argv.to_vec(),
+            opts: opts.clone(),
+        })?;
+        return Ok(out.unwrap_or_else(CmdOutput::planned));
+    }
+    let out = h.submit(Effect::Command {
+        argv: argv.to_vec(),
+        opts: opts.clone(),
+    })?;
+    Ok(out.unwrap_or_else(CmdOutput::planned))
+}
+
+/// Whether any guard of `opts` says the work is done (module docs). Guard commands run as
+/// queries with the command's `env`, `cwd` and `timeout` (no input, no streaming, no
+/// `check`).
+///
+/// # Errors
+/// An empty guard argv, a guard path that cannot be resolved, a guard command that cannot
+/// run (as [`run`]).
+fn guards_say_done(h: &Host, opts: &RunOptions) -> Result<bool> {
+    let query = RunOptions {
+        check: false,
+        input: None,
+        env: opts.env.clone(),
+        cwd: opts.cwd.clone(),
+        timeout: opts.timeout,
+        read_only: true,
+        stream: None,
+        guards: Vec::new(),
+    };
+    for g in &opts.guards {
+        let done = match g {
+            Guard::Creates(p) | Guard::Removes(p) => {
+                let path = crate::host::files::fs::host_path(p)?;
+                let exists = h.view_stat(&path, true)?.is_some();
+                exists == matches!(g, Guard::Creates(_))
+            }
+            Guard::Unless(argv) | Guard::Onlyif(argv) => {
+                if argv.is_empty() || argv[0].is_empty() {
+                    return Err(HostError::Invalid {
+                        what: "guard",
+                        message: format!("{} needs at least a program name", g.text()),
+                    });
+                }
+                let ok = exec(h, argv, &query)?.ok;
+                ok == matches!(g, Guard::Unless(_))
+            }
+        };
+        if done {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// `query(argv, opts)`: [`run`] with `read_only: true` (executed in every mode).
+///
+/// # Errors
+/// As [`run`].
+pub fn query(h: &mut Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
+    let opts = RunOptions {
+        read_only: true,
+        ..opts.clone()
+    };
+    run(h, argv, &opts)
+}
+
+/// `sh(script, opts)`: [`run`] of `["/bin/bash", "-c", script]`.
+///
+/// # Errors
+/// As [`run`].
+pub fn sh(h: &mut Host, script: &str, opts: &RunOptions) -> Result<CmdOutput> {
+    run(
+        h,
+        &[
+            "/bin/bash".to_string(),
+            "-c".to_string(),
+            script.to_string(),
+        ],
+        opts,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::host::ExecMode;
+    use crate::host::testutil::TestHost;
+    use crate::process::{Cancel, CancelReason};
+
+    /// A session whose commands run unchrooted (the machine's own bash, sleep, yes).
+    fn host(t: &TestHost, cancel: Option<Cancel>) -> Host {
+        t.host_with(ExecMode::Apply, |o| {
+            o.commands_chrooted = false;
+            o.env = vec![("PATH".into(), "/usr/bin:/bin".into())];
+            if let Some(c) = cancel {
+                o.cancel = c;
+            }
+        })
+    }
+
+    #[test]
+    fn sh_with_a_background_child_returns_when_bash_exits() {
+        let t = TestHost::new();
+        let mut h = host(&t, None);
+        let pidfile = t.dir.path().join("pid");
+        let start = std::time::Instant::now();
+        let out = sh(
+            &mut h,
+            &format!("sleep 500 & echo $! > {}; echo done", pidfile.display()),
+            &RunOptions::default(),
+        )
+        .unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!((out.code, out.stdout.as_str()), (0, "done\n"));
+        // The sleep got SIGTERM with the group: it is gone.
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        assert!(crate::process::wait_exited(&pid));
+        h.finish().unwrap();
+    }
+
+    #[test]
+    fn captured_output_is_capped() {
+        let t = TestHost::new();
+        let mut h = host(&t, None);
+        let e = run(
+            &mut h,
+            &["/usr/bin/yes".to_string()],
+            &RunOptions::default(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, HostError::OutputTooLarge { command, stream: "stdout", limit }
+                if command == "/usr/bin/yes" && *limit == CAPTURE_LIMIT),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "command /usr/bin/yes printed more than 16777216 bytes on stdout (the capture limit) \
+             and was stopped; use the stream option for large output"
+        );
+        h.finish().unwrap();
+    }
+
+    #[test]
+    fn an_aborted_token_ends_the_command() {
+        let t = TestHost::new();
+        let cancel = Cancel::new();
+        let mut h = host(&t, Some(cancel.clone()));
+        let c = cancel.clone();
+        let aborter = std::thread::spawn(move || {
+            c.abort(CancelReason::Signal("SIGTERM"));
+        });
+        let start = std::time::Instant::now();
+        let e = sh(&mut h, "echo up; sleep 500", &RunOptions::default()).unwrap_err();
+        aborter.join().unwrap();
+        assert!(start.elapsed() < Duration::from_secs(20));
+        assert_eq!(
+            e.to_string(),
+            "command /bin/bash -c 'echo up; sleep 500' was cancelled: SIGTERM received"
+        );
+    }
+
+    #[test]
+    fn input_and_timeout() {
+        let t = TestHost::new();
+        let mut h = host(&t, None);
+        let opts = RunOptions {
+            input: Some(b"abc".to_vec()),
+            ..RunOptions::default()
+        };
+        let out = sh(&mut h, "cat", &opts).unwrap();
+        assert_eq!(out.stdout, "abc");
+        let opts = RunOptions {
+            timeout: Some(Duration::from_millis(100)),
+            ..RunOptions::default()
+        };
+        let e = sh(&mut h, "sleep 500", &opts).unwrap_err();
+        assert!(matches!(e, HostError::Timeout { .. }), "{e:?}");
+        h.finish().unwrap();
+    }
+
+    fn argv(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    /// A chrooted root with `/bin/sh`, a `useradd` stub appending to `/users` and an `id`
+    /// stub that succeeds for a listed user.
+    fn users_root() -> TestHost {
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub("useradd", "echo \"$1\" >> /users");
+        t.stub(
+            "id",
+            "[ -e /users ] || exit 1\nwhile read u; do [ \"$u\" = \"$1\" ] && exit 0; done < /users\nexit 1",
+        );
+        t
+    }
+
+    fn useradd(h: &mut Host) -> CmdOutput {
+        run(
+            h,
+            &argv(&["useradd", "gpuops"]),
+            &RunOptions {
+                guards: vec![Guard::Unless(argv(&["id", "gpuops"]))],
+                ..RunOptions::default()
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_guarded_command_is_a_change_in_every_mode() {
+        let t = users_root();
+        let summary = "run: useradd gpuops (unless id gpuops)";
+
+        // Plan: the guard (a query) runs, the command does not; a change.
+        let mut h = t.host(ExecMode::Plan);
+        assert_eq!(useradd(&mut h), CmdOutput::planned());
+        let rep = h.finish().unwrap();
+        assert_eq!(t.calls(), ["id gpuops"]);
+        assert!(!t.p("/users").exists());
+        assert_eq!(rep.changes.len(), 1);
+        assert_eq!(rep.changes[0].kind, "guarded_command");
+        assert_eq!(rep.changes[0].summary, summary);
+        assert!(rep.actions.is_empty());
+        assert_eq!(rep.summary(), "Plan: 1 to change, 0 unchanged.");
+
+        // Check: drift while the guard says not done.
+        t.clear_calls();
+        let mut h = t.host(ExecMode::Check);
+        useradd(&mut h);
+        let rep = h.finish().unwrap();
+        assert_eq!(rep.drift().len(), 1);
+        assert_eq!(rep.drift()[0].summary, summary);
+        assert_eq!(t.calls(), ["id gpuops"]);
+
+        // Apply: runs, counted as a change.
+        t.clear_calls();
+        let mut h = t.host(ExecMode::Apply);
+        let out = useradd(&mut h);
+        assert!(out.ok && !out.planned && !out.skipped, "{out:?}");
+        assert_eq!(h.changed(), 1);
+        let rep = h.finish().unwrap();
+        assert_eq!(rep.summary(), "Apply: 1 changed, 0 unchanged.");
+        assert_eq!(t.calls(), ["id gpuops", "useradd gpuops"]);
+        assert_eq!(t.read("/users"), "gpuops\n");
+
+        // Done now: skipped and unchanged in apply, plan and check; no drift.
+        for mode in [ExecMode::Apply, ExecMode::Plan, ExecMode::Check] {
+            t.clear_calls();
+            let mut h = t.host(mode);
+            assert_eq!(useradd(&mut h), CmdOutput::skipped());
+            let rep = h.finish().unwrap();
+            assert!(rep.changes.is_empty() && rep.actions.is_empty(), "{rep:?}");
+            assert_eq!(rep.unchanged, 1);
+            assert!(rep.drift().is_empty());
+            assert_eq!(t.calls(), ["id gpuops"], "{mode:?}");
+        }
+        assert_eq!(t.read("/users"), "gpuops\n");
+    }
+
+    #[test]
+    fn path_guards_onlyif_and_summaries() {
+        let t = users_root();
+        let make = |h: &mut Host, guards: Vec<Guard>| {
+            run(
+                h,
+                &argv(&["/bin/sh", "-c", "echo x > /made"]),
+                &RunOptions {
+                    guards,
+                    ..RunOptions::default()
+                },
+            )
+            .unwrap()
+        };
+        let creates = || vec![Guard::Creates("/made".into())];
+        let mut h = t.host(ExecMode::Plan);
+        make(&mut h, creates());
+        // a planned write satisfies a later `creates` of the same session
+        crate::host::files::fs::write(&mut h, "/made", "planned\n", &Default::default()).unwrap();
+        assert_eq!(make(&mut h, creates()), CmdOutput::skipped());
+        let rep = h.finish().unwrap();
+        assert_eq!(
+            rep.changes[0].summary,
+            "run: /bin/sh -c 'echo x > /made' (creates /made)"
+        );
+        assert_eq!(rep.unchanged, 1);
+
+        let mut h = t.host(ExecMode::Apply);
+        assert!(make(&mut h, creates()).ok);
+        assert_eq!(t.read("/made"), "x\n");
+        assert_eq!(make(&mut h, creates()), CmdOutput::skipped());
+        // removes: done once the path is gone
+        let removes = || vec![Guard::Removes("/gone".into())];
+        assert_eq!(make(&mut h, removes()), CmdOutput::skipped());
+        // onlyif: done when the guard command fails; any guard saying done skips
+        let onlyif = |code: &str| Guard::Onlyif(argv(&["/bin/sh", "-c", &format!("exit {code}")]));
+        assert_eq!(make(&mut h, vec![onlyif("1")]), CmdOutput::skipped());
+        assert_eq!(
+            make(&mut h, vec![onlyif("0"), Guard::Creates("/made".into())]),
+            CmdOutput::skipped()
+        );
+        assert!(!make(&mut h, vec![onlyif("0")]).skipped);
+        let rep = h.finish().unwrap();
+        assert_eq!(rep.summary(), "Apply: 2 changed, 4 unchanged.");
+
+        // sh's summary names the script; guards are listed in order
+        assert_eq!(
+            guarded_summary(
+                &argv(&["/bin/bash", "-c", "mount /data"]),
+                &[
+                    Guard::Onlyif(argv(&["test", "-b", "/dev/sdb"])),
+                    Guard::Removes("/x y".into())
+                ]
+            ),
+            "sh: mount /data (onlyif test -b /dev/sdb, removes /x y)"
+        );
+
+        // a guard command that cannot run is the command's error
+        let mut h = t.host(ExecMode::Plan);
+        let e = run(
+            &mut h,
+            &argv(&["true"]),
+            &RunOptions {
+                guards: vec![Guard::Unless(argv(&["no-such-guard"]))],
+                ..RunOptions::default()
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "failed to run no-such-guard: program not found"
+        );
+    }
+}
