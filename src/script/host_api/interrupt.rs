@@ -1,0 +1,53 @@
+//! `interrupt::` (requests for the agent, run after the step) over
+//! [`crate::host::interrupt`]: each function's reference row and binding, and their tests
+//! through Rhai.
+
+use rhai::Dynamic;
+
+use super::convert;
+use super::docs::EffectKind::*;
+use super::docs::Effects::*;
+use super::docs::FnDoc;
+use crate::host::interrupt;
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[(
+    "interrupt",
+    "Interrupts — `interrupt::`",
+    "A step never interrupts the node itself: the operator cordons and drains a node only for packages whose Skyhook CR declares an `interrupt` (or `configInterrupts`). After the step succeeded, each request is compared with the package's entry in `SKYHOOK_DIR/node-metadata/packages.json` (`skyhook-run`: `--skyhook-cr FILE`): declared → one line saying the operator runs it; not declared → the step fails with the CR lines to add; no node metadata → a warning. Restarting a service as part of ordinary work is `service::restart`, an action.",
+)];
+
+/// The functions of this file's namespaces, in reference order: each one's reference row
+/// and its registration.
+pub(super) const FUNCTIONS: &[FnDoc] = &[
+    host_fn!(
+        "interrupt",
+        "reboot",
+        &[],
+        "()",
+        Submits(&[Interrupt]),
+        "Declare that the step's changes need a reboot: the step fails unless the package's Skyhook CR declares a reboot (`interrupt` or `configInterrupts`), which the operator then runs in its interrupt stage; post-interrupt-check fails until the boot id changed.",
+        |h| Ok(interrupt::reboot(h)?)
+    ),
+    host_fn!(
+        "interrupt",
+        "restart_services",
+        &[("names", "?")],
+        "()",
+        Submits(&[Interrupt]),
+        "Declare that a service (or an array of services) must be restarted: the step fails unless the CR declares it (`type: service` with those units, `restartAllServices` or a reboot).",
+        |h, n: Dynamic| {
+            let n = convert::string_or_array(&n, "names")?;
+            Ok(interrupt::restart_services(h, &n)?)
+        }
+    ),
+    host_fn!(
+        "interrupt",
+        "restart_all_services",
+        &[],
+        "()",
+        Submits(&[Interrupt]),
+        "Restart all services after the step succeeded.",
+        |h| Ok(interrupt::restart_all_services(h)?)
+    ),
+];
