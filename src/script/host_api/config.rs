@@ -98,3 +98,20 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         |h| Ok(convert::json_map(config::packages(h)?))
     ),
 ];
+
+#[cfg(test)]
+pub(super) mod tests {
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"config::has("a")"#,
+        r#"config::get("a")"#,
+        r#"config::names()"#,
+        r#"config::lines("a")"#,
+        r#"config::kv("a")"#,
+        r#"node::labels()"#,
+        r#"node::annotations()"#,
+        r#"node::packages()"#,
+    ];
+}

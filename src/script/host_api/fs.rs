@@ -375,3 +375,38 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         }
     ),
 ];
+
+#[cfg(test)]
+pub(super) mod tests {
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"fs::exists("/etc/a.conf")"#,
+        r#"fs::is_file("/etc/a.conf")"#,
+        r#"fs::is_dir("/etc")"#,
+        r#"fs::read("/etc/a.conf")"#,
+        r#"fs::read_or("/etc/none", "d")"#,
+        r#"fs::list("/etc")"#,
+        r#"fs::glob("/etc/*.conf")"#,
+        r#"fs::stat("/etc/a.conf")"#,
+        r#"fs::write("/etc/new/b.conf", "b\n")"#,
+        r#"fs::write("/etc/a.conf", "a\n", #{mode: 0o600})"#,
+        r#"fs::append("/etc/a.conf", "y\n")"#,
+        r#"fs::ensure_line("/etc/a.conf", "y")"#,
+        r#"fs::ensure_line("/etc/a.conf", "x=2", #{regex: "^x"})"#,
+        r#"fs::remove_line("/etc/a.conf", "^x")"#,
+        r#"fs::ensure_block("/etc/a.conf", "b", "z")"#,
+        r#"fs::remove_block("/etc/blocks.conf", "old")"#,
+        r#"fs::mkdir("/opt/d")"#,
+        r#"fs::mkdir("/opt/d", 0o700)"#,
+        r#"fs::remove("/etc/a.conf")"#,
+        r#"fs::remove_all("/srv/tree")"#,
+        r#"fs::copy("/etc/a.conf", "/etc/c.conf")"#,
+        r#"fs::copy("/etc/a.conf", "/etc/c.conf", #{mode: 0o600})"#,
+        r#"fs::chmod("/etc/a.conf", 0o600)"#,
+        r#"fs::chown("/etc/a.conf", 1000, ())"#,
+        r#"fs::symlink("/etc/a.conf", "/etc/l.conf")"#,
+        r#"fs::fetch("{URL}", "/opt/bin/tool", #{sha256: "{SHA}"})"#,
+    ];
+}

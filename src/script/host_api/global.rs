@@ -330,3 +330,23 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         )?)))
     ),
 ];
+
+#[cfg(test)]
+pub(super) mod tests {
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"run(["hello", "x"])"#,
+        r#"run(["hello", "x"], #{unless: ["false"]})"#,
+        r#"query(["hello", "q"])"#,
+        r#"query(["hello", "q"], #{check: true})"#,
+        r#"sh("echo x")"#,
+        r#"sh("echo x", #{creates: "/made"})"#,
+        r#"secret("db", "password")"#,
+        r#"secret_env("TOKEN")"#,
+        r#"sha256("x")"#,
+        r#"to_json(1)"#,
+        r#"to_json(#{a: 1})"#,
+    ];
+}

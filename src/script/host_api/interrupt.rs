@@ -51,3 +51,15 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         |h| Ok(interrupt::restart_all_services(h)?)
     ),
 ];
+
+#[cfg(test)]
+pub(super) mod tests {
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"interrupt::reboot()"#,
+        r#"interrupt::restart_services("kubelet")"#,
+        r#"interrupt::restart_all_services()"#,
+    ];
+}

@@ -223,3 +223,26 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         |h, n: S| Ok(kmod::load(h, &n)?)
     ),
 ];
+
+#[cfg(test)]
+pub(super) mod tests {
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"kmod::blacklist("nouveau")"#,
+        r#"kmod::blacklist("nouveau", #{disable: true})"#,
+        r#"kmod::unblacklist("floppy")"#,
+        r#"kmod::unblacklist("floppy", #{file: "floppy"})"#,
+        r#"kmod::options("nvidia", "a=1")"#,
+        r#"kmod::options("nvidia", #{a: 1}, #{file: "nv"})"#,
+        r#"kmod::remove_options("old")"#,
+        r#"kmod::remove_options("old", #{file: "old"})"#,
+        r#"kmod::load_at_boot("nvidia_uvm")"#,
+        r#"kmod::load_at_boot("nvidia_uvm", #{file: "nvidia"})"#,
+        r#"kmod::unload_at_boot("old")"#,
+        r#"kmod::unload_at_boot("old", #{file: "old"})"#,
+        r#"kmod::loaded("nvidia")"#,
+        r#"kmod::load("nvidia")"#,
+    ];
+}

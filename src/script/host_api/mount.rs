@@ -89,7 +89,7 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         "ensure",
         &[P, OPTS],
         "bool",
-        Submits(&[Write, Mount]),
+        Submits(&[Write, Mkdir, Mount]),
         "Keep exactly one `/etc/fstab` line `<source> <path> <fstype> <options> <dump> <pass>` for mount point `path` (`#{source, fstype}` required; `options` a string or an array, default `defaults`; `dump`/`pass` default 0 0; `source` as given: `UUID=...`, `LABEL=...`, `/dev/...`), replacing another line for it in place and keeping every other line byte for byte; create the mount point (0755). With `state: \"mounted\"` (default) run `mount <path>` when the host's mount table (`/proc/1/mountinfo`) does not list it, or `mount -o remount <path>` when it is mounted and the fstab line changed; mounted from another source or fstype is an error (nothing changed). `state: \"present\"`: fstab and directory only. An unmounted filesystem is drift.",
         options = MOUNT_KEYS,
         |h, p: S, o: Map| {
@@ -125,3 +125,16 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         |h, p: S| Ok(mount::info(h, &p)?.map_or(Dynamic::UNIT, |e| Dynamic::from_map(entry_map(e))))
     ),
 ];
+
+#[cfg(test)]
+pub(super) mod tests {
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"mount::ensure("/data", #{source: "/dev/sdb1", fstype: "ext4"})"#,
+        r#"mount::remove("/old")"#,
+        r#"mount::is_mounted("/old")"#,
+        r#"mount::info("/old")"#,
+    ];
+}

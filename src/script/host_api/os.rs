@@ -89,3 +89,20 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         |h| Ok(os::cmdline(h)?)
     ),
 ];
+
+#[cfg(test)]
+pub(super) mod tests {
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"os::release()"#,
+        r#"os::id()"#,
+        r#"os::version()"#,
+        r#"os::family()"#,
+        r#"os::kernel()"#,
+        r#"os::arch()"#,
+        r#"os::hostname()"#,
+        r#"os::cmdline()"#,
+    ];
+}

@@ -170,3 +170,22 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         }
     ),
 ];
+
+#[cfg(test)]
+pub(super) mod tests {
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"pkg::manager()"#,
+        r#"pkg::installed("old")"#,
+        r#"pkg::version("old")"#,
+        r#"pkg::install("curl")"#,
+        r#"pkg::install(["jq"], #{update: true})"#,
+        r#"pkg::remove("old")"#,
+        r#"pkg::repo("r", #{url: "https://r.example/apt", suites: ["noble"], components: "main", key: "-----BEGIN PGP PUBLIC KEY BLOCK-----\nk\n-----END PGP PUBLIC KEY BLOCK-----"})"#,
+        r#"pkg::remove_repo("gone")"#,
+        r#"pkg::hold("old")"#,
+        r#"pkg::unhold("held")"#,
+    ];
+}

@@ -119,3 +119,23 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         |h, n: S, f: S| Ok(service::remove_drop_in(h, &n, &f)?)
     ),
 ];
+
+#[cfg(test)]
+pub(super) mod tests {
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"service::is_active("old")"#,
+        r#"service::is_enabled("old")"#,
+        r#"service::start("nginx")"#,
+        r#"service::stop("old")"#,
+        r#"service::enable("nginx")"#,
+        r#"service::disable("old")"#,
+        r#"service::restart("nginx")"#,
+        r#"service::reload("nginx")"#,
+        r#"service::daemon_reload()"#,
+        r#"service::drop_in("kubelet", "20-y.conf", "[Service]\n")"#,
+        r#"service::remove_drop_in("kubelet", "10-x.conf")"#,
+    ];
+}

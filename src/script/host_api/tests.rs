@@ -1601,3 +1601,194 @@ fn kmod_options_map_rejects_keys_and_values_that_are_not_one_word() {
     }
     assert!(!t.p("/etc/modprobe.d").exists());
 }
+
+/// The namespace files' effect samples, in reference order.
+const EFFECT_SAMPLES: &[&[&str]] = &[
+    super::global::tests::SAMPLES,
+    super::fs::tests::SAMPLES,
+    super::service::tests::SAMPLES,
+    super::pkg::tests::SAMPLES,
+    super::os::tests::SAMPLES,
+    super::tuning::tests::SAMPLES,
+    super::interrupt::tests::SAMPLES,
+    super::config::tests::SAMPLES,
+    super::mount::tests::SAMPLES,
+    super::kmod::tests::SAMPLES,
+    super::structured::tests::SAMPLES,
+    super::users::tests::SAMPLES,
+];
+
+/// A root in which every effect sample runs and every mutating one changes something: stub
+/// commands (`hello`, systemctl, apt, grub, initramfs, modprobe), files to edit and remove,
+/// a held package, a mounted `/old` in fstab and the mount table, users and groups,
+/// configMaps, node metadata and a secret.
+fn effects_root() -> TestHost {
+    let t = TestHost::new();
+    t.systemctl_stub();
+    apt_stubs(&t);
+    t.stub("hello", "echo out-$1");
+    t.stub("false", "exit 1");
+    t.stub("apt-mark", r#"[ "$1" = showhold ] && echo held; :"#);
+    t.stub("update-grub", ":");
+    t.stub("update-initramfs", ":");
+    t.stub("modprobe", ":");
+    std::fs::write(t.p("/state/old.active"), "yes\n").unwrap();
+    std::fs::write(t.p("/state/old.enabled"), "yes\n").unwrap();
+    std::fs::write(t.p("/state/pkg-old"), "i\n").unwrap();
+    std::fs::write(t.p("/state/pkg-held"), "i\n").unwrap();
+    t.file("/etc/a.conf", "x=1\n");
+    t.file(
+        "/etc/blocks.conf",
+        "# BEGIN skyhook old\no\n# END skyhook old\n",
+    );
+    t.file("/srv/tree/f", "f");
+    t.file(
+        "/etc/systemd/system/kubelet.service.d/10-x.conf",
+        "[Service]\n",
+    );
+    t.file("/etc/apt/sources.list.d/gone.sources", "Types: deb\n");
+    t.file("/proc/sys/vm/swappiness", "60\n");
+    t.file("/proc/sys/kernel/osrelease", "6.1.0-test\n");
+    t.file("/proc/cmdline", "ro quiet\n");
+    t.file("/etc/hostname", "node-7\n");
+    t.file(
+        "/etc/default/grub.d/old.cfg",
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"q\"\n",
+    );
+    t.file("/etc/fstab", "/dev/sdc1 /old ext4 defaults 0 0\n");
+    t.file(
+        "/proc/1/mountinfo",
+        "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n23 22 8:33 / /old rw - ext4 /dev/sdc1 rw\n",
+    );
+    t.file("/proc/modules", "");
+    t.file("/etc/modprobe.d/floppy.conf", "blacklist floppy\n");
+    t.file(
+        "/etc/modprobe.d/blacklist-floppy.conf",
+        "blacklist floppy\n",
+    );
+    t.file("/etc/modprobe.d/old.conf", "options old a=1\n");
+    t.file("/etc/modules-load.d/old.conf", "old\n");
+    t.file("/etc/c.toml", "[a]\nx = 1\n");
+    t.file("/etc/d.json", "{\n  \"a\": 1\n}\n");
+    t.file("/etc/u.conf", "[Service]\nUser=x\n");
+    t.file(
+        "/etc/passwd",
+        "root:x:0:0:root:/root:/bin/bash\nubuntu:x:1000:1000::/home/ubuntu:/bin/bash\n",
+    );
+    t.file("/etc/group", "root:x:0:\nvideo:x:44:\nubuntu:x:1000:\n");
+    let cm = t.dir.path().join("configmaps");
+    std::fs::create_dir_all(&cm).unwrap();
+    std::fs::write(cm.join("a"), "k=v\n").unwrap();
+    std::fs::create_dir_all(t.dir.path().join("node-metadata")).unwrap();
+    let sd = t.dir.path().join("secrets/db");
+    std::fs::create_dir_all(&sd).unwrap();
+    std::fs::write(sd.join("password"), "pw").unwrap();
+    t
+}
+
+/// `ns::name` and the number of arguments of a sample call `ns::name(a, b, ...)`.
+fn sample_call(sample: &str) -> (&str, usize) {
+    let (name, args) = sample.split_once('(').unwrap();
+    let (mut depth, mut quoted, mut n, mut any) = (0, false, 0, false);
+    for c in args.strip_suffix(')').unwrap().chars() {
+        any = true;
+        match c {
+            '"' => quoted = !quoted,
+            _ if quoted => {}
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            ',' if depth == 0 => n += 1,
+            _ => {}
+        }
+    }
+    (name, if any { n + 1 } else { 0 })
+}
+
+/// Every function's declared [`Effects`] is what it really submits: each sample call runs
+/// alone in plan mode and the changes, actions and interrupts the report lists at its
+/// position are of the declared kinds (none for a read; at least one for a function that
+/// submits, whose sample changes the root), each a change or an action as its kind's
+/// behaviour says. Every function of the reference has a sample.
+#[test]
+fn declared_effects_are_the_submitted_ones() {
+    use crate::host::fetch_tests::{BODY, Reply, Server, sha};
+    use crate::host::report::Item;
+    let srv = Server::plain(|_| Reply::Body(BODY.to_vec()));
+    let t = effects_root();
+    let mut sampled = std::collections::BTreeSet::new();
+    let mut problems: Vec<String> = Vec::new();
+    for sample in EFFECT_SAMPLES.iter().copied().flatten() {
+        let (name, arity) = sample_call(sample);
+        let d = FUNCTIONS
+            .iter()
+            .find(|d| d.full_name() == name && d.params.len() == arity)
+            .unwrap_or_else(|| panic!("{sample}: no function {name} with {arity} arguments"));
+        sampled.insert((name, arity));
+        let call = sample
+            .replace("{URL}", &srv.url("/tool"))
+            .replace("{SHA}", &sha(BODY));
+        let mut o = opts_for(&t);
+        o.allowed_secrets = vec!["db".into()];
+        o.env.push(("TOKEN".into(), "tok".into()));
+        let ran = run_with(&t, ExecMode::Plan, &format!("let r = {call};\n"), o);
+        if let Some(e) = &ran.outcome.error {
+            problems.push(format!("{sample}: {e}"));
+            continue;
+        }
+        let report = &ran.report;
+        let at_call = |p: &Option<crate::host::Position>| p.as_ref().is_some_and(|p| p.line == 1);
+        let mut seen: Vec<(&str, Modes)> = Vec::new();
+        seen.extend(
+            report
+                .changes
+                .iter()
+                .filter(|c| at_call(&c.position))
+                .map(|c| (c.kind.as_str(), Modes::Change)),
+        );
+        seen.extend(
+            report
+                .actions
+                .iter()
+                .filter(|a| at_call(&a.position))
+                .map(|a| (a.kind.as_str(), Modes::Action)),
+        );
+        seen.extend(report.items.iter().filter_map(|i| match i {
+            Item::Interrupt { position, .. } if at_call(position) => {
+                Some(("interrupt", Modes::Interrupt))
+            }
+            _ => None,
+        }));
+        let kinds = d.effects.kinds();
+        if seen.is_empty() != kinds.is_empty() {
+            problems.push(format!(
+                "{sample}: declared {:?}, submitted {seen:?}",
+                d.effects
+            ));
+        }
+        for (kind, recorded) in seen {
+            let Some(declared) = kinds.iter().find(|k| k.name() == kind) else {
+                problems.push(format!(
+                    "{sample}: submitted {kind}, declared {:?}",
+                    d.effects
+                ));
+                continue;
+            };
+            let behaves = declared.modes();
+            if behaves != recorded && behaves != Modes::Command {
+                problems.push(format!(
+                    "{sample}: {kind} recorded as {recorded:?}, its kind says {behaves:?}"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let missing: Vec<String> = FUNCTIONS
+        .iter()
+        .filter(|d| !d.script_layer && !sampled.contains(&(d.full_name().as_str(), d.params.len())))
+        .map(|d| d.call())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "functions without an effect sample: {missing:?}"
+    );
+}

@@ -149,3 +149,18 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         }
     ),
 ];
+
+#[cfg(test)]
+pub(super) mod tests {
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"sysctl::get("vm.swappiness")"#,
+        r#"sysctl::set("vm.swappiness", 10)"#,
+        r#"sysctl::persist("90-x.conf", #{"vm.swappiness": 10})"#,
+        r#"grub::set_cmdline("tuning", ["iommu=pt"])"#,
+        r#"grub::remove("old")"#,
+        r#"ulimit::persist("90-x.conf", ["* hard nofile 65536"])"#,
+    ];
+}

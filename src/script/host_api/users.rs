@@ -229,3 +229,22 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         |h, n: S| Ok(group::remove(h, &n)?)
     ),
 ];
+
+#[cfg(test)]
+pub(super) mod tests {
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"user::exists("ubuntu")"#,
+        r#"user::info("ubuntu")"#,
+        r#"user::ensure("alice")"#,
+        r#"user::ensure("alice", #{uid: 2000})"#,
+        r#"user::remove("ubuntu")"#,
+        r#"user::remove("ubuntu", #{remove_home: true})"#,
+        r#"group::exists("video")"#,
+        r#"group::ensure("gpuops")"#,
+        r#"group::ensure("gpuops", #{gid: 3000})"#,
+        r#"group::remove("video")"#,
+    ];
+}
