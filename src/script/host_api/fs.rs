@@ -378,6 +378,12 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
 
 #[cfg(test)]
 pub(super) mod tests {
+    use std::path::Path;
+
+    use super::super::tests::*;
+    use crate::host::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
     /// One call of each function of this file, for
     /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
     /// prepares, each call of a function that submits effects changes something.
@@ -409,4 +415,164 @@ pub(super) mod tests {
         r#"fs::symlink("/etc/a.conf", "/etc/l.conf")"#,
         r#"fs::fetch("{URL}", "/opt/bin/tool", #{sha256: "{SHA}"})"#,
     ];
+
+    #[test]
+    fn fs_mutations_all_modes() {
+        let t = TestHost::new();
+        t.file(
+            "/etc/passwd",
+            "root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n",
+        );
+        t.file("/etc/group", "root:x:0:\nnogroup:x:65534:\n");
+        t.file(
+            "/etc/app/old.conf",
+            "x=1\nkeep\nx=2\n# BEGIN skyhook gone\nz\n# END skyhook gone\n",
+        );
+        t.file("/etc/app/keep.conf", "k\n");
+        t.file("/etc/app/r.conf", "a=0\nz\na=1\n");
+        t.file("/etc/app/trash", "t");
+        t.file("/etc/app/tree/a/b", "b");
+        let plan = all_modes(
+            &t,
+            &[
+                r#"fs::mkdir("/etc/app/sub")"#,
+                r#"fs::mkdir("/etc/app/d", 0o700)"#,
+                r#"fs::write("/etc/app/a.conf", "a=1\n")"#,
+                r#"fs::write("/etc/app/b.conf", "b\n", #{mode: "0600", owner: "nobody", group: 65534})"#,
+                r#"fs::ensure_line("/etc/app/l.conf", "b=2")"#,
+                r#"fs::ensure_line("/etc/app/r.conf", "a=3", #{regex: "^a=", create: false})"#,
+                r#"fs::remove_line("/etc/app/old.conf", "^x=")"#,
+                r#"fs::ensure_block("/etc/app/l.conf", "net", "c=1\nd=2")"#,
+                r#"fs::remove_block("/etc/app/old.conf", "gone")"#,
+                r#"fs::copy("/etc/app/a.conf", "/etc/app/c.conf")"#,
+                r#"fs::copy("/etc/app/keep.conf", "/etc/app/e.conf", #{mode: 0o640})"#,
+                r#"fs::chmod("/etc/app/keep.conf", "0640")"#,
+                r#"fs::chown("/etc/app/keep.conf", "nobody", ())"#,
+                r#"fs::symlink("a.conf", "/etc/app/link")"#,
+                r#"fs::remove("/etc/app/trash")"#,
+                r#"fs::remove_all("/etc/app/tree")"#,
+            ],
+        );
+        // The plan lists the diff of a written file.
+        let a = plan
+            .changes
+            .iter()
+            .find(|c| c.target == "/etc/app/a.conf" && c.diff.is_some())
+            .expect("a diff for a.conf");
+        assert!(a.diff.as_ref().unwrap().contains("+a=1\n"), "{a:?}");
+        assert_eq!(t.read("/etc/app/a.conf"), "a=1\n");
+        assert_eq!(
+            t.read("/etc/app/l.conf"),
+            "b=2\n# BEGIN skyhook net\nc=1\nd=2\n# END skyhook net\n"
+        );
+        assert_eq!(t.read("/etc/app/r.conf"), "a=0\nz\na=3\n");
+        assert_eq!(t.read("/etc/app/old.conf"), "keep\n");
+        assert_eq!(t.read("/etc/app/c.conf"), t.read("/etc/app/a.conf"));
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(t.p("/etc/app/b.conf")).unwrap();
+        assert_eq!((m.mode() & 0o7777, m.uid(), m.gid()), (0o600, 65534, 65534));
+        let m = std::fs::metadata(t.p("/etc/app/keep.conf")).unwrap();
+        assert_eq!((m.mode() & 0o7777, m.uid()), (0o640, 65534));
+        assert_eq!(
+            std::fs::read_link(t.p("/etc/app/link")).unwrap(),
+            Path::new("a.conf")
+        );
+        assert!(!t.p("/etc/app/tree").exists() && !t.p("/etc/app/trash").exists());
+    }
+
+    #[test]
+    fn fs_append_is_a_change_every_time_and_plans_nothing() {
+        let t = TestHost::new();
+        let src =
+            r#"print(fs::append("/var/log/x", "line\n")); print(fs::append("/var/log/x", ""));"#;
+        let before = snapshot(&t);
+        let p = run(&t, ExecMode::Plan, src).ok();
+        assert_eq!(snapshot(&t), before);
+        assert_eq!(p.stdout(), "true\nfalse\n");
+        run(&t, ExecMode::Apply, src).ok();
+        let r = run(&t, ExecMode::Apply, src).ok();
+        assert_eq!(r.stdout(), "true\nfalse\n");
+        assert_eq!(t.read("/var/log/x"), "line\nline\n");
+    }
+
+    #[test]
+    fn fs_queries_see_planned_writes() {
+        let t = TestHost::new();
+        t.file("/etc/d/b", "bee");
+        t.file("/etc/d/a.conf", "A");
+        let src = r#"
+            fs::write("/etc/d/c.conf", "planned");
+            let st = fs::stat("/etc/d/b");
+            print([fs::exists("/etc/d/c.conf"), fs::is_file("/etc/d/b"), fs::is_dir("/etc/d"),
+                   fs::exists("/nope")]);
+            print([fs::read("/etc/d/c.conf"), fs::read_or("/nope", "dflt")]);
+            print(fs::list("/etc/d"));
+            print(fs::glob("/etc/*/*.conf"));
+            print([st.kind, st.size, st.mode]);
+        "#;
+        let expect = "[true, true, true, false]\n[\"planned\", \"dflt\"]\n\
+                      [\"a.conf\", \"b\", \"c.conf\"]\n[\"/etc/d/a.conf\", \"/etc/d/c.conf\"]\n\
+                      [\"file\", 3, 420]\n";
+        let before = snapshot(&t);
+        let r = run(&t, ExecMode::Plan, src).ok();
+        assert_eq!(r.stdout(), expect);
+        assert_eq!(snapshot(&t), before);
+        std::fs::set_permissions(
+            t.p("/etc/d/b"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )
+        .unwrap();
+        let r = run(&t, ExecMode::Apply, src).ok();
+        assert_eq!(r.stdout(), expect);
+    }
+
+    #[test]
+    fn fs_fetch_all_modes_and_its_options() {
+        use crate::host::fetch_tests::{BODY, Reply, Server, sha};
+        let t = TestHost::new();
+        let srv = Server::plain(|p| match p {
+            "/tool" => Reply::Body(BODY.to_vec()),
+            _ => Reply::Status("404 Not Found"),
+        });
+        let call = format!(
+            r#"fs::fetch("{}", "/opt/bin/tool", #{{sha256: "{}", mode: 0o755, timeout: 30, max_bytes: 1024}})"#,
+            srv.url("/tool"),
+            sha(BODY)
+        );
+        let plan = all_modes(&t, &[&call]);
+        assert_eq!(plan.changes[0].kind, "fetch");
+        assert_eq!(srv.requests(), vec!["/tool"]);
+        assert_eq!(std::fs::read(t.p("/opt/bin/tool")).unwrap(), BODY);
+
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"fs::fetch("http://x/a", "/a", #{sha: "x"})"#,
+        );
+        assert_eq!(
+            r.error(),
+            "main.rhai:1:5: fs::fetch: unknown option \"sha\" (expected one of: sha256, mode, owner, group, timeout, max_bytes)"
+        );
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"fs::fetch("http://x/a", "/a", #{sha256: "00", timeout: 0})"#,
+        );
+        assert_eq!(
+            r.error(),
+            "main.rhai:1:5: fs::fetch: option timeout must be a positive number of seconds, got 0"
+        );
+        let url = srv.url("/nope");
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            &format!(r#"fs::fetch("{url}", "/a", #{{sha256: "{}"}})"#, sha(BODY)),
+        );
+        assert_eq!(
+            r.error(),
+            format!(
+                "main.rhai:1:5: fs::fetch: failed to download {url}: server answered 404 Not Found"
+            )
+        );
+    }
 }

@@ -54,6 +54,10 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
 
 #[cfg(test)]
 pub(super) mod tests {
+    use super::super::tests::*;
+    use crate::host::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
     /// One call of each function of this file, for
     /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
     /// prepares, each call of a function that submits effects changes something.
@@ -62,4 +66,31 @@ pub(super) mod tests {
         r#"interrupt::restart_services("kubelet")"#,
         r#"interrupt::restart_all_services()"#,
     ];
+
+    #[test]
+    fn interrupts_are_recorded_not_run() {
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub("reboot", ":");
+        t.stub("systemctl", ":");
+        let src = r#"interrupt::restart_services(["containerd", "kubelet"]); interrupt::restart_services("x"); interrupt::restart_all_services(); interrupt::reboot(); changed()"#;
+        for mode in [ExecMode::Apply, ExecMode::Plan, ExecMode::Check] {
+            let before = snapshot(&t);
+            let r = run(&t, mode, src).ok();
+            assert_eq!(r.outcome.code, 0);
+            assert_eq!(snapshot(&t), before);
+            assert!(t.calls().is_empty(), "{:?}", t.calls());
+            assert!(r.report.drift().is_empty());
+            let json = serde_json::to_value(&r.report.interrupts).unwrap();
+            assert_eq!(
+                json,
+                serde_json::json!([
+                    {"type": "restart_services", "services": ["containerd", "kubelet"]},
+                    {"type": "restart_services", "services": ["x"]},
+                    {"type": "restart_all_services"},
+                    {"type": "reboot"}
+                ])
+            );
+        }
+    }
 }

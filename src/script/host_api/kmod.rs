@@ -226,6 +226,10 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
 
 #[cfg(test)]
 pub(super) mod tests {
+    use super::super::tests::*;
+    use crate::host::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
     /// One call of each function of this file, for
     /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
     /// prepares, each call of a function that submits effects changes something.
@@ -245,4 +249,63 @@ pub(super) mod tests {
         r#"kmod::loaded("nvidia")"#,
         r#"kmod::load("nvidia")"#,
     ];
+
+    #[test]
+    fn kmod_functions_all_modes_from_rhai() {
+        let t = TestHost::new();
+        t.install_sh();
+        t.file("/etc/os-release", "ID=ubuntu\n");
+        t.file("/proc/modules", "");
+        t.stub("update-initramfs", ":");
+        t.stub("modprobe", r#"echo "$1 1 0 - Live 0x0" >> /proc/modules"#);
+        let plan = all_modes(
+            &t,
+            &[
+                r#"kmod::blacklist("nouveau", #{disable: true})"#,
+                r#"kmod::options("nouveau", #{modeset: 0})"#,
+                r#"kmod::options("nvidia", "NVreg_PreserveVideoMemoryAllocations=1", #{file: "nvidia-pm"})"#,
+                r#"kmod::load_at_boot("nvidia_uvm", #{file: "nvidia"})"#,
+                r#"kmod::load("nvidia_uvm")"#,
+            ],
+        );
+        let actions: Vec<&str> = plan.actions.iter().map(|a| a.summary.as_str()).collect();
+        assert_eq!(actions, ["update-initramfs -u"]);
+        assert_eq!(
+            t.read("/etc/modprobe.d/nouveau.conf"),
+            "options nouveau modeset=0\n"
+        );
+        assert_eq!(
+            t.read("/etc/modprobe.d/nvidia-pm.conf"),
+            "options nvidia NVreg_PreserveVideoMemoryAllocations=1\n"
+        );
+        assert_eq!(t.read("/etc/modules-load.d/nvidia.conf"), "nvidia_uvm\n");
+        assert_eq!(t.calls(), ["modprobe nvidia_uvm", "update-initramfs -u"]);
+    }
+
+    /// A map of module options must render `key=value` words modprobe reads back as written: a
+    /// key that is empty or has `=` or blanks, or a value with blanks, is an error naming the
+    /// option (they became `options nouveau =1` or `options nouveau a=x y`, which modprobe
+    /// parses as other parameters). Nothing is written.
+    #[test]
+    fn kmod_options_map_rejects_keys_and_values_that_are_not_one_word() {
+        let t = TestHost::new();
+        for (src, want) in [
+            (
+                r#"kmod::options("nouveau", #{"": 1})"#,
+                "main.rhai:1:7: kmod::options: option key \"\" must be a non-empty word without `=` or blanks",
+            ),
+            (
+                r#"kmod::options("nouveau", #{"a b": 1})"#,
+                "main.rhai:1:7: kmod::options: option key \"a b\" must be a non-empty word without `=` or blanks",
+            ),
+            (
+                r#"kmod::options("nouveau", #{a: "x y"})"#,
+                "main.rhai:1:7: kmod::options: option a: value \"x y\" must be one word without blanks",
+            ),
+        ] {
+            let r = run(&t, ExecMode::Apply, src);
+            assert_eq!(r.error(), want, "{src}");
+        }
+        assert!(!t.p("/etc/modprobe.d").exists());
+    }
 }

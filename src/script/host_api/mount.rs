@@ -128,6 +128,10 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
 
 #[cfg(test)]
 pub(super) mod tests {
+    use super::super::tests::*;
+    use crate::host::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
     /// One call of each function of this file, for
     /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
     /// prepares, each call of a function that submits effects changes something.
@@ -137,4 +141,63 @@ pub(super) mod tests {
         r#"mount::is_mounted("/old")"#,
         r#"mount::info("/old")"#,
     ];
+
+    #[test]
+    fn mount_functions_from_rhai_plan_and_errors() {
+        let t = TestHost::new();
+        t.file("/etc/fstab", "# empty\n");
+        t.file("/proc/1/mountinfo", "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n");
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"let c = mount::ensure("/data", #{source: "/dev/sdb1", fstype: "ext4", options: ["noatime", "nofail"], pass: 2});
+    print(c);
+    print(mount::is_mounted("/data"));
+    let i = mount::info("/data");
+    print(`${i.source} ${i.fstype} ${i.options}`);
+    print(mount::info("/nothing"));
+    print(mount::info("/").source);"#,
+        )
+        .ok();
+        assert_eq!(
+            r.stdout(),
+            "true\ntrue\n/dev/sdb1 ext4 noatime,nofail\n\n/dev/sda1\n"
+        );
+        assert_eq!(
+            r.report.changes[0].diff.as_deref(),
+            Some(
+                "--- a/etc/fstab\n+++ b/etc/fstab\n@@ -1 +1,2 @@\n # empty\n+/dev/sdb1 /data ext4 noatime,nofail 0 2\n"
+            )
+        );
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"mount::ensure("/data", #{source: "/dev/sdb1", fstype: "ext4", state: "gone"})"#,
+        );
+        assert!(
+            r.error().ends_with(
+                "mount::ensure: option state must be \"mounted\" or \"present\", got \"gone\""
+            ),
+            "{}",
+            r.error()
+        );
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"mount::ensure("/data", #{fstype: "ext4"})"#,
+        );
+        assert!(
+            r.error()
+                .ends_with("mount::ensure: option source is required (#{source, fstype})"),
+            "{}",
+            r.error()
+        );
+        let r = run(&t, ExecMode::Plan, r#"kmod::options("nouveau", 1)"#);
+        assert!(
+            r.error()
+                .ends_with("kmod::options: opts must be a string, got i64 (or a map)"),
+            "{}",
+            r.error()
+        );
+    }
 }

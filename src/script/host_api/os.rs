@@ -92,6 +92,10 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
 
 #[cfg(test)]
 pub(super) mod tests {
+    use super::super::tests::*;
+    use crate::host::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
     /// One call of each function of this file, for
     /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
     /// prepares, each call of a function that submits effects changes something.
@@ -105,4 +109,26 @@ pub(super) mod tests {
         r#"os::hostname()"#,
         r#"os::cmdline()"#,
     ];
+
+    #[test]
+    fn os_facts() {
+        let t = TestHost::new();
+        t.file(
+            "/etc/os-release",
+            "ID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\nVERSION_ID=\"9.3\"\n",
+        );
+        t.file("/proc/sys/kernel/osrelease", "6.1.0-test\n");
+        t.file("/proc/cmdline", "ro quiet\n");
+        t.file("/etc/hostname", "node-7\n");
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"print([os::id(), os::version(), os::family(), os::kernel(), os::hostname(), os::cmdline(), os::release().ID_LIKE, os::arch() != ""]);"#,
+        )
+        .ok();
+        assert_eq!(
+            r.stdout(),
+            "[\"rocky\", \"9.3\", \"rhel\", \"6.1.0-test\", \"node-7\", \"ro quiet\", \"rhel centos fedora\", true]\n"
+        );
+    }
 }

@@ -173,6 +173,10 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
 
 #[cfg(test)]
 pub(super) mod tests {
+    use super::super::tests::*;
+    use crate::host::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
     /// One call of each function of this file, for
     /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
     /// prepares, each call of a function that submits effects changes something.
@@ -188,4 +192,106 @@ pub(super) mod tests {
         r#"pkg::hold("old")"#,
         r#"pkg::unhold("held")"#,
     ];
+
+    #[test]
+    fn packages_all_modes() {
+        let t = TestHost::new();
+        apt_stubs(&t);
+        std::fs::write(t.p("/state/pkg-old"), "i\n").unwrap();
+        all_modes(
+            &t,
+            &[
+                r#"pkg::install("curl")"#,
+                r#"pkg::install(["jq", "vim"], #{update: true})"#,
+                r#"pkg::remove(["old", "never-installed"])"#,
+            ],
+        );
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            r#"print([pkg::manager(), pkg::installed("jq"), pkg::installed("old"), pkg::version("curl"), pkg::version("old")]);"#,
+        )
+        .ok();
+        assert_eq!(r.stdout(), "[\"apt\", true, false, \"1.2-3\", ()]\n");
+        let r = run(&t, ExecMode::Apply, r#"pkg::install(#{})"#);
+        assert_eq!(
+            r.error(),
+            "main.rhai:1:6: pkg::install: names must be a string or an array of strings, got map"
+        );
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            r#"pkg::install("x", #{upgrade: true})"#,
+        );
+        assert!(
+            r.error().contains("unknown option \"upgrade\""),
+            "{}",
+            r.error()
+        );
+        t.file("/etc/os-release", "ID=arch\n");
+        let r = run(&t, ExecMode::Apply, r#"print(type_of(pkg::manager()))"#).ok();
+        assert_eq!(r.stdout(), "()\n");
+    }
+
+    #[test]
+    fn pkg_repo_and_hold_from_scripts() {
+        let t = TestHost::new();
+        apt_stubs(&t);
+        t.stub(
+            "apt-mark",
+            r#"case "$1" in
+      showhold) if [ -e /state/held ]; then read v < /state/held; echo "$v"; fi ;;
+      hold) echo "$2" > /state/held ;;
+    esac"#,
+        );
+        let src = r#"print([
+            pkg::repo("r", #{url: "https://r.example/apt", suites: ["noble"], components: "main",
+                             key: "-----BEGIN PGP PUBLIC KEY BLOCK-----\nk\n-----END PGP PUBLIC KEY BLOCK-----"}),
+            pkg::hold("jq"),
+        ]);"#;
+        let plan = run(&t, ExecMode::Plan, src).ok();
+        assert_eq!(plan.stdout(), "[true, true]\n");
+        let kinds: Vec<&str> = plan
+            .report
+            .changes
+            .iter()
+            .map(|c| c.kind.as_str())
+            .collect();
+        assert_eq!(kinds, vec!["write", "write", "package_hold"]);
+        assert_eq!(plan.report.changes[2].summary, "hold packages jq (apt)");
+        assert_eq!(
+            run(&t, ExecMode::Apply, src).ok().stdout(),
+            "[true, true]\n"
+        );
+        assert_eq!(
+            run(&t, ExecMode::Apply, src).ok().stdout(),
+            "[false, false]\n"
+        );
+        assert_eq!(
+            t.read("/etc/apt/sources.list.d/r.sources"),
+            "# Managed by skyhook (pkg::repo \"r\").\nTypes: deb\nURIs: https://r.example/apt\nSuites: noble\nComponents: main\nSigned-By: /etc/apt/keyrings/r.asc\n"
+        );
+        assert_eq!(
+            t.read("/etc/apt/keyrings/r.asc"),
+            "-----BEGIN PGP PUBLIC KEY BLOCK-----\nk\n-----END PGP PUBLIC KEY BLOCK-----\n"
+        );
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"pkg::repo("r", #{url: "u", suite: "noble"})"#,
+        );
+        assert_eq!(
+            r.error(),
+            "main.rhai:1:6: pkg::repo: unknown option \"suite\" (expected one of: url, suites, components, arch, key, key_url, key_sha256, enabled)"
+        );
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"pkg::repo("r", #{url: "u", suites: 1})"#,
+        );
+        assert_eq!(
+            r.error(),
+            "main.rhai:1:6: pkg::repo: option suites must be a string or an array of strings, got i64"
+        );
+    }
 }

@@ -122,6 +122,10 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
 
 #[cfg(test)]
 pub(super) mod tests {
+    use super::super::tests::*;
+    use crate::host::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
     /// One call of each function of this file, for
     /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
     /// prepares, each call of a function that submits effects changes something.
@@ -138,4 +142,69 @@ pub(super) mod tests {
         r#"service::drop_in("kubelet", "20-y.conf", "[Service]\n")"#,
         r#"service::remove_drop_in("kubelet", "10-x.conf")"#,
     ];
+
+    #[test]
+    fn services_all_modes_and_actions() {
+        let t = TestHost::new();
+        t.systemctl_stub();
+        std::fs::write(t.p("/state/old.active"), "yes\n").unwrap();
+        std::fs::write(t.p("/state/old.enabled"), "yes\n").unwrap();
+        let plan = all_modes(
+            &t,
+            &[
+                r#"service::start("nginx")"#,
+                r#"service::enable("nginx")"#,
+                r#"service::stop("old")"#,
+                r#"service::disable("old")"#,
+                r#"service::drop_in("kubelet", "10-x.conf", "[Service]\nX=1\n")"#,
+            ],
+        );
+        // The drop-in's daemon-reload is an action in the plan, not a change.
+        assert!(
+            plan.actions
+                .iter()
+                .any(|a| a.summary.contains("daemon-reload")),
+            "{:?}",
+            plan.actions
+        );
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            r#"print([service::is_active("nginx"), service::is_enabled("old")]);"#,
+        )
+        .ok();
+        assert_eq!(r.stdout(), "[true, false]\n");
+        // Actions run every time in apply, are recorded in plan, never drift in check.
+        let src = r#"service::restart("nginx"); service::reload("nginx"); service::daemon_reload(); changed()"#;
+        t.clear_calls();
+        let p = run(&t, ExecMode::Plan, src).ok();
+        assert_eq!(p.report.actions.len(), 3);
+        assert!(t.calls().is_empty());
+        let c = run(&t, ExecMode::Check, src).ok();
+        assert!(c.report.drift().is_empty());
+        let a = run(&t, ExecMode::Apply, src).ok();
+        assert_eq!(a.outcome.code, 0, "actions are not counted by changed()");
+        assert_eq!(
+            t.calls(),
+            vec![
+                "systemctl restart nginx",
+                "systemctl reload nginx",
+                "systemctl daemon-reload"
+            ]
+        );
+        // Removing the drop-in: a change, plus one deferred reload run at finish even when the
+        // script then fails.
+        t.clear_calls();
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            r#"service::remove_drop_in("kubelet", "10-x.conf"); throw "boom";"#,
+        );
+        assert!(r.error().ends_with("boom"));
+        assert_eq!(t.calls(), vec!["systemctl daemon-reload"]);
+        assert!(
+            !t.p("/etc/systemd/system/kubelet.service.d/10-x.conf")
+                .exists()
+        );
+    }
 }

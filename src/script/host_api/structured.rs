@@ -244,25 +244,5 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
 ];
 
 #[cfg(test)]
-pub(super) mod tests {
-    /// One call of each function of this file, for
-    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
-    /// prepares, each call of a function that submits effects changes something.
-    pub(in super::super) const SAMPLES: &[&str] = &[
-        r#"toml::get("/etc/c.toml", "a.x")"#,
-        r#"toml::set("/etc/c.toml", "a.x", 2)"#,
-        r#"toml::remove("/etc/c.toml", "a.x")"#,
-        r#"toml::ensure_table("/etc/c.toml", ["b"])"#,
-        r#"toml::parse("a = 1")"#,
-        r#"json::get("/etc/d.json", "/a")"#,
-        r#"json::set("/etc/d.json", "/a", 2)"#,
-        r#"json::remove("/etc/d.json", "/a")"#,
-        r#"ini::get("/etc/u.conf", "Service", "User")"#,
-        r#"ini::set("/etc/u.conf", "Service", "User", "y")"#,
-        r#"ini::remove("/etc/u.conf", "Service", "User")"#,
-        r#"regex::is_match("a", "abc")"#,
-        r#"regex::captures("(a)", "abc")"#,
-        r#"regex::named("(?<x>a)", "abc")"#,
-        r#"regex::replace("a", "abc", "b")"#,
-    ];
-}
+#[path = "structured_tests.rs"]
+pub(super) mod tests;

@@ -152,6 +152,10 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
 
 #[cfg(test)]
 pub(super) mod tests {
+    use super::super::tests::*;
+    use crate::host::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
     /// One call of each function of this file, for
     /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
     /// prepares, each call of a function that submits effects changes something.
@@ -163,4 +167,66 @@ pub(super) mod tests {
         r#"grub::remove("old")"#,
         r#"ulimit::persist("90-x.conf", ["* hard nofile 65536"])"#,
     ];
+
+    #[test]
+    fn sysctl_grub_ulimit_all_modes() {
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub("update-grub", ":");
+        t.file("/etc/os-release", "ID=ubuntu\n");
+        t.file("/proc/sys/vm/swappiness", "60\n");
+        t.file("/proc/sys/net/ipv4/ip_local_port_range", "32768\t60999\n");
+        t.file(
+            "/etc/default/grub.d/old.cfg",
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"${GRUB_CMDLINE_LINUX_DEFAULT} quiet\"\n",
+        );
+        let plan = all_modes(
+            &t,
+            &[
+                r#"sysctl::set("vm.swappiness", 10)"#,
+                r#"sysctl::persist("90-x.conf", #{"vm.swappiness": 10, "net.core.somaxconn": "4096"})"#,
+                r#"grub::set_cmdline("tuning", ["hugepages=16", "iommu=pt"])"#,
+                r#"grub::remove("old")"#,
+                r#"ulimit::persist("90-x.conf", [#{domain: "*", type: "soft", item: "nofile", value: 65536}, "* hard nofile 65536"])"#,
+            ],
+        );
+        assert!(
+            plan.actions
+                .iter()
+                .any(|a| a.summary.contains("update-grub")),
+            "{:?}",
+            plan.actions
+        );
+        assert_eq!(t.read("/proc/sys/vm/swappiness"), "10\n");
+        assert_eq!(
+            t.read("/etc/sysctl.d/90-x.conf"),
+            "net.core.somaxconn = 4096\nvm.swappiness = 10\n"
+        );
+        assert_eq!(
+            t.read("/etc/default/grub.d/tuning.cfg"),
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"${GRUB_CMDLINE_LINUX_DEFAULT} hugepages=16 iommu=pt\"\n"
+        );
+        assert_eq!(
+            t.read("/etc/security/limits.d/90-x.conf"),
+            "* soft nofile 65536\n* hard nofile 65536\n"
+        );
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            r#"print([sysctl::get("vm.swappiness"), sysctl::get("no.such"), sysctl::set("net.ipv4.ip_local_port_range", "32768 60999")]);"#,
+        )
+        .ok();
+        assert_eq!(r.stdout(), "[\"10\", (), false]\n");
+        let r = run(&t, ExecMode::Apply, "\nsysctl::set(\"no.such\", 1)");
+        assert_eq!(
+            r.error(),
+            "main.rhai:2:9: sysctl::set: unknown sysctl key \"no.such\" (no /proc/sys/no/such)"
+        );
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            r#"ulimit::persist("x", ["* soft nofile"])"#,
+        );
+        assert!(r.error().contains("must have four fields"), "{}", r.error());
+    }
 }
