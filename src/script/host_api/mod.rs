@@ -3,12 +3,28 @@
 //! This layer is thin: every script function converts its Rhai arguments, calls the plain
 //! Rust function of the same name in [`crate::host`] and converts the result back. Each
 //! script namespace has one file here (`fs.rs`, `service.rs`, ...; the global functions in
-//! `global.rs`) holding, per function, one [`host_fn!`] row: its reference entry (parameters,
+//! `global.rs`) holding, per function, one `host_fn!` row: its reference entry (parameters,
 //! description, option keys, the [`Effects`] it submits, from which its behaviour in apply,
 //! plan and check mode is derived) and its registration, and below them the namespace's tests
 //! through Rhai. [`FUNCTIONS`] gathers the rows; `docs/host-api.md` and `docs/skyhook.d.rhai`
 //! are generated from it ([`render_markdown`], [`render_definitions`]), the engine's modules
 //! are built from it ([`HostApi`]) and the static checker reads it.
+//!
+//! # Adding a host function
+//!
+//! 1. Write the plain Rust function in its host area (`crate::host`): it reads through the
+//!    session and changes the host only by submitting effects.
+//! 2. Add one `host_fn!` row to `FUNCTIONS` of its namespace's file, in reference order:
+//!    namespace, name, parameters, return type, [`Effects`] (what it reads, or the
+//!    [`EffectKind`]s it submits), the one-line description, `options = KEYS` when it takes
+//!    an options map (the binding checks the map against the same `KEYS`), and the binding.
+//! 3. Add a sample call to the file's `tests::SAMPLES` (one that changes something in the
+//!    effects test's root) and the function's tests to the file's `tests` module.
+//! 4. Regenerate the docs: `SKYHOOK_UPDATE_DOCS=1 cargo test --lib script::host_api::tests::docs`.
+//!
+//! A new namespace is a new file with its `NAMESPACES` section and `FUNCTIONS`, listed in
+//! `docs.rs` (`FUNCTION_PARTS`, `NAMESPACE_PARTS`) and its samples in `tests.rs`
+//! (`EFFECT_SAMPLES`); a new kind of effect is a new [`EffectKind`].
 //!
 //! # Use
 //!

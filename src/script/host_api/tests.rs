@@ -724,3 +724,37 @@ fn declared_effects_are_the_submitted_ones() {
         "functions without an effect sample: {missing:?}"
     );
 }
+
+/// The modes text of a function that submits several kinds of effect: a command when any is
+/// a command, else a change when any is a change (deferred actions beside it), else an
+/// action; a read by what it reads.
+#[test]
+fn modes_are_derived_from_the_effect_kinds() {
+    use EffectKind::*;
+    let modes = |e: Effects| e.modes();
+    assert_eq!(
+        modes(Effects::Submits(&[Write, InitramfsUpdate])),
+        Modes::Change
+    );
+    assert_eq!(
+        modes(Effects::Submits(&[Command, GuardedCommand])),
+        Modes::Command
+    );
+    assert_eq!(modes(Effects::Submits(&[ServiceAction])), Modes::Action);
+    assert_eq!(modes(Effects::Submits(&[Interrupt])), Modes::Interrupt);
+    assert_eq!(modes(Effects::ReadsHost), Modes::Query);
+    assert_eq!(modes(Effects::RunsReadOnly), Modes::ReadOnlyCommand);
+    assert_eq!(modes(Effects::Computes), Modes::Context);
+    assert_eq!(
+        Modes::Change.text(),
+        "change: apply performs; plan records (diff); check: drift"
+    );
+    // Every row that submits effects declares at least one kind.
+    for d in FUNCTIONS {
+        assert!(
+            !matches!(d.effects, Effects::Submits(k) if k.is_empty()),
+            "{}",
+            d.call()
+        );
+    }
+}
