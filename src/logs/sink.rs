@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use chrono::{Datelike, NaiveDateTime, Timelike};
 
-use crate::host::root::run_dirs::RunDirs;
 use crate::host::root::HostRoot;
+use crate::host::root::run_dirs::RunDirs;
 
 use super::error::LogError;
 

@@ -1,41 +1,219 @@
-//! `config::`, `node::`, `secret`, `secret_env` bindings over [`crate::host::files::config`] and
-//! [`crate::host::secrets`].
+//! `config::` (configMaps) and `node::` (node metadata) over [`crate::host::files::config`]: each
+//! function's reference row and binding, and their tests through Rhai.
 
-use rhai::{Dynamic, ImmutableString};
+use rhai::ImmutableString as S;
 
 use super::convert;
-use super::{Api, Registrar};
+use super::docs::Effects::*;
+use super::docs::{FnDoc, NAME};
 use crate::host::files::config;
-use crate::host::secrets;
 
-pub(crate) fn register(r: &mut Registrar, api: &Api) {
-    type S = ImmutableString;
-    bind!(r, api, "config", "has", |h, n: S| Ok(config::has(h, &n)?));
-    bind!(r, api, "config", "get", |h, n: S| Ok(convert::opt(
-        config::get(h, &n)?
-    )));
-    bind!(r, api, "config", "names", |h| Ok(convert::array(
-        config::names(h)?
-    )));
-    bind!(r, api, "config", "lines", |h, n: S| Ok(convert::array(
-        config::lines(h, &n)?
-    )));
-    bind!(r, api, "config", "kv", |h, n: S| Ok(convert::map(
-        config::kv(h, &n)?
-    )));
-    bind!(r, api, "node", "labels", |h| Ok(convert::json_map(
-        config::labels(h)?
-    )));
-    bind!(r, api, "node", "annotations", |h| Ok(convert::json_map(
-        config::annotations(h)?
-    )));
-    bind!(r, api, "node", "packages", |h| Ok(convert::json_map(
-        config::packages(h)?
-    )));
-    bind!(r, api, "", "secret", |h, n: S, k: S| Ok(Dynamic::from(
-        ImmutableString::from(secrets::secret(h, &n, &k)?)
-    )));
-    bind!(r, api, "", "secret_env", |h, v: S| Ok(Dynamic::from(
-        ImmutableString::from(secrets::secret_env(h, &v)?)
-    )));
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "config",
+        "configMaps — `config::`",
+        "Files under `SKYHOOK_DIR/configmaps/` (for `skyhook-run`, the `--configmaps` folder). Names starting with `.` are never listed. Like files under the host root, a configMap, node metadata file or secret is read only when it is a regular file of at most 64 MiB.",
+    ),
+    (
+        "node",
+        "Node metadata — `node::`",
+        "From the operator's `SKYHOOK_DIR/node-metadata/` JSON files.",
+    ),
+];
+
+/// The functions of this file's namespaces, in reference order: each one's reference row
+/// and its registration.
+pub(super) const FUNCTIONS: &[FnDoc] = &[
+    host_fn!(
+        "config",
+        "has",
+        &[NAME],
+        "bool",
+        ReadsAgent,
+        "True when the configMap exists.",
+        |h, n: S| Ok(config::has(h, &n)?)
+    ),
+    host_fn!(
+        "config",
+        "get",
+        &[NAME],
+        "?",
+        ReadsAgent,
+        "The configMap's text, or `()`; a configMap that is not UTF-8 text (binary) is an error naming it (`config::has` still sees it).",
+        |h, n: S| Ok(convert::opt(config::get(h, &n)?))
+    ),
+    host_fn!(
+        "config",
+        "names",
+        &[],
+        "Array",
+        ReadsAgent,
+        "Sorted configMap names.",
+        |h| Ok(convert::array(config::names(h)?))
+    ),
+    host_fn!(
+        "config",
+        "lines",
+        &[NAME],
+        "Array",
+        ReadsAgent,
+        "Lines, trimmed, without blank lines and `#` comments; an error when missing.",
+        |h, n: S| Ok(convert::array(config::lines(h, &n)?))
+    ),
+    host_fn!(
+        "config",
+        "kv",
+        &[NAME],
+        "Map",
+        ReadsAgent,
+        "A map from `key=value` lines; a malformed line is an error naming the configMap and line number.",
+        |h, n: S| Ok(convert::map(config::kv(h, &n)?))
+    ),
+    host_fn!(
+        "node",
+        "labels",
+        &[],
+        "Map",
+        ReadsAgent,
+        "The node's labels (empty when unknown).",
+        |h| Ok(convert::json_map(config::labels(h)?))
+    ),
+    host_fn!(
+        "node",
+        "annotations",
+        &[],
+        "Map",
+        ReadsAgent,
+        "The node's annotations (empty when unknown).",
+        |h| Ok(convert::json_map(config::annotations(h)?))
+    ),
+    host_fn!(
+        "node",
+        "packages",
+        &[],
+        "Map",
+        ReadsAgent,
+        "The operator's packages map for the node (empty when unknown).",
+        |h| Ok(convert::json_map(config::packages(h)?))
+    ),
+];
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::super::tests::*;
+    use crate::host::effects::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"config::has("a")"#,
+        r#"config::get("a")"#,
+        r#"config::names()"#,
+        r#"config::lines("a")"#,
+        r#"config::kv("a")"#,
+        r#"node::labels()"#,
+        r#"node::annotations()"#,
+        r#"node::packages()"#,
+    ];
+
+    #[test]
+    fn config_node_and_secrets() {
+        let t = TestHost::new();
+        let cm = t.dir.path().join("configmaps");
+        std::fs::create_dir_all(&cm).unwrap();
+        std::fs::write(cm.join("a"), "one\n# c\n\n two \n").unwrap();
+        std::fs::write(cm.join("kv"), "x = 1\ny=2\n").unwrap();
+        std::fs::write(cm.join("bad"), "k=v\nnovalue\n").unwrap();
+        let md = t.dir.path().join("node-metadata");
+        std::fs::create_dir_all(&md).unwrap();
+        std::fs::write(md.join("labels.json"), r#"{"gpu": "a100", "n": 2}"#).unwrap();
+        let sd = t.dir.path().join("secrets/db");
+        std::fs::create_dir_all(&sd).unwrap();
+        std::fs::write(sd.join("password"), "s3cr3t-pw").unwrap();
+        let src = r#"
+            print([config::has("a"), config::has("zz"), config::get("zz"), config::names()]);
+            print([config::lines("a"), config::kv("kv")]);
+            print([node::labels(), node::annotations(), node::packages()]);
+            let pw = secret("db", "password");
+            let tok = secret_env("TOKEN");
+            print(`pw=${pw} tok=${tok}`);
+            print(pw.len());
+        "#;
+        let mut o = opts_for(&t);
+        o.allowed_secrets = vec!["db".into()];
+        o.env.push(("TOKEN".into(), "tok-123".into()));
+        let r = run_with(&t, ExecMode::Plan, src, o.clone()).ok();
+        assert_eq!(
+            r.stdout(),
+            "[true, false, (), [\"a\", \"bad\", \"kv\"]]\n\
+             [[\"one\", \"two\"], #{\"x\": \"1\", \"y\": \"2\"}]\n\
+             [#{\"gpu\": \"a100\", \"n\": 2}, #{}, #{}]\n\
+             pw=*** tok=***\n9\n"
+        );
+        let r = run_with(&t, ExecMode::Apply, "\nconfig::kv(\"bad\")", o.clone());
+        assert_eq!(
+            r.error(),
+            "main.rhai:2:9: config::kv: configMap \"bad\" line 2: expected key=value, got \"novalue\""
+        );
+        // A secret never appears in an error, nor in the error written to stderr.
+        let r = run_with(
+            &t,
+            ExecMode::Apply,
+            "let pw = secret(\"db\", \"password\");\nfs::read(`/etc/${pw}`)",
+            o.clone(),
+        );
+        assert_eq!(
+            r.error(),
+            "main.rhai:2:5: fs::read: /etc/*** does not exist"
+        );
+        assert!(!r.stderr().contains("s3cr3t"), "{}", r.stderr());
+        let r = run_with(&t, ExecMode::Apply, r#"secret("other", "k")"#, o.clone());
+        assert_eq!(
+            r.error(),
+            "main.rhai:1:1: secret: secret \"other\" is not in SKYHOOK_ALLOWED_SECRETS (asked for key \"k\")"
+        );
+        // A plan that writes a secret into a file shows it redacted.
+        let r = run_with(
+            &t,
+            ExecMode::Plan,
+            r#"fs::write("/etc/app.conf", "pw=" + secret_env("TOKEN") + "\n")"#,
+            o,
+        )
+        .ok();
+        let red = crate::host::secrets::Redactor::new();
+        red.add("tok-123");
+        assert!(r.report.render_text(&red).contains("+pw=***\n"));
+    }
+
+    /// A binary configMap read as text is an error naming it (not U+FFFD replacements);
+    /// `config::has` still sees it.
+    #[test]
+    fn binary_configmap_read_as_text_is_an_error() {
+        let t = TestHost::new();
+        let cm = t.dir.path().join("configmaps");
+        std::fs::create_dir_all(&cm).unwrap();
+        std::fs::write(cm.join("blob"), b"ok\n\xff\xfe\x00").unwrap();
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            "print(config::has(\"blob\"));\nconfig::get(\"blob\")",
+        );
+        assert_eq!(r.stdout(), "true\n");
+        assert_eq!(
+            r.error(),
+            "main.rhai:2:9: config::get: configMap \"blob\" is not UTF-8 text (invalid byte at \
+             offset 3); binary configMaps cannot be read as text"
+        );
+        for f in ["lines", "kv"] {
+            let r = run(&t, ExecMode::Plan, &format!("config::{f}(\"blob\")"));
+            assert!(
+                r.error().contains("configMap \"blob\" is not UTF-8 text"),
+                "{}",
+                r.error()
+            );
+        }
+    }
 }

@@ -1,14 +1,18 @@
-//! The one table of host functions ([`FUNCTIONS`]) and the generators of the script authors'
-//! reference (`docs/host-api.md`, [`render_markdown`]) and of the editor definitions file
-//! (`docs/skyhook.d.rhai`, [`render_definitions`]).
+//! The reference of the host API: [`FnDoc`] (one function's row, which also registers it),
+//! [`Effects`] (what a function submits, from which its behaviour per mode, [`Modes`], is
+//! derived), the tables gathered from the namespace files ([`FUNCTIONS`], [`NAMESPACES`]) and
+//! the generators of the script authors' reference (`docs/host-api.md`, [`render_markdown`])
+//! and of the editor definitions file (`docs/skyhook.d.rhai`, [`render_definitions`]).
 //!
-//! Tests check that every function registered in the engine has a row and every row a
-//! function, and that both generated files are up to date. Regenerate them with
+//! Tests check that both generated files are up to date. Regenerate them with
 //! `SKYHOOK_UPDATE_DOCS=1 cargo test --lib script::host_api::tests::docs`.
 
 use std::fmt::Write as _;
 
-/// How a function behaves in the three execution modes.
+use super::{Api, Registrar};
+
+/// How a function behaves in the three execution modes: derived from its [`Effects`]
+/// ([`Effects::modes`]), one text per behaviour ([`Modes::text`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Modes {
     /// Reads the host; runs in every mode and sees planned changes in plan and check mode.
@@ -25,8 +29,8 @@ pub enum Modes {
     ReadOnlyCommand,
     /// Recorded in the report in every mode, never run by the script; never drift.
     Interrupt,
-    /// Reads agent-side data (configMaps, node metadata, secrets, counters); the same in
-    /// every mode.
+    /// Reads agent-side data (configMaps, node metadata, secrets, counters) or computes a
+    /// value; the same in every mode.
     Context,
 }
 
@@ -49,7 +53,156 @@ impl Modes {
     }
 }
 
-/// One script function (one overload).
+/// The kind of one effect a host function submits to its session, named as the report names
+/// it ([`crate::host::effects::effect::Effect::kind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EffectKind {
+    /// `write`: replace a file's content.
+    Write,
+    /// `remove`: remove a file, symlink or empty directory.
+    Remove,
+    /// `mkdir`: create a directory.
+    Mkdir,
+    /// `remove_all`: remove a tree.
+    RemoveAll,
+    /// `chmod`: set permission bits.
+    Chmod,
+    /// `chown`: set owner and group.
+    Chown,
+    /// `symlink`: create or retarget a symlink.
+    Symlink,
+    /// `service`: start, stop, enable or disable a unit.
+    Service,
+    /// `service_action`: restart or reload a unit.
+    ServiceAction,
+    /// `daemon_reload`: `systemctl daemon-reload`.
+    DaemonReload,
+    /// `package_install`: install packages.
+    PackageInstall,
+    /// `package_remove`: remove packages.
+    PackageRemove,
+    /// `sysctl`: set a runtime kernel parameter.
+    Sysctl,
+    /// `command`: run a command (not read-only, no guard).
+    Command,
+    /// `guarded_command`: run a command whose guard says its work is not done.
+    GuardedCommand,
+    /// `grub_update`: regenerate the grub configuration.
+    GrubUpdate,
+    /// `interrupt`: an interrupt for the agent.
+    Interrupt,
+    /// `mount`: mount, remount or unmount.
+    Mount,
+    /// `module_load`: load a kernel module.
+    ModuleLoad,
+    /// `initramfs_update`: regenerate the initramfs.
+    InitramfsUpdate,
+    /// `fetch`: download a verified file.
+    Fetch,
+    /// `package_hold`: hold packages at their version.
+    PackageHold,
+    /// `package_unhold`: release held packages.
+    PackageUnhold,
+}
+
+impl EffectKind {
+    /// The kind's name in reports (`write`, `service_action`, ...).
+    pub fn name(self) -> &'static str {
+        use EffectKind::*;
+        match self {
+            Write => "write",
+            Remove => "remove",
+            Mkdir => "mkdir",
+            RemoveAll => "remove_all",
+            Chmod => "chmod",
+            Chown => "chown",
+            Symlink => "symlink",
+            Service => "service",
+            ServiceAction => "service_action",
+            DaemonReload => "daemon_reload",
+            PackageInstall => "package_install",
+            PackageRemove => "package_remove",
+            Sysctl => "sysctl",
+            Command => "command",
+            GuardedCommand => "guarded_command",
+            GrubUpdate => "grub_update",
+            Interrupt => "interrupt",
+            Mount => "mount",
+            ModuleLoad => "module_load",
+            InitramfsUpdate => "initramfs_update",
+            Fetch => "fetch",
+            PackageHold => "package_hold",
+            PackageUnhold => "package_unhold",
+        }
+    }
+
+    /// How an effect of this kind behaves in the modes: a desired state ([`Modes::Change`]),
+    /// done every time ([`Modes::Action`]), a command or an interrupt.
+    pub fn modes(self) -> Modes {
+        use EffectKind::*;
+        match self {
+            ServiceAction | DaemonReload | GrubUpdate | InitramfsUpdate => Modes::Action,
+            Command | GuardedCommand => Modes::Command,
+            Interrupt => Modes::Interrupt,
+            Write | Remove | Mkdir | RemoveAll | Chmod | Chown | Symlink | Service
+            | PackageInstall | PackageRemove | Sysctl | Mount | ModuleLoad | Fetch
+            | PackageHold | PackageUnhold => Modes::Change,
+        }
+    }
+}
+
+/// What a host function does to the host: reads only (and what), or submits effects of the
+/// listed kinds to the session at the call's position (deferred work such as a
+/// daemon-reload or a grub regeneration, submitted at the end of the step, is not listed).
+/// Checked against what each function really submits in plan mode in tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effects {
+    /// Submits nothing; reads the host root (through the plan's overlay).
+    ReadsHost,
+    /// Submits nothing; runs a read-only command, in every mode.
+    RunsReadOnly,
+    /// Submits nothing; reads agent-side data (configMaps, node metadata, secrets, counters).
+    ReadsAgent,
+    /// Submits nothing and reads nothing: computes a value from its arguments.
+    Computes,
+    /// Submits effects of these kinds (at least one).
+    Submits(&'static [EffectKind]),
+}
+
+impl Effects {
+    /// The behaviour per mode: a read by what it reads; effects by their kinds' behaviour
+    /// ([`EffectKind::modes`]), a command when any is a command, else a change when any is
+    /// a change.
+    pub fn modes(self) -> Modes {
+        match self {
+            Effects::ReadsHost => Modes::Query,
+            Effects::RunsReadOnly => Modes::ReadOnlyCommand,
+            Effects::ReadsAgent | Effects::Computes => Modes::Context,
+            Effects::Submits(kinds) => {
+                let all: Vec<Modes> = kinds.iter().map(|k| k.modes()).collect();
+                if all.contains(&Modes::Command) {
+                    Modes::Command
+                } else if all.contains(&Modes::Change) {
+                    Modes::Change
+                } else if all.contains(&Modes::Action) {
+                    Modes::Action
+                } else {
+                    Modes::Interrupt
+                }
+            }
+        }
+    }
+
+    /// The kinds of effect the function may submit at its call (empty for a read).
+    pub fn kinds(self) -> &'static [EffectKind] {
+        match self {
+            Effects::Submits(kinds) => kinds,
+            _ => &[],
+        }
+    }
+}
+
+/// One script function (one overload): its reference row and its registration.
 #[derive(Debug, Clone, Copy)]
 pub struct FnDoc {
     /// Namespace (`fs`, `service`, ...); empty for a global function.
@@ -63,20 +216,29 @@ pub struct FnDoc {
     pub returns: &'static str,
     /// One line for script authors.
     pub doc: &'static str,
-    /// Behaviour per mode.
-    pub modes: Modes,
+    /// What the function does to the host; its behaviour per mode follows
+    /// ([`FnDoc::modes`]).
+    pub effects: Effects,
     /// Registered by the script layer itself (`changed()`), not by [`super::HostApi`].
     pub script_layer: bool,
     /// The keys the function accepts in its `opts` map (empty: it takes no options map).
     /// Checked against the binding's own list in tests; `skyhook-run check` reports any other
     /// key of a literal options map.
     pub options: &'static [&'static str],
+    /// Adds the function to a run's modules, over that run's session (a no-op for
+    /// script-layer functions).
+    pub(crate) register: fn(&mut Registrar, &Api),
 }
 
 impl FnDoc {
     /// `ns::name` or `name`.
     pub fn full_name(&self) -> String {
         super::fname(self.ns, self.name)
+    }
+
+    /// How the function behaves in the three modes, from its [`Effects`].
+    pub fn modes(&self) -> Modes {
+        self.effects.modes()
     }
 
     /// `fs::write(path, content, opts)`.
@@ -101,12 +263,14 @@ impl FnDoc {
     }
 }
 
-const fn f(
+/// A function registered by the script layer itself (`changed()` and [`SCRIPT_FUNCTIONS`]):
+/// documented here, registered by the script runner.
+pub(super) const fn script_layer(
     ns: &'static str,
     name: &'static str,
     params: &'static [(&'static str, &'static str)],
     returns: &'static str,
-    modes: Modes,
+    effects: Effects,
     doc: &'static str,
 ) -> FnDoc {
     FnDoc {
@@ -115,1183 +279,87 @@ const fn f(
         params,
         returns,
         doc,
-        modes,
-        script_layer: false,
+        effects,
+        script_layer: true,
         options: &[],
+        register: |_, _| {},
     }
 }
 
-/// `d` taking an options map with `keys`.
-const fn with_opts(keys: &'static [&'static str], d: FnDoc) -> FnDoc {
-    FnDoc { options: keys, ..d }
+/// Parameters shared by many rows.
+pub(super) const P: (&str, &str) = ("path", "String");
+pub(super) const NAME: (&str, &str) = ("name", "String");
+pub(super) const OPTS: (&str, &str) = ("opts", "Map");
+pub(super) const ARGV: (&str, &str) = ("argv", "Array");
+pub(super) const KEY_PATH: (&str, &str) = ("key_path", "?");
+
+/// The namespace files' tables, in reference order.
+const FUNCTION_PARTS: &[&[FnDoc]] = &[
+    super::global::FUNCTIONS,
+    super::fs::FUNCTIONS,
+    super::service::FUNCTIONS,
+    super::pkg::FUNCTIONS,
+    super::os::FUNCTIONS,
+    super::tuning::FUNCTIONS,
+    super::interrupt::FUNCTIONS,
+    super::config::FUNCTIONS,
+    super::mount::FUNCTIONS,
+    super::kmod::FUNCTIONS,
+    super::structured::FUNCTIONS,
+    super::users::FUNCTIONS,
+];
+
+/// The namespace files' sections, in reference order.
+const NAMESPACE_PARTS: &[&[(&str, &str, &str)]] = &[
+    super::global::NAMESPACES,
+    super::fs::NAMESPACES,
+    super::service::NAMESPACES,
+    super::pkg::NAMESPACES,
+    super::os::NAMESPACES,
+    super::tuning::NAMESPACES,
+    super::interrupt::NAMESPACES,
+    super::config::NAMESPACES,
+    super::mount::NAMESPACES,
+    super::kmod::NAMESPACES,
+    super::structured::NAMESPACES,
+    super::users::NAMESPACES,
+];
+
+/// The total length of `parts`.
+const fn total<T>(parts: &[&[T]]) -> usize {
+    let (mut n, mut i) = (0, 0);
+    while i < parts.len() {
+        n += parts[i].len();
+        i += 1;
+    }
+    n
 }
 
-/// The option keys of `query` (and the unguarded part of `run`/`sh`); the binding checks
-/// options against these lists, so the docs and the checker cannot drift from it.
-pub(crate) const RUN_KEYS: &[&str] = &[
-    "check",
-    "input",
-    "env",
-    "cwd",
-    "timeout",
-    "read_only",
-    "stream",
-];
-/// The option keys of `run`/`sh`: [`RUN_KEYS`] and the guards (`query` takes none).
-pub(crate) const GUARDED_RUN_KEYS: &[&str] = &[
-    "check",
-    "input",
-    "env",
-    "cwd",
-    "timeout",
-    "read_only",
-    "stream",
-    "creates",
-    "removes",
-    "unless",
-    "onlyif",
-];
-const WRITE_KEYS: &[&str] = &["mode", "owner", "group"];
-/// The option keys of `mount::ensure` (checked by its binding).
-pub(crate) const MOUNT_KEYS: &[&str] = &["source", "fstype", "options", "state", "dump", "pass"];
-/// The option keys of `kmod::blacklist`.
-pub(crate) const BLACKLIST_KEYS: &[&str] = &["file", "disable"];
-/// The option keys of the other `kmod::` file functions.
-pub(crate) const KMOD_FILE_KEYS: &[&str] = &["file"];
-/// The option keys of `fs::fetch` (the binding checks against this list).
-pub(crate) const FETCH_KEYS: &[&str] =
-    &["sha256", "mode", "owner", "group", "timeout", "max_bytes"];
-/// The option keys of `pkg::repo` (the binding checks against this list).
-pub(crate) const REPO_KEYS: &[&str] = &[
-    "url",
-    "suites",
-    "components",
-    "arch",
-    "key",
-    "key_url",
-    "key_sha256",
-    "enabled",
-];
-/// The option keys of `user::ensure` (checked by the binding, [`super::users`]).
-pub(crate) const USER_KEYS: &[&str] = &[
-    "uid",
-    "group",
-    "groups",
-    "home",
-    "shell",
-    "system",
-    "create_home",
-    "comment",
-];
-/// The option keys of `user::remove`.
-pub(crate) const USER_REMOVE_KEYS: &[&str] = &["remove_home"];
-/// The option keys of `group::ensure`.
-pub(crate) const GROUP_KEYS: &[&str] = &["gid", "system"];
+/// `parts` one after the other (`N` is their total length, at least 1).
+const fn concat<T: Copy, const N: usize>(parts: &[&[T]]) -> [T; N] {
+    let mut out = [parts[0][0]; N];
+    let (mut k, mut i) = (0, 0);
+    while i < parts.len() {
+        let mut j = 0;
+        while j < parts[i].len() {
+            out[k] = parts[i][j];
+            k += 1;
+            j += 1;
+        }
+        i += 1;
+    }
+    out
+}
 
-const P: (&str, &str) = ("path", "String");
-const NAME: (&str, &str) = ("name", "String");
-const OPTS: (&str, &str) = ("opts", "Map");
-const ARGV: (&str, &str) = ("argv", "Array");
-const KEY_PATH: (&str, &str) = ("key_path", "?");
-
-use Modes::*;
+static ALL_FUNCTIONS: [FnDoc; total(FUNCTION_PARTS)] = concat(FUNCTION_PARTS);
+const ALL_NAMESPACES: [(&str, &str, &str); total(NAMESPACE_PARTS)] = concat(NAMESPACE_PARTS);
 
 /// Every host function scripts can call, in reference order (namespaces in the order of
-/// [`NAMESPACES`]).
-pub const FUNCTIONS: &[FnDoc] = &[
-    // Commands and secrets (global).
-    f(
-        "",
-        "run",
-        &[ARGV],
-        "Map",
-        Command,
-        "Run `argv` (no shell) chrooted in the host root with the step's environment: `#{code, stdout, stderr, ok, planned}` (`planned` is true when the command was recorded, not run). A missing program is an error.",
-    ),
-    with_opts(
-        GUARDED_RUN_KEYS,
-        f(
-            "",
-            "run",
-            &[ARGV, OPTS],
-            "Map",
-            Command,
-            "As `run(argv)` with `#{check, input, env, cwd, timeout, read_only, stream}`: `check` throws on a non-zero code (command and stderr tail), `timeout` in seconds kills the process group (default and cap: what remains of the step's deadline), `read_only` marks a query, `stream: true` writes the command's stdout and stderr to the step's as they arrive (the agent's logs timestamp each chunk; nothing when the command is only planned) and keeps only the last 64 KiB of each in the result. Guards make the command a change: `creates: path` (done when the path exists), `removes: path` (done when it does not), `unless: argv` (done when that command exits 0), `onlyif: argv` (done when it exits non-zero). Guards are queries, evaluated in every mode (chrooted like the command, with its `env`, `cwd`, `timeout`); when one says done the command is skipped, counted unchanged and returns `skipped: true`; otherwise it runs (apply), is planned as a change `run: useradd gpuops (unless id gpuops)` (plan) or is drift (check).",
-        ),
-    ),
-    f(
-        "",
-        "query",
-        &[ARGV],
-        "Map",
-        ReadOnlyCommand,
-        "`run(argv)` with `read_only: true`: executed in plan and check mode too.",
-    ),
-    with_opts(
-        RUN_KEYS,
-        f(
-            "",
-            "query",
-            &[ARGV, OPTS],
-            "Map",
-            ReadOnlyCommand,
-            "`run(argv, opts)` with `read_only: true`.",
-        ),
-    ),
-    f(
-        "",
-        "sh",
-        &[("script", "String")],
-        "Map",
-        Command,
-        "`run([\"/bin/bash\", \"-c\", script])`.",
-    ),
-    with_opts(
-        GUARDED_RUN_KEYS,
-        f(
-            "",
-            "sh",
-            &[("script", "String"), OPTS],
-            "Map",
-            Command,
-            "`run([\"/bin/bash\", \"-c\", script], opts)`, guards included (summary `sh: <script> (creates /path)`).",
-        ),
-    ),
-    f(
-        "",
-        "secret",
-        &[NAME, ("key", "String")],
-        "String",
-        Context,
-        "`<SKYHOOK_SECRETS_DIR>/<name>/<key>`; `name` must be in `SKYHOOK_ALLOWED_SECRETS`. The key is opened confined to `<SKYHOOK_SECRETS_DIR>/<name>`: symlinks inside it (the kubelet's `..data`) are followed, one pointing out of it is not found. A regular file of at most 1 MiB. The value is redacted (`***`) from output, logs, plans and errors.",
-    ),
-    f(
-        "",
-        "secret_env",
-        &[("var", "String")],
-        "String",
-        Context,
-        "The step environment's variable `var` (error when unset), redacted like `secret`.",
-    ),
-    FnDoc {
-        script_layer: true,
-        ..f(
-            "",
-            "changed",
-            &[],
-            "int",
-            Context,
-            "How many changes this step has made (apply) or would make (plan, check) so far; actions are not counted.",
-        )
-    },
-    // fs
-    f(
-        "fs",
-        "exists",
-        &[P],
-        "bool",
-        Query,
-        "True when `path` exists (following symlinks).",
-    ),
-    f(
-        "fs",
-        "is_file",
-        &[P],
-        "bool",
-        Query,
-        "True when `path` is a regular file (following symlinks).",
-    ),
-    f(
-        "fs",
-        "is_dir",
-        &[P],
-        "bool",
-        Query,
-        "True when `path` is a directory (following symlinks).",
-    ),
-    f(
-        "fs",
-        "read",
-        &[P],
-        "String",
-        Query,
-        "The file's text; an error when it is missing, a directory, not a regular file (a FIFO, device or socket), larger than 64 MiB or not UTF-8 (and the string size limit, 32 MiB, applies to the text).",
-    ),
-    f(
-        "fs",
-        "read_or",
-        &[P, ("default", "String")],
-        "String",
-        Query,
-        "The file's text, or `default` when it does not exist.",
-    ),
-    f(
-        "fs",
-        "list",
-        &[("dir", "String")],
-        "Array",
-        Query,
-        "Entry names of a directory, sorted; an error when it is missing.",
-    ),
-    f(
-        "fs",
-        "glob",
-        &[("pattern", "String")],
-        "Array",
-        Query,
-        "Sorted host paths matching an absolute pattern (`*`, `?`, `[abc]`, `{a,b}`, `**`).",
-    ),
-    f(
-        "fs",
-        "stat",
-        &[P],
-        "Map",
-        Query,
-        "`#{kind, size, mode, uid, gid, mtime}` of `path` itself (`kind`: `file`, `dir`, `symlink`, `other`); an error when missing.",
-    ),
-    f(
-        "fs",
-        "write",
-        &[P, ("content", "String")],
-        "bool",
-        Change,
-        "Replace the file's content atomically; an existing file keeps its mode, owner and extended attributes; a symlink's target is written.",
-    ),
-    with_opts(
-        WRITE_KEYS,
-        f(
-            "fs",
-            "write",
-            &[P, ("content", "String"), OPTS],
-            "bool",
-            Change,
-            "As `write`, also setting `#{mode, owner, group}` (mode `0o644` or `\"0644\"`; owner and group names from the root's /etc/passwd and /etc/group, or numbers).",
-        ),
-    ),
-    f(
-        "fs",
-        "append",
-        &[P, ("content", "String")],
-        "bool",
-        Change,
-        "Append to the file (created when missing); changed whenever `content` is not empty.",
-    ),
-    f(
-        "fs",
-        "ensure_line",
-        &[P, ("line", "String")],
-        "bool",
-        Change,
-        "Append `line` when no line equals it (the file is created when missing). `line` must be one line (no `\\n`, no final `\\r`).",
-    ),
-    with_opts(
-        &["regex", "create"],
-        f(
-            "fs",
-            "ensure_line",
-            &[P, ("line", "String"), OPTS],
-            "bool",
-            Change,
-            "With `#{regex, create}`: replace the last line matching `regex` (else append when absent); `create: false` makes a missing file an error.",
-        ),
-    ),
-    f(
-        "fs",
-        "remove_line",
-        &[P, ("regex", "String")],
-        "bool",
-        Change,
-        "Remove every line matching `regex`; a missing file is unchanged.",
-    ),
-    f(
-        "fs",
-        "ensure_block",
-        &[P, ("id", "String"), ("content", "String")],
-        "bool",
-        Change,
-        "A managed block between `# BEGIN skyhook <id>` and `# END skyhook <id>`, replaced in place or appended.",
-    ),
-    f(
-        "fs",
-        "remove_block",
-        &[P, ("id", "String")],
-        "bool",
-        Change,
-        "Remove the managed block `id`, markers included.",
-    ),
-    f(
-        "fs",
-        "mkdir",
-        &[P],
-        "bool",
-        Change,
-        "Create a directory and its parents (mode 0755).",
-    ),
-    f(
-        "fs",
-        "mkdir",
-        &[P, ("mode", "?")],
-        "bool",
-        Change,
-        "Create a directory and its missing parents (those 0755) with `mode` (int or octal string); an existing one is chmod-ed when it differs.",
-    ),
-    f(
-        "fs",
-        "remove",
-        &[P],
-        "bool",
-        Change,
-        "Remove a file, a symlink (not its target) or an empty directory; absent is unchanged.",
-    ),
-    f(
-        "fs",
-        "remove_all",
-        &[P],
-        "bool",
-        Change,
-        "Remove a tree (a symlink itself, not its target); absent is unchanged. A mount point at or below the path fails in every mode, naming it, and nothing is removed.",
-    ),
-    f(
-        "fs",
-        "copy",
-        &[("src", "String"), ("dst", "String")],
-        "bool",
-        Change,
-        "Make `dst` a copy of file `src` (a new `dst` gets `src`'s mode).",
-    ),
-    with_opts(
-        WRITE_KEYS,
-        f(
-            "fs",
-            "copy",
-            &[("src", "String"), ("dst", "String"), OPTS],
-            "bool",
-            Change,
-            "As `copy`, also setting `#{mode, owner, group}`.",
-        ),
-    ),
-    f(
-        "fs",
-        "chmod",
-        &[P, ("mode", "?")],
-        "bool",
-        Change,
-        "Set permission bits (`0o600` or `\"0600\"`), following symlinks.",
-    ),
-    f(
-        "fs",
-        "chown",
-        &[P, ("owner", "?"), ("group", "?")],
-        "bool",
-        Change,
-        "Set owner and group (names or numbers; `()` keeps), following symlinks.",
-    ),
-    f(
-        "fs",
-        "symlink",
-        &[("target", "String"), ("link", "String")],
-        "bool",
-        Change,
-        "Make `link` a symlink to `target` (stored as given, may be relative); another link there is replaced.",
-    ),
-    // service
-    f(
-        "service",
-        "is_active",
-        &[NAME],
-        "bool",
-        Query,
-        "`systemctl is-active` succeeds.",
-    ),
-    f(
-        "service",
-        "is_enabled",
-        &[NAME],
-        "bool",
-        Query,
-        "`systemctl is-enabled` succeeds.",
-    ),
-    f(
-        "service",
-        "start",
-        &[NAME],
-        "bool",
-        Change,
-        "Start the unit when it is not active.",
-    ),
-    f(
-        "service",
-        "stop",
-        &[NAME],
-        "bool",
-        Change,
-        "Stop the unit when it is active.",
-    ),
-    f(
-        "service",
-        "enable",
-        &[NAME],
-        "bool",
-        Change,
-        "Enable the unit when it is not enabled.",
-    ),
-    f(
-        "service",
-        "disable",
-        &[NAME],
-        "bool",
-        Change,
-        "Disable the unit when it is enabled.",
-    ),
-    f(
-        "service",
-        "restart",
-        &[NAME],
-        "()",
-        Action,
-        "`systemctl restart`, every time.",
-    ),
-    f(
-        "service",
-        "reload",
-        &[NAME],
-        "()",
-        Action,
-        "`systemctl reload`, every time.",
-    ),
-    f(
-        "service",
-        "daemon_reload",
-        &[],
-        "()",
-        Action,
-        "`systemctl daemon-reload`, every time (also satisfies a scheduled one).",
-    ),
-    f(
-        "service",
-        "drop_in",
-        &[NAME, ("file", "String"), ("content", "String")],
-        "bool",
-        Change,
-        "Write `/etc/systemd/system/<name>.service.d/<file>`; a change schedules one daemon-reload, run before the next `service::` call or at the end of the step (also a failed one).",
-    ),
-    f(
-        "service",
-        "remove_drop_in",
-        &[NAME, ("file", "String")],
-        "bool",
-        Change,
-        "Remove that drop-in; a change schedules one daemon-reload.",
-    ),
-    // pkg
-    f(
-        "pkg",
-        "manager",
-        &[],
-        "?",
-        Query,
-        "`\"apt\"`, `\"dnf\"`, `\"yum\"`, `\"zypper\"` or `()`, from the host's os-release.",
-    ),
-    f(
-        "pkg",
-        "installed",
-        &[NAME],
-        "bool",
-        Query,
-        "True when the package is installed; for a pinned name (`\"cuda-drivers=550.90.07-1\"`, `\"cuda-drivers-550.90.07\"`, as `install` takes them) installed in that version.",
-    ),
-    f(
-        "pkg",
-        "version",
-        &[NAME],
-        "?",
-        Query,
-        "The installed version, or `()`.",
-    ),
-    f(
-        "pkg",
-        "install",
-        &[("names", "?")],
-        "bool",
-        Change,
-        "Install what is missing of a name or an array of names, non-interactively, waiting (bounded) for the package manager's lock. A name may pin a version: `\"cuda-drivers=550.90.07-1\"` (apt, compared with dpkg's `${Version}`; installed with `--allow-downgrades`) or `\"cuda-drivers-550.90.07\"` / `\"cuda-drivers-550.90.07-1.el9\"` (dnf/yum: a version starting with a digit and containing a `.`, compared with `%{VERSION}-%{RELEASE}`): another installed version is a change. After a changed `pkg::repo` the index is refreshed first.",
-    ),
-    with_opts(
-        &["update"],
-        f(
-            "pkg",
-            "install",
-            &[("names", "?"), OPTS],
-            "bool",
-            Change,
-            "As `install`; `#{update: true}` refreshes the package index first (only when something is missing).",
-        ),
-    ),
-    f(
-        "pkg",
-        "remove",
-        &[("names", "?")],
-        "bool",
-        Change,
-        "Remove what is installed of a name or an array of names.",
-    ),
-    // os
-    f(
-        "os",
-        "release",
-        &[],
-        "Map",
-        Query,
-        "The host's os-release as a map (`ID`, `VERSION_ID`, `ID_LIKE`, ...).",
-    ),
-    f(
-        "os",
-        "id",
-        &[],
-        "String",
-        Query,
-        "os-release `ID` (empty when unknown).",
-    ),
-    f(
-        "os",
-        "version",
-        &[],
-        "String",
-        Query,
-        "os-release `VERSION_ID` (empty when unknown).",
-    ),
-    f(
-        "os",
-        "family",
-        &[],
-        "String",
-        Query,
-        "`debian`, `rhel`, `fedora`, `suse` (by `ID`, then `ID_LIKE`), else the `ID`.",
-    ),
-    f(
-        "os",
-        "kernel",
-        &[],
-        "String",
-        Query,
-        "The running kernel's release (`/proc/sys/kernel/osrelease` under the root).",
-    ),
-    f(
-        "os",
-        "arch",
-        &[],
-        "String",
-        Query,
-        "The machine architecture (`x86_64`, `aarch64`).",
-    ),
-    f(
-        "os",
-        "hostname",
-        &[],
-        "String",
-        Query,
-        "`/etc/hostname` under the root (else the kernel's).",
-    ),
-    f(
-        "os",
-        "cmdline",
-        &[],
-        "String",
-        Query,
-        "The running kernel's command line (`/proc/cmdline` under the root).",
-    ),
-    // sysctl, grub, ulimit
-    f(
-        "sysctl",
-        "get",
-        &[("key", "String")],
-        "?",
-        Query,
-        "The live value of `/proc/sys/<key, dots as slashes>`, or `()` when there is no such entry.",
-    ),
-    f(
-        "sysctl",
-        "set",
-        &[("key", "String"), ("value", "?")],
-        "bool",
-        Change,
-        "Write the live value when it differs (compared whitespace-normalised); an unknown key is an error. Never writes under /etc.",
-    ),
-    f(
-        "sysctl",
-        "persist",
-        &[("file", "String"), ("values", "Map")],
-        "bool",
-        Change,
-        "Write `/etc/sysctl.d/<file>`: one `key = value` line per map entry, keys sorted.",
-    ),
-    f(
-        "grub",
-        "set_cmdline",
-        &[NAME, ("args", "?")],
-        "bool",
-        Change,
-        "`/etc/default/grub.d/<name>.cfg` appending `args` (array, or a string split at spaces) to `GRUB_CMDLINE_LINUX_DEFAULT`; a change runs `update-grub` (or `grubby` on rhel/fedora) once at the end of the step.",
-    ),
-    f(
-        "grub",
-        "remove",
-        &[NAME],
-        "bool",
-        Change,
-        "Remove that drop-in and take its arguments back.",
-    ),
-    f(
-        "ulimit",
-        "persist",
-        &[("file", "String"), ("entries", "Array")],
-        "bool",
-        Change,
-        "Write `/etc/security/limits.d/<file>`, one `domain type item value` line per entry; an entry is a map `#{domain, type, item, value}` or a string `\"* soft nofile 65536\"`.",
-    ),
-    // interrupt
-    f(
-        "interrupt",
-        "reboot",
-        &[],
-        "()",
-        Interrupt,
-        "Declare that the step's changes need a reboot: the step fails unless the package's Skyhook CR declares a reboot (`interrupt` or `configInterrupts`), which the operator then runs in its interrupt stage; post-interrupt-check fails until the boot id changed.",
-    ),
-    f(
-        "interrupt",
-        "restart_services",
-        &[("names", "?")],
-        "()",
-        Interrupt,
-        "Declare that a service (or an array of services) must be restarted: the step fails unless the CR declares it (`type: service` with those units, `restartAllServices` or a reboot).",
-    ),
-    f(
-        "interrupt",
-        "restart_all_services",
-        &[],
-        "()",
-        Interrupt,
-        "Restart all services after the step succeeded.",
-    ),
-    // config, node
-    f(
-        "config",
-        "has",
-        &[NAME],
-        "bool",
-        Context,
-        "True when the configMap exists.",
-    ),
-    f(
-        "config",
-        "get",
-        &[NAME],
-        "?",
-        Context,
-        "The configMap's text, or `()`; a configMap that is not UTF-8 text (binary) is an error naming it (`config::has` still sees it).",
-    ),
-    f(
-        "config",
-        "names",
-        &[],
-        "Array",
-        Context,
-        "Sorted configMap names.",
-    ),
-    f(
-        "config",
-        "lines",
-        &[NAME],
-        "Array",
-        Context,
-        "Lines, trimmed, without blank lines and `#` comments; an error when missing.",
-    ),
-    f(
-        "config",
-        "kv",
-        &[NAME],
-        "Map",
-        Context,
-        "A map from `key=value` lines; a malformed line is an error naming the configMap and line number.",
-    ),
-    f(
-        "node",
-        "labels",
-        &[],
-        "Map",
-        Context,
-        "The node's labels (empty when unknown).",
-    ),
-    f(
-        "node",
-        "annotations",
-        &[],
-        "Map",
-        Context,
-        "The node's annotations (empty when unknown).",
-    ),
-    f(
-        "node",
-        "packages",
-        &[],
-        "Map",
-        Context,
-        "The operator's packages map for the node (empty when unknown).",
-    ),
-    // mount
-    with_opts(
-        MOUNT_KEYS,
-        f(
-            "mount",
-            "ensure",
-            &[P, OPTS],
-            "bool",
-            Change,
-            "Keep exactly one `/etc/fstab` line `<source> <path> <fstype> <options> <dump> <pass>` for mount point `path` (`#{source, fstype}` required; `options` a string or an array, default `defaults`; `dump`/`pass` default 0 0; `source` as given: `UUID=...`, `LABEL=...`, `/dev/...`), replacing another line for it in place and keeping every other line byte for byte; create the mount point (0755). With `state: \"mounted\"` (default) run `mount <path>` when the host's mount table (`/proc/1/mountinfo`) does not list it, or `mount -o remount <path>` when it is mounted and the fstab line changed; mounted from another source or fstype is an error (nothing changed). `state: \"present\"`: fstab and directory only. An unmounted filesystem is drift.",
-        ),
-    ),
-    f(
-        "mount",
-        "remove",
-        &[P],
-        "bool",
-        Change,
-        "`umount <path>` when mounted, then remove the mount point's `/etc/fstab` lines (the directory stays).",
-    ),
-    f(
-        "mount",
-        "is_mounted",
-        &[P],
-        "bool",
-        Query,
-        "True when the host's mount table (`/proc/1/mountinfo` under the root; octal escapes such as `\\040` decoded) lists `path`; in a plan also after a planned `mount::ensure`.",
-    ),
-    f(
-        "mount",
-        "info",
-        &[P],
-        "?",
-        Query,
-        "`#{path, source, fstype, options, super_options, root}` of the filesystem mounted at `path` (topmost), or `()`; for a planned mount the fstab line's fields.",
-    ),
-    // kmod
-    f(
-        "kmod",
-        "blacklist",
-        &[NAME],
-        "bool",
-        Change,
-        "Keep `blacklist <name>` in `/etc/modprobe.d/blacklist-<name>.conf`; a change regenerates the initramfs once at the end of the step.",
-    ),
-    with_opts(
-        BLACKLIST_KEYS,
-        f(
-            "kmod",
-            "blacklist",
-            &[NAME, OPTS],
-            "bool",
-            Change,
-            "As `blacklist(name)` in `/etc/modprobe.d/<file>.conf`; `disable: true` also keeps `install <name> /bin/false` (no explicit `modprobe` or dependency loads it either), `false` removes that line.",
-        ),
-    ),
-    f(
-        "kmod",
-        "unblacklist",
-        &[NAME],
-        "bool",
-        Change,
-        "Take the `blacklist <name>` and `install <name> /bin/false` lines out of the blacklist file (removed when left empty); a change regenerates the initramfs.",
-    ),
-    with_opts(
-        KMOD_FILE_KEYS,
-        f(
-            "kmod",
-            "unblacklist",
-            &[NAME, OPTS],
-            "bool",
-            Change,
-            "As `unblacklist(name)` in `/etc/modprobe.d/<file>.conf`.",
-        ),
-    ),
-    f(
-        "kmod",
-        "options",
-        &[NAME, ("opts", "?")],
-        "bool",
-        Change,
-        "Keep exactly one `options <name> <opts>` line in `/etc/modprobe.d/<name>.conf` (`opts` a string `\"modeset=0\"` or a map `#{modeset: 0}`, rendered `k=v` by key); another `options <name>` line is replaced, other lines stay; a change regenerates the initramfs. A hand-edited value is drift.",
-    ),
-    with_opts(
-        KMOD_FILE_KEYS,
-        f(
-            "kmod",
-            "options",
-            &[NAME, ("opts", "?"), ("file_opts", "Map")],
-            "bool",
-            Change,
-            "As `options(name, opts)` in `/etc/modprobe.d/<file>.conf` (`#{file}`), which may also hold the module's blacklist lines.",
-        ),
-    ),
-    f(
-        "kmod",
-        "remove_options",
-        &[NAME],
-        "bool",
-        Change,
-        "Take the `options <name>` lines out of `/etc/modprobe.d/<name>.conf` (removed when left empty); a change regenerates the initramfs.",
-    ),
-    with_opts(
-        KMOD_FILE_KEYS,
-        f(
-            "kmod",
-            "remove_options",
-            &[NAME, OPTS],
-            "bool",
-            Change,
-            "As `remove_options(name)` in `/etc/modprobe.d/<file>.conf`.",
-        ),
-    ),
-    f(
-        "kmod",
-        "load_at_boot",
-        &[NAME],
-        "bool",
-        Change,
-        "Keep the line `<name>` in `/etc/modules-load.d/<name>.conf` (read by systemd-modules-load at boot); no initramfs regeneration.",
-    ),
-    with_opts(
-        KMOD_FILE_KEYS,
-        f(
-            "kmod",
-            "load_at_boot",
-            &[NAME, OPTS],
-            "bool",
-            Change,
-            "As `load_at_boot(name)` in `/etc/modules-load.d/<file>.conf` (one file may list several modules).",
-        ),
-    ),
-    f(
-        "kmod",
-        "unload_at_boot",
-        &[NAME],
-        "bool",
-        Change,
-        "Take the line `<name>` out of `/etc/modules-load.d/<name>.conf` (removed when left empty).",
-    ),
-    with_opts(
-        KMOD_FILE_KEYS,
-        f(
-            "kmod",
-            "unload_at_boot",
-            &[NAME, OPTS],
-            "bool",
-            Change,
-            "As `unload_at_boot(name)` in `/etc/modules-load.d/<file>.conf`.",
-        ),
-    ),
-    f(
-        "kmod",
-        "loaded",
-        &[NAME],
-        "bool",
-        Query,
-        "True when `/proc/modules` under the root lists the module (`-` and `_` equivalent; built-in modules are not listed; `false` without `/proc/modules`); in a plan also after a planned `kmod::load`.",
-    ),
-    f(
-        "kmod",
-        "load",
-        &[NAME],
-        "bool",
-        Change,
-        "`modprobe <name>` unless loaded: a change (drift in a check) when `/proc/modules` does not list it; without `/proc/modules` an action, run every time.",
-    ),
-    with_opts(
-        FETCH_KEYS,
-        f(
-            "fs",
-            "fetch",
-            &[("url", "String"), P, OPTS],
-            "bool",
-            Change,
-            "Download `url` (`http://`, or `https://` trusting the host's CA bundle: the first of `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`, `/etc/ssl/ca-bundle.pem`, `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`, `/etc/ssl/cert.pem`; up to 5 redirects; no proxy; a URL with `user:password@` is an error, as credentials are not sent) to `path`, verified by `#{sha256}` (required, 64 hex digits), with `#{mode, owner, group}`. Unchanged when the file already has that digest (only `mode`/`owner`/`group` are then set when they differ); otherwise streamed to a temporary file beside it, checked, and renamed into place. A wrong digest, an HTTP error, a body over `max_bytes` (default 4 GiB), the `timeout` (seconds, default 300, capped by the step's deadline) or a cancel fail the call and leave `path` unchanged. A plan makes no request (`would download <url> (sha256 ...) to <path>`); later reads in it see the file, but `fs::read` of it fails (its content is unknown until applied). Check: drift when missing or of another digest.",
-        ),
-    ),
-    with_opts(
-        REPO_KEYS,
-        f(
-            "pkg",
-            "repo",
-            &[NAME, OPTS],
-            "bool",
-            Change,
-            "Define repository `name` with its signing key, `key` (ASCII-armored text) or `key_url` with `key_sha256` (downloaded as `fs::fetch`). apt: `/etc/apt/sources.list.d/<name>.sources` (deb822: `Types: deb`, `URIs: <url>`, `Suites:` (required; `\"/\"` for a flat repository), `Components:`, `Architectures: <arch>`, `Enabled: no` when `enabled: false`, `Signed-By: /etc/apt/keyrings/<name>.asc`, `.gpg` for a `key_url` ending in `.gpg`); dnf/yum: `/etc/yum.repos.d/<name>.repo` (`[name]`, `name=`, `baseurl=`, `enabled=`, `gpgcheck=1`, `gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-<name>`) and the key there. Files 0644, key first. A change makes the step's next `pkg::install` refresh the package index. A `url` with `user:password@` is refused (credentials belong in `/etc/apt/auth.conf.d/` or the `.repo` file's `username=`/`password=`). zypper hosts: an error.",
-        ),
-    ),
-    f(
-        "pkg",
-        "remove_repo",
-        &[NAME],
-        "bool",
-        Change,
-        "Remove repository `name`'s file and key (as `pkg::repo` wrote them); a change makes the next `pkg::install` refresh the index.",
-    ),
-    f(
-        "pkg",
-        "hold",
-        &[("names", "?")],
-        "bool",
-        Change,
-        "Hold a name or an array of names at the installed version: `apt-mark hold` (queried with `apt-mark showhold`), `dnf versionlock add` (queried with `dnf versionlock list`; needs the versionlock plugin). Unchanged for held ones.",
-    ),
-    f(
-        "pkg",
-        "unhold",
-        &[("names", "?")],
-        "bool",
-        Change,
-        "Release held packages: `apt-mark unhold`, `dnf versionlock delete`. Unchanged for ones not held.",
-    ),
-    // toml, json, ini (structured config), sha256, regex
-    f(
-        "toml",
-        "get",
-        &[P, KEY_PATH],
-        "?",
-        Query,
-        "The value at `key_path` (a table as a map, an array of tables as an array of maps, dates as strings), or `()` when the file or key is missing; `[]` is the whole document. A parse error names `file:line:col`.",
-    ),
-    f(
-        "toml",
-        "set",
-        &[P, KEY_PATH, ("value", "?")],
-        "bool",
-        Change,
-        "Set the value (string, int, float, bool, array, map); missing tables are created (implicit: only the deepest gets a `[header]`); a map becomes a table, merged into an existing one (keys it does not name are kept); an equal value is unchanged. Only the changed or added lines differ; comments, order and layout stay. Creates a missing file.",
-    ),
-    f(
-        "toml",
-        "remove",
-        &[P, KEY_PATH],
-        "bool",
-        Change,
-        "Remove a key or a whole table (with its sub-tables); absent is unchanged.",
-    ),
-    f(
-        "toml",
-        "ensure_table",
-        &[P, KEY_PATH],
-        "bool",
-        Change,
-        "Make `key_path` a table, adding `[a.b]` when missing; an error when something else is there.",
-    ),
-    f(
-        "toml",
-        "parse",
-        &[("text", "String")],
-        "Map",
-        Context,
-        "A TOML text (e.g. the stdout of `containerd config dump`) as a map; a parse error names `<text>:line:col`.",
-    ),
-    f(
-        "json",
-        "get",
-        &[P, KEY_PATH],
-        "?",
-        Query,
-        "The value at `key_path` (an array of keys and indices, or a JSON Pointer `\"/a/0\"`), or `()` when the file or key is missing (JSON `null` reads as `()` too).",
-    ),
-    f(
-        "json",
-        "set",
-        &[P, KEY_PATH, ("value", "?")],
-        "bool",
-        Change,
-        "Set the value (`()` is `null`), creating missing objects; a map merges into an existing object. The file keeps its key order (new keys last), indentation unit (tab or N spaces, detected) and final newline. Creates a missing file.",
-    ),
-    f(
-        "json",
-        "remove",
-        &[P, KEY_PATH],
-        "bool",
-        Change,
-        "Remove an object key or an array element; absent is unchanged.",
-    ),
-    f(
-        "ini",
-        "get",
-        &[P, ("section", "String"), ("key", "String")],
-        "?",
-        Query,
-        "The value of `key` in `[section]` (`\"\"`: before any header), trimmed, the last one when repeated; `()` when missing. `#` and `;` start comments. A line starting with `[` without `]` is an error naming `file:line:col` (in `set` and `remove` too).",
-    ),
-    f(
-        "ini",
-        "set",
-        &[P, ("section", "String"), ("key", "String"), ("value", "?")],
-        "bool",
-        Change,
-        "Give `key` exactly `value` (string, number or bool): its first line is rewritten in place (spacing kept) and repeats removed; a new key goes after the section's last line, a new section at the end of the file. Creates a missing file. A value starting or ending with blanks is an error (`get` trims values).",
-    ),
-    f(
-        "ini",
-        "remove",
-        &[P, ("section", "String"), ("key", "String")],
-        "bool",
-        Change,
-        "Remove every line of `key` in `[section]` (the header stays); absent is unchanged.",
-    ),
-    f(
-        "",
-        "sha256",
-        &[("text", "String")],
-        "String",
-        Context,
-        "The SHA-256 of the text's UTF-8 bytes, 64 lowercase hex digits (as `sha256sum` prints).",
-    ),
-    f(
-        "",
-        "to_json",
-        &[("value", "?")],
-        "String",
-        Context,
-        "`value` (a map, array, string, number, bool or `()`) as pretty-printed JSON: two-space indent, map keys in the map's order (sorted: Rhai maps are ordered by key), `()` as `null`, no final newline. The inverse of Rhai's `parse_json(text)` (JSON `null` → `()`).",
-    ),
-    f(
-        "",
-        "to_json",
-        &[("map", "Map")],
-        "String",
-        Context,
-        "The same for a map; also called as a method, `m.to_json()` (which replaces Rhai's one-line form).",
-    ),
-    f(
-        "regex",
-        "is_match",
-        &[("pattern", "String"), ("text", "String")],
-        "bool",
-        Context,
-        "Whether `pattern` (Rust `regex` syntax) matches anywhere in `text`; an invalid pattern is an error naming it.",
-    ),
-    f(
-        "regex",
-        "captures",
-        &[("pattern", "String"), ("text", "String")],
-        "?",
-        Context,
-        "The first match as `[whole, group1, ...]` (`()` for a group that did not match), or `()` when nothing matches.",
-    ),
-    f(
-        "regex",
-        "named",
-        &[("pattern", "String"), ("text", "String")],
-        "?",
-        Context,
-        "The first match's named groups `(?P<name>...)` as a map (`()` for a group that did not match), or `()` when nothing matches.",
-    ),
-    f(
-        "regex",
-        "replace",
-        &[
-            ("pattern", "String"),
-            ("text", "String"),
-            ("replacement", "String"),
-        ],
-        "String",
-        Context,
-        "`text` with every match replaced; `$1` or `${name}` in `replacement` insert groups, `$$` a `$`.",
-    ),
-    // user, group
-    f(
-        "user",
-        "exists",
-        &[NAME],
-        "bool",
-        Query,
-        "True when `/etc/passwd` has the user (planned users included).",
-    ),
-    f(
-        "user",
-        "info",
-        &[NAME],
-        "?",
-        Query,
-        "`#{name, uid, gid, group, groups, home, shell, comment}` (`group`: the primary group's name or `()`; `groups`: the groups listing the user as a member), or `()` when there is no such user.",
-    ),
-    f(
-        "user",
-        "ensure",
-        &[NAME],
-        "bool",
-        Change,
-        "`user::ensure(name, #{})`: create the user when missing with the defaults below.",
-    ),
-    with_opts(
-        USER_KEYS,
-        f(
-            "user",
-            "ensure",
-            &[NAME, OPTS],
-            "bool",
-            Change,
-            "Create or update a local user by editing `/etc/passwd`, `/etc/shadow`, `/etc/group`, `/etc/gshadow` (no `useradd`; a plan shows each file's diff, later calls such as `fs::chown(p, name)` see the planned user, a check reports a deleted user or a changed attribute as drift). A new user gets `uid` (else the next free one of login.defs' `UID_MIN..UID_MAX`, or for `system: true` the highest free of `SYS_UID_MIN..SYS_UID_MAX`), `group` (a name or gid that exists; else a group of its own name, created with gid = uid when free), `home` (default `/home/<name>`), `shell` (default `/bin/bash`, `/usr/sbin/nologin` for `system`), `comment`, a locked shadow entry (`!`), membership of each of `groups` (a name or an array; each must exist), and, when `create_home` (default: not `system`), the home directory (mode `HOME_MODE`/`UMASK` of login.defs, else 0750) owned by the user, with a copy of `/etc/skel`. An existing user is changed only in the attributes given (files are not re-owned, homes not moved); `groups` only adds memberships. A uid taken by another user, a bad name (`[a-z_][a-z0-9_-]*[$]?`, at most 32) or a field with `:` or a line break is an error.",
-        ),
-    ),
-    f(
-        "user",
-        "remove",
-        &[NAME],
-        "bool",
-        Change,
-        "Remove the user's passwd and shadow entries and group memberships, and its own group when nothing else uses it (as userdel). False when there is no such user.",
-    ),
-    with_opts(
-        USER_REMOVE_KEYS,
-        f(
-            "user",
-            "remove",
-            &[NAME, OPTS],
-            "bool",
-            Change,
-            "As `remove(name)`; `#{remove_home: true}` also removes the home directory when it is a directory owned by the user.",
-        ),
-    ),
-    f(
-        "group",
-        "exists",
-        &[NAME],
-        "bool",
-        Query,
-        "True when `/etc/group` has the group (planned groups included).",
-    ),
-    f(
-        "group",
-        "ensure",
-        &[NAME],
-        "bool",
-        Change,
-        "`group::ensure(name, #{})`: create the group when missing.",
-    ),
-    with_opts(
-        GROUP_KEYS,
-        f(
-            "group",
-            "ensure",
-            &[NAME, OPTS],
-            "bool",
-            Change,
-            "Create a group in `/etc/group` (and `/etc/gshadow` when present) with `gid` (else the next free one of login.defs' `GID_MIN..GID_MAX`, or for `system: true` the highest free of `SYS_GID_MIN..SYS_GID_MAX`); an existing group with another `gid` is changed to it, with its users' primary gid. A gid taken by another group is an error.",
-        ),
-    ),
-    f(
-        "group",
-        "remove",
-        &[NAME],
-        "bool",
-        Change,
-        "Remove the group's `/etc/group` and `/etc/gshadow` entries; an error when it is a user's primary group. False when there is no such group.",
-    ),
-];
+/// [`NAMESPACES`]); gathered from the namespace files, each row next to its binding.
+pub static FUNCTIONS: &[FnDoc] = &ALL_FUNCTIONS;
+
+/// Namespaces in reference order, with a heading and an introduction.
+pub const NAMESPACES: &[(&str, &str, &str)] = &ALL_NAMESPACES;
 
 /// A function of the script layer itself (see [`SCRIPT_FUNCTIONS`]).
 const fn sl(
@@ -1301,10 +369,7 @@ const fn sl(
     returns: &'static str,
     doc: &'static str,
 ) -> FnDoc {
-    FnDoc {
-        script_layer: true,
-        ..f(ns, name, params, returns, Context, doc)
-    }
+    script_layer(ns, name, params, returns, Effects::Computes, doc)
 }
 
 /// The script layer's own functions besides `changed()` (which is in [`FUNCTIONS`]): the
@@ -1374,101 +439,6 @@ pub const SCRIPT_FUNCTIONS: &[FnDoc] = &[
         &[("msg", "?")],
         "()",
         "`ERROR: msg` to the step's stderr.",
-    ),
-];
-
-/// Namespaces in reference order, with a heading and an introduction.
-pub const NAMESPACES: &[(&str, &str, &str)] = &[
-    (
-        "",
-        "Commands, secrets and counters (global functions)",
-        "Commands run chrooted in the host root, in their own process group, with the step's environment only. Their result is a map `#{code, stdout, stderr, ok, planned}`: output is captured whole and returned when the command ends, unless `stream: true` relays it live (and keeps only the last 64 KiB of each stream in the result).",
-    ),
-    (
-        "fs",
-        "Files — `fs::`",
-        "Every path is an absolute host path resolved inside the host root (`..` and symlinks never leave it); a relative path is an error (\"paths must be absolute\"). Writes are atomic (temp file, fsync, rename). A file is read whole only when it is a regular file of at most 64 MiB: a FIFO, device or socket, or a larger file, fails the call with an error naming the path (and the limit) before anything is read, so it can neither block the step nor fill the agent's memory. That applies to `read`, `read_or`, the line and block edits, `append`, `copy` and the comparison `write` makes before replacing a file.",
-    ),
-    (
-        "service",
-        "Services (systemd) — `service::`",
-        "Every call first runs a daemon-reload scheduled by a changed drop-in.",
-    ),
-    (
-        "pkg",
-        "Packages — `pkg::`",
-        "The package manager is chosen from the host's os-release. A plan or check never runs the package manager's mutating commands (not even `apt-get update`).",
-    ),
-    (
-        "os",
-        "OS facts — `os::`",
-        "Read as files under the host root, so a test root can provide them.",
-    ),
-    (
-        "sysctl",
-        "Kernel parameters — `sysctl::`",
-        "The live values under `/proc/sys` of the root; `persist` writes the boot-time file.",
-    ),
-    (
-        "grub",
-        "Kernel command line — `grub::`",
-        "Drop-ins of several packages compose instead of overwriting each other and the distribution's defaults.",
-    ),
-    ("ulimit", "Resource limits — `ulimit::`", ""),
-    (
-        "interrupt",
-        "Interrupts — `interrupt::`",
-        "A step never interrupts the node itself: the operator cordons and drains a node only for packages whose Skyhook CR declares an `interrupt` (or `configInterrupts`). After the step succeeded, each request is compared with the package's entry in `SKYHOOK_DIR/node-metadata/packages.json` (`skyhook-run`: `--skyhook-cr FILE`): declared → one line saying the operator runs it; not declared → the step fails with the CR lines to add; no node metadata → a warning. Restarting a service as part of ordinary work is `service::restart`, an action.",
-    ),
-    (
-        "config",
-        "configMaps — `config::`",
-        "Files under `SKYHOOK_DIR/configmaps/` (for `skyhook-run`, the `--configmaps` folder). Names starting with `.` are never listed. Like files under the host root, a configMap, node metadata file or secret is read only when it is a regular file of at most 64 MiB.",
-    ),
-    (
-        "node",
-        "Node metadata — `node::`",
-        "From the operator's `SKYHOOK_DIR/node-metadata/` JSON files.",
-    ),
-    (
-        "mount",
-        "Filesystems — `mount::`",
-        "`/etc/fstab` holds one line per mount point; the live state is the host's mount table, `/proc/1/mountinfo` under the root (the agent's own mount namespace is not the host's; a root without it reads as nothing mounted). `mount`, `mount -o remount` and `umount` run chrooted, so they read the host's fstab; the agent's root mount needs `mountPropagation: Bidirectional` for a mount to reach the host. In a plan, a later `is_mounted` sees an earlier planned mount or unmount.",
-    ),
-    (
-        "kmod",
-        "Kernel modules — `kmod::`",
-        "Each function keeps only its own lines of its file (`/etc/modprobe.d/*.conf`, `/etc/modules-load.d/*.conf`), so comments and other modules' lines stay and a blacklist and options can share a file (`#{file}`); module names compare with `-` and `_` equivalent. A changed blacklist or options file schedules ONE initramfs regeneration at the end of the step: `update-initramfs -u`, or `dracut -f` on the rhel and fedora families; it is recorded ahead in `/var/lib/skyhook/.deferred/initramfs.json` and run by the next step when it failed or the agent died (a plan lists it as an action).",
-    ),
-    (
-        "toml",
-        "TOML files — `toml::`",
-        "Edits keep comments and layout (over the `toml_edit` crate): a one-key change is a one-line diff, a new key is indented like its table's keys, a new table is placed after its last sibling table and formatted like it. `key_path` is an array of keys taken literally (`[\"plugins\", \"io.containerd.grpc.v1.cri\", \"containerd\"]`; integers index arrays, in `get` only) or one TOML dotted-key string (`plugins.\"io.containerd.grpc.v1.cri\".containerd`: keys with dots are quoted, so it is unambiguous). Every write is one atomic file write under the path's lock, a diff in a plan, drift in a check.",
-    ),
-    (
-        "json",
-        "JSON files — `json::`",
-        "Key order, the indentation unit and the final newline are kept; the rest of the layout is normalised to that pretty-printed form on the first change (a one-line file stays on one line). `key_path` is an array of keys and integer indices, or a JSON Pointer (RFC 6901) string.",
-    ),
-    (
-        "ini",
-        "INI files — `ini::`",
-        "systemd units and other INI-style files, edited line by line: every line but the changed ones stays byte for byte. Keys and sections are case-sensitive; sections of the same name count as one; lines without `=` are kept and are not keys.",
-    ),
-    (
-        "regex",
-        "Regular expressions — `regex::`",
-        "Pure helpers, the same in every mode, with the Rust `regex` crate's syntax (no look-around or backreferences; matching is linear time). Rhai's own `parse_json(text)` reads JSON text into a map; `to_json(value)` (above, with the commands) writes one back, pretty-printed.",
-    ),
-    (
-        "user",
-        "Users — `user::`",
-        "Local accounts, managed by editing `/etc/passwd`, `/etc/shadow`, `/etc/group` and `/etc/gshadow` under the host root (each written whole and atomically, keeping its mode and owner; other lines are kept byte for byte, new entries appended; a missing shadow file stays missing). In apply mode the edit holds the shadow-utils lock (`fcntl` on `/etc/.pwd.lock`, as `lckpwdf(3)`) besides the path locks, and rereads the files under it, so `useradd` on the node or another step cannot interleave. `lastchg` of a new shadow entry is the day of `SOURCE_DATE_EPOCH` of the step environment when set. Password hashes of the shadow files are redacted (`***`) from plans and errors. Replaces `useradd`, `usermod`, `userdel` (docs/from-bash-to-rhai.md).",
-    ),
-    (
-        "group",
-        "Groups — `group::`",
-        "Local groups, edited in `/etc/group` and `/etc/gshadow` as `user::` does. Replaces `groupadd`, `groupmod -g`, `groupdel`.",
     ),
 ];
 
@@ -1605,7 +575,7 @@ pub fn render_markdown() -> String {
                 "| `{}` | `{}` | {} | {} |",
                 d.call(),
                 d.returns,
-                md_cell(d.modes.text()),
+                md_cell(d.modes().text()),
                 md_cell(d.doc)
             );
         }
@@ -1743,7 +713,7 @@ pub fn render_definitions() -> String {
                 out,
                 "\n{indent}/// {}\n{indent}/// Modes: {}\n{indent}{}\n",
                 d.doc,
-                d.modes.text(),
+                d.modes().text(),
                 d.definition()
             );
         }

@@ -1,21 +1,33 @@
-//! `fs::` bindings over [`crate::host::files::fs`].
+//! `fs::`: every file function's reference row and binding, over [`crate::host::files::fs`] and
+//! [`crate::host::fetch`] (`fs::fetch`), and their tests through Rhai.
 
-use rhai::{Dynamic, ImmutableString, Map};
+use std::time::Duration;
+
+use rhai::{Dynamic, ImmutableString as S, Map};
 
 use super::convert::{self, check_keys, opt_bool, opt_scalar, opt_string};
-use super::{Api, Registrar};
+use super::docs::EffectKind::*;
+use super::docs::Effects::*;
+use super::docs::FnDoc;
+use super::docs::{OPTS, P};
+use crate::host::fetch::{self, FetchOptions};
 use crate::host::files::fs::{self, LineOptions, WriteOptions};
+
+/// The option keys of `fs::write` and `fs::copy`.
+const WRITE_KEYS: &[&str] = &["mode", "owner", "group"];
+/// The option keys of `fs::fetch`.
+const FETCH_KEYS: &[&str] = &["sha256", "mode", "owner", "group", "timeout", "max_bytes"];
 
 /// `#{mode, owner, group}` (`()` values mean "keep").
 fn write_opts(m: &Map) -> Result<WriteOptions, String> {
-    check_keys(m, &["mode", "owner", "group"])?;
+    check_keys(m, WRITE_KEYS)?;
     attribute_opts(m)
 }
 
 /// The `mode`, `owner` and `group` keys of an options map (`()` values mean "keep"), as
 /// [`WriteOptions`]; the caller checks the map's keys. Shared by `fs::write`/`fs::copy`
 /// and `fs::fetch`.
-pub(super) fn attribute_opts(m: &Map) -> Result<WriteOptions, String> {
+fn attribute_opts(m: &Map) -> Result<WriteOptions, String> {
     let get = |k: &str| m.get(k).filter(|d| !d.is_unit());
     Ok(WriteOptions {
         mode: get("mode").map(convert::mode).transpose()?,
@@ -39,92 +51,528 @@ fn line_opts(m: &Map) -> Result<LineOptions, String> {
     })
 }
 
-pub(crate) fn register(r: &mut Registrar, api: &Api) {
-    type S = ImmutableString;
-    // Queries.
-    bind!(r, api, "fs", "exists", |h, p: S| Ok(fs::exists(h, &p)?));
-    bind!(r, api, "fs", "is_file", |h, p: S| Ok(fs::is_file(h, &p)?));
-    bind!(r, api, "fs", "is_dir", |h, p: S| Ok(fs::is_dir(h, &p)?));
-    bind!(r, api, "fs", "read", |h, p: S| Ok(fs::read(h, &p)?));
-    bind!(r, api, "fs", "read_or", |h, p: S, d: S| Ok(fs::read_or(
-        h, &p, &d
-    )?));
-    bind!(r, api, "fs", "list", |h, p: S| Ok(convert::array(
-        fs::list(h, &p)?
-    )));
-    bind!(r, api, "fs", "glob", |h, p: S| Ok(convert::array(
-        fs::glob(h, &p)?
-    )));
-    bind!(r, api, "fs", "stat", |h, p: S| {
-        let st = fs::stat(h, &p)?;
-        let mut m = Map::new();
-        m.insert("kind".into(), convert::s(st.kind));
-        m.insert("size".into(), Dynamic::from(st.size as i64));
-        m.insert("mode".into(), Dynamic::from(i64::from(st.mode)));
-        m.insert("uid".into(), Dynamic::from(i64::from(st.uid)));
-        m.insert("gid".into(), Dynamic::from(i64::from(st.gid)));
-        m.insert("mtime".into(), Dynamic::from(st.mtime));
-        Ok(m)
-    });
-    // Mutations.
-    bind!(r, api, "fs", "write", |h, p: S, c: S| Ok(fs::write(
-        h,
-        &p,
-        &c,
-        &WriteOptions::default()
-    )?));
-    bind!(r, api, "fs", "write", |h, p: S, c: S, o: Map| {
-        let o = write_opts(&o)?;
-        Ok(fs::write(h, &p, &c, &o)?)
-    });
-    bind!(r, api, "fs", "append", |h, p: S, c: S| Ok(fs::append(
-        h, &p, &c
-    )?));
-    bind!(r, api, "fs", "ensure_line", |h, p: S, l: S| Ok(
-        fs::ensure_line(h, &p, &l, &LineOptions::default())?
-    ));
-    bind!(r, api, "fs", "ensure_line", |h, p: S, l: S, o: Map| {
-        let o = line_opts(&o)?;
-        Ok(fs::ensure_line(h, &p, &l, &o)?)
-    });
-    bind!(r, api, "fs", "remove_line", |h, p: S, re: S| Ok(
-        fs::remove_line(h, &p, &re)?
-    ));
-    bind!(r, api, "fs", "ensure_block", |h, p: S, id: S, c: S| Ok(
-        fs::ensure_block(h, &p, &id, &c)?
-    ));
-    bind!(r, api, "fs", "remove_block", |h, p: S, id: S| Ok(
-        fs::remove_block(h, &p, &id)?
-    ));
-    bind!(r, api, "fs", "mkdir", |h, p: S| Ok(fs::mkdir(h, &p, None)?));
-    bind!(r, api, "fs", "mkdir", |h, p: S, m: Dynamic| {
-        let m = convert::mode(&m)?;
-        Ok(fs::mkdir(h, &p, Some(m))?)
-    });
-    bind!(r, api, "fs", "remove", |h, p: S| Ok(fs::remove(h, &p)?));
-    bind!(r, api, "fs", "remove_all", |h, p: S| Ok(fs::remove_all(
-        h, &p
-    )?));
-    bind!(r, api, "fs", "copy", |h, s: S, d: S| Ok(fs::copy(
-        h,
-        &s,
-        &d,
-        &WriteOptions::default()
-    )?));
-    bind!(r, api, "fs", "copy", |h, s: S, d: S, o: Map| {
-        let o = write_opts(&o)?;
-        Ok(fs::copy(h, &s, &d, &o)?)
-    });
-    bind!(r, api, "fs", "chmod", |h, p: S, m: Dynamic| {
-        let m = convert::mode(&m)?;
-        Ok(fs::chmod(h, &p, m)?)
-    });
-    bind!(r, api, "fs", "chown", |h, p: S, o: Dynamic, g: Dynamic| {
-        let o = opt_scalar(&o, "owner")?;
-        let g = opt_scalar(&g, "group")?;
-        Ok(fs::chown(h, &p, o.as_deref(), g.as_deref())?)
-    });
-    bind!(r, api, "fs", "symlink", |h, t: S, l: S| Ok(fs::symlink(
-        h, &t, &l
-    )?));
+/// A positive number of seconds (int or float) of option `key`.
+fn secs(d: &Dynamic, key: &str) -> Result<Duration, String> {
+    let secs = if let Ok(i) = d.as_int() {
+        i as f64
+    } else if let Ok(f) = d.as_float() {
+        f
+    } else {
+        return Err(format!(
+            "option {key} must be a number of seconds, got {}",
+            d.type_name()
+        ));
+    };
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(format!(
+            "option {key} must be a positive number of seconds, got {secs}"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs.min(1e9)))
+}
+
+/// `#{sha256, mode, owner, group, timeout, max_bytes}` (`()` values mean "default").
+fn fetch_opts(m: &Map) -> Result<FetchOptions, String> {
+    check_keys(m, FETCH_KEYS)?;
+    let get = |k: &str| m.get(k).filter(|d| !d.is_unit());
+    let max_bytes = get("max_bytes")
+        .map(|d| match d.as_int() {
+            Ok(n) if n > 0 => Ok(n as u64),
+            _ => Err(format!(
+                "option max_bytes must be a positive integer, got {d}"
+            )),
+        })
+        .transpose()?;
+    let attrs = attribute_opts(m)?;
+    Ok(FetchOptions {
+        sha256: opt_string(m, "sha256")?,
+        mode: attrs.mode,
+        owner: attrs.owner,
+        group: attrs.group,
+        timeout: get("timeout").map(|d| secs(d, "timeout")).transpose()?,
+        max_bytes,
+    })
+}
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[(
+    "fs",
+    "Files — `fs::`",
+    "Every path is an absolute host path resolved inside the host root (`..` and symlinks never leave it); a relative path is an error (\"paths must be absolute\"). Writes are atomic (temp file, fsync, rename). A file is read whole only when it is a regular file of at most 64 MiB: a FIFO, device or socket, or a larger file, fails the call with an error naming the path (and the limit) before anything is read, so it can neither block the step nor fill the agent's memory. That applies to `read`, `read_or`, the line and block edits, `append`, `copy` and the comparison `write` makes before replacing a file.",
+)];
+
+/// The functions of this file's namespaces, in reference order: each one's reference row
+/// and its registration.
+pub(super) const FUNCTIONS: &[FnDoc] = &[
+    host_fn!(
+        "fs",
+        "exists",
+        &[P],
+        "bool",
+        ReadsHost,
+        "True when `path` exists (following symlinks).",
+        |h, p: S| Ok(fs::exists(h, &p)?)
+    ),
+    host_fn!(
+        "fs",
+        "is_file",
+        &[P],
+        "bool",
+        ReadsHost,
+        "True when `path` is a regular file (following symlinks).",
+        |h, p: S| Ok(fs::is_file(h, &p)?)
+    ),
+    host_fn!(
+        "fs",
+        "is_dir",
+        &[P],
+        "bool",
+        ReadsHost,
+        "True when `path` is a directory (following symlinks).",
+        |h, p: S| Ok(fs::is_dir(h, &p)?)
+    ),
+    host_fn!(
+        "fs",
+        "read",
+        &[P],
+        "String",
+        ReadsHost,
+        "The file's text; an error when it is missing, a directory, not a regular file (a FIFO, device or socket), larger than 64 MiB or not UTF-8 (and the string size limit, 32 MiB, applies to the text).",
+        |h, p: S| Ok(fs::read(h, &p)?)
+    ),
+    host_fn!(
+        "fs",
+        "read_or",
+        &[P, ("default", "String")],
+        "String",
+        ReadsHost,
+        "The file's text, or `default` when it does not exist.",
+        |h, p: S, d: S| Ok(fs::read_or(h, &p, &d)?)
+    ),
+    host_fn!(
+        "fs",
+        "list",
+        &[("dir", "String")],
+        "Array",
+        ReadsHost,
+        "Entry names of a directory, sorted; an error when it is missing.",
+        |h, p: S| Ok(convert::array(fs::list(h, &p)?))
+    ),
+    host_fn!(
+        "fs",
+        "glob",
+        &[("pattern", "String")],
+        "Array",
+        ReadsHost,
+        "Sorted host paths matching an absolute pattern (`*`, `?`, `[abc]`, `{a,b}`, `**`).",
+        |h, p: S| Ok(convert::array(fs::glob(h, &p)?))
+    ),
+    host_fn!(
+        "fs",
+        "stat",
+        &[P],
+        "Map",
+        ReadsHost,
+        "`#{kind, size, mode, uid, gid, mtime}` of `path` itself (`kind`: `file`, `dir`, `symlink`, `other`); an error when missing.",
+        |h, p: S| {
+            let st = fs::stat(h, &p)?;
+            let mut m = Map::new();
+            m.insert("kind".into(), convert::s(st.kind));
+            m.insert("size".into(), Dynamic::from(st.size as i64));
+            m.insert("mode".into(), Dynamic::from(i64::from(st.mode)));
+            m.insert("uid".into(), Dynamic::from(i64::from(st.uid)));
+            m.insert("gid".into(), Dynamic::from(i64::from(st.gid)));
+            m.insert("mtime".into(), Dynamic::from(st.mtime));
+            Ok(m)
+        }
+    ),
+    host_fn!(
+        "fs",
+        "write",
+        &[P, ("content", "String")],
+        "bool",
+        Submits(&[Write, Chmod, Chown]),
+        "Replace the file's content atomically; an existing file keeps its mode, owner and extended attributes; a symlink's target is written.",
+        |h, p: S, c: S| Ok(fs::write(h, &p, &c, &WriteOptions::default())?)
+    ),
+    host_fn!(
+        "fs",
+        "write",
+        &[P, ("content", "String"), OPTS],
+        "bool",
+        Submits(&[Write, Chmod, Chown]),
+        "As `write`, also setting `#{mode, owner, group}` (mode `0o644` or `\"0644\"`; owner and group names from the root's /etc/passwd and /etc/group, or numbers).",
+        options = WRITE_KEYS,
+        |h, p: S, c: S, o: Map| {
+            let o = write_opts(&o)?;
+            Ok(fs::write(h, &p, &c, &o)?)
+        }
+    ),
+    host_fn!(
+        "fs",
+        "append",
+        &[P, ("content", "String")],
+        "bool",
+        Submits(&[Write]),
+        "Append to the file (created when missing); changed whenever `content` is not empty.",
+        |h, p: S, c: S| Ok(fs::append(h, &p, &c)?)
+    ),
+    host_fn!(
+        "fs",
+        "ensure_line",
+        &[P, ("line", "String")],
+        "bool",
+        Submits(&[Write]),
+        "Append `line` when no line equals it (the file is created when missing). `line` must be one line (no `\\n`, no final `\\r`).",
+        |h, p: S, l: S| Ok(fs::ensure_line(h, &p, &l, &LineOptions::default())?)
+    ),
+    host_fn!(
+        "fs",
+        "ensure_line",
+        &[P, ("line", "String"), OPTS],
+        "bool",
+        Submits(&[Write]),
+        "With `#{regex, create}`: replace the last line matching `regex` (else append when absent); `create: false` makes a missing file an error.",
+        options = &["regex", "create"],
+        |h, p: S, l: S, o: Map| {
+            let o = line_opts(&o)?;
+            Ok(fs::ensure_line(h, &p, &l, &o)?)
+        }
+    ),
+    host_fn!(
+        "fs",
+        "remove_line",
+        &[P, ("regex", "String")],
+        "bool",
+        Submits(&[Write]),
+        "Remove every line matching `regex`; a missing file is unchanged.",
+        |h, p: S, re: S| Ok(fs::remove_line(h, &p, &re)?)
+    ),
+    host_fn!(
+        "fs",
+        "ensure_block",
+        &[P, ("id", "String"), ("content", "String")],
+        "bool",
+        Submits(&[Write]),
+        "A managed block between `# BEGIN skyhook <id>` and `# END skyhook <id>`, replaced in place or appended.",
+        |h, p: S, id: S, c: S| Ok(fs::ensure_block(h, &p, &id, &c)?)
+    ),
+    host_fn!(
+        "fs",
+        "remove_block",
+        &[P, ("id", "String")],
+        "bool",
+        Submits(&[Write]),
+        "Remove the managed block `id`, markers included.",
+        |h, p: S, id: S| Ok(fs::remove_block(h, &p, &id)?)
+    ),
+    host_fn!(
+        "fs",
+        "mkdir",
+        &[P],
+        "bool",
+        Submits(&[Mkdir, Chmod]),
+        "Create a directory and its parents (mode 0755).",
+        |h, p: S| Ok(fs::mkdir(h, &p, None)?)
+    ),
+    host_fn!(
+        "fs",
+        "mkdir",
+        &[P, ("mode", "?")],
+        "bool",
+        Submits(&[Mkdir, Chmod]),
+        "Create a directory and its missing parents (those 0755) with `mode` (int or octal string); an existing one is chmod-ed when it differs.",
+        |h, p: S, m: Dynamic| {
+            let m = convert::mode(&m)?;
+            Ok(fs::mkdir(h, &p, Some(m))?)
+        }
+    ),
+    host_fn!(
+        "fs",
+        "remove",
+        &[P],
+        "bool",
+        Submits(&[Remove]),
+        "Remove a file, a symlink (not its target) or an empty directory; absent is unchanged.",
+        |h, p: S| Ok(fs::remove(h, &p)?)
+    ),
+    host_fn!(
+        "fs",
+        "remove_all",
+        &[P],
+        "bool",
+        Submits(&[RemoveAll]),
+        "Remove a tree (a symlink itself, not its target); absent is unchanged. A mount point at or below the path fails in every mode, naming it, and nothing is removed.",
+        |h, p: S| Ok(fs::remove_all(h, &p)?)
+    ),
+    host_fn!(
+        "fs",
+        "copy",
+        &[("src", "String"), ("dst", "String")],
+        "bool",
+        Submits(&[Write, Chmod, Chown]),
+        "Make `dst` a copy of file `src` (a new `dst` gets `src`'s mode).",
+        |h, s: S, d: S| Ok(fs::copy(h, &s, &d, &WriteOptions::default())?)
+    ),
+    host_fn!(
+        "fs",
+        "copy",
+        &[("src", "String"), ("dst", "String"), OPTS],
+        "bool",
+        Submits(&[Write, Chmod, Chown]),
+        "As `copy`, also setting `#{mode, owner, group}`.",
+        options = WRITE_KEYS,
+        |h, s: S, d: S, o: Map| {
+            let o = write_opts(&o)?;
+            Ok(fs::copy(h, &s, &d, &o)?)
+        }
+    ),
+    host_fn!(
+        "fs",
+        "chmod",
+        &[P, ("mode", "?")],
+        "bool",
+        Submits(&[Chmod]),
+        "Set permission bits (`0o600` or `\"0600\"`), following symlinks.",
+        |h, p: S, m: Dynamic| {
+            let m = convert::mode(&m)?;
+            Ok(fs::chmod(h, &p, m)?)
+        }
+    ),
+    host_fn!(
+        "fs",
+        "chown",
+        &[P, ("owner", "?"), ("group", "?")],
+        "bool",
+        Submits(&[Chown]),
+        "Set owner and group (names or numbers; `()` keeps), following symlinks.",
+        |h, p: S, o: Dynamic, g: Dynamic| {
+            let o = opt_scalar(&o, "owner")?;
+            let g = opt_scalar(&g, "group")?;
+            Ok(fs::chown(h, &p, o.as_deref(), g.as_deref())?)
+        }
+    ),
+    host_fn!(
+        "fs",
+        "symlink",
+        &[("target", "String"), ("link", "String")],
+        "bool",
+        Submits(&[Symlink]),
+        "Make `link` a symlink to `target` (stored as given, may be relative); another link there is replaced.",
+        |h, t: S, l: S| Ok(fs::symlink(h, &t, &l)?)
+    ),
+    host_fn!(
+        "fs",
+        "fetch",
+        &[("url", "String"), P, OPTS],
+        "bool",
+        Submits(&[Fetch, Chmod, Chown]),
+        "Download `url` (`http://`, or `https://` trusting the host's CA bundle: the first of `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`, `/etc/ssl/ca-bundle.pem`, `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`, `/etc/ssl/cert.pem`; up to 5 redirects; no proxy; a URL with `user:password@` is an error, as credentials are not sent) to `path`, verified by `#{sha256}` (required, 64 hex digits), with `#{mode, owner, group}`. Unchanged when the file already has that digest (only `mode`/`owner`/`group` are then set when they differ); otherwise streamed to a temporary file beside it, checked, and renamed into place. A wrong digest, an HTTP error, a body over `max_bytes` (default 4 GiB), the `timeout` (seconds, default 300, capped by the step's deadline) or a cancel fail the call and leave `path` unchanged. A plan makes no request (`would download <url> (sha256 ...) to <path>`); later reads in it see the file, but `fs::read` of it fails (its content is unknown until applied). Check: drift when missing or of another digest.",
+        options = FETCH_KEYS,
+        |h, url: S, p: S, o: Map| {
+            let o = fetch_opts(&o)?;
+            Ok(fetch::fetch(h, &url, &p, &o)?)
+        }
+    ),
+];
+
+#[cfg(test)]
+pub(super) mod tests {
+    use std::path::Path;
+
+    use super::super::tests::*;
+    use crate::host::effects::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"fs::exists("/etc/a.conf")"#,
+        r#"fs::is_file("/etc/a.conf")"#,
+        r#"fs::is_dir("/etc")"#,
+        r#"fs::read("/etc/a.conf")"#,
+        r#"fs::read_or("/etc/none", "d")"#,
+        r#"fs::list("/etc")"#,
+        r#"fs::glob("/etc/*.conf")"#,
+        r#"fs::stat("/etc/a.conf")"#,
+        r#"fs::write("/etc/new/b.conf", "b\n")"#,
+        r#"fs::write("/etc/a.conf", "a\n", #{mode: 0o600})"#,
+        r#"fs::append("/etc/a.conf", "y\n")"#,
+        r#"fs::ensure_line("/etc/a.conf", "y")"#,
+        r#"fs::ensure_line("/etc/a.conf", "x=2", #{regex: "^x"})"#,
+        r#"fs::remove_line("/etc/a.conf", "^x")"#,
+        r#"fs::ensure_block("/etc/a.conf", "b", "z")"#,
+        r#"fs::remove_block("/etc/blocks.conf", "old")"#,
+        r#"fs::mkdir("/opt/d")"#,
+        r#"fs::mkdir("/opt/d", 0o700)"#,
+        r#"fs::remove("/etc/a.conf")"#,
+        r#"fs::remove_all("/srv/tree")"#,
+        r#"fs::copy("/etc/a.conf", "/etc/c.conf")"#,
+        r#"fs::copy("/etc/a.conf", "/etc/c.conf", #{mode: 0o600})"#,
+        r#"fs::chmod("/etc/a.conf", 0o600)"#,
+        r#"fs::chown("/etc/a.conf", 1000, ())"#,
+        r#"fs::symlink("/etc/a.conf", "/etc/l.conf")"#,
+        r#"fs::fetch("{URL}", "/opt/bin/tool", #{sha256: "{SHA}"})"#,
+    ];
+
+    #[test]
+    fn fs_mutations_all_modes() {
+        let t = TestHost::new();
+        t.file(
+            "/etc/passwd",
+            "root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n",
+        );
+        t.file("/etc/group", "root:x:0:\nnogroup:x:65534:\n");
+        t.file(
+            "/etc/app/old.conf",
+            "x=1\nkeep\nx=2\n# BEGIN skyhook gone\nz\n# END skyhook gone\n",
+        );
+        t.file("/etc/app/keep.conf", "k\n");
+        t.file("/etc/app/r.conf", "a=0\nz\na=1\n");
+        t.file("/etc/app/trash", "t");
+        t.file("/etc/app/tree/a/b", "b");
+        let plan = all_modes(
+            &t,
+            &[
+                r#"fs::mkdir("/etc/app/sub")"#,
+                r#"fs::mkdir("/etc/app/d", 0o700)"#,
+                r#"fs::write("/etc/app/a.conf", "a=1\n")"#,
+                r#"fs::write("/etc/app/b.conf", "b\n", #{mode: "0600", owner: "nobody", group: 65534})"#,
+                r#"fs::ensure_line("/etc/app/l.conf", "b=2")"#,
+                r#"fs::ensure_line("/etc/app/r.conf", "a=3", #{regex: "^a=", create: false})"#,
+                r#"fs::remove_line("/etc/app/old.conf", "^x=")"#,
+                r#"fs::ensure_block("/etc/app/l.conf", "net", "c=1\nd=2")"#,
+                r#"fs::remove_block("/etc/app/old.conf", "gone")"#,
+                r#"fs::copy("/etc/app/a.conf", "/etc/app/c.conf")"#,
+                r#"fs::copy("/etc/app/keep.conf", "/etc/app/e.conf", #{mode: 0o640})"#,
+                r#"fs::chmod("/etc/app/keep.conf", "0640")"#,
+                r#"fs::chown("/etc/app/keep.conf", "nobody", ())"#,
+                r#"fs::symlink("a.conf", "/etc/app/link")"#,
+                r#"fs::remove("/etc/app/trash")"#,
+                r#"fs::remove_all("/etc/app/tree")"#,
+            ],
+        );
+        // The plan lists the diff of a written file.
+        let a = plan
+            .changes
+            .iter()
+            .find(|c| c.target == "/etc/app/a.conf" && c.diff.is_some())
+            .expect("a diff for a.conf");
+        assert!(a.diff.as_ref().unwrap().contains("+a=1\n"), "{a:?}");
+        assert_eq!(t.read("/etc/app/a.conf"), "a=1\n");
+        assert_eq!(
+            t.read("/etc/app/l.conf"),
+            "b=2\n# BEGIN skyhook net\nc=1\nd=2\n# END skyhook net\n"
+        );
+        assert_eq!(t.read("/etc/app/r.conf"), "a=0\nz\na=3\n");
+        assert_eq!(t.read("/etc/app/old.conf"), "keep\n");
+        assert_eq!(t.read("/etc/app/c.conf"), t.read("/etc/app/a.conf"));
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(t.p("/etc/app/b.conf")).unwrap();
+        assert_eq!((m.mode() & 0o7777, m.uid(), m.gid()), (0o600, 65534, 65534));
+        let m = std::fs::metadata(t.p("/etc/app/keep.conf")).unwrap();
+        assert_eq!((m.mode() & 0o7777, m.uid()), (0o640, 65534));
+        assert_eq!(
+            std::fs::read_link(t.p("/etc/app/link")).unwrap(),
+            Path::new("a.conf")
+        );
+        assert!(!t.p("/etc/app/tree").exists() && !t.p("/etc/app/trash").exists());
+    }
+
+    #[test]
+    fn fs_append_is_a_change_every_time_and_plans_nothing() {
+        let t = TestHost::new();
+        let src =
+            r#"print(fs::append("/var/log/x", "line\n")); print(fs::append("/var/log/x", ""));"#;
+        let before = snapshot(&t);
+        let p = run(&t, ExecMode::Plan, src).ok();
+        assert_eq!(snapshot(&t), before);
+        assert_eq!(p.stdout(), "true\nfalse\n");
+        run(&t, ExecMode::Apply, src).ok();
+        let r = run(&t, ExecMode::Apply, src).ok();
+        assert_eq!(r.stdout(), "true\nfalse\n");
+        assert_eq!(t.read("/var/log/x"), "line\nline\n");
+    }
+
+    #[test]
+    fn fs_queries_see_planned_writes() {
+        let t = TestHost::new();
+        t.file("/etc/d/b", "bee");
+        t.file("/etc/d/a.conf", "A");
+        let src = r#"
+            fs::write("/etc/d/c.conf", "planned");
+            let st = fs::stat("/etc/d/b");
+            print([fs::exists("/etc/d/c.conf"), fs::is_file("/etc/d/b"), fs::is_dir("/etc/d"),
+                   fs::exists("/nope")]);
+            print([fs::read("/etc/d/c.conf"), fs::read_or("/nope", "dflt")]);
+            print(fs::list("/etc/d"));
+            print(fs::glob("/etc/*/*.conf"));
+            print([st.kind, st.size, st.mode]);
+        "#;
+        let expect = "[true, true, true, false]\n[\"planned\", \"dflt\"]\n\
+                      [\"a.conf\", \"b\", \"c.conf\"]\n[\"/etc/d/a.conf\", \"/etc/d/c.conf\"]\n\
+                      [\"file\", 3, 420]\n";
+        let before = snapshot(&t);
+        let r = run(&t, ExecMode::Plan, src).ok();
+        assert_eq!(r.stdout(), expect);
+        assert_eq!(snapshot(&t), before);
+        std::fs::set_permissions(
+            t.p("/etc/d/b"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )
+        .unwrap();
+        let r = run(&t, ExecMode::Apply, src).ok();
+        assert_eq!(r.stdout(), expect);
+    }
+
+    #[test]
+    fn fs_fetch_all_modes_and_its_options() {
+        use crate::host::fetch::fetch_tests::{BODY, Reply, Server, sha};
+        let t = TestHost::new();
+        let srv = Server::plain(|p| match p {
+            "/tool" => Reply::Body(BODY.to_vec()),
+            _ => Reply::Status("404 Not Found"),
+        });
+        let call = format!(
+            r#"fs::fetch("{}", "/opt/bin/tool", #{{sha256: "{}", mode: 0o755, timeout: 30, max_bytes: 1024}})"#,
+            srv.url("/tool"),
+            sha(BODY)
+        );
+        let plan = all_modes(&t, &[&call]);
+        assert_eq!(plan.changes[0].kind, "fetch");
+        assert_eq!(srv.requests(), vec!["/tool"]);
+        assert_eq!(std::fs::read(t.p("/opt/bin/tool")).unwrap(), BODY);
+
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"fs::fetch("http://x/a", "/a", #{sha: "x"})"#,
+        );
+        assert_eq!(
+            r.error(),
+            "main.rhai:1:5: fs::fetch: unknown option \"sha\" (expected one of: sha256, mode, owner, group, timeout, max_bytes)"
+        );
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"fs::fetch("http://x/a", "/a", #{sha256: "00", timeout: 0})"#,
+        );
+        assert_eq!(
+            r.error(),
+            "main.rhai:1:5: fs::fetch: option timeout must be a positive number of seconds, got 0"
+        );
+        let url = srv.url("/nope");
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            &format!(r#"fs::fetch("{url}", "/a", #{{sha256: "{}"}})"#, sha(BODY)),
+        );
+        assert_eq!(
+            r.error(),
+            format!(
+                "main.rhai:1:5: fs::fetch: failed to download {url}: server answered 404 Not Found"
+            )
+        );
+    }
 }

@@ -1,11 +1,30 @@
 //! The host API bound into Rhai: [`HostApi`], a [`ScriptHost`] over one [`Host`] session.
 //!
 //! This layer is thin: every script function converts its Rhai arguments, calls the plain
-//! Rust function of the same name in [`crate::host`] and converts the result back. What the
-//! functions do, and how they behave in apply, plan and check mode, is specified once in
-//! [`FUNCTIONS`], the table from which `docs/host-api.md` and `docs/skyhook.d.rhai` are
-//! generated ([`render_markdown`], [`render_definitions`]) and against which the
-//! registration is verified in tests.
+//! Rust function of the same name in [`crate::host`] and converts the result back. Each
+//! script namespace has one file here (`fs.rs`, `service.rs`, ...; the global functions in
+//! `global.rs`) holding, per function, one `host_fn!` row: its reference entry (parameters,
+//! description, option keys, the [`Effects`] it submits, from which its behaviour in apply,
+//! plan and check mode is derived) and its registration, and below them the namespace's tests
+//! through Rhai. [`FUNCTIONS`] gathers the rows; `docs/host-api.md` and `docs/skyhook.d.rhai`
+//! are generated from it ([`render_markdown`], [`render_definitions`]), the engine's modules
+//! are built from it ([`HostApi`]) and the static checker reads it.
+//!
+//! # Adding a host function
+//!
+//! 1. Write the plain Rust function in its host area (`crate::host`): it reads through the
+//!    session and changes the host only by submitting effects.
+//! 2. Add one `host_fn!` row to `FUNCTIONS` of its namespace's file, in reference order:
+//!    namespace, name, parameters, return type, [`Effects`] (what it reads, or the
+//!    [`EffectKind`]s it submits), the one-line description, `options = KEYS` when it takes
+//!    an options map (the binding checks the map against the same `KEYS`), and the binding.
+//! 3. Add a sample call to the file's `tests::SAMPLES` (one that changes something in the
+//!    effects test's root) and the function's tests to the file's `tests` module.
+//! 4. Regenerate the docs: `SKYHOOK_UPDATE_DOCS=1 cargo test --lib script::host_api::tests::docs`.
+//!
+//! A new namespace is a new file with its `NAMESPACES` section and `FUNCTIONS`, listed in
+//! `docs.rs` (`FUNCTION_PARTS`, `NAMESPACE_PARTS`) and its samples in `tests.rs`
+//! (`EFFECT_SAMPLES`); a new kind of effect is a new [`EffectKind`].
 //!
 //! # Use
 //!
@@ -45,32 +64,63 @@
 //! package manager and grub commands) default to what remains of it; an explicit `timeout`
 //! is capped by it too.
 
-/// Register one binding: `bind!(r, api, "ns", "name", |h, arg: Type, ...| body)`, where
-/// `body` evaluates to `Result<R, CallError>` with the session as `h: &mut Host`.
-macro_rules! bind {
-    ($r:expr, $api:expr, $ns:literal, $name:literal, |$h:ident $(, $arg:ident : $ty:ty)*| $body:expr) => {{
-        let api = $api.clone();
-        let fname = $crate::script::host_api::fname($ns, $name);
-        $r.add(
-            $ns,
-            $name,
-            move |ctx: rhai::NativeCallContext $(, $arg: $ty)*| {
-                api.call(&ctx, &fname, |$h| $body)
+/// One host function: its reference row ([`FnDoc`]) and its registration, in one place.
+///
+/// `host_fn!(ns, name, params, returns, effects, doc, [options = KEYS,] [api = id,]
+/// |h, arg: Type, ...| body)`: `params` are the reference's `(name, type)` pairs, `effects`
+/// an [`Effects`] (from which the modes column is derived), `KEYS` the accepted keys of the
+/// options map. `body` evaluates to `Result<R, CallError>` with the session as
+/// `h: &mut Host`; with `api = id` it also sees the run's [`Api`] (deadline, output) as `id`.
+/// A failed call becomes a positioned, redacted Rhai error `ns::name: message`.
+macro_rules! host_fn {
+    ($ns:literal, $name:literal, $params:expr, $ret:literal, $effects:expr, $doc:literal,
+     $(options = $opts:expr,)? api = $api:ident, |$h:ident $(, $arg:ident : $ty:ty)*| $body:expr $(,)?) => {
+        host_fn!(@row $ns, $name, $params, $ret, $effects, $doc, [$($opts)?], $api,
+                 |$h $(, $arg: $ty)*| $body)
+    };
+    ($ns:literal, $name:literal, $params:expr, $ret:literal, $effects:expr, $doc:literal,
+     $(options = $opts:expr,)? |$h:ident $(, $arg:ident : $ty:ty)*| $body:expr $(,)?) => {
+        host_fn!(@row $ns, $name, $params, $ret, $effects, $doc, [$($opts)?], api,
+                 |$h $(, $arg: $ty)*| $body)
+    };
+    (@row $ns:literal, $name:literal, $params:expr, $ret:literal, $effects:expr, $doc:literal,
+     [$($opts:expr)?], $api:ident, |$h:ident $(, $arg:ident : $ty:ty)*| $body:expr) => {
+        $crate::script::host_api::FnDoc {
+            ns: $ns,
+            name: $name,
+            params: $params,
+            returns: $ret,
+            doc: $doc,
+            effects: $effects,
+            script_layer: false,
+            options: host_fn!(@options $($opts)?),
+            register: |r, session| {
+                let $api = session.clone();
+                let fname = $crate::script::host_api::fname($ns, $name);
+                r.add(
+                    $ns,
+                    $name,
+                    move |ctx: rhai::NativeCallContext $(, $arg: $ty)*| {
+                        $api.call(&ctx, &fname, |$h| $body)
+                    },
+                );
             },
-        );
-    }};
+        }
+    };
+    (@options) => { &[] };
+    (@options $opts:expr) => { $opts };
 }
 
-mod cmd;
 mod config;
 mod convert;
 mod docs;
-mod fetch;
 mod fs;
+mod global;
+mod interrupt;
+mod kmod;
 mod mount;
 mod os;
 mod pkg;
-mod pkgrepo;
 mod service;
 mod structured;
 mod tuning;
@@ -91,7 +141,10 @@ use crate::host::secrets::Redactor;
 use crate::host::{Host, HostError, Report};
 use crate::redact::StreamRedactor;
 
-pub use docs::{FUNCTIONS, FnDoc, Modes, SCRIPT_FUNCTIONS, render_definitions, render_markdown};
+pub use docs::{
+    EffectKind, Effects, FUNCTIONS, FnDoc, Modes, NAMESPACES, SCRIPT_FUNCTIONS, render_definitions,
+    render_markdown,
+};
 
 /// The host API for scripts: one step's [`Host`] session, bound into each run's engine.
 /// See the module docs.
@@ -251,18 +304,9 @@ impl HostApi {
             output: run.output.clone(),
         };
         let mut r = Registrar::default();
-        fs::register(&mut r, &api);
-        cmd::register(&mut r, &api);
-        service::register(&mut r, &api);
-        pkg::register(&mut r, &api);
-        os::register(&mut r, &api);
-        tuning::register(&mut r, &api);
-        config::register(&mut r, &api);
-        mount::register(&mut r, &api);
-        fetch::register(&mut r, &api);
-        pkgrepo::register(&mut r, &api);
-        structured::register(&mut r, &api);
-        users::register(&mut r, &api);
+        for f in FUNCTIONS {
+            (f.register)(&mut r, &api);
+        }
         r
     }
 }

@@ -1,12 +1,17 @@
-//! `mount::` and `kmod::` bindings over [`crate::host::mounts::mount`] and [`crate::host::kernel::kmod`].
+//! `mount::` (filesystems: fstab and the live mount table) over [`crate::host::mounts::mount`]: each
+//! function's reference row and binding, and their tests through Rhai.
 
-use rhai::{Dynamic, ImmutableString, Map};
+use rhai::{Dynamic, ImmutableString as S, Map};
 
-use super::convert::{self, check_keys, opt_bool, opt_string};
-use super::docs::{BLACKLIST_KEYS, KMOD_FILE_KEYS, MOUNT_KEYS};
-use super::{Api, Registrar};
-use crate::host::kernel::kmod::{self, BlacklistOptions, FileOptions};
+use super::convert::{self, check_keys, opt_string};
+use super::docs::EffectKind::*;
+use super::docs::Effects::*;
+use super::docs::FnDoc;
+use super::docs::{OPTS, P};
 use crate::host::mounts::mount::{self, MountEntry, MountSpec, MountState};
+
+/// The option keys of `mount::ensure`.
+const MOUNT_KEYS: &[&str] = &["source", "fstype", "options", "state", "dump", "pass"];
 
 /// A non-negative integer option (`()` or absent → `default`).
 fn opt_u32(m: &Map, key: &str, default: u32) -> Result<u32, String> {
@@ -69,110 +74,130 @@ fn entry_map(e: MountEntry) -> Map {
     m
 }
 
-fn file_opts(m: &Map) -> Result<FileOptions, String> {
-    check_keys(m, KMOD_FILE_KEYS)?;
-    Ok(FileOptions {
-        file: opt_string(m, "file")?,
-    })
-}
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[(
+    "mount",
+    "Filesystems — `mount::`",
+    "`/etc/fstab` holds one line per mount point; the live state is the host's mount table, `/proc/1/mountinfo` under the root (the agent's own mount namespace is not the host's; a root without it reads as nothing mounted). `mount`, `mount -o remount` and `umount` run chrooted, so they read the host's fstab; the agent's root mount needs `mountPropagation: Bidirectional` for a mount to reach the host. In a plan, a later `is_mounted` sees an earlier planned mount or unmount.",
+)];
 
-fn blacklist_opts(m: &Map) -> Result<BlacklistOptions, String> {
-    check_keys(m, BLACKLIST_KEYS)?;
-    Ok(BlacklistOptions {
-        file: opt_string(m, "file")?,
-        disable: opt_bool(m, "disable", false)?,
-    })
-}
+/// The functions of this file's namespaces, in reference order: each one's reference row
+/// and its registration.
+pub(super) const FUNCTIONS: &[FnDoc] = &[
+    host_fn!(
+        "mount",
+        "ensure",
+        &[P, OPTS],
+        "bool",
+        Submits(&[Write, Mkdir, Mount]),
+        "Keep exactly one `/etc/fstab` line `<source> <path> <fstype> <options> <dump> <pass>` for mount point `path` (`#{source, fstype}` required; `options` a string or an array, default `defaults`; `dump`/`pass` default 0 0; `source` as given: `UUID=...`, `LABEL=...`, `/dev/...`), replacing another line for it in place and keeping every other line byte for byte; create the mount point (0755). With `state: \"mounted\"` (default) run `mount <path>` when the host's mount table (`/proc/1/mountinfo`) does not list it, or `mount -o remount <path>` when it is mounted and the fstab line changed; mounted from another source or fstype is an error (nothing changed). `state: \"present\"`: fstab and directory only. An unmounted filesystem is drift.",
+        options = MOUNT_KEYS,
+        |h, p: S, o: Map| {
+            let spec = mount_spec(&o)?;
+            Ok(mount::ensure(h, &p, &spec)?)
+        }
+    ),
+    host_fn!(
+        "mount",
+        "remove",
+        &[P],
+        "bool",
+        Submits(&[Write, Mount]),
+        "`umount <path>` when mounted, then remove the mount point's `/etc/fstab` lines (the directory stays).",
+        |h, p: S| Ok(mount::remove(h, &p)?)
+    ),
+    host_fn!(
+        "mount",
+        "is_mounted",
+        &[P],
+        "bool",
+        ReadsHost,
+        "True when the host's mount table (`/proc/1/mountinfo` under the root; octal escapes such as `\\040` decoded) lists `path`; in a plan also after a planned `mount::ensure`.",
+        |h, p: S| Ok(mount::is_mounted(h, &p)?)
+    ),
+    host_fn!(
+        "mount",
+        "info",
+        &[P],
+        "?",
+        ReadsHost,
+        "`#{path, source, fstype, options, super_options, root}` of the filesystem mounted at `path` (topmost), or `()`; for a planned mount the fstab line's fields.",
+        |h, p: S| Ok(mount::info(h, &p)?.map_or(Dynamic::UNIT, |e| Dynamic::from_map(entry_map(e))))
+    ),
+];
 
-/// Module options: a string of `key=value` words, or a map rendered `k=v` in key order
-/// (each key a word without `=` or blanks, each value a non-empty word without blanks).
-fn module_options(d: &Dynamic) -> Result<String, String> {
-    if let Some(m) = d.read_lock::<Map>() {
-        return m
-            .iter()
-            .map(|(k, v)| {
-                if k.is_empty() || k.contains(|c: char| c == '=' || c.is_whitespace()) {
-                    return Err(format!(
-                        "option key {:?} must be a non-empty word without `=` or blanks",
-                        k.as_str()
-                    ));
-                }
-                let v = convert::scalar(v, &format!("option {k}"))?;
-                if v.is_empty() || v.contains(char::is_whitespace) {
-                    return Err(format!(
-                        "option {k}: value {v:?} must be one word without blanks"
-                    ));
-                }
-                Ok(format!("{k}={v}"))
-            })
-            .collect::<Result<Vec<_>, String>>()
-            .map(|w| w.join(" "));
+#[cfg(test)]
+pub(super) mod tests {
+    use super::super::tests::*;
+    use crate::host::effects::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"mount::ensure("/data", #{source: "/dev/sdb1", fstype: "ext4"})"#,
+        r#"mount::remove("/old")"#,
+        r#"mount::is_mounted("/old")"#,
+        r#"mount::info("/old")"#,
+    ];
+
+    #[test]
+    fn mount_functions_from_rhai_plan_and_errors() {
+        let t = TestHost::new();
+        t.file("/etc/fstab", "# empty\n");
+        t.file("/proc/1/mountinfo", "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n");
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"let c = mount::ensure("/data", #{source: "/dev/sdb1", fstype: "ext4", options: ["noatime", "nofail"], pass: 2});
+    print(c);
+    print(mount::is_mounted("/data"));
+    let i = mount::info("/data");
+    print(`${i.source} ${i.fstype} ${i.options}`);
+    print(mount::info("/nothing"));
+    print(mount::info("/").source);"#,
+        )
+        .ok();
+        assert_eq!(
+            r.stdout(),
+            "true\ntrue\n/dev/sdb1 ext4 noatime,nofail\n\n/dev/sda1\n"
+        );
+        assert_eq!(
+            r.report.changes[0].diff.as_deref(),
+            Some(
+                "--- a/etc/fstab\n+++ b/etc/fstab\n@@ -1 +1,2 @@\n # empty\n+/dev/sdb1 /data ext4 noatime,nofail 0 2\n"
+            )
+        );
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"mount::ensure("/data", #{source: "/dev/sdb1", fstype: "ext4", state: "gone"})"#,
+        );
+        assert!(
+            r.error().ends_with(
+                "mount::ensure: option state must be \"mounted\" or \"present\", got \"gone\""
+            ),
+            "{}",
+            r.error()
+        );
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"mount::ensure("/data", #{fstype: "ext4"})"#,
+        );
+        assert!(
+            r.error()
+                .ends_with("mount::ensure: option source is required (#{source, fstype})"),
+            "{}",
+            r.error()
+        );
+        let r = run(&t, ExecMode::Plan, r#"kmod::options("nouveau", 1)"#);
+        assert!(
+            r.error()
+                .ends_with("kmod::options: opts must be a string, got i64 (or a map)"),
+            "{}",
+            r.error()
+        );
     }
-    convert::string(d, "opts").map_err(|e| format!("{e} (or a map)"))
-}
-
-pub(crate) fn register(r: &mut Registrar, api: &Api) {
-    type S = ImmutableString;
-    bind!(r, api, "mount", "ensure", |h, p: S, o: Map| {
-        let spec = mount_spec(&o)?;
-        Ok(mount::ensure(h, &p, &spec)?)
-    });
-    bind!(r, api, "mount", "remove", |h, p: S| Ok(mount::remove(
-        h, &p
-    )?));
-    bind!(r, api, "mount", "is_mounted", |h, p: S| Ok(
-        mount::is_mounted(h, &p)?
-    ));
-    bind!(r, api, "mount", "info", |h, p: S| Ok(
-        mount::info(h, &p)?.map_or(Dynamic::UNIT, |e| Dynamic::from_map(entry_map(e)))
-    ));
-
-    bind!(r, api, "kmod", "blacklist", |h, n: S| Ok(kmod::blacklist(
-        h,
-        &n,
-        &BlacklistOptions::default()
-    )?));
-    bind!(r, api, "kmod", "blacklist", |h, n: S, o: Map| {
-        let o = blacklist_opts(&o)?;
-        Ok(kmod::blacklist(h, &n, &o)?)
-    });
-    bind!(r, api, "kmod", "unblacklist", |h, n: S| Ok(
-        kmod::unblacklist(h, &n, &FileOptions::default())?
-    ));
-    bind!(r, api, "kmod", "unblacklist", |h, n: S, o: Map| {
-        let o = file_opts(&o)?;
-        Ok(kmod::unblacklist(h, &n, &o)?)
-    });
-    bind!(r, api, "kmod", "options", |h, n: S, v: Dynamic| {
-        let v = module_options(&v)?;
-        Ok(kmod::options(h, &n, &v, &FileOptions::default())?)
-    });
-    bind!(r, api, "kmod", "options", |h, n: S, v: Dynamic, o: Map| {
-        let o = file_opts(&o)?;
-        let v = module_options(&v)?;
-        Ok(kmod::options(h, &n, &v, &o)?)
-    });
-    bind!(r, api, "kmod", "remove_options", |h, n: S| Ok(
-        kmod::remove_options(h, &n, &FileOptions::default())?
-    ));
-    bind!(r, api, "kmod", "remove_options", |h, n: S, o: Map| {
-        let o = file_opts(&o)?;
-        Ok(kmod::remove_options(h, &n, &o)?)
-    });
-    bind!(r, api, "kmod", "load_at_boot", |h, n: S| Ok(
-        kmod::load_at_boot(h, &n, &FileOptions::default())?
-    ));
-    bind!(r, api, "kmod", "load_at_boot", |h, n: S, o: Map| {
-        let o = file_opts(&o)?;
-        Ok(kmod::load_at_boot(h, &n, &o)?)
-    });
-    bind!(r, api, "kmod", "unload_at_boot", |h, n: S| Ok(
-        kmod::unload_at_boot(h, &n, &FileOptions::default())?
-    ));
-    bind!(r, api, "kmod", "unload_at_boot", |h, n: S, o: Map| {
-        let o = file_opts(&o)?;
-        Ok(kmod::unload_at_boot(h, &n, &o)?)
-    });
-    bind!(r, api, "kmod", "loaded", |h, n: S| Ok(kmod::loaded(h, &n)?));
-    bind!(r, api, "kmod", "load", |h, n: S| Ok(kmod::load(h, &n)?));
 }

@@ -1,18 +1,134 @@
-//! `os::` bindings over [`crate::host::system::os`].
+//! `os::` (facts read from the host root) over [`crate::host::system::os`]: each function's
+//! reference row and binding, and their tests through Rhai.
 
 use super::convert;
-use super::{Api, Registrar};
+use super::docs::Effects::*;
+use super::docs::FnDoc;
 use crate::host::system::os;
 
-pub(crate) fn register(r: &mut Registrar, api: &Api) {
-    bind!(r, api, "os", "release", |h| Ok(convert::map(os::release(
-        h
-    )?)));
-    bind!(r, api, "os", "id", |h| Ok(os::id(h)?));
-    bind!(r, api, "os", "version", |h| Ok(os::version(h)?));
-    bind!(r, api, "os", "family", |h| Ok(os::family(h)?));
-    bind!(r, api, "os", "kernel", |h| Ok(os::kernel(h)?));
-    bind!(r, api, "os", "arch", |_h| Ok(os::arch()));
-    bind!(r, api, "os", "hostname", |h| Ok(os::hostname(h)?));
-    bind!(r, api, "os", "cmdline", |h| Ok(os::cmdline(h)?));
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[(
+    "os",
+    "OS facts — `os::`",
+    "Read as files under the host root, so a test root can provide them.",
+)];
+
+/// The functions of this file's namespaces, in reference order: each one's reference row
+/// and its registration.
+pub(super) const FUNCTIONS: &[FnDoc] = &[
+    host_fn!(
+        "os",
+        "release",
+        &[],
+        "Map",
+        ReadsHost,
+        "The host's os-release as a map (`ID`, `VERSION_ID`, `ID_LIKE`, ...).",
+        |h| Ok(convert::map(os::release(h)?))
+    ),
+    host_fn!(
+        "os",
+        "id",
+        &[],
+        "String",
+        ReadsHost,
+        "os-release `ID` (empty when unknown).",
+        |h| Ok(os::id(h)?)
+    ),
+    host_fn!(
+        "os",
+        "version",
+        &[],
+        "String",
+        ReadsHost,
+        "os-release `VERSION_ID` (empty when unknown).",
+        |h| Ok(os::version(h)?)
+    ),
+    host_fn!(
+        "os",
+        "family",
+        &[],
+        "String",
+        ReadsHost,
+        "`debian`, `rhel`, `fedora`, `suse` (by `ID`, then `ID_LIKE`), else the `ID`.",
+        |h| Ok(os::family(h)?)
+    ),
+    host_fn!(
+        "os",
+        "kernel",
+        &[],
+        "String",
+        ReadsHost,
+        "The running kernel's release (`/proc/sys/kernel/osrelease` under the root).",
+        |h| Ok(os::kernel(h)?)
+    ),
+    host_fn!(
+        "os",
+        "arch",
+        &[],
+        "String",
+        ReadsHost,
+        "The machine architecture (`x86_64`, `aarch64`).",
+        |_h| Ok(os::arch())
+    ),
+    host_fn!(
+        "os",
+        "hostname",
+        &[],
+        "String",
+        ReadsHost,
+        "`/etc/hostname` under the root (else the kernel's).",
+        |h| Ok(os::hostname(h)?)
+    ),
+    host_fn!(
+        "os",
+        "cmdline",
+        &[],
+        "String",
+        ReadsHost,
+        "The running kernel's command line (`/proc/cmdline` under the root).",
+        |h| Ok(os::cmdline(h)?)
+    ),
+];
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::super::tests::*;
+    use crate::host::effects::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"os::release()"#,
+        r#"os::id()"#,
+        r#"os::version()"#,
+        r#"os::family()"#,
+        r#"os::kernel()"#,
+        r#"os::arch()"#,
+        r#"os::hostname()"#,
+        r#"os::cmdline()"#,
+    ];
+
+    #[test]
+    fn os_facts() {
+        let t = TestHost::new();
+        t.file(
+            "/etc/os-release",
+            "ID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\nVERSION_ID=\"9.3\"\n",
+        );
+        t.file("/proc/sys/kernel/osrelease", "6.1.0-test\n");
+        t.file("/proc/cmdline", "ro quiet\n");
+        t.file("/etc/hostname", "node-7\n");
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"print([os::id(), os::version(), os::family(), os::kernel(), os::hostname(), os::cmdline(), os::release().ID_LIKE, os::arch() != ""]);"#,
+        )
+        .ok();
+        assert_eq!(
+            r.stdout(),
+            "[\"rocky\", \"9.3\", \"rhel\", \"6.1.0-test\", \"node-7\", \"ro quiet\", \"rhel centos fedora\", true]\n"
+        );
+    }
 }

@@ -1,43 +1,210 @@
-//! `service::` bindings over [`crate::host::services::service`].
+//! `service::` (systemd units) over [`crate::host::services::service`]: each function's reference row
+//! and binding, and their tests through Rhai.
 
-use rhai::ImmutableString;
+use rhai::ImmutableString as S;
 
-use super::{Api, Registrar};
+use super::docs::EffectKind::*;
+use super::docs::Effects::*;
+use super::docs::FnDoc;
+use super::docs::NAME;
 use crate::host::services::service;
 
-pub(crate) fn register(r: &mut Registrar, api: &Api) {
-    type S = ImmutableString;
-    bind!(r, api, "service", "is_active", |h, n: S| Ok(
-        service::is_active(h, &n)?
-    ));
-    bind!(r, api, "service", "is_enabled", |h, n: S| Ok(
-        service::is_enabled(h, &n)?
-    ));
-    bind!(r, api, "service", "start", |h, n: S| Ok(service::start(
-        h, &n
-    )?));
-    bind!(r, api, "service", "stop", |h, n: S| Ok(service::stop(
-        h, &n
-    )?));
-    bind!(r, api, "service", "enable", |h, n: S| Ok(service::enable(
-        h, &n
-    )?));
-    bind!(r, api, "service", "disable", |h, n: S| Ok(
-        service::disable(h, &n)?
-    ));
-    bind!(r, api, "service", "restart", |h, n: S| Ok(
-        service::restart(h, &n)?
-    ));
-    bind!(r, api, "service", "reload", |h, n: S| Ok(service::reload(
-        h, &n
-    )?));
-    bind!(r, api, "service", "daemon_reload", |h| Ok(
-        service::daemon_reload(h)?
-    ));
-    bind!(r, api, "service", "drop_in", |h, n: S, f: S, c: S| Ok(
-        service::drop_in(h, &n, &f, &c)?
-    ));
-    bind!(r, api, "service", "remove_drop_in", |h, n: S, f: S| Ok(
-        service::remove_drop_in(h, &n, &f)?
-    ));
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[(
+    "service",
+    "Services (systemd) — `service::`",
+    "Every call first runs a daemon-reload scheduled by a changed drop-in.",
+)];
+
+/// The functions of this file's namespaces, in reference order: each one's reference row
+/// and its registration.
+pub(super) const FUNCTIONS: &[FnDoc] = &[
+    host_fn!(
+        "service",
+        "is_active",
+        &[NAME],
+        "bool",
+        ReadsHost,
+        "`systemctl is-active` succeeds.",
+        |h, n: S| Ok(service::is_active(h, &n)?)
+    ),
+    host_fn!(
+        "service",
+        "is_enabled",
+        &[NAME],
+        "bool",
+        ReadsHost,
+        "`systemctl is-enabled` succeeds.",
+        |h, n: S| Ok(service::is_enabled(h, &n)?)
+    ),
+    host_fn!(
+        "service",
+        "start",
+        &[NAME],
+        "bool",
+        Submits(&[Service]),
+        "Start the unit when it is not active.",
+        |h, n: S| Ok(service::start(h, &n)?)
+    ),
+    host_fn!(
+        "service",
+        "stop",
+        &[NAME],
+        "bool",
+        Submits(&[Service]),
+        "Stop the unit when it is active.",
+        |h, n: S| Ok(service::stop(h, &n)?)
+    ),
+    host_fn!(
+        "service",
+        "enable",
+        &[NAME],
+        "bool",
+        Submits(&[Service]),
+        "Enable the unit when it is not enabled.",
+        |h, n: S| Ok(service::enable(h, &n)?)
+    ),
+    host_fn!(
+        "service",
+        "disable",
+        &[NAME],
+        "bool",
+        Submits(&[Service]),
+        "Disable the unit when it is enabled.",
+        |h, n: S| Ok(service::disable(h, &n)?)
+    ),
+    host_fn!(
+        "service",
+        "restart",
+        &[NAME],
+        "()",
+        Submits(&[ServiceAction]),
+        "`systemctl restart`, every time.",
+        |h, n: S| Ok(service::restart(h, &n)?)
+    ),
+    host_fn!(
+        "service",
+        "reload",
+        &[NAME],
+        "()",
+        Submits(&[ServiceAction]),
+        "`systemctl reload`, every time.",
+        |h, n: S| Ok(service::reload(h, &n)?)
+    ),
+    host_fn!(
+        "service",
+        "daemon_reload",
+        &[],
+        "()",
+        Submits(&[DaemonReload]),
+        "`systemctl daemon-reload`, every time (also satisfies a scheduled one).",
+        |h| Ok(service::daemon_reload(h)?)
+    ),
+    host_fn!(
+        "service",
+        "drop_in",
+        &[NAME, ("file", "String"), ("content", "String")],
+        "bool",
+        Submits(&[Write]),
+        "Write `/etc/systemd/system/<name>.service.d/<file>`; a change schedules one daemon-reload, run before the next `service::` call or at the end of the step (also a failed one).",
+        |h, n: S, f: S, c: S| Ok(service::drop_in(h, &n, &f, &c)?)
+    ),
+    host_fn!(
+        "service",
+        "remove_drop_in",
+        &[NAME, ("file", "String")],
+        "bool",
+        Submits(&[Remove]),
+        "Remove that drop-in; a change schedules one daemon-reload.",
+        |h, n: S, f: S| Ok(service::remove_drop_in(h, &n, &f)?)
+    ),
+];
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::super::tests::*;
+    use crate::host::effects::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"service::is_active("old")"#,
+        r#"service::is_enabled("old")"#,
+        r#"service::start("nginx")"#,
+        r#"service::stop("old")"#,
+        r#"service::enable("nginx")"#,
+        r#"service::disable("old")"#,
+        r#"service::restart("nginx")"#,
+        r#"service::reload("nginx")"#,
+        r#"service::daemon_reload()"#,
+        r#"service::drop_in("kubelet", "20-y.conf", "[Service]\n")"#,
+        r#"service::remove_drop_in("kubelet", "10-x.conf")"#,
+    ];
+
+    #[test]
+    fn services_all_modes_and_actions() {
+        let t = TestHost::new();
+        t.systemctl_stub();
+        std::fs::write(t.p("/state/old.active"), "yes\n").unwrap();
+        std::fs::write(t.p("/state/old.enabled"), "yes\n").unwrap();
+        let plan = all_modes(
+            &t,
+            &[
+                r#"service::start("nginx")"#,
+                r#"service::enable("nginx")"#,
+                r#"service::stop("old")"#,
+                r#"service::disable("old")"#,
+                r#"service::drop_in("kubelet", "10-x.conf", "[Service]\nX=1\n")"#,
+            ],
+        );
+        // The drop-in's daemon-reload is an action in the plan, not a change.
+        assert!(
+            plan.actions
+                .iter()
+                .any(|a| a.summary.contains("daemon-reload")),
+            "{:?}",
+            plan.actions
+        );
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            r#"print([service::is_active("nginx"), service::is_enabled("old")]);"#,
+        )
+        .ok();
+        assert_eq!(r.stdout(), "[true, false]\n");
+        // Actions run every time in apply, are recorded in plan, never drift in check.
+        let src = r#"service::restart("nginx"); service::reload("nginx"); service::daemon_reload(); changed()"#;
+        t.clear_calls();
+        let p = run(&t, ExecMode::Plan, src).ok();
+        assert_eq!(p.report.actions.len(), 3);
+        assert!(t.calls().is_empty());
+        let c = run(&t, ExecMode::Check, src).ok();
+        assert!(c.report.drift().is_empty());
+        let a = run(&t, ExecMode::Apply, src).ok();
+        assert_eq!(a.outcome.code, 0, "actions are not counted by changed()");
+        assert_eq!(
+            t.calls(),
+            vec![
+                "systemctl restart nginx",
+                "systemctl reload nginx",
+                "systemctl daemon-reload"
+            ]
+        );
+        // Removing the drop-in: a change, plus one deferred reload run at finish even when the
+        // script then fails.
+        t.clear_calls();
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            r#"service::remove_drop_in("kubelet", "10-x.conf"); throw "boom";"#,
+        );
+        assert!(r.error().ends_with("boom"));
+        assert_eq!(t.calls(), vec!["systemctl daemon-reload"]);
+        assert!(
+            !t.p("/etc/systemd/system/kubelet.service.d/10-x.conf")
+                .exists()
+        );
+    }
 }

@@ -1,7 +1,30 @@
 //! `toml::`, `json::`, `ini::`, `sha256` and `regex::` through Rhai: value and key path
 //! conversions, all modes, errors naming the function.
 
-use super::*;
+use super::super::tests::*;
+use crate::host::effects::report::ExecMode;
+use crate::host::testutil::TestHost;
+
+/// One call of each function of this file, for
+/// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+/// prepares, each call of a function that submits effects changes something.
+pub(in super::super) const SAMPLES: &[&str] = &[
+    r#"toml::get("/etc/c.toml", "a.x")"#,
+    r#"toml::set("/etc/c.toml", "a.x", 2)"#,
+    r#"toml::remove("/etc/c.toml", "a.x")"#,
+    r#"toml::ensure_table("/etc/c.toml", ["b"])"#,
+    r#"toml::parse("a = 1")"#,
+    r#"json::get("/etc/d.json", "/a")"#,
+    r#"json::set("/etc/d.json", "/a", 2)"#,
+    r#"json::remove("/etc/d.json", "/a")"#,
+    r#"ini::get("/etc/u.conf", "Service", "User")"#,
+    r#"ini::set("/etc/u.conf", "Service", "User", "y")"#,
+    r#"ini::remove("/etc/u.conf", "Service", "User")"#,
+    r#"regex::is_match("a", "abc")"#,
+    r#"regex::captures("(a)", "abc")"#,
+    r#"regex::named("(?<x>a)", "abc")"#,
+    r#"regex::replace("a", "abc", "b")"#,
+];
 
 #[test]
 fn structured_edits_all_modes() {

@@ -1,11 +1,14 @@
-//! `sysctl::`, `grub::`, `ulimit::` and `interrupt::` bindings over
-//! [`crate::host::kernel::tuning`] and [`crate::host::kernel::interrupt`].
+//! `sysctl::`, `grub::` and `ulimit::` (kernel parameters, command line, resource limits)
+//! over [`crate::host::kernel::tuning`]: each function's reference row and binding, and their tests
+//! through Rhai.
 
-use rhai::{Array, Dynamic, ImmutableString, Map};
+use rhai::{Array, Dynamic, ImmutableString as S, Map};
 
 use super::convert;
-use super::{Api, Registrar};
-use crate::host::kernel::interrupt;
+use super::docs::EffectKind::*;
+use super::docs::Effects::*;
+use super::docs::FnDoc;
+use super::docs::NAME;
 use crate::host::kernel::tuning::ulimit::LimitEntry;
 use crate::host::kernel::tuning::{grub, sysctl, ulimit};
 
@@ -58,37 +61,172 @@ fn kernel_args(d: &Dynamic) -> Result<Vec<String>, String> {
     convert::string_or_array(d, "args")
 }
 
-pub(crate) fn register(r: &mut Registrar, api: &Api) {
-    type S = ImmutableString;
-    bind!(r, api, "sysctl", "get", |h, k: S| Ok(convert::opt(
-        sysctl::get(h, &k)?
-    )));
-    bind!(r, api, "sysctl", "set", |h, k: S, v: Dynamic| {
-        let v = convert::scalar(&v, "value")?;
-        Ok(sysctl::set(h, &k, &v)?)
-    });
-    bind!(r, api, "sysctl", "persist", |h, f: S, m: Map| {
-        let entries = m
-            .iter()
-            .map(|(k, v)| Ok((k.to_string(), convert::scalar(v, &format!("value of {k}"))?)))
-            .collect::<Result<Vec<_>, String>>()?;
-        Ok(sysctl::persist(h, &f, &entries)?)
-    });
-    bind!(r, api, "grub", "set_cmdline", |h, n: S, a: Dynamic| {
-        let a = kernel_args(&a)?;
-        Ok(grub::set_cmdline(h, &n, &a)?)
-    });
-    bind!(r, api, "grub", "remove", |h, n: S| Ok(grub::remove(h, &n)?));
-    bind!(r, api, "ulimit", "persist", |h, f: S, e: Array| {
-        let e = limit_entries(&e)?;
-        Ok(ulimit::persist(h, &f, &e)?)
-    });
-    bind!(r, api, "interrupt", "reboot", |h| Ok(interrupt::reboot(h)?));
-    bind!(r, api, "interrupt", "restart_services", |h, n: Dynamic| {
-        let n = convert::string_or_array(&n, "names")?;
-        Ok(interrupt::restart_services(h, &n)?)
-    });
-    bind!(r, api, "interrupt", "restart_all_services", |h| Ok(
-        interrupt::restart_all_services(h)?
-    ));
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "sysctl",
+        "Kernel parameters — `sysctl::`",
+        "The live values under `/proc/sys` of the root; `persist` writes the boot-time file.",
+    ),
+    (
+        "grub",
+        "Kernel command line — `grub::`",
+        "Drop-ins of several packages compose instead of overwriting each other and the distribution's defaults.",
+    ),
+    ("ulimit", "Resource limits — `ulimit::`", ""),
+];
+
+/// The functions of this file's namespaces, in reference order: each one's reference row
+/// and its registration.
+pub(super) const FUNCTIONS: &[FnDoc] = &[
+    host_fn!(
+        "sysctl",
+        "get",
+        &[("key", "String")],
+        "?",
+        ReadsHost,
+        "The live value of `/proc/sys/<key, dots as slashes>`, or `()` when there is no such entry.",
+        |h, k: S| Ok(convert::opt(sysctl::get(h, &k)?))
+    ),
+    host_fn!(
+        "sysctl",
+        "set",
+        &[("key", "String"), ("value", "?")],
+        "bool",
+        Submits(&[Sysctl]),
+        "Write the live value when it differs (compared whitespace-normalised); an unknown key is an error. Never writes under /etc.",
+        |h, k: S, v: Dynamic| {
+            let v = convert::scalar(&v, "value")?;
+            Ok(sysctl::set(h, &k, &v)?)
+        }
+    ),
+    host_fn!(
+        "sysctl",
+        "persist",
+        &[("file", "String"), ("values", "Map")],
+        "bool",
+        Submits(&[Write]),
+        "Write `/etc/sysctl.d/<file>`: one `key = value` line per map entry, keys sorted.",
+        |h, f: S, m: Map| {
+            let entries = m
+                .iter()
+                .map(|(k, v)| Ok((k.to_string(), convert::scalar(v, &format!("value of {k}"))?)))
+                .collect::<Result<Vec<_>, String>>()?;
+            Ok(sysctl::persist(h, &f, &entries)?)
+        }
+    ),
+    host_fn!(
+        "grub",
+        "set_cmdline",
+        &[NAME, ("args", "?")],
+        "bool",
+        Submits(&[Write]),
+        "`/etc/default/grub.d/<name>.cfg` appending `args` (array, or a string split at spaces) to `GRUB_CMDLINE_LINUX_DEFAULT`; a change runs `update-grub` (or `grubby` on rhel/fedora) once at the end of the step.",
+        |h, n: S, a: Dynamic| {
+            let a = kernel_args(&a)?;
+            Ok(grub::set_cmdline(h, &n, &a)?)
+        }
+    ),
+    host_fn!(
+        "grub",
+        "remove",
+        &[NAME],
+        "bool",
+        Submits(&[Remove]),
+        "Remove that drop-in and take its arguments back.",
+        |h, n: S| Ok(grub::remove(h, &n)?)
+    ),
+    host_fn!(
+        "ulimit",
+        "persist",
+        &[("file", "String"), ("entries", "Array")],
+        "bool",
+        Submits(&[Write]),
+        "Write `/etc/security/limits.d/<file>`, one `domain type item value` line per entry; an entry is a map `#{domain, type, item, value}` or a string `\"* soft nofile 65536\"`.",
+        |h, f: S, e: Array| {
+            let e = limit_entries(&e)?;
+            Ok(ulimit::persist(h, &f, &e)?)
+        }
+    ),
+];
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::super::tests::*;
+    use crate::host::effects::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// One call of each function of this file, for
+    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// prepares, each call of a function that submits effects changes something.
+    pub(in super::super) const SAMPLES: &[&str] = &[
+        r#"sysctl::get("vm.swappiness")"#,
+        r#"sysctl::set("vm.swappiness", 10)"#,
+        r#"sysctl::persist("90-x.conf", #{"vm.swappiness": 10})"#,
+        r#"grub::set_cmdline("tuning", ["iommu=pt"])"#,
+        r#"grub::remove("old")"#,
+        r#"ulimit::persist("90-x.conf", ["* hard nofile 65536"])"#,
+    ];
+
+    #[test]
+    fn sysctl_grub_ulimit_all_modes() {
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub("update-grub", ":");
+        t.file("/etc/os-release", "ID=ubuntu\n");
+        t.file("/proc/sys/vm/swappiness", "60\n");
+        t.file("/proc/sys/net/ipv4/ip_local_port_range", "32768\t60999\n");
+        t.file(
+            "/etc/default/grub.d/old.cfg",
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"${GRUB_CMDLINE_LINUX_DEFAULT} quiet\"\n",
+        );
+        let plan = all_modes(
+            &t,
+            &[
+                r#"sysctl::set("vm.swappiness", 10)"#,
+                r#"sysctl::persist("90-x.conf", #{"vm.swappiness": 10, "net.core.somaxconn": "4096"})"#,
+                r#"grub::set_cmdline("tuning", ["hugepages=16", "iommu=pt"])"#,
+                r#"grub::remove("old")"#,
+                r#"ulimit::persist("90-x.conf", [#{domain: "*", type: "soft", item: "nofile", value: 65536}, "* hard nofile 65536"])"#,
+            ],
+        );
+        assert!(
+            plan.actions
+                .iter()
+                .any(|a| a.summary.contains("update-grub")),
+            "{:?}",
+            plan.actions
+        );
+        assert_eq!(t.read("/proc/sys/vm/swappiness"), "10\n");
+        assert_eq!(
+            t.read("/etc/sysctl.d/90-x.conf"),
+            "net.core.somaxconn = 4096\nvm.swappiness = 10\n"
+        );
+        assert_eq!(
+            t.read("/etc/default/grub.d/tuning.cfg"),
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"${GRUB_CMDLINE_LINUX_DEFAULT} hugepages=16 iommu=pt\"\n"
+        );
+        assert_eq!(
+            t.read("/etc/security/limits.d/90-x.conf"),
+            "* soft nofile 65536\n* hard nofile 65536\n"
+        );
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            r#"print([sysctl::get("vm.swappiness"), sysctl::get("no.such"), sysctl::set("net.ipv4.ip_local_port_range", "32768 60999")]);"#,
+        )
+        .ok();
+        assert_eq!(r.stdout(), "[\"10\", (), false]\n");
+        let r = run(&t, ExecMode::Apply, "\nsysctl::set(\"no.such\", 1)");
+        assert_eq!(
+            r.error(),
+            "main.rhai:2:9: sysctl::set: unknown sysctl key \"no.such\" (no /proc/sys/no/such)"
+        );
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            r#"ulimit::persist("x", ["* soft nofile"])"#,
+        );
+        assert!(r.error().contains("must have four fields"), "{}", r.error());
+    }
 }
