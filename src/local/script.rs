@@ -9,12 +9,11 @@ use crate::host::secrets::Redactor;
 use crate::package::Mode;
 use crate::script::host_api::Capture;
 use crate::script::{CompiledScript, ModuleStore, ScriptEngine, ScriptOutput, compile_step_in};
-use crate::step::{SecretSource, StepSpec};
+use crate::step::{End, ScriptStep, SecretSource, StepSpec};
 
 use super::{LocalError, env_default, env_get, exec_mode};
 
 pub use crate::step::StepResult;
-pub use crate::step::plan::{End, run_step};
 
 /// The [`StepSpec`] of a local session: the step environment, configMaps from an
 /// agent-side folder, commands chrooted into the root, secrets settings from the
@@ -167,7 +166,6 @@ impl ScriptRun {
             diffs: self.diffs,
             ..local_spec(&env, configmaps, &resource_id, exec)
         };
-        let ctx = spec.context();
         let api = spec.session(root);
         let redactor = api.redactor().clone();
         let output = match self.capture {
@@ -175,17 +173,16 @@ impl ScriptRun {
             None => output,
         };
         let output = api.redacting_output(output);
-        let mut opts = crate::script::RunOptions::new(output, self.cancel.clone());
-        opts.timeout = Some(timeout);
-        let outcome = run_step(
+        let outcome = ScriptStep {
             engine,
-            &compiled,
-            &ctx,
-            &api,
-            opts,
-            |c| c == 0,
-            End::Session,
-        );
+            script: &compiled,
+            spec: &spec,
+            api: &api,
+            timeout: Some(timeout),
+            end: End::Session,
+            list_drift: false,
+        }
+        .run(output, |c| c == 0);
         Ok((outcome, redactor))
     }
 }

@@ -138,6 +138,17 @@ impl StepResult {
         }
     }
 
+    /// The status a step reports (the agent's `FAILED:` line, serve's exit `code`): its
+    /// `code`, except that a step with code 0 that failed by an error (a deferred-work
+    /// failure) or by drift reports 1.
+    pub fn status(&self) -> i32 {
+        if self.code == 0 && (self.error.is_some() || !self.report.drift().is_empty()) {
+            1
+        } else {
+            self.code
+        }
+    }
+
     /// The JSON form: the report's ([`Report::to_json`]: `mode`, `changes`, `actions`,
     /// `unchanged`, `interrupts`, `summary`) plus `ok`, `return_code`, `error` (string or
     /// null), `drift` (the number of pending changes of a check, 0 otherwise) and, when

@@ -1,11 +1,12 @@
 //! [`StepSpec`]: what a step is, as every front end states it (the agent's mode loop, the dry
 //! run, `skyhook-agent serve`, `skyhook-run SCRIPT`), and the one place that turns it into
 //! what a `.rhai` step runs with: the script's `step` context ([`StepSpec::context`]), the
-//! host session's options ([`StepSpec::host_options`]) and the session itself
-//! ([`StepSpec::session`]).
+//! host session's options ([`StepSpec::host_options`]), the session itself
+//! ([`StepSpec::session`]) and the script's run options ([`StepSpec::run_options`]).
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::host::root::HostRoot;
 use crate::host::secrets::parse_allowlist;
@@ -14,6 +15,7 @@ use crate::process::Cancel;
 use crate::redact::Redactor;
 use crate::script::context::StepContext;
 use crate::script::host_api::HostApi;
+use crate::script::{RunOptions, ScriptOutput};
 
 /// Where a step's `secret(name, key)` reads come from.
 #[derive(Debug, Clone, Default)]
@@ -173,6 +175,22 @@ impl StepSpec {
             cancel: self.cancel.clone(),
             diffs: self.diffs,
             cgroup: self.cgroup.clone(),
+        }
+    }
+
+    /// The options a script runs with on `api`: its output, the step's cancel token and
+    /// `timeout` (`None`: the engine's).
+    pub fn run_options(
+        &self,
+        output: Arc<dyn ScriptOutput>,
+        api: &HostApi,
+        timeout: Option<Duration>,
+    ) -> RunOptions {
+        RunOptions {
+            output,
+            cancel: self.cancel.clone(),
+            host: Arc::new(api.clone()),
+            timeout,
         }
     }
 
