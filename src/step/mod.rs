@@ -14,7 +14,7 @@
 //! Every `.rhai` step, whichever front end runs it, runs and ends its session through
 //! [`session::ScriptStep`].
 //!
-//! [`invocation::AgentRunner`] is the agent's combination of the first two. [`engine`] is the
+//! [`runner::AgentRunner`] is the agent's combination of the first two. [`engine`] is the
 //! one script engine every front end (agent, dry run, serve, skyhook-run) runs steps with.
 
 pub mod invocation;
