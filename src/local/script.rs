@@ -164,6 +164,7 @@ impl ScriptRun {
             node_order: crate::step::spec::node_order(&env),
             cancel: self.cancel.clone(),
             diffs: self.diffs,
+            script_timeout: Some(timeout),
             ..local_spec(&env, configmaps, &resource_id, exec)
         };
         let api = spec.session(root);
@@ -178,11 +179,10 @@ impl ScriptRun {
             script: &compiled,
             spec: &spec,
             api: &api,
-            timeout: Some(timeout),
             end: End::Session,
             list_drift: false,
         }
-        .run(output, |c| c == 0);
+        .run(output);
         Ok((outcome, redactor))
     }
 }

@@ -69,11 +69,10 @@ fn one_session_across_steps_keeps_the_plan_overlay() {
         script,
         spec: &spec,
         api: &api,
-        timeout: None,
         end: End::Step,
         list_drift: false,
     };
-    let a = step(&first).run(out.clone(), |c| c == 0);
+    let a = step(&first).run(out.clone());
     assert!(a.ok, "{a:?}");
     let changes: Vec<&str> = a
         .report
@@ -97,7 +96,7 @@ fn one_session_across_steps_keeps_the_plan_overlay() {
         .collect();
     assert_eq!(actions, ["systemctl daemon-reload"]);
 
-    let b = step(&second).run(out.clone(), |c| c == 0);
+    let b = step(&second).run(out.clone());
     assert!(b.ok, "{b:?}");
     assert_eq!(out.stdout_bytes(), b"one\n\n");
     assert!(b.report.changes.is_empty() && b.report.actions.is_empty());

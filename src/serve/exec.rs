@@ -1275,6 +1275,7 @@ impl Service {
                 redactor: Some(e.redactor.clone()),
                 cancel: e.cancel.clone(),
                 cgroup: e.cgroup.clone(),
+                script_timeout: Some(Duration::from_secs(7 * 86400)),
                 ..crate::step::StepSpec::default()
             };
             let api = spec.session(root);
@@ -1283,11 +1284,10 @@ impl Service {
                 script: &compiled,
                 spec: &spec,
                 api: &api,
-                timeout: Some(Duration::from_secs(7 * 86400)),
                 end: crate::step::End::Session,
                 list_drift: false,
             }
-            .run(o2, |c| c == 0);
+            .run(o2);
             Ok::<_, String>(o)
         })
         .await;

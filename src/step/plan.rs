@@ -37,10 +37,9 @@ impl StepRunner for PlanRunner<'_> {
             script,
             spec: &inv.spec,
             api: self.api,
-            timeout: inv.script_timeout,
             end: End::Step,
             list_drift: false,
         }
-        .run(self.output.clone(), |c| inv.accepts(c))
+        .run(self.output.clone())
     }
 }

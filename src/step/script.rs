@@ -236,8 +236,6 @@ impl ScriptRunner {
         let ran = {
             let engine = self.engine.clone();
             let (script, spec, out) = (script.clone(), inv.spec.clone(), output.clone());
-            let returncodes = inv.returncodes.clone();
-            let timeout = inv.script_timeout;
             // The step's diagnostics span follows the script onto the blocking pool.
             let span = tracing::Span::current();
             tokio::task::spawn_blocking(move || {
@@ -247,11 +245,10 @@ impl ScriptRunner {
                     script: &script,
                     spec: &spec,
                     api: &api,
-                    timeout,
                     end: End::Session,
                     list_drift: true,
                 }
-                .run(out, |c| returncodes.contains(&c))
+                .run(out)
             })
             .await
         };

@@ -5,7 +5,6 @@
 //! with it; they differ in the output they supply and the executor of their [`StepSpec`].
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::host::{ExecMode, Report};
 use crate::script::host_api::HostApi;
@@ -30,13 +29,12 @@ pub struct ScriptStep<'a> {
     pub engine: &'a ScriptEngine,
     /// The compiled step.
     pub script: &'a CompiledScript,
-    /// What the step is: its `step` context, cancel token and executor come from here.
+    /// What the step is: its `step` context, return codes, cancel token, script timeout and
+    /// executor come from here.
     pub spec: &'a StepSpec,
     /// The session the script runs on (opened from `spec`, or shared by a dry run's steps);
     /// its redactor redacts the step's errors.
     pub api: &'a HostApi,
-    /// The script's deadline; `None`: the engine's.
-    pub timeout: Option<Duration>,
     /// Whether the session ends with the step.
     pub end: End,
     /// Also list a check's pending changes on `output`'s stderr (the agent, whose console
@@ -47,18 +45,16 @@ pub struct ScriptStep<'a> {
 impl ScriptStep<'_> {
     /// Run the script with `output`, then end the step (always, also after a failure).
     ///
-    /// The result: `ok` when there was no error, `accepts(code)` and no drift; `code` the
+    /// The result: `ok` when there was no error, the spec accepts the code and no drift; `code` the
     /// script's ([`StepResult::status`] gives the status a failed step reports); `error` the
     /// first of the script's error and the deferred work's failure, redacted; `interrupts`
     /// the requested ones (none on the Check executor); `report` the session's for this
     /// step. A deferred-work failure is also written to `output`'s stderr as
     /// `<file>: <error and its causes>`, redacted (the agent's text: a cause whose text
     /// redaction changed is repeated, redacted).
-    pub fn run(&self, output: Arc<dyn ScriptOutput>, accepts: impl Fn(i32) -> bool) -> StepResult {
+    pub fn run(&self, output: Arc<dyn ScriptOutput>) -> StepResult {
         let redactor = self.api.redactor();
-        let opts = self
-            .spec
-            .run_options(output.clone(), self.api, self.timeout);
+        let opts = self.spec.run_options(output.clone(), self.api);
         let outcome = run_script_with(self.engine, self.script, &self.spec.context(), &opts);
         let mut error = outcome
             .error
@@ -88,7 +84,7 @@ impl ScriptStep<'_> {
                 e.report.map_or_else(|| Report::new(self.spec.exec), |r| *r)
             }
         };
-        let ok = error.is_none() && accepts(outcome.code) && report.drift().is_empty();
+        let ok = error.is_none() && self.spec.accepts(outcome.code) && report.drift().is_empty();
         let interrupts = match self.spec.exec {
             ExecMode::Check => Vec::new(),
             _ => report.interrupts.clone(),

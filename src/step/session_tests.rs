@@ -77,11 +77,10 @@ fn a_failed_flush_after_a_failed_script_is_reported_too() {
         script: &script,
         spec: &spec,
         api: &api,
-        timeout: None,
         end: End::Session,
         list_drift: false,
     }
-    .run(out.clone(), |c| c == 0);
+    .run(out.clone());
     assert!(!o.ok);
     // The first error is the step's error.
     assert_eq!(o.error.as_deref(), Some("w.rhai:3:1: boom"));
@@ -190,8 +189,6 @@ fn run_as_agent(
         spec,
         logs: None,
         redactor,
-        returncodes: vec![0],
-        script_timeout: None,
         preamble: None,
         keep_fds: Vec::new(),
     };
@@ -246,11 +243,10 @@ fn a_failed_end_whose_cause_was_redacted_reads_the_same_for_every_front_end() {
         script: &script,
         spec: &spec,
         api: &api,
-        timeout: None,
         end: End::Session,
         list_drift: false,
     }
-    .run(out.clone(), |c| c == 0);
+    .run(out.clone());
     assert!(!o.ok);
     assert_eq!((o.code, o.status()), (0, 1));
     assert_eq!(o.error.as_deref(), Some(REDACTED_CAUSE));

@@ -33,7 +33,7 @@ pub enum SecretSource {
 /// configMaps and node metadata, the executor, the deadline and the cancel token.
 ///
 /// [`Default`] is an unnamed `apply` step on the Apply executor with an empty environment,
-/// no configMaps, commands chrooted and no deadline.
+/// no configMaps, commands chrooted, no deadline and return code 0 its only success.
 #[derive(Debug, Clone)]
 pub struct StepSpec {
     /// The mode as scripts see it (`step.mode`: `apply`, `apply-check`, ...).
@@ -71,6 +71,10 @@ pub struct StepSpec {
     pub secrets: SecretSource,
     /// The step's deadline (the default command timeout is what remains of it).
     pub deadline: Option<Instant>,
+    /// A script step's wall-clock limit (`SKYHOOK_SCRIPT_TIMEOUT`); `None`: the engine's.
+    pub script_timeout: Option<Duration>,
+    /// Return codes that count as success (the step's `returncodes`).
+    pub returncodes: Vec<i32>,
     /// The redactor shared with the step's log sink; `None`: the session makes one from
     /// `SKYHOOK_REDACT_ENV` in [`StepSpec::env`].
     pub redactor: Option<Redactor>,
@@ -102,6 +106,8 @@ impl Default for StepSpec {
             commands_chrooted: true,
             secrets: SecretSource::FromEnv,
             deadline: None,
+            script_timeout: None,
+            returncodes: vec![0],
             redactor: None,
             cancel: Cancel::new(),
             cgroup: None,
@@ -178,19 +184,19 @@ impl StepSpec {
         }
     }
 
+    /// True when `code` is one of the step's return codes.
+    pub fn accepts(&self, code: i32) -> bool {
+        self.returncodes.contains(&code)
+    }
+
     /// The options a script runs with on `api`: its output, the step's cancel token and
-    /// `timeout` (`None`: the engine's).
-    pub fn run_options(
-        &self,
-        output: Arc<dyn ScriptOutput>,
-        api: &HostApi,
-        timeout: Option<Duration>,
-    ) -> RunOptions {
+    /// script timeout.
+    pub fn run_options(&self, output: Arc<dyn ScriptOutput>, api: &HostApi) -> RunOptions {
         RunOptions {
             output,
             cancel: self.cancel.clone(),
             host: Arc::new(api.clone()),
-            timeout,
+            timeout: self.script_timeout,
         }
     }
 
