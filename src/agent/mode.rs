@@ -508,6 +508,12 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             commands_chrooted: step.on_host,
             secrets: SecretSource::FromEnv,
             deadline: Some(std::time::Instant::now() + self.settings.script_timeout),
+            script_timeout: Some(self.settings.script_timeout),
+            returncodes: step
+                .returncodes
+                .iter()
+                .filter_map(|c| i32::try_from(c.value).ok())
+                .collect(),
             redactor: Some(redactor.clone()),
             cancel: step_cancel.clone(),
             cgroup: None,
@@ -534,12 +540,6 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             spec,
             logs,
             redactor,
-            returncodes: step
-                .returncodes
-                .iter()
-                .filter_map(|c| i32::try_from(c.value).ok())
-                .collect(),
-            script_timeout: Some(self.settings.script_timeout),
             cancel: step_cancel,
             preamble: None,
             keep_fds: self.keep_fds.clone(),

@@ -9,12 +9,11 @@ use crate::host::secrets::Redactor;
 use crate::package::Mode;
 use crate::script::host_api::Capture;
 use crate::script::{CompiledScript, ModuleStore, ScriptEngine, ScriptOutput, compile_step_in};
-use crate::step::{SecretSource, StepSpec};
+use crate::step::{End, ScriptStep, SecretSource, StepSpec};
 
 use super::{LocalError, env_default, env_get, exec_mode};
 
 pub use crate::step::StepResult;
-pub use crate::step::plan::{End, run_step};
 
 /// The [`StepSpec`] of a local session: the step environment, configMaps from an
 /// agent-side folder, commands chrooted into the root, secrets settings from the
@@ -165,9 +164,9 @@ impl ScriptRun {
             node_order: crate::step::spec::node_order(&env),
             cancel: self.cancel.clone(),
             diffs: self.diffs,
+            script_timeout: Some(timeout),
             ..local_spec(&env, configmaps, &resource_id, exec)
         };
-        let ctx = spec.context();
         let api = spec.session(root);
         let redactor = api.redactor().clone();
         let output = match self.capture {
@@ -175,17 +174,15 @@ impl ScriptRun {
             None => output,
         };
         let output = api.redacting_output(output);
-        let mut opts = crate::script::RunOptions::new(output, self.cancel.clone());
-        opts.timeout = Some(timeout);
-        let outcome = run_step(
+        let outcome = ScriptStep {
             engine,
-            &compiled,
-            &ctx,
-            &api,
-            opts,
-            |c| c == 0,
-            End::Session,
-        );
+            script: &compiled,
+            spec: &spec,
+            api: &api,
+            end: End::Session,
+            list_drift: false,
+        }
+        .run(output);
         Ok((outcome, redactor))
     }
 }

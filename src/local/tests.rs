@@ -1,11 +1,9 @@
 use std::sync::Arc;
 
-use super::script::{End, run_step};
 use super::*;
 use crate::host::root::HostRoot;
-use crate::host::{Host, HostOptions};
-use crate::script::host_api::HostApi;
-use crate::script::{CaptureOutput, ModuleStore, ScriptEngine, StepContext, compile_source};
+use crate::script::{CaptureOutput, ModuleStore, ScriptEngine, compile_source};
+use crate::step::{End, ScriptStep, StepSpec};
 
 #[test]
 fn exec_mode_follows_check_modes_then_apply() {
@@ -60,26 +58,21 @@ fn one_session_across_steps_keeps_the_plan_overlay() {
         store,
     )
     .unwrap();
-    let host = Host::new(
-        HostRoot::open(d.path()).unwrap(),
-        ExecMode::Plan,
-        HostOptions::default(),
-    );
-    let api = HostApi::new(host);
-    let out = Arc::new(CaptureOutput::new());
-    let ctx = StepContext {
-        dry_run: true,
-        ..Default::default()
+    let spec = StepSpec {
+        exec: ExecMode::Plan,
+        ..StepSpec::default()
     };
-    let a = run_step(
-        &engine,
-        &first,
-        &ctx,
-        &api,
-        crate::script::RunOptions::new(out.clone(), crate::process::Cancel::new()),
-        |c| c == 0,
-        End::Step,
-    );
+    let api = spec.session(HostRoot::open(d.path()).unwrap());
+    let out = Arc::new(CaptureOutput::new());
+    let step = |script| ScriptStep {
+        engine: &engine,
+        script,
+        spec: &spec,
+        api: &api,
+        end: End::Step,
+        list_drift: false,
+    };
+    let a = step(&first).run(out.clone());
     assert!(a.ok, "{a:?}");
     let changes: Vec<&str> = a
         .report
@@ -103,15 +96,7 @@ fn one_session_across_steps_keeps_the_plan_overlay() {
         .collect();
     assert_eq!(actions, ["systemctl daemon-reload"]);
 
-    let b = run_step(
-        &engine,
-        &second,
-        &ctx,
-        &api,
-        crate::script::RunOptions::new(out.clone(), crate::process::Cancel::new()),
-        |c| c == 0,
-        End::Step,
-    );
+    let b = step(&second).run(out.clone());
     assert!(b.ok, "{b:?}");
     assert_eq!(out.stdout_bytes(), b"one\n\n");
     assert!(b.report.changes.is_empty() && b.report.actions.is_empty());

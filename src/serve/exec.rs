@@ -24,7 +24,7 @@ use crate::host::ExecMode;
 use crate::process::{Cancel, CancelReason, Outcome, Status};
 use crate::process::{cgroup, sweep};
 use crate::redact::Redactor;
-use crate::script::{CompiledScript, ModuleStore, RunOptions, ScriptEngine};
+use crate::script::{CompiledScript, ModuleStore, ScriptEngine};
 
 /// Most environment entries a step gets (the request's `env`, its `secrets`, `PATH`).
 pub const MAX_ENV_ENTRIES: usize = 1024;
@@ -1275,21 +1275,19 @@ impl Service {
                 redactor: Some(e.redactor.clone()),
                 cancel: e.cancel.clone(),
                 cgroup: e.cgroup.clone(),
+                script_timeout: Some(Duration::from_secs(7 * 86400)),
                 ..crate::step::StepSpec::default()
             };
             let api = spec.session(root);
-            let ctx = spec.context();
-            let mut opts = RunOptions::new(o2, e.cancel.clone());
-            opts.timeout = Some(Duration::from_secs(7 * 86400));
-            let o = crate::step::plan::run_step(
-                &svc.engine,
-                &compiled,
-                &ctx,
-                &api,
-                opts,
-                |c| c == 0,
-                crate::step::plan::End::Session,
-            );
+            let o = crate::step::ScriptStep {
+                engine: &svc.engine,
+                script: &compiled,
+                spec: &spec,
+                api: &api,
+                end: crate::step::End::Session,
+                list_drift: false,
+            }
+            .run(o2);
             Ok::<_, String>(o)
         })
         .await;
@@ -1326,7 +1324,7 @@ impl Service {
                            "summary": r.redact(&a.summary)});
             self.emit(exec, &Body::Plan(p));
         }
-        let code = if o.ok || o.code != 0 { o.code } else { 1 };
+        let code = o.status();
         let exit = if exec.timed_out.load(Ordering::SeqCst) {
             json!({"error": "timeout"})
         } else if exec.cancel.is_aborted() && o.error.is_some() {

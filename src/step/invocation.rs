@@ -59,18 +59,14 @@ pub struct StepInvocation {
     /// reserved variables (`STEP_ROOT`, `SKYHOOK_DIR`, `PREVIOUS_VERSION`,
     /// `CURRENT_VERSION`), `PATH` defaulted.
     pub env: Vec<(OsString, OsString)>,
-    /// What a script step is: its `step` context, its host session's options and its
-    /// executor (Apply, Check in a `*-check` mode, or Plan) come from this.
+    /// What the step is: its return codes, and for a script step its `step` context, its
+    /// host session's options, its timeout and its executor (Apply, Check in a `*-check`
+    /// mode, or Plan).
     pub spec: StepSpec,
     /// The step's log files (`None`: `SKYHOOK_AGENT_WRITE_LOGS=false`, or a dry run).
     pub logs: Option<StepLogFiles>,
     /// Secret values hidden from output and logs (`SKYHOOK_REDACT_ENV` and secrets read).
     pub redactor: Redactor,
-    /// Return codes that count as success (the step's `returncodes`).
-    pub returncodes: Vec<i32>,
-    /// The step's deadline in seconds for a script (`SKYHOOK_SCRIPT_TIMEOUT`, from the run's
-    /// settings); `None` for none.
-    pub script_timeout: Option<std::time::Duration>,
     /// Aborting it ends the step (TERM, grace, KILL for a process; the next operation for
     /// a script).
     pub cancel: Cancel,
@@ -84,7 +80,7 @@ pub struct StepInvocation {
 impl StepInvocation {
     /// True when `code` is one of the step's return codes.
     pub fn accepts(&self, code: i32) -> bool {
-        self.returncodes.contains(&code)
+        self.spec.accepts(code)
     }
 }
 
@@ -138,6 +134,17 @@ impl StepResult {
         }
     }
 
+    /// The status a step reports (the agent's `FAILED:` line, serve's exit `code`): its
+    /// `code`, except that a step with code 0 that failed by an error (a deferred-work
+    /// failure) or by drift reports 1.
+    pub fn status(&self) -> i32 {
+        if self.code == 0 && (self.error.is_some() || !self.report.drift().is_empty()) {
+            1
+        } else {
+            self.code
+        }
+    }
+
     /// The JSON form: the report's ([`Report::to_json`]: `mode`, `changes`, `actions`,
     /// `unchanged`, `interrupts`, `summary`) plus `ok`, `return_code`, `error` (string or
     /// null), `drift` (the number of pending changes of a check, 0 otherwise) and, when
@@ -162,7 +169,7 @@ impl StepResult {
     }
 }
 
-/// Runs one resolved step. Implemented by [`AgentRunner`] and
+/// Runs one resolved step. Implemented by [`AgentRunner`](super::AgentRunner) and
 /// [`PlanRunner`](super::plan::PlanRunner); tests implement it to observe the loop.
 pub trait StepRunner {
     /// Run `inv` to its end (or its cancellation) and report.

@@ -11,7 +11,10 @@
 //! - [`plan::PlanRunner`] is the dry run: scripts on the Plan executor of one shared
 //!   session, processes "would run".
 //!
-//! [`invocation::AgentRunner`] is the agent's combination of the first two. [`engine`] is the
+//! Every `.rhai` step, whichever front end runs it, runs and ends its session through
+//! [`session::ScriptStep`].
+//!
+//! [`runner::AgentRunner`] is the agent's combination of the first two. [`engine`] is the
 //! one script engine every front end (agent, dry run, serve, skyhook-run) runs steps with.
 
 pub mod invocation;
@@ -19,6 +22,7 @@ pub mod plan;
 pub mod process;
 pub mod runner;
 pub mod script;
+pub mod session;
 pub mod spec;
 
 use std::sync::Arc;
@@ -30,6 +34,7 @@ pub use plan::PlanRunner;
 pub use process::{Outcome, ProcessRunner, ProcessSpec, RunOptions, RunReport};
 pub use runner::AgentRunner;
 pub use script::{ScriptRunner, SinkOutput};
+pub use session::{End, ScriptStep};
 pub use spec::{SecretSource, StepSpec};
 
 /// The engine steps are compiled and run with (built once per run or server; every limit

@@ -79,9 +79,7 @@ async fn run_process_step(
         console.error_line(line);
     }
     StepResult {
-        ok: report
-            .outcome
-            .succeeded_with(|c| inv.returncodes.contains(&c)),
+        ok: report.outcome.succeeded_with(|c| inv.spec.accepts(c)),
         code: report.outcome.display_status(),
         ran: true,
         log_errors,

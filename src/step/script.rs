@@ -6,14 +6,12 @@ use std::sync::{Arc, Mutex};
 
 use chrono::NaiveDateTime;
 
+use super::session::{End, ScriptStep};
 use crate::logs::LogError;
 use crate::logs::sink::{Label, LogFormat, Relay, StepLogFiles, StreamSink};
 use crate::redact::{Redactor, StreamRedactor};
-use crate::script::bindings::ScriptHost;
-use crate::script::context::StepContext;
 use crate::script::engine::ScriptEngine;
 use crate::script::output::ScriptOutput;
-use crate::script::run::{CompiledScript, RunOptions, ScriptOutcome, run_script_with};
 
 /// One output stream of a script: relay state and its sink.
 struct Stream {
@@ -171,31 +169,6 @@ pub struct ScriptRunner {
 }
 
 impl ScriptRunner {
-    /// Run `script` with `ctx`, the host API `host`, output through `output`, until it
-    /// ends, fails, passes `timeout` (else the engine's) or `cancel` is aborted. Blocks
-    /// until the script ends (it runs on its own thread; see
-    /// [`run_script_with`]).
-    ///
-    /// The outcome fails on any script error, `fail()`, limit, deadline or cancel, whatever
-    /// the step's `returncodes` say; otherwise its `code` is checked against them by the caller.
-    pub fn run(
-        &self,
-        script: &CompiledScript,
-        ctx: &StepContext,
-        host: Arc<dyn ScriptHost>,
-        output: Arc<dyn crate::script::output::ScriptOutput>,
-        cancel: crate::process::Cancel,
-        timeout: Option<std::time::Duration>,
-    ) -> ScriptOutcome {
-        let opts = RunOptions {
-            output,
-            cancel,
-            host,
-            timeout,
-        };
-        run_script_with(&self.engine, script, ctx, &opts)
-    }
-
     /// Run one `.rhai` step of the agent: a new host session over [`ScriptRunner::root`]
     /// from `inv.spec` ([`super::spec::StepSpec::session`]; Apply in run modes, Check in `*-check`
     /// modes: pending changes are drift and fail the step, each listed on the step's
@@ -258,28 +231,29 @@ impl ScriptRunner {
             )
             .with_log_format(self.log_format),
         );
-        let check = inv.spec.exec == crate::host::ExecMode::Check;
         inv.spec.redactor = Some(inv.redactor.clone());
-        let api = Arc::new(inv.spec.session(session_root));
-        let outcome = {
-            let runner = self.clone();
-            let (script, ctx, api, out) = (
-                script.clone(),
-                inv.spec.context(),
-                api.clone(),
-                output.clone(),
-            );
-            let (cancel, timeout) = (inv.cancel.clone(), inv.script_timeout);
+        let api = inv.spec.session(session_root);
+        let ran = {
+            let engine = self.engine.clone();
+            let (script, spec, out) = (script.clone(), inv.spec.clone(), output.clone());
             // The step's diagnostics span follows the script onto the blocking pool.
             let span = tracing::Span::current();
             tokio::task::spawn_blocking(move || {
                 let _entered = span.enter();
-                runner.run(&script, &ctx, api, out, cancel, timeout)
+                ScriptStep {
+                    engine: &engine,
+                    script: &script,
+                    spec: &spec,
+                    api: &api,
+                    end: End::Session,
+                    list_drift: true,
+                }
+                .run(out)
             })
             .await
         };
-        let outcome = match outcome {
-            Ok(o) => o,
+        let mut result = match ran {
+            Ok(r) => r,
             Err(e) => {
                 let msg = format!("{file}: script runner: {e}\n");
                 ScriptOutput::stderr(&*output, msg.as_bytes());
@@ -290,51 +264,9 @@ impl ScriptRunner {
                 };
             }
         };
-        let mut ok = !outcome.failed() && inv.accepts(outcome.code);
-        let mut status = outcome.code;
-        let mut error = outcome
-            .error
-            .as_ref()
-            .map(|e| inv.redactor.redact(&e.to_string()).into_owned());
-        let mut interrupts = Vec::new();
-        let report = match api.finish() {
-            Ok(report) => {
-                if !report.drift().is_empty() {
-                    let text = report.render_drift(&inv.redactor);
-                    ScriptOutput::stderr(&*output, text.as_bytes());
-                    ok = false;
-                    if status == 0 {
-                        status = 1;
-                    }
-                }
-                if !check {
-                    interrupts = report.interrupts.clone();
-                }
-                report
-            }
-            Err(e) => {
-                let msg = format!("{file}: {}", inv.redactor.redact(&crate::chain::render(&e)));
-                ScriptOutput::stderr(&*output, format!("{msg}\n").as_bytes());
-                error.get_or_insert(msg);
-                ok = false;
-                if status == 0 {
-                    status = 1;
-                }
-                e.report
-                    .map_or_else(|| crate::host::Report::new(exec), |r| *r)
-            }
-        };
-        let log_errors = finish_output(&output, &*console);
-        StepResult {
-            ok,
-            code: status,
-            ran: true,
-            interrupts,
-            report,
-            error,
-            notes: Vec::new(),
-            log_errors,
-        }
+        result.code = result.status();
+        result.log_errors = finish_output(&output, &*console);
+        result
     }
 }
 
@@ -400,19 +332,12 @@ mod tests {
             Arc::new(ModuleStore::new(dir.path())),
         )
         .unwrap();
-        let runner = ScriptRunner {
-            engine,
-            root: dir.path().to_path_buf(),
-            opened: None,
-            log_format: LogFormat::Prefixed,
-        };
-        let outcome = runner.run(
+        let opts = crate::script::RunOptions::new(out.clone(), crate::process::Cancel::new());
+        let outcome = crate::script::run_script_with(
+            &engine,
             &script,
-            &StepContext::default(),
-            Arc::new(crate::script::bindings::NoHost),
-            out.clone(),
-            crate::process::Cancel::new(),
-            None,
+            &crate::script::StepContext::default(),
+            &opts,
         );
         assert!(!outcome.failed());
         assert!(out.finish().is_empty());

@@ -1,11 +1,12 @@
 //! [`StepSpec`]: what a step is, as every front end states it (the agent's mode loop, the dry
 //! run, `skyhook-agent serve`, `skyhook-run SCRIPT`), and the one place that turns it into
 //! what a `.rhai` step runs with: the script's `step` context ([`StepSpec::context`]), the
-//! host session's options ([`StepSpec::host_options`]) and the session itself
-//! ([`StepSpec::session`]).
+//! host session's options ([`StepSpec::host_options`]), the session itself
+//! ([`StepSpec::session`]) and the script's run options ([`StepSpec::run_options`]).
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::host::root::HostRoot;
 use crate::host::secrets::parse_allowlist;
@@ -14,6 +15,7 @@ use crate::process::Cancel;
 use crate::redact::Redactor;
 use crate::script::context::StepContext;
 use crate::script::host_api::HostApi;
+use crate::script::{RunOptions, ScriptOutput};
 
 /// Where a step's `secret(name, key)` reads come from.
 #[derive(Debug, Clone, Default)]
@@ -31,7 +33,7 @@ pub enum SecretSource {
 /// configMaps and node metadata, the executor, the deadline and the cancel token.
 ///
 /// [`Default`] is an unnamed `apply` step on the Apply executor with an empty environment,
-/// no configMaps, commands chrooted and no deadline.
+/// no configMaps, commands chrooted, no deadline and return code 0 its only success.
 #[derive(Debug, Clone)]
 pub struct StepSpec {
     /// The mode as scripts see it (`step.mode`: `apply`, `apply-check`, ...).
@@ -69,6 +71,10 @@ pub struct StepSpec {
     pub secrets: SecretSource,
     /// The step's deadline (the default command timeout is what remains of it).
     pub deadline: Option<Instant>,
+    /// A script step's wall-clock limit (`SKYHOOK_SCRIPT_TIMEOUT`); `None`: the engine's.
+    pub script_timeout: Option<Duration>,
+    /// Return codes that count as success (the step's `returncodes`).
+    pub returncodes: Vec<i32>,
     /// The redactor shared with the step's log sink; `None`: the session makes one from
     /// `SKYHOOK_REDACT_ENV` in [`StepSpec::env`].
     pub redactor: Option<Redactor>,
@@ -100,6 +106,8 @@ impl Default for StepSpec {
             commands_chrooted: true,
             secrets: SecretSource::FromEnv,
             deadline: None,
+            script_timeout: None,
+            returncodes: vec![0],
             redactor: None,
             cancel: Cancel::new(),
             cgroup: None,
@@ -173,6 +181,22 @@ impl StepSpec {
             cancel: self.cancel.clone(),
             diffs: self.diffs,
             cgroup: self.cgroup.clone(),
+        }
+    }
+
+    /// True when `code` is one of the step's return codes.
+    pub fn accepts(&self, code: i32) -> bool {
+        self.returncodes.contains(&code)
+    }
+
+    /// The options a script runs with on `api`: its output, the step's cancel token and
+    /// script timeout.
+    pub fn run_options(&self, output: Arc<dyn ScriptOutput>, api: &HostApi) -> RunOptions {
+        RunOptions {
+            output,
+            cancel: self.cancel.clone(),
+            host: Arc::new(api.clone()),
+            timeout: self.script_timeout,
         }
     }
 
