@@ -162,7 +162,7 @@ impl StepResult {
     }
 }
 
-/// Runs one resolved step. Implemented by [`AgentRunner`] and
+/// Runs one resolved step. Implemented by [`AgentRunner`](super::AgentRunner) and
 /// [`PlanRunner`](super::plan::PlanRunner); tests implement it to observe the loop.
 pub trait StepRunner {
     /// Run `inv` to its end (or its cancellation) and report.

@@ -11,7 +11,7 @@
 //! - [`plan::PlanRunner`] is the dry run: scripts on the Plan executor of one shared
 //!   session, processes "would run".
 //!
-//! [`invocation::AgentRunner`] is the agent's combination of the first two. [`engine`] is the
+//! [`runner::AgentRunner`] is the agent's combination of the first two. [`engine`] is the
 //! one script engine every front end (agent, dry run, serve, skyhook-run) runs steps with.
 
 pub mod invocation;

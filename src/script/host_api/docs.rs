@@ -257,7 +257,7 @@ impl FnDoc {
     }
 }
 
-/// A function registered by the script layer itself (`changed()` and [`SCRIPT_FUNCTIONS`]):
+/// A function registered by the script layer itself (`changed()` and [`super::SCRIPT_FUNCTIONS`]):
 /// documented here, registered by the script runner.
 pub(super) const fn script_layer(
     ns: &'static str,
