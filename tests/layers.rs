@@ -50,7 +50,7 @@ const LAYERS: &[(&str, &[&str])] = &[
                   "script", "serve", "step"]),
 ];
 
-/// Violations that other changes of issue 18 are removing, each as the test words it:
+/// Violations still to be removed, each as the test words it:
 /// `"a -> b"` for an edge between top-level modules that [`LAYERS`] does not allow,
 /// `"cycle in src/x"` for a folder whose files import each other in a cycle. The test fails
 /// when one of them no longer occurs, so the list only shrinks.
