@@ -10,7 +10,7 @@ For each N in SIZES it measures, each beside its floor:
 
 - `fs::write` of N files (`skyhook-run` of a Rhai script, `--apply`, into a fresh root); floor:
   a Python loop doing the same atomic writes (temp file, write, fsync, rename; one directory
-  fsync at the end: the session's `fsync1` policy, `src/host/durability.rs`);
+  fsync at the end: the session's `fsync1` policy, `src/host/root/durability.rs`);
 - `fs::ensure_line` of N distinct lines into one file: plan (no `--apply`, nothing written),
   apply (fresh root), and a second apply that changes nothing. Floors: plan, a Python loop
   with a set of lines (no I/O); apply, a Python loop making the same N whole-file atomic

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 
 /// The top-level modules of `src/`, lowest layer first, each with the top-level modules it may
 /// import. Every module in `src/` must have a row; every row may name only rows above it, so the
-/// table itself has no cycle. `step` and `cli` are placed ahead of the change that adds them.
+/// table itself has no cycle. `docs/architecture.md` shows a copy
+/// ([`architecture_doc_shows_the_layers_table`]).
 #[rustfmt::skip]
 const LAYERS: &[(&str, &[&str])] = &[
     // Leaves: std and external crates only.
@@ -44,12 +45,12 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("remote",  &["process", "serve"]),
     ("local",   &["agent", "host", "logs", "package", "process", "redact", "script", "state",
                   "step"]),
-    // The command lines of the three binaries (issue 18).
+    // The command lines of the three binaries.
     ("cli",     &["agent", "chain", "diag", "host", "local", "package", "process", "remote",
                   "script", "serve", "step"]),
 ];
 
-/// Violations that other changes of issue 18 are removing, each as the test words it:
+/// Violations still to be removed, each as the test words it:
 /// `"a -> b"` for an edge between top-level modules that [`LAYERS`] does not allow,
 /// `"cycle in src/x"` for a folder whose files import each other in a cycle. The test fails
 /// when one of them no longer occurs, so the list only shrinks.
@@ -57,9 +58,6 @@ const KNOWN_VIOLATIONS: &[&str] = &[
     // The session (Host) picks the executor and the executors take the session: the one
     // executor interface that breaks this is still to be built.
     "cycle in src/host/effects",
-    // host_api/mod.rs defines `Api` and calls each area's `register`, and the areas use
-    // `Api`; the host API's one-home-per-function layout replaces the folder.
-    "cycle in src/script/host_api",
 ];
 
 /// One token of Rust source, with its 1-based line.
@@ -977,4 +975,78 @@ pub fn g() { crate::agent::run() }
           not in LAYERS: chain may import []"
         ]
     );
+}
+
+/// The markers around the copy of [`LAYERS`] in `docs/architecture.md`.
+const DOC_BEGIN: &str = "<!-- BEGIN LAYERS (tests/layers.rs) -->\n";
+const DOC_END: &str = "<!-- END LAYERS -->";
+
+/// [`LAYERS`] as `docs/architecture.md` shows it: a Markdown table, one row per module,
+/// lowest first, `—` for a leaf.
+fn layers_markdown() -> String {
+    let mut out = String::from("| module (lowest first) | may import |\n|---|---|\n");
+    for (module, imports) in LAYERS {
+        let imports = if imports.is_empty() {
+            "—".to_string()
+        } else {
+            let names: Vec<String> = imports.iter().map(|m| format!("`{m}`")).collect();
+            names.join(", ")
+        };
+        out.push_str(&format!("| `{module}` | {imports} |\n"));
+    }
+    out
+}
+
+/// `doc` with the text between [`DOC_BEGIN`] and [`DOC_END`] replaced by `table`, or why it
+/// cannot be (a marker missing).
+fn with_layers_table(doc: &str, table: &str) -> Result<String, String> {
+    let start = doc
+        .find(DOC_BEGIN)
+        .ok_or_else(|| format!("no `{}` line", DOC_BEGIN.trim_end()))?
+        + DOC_BEGIN.len();
+    let end = start
+        + doc[start..]
+            .find(DOC_END)
+            .ok_or_else(|| format!("no `{DOC_END}` line after `{}`", DOC_BEGIN.trim_end()))?;
+    Ok(format!("{}{table}{}", &doc[..start], &doc[end..]))
+}
+
+#[test]
+fn architecture_doc_shows_the_layers_table() {
+    let path = crate_root().join("docs/architecture.md");
+    let doc = fs::read_to_string(&path).unwrap();
+    let want = with_layers_table(&doc, &layers_markdown())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if want == doc {
+        return;
+    }
+    if std::env::var_os("SKYHOOK_UPDATE_DOCS").is_some() {
+        fs::write(&path, want).unwrap();
+        return;
+    }
+    panic!(
+        "{}: the layers table is not LAYERS of tests/layers.rs; rewrite it with \
+         `SKYHOOK_UPDATE_DOCS=1 cargo test --test tests layers`. LAYERS as the doc shows it:\n{}",
+        path.display(),
+        layers_markdown()
+    );
+}
+
+#[test]
+fn layers_table_copy_is_replaced_between_its_markers_only() {
+    let doc = format!("# A\n\n{DOC_BEGIN}| old |\n{DOC_END}\n\nrest\n");
+    assert_eq!(
+        with_layers_table(&doc, "| new |\n").unwrap(),
+        format!("# A\n\n{DOC_BEGIN}| new |\n{DOC_END}\n\nrest\n")
+    );
+    assert_eq!(
+        with_layers_table("# A\n", "x").unwrap_err(),
+        "no `<!-- BEGIN LAYERS (tests/layers.rs) -->` line"
+    );
+    assert_eq!(
+        with_layers_table(&format!("{DOC_BEGIN}| old |\n"), "x").unwrap_err(),
+        "no `<!-- END LAYERS -->` line after `<!-- BEGIN LAYERS (tests/layers.rs) -->`"
+    );
+    assert!(layers_markdown().contains("| `chain` | — |\n"));
+    assert!(layers_markdown().contains("| `logs` | `host` |\n"));
 }

@@ -35,7 +35,8 @@
 //! - `reboot`: a `node_restart` interrupt and the shutdown's SIGTERM (exit 0 with the pending
 //!   marker after the reboot was issued; exit 1 and no marker before).
 //! - `layers`: the layering of `src/` read from its source: the allowed imports between
-//!   top-level modules (its `LAYERS` table) and no import cycle between the files of a folder.
+//!   top-level modules (its `LAYERS` table, copied in docs/architecture.md and checked) and no
+//!   import cycle between the files of a folder.
 //! - `gpu_service_user`: the `examples/gpu-service-user` package (user::, group::, fs::write,
 //!   sysctl::, mount:: with a recording `mount`) planned, applied, planned again and checked
 //!   on a fake root, also after a manual umount and userdel.

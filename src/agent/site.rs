@@ -179,7 +179,7 @@ impl PackageSite<'_> {
     /// The script a step runs, if it is a script step: `skyhook_dir/<path>` for a `.rhai`
     /// path; for the shellscript package's dispatcher (`shellscript_run.sh STAGE`)
     /// `configmaps/<STAGE>.rhai` when that file exists (the dispatcher itself then does not
-    /// run; without it the step runs as before).
+    /// run; without it the dispatcher runs as a process step).
     ///
     /// # Errors
     /// A failure to look the configMap up under the root.

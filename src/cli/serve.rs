@@ -290,7 +290,8 @@ pub fn startup(a: ServeArgs) -> Result<Startup, ServeError> {
 mod tests {
     use super::*;
 
-    /// `serve --help` names the project's doc (it cited a remote-api.md the project lacks).
+    /// `serve --help` names the project's doc, docs/remote.md, not the contract's remote-api.md
+    /// (outside this repository).
     #[test]
     fn help_cites_the_projects_remote_doc() {
         let help = <ServeArgs as clap::CommandFactory>::command()

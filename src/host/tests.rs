@@ -1297,9 +1297,9 @@ fn read_regular_refuses_fifos_devices_and_huge_files() {
     );
 }
 
-/// Temporaries left by a dead writer never block a write (the old `<pid>-<n>` names of a
-/// process with our pid used to fail with `File exists`) and are removed the first time the
-/// directory is written; a live writer's temporary is left alone.
+/// Temporaries left by a dead writer never block a write (not even one named as ours would
+/// be, by a dead process that had our pid: no `File exists`) and are removed the first time
+/// the directory is written; a live writer's temporary is left alone.
 #[test]
 fn stale_temporaries_are_removed_and_never_collide() {
     use crate::host::root::{HostRoot, TMP_PREFIX};

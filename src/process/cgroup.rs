@@ -4,7 +4,7 @@
 //! `exec` (the child writes `0` to its `cgroup.procs`, through a descriptor opened before the
 //! clone), so every process it forks, including one that calls `setsid` or is re-parented,
 //! is a member until it exits. Ending the run signals the members listed in `cgroup.procs`
-//! instead of the subreaper's adopted children: several runs at once no longer sweep each
+//! instead of the subreaper's adopted children, so several runs at once never sweep each
 //! other's orphans, and a cancel after a server restart still reaches `setsid` grandchildren.
 //!
 //! [`Root`] is the directory under which runs get their cgroups (`<root>/skyhook-serve`):

@@ -36,7 +36,7 @@ static LIVE: Mutex<BTreeSet<libc::pid_t>> = Mutex::new(BTreeSet::new());
 ///
 /// # Errors
 /// The `prctl` error (e.g. `EINVAL` on a kernel older than 3.4); the subreaper is then not
-/// enabled and orphans go to init as before.
+/// enabled and orphans go to init.
 pub fn enable_subreaper() -> io::Result<()> {
     nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)?;
     ENABLED.store(true, Ordering::SeqCst);

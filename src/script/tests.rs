@@ -574,8 +574,9 @@ fn parent_and_absolute_imports_are_refused() {
     );
 }
 
-/// Found by `tests/fuzz` (`rhai_lint`): the import path was shown raw after the quoted spec,
-/// so a `\n` in it split the error (and `skyhook-run check`'s diagnostic) over two lines.
+/// An import path with a control character is refused on one line: a `\n` in it never splits
+/// the error (and `skyhook-run check`'s diagnostic) over two lines (a case of `tests/fuzz`'s
+/// `rhai_lint`).
 #[test]
 fn import_paths_with_control_characters_are_refused_on_one_line() {
     let (dir, _e, c) = compile_with(

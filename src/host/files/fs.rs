@@ -53,7 +53,7 @@ impl Default for LineOptions {
 }
 
 /// Read an agent-side file (configMaps, node metadata, secrets: outside the host root) as
-/// [`read_whole`] does: without blocking on a FIFO, a regular file of at most
+/// [`read_whole`](crate::host::root::read::read_whole) does: without blocking on a FIFO, a regular file of at most
 /// [`MAX_READ_BYTES`].
 ///
 /// The outer error is the refusal ([`HostError::NotRegular`], [`HostError::FileTooLarge`]);

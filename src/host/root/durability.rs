@@ -1,10 +1,10 @@
-//! The durability policy of a session's file changes (issue 13): `fsync1`.
+//! The durability policy of a session's file changes: `fsync1`.
 //!
 //! An atomic write is temp file, write, fsync(file), rename, fsync(directory). Outside a
 //! session ([`crate::host::root::HostRoot::write_atomic`] and friends: the agent's state
 //! under `src/state` (flags, history, interrupts, check results), the deferred write-ahead
-//! records of [`crate::host::root::deferred`], `prepare`'s copies) both fsyncs happen at once, as
-//! before. Inside a [`Host`](crate::host::Host) session in apply mode:
+//! records of [`crate::host::root::deferred`], `prepare`'s copies) both fsyncs happen at once.
+//! Inside a [`Host`](crate::host::Host) session in apply mode:
 //!
 //! - each write still fsyncs the file **before** its rename, so the data is durable before
 //!   the name points at it: a power loss never leaves an empty or torn file, only the old
@@ -28,8 +28,8 @@
 //! Errors: a directory that no longer exists at the step's end is skipped (a later effect of
 //! the step removed it; its own parent is in the set when the session removed it). A
 //! filesystem that refuses `fsync` on a directory (`EINVAL`, `EOPNOTSUPP`: some FUSE and
-//! network filesystems) is not an error, as the immediate directory fsync has always been
-//! best effort there. Any other failure (`EIO`, `ENOSPC`, `EDQUOT`, a failed open) is the
+//! network filesystems) is not an error, as an immediate directory fsync is best effort
+//! there too. Any other failure (`EIO`, `ENOSPC`, `EDQUOT`, a failed open) is the
 //! step's error, naming the directory: the renames in it may not be durable, so no flag may
 //! say the step is done. Every directory is synced even after a failure; the first error is
 //! returned.

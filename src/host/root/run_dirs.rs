@@ -12,7 +12,7 @@
 //! for the run, and works in it with `*at` calls on single-component names: nothing is
 //! resolved again and nothing can leave the root, because a symlink at the name is never
 //! followed by these calls (a symlinked name, and anything that is not a regular file where
-//! one is expected, goes through the [`HostRoot`] operation as before).
+//! one is expected, goes through the confined [`HostRoot`] operation instead).
 //!
 //! [`RunDirs::write`] is [`HostRoot::write_atomic`]'s write: a temporary file beside the
 //! destination (the same name shape, so a crashed writer's leftovers are swept the same
@@ -369,7 +369,7 @@ mod tests {
 
     /// A kept directory removed during the run (a step deleting its package's flags or
     /// logs) is not written into: the write goes through the root, which re-creates it, and
-    /// the file is where the path says (before, it went into the deleted directory and was
+    /// the file is where the path says (not in the deleted directory, where it would be
     /// lost). Creating a log and checking a flag do the same.
     #[test]
     fn a_kept_directory_removed_during_the_run_is_created_again() {

@@ -298,8 +298,8 @@ fn rhel_shadow_files_stay_0000_and_umask_gives_the_home_mode() {
     assert_eq!(meta(&t, "/var/lib/gpuops"), (0o700, 997, 995));
 }
 
-/// The bug of the issue: `useradd` through `sh()` is invisible to the plan, so a later
-/// `fs::chown(p, "gpuops", "gpuops")` failed with "unknown user". With `user::ensure` the
+/// A `useradd` through `sh()` is invisible to the plan, so a later
+/// `fs::chown(p, "gpuops", "gpuops")` fails with "unknown user"; with `user::ensure` the
 /// plan sees the planned user and group, and the root stays byte-identical.
 #[test]
 fn plan_resolves_the_planned_user_for_chown_and_write() {

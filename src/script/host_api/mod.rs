@@ -23,7 +23,7 @@
 //! 4. Regenerate the docs: `SKYHOOK_UPDATE_DOCS=1 cargo test --lib script::host_api::tests::docs`.
 //!
 //! A new namespace is a new file with its `NAMESPACES` section and `FUNCTIONS`, listed in
-//! `docs.rs` (`FUNCTION_PARTS`, `NAMESPACE_PARTS`) and its samples in `tests.rs`
+//! `reference.rs` (`FUNCTION_PARTS`, `NAMESPACE_PARTS`) and its samples in `tests.rs`
 //! (`EFFECT_SAMPLES`); a new kind of effect is a new [`EffectKind`].
 //!
 //! # Use
@@ -111,6 +111,7 @@ macro_rules! host_fn {
     (@options $opts:expr) => { $opts };
 }
 
+mod api;
 mod config;
 mod convert;
 mod docs;
@@ -121,6 +122,7 @@ mod kmod;
 mod mount;
 mod os;
 mod pkg;
+mod reference;
 mod service;
 mod structured;
 mod tuning;
@@ -129,33 +131,26 @@ mod users;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use rhai::{Engine, EvalAltResult, FuncRegistration, Module, NativeCallContext, RhaiNativeFunc};
+use rhai::Engine;
 
 use super::bindings::{RunHandle, ScriptHost};
-use super::errors::host_error;
 use super::output::ScriptOutput;
 use crate::host::secrets::Redactor;
 use crate::host::{Host, HostError, Report};
 use crate::redact::StreamRedactor;
+use api::{Api, Inner, Registrar, lock};
 
-pub use docs::{
-    EffectKind, Effects, FUNCTIONS, FnDoc, Modes, NAMESPACES, SCRIPT_FUNCTIONS, render_definitions,
-    render_markdown,
-};
+pub(crate) use api::{error_chain, fname};
+pub use docs::{EffectKind, Effects, FnDoc, Modes};
+pub use reference::{FUNCTIONS, NAMESPACES, SCRIPT_FUNCTIONS, render_definitions, render_markdown};
 
 /// The host API for scripts: one step's [`Host`] session, bound into each run's engine.
 /// See the module docs.
 #[derive(Clone)]
 pub struct HostApi {
     inner: Arc<Inner>,
-}
-
-struct Inner {
-    host: Mutex<Option<Host>>,
-    redactor: Redactor,
 }
 
 impl std::fmt::Debug for HostApi {
@@ -326,17 +321,6 @@ impl ScriptHost for HostApi {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic inside a host call is contained by the script runner; the session stays usable
-    // for `finish`.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// An error with its causes, `a: b: c` (see [`crate::chain::render`]).
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    crate::chain::render(e)
-}
-
 /// What [`HostApi::capture_output`] does with script output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Capture {
@@ -414,157 +398,6 @@ impl Drop for RedactingOutput {
         lock(&self.err).finish(&mut tail);
         if !tail.is_empty() {
             self.inner.stderr(&tail);
-        }
-    }
-}
-
-/// Why a binding failed: the host call, or an argument the binding could not convert.
-#[derive(Debug)]
-pub(crate) enum CallError {
-    Host(HostError),
-    Arg(String),
-}
-
-impl From<HostError> for CallError {
-    fn from(e: HostError) -> Self {
-        CallError::Host(e)
-    }
-}
-
-impl From<String> for CallError {
-    fn from(e: String) -> Self {
-        CallError::Arg(e)
-    }
-}
-
-/// The result type of binding closures.
-pub(crate) type RhaiResult<T> = Result<T, Box<EvalAltResult>>;
-
-/// What every binding closure captures: the session, the run's deadline and its output (for
-/// streamed commands).
-#[derive(Clone)]
-pub(crate) struct Api {
-    inner: Arc<Inner>,
-    pub deadline: std::time::Instant,
-    pub output: Arc<dyn ScriptOutput>,
-}
-
-impl Api {
-    /// Run `op` on the session; a failure becomes a positioned, redacted Rhai error
-    /// `<fname>: <message>`.
-    pub fn call<R>(
-        &self,
-        ctx: &NativeCallContext,
-        fname: &str,
-        op: impl FnOnce(&mut Host) -> Result<R, CallError>,
-    ) -> RhaiResult<R> {
-        let _span = tracing::debug_span!("host_api", function = fname).entered();
-        let mut guard = lock(&self.inner.host);
-        let res = match guard.as_mut() {
-            Some(h) => {
-                // Effects submitted by this call carry its script position.
-                h.set_position(position(ctx));
-                let r = op(h);
-                h.set_position(None);
-                r
-            }
-            None => Err(CallError::Arg("host session already finished".into())),
-        };
-        drop(guard);
-        res.map_err(|e| {
-            let text = match e {
-                CallError::Host(e) => error_chain(&e),
-                CallError::Arg(s) => s,
-            };
-            host_error(
-                ctx,
-                self.inner
-                    .redactor
-                    .redact(&format!("{fname}: {text}"))
-                    .into_owned(),
-            )
-        })
-    }
-}
-
-/// The script position of a host call: the source of the AST that made it (the script file,
-/// or an imported module's) and the line. `None` when Rhai knows no position.
-fn position(ctx: &NativeCallContext) -> Option<crate::host::Position> {
-    let pos = ctx.call_position();
-    Some(crate::host::Position {
-        file: ctx.call_source().unwrap_or_default().to_string(),
-        line: pos.line()?,
-    })
-}
-
-/// The name of `ns::name` in messages (`name` alone for a global function).
-pub(crate) fn fname(ns: &str, name: &str) -> String {
-    if ns.is_empty() {
-        name.to_string()
-    } else {
-        format!("{ns}::{name}")
-    }
-}
-
-/// One registered function, as Rhai recorded it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Registered {
-    /// Namespace (`""` for global functions).
-    pub ns: &'static str,
-    /// Name as Rhai stored it.
-    pub name: String,
-    /// Number of parameters as Rhai counted them (the call context excluded).
-    pub params: usize,
-    /// Rhai's hash of the function (to check it is in the module).
-    pub hash: u64,
-}
-
-/// Collects functions into one module per namespace and logs each registration.
-#[derive(Default)]
-pub(crate) struct Registrar {
-    pub log: Vec<Registered>,
-    pub modules: BTreeMap<&'static str, Module>,
-}
-
-impl Registrar {
-    /// Register `func` as `ns::name` (`ns` empty: a global function). Every host function is
-    /// volatile (never constant-folded) and pure (never modifies its first argument).
-    pub fn add<A: 'static, const N: usize, const X: bool, R, const F: bool, FUNC>(
-        &mut self,
-        ns: &'static str,
-        name: &'static str,
-        func: FUNC,
-    ) where
-        R: rhai::Variant + Clone,
-        FUNC: RhaiNativeFunc<A, N, X, R, F> + Send + Sync + 'static,
-    {
-        let module = self.modules.entry(ns).or_default();
-        let reg = FuncRegistration::new(name)
-            .with_volatility(true)
-            .with_purity(true);
-        let reg = if ns.is_empty() {
-            reg.in_global_namespace()
-        } else {
-            reg.in_internal_namespace()
-        };
-        let meta = reg.set_into_module(module, func);
-        self.log.push(Registered {
-            ns,
-            name: meta.name.to_string(),
-            params: meta.num_params,
-            hash: meta.hash,
-        });
-    }
-
-    /// Install the modules: global functions as a global module, the rest as static modules
-    /// named after their namespace.
-    pub fn install(self, engine: &mut Engine) {
-        for (ns, m) in self.modules {
-            if ns.is_empty() {
-                engine.register_global_module(m.into());
-            } else {
-                engine.register_static_module(ns, m.into());
-            }
         }
     }
 }

@@ -1,5 +1,5 @@
-//! `toml::`, `json::`, `ini::` (structured config files) over [`crate::host::toml`],
-//! [`crate::host::json`] and [`crate::host::ini`], and `regex::` over [`crate::host::files::text`]:
+//! `toml::`, `json::`, `ini::` (structured config files) over [`crate::host::files::toml`],
+//! [`crate::host::files::json`] and [`crate::host::files::ini`], and `regex::` over [`crate::host::files::text`]:
 //! each function's reference row and binding, and their tests through Rhai.
 
 use rhai::{Array, Dynamic, ImmutableString as S, Map};

@@ -392,7 +392,7 @@ fn documented_option_keys_are_the_bindings_keys() {
 }
 
 fn docs_namespaces() -> Vec<&'static str> {
-    super::docs::NAMESPACES.iter().map(|n| n.0).collect()
+    super::reference::NAMESPACES.iter().map(|n| n.0).collect()
 }
 
 fn check_generated(rel: &str, text: &str) {

@@ -1,5 +1,5 @@
 //! `user::` and `group::` (local accounts in the passwd and group files) over
-//! [`crate::host::user`] and [`crate::host::group`]: each function's reference row and
+//! [`crate::host::users::user`] and [`crate::host::users::group`]: each function's reference row and
 //! binding, and their tests through Rhai.
 
 use rhai::{Dynamic, ImmutableString as S, Map};

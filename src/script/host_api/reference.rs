@@ -1,0 +1,473 @@
+//! The reference of the host API: the namespace files' rows gathered in reference order
+//! ([`FUNCTIONS`], [`NAMESPACES`]), the script layer's own functions ([`SCRIPT_FUNCTIONS`]),
+//! and the generators of the script authors' reference (`docs/host-api.md`,
+//! [`render_markdown`]) and of the editor definitions file (`docs/skyhook.d.rhai`,
+//! [`render_definitions`]).
+//!
+//! Tests check that both generated files are up to date. Regenerate them with
+//! `SKYHOOK_UPDATE_DOCS=1 cargo test --lib script::host_api::tests::docs`.
+
+use std::fmt::Write as _;
+
+use super::docs::{Effects, FnDoc, NAME, script_layer};
+/// The namespace files' tables, in reference order.
+const FUNCTION_PARTS: &[&[FnDoc]] = &[
+    super::global::FUNCTIONS,
+    super::fs::FUNCTIONS,
+    super::service::FUNCTIONS,
+    super::pkg::FUNCTIONS,
+    super::os::FUNCTIONS,
+    super::tuning::FUNCTIONS,
+    super::interrupt::FUNCTIONS,
+    super::config::FUNCTIONS,
+    super::mount::FUNCTIONS,
+    super::kmod::FUNCTIONS,
+    super::structured::FUNCTIONS,
+    super::users::FUNCTIONS,
+];
+
+/// The namespace files' sections, in reference order.
+const NAMESPACE_PARTS: &[&[(&str, &str, &str)]] = &[
+    super::global::NAMESPACES,
+    super::fs::NAMESPACES,
+    super::service::NAMESPACES,
+    super::pkg::NAMESPACES,
+    super::os::NAMESPACES,
+    super::tuning::NAMESPACES,
+    super::interrupt::NAMESPACES,
+    super::config::NAMESPACES,
+    super::mount::NAMESPACES,
+    super::kmod::NAMESPACES,
+    super::structured::NAMESPACES,
+    super::users::NAMESPACES,
+];
+
+/// The total length of `parts`.
+const fn total<T>(parts: &[&[T]]) -> usize {
+    let (mut n, mut i) = (0, 0);
+    while i < parts.len() {
+        n += parts[i].len();
+        i += 1;
+    }
+    n
+}
+
+/// `parts` one after the other (`N` is their total length, at least 1).
+const fn concat<T: Copy, const N: usize>(parts: &[&[T]]) -> [T; N] {
+    let mut out = [parts[0][0]; N];
+    let (mut k, mut i) = (0, 0);
+    while i < parts.len() {
+        let mut j = 0;
+        while j < parts[i].len() {
+            out[k] = parts[i][j];
+            k += 1;
+            j += 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+static ALL_FUNCTIONS: [FnDoc; total(FUNCTION_PARTS)] = concat(FUNCTION_PARTS);
+const ALL_NAMESPACES: [(&str, &str, &str); total(NAMESPACE_PARTS)] = concat(NAMESPACE_PARTS);
+
+/// Every host function scripts can call, in reference order (namespaces in the order of
+/// [`NAMESPACES`]); gathered from the namespace files, each row next to its binding.
+pub static FUNCTIONS: &[FnDoc] = &ALL_FUNCTIONS;
+
+/// Namespaces in reference order, with a heading and an introduction.
+pub const NAMESPACES: &[(&str, &str, &str)] = &ALL_NAMESPACES;
+
+/// A function of the script layer itself (see [`SCRIPT_FUNCTIONS`]).
+const fn sl(
+    ns: &'static str,
+    name: &'static str,
+    params: &'static [(&'static str, &'static str)],
+    returns: &'static str,
+    doc: &'static str,
+) -> FnDoc {
+    script_layer(ns, name, params, returns, Effects::Computes, doc)
+}
+
+/// The script layer's own functions besides `changed()` (which is in [`FUNCTIONS`]): the
+/// step context, the environment, output and `fail`. Registered by the script runner, not
+/// by [`super::HostApi`]; listed in the reference and the editor definitions, and known to
+/// the static checker ([`crate::script::lint`]). Tests check each one is registered.
+pub const SCRIPT_FUNCTIONS: &[FnDoc] = &[
+    sl(
+        "",
+        "step",
+        &[],
+        "Map",
+        "The step context, the same map as the `step` constant; callable from functions and modules, where the constant is not visible.",
+    ),
+    sl(
+        "",
+        "env",
+        &[NAME],
+        "?",
+        "The step environment's variable `name` (a string), or `()` when it is unset.",
+    ),
+    sl(
+        "",
+        "env",
+        &[NAME, ("default", "?")],
+        "?",
+        "The step environment's variable `name`, or `default` when it is unset.",
+    ),
+    sl(
+        "",
+        "fail",
+        &[("msg", "?")],
+        "()",
+        "End the step as failed with `msg` at this position; it cannot be caught by `try`/`catch`.",
+    ),
+    sl(
+        "",
+        "print",
+        &[("x", "?")],
+        "()",
+        "Write `x` (as `to_string` renders it) and a newline to the step's stdout.",
+    ),
+    sl(
+        "",
+        "debug",
+        &[("x", "?")],
+        "()",
+        "Write `x` and a newline to the step's stderr: a string as it is, any other value in Rhai's debug form.",
+    ),
+    sl(
+        "log",
+        "info",
+        &[("msg", "?")],
+        "()",
+        "`INFO: msg` to the step's stdout.",
+    ),
+    sl(
+        "log",
+        "warn",
+        &[("msg", "?")],
+        "()",
+        "`WARN: msg` to the step's stderr.",
+    ),
+    sl(
+        "log",
+        "error",
+        &[("msg", "?")],
+        "()",
+        "`ERROR: msg` to the step's stderr.",
+    ),
+];
+
+const INTRO: &str = "\
+<!-- Generated from the host_fn! rows of src/script/host_api/ (one file per namespace) by
+     `SKYHOOK_UPDATE_DOCS=1 cargo test --lib script::host_api::tests::docs`. Do not edit. -->
+
+# Host API reference for step scripts
+
+Lifecycle steps written in Rhai (`.rhai`) reach the host only through the functions below.
+The same script runs in three modes: **apply** (the agent's normal modes and
+`skyhook-run --apply`), **plan** (`skyhook-run` without `--apply`: nothing on the host
+changes, the report shows what would) and **check** (an agent `*-check` mode running an
+apply script: what would change is drift, and the check fails).
+
+## Rules every function follows
+
+- **Paths are host paths.** `/etc/sysctl.d/x.conf` means that file on the node, resolved
+  inside the host root as if chrooted: neither `..` nor a symlink can lead outside it. A
+  relative path is an error (`paths must be absolute`).
+- **Mutations report whether they changed something.** `true` means the host was not yet
+  in the desired state and now is (or, in plan mode, would be); `false` means nothing had to
+  be done. Running a script twice changes nothing the second time, and `changed()` counts
+  the changes of the step so far.
+- **Changes and actions.** A *change* brings the host to a desired state and happens only
+  when the state differs. An *action* (`service::restart`, `run`, `sh`, ...) happens every
+  time it is called; it is never drift. Make an action depend on a change:
+  `if fs::write(p, text) { service::restart(\"x\"); }`. A command with a guard is a change:
+  `run([\"useradd\", \"gpuops\"], #{unless: [\"id\", \"gpuops\"]})` runs only while
+  `id gpuops` fails, and a check reports it as drift until then.
+- **A plan is the same code path.** In plan and check mode mutations are recorded instead of
+  performed, and later reads see them, so a script that writes and then reads behaves the
+  same. Commands are recorded, not run, unless marked `read_only` (or run with `query`).
+  A plan lists, per step and in the order they happened, the changes (with the directories
+  a write creates, `+ mkdir /etc/motd.d`), actions, interrupts and the script's output, each
+  change and action with the `file:line` of the call that made it; `--output json` follows
+  `docs/plan.schema.json`.
+- **Errors are script errors** at the call's `file:line:col`, naming the path or command,
+  and they can be caught with `try`/`catch`. An uncaught one fails the step.
+- **Deferred work is never lost.** A changed `service::drop_in` schedules one
+  `systemctl daemon-reload` (run before the step's next `service::` call, else at its end), a
+  changed `grub::` drop-in one grub regeneration at the end of the step (a changed `kmod::`
+  blacklist or options file one initramfs regeneration, `initramfs.json`); all run also when
+  the step fails. In apply mode it is recorded on the host in `/var/lib/skyhook/.deferred/`
+  (`daemon-reload.json`, `grub.json` with the pending grubby arguments) *before* the drop-in
+  is written, and the record is removed only once the work succeeded; when the work fails or
+  the agent dies in between, the next script step on the node runs it (a plan or check lists
+  it as an action, never drift), then removes the record.
+- **Concurrent edits are not lost.** In apply mode a call that rewrites a file
+  (`fs::ensure_line`, `fs::ensure_block`, `fs::append`, `fs::write`, ...) reads, compares
+  and writes it holding an exclusive lock (`flock` on
+  `/var/lib/skyhook/.locks/<hash of the path>.lock`), so two agents or scripts editing the
+  same file keep each other's lines.
+- **Line edits of one file are written once.** In apply mode, consecutive `fs::ensure_line`,
+  `fs::remove_line`, `fs::ensure_block` and `fs::remove_block` calls on one file write it
+  once (atomically), when anything else happens: another file's line edit, any other write
+  or command, any read (`fs::read`, `fs::exists`, `fs::list`, `fs::stat`, `toml::get`, ...)
+  or the end of the step, also a failed one. Every call still counts and reports its own
+  change, and reads always see the edits made before them. The file's lock is held until
+  then; if another writer that does not take it changes the file meanwhile, the step fails
+  naming the file and that writer's content is kept.
+- **Secrets are redacted.** Values read with `secret()` or `secret_env()` (and variables
+  named in `SKYHOOK_REDACT_ENV`) are replaced by `***` wherever they appear verbatim in
+  output, logs, plans and error messages, also when a step's output splits them across
+  reads. A value the script transforms (a substring, upper-cased, split into characters) is no
+  longer that value and is not recognised: do not print derived forms of a secret.
+- **Unset is `()`.** Functions documented to return a value or `()` return `()` when there is
+  nothing (`config::get` of a missing configMap, `pkg::version` of a missing package).
+
+## Context, output and modules
+
+- `step` (a constant map) and `step()` (the same map from anywhere, functions and modules
+  included): `mode`, `is_check`, `name`, `args`, `package_name`, `package_version`,
+  `previous_version`, `skyhook_dir`, `step_root`, `resource_id`, `node_order`, `dry_run`.
+  `env(name)` / `env(name, default)` read the step's environment.
+- `print(x)` and `log::info(msg)` write to the step's stdout, `debug(x)`, `log::warn(msg)` and
+  `log::error(msg)` to its stderr: the same log files, labels and timestamps as a bash step.
+  `fail(msg)` ends the step as failed (it cannot be caught). The script's value, when it is an
+  integer, is the step's return code (checked against `returncodes`).
+- `import \"skyhook/<name>\" as m;` loads a shipped module (below); `import \"lib/util\" as u;`
+  a file of the package's `skyhook_dir` (never outside it); `import \"configmap/<name>\" as c;`
+  evaluates configMap `<name>.rhai` (confined to the configMaps folder).
+- Limits: operations (5,000,000 per run: well under a second of script work; the shipped
+  modules need under 20,000), call depth (64), expression depth, string size (32 MiB), array
+  size (50,000 elements), map size (100,000 properties), modules and variables are bounded;
+  so are the memory a run holds, all values together (256 MiB as the allocator counts it: a
+  string stored in many places counts once; map keys, variables and host call results count
+  too), and what it writes with `print`, `debug` and `log::` (64 MiB, both streams together;
+  the output of a `stream: true` command is not counted); and a step has a wall-clock
+  deadline (`SKYHOOK_SCRIPT_TIMEOUT`, default 600 s). Hitting one fails the step with a
+  message naming the limit (`memory limit exceeded: the script holds more than 256 MiB
+  (max_memory)`). Rhai checks a map's size when it is built or merged, not when `m[k] = v`
+  adds a key, so a map grown key by key in a loop is stopped by the operations limit (at
+  about 450,000 keys) or the memory limit, whichever comes first. Growing an array by `push`
+  in a loop gets slower as it grows (Rhai re-measures it on every push); build large lists
+  with `split` or `map` instead. `eval` does not exist.
+
+Types below are Rhai's: `String`, `int`, `bool`, `Map` (`#{...}`), `Array` (`[...]`), `()`;
+`?` means several types are accepted (see the description). Editor completion:
+`docs/skyhook.d.rhai`.
+";
+
+fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+/// The reference for script authors (`docs/host-api.md`).
+pub fn render_markdown() -> String {
+    let mut out = String::from(INTRO);
+    out.push_str(
+        "\n## Script functions\n\n\
+         Registered by the script runner itself, the same in every mode (`changed()` is listed \
+         with the commands below).\n\n\
+         | function | returns | description |\n|---|---|---|\n",
+    );
+    for d in SCRIPT_FUNCTIONS {
+        let _ = writeln!(
+            out,
+            "| `{}` | `{}` | {} |",
+            d.call(),
+            d.returns,
+            md_cell(d.doc)
+        );
+    }
+    for (ns, title, intro) in NAMESPACES {
+        let _ = write!(out, "\n## {title}\n\n");
+        if !intro.is_empty() {
+            let _ = write!(out, "{intro}\n\n");
+        }
+        out.push_str("| function | returns | modes | description |\n|---|---|---|---|\n");
+        for d in FUNCTIONS.iter().filter(|d| d.ns == *ns) {
+            let _ = writeln!(
+                out,
+                "| `{}` | `{}` | {} | {} |",
+                d.call(),
+                d.returns,
+                md_cell(d.modes().text()),
+                md_cell(d.doc)
+            );
+        }
+    }
+    out.push_str(&render_stdlib());
+    out.push_str(GUIDE);
+    out
+}
+
+/// The "Shipped modules" section: for each module of the embedded standard library
+/// ([`STDLIB`](crate::script::resolver::STDLIB)), its opening comment block (what it reads,
+/// what it writes, which interrupts it needs) and its functions, taken from the module source
+/// itself so the list cannot drift from what ships.
+fn render_stdlib() -> String {
+    let mut out = String::from(
+        "\n## Shipped modules: `import \"skyhook/<name>\" as m;`\n\n\
+         Rhai modules embedded in the binary (`stdlib/`). Each stage function is named after \
+         the mode with `_` (`config()`, `config_check()`, `uninstall()`, ...); the smaller \
+         functions they are made of can be called one by one. More in `docs/stdlib.md`.\n",
+    );
+    for (name, source) in crate::script::resolver::STDLIB {
+        let header: Vec<&str> = source
+            .lines()
+            .take_while(|l| l.starts_with("//") && !l.starts_with("///"))
+            .map(|l| l.strip_prefix("// ").unwrap_or(l.trim_start_matches('/')))
+            .collect();
+        let functions: Vec<String> = source
+            .lines()
+            .filter_map(|l| l.strip_prefix("fn "))
+            .filter_map(|l| l.split_once(')').map(|(sig, _)| format!("`{sig})`")))
+            .collect();
+        let _ = write!(
+            out,
+            "\n### `skyhook/{name}`\n\n```text\n{}\n```\n\nFunctions: {}\n",
+            header.join("\n").trim_end(),
+            functions.join(", ")
+        );
+    }
+    out
+}
+
+/// The closing sections of the reference: checking scripts, Rhai pitfalls, editor use.
+const GUIDE: &str = r#"
+## Checking scripts: `skyhook-run check`
+
+`skyhook-run check FILE...` compiles each script with its imports and checks it without
+running anything; `skyhook-agent validate CONFIG_JSON` runs the same check over every `.rhai`
+step of a package. It reports, at `file:line:col`:
+
+- errors: an unknown function or module, with the closest name (`t.rhai:1:1: error: unknown
+  function fs::wrte (did you mean fs::write?)`, `unknown module servcie (did you mean
+  service?)`); a function called with an argument count it does not take (`fs::write expects
+  2 or 3 arguments, got 1`); a function of an imported module (`import "skyhook/tuning" as
+  t; t::confg()`) that the module does not export; a key of a literal options map the
+  function does not accept (`fs::write: unknown option mod (did you mean mode? accepted:
+  mode, owner, group)`);
+- warnings: the traps below, and a method name no function has (it may still be a function
+  stored in a map).
+
+The package modules a script imports (`import "lib/util" as u;`) are checked too, each in its
+own file. `check` prints `OK FILE` for each file without errors and exits 0 when no file has an error
+(warnings allowed), 1 otherwise. Not checked: argument types, calls through function pointers
+(`Fn("name")`, `f.call(..)`), modules imported by a computed path or from `configmap/`,
+options maps built at run time.
+
+## Rhai pitfalls
+
+- **A missing map property is an error.** `s.hugepages` (or `s["hugepages"]`) on a map
+  without that key fails the step at its position (`Property not found: hugepages (the map
+  has no such key: ...)`), so a typo never plans an empty file. Test first with `"hugepages" in s`, or read an optional
+  key with `s.get("hugepages") ?? "default"` (`get` returns `()` for a missing key).
+- **Backtick strings have no escapes.** In `` `a\nb` `` the `\n` stays a backslash and an
+  `n`. Break the line inside the backtick string itself, or use `"a\nb"` (double quotes
+  know escapes) and `+`. `check` warns about it.
+- **In-place methods return `()`.** `trim`, `replace`, `make_upper`, `make_lower`, `pad`,
+  `truncate`, `crop`, `clear`, `sort` and `reverse` change the variable they are called on:
+  `let t = s.trim();` makes `t` equal to `()`. Write `s.trim();` and use `s`. `check` warns
+  when such a result is assigned, passed, returned or compared.
+- **`()` is not `false`.** `if config::get("x") { .. }` is a type error when the configMap is
+  missing (`()` is not a bool); test with `config::has("x")` or `!= ()`.
+- **Functions do not see the script's variables.** A `fn` sees its parameters and, through
+  `step()`, the step context; the top-level `step` constant and `let` variables are not
+  visible inside it. Pass what it needs as arguments.
+
+## Using the definitions in an editor
+
+`docs/skyhook.d.rhai` declares everything a script can call: the `step` constant, the script
+functions (`step`, `env`, `fail`, `print`, `debug`), `log::`, every host namespace, and one
+module per shipped module, named after the last part of its import path (`import
+"skyhook/tuning" as tuning;` then `tuning::config()`). It is written in the syntax of Rhai's
+definition files (`module static;`, `module name { fn f(a: T) -> R; }`, the format of Rhai's
+`Engine::definitions()`), which the Rhai language server (`rhaiscript/lsp`, experimental,
+with a VS Code extension) reads from the workspace:
+
+1. install the Rhai language server or its editor extension;
+2. copy `docs/skyhook.d.rhai` into the folder you open in the editor (the package directory,
+   next to `skyhook_dir/`), so the server loads it with the scripts;
+3. completion, signatures and hover text then cover `fs::`, `service::`, ... and the shipped
+   modules.
+
+Without a language server the file is still a one-page index of every signature and its
+modes. Either way, `skyhook-run check` is the authority on what resolves.
+"#;
+
+/// The Rhai definitions file for editors (`docs/skyhook.d.rhai`), in the layout of Rhai's
+/// `Engine::definitions().single_file()`: the `step` constant and the global functions
+/// (script functions and host API) after `module static;`, then one `module <ns> { ... }`
+/// block per namespace (`log` and the host API), each function with its description as a doc
+/// comment, then one module per shipped module of the stdlib, named after its import path's
+/// last part, with its exported functions and their own doc comments.
+pub fn render_definitions() -> String {
+    let mut out = String::from(
+        "// Generated from the host_fn! rows of src/script/host_api/; do not edit.\n\
+         // Rhai definitions of everything a skyhook step script can call, for editor\n\
+         // completion (see \"Using the definitions in an editor\" in docs/host-api.md).\n\
+         \nmodule static;\n\
+         \n/// The step context: mode, is_check, name, args, package_name, package_version,\n\
+         /// previous_version, skyhook_dir, step_root, resource_id, node_order, dry_run.\n\
+         const step: Map;\n",
+    );
+    let all: Vec<&FnDoc> = SCRIPT_FUNCTIONS.iter().chain(FUNCTIONS).collect();
+    let mut namespaces: Vec<&str> = vec![""];
+    for d in &all {
+        if !namespaces.contains(&d.ns) {
+            namespaces.push(d.ns);
+        }
+    }
+    for ns in namespaces {
+        let indent = if ns.is_empty() { "" } else { "    " };
+        if !ns.is_empty() {
+            let _ = write!(out, "\nmodule {ns} {{\n");
+        }
+        for d in all.iter().filter(|d| d.ns == ns) {
+            let _ = write!(
+                out,
+                "\n{indent}/// {}\n{indent}/// Modes: {}\n{indent}{}\n",
+                d.doc,
+                d.modes().text(),
+                d.definition()
+            );
+        }
+        if !ns.is_empty() {
+            out.push_str("}\n");
+        }
+    }
+    for (name, source) in crate::script::resolver::STDLIB {
+        let _ = write!(
+            out,
+            "\n/// Shipped module: `import \"skyhook/{name}\" as {name};`\nmodule {name} {{\n"
+        );
+        let mut doc: Vec<&str> = Vec::new();
+        for line in source.lines() {
+            if let Some(d) = line.strip_prefix("///") {
+                doc.push(d.strip_prefix(' ').unwrap_or(d));
+                continue;
+            }
+            if let Some(sig) = line.strip_prefix("fn ")
+                && let Some((head, _)) = sig.split_once(')')
+                && let Some((fname, params)) = head.split_once('(')
+            {
+                let params: Vec<String> = params
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(|p| format!("{p}: ?"))
+                    .collect();
+                out.push('\n');
+                for d in &doc {
+                    let _ = writeln!(out, "    /// {d}");
+                }
+                let _ = writeln!(out, "    fn {fname}({}) -> ?;", params.join(", "));
+            }
+            doc.clear();
+        }
+        out.push_str("}\n");
+    }
+    out
+}
