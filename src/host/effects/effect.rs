@@ -17,10 +17,12 @@
 //! - *interrupts* are collected and handed to the agent after the step succeeded.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::host::effects::exec::RunOptions;
+pub use crate::host::effects::exec::quote_argv;
 use crate::host::root::error::{HostError, Result};
 
 /// A systemd unit state change (`systemctl <op> <name>`), submitted only when the state
@@ -419,7 +421,7 @@ pub enum Effect {
     /// Regenerate the initramfs (deferred to the end of the step); an action.
     InitramfsUpdate(InitramfsTool),
     /// Download a URL to a file, verified by its SHA-256 digest (`fs::fetch`).
-    Fetch(crate::host::effects::download::Download),
+    Fetch(Download),
     /// Hold packages at their installed version, or release them (`pkg::hold`/`unhold`:
     /// `apt-mark hold|unhold`, `dnf|yum versionlock add|delete`); only the packages whose
     /// state differs are listed.
@@ -520,23 +522,41 @@ impl Effect {
     }
 }
 
-/// Render an argv as a shell-like command line for messages: words made only of safe
-/// characters stay bare, anything else is single-quoted (`'` as `'\''`).
-pub fn quote_argv(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| quote_word(a))
-        .collect::<Vec<_>>()
-        .join(" ")
+/// One download, as [`Effect::Fetch`](crate::host::effects::effect::Effect::Fetch) carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Download {
+    /// The URL as given (`http://` or `https://`).
+    pub url: String,
+    /// The destination host path.
+    pub path: PathBuf,
+    /// The expected digest: 64 lowercase hex digits.
+    pub sha256: String,
+    /// Permission bits to set (`None`: an existing file's, else 0644).
+    pub mode: Option<u32>,
+    /// Owner uid to set.
+    pub uid: Option<u32>,
+    /// Group gid to set.
+    pub gid: Option<u32>,
+    /// Limit of the whole download.
+    pub timeout: Duration,
+    /// Largest body accepted, in bytes.
+    pub max_bytes: u64,
 }
 
-fn quote_word(a: &str) -> String {
-    let safe = !a.is_empty()
-        && a.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@%^".contains(c));
-    if safe {
-        a.to_string()
-    } else {
-        format!("'{}'", a.replace('\'', "'\\''"))
+impl Download {
+    /// The report line: `download <url> (sha256 <hex>) to <path>`, `would download ...`
+    /// when `planned` (plan and check mode), with ` (mode 0755)` when a mode is set.
+    pub fn summary(&self, planned: bool) -> String {
+        let would = if planned { "would " } else { "" };
+        let m = self
+            .mode
+            .map_or(String::new(), |m| format!(" (mode {m:04o})"));
+        format!(
+            "{would}download {} (sha256 {}) to {}{m}",
+            self.url,
+            self.sha256,
+            self.path.display()
+        )
     }
 }
 
