@@ -280,6 +280,96 @@ pub enum InterruptRequest {
     RestartAllServices,
 }
 
+/// The kind of one effect a host function submits to its session, named as the report names
+/// it ([`Effect::kind`]; [`EffectKind::name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EffectKind {
+    /// `write`: replace a file's content.
+    Write,
+    /// `remove`: remove a file, symlink or empty directory.
+    Remove,
+    /// `mkdir`: create a directory.
+    Mkdir,
+    /// `remove_all`: remove a tree.
+    RemoveAll,
+    /// `chmod`: set permission bits.
+    Chmod,
+    /// `chown`: set owner and group.
+    Chown,
+    /// `symlink`: create or retarget a symlink.
+    Symlink,
+    /// `service`: start, stop, enable or disable a unit.
+    Service,
+    /// `service_action`: restart or reload a unit.
+    ServiceAction,
+    /// `daemon_reload`: `systemctl daemon-reload`.
+    DaemonReload,
+    /// `package_install`: install packages.
+    PackageInstall,
+    /// `package_remove`: remove packages.
+    PackageRemove,
+    /// `sysctl`: set a runtime kernel parameter.
+    Sysctl,
+    /// `command`: run a command (not read-only, no guard).
+    Command,
+    /// `guarded_command`: run a command whose guard says its work is not done.
+    GuardedCommand,
+    /// `grub_update`: regenerate the grub configuration.
+    GrubUpdate,
+    /// `interrupt`: an interrupt for the agent.
+    Interrupt,
+    /// `mount`: mount, remount or unmount.
+    Mount,
+    /// `module_load`: load a kernel module.
+    ModuleLoad,
+    /// `initramfs_update`: regenerate the initramfs.
+    InitramfsUpdate,
+    /// `fetch`: download a verified file.
+    Fetch,
+    /// `package_hold`: hold packages at their version.
+    PackageHold,
+    /// `package_unhold`: release held packages.
+    PackageUnhold,
+}
+
+impl std::fmt::Display for EffectKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl EffectKind {
+    /// The kind's name in reports (`write`, `service_action`, ...).
+    pub fn name(self) -> &'static str {
+        use EffectKind::*;
+        match self {
+            Write => "write",
+            Remove => "remove",
+            Mkdir => "mkdir",
+            RemoveAll => "remove_all",
+            Chmod => "chmod",
+            Chown => "chown",
+            Symlink => "symlink",
+            Service => "service",
+            ServiceAction => "service_action",
+            DaemonReload => "daemon_reload",
+            PackageInstall => "package_install",
+            PackageRemove => "package_remove",
+            Sysctl => "sysctl",
+            Command => "command",
+            GuardedCommand => "guarded_command",
+            GrubUpdate => "grub_update",
+            Interrupt => "interrupt",
+            Mount => "mount",
+            ModuleLoad => "module_load",
+            InitramfsUpdate => "initramfs_update",
+            Fetch => "fetch",
+            PackageHold => "package_hold",
+            PackageUnhold => "package_unhold",
+        }
+    }
+}
+
 /// One desired-state change, action or interrupt, as handed to the session's executor.
 /// Paths are host paths (absolute, resolved under the host root by the executor).
 #[derive(Debug, Clone)]
@@ -466,31 +556,31 @@ impl Effect {
     /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,
     /// `grub_update`, `interrupt`, `mount`, `module_load`, `initramfs_update`, `fetch`,
     /// `package_hold`, `package_unhold`.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> EffectKind {
         match self {
-            Effect::WriteFile { .. } => "write",
-            Effect::RemoveFile { .. } => "remove",
-            Effect::Mkdir { .. } => "mkdir",
-            Effect::RemoveAll { .. } => "remove_all",
-            Effect::Chmod { .. } => "chmod",
-            Effect::Chown { .. } => "chown",
-            Effect::Symlink { .. } => "symlink",
-            Effect::Service { .. } => "service",
-            Effect::ServiceAction { .. } => "service_action",
-            Effect::DaemonReload => "daemon_reload",
-            Effect::PackageInstall { .. } => "package_install",
-            Effect::PackageRemove { .. } => "package_remove",
-            Effect::Sysctl { .. } => "sysctl",
-            Effect::Command { .. } => "command",
-            Effect::GuardedCommand { .. } => "guarded_command",
-            Effect::GrubUpdate(_) => "grub_update",
-            Effect::Interrupt(_) => "interrupt",
-            Effect::Mount { .. } => "mount",
-            Effect::ModuleLoad { .. } => "module_load",
-            Effect::InitramfsUpdate(_) => "initramfs_update",
-            Effect::Fetch(_) => "fetch",
-            Effect::PackageHold { hold: true, .. } => "package_hold",
-            Effect::PackageHold { hold: false, .. } => "package_unhold",
+            Effect::WriteFile { .. } => EffectKind::Write,
+            Effect::RemoveFile { .. } => EffectKind::Remove,
+            Effect::Mkdir { .. } => EffectKind::Mkdir,
+            Effect::RemoveAll { .. } => EffectKind::RemoveAll,
+            Effect::Chmod { .. } => EffectKind::Chmod,
+            Effect::Chown { .. } => EffectKind::Chown,
+            Effect::Symlink { .. } => EffectKind::Symlink,
+            Effect::Service { .. } => EffectKind::Service,
+            Effect::ServiceAction { .. } => EffectKind::ServiceAction,
+            Effect::DaemonReload => EffectKind::DaemonReload,
+            Effect::PackageInstall { .. } => EffectKind::PackageInstall,
+            Effect::PackageRemove { .. } => EffectKind::PackageRemove,
+            Effect::Sysctl { .. } => EffectKind::Sysctl,
+            Effect::Command { .. } => EffectKind::Command,
+            Effect::GuardedCommand { .. } => EffectKind::GuardedCommand,
+            Effect::GrubUpdate(_) => EffectKind::GrubUpdate,
+            Effect::Interrupt(_) => EffectKind::Interrupt,
+            Effect::Mount { .. } => EffectKind::Mount,
+            Effect::ModuleLoad { .. } => EffectKind::ModuleLoad,
+            Effect::InitramfsUpdate(_) => EffectKind::InitramfsUpdate,
+            Effect::Fetch(_) => EffectKind::Fetch,
+            Effect::PackageHold { hold: true, .. } => EffectKind::PackageHold,
+            Effect::PackageHold { hold: false, .. } => EffectKind::PackageUnhold,
         }
     }
 

@@ -160,7 +160,7 @@ pub(crate) fn edit_pending(
     // The file exists as far as the session is concerned (the batch's first write creates
     // it): what `describe` says of a write of existing content without attributes.
     let index = h.record_change(Change {
-        kind: effect.kind().into(),
+        kind: effect.kind().name().into(),
         target: effect.target(),
         summary: format!("update {}", effect.target()),
         diff: None,

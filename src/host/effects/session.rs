@@ -344,7 +344,7 @@ impl Host {
                 let index = self.report.changes.len();
                 self.journal.push(Item::Change(index));
                 self.report.changes.push(Change {
-                    kind: effect.kind().into(),
+                    kind: effect.kind().name().into(),
                     target: effect.target(),
                     summary: d.summary,
                     diff: d.diff,
@@ -359,7 +359,7 @@ impl Host {
             EffectClass::Action => {
                 self.journal.push(Item::Action(self.report.actions.len()));
                 self.report.actions.push(Action {
-                    kind: effect.kind().into(),
+                    kind: effect.kind().name().into(),
                     target: effect.target(),
                     summary: d.summary,
                     position,
