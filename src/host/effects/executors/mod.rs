@@ -60,3 +60,6 @@ pub(crate) trait Executor: std::fmt::Debug + Send {
         None
     }
 }
+
+#[cfg(test)]
+mod tests;
