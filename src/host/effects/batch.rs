@@ -7,7 +7,7 @@
 //! O(N × size) bytes and 2N fsyncs. Now, in apply mode (without `--diff`):
 //!
 //! - the **first** changing call of a file decides under the file's path lock
-//!   ([`crate::host::root::pathlock`]) exactly as before and goes through [`Host::submit`] (checks,
+//!   ([`crate::host::root::pathlock`]) exactly as before and goes through [`crate::host::Host::submit`] (checks,
 //!   summary, `before` hash, the report's change), but its write is *held*: the new content
 //!   stays in the session as the file's line view, together with the lock and the file's
 //!   [`Stamp`] as read under the lock;
@@ -18,25 +18,25 @@
 //!   spelled it, its script position), so
 //!   `Apply: N changed, M unchanged.` and the report's items are what they were;
 //! - **anything else flushes first**: a line or block edit of another path, every
-//!   [`Host::submit`] (commands included: a command may read the file), every
-//!   [`Host::lock_for_update`] (so a session holds at most one path lock, and two agents
+//!   [`crate::host::Host::submit`] (commands included: a command may read the file), every
+//!   [`crate::host::Host::lock_for_update`] (so a session holds at most one path lock, and two agents
 //!   cannot deadlock), the write-ahead records of deferred work, every read of the host
 //!   through the session's view (`view_stat`, `view_read`, `view_list`) or through
-//!   [`Host::root`], and the end of the session or step (`finish*`, and `Drop`).
+//!   [`crate::host::Host::root`], and the end of the session or step (`finish*`, and `Drop`).
 //!
 //! The **flush** `stat`s the file (still under the lock) and compares its stamp with the one
 //! the view was read with: when it moved, a writer that does not take skyhook's path locks
 //! (an editor, another tool's `sed -i`) changed the file during the step, and the flush
 //! fails with [`HostError::ChangedUnderStep`] naming the file, leaving that writer's content
 //! in place. Otherwise the final content is written once, with the same atomic write as an
-//! [`Effect::WriteFile`] of the apply executor (`HostRoot::write_atomic_owned`: temp file,
+//! [`crate::host::effects::effect::Effect::WriteFile`] of the apply executor (`HostRoot::write_atomic_owned`: temp file,
 //! fsync, rename, directory fsync; an existing file keeps mode, owner and extended
 //! attributes), the lock is released and the view stays cached with the written file's stamp.
 //! The last change of the batch carries the `after` hash of what was written
 //! ([`crate::host::effects::hashes`]); a failed flush leaves it without one.
 //!
 //! A flush error is the step's error: reads and effects return it when they trigger the
-//! flush (the read or effect is then not done), [`Host::root`] (which cannot fail) keeps it
+//! flush (the read or effect is then not done), [`crate::host::Host::root`] (which cannot fail) keeps it
 //! for the next fallible call, and `finish*` return it. When a call got it and the script
 //! went on (a `try` around an unrelated read), `finish*` still fail, with
 //! [`HostError::EditsNotWritten`] naming the file, so no step flag is written for a report
@@ -66,7 +66,7 @@ pub(crate) struct Batch(Mutex<State>);
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub(crate) pending: Option<Pending>,
-    /// The last flush's write, until the session takes it ([`Host::settle_batch`]).
+    /// The last flush's write, until the session takes it ([`crate::host::Host::settle_batch`]).
     pub(crate) written: Option<Written>,
     /// The file whose flush failed (its last change must not get an `after` hash).
     pub(crate) failed: Option<PathBuf>,

@@ -245,7 +245,7 @@ pub enum InitramfsTool {
 }
 
 impl InitramfsTool {
-    /// The tool for an OS family ([`crate::host::effects::os_release::family`]): `dracut -f`
+    /// The tool for an OS family ([`crate::host::system::os::family`]): `dracut -f`
     /// on the rhel and fedora families, else `update-initramfs -u`.
     pub fn for_family(family: &str) -> Self {
         match family {
@@ -612,7 +612,7 @@ impl Effect {
     }
 }
 
-/// One download, as [`Effect::Fetch`](crate::host::effects::effect::Effect::Fetch) carries it.
+/// One download, as [`Effect::Fetch`] carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Download {
     /// The URL as given (`http://` or `https://`).

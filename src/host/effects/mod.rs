@@ -1,7 +1,7 @@
 //! The effects layer: the session ([`session::Host`]) every host API area works through,
 //! with its read view (the root, seen through the executor's overlay in plan and check mode,
 //! and facts such as [`os_release`]), the [`effect::Effect`] it submits for every change, and
-//! the executors that act on them behind one interface ([`executors`]: apply, plan/check, a
+//! the executors that act on them behind one interface (`executors`: apply, plan/check, a
 //! recording double), which work on the lower [`context::Context`] and never on the session.
 //! Commands run through [`exec`]; line edits are batched by the session (`batch`,
 //! `line_edit`); reports render effects as lines and diffs (`describe`, `textdiff`, `hashes`).

@@ -1,7 +1,7 @@
 //! [`Host`]: one step's session over the host root, and its executor.
 //!
 //! A `Host` is created per step with an [`ExecMode`], which picks its executor once
-//! ([`crate::host::effects::executors`]). API functions (`fs::write`, `service::start`, ...)
+//! (`effects/executors`). API functions (`fs::write`, `service::start`, ...)
 //! read through the session's *view* and hand every mutation to [`Host::submit`] as an
 //! [`Effect`]; the session validates it, describes it for the report, and hands it to the
 //! executor:
@@ -151,8 +151,7 @@ impl Host {
         Host::with_executor(root, executor, options)
     }
 
-    /// A session over `root` whose executor is the recording double
-    /// ([`crate::host::effects::executors::recording`]): nothing on the host changes, reads
+    /// A session over `root` whose executor is the recording double (`Recording`): nothing on the host changes, reads
     /// go to the real root, [`Host::recorded_effects`] lists every effect submitted. It
     /// reports as apply mode.
     pub fn recording(root: HostRoot, options: HostOptions) -> Host {
@@ -909,7 +908,7 @@ impl Host {
     /// read-compare-write ([`crate::host::root::pathlock`]); the caller must read the current
     /// content only after this returns. `None` in plan and check mode (nothing is written,
     /// and the overlay is private to the session); there the lock directory the apply would
-    /// create is planned instead ([`Host::overlay_lock_dir`]), so later reads agree.
+    /// create is planned instead ([`crate::host::effects::overlay::Overlay::plan_lock_dir`]), so later reads agree.
     ///
     /// # Errors
     /// Creating, opening or locking the lock file.

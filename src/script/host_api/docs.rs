@@ -90,7 +90,7 @@ pub enum Effects {
 
 impl Effects {
     /// The behaviour per mode: a read by what it reads; effects by their kinds' behaviour
-    /// ([`kind_modes`]), a command when any is a command, else a change when any is
+    /// (`kind_modes`), a command when any is a command, else a change when any is
     /// a change.
     pub fn modes(self) -> Modes {
         match self {
