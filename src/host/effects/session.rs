@@ -151,9 +151,10 @@ impl Host {
         Host::with_executor(root, executor, options)
     }
 
-    /// A session over `root` whose executor is the recording double (`Recording`): nothing on the host changes, reads
-    /// go to the real root, [`Host::recorded_effects`] lists every effect submitted. It
-    /// reports as apply mode.
+    /// A session over `root` whose executor is the recording double (`Recording`): nothing
+    /// on the host changes (no locks, batches or deferred-work records either), reads go to
+    /// the real root, [`Host::recorded_effects`] lists every effect submitted. It reports as
+    /// apply mode.
     pub fn recording(root: HostRoot, options: HostOptions) -> Host {
         Host::with_executor(root, Box::new(Recording::default()), options)
     }
@@ -202,8 +203,8 @@ impl Host {
         self.recorded.get_or_insert_with(Vec::new);
     }
 
-    /// The effects submitted since [`Host::record_effects`], in order (empty when not
-    /// recording).
+    /// The effects submitted, in order: all of them in a [`Host::recording`] session, else
+    /// those since [`Host::record_effects`] (empty when not recording).
     pub fn recorded_effects(&self) -> &[Effect] {
         self.executor
             .recorded()
