@@ -38,7 +38,7 @@ mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
 
-pub use effects::plan::render_diff;
+pub use effects::describe::render_diff;
 pub use effects::report::{ExecMode, Position, Report};
 pub use effects::session::{Host, HostOptions, Stat};
 pub use root::error::HostError;

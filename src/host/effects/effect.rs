@@ -17,10 +17,12 @@
 //! - *interrupts* are collected and handed to the agent after the step succeeded.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::host::effects::exec::RunOptions;
+pub use crate::host::effects::exec::quote_argv;
 use crate::host::root::error::{HostError, Result};
 
 /// A systemd unit state change (`systemctl <op> <name>`), submitted only when the state
@@ -243,7 +245,7 @@ pub enum InitramfsTool {
 }
 
 impl InitramfsTool {
-    /// The tool for an OS family ([`crate::host::effects::os_release::family`]): `dracut -f`
+    /// The tool for an OS family ([`crate::host::system::os::family`]): `dracut -f`
     /// on the rhel and fedora families, else `update-initramfs -u`.
     pub fn for_family(family: &str) -> Self {
         match family {
@@ -276,6 +278,96 @@ pub enum InterruptRequest {
     },
     /// Restart all services (`interrupt::restart_all_services()`).
     RestartAllServices,
+}
+
+/// The kind of one effect a host function submits to its session, named as the report names
+/// it ([`Effect::kind`]; [`EffectKind::name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EffectKind {
+    /// `write`: replace a file's content.
+    Write,
+    /// `remove`: remove a file, symlink or empty directory.
+    Remove,
+    /// `mkdir`: create a directory.
+    Mkdir,
+    /// `remove_all`: remove a tree.
+    RemoveAll,
+    /// `chmod`: set permission bits.
+    Chmod,
+    /// `chown`: set owner and group.
+    Chown,
+    /// `symlink`: create or retarget a symlink.
+    Symlink,
+    /// `service`: start, stop, enable or disable a unit.
+    Service,
+    /// `service_action`: restart or reload a unit.
+    ServiceAction,
+    /// `daemon_reload`: `systemctl daemon-reload`.
+    DaemonReload,
+    /// `package_install`: install packages.
+    PackageInstall,
+    /// `package_remove`: remove packages.
+    PackageRemove,
+    /// `sysctl`: set a runtime kernel parameter.
+    Sysctl,
+    /// `command`: run a command (not read-only, no guard).
+    Command,
+    /// `guarded_command`: run a command whose guard says its work is not done.
+    GuardedCommand,
+    /// `grub_update`: regenerate the grub configuration.
+    GrubUpdate,
+    /// `interrupt`: an interrupt for the agent.
+    Interrupt,
+    /// `mount`: mount, remount or unmount.
+    Mount,
+    /// `module_load`: load a kernel module.
+    ModuleLoad,
+    /// `initramfs_update`: regenerate the initramfs.
+    InitramfsUpdate,
+    /// `fetch`: download a verified file.
+    Fetch,
+    /// `package_hold`: hold packages at their version.
+    PackageHold,
+    /// `package_unhold`: release held packages.
+    PackageUnhold,
+}
+
+impl std::fmt::Display for EffectKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl EffectKind {
+    /// The kind's name in reports (`write`, `service_action`, ...).
+    pub fn name(self) -> &'static str {
+        use EffectKind::*;
+        match self {
+            Write => "write",
+            Remove => "remove",
+            Mkdir => "mkdir",
+            RemoveAll => "remove_all",
+            Chmod => "chmod",
+            Chown => "chown",
+            Symlink => "symlink",
+            Service => "service",
+            ServiceAction => "service_action",
+            DaemonReload => "daemon_reload",
+            PackageInstall => "package_install",
+            PackageRemove => "package_remove",
+            Sysctl => "sysctl",
+            Command => "command",
+            GuardedCommand => "guarded_command",
+            GrubUpdate => "grub_update",
+            Interrupt => "interrupt",
+            Mount => "mount",
+            ModuleLoad => "module_load",
+            InitramfsUpdate => "initramfs_update",
+            Fetch => "fetch",
+            PackageHold => "package_hold",
+            PackageUnhold => "package_unhold",
+        }
+    }
 }
 
 /// One desired-state change, action or interrupt, as handed to the session's executor.
@@ -419,7 +511,7 @@ pub enum Effect {
     /// Regenerate the initramfs (deferred to the end of the step); an action.
     InitramfsUpdate(InitramfsTool),
     /// Download a URL to a file, verified by its SHA-256 digest (`fs::fetch`).
-    Fetch(crate::host::effects::download::Download),
+    Fetch(Download),
     /// Hold packages at their installed version, or release them (`pkg::hold`/`unhold`:
     /// `apt-mark hold|unhold`, `dnf|yum versionlock add|delete`); only the packages whose
     /// state differs are listed.
@@ -464,31 +556,31 @@ impl Effect {
     /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,
     /// `grub_update`, `interrupt`, `mount`, `module_load`, `initramfs_update`, `fetch`,
     /// `package_hold`, `package_unhold`.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> EffectKind {
         match self {
-            Effect::WriteFile { .. } => "write",
-            Effect::RemoveFile { .. } => "remove",
-            Effect::Mkdir { .. } => "mkdir",
-            Effect::RemoveAll { .. } => "remove_all",
-            Effect::Chmod { .. } => "chmod",
-            Effect::Chown { .. } => "chown",
-            Effect::Symlink { .. } => "symlink",
-            Effect::Service { .. } => "service",
-            Effect::ServiceAction { .. } => "service_action",
-            Effect::DaemonReload => "daemon_reload",
-            Effect::PackageInstall { .. } => "package_install",
-            Effect::PackageRemove { .. } => "package_remove",
-            Effect::Sysctl { .. } => "sysctl",
-            Effect::Command { .. } => "command",
-            Effect::GuardedCommand { .. } => "guarded_command",
-            Effect::GrubUpdate(_) => "grub_update",
-            Effect::Interrupt(_) => "interrupt",
-            Effect::Mount { .. } => "mount",
-            Effect::ModuleLoad { .. } => "module_load",
-            Effect::InitramfsUpdate(_) => "initramfs_update",
-            Effect::Fetch(_) => "fetch",
-            Effect::PackageHold { hold: true, .. } => "package_hold",
-            Effect::PackageHold { hold: false, .. } => "package_unhold",
+            Effect::WriteFile { .. } => EffectKind::Write,
+            Effect::RemoveFile { .. } => EffectKind::Remove,
+            Effect::Mkdir { .. } => EffectKind::Mkdir,
+            Effect::RemoveAll { .. } => EffectKind::RemoveAll,
+            Effect::Chmod { .. } => EffectKind::Chmod,
+            Effect::Chown { .. } => EffectKind::Chown,
+            Effect::Symlink { .. } => EffectKind::Symlink,
+            Effect::Service { .. } => EffectKind::Service,
+            Effect::ServiceAction { .. } => EffectKind::ServiceAction,
+            Effect::DaemonReload => EffectKind::DaemonReload,
+            Effect::PackageInstall { .. } => EffectKind::PackageInstall,
+            Effect::PackageRemove { .. } => EffectKind::PackageRemove,
+            Effect::Sysctl { .. } => EffectKind::Sysctl,
+            Effect::Command { .. } => EffectKind::Command,
+            Effect::GuardedCommand { .. } => EffectKind::GuardedCommand,
+            Effect::GrubUpdate(_) => EffectKind::GrubUpdate,
+            Effect::Interrupt(_) => EffectKind::Interrupt,
+            Effect::Mount { .. } => EffectKind::Mount,
+            Effect::ModuleLoad { .. } => EffectKind::ModuleLoad,
+            Effect::InitramfsUpdate(_) => EffectKind::InitramfsUpdate,
+            Effect::Fetch(_) => EffectKind::Fetch,
+            Effect::PackageHold { hold: true, .. } => EffectKind::PackageHold,
+            Effect::PackageHold { hold: false, .. } => EffectKind::PackageUnhold,
         }
     }
 
@@ -520,23 +612,41 @@ impl Effect {
     }
 }
 
-/// Render an argv as a shell-like command line for messages: words made only of safe
-/// characters stay bare, anything else is single-quoted (`'` as `'\''`).
-pub fn quote_argv(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| quote_word(a))
-        .collect::<Vec<_>>()
-        .join(" ")
+/// One download, as [`Effect::Fetch`] carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Download {
+    /// The URL as given (`http://` or `https://`).
+    pub url: String,
+    /// The destination host path.
+    pub path: PathBuf,
+    /// The expected digest: 64 lowercase hex digits.
+    pub sha256: String,
+    /// Permission bits to set (`None`: an existing file's, else 0644).
+    pub mode: Option<u32>,
+    /// Owner uid to set.
+    pub uid: Option<u32>,
+    /// Group gid to set.
+    pub gid: Option<u32>,
+    /// Limit of the whole download.
+    pub timeout: Duration,
+    /// Largest body accepted, in bytes.
+    pub max_bytes: u64,
 }
 
-fn quote_word(a: &str) -> String {
-    let safe = !a.is_empty()
-        && a.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@%^".contains(c));
-    if safe {
-        a.to_string()
-    } else {
-        format!("'{}'", a.replace('\'', "'\\''"))
+impl Download {
+    /// The report line: `download <url> (sha256 <hex>) to <path>`, `would download ...`
+    /// when `planned` (plan and check mode), with ` (mode 0755)` when a mode is set.
+    pub fn summary(&self, planned: bool) -> String {
+        let would = if planned { "would " } else { "" };
+        let m = self
+            .mode
+            .map_or(String::new(), |m| format!(" (mode {m:04o})"));
+        format!(
+            "{would}download {} (sha256 {}) to {}{m}",
+            self.url,
+            self.sha256,
+            self.path.display()
+        )
     }
 }
 

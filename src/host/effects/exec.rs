@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::host::effects::effect::quote_argv;
-use crate::host::effects::session::Host;
+use crate::host::effects::context::Context;
 use crate::host::root::error::{HostError, Result};
 pub use crate::process::DEFAULT_PATH;
 use crate::process::{self, Stream};
@@ -261,16 +260,19 @@ impl process::Sink for CommandSink<'_> {
     }
 }
 
-/// Execute a command now, in every mode (the executor's and the queries' path), through the
-/// process primitive ([`crate::process::run`], on this thread).
-pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
-    // The command may read files with batched line edits ([`crate::host::effects::batch`]).
-    h.flush_batch()?;
+/// Execute a command now with the root and options of `cx`, through the process primitive
+/// ([`crate::process::run`], on this thread): the apply executor's path, and through
+/// [`Host::exec`](crate::host::Host::exec) the queries' path in every mode.
+///
+/// # Errors
+/// A working directory that is not a directory under the root, a missing program, a
+/// timeout or cancel, a failing `check`ed command.
+pub(crate) fn exec(cx: &Context, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
     let command = quote_argv(argv);
     let _span = tracing::debug_span!("command", argv = %command).entered();
     let mut env: Vec<(OsString, OsString)> = Vec::new();
     let mut has_path = false;
-    for (k, v) in h.options().env.iter().chain(opts.env.iter()) {
+    for (k, v) in cx.opts.env.iter().chain(opts.env.iter()) {
         has_path |= k == "PATH";
         // Later entries win, as with `Command::env`.
         env.retain(|(ek, _)| ek.as_os_str() != std::ffi::OsStr::new(k));
@@ -280,10 +282,10 @@ pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOu
         env.push(("PATH".into(), DEFAULT_PATH.into()));
     }
     let cwd = opts.cwd.clone().unwrap_or_else(|| "/".into());
-    let chroot = if h.options().commands_chrooted {
+    let chroot = if cx.opts.commands_chrooted {
         // Checked here so that a bad cwd is not reported as a missing program.
-        if !h
-            .root()
+        if !cx
+            .root
             .metadata(std::path::Path::new(&cwd))?
             .is_some_and(|m| m.is_dir())
         {
@@ -292,7 +294,7 @@ pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOu
                 message: format!("{cwd} is not a directory under the host root"),
             });
         }
-        Some(h.root().mount().to_path_buf())
+        Some(cx.root.mount().to_path_buf())
     } else {
         None
     };
@@ -304,12 +306,12 @@ pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOu
         chroot,
         stdin: opts.input.clone(),
         keep_fds: Vec::new(),
-        cgroup: h.options().cgroup.clone(),
+        cgroup: cx.opts.cgroup.clone(),
     };
-    let timeout = opts.timeout.or_else(|| h.remaining());
+    let timeout = opts.timeout.or_else(|| cx.remaining());
     let options = process::Options {
         timeout,
-        cancel: Some(h.options().cancel.clone()),
+        cancel: Some(cx.opts.cancel.clone()),
         term_grace: COMMAND_GRACE,
         exit_grace: COMMAND_GRACE,
         read_size: CHUNK,
@@ -366,6 +368,26 @@ pub(crate) fn exec(h: &Host, argv: &[String], opts: &RunOptions) -> Result<CmdOu
         });
     }
     Ok(out)
+}
+
+/// Render an argv as a shell-like command line for messages: words made only of safe
+/// characters stay bare, anything else is single-quoted (`'` as `'\''`).
+pub fn quote_argv(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| quote_word(a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn quote_word(a: &str) -> String {
+    let safe = !a.is_empty()
+        && a.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@%^".contains(c));
+    if safe {
+        a.to_string()
+    } else {
+        format!("'{}'", a.replace('\'', "'\\''"))
+    }
 }
 
 #[cfg(test)]

@@ -24,23 +24,20 @@
 //! (`hash`) states the same. [`crate::host::Host::report`] taken before the end of the
 //! session has no `after` hashes yet.
 
-use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use crate::host::Host;
 use crate::host::effects::effect::Effect;
-use crate::host::effects::plan::normalize;
 use crate::host::effects::report::Change;
 use crate::host::root::digest::sha256_tag;
-use crate::host::root::error::Result;
+use crate::host::root::normalize;
 use crate::redact::Redactor;
 
 /// What a report shows instead of the hash of a content that contains a secret value.
 pub const REDACTED: &str = "***";
 
 /// `sha256:<hex>` of `content`, or [`REDACTED`] when it contains a value `redactor` knows.
-fn content_tag(content: &[u8], redactor: &Redactor) -> String {
+pub(crate) fn content_tag(content: &[u8], redactor: &Redactor) -> String {
     if redactor.taints(content) {
         REDACTED.to_string()
     } else {
@@ -52,7 +49,7 @@ fn content_tag(content: &[u8], redactor: &Redactor) -> String {
 #[derive(Debug, Default)]
 pub(crate) struct ContentHashes {
     /// Files with a change in the current report.
-    seen: HashSet<PathBuf>,
+    pub(crate) seen: HashSet<PathBuf>,
     /// Per file: the index of its last change in `Report::changes` when that change is a
     /// write, and the bytes it wrote.
     last_write: HashMap<PathBuf, (usize, bytes::Bytes)>,
@@ -105,49 +102,6 @@ impl ContentHashes {
             }
         }
         self.seen.clear();
-    }
-}
-
-impl Host {
-    /// The `before` hash of a file change (module docs): for the first recorded write or
-    /// removal of its file in this report, the SHA-256 of the regular file the session sees there, else
-    /// `None`. Reads through the view (planned content in plan and check mode).
-    ///
-    /// # Errors
-    /// Resolution or read failures of the file.
-    pub(crate) fn hash_before(&mut self, effect: &Effect) -> Result<Option<String>> {
-        let (Effect::WriteFile { path, .. } | Effect::RemoveFile { path }) = effect else {
-            return Ok(None);
-        };
-        // A file counts as seen once a change of it is recorded ([`ContentHashes::note`]):
-        // a write that failed leaves the next one first.
-        if self.hashes.seen.contains(&normalize(path)) {
-            return Ok(None);
-        }
-        if self.view_stat(path, true)?.is_none_or(|s| s.kind != "file") {
-            return Ok(None);
-        }
-        let redactor = self.redactor().clone();
-        Ok(self
-            .view_read_cow(path)?
-            .map(|c| content_tag(&c, &redactor)))
-    }
-
-    /// [`Host::view_read`] that borrows a planned file's content from the overlay instead
-    /// of copying it (plan and check mode); a file on disk is read as `view_read` reads it.
-    ///
-    /// # Errors
-    /// As [`Host::view_read`].
-    pub(crate) fn view_read_cow(&self, path: &Path) -> Result<Option<Cow<'_, [u8]>>> {
-        if self.mode() != crate::host::ExecMode::Apply {
-            let key = self.overlay_key(path, true)?;
-            if let Some(crate::host::effects::plan::Node::File { content, .. }) =
-                self.overlay.lookup(&key)
-            {
-                return Ok(Some(Cow::Borrowed(&content[..])));
-            }
-        }
-        Ok(self.view_read(path)?.map(Cow::Owned))
     }
 }
 
@@ -239,7 +193,7 @@ mod tests {
 
     #[test]
     fn planned_appends_share_one_buffer_between_view_overlay_and_hashes() {
-        use crate::host::effects::plan::Node;
+        use crate::host::effects::overlay::Node;
         use std::path::Path;
         let t = TestHost::new();
         t.file("/etc/f", "a\n");
@@ -249,8 +203,8 @@ mod tests {
             assert!(fs::ensure_line(&mut h, "/etc/f", l, &o).unwrap());
         }
         let f = Path::new("/etc/f");
-        let Some(Node::File { content, .. }) = h.overlay.lookup(f) else {
-            panic!("no planned file: {:?}", h.overlay.lookup(f));
+        let Some(Node::File { content, .. }) = h.overlay().unwrap().lookup(f) else {
+            panic!("no planned file: {:?}", h.overlay().unwrap().lookup(f));
         };
         let planned = content.clone();
         assert_eq!(&planned[..], b"a\nb\nc\nd\n");

@@ -3,10 +3,12 @@
 //! apply mode, and either batched (apply: one write per run of edits,
 //! [`crate::host::effects::batch`]) or submitted as one whole-file write.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use crate::host::effects::batch::Pending;
 use crate::host::effects::effect::Effect;
-use crate::host::effects::lines::{Lines, Stamp};
+use crate::host::effects::lines::{Lines, Stamp, View};
+use crate::host::effects::report::Change;
 use crate::host::effects::session::Host;
 use crate::host::effects::textdiff::Appended;
 use crate::host::root::error::Result;
@@ -40,9 +42,9 @@ pub(crate) fn edit_lines(
     path: &Path,
     change: impl Fn(&mut Lines, bool) -> Result<bool>,
 ) -> Result<LineEdit> {
-    let key = crate::host::effects::plan::normalize(path);
+    let key = crate::host::root::normalize(path);
     // Apply mode: a batch of this file's edits is open, or another file's is written first.
-    if let Some(changed) = crate::host::effects::batch::edit_pending(h, path, &key, &change)? {
+    if let Some(changed) = edit_pending(h, path, &key, &change)? {
         return Ok(LineEdit::Done(changed));
     }
     let mut view = h.take_line_view(path, &key)?;
@@ -85,7 +87,7 @@ pub(crate) fn edit_lines(
                 uid: None,
                 gid: None,
             })?;
-            crate::host::effects::batch::begin(h, path, key, view, lock);
+            begin(h, path, key, view, lock);
             return Ok(LineEdit::Done(true));
         }
         lock => lock,
@@ -117,4 +119,104 @@ pub(crate) fn edit_lines(
     view.exists = true;
     h.texts.insert(key, view);
     Ok(LineEdit::Done(true))
+}
+
+/// A line or block edit of `path` (lexical normal form `key`) while a batch is open: when
+/// the batch is of the same file ([`same_file`]), run `change` on its pending lines and
+/// record the call (`Some(changed)`, the change naming `path` as the call spelled it);
+/// otherwise settle the batch (flushing the other file's edits) and return `None`: the
+/// caller edits as usual.
+///
+/// # Errors
+/// `change`'s error (the batch is unchanged: `change` fails before editing); the flush's.
+pub(crate) fn edit_pending(
+    h: &mut Host,
+    path: &Path,
+    key: &Path,
+    change: &impl Fn(&mut Lines, bool) -> Result<bool>,
+) -> Result<Option<bool>> {
+    let st = h.batch.state_mut();
+    let Some(p) = st
+        .pending
+        .as_mut()
+        .filter(|p| p.key == key && same_file(&p.path, path))
+    else {
+        h.settle_batch()?;
+        return Ok(None);
+    };
+    if !change(&mut p.view.lines, p.view.exists)? {
+        h.note_unchanged();
+        return Ok(Some(false));
+    }
+    p.edits += 1;
+    let irregular = p.view.lines.irregular();
+    let effect = Effect::WriteFile {
+        path: path.to_path_buf(),
+        content: Default::default(),
+        mode: None,
+        uid: None,
+        gid: None,
+    };
+    // The file exists as far as the session is concerned (the batch's first write creates
+    // it): what `describe` says of a write of existing content without attributes.
+    let index = h.record_change(Change {
+        kind: effect.kind().name().into(),
+        target: effect.target(),
+        summary: format!("update {}", effect.target()),
+        diff: None,
+        before: None,
+        after: None,
+        mkdir: Vec::new(),
+        position: None,
+    });
+    if let Some(p) = h.batch.state_mut().pending.as_mut() {
+        p.last_change = index;
+        if irregular {
+            // A line with a line break: write now and keep no view (as without a batch).
+            p.keep_view = false;
+        }
+    }
+    if irregular {
+        h.settle_batch()?;
+    }
+    Ok(Some(true))
+}
+
+/// Whether two spellings of one lexical path name the same file without a look at the host:
+/// the same bytes, or both plain (`/etc//f`, `/etc/./f` and `/etc/f` resolve alike). Not
+/// plain: a `..`, which resolves physically, after the symlinks before it (`/etc/link/../f`
+/// with `link -> /opt/d` is `/opt/f`), and a final `/` or `/.`, which makes the kernel
+/// require a directory (`/etc/f/` fails with `ENOTDIR`); `Path` equality ignores both.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let plain = |p: &Path| {
+        let raw = p.as_os_str().as_bytes();
+        !(raw.ends_with(b"/")
+            || raw.ends_with(b"/.")
+            || p.components().any(|c| c == std::path::Component::ParentDir))
+    };
+    a.as_os_str() == b.as_os_str() || (plain(a) && plain(b))
+}
+
+/// Open a batch after the first changing call of `path` recorded its change with its write
+/// held ([`Host::submit`]): `view` (read under `lock`, with the file's stamp then) holds the
+/// new lines.
+pub(crate) fn begin(h: &mut Host, path: &Path, key: PathBuf, view: View, lock: PathLock) {
+    let last_change = h.changed() - 1;
+    let stamp = view.stamp;
+    let st = h.batch.state_mut();
+    debug_assert!(st.pending.is_none());
+    st.pending = Some(Pending {
+        path: path.to_path_buf(),
+        key,
+        view: View {
+            exists: true,
+            ..view
+        },
+        stamp,
+        edits: 1,
+        last_change,
+        keep_view: true,
+        _lock: lock,
+    });
 }

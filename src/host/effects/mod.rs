@@ -1,22 +1,28 @@
-//! The effects layer: the session ([`session::Host`]) that every host API area works through,
-//! with its read view (the root overlaid by the session's pending effects, and facts such as
-//! [`os_release`]), the [`effect::Effect`] it submits for every change, and the executors that
-//! act on them by [`report::ExecMode`]: apply performs (`apply`, with the batching of line
-//! edits in `batch`, commands through [`exec`] and downloads through `download`), plan and
-//! check record over a read overlay and render diffs (`plan`, `textdiff`, `hashes`). The
-//! [`report::Report`] is what a session changed, would change or found drifted.
+//! The effects layer: the session ([`session::Host`]) every host API area works through,
+//! with its read view (the root, seen through the executor's overlay in plan and check mode,
+//! and facts such as [`os_release`]), the [`effect::Effect`] it submits for every change, and
+//! the executors that act on them behind one interface (`executors`: apply, plan/check, a
+//! recording double), which work on the lower [`context::Context`] and never on the session.
+//! Commands run through [`exec`]; line edits are batched by the session (`batch`,
+//! `line_edit`); reports render effects as lines and diffs (`describe`, `textdiff`, `hashes`).
+//! The [`report::Report`] is what a session changed, would change or found drifted.
+//!
+//! Import order, lowest first (no file imports a later one): `appendbuf`, `lines`,
+//! `textdiff`, `context`, `exec`, `effect`, `report`, `overlay`, `batch`, `hashes`,
+//! `os_release`, `executors`, `session`, `describe`, `line_edit`.
 
 pub(crate) mod appendbuf;
-pub(crate) mod apply;
 pub(crate) mod batch;
-pub(crate) mod download;
+pub mod context;
+pub(crate) mod describe;
 pub mod effect;
 pub mod exec;
+pub(crate) mod executors;
 pub(crate) mod hashes;
 pub(crate) mod line_edit;
 pub(crate) mod lines;
 pub mod os_release;
-pub(crate) mod plan;
+pub(crate) mod overlay;
 pub mod report;
 pub mod session;
 pub(crate) mod textdiff;

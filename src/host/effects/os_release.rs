@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::host::effects::session::Host;
 use crate::host::root::error::Result;
 
 /// Parse os-release text (`KEY=value` lines, `#` comments; values may be double- or
@@ -77,24 +76,19 @@ pub fn family_from(release: &BTreeMap<String, String>) -> String {
         .to_string()
 }
 
-/// `os::release()`: the host's `/etc/os-release` (else `/usr/lib/os-release`) as a map,
-/// quotes stripped; empty when neither exists.
+/// `os::release()` over `read` (a host path to its content, `None` when absent): the
+/// host's `/etc/os-release` (else `/usr/lib/os-release`) as a map, quotes stripped; empty when
+/// neither exists.
 ///
 /// # Errors
-/// Read failures other than "not found".
-pub fn release(h: &Host) -> Result<BTreeMap<String, String>> {
+/// `read`'s failures.
+pub fn release_with(
+    read: impl Fn(&Path) -> Result<Option<Vec<u8>>>,
+) -> Result<BTreeMap<String, String>> {
     for p in ["/etc/os-release", "/usr/lib/os-release"] {
-        if let Some(b) = h.view_read(Path::new(p))? {
+        if let Some(b) = read(Path::new(p))? {
             return Ok(parse_os_release(&String::from_utf8_lossy(&b)));
         }
     }
     Ok(BTreeMap::new())
-}
-
-/// `os::family()`: `debian`, `rhel`, `fedora`, `suse`, or the ID ([`family_from`]).
-///
-/// # Errors
-/// As [`release`].
-pub fn family(h: &Host) -> Result<String> {
-    Ok(family_from(&release(h)?))
 }

@@ -1,15 +1,18 @@
 //! [`Host`]: one step's session over the host root, and its executor.
 //!
-//! A `Host` is created per step with an [`ExecMode`]. API functions (`fs::write`,
-//! `service::start`, ...) read through the session's *view* and hand every mutation to
-//! [`Host::submit`] as an [`Effect`]. The executor then:
+//! A `Host` is created per step with an [`ExecMode`], which picks its executor once
+//! (`effects/executors`). API functions (`fs::write`, `service::start`, ...)
+//! read through the session's *view* and hand every mutation to [`Host::submit`] as an
+//! [`Effect`]; the session validates it, describes it for the report, and hands it to the
+//! executor:
 //!
-//! - **Apply**: performs the effect (`apply.rs`) and records a one-line summary;
-//! - **Plan**: records the effect over a read overlay (`plan.rs`), so later reads in the same
-//!   session see the planned file contents, removals, service and package states, and renders
-//!   a unified diff for file contents; commands that are not read-only are recorded as
-//!   actions and return a planned result;
-//! - **Check**: records exactly like Plan; the report's changes are the drift.
+//! - **Apply**: performs the effect;
+//! - **Plan**: records the effect in the executor's read overlay, so later reads in the same
+//!   session see the planned file contents, removals, service and package states; file
+//!   contents get a unified diff; commands that are not read-only are recorded as actions
+//!   and return a planned result;
+//! - **Check**: records exactly like Plan; the report's changes are the drift;
+//! - **Recording** ([`Host::recording`], for tests): performs nothing, keeps every effect.
 //!
 //! # Deferred work and `finish`
 //!
@@ -50,104 +53,23 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::host::effects::effect::{
-    Effect, EffectClass, GrubUpdate, InitramfsTool, InterruptRequest,
-};
+use crate::host::effects::context::Context;
+pub use crate::host::effects::context::HostOptions;
+use crate::host::effects::effect::{Effect, EffectClass, GrubUpdate, InitramfsTool};
 use crate::host::effects::exec::{CmdOutput, RunOptions};
+use crate::host::effects::executors::Executor;
+use crate::host::effects::executors::apply::Apply;
+use crate::host::effects::executors::plan::Plan;
+use crate::host::effects::executors::recording::Recording;
 use crate::host::effects::lines::{Lines, Stamp, View};
-use crate::host::effects::plan::Overlay;
+pub use crate::host::effects::overlay::Stat;
+use crate::host::effects::overlay::{normalize, root_stat};
 use crate::host::effects::report::{Action, Change, ExecMode, Item, Journal, Position, Report};
 use crate::host::root::deferred::{self, GrubPending};
 use crate::host::root::error::{HostError, Result};
 use crate::host::root::read::MAX_READ_BYTES;
 use crate::host::root::{EntryKind, HostRoot};
 use crate::redact::Redactor;
-
-/// Settings of one session, filled by the agent or `skyhook-run` from the step's context.
-#[derive(Debug, Clone)]
-pub struct HostOptions {
-    /// The step's environment (later entries win). Commands get exactly this plus their own
-    /// `env`; `PATH` defaults to `/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`.
-    pub env: Vec<(String, String)>,
-    /// Agent-side configMaps directory (`SKYHOOK_DIR/configmaps` or `--configmaps`); may lie
-    /// outside the root. `None`: no configMaps.
-    pub configmaps_dir: Option<PathBuf>,
-    /// Agent-side node metadata directory (`SKYHOOK_DIR/node-metadata`). `None`: empty maps.
-    pub node_metadata_dir: Option<PathBuf>,
-    /// Run commands chrooted into the host root (the agent's `on_host`, and `skyhook-run`).
-    /// When false they run in the agent's own filesystem.
-    pub commands_chrooted: bool,
-    /// The step's deadline: the default command timeout is what remains of it.
-    pub deadline: Option<Instant>,
-    /// Agent-side directory of mounted Secrets (`SKYHOOK_SECRETS_DIR`,
-    /// default `/var/run/secrets/skyhook`).
-    pub secrets_dir: PathBuf,
-    /// Secret names that may be read (`SKYHOOK_ALLOWED_SECRETS`, parsed with
-    /// [`crate::host::secrets::parse_allowlist`]).
-    pub allowed_secrets: Vec<String>,
-    /// Secrets resolved before the step started, as `(name, key, value)` (`skyhook-agent
-    /// serve`: the request's `secrets`, through the server's confined resolver). When set,
-    /// `secret(name, key)` answers only these coordinates and reads no file (`secrets_dir`
-    /// and `allowed_secrets` are not used).
-    pub declared_secrets: Option<Vec<(String, String, String)>>,
-    /// `SKYHOOK_RESOURCE_ID` (for interrupts' once-per-resource markers, used by the agent).
-    pub resource_id: String,
-    /// How long package managers wait for their lock (apt's `DPkg::Lock::Timeout`, zypper's
-    /// `ZYPP_LOCK_TIMEOUT`), capped by what remains of the deadline. Default 300 s.
-    pub package_lock_timeout: Duration,
-    /// The redactor to share with the log sink. `None`: a new one from `SKYHOOK_REDACT_ENV`
-    /// in `env`. When given, the `SKYHOOK_REDACT_ENV` values are added to it.
-    pub redactor: Option<Redactor>,
-    /// The step's cancel token: once aborted, a running command is ended (`SIGTERM` to its
-    /// group, a grace period, `SIGKILL`) and fails with [`crate::host::HostError::Cancelled`].
-    /// Default: a fresh token nobody cancels.
-    pub cancel: crate::process::Cancel,
-    /// Render unified diffs of file contents in apply mode too (`skyhook-run --apply
-    /// --diff`); plan and check mode always render them.
-    pub diffs: bool,
-    /// A cgroup directory every command joins before `exec` ([`crate::process::Spec::cgroup`]):
-    /// a command's end then kills what is left in it. `skyhook-agent serve` gives each Rhai
-    /// execution its own; `None` (default): the process group and subreaper sweep.
-    pub cgroup: Option<PathBuf>,
-}
-
-impl Default for HostOptions {
-    fn default() -> Self {
-        HostOptions {
-            env: Vec::new(),
-            configmaps_dir: None,
-            node_metadata_dir: None,
-            commands_chrooted: true,
-            deadline: None,
-            secrets_dir: PathBuf::from("/var/run/secrets/skyhook"),
-            allowed_secrets: Vec::new(),
-            declared_secrets: None,
-            resource_id: String::new(),
-            package_lock_timeout: Duration::from_secs(300),
-            redactor: None,
-            cancel: crate::process::Cancel::new(),
-            diffs: false,
-            cgroup: None,
-        }
-    }
-}
-
-/// A file system object as the session sees it (`fs::stat`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Stat {
-    /// `file`, `dir`, `symlink` or `other`.
-    pub kind: String,
-    /// Size in bytes.
-    pub size: u64,
-    /// Permission bits (`mode & 0o7777`).
-    pub mode: u32,
-    /// Owner uid.
-    pub uid: u32,
-    /// Group gid.
-    pub gid: u32,
-    /// Modification time, seconds since the Unix epoch.
-    pub mtime: i64,
-}
 
 /// What [`Host::view_for_digest`] found at a path.
 #[derive(Debug)]
@@ -163,11 +85,12 @@ pub(crate) enum ViewedFile {
 /// One step's session over a host root: the view, the executor and the report.
 #[derive(Debug)]
 pub struct Host {
-    root: HostRoot,
-    mode: ExecMode,
-    opts: HostOptions,
+    /// The root, options and directories to fsync, lent to the executor.
+    cx: Context,
+    /// What becomes of each effect ([`crate::host::effects::executors`]), chosen when the
+    /// session is built.
+    executor: Box<dyn Executor>,
     redactor: Redactor,
-    pub(crate) overlay: Overlay,
     /// The report's content hashes, once per file ([`crate::host::effects::hashes`]).
     pub(crate) hashes: crate::host::effects::hashes::ContentHashes,
     /// Parsed views of the files the line and block functions edited, by normalised host
@@ -201,9 +124,6 @@ pub struct Host {
     /// Set by the line functions for the one write they submit next: record its change but
     /// hold the write for a batch ([`crate::host::effects::batch`]); taken by [`Host::submit`].
     pub(crate) hold_write: bool,
-    /// Directories whose entries the executor changed, fsynced once when the step ends
-    /// ([`crate::host::root::durability`]).
-    pub(crate) dir_syncs: crate::host::root::durability::DirSyncs,
     /// Every effect submitted, in order, once [`Host::record_effects`] was called: the
     /// recording double tests assert an area's effects with.
     recorded: Option<Vec<Effect>>,
@@ -217,23 +137,45 @@ impl Host {
     /// # Errors
     /// As `DirSyncs::sync`.
     pub(crate) fn sync_dirs(&self) -> Result<()> {
-        Ok(self.dir_syncs.sync(self.root())?)
+        Ok(self.cx.dir_syncs.sync(self.root())?)
     }
 
     /// A session over `root` in `mode`. Deferred work recorded by an earlier session that
     /// could not run it ([`crate::host::root::deferred`]) is scheduled again: it runs at this
     /// session's end in apply mode, and shows up as an action in plan and check mode.
-    pub fn new(root: HostRoot, mode: ExecMode, mut options: HostOptions) -> Host {
+    pub fn new(root: HostRoot, mode: ExecMode, options: HostOptions) -> Host {
+        let executor: Box<dyn Executor> = match mode {
+            ExecMode::Apply => Box::new(Apply),
+            ExecMode::Plan | ExecMode::Check => Box::new(Plan::new(mode)),
+        };
+        Host::with_executor(root, executor, options)
+    }
+
+    /// A session over `root` whose executor is the recording double (`Recording`): nothing
+    /// on the host changes (no locks, batches or deferred-work records either), reads go to
+    /// the real root, [`Host::recorded_effects`] lists every effect submitted. It reports as
+    /// apply mode.
+    pub fn recording(root: HostRoot, options: HostOptions) -> Host {
+        Host::with_executor(root, Box::new(Recording::default()), options)
+    }
+
+    /// A session over `root` with `executor` (module docs of
+    /// [`crate::host::effects::executors`]); deferred work is scheduled again as in
+    /// [`Host::new`].
+    pub(crate) fn with_executor(
+        root: HostRoot,
+        executor: Box<dyn Executor>,
+        mut options: HostOptions,
+    ) -> Host {
+        let mode = executor.mode();
         let redactor = options.redactor.take().unwrap_or_default();
         redactor.add_from_env(&options.env);
         let (recorded_reload, grub) = deferred::load(&root);
         let recorded_initramfs = deferred::initramfs_recorded(&root);
         Host {
-            root,
-            mode,
-            opts: options,
+            cx: Context::new(root, options),
+            executor,
             redactor,
-            overlay: Overlay::default(),
             texts: std::collections::HashMap::new(),
             hashes: Default::default(),
             report: Report::new(mode),
@@ -250,7 +192,6 @@ impl Host {
             appended: None,
             batch: Default::default(),
             hold_write: false,
-            dir_syncs: Default::default(),
             recorded: None,
         }
     }
@@ -262,28 +203,38 @@ impl Host {
         self.recorded.get_or_insert_with(Vec::new);
     }
 
-    /// The effects submitted since [`Host::record_effects`], in order (empty when not
-    /// recording).
+    /// The effects submitted, in order: all of them in a [`Host::recording`] session, else
+    /// those since [`Host::record_effects`] (empty when not recording).
     pub fn recorded_effects(&self) -> &[Effect] {
-        self.recorded.as_deref().unwrap_or_default()
+        self.executor
+            .recorded()
+            .or(self.recorded.as_deref())
+            .unwrap_or_default()
     }
 
     /// The execution mode.
     pub fn mode(&self) -> ExecMode {
-        self.mode
+        self.executor.mode()
     }
 
     /// The host root, for reading or writing it directly. Pending batched line edits are
     /// written first ([`crate::host::effects::batch`]; a failure is returned by the next fallible
     /// call of the session), so a direct read sees them.
     pub fn root(&self) -> &HostRoot {
-        self.batch.flush(&self.root);
-        &self.root
+        self.batch.flush(&self.cx.root);
+        &self.cx.root
+    }
+
+    /// The directories whose entries the session's effects changed, fsynced when the step
+    /// ends ([`crate::host::root::durability`]).
+    #[cfg(test)]
+    pub(crate) fn dir_syncs(&self) -> &crate::host::root::durability::DirSyncs {
+        &self.cx.dir_syncs
     }
 
     /// The session's options.
     pub fn options(&self) -> &HostOptions {
-        &self.opts
+        &self.cx.opts
     }
 
     /// The shared redactor (every secret read in this session is in it).
@@ -293,7 +244,8 @@ impl Host {
 
     /// `env(name)`: the step environment's value (last definition wins).
     pub fn env(&self, name: &str) -> Option<String> {
-        self.opts
+        self.cx
+            .opts
             .env
             .iter()
             .rev()
@@ -314,9 +266,7 @@ impl Host {
 
     /// What remains of the deadline (zero when passed), `None` without a deadline.
     pub fn remaining(&self) -> Option<Duration> {
-        self.opts
-            .deadline
-            .map(|d| d.saturating_duration_since(Instant::now()))
+        self.cx.remaining()
     }
 
     /// Set the script position of the host call being served (the binding layer sets it
@@ -362,6 +312,8 @@ impl Host {
         // functions put back the view of the file they wrote).
         self.texts.clear();
         if let Effect::Interrupt(i) = effect {
+            self.executor
+                .execute(&self.cx, &Effect::Interrupt(i.clone()))?;
             self.journal.push(Item::Interrupt {
                 index: self.report.interrupts.len(),
                 position: self.position.clone(),
@@ -376,25 +328,15 @@ impl Host {
         let with_diff = self.renders_diffs();
         let d = self.describe(&effect, with_diff, appended.as_ref())?;
         let before = self.hash_before(&effect)?;
-        let out = match self.mode {
+        let out = if hold {
             // The line functions' batched write ([`crate::host::effects::batch`]).
-            ExecMode::Apply if hold => None,
-            ExecMode::Apply => {
-                let r = crate::host::effects::apply::perform(self, &effect);
-                if reload {
-                    self.settle_reload_record(r.is_ok(), was_pending);
-                }
-                r?
+            None
+        } else {
+            let r = self.executor.execute(&self.cx, &effect);
+            if reload && self.executor.changes_host() {
+                self.settle_reload_record(r.is_ok(), was_pending);
             }
-            ExecMode::Plan | ExecMode::Check => {
-                self.overlay_record(&effect)?;
-                match effect {
-                    Effect::Command { .. } | Effect::GuardedCommand { .. } => {
-                        Some(CmdOutput::planned())
-                    }
-                    _ => None,
-                }
-            }
+            r?
         };
         let position = self.position.clone();
         match effect.class() {
@@ -402,7 +344,7 @@ impl Host {
                 let index = self.report.changes.len();
                 self.journal.push(Item::Change(index));
                 self.report.changes.push(Change {
-                    kind: effect.kind().into(),
+                    kind: effect.kind().name().into(),
                     target: effect.target(),
                     summary: d.summary,
                     diff: d.diff,
@@ -417,7 +359,7 @@ impl Host {
             EffectClass::Action => {
                 self.journal.push(Item::Action(self.report.actions.len()));
                 self.report.actions.push(Action {
-                    kind: effect.kind().into(),
+                    kind: effect.kind().name().into(),
                     target: effect.target(),
                     summary: d.summary,
                     position,
@@ -444,8 +386,8 @@ impl Host {
     /// written).
     pub(crate) fn write_ahead_daemon_reload(&mut self) -> Result<()> {
         self.settle_batch()?;
-        if self.mode == ExecMode::Apply {
-            deferred::record_daemon_reload(&self.root)?;
+        if self.executor.changes_host() {
+            deferred::record_daemon_reload(&self.cx.root)?;
             self.recorded_reload = true;
         }
         Ok(())
@@ -463,10 +405,10 @@ impl Host {
         pending: GrubPending,
     ) -> Result<(GrubPending, bool)> {
         self.settle_batch()?;
-        if self.mode == ExecMode::Apply {
-            deferred::record_grub(&self.root, &pending)?;
+        if self.executor.changes_host() {
+            deferred::record_grub(&self.cx.root, &pending)?;
         }
-        let recorded = self.recorded_grub || self.mode == ExecMode::Apply;
+        let recorded = self.recorded_grub || self.executor.changes_host();
         let prev_recorded = std::mem::replace(&mut self.recorded_grub, recorded);
         let prev = std::mem::replace(&mut self.pending_grub, pending);
         Ok((prev, prev_recorded))
@@ -475,11 +417,11 @@ impl Host {
     /// Undo [`Host::schedule_grub_ahead`] after the drop-in write failed: the previous
     /// pending work, and in apply mode the previous record (or none). Best effort.
     pub(crate) fn restore_grub(&mut self, (pending, recorded): (GrubPending, bool)) {
-        if self.mode == ExecMode::Apply {
+        if self.executor.changes_host() {
             let undone = if recorded {
-                deferred::record_grub(&self.root, &pending)
+                deferred::record_grub(&self.cx.root, &pending)
             } else {
-                deferred::clear(&self.root, &deferred::grub_path())
+                deferred::clear(&self.cx.root, &deferred::grub_path())
             };
             if undone.is_ok() {
                 self.recorded_grub = recorded;
@@ -497,21 +439,21 @@ impl Host {
     /// Writing the record failed (nothing is scheduled then; the file must not be written).
     pub(crate) fn schedule_initramfs_ahead(&mut self) -> Result<(bool, bool)> {
         self.settle_batch()?;
-        if self.mode == ExecMode::Apply {
-            deferred::record_initramfs(&self.root)?;
+        if self.executor.changes_host() {
+            deferred::record_initramfs(&self.cx.root)?;
         }
         let prev = (self.pending_initramfs, self.recorded_initramfs);
         self.pending_initramfs = true;
-        self.recorded_initramfs = self.recorded_initramfs || self.mode == ExecMode::Apply;
+        self.recorded_initramfs = self.recorded_initramfs || self.executor.changes_host();
         Ok(prev)
     }
 
     /// Undo [`Host::schedule_initramfs_ahead`] after the file write failed: the previous
     /// pending state and, in apply mode, no record when there was none before. Best effort.
     pub(crate) fn restore_initramfs(&mut self, (pending, recorded): (bool, bool)) {
-        if self.mode == ExecMode::Apply
+        if self.executor.changes_host()
             && !recorded
-            && deferred::clear(&self.root, &deferred::initramfs_path()).is_ok()
+            && deferred::clear(&self.cx.root, &deferred::initramfs_path()).is_ok()
         {
             self.recorded_initramfs = false;
         }
@@ -535,12 +477,12 @@ impl Host {
     fn settle_reload_record(&mut self, ok: bool, was_pending: bool) {
         if ok {
             if self.recorded_reload
-                && deferred::clear(&self.root, &deferred::daemon_reload_path()).is_ok()
+                && deferred::clear(&self.cx.root, &deferred::daemon_reload_path()).is_ok()
             {
                 self.recorded_reload = false;
             }
         } else if (was_pending || self.recorded_reload)
-            && deferred::record_daemon_reload(&self.root).is_ok()
+            && deferred::record_daemon_reload(&self.cx.root).is_ok()
         {
             self.recorded_reload = true;
         }
@@ -562,14 +504,14 @@ impl Host {
         let grub_result = match effect {
             Some(g) => {
                 let r = self.submit(Effect::GrubUpdate(g)).map(|_| ());
-                if self.mode == ExecMode::Apply {
+                if self.executor.changes_host() {
                     if r.is_ok() {
                         if self.recorded_grub
-                            && deferred::clear(&self.root, &deferred::grub_path()).is_ok()
+                            && deferred::clear(&self.cx.root, &deferred::grub_path()).is_ok()
                         {
                             self.recorded_grub = false;
                         }
-                    } else if deferred::record_grub(&self.root, &grub).is_ok() {
+                    } else if deferred::record_grub(&self.cx.root, &grub).is_ok() {
                         self.recorded_grub = true;
                     }
                 }
@@ -587,17 +529,18 @@ impl Host {
         if !std::mem::take(&mut self.pending_initramfs) {
             return Ok(());
         }
-        let r = crate::host::effects::os_release::family(self)
+        let r = crate::host::effects::os_release::release_with(|p| self.view_read(p))
+            .map(|r| crate::host::effects::os_release::family_from(&r))
             .map(|f| InitramfsTool::for_family(&f))
             .and_then(|tool| self.submit(Effect::InitramfsUpdate(tool)).map(|_| ()));
-        if self.mode == ExecMode::Apply {
+        if self.executor.changes_host() {
             if r.is_ok() {
                 if self.recorded_initramfs
-                    && deferred::clear(&self.root, &deferred::initramfs_path()).is_ok()
+                    && deferred::clear(&self.cx.root, &deferred::initramfs_path()).is_ok()
                 {
                     self.recorded_initramfs = false;
                 }
-            } else if deferred::record_initramfs(&self.root).is_ok() {
+            } else if deferred::record_initramfs(&self.cx.root).is_ok() {
                 self.recorded_initramfs = true;
             }
         }
@@ -621,7 +564,8 @@ impl Host {
         self.finished = true;
         let flushed = self.settle_batch_at_step_end();
         let result = flushed.and(self.run_deferred()).and(self.sync_dirs());
-        let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
+        let fresh = Report::new(self.mode());
+        let mut report = std::mem::replace(&mut self.report, fresh);
         self.hashes.fill(&mut report.changes, &self.redactor);
         report.items = self.journal.take();
         (report, result)
@@ -646,10 +590,11 @@ impl Host {
     pub fn finish_step_with_report(&mut self) -> (Report, Result<()>) {
         let flushed = self.settle_batch_at_step_end();
         let deferred = flushed.and(self.run_deferred()).and(self.sync_dirs());
-        let mut report = std::mem::replace(&mut self.report, Report::new(self.mode));
+        let fresh = Report::new(self.mode());
+        let mut report = std::mem::replace(&mut self.report, fresh);
         self.hashes.fill(&mut report.changes, &self.redactor);
         report.items = self.journal.take();
-        self.opts.deadline = None;
+        self.cx.opts.deadline = None;
         (report, deferred)
     }
 
@@ -667,7 +612,7 @@ impl Host {
                 Ok(())
             }
             Effect::RemoveAll { path } | Effect::RemoveFile { path }
-                if crate::host::effects::plan::normalize(path) == Path::new("/") =>
+                if normalize(path) == Path::new("/") =>
             {
                 Err(HostError::Invalid {
                     what: "path argument",
@@ -697,7 +642,7 @@ impl Host {
     }
 
     fn check_ancestors(&self, path: &Path, reported: &Path) -> Result<()> {
-        let norm = crate::host::effects::plan::normalize(path);
+        let norm = normalize(path);
         let ancestors: Vec<&Path> = norm.ancestors().skip(1).collect();
         for anc in ancestors.into_iter().rev() {
             match self.view_stat(anc, true)? {
@@ -737,44 +682,11 @@ impl Host {
 
     /// Metadata of `path` as the session sees it; `follow` follows a final symlink.
     pub(crate) fn view_stat(&self, path: &Path, follow: bool) -> Result<Option<Stat>> {
-        self.batch.flush_checked(&self.root)?;
-        if self.mode != ExecMode::Apply {
-            let key = self.overlay_key(path, follow)?;
-            if let Some(hit) = self.overlay.lookup(&key) {
-                return Ok(hit.stat());
-            }
-            return self.real_stat(&key, follow);
+        self.batch.flush_checked(&self.cx.root)?;
+        match self.executor.overlay() {
+            Some(overlay) => overlay.stat(&self.cx.root, path, follow),
+            None => root_stat(&self.cx.root, path, follow),
         }
-        self.real_stat(path, follow)
-    }
-
-    fn real_stat(&self, path: &Path, follow: bool) -> Result<Option<Stat>> {
-        use std::os::unix::fs::MetadataExt;
-        let m = if follow {
-            self.root.metadata(path)?
-        } else {
-            self.root.symlink_metadata(path)?
-        };
-        Ok(m.map(|m| {
-            let ft = m.file_type();
-            let kind = if ft.is_symlink() {
-                "symlink"
-            } else if ft.is_dir() {
-                "dir"
-            } else if ft.is_file() {
-                "file"
-            } else {
-                "other"
-            };
-            Stat {
-                kind: kind.into(),
-                size: m.size(),
-                mode: m.mode() & 0o7777,
-                uid: m.uid(),
-                gid: m.gid(),
-                mtime: m.mtime(),
-            }
-        }))
     }
 
     /// The session's view of the text file at `path` (module [`crate::host::effects::lines`]), taken out
@@ -787,7 +699,7 @@ impl Host {
     /// # Errors
     /// A directory at `path`; [`HostError::NotText`]; resolution or read failures.
     pub(crate) fn take_line_view(&mut self, path: &Path, key: &Path) -> Result<View> {
-        if self.mode != ExecMode::Apply {
+        if self.plans() {
             if let Some(v) = self.texts.remove(key) {
                 return Ok(v);
             }
@@ -842,7 +754,19 @@ impl Host {
     /// Whether the session renders the diffs of its changes: plan and check mode, and apply
     /// with [`HostOptions::diffs`].
     pub(crate) fn renders_diffs(&self) -> bool {
-        self.mode != ExecMode::Apply || self.opts.diffs
+        self.plans() || self.cx.opts.diffs
+    }
+
+    /// Whether the session's executor plans (plan and check mode): its reads see the
+    /// effects through the executor's overlay.
+    pub(crate) fn plans(&self) -> bool {
+        self.executor.overlay().is_some()
+    }
+
+    /// The executor's read overlay (plan and check mode); `None` when reads go to the real
+    /// root.
+    pub(crate) fn overlay(&self) -> Option<&crate::host::effects::overlay::Overlay> {
+        self.executor.overlay()
     }
 
     /// Where the read view finds the content of the regular file at `path` for a digest: in
@@ -853,15 +777,16 @@ impl Host {
     /// # Errors
     /// Resolving the path through the planned symlinks.
     pub(crate) fn view_for_digest(&self, path: &Path) -> Result<ViewedFile> {
-        if self.mode == ExecMode::Apply {
+        let Some(overlay) = self.executor.overlay() else {
             return Ok(ViewedFile::Open(path.to_path_buf()));
-        }
-        let key = self.overlay_key(path, true)?;
-        Ok(match self.overlay.lookup(&key) {
-            Some(crate::host::effects::plan::Node::Download { sha256, .. }) => {
+        };
+        self.batch.flush_checked(&self.cx.root)?;
+        let key = overlay.key(&self.cx.root, path, true)?;
+        Ok(match overlay.lookup(&key) {
+            Some(crate::host::effects::overlay::Node::Download { sha256, .. }) => {
                 ViewedFile::Digest(sha256.clone())
             }
-            Some(crate::host::effects::plan::Node::File { content, .. }) => {
+            Some(crate::host::effects::overlay::Node::File { content, .. }) => {
                 ViewedFile::Content(content.clone())
             }
             _ => ViewedFile::Open(key),
@@ -871,45 +796,44 @@ impl Host {
     /// The read view of a unit's state (active, enabled) as earlier effects of this session
     /// planned it; `(None, None)` in apply mode, where the host itself answers.
     pub(crate) fn planned_service(&self, name: &str) -> (Option<bool>, Option<bool>) {
-        match self.mode {
-            ExecMode::Apply => (None, None),
-            _ => self.overlay.services.get(name).copied().unwrap_or_default(),
-        }
+        self.executor
+            .overlay()
+            .and_then(|o| o.services.get(name).copied())
+            .unwrap_or_default()
     }
 
     /// The read view of a package's presence (`name` as given to `pkg::install` or
     /// `pkg::remove`) as earlier effects of this session planned it; `None` in apply mode or
     /// when nothing was planned.
     pub(crate) fn planned_package(&self, name: &str) -> Option<bool> {
-        match self.mode {
-            ExecMode::Apply => None,
-            _ => self.overlay.packages.get(name).copied(),
-        }
+        self.executor
+            .overlay()
+            .and_then(|o| o.packages.get(name).copied())
     }
 
     /// The read view of a package hold as earlier effects of this session planned it; `None`
     /// in apply mode or when nothing was planned.
     pub(crate) fn planned_hold(&self, name: &str) -> Option<bool> {
-        match self.mode {
-            ExecMode::Apply => None,
-            _ => self.overlay.holds.get(name).copied(),
-        }
+        self.executor
+            .overlay()
+            .and_then(|o| o.holds.get(name).copied())
     }
 
     /// Whether an earlier effect of this session planned to load kernel module `name` (as
     /// the kernel names it, `-` read as `_`); always false in apply mode.
     pub(crate) fn planned_module_load(&self, name: &str) -> bool {
-        self.mode != ExecMode::Apply && self.overlay.modules.contains(name)
+        self.executor
+            .overlay()
+            .is_some_and(|o| o.modules.contains(name))
     }
 
     /// The read view of a mount point (normalised host path) as earlier effects of this
     /// session planned it: mounted (`true`) or unmounted; `None` in apply mode or when
     /// nothing was planned.
     pub(crate) fn planned_mount(&self, path: &Path) -> Option<bool> {
-        match self.mode {
-            ExecMode::Apply => None,
-            _ => self.overlay.mounts.get(path).copied(),
-        }
+        self.executor
+            .overlay()
+            .and_then(|o| o.mounts.get(path).copied())
     }
 
     /// Content of the file at `path` (following symlinks); `None` when absent. A file on disk
@@ -920,32 +844,20 @@ impl Host {
     /// [`HostError::WrongKind`] for a directory; [`HostError::NotRegular`],
     /// [`HostError::FileTooLarge`]; resolution or read failures.
     pub(crate) fn view_read(&self, path: &Path) -> Result<Option<Vec<u8>>> {
-        self.batch.flush_checked(&self.root)?;
-        let key = if self.mode != ExecMode::Apply {
-            let key = self.overlay_key(path, true)?;
-            if let Some(hit) = self.overlay.lookup(&key) {
-                return match hit.content() {
-                    Ok(c) => Ok(c),
-                    Err(what) => Err(HostError::WrongKind {
-                        path: path.to_path_buf(),
-                        what,
-                    }),
-                };
-            }
-            key
-        } else {
-            path.to_path_buf()
-        };
-        crate::host::root::read::read_whole(&self.root, &key, path)
+        self.batch.flush_checked(&self.cx.root)?;
+        match self.executor.overlay() {
+            Some(overlay) => overlay.read(&self.cx.root, path),
+            None => crate::host::root::read::read_whole(&self.cx.root, path, path),
+        }
     }
 
     /// Entries of directory `dir` (name, kind), sorted by name; `None` when absent.
     pub(crate) fn view_list(&self, dir: &Path) -> Result<Option<Vec<(String, EntryKind)>>> {
-        self.batch.flush_checked(&self.root)?;
-        let key = if self.mode != ExecMode::Apply {
-            self.overlay_key(dir, true)?
-        } else {
-            dir.to_path_buf()
+        self.batch.flush_checked(&self.cx.root)?;
+        let overlay = self.executor.overlay();
+        let key = match overlay {
+            Some(o) => o.key(&self.cx.root, dir, true)?,
+            None => dir.to_path_buf(),
         };
         let stat = self.view_stat(&key, true)?;
         match stat {
@@ -959,52 +871,45 @@ impl Host {
             Some(_) => {}
         }
         let mut out: BTreeMap<String, EntryKind> = BTreeMap::new();
-        let fresh = self.mode != ExecMode::Apply && self.overlay.is_fresh_dir(&key);
+        let fresh = overlay.is_some_and(|o| o.is_fresh_dir(&key));
         if !fresh
-            && let Some(m) = self.root.metadata(&key)?
+            && let Some(m) = self.cx.root.metadata(&key)?
             && m.is_dir()
         {
-            for e in self.root.read_dir(&key)? {
+            for e in self.cx.root.read_dir(&key)? {
                 out.insert(e.name.to_string_lossy().into_owned(), e.kind);
             }
         }
-        if self.mode != ExecMode::Apply {
-            out.retain(|name, _| {
-                self.overlay
-                    .lookup(&key.join(name))
-                    .is_none_or(|n| !n.is_absent())
-            });
-            for (name, kind) in self.overlay.children(&key) {
+        if let Some(o) = overlay {
+            out.retain(|name, _| o.lookup(&key.join(name)).is_none_or(|n| !n.is_absent()));
+            for (name, kind) in o.children(&key) {
                 out.insert(name, kind);
             }
         }
         Ok(Some(out.into_iter().collect()))
     }
 
-    /// The overlay key of a host path: lexically normalised, and with symlinks resolved
-    /// through the real root where the path (or its parent) exists.
-    pub(crate) fn overlay_key(&self, path: &Path, follow: bool) -> Result<PathBuf> {
-        self.batch.flush_checked(&self.root)?;
-        let n = crate::host::effects::plan::normalize(path);
-        if self.overlay.lookup(&n).is_some() || n == Path::new("/") {
-            return Ok(n);
+    /// The content of symlink `path` as the session sees it; `None` when it is not a symlink.
+    ///
+    /// # Errors
+    /// Resolution or read failures.
+    pub(crate) fn view_readlink(&self, path: &Path) -> Result<Option<PathBuf>> {
+        if let Some(overlay) = self.executor.overlay() {
+            self.batch.flush_checked(&self.cx.root)?;
+            return overlay.readlink(&self.cx.root, path);
         }
-        if follow && let Some(c) = self.root.canonical(&n)? {
-            return Ok(c);
+        let root = self.root();
+        match root.symlink_metadata(path)? {
+            Some(m) if m.file_type().is_symlink() => Ok(Some(root.read_link(path)?)),
+            _ => Ok(None),
         }
-        if let (Some(parent), Some(name)) = (n.parent(), n.file_name())
-            && let Some(c) = self.root.canonical(parent)?
-        {
-            return Ok(c.join(name));
-        }
-        Ok(n)
     }
 
     /// In apply mode, take the cross-process lock of the file at `path` for a
     /// read-compare-write ([`crate::host::root::pathlock`]); the caller must read the current
     /// content only after this returns. `None` in plan and check mode (nothing is written,
     /// and the overlay is private to the session); there the lock directory the apply would
-    /// create is planned instead ([`Host::overlay_lock_dir`]), so later reads agree.
+    /// create is planned instead ([`crate::host::effects::overlay::Overlay::plan_lock_dir`]), so later reads agree.
     ///
     /// # Errors
     /// Creating, opening or locking the lock file.
@@ -1014,12 +919,17 @@ impl Host {
     ) -> Result<Option<crate::host::root::pathlock::PathLock>> {
         // At most one path lock per session: a batch's lock is released first.
         self.settle_batch()?;
-        if self.mode != ExecMode::Apply {
-            self.overlay_lock_dir()?;
+        if !self.executor.changes_host() {
+            if let Some(overlay) = self.executor.overlay_mut() {
+                overlay.plan_lock_dir(&self.cx.root)?;
+            }
             return Ok(None);
         }
         let key = self.lock_key(path);
-        Ok(Some(crate::host::root::pathlock::lock(&self.root, &key)?))
+        Ok(Some(crate::host::root::pathlock::lock(
+            &self.cx.root,
+            &key,
+        )?))
     }
 
     /// Run `update`, a read-modify-write of the files at `paths` through the session, where
@@ -1038,8 +948,10 @@ impl Host {
         lock: impl FnOnce(&HostRoot) -> Result<G>,
         update: impl FnOnce(&mut Host, bool) -> Result<T>,
     ) -> Result<T> {
-        if self.mode != ExecMode::Apply {
-            self.overlay_lock_dir()?;
+        if !self.executor.changes_host() {
+            if let Some(overlay) = self.executor.overlay_mut() {
+                overlay.plan_lock_dir(&self.cx.root)?;
+            }
             return update(self, false);
         }
         let mut held = Vec::new();
@@ -1048,7 +960,7 @@ impl Host {
                 held.push(l);
             }
         }
-        let guard = lock(&self.root)?;
+        let guard = lock(&self.cx.root)?;
         let r = update(self, true);
         drop(guard);
         drop(held);
@@ -1065,26 +977,26 @@ impl Host {
         // A `..` resolves physically (after a symlink before it): start from the real parent.
         let mut cur = match (path.parent(), path.file_name()) {
             (Some(parent), Some(name)) if path.components().any(|c| c.as_os_str() == "..") => {
-                match self.root.canonical(parent) {
+                match self.cx.root.canonical(parent) {
                     Ok(Some(d)) => d.join(name),
-                    _ => crate::host::effects::plan::normalize(path),
+                    _ => normalize(path),
                 }
             }
-            _ => crate::host::effects::plan::normalize(path),
+            _ => normalize(path),
         };
         for _ in 0..40 {
             let (Some(parent), Some(name)) = (cur.parent(), cur.file_name()) else {
                 return cur;
             };
-            let dir = match self.root.canonical(parent) {
+            let dir = match self.cx.root.canonical(parent) {
                 Ok(Some(d)) => d,
                 _ => parent.to_path_buf(),
             };
             let at = dir.join(name);
-            match self.root.symlink_metadata(&at) {
-                Ok(Some(m)) if m.file_type().is_symlink() => match self.root.read_link(&at) {
+            match self.cx.root.symlink_metadata(&at) {
+                Ok(Some(m)) if m.file_type().is_symlink() => match self.cx.root.read_link(&at) {
                     // An absolute target is a host path (chroot semantics): `join` keeps it.
-                    Ok(target) => cur = crate::host::effects::plan::normalize(&dir.join(target)),
+                    Ok(target) => cur = normalize(&dir.join(target)),
                     Err(_) => return at,
                 },
                 _ => return at,
@@ -1105,23 +1017,83 @@ impl Host {
         index
     }
 
-    pub(crate) fn record_interrupt(&mut self, i: InterruptRequest) {
-        self.report.interrupts.push(i);
-    }
-
-    /// Options for internal commands (systemctl, package managers): checked, not read-only.
-    pub(crate) fn internal_opts(&self) -> RunOptions {
-        RunOptions {
-            check: true,
-            ..RunOptions::default()
-        }
+    /// Run a command now, in every mode (queries, guards, and what the apply executor
+    /// runs): pending batched line edits are written first, since the command may read their
+    /// files ([`crate::host::effects::batch`]).
+    ///
+    /// # Errors
+    /// A failed flush of the batch; as [`crate::host::effects::exec::exec`].
+    pub(crate) fn exec(&self, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
+        self.flush_batch()?;
+        crate::host::effects::exec::exec(&self.cx, argv, opts)
     }
 
     /// Tighten the session's deadline to `deadline` (the earlier one wins), e.g. to a script
     /// run's deadline, so that the default timeout of every command (scripts' and internal
     /// ones) never outlives the run.
     pub fn limit_deadline(&mut self, deadline: Instant) {
-        self.opts.deadline = Some(self.opts.deadline.map_or(deadline, |d| d.min(deadline)));
+        self.cx.opts.deadline = Some(self.cx.opts.deadline.map_or(deadline, |d| d.min(deadline)));
+    }
+}
+
+// ---- the batch of line edits ([`crate::host::effects::batch`]) ----
+
+impl Host {
+    /// Whether a changing line edit's write is held in a batch: apply mode without diffs.
+    pub(crate) fn batches_line_edits(&self) -> bool {
+        self.executor.changes_host() && !self.options().diffs
+    }
+
+    /// Write the pending edits (module docs) before something that reads the host outside
+    /// the session's view (a command).
+    ///
+    /// # Errors
+    /// A failure of this or an earlier flush (once), as [`Host::settle_batch`].
+    pub(crate) fn flush_batch(&self) -> Result<()> {
+        self.batch.flush_checked(self.root())
+    }
+
+    /// Flush the pending edits (module docs) and take what the flush left: the written
+    /// content becomes its file's `after` hash, the view goes back to the session's views.
+    ///
+    /// # Errors
+    /// A failure of this or an earlier flush (once): [`HostError::ChangedUnderStep`] or the
+    /// write's error.
+    pub(crate) fn settle_batch(&mut self) -> Result<()> {
+        // `root()` flushes.
+        let _ = self.root();
+        let st = self.batch.state_mut();
+        if let Some(w) = st.written.take() {
+            self.hashes
+                .set_last_write(w.key.clone(), w.index, w.content);
+            if let Some(view) = w.view {
+                self.texts.insert(w.key, view);
+            }
+        }
+        if let Some(key) = st.failed.take() {
+            self.hashes.forget_last_write(&key);
+        }
+        match st.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Host::settle_batch`] at the end of a step (`finish*`): also fails when a flush of
+    /// this step failed and its error was already returned to the call that triggered it
+    /// ([`HostError::EditsNotWritten`]), so a step whose report lists unwritten edits never
+    /// ends as done. Forgets the step's failures either way.
+    ///
+    /// # Errors
+    /// [`Host::settle_batch`]'s, else [`HostError::EditsNotWritten`].
+    pub(crate) fn settle_batch_at_step_end(&mut self) -> Result<()> {
+        let settled = self.settle_batch();
+        let unwritten = self.batch.state_mut().unwritten.take();
+        settled?;
+        match unwritten {
+            Some((path, message)) => Err(HostError::EditsNotWritten { path, message }),
+            None => Ok(()),
+        }
     }
 }
 

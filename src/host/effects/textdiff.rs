@@ -409,7 +409,7 @@ mod tests {
     #[test]
     fn planned_appends_diff_as_consecutive_contents() {
         use crate::host::ExecMode;
-        use crate::host::effects::plan::render_diff;
+        use crate::host::effects::describe::render_diff;
         use crate::host::files::fs::{self, LineOptions};
         use std::path::Path;
         // A CRLF file without a final newline: the first write normalises it (no fast path),

@@ -28,9 +28,10 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-pub use crate::host::effects::download::{CA_BUNDLES, Download, MAX_REDIRECTS};
-use crate::host::effects::download::{hex, parse_url};
+pub use crate::host::effects::effect::Download;
 use crate::host::effects::effect::Effect;
+pub use crate::host::effects::executors::download::{CA_BUNDLES, MAX_REDIRECTS};
+use crate::host::effects::executors::download::{hex, parse_url};
 
 use crate::host::Host;
 use crate::host::effects::session::{Stat, ViewedFile};
@@ -226,7 +227,7 @@ mod tests {
     use super::*;
     use hyper::Uri;
 
-    use crate::host::effects::download::resolve;
+    use crate::host::effects::executors::download::resolve;
 
     fn u(s: &str) -> Uri {
         s.parse().unwrap()

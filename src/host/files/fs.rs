@@ -183,7 +183,7 @@ fn has_meta(s: &str) -> bool {
 /// Relative or invalid pattern; directory read failures.
 pub fn glob(h: &Host, pattern: &str) -> Result<Vec<String>> {
     let path = host_path(pattern)?;
-    let norm = crate::host::effects::plan::normalize(&path);
+    let norm = crate::host::root::normalize(&path);
     let comps: Vec<String> = norm
         .components()
         .skip(1)
@@ -703,7 +703,7 @@ pub fn remove_all(h: &mut Host, p: &str) -> Result<bool> {
         return Ok(false);
     }
     // Plan and check see the same refusal as apply (`/` itself is refused at submit).
-    if crate::host::effects::plan::normalize(&path) != Path::new("/") {
+    if crate::host::root::normalize(&path) != Path::new("/") {
         h.root().remove_all_check(&path)?;
     }
     h.submit(Effect::RemoveAll { path })?;

@@ -13,7 +13,7 @@ use std::path::Path;
 use crate::host::Host;
 use crate::host::effects::effect::{Effect, PkgManager};
 pub use crate::host::effects::effect::{PackageSpec, parse_spec};
-use crate::host::effects::exec::{RunOptions, exec};
+use crate::host::effects::exec::RunOptions;
 use crate::host::root::error::{HostError, Result};
 
 /// `pkg::manager()`: from the host's os-release family: debian → apt; rhel and fedora → dnf
@@ -69,8 +69,7 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 
 pub(crate) fn query(h: &Host, argv: &[&str]) -> Result<crate::host::system::cmd::CmdOutput> {
     let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-    exec(
-        h,
+    h.exec(
         &argv,
         &RunOptions {
             read_only: true,

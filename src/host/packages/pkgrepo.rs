@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use crate::host::Host;
 use crate::host::effects::effect::{Effect, PkgManager};
-use crate::host::effects::exec::{RunOptions, exec};
+use crate::host::effects::exec::RunOptions;
 use crate::host::fetch::{self, FetchOptions};
 use crate::host::packages::pkg::{check_name, need_manager};
 use crate::host::root::error::{HostError, Result};
@@ -190,7 +190,7 @@ pub fn repo(h: &mut Host, name: &str, o: &RepoOptions) -> Result<bool> {
         .as_deref()
         .ok_or_else(|| invalid("repo", "url is required".into()))?;
     check_value("url", url)?;
-    let shown = crate::host::effects::download::redacted(url);
+    let shown = crate::host::effects::executors::download::redacted(url);
     if shown != url {
         return Err(invalid(
             "repo",
@@ -345,8 +345,7 @@ fn held(h: &Host, m: PkgManager) -> Result<Vec<String>> {
         PkgManager::Apt => vec!["apt-mark".into(), "showhold".into()],
         _ => vec![m.name().into(), "versionlock".into(), "list".into()],
     };
-    let out = exec(
-        h,
+    let out = h.exec(
         &argv,
         &RunOptions {
             read_only: true,

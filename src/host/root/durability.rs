@@ -192,9 +192,9 @@ mod tests {
                     .collect(),
                 _ => Vec::new(),
             };
-            assert_eq!(h.dir_syncs.pending(), want, "{mode:?}");
+            assert_eq!(h.dir_syncs().pending(), want, "{mode:?}");
             h.finish_step().unwrap();
-            assert!(h.dir_syncs.pending().is_empty(), "{mode:?}");
+            assert!(h.dir_syncs().pending().is_empty(), "{mode:?}");
             h.finish().unwrap();
         }
         assert_eq!(t.read("/etc/a/y"), "y\n");

@@ -35,10 +35,10 @@ fn a_dotdot_after_a_symlink_syncs_the_physical_directory() {
     assert!(fs::remove(&mut h, "/etc/link/../../etc/f").unwrap());
     assert_eq!(t.read("/opt/w.conf"), "w\n");
     assert_eq!(
-        h.dir_syncs.resolved(h.root()).unwrap(),
+        h.dir_syncs().resolved(h.root()).unwrap(),
         p(&["/etc", "/opt"]),
         "noted: {:?}",
-        h.dir_syncs.pending()
+        h.dir_syncs().pending()
     );
     h.finish().unwrap();
 }

@@ -23,7 +23,7 @@
 //! Plan and check mode take no lock (they write nothing and must not create the lock
 //! directory). Instead, where the apply would take its first lock, they *plan* the lock
 //! directory and its missing parents (0755) in the session's read overlay, without an
-//! effect (`Host::overlay_lock_dir`): on a root without `/var/lib` a later
+//! effect (`Overlay::plan_lock_dir`): on a root without `/var/lib` a later
 //! `fs::mkdir("/var/lib/x")` then reports and returns the same in plan and apply. Reports
 //! show the lock directory in neither mode (it is the agent's bookkeeping). A call that
 //! changes nothing takes no lock (and plans no directory). The directory name starts with

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use crate::host::Host;
 use crate::host::effects::effect::{Effect, ServiceAction, ServiceOp};
-use crate::host::effects::exec::{RunOptions, exec};
+use crate::host::effects::exec::RunOptions;
 use crate::host::root::error::{HostError, Result};
 
 /// Suffixes that make a name a full unit name (`x.socket`), so its drop-in directory is
@@ -40,7 +40,7 @@ fn query_ok(h: &Host, args: &[&str]) -> Result<bool> {
         read_only: true,
         ..RunOptions::default()
     };
-    Ok(exec(h, &argv, &opts)?.ok)
+    Ok(h.exec(&argv, &opts)?.ok)
 }
 
 /// `service::is_active(name)`: `systemctl is-active <name>` exits 0.

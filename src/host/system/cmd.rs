@@ -43,7 +43,6 @@
 
 use crate::host::Host;
 use crate::host::effects::effect::Effect;
-use crate::host::effects::exec::exec;
 pub use crate::host::effects::exec::{
     CAPTURE_LIMIT, COMMAND_GRACE, CmdOutput, DEFAULT_PATH, Guard, OutputSink, RunOptions,
     STREAM_CAPTURE_LIMIT, StreamTo, guarded_summary,
@@ -65,7 +64,7 @@ pub fn run(h: &mut Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput
         });
     }
     if opts.read_only {
-        return exec(h, argv, opts);
+        return h.exec(argv, opts);
     }
     if !opts.guards.is_empty() {
         if guards_say_done(h, opts)? {
@@ -117,7 +116,7 @@ fn guards_say_done(h: &Host, opts: &RunOptions) -> Result<bool> {
                         message: format!("{} needs at least a program name", g.text()),
                     });
                 }
-                let ok = exec(h, argv, &query)?.ok;
+                let ok = h.exec(argv, &query)?.ok;
                 ok == matches!(g, Guard::Unless(_))
             }
         };

@@ -7,7 +7,24 @@ use std::path::Path;
 use crate::host::Host;
 use crate::host::root::error::Result;
 
-pub use crate::host::effects::os_release::{family, family_from, parse_os_release, release};
+pub use crate::host::effects::os_release::{family_from, parse_os_release};
+
+/// `os::release()`: the host's `/etc/os-release` (else `/usr/lib/os-release`) as a map,
+/// quotes stripped; empty when neither exists. Read through the session's view.
+///
+/// # Errors
+/// Read failures other than "not found".
+pub fn release(h: &Host) -> Result<std::collections::BTreeMap<String, String>> {
+    crate::host::effects::os_release::release_with(|p| h.view_read(p))
+}
+
+/// `os::family()`: `debian`, `rhel`, `fedora`, `suse`, or the ID ([`family_from`]).
+///
+/// # Errors
+/// As [`release`].
+pub fn family(h: &Host) -> Result<String> {
+    Ok(family_from(&release(h)?))
+}
 
 /// `os::id()`: os-release `ID` (empty when unknown).
 ///

@@ -436,7 +436,7 @@ pub fn remove(h: &mut Host, name: &str, remove_home: bool) -> Result<bool> {
     if remove_home
         && let Some(cur) = removed
         && cur.home.starts_with('/')
-        && crate::host::effects::plan::normalize(Path::new(&cur.home)) != Path::new("/")
+        && crate::host::root::normalize(Path::new(&cur.home)) != Path::new("/")
     {
         let path = PathBuf::from(&cur.home);
         if h.view_stat(&path, false)?

@@ -47,100 +47,19 @@ impl Modes {
     }
 }
 
-/// The kind of one effect a host function submits to its session, named as the report names
-/// it ([`crate::host::effects::effect::Effect::kind`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EffectKind {
-    /// `write`: replace a file's content.
-    Write,
-    /// `remove`: remove a file, symlink or empty directory.
-    Remove,
-    /// `mkdir`: create a directory.
-    Mkdir,
-    /// `remove_all`: remove a tree.
-    RemoveAll,
-    /// `chmod`: set permission bits.
-    Chmod,
-    /// `chown`: set owner and group.
-    Chown,
-    /// `symlink`: create or retarget a symlink.
-    Symlink,
-    /// `service`: start, stop, enable or disable a unit.
-    Service,
-    /// `service_action`: restart or reload a unit.
-    ServiceAction,
-    /// `daemon_reload`: `systemctl daemon-reload`.
-    DaemonReload,
-    /// `package_install`: install packages.
-    PackageInstall,
-    /// `package_remove`: remove packages.
-    PackageRemove,
-    /// `sysctl`: set a runtime kernel parameter.
-    Sysctl,
-    /// `command`: run a command (not read-only, no guard).
-    Command,
-    /// `guarded_command`: run a command whose guard says its work is not done.
-    GuardedCommand,
-    /// `grub_update`: regenerate the grub configuration.
-    GrubUpdate,
-    /// `interrupt`: an interrupt for the agent.
-    Interrupt,
-    /// `mount`: mount, remount or unmount.
-    Mount,
-    /// `module_load`: load a kernel module.
-    ModuleLoad,
-    /// `initramfs_update`: regenerate the initramfs.
-    InitramfsUpdate,
-    /// `fetch`: download a verified file.
-    Fetch,
-    /// `package_hold`: hold packages at their version.
-    PackageHold,
-    /// `package_unhold`: release held packages.
-    PackageUnhold,
-}
+pub use crate::host::effects::effect::EffectKind;
 
-impl EffectKind {
-    /// The kind's name in reports (`write`, `service_action`, ...).
-    pub fn name(self) -> &'static str {
-        use EffectKind::*;
-        match self {
-            Write => "write",
-            Remove => "remove",
-            Mkdir => "mkdir",
-            RemoveAll => "remove_all",
-            Chmod => "chmod",
-            Chown => "chown",
-            Symlink => "symlink",
-            Service => "service",
-            ServiceAction => "service_action",
-            DaemonReload => "daemon_reload",
-            PackageInstall => "package_install",
-            PackageRemove => "package_remove",
-            Sysctl => "sysctl",
-            Command => "command",
-            GuardedCommand => "guarded_command",
-            GrubUpdate => "grub_update",
-            Interrupt => "interrupt",
-            Mount => "mount",
-            ModuleLoad => "module_load",
-            InitramfsUpdate => "initramfs_update",
-            Fetch => "fetch",
-            PackageHold => "package_hold",
-            PackageUnhold => "package_unhold",
-        }
-    }
-
-    /// How an effect of this kind behaves in the modes: a desired state ([`Modes::Change`]),
-    /// done every time ([`Modes::Action`]), a command or an interrupt.
-    pub fn modes(self) -> Modes {
-        use EffectKind::*;
-        match self {
-            ServiceAction | DaemonReload | GrubUpdate | InitramfsUpdate => Modes::Action,
-            Command | GuardedCommand => Modes::Command,
-            Interrupt => Modes::Interrupt,
-            Write | Remove | Mkdir | RemoveAll | Chmod | Chown | Symlink | Service
-            | PackageInstall | PackageRemove | Sysctl | Mount | ModuleLoad | Fetch
-            | PackageHold | PackageUnhold => Modes::Change,
+/// How an effect of this kind behaves in the modes: a desired state ([`Modes::Change`]),
+/// done every time ([`Modes::Action`]), a command or an interrupt.
+pub fn kind_modes(kind: EffectKind) -> Modes {
+    use EffectKind::*;
+    match kind {
+        ServiceAction | DaemonReload | GrubUpdate | InitramfsUpdate => Modes::Action,
+        Command | GuardedCommand => Modes::Command,
+        Interrupt => Modes::Interrupt,
+        Write | Remove | Mkdir | RemoveAll | Chmod | Chown | Symlink | Service | PackageInstall
+        | PackageRemove | Sysctl | Mount | ModuleLoad | Fetch | PackageHold | PackageUnhold => {
+            Modes::Change
         }
     }
 }
@@ -165,7 +84,7 @@ pub enum Effects {
 
 impl Effects {
     /// The behaviour per mode: a read by what it reads; effects by their kinds' behaviour
-    /// ([`EffectKind::modes`]), a command when any is a command, else a change when any is
+    /// (`kind_modes`), a command when any is a command, else a change when any is
     /// a change.
     pub fn modes(self) -> Modes {
         match self {
@@ -173,7 +92,7 @@ impl Effects {
             Effects::RunsReadOnly => Modes::ReadOnlyCommand,
             Effects::ReadsAgent | Effects::Computes => Modes::Context,
             Effects::Submits(kinds) => {
-                let all: Vec<Modes> = kinds.iter().map(|k| k.modes()).collect();
+                let all: Vec<Modes> = kinds.iter().map(|k| kind_modes(*k)).collect();
                 if all.contains(&Modes::Command) {
                     Modes::Command
                 } else if all.contains(&Modes::Change) {

@@ -706,7 +706,7 @@ fn declared_effects_are_the_submitted_ones() {
                 ));
                 continue;
             };
-            let behaves = declared.modes();
+            let behaves = super::docs::kind_modes(*declared);
             if behaves != recorded && behaves != Modes::Command {
                 problems.push(format!(
                     "{sample}: {kind} recorded as {recorded:?}, its kind says {behaves:?}"

@@ -1,15 +1,18 @@
-//! The apply executor: performs one [`Effect`] on the host.
+//! The apply executor: performs each [`Effect`] on the host.
 //!
-//! File effects go through [`crate::host::root::HostRoot`] (root-confined); service, package
+//! File effects go through [`crate::host::root::HostRoot`] (root-confined), their files
+//! fsynced before the rename and their directories noted for the step's end; service, package
 //! and grub effects run their commands through the same path as `run` (chrooted, own process
 //! group, checked).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::host::Host;
+use super::Executor;
+use crate::host::effects::context::Context;
 use crate::host::effects::effect::{Effect, GrubUpdate, PkgManager};
-use crate::host::effects::exec::{CmdOutput, exec};
+use crate::host::effects::exec::{CmdOutput, RunOptions, exec};
+use crate::host::effects::report::ExecMode;
 use crate::host::root::DirSync;
 use crate::host::root::error::{HostError, Result};
 
@@ -17,18 +20,39 @@ fn argv(words: &[&str]) -> Vec<String> {
     words.iter().map(|s| s.to_string()).collect()
 }
 
+/// The apply executor: changes the host.
+#[derive(Debug, Default)]
+pub struct Apply;
+
+impl Executor for Apply {
+    fn mode(&self) -> ExecMode {
+        ExecMode::Apply
+    }
+
+    fn execute(&mut self, cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
+        perform(cx, effect)
+    }
+
+    fn changes_host(&self) -> bool {
+        true
+    }
+}
+
 /// Run an internal command (checked; `env` added to the step's environment).
-fn internal(h: &Host, words: Vec<String>, env: Vec<(String, String)>) -> Result<CmdOutput> {
-    let mut opts = h.internal_opts();
-    opts.env = env;
-    exec(h, &words, &opts)
+fn internal(cx: &Context, words: Vec<String>, env: Vec<(String, String)>) -> Result<CmdOutput> {
+    let opts = RunOptions {
+        check: true,
+        env,
+        ..RunOptions::default()
+    };
+    exec(cx, &words, &opts)
 }
 
 /// The package managers' lock wait in seconds: the configured bound, capped by what remains
 /// of the step's deadline, at least 1.
-fn lock_secs(h: &Host) -> u64 {
-    let mut d = h.options().package_lock_timeout;
-    if let Some(r) = h.remaining() {
+fn lock_secs(cx: &Context) -> u64 {
+    let mut d = cx.opts.package_lock_timeout;
+    if let Some(r) = cx.remaining() {
         d = d.min(r);
     }
     d.as_secs().max(1)
@@ -84,9 +108,10 @@ pub(crate) fn package_commands(
 }
 
 /// Perform `effect`. Returns the output of [`Effect::Command`] and
-/// [`Effect::GuardedCommand`].
-pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>> {
-    let root = h.root();
+/// [`Effect::GuardedCommand`]. An [`Effect::Interrupt`] is the session's to record: nothing
+/// is performed for it.
+fn perform(cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
+    let root = &cx.root;
     match effect {
         Effect::WriteFile {
             path,
@@ -97,7 +122,7 @@ pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>
         } => {
             // The directory's fsync is the session's, at the end of the step
             // ([`crate::host::root::durability`]); the file's own comes before the rename.
-            let defer = |dir: &Path| h.dir_syncs.add(dir);
+            let defer = |dir: &Path| cx.dir_syncs.add(dir);
             let dirs = DirSync::Defer(&defer);
             root.write_atomic_synced(path, *mode, *uid, *gid, dirs, |f| f.write_all(content))?;
         }
@@ -110,7 +135,7 @@ pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>
             } else {
                 root.remove_file(path)?;
             }
-            h.dir_syncs.add_parent_of(path);
+            cx.dir_syncs.add_parent_of(path);
         }
         Effect::Mkdir { path, mode } => {
             // Missing parents 0755 and a new `path` `mode`, exactly (as planned); an
@@ -120,19 +145,19 @@ pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>
                 root.set_mode(path, *mode)?;
             }
             for dir in &created {
-                h.dir_syncs.add_parent_of(dir);
+                cx.dir_syncs.add_parent_of(dir);
             }
         }
         Effect::RemoveAll { path } => {
             root.remove_all(path)?;
-            h.dir_syncs.add_parent_of(path);
+            cx.dir_syncs.add_parent_of(path);
         }
         Effect::Chmod { path, mode } => root.set_mode(path, *mode)?,
         Effect::Chown { path, uid, gid } => root.set_owner(path, *uid, *gid)?,
         Effect::Symlink { target, link } => {
             if let Some(parent) = link.parent() {
                 for dir in root.create_dir_all(parent, crate::host::root::PARENT_DIR_MODE)? {
-                    h.dir_syncs.add_parent_of(&dir);
+                    cx.dir_syncs.add_parent_of(&dir);
                 }
             }
             let exists = root.symlink_metadata(link)?.is_some();
@@ -147,31 +172,31 @@ pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>
             } else {
                 root.symlink(target, link)?;
             }
-            h.dir_syncs.add_parent_of(link);
+            cx.dir_syncs.add_parent_of(link);
         }
         Effect::Service { name, op } => {
-            internal(h, argv(&["systemctl", op.verb(), name]), Vec::new())?;
+            internal(cx, argv(&["systemctl", op.verb(), name]), Vec::new())?;
         }
         Effect::ServiceAction { name, action } => {
-            internal(h, argv(&["systemctl", action.verb(), name]), Vec::new())?;
+            internal(cx, argv(&["systemctl", action.verb(), name]), Vec::new())?;
         }
         Effect::DaemonReload => {
-            internal(h, argv(&["systemctl", "daemon-reload"]), Vec::new())?;
+            internal(cx, argv(&["systemctl", "daemon-reload"]), Vec::new())?;
         }
         Effect::PackageInstall {
             manager,
             names,
             update,
         } => {
-            let (cmds, env) = package_commands(*manager, true, *update, names, lock_secs(h));
+            let (cmds, env) = package_commands(*manager, true, *update, names, lock_secs(cx));
             for c in cmds {
-                internal(h, c, env.clone())?;
+                internal(cx, c, env.clone())?;
             }
         }
         Effect::PackageRemove { manager, names } => {
-            let (cmds, env) = package_commands(*manager, false, false, names, lock_secs(h));
+            let (cmds, env) = package_commands(*manager, false, false, names, lock_secs(cx));
             for c in cmds {
-                internal(h, c, env.clone())?;
+                internal(cx, c, env.clone())?;
             }
         }
         Effect::Sysctl { key, value } => {
@@ -179,39 +204,39 @@ pub(crate) fn perform(h: &mut Host, effect: &Effect) -> Result<Option<CmdOutput>
             root.write_in_place(&path, format!("{value}\n").as_bytes())?;
         }
         Effect::Command { argv, opts } | Effect::GuardedCommand { argv, opts } => {
-            return Ok(Some(exec(h, argv, opts)?));
+            return Ok(Some(exec(cx, argv, opts)?));
         }
         Effect::GrubUpdate(GrubUpdate::UpdateGrub) => {
-            internal(h, argv(&["update-grub"]), Vec::new())?;
+            internal(cx, argv(&["update-grub"]), Vec::new())?;
         }
         Effect::GrubUpdate(GrubUpdate::Grubby { add, remove }) => {
             if !add.is_empty() {
                 let a = format!("--args={}", add.join(" "));
-                internal(h, argv(&["grubby", "--update-kernel=ALL", &a]), Vec::new())?;
+                internal(cx, argv(&["grubby", "--update-kernel=ALL", &a]), Vec::new())?;
             }
             if !remove.is_empty() {
                 let r = format!("--remove-args={}", remove.join(" "));
-                internal(h, argv(&["grubby", "--update-kernel=ALL", &r]), Vec::new())?;
+                internal(cx, argv(&["grubby", "--update-kernel=ALL", &r]), Vec::new())?;
             }
         }
-        Effect::Interrupt(i) => h.record_interrupt(i.clone()),
+        Effect::Interrupt(_) => {}
         Effect::Mount { path, op } => {
-            internal(h, op.argv(path), Vec::new())?;
+            internal(cx, op.argv(path), Vec::new())?;
         }
         Effect::ModuleLoad { name, .. } => {
-            internal(h, argv(&["modprobe", name]), Vec::new())?;
+            internal(cx, argv(&["modprobe", name]), Vec::new())?;
         }
         Effect::InitramfsUpdate(tool) => {
-            internal(h, tool.argv(), Vec::new())?;
+            internal(cx, tool.argv(), Vec::new())?;
         }
-        Effect::Fetch(d) => crate::host::effects::download::perform(h, d)?,
+        Effect::Fetch(d) => super::download::perform(cx, d)?,
         Effect::PackageHold {
             manager,
             names,
             hold,
         } => {
             for c in hold_commands(*manager, *hold, names)? {
-                internal(h, c, Vec::new())?;
+                internal(cx, c, Vec::new())?;
             }
         }
     }

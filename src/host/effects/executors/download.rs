@@ -9,9 +9,8 @@
 //! trusts the **host's** CA bundle, the first of [`CA_BUNDLES`] that exists under the root.
 
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
@@ -19,8 +18,8 @@ use hyper::Uri;
 use sha2::{Digest, Sha256};
 use tokio_rustls::rustls;
 
-use crate::host::effects::report::ExecMode;
-use crate::host::effects::session::Host;
+use crate::host::effects::context::Context;
+use crate::host::effects::effect::Download;
 use crate::host::root::HostRoot;
 use crate::host::root::error::{HostError, Result};
 
@@ -36,48 +35,6 @@ pub const CA_BUNDLES: &[&str] = &[
     "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
     "/etc/ssl/cert.pem",
 ];
-
-/// One download, as [`Effect::Fetch`](crate::host::effects::effect::Effect::Fetch) carries it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Download {
-    /// The URL as given (`http://` or `https://`).
-    pub url: String,
-    /// The destination host path.
-    pub path: PathBuf,
-    /// The expected digest: 64 lowercase hex digits.
-    pub sha256: String,
-    /// Permission bits to set (`None`: an existing file's, else 0644).
-    pub mode: Option<u32>,
-    /// Owner uid to set.
-    pub uid: Option<u32>,
-    /// Group gid to set.
-    pub gid: Option<u32>,
-    /// Limit of the whole download.
-    pub timeout: Duration,
-    /// Largest body accepted, in bytes.
-    pub max_bytes: u64,
-}
-
-impl Download {
-    /// The report line: `download <url> (sha256 <hex>) to <path>`, `would download ...` in
-    /// plan and check mode, with ` (mode 0755)` when a mode is set.
-    pub fn summary(&self, mode: ExecMode) -> String {
-        let would = if mode == ExecMode::Apply {
-            ""
-        } else {
-            "would "
-        };
-        let m = self
-            .mode
-            .map_or(String::new(), |m| format!(" (mode {m:04o})"));
-        format!(
-            "{would}download {} (sha256 {}) to {}{m}",
-            self.url,
-            self.sha256,
-            self.path.display()
-        )
-    }
-}
 
 pub(crate) fn fetch_err(url: &str, message: impl Into<String>) -> HostError {
     HostError::Fetch {
@@ -150,16 +107,16 @@ impl From<HostError> for Fail {
 ///
 /// # Errors
 /// As `fs::fetch` in apply mode ([`crate::host::fetch::fetch`]); the root's write errors.
-pub(crate) fn perform(h: &Host, d: &Download) -> Result<()> {
-    let cancel = h.options().cancel.clone();
+pub(crate) fn perform(cx: &Context, d: &Download) -> Result<()> {
+    let cancel = cx.opts.cancel.clone();
     if cancel.is_aborted() {
         return Err(cancelled(d, &cancel));
     }
-    let timeout = h.remaining().map_or(d.timeout, |r| r.min(d.timeout));
-    let root = h.root();
+    let timeout = cx.remaining().map_or(d.timeout, |r| r.min(d.timeout));
+    let root = &cx.root;
     let mut failure: Option<HostError> = None;
     // The directory's fsync is the session's ([`crate::host::root::durability`]).
-    let defer = |dir: &Path| h.dir_syncs.add(dir);
+    let defer = |dir: &Path| cx.dir_syncs.add(dir);
     let dirs = crate::host::root::DirSync::Defer(&defer);
     let written = root.write_atomic_synced(&d.path, d.mode, d.uid, d.gid, dirs, |f| {
         // A current-thread runtime of its own, on a scoped thread: the caller may itself be

@@ -1,0 +1,65 @@
+//! The executors: what becomes of each [`Effect`] a session submits. One interface,
+//! [`Executor`], with one implementation per [`ExecMode`] plus a recording double:
+//!
+//! - [`apply::Apply`] performs the effect on the host (files through the root, commands
+//!   through [`crate::host::effects::exec`], downloads through [`download`]);
+//! - [`plan::Plan`] records it in a read [`Overlay`] (plan and check mode), so later reads of
+//!   the session see it, and performs nothing;
+//! - [`recording::Recording`] performs nothing and keeps every effect in order; reads go to
+//!   the real root. Tests assert an area's effects with it.
+//!
+//! The session ([`crate::host::Host`]) picks its executor once, when it is built, and hands it
+//! every validated effect with the lower [`Context`] (root, options, directories to fsync);
+//! an executor never sees the session. Batching of line edits and deferred work (reloads,
+//! regenerations) are the session's.
+
+use crate::host::effects::context::Context;
+use crate::host::effects::effect::Effect;
+use crate::host::effects::exec::CmdOutput;
+use crate::host::effects::overlay::Overlay;
+use crate::host::effects::report::ExecMode;
+use crate::host::root::error::Result;
+
+pub(crate) mod apply;
+pub(crate) mod download;
+pub(crate) mod plan;
+pub(crate) mod recording;
+
+/// What a session does with its effects.
+pub(crate) trait Executor: std::fmt::Debug + Send {
+    /// The mode the session reports as ([`crate::host::Report::mode`]).
+    fn mode(&self) -> ExecMode;
+
+    /// Carry out one effect the session validated and will report. Returns the output of
+    /// [`Effect::Command`] and [`Effect::GuardedCommand`] (a planned output when nothing
+    /// ran), `None` for other effects.
+    ///
+    /// # Errors
+    /// Whatever performing the effect fails with; reading the state a record needs.
+    fn execute(&mut self, cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>>;
+
+    /// Whether effects change the host: only then does the session take cross-process
+    /// locks, batch line edits and write deferred-work records into the root.
+    fn changes_host(&self) -> bool {
+        false
+    }
+
+    /// The read overlay the session's reads go through; `None`: reads go to the real root.
+    fn overlay(&self) -> Option<&Overlay> {
+        None
+    }
+
+    /// The overlay, to plan what the session changes outside an effect (the lock
+    /// directory).
+    fn overlay_mut(&mut self) -> Option<&mut Overlay> {
+        None
+    }
+
+    /// The effects recorded, in order; `None` for an executor that keeps none.
+    fn recorded(&self) -> Option<&[Effect]> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests;

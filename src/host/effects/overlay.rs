@@ -1,0 +1,515 @@
+//! The read overlay of a plan or check session: what the session's effects would have made
+//! of the host, so later reads of the same session see it.
+//!
+//! The overlay maps *resolved* host paths (symlinks followed through the real root where they
+//! exist) to what the session planned there: a file with content and attributes, a directory,
+//! a symlink, or nothing (removed). A removed tree hides everything beneath it; a directory
+//! the plan creates ("fresh") hides whatever the real root had under that name. Planned
+//! service states and package installs are kept too, so `service::is_active` after a planned
+//! `start` and `pkg::installed` after a planned `install` answer as after an apply.
+//!
+//! Limits (documented, harmless for idempotence): symlinks planned in the same session are
+//! not followed by later reads; mtimes of planned files are the real ones when the file
+//! existed, else 0.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use crate::host::effects::effect::{Effect, MountOp, ServiceOp};
+use crate::host::root::error::{HostError, Result};
+use crate::host::root::{EntryKind, HostRoot};
+
+/// Lexical normalisation of a host path, as chroot resolution treats `..` at the root.
+pub(crate) use crate::host::root::normalize;
+
+/// A file system object as the session sees it (`fs::stat`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Stat {
+    /// `file`, `dir`, `symlink` or `other`.
+    pub kind: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits (`mode & 0o7777`).
+    pub mode: u32,
+    /// Owner uid.
+    pub uid: u32,
+    /// Group gid.
+    pub gid: u32,
+    /// Modification time, seconds since the Unix epoch.
+    pub mtime: i64,
+}
+
+/// One planned object.
+#[derive(Debug, Clone)]
+pub(crate) enum Node {
+    File {
+        /// Shared with the effect that planned it (and the line view's rendering).
+        content: bytes::Bytes,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        mtime: i64,
+    },
+    Dir {
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        /// Created by the plan: the real root's content under it is not visible.
+        fresh: bool,
+    },
+    Symlink {
+        target: PathBuf,
+    },
+    Absent,
+    /// A file `fs::fetch` would download: its digest is known, its content is not.
+    Download {
+        sha256: String,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
+}
+
+impl Node {
+    pub(crate) fn is_absent(&self) -> bool {
+        matches!(self, Node::Absent)
+    }
+
+    pub(crate) fn stat(&self) -> Option<Stat> {
+        let (kind, size, mode, uid, gid, mtime) = match self {
+            Node::File {
+                content,
+                mode,
+                uid,
+                gid,
+                mtime,
+            } => ("file", content.len() as u64, *mode, *uid, *gid, *mtime),
+            Node::Dir { mode, uid, gid, .. } => ("dir", 0, *mode, *uid, *gid, 0),
+            Node::Symlink { target } => {
+                ("symlink", target.as_os_str().len() as u64, 0o777, 0, 0, 0)
+            }
+            Node::Absent => return None,
+            // The size is unknown until the download happens.
+            Node::Download { mode, uid, gid, .. } => ("file", 0, *mode, *uid, *gid, 0),
+        };
+        Some(Stat {
+            kind: kind.into(),
+            size,
+            mode,
+            uid,
+            gid,
+            mtime,
+        })
+    }
+
+    /// File content, `Ok(None)` when absent, `Err(reason)` for a directory.
+    pub(crate) fn content(&self) -> std::result::Result<Option<Vec<u8>>, &'static str> {
+        match self {
+            Node::File { content, .. } => Ok(Some(content.to_vec())),
+            Node::Dir { .. } => Err("is a directory"),
+            Node::Symlink { .. } | Node::Absent => Ok(None),
+            Node::Download { .. } => Err(
+                "is downloaded by fs::fetch only when applied: its content is unknown in a plan",
+            ),
+        }
+    }
+
+    fn entry_kind(&self) -> Option<EntryKind> {
+        match self {
+            Node::File { .. } => Some(EntryKind::File),
+            Node::Dir { .. } => Some(EntryKind::Dir),
+            Node::Symlink { .. } => Some(EntryKind::Symlink),
+            Node::Absent => None,
+            Node::Download { .. } => Some(EntryKind::File),
+        }
+    }
+}
+
+static ABSENT: Node = Node::Absent;
+
+/// The read overlay of a plan/check session.
+#[derive(Debug, Default)]
+pub(crate) struct Overlay {
+    nodes: BTreeMap<PathBuf, Node>,
+    /// Planned unit states: (active, enabled).
+    pub(crate) services: HashMap<String, (Option<bool>, Option<bool>)>,
+    /// Planned package presence.
+    pub(crate) packages: HashMap<String, bool>,
+    /// Planned mount state by normalised mount point: mounted (`true`) or unmounted.
+    pub(crate) mounts: HashMap<PathBuf, bool>,
+    /// Kernel modules planned to be loaded (names with `-` as `_`).
+    pub(crate) modules: std::collections::HashSet<String>,
+    /// Planned package holds (`pkg::hold` true, `pkg::unhold` false).
+    pub(crate) holds: HashMap<String, bool>,
+}
+
+impl Overlay {
+    /// What the plan says about `p`: its own entry, or absence implied by the nearest
+    /// ancestor that was removed, is a file, or was created fresh. `None`: ask the real root.
+    pub(crate) fn lookup(&self, p: &Path) -> Option<&Node> {
+        if let Some(n) = self.nodes.get(p) {
+            return Some(n);
+        }
+        for anc in p.ancestors().skip(1) {
+            match self.nodes.get(anc) {
+                Some(Node::Dir { fresh: false, .. }) | None => continue,
+                Some(_) => return Some(&ABSENT),
+            }
+        }
+        None
+    }
+
+    pub(crate) fn is_fresh_dir(&self, p: &Path) -> bool {
+        matches!(self.nodes.get(p), Some(Node::Dir { fresh: true, .. }))
+    }
+
+    /// Planned children of `dir` (present ones only).
+    pub(crate) fn children(&self, dir: &Path) -> Vec<(String, EntryKind)> {
+        self.nodes
+            .range(dir.to_path_buf()..)
+            .filter(|(p, _)| p.parent() == Some(dir))
+            .filter_map(|(p, n)| {
+                let name = p.file_name()?.to_string_lossy().into_owned();
+                n.entry_kind().map(|k| (name, k))
+            })
+            .collect()
+    }
+
+    fn set(&mut self, p: PathBuf, n: Node) {
+        if matches!(n, Node::Absent) {
+            // Everything planned beneath is gone too.
+            let below: Vec<PathBuf> = self
+                .nodes
+                .range(p.clone()..)
+                .map(|(k, _)| k.clone())
+                .take_while(|k| k.starts_with(&p))
+                .filter(|k| k != &p)
+                .collect();
+            for k in below {
+                self.nodes.remove(&k);
+            }
+        }
+        self.nodes.insert(p, n);
+    }
+}
+
+impl Overlay {
+    /// The overlay key of a host path: lexically normalised, and with symlinks resolved
+    /// through the real root where the path (or its parent) exists.
+    ///
+    /// # Errors
+    /// Resolution failures in the real root.
+    pub(crate) fn key(&self, root: &HostRoot, path: &Path, follow: bool) -> Result<PathBuf> {
+        let n = normalize(path);
+        if self.lookup(&n).is_some() || n == Path::new("/") {
+            return Ok(n);
+        }
+        if follow && let Some(c) = root.canonical(&n)? {
+            return Ok(c);
+        }
+        if let (Some(parent), Some(name)) = (n.parent(), n.file_name())
+            && let Some(c) = root.canonical(parent)?
+        {
+            return Ok(c.join(name));
+        }
+        Ok(n)
+    }
+
+    /// Metadata of `path` as planned, else as the real root has it; `follow` follows a
+    /// final symlink.
+    ///
+    /// # Errors
+    /// Resolution failures.
+    pub(crate) fn stat(&self, root: &HostRoot, path: &Path, follow: bool) -> Result<Option<Stat>> {
+        let key = self.key(root, path, follow)?;
+        if let Some(hit) = self.lookup(&key) {
+            return Ok(hit.stat());
+        }
+        root_stat(root, &key, follow)
+    }
+
+    /// Content of the file at `path` as planned, else read from the real root with
+    /// [`crate::host::root::read::read_whole`]; `None` when absent.
+    ///
+    /// # Errors
+    /// [`HostError::WrongKind`] for a directory or a planned download; the read's errors.
+    pub(crate) fn read(&self, root: &HostRoot, path: &Path) -> Result<Option<Vec<u8>>> {
+        let key = self.key(root, path, true)?;
+        if let Some(hit) = self.lookup(&key) {
+            return match hit.content() {
+                Ok(c) => Ok(c),
+                Err(what) => Err(HostError::WrongKind {
+                    path: path.to_path_buf(),
+                    what,
+                }),
+            };
+        }
+        crate::host::root::read::read_whole(root, &key, path)
+    }
+
+    /// The target of symlink `path` as planned, else as the real root has it; `None` when it
+    /// is not a symlink.
+    ///
+    /// # Errors
+    /// Resolution or read failures.
+    pub(crate) fn readlink(&self, root: &HostRoot, path: &Path) -> Result<Option<PathBuf>> {
+        let key = self.key(root, path, false)?;
+        if let Some(n) = self.lookup(&key) {
+            return Ok(match n {
+                Node::Symlink { target } => Some(target.clone()),
+                _ => None,
+            });
+        }
+        match root.symlink_metadata(&key)? {
+            Some(m) if m.file_type().is_symlink() => Ok(Some(root.read_link(&key)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Record `effect` in the overlay so later reads see it.
+    pub(crate) fn record(&mut self, root: &HostRoot, effect: &Effect) -> Result<()> {
+        match effect {
+            Effect::WriteFile {
+                path,
+                content,
+                mode,
+                uid,
+                gid,
+            } => {
+                let key = self.key(root, path, true)?;
+                let old = self.stat(root, &key, true)?;
+                self.plan_parents(root, &key)?;
+                let node = Node::File {
+                    content: content.clone(),
+                    mode: mode.or(old.as_ref().map(|s| s.mode)).unwrap_or(0o644),
+                    uid: uid.or(old.as_ref().map(|s| s.uid)).unwrap_or(0),
+                    gid: gid.or(old.as_ref().map(|s| s.gid)).unwrap_or(0),
+                    mtime: old.as_ref().map_or(0, |s| s.mtime),
+                };
+                self.set(key, node);
+            }
+            Effect::RemoveFile { path } | Effect::RemoveAll { path } => {
+                let key = self.key(root, path, false)?;
+                self.set(key, Node::Absent);
+            }
+            Effect::Mkdir { path, mode } => {
+                let key = self.key(root, path, true)?;
+                let old = self.stat(root, &key, true)?;
+                self.plan_parents(root, &key)?;
+                let node = Node::Dir {
+                    mode: *mode,
+                    uid: old.as_ref().map_or(0, |s| s.uid),
+                    gid: old.as_ref().map_or(0, |s| s.gid),
+                    fresh: old.is_none() || self.is_fresh_dir(&key),
+                };
+                self.set(key, node);
+            }
+            Effect::Chmod { path, mode } => self.plan_attrs(root, path, Some(*mode), None, None)?,
+            Effect::Chown { path, uid, gid } => self.plan_attrs(root, path, None, *uid, *gid)?,
+            Effect::Symlink { target, link } => {
+                let key = self.key(root, link, false)?;
+                self.plan_parents(root, &key)?;
+                self.set(
+                    key,
+                    Node::Symlink {
+                        target: target.clone(),
+                    },
+                );
+            }
+            Effect::Service { name, op } => {
+                let e = self.services.entry(name.clone()).or_default();
+                match op {
+                    ServiceOp::Start => e.0 = Some(true),
+                    ServiceOp::Stop => e.0 = Some(false),
+                    ServiceOp::Enable => e.1 = Some(true),
+                    ServiceOp::Disable => e.1 = Some(false),
+                }
+            }
+            Effect::PackageInstall { names, manager, .. } => {
+                for n in names {
+                    self.packages.insert(n.clone(), true);
+                    // A pinned version (`name=1.2`) installs the package itself too.
+                    let spec = crate::host::effects::effect::parse_spec(*manager, n);
+                    if spec.version.is_some() {
+                        self.packages.insert(spec.name, true);
+                    }
+                }
+            }
+            Effect::PackageRemove { names, .. } => {
+                for n in names {
+                    self.packages.insert(n.clone(), false);
+                }
+            }
+            Effect::Sysctl { key, value } => {
+                let path = crate::host::effects::effect::sysctl_proc_path(key)?;
+                let k = self.key(root, &path, true)?;
+                let old = self.stat(root, &k, true)?;
+                self.set(
+                    k,
+                    Node::File {
+                        content: format!("{value}\n").into(),
+                        mode: old.as_ref().map_or(0o644, |s| s.mode),
+                        uid: 0,
+                        gid: 0,
+                        mtime: 0,
+                    },
+                );
+            }
+            Effect::ServiceAction { .. }
+            | Effect::DaemonReload
+            | Effect::Command { .. }
+            | Effect::GuardedCommand { .. }
+            | Effect::GrubUpdate(_)
+            | Effect::Interrupt(_)
+            | Effect::InitramfsUpdate(_) => {}
+            Effect::Mount { path, op } => {
+                let key = normalize(path);
+                self.mounts.insert(key, *op != MountOp::Unmount);
+            }
+            Effect::ModuleLoad { name, .. } => {
+                self.modules
+                    .insert(crate::host::effects::effect::canonical_name(name));
+            }
+            Effect::Fetch(d) => {
+                let key = self.key(root, &d.path, true)?;
+                let old = self.stat(root, &key, true)?;
+                self.plan_parents(root, &key)?;
+                let node = Node::Download {
+                    sha256: d.sha256.clone(),
+                    mode: d.mode.or(old.as_ref().map(|s| s.mode)).unwrap_or(0o644),
+                    uid: d.uid.or(old.as_ref().map(|s| s.uid)).unwrap_or(0),
+                    gid: d.gid.or(old.as_ref().map(|s| s.gid)).unwrap_or(0),
+                };
+                self.set(key, node);
+            }
+            Effect::PackageHold { names, hold, .. } => {
+                for n in names {
+                    self.holds.insert(n.clone(), *hold);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Plan the directory of the path locks ([`crate::host::root::pathlock::DIR`]) and its missing
+    /// parents (mode 0755, fresh) without an effect: apply mode creates it when it takes its
+    /// first lock, so a plan that did not would see a later `fs::mkdir("/var/lib/x")` create
+    /// `/var/lib` where the apply finds it. Reports show neither (it is the agent's own
+    /// bookkeeping). Nothing when it exists in the session's view.
+    ///
+    /// # Errors
+    /// Resolving or stating the directory or its parents.
+    pub(crate) fn plan_lock_dir(&mut self, root: &HostRoot) -> Result<()> {
+        let key = self.key(root, Path::new(crate::host::root::pathlock::DIR), true)?;
+        if self.stat(root, &key, true)?.is_some() {
+            return Ok(());
+        }
+        self.plan_parents(root, &key)?;
+        let dir = Node::Dir {
+            mode: crate::host::root::PARENT_DIR_MODE,
+            uid: 0,
+            gid: 0,
+            fresh: true,
+        };
+        self.set(key, dir);
+        Ok(())
+    }
+
+    /// Plan the missing parent directories of `key` (mode 0755, fresh).
+    fn plan_parents(&mut self, root: &HostRoot, key: &Path) -> Result<()> {
+        let mut missing = Vec::new();
+        for anc in key.ancestors().skip(1) {
+            if self.stat(root, anc, true)?.is_some() {
+                break;
+            }
+            missing.push(anc.to_path_buf());
+        }
+        for p in missing.into_iter().rev() {
+            self.set(
+                p,
+                Node::Dir {
+                    mode: 0o755,
+                    uid: 0,
+                    gid: 0,
+                    fresh: true,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn plan_attrs(
+        &mut self,
+        root: &HostRoot,
+        path: &Path,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> Result<()> {
+        let key = self.key(root, path, true)?;
+        let Some(s) = self.stat(root, &key, true)? else {
+            return Ok(());
+        };
+        if let Some(Node::Download { sha256, .. }) = self.lookup(&key) {
+            let node = Node::Download {
+                sha256: sha256.clone(),
+                mode: mode.unwrap_or(s.mode),
+                uid: uid.unwrap_or(s.uid),
+                gid: gid.unwrap_or(s.gid),
+            };
+            self.set(key, node);
+            return Ok(());
+        }
+        let node = if s.kind == "dir" {
+            Node::Dir {
+                mode: mode.unwrap_or(s.mode),
+                uid: uid.unwrap_or(s.uid),
+                gid: gid.unwrap_or(s.gid),
+                fresh: self.is_fresh_dir(&key),
+            }
+        } else {
+            Node::File {
+                content: self.read(root, &key)?.unwrap_or_default().into(),
+                mode: mode.unwrap_or(s.mode),
+                uid: uid.unwrap_or(s.uid),
+                gid: gid.unwrap_or(s.gid),
+                mtime: s.mtime,
+            }
+        };
+        self.set(key, node);
+        Ok(())
+    }
+}
+
+/// Metadata of `path` in the real root; `follow` follows a final symlink.
+///
+/// # Errors
+/// Resolution failures.
+pub(crate) fn root_stat(root: &HostRoot, path: &Path, follow: bool) -> Result<Option<Stat>> {
+    use std::os::unix::fs::MetadataExt;
+    let m = if follow {
+        root.metadata(path)?
+    } else {
+        root.symlink_metadata(path)?
+    };
+    Ok(m.map(|m| {
+        let ft = m.file_type();
+        let kind = if ft.is_symlink() {
+            "symlink"
+        } else if ft.is_dir() {
+            "dir"
+        } else if ft.is_file() {
+            "file"
+        } else {
+            "other"
+        };
+        Stat {
+            kind: kind.into(),
+            size: m.size(),
+            mode: m.mode() & 0o7777,
+            uid: m.uid(),
+            gid: m.gid(),
+            mtime: m.mtime(),
+        }
+    }))
+}
