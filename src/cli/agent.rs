@@ -175,19 +175,36 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Us
 }
 
 /// The definition the completion scripts are generated from: the first word completes to a
-/// mode, `validate`, `serve` or `completions`, the others to paths.
+/// mode, `validate`, `serve` or `completions` (or `-h`, `-V`); after a mode come paths
+/// (ROOT_MOUNT, COPY_DIR) and the interrupt data, after `validate` a file, after
+/// `completions` a shell, after `serve` its options.
 pub fn completion_command() -> clap::Command {
-    let words: Vec<&'static str> = Mode::ALL
-        .iter()
-        .map(|m| m.as_str())
-        .chain(["validate", "serve", "completions"])
-        .collect();
-    clap::Command::new("skyhook-agent")
-        .arg(clap::Arg::new("MODE").value_parser(clap::builder::PossibleValuesParser::new(words)))
-        .arg(
+    // No `-h` after a mode or `validate`: an empty reply lets the shell complete paths.
+    let paths = |name: &'static str| {
+        clap::Command::new(name).disable_help_flag(true).arg(
             clap::Arg::new("ARGS")
-                .num_args(0..)
+                .num_args(0..=3)
                 .value_hint(clap::ValueHint::AnyPath),
+        )
+    };
+    clap::Command::new("skyhook-agent")
+        .version(VERSION)
+        .disable_help_subcommand(true)
+        .subcommands(Mode::ALL.iter().map(|m| paths(m.as_str())))
+        .subcommand(
+            clap::Command::new("validate").disable_help_flag(true).arg(
+                clap::Arg::new("CONFIG_JSON")
+                    .required(true)
+                    .value_hint(clap::ValueHint::FilePath),
+            ),
+        )
+        .subcommand(super::serve::command().name("serve"))
+        .subcommand(
+            clap::Command::new("completions").arg(
+                clap::Arg::new("SHELL")
+                    .required(true)
+                    .value_parser(clap::value_parser!(clap_complete::Shell)),
+            ),
         )
 }
 

@@ -29,7 +29,25 @@ pub fn completion_script(
 ) -> String {
     let mut script = Vec::new();
     clap_complete::generate(shell, cmd, bin, &mut script);
-    String::from_utf8_lossy(&script).into_owned()
+    let script = String::from_utf8_lossy(&script).into_owned();
+    if shell == clap_complete::Shell::Bash {
+        bash_subcommand_names(&script, bin)
+    } else {
+        script
+    }
+}
+
+/// clap_complete's bash script names the states of a hyphenated binary two ways: the loop
+/// that follows the words writes `skyhook__run__subcmd__new`, the case that completes reads
+/// `skyhook__subcmd__run__subcmd__new` (clap-rs/clap#6421), so no subcommand of
+/// `skyhook-run` or `skyhook-agent` completed. The second spelling is rewritten to the first.
+fn bash_subcommand_names(script: &str, bin: &str) -> String {
+    if !bin.contains('-') {
+        return script.to_string();
+    }
+    let written = bin.replace('-', "__");
+    let read = bin.replace('-', "__subcmd__");
+    script.replace(&read, &written)
 }
 
 /// The man page of `cmd` (roff), from the same definition as its `--help`.
@@ -84,6 +102,132 @@ mod tests {
             case.contains("compgen -W \"uninstall uninstall-check upgrade upgrade-check apply apply-check config config-check interrupt post-interrupt post-interrupt-check\""),
             "{case}"
         );
+    }
+
+    /// What bash offers for the last of `words` (the command first) with `script` loaded:
+    /// the completion function `func` is called as bash calls it, COMPREPLY is returned. An
+    /// empty reply makes bash complete file names (`-o default`).
+    fn bash_complete(script: &str, func: &str, words: &[&str]) -> Vec<String> {
+        let program = format!(
+            "{script}\nCOMP_WORDS=(\"$@\"); COMP_CWORD=$(( $# - 1 ))\n\
+             {func} \"${{COMP_WORDS[0]}}\" \"${{COMP_WORDS[COMP_CWORD]}}\" \
+             \"${{COMP_WORDS[COMP_CWORD-1]}}\"\nprintf '%s\\n' \"${{COMPREPLY[@]}}\""
+        );
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(program)
+            .arg("bash")
+            .args(words)
+            .current_dir(std::env::temp_dir())
+            .output()
+            .expect("bash runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect()
+    }
+
+    fn agent_bash() -> String {
+        completion_script(
+            clap_complete::Shell::Bash,
+            &mut super::super::agent::completion_command(),
+            "skyhook-agent",
+        )
+    }
+
+    /// Only the first word of `skyhook-agent` completes to the modes and forms (every word
+    /// did); after a mode or `validate` the shell completes paths, after `completions` the
+    /// shells, after `serve` its options.
+    #[test]
+    fn skyhook_agent_bash_completion_by_position() {
+        let script = agent_bash();
+        let f = "_skyhook__agent";
+        let first = bash_complete(&script, f, &["skyhook-agent", ""]);
+        for word in [
+            "apply",
+            "apply-check",
+            "interrupt",
+            "validate",
+            "serve",
+            "completions",
+        ] {
+            assert!(first.contains(&word.to_string()), "{word}: {first:?}");
+        }
+        let shells = bash_complete(&script, f, &["skyhook-agent", "completions", ""]);
+        assert_eq!(
+            shells,
+            [
+                "-h",
+                "--help",
+                "bash",
+                "elvish",
+                "fish",
+                "powershell",
+                "zsh"
+            ]
+        );
+        for words in [
+            &["skyhook-agent", "apply", ""][..],
+            &["skyhook-agent", "apply", "/", ""],
+            &["skyhook-agent", "post-interrupt-check", "/", ""],
+            &["skyhook-agent", "validate", ""],
+        ] {
+            assert_eq!(
+                bash_complete(&script, f, words),
+                Vec::<String>::new(),
+                "{words:?}"
+            );
+        }
+        let serve = bash_complete(&script, f, &["skyhook-agent", "serve", "--r"]);
+        assert_eq!(serve, ["--root", "--ring-lines", "--ring-bytes"]);
+        let after_option = bash_complete(
+            &script,
+            f,
+            &["skyhook-agent", "serve", "--root", "/", "--li"],
+        );
+        assert_eq!(after_option, ["--listen"]);
+    }
+
+    /// `skyhook-run new --` completes `new`'s options (clap_complete's hyphenated-name states
+    /// made every subcommand complete nothing).
+    #[test]
+    fn skyhook_run_bash_completion_of_subcommands() {
+        let script = completion_script(
+            clap_complete::Shell::Bash,
+            &mut super::super::run::command(),
+            "skyhook-run",
+        );
+        let f = "_skyhook__run";
+        let new = bash_complete(&script, f, &["skyhook-run", "new", "--"]);
+        assert_eq!(new, ["--configmap", "--help"]);
+        let shells = bash_complete(&script, f, &["skyhook-run", "completions", "f"]);
+        assert_eq!(shells, ["fish"]);
+        let modes = bash_complete(&script, f, &["skyhook-run", "--mode", "apply-c"]);
+        assert_eq!(modes, ["apply-check"]);
+    }
+
+    /// fish offers the modes and forms as the first word of `skyhook-agent` (it offered only
+    /// `-h`).
+    #[test]
+    fn skyhook_agent_fish_completion_has_the_forms() {
+        let script = completion_script(
+            clap_complete::Shell::Fish,
+            &mut super::super::agent::completion_command(),
+            "skyhook-agent",
+        );
+        for word in [
+            "apply-check",
+            "validate",
+            "serve",
+            "completions",
+            "-l listen",
+            "-s V",
+        ] {
+            assert!(script.contains(word), "{word}: {script}");
+        }
     }
 
     /// `skyhook-agent completions SHELL`: the first word completes to the modes and forms.

@@ -20,6 +20,8 @@ use crate::serve::start::{ServeError, Startup};
 #[derive(Debug, Parser)]
 #[command(
     name = "skyhook-agent serve",
+    bin_name = "skyhook-agent serve",
+    version = super::agent::VERSION,
     about = "Serve the remote step API (docs/remote.md)"
 )]
 pub struct ServeArgs {
@@ -144,6 +146,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         _ => return Err(format!("bad duration unit in {s:?}")),
     };
     Duration::try_from_secs_f64(secs).map_err(|e| format!("bad duration {s:?}: {e}"))
+}
+
+/// The clap definition of `skyhook-agent serve` (its `--help` and completions).
+pub fn command() -> clap::Command {
+    <ServeArgs as clap::CommandFactory>::command()
 }
 
 /// Run `skyhook-agent serve` with `args` (after `serve`).
