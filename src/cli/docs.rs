@@ -58,15 +58,16 @@ pub fn man_page(cmd: clap::Command) -> Vec<u8> {
     roff
 }
 
-/// Write each `(file name, command)` page of `pages` into `dir` (created if missing) and
-/// print their paths.
+/// Write each `(file name, command)` page of `pages` into `dir` (created if missing);
+/// returns their paths.
 ///
 /// # Errors
 /// [`CliError::File`] naming the directory or page that cannot be written.
 pub fn write_man_pages<const N: usize>(
     dir: &Path,
     pages: [(&str, clap::Command); N],
-) -> Result<(), CliError> {
+) -> Result<Vec<std::path::PathBuf>, CliError> {
+    let mut written = Vec::new();
     std::fs::create_dir_all(dir).map_err(|source| CliError::File {
         what: "man page directory",
         path: dir.to_path_buf(),
@@ -79,9 +80,9 @@ pub fn write_man_pages<const N: usize>(
             path: path.clone(),
             source,
         })?;
-        println!("{}", path.display());
+        written.push(path);
     }
-    Ok(())
+    Ok(written)
 }
 
 #[cfg(test)]

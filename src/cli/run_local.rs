@@ -156,15 +156,17 @@ fn no_steps(run: &PackageRun, json: bool) -> Option<ExitStatus> {
             with.join(", ")
         }
     );
-    if json {
+    let written = if json {
         print_json(&json!({
             "package_mode": run.mode.as_str(),
             "ok": true,
             "steps": [],
             "exit_code": ExitStatus::Done.code(),
-        }));
-    }
-    Some(ExitStatus::Done)
+        }))
+    } else {
+        Ok(())
+    };
+    Some(finish(written, ExitStatus::Done))
 }
 
 /// Print an error (and, in JSON mode, the error document) and return its exit status (the
@@ -184,24 +186,34 @@ fn fail(json: bool, e: LocalError) -> ExitStatus {
     eprintln!("{message}");
     let code = CliError::Local(e).exit_status();
     if json {
-        print_json(
+        let written = print_json(
             &json!({"ok": false, "error": message, "errors": errors, "exit_code": code.code()}),
         );
+        return finish(written, code);
     }
     code
 }
 
-pub(crate) fn print_json(v: &Value) {
-    let mut out = std::io::stdout().lock();
+/// `v` as one pretty-printed JSON document on stdout.
+///
+/// # Errors
+/// The write's error.
+pub(crate) fn print_json(v: &Value) -> std::io::Result<()> {
     let text = serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".into());
-    let _ = writeln!(out, "{text}");
-    let _ = out.flush();
+    super::stdout::print(&format!("{text}\n"))
 }
 
-pub(crate) fn print_text(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
+/// `text` on stdout, as is.
+///
+/// # Errors
+/// The write's error.
+pub(crate) fn print_text(text: &str) -> std::io::Result<()> {
+    super::stdout::print(text)
+}
+
+/// `code`, unless the result's write to stdout failed ([`super::stdout::status`]).
+pub(crate) fn finish(written: std::io::Result<()>, code: ExitStatus) -> ExitStatus {
+    super::stdout::status("skyhook-run", written, code)
 }
 
 pub(crate) fn exit_code(ok: bool, exec: ExecMode, changes: usize, detailed: bool) -> ExitStatus {
@@ -252,11 +264,10 @@ fn script_run(
                 .collect();
             m.insert("errors".into(), Value::Array(errors));
         }
-        print_json(&v);
+        finish(print_json(&v), code)
     } else {
-        print_text(&report.render_text(&redactor));
+        finish(print_text(&report.render_text(&redactor)), code)
     }
-    code
 }
 
 fn package_plan(
@@ -280,20 +291,20 @@ fn package_plan(
         if let Value::Object(m) = &mut v {
             m.insert("exit_code".into(), code.code().into());
         }
-        print_json(&v);
+        finish(print_json(&v), code)
     } else {
-        print_text(&plan.render_text());
+        finish(print_text(&plan.render_text()), code)
     }
-    code
 }
 
 fn package_apply(run: &PackageRun, json: bool) -> ExitStatus {
     // The agent prints on stdout; in JSON mode stdout is kept for the document, so the
     // agent's console is stderr.
+    let stdout = super::stdout::Watched::default();
     let console = if json {
         Console::stderr_only()
     } else {
-        Console::stdio()
+        Console::with_writers(Box::new(stdout.clone()), Box::new(std::io::stderr()))
     };
     let result = run.apply(&console);
     let (ok, copy_dir) = match result {
@@ -305,23 +316,25 @@ fn package_apply(run: &PackageRun, json: bool) -> ExitStatus {
     } else {
         ExitStatus::Failure
     };
-    if json {
+    let written = if json {
         print_json(&json!({
             "package_mode": run.mode.as_str(),
             "apply": true,
             "ok": ok,
             "copy_dir": copy_dir.display().to_string(),
             "exit_code": code.code(),
-        }));
+        }))
     } else {
-        println!(
-            "skyhook-run: mode {} {} (package copy at {})",
+        print_text(&format!(
+            "skyhook-run: mode {} {} (package copy at {})\n",
             run.mode.as_str(),
             if ok { "succeeded" } else { "failed" },
             copy_dir.display()
-        );
-    }
-    code
+        ))
+    };
+    // The agent's own output went through the console.
+    let written = written.and(stdout.result());
+    finish(written, code)
 }
 
 /// Script output when stdout carries the JSON document: both streams to stderr.
@@ -346,6 +359,7 @@ pub(crate) fn check(files: &[PathBuf]) -> ExitStatus {
     let engine = ScriptEngine::new(Limits::default());
     let checker = Checker::new();
     let mut code = ExitStatus::Done;
+    let mut written = Ok(());
     for file in files {
         if !is_rhai(file) {
             eprintln!(
@@ -378,14 +392,17 @@ pub(crate) fn check(files: &[PathBuf]) -> ExitStatus {
                     code = ExitStatus::Failure;
                 } else if warnings > 0 {
                     let s = if warnings == 1 { "" } else { "s" };
-                    println!("OK {} ({warnings} warning{s})", file.display());
+                    written = written.and(print_text(&format!(
+                        "OK {} ({warnings} warning{s})\n",
+                        file.display()
+                    )));
                 } else {
-                    println!("OK {}", file.display());
+                    written = written.and(print_text(&format!("OK {}\n", file.display())));
                 }
             }
         }
     }
-    code
+    finish(written, code)
 }
 
 /// Whether `path` names a `.rhai` file.

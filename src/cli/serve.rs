@@ -158,8 +158,11 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitStatus {
     let a = match ServeArgs::try_parse_from(std::iter::once(OsString::from("serve")).chain(args)) {
         Ok(a) => a,
         Err(e) => {
-            let _ = e.print();
-            return ExitStatus::of_clap(&e);
+            return super::stdout::status(
+                "skyhook-agent serve",
+                e.print(),
+                ExitStatus::of_clap(&e),
+            );
         }
     };
     match startup(a).and_then(crate::serve::start::run) {
@@ -224,6 +227,21 @@ pub fn startup(a: ServeArgs) -> Result<Startup, ServeError> {
             ));
         }
     };
+    match std::fs::metadata(&a.root) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(ServeError::Options(format!(
+                "--root {}: not a directory",
+                a.root.display()
+            )));
+        }
+        Err(e) => {
+            return Err(ServeError::Options(format!(
+                "--root {}: {e}",
+                a.root.display()
+            )));
+        }
+    }
     let shell: Vec<String> = a.shell.split_whitespace().map(String::from).collect();
     if shell.is_empty() {
         return Err(ServeError::Options("--shell is empty".into()));
@@ -305,6 +323,54 @@ mod tests {
             .to_string();
         assert!(help.contains("(docs/remote.md)"), "{help}");
         assert!(!help.contains("remote-api.md"), "{help}");
+    }
+
+    /// `serve --version` exits 0 (it was a usage error, 2); the usage line names the
+    /// command as it is typed (it said `serve [OPTIONS]`).
+    #[test]
+    fn version_and_usage_line() {
+        assert_eq!(main(["--version"].map(OsString::from)), ExitStatus::Done);
+        let help = command().render_help().to_string();
+        assert!(
+            help.contains("Usage: skyhook-agent serve [OPTIONS]"),
+            "{help}"
+        );
+    }
+
+    /// A missing or non-directory `--root` is refused at start (the server started and every
+    /// step failed).
+    #[test]
+    fn root_must_be_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        for (root, why) in [
+            (dir.path().join("missing"), "No such file or directory"),
+            (file, "not a directory"),
+        ] {
+            let args = [
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--insecure-no-auth",
+                "--root",
+            ]
+            .map(OsString::from)
+            .into_iter()
+            .chain([root.clone().into_os_string()]);
+            let a = ServeArgs::try_parse_from(args).unwrap();
+            match startup(a) {
+                Err(e @ ServeError::Options(_)) => {
+                    let text = e.to_string();
+                    assert!(
+                        text.contains(&format!("--root {}: {why}", root.display())),
+                        "{text}"
+                    );
+                    assert_eq!(CliError::Serve(e).exit_status(), ExitStatus::Failure);
+                }
+                other => panic!("{root:?}: {:?}", other.map(|_| ())),
+            }
+        }
     }
 
     #[test]
