@@ -1171,3 +1171,69 @@ fn sigterm_during_an_apply_writes_the_batched_edits() {
     );
     assert!(stdout.contains("Apply: 50 changed"), "{stdout}");
 }
+
+/// A second SIGINT during `--package ... --apply` ends skyhook-run at once with 130, as for a
+/// script (the first stops the agent's run after the running step; the step here never
+/// ends, so the run ended only when the step did); the agent names the signal it got.
+#[test]
+fn second_signal_during_a_package_apply_exits_at_once() {
+    let root = tempfile::tempdir().unwrap();
+    let pkg = tempfile::tempdir().unwrap();
+    let made = Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
+        .args(["new", "sig"])
+        .current_dir(pkg.path())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let dir = pkg.path().join("sig");
+    write(
+        &dir,
+        "skyhook_dir/apply.rhai",
+        "print(\"ready\");\nloop { fs::exists(\"/etc\"); }\n",
+    );
+    let mut child = skyhook_run()
+        .arg("--package")
+        .arg(&dir)
+        .args(["--mode", "apply", "--apply", "--root"])
+        .arg(root.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, out) = crate::util::line_reader(child.stdout.take().unwrap());
+    let (errs, err) = crate::util::line_reader(child.stderr.take().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let ready = loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+            Ok(l) if l.contains("ready") => break true,
+            Ok(_) => {}
+            Err(_) => break false,
+        }
+    };
+    if !ready {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the step never printed ready: {}", err.join().unwrap());
+    }
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    // The agent has taken the first signal when it says so.
+    let taken = loop {
+        match errs.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+            Ok(l) if l.contains("received SIGINT") => break true,
+            Ok(_) => {}
+            Err(_) => break false,
+        }
+    };
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let status = child.wait().unwrap();
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    assert!(taken, "{stderr}");
+    assert_eq!(status.code(), Some(130), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("skyhook-run: received SIGINT again: exiting now"),
+        "{stderr}"
+    );
+}

@@ -306,6 +306,7 @@ fn package_apply(run: &PackageRun, json: bool) -> ExitStatus {
     } else {
         Console::with_writers(Box::new(stdout.clone()), Box::new(std::io::stderr()))
     };
+    super::signal::exit_on_second_signal();
     let result = run.apply(&console);
     let (ok, copy_dir) = match result {
         Ok(r) => r,
