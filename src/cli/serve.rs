@@ -373,6 +373,25 @@ mod tests {
         }
     }
 
+    /// Every option of `serve` is in docs/remote.md's "Starting it" table (`--alive-every`,
+    /// `--workdir`, `--shell` and `--log-format` were in none of its pages).
+    #[test]
+    fn every_option_is_documented() {
+        let doc = include_str!("../../docs/remote.md");
+        let start = doc
+            .find("\n## Starting it\n")
+            .expect("a Starting it section");
+        let end = start + 1 + doc[start + 1..].find("\n## ").unwrap();
+        let section = &doc[start..end];
+        for arg in command().get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if matches!(long, "help" | "version") {
+                continue;
+            }
+            assert!(section.contains(&format!("`--{long}")), "--{long}");
+        }
+    }
+
     #[test]
     fn sizes_and_durations() {
         assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
