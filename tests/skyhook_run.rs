@@ -1237,3 +1237,67 @@ fn second_signal_during_a_package_apply_exits_at_once() {
         "{stderr}"
     );
 }
+
+/// What --help rules out is a usage error (2) naming the problem: --skyhook-cr with a
+/// SCRIPT (it was ignored, exit 0), --mode interrupt with --package (exit 1), a --remote
+/// URL of another scheme (exit 1). With --output json, an error before the run still
+/// prints one JSON document (a SCRIPT that is not .rhai, a missing --configmaps, left
+/// stdout empty).
+#[test]
+fn refusals_are_usage_errors_and_json_errors_are_documents() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let r = root.path().to_str().unwrap();
+    let script = write(dir.path(), "w.rhai", "print(1);\n");
+    let s = script.to_str().unwrap();
+    for (args, says) in [
+        (
+            vec![s, "--root", r, "--skyhook-cr", "cr.yaml"],
+            "--skyhook-cr judges the interrupts of a package's steps",
+        ),
+        (
+            vec![
+                "--package",
+                "examples/tuning",
+                "--mode",
+                "interrupt",
+                "--root",
+                r,
+            ],
+            "--mode interrupt: the operator runs a package's interrupts",
+        ),
+        (
+            vec![s, "--remote", "ftp://x", "--token-file", "f"],
+            "invalid value 'ftp://x' for '--remote <URL>'",
+        ),
+    ] {
+        let out = skyhook_run().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(text(&out.stderr).contains(says), "{args:?}: {out:?}");
+        assert_eq!(text(&out.stdout), "", "{args:?}");
+    }
+    let txt = write(dir.path(), "notrhai.txt", "");
+    for (args, says) in [
+        (
+            vec![txt.to_str().unwrap(), "--root", r],
+            "notrhai.txt is not a Rhai script",
+        ),
+        (
+            vec![s, "--root", r, "--configmaps", "/nonexistent-cm"],
+            "--configmaps /nonexistent-cm: no such directory",
+        ),
+    ] {
+        let out = skyhook_run()
+            .args(&args)
+            .args(["--output", "json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("{args:?}: {e}: {out:?}");
+        });
+        assert_eq!(doc["ok"], false);
+        assert_eq!(doc["exit_code"], 1);
+        assert!(doc["error"].as_str().unwrap().contains(says), "{doc}");
+    }
+}

@@ -64,6 +64,10 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitStatus {
                 Err(e) => report(e.into()),
             }
         }
+        None if cli.skyhook_cr.is_some() && cli.package.is_none() => super::exit::usage(
+            "--skyhook-cr judges the interrupts of a package's steps: it goes with --package DIR, \
+             not a SCRIPT",
+        ),
         None => match &cli.remote {
             Some(url) => super::run_remote::run(&cli, url),
             None => super::run_local::run(&cli),

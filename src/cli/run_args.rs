@@ -162,7 +162,12 @@ pub(crate) struct Cli {
     /// Run SCRIPT on a node through its remote step API (`skyhook-agent serve`):
     /// http://HOST:PORT, https://HOST:PORT (--tls-ca) or unix:/PATH. Plan by default, --apply, --mode check; the node's
     /// root is used (no --root). Only --env values are sent.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["package", "root"])]
+    #[arg(
+        long,
+        value_name = "URL",
+        conflicts_with_all = ["package", "root"],
+        value_parser = parse_remote_url
+    )]
     pub(crate) remote: Option<String>,
 
     /// The bearer token for --remote (a file holding it).
@@ -281,6 +286,28 @@ pub(crate) fn parse_kv(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
         _ => Err(format!("expected K=V, got {s:?}")),
+    }
+}
+
+/// `--remote`: `http://HOST:PORT`, `https://HOST:PORT` or `unix:/PATH`, as given.
+///
+/// # Errors
+/// Another scheme, or no `HOST:PORT` (or a path after it).
+pub(crate) fn parse_remote_url(s: &str) -> Result<String, String> {
+    let host_port = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"));
+    let ok = match host_port {
+        Some(hp) => {
+            let hp = hp.trim_end_matches('/');
+            !hp.is_empty() && !hp.contains('/')
+        }
+        None => s.strip_prefix("unix:").is_some_and(|p| !p.is_empty()),
+    };
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err("expected http://HOST:PORT, https://HOST:PORT or unix:/PATH".into())
     }
 }
 

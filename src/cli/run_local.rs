@@ -45,16 +45,21 @@ pub(crate) fn run(cli: &Cli) -> ExitStatus {
         env.retain(|(n, _)| n != k);
         env.push((k.clone(), v.clone()));
     }
+    let json = cli.output == Output::Json;
+    if cli.package.is_some() && mode == Mode::Interrupt {
+        return usage(
+            "--mode interrupt: the operator runs a package's interrupts (its interrupt stage); \
+             skyhook-run --package runs the modes with steps",
+        );
+    }
     if let Some(dir) = &cli.configmaps
         && !dir.is_dir()
     {
-        eprintln!(
-            "skyhook-run: error: --configmaps {}: no such directory",
-            dir.display()
+        return fail_message(
+            json,
+            format!("--configmaps {}: no such directory", dir.display()),
         );
-        return ExitStatus::Failure;
     }
-    let json = cli.output == Output::Json;
     // Every limit but the deadline; the deadline (SKYHOOK_SCRIPT_TIMEOUT) is read from the
     // run's environment (ours plus --env), per run.
     let engine = ScriptEngine::new(Limits::default());
@@ -99,12 +104,14 @@ pub(crate) fn run(cli: &Cli) -> ExitStatus {
                 return usage("SCRIPT or --package DIR is required");
             };
             if !is_rhai(&script) {
-                eprintln!(
-                    "skyhook-run: error: {} is not a Rhai script: skyhook-run runs .rhai \
-                     files (a package's other steps run with --package DIR --mode MODE)",
-                    script.display()
+                return fail_message(
+                    json,
+                    format!(
+                        "{} is not a Rhai script: skyhook-run runs .rhai files (a package's \
+                         other steps run with --package DIR --mode MODE)",
+                        script.display()
+                    ),
                 );
-                return ExitStatus::Failure;
             }
             let cancel = crate::process::Cancel::new();
             if cli.apply {
@@ -167,6 +174,22 @@ fn no_steps(run: &PackageRun, json: bool) -> Option<ExitStatus> {
         Ok(())
     };
     Some(finish(written, ExitStatus::Done))
+}
+
+/// Print `skyhook-run: error: {message}` (and, in JSON mode, the error document) and
+/// return [`ExitStatus::Failure`].
+fn fail_message(json: bool, message: String) -> ExitStatus {
+    let message = format!("skyhook-run: error: {message}");
+    eprintln!("{message}");
+    let code = ExitStatus::Failure;
+    if json {
+        let errors = vec![error_json(&message)];
+        let written = print_json(
+            &json!({"ok": false, "error": message, "errors": errors, "exit_code": code.code()}),
+        );
+        return finish(written, code);
+    }
+    code
 }
 
 /// Print an error (and, in JSON mode, the error document) and return its exit status (the
