@@ -30,11 +30,39 @@ pub fn completion_script(
     let mut script = Vec::new();
     clap_complete::generate(shell, cmd, bin, &mut script);
     let script = String::from_utf8_lossy(&script).into_owned();
-    if shell == clap_complete::Shell::Bash {
-        bash_subcommand_names(&script, bin)
-    } else {
-        script
+    match shell {
+        clap_complete::Shell::Bash => bash_subcommand_names(&script, bin),
+        clap_complete::Shell::Fish => fish_fixes(script, cmd, bin),
+        _ => script,
     }
+}
+
+/// Two gaps of clap_complete's fish script. Its "needs a command" test fails while a
+/// top-level option waits for its value (`skyhook-run --mode <TAB>` offered file names):
+/// such a command line has no subcommand yet, so the test answers yes. And it offers no
+/// values for a subcommand's positional (`completions <TAB>`): a line per such positional
+/// adds them.
+fn fish_fixes(script: String, cmd: &clap::Command, bin: &str) -> String {
+    let mut script = script.replace("\n    or return\n", "\n    or return 0\n");
+    let prefix = format!("__fish_{}", bin.replace('-', "_"));
+    for sub in cmd.get_subcommands() {
+        for arg in sub.get_positionals() {
+            let values: Vec<String> = arg
+                .get_possible_values()
+                .iter()
+                .filter(|v| !v.is_hide_set())
+                .map(|v| v.get_name().to_string())
+                .collect();
+            if !values.is_empty() {
+                script.push_str(&format!(
+                    "complete -c {bin} -n \"{prefix}_using_subcommand {}\" -f -a \"{}\"\n",
+                    sub.get_name(),
+                    values.join(" ")
+                ));
+            }
+        }
+    }
+    script
 }
 
 /// clap_complete's bash script names the states of a hyphenated binary two ways: the loop
@@ -208,6 +236,65 @@ mod tests {
         assert_eq!(shells, ["fish"]);
         let modes = bash_complete(&script, f, &["skyhook-run", "--mode", "apply-c"]);
         assert_eq!(modes, ["apply-check"]);
+    }
+
+    /// What fish offers for `line` with `script` loaded (`complete -C`), run in an empty
+    /// directory so that no file name is offered.
+    fn fish_complete(script: &str, line: &str) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("c.fish"), script).unwrap();
+        let out = std::process::Command::new("fish")
+            .args(["--no-config", "-c", "source c.fish; complete -C $argv[1]"])
+            .arg(line)
+            .current_dir(dir.path())
+            .output()
+            .expect("fish runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| l.split('\t').next().unwrap_or("").to_string())
+            .collect()
+    }
+
+    /// fish completes a top-level option's value (`--mode`, `--output`; it offered file
+    /// names) and a subcommand's positional values (`completions`; it offered nothing).
+    #[test]
+    fn skyhook_run_fish_completion_of_values() {
+        let script = completion_script(
+            clap_complete::Shell::Fish,
+            &mut super::super::run::command(),
+            "skyhook-run",
+        );
+        assert_eq!(
+            fish_complete(&script, "skyhook-run --mode apply-c"),
+            ["apply-check"]
+        );
+        assert_eq!(
+            fish_complete(&script, "skyhook-run --output "),
+            ["json", "text"]
+        );
+        assert_eq!(
+            fish_complete(&script, "skyhook-run completions "),
+            ["bash", "elvish", "fish", "powershell", "zsh"]
+        );
+        assert_eq!(
+            fish_complete(&script, "skyhook-run new --con"),
+            ["--configmap"]
+        );
+        let agent = completion_script(
+            clap_complete::Shell::Fish,
+            &mut super::super::agent::completion_command(),
+            "skyhook-agent",
+        );
+        assert_eq!(
+            fish_complete(&agent, "skyhook-agent completions "),
+            ["bash", "elvish", "fish", "powershell", "zsh"]
+        );
+        assert_eq!(
+            fish_complete(&agent, "skyhook-agent serve --wo"),
+            ["--workdir"]
+        );
     }
 
     /// fish offers the modes and forms as the first word of `skyhook-agent` (it offered only
