@@ -123,6 +123,14 @@ fn man_pages_are_generated_from_the_definitions() {
         run.contains(".TH skyhook-run 1") && run.contains("\\-\\-skyhook\\-cr"),
         "{run}"
     );
+    // serve's options have a page of their own (skyhook-agent.1 has none of them)
+    let serve = std::fs::read_to_string(dir.path().join("skyhook-agent-serve.1")).unwrap();
+    assert!(
+        serve.contains(".TH skyhook-agent-serve 1")
+            && serve.contains("\\-\\-alive\\-every")
+            && serve.contains("\\-\\-workdir"),
+        "{serve}"
+    );
 }
 
 /// The binaries install the counting allocator (`#[global_allocator]` in `src/bin/*`): a

@@ -38,6 +38,10 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitStatus {
             let pages = [
                 ("skyhook-run.1", command()),
                 ("skyhook-agent.1", super::agent::command()),
+                (
+                    "skyhook-agent-serve.1",
+                    super::serve::command().name("skyhook-agent-serve"),
+                ),
             ];
             match super::docs::write_man_pages(dir, pages) {
                 Ok(paths) => {

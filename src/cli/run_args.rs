@@ -254,8 +254,8 @@ pub(crate) enum Command {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
-    /// Write the man pages skyhook-run.1 and skyhook-agent.1, generated from the command-line
-    /// definitions, into DIR (created if missing), e.g. `skyhook-run man /usr/share/man/man1`.
+    /// Write the man pages skyhook-run.1, skyhook-agent.1 and skyhook-agent-serve.1, generated
+    /// from the command-line definitions, into DIR (created if missing), e.g. `skyhook-run man /usr/share/man/man1`.
     Man {
         /// The directory to write the pages into.
         #[arg(value_name = "DIR")]
