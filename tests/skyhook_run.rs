@@ -1242,7 +1242,7 @@ fn second_signal_during_a_package_apply_exits_at_once() {
 /// SCRIPT (it was ignored, exit 0), --mode interrupt with --package (exit 1), a --remote
 /// URL of another scheme (exit 1). With --output json, an error before the run still
 /// prints one JSON document (a SCRIPT that is not .rhai, a missing --configmaps, left
-/// stdout empty).
+/// stdout empty), and so does a usage error found after parsing (an unknown mode).
 #[test]
 fn refusals_are_usage_errors_and_json_errors_are_documents() {
     let root = tempfile::tempdir().unwrap();
@@ -1275,6 +1275,34 @@ fn refusals_are_usage_errors_and_json_errors_are_documents() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
         assert!(text(&out.stderr).contains(says), "{args:?}: {out:?}");
         assert_eq!(text(&out.stdout), "", "{args:?}");
+    }
+    // a usage error found after parsing is a document too, with exit code 2
+    for args in [
+        vec![s, "--root", r, "--skyhook-cr", "cr.yaml"],
+        vec![
+            "--package",
+            "examples/tuning",
+            "--mode",
+            "interrupt",
+            "--root",
+            r,
+        ],
+        vec![s, "--root", r, "--mode", "nosuchmode"],
+        vec![s, "--remote", "http://127.0.0.1:1"],
+    ] {
+        let out = skyhook_run()
+            .args(&args)
+            .args(["--output", "json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("{args:?}: {e}: {out:?}");
+        });
+        assert_eq!(
+            (&doc["ok"], &doc["exit_code"]),
+            (&Value::Bool(false), &Value::from(2))
+        );
     }
     let txt = write(dir.path(), "notrhai.txt", "");
     for (args, says) in [

@@ -68,7 +68,8 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitStatus {
                 Err(e) => report(e.into()),
             }
         }
-        None if cli.skyhook_cr.is_some() && cli.package.is_none() => super::exit::usage(
+        None if cli.skyhook_cr.is_some() && cli.package.is_none() => super::run_local::usage_error(
+            cli.output == super::run_args::Output::Json,
             "--skyhook-cr judges the interrupts of a package's steps: it goes with --package DIR, \
              not a SCRIPT",
         ),

@@ -21,6 +21,8 @@ use crate::script::{Limits, ModuleStore, ScriptEngine, ScriptOutput, StdioOutput
 
 /// `skyhook-run SCRIPT` or `skyhook-run --package DIR` on this machine (no `--remote`).
 pub(crate) fn run(cli: &Cli) -> ExitStatus {
+    let json = cli.output == Output::Json;
+    let usage = |msg: &str| usage_error(json, msg);
     let Some(root) = cli.root.clone() else {
         return usage("--root DIR is required");
     };
@@ -45,7 +47,6 @@ pub(crate) fn run(cli: &Cli) -> ExitStatus {
         env.retain(|(n, _)| n != k);
         env.push((k.clone(), v.clone()));
     }
-    let json = cli.output == Output::Json;
     if cli.package.is_some() && mode == Mode::Interrupt {
         return usage(
             "--mode interrupt: the operator runs a package's interrupts (its interrupt stage); \
@@ -174,6 +175,20 @@ fn no_steps(run: &PackageRun, json: bool) -> Option<ExitStatus> {
         Ok(())
     };
     Some(finish(written, ExitStatus::Done))
+}
+
+/// A usage error ([`usage`]); in JSON mode also the error document with exit code 2.
+pub(crate) fn usage_error(json: bool, msg: &str) -> ExitStatus {
+    let code = usage(msg);
+    if json {
+        let message = format!("skyhook-run: error: {msg}");
+        let errors = vec![error_json(&message)];
+        let written = print_json(
+            &json!({"ok": false, "error": message, "errors": errors, "exit_code": code.code()}),
+        );
+        return finish(written, code);
+    }
+    code
 }
 
 /// Print `skyhook-run: error: {message}` (and, in JSON mode, the error document) and

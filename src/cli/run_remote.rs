@@ -5,7 +5,6 @@
 use serde_json::{Value, json};
 
 use super::exit::ExitStatus;
-use super::exit::usage;
 use super::run_args::{Cli, Output};
 use super::run_local::{exit_code, finish, print_json, print_text};
 use crate::host::ExecMode;
@@ -17,13 +16,14 @@ use crate::package::Mode;
 /// Only `--env` values are sent (not this machine's environment). Ctrl-C cancels the
 /// execution and waits for its exit.
 pub(crate) fn run(cli: &Cli, url: &str) -> ExitStatus {
+    let json_out = cli.output == Output::Json;
+    let usage = |msg: &str| super::run_local::usage_error(json_out, msg);
     let Some(token_file) = &cli.token_file else {
         return usage("--remote needs --token-file FILE");
     };
     let Some(script) = cli.script.clone() else {
         return usage("--remote runs a SCRIPT (not --package)");
     };
-    let json_out = cli.output == Output::Json;
     let mode_text = cli.mode.as_deref().unwrap_or("apply");
     let check = mode_text == "check" || mode_text.ends_with("-check");
     if !check && Mode::parse(mode_text).is_none() {
