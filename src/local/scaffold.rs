@@ -268,7 +268,8 @@ fn skyhook_cr(name: &str, configmaps: &[String]) -> String {
     let q_image = yaml_str(&format!("registry.example.com/skyhook/{resource}"));
     let mut s = format!(
         "# Deploys the {name} package (skyhook-run new). Build an image holding config.json and\n\
-         # skyhook_dir/ (see docs/deploy.md), push it, and set `image` below.\n\
+         # skyhook_dir/ in /skyhook-package, where the agent copies a package from\n\
+         # (SKYHOOK_DATA_DIR, docs/agent.md), push it, and set `image` below.\n\
          apiVersion: skyhook.nvidia.com/v1alpha1\n\
          kind: Skyhook\n\
          metadata:\n  name: {q_resource}\n\
@@ -556,6 +557,15 @@ mod tests {
                  //     skyhook-run --package demo --mode apply --root /tmp/node-copy\n"
             ),
             "{step}"
+        );
+        // docs/deploy.md, which the CR's comment cited, builds only the agent image
+        let cr = std::fs::read_to_string(dir.join("skyhook.yaml")).unwrap();
+        assert!(
+            cr.starts_with(
+                "# Deploys the demo package (skyhook-run new). Build an image holding config.json \
+                 and\n# skyhook_dir/ in /skyhook-package, where the agent copies a package from\n"
+            ),
+            "{cr}"
         );
         let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
         assert!(
