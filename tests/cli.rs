@@ -123,6 +123,14 @@ fn man_pages_are_generated_from_the_definitions() {
         run.contains(".TH skyhook-run 1") && run.contains("\\-\\-skyhook\\-cr"),
         "{run}"
     );
+    // serve's options have a page of their own (skyhook-agent.1 has none of them)
+    let serve = std::fs::read_to_string(dir.path().join("skyhook-agent-serve.1")).unwrap();
+    assert!(
+        serve.contains(".TH skyhook-agent-serve 1")
+            && serve.contains("\\-\\-alive\\-every")
+            && serve.contains("\\-\\-workdir"),
+        "{serve}"
+    );
 }
 
 /// The binaries install the counting allocator (`#[global_allocator]` in `src/bin/*`): a
@@ -204,4 +212,53 @@ fn skyhook_run_new_writes_a_package_and_refuses_an_existing_one() {
     ]);
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("configMap a.conf: 0 line(s)"), "{stdout}");
+}
+
+/// A result that cannot be written to stdout (`/dev/full`) fails the command with a
+/// message; it exited 0 with the output lost (and `check` panicked, exit 101).
+#[test]
+fn a_result_that_cannot_be_written_fails() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("w.rhai"), "fs::write(\"/x\", \"y\");\n").unwrap();
+    std::fs::create_dir(d.join("root1")).unwrap();
+    let o = Command::new(RUN)
+        .args(["new", "demo"])
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let w = d.join("w.rhai");
+    let (w, root, demo) = (
+        w.to_str().unwrap(),
+        d.join("root1").display().to_string(),
+        d.join("demo").display().to_string(),
+    );
+    let config = format!("{demo}/config.json");
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        (RUN, vec!["check", w]),
+        (RUN, vec![w, "--root", &root]),
+        (RUN, vec![w, "--root", &root, "--output", "json"]),
+        (
+            RUN,
+            vec!["--package", &demo, "--mode", "apply", "--root", &root],
+        ),
+        (RUN, vec!["--help"]),
+        (AGENT, vec!["validate", &config]),
+        (AGENT, vec!["--help"]),
+        (AGENT, vec!["serve", "--version"]),
+    ];
+    for (bin, args) in cases {
+        let o = Command::new(bin)
+            .args(&args)
+            .stdout(std::fs::File::create("/dev/full").unwrap())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("error: cannot write to stdout: No space left on device"),
+            "{args:?}: {stderr}"
+        );
+    }
 }

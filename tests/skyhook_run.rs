@@ -1171,3 +1171,161 @@ fn sigterm_during_an_apply_writes_the_batched_edits() {
     );
     assert!(stdout.contains("Apply: 50 changed"), "{stdout}");
 }
+
+/// A second SIGINT during `--package ... --apply` ends skyhook-run at once with 130, as for a
+/// script (the first stops the agent's run after the running step; the step here never
+/// ends, so the run ended only when the step did); the agent names the signal it got.
+#[test]
+fn second_signal_during_a_package_apply_exits_at_once() {
+    let root = tempfile::tempdir().unwrap();
+    let pkg = tempfile::tempdir().unwrap();
+    let made = Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
+        .args(["new", "sig"])
+        .current_dir(pkg.path())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let dir = pkg.path().join("sig");
+    write(
+        &dir,
+        "skyhook_dir/apply.rhai",
+        "print(\"ready\");\nloop { fs::exists(\"/etc\"); }\n",
+    );
+    let mut child = skyhook_run()
+        .arg("--package")
+        .arg(&dir)
+        .args(["--mode", "apply", "--apply", "--root"])
+        .arg(root.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, out) = crate::util::line_reader(child.stdout.take().unwrap());
+    let (errs, err) = crate::util::line_reader(child.stderr.take().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let ready = loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+            Ok(l) if l.contains("ready") => break true,
+            Ok(_) => {}
+            Err(_) => break false,
+        }
+    };
+    if !ready {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the step never printed ready: {}", err.join().unwrap());
+    }
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    // The agent has taken the first signal when it says so.
+    let taken = loop {
+        match errs.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+            Ok(l) if l.contains("received SIGINT") => break true,
+            Ok(_) => {}
+            Err(_) => break false,
+        }
+    };
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let status = child.wait().unwrap();
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    assert!(taken, "{stderr}");
+    assert_eq!(status.code(), Some(130), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("skyhook-run: received SIGINT again: exiting now"),
+        "{stderr}"
+    );
+}
+
+/// What --help rules out is a usage error (2) naming the problem: --skyhook-cr with a
+/// SCRIPT (it was ignored, exit 0), --mode interrupt with --package (exit 1), a --remote
+/// URL of another scheme (exit 1). With --output json, an error before the run still
+/// prints one JSON document (a SCRIPT that is not .rhai, a missing --configmaps, left
+/// stdout empty), and so does a usage error found after parsing (an unknown mode).
+#[test]
+fn refusals_are_usage_errors_and_json_errors_are_documents() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let r = root.path().to_str().unwrap();
+    let script = write(dir.path(), "w.rhai", "print(1);\n");
+    let s = script.to_str().unwrap();
+    for (args, says) in [
+        (
+            vec![s, "--root", r, "--skyhook-cr", "cr.yaml"],
+            "--skyhook-cr judges the interrupts of a package's steps",
+        ),
+        (
+            vec![
+                "--package",
+                "examples/tuning",
+                "--mode",
+                "interrupt",
+                "--root",
+                r,
+            ],
+            "--mode interrupt: the operator runs a package's interrupts",
+        ),
+        (
+            vec![s, "--remote", "ftp://x", "--token-file", "f"],
+            "invalid value 'ftp://x' for '--remote <URL>'",
+        ),
+    ] {
+        let out = skyhook_run().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(text(&out.stderr).contains(says), "{args:?}: {out:?}");
+        assert_eq!(text(&out.stdout), "", "{args:?}");
+    }
+    // a usage error found after parsing is a document too, with exit code 2
+    for args in [
+        vec![s, "--root", r, "--skyhook-cr", "cr.yaml"],
+        vec![
+            "--package",
+            "examples/tuning",
+            "--mode",
+            "interrupt",
+            "--root",
+            r,
+        ],
+        vec![s, "--root", r, "--mode", "nosuchmode"],
+        vec![s, "--remote", "http://127.0.0.1:1"],
+    ] {
+        let out = skyhook_run()
+            .args(&args)
+            .args(["--output", "json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("{args:?}: {e}: {out:?}");
+        });
+        assert_eq!(
+            (&doc["ok"], &doc["exit_code"]),
+            (&Value::Bool(false), &Value::from(2))
+        );
+    }
+    let txt = write(dir.path(), "notrhai.txt", "");
+    for (args, says) in [
+        (
+            vec![txt.to_str().unwrap(), "--root", r],
+            "notrhai.txt is not a Rhai script",
+        ),
+        (
+            vec![s, "--root", r, "--configmaps", "/nonexistent-cm"],
+            "--configmaps /nonexistent-cm: no such directory",
+        ),
+    ] {
+        let out = skyhook_run()
+            .args(&args)
+            .args(["--output", "json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("{args:?}: {e}: {out:?}");
+        });
+        assert_eq!(doc["ok"], false);
+        assert_eq!(doc["exit_code"], 1);
+        assert!(doc["error"].as_str().unwrap().contains(says), "{doc}");
+    }
+}

@@ -40,6 +40,16 @@ pub enum UsageError {
     /// `completions SHELL` names a shell there is no completion script for.
     #[error("completions: unknown shell {0:?} (bash, zsh, fish, elvish, powershell)")]
     Shell(String),
+    /// `validate` or `completions` with other than one argument after it.
+    #[error("{form} takes one {what}, got {got} arguments\nusage: skyhook-agent {form} {what}")]
+    Arity {
+        /// `validate` or `completions`.
+        form: &'static str,
+        /// `CONFIG_JSON` or `SHELL`.
+        what: &'static str,
+        /// The number of arguments after the form's word.
+        got: usize,
+    },
     /// An argument is not valid UTF-8.
     #[error("arguments must be valid UTF-8\n{USAGE}")]
     NotUtf8,

@@ -27,11 +27,41 @@ pub fn install(cancel: &Cancel, console: &Console) -> std::io::Result<()> {
                 _ = term.recv() => "SIGTERM",
                 _ = int.recv() => "SIGINT",
             };
-            console.error(&format!(
-                "skyhook-agent: received {name}: the running step may finish, no further step will start"
-            ));
-            task.stop(CancelReason::Signal("SIGTERM"));
+            on_signal(name, &task, &console);
         }
     });
     Ok(())
+}
+
+/// One signal, `name`: say so on `console`'s stderr and stop `cancel` with that signal as
+/// the reason (the mode loop names it when it stops before the next step).
+fn on_signal(name: &'static str, cancel: &Cancel, console: &Console) {
+    console.error(&format!(
+        "skyhook-agent: received {name}: the running step may finish, no further step will start"
+    ));
+    cancel.stop(CancelReason::Signal(name));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reason is the signal received (a SIGINT was reported as SIGTERM).
+    #[test]
+    fn the_reason_names_the_signal() {
+        for name in ["SIGINT", "SIGTERM"] {
+            let cancel = Cancel::new();
+            let (console, recorded) = Console::memory();
+            on_signal(name, &cancel, &console);
+            assert_eq!(
+                cancel.reason().map(|r| r.to_string()),
+                Some(format!("{name} received"))
+            );
+            assert!(
+                recorded.stderr().contains(&format!("received {name}:")),
+                "{}",
+                recorded.stderr()
+            );
+        }
+    }
 }

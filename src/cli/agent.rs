@@ -79,7 +79,7 @@ EXIT STATUS (the table of all three commands: README.md, \"Exit status\"):
 #[derive(Debug, Parser)]
 #[command(
     name = "skyhook-agent",
-    version,
+    version = VERSION,
     about = "Skyhook node agent: runs a package's lifecycle steps on the host",
     after_help = AFTER_HELP,
     override_usage = "skyhook-agent MODE [ROOT_MOUNT] COPY_DIR [INTERRUPT_DATA]\n       skyhook-agent validate CONFIG_JSON"
@@ -134,6 +134,33 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Us
         .into_iter()
         .map(|a| a.into_string().map_err(|_| UsageError::NotUtf8))
         .collect::<Result<_, _>>()?;
+    // `--help` where a path or a form's argument goes (never in INTERRUPT_DATA) is a call
+    // for help, as it is as the first word.
+    if args
+        .iter()
+        .skip(1)
+        .take(2)
+        .any(|a| a == "--help" || a == "-h")
+    {
+        return Err(RawArgs::try_parse_from(["skyhook-agent", "--help"])
+            .expect_err("--help ends parsing")
+            .into());
+    }
+    let form = |form, what| UsageError::Arity {
+        form,
+        what,
+        got: args.len() - 1,
+    };
+    match args.as_slice() {
+        [v, ..] if v == "validate" && args.len() != 2 => {
+            return Err(form("validate", "CONFIG_JSON"));
+        }
+        [c, first, ..] if c == "completions" && !first.starts_with('/') && args.len() != 2 => {
+            return Err(form("completions", "SHELL"));
+        }
+        [c] if c == "completions" => return Err(form("completions", "SHELL")),
+        _ => {}
+    }
     let (mode, root, copy_dir, payload) = match args.as_slice() {
         [v, config] if v == "validate" => return Ok(Invocation::Validate(PathBuf::from(config))),
         // No mode run has a relative COPY_DIR, so this form takes nothing from the operator.
@@ -175,19 +202,36 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Us
 }
 
 /// The definition the completion scripts are generated from: the first word completes to a
-/// mode, `validate`, `serve` or `completions`, the others to paths.
+/// mode, `validate`, `serve` or `completions` (or `-h`, `-V`); after a mode come paths
+/// (ROOT_MOUNT, COPY_DIR) and the interrupt data, after `validate` a file, after
+/// `completions` a shell, after `serve` its options.
 pub fn completion_command() -> clap::Command {
-    let words: Vec<&'static str> = Mode::ALL
-        .iter()
-        .map(|m| m.as_str())
-        .chain(["validate", "serve", "completions"])
-        .collect();
-    clap::Command::new("skyhook-agent")
-        .arg(clap::Arg::new("MODE").value_parser(clap::builder::PossibleValuesParser::new(words)))
-        .arg(
+    // No `-h` after a mode or `validate`: an empty reply lets the shell complete paths.
+    let paths = |name: &'static str| {
+        clap::Command::new(name).disable_help_flag(true).arg(
             clap::Arg::new("ARGS")
-                .num_args(0..)
+                .num_args(0..=3)
                 .value_hint(clap::ValueHint::AnyPath),
+        )
+    };
+    clap::Command::new("skyhook-agent")
+        .version(VERSION)
+        .disable_help_subcommand(true)
+        .subcommands(Mode::ALL.iter().map(|m| paths(m.as_str())))
+        .subcommand(
+            clap::Command::new("validate").disable_help_flag(true).arg(
+                clap::Arg::new("CONFIG_JSON")
+                    .required(true)
+                    .value_hint(clap::ValueHint::FilePath),
+            ),
+        )
+        .subcommand(super::serve::command().name("serve"))
+        .subcommand(
+            clap::Command::new("completions").arg(
+                clap::Arg::new("SHELL")
+                    .required(true)
+                    .value_parser(clap::value_parser!(clap_complete::Shell)),
+            ),
         )
 }
 
@@ -200,8 +244,7 @@ pub fn main(
     let invocation = match parse(args) {
         Ok(i) => i,
         Err(UsageError::Clap(e)) => {
-            let _ = e.print();
-            return ExitStatus::of_clap(&e);
+            return super::stdout::status("skyhook-agent", e.print(), ExitStatus::of_clap(&e));
         }
         Err(e) => {
             eprintln!("{e}");
@@ -215,8 +258,17 @@ pub fn main(
             return super::docs::completions(shell, &mut completion_command(), "skyhook-agent");
         }
         Invocation::Validate(path) => {
+            // The report is the result: a write that fails fails the command.
+            let stdout = super::stdout::Watched::default();
+            let console =
+                Console::with_writers(Box::new(stdout.clone()), Box::new(std::io::stderr()));
             init_diag(env, &console);
-            return ExitStatus::from_ok(crate::agent::validate(&path, &console));
+            let ok = crate::agent::validate(&path, &console);
+            return super::stdout::status(
+                "skyhook-agent",
+                stdout.result(),
+                ExitStatus::from_ok(ok),
+            );
         }
         Invocation::Run(run) => run,
     };
@@ -350,6 +402,72 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// `--help` after a form's word is help (exit 0), not a path or a shell (exit 1 or 2).
+    #[test]
+    fn help_after_a_form_is_help() {
+        for args in [
+            &["validate", "--help"][..],
+            &["completions", "--help"],
+            &["apply", "--help"],
+            &["apply", "/", "-h"],
+        ] {
+            match p(args) {
+                Err(UsageError::Clap(e)) => {
+                    assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp, "{args:?}");
+                    assert_eq!(ExitStatus::of_clap(&e), ExitStatus::Done);
+                }
+                other => panic!("{args:?}: {other:?}"),
+            }
+        }
+        // INTERRUPT_DATA is the operator's, never a call for help
+        assert_eq!(
+            p(&["interrupt", "/r", "/c", "-h"]).unwrap(),
+            run("interrupt", "/r", "/c", Some("-h"))
+        );
+    }
+
+    /// `validate` and `completions` with more or fewer arguments say so (they blamed
+    /// ROOT_MOUNT).
+    #[test]
+    fn wrong_arity_of_a_form_names_the_form() {
+        for (args, form, got) in [
+            (
+                &["validate", "demo/config.json", "extra"][..],
+                "validate",
+                2,
+            ),
+            (&["validate"], "validate", 0),
+            (&["completions", "bash", "extra"], "completions", 2),
+            (&["completions"], "completions", 0),
+        ] {
+            match p(args) {
+                Err(e @ UsageError::Arity { .. }) => {
+                    let text = e.to_string();
+                    assert!(
+                        text.starts_with(&format!("{form} takes one "))
+                            && text.contains(&format!("got {got} arguments")),
+                        "{text}"
+                    );
+                    assert_eq!(CliError::Agent(e.into()).exit_status(), ExitStatus::Usage);
+                }
+                other => panic!("{args:?}: {other:?}"),
+            }
+        }
+    }
+
+    /// `--version` with anything after it prints the same version line as `--version`
+    /// (it lacked the revision and the build date).
+    #[test]
+    fn version_with_an_argument_is_the_full_version() {
+        match p(&["--version", "x"]) {
+            Err(UsageError::Clap(e)) => {
+                assert_eq!(e.kind(), clap::error::ErrorKind::DisplayVersion);
+                assert_eq!(e.to_string(), format!("skyhook-agent {VERSION}\n"));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     /// An unknown mode exits 0 with its warning even when `SKYHOOK_RESOURCE_ID` is unset (and the

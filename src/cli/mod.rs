@@ -13,3 +13,4 @@ pub mod run_local;
 pub mod run_remote;
 pub mod serve;
 pub mod signal;
+pub(crate) mod stdout;

@@ -26,8 +26,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitStatus {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version go to stdout with 0; anything else is a usage error.
-            let _ = e.print();
-            return ExitStatus::of_clap(&e);
+            return super::stdout::status("skyhook-run", e.print(), ExitStatus::of_clap(&e));
         }
     };
     match &cli.command {
@@ -35,17 +34,44 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitStatus {
         Some(Command::Completions { shell }) => {
             super::docs::completions(*shell, &mut command(), "skyhook-run")
         }
-        Some(Command::Man { dir }) => report(super::docs::write_man_pages(
-            dir,
-            [
+        Some(Command::Man { dir }) => {
+            let pages = [
                 ("skyhook-run.1", command()),
                 ("skyhook-agent.1", super::agent::command()),
-            ],
-        )),
-        Some(Command::New { name, configmaps }) => report(
-            crate::local::scaffold::write(std::path::Path::new(""), name, configmaps)
-                .map(|dir| println!("skyhook-run: wrote package {}", dir.display()))
-                .map_err(CliError::from),
+                (
+                    "skyhook-agent-serve.1",
+                    super::serve::command().name("skyhook-agent-serve"),
+                ),
+            ];
+            match super::docs::write_man_pages(dir, pages) {
+                Ok(paths) => {
+                    let list: String = paths.iter().map(|p| format!("{}\n", p.display())).collect();
+                    super::stdout::status(
+                        "skyhook-run",
+                        super::stdout::print(&list),
+                        ExitStatus::Done,
+                    )
+                }
+                Err(e) => report(e),
+            }
+        }
+        Some(Command::New { name, configmaps }) => {
+            match crate::local::scaffold::write(std::path::Path::new(""), name, configmaps) {
+                Ok(dir) => super::stdout::status(
+                    "skyhook-run",
+                    super::stdout::print(&format!(
+                        "skyhook-run: wrote package {}\n",
+                        dir.display()
+                    )),
+                    ExitStatus::Done,
+                ),
+                Err(e) => report(e.into()),
+            }
+        }
+        None if cli.skyhook_cr.is_some() && cli.package.is_none() => super::run_local::usage_error(
+            cli.output == super::run_args::Output::Json,
+            "--skyhook-cr judges the interrupts of a package's steps: it goes with --package DIR, \
+             not a SCRIPT",
         ),
         None => match &cli.remote {
             Some(url) => super::run_remote::run(&cli, url),
@@ -54,13 +80,8 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitStatus {
     }
 }
 
-/// `Ok` is [`ExitStatus::Done`]; an error is printed (`skyhook-run: error: ...`) and mapped.
-fn report(result: Result<(), CliError>) -> ExitStatus {
-    match result {
-        Ok(()) => ExitStatus::Done,
-        Err(e) => {
-            eprintln!("skyhook-run: error: {}", crate::chain::render(&e));
-            e.exit_status()
-        }
-    }
+/// Print an error (`skyhook-run: error: ...`) and map it.
+fn report(e: CliError) -> ExitStatus {
+    eprintln!("skyhook-run: error: {}", crate::chain::render(&e));
+    e.exit_status()
 }

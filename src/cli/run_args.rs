@@ -34,7 +34,9 @@ Dry run (the default):
   --apply makes the changes and prints what changed (`Apply: 2 changed, 5 unchanged.`);
   --apply --diff also shows the diffs of file contents, as the plan does.
   SIGTERM or Ctrl-C during a script's --apply stops the script at its next operation and
-  still writes what it changed so far (exit 1); a second signal exits at once.
+  still writes what it changed so far (exit 1); a second signal exits at once (130, 143),
+  as it does during a package's --apply (whose first signal lets the running step finish
+  and starts no further step).
   A *-check mode (--mode apply-check) runs the script as a check: what it would change is
   drift, listed the same way, and the run fails (exit 1) when there is any.
 
@@ -100,7 +102,7 @@ A new package (skyhook-run new NAME [--configmap KEY]...):
 Checking scripts (skyhook-run check FILE...):
   Compiles each file with its imports and checks it without running anything: unknown
   functions and modules (with a did-you-mean), wrong argument counts, option keys a host
-  function does not accept (literal #{...} maps), and warnings for known traps (a `\n` in a
+  function does not accept (literal #{...} maps), and warnings for known traps (a `\\n` in a
   backtick string, the () result of trim/replace/make_upper/... used as a value). Prints
   `OK FILE` on stdout per file without errors and `file:line:col: error: ...` or
   `file:line:col: warning: ...` on stderr. Exit 0: no errors (warnings allowed); 1: any
@@ -160,7 +162,12 @@ pub(crate) struct Cli {
     /// Run SCRIPT on a node through its remote step API (`skyhook-agent serve`):
     /// http://HOST:PORT, https://HOST:PORT (--tls-ca) or unix:/PATH. Plan by default, --apply, --mode check; the node's
     /// root is used (no --root). Only --env values are sent.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["package", "root"])]
+    #[arg(
+        long,
+        value_name = "URL",
+        conflicts_with_all = ["package", "root"],
+        value_parser = parse_remote_url
+    )]
     pub(crate) remote: Option<String>,
 
     /// The bearer token for --remote (a file holding it).
@@ -221,7 +228,7 @@ pub(crate) struct Cli {
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Output::Text)]
     pub(crate) output: Output,
 
-    /// Exit 2 (instead of 0) from a dry run that succeeded with changes pending.
+    /// Exit 3 (instead of 0) from a dry run that succeeded with changes pending.
     #[arg(long)]
     pub(crate) detailed_exitcode: bool,
 }
@@ -247,8 +254,8 @@ pub(crate) enum Command {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
-    /// Write the man pages skyhook-run.1 and skyhook-agent.1, generated from the command-line
-    /// definitions, into DIR (created if missing), e.g. `skyhook-run man /usr/share/man/man1`.
+    /// Write the man pages skyhook-run.1, skyhook-agent.1 and skyhook-agent-serve.1, generated
+    /// from the command-line definitions, into DIR (created if missing), e.g. `skyhook-run man /usr/share/man/man1`.
     Man {
         /// The directory to write the pages into.
         #[arg(value_name = "DIR")]
@@ -279,6 +286,28 @@ pub(crate) fn parse_kv(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
         _ => Err(format!("expected K=V, got {s:?}")),
+    }
+}
+
+/// `--remote`: `http://HOST:PORT`, `https://HOST:PORT` or `unix:/PATH`, as given.
+///
+/// # Errors
+/// Another scheme, or no `HOST:PORT` (or a path after it).
+pub(crate) fn parse_remote_url(s: &str) -> Result<String, String> {
+    let host_port = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"));
+    let ok = match host_port {
+        Some(hp) => {
+            let hp = hp.trim_end_matches('/');
+            !hp.is_empty() && !hp.contains('/')
+        }
+        None => s.strip_prefix("unix:").is_some_and(|p| !p.is_empty()),
+    };
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err("expected http://HOST:PORT, https://HOST:PORT or unix:/PATH".into())
     }
 }
 
@@ -313,4 +342,21 @@ impl clap::builder::TypedValueParser for ModeNames {
 /// The clap definition of `skyhook-run` (its `--help`, man page and completions).
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--detailed-exitcode` names the status it exits with (its help said 2), and the
+    /// `check` trap is shown as the two characters `\n` (a line break was printed).
+    #[test]
+    fn help_says_what_happens() {
+        let help = command().render_long_help().to_string();
+        assert!(
+            help.contains("Exit 3 (instead of 0) from a dry run"),
+            "{help}"
+        );
+        assert!(help.contains("known traps (a `\\n` in a\n"), "{help}");
+    }
 }

@@ -21,6 +21,8 @@ use crate::script::{Limits, ModuleStore, ScriptEngine, ScriptOutput, StdioOutput
 
 /// `skyhook-run SCRIPT` or `skyhook-run --package DIR` on this machine (no `--remote`).
 pub(crate) fn run(cli: &Cli) -> ExitStatus {
+    let json = cli.output == Output::Json;
+    let usage = |msg: &str| usage_error(json, msg);
     let Some(root) = cli.root.clone() else {
         return usage("--root DIR is required");
     };
@@ -45,16 +47,20 @@ pub(crate) fn run(cli: &Cli) -> ExitStatus {
         env.retain(|(n, _)| n != k);
         env.push((k.clone(), v.clone()));
     }
+    if cli.package.is_some() && mode == Mode::Interrupt {
+        return usage(
+            "--mode interrupt: the operator runs a package's interrupts (its interrupt stage); \
+             skyhook-run --package runs the modes with steps",
+        );
+    }
     if let Some(dir) = &cli.configmaps
         && !dir.is_dir()
     {
-        eprintln!(
-            "skyhook-run: error: --configmaps {}: no such directory",
-            dir.display()
+        return fail_message(
+            json,
+            format!("--configmaps {}: no such directory", dir.display()),
         );
-        return ExitStatus::Failure;
     }
-    let json = cli.output == Output::Json;
     // Every limit but the deadline; the deadline (SKYHOOK_SCRIPT_TIMEOUT) is read from the
     // run's environment (ours plus --env), per run.
     let engine = ScriptEngine::new(Limits::default());
@@ -99,12 +105,14 @@ pub(crate) fn run(cli: &Cli) -> ExitStatus {
                 return usage("SCRIPT or --package DIR is required");
             };
             if !is_rhai(&script) {
-                eprintln!(
-                    "skyhook-run: error: {} is not a Rhai script: skyhook-run runs .rhai \
-                     files (a package's other steps run with --package DIR --mode MODE)",
-                    script.display()
+                return fail_message(
+                    json,
+                    format!(
+                        "{} is not a Rhai script: skyhook-run runs .rhai files (a package's \
+                         other steps run with --package DIR --mode MODE)",
+                        script.display()
+                    ),
                 );
-                return ExitStatus::Failure;
             }
             let cancel = crate::process::Cancel::new();
             if cli.apply {
@@ -156,15 +164,47 @@ fn no_steps(run: &PackageRun, json: bool) -> Option<ExitStatus> {
             with.join(", ")
         }
     );
-    if json {
+    let written = if json {
         print_json(&json!({
             "package_mode": run.mode.as_str(),
             "ok": true,
             "steps": [],
             "exit_code": ExitStatus::Done.code(),
-        }));
+        }))
+    } else {
+        Ok(())
+    };
+    Some(finish(written, ExitStatus::Done))
+}
+
+/// A usage error ([`usage`]); in JSON mode also the error document with exit code 2.
+pub(crate) fn usage_error(json: bool, msg: &str) -> ExitStatus {
+    let code = usage(msg);
+    if json {
+        let message = format!("skyhook-run: error: {msg}");
+        let errors = vec![error_json(&message)];
+        let written = print_json(
+            &json!({"ok": false, "error": message, "errors": errors, "exit_code": code.code()}),
+        );
+        return finish(written, code);
     }
-    Some(ExitStatus::Done)
+    code
+}
+
+/// Print `skyhook-run: error: {message}` (and, in JSON mode, the error document) and
+/// return [`ExitStatus::Failure`].
+fn fail_message(json: bool, message: String) -> ExitStatus {
+    let message = format!("skyhook-run: error: {message}");
+    eprintln!("{message}");
+    let code = ExitStatus::Failure;
+    if json {
+        let errors = vec![error_json(&message)];
+        let written = print_json(
+            &json!({"ok": false, "error": message, "errors": errors, "exit_code": code.code()}),
+        );
+        return finish(written, code);
+    }
+    code
 }
 
 /// Print an error (and, in JSON mode, the error document) and return its exit status (the
@@ -184,24 +224,34 @@ fn fail(json: bool, e: LocalError) -> ExitStatus {
     eprintln!("{message}");
     let code = CliError::Local(e).exit_status();
     if json {
-        print_json(
+        let written = print_json(
             &json!({"ok": false, "error": message, "errors": errors, "exit_code": code.code()}),
         );
+        return finish(written, code);
     }
     code
 }
 
-pub(crate) fn print_json(v: &Value) {
-    let mut out = std::io::stdout().lock();
+/// `v` as one pretty-printed JSON document on stdout.
+///
+/// # Errors
+/// The write's error.
+pub(crate) fn print_json(v: &Value) -> std::io::Result<()> {
     let text = serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".into());
-    let _ = writeln!(out, "{text}");
-    let _ = out.flush();
+    super::stdout::print(&format!("{text}\n"))
 }
 
-pub(crate) fn print_text(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
+/// `text` on stdout, as is.
+///
+/// # Errors
+/// The write's error.
+pub(crate) fn print_text(text: &str) -> std::io::Result<()> {
+    super::stdout::print(text)
+}
+
+/// `code`, unless the result's write to stdout failed ([`super::stdout::status`]).
+pub(crate) fn finish(written: std::io::Result<()>, code: ExitStatus) -> ExitStatus {
+    super::stdout::status("skyhook-run", written, code)
 }
 
 pub(crate) fn exit_code(ok: bool, exec: ExecMode, changes: usize, detailed: bool) -> ExitStatus {
@@ -252,11 +302,10 @@ fn script_run(
                 .collect();
             m.insert("errors".into(), Value::Array(errors));
         }
-        print_json(&v);
+        finish(print_json(&v), code)
     } else {
-        print_text(&report.render_text(&redactor));
+        finish(print_text(&report.render_text(&redactor)), code)
     }
-    code
 }
 
 fn package_plan(
@@ -280,21 +329,22 @@ fn package_plan(
         if let Value::Object(m) = &mut v {
             m.insert("exit_code".into(), code.code().into());
         }
-        print_json(&v);
+        finish(print_json(&v), code)
     } else {
-        print_text(&plan.render_text());
+        finish(print_text(&plan.render_text()), code)
     }
-    code
 }
 
 fn package_apply(run: &PackageRun, json: bool) -> ExitStatus {
     // The agent prints on stdout; in JSON mode stdout is kept for the document, so the
     // agent's console is stderr.
+    let stdout = super::stdout::Watched::default();
     let console = if json {
         Console::stderr_only()
     } else {
-        Console::stdio()
+        Console::with_writers(Box::new(stdout.clone()), Box::new(std::io::stderr()))
     };
+    super::signal::exit_on_second_signal();
     let result = run.apply(&console);
     let (ok, copy_dir) = match result {
         Ok(r) => r,
@@ -305,23 +355,25 @@ fn package_apply(run: &PackageRun, json: bool) -> ExitStatus {
     } else {
         ExitStatus::Failure
     };
-    if json {
+    let written = if json {
         print_json(&json!({
             "package_mode": run.mode.as_str(),
             "apply": true,
             "ok": ok,
             "copy_dir": copy_dir.display().to_string(),
             "exit_code": code.code(),
-        }));
+        }))
     } else {
-        println!(
-            "skyhook-run: mode {} {} (package copy at {})",
+        print_text(&format!(
+            "skyhook-run: mode {} {} (package copy at {})\n",
             run.mode.as_str(),
             if ok { "succeeded" } else { "failed" },
             copy_dir.display()
-        );
-    }
-    code
+        ))
+    };
+    // The agent's own output went through the console.
+    let written = written.and(stdout.result());
+    finish(written, code)
 }
 
 /// Script output when stdout carries the JSON document: both streams to stderr.
@@ -346,6 +398,7 @@ pub(crate) fn check(files: &[PathBuf]) -> ExitStatus {
     let engine = ScriptEngine::new(Limits::default());
     let checker = Checker::new();
     let mut code = ExitStatus::Done;
+    let mut written = Ok(());
     for file in files {
         if !is_rhai(file) {
             eprintln!(
@@ -378,14 +431,17 @@ pub(crate) fn check(files: &[PathBuf]) -> ExitStatus {
                     code = ExitStatus::Failure;
                 } else if warnings > 0 {
                     let s = if warnings == 1 { "" } else { "s" };
-                    println!("OK {} ({warnings} warning{s})", file.display());
+                    written = written.and(print_text(&format!(
+                        "OK {} ({warnings} warning{s})\n",
+                        file.display()
+                    )));
                 } else {
-                    println!("OK {}", file.display());
+                    written = written.and(print_text(&format!("OK {}\n", file.display())));
                 }
             }
         }
     }
-    code
+    finish(written, code)
 }
 
 /// Whether `path` names a `.rhai` file.

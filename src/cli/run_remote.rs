@@ -5,9 +5,8 @@
 use serde_json::{Value, json};
 
 use super::exit::ExitStatus;
-use super::exit::usage;
 use super::run_args::{Cli, Output};
-use super::run_local::{exit_code, print_json, print_text};
+use super::run_local::{exit_code, finish, print_json, print_text};
 use crate::host::ExecMode;
 use crate::package::Mode;
 
@@ -17,13 +16,14 @@ use crate::package::Mode;
 /// Only `--env` values are sent (not this machine's environment). Ctrl-C cancels the
 /// execution and waits for its exit.
 pub(crate) fn run(cli: &Cli, url: &str) -> ExitStatus {
+    let json_out = cli.output == Output::Json;
+    let usage = |msg: &str| super::run_local::usage_error(json_out, msg);
     let Some(token_file) = &cli.token_file else {
         return usage("--remote needs --token-file FILE");
     };
     let Some(script) = cli.script.clone() else {
         return usage("--remote runs a SCRIPT (not --package)");
     };
-    let json_out = cli.output == Output::Json;
     let mode_text = cli.mode.as_deref().unwrap_or("apply");
     let check = mode_text == "check" || mode_text.ends_with("-check");
     if !check && Mode::parse(mode_text).is_none() {
@@ -38,12 +38,12 @@ pub(crate) fn run(cli: &Cli, url: &str) -> ExitStatus {
     };
     let fail_msg = |msg: String| {
         eprintln!("skyhook-run: error: {msg}");
-        if json_out {
-            print_json(
-                &json!({"ok": false, "error": msg, "exit_code": ExitStatus::Failure.code()}),
-            );
-        }
-        ExitStatus::Failure
+        let written = if json_out {
+            print_json(&json!({"ok": false, "error": msg, "exit_code": ExitStatus::Failure.code()}))
+        } else {
+            Ok(())
+        };
+        finish(written, ExitStatus::Failure)
     };
     let token = match std::fs::read_to_string(token_file) {
         Ok(t) => t,
@@ -82,6 +82,8 @@ pub(crate) fn run(cli: &Cli, url: &str) -> ExitStatus {
         Err(e) => return fail_msg(format!("tokio runtime: {e}")),
     };
     let cancel = crate::process::Cancel::new();
+    // The first failed write of the script's streamed stdout.
+    let mut streamed: std::io::Result<()> = Ok(());
     let result = rt.block_on(async {
         let c = cancel.clone();
         tokio::spawn(async move {
@@ -108,7 +110,11 @@ pub(crate) fn run(cli: &Cli, url: &str) -> ExitStatus {
                 "\n"
             };
             if v["stream"] == "stdout" && !json_out {
-                print_text(&format!("{line}{nl}"));
+                if let Err(e) = print_text(&format!("{line}{nl}"))
+                    && streamed.is_ok()
+                {
+                    streamed = Err(e);
+                }
             } else {
                 eprint!("{line}{nl}");
             }
@@ -128,12 +134,14 @@ pub(crate) fn run(cli: &Cli, url: &str) -> ExitStatus {
                 body["message"].as_str().unwrap_or("syntax error")
             );
             eprintln!("{msg}");
-            if json_out {
+            let written = if json_out {
                 print_json(
                     &json!({"ok": false, "error": msg, "exit_code": ExitStatus::Failure.code()}),
-                );
-            }
-            return ExitStatus::Failure;
+                )
+            } else {
+                Ok(())
+            };
+            return finish(written, ExitStatus::Failure);
         }
         Err(e) => return fail_msg(e.to_string()),
     };
@@ -165,9 +173,11 @@ pub(crate) fn run(cli: &Cli, url: &str) -> ExitStatus {
             m.insert("step_mode".into(), mode_text.into());
             m.insert("exit_code".into(), code.code().into());
         }
-        print_json(&v);
+        finish(streamed.and(print_json(&v)), code)
     } else {
-        print_text(exit_ev["rendered"].as_str().unwrap_or(""));
+        finish(
+            streamed.and(print_text(exit_ev["rendered"].as_str().unwrap_or(""))),
+            code,
+        )
     }
-    code
 }

@@ -20,6 +20,8 @@ use crate::serve::start::{ServeError, Startup};
 #[derive(Debug, Parser)]
 #[command(
     name = "skyhook-agent serve",
+    bin_name = "skyhook-agent serve",
+    version = super::agent::VERSION,
     about = "Serve the remote step API (docs/remote.md)"
 )]
 pub struct ServeArgs {
@@ -146,13 +148,21 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|e| format!("bad duration {s:?}: {e}"))
 }
 
+/// The clap definition of `skyhook-agent serve` (its `--help` and completions).
+pub fn command() -> clap::Command {
+    <ServeArgs as clap::CommandFactory>::command()
+}
+
 /// Run `skyhook-agent serve` with `args` (after `serve`).
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitStatus {
     let a = match ServeArgs::try_parse_from(std::iter::once(OsString::from("serve")).chain(args)) {
         Ok(a) => a,
         Err(e) => {
-            let _ = e.print();
-            return ExitStatus::of_clap(&e);
+            return super::stdout::status(
+                "skyhook-agent serve",
+                e.print(),
+                ExitStatus::of_clap(&e),
+            );
         }
     };
     match startup(a).and_then(crate::serve::start::run) {
@@ -217,6 +227,21 @@ pub fn startup(a: ServeArgs) -> Result<Startup, ServeError> {
             ));
         }
     };
+    match std::fs::metadata(&a.root) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(ServeError::Options(format!(
+                "--root {}: not a directory",
+                a.root.display()
+            )));
+        }
+        Err(e) => {
+            return Err(ServeError::Options(format!(
+                "--root {}: {e}",
+                a.root.display()
+            )));
+        }
+    }
     let shell: Vec<String> = a.shell.split_whitespace().map(String::from).collect();
     if shell.is_empty() {
         return Err(ServeError::Options("--shell is empty".into()));
@@ -299,6 +324,73 @@ mod tests {
             .to_string();
         assert!(help.contains("(docs/remote.md)"), "{help}");
         assert!(!help.contains("remote-api.md"), "{help}");
+    }
+
+    /// `serve --version` exits 0 (it was a usage error, 2); the usage line names the
+    /// command as it is typed (it said `serve [OPTIONS]`).
+    #[test]
+    fn version_and_usage_line() {
+        assert_eq!(main(["--version"].map(OsString::from)), ExitStatus::Done);
+        let help = command().render_help().to_string();
+        assert!(
+            help.contains("Usage: skyhook-agent serve [OPTIONS]"),
+            "{help}"
+        );
+    }
+
+    /// A missing or non-directory `--root` is refused at start (the server started and every
+    /// step failed).
+    #[test]
+    fn root_must_be_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        for (root, why) in [
+            (dir.path().join("missing"), "No such file or directory"),
+            (file, "not a directory"),
+        ] {
+            let args = [
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--insecure-no-auth",
+                "--root",
+            ]
+            .map(OsString::from)
+            .into_iter()
+            .chain([root.clone().into_os_string()]);
+            let a = ServeArgs::try_parse_from(args).unwrap();
+            match startup(a) {
+                Err(e @ ServeError::Options(_)) => {
+                    let text = e.to_string();
+                    assert!(
+                        text.contains(&format!("--root {}: {why}", root.display())),
+                        "{text}"
+                    );
+                    assert_eq!(CliError::Serve(e).exit_status(), ExitStatus::Failure);
+                }
+                other => panic!("{root:?}: {:?}", other.map(|_| ())),
+            }
+        }
+    }
+
+    /// Every option of `serve` is in docs/remote.md's "Starting it" table (`--alive-every`,
+    /// `--workdir`, `--shell` and `--log-format` were in none of its pages).
+    #[test]
+    fn every_option_is_documented() {
+        let doc = include_str!("../../docs/remote.md");
+        let start = doc
+            .find("\n## Starting it\n")
+            .expect("a Starting it section");
+        let end = start + 1 + doc[start + 1..].find("\n## ").unwrap();
+        let section = &doc[start..end];
+        for arg in command().get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if matches!(long, "help" | "version") {
+                continue;
+            }
+            assert!(section.contains(&format!("`--{long}")), "--{long}");
+        }
     }
 
     #[test]

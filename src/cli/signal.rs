@@ -1,5 +1,5 @@
-//! Signals during `skyhook-run SCRIPT --apply`: the first stops the script, the second
-//! ends the process.
+//! Signals during `skyhook-run ... --apply` (a script or a package): the first stops the
+//! run, the second ends the process at once.
 
 use super::exit::ExitStatus;
 
@@ -7,43 +7,65 @@ use super::exit::ExitStatus;
 /// stops at its next operation or command (a running command is ended as on a timeout), and
 /// the session's end still writes what it holds (batched line edits, deferred work), so
 /// what was reported as changed is on disk; the run exits 1. A second signal exits at once
-/// (143 for SIGTERM, 130 for SIGINT). The handlers are registered by a thread of their own;
-/// a signal before they are in place has its default effect.
+/// (143 for SIGTERM, 130 for SIGINT). The handlers are in place when this returns.
 pub fn abort_on_signals(cancel: &crate::process::Cancel) {
     let cancel = cancel.clone();
+    watch(move |name| {
+        eprintln!(
+            "skyhook-run: received {name}: stopping the script; what it changed so far is \
+             written (a second signal exits at once)"
+        );
+        cancel.abort(crate::process::CancelReason::Signal(name));
+    });
+}
+
+/// During a package's `--apply`, the agent's own handlers take the first SIGTERM or SIGINT
+/// (no further step starts); the second exits at once (143 for SIGTERM, 130 for SIGINT), as
+/// for a script. The handlers are in place when this returns.
+pub fn exit_on_second_signal() {
+    watch(|_| {});
+}
+
+/// Register SIGTERM and SIGINT handlers (in place on return), then on a thread of their own
+/// call `first` with the first signal's name and exit with 143/130 on the next.
+fn watch(first: impl FnOnce(&'static str) + Send + 'static) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let registered = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .and_then(|rt| {
+            let guard = rt.enter();
+            let streams = (
+                signal(SignalKind::terminate())?,
+                signal(SignalKind::interrupt())?,
+            );
+            drop(guard);
+            Ok((rt, streams))
+        });
+    let (rt, (mut term, mut int)) = match registered {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("skyhook-run: warning: no signal handling: {e}");
+            return;
+        }
+    };
     let spawned = std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            use tokio::signal::unix::{SignalKind, signal};
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
             rt.block_on(async move {
-                let (Ok(mut term), Ok(mut int)) = (
-                    signal(SignalKind::terminate()),
-                    signal(SignalKind::interrupt()),
-                ) else {
-                    return;
-                };
-                let mut received = false;
+                let mut first = Some(first);
                 loop {
                     let (name, code) = tokio::select! {
                         _ = term.recv() => ("SIGTERM", ExitStatus::Terminated),
                         _ = int.recv() => ("SIGINT", ExitStatus::Interrupted),
                     };
-                    if received {
-                        eprintln!("skyhook-run: received {name} again: exiting now");
-                        std::process::exit(i32::from(code.code()));
+                    match first.take() {
+                        Some(f) => f(name),
+                        None => {
+                            eprintln!("skyhook-run: received {name} again: exiting now");
+                            std::process::exit(i32::from(code.code()));
+                        }
                     }
-                    received = true;
-                    eprintln!(
-                        "skyhook-run: received {name}: stopping the script; what it changed so \
-                         far is written (a second signal exits at once)"
-                    );
-                    cancel.abort(crate::process::CancelReason::Signal(name));
                 }
             });
         });

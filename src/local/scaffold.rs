@@ -24,6 +24,15 @@ pub enum ScaffoldError {
         "package name {0:?}: use letters, digits, '-', '_' and '.', starting with a letter or digit"
     )]
     Name(String),
+    /// NAME has usable characters but breaks a rule of the names made from it (the CR's
+    /// Kubernetes name, the image name).
+    #[error("package name {name:?}: {why}")]
+    NameRule {
+        /// The name as given.
+        name: String,
+        /// What is wrong.
+        why: &'static str,
+    },
     /// A `--configmap` key is not usable as a configMap file name, or is given twice.
     #[error("configMap key {key:?}: {why}")]
     ConfigMapKey {
@@ -89,19 +98,34 @@ fn step_file(mode: Mode) -> String {
 }
 
 fn check_name(name: &str) -> Result<(), ScaffoldError> {
-    let ok = name.len() <= 63
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
+    let ok = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric())
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(ScaffoldError::Name(name.to_string()))
+    if !ok {
+        return Err(ScaffoldError::Name(name.to_string()));
     }
+    let why = if name.len() > 63 {
+        "longer than 63 characters (the limit of a Kubernetes name)"
+    } else if name.ends_with(['-', '_', '.']) {
+        "must end with a letter or digit (the Skyhook CR's name and the image name are made \
+         from it, and may not end in '-', '_' or '.')"
+    } else {
+        return Ok(());
+    };
+    Err(ScaffoldError::NameRule {
+        name: name.to_string(),
+        why,
+    })
+}
+
+/// `s` as a double-quoted YAML scalar: a name such as `123`, `true`, `yes`, `null` or `1.0`
+/// stays a string (JSON string syntax is YAML's double-quoted style).
+fn yaml_str(s: &str) -> String {
+    serde_json::Value::from(s).to_string()
 }
 
 fn check_key(key: &str) -> Result<(), ScaffoldError> {
@@ -111,6 +135,8 @@ fn check_key(key: &str) -> Result<(), ScaffoldError> {
         "longer than 253 characters"
     } else if key == "." || key == ".." {
         "not a file name"
+    } else if key.starts_with('.') {
+        "starts with '.': config:: does not list or read such names, so no step would see it"
     } else if !key
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
@@ -138,7 +164,7 @@ fn fill(dir: &Path, name: &str, configmaps: &[String]) -> Result<(), ScaffoldErr
     for mode in Mode::RUN {
         put(
             dir.join("skyhook_dir").join(step_file(mode)),
-            &step_body(mode, configmaps),
+            &step_body(name, mode, configmaps),
         )?;
     }
     for key in configmaps {
@@ -199,7 +225,7 @@ pub fn modes() -> Vec<Mode> {
 }
 
 /// A step that plans no change, with comments saying where its work goes.
-fn step_body(mode: Mode, configmaps: &[String]) -> String {
+fn step_body(name: &str, mode: Mode, configmaps: &[String]) -> String {
     let m = mode.as_str();
     let what = match mode {
         Mode::Apply => "install what the package provides (packages, files, services)",
@@ -215,8 +241,10 @@ fn step_body(mode: Mode, configmaps: &[String]) -> String {
          // changes are held back and anything it would still change is drift (the check fails).\n\
          // So write it as the state the node should be in, with ensure-style calls, e.g.\n\
          //     fs::ensure_line(\"/etc/example.conf\", \"key=value\");\n\
-         // The host functions: docs/host-api.md. Try it without changing anything:\n\
-         //     skyhook-run --package . --mode {m} --root /tmp/node-copy\n\
+         // The host functions: docs/host-api.md. Try it without changing anything, from the\n\
+         // directory that holds {name}/ (the root is any directory, e.g. an empty one):\n\
+         //     mkdir -p /tmp/node-copy\n\
+         //     skyhook-run --package {name} --mode {m} --root /tmp/node-copy\n\
          \n"
     );
     if mode == Mode::Config && !configmaps.is_empty() {
@@ -235,20 +263,24 @@ fn step_body(mode: Mode, configmaps: &[String]) -> String {
 /// A Skyhook CR deploying the package, shaped like `examples/*/skyhook.yaml`.
 fn skyhook_cr(name: &str, configmaps: &[String]) -> String {
     let resource = name.to_ascii_lowercase().replace(['_', '.'], "-");
+    let (q_name, q_resource) = (yaml_str(name), yaml_str(&resource));
+    let q_label = yaml_str(&format!("skyhook.example.com/{resource}"));
+    let q_image = yaml_str(&format!("registry.example.com/skyhook/{resource}"));
     let mut s = format!(
         "# Deploys the {name} package (skyhook-run new). Build an image holding config.json and\n\
-         # skyhook_dir/ (see docs/deploy.md), push it, and set `image` below.\n\
+         # skyhook_dir/ in /skyhook-package, where the agent copies a package from\n\
+         # (SKYHOOK_DATA_DIR, docs/agent.md), push it, and set `image` below.\n\
          apiVersion: skyhook.nvidia.com/v1alpha1\n\
          kind: Skyhook\n\
-         metadata:\n  name: {resource}\n\
-         spec:\n  nodeSelectors:\n    matchLabels:\n      skyhook.example.com/{resource}: \"true\"\n  \
-         packages:\n    {name}:\n      version: \"{VERSION}\"\n      \
-         image: registry.example.com/skyhook/{resource}\n"
+         metadata:\n  name: {q_resource}\n\
+         spec:\n  nodeSelectors:\n    matchLabels:\n      {q_label}: \"true\"\n  \
+         packages:\n    {q_name}:\n      version: \"{VERSION}\"\n      \
+         image: {q_image}\n"
     );
     if !configmaps.is_empty() {
         s.push_str("      configMap:\n");
         for key in configmaps {
-            s.push_str(&format!("        {key}: \"\"\n"));
+            s.push_str(&format!("        {}: \"\"\n", yaml_str(key)));
         }
     }
     s
@@ -280,6 +312,7 @@ fn readme(name: &str, configmaps: &[String]) -> String {
          ```sh\n\
          skyhook-agent validate {name}/config.json\n\
          skyhook-run check {name}/skyhook_dir/*.rhai\n\
+         mkdir -p /tmp/node-copy   # the host root: an empty directory will do\n\
          skyhook-run --package {name} --mode apply --root /tmp/node-copy\n\
          ```\n"
     )
@@ -445,6 +478,103 @@ mod tests {
         }
         assert_eq!(std::fs::read_dir(d.path().join("dir")).unwrap().count(), 1);
         assert_eq!(std::fs::read_to_string(d.path().join("file")).unwrap(), "y");
+    }
+
+    /// The CR keeps every name a string, whatever YAML would make of it unquoted (`new 123`
+    /// wrote `name: 123` and the packages key 123, integers; `yes`, `true`, `null`, `1.0`
+    /// likewise).
+    #[test]
+    fn skyhook_yaml_quotes_names_and_keys() {
+        let d = tempfile::tempdir().unwrap();
+        for name in ["123", "true", "yes", "null", "1.0", "0x1"] {
+            let keys: Vec<String> = ["yes", "null", "1.0", "true"].map(String::from).to_vec();
+            let dir = write(d.path(), name, &keys).unwrap();
+            let text = std::fs::read_to_string(dir.join("skyhook.yaml")).unwrap();
+            let resource = name.replace('.', "-");
+            assert!(
+                text.contains(&format!("  name: \"{resource}\"\n")),
+                "{text}"
+            );
+            assert!(text.contains(&format!("\n    \"{name}\":\n")), "{text}");
+            assert!(text.contains("\n        \"yes\": \"\"\n"), "{text}");
+            let cr: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+            assert_eq!(cr["metadata"]["name"], json!(resource), "{text}");
+            assert_eq!(cr["spec"]["packages"][name]["version"], VERSION, "{text}");
+            assert_eq!(
+                cr["spec"]["packages"][name]["image"],
+                json!(format!("registry.example.com/skyhook/{resource}"))
+            );
+            assert_eq!(
+                cr["spec"]["packages"][name]["configMap"],
+                json!({"yes": "", "null": "", "1.0": "", "true": ""})
+            );
+        }
+    }
+
+    /// Names whose CR and image names would end in '-' and names over 63 characters are
+    /// refused with the rule they break (the 64-character name was told to use letters);
+    /// configMap keys starting with '.' are refused (config:: never shows them to a step).
+    #[test]
+    fn names_and_keys_that_break_a_rule_say_which() {
+        let d = tempfile::tempdir().unwrap();
+        for name in ["x_", "x.", "x-"] {
+            match write(d.path(), name, &[]).unwrap_err() {
+                ScaffoldError::NameRule { why, .. } => {
+                    assert!(why.starts_with("must end with a letter or digit"), "{why}")
+                }
+                e => panic!("{name}: {e}"),
+            }
+        }
+        let long = "a".repeat(64);
+        let e = write(d.path(), &long, &[]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "package name {long:?}: longer than 63 characters (the limit of a Kubernetes name)"
+            )
+        );
+        assert!(write(d.path(), &"a".repeat(63), &[]).is_ok());
+        let e = write(d.path(), "demo", &[".env".to_string()]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "configMap key \".env\": starts with '.': config:: does not list or read such \
+             names, so no step would see it"
+        );
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    /// The commands in the step comments and the README work where they say (the step
+    /// comment said `--package .`, which fails from skyhook_dir/ where the comment is; the
+    /// README's root did not exist).
+    #[test]
+    fn the_commands_given_work_from_where_they_say() {
+        let (_d, dir) = new_package(&[]);
+        let step = std::fs::read_to_string(dir.join("skyhook_dir/apply.rhai")).unwrap();
+        assert!(
+            step.contains(
+                "// directory that holds demo/ (the root is any directory, e.g. an empty one):\n\
+                 //     mkdir -p /tmp/node-copy\n\
+                 //     skyhook-run --package demo --mode apply --root /tmp/node-copy\n"
+            ),
+            "{step}"
+        );
+        // docs/deploy.md, which the CR's comment cited, builds only the agent image
+        let cr = std::fs::read_to_string(dir.join("skyhook.yaml")).unwrap();
+        assert!(
+            cr.starts_with(
+                "# Deploys the demo package (skyhook-run new). Build an image holding config.json \
+                 and\n# skyhook_dir/ in /skyhook-package, where the agent copies a package from\n"
+            ),
+            "{cr}"
+        );
+        let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+        assert!(
+            readme.contains(
+                "mkdir -p /tmp/node-copy   # the host root: an empty directory will do\n\
+                 skyhook-run --package demo --mode apply --root /tmp/node-copy\n"
+            ),
+            "{readme}"
+        );
     }
 
     #[test]
