@@ -59,7 +59,7 @@ pub fn local_from(t: DateTime<Utc>) -> NaiveDateTime {
     naive.checked_add_offset(offset).unwrap_or(naive)
 }
 
-/// The system clock; a test on this thread may replace it ([`set_for_test`]).
+/// The system clock; a test on this thread may replace it (`set_for_test`, test builds only).
 fn system_now() -> SystemTime {
     #[cfg(test)]
     if let Some(t) = TEST_NOW.with(std::cell::Cell::get) {

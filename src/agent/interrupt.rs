@@ -40,7 +40,7 @@ pub enum Interrupt {
 
 impl Interrupt {
     /// Decode a payload: standard base64 (padding required, ASCII whitespace ignored) of a JSON
-    /// object with a string `type`; unknown fields are ignored [fix].
+    /// object with a string `type`; unknown fields are ignored \[fix\].
     ///
     /// # Errors
     /// [`InterruptError`] as described on each variant.

@@ -668,7 +668,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
     }
 
     /// Add the execute bits (8.2): `mode | 0o111` on the permission bits, dropping
-    /// set-uid/set-gid/sticky when a chmod is needed [fix]. Follows symlinks inside the root.
+    /// set-uid/set-gid/sticky when a chmod is needed \[fix\]. Follows symlinks inside the root.
     fn make_executable(&self, host: &Path) -> Result<(), AgentError> {
         let PackageSite::Copy { root, .. } = self.site else {
             return Ok(());

@@ -175,7 +175,7 @@ pub fn check_expected_files(
     Ok(())
 }
 
-/// Overlay `<copy dir>/root_dir` onto the host root (section 4, item 3.1, Rust [fix]):
+/// Overlay `<copy dir>/root_dir` onto the host root (section 4, item 3.1, Rust \[fix\]):
 /// regular files copied with mode and mtime, replaced atomically (through a destination
 /// symlink, its target inside the root); missing directories created with the source mode;
 /// existing directories never changed; source symlinks followed. Returns the number of

@@ -145,7 +145,7 @@ pub enum PackageError {
         /// The mode it is in.
         mode: Mode,
     },
-    /// Rule 6 [fix]: a step path that is empty, absolute or has a `..` component.
+    /// Rule 6 \[fix\]: a step path that is empty, absolute or has a `..` component.
     #[error("{}: step path '{path}' in mode {mode} must be relative to skyhook_dir without '..' components", file.display())]
     UnsafeStepPath {
         /// The config file.
@@ -448,7 +448,7 @@ fn unprintable(c: char) -> Option<&'static str> {
     }
 }
 
-/// Rule 0 [fix]: values used as path parts or passed to `execve` are usable.
+/// Rule 0 \[fix\]: values used as path parts or passed to `execve` are usable.
 fn check_bounds(file: &Path, pkg: &Package) -> Result<(), PackageError> {
     let bad = |what: String, why: String| PackageError::Invalid {
         file: file.to_path_buf(),
@@ -608,7 +608,7 @@ fn check_rules(file: &Path, pkg: &Package, warnings: &mut Vec<String>) -> Result
 /// Rule 6: every step path of every mode must exist under the step root.
 ///
 /// `exists` receives each step's relative path as configured. Paths that are empty, absolute,
-/// or contain a `..` component are rejected first ([`PackageError::UnsafeStepPath`], [fix]);
+/// or contain a `..` component are rejected first ([`PackageError::UnsafeStepPath`], \[fix\]);
 /// then all missing paths are reported together, in configuration order without repeats.
 ///
 /// # Errors

@@ -16,9 +16,9 @@
 //!
 //! 1. sets `PR_SET_PDEATHSIG(SIGKILL)`, and exits with `ESRCH` if its parent already died
 //!    (the `getppid` check closes the race with the `prctl`). The kernel sends the
-//!    death signal when the **thread** that spawned it exits, not the process: [`run`] spawns
-//!    from the calling thread and waits on that same thread until the process is reaped,
-//!    so the signal only fires when the agent itself dies (e.g. `SIGKILL`);
+//!    death signal when the **thread** that spawned it exits, not the process:
+//!    [`run`](fn@run) spawns from the calling thread and waits on that same thread until the
+//!    process is reaped, so the signal only fires when the agent itself dies (e.g. `SIGKILL`);
 //! 2. clears `FD_CLOEXEC` on [`Spec::keep_fds`] (e.g. the package-lock `flock` descriptor,
 //!    so a rerun waits until the last process of the step is gone);
 //! 3. `chroot`s to [`Spec::chroot`] when given, then `chdir`s to [`Spec::cwd`].
@@ -74,7 +74,7 @@
 //! subreaper is enabled, every adopted descendant is then killed and reaped, until none is
 //! left: nothing a run started outlives it.
 //!
-//! [`run`] is the blocking core (host API calls run on plain threads); [`run_async`] runs
+//! [`run`](fn@run) is the blocking core (host API calls run on plain threads); [`run_async`] runs
 //! it on tokio's blocking pool and kills the group if its future is dropped.
 
 pub mod cancel;

@@ -1,5 +1,5 @@
 //! Nothing outlives a step: this process as a child subreaper, and the registry of the main
-//! processes [`crate::process::run`] is running.
+//! processes [`crate::process::run`](fn@crate::process::run) is running.
 //!
 //! With `prctl(PR_SET_CHILD_SUBREAPER)` ([`enable_subreaper`], called by the binaries at
 //! start, never implicitly), a process whose parent dies is re-parented to this process

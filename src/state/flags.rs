@@ -162,7 +162,7 @@ pub fn set_all_checked(root: &HostRoot, state_root: &Path, mode: Mode) -> Result
 }
 
 /// Remove `<state root>/flags/<mode>_ALL_CHECKED` if present (before a check mode with steps
-/// runs, contract 6.1 [fix]).
+/// runs, contract 6.1 \[fix\]).
 ///
 /// # Errors
 /// A removal failure other than "not found".

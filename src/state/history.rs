@@ -157,7 +157,7 @@ fn previous_with(
 /// (not JSON): moved to `<pkg>.json.backup` (replacing an older one), `unknown`, and
 /// `Failed to load existing history, corrupt history file moved to <path>.backup...` with the
 /// agent-side path. Valid JSON of the wrong shape (not an object, no string
-/// `current-version`, no `history` array) [fix]: `unknown`, the file is left in place, and a
+/// `current-version`, no `history` array) \[fix\]: `unknown`, the file is left in place, and a
 /// line saying so.
 ///
 /// # Errors
@@ -183,7 +183,7 @@ pub fn entry_time(now_utc: DateTime<Utc>) -> String {
 /// `{"version": <version>, "time": <entry_time>}` at index 0 of `history`; other keys and
 /// older entries are kept as loaded. A new file is
 /// `{"current-version": <version>, "history": [<entry>]}`. A corrupt file is moved to
-/// `.backup` first (with the Python message) and a wrong-shaped one too [fix]; both then start
+/// `.backup` first (with the Python message) and a wrong-shaped one too \[fix\]; both then start
 /// a new history. Written atomically in `json.dumps` bytes, no trailing newline, mode 0644 for
 /// a new file. Returns the stdout lines of the read (see [`read_previous`]).
 ///

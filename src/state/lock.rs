@@ -10,7 +10,7 @@
 //! A `flock` belongs to an inode, not to the path: a lock file removed or replaced while an
 //! agent waits on it would give that agent a lock on an inode nobody else opens. So after
 //! every acquisition the locked descriptor is compared with the file now at the path (device
-//! and inode); a mismatch drops the lock and starts again, at most [`MAX_LOCK_ATTEMPTS`]
+//! and inode); a mismatch drops the lock and starts again, at most `MAX_LOCK_ATTEMPTS`
 //! times.
 
 use std::fs::File;

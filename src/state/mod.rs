@@ -3,7 +3,7 @@
 //! lock.
 //!
 //! This is the one place that knows these file formats. Every write goes through
-//! [`HostRoot`](crate::host::root::HostRoot) (confined to the host root) and every state file
+//! [`HostRoot`] (confined to the host root) and every state file
 //! is replaced atomically ([`HostRoot::write_atomic`](crate::host::root::HostRoot::write_atomic)).
 
 pub mod flags;

@@ -15,7 +15,7 @@ use crate::host::root::error::Result;
 /// A unified diff between two texts with `--- a/path` / `+++ b/path` headers (`/dev/null`
 /// for a side that does not exist), or a one-line note for binary content. Equal texts give
 /// an empty string. `similar`'s diff of the whole texts, computed on a window around the
-/// change ([`crate::host::effects::textdiff`]).
+/// change (`host::effects::textdiff`).
 pub fn render_diff(path: &Path, old: Option<&[u8]>, new: Option<&[u8]>) -> String {
     let (a, b) = diff_headers(path, old.is_some(), new.is_some());
     let (o, n) = (old.unwrap_or_default(), new.unwrap_or_default());

@@ -218,7 +218,7 @@ impl Host {
     }
 
     /// The host root, for reading or writing it directly. Pending batched line edits are
-    /// written first ([`crate::host::effects::batch`]; a failure is returned by the next fallible
+    /// written first (`host::effects::batch`; a failure is returned by the next fallible
     /// call of the session), so a direct read sees them.
     pub fn root(&self) -> &HostRoot {
         self.batch.flush(&self.cx.root);
@@ -691,7 +691,7 @@ impl Host {
 
     /// The session's view of the text file at `path` (module [`crate::host::effects::lines`]), taken out
     /// of the session's cache when it still shows the file, else read and parsed. In apply mode
-    /// the file is `stat`ed first and a cached view is used only when its [`Stamp`](crate::host::effects::lines::Stamp) equals the
+    /// the file is `stat`ed first and a cached view is used only when its [`Stamp`] equals the
     /// file's, so a change by another process (or a command of this step) is always seen; in
     /// plan and check mode a cached view is valid until the session's next effect (which clears
     /// the cache), and a file is read through the overlay.

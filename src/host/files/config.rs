@@ -3,7 +3,7 @@
 //! Both live in agent-side directories ([`HostOptions::configmaps_dir`],
 //! [`HostOptions::node_metadata_dir`]) that may lie outside the host root, so they are read
 //! with plain `std::fs` (regular files of at most [`crate::host::files::fs::MAX_READ_BYTES`],
-//! opened without blocking: [`crate::host::files::fs::read_local`]). A configMap is a file in the
+//! opened without blocking: `host::files::fs::read_local`). A configMap is a file in the
 //! directory; names starting with `.` (a configMap volume's `..data` internals) are never
 //! listed or read.
 //!

@@ -391,10 +391,10 @@ pub fn write(h: &mut Host, p: &str, content: &str, opts: &WriteOptions) -> Resul
     write_bytes(h, p, content.as_bytes(), opts)
 }
 
-/// [`write`] with raw bytes.
+/// [`write`](fn@write) with raw bytes.
 ///
 /// # Errors
-/// As [`write`].
+/// As [`write`](fn@write).
 pub fn write_bytes(h: &mut Host, p: &str, content: &[u8], opts: &WriteOptions) -> Result<bool> {
     let path = host_path(p)?;
     let (uid, gid) = ids(h, opts.owner.as_deref(), opts.group.as_deref())?;
@@ -406,7 +406,7 @@ pub fn write_bytes(h: &mut Host, p: &str, content: &[u8], opts: &WriteOptions) -
 /// happen under the path's lock, so concurrent appends of other processes are kept.
 ///
 /// # Errors
-/// As [`write`].
+/// As [`write`](fn@write).
 pub fn append(h: &mut Host, p: &str, content: &str) -> Result<bool> {
     let path = host_path(p)?;
     if content.is_empty() {
@@ -505,7 +505,7 @@ fn one_line(line: &str) -> Result<()> {
 /// `fs::ensure_line(p, line, #{regex, create})`: without `regex`, append `line` when no line
 /// equals it. With `regex`, replace the *last* line matching it by `line` (unchanged when it
 /// already equals `line`); when none matches, append `line` unless present. In apply mode
-/// the decision is made on content read under the path's lock ([`edit_view`]). Repeated
+/// the decision is made on content read under the path's lock (`edit_view`). Repeated
 /// calls on one file cost O(1) each (plus the write when one changes it) without `regex`,
 /// O(lines) with it.
 ///
@@ -715,7 +715,7 @@ pub fn remove_all(h: &mut Host, p: &str) -> Result<bool> {
 /// attributes unless set.
 ///
 /// # Errors
-/// [`HostError::NotFound`] when `src` is missing; as [`write`].
+/// [`HostError::NotFound`] when `src` is missing; as [`write`](fn@write).
 pub fn copy(h: &mut Host, src: &str, dst: &str, opts: &WriteOptions) -> Result<bool> {
     let s = host_path(src)?;
     let d = host_path(dst)?;

@@ -18,7 +18,7 @@ pub struct GroupOptions {
     pub gid: Option<u32>,
     /// A system group: a new group's gid is allocated from `SYS_GID_MIN..SYS_GID_MAX` of
     /// `/etc/login.defs` (highest free first), else from `GID_MIN..GID_MAX` (above the
-    /// highest in use) ([`userdb::allocate`]). Ignored for an existing group.
+    /// highest in use) (`userdb::allocate`). Ignored for an existing group.
     pub system: bool,
 }
 

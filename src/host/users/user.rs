@@ -11,7 +11,7 @@
 //!
 //! | attribute | new user | existing user |
 //! |---|---|---|
-//! | `uid` | given (an error when another user has it), else allocated from `SYS_UID_MIN..SYS_UID_MAX` (`system`: highest first) or `UID_MIN..UID_MAX` of `/etc/login.defs` ([`crate::host::users::userdb::allocate`]) | changed when given and different (files are not re-owned) |
+//! | `uid` | given (an error when another user has it), else allocated from `SYS_UID_MIN..SYS_UID_MAX` (`system`: highest first) or `UID_MIN..UID_MAX` of `/etc/login.defs` (`host::users::userdb::allocate`) | changed when given and different (files are not re-owned) |
 //! | `group` (name or gid; must exist) | given, else a group of the user's own name: the existing one, or a new one (gid = uid when free, else allocated from the `GID` range), as useradd's `USERGROUPS_ENAB yes` (the setting is not read: `USERGROUPS_ENAB no` hosts need `group`) | changed when given and different |
 //! | `groups` (names; must exist) | the user is added to each | the user is added to each missing one; never removed from any (no `append: false`) |
 //! | `home` | given, else `/home/<name>` | changed when given (nothing is moved) |

@@ -20,7 +20,7 @@
 //!
 //! # Writing: one transaction over the four files
 //!
-//! [`transact`] reads the four files through the session's view (so a plan sees its own
+//! `transact` reads the four files through the session's view (so a plan sees its own
 //! earlier planned accounts, and `fs::chown(p, "gpuops")` resolves a planned user), lets the
 //! caller edit them and submits one [`Effect::WriteFile`] of the whole new content per file
 //! that changed, keeping each file's mode, owner and extended attributes (`/etc/shadow` is

@@ -55,7 +55,7 @@
 //! A failed host call raises a catchable Rhai runtime error at the call's position (so the
 //! step fails with `file:line:col: message`), whose message is `<ns>::<fn>: <what>` with the
 //! [`HostError`] and its causes, and has passed through the session's
-//! [`Redactor`](crate::host::secrets::Redactor): a secret's value never appears in it.
+//! [`Redactor`]: a secret's value never appears in it.
 //!
 //! # Deadline
 //!

@@ -91,7 +91,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 }
 
 /// Why a download failed: a host error to report as is, or a write error of the temporary
-/// file (reported by the root as "failed to write <path>").
+/// file (reported by the root as `"failed to write <path>"`).
 enum Fail {
     Host(HostError),
     Io(io::Error),
