@@ -28,10 +28,12 @@
 //! the view was read with: when it moved, a writer that does not take skyhook's path locks
 //! (an editor, another tool's `sed -i`) changed the file during the step, and the flush
 //! fails with [`HostError::ChangedUnderStep`] naming the file, leaving that writer's content
-//! in place. Otherwise the final content is written once, with the same atomic write as an
-//! [`crate::host::effects::effect::Effect::WriteFile`] of the apply executor (`HostRoot::write_atomic_owned`: temp file,
-//! fsync, rename, directory fsync; an existing file keeps mode, owner and extended
-//! attributes), the lock is released and the view stays cached with the written file's stamp.
+//! in place. Otherwise the final content is written once, as one
+//! [`crate::host::effects::effect::Effect::WriteFile`] handed to the session's executor
+//! ([`crate::host::effects::executors::Executor::execute_batched`]; the apply executor's
+//! atomic write: temp file, fsync, rename, the directory noted for the step's fsync; an
+//! existing file keeps mode, owner and extended attributes), the lock is released and the
+//! view stays cached with the written file's stamp.
 //! The last change of the batch carries the `after` hash of what was written
 //! ([`crate::host::effects::hashes`]); a failed flush leaves it without one.
 //!
@@ -53,6 +55,9 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use crate::host::effects::context::Context;
+use crate::host::effects::effect::Effect;
+use crate::host::effects::executors::Executor;
 use crate::host::effects::lines::{Stamp, View};
 use crate::host::root::HostRoot;
 use crate::host::root::error::{HostError, Result};
@@ -117,11 +122,12 @@ impl Batch {
         self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Write the pending edits, if any; a failure is kept for the next fallible call.
-    pub(crate) fn flush(&self, root: &HostRoot) {
+    /// Write the pending edits, if any, through `executor`; a failure is kept for the next
+    /// fallible call.
+    pub(crate) fn flush(&self, cx: &Context, executor: &dyn Executor) {
         let mut st = self.state();
         if st.pending.is_some() {
-            st.flush(root);
+            st.flush(cx, executor);
         }
     }
 
@@ -129,10 +135,10 @@ impl Batch {
     ///
     /// # Errors
     /// [`HostError::ChangedUnderStep`], or the write's failure (it names the file).
-    pub(crate) fn flush_checked(&self, root: &HostRoot) -> Result<()> {
+    pub(crate) fn flush_checked(&self, cx: &Context, executor: &dyn Executor) -> Result<()> {
         let mut st = self.state();
         if st.pending.is_some() {
-            st.flush(root);
+            st.flush(cx, executor);
         }
         match st.error.take() {
             Some(e) => Err(e),
@@ -142,11 +148,11 @@ impl Batch {
 }
 
 impl State {
-    fn flush(&mut self, root: &HostRoot) {
+    fn flush(&mut self, cx: &Context, executor: &dyn Executor) {
         let Some(mut p) = self.pending.take() else {
             return;
         };
-        match write(root, &mut p) {
+        match write(cx, executor, &mut p) {
             Ok(content) => {
                 self.written = Some(Written {
                     index: p.last_change,
@@ -167,8 +173,10 @@ impl State {
     }
 }
 
-/// The flush's compare and write (module docs); returns the bytes written.
-fn write(root: &HostRoot, p: &mut Pending) -> Result<bytes::Bytes> {
+/// The flush's compare and write through `executor` (module docs); returns the bytes
+/// written.
+fn write(cx: &Context, executor: &dyn Executor, p: &mut Pending) -> Result<bytes::Bytes> {
+    let root: &HostRoot = &cx.root;
     let now = root.metadata(&p.path)?.map(|m| Stamp::of(&m));
     if now != p.stamp {
         return Err(HostError::ChangedUnderStep {
@@ -177,7 +185,14 @@ fn write(root: &HostRoot, p: &mut Pending) -> Result<bytes::Bytes> {
         });
     }
     let content = p.view.lines.render();
-    root.write_atomic_owned(&p.path, &content, None, None, None)?;
+    let effect = Effect::WriteFile {
+        path: p.path.clone(),
+        content: content.clone(),
+        mode: None,
+        uid: None,
+        gid: None,
+    };
+    executor.execute_batched(cx, &effect)?;
     // Still under the lock: the stamp of the file just written.
     p.view.stamp = root.metadata(&p.path)?.map(|m| Stamp::of(&m));
     p.view.exists = true;

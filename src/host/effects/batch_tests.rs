@@ -5,13 +5,19 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use crate::host::effects::context::Context;
+use crate::host::effects::effect::Effect;
+use crate::host::effects::exec::CmdOutput;
+use crate::host::effects::executors::Executor;
+use crate::host::effects::executors::apply::Apply;
 use crate::host::files::fs::{self, LineOptions, WriteOptions};
 use crate::host::files::structured::KeyPath;
+use crate::host::root::HostRoot;
 use crate::host::root::digest::sha256_tag;
 use crate::host::system::cmd::{self, RunOptions};
 use crate::host::testutil::TestHost;
 use crate::host::users::user;
-use crate::host::{ExecMode, Host, HostError};
+use crate::host::{ExecMode, Host, HostError, HostOptions};
 
 fn o() -> LineOptions {
     LineOptions::default()
@@ -393,4 +399,83 @@ fn a_command_outside_the_root_sees_the_batched_edit() {
     let out = cmd::query(&mut h, &s(&["cat", &agent_path]), &RunOptions::default()).unwrap();
     assert_eq!(out.stdout, "a\nb\n");
     h.finish().unwrap();
+}
+
+/// An executor that applies as [`Apply`] does and logs each effect it is handed, with
+/// whether it came as a batch's write ([`Executor::execute_batched`]).
+#[derive(Debug)]
+struct Logged {
+    log: std::sync::Arc<std::sync::Mutex<Vec<(bool, Effect)>>>,
+}
+
+impl Executor for Logged {
+    fn mode(&self) -> ExecMode {
+        ExecMode::Apply
+    }
+
+    fn execute(
+        &mut self,
+        cx: &Context,
+        effect: &Effect,
+    ) -> crate::host::root::error::Result<Option<CmdOutput>> {
+        self.log.lock().unwrap().push((false, effect.clone()));
+        Apply.execute(cx, effect)
+    }
+
+    fn execute_batched(
+        &self,
+        cx: &Context,
+        effect: &Effect,
+    ) -> crate::host::root::error::Result<()> {
+        self.log.lock().unwrap().push((true, effect.clone()));
+        Apply.execute_batched(cx, effect)
+    }
+
+    fn changes_host(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn the_batched_write_is_one_write_file_through_the_executor() {
+    let t = TestHost::new();
+    t.file("/etc/f", "a\n");
+    let log = std::sync::Arc::default();
+    let executor = Box::new(Logged {
+        log: std::sync::Arc::clone(&log),
+    });
+    let root = HostRoot::open(t.p("/")).unwrap();
+    let mut h = Host::with_executor(root, executor, HostOptions::default());
+    assert!(fs::ensure_line(&mut h, "/etc/f", "b", &o()).unwrap());
+    assert!(fs::ensure_line(&mut h, "/etc/f", "c", &o()).unwrap());
+    assert!(fs::remove_line(&mut h, "/etc/f", "^a$").unwrap());
+    assert!(log.lock().unwrap().is_empty(), "held until the flush");
+    // A read through `&Host` flushes the batch: one write, through the executor.
+    assert_eq!(fs::read(&h, "/etc/f").unwrap(), "b\nc\n");
+    let written: Vec<(bool, String, String)> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(batched, e)| match e {
+            Effect::WriteFile {
+                path,
+                content,
+                mode: None,
+                uid: None,
+                gid: None,
+            } => (
+                *batched,
+                path.display().to_string(),
+                String::from_utf8_lossy(content).into_owned(),
+            ),
+            other => panic!("unexpected effect {other:?}"),
+        })
+        .collect();
+    assert_eq!(written, [(true, "/etc/f".into(), "b\nc\n".into())]);
+    assert_eq!(t.read("/etc/f"), "b\nc\n");
+    // As every write of the apply executor: the directory is fsynced at the step's end.
+    assert_eq!(h.dir_syncs().pending(), [std::path::PathBuf::from("/etc")]);
+    let r = h.finish().unwrap();
+    assert_eq!(r.changes.len(), 3);
+    assert_eq!(log.lock().unwrap().len(), 1, "nothing more at the end");
 }

@@ -221,7 +221,7 @@ impl Host {
     /// written first (`host::effects::batch`; a failure is returned by the next fallible
     /// call of the session), so a direct read sees them.
     pub fn root(&self) -> &HostRoot {
-        self.batch.flush(&self.cx.root);
+        self.batch.flush(&self.cx, &*self.executor);
         &self.cx.root
     }
 
@@ -682,7 +682,7 @@ impl Host {
 
     /// Metadata of `path` as the session sees it; `follow` follows a final symlink.
     pub(crate) fn view_stat(&self, path: &Path, follow: bool) -> Result<Option<Stat>> {
-        self.batch.flush_checked(&self.cx.root)?;
+        self.batch.flush_checked(&self.cx, &*self.executor)?;
         match self.executor.overlay() {
             Some(overlay) => overlay.stat(&self.cx.root, path, follow),
             None => root_stat(&self.cx.root, path, follow),
@@ -780,7 +780,7 @@ impl Host {
         let Some(overlay) = self.executor.overlay() else {
             return Ok(ViewedFile::Open(path.to_path_buf()));
         };
-        self.batch.flush_checked(&self.cx.root)?;
+        self.batch.flush_checked(&self.cx, &*self.executor)?;
         let key = overlay.key(&self.cx.root, path, true)?;
         Ok(match overlay.lookup(&key) {
             Some(crate::host::effects::overlay::Node::Download { sha256, .. }) => {
@@ -844,7 +844,7 @@ impl Host {
     /// [`HostError::WrongKind`] for a directory; [`HostError::NotRegular`],
     /// [`HostError::FileTooLarge`]; resolution or read failures.
     pub(crate) fn view_read(&self, path: &Path) -> Result<Option<Vec<u8>>> {
-        self.batch.flush_checked(&self.cx.root)?;
+        self.batch.flush_checked(&self.cx, &*self.executor)?;
         match self.executor.overlay() {
             Some(overlay) => overlay.read(&self.cx.root, path),
             None => crate::host::root::read::read_whole(&self.cx.root, path, path),
@@ -853,7 +853,7 @@ impl Host {
 
     /// Entries of directory `dir` (name, kind), sorted by name; `None` when absent.
     pub(crate) fn view_list(&self, dir: &Path) -> Result<Option<Vec<(String, EntryKind)>>> {
-        self.batch.flush_checked(&self.cx.root)?;
+        self.batch.flush_checked(&self.cx, &*self.executor)?;
         let overlay = self.executor.overlay();
         let key = match overlay {
             Some(o) => o.key(&self.cx.root, dir, true)?,
@@ -895,7 +895,7 @@ impl Host {
     /// Resolution or read failures.
     pub(crate) fn view_readlink(&self, path: &Path) -> Result<Option<PathBuf>> {
         if let Some(overlay) = self.executor.overlay() {
-            self.batch.flush_checked(&self.cx.root)?;
+            self.batch.flush_checked(&self.cx, &*self.executor)?;
             return overlay.readlink(&self.cx.root, path);
         }
         let root = self.root();
@@ -1050,7 +1050,7 @@ impl Host {
     /// # Errors
     /// A failure of this or an earlier flush (once), as [`Host::settle_batch`].
     pub(crate) fn flush_batch(&self) -> Result<()> {
-        self.batch.flush_checked(self.root())
+        self.batch.flush_checked(&self.cx, &*self.executor)
     }
 
     /// Flush the pending edits (module docs) and take what the flush left: the written

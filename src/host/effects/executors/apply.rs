@@ -33,6 +33,10 @@ impl Executor for Apply {
         perform(cx, effect)
     }
 
+    fn execute_batched(&self, cx: &Context, effect: &Effect) -> Result<()> {
+        perform(cx, effect).map(drop)
+    }
+
     fn changes_host(&self) -> bool {
         true
     }

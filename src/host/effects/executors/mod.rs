@@ -10,15 +10,16 @@
 //!
 //! The session ([`crate::host::Host`]) picks its executor once, when it is built, and hands it
 //! every validated effect with the lower [`Context`] (root, options, directories to fsync);
-//! an executor never sees the session. Batching of line edits and deferred work (reloads,
-//! regenerations) are the session's.
+//! an executor never sees the session. Deferred work (reloads, regenerations) is the
+//! session's; so is the batching of line edits, whose one write per file the session hands
+//! to [`Executor::execute_batched`] when it flushes ([`crate::host::effects::batch`]).
 
 use crate::host::effects::context::Context;
 use crate::host::effects::effect::Effect;
 use crate::host::effects::exec::CmdOutput;
 use crate::host::effects::overlay::Overlay;
 use crate::host::effects::report::ExecMode;
-use crate::host::root::error::Result;
+use crate::host::root::error::{HostError, Result};
 
 pub(crate) mod apply;
 pub(crate) mod download;
@@ -37,6 +38,21 @@ pub(crate) trait Executor: std::fmt::Debug + Send {
     /// # Errors
     /// Whatever performing the effect fails with; reading the state a record needs.
     fn execute(&mut self, cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>>;
+
+    /// Carry out the [`Effect::WriteFile`] of a batch of line edits
+    /// ([`crate::host::effects::batch`]). Takes `&self` because any read of the session
+    /// (through `&Host`) flushes the batch. Only an executor that [`Executor::changes_host`]
+    /// is given one; the others refuse it.
+    ///
+    /// # Errors
+    /// As [`Executor::execute`]; [`HostError::Invalid`] from an executor that does not
+    /// batch.
+    fn execute_batched(&self, _cx: &Context, _effect: &Effect) -> Result<()> {
+        Err(HostError::Invalid {
+            what: "executor",
+            message: format!("{:?} executor does not batch line edits", self.mode()),
+        })
+    }
 
     /// Whether effects change the host: only then does the session take cross-process
     /// locks, batch line edits and write deferred-work records into the root.
