@@ -1,13 +1,9 @@
-//! Apply-mode batching of line and block edits: one write per file per run of edits
-//! (issue 13).
-//!
-//! Without batching every changing `fs::ensure_line`, `fs::remove_line`, `fs::ensure_block`
-//! and `fs::remove_block` call rewrote its whole file atomically (temp file, fsync, rename,
-//! directory fsync) under the file's path lock: N edits of one file were N rewrites,
-//! O(N × size) bytes and 2N fsyncs. Now, in apply mode (without `--diff`):
+//! Apply-mode batching of line and block edits: one write per file per run of edits, so N
+//! edits of one file cost one rewrite (temp file, fsync, rename) instead of N, and the
+//! directory one fsync at the step's end. In apply mode (without `--diff`):
 //!
 //! - the **first** changing call of a file decides under the file's path lock
-//!   ([`crate::host::root::pathlock`]) exactly as before and goes through [`crate::host::Host::submit`] (checks,
+//!   ([`crate::host::root::pathlock`]) and goes through [`crate::host::Host::submit`] (checks,
 //!   summary, `before` hash, the report's change), but its write is *held*: the new content
 //!   stays in the session as the file's line view, together with the lock and the file's
 //!   [`Stamp`] as read under the lock;
@@ -16,7 +12,7 @@
 //!   symlink) edit that pending view: no `stat`, no lock, no read, no write. Each changing
 //!   call still records its own change in the report (summary `update <path>` as the call
 //!   spelled it, its script position), so
-//!   `Apply: N changed, M unchanged.` and the report's items are what they were;
+//!   `Apply: N changed, M unchanged.` and the report's items are those of unbatched edits;
 //! - **anything else flushes first**: a line or block edit of another path, every
 //!   [`crate::host::Host::submit`] (commands included: a command may read the file), every
 //!   [`crate::host::Host::lock_for_update`] (so a session holds at most one path lock, and two agents
@@ -44,7 +40,7 @@
 //! [`HostError::EditsNotWritten`] naming the file, so no step flag is written for a report
 //! whose edits are not on disk. The changes a failed batch recorded
 //! stay in the report. A step that fails after some edits still has them written by
-//! `finish*` (as before batching, when each was written at once). A SIGKILL before the flush
+//! `finish*`, as if each had been written at once. A SIGKILL before the flush
 //! writes nothing of the batch (and no step flag), and the kernel releases the lock, so a
 //! rerun converges.
 //!
