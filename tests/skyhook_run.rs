@@ -1218,12 +1218,20 @@ fn second_signal_during_a_package_apply_exits_at_once() {
     let pid = i32::try_from(child.id()).unwrap();
     // SAFETY: kill(2) of our own child.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-    // The agent has taken the first signal when it says so.
+    // The agent and skyhook-run have both taken the first signal when each says so (a
+    // second signal sent before that would be coalesced with the first).
+    let (mut agent, mut run) = (false, false);
     let taken = loop {
         match errs.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
-            Ok(l) if l.contains("received SIGINT") => break true,
+            Ok(l) if l.contains("skyhook-agent: received SIGINT") => agent = true,
+            Ok(l) if l.contains("skyhook-run: received SIGINT: a second signal exits") => {
+                run = true
+            }
             Ok(_) => {}
             Err(_) => break false,
+        }
+        if agent && run {
+            break true;
         }
     };
     // SAFETY: as above.

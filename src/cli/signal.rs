@@ -21,9 +21,11 @@ pub fn abort_on_signals(cancel: &crate::process::Cancel) {
 
 /// During a package's `--apply`, the agent's own handlers take the first SIGTERM or SIGINT
 /// (no further step starts); the second exits at once (143 for SIGTERM, 130 for SIGINT), as
-/// for a script. The handlers are in place when this returns.
+/// for a script. The handlers are in place when this returns. Signals that arrive before
+/// the first is taken count as one (tokio coalesces them), so the line printed when it is
+/// taken tells the user (and a test) that the next one exits.
 pub fn exit_on_second_signal() {
-    watch(|_| {});
+    watch(|name| eprintln!("skyhook-run: received {name}: a second signal exits at once"));
 }
 
 /// Register SIGTERM and SIGINT handlers (in place on return), then on a thread of their own
