@@ -514,8 +514,8 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                 .iter()
                 .filter_map(|c| i32::try_from(c.value).ok())
                 .collect(),
-            redactor: Some(redactor.clone()),
-            cancel: step_cancel.clone(),
+            redactor: Some(redactor),
+            cancel: step_cancel,
             cgroup: None,
             diffs: false,
         };
@@ -539,8 +539,6 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             env,
             spec,
             logs,
-            redactor,
-            cancel: step_cancel,
             preamble: None,
             keep_fds: self.keep_fds.clone(),
         };

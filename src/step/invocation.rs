@@ -22,7 +22,6 @@ use crate::host::effects::effect::InterruptRequest;
 use crate::host::{ExecMode, Report};
 use crate::logs::LogError;
 use crate::logs::sink::StepLogFiles;
-use crate::process::Cancel;
 use crate::redact::Redactor;
 use crate::script::run::CompiledScript;
 
@@ -65,11 +64,6 @@ pub struct StepInvocation {
     pub spec: StepSpec,
     /// The step's log files (`None`: `SKYHOOK_AGENT_WRITE_LOGS=false`, or a dry run).
     pub logs: Option<StepLogFiles>,
-    /// Secret values hidden from output and logs (`SKYHOOK_REDACT_ENV` and secrets read).
-    pub redactor: Redactor,
-    /// Aborting it ends the step (TERM, grace, KILL for a process; the next operation for
-    /// a script).
-    pub cancel: Cancel,
     /// Interpreter bytes written before the output (interrupt commands only).
     pub preamble: Option<Vec<u8>>,
     /// Descriptors the step's processes inherit (the package lock, so a rerun waits for the

@@ -63,8 +63,8 @@ async fn run_process_step(
     let options = super::RunOptions {
         stdout: Some(console.writer(crate::logs::sink::Label::Out)),
         stderr: Some(console.writer(crate::logs::sink::Label::Err)),
-        redactor: Some(inv.redactor.clone()),
-        cancel: Some(inv.cancel.clone()),
+        redactor: inv.spec.redactor.clone(),
+        cancel: Some(inv.spec.cancel.clone()),
         ..super::RunOptions::default()
     };
     let report = runner.run_with(&spec, inv.logs, options).await;

@@ -226,12 +226,11 @@ impl ScriptRunner {
             SinkOutput::with_sinks(
                 StreamSink::new("stdout", console.writer(Label::Out), out_file),
                 StreamSink::new("stderr", console.writer(Label::Err), err_file),
-                Some(inv.redactor.clone()),
+                inv.spec.redactor.clone(),
                 local_now,
             )
             .with_log_format(self.log_format),
         );
-        inv.spec.redactor = Some(inv.redactor.clone());
         let api = inv.spec.session(session_root);
         let ran = {
             let engine = self.engine.clone();

@@ -178,6 +178,7 @@ fn run_as_agent(
     let redactor = Redactor::from_env(&secret_env());
     let spec = StepSpec {
         env: secret_env(),
+        redactor: Some(redactor),
         ..StepSpec::default()
     };
     let inv = StepInvocation {
@@ -185,10 +186,8 @@ fn run_as_agent(
         program: StepProgram::Script(script),
         args: Vec::new(),
         env: Vec::new(),
-        cancel: spec.cancel.clone(),
         spec,
         logs: None,
-        redactor,
         preamble: None,
         keep_fds: Vec::new(),
     };
