@@ -22,15 +22,7 @@ command -v valgrind >/dev/null || { echo "callgrind_ab.sh: needs valgrind" >&2; 
 
 WORK=$(mktemp -d /tmp/skyhook-callgrind.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-ROOT=$WORK/root
-mkdir -p "$ROOT/bin" "$ROOT/etc"
-for b in sh true; do
-    cp -L "/bin/$b" "$ROOT/bin/$b"
-    for lib in $(ldd "/bin/$b" | grep -o '/[^ ]*'); do
-        mkdir -p "$ROOT$(dirname "$lib")"
-        [ -e "$ROOT$lib" ] || cp -L "$lib" "$ROOT$lib"
-    done
-done
+ROOT=$(scripts/make-host-root.sh "$WORK/root")   # sh and its libraries, recording stubs
 
 python3 - "$ROOT" "$STEPS" <<'PY'
 import json, os, sys
