@@ -174,7 +174,9 @@ impl ScriptRunner {
     /// modes: pending changes are drift and fail the step, each listed on the step's
     /// stderr), output relayed like a process's (console via `console`, the step's log
     /// files, redaction), then the step's deferred work (daemon-reload, grub), whose failure
-    /// fails the step.
+    /// fails the step. A step on the Apply executor then lists what it changed on its
+    /// stdout ([`super::invocation::StepResult::changes_text`]; nothing when it changed
+    /// nothing).
     ///
     /// The script runs on tokio's blocking pool while the caller awaits it, so the runtime
     /// keeps polling its drivers (a SIGTERM during the step is recorded at once).
@@ -264,6 +266,10 @@ impl ScriptRunner {
             }
         };
         result.code = result.status();
+        // What the step changed, as step output (agent-contract 9.3 lines, no new marker).
+        if let Some(text) = result.changes_text() {
+            ScriptOutput::stdout(&*output, text.as_bytes());
+        }
         result.log_errors = finish_output(&output, &*console);
         result
     }
