@@ -74,7 +74,7 @@ Packages (--package DIR --mode MODE):
   /var/log/skyhook, both inside the root; resource id SKYHOOK_RESOURCE_ID, default
   skyhook-run_<name>_<version>). Flags make a second --apply of a step skip it, as on a node
   (OVERLAY_ALWAYS_RUN_STEP=true runs them anyway). After its own output each .rhai step
-  lists what it changed, as the agent does on a node: the plan's lines (`~` changes,
+  that succeeds lists what it changed, as the agent does on a node: the plan's lines (`~` changes,
   `> ran:` actions, `!` interrupts, each with its `# file:line`; with --diff the unified
   diff of each file content change too) and an `Apply: ...` summary line; a step that
   changed nothing adds no line. With --output json the document has each step's result,

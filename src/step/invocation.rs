@@ -144,17 +144,20 @@ impl StepResult {
         }
     }
 
-    /// What a step on the Apply executor changed, as the agent lists it on the step's
-    /// stdout after the step: the report's text form ([`Report::render_text`]) — per change
+    /// What a succeeded step on the Apply executor changed, as the agent lists it on the
+    /// step's stdout after the step: the report's text form ([`Report::render_text`]) — per change
     /// a `~ <summary>  # file:line` line (after a `+ mkdir <dir>` line per directory it
     /// created, followed by its unified diff when diffs were recorded), per action
     /// `> ran: <command>  # file:line`, per interrupt `! interrupt: <what>  # file:line`, in
     /// the order they happened — then the summary `Apply: N changed, M unchanged.`, every
-    /// secret value replaced by `***`. `None` on the Plan and Check executors and for a step
-    /// that changed nothing, ran no action and requested no interrupt (it says nothing).
+    /// secret value replaced by `***`. `None` on the Plan and Check executors, for a step
+    /// that changed nothing, ran no action and requested no interrupt (it says nothing),
+    /// and for a failed step, whose error (and what undoing its changes leaves) is its
+    /// own account: its report still has what it did (JSON).
     pub fn changes_text(&self) -> Option<String> {
         let r = &self.report;
-        if r.mode != ExecMode::Apply
+        if !self.ok
+            || r.mode != ExecMode::Apply
             || (r.changes.is_empty() && r.actions.is_empty() && r.interrupts.is_empty())
         {
             return None;
