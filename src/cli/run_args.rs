@@ -59,7 +59,11 @@ Output:
   unchanged, interrupts, summary, counts, items: the ordered list with positions, content
   hashes, diffs and the script's output) plus ok, return_code, error, errors
   ([{file, line, column, message}]), drift and exit_code; script output then goes to
-  stderr (and into the items).
+  stderr (and into the items). For --package: the sum of the steps' reports plus package,
+  version, package_mode, ok, warnings, steps (each step's name, path, args, kind and, for a
+  step that ran, its result: report and outcome) and exit_code; --apply adds apply and
+  copy_dir, each .rhai step's result listing what it changed (the agent's output then goes
+  to stderr).
 
 Packages (--package DIR --mode MODE):
   DIR holds config.json, skyhook_dir/ and usually configmaps/ (--configmaps replaces it).
