@@ -821,6 +821,27 @@ fn package_apply_json_carries_each_steps_changes() {
     assert_eq!(greet["result"]["changes"], serde_json::json!([]));
     // the agent's output went to stderr
     assert!(text(&out.stderr).contains("SUCEEDED: edit.rhai"), "{out:?}");
+
+    // a check mode with --apply: the same document, on the Check executor, no drift left
+    let out = skyhook_run()
+        .arg("--package")
+        .arg(pkg.path())
+        .args([
+            "--mode",
+            "apply-check",
+            "--apply",
+            "--output",
+            "json",
+            "--root",
+        ])
+        .arg(fr.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = valid_json(&out);
+    assert_eq!(v["mode"], "check");
+    assert_eq!(v["summary"], "Plan: 0 to change, 3 unchanged.");
+    assert_eq!(v["steps"][0]["result"]["drift"], 0);
 }
 
 /// `docs/plan.schema.json`, compiled (draft 2020-12, local references only).
