@@ -64,6 +64,7 @@ mod layers;
 mod log_format;
 mod malformed;
 mod nouveau_example;
+mod nvidia_ports;
 mod orphans;
 mod reboot;
 mod rhai_steps;
