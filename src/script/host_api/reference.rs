@@ -195,6 +195,9 @@ apply script: what would change is drift, and the check fails).
   `docs/plan.schema.json`.
 - **Errors are script errors** at the call's `file:line:col`, naming the path or command,
   and they can be caught with `try`/`catch`. An uncaught one fails the step.
+- **A failing command fails the step.** `run` and `sh` throw when the command exits with a
+  code the script did not list in `ok` (0 when it lists none): `#{ok: [0, 1]}` for
+  `grep -q`. A probe whose code the script reads is a `query`, which returns any code.
 - **Deferred work is never lost.** A changed `service::drop_in` schedules one
   `systemctl daemon-reload` (run before the step's next `service::` call, else at its end), a
   changed `grub::` drop-in one grub regeneration at the end of the step (a changed `kmod::`

@@ -81,7 +81,7 @@ const CORPUS: &[(&str, &[&str])] = &[
     (
         "let r = run([\"true\"],\n    #{chekc: true});\n",
         &[
-            "t.rhai:2:7: error: run: unknown option chekc (did you mean check? accepted: check, input, env, cwd, timeout, read_only, stream, creates, removes, unless, onlyif)",
+            "t.rhai:2:7: error: run: unknown option chekc (did you mean check? accepted: check, ok, input, env, cwd, timeout, read_only, stream, creates, removes, unless, onlyif)",
         ],
     ),
     (
