@@ -374,6 +374,11 @@ options maps built at run time.
   `truncate`, `crop`, `clear`, `sort` and `reverse` change the variable they are called on:
   `let t = s.trim();` makes `t` equal to `()`. Write `s.trim();` and use `s`. `check` warns
   when such a result is assigned, passed, returned or compared.
+- **A thrown-away result of a command that accepts any code hides a failure.** `run` and `sh`
+  fail the step on an exit code not listed in `ok`, so they are safe as statements; but
+  `query(argv);` or `run(argv, #{check: false});` alone drops the only sign the command
+  failed. Read the result (`if query(argv).ok { .. }`), or let the call check the code
+  (`#{check: true}`, `#{ok: [0, 1]}`). `check` warns about it.
 - **`()` is not `false`.** `if config::get("x") { .. }` is a type error when the configMap is
   missing (`()` is not a bool); test with `config::has("x")` or `!= ()`.
 - **Functions do not see the script's variables.** A `fn` sees its parameters and, through
