@@ -147,7 +147,7 @@ pub enum HostError {
 
     /// A checked command (a script's `run`/`sh`, `check: true`, an internal command) exited
     /// with a code it does not accept.
-    #[error("command {command} failed with exit code {code}{}: {stderr_tail}", expected(.ok))]
+    #[error("command {command} failed with exit code {code}{}{}", expected(.ok), after_colon(.stderr_tail))]
     CommandFailed {
         /// The command line, shell-quoted.
         command: String,
@@ -155,7 +155,8 @@ pub enum HostError {
         code: i32,
         /// The codes it accepts; empty: only 0.
         ok: Vec<i32>,
-        /// The last lines of its stderr (at most 20 lines / 2000 bytes).
+        /// The last lines of its stderr (at most 20 lines / 2000 bytes); empty when it wrote
+        /// none (the message then ends at the code).
         stderr_tail: String,
     },
 
@@ -410,4 +411,13 @@ fn expected(ok: &[i32]) -> String {
     }
     let codes: Vec<String> = ok.iter().map(i32::to_string).collect();
     format!(" (accepted: {})", codes.join(", "))
+}
+
+/// `: text` after a message, or nothing when `text` is empty.
+fn after_colon(text: &str) -> String {
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(": {text}")
+    }
 }

@@ -518,7 +518,7 @@ pub(super) mod tests {
         assert_eq!(
             fails(r#"sh("exit 0", #{ok: [3]})"#),
             "main.rhai:1:1: sh: command /bin/bash -c 'exit 0' failed with exit code 0 \
-             (accepted: 3): "
+             (accepted: 3)"
         );
         // A guarded command that runs is checked like any other.
         assert_eq!(
