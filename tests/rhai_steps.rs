@@ -209,6 +209,54 @@ fn rhai_fail_and_return_codes() {
         .has_line_ending("FAILED: apply.rhai  4");
 }
 
+/// A command that exits non-zero fails the step: `run(["nvidia-smi", "-L"])` exiting 9 is
+/// `FAILED` (exit 1, no flag, the script stops there); with `ok: [0, 9]` the script expects
+/// the code, reads it and the step succeeds.
+#[test]
+fn a_failing_command_fails_the_rhai_step() {
+    require_root!();
+    let fr = FakeRoot::new();
+    let calls = format!("{T}/calls");
+    fr.stub(
+        "/usr/bin",
+        "nvidia-smi",
+        &calls,
+        &[ExitRule {
+            arg: 1,
+            value: "-L",
+            code: 9,
+        }],
+    );
+    one_script(
+        &fr,
+        "run([\"nvidia-smi\", \"-L\"]);\nfs::write(\"/etc/after.conf\", \"x\\n\");\n",
+    );
+    let r = fr.run("apply");
+    r.code(1).has_line_ending("FAILED: apply.rhai x 1");
+    assert!(!r.stdout.contains("SUCEEDED"), "{}", r.stdout);
+    assert!(
+        r.stderr
+            .contains("apply.rhai:1:1: run: command nvidia-smi -L failed with exit code 9"),
+        "{}",
+        r.stderr
+    );
+    assert!(!fr.exists("/etc/after.conf"));
+    assert!(!fr.exists(&format!(
+        "/t/state/flags/demo/1.0.0/apply.rhai_{}",
+        marker("['x']_[0]")
+    )));
+    assert_eq!(fr.calls().as_deref(), Some("nvidia-smi -L\n"));
+
+    one_script(
+        &fr,
+        "let r = run([\"nvidia-smi\", \"-L\"], #{ok: [0, 9]});\nfs::write(\"/etc/after.conf\", \"code=\" + r.code);\n",
+    );
+    fr.run("apply")
+        .code(0)
+        .has_line_ending("SUCEEDED: apply.rhai x");
+    assert_eq!(fr.read("/etc/after.conf"), "code=9");
+}
+
 /// A step never interrupts the node itself: a requested interrupt that the package's
 /// Skyhook CR does not declare (the operator's node metadata) fails the step with the CR lines
 /// to add; a declared one is left to the operator; without node metadata a warning. No

@@ -195,6 +195,9 @@ apply script: what would change is drift, and the check fails).
   `docs/plan.schema.json`.
 - **Errors are script errors** at the call's `file:line:col`, naming the path or command,
   and they can be caught with `try`/`catch`. An uncaught one fails the step.
+- **A failing command fails the step.** `run` and `sh` throw when the command exits with a
+  code the script did not list in `ok` (0 when it lists none): `#{ok: [0, 1]}` for
+  `grep -q`. A probe whose code the script reads is a `query`, which returns any code.
 - **Deferred work is never lost.** A changed `service::drop_in` schedules one
   `systemctl daemon-reload` (run before the step's next `service::` call, else at its end), a
   changed `grub::` drop-in one grub regeneration at the end of the step (a changed `kmod::`
@@ -371,6 +374,11 @@ options maps built at run time.
   `truncate`, `crop`, `clear`, `sort` and `reverse` change the variable they are called on:
   `let t = s.trim();` makes `t` equal to `()`. Write `s.trim();` and use `s`. `check` warns
   when such a result is assigned, passed, returned or compared.
+- **A thrown-away result of a command that accepts any code hides a failure.** `run` and `sh`
+  fail the step on an exit code not listed in `ok`, so they are safe as statements; but
+  `query(argv);` or `run(argv, #{check: false});` alone drops the only sign the command
+  failed. Read the result (`if query(argv).ok { .. }`), or let the call check the code
+  (`#{check: true}`, `#{ok: [0, 1]}`). `check` warns about it.
 - **`()` is not `false`.** `if config::get("x") { .. }` is a type error when the configMap is
   missing (`()` is not a bool); test with `config::has("x")` or `!= ()`.
 - **Functions do not see the script's variables.** A `fn` sees its parameters and, through
