@@ -65,6 +65,7 @@ mod log_format;
 mod malformed;
 mod nouveau_example;
 mod orphans;
+mod preflight;
 mod reboot;
 mod rhai_steps;
 mod serve;
