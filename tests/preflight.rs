@@ -249,3 +249,54 @@ fn assert_applied(fr: &FakeRoot) {
     assert!(calls.contains("systemctl restart containerd"), "{calls}");
     assert!(calls.contains("systemctl restart kubelet"), "{calls}");
 }
+
+/// A bash step cannot be planned: the plan stops at it, so a `.rhai` step after it may read
+/// what the bash step creates (the mode applies), while a static error in that later step
+/// still refuses the mode before the bash step runs.
+#[test]
+fn the_plan_stops_at_the_first_bash_step() {
+    require_root!();
+    let fr = FakeRoot::new();
+    let steps = serde_json::json!([
+        crate::util::step("make", "make.sh", &[]),
+        crate::util::step("copy", "copy.rhai", &[]),
+    ]);
+    fr.write_config(&crate::util::config(serde_json::json!({
+        "apply": steps.clone(), "apply-check": steps,
+    })));
+    fr.write_step("make.sh", "#!/bin/sh\necho made > /etc/made.conf\n");
+    fr.write_step(
+        "copy.rhai",
+        "fs::write(\"/etc/copy.conf\", fs::read(\"/etc/made.conf\"));\n",
+    );
+    let run = fr.run("apply");
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(fr.read("/etc/copy.conf"), "made\n");
+
+    let fr = FakeRoot::new();
+    fr.write_config(&crate::util::config(serde_json::json!({
+        "apply": [crate::util::step("make", "make.sh", &[]), crate::util::step("copy", "copy.rhai", &[])],
+        "apply-check": [crate::util::step("make", "make.sh", &[])],
+    })));
+    fr.write_step("make.sh", "#!/bin/sh\necho made > /etc/made.conf\n");
+    fr.write_step(
+        "copy.rhai",
+        "fs::wrte(\"/etc/copy.conf\", fs::read(\"/etc/made.conf\"));\n",
+    );
+    let before = tree(fr.root());
+    let run = fr.run("apply");
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "/t/pkg/skyhook_dir/copy.rhai:1:1: error: unknown function fs::wrte (did you mean fs::write?)"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stdout.contains("FAILED: copy.rhai  1"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(tree(fr.root()), before);
+}

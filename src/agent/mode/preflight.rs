@@ -92,13 +92,21 @@ impl Preflight<'_> {
     /// A script cannot be re-read for the check; flags or history cannot be read; the root
     /// cannot be reopened for the plan session.
     pub async fn run(&self) -> Result<Option<PreflightFailure>, AgentError> {
-        if let Some(failure) = self.check()? {
-            return Ok(Some(failure));
+        let started = std::time::Instant::now();
+        let mut outcome = self.check()?;
+        let checked = started.elapsed();
+        if outcome.is_none() && !self.mode.is_check() && self.mode != Mode::Interrupt {
+            outcome = self.plan().await?;
         }
-        if self.mode.is_check() || self.mode == Mode::Interrupt {
-            return Ok(None);
-        }
-        self.plan().await
+        // What the preflight costs, for measuring it against the apply (SKYHOOK_LOG=info).
+        tracing::info!(
+            mode = self.mode.as_str(),
+            check_us = checked.as_micros(),
+            total_us = started.elapsed().as_micros(),
+            ok = outcome.is_none(),
+            "preflight"
+        );
+        Ok(outcome)
     }
 
     /// The static check of every script of the mode and the package modules they import
