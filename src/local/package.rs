@@ -634,6 +634,7 @@ impl PackageRun {
         cancel: &Cancel,
         console: &Console,
     ) -> Result<bool, LocalError> {
+        let started = std::time::Instant::now();
         let site = PackageSite::Local {
             dir: absolute(&self.dir),
             configmaps: self.configmaps_dir(),
@@ -658,6 +659,11 @@ impl PackageRun {
         }
         .run()
         .await?;
+        // With loading and compiling DIR, which the agent flow repeats on the copy.
+        tracing::info!(
+            total_us = started.elapsed().as_micros(),
+            "preflight of the package directory"
+        );
         match failure {
             // A stop during the plan fails the step being planned: not the package's fault.
             Some(_) if cancel.is_stopped() => {

@@ -341,6 +341,41 @@ pub fn explain_not_found(message: &str, functions: &[super::FnDoc]) -> Option<St
 mod tests {
     use super::*;
 
+    /// Rhai's signatures as it renders them: strings as `&str | ImmutableString | String`,
+    /// other types by their short names.
+    #[test]
+    fn not_found_messages_name_parameter_and_type() {
+        let f = super::super::FUNCTIONS;
+        let s = "&str | ImmutableString | String";
+        assert_eq!(
+            explain_not_found(&format!("Function not found: fs::write ({s}, i64)"), f).as_deref(),
+            Some("fs::write: the 2nd argument (content) must be a string, got an int")
+        );
+        assert_eq!(
+            explain_not_found(
+                &format!("Function not found: mount::ensure ({s}, array)"),
+                f
+            )
+            .as_deref(),
+            Some(
+                "mount::ensure: the 2nd argument (opts) must be an options map #{source, fstype, …}, got an array"
+            )
+        );
+        assert_eq!(
+            explain_not_found("Function not found: fs::write ()", f).as_deref(),
+            Some("fs::write expects 2 or 3 arguments, got 0")
+        );
+        // Not a host function, or not Rhai's message: left as it is.
+        assert_eq!(
+            explain_not_found(&format!("Function not found: mine ({s})"), f),
+            None
+        );
+        assert_eq!(explain_not_found("Variable not found: x", f), None);
+        assert_eq!(ordinal(1), "1st");
+        assert_eq!(ordinal(12), "12th");
+        assert_eq!(ordinal(23), "23rd");
+    }
+
     #[test]
     fn modes() {
         assert_eq!(mode(&Dynamic::from(0o644_i64)), Ok(0o644));
