@@ -300,3 +300,28 @@ fn the_plan_stops_at_the_first_bash_step() {
     );
     assert_eq!(tree(fr.root()), before);
 }
+
+/// `--apply --skyhook-cr CR` hands the CR's declarations to the agent flow as well: a
+/// declared reboot passes the preflight and the step says the operator runs it.
+#[test]
+fn skyhook_run_apply_judges_interrupts_against_the_cr() {
+    require_root!();
+    let fr = node();
+    let pkg = tempfile::tempdir().unwrap();
+    package(pkg.path(), Some(Mistake::UndeclaredReboot));
+    std::fs::remove_file(pkg.path().join("node-metadata/packages.json")).unwrap();
+    let cr = pkg.path().join("cr.yaml");
+    std::fs::write(
+        &cr,
+        "kind: Skyhook\nspec:\n  packages:\n    gpu-node:\n      version: 1.0.0\n      interrupt:\n        type: reboot\n",
+    )
+    .unwrap();
+    let out = skyhook_run(&fr, pkg.path(), &["--skyhook-cr", cr.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("storage.rhai: requested interrupt reboot is declared in the Skyhook CR"),
+        "{stdout}"
+    );
+    assert_applied(&fr);
+}
