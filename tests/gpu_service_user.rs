@@ -337,13 +337,14 @@ fn a_missing_nvme_uuid_fails_naming_the_configmap_key() {
     );
     assert_eq!(tree(root), before, "the plan changed the root");
 
-    // The agent's flow (from the package copy under the root): the step fails with the
-    // message in its log; no account file, fstab or mount was touched.
+    // The apply's preflight plans the step on the package directory before anything is
+    // copied: the message at the author's file; no account file, fstab or mount was touched.
     let out = run(&["--apply"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
         text(&out.stderr).contains(&format!(
-            "/var/lib/skyhook/skyhook-run/gpu-service-user-1.0.0/skyhook_dir/apply.rhai:25:5: {message}\n"
+            "{}:25:5: {message}\n",
+            package().join("skyhook_dir/apply.rhai").display()
         )),
         "{out:?}"
     );
@@ -352,6 +353,7 @@ fn a_missing_nvme_uuid_fails_naming_the_configmap_key() {
     assert_eq!(read(root, "proc/1/mountinfo"), MOUNTINFO);
     assert!(!root.join("data").exists());
     assert_eq!(node.calls(), None);
+    assert_eq!(tree(root), before, "the refused apply changed the root");
 }
 
 /// Two `skyhook-run --apply` processes adding different users to the same account files at

@@ -69,6 +69,7 @@ mod malformed;
 mod nouveau_example;
 mod nvidia_ports;
 mod orphans;
+mod preflight;
 mod reboot;
 mod rhai_steps;
 mod serve;

@@ -6,7 +6,6 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::require_root;
 use crate::util::{FakeRoot, Run, T, tree};
 
 /// Every host layer of `tests/fakehosts`.
@@ -20,7 +19,8 @@ const HOSTS: &[&str] = &[
 
 /// Tools the host layers' stubs use, copied from this machine into the root.
 const STUB_TOOLS: &[&str] = &[
-    "sed", "grep", "ln", "basename", "dirname", "cut", "sort", "find", "xargs", "wc", "readlink", "tail",
+    "sed", "grep", "ln", "basename", "dirname", "cut", "sort", "find", "xargs", "wc", "readlink",
+    "tail",
 ];
 
 /// `systemctl show UNIT --property=P...` for the root (the layers' systemctl prints nothing
@@ -125,7 +125,8 @@ const GKE_ID: &str = "gke-0000-1_nvidia_tuning_gke_0.2.0";
 
 /// The sysctl file and drop-in the gke port writes (named after the whole package name).
 const GKE_SYSCTL: &str = "/etc/sysctl.d/999-nvidia_tuning_gke-tuning.conf";
-const GKE_DROP_IN: &str = "/etc/systemd/system/containerd.service.d/999-nvidia_tuning_gke-tuning.conf";
+const GKE_DROP_IN: &str =
+    "/etc/systemd/system/containerd.service.d/999-nvidia_tuning_gke-tuning.conf";
 
 /// nvidia-tuning-gke, gb200/inference with USE_CONTAINERD=true, on every host: the
 /// operator's stages, idempotence, drift, uninstall back to the starting `/etc`.
@@ -167,7 +168,10 @@ fn nvidia_tuning_gke_every_stage_on_every_host() {
         assert_eq!(live(&fr, "kernel.threads-max"), "16512444", "{host}");
         assert_eq!(live(&fr, "net.ipv4.conf.all.arp_ignore"), "1", "{host}");
         let persisted = fr.read(GKE_SYSCTL);
-        assert!(persisted.contains("vm.min_free_kbytes = 65536\n"), "{persisted}");
+        assert!(
+            persisted.contains("vm.min_free_kbytes = 65536\n"),
+            "{persisted}"
+        );
         assert!(!persisted.contains("sched_latency"), "{persisted}");
         assert_eq!(fr.read(GKE_DROP_IN), "[Service]\nLimitSTACK=67108864\n");
         ok(fr.run("config-check"), &what("config-check"));
@@ -184,20 +188,26 @@ fn nvidia_tuning_gke_every_stage_on_every_host() {
         let after_first = etc(&fr);
         let again = ok(fr.run("config"), &what("config again"));
         assert!(
-            again.stdout.contains(
-                "sysctl unchanged, ulimit unchanged, services unchanged, grub unchanged"
-            ),
+            again
+                .stdout
+                .contains("sysctl unchanged, ulimit unchanged, services unchanged, grub unchanged"),
             "{host}: {}",
             again.all()
         );
-        assert_eq!(etc(&fr), after_first, "{host}: a second config changed /etc");
+        assert_eq!(
+            etc(&fr),
+            after_first,
+            "{host}: a second config changed /etc"
+        );
 
         // Drift: a live value changed behind the package's back.
         fs::write(fr.host("/proc/sys/vm/swappiness"), "60\n").unwrap();
         let drift = fr.run("config-check");
         assert_eq!(drift.code, 1, "{host}: {}", drift.all());
         assert!(
-            drift.all().contains("sysctl vm.swappiness is \"60\", expected \"1\""),
+            drift
+                .all()
+                .contains("sysctl vm.swappiness is \"60\", expected \"1\""),
             "{host}: {}",
             drift.all()
         );
@@ -207,7 +217,10 @@ fn nvidia_tuning_gke_every_stage_on_every_host() {
         ok(fr.run("uninstall"), &what("uninstall"));
         ok(fr.run("uninstall-check"), &what("uninstall-check"));
         assert!(!fr.exists(GKE_SYSCTL), "{host}");
-        assert!(!fr.exists("/etc/systemd/system/containerd.service.d"), "{host}");
+        assert!(
+            !fr.exists("/etc/systemd/system/containerd.service.d"),
+            "{host}"
+        );
         let after: Vec<String> = etc(&fr)
             .into_iter()
             .filter(|l| !l.starts_with("skyhook"))
@@ -234,7 +247,10 @@ fn nvidia_tuning_gke_profile_switch_and_containerd_switch() {
     ok(fr.run("config"), "h100/multiNodeTraining");
     let persisted = fr.read(GKE_SYSCTL);
     assert!(!persisted.contains("swappiness"), "{persisted}");
-    assert!(persisted.contains("net.core.default_qdisc = fq\n"), "{persisted}");
+    assert!(
+        persisted.contains("net.core.default_qdisc = fq\n"),
+        "{persisted}"
+    );
     assert_eq!(live(&fr, "net.core.default_qdisc"), "fq");
     ok(fr.run("config-check"), "check h100/multiNodeTraining");
 

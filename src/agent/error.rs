@@ -76,6 +76,18 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+    /// The preflight of a mode (static check, then plan) found errors, printed before this
+    /// one; nothing was changed.
+    #[error(
+        "preflight of mode {mode} failed with {errors} error{}: nothing was changed",
+        if *errors == 1 { "" } else { "s" }
+    )]
+    Preflight {
+        /// The mode.
+        mode: String,
+        /// How many errors were printed.
+        errors: usize,
+    },
     /// An `expected_config_files` name is missing from a local configMaps folder.
     #[error("expected config file {name} not found in {}", dir.display())]
     ExpectedConfigFile {

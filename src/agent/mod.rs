@@ -242,6 +242,8 @@ pub fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<boo
                     mode,
                     cancel: &cancel,
                     console,
+                    declarations: None,
+                    preflight: true,
                 }
                 .run()
                 .await

@@ -36,6 +36,8 @@ use super::settings::{ResourceId, Settings};
 use super::site::{PackageSite, StepScripts};
 use super::{prepare, step_logs};
 
+pub mod preflight;
+
 /// The on-host state as the loop sees it: flags, check results, history. Read-write for
 /// the agent; read-only for a dry run (every write is skipped, reads are real).
 #[derive(Debug, Clone, Copy)]
@@ -746,6 +748,13 @@ pub struct ModeRun<'a> {
     pub cancel: &'a Cancel,
     /// The agent's console.
     pub console: &'a Console,
+    /// What the Skyhook CR declares; `None`: the copy dir's node metadata
+    /// (`node-metadata/packages.json`).
+    pub declarations: Option<Declarations>,
+    /// Run the [`Preflight`](preflight::Preflight) before the lock and `START`
+    /// (false: the caller has run it already, e.g. on the package directory the copy was
+    /// made from).
+    pub preflight: bool,
 }
 
 impl ModeRun<'_> {
@@ -758,8 +767,8 @@ impl ModeRun<'_> {
         Ok(self.run_recorded().await?.is_some_and(|o| o.ok))
     }
 
-    /// Run the mode end to end: legacy copy, load, compile, expected files, lock, overlay,
-    /// `START`, then the [`ModeLoop`]. Returns what happened to each step, or `None` when
+    /// Run the mode end to end: legacy copy, load, compile, expected files, preflight
+    /// (validate, plan), lock, overlay, `START`, then the [`ModeLoop`]. Returns what happened to each step, or `None` when
     /// the run stopped while waiting for the package lock (a failure: exit 1).
     ///
     /// # Errors
@@ -786,12 +795,37 @@ impl ModeRun<'_> {
         }
         let engine = crate::step::engine();
         let scripts = site.compile_mode_scripts(&engine, &pkg, self.mode)?;
-        let declarations =
-            Declarations::from_node_metadata(self.root, self.copy_dir, &pkg.package_name)
-                .map_err(AgentError::NodeMetadata)?;
+        let declarations = match &self.declarations {
+            Some(d) => d.clone(),
+            None => Declarations::from_node_metadata(self.root, self.copy_dir, &pkg.package_name)
+                .map_err(AgentError::NodeMetadata)?,
+        };
         let overlays = !matches!(self.mode, Mode::Uninstall | Mode::UninstallCheck);
         if overlays {
             site.check_expected_files(&pkg.expected_config_files)?;
+        }
+        if self.preflight {
+            let preflight = preflight::Preflight {
+                mode: self.mode,
+                package: &pkg,
+                site: &site,
+                settings: self.settings,
+                scripts: &scripts,
+                engine: &engine,
+                root: self.root,
+                resource_id: &self.id.raw,
+                declarations: declarations.clone(),
+                cancel: self.cancel,
+            };
+            if let Some(failure) = preflight.run().await? {
+                // A stop during the plan fails the step being planned: not the package's fault.
+                if self.cancel.is_stopped() {
+                    self.console
+                        .warn("stopping before the first step: stopped during the preflight");
+                    return Ok(None);
+                }
+                return Err(failure.report(self.console, self.mode));
+            }
         }
         let Some(lock) = prepare::package_lock(
             self.root,

@@ -278,6 +278,104 @@ impl PackageSite<'_> {
     }
 }
 
+/// One entry of a `root_dir/` folder as the overlay sees it (symlinks followed): a folder
+/// or a regular file, with its permission bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverlayEntry {
+    /// A folder and its mode.
+    Dir(u32),
+    /// A regular file and its mode.
+    File(u32),
+}
+
+impl PackageSite<'_> {
+    /// The text of the script at `p` (as [`PackageSite::compile_mode_scripts`] reads it).
+    ///
+    /// # Errors
+    /// Unreadable, too large, not UTF-8.
+    pub fn read_script(&self, p: &Path) -> Result<String, AgentError> {
+        let bytes = self.read_max(p, crate::script::resolver::MAX_SCRIPT_BYTES)?;
+        String::from_utf8(bytes).map_err(|_| AgentError::NotUtf8 {
+            path: p.to_path_buf(),
+        })
+    }
+
+    /// True when `p` is a folder (following symlinks; under the root for Copy).
+    ///
+    /// # Errors
+    /// A lookup failure under the root other than "not found".
+    pub fn is_dir(&self, p: &Path) -> Result<bool, AgentError> {
+        match self {
+            PackageSite::Copy { root, .. } => {
+                Ok(matches!(root.metadata(p)?, Some(m) if m.is_dir()))
+            }
+            PackageSite::Local { .. } => Ok(p.is_dir()),
+        }
+    }
+
+    /// The folders and regular files in the overlay folder `dir`, by name, symlinks
+    /// followed; dangling symlinks and other kinds are left out (as the overlay does).
+    ///
+    /// # Errors
+    /// `dir` cannot be listed or an entry cannot be looked up.
+    pub fn overlay_entries(
+        &self,
+        dir: &Path,
+    ) -> Result<Vec<(std::ffi::OsString, OverlayEntry)>, AgentError> {
+        use std::os::unix::fs::MetadataExt;
+        let mut out = Vec::new();
+        match self {
+            PackageSite::Copy { root, .. } => {
+                for e in root.read_dir(dir)? {
+                    let Some(m) = root.metadata(&dir.join(&e.name))? else {
+                        continue;
+                    };
+                    let mode = m.mode() & 0o7777;
+                    if m.is_dir() {
+                        out.push((e.name, OverlayEntry::Dir(mode)));
+                    } else if e.kind != crate::host::root::EntryKind::Other && m.is_file() {
+                        out.push((e.name, OverlayEntry::File(mode)));
+                    }
+                }
+            }
+            PackageSite::Local { .. } => {
+                let read_err = |source| AgentError::Read {
+                    path: dir.to_path_buf(),
+                    source,
+                };
+                for e in std::fs::read_dir(dir).map_err(read_err)? {
+                    let e = e.map_err(read_err)?;
+                    let Ok(m) = std::fs::metadata(e.path()) else {
+                        continue;
+                    };
+                    let mode = m.mode() & 0o7777;
+                    if m.is_dir() {
+                        out.push((e.file_name(), OverlayEntry::Dir(mode)));
+                    } else if m.is_file() {
+                        out.push((e.file_name(), OverlayEntry::File(mode)));
+                    }
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// The bytes of the overlay file `p`.
+    ///
+    /// # Errors
+    /// It cannot be read.
+    pub fn read_overlay_file(&self, p: &Path) -> Result<Vec<u8>, AgentError> {
+        match self {
+            PackageSite::Copy { root, .. } => Ok(root.read(p)?),
+            PackageSite::Local { .. } => std::fs::read(p).map_err(|source| AgentError::Read {
+                path: p.to_path_buf(),
+                source,
+            }),
+        }
+    }
+}
+
 /// Read a package file on this machine as [`PackageSite::read`] does.
 ///
 /// # Errors

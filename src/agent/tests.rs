@@ -110,6 +110,8 @@ fn run_cancelled(first: (&str, &str)) -> (bool, String, String, TestHost) {
                 mode: Mode::Apply,
                 cancel: &cancel,
                 console: &console,
+                declarations: None,
+                preflight: true,
             }
             .run(),
         )
@@ -133,7 +135,11 @@ fn cancel_ends_a_running_bash_step() {
 
 #[test]
 fn cancel_ends_a_rhai_step_in_a_loop() {
-    let (ok, out, err, t) = run_cancelled(("spin.rhai", "print(\"STARTED\");\nloop {}\n"));
+    // The preflight plans the step first: it spins only in the apply.
+    let (ok, out, err, t) = run_cancelled((
+        "spin.rhai",
+        "print(\"STARTED\");\nif !step.dry_run { loop {} }\n",
+    ));
     assert!(!ok);
     assert!(out.contains("FAILED: spin.rhai  1"), "{out}");
     assert!(err.contains("step cancelled"), "{err}");
@@ -227,6 +233,8 @@ fn try_run_mode_into(
             mode,
             cancel,
             console: &console,
+            declarations: None,
+            preflight: true,
         }
         .run(),
     )

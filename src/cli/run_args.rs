@@ -85,8 +85,10 @@ Packages (--package DIR --mode MODE):
   its changes included.
   Interrupts a .rhai step requests (interrupt::reboot() ...) are never run by a step: the
   operator runs them in its interrupt stage when the package's Skyhook CR declares them.
-  A dry run judges each request against --skyhook-cr FILE (or DIR/node-metadata/
+  A dry run and --apply judge each request against --skyhook-cr FILE (or DIR/node-metadata/
   packages.json): a request the CR does not declare fails the step, as on a node.
+  --apply first checks every .rhai step of the mode as `check` does and dry-runs the mode
+  against the root; any error exits 1 before anything is copied or changed.
 
 Exit status (the table of all three commands: README.md, \"Exit status\"):
   0 done; also --package with a mode that has no steps (it says so on stderr: the agent runs
@@ -214,9 +216,9 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "DIR")]
     pub(crate) configmaps: Option<PathBuf>,
 
-    /// The Skyhook CR (YAML or JSON) that deploys the package: a dry run judges the
-    /// interrupts its steps request against the CR's `interrupt`/`configInterrupts` (default:
-    /// DIR/node-metadata/packages.json when present). Packages only.
+    /// The Skyhook CR (YAML or JSON) that deploys the package: a dry run and --apply judge
+    /// the interrupts its steps request against the CR's `interrupt`/`configInterrupts`
+    /// (default: DIR/node-metadata/packages.json when present). Packages only.
     #[arg(long = "skyhook-cr", value_name = "FILE")]
     pub(crate) skyhook_cr: Option<PathBuf>,
 

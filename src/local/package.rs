@@ -2,7 +2,6 @@
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -11,12 +10,13 @@ use serde_json::{Value, json};
 use crate::agent::console::Console;
 use crate::agent::coverage::{Declarations, DeclaredInterrupts};
 use crate::agent::error::AgentError;
+use crate::agent::mode::preflight::Preflight;
 use crate::agent::mode::{Decision, InterruptPolicy, ModeLoop, ModeRun, StateView, load_package};
 use crate::agent::settings::{DEFAULT_PATH, ResourceId, Settings};
 use crate::agent::site::PackageSite;
 use crate::host::effects::report::Action;
 use crate::host::secrets::Redactor;
-use crate::host::{ExecMode, Host, Report};
+use crate::host::{ExecMode, Report};
 use crate::package::Mode;
 use crate::package::load::{Loaded, check_step_files, parse};
 use crate::process::Cancel;
@@ -344,43 +344,6 @@ fn report_body(r: &Report, redactor: &Redactor) -> String {
     redactor.redact(&r.render_items()).into_owned()
 }
 
-/// Plan the agent's `root_dir/` overlay ([`crate::agent::prepare::overlay`]) from the
-/// package's `src` folder on this machine onto `h`: files written with their mode to the
-/// same host paths, missing directories created with the source mode, existing ones left
-/// alone, source symlinks followed (dangling ones skipped), entries taken in name order.
-fn plan_overlay(h: &mut Host, src: &Path, dst: &Path) -> Result<(), String> {
-    let read_err = |p: &Path, e: std::io::Error| format!("failed to read {}: {e}", p.display());
-    let mut entries: Vec<_> = std::fs::read_dir(src)
-        .map_err(|e| read_err(src, e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| read_err(src, e))?;
-    entries.sort_by_key(std::fs::DirEntry::file_name);
-    for e in entries {
-        let s = e.path();
-        let d = dst.join(e.file_name());
-        let ds = d.to_string_lossy();
-        let Ok(meta) = std::fs::metadata(&s) else {
-            continue; // dangling symlink in the source: nothing to copy
-        };
-        let mode = meta.permissions().mode() & 0o7777;
-        let host_err = |e: crate::host::HostError| crate::script::host_api::error_chain(&e);
-        if meta.is_dir() {
-            if h.view_stat(&d, true).map_err(host_err)?.is_none() {
-                crate::host::files::fs::mkdir(h, &ds, Some(mode)).map_err(host_err)?;
-            }
-            plan_overlay(h, &s, &d)?;
-        } else if meta.is_file() {
-            let data = std::fs::read(&s).map_err(|e| read_err(&s, e))?;
-            let opts = crate::host::files::fs::WriteOptions {
-                mode: Some(mode),
-                ..Default::default()
-            };
-            crate::host::files::fs::write_bytes(h, &ds, &data, &opts).map_err(host_err)?;
-        }
-    }
-    Ok(())
-}
-
 fn process_action(s: &PlannedStep) -> Action {
     Action {
         kind: "step".into(),
@@ -538,7 +501,12 @@ impl PackageRun {
         // The agent overlays root_dir/ in every mode but the uninstall ones, before any step.
         if checks_expected_files(self.mode) && overlay_src.is_dir() {
             let planned_overlay = api.with_host(|h| {
-                let r = plan_overlay(h, &overlay_src, Path::new("/"));
+                let r = crate::agent::mode::preflight::plan_overlay(
+                    h,
+                    &site,
+                    &overlay_src,
+                    Path::new("/"),
+                );
                 let (report, deferred) = h.finish_step_with_report();
                 r.and(deferred.map_err(|e| crate::script::host_api::error_chain(&e)))
                     .map(|()| report)
@@ -662,25 +630,6 @@ impl PackageRun {
         let pkg = &loaded.package;
         let root = open_root(&self.root)?;
         let copy_dir = default_copy_dir(&pkg.package_name, &pkg.package_version);
-        let copy_err = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| LocalError::Copy { path, source }
-        };
-        root.remove_all(&copy_dir).map_err(copy_err(&copy_dir))?;
-        let skip = if self.configmaps.is_some() {
-            Some(std::ffi::OsStr::new("configmaps"))
-        } else {
-            None
-        };
-        let copy = |src: &Path, dst: &Path, skip| {
-            crate::agent::prepare::copy_tree(&root, src, dst, skip).map_err(AgentError::from)
-        };
-        copy(&self.dir, &copy_dir, skip)?;
-        let cm = self.configmaps_dir();
-        if self.configmaps.is_some() && cm.is_dir() {
-            copy(&cm, &copy_dir.join("configmaps"), None)?;
-        }
-
         let mut env = self.env.clone();
         let rid = self.resource_id(&pkg.package_name, &pkg.package_version);
         env.retain(|(k, _)| k != "SKYHOOK_RESOURCE_ID");
@@ -691,6 +640,7 @@ impl PackageRun {
             console.warn(w);
         }
         let id = ResourceId::parse(&rid).map_err(AgentError::from)?;
+        let declarations = self.declarations(&pkg.package_name)?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -698,7 +648,14 @@ impl PackageRun {
         let outcome = rt.block_on(async {
             let cancel = Cancel::new();
             crate::agent::signal::install(&cancel, console).map_err(AgentError::Runtime)?;
-            ModeRun {
+            if !self
+                .preflight(&root, &settings, &rid, &declarations, &cancel, console)
+                .await?
+            {
+                return Ok(None);
+            }
+            self.copy_package(&root, &copy_dir)?;
+            let ok = ModeRun {
                 root: &root,
                 settings: &settings,
                 id: &id,
@@ -706,9 +663,12 @@ impl PackageRun {
                 mode: self.mode,
                 cancel: &cancel,
                 console,
+                declarations: Some(declarations.clone()),
+                preflight: false,
             }
             .run_recorded()
-            .await
+            .await?;
+            Ok::<Option<crate::agent::mode::ModeOutcome>, LocalError>(ok)
         })?;
         let ok = outcome.as_ref().is_some_and(|o| o.ok);
         // The agent ran the copy; which steps are scripts follows from DIR alike (the copy
@@ -766,5 +726,91 @@ impl PackageRun {
             ok,
             copy_dir,
         })
+    }
+
+    /// The [`Preflight`] of the mode on the package directory itself (its scripts named by
+    /// their paths there; the configMaps folder; the CR's declarations), before anything is
+    /// copied into the root. `Ok(false)`: stopped by a signal meanwhile.
+    ///
+    /// # Errors
+    /// Loading, compiling, an expected configMap missing, and [`AgentError::Preflight`]
+    /// after printing its error lines.
+    async fn preflight(
+        &self,
+        root: &crate::host::root::HostRoot,
+        settings: &Settings,
+        rid: &str,
+        declarations: &Declarations,
+        cancel: &Cancel,
+        console: &Console,
+    ) -> Result<bool, LocalError> {
+        let started = std::time::Instant::now();
+        let site = PackageSite::Local {
+            dir: absolute(&self.dir),
+            configmaps: self.configmaps_dir(),
+        };
+        let (pkg, _) = load_package(&site)?;
+        let engine = crate::step::engine();
+        let scripts = site.compile_mode_scripts(&engine, &pkg, self.mode)?;
+        if checks_expected_files(self.mode) {
+            site.check_expected_files(&pkg.expected_config_files)?;
+        }
+        let failure = Preflight {
+            mode: self.mode,
+            package: &pkg,
+            site: &site,
+            settings,
+            scripts: &scripts,
+            engine: &engine,
+            root,
+            resource_id: rid,
+            declarations: declarations.clone(),
+            cancel,
+        }
+        .run()
+        .await?;
+        // With loading and compiling DIR, which the agent flow repeats on the copy.
+        tracing::info!(
+            total_us = started.elapsed().as_micros(),
+            "preflight of the package directory"
+        );
+        match failure {
+            // A stop during the plan fails the step being planned: not the package's fault.
+            Some(_) if cancel.is_stopped() => {
+                console.warn("stopping before the first step: stopped during the preflight");
+                Ok(false)
+            }
+            Some(f) => Err(f.report(console, self.mode).into()),
+            None => Ok(true),
+        }
+    }
+
+    /// Replace the copy dir inside the root with a fresh copy of DIR (without
+    /// `DIR/configmaps` when `--configmaps` is given) and copy the configMaps folder into
+    /// `<copy dir>/configmaps`.
+    fn copy_package(
+        &self,
+        root: &crate::host::root::HostRoot,
+        copy_dir: &Path,
+    ) -> Result<(), LocalError> {
+        let copy_err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| LocalError::Copy { path, source }
+        };
+        root.remove_all(copy_dir).map_err(copy_err(copy_dir))?;
+        let skip = if self.configmaps.is_some() {
+            Some(std::ffi::OsStr::new("configmaps"))
+        } else {
+            None
+        };
+        let copy = |src: &Path, dst: &Path, skip| {
+            crate::agent::prepare::copy_tree(root, src, dst, skip).map_err(AgentError::from)
+        };
+        copy(&self.dir, copy_dir, skip)?;
+        let cm = self.configmaps_dir();
+        if self.configmaps.is_some() && cm.is_dir() {
+            copy(&cm, &copy_dir.join("configmaps"), None)?;
+        }
+        Ok(())
     }
 }

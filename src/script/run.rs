@@ -398,9 +398,19 @@ fn evaluate(
                 error: None,
             },
         },
-        Err(err) => ScriptOutcome {
-            code: 1,
-            error: Some(ScriptError::from_eval(&script.file, err, limits)),
-        },
+        Err(err) => {
+            let mut error = ScriptError::from_eval(&script.file, err, limits);
+            // A host function called with arguments no overload takes: name the parameter.
+            if error.kind == ScriptErrorKind::Runtime
+                && let Some(m) =
+                    super::host_api::explain_not_found(&error.message, super::host_api::FUNCTIONS)
+            {
+                error.message = m;
+            }
+            ScriptOutcome {
+                code: 1,
+                error: Some(error),
+            }
+        }
     }
 }

@@ -208,9 +208,173 @@ pub fn to_json(d: &Dynamic, what: &str) -> Result<serde_json::Value, String> {
     ))
 }
 
+/// The text Rhai gives a call that no registered overload of a function matches:
+/// `Function not found: <name> (<type>, <type>, ...)`.
+const NOT_FOUND: &str = "Function not found: ";
+
+/// Rhai's rendering of a call's argument type in a [`NOT_FOUND`] signature, in words: `a
+/// string` for `&str | ImmutableString | String`, `an int` for `i64`, ...
+fn given_type(t: &str) -> String {
+    match t.trim() {
+        "&str | ImmutableString | String" | "string" => "a string".into(),
+        "i64" | "int" => "an int".into(),
+        "f64" | "float" => "a float".into(),
+        "bool" => "a bool".into(),
+        "map" | "Map" => "a map".into(),
+        "array" | "Array" => "an array".into(),
+        "()" => "() (no value)".into(),
+        "Fn" | "FnPtr" => "a function pointer".into(),
+        "char" => "a char".into(),
+        "blob" => "a blob".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Whether Rhai's rendering `given` of an argument fits the reference type `expected`
+/// (`String`, `int`, `bool`, `Map`, `Array`; `?`: several types, always fits).
+fn fits(expected: &str, given: &str) -> bool {
+    let given = given_type(given);
+    match expected {
+        "String" => given == "a string",
+        "int" => given == "an int",
+        "float" => given == "a float",
+        "bool" => given == "a bool",
+        "Map" => given == "a map",
+        "Array" => given == "an array",
+        _ => true,
+    }
+}
+
+/// The reference type `expected` in words; a map parameter of a function with options shows
+/// its first keys: `an options map #{source, fstype, …}`.
+fn expected_type(expected: &str, options: &[&str]) -> String {
+    match expected {
+        "String" => "a string".into(),
+        "int" => "an int".into(),
+        "float" => "a float".into(),
+        "bool" => "a bool".into(),
+        "Array" => "an array".into(),
+        "Map" if options.is_empty() => "a map".into(),
+        "Map" => {
+            let mut keys = options
+                .iter()
+                .take(2)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ");
+            if options.len() > 2 {
+                keys.push_str(", …");
+            }
+            format!("an options map #{{{keys}}}")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// `1st`, `2nd`, `3rd`, `4th`, ... (1-based).
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (1, 11) | (2, 12) | (3, 13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+/// Rewrite Rhai's message for a call of a host function that no overload matches
+/// (`Function not found: mount::ensure (&str | ImmutableString | String, ...)`) into one
+/// naming the parameter and the type the reference `functions` give it:
+/// `mount::ensure: the 2nd argument (opts) must be an options map #{source, fstype, …}, got
+/// a string`; a call with an argument count no overload has:
+/// `fs::write expects 2 or 3 arguments, got 1`.
+///
+/// `None` when `message` is not such a message or the function is not in `functions` (a
+/// script's own function, a Rhai built-in): the caller keeps Rhai's message.
+pub fn explain_not_found(message: &str, functions: &[super::FnDoc]) -> Option<String> {
+    let sig = message.strip_prefix(NOT_FOUND)?;
+    let (name, rest) = sig.split_once(" (")?;
+    let args = rest.strip_suffix(')')?;
+    let given: Vec<&str> = if args.trim().is_empty() {
+        Vec::new()
+    } else {
+        args.split(", ").collect()
+    };
+    let rows: Vec<&super::FnDoc> = functions
+        .iter()
+        .filter(|d| !d.script_layer && d.full_name() == name)
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let Some(row) = rows.iter().find(|d| d.params.len() == given.len()) else {
+        let mut counts: Vec<usize> = rows.iter().map(|d| d.params.len()).collect();
+        counts.sort_unstable();
+        counts.dedup();
+        let counts: Vec<String> = counts.iter().map(ToString::to_string).collect();
+        let counts = match counts.as_slice() {
+            [one] => one.clone(),
+            [init @ .., last] => format!("{} or {last}", init.join(", ")),
+            [] => return None,
+        };
+        return Some(format!(
+            "{name} expects {counts} argument{}, got {}",
+            if counts == "1" { "" } else { "s" },
+            given.len()
+        ));
+    };
+    let (i, (param, expected)) = row
+        .params
+        .iter()
+        .enumerate()
+        .find(|(i, (_, t))| !fits(t, given[*i]))?;
+    Some(format!(
+        "{name}: the {} argument ({param}) must be {}, got {}",
+        ordinal(i + 1),
+        expected_type(expected, row.options),
+        given_type(given[i])
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rhai's signatures as it renders them: strings as `&str | ImmutableString | String`,
+    /// other types by their short names.
+    #[test]
+    fn not_found_messages_name_parameter_and_type() {
+        let f = super::super::FUNCTIONS;
+        let s = "&str | ImmutableString | String";
+        assert_eq!(
+            explain_not_found(&format!("Function not found: fs::write ({s}, i64)"), f).as_deref(),
+            Some("fs::write: the 2nd argument (content) must be a string, got an int")
+        );
+        assert_eq!(
+            explain_not_found(
+                &format!("Function not found: mount::ensure ({s}, array)"),
+                f
+            )
+            .as_deref(),
+            Some(
+                "mount::ensure: the 2nd argument (opts) must be an options map #{source, fstype, …}, got an array"
+            )
+        );
+        assert_eq!(
+            explain_not_found("Function not found: fs::write ()", f).as_deref(),
+            Some("fs::write expects 2 or 3 arguments, got 0")
+        );
+        // Not a host function, or not Rhai's message: left as it is.
+        assert_eq!(
+            explain_not_found(&format!("Function not found: mine ({s})"), f),
+            None
+        );
+        assert_eq!(explain_not_found("Variable not found: x", f), None);
+        assert_eq!(ordinal(1), "1st");
+        assert_eq!(ordinal(12), "12th");
+        assert_eq!(ordinal(23), "23rd");
+    }
 
     #[test]
     fn modes() {

@@ -143,6 +143,7 @@ use crate::redact::StreamRedactor;
 use api::{Api, Inner, Registrar, lock};
 
 pub(crate) use api::{error_chain, fname};
+pub(crate) use convert::explain_not_found;
 pub use docs::{EffectKind, Effects, FnDoc, Modes};
 pub use reference::{FUNCTIONS, NAMESPACES, SCRIPT_FUNCTIONS, render_definitions, render_markdown};
 

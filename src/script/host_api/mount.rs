@@ -200,4 +200,34 @@ pub(super) mod tests {
             r.error()
         );
     }
+    /// A call no overload takes names the function, the parameter and the type it wants,
+    /// at the call's position, instead of Rhai's `Function not found: ... (&str | ...)`.
+    #[test]
+    fn wrong_argument_type_names_the_parameter_and_type() {
+        let t = TestHost::new();
+        t.file("/etc/fstab", "# empty\n");
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            "let x = 1;\nmount::ensure(\"/data\", \"UUID=1234\")",
+        );
+        assert_eq!(
+            r.error(),
+            "main.rhai:2:8: mount::ensure: the 2nd argument (opts) must be an options map #{source, fstype, …}, got a string"
+        );
+        let r = run(&t, ExecMode::Plan, "fs::write(1, \"x\")");
+        assert!(
+            r.error()
+                .ends_with("fs::write: the 1st argument (path) must be a string, got an int"),
+            "{}",
+            r.error()
+        );
+        let r = run(&t, ExecMode::Plan, "mount::remove()");
+        assert!(
+            r.error()
+                .ends_with("mount::remove expects 1 argument, got 0"),
+            "{}",
+            r.error()
+        );
+    }
 }

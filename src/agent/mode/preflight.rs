@@ -1,0 +1,333 @@
+//! The preflight of a mode: validate, then plan, before `START` (the agent) or before
+//! `skyhook-run --package DIR --apply` copies anything into the root.
+//!
+//! 1. **Validate.** Every `.rhai` step of the mode (and the package modules it imports) goes
+//!    through the static checker of `skyhook-run check` ([`Checker`]); its errors (unknown
+//!    functions, modules, option keys, arities) fail the preflight, each printed as
+//!    `file:line:col: error: message` of the script as the site names it (the package
+//!    directory for `skyhook-run`, the copy dir's host path for the agent).
+//! 2. **Plan** (run modes only: `apply`, `config`, `upgrade`, `uninstall`, `post-interrupt`).
+//!    The same [`ModeLoop`] as the dry run drives a [`PlanRunner`] over one host session on
+//!    the Plan executor: the `root_dir/` overlay first (not in `uninstall`), then each step
+//!    whose flag does not skip it, so later steps see the planned changes of earlier ones.
+//!    What only running finds fails the preflight: a missing configMap, an unparsable
+//!    configMap or host file, a wrong argument type at a call the run reaches, an interrupt
+//!    the Skyhook CR does not declare, `fail()`, an unset `env:` variable.
+//!
+//! A bash (process) step cannot be planned and nothing is known of what it changes, so the
+//! plan stops at the first process step the mode would run: the script steps before it are
+//! planned, the ones after it are validated only. (Planning them as if the bash step had
+//! changed nothing would refuse packages whose bash step creates what a later script step
+//! edits.) `*-check` modes are validated only: a check changes nothing, its failures are
+//! its results.
+//!
+//! Nothing is written: flags and history are read, never written; no log file is opened;
+//! the Plan executor changes nothing. The preflight runs before the package lock is taken.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::host::root::HostRoot;
+use crate::host::{ExecMode, Host};
+use crate::package::{Mode, Package};
+use crate::process::Cancel;
+use crate::script::ScriptOutput;
+use crate::script::engine::ScriptEngine;
+use crate::script::lint::{Checker, Diagnostic, Severity};
+use crate::step::{
+    PlanRunner, SecretSource, StepInvocation, StepProgram, StepResult, StepRunner, StepSpec,
+};
+
+use super::{Decision, InterruptPolicy, ModeLoop, StateView};
+use crate::agent::console::Console;
+use crate::agent::coverage::Declarations;
+use crate::agent::env::{EnvBuilder, lossy_env};
+use crate::agent::error::AgentError;
+use crate::agent::settings::Settings;
+use crate::agent::site::{OverlayEntry, PackageSite, StepScripts};
+
+/// One mode's preflight (see the module docs).
+pub struct Preflight<'a> {
+    /// The mode.
+    pub mode: Mode,
+    /// The package.
+    pub package: &'a Package,
+    /// Where its files are (scripts, configMaps, `root_dir/`).
+    pub site: &'a PackageSite<'a>,
+    /// The run's settings (environment, state root, script timeout).
+    pub settings: &'a Settings,
+    /// The mode's compiled scripts, by step index.
+    pub scripts: &'a StepScripts,
+    /// The engine the scripts were compiled with.
+    pub engine: &'a ScriptEngine,
+    /// The host root: flags and history are read there, the plan session runs over it.
+    pub root: &'a HostRoot,
+    /// `SKYHOOK_RESOURCE_ID`.
+    pub resource_id: &'a str,
+    /// What the package's Skyhook CR declares, for the interrupts steps request.
+    pub declarations: Declarations,
+    /// A stop ends the plan before its next step.
+    pub cancel: &'a Cancel,
+}
+
+/// Why a preflight failed: one line per error, `file:line:col: error: message` for the
+/// static check, `<step path>: message` or the script's `file:line:col: message` for the
+/// plan; and the first step with an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreflightFailure {
+    /// The error lines, in step order.
+    pub errors: Vec<String>,
+    /// `<path> <args>` of the first step with an error (as a `FAILED:` line shows it).
+    pub step: String,
+    /// That step's exit code in the plan (1 for an error of the static check).
+    pub code: i32,
+}
+
+impl Preflight<'_> {
+    /// Validate, then (run modes) plan. `Ok(None)`: the mode may start; `Ok(Some(_))`: it
+    /// must not (nothing was changed).
+    ///
+    /// # Errors
+    /// A script cannot be re-read for the check; flags or history cannot be read; the root
+    /// cannot be reopened for the plan session.
+    pub async fn run(&self) -> Result<Option<PreflightFailure>, AgentError> {
+        let started = std::time::Instant::now();
+        let mut outcome = self.check()?;
+        let checked = started.elapsed();
+        if outcome.is_none() && !self.mode.is_check() && self.mode != Mode::Interrupt {
+            outcome = self.plan().await?;
+        }
+        // What the preflight costs, for measuring it against the apply (SKYHOOK_LOG=info).
+        tracing::info!(
+            mode = self.mode.as_str(),
+            check_us = checked.as_micros(),
+            total_us = started.elapsed().as_micros(),
+            ok = outcome.is_none(),
+            "preflight"
+        );
+        Ok(outcome)
+    }
+
+    /// The static check of every script of the mode and the package modules they import
+    /// (each finding once, in step order): `Some` when it found errors.
+    ///
+    /// # Errors
+    /// A script cannot be read again.
+    pub fn check(&self) -> Result<Option<PreflightFailure>, AgentError> {
+        let checker = Checker::new();
+        let steps = self.package.steps(self.mode);
+        let mut indexes: Vec<&usize> = self.scripts.keys().collect();
+        indexes.sort_unstable();
+        let mut found: Vec<Diagnostic> = Vec::new();
+        let mut first = None;
+        for i in indexes {
+            let script = &self.scripts[i];
+            let source = self.site.read_script(Path::new(script.file()))?;
+            for d in checker.check_with_imports(self.engine, script, &source) {
+                if d.severity == Severity::Error && !found.contains(&d) {
+                    first.get_or_insert(*i);
+                    found.push(d);
+                }
+            }
+        }
+        Ok(first.map(|i| PreflightFailure {
+            errors: found.iter().map(ToString::to_string).collect(),
+            step: command_line(&steps[i].path, &steps[i].arguments),
+            code: 1,
+        }))
+    }
+
+    /// The plan pass: `Some` with the error lines of the failed steps.
+    ///
+    /// # Errors
+    /// Flags, history or the root cannot be read.
+    pub async fn plan(&self) -> Result<Option<PreflightFailure>, AgentError> {
+        let env = lossy_env(&EnvBuilder::from_agent(self.settings).into_vec());
+        let spec = StepSpec {
+            exec: ExecMode::Plan,
+            env,
+            configmaps_dir: Some(self.site.shown(&self.site.configmaps_dir())),
+            resource_id: self.resource_id.to_string(),
+            secrets: SecretSource::FromEnv,
+            ..StepSpec::default()
+        };
+        let api = spec.session(self.root.try_clone()?);
+        let output: Arc<dyn ScriptOutput> = api.redacting_output(Arc::new(Discard));
+        let mut errors = Vec::new();
+        if self.mode != Mode::Uninstall {
+            let src = self.site.dir().join("root_dir");
+            if self.site.is_dir(&src)? {
+                let planned = api.with_host(|h| {
+                    let r = plan_overlay(h, self.site, &src, Path::new("/"));
+                    let (_, deferred) = h.finish_step_with_report();
+                    r.and(deferred.map_err(|e| crate::script::host_api::error_chain(&e)))
+                });
+                if let Some(Err(message)) = planned {
+                    let _ = api.finish();
+                    return Ok(Some(PreflightFailure {
+                        errors: vec![format!("root_dir overlay: {message}")],
+                        step: "root_dir/".into(),
+                        code: 1,
+                    }));
+                }
+            }
+        }
+        let runner = PreflightRunner {
+            plan: PlanRunner {
+                engine: self.engine,
+                api: &api,
+                output,
+            },
+            past_process: AtomicBool::new(false),
+        };
+        let console = Console::null();
+        let mode_loop = ModeLoop {
+            mode: self.mode,
+            package: self.package,
+            site: self.site,
+            settings: self.settings,
+            state: StateView {
+                root: self.root,
+                state_root: &self.settings.state_root,
+                writable: false,
+            },
+            scripts: self.scripts,
+            runner: &runner,
+            console: &console,
+            cancel: self.cancel,
+            resource_id: self.resource_id,
+            run_exec: ExecMode::Plan,
+            write_logs: false,
+            node_metadata_dir: None,
+            interrupts: Some(InterruptPolicy {
+                declarations: self.declarations.clone(),
+                record: false,
+            }),
+            keep_fds: Vec::new(),
+            lock_keeper: None,
+            logs: crate::logs::retention::LogIndex::default(),
+            dirs: crate::host::root::run_dirs::RunDirs::default(),
+        };
+        let outcome = mode_loop.run().await?;
+        let _ = api.finish();
+        let steps = self.package.steps(self.mode);
+        let mut first = None;
+        let mut past_process = false;
+        for record in outcome.steps {
+            let step = &steps[record.index];
+            let script = self.scripts.contains_key(&record.index);
+            let error = match record.decision {
+                Decision::Ran(r) if !r.ok => Some((
+                    r.error.unwrap_or_else(|| {
+                        format!(
+                            "{}: failed in the plan with exit code {}",
+                            step.path, r.code
+                        )
+                    }),
+                    r.code,
+                )),
+                // An unset `env:` variable of a process step, or of any step after one, is
+                // the agent's to report when it gets there (bash steps keep their behaviour).
+                Decision::MissingEnv { message } if script && !past_process => Some((message, 1)),
+                Decision::Ran(_) | Decision::MissingEnv { .. } => None,
+                Decision::Skipped { .. } | Decision::NotRun => continue,
+            };
+            past_process |= !script;
+            if let Some((e, code)) = error {
+                first.get_or_insert_with(|| (command_line(&step.path, &record.args), code));
+                errors.push(e);
+            }
+        }
+        Ok(first.map(|(step, code)| PreflightFailure { errors, step, code }))
+    }
+}
+
+impl PreflightFailure {
+    /// Print every error line on stderr and the step's `FAILED: <path> <args> <code>` line on
+    /// stdout, as for a step that failed; returns the [`AgentError`] the run ends with (its
+    /// summary line names the mode).
+    pub fn report(self, console: &Console, mode: Mode) -> AgentError {
+        for e in &self.errors {
+            console.error(e);
+        }
+        console.say(&format!("FAILED: {} {}", self.step, self.code));
+        AgentError::Preflight {
+            mode: mode.as_str().to_string(),
+            errors: self.errors.len(),
+        }
+    }
+}
+
+/// `<path> <args>`, the arguments joined by spaces (as the `FAILED:` line of the mode loop).
+fn command_line(path: &str, args: &[String]) -> String {
+    format!("{path} {}", args.join(" "))
+}
+
+/// Script output of the plan pass: dropped (the apply that follows prints its own).
+struct Discard;
+
+impl ScriptOutput for Discard {
+    fn stdout(&self, _: &[u8]) {}
+    fn stderr(&self, _: &[u8]) {}
+}
+
+/// The [`PlanRunner`] up to the first process step (see the module docs); that step and
+/// every step after it are listed, not run.
+struct PreflightRunner<'a> {
+    plan: PlanRunner<'a>,
+    past_process: AtomicBool,
+}
+
+impl StepRunner for PreflightRunner<'_> {
+    async fn run(&self, inv: StepInvocation) -> StepResult {
+        if !matches!(inv.program, StepProgram::Script(_)) {
+            self.past_process.store(true, Ordering::Relaxed);
+        }
+        if self.past_process.load(Ordering::Relaxed) {
+            return StepResult {
+                ok: true,
+                ..StepResult::new(inv.spec.exec)
+            };
+        }
+        self.plan.run(inv).await
+    }
+}
+
+/// Plan the agent's `root_dir/` overlay ([`crate::agent::prepare::overlay`]) from `src` of `site`
+/// onto `h` at `dst`: files written with their mode to the same host paths, missing
+/// directories created with the source mode, existing ones left alone, source symlinks
+/// followed (dangling ones skipped), entries taken in name order.
+///
+/// # Errors
+/// A read of the source or a planned write failed (the message names the path).
+pub fn plan_overlay(
+    h: &mut Host,
+    site: &PackageSite<'_>,
+    src: &Path,
+    dst: &Path,
+) -> Result<(), String> {
+    let host_err = |e: crate::host::HostError| crate::script::host_api::error_chain(&e);
+    for (name, entry) in site.overlay_entries(src).map_err(|e| e.to_string())? {
+        let s = src.join(&name);
+        let d = dst.join(&name);
+        let ds = d.to_string_lossy();
+        match entry {
+            OverlayEntry::Dir(mode) => {
+                if h.view_stat(&d, true).map_err(host_err)?.is_none() {
+                    crate::host::files::fs::mkdir(h, &ds, Some(mode)).map_err(host_err)?;
+                }
+                plan_overlay(h, site, &s, &d)?;
+            }
+            OverlayEntry::File(mode) => {
+                let data = site.read_overlay_file(&s).map_err(|e| e.to_string())?;
+                let opts = crate::host::files::fs::WriteOptions {
+                    mode: Some(mode),
+                    ..Default::default()
+                };
+                crate::host::files::fs::write_bytes(h, &ds, &data, &opts).map_err(host_err)?;
+            }
+        }
+    }
+    Ok(())
+}

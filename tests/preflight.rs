@@ -1,0 +1,327 @@
+//! The preflight of a mode (validate, then plan, then `START`): the mistakes authors make in
+//! a realistic package (`tests/fixtures/gpu-node`: apt repository and key, containerd TOML
+//! edit and restart, sysctl, limits, kubelet drop-in and restart, versions file, fstab) fail
+//! both `skyhook-run --package DIR --apply` and the agent with exit 1, and the host tree
+//! (content, mode, owner, mtime of every entry) is what it was, although the steps before
+//! the mistake would have changed files and restarted services.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::util::{FakeRoot, T, tree};
+
+/// The mistakes, each made in the fixture's last step or in a configMap it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mistake {
+    /// `fs::ensure_blok` for `fs::ensure_block` (storage.rhai line 3).
+    Typo,
+    /// `mount::ensure("/data", "UUID=…")`: a string where the options map belongs (line 4).
+    StringForOptions,
+    /// The `versions` configMap is missing (not in `expected_config_files`).
+    MissingConfigMap,
+    /// `runtime.toml` does not parse (containerd.rhai, the second step).
+    TomlSyntax,
+    /// The last step requests a reboot the CR does not declare.
+    UndeclaredReboot,
+}
+
+const ALL: [Mistake; 5] = [
+    Mistake::Typo,
+    Mistake::StringForOptions,
+    Mistake::MissingConfigMap,
+    Mistake::TomlSyntax,
+    Mistake::UndeclaredReboot,
+];
+
+impl Mistake {
+    /// What the error output must contain (`file` is the storage or containerd step as the
+    /// run names it).
+    fn expected(self, skyhook_dir: &str) -> String {
+        match self {
+            Mistake::Typo => format!(
+                "{skyhook_dir}/storage.rhai:3:1: error: unknown function fs::ensure_blok (did you mean fs::ensure_block?)"
+            ),
+            Mistake::StringForOptions => format!(
+                "{skyhook_dir}/storage.rhai:4:8: mount::ensure: the 2nd argument (opts) must be an options map #{{source, fstype, …}}, got a string"
+            ),
+            Mistake::MissingConfigMap => format!(
+                "{skyhook_dir}/storage.rhai:2:17: config::kv: configMap \"versions\" does not exist"
+            ),
+            Mistake::TomlSyntax => format!(
+                "{skyhook_dir}/containerd.rhai:2:21: toml::parse: <text>:1:15: invalid TOML"
+            ),
+            Mistake::UndeclaredReboot => "storage.rhai: requested interrupt reboot is not declared for package gpu-node in the Skyhook CR".to_string(),
+        }
+    }
+}
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu-node")
+}
+
+fn copy_tree(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let d = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &d);
+        } else {
+            std::fs::copy(e.path(), &d).unwrap();
+        }
+    }
+}
+
+fn edit(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains(from), "{} lacks {from:?}", path.display());
+    std::fs::write(path, text.replacen(from, to, 1)).unwrap();
+}
+
+/// The fixture package at `dir` with `mistake` made in it.
+fn package(dir: &Path, mistake: Option<Mistake>) {
+    copy_tree(&fixture(), dir);
+    let storage = dir.join("skyhook_dir/storage.rhai");
+    match mistake {
+        None => {}
+        Some(Mistake::Typo) => edit(&storage, "fs::ensure_block(", "fs::ensure_blok("),
+        Some(Mistake::StringForOptions) => edit(
+            &storage,
+            r#"#{source: "UUID=0a1b2c3d", fstype: "ext4", state: "present"}"#,
+            r#""UUID=0a1b2c3d""#,
+        ),
+        Some(Mistake::MissingConfigMap) => {
+            std::fs::remove_file(dir.join("configmaps/versions")).unwrap()
+        }
+        Some(Mistake::TomlSyntax) => {
+            std::fs::write(dir.join("configmaps/runtime.toml"), "name = \"nvidia\n").unwrap();
+        }
+        Some(Mistake::UndeclaredReboot) => {
+            let text = std::fs::read_to_string(&storage).unwrap();
+            std::fs::write(&storage, format!("{text}interrupt::reboot();\n")).unwrap();
+        }
+    }
+}
+
+/// A node for the fixture: the files its steps edit, and recording `systemctl` at
+/// `$T/bin` (on `PATH`).
+fn node() -> FakeRoot {
+    let mut fr = FakeRoot::new();
+    fr.interrupt_setup();
+    fr.write("/etc/containerd/config.toml", "version = 2\n");
+    for dir in [
+        "/etc/apt/sources.list.d",
+        "/etc/sysctl.d",
+        "/etc/security/limits.d",
+        "/etc/systemd/system",
+        "/etc/gpu-node",
+    ] {
+        std::fs::create_dir_all(fr.host(dir)).unwrap();
+    }
+    fr.write("/etc/fstab", "UUID=root / ext4 defaults 0 1\n");
+    fr
+}
+
+fn skyhook_run(fr: &FakeRoot, pkg: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
+        .env_clear()
+        .env("PATH", format!("{T}/bin:/usr/sbin:/usr/bin:/sbin:/bin"))
+        .env("SKYHOOK_ROOT_DIR", format!("{T}/state"))
+        .env("SKYHOOK_LOG_DIR", format!("{T}/log"))
+        .arg("--package")
+        .arg(pkg)
+        .args(["--mode", "apply", "--apply", "--root"])
+        .arg(fr.root())
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Every mistake: `skyhook-run --package DIR --apply` exits 1 with the error at the
+/// author's source (`DIR/skyhook_dir/…`), and the root is byte for byte as before.
+#[test]
+fn skyhook_run_apply_refuses_each_mistake_and_changes_nothing() {
+    require_root!();
+    for mistake in ALL {
+        let fr = node();
+        let pkg = tempfile::tempdir().unwrap();
+        package(pkg.path(), Some(mistake));
+        let cr = pkg.path().join("cr.yaml");
+        std::fs::write(
+            &cr,
+            "kind: Skyhook\nspec:\n  packages:\n    gpu-node:\n      version: 1.0.0\n",
+        )
+        .unwrap();
+        let before = tree(fr.root());
+        let out = skyhook_run(&fr, pkg.path(), &["--skyhook-cr", cr.to_str().unwrap()]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{mistake:?}: {out:?}");
+        let want = mistake.expected(&format!("{}/skyhook_dir", pkg.path().display()));
+        assert!(
+            err.contains(&want),
+            "{mistake:?}: wanted {want:?} in\n{err}"
+        );
+        assert!(
+            err.contains("preflight of mode apply failed with 1 error: nothing was changed"),
+            "{mistake:?}: {err}"
+        );
+        assert_eq!(tree(fr.root()), before, "{mistake:?}: the root changed");
+        assert_eq!(fr.calls(), None, "{mistake:?}: a command ran");
+    }
+}
+
+/// Every mistake: the agent exits 1 before `START` with the error at the copy dir's script,
+/// and the root is byte for byte as before (no flag, no log, no history, no overlay).
+#[test]
+fn the_agent_refuses_each_mistake_before_start_and_changes_nothing() {
+    require_root!();
+    for mistake in ALL {
+        let fr = node();
+        package(&fr.t("pkg"), Some(mistake));
+        let before = tree(fr.root());
+        let run = fr.run("apply");
+        assert_eq!(run.code, 1, "{mistake:?}: {run:?}");
+        let want = mistake.expected(&format!("{T}/pkg/skyhook_dir"));
+        assert!(
+            run.stderr.contains(&want),
+            "{mistake:?}: wanted {want:?} in\n{}",
+            run.stderr
+        );
+        assert!(
+            run.stderr
+                .contains("preflight of mode apply failed with 1 error: nothing was changed"),
+            "{mistake:?}: {}",
+            run.stderr
+        );
+        assert!(
+            !run.stdout.contains("SUCEEDED"),
+            "{mistake:?}: {}",
+            run.stdout
+        );
+        assert_eq!(tree(fr.root()), before, "{mistake:?}: the root changed");
+        assert_eq!(fr.calls(), None, "{mistake:?}: a command ran");
+    }
+}
+
+/// The fixture without a mistake passes the preflight and applies: both front ends make
+/// every change and restart both services.
+#[test]
+fn the_fixture_without_mistakes_applies_through_both_front_ends() {
+    require_root!();
+    let fr = node();
+    let pkg = tempfile::tempdir().unwrap();
+    package(pkg.path(), None);
+    let out = skyhook_run(&fr, pkg.path(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_applied(&fr);
+
+    let fr = node();
+    package(&fr.t("pkg"), None);
+    let run = fr.run("apply");
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_applied(&fr);
+}
+
+fn assert_applied(fr: &FakeRoot) {
+    assert!(
+        fr.read("/etc/containerd/config.toml")
+            .contains("default_runtime_name = \"nvidia\""),
+        "{}",
+        fr.read("/etc/containerd/config.toml")
+    );
+    assert!(fr.exists("/etc/apt/keyrings/nvidia.asc"));
+    assert_eq!(
+        fr.read("/etc/sysctl.d/90-gpu.conf"),
+        "net.core.rmem_max = 16777216\nvm.max_map_count = 262144\n"
+    );
+    assert!(fr.exists("/etc/security/limits.d/90-gpu.conf"));
+    assert!(fr.exists("/etc/systemd/system/kubelet.service.d/20-gpu.conf"));
+    assert!(
+        fr.read("/etc/gpu-node/versions.env")
+            .contains("DRIVER=550.54.15\nTOOLKIT=1.15.0\n")
+    );
+    assert!(fr.read("/etc/fstab").contains("UUID=0a1b2c3d /data ext4"));
+    let calls = fr.calls().unwrap_or_default();
+    assert!(calls.contains("systemctl restart containerd"), "{calls}");
+    assert!(calls.contains("systemctl restart kubelet"), "{calls}");
+}
+
+/// A bash step cannot be planned: the plan stops at it, so a `.rhai` step after it may read
+/// what the bash step creates (the mode applies), while a static error in that later step
+/// still refuses the mode before the bash step runs.
+#[test]
+fn the_plan_stops_at_the_first_bash_step() {
+    require_root!();
+    let fr = FakeRoot::new();
+    let steps = serde_json::json!([
+        crate::util::step("make", "make.sh", &[]),
+        crate::util::step("copy", "copy.rhai", &[]),
+    ]);
+    fr.write_config(&crate::util::config(serde_json::json!({
+        "apply": steps.clone(), "apply-check": steps,
+    })));
+    fr.write_step("make.sh", "#!/bin/sh\necho made > /etc/made.conf\n");
+    fr.write_step(
+        "copy.rhai",
+        "fs::write(\"/etc/copy.conf\", fs::read(\"/etc/made.conf\"));\n",
+    );
+    let run = fr.run("apply");
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(fr.read("/etc/copy.conf"), "made\n");
+
+    let fr = FakeRoot::new();
+    fr.write_config(&crate::util::config(serde_json::json!({
+        "apply": [crate::util::step("make", "make.sh", &[]), crate::util::step("copy", "copy.rhai", &[])],
+        "apply-check": [crate::util::step("make", "make.sh", &[])],
+    })));
+    fr.write_step("make.sh", "#!/bin/sh\necho made > /etc/made.conf\n");
+    fr.write_step(
+        "copy.rhai",
+        "fs::wrte(\"/etc/copy.conf\", fs::read(\"/etc/made.conf\"));\n",
+    );
+    let before = tree(fr.root());
+    let run = fr.run("apply");
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "/t/pkg/skyhook_dir/copy.rhai:1:1: error: unknown function fs::wrte (did you mean fs::write?)"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stdout.contains("FAILED: copy.rhai  1"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(tree(fr.root()), before);
+}
+
+/// `--apply --skyhook-cr CR` hands the CR's declarations to the agent flow as well: a
+/// declared reboot passes the preflight and the step says the operator runs it.
+#[test]
+fn skyhook_run_apply_judges_interrupts_against_the_cr() {
+    require_root!();
+    let fr = node();
+    let pkg = tempfile::tempdir().unwrap();
+    package(pkg.path(), Some(Mistake::UndeclaredReboot));
+    std::fs::remove_file(pkg.path().join("node-metadata/packages.json")).unwrap();
+    let cr = pkg.path().join("cr.yaml");
+    std::fs::write(
+        &cr,
+        "kind: Skyhook\nspec:\n  packages:\n    gpu-node:\n      version: 1.0.0\n      interrupt:\n        type: reboot\n",
+    )
+    .unwrap();
+    let out = skyhook_run(&fr, pkg.path(), &["--skyhook-cr", cr.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("storage.rhai: requested interrupt reboot is declared in the Skyhook CR"),
+        "{stdout}"
+    );
+    assert_applied(&fr);
+}
