@@ -170,6 +170,20 @@ fn kill_anywhere(outcome: &str, code: i32) {
             );
             let rerun = fr.run("apply");
             assert_eq!(rerun.code, code, "{ctx}: rerun: {}", rerun.stderr);
+            if syscall == "fdatasync" {
+                // Only the journal's log is fdatasync'ed: the journal exists, and the rerun
+                // says it undid it before anything else.
+                let first = rerun
+                    .stdout
+                    .lines()
+                    .position(|l| l.contains("left by a step that did not end"));
+                let start = rerun.stdout.lines().position(|l| l.contains("tune.rhai"));
+                assert!(
+                    first.is_some() && first < start,
+                    "{ctx}: no undo line before the step: {}",
+                    rerun.stdout
+                );
+            }
             let got = host_state(&fr);
             let diff = differences(&want, &got);
             assert!(
