@@ -232,8 +232,9 @@ impl HostApi {
         }
     }
 
-    /// End the session: run its deferred work and return the [`Report`]. Call it after every
-    /// run, also a failed one. The second call fails (no session).
+    /// End the session: run its deferred work and return the [`Report`]. Call it after a
+    /// successful run ([`HostApi::fail`] after a failed one). The second call fails (no
+    /// session).
     ///
     /// # Errors
     /// [`FinishError`] when the deferred work fails (with the report) or
