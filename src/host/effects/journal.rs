@@ -238,6 +238,12 @@ impl StepJournal {
         if self.covered(&path) {
             return Ok(());
         }
+        // The common case first: the parent exists (one lookup instead of one per ancestor).
+        if let Some(parent) = path.parent()
+            && (self.seen.contains(parent) || root.symlink_metadata(parent)?.is_some())
+        {
+            return self.record_path(root, &path);
+        }
         let ancestors: Vec<&Path> = path.ancestors().skip(1).collect();
         for anc in ancestors.into_iter().rev() {
             if anc == Path::new("/") {
