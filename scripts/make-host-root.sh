@@ -3,7 +3,9 @@
 #
 # DIR gets: the machine's merged-/usr symlinks (bin -> usr/bin, lib -> usr/lib, ...), sh, bash
 # and basic coreutils with every shared library ldd lists (so the dynamic loader path
-# resolves inside DIR), a copy of /etc/os-release, an empty DIR/tmp (1777), and recording
+# resolves inside DIR), a copy of /etc/os-release, an empty DIR/tmp (1777), DIR/dev/null (the
+# character device 1:3, mode 0666, so that a command's `> /dev/null` inside the root writes
+# nothing there instead of creating a regular file), and recording
 # stubs DIR/usr/local/bin/{systemctl,reboot,sysctl,service} that append "<name> <args>" to
 # DIR/var/log/calls (host path /var/log/calls) and exit 0. Nothing outside DIR is changed.
 #
@@ -74,8 +76,18 @@ ldd "${bins[@]}" 2>/dev/null | grep -o '/[^ ]* (0x' | sed 's/ (0x$//' | sort -u 
     mirror "$lib"
 done
 
-mkdir -p "$DIR/etc" "$DIR/tmp" "$DIR/var/log" "$DIR/usr/local/bin"
+mkdir -p "$DIR/etc" "$DIR/tmp" "$DIR/var/log" "$DIR/usr/local/bin" "$DIR/dev"
 chmod 1777 "$DIR/tmp"
+
+# /dev/null: kept when it already is the null device with mode 0666, else (missing, another
+# mode, or a regular file a command made) replaced by it.
+if [ "$(stat -c '%F %t:%T %a' "$DIR/dev/null" 2>/dev/null)" != "character special file 1:3 666" ]; then
+    rm -rf "$DIR/dev/null"
+    mknod -m 0666 "$DIR/dev/null" c 1 3
+fi
+if ! (: > "$DIR/dev/null") 2>/dev/null; then
+    echo "$0: warning: $DIR/dev/null cannot be opened (is $DIR on a nodev mount?)" >&2
+fi
 if [ -e /etc/os-release ]; then cp -fL /etc/os-release "$DIR/etc/os-release"; fi
 
 for stub in systemctl reboot sysctl service; do

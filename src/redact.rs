@@ -54,6 +54,20 @@ impl Redactor {
         vals.sort_by_key(|v| std::cmp::Reverse(v.len()));
     }
 
+    /// Add every value `other` holds (nothing when both share one set).
+    pub fn add_all(&self, other: &Redactor) {
+        if Arc::ptr_eq(&self.values, &other.values) {
+            return;
+        }
+        let theirs = match other.values.read() {
+            Ok(v) => v.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        for v in &theirs {
+            self.add(v);
+        }
+    }
+
     /// `text` with every known value replaced by `***` (borrowed when nothing matched).
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let vals = match self.values.read() {

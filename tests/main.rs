@@ -37,6 +37,8 @@
 //! - `layers`: the layering of `src/` read from its source: the allowed imports between
 //!   top-level modules (its `LAYERS` table, copied in docs/architecture.md and checked) and no
 //!   import cycle between the files of a folder.
+//! - `host_root_script`: `scripts/make-host-root.sh` makes `/dev/null` the null device, so a
+//!   stub writing there inside the root leaves the root unchanged, run after run.
 //! - `gpu_service_user`: the `examples/gpu-service-user` package (user::, group::, fs::write,
 //!   sysctl::, mount:: with a recording `mount`) planned, applied, planned again and checked
 //!   on a fake root, also after a manual umount and userdel.
@@ -60,6 +62,7 @@ mod engine_parity;
 mod fixtures;
 mod full_disk;
 mod gpu_service_user;
+mod host_root_script;
 mod image;
 mod interrupt_copy_dir;
 mod kill_anywhere;
@@ -67,6 +70,7 @@ mod layers;
 mod log_format;
 mod malformed;
 mod nouveau_example;
+mod nvidia_ports;
 mod orphans;
 mod reboot;
 mod rhai_steps;

@@ -50,7 +50,8 @@ fn rhai_apply_then_check_from_the_same_script() {
     assert!(!fr.exists("/etc/demo.conf"));
     assert_eq!(fr.read("/t/state/flags/check_results"), "apply.rhai True");
 
-    // apply: the file is written, the flag is a normal flag, the log has [out] lines
+    // apply: the file is written, the flag is a normal flag, the log has [out] lines (the
+    // script's, then what the step changed)
     let r = fr.run("apply");
     r.code(0)
         .has_line("apply apply.rhai ['x'] [0] Idempotence.Auto True")
@@ -67,7 +68,14 @@ fn rhai_apply_then_check_from_the_same_script() {
     let log = fr.read(&format!("/t/log/demo/1.0.0/{}", logs[1]));
     assert_full_match(
         &log,
-        &format!(r"\[out\]{TS} mode=apply arg=x\n\[out\]{TS} wrote\n\[out\]{TS} "),
+        &format!(
+            concat!(
+                r"\[out\]{TS} mode=apply arg=x\n\[out\]{TS} wrote\n",
+                r"\[out\]{TS} ~ create /etc/demo\.conf \(mode 0644\)  # /t/pkg/skyhook_dir/apply\.rhai:3\n",
+                r"\[out\]{TS} Apply: 1 changed, 0 unchanged\.\n\[out\]{TS} "
+            ),
+            TS = TS
+        ),
     );
 
     // second apply: skipped by its flag; check now passes and records history
@@ -83,6 +91,63 @@ fn rhai_apply_then_check_from_the_same_script() {
         fr.read("/t/state/history/demo.json")
             .starts_with(r#"{"current-version": "1.0.0""#)
     );
+}
+
+/// Three changes, one into a missing directory, between two prints.
+const THREE_CHANGES: &str = r#"print("start");
+fs::write("/etc/demo.d/a.conf", "a=1\n");
+fs::write("/etc/b.conf", "b=2\n", #{mode: 0o600});
+fs::remove("/etc/old.conf");
+print("end");
+"#;
+
+/// A run-mode `.rhai` step lists what it changed on its stdout after its own output, as
+/// step output lines (console and `.log` alike): one line per change with the script line
+/// that made it, then the summary. A rerun that changes nothing says nothing more.
+#[test]
+fn rhai_apply_lists_each_change_with_its_line() {
+    require_root!();
+    let mut fr = FakeRoot::new();
+    fr.write_mode("/etc/b.conf", "b=1\n", 0o644);
+    fr.write("/etc/old.conf", "x\n");
+    one_script(&fr, THREE_CHANGES);
+    let r = fr.run("apply");
+    r.code(0);
+    let prefix = re(&format!(r"\[(out|err)\]{TS} "));
+    let strip = |s: &str| prefix.replace_all(s, "").into_owned();
+    let at = "/t/pkg/skyhook_dir/apply.rhai";
+    let listed = format!(
+        "start\n\
+         end\n\
+         + mkdir /etc/demo.d\n\
+         ~ create /etc/demo.d/a.conf (mode 0644)  # {at}:2\n\
+         ~ update /etc/b.conf (mode 0644 -> 0600)  # {at}:3\n\
+         ~ remove /etc/old.conf  # {at}:4\n\
+         Apply: 3 changed, 0 unchanged.\n"
+    );
+    let logs = fr.logs_matching(&format!(r"apply\.rhai-{FTS}\.log"));
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let log = fr.read(&format!("/t/log/demo/1.0.0/{}", logs[0]));
+    assert_eq!(strip(&log), listed);
+    // on the console, right before the result line
+    assert!(
+        strip(&r.stdout).contains(&format!("{listed}SUCEEDED: apply.rhai x\n")),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(fr.read("/etc/b.conf"), "b=2\n");
+    assert!(!fr.exists("/etc/old.conf"));
+
+    // nothing left to change: the step's output is its own
+    fr.set_env("OVERLAY_ALWAYS_RUN_STEP", "true");
+    let r = fr.run("apply");
+    r.code(0);
+    assert!(
+        strip(&r.stdout).contains("start\nend\nSUCEEDED: apply.rhai x\n"),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains("Apply:"), "{}", r.stdout);
 }
 
 #[test]
@@ -144,6 +209,54 @@ fn rhai_fail_and_return_codes() {
         .has_line_ending("FAILED: apply.rhai  4");
 }
 
+/// A command that exits non-zero fails the step: `run(["nvidia-smi", "-L"])` exiting 9 is
+/// `FAILED` (exit 1, no flag, the script stops there); with `ok: [0, 9]` the script expects
+/// the code, reads it and the step succeeds.
+#[test]
+fn a_failing_command_fails_the_rhai_step() {
+    require_root!();
+    let fr = FakeRoot::new();
+    let calls = format!("{T}/calls");
+    fr.stub(
+        "/usr/bin",
+        "nvidia-smi",
+        &calls,
+        &[ExitRule {
+            arg: 1,
+            value: "-L",
+            code: 9,
+        }],
+    );
+    one_script(
+        &fr,
+        "run([\"nvidia-smi\", \"-L\"]);\nfs::write(\"/etc/after.conf\", \"x\\n\");\n",
+    );
+    let r = fr.run("apply");
+    r.code(1).has_line_ending("FAILED: apply.rhai x 1");
+    assert!(!r.stdout.contains("SUCEEDED"), "{}", r.stdout);
+    assert!(
+        r.stderr
+            .contains("apply.rhai:1:1: run: command nvidia-smi -L failed with exit code 9"),
+        "{}",
+        r.stderr
+    );
+    assert!(!fr.exists("/etc/after.conf"));
+    assert!(!fr.exists(&format!(
+        "/t/state/flags/demo/1.0.0/apply.rhai_{}",
+        marker("['x']_[0]")
+    )));
+    assert_eq!(fr.calls().as_deref(), Some("nvidia-smi -L\n"));
+
+    one_script(
+        &fr,
+        "let r = run([\"nvidia-smi\", \"-L\"], #{ok: [0, 9]});\nfs::write(\"/etc/after.conf\", \"code=\" + r.code);\n",
+    );
+    fr.run("apply")
+        .code(0)
+        .has_line_ending("SUCEEDED: apply.rhai x");
+    assert_eq!(fr.read("/etc/after.conf"), "code=9");
+}
+
 /// A step never interrupts the node itself: a requested interrupt that the package's
 /// Skyhook CR does not declare (the operator's node metadata) fails the step with the CR lines
 /// to add; a declared one is left to the operator; without node metadata a warning. No
@@ -185,7 +298,7 @@ fn rhai_requested_interrupts_are_judged_never_run() {
     let r = fr.run("apply");
     r.code(0)
         .has_line_ending("SUCEEDED: apply.rhai x")
-        .has_line("apply.rhai: requested interrupt restart_services [containerd] is declared in the Skyhook CR (interrupt (type: service, services: [containerd])): the operator runs it in its interrupt stage");
+        .has_line_ending("apply.rhai: requested interrupt restart_services [containerd] is declared in the Skyhook CR (interrupt (type: service, services: [containerd])): the operator runs it in its interrupt stage");
     assert_eq!(fr.calls(), None);
     assert!(fr.exists(flag));
 

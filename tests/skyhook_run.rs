@@ -313,17 +313,6 @@ fn usage_errors_exit_2() {
         vec!["x.rhai", "--root", r, "--mode", "nosuchmode"],
         vec!["x.rhai", "--root", r, "--env", "NOEQUALS"],
         vec!["x.rhai", "--root", r, "--output", "yaml"],
-        vec!["x.rhai", "--root", r, "--diff"],
-        vec![
-            "--package",
-            "examples/tuning",
-            "--mode",
-            "config",
-            "--root",
-            r,
-            "--apply",
-            "--diff",
-        ],
         vec!["--package", "examples/tuning", "--root", r],
         vec![
             "x.rhai",
@@ -613,6 +602,246 @@ fn package_apply_runs_the_agent_flow_chrooted() {
         stdout.ends_with("Plan: 0 to change, 0 unchanged.\n"),
         "{stdout}"
     );
+}
+
+/// A package whose apply runs `edit.rhai` (three changes between two prints: a file in a
+/// missing directory, a config line edited, a file removed), then `greet.sh`.
+fn changes_package(dir: &Path) {
+    write(
+        dir,
+        "config.json",
+        r#"{"schema_version": "v1", "expected_config_files": [],
+  "package_name": "changes", "package_version": "1.0.0",
+  "modes": {"apply": [
+    {"name": "edit", "path": "edit.rhai", "arguments": [], "returncodes": [0],
+     "on_host": true, "idempotence": false, "upgrade_step": false},
+    {"name": "greet", "path": "greet.sh", "arguments": [], "returncodes": [0],
+     "on_host": true, "idempotence": false, "upgrade_step": false}
+  ], "apply-check": [
+    {"name": "edit", "path": "edit.rhai", "arguments": [], "returncodes": [0],
+     "on_host": true, "idempotence": false, "upgrade_step": false}
+  ]}}"#,
+    );
+    write(
+        dir,
+        "skyhook_dir/edit.rhai",
+        "print(\"start\");\n\
+         fs::write(\"/etc/demo.d/a.conf\", \"a=1\\n\");\n\
+         fs::ensure_line(\"/etc/demo.conf\", \"k=v\", #{regex: \"^k=\"});\n\
+         fs::remove(\"/etc/old.conf\");\n\
+         print(\"end\");\n",
+    );
+    write(dir, "skyhook_dir/greet.sh", "#!/bin/sh\necho greeted\n");
+}
+
+/// A root for [`changes_package`]: `/etc/demo.conf` with a `k=` line, `/etc/old.conf`.
+fn changes_root() -> crate::util::FakeRoot {
+    let fr = crate::util::FakeRoot::new();
+    fr.write_mode("/etc/demo.conf", "a=1\nk=old\n", 0o644);
+    fr.write("/etc/old.conf", "x\n");
+    fr
+}
+
+/// `skyhook-run --package DIR --apply` with `extra` on `fr`, output and stdout without the
+/// `[out]`/`[err]` prefixes of step output.
+fn package_apply(pkg: &Path, fr: &crate::util::FakeRoot, extra: &[&str]) -> (Output, String) {
+    let out = skyhook_run()
+        .arg("--package")
+        .arg(pkg)
+        .args(["--mode", "apply", "--apply", "--root"])
+        .arg(fr.root())
+        .args(extra)
+        .output()
+        .unwrap();
+    let prefix = crate::util::re(&format!(r"\[(out|err)\]{} ", crate::util::TS));
+    let stdout = prefix.replace_all(&text(&out.stdout), "").into_owned();
+    (out, stdout)
+}
+
+/// The edited config's unified diff.
+const DEMO_CONF_DIFF: &str =
+    "--- a/etc/demo.conf\n+++ b/etc/demo.conf\n@@ -1,2 +1,2 @@\n a=1\n-k=old\n+k=v\n";
+
+/// `--package --apply` lists, per `.rhai` step, what it changed (after the step's own
+/// output, before its result line: one line per change with its file:line, then the
+/// summary), as the agent does; a bash step lists nothing.
+#[test]
+fn package_apply_lists_what_each_script_step_changed() {
+    require_root!();
+    let pkg = tempfile::tempdir().unwrap();
+    changes_package(pkg.path());
+    let fr = changes_root();
+    let (out, stdout) = package_apply(pkg.path(), &fr, &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let at = "/var/lib/skyhook/skyhook-run/changes-1.0.0/skyhook_dir/edit.rhai";
+    let want = format!(
+        "apply edit.rhai [] [0] Idempotence.Auto True\n\
+         start\n\
+         end\n\
+         + mkdir /etc/demo.d\n\
+         ~ create /etc/demo.d/a.conf (mode 0644)  # {at}:2\n\
+         ~ update /etc/demo.conf  # {at}:3\n\
+         ~ remove /etc/old.conf  # {at}:4\n\
+         Apply: 3 changed, 0 unchanged.\n\
+         SUCEEDED: edit.rhai \n\
+         apply greet.sh [] [0] Idempotence.Auto True\n\
+         greeted\n\
+         SUCEEDED: greet.sh \n"
+    );
+    assert!(stdout.contains(&want), "{stdout}");
+    assert_eq!(fr.read("/etc/demo.conf"), "a=1\nk=v\n");
+    assert!(!fr.exists("/etc/old.conf"));
+}
+
+/// `--diff` goes with `--package`: a dry run (which always shows diffs) accepts it, and
+/// `--apply --diff` adds each file content change's unified diff to what a step lists.
+#[test]
+fn package_diff_shows_the_unified_diff_of_a_config_edit() {
+    require_root!();
+    let pkg = tempfile::tempdir().unwrap();
+    changes_package(pkg.path());
+    let fr = changes_root();
+    let before = tree(fr.root());
+    let out = skyhook_run()
+        .arg("--package")
+        .arg(pkg.path())
+        .args(["--mode", "apply", "--diff", "--root"])
+        .arg(fr.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let at = pkg.path().join("skyhook_dir/edit.rhai");
+    let at = at.display();
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "==> step edit: edit.rhai\n\
+             start\n\
+             + mkdir /etc/demo.d\n\
+             ~ create /etc/demo.d/a.conf (mode 0644)  # {at}:2\n\
+             --- /dev/null\n\
+             +++ b/etc/demo.d/a.conf\n\
+             @@ -0,0 +1 @@\n\
+             +a=1\n\
+             ~ update /etc/demo.conf  # {at}:3\n\
+             {DEMO_CONF_DIFF}\
+             ~ remove /etc/old.conf  # {at}:4\n\
+             --- a/etc/old.conf\n\
+             +++ /dev/null\n\
+             @@ -1 +0,0 @@\n\
+             -x\n\
+             end\n\
+             ==> step greet: greet.sh\n\
+             > would run: greet.sh\n\
+             Plan: 3 to change, 0 unchanged, 1 action.\n"
+        )
+    );
+    assert_eq!(tree(fr.root()), before);
+
+    let (out, stdout) = package_apply(pkg.path(), &fr, &["--diff"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let at = "/var/lib/skyhook/skyhook-run/changes-1.0.0/skyhook_dir/edit.rhai";
+    let want = format!(
+        "start\n\
+         end\n\
+         + mkdir /etc/demo.d\n\
+         ~ create /etc/demo.d/a.conf (mode 0644)  # {at}:2\n\
+         --- /dev/null\n\
+         +++ b/etc/demo.d/a.conf\n\
+         @@ -0,0 +1 @@\n\
+         +a=1\n\
+         ~ update /etc/demo.conf  # {at}:3\n\
+         {DEMO_CONF_DIFF}\
+         ~ remove /etc/old.conf  # {at}:4\n\
+         --- a/etc/old.conf\n\
+         +++ /dev/null\n\
+         @@ -1 +0,0 @@\n\
+         -x\n\
+         Apply: 3 changed, 0 unchanged.\n\
+         SUCEEDED: edit.rhai \n"
+    );
+    assert!(stdout.contains(&want), "{stdout}");
+    assert_eq!(fr.read("/etc/demo.conf"), "a=1\nk=v\n");
+}
+
+/// `--package --apply --output json`: the document has each step and what it did, a
+/// `.rhai` step's changes with their positions, a bash step's return code; it follows the
+/// schema.
+#[test]
+fn package_apply_json_carries_each_steps_changes() {
+    require_root!();
+    let pkg = tempfile::tempdir().unwrap();
+    changes_package(pkg.path());
+    let fr = changes_root();
+    let (out, _) = package_apply(pkg.path(), &fr, &["--output", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = valid_json(&out);
+    assert_eq!(v["apply"], true);
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["exit_code"], 0);
+    assert_eq!(v["mode"], "apply");
+    assert_eq!(v["package"], "changes");
+    assert_eq!(v["copy_dir"], "/var/lib/skyhook/skyhook-run/changes-1.0.0");
+    assert_eq!(v["summary"], "Apply: 3 changed, 0 unchanged, 1 action.");
+    let edit = &v["steps"][0];
+    assert_eq!(edit["kind"], "rhai");
+    assert_eq!(edit["result"]["summary"], "Apply: 3 changed, 0 unchanged.");
+    let at = "/var/lib/skyhook/skyhook-run/changes-1.0.0/skyhook_dir/edit.rhai";
+    let changes: Vec<(&str, &Value)> = edit["result"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["summary"].as_str().unwrap(), &c["position"]))
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            (
+                "create /etc/demo.d/a.conf (mode 0644)",
+                &serde_json::json!({"file": at, "line": 2})
+            ),
+            (
+                "update /etc/demo.conf",
+                &serde_json::json!({"file": at, "line": 3})
+            ),
+            (
+                "remove /etc/old.conf",
+                &serde_json::json!({"file": at, "line": 4})
+            ),
+        ]
+    );
+    assert_eq!(
+        edit["result"]["changes"][0]["mkdir"],
+        serde_json::json!(["/etc/demo.d"])
+    );
+    let greet = &v["steps"][1];
+    assert_eq!(greet["kind"], "process");
+    assert_eq!(greet["result"]["ok"], true);
+    assert_eq!(greet["result"]["return_code"], 0);
+    assert_eq!(greet["result"]["changes"], serde_json::json!([]));
+    // the agent's output went to stderr
+    assert!(text(&out.stderr).contains("SUCEEDED: edit.rhai"), "{out:?}");
+
+    // a check mode with --apply: the same document, on the Check executor, no drift left
+    let out = skyhook_run()
+        .arg("--package")
+        .arg(pkg.path())
+        .args([
+            "--mode",
+            "apply-check",
+            "--apply",
+            "--output",
+            "json",
+            "--root",
+        ])
+        .arg(fr.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = valid_json(&out);
+    assert_eq!(v["mode"], "check");
+    assert_eq!(v["summary"], "Plan: 0 to change, 3 unchanged.");
+    assert_eq!(v["steps"][0]["result"]["drift"], 0);
 }
 
 /// `docs/plan.schema.json`, compiled (draft 2020-12, local references only).

@@ -289,6 +289,46 @@ mod tests {
         );
     }
 
+    /// The example of docs/agent.md ("Declared interrupts") parses and covers what the text
+    /// beside it says.
+    #[test]
+    fn agent_md_packages_json_example() {
+        let doc = include_str!("../../docs/agent.md");
+        let section = doc
+            .split_once("### Declared interrupts: the node metadata `packages.json`")
+            .expect("the section")
+            .1;
+        let json = section
+            .split_once("```json\n")
+            .and_then(|(_, rest)| rest.split_once("```"))
+            .expect("a json block")
+            .0;
+        let Declarations::Known(Some(d)) =
+            Declarations::from_packages_json_bytes(json.as_bytes(), "tuning").unwrap()
+        else {
+            panic!("tuning is not in the example");
+        };
+        assert_eq!(
+            d.covering(&services(&["containerd"])).as_deref(),
+            Some("interrupt (type: service, services: [containerd])")
+        );
+        for request in [InterruptRequest::Reboot, services(&["kubelet"])] {
+            assert_eq!(
+                d.covering(&request).as_deref(),
+                Some("configInterrupts.grub.conf (type: reboot)")
+            );
+        }
+        let without = DeclaredInterrupts {
+            config: Vec::new(),
+            ..d
+        };
+        assert!(without.covering(&InterruptRequest::Reboot).is_none());
+        assert_eq!(
+            cr_lines(&services(&["kubelet"])),
+            "interrupt: {type: service, services: [kubelet]}"
+        );
+    }
+
     #[test]
     fn packages_json_shapes_and_cr() {
         let entry = json!({"interrupt": {"type": "reboot"}});

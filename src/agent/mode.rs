@@ -517,7 +517,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             redactor: Some(redactor),
             cancel: step_cancel,
             cgroup: None,
-            diffs: false,
+            diffs: self.settings.diffs,
         };
         let log_dir = self
             .settings
@@ -749,12 +749,22 @@ pub struct ModeRun<'a> {
 }
 
 impl ModeRun<'_> {
-    /// Run the mode end to end: legacy copy, load, compile, expected files, lock, overlay,
-    /// `START`, then the [`ModeLoop`]. Returns true when the mode succeeded (exit 0).
+    /// Run the mode end to end ([`ModeRun::run_recorded`]). Returns true when the mode
+    /// succeeded (exit 0).
     ///
     /// # Errors
     /// Preparation and state failures (exit 1). Step failures are `Ok(false)`.
     pub async fn run(&self) -> Result<bool, AgentError> {
+        Ok(self.run_recorded().await?.is_some_and(|o| o.ok))
+    }
+
+    /// Run the mode end to end: legacy copy, load, compile, expected files, lock, overlay,
+    /// `START`, then the [`ModeLoop`]. Returns what happened to each step, or `None` when
+    /// the run stopped while waiting for the package lock (a failure: exit 1).
+    ///
+    /// # Errors
+    /// Preparation and state failures (exit 1). Step failures are `Ok` with `ok == false`.
+    pub async fn run_recorded(&self) -> Result<Option<ModeOutcome>, AgentError> {
         prepare::legacy_copy(self.root, self.copy_dir, &self.settings.data_dir)?;
         let site = PackageSite::Copy {
             root: self.root,
@@ -792,7 +802,7 @@ impl ModeRun<'_> {
         )
         .await?
         else {
-            return Ok(false);
+            return Ok(None);
         };
         crate::state::check_not_dangling(
             self.root,
@@ -869,6 +879,6 @@ impl ModeRun<'_> {
         let outcome = tracing::Instrument::instrument(mode_loop.run(), span).await?;
         keeper.stop()?;
         drop(lock);
-        Ok(outcome.ok)
+        Ok(Some(outcome))
     }
 }

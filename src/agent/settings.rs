@@ -96,6 +96,10 @@ pub struct Settings {
     pub env: Vec<(OsString, OsString)>,
     /// Warnings produced while parsing (printed on stderr by the caller).
     pub warnings: Vec<String>,
+    /// Record the unified diff of each file content change a `.rhai` step makes, in its
+    /// list of changes (`skyhook-run --package --apply --diff`). Never from the environment:
+    /// false for the agent.
+    pub diffs: bool,
 }
 
 fn truthy(v: Option<&OsStr>, default: bool) -> bool {
@@ -185,6 +189,7 @@ impl Settings {
             script_timeout,
             env,
             warnings,
+            diffs: false,
         })
     }
 

@@ -32,7 +32,8 @@ Dry run (the default):
   interrupt ends with `  # file:line`, the script line that made it. The summary line ends it:
       Plan: 2 to change, 5 unchanged, 1 action.
   --apply makes the changes and prints what changed (`Apply: 2 changed, 5 unchanged.`);
-  --apply --diff also shows the diffs of file contents, as the plan does.
+  --apply --diff also shows the diffs of file contents, as the plan does (--diff is
+  accepted in a dry run, which always shows them).
   SIGTERM or Ctrl-C during a script's --apply stops the script at its next operation and
   still writes what it changed so far (exit 1); a second signal exits at once (130, 143),
   as it does during a package's --apply (whose first signal lets the running step finish
@@ -58,7 +59,11 @@ Output:
   unchanged, interrupts, summary, counts, items: the ordered list with positions, content
   hashes, diffs and the script's output) plus ok, return_code, error, errors
   ([{file, line, column, message}]), drift and exit_code; script output then goes to
-  stderr (and into the items).
+  stderr (and into the items). For --package: the sum of the steps' reports plus package,
+  version, package_mode, ok, warnings, steps (each step's name, path, args, kind and, for a
+  step that ran, its result: report and outcome) and exit_code; --apply adds apply and
+  copy_dir, each .rhai step's result listing what it changed (the agent's output then goes
+  to stderr).
 
 Packages (--package DIR --mode MODE):
   DIR holds config.json, skyhook_dir/ and usually configmaps/ (--configmaps replaces it).
@@ -72,7 +77,12 @@ Packages (--package DIR --mode MODE):
   under SKYHOOK_ROOT_DIR, default /etc/skyhook, logs under SKYHOOK_LOG_DIR, default
   /var/log/skyhook, both inside the root; resource id SKYHOOK_RESOURCE_ID, default
   skyhook-run_<name>_<version>). Flags make a second --apply of a step skip it, as on a node
-  (OVERLAY_ALWAYS_RUN_STEP=true runs them anyway).
+  (OVERLAY_ALWAYS_RUN_STEP=true runs them anyway). After its own output each .rhai step
+  that succeeds lists what it changed, as the agent does on a node: the plan's lines (`~` changes,
+  `> ran:` actions, `!` interrupts, each with its `# file:line`; with --diff the unified
+  diff of each file content change too) and an `Apply: ...` summary line; a step that
+  changed nothing adds no line. With --output json the document has each step's result,
+  its changes included.
   Interrupts a .rhai step requests (interrupt::reboot() ...) are never run by a step: the
   operator runs them in its interrupt stage when the package's Skyhook CR declares them.
   A dry run judges each request against --skyhook-cr FILE (or DIR/node-metadata/
@@ -190,9 +200,9 @@ pub(crate) struct Cli {
     #[arg(long)]
     pub(crate) apply: bool,
 
-    /// With --apply (one script): show the unified diff of each file content change, as a
-    /// dry run does.
-    #[arg(long, requires = "apply")]
+    /// With --apply: show the unified diff of each file content change, as a dry run does
+    /// (a script's, or each .rhai step's of a package). A dry run always shows them.
+    #[arg(long)]
     pub(crate) diff: bool,
 
     /// The step's mode (step.mode): apply, config, uninstall, upgrade, post-interrupt or a

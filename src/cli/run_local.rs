@@ -78,9 +78,6 @@ pub(crate) fn run(cli: &Cli) -> ExitStatus {
         (false, true) => None,
     };
     match &cli.package {
-        Some(_) if cli.diff => {
-            usage("--diff shows the diffs of one script; --package --apply runs the agent flow")
-        }
         Some(dir) => {
             let run = PackageRun {
                 dir: dir.clone(),
@@ -90,6 +87,7 @@ pub(crate) fn run(cli: &Cli) -> ExitStatus {
                 env,
                 capture,
                 skyhook_cr: cli.skyhook_cr.clone(),
+                diffs: cli.diff,
             };
             if let Some(code) = no_steps(&run, json) {
                 return code;
@@ -346,23 +344,22 @@ fn package_apply(run: &PackageRun, json: bool) -> ExitStatus {
     };
     super::signal::exit_on_second_signal();
     let result = run.apply(&console);
-    let (ok, copy_dir) = match result {
+    let applied = match result {
         Ok(r) => r,
         Err(e) => return fail(json, e),
     };
+    let (ok, copy_dir) = (applied.ok, &applied.copy_dir);
     let code = if ok {
         ExitStatus::Done
     } else {
         ExitStatus::Failure
     };
     let written = if json {
-        print_json(&json!({
-            "package_mode": run.mode.as_str(),
-            "apply": true,
-            "ok": ok,
-            "copy_dir": copy_dir.display().to_string(),
-            "exit_code": code.code(),
-        }))
+        let mut v = applied.to_json();
+        if let Value::Object(m) = &mut v {
+            m.insert("exit_code".into(), code.code().into());
+        }
+        print_json(&v)
     } else {
         print_text(&format!(
             "skyhook-run: mode {} {} (package copy at {})\n",

@@ -57,15 +57,22 @@ pub struct PackageRun {
     /// interrupts; `None`: `DIR/node-metadata/packages.json` when present, else requested
     /// interrupts are not judged.
     pub skyhook_cr: Option<PathBuf>,
+    /// `--apply --diff`: each `.rhai` step's list of what it changed carries the unified
+    /// diff of each file content change (a dry run always has them).
+    pub diffs: bool,
 }
 
-/// How one step of a dry run went.
+/// How one step of a dry run (or of `--apply`) went.
 #[derive(Debug, Clone)]
 pub enum StepKind {
-    /// A `.rhai` step that ran on the Plan or Check executor.
+    /// A `.rhai` step that ran on the Plan or Check executor (on Apply or Check with
+    /// `--apply`).
     Script(StepResult),
-    /// Any other step: not run, listed as `would run: <path> <args>`.
+    /// Any other step in a dry run: not run, listed as `would run: <path> <args>`.
     Process,
+    /// Any other step with `--apply`: it ran; its result has its return code and an empty
+    /// report (what a process changes is not tracked).
+    ProcessRan(StepResult),
     /// Skipped, as the agent would skip it: its flag exists (a host path).
     Skipped {
         /// The flag file.
@@ -102,7 +109,7 @@ impl PlannedStep {
     /// False only for a failed step (a failed script, drift, a missing `env:` variable).
     pub fn ok(&self) -> bool {
         match &self.kind {
-            StepKind::Script(o) => o.ok,
+            StepKind::Script(o) | StepKind::ProcessRan(o) => o.ok,
             StepKind::Failed { .. } => false,
             StepKind::Process
             | StepKind::Skipped { .. }
@@ -122,7 +129,8 @@ impl PlannedStep {
     }
 }
 
-/// The dry run of one mode of a package.
+/// The dry run of one mode of a package, or (exec mode Apply, or Check in a `*-check`
+/// mode, from [`PackageRun::apply`]) what its steps did.
 #[derive(Debug, Clone)]
 pub struct PackagePlan {
     /// `package_name`.
@@ -131,7 +139,7 @@ pub struct PackagePlan {
     pub package_version: String,
     /// The mode.
     pub mode: Mode,
-    /// Plan, or Check in a `*-check` mode.
+    /// Plan (Apply with `--apply`), or Check in a `*-check` mode.
     pub exec_mode: ExecMode,
     /// Warnings from loading config.json and reading the history file.
     pub warnings: Vec<String>,
@@ -160,7 +168,9 @@ impl PackagePlan {
                     total.interrupts.extend(o.report.interrupts.iter().cloned());
                     total.unchanged += o.report.unchanged;
                 }
-                StepKind::Process => total.actions.push(process_action(s)),
+                StepKind::Process | StepKind::ProcessRan(_) => {
+                    total.actions.push(process_action(s));
+                }
                 StepKind::Overlay(r) => {
                     // Actions too: deferred work recorded by an earlier run is listed at the
                     // end of the session's first part.
@@ -207,6 +217,9 @@ impl PackagePlan {
                 StepKind::Process => {
                     let _ = writeln!(out, "> would run: {}", s.command_line());
                 }
+                StepKind::ProcessRan(o) => {
+                    let _ = writeln!(out, "> ran: {} (return code {})", s.command_line(), o.code);
+                }
                 StepKind::Skipped { flag } => {
                     let _ = writeln!(out, "skipped: flag {} exists", flag.display());
                 }
@@ -226,8 +239,9 @@ impl PackagePlan {
     /// `version`, `package_mode`, `ok`, `warnings` and `steps` (each with `name`, `path`,
     /// `args`, `kind` — `overlay`, `rhai`, `process`, `skipped`, `failed` or `not_run` — and
     /// for a script its [`StepResult::to_json`] under `result` (for the overlay its
-    /// [`Report::to_json`]), for a skipped step its `flag`,
-    /// for a failed one its `error`).
+    /// [`Report::to_json`]), for a process step `would_run` (a dry run) or its result under
+    /// `result` (`--apply`: `ok`, `return_code`, an empty report), for a skipped step its
+    /// `flag`, for a failed one its `error`).
     pub fn to_json(&self) -> Value {
         let r = &self.redactor;
         let steps: Vec<Value> = self
@@ -252,6 +266,14 @@ impl PackagePlan {
                     }
                     StepKind::Process => {
                         m.insert("would_run".into(), s.command_line().into());
+                        "process"
+                    }
+                    StepKind::ProcessRan(o) => {
+                        let mut result = o.to_json(r);
+                        if let Value::Object(rm) = &mut result {
+                            rm.insert("errors".into(), Value::Array(Vec::new()));
+                        }
+                        m.insert("result".into(), result);
                         "process"
                     }
                     StepKind::Skipped { flag } => {
@@ -280,6 +302,37 @@ impl PackagePlan {
             m.insert("ok".into(), self.ok().into());
             m.insert("warnings".into(), json!(self.warnings));
             m.insert("steps".into(), Value::Array(steps));
+        }
+        v
+    }
+}
+
+/// What `skyhook-run --package DIR --apply` did ([`PackageRun::apply`]).
+#[derive(Debug, Clone)]
+pub struct AppliedPackage {
+    /// Each step of the mode as the agent ran it: a `.rhai` step's result with the report
+    /// of what it changed, a process step's result (return code only), skipped, failed or
+    /// not run; exec mode Apply (Check in a `*-check` mode).
+    pub steps: PackagePlan,
+    /// The mode succeeded (exit 0).
+    pub ok: bool,
+    /// The package copy inside the root (a host path).
+    pub copy_dir: PathBuf,
+}
+
+impl AppliedPackage {
+    /// The JSON form: [`PackagePlan::to_json`] of the steps (`mode` `apply` or `check`;
+    /// each `.rhai` step's `result` has its changes, actions and ordered `items`), with
+    /// `ok` the mode's outcome, plus `apply` (true) and `copy_dir`.
+    pub fn to_json(&self) -> Value {
+        let mut v = self.steps.to_json();
+        if let Value::Object(m) = &mut v {
+            m.insert("ok".into(), self.ok.into());
+            m.insert("apply".into(), true.into());
+            m.insert(
+                "copy_dir".into(),
+                self.copy_dir.display().to_string().into(),
+            );
         }
         v
     }
@@ -594,13 +647,14 @@ impl PackageRun {
     ///    check results under `SKYHOOK_ROOT_DIR` (default `/etc/skyhook`), logs under
     ///    `SKYHOOK_LOG_DIR` (default `/var/log/skyhook`), both inside the root; the resource
     ///    id is `SKYHOOK_RESOURCE_ID`, else `skyhook-run_<name>_<version>`. Output is the
-    ///    agent's, on this process's stdout and stderr. `COPY_RESOLV` is not done.
+    ///    agent's, on this process's stdout and stderr (each `.rhai` step lists what it
+    ///    changed, with the diffs when [`PackageRun::diffs`]). `COPY_RESOLV` is not done.
     ///
-    /// Returns whether the mode succeeded and the copy dir (a host path).
+    /// Returns what each step did, whether the mode succeeded and the copy dir.
     ///
     /// # Errors
     /// Loading, `interrupt` mode, copying, and what the agent stops on.
-    pub fn apply(&self, console: &Console) -> Result<(bool, PathBuf), LocalError> {
+    pub fn apply(&self, console: &Console) -> Result<AppliedPackage, LocalError> {
         if self.mode == Mode::Interrupt {
             return Err(LocalError::UnsupportedMode(self.mode.as_str().into()));
         }
@@ -631,7 +685,8 @@ impl PackageRun {
         let rid = self.resource_id(&pkg.package_name, &pkg.package_version);
         env.retain(|(k, _)| k != "SKYHOOK_RESOURCE_ID");
         env.push(("SKYHOOK_RESOURCE_ID".into(), rid.clone()));
-        let settings = Settings::from_env(os_env(&env)).map_err(AgentError::from)?;
+        let mut settings = Settings::from_env(os_env(&env)).map_err(AgentError::from)?;
+        settings.diffs = self.diffs;
         for w in &settings.warnings {
             console.warn(w);
         }
@@ -640,7 +695,7 @@ impl PackageRun {
             .enable_all()
             .build()
             .map_err(AgentError::Runtime)?;
-        let ok = rt.block_on(async {
+        let outcome = rt.block_on(async {
             let cancel = Cancel::new();
             crate::agent::signal::install(&cancel, console).map_err(AgentError::Runtime)?;
             ModeRun {
@@ -652,9 +707,64 @@ impl PackageRun {
                 cancel: &cancel,
                 console,
             }
-            .run()
+            .run_recorded()
             .await
         })?;
-        Ok((ok, copy_dir))
+        let ok = outcome.as_ref().is_some_and(|o| o.ok);
+        // The agent ran the copy; which steps are scripts follows from DIR alike (the copy
+        // holds the same files, its configmaps/ the configMaps folder's).
+        let site = PackageSite::Local {
+            dir: self.dir.clone(),
+            configmaps: self.configmaps_dir(),
+        };
+        let redactor = Redactor::new();
+        // No outcome (stopped waiting for the lock): no step ran.
+        let mut records = outcome.map(|o| o.steps).unwrap_or_default().into_iter();
+        let mut steps = Vec::new();
+        for step in pkg.steps(self.mode) {
+            let (args, decision) = records.next().map_or_else(
+                || (step.arguments.clone(), Decision::NotRun),
+                |r| (r.args, r.decision),
+            );
+            let script = site.script_path(step)?.is_some();
+            let kind = match decision {
+                Decision::Ran(r) => {
+                    redactor.add_all(&r.redactor);
+                    if script {
+                        StepKind::Script(r)
+                    } else {
+                        StepKind::ProcessRan(r)
+                    }
+                }
+                Decision::Skipped { flag } => StepKind::Skipped { flag },
+                Decision::MissingEnv { message } => StepKind::Failed { message },
+                Decision::NotRun => StepKind::NotRun,
+            };
+            steps.push(PlannedStep {
+                name: step.name.clone(),
+                path: step.path.clone(),
+                args,
+                kind,
+            });
+        }
+        let mut warnings: Vec<String> = loaded
+            .warnings
+            .iter()
+            .map(|w| w.trim_start().to_string())
+            .collect();
+        warnings.extend(settings.warnings.iter().cloned());
+        Ok(AppliedPackage {
+            steps: PackagePlan {
+                package_name: pkg.package_name.clone(),
+                package_version: pkg.package_version.clone(),
+                mode: self.mode,
+                exec_mode: super::exec_mode(self.mode, true),
+                warnings,
+                steps,
+                redactor,
+            },
+            ok,
+            copy_dir,
+        })
     }
 }

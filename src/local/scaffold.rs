@@ -443,6 +443,7 @@ mod tests {
                 env: vec![],
                 capture: None,
                 skyhook_cr: None,
+                diffs: false,
             }
             .plan(&engine, out.clone())
             .unwrap();

@@ -149,6 +149,7 @@ fn package_plan_includes_the_root_dir_overlay() {
             env: vec![("NODE_NAME".into(), "n1".into())],
             capture: None,
             skyhook_cr: None,
+            diffs: false,
         }
         .plan(&engine, out.clone())
         .unwrap();

@@ -12,6 +12,7 @@
 //! | a key of a literal options map (`#{...}`) the host function does not accept: `fs::write: unknown option mod (did you mean mode? accepted: mode, owner, group)` | error |
 //! | a method `x.f(..)` no function of any arity has the name of (it may still be a function stored in a map property, hence only a warning) | warning |
 //! | a backtick string containing `\n`: Rhai keeps backslash-n literally there | warning |
+//! | the result of a command call that accepts any exit code thrown away (a statement of its own): `query(..)` without `check: true` or `ok`, `run(..)`/`sh(..)` with `check: false`; the code is then neither checked nor read, so a failure passes silently (a `run`/`sh` that checks its code, by default or with `ok`, is fine as a statement) | warning |
 //! | the result of an in-place method (`replace`, `trim`, `make_upper`, `make_lower`, `pad`, `truncate`, `crop`, `clear`, `sort`, `reverse`), which is `()`, used as a value: assigned, passed as an argument, returned (also as the last expression of a function or closure: `lines.map(\|l\| l.trim())`), compared, a condition, the object of another call | warning |
 //!
 //! The functions come from the tables a run is verified against: the host API
@@ -519,6 +520,7 @@ impl Walk<'_> {
             ASTNode::Expr(Expr::FnCall(x, pos)) | ASTNode::Stmt(Stmt::FnCall(x, pos)) => {
                 self.call(x, *pos);
                 self.in_place(path, &x.name, *pos);
+                self.unchecked_command(path, x, *pos);
             }
             ASTNode::Expr(Expr::MethodCall(x, pos)) => {
                 self.method(x, *pos);
@@ -740,6 +742,43 @@ impl Walk<'_> {
             .unwrap_or_default()
     }
 
+    /// A thrown-away result of a command call that accepts any exit code (module docs).
+    fn unchecked_command(&mut self, path: &[ASTNode], x: &FnCallExpr, pos: Position) {
+        let name = x.name.as_str();
+        if !x.namespace.is_empty()
+            || !matches!(name, "run" | "sh" | "query")
+            || self.script_fns.contains_key(name)
+            || !result_ignored(path, self.tails)
+        {
+            return;
+        }
+        let (check, ok) = match x.args.get(1) {
+            None => (Key::Absent, Key::Absent),
+            Some(opts) => match (literal_key(opts, "check"), literal_key(opts, "ok")) {
+                (Some(check), Some(ok)) => (check, ok),
+                _ => return,
+            },
+        };
+        if !matches!(ok, Key::Absent) {
+            return; // `ok` lists the codes that pass: the code is checked.
+        }
+        let message = match (name, check) {
+            ("query", Key::Absent | Key::Bool(false)) => {
+                "query() returns any exit code, but its result is thrown away, so a failing \
+                 command passes silently: read it (`if query(..).ok { .. }`), add \
+                 `#{check: true}` to fail the step on a non-zero exit, or use run()"
+                    .to_string()
+            }
+            ("run" | "sh", Key::Bool(false)) => format!(
+                "{name}() with check: false accepts any exit code, but its result is thrown \
+                 away, so a failing command passes silently: read its `code`, or list the \
+                 codes the script expects in `ok` instead of check: false"
+            ),
+            _ => return,
+        };
+        self.push(pos, Severity::Warning, message);
+    }
+
     /// The result of an in-place method used as a value.
     fn in_place(&mut self, path: &[ASTNode], name: &str, pos: Position) {
         if !IN_PLACE.contains(&name) || self.script_fns.contains_key(name) {
@@ -776,6 +815,56 @@ impl Walk<'_> {
             ),
         );
     }
+}
+
+/// What a literal or constant options map says about one key.
+enum Key {
+    /// Not set (or set to `()`).
+    Absent,
+    /// Set to a constant bool.
+    Bool(bool),
+    /// Set to something else (a list, a variable).
+    Other,
+}
+
+/// What `opts` sets `key` to; `None` when the map is not written at the call (nor a
+/// constant), so the checker cannot tell.
+fn literal_key(opts: &Expr, key: &str) -> Option<Key> {
+    match opts {
+        Expr::Map(m, _) => Some(match m.0.iter().find(|(k, _)| k.name == key) {
+            None | Some((_, Expr::Unit(_))) => Key::Absent,
+            Some((_, Expr::BoolConstant(b, _))) => Key::Bool(*b),
+            Some(_) => Key::Other,
+        }),
+        Expr::DynamicConstant(d, _) => {
+            let m = d.read_lock::<Map>()?;
+            Some(match m.get(key) {
+                None => Key::Absent,
+                Some(v) if v.is_unit() => Key::Absent,
+                Some(v) => v.as_bool().map_or(Key::Other, Key::Bool),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Whether the value of the call at the end of `path` is thrown away: it is a statement of
+/// its own, not the tail of a function or closure body, and no enclosing node is an
+/// expression (a block used as a value, `let r = if c { query(a) } else { .. };`).
+fn result_ignored(path: &[ASTNode], tails: &HashSet<*const Stmt>) -> bool {
+    let statement = match path {
+        [.., ASTNode::Stmt(Stmt::FnCall(..))] => path.len() - 1,
+        [
+            ..,
+            ASTNode::Stmt(Stmt::Expr(_)),
+            ASTNode::Expr(Expr::FnCall(..)),
+        ] => path.len() - 2,
+        _ => return false,
+    };
+    path[..=statement].iter().all(|n| match n {
+        ASTNode::Stmt(s) => !tails.contains(&std::ptr::from_ref(*s)),
+        _ => false,
+    })
 }
 
 /// How the value of the last node of `path` (a call) is used, if it is: the chain

@@ -103,6 +103,10 @@ pub struct StepResult {
     /// Output that could not be written (a full log disk, a closed console): reported on
     /// stderr by the runner and kept here; the step's outcome is unchanged (9.3).
     pub log_errors: Vec<String>,
+    /// The secret values the step's session knew when it ended (empty for a step without a
+    /// session): its report is rendered with it ([`StepResult::to_json`] callers,
+    /// [`StepResult::changes_text`]).
+    pub redactor: Redactor,
 }
 
 impl StepResult {
@@ -117,6 +121,7 @@ impl StepResult {
             error: None,
             notes: Vec::new(),
             log_errors: Vec::new(),
+            redactor: Redactor::new(),
         }
     }
 
@@ -137,6 +142,27 @@ impl StepResult {
         } else {
             self.code
         }
+    }
+
+    /// What a succeeded step on the Apply executor changed, as the agent lists it on the
+    /// step's stdout after the step: the report's text form ([`Report::render_text`]) — per change
+    /// a `~ <summary>  # file:line` line (after a `+ mkdir <dir>` line per directory it
+    /// created, followed by its unified diff when diffs were recorded), per action
+    /// `> ran: <command>  # file:line`, per interrupt `! interrupt: <what>  # file:line`, in
+    /// the order they happened — then the summary `Apply: N changed, M unchanged.`, every
+    /// secret value replaced by `***`. `None` on the Plan and Check executors, for a step
+    /// that changed nothing, ran no action and requested no interrupt (it says nothing),
+    /// and for a failed step, whose error (and what undoing its changes leaves) is its
+    /// own account: its report still has what it did (JSON).
+    pub fn changes_text(&self) -> Option<String> {
+        let r = &self.report;
+        if !self.ok
+            || r.mode != ExecMode::Apply
+            || (r.changes.is_empty() && r.actions.is_empty() && r.interrupts.is_empty())
+        {
+            return None;
+        }
+        Some(r.render_text(&self.redactor))
     }
 
     /// The JSON form: the report's ([`Report::to_json`]: `mode`, `changes`, `actions`,

@@ -124,6 +124,7 @@ impl ScriptStep<'_> {
             error,
             notes: Vec::new(),
             log_errors: Vec::new(),
+            redactor: redactor.clone(),
         }
     }
 }

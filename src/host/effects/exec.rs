@@ -98,8 +98,10 @@ pub fn guarded_summary(argv: &[String], guards: &[Guard]) -> String {
 /// Options of `run(argv, #{...})`.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
-    /// Fail with [`HostError::CommandFailed`] on a non-zero exit code.
+    /// Fail with [`HostError::CommandFailed`] on an exit code not in [`RunOptions::ok`].
     pub check: bool,
+    /// The exit codes `check` accepts; empty: only 0.
+    pub ok: Vec<i32>,
     /// Bytes written to stdin (else stdin is `/dev/null`).
     pub input: Option<Vec<u8>>,
     /// Extra environment variables (after the step's, so they win).
@@ -117,6 +119,17 @@ pub struct RunOptions {
     pub stream: Option<StreamTo>,
     /// Idempotence guards (module docs); not empty: the command is a change.
     pub guards: Vec<Guard>,
+}
+
+impl RunOptions {
+    /// Whether exit `code` is a success for `check`: listed in `ok`, or 0 when `ok` is empty.
+    pub fn accepts(&self, code: i32) -> bool {
+        if self.ok.is_empty() {
+            code == 0
+        } else {
+            self.ok.contains(&code)
+        }
+    }
 }
 
 /// The result of a command (`#{code, stdout, stderr, ok, planned}` in scripts).
@@ -360,10 +373,11 @@ pub(crate) fn exec(cx: &Context, argv: &[String], opts: &RunOptions) -> Result<C
         planned: false,
         skipped: false,
     };
-    if opts.check && !out.ok {
+    if opts.check && !opts.accepts(code) {
         return Err(HostError::CommandFailed {
             command,
             code,
+            ok: opts.ok.clone(),
             stderr_tail: tail(&out.stderr),
         });
     }

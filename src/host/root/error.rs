@@ -145,14 +145,18 @@ pub enum HostError {
         source: std::io::Error,
     },
 
-    /// A command run with `check: true` (or an internal command) exited non-zero.
-    #[error("command {command} failed with exit code {code}: {stderr_tail}")]
+    /// A checked command (a script's `run`/`sh`, `check: true`, an internal command) exited
+    /// with a code it does not accept.
+    #[error("command {command} failed with exit code {code}{}{}", expected(.ok), after_colon(.stderr_tail))]
     CommandFailed {
         /// The command line, shell-quoted.
         command: String,
-        /// Its exit code (-1 when killed by a signal).
+        /// Its exit code (the negated signal number when killed by a signal).
         code: i32,
-        /// The last lines of its stderr (at most 20 lines / 2000 bytes).
+        /// The codes it accepts; empty: only 0.
+        ok: Vec<i32>,
+        /// The last lines of its stderr (at most 20 lines / 2000 bytes); empty when it wrote
+        /// none (the message then ends at the code).
         stderr_tail: String,
     },
 
@@ -399,3 +403,21 @@ pub struct ChecksumMismatch {
 
 /// Result alias for host API calls.
 pub type Result<T, E = HostError> = std::result::Result<T, E>;
+
+/// ` (accepted: 0, 1)` for [`HostError::CommandFailed`] when the command accepts more than 0.
+fn expected(ok: &[i32]) -> String {
+    if ok.is_empty() || ok == [0] {
+        return String::new();
+    }
+    let codes: Vec<String> = ok.iter().map(i32::to_string).collect();
+    format!(" (accepted: {})", codes.join(", "))
+}
+
+/// `: text` after a message, or nothing when `text` is empty.
+fn after_colon(text: &str) -> String {
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(": {text}")
+    }
+}

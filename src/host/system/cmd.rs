@@ -55,7 +55,7 @@ use crate::host::root::error::{HostError, Result};
 /// [`HostError::Invalid`] for an empty argv; [`HostError::ProgramNotFound`];
 /// [`HostError::Spawn`]; [`HostError::Timeout`]; [`HostError::Cancelled`] when the step's
 /// token is aborted; [`HostError::OutputTooLarge`] beyond [`CAPTURE_LIMIT`];
-/// [`HostError::CommandFailed`] with `check`.
+/// [`HostError::CommandFailed`] with `check`, for a code `ok` does not list.
 pub fn run(h: &mut Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
     if argv.is_empty() || argv[0].is_empty() {
         return Err(HostError::Invalid {
@@ -94,6 +94,7 @@ pub fn run(h: &mut Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput
 fn guards_say_done(h: &Host, opts: &RunOptions) -> Result<bool> {
     let query = RunOptions {
         check: false,
+        ok: Vec::new(),
         input: None,
         env: opts.env.clone(),
         cwd: opts.cwd.clone(),

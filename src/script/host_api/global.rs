@@ -22,6 +22,7 @@ use crate::script::output::ScriptOutput;
 /// options against these lists, so the docs and the checker cannot drift from it.
 pub(crate) const RUN_KEYS: &[&str] = &[
     "check",
+    "ok",
     "input",
     "env",
     "cwd",
@@ -32,6 +33,7 @@ pub(crate) const RUN_KEYS: &[&str] = &[
 /// The option keys of `run`/`sh`: [`RUN_KEYS`] and the guards (`query` takes none).
 pub(crate) const GUARDED_RUN_KEYS: &[&str] = &[
     "check",
+    "ok",
     "input",
     "env",
     "cwd",
@@ -105,7 +107,63 @@ fn guards(m: &Map) -> Result<Vec<Guard>, String> {
     Ok(out)
 }
 
-/// `#{check, input, env, cwd, timeout, read_only, stream}` and, unless `query`, the guards
+/// The options of a `run`/`sh` without an options map: the exit code is checked (0 passes).
+fn checked() -> RunOptions {
+    RunOptions {
+        check: true,
+        ..RunOptions::default()
+    }
+}
+
+/// Whether the exit code is checked and the codes that pass, from `#{check, ok}`: `run`/`sh`
+/// check unless `check: false` (any code is returned, for a script that reads it), `query`
+/// only with `check: true` or `ok`; `ok` (a non-empty array of exit codes) lists the codes
+/// that pass a check, else 0 alone.
+fn exit_codes(m: &Map, query: bool) -> Result<(bool, Vec<i32>), String> {
+    let ok = match m.get("ok") {
+        None => None,
+        Some(d) if d.is_unit() => None,
+        Some(d) => {
+            let Some(a) = d.read_lock::<Array>() else {
+                return Err(format!(
+                    "option ok must be an array of exit codes, e.g. [0, 1], got {}",
+                    d.type_name()
+                ));
+            };
+            if a.is_empty() {
+                return Err("option ok must list at least one exit code, e.g. [0, 1]".into());
+            }
+            let mut codes = Vec::new();
+            for v in a.iter() {
+                match v.as_int().ok().and_then(|i| i32::try_from(i).ok()) {
+                    Some(c) => codes.push(c),
+                    None => {
+                        return Err(format!(
+                            "option ok must be an array of exit codes (integers), got {} {v}",
+                            v.type_name()
+                        ));
+                    }
+                }
+            }
+            Some(codes)
+        }
+    };
+    let check = match m.get("check") {
+        Some(d) if !d.is_unit() => Some(opt_bool(m, "check", true)?),
+        _ => None,
+    };
+    match (check, ok) {
+        (Some(false), Some(_)) => Err(
+            "options check: false and ok contradict each other: ok lists the exit codes \
+                 that pass the check, check: false accepts any"
+                .into(),
+        ),
+        (check, Some(codes)) => Ok((check.unwrap_or(true), codes)),
+        (check, None) => Ok((check.unwrap_or(!query), Vec::new())),
+    }
+}
+
+/// `#{check, ok, input, env, cwd, timeout, read_only, stream}` and, unless `query`, the guards
 /// `#{creates, removes, unless, onlyif}` (a guarded command is a change). The timeout
 /// (seconds, int or float) is capped by what remains of the run's deadline; without one, the
 /// session's deadline (tightened to the run's) applies. `stream: true` forwards the
@@ -160,8 +218,10 @@ fn run_opts(
             Some(Duration::from_secs_f64(secs.min(1e9)).min(left))
         }
     };
+    let (check, ok) = exit_codes(m, query)?;
     Ok(RunOptions {
-        check: opt_bool(m, "check", false)?,
+        check,
+        ok,
         input: opt_string(m, "input")?.map(String::into_bytes),
         env,
         cwd: opt_string(m, "cwd")?,
@@ -191,7 +251,7 @@ pub(crate) fn output_map(o: CmdOutput) -> Map {
 pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[(
     "",
     "Commands, secrets and counters (global functions)",
-    "Commands run chrooted in the host root, in their own process group, with the step's environment only. Their result is a map `#{code, stdout, stderr, ok, planned}`: output is captured whole and returned when the command ends, unless `stream: true` relays it live (and keeps only the last 64 KiB of each stream in the result).",
+    "Commands run chrooted in the host root, in their own process group, with the step's environment only. Their result is a map `#{code, stdout, stderr, ok, planned}`: output is captured whole and returned when the command ends, unless `stream: true` relays it live (and keeps only the last 64 KiB of each stream in the result). A command that changes something (`run`, `sh`) fails the step when it exits with a code the script did not list in `ok` (0 when none is listed), so a failing command never passes silently; a probe whose code the script reads is a `query`.",
 )];
 
 /// The functions of this file's namespaces, in reference order: each one's reference row
@@ -203,10 +263,10 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         &[ARGV],
         "Map",
         Submits(&[Command]),
-        "Run `argv` (no shell) chrooted in the host root with the step's environment: `#{code, stdout, stderr, ok, planned}` (`planned` is true when the command was recorded, not run). A missing program is an error.",
+        "Run `argv` (no shell) chrooted in the host root with the step's environment: `#{code, stdout, stderr, ok, planned}` (`planned` is true when the command was recorded, not run). A non-zero exit code is an error that fails the step (the command, its code and the tail of its stderr), as is a missing program.",
         |h, argv: Array| {
             let argv = convert::strings(&argv, "argv")?;
-            Ok(output_map(cmd::run(h, &argv, &RunOptions::default())?))
+            Ok(output_map(cmd::run(h, &argv, &checked())?))
         }
     ),
     host_fn!(
@@ -215,7 +275,7 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         &[ARGV, OPTS],
         "Map",
         Submits(&[Command, GuardedCommand]),
-        "As `run(argv)` with `#{check, input, env, cwd, timeout, read_only, stream}`: `check` throws on a non-zero code (command and stderr tail), `timeout` in seconds kills the process group (default and cap: what remains of the step's deadline), `read_only` marks a query, `stream: true` writes the command's stdout and stderr to the step's as they arrive (the agent's logs timestamp each chunk; nothing when the command is only planned) and keeps only the last 64 KiB of each in the result. Guards make the command a change: `creates: path` (done when the path exists), `removes: path` (done when it does not), `unless: argv` (done when that command exits 0), `onlyif: argv` (done when it exits non-zero). Guards are queries, evaluated in every mode (chrooted like the command, with its `env`, `cwd`, `timeout`); when one says done the command is skipped, counted unchanged and returns `skipped: true`; otherwise it runs (apply), is planned as a change `run: useradd gpuops (unless id gpuops)` (plan) or is drift (check).",
+        "As `run(argv)` with `#{check, ok, input, env, cwd, timeout, read_only, stream}`: `ok` lists the exit codes that pass (`run([\"grep\", \"-q\", \"x\", \"/etc/f\"], #{ok: [0, 1]})`; the result's `code` says which), any other is an error (command, code and stderr tail); `check: false` accepts any code, for a script that reads `code` itself (`skyhook-run check` warns when such a result is ignored); `timeout` in seconds kills the process group (default and cap: what remains of the step's deadline), `read_only` marks a query, `stream: true` writes the command's stdout and stderr to the step's as they arrive (the agent's logs timestamp each chunk; nothing when the command is only planned) and keeps only the last 64 KiB of each in the result. Guards make the command a change: `creates: path` (done when the path exists), `removes: path` (done when it does not), `unless: argv` (done when that command exits 0), `onlyif: argv` (done when it exits non-zero). Guards are queries, evaluated in every mode (chrooted like the command, with its `env`, `cwd`, `timeout`); when one says done the command is skipped, counted unchanged and returns `skipped: true`; otherwise it runs (apply), is planned as a change `run: useradd gpuops (unless id gpuops)` (plan) or is drift (check).",
         options = GUARDED_RUN_KEYS,
         api = run,
         |h, argv: Array, o: Map| {
@@ -230,7 +290,7 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         &[ARGV],
         "Map",
         RunsReadOnly,
-        "`run(argv)` with `read_only: true`: executed in plan and check mode too.",
+        "`run(argv)` with `read_only: true`: executed in plan and check mode too, and any exit code is returned (the script reads `code` or `ok`).",
         |h, argv: Array| {
             let argv = convert::strings(&argv, "argv")?;
             Ok(output_map(cmd::query(h, &argv, &RunOptions::default())?))
@@ -242,7 +302,7 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         &[ARGV, OPTS],
         "Map",
         RunsReadOnly,
-        "`run(argv, opts)` with `read_only: true`.",
+        "`run(argv, opts)` with `read_only: true`; the exit code is checked only with `check: true` or `ok: [codes]`.",
         options = RUN_KEYS,
         api = run,
         |h, argv: Array, o: Map| {
@@ -257,8 +317,8 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         &[("script", "String")],
         "Map",
         Submits(&[Command]),
-        "`run([\"/bin/bash\", \"-c\", script])`.",
-        |h, script: S| Ok(output_map(cmd::sh(h, &script, &RunOptions::default())?))
+        "`run([\"/bin/bash\", \"-c\", script])`: a non-zero exit of the script is an error.",
+        |h, script: S| Ok(output_map(cmd::sh(h, &script, &checked())?))
     ),
     host_fn!(
         "",
@@ -266,7 +326,7 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         &[("script", "String"), OPTS],
         "Map",
         Submits(&[Command, GuardedCommand]),
-        "`run([\"/bin/bash\", \"-c\", script], opts)`, guards included (summary `sh: <script> (creates /path)`).",
+        "`run([\"/bin/bash\", \"-c\", script], opts)`, `ok` and guards included (summary `sh: <script> (creates /path)`).",
         options = GUARDED_RUN_KEYS,
         api = run,
         |h, script: S, o: Map| {
@@ -372,7 +432,7 @@ pub(super) mod tests {
         t.stub("hello", "echo out-$1; echo err >&2; exit ${2:-0}");
         let src = r#"
             let a = run(["hello", "x"]);
-            let b = run(["hello", "y", "3"], #{env: #{V: 1}});
+            let b = run(["hello", "y", "3"], #{env: #{V: 1}, ok: [0, 3]});
             let q = query(["hello", "q"]);
             let s = sh("echo shell", #{read_only: false});
             print([a.code, a.stdout, a.stderr, a.ok, a.planned]);
@@ -413,12 +473,8 @@ pub(super) mod tests {
             "[0, \"out-x\\n\", \"err\\n\", true, false]\n[3, false, \"out-q\\n\", false]\n"
         );
         assert_eq!(t.calls(), vec!["hello x", "hello y 3", "hello q"]);
-        // check: true throws with the command and its stderr.
-        let r = run(
-            &t,
-            ExecMode::Apply,
-            "\n run([\"hello\", \"z\", \"4\"], #{check: true})",
-        );
+        // A non-zero exit throws with the command and its stderr.
+        let r = run(&t, ExecMode::Apply, "\n run([\"hello\", \"z\", \"4\"])");
         assert_eq!(
             r.error(),
             "main.rhai:2:2: run: command hello z 4 failed with exit code 4: err"
@@ -433,6 +489,88 @@ pub(super) mod tests {
             r.error(),
             "main.rhai:1:1: run: argv[1] must be a string, got i64"
         );
+    }
+
+    /// `run`/`sh` fail on an exit code the script did not list in `ok` (guarded commands
+    /// too); `query` returns any code unless `check`/`ok` says otherwise; `check: false`
+    /// returns any code.
+    #[test]
+    fn a_failing_command_fails_the_step_unless_its_code_is_expected() {
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub("hello", "echo out-$1; echo err >&2; exit ${2:-0}");
+        // `sh` runs /bin/bash: the machine's sh stands in for it.
+        std::os::unix::fs::symlink("sh", t.p("/bin/bash")).unwrap();
+        let fails = |src: &str| run(&t, ExecMode::Apply, src).error();
+        assert_eq!(
+            fails(r#"run(["hello", "z", "9"])"#),
+            "main.rhai:1:1: run: command hello z 9 failed with exit code 9: err"
+        );
+        assert_eq!(
+            fails(r#"sh("echo no >&2; exit 9")"#),
+            "main.rhai:1:1: sh: command /bin/bash -c 'echo no >&2; exit 9' failed with exit \
+             code 9: no"
+        );
+        assert_eq!(
+            fails(r#"run(["hello", "z", "2"], #{ok: [0, 1]})"#),
+            "main.rhai:1:1: run: command hello z 2 failed with exit code 2 (accepted: 0, 1): err"
+        );
+        assert_eq!(
+            fails(r#"sh("exit 0", #{ok: [3]})"#),
+            "main.rhai:1:1: sh: command /bin/bash -c 'exit 0' failed with exit code 0 \
+             (accepted: 3)"
+        );
+        // A guarded command that runs is checked like any other.
+        assert_eq!(
+            fails(r#"run(["hello", "g", "7"], #{creates: "/nope"})"#),
+            "main.rhai:1:1: run: command hello g 7 failed with exit code 7: err"
+        );
+        assert_eq!(
+            fails(r#"query(["hello", "q", "5"], #{ok: [0]})"#),
+            "main.rhai:1:1: query: command hello q 5 failed with exit code 5: err"
+        );
+        let src = r#"
+            let a = run(["hello", "a", "1"], #{ok: [0, 1]});
+            let b = sh("exit 3", #{ok: [3]});
+            let c = query(["hello", "c", "5"]);
+            let d = run(["hello", "d", "6"], #{check: false});
+            let e = run(["hello", "e", "7"], #{creates: "/nope", ok: [7]});
+            print([a.code, a.ok, b.code, c.code, c.ok, d.code, e.code]);
+        "#;
+        let a = run(&t, ExecMode::Apply, src).ok();
+        assert_eq!(a.stdout(), "[1, false, 3, 5, false, 6, 7]\n");
+        // Nothing runs in a plan but the query: a planned command passes.
+        t.clear_calls();
+        let p = run(
+            &t,
+            ExecMode::Plan,
+            r#"run(["hello", "z", "9"]); sh("exit 9")"#,
+        )
+        .ok();
+        assert_eq!(p.outcome.code, 0);
+        assert!(t.calls().is_empty(), "{:?}", t.calls());
+        // Bad `ok`/`check` values are named.
+        for (src, msg) in [
+            (
+                r#"run(["true"], #{ok: 1})"#,
+                "run: option ok must be an array of exit codes, e.g. [0, 1], got i64",
+            ),
+            (
+                r#"run(["true"], #{ok: []})"#,
+                "run: option ok must list at least one exit code, e.g. [0, 1]",
+            ),
+            (
+                r#"run(["true"], #{ok: [0, "1"]})"#,
+                "run: option ok must be an array of exit codes (integers), got string 1",
+            ),
+            (
+                r#"sh("true", #{ok: [0], check: false})"#,
+                "sh: options check: false and ok contradict each other: ok lists the exit \
+                 codes that pass the check, check: false accepts any",
+            ),
+        ] {
+            assert_eq!(fails(src), format!("main.rhai:1:1: {msg}"), "{src}");
+        }
     }
 
     #[test]

@@ -195,14 +195,17 @@ apply script: what would change is drift, and the check fails).
   `docs/plan.schema.json`.
 - **Errors are script errors** at the call's `file:line:col`, naming the path or command,
   and they can be caught with `try`/`catch`. An uncaught one fails the step.
+- **A failing command fails the step.** `run` and `sh` throw when the command exits with a
+  code the script did not list in `ok` (0 when it lists none): `#{ok: [0, 1]}` for
+  `grep -q`. A probe whose code the script reads is a `query`, which returns any code.
 - **A failed step changes no file.** In apply mode every file a step changes (writes and
   line edits, drop-ins, directories, removals, trees, mode and owner, symlinks, downloads,
   the user and group databases, `/etc/fstab`) and every live `sysctl::set` value is first
   journaled with its state before (content, mode, owner, extended attributes, existence) in
   `/var/lib/skyhook/.undo/`, made durable before the change. When the step fails (an
-  uncaught error, a failed `run(..., #{check: true})`, the deadline, a cancel, a return code
-  the step does not accept) the journal is replayed backwards: the files are as they were
-  before the step, and its deferred work (below) does not run. What cannot be undone is
+  uncaught error, a failed command, the deadline, a cancel, a return code the step does
+  not accept) the journal is replayed backwards: the files are as they were before the
+  step, and its deferred work (below) does not run. What cannot be undone is
   listed in the step's error, one `not undone: <what>` line each: the commands that ran,
   packages installed, removed or held, services started, stopped or restarted (and a
   daemon-reload a `service::` call ran first), modules loaded, mounts, and any file that
@@ -214,9 +217,9 @@ apply script: what would change is drift, and the check fails).
   `systemctl daemon-reload` (run before the step's next `service::` call, else at its end), a
   changed `grub::` drop-in one grub regeneration at the end of the step (a changed `kmod::`
   blacklist or options file one initramfs regeneration, `initramfs.json`); none runs when
-  the step fails (its files are put back). In apply mode it is recorded on the host in `/var/lib/skyhook/.deferred/`
-  (`daemon-reload.json`, `grub.json` with the pending grubby arguments) *before* the drop-in
-  is written, and the record is removed only once the work succeeded; when the work fails or
+  the step fails (its files are put back). In apply mode it is recorded on the host in
+  `/var/lib/skyhook/.deferred/` (`daemon-reload.json`, `grub.json` with the pending grubby
+  arguments) *before* the drop-in is written, and the record is removed only once the work succeeded; when the work fails or
   the agent dies in between, the next script step on the node runs it (a plan or check lists
   it as an action, never drift), then removes the record.
 - **Concurrent edits are not lost.** In apply mode a call that rewrites a file
@@ -386,6 +389,11 @@ options maps built at run time.
   `truncate`, `crop`, `clear`, `sort` and `reverse` change the variable they are called on:
   `let t = s.trim();` makes `t` equal to `()`. Write `s.trim();` and use `s`. `check` warns
   when such a result is assigned, passed, returned or compared.
+- **A thrown-away result of a command that accepts any code hides a failure.** `run` and `sh`
+  fail the step on an exit code not listed in `ok`, so they are safe as statements; but
+  `query(argv);` or `run(argv, #{check: false});` alone drops the only sign the command
+  failed. Read the result (`if query(argv).ok { .. }`), or let the call check the code
+  (`#{check: true}`, `#{ok: [0, 1]}`). `check` warns about it.
 - **`()` is not `false`.** `if config::get("x") { .. }` is a type error when the configMap is
   missing (`()` is not a bool); test with `config::has("x")` or `!= ()`.
 - **Functions do not see the script's variables.** A `fn` sees its parameters and, through

@@ -81,7 +81,7 @@ const CORPUS: &[(&str, &[&str])] = &[
     (
         "let r = run([\"true\"],\n    #{chekc: true});\n",
         &[
-            "t.rhai:2:7: error: run: unknown option chekc (did you mean check? accepted: check, input, env, cwd, timeout, read_only, stream, creates, removes, unless, onlyif)",
+            "t.rhai:2:7: error: run: unknown option chekc (did you mean check? accepted: check, ok, input, env, cwd, timeout, read_only, stream, creates, removes, unless, onlyif)",
         ],
     ),
     (
@@ -147,6 +147,20 @@ const CORPUS: &[(&str, &[&str])] = &[
             "t.rhai:3:7: warning: trim() changes its object in place and returns (), but the result is returned: call `s.trim(..);` as a statement, then use `s`",
         ],
     ),
+    // A command result that accepts any exit code, thrown away.
+    (
+        "query([\"systemctl\", \"is-active\", \"x\"]);\n",
+        &[
+            "t.rhai:1:1: warning: query() returns any exit code, but its result is thrown away, so a failing command passes silently: read it (`if query(..).ok { .. }`), add `#{check: true}` to fail the step on a non-zero exit, or use run()",
+        ],
+    ),
+    (
+        "if true {\n    run([\"modprobe\", \"-r\", \"x\"], #{check: false});\n}\nconst O = #{check: false};\nsh(\"x\", O);\n",
+        &[
+            "t.rhai:2:5: warning: run() with check: false accepts any exit code, but its result is thrown away, so a failing command passes silently: read its `code`, or list the codes the script expects in `ok` instead of check: false",
+            "t.rhai:5:1: warning: sh() with check: false accepts any exit code, but its result is thrown away, so a failing command passes silently: read its `code`, or list the codes the script expects in `ok` instead of check: false",
+        ],
+    ),
     // Several findings, in source order.
     (
         "fs::wrte(\"/a\", \"b\");\nlet x = fs::read();\n",
@@ -179,6 +193,12 @@ fn correct_scripts_are_clean() {
         "log::info(\"a\");\nlog::warn(\"b\");\nprint(env(\"X\", \"d\"));\nprint(step().name);\n",
         "let r = run([\"true\"], #{check: true, timeout: 5});\nprint(r.planned);\nprint(changed());\n",
         "const OPTS = #{update: true};\npkg::install(\"x\", OPTS);\n",
+        // Commands whose code is checked, or read.
+        "run([\"a\"]);\nsh(\"b\", #{timeout: 5});\nrun([\"grep\", \"-q\", \"x\", \"/f\"], #{ok: [0, 1]});\n\
+         query([\"a\"], #{check: true});\nquery([\"a\"], #{ok: [0, 2]});\n\
+         let r = query([\"a\"]);\nprint(r.ok);\nif query([\"a\"]).ok { print(1); }\n\
+         let c = run([\"a\"], #{check: false}).code;\nlet v = if c > 0 { query([\"b\"]) } else { query([\"c\"]) };\n\
+         fn probe() { query([\"a\"]) }\nprint(probe());\nlet o = #{check: false};\nrun([\"a\"], o);\n",
         "let m = #{a: 1};\nif \"a\" in m { print(m.a); }\nprint(m.get(\"b\") ?? 0);\n",
     ] {
         assert_eq!(check(src), Vec::<String>::new(), "script:\n{src}");

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Wall time of a bash package against its Rhai port under skyhook-agent, every stage the
+# operator runs, on one fake GPU host of tests/fakehosts; both in the same run, alternating.
+#
+# Usage (as root: steps are chrooted; UPSTREAM is a checkout of NVIDIA/skyhook-packages):
+#   cargo build --release
+#   [RUNS=5] [HOST=cos-117] bash benches/port_vs_bash.sh gke UPSTREAM
+#
+# Packages: `gke` = upstream nvidia-tuning-gke on its base tuning/ (as its Dockerfile layers
+# them) against examples/nvidia-tuning-gke; configMaps accelerator=gb200, intent=
+# multiNodeTraining, USE_CONTAINERD=false (the bash package fails two of the other cases: its
+# inference profiles on kernels without kernel.sched_*, its post-interrupt-check with the
+# containerd drop-in; examples/nvidia-tuning-gke/README.md). Each run is a fresh root; the stages are config, config-check,
+# interrupt (systemd-sysctl), post-interrupt-check, config again, uninstall, uninstall-check.
+# A stage that fails is timed all the same and named at the end (the bash package's
+# uninstall fails when no service drop-in exists, one of the bugs the port fixes).
+# Prints per package the median and min of RUNS runs in ms, then port / bash.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "port_vs_bash.sh: needs root (steps run in a chroot)" >&2; exit 1; }
+[ $# -eq 2 ] || { echo "usage: port_vs_bash.sh gke UPSTREAM_DIR" >&2; exit 2; }
+which=$1 up=$2 RUNS=${RUNS:-5} HOST=${HOST:-cos-117}
+[ "$which" = gke ] || { echo "port_vs_bash.sh: unknown package $which (gke)" >&2; exit 2; }
+AGENT=${AGENT:-$PWD/target/release/skyhook-agent}
+[ -x "$AGENT" ] || { echo "port_vs_bash.sh: build $AGENT first (cargo build --release)" >&2; exit 1; }
+
+WORK=$(mktemp -d /tmp/skyhook-port.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+# The bash package as its image lays it out: the base tuning package, then the gke files.
+mkdir -p "$WORK/bash"
+cp -r "$up/tuning/skyhook_dir" "$WORK/bash/"
+cp -r "$up/nvidia-tuning-gke/skyhook_dir/." "$WORK/bash/skyhook_dir/"
+cp -r "$up/nvidia-tuning-gke/profiles" "$up/nvidia-tuning-gke/config.json" "$WORK/bash/"
+chmod +x "$WORK"/bash/skyhook_dir/*.sh
+cp -r examples/nvidia-tuning-gke "$WORK/port"
+
+# A fresh node at $1 with package $2 at /pkg.
+node() {
+    local r=$1
+    rm -rf "$r"
+    scripts/make-host-root.sh "$r" >/dev/null
+    rm -f "$r"/usr/local/bin/{systemctl,sysctl,service,reboot}
+    cp -a "tests/fakehosts/$HOST/." "$r/"
+    for t in find xargs mktemp; do
+        p=$(command -v $t); mkdir -p "$r$(dirname "$p")"; cp "$p" "$r$p"
+    done
+    mkdir -p "$r/dev" && rm -f "$r/dev/null" && mknod -m 666 "$r/dev/null" c 1 3
+    cp -r "$WORK/$2" "$r/pkg"
+    mkdir -p "$r/pkg/configmaps"
+    printf gb200 > "$r/pkg/configmaps/accelerator"
+    printf multiNodeTraining > "$r/pkg/configmaps/intent"
+}
+
+PAYLOAD=$(printf '{"type":"service_restart","services":["systemd-sysctl"]}' | base64 -w0)
+
+# Milliseconds for every stage of package $1 on a fresh root (root building not counted).
+stages() {
+    local r=$WORK/root-$1 t0 t1 mode
+    node "$r" "$1"
+    t0=$(date +%s%N)
+    for mode in config config-check interrupt post-interrupt-check config uninstall uninstall-check; do
+        local extra=()
+        [ $mode = interrupt ] && extra=("$PAYLOAD")
+        env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+            SKYHOOK_RESOURCE_ID=gke-0000-1_nvidia_tuning_gke_0.2.0 COPY_RESOLV=false \
+            SKYHOOK_ROOT_DIR=/state SKYHOOK_LOG_DIR=/log USE_CONTAINERD=false \
+            "$AGENT" $mode "$r" /pkg "${extra[@]}" >"$WORK/out-$1-$mode" 2>&1 \
+            || echo "$mode" >> "$WORK/failed-$1"
+    done
+    t1=$(date +%s%N)
+    echo $(( (t1 - t0) / 1000000 ))
+}
+
+declare -A times
+for ((i = 0; i < RUNS; i++)); do
+    for p in bash port; do times[$p]+="$(stages $p) "; done
+done
+python3 - "${times[bash]}" "${times[port]}" <<'PY'
+import statistics, sys
+b = [int(x) for x in sys.argv[1].split()]
+p = [int(x) for x in sys.argv[2].split()]
+for name, xs in (("bash", b), ("port", p)):
+    print(f"{name}: median {statistics.median(xs):.0f} ms, min {min(xs)} ms, runs {xs}")
+print(f"port / bash: {statistics.median(p) / statistics.median(b):.2f} (median)")
+PY
+for p in bash port; do
+    if [ -f "$WORK/failed-$p" ]; then
+        echo "$p: stages that failed: $(sort -u "$WORK/failed-$p" | tr '\n' ' ')"
+    fi
+done

@@ -1,0 +1,313 @@
+//! The Rhai ports of the public GPU-node packages (`examples/nvidia-*`) run by the agent on
+//! the fake GPU-node hosts of `tests/fakehosts` (README there): every stage the operator
+//! runs, a second run that changes nothing, drift caught by the check, a clear failure for a
+//! bad configMap, and an uninstall back to the starting files.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::require_root;
+use crate::util::{FakeRoot, Run, T, tree};
+
+/// Every host layer of `tests/fakehosts`.
+const HOSTS: &[&str] = &[
+    "ubuntu-24.04-eks-x86_64",
+    "ubuntu-24.04-eks-arm64",
+    "ubuntu-22.04",
+    "amazon-linux-2023",
+    "cos-117",
+];
+
+/// Tools the host layers' stubs use, copied from this machine into the root.
+const STUB_TOOLS: &[&str] = &[
+    "sed", "grep", "ln", "basename", "dirname", "cut", "sort", "find", "xargs", "wc", "readlink", "tail",
+];
+
+/// `systemctl show UNIT --property=P...` for the root (the layers' systemctl prints nothing
+/// for `show`): each property's last `P=` line in the unit file, then its drop-ins in name
+/// order, as systemd merges them; other verbs go to the layer's stub.
+const SYSTEMCTL_SHOW: &str = r#"#!/bin/sh
+if [ "$1" != show ]; then exec /usr/local/sbin/systemctl.layer "$@"; fi
+unit=${2%.service}.service
+files=""
+for d in /etc/systemd/system /usr/lib/systemd/system; do
+    if [ -f "$d/$unit" ]; then files="$d/$unit"; break; fi
+done
+for f in /etc/systemd/system/$unit.d/*.conf; do
+    [ -f "$f" ] && files="$files $f"
+done
+shift 2
+for p in "$@"; do
+    p=${p#--property=}
+    v=$(cat $files /dev/null | sed -n "s/^$p=//p" | tail -n 1)
+    echo "$p=$v"
+done
+"#;
+
+fn manifest() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Copy `src` over `dst`, replacing files (never writing through the template's hard links).
+fn overlay(src: &Path, dst: &Path) {
+    fs::create_dir_all(dst).unwrap();
+    for e in fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            overlay(&e.path(), &to);
+        } else {
+            let _ = fs::remove_file(&to);
+            fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
+
+/// A fake GPU node: a host layer over a minimal root, the package `example` at `$T/pkg`
+/// with `configmaps`, the agent's environment for `resource_id`.
+fn node(host: &str, example: &str, configmaps: &[(&str, &str)], resource_id: &str) -> FakeRoot {
+    let mut fr = FakeRoot::with_tools(STUB_TOOLS);
+    overlay(&manifest().join("tests/fakehosts").join(host), fr.root());
+    // The stubs write to /dev/null, as on a node.
+    let null = fr.host("/dev/null");
+    fs::create_dir_all(null.parent().unwrap()).unwrap();
+    let _ = fs::remove_file(&null);
+    let mknod = std::process::Command::new("mknod")
+        .args(["-m", "666"])
+        .arg(&null)
+        .args(["c", "1", "3"])
+        .status()
+        .unwrap();
+    assert!(mknod.success(), "mknod {}", null.display());
+    let sbin = fr.host("/usr/local/sbin");
+    fs::rename(sbin.join("systemctl"), sbin.join("systemctl.layer")).unwrap();
+    fr.write_mode("/usr/local/sbin/systemctl", SYSTEMCTL_SHOW, 0o755);
+    overlay(&manifest().join("examples").join(example), &fr.t("pkg"));
+    for (k, v) in configmaps {
+        fr.write(&format!("{T}/pkg/configmaps/{k}"), v);
+    }
+    fr.set_env(
+        "PATH",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    );
+    fr.set_env("SKYHOOK_RESOURCE_ID", resource_id);
+    fr
+}
+
+/// The base64 of an interrupt payload.
+fn payload(json: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(json)
+}
+
+/// `/etc` of the root: path, kind, content hash, mode and owner of every entry (no times:
+/// a directory's mtime changes when an entry comes and goes).
+fn etc(fr: &FakeRoot) -> Vec<String> {
+    tree(&fr.host("/etc"))
+        .into_iter()
+        .map(|l| l.rsplit_once(' ').expect("mtime field").0.to_string())
+        .collect()
+}
+
+#[track_caller]
+fn ok(run: Run, what: &str) -> Run {
+    assert_eq!(run.code, 0, "{what}:\n{}", run.all());
+    run
+}
+
+fn live(fr: &FakeRoot, key: &str) -> String {
+    fr.read(&format!("/proc/sys/{}", key.replace('.', "/")))
+        .trim()
+        .to_string()
+}
+
+const GKE_ID: &str = "gke-0000-1_nvidia_tuning_gke_0.2.0";
+
+/// The sysctl file and drop-in the gke port writes (named after the whole package name).
+const GKE_SYSCTL: &str = "/etc/sysctl.d/999-nvidia_tuning_gke-tuning.conf";
+const GKE_DROP_IN: &str = "/etc/systemd/system/containerd.service.d/999-nvidia_tuning_gke-tuning.conf";
+
+/// nvidia-tuning-gke, gb200/inference with USE_CONTAINERD=true, on every host: the
+/// operator's stages, idempotence, drift, uninstall back to the starting `/etc`.
+#[test]
+fn nvidia_tuning_gke_every_stage_on_every_host() {
+    require_root!();
+    for host in HOSTS {
+        let mut fr = node(
+            host,
+            "nvidia-tuning-gke",
+            &[("accelerator", "gb200\n"), ("intent", "inference\n")],
+            GKE_ID,
+        );
+        fr.set_env("USE_CONTAINERD", "true");
+        let before = etc(&fr);
+        let what = |stage: &str| format!("{host}: {stage}");
+
+        // The operator's order for a first install; apply and apply-check are not in the
+        // package and succeed with a warning, as the bash package's do.
+        ok(fr.run("apply"), &what("apply"));
+        ok(fr.run("apply-check"), &what("apply-check"));
+        let config = ok(fr.run("config"), &what("config"));
+        assert!(
+            config.stdout.contains(
+                "tuning nvidia_tuning_gke: sysctl changed, ulimit unchanged, services changed, grub unchanged"
+            ),
+            "{host}: {}",
+            config.all()
+        );
+        // kernel.sched_* are gone since 5.13 (none of the hosts has them): skipped, named.
+        assert!(
+            config
+                .all()
+                .contains("no such key \"kernel.sched_latency_ns\" in /proc/sys, skipped"),
+            "{host}: {}",
+            config.all()
+        );
+        assert_eq!(live(&fr, "vm.swappiness"), "1", "{host}");
+        assert_eq!(live(&fr, "kernel.threads-max"), "16512444", "{host}");
+        assert_eq!(live(&fr, "net.ipv4.conf.all.arp_ignore"), "1", "{host}");
+        let persisted = fr.read(GKE_SYSCTL);
+        assert!(persisted.contains("vm.min_free_kbytes = 65536\n"), "{persisted}");
+        assert!(!persisted.contains("sched_latency"), "{persisted}");
+        assert_eq!(fr.read(GKE_DROP_IN), "[Service]\nLimitSTACK=67108864\n");
+        ok(fr.run("config-check"), &what("config-check"));
+
+        let restart = r#"{"type":"service_restart","services":["systemd-sysctl"]}"#;
+        ok(fr.interrupt(&payload(restart)), &what("interrupt"));
+        ok(fr.run("post-interrupt"), &what("post-interrupt"));
+        ok(
+            fr.run("post-interrupt-check"),
+            &what("post-interrupt-check"),
+        );
+
+        // A second config changes nothing.
+        let after_first = etc(&fr);
+        let again = ok(fr.run("config"), &what("config again"));
+        assert!(
+            again.stdout.contains(
+                "sysctl unchanged, ulimit unchanged, services unchanged, grub unchanged"
+            ),
+            "{host}: {}",
+            again.all()
+        );
+        assert_eq!(etc(&fr), after_first, "{host}: a second config changed /etc");
+
+        // Drift: a live value changed behind the package's back.
+        fs::write(fr.host("/proc/sys/vm/swappiness"), "60\n").unwrap();
+        let drift = fr.run("config-check");
+        assert_eq!(drift.code, 1, "{host}: {}", drift.all());
+        assert!(
+            drift.all().contains("sysctl vm.swappiness is \"60\", expected \"1\""),
+            "{host}: {}",
+            drift.all()
+        );
+        ok(fr.run("config"), &what("config after drift"));
+        assert_eq!(live(&fr, "vm.swappiness"), "1", "{host}");
+
+        ok(fr.run("uninstall"), &what("uninstall"));
+        ok(fr.run("uninstall-check"), &what("uninstall-check"));
+        assert!(!fr.exists(GKE_SYSCTL), "{host}");
+        assert!(!fr.exists("/etc/systemd/system/containerd.service.d"), "{host}");
+        let after: Vec<String> = etc(&fr)
+            .into_iter()
+            .filter(|l| !l.starts_with("skyhook"))
+            .collect();
+        assert_eq!(after, before, "{host}: uninstall left /etc different");
+    }
+}
+
+/// Switching profile (h100/inference → h100/multiNodeTraining) takes back what the old one
+/// set and the new one does not; without USE_CONTAINERD the gb200 drop-in is not written
+/// (and one written before is removed).
+#[test]
+fn nvidia_tuning_gke_profile_switch_and_containerd_switch() {
+    require_root!();
+    let mut fr = node(
+        "cos-117",
+        "nvidia-tuning-gke",
+        &[("accelerator", "h100"), ("intent", "inference")],
+        GKE_ID,
+    );
+    ok(fr.run("config"), "h100/inference");
+    assert!(fr.read(GKE_SYSCTL).contains("vm.swappiness = 1\n"));
+    fr.write(&format!("{T}/pkg/configmaps/intent"), "multiNodeTraining");
+    ok(fr.run("config"), "h100/multiNodeTraining");
+    let persisted = fr.read(GKE_SYSCTL);
+    assert!(!persisted.contains("swappiness"), "{persisted}");
+    assert!(persisted.contains("net.core.default_qdisc = fq\n"), "{persisted}");
+    assert_eq!(live(&fr, "net.core.default_qdisc"), "fq");
+    ok(fr.run("config-check"), "check h100/multiNodeTraining");
+
+    fr.write(&format!("{T}/pkg/configmaps/accelerator"), "gb200");
+    fr.set_env("USE_CONTAINERD", "true");
+    ok(fr.run("config"), "gb200 with containerd");
+    assert!(fr.exists(GKE_DROP_IN));
+    fr.unset_env("USE_CONTAINERD");
+    ok(fr.run("config"), "gb200 without containerd");
+    assert!(!fr.exists(GKE_DROP_IN));
+    ok(fr.run("config-check"), "check gb200 without containerd");
+}
+
+/// A missing, empty or unknown accelerator or intent fails config with a message naming it
+/// and the choices, and changes nothing under /etc or /proc/sys.
+#[test]
+fn nvidia_tuning_gke_bad_configmaps_fail_clearly_and_change_nothing() {
+    require_root!();
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (
+            &[("intent", "inference")],
+            "Expected config file accelerator not found in configmaps directory.",
+        ),
+        (
+            &[("accelerator", " \n"), ("intent", "inference")],
+            "configMap \"accelerator\" is empty",
+        ),
+        (
+            &[("accelerator", "a100"), ("intent", "inference")],
+            "unknown accelerator \"a100\" (available: gb200, h100)",
+        ),
+        (
+            &[("accelerator", "h100"), ("intent", "training")],
+            "unknown intent \"training\" for accelerator \"h100\" (available: inference, multiNodeTraining)",
+        ),
+    ];
+    for (configmaps, message) in cases {
+        let fr = node("ubuntu-22.04", "nvidia-tuning-gke", configmaps, GKE_ID);
+        let etc_before = etc(&fr);
+        let proc_before = tree(&fr.host("/proc"));
+        let run = fr.run("config");
+        assert_ne!(run.code, 0, "{message}: {}", run.all());
+        assert!(run.all().contains(message), "{message}: {}", run.all());
+        let etc_after: Vec<String> = etc(&fr)
+            .into_iter()
+            .filter(|l| !l.starts_with("skyhook"))
+            .collect();
+        assert_eq!(etc_after, etc_before, "{message}");
+        assert_eq!(tree(&fr.host("/proc")), proc_before, "{message}");
+    }
+}
+
+/// Every script of the port passes `skyhook-run check` (no errors, no warnings).
+#[test]
+fn nvidia_tuning_gke_scripts_check_clean() {
+    let dir = manifest().join("examples/nvidia-tuning-gke/skyhook_dir");
+    let mut files: Vec<PathBuf> = Vec::new();
+    for sub in [dir.clone(), dir.join("lib")] {
+        for e in fs::read_dir(&sub).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "rhai") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    assert_eq!(files.len(), 6, "{files:?}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
+        .arg("check")
+        .args(&files)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr, "", "warnings from check");
+}
