@@ -11,6 +11,10 @@
 #   bash     STEPS bash steps (t.sh: exit 0), OVERLAY_ALWAYS_RUN_STEP=true
 #   rhai     STEPS .rhai steps (`let x = 1;`)
 #   edit     STEPS .rhai steps, each fs::ensure_line on /etc/bench.conf (present after the first)
+#   write    STEPS .rhai steps, each one file change every run: fs::write of a counter to
+#            /etc/bench-<i>.conf (the cost of one change, its undo journal included)
+#   write10  STEPS .rhai steps, each ten such changes (/etc/bench-<i>-<j>.conf): with write,
+#            the cost of one more change in a step
 # Prints per case and build the instructions (Ir), per step for the STEPS cases
 # ((Ir - Ir(start)) / STEPS), and each build's ratio to the first build named.
 set -euo pipefail
@@ -49,6 +53,15 @@ package("rhai", [step(f"s{i}", "t.rhai", [str(i)]) for i in range(n)],
         {"t.sh": sh, "t.rhai": "let x = 1;\n"})
 package("edit", [step(f"s{i}", "t.rhai", [str(i)]) for i in range(n)],
         {"t.sh": sh, "t.rhai": 'fs::ensure_line("/etc/bench.conf", "bench=1");\n'})
+package("write", [step(f"s{i}", "t.rhai", [str(i)]) for i in range(n)],
+        {"t.sh": sh, "t.rhai": 'let p = "/etc/bench-" + step.args[0] + ".conf";\n'
+                              'let s = fs::read_or(p, "0"); s.trim();\n'
+                              'fs::write(p, `${s.parse_int() + 1}\n`);\n'})
+package("write10", [step(f"s{i}", "t.rhai", [str(i)]) for i in range(n)],
+        {"t.sh": sh, "t.rhai": 'for j in 0..10 {\n'
+                              'let p = "/etc/bench-" + step.args[0] + "-" + j + ".conf";\n'
+                              'let s = fs::read_or(p, "0"); s.trim();\n'
+                              'fs::write(p, `${s.parse_int() + 1}\n`);\n}\n'})
 PY
 
 run() {  # run AGENT PKG ALWAYS [valgrind...]
@@ -62,7 +75,7 @@ declare -A ir
 names=()
 for spec in "$@"; do
     name=${spec%%=*}; agent=$(readlink -f "${spec#*=}"); names+=("$name")
-    for pkg in start bash rhai edit; do
+    for pkg in start bash rhai edit write write10; do
         always=true; [ $pkg = start ] && always=false
         run "$agent" $pkg $always
         run "$agent" $pkg $always valgrind --tool=callgrind --callgrind-out-file=/dev/null \
@@ -72,7 +85,7 @@ for spec in "$@"; do
 done
 first=${names[0]}
 printf '%-8s %-8s %15s %15s %8s\n' case build Ir Ir/step "/$first"
-for pkg in start bash rhai edit; do
+for pkg in start bash rhai edit write write10; do
     for name in "${names[@]}"; do
         total=${ir[$name,$pkg]}
         per=-; [ $pkg = start ] || per=$(( (total - ${ir[$name,start]}) / STEPS ))

@@ -147,9 +147,10 @@ fn apply_with_pid(fr: &FakeRoot, script: &Path, kill_at: &str) -> crate::util::R
 /// SIGKILL of a real `skyhook-run --apply` at three points between writing a drop-in and
 /// finishing its deferred work: right after the systemd drop-in (in a command the script
 /// runs next), inside the `systemctl daemon-reload` itself, and inside `update-grub` after a
-/// grub drop-in. Each time the record is left, the rerun (which finds the drop-in in place
-/// and changes nothing) runs the work exactly once and removes the record, and a third run
-/// runs nothing.
+/// grub drop-in. Each time the record is left with the step's undo journal; the rerun first
+/// undoes the killed step's files (the drop-in and the record go), then writes the drop-in
+/// again and runs the work exactly once and removes the record, and a third run runs
+/// nothing.
 #[test]
 fn sigkill_between_a_drop_in_and_its_deferred_work_loses_nothing() {
     require_root!();
@@ -203,8 +204,13 @@ fn sigkill_between_a_drop_in_and_its_deferred_work_loses_nothing() {
         let run = apply_with_pid(&fr, &script, kill_at);
         assert_eq!(run.code, 0, "{point}: {}{}", run.stdout, run.stderr);
         assert!(
-            run.stdout.contains("0 changed"),
-            "{point}: the rerun changed something: {}",
+            run.stderr.contains("left by a step that did not end"),
+            "{point}: the rerun did not undo the killed step: {}",
+            run.stderr
+        );
+        assert!(
+            run.stdout.contains("1 changed"),
+            "{point}: the rerun did not write the drop-in again: {}",
             run.stdout
         );
         assert_eq!(count(&fr), before + 1, "{point}: not exactly once");
@@ -465,10 +471,10 @@ fn a_hundred_line_edits_of_one_file_are_one_rename() {
     assert_eq!(targets, ["f.conf", "g.conf"], "{trace}");
 }
 
-/// A script that fails after line edits still has them written (as before batching, when
-/// each was written at once), and its error is the run's.
+/// A script that fails after line edits has them undone like every file change of a
+/// failed step (they are written, then put back), and its error is the run's.
 #[test]
-fn a_failing_script_still_writes_its_batched_line_edits() {
+fn a_failing_script_has_its_batched_line_edits_undone() {
     let dir = fast_tempdir();
     let root = dir.path().join("root");
     std::fs::create_dir_all(root.join("etc")).unwrap();
@@ -486,6 +492,6 @@ fn a_failing_script_still_writes_its_batched_line_edits() {
     assert!(r.stderr.contains("boom"), "{}", r.stderr);
     assert_eq!(
         std::fs::read_to_string(root.join("etc/f.conf")).unwrap(),
-        "a\nb\n# BEGIN skyhook x\nc\n# END skyhook x\n"
+        "a\n"
     );
 }

@@ -117,7 +117,12 @@ fn a_step_syncs_its_directory_once_after_its_renames_and_before_its_flag() {
     assert_eq!(fr.read("/etc/demo/a.conf"), "a\n");
     assert_eq!(fr.read("/etc/demo/b.conf"), "b\n");
     let text = std::fs::read_to_string(&out).unwrap();
-    let calls = durability_calls(&text, &fr.root_str());
+    // The step's undo journal is named after its process: `<journal>` here.
+    let journal = regex::Regex::new(r"\.undo/demo-two\.[0-9]+\.[0-9]+").unwrap();
+    let calls: Vec<String> = durability_calls(&text, &fr.root_str())
+        .iter()
+        .map(|c| journal.replace(c, ".undo/<journal>").into_owned())
+        .collect();
     let flags = fr.list("/t/state/flags/demo/1.0.0");
     assert_eq!(flags.len(), 1, "{flags:?}");
     let (dir, flag) = ("/t/state/flags/demo/1.0.0", &flags[0]);
@@ -129,12 +134,21 @@ fn a_step_syncs_its_directory_once_after_its_renames_and_before_its_flag() {
             "fsync(/t/state/flags/<tmp>)".to_string(),
             "rename(/t/state/flags/<tmp> -> /t/state/flags/START)".into(),
             "fsync(/t/state/flags)".into(),
-            // The step's writes: each file's fsync before its rename, the directory once.
+            // The step's undo journal: its directories, made durable once.
+            "fsync(/var/lib/skyhook/.undo/<journal>)".into(),
+            "fsync(/var/lib/skyhook)".into(),
+            "fsync(/var/lib/skyhook/.undo)".into(),
+            // The step's writes: each file's before-state journaled and the file fsynced
+            // before its rename, the directory once.
+            "fdatasync(/var/lib/skyhook/.undo/<journal>/log)".into(),
             "fsync(/etc/demo/<tmp>)".into(),
             "rename(/etc/demo/<tmp> -> /etc/demo/a.conf)".into(),
+            "fdatasync(/var/lib/skyhook/.undo/<journal>/log)".into(),
             "fsync(/etc/demo/<tmp>)".into(),
             "rename(/etc/demo/<tmp> -> /etc/demo/b.conf)".into(),
             "fsync(/etc/demo)".into(),
+            // The writes durable, the journal is deleted.
+            "fsync(/var/lib/skyhook)".into(),
             // Then the step's flag, with both of its fsyncs.
             format!("fsync({dir}/<tmp>)"),
             format!("rename({dir}/<tmp> -> {dir}/{flag})"),

@@ -42,6 +42,9 @@
 //! - `gpu_service_user`: the `examples/gpu-service-user` package (user::, group::, fs::write,
 //!   sysctl::, mount:: with a recording `mount`) planned, applied, planned again and checked
 //!   on a fake root, also after a manual umount and userdel.
+//! - `undo_journal`: a `.rhai` step of ten kinds of file change, failing or succeeding,
+//!   SIGKILLed at every fsync, fdatasync and rename (its undo included), then rerun: the
+//!   host equals a clean run's.
 
 /// Counts allocations as the binaries do, for the in-process runs of the library here.
 #[global_allocator]
@@ -75,3 +78,4 @@ mod rhai_steps;
 mod serve;
 mod skyhook_run;
 mod skyhook_run_check;
+mod undo_journal;

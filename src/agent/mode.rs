@@ -851,6 +851,14 @@ impl ModeRun<'_> {
                 .join(&pkg.package_version);
             crate::state::check_not_dangling(self.root, &log_dir, "log directory")?;
         }
+        // A `.rhai` step cut short (SIGKILL) left its undo journal: its files are put back
+        // before anything of this run changes the host.
+        match crate::host::effects::journal::recover(self.root) {
+            Ok(lines) => lines.iter().for_each(|l| self.console.say(l)),
+            Err(e) => self
+                .console
+                .warn(&format!("not undone: {}", crate::chain::render(&e))),
+        }
         // The overlay changes host files a running holder's steps may read: only under the lock.
         if overlays {
             prepare::overlay(self.root, self.copy_dir)?;

@@ -43,6 +43,24 @@ pub struct ScriptStep<'a> {
 }
 
 impl ScriptStep<'_> {
+    /// Add a failed step's "not undone: ..." lines to its error (to `output`'s stderr when
+    /// it has none: a return code the step does not accept).
+    fn not_undone<T>(
+        &self,
+        (finished, lines): (T, Vec<String>),
+        error: &mut Option<String>,
+        output: &dyn ScriptOutput,
+    ) -> T {
+        if !lines.is_empty() {
+            let text: String = lines.iter().map(|l| format!("\nnot undone: {l}")).collect();
+            match error {
+                Some(e) => e.push_str(&text),
+                None => output.stderr(format!("{}:{text}\n", self.script.file()).as_bytes()),
+            }
+        }
+        finished
+    }
+
     /// Run the script with `output`, then end the step (always, also after a failure).
     ///
     /// The result: `ok` when there was no error, the spec accepts the code and no drift; `code` the
@@ -54,15 +72,23 @@ impl ScriptStep<'_> {
     /// redaction changed is repeated, redacted).
     pub fn run(&self, output: Arc<dyn ScriptOutput>) -> StepResult {
         let redactor = self.api.redactor();
+        for line in self.api.recovered() {
+            output.stderr(format!("{line}\n").as_bytes());
+        }
         let opts = self.spec.run_options(output.clone(), self.api);
         let outcome = run_script_with(self.engine, self.script, &self.spec.context(), &opts);
         let mut error = outcome
             .error
             .as_ref()
             .map(|e| redactor.redact(&e.to_string()).into_owned());
-        let finished = match self.end {
-            End::Session => self.api.finish(),
-            End::Step => self.api.finish_step(),
+        // A failed step's files are put back (apply with an undo journal) and its deferred
+        // work is not run; what cannot be put back is listed in its error.
+        let failed = error.is_some() || !self.spec.accepts(outcome.code);
+        let finished = match (self.end, failed) {
+            (End::Session, false) => self.api.finish(),
+            (End::Step, false) => self.api.finish_step(),
+            (End::Session, true) => self.not_undone(self.api.fail(), &mut error, &*output),
+            (End::Step, true) => self.not_undone(self.api.fail_step(), &mut error, &*output),
         };
         let report = match finished {
             Ok(r) => {
@@ -106,3 +132,7 @@ impl ScriptStep<'_> {
 #[cfg(test)]
 #[path = "session_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "undo_tests.rs"]
+mod undo_tests;

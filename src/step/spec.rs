@@ -181,6 +181,8 @@ impl StepSpec {
             cancel: self.cancel.clone(),
             diffs: self.diffs,
             cgroup: self.cgroup.clone(),
+            undo: (self.exec == ExecMode::Apply)
+                .then(|| format!("{}-{}", self.package_name, self.name)),
         }
     }
 

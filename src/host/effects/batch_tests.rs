@@ -419,7 +419,7 @@ impl Executor for Logged {
         effect: &Effect,
     ) -> crate::host::root::error::Result<Option<CmdOutput>> {
         self.log.lock().unwrap().push((false, effect.clone()));
-        Apply.execute(cx, effect)
+        Apply::default().execute(cx, effect)
     }
 
     fn execute_batched(
@@ -428,7 +428,7 @@ impl Executor for Logged {
         effect: &Effect,
     ) -> crate::host::root::error::Result<()> {
         self.log.lock().unwrap().push((true, effect.clone()));
-        Apply.execute_batched(cx, effect)
+        Apply::default().execute_batched(cx, effect)
     }
 
     fn changes_host(&self) -> bool {

@@ -56,6 +56,10 @@ pub struct HostOptions {
     /// a command's end then kills what is left in it. `skyhook-agent serve` gives each Rhai
     /// execution its own; `None` (default): the process group and subreaper sweep.
     pub cgroup: Option<PathBuf>,
+    /// Apply mode: keep an undo journal of the step's files under this label
+    /// (`<package>-<step>`), so a failed step's files are put back
+    /// ([`crate::host::effects::journal`]). `None` (default): no journal.
+    pub undo: Option<String>,
 }
 
 impl Default for HostOptions {
@@ -75,6 +79,7 @@ impl Default for HostOptions {
             cancel: crate::process::Cancel::new(),
             diffs: false,
             cgroup: None,
+            undo: None,
         }
     }
 }

@@ -9,7 +9,7 @@
 //!
 //! Import order, lowest first (no file imports a later one): `appendbuf`, `lines`,
 //! `textdiff`, `context`, `exec`, `effect`, `report`, `overlay`, `batch`, `hashes`,
-//! `os_release`, `executors`, `session`, `describe`, `line_edit`.
+//! `os_release`, `journal`, `executors`, `session`, `describe`, `line_edit`.
 
 pub(crate) mod appendbuf;
 pub(crate) mod batch;
@@ -19,6 +19,7 @@ pub mod effect;
 pub mod exec;
 pub(crate) mod executors;
 pub(crate) mod hashes;
+pub mod journal;
 pub(crate) mod line_edit;
 pub(crate) mod lines;
 pub mod os_release;

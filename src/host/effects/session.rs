@@ -20,10 +20,21 @@
 //! the next `service::` call or at the end of the step; a changed grub drop-in schedules one
 //! grub regeneration at the end, a changed `kmod::` blacklist or options file one initramfs
 //! regeneration ([`crate::host::kernel::kmod`]). [`Host::finish`] runs what is pending and returns the
-//! [`Report`]. **Call `finish` on error paths too**: a step that failed after scheduling a
-//! daemon-reload must still run it. As a safety net, dropping a `Host` without calling
-//! `finish` runs pending work too (errors are then lost), so an early `?` return cannot lose
-//! it.
+//! [`Report`]. A failed step ends with [`Host::fail_with_report`] instead (below). As a
+//! safety net, dropping a `Host` without ending it runs pending work too (errors are then
+//! lost), so an early `?` return cannot lose it.
+//!
+//! # A failed step
+//!
+//! An apply session built with [`HostOptions::undo`] keeps an undo journal of the step's
+//! files ([`crate::host::effects::journal`], in the apply executor; the deferred-work
+//! records below are journaled too). [`Host::fail_with_report`] writes what is batched,
+//! drops the deferred work (its cause, the drop-in, is put back), replays the journal and
+//! returns, besides the report, what it could not undo ([`Undone`]): the commands,
+//! package, service, module, mount, grub and initramfs work that already ran, and any file
+//! that could not be restored. Without a journal (plan, check, or no label) it is
+//! [`Host::finish_with_report`]: the deferred work runs, also for a failed step. On success
+//! the journal is deleted once the step's directories are synced.
 //!
 //! In apply mode deferred work is recorded inside the host root before the drop-in that
 //! causes it is written, and the record is removed only after the work succeeded; a record
@@ -127,6 +138,8 @@ pub struct Host {
     /// Every effect submitted, in order, once [`Host::record_effects`] was called: the
     /// recording double tests assert an area's effects with.
     recorded: Option<Vec<Effect>>,
+    /// Lines saying what this session's start undid ([`Host::recovered`]).
+    recovered: Vec<String>,
 }
 
 impl Host {
@@ -144,9 +157,10 @@ impl Host {
     /// could not run it ([`crate::host::root::deferred`]) is scheduled again: it runs at this
     /// session's end in apply mode, and shows up as an action in plan and check mode.
     pub fn new(root: HostRoot, mode: ExecMode, options: HostOptions) -> Host {
-        let executor: Box<dyn Executor> = match mode {
-            ExecMode::Apply => Box::new(Apply),
-            ExecMode::Plan | ExecMode::Check => Box::new(Plan::new(mode)),
+        let executor: Box<dyn Executor> = match (mode, &options.undo) {
+            (ExecMode::Apply, Some(label)) => Box::new(Apply::journaled(label)),
+            (ExecMode::Apply, None) => Box::new(Apply::default()),
+            (ExecMode::Plan | ExecMode::Check, _) => Box::new(Plan::new(mode)),
         };
         Host::with_executor(root, executor, options)
     }
@@ -170,6 +184,18 @@ impl Host {
         let mode = executor.mode();
         let redactor = options.redactor.take().unwrap_or_default();
         redactor.add_from_env(&options.env);
+        // A journal left by a step that did not end is undone before this session reads
+        // anything (its deferred-work records included).
+        let recovered = match executor.journals() {
+            true => crate::host::effects::journal::recover(&root).unwrap_or_else(|e| {
+                vec![format!(
+                    "not undone: the undo journals under {}: {}",
+                    crate::host::effects::journal::DIR,
+                    crate::chain::render(&e)
+                )]
+            }),
+            false => Vec::new(),
+        };
         let (recorded_reload, grub) = deferred::load(&root);
         let recorded_initramfs = deferred::initramfs_recorded(&root);
         Host {
@@ -193,7 +219,14 @@ impl Host {
             batch: Default::default(),
             hold_write: false,
             recorded: None,
+            recovered,
         }
+    }
+
+    /// What the session's start undid of journals left by steps that did not end
+    /// ([`crate::host::effects::journal::recover`]), one line each, to log before the step.
+    pub fn recovered(&self) -> &[String] {
+        &self.recovered
     }
 
     /// Record every effect submitted from now on ([`Host::recorded_effects`]), in addition
@@ -387,6 +420,8 @@ impl Host {
     pub(crate) fn write_ahead_daemon_reload(&mut self) -> Result<()> {
         self.settle_batch()?;
         if self.executor.changes_host() {
+            self.executor
+                .journal_path(&self.cx, &deferred::daemon_reload_path())?;
             deferred::record_daemon_reload(&self.cx.root)?;
             self.recorded_reload = true;
         }
@@ -406,6 +441,8 @@ impl Host {
     ) -> Result<(GrubPending, bool)> {
         self.settle_batch()?;
         if self.executor.changes_host() {
+            self.executor
+                .journal_path(&self.cx, &deferred::grub_path())?;
             deferred::record_grub(&self.cx.root, &pending)?;
         }
         let recorded = self.recorded_grub || self.executor.changes_host();
@@ -440,6 +477,8 @@ impl Host {
     pub(crate) fn schedule_initramfs_ahead(&mut self) -> Result<(bool, bool)> {
         self.settle_batch()?;
         if self.executor.changes_host() {
+            self.executor
+                .journal_path(&self.cx, &deferred::initramfs_path())?;
             deferred::record_initramfs(&self.cx.root)?;
         }
         let prev = (self.pending_initramfs, self.recorded_initramfs);
@@ -564,6 +603,7 @@ impl Host {
         self.finished = true;
         let flushed = self.settle_batch_at_step_end();
         let result = flushed.and(self.run_deferred()).and(self.sync_dirs());
+        let result = result.and_then(|()| self.executor.commit_step(&self.cx));
         let fresh = Report::new(self.mode());
         let mut report = std::mem::replace(&mut self.report, fresh);
         self.hashes.fill(&mut report.changes, &self.redactor);
@@ -590,12 +630,70 @@ impl Host {
     pub fn finish_step_with_report(&mut self) -> (Report, Result<()>) {
         let flushed = self.settle_batch_at_step_end();
         let deferred = flushed.and(self.run_deferred()).and(self.sync_dirs());
+        let deferred = deferred.and_then(|()| self.executor.commit_step(&self.cx));
         let fresh = Report::new(self.mode());
         let mut report = std::mem::replace(&mut self.report, fresh);
         self.hashes.fill(&mut report.changes, &self.redactor);
         report.items = self.journal.take();
         self.cx.opts.deadline = None;
         (report, deferred)
+    }
+
+    /// End a failed step's session (module docs, "A failed step"): with an undo journal,
+    /// the step's files are put back and its deferred work is not run; without one
+    /// (plan, check, an apply session without [`HostOptions::undo`]) exactly
+    /// [`Host::finish_with_report`].
+    pub fn fail_with_report(mut self) -> (Report, Undone, Result<()>) {
+        if !self.executor.journals() {
+            let (report, result) = self.finish_with_report();
+            return (report, Undone::default(), result);
+        }
+        self.finished = true;
+        let (undone, result) = self.undo_step();
+        let fresh = Report::new(self.mode());
+        let mut report = std::mem::replace(&mut self.report, fresh);
+        self.hashes.fill(&mut report.changes, &self.redactor);
+        report.items = self.journal.take();
+        let undone = Undone {
+            not_undone: not_undoable(&report).into_iter().chain(undone).collect(),
+        };
+        (report, undone, result)
+    }
+
+    /// [`Host::fail_with_report`] for one step of a session that serves several
+    /// ([`Host::finish_step_with_report`]).
+    pub fn fail_step_with_report(&mut self) -> (Report, Undone, Result<()>) {
+        if !self.executor.journals() {
+            let (report, result) = self.finish_step_with_report();
+            return (report, Undone::default(), result);
+        }
+        let (undone, result) = self.undo_step();
+        let fresh = Report::new(self.mode());
+        let mut report = std::mem::replace(&mut self.report, fresh);
+        self.hashes.fill(&mut report.changes, &self.redactor);
+        report.items = self.journal.take();
+        self.cx.opts.deadline = None;
+        let undone = Undone {
+            not_undone: not_undoable(&report).into_iter().chain(undone).collect(),
+        };
+        (report, undone, result)
+    }
+
+    /// Write what is batched (so the journal holds its before-state), drop the deferred
+    /// work, replay the journal. Returns the files that could not be put back, and the
+    /// first failure of the batch's write, the directory fsyncs or the journal.
+    fn undo_step(&mut self) -> (Vec<String>, Result<()>) {
+        // A batch that fails to write changed nothing; its error is reported as at the end
+        // of any step.
+        let settled = self.settle_batch_at_step_end();
+        self.pending_daemon_reload = false;
+        self.pending_grub = GrubPending::default();
+        self.pending_initramfs = false;
+        let synced = self.sync_dirs();
+        match self.executor.undo(&self.cx) {
+            Ok(failed) => (failed, settled.and(synced)),
+            Err(e) => (Vec::new(), settled.and(synced).and(Err(e))),
+        }
     }
 
     /// The checks of an effect that do not depend on the mode (module docs).
@@ -1036,6 +1134,52 @@ impl Host {
     }
 }
 
+/// What a failed step left on the host ([`Host::fail_with_report`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Undone {
+    /// One line per change the undo journal cannot put back, in the step's order: the
+    /// commands that ran, packages installed, removed, held or released, services started,
+    /// stopped or restarted, modules loaded, mounts, grub and initramfs regenerations that
+    /// already ran; then each journaled file that could not be restored (`<path>:
+    /// <error>`).
+    pub not_undone: Vec<String>,
+}
+
+/// The report's changes and actions that are not files (module docs of
+/// [`crate::host::effects::journal`]): their summaries, in the step's order.
+fn not_undoable(report: &Report) -> Vec<String> {
+    use crate::host::effects::report::Item;
+    const FILES: [&str; 9] = [
+        "write",
+        "remove",
+        "mkdir",
+        "remove_all",
+        "chmod",
+        "chown",
+        "symlink",
+        "sysctl",
+        "fetch",
+    ];
+    let mut out = Vec::new();
+    for item in &report.items {
+        let (kind, summary) = match item {
+            Item::Change(i) => match report.changes.get(*i) {
+                Some(c) => (c.kind.as_str(), &c.summary),
+                None => continue,
+            },
+            Item::Action(i) => match report.actions.get(*i) {
+                Some(a) => (a.kind.as_str(), &a.summary),
+                None => continue,
+            },
+            _ => continue,
+        };
+        if !FILES.contains(&kind) {
+            out.push(summary.clone());
+        }
+    }
+    out
+}
+
 // ---- the batch of line edits ([`crate::host::effects::batch`]) ----
 
 impl Host {
@@ -1106,7 +1250,9 @@ impl Drop for Host {
             // here.
             let _ = self.settle_batch();
             let _ = self.run_deferred();
-            let _ = self.sync_dirs();
+            if self.sync_dirs().is_ok() {
+                let _ = self.executor.commit_step(&self.cx);
+            }
         }
     }
 }

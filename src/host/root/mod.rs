@@ -585,7 +585,7 @@ impl HostRoot {
 
     /// Where a write to `host` should land: `host` itself, or for a symlink the target it
     /// resolves to inside the root (also when the target does not exist yet).
-    fn write_target(&self, host: &Path) -> Result<PathBuf> {
+    pub(crate) fn write_target(&self, host: &Path) -> Result<PathBuf> {
         let mut cur = host.to_path_buf();
         for _ in 0..MAX_SYMLINK_HOPS {
             match self.symlink_metadata(&cur)? {

@@ -176,6 +176,14 @@ pub struct FinishError {
     pub source: Option<HostError>,
 }
 
+fn already_finished() -> FinishError {
+    FinishError {
+        report: None,
+        message: "host session already finished".into(),
+        source: None,
+    }
+}
+
 impl HostApi {
     /// Wrap a session. The session's redactor is the one errors pass through.
     pub fn new(host: Host) -> HostApi {
@@ -225,8 +233,9 @@ impl HostApi {
         }
     }
 
-    /// End the session: run its deferred work and return the [`Report`]. Call it after every
-    /// run, also a failed one. The second call fails (no session).
+    /// End the session: run its deferred work and return the [`Report`]. Call it after a
+    /// successful run ([`HostApi::fail`] after a failed one). The second call fails (no
+    /// session).
     ///
     /// # Errors
     /// [`FinishError`] when the deferred work fails (with the report) or
@@ -261,6 +270,52 @@ impl HostApi {
                 source: Some(e),
             }),
         }
+    }
+
+    /// End the session of a failed step ([`Host::fail_with_report`]): with an undo journal
+    /// (apply) the step's files are put back and the deferred work is not run; otherwise
+    /// as [`HostApi::finish`]. Returns the report and the lines of what is left changed
+    /// ([`crate::host::effects::session::Undone`]), redacted, also when the end failed
+    /// (as [`HostApi::finish`] fails).
+    /// The lines come with the error too.
+    pub fn fail(&self) -> (Result<Report, FinishError>, Vec<String>) {
+        let host = lock(&self.inner.host).take();
+        let Some(host) = host else {
+            return (Err(already_finished()), Vec::new());
+        };
+        let (report, undone, result) = host.fail_with_report();
+        let lines = self.redacted(undone.not_undone);
+        (self.finished(report, result), lines)
+    }
+
+    /// [`HostApi::fail`] for one step of a session that continues
+    /// ([`HostApi::finish_step`]).
+    ///
+    pub fn fail_step(&self) -> (Result<Report, FinishError>, Vec<String>) {
+        let mut guard = lock(&self.inner.host);
+        let Some(host) = guard.as_mut() else {
+            return (Err(already_finished()), Vec::new());
+        };
+        let (report, undone, result) = host.fail_step_with_report();
+        drop(guard);
+        let lines = self.redacted(undone.not_undone);
+        (self.finished(report, result), lines)
+    }
+
+    fn redacted(&self, lines: Vec<String>) -> Vec<String> {
+        lines
+            .into_iter()
+            .map(|l| self.inner.redactor.redact(&l).into_owned())
+            .collect()
+    }
+
+    /// What the session's start undid of journals left by steps that did not end
+    /// ([`Host::recovered`]); empty once finished.
+    pub fn recovered(&self) -> Vec<String> {
+        lock(&self.inner.host)
+            .as_ref()
+            .map(|h| h.recovered().to_vec())
+            .unwrap_or_default()
     }
 
     /// End one step but keep the session for the next one (see [`Host::finish_step`]): the

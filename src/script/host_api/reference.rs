@@ -198,13 +198,28 @@ apply script: what would change is drift, and the check fails).
 - **A failing command fails the step.** `run` and `sh` throw when the command exits with a
   code the script did not list in `ok` (0 when it lists none): `#{ok: [0, 1]}` for
   `grep -q`. A probe whose code the script reads is a `query`, which returns any code.
+- **A failed step changes no file.** In apply mode every file a step changes (writes and
+  line edits, drop-ins, directories, removals, trees, mode and owner, symlinks, downloads,
+  the user and group databases, `/etc/fstab`) and every live `sysctl::set` value is first
+  journaled with its state before (content, mode, owner, extended attributes, existence) in
+  `/var/lib/skyhook/.undo/`, made durable before the change. When the step fails (an
+  uncaught error, a failed command, the deadline, a cancel, a return code the step does
+  not accept) the journal is replayed backwards: the files are as they were before the
+  step, and its deferred work (below) does not run. What cannot be undone is
+  listed in the step's error, one `not undone: <what>` line each: the commands that ran,
+  packages installed, removed or held, services started, stopped or restarted (and a
+  daemon-reload a `service::` call ran first), modules loaded, mounts, and any file that
+  could not be put back. A step the agent did not live to end (SIGKILL, power loss) is
+  undone by the next run before it changes anything (`undid N file change record(s) of
+  <package>-<step>...` on its output). Lock files (`/var/lib/skyhook/.locks/`,
+  `/etc/.pwd.lock`) stay. Plans and checks journal nothing; bash steps are not journaled.
 - **Deferred work is never lost.** A changed `service::drop_in` schedules one
   `systemctl daemon-reload` (run before the step's next `service::` call, else at its end), a
   changed `grub::` drop-in one grub regeneration at the end of the step (a changed `kmod::`
-  blacklist or options file one initramfs regeneration, `initramfs.json`); all run also when
-  the step fails. In apply mode it is recorded on the host in `/var/lib/skyhook/.deferred/`
-  (`daemon-reload.json`, `grub.json` with the pending grubby arguments) *before* the drop-in
-  is written, and the record is removed only once the work succeeded; when the work fails or
+  blacklist or options file one initramfs regeneration, `initramfs.json`); none runs when
+  the step fails (its files are put back). In apply mode it is recorded on the host in
+  `/var/lib/skyhook/.deferred/` (`daemon-reload.json`, `grub.json` with the pending grubby
+  arguments) *before* the drop-in is written, and the record is removed only once the work succeeded; when the work fails or
   the agent dies in between, the next script step on the node runs it (a plan or check lists
   it as an action, never drift), then removes the record.
 - **Concurrent edits are not lost.** In apply mode a call that rewrites a file
@@ -216,7 +231,7 @@ apply script: what would change is drift, and the check fails).
   `fs::remove_line`, `fs::ensure_block` and `fs::remove_block` calls on one file write it
   once (atomically), when anything else happens: another file's line edit, any other write
   or command, any read (`fs::read`, `fs::exists`, `fs::list`, `fs::stat`, `toml::get`, ...)
-  or the end of the step, also a failed one. Every call still counts and reports its own
+  or the end of the step (a failed step's are then put back). Every call still counts and reports its own
   change, and reads always see the edits made before them. The file's lock is held until
   then; if another writer that does not take it changes the file meanwhile, the step fails
   naming the file and that writer's content is kept.

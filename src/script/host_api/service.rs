@@ -106,7 +106,7 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         &[NAME, ("file", "String"), ("content", "String")],
         "bool",
         Submits(&[Write]),
-        "Write `/etc/systemd/system/<name>.service.d/<file>`; a change schedules one daemon-reload, run before the next `service::` call or at the end of the step (also a failed one).",
+        "Write `/etc/systemd/system/<name>.service.d/<file>`; a change schedules one daemon-reload, run before the next `service::` call or at the end of the step (not when the step fails: the drop-in is then put back).",
         |h, n: S, f: S, c: S| Ok(service::drop_in(h, &n, &f, &c)?)
     ),
     host_fn!(

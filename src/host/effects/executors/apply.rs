@@ -7,11 +7,13 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use super::Executor;
 use crate::host::effects::context::Context;
 use crate::host::effects::effect::{Effect, GrubUpdate, PkgManager};
 use crate::host::effects::exec::{CmdOutput, RunOptions, exec};
+use crate::host::effects::journal::StepJournal;
 use crate::host::effects::report::ExecMode;
 use crate::host::root::DirSync;
 use crate::host::root::error::{HostError, Result};
@@ -20,9 +22,38 @@ fn argv(words: &[&str]) -> Vec<String> {
     words.iter().map(|s| s.to_string()).collect()
 }
 
-/// The apply executor: changes the host.
+/// The apply executor: changes the host, with an undo journal of the step's files when
+/// built with [`Apply::journaled`].
 #[derive(Debug, Default)]
-pub struct Apply;
+pub struct Apply {
+    /// The step's undo journal ([`crate::host::effects::journal`]); behind a mutex because
+    /// batched writes reach the executor through `&self`.
+    journal: Option<Mutex<StepJournal>>,
+}
+
+impl Apply {
+    /// An apply executor that journals the before-state of every file it changes for the
+    /// step labelled `label` (`<package>-<step>`).
+    pub(crate) fn journaled(label: &str) -> Apply {
+        Apply {
+            journal: Some(Mutex::new(StepJournal::new(label))),
+        }
+    }
+
+    fn journal(&self) -> Option<std::sync::MutexGuard<'_, StepJournal>> {
+        self.journal
+            .as_ref()
+            .map(|j| j.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Journal `effect`'s before-state, then perform it.
+    fn journaled_perform(&self, cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
+        if let Some(mut j) = self.journal() {
+            j.before(&cx.root, effect)?;
+        }
+        perform(cx, effect)
+    }
+}
 
 impl Executor for Apply {
     fn mode(&self) -> ExecMode {
@@ -30,15 +61,40 @@ impl Executor for Apply {
     }
 
     fn execute(&mut self, cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
-        perform(cx, effect)
+        self.journaled_perform(cx, effect)
     }
 
     fn execute_batched(&self, cx: &Context, effect: &Effect) -> Result<()> {
-        perform(cx, effect).map(drop)
+        self.journaled_perform(cx, effect).map(drop)
     }
 
     fn changes_host(&self) -> bool {
         true
+    }
+
+    fn journals(&self) -> bool {
+        self.journal.is_some()
+    }
+
+    fn journal_path(&self, cx: &Context, path: &Path) -> Result<()> {
+        match self.journal() {
+            Some(mut j) => j.before_path(&cx.root, path),
+            None => Ok(()),
+        }
+    }
+
+    fn commit_step(&mut self, cx: &Context) -> Result<()> {
+        match self.journal() {
+            Some(mut j) => j.commit(&cx.root),
+            None => Ok(()),
+        }
+    }
+
+    fn undo(&mut self, cx: &Context) -> Result<Vec<String>> {
+        match self.journal() {
+            Some(mut j) => j.undo(&cx.root),
+            None => Ok(Vec::new()),
+        }
     }
 }
 

@@ -75,6 +75,39 @@ pub(crate) trait Executor: std::fmt::Debug + Send {
     fn recorded(&self) -> Option<&[Effect]> {
         None
     }
+
+    /// Whether the executor keeps an undo journal of the step's files
+    /// ([`crate::host::effects::journal`]): only then does a failed step end with
+    /// [`Executor::undo`] instead of its deferred work.
+    fn journals(&self) -> bool {
+        false
+    }
+
+    /// Record the before-state of `path`, which the session is about to change outside an
+    /// effect (a deferred-work record), in the undo journal.
+    ///
+    /// # Errors
+    /// Reading the state or writing the journal (the change must then not be made).
+    fn journal_path(&self, _cx: &Context, _path: &std::path::Path) -> Result<()> {
+        Ok(())
+    }
+
+    /// The step succeeded and its writes are durable: drop the undo journal.
+    ///
+    /// # Errors
+    /// Removing the journal.
+    fn commit_step(&mut self, _cx: &Context) -> Result<()> {
+        Ok(())
+    }
+
+    /// The step failed: put the journaled files back and drop the journal. Returns one
+    /// line per file that could not be put back.
+    ///
+    /// # Errors
+    /// Reading the journal (it is then left for the next run's recovery).
+    fn undo(&mut self, _cx: &Context) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,398 @@
+//! A failed `.rhai` step's files are put back ([`crate::host::effects::journal`]): after a
+//! thrown error, a failed command, the script deadline and a cancel, the host tree is
+//! byte-identical (content, mode, owner) to before, the deferred work is not run, and the
+//! error lists what could not be undone. A journal left by a step that did not end is
+//! undone by the next session.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{End, ScriptStep};
+use crate::host::root::HostRoot;
+use crate::host::testutil::{TestHost, tree};
+use crate::process::{Cancel, CancelReason};
+use crate::script::{CaptureOutput, ModuleStore, ScriptEngine, ScriptOutput, compile_source};
+use crate::step::StepSpec;
+use crate::step::invocation::StepResult;
+
+/// Ten kinds of file change: writes (new and existing), a line edit, a systemd drop-in,
+/// a directory, a removal, mode and owner, a live sysctl value, a user (passwd, shadow,
+/// group, gshadow), an fstab line, a tree removal, a blacklist (initramfs), a grub drop-in,
+/// a symlink; then an action that cannot be undone.
+const CHANGES: &str = r#"
+fs::write("/etc/new.conf", "new\n");
+fs::write("/etc/existing", "changed\n", #{mode: 0o600});
+fs::ensure_line("/etc/edit.conf", "b=2");
+service::drop_in("containerd", "10-x.conf", "[Service]\nX=1\n");
+fs::mkdir("/opt/newdir/sub", 0o700);
+fs::remove("/etc/gone");
+fs::chmod("/etc/modeme", 0o600);
+fs::chown("/etc/modeme", 1, 1);
+sysctl::set("vm.swappiness", "10");
+user::ensure("gpuops", #{system: true, create_home: false});
+mount::ensure("/data", #{source: "UUID=abc", fstype: "ext4", state: "present"});
+fs::remove_all("/opt/tree");
+kmod::blacklist("nouveau");
+grub::set_cmdline("99-x", ["hugepages=4"]);
+fs::symlink("/etc/new.conf", "/etc/link");
+service::restart("containerd");
+"#;
+
+/// A host with files for [`CHANGES`] to change and a systemctl stub (other tools are
+/// missing: a deferred update-grub or update-initramfs that ran would fail the step).
+fn host() -> TestHost {
+    let t = TestHost::new();
+    t.systemctl_stub();
+    t.file("/etc/existing", "old\n");
+    std::fs::set_permissions(
+        t.p("/etc/existing"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o640),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(t.p("/etc/existing"), Some(7), Some(8)).unwrap();
+    t.file("/etc/edit.conf", "a=1\n");
+    t.file("/etc/gone", "bye\n");
+    t.file("/etc/modeme", "m\n");
+    t.file("/proc/sys/vm/swappiness", "60\n");
+    t.file("/proc/1/mountinfo", "");
+    t.file("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\n");
+    t.file("/etc/shadow", "root:*:19000:0:99999:7:::\n");
+    t.file("/etc/group", "root:x:0:\n");
+    t.file("/etc/gshadow", "root:*::\n");
+    t.file("/etc/fstab", "# fstab\n/dev/sda1 / ext4 defaults 0 1\n");
+    t.file("/etc/os-release", "ID=ubuntu\nID_LIKE=debian\n");
+    // The agent's state directory, where the path locks live.
+    std::fs::create_dir_all(t.p("/var/lib/skyhook")).unwrap();
+    t.file("/opt/tree/a", "A\n");
+    t.file("/opt/tree/b/c", "C\n");
+    std::os::unix::fs::symlink("a", t.p("/opt/tree/l")).unwrap();
+    t
+}
+
+/// The tree without what commands change and the lock files (skyhook's path locks, the
+/// user database's `/etc/.pwd.lock`), which are kept on purpose and are no file effect.
+fn snapshot(t: &TestHost) -> BTreeMap<PathBuf, String> {
+    let mut m = tree(&t.root);
+    m.retain(|p, _| {
+        !(p.starts_with("stub.log")
+            || p.starts_with("state")
+            || p.starts_with("var/lib/skyhook/.locks")
+            || p.starts_with("etc/.pwd.lock"))
+    });
+    m
+}
+
+/// Assert `after` equals `before`, naming the paths that differ.
+fn assert_same(before: &BTreeMap<PathBuf, String>, after: &BTreeMap<PathBuf, String>) {
+    let short = |v: Option<&String>| v.map(|s| s.chars().take(120).collect::<String>());
+    let diff: Vec<String> = before
+        .keys()
+        .chain(after.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .map(|k| {
+            format!(
+                "{}: {:?} -> {:?}",
+                k.display(),
+                short(before.get(k)),
+                short(after.get(k))
+            )
+        })
+        .collect();
+    assert!(diff.is_empty(), "{diff:#?}");
+}
+
+/// Run `source` as an apply step on `t` with `spec`; `hook` sees each print.
+fn run(t: &TestHost, source: &str, spec: &StepSpec, hook: Option<Hook>) -> (StepResult, String) {
+    let engine = ScriptEngine::default();
+    let script = compile_source(
+        &engine,
+        "u.rhai",
+        source,
+        Arc::new(ModuleStore::new(t.dir.path())),
+    )
+    .unwrap();
+    let api = spec.session(HostRoot::open(&t.root).unwrap());
+    let out = Arc::new(Hooked {
+        inner: CaptureOutput::new(),
+        hook,
+    });
+    let r = ScriptStep {
+        engine: &engine,
+        script: &script,
+        spec,
+        api: &api,
+        end: End::Session,
+        list_drift: false,
+    }
+    .run(out.clone());
+    (r, String::from_utf8(out.inner.stderr_bytes()).unwrap())
+}
+
+/// What the output does with each print besides keeping it.
+type Hook = Box<dyn Fn(&[u8]) + Send + Sync>;
+
+struct Hooked {
+    inner: CaptureOutput,
+    hook: Option<Hook>,
+}
+
+impl ScriptOutput for Hooked {
+    fn stdout(&self, bytes: &[u8]) {
+        if let Some(h) = &self.hook {
+            h(bytes);
+        }
+        self.inner.stdout(bytes);
+    }
+    fn stderr(&self, bytes: &[u8]) {
+        self.inner.stderr(bytes);
+    }
+}
+
+fn spec() -> StepSpec {
+    StepSpec {
+        package_name: "demo".into(),
+        name: "tune.rhai".into(),
+        ..StepSpec::default()
+    }
+}
+
+/// After a failed step: the tree as before (no deferred record either); only what ran
+/// mid-step ran (the restart, and the daemon-reload a `service::` call runs first), and
+/// the error lists exactly those.
+fn assert_undone(t: &TestHost, before: &BTreeMap<PathBuf, String>, r: &StepResult) {
+    assert!(!r.ok);
+    assert_same(before, &snapshot(t));
+    assert_eq!(
+        t.calls(),
+        vec!["systemctl daemon-reload", "systemctl restart containerd"]
+    );
+    let error = r.error.as_deref().unwrap();
+    assert!(
+        error.ends_with(
+            "\nnot undone: systemctl daemon-reload\nnot undone: systemctl restart containerd"
+        ),
+        "{error}"
+    );
+    assert_eq!(error.matches("not undone:").count(), 2, "{error}");
+}
+
+#[test]
+fn a_thrown_error_after_ten_file_changes_leaves_the_host_as_it_was() {
+    let t = host();
+    let before = snapshot(&t);
+    let (r, _) = run(&t, &format!("{CHANGES}throw \"boom\";\n"), &spec(), None);
+    assert!(r.error.as_deref().unwrap().starts_with("u.rhai:18:1: boom"));
+    // The step changed 17 things (the drop-in's, grub's and initramfs's deferred records
+    // included) and its report still lists them.
+    assert!(r.report.changes.len() >= 15, "{:?}", r.report.changes);
+    assert_undone(&t, &before, &r);
+    assert!(!t.p("/var/lib/skyhook/.undo").exists());
+}
+
+#[test]
+fn a_failed_command_is_undone_the_same_way() {
+    let t = host();
+    let before = snapshot(&t);
+    let src = format!("{CHANGES}run([\"/bin/sh\", \"-c\", \"exit 3\"], #{{check: true}});\n");
+    let (r, _) = run(&t, &src, &spec(), None);
+    let error = r.error.as_deref().unwrap();
+    assert!(error.contains("exit code 3"), "{error}");
+    assert_undone(&t, &before, &r);
+}
+
+#[test]
+fn the_script_deadline_is_undone_the_same_way() {
+    let t = host();
+    let before = snapshot(&t);
+    let spec = StepSpec {
+        // Long enough for the changes on a loaded machine; the loop then runs into it.
+        script_timeout: Some(Duration::from_secs(2)),
+        ..spec()
+    };
+    let src = format!("{CHANGES}loop {{ fs::exists(\"/etc\"); }}\n");
+    let (r, _) = run(&t, &src, &spec, None);
+    let error = r.error.as_deref().unwrap();
+    assert!(error.contains("step deadline exceeded"), "{error}");
+    assert_undone(&t, &before, &r);
+}
+
+#[test]
+fn a_cancel_is_undone_the_same_way() {
+    let t = host();
+    let before = snapshot(&t);
+    let cancel = Cancel::new();
+    let spec = StepSpec {
+        cancel: cancel.clone(),
+        ..spec()
+    };
+    let hook = Box::new(move |b: &[u8]| {
+        if b.starts_with(b"cancel") {
+            cancel.abort(CancelReason::Signal("SIGTERM"));
+        }
+    });
+    let (r, _) = run(
+        &t,
+        &format!("{CHANGES}print(\"cancel\");\nloop {{ fs::exists(\"/etc\"); }}\n"),
+        &spec,
+        Some(hook),
+    );
+    let error = r.error.as_deref().unwrap();
+    assert!(error.contains("step cancelled"), "{error}");
+    assert_undone(&t, &before, &r);
+}
+
+#[test]
+fn a_successful_step_keeps_its_changes_runs_its_deferred_work_and_drops_its_journal() {
+    let t = host();
+    t.stub("update-grub", "");
+    t.stub("update-initramfs", "");
+    let (r, _) = run(&t, CHANGES, &spec(), None);
+    assert!(r.ok, "{:?}", r.error);
+    assert_eq!(t.read("/etc/existing"), "changed\n");
+    assert_eq!(t.read("/proc/sys/vm/swappiness"), "10\n");
+    assert!(
+        t.read("/etc/fstab")
+            .contains("UUID=abc /data ext4 defaults 0 0")
+    );
+    assert!(!t.p("/opt/tree").exists());
+    assert_eq!(
+        t.calls(),
+        vec![
+            "systemctl daemon-reload",
+            "systemctl restart containerd",
+            "update-grub ",
+            "update-initramfs -u"
+        ]
+    );
+    assert!(!t.p("/var/lib/skyhook/.undo").exists());
+}
+
+#[test]
+fn extended_attributes_and_an_earlier_deferred_record_are_put_back() {
+    let t = host();
+    let f = t.p("/etc/existing");
+    let set = std::process::Command::new("setfattr")
+        .args(["-n", "user.tag", "-v", "keep"])
+        .arg(&f)
+        .status();
+    let xattrs = matches!(set, Ok(s) if s.success());
+    // A daemon-reload left due by an earlier session stays due.
+    t.file(
+        "/var/lib/skyhook/.deferred/daemon-reload.json",
+        "{\"action\":\"daemon_reload\"}\n",
+    );
+    let before = snapshot(&t);
+    let (r, _) = run(
+        &t,
+        "fs::write(\"/etc/existing\", \"x\\n\");\nservice::drop_in(\"a\", \"b.conf\", \"[Service]\\n\");\nthrow \"boom\";\n",
+        &spec(),
+        None,
+    );
+    assert!(!r.ok);
+    assert_same(&before, &snapshot(&t));
+    assert!(t.calls().is_empty(), "{:?}", t.calls());
+    if xattrs {
+        let out = std::process::Command::new("getfattr")
+            .args(["--only-values", "-n", "user.tag"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "keep");
+    }
+}
+
+#[test]
+fn a_journal_left_by_a_step_that_did_not_end_is_undone_by_the_next_session() {
+    use crate::host::effects::context::{Context, HostOptions};
+    use crate::host::effects::effect::Effect;
+    use crate::host::effects::executors::Executor;
+    use crate::host::effects::executors::apply::Apply;
+    let t = host();
+    let before = snapshot(&t);
+    {
+        // A step whose process died: effects journaled and performed, the journal neither
+        // committed nor undone (dropping it releases its lock, as the process's death
+        // would).
+        let cx = Context::new(HostRoot::open(&t.root).unwrap(), HostOptions::default());
+        let mut apply = Apply::journaled("demo-tune.rhai");
+        for e in [
+            Effect::WriteFile {
+                path: "/etc/existing".into(),
+                content: "k\n".into(),
+                mode: None,
+                uid: None,
+                gid: None,
+            },
+            Effect::RemoveAll {
+                path: "/opt/tree".into(),
+            },
+            Effect::Mkdir {
+                path: "/a/b".into(),
+                mode: 0o700,
+            },
+            Effect::Sysctl {
+                key: "vm.swappiness".into(),
+                value: "1".into(),
+            },
+        ] {
+            apply.execute(&cx, &e).unwrap();
+        }
+        assert_eq!(t.read("/etc/existing"), "k\n");
+    }
+    assert_ne!(snapshot(&t), before);
+    let (r, stderr) = run(&t, "print(\"hello\");\n", &spec(), None);
+    assert!(r.ok, "{:?}", r.error);
+    assert!(
+        stderr.starts_with("undid 8 file change record(s) of demo-tune.rhai."),
+        "{stderr}"
+    );
+    assert_same(&before, &snapshot(&t));
+}
+
+#[test]
+fn a_live_steps_journal_is_left_alone_by_another_sessions_recovery() {
+    use crate::host::effects::context::{Context, HostOptions};
+    use crate::host::effects::effect::Effect;
+    use crate::host::effects::executors::Executor;
+    use crate::host::effects::executors::apply::Apply;
+    let t = host();
+    let cx = Context::new(HostRoot::open(&t.root).unwrap(), HostOptions::default());
+    let mut apply = Apply::journaled("demo-live");
+    apply
+        .execute(
+            &cx,
+            &Effect::WriteFile {
+                path: "/etc/existing".into(),
+                content: "live\n".into(),
+                mode: None,
+                uid: None,
+                gid: None,
+            },
+        )
+        .unwrap();
+    let (r, stderr) = run(&t, "print(\"hello\");\n", &spec(), None);
+    assert!(r.ok);
+    assert!(stderr.is_empty(), "{stderr}");
+    assert_eq!(t.read("/etc/existing"), "live\n");
+    // Its own failure still puts the file back.
+    assert_eq!(apply.undo(&cx).unwrap(), Vec::<String>::new());
+    assert_eq!(t.read("/etc/existing"), "old\n");
+}
+
+#[test]
+fn plan_and_check_sessions_journal_nothing() {
+    let t = host();
+    let before = snapshot(&t);
+    let spec = StepSpec {
+        exec: crate::host::ExecMode::Plan,
+        ..spec()
+    };
+    let (r, _) = run(&t, &format!("{CHANGES}throw \"boom\";\n"), &spec, None);
+    assert!(!r.ok);
+    assert_same(&before, &snapshot(&t));
+    assert!(!t.p("/var/lib/skyhook/.undo").exists());
+}
