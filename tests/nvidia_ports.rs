@@ -327,3 +327,64 @@ fn nvidia_tuning_gke_scripts_check_clean() {
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stderr, "", "warnings from check");
 }
+
+/// `skyhook-run` on the port: the dry run of `config` reads the package's own profiles (at
+/// the copy dir `--apply` fills, planned in the overlay), changes nothing, and after
+/// `--apply` plans nothing to change.
+#[test]
+fn nvidia_tuning_gke_through_skyhook_run_plans_applies_and_then_plans_nothing() {
+    require_root!();
+    let fr = node(
+        "ubuntu-24.04-eks-x86_64",
+        "nvidia-tuning-gke",
+        &[("accelerator", "h100"), ("intent", "multiNodeTraining")],
+        GKE_ID,
+    );
+    let pkg = fr.t("pkg");
+    let skyhook_run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
+            .args(["--package"])
+            .arg(&pkg)
+            .args(["--mode", "config", "--root"])
+            .arg(fr.root())
+            .args(extra)
+            .env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .env("SKYHOOK_RESOURCE_ID", GKE_ID)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let before = tree(fr.root());
+    let (code, plan) = skyhook_run(&[]);
+    assert_eq!(code, Some(0), "{plan}");
+    assert!(plan.contains("profile h100/multiNodeTraining"), "{plan}");
+    assert!(
+        plan.contains("~ sysctl net.core.default_qdisc = fq (was fq_codel)"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("~ create /etc/sysctl.d/999-nvidia_tuning_gke-tuning.conf (mode 0644)"),
+        "{plan}"
+    );
+    assert!(
+        !plan.contains("/var/lib/skyhook/skyhook-run"),
+        "the copy is not a change: {plan}"
+    );
+    assert_eq!(tree(fr.root()), before, "a dry run changed the root");
+
+    let (code, applied) = skyhook_run(&["--apply"]);
+    assert_eq!(code, Some(0), "{applied}");
+    assert_eq!(live(&fr, "net.core.default_qdisc"), "fq");
+    let (code, again) = skyhook_run(&[]);
+    assert_eq!(code, Some(0), "{again}");
+    assert!(again.contains("Plan: 0 to change,"), "{again}");
+}

@@ -31,7 +31,8 @@ mount::ensure("/data", #{source: "UUID=abc", fstype: "ext4", state: "present"});
 fs::remove_all("/opt/tree");
 kmod::blacklist("nouveau");
 grub::set_cmdline("99-x", ["hugepages=4"]);
-if step.args[0] == "fail" { throw "boom"; }
+// A failure only the apply meets (the preflight's plan runs no command): `false` exits 1.
+if step.args[0] == "fail" { run(["false"]); }
 "#;
 
 fn which(tool: &str) -> Option<std::path::PathBuf> {
@@ -188,7 +189,8 @@ fn kill_anywhere(outcome: &str, code: i32) {
             let diff = differences(&want, &got);
             assert!(
                 diff.is_empty(),
-                "{ctx}: differs from a clean run: {diff:#?}"
+                "{ctx}: differs from a clean run: {diff:#?}\nrerun:\n{}",
+                rerun.all()
             );
         }
     }

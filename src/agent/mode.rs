@@ -691,6 +691,15 @@ fn not_run(index: usize, step: &Step) -> StepRecord {
     }
 }
 
+/// Undo the journals of `.rhai` steps that did not end ([`crate::host::effects::journal::recover`]),
+/// one line each on `console`; a failure is a `not undone:` warning, not a failed run.
+pub fn recover_journals(root: &crate::host::root::HostRoot, console: &Console) {
+    match crate::host::effects::journal::recover(root) {
+        Ok(lines) => lines.iter().for_each(|l| console.say(l)),
+        Err(e) => console.warn(&format!("not undone: {}", crate::chain::render(&e))),
+    }
+}
+
 /// Load and validate `config.json` and the step files of `site` (section 4 item 2, 5).
 /// Returns the package and the loader's warnings (already trimmed).
 ///
@@ -767,8 +776,9 @@ impl ModeRun<'_> {
         Ok(self.run_recorded().await?.is_some_and(|o| o.ok))
     }
 
-    /// Run the mode end to end: legacy copy, load, compile, expected files, preflight
-    /// (validate, plan), lock, overlay, `START`, then the [`ModeLoop`]. Returns what happened to each step, or `None` when
+    /// Run the mode end to end: legacy copy, load, compile, expected files, undo of the
+    /// journals a killed step left, preflight (validate, plan), lock, overlay, `START`, then
+    /// the [`ModeLoop`]. Returns what happened to each step, or `None` when
     /// the run stopped while waiting for the package lock (a failure: exit 1).
     ///
     /// # Errors
@@ -804,6 +814,11 @@ impl ModeRun<'_> {
         if overlays {
             site.check_expected_files(&pkg.expected_config_files)?;
         }
+        // A `.rhai` step cut short (SIGKILL) left its undo journal: its files are put back
+        // before anything else, the preflight's plan included (it would plan against a
+        // half-changed host). Each journal is locked by its live step, so this needs no
+        // package lock.
+        recover_journals(self.root, self.console);
         if self.preflight {
             let preflight = preflight::Preflight {
                 mode: self.mode,
@@ -850,14 +865,6 @@ impl ModeRun<'_> {
                 .join(&pkg.package_name)
                 .join(&pkg.package_version);
             crate::state::check_not_dangling(self.root, &log_dir, "log directory")?;
-        }
-        // A `.rhai` step cut short (SIGKILL) left its undo journal: its files are put back
-        // before anything of this run changes the host.
-        match crate::host::effects::journal::recover(self.root) {
-            Ok(lines) => lines.iter().for_each(|l| self.console.say(l)),
-            Err(e) => self
-                .console
-                .warn(&format!("not undone: {}", crate::chain::render(&e))),
         }
         // The overlay changes host files a running holder's steps may read: only under the lock.
         if overlays {

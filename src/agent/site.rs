@@ -40,6 +40,12 @@ pub enum PackageSite<'a> {
         dir: PathBuf,
         /// Its configMaps folder (absolute; may lie elsewhere).
         configmaps: PathBuf,
+        /// Where the package is copied inside the root when it is applied (a host path,
+        /// `skyhook-run`'s copy dir). `Some`: a plan puts the package's files there in its
+        /// overlay ([`PackageSite::plan_copy`]) and steps see `SKYHOOK_DIR` and `STEP_ROOT`
+        /// there, so a script reading its own files (`fs::list(step().skyhook_dir + ..)`)
+        /// plans as it applies. `None`: steps see DIR.
+        host_dir: Option<PathBuf>,
     },
 }
 
@@ -120,6 +126,9 @@ impl PackageSite<'_> {
                 root.display_path(copy_dir),
             ),
             PackageSite::Copy { .. } => (self.step_root(), self.dir()),
+            PackageSite::Local {
+                host_dir: Some(h), ..
+            } => (h.join("skyhook_dir"), h.clone()),
             PackageSite::Local { dir, .. } => {
                 let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
                 (dir.join("skyhook_dir"), dir)

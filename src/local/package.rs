@@ -436,9 +436,10 @@ impl PackageRun {
     /// 4. each step in order, as the agent would run it: a step whose flag exists (under
     ///    the state root, `SKYHOOK_ROOT_DIR`, default `/etc/skyhook`) is skipped where the
     ///    agent would skip it; `env:NAME` arguments are substituted from the environment;
-    ///    a `.rhai` step runs (context as the agent's, with `dry_run` true in a plan,
-    ///    `skyhook_dir` = DIR and `step_root` = DIR/skyhook_dir on this machine, since
-    ///    nothing is copied); any other step is listed, not run. In a run mode the first
+    ///    a `.rhai` step runs (context as the agent's, with `dry_run` true in a plan, and
+    ///    `skyhook_dir` the copy dir [`default_copy_dir`] that `--apply` would fill: the
+    ///    plan's overlay has DIR's files there, unreported, so a script reading its own
+    ///    package files plans as it applies); any other step is listed, not run. In a run mode the first
     ///    failing step stops the plan (the rest are [`StepKind::NotRun`]); a check runs all.
     ///
     /// The session's environment (for commands and `secret_env`) is the run's environment;
@@ -456,12 +457,17 @@ impl PackageRun {
             return Err(LocalError::UnsupportedMode(self.mode.as_str().into()));
         }
         let configmaps = self.configmaps_dir();
-        let site = PackageSite::Local {
+        let mut site = PackageSite::Local {
             dir: self.dir.clone(),
             configmaps: configmaps.clone(),
+            host_dir: None,
         };
         let (pkg, mut warnings) = load_package(&site)?;
         let pkg = &pkg;
+        // Steps see the package where --apply would copy it, and the plan has its files there.
+        if let PackageSite::Local { host_dir, .. } = &mut site {
+            *host_dir = Some(default_copy_dir(&pkg.package_name, &pkg.package_version));
+        }
         let scripts = site.compile_mode_scripts(engine, pkg, self.mode)?;
         if checks_expected_files(self.mode) {
             site.check_expected_files(&pkg.expected_config_files)?;
@@ -497,9 +503,22 @@ impl PackageRun {
 
         let mut planned = Vec::with_capacity(steps.len() + 1);
         let mut stopped = false;
+        if let Some(Err(message)) =
+            api.with_host(|h| crate::agent::mode::preflight::plan_package_copy(h, &site))
+        {
+            stopped = true;
+            planned.push(PlannedStep {
+                name: "package copy".into(),
+                path: "skyhook_dir/".into(),
+                args: Vec::new(),
+                kind: StepKind::Failed {
+                    message: format!("package copy: {message}"),
+                },
+            });
+        }
         let overlay_src = self.dir.join("root_dir");
         // The agent overlays root_dir/ in every mode but the uninstall ones, before any step.
-        if checks_expected_files(self.mode) && overlay_src.is_dir() {
+        if !stopped && checks_expected_files(self.mode) && overlay_src.is_dir() {
             let planned_overlay = api.with_host(|h| {
                 let r = crate::agent::mode::preflight::plan_overlay(
                     h,
@@ -648,6 +667,8 @@ impl PackageRun {
         let outcome = rt.block_on(async {
             let cancel = Cancel::new();
             crate::agent::signal::install(&cancel, console).map_err(AgentError::Runtime)?;
+            // Journals a killed step left are undone before the preflight plans the host.
+            crate::agent::mode::recover_journals(&root, console);
             if !self
                 .preflight(&root, &settings, &rid, &declarations, &cancel, console)
                 .await?
@@ -676,6 +697,7 @@ impl PackageRun {
         let site = PackageSite::Local {
             dir: self.dir.clone(),
             configmaps: self.configmaps_dir(),
+            host_dir: None,
         };
         let redactor = Redactor::new();
         // No outcome (stopped waiting for the lock): no step ran.
@@ -745,11 +767,15 @@ impl PackageRun {
         console: &Console,
     ) -> Result<bool, LocalError> {
         let started = std::time::Instant::now();
-        let site = PackageSite::Local {
+        let mut site = PackageSite::Local {
             dir: absolute(&self.dir),
             configmaps: self.configmaps_dir(),
+            host_dir: None,
         };
         let (pkg, _) = load_package(&site)?;
+        if let PackageSite::Local { host_dir, .. } = &mut site {
+            *host_dir = Some(default_copy_dir(&pkg.package_name, &pkg.package_version));
+        }
         let engine = crate::step::engine();
         let scripts = site.compile_mode_scripts(&engine, &pkg, self.mode)?;
         if checks_expected_files(self.mode) {

@@ -155,6 +155,14 @@ impl Preflight<'_> {
         let api = spec.session(self.root.try_clone()?);
         let output: Arc<dyn ScriptOutput> = api.redacting_output(Arc::new(Discard));
         let mut errors = Vec::new();
+        if let Some(Err(message)) = api.with_host(|h| plan_package_copy(h, self.site)) {
+            let _ = api.finish();
+            return Ok(Some(PreflightFailure {
+                errors: vec![format!("package copy: {message}")],
+                step: "skyhook_dir/".into(),
+                code: 1,
+            }));
+        }
         if self.mode != Mode::Uninstall {
             let src = self.site.dir().join("root_dir");
             if self.site.is_dir(&src)? {
@@ -292,6 +300,41 @@ impl StepRunner for PreflightRunner<'_> {
         }
         self.plan.run(inv).await
     }
+}
+
+/// Plan the copy of a local package into the root at its `host_dir` (the files of DIR, then
+/// the configMaps folder at `<host_dir>/configmaps` when it lies elsewhere), unreported: the
+/// copy is the tool's, not the package's change. Nothing for another site.
+///
+/// # Errors
+/// As [`plan_overlay`].
+pub fn plan_package_copy(h: &mut Host, site: &PackageSite<'_>) -> Result<(), String> {
+    let PackageSite::Local {
+        dir,
+        configmaps,
+        host_dir: Some(host_dir),
+    } = site
+    else {
+        return Ok(());
+    };
+    let mut r = plan_overlay(h, site, dir, host_dir);
+    if r.is_ok()
+        && *configmaps != dir.join("configmaps")
+        && site.is_dir(configmaps).unwrap_or(false)
+    {
+        let dst = host_dir.join("configmaps");
+        if h.view_stat(&dst, true).ok().flatten().is_none() {
+            let ds = dst.to_string_lossy();
+            if let Err(e) = crate::host::files::fs::mkdir(h, &ds, Some(0o755)) {
+                r = Err(crate::script::host_api::error_chain(&e));
+            }
+        }
+        if r.is_ok() {
+            r = plan_overlay(h, site, configmaps, &dst);
+        }
+    }
+    let (_, deferred) = h.finish_step_with_report();
+    r.and(deferred.map_err(|e| crate::script::host_api::error_chain(&e)))
 }
 
 /// Plan the agent's `root_dir/` overlay ([`crate::agent::prepare::overlay`]) from `src` of `site`
