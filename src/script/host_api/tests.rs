@@ -388,7 +388,7 @@ fn documented_option_keys_are_the_bindings_keys() {
         );
         seen += 1;
     }
-    assert_eq!(seen, 19);
+    assert_eq!(seen, 22);
 }
 
 fn docs_namespaces() -> Vec<&'static str> {
@@ -549,6 +549,7 @@ const EFFECT_SAMPLES: &[&[&str]] = &[
     super::kmod::tests::SAMPLES,
     super::structured::tests::SAMPLES,
     super::users::tests::SAMPLES,
+    super::version::tests::SAMPLES,
 ];
 
 /// A root in which every effect sample runs and every mutating one changes something: stub
