@@ -523,6 +523,31 @@ fn redacting_output_handles_secrets_and_characters_split_across_chunks() {
     assert_eq!(capture.stderr_bytes(), b"ends with top");
 }
 
+/// A test root holding a copy of the fake host layer `name` of `../shared/fakehosts/`
+/// (its README lists them), with `/proc/sys/kernel/arch` written from the layer's
+/// machine, as a real host's procfs has it.
+pub(super) fn fakehost(name: &str) -> TestHost {
+    let layer = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fakehosts")
+        .join(name);
+    assert!(
+        layer.is_dir(),
+        "{}: missing; the fake host layers live in shared/ beside the repository",
+        layer.display()
+    );
+    let t = TestHost::new();
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(layer.join("."))
+        .arg(&t.root)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp -a {} failed", layer.display());
+    let machine = std::fs::read_to_string(t.p("/usr/share/fakehost/machine")).unwrap();
+    t.file("/proc/sys/kernel/arch", &machine);
+    t
+}
+
 /// A root with `/bin/sh` and `useradd`/`id` stubs over `/users`.
 pub(super) fn users_root() -> TestHost {
     let t = TestHost::new();
