@@ -12,6 +12,7 @@ use super::docs::FnDoc;
 use super::docs::{OPTS, P};
 use crate::host::fetch::{self, FetchOptions};
 use crate::host::files::fs::{self, LineOptions, WriteOptions};
+use crate::host::files::realpath;
 
 /// The option keys of `fs::write` and `fs::copy`.
 const WRITE_KEYS: &[&str] = &["mode", "owner", "group"];
@@ -185,6 +186,15 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
             m.insert("mtime".into(), Dynamic::from(st.mtime));
             Ok(m)
         }
+    ),
+    host_fn!(
+        "fs",
+        "realpath",
+        &[P],
+        "String",
+        ReadsHost,
+        "The canonical host path of `path`: symlinks followed inside the host root (an absolute target is a host path; at most 40 links), `.` and `..` removed; every component but the last must exist. A `..` that climbs above `/`, in the path or a link's target, is an error naming the path. In a plan it sees planned directories and symlinks.",
+        |h, p: S| Ok(realpath::realpath(h, &p)?)
     ),
     host_fn!(
         "fs",
@@ -396,6 +406,7 @@ pub(super) mod tests {
         r#"fs::list("/etc")"#,
         r#"fs::glob("/etc/*.conf")"#,
         r#"fs::stat("/etc/a.conf")"#,
+        r#"fs::realpath("/etc/../etc/a.conf")"#,
         r#"fs::write("/etc/new/b.conf", "b\n")"#,
         r#"fs::write("/etc/a.conf", "a\n", #{mode: 0o600})"#,
         r#"fs::append("/etc/a.conf", "y\n")"#,
@@ -574,5 +585,65 @@ pub(super) mod tests {
                 "main.rhai:1:5: fs::fetch: failed to download {url}: server answered 404 Not Found"
             )
         );
+    }
+
+    #[test]
+    fn fs_realpath_resolves_inside_the_root() {
+        let t = TestHost::new();
+        t.file("/usr/lib/x/real.so", "x");
+        t.file("/etc/passwd", "root:x:0:0::/root:/bin/sh\n");
+        let link = |target: &str, at: &str| {
+            let p = t.p(at);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink(target, p).unwrap();
+        };
+        link("/usr/lib/x/real.so", "/etc/alternatives/x");
+        link("/etc/alternatives/x", "/usr/bin/x");
+        link("../usr/lib", "/opt/lib");
+        link("../../../../etc", "/srv/up");
+        link("/srv/b", "/srv/a");
+        link("/srv/a", "/srv/b");
+        let src = r#"
+            print(fs::realpath("/usr/bin/x"));
+            print(fs::realpath("/opt/lib/x/../x/./real.so"));
+            print(fs::realpath("/opt/lib/x/new.so"));
+            print(fs::realpath("/"));
+            fs::mkdir("/data/v");
+            fs::symlink("/data/v", "/var/lib/containerd");
+            print(fs::realpath("/var/lib/containerd/io"));
+        "#;
+        let want = "/usr/lib/x/real.so\n/usr/lib/x/real.so\n/usr/lib/x/new.so\n/\n/data/v/io\n";
+        for mode in [ExecMode::Plan, ExecMode::Check, ExecMode::Apply] {
+            assert_eq!(run(&t, mode, src).ok().stdout(), want, "{mode:?}");
+        }
+        let cases = [
+            (
+                "/srv/up/passwd",
+                "/srv/up/passwd: climbs above / of the host root (through `..` in the path or in a symlink's target)",
+            ),
+            (
+                "/../etc",
+                "/../etc: climbs above / of the host root (through `..` in the path or in a symlink's target)",
+            ),
+            (
+                "/srv/a",
+                "/srv/a: has too many levels of symbolic links (more than 40)",
+            ),
+            ("/nope/x", "/nope does not exist"),
+            ("/nope/..", "/nope does not exist"),
+            (
+                "/etc/passwd/x",
+                "/etc/passwd: is not a directory, and the path goes on below it",
+            ),
+            ("etc", "paths must be absolute: \"etc\""),
+        ];
+        for (p, want) in cases {
+            let r = run(&t, ExecMode::Plan, &format!("fs::realpath({p:?})"));
+            assert_eq!(
+                r.error(),
+                format!("main.rhai:1:5: fs::realpath: {want}"),
+                "{p}"
+            );
+        }
     }
 }
