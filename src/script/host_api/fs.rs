@@ -377,11 +377,18 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         &[("url", "String"), P, OPTS],
         "bool",
         Submits(&[Fetch, Chmod, Chown]),
-        "Download `url` (`http://`, or `https://` trusting the host's CA bundle: the first of `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`, `/etc/ssl/ca-bundle.pem`, `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`, `/etc/ssl/cert.pem`; up to 5 redirects; no proxy; a URL with `user:password@` is an error, as credentials are not sent) to `path`, verified by `#{sha256}` (required, 64 hex digits), with `#{mode, owner, group}`. Unchanged when the file already has that digest (only `mode`/`owner`/`group` are then set when they differ); otherwise streamed to a temporary file beside it, checked, and renamed into place. A wrong digest, an HTTP error, a body over `max_bytes` (default 4 GiB), the `timeout` (seconds, default 300, capped by the step's deadline) or a cancel fail the call and leave `path` unchanged. A plan makes no request (`would download <url> (sha256 ...) to <path>`); later reads in it see the file, but `fs::read` of it fails (its content is unknown until applied). Check: drift when missing or of another digest.",
+        "Download `url` (`http://`, or `https://` trusting the host's CA bundle: the first of `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`, `/etc/ssl/ca-bundle.pem`, `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`, `/etc/ssl/cert.pem`; up to 5 redirects; no proxy; a URL with `user:password@` is an error, as credentials are not sent) to `path`, verified by `#{sha256}` (64 hex digits), with `#{mode, owner, group}`. Unchanged when the file already has that digest (only `mode`/`owner`/`group` are then set when they differ); otherwise streamed to a temporary file beside it, checked, and renamed into place. A wrong digest, an HTTP error, a body over `max_bytes` (default 4 GiB), the `timeout` (seconds, default 300, capped by the step's deadline) or a cancel fail the call and leave `path` unchanged. A plan makes no request (`would download <url> (sha256 ...) to <path>`); later reads in it see the file, but `fs::read` of it fails (its content is unknown until applied). Check: drift when missing or of another digest. Without `sha256` the download is not verified and any existing regular file at `path` counts as downloaded (drift only when missing); each download planned or done then writes `warning: fs::fetch: <url> is not verified (no sha256): ...` to the step's stderr, and the plan's line says `(not verified: no sha256)`.",
         options = FETCH_KEYS,
+        api = run,
         |h, url: S, p: S, o: Map| {
             let o = fetch_opts(&o)?;
-            Ok(fetch::fetch(h, &url, &p, &o)?)
+            let f = fetch::fetch_with(h, &url, &p, &o)?;
+            if f.downloaded && o.sha256.is_none() {
+                let planned = h.mode() != crate::host::ExecMode::Apply;
+                let line = fetch::unpinned_warning(&url, &p, planned);
+                run.output.stderr(format!("{line}\n").as_bytes());
+            }
+            Ok(f.changed)
         }
     ),
 ];
@@ -645,5 +652,49 @@ pub(super) mod tests {
                 "{p}"
             );
         }
+    }
+
+    #[test]
+    fn fs_fetch_without_a_digest_warns_in_plan_and_apply() {
+        use crate::host::fetch::fetch_tests::{BODY, Reply, Server};
+        let t = TestHost::new();
+        let srv = Server::plain(|_| Reply::Body(BODY.to_vec()));
+        let url = srv.url("/efa.tar.gz");
+        let src = format!(r#"print(fs::fetch("{url}", "/opt/efa.tar.gz", #{{mode: 0o600}}));"#);
+        let warn = |verb: &str| {
+            format!(
+                "warning: fs::fetch: {url} is not verified (no sha256): {verb} to /opt/efa.tar.gz as served\n"
+            )
+        };
+        let plan = run(&t, ExecMode::Plan, &src).ok();
+        assert_eq!(plan.stderr(), warn("would be downloaded"));
+        assert_eq!(
+            plan.report.changes[0].summary,
+            format!(
+                "would download {url} (not verified: no sha256) to /opt/efa.tar.gz (mode 0600)"
+            )
+        );
+        let check = run(&t, ExecMode::Check, &src).ok();
+        assert_eq!(check.report.drift().len(), 1);
+        let apply = run(&t, ExecMode::Apply, &src).ok();
+        assert_eq!(
+            (apply.stdout(), apply.stderr()),
+            ("true\n".into(), warn("downloaded"))
+        );
+        assert_eq!(std::fs::read(t.p("/opt/efa.tar.gz")).unwrap(), BODY);
+        // Present: unchanged, no warning, nothing requested, no drift.
+        let again = run(&t, ExecMode::Apply, &src).ok();
+        assert_eq!(
+            (again.stdout(), again.stderr()),
+            ("false\n".into(), String::new())
+        );
+        assert!(
+            run(&t, ExecMode::Check, &src)
+                .ok()
+                .report
+                .drift()
+                .is_empty()
+        );
+        assert_eq!(srv.requests(), vec!["/efa.tar.gz"]);
     }
 }
