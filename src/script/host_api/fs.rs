@@ -11,6 +11,7 @@ use super::docs::Effects::*;
 use super::docs::FnDoc;
 use super::docs::{OPTS, P};
 use crate::host::fetch::{self, FetchOptions};
+use crate::host::files::copy_tree::{self, TreeOptions};
 use crate::host::files::fs::{self, LineOptions, WriteOptions};
 use crate::host::files::realpath;
 
@@ -70,6 +71,30 @@ fn secs(d: &Dynamic, key: &str) -> Result<Duration, String> {
         ));
     }
     Ok(Duration::from_secs_f64(secs.min(1e9)))
+}
+
+/// The option keys of `fs::copy_tree`.
+const TREE_KEYS: &[&str] = &["max_files", "max_bytes"];
+
+/// A positive integer option `key` of `m`, or `default`.
+fn positive(m: &Map, key: &str, default: u64) -> Result<u64, String> {
+    match m.get(key).filter(|d| !d.is_unit()) {
+        None => Ok(default),
+        Some(d) => match d.as_int() {
+            Ok(n) if n > 0 => Ok(n as u64),
+            _ => Err(format!("option {key} must be a positive integer, got {d}")),
+        },
+    }
+}
+
+/// `#{max_files, max_bytes}`.
+fn tree_opts(m: &Map) -> Result<TreeOptions, String> {
+    check_keys(m, TREE_KEYS)?;
+    let d = TreeOptions::default();
+    Ok(TreeOptions {
+        max_files: positive(m, "max_files", d.max_files)?,
+        max_bytes: positive(m, "max_bytes", d.max_bytes)?,
+    })
 }
 
 /// `#{sha256, mode, owner, group, timeout, max_bytes}` (`()` values mean "default").
@@ -339,6 +364,28 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
     ),
     host_fn!(
         "fs",
+        "copy_tree",
+        &[("src", "String"), ("dst", "String")],
+        "bool",
+        Submits(&[Mkdir, Chmod, Chown, Write, Symlink]),
+        "Make directory `dst` hold a copy of the tree at `src`, as `cp -a src/. dst/`: directories, regular files and symlinks (copied as links) with their modes and numeric owners; what `dst` has beyond `src` is kept. The source is walked and checked first (at most 100000 entries and 1 GiB of files, each file at most 64 MiB; a FIFO, socket or device, or an entry of another kind in the way at `dst`, is an error naming it; `dst` inside `src` is an error), so a bad tree changes nothing; then each entry that differs is its own effect, which a plan lists and a check reports.",
+        |h, s: S, d: S| Ok(copy_tree::copy_tree(h, &s, &d, &TreeOptions::default())?)
+    ),
+    host_fn!(
+        "fs",
+        "copy_tree",
+        &[("src", "String"), ("dst", "String"), OPTS],
+        "bool",
+        Submits(&[Mkdir, Chmod, Chown, Write, Symlink]),
+        "As `copy_tree`, with the limits `#{max_files, max_bytes}` (entries below `src`, total bytes of its files).",
+        options = TREE_KEYS,
+        |h, s: S, d: S, o: Map| {
+            let o = tree_opts(&o)?;
+            Ok(copy_tree::copy_tree(h, &s, &d, &o)?)
+        }
+    ),
+    host_fn!(
+        "fs",
         "chmod",
         &[P, ("mode", "?")],
         "bool",
@@ -428,6 +475,8 @@ pub(super) mod tests {
         r#"fs::remove_all("/srv/tree")"#,
         r#"fs::copy("/etc/a.conf", "/etc/c.conf")"#,
         r#"fs::copy("/etc/a.conf", "/etc/c.conf", #{mode: 0o600})"#,
+        r#"fs::copy_tree("/srv/tree", "/srv/copy")"#,
+        r#"fs::copy_tree("/srv/tree", "/srv/copy", #{max_files: 10})"#,
         r#"fs::chmod("/etc/a.conf", 0o600)"#,
         r#"fs::chown("/etc/a.conf", 1000, ())"#,
         r#"fs::symlink("/etc/a.conf", "/etc/l.conf")"#,
@@ -696,5 +745,166 @@ pub(super) mod tests {
                 .is_empty()
         );
         assert_eq!(srv.requests(), vec!["/efa.tar.gz"]);
+    }
+
+    /// A tree of directories, files and a relative link with their modes and owners:
+    /// the plan lists each entry and changes nothing, apply copies, a second apply and a
+    /// check change nothing, an edit at the destination is drift and is repaired.
+    #[test]
+    fn fs_copy_tree_all_modes_preserving_modes_and_owners() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let t = TestHost::new();
+        t.file(
+            "/var/lib/kubelet/config.yaml",
+            "kind: KubeletConfiguration\n",
+        );
+        t.file("/var/lib/kubelet/pki/kubelet.key", "KEY\n");
+        t.file("/var/lib/kubelet/pods/p1/vol", "data\n");
+        t.file("/data/kept", "mine\n");
+        let set = |p: &str, mode: u32, uid: u32| {
+            std::fs::set_permissions(t.p(p), std::fs::Permissions::from_mode(mode)).unwrap();
+            std::os::unix::fs::chown(t.p(p), Some(uid), Some(uid)).unwrap();
+        };
+        set("/var/lib/kubelet/pki", 0o700, 0);
+        set("/var/lib/kubelet/pki/kubelet.key", 0o600, 0);
+        set("/var/lib/kubelet/pods/p1/vol", 0o640, 65534);
+        std::os::unix::fs::symlink("pki/kubelet.key", t.p("/var/lib/kubelet/current.key")).unwrap();
+        let src = r#"print(fs::copy_tree("/var/lib/kubelet", "/data/kubelet"));"#;
+        let before = snapshot(&t);
+        let plan = run(&t, ExecMode::Plan, src).ok();
+        assert_eq!(plan.stdout(), "true\n");
+        assert_eq!(snapshot(&t), before, "a plan changed the root");
+        let mut listed: Vec<(String, String)> = plan
+            .report
+            .changes
+            .iter()
+            .map(|c| (c.kind.clone(), c.target.clone()))
+            .collect();
+        listed.sort();
+        let want: Vec<(String, String)> = [
+            ("mkdir", "/data/kubelet"),
+            ("mkdir", "/data/kubelet/pki"),
+            ("mkdir", "/data/kubelet/pods"),
+            ("mkdir", "/data/kubelet/pods/p1"),
+            ("symlink", "/data/kubelet/current.key"),
+            ("write", "/data/kubelet/config.yaml"),
+            ("write", "/data/kubelet/pki/kubelet.key"),
+            ("write", "/data/kubelet/pods/p1/vol"),
+        ]
+        .iter()
+        .map(|(k, p)| (k.to_string(), p.to_string()))
+        .collect();
+        // A new file's write carries its mode and owner: no chmod or chown beside it.
+        assert_eq!(listed, want);
+        let check = run(&t, ExecMode::Check, src).ok();
+        assert_eq!(check.report.drift().len(), plan.report.changes.len());
+        assert_eq!(snapshot(&t), before, "a check changed the root");
+
+        assert_eq!(run(&t, ExecMode::Apply, src).ok().stdout(), "true\n");
+        let meta = |p: &str| {
+            let m = std::fs::symlink_metadata(t.p(p)).unwrap();
+            (m.mode() & 0o7777, m.uid(), m.gid())
+        };
+        assert_eq!(t.read("/data/kubelet/pods/p1/vol"), "data\n");
+        assert_eq!(meta("/data/kubelet/pki"), (0o700, 0, 0));
+        assert_eq!(meta("/data/kubelet/pki/kubelet.key"), (0o600, 0, 0));
+        assert_eq!(meta("/data/kubelet/pods/p1/vol"), (0o640, 65534, 65534));
+        assert_eq!(
+            std::fs::read_link(t.p("/data/kubelet/current.key")).unwrap(),
+            Path::new("pki/kubelet.key")
+        );
+        assert_eq!(t.read("/data/kept"), "mine\n");
+
+        let again = run(&t, ExecMode::Apply, src).ok();
+        assert_eq!(
+            (again.stdout(), again.report.changes.len()),
+            ("false\n".into(), 0)
+        );
+        assert!(run(&t, ExecMode::Check, src).ok().report.drift().is_empty());
+
+        // Drift: an edited file and a changed mode, each reported, then repaired.
+        t.file("/data/kubelet/config.yaml", "edited\n");
+        set("/data/kubelet/pki", 0o755, 0);
+        let check = run(&t, ExecMode::Check, src).ok();
+        let mut drift: Vec<String> = check
+            .report
+            .drift()
+            .iter()
+            .map(|c| format!("{} {}", c.kind, c.target))
+            .collect();
+        drift.sort();
+        // fs::mkdir's change of an existing directory's mode is reported as a `mkdir`.
+        assert_eq!(
+            drift,
+            ["mkdir /data/kubelet/pki", "write /data/kubelet/config.yaml"]
+        );
+        run(&t, ExecMode::Apply, src).ok();
+        assert_eq!(
+            t.read("/data/kubelet/config.yaml"),
+            "kind: KubeletConfiguration\n"
+        );
+        assert_eq!(meta("/data/kubelet/pki"), (0o700, 0, 0));
+    }
+
+    #[test]
+    fn fs_copy_tree_bad_trees_change_nothing() {
+        let t = TestHost::new();
+        t.file("/src/a/f", "f\n");
+        t.file("/src/b", "b\n");
+        t.file("/dst/b/x", "a dir where the source has a file\n");
+        t.file("/file", "x\n");
+        let before = snapshot(&t);
+        let cases = [
+            (
+                r#"fs::copy_tree("/src", "/dst")"#,
+                "/dst/b: exists and is not a regular file, where the source has one",
+            ),
+            (
+                r#"fs::copy_tree("/src", "/src/a/in")"#,
+                "/src/a/in: is the source directory or inside it",
+            ),
+            (r#"fs::copy_tree("/nope", "/new")"#, "/nope does not exist"),
+            (
+                r#"fs::copy_tree("/file", "/new")"#,
+                "/file: is not a directory",
+            ),
+            (
+                r#"fs::copy_tree("/src", "/file")"#,
+                "/file: exists and is not a directory",
+            ),
+            (
+                r#"fs::copy_tree("/src", "/new", #{max_files: 2})"#,
+                "invalid fs::copy_tree source: /src has more than 2 entries (max_files)",
+            ),
+            (
+                r#"fs::copy_tree("/src", "/new", #{max_bytes: 3})"#,
+                "invalid fs::copy_tree source: /src holds more than 3 bytes of files (max_bytes)",
+            ),
+            (
+                r#"fs::copy_tree("/src", "/new", #{max_files: 0})"#,
+                "option max_files must be a positive integer, got 0",
+            ),
+        ];
+        for (src, want) in cases {
+            let r = run(&t, ExecMode::Apply, src);
+            assert_eq!(
+                r.error(),
+                format!("main.rhai:1:5: fs::copy_tree: {want}"),
+                "{src}"
+            );
+            assert_eq!(snapshot(&t), before, "{src} changed the root");
+        }
+        // A FIFO is refused before anything is created (a separate root: the snapshot
+        // would block reading it).
+        let t = TestHost::new();
+        t.file("/fifo/a", "a\n");
+        let mode = nix::sys::stat::Mode::from_bits_truncate(0o600);
+        nix::unistd::mkfifo(&t.p("/fifo/p"), mode).unwrap();
+        let r = run(&t, ExecMode::Apply, r#"fs::copy_tree("/fifo", "/new")"#);
+        assert_eq!(
+            r.error(),
+            "main.rhai:1:5: fs::copy_tree: /fifo/p: is not a directory, regular file or symlink (fs::copy_tree copies only those)"
+        );
+        assert!(!t.p("/new").exists());
     }
 }

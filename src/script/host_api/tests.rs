@@ -388,7 +388,7 @@ fn documented_option_keys_are_the_bindings_keys() {
         );
         seen += 1;
     }
-    assert_eq!(seen, 22);
+    assert_eq!(seen, 23);
 }
 
 fn docs_namespaces() -> Vec<&'static str> {
