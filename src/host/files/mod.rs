@@ -1,7 +1,8 @@
-//! Files and formats: `fs::` (files, directories, lines and blocks, `realpath`, `copy_tree`), the format-preserving
+//! Files and formats: `fs::` (files, directories, lines and blocks, `realpath`, `copy_tree`, `extract`), the format-preserving
 //! structured edits `toml::`, `json::`, `ini::` (sharing [`structured`]), the pure `text`
 //! helpers (`sha256`, `regex::`), and the step's configMaps and node metadata (`config`).
 
+pub mod archive;
 pub mod config;
 pub mod copy_tree;
 pub mod fs;

@@ -5,12 +5,14 @@ use std::time::Duration;
 
 use rhai::{Dynamic, ImmutableString as S, Map};
 
+use super::api::CallError;
 use super::convert::{self, check_keys, opt_bool, opt_scalar, opt_string};
 use super::docs::EffectKind::*;
 use super::docs::Effects::*;
 use super::docs::FnDoc;
 use super::docs::{OPTS, P};
 use crate::host::fetch::{self, FetchOptions};
+use crate::host::files::archive::{self, ExtractOptions, Extracted};
 use crate::host::files::copy_tree::{self, TreeOptions};
 use crate::host::files::fs::{self, LineOptions, WriteOptions};
 use crate::host::files::realpath;
@@ -94,6 +96,52 @@ fn tree_opts(m: &Map) -> Result<TreeOptions, String> {
     Ok(TreeOptions {
         max_files: positive(m, "max_files", d.max_files)?,
         max_bytes: positive(m, "max_bytes", d.max_bytes)?,
+    })
+}
+
+/// The option keys of `fs::extract`.
+const EXTRACT_KEYS: &[&str] = &["strip_components", "max_files", "max_bytes"];
+
+/// `#{strip_components, max_files, max_bytes}`.
+fn extract_opts(m: &Map) -> Result<ExtractOptions, String> {
+    check_keys(m, EXTRACT_KEYS)?;
+    let d = ExtractOptions::default();
+    let strip = match m.get("strip_components").filter(|d| !d.is_unit()) {
+        None => 0,
+        Some(v) => match v.as_int() {
+            Ok(n) if (0..=64).contains(&n) => n as usize,
+            _ => {
+                return Err(format!(
+                    "option strip_components must be an integer from 0 to 64, got {v}"
+                ));
+            }
+        },
+    };
+    Ok(ExtractOptions {
+        strip_components: strip,
+        max_files: positive(m, "max_files", d.max_files)?,
+        max_bytes: positive(m, "max_bytes", d.max_bytes)?,
+    })
+}
+
+/// `fs::extract` through the session; in a plan, an archive `fs::fetch` only plans is
+/// reported on the step's stderr and counted as a change.
+fn extract(
+    h: &mut crate::host::Host,
+    run: &super::api::Api,
+    archive: &str,
+    dest: &str,
+    o: &ExtractOptions,
+) -> Result<bool, CallError> {
+    Ok(match archive::extract(h, archive, dest, o)? {
+        Extracted::Done(changed) => changed,
+        Extracted::Unknown => {
+            let line = format!(
+                "warning: fs::extract: {archive} is downloaded by fs::fetch only when applied: the files it unpacks into {dest} are listed then\n"
+            );
+            run.output.stderr(line.as_bytes());
+            true
+        }
     })
 }
 
@@ -386,6 +434,30 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
     ),
     host_fn!(
         "fs",
+        "extract",
+        &[("archive", "String"), ("dest", "String")],
+        "bool",
+        Submits(&[Mkdir, Chmod, Write, Symlink]),
+        "Unpack a tar, tar.gz, tar.xz or zip archive (told apart by content) into directory `dest`, confined to it. The whole archive is checked first: an absolute name, a `..`, a symlink whose target is absolute or leaves `dest`, an entry below a symlink, a hard link or device, an entry of another kind in the way, over 100000 entries or over 1 GiB unpacked fails the call naming the archive and entry, and nothing is written. Then each directory, file and symlink that differs is its own effect (a plan lists every file; a check reports each that drifted). Modes come from the archive; files belong to root. In a plan, an archive `fs::fetch` only plans cannot be listed: a warning says so on stderr and the call returns true.",
+        api = run,
+        |h, a: S, d: S| extract(h, &run, &a, &d, &ExtractOptions::default())
+    ),
+    host_fn!(
+        "fs",
+        "extract",
+        &[("archive", "String"), ("dest", "String"), OPTS],
+        "bool",
+        Submits(&[Mkdir, Chmod, Write, Symlink]),
+        "As `extract`, with `#{strip_components}` (leading name components dropped, as `tar --strip-components`) and the limits `#{max_files, max_bytes}`.",
+        options = EXTRACT_KEYS,
+        api = run,
+        |h, a: S, d: S, o: Map| {
+            let o = extract_opts(&o)?;
+            extract(h, &run, &a, &d, &o)
+        }
+    ),
+    host_fn!(
+        "fs",
         "chmod",
         &[P, ("mode", "?")],
         "bool",
@@ -477,6 +549,8 @@ pub(super) mod tests {
         r#"fs::copy("/etc/a.conf", "/etc/c.conf", #{mode: 0o600})"#,
         r#"fs::copy_tree("/srv/tree", "/srv/copy")"#,
         r#"fs::copy_tree("/srv/tree", "/srv/copy", #{max_files: 10})"#,
+        r#"fs::extract("/srv/a.tar", "/srv/x")"#,
+        r#"fs::extract("/srv/a.tar", "/srv/x", #{strip_components: 0})"#,
         r#"fs::chmod("/etc/a.conf", 0o600)"#,
         r#"fs::chown("/etc/a.conf", 1000, ())"#,
         r#"fs::symlink("/etc/a.conf", "/etc/l.conf")"#,
@@ -906,5 +980,308 @@ pub(super) mod tests {
             "main.rhai:1:5: fs::copy_tree: /fifo/p: is not a directory, regular file or symlink (fs::copy_tree copies only those)"
         );
         assert!(!t.p("/new").exists());
+    }
+
+    /// A tar archive of `(name, kind, mode, body)` entries, names written as given (even
+    /// `..` and absolute ones, which `tar::Builder`'s path helpers refuse): kind `f` file,
+    /// `d` directory, `l` symlink to body, `h` hard link to body.
+    pub(in super::super) fn tar_of(entries: &[TarEntry]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, kind, mode, body) in entries {
+            let mut hd = tar::Header::new_gnu();
+            let n = name.as_bytes();
+            hd.as_old_mut().name[..n.len()].copy_from_slice(n);
+            hd.set_mode(*mode);
+            let data: &[u8] = match kind {
+                'f' => {
+                    hd.set_entry_type(tar::EntryType::Regular);
+                    body.as_bytes()
+                }
+                'd' => {
+                    hd.set_entry_type(tar::EntryType::Directory);
+                    b""
+                }
+                'l' | 'h' => {
+                    hd.set_entry_type(if *kind == 'l' {
+                        tar::EntryType::Symlink
+                    } else {
+                        tar::EntryType::Link
+                    });
+                    hd.as_old_mut().linkname[..body.len()].copy_from_slice(body.as_bytes());
+                    b""
+                }
+                _ => unreachable!(),
+            };
+            hd.set_size(data.len() as u64);
+            hd.set_cksum();
+            b.append(&hd, data).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    /// One tar entry for [`tar_of`]: name, kind, mode, body.
+    type TarEntry<'a> = (&'a str, char, u32, &'a str);
+
+    const EFA: &[TarEntry] = &[
+        ("efa/", 'd', 0o755, ""),
+        (
+            "efa/efa_installer.sh",
+            'f',
+            0o755,
+            "#!/bin/sh\necho install\n",
+        ),
+        ("efa/README", 'f', 0o644, "EFA\n"),
+        ("efa/lib/", 'd', 0o750, ""),
+        ("efa/lib/libfabric.so.1", 'f', 0o644, "ELF\n"),
+        ("efa/lib/libfabric.so", 'l', 0o777, "libfabric.so.1"),
+    ];
+
+    fn zip_of(entries: &[TarEntry]) -> Vec<u8> {
+        use std::io::Write;
+        let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        for (name, kind, mode, body) in entries {
+            let o = zip::write::SimpleFileOptions::default()
+                .compression_method(zip::CompressionMethod::Deflated)
+                .unix_permissions(*mode);
+            match kind {
+                'd' => w.add_directory(*name, o).unwrap(),
+                'f' => {
+                    w.start_file(*name, o).unwrap();
+                    w.write_all(body.as_bytes()).unwrap();
+                }
+                'l' => w.add_symlink(*name, *body, o).unwrap(),
+                _ => unreachable!(),
+            }
+        }
+        w.finish().unwrap().into_inner()
+    }
+
+    #[test]
+    fn fs_extract_tar_gz_xz_and_zip_in_every_mode() {
+        use std::io::Write;
+        use std::os::unix::fs::MetadataExt;
+        let tar = tar_of(EFA);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&tar).unwrap();
+        let mut xz = liblzma::write::XzEncoder::new(Vec::new(), 6);
+        xz.write_all(&tar).unwrap();
+        let t = TestHost::new();
+        let archives = [
+            ("tar", tar.clone()),
+            ("tar.gz", gz.finish().unwrap()),
+            ("tar.xz", xz.finish().unwrap()),
+            ("zip", zip_of(EFA)),
+        ];
+        for (ext, bytes) in &archives {
+            let p = t.p(&format!("/tmp/efa.{ext}"));
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, bytes).unwrap();
+        }
+        for (ext, _) in &archives {
+            let dest = format!("/opt/{}", ext.replace('.', "-"));
+            let src = format!(
+                r#"print(fs::extract("/tmp/efa.{ext}", "{dest}", #{{strip_components: 1}}));"#
+            );
+            let before = snapshot(&t);
+            let plan = run(&t, ExecMode::Plan, &src).ok();
+            assert_eq!(plan.stdout(), "true\n", "{ext}");
+            assert_eq!(snapshot(&t), before, "a plan of {ext} changed the root");
+            let listed: Vec<String> = plan
+                .report
+                .changes
+                .iter()
+                .map(|c| format!("{} {}", c.kind, c.target.strip_prefix(&dest).unwrap()))
+                .collect();
+            assert_eq!(
+                listed,
+                [
+                    "mkdir ",
+                    "write /efa_installer.sh",
+                    "write /README",
+                    "mkdir /lib",
+                    "write /lib/libfabric.so.1",
+                    "symlink /lib/libfabric.so"
+                ],
+                "{ext}"
+            );
+            assert_eq!(
+                run(&t, ExecMode::Check, &src).ok().report.drift().len(),
+                6,
+                "{ext}"
+            );
+            assert_eq!(run(&t, ExecMode::Apply, &src).ok().stdout(), "true\n");
+            let mode = |p: &str| {
+                std::fs::symlink_metadata(t.p(&format!("{dest}{p}")))
+                    .unwrap()
+                    .mode()
+                    & 0o7777
+            };
+            assert_eq!(
+                t.read(&format!("{dest}/efa_installer.sh")),
+                "#!/bin/sh\necho install\n"
+            );
+            assert_eq!(
+                (mode("/efa_installer.sh"), mode("/README"), mode("/lib")),
+                (0o755, 0o644, 0o750),
+                "{ext}"
+            );
+            assert_eq!(
+                std::fs::read_link(t.p(&format!("{dest}/lib/libfabric.so"))).unwrap(),
+                Path::new("libfabric.so.1")
+            );
+            let again = run(&t, ExecMode::Apply, &src).ok();
+            assert_eq!(
+                (again.stdout(), again.report.changes.len()),
+                ("false\n".into(), 0)
+            );
+            t.file(&format!("{dest}/README"), "edited\n");
+            let drift = run(&t, ExecMode::Check, &src).ok();
+            assert_eq!(drift.report.drift().len(), 1, "{ext}");
+            assert_eq!(drift.report.drift()[0].target, format!("{dest}/README"));
+        }
+    }
+
+    #[test]
+    fn fs_extract_refuses_escapes_and_limits_and_writes_nothing() {
+        let t = TestHost::new();
+        t.file("/etc/passwd", "root:x:0:0::/root:/bin/sh\n");
+        t.file("/dest/keep", "k\n");
+        t.file("/dest/file", "f\n");
+        std::os::unix::fs::symlink("/etc", t.p("/dest/etc")).unwrap();
+        let ok = ("a/ok", 'f', 0o644, "ok\n");
+        let cases: Vec<(Vec<TarEntry>, &str, &str)> = vec![
+            (
+                vec![ok, ("../evil", 'f', 0o644, "x")],
+                "",
+                "entry \"../evil\": climbs out of the destination with `..`",
+            ),
+            (
+                vec![ok, ("a/../../evil", 'f', 0o644, "x")],
+                "",
+                "entry \"a/../../evil\": climbs out of the destination with `..`",
+            ),
+            (
+                vec![ok, ("/etc/cron.d/x", 'f', 0o644, "x")],
+                "",
+                "entry \"/etc/cron.d/x\": is an absolute path",
+            ),
+            (
+                vec![ok, ("lnk", 'l', 0o777, "/etc")],
+                "",
+                "entry \"lnk\": is a symlink to \"/etc\": only relative targets inside the destination are extracted",
+            ),
+            (
+                vec![ok, ("a/up", 'l', 0o777, "../../etc")],
+                "",
+                "entry \"a/up\": is a symlink to \"../../etc\", which leaves the destination",
+            ),
+            (
+                vec![
+                    ok,
+                    ("a/in", 'l', 0o777, "../a"),
+                    ("a/in/passwd", 'f', 0o644, "x"),
+                ],
+                "",
+                "entry \"a/in/passwd\": lies below the archive's symlink a/in",
+            ),
+            (
+                vec![ok, ("etc/passwd", 'f', 0o644, "x")],
+                "",
+                "entry \"etc/passwd\": lies below /dest/etc, a symlink at the destination",
+            ),
+            (
+                vec![ok, ("a/ok/x", 'f', 0o644, "x")],
+                "",
+                "entry \"a/ok/x\": lies below the archive's file a/ok",
+            ),
+            (
+                vec![ok, ("hl", 'h', 0o644, "a/ok")],
+                "",
+                "entry \"hl\": is a hard link, which is not extracted",
+            ),
+            (
+                vec![ok, ("file/x", 'f', 0o644, "x")],
+                "",
+                "entry \"file/x\": /dest/file exists and is a file, where the archive has a dir",
+            ),
+            (
+                vec![ok, ("keep", 'd', 0o755, "")],
+                "",
+                "entry \"keep\": /dest/keep exists and is a file, where the archive has a dir",
+            ),
+            (
+                vec![ok, ("b", 'f', 0o644, "x")],
+                ", #{max_files: 1}",
+                "more than 1 entries (max_files)",
+            ),
+            (
+                vec![ok, ("b", 'f', 0o644, "x")],
+                ", #{max_bytes: 3}",
+                "unpacks to more than 3 bytes (max_bytes)",
+            ),
+        ];
+        let before = snapshot(&t);
+        for (entries, opts, want) in cases {
+            std::fs::write(t.p("/tmp.tar"), tar_of(&entries)).unwrap();
+            let before = {
+                let mut b = before.clone();
+                b.insert("tmp.tar".into(), snapshot(&t)[Path::new("tmp.tar")].clone());
+                b
+            };
+            for mode in [ExecMode::Plan, ExecMode::Apply] {
+                let r = run(
+                    &t,
+                    mode,
+                    &format!(r#"fs::extract("/tmp.tar", "/dest"{opts})"#),
+                );
+                assert_eq!(
+                    r.error(),
+                    format!("main.rhai:1:5: fs::extract: invalid archive: /tmp.tar: {want}"),
+                    "{mode:?}"
+                );
+                assert_eq!(snapshot(&t), before, "{want}: the root changed");
+            }
+        }
+        std::fs::write(t.p("/tmp.tar"), b"not an archive at all").unwrap();
+        let r = run(&t, ExecMode::Apply, r#"fs::extract("/tmp.tar", "/dest")"#);
+        assert!(
+            r.error()
+                .starts_with("main.rhai:1:5: fs::extract: invalid archive: /tmp.tar: "),
+            "{}",
+            r.error()
+        );
+        assert_eq!(
+            run(&t, ExecMode::Apply, r#"fs::extract("/none.tar", "/dest")"#).error(),
+            "main.rhai:1:5: fs::extract: /none.tar does not exist"
+        );
+        assert_eq!(
+            run(
+                &t,
+                ExecMode::Apply,
+                r#"fs::extract("/tmp.tar", "/dest", #{strip_components: -1})"#
+            )
+            .error(),
+            "main.rhai:1:5: fs::extract: option strip_components must be an integer from 0 to 64, got -1"
+        );
+    }
+
+    /// In a plan, an archive that fs::fetch only plans cannot be listed: a warning, a change.
+    #[test]
+    fn fs_extract_of_a_planned_download_warns_in_a_plan() {
+        use crate::host::fetch::fetch_tests::{Reply, Server};
+        let t = TestHost::new();
+        let tar = tar_of(EFA);
+        let srv = Server::plain(move |_| Reply::Body(tar.clone()));
+        let url = srv.url("/efa.tar");
+        let src = format!(
+            r#"fs::fetch("{url}", "/tmp/efa.tar", #{{}}); print(fs::extract("/tmp/efa.tar", "/opt/efa"));"#
+        );
+        let plan = run(&t, ExecMode::Plan, &src).ok();
+        assert_eq!(plan.stdout(), "true\n");
+        assert!(plan.stderr().ends_with(
+            "warning: fs::extract: /tmp/efa.tar is downloaded by fs::fetch only when applied: the files it unpacks into /opt/efa are listed then\n"
+        ), "{}", plan.stderr());
+        run(&t, ExecMode::Apply, &src).ok();
+        assert_eq!(t.read("/opt/efa/efa/README"), "EFA\n");
     }
 }

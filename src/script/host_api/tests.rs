@@ -388,7 +388,7 @@ fn documented_option_keys_are_the_bindings_keys() {
         );
         seen += 1;
     }
-    assert_eq!(seen, 23);
+    assert_eq!(seen, 24);
 }
 
 fn docs_namespaces() -> Vec<&'static str> {
@@ -601,6 +601,11 @@ fn effects_root() -> TestHost {
         "# BEGIN skyhook old\no\n# END skyhook old\n",
     );
     t.file("/srv/tree/f", "f");
+    std::fs::write(
+        t.p("/srv/a.tar"),
+        super::fs::tests::tar_of(&[("d/f", 'f', 0o644, "f\n")]),
+    )
+    .unwrap();
     t.file(
         "/etc/systemd/system/kubelet.service.d/10-x.conf",
         "[Service]\n",
