@@ -388,7 +388,7 @@ fn documented_option_keys_are_the_bindings_keys() {
         );
         seen += 1;
     }
-    assert_eq!(seen, 24);
+    assert_eq!(seen, 25);
 }
 
 fn docs_namespaces() -> Vec<&'static str> {
@@ -612,6 +612,10 @@ fn effects_root() -> TestHost {
     );
     t.file("/etc/apt/sources.list.d/gone.sources", "Types: deb\n");
     t.file("/proc/sys/vm/swappiness", "60\n");
+    t.file(
+        "/etc/skyhook/sysctl-restore/unnamed.conf",
+        "vm.swappiness = 30\n",
+    );
     t.file("/proc/sys/kernel/osrelease", "6.1.0-test\n");
     t.file("/proc/cmdline", "ro quiet\n");
     t.file("/etc/hostname", "node-7\n");
