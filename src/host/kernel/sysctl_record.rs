@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::host::Host;
-use crate::host::effects::effect::Effect;
+use crate::host::effects::effect::{Effect, sysctl_proc_path};
 use crate::host::root::error::Result;
 
 /// The state directory when the step's environment has no `SKYHOOK_ROOT_DIR`.
@@ -114,14 +114,18 @@ pub fn restore_all(h: &mut Host) -> Result<bool> {
     Ok(true)
 }
 
-/// The live value of `key` brought to `value` without touching the record.
+/// The live value of `key` brought to `value` without touching the record (read here, not
+/// through `tuning::sysctl`, which calls this module).
 fn set_live(h: &mut Host, key: &str, value: &str) -> Result<bool> {
-    let cur = super::tuning::sysctl::get(h, key)?;
+    let path = sysctl_proc_path(key)?;
+    let cur = h
+        .view_read(&path)?
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string());
     let norm = |v: &str| v.split_whitespace().collect::<Vec<_>>().join(" ");
     match cur {
         None => Err(crate::host::root::error::HostError::UnknownSysctl {
             key: key.into(),
-            path: super::tuning::sysctl::proc_path(key)?,
+            path,
         }),
         Some(c) if norm(&c) == norm(value) => Ok(false),
         Some(_) => {
