@@ -132,11 +132,13 @@ impl Gather<'_> {
                 format!("more than {} entries (max_files)", self.o.max_files),
             ));
         }
+        // A leading `.` counts as a component for stripping, as GNU tar counts it
+        // (`./efa/x` with strip_components 1 is `efa/x`); it is dropped afterwards.
         let mut parts = Vec::new();
         for c in Path::new(name).components() {
             match c {
                 Component::Normal(p) => parts.push(p.to_os_string()),
-                Component::CurDir => {}
+                Component::CurDir => parts.push(".".into()),
                 Component::ParentDir => {
                     return Err(fail(&"climbs out of the destination with `..`"));
                 }
@@ -148,7 +150,13 @@ impl Gather<'_> {
         if parts.len() <= self.o.strip_components {
             return Ok(());
         }
-        let rel: PathBuf = parts[self.o.strip_components..].iter().collect();
+        let rel: PathBuf = parts[self.o.strip_components..]
+            .iter()
+            .filter(|p| *p != ".")
+            .collect();
+        if rel.as_os_str().is_empty() {
+            return Ok(());
+        }
         // Nothing may be written through a symlink: the archive's own, or one already at
         // the destination (which could point anywhere in the host).
         for anc in rel

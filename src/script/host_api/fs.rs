@@ -1242,6 +1242,22 @@ pub(super) mod tests {
                 assert_eq!(snapshot(&t), before, "{want}: the root changed");
             }
         }
+        // A leading `./` is one component for strip_components, as in GNU tar.
+        std::fs::write(
+            t.p("/dot.tar"),
+            tar_of(&[
+                ("./", 'd', 0o755, ""),
+                ("./efa/README", 'f', 0o644, "EFA\n"),
+            ]),
+        )
+        .unwrap();
+        run(
+            &t,
+            ExecMode::Apply,
+            r#"fs::extract("/dot.tar", "/dot", #{strip_components: 1})"#,
+        )
+        .ok();
+        assert_eq!(t.read("/dot/efa/README"), "EFA\n");
         std::fs::write(t.p("/tmp.tar"), b"not an archive at all").unwrap();
         let r = run(&t, ExecMode::Apply, r#"fs::extract("/tmp.tar", "/dest")"#);
         assert!(
