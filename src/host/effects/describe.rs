@@ -109,7 +109,7 @@ impl Host {
                 d.mkdir = self.missing_parents(path)?;
             }
             Effect::Fetch(f) => {
-                d.after = Some(format!("sha256:{}", f.sha256));
+                d.after = f.sha256.as_ref().map(|s| format!("sha256:{s}"));
                 d.mkdir = self.missing_parents(&f.path)?;
             }
             _ => {}

@@ -619,8 +619,9 @@ pub struct Download {
     pub url: String,
     /// The destination host path.
     pub path: PathBuf,
-    /// The expected digest: 64 lowercase hex digits.
-    pub sha256: String,
+    /// The expected digest, 64 lowercase hex digits; `None`: not verified (an existing
+    /// file is taken as downloaded).
+    pub sha256: Option<String>,
     /// Permission bits to set (`None`: an existing file's, else 0644).
     pub mode: Option<u32>,
     /// Owner uid to set.
@@ -634,17 +635,21 @@ pub struct Download {
 }
 
 impl Download {
-    /// The report line: `download <url> (sha256 <hex>) to <path>`, `would download ...`
-    /// when `planned` (plan and check mode), with ` (mode 0755)` when a mode is set.
+    /// The report line: `download <url> (sha256 <hex>) to <path>` (`(not verified: no
+    /// sha256)` without a digest), `would download ...` when `planned` (plan and check
+    /// mode), with ` (mode 0755)` when a mode is set.
     pub fn summary(&self, planned: bool) -> String {
         let would = if planned { "would " } else { "" };
         let m = self
             .mode
             .map_or(String::new(), |m| format!(" (mode {m:04o})"));
         format!(
-            "{would}download {} (sha256 {}) to {}{m}",
+            "{would}download {} ({}) to {}{m}",
             self.url,
-            self.sha256,
+            self.sha256.as_ref().map_or_else(
+                || "not verified: no sha256".to_string(),
+                |s| format!("sha256 {s}")
+            ),
             self.path.display()
         )
     }

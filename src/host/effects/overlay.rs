@@ -61,9 +61,10 @@ pub(crate) enum Node {
         target: PathBuf,
     },
     Absent,
-    /// A file `fs::fetch` would download: its digest is known, its content is not.
+    /// A file `fs::fetch` would download: its digest is known when pinned, its content is
+    /// not.
     Download {
-        sha256: String,
+        sha256: Option<String>,
         mode: u32,
         uid: u32,
         gid: u32,

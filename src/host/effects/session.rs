@@ -85,8 +85,9 @@ use crate::redact::Redactor;
 /// What [`Host::view_for_digest`] found at a path.
 #[derive(Debug)]
 pub(crate) enum ViewedFile {
-    /// A planned download: its SHA-256 digest (64 lowercase hex digits).
-    Digest(String),
+    /// A planned download: its SHA-256 digest (64 lowercase hex digits), `None` when the
+    /// download is not pinned (its digest is unknown until applied).
+    Digest(Option<String>),
     /// A planned file: its content.
     Content(bytes::Bytes),
     /// Nothing planned: the host path to open under the root.

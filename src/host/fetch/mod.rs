@@ -1,9 +1,12 @@
 //! Downloads: `fs::fetch(url, path, #{sha256, mode, owner, group, timeout, max_bytes})`.
 //!
-//! A download is a *change* identified by its SHA-256 digest (required): the file is
-//! unchanged when it already has that digest (its mode and owner are then brought to the
-//! requested ones, as `fs::write` does), and downloaded otherwise. The digest of an existing
-//! file is computed by streaming it (any size; a FIFO or device is refused without blocking).
+//! A download is a *change* identified by its SHA-256 digest: the file is unchanged when it
+//! already has that digest (its mode and owner are then brought to the requested ones, as
+//! `fs::write` does), and downloaded otherwise. The digest of an existing file is computed
+//! by streaming it (any size; a FIFO or device is refused without blocking). Without a
+//! digest (a vendor's unversioned URL) the download is not verified and an existing regular
+//! file counts as downloaded (only its mode and owner are then set); the binding warns on
+//! the step's stderr whenever such a download is planned or done ([`unpinned_warning`]).
 //!
 //! - **Apply**: under the path's lock ([`crate::host::root::pathlock`]) the body is streamed into
 //!   a temporary file beside the destination (the host root's temporary names, so a crash
@@ -48,7 +51,8 @@ pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
 /// Options of `fs::fetch`.
 #[derive(Debug, Clone, Default)]
 pub struct FetchOptions {
-    /// The expected SHA-256 digest, 64 hex digits (required; upper case accepted).
+    /// The expected SHA-256 digest, 64 hex digits (upper case accepted); `None`: not
+    /// verified.
     pub sha256: Option<String>,
     /// Permission bits of the file (`None`: an existing file's, else 0644).
     pub mode: Option<u32>,
@@ -70,34 +74,56 @@ fn invalid(message: String) -> HostError {
 }
 
 /// 64 hex digits, lower-cased.
-fn check_sha256(s: Option<&str>) -> Result<String> {
-    let Some(s) = s else {
-        return Err(invalid(
-            "sha256 is required (the expected SHA-256 digest of the file, 64 hex digits): \
-             it makes the download idempotent and verified"
-                .into(),
-        ));
-    };
+fn check_sha256(s: &str) -> Result<String> {
     if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(invalid(format!("sha256 must be 64 hex digits, got {s:?}")));
     }
     Ok(s.to_ascii_lowercase())
 }
 
+/// What one `fs::fetch` did (or, in plan and check mode, would do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fetched {
+    /// Something changed: a download, or only the mode or owner.
+    pub changed: bool,
+    /// The file was (or would be) downloaded.
+    pub downloaded: bool,
+}
+
+/// The warning line of a download without a digest (no newline): `fs::fetch: <url> is not
+/// verified (no sha256): downloaded to <path> as served`, `would be downloaded` in a plan.
+pub fn unpinned_warning(url: &str, p: &str, planned: bool) -> String {
+    let verb = if planned {
+        "would be downloaded"
+    } else {
+        "downloaded"
+    };
+    format!("warning: fs::fetch: {url} is not verified (no sha256): {verb} to {p} as served")
+}
+
 /// `fs::fetch(url, path, opts)`: make `path` the file at `url` whose SHA-256 digest is
-/// `opts.sha256`, with the requested attributes. Returns whether something changed (or, in
-/// plan/check mode, would). See the module docs for the modes.
+/// `opts.sha256` (any file at `url` when there is none), with the requested attributes.
+/// Returns whether something changed (or, in plan/check mode, would). See the module docs
+/// for the modes.
 ///
 /// # Errors
-/// Relative path; a bad URL, missing or malformed `sha256`, zero `timeout`/`max_bytes`
+/// As [`fetch_with`].
+pub fn fetch(h: &mut Host, url: &str, p: &str, opts: &FetchOptions) -> Result<bool> {
+    Ok(fetch_with(h, url, p, opts)?.changed)
+}
+
+/// [`fetch`], saying also whether the file itself was (or would be) downloaded.
+///
+/// # Errors
+/// Relative path; a bad URL, malformed `sha256`, zero `timeout`/`max_bytes`
 /// ([`HostError::Invalid`]); a directory or non-regular file at `path`;
 /// [`HostError::BadAncestor`]; unknown owner/group; in apply mode [`HostError::Fetch`]
 /// (connection, TLS, status, redirects, size, timeout, cancellation) and
 /// [`HostError::ChecksumMismatch`], the destination unchanged in both cases.
-pub fn fetch(h: &mut Host, url: &str, p: &str, opts: &FetchOptions) -> Result<bool> {
+pub fn fetch_with(h: &mut Host, url: &str, p: &str, opts: &FetchOptions) -> Result<Fetched> {
     let path = host_path(p)?;
     parse_url(url).map_err(invalid)?;
-    let sha256 = check_sha256(opts.sha256.as_deref())?;
+    let sha256 = opts.sha256.as_deref().map(check_sha256).transpose()?;
     if opts.timeout.is_some_and(|t| t.is_zero()) {
         return Err(invalid("timeout must be more than 0 seconds".into()));
     }
@@ -119,12 +145,15 @@ pub fn fetch(h: &mut Host, url: &str, p: &str, opts: &FetchOptions) -> Result<bo
     // Unchanged without a lock (no lock file for a call that changes nothing, and so, in
     // plan and check mode, no planned lock directory); a change is decided again under the
     // lock.
-    if let Some((digest, stat)) = current(h, &d.path)?
+    if let Some((digest, stat)) = current(h, &d.path, d.sha256.is_some())?
         && digest == d.sha256
         && attrs_ok(&d, &stat)
     {
         h.note_unchanged();
-        return Ok(false);
+        return Ok(Fetched {
+            changed: false,
+            downloaded: false,
+        });
     }
     let lock = h.lock_for_update(&d.path)?;
     let changed = fetch_locked(h, d);
@@ -138,8 +167,8 @@ fn attrs_ok(d: &Download, s: &Stat) -> bool {
         && d.gid.is_none_or(|g| g == s.gid)
 }
 
-fn fetch_locked(h: &mut Host, d: Download) -> Result<bool> {
-    match current(h, &d.path)? {
+fn fetch_locked(h: &mut Host, d: Download) -> Result<Fetched> {
+    match current(h, &d.path, d.sha256.is_some())? {
         Some((digest, stat)) if digest == d.sha256 => {
             let mut changed = false;
             if let Some(m) = d.mode
@@ -164,18 +193,26 @@ fn fetch_locked(h: &mut Host, d: Download) -> Result<bool> {
             if !changed {
                 h.note_unchanged();
             }
-            Ok(changed)
+            Ok(Fetched {
+                changed,
+                downloaded: false,
+            })
         }
         _ => {
             h.submit(Effect::Fetch(d))?;
-            Ok(true)
+            Ok(Fetched {
+                changed: true,
+                downloaded: true,
+            })
         }
     }
 }
 
 /// The digest and metadata of the file at `path` as the session sees it (a planned
-/// download's digest in plan/check mode), `None` when absent.
-fn current(h: &Host, path: &Path) -> Result<Option<(String, Stat)>> {
+/// download's digest in plan/check mode), `None` when absent. The digest is computed only
+/// when `hash` (a pinned download): an unpinned one compares `None` with `None`, so any
+/// existing regular file matches it.
+fn current(h: &Host, path: &Path, hash: bool) -> Result<Option<(Option<String>, Stat)>> {
     let Some(stat) = h.view_stat(path, true)? else {
         return Ok(None);
     };
@@ -194,9 +231,14 @@ fn current(h: &Host, path: &Path) -> Result<Option<(String, Stat)>> {
             });
         }
     }
+    if !hash {
+        return Ok(Some((None, stat)));
+    }
     let key = match h.view_for_digest(path)? {
         ViewedFile::Digest(sha256) => return Ok(Some((sha256, stat))),
-        ViewedFile::Content(content) => return Ok(Some((hex(&Sha256::digest(&content)), stat))),
+        ViewedFile::Content(content) => {
+            return Ok(Some((Some(hex(&Sha256::digest(&content))), stat)));
+        }
         ViewedFile::Open(key) => key,
     };
     let mut f = h.root().open_regular(&key)?;
@@ -219,7 +261,7 @@ fn current(h: &Host, path: &Path) -> Result<Option<(String, Stat)>> {
         };
         hasher.update(&buf[..n]);
     }
-    Ok(Some((hex(&hasher.finalize()), stat)))
+    Ok(Some((Some(hex(&hasher.finalize())), stat)))
 }
 
 #[cfg(test)]
@@ -252,7 +294,7 @@ mod tests {
             format!("{:?}", h.recorded_effects()),
             format!(
                 "[Fetch(Download {{ url: \"http://127.0.0.1:9/tool\", path: \"/opt/tool\", \
-                 sha256: \"{}\", mode: Some(493), uid: None, gid: None, timeout: 300s, \
+                 sha256: Some(\"{}\"), mode: Some(493), uid: None, gid: None, timeout: 300s, \
                  max_bytes: 4294967296 }})]",
                 "ab".repeat(32)
             )
@@ -283,19 +325,10 @@ mod tests {
             parse_url("/relative").unwrap_err(),
             "bad URL \"/relative\": only http:// and https:// are supported"
         );
+        assert_eq!(check_sha256(&"AB".repeat(32)).unwrap(), "ab".repeat(32));
         assert_eq!(
-            check_sha256(Some(&"AB".repeat(32))).unwrap(),
-            "ab".repeat(32)
-        );
-        assert_eq!(
-            check_sha256(Some("abc")).unwrap_err().to_string(),
+            check_sha256("abc").unwrap_err().to_string(),
             "invalid fs::fetch argument: sha256 must be 64 hex digits, got \"abc\""
-        );
-        assert!(
-            check_sha256(None)
-                .unwrap_err()
-                .to_string()
-                .starts_with("invalid fs::fetch argument: sha256 is required")
         );
     }
 }

@@ -1,11 +1,14 @@
-//! Files and formats: `fs::` (files, directories, lines and blocks), the format-preserving
+//! Files and formats: `fs::` (files, directories, lines and blocks, `realpath`, `copy_tree`, `extract`), the format-preserving
 //! structured edits `toml::`, `json::`, `ini::` (sharing [`structured`]), the pure `text`
 //! helpers (`sha256`, `regex::`), and the step's configMaps and node metadata (`config`).
 
+pub mod archive;
 pub mod config;
+pub mod copy_tree;
 pub mod fs;
 pub mod ini;
 pub mod json;
+pub mod realpath;
 pub mod structured;
 pub mod text;
 pub mod toml;

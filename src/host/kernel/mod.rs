@@ -1,6 +1,8 @@
 //! Kernel and boot: `kmod::` (kernel modules and the initramfs), `sysctl::`, `grub::`,
-//! `ulimit::` ([`tuning`]) and the interrupts a step requests (`interrupt::`).
+//! `ulimit::` ([`tuning`]), the sysctl values kept for `sysctl::restore` ([`sysctl_record`])
+//! and the interrupts a step requests (`interrupt::`).
 
 pub mod interrupt;
 pub mod kmod;
+pub mod sysctl_record;
 pub mod tuning;

@@ -44,6 +44,15 @@ pub mod sysctl {
     /// # Errors
     /// [`HostError::UnknownSysctl`] when the key has no `/proc/sys` entry; write failures.
     pub fn set(h: &mut Host, key: &str, value: &str) -> Result<bool> {
+        set_with(h, key, value, false)
+    }
+
+    /// [`set`]; with `record`, the value before the package's first change of `key` is
+    /// recorded for `sysctl::restore` ([`crate::host::kernel::sysctl_record`]).
+    ///
+    /// # Errors
+    /// As [`set`]; reading or writing the record.
+    pub fn set_with(h: &mut Host, key: &str, value: &str, record: bool) -> Result<bool> {
         let path = proc_path(key)?;
         let Some(cur) = get(h, key)? else {
             return Err(HostError::UnknownSysctl {
@@ -54,6 +63,9 @@ pub mod sysctl {
         if normalize(&cur) == normalize(value) {
             h.note_unchanged();
             return Ok(false);
+        }
+        if record {
+            crate::host::kernel::sysctl_record::note_first_change(h, key, &cur)?;
         }
         h.submit(Effect::Sysctl {
             key: key.into(),

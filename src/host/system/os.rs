@@ -1,11 +1,11 @@
 //! OS facts: `os::release()`, `id()`, `version()`, `family()`, `kernel()`, `arch()`,
-//! `hostname()`, `cmdline()`, all read as files under the host root (so a test root can
+//! `dpkg_arch()`, `rpm_arch()`, `hostname()`, `cmdline()`, all read as files under the host root (so a test root can
 //! provide them) through the session's view.
 
 use std::path::Path;
 
 use crate::host::Host;
-use crate::host::root::error::Result;
+use crate::host::root::error::{HostError, Result};
 
 pub use crate::host::effects::os_release::{family_from, parse_os_release};
 
@@ -61,12 +61,70 @@ pub fn kernel(h: &Host) -> Result<String> {
     })
 }
 
-/// `os::arch()`: the machine architecture (`x86_64`, `aarch64`) from `uname -m` (the kernel
-/// is shared with the host).
-pub fn arch() -> String {
-    nix::sys::utsname::uname()
-        .map(|u| u.machine().to_string_lossy().into_owned())
-        .unwrap_or_else(|_| std::env::consts::ARCH.to_string())
+/// `os::arch()`: the machine architecture (`x86_64`, `aarch64`) from
+/// `/proc/sys/kernel/arch` under the root, else the agent's `uname -m` (the kernel is
+/// shared with the host).
+///
+/// # Errors
+/// Read failures other than "not found".
+pub fn arch(h: &Host) -> Result<String> {
+    Ok(match read_trimmed(h, "/proc/sys/kernel/arch")? {
+        Some(m) if !m.is_empty() => m,
+        _ => nix::sys::utsname::uname()
+            .map(|u| u.machine().to_string_lossy().into_owned())
+            .unwrap_or_else(|_| std::env::consts::ARCH.to_string()),
+    })
+}
+
+/// The kernel's machine names and the Debian and rpm architecture names of the same
+/// userspace: `(machine, dpkg, rpm)`.
+const ARCH_NAMES: &[(&str, &str, &str)] = &[
+    ("x86_64", "amd64", "x86_64"),
+    ("aarch64", "arm64", "aarch64"),
+    ("i686", "i386", "i686"),
+    ("i586", "i386", "i586"),
+    ("i386", "i386", "i386"),
+    ("armv7l", "armhf", "armv7hl"),
+    ("ppc64le", "ppc64el", "ppc64le"),
+    ("s390x", "s390x", "s390x"),
+    ("riscv64", "riscv64", "riscv64"),
+    ("loongarch64", "loong64", "loongarch64"),
+];
+
+/// The `(machine, dpkg, rpm)` row of a kernel machine name.
+fn arch_row(machine: &str) -> Result<&'static (&'static str, &'static str, &'static str)> {
+    ARCH_NAMES
+        .iter()
+        .find(|r| r.0 == machine)
+        .ok_or_else(|| HostError::Invalid {
+            what: "machine architecture",
+            message: format!(
+                "{machine:?} has no known dpkg or rpm name (known: {})",
+                ARCH_NAMES
+                    .iter()
+                    .map(|r| r.0)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })
+}
+
+/// `os::dpkg_arch()`: the Debian architecture name of [`arch`] (`amd64`, `arm64`), as
+/// apt sources (`[arch=...]`) and `dpkg --print-architecture` spell it.
+///
+/// # Errors
+/// As [`arch`]; [`HostError::Invalid`] for a machine with no Debian name.
+pub fn dpkg_arch(h: &Host) -> Result<String> {
+    Ok(arch_row(&arch(h)?)?.1.to_string())
+}
+
+/// `os::rpm_arch()`: the rpm architecture name of [`arch`] (`x86_64`, `aarch64`), as
+/// `%{_arch}` and package file names spell it.
+///
+/// # Errors
+/// As [`dpkg_arch`].
+pub fn rpm_arch(h: &Host) -> Result<String> {
+    Ok(arch_row(&arch(h)?)?.2.to_string())
 }
 
 /// `os::hostname()`: `/etc/hostname` under the root, else `/proc/sys/kernel/hostname`, else
@@ -154,6 +212,47 @@ mod tests {
         assert_eq!(kernel(&h).unwrap(), "6.8.0-40-generic");
         assert_eq!(cmdline(&h).unwrap(), "BOOT_IMAGE=/vmlinuz ro quiet");
         assert_eq!(hostname(&h).unwrap(), "node-1");
-        assert!(!arch().is_empty());
+        assert!(!arch(&h).unwrap().is_empty());
+    }
+
+    #[test]
+    fn arch_names_from_the_root() {
+        let t = TestHost::new();
+        let h = t.host(crate::host::ExecMode::Apply);
+        // No /proc/sys/kernel/arch in the root: the agent's own machine.
+        let machine = nix::sys::utsname::uname().unwrap();
+        assert_eq!(arch(&h).unwrap(), machine.machine().to_string_lossy());
+        let names = |m: &str| {
+            t.file("/proc/sys/kernel/arch", &format!("{m}\n"));
+            let h = t.host(crate::host::ExecMode::Apply);
+            (
+                arch(&h).unwrap(),
+                dpkg_arch(&h).unwrap(),
+                rpm_arch(&h).unwrap(),
+            )
+        };
+        assert_eq!(
+            names("x86_64"),
+            ("x86_64".into(), "amd64".into(), "x86_64".into())
+        );
+        assert_eq!(
+            names("aarch64"),
+            ("aarch64".into(), "arm64".into(), "aarch64".into())
+        );
+        assert_eq!(
+            names("armv7l"),
+            ("armv7l".into(), "armhf".into(), "armv7hl".into())
+        );
+        assert_eq!(
+            names("ppc64le"),
+            ("ppc64le".into(), "ppc64el".into(), "ppc64le".into())
+        );
+        t.file("/proc/sys/kernel/arch", "m68k\n");
+        let h = t.host(crate::host::ExecMode::Apply);
+        assert_eq!(arch(&h).unwrap(), "m68k");
+        assert_eq!(
+            dpkg_arch(&h).unwrap_err().to_string(),
+            "invalid machine architecture: \"m68k\" has no known dpkg or rpm name (known: x86_64, aarch64, i686, i586, i386, armv7l, ppc64le, s390x, riscv64, loongarch64)"
+        );
     }
 }

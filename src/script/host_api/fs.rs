@@ -5,13 +5,17 @@ use std::time::Duration;
 
 use rhai::{Dynamic, ImmutableString as S, Map};
 
+use super::api::CallError;
 use super::convert::{self, check_keys, opt_bool, opt_scalar, opt_string};
 use super::docs::EffectKind::*;
 use super::docs::Effects::*;
 use super::docs::FnDoc;
 use super::docs::{OPTS, P};
 use crate::host::fetch::{self, FetchOptions};
+use crate::host::files::archive::{self, ExtractOptions, Extracted};
+use crate::host::files::copy_tree::{self, TreeOptions};
 use crate::host::files::fs::{self, LineOptions, WriteOptions};
+use crate::host::files::realpath;
 
 /// The option keys of `fs::write` and `fs::copy`.
 const WRITE_KEYS: &[&str] = &["mode", "owner", "group"];
@@ -69,6 +73,76 @@ fn secs(d: &Dynamic, key: &str) -> Result<Duration, String> {
         ));
     }
     Ok(Duration::from_secs_f64(secs.min(1e9)))
+}
+
+/// The option keys of `fs::copy_tree`.
+const TREE_KEYS: &[&str] = &["max_files", "max_bytes"];
+
+/// A positive integer option `key` of `m`, or `default`.
+fn positive(m: &Map, key: &str, default: u64) -> Result<u64, String> {
+    match m.get(key).filter(|d| !d.is_unit()) {
+        None => Ok(default),
+        Some(d) => match d.as_int() {
+            Ok(n) if n > 0 => Ok(n as u64),
+            _ => Err(format!("option {key} must be a positive integer, got {d}")),
+        },
+    }
+}
+
+/// `#{max_files, max_bytes}`.
+fn tree_opts(m: &Map) -> Result<TreeOptions, String> {
+    check_keys(m, TREE_KEYS)?;
+    let d = TreeOptions::default();
+    Ok(TreeOptions {
+        max_files: positive(m, "max_files", d.max_files)?,
+        max_bytes: positive(m, "max_bytes", d.max_bytes)?,
+    })
+}
+
+/// The option keys of `fs::extract`.
+const EXTRACT_KEYS: &[&str] = &["strip_components", "max_files", "max_bytes"];
+
+/// `#{strip_components, max_files, max_bytes}`.
+fn extract_opts(m: &Map) -> Result<ExtractOptions, String> {
+    check_keys(m, EXTRACT_KEYS)?;
+    let d = ExtractOptions::default();
+    let strip = match m.get("strip_components").filter(|d| !d.is_unit()) {
+        None => 0,
+        Some(v) => match v.as_int() {
+            Ok(n) if (0..=64).contains(&n) => n as usize,
+            _ => {
+                return Err(format!(
+                    "option strip_components must be an integer from 0 to 64, got {v}"
+                ));
+            }
+        },
+    };
+    Ok(ExtractOptions {
+        strip_components: strip,
+        max_files: positive(m, "max_files", d.max_files)?,
+        max_bytes: positive(m, "max_bytes", d.max_bytes)?,
+    })
+}
+
+/// `fs::extract` through the session; in a plan, an archive `fs::fetch` only plans is
+/// reported on the step's stderr and counted as a change.
+fn extract(
+    h: &mut crate::host::Host,
+    run: &super::api::Api,
+    archive: &str,
+    dest: &str,
+    o: &ExtractOptions,
+) -> Result<bool, CallError> {
+    Ok(match archive::extract(h, archive, dest, o)? {
+        Extracted::Done(changed) => changed,
+        Extracted::Unknown => {
+            let line = format!(
+                "warning: fs::extract: {archive} is downloaded by fs::fetch only when applied: the files it unpacks into {dest} are listed then\n"
+            );
+            run.output.stderr(line.as_bytes());
+            true
+        }
+    })
 }
 
 /// `#{sha256, mode, owner, group, timeout, max_bytes}` (`()` values mean "default").
@@ -185,6 +259,15 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
             m.insert("mtime".into(), Dynamic::from(st.mtime));
             Ok(m)
         }
+    ),
+    host_fn!(
+        "fs",
+        "realpath",
+        &[P],
+        "String",
+        ReadsHost,
+        "The canonical host path of `path`: symlinks followed inside the host root (an absolute target is a host path; at most 40 links), `.` and `..` removed; every component but the last must exist. A `..` that climbs above `/`, in the path or a link's target, is an error naming the path. In a plan it sees planned directories and symlinks.",
+        |h, p: S| Ok(realpath::realpath(h, &p)?)
     ),
     host_fn!(
         "fs",
@@ -329,6 +412,52 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
     ),
     host_fn!(
         "fs",
+        "copy_tree",
+        &[("src", "String"), ("dst", "String")],
+        "bool",
+        Submits(&[Mkdir, Chmod, Chown, Write, Symlink]),
+        "Make directory `dst` hold a copy of the tree at `src`, as `cp -a src/. dst/`: directories, regular files and symlinks (copied as links) with their modes and numeric owners; what `dst` has beyond `src` is kept. The source is walked and checked first (at most 100000 entries and 1 GiB of files, each file at most 64 MiB; a FIFO, socket or device, or an entry of another kind in the way at `dst`, is an error naming it; `dst` inside `src` is an error), so a bad tree changes nothing; then each entry that differs is its own effect, which a plan lists and a check reports.",
+        |h, s: S, d: S| Ok(copy_tree::copy_tree(h, &s, &d, &TreeOptions::default())?)
+    ),
+    host_fn!(
+        "fs",
+        "copy_tree",
+        &[("src", "String"), ("dst", "String"), OPTS],
+        "bool",
+        Submits(&[Mkdir, Chmod, Chown, Write, Symlink]),
+        "As `copy_tree`, with the limits `#{max_files, max_bytes}` (entries below `src`, total bytes of its files).",
+        options = TREE_KEYS,
+        |h, s: S, d: S, o: Map| {
+            let o = tree_opts(&o)?;
+            Ok(copy_tree::copy_tree(h, &s, &d, &o)?)
+        }
+    ),
+    host_fn!(
+        "fs",
+        "extract",
+        &[("archive", "String"), ("dest", "String")],
+        "bool",
+        Submits(&[Mkdir, Chmod, Write, Symlink]),
+        "Unpack a tar, tar.gz, tar.xz or zip archive (told apart by content) into directory `dest`, confined to it. The whole archive is checked first: an absolute name, a `..`, a symlink whose target is absolute or leaves `dest`, an entry below a symlink, a hard link or device, an entry of another kind in the way, over 100000 entries or over 1 GiB unpacked fails the call naming the archive and entry, and nothing is written. Then each directory, file and symlink that differs is its own effect (a plan lists every file; a check reports each that drifted). Modes come from the archive; files belong to root. In a plan, an archive `fs::fetch` only plans cannot be listed: a warning says so on stderr and the call returns true.",
+        api = run,
+        |h, a: S, d: S| extract(h, &run, &a, &d, &ExtractOptions::default())
+    ),
+    host_fn!(
+        "fs",
+        "extract",
+        &[("archive", "String"), ("dest", "String"), OPTS],
+        "bool",
+        Submits(&[Mkdir, Chmod, Write, Symlink]),
+        "As `extract`, with `#{strip_components}` (leading name components dropped, as `tar --strip-components`) and the limits `#{max_files, max_bytes}`.",
+        options = EXTRACT_KEYS,
+        api = run,
+        |h, a: S, d: S, o: Map| {
+            let o = extract_opts(&o)?;
+            extract(h, &run, &a, &d, &o)
+        }
+    ),
+    host_fn!(
+        "fs",
         "chmod",
         &[P, ("mode", "?")],
         "bool",
@@ -367,11 +496,18 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         &[("url", "String"), P, OPTS],
         "bool",
         Submits(&[Fetch, Chmod, Chown]),
-        "Download `url` (`http://`, or `https://` trusting the host's CA bundle: the first of `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`, `/etc/ssl/ca-bundle.pem`, `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`, `/etc/ssl/cert.pem`; up to 5 redirects; no proxy; a URL with `user:password@` is an error, as credentials are not sent) to `path`, verified by `#{sha256}` (required, 64 hex digits), with `#{mode, owner, group}`. Unchanged when the file already has that digest (only `mode`/`owner`/`group` are then set when they differ); otherwise streamed to a temporary file beside it, checked, and renamed into place. A wrong digest, an HTTP error, a body over `max_bytes` (default 4 GiB), the `timeout` (seconds, default 300, capped by the step's deadline) or a cancel fail the call and leave `path` unchanged. A plan makes no request (`would download <url> (sha256 ...) to <path>`); later reads in it see the file, but `fs::read` of it fails (its content is unknown until applied). Check: drift when missing or of another digest.",
+        "Download `url` (`http://`, or `https://` trusting the host's CA bundle: the first of `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`, `/etc/ssl/ca-bundle.pem`, `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`, `/etc/ssl/cert.pem`; up to 5 redirects; no proxy; a URL with `user:password@` is an error, as credentials are not sent) to `path`, verified by `#{sha256}` (64 hex digits), with `#{mode, owner, group}`. Unchanged when the file already has that digest (only `mode`/`owner`/`group` are then set when they differ); otherwise streamed to a temporary file beside it, checked, and renamed into place. A wrong digest, an HTTP error, a body over `max_bytes` (default 4 GiB), the `timeout` (seconds, default 300, capped by the step's deadline) or a cancel fail the call and leave `path` unchanged. A plan makes no request (`would download <url> (sha256 ...) to <path>`); later reads in it see the file, but `fs::read` of it fails (its content is unknown until applied). Check: drift when missing or of another digest. Without `sha256` the download is not verified and any existing regular file at `path` counts as downloaded (drift only when missing); each download planned or done then writes `warning: fs::fetch: <url> is not verified (no sha256): ...` to the step's stderr, and the plan's line says `(not verified: no sha256)`.",
         options = FETCH_KEYS,
+        api = run,
         |h, url: S, p: S, o: Map| {
             let o = fetch_opts(&o)?;
-            Ok(fetch::fetch(h, &url, &p, &o)?)
+            let f = fetch::fetch_with(h, &url, &p, &o)?;
+            if f.downloaded && o.sha256.is_none() {
+                let planned = h.mode() != crate::host::ExecMode::Apply;
+                let line = fetch::unpinned_warning(&url, &p, planned);
+                run.output.stderr(format!("{line}\n").as_bytes());
+            }
+            Ok(f.changed)
         }
     ),
 ];
@@ -396,6 +532,7 @@ pub(super) mod tests {
         r#"fs::list("/etc")"#,
         r#"fs::glob("/etc/*.conf")"#,
         r#"fs::stat("/etc/a.conf")"#,
+        r#"fs::realpath("/etc/../etc/a.conf")"#,
         r#"fs::write("/etc/new/b.conf", "b\n")"#,
         r#"fs::write("/etc/a.conf", "a\n", #{mode: 0o600})"#,
         r#"fs::append("/etc/a.conf", "y\n")"#,
@@ -410,6 +547,10 @@ pub(super) mod tests {
         r#"fs::remove_all("/srv/tree")"#,
         r#"fs::copy("/etc/a.conf", "/etc/c.conf")"#,
         r#"fs::copy("/etc/a.conf", "/etc/c.conf", #{mode: 0o600})"#,
+        r#"fs::copy_tree("/srv/tree", "/srv/copy")"#,
+        r#"fs::copy_tree("/srv/tree", "/srv/copy", #{max_files: 10})"#,
+        r#"fs::extract("/srv/a.tar", "/srv/x")"#,
+        r#"fs::extract("/srv/a.tar", "/srv/x", #{strip_components: 0})"#,
         r#"fs::chmod("/etc/a.conf", 0o600)"#,
         r#"fs::chown("/etc/a.conf", 1000, ())"#,
         r#"fs::symlink("/etc/a.conf", "/etc/l.conf")"#,
@@ -574,5 +715,589 @@ pub(super) mod tests {
                 "main.rhai:1:5: fs::fetch: failed to download {url}: server answered 404 Not Found"
             )
         );
+    }
+
+    #[test]
+    fn fs_realpath_resolves_inside_the_root() {
+        let t = TestHost::new();
+        t.file("/usr/lib/x/real.so", "x");
+        t.file("/etc/passwd", "root:x:0:0::/root:/bin/sh\n");
+        let link = |target: &str, at: &str| {
+            let p = t.p(at);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink(target, p).unwrap();
+        };
+        link("/usr/lib/x/real.so", "/etc/alternatives/x");
+        link("/etc/alternatives/x", "/usr/bin/x");
+        link("../usr/lib", "/opt/lib");
+        link("../../../../etc", "/srv/up");
+        link("/srv/b", "/srv/a");
+        link("/srv/a", "/srv/b");
+        let src = r#"
+            print(fs::realpath("/usr/bin/x"));
+            print(fs::realpath("/opt/lib/x/../x/./real.so"));
+            print(fs::realpath("/opt/lib/x/new.so"));
+            print(fs::realpath("/"));
+            fs::mkdir("/data/v");
+            fs::symlink("/data/v", "/var/lib/containerd");
+            print(fs::realpath("/var/lib/containerd/io"));
+        "#;
+        let want = "/usr/lib/x/real.so\n/usr/lib/x/real.so\n/usr/lib/x/new.so\n/\n/data/v/io\n";
+        for mode in [ExecMode::Plan, ExecMode::Check, ExecMode::Apply] {
+            assert_eq!(run(&t, mode, src).ok().stdout(), want, "{mode:?}");
+        }
+        let cases = [
+            (
+                "/srv/up/passwd",
+                "/srv/up/passwd: climbs above / of the host root (through `..` in the path or in a symlink's target)",
+            ),
+            (
+                "/../etc",
+                "/../etc: climbs above / of the host root (through `..` in the path or in a symlink's target)",
+            ),
+            (
+                "/srv/a",
+                "/srv/a: has too many levels of symbolic links (more than 40)",
+            ),
+            ("/nope/x", "/nope does not exist"),
+            ("/nope/..", "/nope does not exist"),
+            (
+                "/etc/passwd/x",
+                "/etc/passwd: is not a directory, and the path goes on below it",
+            ),
+            ("etc", "paths must be absolute: \"etc\""),
+        ];
+        for (p, want) in cases {
+            let r = run(&t, ExecMode::Plan, &format!("fs::realpath({p:?})"));
+            assert_eq!(
+                r.error(),
+                format!("main.rhai:1:5: fs::realpath: {want}"),
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn fs_fetch_without_a_digest_warns_in_plan_and_apply() {
+        use crate::host::fetch::fetch_tests::{BODY, Reply, Server};
+        let t = TestHost::new();
+        let srv = Server::plain(|_| Reply::Body(BODY.to_vec()));
+        let url = srv.url("/efa.tar.gz");
+        let src = format!(r#"print(fs::fetch("{url}", "/opt/efa.tar.gz", #{{mode: 0o600}}));"#);
+        let warn = |verb: &str| {
+            format!(
+                "warning: fs::fetch: {url} is not verified (no sha256): {verb} to /opt/efa.tar.gz as served\n"
+            )
+        };
+        let plan = run(&t, ExecMode::Plan, &src).ok();
+        assert_eq!(plan.stderr(), warn("would be downloaded"));
+        assert_eq!(
+            plan.report.changes[0].summary,
+            format!(
+                "would download {url} (not verified: no sha256) to /opt/efa.tar.gz (mode 0600)"
+            )
+        );
+        let check = run(&t, ExecMode::Check, &src).ok();
+        assert_eq!(check.report.drift().len(), 1);
+        let apply = run(&t, ExecMode::Apply, &src).ok();
+        assert_eq!(
+            (apply.stdout(), apply.stderr()),
+            ("true\n".into(), warn("downloaded"))
+        );
+        assert_eq!(std::fs::read(t.p("/opt/efa.tar.gz")).unwrap(), BODY);
+        // Present: unchanged, no warning, nothing requested, no drift.
+        let again = run(&t, ExecMode::Apply, &src).ok();
+        assert_eq!(
+            (again.stdout(), again.stderr()),
+            ("false\n".into(), String::new())
+        );
+        assert!(
+            run(&t, ExecMode::Check, &src)
+                .ok()
+                .report
+                .drift()
+                .is_empty()
+        );
+        assert_eq!(srv.requests(), vec!["/efa.tar.gz"]);
+    }
+
+    /// A tree of directories, files and a relative link with their modes and owners:
+    /// the plan lists each entry and changes nothing, apply copies, a second apply and a
+    /// check change nothing, an edit at the destination is drift and is repaired.
+    #[test]
+    fn fs_copy_tree_all_modes_preserving_modes_and_owners() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let t = TestHost::new();
+        t.file(
+            "/var/lib/kubelet/config.yaml",
+            "kind: KubeletConfiguration\n",
+        );
+        t.file("/var/lib/kubelet/pki/kubelet.key", "KEY\n");
+        t.file("/var/lib/kubelet/pods/p1/vol", "data\n");
+        t.file("/data/kept", "mine\n");
+        let set = |p: &str, mode: u32, uid: u32| {
+            std::fs::set_permissions(t.p(p), std::fs::Permissions::from_mode(mode)).unwrap();
+            std::os::unix::fs::chown(t.p(p), Some(uid), Some(uid)).unwrap();
+        };
+        set("/var/lib/kubelet/pki", 0o700, 0);
+        set("/var/lib/kubelet/pki/kubelet.key", 0o600, 0);
+        set("/var/lib/kubelet/pods/p1/vol", 0o640, 65534);
+        std::os::unix::fs::symlink("pki/kubelet.key", t.p("/var/lib/kubelet/current.key")).unwrap();
+        let src = r#"print(fs::copy_tree("/var/lib/kubelet", "/data/kubelet"));"#;
+        let before = snapshot(&t);
+        let plan = run(&t, ExecMode::Plan, src).ok();
+        assert_eq!(plan.stdout(), "true\n");
+        assert_eq!(snapshot(&t), before, "a plan changed the root");
+        let mut listed: Vec<(String, String)> = plan
+            .report
+            .changes
+            .iter()
+            .map(|c| (c.kind.clone(), c.target.clone()))
+            .collect();
+        listed.sort();
+        let want: Vec<(String, String)> = [
+            ("mkdir", "/data/kubelet"),
+            ("mkdir", "/data/kubelet/pki"),
+            ("mkdir", "/data/kubelet/pods"),
+            ("mkdir", "/data/kubelet/pods/p1"),
+            ("symlink", "/data/kubelet/current.key"),
+            ("write", "/data/kubelet/config.yaml"),
+            ("write", "/data/kubelet/pki/kubelet.key"),
+            ("write", "/data/kubelet/pods/p1/vol"),
+        ]
+        .iter()
+        .map(|(k, p)| (k.to_string(), p.to_string()))
+        .collect();
+        // A new file's write carries its mode and owner: no chmod or chown beside it.
+        assert_eq!(listed, want);
+        let check = run(&t, ExecMode::Check, src).ok();
+        assert_eq!(check.report.drift().len(), plan.report.changes.len());
+        assert_eq!(snapshot(&t), before, "a check changed the root");
+
+        assert_eq!(run(&t, ExecMode::Apply, src).ok().stdout(), "true\n");
+        let meta = |p: &str| {
+            let m = std::fs::symlink_metadata(t.p(p)).unwrap();
+            (m.mode() & 0o7777, m.uid(), m.gid())
+        };
+        assert_eq!(t.read("/data/kubelet/pods/p1/vol"), "data\n");
+        assert_eq!(meta("/data/kubelet/pki"), (0o700, 0, 0));
+        assert_eq!(meta("/data/kubelet/pki/kubelet.key"), (0o600, 0, 0));
+        assert_eq!(meta("/data/kubelet/pods/p1/vol"), (0o640, 65534, 65534));
+        assert_eq!(
+            std::fs::read_link(t.p("/data/kubelet/current.key")).unwrap(),
+            Path::new("pki/kubelet.key")
+        );
+        assert_eq!(t.read("/data/kept"), "mine\n");
+
+        let again = run(&t, ExecMode::Apply, src).ok();
+        assert_eq!(
+            (again.stdout(), again.report.changes.len()),
+            ("false\n".into(), 0)
+        );
+        assert!(run(&t, ExecMode::Check, src).ok().report.drift().is_empty());
+
+        // Drift: an edited file and a changed mode, each reported, then repaired.
+        t.file("/data/kubelet/config.yaml", "edited\n");
+        set("/data/kubelet/pki", 0o755, 0);
+        let check = run(&t, ExecMode::Check, src).ok();
+        let mut drift: Vec<String> = check
+            .report
+            .drift()
+            .iter()
+            .map(|c| format!("{} {}", c.kind, c.target))
+            .collect();
+        drift.sort();
+        // fs::mkdir's change of an existing directory's mode is reported as a `mkdir`.
+        assert_eq!(
+            drift,
+            ["mkdir /data/kubelet/pki", "write /data/kubelet/config.yaml"]
+        );
+        run(&t, ExecMode::Apply, src).ok();
+        assert_eq!(
+            t.read("/data/kubelet/config.yaml"),
+            "kind: KubeletConfiguration\n"
+        );
+        assert_eq!(meta("/data/kubelet/pki"), (0o700, 0, 0));
+    }
+
+    #[test]
+    fn fs_copy_tree_bad_trees_change_nothing() {
+        let t = TestHost::new();
+        t.file("/src/a/f", "f\n");
+        t.file("/src/b", "b\n");
+        t.file("/dst/b/x", "a dir where the source has a file\n");
+        t.file("/file", "x\n");
+        let before = snapshot(&t);
+        let cases = [
+            (
+                r#"fs::copy_tree("/src", "/dst")"#,
+                "/dst/b: exists and is not a regular file, where the source has one",
+            ),
+            (
+                r#"fs::copy_tree("/src", "/src/a/in")"#,
+                "/src/a/in: is the source directory or inside it",
+            ),
+            (r#"fs::copy_tree("/nope", "/new")"#, "/nope does not exist"),
+            (
+                r#"fs::copy_tree("/file", "/new")"#,
+                "/file: is not a directory",
+            ),
+            (
+                r#"fs::copy_tree("/src", "/file")"#,
+                "/file: exists and is not a directory",
+            ),
+            (
+                r#"fs::copy_tree("/src", "/new", #{max_files: 2})"#,
+                "invalid fs::copy_tree source: /src has more than 2 entries (max_files)",
+            ),
+            (
+                r#"fs::copy_tree("/src", "/new", #{max_bytes: 3})"#,
+                "invalid fs::copy_tree source: /src holds more than 3 bytes of files (max_bytes)",
+            ),
+            (
+                r#"fs::copy_tree("/src", "/new", #{max_files: 0})"#,
+                "option max_files must be a positive integer, got 0",
+            ),
+        ];
+        for (src, want) in cases {
+            let r = run(&t, ExecMode::Apply, src);
+            assert_eq!(
+                r.error(),
+                format!("main.rhai:1:5: fs::copy_tree: {want}"),
+                "{src}"
+            );
+            assert_eq!(snapshot(&t), before, "{src} changed the root");
+        }
+        // A FIFO is refused before anything is created (a separate root: the snapshot
+        // would block reading it).
+        let t = TestHost::new();
+        t.file("/fifo/a", "a\n");
+        let mode = nix::sys::stat::Mode::from_bits_truncate(0o600);
+        nix::unistd::mkfifo(&t.p("/fifo/p"), mode).unwrap();
+        let r = run(&t, ExecMode::Apply, r#"fs::copy_tree("/fifo", "/new")"#);
+        assert_eq!(
+            r.error(),
+            "main.rhai:1:5: fs::copy_tree: /fifo/p: is not a directory, regular file or symlink (fs::copy_tree copies only those)"
+        );
+        assert!(!t.p("/new").exists());
+    }
+
+    /// A tar archive of `(name, kind, mode, body)` entries, names written as given (even
+    /// `..` and absolute ones, which `tar::Builder`'s path helpers refuse): kind `f` file,
+    /// `d` directory, `l` symlink to body, `h` hard link to body.
+    pub(in super::super) fn tar_of(entries: &[TarEntry]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, kind, mode, body) in entries {
+            let mut hd = tar::Header::new_gnu();
+            let n = name.as_bytes();
+            hd.as_old_mut().name[..n.len()].copy_from_slice(n);
+            hd.set_mode(*mode);
+            let data: &[u8] = match kind {
+                'f' => {
+                    hd.set_entry_type(tar::EntryType::Regular);
+                    body.as_bytes()
+                }
+                'd' => {
+                    hd.set_entry_type(tar::EntryType::Directory);
+                    b""
+                }
+                'l' | 'h' => {
+                    hd.set_entry_type(if *kind == 'l' {
+                        tar::EntryType::Symlink
+                    } else {
+                        tar::EntryType::Link
+                    });
+                    hd.as_old_mut().linkname[..body.len()].copy_from_slice(body.as_bytes());
+                    b""
+                }
+                _ => unreachable!(),
+            };
+            hd.set_size(data.len() as u64);
+            hd.set_cksum();
+            b.append(&hd, data).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    /// One tar entry for [`tar_of`]: name, kind, mode, body.
+    type TarEntry<'a> = (&'a str, char, u32, &'a str);
+
+    const EFA: &[TarEntry] = &[
+        ("efa/", 'd', 0o755, ""),
+        (
+            "efa/efa_installer.sh",
+            'f',
+            0o755,
+            "#!/bin/sh\necho install\n",
+        ),
+        ("efa/README", 'f', 0o644, "EFA\n"),
+        ("efa/lib/", 'd', 0o750, ""),
+        ("efa/lib/libfabric.so.1", 'f', 0o644, "ELF\n"),
+        ("efa/lib/libfabric.so", 'l', 0o777, "libfabric.so.1"),
+    ];
+
+    fn zip_of(entries: &[TarEntry]) -> Vec<u8> {
+        use std::io::Write;
+        let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        for (name, kind, mode, body) in entries {
+            let o = zip::write::SimpleFileOptions::default()
+                .compression_method(zip::CompressionMethod::Deflated)
+                .unix_permissions(*mode);
+            match kind {
+                'd' => w.add_directory(*name, o).unwrap(),
+                'f' => {
+                    w.start_file(*name, o).unwrap();
+                    w.write_all(body.as_bytes()).unwrap();
+                }
+                'l' => w.add_symlink(*name, *body, o).unwrap(),
+                _ => unreachable!(),
+            }
+        }
+        w.finish().unwrap().into_inner()
+    }
+
+    #[test]
+    fn fs_extract_tar_gz_xz_and_zip_in_every_mode() {
+        use std::io::Write;
+        use std::os::unix::fs::MetadataExt;
+        let tar = tar_of(EFA);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&tar).unwrap();
+        let mut xz = liblzma::write::XzEncoder::new(Vec::new(), 6);
+        xz.write_all(&tar).unwrap();
+        let t = TestHost::new();
+        let archives = [
+            ("tar", tar.clone()),
+            ("tar.gz", gz.finish().unwrap()),
+            ("tar.xz", xz.finish().unwrap()),
+            ("zip", zip_of(EFA)),
+        ];
+        for (ext, bytes) in &archives {
+            let p = t.p(&format!("/tmp/efa.{ext}"));
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, bytes).unwrap();
+        }
+        for (ext, _) in &archives {
+            let dest = format!("/opt/{}", ext.replace('.', "-"));
+            let src = format!(
+                r#"print(fs::extract("/tmp/efa.{ext}", "{dest}", #{{strip_components: 1}}));"#
+            );
+            let before = snapshot(&t);
+            let plan = run(&t, ExecMode::Plan, &src).ok();
+            assert_eq!(plan.stdout(), "true\n", "{ext}");
+            assert_eq!(snapshot(&t), before, "a plan of {ext} changed the root");
+            let listed: Vec<String> = plan
+                .report
+                .changes
+                .iter()
+                .map(|c| format!("{} {}", c.kind, c.target.strip_prefix(&dest).unwrap()))
+                .collect();
+            assert_eq!(
+                listed,
+                [
+                    "mkdir ",
+                    "write /efa_installer.sh",
+                    "write /README",
+                    "mkdir /lib",
+                    "write /lib/libfabric.so.1",
+                    "symlink /lib/libfabric.so"
+                ],
+                "{ext}"
+            );
+            assert_eq!(
+                run(&t, ExecMode::Check, &src).ok().report.drift().len(),
+                6,
+                "{ext}"
+            );
+            assert_eq!(run(&t, ExecMode::Apply, &src).ok().stdout(), "true\n");
+            let mode = |p: &str| {
+                std::fs::symlink_metadata(t.p(&format!("{dest}{p}")))
+                    .unwrap()
+                    .mode()
+                    & 0o7777
+            };
+            assert_eq!(
+                t.read(&format!("{dest}/efa_installer.sh")),
+                "#!/bin/sh\necho install\n"
+            );
+            assert_eq!(
+                (mode("/efa_installer.sh"), mode("/README"), mode("/lib")),
+                (0o755, 0o644, 0o750),
+                "{ext}"
+            );
+            assert_eq!(
+                std::fs::read_link(t.p(&format!("{dest}/lib/libfabric.so"))).unwrap(),
+                Path::new("libfabric.so.1")
+            );
+            let again = run(&t, ExecMode::Apply, &src).ok();
+            assert_eq!(
+                (again.stdout(), again.report.changes.len()),
+                ("false\n".into(), 0)
+            );
+            t.file(&format!("{dest}/README"), "edited\n");
+            let drift = run(&t, ExecMode::Check, &src).ok();
+            assert_eq!(drift.report.drift().len(), 1, "{ext}");
+            assert_eq!(drift.report.drift()[0].target, format!("{dest}/README"));
+        }
+    }
+
+    #[test]
+    fn fs_extract_refuses_escapes_and_limits_and_writes_nothing() {
+        let t = TestHost::new();
+        t.file("/etc/passwd", "root:x:0:0::/root:/bin/sh\n");
+        t.file("/dest/keep", "k\n");
+        t.file("/dest/file", "f\n");
+        std::os::unix::fs::symlink("/etc", t.p("/dest/etc")).unwrap();
+        let ok = ("a/ok", 'f', 0o644, "ok\n");
+        let cases: Vec<(Vec<TarEntry>, &str, &str)> = vec![
+            (
+                vec![ok, ("../evil", 'f', 0o644, "x")],
+                "",
+                "entry \"../evil\": climbs out of the destination with `..`",
+            ),
+            (
+                vec![ok, ("a/../../evil", 'f', 0o644, "x")],
+                "",
+                "entry \"a/../../evil\": climbs out of the destination with `..`",
+            ),
+            (
+                vec![ok, ("/etc/cron.d/x", 'f', 0o644, "x")],
+                "",
+                "entry \"/etc/cron.d/x\": is an absolute path",
+            ),
+            (
+                vec![ok, ("lnk", 'l', 0o777, "/etc")],
+                "",
+                "entry \"lnk\": is a symlink to \"/etc\": only relative targets inside the destination are extracted",
+            ),
+            (
+                vec![ok, ("a/up", 'l', 0o777, "../../etc")],
+                "",
+                "entry \"a/up\": is a symlink to \"../../etc\", which leaves the destination",
+            ),
+            (
+                vec![
+                    ok,
+                    ("a/in", 'l', 0o777, "../a"),
+                    ("a/in/passwd", 'f', 0o644, "x"),
+                ],
+                "",
+                "entry \"a/in/passwd\": lies below the archive's symlink a/in",
+            ),
+            (
+                vec![ok, ("etc/passwd", 'f', 0o644, "x")],
+                "",
+                "entry \"etc/passwd\": lies below /dest/etc, a symlink at the destination",
+            ),
+            (
+                vec![ok, ("a/ok/x", 'f', 0o644, "x")],
+                "",
+                "entry \"a/ok/x\": lies below the archive's file a/ok",
+            ),
+            (
+                vec![ok, ("hl", 'h', 0o644, "a/ok")],
+                "",
+                "entry \"hl\": is a hard link, which is not extracted",
+            ),
+            (
+                vec![ok, ("file/x", 'f', 0o644, "x")],
+                "",
+                "entry \"file/x\": /dest/file exists and is a file, where the archive has a dir",
+            ),
+            (
+                vec![ok, ("keep", 'd', 0o755, "")],
+                "",
+                "entry \"keep\": /dest/keep exists and is a file, where the archive has a dir",
+            ),
+            (
+                vec![ok, ("b", 'f', 0o644, "x")],
+                ", #{max_files: 1}",
+                "more than 1 entries (max_files)",
+            ),
+            (
+                vec![ok, ("b", 'f', 0o644, "x")],
+                ", #{max_bytes: 3}",
+                "unpacks to more than 3 bytes (max_bytes)",
+            ),
+        ];
+        let before = snapshot(&t);
+        for (entries, opts, want) in cases {
+            std::fs::write(t.p("/tmp.tar"), tar_of(&entries)).unwrap();
+            let before = {
+                let mut b = before.clone();
+                b.insert("tmp.tar".into(), snapshot(&t)[Path::new("tmp.tar")].clone());
+                b
+            };
+            for mode in [ExecMode::Plan, ExecMode::Apply] {
+                let r = run(
+                    &t,
+                    mode,
+                    &format!(r#"fs::extract("/tmp.tar", "/dest"{opts})"#),
+                );
+                assert_eq!(
+                    r.error(),
+                    format!("main.rhai:1:5: fs::extract: invalid archive: /tmp.tar: {want}"),
+                    "{mode:?}"
+                );
+                assert_eq!(snapshot(&t), before, "{want}: the root changed");
+            }
+        }
+        // A leading `./` is one component for strip_components, as in GNU tar.
+        std::fs::write(
+            t.p("/dot.tar"),
+            tar_of(&[
+                ("./", 'd', 0o755, ""),
+                ("./efa/README", 'f', 0o644, "EFA\n"),
+            ]),
+        )
+        .unwrap();
+        run(
+            &t,
+            ExecMode::Apply,
+            r#"fs::extract("/dot.tar", "/dot", #{strip_components: 1})"#,
+        )
+        .ok();
+        assert_eq!(t.read("/dot/efa/README"), "EFA\n");
+        std::fs::write(t.p("/tmp.tar"), b"not an archive at all").unwrap();
+        let r = run(&t, ExecMode::Apply, r#"fs::extract("/tmp.tar", "/dest")"#);
+        assert!(
+            r.error()
+                .starts_with("main.rhai:1:5: fs::extract: invalid archive: /tmp.tar: "),
+            "{}",
+            r.error()
+        );
+        assert_eq!(
+            run(&t, ExecMode::Apply, r#"fs::extract("/none.tar", "/dest")"#).error(),
+            "main.rhai:1:5: fs::extract: /none.tar does not exist"
+        );
+        assert_eq!(
+            run(
+                &t,
+                ExecMode::Apply,
+                r#"fs::extract("/tmp.tar", "/dest", #{strip_components: -1})"#
+            )
+            .error(),
+            "main.rhai:1:5: fs::extract: option strip_components must be an integer from 0 to 64, got -1"
+        );
+    }
+
+    /// In a plan, an archive that fs::fetch only plans cannot be listed: a warning, a change.
+    #[test]
+    fn fs_extract_of_a_planned_download_warns_in_a_plan() {
+        use crate::host::fetch::fetch_tests::{Reply, Server};
+        let t = TestHost::new();
+        let tar = tar_of(EFA);
+        let srv = Server::plain(move |_| Reply::Body(tar.clone()));
+        let url = srv.url("/efa.tar");
+        let src = format!(
+            r#"fs::fetch("{url}", "/tmp/efa.tar", #{{}}); print(fs::extract("/tmp/efa.tar", "/opt/efa"));"#
+        );
+        let plan = run(&t, ExecMode::Plan, &src).ok();
+        assert_eq!(plan.stdout(), "true\n");
+        assert!(plan.stderr().ends_with(
+            "warning: fs::extract: /tmp/efa.tar is downloaded by fs::fetch only when applied: the files it unpacks into /opt/efa are listed then\n"
+        ), "{}", plan.stderr());
+        run(&t, ExecMode::Apply, &src).ok();
+        assert_eq!(t.read("/opt/efa/efa/README"), "EFA\n");
     }
 }

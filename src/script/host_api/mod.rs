@@ -127,6 +127,7 @@ mod service;
 mod structured;
 mod tuning;
 mod users;
+mod version;
 
 #[cfg(test)]
 mod tests;

@@ -67,8 +67,26 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         &[],
         "String",
         ReadsHost,
-        "The machine architecture (`x86_64`, `aarch64`).",
-        |_h| Ok(os::arch())
+        "The machine architecture as the kernel names it (`x86_64`, `aarch64`): `/proc/sys/kernel/arch` under the root, else `uname -m`.",
+        |h| Ok(os::arch(h)?)
+    ),
+    host_fn!(
+        "os",
+        "dpkg_arch",
+        &[],
+        "String",
+        ReadsHost,
+        "The Debian name of `os::arch()` (`amd64`, `arm64`, `armhf`, `ppc64el`, ...), for apt sources and `.deb` names; an error for a machine without one.",
+        |h| Ok(os::dpkg_arch(h)?)
+    ),
+    host_fn!(
+        "os",
+        "rpm_arch",
+        &[],
+        "String",
+        ReadsHost,
+        "The rpm name of `os::arch()` (`x86_64`, `aarch64`, `armv7hl`, ...), for `.rpm` names and repository paths; an error for a machine without one.",
+        |h| Ok(os::rpm_arch(h)?)
     ),
     host_fn!(
         "os",
@@ -106,6 +124,8 @@ pub(super) mod tests {
         r#"os::family()"#,
         r#"os::kernel()"#,
         r#"os::arch()"#,
+        r#"os::dpkg_arch()"#,
+        r#"os::rpm_arch()"#,
         r#"os::hostname()"#,
         r#"os::cmdline()"#,
     ];
@@ -129,6 +149,37 @@ pub(super) mod tests {
         assert_eq!(
             r.stdout(),
             "[\"rocky\", \"9.3\", \"rhel\", \"6.1.0-test\", \"node-7\", \"ro quiet\", \"rhel centos fedora\", true]\n"
+        );
+    }
+
+    #[test]
+    fn arch_names_on_fake_hosts() {
+        let src = r#"print([os::arch(), os::dpkg_arch(), os::rpm_arch()]);"#;
+        for (host, want) in [
+            (
+                "ubuntu-24.04-eks-arm64",
+                r#"["aarch64", "arm64", "aarch64"]"#,
+            ),
+            (
+                "ubuntu-24.04-eks-x86_64",
+                r#"["x86_64", "amd64", "x86_64"]"#,
+            ),
+            ("amazon-linux-2023", r#"["x86_64", "amd64", "x86_64"]"#),
+        ] {
+            let t = fakehost(host);
+            for mode in [ExecMode::Plan, ExecMode::Check, ExecMode::Apply] {
+                assert_eq!(
+                    run(&t, mode, src).ok().stdout(),
+                    format!("{want}\n"),
+                    "{host}"
+                );
+            }
+        }
+        let t = TestHost::new();
+        t.file("/proc/sys/kernel/arch", "m68k\n");
+        assert_eq!(
+            run(&t, ExecMode::Plan, "os::dpkg_arch()").error(),
+            "main.rhai:1:5: os::dpkg_arch: invalid machine architecture: \"m68k\" has no known dpkg or rpm name (known: x86_64, aarch64, i686, i586, i386, armv7l, ppc64le, s390x, riscv64, loongarch64)"
         );
     }
 }

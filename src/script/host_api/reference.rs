@@ -24,6 +24,7 @@ const FUNCTION_PARTS: &[&[FnDoc]] = &[
     super::kmod::FUNCTIONS,
     super::structured::FUNCTIONS,
     super::users::FUNCTIONS,
+    super::version::FUNCTIONS,
 ];
 
 /// The namespace files' sections, in reference order.
@@ -40,6 +41,7 @@ const NAMESPACE_PARTS: &[&[(&str, &str, &str)]] = &[
     super::kmod::NAMESPACES,
     super::structured::NAMESPACES,
     super::users::NAMESPACES,
+    super::version::NAMESPACES,
 ];
 
 /// The total length of `parts`.

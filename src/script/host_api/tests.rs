@@ -388,7 +388,7 @@ fn documented_option_keys_are_the_bindings_keys() {
         );
         seen += 1;
     }
-    assert_eq!(seen, 19);
+    assert_eq!(seen, 25);
 }
 
 fn docs_namespaces() -> Vec<&'static str> {
@@ -523,6 +523,31 @@ fn redacting_output_handles_secrets_and_characters_split_across_chunks() {
     assert_eq!(capture.stderr_bytes(), b"ends with top");
 }
 
+/// A test root holding a copy of the fake host layer `name` of `../shared/fakehosts/`
+/// (its README lists them), with `/proc/sys/kernel/arch` written from the layer's
+/// machine, as a real host's procfs has it.
+pub(super) fn fakehost(name: &str) -> TestHost {
+    let layer = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fakehosts")
+        .join(name);
+    assert!(
+        layer.is_dir(),
+        "{}: missing; the fake host layers live in shared/ beside the repository",
+        layer.display()
+    );
+    let t = TestHost::new();
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(layer.join("."))
+        .arg(&t.root)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp -a {} failed", layer.display());
+    let machine = std::fs::read_to_string(t.p("/usr/share/fakehost/machine")).unwrap();
+    t.file("/proc/sys/kernel/arch", &machine);
+    t
+}
+
 /// A root with `/bin/sh` and `useradd`/`id` stubs over `/users`.
 pub(super) fn users_root() -> TestHost {
     let t = TestHost::new();
@@ -549,6 +574,7 @@ const EFFECT_SAMPLES: &[&[&str]] = &[
     super::kmod::tests::SAMPLES,
     super::structured::tests::SAMPLES,
     super::users::tests::SAMPLES,
+    super::version::tests::SAMPLES,
 ];
 
 /// A root in which every effect sample runs and every mutating one changes something: stub
@@ -575,12 +601,21 @@ fn effects_root() -> TestHost {
         "# BEGIN skyhook old\no\n# END skyhook old\n",
     );
     t.file("/srv/tree/f", "f");
+    std::fs::write(
+        t.p("/srv/a.tar"),
+        super::fs::tests::tar_of(&[("d/f", 'f', 0o644, "f\n")]),
+    )
+    .unwrap();
     t.file(
         "/etc/systemd/system/kubelet.service.d/10-x.conf",
         "[Service]\n",
     );
     t.file("/etc/apt/sources.list.d/gone.sources", "Types: deb\n");
     t.file("/proc/sys/vm/swappiness", "60\n");
+    t.file(
+        "/etc/skyhook/sysctl-restore/unnamed.conf",
+        "vm.swappiness = 30\n",
+    );
     t.file("/proc/sys/kernel/osrelease", "6.1.0-test\n");
     t.file("/proc/cmdline", "ro quiet\n");
     t.file("/etc/hostname", "node-7\n");

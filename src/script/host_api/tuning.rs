@@ -9,6 +9,7 @@ use super::docs::EffectKind::*;
 use super::docs::Effects::*;
 use super::docs::FnDoc;
 use super::docs::NAME;
+use crate::host::kernel::sysctl_record;
 use crate::host::kernel::tuning::ulimit::LimitEntry;
 use crate::host::kernel::tuning::{grub, sysctl, ulimit};
 
@@ -102,6 +103,39 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
     ),
     host_fn!(
         "sysctl",
+        "set",
+        &[("key", "String"), ("value", "?"), ("opts", "Map")],
+        "bool",
+        Submits(&[Sysctl, Write]),
+        "As `set`; with `#{record: true}` the live value before the package's first change of `key` is kept in `<SKYHOOK_ROOT_DIR>/sysctl-restore/<package>.conf` in the root (`/etc/skyhook` by default; the package of `SKYHOOK_RESOURCE_ID`, `unnamed` without one), for `sysctl::restore`.",
+        options = &["record"],
+        |h, k: S, v: Dynamic, o: Map| {
+            convert::check_keys(&o, &["record"])?;
+            let record = convert::opt_bool(&o, "record", false)?;
+            let v = convert::scalar(&v, "value")?;
+            Ok(sysctl::set_with(h, &k, &v, record)?)
+        }
+    ),
+    host_fn!(
+        "sysctl",
+        "restore",
+        &[("key", "String")],
+        "bool",
+        Submits(&[Sysctl, Write, Remove]),
+        "Set `key` back to the value recorded by `set(.., #{record: true})` and drop it from the package's record (the file when it was the last); false when nothing is recorded for it.",
+        |h, k: S| Ok(sysctl_record::restore(h, &k)?)
+    ),
+    host_fn!(
+        "sysctl",
+        "restore_all",
+        &[],
+        "bool",
+        Submits(&[Sysctl, Remove]),
+        "`restore` every key in the package's record, then remove the record (an uninstall's one call); false when there is none.",
+        |h| Ok(sysctl_record::restore_all(h)?)
+    ),
+    host_fn!(
+        "sysctl",
         "persist",
         &[("file", "String"), ("values", "Map")],
         "bool",
@@ -162,6 +196,9 @@ pub(super) mod tests {
     pub(in super::super) const SAMPLES: &[&str] = &[
         r#"sysctl::get("vm.swappiness")"#,
         r#"sysctl::set("vm.swappiness", 10)"#,
+        r#"sysctl::set("vm.swappiness", 10, #{record: true})"#,
+        r#"sysctl::restore("vm.swappiness")"#,
+        r#"sysctl::restore_all()"#,
         r#"sysctl::persist("90-x.conf", #{"vm.swappiness": 10})"#,
         r#"grub::set_cmdline("tuning", ["iommu=pt"])"#,
         r#"grub::remove("old")"#,
@@ -228,5 +265,84 @@ pub(super) mod tests {
             r#"ulimit::persist("x", ["* soft nofile"])"#,
         );
         assert!(r.error().contains("must have four fields"), "{}", r.error());
+    }
+
+    /// The value before the first recorded change is kept per package and put back by
+    /// restore; the second change keeps the first record; restore_all empties the record.
+    #[test]
+    fn sysctl_values_recorded_at_first_change_are_restored() {
+        let t = fakehost("ubuntu-24.04-eks-x86_64");
+        t.file("/proc/sys/vm/swappiness", "60\n");
+        t.file("/proc/sys/net/core/somaxconn", "4096\n");
+        let mut o = opts_for(&t);
+        o.resource_id = "gpu-init-x-3_nvidia-tuned_0.2.0".into();
+        o.env
+            .push(("SKYHOOK_ROOT_DIR".into(), "/etc/skyhook".into()));
+        let record = "/etc/skyhook/sysctl-restore/nvidia-tuned.conf";
+        let install = r#"
+            print([sysctl::set("vm.swappiness", 10, #{record: true}),
+                   sysctl::set("vm.swappiness", 1, #{record: true}),
+                   sysctl::set("net.core.somaxconn", 65535, #{record: true})]);
+        "#;
+        let plan = run_with(&t, ExecMode::Plan, install, o.clone()).ok();
+        assert_eq!(plan.stdout(), "[true, true, true]\n");
+        let targets: Vec<String> = plan
+            .report
+            .changes
+            .iter()
+            .map(|c| format!("{} {}", c.kind, c.target))
+            .collect();
+        assert_eq!(
+            targets,
+            [
+                format!("write {record}"),
+                "sysctl vm.swappiness".into(),
+                "sysctl vm.swappiness".into(),
+                format!("write {record}"),
+                "sysctl net.core.somaxconn".into(),
+            ]
+        );
+        assert!(!t.p(record).exists(), "a plan wrote the record");
+        run_with(&t, ExecMode::Apply, install, o.clone()).ok();
+        assert_eq!(
+            t.read(record),
+            "net.core.somaxconn = 4096\nvm.swappiness = 60\n"
+        );
+        assert_eq!(t.read("/proc/sys/vm/swappiness"), "1\n");
+        // Another package's record is its own.
+        let mut other = o.clone();
+        other.resource_id = "x_tuning_1.0.0".into();
+        let r = run_with(
+            &t,
+            ExecMode::Apply,
+            r#"print(sysctl::restore("vm.swappiness"));"#,
+            other,
+        )
+        .ok();
+        assert_eq!(r.stdout(), "false\n");
+        assert_eq!(t.read("/proc/sys/vm/swappiness"), "1\n");
+
+        let r = run_with(
+            &t,
+            ExecMode::Apply,
+            r#"print(sysctl::restore("vm.swappiness"));"#,
+            o.clone(),
+        )
+        .ok();
+        assert_eq!(r.stdout(), "true\n");
+        assert_eq!(t.read("/proc/sys/vm/swappiness"), "60\n");
+        assert_eq!(t.read(record), "net.core.somaxconn = 4096\n");
+        let uninstall = r#"print(sysctl::restore_all());"#;
+        let check = run_with(&t, ExecMode::Check, uninstall, o.clone()).ok();
+        assert_eq!(check.report.drift().len(), 2);
+        let r = run_with(&t, ExecMode::Apply, uninstall, o.clone()).ok();
+        assert_eq!(r.stdout(), "true\n");
+        assert_eq!(t.read("/proc/sys/net/core/somaxconn"), "4096\n");
+        assert!(!t.p(record).exists());
+        let again = run_with(&t, ExecMode::Apply, uninstall, o.clone()).ok();
+        assert_eq!(
+            (again.stdout(), again.report.changes.len()),
+            ("false\n".into(), 0)
+        );
     }
 }

@@ -248,12 +248,14 @@ async fn download(
         }
     }
     let actual = hex(&hasher.finalize());
-    if actual != d.sha256 {
+    if let Some(expected) = &d.sha256
+        && actual != *expected
+    {
         return Err(HostError::ChecksumMismatch(Box::new(
             crate::host::root::error::ChecksumMismatch {
                 url: d.url.clone(),
                 path: d.path.clone(),
-                expected: d.sha256.clone(),
+                expected: expected.clone(),
                 actual,
             },
         ))

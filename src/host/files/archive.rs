@@ -1,0 +1,454 @@
+//! `fs::extract(archive, dest, #{strip_components, max_files, max_bytes})`: unpack a tar,
+//! tar.gz, tar.xz or zip archive (told apart by their first bytes, not by the name) into
+//! directory `dest`, confined to it.
+//!
+//! The whole archive is read and checked before anything changes: an entry whose name is
+//! absolute or climbs out with `..`, a symlink whose target is absolute or leaves `dest`, an
+//! entry below a symlink (of the archive, or already at the destination), a hard link, a
+//! device or FIFO, or an entry of another kind in the way at the destination fails the call
+//! naming the archive and the entry, and nothing is written. So do more than `max_files`
+//! entries or more than `max_bytes` of unpacked content (which also bounds a decompression
+//! bomb: reading stops at the limit). Then each directory, file and symlink that differs is
+//! its own effect (`mkdir`, `write`, `symlink`): a plan lists every file and a check reports
+//! each one that drifted. Permission bits come from the archive (files 0644 and
+//! directories 0755 when it has none); owners and times do not (files belong to the agent,
+//! as root: `tar --no-same-owner`).
+//!
+//! The archive is read through the session's view: in a plan, an archive that `fs::fetch`
+//! only plans to download cannot be listed, and the call says so ([`Extracted::Unknown`]).
+
+use std::collections::BTreeSet;
+use std::io::{Cursor, Read, Seek};
+use std::path::{Component, Path, PathBuf};
+
+use crate::host::Host;
+use crate::host::effects::session::ViewedFile;
+use crate::host::files::fs::{self, host_path};
+use crate::host::root::error::{HostError, Result};
+
+/// Default of `max_files`: at most this many entries.
+pub const DEFAULT_MAX_FILES: u64 = 100_000;
+
+/// Default of `max_bytes`: at most this much unpacked content (1 GiB).
+pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+
+/// Options of one extraction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtractOptions {
+    /// Leading path components dropped from each entry's name (`tar --strip-components`);
+    /// an entry with no more components than this is skipped.
+    pub strip_components: usize,
+    /// Largest number of entries in the archive.
+    pub max_files: u64,
+    /// Largest total unpacked size of its files, in bytes.
+    pub max_bytes: u64,
+}
+
+impl Default for ExtractOptions {
+    fn default() -> Self {
+        ExtractOptions {
+            strip_components: 0,
+            max_files: DEFAULT_MAX_FILES,
+            max_bytes: DEFAULT_MAX_BYTES,
+        }
+    }
+}
+
+/// What one `fs::extract` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extracted {
+    /// The entries were checked and brought to `dest`; whether anything changed.
+    Done(bool),
+    /// In a plan: the archive is a download `fs::fetch` only plans, so its entries are
+    /// unknown until applied; nothing was planned.
+    Unknown,
+}
+
+/// One checked entry, relative to `dest`.
+#[derive(Debug)]
+enum Item {
+    Dir {
+        rel: PathBuf,
+        mode: u32,
+    },
+    File {
+        rel: PathBuf,
+        mode: u32,
+        content: Vec<u8>,
+    },
+    Link {
+        rel: PathBuf,
+        target: PathBuf,
+    },
+}
+
+/// The kinds of entry an archive holds, as read.
+enum Kind {
+    Dir,
+    File,
+    Link(PathBuf),
+    Unsupported(&'static str),
+}
+
+/// The error of a bad archive or entry.
+fn bad(archive: &Path, entry: Option<&str>, why: impl std::fmt::Display) -> HostError {
+    HostError::Invalid {
+        what: "archive",
+        message: match entry {
+            Some(e) => format!("{}: entry {e:?}: {why}", archive.display()),
+            None => format!("{}: {why}", archive.display()),
+        },
+    }
+}
+
+/// The checks and the gathered items of one archive.
+struct Gather<'a> {
+    h: &'a Host,
+    archive: &'a Path,
+    dest: &'a Path,
+    o: ExtractOptions,
+    entries: u64,
+    bytes: u64,
+    links: BTreeSet<PathBuf>,
+    files: BTreeSet<PathBuf>,
+    items: Vec<Item>,
+}
+
+impl Gather<'_> {
+    /// Check one entry and keep it (its content read from `body`, within `max_bytes`).
+    fn entry(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        mode: Option<u32>,
+        body: &mut dyn Read,
+    ) -> Result<()> {
+        let fail = |why: &dyn std::fmt::Display| bad(self.archive, Some(name), why);
+        self.entries += 1;
+        if self.entries > self.o.max_files {
+            return Err(bad(
+                self.archive,
+                None,
+                format!("more than {} entries (max_files)", self.o.max_files),
+            ));
+        }
+        // A leading `.` counts as a component for stripping, as GNU tar counts it
+        // (`./efa/x` with strip_components 1 is `efa/x`); it is dropped afterwards.
+        let mut parts = Vec::new();
+        for c in Path::new(name).components() {
+            match c {
+                Component::Normal(p) => parts.push(p.to_os_string()),
+                Component::CurDir => parts.push(".".into()),
+                Component::ParentDir => {
+                    return Err(fail(&"climbs out of the destination with `..`"));
+                }
+                Component::RootDir | Component::Prefix(_) => {
+                    return Err(fail(&"is an absolute path"));
+                }
+            }
+        }
+        if parts.len() <= self.o.strip_components {
+            return Ok(());
+        }
+        let rel: PathBuf = parts[self.o.strip_components..]
+            .iter()
+            .filter(|p| *p != ".")
+            .collect();
+        if rel.as_os_str().is_empty() {
+            return Ok(());
+        }
+        // Nothing may be written through a symlink: the archive's own, or one already at
+        // the destination (which could point anywhere in the host).
+        for anc in rel
+            .ancestors()
+            .skip(1)
+            .filter(|a| !a.as_os_str().is_empty())
+        {
+            if self.links.contains(anc) {
+                return Err(fail(&format!(
+                    "lies below the archive's symlink {}",
+                    anc.display()
+                )));
+            }
+            if self.files.contains(anc) {
+                return Err(fail(&format!(
+                    "lies below the archive's file {}",
+                    anc.display()
+                )));
+            }
+            match self.h.view_stat(&self.dest.join(anc), false)? {
+                Some(s) if s.kind == "symlink" => {
+                    return Err(fail(&format!(
+                        "lies below {}, a symlink at the destination",
+                        self.dest.join(anc).display()
+                    )));
+                }
+                Some(s) if s.kind != "dir" => {
+                    return Err(fail(&format!(
+                        "{} exists and is a {}, where the archive has a dir",
+                        self.dest.join(anc).display(),
+                        s.kind
+                    )));
+                }
+                _ => {}
+            }
+        }
+        let at_dest = self.h.view_stat(&self.dest.join(&rel), false)?;
+        let in_the_way = |want: &str| {
+            at_dest.as_ref().filter(|s| s.kind != want).map(|s| {
+                fail(&format!(
+                    "{} exists and is a {}, where the archive has a {want}",
+                    self.dest.join(&rel).display(),
+                    s.kind
+                ))
+            })
+        };
+        match kind {
+            Kind::Dir => {
+                if let Some(e) = in_the_way("dir") {
+                    return Err(e);
+                }
+                self.items.push(Item::Dir {
+                    rel,
+                    mode: mode.unwrap_or(0o755) & 0o7777,
+                });
+            }
+            Kind::File => {
+                if let Some(e) = in_the_way("file") {
+                    return Err(e);
+                }
+                let room = self.o.max_bytes - self.bytes;
+                let mut content = Vec::new();
+                body.take(room + 1)
+                    .read_to_end(&mut content)
+                    .map_err(|e| fail(&format!("cannot be read: {e}")))?;
+                if content.len() as u64 > room {
+                    return Err(bad(
+                        self.archive,
+                        None,
+                        format!(
+                            "unpacks to more than {} bytes (max_bytes)",
+                            self.o.max_bytes
+                        ),
+                    ));
+                }
+                self.bytes += content.len() as u64;
+                self.files.insert(rel.clone());
+                self.items.push(Item::File {
+                    rel,
+                    mode: mode.unwrap_or(0o644) & 0o7777,
+                    content,
+                });
+            }
+            Kind::Link(target) => {
+                if let Some(e) = in_the_way("symlink") {
+                    return Err(e);
+                }
+                if target.as_os_str().is_empty() || target.is_absolute() {
+                    return Err(fail(&format!(
+                        "is a symlink to {:?}: only relative targets inside the destination are extracted",
+                        target
+                    )));
+                }
+                let mut depth = rel.components().count() - 1;
+                for c in target.components() {
+                    match c {
+                        Component::ParentDir if depth == 0 => {
+                            return Err(fail(&format!(
+                                "is a symlink to {target:?}, which leaves the destination"
+                            )));
+                        }
+                        Component::ParentDir => depth -= 1,
+                        Component::Normal(_) => depth += 1,
+                        _ => {}
+                    }
+                }
+                self.links.insert(rel.clone());
+                self.items.push(Item::Link { rel, target });
+            }
+            Kind::Unsupported(what) => {
+                return Err(fail(&format!("is {what}, which is not extracted")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The archive's bytes as the session sees them: the file under the root, or a file the
+/// plan wrote; `None` for a download the plan only plans.
+fn open(h: &Host, archive: &Path) -> Result<Option<Box<dyn ReadSeek>>> {
+    match h.view_stat(archive, true)? {
+        None => {
+            return Err(HostError::NotFound {
+                path: archive.to_path_buf(),
+            });
+        }
+        Some(s) if s.kind != "file" => {
+            return Err(HostError::WrongKind {
+                path: archive.to_path_buf(),
+                what: "is not a regular file",
+            });
+        }
+        Some(_) => {}
+    }
+    Ok(match h.view_for_digest(archive)? {
+        ViewedFile::Digest(_) => None,
+        ViewedFile::Content(c) => Some(Box::new(Cursor::new(c))),
+        ViewedFile::Open(key) => Some(Box::new(h.root().open_regular(&key)?)),
+    })
+}
+
+trait ReadSeek: Read + Seek {}
+impl<T: Read + Seek> ReadSeek for T {}
+
+/// The compression or container, from the first bytes.
+fn sniff(r: &mut dyn ReadSeek) -> std::io::Result<&'static str> {
+    let mut head = [0u8; 6];
+    let mut n = 0;
+    while n < head.len() {
+        match r.read(&mut head[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    r.rewind()?;
+    Ok(match &head[..n] {
+        [0x1f, 0x8b, ..] => "gzip",
+        [0xfd, b'7', b'z', b'X', b'Z', 0] => "xz",
+        [b'P', b'K', 3, 4, ..] | [b'P', b'K', 5, 6, ..] => "zip",
+        _ => "tar",
+    })
+}
+
+fn read_tar(g: &mut Gather, r: &mut dyn Read) -> Result<()> {
+    let archive = g.archive;
+    let mut tar = tar::Archive::new(r);
+    let entries = tar
+        .entries()
+        .map_err(|e| bad(archive, None, format!("not a tar archive: {e}")))?;
+    for entry in entries {
+        let mut entry =
+            entry.map_err(|e| bad(archive, None, format!("unreadable tar entry: {e}")))?;
+        let name = entry
+            .path()
+            .map_err(|e| bad(archive, None, format!("bad entry name: {e}")))?
+            .to_string_lossy()
+            .into_owned();
+        let t = entry.header().entry_type();
+        let kind = if t.is_dir() {
+            Kind::Dir
+        } else if t.is_file() || t.is_contiguous() {
+            Kind::File
+        } else if t.is_symlink() {
+            let target = entry
+                .link_name()
+                .map_err(|e| bad(archive, Some(&name), e))?
+                .map(|t| t.into_owned())
+                .unwrap_or_default();
+            Kind::Link(target)
+        } else if t.is_hard_link() {
+            Kind::Unsupported("a hard link")
+        } else if t.is_pax_global_extensions()
+            || t.is_pax_local_extensions()
+            || t.is_gnu_longname()
+            || t.is_gnu_longlink()
+        {
+            continue;
+        } else {
+            Kind::Unsupported("a device, FIFO or other special file")
+        };
+        let mode = entry.header().mode().ok();
+        g.entry(&name, kind, mode, &mut entry)?;
+    }
+    Ok(())
+}
+
+fn read_zip(g: &mut Gather, r: &mut dyn ReadSeek) -> Result<()> {
+    let archive = g.archive;
+    let mut zip = zip::ZipArchive::new(r)
+        .map_err(|e| bad(archive, None, format!("not a zip archive: {e}")))?;
+    for i in 0..zip.len() {
+        let mut f = zip
+            .by_index(i)
+            .map_err(|e| bad(archive, None, format!("unreadable zip entry: {e}")))?;
+        let name = f
+            .name()
+            .map_err(|e| bad(archive, None, format!("bad entry name: {e}")))?
+            .into_owned();
+        let unix = f.unix_mode();
+        let is_link = unix.is_some_and(|m| m & 0o170000 == 0o120000);
+        let kind = if f.is_dir() {
+            Kind::Dir
+        } else if is_link {
+            let mut t = Vec::new();
+            (&mut f)
+                .take(4096)
+                .read_to_end(&mut t)
+                .map_err(|e| bad(archive, Some(&name), e))?;
+            Kind::Link(PathBuf::from(String::from_utf8_lossy(&t).into_owned()))
+        } else {
+            Kind::File
+        };
+        g.entry(&name, kind, unix.map(|m| m & 0o7777), &mut f)?;
+    }
+    Ok(())
+}
+
+/// `fs::extract(archive, dest, opts)`: see the module docs.
+///
+/// # Errors
+/// Relative paths; the archive missing or not a regular file; `dest` not a directory; an
+/// unreadable or malformed archive, a bad entry or the limits ([`HostError::Invalid`],
+/// naming the archive and entry), all before any change. Then the effects' own failures.
+pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> Result<Extracted> {
+    let archive = host_path(archive)?;
+    let dest = host_path(dest)?;
+    if h.view_stat(&dest, true)?.is_some_and(|s| s.kind != "dir") {
+        return Err(HostError::WrongKind {
+            path: dest,
+            what: "exists and is not a directory",
+        });
+    }
+    let Some(mut r) = open(h, &archive)? else {
+        return Ok(Extracted::Unknown);
+    };
+    let items = {
+        let mut g = Gather {
+            h,
+            archive: &archive,
+            dest: &dest,
+            o: *o,
+            entries: 0,
+            bytes: 0,
+            links: BTreeSet::new(),
+            files: BTreeSet::new(),
+            items: Vec::new(),
+        };
+        let format =
+            sniff(&mut r).map_err(|e| bad(&archive, None, format!("cannot be read: {e}")))?;
+        match format {
+            "gzip" => read_tar(&mut g, &mut flate2::read::GzDecoder::new(r))?,
+            "xz" => read_tar(&mut g, &mut liblzma::read::XzDecoder::new(r))?,
+            "zip" => read_zip(&mut g, &mut r)?,
+            _ => read_tar(&mut g, &mut r)?,
+        }
+        g.items
+    };
+    let mut changed = fs::mkdir(h, &dest.display().to_string(), None)?;
+    for item in items {
+        changed |= match item {
+            Item::Dir { rel, mode } => {
+                fs::mkdir(h, &dest.join(rel).display().to_string(), Some(mode))?
+            }
+            Item::File { rel, mode, content } => {
+                fs::put(h, &dest.join(rel), content, Some(mode), None, None)?
+            }
+            Item::Link { rel, target } => fs::symlink(
+                h,
+                &target.to_string_lossy(),
+                &dest.join(rel).display().to_string(),
+            )?,
+        };
+    }
+    Ok(Extracted::Done(changed))
+}

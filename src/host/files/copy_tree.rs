@@ -1,0 +1,260 @@
+//! `fs::copy_tree(src, dst, #{max_files, max_bytes})`: make directory `dst` hold a copy of
+//! the tree at `src`, as `cp -a src/. dst/` does: directories, regular files and symlinks
+//! (copied as links, never followed) with their permission bits and numeric owner and
+//! group. Entries already in `dst` that `src` lacks are kept.
+//!
+//! Both ends are host paths read and changed through the session (so confined to the host
+//! root, and a plan sees planned files). The whole source is walked and checked first (kinds,
+//! limits, what is in the way at the destination), so a bad tree fails the call before any
+//! effect; then every directory, file and link that differs is its own effect (`mkdir`,
+//! `chmod`, `chown`, `write`, `symlink`), so a plan lists each one and a check reports each
+//! one that drifted. A file is read whole (at most 64 MiB, as every whole-file read); the
+//! tree is bounded by `max_files` entries and `max_bytes` of file content.
+
+use std::path::{Path, PathBuf};
+
+use crate::host::Host;
+use crate::host::files::fs::{self, host_path};
+use crate::host::files::realpath::realpath;
+use crate::host::root::error::{HostError, Result};
+use crate::host::root::normalize;
+use crate::host::root::read::MAX_READ_BYTES;
+
+/// Default of `max_files`: at most this many entries (directories, files and links) below
+/// `src`.
+pub const DEFAULT_MAX_FILES: u64 = 100_000;
+
+/// Default of `max_bytes`: at most this much file content (1 GiB) in the tree.
+pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+
+/// Limits of one copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeOptions {
+    /// Largest number of entries below the source.
+    pub max_files: u64,
+    /// Largest total size of the source's files, in bytes.
+    pub max_bytes: u64,
+}
+
+impl Default for TreeOptions {
+    fn default() -> Self {
+        TreeOptions {
+            max_files: DEFAULT_MAX_FILES,
+            max_bytes: DEFAULT_MAX_BYTES,
+        }
+    }
+}
+
+/// One entry of the source, relative to it.
+#[derive(Debug)]
+enum Entry {
+    Dir {
+        rel: PathBuf,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
+    File {
+        rel: PathBuf,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
+    Link {
+        rel: PathBuf,
+        target: PathBuf,
+    },
+}
+
+/// `src` walked depth first in name order (a directory before what it holds), checked
+/// against the limits and against what is at the destination.
+fn walk(h: &Host, src: &Path, dst: &Path, o: &TreeOptions) -> Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    let (mut files, mut bytes) = (0u64, 0u64);
+    let mut stack = vec![PathBuf::new()];
+    while let Some(dir) = stack.pop() {
+        let here = src.join(&dir);
+        let names = h.view_list(&here)?.unwrap_or_default();
+        // Reverse onto the stack so that the walk visits names in order.
+        let mut subdirs = Vec::new();
+        for (name, _) in names {
+            let rel = dir.join(&name);
+            let from = src.join(&rel);
+            let st = h
+                .view_stat(&from, false)?
+                .ok_or(HostError::NotFound { path: from.clone() })?;
+            files += 1;
+            if files > o.max_files {
+                return Err(HostError::Invalid {
+                    what: "fs::copy_tree source",
+                    message: format!(
+                        "{} has more than {} entries (max_files)",
+                        src.display(),
+                        o.max_files
+                    ),
+                });
+            }
+            let to = h.view_stat(&dst.join(&rel), false)?;
+            let in_the_way = |what: &'static str| HostError::WrongKind {
+                path: dst.join(&rel),
+                what,
+            };
+            let (mode, uid, gid) = (st.mode, st.uid, st.gid);
+            match st.kind.as_str() {
+                "dir" => {
+                    if to.as_ref().is_some_and(|t| t.kind != "dir") {
+                        return Err(in_the_way(
+                            "exists and is not a directory, where the source has one",
+                        ));
+                    }
+                    out.push(Entry::Dir {
+                        rel: rel.clone(),
+                        mode,
+                        uid,
+                        gid,
+                    });
+                    subdirs.push(rel);
+                }
+                "file" => {
+                    if to.as_ref().is_some_and(|t| t.kind != "file") {
+                        return Err(in_the_way(
+                            "exists and is not a regular file, where the source has one",
+                        ));
+                    }
+                    if st.size > MAX_READ_BYTES {
+                        return Err(HostError::FileTooLarge {
+                            path: from,
+                            size: st.size,
+                            limit: MAX_READ_BYTES,
+                        });
+                    }
+                    bytes = bytes.saturating_add(st.size);
+                    if bytes > o.max_bytes {
+                        return Err(HostError::Invalid {
+                            what: "fs::copy_tree source",
+                            message: format!(
+                                "{} holds more than {} bytes of files (max_bytes)",
+                                src.display(),
+                                o.max_bytes
+                            ),
+                        });
+                    }
+                    out.push(Entry::File {
+                        rel,
+                        mode,
+                        uid,
+                        gid,
+                    });
+                }
+                "symlink" => {
+                    if to.as_ref().is_some_and(|t| t.kind != "symlink") {
+                        return Err(in_the_way(
+                            "exists and is not a symlink, where the source has one",
+                        ));
+                    }
+                    let target = h
+                        .view_readlink(&from)?
+                        .ok_or(HostError::NotFound { path: from.clone() })?;
+                    out.push(Entry::Link { rel, target });
+                }
+                _ => {
+                    return Err(HostError::WrongKind {
+                        path: from,
+                        what: "is not a directory, regular file or symlink (fs::copy_tree copies only those)",
+                    });
+                }
+            }
+        }
+        stack.extend(subdirs.into_iter().rev());
+    }
+    Ok(out)
+}
+
+/// Bring the directory at `path` to `mode` and owner (created when missing).
+fn ensure_dir(h: &mut Host, path: &Path, mode: u32, uid: u32, gid: u32) -> Result<bool> {
+    let p = path.display().to_string();
+    let mut changed = fs::mkdir(h, &p, Some(mode))?;
+    changed |= fs::chown(h, &p, Some(&uid.to_string()), Some(&gid.to_string()))?;
+    Ok(changed)
+}
+
+/// `fs::copy_tree(src, dst, opts)`: see the module docs. Returns whether anything changed
+/// (or, in plan and check mode, would).
+///
+/// # Errors
+/// Relative paths; `src` missing or not a directory; `dst` equal to or inside `src`;
+/// [`HostError::Invalid`] over `max_files` or `max_bytes`; a source entry that is not a
+/// directory, file or symlink, or a destination entry of another kind in the way
+/// ([`HostError::WrongKind`], naming it); a source file over 64 MiB; all before any
+/// change. Then the effects' own failures.
+pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<bool> {
+    let src_path = host_path(src)?;
+    let dst_path = host_path(dst)?;
+    match h.view_stat(&src_path, true)? {
+        None => return Err(HostError::NotFound { path: src_path }),
+        Some(s) if s.kind != "dir" => {
+            return Err(HostError::WrongKind {
+                path: src_path,
+                what: "is not a directory",
+            });
+        }
+        Some(_) => {}
+    }
+    let src_real = PathBuf::from(realpath(h, src)?);
+    let dst_real = realpath(h, dst).map_or_else(|_| normalize(&dst_path), PathBuf::from);
+    if dst_real.starts_with(&src_real) {
+        return Err(HostError::WrongKind {
+            path: dst_path,
+            what: "is the source directory or inside it",
+        });
+    }
+    // Copy between the resolved directories, so a link on the way is followed once here.
+    let top = h.view_stat(&src_real, true)?.ok_or(HostError::NotFound {
+        path: src_real.clone(),
+    })?;
+    if h.view_stat(&dst_path, true)?
+        .is_some_and(|s| s.kind != "dir")
+    {
+        return Err(HostError::WrongKind {
+            path: dst_path,
+            what: "exists and is not a directory",
+        });
+    }
+    let entries = walk(h, &src_real, &dst_path, o)?;
+    let mut changed = ensure_dir(h, &dst_path, top.mode, top.uid, top.gid)?;
+    for e in entries {
+        changed |= match e {
+            Entry::Dir {
+                rel,
+                mode,
+                uid,
+                gid,
+            } => ensure_dir(h, &dst_path.join(rel), mode, uid, gid)?,
+            Entry::File {
+                rel,
+                mode,
+                uid,
+                gid,
+            } => {
+                let from = src_real.join(&rel);
+                let content = h
+                    .view_read(&from)?
+                    .ok_or(HostError::NotFound { path: from })?;
+                fs::put(
+                    h,
+                    &dst_path.join(rel),
+                    content,
+                    Some(mode),
+                    Some(uid),
+                    Some(gid),
+                )?
+            }
+            Entry::Link { rel, target } => fs::symlink(
+                h,
+                &target.to_string_lossy(),
+                &dst_path.join(rel).display().to_string(),
+            )?,
+        };
+    }
+    Ok(changed)
+}
