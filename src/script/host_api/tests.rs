@@ -523,18 +523,14 @@ fn redacting_output_handles_secrets_and_characters_split_across_chunks() {
     assert_eq!(capture.stderr_bytes(), b"ends with top");
 }
 
-/// A test root holding a copy of the fake host layer `name` of `../shared/fakehosts/`
-/// (its README lists them), with `/proc/sys/kernel/arch` written from the layer's
+/// A test root holding a copy of the fake host layer `name` of `tests/fakehosts/` (its
+/// README lists them), with `/proc/sys/kernel/arch` written from the layer's
 /// machine, as a real host's procfs has it.
 pub(super) fn fakehost(name: &str) -> TestHost {
     let layer = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fakehosts")
+        .join("tests/fakehosts")
         .join(name);
-    assert!(
-        layer.is_dir(),
-        "{}: missing; the fake host layers live in shared/ beside the repository",
-        layer.display()
-    );
+    assert!(layer.is_dir(), "{}: no such fake host", layer.display());
     let t = TestHost::new();
     let st = std::process::Command::new("cp")
         .arg("-a")
