@@ -42,7 +42,7 @@ impl Mistake {
                 "{skyhook_dir}/storage.rhai:3:1: error: unknown function fs::ensure_blok (did you mean fs::ensure_block?)"
             ),
             Mistake::StringForOptions => format!(
-                "{skyhook_dir}/storage.rhai:4:8: mount::ensure: the 2nd argument (opts) must be an options map #{{source, fstype, …}}, got a string"
+                "{skyhook_dir}/storage.rhai:4:1: mount::ensure: the 2nd argument (opts) must be an options map #{{source, fstype, …}}, got a string"
             ),
             Mistake::MissingConfigMap => format!(
                 "{skyhook_dir}/storage.rhai:2:17: config::kv: configMap \"versions\" does not exist"

@@ -400,11 +400,22 @@ fn evaluate(
         },
         Err(err) => {
             let mut error = ScriptError::from_eval(&script.file, err, limits);
-            // A host function called with arguments no overload takes: name the parameter.
+            // A host function called with arguments no overload takes: name the parameter, at
+            // the column `check` gives (the call's start, `mount::…`; Rhai points at the
+            // function's name after the namespace).
             if error.kind == ScriptErrorKind::Runtime
                 && let Some(m) =
                     super::host_api::explain_not_found(&error.message, super::host_api::FUNCTIONS)
             {
+                let namespace = error
+                    .message
+                    .split_once(": ")
+                    .and_then(|(_, sig)| sig.split_once(" ("))
+                    .and_then(|(name, _)| name.rsplit_once("::"))
+                    .map_or(0, |(ns, _)| ns.len() + 2);
+                if let Some(c) = error.column.filter(|c| *c > namespace) {
+                    error.column = Some(c - namespace);
+                }
                 error.message = m;
             }
             ScriptOutcome {

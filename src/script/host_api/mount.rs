@@ -213,7 +213,7 @@ pub(super) mod tests {
         );
         assert_eq!(
             r.error(),
-            "main.rhai:2:8: mount::ensure: the 2nd argument (opts) must be an options map #{source, fstype, …}, got a string"
+            "main.rhai:2:1: mount::ensure: the 2nd argument (opts) must be an options map #{source, fstype, …}, got a string"
         );
         let r = run(&t, ExecMode::Plan, "fs::write(1, \"x\")");
         assert!(
