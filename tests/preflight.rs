@@ -325,3 +325,60 @@ fn skyhook_run_apply_judges_interrupts_against_the_cr() {
     );
     assert_applied(&fr);
 }
+
+/// The host tree by content, mode and owner (no times), without the agent's own state: `$T`
+/// (state, logs, stubs, package) and `/var/lib/skyhook` (lock files, skyhook-run's copy of
+/// the package).
+fn host_files(fr: &FakeRoot) -> Vec<String> {
+    tree(fr.root())
+        .into_iter()
+        .filter(|l| !(l.starts_with("t ") || l.starts_with("t/")))
+        .filter(|l| !(l.starts_with("var/lib ") || l.starts_with("var/lib/")))
+        .map(|l| l.rsplit_once(' ').expect("mtime field").0.to_string())
+        .collect()
+}
+
+/// The mistake the preflight cannot see: a probe that exits 9 (`run(["nvidia-smi", "-L"])`
+/// without `ok`) after the step wrote its files. Both front ends exit 1 with the command
+/// named, and the step's files are put back: the host is as before (content, mode, owner).
+#[test]
+fn a_failing_command_fails_its_step_and_puts_its_files_back() {
+    require_root!();
+    let mistake = |dir: &Path| {
+        let repo = dir.join("skyhook_dir/repo.rhai");
+        let text = std::fs::read_to_string(&repo).unwrap();
+        std::fs::write(&repo, format!("{text}run([\"nvidia-smi\", \"-L\"]);\n")).unwrap();
+    };
+    let failing_smi = |fr: &FakeRoot| {
+        fr.write_mode(
+            &format!("{T}/bin/nvidia-smi"),
+            "#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n",
+            0o755,
+        );
+    };
+    let want = "run: command nvidia-smi -L failed with exit code 9";
+
+    let fr = node();
+    failing_smi(&fr);
+    let pkg = tempfile::tempdir().unwrap();
+    package(pkg.path(), None);
+    mistake(pkg.path());
+    let before = host_files(&fr);
+    let out = skyhook_run(&fr, pkg.path(), &[]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(all.contains(want), "{all}");
+    assert!(!all.contains("SUCEEDED"), "{all}");
+    assert_eq!(host_files(&fr), before, "skyhook-run: the host changed");
+
+    let fr = node();
+    failing_smi(&fr);
+    package(&fr.t("pkg"), None);
+    mistake(&fr.t("pkg"));
+    let before = host_files(&fr);
+    let run = fr.run("apply");
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.all().contains(want), "{}", run.all());
+    assert!(run.stdout.contains("FAILED: repo.rhai"), "{}", run.stdout);
+    assert_eq!(host_files(&fr), before, "agent: the host changed");
+}
