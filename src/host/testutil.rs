@@ -112,6 +112,7 @@ case "$1" in
   stop) echo no > "/state/$2.active" ;;
   enable) echo yes > "/state/$2.enabled" ;;
   disable) echo no > "/state/$2.enabled" ;;
+  show) shift 2; for p in "$@"; do p=${p#--property=}; [ "$p" = Missing ] || echo "$p=v-$p"; done ;;
   *) : ;;
 esac"#,
         );

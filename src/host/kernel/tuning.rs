@@ -83,6 +83,24 @@ pub mod sysctl {
             .collect()
     }
 
+    /// `sysctl::reload()`: `sysctl --system` (chrooted, checked), an action every time: the
+    /// values of every sysctl.d file and `/etc/sysctl.conf` set live again, as after a boot
+    /// (an uninstall's step after removing its file). Planned, not run, in plan and check mode.
+    ///
+    /// # Errors
+    /// `sysctl` missing, failing to start or exiting non-zero (apply).
+    pub fn reload(h: &mut Host) -> Result<()> {
+        let opts = crate::host::effects::exec::RunOptions {
+            check: true,
+            ..Default::default()
+        };
+        h.submit(Effect::Command {
+            argv: vec!["sysctl".into(), "--system".into()],
+            opts,
+        })?;
+        Ok(())
+    }
+
     /// `sysctl::persist(file, map)`: write `/etc/sysctl.d/<file>` ([`render`]).
     ///
     /// # Errors

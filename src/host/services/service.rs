@@ -87,6 +87,49 @@ fn change(h: &mut Host, name: &str, op: ServiceOp) -> Result<bool> {
     Ok(true)
 }
 
+/// `service::show(name, props)`: the unit's properties `props` as `systemctl show <name>
+/// --property=P ...` reports them, as a map from property to value (a property systemctl
+/// does not print is absent). A query, run in every mode.
+///
+/// # Errors
+/// Invalid name, a property name that is not letters and digits; `systemctl` missing,
+/// failing to start or exiting non-zero (the command and its stderr named).
+pub fn show(
+    h: &mut Host,
+    name: &str,
+    props: &[String],
+) -> Result<std::collections::BTreeMap<String, String>> {
+    check_name(name)?;
+    if let Some(p) = props
+        .iter()
+        .find(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_alphanumeric()))
+    {
+        return Err(HostError::Invalid {
+            what: "unit property",
+            message: format!("{p:?}"),
+        });
+    }
+    h.flush_daemon_reload()?;
+    let argv: Vec<String> = ["systemctl", "show", name]
+        .into_iter()
+        .map(String::from)
+        .chain(props.iter().map(|p| format!("--property={p}")))
+        .collect();
+    let opts = RunOptions {
+        read_only: true,
+        check: true,
+        ..RunOptions::default()
+    };
+    let out = h.exec(&argv, &opts)?;
+    Ok(out
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .filter(|(k, _)| props.iter().any(|p| p == k))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect())
+}
+
 /// `service::start(name)`: start when not active.
 ///
 /// # Errors

@@ -39,6 +39,29 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
     ),
     host_fn!(
         "service",
+        "show",
+        &[NAME, ("props", "Array")],
+        "Map",
+        ReadsHost,
+        "The unit's properties `props` (`[\"LimitSTACK\", ...]`) as `systemctl show <name> --property=...` reports them: a map from property to value, a property it does not print absent; a failing `systemctl` is an error.",
+        |h, n: S, props: rhai::Array| {
+            let props = props
+                .iter()
+                .map(|p| {
+                    p.clone()
+                        .into_string()
+                        .map_err(|t| format!("props: a property name must be a string, got {t}"))
+                })
+                .collect::<Result<Vec<String>, String>>()?;
+            let map: rhai::Map = service::show(h, &n, &props)?
+                .into_iter()
+                .map(|(k, v)| (k.into(), rhai::Dynamic::from(v)))
+                .collect();
+            Ok(map)
+        }
+    ),
+    host_fn!(
+        "service",
         "start",
         &[NAME],
         "bool",
@@ -132,6 +155,7 @@ pub(super) mod tests {
     pub(in super::super) const SAMPLES: &[&str] = &[
         r#"service::is_active("old")"#,
         r#"service::is_enabled("old")"#,
+        r#"service::show("old", ["ActiveState"])"#,
         r#"service::start("nginx")"#,
         r#"service::stop("old")"#,
         r#"service::enable("nginx")"#,
@@ -142,6 +166,30 @@ pub(super) mod tests {
         r#"service::drop_in("kubelet", "20-y.conf", "[Service]\n")"#,
         r#"service::remove_drop_in("kubelet", "10-x.conf")"#,
     ];
+
+    /// `service::show` returns the properties systemctl prints (one it does not print is
+    /// absent) in every mode, and refuses a property name that is not a word.
+    #[test]
+    fn show_returns_the_printed_properties_in_every_mode() {
+        let t = TestHost::new();
+        t.systemctl_stub();
+        for mode in [ExecMode::Plan, ExecMode::Check, ExecMode::Apply] {
+            let r = run(
+                &t,
+                mode,
+                r#"let m = service::show("containerd.service", ["LimitSTACK", "Missing"]);
+                   print(`${m.keys().len()} ${m.LimitSTACK} ${"Missing" in m}`);"#,
+            );
+            let r = r.ok();
+            assert_eq!(r.stdout(), "1 v-LimitSTACK false\n", "{mode:?}");
+        }
+        let bad = run(&t, ExecMode::Plan, r#"service::show("x", ["a=b"])"#);
+        assert!(
+            bad.error().contains("invalid unit property: \"a=b\""),
+            "{}",
+            bad.error()
+        );
+    }
 
     #[test]
     fn services_all_modes_and_actions() {

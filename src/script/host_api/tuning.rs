@@ -136,6 +136,15 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
     ),
     host_fn!(
         "sysctl",
+        "reload",
+        &[],
+        "()",
+        Submits(&[Command]),
+        "`sysctl --system`: every sysctl.d file and `/etc/sysctl.conf` applied live again (an action, every time; planned in plan and check mode); a non-zero exit is an error.",
+        |h| Ok(sysctl::reload(h)?)
+    ),
+    host_fn!(
+        "sysctl",
         "persist",
         &[("file", "String"), ("values", "Map")],
         "bool",
@@ -199,6 +208,7 @@ pub(super) mod tests {
         r#"sysctl::set("vm.swappiness", 10, #{record: true})"#,
         r#"sysctl::restore("vm.swappiness")"#,
         r#"sysctl::restore_all()"#,
+        r#"sysctl::reload()"#,
         r#"sysctl::persist("90-x.conf", #{"vm.swappiness": 10})"#,
         r#"grub::set_cmdline("tuning", ["iommu=pt"])"#,
         r#"grub::remove("old")"#,
