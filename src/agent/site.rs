@@ -42,9 +42,9 @@ pub enum PackageSite<'a> {
         configmaps: PathBuf,
         /// Where the package is copied inside the root when it is applied (a host path,
         /// `skyhook-run`'s copy dir). `Some`: a plan puts the package's files there in its
-        /// overlay ([`PackageSite::plan_copy`]) and steps see `SKYHOOK_DIR` and `STEP_ROOT`
-        /// there, so a script reading its own files (`fs::list(step().skyhook_dir + ..)`)
-        /// plans as it applies. `None`: steps see DIR.
+        /// overlay ([`crate::agent::mode::preflight::plan_package_copy`]) and steps see
+        /// `SKYHOOK_DIR` and `STEP_ROOT` there, so a script reading its own files
+        /// (`fs::list(step().skyhook_dir + ..)`) plans as it applies. `None`: steps see DIR.
         host_dir: Option<PathBuf>,
     },
 }
