@@ -1566,3 +1566,29 @@ fn refusals_are_usage_errors_and_json_errors_are_documents() {
         assert!(doc["error"].as_str().unwrap().contains(says), "{doc}");
     }
 }
+
+/// A script that fails after changing a file: `--apply` exits 1, the file is put back, and
+/// besides the report of what it did, stderr says that those changes were undone, so the
+/// text output does not read as applied.
+#[test]
+fn a_failed_apply_says_its_file_changes_were_undone() {
+    require_root!();
+    let root = demo_root();
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(
+        dir.path(),
+        "fail.rhai",
+        "fs::write(\"/etc/demo.conf\", \"a=2\\n\");\nthrow \"late failure\";\n",
+    );
+    let out = run_script(&script, root.path(), &["--apply"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("skyhook-run: the script failed: 1 of the changes listed were undone"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("etc/demo.conf")).unwrap(),
+        "a=1\n"
+    );
+}

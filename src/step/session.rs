@@ -43,8 +43,9 @@ pub struct ScriptStep<'a> {
 }
 
 impl ScriptStep<'_> {
-    /// Add a failed step's "not undone: ..." lines to its error (to `output`'s stderr when
-    /// it has none: a return code the step does not accept).
+    /// A failed step's "not undone: ..." lines: written to `output`'s stderr (the console
+    /// and the step's log, after the script's error line, which is written already) and
+    /// added to its error (the JSON documents and `serve` carry that).
     fn not_undone<T>(
         &self,
         (finished, lines): (T, Vec<String>),
@@ -52,10 +53,11 @@ impl ScriptStep<'_> {
         output: &dyn ScriptOutput,
     ) -> T {
         if !lines.is_empty() {
-            let text: String = lines.iter().map(|l| format!("\nnot undone: {l}")).collect();
-            match error {
-                Some(e) => e.push_str(&text),
-                None => output.stderr(format!("{}:{text}\n", self.script.file()).as_bytes()),
+            let text: String = lines.iter().map(|l| format!("not undone: {l}\n")).collect();
+            output.stderr(text.as_bytes());
+            if let Some(e) = error {
+                e.push('\n');
+                e.push_str(text.trim_end());
             }
         }
         finished

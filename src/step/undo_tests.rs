@@ -184,8 +184,15 @@ fn assert_undone(t: &TestHost, before: &BTreeMap<PathBuf, String>, r: &StepResul
 fn a_thrown_error_after_ten_file_changes_leaves_the_host_as_it_was() {
     let t = host();
     let before = snapshot(&t);
-    let (r, _) = run(&t, &format!("{CHANGES}throw \"boom\";\n"), &spec(), None);
+    let (r, stderr) = run(&t, &format!("{CHANGES}throw \"boom\";\n"), &spec(), None);
     assert!(r.error.as_deref().unwrap().starts_with("u.rhai:18:1: boom"));
+    // The operator's log (the step's stderr) has the lines, after the error.
+    assert!(
+        stderr.ends_with(
+            "not undone: systemctl daemon-reload\nnot undone: systemctl restart containerd\n"
+        ),
+        "{stderr}"
+    );
     // The step changed 17 things (the drop-in's, grub's and initramfs's deferred records
     // included) and its report still lists them.
     assert!(r.report.changes.len() >= 15, "{:?}", r.report.changes);
