@@ -50,7 +50,9 @@ impl Mistake {
             Mistake::TomlSyntax => format!(
                 "{skyhook_dir}/containerd.rhai:2:21: toml::parse: <text>:1:15: invalid TOML"
             ),
-            Mistake::UndeclaredReboot => "storage.rhai: requested interrupt reboot is not declared for package gpu-node in the Skyhook CR".to_string(),
+            Mistake::UndeclaredReboot => format!(
+                "{skyhook_dir}/storage.rhai:5: requested interrupt reboot is not declared for package gpu-node in the Skyhook CR"
+            ),
         }
     }
 }

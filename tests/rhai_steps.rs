@@ -279,7 +279,7 @@ fn rhai_requested_interrupts_are_judged_never_run() {
     r.code(1).has_line_ending("FAILED: apply.rhai x 1");
     assert!(
         r.stderr.contains(
-            "apply.rhai: requested interrupt restart_services [containerd] is not declared for package demo in the Skyhook CR, so the operator would not drain the node for it; nothing was interrupted. Add to spec.packages.demo: interrupt: {type: service, services: [containerd]}"
+            "/t/pkg/skyhook_dir/apply.rhai:1: requested interrupt restart_services [containerd] is not declared for package demo in the Skyhook CR, so the operator would not drain the node for it; nothing was interrupted. Add to spec.packages.demo: interrupt: {type: service, services: [containerd]}"
         ),
         "{}",
         r.stderr

@@ -615,12 +615,27 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             }
         }
         if !uncovered.is_empty() {
+            // Where the script requested it (`file:line`), else the step's path.
+            let at = |r: &InterruptRequest| {
+                let report = &result.report;
+                report
+                    .items
+                    .iter()
+                    .find_map(|item| match item {
+                        crate::host::effects::report::Item::Interrupt {
+                            index,
+                            position: Some(p),
+                        } if report.interrupts.get(*index) == Some(r) => Some(p.to_string()),
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| step.path.clone())
+            };
             let lines: Vec<String> = uncovered
                 .iter()
                 .map(|r| {
                     format!(
                         "{}: requested interrupt {} is not declared for package {pkg} in the Skyhook CR, so the operator would not drain the node for it; nothing was interrupted. Add to spec.packages.{pkg}: {}",
-                        step.path,
+                        at(r),
                         coverage::request_name(r),
                         coverage::cr_lines(r)
                     )
