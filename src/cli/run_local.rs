@@ -289,21 +289,10 @@ fn script_run(
     }
     // The report says what the script did; the undo journal has put its files and live
     // sysctl values back (the other changes stay and are its "not undone:" lines).
-    const UNDONE: &[&str] = &[
-        "write",
-        "remove",
-        "mkdir",
-        "remove_all",
-        "chmod",
-        "chown",
-        "symlink",
-        "sysctl",
-        "fetch",
-    ];
     let undone = report
         .changes
         .iter()
-        .filter(|c| UNDONE.contains(&c.kind.as_str()))
+        .filter(|c| crate::host::effects::session::UNDONE_KINDS.contains(&c.kind.as_str()))
         .count();
     if !outcome.ok && report.mode == ExecMode::Apply && undone > 0 {
         eprintln!("skyhook-run: the script failed: {undone} of the changes listed were undone");

@@ -1148,19 +1148,22 @@ pub struct Undone {
 
 /// The report's changes and actions that are not files (module docs of
 /// [`crate::host::effects::journal`]): their summaries, in the step's order.
+/// The report kinds of the changes a failed step's undo journal puts back (files and live
+/// sysctl values); every other change or action of the step is "not undone".
+pub const UNDONE_KINDS: [&str; 9] = [
+    "write",
+    "remove",
+    "mkdir",
+    "remove_all",
+    "chmod",
+    "chown",
+    "symlink",
+    "sysctl",
+    "fetch",
+];
+
 fn not_undoable(report: &Report) -> Vec<String> {
     use crate::host::effects::report::Item;
-    const FILES: [&str; 9] = [
-        "write",
-        "remove",
-        "mkdir",
-        "remove_all",
-        "chmod",
-        "chown",
-        "symlink",
-        "sysctl",
-        "fetch",
-    ];
     let mut out = Vec::new();
     for item in &report.items {
         let (kind, summary) = match item {
@@ -1174,7 +1177,7 @@ fn not_undoable(report: &Report) -> Vec<String> {
             },
             _ => continue,
         };
-        if !FILES.contains(&kind) {
+        if !UNDONE_KINDS.contains(&kind) {
             out.push(summary.clone());
         }
     }
