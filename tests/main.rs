@@ -71,6 +71,8 @@ mod log_format;
 mod malformed;
 mod nouveau_example;
 mod nvidia_ports;
+mod nvidia_setup_port;
+mod nvidia_tuned_port;
 mod orphans;
 mod preflight;
 mod reboot;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::util::{FakeRoot, Run, T, tree};
 
 /// Every host layer of `tests/fakehosts`.
-const HOSTS: &[&str] = &[
+pub(crate) const HOSTS: &[&str] = &[
     "ubuntu-24.04-eks-x86_64",
     "ubuntu-24.04-eks-arm64",
     "ubuntu-22.04",
@@ -18,7 +18,7 @@ const HOSTS: &[&str] = &[
 ];
 
 /// Tools the host layers' stubs use, copied from this machine into the root.
-const STUB_TOOLS: &[&str] = &[
+pub(crate) const STUB_TOOLS: &[&str] = &[
     "sed", "grep", "ln", "basename", "dirname", "cut", "sort", "find", "xargs", "wc", "readlink",
     "tail",
 ];
@@ -44,12 +44,12 @@ for p in "$@"; do
 done
 "#;
 
-fn manifest() -> &'static Path {
+pub(crate) fn manifest() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Copy `src` over `dst`, replacing files (never writing through the template's hard links).
-fn overlay(src: &Path, dst: &Path) {
+pub(crate) fn overlay(src: &Path, dst: &Path) {
     fs::create_dir_all(dst).unwrap();
     for e in fs::read_dir(src).unwrap() {
         let e = e.unwrap();
@@ -65,7 +65,7 @@ fn overlay(src: &Path, dst: &Path) {
 
 /// A fake GPU node: a host layer over a minimal root, the package `example` at `$T/pkg`
 /// with `configmaps`, the agent's environment for `resource_id`.
-fn node(host: &str, example: &str, configmaps: &[(&str, &str)], resource_id: &str) -> FakeRoot {
+pub(crate) fn node(host: &str, example: &str, configmaps: &[(&str, &str)], resource_id: &str) -> FakeRoot {
     let mut fr = FakeRoot::with_tools(STUB_TOOLS);
     overlay(&manifest().join("tests/fakehosts").join(host), fr.root());
     // The stubs write to /dev/null, as on a node.
@@ -95,14 +95,14 @@ fn node(host: &str, example: &str, configmaps: &[(&str, &str)], resource_id: &st
 }
 
 /// The base64 of an interrupt payload.
-fn payload(json: &str) -> String {
+pub(crate) fn payload(json: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(json)
 }
 
 /// `/etc` of the root: path, kind, content hash, mode and owner of every entry (no times:
 /// a directory's mtime changes when an entry comes and goes).
-fn etc(fr: &FakeRoot) -> Vec<String> {
+pub(crate) fn etc(fr: &FakeRoot) -> Vec<String> {
     tree(&fr.host("/etc"))
         .into_iter()
         .map(|l| l.rsplit_once(' ').expect("mtime field").0.to_string())
@@ -110,12 +110,12 @@ fn etc(fr: &FakeRoot) -> Vec<String> {
 }
 
 #[track_caller]
-fn ok(run: Run, what: &str) -> Run {
+pub(crate) fn ok(run: Run, what: &str) -> Run {
     assert_eq!(run.code, 0, "{what}:\n{}", run.all());
     run
 }
 
-fn live(fr: &FakeRoot, key: &str) -> String {
+pub(crate) fn live(fr: &FakeRoot, key: &str) -> String {
     fr.read(&format!("/proc/sys/{}", key.replace('.', "/")))
         .trim()
         .to_string()

@@ -1,0 +1,2 @@
+//! The Rhai port of nvidia-tuned (`examples/nvidia-tuned`) run by the agent on the fake
+//! GPU-node hosts of `tests/fakehosts`; the shared fake-node helpers are in `nvidia_ports`.
