@@ -65,7 +65,12 @@ pub(crate) fn overlay(src: &Path, dst: &Path) {
 
 /// A fake GPU node: a host layer over a minimal root, the package `example` at `$T/pkg`
 /// with `configmaps`, the agent's environment for `resource_id`.
-pub(crate) fn node(host: &str, example: &str, configmaps: &[(&str, &str)], resource_id: &str) -> FakeRoot {
+pub(crate) fn node(
+    host: &str,
+    example: &str,
+    configmaps: &[(&str, &str)],
+    resource_id: &str,
+) -> FakeRoot {
     let mut fr = FakeRoot::with_tools(STUB_TOOLS);
     overlay(&manifest().join("tests/fakehosts").join(host), fr.root());
     // The stubs write to /dev/null, as on a node.
