@@ -397,4 +397,39 @@ mod tests {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
     }
+
+    /// A failed step puts its files back; the array it created cannot be, and is named
+    /// among the `not undone:` lines.
+    #[test]
+    fn a_failed_step_lists_the_array_as_not_undone() {
+        use crate::host::ExecMode;
+        use crate::host::testutil::TestHost;
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub(
+            "mdadm",
+            r#"for a; do case $a in /dev/md/*) : > "$a" ;; esac; done"#,
+        );
+        t.file("/dev/sdb", "");
+        std::fs::create_dir_all(t.p("/dev/md")).unwrap();
+        let mut h = t.host_with(ExecMode::Apply, |o| o.undo = Some("demo-disks".into()));
+        crate::host::files::fs::write(
+            &mut h,
+            "/etc/mdadm/mdadm.conf",
+            "ARRAY\n",
+            &Default::default(),
+        )
+        .unwrap();
+        assert!(create(&mut h, "r0", &["/dev/sdb".into()], &RaidSpec::default()).unwrap());
+        let (_, undone, result) = h.fail_with_report();
+        result.unwrap();
+        assert_eq!(
+            undone.not_undone,
+            [
+                "raid /dev/md/r0 level 0 from [/dev/sdb]: mdadm --create --run --force --verbose /dev/md/r0 --level=0 --name=r0 --raid-devices=1 /dev/sdb"
+            ]
+        );
+        assert!(!t.p("/etc/mdadm/mdadm.conf").exists());
+        assert!(t.p("/dev/md/r0").exists());
+    }
 }
