@@ -19,7 +19,9 @@
 //!   skipped), and the UUID with `blkid -s UUID -o value <dev>`. lsblk is asked first
 //!   because it answers for exactly the device asked (`--nodeps`) from udev or a fresh probe,
 //!   while `blkid` without `-p` answers from its cache.
-//! - the host's mount table ([`crate::host::mounts::mount::table`]) for the mount points.
+//! - the host's mount table ([`crate::host::mounts::mount::table`]) for the mount points: a
+//!   mount whose source resolves to the device, or whose `major:minor` is the device's (a
+//!   root filesystem listed as `/dev/root`).
 //!
 //! A device argument is an absolute path under `/dev` (symlinks such as `/dev/md/kubernetes`
 //! or `/dev/disk/by-id/...` are resolved inside the root); anything else is an error naming it.
@@ -199,7 +201,9 @@ fn resolve(h: &Host, dev: &Path) -> Result<Option<PathBuf>> {
 /// The shared reads of one call: by-id links and mount points by resolved device path.
 struct Known {
     by_id: BTreeMap<PathBuf, Vec<String>>,
-    mounts: Vec<(PathBuf, String)>,
+    /// Per mount: the source resolved (`None` when it does not resolve, as `/dev/root`),
+    /// its `major:minor`, the mount point.
+    mounts: Vec<(Option<PathBuf>, String, String)>,
 }
 
 impl Known {
@@ -217,23 +221,39 @@ impl Known {
                     .push(link.to_string_lossy().into_owned());
             }
         }
+        let table = crate::host::mounts::mount::table(h)?;
+        // The table parsed without its third field: the lines it came from, in order.
+        let text = match h.view_read(Path::new(crate::host::mounts::mount::MOUNTINFO))? {
+            Some(b) => String::from_utf8_lossy(&b).into_owned(),
+            None => String::new(),
+        };
+        let ids = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| l.split(' ').filter(|w| !w.is_empty()).nth(2).unwrap_or(""));
         let mut mounts = Vec::new();
-        for e in crate::host::mounts::mount::table(h)? {
-            if !e.source.starts_with("/dev/") {
-                continue;
-            }
-            if let Some(c) = h.root().canonical(Path::new(&e.source))? {
-                mounts.push((c, e.mount_point.to_string_lossy().into_owned()));
-            }
+        for (e, id) in table.into_iter().zip(ids) {
+            let source = match e.source.starts_with("/dev/") {
+                true => h.root().canonical(Path::new(&e.source))?,
+                false => None,
+            };
+            mounts.push((
+                source,
+                id.to_string(),
+                e.mount_point.to_string_lossy().into_owned(),
+            ));
         }
         Ok(Known { by_id, mounts })
     }
 
-    fn mountpoints(&self, dev: &Path) -> Vec<String> {
+    /// Where `dev` (resolved; sysfs `major:minor` `id`, empty when unknown) is mounted: a
+    /// mount whose source resolves to it, or whose device number is its (a root filesystem
+    /// shown as `/dev/root`).
+    fn mountpoints(&self, dev: &Path, id: &str) -> Vec<String> {
         self.mounts
             .iter()
-            .filter(|(d, _)| d == dev)
-            .map(|(_, m)| m.clone())
+            .filter(|(d, i, _)| d.as_deref() == Some(dev) || (!id.is_empty() && i == id))
+            .map(|(_, _, m)| m.clone())
             .collect()
     }
 }
@@ -347,7 +367,7 @@ fn describe(h: &mut Host, known: &Known, path: &Path, shown: String) -> Result<B
         by_id: known.by_id.get(path).cloned().unwrap_or_default(),
         fstype,
         uuid,
-        mountpoints: known.mountpoints(path),
+        mountpoints: known.mountpoints(path, &dev),
     })
 }
 
@@ -408,10 +428,7 @@ pub fn uuid(h: &mut Host, dev: &str) -> Result<String> {
 
 /// The udev record of the resolved device `dev` (through its sysfs `dev`), empty when none.
 fn udev_of(h: &Host, dev: &Path) -> BTreeMap<String, String> {
-    let Some(name) = dev.file_name() else {
-        return BTreeMap::new();
-    };
-    match attr(h, &Path::new(SYS_BLOCK).join(name).join("dev")) {
+    match sys_dev(h, dev) {
         Some(d) => udev_record(h, &d),
         None => BTreeMap::new(),
     }
@@ -419,7 +436,13 @@ fn udev_of(h: &Host, dev: &Path) -> BTreeMap<String, String> {
 
 /// Where `dev` (resolved) is mounted, from the host's mount table.
 pub(crate) fn mounted_at(h: &Host, dev: &Path) -> Result<Vec<String>> {
-    Ok(Known::read(h)?.mountpoints(dev))
+    let id = sys_dev(h, dev).unwrap_or_default();
+    Ok(Known::read(h)?.mountpoints(dev, &id))
+}
+
+/// The sysfs `major:minor` of the resolved device `dev`.
+fn sys_dev(h: &Host, dev: &Path) -> Option<String> {
+    attr(h, &Path::new(SYS_BLOCK).join(dev.file_name()?).join("dev"))
 }
 
 /// `fs::mkfs(dev, fstype, #{options, force})`: make a `fstype` filesystem on `dev` unless

@@ -424,7 +424,7 @@ pub(super) mod tests {
         );
         t.file(
             "/proc/1/mountinfo",
-            "22 1 259:3 / / rw - ext4 /dev/root rw\n40 22 259:1 / /data rw,noatime - xfs /dev/nvme1n1p1 rw\n",
+            "22 1 259:0 / / rw - ext4 /dev/root rw\n40 22 259:1 / /data rw,noatime - xfs /dev/nvme1n1p1 rw\n",
         );
         t
     }
@@ -578,7 +578,7 @@ esac"#,
             r.stdout(),
             format!(
                 "md127|/dev/md127|md|3839999606784|||[\"/dev/disk/by-id/md-name-kubernetes\"]|||[]
-nvme1n1|/dev/nvme1n1|disk|1919999803392|Amazon EC2 NVMe Instance Storage|AWS11C6E2A9F0B3D4E5F|[\"{by_id}11C6E2A9F0B3D4E5F\"]|||[]
+nvme1n1|/dev/nvme1n1|disk|1919999803392|Amazon EC2 NVMe Instance Storage|AWS11C6E2A9F0B3D4E5F|[\"{by_id}11C6E2A9F0B3D4E5F\"]|||[\"/\"]
 nvme1n1p1|/dev/nvme1n1p1|part|1048576|Amazon EC2 NVMe Instance Storage|AWS11C6E2A9F0B3D4E5F|[\"{by_id}11C6E2A9F0B3D4E5F-part1\"]|xfs|3f1c2a9e-5b7d-4e21-9a0c-6d8e7f9b1a2c|[\"/data\"]
 nvme2n1|/dev/nvme2n1|disk|1919999803392|Amazon EC2 NVMe Instance Storage|AWS21C6E2A9F0B3D4E5F|[\"{by_id}21C6E2A9F0B3D4E5F\"]|||[]
 "
@@ -839,6 +839,10 @@ print(disk::info("/dev/md/r0").kind);"#,
             (
                 r#"fs::mkfs("/dev/nvme1n1p1", "xfs", #{force: true})"#,
                 "fs::mkfs: invalid device: /dev/nvme1n1p1 is mounted at /data (a filesystem is never made on a mounted device)",
+            ),
+            (
+                r#"fs::mkfs("/dev/nvme1n1", "xfs", #{force: true})"#,
+                "fs::mkfs: invalid device: /dev/nvme1n1 is mounted at / (a filesystem is never made on a mounted device)",
             ),
             (
                 r#"fs::mkfs("/dev/nvme1n1", "x fs")"#,
