@@ -393,3 +393,247 @@ fn nvidia_tuning_gke_through_skyhook_run_plans_applies_and_then_plans_nothing() 
     assert_eq!(code, Some(0), "{again}");
     assert!(again.contains("Plan: 0 to change,"), "{again}");
 }
+
+/// Turn a fake host's `/dev` into what a node shows (the layers hold a snapshot: devices as
+/// plain files, `/dev/disk/by-id` entries as plain files holding their link text, no
+/// `/sys`): each by-id entry becomes the relative symlink it held, and every NVMe namespace
+/// in `/dev` (`nvme1n1`, ...) gets its sysfs as the kernel lays it out —
+/// `/sys/class/block/<ns>` a symlink into `/sys/devices/pci0000:00/<slot>/nvme/<ctrl>/<ns>`
+/// (`size` in 512-byte sectors, `dev` `259:<minor>`, `wwid`, `device` -> the controller,
+/// whose `model` and `serial` come from the by-id name `nvme-<Model_words>_<serial>`) —
+/// and a udev record `/run/udev/data/b259:<minor>` without a filesystem. The EBS root
+/// volume a node boots from is added too (`nvme0n1`, partition `nvme0n1p1` with ext4 in
+/// udev), so a script must tell it from the instance-store disks. Devices stay plain files.
+/// Returns the instance-store device paths, sorted.
+pub(crate) fn realistic_block_devices(root: &Path) -> Vec<String> {
+    use std::os::unix::fs::symlink;
+    let write = |host: &str, content: &str| {
+        let p = root.join(host.trim_start_matches('/'));
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        let _ = fs::remove_file(&p);
+        fs::write(&p, content).unwrap();
+    };
+    let link = |host: &str, target: &str| {
+        let p = root.join(host.trim_start_matches('/'));
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        let _ = fs::remove_file(&p);
+        symlink(target, &p).unwrap();
+    };
+    let by_id = root.join("dev/disk/by-id");
+    fs::create_dir_all(&by_id).unwrap();
+    // by-id name -> namespace, from the layer's link texts.
+    let mut named: Vec<(String, String)> = Vec::new();
+    for e in fs::read_dir(&by_id).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        let target = match fs::read_link(e.path()) {
+            Ok(t) => t.to_string_lossy().into_owned(),
+            Err(_) => fs::read_to_string(e.path()).unwrap().trim().to_string(),
+        };
+        link(&format!("/dev/disk/by-id/{name}"), &target);
+        named.push((name, target.rsplit('/').next().unwrap().to_string()));
+    }
+    let ebs = "nvme-Amazon_Elastic_Block_Store_vol0a1b2c3d4e5f60718";
+    link(&format!("/dev/disk/by-id/{ebs}"), "../../nvme0n1");
+    link(&format!("/dev/disk/by-id/{ebs}-part1"), "../../nvme0n1p1");
+    named.push((ebs.to_string(), "nvme0n1".to_string()));
+    write("/dev/nvme0n1", "");
+    write("/dev/nvme0n1p1", "");
+
+    let mut instance = Vec::new();
+    let mut namespaces: Vec<String> = fs::read_dir(root.join("dev"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("nvme") && n.ends_with("n1"))
+        .collect();
+    namespaces.sort();
+    for (i, ns) in namespaces.iter().enumerate() {
+        let ctrl = ns.trim_end_matches("n1");
+        let id = named.iter().find(|(_, t)| t == ns).map(|(n, _)| n.as_str());
+        let (model, serial) = match id.and_then(|n| n.strip_prefix("nvme-")?.rsplit_once('_')) {
+            Some((m, s)) => (m.replace('_', " "), s.to_string()),
+            None => (
+                "Amazon EC2 NVMe Instance Storage".to_string(),
+                format!("AWS{i:02}"),
+            ),
+        };
+        let dir = format!(
+            "/sys/devices/pci0000:00/0000:00:{:02x}.0/nvme/{ctrl}",
+            0x1e + i
+        );
+        let minor = i * 2;
+        // Instance storage 3.84 TB (7500000000 sectors); the EBS root volume 100 GiB.
+        let sectors = if ns == "nvme0n1" {
+            209715200u64
+        } else {
+            7500000000
+        };
+        write(&format!("{dir}/model"), &format!("{model:<40}\n"));
+        write(&format!("{dir}/serial"), &format!("{serial}\n"));
+        write(&format!("{dir}/{ns}/size"), &format!("{sectors}\n"));
+        write(&format!("{dir}/{ns}/dev"), &format!("259:{minor}\n"));
+        write(
+            &format!("{dir}/{ns}/wwid"),
+            &format!("nvme.1d0f-{serial}\n"),
+        );
+        link(&format!("{dir}/{ns}/device"), &format!("../../{ctrl}"));
+        link(
+            &format!("/sys/class/block/{ns}"),
+            &format!("../..{}/{ns}", &dir["/sys".len()..]),
+        );
+        write(
+            &format!("/run/udev/data/b259:{minor}"),
+            &format!(
+                "E:ID_MODEL={}\nE:ID_SERIAL_SHORT={serial}\n",
+                model.replace(' ', "_")
+            ),
+        );
+        if ns == "nvme0n1" {
+            let p = format!("{ns}p1");
+            write(&format!("{dir}/{ns}/{p}/partition"), "1\n");
+            write(&format!("{dir}/{ns}/{p}/size"), "209713119\n");
+            write(
+                &format!("{dir}/{ns}/{p}/dev"),
+                &format!("259:{}\n", minor + 1),
+            );
+            link(
+                &format!("/sys/class/block/{p}"),
+                &format!("../..{}/{ns}/{p}", &dir["/sys".len()..]),
+            );
+            write(
+                &format!("/run/udev/data/b259:{}", minor + 1),
+                "E:ID_FS_TYPE=ext4\nE:ID_FS_UUID=0d1e2f30-4152-6374-8596-a7b8c9d0e1f2\n",
+            );
+        } else {
+            instance.push(format!("/dev/{ns}"));
+        }
+    }
+    instance
+}
+
+/// One `.rhai` script run in-process on a fake node's root in `mode`: its stdout, the
+/// report, and the error, if any.
+pub(crate) fn rhai_on(
+    root: &Path,
+    mode: skyhook::host::ExecMode,
+    src: &str,
+) -> (String, skyhook::host::Report, Option<String>) {
+    use skyhook::host::{Host, HostOptions, root::HostRoot};
+    use skyhook::script::{host_api::HostApi, *};
+    use std::sync::Arc;
+    let options = HostOptions {
+        env: vec![("PATH".into(), skyhook::process::DEFAULT_PATH.into())],
+        ..HostOptions::default()
+    };
+    let api = HostApi::new(Host::new(HostRoot::open(root).unwrap(), mode, options));
+    let engine = ScriptEngine::default();
+    let store = Arc::new(ModuleStore::new(root));
+    let script = compile_source(&engine, "main.rhai", src, store).unwrap();
+    let out = Arc::new(CaptureOutput::new());
+    let mut opts = RunOptions::new(
+        api.redacting_output(out.clone()),
+        skyhook::process::Cancel::new(),
+    );
+    opts.host = Arc::new(api.clone());
+    let ctx = StepContext {
+        name: "main.rhai".into(),
+        ..Default::default()
+    };
+    let outcome = run_script_with(&engine, &script, &ctx, &opts);
+    let report = api.finish().unwrap();
+    let stdout = String::from_utf8(out.stdout_bytes()).unwrap();
+    (stdout, report, outcome.error.map(|e| e.to_string()))
+}
+
+/// disk::, raid:: and fs::mkfs on the EKS x86_64 fake node made realistic: the instance
+/// disks found by their by-id names, the RAID0 and its xfs planned, checked, made by the
+/// layer's mdadm and mkfs.xfs (installed with apt-get), unchanged the second time.
+#[test]
+fn disks_raid_and_mkfs_on_the_eks_fake_node() {
+    use skyhook::host::ExecMode::{Apply, Check, Plan};
+    require_root!();
+    let fr = node("ubuntu-24.04-eks-x86_64", "nvidia-tuning-gke", &[], GKE_ID);
+    let disks = realistic_block_devices(fr.root());
+    assert_eq!(disks, ["/dev/nvme1n1", "/dev/nvme2n1"]);
+    let (out, _, err) = rhai_on(
+        fr.root(),
+        Apply,
+        r#"run(["apt", "install", "-y", "mdadm", "xfsprogs"]);
+for d in disk::list() {
+    print(`${d.name} ${d.kind} ${d.size} ${d.model}|${d.serial} ${d.by_id} [${d.fstype}] [${d.uuid}]`);
+}"#,
+    );
+    assert_eq!(err, None, "{out}");
+    assert_eq!(
+        out,
+        "nvme0n1 disk 107374182400 Amazon Elastic Block Store|vol0a1b2c3d4e5f60718 [\"/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol0a1b2c3d4e5f60718\"] [] []
+nvme0n1p1 part 107373116928 Amazon Elastic Block Store|vol0a1b2c3d4e5f60718 [\"/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol0a1b2c3d4e5f60718-part1\"] [ext4] [0d1e2f30-4152-6374-8596-a7b8c9d0e1f2]
+nvme1n1 disk 3840000000000 Amazon EC2 NVMe Instance Storage|AWS11C6E2A9F0B3D4E5F [\"/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS11C6E2A9F0B3D4E5F\"] [] []
+nvme2n1 disk 3840000000000 Amazon EC2 NVMe Instance Storage|AWS21C6E2A9F0B3D4E5F [\"/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS21C6E2A9F0B3D4E5F\"] [] []
+"
+    );
+    // The setup-local-disks flow: instance disks by their by-id name, RAID0, xfs.
+    let script = r#"let disks = [];
+for d in disk::list() {
+    if d.by_id.some(|l| l.contains("NVMe_Instance_Storage")) { disks.push(d.by_id[0]); }
+}
+let a = raid::create("kubernetes", disks, #{level: 0});
+let f = fs::mkfs("/dev/md/kubernetes", "xfs", #{options: ["-f", "-l", "su=8b"]});
+print(`${a} ${f} ${disk::fstype("/dev/md/kubernetes")} [${disk::uuid("/dev/md/kubernetes")}]`);"#;
+    let (out, plan, err) = rhai_on(fr.root(), Plan, script);
+    assert_eq!(err, None);
+    assert_eq!(out, "true true xfs []\n");
+    let lines: Vec<&str> = plan.changes.iter().map(|c| c.summary.as_str()).collect();
+    let ids = "/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS";
+    assert_eq!(
+        lines,
+        [
+            format!(
+                "raid /dev/md/kubernetes level 0 from [/dev/nvme1n1, /dev/nvme2n1]: mdadm --create --run --force --verbose /dev/md/kubernetes --level=0 --name=kubernetes --raid-devices=2 {ids}11C6E2A9F0B3D4E5F {ids}21C6E2A9F0B3D4E5F"
+            ),
+            "mkfs xfs on /dev/md/kubernetes: mkfs.xfs -f -l su=8b /dev/md/kubernetes".to_string(),
+        ]
+    );
+    assert!(!fr.exists("/dev/md/kubernetes"), "a plan made the array");
+    let (_, check, err) = rhai_on(fr.root(), Check, script);
+    assert_eq!(err, None);
+    assert_eq!(check.drift().len(), 2);
+
+    let (out, _, err) = rhai_on(fr.root(), Apply, script);
+    assert_eq!(err, None, "{out}");
+    assert_eq!(
+        out,
+        "true true xfs [3f1c2a9e-5b7d-4e21-9a0c-6d8e7f9b1a2c]\n"
+    );
+    let calls = fr.read("/var/log/stub-calls.log");
+    let made: Vec<&str> = calls
+        .lines()
+        .filter(|l| l.starts_with("mdadm --create") || l.starts_with("mkfs"))
+        .collect();
+    assert_eq!(
+        made,
+        [
+            format!("mdadm --create --run --force --verbose /dev/md/kubernetes --level=0 --name=kubernetes --raid-devices=2 {ids}11C6E2A9F0B3D4E5F {ids}21C6E2A9F0B3D4E5F").as_str(),
+            "mkfs.xfs -f -l su=8b /dev/md/kubernetes",
+        ]
+    );
+    let (out, again, err) = rhai_on(fr.root(), Apply, script);
+    assert_eq!(err, None, "{out}");
+    assert_eq!(
+        out,
+        "false false xfs [3f1c2a9e-5b7d-4e21-9a0c-6d8e7f9b1a2c]\n"
+    );
+    assert!(again.changes.is_empty());
+    let (_, check, _) = rhai_on(fr.root(), Check, script);
+    assert!(check.drift().is_empty());
+    let (out, _, err) = rhai_on(
+        fr.root(),
+        Plan,
+        r#"let a = raid::info("/dev/md/kubernetes"); print(`${a.level} ${a.state}`); print(raid::scan());"#,
+    );
+    assert_eq!(err, None);
+    assert_eq!(
+        out,
+        "raid0 clean\nARRAY /dev/md/kubernetes metadata=1.2 name=ip-10-0-12-34:kubernetes UUID=5e1d7c3a:9b2f4e61:0a8c3d17:6f4b2e90\n\n"
+    );
+}

@@ -70,6 +70,11 @@ pub enum Guard {
     Unless(Vec<String>),
     /// Done when this command exits non-zero (`#{onlyif: argv}`).
     Onlyif(Vec<String>),
+    /// Already decided not done by the host function that submitted the command
+    /// (`raid::create`, `fs::mkfs` read the host themselves); the text says what the command
+    /// does (`raid /dev/md/x level 0 from [...]`) and leads the report's summary. Never
+    /// evaluated.
+    Decided(String),
 }
 
 impl Guard {
@@ -80,13 +85,18 @@ impl Guard {
             Guard::Removes(p) => format!("removes {p}"),
             Guard::Unless(a) => format!("unless {}", quote_argv(a)),
             Guard::Onlyif(a) => format!("onlyif {}", quote_argv(a)),
+            Guard::Decided(t) => t.clone(),
         }
     }
 }
 
 /// The summary of a guarded command: `run: useradd gpuops (unless id gpuops)`, or for
-/// `sh(script)` (`/bin/bash -c script`) `sh: <script> (...)`.
+/// `sh(script)` (`/bin/bash -c script`) `sh: <script> (...)`; for a command a host
+/// function decided ([`Guard::Decided`]) `<what it does>: <argv>`.
 pub fn guarded_summary(argv: &[String], guards: &[Guard]) -> String {
+    if let [Guard::Decided(what)] = guards {
+        return format!("{what}: {}", quote_argv(argv));
+    }
     let what = match argv {
         [bash, c, script] if bash == "/bin/bash" && c == "-c" => format!("sh: {script}"),
         _ => format!("run: {}", quote_argv(argv)),

@@ -120,6 +120,7 @@ fn guards_say_done(h: &Host, opts: &RunOptions) -> Result<bool> {
                 let ok = h.exec(argv, &query)?.ok;
                 ok == matches!(g, Guard::Unless(_))
             }
+            Guard::Decided(_) => false,
         };
         if done {
             return Ok(true);

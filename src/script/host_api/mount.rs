@@ -1,14 +1,25 @@
 //! `mount::` (filesystems: fstab and the live mount table) over [`crate::host::mounts::mount`]: each
 //! function's reference row and binding, and their tests through Rhai.
 
-use rhai::{Dynamic, ImmutableString as S, Map};
+use rhai::{Array, Dynamic, ImmutableString as S, Map};
 
 use super::convert::{self, check_keys, opt_string};
 use super::docs::EffectKind::*;
 use super::docs::Effects::*;
 use super::docs::FnDoc;
-use super::docs::{OPTS, P};
+use super::docs::{NAME, OPTS, P};
+use crate::host::mounts::disk::{self, BlockDevice, MkfsSpec};
 use crate::host::mounts::mount::{self, MountEntry, MountSpec, MountState};
+use crate::host::mounts::raid::{self, RaidInfo, RaidSpec};
+
+/// The device parameter of `disk::`, `raid::` and `fs::mkfs`.
+const DEV: (&str, &str) = ("dev", "String");
+
+/// The option keys of `raid::create`.
+const RAID_KEYS: &[&str] = &["level", "metadata", "force"];
+
+/// The option keys of `fs::mkfs`.
+const MKFS_KEYS: &[&str] = &["options", "force"];
 
 /// The option keys of `mount::ensure`.
 const MOUNT_KEYS: &[&str] = &["source", "fstype", "options", "state", "dump", "pass"];
@@ -74,12 +85,93 @@ fn entry_map(e: MountEntry) -> Map {
     m
 }
 
+fn device_map(d: BlockDevice) -> Dynamic {
+    let mut m = Map::new();
+    m.insert("name".into(), convert::s(d.name));
+    m.insert("path".into(), convert::s(d.path));
+    m.insert("kind".into(), convert::s(d.kind));
+    m.insert(
+        "size".into(),
+        Dynamic::from(i64::try_from(d.size).unwrap_or(i64::MAX)),
+    );
+    m.insert("model".into(), convert::s(d.model));
+    m.insert("serial".into(), convert::s(d.serial));
+    m.insert("by_id".into(), Dynamic::from_array(convert::array(d.by_id)));
+    m.insert("fstype".into(), convert::s(d.fstype));
+    m.insert("uuid".into(), convert::s(d.uuid));
+    m.insert(
+        "mountpoints".into(),
+        Dynamic::from_array(convert::array(d.mountpoints)),
+    );
+    Dynamic::from_map(m)
+}
+
+fn raid_map(r: RaidInfo) -> Dynamic {
+    let mut m = Map::new();
+    m.insert("path".into(), convert::s(r.path));
+    m.insert("level".into(), convert::s(r.level));
+    m.insert(
+        "devices".into(),
+        Dynamic::from_array(convert::array(r.devices)),
+    );
+    m.insert("state".into(), convert::s(r.state));
+    Dynamic::from_map(m)
+}
+
+/// `#{level, metadata, force}`: `level` an int (default 0) or a string of digits.
+fn raid_spec(m: &Map) -> Result<RaidSpec, String> {
+    check_keys(m, RAID_KEYS)?;
+    let level = match m.get("level") {
+        None => "0".to_string(),
+        Some(d) if d.is_unit() => "0".to_string(),
+        Some(d) if d.is_int() => {
+            let v = d.as_int().unwrap_or(-1);
+            if v < 0 {
+                return Err(format!("option level must be 0 or more, got {v}"));
+            }
+            v.to_string()
+        }
+        Some(d) => convert::string(d, "option level")?,
+    };
+    Ok(RaidSpec {
+        level,
+        metadata: opt_string(m, "metadata")?,
+        force: convert::opt_bool(m, "force", false)?,
+    })
+}
+
+/// `#{options, force}`: `options` an array of strings (or one string, one argument).
+fn mkfs_spec(m: &Map) -> Result<MkfsSpec, String> {
+    check_keys(m, MKFS_KEYS)?;
+    let options = match m.get("options") {
+        None => Vec::new(),
+        Some(d) if d.is_unit() => Vec::new(),
+        Some(d) => convert::string_or_array(d, "option options")?,
+    };
+    Ok(MkfsSpec {
+        options,
+        force: convert::opt_bool(m, "force", false)?,
+    })
+}
+
 /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[(
-    "mount",
-    "Filesystems — `mount::`",
-    "`/etc/fstab` holds one line per mount point; the live state is the host's mount table, `/proc/1/mountinfo` under the root (the agent's own mount namespace is not the host's; a root without it reads as nothing mounted). `mount`, `mount -o remount` and `umount` run chrooted, so they read the host's fstab; the agent's root mount needs `mountPropagation: Bidirectional` for a mount to reach the host. In a plan, a later `is_mounted` sees an earlier planned mount or unmount.",
-)];
+pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "mount",
+        "Filesystems — `mount::`",
+        "`/etc/fstab` holds one line per mount point; the live state is the host's mount table, `/proc/1/mountinfo` under the root (the agent's own mount namespace is not the host's; a root without it reads as nothing mounted). `mount`, `mount -o remount` and `umount` run chrooted, so they read the host's fstab; the agent's root mount needs `mountPropagation: Bidirectional` for a mount to reach the host. In a plan, a later `is_mounted` sees an earlier planned mount or unmount.",
+    ),
+    (
+        "disk",
+        "Block devices — `disk::`",
+        "Read as lsblk reads a host, under the root: `/sys/class/block/<name>` (`size` in 512-byte sectors, `dev`, `partition`, `md/`, `device/model`, `device/serial`, NVMe `wwid`), the `/dev/disk/by-id` symlinks, the udev database `/run/udev/data/b<major>:<minor>` (`ID_FS_TYPE`, `ID_FS_UUID`), else the chrooted queries `lsblk --nodeps --noheadings -o FSTYPE <dev>`, `blkid -p -o value -s TYPE <dev>` and `blkid -s UUID -o value <dev>`, and the host's mount table. A device argument is an absolute path under `/dev` (symlinks resolved inside the root). `fs::mkfs` (under `fs::`) makes a filesystem on a device, never over another one without `force`. In a plan, an array or filesystem planned earlier in the session is seen by later calls.",
+    ),
+    (
+        "raid",
+        "Software RAID — `raid::`",
+        "md arrays through mdadm(8), chrooted: an array is named and lives at `/dev/md/<name>`; it is read from sysfs (`md/level`, `md/array_state`, `slaves/`) when the root has it, else from `mdadm --detail`. Creating an array is a command, so a failed step does not undo it (a `not undone:` line).",
+    ),
+];
 
 /// The functions of this file's namespaces, in reference order: each one's reference row
 /// and its registration.
@@ -124,6 +216,107 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         "`#{path, source, fstype, options, super_options, root}` of the filesystem mounted at `path` (topmost), or `()`; for a planned mount the fstab line's fields.",
         |h, p: S| Ok(mount::info(h, &p)?.map_or(Dynamic::UNIT, |e| Dynamic::from_map(entry_map(e))))
     ),
+    host_fn!(
+        "disk",
+        "list",
+        &[],
+        "Array",
+        RunsReadOnly,
+        "Every block device of `/sys/class/block`, sorted by name: `#{name, path, kind, size, model, serial, by_id, fstype, uuid, mountpoints}` (`path` `/dev/<name>`; `kind` `disk`, `part`, `md`, `dm`, `loop` or `rom`; `size` in bytes; `by_id` the `/dev/disk/by-id/*` links to it; `fstype`/`uuid` `\"\"` when none; `mountpoints` from the host's mount table). `[]` when the root has no sysfs.",
+        |h| Ok(Dynamic::from_array(
+            disk::list(h)?.into_iter().map(device_map).collect()
+        ))
+    ),
+    host_fn!(
+        "disk",
+        "info",
+        &[DEV],
+        "?",
+        RunsReadOnly,
+        "The map of `disk::list` for the device at `dev` (symlinks such as `/dev/md/kubernetes` or `/dev/disk/by-id/...` resolved inside the root; `path` is the resolved path), or `()` when nothing is there. Without a sysfs entry `size` is 0 and `kind` `md` under `/dev/md`, else `disk`. A path outside `/dev` is an error.",
+        |h, dev: S| Ok(disk::info(h, &dev)?.map_or(Dynamic::UNIT, device_map))
+    ),
+    host_fn!(
+        "disk",
+        "fstype",
+        &[DEV],
+        "String",
+        RunsReadOnly,
+        "The filesystem type on `dev` (`\"xfs\"`), `\"\"` when none: the udev database, else `lsblk`, else `blkid -p`; in a plan, the type a planned `fs::mkfs` makes. A missing device is an error.",
+        |h, dev: S| Ok(disk::fstype(h, &dev)?)
+    ),
+    host_fn!(
+        "disk",
+        "uuid",
+        &[DEV],
+        "String",
+        RunsReadOnly,
+        "The UUID of the filesystem on `dev` (for `UUID=...` in fstab or a mount unit), `\"\"` when none or only planned: the udev database, else `blkid -s UUID -o value <dev>`. A missing device is an error.",
+        |h, dev: S| Ok(disk::uuid(h, &dev)?)
+    ),
+    host_fn!(
+        "fs",
+        "mkfs",
+        &[DEV, ("fstype", "String"), OPTS],
+        "bool",
+        Submits(&[GuardedCommand]),
+        "Make a `fstype` filesystem on `dev`, guarded: the same type already there: unchanged; another filesystem there: an error naming both unless `force: true` (then `options` carries the tool's own overwrite flag, `-f` for xfs); none: `mkfs.<fstype> <options...> <dev>` (a change, `mkfs xfs on /dev/...` in the plan, drift in a check; a command, not undone). A mounted or missing device is an error.",
+        options = MKFS_KEYS,
+        |h, dev: S, t: S, o: Map| {
+            let spec = mkfs_spec(&o)?;
+            Ok(disk::mkfs(h, &dev, &t, &spec)?)
+        }
+    ),
+    host_fn!(
+        "fs",
+        "mkfs",
+        &[DEV, ("fstype", "String")],
+        "bool",
+        Submits(&[GuardedCommand]),
+        "`fs::mkfs(dev, fstype, #{})`: no options, never over another filesystem.",
+        |h, dev: S, t: S| Ok(disk::mkfs(h, &dev, &t, &MkfsSpec::default())?)
+    ),
+    host_fn!(
+        "raid",
+        "create",
+        &[NAME, ("devices", "Array"), OPTS],
+        "bool",
+        Submits(&[GuardedCommand]),
+        "Ensure the md array `/dev/md/<name>` exists with `devices` as members (`level` default 0, `metadata` e.g. `\"1.2\"`): absent: `mdadm --create --run --force --verbose /dev/md/<name> --level=<l> --name=<name> --raid-devices=<n> <devices>` (a change, `raid /dev/md/<name> level <l> from [...]` in the plan, drift in a check; a command, not undone); present with the same members (resolved paths) and level: unchanged; present with others: an error naming both. A member that is missing, mounted, or holds a filesystem (unless `force: true`) is an error.",
+        options = RAID_KEYS,
+        |h, name: S, devices: Array, o: Map| {
+            let spec = raid_spec(&o)?;
+            let devices = convert::strings(&devices, "devices")?;
+            Ok(raid::create(h, &name, &devices, &spec)?)
+        }
+    ),
+    host_fn!(
+        "raid",
+        "info",
+        &[DEV],
+        "?",
+        RunsReadOnly,
+        "`#{path, level, devices, state}` of the md array at `dev` (`level` `raid0`; `devices` the member paths, sorted, `[]` when unreadable; `state` `clean`, `active`, ...; `planned` in a plan after `raid::create`), or `()` when `dev` is missing or not an array.",
+        |h, dev: S| Ok(raid::info(h, &dev)?.map_or(Dynamic::UNIT, raid_map))
+    ),
+    host_fn!(
+        "raid",
+        "scan",
+        &[],
+        "String",
+        RunsReadOnly,
+        "The `ARRAY` lines of `mdadm --detail --scan` as printed (the content of `mdadm.conf`), `\"\"` when there is no array.",
+        |h| Ok(raid::scan(h)?)
+    ),
+    host_fn!(
+        "raid",
+        "assemble",
+        &[],
+        "bool",
+        Submits(&[Command]),
+        "`mdadm --assemble --scan` (an action): true when mdadm exited 0 or in a plan, false when it found nothing to assemble.",
+        |h| Ok(raid::assemble(h)?)
+    ),
 ];
 
 #[cfg(test)]
@@ -140,7 +333,124 @@ pub(super) mod tests {
         r#"mount::remove("/old")"#,
         r#"mount::is_mounted("/old")"#,
         r#"mount::info("/old")"#,
+        r#"disk::list()"#,
+        r#"disk::info("/dev/sdb")"#,
+        r#"disk::fstype("/dev/sdb")"#,
+        r#"disk::uuid("/dev/sdb")"#,
+        r#"fs::mkfs("/dev/sdb", "xfs", #{options: ["-f"]})"#,
+        r#"fs::mkfs("/dev/sdb", "xfs")"#,
+        r#"raid::create("r0", ["/dev/sdb", "/dev/sdd"], #{level: 0})"#,
+        r#"raid::info("/dev/md/r0")"#,
+        r#"raid::scan()"#,
+        r#"raid::assemble()"#,
     ];
+
+    /// A host root with the sysfs, `/dev` and udev layout of a host with two NVMe
+    /// namespaces (the first partitioned, its partition mounted at `/data` with an xfs
+    /// filesystem udev knows) and an md array of the second, as the kernel lays them out:
+    /// `/sys/class/block/*` symlinks into `/sys/devices`, `device` the controller's link,
+    /// `/dev/disk/by-id` and `/dev/md/<name>` relative symlinks.
+    pub(crate) fn block_root() -> TestHost {
+        use std::os::unix::fs::symlink;
+        let t = TestHost::new();
+        let pci = "/sys/devices/pci0000:00/0000:00:1e.0/nvme";
+        for (n, serial, sectors, dev) in [
+            (1, "AWS11C6E2A9F0B3D4E5F", "3749999616", "259:0"),
+            (2, "AWS21C6E2A9F0B3D4E5F", "3749999616", "259:2"),
+        ] {
+            let ctrl = format!("{pci}/nvme{n}");
+            t.file(
+                &format!("{ctrl}/model"),
+                "Amazon EC2 NVMe Instance Storage        \n",
+            );
+            t.file(&format!("{ctrl}/serial"), &format!("{serial}\n"));
+            let ns = format!("{ctrl}/nvme{n}n1");
+            t.file(&format!("{ns}/size"), &format!("{sectors}\n"));
+            t.file(&format!("{ns}/dev"), &format!("{dev}\n"));
+            t.file(&format!("{ns}/wwid"), &format!("nvme.1d0f-{n}\n"));
+            symlink(format!("../../nvme{n}"), t.p(&format!("{ns}/device"))).unwrap();
+            t.file(&format!("/dev/nvme{n}n1"), "");
+        }
+        let ns1 = format!("{pci}/nvme1/nvme1n1");
+        t.file(&format!("{ns1}/nvme1n1p1/partition"), "1\n");
+        t.file(&format!("{ns1}/nvme1n1p1/size"), "2048\n");
+        t.file(&format!("{ns1}/nvme1n1p1/dev"), "259:1\n");
+        t.file("/dev/nvme1n1p1", "");
+        t.file("/sys/devices/virtual/block/md127/size", "7499999232\n");
+        t.file("/sys/devices/virtual/block/md127/dev", "9:127\n");
+        t.file("/sys/devices/virtual/block/md127/md/level", "raid0\n");
+        t.file("/sys/devices/virtual/block/md127/md/array_state", "clean\n");
+        std::fs::create_dir_all(t.p("/sys/devices/virtual/block/md127/slaves")).unwrap();
+        symlink(
+            "../../../../pci0000:00/0000:00:1e.0/nvme/nvme2/nvme2n1",
+            t.p("/sys/devices/virtual/block/md127/slaves/nvme2n1"),
+        )
+        .unwrap();
+        t.file("/dev/md127", "");
+        std::fs::create_dir_all(t.p("/sys/class/block")).unwrap();
+        // `/sys/class/block/x` -> `../../devices/...`
+        let up = format!("../..{}", &pci["/sys".len()..]);
+        for (name, target) in [
+            ("nvme1n1", format!("{up}/nvme1/nvme1n1")),
+            ("nvme1n1p1", format!("{up}/nvme1/nvme1n1/nvme1n1p1")),
+            ("nvme2n1", format!("{up}/nvme2/nvme2n1")),
+            ("md127", "../../devices/virtual/block/md127".to_string()),
+        ] {
+            symlink(&target, t.p(&format!("/sys/class/block/{name}"))).unwrap();
+        }
+        std::fs::create_dir_all(t.p("/dev/disk/by-id")).unwrap();
+        std::fs::create_dir_all(t.p("/dev/md")).unwrap();
+        for (link, target) in [
+            (
+                "/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS11C6E2A9F0B3D4E5F",
+                "../../nvme1n1",
+            ),
+            (
+                "/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS11C6E2A9F0B3D4E5F-part1",
+                "../../nvme1n1p1",
+            ),
+            (
+                "/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS21C6E2A9F0B3D4E5F",
+                "../../nvme2n1",
+            ),
+            ("/dev/disk/by-id/md-name-kubernetes", "../../md127"),
+            ("/dev/md/kubernetes", "../md127"),
+        ] {
+            symlink(target, t.p(link)).unwrap();
+        }
+        t.file(
+            "/run/udev/data/b259:1",
+            "S:disk/by-id/nvme-x-part1\nE:ID_FS_TYPE=xfs\nE:ID_FS_UUID=3f1c2a9e-5b7d-4e21-9a0c-6d8e7f9b1a2c\nE:ID_SERIAL_SHORT=ignored\n",
+        );
+        t.file(
+            "/proc/1/mountinfo",
+            "22 1 259:0 / / rw - ext4 /dev/root rw\n40 22 259:1 / /data rw,noatime - xfs /dev/nvme1n1p1 rw\n",
+        );
+        t
+    }
+
+    /// `lsblk` and `blkid` answering from `/fs/<name>` (`<fstype> <uuid>`), `mkfs.<t>`
+    /// writing it, as the util-linux tools answer from the device itself.
+    pub(crate) fn fs_stubs(t: &TestHost) {
+        t.install_sh();
+        std::fs::create_dir_all(t.p("/fs")).unwrap();
+        t.stub(
+            "lsblk",
+            r#"for a; do d=$a; done; n=${d##*/}; [ -f /fs/$n ] && read ty u < /fs/$n; echo "$ty""#,
+        );
+        t.stub(
+            "blkid",
+            r#"for a; do d=$a; done; n=${d##*/}; [ -f /fs/$n ] || exit 2; read ty u < /fs/$n; case "$*" in *UUID*) echo $u ;; *) echo $ty ;; esac"#,
+        );
+        for ty in ["xfs", "ext4"] {
+            t.stub(
+                &format!("mkfs.{ty}"),
+                &format!(
+                    r#"for a; do d=$a; done; n=${{d##*/}}; echo "{ty} uuid-{ty}-$n" > /fs/$n"#
+                ),
+            );
+        }
+    }
 
     #[test]
     fn mount_functions_from_rhai_plan_and_errors() {
@@ -229,5 +539,326 @@ pub(super) mod tests {
             "{}",
             r.error()
         );
+    }
+
+    /// An mdadm answering from `/md-members` (what `--create` recorded), as mdadm reads an
+    /// array's superblocks: `--create` makes `/dev/md/<name>`, `--detail` prints the level,
+    /// state and member table, `--detail --scan` one ARRAY line.
+    fn mdadm_stub(t: &TestHost) {
+        std::fs::create_dir_all(t.p("/dev/md")).unwrap();
+        t.stub(
+            "mdadm",
+            r#"case "$1" in
+  --create) for a; do case $a in /dev/md/*) md=$a ;; /dev/*) echo $a >> /md-members ;; esac; done; : > "$md" ;;
+  --detail)
+    if [ "$2" = --scan ]; then [ -f /md-members ] && echo "ARRAY /dev/md/r0 metadata=1.2 name=node:r0"; exit 0; fi
+    [ -e "$2" ] || { echo "mdadm: cannot open $2" >&2; exit 1; }
+    echo "        Raid Level : raid0"; echo "             State : clean"
+    echo "    Number   Major   Minor   RaidDevice State"
+    i=0; while read d; do echo "       $i       8       $i        $i      active sync   $d"; i=$((i+1)); done < /md-members ;;
+  --assemble) exit 1 ;;
+esac"#,
+        );
+    }
+
+    #[test]
+    fn disk_list_reads_sysfs_by_id_udev_and_the_mount_table() {
+        let t = block_root();
+        fs_stubs(&t);
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"for d in disk::list() {
+    print(`${d.name}|${d.path}|${d.kind}|${d.size}|${d.model}|${d.serial}|${d.by_id}|${d.fstype}|${d.uuid}|${d.mountpoints}`);
+}"#,
+        )
+        .ok();
+        let by_id = "/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS";
+        assert_eq!(
+            r.stdout(),
+            format!(
+                "md127|/dev/md127|md|3839999606784|||[\"/dev/disk/by-id/md-name-kubernetes\"]|||[]
+nvme1n1|/dev/nvme1n1|disk|1919999803392|Amazon EC2 NVMe Instance Storage|AWS11C6E2A9F0B3D4E5F|[\"{by_id}11C6E2A9F0B3D4E5F\"]|||[\"/\"]
+nvme1n1p1|/dev/nvme1n1p1|part|1048576|Amazon EC2 NVMe Instance Storage|AWS11C6E2A9F0B3D4E5F|[\"{by_id}11C6E2A9F0B3D4E5F-part1\"]|xfs|3f1c2a9e-5b7d-4e21-9a0c-6d8e7f9b1a2c|[\"/data\"]
+nvme2n1|/dev/nvme2n1|disk|1919999803392|Amazon EC2 NVMe Instance Storage|AWS21C6E2A9F0B3D4E5F|[\"{by_id}21C6E2A9F0B3D4E5F\"]|||[]
+"
+            )
+        );
+        assert!(r.report.changes.is_empty() && r.report.actions.is_empty());
+        // Without sysfs: nothing.
+        let r = run(&TestHost::new(), ExecMode::Plan, "print(disk::list())").ok();
+        assert_eq!(r.stdout(), "[]\n");
+    }
+
+    #[test]
+    fn disk_info_fstype_uuid_resolve_links_and_reject_bad_devices() {
+        let t = block_root();
+        fs_stubs(&t);
+        std::fs::write(t.p("/fs/nvme2n1"), "ext4 e-1\n").unwrap();
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            r#"let i = disk::info("/dev/md/kubernetes");
+print(`${i.name} ${i.path} ${i.kind}`);
+let i = disk::info("/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS21C6E2A9F0B3D4E5F");
+print(`${i.name} ${i.serial} ${i.fstype} ${i.uuid}`);
+print(disk::info("/dev/nvme9n1"));
+print(disk::fstype("/dev/nvme1n1p1") + " " + disk::uuid("/dev/nvme1n1p1"));
+print(disk::fstype("/dev/nvme2n1") + " " + disk::uuid("/dev/nvme2n1"));
+print(`[${disk::fstype("/dev/nvme1n1")}] [${disk::uuid("/dev/nvme1n1")}]`);
+let a = raid::info("/dev/md/kubernetes");
+print(`${a.path} ${a.level} ${a.devices} ${a.state}`);
+print(raid::info("/dev/nvme1n1"));"#,
+        )
+        .ok();
+        assert_eq!(
+            r.stdout(),
+            "md127 /dev/md127 md\nnvme2n1 AWS21C6E2A9F0B3D4E5F ext4 e-1\n\nxfs 3f1c2a9e-5b7d-4e21-9a0c-6d8e7f9b1a2c\next4 e-1\n[] []\n/dev/md/kubernetes raid0 [\"/dev/nvme2n1\"] clean\n\n"
+        );
+        for (call, want) in [
+            (
+                r#"disk::fstype("/etc/passwd")"#,
+                "disk::fstype: invalid device: \"/etc/passwd\" is not a device path under /dev",
+            ),
+            (
+                r#"disk::info("/dev/../etc/shadow")"#,
+                "disk::info: invalid device: \"/dev/../etc/shadow\" is not a device path under /dev",
+            ),
+            (
+                r#"disk::uuid("/dev/nvme9n1")"#,
+                "disk::uuid: /dev/nvme9n1 does not exist",
+            ),
+            (
+                r#"raid::info("dev/md0")"#,
+                "raid::info: paths must be absolute: \"dev/md0\"",
+            ),
+        ] {
+            let r = run(&t, ExecMode::Plan, call);
+            assert!(r.error().ends_with(want), "{call}: {}", r.error());
+        }
+    }
+
+    /// A new array and its filesystem through every mode: the plan's two lines, drift in a
+    /// check, mdadm and mkfs run once by apply, nothing the second time.
+    #[test]
+    fn raid_create_and_mkfs_in_every_mode() {
+        let t = TestHost::new();
+        fs_stubs(&t);
+        mdadm_stub(&t);
+        t.file("/dev/sdb", "");
+        t.file("/dev/sdc", "");
+        std::fs::create_dir_all(t.p("/dev/disk/by-id")).unwrap();
+        std::os::unix::fs::symlink("../../sdc", t.p("/dev/disk/by-id/ata-disk-2")).unwrap();
+        let plan = all_modes(
+            &t,
+            &[
+                r#"raid::create("r0", ["/dev/sdb", "/dev/disk/by-id/ata-disk-2"], #{level: 0, metadata: "1.2"})"#,
+                r#"fs::mkfs("/dev/md/r0", "xfs", #{options: ["-f", "-l", "su=8b"]})"#,
+            ],
+        );
+        let lines: Vec<&str> = plan.changes.iter().map(|c| c.summary.as_str()).collect();
+        assert_eq!(
+            lines,
+            [
+                "raid /dev/md/r0 level 0 from [/dev/sdb, /dev/sdc]: mdadm --create --run --force --verbose /dev/md/r0 --level=0 --name=r0 --raid-devices=2 --metadata=1.2 /dev/sdb /dev/disk/by-id/ata-disk-2",
+                "mkfs xfs on /dev/md/r0: mkfs.xfs -f -l su=8b /dev/md/r0",
+            ]
+        );
+        let made: Vec<String> = t
+            .calls()
+            .into_iter()
+            .filter(|c| c.starts_with("mdadm --create") || c.starts_with("mkfs"))
+            .collect();
+        assert_eq!(
+            made,
+            [
+                "mdadm --create --run --force --verbose /dev/md/r0 --level=0 --name=r0 --raid-devices=2 --metadata=1.2 /dev/sdb /dev/disk/by-id/ata-disk-2",
+                "mkfs.xfs -f -l su=8b /dev/md/r0",
+            ]
+        );
+        assert_eq!(t.read("/fs/r0"), "xfs uuid-xfs-r0\n");
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            r#"let a = raid::info("/dev/md/r0");
+print(`${a.level} ${a.devices} ${a.state}`);
+print(raid::scan());
+print(disk::uuid("/dev/md/r0"));
+print(raid::assemble());"#,
+        )
+        .ok();
+        assert_eq!(
+            r.stdout(),
+            "raid0 [\"/dev/disk/by-id/ata-disk-2\", \"/dev/sdb\"] clean\nARRAY /dev/md/r0 metadata=1.2 name=node:r0\n\nuuid-xfs-r0\nfalse\n"
+        );
+    }
+
+    /// In a plan, calls after a planned array and filesystem see them.
+    #[test]
+    fn a_plan_sees_its_planned_array_and_filesystem() {
+        let t = TestHost::new();
+        fs_stubs(&t);
+        mdadm_stub(&t);
+        t.file("/dev/sdb", "");
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"print(raid::info("/dev/md/r0"));
+print(raid::create("r0", ["/dev/sdb"], #{}));
+let a = raid::info("/dev/md/r0");
+print(`${a.level} ${a.devices} ${a.state}`);
+print(`[${disk::fstype("/dev/md/r0")}]`);
+print(fs::mkfs("/dev/md/r0", "xfs"));
+print(disk::fstype("/dev/md/r0"));
+print(fs::mkfs("/dev/md/r0", "xfs"));
+print(raid::create("r0", ["/dev/sdb"], #{level: 0}));
+print(disk::info("/dev/md/r0").kind);"#,
+        )
+        .ok();
+        assert_eq!(
+            r.stdout(),
+            "\ntrue\nraid0 [\"/dev/sdb\"] planned\n[]\ntrue\nxfs\nfalse\nfalse\nmd\n"
+        );
+        assert_eq!(r.report.changes.len(), 2);
+        assert_eq!(r.report.unchanged, 2);
+        assert!(!t.p("/dev/md/r0").exists());
+    }
+
+    #[test]
+    fn raid_create_unchanged_conflict_and_member_errors() {
+        let t = block_root();
+        fs_stubs(&t);
+        let r = run(
+            &t,
+            ExecMode::Check,
+            r#"raid::create("kubernetes", ["/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS21C6E2A9F0B3D4E5F"], #{level: 0})"#,
+        )
+        .ok();
+        assert!(r.report.drift().is_empty());
+        assert_eq!(r.report.unchanged, 1);
+        std::fs::write(t.p("/fs/nvme2n1"), "xfs u\n").unwrap();
+        for (call, want) in [
+            (
+                r#"raid::create("kubernetes", ["/dev/nvme1n1"], #{})"#,
+                "raid::create: invalid raid array: /dev/md/kubernetes exists as raid0 from [/dev/nvme2n1], not level 0 from [/dev/nvme1n1] (remove it first)",
+            ),
+            (
+                r#"raid::create("kubernetes", ["/dev/nvme2n1"], #{level: 1})"#,
+                "raid::create: invalid raid array: /dev/md/kubernetes exists as raid0 from [/dev/nvme2n1], not level 1 from [/dev/nvme2n1] (remove it first)",
+            ),
+            (
+                r#"raid::create("data", ["/dev/nvme1n1p1"], #{})"#,
+                "raid::create: invalid raid devices: member /dev/nvme1n1p1 is mounted at /data",
+            ),
+            (
+                r#"raid::create("data", ["/dev/nvme2n1"], #{})"#,
+                "raid::create: invalid raid devices: member /dev/nvme2n1 has a filesystem: xfs (force: true creates /dev/md/data over it)",
+            ),
+            (
+                r#"raid::create("data", ["/dev/nvme9n1"], #{})"#,
+                "raid::create: invalid raid devices: member /dev/nvme9n1 of /dev/md/data does not exist",
+            ),
+            (
+                r#"raid::create("data", ["/dev/nvme1n1", "/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS11C6E2A9F0B3D4E5F"], #{})"#,
+                "raid::create: invalid raid devices: /dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS11C6E2A9F0B3D4E5F and /dev/nvme1n1 are the same device /dev/nvme1n1",
+            ),
+            (
+                r#"raid::create("data", [], #{})"#,
+                "raid::create: invalid raid devices: /dev/md/data needs at least one member device",
+            ),
+            (
+                r#"raid::create("a/b", ["/dev/nvme1n1"], #{})"#,
+                "raid::create: invalid array name: \"a/b\" (letters, digits, _, - and . only, e.g. \"kubernetes\")",
+            ),
+            (
+                r#"raid::create("data", ["/dev/nvme1n1"], #{level: "raid0"})"#,
+                "raid::create: invalid raid level: \"raid0\" (a number: 0, 1, 5, 10)",
+            ),
+            (
+                r#"raid::create("data", ["/dev/nvme1n1"], #{chunk: 512})"#,
+                "raid::create: unknown option \"chunk\" (expected one of: level, metadata, force)",
+            ),
+        ] {
+            let r = run(&t, ExecMode::Plan, call);
+            assert!(r.error().ends_with(want), "{call}: {}", r.error());
+            assert!(r.report.changes.is_empty(), "{call}");
+        }
+        // force: over the member's filesystem.
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"raid::create("data", ["/dev/nvme2n1"], #{force: true})"#,
+        )
+        .ok();
+        assert_eq!(r.report.changes.len(), 1);
+    }
+
+    #[test]
+    fn mkfs_none_same_other_force_and_mounted() {
+        let t = block_root();
+        fs_stubs(&t);
+        std::fs::write(t.p("/fs/nvme2n1"), "ext4 e-1\n").unwrap();
+        t.clear_calls();
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            r#"print(fs::mkfs("/dev/nvme2n1", "ext4", #{options: ["-F"]}))"#,
+        )
+        .ok();
+        assert_eq!(r.stdout(), "false\n");
+        assert!(
+            !t.calls().iter().any(|c| c.starts_with("mkfs")),
+            "{:?}",
+            t.calls()
+        );
+        let r = run(&t, ExecMode::Apply, r#"fs::mkfs("/dev/nvme2n1", "xfs")"#);
+        assert!(
+            r.error().ends_with("fs::mkfs: invalid device: /dev/nvme2n1 already has a filesystem: ext4, not xfs (force: true replaces it)"),
+            "{}",
+            r.error()
+        );
+        assert_eq!(t.read("/fs/nvme2n1"), "ext4 e-1\n");
+        let by_id = "/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS21C6E2A9F0B3D4E5F";
+        let call = format!(r#"fs::mkfs("{by_id}", "xfs", #{{options: ["-f"], force: true}})"#);
+        let plan = run(&t, ExecMode::Plan, &call).ok();
+        assert_eq!(
+            plan.report.changes[0].summary,
+            format!("mkfs xfs on /dev/nvme2n1 (replacing ext4): mkfs.xfs -f {by_id}")
+        );
+        // (The stub mkfs does not follow links: apply names the device itself.)
+        let call = r#"fs::mkfs("/dev/nvme2n1", "xfs", #{options: ["-f"], force: true})"#;
+        let check = run(&t, ExecMode::Check, call).ok();
+        assert_eq!(check.report.drift().len(), 1);
+        run(&t, ExecMode::Apply, call).ok();
+        assert_eq!(t.read("/fs/nvme2n1"), "xfs uuid-xfs-nvme2n1\n");
+        let again = run(&t, ExecMode::Apply, call).ok();
+        assert!(again.report.changes.is_empty());
+        assert_eq!(again.report.unchanged, 1);
+        // Never on a mounted device, even with force; a bad type; a missing device.
+        for (call, want) in [
+            (
+                r#"fs::mkfs("/dev/nvme1n1p1", "xfs", #{force: true})"#,
+                "fs::mkfs: invalid device: /dev/nvme1n1p1 is mounted at /data (a filesystem is never made on a mounted device)",
+            ),
+            (
+                r#"fs::mkfs("/dev/nvme1n1", "xfs", #{force: true})"#,
+                "fs::mkfs: invalid device: /dev/nvme1n1 is mounted at / (a filesystem is never made on a mounted device)",
+            ),
+            (
+                r#"fs::mkfs("/dev/nvme1n1", "x fs")"#,
+                "fs::mkfs: invalid filesystem type: \"x fs\" (letters, digits and _ only, e.g. \"xfs\")",
+            ),
+            (
+                r#"fs::mkfs("/dev/nvme9n1", "xfs")"#,
+                "fs::mkfs: invalid device: /dev/nvme9n1 does not exist",
+            ),
+            (
+                r#"fs::mkfs("/tmp/img", "xfs")"#,
+                "fs::mkfs: invalid device: \"/tmp/img\" is not a device path under /dev",
+            ),
+        ] {
+            let r = run(&t, ExecMode::Plan, call);
+            assert!(r.error().ends_with(want), "{call}: {}", r.error());
+        }
     }
 }

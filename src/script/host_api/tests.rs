@@ -388,7 +388,7 @@ fn documented_option_keys_are_the_bindings_keys() {
         );
         seen += 1;
     }
-    assert_eq!(seen, 25);
+    assert_eq!(seen, 27);
 }
 
 fn docs_namespaces() -> Vec<&'static str> {
@@ -574,7 +574,8 @@ const EFFECT_SAMPLES: &[&[&str]] = &[
 ];
 
 /// A root in which every effect sample runs and every mutating one changes something: stub
-/// commands (`hello`, systemctl, apt, grub, initramfs, modprobe), files to edit and remove,
+/// commands (`hello`, systemctl, apt, grub, initramfs, modprobe, mdadm), devices `/dev/sdb` and
+/// `/dev/sdd`, files to edit and remove,
 /// a held package, a mounted `/old` in fstab and the mount table, users and groups,
 /// configMaps, node metadata and a secret.
 fn effects_root() -> TestHost {
@@ -587,6 +588,9 @@ fn effects_root() -> TestHost {
     t.stub("update-grub", ":");
     t.stub("update-initramfs", ":");
     t.stub("modprobe", ":");
+    t.stub("mdadm", ":");
+    t.file("/dev/sdb", "");
+    t.file("/dev/sdd", "");
     std::fs::write(t.p("/state/old.active"), "yes\n").unwrap();
     std::fs::write(t.p("/state/old.enabled"), "yes\n").unwrap();
     std::fs::write(t.p("/state/pkg-old"), "i\n").unwrap();

@@ -1,0 +1,547 @@
+//! Block devices: `disk::list`, `disk::info`, `disk::fstype`, `disk::uuid` and the guarded
+//! `fs::mkfs`.
+//!
+//! # Where the answers come from
+//!
+//! Everything is read under the host root, as lsblk(8) reads a host:
+//!
+//! - `/sys/class/block/<name>` (kernel `Documentation/ABI/testing/sysfs-block`; on a host
+//!   each entry is a symlink into `/sys/devices/...`): `size` in 512-byte sectors, `dev`
+//!   (`major:minor`), `partition` for a partition, `md/` for an md array (`md/level`,
+//!   `md/array_state`, `slaves/`), `dm/` for device-mapper, `loop/` for a loop device;
+//!   the model is `device/model` (a partition's is its disk's), the serial `device/serial`,
+//!   else the udev database's `ID_SERIAL_SHORT`, else the NVMe namespace's `wwid`.
+//! - `/dev/disk/by-id/*`: the symlinks (`../../nvme1n1`) that resolve to the device.
+//! - the udev database `/run/udev/data/b<major>:<minor>` (`E:ID_FS_TYPE=`, `E:ID_FS_UUID=`)
+//!   for the filesystem, when it names one; else the filesystem is probed with
+//!   `lsblk --nodeps --noheadings -o FSTYPE <dev>`, else `blkid -p -o value -s TYPE <dev>`
+//!   (util-linux; both chrooted queries, run in every mode; a program the root lacks is
+//!   skipped), and the UUID with `blkid -s UUID -o value <dev>`. lsblk is asked first
+//!   because it answers for exactly the device asked (`--nodeps`) from udev or a fresh probe,
+//!   while `blkid` without `-p` answers from its cache.
+//! - the host's mount table ([`crate::host::mounts::mount::table`]) for the mount points: a
+//!   mount whose source resolves to the device, or whose `major:minor` is the device's (a
+//!   root filesystem listed as `/dev/root`).
+//!
+//! A device argument is an absolute path under `/dev` (symlinks such as `/dev/md/kubernetes`
+//! or `/dev/disk/by-id/...` are resolved inside the root); anything else is an error naming it.
+//!
+//! # Plans
+//!
+//! In plan and check mode nothing is created, so a later call of the same session answers
+//! from the session's planned changes: an array [`crate::host::mounts::raid::create`] planned
+//! exists (and has no filesystem), and a device `fs::mkfs` planned has that filesystem.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::host::Host;
+use crate::host::effects::effect::Effect;
+use crate::host::effects::exec::{Guard, RunOptions};
+use crate::host::root::error::{HostError, Result};
+use crate::host::root::normalize;
+
+/// The block device directory of sysfs (a host path).
+pub const SYS_BLOCK: &str = "/sys/class/block";
+/// The persistent names by hardware id (a host path).
+pub const BY_ID: &str = "/dev/disk/by-id";
+/// The udev database (a host path): `b<major>:<minor>` per block device.
+pub const UDEV_DATA: &str = "/run/udev/data";
+
+/// One block device (`disk::list()`, `disk::info(dev)`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BlockDevice {
+    /// The kernel name (`nvme1n1`, `md127`).
+    pub name: String,
+    /// The device path: `/dev/<name>`, or for `disk::info` the path given resolved inside the root.
+    pub path: String,
+    /// `disk`, `part`, `md`, `dm`, `loop` or `rom`.
+    pub kind: String,
+    /// Size in bytes (sysfs `size` × 512); 0 when unknown.
+    pub size: u64,
+    /// The model (`Amazon EC2 NVMe Instance Storage`); empty when unknown.
+    pub model: String,
+    /// The serial number; empty when unknown.
+    pub serial: String,
+    /// The `/dev/disk/by-id/*` links that resolve to the device, sorted.
+    pub by_id: Vec<String>,
+    /// The filesystem type (`xfs`), empty when none.
+    pub fstype: String,
+    /// The filesystem UUID, empty when none.
+    pub uuid: String,
+    /// Where the device is mounted (the host's mount table), in table order.
+    pub mountpoints: Vec<String>,
+}
+
+/// What `fs::mkfs` is asked for (`#{options, force}`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MkfsSpec {
+    /// Arguments passed to `mkfs.<fstype>` before the device (`["-f", "-l", "su=8b"]`).
+    pub options: Vec<String>,
+    /// Make the filesystem also when another one is on the device.
+    pub force: bool,
+}
+
+fn invalid(what: &'static str, message: String) -> HostError {
+    HostError::Invalid { what, message }
+}
+
+/// A device argument: an absolute path under `/dev`, normalised, without whitespace.
+///
+/// # Errors
+/// A relative path; a path not under `/dev`; whitespace or control characters.
+pub fn device_arg(p: &str) -> Result<PathBuf> {
+    let path = normalize(&crate::host::files::fs::host_path(p)?);
+    if !path.starts_with("/dev") || path == Path::new("/dev") {
+        return Err(invalid(
+            "device",
+            format!("{p:?} is not a device path under /dev"),
+        ));
+    }
+    if p.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(invalid(
+            "device",
+            format!("{p:?} contains whitespace or control characters"),
+        ));
+    }
+    Ok(path)
+}
+
+/// A sysfs attribute, trimmed; `None` when absent or unreadable (sysfs answers some reads
+/// with an I/O error).
+fn attr(h: &Host, path: &Path) -> Option<String> {
+    let b = h.view_read(path).ok().flatten()?;
+    Some(String::from_utf8_lossy(&b).trim().to_string())
+}
+
+fn exists(h: &Host, path: &Path) -> bool {
+    h.view_stat(path, true).ok().flatten().is_some()
+}
+
+/// The `E:KEY=value` entries of a udev database record.
+fn udev_record(h: &Host, dev: &str) -> BTreeMap<String, String> {
+    let path = Path::new(UDEV_DATA).join(format!("b{dev}"));
+    let Some(text) = attr(h, &path) else {
+        return BTreeMap::new();
+    };
+    text.lines()
+        .filter_map(|l| l.strip_prefix("E:")?.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Run a read-only query; `None` when the root has no such program.
+fn query(h: &mut Host, argv: &[&str]) -> Result<Option<(i32, String)>> {
+    let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+    let opts = RunOptions {
+        read_only: true,
+        ..RunOptions::default()
+    };
+    match crate::host::system::cmd::run(h, &argv, &opts) {
+        Ok(o) => Ok(Some((o.code, o.stdout))),
+        Err(HostError::ProgramNotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// What the session has planned (plan and check mode): the summaries of its decided
+/// commands, `raid <path> level <l> from [<devs>]` and `mkfs <fstype> on <path>`.
+fn planned(h: &Host, prefix: &str) -> Vec<String> {
+    if !h.plans() {
+        return Vec::new();
+    }
+    h.report()
+        .changes
+        .iter()
+        .filter(|c| c.kind == "guarded_command")
+        .filter_map(|c| c.summary.strip_prefix(prefix))
+        .map(|rest| rest.split_once(": ").map_or(rest, |(w, _)| w).to_string())
+        .collect()
+}
+
+/// The filesystem type a planned `fs::mkfs` of `dev` makes (the latest), in plan and check mode.
+fn planned_fstype(h: &Host, dev: &Path) -> Option<String> {
+    let want = dev.to_string_lossy();
+    planned(h, "mkfs ").into_iter().rev().find_map(|rest| {
+        let (fstype, on) = rest.split_once(" on ")?;
+        let on = on.split(' ').next()?;
+        (on == want).then(|| fstype.to_string())
+    })
+}
+
+/// The level and members of a planned `raid::create` of `/dev/md/<name>` at `dev`.
+pub(crate) fn planned_array(h: &Host, dev: &Path) -> Option<(String, Vec<String>)> {
+    let want = format!("{} level ", dev.to_string_lossy());
+    planned(h, "raid ").into_iter().rev().find_map(|rest| {
+        let rest = rest.strip_prefix(&want)?;
+        let (level, devs) = rest.split_once(" from [")?;
+        let devs = devs.strip_suffix(']')?;
+        Some((
+            level.to_string(),
+            devs.split(", ").map(String::from).collect(),
+        ))
+    })
+}
+
+/// The device at `dev` exists, on the host or in the session's plan.
+pub(crate) fn device_exists(h: &Host, dev: &Path) -> bool {
+    exists(h, dev) || planned_array(h, dev).is_some()
+}
+
+/// The session's view of the device at `dev`: resolved inside the root (symlinks followed),
+/// `None` when absent. A device planned by `raid::create` resolves to itself.
+fn resolve(h: &Host, dev: &Path) -> Result<Option<PathBuf>> {
+    match h.root().canonical(dev)? {
+        Some(p) => Ok(Some(p)),
+        None if planned_array(h, dev).is_some() => Ok(Some(dev.to_path_buf())),
+        None => Ok(None),
+    }
+}
+
+/// The shared reads of one call: by-id links and mount points by resolved device path.
+struct Known {
+    by_id: BTreeMap<PathBuf, Vec<String>>,
+    /// Per mount: the source resolved (`None` when it does not resolve, as `/dev/root`),
+    /// its `major:minor`, the mount point.
+    mounts: Vec<(Option<PathBuf>, String, String)>,
+}
+
+impl Known {
+    fn read(h: &Host) -> Result<Known> {
+        let mut by_id: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
+        for (name, _) in h.view_list(Path::new(BY_ID))?.unwrap_or_default() {
+            let link = Path::new(BY_ID).join(&name);
+            if h.view_readlink(&link)?.is_none() {
+                continue;
+            }
+            if let Some(target) = h.root().canonical(&link)? {
+                by_id
+                    .entry(target)
+                    .or_default()
+                    .push(link.to_string_lossy().into_owned());
+            }
+        }
+        let table = crate::host::mounts::mount::table(h)?;
+        // The table parsed without its third field: the lines it came from, in order.
+        let text = match h.view_read(Path::new(crate::host::mounts::mount::MOUNTINFO))? {
+            Some(b) => String::from_utf8_lossy(&b).into_owned(),
+            None => String::new(),
+        };
+        let ids = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| l.split(' ').filter(|w| !w.is_empty()).nth(2).unwrap_or(""));
+        let mut mounts = Vec::new();
+        for (e, id) in table.into_iter().zip(ids) {
+            let source = match e.source.starts_with("/dev/") {
+                true => h.root().canonical(Path::new(&e.source))?,
+                false => None,
+            };
+            mounts.push((
+                source,
+                id.to_string(),
+                e.mount_point.to_string_lossy().into_owned(),
+            ));
+        }
+        Ok(Known { by_id, mounts })
+    }
+
+    /// Where `dev` (resolved; sysfs `major:minor` `id`, empty when unknown) is mounted: a
+    /// mount whose source resolves to it, or whose device number is its (a root filesystem
+    /// shown as `/dev/root`).
+    fn mountpoints(&self, dev: &Path, id: &str) -> Vec<String> {
+        self.mounts
+            .iter()
+            .filter(|(d, i, _)| d.as_deref() == Some(dev) || (!id.is_empty() && i == id))
+            .map(|(_, _, m)| m.clone())
+            .collect()
+    }
+}
+
+/// The kind of the device whose sysfs directory is `sys` (lsblk's TYPE, `md` for any array).
+fn kind_of(h: &Host, name: &str, sys: &Path) -> &'static str {
+    if exists(h, &sys.join("partition")) {
+        "part"
+    } else if exists(h, &sys.join("md")) {
+        "md"
+    } else if exists(h, &sys.join("dm")) {
+        "dm"
+    } else if exists(h, &sys.join("loop")) || name.starts_with("loop") {
+        "loop"
+    } else if name.starts_with("sr") {
+        "rom"
+    } else {
+        "disk"
+    }
+}
+
+/// The filesystem type and UUID of `dev`: planned, udev, lsblk, blkid (module docs).
+fn probe(h: &mut Host, dev: &Path, udev: &BTreeMap<String, String>) -> Result<(String, String)> {
+    if let Some(t) = planned_fstype(h, dev) {
+        return Ok((t, String::new()));
+    }
+    if planned_array(h, dev).is_some() && !exists(h, dev) {
+        return Ok((String::new(), String::new()));
+    }
+    let d = dev.to_string_lossy().into_owned();
+    let fstype = match udev.get("ID_FS_TYPE").filter(|t| !t.is_empty()) {
+        Some(t) => t.clone(),
+        None => probe_fstype(h, &d)?,
+    };
+    if fstype.is_empty() {
+        return Ok((fstype, String::new()));
+    }
+    let uuid = match udev.get("ID_FS_UUID").filter(|u| !u.is_empty()) {
+        Some(u) => u.clone(),
+        None => match query(h, &["blkid", "-s", "UUID", "-o", "value", &d])? {
+            Some((0, out)) => out.trim().to_string(),
+            _ => String::new(),
+        },
+    };
+    Ok((fstype, uuid))
+}
+
+fn probe_fstype(h: &mut Host, dev: &str) -> Result<String> {
+    if let Some((0, out)) = query(
+        h,
+        &["lsblk", "--nodeps", "--noheadings", "-o", "FSTYPE", dev],
+    )? {
+        return Ok(out.lines().next().unwrap_or("").trim().to_string());
+    }
+    Ok(
+        match query(h, &["blkid", "-p", "-o", "value", "-s", "TYPE", dev])? {
+            Some((0, out)) => out.lines().next().unwrap_or("").trim().to_string(),
+            _ => String::new(),
+        },
+    )
+}
+
+/// The device `path` (resolved, `/dev/...`) with sysfs directory `/sys/class/block/<name>`
+/// when the root has one.
+fn describe(h: &mut Host, known: &Known, path: &Path, shown: String) -> Result<BlockDevice> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let sys = Path::new(SYS_BLOCK).join(&name);
+    let has_sys = exists(h, &sys);
+    let (kind, size, dev) = if has_sys {
+        let sectors = attr(h, &sys.join("size")).and_then(|s| s.parse::<u64>().ok());
+        (
+            kind_of(h, &name, &sys).to_string(),
+            sectors.unwrap_or(0).saturating_mul(512),
+            attr(h, &sys.join("dev")).unwrap_or_default(),
+        )
+    } else {
+        let md = path.starts_with("/dev/md") || planned_array(h, Path::new(&shown)).is_some();
+        (if md { "md" } else { "disk" }.to_string(), 0, String::new())
+    };
+    let udev = if dev.is_empty() {
+        BTreeMap::new()
+    } else {
+        udev_record(h, &dev)
+    };
+    // A partition's model and serial are its disk's: the parent directory in /sys/devices.
+    let hw = if kind == "part" {
+        h.root()
+            .canonical(&sys)?
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| sys.clone())
+    } else {
+        sys.clone()
+    };
+    let model = attr(h, &hw.join("device/model")).unwrap_or_default();
+    let serial = attr(h, &hw.join("device/serial"))
+        .filter(|s| !s.is_empty())
+        .or_else(|| udev.get("ID_SERIAL_SHORT").cloned())
+        .or_else(|| attr(h, &hw.join("wwid")))
+        .unwrap_or_default();
+    let (fstype, uuid) = probe(h, path, &udev)?;
+    Ok(BlockDevice {
+        name,
+        path: shown,
+        kind,
+        size,
+        model,
+        serial,
+        by_id: known.by_id.get(path).cloned().unwrap_or_default(),
+        fstype,
+        uuid,
+        mountpoints: known.mountpoints(path, &dev),
+    })
+}
+
+/// `disk::list()`: every block device of `/sys/class/block` (sorted by name), each as
+/// [`BlockDevice`] with path `/dev/<name>`. Empty when the root has no sysfs.
+///
+/// # Errors
+/// Read failures of the directories; a malformed mount table; a probe that cannot run.
+pub fn list(h: &mut Host) -> Result<Vec<BlockDevice>> {
+    let names = h.view_list(Path::new(SYS_BLOCK))?.unwrap_or_default();
+    let known = Known::read(h)?;
+    let mut out = Vec::with_capacity(names.len());
+    for (name, _) in names {
+        let path = Path::new("/dev").join(&name);
+        let shown = path.to_string_lossy().into_owned();
+        out.push(describe(h, &known, &path, shown)?);
+    }
+    Ok(out)
+}
+
+/// `disk::info(dev)`: the device at `dev` (symlinks resolved inside the root) as
+/// [`BlockDevice`] (path: the resolved path), `None` when nothing is there. A device without
+/// a sysfs entry (a test root) has size 0 and kind `md` under `/dev/md`, else `disk`.
+///
+/// # Errors
+/// A bad device path ([`device_arg`]); read failures; a probe that cannot run.
+pub fn info(h: &mut Host, dev: &str) -> Result<Option<BlockDevice>> {
+    let path = device_arg(dev)?;
+    let Some(resolved) = resolve(h, &path)? else {
+        return Ok(None);
+    };
+    let known = Known::read(h)?;
+    let shown = resolved.to_string_lossy().into_owned();
+    describe(h, &known, &resolved, shown).map(Some)
+}
+
+/// `disk::fstype(dev)`: the filesystem type on `dev` (`xfs`), empty when none.
+///
+/// # Errors
+/// A bad device path; `dev` does not exist (named); a probe that cannot run.
+pub fn fstype(h: &mut Host, dev: &str) -> Result<String> {
+    let path = device_arg(dev)?;
+    let resolved = resolve(h, &path)?.ok_or(HostError::NotFound { path: path.clone() })?;
+    let udev = udev_of(h, &resolved);
+    Ok(probe(h, &resolved, &udev)?.0)
+}
+
+/// `disk::uuid(dev)`: the UUID of the filesystem on `dev`, empty when none (or planned).
+///
+/// # Errors
+/// As [`fstype`].
+pub fn uuid(h: &mut Host, dev: &str) -> Result<String> {
+    let path = device_arg(dev)?;
+    let resolved = resolve(h, &path)?.ok_or(HostError::NotFound { path: path.clone() })?;
+    let udev = udev_of(h, &resolved);
+    Ok(probe(h, &resolved, &udev)?.1)
+}
+
+/// The udev record of the resolved device `dev` (through its sysfs `dev`), empty when none.
+fn udev_of(h: &Host, dev: &Path) -> BTreeMap<String, String> {
+    match sys_dev(h, dev) {
+        Some(d) => udev_record(h, &d),
+        None => BTreeMap::new(),
+    }
+}
+
+/// Where `dev` (resolved) is mounted, from the host's mount table.
+pub(crate) fn mounted_at(h: &Host, dev: &Path) -> Result<Vec<String>> {
+    let id = sys_dev(h, dev).unwrap_or_default();
+    Ok(Known::read(h)?.mountpoints(dev, &id))
+}
+
+/// The sysfs `major:minor` of the resolved device `dev`.
+fn sys_dev(h: &Host, dev: &Path) -> Option<String> {
+    attr(h, &Path::new(SYS_BLOCK).join(dev.file_name()?).join("dev"))
+}
+
+/// `fs::mkfs(dev, fstype, #{options, force})`: make a `fstype` filesystem on `dev` unless
+/// it already has one: the same type there → unchanged (false); another type → an error
+/// naming both, unless `force` (then `options` must hold the tool's own overwrite flag,
+/// `-f` for `mkfs.xfs`, `-F` for `mkfs.ext4`); none → `mkfs.<fstype> <options...> <dev>`
+/// (true). A change: run in apply, recorded in plan (`mkfs xfs on /dev/md/x: mkfs.xfs ...`),
+/// drift in a check; a command, so not undone by the journal.
+///
+/// # Errors
+/// A bad device path; a fstype other than letters, digits and `_`; `dev` does not exist;
+/// `dev` mounted; another filesystem without `force`; `mkfs.<fstype>` failing (apply).
+pub fn mkfs(h: &mut Host, dev: &str, fs_type: &str, spec: &MkfsSpec) -> Result<bool> {
+    let path = device_arg(dev)?;
+    if fs_type.is_empty()
+        || !fs_type
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(invalid(
+            "filesystem type",
+            format!("{fs_type:?} (letters, digits and _ only, e.g. \"xfs\")"),
+        ));
+    }
+    let Some(resolved) = resolve(h, &path)? else {
+        return Err(invalid(
+            "device",
+            format!("{} does not exist", path.display()),
+        ));
+    };
+    let at = mounted_at(h, &resolved)?;
+    if !at.is_empty() {
+        return Err(invalid(
+            "device",
+            format!(
+                "{} is mounted at {} (a filesystem is never made on a mounted device)",
+                path.display(),
+                at.join(", ")
+            ),
+        ));
+    }
+    let udev = udev_of(h, &resolved);
+    let (current, _) = probe(h, &resolved, &udev)?;
+    if current == fs_type {
+        h.note_unchanged();
+        return Ok(false);
+    }
+    if !current.is_empty() && !spec.force {
+        return Err(invalid(
+            "device",
+            format!(
+                "{} already has a filesystem: {current}, not {fs_type} (force: true replaces it)",
+                path.display()
+            ),
+        ));
+    }
+    // The resolved path, by which a later call of a plan finds it (`planned_fstype`).
+    let mut what = format!("mkfs {fs_type} on {}", resolved.display());
+    if !current.is_empty() {
+        what.push_str(&format!(" (replacing {current})"));
+    }
+    let mut argv = vec![format!("mkfs.{fs_type}")];
+    argv.extend(spec.options.iter().cloned());
+    argv.push(path.to_string_lossy().into_owned());
+    h.submit(Effect::GuardedCommand {
+        argv,
+        opts: RunOptions {
+            check: true,
+            guards: vec![Guard::Decided(what)],
+            ..RunOptions::default()
+        },
+    })?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_paths_must_be_under_dev() {
+        assert_eq!(
+            device_arg("/dev/md/../nvme1n1").unwrap(),
+            PathBuf::from("/dev/nvme1n1")
+        );
+        for bad in ["/etc/passwd", "/dev", "/dev/../etc/x", "/devices/x"] {
+            let e = device_arg(bad).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!("invalid device: {bad:?} is not a device path under /dev")
+            );
+        }
+        assert!(matches!(
+            device_arg("dev/sda"),
+            Err(HostError::RelativePath { .. })
+        ));
+        assert_eq!(
+            device_arg("/dev/a b").unwrap_err().to_string(),
+            "invalid device: \"/dev/a b\" contains whitespace or control characters"
+        );
+    }
+}
