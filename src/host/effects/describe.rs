@@ -279,6 +279,13 @@ impl Host {
             Effect::ModuleLoad { name, .. } => (format!("modprobe {name}"), None),
             Effect::InitramfsUpdate(tool) => (quote_argv(&tool.argv()), None),
             Effect::Fetch(d) => (d.summary(self.plans()), None),
+            Effect::GrubDefault { release, old, .. } => (
+                format!(
+                    "grub default: {} -> {release}",
+                    old.as_deref().unwrap_or("(unknown)")
+                ),
+                None,
+            ),
             Effect::PackageHold {
                 manager,
                 names,

@@ -330,6 +330,8 @@ pub enum EffectKind {
     PackageHold,
     /// `package_unhold`: release held packages.
     PackageUnhold,
+    /// `grub_default`: set the kernel grub boots next.
+    GrubDefault,
 }
 
 impl std::fmt::Display for EffectKind {
@@ -366,6 +368,7 @@ impl EffectKind {
             Fetch => "fetch",
             PackageHold => "package_hold",
             PackageUnhold => "package_unhold",
+            GrubDefault => "grub_default",
         }
     }
 }
@@ -523,6 +526,20 @@ pub enum Effect {
         /// True to hold, false to release.
         hold: bool,
     },
+    /// Make grub boot kernel `release` next (`kernel::set_default`): `<tool> <entry>`
+    /// (`grub-set-default`/`grub2-set-default`, which write `saved_entry` in the grubenv);
+    /// a change.
+    GrubDefault {
+        /// The program: `grub-set-default` or `grub2-set-default`.
+        tool: String,
+        /// The menu entry as the tool takes it (`Advanced options for Ubuntu>Ubuntu, with
+        /// Linux <release>`, or a BootLoaderSpec entry id).
+        entry: String,
+        /// The kernel release the entry boots.
+        release: String,
+        /// The release grub boots next before the change, when known.
+        old: Option<String>,
+    },
 }
 
 /// The class of an [`Effect`]: see the module documentation.
@@ -555,7 +572,7 @@ impl Effect {
     /// `chmod`, `chown`, `symlink`, `service`, `service_action`, `daemon_reload`,
     /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,
     /// `grub_update`, `interrupt`, `mount`, `module_load`, `initramfs_update`, `fetch`,
-    /// `package_hold`, `package_unhold`.
+    /// `package_hold`, `package_unhold`, `grub_default`.
     pub fn kind(&self) -> EffectKind {
         match self {
             Effect::WriteFile { .. } => EffectKind::Write,
@@ -581,6 +598,7 @@ impl Effect {
             Effect::Fetch(_) => EffectKind::Fetch,
             Effect::PackageHold { hold: true, .. } => EffectKind::PackageHold,
             Effect::PackageHold { hold: false, .. } => EffectKind::PackageUnhold,
+            Effect::GrubDefault { .. } => EffectKind::GrubDefault,
         }
     }
 
@@ -608,6 +626,7 @@ impl Effect {
             Effect::InitramfsUpdate(_) => "initramfs".into(),
             Effect::Fetch(d) => d.path.display().to_string(),
             Effect::PackageHold { names, .. } => names.join(" "),
+            Effect::GrubDefault { .. } => "grub".into(),
         }
     }
 }

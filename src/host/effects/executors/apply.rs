@@ -290,6 +290,9 @@ fn perform(cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
             internal(cx, tool.argv(), Vec::new())?;
         }
         Effect::Fetch(d) => super::download::perform(cx, d)?,
+        Effect::GrubDefault { tool, entry, .. } => {
+            internal(cx, vec![tool.clone(), entry.clone()], Vec::new())?;
+        }
         Effect::PackageHold {
             manager,
             names,
