@@ -332,6 +332,10 @@ pub enum EffectKind {
     PackageUnhold,
     /// `grub_default`: set the kernel grub boots next.
     GrubDefault,
+    /// `package_update`: refresh the package index.
+    PackageUpdate,
+    /// `package_upgrade`: upgrade the installed packages.
+    PackageUpgrade,
 }
 
 impl std::fmt::Display for EffectKind {
@@ -369,6 +373,8 @@ impl EffectKind {
             PackageHold => "package_hold",
             PackageUnhold => "package_unhold",
             GrubDefault => "grub_default",
+            PackageUpdate => "package_update",
+            PackageUpgrade => "package_upgrade",
         }
     }
 }
@@ -540,6 +546,15 @@ pub enum Effect {
         /// The release grub boots next before the change, when known.
         old: Option<String>,
     },
+    /// Refresh the package index (`apt-get update`, `dnf makecache`, `zypper refresh`), or
+    /// with `upgrade` upgrade every installed package (`apt-get upgrade -y`, `dnf upgrade
+    /// -y`, `zypper update`); an action.
+    PackageUpgrade {
+        /// The manager used.
+        manager: PkgManager,
+        /// Upgrade the packages (else only refresh the index).
+        upgrade: bool,
+    },
 }
 
 /// The class of an [`Effect`]: see the module documentation.
@@ -562,6 +577,7 @@ impl Effect {
             | Effect::Command { .. }
             | Effect::GrubUpdate(_)
             | Effect::InitramfsUpdate(_)
+            | Effect::PackageUpgrade { .. }
             | Effect::ModuleLoad { known: false, .. } => EffectClass::Action,
             Effect::Interrupt(_) => EffectClass::Interrupt,
             _ => EffectClass::Change,
@@ -572,7 +588,7 @@ impl Effect {
     /// `chmod`, `chown`, `symlink`, `service`, `service_action`, `daemon_reload`,
     /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,
     /// `grub_update`, `interrupt`, `mount`, `module_load`, `initramfs_update`, `fetch`,
-    /// `package_hold`, `package_unhold`, `grub_default`.
+    /// `package_hold`, `package_unhold`, `grub_default`, `package_update`, `package_upgrade`.
     pub fn kind(&self) -> EffectKind {
         match self {
             Effect::WriteFile { .. } => EffectKind::Write,
@@ -599,6 +615,8 @@ impl Effect {
             Effect::PackageHold { hold: true, .. } => EffectKind::PackageHold,
             Effect::PackageHold { hold: false, .. } => EffectKind::PackageUnhold,
             Effect::GrubDefault { .. } => EffectKind::GrubDefault,
+            Effect::PackageUpgrade { upgrade: false, .. } => EffectKind::PackageUpdate,
+            Effect::PackageUpgrade { upgrade: true, .. } => EffectKind::PackageUpgrade,
         }
     }
 
@@ -627,6 +645,7 @@ impl Effect {
             Effect::Fetch(d) => d.path.display().to_string(),
             Effect::PackageHold { names, .. } => names.join(" "),
             Effect::GrubDefault { .. } => "grub".into(),
+            Effect::PackageUpgrade { manager, .. } => manager.name().into(),
         }
     }
 }

@@ -364,6 +364,7 @@ impl Overlay {
             | Effect::GuardedCommand { .. }
             | Effect::GrubUpdate(_)
             | Effect::Interrupt(_)
+            | Effect::PackageUpgrade { .. }
             | Effect::InitramfsUpdate(_) => {}
             Effect::Mount { path, op } => {
                 let key = normalize(path);

@@ -380,7 +380,7 @@ mod kernel_tests {
 
     /// An Ubuntu root with two kernels, the stock `GRUB_DEFAULT=0`, and grub stubs: the
     /// `grub-set-default` stub writes the grub environment block as grub-editenv does.
-    fn grub_root() -> TestHost {
+    pub(super) fn grub_root() -> TestHost {
         let t = TestHost::new();
         t.install_sh();
         t.file(
@@ -590,6 +590,33 @@ mod kernel_tests {
         assert_eq!(
             run(&t, ExecMode::Plan, "kernel::default_release()").error(),
             "main.rhai:1:9: kernel::default_release: invalid grub environment block: /boot/grub/grubenv does not start with \"# GRUB Environment Block\""
+        );
+    }
+}
+
+#[cfg(test)]
+mod kernel_undo_tests {
+    use crate::host::ExecMode;
+    use crate::host::kernel::boot;
+
+    /// A failed step puts `/etc/default/grub` back, drops the deferred `update-grub`, and
+    /// lists the grub default the tool already wrote as not undone.
+    #[test]
+    fn failed_step_undoes_the_grub_file_and_lists_the_default() {
+        let t = super::kernel_tests::grub_root();
+        let before = t.read("/etc/default/grub");
+        let mut h = t.host_with(ExecMode::Apply, |o| o.undo = Some("step".into()));
+        assert!(boot::set_default(&mut h, "6.8.0-1015-aws").unwrap());
+        let (_, undone, result) = h.fail_with_report();
+        result.unwrap();
+        assert_eq!(
+            undone.not_undone,
+            ["grub default: 6.8.0-1021-aws -> 6.8.0-1015-aws"]
+        );
+        assert_eq!(t.read("/etc/default/grub"), before);
+        assert_eq!(
+            t.calls(),
+            ["grub-set-default Advanced options for Ubuntu>Ubuntu, with Linux 6.8.0-1015-aws"]
         );
     }
 }
