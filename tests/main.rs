@@ -42,6 +42,9 @@
 //! - `gpu_service_user`: the `examples/gpu-service-user` package (user::, group::, fs::write,
 //!   sysctl::, mount:: with a recording `mount`) planned, applied, planned again and checked
 //!   on a fake root, also after a manual umount and userdel.
+//! - `kernel_boot`: `kernel::` on the fake GPU-node hosts: a second kernel installed with
+//!   the fake apt, made grub's default, booted by the fake `reboot`; BootLoaderSpec entries
+//!   on Amazon Linux.
 //! - `undo_journal`: a `.rhai` step of ten kinds of file change, failing or succeeding,
 //!   SIGKILLed at every fsync, fdatasync and rename (its undo included), then rerun: the
 //!   host equals a clean run's.
@@ -65,6 +68,7 @@ mod gpu_service_user;
 mod host_root_script;
 mod image;
 mod interrupt_copy_dir;
+mod kernel_boot;
 mod kill_anywhere;
 mod layers;
 mod log_format;

@@ -279,6 +279,19 @@ impl Host {
             Effect::ModuleLoad { name, .. } => (format!("modprobe {name}"), None),
             Effect::InitramfsUpdate(tool) => (quote_argv(&tool.argv()), None),
             Effect::Fetch(d) => (d.summary(self.plans()), None),
+            Effect::PackageUpgrade { manager, upgrade } => (
+                quote_argv(&crate::host::effects::executors::apply::upgrade_command(
+                    *manager, *upgrade, None,
+                )),
+                None,
+            ),
+            Effect::GrubDefault { release, old, .. } => (
+                format!(
+                    "grub default: {} -> {release}",
+                    old.as_deref().unwrap_or("(unknown)")
+                ),
+                None,
+            ),
             Effect::PackageHold {
                 manager,
                 names,

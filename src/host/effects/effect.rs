@@ -330,6 +330,12 @@ pub enum EffectKind {
     PackageHold,
     /// `package_unhold`: release held packages.
     PackageUnhold,
+    /// `grub_default`: set the kernel grub boots next.
+    GrubDefault,
+    /// `package_update`: refresh the package index.
+    PackageUpdate,
+    /// `package_upgrade`: upgrade the installed packages.
+    PackageUpgrade,
 }
 
 impl std::fmt::Display for EffectKind {
@@ -366,6 +372,9 @@ impl EffectKind {
             Fetch => "fetch",
             PackageHold => "package_hold",
             PackageUnhold => "package_unhold",
+            GrubDefault => "grub_default",
+            PackageUpdate => "package_update",
+            PackageUpgrade => "package_upgrade",
         }
     }
 }
@@ -523,6 +532,29 @@ pub enum Effect {
         /// True to hold, false to release.
         hold: bool,
     },
+    /// Make grub boot kernel `release` next (`kernel::set_default`): `<tool> <entry>`
+    /// (`grub-set-default`/`grub2-set-default`, which write `saved_entry` in the grubenv);
+    /// a change.
+    GrubDefault {
+        /// The program: `grub-set-default` or `grub2-set-default`.
+        tool: String,
+        /// The menu entry as the tool takes it (`Advanced options for Ubuntu>Ubuntu, with
+        /// Linux <release>`, or a BootLoaderSpec entry id).
+        entry: String,
+        /// The kernel release the entry boots.
+        release: String,
+        /// The release grub boots next before the change, when known.
+        old: Option<String>,
+    },
+    /// Refresh the package index (`apt-get update`, `dnf makecache`, `zypper refresh`), or
+    /// with `upgrade` upgrade every installed package (`apt-get upgrade -y`, `dnf upgrade
+    /// -y`, `zypper update`); an action.
+    PackageUpgrade {
+        /// The manager used.
+        manager: PkgManager,
+        /// Upgrade the packages (else only refresh the index).
+        upgrade: bool,
+    },
 }
 
 /// The class of an [`Effect`]: see the module documentation.
@@ -545,6 +577,7 @@ impl Effect {
             | Effect::Command { .. }
             | Effect::GrubUpdate(_)
             | Effect::InitramfsUpdate(_)
+            | Effect::PackageUpgrade { .. }
             | Effect::ModuleLoad { known: false, .. } => EffectClass::Action,
             Effect::Interrupt(_) => EffectClass::Interrupt,
             _ => EffectClass::Change,
@@ -555,7 +588,7 @@ impl Effect {
     /// `chmod`, `chown`, `symlink`, `service`, `service_action`, `daemon_reload`,
     /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,
     /// `grub_update`, `interrupt`, `mount`, `module_load`, `initramfs_update`, `fetch`,
-    /// `package_hold`, `package_unhold`.
+    /// `package_hold`, `package_unhold`, `grub_default`, `package_update`, `package_upgrade`.
     pub fn kind(&self) -> EffectKind {
         match self {
             Effect::WriteFile { .. } => EffectKind::Write,
@@ -581,6 +614,9 @@ impl Effect {
             Effect::Fetch(_) => EffectKind::Fetch,
             Effect::PackageHold { hold: true, .. } => EffectKind::PackageHold,
             Effect::PackageHold { hold: false, .. } => EffectKind::PackageUnhold,
+            Effect::GrubDefault { .. } => EffectKind::GrubDefault,
+            Effect::PackageUpgrade { upgrade: false, .. } => EffectKind::PackageUpdate,
+            Effect::PackageUpgrade { upgrade: true, .. } => EffectKind::PackageUpgrade,
         }
     }
 
@@ -608,6 +644,8 @@ impl Effect {
             Effect::InitramfsUpdate(_) => "initramfs".into(),
             Effect::Fetch(d) => d.path.display().to_string(),
             Effect::PackageHold { names, .. } => names.join(" "),
+            Effect::GrubDefault { .. } => "grub".into(),
+            Effect::PackageUpgrade { manager, .. } => manager.name().into(),
         }
     }
 }

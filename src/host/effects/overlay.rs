@@ -142,6 +142,8 @@ pub(crate) struct Overlay {
     pub(crate) modules: std::collections::HashSet<String>,
     /// Planned package holds (`pkg::hold` true, `pkg::unhold` false).
     pub(crate) holds: HashMap<String, bool>,
+    /// The kernel release `kernel::set_default` planned grub to boot next.
+    pub(crate) grub_default: Option<String>,
 }
 
 impl Overlay {
@@ -362,6 +364,7 @@ impl Overlay {
             | Effect::GuardedCommand { .. }
             | Effect::GrubUpdate(_)
             | Effect::Interrupt(_)
+            | Effect::PackageUpgrade { .. }
             | Effect::InitramfsUpdate(_) => {}
             Effect::Mount { path, op } => {
                 let key = normalize(path);
@@ -387,6 +390,9 @@ impl Overlay {
                 for n in names {
                     self.holds.insert(n.clone(), *hold);
                 }
+            }
+            Effect::GrubDefault { release, .. } => {
+                self.grub_default = Some(release.clone());
             }
         }
         Ok(())

@@ -1,4 +1,5 @@
-//! Packages: `pkg::manager()`, `installed`, `version`, `install`, `remove`.
+//! Packages: `pkg::manager()`, `installed`, `version`, `install`, `remove`, `update`,
+//! `upgrade`.
 //!
 //! Queries (`dpkg-query`, `rpm`) run in every mode (read-only); in plan and check mode a
 //! package planned for install or removal earlier in the session answers first. `install`
@@ -6,7 +7,9 @@
 //! the packages that need it; the apply executor runs the manager non-interactively and
 //! waits (bounded) for its lock (`apt-get -o DPkg::Lock::Timeout=<secs>`,
 //! `ZYPP_LOCK_TIMEOUT`; dnf and yum wait for their lock by themselves). A plan or check never
-//! runs `apt-get update` or any other mutating command.
+//! runs `apt-get update` or any other mutating command. [`update`] and [`upgrade`] are
+//! actions ([`Effect::PackageUpgrade`]): run every time in apply, listed in a plan, never
+//! drift; a failed step lists them as not undone.
 
 use std::path::Path;
 
@@ -206,6 +209,38 @@ pub fn remove(h: &mut Host, names: &[String]) -> Result<bool> {
     h.submit(Effect::PackageRemove {
         manager: m,
         names: present,
+    })?;
+    Ok(true)
+}
+
+/// `pkg::update()`: refresh the package index (`apt-get update`, `dnf|yum -y makecache`,
+/// `zypper --non-interactive refresh`); an action. The session's stale index (a changed
+/// `pkg::repo`) counts as refreshed after it.
+///
+/// # Errors
+/// No package manager; the command failing (apply).
+pub fn update(h: &mut Host) -> Result<()> {
+    let manager = need_manager(h)?;
+    h.submit(Effect::PackageUpgrade {
+        manager,
+        upgrade: false,
+    })?;
+    h.package_index_stale = false;
+    Ok(())
+}
+
+/// `pkg::upgrade()`: upgrade every installed package, non-interactively (`apt-get upgrade
+/// -y` with `DEBIAN_FRONTEND=noninteractive`, waiting for the dpkg lock as `install` does;
+/// `dnf|yum -y upgrade`; `zypper --non-interactive update`); an action, so it returns true
+/// (it ran, or a plan would run it): what it upgrades is the repositories' to say.
+///
+/// # Errors
+/// As [`update`].
+pub fn upgrade(h: &mut Host) -> Result<bool> {
+    let manager = need_manager(h)?;
+    h.submit(Effect::PackageUpgrade {
+        manager,
+        upgrade: true,
     })?;
     Ok(true)
 }

@@ -54,13 +54,13 @@ pub use crate::host::effects::effect::EffectKind;
 pub fn kind_modes(kind: EffectKind) -> Modes {
     use EffectKind::*;
     match kind {
-        ServiceAction | DaemonReload | GrubUpdate | InitramfsUpdate => Modes::Action,
+        ServiceAction | DaemonReload | GrubUpdate | InitramfsUpdate | PackageUpdate
+        | PackageUpgrade => Modes::Action,
         Command | GuardedCommand => Modes::Command,
         Interrupt => Modes::Interrupt,
         Write | Remove | Mkdir | RemoveAll | Chmod | Chown | Symlink | Service | PackageInstall
-        | PackageRemove | Sysctl | Mount | ModuleLoad | Fetch | PackageHold | PackageUnhold => {
-            Modes::Change
-        }
+        | PackageRemove | Sysctl | Mount | ModuleLoad | Fetch | PackageHold | PackageUnhold
+        | GrubDefault => Modes::Change,
     }
 }
 

@@ -1,5 +1,6 @@
 //! `kmod::` (kernel modules: modprobe.d and modules-load.d lines, loading) over
-//! [`crate::host::kernel::kmod`]: each function's reference row and binding, and their tests
+//! [`crate::host::kernel::kmod`] and `kernel::` (installed kernels, the boot default) over
+//! [`crate::host::kernel::boot`]: each function's reference row and binding, and their tests
 //! through Rhai.
 
 use rhai::{Dynamic, ImmutableString as S, Map};
@@ -9,7 +10,11 @@ use super::docs::EffectKind::*;
 use super::docs::Effects::*;
 use super::docs::FnDoc;
 use super::docs::{NAME, OPTS};
+use crate::host::kernel::boot;
 use crate::host::kernel::kmod::{self, BlacklistOptions, FileOptions};
+
+/// The `release` parameter of the `kernel::` functions.
+const RELEASE: (&str, &str) = ("release", "String");
 
 /// The option keys of `kmod::blacklist`.
 const BLACKLIST_KEYS: &[&str] = &["file", "disable"];
@@ -59,15 +64,67 @@ fn module_options(d: &Dynamic) -> Result<String, String> {
 }
 
 /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[(
-    "kmod",
-    "Kernel modules — `kmod::`",
-    "Each function keeps only its own lines of its file (`/etc/modprobe.d/*.conf`, `/etc/modules-load.d/*.conf`), so comments and other modules' lines stay and a blacklist and options can share a file (`#{file}`); module names compare with `-` and `_` equivalent. A changed blacklist or options file schedules ONE initramfs regeneration at the end of the step: `update-initramfs -u`, or `dracut -f` on the rhel and fedora families; it is recorded ahead in `/var/lib/skyhook/.deferred/initramfs.json` and run by the next step when it failed or the agent died (a plan lists it as an action).",
-)];
+pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "kmod",
+        "Kernel modules — `kmod::`",
+        "Each function keeps only its own lines of its file (`/etc/modprobe.d/*.conf`, `/etc/modules-load.d/*.conf`), so comments and other modules' lines stay and a blacklist and options can share a file (`#{file}`); module names compare with `-` and `_` equivalent. A changed blacklist or options file schedules ONE initramfs regeneration at the end of the step: `update-initramfs -u`, or `dracut -f` on the rhel and fedora families; it is recorded ahead in `/var/lib/skyhook/.deferred/initramfs.json` and run by the next step when it failed or the agent died (a plan lists it as an action).",
+    ),
+    (
+        "kernel",
+        "Kernels and the boot default — `kernel::`",
+        "Releases as `uname -r` prints them. What grub boots next is read from `GRUB_DEFAULT` (`/etc/default/grub`, then `/etc/default/grub.d/*.cfg`; absent: `0`) and, for `saved`, the `saved_entry` of `/boot/grub/grubenv` (`/boot/grub2/grubenv` on grub2 hosts). An entry names its release by its last `>` part: `0` and `gnulinux-simple-<uuid>` the newest installed kernel, `...>Ubuntu, with Linux 6.8.0-1015-aws`, `gnulinux-6.8.0-1015-aws-advanced-<uuid>`, a title with `(<release>)`, a BootLoaderSpec id `<machine-id>-<release>`; any other entry cannot be told (`()`).",
+    ),
+];
 
 /// The functions of this file's namespaces, in reference order: each one's reference row
 /// and its registration.
 pub(super) const FUNCTIONS: &[FnDoc] = &[
+    host_fn!(
+        "kernel",
+        "running",
+        &[],
+        "String",
+        ReadsHost,
+        "The running kernel's release (as `os::kernel()`: `/proc/sys/kernel/osrelease` under the root).",
+        |h| Ok(boot::running(h)?)
+    ),
+    host_fn!(
+        "kernel",
+        "installed",
+        &[],
+        "Array",
+        ReadsHost,
+        "The releases with a kernel image, `/boot/vmlinuz-<release>` or `/lib/modules/<release>/vmlinuz` (`/usr/lib/modules`), oldest first (dpkg order; rpm order on rpm hosts). A module tree without an image is not a kernel.",
+        |h| Ok(convert::array(boot::installed(h)?))
+    ),
+    host_fn!(
+        "kernel",
+        "default_release",
+        &[],
+        "?",
+        ReadsHost,
+        "The release grub boots next, or `()` when the entry does not tell (see the section); in a plan also after a planned `set_default`. (`default` is a Rhai keyword, hence the name.)",
+        |h| Ok(convert::opt(boot::default(h)?))
+    ),
+    host_fn!(
+        "kernel",
+        "set_default",
+        &[RELEASE],
+        "bool",
+        Submits(&[Write, GrubDefault]),
+        "Make grub boot `release` next: `GRUB_DEFAULT=saved` in `/etc/default/grub` (a file change; `update-grub` once at the end of the step, except on rhel and fedora) and `grub-set-default \"Advanced options for <OS>><OS>, with Linux <release>\"` (`grub2-set-default` where only it exists; a BootLoaderSpec id when `/boot/loader/entries/<id>.conf` is there). Unchanged when grub's default entry names the release (a default that is it only as the newest kernel, entry `0`, is pinned); a plan shows `~ grub default: <old> -> <release>`; check: drift. An error when the release is not installed (nor planned by a `pkg::install` of the step), or a `grub.d` file sets another `GRUB_DEFAULT`.",
+        |h, r: S| Ok(boot::set_default(h, &r)?)
+    ),
+    host_fn!(
+        "kernel",
+        "boot_into",
+        &[RELEASE],
+        "bool",
+        Submits(&[Write, GrubDefault, Interrupt]),
+        "`set_default(release)`, then `interrupt::reboot()` when the running kernel is another; true when anything was changed or requested.",
+        |h, r: S| Ok(boot::boot_into(h, &r)?)
+    ),
     host_fn!(
         "kmod",
         "blacklist",
@@ -248,6 +305,11 @@ pub(super) mod tests {
         r#"kmod::unload_at_boot("old", #{file: "old"})"#,
         r#"kmod::loaded("nvidia")"#,
         r#"kmod::load("nvidia")"#,
+        r#"kernel::running()"#,
+        r#"kernel::installed()"#,
+        r#"kernel::default_release()"#,
+        r#"kernel::set_default("6.1.0-test")"#,
+        r#"kernel::boot_into("6.1.0-test")"#,
     ];
 
     #[test]
@@ -307,5 +369,254 @@ pub(super) mod tests {
             assert_eq!(r.error(), want, "{src}");
         }
         assert!(!t.p("/etc/modprobe.d").exists());
+    }
+}
+
+#[cfg(test)]
+mod kernel_tests {
+    use super::super::tests::*;
+    use crate::host::effects::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// An Ubuntu root with two kernels, the stock `GRUB_DEFAULT=0`, and grub stubs: the
+    /// `grub-set-default` stub writes the grub environment block as grub-editenv does.
+    pub(super) fn grub_root() -> TestHost {
+        let t = TestHost::new();
+        t.install_sh();
+        t.file(
+            "/etc/os-release",
+            "NAME=\"Ubuntu\"\nID=ubuntu\nID_LIKE=debian\nVERSION_ID=\"24.04\"\n",
+        );
+        t.file(
+            "/etc/default/grub",
+            "GRUB_DEFAULT=0\nGRUB_TIMEOUT=0\nGRUB_DISTRIBUTOR=`( . /etc/os-release; echo ${NAME:-Ubuntu} ) 2>/dev/null || echo Ubuntu`\n",
+        );
+        t.file("/boot/vmlinuz-6.8.0-1015-aws", "");
+        t.file("/boot/vmlinuz-6.8.0-1021-aws", "");
+        t.file("/usr/lib/modules/6.8.0-999-aws/kernel/x.ko", "");
+        t.file("/proc/sys/kernel/osrelease", "6.8.0-1021-aws\n");
+        t.stub(
+            "grub-set-default",
+            "printf '# GRUB Environment Block\\nsaved_entry=%s\\n' \"$1\" > /boot/grub/grubenv\nn=0; while [ $n -lt 40 ]; do printf '##########################' >> /boot/grub/grubenv; n=$((n+1)); done",
+        );
+        t.stub("update-grub", ":");
+        std::fs::create_dir_all(t.p("/boot/grub")).unwrap();
+        t
+    }
+
+    #[test]
+    fn kernel_set_default_all_modes() {
+        let t = grub_root();
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"print([kernel::running(), kernel::installed(), kernel::default_release()]);"#,
+        )
+        .ok();
+        assert_eq!(
+            r.stdout(),
+            "[\"6.8.0-1021-aws\", [\"6.8.0-1015-aws\", \"6.8.0-1021-aws\"], \"6.8.0-1021-aws\"]\n"
+        );
+        let src = r#"print(kernel::set_default("6.8.0-1015-aws"));"#;
+        let before = snapshot(&t);
+        let plan = run(&t, ExecMode::Plan, src).ok();
+        assert_eq!(plan.stdout(), "true\n");
+        let summaries: Vec<&str> = plan
+            .report
+            .changes
+            .iter()
+            .map(|c| c.summary.as_str())
+            .collect();
+        assert_eq!(
+            summaries,
+            [
+                "update /etc/default/grub",
+                "grub default: 6.8.0-1021-aws -> 6.8.0-1015-aws"
+            ]
+        );
+        let actions: Vec<&str> = plan
+            .report
+            .actions
+            .iter()
+            .map(|a| a.summary.as_str())
+            .collect();
+        assert_eq!(actions, ["update-grub"]);
+        let check = run(&t, ExecMode::Check, src).ok();
+        assert_eq!(check.report.drift().len(), 2);
+        assert_eq!(snapshot(&t), before, "a plan or check changed the root");
+        assert!(t.calls().is_empty());
+        assert_eq!(run(&t, ExecMode::Apply, src).ok().stdout(), "true\n");
+        assert_eq!(
+            t.read("/etc/default/grub").lines().next(),
+            Some("GRUB_DEFAULT=saved")
+        );
+        assert_eq!(
+            t.calls(),
+            [
+                "grub-set-default Advanced options for Ubuntu>Ubuntu, with Linux 6.8.0-1015-aws",
+                "update-grub "
+            ]
+        );
+        t.clear_calls();
+        assert_eq!(run(&t, ExecMode::Apply, src).ok().stdout(), "false\n");
+        let check = run(&t, ExecMode::Check, src).ok();
+        assert!(check.report.drift().is_empty());
+        assert!(t.calls().is_empty());
+        // Another release is a change again; the defaults file is already right.
+        t.clear_calls();
+        let r = run(
+            &t,
+            ExecMode::Apply,
+            r#"print([kernel::set_default("6.8.0-1021-aws"), kernel::default_release()]);"#,
+        )
+        .ok();
+        assert_eq!(r.stdout(), "[true, \"6.8.0-1021-aws\"]\n");
+        assert_eq!(
+            t.calls(),
+            ["grub-set-default Advanced options for Ubuntu>Ubuntu, with Linux 6.8.0-1021-aws"]
+        );
+    }
+
+    /// The planned default is what `kernel::default_release()` answers later in the same
+    /// plan, and `boot_into` requests the reboot only for another kernel than the running one.
+    #[test]
+    fn kernel_boot_into_plans_the_reboot() {
+        let t = grub_root();
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"print([kernel::boot_into("6.8.0-1015-aws"), kernel::default_release()]);"#,
+        )
+        .ok();
+        assert_eq!(r.stdout(), "[true, \"6.8.0-1015-aws\"]\n");
+        assert_eq!(r.report.interrupts.len(), 1, "{:?}", r.report);
+        // The running kernel, grub's default only as the newest (entry 0): pinned, no
+        // reboot; then nothing to do.
+        let src = r#"print(kernel::boot_into("6.8.0-1021-aws"));"#;
+        let r = run(&t, ExecMode::Apply, src).ok();
+        assert_eq!(r.stdout(), "true\n");
+        assert!(r.report.interrupts.is_empty());
+        assert_eq!(
+            t.calls(),
+            [
+                "grub-set-default Advanced options for Ubuntu>Ubuntu, with Linux 6.8.0-1021-aws",
+                "update-grub "
+            ]
+        );
+        let r = run(&t, ExecMode::Apply, src).ok();
+        assert_eq!(r.stdout(), "false\n");
+        assert!(r.report.interrupts.is_empty());
+    }
+
+    #[test]
+    fn kernel_set_default_refuses_what_it_cannot_do() {
+        let t = grub_root();
+        let before = snapshot(&t);
+        for (src, want) in [
+            (
+                r#"kernel::set_default("6.9.0-1-aws")"#,
+                "main.rhai:1:9: kernel::set_default: invalid kernel release: \"6.9.0-1-aws\" is not installed (installed: 6.8.0-1015-aws, 6.8.0-1021-aws)",
+            ),
+            (
+                r#"kernel::set_default("6.8.0-999-aws")"#,
+                "main.rhai:1:9: kernel::set_default: invalid kernel release: \"6.8.0-999-aws\" is not installed (installed: 6.8.0-1015-aws, 6.8.0-1021-aws)",
+            ),
+            (
+                r#"kernel::set_default("../x")"#,
+                "main.rhai:1:9: kernel::set_default: invalid kernel release: \"../x\" (a release as `uname -r` prints it, like \"6.8.0-1015-aws\")",
+            ),
+        ] {
+            assert_eq!(run(&t, ExecMode::Apply, src).error(), want, "{src}");
+        }
+        t.file("/etc/default/grub.d/90-x.cfg", "GRUB_DEFAULT=\"1>2\"\n");
+        assert_eq!(
+            run(&t, ExecMode::Apply, r#"print(kernel::default_release())"#)
+                .ok()
+                .stdout(),
+            "\n"
+        );
+        std::fs::remove_file(t.p("/etc/default/grub.d/90-x.cfg")).unwrap();
+        t.file("/etc/default/grub.d/90-x.cfg", "GRUB_DEFAULT=2\n");
+        assert_eq!(
+            run(
+                &t,
+                ExecMode::Apply,
+                r#"kernel::set_default("6.8.0-1015-aws")"#
+            )
+            .error(),
+            "main.rhai:1:9: kernel::set_default: invalid grub default: /etc/default/grub.d/90-x.cfg sets GRUB_DEFAULT=2, which overrides GRUB_DEFAULT=saved in /etc/default/grub: remove it there first"
+        );
+        std::fs::remove_file(t.p("/etc/default/grub.d/90-x.cfg")).unwrap();
+        std::fs::remove_dir(t.p("/etc/default/grub.d")).unwrap();
+        assert_eq!(snapshot(&t), before);
+        assert!(t.calls().is_empty());
+    }
+
+    /// The forms of `GRUB_DEFAULT` and `saved_entry` hosts have.
+    #[test]
+    fn kernel_default_reads_the_grub_forms() {
+        let t = grub_root();
+        for (grub_default, grubenv, want) in [
+            ("0", None, "\"6.8.0-1021-aws\""),
+            (
+                "\"Advanced options for Ubuntu>Ubuntu, with Linux 6.8.0-1015-aws\"",
+                None,
+                "\"6.8.0-1015-aws\"",
+            ),
+            ("saved", None, "\"6.8.0-1021-aws\""),
+            (
+                "saved",
+                Some("gnulinux-advanced-0e1f>gnulinux-6.8.0-1015-aws-advanced-0e1f"),
+                "\"6.8.0-1015-aws\"",
+            ),
+            ("3", None, ""),
+        ] {
+            t.file(
+                "/etc/default/grub",
+                &format!("GRUB_DEFAULT={grub_default}\n"),
+            );
+            let _ = std::fs::remove_file(t.p("/boot/grub/grubenv"));
+            if let Some(e) = grubenv {
+                let mut block = format!("# GRUB Environment Block\nsaved_entry={e}\n");
+                block.push_str(&"#".repeat(1024 - block.len()));
+                t.file("/boot/grub/grubenv", &block);
+            }
+            let r = run(&t, ExecMode::Plan, "print(kernel::default_release())").ok();
+            let want = want.trim_matches('"');
+            assert_eq!(r.stdout().trim_end(), want, "{grub_default} {grubenv:?}");
+        }
+        t.file("/boot/grub/grubenv", "saved_entry=0\n");
+        t.file("/etc/default/grub", "GRUB_DEFAULT=saved\n");
+        assert_eq!(
+            run(&t, ExecMode::Plan, "kernel::default_release()").error(),
+            "main.rhai:1:9: kernel::default_release: invalid grub environment block: /boot/grub/grubenv does not start with \"# GRUB Environment Block\""
+        );
+    }
+}
+
+#[cfg(test)]
+mod kernel_undo_tests {
+    use crate::host::ExecMode;
+    use crate::host::kernel::boot;
+
+    /// A failed step puts `/etc/default/grub` back, drops the deferred `update-grub`, and
+    /// lists the grub default the tool already wrote as not undone.
+    #[test]
+    fn failed_step_undoes_the_grub_file_and_lists_the_default() {
+        let t = super::kernel_tests::grub_root();
+        let before = t.read("/etc/default/grub");
+        let mut h = t.host_with(ExecMode::Apply, |o| o.undo = Some("step".into()));
+        assert!(boot::set_default(&mut h, "6.8.0-1015-aws").unwrap());
+        let (_, undone, result) = h.fail_with_report();
+        result.unwrap();
+        assert_eq!(
+            undone.not_undone,
+            ["grub default: 6.8.0-1021-aws -> 6.8.0-1015-aws"]
+        );
+        assert_eq!(t.read("/etc/default/grub"), before);
+        assert_eq!(
+            t.calls(),
+            ["grub-set-default Advanced options for Ubuntu>Ubuntu, with Linux 6.8.0-1015-aws"]
+        );
     }
 }

@@ -125,6 +125,24 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
     ),
     host_fn!(
         "pkg",
+        "update",
+        &[],
+        "()",
+        Submits(&[PackageUpdate]),
+        "Refresh the package index: `apt-get update`, `dnf makecache` (`yum`), `zypper refresh`. An action: run every time in apply, listed in a plan, never drift.",
+        |h| Ok(pkg::update(h)?)
+    ),
+    host_fn!(
+        "pkg",
+        "upgrade",
+        &[],
+        "bool",
+        Submits(&[PackageUpgrade]),
+        "Upgrade every installed package non-interactively: `apt-get upgrade -y` (`DEBIAN_FRONTEND=noninteractive`, waiting for the dpkg lock as `install` does), `dnf upgrade -y` (`yum`), `zypper update`. An action (true: it ran, or a plan would run it); never drift; a failed step lists it as not undone.",
+        |h| Ok(pkg::upgrade(h)?)
+    ),
+    host_fn!(
+        "pkg",
         "repo",
         &[NAME, OPTS],
         "bool",
@@ -187,6 +205,8 @@ pub(super) mod tests {
         r#"pkg::install("curl")"#,
         r#"pkg::install(["jq"], #{update: true})"#,
         r#"pkg::remove("old")"#,
+        r#"pkg::update()"#,
+        r#"pkg::upgrade()"#,
         r#"pkg::repo("r", #{url: "https://r.example/apt", suites: ["noble"], components: "main", key: "-----BEGIN PGP PUBLIC KEY BLOCK-----\nk\n-----END PGP PUBLIC KEY BLOCK-----"})"#,
         r#"pkg::remove_repo("gone")"#,
         r#"pkg::hold("old")"#,
@@ -293,5 +313,86 @@ pub(super) mod tests {
             r.error(),
             "main.rhai:1:6: pkg::repo: option suites must be a string or an array of strings, got i64"
         );
+    }
+}
+
+#[cfg(test)]
+mod upgrade_tests {
+    use super::super::tests::*;
+    use crate::host::effects::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// `pkg::update()` and `pkg::upgrade()` are actions: listed in a plan, no drift in a
+    /// check, run (non-interactively) in every apply.
+    #[test]
+    fn pkg_update_and_upgrade_are_actions() {
+        let t = TestHost::new();
+        apt_stubs(&t);
+        t.stub(
+            "apt-get",
+            r#"echo "frontend=$DEBIAN_FRONTEND" >> /stub.log"#,
+        );
+        let src = r#"pkg::update(); print(pkg::upgrade());"#;
+        let plan = run(&t, ExecMode::Plan, src).ok();
+        assert_eq!(plan.stdout(), "true\n");
+        let actions: Vec<&str> = plan
+            .report
+            .actions
+            .iter()
+            .map(|a| a.summary.as_str())
+            .collect();
+        assert_eq!(actions, ["apt-get update", "apt-get upgrade -y"]);
+        assert!(plan.report.changes.is_empty());
+        let check = run(&t, ExecMode::Check, src).ok();
+        assert!(check.report.drift().is_empty());
+        assert!(t.calls().is_empty(), "a plan or check ran {:?}", t.calls());
+        for _ in 0..2 {
+            t.clear_calls();
+            assert_eq!(run(&t, ExecMode::Apply, src).ok().stdout(), "true\n");
+            assert_eq!(
+                t.calls(),
+                [
+                    "apt-get -o DPkg::Lock::Timeout=300 update",
+                    "frontend=noninteractive",
+                    "apt-get -o DPkg::Lock::Timeout=300 upgrade -y",
+                    "frontend=noninteractive",
+                ]
+            );
+        }
+        t.file(
+            "/etc/os-release",
+            "ID=\"amzn\"\nID_LIKE=\"fedora\"\nVERSION_ID=\"2023\"\n",
+        );
+        t.stub("dnf", ":");
+        t.clear_calls();
+        run(&t, ExecMode::Apply, src).ok();
+        assert_eq!(t.calls(), ["dnf -y makecache", "dnf -y upgrade"]);
+        t.file("/etc/os-release", "ID=arch\n");
+        assert_eq!(
+            run(&t, ExecMode::Plan, "pkg::upgrade()").error(),
+            "main.rhai:1:6: pkg::upgrade: no supported package manager for this host (os-release ID \"arch\")"
+        );
+    }
+
+    /// A failed upgrade fails the step at the call; the step's earlier commands are "not
+    /// undone" lines.
+    #[test]
+    fn pkg_upgrade_failure_is_the_steps_and_not_undone() {
+        use crate::host::ExecMode as M;
+        let t = TestHost::new();
+        apt_stubs(&t);
+        t.stub(
+            "apt-get",
+            r#"[ "$1 $2 $3" = "-o DPkg::Lock::Timeout=300 upgrade" ] && exit 100; :"#,
+        );
+        let r = run(&t, ExecMode::Apply, "pkg::update();\npkg::upgrade()");
+        assert_eq!(
+            r.error(),
+            "main.rhai:2:6: pkg::upgrade: command apt-get -o DPkg::Lock::Timeout=300 upgrade -y failed with exit code 100"
+        );
+        let mut h = t.host_with(M::Apply, |o| o.undo = Some("step".into()));
+        crate::host::packages::pkg::update(&mut h).unwrap();
+        let (_, undone, _) = h.fail_with_report();
+        assert_eq!(undone.not_undone, ["apt-get update"]);
     }
 }

@@ -629,6 +629,10 @@ fn effects_root() -> TestHost {
         "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n23 22 8:33 / /old rw - ext4 /dev/sdc1 rw\n",
     );
     t.file("/proc/modules", "");
+    // kernel::: two kernels, grub boots the newest (GRUB_DEFAULT absent: entry 0).
+    t.file("/boot/vmlinuz-6.1.0-test", "");
+    t.file("/boot/vmlinuz-6.2.0-new", "");
+    t.stub("grub-set-default", ":");
     t.file("/etc/modprobe.d/floppy.conf", "blacklist floppy\n");
     t.file(
         "/etc/modprobe.d/blacklist-floppy.conf",

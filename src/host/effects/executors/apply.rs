@@ -167,6 +167,39 @@ pub(crate) fn package_commands(
     (cmds, env)
 }
 
+/// The command line that refreshes the package index (`upgrade` false) or upgrades every
+/// installed package with `manager`, non-interactively; with `lock_secs` apt waits that long
+/// for its lock (the plan's summary leaves it out). Run with [`package_commands`]'s
+/// environment (`DEBIAN_FRONTEND=noninteractive` for apt).
+pub(crate) fn upgrade_command(
+    manager: PkgManager,
+    upgrade: bool,
+    lock_secs: Option<u64>,
+) -> Vec<String> {
+    match manager {
+        PkgManager::Apt => {
+            let mut c = argv(&["apt-get"]);
+            if let Some(s) = lock_secs {
+                c.extend(argv(&["-o", &format!("DPkg::Lock::Timeout={s}")]));
+            }
+            c.extend(if upgrade {
+                argv(&["upgrade", "-y"])
+            } else {
+                argv(&["update"])
+            });
+            c
+        }
+        PkgManager::Dnf | PkgManager::Yum => {
+            let verb = if upgrade { "upgrade" } else { "makecache" };
+            argv(&[manager.name(), "-y", verb])
+        }
+        PkgManager::Zypper => {
+            let verb = if upgrade { "update" } else { "refresh" };
+            argv(&["zypper", "--non-interactive", verb])
+        }
+    }
+}
+
 /// Perform `effect`. Returns the output of [`Effect::Command`] and
 /// [`Effect::GuardedCommand`]. An [`Effect::Interrupt`] is the session's to record: nothing
 /// is performed for it.
@@ -290,6 +323,14 @@ fn perform(cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
             internal(cx, tool.argv(), Vec::new())?;
         }
         Effect::Fetch(d) => super::download::perform(cx, d)?,
+        Effect::PackageUpgrade { manager, upgrade } => {
+            let (_, env) = package_commands(*manager, true, false, &[], lock_secs(cx));
+            let c = upgrade_command(*manager, *upgrade, Some(lock_secs(cx)));
+            internal(cx, c, env)?;
+        }
+        Effect::GrubDefault { tool, entry, .. } => {
+            internal(cx, vec![tool.clone(), entry.clone()], Vec::new())?;
+        }
         Effect::PackageHold {
             manager,
             names,

@@ -1,0 +1,158 @@
+//! `kernel::` on the fake GPU-node hosts of `tests/fakehosts`: a second kernel installed
+//! with the host's fake apt, made grub's default, and booted by the host's fake `reboot`
+//! (which boots the grubenv's `saved_entry` kernel and switches what `uname -r` and
+//! `/proc/sys/kernel/osrelease` say), through the library in process.
+
+use std::fs;
+
+use skyhook::host::kernel::boot;
+use skyhook::host::packages::pkg;
+use skyhook::host::root::HostRoot;
+use skyhook::host::{ExecMode, Host, HostOptions};
+
+use crate::nvidia_ports::{STUB_TOOLS, manifest, overlay};
+use crate::util::FakeRoot;
+
+const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// `dpkg-query -W -f=... NAME` over the layers' fake package database (the layers have no
+/// `dpkg-query`, which `pkg::` queries): `install ok installed<TAB>VERSION`, else exit 1.
+const DPKG_QUERY: &str = r#"#!/bin/sh
+. /usr/local/lib/fakehost/pkg.sh
+for last; do :; done
+pkg_installed "$last" || exit 1
+printf 'install ok installed\t%s' "$(pkg_meta "$last" version)"
+"#;
+
+/// Host layer `host` over a minimal root, with `/proc/sys/kernel/osrelease` following the
+/// fake boot's kernel release, the layer's `apt-get` (a file naming `apt`) made the
+/// program it stands for, and a `dpkg-query`.
+fn fake_node(host: &str) -> FakeRoot {
+    let fr = FakeRoot::with_tools(STUB_TOOLS);
+    overlay(&manifest().join("tests/fakehosts").join(host), fr.root());
+    let osrelease = fr.host("/proc/sys/kernel/osrelease");
+    fs::create_dir_all(osrelease.parent().unwrap()).unwrap();
+    let _ = fs::remove_file(&osrelease);
+    std::os::unix::fs::symlink("/usr/share/fakehost/kernel-release", &osrelease).unwrap();
+    let apt_get = fr.host("/usr/local/bin/apt-get");
+    if fs::read_to_string(&apt_get).is_ok_and(|s| s.trim() == "apt") {
+        fs::remove_file(&apt_get).unwrap();
+        std::os::unix::fs::symlink("apt", &apt_get).unwrap();
+        fr.write_mode("/usr/local/bin/dpkg-query", DPKG_QUERY, 0o755);
+    }
+    fr
+}
+
+fn session(fr: &FakeRoot, mode: ExecMode) -> Host {
+    let o = HostOptions {
+        env: vec![("PATH".into(), PATH.into())],
+        ..HostOptions::default()
+    };
+    Host::new(HostRoot::open(fr.root()).unwrap(), mode, o)
+}
+
+/// Run the host's fake `reboot`, chrooted.
+fn fake_reboot(fr: &FakeRoot) {
+    let st = std::process::Command::new("chroot")
+        .arg(fr.root())
+        .arg("/usr/local/sbin/reboot")
+        .env_clear()
+        .env("PATH", PATH)
+        .status()
+        .unwrap();
+    assert!(st.success(), "fake reboot failed");
+}
+
+#[test]
+fn kernel_installed_set_default_and_fake_reboot_on_ubuntu() {
+    require_root!();
+    let fr = fake_node("ubuntu-24.04-eks-x86_64");
+    let new = "6.14.0-1018-aws-64k";
+    let old = "6.14.0-1018-aws";
+
+    // A plan: the kernel package planned, the default planned after it, nothing changed.
+    let mut h = session(&fr, ExecMode::Plan);
+    assert_eq!(boot::running(&h).unwrap(), old);
+    assert_eq!(boot::installed(&h).unwrap(), [old]);
+    assert_eq!(boot::default(&h).unwrap().as_deref(), Some(old));
+    assert!(pkg::install(&mut h, &[format!("linux-image-{new}")], false).unwrap());
+    assert!(boot::set_default(&mut h, new).unwrap());
+    assert_eq!(boot::default(&h).unwrap().as_deref(), Some(new));
+    let report = h.finish().unwrap();
+    let summaries: Vec<&str> = report.changes.iter().map(|c| c.summary.as_str()).collect();
+    assert_eq!(
+        summaries,
+        [
+            "install packages linux-image-6.14.0-1018-aws-64k (apt)",
+            "update /etc/default/grub",
+            "grub default: 6.14.0-1018-aws -> 6.14.0-1018-aws-64k",
+        ]
+    );
+    assert!(!fr.host("/boot/vmlinuz-6.14.0-1018-aws-64k").exists());
+
+    // Apply: installed, the default set, the menu regenerated once.
+    let mut h = session(&fr, ExecMode::Apply);
+    assert!(pkg::install(&mut h, &[format!("linux-image-{new}")], false).unwrap());
+    assert_eq!(boot::installed(&h).unwrap(), [old, new]);
+    assert!(boot::set_default(&mut h, new).unwrap());
+    h.finish().unwrap();
+    assert!(
+        fr.read("/etc/default/grub")
+            .contains("\nGRUB_DEFAULT=saved\n")
+            || fr
+                .read("/etc/default/grub")
+                .starts_with("GRUB_DEFAULT=saved\n")
+    );
+    let calls = fr.read("/var/log/stub-calls.log");
+    assert!(
+        calls.contains(
+            "grub-set-default 'Advanced options for Ubuntu>Ubuntu, with Linux 6.14.0-1018-aws-64k'\nupdate-grub\n"
+        ),
+        "{calls}"
+    );
+    let h = session(&fr, ExecMode::Apply);
+    assert_eq!(boot::default(&h).unwrap().as_deref(), Some(new));
+    assert_eq!(boot::running(&h).unwrap(), old);
+
+    // The fake reboot boots grub's default: running is the new kernel.
+    fake_reboot(&fr);
+    let mut h = session(&fr, ExecMode::Check);
+    assert_eq!(boot::running(&h).unwrap(), new);
+    assert!(!boot::boot_into(&mut h, new).unwrap());
+    let report = h.finish().unwrap();
+    assert!(report.drift().is_empty());
+    assert!(report.interrupts.is_empty());
+}
+
+/// Amazon Linux 2023: BootLoaderSpec entries, so the grubenv names an entry id; no
+/// `update-grub` (the rhel family's menu reads `saved_entry` already).
+#[test]
+fn kernel_set_default_on_amazon_linux_names_the_bls_entry() {
+    require_root!();
+    let fr = fake_node("amazon-linux-2023");
+    let running = "6.1.158-180.294.amzn2023.x86_64";
+    let older = "6.1.112-122.189.amzn2023.x86_64";
+    let id = "ec2a1b2c3d4e5f60718293a4b5c6d7e8";
+    for r in [running, older] {
+        fr.write(&format!("/usr/lib/modules/{r}/vmlinuz"), "kernel");
+        fr.write(
+            &format!("/boot/loader/entries/{id}-{r}.conf"),
+            format!("title Amazon Linux ({r}) 2023\nversion {r}\n"),
+        );
+    }
+    let mut h = session(&fr, ExecMode::Apply);
+    assert_eq!(boot::running(&h).unwrap(), running);
+    // rpm order: 6.1.112 before 6.1.158.
+    assert_eq!(boot::installed(&h).unwrap(), [older, running]);
+    assert_eq!(boot::default(&h).unwrap().as_deref(), Some(running));
+    assert!(boot::set_default(&mut h, older).unwrap());
+    let report = h.finish().unwrap();
+    assert!(report.actions.is_empty(), "{:?}", report.actions);
+    let calls = fr.read("/var/log/stub-calls.log");
+    assert!(
+        calls.ends_with(&format!("grub-set-default {id}-{older}\n")),
+        "{calls}"
+    );
+    let h = session(&fr, ExecMode::Plan);
+    assert_eq!(boot::default(&h).unwrap().as_deref(), Some(older));
+}
