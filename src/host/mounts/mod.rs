@@ -1,6 +1,10 @@
-//! Mounts and disks: `mount::` (`/etc/fstab` entries and the host's live mount table).
+//! Mounts and disks: `mount::` (`/etc/fstab` entries, the host's live mount table and systemd
+//! mount units).
 
 pub mod mount;
+pub mod unit;
 
 #[cfg(test)]
 mod mount_tests;
+#[cfg(test)]
+mod unit_tests;
