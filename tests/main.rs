@@ -48,6 +48,7 @@
 //! - `undo_journal`: a `.rhai` step of ten kinds of file change, failing or succeeding,
 //!   SIGKILLed at every fsync, fdatasync and rename (its undo included), then rerun: the
 //!   host equals a clean run's.
+//! - `mount_units`: `mount::unit`/`bind`/`remove_unit` in-process on the fake EKS node.
 
 /// Counts allocations as the binaries do, for the in-process runs of the library here.
 #[global_allocator]
@@ -73,6 +74,7 @@ mod kill_anywhere;
 mod layers;
 mod log_format;
 mod malformed;
+mod mount_units;
 mod nouveau_example;
 mod nvidia_ports;
 mod nvidia_setup_port;

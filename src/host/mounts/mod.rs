@@ -1,9 +1,12 @@
-//! Mounts and disks: `mount::` (`/etc/fstab` entries and the host's live mount table),
-//! `disk::` (block devices) with `fs::mkfs`, and `raid::` (md arrays).
+//! Mounts and disks: `mount::` (`/etc/fstab` entries, the host's live mount table and systemd
+//! mount units), `disk::` (block devices) with `fs::mkfs`, and `raid::` (md arrays).
 
 pub mod disk;
 pub mod mount;
 pub mod raid;
+pub mod unit;
 
 #[cfg(test)]
 mod mount_tests;
+#[cfg(test)]
+mod unit_tests;

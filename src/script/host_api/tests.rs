@@ -388,7 +388,7 @@ fn documented_option_keys_are_the_bindings_keys() {
         );
         seen += 1;
     }
-    assert_eq!(seen, 27);
+    assert_eq!(seen, 29);
 }
 
 fn docs_namespaces() -> Vec<&'static str> {
@@ -624,6 +624,7 @@ fn effects_root() -> TestHost {
         "GRUB_CMDLINE_LINUX_DEFAULT=\"q\"\n",
     );
     t.file("/etc/fstab", "/dev/sdc1 /old ext4 defaults 0 0\n");
+    t.file("/etc/systemd/system/mnt-old.mount", "[Mount]\n");
     t.file(
         "/proc/1/mountinfo",
         "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n23 22 8:33 / /old rw - ext4 /dev/sdc1 rw\n",
