@@ -4,6 +4,7 @@
 //! bad configMap, and an uninstall back to the starting files.
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::util::{FakeRoot, Run, T, tree};
@@ -63,6 +64,40 @@ pub(crate) fn overlay(src: &Path, dst: &Path) {
     }
 }
 
+/// Turn back into symlinks the layers' links that their snapshot flattened into small files
+/// holding the target: `usr/local/bin/apt-get` (`apt`) and the units enabled in
+/// `etc/systemd/system/*.wants/` (an absolute unit path). `dev/disk/by-id` is left to
+/// [`realistic_block_devices`].
+fn relink(root: &Path) {
+    let mut dirs = vec![root.join("usr/local/bin"), root.join("usr/local/sbin")];
+    if let Ok(rd) = fs::read_dir(root.join("etc/systemd/system")) {
+        dirs.extend(
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "wants")),
+        );
+    }
+    for dir in dirs {
+        let Ok(rd) = fs::read_dir(&dir) else { continue };
+        for e in rd.flatten() {
+            let meta = e.metadata().unwrap();
+            if !meta.is_file() || meta.len() > 200 || meta.permissions().mode() & 0o111 != 0 {
+                continue;
+            }
+            let target = fs::read_to_string(e.path()).unwrap_or_default();
+            let named = match target.strip_prefix('/') {
+                Some(abs) => root.join(abs),
+                None => dir.join(&target),
+            };
+            if target.is_empty() || target.contains(char::is_whitespace) || !named.is_file() {
+                continue;
+            }
+            fs::remove_file(e.path()).unwrap();
+            std::os::unix::fs::symlink(&target, e.path()).unwrap();
+        }
+    }
+}
+
 /// A fake GPU node: a host layer over a minimal root, the package `example` at `$T/pkg`
 /// with `configmaps`, the agent's environment for `resource_id`.
 pub(crate) fn node(
@@ -73,6 +108,7 @@ pub(crate) fn node(
 ) -> FakeRoot {
     let mut fr = FakeRoot::with_tools(STUB_TOOLS);
     overlay(&manifest().join("tests/fakehosts").join(host), fr.root());
+    relink(fr.root());
     // The stubs write to /dev/null, as on a node.
     let null = fr.host("/dev/null");
     fs::create_dir_all(null.parent().unwrap()).unwrap();
@@ -635,5 +671,19 @@ print(`${a} ${f} ${disk::fstype("/dev/md/kubernetes")} [${disk::uuid("/dev/md/ku
     assert_eq!(
         out,
         "raid0 clean\nARRAY /dev/md/kubernetes metadata=1.2 name=ip-10-0-12-34:kubernetes UUID=5e1d7c3a:9b2f4e61:0a8c3d17:6f4b2e90\n\n"
+    );
+}
+
+/// The fake node's flattened links are links again: `apt-get` runs the layer's `apt`, and
+/// kubelet is enabled as the fake systemctl and reboot see it (a symlink in the `.wants`).
+#[test]
+fn fake_node_links_are_symlinks() {
+    let fr = node("ubuntu-24.04-eks-x86_64", "nvidia-tuning-gke", &[], "r");
+    let apt_get = fr.host("/usr/local/bin/apt-get");
+    assert_eq!(fs::read_link(&apt_get).unwrap(), Path::new("apt"));
+    let wants = fr.host("/etc/systemd/system/multi-user.target.wants/kubelet.service");
+    assert_eq!(
+        fs::read_link(&wants).unwrap(),
+        Path::new("/etc/systemd/system/kubelet.service")
     );
 }
