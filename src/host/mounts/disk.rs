@@ -31,6 +31,8 @@
 //! In plan and check mode nothing is created, so a later call of the same session answers
 //! from the session's planned changes: an array [`crate::host::mounts::raid::create`] planned
 //! exists (and has no filesystem), and a device `fs::mkfs` planned has that filesystem.
+//! These are read from the session's report, which holds one step's changes: in a package
+//! dry run a later step does not see an array an earlier step planned.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
