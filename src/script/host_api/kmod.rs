@@ -10,8 +10,8 @@ use super::docs::EffectKind::*;
 use super::docs::Effects::*;
 use super::docs::FnDoc;
 use super::docs::{NAME, OPTS};
-use crate::host::kernel::boot;
 use crate::host::kernel::kmod::{self, BlacklistOptions, FileOptions};
+use crate::host::kernel::{boot, dkms};
 
 /// The `release` parameter of the `kernel::` functions.
 const RELEASE: (&str, &str) = ("release", "String");
@@ -75,6 +75,11 @@ pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[
         "Kernels and the boot default — `kernel::`",
         "Releases as `uname -r` prints them. What grub boots next is read from `GRUB_DEFAULT` (`/etc/default/grub`, then `/etc/default/grub.d/*.cfg`; absent: `0`) and, for `saved`, the `saved_entry` of `/boot/grub/grubenv` (`/boot/grub2/grubenv` on grub2 hosts). An entry names its release by its last `>` part: `0` and `gnulinux-simple-<uuid>` the newest installed kernel, `...>Ubuntu, with Linux 6.8.0-1015-aws`, `gnulinux-6.8.0-1015-aws-advanced-<uuid>`, a title with `(<release>)`, a BootLoaderSpec id `<machine-id>-<release>`; any other entry cannot be told (`()`).",
     ),
+    (
+        "dkms",
+        "DKMS modules — `dkms::`",
+        "Read from the root's `/var/lib/dkms` tree (no `dkms` command): `<module>/<version>/` is added, `<module>/<version>/<kernel>/<arch>/` built, and the `<module>/kernel-<kernel>-<arch>` link to it installed.",
+    ),
 ];
 
 /// The functions of this file's namespaces, in reference order: each one's reference row
@@ -115,6 +120,26 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         Submits(&[Write, GrubDefault]),
         "Make grub boot `release` next: `GRUB_DEFAULT=saved` in `/etc/default/grub` (a file change; `update-grub` once at the end of the step, except on rhel and fedora) and `grub-set-default \"Advanced options for <OS>><OS>, with Linux <release>\"` (`grub2-set-default` where only it exists; a BootLoaderSpec id when `/boot/loader/entries/<id>.conf` is there). Unchanged when grub's default entry names the release (a default that is it only as the newest kernel, entry `0`, is pinned); a plan shows `~ grub default: <old> -> <release>`; check: drift. An error when the release is not installed (nor planned by a `pkg::install` of the step), or a `grub.d` file sets another `GRUB_DEFAULT`.",
         |h, r: S| Ok(boot::set_default(h, &r)?)
+    ),
+    host_fn!(
+        "dkms",
+        "status",
+        &[],
+        "Array",
+        ReadsHost,
+        "Every module version of `/var/lib/dkms` per kernel it was built for: `#{name, version, kernel, arch, state}` (`name` the module's: `module` is a Rhai keyword) with state `\"built\"` or `\"installed\"`; a version built for no kernel once, `#{kernel: \"\", arch: \"\", state: \"added\"}`. In name order; `[]` without the tree.",
+        |h| Ok(dkms::status(h)?
+            .into_iter()
+            .map(|e| {
+                let mut m = rhai::Map::new();
+                m.insert("name".into(), convert::s(e.module));
+                m.insert("version".into(), convert::s(e.version));
+                m.insert("kernel".into(), convert::s(e.kernel));
+                m.insert("arch".into(), convert::s(e.arch));
+                m.insert("state".into(), convert::s(e.state));
+                Dynamic::from_map(m)
+            })
+            .collect::<rhai::Array>())
     ),
     host_fn!(
         "kernel",
@@ -310,6 +335,7 @@ pub(super) mod tests {
         r#"kernel::default_release()"#,
         r#"kernel::set_default("6.1.0-test")"#,
         r#"kernel::boot_into("6.1.0-test")"#,
+        r#"dkms::status()"#,
     ];
 
     #[test]
@@ -617,6 +643,49 @@ mod kernel_undo_tests {
         assert_eq!(
             t.calls(),
             ["grub-set-default Advanced options for Ubuntu>Ubuntu, with Linux 6.8.0-1015-aws"]
+        );
+    }
+}
+
+#[cfg(test)]
+mod dkms_tests {
+    use super::super::tests::*;
+    use crate::host::effects::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// A tree as dkms 3 leaves it: nvidia 550 installed for one kernel and built for
+    /// another, an older version only added, a build in progress ignored.
+    #[test]
+    fn dkms_status_reads_the_tree() {
+        let t = TestHost::new();
+        let m = t.p("/var/lib/dkms/nvidia");
+        for d in [
+            "550.54.15/6.8.0-1015-aws/x86_64/module",
+            "550.54.15/6.8.0-1021-aws/x86_64/module",
+            "550.54.15/build",
+            "535.183.01",
+        ] {
+            std::fs::create_dir_all(m.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink("/usr/src/nvidia-550.54.15", m.join("550.54.15/source"))
+            .unwrap();
+        std::os::unix::fs::symlink(
+            "550.54.15/6.8.0-1015-aws/x86_64",
+            m.join("kernel-6.8.0-1015-aws-x86_64"),
+        )
+        .unwrap();
+        let src = r#"for e in dkms::status() { print(`${e.name} ${e.version} ${e.kernel} ${e.arch} ${e.state}`); }"#;
+        let r = run(&t, ExecMode::Plan, src).ok();
+        assert_eq!(
+            r.stdout(),
+            "nvidia 535.183.01   added\nnvidia 550.54.15 6.8.0-1015-aws x86_64 installed\nnvidia 550.54.15 6.8.0-1021-aws x86_64 built\n"
+        );
+        let empty = TestHost::new();
+        assert_eq!(
+            run(&empty, ExecMode::Apply, "print(dkms::status())")
+                .ok()
+                .stdout(),
+            "[]\n"
         );
     }
 }
