@@ -348,7 +348,7 @@ fn grub_os(h: &Host) -> Result<String> {
 
 /// The program among `names` found first in the root's [`PROGRAM_DIRS`] (each name tried in
 /// every directory before the next name).
-fn find_program<'a>(h: &Host, names: &[&'a str]) -> Result<Option<&'a str>> {
+pub(crate) fn find_program<'a>(h: &Host, names: &[&'a str]) -> Result<Option<&'a str>> {
     for n in names {
         for d in PROGRAM_DIRS {
             if h.view_stat(&Path::new(d).join(n), true)?.is_some() {
