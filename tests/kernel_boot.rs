@@ -134,6 +134,7 @@ fn kernel_set_default_on_amazon_linux_names_the_bls_entry() {
     let running = "6.1.158-180.294.amzn2023.x86_64";
     let older = "6.1.112-122.189.amzn2023.x86_64";
     let id = "ec2a1b2c3d4e5f60718293a4b5c6d7e8";
+    fr.write(&format!("/boot/vmlinuz-0-rescue-{id}"), "rescue kernel");
     for r in [running, older] {
         fr.write(&format!("/usr/lib/modules/{r}/vmlinuz"), "kernel");
         fr.write(
