@@ -8,6 +8,7 @@ use std::fs;
 use skyhook::host::kernel::boot;
 use skyhook::host::packages::pkg;
 use skyhook::host::root::HostRoot;
+use skyhook::host::system::libs;
 use skyhook::host::{ExecMode, Host, HostOptions};
 
 use crate::nvidia_ports::{STUB_TOOLS, manifest, overlay};
@@ -133,6 +134,7 @@ fn kernel_set_default_on_amazon_linux_names_the_bls_entry() {
     let running = "6.1.158-180.294.amzn2023.x86_64";
     let older = "6.1.112-122.189.amzn2023.x86_64";
     let id = "ec2a1b2c3d4e5f60718293a4b5c6d7e8";
+    fr.write(&format!("/boot/vmlinuz-0-rescue-{id}"), "rescue kernel");
     for r in [running, older] {
         fr.write(&format!("/usr/lib/modules/{r}/vmlinuz"), "kernel");
         fr.write(
@@ -155,4 +157,27 @@ fn kernel_set_default_on_amazon_linux_names_the_bls_entry() {
     );
     let h = session(&fr, ExecMode::Plan);
     assert_eq!(boot::default(&h).unwrap().as_deref(), Some(older));
+}
+
+/// `lib::find` over the fake hosts' `ldconfig -p`: a library the fake EFA installer would
+/// leave is found by its name.
+#[test]
+fn lib_find_on_the_fake_host_ldconfig() {
+    require_root!();
+    let fr = fake_node("ubuntu-24.04-eks-x86_64");
+    let h = session(&fr, ExecMode::Plan);
+    assert!(libs::find(&h, "libfabric").unwrap().is_empty());
+    fr.write("/opt/amazon/efa/lib/libfabric.so.1", "elf");
+    fr.write("/opt/amazon/efa/lib/libfabric.so", "elf");
+    assert_eq!(
+        libs::find(&h, "libfabric").unwrap(),
+        [
+            "/opt/amazon/efa/lib/libfabric.so",
+            "/opt/amazon/efa/lib/libfabric.so.1"
+        ]
+    );
+    assert_eq!(
+        libs::find(&h, "libc.so.6").unwrap(),
+        ["/lib/x86_64-linux-gnu/libc.so.6"]
+    );
 }

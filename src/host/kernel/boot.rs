@@ -106,7 +106,8 @@ fn check_release(release: &str) -> Result<()> {
 /// `/boot/vmlinuz-<release>` or `/lib/modules/<release>/vmlinuz` (`/usr/lib/modules`), as
 /// the session sees them (a planned `pkg::install` does not add one), oldest first by the
 /// host's version order (dpkg, rpm on rpm hosts). A module tree without an image (modules
-/// left after the kernel package was removed) is not a kernel.
+/// left after the kernel package was removed) is not a kernel, nor rhel's rescue image
+/// `/boot/vmlinuz-0-rescue-<machine id>`.
 ///
 /// # Errors
 /// Read failures; a name the version order cannot parse.
@@ -114,8 +115,11 @@ pub fn installed(h: &Host) -> Result<Vec<String>> {
     let mut found: Vec<String> = Vec::new();
     if let Some(entries) = h.view_list(Path::new("/boot"))? {
         for (name, _) in entries {
+            // `vmlinuz-0-rescue-<machine id>` (rhel's rescue image) boots a copy of
+            // another kernel: it is no release of its own.
             if let Some(r) = name.strip_prefix("vmlinuz-")
                 && is_release(r)
+                && !r.starts_with("0-rescue-")
                 && !found.iter().any(|f| f == r)
             {
                 found.push(r.to_string());
@@ -279,6 +283,7 @@ pub fn entry_release(entry: &str, newest: Option<&str>) -> Option<String> {
         && id.len() == 32
         && id.chars().all(|c| c.is_ascii_hexdigit())
         && is_release(r)
+        && !r.starts_with("0-rescue")
     {
         return Some(r.to_string());
     }
@@ -348,7 +353,7 @@ fn grub_os(h: &Host) -> Result<String> {
 
 /// The program among `names` found first in the root's [`PROGRAM_DIRS`] (each name tried in
 /// every directory before the next name).
-fn find_program<'a>(h: &Host, names: &[&'a str]) -> Result<Option<&'a str>> {
+pub(crate) fn find_program<'a>(h: &Host, names: &[&'a str]) -> Result<Option<&'a str>> {
     for n in names {
         for d in PROGRAM_DIRS {
             if h.view_stat(&Path::new(d).join(n), true)?.is_some() {
@@ -551,6 +556,7 @@ mod tests {
                 "ec2a1b2c3d4e5f60718293a4b5c6d7e8-5.14.0-362.el9.x86_64",
                 Some("5.14.0-362.el9.x86_64"),
             ),
+            ("ec2a1b2c3d4e5f60718293a4b5c6d7e8-0-rescue", None),
             ("2", None),
             ("Windows Boot Manager (on /dev/nvme0n1p1)", None),
         ] {

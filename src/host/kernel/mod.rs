@@ -1,9 +1,11 @@
 //! Kernel and boot: `kernel::` (installed kernels and the one grub boots next, [`boot`]),
-//! `kmod::` (kernel modules and the initramfs), `sysctl::`, `grub::`,
+//! `dkms::` (the DKMS tree, [`dkms`]), `gpu::` (the NVIDIA GPUs and driver, [`gpu`]), `kmod::` (kernel modules and the initramfs), `sysctl::`, `grub::`,
 //! `ulimit::` ([`tuning`]), the sysctl values kept for `sysctl::restore` ([`sysctl_record`])
 //! and the interrupts a step requests (`interrupt::`).
 
 pub mod boot;
+pub mod dkms;
+pub mod gpu;
 pub mod interrupt;
 pub mod kmod;
 pub mod sysctl_record;

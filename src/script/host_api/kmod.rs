@@ -10,8 +10,25 @@ use super::docs::EffectKind::*;
 use super::docs::Effects::*;
 use super::docs::FnDoc;
 use super::docs::{NAME, OPTS};
-use crate::host::kernel::boot;
 use crate::host::kernel::kmod::{self, BlacklistOptions, FileOptions};
+use crate::host::kernel::{boot, dkms, gpu};
+
+/// A GPU for scripts: `#{index, name, uuid, pci_bus, driver_version, memory_mib, mig_mode}`
+/// (`()` for what is not known).
+fn gpu_map(g: gpu::Gpu) -> Dynamic {
+    let mut m = Map::new();
+    m.insert("index".into(), Dynamic::from(g.index));
+    m.insert("name".into(), convert::s(g.name));
+    m.insert("uuid".into(), convert::opt(g.uuid));
+    m.insert("pci_bus".into(), convert::opt(g.pci_bus));
+    m.insert("driver_version".into(), convert::opt(g.driver_version));
+    m.insert(
+        "memory_mib".into(),
+        g.memory_mib.map_or(Dynamic::UNIT, Dynamic::from),
+    );
+    m.insert("mig_mode".into(), convert::opt(g.mig_mode));
+    Dynamic::from_map(m)
+}
 
 /// The `release` parameter of the `kernel::` functions.
 const RELEASE: (&str, &str) = ("release", "String");
@@ -75,6 +92,16 @@ pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[
         "Kernels and the boot default — `kernel::`",
         "Releases as `uname -r` prints them. What grub boots next is read from `GRUB_DEFAULT` (`/etc/default/grub`, then `/etc/default/grub.d/*.cfg`; absent: `0`) and, for `saved`, the `saved_entry` of `/boot/grub/grubenv` (`/boot/grub2/grubenv` on grub2 hosts). An entry names its release by its last `>` part: `0` and `gnulinux-simple-<uuid>` the newest installed kernel, `...>Ubuntu, with Linux 6.8.0-1015-aws`, `gnulinux-6.8.0-1015-aws-advanced-<uuid>`, a title with `(<release>)`, a BootLoaderSpec id `<machine-id>-<release>`; any other entry cannot be told (`()`).",
     ),
+    (
+        "gpu",
+        "NVIDIA GPUs — `gpu::`",
+        "Queries, in every mode. With `nvidia-smi` in the root: `nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,driver_version,memory.total,mig.mode.current --format=csv,noheader,nounits`; without it, or when it fails, the driver's `/proc/driver/nvidia/gpus/<bus>/information` (`Model`, `GPU UUID`, `Bus Location`; indexed in bus order) and `/proc/driver/nvidia/version`; no driver: none. A value nvidia-smi cannot give (`[N/A]`, `[Not Supported]`) is `()`; PCI bus ids in the sysfs form `0000:18:00.0`.",
+    ),
+    (
+        "dkms",
+        "DKMS modules — `dkms::`",
+        "Read from the root's `/var/lib/dkms` tree (no `dkms` command): `<module>/<version>/` is added, `<module>/<version>/<kernel>/<arch>/` built, and the `<module>/kernel-<kernel>-<arch>` link to it installed.",
+    ),
 ];
 
 /// The functions of this file's namespaces, in reference order: each one's reference row
@@ -115,6 +142,56 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         Submits(&[Write, GrubDefault]),
         "Make grub boot `release` next: `GRUB_DEFAULT=saved` in `/etc/default/grub` (a file change; `update-grub` once at the end of the step, except on rhel and fedora) and `grub-set-default \"Advanced options for <OS>><OS>, with Linux <release>\"` (`grub2-set-default` where only it exists; a BootLoaderSpec id when `/boot/loader/entries/<id>.conf` is there). Unchanged when grub's default entry names the release (a default that is it only as the newest kernel, entry `0`, is pinned); a plan shows `~ grub default: <old> -> <release>`; check: drift. An error when the release is not installed (nor planned by a `pkg::install` of the step), or a `grub.d` file sets another `GRUB_DEFAULT`.",
         |h, r: S| Ok(boot::set_default(h, &r)?)
+    ),
+    host_fn!(
+        "gpu",
+        "list",
+        &[],
+        "Array",
+        RunsReadOnly,
+        "The GPUs by index: `#{index, name, uuid, pci_bus, driver_version, memory_mib, mig_mode}` (`memory_mib` an int; `mig_mode` `\"Enabled\"`, `\"Disabled\"` or `()` on GPUs without MIG; from `/proc`, `memory_mib` and `mig_mode` are `()`); `[]` without a driver. An error for nvidia-smi output that does not parse.",
+        |h| Ok(gpu::list(h)?
+            .into_iter()
+            .map(gpu_map)
+            .collect::<rhai::Array>())
+    ),
+    host_fn!(
+        "gpu",
+        "driver_version",
+        &[],
+        "?",
+        RunsReadOnly,
+        "The loaded driver's version (`\"550.54.15\"`, from `/proc/driver/nvidia/version`, else nvidia-smi's), or `()` without a driver.",
+        |h| Ok(convert::opt(gpu::driver_version(h)?))
+    ),
+    host_fn!(
+        "gpu",
+        "count",
+        &[],
+        "int",
+        RunsReadOnly,
+        "How many GPUs `gpu::list()` finds.",
+        |h| Ok(gpu::count(h)? as i64)
+    ),
+    host_fn!(
+        "dkms",
+        "status",
+        &[],
+        "Array",
+        ReadsHost,
+        "Every module version of `/var/lib/dkms` per kernel it was built for: `#{name, version, kernel, arch, state}` (`name` the module's: `module` is a Rhai keyword) with state `\"built\"` or `\"installed\"`; a version built for no kernel once, `#{kernel: \"\", arch: \"\", state: \"added\"}`. In name order; `[]` without the tree.",
+        |h| Ok(dkms::status(h)?
+            .into_iter()
+            .map(|e| {
+                let mut m = rhai::Map::new();
+                m.insert("name".into(), convert::s(e.module));
+                m.insert("version".into(), convert::s(e.version));
+                m.insert("kernel".into(), convert::s(e.kernel));
+                m.insert("arch".into(), convert::s(e.arch));
+                m.insert("state".into(), convert::s(e.state));
+                Dynamic::from_map(m)
+            })
+            .collect::<rhai::Array>())
     ),
     host_fn!(
         "kernel",
@@ -310,6 +387,10 @@ pub(super) mod tests {
         r#"kernel::default_release()"#,
         r#"kernel::set_default("6.1.0-test")"#,
         r#"kernel::boot_into("6.1.0-test")"#,
+        r#"dkms::status()"#,
+        r#"gpu::list()"#,
+        r#"gpu::driver_version()"#,
+        r#"gpu::count()"#,
     ];
 
     #[test]
@@ -617,6 +698,116 @@ mod kernel_undo_tests {
         assert_eq!(
             t.calls(),
             ["grub-set-default Advanced options for Ubuntu>Ubuntu, with Linux 6.8.0-1015-aws"]
+        );
+    }
+}
+
+#[cfg(test)]
+mod dkms_tests {
+    use super::super::tests::*;
+    use crate::host::effects::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// A tree as dkms 3 leaves it: nvidia 550 installed for one kernel and built for
+    /// another, an older version only added, a build in progress ignored.
+    #[test]
+    fn dkms_status_reads_the_tree() {
+        let t = TestHost::new();
+        let m = t.p("/var/lib/dkms/nvidia");
+        for d in [
+            "550.54.15/6.8.0-1015-aws/x86_64/module",
+            "550.54.15/6.8.0-1021-aws/x86_64/module",
+            "550.54.15/build",
+            "535.183.01",
+        ] {
+            std::fs::create_dir_all(m.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink("/usr/src/nvidia-550.54.15", m.join("550.54.15/source"))
+            .unwrap();
+        std::os::unix::fs::symlink(
+            "550.54.15/6.8.0-1015-aws/x86_64",
+            m.join("kernel-6.8.0-1015-aws-x86_64"),
+        )
+        .unwrap();
+        let src = r#"for e in dkms::status() { print(`${e.name} ${e.version} ${e.kernel} ${e.arch} ${e.state}`); }"#;
+        let r = run(&t, ExecMode::Plan, src).ok();
+        assert_eq!(
+            r.stdout(),
+            "nvidia 535.183.01   added\nnvidia 550.54.15 6.8.0-1015-aws x86_64 installed\nnvidia 550.54.15 6.8.0-1021-aws x86_64 built\n"
+        );
+        let empty = TestHost::new();
+        assert_eq!(
+            run(&empty, ExecMode::Apply, "print(dkms::status())")
+                .ok()
+                .stdout(),
+            "[]\n"
+        );
+    }
+}
+
+#[cfg(test)]
+mod gpu_tests {
+    use super::super::tests::*;
+    use crate::host::effects::report::ExecMode;
+    use crate::host::testutil::TestHost;
+
+    /// The driver's `/proc` files of two GPUs (as the 550 driver writes them).
+    fn proc_gpus(t: &TestHost) {
+        t.file(
+            "/proc/driver/nvidia/version",
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\nGCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n",
+        );
+        for (bus, uuid) in [
+            ("0000:18:00.0", "GPU-5ab1c2d3-0000-1111-2222-333344445555"),
+            ("0000:2a:00.0", "GPU-6bc2d3e4-0000-1111-2222-333344445555"),
+        ] {
+            t.file(
+                &format!("/proc/driver/nvidia/gpus/{bus}/information"),
+                &format!("Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 0\nGPU UUID: \t {uuid}\nVideo BIOS: \t 96.00.99.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\nBus Location: \t {bus}\nDevice Minor: \t 0\nGPU Excluded:\t No\n"),
+            );
+        }
+    }
+
+    const SRC: &str = r#"print([gpu::count(), gpu::driver_version()]); for g in gpu::list() { print(`${g.index}|${g.name}|${g.uuid}|${g.pci_bus}|${g.driver_version}|${g.memory_mib}|${g.mig_mode}`); }"#;
+
+    /// nvidia-smi's CSV when the root has it (the recording stub sees exactly the query);
+    /// the `/proc` files without it or when it fails; nothing without a driver.
+    #[test]
+    fn gpu_list_from_nvidia_smi_then_proc() {
+        let t = TestHost::new();
+        t.install_sh();
+        assert_eq!(run(&t, ExecMode::Plan, SRC).ok().stdout(), "[0, ()]\n");
+        proc_gpus(&t);
+        let from_proc = "[2, \"550.54.15\"]\n\
+            0|NVIDIA H100 80GB HBM3|GPU-5ab1c2d3-0000-1111-2222-333344445555|0000:18:00.0|550.54.15||\n\
+            1|NVIDIA H100 80GB HBM3|GPU-6bc2d3e4-0000-1111-2222-333344445555|0000:2a:00.0|550.54.15||\n";
+        assert_eq!(run(&t, ExecMode::Plan, SRC).ok().stdout(), from_proc);
+        t.stub(
+            "nvidia-smi",
+            r#"printf '0, NVIDIA H100 80GB HBM3, GPU-5ab1c2d3-0000-1111-2222-333344445555, 00000000:18:00.0, 550.54.15, 81559, Disabled\n1, NVIDIA H100 80GB HBM3, GPU-6bc2d3e4-0000-1111-2222-333344445555, 00000000:2A:00.0, 550.54.15, 81559, [N/A]\n'"#,
+        );
+        for mode in [ExecMode::Plan, ExecMode::Check, ExecMode::Apply] {
+            assert_eq!(
+                run(&t, mode, SRC).ok().stdout(),
+                "[2, \"550.54.15\"]\n\
+                 0|NVIDIA H100 80GB HBM3|GPU-5ab1c2d3-0000-1111-2222-333344445555|0000:18:00.0|550.54.15|81559|Disabled\n\
+                 1|NVIDIA H100 80GB HBM3|GPU-6bc2d3e4-0000-1111-2222-333344445555|0000:2a:00.0|550.54.15|81559|\n"
+            );
+        }
+        assert_eq!(
+            t.calls()[0],
+            "nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,driver_version,memory.total,mig.mode.current --format=csv,noheader,nounits"
+        );
+        // A failing nvidia-smi (driver not talking): the /proc files answer.
+        t.stub(
+            "nvidia-smi",
+            "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"; exit 9",
+        );
+        assert_eq!(run(&t, ExecMode::Plan, SRC).ok().stdout(), from_proc);
+        t.stub("nvidia-smi", "echo 'garbage'");
+        assert_eq!(
+            run(&t, ExecMode::Plan, "gpu::list()").error(),
+            "main.rhai:1:6: gpu::list: invalid nvidia-smi output: fewer than 7 fields: \"garbage\" (expected index,name,uuid,pci.bus_id,driver_version,memory.total,mig.mode.current)"
         );
     }
 }

@@ -1,17 +1,28 @@
-//! `os::` (facts read from the host root) over [`crate::host::system::os`]: each function's
-//! reference row and binding, and their tests through Rhai.
+//! `os::` (facts read from the host root) over [`crate::host::system::os`] and `lib::` (the
+//! dynamic linker's libraries) over [`crate::host::system::libs`]: each function's reference
+//! row and binding, and their tests through Rhai.
+
+use rhai::ImmutableString as S;
 
 use super::convert;
 use super::docs::Effects::*;
 use super::docs::FnDoc;
-use crate::host::system::os;
+use super::docs::NAME;
+use crate::host::system::{libs, os};
 
 /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[(
-    "os",
-    "OS facts — `os::`",
-    "Read as files under the host root, so a test root can provide them.",
-)];
+pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "os",
+        "OS facts — `os::`",
+        "Read as files under the host root, so a test root can provide them.",
+    ),
+    (
+        "lib",
+        "Shared libraries — `lib::`",
+        "What the host's dynamic linker knows: `ldconfig -p` run in the host root (a query, in every mode), which reads `/etc/ld.so.cache` in whichever format the host's glibc wrote.",
+    ),
+];
 
 /// The functions of this file's namespaces, in reference order: each one's reference row
 /// and its registration.
@@ -106,6 +117,15 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         "The running kernel's command line (`/proc/cmdline` under the root).",
         |h| Ok(os::cmdline(h)?)
     ),
+    host_fn!(
+        "lib",
+        "find",
+        &[NAME],
+        "Array",
+        RunsReadOnly,
+        "The paths of the shared libraries the dynamic linker knows named like `name`: `\"libfabric\"` finds `libfabric.so` and `libfabric.so.1` (not `libfabric2.so`), a full soname only itself; each path once, in `ldconfig -p` order; `[]` when none. An error when `ldconfig` is missing or fails.",
+        |h, n: S| Ok(convert::array(libs::find(h, &n)?))
+    ),
 ];
 
 #[cfg(test)]
@@ -128,6 +148,7 @@ pub(super) mod tests {
         r#"os::rpm_arch()"#,
         r#"os::hostname()"#,
         r#"os::cmdline()"#,
+        r#"lib::find("libc")"#,
     ];
 
     #[test]
@@ -180,6 +201,40 @@ pub(super) mod tests {
         assert_eq!(
             run(&t, ExecMode::Plan, "os::dpkg_arch()").error(),
             "main.rhai:1:5: os::dpkg_arch: invalid machine architecture: \"m68k\" has no known dpkg or rpm name (known: x86_64, aarch64, i686, i586, i386, armv7l, ppc64le, s390x, riscv64, loongarch64)"
+        );
+    }
+
+    /// `lib::find` over a recording `ldconfig` stub: every mode runs it (a query), matches
+    /// by name, and a missing `ldconfig` is a clear error.
+    #[test]
+    fn lib_find_from_ldconfig() {
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub(
+            "ldconfig",
+            r#"[ "$1" = -p ] || exit 2
+printf '3 libs found in cache `/etc/ld.so.cache'"'"'\n'
+printf '\tlibfabric.so.1 (libc6,x86-64) => /opt/amazon/efa/lib/libfabric.so.1\n'
+printf '\tlibfabric.so (libc6,x86-64) => /opt/amazon/efa/lib/libfabric.so\n'
+printf '\tlibnccl-net.so (libc6,x86-64) => /opt/aws-ofi-nccl/lib/libnccl-net.so\n'"#,
+        );
+        let src = r#"print([lib::find("libfabric"), lib::find("libnccl-net.so"), lib::find("libcuda")]);"#;
+        for mode in [ExecMode::Plan, ExecMode::Check, ExecMode::Apply] {
+            let r = run(&t, mode, src).ok();
+            assert_eq!(
+                r.stdout(),
+                "[[\"/opt/amazon/efa/lib/libfabric.so.1\", \"/opt/amazon/efa/lib/libfabric.so\"], [\"/opt/aws-ofi-nccl/lib/libnccl-net.so\"], []]\n"
+            );
+        }
+        assert_eq!(t.calls().len(), 9);
+        assert_eq!(
+            run(&t, ExecMode::Plan, r#"lib::find("a/b")"#).error(),
+            "main.rhai:1:6: lib::find: invalid library name: \"a/b\" (a name like \"libfabric\" or \"libnvidia-ml.so.1\")"
+        );
+        std::fs::remove_file(t.p("/usr/bin/ldconfig")).unwrap();
+        assert_eq!(
+            run(&t, ExecMode::Plan, r#"lib::find("libfabric")"#).error(),
+            "main.rhai:1:6: lib::find: failed to run ldconfig -p: program not found"
         );
     }
 }

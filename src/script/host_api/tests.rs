@@ -634,6 +634,7 @@ fn effects_root() -> TestHost {
     t.file("/boot/vmlinuz-6.1.0-test", "");
     t.file("/boot/vmlinuz-6.2.0-new", "");
     t.stub("grub-set-default", ":");
+    t.stub("ldconfig", ":");
     t.file("/etc/modprobe.d/floppy.conf", "blacklist floppy\n");
     t.file(
         "/etc/modprobe.d/blacklist-floppy.conf",
