@@ -5,6 +5,7 @@
 # Usage (as root: steps are chrooted; UPSTREAM is a checkout of NVIDIA/skyhook-packages):
 #   cargo build --release
 #   [RUNS=5] [HOST=cos-117] bash benches/port_vs_bash.sh gke UPSTREAM
+#   [RUNS=5] bash benches/port_vs_bash.sh setup UPSTREAM
 #
 # Packages: `gke` = upstream nvidia-tuning-gke on its base tuning/ (as its Dockerfile layers
 # them) against examples/nvidia-tuning-gke; configMaps accelerator=gb200, intent=
@@ -14,19 +15,29 @@
 # interrupt (systemd-sysctl), post-interrupt-check, config again, uninstall, uninstall-check.
 # A stage that fails is timed all the same and named at the end (the bash package's
 # uninstall fails when no service drop-in exists, one of the bugs the port fixes).
+# `setup` = upstream nvidia-setup against examples/nvidia-setup on ubuntu-24.04-eks-x86_64
+# (service=eks, accelerator=h100: upgrade, EFA installer from the layer's mirror, OFI, chrony,
+# RAID0 of the two NVMe disks with its mount units; the port's download comes from a
+# 127.0.0.1 server holding the same installer as a real tar.gz); the stages are apply,
+# apply-check, apply again.
 # Prints per package the median and min of RUNS runs in ms, then port / bash.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "port_vs_bash.sh: needs root (steps run in a chroot)" >&2; exit 1; }
-[ $# -eq 2 ] || { echo "usage: port_vs_bash.sh gke UPSTREAM_DIR" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: port_vs_bash.sh gke|setup UPSTREAM_DIR" >&2; exit 2; }
 which=$1 up=$2 RUNS=${RUNS:-5} HOST=${HOST:-cos-117}
-[ "$which" = gke ] || { echo "port_vs_bash.sh: unknown package $which (gke)" >&2; exit 2; }
+case $which in
+    gke) ;;
+    setup) HOST=ubuntu-24.04-eks-x86_64 ;;
+    *) echo "port_vs_bash.sh: unknown package $which (gke, setup)" >&2; exit 2 ;;
+esac
 AGENT=${AGENT:-$PWD/target/release/skyhook-agent}
 [ -x "$AGENT" ] || { echo "port_vs_bash.sh: build $AGENT first (cargo build --release)" >&2; exit 1; }
 
 WORK=$(mktemp -d /tmp/skyhook-port.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
+if [ "$which" = gke ]; then
 # The bash package as its image lays it out: the base tuning package, then the gke files.
 mkdir -p "$WORK/bash"
 cp -r "$up/tuning/skyhook_dir" "$WORK/bash/"
@@ -34,6 +45,7 @@ cp -r "$up/nvidia-tuning-gke/skyhook_dir/." "$WORK/bash/skyhook_dir/"
 cp -r "$up/nvidia-tuning-gke/profiles" "$up/nvidia-tuning-gke/config.json" "$WORK/bash/"
 chmod +x "$WORK"/bash/skyhook_dir/*.sh
 cp -r examples/nvidia-tuning-gke "$WORK/port"
+fi
 
 # A fresh node at $1 with package $2 at /pkg.
 node() {
@@ -71,6 +83,10 @@ stages() {
     t1=$(date +%s%N)
     echo $(( (t1 - t0) / 1000000 ))
 }
+
+if [ "$which" = setup ]; then
+    . benches/port_vs_bash_setup.sh
+fi
 
 declare -A times
 for ((i = 0; i < RUNS; i++)); do
