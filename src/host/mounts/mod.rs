@@ -5,6 +5,8 @@ pub mod mount;
 pub mod unit;
 
 #[cfg(test)]
+mod host_ns_tests;
+#[cfg(test)]
 mod mount_tests;
 #[cfg(test)]
 mod unit_tests;
