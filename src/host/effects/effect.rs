@@ -330,6 +330,8 @@ pub enum EffectKind {
     PackageHold,
     /// `package_unhold`: release held packages.
     PackageUnhold,
+    /// `tuned_profile`: activate a tuned profile, or turn tuned's tuning off.
+    TunedProfile,
 }
 
 impl std::fmt::Display for EffectKind {
@@ -366,6 +368,7 @@ impl EffectKind {
             Fetch => "fetch",
             PackageHold => "package_hold",
             PackageUnhold => "package_unhold",
+            TunedProfile => "tuned_profile",
         }
     }
 }
@@ -523,6 +526,30 @@ pub enum Effect {
         /// True to hold, false to release.
         hold: bool,
     },
+    /// Make `names` tuned's active profile (`tuned-adm profile <names>`), or turn tuning
+    /// off when empty (`tuned-adm off`); a change, submitted only when the active profile
+    /// differs.
+    TunedProfile {
+        /// Profile names, merged by tuned in this order; empty: off.
+        names: Vec<String>,
+    },
+}
+
+/// Where tuned records the active profile's names (space-separated; empty or absent: no
+/// profile active).
+pub const TUNED_ACTIVE_PROFILE: &str = "/etc/tuned/active_profile";
+
+/// The command line of [`Effect::TunedProfile`]: `tuned-adm profile <names>`, or
+/// `tuned-adm off` when `names` is empty.
+pub fn tuned_argv(names: &[String]) -> Vec<String> {
+    if names.is_empty() {
+        return vec!["tuned-adm".into(), "off".into()];
+    }
+    ["tuned-adm", "profile"]
+        .into_iter()
+        .map(String::from)
+        .chain(names.iter().cloned())
+        .collect()
 }
 
 /// The class of an [`Effect`]: see the module documentation.
@@ -555,7 +582,7 @@ impl Effect {
     /// `chmod`, `chown`, `symlink`, `service`, `service_action`, `daemon_reload`,
     /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,
     /// `grub_update`, `interrupt`, `mount`, `module_load`, `initramfs_update`, `fetch`,
-    /// `package_hold`, `package_unhold`.
+    /// `package_hold`, `package_unhold`, `tuned_profile`.
     pub fn kind(&self) -> EffectKind {
         match self {
             Effect::WriteFile { .. } => EffectKind::Write,
@@ -581,6 +608,7 @@ impl Effect {
             Effect::Fetch(_) => EffectKind::Fetch,
             Effect::PackageHold { hold: true, .. } => EffectKind::PackageHold,
             Effect::PackageHold { hold: false, .. } => EffectKind::PackageUnhold,
+            Effect::TunedProfile { .. } => EffectKind::TunedProfile,
         }
     }
 
@@ -608,6 +636,7 @@ impl Effect {
             Effect::InitramfsUpdate(_) => "initramfs".into(),
             Effect::Fetch(d) => d.path.display().to_string(),
             Effect::PackageHold { names, .. } => names.join(" "),
+            Effect::TunedProfile { .. } => "tuned".into(),
         }
     }
 }

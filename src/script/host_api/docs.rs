@@ -58,9 +58,8 @@ pub fn kind_modes(kind: EffectKind) -> Modes {
         Command | GuardedCommand => Modes::Command,
         Interrupt => Modes::Interrupt,
         Write | Remove | Mkdir | RemoveAll | Chmod | Chown | Symlink | Service | PackageInstall
-        | PackageRemove | Sysctl | Mount | ModuleLoad | Fetch | PackageHold | PackageUnhold => {
-            Modes::Change
-        }
+        | PackageRemove | Sysctl | Mount | ModuleLoad | Fetch | PackageHold | PackageUnhold
+        | TunedProfile => Modes::Change,
     }
 }
 

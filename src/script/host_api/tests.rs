@@ -587,6 +587,9 @@ fn effects_root() -> TestHost {
     t.stub("update-grub", ":");
     t.stub("update-initramfs", ":");
     t.stub("modprobe", ":");
+    t.stub("tuned-adm", ":");
+    t.file("/usr/lib/tuned/balanced/tuned.conf", "[main]\n");
+    t.file("/etc/tuned/active_profile", "old\n");
     std::fs::write(t.p("/state/old.active"), "yes\n").unwrap();
     std::fs::write(t.p("/state/old.enabled"), "yes\n").unwrap();
     std::fs::write(t.p("/state/pkg-old"), "i\n").unwrap();
