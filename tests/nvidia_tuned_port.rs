@@ -548,3 +548,32 @@ fn nvidia_tuned_through_skyhook_run_plans_applies_and_then_plans_nothing() {
     assert_eq!(code, Some(0), "{again}");
     assert!(again.contains("Plan: 0 to change,"), "{again}");
 }
+
+/// RHEL (os-release `ID="rhel"`, which the bash install's `redhat*` pattern misses) is
+/// supported: tuned installed with dnf, the profiles of `os/rhel/9` (the major version of
+/// `VERSION_ID`) deployed and the selected one active.
+#[test]
+fn nvidia_tuned_supports_rhel() {
+    require_root!();
+    let fr = tuned_node("amazon-linux-2023", &[("accelerator", "h100")]);
+    fr.write(
+        "/etc/os-release",
+        "NAME=\"Red Hat Enterprise Linux\"\nID=\"rhel\"\nID_LIKE=\"fedora\"\nVERSION_ID=\"9.4\"\n",
+    );
+    ok(fr.run("apply"), "apply");
+    ok(fr.run("config"), "config");
+    assert_eq!(
+        fr.read("/etc/tuned/active_profile"),
+        "nvidia-h100-performance\n"
+    );
+    assert_eq!(
+        fr.read("/etc/tuned/nvidia-h100-performance/tuned.conf"),
+        package_file("profiles/os/rhel/9/nvidia-h100-performance/tuned.conf")
+    );
+    assert!(
+        fr.read("/var/log/stub-calls.log")
+            .contains("dnf -y install tuned"),
+        "{}",
+        fr.read("/var/log/stub-calls.log")
+    );
+}
