@@ -305,6 +305,24 @@ impl Host {
                 ),
                 None,
             ),
+            Effect::TunedProfile { names } => {
+                let was = self
+                    .view_read(Path::new(
+                        crate::host::effects::effect::TUNED_ACTIVE_PROFILE,
+                    ))
+                    .ok()
+                    .flatten()
+                    .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+                    .filter(|s| !s.is_empty());
+                (
+                    format!(
+                        "{} (active: {})",
+                        quote_argv(&crate::host::effects::effect::tuned_argv(names)),
+                        was.as_deref().unwrap_or("none")
+                    ),
+                    None,
+                )
+            }
         };
         Ok(Described {
             summary,

@@ -336,6 +336,8 @@ pub enum EffectKind {
     PackageUpdate,
     /// `package_upgrade`: upgrade the installed packages.
     PackageUpgrade,
+    /// `tuned_profile`: activate a tuned profile, or turn tuned's tuning off.
+    TunedProfile,
 }
 
 impl std::fmt::Display for EffectKind {
@@ -375,6 +377,7 @@ impl EffectKind {
             GrubDefault => "grub_default",
             PackageUpdate => "package_update",
             PackageUpgrade => "package_upgrade",
+            TunedProfile => "tuned_profile",
         }
     }
 }
@@ -555,6 +558,30 @@ pub enum Effect {
         /// Upgrade the packages (else only refresh the index).
         upgrade: bool,
     },
+    /// Make `names` tuned's active profile (`tuned-adm profile <names>`), or turn tuning
+    /// off when empty (`tuned-adm off`); a change, submitted only when the active profile
+    /// differs.
+    TunedProfile {
+        /// Profile names, merged by tuned in this order; empty: off.
+        names: Vec<String>,
+    },
+}
+
+/// Where tuned records the active profile's names (space-separated; empty or absent: no
+/// profile active).
+pub const TUNED_ACTIVE_PROFILE: &str = "/etc/tuned/active_profile";
+
+/// The command line of [`Effect::TunedProfile`]: `tuned-adm profile <names>`, or
+/// `tuned-adm off` when `names` is empty.
+pub fn tuned_argv(names: &[String]) -> Vec<String> {
+    if names.is_empty() {
+        return vec!["tuned-adm".into(), "off".into()];
+    }
+    ["tuned-adm", "profile"]
+        .into_iter()
+        .map(String::from)
+        .chain(names.iter().cloned())
+        .collect()
 }
 
 /// The class of an [`Effect`]: see the module documentation.
@@ -589,6 +616,7 @@ impl Effect {
     /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,
     /// `grub_update`, `interrupt`, `mount`, `module_load`, `initramfs_update`, `fetch`,
     /// `package_hold`, `package_unhold`, `grub_default`, `package_update`, `package_upgrade`.
+    /// `package_hold`, `package_unhold`, `tuned_profile`.
     pub fn kind(&self) -> EffectKind {
         match self {
             Effect::WriteFile { .. } => EffectKind::Write,
@@ -617,6 +645,7 @@ impl Effect {
             Effect::GrubDefault { .. } => EffectKind::GrubDefault,
             Effect::PackageUpgrade { upgrade: false, .. } => EffectKind::PackageUpdate,
             Effect::PackageUpgrade { upgrade: true, .. } => EffectKind::PackageUpgrade,
+            Effect::TunedProfile { .. } => EffectKind::TunedProfile,
         }
     }
 
@@ -646,6 +675,7 @@ impl Effect {
             Effect::PackageHold { names, .. } => names.join(" "),
             Effect::GrubDefault { .. } => "grub".into(),
             Effect::PackageUpgrade { manager, .. } => manager.name().into(),
+            Effect::TunedProfile { .. } => "tuned".into(),
         }
     }
 }

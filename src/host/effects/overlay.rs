@@ -394,6 +394,28 @@ impl Overlay {
             Effect::GrubDefault { release, .. } => {
                 self.grub_default = Some(release.clone());
             }
+            Effect::TunedProfile { names } => {
+                // tuned records the active profile's names in this file (empty after off).
+                let path = Path::new(crate::host::effects::effect::TUNED_ACTIVE_PROFILE);
+                let key = self.key(root, path, true)?;
+                let old = self.stat(root, &key, true)?;
+                self.plan_parents(root, &key)?;
+                let content = if names.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}\n", names.join(" "))
+                };
+                self.set(
+                    key,
+                    Node::File {
+                        content: content.into(),
+                        mode: old.as_ref().map_or(0o644, |s| s.mode),
+                        uid: 0,
+                        gid: 0,
+                        mtime: 0,
+                    },
+                );
+            }
         }
         Ok(())
     }

@@ -351,6 +351,13 @@ fn perform(cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
                 internal(cx, c, Vec::new())?;
             }
         }
+        Effect::TunedProfile { names } => {
+            internal(
+                cx,
+                crate::host::effects::effect::tuned_argv(names),
+                Vec::new(),
+            )?;
+        }
     }
     Ok(None)
 }
