@@ -416,7 +416,7 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         &[("src", "String"), ("dst", "String")],
         "bool",
         Submits(&[Mkdir, Chmod, Chown, Write, Symlink]),
-        "Make directory `dst` hold a copy of the tree at `src`, as `cp -a src/. dst/`: directories, regular files and symlinks (copied as links) with their modes and numeric owners; what `dst` has beyond `src` is kept. The source is walked and checked first (at most 100000 entries and 1 GiB of files, each file at most 64 MiB; a FIFO, socket or device, or an entry of another kind in the way at `dst`, is an error naming it; `dst` inside `src` is an error), so a bad tree changes nothing; then each entry that differs is its own effect, which a plan lists and a check reports.",
+        "Make directory `dst` hold a copy of the tree at `src`, as `cp -a src/. dst/`: directories, regular files and symlinks (copied as links) with their modes and numeric owners; what `dst` has beyond `src` is kept. The source is walked and checked first (at most 100000 entries and 1 GiB of files; a FIFO, socket or device, or an entry of another kind in the way at `dst`, is an error naming it; `dst` inside `src` is an error), so a bad tree changes nothing; then each entry that differs is its own effect, which a plan lists and a check reports. Files are compared by size, then by streamed SHA-256, and copied by streaming (never read whole: a file of any size is copied, verified against the source's digest, so a source that changed meanwhile fails the call and its destination is left as it was); a plan's diff names the copy instead of diffing its content.",
         |h, s: S, d: S| Ok(copy_tree::copy_tree(h, &s, &d, &TreeOptions::default())?)
     ),
     host_fn!(
