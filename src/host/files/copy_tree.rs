@@ -251,9 +251,10 @@ pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<
 
 /// Bring the file at `dst` to a copy of the regular file at `src` with the given attributes
 /// (`None`: keep), without holding either whole: unchanged when the session sees the same
-/// size and SHA-256 at both; the same content with other attributes is a `chmod`/`chown`;
-/// else one [`Effect::CopyFile`] carrying the source's digest, submitted under `dst`'s lock.
-/// A source the session planned with its content (an earlier write) is put as that content.
+/// size and SHA-256 at both ([`copy_needed`]); the same content with other attributes is a
+/// `chmod`/`chown` ([`put_attrs`]); else one [`Effect::CopyFile`] carrying the source's
+/// digest ([`submit_copy`]). A source the session planned with its content (an earlier
+/// write) is put as that content.
 ///
 /// # Errors
 /// [`HostError::BadAncestor`]; a directory at `dst`; `src` not a regular file (a FIFO is not
@@ -262,66 +263,116 @@ pub(crate) fn put_copy(
     h: &mut Host,
     src: &Path,
     dst: &Path,
-    (mode, uid, gid): (Option<u32>, Option<u32>, Option<u32>),
+    attrs: (Option<u32>, Option<u32>, Option<u32>),
 ) -> Result<bool> {
     if let ViewedFile::Content(c) = h.view_for_digest(src)? {
+        let (mode, uid, gid) = attrs;
         return fs::put(h, dst, c.to_vec(), mode, uid, gid);
     }
-    h.check_creatable(dst)?;
-    let src_stat = h.view_stat(src, true)?.ok_or_else(|| HostError::NotFound {
-        path: src.to_path_buf(),
-    })?;
-    let planned = |h: &Host, p: &Path| -> Result<bool> {
-        Ok(!matches!(h.view_for_digest(p)?, ViewedFile::Open(_)))
+    // Sizes are known for files on disk only (a planned copy's is not).
+    let size = match h.view_for_digest(src)? {
+        ViewedFile::Open(_) => h.view_stat(src, true)?.map(|s| s.size),
+        _ => None,
     };
-    // The source's digest, computed at most once.
-    let mut src_digest = None;
-    let same_content = match h.view_stat(dst, true)? {
-        None => false,
+    // The source's digest, computed at most once, and only when the sizes agree.
+    let mut digest = None;
+    let differs = copy_needed(h, dst, size, || {
+        let d = h.view_digest(src)?;
+        digest = Some(d.clone());
+        Ok(d)
+    })?;
+    if !differs {
+        return put_attrs(h, dst, attrs);
+    }
+    let sha256 = match digest {
+        Some(d) => d,
+        None => h.view_digest(src)?,
+    };
+    submit_copy(h, src, dst, sha256, attrs)
+}
+
+/// Whether the file at `dst` differs in content from a source of `size` bytes (`None`:
+/// unknown) whose SHA-256 `digest` computes (called only when the sizes agree or are
+/// unknown; `None`: unknown, so different): true when `dst` is missing.
+///
+/// # Errors
+/// [`HostError::BadAncestor`]; a directory at `dst`; read failures.
+pub(crate) fn copy_needed(
+    h: &Host,
+    dst: &Path,
+    size: Option<u64>,
+    digest: impl FnOnce() -> Result<Option<String>>,
+) -> Result<bool> {
+    h.check_creatable(dst)?;
+    Ok(match h.view_stat(dst, true)? {
+        None => true,
         Some(s) if s.kind == "dir" => {
             return Err(HostError::WrongKind {
                 path: dst.to_path_buf(),
                 what: "is a directory",
             });
         }
-        // Sizes first (known for files on disk only: a planned copy's is not), then digests.
-        Some(s) if s.size != src_stat.size && !planned(h, dst)? && !planned(h, src)? => false,
-        Some(_) => {
-            let want = h.view_digest(src)?;
-            let same = want.is_some() && h.view_digest(dst)? == want;
-            src_digest = Some(want);
-            same
+        Some(s)
+            if size.is_some_and(|n| n != s.size)
+                && matches!(h.view_for_digest(dst)?, ViewedFile::Open(_)) =>
+        {
+            true
         }
-    };
-    if same_content {
-        let st = h.view_stat(dst, true)?.ok_or_else(|| HostError::NotFound {
+        Some(_) => match digest()? {
+            Some(want) => h.view_digest(dst)?.as_deref() != Some(want.as_str()),
+            None => true,
+        },
+    })
+}
+
+/// Bring the attributes of the file at `dst`, whose content is already right, to those
+/// given (`None`: keep): a `chmod` and/or a `chown` where they differ. Returns whether
+/// anything changed.
+///
+/// # Errors
+/// `dst` missing; the effects' failures.
+pub(crate) fn put_attrs(
+    h: &mut Host,
+    dst: &Path,
+    (mode, uid, gid): (Option<u32>, Option<u32>, Option<u32>),
+) -> Result<bool> {
+    let st = h.view_stat(dst, true)?.ok_or_else(|| HostError::NotFound {
+        path: dst.to_path_buf(),
+    })?;
+    let mut changed = false;
+    if let Some(m) = mode.filter(|m| *m != st.mode) {
+        h.submit(Effect::Chmod {
             path: dst.to_path_buf(),
+            mode: m,
         })?;
-        let mut changed = false;
-        if let Some(m) = mode.filter(|m| *m != st.mode) {
-            h.submit(Effect::Chmod {
-                path: dst.to_path_buf(),
-                mode: m,
-            })?;
-            changed = true;
-        }
-        if uid.is_some_and(|u| u != st.uid) || gid.is_some_and(|g| g != st.gid) {
-            h.submit(Effect::Chown {
-                path: dst.to_path_buf(),
-                uid,
-                gid,
-            })?;
-            changed = true;
-        }
-        if !changed {
-            h.note_unchanged();
-        }
-        return Ok(changed);
+        changed = true;
     }
-    let sha256 = match src_digest {
-        Some(d) => d,
-        None => h.view_digest(src)?,
-    };
+    if uid.is_some_and(|u| u != st.uid) || gid.is_some_and(|g| g != st.gid) {
+        h.submit(Effect::Chown {
+            path: dst.to_path_buf(),
+            uid,
+            gid,
+        })?;
+        changed = true;
+    }
+    if !changed {
+        h.note_unchanged();
+    }
+    Ok(changed)
+}
+
+/// Submit the [`Effect::CopyFile`] of `src` (whose digest was `sha256`) to `dst`, under
+/// `dst`'s lock. Returns true.
+///
+/// # Errors
+/// Taking the lock; the effect's failures.
+pub(crate) fn submit_copy(
+    h: &mut Host,
+    src: &Path,
+    dst: &Path,
+    sha256: Option<String>,
+    (mode, uid, gid): (Option<u32>, Option<u32>, Option<u32>),
+) -> Result<bool> {
     let lock = h.lock_for_update(dst)?;
     let r = h.submit(Effect::CopyFile {
         src: src.to_path_buf(),
