@@ -284,7 +284,7 @@ pub enum InterruptRequest {
 /// it ([`Effect::kind`]; [`EffectKind::name`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EffectKind {
-    /// `write`: replace a file's content.
+    /// `write`: replace a file's content (given, or copied from another file).
     Write,
     /// `remove`: remove a file, symlink or empty directory.
     Remove,
@@ -398,6 +398,26 @@ pub enum Effect {
         /// [`bytes::Bytes::copy_from_slice`] from a borrowed slice; the line view hands out
         /// its kept rendering without a copy (`src/host/appendbuf.rs`).
         content: bytes::Bytes,
+        /// Permission bits to set.
+        mode: Option<u32>,
+        /// Owner uid to set.
+        uid: Option<u32>,
+        /// Group gid to set.
+        gid: Option<u32>,
+    },
+    /// Replace a file's content atomically with a copy of the regular file `src`, streamed
+    /// (never held whole: `fs::copy_tree`, `fs::extract`); attributes as
+    /// [`Effect::WriteFile`]'s. Reported as a `write`. When `sha256` is given and the source
+    /// no longer has that digest as it is copied (it changed since the copy was decided),
+    /// the copy fails and `path` is left as it was.
+    CopyFile {
+        /// Host path of the regular file copied (a FIFO or device is refused, not read).
+        src: PathBuf,
+        /// Host path written (a symlink's target is written, the link stays).
+        path: PathBuf,
+        /// The source's SHA-256 when the copy was decided, 64 lowercase hex digits; `None`:
+        /// unknown (a download the plan only plans).
+        sha256: Option<String>,
         /// Permission bits to set.
         mode: Option<u32>,
         /// Owner uid to set.
@@ -619,7 +639,7 @@ impl Effect {
     /// `package_hold`, `package_unhold`, `tuned_profile`.
     pub fn kind(&self) -> EffectKind {
         match self {
-            Effect::WriteFile { .. } => EffectKind::Write,
+            Effect::WriteFile { .. } | Effect::CopyFile { .. } => EffectKind::Write,
             Effect::RemoveFile { .. } => EffectKind::Remove,
             Effect::Mkdir { .. } => EffectKind::Mkdir,
             Effect::RemoveAll { .. } => EffectKind::RemoveAll,
@@ -653,6 +673,7 @@ impl Effect {
     pub fn target(&self) -> String {
         match self {
             Effect::WriteFile { path, .. }
+            | Effect::CopyFile { path, .. }
             | Effect::RemoveFile { path }
             | Effect::Mkdir { path, .. }
             | Effect::RemoveAll { path }

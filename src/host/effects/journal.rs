@@ -118,6 +118,7 @@ fn changes_files(effect: &Effect) -> bool {
     matches!(
         effect,
         Effect::WriteFile { .. }
+            | Effect::CopyFile { .. }
             | Effect::Fetch(_)
             | Effect::Mkdir { .. }
             | Effect::Symlink { .. }
@@ -182,7 +183,7 @@ impl StepJournal {
             self.open(root)?;
         }
         match effect {
-            Effect::WriteFile { path, .. } => {
+            Effect::WriteFile { path, .. } | Effect::CopyFile { path, .. } => {
                 let target = root.write_target(path)?;
                 self.record_creating(root, &target)
             }

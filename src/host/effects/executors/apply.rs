@@ -220,6 +220,28 @@ fn perform(cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
             let dirs = DirSync::Defer(&defer);
             root.write_atomic_synced(path, *mode, *uid, *gid, dirs, |f| f.write_all(content))?;
         }
+        Effect::CopyFile {
+            src,
+            path,
+            sha256,
+            mode,
+            uid,
+            gid,
+        } => {
+            let mut from = root.open_regular(src)?;
+            let defer = |dir: &Path| cx.dir_syncs.add(dir);
+            let dirs = DirSync::Defer(&defer);
+            root.write_atomic_synced(path, *mode, *uid, *gid, dirs, |f| {
+                let (_, got) = crate::host::root::digest::copy_hashed(&mut from, f)?;
+                match sha256 {
+                    Some(want) if *want != got => Err(std::io::Error::other(format!(
+                        "the source {} changed since the copy was decided (sha256 {want}, now {got}): nothing written",
+                        src.display()
+                    ))),
+                    _ => Ok(()),
+                }
+            })?;
+        }
         Effect::RemoveFile { path } => {
             let is_dir = root
                 .symlink_metadata(path)?
