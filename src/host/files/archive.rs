@@ -40,9 +40,38 @@ use crate::host::root::digest::copy_hashed;
 use crate::host::root::error::{HostError, Result};
 
 /// Where the apply stages the entries it copies into place, one directory per call
-/// (`<pid>.<n>`), removed when the call ends: the agent's state directory, inside the
-/// host root.
+/// (`<pid>.<n>`), removed when the call ends (or, after a kill, by the next run's
+/// [`sweep_staging`]): the agent's state directory, inside the host root.
 pub const STAGING: &str = "/var/lib/skyhook/.extract";
+
+/// Remove the staging directories under [`STAGING`] whose process is gone (an agent killed
+/// while unpacking): a directory `<pid>.<n>` is kept while a process `<pid>` lives (the
+/// operator's agent pods share the host's process ids). Returns one line per directory
+/// removed; [`STAGING`] itself goes when it is left empty.
+///
+/// # Errors
+/// Listing [`STAGING`] or removing a directory.
+pub fn sweep_staging(root: &crate::host::root::HostRoot) -> Result<Vec<String>> {
+    let dir = Path::new(STAGING);
+    if root.symlink_metadata(dir)?.is_none() {
+        return Ok(Vec::new());
+    }
+    let mut lines = Vec::new();
+    for e in root.read_dir(dir)? {
+        let name = e.name.to_string_lossy().into_owned();
+        let pid = name.split('.').next().and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_some_and(|p| Path::new("/proc").join(p.to_string()).exists());
+        if alive {
+            continue;
+        }
+        root.remove_all(&dir.join(&name))?;
+        lines.push(format!(
+            "removed {STAGING}/{name}, left by an fs::extract that did not end"
+        ));
+    }
+    let _ = root.remove_dir(dir);
+    Ok(lines)
+}
 
 /// Default of `max_files`: at most this many entries.
 pub const DEFAULT_MAX_FILES: u64 = 100_000;

@@ -196,3 +196,34 @@ fn a_fifo_entry_or_a_fifo_as_the_archive_is_refused_without_blocking() {
     );
     assert!(!t.p("/opt/x").exists());
 }
+
+/// An agent killed while unpacking leaves its staging directory; the next run's sweep
+/// removes it and keeps the one of a process that is alive (this test's own).
+#[test]
+fn the_staging_directory_of_a_killed_extract_is_swept() {
+    let t = TestHost::new();
+    let dead = format!("{STAGING}/999999999.0");
+    let live = format!("{STAGING}/{}.3", std::process::id());
+    t.file(&format!("{dead}/0"), "half an entry");
+    t.file(&format!("{live}/0"), "an entry being staged");
+    let root = HostRoot::open(&t.root).unwrap();
+    let lines = crate::host::files::archive::sweep_staging(&root).unwrap();
+    assert_eq!(
+        lines,
+        vec![format!(
+            "removed {dead}, left by an fs::extract that did not end"
+        )]
+    );
+    assert!(!t.p(&dead).exists());
+    assert_eq!(t.read(&format!("{live}/0")), "an entry being staged");
+    std::fs::remove_dir_all(t.p(&live)).unwrap();
+    assert!(
+        crate::host::files::archive::sweep_staging(&root)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        !t.p(STAGING).exists(),
+        "the emptied staging directory is removed"
+    );
+}
