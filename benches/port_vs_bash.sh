@@ -5,6 +5,7 @@
 # Usage (as root: steps are chrooted; UPSTREAM is a checkout of NVIDIA/skyhook-packages):
 #   cargo build --release
 #   [RUNS=5] [HOST=cos-117] bash benches/port_vs_bash.sh gke UPSTREAM
+#   [RUNS=5] [HOST=ubuntu-24.04-eks-x86_64] bash benches/port_vs_bash.sh tuned UPSTREAM
 #   [RUNS=5] bash benches/port_vs_bash.sh setup UPSTREAM
 #
 # Packages: `gke` = upstream nvidia-tuning-gke on its base tuning/ (as its Dockerfile layers
@@ -15,21 +16,32 @@
 # interrupt (systemd-sysctl), post-interrupt-check, config again, uninstall, uninstall-check.
 # A stage that fails is timed all the same and named at the end (the bash package's
 # uninstall fails when no service drop-in exists, one of the bugs the port fixes).
+#
+# `tuned` = upstream nvidia-tuned on its base tuned/ (as its Dockerfile layers them) against
+# examples/nvidia-tuned; configMaps accelerator=h100, intent=inference, service=eks,
+# INTERRUPT=true, on a host that has tuned (default ubuntu-24.04-eks-x86_64). Stages: apply,
+# apply-check, config, config-check, interrupt (node_restart: the fake reboot),
+# post-interrupt-check, config again, uninstall, uninstall-check. The root also gets the
+# package queries the layers lack (dpkg-query, rpm) and apt-get/yum as the symlinks they
+# stand for, as tests/nvidia_tuned_port.rs does. FIX_LIST_GREP=1 repairs the bash config's
+# profile lookup (below), without which it fails config and the checks after it.
+#
 # `setup` = upstream nvidia-setup against examples/nvidia-setup on ubuntu-24.04-eks-x86_64
 # (service=eks, accelerator=h100: upgrade, EFA installer from the layer's mirror, OFI, chrony,
 # RAID0 of the two NVMe disks with its mount units; the port's download comes from a
 # 127.0.0.1 server holding the same installer as a real tar.gz); the stages are apply,
-# apply-check, apply again.
+# apply-check, apply again. Its node and stages are in benches/port_vs_bash_setup.sh.
 # Prints per package the median and min of RUNS runs in ms, then port / bash.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "port_vs_bash.sh: needs root (steps run in a chroot)" >&2; exit 1; }
-[ $# -eq 2 ] || { echo "usage: port_vs_bash.sh gke|setup UPSTREAM_DIR" >&2; exit 2; }
-which=$1 up=$2 RUNS=${RUNS:-5} HOST=${HOST:-cos-117}
+[ $# -eq 2 ] || { echo "usage: port_vs_bash.sh gke|tuned|setup UPSTREAM_DIR" >&2; exit 2; }
+which=$1 up=$2 RUNS=${RUNS:-5}
 case $which in
-    gke) ;;
+    gke) HOST=${HOST:-cos-117} ;;
+    tuned) HOST=${HOST:-ubuntu-24.04-eks-x86_64} ;;
     setup) HOST=ubuntu-24.04-eks-x86_64 ;;
-    *) echo "port_vs_bash.sh: unknown package $which (gke, setup)" >&2; exit 2 ;;
+    *) echo "port_vs_bash.sh: unknown package $which (gke, tuned, setup)" >&2; exit 2 ;;
 esac
 AGENT=${AGENT:-$PWD/target/release/skyhook-agent}
 [ -x "$AGENT" ] || { echo "port_vs_bash.sh: build $AGENT first (cargo build --release)" >&2; exit 1; }
@@ -37,15 +49,31 @@ AGENT=${AGENT:-$PWD/target/release/skyhook-agent}
 WORK=$(mktemp -d /tmp/skyhook-port.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-if [ "$which" = gke ]; then
-# The bash package as its image lays it out: the base tuning package, then the gke files.
+# The bash package as its image lays it out: the base package, then the layer's files.
 mkdir -p "$WORK/bash"
-cp -r "$up/tuning/skyhook_dir" "$WORK/bash/"
-cp -r "$up/nvidia-tuning-gke/skyhook_dir/." "$WORK/bash/skyhook_dir/"
-cp -r "$up/nvidia-tuning-gke/profiles" "$up/nvidia-tuning-gke/config.json" "$WORK/bash/"
+case $which in
+    gke)
+        cp -r "$up/tuning/skyhook_dir" "$WORK/bash/"
+        cp -r "$up/nvidia-tuning-gke/skyhook_dir/." "$WORK/bash/skyhook_dir/"
+        cp -r "$up/nvidia-tuning-gke/profiles" "$up/nvidia-tuning-gke/config.json" "$WORK/bash/"
+        cp -r examples/nvidia-tuning-gke "$WORK/port" ;;
+    tuned)
+        cp -r "$up/tuned/skyhook_dir" "$WORK/bash/"
+        cp -r "$up/nvidia-tuned/skyhook_dir/." "$WORK/bash/skyhook_dir/"
+        cp -r "$up/nvidia-tuned/profiles" "$up/nvidia-tuned/config.json" "$WORK/bash/"
+        cp -r examples/nvidia-tuned "$WORK/port"
+        # FIX_LIST_GREP=1: let the bash config find profiles that have a summary (its
+        # `grep -q "^- NAME$"` of `tuned-adm list` never matches one; README of the port),
+        # so that both packages run every stage.
+        if [ "${FIX_LIST_GREP:-0}" = 1 ]; then
+            sed -i 's/grep -q "^- $profile\$"/grep -q "^- $profile\\( \\|\$\\)"/' \
+                "$WORK"/bash/skyhook_dir/apply_tuned_profile*.sh "$WORK"/bash/skyhook_dir/post_interrupt_tuned_check.sh
+        fi ;;
+    setup)
+        cp -r "$up/nvidia-setup/skyhook_dir" "$up/nvidia-setup/config.json" "$WORK/bash/"
+        cp -r examples/nvidia-setup "$WORK/port" ;;
+esac
 chmod +x "$WORK"/bash/skyhook_dir/*.sh
-cp -r examples/nvidia-tuning-gke "$WORK/port"
-fi
 
 # A fresh node at $1 with package $2 at /pkg.
 node() {
@@ -54,29 +82,65 @@ node() {
     scripts/make-host-root.sh "$r" >/dev/null
     rm -f "$r"/usr/local/bin/{systemctl,sysctl,service,reboot}
     cp -a "tests/fakehosts/$HOST/." "$r/"
-    for t in find xargs mktemp; do
-        p=$(command -v $t); mkdir -p "$r$(dirname "$p")"; cp "$p" "$r$p"
+    # Tools the stubs and bash packages use, with the libraries they load.
+    for t in find xargs mktemp tee; do
+        for p in "$(command -v $t)" $(ldd "$(command -v $t)" | grep -o '/[^ ]*'); do
+            [ -e "$r$p" ] || { mkdir -p "$r$(dirname "$p")"; cp -L "$p" "$r$p"; }
+        done
     done
     mkdir -p "$r/dev" && rm -f "$r/dev/null" && mknod -m 666 "$r/dev/null" c 1 3
     cp -r "$WORK/$2" "$r/pkg"
     mkdir -p "$r/pkg/configmaps"
-    printf gb200 > "$r/pkg/configmaps/accelerator"
-    printf multiNodeTraining > "$r/pkg/configmaps/intent"
+    case $which in
+        gke)
+            printf gb200 > "$r/pkg/configmaps/accelerator"
+            printf multiNodeTraining > "$r/pkg/configmaps/intent" ;;
+        tuned)
+            printf h100 > "$r/pkg/configmaps/accelerator"
+            printf inference > "$r/pkg/configmaps/intent"
+            printf eks > "$r/pkg/configmaps/service"
+            for t in apt-get:apt yum:dnf; do
+                f=$r/usr/local/bin/${t%%:*}
+                [ -f "$f" ] && [ "$(cat "$f")" = "${t#*:}" ] && rm "$f" && ln -s "${t#*:}" "$f"
+            done
+            cat > "$r/usr/local/bin/dpkg-query" <<'SH'
+#!/bin/sh
+for n; do :; done
+[ -f "/var/lib/fakepkg/$n.list" ] || { echo "dpkg-query: no packages found matching $n" >&2; exit 1; }
+printf 'install ok installed\t%s' "$(sed -n 's/^version=//p' "/usr/share/fakepkg/$n.meta")"
+SH
+            cat > "$r/usr/local/bin/rpm" <<'SH'
+#!/bin/sh
+for n; do :; done
+[ -f "/var/lib/fakepkg/$n.list" ] || { echo "package $n is not installed"; exit 1; }
+sed -n 's/^version=//p' "/usr/share/fakepkg/$n.meta"
+SH
+            chmod +x "$r/usr/local/bin/dpkg-query" "$r/usr/local/bin/rpm" ;;
+    esac
 }
 
-PAYLOAD=$(printf '{"type":"service_restart","services":["systemd-sysctl"]}' | base64 -w0)
+case $which in
+    gke)
+        PAYLOAD=$(printf '{"type":"service_restart","services":["systemd-sysctl"]}' | base64 -w0)
+        RID=gke-0000-1_nvidia_tuning_gke_0.2.0
+        STAGES="config config-check interrupt post-interrupt-check config uninstall uninstall-check" ;;
+    tuned)
+        PAYLOAD=$(printf '{"type":"node_restart"}' | base64 -w0)
+        RID=node-0000-1_nvidia_tuned_0.2.3
+        STAGES="apply apply-check config config-check interrupt post-interrupt-check config uninstall uninstall-check" ;;
+esac
 
 # Milliseconds for every stage of package $1 on a fresh root (root building not counted).
 stages() {
     local r=$WORK/root-$1 t0 t1 mode
     node "$r" "$1"
     t0=$(date +%s%N)
-    for mode in config config-check interrupt post-interrupt-check config uninstall uninstall-check; do
+    for mode in $STAGES; do
         local extra=()
         [ $mode = interrupt ] && extra=("$PAYLOAD")
         env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-            SKYHOOK_RESOURCE_ID=gke-0000-1_nvidia_tuning_gke_0.2.0 COPY_RESOLV=false \
-            SKYHOOK_ROOT_DIR=/state SKYHOOK_LOG_DIR=/log USE_CONTAINERD=false \
+            SKYHOOK_RESOURCE_ID=$RID COPY_RESOLV=false \
+            SKYHOOK_ROOT_DIR=/state SKYHOOK_LOG_DIR=/log USE_CONTAINERD=false INTERRUPT=true \
             "$AGENT" $mode "$r" /pkg "${extra[@]}" >"$WORK/out-$1-$mode" 2>&1 \
             || echo "$mode" >> "$WORK/failed-$1"
     done

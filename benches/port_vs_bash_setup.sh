@@ -1,12 +1,10 @@
 # shellcheck shell=bash
-# The `setup` case of port_vs_bash.sh (sourced by it after WORK, AGENT, HOST and `up` are
-# set): the package layouts, a fresh node per run and the stages, replacing the gke ones.
+# The `setup` case of port_vs_bash.sh (sourced by it once WORK, AGENT, HOST and the package
+# layouts are set): the EFA mirror, a fresh node per run and the stages, replacing the
+# generic ones.
 
-# The bash package as its image lays it out (skyhook_dir and config.json), and the port.
-mkdir -p "$WORK/bash"
-cp -r "$up/nvidia-setup/skyhook_dir" "$up/nvidia-setup/config.json" "$WORK/bash/"
+# The bash package's step scripts below skyhook_dir/ (steps/, steps_check/) run as programs.
 find "$WORK/bash/skyhook_dir" -name '*.sh' -exec chmod +x {} +
-cp -r examples/nvidia-setup "$WORK/port"
 
 # The layer's fake EFA installer archive (a script its fake tar runs) as a real tar.gz,
 # served on 127.0.0.1 for the port's fs::fetch; the bash package downloads with the

@@ -706,12 +706,18 @@ fn not_run(index: usize, step: &Step) -> StepRecord {
     }
 }
 
-/// Undo the journals of `.rhai` steps that did not end ([`crate::host::effects::journal::recover`]),
-/// one line each on `console`; a failure is a `not undone:` warning, not a failed run.
+/// Undo the journals of `.rhai` steps that did not end ([`crate::host::effects::journal::recover`])
+/// and remove the staging directories of `fs::extract` calls that did not end
+/// ([`crate::host::files::archive::sweep_staging`]), one line each on `console`; a failure is
+/// a warning, not a failed run.
 pub fn recover_journals(root: &crate::host::root::HostRoot, console: &Console) {
     match crate::host::effects::journal::recover(root) {
         Ok(lines) => lines.iter().for_each(|l| console.say(l)),
         Err(e) => console.warn(&format!("not undone: {}", crate::chain::render(&e))),
+    }
+    match crate::host::files::archive::sweep_staging(root) {
+        Ok(lines) => lines.iter().for_each(|l| console.say(l)),
+        Err(e) => console.warn(&crate::chain::render(&e)),
     }
 }
 

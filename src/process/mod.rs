@@ -21,7 +21,10 @@
 //!    process is reaped, so the signal only fires when the agent itself dies (e.g. `SIGKILL`);
 //! 2. clears `FD_CLOEXEC` on [`Spec::keep_fds`] (e.g. the package-lock `flock` descriptor,
 //!    so a rerun waits until the last process of the step is gone);
-//! 3. `chroot`s to [`Spec::chroot`] when given, then `chdir`s to [`Spec::cwd`].
+//! 3. with [`Spec::mount_ns`], enters that mount namespace (`setns(fd, CLONE_NEWNS)`, as
+//!    `nsenter -m` does: its root and working directory become the namespace's `/`);
+//! 4. `chroot`s to [`Spec::chroot`] when given (a path of the namespace it is then in), then
+//!    `chdir`s to [`Spec::cwd`].
 //!
 //! With [`Spec::cgroup`], it first joins that cgroup (writes `0` to its `cgroup.procs`): it
 //! cannot fork before, so every process of the run is a member.
@@ -89,6 +92,7 @@ use std::io;
 use std::ops::ControlFlow;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use cancel::{Cancel, CancelReason};
@@ -126,6 +130,10 @@ pub struct Spec {
     /// ends its members instead of the adopted descendants. `None`: the process group and
     /// the subreaper sweep are the boundary.
     pub cgroup: Option<PathBuf>,
+    /// A mount namespace (an open `/proc/<pid>/ns/mnt`, or a bind mount of one) the process
+    /// enters before the chroot and `exec`, so what it mounts is mounted there. `None`: the
+    /// namespace of the spawning thread.
+    pub mount_ns: Option<Arc<OwnedFd>>,
 }
 
 /// How a run is bounded; [`Default`]: no timeout, no token, 10 s grace periods, 64 KiB

@@ -221,6 +221,8 @@ struct Child<'a> {
     keep: &'a [RawFd],
     /// `cgroup.procs` of the cgroup to join (write-only, close-on-exec), or -1.
     cgroup: RawFd,
+    /// The mount namespace to enter (`setns`), or -1.
+    mount_ns: RawFd,
     root: Option<&'a CString>,
     cwd: &'a CString,
     candidates: &'a [CString],
@@ -290,6 +292,11 @@ impl Child<'_> {
                 if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
                     return Err(errno());
                 }
+            }
+            // The child has its own copy of the filesystem context (no CLONE_FS), as setns
+            // into a mount namespace requires.
+            if self.mount_ns >= 0 && libc::setns(self.mount_ns, libc::CLONE_NEWNS) != 0 {
+                return Err(errno());
             }
             if let Some(root) = self.root
                 && libc::chroot(root.as_ptr()) != 0
@@ -384,6 +391,7 @@ fn spawn_one(spec: &Spec, program: &Path, args: &[OsString]) -> io::Result<Spawn
         stderr: stderr_w.as_raw_fd(),
         keep: &spec.keep_fds,
         cgroup: cgroup.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+        mount_ns: spec.mount_ns.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
         root: root.as_ref(),
         cwd: &cwd,
         candidates: &candidates,

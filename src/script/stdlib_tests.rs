@@ -165,8 +165,9 @@ fn stage_value_is_the_return_code() {
 // Each root gets an os-release from tests/fixtures/os-release/, a real /bin/sh and /bin/bash
 // (with their libraries), and recording stubs for systemctl, apt-get, dnf, yum, tuned-adm,
 // update-grub, grub2-mkconfig, grubby, dpkg-query, rpm and sysctl: each logs its command
-// line to /stub.log. Package, unit and tuned state lives in /state so that queries answer
-// what earlier commands did.
+// line to /stub.log. Package and unit state lives in /state (tuned's in
+// /etc/tuned/active_profile, as tuned keeps it) so that queries answer what earlier commands
+// did.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -283,14 +284,19 @@ esac"#
             "rpm",
             &format!("{STATE_FNS}\nis \"pkg.$4\" || exit 1\nprintf '1.0-1.el9'"),
         );
+        // tuned-adm keeps the active profile where tuned does; the system profiles the
+        // tests name are there as the distributions' tuned packages ship them.
         t.stub(
             "tuned-adm",
             r#"case "$1" in
-  active) if [ -s /state/tuned.profile ]; then read p < /state/tuned.profile; echo "Current active profile: $p"; else echo "No current active profile."; fi ;;
-  profile) shift; echo "$*" > /state/tuned.profile ;;
-  off) : > /state/tuned.profile ;;
+  profile) shift; echo "$*" > /etc/tuned/active_profile ;;
+  off) : > /etc/tuned/active_profile ;;
 esac"#,
         );
+        for p in ["throughput-performance", "latency-performance"] {
+            t.file(&format!("/usr/lib/tuned/{p}/tuned.conf"), "[main]\n");
+        }
+        std::fs::create_dir_all(t.p("/etc/tuned")).unwrap();
         for s in ["update-grub", "grub2-mkconfig", "grubby", "sysctl"] {
             t.stub(s, "");
         }
@@ -327,8 +333,13 @@ esac"#,
     /// Run the example step `examples/<module>/skyhook_dir/<stage>.rhai` in `mode` (the
     /// agent's mode; `dry_run` selects plan mode for run modes).
     fn step(&self, module: &str, agent_mode: &str, dry_run: bool) -> Ran {
-        let stage = agent_mode.replace('-', "_");
         let dir = manifest().join("examples").join(module).join("skyhook_dir");
+        self.step_in(&dir, module, agent_mode, dry_run)
+    }
+
+    /// Run `<dir>/<stage>.rhai` as [`Node::step`] runs an example's step.
+    fn step_in(&self, dir: &Path, module: &str, agent_mode: &str, dry_run: bool) -> Ran {
+        let stage = agent_mode.replace('-', "_");
         let exec = if agent_mode.ends_with("-check") {
             ExecMode::Check
         } else if dry_run {
@@ -352,7 +363,7 @@ esac"#,
         let host = Host::new(HostRoot::open(&self.t.root).unwrap(), exec, opts);
         let api = HostApi::new(host);
         let engine = ScriptEngine::default();
-        let store = ModuleStore::new(&dir).with_configmaps(self.t.p("/skyhook/pkg/configmaps"));
+        let store = ModuleStore::new(dir).with_configmaps(self.t.p("/skyhook/pkg/configmaps"));
         let script = compile_step_in(&engine, &dir.join(format!("{stage}.rhai")), Arc::new(store))
             .unwrap_or_else(|e| panic!("{e}"));
         let out = Arc::new(CaptureOutput::new());
@@ -820,7 +831,7 @@ fn two_tuning_packages_keep_their_own_pam_limits_blocks() {
 }
 
 /// The calls that change something: without the queries (`dpkg-query`, `rpm -q`,
-/// `systemctl is-*`, `systemctl show`, `tuned-adm active`).
+/// `systemctl is-*`, `systemctl show`).
 fn mutating(calls: Vec<String>) -> Vec<String> {
     calls
         .into_iter()
@@ -828,8 +839,7 @@ fn mutating(calls: Vec<String>) -> Vec<String> {
             !(c.starts_with("dpkg-query ")
                 || c.starts_with("rpm -q ")
                 || c.starts_with("systemctl is-")
-                || c.starts_with("systemctl show ")
-                || c == "tuned-adm active")
+                || c.starts_with("systemctl show "))
         })
         .collect()
 }
@@ -1069,7 +1079,7 @@ fn tuned_on_every_distribution() {
         let stale = n.step("tuned", "config-check", false);
         assert!(
             stale.stderr.contains(
-                "ERROR: tuned-adm active reports gpu-throughput, expected throughput-performance"
+                "ERROR: the active tuned profile is gpu-throughput, expected throughput-performance"
             ),
             "{os}: {}",
             stale.stderr
@@ -1151,6 +1161,33 @@ fn tuned_removes_profiles_whose_configmap_is_gone() {
     assert!(!n.t.p("/etc/tuned/gpu-throughput").exists());
     assert!(!n.t.p("/etc/tuned/.skyhook-tuned-profiles").exists());
     n.step("tuned", "uninstall-check", false).ok();
+}
+
+/// The stdlib module imported under the name `tuned` and the host namespace `tuned_adm::`
+/// work side by side, in the script and inside the module (a namespace named `tuned` would
+/// be hidden by the import in both: Rhai looks a qualified name up in the imports first).
+#[test]
+fn tuned_imported_as_tuned_beside_the_tuned_adm_namespace() {
+    let n = Node::new("ubuntu-24.04", "debian", "tuned");
+    n.configmap("tuned_profile", "throughput-performance\n");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("config.rhai"),
+        "import \"skyhook/tuned\" as tuned;\n\
+         print(`before: ${tuned_adm::active()}`);\n\
+         tuned::config();\n\
+         print(`after: ${tuned_adm::active()}`);\n",
+    )
+    .unwrap();
+    let ran = n.step_in(dir.path(), "tuned", "config", false).ok();
+    assert_eq!(
+        ran.stdout,
+        "before: \ntuned: profiles unchanged, active profile set\nafter: throughput-performance\n"
+    );
+    assert_eq!(
+        mutating(n.calls()),
+        ["tuned-adm profile throughput-performance"]
+    );
 }
 
 #[test]

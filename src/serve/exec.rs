@@ -722,6 +722,7 @@ impl Service {
                     stdin: None,
                     keep_fds: Vec::new(),
                     cgroup: None,
+                    mount_ns: None,
                 })
             }
             Kind::Rhai => {

@@ -403,6 +403,7 @@ impl ProcessRunner {
             stdin: None,
             keep_fds: spec.keep_fds.clone(),
             cgroup: None,
+            mount_ns: None,
         };
         let popts = process::Options {
             timeout: spec.timeout,

@@ -70,6 +70,40 @@ fn diff_headers(path: &Path, old: bool, new: bool) -> (String, String) {
     (a, b)
 }
 
+/// The summary of a file write: `create <path> (mode 0644)` with the owner when set, or
+/// `update <path>` with the mode and owner changes.
+fn write_summary(
+    path: &Path,
+    old: Option<&crate::host::effects::overlay::Stat>,
+    mode: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+) -> String {
+    let p = path.display();
+    let mut summary = match (old, mode) {
+        (None, m) => format!("create {p} (mode {:04o})", m.unwrap_or(0o644)),
+        (Some(_), _) => format!("update {p}"),
+    };
+    if let Some(s) = old {
+        if let Some(m) = mode
+            && m != s.mode
+        {
+            summary.push_str(&format!(" (mode {:04o} -> {:04o})", s.mode, m));
+        }
+        if uid.is_some_and(|u| u != s.uid) || gid.is_some_and(|g| g != s.gid) {
+            summary.push_str(&format!(
+                " (owner {}:{} -> {})",
+                s.uid,
+                s.gid,
+                ids(uid, gid)
+            ));
+        }
+    } else if uid.is_some() || gid.is_some() {
+        summary.push_str(&format!(" (owner {})", ids(uid, gid)));
+    }
+    summary
+}
+
 fn ids(uid: Option<u32>, gid: Option<u32>) -> String {
     let f = |x: Option<u32>| x.map_or("-".to_string(), |v| v.to_string());
     format!("{}:{}", f(uid), f(gid))
@@ -112,6 +146,10 @@ impl Host {
                 d.after = f.sha256.as_ref().map(|s| format!("sha256:{s}"));
                 d.mkdir = self.missing_parents(&f.path)?;
             }
+            Effect::CopyFile { path, sha256, .. } => {
+                d.after = sha256.as_ref().map(|s| format!("sha256:{s}"));
+                d.mkdir = self.missing_parents(path)?;
+            }
             _ => {}
         }
         Ok(d)
@@ -152,31 +190,35 @@ impl Host {
                     Some(s) if with_diff && s.kind == "file" => self.view_read_cow(path)?,
                     _ => None,
                 };
-                let p = path.display();
-                let mut summary = match (&old_stat, mode) {
-                    (None, m) => format!("create {p} (mode {:04o})", m.unwrap_or(0o644)),
-                    (Some(_), _) => format!("update {p}"),
-                };
-                if let Some(s) = &old_stat {
-                    if let Some(m) = mode
-                        && *m != s.mode
-                    {
-                        summary.push_str(&format!(" (mode {:04o} -> {:04o})", s.mode, m));
-                    }
-                    if uid.is_some_and(|u| u != s.uid) || gid.is_some_and(|g| g != s.gid) {
-                        summary.push_str(&format!(
-                            " (owner {}:{} -> {})",
-                            s.uid,
-                            s.gid,
-                            ids(*uid, *gid)
-                        ));
-                    }
-                } else if uid.is_some() || gid.is_some() {
-                    summary.push_str(&format!(" (owner {})", ids(*uid, *gid)));
-                }
+                let summary = write_summary(path, old_stat.as_ref(), *mode, *uid, *gid);
                 let appended = appended.filter(|_| self.plans());
                 let diff = (with_diff && old.as_deref() != Some(&content[..]))
                     .then(|| render_write_diff(path, old.as_deref(), content, appended));
+                (summary, diff)
+            }
+            Effect::CopyFile {
+                src,
+                path,
+                mode,
+                uid,
+                gid,
+                ..
+            } => {
+                // The contents are streamed, never loaded: the diff names the copy instead.
+                let old_stat = self.view_stat(path, true)?;
+                let summary = write_summary(path, old_stat.as_ref(), *mode, *uid, *gid);
+                let diff = with_diff.then(|| {
+                    let (a, b) = diff_headers(path, old_stat.is_some(), true);
+                    let size = self
+                        .view_stat(src, true)
+                        .ok()
+                        .flatten()
+                        .map_or(String::new(), |s| format!(", {} bytes", s.size));
+                    format!(
+                        "Files {a} and {b} differ (copied from {}{size}: not diffed)\n",
+                        src.display()
+                    )
+                });
                 (summary, diff)
             }
             Effect::RemoveFile { path } => {
@@ -305,6 +347,24 @@ impl Host {
                 ),
                 None,
             ),
+            Effect::TunedProfile { names } => {
+                let was = self
+                    .view_read(Path::new(
+                        crate::host::effects::effect::TUNED_ACTIVE_PROFILE,
+                    ))
+                    .ok()
+                    .flatten()
+                    .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+                    .filter(|s| !s.is_empty());
+                (
+                    format!(
+                        "{} (active: {})",
+                        quote_argv(&crate::host::effects::effect::tuned_argv(names)),
+                        was.as_deref().unwrap_or("none")
+                    ),
+                    None,
+                )
+            }
         };
         Ok(Described {
             summary,
@@ -322,7 +382,10 @@ impl Host {
     /// # Errors
     /// Resolution or read failures of the file.
     pub(crate) fn hash_before(&mut self, effect: &Effect) -> Result<Option<String>> {
-        let (Effect::WriteFile { path, .. } | Effect::RemoveFile { path }) = effect else {
+        let (Effect::WriteFile { path, .. }
+        | Effect::CopyFile { path, .. }
+        | Effect::RemoveFile { path }) = effect
+        else {
             return Ok(None);
         };
         // A file counts as seen once a change of it is recorded ([`ContentHashes::note`]):
@@ -332,6 +395,10 @@ impl Host {
         }
         if self.view_stat(path, true)?.is_none_or(|s| s.kind != "file") {
             return Ok(None);
+        }
+        if matches!(effect, Effect::CopyFile { .. }) {
+            // A copied-over file may be of any size: its digest is streamed.
+            return Ok(self.view_digest(path)?.map(|d| format!("sha256:{d}")));
         }
         let redactor = self.redactor().clone();
         Ok(self

@@ -284,7 +284,7 @@ pub enum InterruptRequest {
 /// it ([`Effect::kind`]; [`EffectKind::name`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EffectKind {
-    /// `write`: replace a file's content.
+    /// `write`: replace a file's content (given, or copied from another file).
     Write,
     /// `remove`: remove a file, symlink or empty directory.
     Remove,
@@ -336,6 +336,8 @@ pub enum EffectKind {
     PackageUpdate,
     /// `package_upgrade`: upgrade the installed packages.
     PackageUpgrade,
+    /// `tuned_profile`: activate a tuned profile, or turn tuned's tuning off.
+    TunedProfile,
 }
 
 impl std::fmt::Display for EffectKind {
@@ -375,6 +377,7 @@ impl EffectKind {
             GrubDefault => "grub_default",
             PackageUpdate => "package_update",
             PackageUpgrade => "package_upgrade",
+            TunedProfile => "tuned_profile",
         }
     }
 }
@@ -395,6 +398,26 @@ pub enum Effect {
         /// [`bytes::Bytes::copy_from_slice`] from a borrowed slice; the line view hands out
         /// its kept rendering without a copy (`src/host/appendbuf.rs`).
         content: bytes::Bytes,
+        /// Permission bits to set.
+        mode: Option<u32>,
+        /// Owner uid to set.
+        uid: Option<u32>,
+        /// Group gid to set.
+        gid: Option<u32>,
+    },
+    /// Replace a file's content atomically with a copy of the regular file `src`, streamed
+    /// (never held whole: `fs::copy_tree`, `fs::extract`); attributes as
+    /// [`Effect::WriteFile`]'s. Reported as a `write`. When `sha256` is given and the source
+    /// no longer has that digest as it is copied (it changed since the copy was decided),
+    /// the copy fails and `path` is left as it was.
+    CopyFile {
+        /// Host path of the regular file copied (a FIFO or device is refused, not read).
+        src: PathBuf,
+        /// Host path written (a symlink's target is written, the link stays).
+        path: PathBuf,
+        /// The source's SHA-256 when the copy was decided, 64 lowercase hex digits; `None`:
+        /// unknown (a download the plan only plans).
+        sha256: Option<String>,
         /// Permission bits to set.
         mode: Option<u32>,
         /// Owner uid to set.
@@ -555,6 +578,30 @@ pub enum Effect {
         /// Upgrade the packages (else only refresh the index).
         upgrade: bool,
     },
+    /// Make `names` tuned's active profile (`tuned-adm profile <names>`), or turn tuning
+    /// off when empty (`tuned-adm off`); a change, submitted only when the active profile
+    /// differs.
+    TunedProfile {
+        /// Profile names, merged by tuned in this order; empty: off.
+        names: Vec<String>,
+    },
+}
+
+/// Where tuned records the active profile's names (space-separated; empty or absent: no
+/// profile active).
+pub const TUNED_ACTIVE_PROFILE: &str = "/etc/tuned/active_profile";
+
+/// The command line of [`Effect::TunedProfile`]: `tuned-adm profile <names>`, or
+/// `tuned-adm off` when `names` is empty.
+pub fn tuned_argv(names: &[String]) -> Vec<String> {
+    if names.is_empty() {
+        return vec!["tuned-adm".into(), "off".into()];
+    }
+    ["tuned-adm", "profile"]
+        .into_iter()
+        .map(String::from)
+        .chain(names.iter().cloned())
+        .collect()
 }
 
 /// The class of an [`Effect`]: see the module documentation.
@@ -589,9 +636,10 @@ impl Effect {
     /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,
     /// `grub_update`, `interrupt`, `mount`, `module_load`, `initramfs_update`, `fetch`,
     /// `package_hold`, `package_unhold`, `grub_default`, `package_update`, `package_upgrade`.
+    /// `package_hold`, `package_unhold`, `tuned_profile`.
     pub fn kind(&self) -> EffectKind {
         match self {
-            Effect::WriteFile { .. } => EffectKind::Write,
+            Effect::WriteFile { .. } | Effect::CopyFile { .. } => EffectKind::Write,
             Effect::RemoveFile { .. } => EffectKind::Remove,
             Effect::Mkdir { .. } => EffectKind::Mkdir,
             Effect::RemoveAll { .. } => EffectKind::RemoveAll,
@@ -617,6 +665,7 @@ impl Effect {
             Effect::GrubDefault { .. } => EffectKind::GrubDefault,
             Effect::PackageUpgrade { upgrade: false, .. } => EffectKind::PackageUpdate,
             Effect::PackageUpgrade { upgrade: true, .. } => EffectKind::PackageUpgrade,
+            Effect::TunedProfile { .. } => EffectKind::TunedProfile,
         }
     }
 
@@ -624,6 +673,7 @@ impl Effect {
     pub fn target(&self) -> String {
         match self {
             Effect::WriteFile { path, .. }
+            | Effect::CopyFile { path, .. }
             | Effect::RemoveFile { path }
             | Effect::Mkdir { path, .. }
             | Effect::RemoveAll { path }
@@ -646,6 +696,7 @@ impl Effect {
             Effect::PackageHold { names, .. } => names.join(" "),
             Effect::GrubDefault { .. } => "grub".into(),
             Effect::PackageUpgrade { manager, .. } => manager.name().into(),
+            Effect::TunedProfile { .. } => "tuned".into(),
         }
     }
 }

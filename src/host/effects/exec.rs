@@ -7,6 +7,7 @@
 
 use std::ffi::OsString;
 use std::ops::ControlFlow;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -291,6 +292,21 @@ impl process::Sink for CommandSink<'_> {
 /// A working directory that is not a directory under the root, a missing program, a
 /// timeout or cancel, a failing `check`ed command.
 pub(crate) fn exec(cx: &Context, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
+    exec_in(cx, argv, opts, None)
+}
+
+/// [`exec`] in mount namespace `mount_ns` when given ([`crate::process::Spec::mount_ns`]):
+/// the command then runs in that namespace and is not chrooted (the namespace's `/` is the
+/// host's; `mount::`'s `mount`/`umount`, see [`crate::host::root::mount_ns`]).
+///
+/// # Errors
+/// As [`exec`].
+pub(crate) fn exec_in(
+    cx: &Context,
+    argv: &[String],
+    opts: &RunOptions,
+    mount_ns: Option<Arc<OwnedFd>>,
+) -> Result<CmdOutput> {
     let command = quote_argv(argv);
     let _span = tracing::debug_span!("command", argv = %command).entered();
     let mut env: Vec<(OsString, OsString)> = Vec::new();
@@ -305,7 +321,7 @@ pub(crate) fn exec(cx: &Context, argv: &[String], opts: &RunOptions) -> Result<C
         env.push(("PATH".into(), DEFAULT_PATH.into()));
     }
     let cwd = opts.cwd.clone().unwrap_or_else(|| "/".into());
-    let chroot = if cx.opts.commands_chrooted {
+    let chroot = if cx.opts.commands_chrooted && mount_ns.is_none() {
         // Checked here so that a bad cwd is not reported as a missing program.
         if !cx
             .root
@@ -330,6 +346,7 @@ pub(crate) fn exec(cx: &Context, argv: &[String], opts: &RunOptions) -> Result<C
         stdin: opts.input.clone(),
         keep_fds: Vec::new(),
         cgroup: cx.opts.cgroup.clone(),
+        mount_ns,
     };
     let timeout = opts.timeout.or_else(|| cx.remaining());
     let options = process::Options {

@@ -27,7 +27,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use crate::host::effects::effect::Effect;
+use crate::host::effects::effect::{Download, Effect};
 use crate::host::effects::report::Change;
 use crate::host::root::digest::sha256_tag;
 use crate::host::root::normalize;
@@ -71,9 +71,10 @@ impl ContentHashes {
                 self.last_write.remove(&key);
                 self.seen.insert(key);
             }
-            // A fetch carries its own `after` (the verified digest) and ends the chain.
-            Effect::Fetch(d) => {
-                let key = normalize(&d.path);
+            // A fetch carries its own `after` (the verified digest) and ends the chain; so
+            // does a streamed copy (its source's digest).
+            Effect::Fetch(Download { path, .. }) | Effect::CopyFile { path, .. } => {
+                let key = normalize(&path);
                 self.last_write.remove(&key);
                 self.seen.insert(key);
             }

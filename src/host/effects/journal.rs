@@ -118,6 +118,7 @@ fn changes_files(effect: &Effect) -> bool {
     matches!(
         effect,
         Effect::WriteFile { .. }
+            | Effect::CopyFile { .. }
             | Effect::Fetch(_)
             | Effect::Mkdir { .. }
             | Effect::Symlink { .. }
@@ -182,7 +183,7 @@ impl StepJournal {
             self.open(root)?;
         }
         match effect {
-            Effect::WriteFile { path, .. } => {
+            Effect::WriteFile { path, .. } | Effect::CopyFile { path, .. } => {
                 let target = root.write_target(path)?;
                 self.record_creating(root, &target)
             }
@@ -358,22 +359,21 @@ impl StepJournal {
     }
 
     /// Open the log (first record): make the directory, create and lock the log, fsync
-    /// the directories created.
+    /// the directories created. The journals' directory is held shared meanwhile (see
+    /// [`hold_dir`]), so no recovery or cleanup takes the new journal for an abandoned one.
     fn open(&mut self, root: &HostRoot) -> Result<&mut File> {
         if self.log.is_none() {
             let dir = self.dir();
+            let (above, _guard) = hold_dir_created(root)?;
             let made = root.create_dir_all(&dir, 0o700)?;
             let log_path = dir.join(LOG);
             let f = root.create_new(&log_path, 0o600)?;
-            lock(&f, false).map_err(|e| jerr(&log_path, root, e))?;
+            lock(&f, LockOp::Exclusive).map_err(|e| jerr(&log_path, root, e))?;
             root.sync_dir_checked(&dir)?;
-            for d in &made {
+            for d in above.iter().chain(&made) {
                 root.sync_dir_checked(d.parent().unwrap_or(Path::new("/")))?;
             }
-            self.made_dirs = made
-                .into_iter()
-                .filter(|d| d != &dir && !d.starts_with(DIR))
-                .collect();
+            self.made_dirs = above.into_iter().filter(|d| !d.starts_with(DIR)).collect();
             self.log = Some(f);
         }
         Ok(self.log.as_mut().expect("opened above"))
@@ -417,7 +417,7 @@ impl StepJournal {
             return Ok(());
         }
         self.records = 0;
-        remove_journal(root, &self.dir(), &self.made_dirs)
+        remove_journal(root, &self.dir(), &self.made_dirs, false)
     }
 
     /// The step failed: replay the journal backwards, fsync, delete it. Returns one line
@@ -437,22 +437,31 @@ impl StepJournal {
         let failed = replay(root, reader, &log_path)?;
         drop(log);
         self.records = 0;
-        remove_journal(root, &self.dir(), &self.made_dirs)?;
+        remove_journal(root, &self.dir(), &self.made_dirs, false)?;
         Ok(failed)
     }
 }
 
-/// Remove a journal's log and directory, fsync its parent; then the directories the
-/// journal created above it when empty.
-fn remove_journal(root: &HostRoot, dir: &Path, made: &[PathBuf]) -> Result<()> {
+/// Remove a journal's log and directory, fsync its parent; then, holding the journals'
+/// directory exclusively (unless `held`: the caller holds it), that directory and the ones
+/// the journal created above it when empty.
+fn remove_journal(root: &HostRoot, dir: &Path, made: &[PathBuf], held: bool) -> Result<()> {
     root.remove_file(&dir.join(LOG))?;
     root.remove_dir(dir)?;
-    let _ = root.remove_dir(Path::new(DIR));
-    for d in made.iter().rev() {
-        if root.remove_dir(d).is_err() {
-            break;
+    let guard = if held {
+        None
+    } else {
+        hold_dir(root, LockOp::Exclusive)?
+    };
+    if held || guard.is_some() {
+        let _ = root.remove_dir(Path::new(DIR));
+        for d in made.iter().rev() {
+            if root.remove_dir(d).is_err() {
+                break;
+            }
         }
     }
+    drop(guard);
     root.sync_dir_checked(Path::new(DIR).parent().unwrap_or(Path::new("/")))?;
     if root.symlink_metadata(Path::new(DIR))?.is_some() {
         root.sync_dir_checked(Path::new(DIR))?;
@@ -460,9 +469,79 @@ fn remove_journal(root: &HostRoot, dir: &Path, made: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-/// `flock` `f` exclusively; `nonblocking`: fail with `WouldBlock` when another holds it.
-fn lock(f: &File, nonblocking: bool) -> std::io::Result<()> {
-    let op = libc::LOCK_EX | if nonblocking { libc::LOCK_NB } else { 0 };
+/// How [`lock`] takes an `flock`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LockOp {
+    /// Shared, waiting for it.
+    Shared,
+    /// Exclusive, waiting for it.
+    Exclusive,
+    /// Exclusive, or `WouldBlock` at once when another holds it.
+    TryExclusive,
+}
+
+/// The journals' directory [`DIR`], open and `flock`ed: shared by a step while it makes its
+/// journal and locks its log, exclusive for a recovery's scan and for removing the
+/// directory. Under the exclusive lock, a journal whose log is missing or unlocked was left
+/// by a process that is gone. `None` when the directory does not exist.
+///
+/// # Errors
+/// Opening the directory, or `flock`.
+fn hold_dir(root: &HostRoot, op: LockOp) -> Result<Option<File>> {
+    let dir = Path::new(DIR);
+    if root.symlink_metadata(dir)?.is_none() {
+        return Ok(None);
+    }
+    let f = match root.open_read(dir) {
+        Ok(f) => f,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    lock(&f, op).map_err(|e| jerr(dir, root, e))?;
+    Ok(Some(f))
+}
+
+/// Create [`DIR`] (returning the directories made) and hold it shared. A cleanup that
+/// removed the directory between its creation and the lock is seen (the held directory is
+/// no longer the one at the path) and the creation retried, at most 16 times.
+///
+/// # Errors
+/// Creating or opening the directory; the race lost 16 times in a row.
+fn hold_dir_created(root: &HostRoot) -> Result<(Vec<PathBuf>, File)> {
+    let dir = Path::new(DIR);
+    let mut made = Vec::new();
+    for _ in 0..16 {
+        match root.create_dir_all(dir, 0o700) {
+            Ok(m) => made.extend(m),
+            // An ancestor removed by another agent's cleanup while it was being made.
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(e.into()),
+        }
+        let Some(f) = hold_dir(root, LockOp::Shared)? else {
+            continue;
+        };
+        let held = f.metadata().map_err(|e| jerr(dir, root, e))?;
+        match root.symlink_metadata(dir)? {
+            Some(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                return Ok((made, f));
+            }
+            _ => continue,
+        }
+    }
+    Err(jerr(
+        dir,
+        root,
+        std::io::Error::other("removed by another agent's cleanup 16 times in a row"),
+    ))
+}
+
+/// `flock` `f` as `op` says.
+fn lock(f: &File, op: LockOp) -> std::io::Result<()> {
+    let op = match op {
+        LockOp::Shared => libc::LOCK_SH,
+        LockOp::Exclusive => libc::LOCK_EX,
+        LockOp::TryExclusive => libc::LOCK_EX | libc::LOCK_NB,
+    };
     // SAFETY: flock on a descriptor we own.
     if unsafe { libc::flock(f.as_raw_fd(), op) } < 0 {
         return Err(std::io::Error::last_os_error());
@@ -470,7 +549,6 @@ fn lock(f: &File, nonblocking: bool) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Read every complete record of a log with its content's offset.
 fn read_records(
     root: &HostRoot,
     reader: &mut BufReader<File>,
@@ -751,9 +829,11 @@ fn set_xattrs(f: &File, want: &[Xattr]) -> std::io::Result<()> {
 /// Listing the journals' directory, opening or reading a log.
 pub fn recover(root: &HostRoot) -> Result<Vec<String>> {
     let dir = Path::new(DIR);
-    if root.symlink_metadata(dir)?.is_none() {
+    // Held exclusively for the scan: no step is between making its journal and locking
+    // its log, so an unlocked or missing log is an abandoned journal.
+    let Some(_guard) = hold_dir(root, LockOp::Exclusive)? else {
         return Ok(Vec::new());
-    }
+    };
     let mut lines = Vec::new();
     for e in root.read_dir(dir)? {
         if e.kind != EntryKind::Dir {
@@ -767,7 +847,7 @@ pub fn recover(root: &HostRoot) -> Result<Vec<String>> {
             continue;
         }
         let f = root.open_read(&log_path)?;
-        if lock(&f, true).is_err() {
+        if lock(&f, LockOp::TryExclusive).is_err() {
             // A live step's journal.
             continue;
         }
@@ -782,7 +862,62 @@ pub fn recover(root: &HostRoot) -> Result<Vec<String>> {
         ));
         lines.extend(failed.into_iter().map(|l| format!("not undone: {l}")));
         drop(f);
-        remove_journal(root, &jdir, &[])?;
+        remove_journal(root, &jdir, &[], true)?;
     }
     Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A recovery that starts while a step is between making its journal directory and
+    /// locking its log waits for the step, then leaves its journal alone. It used to take
+    /// the fresh directory for an abandoned one and remove it under the step, whose next
+    /// write then failed (`No such file`), seen with two agents at once.
+    #[test]
+    fn a_recovery_waits_for_a_journal_being_made_and_leaves_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(tmp.path()).unwrap();
+        let (_, guard) = hold_dir_created(&root).unwrap();
+        let jdir = Path::new(DIR).join("pkg-apply.1.0");
+        root.create_dir_all(&jdir, 0o700).unwrap();
+        let ino = root
+            .symlink_metadata(Path::new(DIR))
+            .unwrap()
+            .unwrap()
+            .ino();
+
+        let recovering = {
+            let root = root.try_clone().unwrap();
+            std::thread::spawn(move || recover(&root).unwrap())
+        };
+        // Until the recovery waits on the directory's lock (a `->` waiter in /proc/locks),
+        // at most 10 s; the assertions below fail if it never does.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let waiter = format!(":{ino} ");
+        let mut waited = false;
+        while !waited && std::time::Instant::now() < deadline && !recovering.is_finished() {
+            let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+            waited = locks
+                .lines()
+                .any(|l| l.contains("-> FLOCK") && l.contains(&waiter));
+            std::thread::yield_now();
+        }
+        assert!(
+            root.symlink_metadata(&jdir).unwrap().is_some(),
+            "the recovery removed the journal being made"
+        );
+        let log = root.create_new(&jdir.join(LOG), 0o600).unwrap();
+        lock(&log, LockOp::Exclusive).unwrap();
+        drop(guard);
+
+        let lines = recovering.join().unwrap();
+        assert!(
+            waited,
+            "the recovery did not wait for the step making its journal"
+        );
+        assert_eq!(lines, Vec::<String>::new());
+        assert!(root.symlink_metadata(&jdir.join(LOG)).unwrap().is_some());
+    }
 }

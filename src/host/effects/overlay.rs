@@ -61,10 +61,12 @@ pub(crate) enum Node {
         target: PathBuf,
     },
     Absent,
-    /// A file `fs::fetch` would download: its digest is known when pinned, its content is
-    /// not.
+    /// A file `fs::fetch` would download (`copied` false) or a copy would stream from
+    /// another file (`copied` true, [`Effect::CopyFile`]): its digest is known when pinned,
+    /// its content is not read.
     Download {
         sha256: Option<String>,
+        copied: bool,
         mode: u32,
         uid: u32,
         gid: u32,
@@ -109,8 +111,11 @@ impl Node {
             Node::File { content, .. } => Ok(Some(content.to_vec())),
             Node::Dir { .. } => Err("is a directory"),
             Node::Symlink { .. } | Node::Absent => Ok(None),
-            Node::Download { .. } => Err(
+            Node::Download { copied: false, .. } => Err(
                 "is downloaded by fs::fetch only when applied: its content is unknown in a plan",
+            ),
+            Node::Download { copied: true, .. } => Err(
+                "is copied (fs::copy_tree, fs::extract) only when applied: its content is not read in a plan",
             ),
         }
     }
@@ -291,6 +296,26 @@ impl Overlay {
                 };
                 self.set(key, node);
             }
+            Effect::CopyFile {
+                path,
+                sha256,
+                mode,
+                uid,
+                gid,
+                ..
+            } => {
+                let key = self.key(root, path, true)?;
+                let old = self.stat(root, &key, true)?;
+                self.plan_parents(root, &key)?;
+                let node = Node::Download {
+                    sha256: sha256.clone(),
+                    copied: true,
+                    mode: mode.or(old.as_ref().map(|s| s.mode)).unwrap_or(0o644),
+                    uid: uid.or(old.as_ref().map(|s| s.uid)).unwrap_or(0),
+                    gid: gid.or(old.as_ref().map(|s| s.gid)).unwrap_or(0),
+                };
+                self.set(key, node);
+            }
             Effect::RemoveFile { path } | Effect::RemoveAll { path } => {
                 let key = self.key(root, path, false)?;
                 self.set(key, Node::Absent);
@@ -380,6 +405,7 @@ impl Overlay {
                 self.plan_parents(root, &key)?;
                 let node = Node::Download {
                     sha256: d.sha256.clone(),
+                    copied: false,
                     mode: d.mode.or(old.as_ref().map(|s| s.mode)).unwrap_or(0o644),
                     uid: d.uid.or(old.as_ref().map(|s| s.uid)).unwrap_or(0),
                     gid: d.gid.or(old.as_ref().map(|s| s.gid)).unwrap_or(0),
@@ -393,6 +419,28 @@ impl Overlay {
             }
             Effect::GrubDefault { release, .. } => {
                 self.grub_default = Some(release.clone());
+            }
+            Effect::TunedProfile { names } => {
+                // tuned records the active profile's names in this file (empty after off).
+                let path = Path::new(crate::host::effects::effect::TUNED_ACTIVE_PROFILE);
+                let key = self.key(root, path, true)?;
+                let old = self.stat(root, &key, true)?;
+                self.plan_parents(root, &key)?;
+                let content = if names.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}\n", names.join(" "))
+                };
+                self.set(
+                    key,
+                    Node::File {
+                        content: content.into(),
+                        mode: old.as_ref().map_or(0o644, |s| s.mode),
+                        uid: 0,
+                        gid: 0,
+                        mtime: 0,
+                    },
+                );
             }
         }
         Ok(())
@@ -457,9 +505,10 @@ impl Overlay {
         let Some(s) = self.stat(root, &key, true)? else {
             return Ok(());
         };
-        if let Some(Node::Download { sha256, .. }) = self.lookup(&key) {
+        if let Some(Node::Download { sha256, copied, .. }) = self.lookup(&key) {
             let node = Node::Download {
                 sha256: sha256.clone(),
+                copied: *copied,
                 mode: mode.unwrap_or(s.mode),
                 uid: uid.unwrap_or(s.uid),
                 gid: gid.unwrap_or(s.gid),

@@ -700,9 +700,9 @@ impl Host {
     /// The checks of an effect that do not depend on the mode (module docs).
     fn validate(&self, effect: &Effect) -> Result<()> {
         match effect {
-            Effect::WriteFile { path, .. } | Effect::Symlink { link: path, .. } => {
-                self.check_ancestors(path, path)
-            }
+            Effect::WriteFile { path, .. }
+            | Effect::CopyFile { path, .. }
+            | Effect::Symlink { link: path, .. } => self.check_ancestors(path, path),
             Effect::Mkdir { path, .. } => {
                 self.check_ancestors(path, path)?;
                 if self.view_stat(path, true)?.is_none() {
@@ -889,6 +889,34 @@ impl Host {
                 ViewedFile::Content(content.clone())
             }
             _ => ViewedFile::Open(key),
+        })
+    }
+
+    /// The SHA-256 (64 lowercase hex digits) of the regular file at `path` as the session
+    /// sees it, streamed from the root (never read whole); `None` when there is no regular
+    /// file there or its digest is unknown (a download the plan only plans, unpinned).
+    ///
+    /// # Errors
+    /// Resolution or read failures; a FIFO or device at `path` (not opened for reading).
+    pub(crate) fn view_digest(&self, path: &Path) -> Result<Option<String>> {
+        if self.view_stat(path, true)?.is_none_or(|s| s.kind != "file") {
+            return Ok(None);
+        }
+        Ok(match self.view_for_digest(path)? {
+            ViewedFile::Digest(d) => d,
+            ViewedFile::Content(c) => Some(crate::host::root::digest::sha256_tag(&c)[7..].into()),
+            ViewedFile::Open(key) => {
+                let mut f = self.cx.root.open_regular(&key)?;
+                let (_, d) = crate::host::root::digest::sha256_stream(&mut f).map_err(|e| {
+                    crate::host::root::RootError {
+                        op: "read",
+                        path: path.to_path_buf(),
+                        root: self.cx.root.mount().to_path_buf(),
+                        source: e,
+                    }
+                })?;
+                Some(d)
+            }
         })
     }
 

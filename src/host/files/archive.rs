@@ -14,17 +14,64 @@
 //! directories 0755 when it has none); owners and times do not (files belong to the agent,
 //! as root: `tar --no-same-owner`).
 //!
+//! No entry is held in memory: the checking pass reads headers and streams each file's
+//! content through SHA-256, and a file is compared with the destination by size, then by
+//! digest. In apply mode a second pass streams the entries that differ into a staging
+//! directory inside the root ([`STAGING`]), and each is then an
+//! [`crate::host::effects::effect::Effect::CopyFile`] from
+//! there (journaled, atomic and durable as a write, verified against the first pass's
+//! digest, so an archive that changed between the passes fails the call with the file
+//! left as it was); the staging directory is removed at the end of the call. A plan's
+//! copies name the archive entry they come from (`<archive>:<entry>`); their content is not
+//! diffed.
+//!
 //! The archive is read through the session's view: in a plan, an archive that `fs::fetch`
 //! only plans to download cannot be listed, and the call says so ([`Extracted::Unknown`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Cursor, Read, Seek};
 use std::path::{Component, Path, PathBuf};
 
 use crate::host::Host;
 use crate::host::effects::session::ViewedFile;
+use crate::host::files::copy_tree::{copy_needed, put_attrs, submit_copy};
 use crate::host::files::fs::{self, host_path};
+use crate::host::root::digest::copy_hashed;
 use crate::host::root::error::{HostError, Result};
+
+/// Where the apply stages the entries it copies into place, one directory per call
+/// (`<pid>.<n>`), removed when the call ends (or, after a kill, by the next run's
+/// [`sweep_staging`]): the agent's state directory, inside the host root.
+pub const STAGING: &str = "/var/lib/skyhook/.extract";
+
+/// Remove the staging directories under [`STAGING`] whose process is gone (an agent killed
+/// while unpacking): a directory `<pid>.<n>` is kept while a process `<pid>` lives (the
+/// operator's agent pods share the host's process ids). Returns one line per directory
+/// removed; [`STAGING`] itself goes when it is left empty.
+///
+/// # Errors
+/// Listing [`STAGING`] or removing a directory.
+pub fn sweep_staging(root: &crate::host::root::HostRoot) -> Result<Vec<String>> {
+    let dir = Path::new(STAGING);
+    if root.symlink_metadata(dir)?.is_none() {
+        return Ok(Vec::new());
+    }
+    let mut lines = Vec::new();
+    for e in root.read_dir(dir)? {
+        let name = e.name.to_string_lossy().into_owned();
+        let pid = name.split('.').next().and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_some_and(|p| Path::new("/proc").join(p.to_string()).exists());
+        if alive {
+            continue;
+        }
+        root.remove_all(&dir.join(&name))?;
+        lines.push(format!(
+            "removed {STAGING}/{name}, left by an fs::extract that did not end"
+        ));
+    }
+    let _ = root.remove_dir(dir);
+    Ok(lines)
+}
 
 /// Default of `max_files`: at most this many entries.
 pub const DEFAULT_MAX_FILES: u64 = 100_000;
@@ -74,7 +121,14 @@ enum Item {
     File {
         rel: PathBuf,
         mode: u32,
-        content: Vec<u8>,
+        /// The entry's position in the archive (as [`Visit::visit`] counts them).
+        index: u64,
+        /// The entry's name as the archive has it.
+        name: String,
+        /// Unpacked size in bytes.
+        size: u64,
+        /// SHA-256 of the content, 64 lowercase hex digits.
+        sha256: String,
     },
     Link {
         rel: PathBuf,
@@ -114,10 +168,33 @@ struct Gather<'a> {
     items: Vec<Item>,
 }
 
-impl Gather<'_> {
-    /// Check one entry and keep it (its content read from `body`, within `max_bytes`).
-    fn entry(
+/// What a pass over the archive does with each entry.
+trait Visit {
+    /// The archive's path, for errors.
+    fn archive(&self) -> &Path;
+
+    /// One entry: its position (counted from 0 over every entry the readers hand on), name
+    /// as in the archive, kind, permission bits when the archive has them, and content.
+    fn visit(
         &mut self,
+        index: u64,
+        name: &str,
+        kind: Kind,
+        mode: Option<u32>,
+        body: &mut dyn Read,
+    ) -> Result<()>;
+}
+
+impl Visit for Gather<'_> {
+    fn archive(&self) -> &Path {
+        self.archive
+    }
+
+    /// Check one entry and keep it (a file's content streamed through its digest, within
+    /// `max_bytes`).
+    fn visit(
+        &mut self,
+        index: u64,
         name: &str,
         kind: Kind,
         mode: Option<u32>,
@@ -218,11 +295,9 @@ impl Gather<'_> {
                     return Err(e);
                 }
                 let room = self.o.max_bytes - self.bytes;
-                let mut content = Vec::new();
-                body.take(room + 1)
-                    .read_to_end(&mut content)
+                let (size, sha256) = copy_hashed(&mut body.take(room + 1), &mut std::io::sink())
                     .map_err(|e| fail(&format!("cannot be read: {e}")))?;
-                if content.len() as u64 > room {
+                if size > room {
                     return Err(bad(
                         self.archive,
                         None,
@@ -232,12 +307,15 @@ impl Gather<'_> {
                         ),
                     ));
                 }
-                self.bytes += content.len() as u64;
+                self.bytes += size;
                 self.files.insert(rel.clone());
                 self.items.push(Item::File {
                     rel,
                     mode: mode.unwrap_or(0o644) & 0o7777,
-                    content,
+                    index,
+                    name: name.to_string(),
+                    size,
+                    sha256,
                 });
             }
             Kind::Link(target) => {
@@ -301,6 +379,25 @@ fn open(h: &Host, archive: &Path) -> Result<Option<Box<dyn ReadSeek>>> {
 trait ReadSeek: Read + Seek {}
 impl<T: Read + Seek> ReadSeek for T {}
 
+/// A fresh staging directory of this call under [`STAGING`].
+fn staging_dir() -> PathBuf {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Path::new(STAGING).join(format!("{}.{n}", std::process::id()))
+}
+
+/// One pass of `v` over the archive `r` (its format told by its first bytes).
+fn read_archive(v: &mut dyn Visit, mut r: Box<dyn ReadSeek>) -> Result<()> {
+    let format =
+        sniff(&mut r).map_err(|e| bad(v.archive(), None, format!("cannot be read: {e}")))?;
+    match format {
+        "gzip" => read_tar(v, &mut flate2::read::GzDecoder::new(r)),
+        "xz" => read_tar(v, &mut liblzma::read::XzDecoder::new(r)),
+        "zip" => read_zip(v, &mut r),
+        _ => read_tar(v, &mut r),
+    }
+}
+
 /// The compression or container, from the first bytes.
 fn sniff(r: &mut dyn ReadSeek) -> std::io::Result<&'static str> {
     let mut head = [0u8; 6];
@@ -320,8 +417,45 @@ fn sniff(r: &mut dyn ReadSeek) -> std::io::Result<&'static str> {
     })
 }
 
-fn read_tar(g: &mut Gather, r: &mut dyn Read) -> Result<()> {
-    let archive = g.archive;
+/// The second pass of an apply: the file entries at the wanted positions streamed into
+/// their staging files.
+struct Stager<'a> {
+    h: &'a Host,
+    archive: &'a Path,
+    /// Position -> (staging file, size the first pass read).
+    wanted: &'a BTreeMap<u64, (PathBuf, u64)>,
+}
+
+impl Visit for Stager<'_> {
+    fn archive(&self) -> &Path {
+        self.archive
+    }
+
+    fn visit(
+        &mut self,
+        index: u64,
+        name: &str,
+        _kind: Kind,
+        _mode: Option<u32>,
+        body: &mut dyn Read,
+    ) -> Result<()> {
+        let Some((staged, size)) = self.wanted.get(&index) else {
+            return Ok(());
+        };
+        let root = self.h.root();
+        let mut f = root.create_new(staged, 0o600)?;
+        // At most one byte more than the first pass read: a grown entry is caught by the
+        // copy's digest without filling the disk.
+        copy_hashed(&mut body.take(size + 1), &mut f)
+            .map_err(|e| bad(self.archive, Some(name), format!("cannot be read: {e}")))?;
+        Ok(())
+    }
+}
+
+fn read_tar(g: &mut dyn Visit, r: &mut dyn Read) -> Result<()> {
+    let archive = g.archive().to_path_buf();
+    let archive = archive.as_path();
+    let mut index = 0u64;
     let mut tar = tar::Archive::new(r);
     let entries = tar
         .entries()
@@ -358,13 +492,15 @@ fn read_tar(g: &mut Gather, r: &mut dyn Read) -> Result<()> {
             Kind::Unsupported("a device, FIFO or other special file")
         };
         let mode = entry.header().mode().ok();
-        g.entry(&name, kind, mode, &mut entry)?;
+        g.visit(index, &name, kind, mode, &mut entry)?;
+        index += 1;
     }
     Ok(())
 }
 
-fn read_zip(g: &mut Gather, r: &mut dyn ReadSeek) -> Result<()> {
-    let archive = g.archive;
+fn read_zip(g: &mut dyn Visit, r: &mut dyn ReadSeek) -> Result<()> {
+    let archive = g.archive().to_path_buf();
+    let archive = archive.as_path();
     let mut zip = zip::ZipArchive::new(r)
         .map_err(|e| bad(archive, None, format!("not a zip archive: {e}")))?;
     for i in 0..zip.len() {
@@ -389,7 +525,7 @@ fn read_zip(g: &mut Gather, r: &mut dyn ReadSeek) -> Result<()> {
         } else {
             Kind::File
         };
-        g.entry(&name, kind, unix.map(|m| m & 0o7777), &mut f)?;
+        g.visit(i as u64, &name, kind, unix.map(|m| m & 0o7777), &mut f)?;
     }
     Ok(())
 }
@@ -409,7 +545,7 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
             what: "exists and is not a directory",
         });
     }
-    let Some(mut r) = open(h, &archive)? else {
+    let Some(r) = open(h, &archive)? else {
         return Ok(Extracted::Unknown);
     };
     let items = {
@@ -424,31 +560,86 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
             files: BTreeSet::new(),
             items: Vec::new(),
         };
-        let format =
-            sniff(&mut r).map_err(|e| bad(&archive, None, format!("cannot be read: {e}")))?;
-        match format {
-            "gzip" => read_tar(&mut g, &mut flate2::read::GzDecoder::new(r))?,
-            "xz" => read_tar(&mut g, &mut liblzma::read::XzDecoder::new(r))?,
-            "zip" => read_zip(&mut g, &mut r)?,
-            _ => read_tar(&mut g, &mut r)?,
-        }
+        read_archive(&mut g, r)?;
         g.items
     };
-    let mut changed = fs::mkdir(h, &dest.display().to_string(), None)?;
-    for item in items {
-        changed |= match item {
-            Item::Dir { rel, mode } => {
-                fs::mkdir(h, &dest.join(rel).display().to_string(), Some(mode))?
-            }
-            Item::File { rel, mode, content } => {
-                fs::put(h, &dest.join(rel), content, Some(mode), None, None)?
-            }
-            Item::Link { rel, target } => fs::symlink(
-                h,
-                &target.to_string_lossy(),
-                &dest.join(rel).display().to_string(),
-            )?,
-        };
+    // The files whose content differs at the destination, by position in the archive.
+    let mut copies = BTreeSet::new();
+    for item in &items {
+        if let Item::File {
+            rel,
+            index,
+            size,
+            sha256,
+            ..
+        } = item
+            && copy_needed(h, &dest.join(rel), Some(*size), || Ok(Some(sha256.clone())))?
+        {
+            copies.insert(*index);
+        }
     }
+    let staging = (!h.plans() && !copies.is_empty()).then(staging_dir);
+    let result = (|| -> Result<bool> {
+        let mut staged = BTreeMap::new();
+        if let Some(dir) = &staging {
+            h.root().create_dir_all(dir, 0o700)?;
+            for item in &items {
+                if let Item::File { index, size, .. } = item
+                    && copies.contains(index)
+                {
+                    staged.insert(*index, (dir.join(index.to_string()), *size));
+                }
+            }
+            let r = open(h, &archive)?.ok_or_else(|| HostError::NotFound {
+                path: archive.clone(),
+            })?;
+            let mut s = Stager {
+                h,
+                archive: &archive,
+                wanted: &staged,
+            };
+            read_archive(&mut s, r)?;
+        }
+        let mut changed = fs::mkdir(h, &dest.display().to_string(), None)?;
+        for item in items {
+            changed |= match item {
+                Item::Dir { rel, mode } => {
+                    fs::mkdir(h, &dest.join(rel).display().to_string(), Some(mode))?
+                }
+                Item::File {
+                    rel,
+                    mode,
+                    index,
+                    name,
+                    sha256,
+                    ..
+                } => {
+                    let to = dest.join(rel);
+                    if copies.contains(&index) {
+                        // A plan stages nothing: its copy names the entry.
+                        let from = staged.get(&index).map_or_else(
+                            || PathBuf::from(format!("{}:{name}", archive.display())),
+                            |(p, _)| p.clone(),
+                        );
+                        submit_copy(h, &from, &to, Some(sha256), (Some(mode), None, None))?
+                    } else {
+                        put_attrs(h, &to, (Some(mode), None, None))?
+                    }
+                }
+                Item::Link { rel, target } => fs::symlink(
+                    h,
+                    &target.to_string_lossy(),
+                    &dest.join(rel).display().to_string(),
+                )?,
+            };
+        }
+        Ok(changed)
+    })();
+    if let Some(dir) = &staging {
+        let _ = h.root().remove_all(dir);
+        // Gone with the last call's staging directory (kept while another call uses it).
+        let _ = h.root().remove_dir(Path::new(STAGING));
+    }
+    let changed = result?;
     Ok(Extracted::Done(changed))
 }

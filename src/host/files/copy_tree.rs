@@ -8,17 +8,21 @@
 //! limits, what is in the way at the destination), so a bad tree fails the call before any
 //! effect; then every directory, file and link that differs is its own effect (`mkdir`,
 //! `chmod`, `chown`, `write`, `symlink`), so a plan lists each one and a check reports each
-//! one that drifted. A file is read whole (at most 64 MiB, as every whole-file read); the
-//! tree is bounded by `max_files` entries and `max_bytes` of file content.
+//! one that drifted. A file's content is never held whole: source and destination are
+//! compared by size, then by streamed SHA-256 digests, and a file that differs is an
+//! [`Effect::CopyFile`] that the apply streams into place (atomically, verified against the
+//! source's digest). The tree is bounded by `max_files` entries and `max_bytes` of file
+//! content.
 
 use std::path::{Path, PathBuf};
 
 use crate::host::Host;
+use crate::host::effects::effect::Effect;
+use crate::host::effects::session::ViewedFile;
 use crate::host::files::fs::{self, host_path};
 use crate::host::files::realpath::realpath;
 use crate::host::root::error::{HostError, Result};
 use crate::host::root::normalize;
-use crate::host::root::read::MAX_READ_BYTES;
 
 /// Default of `max_files`: at most this many entries (directories, files and links) below
 /// `src`.
@@ -121,13 +125,6 @@ fn walk(h: &Host, src: &Path, dst: &Path, o: &TreeOptions) -> Result<Vec<Entry>>
                             "exists and is not a regular file, where the source has one",
                         ));
                     }
-                    if st.size > MAX_READ_BYTES {
-                        return Err(HostError::FileTooLarge {
-                            path: from,
-                            size: st.size,
-                            limit: MAX_READ_BYTES,
-                        });
-                    }
                     bytes = bytes.saturating_add(st.size);
                     if bytes > o.max_bytes {
                         return Err(HostError::Invalid {
@@ -185,8 +182,9 @@ fn ensure_dir(h: &mut Host, path: &Path, mode: u32, uid: u32, gid: u32) -> Resul
 /// Relative paths; `src` missing or not a directory; `dst` equal to or inside `src`;
 /// [`HostError::Invalid`] over `max_files` or `max_bytes`; a source entry that is not a
 /// directory, file or symlink, or a destination entry of another kind in the way
-/// ([`HostError::WrongKind`], naming it); a source file over 64 MiB; all before any
-/// change. Then the effects' own failures.
+/// ([`HostError::WrongKind`], naming it); all before any change. Then the effects' own
+/// failures (a source file that changed since it was compared fails its copy, leaving the
+/// destination file as it was).
 pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<bool> {
     let src_path = host_path(src)?;
     let dst_path = host_path(dst)?;
@@ -235,20 +233,12 @@ pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<
                 mode,
                 uid,
                 gid,
-            } => {
-                let from = src_real.join(&rel);
-                let content = h
-                    .view_read(&from)?
-                    .ok_or(HostError::NotFound { path: from })?;
-                fs::put(
-                    h,
-                    &dst_path.join(rel),
-                    content,
-                    Some(mode),
-                    Some(uid),
-                    Some(gid),
-                )?
-            }
+            } => put_copy(
+                h,
+                &src_real.join(&rel),
+                &dst_path.join(rel),
+                (Some(mode), Some(uid), Some(gid)),
+            )?,
             Entry::Link { rel, target } => fs::symlink(
                 h,
                 &target.to_string_lossy(),
@@ -257,4 +247,141 @@ pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<
         };
     }
     Ok(changed)
+}
+
+/// Bring the file at `dst` to a copy of the regular file at `src` with the given attributes
+/// (`None`: keep), without holding either whole: unchanged when the session sees the same
+/// size and SHA-256 at both ([`copy_needed`]); the same content with other attributes is a
+/// `chmod`/`chown` ([`put_attrs`]); else one [`Effect::CopyFile`] carrying the source's
+/// digest ([`submit_copy`]). A source the session planned with its content (an earlier
+/// write) is put as that content.
+///
+/// # Errors
+/// [`HostError::BadAncestor`]; a directory at `dst`; `src` not a regular file (a FIFO is not
+/// opened); read failures.
+pub(crate) fn put_copy(
+    h: &mut Host,
+    src: &Path,
+    dst: &Path,
+    attrs: (Option<u32>, Option<u32>, Option<u32>),
+) -> Result<bool> {
+    if let ViewedFile::Content(c) = h.view_for_digest(src)? {
+        let (mode, uid, gid) = attrs;
+        return fs::put(h, dst, c.to_vec(), mode, uid, gid);
+    }
+    // Sizes are known for files on disk only (a planned copy's is not).
+    let size = match h.view_for_digest(src)? {
+        ViewedFile::Open(_) => h.view_stat(src, true)?.map(|s| s.size),
+        _ => None,
+    };
+    // The source's digest, computed at most once, and only when the sizes agree.
+    let mut digest = None;
+    let differs = copy_needed(h, dst, size, || {
+        let d = h.view_digest(src)?;
+        digest = Some(d.clone());
+        Ok(d)
+    })?;
+    if !differs {
+        return put_attrs(h, dst, attrs);
+    }
+    let sha256 = match digest {
+        Some(d) => d,
+        None => h.view_digest(src)?,
+    };
+    submit_copy(h, src, dst, sha256, attrs)
+}
+
+/// Whether the file at `dst` differs in content from a source of `size` bytes (`None`:
+/// unknown) whose SHA-256 `digest` computes (called only when the sizes agree or are
+/// unknown; `None`: unknown, so different): true when `dst` is missing.
+///
+/// # Errors
+/// [`HostError::BadAncestor`]; a directory at `dst`; read failures.
+pub(crate) fn copy_needed(
+    h: &Host,
+    dst: &Path,
+    size: Option<u64>,
+    digest: impl FnOnce() -> Result<Option<String>>,
+) -> Result<bool> {
+    h.check_creatable(dst)?;
+    Ok(match h.view_stat(dst, true)? {
+        None => true,
+        Some(s) if s.kind == "dir" => {
+            return Err(HostError::WrongKind {
+                path: dst.to_path_buf(),
+                what: "is a directory",
+            });
+        }
+        Some(s)
+            if size.is_some_and(|n| n != s.size)
+                && matches!(h.view_for_digest(dst)?, ViewedFile::Open(_)) =>
+        {
+            true
+        }
+        Some(_) => match digest()? {
+            Some(want) => h.view_digest(dst)?.as_deref() != Some(want.as_str()),
+            None => true,
+        },
+    })
+}
+
+/// Bring the attributes of the file at `dst`, whose content is already right, to those
+/// given (`None`: keep): a `chmod` and/or a `chown` where they differ. Returns whether
+/// anything changed.
+///
+/// # Errors
+/// `dst` missing; the effects' failures.
+pub(crate) fn put_attrs(
+    h: &mut Host,
+    dst: &Path,
+    (mode, uid, gid): (Option<u32>, Option<u32>, Option<u32>),
+) -> Result<bool> {
+    let st = h.view_stat(dst, true)?.ok_or_else(|| HostError::NotFound {
+        path: dst.to_path_buf(),
+    })?;
+    let mut changed = false;
+    if let Some(m) = mode.filter(|m| *m != st.mode) {
+        h.submit(Effect::Chmod {
+            path: dst.to_path_buf(),
+            mode: m,
+        })?;
+        changed = true;
+    }
+    if uid.is_some_and(|u| u != st.uid) || gid.is_some_and(|g| g != st.gid) {
+        h.submit(Effect::Chown {
+            path: dst.to_path_buf(),
+            uid,
+            gid,
+        })?;
+        changed = true;
+    }
+    if !changed {
+        h.note_unchanged();
+    }
+    Ok(changed)
+}
+
+/// Submit the [`Effect::CopyFile`] of `src` (whose digest was `sha256`) to `dst`, under
+/// `dst`'s lock. Returns true.
+///
+/// # Errors
+/// Taking the lock; the effect's failures.
+pub(crate) fn submit_copy(
+    h: &mut Host,
+    src: &Path,
+    dst: &Path,
+    sha256: Option<String>,
+    (mode, uid, gid): (Option<u32>, Option<u32>, Option<u32>),
+) -> Result<bool> {
+    let lock = h.lock_for_update(dst)?;
+    let r = h.submit(Effect::CopyFile {
+        src: src.to_path_buf(),
+        path: dst.to_path_buf(),
+        sha256,
+        mode,
+        uid,
+        gid,
+    });
+    drop(lock);
+    r.map(|_| true)
 }

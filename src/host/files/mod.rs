@@ -14,6 +14,10 @@ pub mod text;
 pub mod toml;
 
 #[cfg(test)]
+mod archive_tests;
+#[cfg(test)]
+mod copy_tree_tests;
+#[cfg(test)]
 mod mkdir_tests;
 #[cfg(test)]
 mod structured_tests;

@@ -7,6 +7,8 @@ pub mod raid;
 pub mod unit;
 
 #[cfg(test)]
+mod host_ns_tests;
+#[cfg(test)]
 mod mount_tests;
 #[cfg(test)]
 mod unit_tests;

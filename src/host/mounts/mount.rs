@@ -28,9 +28,13 @@
 //! # Commands
 //!
 //! Mounting runs `mount <path>`, remounting `mount -o remount <path>` and unmounting
-//! `umount <path>`, chrooted into the host root through the command primitive (so `mount`
-//! reads the host's `/etc/fstab`). For the result to be visible on the host the agent's
-//! root mount must propagate mounts to the host (`mountPropagation: Bidirectional`).
+//! `umount <path>` through the command primitive, in the host's mount namespace: when
+//! `<root>/proc/1/ns/mnt` names a mount namespace other than the agent's (the agent in a pod
+//! with `hostPID` and the host's `/` at its root), the command enters it (`setns`, as
+//! `nsenter -m -t 1`) and runs there unchrooted, its `/` being the host's; otherwise (no such
+//! file, or the agent's own namespace) it runs chrooted into the host root. Either way
+//! `mount` reads the host's `/etc/fstab` and the mount is the host's, whatever the
+//! propagation of the agent's root mount ([`crate::host::root::mount_ns`]).
 
 use std::path::{Path, PathBuf};
 

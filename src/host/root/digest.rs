@@ -1,7 +1,13 @@
-//! Content hashes of a report's changes (`before`/`after`, [`sha256_tag`]), with the `sha2`
-//! crate.
+//! Content hashes of a report's changes (`before`/`after`, [`sha256_tag`]) and of streamed
+//! files (a copy's source and destination, [`sha256_stream`], [`copy_hashed`]), with the
+//! `sha2` crate.
+
+use std::io::{self, Read, Write};
 
 use sha2::{Digest, Sha256};
+
+/// Bytes read at a time by the streaming digests and copies (64 KiB).
+const CHUNK: usize = 64 * 1024;
 
 /// The SHA-256 digest of `data`.
 pub fn sha256(data: &[u8]) -> [u8; 32] {
@@ -18,9 +24,63 @@ pub fn sha256_tag(data: &[u8]) -> String {
     s
 }
 
+/// 64 lowercase hex digits of `digest`.
+fn hex(digest: [u8; 32]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The size in bytes and the SHA-256 (64 lowercase hex digits) of everything `r` yields,
+/// read 64 KiB at a time (never held whole).
+///
+/// # Errors
+/// Read failures of `r`.
+pub fn sha256_stream(r: &mut dyn Read) -> io::Result<(u64, String)> {
+    copy_hashed(r, &mut io::sink())
+}
+
+/// Copy everything `r` yields to `w`, 64 KiB at a time; returns the size in bytes and the
+/// SHA-256 (64 lowercase hex digits) of what was copied.
+///
+/// # Errors
+/// Read failures of `r`, write failures of `w`.
+pub fn copy_hashed(r: &mut dyn Read, w: &mut dyn Write) -> io::Result<(u64, String)> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut size = 0u64;
+    loop {
+        let n = match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        w.write_all(&buf[..n])?;
+        size += n as u64;
+    }
+    Ok((size, hex(hasher.finalize().into())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streamed_digest_and_copy_match_the_whole_digest() {
+        // Three chunks and a bit, so the chunk boundaries are crossed.
+        let data: Vec<u8> = (0..(3 * CHUNK + 17)).map(|i| (i % 251) as u8).collect();
+        let want = sha256_tag(&data)["sha256:".len()..].to_string();
+        assert_eq!(
+            sha256_stream(&mut &data[..]).unwrap(),
+            (data.len() as u64, want.clone())
+        );
+        let mut out = Vec::new();
+        assert_eq!(
+            copy_hashed(&mut &data[..], &mut out).unwrap(),
+            (data.len() as u64, want)
+        );
+        assert_eq!(out, data);
+    }
 
     #[test]
     fn known_vectors() {

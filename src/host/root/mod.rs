@@ -29,6 +29,7 @@ pub mod deferred;
 pub mod digest;
 pub mod durability;
 pub mod error;
+pub mod mount_ns;
 pub mod pathlock;
 pub mod read;
 pub mod run_dirs;

@@ -60,7 +60,7 @@ pub fn kind_modes(kind: EffectKind) -> Modes {
         Interrupt => Modes::Interrupt,
         Write | Remove | Mkdir | RemoveAll | Chmod | Chown | Symlink | Service | PackageInstall
         | PackageRemove | Sysctl | Mount | ModuleLoad | Fetch | PackageHold | PackageUnhold
-        | GrubDefault => Modes::Change,
+        | GrubDefault | TunedProfile => Modes::Change,
     }
 }
 

@@ -237,7 +237,7 @@ pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[
     (
         "mount",
         "Filesystems — `mount::`",
-        "`/etc/fstab` holds one line per mount point; the live state is the host's mount table, `/proc/1/mountinfo` under the root (the agent's own mount namespace is not the host's; a root without it reads as nothing mounted). `mount`, `mount -o remount` and `umount` run chrooted, so they read the host's fstab; the agent's root mount needs `mountPropagation: Bidirectional` for a mount to reach the host. In a plan, a later `is_mounted` sees an earlier planned mount or unmount. `mount::unit` and `mount::bind` keep systemd mount units instead (`/etc/systemd/system/<name>.mount`, mounted by systemd in the host's mount namespace).",
+        "`/etc/fstab` holds one line per mount point; the live state is the host's mount table, `/proc/1/mountinfo` under the root (the agent's own mount namespace is not the host's; a root without it reads as nothing mounted). `mount`, `mount -o remount` and `umount` run in the host's mount namespace: when `<root>/proc/1/ns/mnt` is another mount namespace than the agent's (a pod with `hostPID`), after entering it (as `nsenter -m -t 1`, not chrooted: its `/` is the host's), else chrooted into the root; either way they read the host's fstab and the mount reaches the host, whatever the propagation of the agent's root mount. In a plan, a later `is_mounted` sees an earlier planned mount or unmount. `mount::unit` and `mount::bind` keep systemd mount units instead (`/etc/systemd/system/<name>.mount`, mounted by systemd in the host's mount namespace).",
     ),
     (
         "disk",

@@ -1,20 +1,30 @@
-//! `service::` (systemd units) over [`crate::host::services::service`]: each function's reference row
-//! and binding, and their tests through Rhai.
+//! `service::` (systemd units) over [`crate::host::services::service`] and `tuned_adm::` (the
+//! TuneD profile) over [`crate::host::services::tuned`]: each function's reference row and
+//! binding, and their tests through Rhai.
 
+use rhai::Dynamic;
 use rhai::ImmutableString as S;
 
+use super::convert;
 use super::docs::EffectKind::*;
 use super::docs::Effects::*;
 use super::docs::FnDoc;
 use super::docs::NAME;
-use crate::host::services::service;
+use crate::host::services::{service, tuned};
 
 /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[(
-    "service",
-    "Services (systemd) — `service::`",
-    "Every call first runs a daemon-reload scheduled by a changed drop-in.",
-)];
+pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "service",
+        "Services (systemd) — `service::`",
+        "Every call first runs a daemon-reload scheduled by a changed drop-in.",
+    ),
+    (
+        "tuned_adm",
+        "TuneD profiles — `tuned_adm::`",
+        "The active profile is what `/etc/tuned/active_profile` records (a profile planned earlier in the session answers in plan and check mode); a profile is `<name>/tuned.conf` in `/etc/tuned`, `/etc/tuned/profiles`, `/usr/lib/tuned` or `/usr/lib/tuned/profiles`. Not `tuned::`: a script importing `skyhook/tuned` as `tuned` would hide a namespace of that name, in its own code and in the module's.",
+    ),
+];
 
 /// The functions of this file's namespaces, in reference order: each one's reference row
 /// and its registration.
@@ -141,6 +151,52 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         "Remove that drop-in; a change schedules one daemon-reload.",
         |h, n: S, f: S| Ok(service::remove_drop_in(h, &n, &f)?)
     ),
+    host_fn!(
+        "tuned_adm",
+        "active",
+        &[],
+        "?",
+        ReadsHost,
+        "The active profile's names (`\"nvidia-h100-inference\"`, several separated by one space), or `()` when none is active.",
+        |h| Ok(convert::opt(tuned::active(h)?))
+    ),
+    host_fn!(
+        "tuned_adm",
+        "profile",
+        &[("names", "?")],
+        "bool",
+        Submits(&[TunedProfile]),
+        "Make a profile (a name; several in a string separated by spaces or in an array, merged by tuned in that order) the active one with `tuned-adm profile <names>`, unless it is already. A name without a `tuned.conf` is an error naming it.",
+        |h, n: Dynamic| {
+            let names: Vec<String> = if n.is_string() {
+                convert::string(&n, "names")?
+                    .split_whitespace()
+                    .map(String::from)
+                    .collect()
+            } else {
+                convert::string_or_array(&n, "names")?
+            };
+            Ok(tuned::profile(h, &names)?)
+        }
+    ),
+    host_fn!(
+        "tuned_adm",
+        "off",
+        &[],
+        "bool",
+        Submits(&[TunedProfile]),
+        "`tuned-adm off` when a profile is active (tuned stops tuning; what it set is rolled back).",
+        |h| Ok(tuned::off(h)?)
+    ),
+    host_fn!(
+        "tuned_adm",
+        "verify",
+        &[],
+        "bool",
+        RunsReadOnly,
+        "`tuned-adm verify` succeeds: the live settings match the active profile (false while a `[bootloader]` change waits for a reboot; the reasons are in `/var/log/tuned/tuned.log`).",
+        |h| Ok(tuned::verify(h)?)
+    ),
 ];
 
 #[cfg(test)]
@@ -165,6 +221,10 @@ pub(super) mod tests {
         r#"service::daemon_reload()"#,
         r#"service::drop_in("kubelet", "20-y.conf", "[Service]\n")"#,
         r#"service::remove_drop_in("kubelet", "10-x.conf")"#,
+        r#"tuned_adm::active()"#,
+        r#"tuned_adm::profile("balanced")"#,
+        r#"tuned_adm::off()"#,
+        r#"tuned_adm::verify()"#,
     ];
 
     /// `service::show` returns the properties systemctl prints (one it does not print is

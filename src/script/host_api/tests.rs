@@ -591,6 +591,9 @@ fn effects_root() -> TestHost {
     t.stub("mdadm", ":");
     t.file("/dev/sdb", "");
     t.file("/dev/sdd", "");
+    t.stub("tuned-adm", ":");
+    t.file("/usr/lib/tuned/balanced/tuned.conf", "[main]\n");
+    t.file("/etc/tuned/active_profile", "old\n");
     std::fs::write(t.p("/state/old.active"), "yes\n").unwrap();
     std::fs::write(t.p("/state/old.enabled"), "yes\n").unwrap();
     std::fs::write(t.p("/state/pkg-old"), "i\n").unwrap();

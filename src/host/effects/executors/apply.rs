@@ -3,7 +3,8 @@
 //! File effects go through [`crate::host::root::HostRoot`] (root-confined), their files
 //! fsynced before the rename and their directories noted for the step's end; service, package
 //! and grub effects run their commands through the same path as `run` (chrooted, own process
-//! group, checked).
+//! group, checked); `mount`/`umount` in the host's mount namespace when the agent is in
+//! another one ([`crate::host::root::mount_ns`]).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use std::sync::Mutex;
 use super::Executor;
 use crate::host::effects::context::Context;
 use crate::host::effects::effect::{Effect, GrubUpdate, PkgManager};
-use crate::host::effects::exec::{CmdOutput, RunOptions, exec};
+use crate::host::effects::exec::{CmdOutput, RunOptions, exec, exec_in};
 use crate::host::effects::journal::StepJournal;
 use crate::host::effects::report::ExecMode;
 use crate::host::root::DirSync;
@@ -219,6 +220,28 @@ fn perform(cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
             let dirs = DirSync::Defer(&defer);
             root.write_atomic_synced(path, *mode, *uid, *gid, dirs, |f| f.write_all(content))?;
         }
+        Effect::CopyFile {
+            src,
+            path,
+            sha256,
+            mode,
+            uid,
+            gid,
+        } => {
+            let mut from = root.open_regular(src)?;
+            let defer = |dir: &Path| cx.dir_syncs.add(dir);
+            let dirs = DirSync::Defer(&defer);
+            root.write_atomic_synced(path, *mode, *uid, *gid, dirs, |f| {
+                let (_, got) = crate::host::root::digest::copy_hashed(&mut from, f)?;
+                match sha256 {
+                    Some(want) if *want != got => Err(std::io::Error::other(format!(
+                        "the source {} changed since the copy was decided (sha256 {want}, now {got}): nothing written",
+                        src.display()
+                    ))),
+                    _ => Ok(()),
+                }
+            })?;
+        }
         Effect::RemoveFile { path } => {
             let is_dir = root
                 .symlink_metadata(path)?
@@ -314,7 +337,17 @@ fn perform(cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
         }
         Effect::Interrupt(_) => {}
         Effect::Mount { path, op } => {
-            internal(cx, op.argv(path), Vec::new())?;
+            // In the host's mount namespace when the agent is in another one (a pod), so the
+            // mount reaches the host; else chrooted as every other command.
+            let ns = match cx.opts.commands_chrooted {
+                true => crate::host::root::mount_ns::host_mount_ns(root)?,
+                false => None,
+            };
+            let opts = RunOptions {
+                check: true,
+                ..RunOptions::default()
+            };
+            exec_in(cx, &op.argv(path), &opts, ns.map(std::sync::Arc::new))?;
         }
         Effect::ModuleLoad { name, .. } => {
             internal(cx, argv(&["modprobe", name]), Vec::new())?;
@@ -339,6 +372,13 @@ fn perform(cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
             for c in hold_commands(*manager, *hold, names)? {
                 internal(cx, c, Vec::new())?;
             }
+        }
+        Effect::TunedProfile { names } => {
+            internal(
+                cx,
+                crate::host::effects::effect::tuned_argv(names),
+                Vec::new(),
+            )?;
         }
     }
     Ok(None)

@@ -1,0 +1,229 @@
+//! `fs::extract` streams its entries: a big entry is copied byte-exact from a staging file
+//! (never held in memory), the plan names the entry it copies from, the staging directory is
+//! gone after the call, and a failed step's undo puts the previous files back.
+
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+use crate::host::effects::effect::Effect;
+use crate::host::files::archive::{ExtractOptions, Extracted, STAGING, extract};
+use crate::host::root::HostRoot;
+use crate::host::root::digest::sha256_tag;
+use crate::host::testutil::{TestHost, tree};
+use crate::host::{ExecMode, Host, HostOptions};
+
+/// `len` bytes of a pattern that differs from one 64 KiB chunk to the next.
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i / 65_536) as u8).wrapping_mul(31) ^ (i as u8))
+        .collect()
+}
+
+/// A tar.gz of `big` (0750) and `small` ("small\n", 0644) at `/tmp/a.tar.gz`.
+fn archive(t: &TestHost, big: &[u8]) {
+    let mut b = tar::Builder::new(Vec::new());
+    for (name, mode, data) in [("big", 0o750, big), ("small", 0o644, &b"small\n"[..])] {
+        let mut hd = tar::Header::new_gnu();
+        hd.set_path(name).unwrap();
+        hd.set_mode(mode);
+        hd.set_size(data.len() as u64);
+        hd.set_entry_type(tar::EntryType::Regular);
+        hd.set_cksum();
+        b.append(&hd, data).unwrap();
+    }
+    let tar = b.into_inner().unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&tar).unwrap();
+    std::fs::create_dir_all(t.p("/tmp")).unwrap();
+    std::fs::write(t.p("/tmp/a.tar.gz"), gz.finish().unwrap()).unwrap();
+}
+
+fn unpack(h: &mut Host) -> bool {
+    match extract(h, "/tmp/a.tar.gz", "/opt/x", &ExtractOptions::default()).unwrap() {
+        Extracted::Done(changed) => changed,
+        Extracted::Unknown => panic!("the archive is on disk"),
+    }
+}
+
+#[test]
+fn a_big_entry_is_planned_from_the_archive_and_copied_byte_exact_through_staging() {
+    let t = TestHost::new();
+    let big = pattern(3 * 1024 * 1024 + 11);
+    archive(&t, &big);
+    let before = tree(&t.root);
+    let mut h = t.host(ExecMode::Plan);
+    assert!(unpack(&mut h));
+    let r = h.finish().unwrap();
+    assert_eq!(tree(&t.root), before, "a plan changed the root");
+    let lines: Vec<&str> = r.changes.iter().map(|c| c.summary.as_str()).collect();
+    assert_eq!(
+        lines,
+        [
+            "create directory /opt/x (mode 0755)",
+            "create /opt/x/big (mode 0750)",
+            "create /opt/x/small (mode 0644)"
+        ]
+    );
+    assert_eq!(
+        r.changes[1].diff.as_deref(),
+        Some(
+            "Files /dev/null and b/opt/x/big differ (copied from /tmp/a.tar.gz:big: not diffed)\n"
+        )
+    );
+    assert_eq!(r.changes[1].after, Some(sha256_tag(&big)));
+
+    // The apply copies each file from its staging file: no entry's content is an effect's.
+    std::fs::create_dir_all(t.p("/opt/x")).unwrap();
+    let mut rec = Host::recording(HostRoot::open(&t.root).unwrap(), HostOptions::default());
+    assert!(unpack(&mut rec));
+    let sources: Vec<String> = rec
+        .recorded_effects()
+        .iter()
+        .filter_map(|e| match e {
+            Effect::CopyFile { src, .. } => Some(src.display().to_string()),
+            Effect::WriteFile { path, .. } => panic!("{} written from memory", path.display()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sources.len(), 2);
+    assert!(
+        sources.iter().all(|s| s.starts_with(STAGING)),
+        "{sources:?}"
+    );
+    std::fs::remove_dir(t.p("/opt/x")).unwrap();
+
+    let mut h = t.host(ExecMode::Apply);
+    assert!(unpack(&mut h));
+    h.finish().unwrap();
+    assert_eq!(std::fs::read(t.p("/opt/x/big")).unwrap(), big);
+    assert_eq!(t.read("/opt/x/small"), "small\n");
+    let m = std::fs::metadata(t.p("/opt/x/big")).unwrap();
+    assert_eq!((m.mode() & 0o7777, m.uid()), (0o750, 0));
+    assert!(!t.p(STAGING).exists(), "the staging directory is left");
+
+    let mut h = t.host(ExecMode::Apply);
+    assert!(!unpack(&mut h));
+    assert!(h.finish().unwrap().changes.is_empty());
+
+    // The same content under another mode: a chmod, nothing copied or staged.
+    std::fs::set_permissions(t.p("/opt/x/big"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut h = t.host(ExecMode::Apply);
+    assert!(unpack(&mut h));
+    let r = h.finish().unwrap();
+    let kinds: Vec<(&str, &str)> = r
+        .changes
+        .iter()
+        .map(|c| (c.kind.as_str(), c.target.as_str()))
+        .collect();
+    assert_eq!(kinds, [("chmod", "/opt/x/big")]);
+    assert_eq!(std::fs::read(t.p("/opt/x/big")).unwrap(), big);
+}
+
+#[test]
+fn a_failed_step_puts_the_previous_files_back() {
+    let t = TestHost::new();
+    let big = pattern(2 * 1024 * 1024);
+    archive(&t, &big);
+    t.file("/opt/x/big", "the old big\n");
+    std::fs::set_permissions(t.p("/opt/x/big"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    std::fs::create_dir_all(t.p("/var/lib/skyhook")).unwrap();
+    let without_locks = |mut m: std::collections::BTreeMap<std::path::PathBuf, String>| {
+        m.retain(|p, _| !p.starts_with("var/lib/skyhook/.locks"));
+        m
+    };
+    let before = without_locks(tree(&t.root));
+    let mut h = t.host_with(ExecMode::Apply, |o| o.undo = Some("pkg-apply".into()));
+    assert!(unpack(&mut h));
+    assert_eq!(std::fs::read(t.p("/opt/x/big")).unwrap(), big);
+    let (_, undone, result) = h.fail_with_report();
+    result.unwrap();
+    assert!(undone.not_undone.is_empty(), "{:?}", undone.not_undone);
+    let after = without_locks(tree(&t.root));
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>()
+    );
+    assert!(after == before, "a file differs after the undo");
+    assert_eq!(t.read("/opt/x/big"), "the old big\n");
+}
+
+#[test]
+fn a_fifo_entry_or_a_fifo_as_the_archive_is_refused_without_blocking() {
+    let t = TestHost::new();
+    let mut b = tar::Builder::new(Vec::new());
+    let mut hd = tar::Header::new_gnu();
+    hd.set_path("p").unwrap();
+    hd.set_mode(0o644);
+    hd.set_size(0);
+    hd.set_entry_type(tar::EntryType::Fifo);
+    hd.set_cksum();
+    b.append(&hd, &b""[..]).unwrap();
+    std::fs::create_dir_all(t.p("/tmp")).unwrap();
+    std::fs::write(t.p("/tmp/fifo.tar"), b.into_inner().unwrap()).unwrap();
+    nix::unistd::mkfifo(
+        &t.p("/tmp/pipe"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let root = t.root.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    // On a thread, so a read that blocked on the FIFO fails the test instead of hanging it.
+    std::thread::spawn(move || {
+        let mut h = Host::new(
+            HostRoot::open(&root).unwrap(),
+            ExecMode::Apply,
+            HostOptions::default(),
+        );
+        let o = ExtractOptions::default();
+        let errs: Vec<String> = ["/tmp/fifo.tar", "/tmp/pipe"]
+            .iter()
+            .map(|a| match extract(&mut h, a, "/opt/x", &o) {
+                Ok(r) => format!("extracted: {r:?}"),
+                Err(e) => e.to_string(),
+            })
+            .collect();
+        let _ = tx.send(errs);
+    });
+    let errs = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("fs::extract blocked on a FIFO");
+    assert_eq!(
+        errs,
+        [
+            "invalid archive: /tmp/fifo.tar: entry \"p\": is a device, FIFO or other special file, which is not extracted",
+            "/tmp/pipe: is not a regular file"
+        ]
+    );
+    assert!(!t.p("/opt/x").exists());
+}
+
+/// An agent killed while unpacking leaves its staging directory; the next run's sweep
+/// removes it and keeps the one of a process that is alive (this test's own).
+#[test]
+fn the_staging_directory_of_a_killed_extract_is_swept() {
+    let t = TestHost::new();
+    let dead = format!("{STAGING}/999999999.0");
+    let live = format!("{STAGING}/{}.3", std::process::id());
+    t.file(&format!("{dead}/0"), "half an entry");
+    t.file(&format!("{live}/0"), "an entry being staged");
+    let root = HostRoot::open(&t.root).unwrap();
+    let lines = crate::host::files::archive::sweep_staging(&root).unwrap();
+    assert_eq!(
+        lines,
+        vec![format!(
+            "removed {dead}, left by an fs::extract that did not end"
+        )]
+    );
+    assert!(!t.p(&dead).exists());
+    assert_eq!(t.read(&format!("{live}/0")), "an entry being staged");
+    std::fs::remove_dir_all(t.p(&live)).unwrap();
+    assert!(
+        crate::host::files::archive::sweep_staging(&root)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        !t.p(STAGING).exists(),
+        "the emptied staging directory is removed"
+    );
+}
