@@ -6,6 +6,7 @@
 #   cargo build --release
 #   [RUNS=5] [HOST=cos-117] bash benches/port_vs_bash.sh gke UPSTREAM
 #   [RUNS=5] [HOST=ubuntu-24.04-eks-x86_64] bash benches/port_vs_bash.sh tuned UPSTREAM
+#   [RUNS=5] bash benches/port_vs_bash.sh setup UPSTREAM
 #
 # Packages: `gke` = upstream nvidia-tuning-gke on its base tuning/ (as its Dockerfile layers
 # them) against examples/nvidia-tuning-gke; configMaps accelerator=gb200, intent=
@@ -24,16 +25,23 @@
 # package queries the layers lack (dpkg-query, rpm) and apt-get/yum as the symlinks they
 # stand for, as tests/nvidia_tuned_port.rs does. FIX_LIST_GREP=1 repairs the bash config's
 # profile lookup (below), without which it fails config and the checks after it.
+#
+# `setup` = upstream nvidia-setup against examples/nvidia-setup on ubuntu-24.04-eks-x86_64
+# (service=eks, accelerator=h100: upgrade, EFA installer from the layer's mirror, OFI, chrony,
+# RAID0 of the two NVMe disks with its mount units; the port's download comes from a
+# 127.0.0.1 server holding the same installer as a real tar.gz); the stages are apply,
+# apply-check, apply again. Its node and stages are in benches/port_vs_bash_setup.sh.
 # Prints per package the median and min of RUNS runs in ms, then port / bash.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "port_vs_bash.sh: needs root (steps run in a chroot)" >&2; exit 1; }
-[ $# -eq 2 ] || { echo "usage: port_vs_bash.sh gke|tuned UPSTREAM_DIR" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: port_vs_bash.sh gke|tuned|setup UPSTREAM_DIR" >&2; exit 2; }
 which=$1 up=$2 RUNS=${RUNS:-5}
 case $which in
     gke) HOST=${HOST:-cos-117} ;;
     tuned) HOST=${HOST:-ubuntu-24.04-eks-x86_64} ;;
-    *) echo "port_vs_bash.sh: unknown package $which (gke, tuned)" >&2; exit 2 ;;
+    setup) HOST=ubuntu-24.04-eks-x86_64 ;;
+    *) echo "port_vs_bash.sh: unknown package $which (gke, tuned, setup)" >&2; exit 2 ;;
 esac
 AGENT=${AGENT:-$PWD/target/release/skyhook-agent}
 [ -x "$AGENT" ] || { echo "port_vs_bash.sh: build $AGENT first (cargo build --release)" >&2; exit 1; }
@@ -61,6 +69,9 @@ case $which in
             sed -i 's/grep -q "^- $profile\$"/grep -q "^- $profile\\( \\|\$\\)"/' \
                 "$WORK"/bash/skyhook_dir/apply_tuned_profile*.sh "$WORK"/bash/skyhook_dir/post_interrupt_tuned_check.sh
         fi ;;
+    setup)
+        cp -r "$up/nvidia-setup/skyhook_dir" "$up/nvidia-setup/config.json" "$WORK/bash/"
+        cp -r examples/nvidia-setup "$WORK/port" ;;
 esac
 chmod +x "$WORK"/bash/skyhook_dir/*.sh
 
@@ -136,6 +147,10 @@ stages() {
     t1=$(date +%s%N)
     echo $(( (t1 - t0) / 1000000 ))
 }
+
+if [ "$which" = setup ]; then
+    . benches/port_vs_bash_setup.sh
+fi
 
 declare -A times
 for ((i = 0; i < RUNS; i++)); do
