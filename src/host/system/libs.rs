@@ -1,4 +1,5 @@
-//! `lib::find(name)`: the shared libraries the host's dynamic linker knows by a name.
+//! `lib::find(name)`: the shared libraries the host's dynamic linker knows by a name;
+//! `lib::refresh()`: rebuild its cache (`ldconfig`, an action).
 //!
 //! The list is `ldconfig -p` run chrooted into the host root (a query, in every mode), not a
 //! parse of `/etc/ld.so.cache` in Rust: `ldconfig -p` reads the cache the host's own glibc
@@ -78,6 +79,23 @@ pub fn find(h: &Host, name: &str) -> Result<Vec<String>> {
         }
     }
     Ok(paths)
+}
+
+/// `lib::refresh()`: `ldconfig` (chrooted, checked), an action every time: the linker's
+/// cache rebuilt from `/etc/ld.so.conf` and `ld.so.conf.d` (after a step wrote a path file
+/// there). Planned, not run, in plan and check mode.
+///
+/// # Errors
+/// `ldconfig` missing, failing to start or exiting non-zero (apply).
+pub fn refresh(h: &mut Host) -> Result<()> {
+    h.submit(crate::host::effects::effect::Effect::Command {
+        argv: vec!["ldconfig".into()],
+        opts: RunOptions {
+            check: true,
+            ..RunOptions::default()
+        },
+    })?;
+    Ok(())
 }
 
 #[cfg(test)]

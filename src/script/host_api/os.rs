@@ -5,6 +5,7 @@
 use rhai::ImmutableString as S;
 
 use super::convert;
+use super::docs::EffectKind::Command;
 use super::docs::Effects::*;
 use super::docs::FnDoc;
 use super::docs::NAME;
@@ -126,6 +127,15 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         "The paths of the shared libraries the dynamic linker knows named like `name`: `\"libfabric\"` finds `libfabric.so` and `libfabric.so.1` (not `libfabric2.so`), a full soname only itself; each path once, in `ldconfig -p` order; `[]` when none. An error when `ldconfig` is missing or fails.",
         |h, n: S| Ok(convert::array(libs::find(h, &n)?))
     ),
+    host_fn!(
+        "lib",
+        "refresh",
+        &[],
+        "()",
+        Submits(&[Command]),
+        "`ldconfig`: the dynamic linker's cache rebuilt from `/etc/ld.so.conf` and `/etc/ld.so.conf.d` (an action, every time; planned in plan and check mode); a non-zero exit is an error. Call it after writing a library path file.",
+        |h| Ok(libs::refresh(h)?)
+    ),
 ];
 
 #[cfg(test)]
@@ -149,6 +159,7 @@ pub(super) mod tests {
         r#"os::hostname()"#,
         r#"os::cmdline()"#,
         r#"lib::find("libc")"#,
+        r#"lib::refresh()"#,
     ];
 
     #[test]
@@ -235,6 +246,30 @@ printf '\tlibnccl-net.so (libc6,x86-64) => /opt/aws-ofi-nccl/lib/libnccl-net.so\
         assert_eq!(
             run(&t, ExecMode::Plan, r#"lib::find("libfabric")"#).error(),
             "main.rhai:1:6: lib::find: failed to run ldconfig -p: program not found"
+        );
+    }
+
+    /// `lib::refresh()` runs `ldconfig` in an apply only, is an action in every mode's
+    /// report, and fails the step when `ldconfig` does.
+    #[test]
+    fn lib_refresh_runs_ldconfig_as_an_action() {
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub("ldconfig", "exit 0");
+        for mode in [ExecMode::Plan, ExecMode::Check] {
+            let r = run(&t, mode, "lib::refresh();").ok();
+            assert_eq!(r.report.actions.len(), 1, "{mode:?}");
+            assert_eq!(r.report.actions[0].kind, "command");
+        }
+        assert!(t.calls().is_empty(), "a plan or check ran ldconfig");
+        let r = run(&t, ExecMode::Apply, "lib::refresh();").ok();
+        assert_eq!(r.report.actions.len(), 1);
+        assert_eq!(t.calls(), vec!["ldconfig "]);
+        t.stub("ldconfig", "exit 1");
+        assert!(
+            run(&t, ExecMode::Apply, "lib::refresh();")
+                .error()
+                .contains("ldconfig"),
         );
     }
 }
