@@ -23,6 +23,10 @@ use crate::nvidia_ports::{etc, manifest, node, ok, overlay, payload, realistic_b
 use crate::util::{FakeRoot, Run, T, run_to_end};
 
 const SETUP_ID: &str = "setup-0000-1_nvidia_setup_0.2.1";
+
+/// The resource id the operator gives the kernel package of `skyhook.yaml`: the middle field
+/// is the CR's package name, not config.json's `package_name`.
+const KERNEL_ID: &str = "setup-0000-1_nvidia-setup-kernel_0.2.1";
 const EFA_TARBALL: &str = "aws-efa-installer-1.47.0.tar.gz";
 const RAID_UNIT: &str = "/etc/systemd/system/mnt-k8s\\x2ddisks-0.mount";
 
@@ -466,7 +470,7 @@ fn nvidia_setup_efa_is_installed_and_checked_on_one_condition() {
 /// The host of the kernel install: running `old`, whose image is the only one in /boot and
 /// in the base image's package list (the package's kernel is only in the fake apt mirror).
 fn older_kernel_host(host: &str, old: &str) -> (FakeRoot, Mirror) {
-    let (fr, mirror) = setup_node(host, &[("service", "eks"), ("accelerator", "h100")]);
+    let (mut fr, mirror) = setup_node(host, &[("service", "eks"), ("accelerator", "h100")]);
     for e in fs::read_dir(fr.host("/boot")).unwrap().flatten() {
         if e.file_name().to_string_lossy().starts_with("vmlinuz-") {
             fs::remove_file(e.path()).unwrap();
@@ -481,10 +485,17 @@ fn older_kernel_host(host: &str, old: &str) -> (FakeRoot, Mirror) {
         .map(|l| format!("{l}\n"))
         .collect();
     fr.write("/usr/share/fakehost/dpkg-base", kept);
+    // The node metadata as the operator writes it for examples/nvidia-setup/skyhook.yaml:
+    // keyed by the CR's package names.
     fr.write(
         &format!("{T}/pkg/node-metadata/packages.json"),
-        r#"{"packages": {"nvidia_setup": {"interrupt": {"type": "reboot"}}}}"#,
+        r#"{"agentVersion": "v6.3.0", "packages": {
+            "nvidia-setup-kernel": {"name": "nvidia-setup-kernel", "version": "0.2.1",
+                "image": "ghcr.io/nvidia/skyhook-packages/nvidia-setup", "interrupt": {"type": "reboot"}},
+            "nvidia-setup-full": {"name": "nvidia-setup-full", "version": "0.2.1",
+                "image": "ghcr.io/nvidia/skyhook-packages/nvidia-setup"}}}"#,
     );
+    fr.set_env("SKYHOOK_RESOURCE_ID", KERNEL_ID);
     (fr, mirror)
 }
 
@@ -603,6 +614,7 @@ fn nvidia_setup_kernel_install_reboot_and_post_interrupt_check() {
         let env = [
             ("NVIDIA_SETUP_INSTALL_KERNEL", "true"),
             ("NVIDIA_PIN_KERNEL", "true"),
+            ("SKYHOOK_RESOURCE_ID", KERNEL_ID),
         ];
         let (code, plan) = skyhook_run(&fr, "apply", &[], &env);
         assert_eq!(code, 0, "{plan}");

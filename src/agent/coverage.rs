@@ -18,8 +18,12 @@
 //! fails while the node still runs that boot id ("the requested reboot has not happened"),
 //! and removes the record once the checks pass on a new boot.
 //!
-//! Accepted shapes of `packages.json` (the operator's node metadata; the package is found by
-//! its `package_name`): `{"<name>": ENTRY}`, `{"packages": {"<name>": ENTRY}}` or
+//! The package is looked up by the names in [`lookup_names`]: the name the Skyhook CR gives it
+//! (the operator keys its node metadata by `spec.packages.<name>`, and that name is the middle
+//! field of `SKYHOOK_RESOURCE_ID`), then config.json's `package_name`; `-` and `_` are the
+//! same character when no name matches exactly and one entry matches that way.
+//!
+//! Accepted shapes of `packages.json` (the operator's node metadata): `{"<name>": ENTRY}`, `{"packages": {"<name>": ENTRY}}` or
 //! `[{"name": "<name>", ...ENTRY}]`. ENTRY (and a CR's `spec.packages.<name>`) may hold
 //! `interrupt: {type, services}` and `configInterrupts: {<configMap key>: {type, services}}`,
 //! with `type` one of `reboot`, `service`, `restartAllServices`, `noop` (the CR's names) or
@@ -119,35 +123,47 @@ impl DeclaredInterrupts {
         }
     }
 
-    /// The package `name`'s entry of a node metadata `packages.json` document (see the
-    /// module docs for the shapes); `None` when the package is not listed (nothing
-    /// declared: every request is uncovered).
-    pub fn from_packages_json(doc: &Value, name: &str) -> Option<DeclaredInterrupts> {
-        let entry = match doc {
+    /// The package's entry of a node metadata `packages.json` document (see the module docs
+    /// for the shapes and how `names` are tried); `None` when the package is not listed
+    /// (nothing declared: every request is uncovered).
+    pub fn from_packages_json(doc: &Value, names: &[String]) -> Option<DeclaredInterrupts> {
+        let entries: Vec<(&str, &Value)> = match doc {
             Value::Array(items) => items
                 .iter()
-                .find(|e| e.get("name").and_then(Value::as_str) == Some(name)),
-            Value::Object(m) => m
-                .get("packages")
-                .and_then(|p| p.get(name))
-                .or_else(|| m.get(name)),
-            _ => None,
-        }?;
+                .filter_map(|e| Some((e.get("name")?.as_str()?, e)))
+                .collect(),
+            Value::Object(m) => match m.get("packages").and_then(Value::as_object) {
+                Some(p) => p.iter().map(|(k, v)| (k.as_str(), v)).collect(),
+                None => m.iter().map(|(k, v)| (k.as_str(), v)).collect(),
+            },
+            _ => Vec::new(),
+        };
+        let entry = find_entry(&entries, names)?;
         Some(DeclaredInterrupts::from_entry(entry))
     }
 
-    /// The package `name` of a Skyhook CR (`spec.packages.<name>`), parsed from YAML or JSON.
+    /// The package's `spec.packages.<name>` of a Skyhook CR, parsed from YAML or JSON
+    /// (`names` tried as the module docs say).
     ///
     /// # Errors
-    /// Not YAML, or no such package in the CR (the message says which).
-    pub fn from_cr(text: &str, name: &str) -> Result<DeclaredInterrupts, String> {
+    /// Not YAML, or no such package in the CR (the message lists the CR's packages).
+    pub fn from_cr(text: &str, names: &[String]) -> Result<DeclaredInterrupts, String> {
         let doc: Value =
             serde_yaml_ng::from_str(text).map_err(|e| format!("not a YAML document: {e}"))?;
-        let entry = doc
+        let entries: Vec<(&str, &Value)> = doc
             .get("spec")
             .and_then(|s| s.get("packages"))
-            .and_then(|p| p.get(name))
-            .ok_or_else(|| format!("the CR has no spec.packages.{name}"))?;
+            .and_then(Value::as_object)
+            .map(|p| p.iter().map(|(k, v)| (k.as_str(), v)).collect())
+            .unwrap_or_default();
+        let entry = find_entry(&entries, names).ok_or_else(|| {
+            let have: Vec<&str> = entries.iter().map(|(k, _)| *k).collect();
+            format!(
+                "the CR has no spec.packages.{} (it has: {}); name the CR's package with SKYHOOK_RESOURCE_ID=<id>_<CR package name>_<version>",
+                names.first().map_or("", String::as_str),
+                if have.is_empty() { "none".to_string() } else { have.join(", ") }
+            )
+        })?;
         Ok(DeclaredInterrupts::from_entry(entry))
     }
 
@@ -162,6 +178,42 @@ impl DeclaredInterrupts {
             .iter()
             .find(|(_, d)| d.covers(request))
             .map(|(k, d)| format!("configInterrupts.{k} ({})", d.describe()))
+    }
+}
+
+/// The names a package is looked up by in the CR and node metadata, in order: the middle
+/// field of `resource_id` (`<id>_<CR package name>_<version>`, how the operator names it),
+/// then `package_name` (config.json's), once each.
+pub fn lookup_names(resource_id: &str, package_name: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    if let (Some(first), Some(last)) = (resource_id.find('_'), resource_id.rfind('_'))
+        && first < last
+    {
+        names.push(resource_id[first + 1..last].to_string());
+    }
+    if !names.iter().any(|n| n == package_name) {
+        names.push(package_name.to_string());
+    }
+    names
+}
+
+/// The entry of the first of `names` among `entries`; else the one entry whose key equals a
+/// name with `-` and `_` taken as the same character.
+fn find_entry<'v>(entries: &[(&str, &'v Value)], names: &[String]) -> Option<&'v Value> {
+    for n in names {
+        if let Some((_, v)) = entries.iter().find(|(k, _)| k == n) {
+            return Some(v);
+        }
+    }
+    let fold = |s: &str| s.replace('_', "-");
+    let loose: Vec<&Value> = entries
+        .iter()
+        .filter(|(k, _)| names.iter().any(|n| fold(n) == fold(k)))
+        .map(|(_, v)| *v)
+        .collect();
+    match loose.as_slice() {
+        [one] => Some(one),
+        _ => None,
     }
 }
 
@@ -200,14 +252,15 @@ pub enum Declarations {
 }
 
 impl Declarations {
-    /// Read `<copy dir>/node-metadata/packages.json` under `root` for package `name`.
+    /// Read `<copy dir>/node-metadata/packages.json` under `root` for the package known by
+    /// `names` ([`lookup_names`]).
     ///
     /// # Errors
     /// The file exists but cannot be read or is not JSON (the message names it).
     pub fn from_node_metadata(
         root: &HostRoot,
         copy_dir: &Path,
-        name: &str,
+        names: &[String],
     ) -> Result<Declarations, String> {
         let path = copy_dir.join("node-metadata").join("packages.json");
         let bytes = match root.read_opt(&path) {
@@ -215,18 +268,21 @@ impl Declarations {
             Ok(None) => return Ok(Declarations::Unknown),
             Err(e) => return Err(crate::chain::render(&e)),
         };
-        Declarations::from_packages_json_bytes(&bytes, name)
+        Declarations::from_packages_json_bytes(&bytes, names)
             .map_err(|e| format!("{}: {e}", root.display_path(&path).display()))
     }
 
-    /// The package `name`'s declarations from the bytes of a `packages.json`.
+    /// The declarations of the package known by `names` from the bytes of a `packages.json`.
     ///
     /// # Errors
     /// `not JSON: ...` when the bytes do not parse.
-    pub fn from_packages_json_bytes(bytes: &[u8], name: &str) -> Result<Declarations, String> {
+    pub fn from_packages_json_bytes(
+        bytes: &[u8],
+        names: &[String],
+    ) -> Result<Declarations, String> {
         let doc: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
         Ok(Declarations::Known(DeclaredInterrupts::from_packages_json(
-            &doc, name,
+            &doc, names,
         )))
     }
 }
@@ -304,7 +360,7 @@ mod tests {
             .expect("a json block")
             .0;
         let Declarations::Known(Some(d)) =
-            Declarations::from_packages_json_bytes(json.as_bytes(), "tuning").unwrap()
+            Declarations::from_packages_json_bytes(json.as_bytes(), &["tuning".into()]).unwrap()
         else {
             panic!("tuning is not in the example");
         };
@@ -337,16 +393,63 @@ mod tests {
             json!({"packages": {"tuning": entry}}),
             json!([{"name": "tuning", "interrupt": {"type": "reboot"}}]),
         ] {
-            let d = DeclaredInterrupts::from_packages_json(&doc, "tuning").unwrap();
+            let d = DeclaredInterrupts::from_packages_json(&doc, &["tuning".into()]).unwrap();
             assert_eq!(d.interrupt, Some(Declared::Reboot), "{doc}");
-            assert!(DeclaredInterrupts::from_packages_json(&doc, "other").is_none());
+            assert!(DeclaredInterrupts::from_packages_json(&doc, &["other".into()]).is_none());
         }
         let cr = "apiVersion: skyhook.nvidia.com/v1alpha1\nkind: Skyhook\nspec:\n  packages:\n    tuning:\n      version: 1.0.0\n      configInterrupts:\n        grub.conf:\n          type: reboot\n";
-        let d = DeclaredInterrupts::from_cr(cr, "tuning").unwrap();
+        let d = DeclaredInterrupts::from_cr(cr, &["tuning".into()]).unwrap();
         assert_eq!(d.config, vec![("grub.conf".to_string(), Declared::Reboot)]);
         assert_eq!(
-            DeclaredInterrupts::from_cr(cr, "kdump").unwrap_err(),
-            "the CR has no spec.packages.kdump"
+            DeclaredInterrupts::from_cr(cr, &["kdump".into()]).unwrap_err(),
+            "the CR has no spec.packages.kdump (it has: tuning); name the CR's package with SKYHOOK_RESOURCE_ID=<id>_<CR package name>_<version>"
+        );
+    }
+
+    /// The operator keys its node metadata by the CR's package name, which is the middle
+    /// field of `SKYHOOK_RESOURCE_ID` and may differ from config.json's `package_name`
+    /// (nvidia-setup's CR has `nvidia-setup-kernel` and `nvidia-setup-full`, both
+    /// `nvidia_setup`). The package used to be looked up by `package_name` only, so every
+    /// request of such a package was refused as undeclared.
+    #[test]
+    fn the_package_is_found_by_its_cr_name_first() {
+        let names = lookup_names("uid-1_nvidia-setup-kernel_0.2.1", "nvidia_setup");
+        assert_eq!(names, vec!["nvidia-setup-kernel", "nvidia_setup"]);
+        assert_eq!(lookup_names("uid_tuning_1.0", "tuning"), vec!["tuning"]);
+        assert_eq!(lookup_names("noid", "tuning"), vec!["tuning"]);
+        // The operator's SkyhookMetadata, as skyhook_metadata.go marshals it.
+        let doc = json!({"agentVersion": "v6.3.0", "packages": {
+            "nvidia-setup-kernel": {"name": "nvidia-setup-kernel", "version": "0.2.1",
+                                    "interrupt": {"type": "reboot"}},
+            "nvidia-setup-full": {"name": "nvidia-setup-full", "version": "0.2.1"},
+        }});
+        let d = DeclaredInterrupts::from_packages_json(&doc, &names).unwrap();
+        assert_eq!(d.interrupt, Some(Declared::Reboot));
+        let full = lookup_names("uid-1_nvidia-setup-full_0.2.1", "nvidia_setup");
+        let d = DeclaredInterrupts::from_packages_json(&doc, &full).unwrap();
+        assert_eq!(d.interrupt, None);
+        // Without a resource id naming it, `-` and `_` are one character when one entry
+        // matches that way; two that do are ambiguous.
+        let cr = "spec:\n  packages:\n    nvidia-tuned:\n      interrupt: {type: reboot}\n";
+        let d = DeclaredInterrupts::from_cr(
+            cr,
+            &lookup_names("skyhook-run_nvidia_tuned_0.2.3", "nvidia_tuned"),
+        )
+        .unwrap();
+        assert_eq!(d.interrupt, Some(Declared::Reboot));
+        let two = "spec:\n  packages:\n    a-b: {}\n    a_b: {}\n";
+        assert!(DeclaredInterrupts::from_cr(two, &["a.b".into()]).is_err());
+        assert!(DeclaredInterrupts::from_cr(two, &["a_b".into()]).is_ok());
+        let loose = json!({"packages": {"a-b": {}, "a_b": {}}});
+        assert!(DeclaredInterrupts::from_packages_json(&loose, &["a-b-c".into()]).is_none());
+        let err = DeclaredInterrupts::from_cr(
+            "spec:\n  packages:\n    nvidia-setup-kernel: {}\n    nvidia-setup-full: {}\n",
+            &lookup_names("skyhook-run_nvidia_setup_0.2.1", "nvidia_setup"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            "the CR has no spec.packages.nvidia_setup (it has: nvidia-setup-kernel, nvidia-setup-full); name the CR's package with SKYHOOK_RESOURCE_ID=<id>_<CR package name>_<version>"
         );
     }
 }

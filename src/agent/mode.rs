@@ -591,6 +591,8 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             return Ok(());
         };
         let pkg = &self.package.package_name;
+        // The name the CR gives the package, for the lines to add to it.
+        let cr_name = coverage::lookup_names(self.resource_id, pkg).remove(0);
         let mut uncovered = Vec::new();
         let mut notes = Vec::new();
         for request in &result.interrupts {
@@ -634,7 +636,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                 .iter()
                 .map(|r| {
                     format!(
-                        "{}: requested interrupt {} is not declared for package {pkg} in the Skyhook CR, so the operator would not drain the node for it; nothing was interrupted. Add to spec.packages.{pkg}: {}",
+                        "{}: requested interrupt {} is not declared for package {cr_name} in the Skyhook CR, so the operator would not drain the node for it; nothing was interrupted. Add to spec.packages.{cr_name}: {}",
                         at(r),
                         coverage::request_name(r),
                         coverage::cr_lines(r)
@@ -828,8 +830,12 @@ impl ModeRun<'_> {
         let scripts = site.compile_mode_scripts(&engine, &pkg, self.mode)?;
         let declarations = match &self.declarations {
             Some(d) => d.clone(),
-            None => Declarations::from_node_metadata(self.root, self.copy_dir, &pkg.package_name)
-                .map_err(AgentError::NodeMetadata)?,
+            None => Declarations::from_node_metadata(
+                self.root,
+                self.copy_dir,
+                &coverage::lookup_names(&self.id.raw, &pkg.package_name),
+            )
+            .map_err(AgentError::NodeMetadata)?,
         };
         let overlays = !matches!(self.mode, Mode::Uninstall | Mode::UninstallCheck);
         if overlays {

@@ -389,23 +389,24 @@ impl PackageRun {
     }
 
     /// What the package's Skyhook CR declares ([`PackageRun::skyhook_cr`], else
-    /// `DIR/node-metadata/packages.json`).
+    /// `DIR/node-metadata/packages.json`), for the package known by `names`
+    /// ([`crate::agent::coverage::lookup_names`]).
     ///
     /// # Errors
     /// The CR or packages.json cannot be read or parsed, or the CR lacks the package.
-    pub fn declarations(&self, name: &str) -> Result<Declarations, LocalError> {
+    pub fn declarations(&self, names: &[String]) -> Result<Declarations, LocalError> {
         let bad = |what: &Path, e: String| {
             LocalError::Agent(AgentError::NodeMetadata(format!("{}: {e}", what.display())))
         };
         if let Some(cr) = &self.skyhook_cr {
             let text = std::fs::read_to_string(cr).map_err(|e| bad(cr, e.to_string()))?;
-            let d = DeclaredInterrupts::from_cr(&text, name).map_err(|e| bad(cr, e))?;
+            let d = DeclaredInterrupts::from_cr(&text, names).map_err(|e| bad(cr, e))?;
             return Ok(Declarations::Known(Some(d)));
         }
         let pj = self.dir.join("node-metadata").join("packages.json");
         match std::fs::read(&pj) {
             Ok(bytes) => {
-                Declarations::from_packages_json_bytes(&bytes, name).map_err(|e| bad(&pj, e))
+                Declarations::from_packages_json_bytes(&bytes, names).map_err(|e| bad(&pj, e))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Declarations::Unknown),
             Err(e) => Err(bad(&pj, e.to_string())),
@@ -581,7 +582,10 @@ impl PackageRun {
                 write_logs: false,
                 node_metadata_dir: None,
                 interrupts: Some(InterruptPolicy {
-                    declarations: self.declarations(&pkg.package_name)?,
+                    declarations: self.declarations(&crate::agent::coverage::lookup_names(
+                        &rid,
+                        &pkg.package_name,
+                    ))?,
                     record: false,
                 }),
                 keep_fds: Vec::new(),
@@ -659,7 +663,10 @@ impl PackageRun {
             console.warn(w);
         }
         let id = ResourceId::parse(&rid).map_err(AgentError::from)?;
-        let declarations = self.declarations(&pkg.package_name)?;
+        let declarations = self.declarations(&crate::agent::coverage::lookup_names(
+            &rid,
+            &pkg.package_name,
+        ))?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
