@@ -113,7 +113,7 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         &[],
         "String",
         ReadsHost,
-        "The running kernel's release (as `os::kernel()`: `/proc/sys/kernel/osrelease` under the root).",
+        "The running kernel's release (as `os::kernel()`: `/proc/sys/kernel/osrelease` under the root, else `uname -r`).",
         |h| Ok(boot::running(h)?)
     ),
     host_fn!(

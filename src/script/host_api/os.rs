@@ -70,7 +70,7 @@ pub(super) const FUNCTIONS: &[FnDoc] = &[
         &[],
         "String",
         ReadsHost,
-        "The running kernel's release (`/proc/sys/kernel/osrelease` under the root).",
+        "The running kernel's release: `/proc/sys/kernel/osrelease` under the root, else the agent's `uname -r` (the same kernel on a node; on a copied root the machine running `skyhook-run`).",
         |h| Ok(os::kernel(h)?)
     ),
     host_fn!(
