@@ -6,7 +6,7 @@
 //! it itself (at boot through `WantedBy=`, now through `systemctl start`), in the host's
 //! mount namespace: unlike `mount::ensure`'s `mount`, a unit's mount always reaches the host.
 //!
-//! [`unit`] keeps the file with exactly the content [`render`] gives (the same bytes for the
+//! [`unit()`] keeps the file with exactly the content [`render`] gives (the same bytes for the
 //! same arguments: sections `[Unit]`, `[Mount]`, `[Install]`, keys in a fixed order), creates
 //! the mount point, schedules one daemon-reload (run before the next `systemctl` call or at
 //! the end of the step, recorded ahead of the write as for `service::drop_in`) and, unless
@@ -28,7 +28,7 @@ pub const UNIT_DIR: &str = "/etc/systemd/system";
 /// Longest unit name systemd accepts, in bytes (`UNIT_NAME_MAX` - 1).
 const UNIT_NAME_MAX: usize = 255;
 
-/// What [`unit`] is asked for (`#{what, type, options, description, requires, after,
+/// What [`unit()`] is asked for (`#{what, type, options, description, requires, after,
 /// wanted_by, state}`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnitSpec {
@@ -185,7 +185,7 @@ fn units(what: &'static str, names: &[String]) -> Result<String> {
     Ok(out.join(" "))
 }
 
-/// The unit file for the mount at `path` (normalized, as [`mount_point`] gives it):
+/// The unit file for the mount at `path` (normalized, as `mount_point` gives it):
 ///
 /// ```text
 /// [Unit]
@@ -269,12 +269,12 @@ pub fn unit(h: &mut Host, p: &str, spec: &UnitSpec) -> Result<bool> {
     Ok(file_changed || dir_changed || enabled || started)
 }
 
-/// `mount::bind(src, path, spec)`: [`unit`] with `What=<src>`, `Type=none` and
+/// `mount::bind(src, path, spec)`: [`unit()`] with `What=<src>`, `Type=none` and
 /// `Options=bind` (then `spec.options` when not `defaults`: `bind,ro`); `spec.what` and
 /// `spec.fstype` are not used. The source directory is not created.
 ///
 /// # Errors
-/// A relative `src`; as [`unit`].
+/// A relative `src`; as [`unit()`].
 pub fn bind(h: &mut Host, src: &str, p: &str, spec: &UnitSpec) -> Result<bool> {
     crate::host::files::fs::host_path(src)?;
     let options = match spec.options.as_str() {
