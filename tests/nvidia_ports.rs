@@ -344,29 +344,39 @@ fn nvidia_tuning_gke_bad_configmaps_fail_clearly_and_change_nothing() {
     }
 }
 
-/// Every script of the port passes `skyhook-run check` (no errors, no warnings).
+/// Every script of each port (`skyhook_dir/*.rhai` and `lib/*.rhai`) passes `skyhook-run
+/// check` with no error and no warning.
 #[test]
-fn nvidia_tuning_gke_scripts_check_clean() {
-    let dir = manifest().join("examples/nvidia-tuning-gke/skyhook_dir");
-    let mut files: Vec<PathBuf> = Vec::new();
-    for sub in [dir.clone(), dir.join("lib")] {
-        for e in fs::read_dir(&sub).unwrap() {
-            let p = e.unwrap().path();
-            if p.extension().is_some_and(|x| x == "rhai") {
-                files.push(p);
+fn nvidia_ports_scripts_check_clean() {
+    for (example, count) in [
+        ("nvidia-tuning-gke", 6),
+        ("nvidia-tuned", 9),
+        ("nvidia-setup", 9),
+    ] {
+        let dir = manifest()
+            .join("examples")
+            .join(example)
+            .join("skyhook_dir");
+        let mut files: Vec<PathBuf> = Vec::new();
+        for sub in [dir.clone(), dir.join("lib")] {
+            for e in fs::read_dir(&sub).unwrap() {
+                let p = e.unwrap().path();
+                if p.extension().is_some_and(|x| x == "rhai") {
+                    files.push(p);
+                }
             }
         }
+        files.sort();
+        assert_eq!(files.len(), count, "{example}: {files:?}");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
+            .arg("check")
+            .args(&files)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{example}: {stderr}");
+        assert_eq!(stderr, "", "{example}: warnings from check");
     }
-    files.sort();
-    assert_eq!(files.len(), 6, "{files:?}");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
-        .arg("check")
-        .args(&files)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert_eq!(stderr, "", "warnings from check");
 }
 
 /// `skyhook-run` on the port: the dry run of `config` reads the package's own profiles (at

@@ -6,7 +6,6 @@
 //! configMaps: a clear failure that changes nothing.
 
 use std::fs;
-use std::path::PathBuf;
 
 use crate::nvidia_ports::{HOSTS, etc, manifest, node, ok, payload};
 use crate::util::{FakeRoot, T, tree};
@@ -464,31 +463,6 @@ fn nvidia_tuned_bad_hosts_and_configmaps_fail_clearly_and_change_nothing() {
         assert_eq!(lib(), lib_before, "{message}");
         assert_eq!(tree(&fr.host("/proc")), proc_before, "{message}");
     }
-}
-
-/// Every script of the port passes `skyhook-run check` (no errors, no warnings).
-#[test]
-fn nvidia_tuned_scripts_check_clean() {
-    let dir = manifest().join("examples/nvidia-tuned/skyhook_dir");
-    let mut files: Vec<PathBuf> = Vec::new();
-    for sub in [dir.clone(), dir.join("lib")] {
-        for e in fs::read_dir(&sub).unwrap() {
-            let p = e.unwrap().path();
-            if p.extension().is_some_and(|x| x == "rhai") {
-                files.push(p);
-            }
-        }
-    }
-    files.sort();
-    assert_eq!(files.len(), 9, "{files:?}");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
-        .arg("check")
-        .args(&files)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert_eq!(stderr, "", "warnings from check");
 }
 
 /// `skyhook-run --package` on the port after the agent's apply: the dry run of `config`
