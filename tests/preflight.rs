@@ -36,7 +36,7 @@ const ALL: [Mistake; 5] = [
 impl Mistake {
     /// What the error output must contain (`file` is the storage or containerd step as the
     /// run names it).
-    fn expected(self, skyhook_dir: &str) -> String {
+    fn expected(self, skyhook_dir: &str, cr_package: &str) -> String {
         match self {
             Mistake::Typo => format!(
                 "{skyhook_dir}/storage.rhai:3:1: error: unknown function fs::ensure_blok (did you mean fs::ensure_block?)"
@@ -51,7 +51,7 @@ impl Mistake {
                 "{skyhook_dir}/containerd.rhai:2:21: toml::parse: <text>:1:15: invalid TOML"
             ),
             Mistake::UndeclaredReboot => format!(
-                "{skyhook_dir}/storage.rhai:5: requested interrupt reboot is not declared for package gpu-node in the Skyhook CR"
+                "{skyhook_dir}/storage.rhai:5: requested interrupt reboot is not declared for package {cr_package} in the Skyhook CR"
             ),
         }
     }
@@ -162,7 +162,7 @@ fn skyhook_run_apply_refuses_each_mistake_and_changes_nothing() {
         let out = skyhook_run(&fr, pkg.path(), &["--skyhook-cr", cr.to_str().unwrap()]);
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{mistake:?}: {out:?}");
-        let want = mistake.expected(&format!("{}/skyhook_dir", pkg.path().display()));
+        let want = mistake.expected(&format!("{}/skyhook_dir", pkg.path().display()), "gpu-node");
         assert!(
             err.contains(&want),
             "{mistake:?}: wanted {want:?} in\n{err}"
@@ -187,7 +187,8 @@ fn the_agent_refuses_each_mistake_before_start_and_changes_nothing() {
         let before = tree(fr.root());
         let run = fr.run("apply");
         assert_eq!(run.code, 1, "{mistake:?}: {run:?}");
-        let want = mistake.expected(&format!("{T}/pkg/skyhook_dir"));
+        // The agent names the package as the CR does: the middle field of its resource id.
+        let want = mistake.expected(&format!("{T}/pkg/skyhook_dir"), "demo");
         assert!(
             run.stderr.contains(&want),
             "{mistake:?}: wanted {want:?} in\n{}",
