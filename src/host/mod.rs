@@ -21,6 +21,7 @@
 //! An area may use another area (`pkg::repo` downloads with [`fetch`], the structured edits
 //! write through [`files::fs`]); no lower layer imports a higher one.
 
+pub mod api;
 pub mod effects;
 pub mod fetch;
 pub mod files;

@@ -10,7 +10,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use rhai::{Dynamic, EvalAltResult, NativeCallContext, ParseError, ParseErrorType, Position};
+use rhai::{Dynamic, EvalAltResult, ParseError, ParseErrorType, Position};
 
 use super::limits::Limits;
 
@@ -388,19 +388,7 @@ impl fmt::Display for ScriptError {
     }
 }
 
-/// The error a host binding returns for a failed host call: a catchable Rhai runtime error
-/// whose message is `message` exactly, at the call's position (`ctx.call_position()`), so the
-/// step fails with `file:line:col: message`.
-///
-/// Take the position from the context: Rhai 1.27 fills in a missing position for errors of
-/// global functions but not for namespaced ones (`fs::write`), so a binding registered in a
-/// static module must take `NativeCallContext` as its first parameter and pass it here.
-pub fn host_error(ctx: &NativeCallContext, message: impl Into<String>) -> Box<EvalAltResult> {
-    Box::new(EvalAltResult::ErrorRuntime(
-        Dynamic::from(message.into()),
-        ctx.call_position(),
-    ))
-}
+pub use crate::host::api::host_error;
 
 /// The value of the runtime error our resolver raises for an import it cannot resolve (Rhai
 /// replaces an `ErrorModuleNotFound` from a resolver with its own message, losing ours).

@@ -31,14 +31,7 @@ use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Module, NativeCallCo
 
 use super::errors::Stop;
 
-/// Where a run's output goes: the agent pipes it into its log sink (labels, timestamps, log
-/// files), `skyhook-run` to the terminal, tests into a buffer.
-pub trait ScriptOutput: Send + Sync {
-    /// One chunk of the step's stdout.
-    fn stdout(&self, bytes: &[u8]);
-    /// One chunk of the step's stderr.
-    fn stderr(&self, bytes: &[u8]);
-}
+pub use crate::host::api::ScriptOutput;
 
 /// Writes to this process's stdout and stderr (each chunk in one `write_all`; errors such as
 /// a closed pipe are ignored: output must never fail a step).

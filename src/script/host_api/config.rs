@@ -1,11 +1,12 @@
 //! `config::` (configMaps) and `node::` (node metadata) over [`crate::host::files::config`]: each
 //! function's reference row and binding, and their tests through Rhai.
 
+use crate::host::api::host_fn;
 use rhai::ImmutableString as S;
 
-use super::convert;
-use super::docs::Effects::*;
-use super::docs::{FnDoc, NAME};
+use crate::host::api::convert;
+use crate::host::api::docs::Effects::*;
+use crate::host::api::docs::{FnDoc, NAME};
 use crate::host::files::config;
 
 /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.

@@ -1,16 +1,17 @@
 //! `fs::`: every file function's reference row and binding, over [`crate::host::files::fs`] and
 //! [`crate::host::fetch`] (`fs::fetch`), and their tests through Rhai.
 
+use crate::host::api::host_fn;
 use std::time::Duration;
 
 use rhai::{Dynamic, ImmutableString as S, Map};
 
-use super::api::CallError;
-use super::convert::{self, check_keys, opt_bool, opt_scalar, opt_string};
-use super::docs::EffectKind::*;
-use super::docs::Effects::*;
-use super::docs::FnDoc;
-use super::docs::{OPTS, P};
+use crate::host::api::CallError;
+use crate::host::api::convert::{self, check_keys, opt_bool, opt_scalar, opt_string};
+use crate::host::api::docs::EffectKind::*;
+use crate::host::api::docs::Effects::*;
+use crate::host::api::docs::FnDoc;
+use crate::host::api::docs::{OPTS, P};
 use crate::host::fetch::{self, FetchOptions};
 use crate::host::files::archive::{self, ExtractOptions, Extracted};
 use crate::host::files::copy_tree::{self, TreeOptions};
@@ -128,7 +129,7 @@ fn extract_opts(m: &Map) -> Result<ExtractOptions, String> {
 /// reported on the step's stderr and counted as a change.
 fn extract(
     h: &mut crate::host::Host,
-    run: &super::api::Api,
+    run: &crate::host::api::Api,
     archive: &str,
     dest: &str,
     o: &ExtractOptions,

@@ -3,20 +3,21 @@
 //! script layer) and the value helpers `sha256` and `to_json` over [`crate::host::files::text`]:
 //! each one's reference row and binding, and their tests through Rhai.
 
+use crate::host::api::host_fn;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rhai::{Array, Dynamic, ImmutableString as S, Map};
 
-use super::convert::{self, check_keys, opt_bool, opt_string};
-use super::docs::EffectKind::*;
-use super::docs::Effects::*;
-use super::docs::FnDoc;
-use super::docs::{ARGV, NAME, OPTS, script_layer};
+use crate::host::api::ScriptOutput;
+use crate::host::api::convert::{self, check_keys, opt_bool, opt_string};
+use crate::host::api::docs::EffectKind::*;
+use crate::host::api::docs::Effects::*;
+use crate::host::api::docs::FnDoc;
+use crate::host::api::docs::{ARGV, NAME, OPTS, script_layer};
 use crate::host::files::text;
 use crate::host::secrets;
 use crate::host::system::cmd::{self, CmdOutput, Guard, OutputSink, RunOptions, StreamTo};
-use crate::script::output::ScriptOutput;
 
 /// The option keys of `query` (and the unguarded part of `run`/`sh`); the binding checks
 /// options against these lists, so the docs and the checker cannot drift from it.

@@ -2,12 +2,13 @@
 //! [`crate::host::kernel::interrupt`]: each function's reference row and binding, and their tests
 //! through Rhai.
 
+use crate::host::api::host_fn;
 use rhai::Dynamic;
 
-use super::convert;
-use super::docs::EffectKind::*;
-use super::docs::Effects::*;
-use super::docs::FnDoc;
+use crate::host::api::convert;
+use crate::host::api::docs::EffectKind::*;
+use crate::host::api::docs::Effects::*;
+use crate::host::api::docs::FnDoc;
 use crate::host::kernel::interrupt;
 
 /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.

@@ -2,13 +2,14 @@
 //! [`crate::host::mounts::mount`] and [`crate::host::mounts::unit`]: each
 //! function's reference row and binding, and their tests through Rhai.
 
+use crate::host::api::host_fn;
 use rhai::{Array, Dynamic, ImmutableString as S, Map};
 
-use super::convert::{self, check_keys, opt_string};
-use super::docs::EffectKind::*;
-use super::docs::Effects::*;
-use super::docs::FnDoc;
-use super::docs::{NAME, OPTS, P};
+use crate::host::api::convert::{self, check_keys, opt_string};
+use crate::host::api::docs::EffectKind::*;
+use crate::host::api::docs::Effects::*;
+use crate::host::api::docs::FnDoc;
+use crate::host::api::docs::{NAME, OPTS, P};
 use crate::host::mounts::disk::{self, BlockDevice, MkfsSpec};
 use crate::host::mounts::mount::{self, MountEntry, MountSpec, MountState};
 use crate::host::mounts::raid::{self, RaidInfo, RaidSpec};

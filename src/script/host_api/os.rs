@@ -2,13 +2,14 @@
 //! dynamic linker's libraries) over [`crate::host::system::libs`]: each function's reference
 //! row and binding, and their tests through Rhai.
 
+use crate::host::api::host_fn;
 use rhai::ImmutableString as S;
 
-use super::convert;
-use super::docs::EffectKind::Command;
-use super::docs::Effects::*;
-use super::docs::FnDoc;
-use super::docs::NAME;
+use crate::host::api::convert;
+use crate::host::api::docs::EffectKind::Command;
+use crate::host::api::docs::Effects::*;
+use crate::host::api::docs::FnDoc;
+use crate::host::api::docs::NAME;
 use crate::host::system::{libs, os};
 
 /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.

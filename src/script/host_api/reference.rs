@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use super::docs::{Effects, FnDoc, NAME, script_layer};
+use crate::host::api::docs::{Effects, FnDoc, NAME, script_layer};
 /// The namespace files' tables, in reference order.
 const FUNCTION_PARTS: &[&[FnDoc]] = &[
     super::global::FUNCTIONS,

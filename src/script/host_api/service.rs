@@ -2,14 +2,15 @@
 //! TuneD profile) over [`crate::host::services::tuned`]: each function's reference row and
 //! binding, and their tests through Rhai.
 
+use crate::host::api::host_fn;
 use rhai::Dynamic;
 use rhai::ImmutableString as S;
 
-use super::convert;
-use super::docs::EffectKind::*;
-use super::docs::Effects::*;
-use super::docs::FnDoc;
-use super::docs::NAME;
+use crate::host::api::convert;
+use crate::host::api::docs::EffectKind::*;
+use crate::host::api::docs::Effects::*;
+use crate::host::api::docs::FnDoc;
+use crate::host::api::docs::NAME;
 use crate::host::services::{service, tuned};
 
 /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.

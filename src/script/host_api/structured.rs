@@ -2,13 +2,14 @@
 //! [`crate::host::files::json`] and [`crate::host::files::ini`], and `regex::` over [`crate::host::files::text`]:
 //! each function's reference row and binding, and their tests through Rhai.
 
+use crate::host::api::host_fn;
 use rhai::{Array, Dynamic, ImmutableString as S, Map};
 
-use super::convert;
-use super::docs::EffectKind::*;
-use super::docs::Effects::*;
-use super::docs::FnDoc;
-use super::docs::{KEY_PATH, P};
+use crate::host::api::convert;
+use crate::host::api::docs::EffectKind::*;
+use crate::host::api::docs::Effects::*;
+use crate::host::api::docs::FnDoc;
+use crate::host::api::docs::{KEY_PATH, P};
 use crate::host::files::structured::{KeyPath, Seg};
 use crate::host::files::{ini, json, text, toml};
 

@@ -11,7 +11,7 @@ use super::*;
 use crate::host::effects::report::ExecMode;
 use crate::host::root::HostRoot;
 use crate::host::testutil::{TestHost, tree};
-use crate::host::{HostOptions, Report};
+use crate::host::{Host, HostOptions, Report};
 use crate::script::{
     CaptureOutput, ModuleStore, RunOptions, ScriptEngine, ScriptOutcome, StepContext,
     compile_source, run_script_with,
@@ -313,7 +313,7 @@ fn every_registered_function_is_documented_and_vice_versa() {
         cancel: crate::process::Cancel::new(),
         output: Arc::new(CaptureOutput::new()),
     };
-    let reg = api.modules(&handle);
+    let reg = modules(&api, &handle);
     for r in &reg.log {
         assert!(reg.modules[r.ns].contains_fn(r.hash), "{r:?} not in module");
     }
@@ -750,7 +750,7 @@ fn declared_effects_are_the_submitted_ones() {
                 ));
                 continue;
             };
-            let behaves = super::docs::kind_modes(*declared);
+            let behaves = crate::host::api::docs::kind_modes(*declared);
             if behaves != recorded && behaves != Modes::Command {
                 problems.push(format!(
                     "{sample}: {kind} recorded as {recorded:?}, its kind says {behaves:?}"

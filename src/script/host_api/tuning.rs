@@ -2,13 +2,14 @@
 //! over [`crate::host::kernel::tuning`]: each function's reference row and binding, and their tests
 //! through Rhai.
 
+use crate::host::api::host_fn;
 use rhai::{Array, Dynamic, ImmutableString as S, Map};
 
-use super::convert;
-use super::docs::EffectKind::*;
-use super::docs::Effects::*;
-use super::docs::FnDoc;
-use super::docs::NAME;
+use crate::host::api::convert;
+use crate::host::api::docs::EffectKind::*;
+use crate::host::api::docs::Effects::*;
+use crate::host::api::docs::FnDoc;
+use crate::host::api::docs::NAME;
 use crate::host::kernel::sysctl_record;
 use crate::host::kernel::tuning::ulimit::LimitEntry;
 use crate::host::kernel::tuning::{grub, sysctl, ulimit};

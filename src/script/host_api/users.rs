@@ -2,13 +2,14 @@
 //! [`crate::host::users::user`] and [`crate::host::users::group`]: each function's reference row and
 //! binding, and their tests through Rhai.
 
+use crate::host::api::host_fn;
 use rhai::{Dynamic, ImmutableString as S, Map};
 
-use super::convert::{self, check_keys, opt_bool, opt_string};
-use super::docs::EffectKind::*;
-use super::docs::Effects::*;
-use super::docs::FnDoc;
-use super::docs::{NAME, OPTS};
+use crate::host::api::convert::{self, check_keys, opt_bool, opt_string};
+use crate::host::api::docs::EffectKind::*;
+use crate::host::api::docs::Effects::*;
+use crate::host::api::docs::FnDoc;
+use crate::host::api::docs::{NAME, OPTS};
 use crate::host::users::group::{self, GroupOptions};
 use crate::host::users::user::{self, UserOptions};
 

@@ -1,11 +1,12 @@
 //! `version::` (version ordering) over [`crate::host::packages::version`]: each function's
 //! reference row and binding, and their tests through Rhai.
 
+use crate::host::api::host_fn;
 use rhai::{Array, ImmutableString as S, Map};
 
-use super::convert::{self, check_keys, opt_string};
-use super::docs::Effects::*;
-use super::docs::FnDoc;
+use crate::host::api::convert::{self, check_keys, opt_string};
+use crate::host::api::docs::Effects::*;
+use crate::host::api::docs::FnDoc;
 use crate::host::packages::version::{self, Scheme};
 
 /// The option keys of every `version::` function.

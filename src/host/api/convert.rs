@@ -345,7 +345,7 @@ mod tests {
     /// other types by their short names.
     #[test]
     fn not_found_messages_name_parameter_and_type() {
-        let f = super::super::FUNCTIONS;
+        let f = crate::script::host_api::FUNCTIONS;
         let s = "&str | ImmutableString | String";
         assert_eq!(
             explain_not_found(&format!("Function not found: fs::write ({s}, i64)"), f).as_deref(),

@@ -3,7 +3,7 @@
 //! its behaviour per mode, [`Modes`], is derived) and the parameters many rows share. The
 //! namespace files write the rows; [`super::reference`] gathers and renders them.
 
-use super::api::{Api, Registrar};
+use super::binding::{Api, Registrar};
 
 /// How a function behaves in the three execution modes: derived from its [`Effects`]
 /// ([`Effects::modes`]), one text per behaviour ([`Modes::text`]).
@@ -146,7 +146,7 @@ pub struct FnDoc {
 impl FnDoc {
     /// `ns::name` or `name`.
     pub fn full_name(&self) -> String {
-        super::api::fname(self.ns, self.name)
+        super::binding::fname(self.ns, self.name)
     }
 
     /// How the function behaves in the three modes, from its [`Effects`].
@@ -178,7 +178,7 @@ impl FnDoc {
 
 /// A function registered by the script layer itself (`changed()` and [`super::SCRIPT_FUNCTIONS`]):
 /// documented here, registered by the script runner.
-pub(super) const fn script_layer(
+pub(crate) const fn script_layer(
     ns: &'static str,
     name: &'static str,
     params: &'static [(&'static str, &'static str)],
@@ -200,8 +200,8 @@ pub(super) const fn script_layer(
 }
 
 /// Parameters shared by many rows.
-pub(super) const P: (&str, &str) = ("path", "String");
-pub(super) const NAME: (&str, &str) = ("name", "String");
-pub(super) const OPTS: (&str, &str) = ("opts", "Map");
-pub(super) const ARGV: (&str, &str) = ("argv", "Array");
-pub(super) const KEY_PATH: (&str, &str) = ("key_path", "?");
+pub(crate) const P: (&str, &str) = ("path", "String");
+pub(crate) const NAME: (&str, &str) = ("name", "String");
+pub(crate) const OPTS: (&str, &str) = ("opts", "Map");
+pub(crate) const ARGV: (&str, &str) = ("argv", "Array");
+pub(crate) const KEY_PATH: (&str, &str) = ("key_path", "?");
