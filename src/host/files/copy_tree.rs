@@ -385,3 +385,60 @@ pub(crate) fn submit_copy(
     drop(lock);
     r.map(|_| true)
 }
+
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use crate::host::api::host_fn;
+
+    use rhai::{ImmutableString as S, Map};
+
+    use crate::host::api::convert::check_keys;
+    use crate::host::api::docs::EffectKind::*;
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+    use crate::host::api::docs::OPTS;
+
+    use crate::host::files::copy_tree::{self, TreeOptions};
+
+    use crate::host::files::fs::rows::positive;
+
+    /// The option keys of `fs::copy_tree`.
+    const TREE_KEYS: &[&str] = &["max_files", "max_bytes"];
+
+    /// `#{max_files, max_bytes}`.
+    fn tree_opts(m: &Map) -> Result<TreeOptions, String> {
+        check_keys(m, TREE_KEYS)?;
+        let d = TreeOptions::default();
+        Ok(TreeOptions {
+            max_files: positive(m, "max_files", d.max_files)?,
+            max_bytes: positive(m, "max_bytes", d.max_bytes)?,
+        })
+    }
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[
+        host_fn!(
+            "fs",
+            "copy_tree",
+            &[("src", "String"), ("dst", "String")],
+            "bool",
+            Submits(&[Mkdir, Chmod, Chown, Write, Symlink]),
+            "Make directory `dst` hold a copy of the tree at `src`, as `cp -a src/. dst/`: directories, regular files and symlinks (copied as links) with their modes and numeric owners; what `dst` has beyond `src` is kept. The source is walked and checked first (at most 100000 entries and 1 GiB of files; a FIFO, socket or device, or an entry of another kind in the way at `dst`, is an error naming it; `dst` inside `src` is an error), so a bad tree changes nothing; then each entry that differs is its own effect, which a plan lists and a check reports. Files are compared by size, then by streamed SHA-256, and copied by streaming (never read whole: a file of any size is copied, verified against the source's digest, so a source that changed meanwhile fails the call and its destination is left as it was); a plan's diff names the copy instead of diffing its content.",
+            |h, s: S, d: S| Ok(copy_tree::copy_tree(h, &s, &d, &TreeOptions::default())?)
+        ),
+        host_fn!(
+            "fs",
+            "copy_tree",
+            &[("src", "String"), ("dst", "String"), OPTS],
+            "bool",
+            Submits(&[Mkdir, Chmod, Chown, Write, Symlink]),
+            "As `copy_tree`, with the limits `#{max_files, max_bytes}` (entries below `src`, total bytes of its files).",
+            options = TREE_KEYS,
+            |h, s: S, d: S, o: Map| {
+                let o = tree_opts(&o)?;
+                Ok(copy_tree::copy_tree(h, &s, &d, &o)?)
+            }
+        ),
+    ];
+}

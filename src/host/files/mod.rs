@@ -18,6 +18,8 @@ mod archive_tests;
 #[cfg(test)]
 mod copy_tree_tests;
 #[cfg(test)]
+pub(crate) mod fs_script_tests;
+#[cfg(test)]
 mod mkdir_tests;
 #[cfg(test)]
 mod structured_tests;

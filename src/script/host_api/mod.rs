@@ -61,7 +61,6 @@
 //! is capped by it too.
 
 mod config;
-mod fs;
 mod global;
 mod interrupt;
 mod kmod;
@@ -76,7 +75,7 @@ mod users;
 mod version;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use rhai::Engine;
 

@@ -13,7 +13,11 @@ use crate::host::api::docs::{Effects, FnDoc, NAME, script_layer};
 /// The namespace files' tables, in reference order.
 const FUNCTION_PARTS: &[&[FnDoc]] = &[
     super::global::FUNCTIONS,
-    super::fs::FUNCTIONS,
+    crate::host::files::fs::rows::FUNCTIONS,
+    crate::host::files::realpath::rows::FUNCTIONS,
+    crate::host::files::copy_tree::rows::FUNCTIONS,
+    crate::host::files::archive::rows::FUNCTIONS,
+    crate::host::fetch::rows::FUNCTIONS,
     super::service::FUNCTIONS,
     super::pkg::FUNCTIONS,
     super::os::FUNCTIONS,
@@ -30,7 +34,7 @@ const FUNCTION_PARTS: &[&[FnDoc]] = &[
 /// The namespace files' sections, in reference order.
 const NAMESPACE_PARTS: &[&[(&str, &str, &str)]] = &[
     super::global::NAMESPACES,
-    super::fs::NAMESPACES,
+    crate::host::files::fs::rows::NAMESPACES,
     super::service::NAMESPACES,
     super::pkg::NAMESPACES,
     super::os::NAMESPACES,

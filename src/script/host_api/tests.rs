@@ -18,27 +18,27 @@ use crate::script::{
 };
 
 /// One finished run.
-pub(super) struct Ran {
-    pub(super) outcome: ScriptOutcome,
-    pub(super) report: Report,
-    pub(super) out: Arc<CaptureOutput>,
+pub(crate) struct Ran {
+    pub(crate) outcome: ScriptOutcome,
+    pub(crate) report: Report,
+    pub(crate) out: Arc<CaptureOutput>,
 }
 
 impl Ran {
-    pub(super) fn stdout(&self) -> String {
+    pub(crate) fn stdout(&self) -> String {
         String::from_utf8(self.out.stdout_bytes()).unwrap()
     }
-    pub(super) fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         String::from_utf8(self.out.stderr_bytes()).unwrap()
     }
-    pub(super) fn error(&self) -> String {
+    pub(crate) fn error(&self) -> String {
         self.outcome
             .error
             .as_ref()
             .expect("the run should have failed")
             .to_string()
     }
-    pub(super) fn ok(self) -> Self {
+    pub(crate) fn ok(self) -> Self {
         assert!(
             self.outcome.error.is_none(),
             "script failed: {:?}\n{}",
@@ -49,7 +49,7 @@ impl Ran {
     }
 }
 
-pub(super) fn opts_for(t: &TestHost) -> HostOptions {
+pub(crate) fn opts_for(t: &TestHost) -> HostOptions {
     HostOptions {
         configmaps_dir: Some(t.dir.path().join("configmaps")),
         node_metadata_dir: Some(t.dir.path().join("node-metadata")),
@@ -58,7 +58,7 @@ pub(super) fn opts_for(t: &TestHost) -> HostOptions {
     }
 }
 
-pub(super) fn run_with(t: &TestHost, mode: ExecMode, src: &str, o: HostOptions) -> Ran {
+pub(crate) fn run_with(t: &TestHost, mode: ExecMode, src: &str, o: HostOptions) -> Ran {
     let host = Host::new(HostRoot::open(&t.root).unwrap(), mode, o);
     let api = HostApi::new(host);
     let engine = ScriptEngine::default();
@@ -88,11 +88,11 @@ pub(super) fn run_with(t: &TestHost, mode: ExecMode, src: &str, o: HostOptions) 
     }
 }
 
-pub(super) fn run(t: &TestHost, mode: ExecMode, src: &str) -> Ran {
+pub(crate) fn run(t: &TestHost, mode: ExecMode, src: &str) -> Ran {
     run_with(t, mode, src, opts_for(t))
 }
 
-pub(super) fn snapshot(t: &TestHost) -> std::collections::BTreeMap<PathBuf, String> {
+pub(crate) fn snapshot(t: &TestHost) -> std::collections::BTreeMap<PathBuf, String> {
     let mut m = tree(&t.root);
     m.remove(Path::new("stub.log"));
     m
@@ -100,7 +100,7 @@ pub(super) fn snapshot(t: &TestHost) -> std::collections::BTreeMap<PathBuf, Stri
 
 /// `calls` pushed into `r` and printed, `changed()` returned: the script form of every
 /// mode test.
-pub(super) fn script(calls: &[&str]) -> String {
+pub(crate) fn script(calls: &[&str]) -> String {
     let mut s = String::from("let r = [];\n");
     for c in calls {
         s.push_str(&format!("r.push({c});\n"));
@@ -109,7 +109,7 @@ pub(super) fn script(calls: &[&str]) -> String {
     s
 }
 
-pub(super) fn bools(v: bool, n: usize) -> String {
+pub(crate) fn bools(v: bool, n: usize) -> String {
     format!("[{}]\n", vec![v.to_string(); n].join(", "))
 }
 
@@ -117,7 +117,7 @@ pub(super) fn bools(v: bool, n: usize) -> String {
 /// changes the fresh root): a plan and a check leave the root byte-identical and list the
 /// changes; apply returns true for each and `changed()` counts them; the second apply
 /// returns false for each; the check after apply passes. Returns the plan's report.
-pub(super) fn all_modes(t: &TestHost, calls: &[&str]) -> Report {
+pub(crate) fn all_modes(t: &TestHost, calls: &[&str]) -> Report {
     let src = script(calls);
     let n = calls.len();
     let before = snapshot(t);
@@ -195,7 +195,7 @@ fn errors_carry_position_path_and_function() {
     );
 }
 
-pub(super) fn mkfifo(p: &Path) {
+pub(crate) fn mkfifo(p: &Path) {
     nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
 }
 
@@ -434,7 +434,7 @@ fn docs_definitions_are_up_to_date() {
     check_generated("docs/skyhook.d.rhai", &d);
 }
 
-pub(super) fn apt_stubs(t: &TestHost) {
+pub(crate) fn apt_stubs(t: &TestHost) {
     t.install_sh();
     std::fs::create_dir_all(t.p("/state")).unwrap();
     t.file(
@@ -526,7 +526,7 @@ fn redacting_output_handles_secrets_and_characters_split_across_chunks() {
 /// A test root holding a copy of the fake host layer `name` of `tests/fakehosts/` (its
 /// README lists them), with `/proc/sys/kernel/arch` written from the layer's
 /// machine, as a real host's procfs has it.
-pub(super) fn fakehost(name: &str) -> TestHost {
+pub(crate) fn fakehost(name: &str) -> TestHost {
     let layer = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fakehosts")
         .join(name);
@@ -545,7 +545,7 @@ pub(super) fn fakehost(name: &str) -> TestHost {
 }
 
 /// A root with `/bin/sh` and `useradd`/`id` stubs over `/users`.
-pub(super) fn users_root() -> TestHost {
+pub(crate) fn users_root() -> TestHost {
     let t = TestHost::new();
     t.install_sh();
     t.stub("useradd", "echo \"$1\" >> /users");
@@ -559,7 +559,7 @@ pub(super) fn users_root() -> TestHost {
 /// The namespace files' effect samples, in reference order.
 const EFFECT_SAMPLES: &[&[&str]] = &[
     super::global::tests::SAMPLES,
-    super::fs::tests::SAMPLES,
+    crate::host::files::fs_script_tests::tests::SAMPLES,
     super::service::tests::SAMPLES,
     super::pkg::tests::SAMPLES,
     super::os::tests::SAMPLES,
@@ -606,7 +606,7 @@ fn effects_root() -> TestHost {
     t.file("/srv/tree/f", "f");
     std::fs::write(
         t.p("/srv/a.tar"),
-        super::fs::tests::tar_of(&[("d/f", 'f', 0o644, "f\n")]),
+        crate::host::files::fs_script_tests::tests::tar_of(&[("d/f", 'f', 0o644, "f\n")]),
     )
     .unwrap();
     t.file(
