@@ -152,6 +152,42 @@ pub fn parse_allowlist(s: &str) -> Vec<String> {
         .collect()
 }
 
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use crate::host::api::host_fn;
+
+    use rhai::{Dynamic, ImmutableString as S};
+
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+    use crate::host::api::docs::NAME;
+
+    use crate::host::secrets;
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[
+        host_fn!(
+            "",
+            "secret",
+            &[NAME, ("key", "String")],
+            "String",
+            ReadsAgent,
+            "`<SKYHOOK_SECRETS_DIR>/<name>/<key>`; `name` must be in `SKYHOOK_ALLOWED_SECRETS`. The key is opened confined to `<SKYHOOK_SECRETS_DIR>/<name>`: symlinks inside it (the kubelet's `..data`) are followed, one pointing out of it is not found. A regular file of at most 1 MiB. The value is redacted (`***`) from output, logs, plans and errors.",
+            |h, n: S, k: S| Ok(Dynamic::from(S::from(secrets::secret(h, &n, &k)?)))
+        ),
+        host_fn!(
+            "",
+            "secret_env",
+            &[("var", "String")],
+            "String",
+            ReadsAgent,
+            "The step environment's variable `var` (error when unset), redacted like `secret`.",
+            |h, v: S| Ok(Dynamic::from(S::from(secrets::secret_env(h, &v)?)))
+        ),
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

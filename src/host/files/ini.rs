@@ -309,3 +309,57 @@ pub fn remove(h: &mut Host, p: &str, section: &str, key: &str) -> Result<bool> {
         Ok(Some(doc.render()))
     })
 }
+
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use crate::host::api::convert;
+    use crate::host::api::docs::EffectKind::*;
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+    use crate::host::api::docs::P;
+    use crate::host::api::host_fn;
+    use rhai::{Dynamic, ImmutableString as S};
+
+    use crate::host::files::ini;
+    use crate::host::files::structured::rows::D;
+
+    /// An INI value: a string, or a number or bool written in decimal / `true`/`false`.
+    fn ini_value(d: &Dynamic) -> Result<String, String> {
+        convert::scalar(d, "value")
+    }
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[
+        host_fn!(
+            "ini",
+            "get",
+            &[P, ("section", "String"), ("key", "String")],
+            "?",
+            ReadsHost,
+            "The value of `key` in `[section]` (`\"\"`: before any header), trimmed, the last one when repeated; `()` when missing. `#` and `;` start comments. A line starting with `[` without `]` is an error naming `file:line:col` (in `set` and `remove` too).",
+            |h, p: S, s: S, k: S| Ok(convert::opt(ini::get(h, &p, &s, &k)?))
+        ),
+        host_fn!(
+            "ini",
+            "set",
+            &[P, ("section", "String"), ("key", "String"), ("value", "?")],
+            "bool",
+            Submits(&[Write]),
+            "Give `key` exactly `value` (string, number or bool): its first line is rewritten in place (spacing kept) and repeats removed; a new key goes after the section's last line, a new section at the end of the file. Creates a missing file. A value starting or ending with blanks is an error (`get` trims values).",
+            |h, p: S, s: S, k: S, v: D| {
+                let v = ini_value(&v)?;
+                Ok(ini::set(h, &p, &s, &k, &v)?)
+            }
+        ),
+        host_fn!(
+            "ini",
+            "remove",
+            &[P, ("section", "String"), ("key", "String")],
+            "bool",
+            Submits(&[Write]),
+            "Remove every line of `key` in `[section]` (the header stays); absent is unchanged.",
+            |h, p: S, s: S, k: S| Ok(ini::remove(h, &p, &s, &k)?)
+        ),
+    ];
+}

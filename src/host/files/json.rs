@@ -330,6 +330,56 @@ impl Style {
     }
 }
 
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use crate::host::api::convert;
+    use crate::host::api::docs::EffectKind::*;
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+    use crate::host::api::docs::{KEY_PATH, P};
+    use crate::host::api::host_fn;
+    use rhai::ImmutableString as S;
+
+    use crate::host::files::json;
+    use crate::host::files::structured::rows::D;
+    use crate::host::files::structured::rows::key_path;
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[
+        host_fn!(
+            "json",
+            "get",
+            &[P, KEY_PATH],
+            "?",
+            ReadsHost,
+            "The value at `key_path` (an array of keys and indices, or a JSON Pointer `\"/a/0\"`), or `()` when the file or key is missing (JSON `null` reads as `()` too).",
+            |h, p: S, k: D| Ok(convert::json(json::get(h, &p, &key_path(&k)?)?))
+        ),
+        host_fn!(
+            "json",
+            "set",
+            &[P, KEY_PATH, ("value", "?")],
+            "bool",
+            Submits(&[Write]),
+            "Set the value (`()` is `null`), creating missing objects; a map merges into an existing object. The file keeps its key order (new keys last), indentation unit (tab or N spaces, detected) and final newline. Creates a missing file.",
+            |h, p: S, k: D, v: D| {
+                let v = convert::to_json(&v, "value")?;
+                Ok(json::set(h, &p, &key_path(&k)?, &v)?)
+            }
+        ),
+        host_fn!(
+            "json",
+            "remove",
+            &[P, KEY_PATH],
+            "bool",
+            Submits(&[Write]),
+            "Remove an object key or an array element; absent is unchanged.",
+            |h, p: S, k: D| Ok(json::remove(h, &p, &key_path(&k)?)?)
+        ),
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

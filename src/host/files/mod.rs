@@ -16,10 +16,14 @@ pub mod toml;
 #[cfg(test)]
 mod archive_tests;
 #[cfg(test)]
+pub(crate) mod config_script_tests;
+#[cfg(test)]
 mod copy_tree_tests;
 #[cfg(test)]
 pub(crate) mod fs_script_tests;
 #[cfg(test)]
 mod mkdir_tests;
+#[cfg(test)]
+pub(crate) mod structured_script_tests;
 #[cfg(test)]
 mod structured_tests;

@@ -158,6 +158,134 @@ pub(crate) fn json_kind(v: &Value) -> &'static str {
     }
 }
 
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use crate::host::api::convert;
+    use crate::host::api::host_fn;
+    use rhai::{Array, Dynamic, ImmutableString as S, Map};
+
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+
+    use crate::host::files::structured::{KeyPath, Seg};
+    use crate::host::files::text;
+
+    pub(crate) type D = Dynamic;
+
+    /// A key path: a string (TOML dotted key / JSON Pointer) or an array of strings (keys) and
+    /// non-negative integers (array indices).
+    pub(crate) fn key_path(d: &Dynamic) -> Result<KeyPath, String> {
+        if d.is_string() {
+            return Ok(KeyPath::Text(d.to_string()));
+        }
+        let Some(a) = d.read_lock::<Array>() else {
+            return Err(format!(
+                "key_path must be a string or an array of keys, got {}",
+                d.type_name()
+            ));
+        };
+        a.iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if s.is_string() {
+                    Ok(Seg::Key(s.to_string()))
+                } else if let Ok(n) = s.as_int() {
+                    usize::try_from(n)
+                        .map(Seg::Index)
+                        .map_err(|_| format!("key_path[{i}] is a negative index ({n})"))
+                } else {
+                    Err(format!(
+                        "key_path[{i}] must be a string (key) or an integer (index), got {}",
+                        s.type_name()
+                    ))
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(KeyPath::Segments)
+    }
+
+    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
+        (
+            "toml",
+            "TOML files — `toml::`",
+            "Edits keep comments and layout (over the `toml_edit` crate): a one-key change is a one-line diff, a new key is indented like its table's keys, a new table is placed after its last sibling table and formatted like it. `key_path` is an array of keys taken literally (`[\"plugins\", \"io.containerd.grpc.v1.cri\", \"containerd\"]`; integers index arrays, in `get` only) or one TOML dotted-key string (`plugins.\"io.containerd.grpc.v1.cri\".containerd`: keys with dots are quoted, so it is unambiguous). Every write is one atomic file write under the path's lock, a diff in a plan, drift in a check.",
+        ),
+        (
+            "json",
+            "JSON files — `json::`",
+            "Key order, the indentation unit and the final newline are kept; the rest of the layout is normalised to that pretty-printed form on the first change (a one-line file stays on one line). `key_path` is an array of keys and integer indices, or a JSON Pointer (RFC 6901) string.",
+        ),
+        (
+            "ini",
+            "INI files — `ini::`",
+            "systemd units and other INI-style files, edited line by line: every line but the changed ones stays byte for byte. Keys and sections are case-sensitive; sections of the same name count as one; lines without `=` are kept and are not keys.",
+        ),
+        (
+            "regex",
+            "Regular expressions — `regex::`",
+            "Pure helpers, the same in every mode, with the Rust `regex` crate's syntax (no look-around or backreferences; matching is linear time). Rhai's own `parse_json(text)` reads JSON text into a map; `to_json(value)` (above, with the commands) writes one back, pretty-printed.",
+        ),
+    ];
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[
+        host_fn!(
+            "regex",
+            "is_match",
+            &[("pattern", "String"), ("text", "String")],
+            "bool",
+            Computes,
+            "Whether `pattern` (Rust `regex` syntax) matches anywhere in `text`; an invalid pattern is an error naming it.",
+            |_h, p: S, t: S| Ok(text::is_match(&p, &t)?)
+        ),
+        host_fn!(
+            "regex",
+            "captures",
+            &[("pattern", "String"), ("text", "String")],
+            "?",
+            Computes,
+            "The first match as `[whole, group1, ...]` (`()` for a group that did not match), or `()` when nothing matches.",
+            |_h, p: S, t: S| Ok(match text::captures(&p, &t)? {
+                None => Dynamic::UNIT,
+                Some(groups) =>
+                    Dynamic::from_array(groups.into_iter().map(convert::opt).collect::<Array>()),
+            })
+        ),
+        host_fn!(
+            "regex",
+            "named",
+            &[("pattern", "String"), ("text", "String")],
+            "?",
+            Computes,
+            "The first match's named groups `(?P<name>...)` as a map (`()` for a group that did not match), or `()` when nothing matches.",
+            |_h, p: S, t: S| Ok(match text::named(&p, &t)? {
+                None => Dynamic::UNIT,
+                Some(groups) => Dynamic::from_map(
+                    groups
+                        .into_iter()
+                        .map(|(n, v)| (n.into(), convert::opt(v)))
+                        .collect::<Map>()
+                ),
+            })
+        ),
+        host_fn!(
+            "regex",
+            "replace",
+            &[
+                ("pattern", "String"),
+                ("text", "String"),
+                ("replacement", "String"),
+            ],
+            "String",
+            Computes,
+            "`text` with every match replaced; `$1` or `${name}` in `replacement` insert groups, `$$` a `$`.",
+            |_h, p: S, t: S, w: S| Ok(convert::s(text::replace(&p, &t, &w)?))
+        ),
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

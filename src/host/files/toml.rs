@@ -541,3 +541,74 @@ fn item_json(item: &Item) -> J {
         ),
     }
 }
+
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use crate::host::api::convert;
+    use crate::host::api::docs::EffectKind::*;
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+    use crate::host::api::docs::{KEY_PATH, P};
+    use crate::host::api::host_fn;
+    use rhai::ImmutableString as S;
+
+    use crate::host::files::structured::rows::D;
+    use crate::host::files::structured::rows::key_path;
+    use crate::host::files::toml;
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[
+        host_fn!(
+            "toml",
+            "get",
+            &[P, KEY_PATH],
+            "?",
+            ReadsHost,
+            "The value at `key_path` (a table as a map, an array of tables as an array of maps, dates as strings), or `()` when the file or key is missing; `[]` is the whole document. A parse error names `file:line:col`.",
+            |h, p: S, k: D| Ok(convert::json(toml::get(h, &p, &key_path(&k)?)?))
+        ),
+        host_fn!(
+            "toml",
+            "set",
+            &[P, KEY_PATH, ("value", "?")],
+            "bool",
+            Submits(&[Write]),
+            "Set the value (string, int, float, bool, array, map); missing tables are created (implicit: only the deepest gets a `[header]`); a map becomes a table, merged into an existing one (keys it does not name are kept); an equal value is unchanged. Only the changed or added lines differ; comments, order and layout stay. Creates a missing file.",
+            |h, p: S, k: D, v: D| {
+                let v = convert::to_json(&v, "value")?;
+                Ok(toml::set(h, &p, &key_path(&k)?, &v)?)
+            }
+        ),
+        host_fn!(
+            "toml",
+            "remove",
+            &[P, KEY_PATH],
+            "bool",
+            Submits(&[Write]),
+            "Remove a key or a whole table (with its sub-tables); absent is unchanged.",
+            |h, p: S, k: D| Ok(toml::remove(h, &p, &key_path(&k)?)?)
+        ),
+        host_fn!(
+            "toml",
+            "ensure_table",
+            &[P, KEY_PATH],
+            "bool",
+            Submits(&[Write]),
+            "Make `key_path` a table, adding `[a.b]` when missing; an error when something else is there.",
+            |h, p: S, k: D| Ok(toml::ensure_table(h, &p, &key_path(&k)?)?)
+        ),
+        host_fn!(
+            "toml",
+            "parse",
+            &[("text", "String")],
+            "Map",
+            Computes,
+            "A TOML text (e.g. the stdout of `containerd config dump`) as a map; a parse error names `<text>:line:col`.",
+            |_h, t: S| Ok(convert::json(toml::parse(
+                &t,
+                std::path::Path::new("<text>")
+            )?))
+        ),
+    ];
+}

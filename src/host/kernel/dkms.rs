@@ -94,3 +94,38 @@ pub fn status(h: &Host) -> Result<Vec<DkmsEntry>> {
     }
     Ok(out)
 }
+
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use crate::host::api::convert::{self};
+    use crate::host::api::host_fn;
+    use rhai::Dynamic;
+
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+
+    use crate::host::kernel::dkms;
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[host_fn!(
+        "dkms",
+        "status",
+        &[],
+        "Array",
+        ReadsHost,
+        "Every module version of `/var/lib/dkms` per kernel it was built for: `#{name, version, kernel, arch, state}` (`name` the module's: `module` is a Rhai keyword) with state `\"built\"` or `\"installed\"`; a version built for no kernel once, `#{kernel: \"\", arch: \"\", state: \"added\"}`. In name order; `[]` without the tree.",
+        |h| Ok(dkms::status(h)?
+            .into_iter()
+            .map(|e| {
+                let mut m = rhai::Map::new();
+                m.insert("name".into(), convert::s(e.module));
+                m.insert("version".into(), convert::s(e.version));
+                m.insert("kernel".into(), convert::s(e.kernel));
+                m.insert("arch".into(), convert::s(e.arch));
+                m.insert("state".into(), convert::s(e.state));
+                Dynamic::from_map(m)
+            })
+            .collect::<rhai::Array>())
+    )];
+}

@@ -221,6 +221,70 @@ pub fn count(h: &Host) -> Result<usize> {
     Ok(list(h)?.len())
 }
 
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use crate::host::api::convert::{self};
+    use crate::host::api::host_fn;
+    use rhai::{Dynamic, Map};
+
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+
+    use crate::host::kernel::gpu;
+
+    /// A GPU for scripts: `#{index, name, uuid, pci_bus, driver_version, memory_mib, mig_mode}`
+    /// (`()` for what is not known).
+    fn gpu_map(g: gpu::Gpu) -> Dynamic {
+        let mut m = Map::new();
+        m.insert("index".into(), Dynamic::from(g.index));
+        m.insert("name".into(), convert::s(g.name));
+        m.insert("uuid".into(), convert::opt(g.uuid));
+        m.insert("pci_bus".into(), convert::opt(g.pci_bus));
+        m.insert("driver_version".into(), convert::opt(g.driver_version));
+        m.insert(
+            "memory_mib".into(),
+            g.memory_mib.map_or(Dynamic::UNIT, Dynamic::from),
+        );
+        m.insert("mig_mode".into(), convert::opt(g.mig_mode));
+        Dynamic::from_map(m)
+    }
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[
+        host_fn!(
+            "gpu",
+            "list",
+            &[],
+            "Array",
+            RunsReadOnly,
+            "The GPUs by index: `#{index, name, uuid, pci_bus, driver_version, memory_mib, mig_mode}` (`memory_mib` an int; `mig_mode` `\"Enabled\"`, `\"Disabled\"` or `()` on GPUs without MIG; from `/proc`, `memory_mib` and `mig_mode` are `()`); `[]` without a driver. An error for nvidia-smi output that does not parse.",
+            |h| Ok(gpu::list(h)?
+                .into_iter()
+                .map(gpu_map)
+                .collect::<rhai::Array>())
+        ),
+        host_fn!(
+            "gpu",
+            "driver_version",
+            &[],
+            "?",
+            RunsReadOnly,
+            "The loaded driver's version (`\"550.54.15\"`, from `/proc/driver/nvidia/version`, else nvidia-smi's), or `()` without a driver.",
+            |h| Ok(convert::opt(gpu::driver_version(h)?))
+        ),
+        host_fn!(
+            "gpu",
+            "count",
+            &[],
+            "int",
+            RunsReadOnly,
+            "How many GPUs `gpu::list()` finds.",
+            |h| Ok(gpu::count(h)? as i64)
+        ),
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -418,6 +418,249 @@ pub fn load(h: &mut Host, name: &str) -> Result<bool> {
     Ok(true)
 }
 
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use crate::host::api::convert::{self, check_keys, opt_bool, opt_string};
+    use crate::host::api::docs::EffectKind::*;
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+    use crate::host::api::docs::{NAME, OPTS};
+    use crate::host::api::host_fn;
+    use crate::host::kernel::kmod::{self, BlacklistOptions, FileOptions};
+    use rhai::{Dynamic, ImmutableString as S, Map};
+
+    /// The option keys of `kmod::blacklist`.
+    const BLACKLIST_KEYS: &[&str] = &["file", "disable"];
+
+    /// The option keys of the other `kmod::` file functions.
+    const KMOD_FILE_KEYS: &[&str] = &["file"];
+
+    fn file_opts(m: &Map) -> Result<FileOptions, String> {
+        check_keys(m, KMOD_FILE_KEYS)?;
+        Ok(FileOptions {
+            file: opt_string(m, "file")?,
+        })
+    }
+
+    fn blacklist_opts(m: &Map) -> Result<BlacklistOptions, String> {
+        check_keys(m, BLACKLIST_KEYS)?;
+        Ok(BlacklistOptions {
+            file: opt_string(m, "file")?,
+            disable: opt_bool(m, "disable", false)?,
+        })
+    }
+
+    /// Module options: a string of `key=value` words, or a map rendered `k=v` in key order
+    /// (each key a word without `=` or blanks, each value a non-empty word without blanks).
+    fn module_options(d: &Dynamic) -> Result<String, String> {
+        if let Some(m) = d.read_lock::<Map>() {
+            return m
+                .iter()
+                .map(|(k, v)| {
+                    if k.is_empty() || k.contains(|c: char| c == '=' || c.is_whitespace()) {
+                        return Err(format!(
+                            "option key {:?} must be a non-empty word without `=` or blanks",
+                            k.as_str()
+                        ));
+                    }
+                    let v = convert::scalar(v, &format!("option {k}"))?;
+                    if v.is_empty() || v.contains(char::is_whitespace) {
+                        return Err(format!(
+                            "option {k}: value {v:?} must be one word without blanks"
+                        ));
+                    }
+                    Ok(format!("{k}={v}"))
+                })
+                .collect::<Result<Vec<_>, String>>()
+                .map(|w| w.join(" "));
+        }
+        convert::string(d, "opts").map_err(|e| format!("{e} (or a map)"))
+    }
+
+    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
+        (
+            "kmod",
+            "Kernel modules — `kmod::`",
+            "Each function keeps only its own lines of its file (`/etc/modprobe.d/*.conf`, `/etc/modules-load.d/*.conf`), so comments and other modules' lines stay and a blacklist and options can share a file (`#{file}`); module names compare with `-` and `_` equivalent. A changed blacklist or options file schedules ONE initramfs regeneration at the end of the step: `update-initramfs -u`, or `dracut -f` on the rhel and fedora families; it is recorded ahead in `/var/lib/skyhook/.deferred/initramfs.json` and run by the next step when it failed or the agent died (a plan lists it as an action).",
+        ),
+        (
+            "kernel",
+            "Kernels and the boot default — `kernel::`",
+            "Releases as `uname -r` prints them. What grub boots next is read from `GRUB_DEFAULT` (`/etc/default/grub`, then `/etc/default/grub.d/*.cfg`; absent: `0`) and, for `saved`, the `saved_entry` of `/boot/grub/grubenv` (`/boot/grub2/grubenv` on grub2 hosts). An entry names its release by its last `>` part: `0` and `gnulinux-simple-<uuid>` the newest installed kernel, `...>Ubuntu, with Linux 6.8.0-1015-aws`, `gnulinux-6.8.0-1015-aws-advanced-<uuid>`, a title with `(<release>)`, a BootLoaderSpec id `<machine-id>-<release>`; any other entry cannot be told (`()`).",
+        ),
+        (
+            "gpu",
+            "NVIDIA GPUs — `gpu::`",
+            "Queries, in every mode. With `nvidia-smi` in the root: `nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,driver_version,memory.total,mig.mode.current --format=csv,noheader,nounits`; without it, or when it fails, the driver's `/proc/driver/nvidia/gpus/<bus>/information` (`Model`, `GPU UUID`, `Bus Location`; indexed in bus order) and `/proc/driver/nvidia/version`; no driver: none. A value nvidia-smi cannot give (`[N/A]`, `[Not Supported]`) is `()`; PCI bus ids in the sysfs form `0000:18:00.0`.",
+        ),
+        (
+            "dkms",
+            "DKMS modules — `dkms::`",
+            "Read from the root's `/var/lib/dkms` tree (no `dkms` command): `<module>/<version>/` is added, `<module>/<version>/<kernel>/<arch>/` built, and the `<module>/kernel-<kernel>-<arch>` link to it installed.",
+        ),
+    ];
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[
+        host_fn!(
+            "kmod",
+            "blacklist",
+            &[NAME],
+            "bool",
+            Submits(&[Write, Remove]),
+            "Keep `blacklist <name>` in `/etc/modprobe.d/blacklist-<name>.conf`; a change regenerates the initramfs once at the end of the step.",
+            |h, n: S| Ok(kmod::blacklist(h, &n, &BlacklistOptions::default())?)
+        ),
+        host_fn!(
+            "kmod",
+            "blacklist",
+            &[NAME, OPTS],
+            "bool",
+            Submits(&[Write, Remove]),
+            "As `blacklist(name)` in `/etc/modprobe.d/<file>.conf`; `disable: true` also keeps `install <name> /bin/false` (no explicit `modprobe` or dependency loads it either), `false` removes that line.",
+            options = BLACKLIST_KEYS,
+            |h, n: S, o: Map| {
+                let o = blacklist_opts(&o)?;
+                Ok(kmod::blacklist(h, &n, &o)?)
+            }
+        ),
+        host_fn!(
+            "kmod",
+            "unblacklist",
+            &[NAME],
+            "bool",
+            Submits(&[Write, Remove]),
+            "Take the `blacklist <name>` and `install <name> /bin/false` lines out of the blacklist file (removed when left empty); a change regenerates the initramfs.",
+            |h, n: S| Ok(kmod::unblacklist(h, &n, &FileOptions::default())?)
+        ),
+        host_fn!(
+            "kmod",
+            "unblacklist",
+            &[NAME, OPTS],
+            "bool",
+            Submits(&[Write, Remove]),
+            "As `unblacklist(name)` in `/etc/modprobe.d/<file>.conf`.",
+            options = KMOD_FILE_KEYS,
+            |h, n: S, o: Map| {
+                let o = file_opts(&o)?;
+                Ok(kmod::unblacklist(h, &n, &o)?)
+            }
+        ),
+        host_fn!(
+            "kmod",
+            "options",
+            &[NAME, ("opts", "?")],
+            "bool",
+            Submits(&[Write, Remove]),
+            "Keep exactly one `options <name> <opts>` line in `/etc/modprobe.d/<name>.conf` (`opts` a string `\"modeset=0\"` or a map `#{modeset: 0}`, rendered `k=v` by key); another `options <name>` line is replaced, other lines stay; a change regenerates the initramfs. A hand-edited value is drift.",
+            |h, n: S, v: Dynamic| {
+                let v = module_options(&v)?;
+                Ok(kmod::options(h, &n, &v, &FileOptions::default())?)
+            }
+        ),
+        host_fn!(
+            "kmod",
+            "options",
+            &[NAME, ("opts", "?"), ("file_opts", "Map")],
+            "bool",
+            Submits(&[Write, Remove]),
+            "As `options(name, opts)` in `/etc/modprobe.d/<file>.conf` (`#{file}`), which may also hold the module's blacklist lines.",
+            options = KMOD_FILE_KEYS,
+            |h, n: S, v: Dynamic, o: Map| {
+                let o = file_opts(&o)?;
+                let v = module_options(&v)?;
+                Ok(kmod::options(h, &n, &v, &o)?)
+            }
+        ),
+        host_fn!(
+            "kmod",
+            "remove_options",
+            &[NAME],
+            "bool",
+            Submits(&[Write, Remove]),
+            "Take the `options <name>` lines out of `/etc/modprobe.d/<name>.conf` (removed when left empty); a change regenerates the initramfs.",
+            |h, n: S| Ok(kmod::remove_options(h, &n, &FileOptions::default())?)
+        ),
+        host_fn!(
+            "kmod",
+            "remove_options",
+            &[NAME, OPTS],
+            "bool",
+            Submits(&[Write, Remove]),
+            "As `remove_options(name)` in `/etc/modprobe.d/<file>.conf`.",
+            options = KMOD_FILE_KEYS,
+            |h, n: S, o: Map| {
+                let o = file_opts(&o)?;
+                Ok(kmod::remove_options(h, &n, &o)?)
+            }
+        ),
+        host_fn!(
+            "kmod",
+            "load_at_boot",
+            &[NAME],
+            "bool",
+            Submits(&[Write, Remove]),
+            "Keep the line `<name>` in `/etc/modules-load.d/<name>.conf` (read by systemd-modules-load at boot); no initramfs regeneration.",
+            |h, n: S| Ok(kmod::load_at_boot(h, &n, &FileOptions::default())?)
+        ),
+        host_fn!(
+            "kmod",
+            "load_at_boot",
+            &[NAME, OPTS],
+            "bool",
+            Submits(&[Write, Remove]),
+            "As `load_at_boot(name)` in `/etc/modules-load.d/<file>.conf` (one file may list several modules).",
+            options = KMOD_FILE_KEYS,
+            |h, n: S, o: Map| {
+                let o = file_opts(&o)?;
+                Ok(kmod::load_at_boot(h, &n, &o)?)
+            }
+        ),
+        host_fn!(
+            "kmod",
+            "unload_at_boot",
+            &[NAME],
+            "bool",
+            Submits(&[Write, Remove]),
+            "Take the line `<name>` out of `/etc/modules-load.d/<name>.conf` (removed when left empty).",
+            |h, n: S| Ok(kmod::unload_at_boot(h, &n, &FileOptions::default())?)
+        ),
+        host_fn!(
+            "kmod",
+            "unload_at_boot",
+            &[NAME, OPTS],
+            "bool",
+            Submits(&[Write, Remove]),
+            "As `unload_at_boot(name)` in `/etc/modules-load.d/<file>.conf`.",
+            options = KMOD_FILE_KEYS,
+            |h, n: S, o: Map| {
+                let o = file_opts(&o)?;
+                Ok(kmod::unload_at_boot(h, &n, &o)?)
+            }
+        ),
+        host_fn!(
+            "kmod",
+            "loaded",
+            &[NAME],
+            "bool",
+            ReadsHost,
+            "True when `/proc/modules` under the root lists the module (`-` and `_` equivalent; built-in modules are not listed; `false` without `/proc/modules`); in a plan also after a planned `kmod::load`.",
+            |h, n: S| Ok(kmod::loaded(h, &n)?)
+        ),
+        host_fn!(
+            "kmod",
+            "load",
+            &[NAME],
+            "bool",
+            Submits(&[ModuleLoad]),
+            "`modprobe <name>` unless loaded: a change (drift in a check) when `/proc/modules` does not list it; without `/proc/modules` an action, run every time.",
+            |h, n: S| Ok(kmod::load(h, &n)?)
+        ),
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

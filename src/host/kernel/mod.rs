@@ -7,6 +7,12 @@ pub mod boot;
 pub mod dkms;
 pub mod gpu;
 pub mod interrupt;
+#[cfg(test)]
+pub(crate) mod interrupt_script_tests;
 pub mod kmod;
+#[cfg(test)]
+pub(crate) mod kmod_script_tests;
 pub mod sysctl_record;
 pub mod tuning;
+#[cfg(test)]
+pub(crate) mod tuning_script_tests;

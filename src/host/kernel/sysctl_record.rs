@@ -138,6 +138,41 @@ fn set_live(h: &mut Host, key: &str, value: &str) -> Result<bool> {
     }
 }
 
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use crate::host::api::host_fn;
+    use rhai::ImmutableString as S;
+
+    use crate::host::api::docs::EffectKind::*;
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+
+    use crate::host::kernel::sysctl_record;
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[
+        host_fn!(
+            "sysctl",
+            "restore",
+            &[("key", "String")],
+            "bool",
+            Submits(&[Sysctl, Write, Remove]),
+            "Set `key` back to the value recorded by `set(.., #{record: true})` and drop it from the package's record (the file when it was the last); false when nothing is recorded for it.",
+            |h, k: S| Ok(sysctl_record::restore(h, &k)?)
+        ),
+        host_fn!(
+            "sysctl",
+            "restore_all",
+            &[],
+            "bool",
+            Submits(&[Sysctl, Remove]),
+            "`restore` every key in the package's record, then remove the record (an uninstall's one call); false when there is none.",
+            |h| Ok(sysctl_record::restore_all(h)?)
+        ),
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,8 @@ pub mod unit;
 #[cfg(test)]
 mod host_ns_tests;
 #[cfg(test)]
+pub(crate) mod mount_script_tests;
+#[cfg(test)]
 mod mount_tests;
 #[cfg(test)]
 mod unit_tests;

@@ -6,4 +6,8 @@ pub mod pkgrepo;
 pub mod version;
 
 #[cfg(test)]
+pub(crate) mod pkg_script_tests;
+#[cfg(test)]
 mod pkgrepo_tests;
+#[cfg(test)]
+pub(crate) mod version_script_tests;

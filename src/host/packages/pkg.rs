@@ -244,3 +244,111 @@ pub fn upgrade(h: &mut Host) -> Result<bool> {
     })?;
     Ok(true)
 }
+
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use crate::host::api::convert::{self, check_keys, opt_bool};
+    use crate::host::api::docs::EffectKind::*;
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+    use crate::host::api::docs::{NAME, OPTS};
+    use crate::host::api::host_fn;
+    use crate::host::packages::pkg;
+    use rhai::{Dynamic, ImmutableString as S, Map};
+
+    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(
+        "pkg",
+        "Packages — `pkg::`",
+        "The package manager is chosen from the host's os-release. A plan or check never runs the package manager's mutating commands (not even `apt-get update`).",
+    )];
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[
+        host_fn!(
+            "pkg",
+            "manager",
+            &[],
+            "?",
+            ReadsHost,
+            "`\"apt\"`, `\"dnf\"`, `\"yum\"`, `\"zypper\"` or `()`, from the host's os-release.",
+            |h| Ok(convert::opt(pkg::manager(h)?.map(|m| m.name().to_string())))
+        ),
+        host_fn!(
+            "pkg",
+            "installed",
+            &[NAME],
+            "bool",
+            ReadsHost,
+            "True when the package is installed; for a pinned name (`\"cuda-drivers=550.90.07-1\"`, `\"cuda-drivers-550.90.07\"`, as `install` takes them) installed in that version.",
+            |h, n: S| Ok(pkg::installed(h, &n)?)
+        ),
+        host_fn!(
+            "pkg",
+            "version",
+            &[NAME],
+            "?",
+            ReadsHost,
+            "The installed version, or `()`.",
+            |h, n: S| Ok(convert::opt(pkg::version(h, &n)?))
+        ),
+        host_fn!(
+            "pkg",
+            "install",
+            &[("names", "?")],
+            "bool",
+            Submits(&[PackageInstall]),
+            "Install what is missing of a name or an array of names, non-interactively, waiting (bounded) for the package manager's lock. A name may pin a version: `\"cuda-drivers=550.90.07-1\"` (apt, compared with dpkg's `${Version}`; installed with `--allow-downgrades`) or `\"cuda-drivers-550.90.07\"` / `\"cuda-drivers-550.90.07-1.el9\"` (dnf/yum: a version starting with a digit and containing a `.`, compared with `%{VERSION}-%{RELEASE}`): another installed version is a change. After a changed `pkg::repo` the index is refreshed first.",
+            |h, n: Dynamic| {
+                let names = convert::string_or_array(&n, "names")?;
+                Ok(pkg::install(h, &names, false)?)
+            }
+        ),
+        host_fn!(
+            "pkg",
+            "install",
+            &[("names", "?"), OPTS],
+            "bool",
+            Submits(&[PackageInstall]),
+            "As `install`; `#{update: true}` refreshes the package index first (only when something is missing).",
+            options = &["update"],
+            |h, n: Dynamic, o: Map| {
+                let names = convert::string_or_array(&n, "names")?;
+                check_keys(&o, &["update"])?;
+                let update = opt_bool(&o, "update", false)?;
+                Ok(pkg::install(h, &names, update)?)
+            }
+        ),
+        host_fn!(
+            "pkg",
+            "remove",
+            &[("names", "?")],
+            "bool",
+            Submits(&[PackageRemove]),
+            "Remove what is installed of a name or an array of names.",
+            |h, n: Dynamic| {
+                let names = convert::string_or_array(&n, "names")?;
+                Ok(pkg::remove(h, &names)?)
+            }
+        ),
+        host_fn!(
+            "pkg",
+            "update",
+            &[],
+            "()",
+            Submits(&[PackageUpdate]),
+            "Refresh the package index: `apt-get update`, `dnf makecache` (`yum`), `zypper refresh`. An action: run every time in apply, listed in a plan, never drift.",
+            |h| Ok(pkg::update(h)?)
+        ),
+        host_fn!(
+            "pkg",
+            "upgrade",
+            &[],
+            "bool",
+            Submits(&[PackageUpgrade]),
+            "Upgrade every installed package non-interactively: `apt-get upgrade -y` (`DEBIAN_FRONTEND=noninteractive`, waiting for the dpkg lock as `install` does), `dnf upgrade -y` (`yum`), `zypper update`. An action (true: it ran, or a plan would run it); never drift; a failed step lists it as not undone.",
+            |h| Ok(pkg::upgrade(h)?)
+        ),
+    ];
+}

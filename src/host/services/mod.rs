@@ -2,4 +2,6 @@
 //! `tuned_adm::` (the TuneD profile: active, activate, off, verify).
 
 pub mod service;
+#[cfg(test)]
+pub(crate) mod service_script_tests;
 pub mod tuned;

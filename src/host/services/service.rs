@@ -261,6 +261,160 @@ pub fn remove_drop_in(h: &mut Host, name: &str, file: &str) -> Result<bool> {
     Ok(changed)
 }
 
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use crate::host::api::host_fn;
+
+    use rhai::ImmutableString as S;
+
+    use crate::host::api::docs::EffectKind::*;
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+    use crate::host::api::docs::NAME;
+    use crate::host::services::service;
+
+    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
+        (
+            "service",
+            "Services (systemd) — `service::`",
+            "Every call first runs a daemon-reload scheduled by a changed drop-in.",
+        ),
+        (
+            "tuned_adm",
+            "TuneD profiles — `tuned_adm::`",
+            "The active profile is what `/etc/tuned/active_profile` records (a profile planned earlier in the session answers in plan and check mode); a profile is `<name>/tuned.conf` in `/etc/tuned`, `/etc/tuned/profiles`, `/usr/lib/tuned` or `/usr/lib/tuned/profiles`. Not `tuned::`: a script importing `skyhook/tuned` as `tuned` would hide a namespace of that name, in its own code and in the module's.",
+        ),
+    ];
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[
+        host_fn!(
+            "service",
+            "is_active",
+            &[NAME],
+            "bool",
+            ReadsHost,
+            "`systemctl is-active` succeeds.",
+            |h, n: S| Ok(service::is_active(h, &n)?)
+        ),
+        host_fn!(
+            "service",
+            "is_enabled",
+            &[NAME],
+            "bool",
+            ReadsHost,
+            "`systemctl is-enabled` succeeds.",
+            |h, n: S| Ok(service::is_enabled(h, &n)?)
+        ),
+        host_fn!(
+            "service",
+            "show",
+            &[NAME, ("props", "Array")],
+            "Map",
+            ReadsHost,
+            "The unit's properties `props` (`[\"LimitSTACK\", ...]`) as `systemctl show <name> --property=...` reports them: a map from property to value, a property it does not print absent; a failing `systemctl` is an error.",
+            |h, n: S, props: rhai::Array| {
+                let props = props
+                    .iter()
+                    .map(|p| {
+                        p.clone().into_string().map_err(|t| {
+                            format!("props: a property name must be a string, got {t}")
+                        })
+                    })
+                    .collect::<Result<Vec<String>, String>>()?;
+                let map: rhai::Map = service::show(h, &n, &props)?
+                    .into_iter()
+                    .map(|(k, v)| (k.into(), rhai::Dynamic::from(v)))
+                    .collect();
+                Ok(map)
+            }
+        ),
+        host_fn!(
+            "service",
+            "start",
+            &[NAME],
+            "bool",
+            Submits(&[Service]),
+            "Start the unit when it is not active.",
+            |h, n: S| Ok(service::start(h, &n)?)
+        ),
+        host_fn!(
+            "service",
+            "stop",
+            &[NAME],
+            "bool",
+            Submits(&[Service]),
+            "Stop the unit when it is active.",
+            |h, n: S| Ok(service::stop(h, &n)?)
+        ),
+        host_fn!(
+            "service",
+            "enable",
+            &[NAME],
+            "bool",
+            Submits(&[Service]),
+            "Enable the unit when it is not enabled.",
+            |h, n: S| Ok(service::enable(h, &n)?)
+        ),
+        host_fn!(
+            "service",
+            "disable",
+            &[NAME],
+            "bool",
+            Submits(&[Service]),
+            "Disable the unit when it is enabled.",
+            |h, n: S| Ok(service::disable(h, &n)?)
+        ),
+        host_fn!(
+            "service",
+            "restart",
+            &[NAME],
+            "()",
+            Submits(&[ServiceAction]),
+            "`systemctl restart`, every time.",
+            |h, n: S| Ok(service::restart(h, &n)?)
+        ),
+        host_fn!(
+            "service",
+            "reload",
+            &[NAME],
+            "()",
+            Submits(&[ServiceAction]),
+            "`systemctl reload`, every time.",
+            |h, n: S| Ok(service::reload(h, &n)?)
+        ),
+        host_fn!(
+            "service",
+            "daemon_reload",
+            &[],
+            "()",
+            Submits(&[DaemonReload]),
+            "`systemctl daemon-reload`, every time (also satisfies a scheduled one).",
+            |h| Ok(service::daemon_reload(h)?)
+        ),
+        host_fn!(
+            "service",
+            "drop_in",
+            &[NAME, ("file", "String"), ("content", "String")],
+            "bool",
+            Submits(&[Write]),
+            "Write `/etc/systemd/system/<name>.service.d/<file>`; a change schedules one daemon-reload, run before the next `service::` call or at the end of the step (not when the step fails: the drop-in is then put back).",
+            |h, n: S, f: S, c: S| Ok(service::drop_in(h, &n, &f, &c)?)
+        ),
+        host_fn!(
+            "service",
+            "remove_drop_in",
+            &[NAME, ("file", "String")],
+            "bool",
+            Submits(&[Remove]),
+            "Remove that drop-in; a change schedules one daemon-reload.",
+            |h, n: S, f: S| Ok(service::remove_drop_in(h, &n, &f)?)
+        ),
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -149,6 +149,70 @@ pub fn verify(h: &mut Host) -> Result<bool> {
     Ok(h.exec(&argv, &opts)?.ok)
 }
 
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use crate::host::api::host_fn;
+    use rhai::Dynamic;
+
+    use crate::host::api::convert;
+    use crate::host::api::docs::EffectKind::*;
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+
+    use crate::host::services::tuned;
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[
+        host_fn!(
+            "tuned_adm",
+            "active",
+            &[],
+            "?",
+            ReadsHost,
+            "The active profile's names (`\"nvidia-h100-inference\"`, several separated by one space), or `()` when none is active.",
+            |h| Ok(convert::opt(tuned::active(h)?))
+        ),
+        host_fn!(
+            "tuned_adm",
+            "profile",
+            &[("names", "?")],
+            "bool",
+            Submits(&[TunedProfile]),
+            "Make a profile (a name; several in a string separated by spaces or in an array, merged by tuned in that order) the active one with `tuned-adm profile <names>`, unless it is already. A name without a `tuned.conf` is an error naming it.",
+            |h, n: Dynamic| {
+                let names: Vec<String> = if n.is_string() {
+                    convert::string(&n, "names")?
+                        .split_whitespace()
+                        .map(String::from)
+                        .collect()
+                } else {
+                    convert::string_or_array(&n, "names")?
+                };
+                Ok(tuned::profile(h, &names)?)
+            }
+        ),
+        host_fn!(
+            "tuned_adm",
+            "off",
+            &[],
+            "bool",
+            Submits(&[TunedProfile]),
+            "`tuned-adm off` when a profile is active (tuned stops tuning; what it set is rolled back).",
+            |h| Ok(tuned::off(h)?)
+        ),
+        host_fn!(
+            "tuned_adm",
+            "verify",
+            &[],
+            "bool",
+            RunsReadOnly,
+            "`tuned-adm verify` succeeds: the live settings match the active profile (false while a `[bootloader]` change waits for a reboot; the reasons are in `/var/log/tuned/tuned.log`).",
+            |h| Ok(tuned::verify(h)?)
+        ),
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

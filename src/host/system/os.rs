@@ -154,6 +154,127 @@ pub fn cmdline(h: &Host) -> Result<String> {
     Ok(read_trimmed(h, "/proc/cmdline")?.unwrap_or_default())
 }
 
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use crate::host::api::host_fn;
+
+    use crate::host::api::convert;
+
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+
+    use crate::host::system::os;
+
+    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
+        (
+            "os",
+            "OS facts — `os::`",
+            "Read as files under the host root, so a test root can provide them.",
+        ),
+        (
+            "lib",
+            "Shared libraries — `lib::`",
+            "What the host's dynamic linker knows: `ldconfig -p` run in the host root (a query, in every mode), which reads `/etc/ld.so.cache` in whichever format the host's glibc wrote.",
+        ),
+    ];
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[
+        host_fn!(
+            "os",
+            "release",
+            &[],
+            "Map",
+            ReadsHost,
+            "The host's os-release as a map (`ID`, `VERSION_ID`, `ID_LIKE`, ...).",
+            |h| Ok(convert::map(os::release(h)?))
+        ),
+        host_fn!(
+            "os",
+            "id",
+            &[],
+            "String",
+            ReadsHost,
+            "os-release `ID` (empty when unknown).",
+            |h| Ok(os::id(h)?)
+        ),
+        host_fn!(
+            "os",
+            "version",
+            &[],
+            "String",
+            ReadsHost,
+            "os-release `VERSION_ID` (empty when unknown).",
+            |h| Ok(os::version(h)?)
+        ),
+        host_fn!(
+            "os",
+            "family",
+            &[],
+            "String",
+            ReadsHost,
+            "`debian`, `rhel`, `fedora`, `suse` (by `ID`, then `ID_LIKE`), else the `ID`.",
+            |h| Ok(os::family(h)?)
+        ),
+        host_fn!(
+            "os",
+            "kernel",
+            &[],
+            "String",
+            ReadsHost,
+            "The running kernel's release: `/proc/sys/kernel/osrelease` under the root, else the agent's `uname -r` (the same kernel on a node; on a copied root the machine running `skyhook-run`).",
+            |h| Ok(os::kernel(h)?)
+        ),
+        host_fn!(
+            "os",
+            "arch",
+            &[],
+            "String",
+            ReadsHost,
+            "The machine architecture as the kernel names it (`x86_64`, `aarch64`): `/proc/sys/kernel/arch` under the root, else `uname -m`.",
+            |h| Ok(os::arch(h)?)
+        ),
+        host_fn!(
+            "os",
+            "dpkg_arch",
+            &[],
+            "String",
+            ReadsHost,
+            "The Debian name of `os::arch()` (`amd64`, `arm64`, `armhf`, `ppc64el`, ...), for apt sources and `.deb` names; an error for a machine without one.",
+            |h| Ok(os::dpkg_arch(h)?)
+        ),
+        host_fn!(
+            "os",
+            "rpm_arch",
+            &[],
+            "String",
+            ReadsHost,
+            "The rpm name of `os::arch()` (`x86_64`, `aarch64`, `armv7hl`, ...), for `.rpm` names and repository paths; an error for a machine without one.",
+            |h| Ok(os::rpm_arch(h)?)
+        ),
+        host_fn!(
+            "os",
+            "hostname",
+            &[],
+            "String",
+            ReadsHost,
+            "`/etc/hostname` under the root (else the kernel's).",
+            |h| Ok(os::hostname(h)?)
+        ),
+        host_fn!(
+            "os",
+            "cmdline",
+            &[],
+            "String",
+            ReadsHost,
+            "The running kernel's command line (`/proc/cmdline` under the root).",
+            |h| Ok(os::cmdline(h)?)
+        ),
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

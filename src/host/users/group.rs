@@ -121,3 +121,74 @@ pub fn exists(h: &Host, name: &str) -> Result<bool> {
     check_name("group name", name)?;
     Ok(Db::read(h)?.group.find(name).is_some())
 }
+
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use crate::host::api::convert::{check_keys, opt_bool};
+    use crate::host::api::docs::EffectKind::*;
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+    use crate::host::api::docs::{NAME, OPTS};
+    use crate::host::api::host_fn;
+    use crate::host::users::group::{self, GroupOptions};
+    use rhai::{ImmutableString as S, Map};
+
+    use crate::host::users::user::rows::opt_id;
+
+    /// The option keys of `group::ensure`.
+    const GROUP_KEYS: &[&str] = &["gid", "system"];
+
+    /// `#{gid, system}`.
+    fn group_opts(m: &Map) -> Result<GroupOptions, String> {
+        check_keys(m, GROUP_KEYS)?;
+        Ok(GroupOptions {
+            gid: opt_id(m, "gid")?,
+            system: opt_bool(m, "system", false)?,
+        })
+    }
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[
+        host_fn!(
+            "group",
+            "exists",
+            &[NAME],
+            "bool",
+            ReadsHost,
+            "True when `/etc/group` has the group (planned groups included).",
+            |h, n: S| Ok(group::exists(h, &n)?)
+        ),
+        host_fn!(
+            "group",
+            "ensure",
+            &[NAME],
+            "bool",
+            Submits(&[Write]),
+            "`group::ensure(name, #{})`: create the group when missing.",
+            |h, n: S| Ok(group::ensure(h, &n, &GroupOptions::default())?)
+        ),
+        host_fn!(
+            "group",
+            "ensure",
+            &[NAME, OPTS],
+            "bool",
+            Submits(&[Write]),
+            "Create a group in `/etc/group` (and `/etc/gshadow` when present) with `gid` (else the next free one of login.defs' `GID_MIN..GID_MAX`, or for `system: true` the highest free of `SYS_GID_MIN..SYS_GID_MAX`); an existing group with another `gid` is changed to it, with its users' primary gid. A gid taken by another group is an error.",
+            options = GROUP_KEYS,
+            |h, n: S, m: Map| {
+                let o = group_opts(&m)?;
+                Ok(group::ensure(h, &n, &o)?)
+            }
+        ),
+        host_fn!(
+            "group",
+            "remove",
+            &[NAME],
+            "bool",
+            Submits(&[Write]),
+            "Remove the group's `/etc/group` and `/etc/gshadow` entries; an error when it is a user's primary group. False when there is no such group.",
+            |h, n: S| Ok(group::remove(h, &n)?)
+        ),
+    ];
+}

@@ -7,3 +7,5 @@ pub mod userdb;
 
 #[cfg(test)]
 mod user_tests;
+#[cfg(test)]
+pub(crate) mod users_script_tests;

@@ -60,19 +60,7 @@
 //! package manager and grub commands) default to what remains of it; an explicit `timeout`
 //! is capped by it too.
 
-mod config;
-mod global;
-mod interrupt;
-mod kmod;
-mod mount;
-mod os;
-mod pkg;
 mod reference;
-mod service;
-mod structured;
-mod tuning;
-mod users;
-mod version;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -10,42 +10,69 @@
 use std::fmt::Write as _;
 
 use crate::host::api::docs::{Effects, FnDoc, NAME, script_layer};
-/// The namespace files' tables, in reference order.
+/// `changed()`: the session's count ([`crate::host::api::HostApi::changed`]), registered by
+/// the script runner but a row of the host API's reference.
+const SESSION_FUNCTIONS: &[FnDoc] = &[script_layer(
+    "",
+    "changed",
+    &[],
+    "int",
+    Effects::ReadsAgent,
+    "How many changes this step has made (apply) or would make (plan, check) so far; actions are not counted.",
+)];
+
+/// The area files' tables, in reference order.
 const FUNCTION_PARTS: &[&[FnDoc]] = &[
-    super::global::FUNCTIONS,
+    crate::host::system::cmd::rows::FUNCTIONS,
+    crate::host::secrets::rows::FUNCTIONS,
+    SESSION_FUNCTIONS,
     crate::host::files::fs::rows::FUNCTIONS,
     crate::host::files::realpath::rows::FUNCTIONS,
     crate::host::files::copy_tree::rows::FUNCTIONS,
     crate::host::files::archive::rows::FUNCTIONS,
     crate::host::fetch::rows::FUNCTIONS,
-    super::service::FUNCTIONS,
-    super::pkg::FUNCTIONS,
-    super::os::FUNCTIONS,
-    super::tuning::FUNCTIONS,
-    super::interrupt::FUNCTIONS,
-    super::config::FUNCTIONS,
-    super::mount::FUNCTIONS,
-    super::kmod::FUNCTIONS,
-    super::structured::FUNCTIONS,
-    super::users::FUNCTIONS,
-    super::version::FUNCTIONS,
+    crate::host::services::service::rows::FUNCTIONS,
+    crate::host::services::tuned::rows::FUNCTIONS,
+    crate::host::packages::pkg::rows::FUNCTIONS,
+    crate::host::packages::pkgrepo::rows::FUNCTIONS,
+    crate::host::system::os::rows::FUNCTIONS,
+    crate::host::system::libs::rows::FUNCTIONS,
+    crate::host::kernel::tuning::rows::FUNCTIONS,
+    crate::host::kernel::sysctl_record::rows::FUNCTIONS,
+    crate::host::kernel::interrupt::rows::FUNCTIONS,
+    crate::host::files::config::rows::FUNCTIONS,
+    crate::host::mounts::mount::rows::FUNCTIONS,
+    crate::host::mounts::disk::rows::FUNCTIONS,
+    crate::host::mounts::raid::rows::FUNCTIONS,
+    crate::host::mounts::unit::rows::FUNCTIONS,
+    crate::host::kernel::boot::rows::FUNCTIONS,
+    crate::host::kernel::gpu::rows::FUNCTIONS,
+    crate::host::kernel::dkms::rows::FUNCTIONS,
+    crate::host::kernel::kmod::rows::FUNCTIONS,
+    crate::host::files::toml::rows::FUNCTIONS,
+    crate::host::files::json::rows::FUNCTIONS,
+    crate::host::files::ini::rows::FUNCTIONS,
+    crate::host::files::structured::rows::FUNCTIONS,
+    crate::host::users::user::rows::FUNCTIONS,
+    crate::host::users::group::rows::FUNCTIONS,
+    crate::host::packages::version::rows::FUNCTIONS,
 ];
 
 /// The namespace files' sections, in reference order.
 const NAMESPACE_PARTS: &[&[(&str, &str, &str)]] = &[
-    super::global::NAMESPACES,
+    crate::host::system::cmd::rows::NAMESPACES,
     crate::host::files::fs::rows::NAMESPACES,
-    super::service::NAMESPACES,
-    super::pkg::NAMESPACES,
-    super::os::NAMESPACES,
-    super::tuning::NAMESPACES,
-    super::interrupt::NAMESPACES,
-    super::config::NAMESPACES,
-    super::mount::NAMESPACES,
-    super::kmod::NAMESPACES,
-    super::structured::NAMESPACES,
-    super::users::NAMESPACES,
-    super::version::NAMESPACES,
+    crate::host::services::service::rows::NAMESPACES,
+    crate::host::packages::pkg::rows::NAMESPACES,
+    crate::host::system::os::rows::NAMESPACES,
+    crate::host::kernel::tuning::rows::NAMESPACES,
+    crate::host::kernel::interrupt::rows::NAMESPACES,
+    crate::host::files::config::rows::NAMESPACES,
+    crate::host::mounts::mount::rows::NAMESPACES,
+    crate::host::kernel::kmod::rows::NAMESPACES,
+    crate::host::files::structured::rows::NAMESPACES,
+    crate::host::users::user::rows::NAMESPACES,
+    crate::host::packages::version::rows::NAMESPACES,
 ];
 
 /// The total length of `parts`.

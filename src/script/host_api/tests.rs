@@ -558,19 +558,19 @@ pub(crate) fn users_root() -> TestHost {
 
 /// The namespace files' effect samples, in reference order.
 const EFFECT_SAMPLES: &[&[&str]] = &[
-    super::global::tests::SAMPLES,
+    crate::host::system::global_script_tests::tests::SAMPLES,
     crate::host::files::fs_script_tests::tests::SAMPLES,
-    super::service::tests::SAMPLES,
-    super::pkg::tests::SAMPLES,
-    super::os::tests::SAMPLES,
-    super::tuning::tests::SAMPLES,
-    super::interrupt::tests::SAMPLES,
-    super::config::tests::SAMPLES,
-    super::mount::tests::SAMPLES,
-    super::kmod::tests::SAMPLES,
-    super::structured::tests::SAMPLES,
-    super::users::tests::SAMPLES,
-    super::version::tests::SAMPLES,
+    crate::host::services::service_script_tests::tests::SAMPLES,
+    crate::host::packages::pkg_script_tests::tests::SAMPLES,
+    crate::host::system::os_script_tests::tests::SAMPLES,
+    crate::host::kernel::tuning_script_tests::tests::SAMPLES,
+    crate::host::kernel::interrupt_script_tests::tests::SAMPLES,
+    crate::host::files::config_script_tests::tests::SAMPLES,
+    crate::host::mounts::mount_script_tests::tests::SAMPLES,
+    crate::host::kernel::kmod_script_tests::tests::SAMPLES,
+    crate::host::files::structured_script_tests::SAMPLES,
+    crate::host::users::users_script_tests::tests::SAMPLES,
+    crate::host::packages::version_script_tests::tests::SAMPLES,
 ];
 
 /// A root in which every effect sample runs and every mutating one changes something: stub

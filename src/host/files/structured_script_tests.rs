@@ -1,14 +1,14 @@
 //! `toml::`, `json::`, `ini::`, `sha256` and `regex::` through Rhai: value and key path
 //! conversions, all modes, errors naming the function.
 
-use super::super::tests::*;
 use crate::host::effects::report::ExecMode;
 use crate::host::testutil::TestHost;
+use crate::script::host_api::tests::*;
 
 /// One call of each function of this file, for
-/// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+/// [`crate::script::host_api::tests::declared_effects_are_the_submitted_ones`]: in the root that test
 /// prepares, each call of a function that submits effects changes something.
-pub(in super::super) const SAMPLES: &[&str] = &[
+pub(crate) const SAMPLES: &[&str] = &[
     r#"toml::get("/etc/c.toml", "a.x")"#,
     r#"toml::set("/etc/c.toml", "a.x", 2)"#,
     r#"toml::remove("/etc/c.toml", "a.x")"#,

@@ -1,374 +1,14 @@
-//! `kmod::` (kernel modules: modprobe.d and modules-load.d lines, loading) over
-//! [`crate::host::kernel::kmod`] and `kernel::` (installed kernels, the boot default) over
-//! [`crate::host::kernel::boot`]: each function's reference row and binding, and their tests
-//! through Rhai.
+//! The `kmod` rows' tests through Rhai.
 
-use crate::host::api::host_fn;
-use rhai::{Dynamic, ImmutableString as S, Map};
-
-use crate::host::api::convert::{self, check_keys, opt_bool, opt_string};
-use crate::host::api::docs::EffectKind::*;
-use crate::host::api::docs::Effects::*;
-use crate::host::api::docs::FnDoc;
-use crate::host::api::docs::{NAME, OPTS};
-use crate::host::kernel::kmod::{self, BlacklistOptions, FileOptions};
-use crate::host::kernel::{boot, dkms, gpu};
-
-/// A GPU for scripts: `#{index, name, uuid, pci_bus, driver_version, memory_mib, mig_mode}`
-/// (`()` for what is not known).
-fn gpu_map(g: gpu::Gpu) -> Dynamic {
-    let mut m = Map::new();
-    m.insert("index".into(), Dynamic::from(g.index));
-    m.insert("name".into(), convert::s(g.name));
-    m.insert("uuid".into(), convert::opt(g.uuid));
-    m.insert("pci_bus".into(), convert::opt(g.pci_bus));
-    m.insert("driver_version".into(), convert::opt(g.driver_version));
-    m.insert(
-        "memory_mib".into(),
-        g.memory_mib.map_or(Dynamic::UNIT, Dynamic::from),
-    );
-    m.insert("mig_mode".into(), convert::opt(g.mig_mode));
-    Dynamic::from_map(m)
-}
-
-/// The `release` parameter of the `kernel::` functions.
-const RELEASE: (&str, &str) = ("release", "String");
-
-/// The option keys of `kmod::blacklist`.
-const BLACKLIST_KEYS: &[&str] = &["file", "disable"];
-/// The option keys of the other `kmod::` file functions.
-const KMOD_FILE_KEYS: &[&str] = &["file"];
-
-fn file_opts(m: &Map) -> Result<FileOptions, String> {
-    check_keys(m, KMOD_FILE_KEYS)?;
-    Ok(FileOptions {
-        file: opt_string(m, "file")?,
-    })
-}
-
-fn blacklist_opts(m: &Map) -> Result<BlacklistOptions, String> {
-    check_keys(m, BLACKLIST_KEYS)?;
-    Ok(BlacklistOptions {
-        file: opt_string(m, "file")?,
-        disable: opt_bool(m, "disable", false)?,
-    })
-}
-
-/// Module options: a string of `key=value` words, or a map rendered `k=v` in key order
-/// (each key a word without `=` or blanks, each value a non-empty word without blanks).
-fn module_options(d: &Dynamic) -> Result<String, String> {
-    if let Some(m) = d.read_lock::<Map>() {
-        return m
-            .iter()
-            .map(|(k, v)| {
-                if k.is_empty() || k.contains(|c: char| c == '=' || c.is_whitespace()) {
-                    return Err(format!(
-                        "option key {:?} must be a non-empty word without `=` or blanks",
-                        k.as_str()
-                    ));
-                }
-                let v = convert::scalar(v, &format!("option {k}"))?;
-                if v.is_empty() || v.contains(char::is_whitespace) {
-                    return Err(format!(
-                        "option {k}: value {v:?} must be one word without blanks"
-                    ));
-                }
-                Ok(format!("{k}={v}"))
-            })
-            .collect::<Result<Vec<_>, String>>()
-            .map(|w| w.join(" "));
-    }
-    convert::string(d, "opts").map_err(|e| format!("{e} (or a map)"))
-}
-
-/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-pub(super) const NAMESPACES: &[(&str, &str, &str)] = &[
-    (
-        "kmod",
-        "Kernel modules — `kmod::`",
-        "Each function keeps only its own lines of its file (`/etc/modprobe.d/*.conf`, `/etc/modules-load.d/*.conf`), so comments and other modules' lines stay and a blacklist and options can share a file (`#{file}`); module names compare with `-` and `_` equivalent. A changed blacklist or options file schedules ONE initramfs regeneration at the end of the step: `update-initramfs -u`, or `dracut -f` on the rhel and fedora families; it is recorded ahead in `/var/lib/skyhook/.deferred/initramfs.json` and run by the next step when it failed or the agent died (a plan lists it as an action).",
-    ),
-    (
-        "kernel",
-        "Kernels and the boot default — `kernel::`",
-        "Releases as `uname -r` prints them. What grub boots next is read from `GRUB_DEFAULT` (`/etc/default/grub`, then `/etc/default/grub.d/*.cfg`; absent: `0`) and, for `saved`, the `saved_entry` of `/boot/grub/grubenv` (`/boot/grub2/grubenv` on grub2 hosts). An entry names its release by its last `>` part: `0` and `gnulinux-simple-<uuid>` the newest installed kernel, `...>Ubuntu, with Linux 6.8.0-1015-aws`, `gnulinux-6.8.0-1015-aws-advanced-<uuid>`, a title with `(<release>)`, a BootLoaderSpec id `<machine-id>-<release>`; any other entry cannot be told (`()`).",
-    ),
-    (
-        "gpu",
-        "NVIDIA GPUs — `gpu::`",
-        "Queries, in every mode. With `nvidia-smi` in the root: `nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,driver_version,memory.total,mig.mode.current --format=csv,noheader,nounits`; without it, or when it fails, the driver's `/proc/driver/nvidia/gpus/<bus>/information` (`Model`, `GPU UUID`, `Bus Location`; indexed in bus order) and `/proc/driver/nvidia/version`; no driver: none. A value nvidia-smi cannot give (`[N/A]`, `[Not Supported]`) is `()`; PCI bus ids in the sysfs form `0000:18:00.0`.",
-    ),
-    (
-        "dkms",
-        "DKMS modules — `dkms::`",
-        "Read from the root's `/var/lib/dkms` tree (no `dkms` command): `<module>/<version>/` is added, `<module>/<version>/<kernel>/<arch>/` built, and the `<module>/kernel-<kernel>-<arch>` link to it installed.",
-    ),
-];
-
-/// The functions of this file's namespaces, in reference order: each one's reference row
-/// and its registration.
-pub(super) const FUNCTIONS: &[FnDoc] = &[
-    host_fn!(
-        "kernel",
-        "running",
-        &[],
-        "String",
-        ReadsHost,
-        "The running kernel's release (as `os::kernel()`: `/proc/sys/kernel/osrelease` under the root, else `uname -r`).",
-        |h| Ok(boot::running(h)?)
-    ),
-    host_fn!(
-        "kernel",
-        "installed",
-        &[],
-        "Array",
-        ReadsHost,
-        "The releases with a kernel image, `/boot/vmlinuz-<release>` or `/lib/modules/<release>/vmlinuz` (`/usr/lib/modules`), oldest first (dpkg order; rpm order on rpm hosts). A module tree without an image is not a kernel.",
-        |h| Ok(convert::array(boot::installed(h)?))
-    ),
-    host_fn!(
-        "kernel",
-        "default_release",
-        &[],
-        "?",
-        ReadsHost,
-        "The release grub boots next, or `()` when the entry does not tell (see the section); in a plan also after a planned `set_default`. (`default` is a Rhai keyword, hence the name.)",
-        |h| Ok(convert::opt(boot::default(h)?))
-    ),
-    host_fn!(
-        "kernel",
-        "set_default",
-        &[RELEASE],
-        "bool",
-        Submits(&[Write, GrubDefault]),
-        "Make grub boot `release` next: `GRUB_DEFAULT=saved` in `/etc/default/grub` (a file change; `update-grub` once at the end of the step, except on rhel and fedora) and `grub-set-default \"Advanced options for <OS>><OS>, with Linux <release>\"` (`grub2-set-default` where only it exists; a BootLoaderSpec id when `/boot/loader/entries/<id>.conf` is there). Unchanged when grub's default entry names the release (a default that is it only as the newest kernel, entry `0`, is pinned); a plan shows `~ grub default: <old> -> <release>`; check: drift. An error when the release is not installed (nor planned by a `pkg::install` of the step), or a `grub.d` file sets another `GRUB_DEFAULT`.",
-        |h, r: S| Ok(boot::set_default(h, &r)?)
-    ),
-    host_fn!(
-        "gpu",
-        "list",
-        &[],
-        "Array",
-        RunsReadOnly,
-        "The GPUs by index: `#{index, name, uuid, pci_bus, driver_version, memory_mib, mig_mode}` (`memory_mib` an int; `mig_mode` `\"Enabled\"`, `\"Disabled\"` or `()` on GPUs without MIG; from `/proc`, `memory_mib` and `mig_mode` are `()`); `[]` without a driver. An error for nvidia-smi output that does not parse.",
-        |h| Ok(gpu::list(h)?
-            .into_iter()
-            .map(gpu_map)
-            .collect::<rhai::Array>())
-    ),
-    host_fn!(
-        "gpu",
-        "driver_version",
-        &[],
-        "?",
-        RunsReadOnly,
-        "The loaded driver's version (`\"550.54.15\"`, from `/proc/driver/nvidia/version`, else nvidia-smi's), or `()` without a driver.",
-        |h| Ok(convert::opt(gpu::driver_version(h)?))
-    ),
-    host_fn!(
-        "gpu",
-        "count",
-        &[],
-        "int",
-        RunsReadOnly,
-        "How many GPUs `gpu::list()` finds.",
-        |h| Ok(gpu::count(h)? as i64)
-    ),
-    host_fn!(
-        "dkms",
-        "status",
-        &[],
-        "Array",
-        ReadsHost,
-        "Every module version of `/var/lib/dkms` per kernel it was built for: `#{name, version, kernel, arch, state}` (`name` the module's: `module` is a Rhai keyword) with state `\"built\"` or `\"installed\"`; a version built for no kernel once, `#{kernel: \"\", arch: \"\", state: \"added\"}`. In name order; `[]` without the tree.",
-        |h| Ok(dkms::status(h)?
-            .into_iter()
-            .map(|e| {
-                let mut m = rhai::Map::new();
-                m.insert("name".into(), convert::s(e.module));
-                m.insert("version".into(), convert::s(e.version));
-                m.insert("kernel".into(), convert::s(e.kernel));
-                m.insert("arch".into(), convert::s(e.arch));
-                m.insert("state".into(), convert::s(e.state));
-                Dynamic::from_map(m)
-            })
-            .collect::<rhai::Array>())
-    ),
-    host_fn!(
-        "kernel",
-        "boot_into",
-        &[RELEASE],
-        "bool",
-        Submits(&[Write, GrubDefault, Interrupt]),
-        "`set_default(release)`, then `interrupt::reboot()` when the running kernel is another; true when anything was changed or requested.",
-        |h, r: S| Ok(boot::boot_into(h, &r)?)
-    ),
-    host_fn!(
-        "kmod",
-        "blacklist",
-        &[NAME],
-        "bool",
-        Submits(&[Write, Remove]),
-        "Keep `blacklist <name>` in `/etc/modprobe.d/blacklist-<name>.conf`; a change regenerates the initramfs once at the end of the step.",
-        |h, n: S| Ok(kmod::blacklist(h, &n, &BlacklistOptions::default())?)
-    ),
-    host_fn!(
-        "kmod",
-        "blacklist",
-        &[NAME, OPTS],
-        "bool",
-        Submits(&[Write, Remove]),
-        "As `blacklist(name)` in `/etc/modprobe.d/<file>.conf`; `disable: true` also keeps `install <name> /bin/false` (no explicit `modprobe` or dependency loads it either), `false` removes that line.",
-        options = BLACKLIST_KEYS,
-        |h, n: S, o: Map| {
-            let o = blacklist_opts(&o)?;
-            Ok(kmod::blacklist(h, &n, &o)?)
-        }
-    ),
-    host_fn!(
-        "kmod",
-        "unblacklist",
-        &[NAME],
-        "bool",
-        Submits(&[Write, Remove]),
-        "Take the `blacklist <name>` and `install <name> /bin/false` lines out of the blacklist file (removed when left empty); a change regenerates the initramfs.",
-        |h, n: S| Ok(kmod::unblacklist(h, &n, &FileOptions::default())?)
-    ),
-    host_fn!(
-        "kmod",
-        "unblacklist",
-        &[NAME, OPTS],
-        "bool",
-        Submits(&[Write, Remove]),
-        "As `unblacklist(name)` in `/etc/modprobe.d/<file>.conf`.",
-        options = KMOD_FILE_KEYS,
-        |h, n: S, o: Map| {
-            let o = file_opts(&o)?;
-            Ok(kmod::unblacklist(h, &n, &o)?)
-        }
-    ),
-    host_fn!(
-        "kmod",
-        "options",
-        &[NAME, ("opts", "?")],
-        "bool",
-        Submits(&[Write, Remove]),
-        "Keep exactly one `options <name> <opts>` line in `/etc/modprobe.d/<name>.conf` (`opts` a string `\"modeset=0\"` or a map `#{modeset: 0}`, rendered `k=v` by key); another `options <name>` line is replaced, other lines stay; a change regenerates the initramfs. A hand-edited value is drift.",
-        |h, n: S, v: Dynamic| {
-            let v = module_options(&v)?;
-            Ok(kmod::options(h, &n, &v, &FileOptions::default())?)
-        }
-    ),
-    host_fn!(
-        "kmod",
-        "options",
-        &[NAME, ("opts", "?"), ("file_opts", "Map")],
-        "bool",
-        Submits(&[Write, Remove]),
-        "As `options(name, opts)` in `/etc/modprobe.d/<file>.conf` (`#{file}`), which may also hold the module's blacklist lines.",
-        options = KMOD_FILE_KEYS,
-        |h, n: S, v: Dynamic, o: Map| {
-            let o = file_opts(&o)?;
-            let v = module_options(&v)?;
-            Ok(kmod::options(h, &n, &v, &o)?)
-        }
-    ),
-    host_fn!(
-        "kmod",
-        "remove_options",
-        &[NAME],
-        "bool",
-        Submits(&[Write, Remove]),
-        "Take the `options <name>` lines out of `/etc/modprobe.d/<name>.conf` (removed when left empty); a change regenerates the initramfs.",
-        |h, n: S| Ok(kmod::remove_options(h, &n, &FileOptions::default())?)
-    ),
-    host_fn!(
-        "kmod",
-        "remove_options",
-        &[NAME, OPTS],
-        "bool",
-        Submits(&[Write, Remove]),
-        "As `remove_options(name)` in `/etc/modprobe.d/<file>.conf`.",
-        options = KMOD_FILE_KEYS,
-        |h, n: S, o: Map| {
-            let o = file_opts(&o)?;
-            Ok(kmod::remove_options(h, &n, &o)?)
-        }
-    ),
-    host_fn!(
-        "kmod",
-        "load_at_boot",
-        &[NAME],
-        "bool",
-        Submits(&[Write, Remove]),
-        "Keep the line `<name>` in `/etc/modules-load.d/<name>.conf` (read by systemd-modules-load at boot); no initramfs regeneration.",
-        |h, n: S| Ok(kmod::load_at_boot(h, &n, &FileOptions::default())?)
-    ),
-    host_fn!(
-        "kmod",
-        "load_at_boot",
-        &[NAME, OPTS],
-        "bool",
-        Submits(&[Write, Remove]),
-        "As `load_at_boot(name)` in `/etc/modules-load.d/<file>.conf` (one file may list several modules).",
-        options = KMOD_FILE_KEYS,
-        |h, n: S, o: Map| {
-            let o = file_opts(&o)?;
-            Ok(kmod::load_at_boot(h, &n, &o)?)
-        }
-    ),
-    host_fn!(
-        "kmod",
-        "unload_at_boot",
-        &[NAME],
-        "bool",
-        Submits(&[Write, Remove]),
-        "Take the line `<name>` out of `/etc/modules-load.d/<name>.conf` (removed when left empty).",
-        |h, n: S| Ok(kmod::unload_at_boot(h, &n, &FileOptions::default())?)
-    ),
-    host_fn!(
-        "kmod",
-        "unload_at_boot",
-        &[NAME, OPTS],
-        "bool",
-        Submits(&[Write, Remove]),
-        "As `unload_at_boot(name)` in `/etc/modules-load.d/<file>.conf`.",
-        options = KMOD_FILE_KEYS,
-        |h, n: S, o: Map| {
-            let o = file_opts(&o)?;
-            Ok(kmod::unload_at_boot(h, &n, &o)?)
-        }
-    ),
-    host_fn!(
-        "kmod",
-        "loaded",
-        &[NAME],
-        "bool",
-        ReadsHost,
-        "True when `/proc/modules` under the root lists the module (`-` and `_` equivalent; built-in modules are not listed; `false` without `/proc/modules`); in a plan also after a planned `kmod::load`.",
-        |h, n: S| Ok(kmod::loaded(h, &n)?)
-    ),
-    host_fn!(
-        "kmod",
-        "load",
-        &[NAME],
-        "bool",
-        Submits(&[ModuleLoad]),
-        "`modprobe <name>` unless loaded: a change (drift in a check) when `/proc/modules` does not list it; without `/proc/modules` an action, run every time.",
-        |h, n: S| Ok(kmod::load(h, &n)?)
-    ),
-];
-
-#[cfg(test)]
-pub(super) mod tests {
-    use super::super::tests::*;
+pub(crate) mod tests {
     use crate::host::effects::report::ExecMode;
     use crate::host::testutil::TestHost;
+    use crate::script::host_api::tests::*;
 
     /// One call of each function of this file, for
-    /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test
+    /// [`crate::script::host_api::tests::declared_effects_are_the_submitted_ones`]: in the root that test
     /// prepares, each call of a function that submits effects changes something.
-    pub(in super::super) const SAMPLES: &[&str] = &[
+    pub(crate) const SAMPLES: &[&str] = &[
         r#"kmod::blacklist("nouveau")"#,
         r#"kmod::blacklist("nouveau", #{disable: true})"#,
         r#"kmod::unblacklist("floppy")"#,
@@ -454,11 +94,10 @@ pub(super) mod tests {
     }
 }
 
-#[cfg(test)]
 mod kernel_tests {
-    use super::super::tests::*;
     use crate::host::effects::report::ExecMode;
     use crate::host::testutil::TestHost;
+    use crate::script::host_api::tests::*;
 
     /// An Ubuntu root with two kernels, the stock `GRUB_DEFAULT=0`, and grub stubs: the
     /// `grub-set-default` stub writes the grub environment block as grub-editenv does.
@@ -676,7 +315,6 @@ mod kernel_tests {
     }
 }
 
-#[cfg(test)]
 mod kernel_undo_tests {
     use crate::host::ExecMode;
     use crate::host::kernel::boot;
@@ -703,11 +341,10 @@ mod kernel_undo_tests {
     }
 }
 
-#[cfg(test)]
 mod dkms_tests {
-    use super::super::tests::*;
     use crate::host::effects::report::ExecMode;
     use crate::host::testutil::TestHost;
+    use crate::script::host_api::tests::*;
 
     /// A tree as dkms 3 leaves it: nvidia 550 installed for one kernel and built for
     /// another, an older version only added, a build in progress ignored.
@@ -746,11 +383,10 @@ mod dkms_tests {
     }
 }
 
-#[cfg(test)]
 mod gpu_tests {
-    use super::super::tests::*;
     use crate::host::effects::report::ExecMode;
     use crate::host::testutil::TestHost;
+    use crate::script::host_api::tests::*;
 
     /// The driver's `/proc` files of two GPUs (as the 550 driver writes them).
     fn proc_gpus(t: &TestHost) {
