@@ -3,16 +3,14 @@
 //! and facts such as [`os_release`]), the [`effect::Effect`] it submits for every change, and
 //! the executors that act on them behind one interface (`executors`: apply, plan/check, a
 //! recording double), which work on the lower [`context::Context`] and never on the session.
-//! Commands run through [`exec`]; line edits are batched by the session (`batch`,
-//! `line_edit`); reports render effects as lines and diffs (`describe`, `textdiff`, `hashes`).
+//! Commands run through [`exec`]; line edits are batched by the session; reports render effects as lines and diffs (`describe`, `textdiff`, `hashes`).
 //! The [`report::Report`] is what a session changed, would change or found drifted.
 //!
 //! Import order, lowest first (no file imports a later one): `appendbuf`, `lines`,
-//! `textdiff`, `context`, `exec`, `effect`, `report`, `overlay`, `batch`, `hashes`,
-//! `os_release`, `journal`, `executors`, `session`, `describe`, `line_edit`.
+//! `textdiff`, `context`, `exec`, `effect`, `report`, `overlay`, `hashes`,
+//! `os_release`, `journal`, `executors`, `session`, `view`, `describe`.
 
 pub(crate) mod appendbuf;
-pub(crate) mod batch;
 pub mod context;
 pub(crate) mod describe;
 pub mod effect;
@@ -20,13 +18,13 @@ pub mod exec;
 pub(crate) mod executors;
 pub(crate) mod hashes;
 pub mod journal;
-pub(crate) mod line_edit;
 pub(crate) mod lines;
 pub mod os_release;
 pub(crate) mod overlay;
 pub mod report;
 pub mod session;
 pub(crate) mod textdiff;
+pub(crate) mod view;
 
 #[cfg(test)]
 mod batch_failure_tests;

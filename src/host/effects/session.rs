@@ -60,8 +60,67 @@
 //! symlink cannot be created beneath an existing non-directory or a dangling symlink
 //! ([`HostError::BadAncestor`]), and `/` itself cannot be removed.
 
-use std::collections::BTreeMap;
+//!
+//! # Batched line edits
+//!
+//! Apply-mode batching of line and block edits: one write per file per run of edits, so N
+//! edits of one file cost one rewrite (temp file, fsync, rename) instead of N, and the
+//! directory one fsync at the step's end. In apply mode (without `--diff`):
+//!
+//! - the **first** changing call of a file decides under the file's path lock
+//!   ([`crate::host::root::pathlock`]) and goes through [`crate::host::Host::submit`] (checks,
+//!   summary, `before` hash, the report's change), but its write is *held*: the new content
+//!   stays in the session as the file's line view, together with the lock and the file's
+//!   [`Stamp`] as read under the lock;
+//! - **further** line and block edits of the same file (same lexically normalised host path,
+//!   and the same spelling when either has a `..`, which resolves physically after a
+//!   symlink) edit that pending view: no `stat`, no lock, no read, no write. Each changing
+//!   call still records its own change in the report (summary `update <path>` as the call
+//!   spelled it, its script position), so
+//!   `Apply: N changed, M unchanged.` and the report's items are those of unbatched edits;
+//! - **anything else flushes first**: a line or block edit of another path, every
+//!   [`crate::host::Host::submit`] (commands included: a command may read the file), every
+//!   [`crate::host::Host::lock_for_update`] (so a session holds at most one path lock, and two agents
+//!   cannot deadlock), the write-ahead records of deferred work, every read of the host
+//!   through the session's view (`view_stat`, `view_read`, `view_list`) or through
+//!   [`crate::host::Host::root`], and the end of the session or step (`finish*`, and `Drop`).
+//!
+//! The **flush** `stat`s the file (still under the lock) and compares its stamp with the one
+//! the view was read with: when it moved, a writer that does not take skyhook's path locks
+//! (an editor, another tool's `sed -i`) changed the file during the step, and the flush
+//! fails with [`HostError::ChangedUnderStep`] naming the file, leaving that writer's content
+//! in place. Otherwise the final content is written once, as one
+//! [`crate::host::effects::effect::Effect::WriteFile`] handed to the session's executor
+//! ([`crate::host::effects::executors::Executor::execute_batched`]; the apply executor's
+//! atomic write: temp file, fsync, rename, the directory noted for the step's fsync; an
+//! existing file keeps mode, owner and extended attributes), the lock is released and the
+//! view stays cached with the written file's stamp.
+//! The last change of the batch carries the `after` hash of what was written
+//! ([`crate::host::effects::hashes`]); a failed flush leaves it without one.
+//!
+//! A flush error is the step's error: reads and effects return it when they trigger the
+//! flush (the read or effect is then not done), [`crate::host::Host::root`] (which cannot fail) keeps it
+//! for the next fallible call, and `finish*` return it. When a call got it and the script
+//! went on (a `try` around an unrelated read), `finish*` still fail, with
+//! [`HostError::EditsNotWritten`] naming the file, so no step flag is written for a report
+//! whose edits are not on disk. The changes a failed batch recorded
+//! stay in the report. A step that fails after some edits still has them written by
+//! `finish*`, as if each had been written at once. A SIGKILL before the flush
+//! writes nothing of the batch (and no step flag), and the kernel releases the lock, so a
+//! rerun converges.
+//!
+//! Plan and check mode never batch (they write nothing; their reports and overlays are
+//! unchanged), nor does apply mode with diffs (`skyhook-run --apply --diff`), whose diffs
+//! compare each call's content with the file's.
+//!
+//! # Line edits
+//!
+//! The line and block edits of the `fs::` area through the session: one parsed view of a
+//! file per session ([`crate::host::effects::lines`]), decided again under the path's lock in
+//! apply mode, and either batched (apply: one write per run of edits, above) or submitted as one whole-file write.
+
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::host::effects::context::Context;
@@ -74,73 +133,62 @@ use crate::host::effects::executors::plan::Plan;
 use crate::host::effects::executors::recording::Recording;
 use crate::host::effects::lines::{Lines, Stamp, View};
 pub use crate::host::effects::overlay::Stat;
-use crate::host::effects::overlay::{normalize, root_stat};
+use crate::host::effects::overlay::normalize;
 use crate::host::effects::report::{Action, Change, ExecMode, Item, Journal, Position, Report};
+use crate::host::effects::textdiff::Appended;
+use crate::host::root::HostRoot;
 use crate::host::root::deferred::{self, GrubPending};
 use crate::host::root::error::{HostError, Result};
-use crate::host::root::read::MAX_READ_BYTES;
-use crate::host::root::{EntryKind, HostRoot};
+use crate::host::root::pathlock::PathLock;
 use crate::redact::Redactor;
-
-/// What [`Host::view_for_digest`] found at a path.
-#[derive(Debug)]
-pub(crate) enum ViewedFile {
-    /// A planned download: its SHA-256 digest (64 lowercase hex digits), `None` when the
-    /// download is not pinned (its digest is unknown until applied).
-    Digest(Option<String>),
-    /// A planned file: its content.
-    Content(bytes::Bytes),
-    /// Nothing planned: the host path to open under the root.
-    Open(PathBuf),
-}
 
 /// One step's session over a host root: the view, the executor and the report.
 #[derive(Debug)]
 pub struct Host {
     /// The root, options and directories to fsync, lent to the executor.
-    cx: Context,
+    pub(super) cx: Context,
     /// What becomes of each effect ([`crate::host::effects::executors`]), chosen when the
     /// session is built.
-    executor: Box<dyn Executor>,
-    redactor: Redactor,
+    pub(super) executor: Box<dyn Executor>,
+    pub(super) redactor: Redactor,
     /// The report's content hashes, once per file ([`crate::host::effects::hashes`]).
     pub(crate) hashes: crate::host::effects::hashes::ContentHashes,
     /// Parsed views of the files the line and block functions edited, by normalised host
     /// path ([`crate::host::files::fs`]). Any effect clears them ([`Host::submit`]); in apply mode
     /// a view is trusted only while the file's [`crate::host::effects::lines::Stamp`] is unchanged.
     pub(crate) texts: std::collections::HashMap<PathBuf, crate::host::effects::lines::View>,
-    report: Report,
+    pub(super) report: Report,
     pub(crate) pending_daemon_reload: bool,
     pub(crate) pending_grub: GrubPending,
     /// A daemon-reload record exists in the root ([`deferred`]).
-    recorded_reload: bool,
+    pub(super) recorded_reload: bool,
     /// A grub record exists in the root ([`deferred`]).
-    recorded_grub: bool,
+    pub(super) recorded_grub: bool,
     /// An initramfs regeneration is due at the end of the step ([`crate::host::kernel::kmod`]).
     pub(crate) pending_initramfs: bool,
     /// An initramfs record exists in the root ([`deferred`]).
-    recorded_initramfs: bool,
-    finished: bool,
+    pub(super) recorded_initramfs: bool,
+    pub(super) finished: bool,
     /// The script position of the host call being served ([`Host::set_position`]).
-    position: Option<Position>,
+    pub(super) position: Option<Position>,
     /// The step's ordered list, shared with a recording output ([`Host::journal`]).
-    journal: Journal,
+    pub(super) journal: Journal,
     /// A package repository changed in this session: the next `pkg::install` refreshes the
     /// index ([`Host::mark_package_index_stale`]).
     pub(crate) package_index_stale: bool,
     /// Set by the line functions for the one write they submit next: what its content adds
     /// to the old ([`crate::host::effects::textdiff::Appended`]); taken by [`Host::submit`].
     pub(crate) appended: Option<crate::host::effects::textdiff::Appended>,
-    /// Apply mode: the pending write of batched line edits ([`crate::host::effects::batch`]).
-    pub(crate) batch: crate::host::effects::batch::Batch,
+    /// Apply mode: the pending write of batched line edits ((module docs, "Batched line edits")).
+    pub(crate) batch: Batch,
     /// Set by the line functions for the one write they submit next: record its change but
-    /// hold the write for a batch ([`crate::host::effects::batch`]); taken by [`Host::submit`].
+    /// hold the write for a batch ((module docs, "Batched line edits")); taken by [`Host::submit`].
     pub(crate) hold_write: bool,
     /// Every effect submitted, in order, once [`Host::record_effects`] was called: the
     /// recording double tests assert an area's effects with.
-    recorded: Option<Vec<Effect>>,
+    pub(super) recorded: Option<Vec<Effect>>,
     /// Lines saying what this session's start undid ([`Host::recovered`]).
-    recovered: Vec<String>,
+    pub(super) recovered: Vec<String>,
 }
 
 impl Host {
@@ -363,7 +411,7 @@ impl Host {
         let d = self.describe(&effect, with_diff, appended.as_ref())?;
         let before = self.hash_before(&effect)?;
         let out = if hold {
-            // The line functions' batched write ([`crate::host::effects::batch`]).
+            // The line functions' batched write ((module docs, "Batched line edits")).
             None
         } else {
             let r = self.executor.execute(&self.cx, &effect);
@@ -729,309 +777,6 @@ impl Host {
         }
     }
 
-    /// Every existing ancestor of `path` (as the session sees it) must be a directory; the
-    /// first missing one ends the check (the rest will be created). Creating functions call
-    /// it before reading `path` itself, whose resolution would fail with a less helpful
-    /// "not a directory".
-    ///
-    /// # Errors
-    /// [`HostError::BadAncestor`]; resolution failures.
-    pub(crate) fn check_creatable(&self, path: &Path) -> Result<()> {
-        self.check_ancestors(path, path)
-    }
-
-    fn check_ancestors(&self, path: &Path, reported: &Path) -> Result<()> {
-        let norm = normalize(path);
-        let ancestors: Vec<&Path> = norm.ancestors().skip(1).collect();
-        for anc in ancestors.into_iter().rev() {
-            match self.view_stat(anc, true)? {
-                Some(s) if s.kind == "dir" => {}
-                Some(_) => {
-                    return Err(HostError::BadAncestor {
-                        path: reported.to_path_buf(),
-                        ancestor: anc.to_path_buf(),
-                        reason: "exists and is not a directory".into(),
-                    });
-                }
-                None => return self.check_not_dangling(anc, reported),
-            }
-        }
-        Ok(())
-    }
-
-    /// `p` (missing when followed) must not be a dangling symlink.
-    fn check_not_dangling(&self, p: &Path, reported: &Path) -> Result<()> {
-        if self
-            .view_stat(p, false)?
-            .is_some_and(|s| s.kind == "symlink")
-        {
-            let target = self
-                .view_readlink(p)?
-                .map_or_else(String::new, |t| format!(" {}", t.display()));
-            return Err(HostError::BadAncestor {
-                path: reported.to_path_buf(),
-                ancestor: p.to_path_buf(),
-                reason: format!("is a dangling symlink (its target{target} does not exist)"),
-            });
-        }
-        Ok(())
-    }
-
-    // ---- the view: reads that see planned effects in plan/check mode ----
-
-    /// Metadata of `path` as the session sees it; `follow` follows a final symlink.
-    pub(crate) fn view_stat(&self, path: &Path, follow: bool) -> Result<Option<Stat>> {
-        self.batch.flush_checked(&self.cx, &*self.executor)?;
-        match self.executor.overlay() {
-            Some(overlay) => overlay.stat(&self.cx.root, path, follow),
-            None => root_stat(&self.cx.root, path, follow),
-        }
-    }
-
-    /// The session's view of the text file at `path` (module [`crate::host::effects::lines`]), taken out
-    /// of the session's cache when it still shows the file, else read and parsed. In apply mode
-    /// the file is `stat`ed first and a cached view is used only when its [`Stamp`] equals the
-    /// file's, so a change by another process (or a command of this step) is always seen; in
-    /// plan and check mode a cached view is valid until the session's next effect (which clears
-    /// the cache), and a file is read through the overlay.
-    ///
-    /// # Errors
-    /// A directory at `path`; [`HostError::NotText`]; resolution or read failures.
-    pub(crate) fn take_line_view(&mut self, path: &Path, key: &Path) -> Result<View> {
-        if self.plans() {
-            if let Some(v) = self.texts.remove(key) {
-                return Ok(v);
-            }
-            let content = self.view_read(path)?;
-            let exists = content.is_some();
-            let lines = Lines::parse(crate::host::root::read::text(
-                path,
-                content.unwrap_or_default(),
-            )?);
-            return Ok(View {
-                exists,
-                lines,
-                stamp: None,
-            });
-        }
-        let stamp = match self.root().metadata(path)? {
-            None => None,
-            Some(m) if m.is_dir() => {
-                return Err(HostError::WrongKind {
-                    path: path.to_path_buf(),
-                    what: "is a directory",
-                });
-            }
-            Some(m) => {
-                crate::host::root::read::check_regular(path, &m)?;
-                Some(Stamp::of(&m))
-            }
-        };
-        if let Some(v) = self.texts.remove(key)
-            && v.stamp == stamp
-            && v.exists == stamp.is_some()
-        {
-            return Ok(v);
-        }
-        // Read after the stat: content newer than the stamp only causes a re-read next time. Read
-        // as `read_whole` does: a regular file, non-blocking, at most `MAX_READ_BYTES`.
-        let content = match stamp {
-            None => None,
-            Some(_) => Some(self.root().read_regular(path, MAX_READ_BYTES)?),
-        };
-        let exists = content.is_some();
-        Ok(View {
-            exists,
-            lines: Lines::parse(crate::host::root::read::text(
-                path,
-                content.unwrap_or_default(),
-            )?),
-            stamp,
-        })
-    }
-
-    /// Whether the session renders the diffs of its changes: plan and check mode, and apply
-    /// with [`HostOptions::diffs`].
-    pub(crate) fn renders_diffs(&self) -> bool {
-        self.plans() || self.cx.opts.diffs
-    }
-
-    /// Whether the session's executor plans (plan and check mode): its reads see the
-    /// effects through the executor's overlay.
-    pub(crate) fn plans(&self) -> bool {
-        self.executor.overlay().is_some()
-    }
-
-    /// The executor's read overlay (plan and check mode); `None` when reads go to the real
-    /// root.
-    pub(crate) fn overlay(&self) -> Option<&crate::host::effects::overlay::Overlay> {
-        self.executor.overlay()
-    }
-
-    /// Where the read view finds the content of the regular file at `path` for a digest: in
-    /// plan and check mode a planned download gives its digest and a planned file its
-    /// content; otherwise the host path to open under the root (the overlay's resolved key
-    /// in plan and check mode, `path` itself in apply).
-    ///
-    /// # Errors
-    /// Resolving the path through the planned symlinks.
-    pub(crate) fn view_for_digest(&self, path: &Path) -> Result<ViewedFile> {
-        let Some(overlay) = self.executor.overlay() else {
-            return Ok(ViewedFile::Open(path.to_path_buf()));
-        };
-        self.batch.flush_checked(&self.cx, &*self.executor)?;
-        let key = overlay.key(&self.cx.root, path, true)?;
-        Ok(match overlay.lookup(&key) {
-            Some(crate::host::effects::overlay::Node::Download { sha256, .. }) => {
-                ViewedFile::Digest(sha256.clone())
-            }
-            Some(crate::host::effects::overlay::Node::File { content, .. }) => {
-                ViewedFile::Content(content.clone())
-            }
-            _ => ViewedFile::Open(key),
-        })
-    }
-
-    /// The SHA-256 (64 lowercase hex digits) of the regular file at `path` as the session
-    /// sees it, streamed from the root (never read whole); `None` when there is no regular
-    /// file there or its digest is unknown (a download the plan only plans, unpinned).
-    ///
-    /// # Errors
-    /// Resolution or read failures; a FIFO or device at `path` (not opened for reading).
-    pub(crate) fn view_digest(&self, path: &Path) -> Result<Option<String>> {
-        if self.view_stat(path, true)?.is_none_or(|s| s.kind != "file") {
-            return Ok(None);
-        }
-        Ok(match self.view_for_digest(path)? {
-            ViewedFile::Digest(d) => d,
-            ViewedFile::Content(c) => Some(crate::host::root::digest::sha256_tag(&c)[7..].into()),
-            ViewedFile::Open(key) => {
-                let mut f = self.cx.root.open_regular(&key)?;
-                let (_, d) = crate::host::root::digest::sha256_stream(&mut f).map_err(|e| {
-                    crate::host::root::RootError {
-                        op: "read",
-                        path: path.to_path_buf(),
-                        root: self.cx.root.mount().to_path_buf(),
-                        source: e,
-                    }
-                })?;
-                Some(d)
-            }
-        })
-    }
-
-    /// The read view of a unit's state (active, enabled) as earlier effects of this session
-    /// planned it; `(None, None)` in apply mode, where the host itself answers.
-    pub(crate) fn planned_service(&self, name: &str) -> (Option<bool>, Option<bool>) {
-        self.executor
-            .overlay()
-            .and_then(|o| o.services.get(name).copied())
-            .unwrap_or_default()
-    }
-
-    /// The read view of a package's presence (`name` as given to `pkg::install` or
-    /// `pkg::remove`) as earlier effects of this session planned it; `None` in apply mode or
-    /// when nothing was planned.
-    pub(crate) fn planned_package(&self, name: &str) -> Option<bool> {
-        self.executor
-            .overlay()
-            .and_then(|o| o.packages.get(name).copied())
-    }
-
-    /// The read view of a package hold as earlier effects of this session planned it; `None`
-    /// in apply mode or when nothing was planned.
-    pub(crate) fn planned_hold(&self, name: &str) -> Option<bool> {
-        self.executor
-            .overlay()
-            .and_then(|o| o.holds.get(name).copied())
-    }
-
-    /// Whether an earlier effect of this session planned to load kernel module `name` (as
-    /// the kernel names it, `-` read as `_`); always false in apply mode.
-    pub(crate) fn planned_module_load(&self, name: &str) -> bool {
-        self.executor
-            .overlay()
-            .is_some_and(|o| o.modules.contains(name))
-    }
-
-    /// The read view of a mount point (normalised host path) as earlier effects of this
-    /// session planned it: mounted (`true`) or unmounted; `None` in apply mode or when
-    /// nothing was planned.
-    pub(crate) fn planned_mount(&self, path: &Path) -> Option<bool> {
-        self.executor
-            .overlay()
-            .and_then(|o| o.mounts.get(path).copied())
-    }
-
-    /// Content of the file at `path` (following symlinks); `None` when absent. A file on disk
-    /// is read with [`crate::host::root::read::read_whole`]: regular files of at most
-    /// [`crate::host::root::read::MAX_READ_BYTES`] only.
-    ///
-    /// # Errors
-    /// [`HostError::WrongKind`] for a directory; [`HostError::NotRegular`],
-    /// [`HostError::FileTooLarge`]; resolution or read failures.
-    pub(crate) fn view_read(&self, path: &Path) -> Result<Option<Vec<u8>>> {
-        self.batch.flush_checked(&self.cx, &*self.executor)?;
-        match self.executor.overlay() {
-            Some(overlay) => overlay.read(&self.cx.root, path),
-            None => crate::host::root::read::read_whole(&self.cx.root, path, path),
-        }
-    }
-
-    /// Entries of directory `dir` (name, kind), sorted by name; `None` when absent.
-    pub(crate) fn view_list(&self, dir: &Path) -> Result<Option<Vec<(String, EntryKind)>>> {
-        self.batch.flush_checked(&self.cx, &*self.executor)?;
-        let overlay = self.executor.overlay();
-        let key = match overlay {
-            Some(o) => o.key(&self.cx.root, dir, true)?,
-            None => dir.to_path_buf(),
-        };
-        let stat = self.view_stat(&key, true)?;
-        match stat {
-            None => return Ok(None),
-            Some(s) if s.kind != "dir" => {
-                return Err(HostError::WrongKind {
-                    path: dir.to_path_buf(),
-                    what: "is not a directory",
-                });
-            }
-            Some(_) => {}
-        }
-        let mut out: BTreeMap<String, EntryKind> = BTreeMap::new();
-        let fresh = overlay.is_some_and(|o| o.is_fresh_dir(&key));
-        if !fresh
-            && let Some(m) = self.cx.root.metadata(&key)?
-            && m.is_dir()
-        {
-            for e in self.cx.root.read_dir(&key)? {
-                out.insert(e.name.to_string_lossy().into_owned(), e.kind);
-            }
-        }
-        if let Some(o) = overlay {
-            out.retain(|name, _| o.lookup(&key.join(name)).is_none_or(|n| !n.is_absent()));
-            for (name, kind) in o.children(&key) {
-                out.insert(name, kind);
-            }
-        }
-        Ok(Some(out.into_iter().collect()))
-    }
-
-    /// The content of symlink `path` as the session sees it; `None` when it is not a symlink.
-    ///
-    /// # Errors
-    /// Resolution or read failures.
-    pub(crate) fn view_readlink(&self, path: &Path) -> Result<Option<PathBuf>> {
-        if let Some(overlay) = self.executor.overlay() {
-            self.batch.flush_checked(&self.cx, &*self.executor)?;
-            return overlay.readlink(&self.cx.root, path);
-        }
-        let root = self.root();
-        match root.symlink_metadata(path)? {
-            Some(m) if m.file_type().is_symlink() => Ok(Some(root.read_link(path)?)),
-            _ => Ok(None),
-        }
-    }
-
     /// In apply mode, take the cross-process lock of the file at `path` for a
     /// read-compare-write ([`crate::host::root::pathlock`]); the caller must read the current
     /// content only after this returns. `None` in plan and check mode (nothing is written,
@@ -1133,7 +878,7 @@ impl Host {
     }
 
     /// Record a change that is not submitted: one more call of a batched line edit
-    /// ([`crate::host::effects::batch`]), at the current script position. Returns its index.
+    /// ((module docs, "Batched line edits")), at the current script position. Returns its index.
     pub(crate) fn record_change(&mut self, change: Change) -> usize {
         let index = self.report.changes.len();
         self.journal.push(Item::Change(index));
@@ -1146,7 +891,7 @@ impl Host {
 
     /// Run a command now, in every mode (queries, guards, and what the apply executor
     /// runs): pending batched line edits are written first, since the command may read their
-    /// files ([`crate::host::effects::batch`]).
+    /// files ((module docs, "Batched line edits")).
     ///
     /// # Errors
     /// A failed flush of the batch; as [`crate::host::effects::exec::exec`].
@@ -1212,7 +957,7 @@ fn not_undoable(report: &Report) -> Vec<String> {
     out
 }
 
-// ---- the batch of line edits ([`crate::host::effects::batch`]) ----
+// ---- the batch of line edits ((module docs, "Batched line edits")) ----
 
 impl Host {
     /// Whether a changing line edit's write is held in a batch: apply mode without diffs.
@@ -1287,4 +1032,351 @@ impl Drop for Host {
             }
         }
     }
+}
+
+// ---- line edits through the session's line view ----
+
+/// What [`edit_lines`] did.
+pub(crate) enum LineEdit {
+    /// The edit is done: whether it changed the file.
+    Done(bool),
+    /// The lines no longer describe the bytes (a line with a line break in it): the caller
+    /// writes `content` whole, comparing bytes, while `lock` (apply mode) is held.
+    Irregular {
+        /// The new content.
+        content: Vec<u8>,
+        /// The path's lock, taken for the edit (apply mode).
+        lock: Option<PathLock>,
+    },
+}
+
+/// A read-modify-write of the lines of the text file at `path` through the session's view
+/// ([`Host::take_line_view`]). `change` edits the lines in place (given whether the file exists) and
+/// returns whether it changed anything; it must return `Err` or `Ok(false)` before
+/// touching them. In apply mode a change is made under the path's lock
+/// ([`crate::host::root::pathlock`]): the view is checked against the file again under the lock,
+/// and when another process changed the file meanwhile it is read again and `change` runs
+/// on the fresh lines. The file is written whole (atomically, with a final newline) and the
+/// view, now showing what was written, stays cached with the written file's stamp, so a
+/// file the session itself wrote is never read back.
+pub(crate) fn edit_lines(
+    h: &mut Host,
+    path: &Path,
+    change: impl Fn(&mut Lines, bool) -> Result<bool>,
+) -> Result<LineEdit> {
+    let key = crate::host::root::normalize(path);
+    // Apply mode: a batch of this file's edits is open, or another file's is written first.
+    if let Some(changed) = edit_pending(h, path, &key, &change)? {
+        return Ok(LineEdit::Done(changed));
+    }
+    let mut view = h.take_line_view(path, &key)?;
+    // What the last rendering (the content the session last wrote here) was, to tell the
+    // plan's diff when the change only appended lines ([`Appended`]).
+    let mut mark = view.lines.rendered_mark();
+    if !change(&mut view.lines, view.exists)? {
+        h.texts.insert(key, view);
+        h.note_unchanged();
+        return Ok(LineEdit::Done(false));
+    }
+    let lock = h.lock_for_update(path)?;
+    if lock.is_some() {
+        // Decide again on the file as it is under the lock.
+        let now = h.root().metadata(path)?.map(|m| Stamp::of(&m));
+        if now != view.stamp {
+            view = h.take_line_view(path, &key)?;
+            mark = None;
+            if !change(&mut view.lines, view.exists)? {
+                h.texts.insert(key, view);
+                h.note_unchanged();
+                return Ok(LineEdit::Done(false));
+            }
+        }
+    }
+    if view.lines.irregular() {
+        // A line with a line break in it: the lines no longer describe the bytes, so
+        // the caller compares bytes as `fs::put` does and keeps no view.
+        let content = view.lines.render().to_vec();
+        return Ok(LineEdit::Irregular { content, lock });
+    }
+    let lock = match lock {
+        // Apply: record the change now, write once when the batch is flushed.
+        Some(lock) if h.batches_line_edits() => {
+            h.hold_write = true;
+            h.submit(Effect::WriteFile {
+                path: path.to_path_buf(),
+                content: Default::default(),
+                mode: None,
+                uid: None,
+                gid: None,
+            })?;
+            begin(h, path, key, view, lock);
+            return Ok(LineEdit::Done(true));
+        }
+        lock => lock,
+    };
+    let content = view.lines.render();
+    if let (Some((old_len, old_lines)), Some((_, now_lines))) = (mark, view.lines.rendered_mark())
+        && now_lines > old_lines
+    {
+        h.appended = Some(Appended {
+            path: key.clone(),
+            old_len,
+            old_lines,
+        });
+    }
+    // `submit` checks the ancestors ([`HostError::BadAncestor`]); the view's read resolved
+    // the path already.
+    h.submit(Effect::WriteFile {
+        path: path.to_path_buf(),
+        content,
+        mode: None,
+        uid: None,
+        gid: None,
+    })?;
+    if lock.is_some() {
+        // Still under the lock: the stamp is that of the file just written.
+        view.stamp = h.root().metadata(path)?.map(|m| Stamp::of(&m));
+    }
+    drop(lock);
+    view.exists = true;
+    h.texts.insert(key, view);
+    Ok(LineEdit::Done(true))
+}
+
+/// A line or block edit of `path` (lexical normal form `key`) while a batch is open: when
+/// the batch is of the same file ([`same_file`]), run `change` on its pending lines and
+/// record the call (`Some(changed)`, the change naming `path` as the call spelled it);
+/// otherwise settle the batch (flushing the other file's edits) and return `None`: the
+/// caller edits as usual.
+///
+/// # Errors
+/// `change`'s error (the batch is unchanged: `change` fails before editing); the flush's.
+pub(crate) fn edit_pending(
+    h: &mut Host,
+    path: &Path,
+    key: &Path,
+    change: &impl Fn(&mut Lines, bool) -> Result<bool>,
+) -> Result<Option<bool>> {
+    let st = h.batch.state_mut();
+    let Some(p) = st
+        .pending
+        .as_mut()
+        .filter(|p| p.key == key && same_file(&p.path, path))
+    else {
+        h.settle_batch()?;
+        return Ok(None);
+    };
+    if !change(&mut p.view.lines, p.view.exists)? {
+        h.note_unchanged();
+        return Ok(Some(false));
+    }
+    p.edits += 1;
+    let irregular = p.view.lines.irregular();
+    let effect = Effect::WriteFile {
+        path: path.to_path_buf(),
+        content: Default::default(),
+        mode: None,
+        uid: None,
+        gid: None,
+    };
+    // The file exists as far as the session is concerned (the batch's first write creates
+    // it): what `describe` says of a write of existing content without attributes.
+    let index = h.record_change(Change {
+        kind: effect.kind().name().into(),
+        target: effect.target(),
+        summary: format!("update {}", effect.target()),
+        diff: None,
+        before: None,
+        after: None,
+        mkdir: Vec::new(),
+        position: None,
+    });
+    if let Some(p) = h.batch.state_mut().pending.as_mut() {
+        p.last_change = index;
+        if irregular {
+            // A line with a line break: write now and keep no view (as without a batch).
+            p.keep_view = false;
+        }
+    }
+    if irregular {
+        h.settle_batch()?;
+    }
+    Ok(Some(true))
+}
+
+/// Whether two spellings of one lexical path name the same file without a look at the host:
+/// the same bytes, or both plain (`/etc//f`, `/etc/./f` and `/etc/f` resolve alike). Not
+/// plain: a `..`, which resolves physically, after the symlinks before it (`/etc/link/../f`
+/// with `link -> /opt/d` is `/opt/f`), and a final `/` or `/.`, which makes the kernel
+/// require a directory (`/etc/f/` fails with `ENOTDIR`); `Path` equality ignores both.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let plain = |p: &Path| {
+        let raw = p.as_os_str().as_bytes();
+        !(raw.ends_with(b"/")
+            || raw.ends_with(b"/.")
+            || p.components().any(|c| c == std::path::Component::ParentDir))
+    };
+    a.as_os_str() == b.as_os_str() || (plain(a) && plain(b))
+}
+
+/// Open a batch after the first changing call of `path` recorded its change with its write
+/// held ([`Host::submit`]): `view` (read under `lock`, with the file's stamp then) holds the
+/// new lines.
+pub(crate) fn begin(h: &mut Host, path: &Path, key: PathBuf, view: View, lock: PathLock) {
+    let last_change = h.changed() - 1;
+    let stamp = view.stamp;
+    let st = h.batch.state_mut();
+    debug_assert!(st.pending.is_none());
+    st.pending = Some(Pending {
+        path: path.to_path_buf(),
+        key,
+        view: View {
+            exists: true,
+            ..view
+        },
+        stamp,
+        edits: 1,
+        last_change,
+        keep_view: true,
+        _lock: lock,
+    });
+}
+
+// ---- the batch of line edits ----
+
+/// The session's pending write of one file and what its last flush left for the session.
+/// Behind a mutex because reads through `&Host` flush it (the session stays `Send`).
+#[derive(Debug, Default)]
+pub(crate) struct Batch(Mutex<State>);
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub(crate) pending: Option<Pending>,
+    /// The last flush's write, until the session takes it ([`crate::host::Host::settle_batch`]).
+    pub(crate) written: Option<Written>,
+    /// The file whose flush failed (its last change must not get an `after` hash).
+    pub(crate) failed: Option<PathBuf>,
+    /// The failed flush's error, until a fallible call returns it.
+    pub(crate) error: Option<HostError>,
+    /// The first failed flush of the step (file and error text), until the step ends: the
+    /// step fails even when a call got `error` and the script went on.
+    pub(crate) unwritten: Option<(PathBuf, String)>,
+}
+
+/// Edits of one file not written yet.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    /// The host path as the first call gave it (written through it).
+    pub(crate) path: PathBuf,
+    /// Its lexical normal form (the key of later calls and of the session's views).
+    pub(crate) key: PathBuf,
+    /// The file's lines with every edit of the batch.
+    pub(crate) view: View,
+    /// The file's stamp as read under the lock (`None`: it did not exist).
+    pub(crate) stamp: Option<Stamp>,
+    /// The number of changing calls in the batch.
+    pub(crate) edits: usize,
+    /// The index of the batch's last change in the report.
+    pub(crate) last_change: usize,
+    /// Keep the view after the flush (false once a line with a line break was added: the
+    /// lines then no longer describe the bytes).
+    pub(crate) keep_view: bool,
+    /// The file's path lock, held until the flush.
+    pub(crate) _lock: PathLock,
+}
+
+/// What a successful flush wrote.
+#[derive(Debug)]
+pub(crate) struct Written {
+    pub(crate) key: PathBuf,
+    pub(crate) index: usize,
+    pub(crate) content: bytes::Bytes,
+    pub(crate) view: Option<View>,
+}
+
+impl Batch {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn state_mut(&mut self) -> &mut State {
+        self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Write the pending edits, if any, through `executor`; a failure is kept for the next
+    /// fallible call.
+    pub(crate) fn flush(&self, cx: &Context, executor: &dyn Executor) {
+        let mut st = self.state();
+        if st.pending.is_some() {
+            st.flush(cx, executor);
+        }
+    }
+
+    /// [`Batch::flush`], then return a failure of this or an earlier flush (once).
+    ///
+    /// # Errors
+    /// [`HostError::ChangedUnderStep`], or the write's failure (it names the file).
+    pub(crate) fn flush_checked(&self, cx: &Context, executor: &dyn Executor) -> Result<()> {
+        let mut st = self.state();
+        if st.pending.is_some() {
+            st.flush(cx, executor);
+        }
+        match st.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl State {
+    fn flush(&mut self, cx: &Context, executor: &dyn Executor) {
+        let Some(mut p) = self.pending.take() else {
+            return;
+        };
+        match write(cx, executor, &mut p) {
+            Ok(content) => {
+                self.written = Some(Written {
+                    index: p.last_change,
+                    content,
+                    view: p.keep_view.then_some(p.view),
+                    key: p.key,
+                });
+            }
+            Err(e) => {
+                if self.unwritten.is_none() {
+                    self.unwritten = Some((p.path.clone(), crate::chain::render(&e)));
+                }
+                self.failed = Some(p.key);
+                self.error = Some(e);
+            }
+        }
+        // `p._lock` is released here, after the write.
+    }
+}
+
+/// The flush's compare and write through `executor` (module docs); returns the bytes
+/// written.
+fn write(cx: &Context, executor: &dyn Executor, p: &mut Pending) -> Result<bytes::Bytes> {
+    let root: &HostRoot = &cx.root;
+    let now = root.metadata(&p.path)?.map(|m| Stamp::of(&m));
+    if now != p.stamp {
+        return Err(HostError::ChangedUnderStep {
+            path: p.path.clone(),
+            edits: p.edits,
+        });
+    }
+    let content = p.view.lines.render();
+    let effect = Effect::WriteFile {
+        path: p.path.clone(),
+        content: content.clone(),
+        mode: None,
+        uid: None,
+        gid: None,
+    };
+    executor.execute_batched(cx, &effect)?;
+    // Still under the lock: the stamp of the file just written.
+    p.view.stamp = root.metadata(&p.path)?.map(|m| Stamp::of(&m));
+    p.view.exists = true;
+    Ok(content)
 }

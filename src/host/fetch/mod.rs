@@ -37,7 +37,8 @@ pub use crate::host::effects::executors::download::{CA_BUNDLES, MAX_REDIRECTS};
 use crate::host::effects::executors::download::{hex, parse_url};
 
 use crate::host::Host;
-use crate::host::effects::session::{Stat, ViewedFile};
+use crate::host::effects::session::Stat;
+use crate::host::effects::view::ViewedFile;
 use crate::host::files::fs::host_path;
 use crate::host::root::error::{HostError, Result};
 

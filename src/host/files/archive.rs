@@ -33,7 +33,7 @@ use std::io::{Cursor, Read, Seek};
 use std::path::{Component, Path, PathBuf};
 
 use crate::host::Host;
-use crate::host::effects::session::ViewedFile;
+use crate::host::effects::view::ViewedFile;
 use crate::host::files::copy_tree::{copy_needed, put_attrs, submit_copy};
 use crate::host::files::fs::{self, host_path};
 use crate::host::root::digest::copy_hashed;

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::host::Host;
 use crate::host::effects::effect::Effect;
-use crate::host::effects::session::ViewedFile;
+use crate::host::effects::view::ViewedFile;
 use crate::host::files::fs::{self, host_path};
 use crate::host::files::realpath::realpath;
 use crate::host::root::error::{HostError, Result};

@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 
 use crate::host::Host;
 use crate::host::effects::effect::Effect;
-use crate::host::effects::line_edit::{self, LineEdit};
 use crate::host::effects::lines::Lines;
 use crate::host::effects::session::Stat;
+use crate::host::effects::session::{LineEdit, edit_lines};
 use crate::host::root::EntryKind;
 use crate::host::root::error::{HostError, Result};
 
@@ -464,14 +464,14 @@ pub(crate) fn edit_with(
 }
 
 /// A read-modify-write of the lines of the text file at `path` through the session's line
-/// view ([`line_edit::edit_lines`]); a file whose lines no longer describe its bytes is
+/// view ([`edit_lines`]); a file whose lines no longer describe its bytes is
 /// written whole as `put` writes, under the lock the edit took.
 fn edit_view(
     h: &mut Host,
     path: &Path,
     change: impl Fn(&mut Lines, bool) -> Result<bool>,
 ) -> Result<bool> {
-    match line_edit::edit_lines(h, path, change)? {
+    match edit_lines(h, path, change)? {
         LineEdit::Done(changed) => Ok(changed),
         LineEdit::Irregular { content, lock } => {
             let changed = put_locked(h, path, content, (None, None, None), |_| Ok(()));

@@ -1,0 +1,333 @@
+//! The session's read view: what areas read the host through. In apply mode it is the host
+//! root; in plan and check mode the root seen through the executor's overlay, so a read sees
+//! the planned effects of earlier calls of the session (files, removals, services, packages,
+//! modules, mounts, grub's default). A pending batch of line edits is written before a read
+//! that bypasses the line view.
+
+use std::path::{Path, PathBuf};
+
+use std::collections::BTreeMap;
+
+use crate::host::effects::lines::{Lines, Stamp, View};
+use crate::host::effects::overlay::{Stat, normalize, root_stat};
+use crate::host::effects::session::Host;
+use crate::host::root::EntryKind;
+use crate::host::root::error::{HostError, Result};
+use crate::host::root::read::MAX_READ_BYTES;
+
+/// What [`Host::view_for_digest`] found at a path.
+#[derive(Debug)]
+pub(crate) enum ViewedFile {
+    /// A planned download: its SHA-256 digest (64 lowercase hex digits), `None` when the
+    /// download is not pinned (its digest is unknown until applied).
+    Digest(Option<String>),
+    /// A planned file: its content.
+    Content(bytes::Bytes),
+    /// Nothing planned: the host path to open under the root.
+    Open(PathBuf),
+}
+
+impl Host {
+    /// Every existing ancestor of `path` (as the session sees it) must be a directory; the
+    /// first missing one ends the check (the rest will be created). Creating functions call
+    /// it before reading `path` itself, whose resolution would fail with a less helpful
+    /// "not a directory".
+    ///
+    /// # Errors
+    /// [`HostError::BadAncestor`]; resolution failures.
+    pub(crate) fn check_creatable(&self, path: &Path) -> Result<()> {
+        self.check_ancestors(path, path)
+    }
+
+    pub(super) fn check_ancestors(&self, path: &Path, reported: &Path) -> Result<()> {
+        let norm = normalize(path);
+        let ancestors: Vec<&Path> = norm.ancestors().skip(1).collect();
+        for anc in ancestors.into_iter().rev() {
+            match self.view_stat(anc, true)? {
+                Some(s) if s.kind == "dir" => {}
+                Some(_) => {
+                    return Err(HostError::BadAncestor {
+                        path: reported.to_path_buf(),
+                        ancestor: anc.to_path_buf(),
+                        reason: "exists and is not a directory".into(),
+                    });
+                }
+                None => return self.check_not_dangling(anc, reported),
+            }
+        }
+        Ok(())
+    }
+
+    /// `p` (missing when followed) must not be a dangling symlink.
+    pub(super) fn check_not_dangling(&self, p: &Path, reported: &Path) -> Result<()> {
+        if self
+            .view_stat(p, false)?
+            .is_some_and(|s| s.kind == "symlink")
+        {
+            let target = self
+                .view_readlink(p)?
+                .map_or_else(String::new, |t| format!(" {}", t.display()));
+            return Err(HostError::BadAncestor {
+                path: reported.to_path_buf(),
+                ancestor: p.to_path_buf(),
+                reason: format!("is a dangling symlink (its target{target} does not exist)"),
+            });
+        }
+        Ok(())
+    }
+
+    // ---- the view: reads that see planned effects in plan/check mode ----
+
+    /// Metadata of `path` as the session sees it; `follow` follows a final symlink.
+    pub(crate) fn view_stat(&self, path: &Path, follow: bool) -> Result<Option<Stat>> {
+        self.batch.flush_checked(&self.cx, &*self.executor)?;
+        match self.executor.overlay() {
+            Some(overlay) => overlay.stat(&self.cx.root, path, follow),
+            None => root_stat(&self.cx.root, path, follow),
+        }
+    }
+
+    /// The session's view of the text file at `path` (module [`crate::host::effects::lines`]), taken out
+    /// of the session's cache when it still shows the file, else read and parsed. In apply mode
+    /// the file is `stat`ed first and a cached view is used only when its [`Stamp`] equals the
+    /// file's, so a change by another process (or a command of this step) is always seen; in
+    /// plan and check mode a cached view is valid until the session's next effect (which clears
+    /// the cache), and a file is read through the overlay.
+    ///
+    /// # Errors
+    /// A directory at `path`; [`HostError::NotText`]; resolution or read failures.
+    pub(crate) fn take_line_view(&mut self, path: &Path, key: &Path) -> Result<View> {
+        if self.plans() {
+            if let Some(v) = self.texts.remove(key) {
+                return Ok(v);
+            }
+            let content = self.view_read(path)?;
+            let exists = content.is_some();
+            let lines = Lines::parse(crate::host::root::read::text(
+                path,
+                content.unwrap_or_default(),
+            )?);
+            return Ok(View {
+                exists,
+                lines,
+                stamp: None,
+            });
+        }
+        let stamp = match self.root().metadata(path)? {
+            None => None,
+            Some(m) if m.is_dir() => {
+                return Err(HostError::WrongKind {
+                    path: path.to_path_buf(),
+                    what: "is a directory",
+                });
+            }
+            Some(m) => {
+                crate::host::root::read::check_regular(path, &m)?;
+                Some(Stamp::of(&m))
+            }
+        };
+        if let Some(v) = self.texts.remove(key)
+            && v.stamp == stamp
+            && v.exists == stamp.is_some()
+        {
+            return Ok(v);
+        }
+        // Read after the stat: content newer than the stamp only causes a re-read next time. Read
+        // as `read_whole` does: a regular file, non-blocking, at most `MAX_READ_BYTES`.
+        let content = match stamp {
+            None => None,
+            Some(_) => Some(self.root().read_regular(path, MAX_READ_BYTES)?),
+        };
+        let exists = content.is_some();
+        Ok(View {
+            exists,
+            lines: Lines::parse(crate::host::root::read::text(
+                path,
+                content.unwrap_or_default(),
+            )?),
+            stamp,
+        })
+    }
+
+    /// Whether the session renders the diffs of its changes: plan and check mode, and apply
+    /// with [`HostOptions::diffs`].
+    pub(crate) fn renders_diffs(&self) -> bool {
+        self.plans() || self.cx.opts.diffs
+    }
+
+    /// Whether the session's executor plans (plan and check mode): its reads see the
+    /// effects through the executor's overlay.
+    pub(crate) fn plans(&self) -> bool {
+        self.executor.overlay().is_some()
+    }
+
+    /// The executor's read overlay (plan and check mode); `None` when reads go to the real
+    /// root.
+    pub(crate) fn overlay(&self) -> Option<&crate::host::effects::overlay::Overlay> {
+        self.executor.overlay()
+    }
+
+    /// Where the read view finds the content of the regular file at `path` for a digest: in
+    /// plan and check mode a planned download gives its digest and a planned file its
+    /// content; otherwise the host path to open under the root (the overlay's resolved key
+    /// in plan and check mode, `path` itself in apply).
+    ///
+    /// # Errors
+    /// Resolving the path through the planned symlinks.
+    pub(crate) fn view_for_digest(&self, path: &Path) -> Result<ViewedFile> {
+        let Some(overlay) = self.executor.overlay() else {
+            return Ok(ViewedFile::Open(path.to_path_buf()));
+        };
+        self.batch.flush_checked(&self.cx, &*self.executor)?;
+        let key = overlay.key(&self.cx.root, path, true)?;
+        Ok(match overlay.lookup(&key) {
+            Some(crate::host::effects::overlay::Node::Download { sha256, .. }) => {
+                ViewedFile::Digest(sha256.clone())
+            }
+            Some(crate::host::effects::overlay::Node::File { content, .. }) => {
+                ViewedFile::Content(content.clone())
+            }
+            _ => ViewedFile::Open(key),
+        })
+    }
+
+    /// The SHA-256 (64 lowercase hex digits) of the regular file at `path` as the session
+    /// sees it, streamed from the root (never read whole); `None` when there is no regular
+    /// file there or its digest is unknown (a download the plan only plans, unpinned).
+    ///
+    /// # Errors
+    /// Resolution or read failures; a FIFO or device at `path` (not opened for reading).
+    pub(crate) fn view_digest(&self, path: &Path) -> Result<Option<String>> {
+        if self.view_stat(path, true)?.is_none_or(|s| s.kind != "file") {
+            return Ok(None);
+        }
+        Ok(match self.view_for_digest(path)? {
+            ViewedFile::Digest(d) => d,
+            ViewedFile::Content(c) => Some(crate::host::root::digest::sha256_tag(&c)[7..].into()),
+            ViewedFile::Open(key) => {
+                let mut f = self.cx.root.open_regular(&key)?;
+                let (_, d) = crate::host::root::digest::sha256_stream(&mut f).map_err(|e| {
+                    crate::host::root::RootError {
+                        op: "read",
+                        path: path.to_path_buf(),
+                        root: self.cx.root.mount().to_path_buf(),
+                        source: e,
+                    }
+                })?;
+                Some(d)
+            }
+        })
+    }
+
+    /// The read view of a unit's state (active, enabled) as earlier effects of this session
+    /// planned it; `(None, None)` in apply mode, where the host itself answers.
+    pub(crate) fn planned_service(&self, name: &str) -> (Option<bool>, Option<bool>) {
+        self.executor
+            .overlay()
+            .and_then(|o| o.services.get(name).copied())
+            .unwrap_or_default()
+    }
+
+    /// The read view of a package's presence (`name` as given to `pkg::install` or
+    /// `pkg::remove`) as earlier effects of this session planned it; `None` in apply mode or
+    /// when nothing was planned.
+    pub(crate) fn planned_package(&self, name: &str) -> Option<bool> {
+        self.executor
+            .overlay()
+            .and_then(|o| o.packages.get(name).copied())
+    }
+
+    /// The read view of a package hold as earlier effects of this session planned it; `None`
+    /// in apply mode or when nothing was planned.
+    pub(crate) fn planned_hold(&self, name: &str) -> Option<bool> {
+        self.executor
+            .overlay()
+            .and_then(|o| o.holds.get(name).copied())
+    }
+
+    /// Whether an earlier effect of this session planned to load kernel module `name` (as
+    /// the kernel names it, `-` read as `_`); always false in apply mode.
+    pub(crate) fn planned_module_load(&self, name: &str) -> bool {
+        self.executor
+            .overlay()
+            .is_some_and(|o| o.modules.contains(name))
+    }
+
+    /// The read view of a mount point (normalised host path) as earlier effects of this
+    /// session planned it: mounted (`true`) or unmounted; `None` in apply mode or when
+    /// nothing was planned.
+    pub(crate) fn planned_mount(&self, path: &Path) -> Option<bool> {
+        self.executor
+            .overlay()
+            .and_then(|o| o.mounts.get(path).copied())
+    }
+
+    /// Content of the file at `path` (following symlinks); `None` when absent. A file on disk
+    /// is read with [`crate::host::root::read::read_whole`]: regular files of at most
+    /// [`crate::host::root::read::MAX_READ_BYTES`] only.
+    ///
+    /// # Errors
+    /// [`HostError::WrongKind`] for a directory; [`HostError::NotRegular`],
+    /// [`HostError::FileTooLarge`]; resolution or read failures.
+    pub(crate) fn view_read(&self, path: &Path) -> Result<Option<Vec<u8>>> {
+        self.batch.flush_checked(&self.cx, &*self.executor)?;
+        match self.executor.overlay() {
+            Some(overlay) => overlay.read(&self.cx.root, path),
+            None => crate::host::root::read::read_whole(&self.cx.root, path, path),
+        }
+    }
+
+    /// Entries of directory `dir` (name, kind), sorted by name; `None` when absent.
+    pub(crate) fn view_list(&self, dir: &Path) -> Result<Option<Vec<(String, EntryKind)>>> {
+        self.batch.flush_checked(&self.cx, &*self.executor)?;
+        let overlay = self.executor.overlay();
+        let key = match overlay {
+            Some(o) => o.key(&self.cx.root, dir, true)?,
+            None => dir.to_path_buf(),
+        };
+        let stat = self.view_stat(&key, true)?;
+        match stat {
+            None => return Ok(None),
+            Some(s) if s.kind != "dir" => {
+                return Err(HostError::WrongKind {
+                    path: dir.to_path_buf(),
+                    what: "is not a directory",
+                });
+            }
+            Some(_) => {}
+        }
+        let mut out: BTreeMap<String, EntryKind> = BTreeMap::new();
+        let fresh = overlay.is_some_and(|o| o.is_fresh_dir(&key));
+        if !fresh
+            && let Some(m) = self.cx.root.metadata(&key)?
+            && m.is_dir()
+        {
+            for e in self.cx.root.read_dir(&key)? {
+                out.insert(e.name.to_string_lossy().into_owned(), e.kind);
+            }
+        }
+        if let Some(o) = overlay {
+            out.retain(|name, _| o.lookup(&key.join(name)).is_none_or(|n| !n.is_absent()));
+            for (name, kind) in o.children(&key) {
+                out.insert(name, kind);
+            }
+        }
+        Ok(Some(out.into_iter().collect()))
+    }
+
+    /// The content of symlink `path` as the session sees it; `None` when it is not a symlink.
+    ///
+    /// # Errors
+    /// Resolution or read failures.
+    pub(crate) fn view_readlink(&self, path: &Path) -> Result<Option<PathBuf>> {
+        if let Some(overlay) = self.executor.overlay() {
+            self.batch.flush_checked(&self.cx, &*self.executor)?;
+            return overlay.readlink(&self.cx.root, path);
+        }
+        let root = self.root();
+        match root.symlink_metadata(path)? {
+            Some(m) if m.file_type().is_symlink() => Ok(Some(root.read_link(path)?)),
+            _ => Ok(None),
+        }
+    }
+}
