@@ -403,10 +403,8 @@ pub(super) mod tests {
     use crate::host::root::HostRoot;
     use crate::host::testutil::TestHost;
     use crate::host::{Host, HostOptions};
-    use crate::script::{
-        CaptureOutput, ModuleStore, RunOptions, ScriptEngine, StepContext, compile_source,
-        run_script_with,
-    };
+    use crate::script::{CaptureOutput, ModuleStore, ScriptEngine, StepContext, compile_source};
+    use crate::step::{ScriptRunOptions as RunOptions, run_script_with};
 
     /// One call of each function of this file, for
     /// [`super::super::tests::declared_effects_are_the_submitted_ones`]: in the root that test

@@ -12,10 +12,8 @@ use crate::host::effects::report::ExecMode;
 use crate::host::root::HostRoot;
 use crate::host::testutil::{TestHost, tree};
 use crate::host::{HostOptions, Report};
-use crate::script::{
-    CaptureOutput, ModuleStore, RunOptions, ScriptEngine, ScriptOutcome, StepContext,
-    compile_source, run_script_with,
-};
+use crate::script::{CaptureOutput, ModuleStore, ScriptEngine, StepContext, compile_source};
+use crate::step::{ScriptOutcome, ScriptRunOptions as RunOptions, run_script_with};
 
 /// One finished run.
 pub(super) struct Ran {
