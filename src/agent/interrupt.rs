@@ -10,7 +10,7 @@ use crate::host::root::HostRoot;
 use crate::logs::sink::Label;
 use crate::pyfmt;
 use crate::state::interrupts as markers;
-use crate::step::process::{Outcome, ProcessRunner, ProcessSpec, RunOptions};
+use crate::step::process::{Outcome, ProcessRunner, ProcessSpec, RelayOptions};
 
 use super::console::Console;
 use super::env::EnvBuilder;
@@ -352,10 +352,10 @@ impl InterruptRun<'_> {
             step_logs::open(self.root, self.settings.write_logs, &log_dir, &base)?;
         let runner = ProcessRunner::new(self.settings.buffer_limit)
             .with_log_format(self.settings.log_format);
-        let options = RunOptions {
+        let options = RelayOptions {
             stdout: Some(self.console.writer(Label::Out)),
             stderr: Some(self.console.writer(Label::Err)),
-            ..RunOptions::default()
+            ..RelayOptions::default()
         };
         let report = runner.run_with(&spec, logs, options).await;
         for e in &report.output_errors {

@@ -28,12 +28,12 @@ use super::invocation::{
     ConsoleStreams, StepInvocation, StepProgram, StepResult, StepRunner, log_error_lines,
 };
 use super::output::{SinkOutput, local_now};
-use super::process::{Outcome, ProcessRunner, ProcessSpec, RunOptions};
+use super::process::{Outcome, ProcessRunner, ProcessSpec, RelayOptions};
 use super::spec::StepSpec;
 
 /// Stack of the thread a script runs on. Rhai's evaluator recurses per call level and per
-/// expression level; with the limits in [`Limits`](crate::script::Limits) a debug build needs a few MiB at most.
-/// The memory is reserved, not committed, so the margin is free.
+/// expression level; with the limits in [`Limits`](crate::script::Limits) a debug build
+/// needs a few MiB at most. The memory is reserved, not committed, so the margin is free.
 pub const SCRIPT_STACK_BYTES: usize = 64 * 1024 * 1024;
 
 /// How a run ended.
@@ -482,12 +482,12 @@ async fn run_process_step(
         preamble: inv.preamble.clone(),
         keep_fds: inv.keep_fds.clone(),
     };
-    let options = RunOptions {
+    let options = RelayOptions {
         stdout: Some(console.writer(Label::Out)),
         stderr: Some(console.writer(Label::Err)),
         redactor: inv.spec.redactor.clone(),
         cancel: Some(inv.spec.cancel.clone()),
-        ..RunOptions::default()
+        ..RelayOptions::default()
     };
     let report = runner.run_with(&spec, inv.logs, options).await;
     if let Outcome::SpawnFailed(e) = &report.outcome {
