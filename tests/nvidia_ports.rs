@@ -566,6 +566,7 @@ pub(crate) fn rhai_on(
 ) -> (String, skyhook::host::Report, Option<String>) {
     use skyhook::host::{Host, HostOptions, root::HostRoot};
     use skyhook::script::{host_api::HostApi, *};
+    use skyhook::step::{ScriptRunOptions, run_script_with};
     use std::sync::Arc;
     let options = HostOptions {
         env: vec![("PATH".into(), skyhook::process::DEFAULT_PATH.into())],
@@ -576,7 +577,7 @@ pub(crate) fn rhai_on(
     let store = Arc::new(ModuleStore::new(root));
     let script = compile_source(&engine, "main.rhai", src, store).unwrap();
     let out = Arc::new(CaptureOutput::new());
-    let mut opts = RunOptions::new(
+    let mut opts = ScriptRunOptions::new(
         api.redacting_output(out.clone()),
         skyhook::process::Cancel::new(),
     );

@@ -10,11 +10,12 @@ use crate::host::root::HostRoot;
 use crate::logs::sink::Label;
 use crate::pyfmt;
 use crate::state::interrupts as markers;
-use crate::step::process::{Outcome, ProcessRunner, ProcessSpec, RunOptions};
+use crate::step::process::{Outcome, ProcessRunner, ProcessSpec, RelayOptions};
 
 use super::console::Console;
 use super::env::EnvBuilder;
 use super::error::{AgentError, InterruptError};
+use super::prepare;
 use super::settings::{ResourceId, Settings};
 use super::step_logs;
 use crate::process::Cancel;
@@ -142,6 +143,38 @@ fn now_epoch() -> f64 {
 }
 
 impl InterruptRun<'_> {
+    /// The `interrupt` mode: the legacy copy, then [`InterruptRun::run`] under the package
+    /// lock (kept alive while it runs). `Ok(false)` when the lock was not taken (stopped while
+    /// waiting for it).
+    ///
+    /// # Errors
+    /// The legacy copy, the lock and the interrupt's own errors.
+    pub async fn run_mode(&self, interrupt: &Interrupt) -> Result<bool, AgentError> {
+        // Upstream (NodeWright 0d61d428): interrupt pods have no init container, so the
+        // legacy copy runs here too; without a data dir either, the commands run from
+        // `/` as documented (the interrupt itself needs no package files).
+        match prepare::legacy_copy(self.root, self.copy_dir, &self.settings.data_dir) {
+            Ok(_) | Err(prepare::PrepareError::MissingDataDir { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let Some(lock) = prepare::package_lock(
+            self.root,
+            &self.settings.state_root,
+            &self.id.package,
+            self.cancel,
+            self.console,
+        )
+        .await?
+        else {
+            return Ok(false);
+        };
+        let keeper = crate::state::lock::LockKeeper::start(self.root, &lock)?;
+        let ok = self.run(interrupt).await?;
+        keeper.stop()?;
+        drop(lock);
+        Ok(ok)
+    }
+
     /// Run the interrupt (10.3 with the 10.4 fixes). Returns true for exit 0. The caller
     /// holds the package lock ([`crate::state::lock::lock_package`]): the `interrupt` mode takes it first,
     /// a script step's requested interrupt runs under its mode's lock.
@@ -319,10 +352,10 @@ impl InterruptRun<'_> {
             step_logs::open(self.root, self.settings.write_logs, &log_dir, &base)?;
         let runner = ProcessRunner::new(self.settings.buffer_limit)
             .with_log_format(self.settings.log_format);
-        let options = RunOptions {
+        let options = RelayOptions {
             stdout: Some(self.console.writer(Label::Out)),
             stderr: Some(self.console.writer(Label::Err)),
-            ..RunOptions::default()
+            ..RelayOptions::default()
         };
         let report = runner.run_with(&spec, logs, options).await;
         for e in &report.output_errors {

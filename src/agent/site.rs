@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use crate::host::root::{HostRoot, MAX_PACKAGE_FILE_BYTES, open_local, read_bounded};
 use crate::package::{Mode, Package, Step};
+use crate::script::compile::{CompiledScript, compile_source};
 use crate::script::engine::ScriptEngine;
 use crate::script::resolver::ModuleStore;
-use crate::script::run::{CompiledScript, compile_source};
 use crate::step::StepProgram;
 
 use super::error::AgentError;

@@ -1,18 +1,23 @@
 //! The command line of `skyhook-agent` (agent-contract.md section 2): the positional forms,
 //! current and legacy, plus `validate CONFIG_JSON`, `serve [OPTIONS]`, `completions SHELL`,
 //! `--version` and `--help`; and [`main`], which dispatches them and maps the result onto
-//! the exit table ([`super::exit`]).
+//! the exit table ([`super::exit`]); and a run's startup (`run`): resource id, host root,
+//! banner, runtime, SIGTERM, then the mode or interrupt (`agent::mode`, `agent::interrupt`).
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Parser;
 
 use super::exit::{CliError, ExitStatus};
+use crate::agent;
 use crate::agent::args::{LEGACY_ROOT, RunArgs, UsageError};
 use crate::agent::console::Console;
 use crate::agent::error::AgentError;
-use crate::agent::settings::Settings;
+use crate::agent::interrupt::{Interrupt, InterruptRun};
+use crate::agent::mode::ModeRun;
+use crate::agent::settings::{ResourceId, Settings};
+use crate::host::root::HostRoot;
 use crate::package::Mode;
 
 /// `--version`: the package version, the git revision and the build date (build.rs).
@@ -252,7 +257,7 @@ pub fn main(
         }
     };
     let console = Console::stdio();
-    let run = match invocation {
+    let run_args = match invocation {
         Invocation::Serve(args) => return super::serve::main(args),
         Invocation::Completions(shell) => {
             return super::docs::completions(shell, &mut completion_command(), "skyhook-agent");
@@ -270,13 +275,13 @@ pub fn main(
                 ExitStatus::from_ok(ok),
             );
         }
-        Invocation::Run(run) => run,
+        Invocation::Run(run_args) => run_args,
     };
     let env: Vec<(OsString, OsString)> = env.into_iter().collect();
     init_diag(env.clone(), &console);
     let result = Settings::from_env(env)
         .map_err(AgentError::from)
-        .and_then(|settings| crate::agent::run(&run, &settings, &console));
+        .and_then(|settings| run(&run_args, &settings, &console));
     match result {
         Ok(ok) => ExitStatus::from_ok(ok),
         Err(e) => {
@@ -287,6 +292,98 @@ pub fn main(
             CliError::Agent(e).exit_status()
         }
     }
+}
+
+/// Run one mode or interrupt, in the startup order of agent-contract.md section 2 after the
+/// arguments: an unknown mode prints its warning and succeeds before anything else is
+/// validated, so an older agent survives a newer operator whatever the environment; then
+/// `SKYHOOK_RESOURCE_ID`, the host root, `COPY_RESOLV`, the banner, a current-thread tokio
+/// runtime with SIGTERM → [`Cancel::stop`](crate::process::Cancel::stop), and the mode
+/// ([`ModeRun`]) or interrupt ([`InterruptRun`]). `Ok(true)` = exit 0, `Ok(false)` = exit 1.
+///
+/// # Errors
+/// Anything that stops the run before or between steps (see [`AgentError`]).
+fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<bool, AgentError> {
+    for w in &settings.warnings {
+        console.warn(w);
+    }
+    let mode = Mode::parse(&args.mode);
+    let unknown_mode = || {
+        let all: Vec<&str> = Mode::ALL.iter().map(|m| m.as_str()).collect();
+        console.error(&format!(
+            "WARNING:root:This version of the Agent doesn't support the {} mode. Options are: {}.",
+            args.mode,
+            all.join(",")
+        ));
+        Ok(true)
+    };
+    // An unknown mode exits 0 for the operator's forward compatibility (section 2): after the
+    // banner and the resolver copy as Python does when the resource id is usable, at once
+    // (nothing written, no banner) when it is not.
+    let id = match (ResourceId::parse(&settings.resource_id), mode) {
+        (Ok(id), _) => id,
+        (Err(_), None) => return unknown_mode(),
+        (Err(e), Some(_)) => return Err(e.into()),
+    };
+    let root = HostRoot::open(&args.root).map_err(|source| AgentError::OpenRoot {
+        path: args.root.clone(),
+        source,
+    })?;
+    if settings.copy_resolv {
+        agent::prepare::copy_resolv(&root, Path::new("/etc/resolv.conf"))?;
+    }
+    console.write_out(agent::banner::render(args, settings, &id).as_bytes());
+    let Some(mode) = mode else {
+        return unknown_mode();
+    };
+    if mode != Mode::Interrupt && args.payload.is_some() {
+        console.warn(&format!(
+            "interrupt data given for mode {}: ignored",
+            mode.as_str()
+        ));
+    }
+    let interrupt = match (mode, &args.payload) {
+        (Mode::Interrupt, Some(p)) => Some(Interrupt::decode(p)?),
+        (Mode::Interrupt, None) => return Err(UsageError::Count.into()),
+        _ => None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(AgentError::Runtime)?;
+    rt.block_on(async {
+        let cancel = crate::process::Cancel::new();
+        agent::signal::install(&cancel, console).map_err(AgentError::Runtime)?;
+        match interrupt {
+            Some(i) => {
+                InterruptRun {
+                    root: &root,
+                    settings,
+                    id: &id,
+                    copy_dir: &args.copy_dir,
+                    cancel: &cancel,
+                    console,
+                }
+                .run_mode(&i)
+                .await
+            }
+            None => {
+                ModeRun {
+                    root: &root,
+                    settings,
+                    id: &id,
+                    copy_dir: &args.copy_dir,
+                    mode,
+                    cancel: &cancel,
+                    console,
+                    declarations: None,
+                    preflight: true,
+                }
+                .run()
+                .await
+            }
+        }
+    })
 }
 
 /// Diagnostics (`SKYHOOK_LOG`) on stderr; a bad setting is a warning, not an error.

@@ -11,7 +11,7 @@ use crate::host::kernel::tuning::{grub, sysctl, ulimit};
 use crate::host::packages::pkg;
 use crate::host::root::error::{HostError, Result};
 use crate::host::services::service;
-use crate::host::system::cmd::{self, RunOptions};
+use crate::host::system::cmd::{self, CommandOptions};
 use crate::host::testutil::{TestHost, tree};
 use crate::host::{ExecMode, Host};
 
@@ -348,7 +348,7 @@ fn failing_step_still_runs_deferred_reload() {
         cmd::run(
             h,
             &s(&["fail"]),
-            &RunOptions {
+            &CommandOptions {
                 check: true,
                 ..Default::default()
             },
@@ -568,7 +568,7 @@ fn commands_run_chrooted_and_are_planned() {
             "-c",
             "read l; echo \"$l $STEP_VAR $EXTRA $(pwd)\"; read m < /marker; echo \"$m\" >&2; exit 4",
         ]),
-        &RunOptions {
+        &CommandOptions {
             input: Some(b"hello\n".to_vec()),
             env: vec![("EXTRA".into(), "e".into())],
             cwd: Some("/etc".into()),
@@ -581,7 +581,7 @@ fn commands_run_chrooted_and_are_planned() {
     let out = cmd::run(
         &mut h,
         &s(&["/bin/sh", "-c", "read l; echo \"$l $STEP_VAR $EXTRA $(pwd)\"; read m < /marker; echo \"$m\" >&2; exit 4"]),
-        &RunOptions {
+        &CommandOptions {
             input: Some(b"hello\n".to_vec()),
             env: vec![("EXTRA".into(), "e".into())],
             cwd: Some("/etc".into()),
@@ -599,17 +599,17 @@ fn commands_run_chrooted_and_are_planned() {
         ),
         (4, "hello v1 e /etc\n", "inside the root\n", false, false)
     );
-    let e = cmd::run(&mut h, &s(&["no-such-program"]), &RunOptions::default()).unwrap_err();
+    let e = cmd::run(&mut h, &s(&["no-such-program"]), &CommandOptions::default()).unwrap_err();
     assert_eq!(
         e.to_string(),
         "failed to run no-such-program: program not found"
     );
-    let e = cmd::sh(&mut h, "exit 1", &RunOptions::default()).unwrap_err();
+    let e = cmd::sh(&mut h, "exit 1", &CommandOptions::default()).unwrap_err();
     assert!(matches!(e, HostError::ProgramNotFound { .. }), "{e}"); // no bash in the root
     let e = cmd::run(
         &mut h,
         &s(&["/bin/sh", "-c", "while :; do :; done"]),
-        &RunOptions {
+        &CommandOptions {
             timeout: Some(std::time::Duration::from_millis(200)),
             ..Default::default()
         },
@@ -1127,7 +1127,7 @@ fn streamed_command_output_reaches_the_sink_while_it_runs() {
             "-c",
             "echo one; echo err >&2; read l < /fifo; echo \"two $l\"",
         ]),
-        &RunOptions {
+        &CommandOptions {
             stream: rec.stream(),
             // Bounds the test: without live streaming the command waits on the fifo until
             // this kills it.
@@ -1165,7 +1165,7 @@ fn streamed_command_keeps_the_last_64k_and_relays_everything() {
     let out = cmd::run(
         &mut h,
         &argv,
-        &RunOptions {
+        &CommandOptions {
             stream: rec.stream(),
             ..Default::default()
         },
@@ -1179,7 +1179,7 @@ fn streamed_command_keeps_the_last_64k_and_relays_everything() {
     assert_eq!(rec.err().concat(), full_err.as_bytes());
 
     // Without `stream`, everything is captured.
-    let out = cmd::run(&mut h, &argv, &RunOptions::default()).unwrap();
+    let out = cmd::run(&mut h, &argv, &CommandOptions::default()).unwrap();
     assert_eq!((out.stdout, out.stderr), (full_out, full_err));
     h.finish().unwrap();
 }
@@ -1197,7 +1197,7 @@ fn streamed_command_timeout_kills_the_group_after_relaying() {
             "-c",
             "echo start; /bin/sh -c 'while :; do :; done'",
         ]),
-        &RunOptions {
+        &CommandOptions {
             stream: rec.stream(),
             timeout: Some(std::time::Duration::from_millis(200)),
             ..Default::default()
@@ -1216,7 +1216,7 @@ fn streamed_command_in_plan_and_check_is_not_run_and_streams_nothing() {
     for mode in [ExecMode::Plan, ExecMode::Check] {
         let rec = std::sync::Arc::new(Recorder::default());
         let mut h = t.host(mode);
-        let opts = RunOptions {
+        let opts = CommandOptions {
             stream: rec.stream(),
             ..Default::default()
         };

@@ -228,14 +228,13 @@ mod tests {
     /// The error of running `src` with the default limits (the named limit, not the 600 s
     /// deadline, must end it; how long that takes is a benchmark question).
     fn run_default(src: &str) -> Option<String> {
-        use crate::script::{
-            CaptureOutput, ModuleStore, RunOptions, StepContext, compile_source, run_script_with,
-        };
+        use crate::script::{CaptureOutput, ModuleStore, StepContext, compile_source};
+        use crate::step::{ScriptRunOptions, run_script_with};
         let engine = ScriptEngine::default();
         let d = tempfile::tempdir().unwrap();
         let store = Arc::new(ModuleStore::new(d.path()));
         let script = compile_source(&engine, "grow.rhai", src, store).unwrap();
-        let opts = RunOptions::new(
+        let opts = ScriptRunOptions::new(
             Arc::new(CaptureOutput::new()),
             crate::process::Cancel::new(),
         );

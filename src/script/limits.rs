@@ -61,10 +61,10 @@ pub struct Limits {
     /// bounded whatever the script prints. Beyond it the run stops (see
     /// [`crate::script::output`]); output of commands run with `stream: true` is not counted.
     pub max_output: usize,
-    /// Wall-clock deadline of one run when the run gives none ([`RunOptions::timeout`]:
+    /// Wall-clock deadline of one run when the run gives none ([`ScriptRunOptions::timeout`]:
     /// the agent and `skyhook-run` pass the run's `SKYHOOK_SCRIPT_TIMEOUT`). Default 600 s.
     ///
-    /// [`RunOptions::timeout`]: crate::script::run::RunOptions::timeout
+    /// [`ScriptRunOptions::timeout`]: crate::step::ScriptRunOptions::timeout
     pub timeout: Duration,
 }
 

@@ -44,11 +44,11 @@ use std::sync::Arc;
 
 use rhai::{AST, ASTNode, Expr, FnAccess, FnCallExpr, Map, Position, Stmt};
 
+use super::compile::{CompiledScript, compile_source};
 use super::engine::ScriptEngine;
 use super::errors::ScriptError;
 use super::host_api::{FUNCTIONS, SCRIPT_FUNCTIONS};
 use super::resolver::ModuleStore;
-use super::run::{CompiledScript, compile_source};
 
 /// How serious a [`Diagnostic`] is: errors fail `check` and `validate` (exit 1), warnings are
 /// printed and do not.
@@ -1000,7 +1000,7 @@ pub fn check_step(
     path: &Path,
     modules: Arc<ModuleStore>,
 ) -> Result<(CompiledScript, Vec<Diagnostic>), ScriptError> {
-    let (file, source) = super::run::read_step_source(path)?;
+    let (file, source) = super::compile::read_step_source(path)?;
     let script = compile_source(engine, &file, &source, modules)?;
     let found = checker.check_with_imports(engine, &script, &source);
     Ok((script, found))

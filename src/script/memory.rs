@@ -9,7 +9,7 @@
 //!
 //! So the allocator counts instead. [`CountingAlloc`] wraps the system allocator and keeps,
 //! for each thread, the bytes allocated on it minus the bytes freed on it ([`thread_net`]).
-//! A script runs on its own thread ([`run_script_with`](super::run_script_with)), and
+//! A script runs on its own thread ([`run_script_with`](crate::step::run_script_with)), and
 //! everything a run does happens on that thread: Rhai values, host calls (command output is
 //! captured by polling on the calling thread), modules compiled at run time, output. The
 //! growth of that thread's count since the run started is therefore the memory the run holds

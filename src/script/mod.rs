@@ -4,8 +4,11 @@
 //! - [`limits`]: [`Limits`], the resource limits of a run.
 //! - [`resolver`]: `import "skyhook/<name>"` (embedded `stdlib/`) and imports confined to
 //!   the package directory, compiled once per [`ModuleStore`].
-//! - [`run`]: [`compile_step`] (parse and resolve every static import before any state is
-//!   written) and [`run_script`] / [`run_script_with`] → [`ScriptOutcome`].
+//! - [`compile`]: [`compile_step`] (parse and resolve every static import before any state
+//!   is written) → [`CompiledScript`].
+//! - [`evaluate`]: one evaluation of a compiled step with its context, output, cancel token,
+//!   host bindings and deadline. A step runs on its own thread through `step::run`
+//!   (`run_script`, `run_script_with`).
 //! - [`context`]: the `step` constant, `step()`, `env()` from a [`StepContext`].
 //! - [`output`]: `print`, `debug`, `log::*` through [`ScriptOutput`], capped per run.
 //! - [`memory`]: the counting allocator behind [`Limits::max_memory`].
@@ -22,7 +25,8 @@
 //!
 //! ```
 //! use std::sync::{Arc, atomic::AtomicBool};
-//! use skyhook::script::{CaptureOutput, ScriptEngine, StepContext, compile_step, run_script};
+//! use skyhook::script::{CaptureOutput, ScriptEngine, StepContext, compile_step};
+//! use skyhook::step::run_script;
 //!
 //! let dir = tempfile::tempdir().unwrap();
 //! let path = dir.path().join("apply.rhai");
@@ -39,16 +43,17 @@
 //! ```
 
 pub mod bindings;
+pub mod compile;
 pub mod context;
 pub mod engine;
 pub mod errors;
+pub mod evaluate;
 pub mod host_api;
 pub mod limits;
 pub mod lint;
 pub mod memory;
 pub mod output;
 pub mod resolver;
-pub mod run;
 
 #[cfg(test)]
 mod stdlib_tests;
@@ -56,13 +61,10 @@ mod stdlib_tests;
 mod tests;
 
 pub use bindings::{NoHost, RunHandle, ScriptHost};
+pub use compile::{CompiledScript, compile_source, compile_step, compile_step_in};
 pub use context::StepContext;
 pub use engine::ScriptEngine;
 pub use errors::{Limit, ScriptError, ScriptErrorKind, host_error};
 pub use limits::{Limits, TIMEOUT_ENV};
 pub use output::{CaptureOutput, ScriptOutput, StdioOutput, Stream};
 pub use resolver::{MAX_SCRIPT_BYTES, ModuleStore, STDLIB, stdlib_source};
-pub use run::{
-    CompiledScript, RunOptions, SCRIPT_STACK_BYTES, ScriptOutcome, compile_source, compile_step,
-    compile_step_in, run_script, run_script_with,
-};

@@ -12,7 +12,7 @@
 //! | `log::error(msg)` | stderr | `ERROR: msg\n` |
 //!
 //! A script error is written to stderr as `file:line:col: message\n` by
-//! [`run_script`](super::run_script).
+//! [`run_script`](crate::step::run_script).
 //!
 //! # Output limit
 //!

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::step::{ScriptOutcome, ScriptRunOptions, run_script, run_script_with};
 
 /// Run script text `main` with no host API; returns (outcome, stdout, stderr).
 fn run_pure(main: &str, ctx: &StepContext) -> (ScriptOutcome, String, String) {
@@ -367,7 +368,7 @@ esac"#,
         let script = compile_step_in(&engine, &dir.join(format!("{stage}.rhai")), Arc::new(store))
             .unwrap_or_else(|e| panic!("{e}"));
         let out = Arc::new(CaptureOutput::new());
-        let mut ro = RunOptions::new(
+        let mut ro = ScriptRunOptions::new(
             api.redacting_output(out.clone()),
             crate::process::Cancel::new(),
         );

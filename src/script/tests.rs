@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use rhai::Engine;
 
 use super::*;
+use crate::step::{ScriptOutcome, ScriptRunOptions, run_script, run_script_with};
 
 fn write(dir: &Path, rel: &str, text: &str) {
     let p = dir.join(rel);
@@ -84,12 +85,12 @@ fn run_opts(
     limits: Limits,
     main: &str,
     files: &[(&str, &str)],
-    f: impl FnOnce(&mut RunOptions),
+    f: impl FnOnce(&mut ScriptRunOptions),
 ) -> Ran {
     let (dir, engine, compiled) = compile_with(limits, main, files);
     let script = compiled.unwrap_or_else(|e| panic!("compile failed: {e}"));
     let out = Arc::new(CaptureOutput::new());
-    let mut opts = RunOptions::new(out.clone(), crate::process::Cancel::new());
+    let mut opts = ScriptRunOptions::new(out.clone(), crate::process::Cancel::new());
     f(&mut opts);
     let outcome = run_script_with(&engine, &script, &ctx(), &opts);
     Ran { dir, outcome, out }
@@ -197,7 +198,7 @@ fn cancel_from_another_thread() {
         fn stderr(&self, _: &[u8]) {}
     }
     let (_dir, engine, compiled) = compile_with(limits, "print(1);\nloop {}", &[]);
-    let mut opts = RunOptions::new(Arc::new(CancelOnPrint(c)), cancel);
+    let mut opts = ScriptRunOptions::new(Arc::new(CancelOnPrint(c)), cancel);
     opts.timeout = Some(Duration::from_secs(30));
     let outcome = run_script_with(&engine, &compiled.unwrap(), &ctx(), &opts);
     assert_eq!(outcome.error.unwrap().kind, ScriptErrorKind::Cancelled);

@@ -23,7 +23,7 @@ use crate::host::{ExecMode, Report};
 use crate::logs::LogError;
 use crate::logs::sink::StepLogFiles;
 use crate::redact::Redactor;
-use crate::script::run::CompiledScript;
+use crate::script::compile::CompiledScript;
 
 use super::spec::StepSpec;
 

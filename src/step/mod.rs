@@ -3,26 +3,26 @@
 //! [`invocation::StepInvocation`] to its [`invocation::StepResult`], through one seam,
 //! [`invocation::StepRunner`]:
 //!
+//! - [`run`]: the one step runner. A `.rhai` step, whichever front end runs it, runs and
+//!   ends its session through [`run::ScriptStep`], its script on its own thread
+//!   ([`run::run_script_with`]); [`run::ScriptRunner`] is the agent's `.rhai` step (a
+//!   session per step, output relayed through [`output::SinkOutput`]) and
+//!   [`run::AgentRunner`] the agent's runner (scripts there, processes on the
+//!   [`process::ProcessRunner`]);
 //! - [`process::ProcessRunner`] spawns a process through the one process primitive
 //!   ([`crate::process`]: chroot, working directory, complete environment, own process group,
 //!   streamed output, TERM/grace/KILL) and relays its output through the log sink;
-//! - [`script::ScriptRunner`] runs a `.rhai` step in-process on a host session (Apply or
-//!   Check executor), output through the same log sink;
 //! - [`plan::PlanRunner`] is the dry run: scripts on the Plan executor of one shared
 //!   session, processes "would run".
 //!
-//! Every `.rhai` step, whichever front end runs it, runs and ends its session through
-//! [`session::ScriptStep`].
-//!
-//! [`runner::AgentRunner`] is the agent's combination of the first two. [`engine`] is the
-//! one script engine every front end (agent, dry run, serve, skyhook-run) runs steps with.
+//! [`engine`] is the one script engine every front end (agent, dry run, serve, skyhook-run)
+//! runs steps with.
 
 pub mod invocation;
+pub mod output;
 pub mod plan;
 pub mod process;
-pub mod runner;
-pub mod script;
-pub mod session;
+pub mod run;
 pub mod spec;
 
 use std::sync::Arc;
@@ -30,13 +30,14 @@ use std::sync::Arc;
 use crate::script::{Limits, ScriptEngine};
 
 pub use invocation::{StepInvocation, StepProgram, StepResult, StepRunner};
+pub use output::SinkOutput;
 pub use plan::PlanRunner;
-pub use process::{Outcome, ProcessRunner, ProcessSpec, RunOptions, RunReport};
-pub use runner::AgentRunner;
-pub use script::{ScriptRunner, SinkOutput};
-pub use session::{End, ScriptStep};
+pub use process::{Outcome, ProcessRunner, ProcessSpec, RelayOptions, RunReport};
+pub use run::{
+    AgentRunner, End, SCRIPT_STACK_BYTES, ScriptOutcome, ScriptRunOptions, ScriptRunner,
+    ScriptStep, run_script, run_script_with,
+};
 pub use spec::{SecretSource, StepSpec};
-
 /// The engine steps are compiled and run with (built once per run or server; every limit
 /// but the deadline, which is per step).
 pub fn engine() -> Arc<ScriptEngine> {

@@ -9,7 +9,7 @@ use crate::script::host_api::HostApi;
 use crate::script::{ScriptEngine, ScriptOutput};
 
 use super::invocation::{StepInvocation, StepProgram, StepResult, StepRunner};
-use super::session::{End, ScriptStep};
+use super::run::{End, ScriptStep};
 
 /// Runs a mode's steps as a dry run on one shared host session (see the module docs).
 pub struct PlanRunner<'a> {

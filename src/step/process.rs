@@ -37,9 +37,9 @@
 //! As the primitive ends every run (see [`crate::process`]): when the main process exits,
 //! what is left of its group (and every descendant the agent adopted as a child subreaper)
 //! gets `SIGTERM`, the pipes are drained until end of file or for at most
-//! [`RunOptions::drain_grace`], then `SIGKILL`; nothing the step started outlives it when
+//! [`RelayOptions::drain_grace`], then `SIGKILL`; nothing the step started outlives it when
 //! the binary enabled the subreaper. With a [`ProcessSpec::timeout`], or once
-//! [`RunOptions::cancel`] is aborted, the group gets `SIGTERM`, [`RunOptions::term_grace`]
+//! [`RelayOptions::cancel`] is aborted, the group gets `SIGTERM`, [`RelayOptions::term_grace`]
 //! while output is still relayed, then `SIGKILL`; the outcome is [`Outcome::TimedOut`] or
 //! [`Outcome::Cancelled`]. Nothing sleeps. The run happens on tokio's blocking pool (the
 //! thread that forks waits, so `PR_SET_PDEATHSIG` only fires when the agent dies); if the
@@ -105,7 +105,7 @@ pub enum Outcome {
     SpawnFailed(io::Error),
     /// [`ProcessSpec::timeout`] expired and the process group was terminated.
     TimedOut,
-    /// [`RunOptions::cancel`] was aborted (or the run's future dropped) and the process group
+    /// [`RelayOptions::cancel`] was aborted (or the run's future dropped) and the process group
     /// was terminated.
     Cancelled {
         /// Why the token was aborted.
@@ -142,7 +142,7 @@ impl Outcome {
 
 /// Knobs of [`ProcessRunner::run_with`] beyond the spec; [`Default`] is what
 /// [`ProcessRunner::run`] uses.
-pub struct RunOptions {
+pub struct RelayOptions {
     /// Console for the relayed stdout; `None` = the agent's stdout (fd 1).
     pub stdout: Option<Box<dyn Write + Send>>,
     /// Console for the relayed stderr; `None` = the agent's stderr (fd 2).
@@ -159,7 +159,7 @@ pub struct RunOptions {
     /// Secret values replaced by `***` in the relayed output (console and files), on the
     /// byte stream: a value split across two reads of the pipe is still recognised.
     pub redactor: Option<Redactor>,
-    /// Ends the run (`SIGTERM`, [`RunOptions::term_grace`], `SIGKILL`) once aborted;
+    /// Ends the run (`SIGTERM`, [`RelayOptions::term_grace`], `SIGKILL`) once aborted;
     /// `None`: only the timeout or dropping the future does.
     pub cancel: Option<Cancel>,
 }
@@ -168,9 +168,9 @@ fn local_now() -> NaiveDateTime {
     crate::clock::now_local()
 }
 
-impl Default for RunOptions {
+impl Default for RelayOptions {
     fn default() -> Self {
-        RunOptions {
+        RelayOptions {
             stdout: None,
             stderr: None,
             clock: local_now,
@@ -182,9 +182,9 @@ impl Default for RunOptions {
     }
 }
 
-impl std::fmt::Debug for RunOptions {
+impl std::fmt::Debug for RelayOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunOptions")
+        f.debug_struct("RelayOptions")
             .field("stdout", &self.stdout.as_ref().map(|_| "custom"))
             .field("stderr", &self.stderr.as_ref().map(|_| "custom"))
             .field("term_grace", &self.term_grace)
@@ -328,7 +328,7 @@ impl ProcessRunner {
     /// `SKYHOOK_AGENT_WRITE_LOGS=false`). Output errors (a full disk, a closed console) are
     /// printed on stderr as `skyhook-agent: <error>: <cause>` and do not change the outcome.
     pub async fn run(&self, spec: &ProcessSpec, logs: Option<StepLogFiles>) -> Outcome {
-        let report = self.run_with(spec, logs, RunOptions::default()).await;
+        let report = self.run_with(spec, logs, RelayOptions::default()).await;
         for e in &report.output_errors {
             match std::error::Error::source(e) {
                 Some(cause) => eprintln!("skyhook-agent: {e}: {cause}"),
@@ -344,7 +344,7 @@ impl ProcessRunner {
         &self,
         spec: &ProcessSpec,
         logs: Option<StepLogFiles>,
-        options: RunOptions,
+        options: RelayOptions,
     ) -> RunReport {
         let (out_file, err_file) = match logs {
             Some(l) => (
@@ -525,12 +525,12 @@ mod tests {
 
     fn run(limit: usize, spec: &ProcessSpec, logs: Option<StepLogFiles>) -> Run {
         let (out, err) = (Capture::default(), Capture::default());
-        let options = RunOptions {
+        let options = RelayOptions {
             stdout: Some(Box::new(out.clone())),
             stderr: Some(Box::new(err.clone())),
             clock: fixed_clock,
             term_grace: Duration::from_millis(200),
-            ..RunOptions::default()
+            ..RelayOptions::default()
         };
         let report = block_on(ProcessRunner::new(limit).run_with(spec, logs, options));
         Run {
@@ -727,10 +727,10 @@ mod tests {
         let fifo2 = fifo.clone();
         let eof = block_on(async move {
             let runner = ProcessRunner::new(8192);
-            let options = RunOptions {
+            let options = RelayOptions {
                 stdout: Some(Box::new(Capture::default())),
                 stderr: Some(Box::new(Capture::default())),
-                ..RunOptions::default()
+                ..RelayOptions::default()
             };
             let reader = tokio::task::spawn_blocking(move || std::fs::File::open(fifo2));
             let run = runner.run_with(&spec, None, options);
@@ -762,13 +762,13 @@ mod tests {
         let spec = sh("echo begin; sleep 1000; echo never");
         let report = block_on(async move {
             let (out, err) = (Capture::default(), Capture::default());
-            let options = RunOptions {
+            let options = RelayOptions {
                 stdout: Some(Box::new(out)),
                 stderr: Some(Box::new(err)),
                 clock: fixed_clock,
                 term_grace: Duration::from_millis(200),
                 cancel: Some(cancel),
-                ..RunOptions::default()
+                ..RelayOptions::default()
             };
             let runner = ProcessRunner::new(8192);
             let run = runner.run_with(&spec, None, options);
@@ -802,11 +802,11 @@ mod tests {
         let (d, _root, logs) = tmp_logs();
         let out_path = logs.out_path.clone();
         let (console, err) = (Capture::default(), Capture::default());
-        let options = RunOptions {
+        let options = RelayOptions {
             stdout: Some(Box::new(console.clone())),
             stderr: Some(Box::new(err.clone())),
             clock: ticking_clock,
-            ..RunOptions::default()
+            ..RelayOptions::default()
         };
         // 20000 numbered lines of 80 bytes, read 4096 bytes at a time.
         let spec = sh("i=0; while [ $i -lt 20000 ]; do printf '%079d\\n' $i; i=$((i+1)); done");

@@ -1,11 +1,10 @@
 //! [`StepSpec`]: what a step is, as every front end states it (the agent's mode loop, the dry
 //! run, `skyhook-agent serve`, `skyhook-run SCRIPT`), and the one place that turns it into
 //! what a `.rhai` step runs with: the script's `step` context ([`StepSpec::context`]), the
-//! host session's options ([`StepSpec::host_options`]), the session itself
-//! ([`StepSpec::session`]) and the script's run options ([`StepSpec::run_options`]).
+//! host session's options ([`StepSpec::host_options`]) and the session itself
+//! ([`StepSpec::session`]).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::host::root::HostRoot;
@@ -15,7 +14,6 @@ use crate::process::Cancel;
 use crate::redact::Redactor;
 use crate::script::context::StepContext;
 use crate::script::host_api::HostApi;
-use crate::script::{RunOptions, ScriptOutput};
 
 /// Where a step's `secret(name, key)` reads come from.
 #[derive(Debug, Clone, Default)]
@@ -189,17 +187,6 @@ impl StepSpec {
     /// True when `code` is one of the step's return codes.
     pub fn accepts(&self, code: i32) -> bool {
         self.returncodes.contains(&code)
-    }
-
-    /// The options a script runs with on `api`: its output, the step's cancel token and
-    /// script timeout.
-    pub fn run_options(&self, output: Arc<dyn ScriptOutput>, api: &HostApi) -> RunOptions {
-        RunOptions {
-            output,
-            cancel: self.cancel.clone(),
-            host: Arc::new(api.clone()),
-            timeout: self.script_timeout,
-        }
     }
 
     /// A new host session over `root` on the step's executor with

@@ -14,7 +14,7 @@ use crate::host::files::fs::{self, LineOptions, WriteOptions};
 use crate::host::files::structured::KeyPath;
 use crate::host::root::HostRoot;
 use crate::host::root::digest::sha256_tag;
-use crate::host::system::cmd::{self, RunOptions};
+use crate::host::system::cmd::{self, CommandOptions};
 use crate::host::testutil::TestHost;
 use crate::host::users::user;
 use crate::host::{ExecMode, Host, HostError, HostOptions};
@@ -179,7 +179,7 @@ fn every_read_path_sees_the_batched_edit() {
                         "-c",
                         "while read l; do printf %s $l; done < /etc/f",
                     ]),
-                    &RunOptions::default(),
+                    &CommandOptions::default(),
                 )
                 .unwrap();
                 assert_eq!(out.stdout, "ab");
@@ -195,7 +195,7 @@ fn every_read_path_sees_the_batched_edit() {
                         "-c",
                         "while read l; do printf %s $l; done < /etc/f",
                     ]),
-                    &RunOptions::default(),
+                    &CommandOptions::default(),
                 )
                 .unwrap();
                 assert_eq!(out.stdout, "ab");
@@ -396,7 +396,12 @@ fn a_command_outside_the_root_sees_the_batched_edit() {
     let mut h = t.host_with(ExecMode::Apply, |o| o.commands_chrooted = false);
     assert!(fs::ensure_line(&mut h, "/etc/f", "b", &o()).unwrap());
     let agent_path = t.p("/etc/f").display().to_string();
-    let out = cmd::query(&mut h, &s(&["cat", &agent_path]), &RunOptions::default()).unwrap();
+    let out = cmd::query(
+        &mut h,
+        &s(&["cat", &agent_path]),
+        &CommandOptions::default(),
+    )
+    .unwrap();
     assert_eq!(out.stdout, "a\nb\n");
     h.finish().unwrap();
 }

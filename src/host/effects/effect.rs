@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::host::effects::exec::RunOptions;
+use crate::host::effects::exec::CommandOptions;
 pub use crate::host::effects::exec::quote_argv;
 use crate::host::root::error::{HostError, Result};
 
@@ -510,15 +510,15 @@ pub enum Effect {
         /// Program and arguments.
         argv: Vec<String>,
         /// Options as given.
-        opts: RunOptions,
+        opts: CommandOptions,
     },
-    /// Run a command whose guards ([`RunOptions::guards`], not empty) said its work is not
+    /// Run a command whose guards ([`CommandOptions::guards`], not empty) said its work is not
     /// done yet (a change: drift in a check).
     GuardedCommand {
         /// Program and arguments.
         argv: Vec<String>,
         /// Options as given, guards included.
-        opts: RunOptions,
+        opts: CommandOptions,
     },
     /// Regenerate grub configuration (deferred to the end of the step).
     GrubUpdate(GrubUpdate),

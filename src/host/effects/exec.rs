@@ -49,7 +49,7 @@ pub trait OutputSink: Send + Sync {
     fn stderr(&self, bytes: &[u8]);
 }
 
-/// A shared [`OutputSink`], as held by [`RunOptions::stream`].
+/// A shared [`OutputSink`], as held by [`CommandOptions::stream`].
 #[derive(Clone)]
 pub struct StreamTo(pub Arc<dyn OutputSink>);
 
@@ -108,8 +108,8 @@ pub fn guarded_summary(argv: &[String], guards: &[Guard]) -> String {
 
 /// Options of `run(argv, #{...})`.
 #[derive(Debug, Clone, Default)]
-pub struct RunOptions {
-    /// Fail with [`HostError::CommandFailed`] on an exit code not in [`RunOptions::ok`].
+pub struct CommandOptions {
+    /// Fail with [`HostError::CommandFailed`] on an exit code not in [`CommandOptions::ok`].
     pub check: bool,
     /// The exit codes `check` accepts; empty: only 0.
     pub ok: Vec<i32>,
@@ -132,7 +132,7 @@ pub struct RunOptions {
     pub guards: Vec<Guard>,
 }
 
-impl RunOptions {
+impl CommandOptions {
     /// Whether exit `code` is a success for `check`: listed in `ok`, or 0 when `ok` is empty.
     pub fn accepts(&self, code: i32) -> bool {
         if self.ok.is_empty() {
@@ -291,7 +291,7 @@ impl process::Sink for CommandSink<'_> {
 /// # Errors
 /// A working directory that is not a directory under the root, a missing program, a
 /// timeout or cancel, a failing `check`ed command.
-pub(crate) fn exec(cx: &Context, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
+pub(crate) fn exec(cx: &Context, argv: &[String], opts: &CommandOptions) -> Result<CmdOutput> {
     exec_in(cx, argv, opts, None)
 }
 
@@ -304,7 +304,7 @@ pub(crate) fn exec(cx: &Context, argv: &[String], opts: &RunOptions) -> Result<C
 pub(crate) fn exec_in(
     cx: &Context,
     argv: &[String],
-    opts: &RunOptions,
+    opts: &CommandOptions,
     mount_ns: Option<Arc<OwnedFd>>,
 ) -> Result<CmdOutput> {
     let command = quote_argv(argv);

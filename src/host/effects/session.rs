@@ -126,7 +126,7 @@ use std::time::{Duration, Instant};
 use crate::host::effects::context::Context;
 pub use crate::host::effects::context::HostOptions;
 use crate::host::effects::effect::{Effect, EffectClass, GrubUpdate, InitramfsTool};
-use crate::host::effects::exec::{CmdOutput, RunOptions};
+use crate::host::effects::exec::{CmdOutput, CommandOptions};
 use crate::host::effects::executors::Executor;
 use crate::host::effects::executors::apply::Apply;
 use crate::host::effects::executors::plan::Plan;
@@ -895,7 +895,7 @@ impl Host {
     ///
     /// # Errors
     /// A failed flush of the batch; as [`crate::host::effects::exec::exec`].
-    pub(crate) fn exec(&self, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
+    pub(crate) fn exec(&self, argv: &[String], opts: &CommandOptions) -> Result<CmdOutput> {
         self.flush_batch()?;
         crate::host::effects::exec::exec(&self.cx, argv, opts)
     }

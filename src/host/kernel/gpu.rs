@@ -21,7 +21,7 @@
 use std::path::Path;
 
 use crate::host::Host;
-use crate::host::effects::exec::RunOptions;
+use crate::host::effects::exec::CommandOptions;
 use crate::host::root::error::{HostError, Result};
 
 /// The fields of the query, in order.
@@ -189,9 +189,9 @@ pub fn list(h: &Host) -> Result<Vec<Gpu>> {
         .collect();
         let out = h.exec(
             &argv,
-            &RunOptions {
+            &CommandOptions {
                 read_only: true,
-                ..RunOptions::default()
+                ..CommandOptions::default()
             },
         )?;
         if out.ok {

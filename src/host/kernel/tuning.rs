@@ -90,7 +90,7 @@ pub mod sysctl {
     /// # Errors
     /// `sysctl` missing, failing to start or exiting non-zero (apply).
     pub fn reload(h: &mut Host) -> Result<()> {
-        let opts = crate::host::effects::exec::RunOptions {
+        let opts = crate::host::effects::exec::CommandOptions {
             check: true,
             ..Default::default()
         };

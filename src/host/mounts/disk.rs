@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 
 use crate::host::Host;
 use crate::host::effects::effect::Effect;
-use crate::host::effects::exec::{Guard, RunOptions};
+use crate::host::effects::exec::{CommandOptions, Guard};
 use crate::host::root::error::{HostError, Result};
 use crate::host::root::normalize;
 
@@ -135,9 +135,9 @@ fn udev_record(h: &Host, dev: &str) -> BTreeMap<String, String> {
 /// Run a read-only query; `None` when the root has no such program.
 fn query(h: &mut Host, argv: &[&str]) -> Result<Option<(i32, String)>> {
     let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-    let opts = RunOptions {
+    let opts = CommandOptions {
         read_only: true,
-        ..RunOptions::default()
+        ..CommandOptions::default()
     };
     match crate::host::system::cmd::run(h, &argv, &opts) {
         Ok(o) => Ok(Some((o.code, o.stdout))),
@@ -511,10 +511,10 @@ pub fn mkfs(h: &mut Host, dev: &str, fs_type: &str, spec: &MkfsSpec) -> Result<b
     argv.push(path.to_string_lossy().into_owned());
     h.submit(Effect::GuardedCommand {
         argv,
-        opts: RunOptions {
+        opts: CommandOptions {
             check: true,
             guards: vec![Guard::Decided(what)],
-            ..RunOptions::default()
+            ..CommandOptions::default()
         },
     })?;
     Ok(true)

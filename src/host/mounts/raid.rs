@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use crate::host::Host;
 use crate::host::effects::effect::Effect;
-use crate::host::effects::exec::{Guard, RunOptions};
+use crate::host::effects::exec::{CommandOptions, Guard};
 use crate::host::mounts::disk;
 use crate::host::root::error::{HostError, Result};
 
@@ -75,9 +75,9 @@ fn check_name(name: &str) -> Result<()> {
 
 fn query(h: &mut Host, argv: &[&str]) -> Result<Option<crate::host::system::cmd::CmdOutput>> {
     let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-    let opts = RunOptions {
+    let opts = CommandOptions {
         read_only: true,
-        ..RunOptions::default()
+        ..CommandOptions::default()
     };
     match crate::host::system::cmd::run(h, &argv, &opts) {
         Ok(o) => Ok(Some(o)),
@@ -316,10 +316,10 @@ pub fn create(h: &mut Host, name: &str, devices: &[String], spec: &RaidSpec) -> 
     );
     h.submit(Effect::GuardedCommand {
         argv,
-        opts: RunOptions {
+        opts: CommandOptions {
             check: true,
             guards: vec![Guard::Decided(what)],
-            ..RunOptions::default()
+            ..CommandOptions::default()
         },
     })?;
     Ok(true)
@@ -335,10 +335,10 @@ pub fn scan(h: &mut Host) -> Result<String> {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let opts = RunOptions {
+    let opts = CommandOptions {
         read_only: true,
         check: true,
-        ..RunOptions::default()
+        ..CommandOptions::default()
     };
     Ok(crate::host::system::cmd::run(h, &argv, &opts)?.stdout)
 }
@@ -356,7 +356,7 @@ pub fn assemble(h: &mut Host) -> Result<bool> {
         .collect();
     let out = h.submit(Effect::Command {
         argv,
-        opts: RunOptions::default(),
+        opts: CommandOptions::default(),
     })?;
     Ok(out.is_none_or(|o| o.planned || o.ok))
 }

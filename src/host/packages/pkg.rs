@@ -16,7 +16,7 @@ use std::path::Path;
 use crate::host::Host;
 use crate::host::effects::effect::{Effect, PkgManager};
 pub use crate::host::effects::effect::{PackageSpec, parse_spec};
-use crate::host::effects::exec::RunOptions;
+use crate::host::effects::exec::CommandOptions;
 use crate::host::root::error::{HostError, Result};
 
 /// `pkg::manager()`: from the host's os-release family: debian → apt; rhel and fedora → dnf
@@ -74,9 +74,9 @@ pub(crate) fn query(h: &Host, argv: &[&str]) -> Result<crate::host::system::cmd:
     let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
     h.exec(
         &argv,
-        &RunOptions {
+        &CommandOptions {
             read_only: true,
-            ..RunOptions::default()
+            ..CommandOptions::default()
         },
     )
 }

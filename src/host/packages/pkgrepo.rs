@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use crate::host::Host;
 use crate::host::effects::effect::{Effect, PkgManager};
-use crate::host::effects::exec::RunOptions;
+use crate::host::effects::exec::CommandOptions;
 use crate::host::fetch::{self, FetchOptions};
 use crate::host::packages::pkg::{check_name, need_manager};
 use crate::host::root::error::{HostError, Result};
@@ -347,10 +347,10 @@ fn held(h: &Host, m: PkgManager) -> Result<Vec<String>> {
     };
     let out = h.exec(
         &argv,
-        &RunOptions {
+        &CommandOptions {
             read_only: true,
             check: true,
-            ..RunOptions::default()
+            ..CommandOptions::default()
         },
     )?;
     Ok(match m {

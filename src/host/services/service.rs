@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use crate::host::Host;
 use crate::host::effects::effect::{Effect, ServiceAction, ServiceOp};
-use crate::host::effects::exec::RunOptions;
+use crate::host::effects::exec::CommandOptions;
 use crate::host::root::error::{HostError, Result};
 
 /// Suffixes that make a name a full unit name (`x.socket`), so its drop-in directory is
@@ -36,9 +36,9 @@ fn query_ok(h: &Host, args: &[&str]) -> Result<bool> {
         .chain(args.iter().copied())
         .map(String::from)
         .collect();
-    let opts = RunOptions {
+    let opts = CommandOptions {
         read_only: true,
-        ..RunOptions::default()
+        ..CommandOptions::default()
     };
     Ok(h.exec(&argv, &opts)?.ok)
 }
@@ -115,10 +115,10 @@ pub fn show(
         .map(String::from)
         .chain(props.iter().map(|p| format!("--property={p}")))
         .collect();
-    let opts = RunOptions {
+    let opts = CommandOptions {
         read_only: true,
         check: true,
-        ..RunOptions::default()
+        ..CommandOptions::default()
     };
     let out = h.exec(&argv, &opts)?;
     Ok(out

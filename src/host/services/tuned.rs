@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use crate::host::Host;
 use crate::host::effects::effect::Effect;
-use crate::host::effects::exec::RunOptions;
+use crate::host::effects::exec::CommandOptions;
 use crate::host::root::error::{HostError, Result};
 
 /// Where tuned keeps the active profile's names.
@@ -142,9 +142,9 @@ pub fn off(h: &mut Host) -> Result<bool> {
 /// `tuned-adm` missing or failing to start.
 pub fn verify(h: &mut Host) -> Result<bool> {
     let argv = vec!["tuned-adm".to_string(), "verify".to_string()];
-    let opts = RunOptions {
+    let opts = CommandOptions {
         read_only: true,
-        ..RunOptions::default()
+        ..CommandOptions::default()
     };
     Ok(h.exec(&argv, &opts)?.ok)
 }

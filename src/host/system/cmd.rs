@@ -18,7 +18,7 @@
 //!
 //! Output is collected whole, up to [`CAPTURE_LIMIT`] bytes per stream (beyond that the
 //! command is ended and the call fails with [`HostError::OutputTooLarge`]), unless
-//! [`RunOptions::stream`] is set: then each chunk is handed to the [`OutputSink`] as soon as
+//! [`CommandOptions::stream`] is set: then each chunk is handed to the [`OutputSink`] as soon as
 //! it is read (in the calling thread, in the order the chunks were read), and only the last
 //! [`STREAM_CAPTURE_LIMIT`] bytes of each stream are kept for the result, so a chatty command
 //! cannot exhaust memory.
@@ -28,7 +28,7 @@
 //!
 //! # Guarded commands
 //!
-//! A command with [`RunOptions::guards`] (`#{creates: path}`, `#{removes: path}`,
+//! A command with [`CommandOptions::guards`] (`#{creates: path}`, `#{removes: path}`,
 //! `#{unless: argv}`, `#{onlyif: argv}`, as Ansible's `command` module and Puppet's `exec`)
 //! is a *change*: its guards are evaluated first, in every mode (a path through the session's
 //! view, so a planned write counts; a guard command executed like a query, chrooted like the
@@ -44,7 +44,7 @@
 use crate::host::Host;
 use crate::host::effects::effect::Effect;
 pub use crate::host::effects::exec::{
-    CAPTURE_LIMIT, COMMAND_GRACE, CmdOutput, DEFAULT_PATH, Guard, OutputSink, RunOptions,
+    CAPTURE_LIMIT, COMMAND_GRACE, CmdOutput, CommandOptions, DEFAULT_PATH, Guard, OutputSink,
     STREAM_CAPTURE_LIMIT, StreamTo, guarded_summary,
 };
 use crate::host::root::error::{HostError, Result};
@@ -56,7 +56,7 @@ use crate::host::root::error::{HostError, Result};
 /// [`HostError::Spawn`]; [`HostError::Timeout`]; [`HostError::Cancelled`] when the step's
 /// token is aborted; [`HostError::OutputTooLarge`] beyond [`CAPTURE_LIMIT`];
 /// [`HostError::CommandFailed`] with `check`, for a code `ok` does not list.
-pub fn run(h: &mut Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
+pub fn run(h: &mut Host, argv: &[String], opts: &CommandOptions) -> Result<CmdOutput> {
     if argv.is_empty() || argv[0].is_empty() {
         return Err(HostError::Invalid {
             what: "argv",
@@ -91,8 +91,8 @@ pub fn run(h: &mut Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput
 /// # Errors
 /// An empty guard argv, a guard path that cannot be resolved, a guard command that cannot
 /// run (as [`run`]).
-fn guards_say_done(h: &Host, opts: &RunOptions) -> Result<bool> {
-    let query = RunOptions {
+fn guards_say_done(h: &Host, opts: &CommandOptions) -> Result<bool> {
+    let query = CommandOptions {
         check: false,
         ok: Vec::new(),
         input: None,
@@ -133,8 +133,8 @@ fn guards_say_done(h: &Host, opts: &RunOptions) -> Result<bool> {
 ///
 /// # Errors
 /// As [`run`].
-pub fn query(h: &mut Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutput> {
-    let opts = RunOptions {
+pub fn query(h: &mut Host, argv: &[String], opts: &CommandOptions) -> Result<CmdOutput> {
+    let opts = CommandOptions {
         read_only: true,
         ..opts.clone()
     };
@@ -145,7 +145,7 @@ pub fn query(h: &mut Host, argv: &[String], opts: &RunOptions) -> Result<CmdOutp
 ///
 /// # Errors
 /// As [`run`].
-pub fn sh(h: &mut Host, script: &str, opts: &RunOptions) -> Result<CmdOutput> {
+pub fn sh(h: &mut Host, script: &str, opts: &CommandOptions) -> Result<CmdOutput> {
     run(
         h,
         &[
@@ -172,7 +172,7 @@ pub(crate) mod rows {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use crate::host::system::cmd::{self, CmdOutput, Guard, OutputSink, RunOptions, StreamTo};
+    use crate::host::system::cmd::{self, CmdOutput, CommandOptions, Guard, OutputSink, StreamTo};
 
     /// The option keys of `query` (and the unguarded part of `run`/`sh`); the binding checks
     /// options against these lists, so the docs and the checker cannot drift from it.
@@ -267,10 +267,10 @@ pub(crate) mod rows {
     }
 
     /// The options of a `run`/`sh` without an options map: the exit code is checked (0 passes).
-    fn checked() -> RunOptions {
-        RunOptions {
+    fn checked() -> CommandOptions {
+        CommandOptions {
             check: true,
-            ..RunOptions::default()
+            ..CommandOptions::default()
         }
     }
 
@@ -332,7 +332,7 @@ pub(crate) mod rows {
         deadline: Instant,
         output: &Arc<dyn ScriptOutput>,
         query: bool,
-    ) -> Result<RunOptions, String> {
+    ) -> Result<CommandOptions, String> {
         check_keys(m, if query { RUN_KEYS } else { GUARDED_RUN_KEYS })?;
         let guards = if query { Vec::new() } else { guards(m)? };
         if !guards.is_empty() && opt_bool(m, "read_only", false)? {
@@ -378,7 +378,7 @@ pub(crate) mod rows {
             }
         };
         let (check, ok) = exit_codes(m, query)?;
-        Ok(RunOptions {
+        Ok(CommandOptions {
             check,
             ok,
             input: opt_string(m, "input")?.map(String::into_bytes),
@@ -451,7 +451,11 @@ pub(crate) mod rows {
             "`run(argv)` with `read_only: true`: executed in plan and check mode too, and any exit code is returned (the script reads `code` or `ok`).",
             |h, argv: Array| {
                 let argv = convert::strings(&argv, "argv")?;
-                Ok(output_map(cmd::query(h, &argv, &RunOptions::default())?))
+                Ok(output_map(cmd::query(
+                    h,
+                    &argv,
+                    &CommandOptions::default(),
+                )?))
             }
         ),
         host_fn!(
@@ -554,7 +558,7 @@ mod tests {
         let out = sh(
             &mut h,
             &format!("sleep 500 & echo $! > {}; echo done", pidfile.display()),
-            &RunOptions::default(),
+            &CommandOptions::default(),
         )
         .unwrap();
         assert!(
@@ -576,7 +580,7 @@ mod tests {
         let e = run(
             &mut h,
             &["/usr/bin/yes".to_string()],
-            &RunOptions::default(),
+            &CommandOptions::default(),
         )
         .unwrap_err();
         assert!(
@@ -602,7 +606,7 @@ mod tests {
             c.abort(CancelReason::Signal("SIGTERM"));
         });
         let start = std::time::Instant::now();
-        let e = sh(&mut h, "echo up; sleep 500", &RunOptions::default()).unwrap_err();
+        let e = sh(&mut h, "echo up; sleep 500", &CommandOptions::default()).unwrap_err();
         aborter.join().unwrap();
         assert!(start.elapsed() < Duration::from_secs(20));
         assert_eq!(
@@ -615,15 +619,15 @@ mod tests {
     fn input_and_timeout() {
         let t = TestHost::new();
         let mut h = host(&t, None);
-        let opts = RunOptions {
+        let opts = CommandOptions {
             input: Some(b"abc".to_vec()),
-            ..RunOptions::default()
+            ..CommandOptions::default()
         };
         let out = sh(&mut h, "cat", &opts).unwrap();
         assert_eq!(out.stdout, "abc");
-        let opts = RunOptions {
+        let opts = CommandOptions {
             timeout: Some(Duration::from_millis(100)),
-            ..RunOptions::default()
+            ..CommandOptions::default()
         };
         let e = sh(&mut h, "sleep 500", &opts).unwrap_err();
         assert!(matches!(e, HostError::Timeout { .. }), "{e:?}");
@@ -651,9 +655,9 @@ mod tests {
         run(
             h,
             &argv(&["useradd", "gpuops"]),
-            &RunOptions {
+            &CommandOptions {
                 guards: vec![Guard::Unless(argv(&["id", "gpuops"]))],
-                ..RunOptions::default()
+                ..CommandOptions::default()
             },
         )
         .unwrap()
@@ -717,9 +721,9 @@ mod tests {
             run(
                 h,
                 &argv(&["/bin/sh", "-c", "echo x > /made"]),
-                &RunOptions {
+                &CommandOptions {
                     guards,
-                    ..RunOptions::default()
+                    ..CommandOptions::default()
                 },
             )
             .unwrap()
@@ -772,9 +776,9 @@ mod tests {
         let e = run(
             &mut h,
             &argv(&["true"]),
-            &RunOptions {
+            &CommandOptions {
                 guards: vec![Guard::Unless(argv(&["no-such-guard"]))],
-                ..RunOptions::default()
+                ..CommandOptions::default()
             },
         )
         .unwrap_err();

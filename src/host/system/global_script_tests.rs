@@ -10,10 +10,8 @@ pub(crate) mod tests {
     use crate::host::testutil::TestHost;
     use crate::host::{Host, HostOptions};
     use crate::script::host_api::tests::*;
-    use crate::script::{
-        CaptureOutput, ModuleStore, RunOptions, ScriptEngine, StepContext, compile_source,
-        run_script_with,
-    };
+    use crate::script::{CaptureOutput, ModuleStore, ScriptEngine, StepContext, compile_source};
+    use crate::step::{ScriptRunOptions, run_script_with};
 
     /// One call of each function of this file, for
     /// [`crate::script::host_api::tests::declared_effects_are_the_submitted_ones`]: in the root that test
@@ -253,7 +251,7 @@ pub(crate) mod tests {
         )
         .unwrap();
         let out = Arc::new(CaptureOutput::new());
-        let mut opts = RunOptions::new(out, crate::process::Cancel::new());
+        let mut opts = ScriptRunOptions::new(out, crate::process::Cancel::new());
         opts.host = Arc::new(api.clone());
         opts.timeout = Some(Duration::from_millis(300));
         let started = Instant::now();

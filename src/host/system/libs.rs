@@ -11,7 +11,7 @@
 //! trailer are skipped.
 
 use crate::host::Host;
-use crate::host::effects::exec::RunOptions;
+use crate::host::effects::exec::CommandOptions;
 use crate::host::root::error::{HostError, Result};
 
 /// One library of `ldconfig -p`: its name in the cache (`libfabric.so.1`) and path.
@@ -66,10 +66,10 @@ pub fn find(h: &Host, name: &str) -> Result<Vec<String>> {
     }
     let out = h.exec(
         &["ldconfig".to_string(), "-p".to_string()],
-        &RunOptions {
+        &CommandOptions {
             read_only: true,
             check: true,
-            ..RunOptions::default()
+            ..CommandOptions::default()
         },
     )?;
     let mut paths: Vec<String> = Vec::new();
@@ -90,9 +90,9 @@ pub fn find(h: &Host, name: &str) -> Result<Vec<String>> {
 pub fn refresh(h: &mut Host) -> Result<()> {
     h.submit(crate::host::effects::effect::Effect::Command {
         argv: vec!["ldconfig".into()],
-        opts: RunOptions {
+        opts: CommandOptions {
             check: true,
-            ..RunOptions::default()
+            ..CommandOptions::default()
         },
     })?;
     Ok(())

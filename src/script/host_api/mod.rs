@@ -28,12 +28,13 @@
 //! # use std::sync::{Arc, atomic::AtomicBool};
 //! # use skyhook::host::{ExecMode, Host, HostOptions, root::HostRoot};
 //! # use skyhook::script::{host_api::HostApi, *};
+//! # use skyhook::step::{ScriptRunOptions, run_script_with};
 //! # fn demo(engine: &ScriptEngine, script: &CompiledScript, ctx: &StepContext) {
 //! let host = Host::new(HostRoot::open("/").unwrap(), ExecMode::Plan, HostOptions::default());
 //! let api = HostApi::new(host);
 //! // Route output through the host's redactor (the agent's log sink may share it instead).
 //! let output = api.redacting_output(Arc::new(StdioOutput));
-//! let mut opts = RunOptions::new(output, skyhook::process::Cancel::new());
+//! let mut opts = ScriptRunOptions::new(output, skyhook::process::Cancel::new());
 //! opts.host = Arc::new(api.clone());
 //! let outcome = run_script_with(engine, script, ctx, &opts);
 //! // Always finish, also when the script failed: pending daemon-reload and grub work run.

@@ -12,10 +12,8 @@ use crate::host::effects::report::ExecMode;
 use crate::host::root::HostRoot;
 use crate::host::testutil::{TestHost, tree};
 use crate::host::{Host, HostOptions, Report};
-use crate::script::{
-    CaptureOutput, ModuleStore, RunOptions, ScriptEngine, ScriptOutcome, StepContext,
-    compile_source, run_script_with,
-};
+use crate::script::{CaptureOutput, ModuleStore, ScriptEngine, StepContext, compile_source};
+use crate::step::{ScriptOutcome, ScriptRunOptions, run_script_with};
 
 /// One finished run.
 pub(crate) struct Ran {
@@ -70,7 +68,7 @@ pub(crate) fn run_with(t: &TestHost, mode: ExecMode, src: &str, o: HostOptions) 
     )
     .unwrap();
     let out = Arc::new(CaptureOutput::new());
-    let mut opts = RunOptions::new(
+    let mut opts = ScriptRunOptions::new(
         api.redacting_output(out.clone()),
         crate::process::Cancel::new(),
     );

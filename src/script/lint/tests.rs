@@ -295,7 +295,8 @@ fn check_step_walks_imported_package_modules() {
 /// `fail_on_invalid_map_property`); `in` and `get` are the ways to read optional keys.
 #[test]
 fn missing_map_property_fails_at_its_position() {
-    use crate::script::{CaptureOutput, StepContext, compile_source, run_script};
+    use crate::script::{CaptureOutput, StepContext, compile_source};
+    use crate::step::run_script;
     let engine = ScriptEngine::default();
     let d = tempfile::tempdir().unwrap();
     let store = Arc::new(ModuleStore::new(d.path()));

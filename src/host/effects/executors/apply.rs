@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use super::Executor;
 use crate::host::effects::context::Context;
 use crate::host::effects::effect::{Effect, GrubUpdate, PkgManager};
-use crate::host::effects::exec::{CmdOutput, RunOptions, exec, exec_in};
+use crate::host::effects::exec::{CmdOutput, CommandOptions, exec, exec_in};
 use crate::host::effects::journal::StepJournal;
 use crate::host::effects::report::ExecMode;
 use crate::host::root::DirSync;
@@ -101,10 +101,10 @@ impl Executor for Apply {
 
 /// Run an internal command (checked; `env` added to the step's environment).
 fn internal(cx: &Context, words: Vec<String>, env: Vec<(String, String)>) -> Result<CmdOutput> {
-    let opts = RunOptions {
+    let opts = CommandOptions {
         check: true,
         env,
-        ..RunOptions::default()
+        ..CommandOptions::default()
     };
     exec(cx, &words, &opts)
 }
@@ -343,9 +343,9 @@ fn perform(cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
                 true => crate::host::root::mount_ns::host_mount_ns(root)?,
                 false => None,
             };
-            let opts = RunOptions {
+            let opts = CommandOptions {
                 check: true,
-                ..RunOptions::default()
+                ..CommandOptions::default()
             };
             exec_in(cx, &op.argv(path), &opts, ns.map(std::sync::Arc::new))?;
         }
