@@ -1,4 +1,5 @@
-//! The script layer: runs `.rhai` steps in an embedded, sandboxed Rhai engine.
+//! The script layer: the embedded, sandboxed Rhai engine `.rhai` steps are compiled for and
+//! evaluated in, and the host API bound into it.
 //!
 //! - [`engine`]: [`ScriptEngine`] — packages, limits, `eval` off, deadline and cancel.
 //! - [`limits`]: [`Limits`], the resource limits of a run.
@@ -6,9 +7,6 @@
 //!   the package directory, compiled once per [`ModuleStore`].
 //! - [`compile`]: [`compile_step`] (parse and resolve every static import before any state
 //!   is written) → [`CompiledScript`].
-//! - [`evaluate`]: one evaluation of a compiled step with its context, output, cancel token,
-//!   host bindings and deadline. A step runs on its own thread through `step::run`
-//!   (`run_script`, `run_script_with`).
 //! - [`context`]: the `step` constant, `step()`, `env()` from a [`StepContext`].
 //! - [`output`]: `print`, `debug`, `log::*` through [`ScriptOutput`], capped per run.
 //! - [`memory`]: the counting allocator behind [`Limits::max_memory`].
@@ -17,6 +15,10 @@
 //! - [`errors`]: [`ScriptError`], rendered `file:line:col: message`.
 //! - [`lint`]: the static checker of `skyhook-run check` and `skyhook-agent validate`
 //!   (unknown functions and modules, argument counts, option keys, known Rhai traps).
+//!
+//! A compiled step is run (its own thread, deadline, cancel token, the bindings registered
+//! on a fresh engine per run) by the step layer, `step::run` (`run_script`,
+//! `run_script_with`).
 //!
 //! Besides the Rhai packages, scripts get: `print(x)`, `debug(x)`, `log::info/warn/error(msg)`,
 //! `step` / `step()`, `env(name)` / `env(name, default)`, `fail(msg)` and `changed()`.
@@ -47,7 +49,6 @@ pub mod compile;
 pub mod context;
 pub mod engine;
 pub mod errors;
-pub mod evaluate;
 pub mod host_api;
 pub mod limits;
 pub mod lint;

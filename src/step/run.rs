@@ -1,7 +1,11 @@
 //! The one step runner: how a step runs once its front end has stated it.
 //!
 //! - [`run_script_with`]: a compiled `.rhai` script on its own thread with a fixed stack
-//!   ([`SCRIPT_STACK_BYTES`]), its deadline and cancel token → [`ScriptOutcome`].
+//!   ([`SCRIPT_STACK_BYTES`]), its deadline and cancel token → [`ScriptOutcome`]; on that
+//!   thread one evaluation: the run's engine (limits, deadline and cancel checked in
+//!   `on_progress`), capped output, the `step` context, `fail()`, `changed()`, the host
+//!   API bindings and the run-time module resolver, then the script's value as a return
+//!   code or its error at `file:line:col`.
 //! - [`ScriptStep::run`]: a `.rhai` step on its host session, for every front end (agent,
 //!   dry run, `serve`, `skyhook-run SCRIPT`): the script, then the end of the step (deferred
 //!   work, directory syncs, or the undo of a failed step), judged into a [`StepResult`].
@@ -14,15 +18,21 @@ use std::ffi::OsString;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rhai::{Dynamic, EvalAltResult, NativeCallContext, Position, Scope};
+
 use crate::host::root::HostRoot;
 use crate::host::{ExecMode, Report};
 use crate::logs::sink::{Label, LogFormat, StreamSink};
+use crate::process::Cancel;
+use crate::script::bindings::{NoHost, RunHandle, ScriptHost};
 use crate::script::compile::CompiledScript;
+use crate::script::context::{self, StepContext};
 use crate::script::engine::ScriptEngine;
-use crate::script::errors::{ScriptError, ScriptErrorKind};
-use crate::script::evaluate::{Evaluation, evaluate};
+use crate::script::errors::{ScriptError, ScriptErrorKind, Stop};
 use crate::script::host_api::HostApi;
-use crate::script::{NoHost, ScriptHost, ScriptOutput, StepContext};
+use crate::script::limits::Limits;
+use crate::script::output::{self, ScriptOutput};
+use crate::script::resolver::RunResolver;
 
 use super::invocation::{
     ConsoleStreams, StepInvocation, StepProgram, StepResult, StepRunner, log_error_lines,
@@ -506,6 +516,126 @@ async fn run_process_step(
         ran: true,
         log_errors,
         ..StepResult::new(inv.spec.exec)
+    }
+}
+
+// ---- one evaluation on the script's thread ----
+
+/// What one evaluation runs with besides the script and its context.
+#[derive(Clone, Copy)]
+pub struct Evaluation<'a> {
+    /// Where `print`, `debug` and `log::` go (capped at [`Limits::max_output`]).
+    pub output: &'a Arc<dyn ScriptOutput>,
+    /// Ends the evaluation when set (checked every few hundred operations).
+    pub cancel: &'a Cancel,
+    /// The host API bindings.
+    pub host: &'a Arc<dyn ScriptHost>,
+    /// The run's limits (its timeout already turned into `deadline`).
+    pub limits: &'a Limits,
+    /// When the evaluation fails with the deadline error.
+    pub deadline: Instant,
+}
+
+/// Evaluate `script` with `step` (the context map) as a top-level constant: `Ok` with the
+/// return code (the script's value when it is an integer that fits an `i32`, else 0), or
+/// the error that ended it (a script error, `fail()`, a hit limit, the deadline, a cancel).
+///
+/// # Errors
+/// As above; the caller turns the error into the step's failure.
+pub fn evaluate(
+    engine: &ScriptEngine,
+    script: &CompiledScript,
+    ctx: &StepContext,
+    run: &Evaluation<'_>,
+) -> Result<i32, ScriptError> {
+    let Evaluation {
+        output,
+        cancel,
+        host,
+        limits,
+        deadline,
+    } = *run;
+    let out = Arc::new(output::CappedOutput::new(output.clone(), limits.max_output));
+    let mut e = engine.run_engine(deadline, cancel.clone(), out.clone());
+    output::register(&mut e, out.clone());
+    let step = ctx.to_map();
+    context::register(&mut e, step.clone(), Arc::new(ctx.env.clone()));
+    e.register_fn(
+        "fail",
+        |ctx: NativeCallContext, msg: Dynamic| -> Result<(), Box<EvalAltResult>> {
+            let text = match msg.clone().into_immutable_string() {
+                Ok(s) => s.to_string(),
+                Err(_) => msg.to_string(),
+            };
+            let at = Some((
+                ctx.call_source().unwrap_or_default().to_string(),
+                ctx.call_position(),
+            ));
+            Err(Box::new(EvalAltResult::ErrorTerminated(
+                Dynamic::from(Stop::Fail(text, at)),
+                Position::NONE,
+            )))
+        },
+    );
+    let changed = host.clone();
+    e.register_fn("changed", move || changed.changed());
+    let handle = RunHandle {
+        deadline,
+        cancel: cancel.clone(),
+        output: output.clone(),
+    };
+    host.register(&mut e, &handle);
+    e.set_module_resolver(RunResolver::new(script.modules().clone()));
+
+    let mut scope = Scope::new();
+    scope.push_constant("step", step);
+    let result = e
+        .eval_ast_with_scope::<Dynamic>(&mut scope, script.ast())
+        .and_then(|value| {
+            // A `print` past the limit as the script's last operation: nothing ran after it
+            // to stop the run.
+            if out.exceeded() {
+                Err(output::output_stop(Position::NONE))
+            } else {
+                Ok(value)
+            }
+        });
+    match result {
+        Ok(value) => match value.as_int() {
+            Ok(n) => match i32::try_from(n) {
+                Ok(code) => Ok(code),
+                Err(_) => Err(ScriptError::new(
+                    script.file(),
+                    ScriptErrorKind::Runtime,
+                    format!("script returned {n}, which is not a valid return code"),
+                )),
+            },
+            Err(_) => Ok(0),
+        },
+        Err(err) => {
+            let mut error = ScriptError::from_eval(script.file(), err, limits);
+            // A host function called with arguments no overload takes: name the parameter, at
+            // the column `check` gives (the call's start, `mount::…`; Rhai points at the
+            // function's name after the namespace).
+            if error.kind == ScriptErrorKind::Runtime
+                && let Some(m) = crate::script::host_api::explain_not_found(
+                    &error.message,
+                    crate::script::host_api::FUNCTIONS,
+                )
+            {
+                let namespace = error
+                    .message
+                    .split_once(": ")
+                    .and_then(|(_, sig)| sig.split_once(" ("))
+                    .and_then(|(name, _)| name.rsplit_once("::"))
+                    .map_or(0, |(ns, _)| ns.len() + 2);
+                if let Some(c) = error.column.filter(|c| *c > namespace) {
+                    error.column = Some(c - namespace);
+                }
+                error.message = m;
+            }
+            Err(error)
+        }
     }
 }
 
