@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use rhai::{Engine, EvalAltResult, FuncRegistration, Module, NativeCallContext, RhaiNativeFunc};
 
-use crate::host::secrets::Redactor;
 use crate::host::{Host, HostError, Report};
+use crate::redact::Redactor;
 use crate::redact::StreamRedactor;
 
 use super::output::{Capture, RecordingOutput, RedactingOutput, ScriptOutput};

@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::host::secrets::Redactor;
+use crate::redact::Redactor;
 use crate::redact::StreamRedactor;
 
 /// A poisoned lock still guards its data: a panic inside a host call is contained by the

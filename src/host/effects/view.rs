@@ -157,13 +157,13 @@ impl Host {
 
     /// Whether the session's executor plans (plan and check mode): its reads see the
     /// effects through the executor's overlay.
-    pub(crate) fn plans(&self) -> bool {
+    pub(super) fn plans(&self) -> bool {
         self.executor.overlay().is_some()
     }
 
     /// The executor's read overlay (plan and check mode); `None` when reads go to the real
     /// root.
-    pub(crate) fn overlay(&self) -> Option<&crate::host::effects::overlay::Overlay> {
+    pub(super) fn overlay(&self) -> Option<&crate::host::effects::overlay::Overlay> {
         self.executor.overlay()
     }
 
@@ -226,6 +226,45 @@ impl Host {
             .overlay()
             .and_then(|o| o.services.get(name).copied())
             .unwrap_or_default()
+    }
+
+    /// The release grub boots next as this session planned it (`kernel::set_default`);
+    /// `None` in apply mode or when nothing was planned.
+    pub(crate) fn planned_grub_default(&self) -> Option<String> {
+        self.overlay().and_then(|o| o.grub_default.clone())
+    }
+
+    /// The packages earlier effects of this session planned to install (plan and check
+    /// mode; empty in apply mode).
+    pub(crate) fn planned_installs(&self) -> Vec<&str> {
+        self.overlay().map_or_else(Vec::new, |o| {
+            o.packages
+                .iter()
+                .filter(|(_, installed)| **installed)
+                .map(|(n, _)| n.as_str())
+                .collect()
+        })
+    }
+
+    /// The summaries of the guarded commands this session planned (plan and check mode; in
+    /// apply mode they ran, and the host shows what they did), in order.
+    pub(crate) fn planned_guarded_commands(&self) -> Vec<&str> {
+        if !self.plans() {
+            return Vec::new();
+        }
+        self.report
+            .changes
+            .iter()
+            .filter(|c| c.kind == "guarded_command")
+            .map(|c| c.summary.as_str())
+            .collect()
+    }
+
+    /// Whether the session may write staging files under the host root (content that an
+    /// effect then copies into place): when its reads go to the real root (apply, and the
+    /// recording double of tests); a plan or a check writes nothing.
+    pub(crate) fn may_stage(&self) -> bool {
+        !self.plans()
     }
 
     /// The read view of a package's presence (`name` as given to `pkg::install` or

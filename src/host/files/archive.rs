@@ -578,7 +578,7 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
             copies.insert(*index);
         }
     }
-    let staging = (!h.plans() && !copies.is_empty()).then(staging_dir);
+    let staging = (h.may_stage() && !copies.is_empty()).then(staging_dir);
     let result = (|| -> Result<bool> {
         let mut staged = BTreeMap::new();
         if let Some(dir) = &staging {

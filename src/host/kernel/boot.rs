@@ -305,7 +305,7 @@ pub fn entry_release(entry: &str, newest: Option<&str>) -> Option<String> {
 /// # Errors
 /// Read failures; a defaults file that is not UTF-8 text; a grubenv without its header.
 pub fn default(h: &Host) -> Result<Option<String>> {
-    if let Some(r) = h.overlay().and_then(|o| o.grub_default.clone()) {
+    if let Some(r) = h.planned_grub_default() {
         return Ok(Some(r));
     }
     let kernels = installed(h)?;
@@ -329,7 +329,7 @@ fn default_entry(h: &Host) -> Result<String> {
 /// The release grub's default entry names itself (not by being the newest kernel), as the
 /// session sees it.
 fn pinned(h: &Host) -> Result<Option<String>> {
-    if let Some(r) = h.overlay().and_then(|o| o.grub_default.clone()) {
+    if let Some(r) = h.planned_grub_default() {
         return Ok(Some(r));
     }
     Ok(entry_release(&default_entry(h)?, None))
@@ -379,8 +379,7 @@ fn bls_entry(h: &Host, release: &str) -> Result<Option<String>> {
 /// (`linux-image-<release>`, `kernel-<release>`, ...: a name ending with `-<release>`).
 fn planned_kernel(h: &Host, release: &str) -> bool {
     let suffix = format!("-{release}");
-    h.overlay()
-        .is_some_and(|o| o.packages.iter().any(|(n, &p)| p && n.ends_with(&suffix)))
+    h.planned_installs().iter().any(|n| n.ends_with(&suffix))
 }
 
 /// `GRUB_DEFAULT=saved` in the text of `/etc/default/grub`: the first `GRUB_DEFAULT=` line

@@ -149,14 +149,9 @@ fn query(h: &mut Host, argv: &[&str]) -> Result<Option<(i32, String)>> {
 /// What the session has planned (plan and check mode): the summaries of its decided
 /// commands, `raid <path> level <l> from [<devs>]` and `mkfs <fstype> on <path>`.
 fn planned(h: &Host, prefix: &str) -> Vec<String> {
-    if !h.plans() {
-        return Vec::new();
-    }
-    h.report()
-        .changes
-        .iter()
-        .filter(|c| c.kind == "guarded_command")
-        .filter_map(|c| c.summary.strip_prefix(prefix))
+    h.planned_guarded_commands()
+        .into_iter()
+        .filter_map(|s| s.strip_prefix(prefix))
         .map(|rest| rest.split_once(": ").map_or(rest, |(w, _)| w).to_string())
         .collect()
 }
