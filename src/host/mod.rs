@@ -1,12 +1,13 @@
-//! The host API in plain Rust (no Rhai here): root-confined files, commands, services,
-//! packages, OS facts, sysctl/grub/ulimit, interrupts, configMaps, node metadata and secrets,
-//! as `docs/host-api.md` specifies them for scripts.
+//! The host API: root-confined files, commands, services, packages, OS facts,
+//! sysctl/grub/ulimit, interrupts, configMaps, node metadata and secrets, as
+//! `docs/host-api.md` specifies them for scripts. Each function is plain Rust over a
+//! session; beside it, in its file's `rows` module, its `host_fn!` row binds it into Rhai.
 //!
 //! One session ([`Host`]) per step. Every mutation is an [`effects::effect::Effect`] handed to
 //! the session's executor, chosen by [`ExecMode`]: apply performs it, plan records it over a
 //! read overlay and renders diffs, check records it as drift. The functions of each area
-//! (`files::fs::write(&mut host, ...)`) mirror the script names one to one, so the binding
-//! layer is thin.
+//! (`files::fs::write(&mut host, ...)`) mirror the script names one to one, so a row only
+//! converts arguments and results.
 //!
 //! The folders are layers; a module imports only from its own layer or lower ones:
 //!
@@ -14,9 +15,10 @@
 //! |---|---|---|
 //! | 1 | [`root`] | root confinement over pathrs, durability (`fsync1`), path locks, deferred-work records, whole-file reads, [`HostError`] |
 //! | 2 | [`effects`] | the session ([`Host`]) and its read view, [`effects::effect::Effect`], the apply and plan/check executors, the command and download primitives, [`Report`] |
-//! | 3 | [`files`] | `fs::`, `toml::`, `json::`, `ini::`, text helpers, configMaps and node metadata |
-//! | 3 | [`system`] | `cmd::` and `os::` |
-//! | 3 | [`services`], [`packages`], [`kernel`], [`users`], [`mounts`], [`fetch`], [`secrets`] | the other API areas |
+//! | 3 | [`api`] | [`api::HostApi`] (a session as scripts see it), the `host_fn!` row, Rhai value conversions, [`api::ScriptOutput`] |
+//! | 4 | [`files`] | `fs::`, `toml::`, `json::`, `ini::`, text helpers, configMaps and node metadata |
+//! | 4 | [`system`] | `cmd::` and `os::` |
+//! | 4 | [`services`], [`packages`], [`kernel`], [`users`], [`mounts`], [`fetch`], [`secrets`] | the other API areas |
 //!
 //! An area may use another area (`pkg::repo` downloads with [`fetch`], the structured edits
 //! write through [`files::fs`]); no lower layer imports a higher one.

@@ -1493,7 +1493,7 @@ fn line_view_is_kept_per_session_and_sees_other_writers() {
     let mut h = t.host(ExecMode::Apply);
     assert!(fs::ensure_line(&mut h, "/etc/v.conf", "b", &o).unwrap());
     assert!(!fs::ensure_line(&mut h, "/etc/v.conf", "b", &o).unwrap());
-    // A read of the host writes the batched edits ([`crate::host::effects::batch`]).
+    // A read of the host writes the batched edits (the session's batch, [`crate::host::effects::session`]).
     assert_eq!(fs::read(&h, "/etc/v.conf").unwrap(), "a\nb\n");
     // Another process replaces the file (new inode), then edits it in place with the same
     // size: each time the session's view is dropped and the file read again.

@@ -42,7 +42,7 @@ use super::process::{Outcome, ProcessRunner, ProcessSpec, RelayOptions};
 use super::spec::StepSpec;
 
 /// Stack of the thread a script runs on. Rhai's evaluator recurses per call level and per
-/// expression level; with the limits in [`Limits`](crate::script::Limits) a debug build
+/// expression level; with the limits in [`Limits`] a debug build
 /// needs a few MiB at most. The memory is reserved, not committed, so the margin is free.
 pub const SCRIPT_STACK_BYTES: usize = 64 * 1024 * 1024;
 

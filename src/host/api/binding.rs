@@ -1,8 +1,9 @@
-//! What every host function's binding shares: [`Api`] (the step's session, the run's
-//! deadline and output), through which a call runs and its failure becomes a positioned,
-//! redacted Rhai error; [`Registrar`], which collects the bindings into one Rhai module per
-//! namespace; and the names and errors of calls. The namespace files and the reference rows
-//! ([`super::FnDoc`]) use these; [`super::HostApi`] builds an [`Api`] per run.
+//! [`HostApi`], one step's session as scripts see it (shared by every binding of a run; its
+//! `finish` and `fail` end the step), and what every binding shares: [`Api`] (the session,
+//! the run's deadline and output), through which a call runs and its failure becomes a
+//! positioned, redacted Rhai error; [`Registrar`], which collects the bindings into one Rhai
+//! module per namespace; and the names and errors of calls. The areas' `host_fn!` rows
+//! ([`super::FnDoc`]) use these; [`HostApi::for_run`] builds an [`Api`] per run.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

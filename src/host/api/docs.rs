@@ -1,7 +1,7 @@
 //! One host function's reference row: [`FnDoc`] (its parameters, description and
 //! registration), [`Effects`] (what it reads or the [`EffectKind`]s it submits, from which
 //! its behaviour per mode, [`Modes`], is derived) and the parameters many rows share. The
-//! namespace files write the rows; [`super::reference`] gathers and renders them.
+//! areas' files write the rows; `crate::script::host_api` gathers and renders them.
 
 use super::binding::{Api, Registrar};
 

@@ -23,7 +23,7 @@ pub trait ScriptOutput: Send + Sync {
     fn stderr(&self, bytes: &[u8]);
 }
 
-/// What [`HostApi::capture_output`] does with script output.
+/// What [`super::HostApi::capture_output`] does with script output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Capture {
     /// Write both streams as usual and record them in the ordered list (`--output json`).

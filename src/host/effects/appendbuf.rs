@@ -1,5 +1,5 @@
 //! [`AppendBuf`]: an append-only byte buffer whose prefixes are handed out as
-//! [`bytes::Bytes`] without copying (issue 13).
+//! [`bytes::Bytes`] without copying.
 //!
 //! The line view ([`crate::host::effects::lines::Lines`]) keeps the rendering of a file it last
 //! wrote, and `fs::ensure_line` extends it by one line per changing call. Each call's

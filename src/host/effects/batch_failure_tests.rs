@@ -1,4 +1,4 @@
-//! A failed flush of batched line edits ([`crate::host::effects::batch`]) fails the step even when
+//! A failed flush of batched line edits (the session's batch, [`crate::host::effects::session`]) fails the step even when
 //! the call that triggered the flush got the error and the script went on (caught it): the
 //! report lists the edits, so the step must not end as done (no flag, a rerun converges).
 

@@ -1,4 +1,4 @@
-//! Apply batching ([`crate::host::effects::batch`]) and the spellings of one path: a batch continues
+//! Apply batching (the session's batch, [`crate::host::effects::session`]) and the spellings of one path: a batch continues
 //! only with calls that name the same file, and each call's change names the path as the
 //! call spelled it (as without batching).
 

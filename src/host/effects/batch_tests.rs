@@ -1,4 +1,4 @@
-//! Apply-mode batching of line and block edits ([`crate::host::effects::batch`]): one write per
+//! Apply-mode batching of line and block edits (the session's batch, [`crate::host::effects::session`]): one write per
 //! batch, every read path sees the pending edits, the lock is held across the batch, an
 //! outside writer's change is kept and fails the step.
 

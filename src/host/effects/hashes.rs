@@ -1,5 +1,5 @@
 //! The `before`/`after` content hashes of a report's file changes, computed once per file
-//! per report instead of twice per change (issue 13).
+//! per report instead of twice per change.
 //!
 //! Hashing both sides of every write made N edits of one file cost O(N × file size) in every
 //! mode (and in apply mode a read back of the file the session had just written). Instead,
@@ -82,7 +82,7 @@ impl ContentHashes {
         }
     }
 
-    /// A batched write ([`crate::host::effects::batch`]) was flushed: change `index` (the batch's
+    /// A batched write (the session's batch, [`crate::host::effects::session`]) was flushed: change `index` (the batch's
     /// last) wrote `content` to `key`.
     pub(crate) fn set_last_write(&mut self, key: PathBuf, index: usize, content: bytes::Bytes) {
         self.seen.insert(key.clone());

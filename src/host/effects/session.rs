@@ -71,7 +71,7 @@
 //!   ([`crate::host::root::pathlock`]) and goes through [`crate::host::Host::submit`] (checks,
 //!   summary, `before` hash, the report's change), but its write is *held*: the new content
 //!   stays in the session as the file's line view, together with the lock and the file's
-//!   [`Stamp`] as read under the lock;
+//!   `Stamp` as read under the lock;
 //! - **further** line and block edits of the same file (same lexically normalised host path,
 //!   and the same spelling when either has a `..`, which resolves physically after a
 //!   symlink) edit that pending view: no `stat`, no lock, no read, no write. Each changing
@@ -80,7 +80,7 @@
 //!   `Apply: N changed, M unchanged.` and the report's items are those of unbatched edits;
 //! - **anything else flushes first**: a line or block edit of another path, every
 //!   [`crate::host::Host::submit`] (commands included: a command may read the file), every
-//!   [`crate::host::Host::lock_for_update`] (so a session holds at most one path lock, and two agents
+//!   `Host::lock_for_update` (so a session holds at most one path lock, and two agents
 //!   cannot deadlock), the write-ahead records of deferred work, every read of the host
 //!   through the session's view (`view_stat`, `view_read`, `view_list`) or through
 //!   [`crate::host::Host::root`], and the end of the session or step (`finish*`, and `Drop`).
@@ -91,12 +91,12 @@
 //! fails with [`HostError::ChangedUnderStep`] naming the file, leaving that writer's content
 //! in place. Otherwise the final content is written once, as one
 //! [`crate::host::effects::effect::Effect::WriteFile`] handed to the session's executor
-//! ([`crate::host::effects::executors::Executor::execute_batched`]; the apply executor's
+//! (`Executor::execute_batched`; the apply executor's
 //! atomic write: temp file, fsync, rename, the directory noted for the step's fsync; an
 //! existing file keeps mode, owner and extended attributes), the lock is released and the
 //! view stays cached with the written file's stamp.
 //! The last change of the batch carries the `after` hash of what was written
-//! ([`crate::host::effects::hashes`]); a failed flush leaves it without one.
+//! (`effects::hashes`); a failed flush leaves it without one.
 //!
 //! A flush error is the step's error: reads and effects return it when they trigger the
 //! flush (the read or effect is then not done), [`crate::host::Host::root`] (which cannot fail) keeps it
@@ -116,7 +116,7 @@
 //! # Line edits
 //!
 //! The line and block edits of the `fs::` area through the session: one parsed view of a
-//! file per session ([`crate::host::effects::lines`]), decided again under the path's lock in
+//! file per session (`effects::lines`), decided again under the path's lock in
 //! apply mode, and either batched (apply: one write per run of edits, above) or submitted as one whole-file write.
 
 use std::path::{Path, PathBuf};
@@ -300,7 +300,7 @@ impl Host {
     }
 
     /// The host root, for reading or writing it directly. Pending batched line edits are
-    /// written first (`host::effects::batch`; a failure is returned by the next fallible
+    /// written first (the session's batch, `host::effects::session`; a failure is returned by the next fallible
     /// call of the session), so a direct read sees them.
     pub fn root(&self) -> &HostRoot {
         self.batch.flush(&self.cx, &*self.executor);

@@ -1,5 +1,5 @@
-//! Unified diffs of file contents at a cost proportional to the change, not to the file
-//! (issue 13): [`unified`] gives exactly the text `similar`'s unified diff of the whole
+//! Unified diffs of file contents at a cost proportional to the change, not to the file:
+//! [`unified`] gives exactly the text `similar`'s unified diff of the whole
 //! files gives (3 lines of context, `@@ -a,b +c,d @@` hunk headers, `\ No newline at end
 //! of file` markers), but runs `similar` on a window around the changed lines only.
 //!

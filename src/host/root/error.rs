@@ -357,7 +357,7 @@ pub enum HostError {
     #[error("{0}")]
     ChecksumMismatch(Box<ChecksumMismatch>),
 
-    /// The batched line and block edits of a file (`host::effects::batch`) were not
+    /// The batched line and block edits of a file (the session's batch, `host::effects::session`) were not
     /// written: the file changed during the step, after the edits read it under its path
     /// lock, by a writer that does not take that lock. The other writer's content is left.
     #[error(

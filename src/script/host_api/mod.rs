@@ -44,15 +44,15 @@
 //! ```
 //!
 //! `HostApi` is a cheap handle (`Clone` shares the session). [`HostApi::finish`] takes the
-//! session out, runs its deferred work ([`Host::finish`]) and returns the [`Report`]; any
+//! session out, runs its deferred work ([`crate::host::Host::finish`]) and returns the [`crate::host::Report`]; any
 //! later host call from a script fails with "host session already finished".
 //!
 //! # Errors
 //!
 //! A failed host call raises a catchable Rhai runtime error at the call's position (so the
 //! step fails with `file:line:col: message`), whose message is `<ns>::<fn>: <what>` with the
-//! [`HostError`] and its causes, and has passed through the session's
-//! [`Redactor`]: a secret's value never appears in it.
+//! [`crate::host::HostError`] and its causes, and has passed through the session's
+//! [`crate::redact::Redactor`]: a secret's value never appears in it.
 //!
 //! # Deadline
 //!

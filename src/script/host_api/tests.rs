@@ -1,4 +1,4 @@
-//! The host API through Rhai across namespaces: the harness the namespace files' own tests
+//! The host API through Rhai across namespaces: the harness the areas' script tests
 //! use (a run over a test root in one mode, [`all_modes`]), errors, whole-file read limits,
 //! redaction, finishing, the table against the registration and the bindings' option keys,
 //! the declared effects against the submitted ones, and the generated docs.
@@ -554,7 +554,7 @@ pub(crate) fn users_root() -> TestHost {
     t
 }
 
-/// The namespace files' effect samples, in reference order.
+/// The namespaces' effect samples, in reference order.
 const EFFECT_SAMPLES: &[&[&str]] = &[
     crate::host::system::global_script_tests::tests::SAMPLES,
     crate::host::files::fs_script_tests::tests::SAMPLES,

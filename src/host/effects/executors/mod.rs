@@ -12,7 +12,7 @@
 //! every validated effect with the lower [`Context`] (root, options, directories to fsync);
 //! an executor never sees the session. Deferred work (reloads, regenerations) is the
 //! session's; so is the batching of line edits, whose one write per file the session hands
-//! to [`Executor::execute_batched`] when it flushes ([`crate::host::effects::batch`]).
+//! to [`Executor::execute_batched`] when it flushes (the session's batch, [`crate::host::effects::session`]).
 
 use crate::host::effects::context::Context;
 use crate::host::effects::effect::Effect;
@@ -40,7 +40,7 @@ pub(crate) trait Executor: std::fmt::Debug + Send {
     fn execute(&mut self, cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>>;
 
     /// Carry out the [`Effect::WriteFile`] of a batch of line edits
-    /// ([`crate::host::effects::batch`]). Takes `&self` because any read of the session
+    /// (the session's batch, [`crate::host::effects::session`]). Takes `&self` because any read of the session
     /// (through `&Host`) flushes the batch. Only an executor that [`Executor::changes_host`]
     /// is given one; the others refuse it.
     ///
