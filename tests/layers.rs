@@ -1,6 +1,7 @@
 //! The crate's layering, checked from its source: which top-level module may import which
-//! ([`LAYERS`], the one place the allowed edges are written down), and no import cycle between
-//! the files of any one folder under `src/`.
+//! ([`LAYERS`], the one place the allowed edges are written down), the order of the folders
+//! of `src/host` below its areas ([`HOST_LAYERS`]), and no import cycle between the files of
+//! any one folder under `src/`.
 //!
 //! An edge is one file naming another through a path: `crate::a::b`, `super::x`, `self::x`,
 //! a child module declared with `mod x;`, each in `use` trees and in code. A path through a
@@ -49,6 +50,12 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("cli",     &["agent", "chain", "diag", "host", "local", "package", "process", "remote",
                   "script", "serve", "step"]),
 ];
+
+/// The folders of `src/host` below its API areas, lowest first: root confinement, the effects
+/// seam, the script-facing session and `host_fn!` rows. Each may import only those before it;
+/// every other folder or file of `src/host` is an area, which may import all three (and other
+/// areas, without a cycle).
+const HOST_LAYERS: &[&str] = &["root", "effects", "api"];
 
 /// Violations still to be removed, each as the test words it:
 /// `"a -> b"` for an edge between top-level modules that [`LAYERS`] does not allow,
@@ -711,6 +718,34 @@ fn violations(files: &[SourceFile], edges: &[Edge]) -> BTreeMap<String, Vec<Stri
             ));
         }
     }
+    // Between the folders of `src/host` (HOST_LAYERS).
+    let host_rank = |f: &SourceFile| {
+        (f.module.first().map(String::as_str) == Some("host")).then(|| {
+            let sub = f.module.get(1).map_or("", String::as_str);
+            HOST_LAYERS
+                .iter()
+                .position(|l| *l == sub)
+                .map_or((HOST_LAYERS.len(), sub.to_string()), |i| {
+                    (i, sub.to_string())
+                })
+        })
+    };
+    for e in edges {
+        let (Some((ra, a)), Some((rb, b))) = (host_rank(&files[e.from]), host_rank(&files[e.to]))
+        else {
+            continue;
+        };
+        if ra < rb {
+            out.entry(format!("host/{a} -> host/{b}"))
+                .or_default()
+                .push(format!(
+                    "{}: host/{a} -> host/{b} (`{}`), against HOST_LAYERS {HOST_LAYERS:?} \
+                     (the areas above them)",
+                    loc(e),
+                    e.path
+                ));
+        }
+    }
     // Between the files of one folder (below `src/`, whose folders are the top-level modules
     // that LAYERS orders): a file in a subfolder counts as that subfolder.
     let mut folders: BTreeMap<PathBuf, BTreeMap<(String, String), &Edge>> = BTreeMap::new();
@@ -895,6 +930,29 @@ fn checker_names_the_file_line_and_edge_of_an_upward_import() {
         [
             "pyfmt -> package:\n  src/pyfmt.rs:3: pyfmt -> package (`crate::package::ReturnCode`), \
           not in LAYERS: pyfmt may import []"
+        ]
+    );
+}
+
+#[test]
+fn checker_names_an_import_of_an_area_by_the_effects_seam() {
+    let dir = fake_crate(&[
+        ("src/lib.rs", "pub mod host;\n"),
+        ("src/host/mod.rs", "pub mod effects;\npub mod files;\n"),
+        ("src/host/effects/mod.rs", "pub mod session;\n"),
+        (
+            "src/host/effects/session.rs",
+            "pub struct Host;\n\nfn f() { crate::host::files::fs::write() }\n",
+        ),
+        ("src/host/files/mod.rs", "pub mod fs;\n"),
+        ("src/host/files/fs.rs", "pub fn write() {}\n"),
+    ]);
+    assert_eq!(
+        check(dir.path(), &[]),
+        [
+            "host/effects -> host/files:\n  src/host/effects/session.rs:3: host/effects -> \
+             host/files (`crate::host::files::fs::write`), against HOST_LAYERS [\"root\", \
+             \"effects\", \"api\"] (the areas above them)"
         ]
     );
 }
