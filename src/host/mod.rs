@@ -16,8 +16,8 @@
 //! | 1 | [`root`] | root confinement over pathrs, durability (`fsync1`), path locks, deferred-work records, whole-file reads, [`HostError`] |
 //! | 2 | [`effects`] | the session ([`Host`]) and its read view, [`effects::effect::Effect`], the apply and plan/check executors, the command and download primitives, [`Report`] |
 //! | 3 | [`api`] | [`api::HostApi`] (a session as scripts see it), the `host_fn!` row, Rhai value conversions, [`api::ScriptOutput`] |
-//! | 4 | [`files`] | `fs::`, `toml::`, `json::`, `ini::`, text helpers, configMaps and node metadata |
-//! | 4 | [`system`] | `cmd::` and `os::` |
+//! | 4 | [`files`] | `fs::`, `toml::`, `json::`, `ini::`, `regex::`, `sha256`, `to_json`, configMaps (`config::`) and node metadata (`node::`) |
+//! | 4 | [`system`] | the commands (`run`, `query`, `sh`), `os::`, `lib::` |
 //! | 4 | [`services`], [`packages`], [`kernel`], [`users`], [`mounts`], [`fetch`], [`secrets`] | the other API areas |
 //!
 //! An area may use another area (`pkg::repo` downloads with [`fetch`], the structured edits

@@ -15,6 +15,8 @@
 //! - [`errors`]: [`ScriptError`], rendered `file:line:col: message`.
 //! - [`lint`]: the static checker of `skyhook-run check` and `skyhook-agent validate`
 //!   (unknown functions and modules, argument counts, option keys, known Rhai traps).
+//! - [`host_api`]: the host functions' rows gathered from the areas (`FUNCTIONS`), the
+//!   reference rendered from them, and `HostApi` bound into each run.
 //!
 //! A compiled step is run (its own thread, deadline, cancel token, the bindings registered
 //! on a fresh engine per run) by the step layer, `step::run` (`run_script`,

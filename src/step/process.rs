@@ -7,8 +7,8 @@
 //! environment is cleared and set from the spec; 8.3 is the agent's job), stdin is
 //! `/dev/null` \[fix: Python inherits the agent's stdin\], and the child gets its own process
 //! group (`pgid == pid`) so a timeout or cleanup can signal every process the step started
-//! \[fix\]. The optional `chroot` and the `chdir` to `cwd` run in `pre_exec`, in that order,
-//! with async-signal-safe calls only; the child also gets `PR_SET_PDEATHSIG(SIGKILL)` and
+//! \[fix\]. The optional `chroot` and the `chdir` to `cwd` run in the cloned child before
+//! `exec` (`process/spawn.rs`), in that order, with async-signal-safe calls only; the child also gets `PR_SET_PDEATHSIG(SIGKILL)` and
 //! inherits [`ProcessSpec::keep_fds`] (the agent passes its package-lock descriptor, so a
 //! rerun waits until the last process of the step is gone). A failure there, or of `exec`,
 //! becomes [`Outcome::SpawnFailed`]; the agent prints the OS error and uses status 127
@@ -42,7 +42,7 @@
 //! [`RelayOptions::cancel`] is aborted, the group gets `SIGTERM`, [`RelayOptions::term_grace`]
 //! while output is still relayed, then `SIGKILL`; the outcome is [`Outcome::TimedOut`] or
 //! [`Outcome::Cancelled`]. Nothing sleeps. The run happens on tokio's blocking pool (the
-//! thread that forks waits, so `PR_SET_PDEATHSIG` only fires when the agent dies); if the
+//! thread that clones the child waits, so `PR_SET_PDEATHSIG` only fires when the agent dies); if the
 //! future returned by [`ProcessRunner::run`] is dropped before the process ended, the run is
 //! aborted the same way, which makes a run cancellable.
 //!
@@ -100,7 +100,7 @@ pub enum Outcome {
     /// The process was killed by this signal number.
     Signaled(i32),
     /// The process could not be started: program missing or not executable, exec format
-    /// error, chroot or chdir failure (the `pre_exec` or `exec` error), or a failure to set
+    /// error, chroot or chdir failure (the child's error before or at `exec`), or a failure to set
     /// up pipes or wait for it.
     SpawnFailed(io::Error),
     /// [`ProcessSpec::timeout`] expired and the process group was terminated.

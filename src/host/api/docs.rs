@@ -3,7 +3,7 @@
 //! its behaviour per mode, [`Modes`], is derived) and the parameters many rows share. The
 //! areas' files write the rows; `crate::script::host_api` gathers and renders them.
 
-use super::binding::{Api, Registrar};
+use super::{Api, Registrar};
 
 /// How a function behaves in the three execution modes: derived from its [`Effects`]
 /// ([`Effects::modes`]), one text per behaviour ([`Modes::text`]).
@@ -146,7 +146,7 @@ pub struct FnDoc {
 impl FnDoc {
     /// `ns::name` or `name`.
     pub fn full_name(&self) -> String {
-        super::binding::fname(self.ns, self.name)
+        super::fname(self.ns, self.name)
     }
 
     /// How the function behaves in the three modes, from its [`Effects`].

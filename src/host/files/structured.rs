@@ -158,18 +158,13 @@ pub(crate) fn json_kind(v: &Value) -> &'static str {
     }
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
+/// What the `toml::`, `json::` and `ini::` rows share: key paths from Rhai values and the
+/// reference sections of the three namespaces.
 pub(crate) mod rows {
-    use crate::host::api::convert;
-    use crate::host::api::host_fn;
-    use rhai::{Array, Dynamic, ImmutableString as S, Map};
 
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
+    use rhai::{Array, Dynamic};
 
     use crate::host::files::structured::{KeyPath, Seg};
-    use crate::host::files::text;
 
     pub(crate) type D = Dynamic;
 
@@ -221,67 +216,6 @@ pub(crate) mod rows {
             "ini",
             "INI files — `ini::`",
             "systemd units and other INI-style files, edited line by line: every line but the changed ones stays byte for byte. Keys and sections are case-sensitive; sections of the same name count as one; lines without `=` are kept and are not keys.",
-        ),
-        (
-            "regex",
-            "Regular expressions — `regex::`",
-            "Pure helpers, the same in every mode, with the Rust `regex` crate's syntax (no look-around or backreferences; matching is linear time). Rhai's own `parse_json(text)` reads JSON text into a map; `to_json(value)` (above, with the commands) writes one back, pretty-printed.",
-        ),
-    ];
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "regex",
-            "is_match",
-            &[("pattern", "String"), ("text", "String")],
-            "bool",
-            Computes,
-            "Whether `pattern` (Rust `regex` syntax) matches anywhere in `text`; an invalid pattern is an error naming it.",
-            |_h, p: S, t: S| Ok(text::is_match(&p, &t)?)
-        ),
-        host_fn!(
-            "regex",
-            "captures",
-            &[("pattern", "String"), ("text", "String")],
-            "?",
-            Computes,
-            "The first match as `[whole, group1, ...]` (`()` for a group that did not match), or `()` when nothing matches.",
-            |_h, p: S, t: S| Ok(match text::captures(&p, &t)? {
-                None => Dynamic::UNIT,
-                Some(groups) =>
-                    Dynamic::from_array(groups.into_iter().map(convert::opt).collect::<Array>()),
-            })
-        ),
-        host_fn!(
-            "regex",
-            "named",
-            &[("pattern", "String"), ("text", "String")],
-            "?",
-            Computes,
-            "The first match's named groups `(?P<name>...)` as a map (`()` for a group that did not match), or `()` when nothing matches.",
-            |_h, p: S, t: S| Ok(match text::named(&p, &t)? {
-                None => Dynamic::UNIT,
-                Some(groups) => Dynamic::from_map(
-                    groups
-                        .into_iter()
-                        .map(|(n, v)| (n.into(), convert::opt(v)))
-                        .collect::<Map>()
-                ),
-            })
-        ),
-        host_fn!(
-            "regex",
-            "replace",
-            &[
-                ("pattern", "String"),
-                ("text", "String"),
-                ("replacement", "String"),
-            ],
-            "String",
-            Computes,
-            "`text` with every match replaced; `$1` or `${name}` in `replacement` insert groups, `$$` a `$`.",
-            |_h, p: S, t: S, w: S| Ok(convert::s(text::replace(&p, &t, &w)?))
         ),
     ];
 }

@@ -78,6 +78,111 @@ pub fn to_json(v: &serde_json::Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
 
+/// The script rows of this file's functions: each one's reference entry and Rhai
+/// registration (`host_fn!`, [`crate::host::api`]).
+pub(crate) mod rows {
+    use rhai::{Array, Dynamic, ImmutableString as S, Map};
+
+    use crate::host::api::convert;
+    use crate::host::api::docs::Effects::*;
+    use crate::host::api::docs::FnDoc;
+    use crate::host::api::host_fn;
+    use crate::host::files::text;
+
+    /// The reference's sections of the namespaces in this file.
+    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(
+        "regex",
+        "Regular expressions — `regex::`",
+        "Pure helpers, the same in every mode, with the Rust `regex` crate's syntax (no look-around or backreferences; matching is linear time). Rhai's own `parse_json(text)` reads JSON text into a map; `to_json(value)` (above, with the commands) writes one back, pretty-printed.",
+    )];
+
+    /// The `host_fn!` rows of the functions in this file.
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[
+        host_fn!(
+            "",
+            "sha256",
+            &[("text", "String")],
+            "String",
+            Computes,
+            "The SHA-256 of the text's UTF-8 bytes, 64 lowercase hex digits (as `sha256sum` prints).",
+            |_h, t: S| Ok(convert::s(text::sha256_hex(&t)))
+        ),
+        host_fn!(
+            "",
+            "to_json",
+            &[("value", "?")],
+            "String",
+            Computes,
+            "`value` (a map, array, string, number, bool or `()`) as pretty-printed JSON: two-space indent, map keys in the map's order (sorted: Rhai maps are ordered by key), `()` as `null`, no final newline. The inverse of Rhai's `parse_json(text)` (JSON `null` → `()`).",
+            |_h, v: Dynamic| Ok(convert::s(text::to_json(&convert::to_json(&v, "value")?)))
+        ),
+        host_fn!(
+            "",
+            "to_json",
+            &[("map", "Map")],
+            "String",
+            Computes,
+            "The same for a map; also called as a method, `m.to_json()` (which replaces Rhai's one-line form).",
+            |_h, v: Map| Ok(convert::s(text::to_json(&convert::to_json(
+                &Dynamic::from_map(v),
+                "value"
+            )?)))
+        ),
+        host_fn!(
+            "regex",
+            "is_match",
+            &[("pattern", "String"), ("text", "String")],
+            "bool",
+            Computes,
+            "Whether `pattern` (Rust `regex` syntax) matches anywhere in `text`; an invalid pattern is an error naming it.",
+            |_h, p: S, t: S| Ok(text::is_match(&p, &t)?)
+        ),
+        host_fn!(
+            "regex",
+            "captures",
+            &[("pattern", "String"), ("text", "String")],
+            "?",
+            Computes,
+            "The first match as `[whole, group1, ...]` (`()` for a group that did not match), or `()` when nothing matches.",
+            |_h, p: S, t: S| Ok(match text::captures(&p, &t)? {
+                None => Dynamic::UNIT,
+                Some(groups) =>
+                    Dynamic::from_array(groups.into_iter().map(convert::opt).collect::<Array>()),
+            })
+        ),
+        host_fn!(
+            "regex",
+            "named",
+            &[("pattern", "String"), ("text", "String")],
+            "?",
+            Computes,
+            "The first match's named groups `(?P<name>...)` as a map (`()` for a group that did not match), or `()` when nothing matches.",
+            |_h, p: S, t: S| Ok(match text::named(&p, &t)? {
+                None => Dynamic::UNIT,
+                Some(groups) => Dynamic::from_map(
+                    groups
+                        .into_iter()
+                        .map(|(n, v)| (n.into(), convert::opt(v)))
+                        .collect::<Map>()
+                ),
+            })
+        ),
+        host_fn!(
+            "regex",
+            "replace",
+            &[
+                ("pattern", "String"),
+                ("text", "String"),
+                ("replacement", "String"),
+            ],
+            "String",
+            Computes,
+            "`text` with every match replaced; `$1` or `${name}` in `replacement` insert groups, `$$` a `$`.",
+            |_h, p: S, t: S, w: S| Ok(convert::s(text::replace(&p, &t, &w)?))
+        ),
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -167,7 +167,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{ARGV, OPTS};
     use crate::host::api::host_fn;
-    use crate::host::files::text;
+
     use rhai::{Array, Dynamic, ImmutableString as S, Map};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
@@ -495,36 +495,6 @@ pub(crate) mod rows {
                 let o = run_opts(&o, run.deadline, &run.output, false)?;
                 Ok(output_map(cmd::sh(h, &script, &o)?))
             }
-        ),
-        host_fn!(
-            "",
-            "sha256",
-            &[("text", "String")],
-            "String",
-            Computes,
-            "The SHA-256 of the text's UTF-8 bytes, 64 lowercase hex digits (as `sha256sum` prints).",
-            |_h, t: S| Ok(convert::s(text::sha256_hex(&t)))
-        ),
-        host_fn!(
-            "",
-            "to_json",
-            &[("value", "?")],
-            "String",
-            Computes,
-            "`value` (a map, array, string, number, bool or `()`) as pretty-printed JSON: two-space indent, map keys in the map's order (sorted: Rhai maps are ordered by key), `()` as `null`, no final newline. The inverse of Rhai's `parse_json(text)` (JSON `null` → `()`).",
-            |_h, v: Dynamic| Ok(convert::s(text::to_json(&convert::to_json(&v, "value")?)))
-        ),
-        host_fn!(
-            "",
-            "to_json",
-            &[("map", "Map")],
-            "String",
-            Computes,
-            "The same for a map; also called as a method, `m.to_json()` (which replaces Rhai's one-line form).",
-            |_h, v: Map| Ok(convert::s(text::to_json(&convert::to_json(
-                &Dynamic::from_map(v),
-                "value"
-            )?)))
         ),
     ];
 }

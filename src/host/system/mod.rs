@@ -1,5 +1,6 @@
-//! Commands and OS facts: `cmd::` (commands run inside the host root), `os::` (the host's
-//! release, architecture and kernel) and `lib::` (the dynamic linker's libraries, [`libs`]).
+//! Commands and OS facts: [`cmd`] (the global `run`, `query` and `sh`: commands run inside
+//! the host root), `os::` (the host's release, architecture and kernel) and `lib::` (the
+//! dynamic linker's libraries, [`libs`]).
 
 pub mod cmd;
 #[cfg(test)]

@@ -11,16 +11,21 @@
 //!
 //! 1. Write the plain Rust function in its area file (`src/host/<area>/<file>.rs`): it reads
 //!    through the session and changes the host only by submitting effects.
-//! 2. Add its `host_fn!` row to that file's `FUNCTIONS` (namespace, name, parameters, return
-//!    type, [`Effects`]: what it reads, or the [`EffectKind`]s it submits, the one-line
-//!    description, `options = KEYS` when it takes an options map, and the binding). A file
-//!    with its first row is listed in `reference.rs` (`FUNCTION_PARTS`).
-//! 3. Add a sample call to the namespace's `SAMPLES` (one that changes something in the
-//!    effects test's root) and the function's tests beside them.
+//! 2. Add its `host_fn!` row to that file's `rows::FUNCTIONS` (in its `pub(crate) mod rows`:
+//!    namespace, name, parameters, return type, [`Effects`]: what it reads, or the
+//!    [`EffectKind`]s it submits, the one-line description, `options = KEYS` when it takes
+//!    an options map, and the binding). A file's first row also lists its
+//!    `rows::FUNCTIONS` in `reference.rs` (`FUNCTION_PARTS`, in reference order).
+//! 3. Add a sample call to the `tests::SAMPLES` of the folder's `*_script_tests.rs` file
+//!    that tests its namespace (every function has one; one that submits effects must change
+//!    something in the effects test's root), and the function's tests beside it. A new test
+//!    file is declared `#[cfg(test)] pub(crate) mod ...` in the folder's `mod.rs` and its
+//!    `SAMPLES` listed in `EFFECT_SAMPLES` (`tests.rs`, in reference order).
 //! 4. Regenerate the docs: `SKYHOOK_UPDATE_DOCS=1 cargo test --lib script::host_api::tests::docs`.
 //!
-//! A new namespace also gets its `NAMESPACES` section (`reference.rs`); a new kind of effect
-//! is a new [`EffectKind`].
+//! A new namespace also gets its reference section in the area file's `rows::NAMESPACES`,
+//! listed in `reference.rs` (`NAMESPACE_PARTS`); a new kind of effect is a new
+//! [`EffectKind`].
 //!
 //! # Use
 //!
@@ -37,14 +42,15 @@
 //! let mut opts = ScriptRunOptions::new(output, skyhook::process::Cancel::new());
 //! opts.host = Arc::new(api.clone());
 //! let outcome = run_script_with(engine, script, ctx, &opts);
-//! // Always finish, also when the script failed: pending daemon-reload and grub work run.
-//! let report = api.finish();
+//! // End the session: `finish` after a successful run (deferred work, directory syncs);
+//! // `fail` after a failed one (an apply step's changes are undone).
+//! let report = if outcome.failed() { api.fail().0 } else { api.finish() };
 //! # let _ = (outcome, report);
 //! # }
 //! ```
 //!
 //! `HostApi` is a cheap handle (`Clone` shares the session). [`HostApi::finish`] takes the
-//! session out, runs its deferred work ([`crate::host::Host::finish`]) and returns the [`crate::host::Report`]; any
+//! session out, runs its deferred work ([`crate::host::Host::finish_with_report`]) and returns the [`crate::host::Report`]; any
 //! later host call from a script fails with "host session already finished".
 //!
 //! # Errors

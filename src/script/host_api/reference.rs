@@ -52,7 +52,7 @@ const FUNCTION_PARTS: &[&[FnDoc]] = &[
     crate::host::files::toml::rows::FUNCTIONS,
     crate::host::files::json::rows::FUNCTIONS,
     crate::host::files::ini::rows::FUNCTIONS,
-    crate::host::files::structured::rows::FUNCTIONS,
+    crate::host::files::text::rows::FUNCTIONS,
     crate::host::users::user::rows::FUNCTIONS,
     crate::host::users::group::rows::FUNCTIONS,
     crate::host::packages::version::rows::FUNCTIONS,
@@ -71,6 +71,7 @@ const NAMESPACE_PARTS: &[&[(&str, &str, &str)]] = &[
     crate::host::mounts::mount::rows::NAMESPACES,
     crate::host::kernel::kmod::rows::NAMESPACES,
     crate::host::files::structured::rows::NAMESPACES,
+    crate::host::files::text::rows::NAMESPACES,
     crate::host::users::user::rows::NAMESPACES,
     crate::host::packages::version::rows::NAMESPACES,
 ];
