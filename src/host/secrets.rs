@@ -155,14 +155,12 @@ pub fn parse_allowlist(s: &str) -> Vec<String> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
-    use crate::host::api::host_fn;
-
     use rhai::{Dynamic, ImmutableString as S};
 
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::NAME;
-
+    use crate::host::api::host_fn;
     use crate::host::secrets;
 
     /// The `host_fn!` rows of the functions in this file.

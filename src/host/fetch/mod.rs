@@ -268,17 +268,17 @@ fn current(h: &Host, path: &Path, hash: bool) -> Result<Option<(Option<String>, 
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
-    use crate::host::api::host_fn;
-    use rhai::{Dynamic, ImmutableString as S, Map};
     use std::time::Duration;
+
+    use rhai::{Dynamic, ImmutableString as S, Map};
 
     use crate::host::api::convert::{check_keys, opt_string};
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{OPTS, P};
+    use crate::host::api::host_fn;
     use crate::host::fetch::{self, FetchOptions};
-
     use crate::host::files::fs::rows::attribute_opts;
 
     /// The option keys of `fs::fetch`.

@@ -647,7 +647,7 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
-    use crate::host::api::host_fn;
+    use rhai::{ImmutableString as S, Map};
 
     use crate::host::api::CallError;
     use crate::host::api::convert::check_keys;
@@ -655,10 +655,8 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::OPTS;
-    use rhai::{ImmutableString as S, Map};
-
+    use crate::host::api::host_fn;
     use crate::host::files::archive::{self, ExtractOptions, Extracted};
-
     use crate::host::files::fs::rows::positive;
 
     /// The option keys of `fs::extract`.

@@ -207,12 +207,13 @@ pub fn packages(h: &Host) -> Result<serde_json::Map<String, serde_json::Value>> 
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use rhai::ImmutableString as S;
+
     use crate::host::api::convert;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::{FnDoc, NAME};
     use crate::host::api::host_fn;
     use crate::host::files::config;
-    use rhai::ImmutableString as S;
 
     /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
     pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[

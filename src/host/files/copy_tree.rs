@@ -389,8 +389,6 @@ pub(crate) fn submit_copy(
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
-    use crate::host::api::host_fn;
-
     use rhai::{ImmutableString as S, Map};
 
     use crate::host::api::convert::check_keys;
@@ -398,9 +396,8 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::OPTS;
-
+    use crate::host::api::host_fn;
     use crate::host::files::copy_tree::{self, TreeOptions};
-
     use crate::host::files::fs::rows::positive;
 
     /// The option keys of `fs::copy_tree`.

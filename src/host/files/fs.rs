@@ -806,8 +806,6 @@ pub fn symlink(h: &mut Host, target: &str, link: &str) -> Result<bool> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
-    use crate::host::api::host_fn;
-
     use rhai::{Dynamic, ImmutableString as S, Map};
 
     use crate::host::api::convert::{self, check_keys, opt_bool, opt_scalar, opt_string};
@@ -815,7 +813,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{OPTS, P};
-
+    use crate::host::api::host_fn;
     use crate::host::files::fs::{self, LineOptions, WriteOptions};
 
     /// The option keys of `fs::write` and `fs::copy`.

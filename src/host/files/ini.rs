@@ -313,16 +313,15 @@ pub fn remove(h: &mut Host, p: &str, section: &str, key: &str) -> Result<bool> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use rhai::{Dynamic, Dynamic as D, ImmutableString as S};
+
     use crate::host::api::convert;
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::P;
     use crate::host::api::host_fn;
-    use rhai::{Dynamic, ImmutableString as S};
-
     use crate::host::files::ini;
-    use crate::host::files::structured::rows::D;
 
     /// An INI value: a string, or a number or bool written in decimal / `true`/`false`.
     fn ini_value(d: &Dynamic) -> Result<String, String> {

@@ -102,14 +102,12 @@ pub fn realpath(h: &Host, p: &str) -> Result<String> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
-    use crate::host::api::host_fn;
-
     use rhai::ImmutableString as S;
 
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::P;
-
+    use crate::host::api::host_fn;
     use crate::host::files::realpath;
 
     /// The `host_fn!` rows of the functions in this file.

@@ -161,12 +161,9 @@ pub(crate) fn json_kind(v: &Value) -> &'static str {
 /// What the `toml::`, `json::` and `ini::` rows share: key paths from Rhai values and the
 /// reference sections of the three namespaces.
 pub(crate) mod rows {
-
     use rhai::{Array, Dynamic};
 
     use crate::host::files::structured::{KeyPath, Seg};
-
-    pub(crate) type D = Dynamic;
 
     /// A key path: a string (TOML dotted key / JSON Pointer) or an array of strings (keys) and
     /// non-negative integers (array indices).

@@ -545,15 +545,14 @@ fn item_json(item: &Item) -> J {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use rhai::{Dynamic as D, ImmutableString as S};
+
     use crate::host::api::convert;
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{KEY_PATH, P};
     use crate::host::api::host_fn;
-    use rhai::ImmutableString as S;
-
-    use crate::host::files::structured::rows::D;
     use crate::host::files::structured::rows::key_path;
     use crate::host::files::toml;
 

@@ -98,13 +98,12 @@ pub fn status(h: &Host) -> Result<Vec<DkmsEntry>> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
-    use crate::host::api::convert::{self};
-    use crate::host::api::host_fn;
     use rhai::Dynamic;
 
+    use crate::host::api::convert;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
-
+    use crate::host::api::host_fn;
     use crate::host::kernel::dkms;
 
     /// The `host_fn!` rows of the functions in this file.

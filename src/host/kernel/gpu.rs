@@ -224,13 +224,12 @@ pub fn count(h: &Host) -> Result<usize> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
-    use crate::host::api::convert::{self};
-    use crate::host::api::host_fn;
     use rhai::{Dynamic, Map};
 
+    use crate::host::api::convert;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
-
+    use crate::host::api::host_fn;
     use crate::host::kernel::gpu;
 
     /// A GPU for scripts: `#{index, name, uuid, pci_bus, driver_version, memory_mib, mig_mode}`

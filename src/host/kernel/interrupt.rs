@@ -40,13 +40,14 @@ pub fn restart_all_services(h: &mut Host) -> Result<()> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use rhai::Dynamic;
+
     use crate::host::api::convert;
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::host_fn;
     use crate::host::kernel::interrupt;
-    use rhai::Dynamic;
 
     /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
     pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(

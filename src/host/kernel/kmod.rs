@@ -421,6 +421,8 @@ pub fn load(h: &mut Host, name: &str) -> Result<bool> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use rhai::{Dynamic, ImmutableString as S, Map};
+
     use crate::host::api::convert::{self, check_keys, opt_bool, opt_string};
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
@@ -428,7 +430,6 @@ pub(crate) mod rows {
     use crate::host::api::docs::{NAME, OPTS};
     use crate::host::api::host_fn;
     use crate::host::kernel::kmod::{self, BlacklistOptions, FileOptions};
-    use rhai::{Dynamic, ImmutableString as S, Map};
 
     /// The option keys of `kmod::blacklist`.
     const BLACKLIST_KEYS: &[&str] = &["file", "disable"];

@@ -141,13 +141,12 @@ fn set_live(h: &mut Host, key: &str, value: &str) -> Result<bool> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
-    use crate::host::api::host_fn;
     use rhai::ImmutableString as S;
 
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
-
+    use crate::host::api::host_fn;
     use crate::host::kernel::sysctl_record;
 
     /// The `host_fn!` rows of the functions in this file.

@@ -332,14 +332,14 @@ pub mod ulimit {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use rhai::{Array, Dynamic, ImmutableString as S, Map};
+
     use crate::host::api::convert;
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::NAME;
     use crate::host::api::host_fn;
-    use rhai::{Array, Dynamic, ImmutableString as S, Map};
-
     use crate::host::kernel::tuning::ulimit::LimitEntry;
     use crate::host::kernel::tuning::{grub, sysctl, ulimit};
 

@@ -476,14 +476,14 @@ pub fn info(h: &Host, p: &str) -> Result<Option<MountEntry>> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use rhai::{Dynamic, ImmutableString as S, Map};
+
     use crate::host::api::convert::{self, check_keys, opt_string};
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{OPTS, P};
     use crate::host::api::host_fn;
-    use rhai::{Dynamic, ImmutableString as S, Map};
-
     use crate::host::mounts::mount::{self, MountEntry, MountSpec, MountState};
 
     /// The device parameter of `disk::`, `raid::` and `fs::mkfs`.

@@ -364,17 +364,16 @@ pub fn assemble(h: &mut Host) -> Result<bool> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use rhai::{Array, Dynamic, ImmutableString as S, Map};
+
     use crate::host::api::convert::{self, check_keys, opt_string};
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{NAME, OPTS};
     use crate::host::api::host_fn;
-    use rhai::{Array, Dynamic, ImmutableString as S, Map};
-
-    use crate::host::mounts::raid::{self, RaidInfo, RaidSpec};
-
     use crate::host::mounts::mount::rows::DEV;
+    use crate::host::mounts::raid::{self, RaidInfo, RaidSpec};
 
     /// The option keys of `raid::create`.
     const RAID_KEYS: &[&str] = &["level", "metadata", "force"];

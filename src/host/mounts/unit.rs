@@ -317,14 +317,14 @@ pub fn remove_unit(h: &mut Host, p: &str) -> Result<bool> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use rhai::{ImmutableString as S, Map};
+
     use crate::host::api::convert::{self, check_keys, opt_string};
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{OPTS, P};
     use crate::host::api::host_fn;
-    use rhai::{ImmutableString as S, Map};
-
     use crate::host::mounts::mount::rows::mount_options;
     use crate::host::mounts::mount::rows::mount_state;
     use crate::host::mounts::unit::{self, UnitSpec};

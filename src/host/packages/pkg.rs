@@ -248,6 +248,8 @@ pub fn upgrade(h: &mut Host) -> Result<bool> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use rhai::{Dynamic, ImmutableString as S, Map};
+
     use crate::host::api::convert::{self, check_keys, opt_bool};
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
@@ -255,7 +257,6 @@ pub(crate) mod rows {
     use crate::host::api::docs::{NAME, OPTS};
     use crate::host::api::host_fn;
     use crate::host::packages::pkg;
-    use rhai::{Dynamic, ImmutableString as S, Map};
 
     /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
     pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(

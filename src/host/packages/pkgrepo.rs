@@ -416,14 +416,14 @@ pub fn unhold(h: &mut Host, names: &[String]) -> Result<bool> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use rhai::{Dynamic, ImmutableString as S, Map};
+
     use crate::host::api::convert::{self, check_keys, opt_bool, opt_string};
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{NAME, OPTS};
     use crate::host::api::host_fn;
-    use rhai::{Dynamic, ImmutableString as S, Map};
-
     use crate::host::packages::pkgrepo::{self, RepoOptions};
 
     /// The option keys of `pkg::repo`.

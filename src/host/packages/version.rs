@@ -160,12 +160,13 @@ pub fn sort(versions: Vec<String>, scheme: Scheme) -> Result<Vec<String>> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use rhai::{Array, ImmutableString as S, Map};
+
     use crate::host::api::convert::{self, check_keys, opt_string};
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::host_fn;
     use crate::host::packages::version::{self, Scheme};
-    use rhai::{Array, ImmutableString as S, Map};
 
     /// The option keys of every `version::` function.
     const KEYS: &[&str] = &["scheme"];

@@ -264,14 +264,13 @@ pub fn remove_drop_in(h: &mut Host, name: &str, file: &str) -> Result<bool> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
-    use crate::host::api::host_fn;
-
     use rhai::ImmutableString as S;
 
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::NAME;
+    use crate::host::api::host_fn;
     use crate::host::services::service;
 
     /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.

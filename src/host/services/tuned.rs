@@ -152,14 +152,13 @@ pub fn verify(h: &mut Host) -> Result<bool> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
-    use crate::host::api::host_fn;
     use rhai::Dynamic;
 
     use crate::host::api::convert;
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
-
+    use crate::host::api::host_fn;
     use crate::host::services::tuned;
 
     /// The `host_fn!` rows of the functions in this file.

@@ -160,6 +160,11 @@ pub fn sh(h: &mut Host, script: &str, opts: &CommandOptions) -> Result<CmdOutput
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use rhai::{Array, Dynamic, ImmutableString as S, Map};
+
     use crate::host::api::ScriptOutput;
     use crate::host::api::convert::{self, check_keys, opt_bool, opt_string};
     use crate::host::api::docs::EffectKind::*;
@@ -167,16 +172,11 @@ pub(crate) mod rows {
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{ARGV, OPTS};
     use crate::host::api::host_fn;
-
-    use rhai::{Array, Dynamic, ImmutableString as S, Map};
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
-
     use crate::host::system::cmd::{self, CmdOutput, CommandOptions, Guard, OutputSink, StreamTo};
 
     /// The option keys of `query` (and the unguarded part of `run`/`sh`); the binding checks
     /// options against these lists, so the docs and the checker cannot drift from it.
-    pub(crate) const RUN_KEYS: &[&str] = &[
+    const RUN_KEYS: &[&str] = &[
         "check",
         "ok",
         "input",
@@ -188,7 +188,7 @@ pub(crate) mod rows {
     ];
 
     /// The option keys of `run`/`sh`: [`RUN_KEYS`] and the guards (`query` takes none).
-    pub(crate) const GUARDED_RUN_KEYS: &[&str] = &[
+    const GUARDED_RUN_KEYS: &[&str] = &[
         "check",
         "ok",
         "input",
@@ -395,7 +395,7 @@ pub(crate) mod rows {
     /// `#{code, stdout, stderr, ok, planned, skipped}`: `planned` is true for a recorded
     /// command, `skipped` for a guarded command whose guard said it is done. Always present:
     /// reading a missing property is an error in scripts.
-    pub(crate) fn output_map(o: CmdOutput) -> Map {
+    fn output_map(o: CmdOutput) -> Map {
         let mut m = Map::new();
         m.insert("code".into(), Dynamic::from(i64::from(o.code)));
         m.insert("stdout".into(), convert::s(o.stdout));

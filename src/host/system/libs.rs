@@ -101,6 +101,8 @@ pub fn refresh(h: &mut Host) -> Result<()> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use rhai::ImmutableString as S;
+
     use crate::host::api::convert;
     use crate::host::api::docs::EffectKind::Command;
     use crate::host::api::docs::Effects::*;
@@ -108,7 +110,6 @@ pub(crate) mod rows {
     use crate::host::api::docs::NAME;
     use crate::host::api::host_fn;
     use crate::host::system::libs;
-    use rhai::ImmutableString as S;
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[

@@ -157,13 +157,10 @@ pub fn cmdline(h: &Host) -> Result<String> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
-    use crate::host::api::host_fn;
-
     use crate::host::api::convert;
-
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
-
+    use crate::host::api::host_fn;
     use crate::host::system::os;
 
     /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.

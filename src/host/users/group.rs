@@ -125,6 +125,8 @@ pub fn exists(h: &Host, name: &str) -> Result<bool> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use rhai::{ImmutableString as S, Map};
+
     use crate::host::api::convert::{check_keys, opt_bool};
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
@@ -132,8 +134,6 @@ pub(crate) mod rows {
     use crate::host::api::docs::{NAME, OPTS};
     use crate::host::api::host_fn;
     use crate::host::users::group::{self, GroupOptions};
-    use rhai::{ImmutableString as S, Map};
-
     use crate::host::users::user::rows::opt_id;
 
     /// The option keys of `group::ensure`.
