@@ -236,28 +236,26 @@ impl Host {
 
     /// The packages earlier effects of this session planned to install (plan and check
     /// mode; empty in apply mode).
-    pub(crate) fn planned_installs(&self) -> Vec<&str> {
-        self.overlay().map_or_else(Vec::new, |o| {
-            o.packages
-                .iter()
-                .filter(|(_, installed)| **installed)
-                .map(|(n, _)| n.as_str())
-                .collect()
-        })
+    pub(crate) fn planned_installs(&self) -> impl Iterator<Item = &str> {
+        self.overlay()
+            .into_iter()
+            .flat_map(|o| o.packages.iter())
+            .filter(|(_, installed)| **installed)
+            .map(|(n, _)| n.as_str())
     }
 
     /// The summaries of the guarded commands this session planned (plan and check mode; in
     /// apply mode they ran, and the host shows what they did), in order.
-    pub(crate) fn planned_guarded_commands(&self) -> Vec<&str> {
-        if !self.plans() {
-            return Vec::new();
-        }
-        self.report
-            .changes
+    pub(crate) fn planned_guarded_commands(&self) -> impl Iterator<Item = &str> {
+        let planned = if self.plans() {
+            self.report.changes.as_slice()
+        } else {
+            &[]
+        };
+        planned
             .iter()
             .filter(|c| c.kind == "guarded_command")
             .map(|c| c.summary.as_str())
-            .collect()
     }
 
     /// Whether the session may write staging files under the host root (content that an

@@ -379,7 +379,7 @@ fn bls_entry(h: &Host, release: &str) -> Result<Option<String>> {
 /// (`linux-image-<release>`, `kernel-<release>`, ...: a name ending with `-<release>`).
 fn planned_kernel(h: &Host, release: &str) -> bool {
     let suffix = format!("-{release}");
-    h.planned_installs().iter().any(|n| n.ends_with(&suffix))
+    h.planned_installs().any(|n| n.ends_with(&suffix))
 }
 
 /// `GRUB_DEFAULT=saved` in the text of `/etc/default/grub`: the first `GRUB_DEFAULT=` line
@@ -526,13 +526,13 @@ pub fn boot_into(h: &mut Host, release: &str) -> Result<bool> {
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
-    use crate::host::api::convert::{self};
+    use rhai::ImmutableString as S;
+
+    use crate::host::api::convert;
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::host_fn;
-    use rhai::ImmutableString as S;
-
     use crate::host::kernel::boot;
 
     /// The `release` parameter of the `kernel::` functions.

@@ -150,7 +150,6 @@ fn query(h: &mut Host, argv: &[&str]) -> Result<Option<(i32, String)>> {
 /// commands, `raid <path> level <l> from [<devs>]` and `mkfs <fstype> on <path>`.
 fn planned(h: &Host, prefix: &str) -> Vec<String> {
     h.planned_guarded_commands()
-        .into_iter()
         .filter_map(|s| s.strip_prefix(prefix))
         .map(|rest| rest.split_once(": ").map_or(rest, |(w, _)| w).to_string())
         .collect()
@@ -518,6 +517,8 @@ pub fn mkfs(h: &mut Host, dev: &str, fs_type: &str, spec: &MkfsSpec) -> Result<b
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
+    use rhai::{Dynamic, ImmutableString as S, Map};
+
     use crate::host::api::convert::{self, check_keys};
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
@@ -525,8 +526,6 @@ pub(crate) mod rows {
     use crate::host::api::docs::OPTS;
     use crate::host::api::host_fn;
     use crate::host::mounts::disk::{self, BlockDevice, MkfsSpec};
-    use rhai::{Dynamic, ImmutableString as S, Map};
-
     use crate::host::mounts::mount::rows::DEV;
 
     /// The option keys of `fs::mkfs`.
