@@ -695,6 +695,17 @@ fn edges(files: &[SourceFile]) -> Vec<Edge> {
     out
 }
 
+/// The folder of `src/host` that `f` is in (a file directly in it counts as its own
+/// folder), with its rank: its index in [`HOST_LAYERS`], or after them for an area. `None`
+/// outside `src/host` and for `src/host/mod.rs`.
+fn host_folder(f: &SourceFile) -> Option<(usize, &str)> {
+    let [top, sub, ..] = f.module.as_slice() else {
+        return None;
+    };
+    let rank = HOST_LAYERS.iter().position(|l| l == sub);
+    (top == "host").then(|| (rank.unwrap_or(HOST_LAYERS.len()), sub.as_str()))
+}
+
 /// The violations of [`LAYERS`] and of the no-cycle rule, keyed as [`KNOWN_VIOLATIONS`] words
 /// them, each with its lines of detail (`file:line: edge`).
 fn violations(files: &[SourceFile], edges: &[Edge]) -> BTreeMap<String, Vec<String>> {
@@ -719,19 +730,9 @@ fn violations(files: &[SourceFile], edges: &[Edge]) -> BTreeMap<String, Vec<Stri
         }
     }
     // Between the folders of `src/host` (HOST_LAYERS).
-    let host_rank = |f: &SourceFile| {
-        (f.module.first().map(String::as_str) == Some("host")).then(|| {
-            let sub = f.module.get(1).map_or("", String::as_str);
-            HOST_LAYERS
-                .iter()
-                .position(|l| *l == sub)
-                .map_or((HOST_LAYERS.len(), sub.to_string()), |i| {
-                    (i, sub.to_string())
-                })
-        })
-    };
     for e in edges {
-        let (Some((ra, a)), Some((rb, b))) = (host_rank(&files[e.from]), host_rank(&files[e.to]))
+        let (Some((ra, a)), Some((rb, b))) =
+            (host_folder(&files[e.from]), host_folder(&files[e.to]))
         else {
             continue;
         };
