@@ -26,6 +26,9 @@
 //!   namespace, a fake host root at `/root`, the package volumes under `/skyhook-package`.
 //! - `fixtures`: realistic packages from `tests/fixtures/` (shaped like the public Skyhook
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
+//! - `shellscript_compat`: the shellscript compatibility mode (`stdlib/shellscript.rhai`)
+//!   against the public-shaped bash package, both run by the agent on the same configMap
+//!   scripts (`return`, `$1`, working directory, exit status, a missing script).
 //! - `serve`: `skyhook-agent serve` on loopback with raw HTTP requests, and `skyhook-run --remote`
 //!   paired with it (plan parity with a local run, resume after a cut connection).
 //! - `interrupt_copy_dir`: an interrupt with no copy dir copies `SKYHOOK_DATA_DIR` into it
@@ -84,6 +87,7 @@ mod preflight;
 mod reboot;
 mod rhai_steps;
 mod serve;
+mod shellscript_compat;
 mod skyhook_run;
 mod skyhook_run_check;
 mod undo_journal;
