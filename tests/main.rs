@@ -47,7 +47,7 @@
 //!   on a fake root, also after a manual umount and userdel.
 //! - `kernel_boot`: `kernel::` on the fake GPU-node hosts: a second kernel installed with
 //!   the fake apt, made grub's default, booted by the fake `reboot`; BootLoaderSpec entries
-//!   on Amazon Linux.
+//!   on Amazon Linux; change reports naming in apply the old values the plan named.
 //! - `undo_journal`: a `.rhai` step of ten kinds of file change, failing or succeeding,
 //!   SIGKILLed at every fsync, fdatasync and rename (its undo included), then rerun: the
 //!   host equals a clean run's.
