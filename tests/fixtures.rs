@@ -2,9 +2,10 @@
 //!
 //! - `shellscript`: shaped like the public Skyhook "shellscript" package: every mode runs the
 //!   dispatcher `shellscript_run.sh <mode_with_underscores>` (all steps `idempotence: true`),
-//!   which sources `$SKYHOOK_DIR/configmaps/<stage>.sh` and succeeds with a warning when the
-//!   configMap has no such script. The configmaps are laid out as a Kubernetes configMap
-//!   volume is (`..<timestamp>/` directory, `..data` link, per-key links).
+//!   which sources `$SKYHOOK_DIR/configmaps/<stage>.sh` and, when the configMap has no such
+//!   script, prints the public dispatcher's `Could not find file ...` message and succeeds.
+//!   The configmaps are laid out as a Kubernetes configMap volume is (`..<timestamp>/`
+//!   directory, `..data` link, per-key links).
 //! - `tuning`: shaped like the public Skyhook "tuning" package: bash steps that install
 //!   `sysctl.conf`, `ulimit.conf` and `service_containerd.conf` from the configMap as drop-in
 //!   files, calling recording `sysctl`/`systemctl` stubs, checks that compare the files, and
@@ -120,7 +121,7 @@ fn shellscript_package_all_modes() {
     fr.run("config-check").code(0);
     assert!(fr.exists("/t/state/flags/config-check_ALL_CHECKED"));
 
-    // Stages without a configMap script succeed with the dispatcher's warning.
+    // Stages without a configMap script succeed with the dispatcher's message.
     for (mode, stage) in [
         ("post-interrupt", "post_interrupt"),
         ("post-interrupt-check", "post_interrupt_check"),
@@ -130,7 +131,7 @@ fn shellscript_package_all_modes() {
         let run = fr.run(mode);
         run.code(0);
         run.matches(&format!(
-            r"^\[out\]{{TS}} WARNING: /t/pkg/configmaps/{stage}\.sh not found in the configmap, nothing to do for {stage}$"
+            r"^\[out\]{{TS}} Could not find file /t/pkg/configmaps/{stage}\.sh was this in the configmap\?$"
         ));
     }
     assert!(fr.exists(&flag("post_interrupt")));

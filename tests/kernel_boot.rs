@@ -181,3 +181,113 @@ fn lib_find_on_the_fake_host_ldconfig() {
         ["/lib/x86_64-linux-gnu/libc.so.6"]
     );
 }
+
+/// A change report names the state before the change: the node runs 6.8.0-1021-aws (its
+/// only kernel, grub's entry `0`), the step installs 6.14.0-1018-aws and makes it the
+/// default. The plan said `6.8.0-1021-aws -> 6.14.0-1018-aws`; the apply said
+/// `6.14.0-1018-aws -> 6.14.0-1018-aws`, reading grub's newest kernel after the install had
+/// put the new one in place.
+#[test]
+fn kernel_set_default_after_an_install_reports_the_default_before_it() {
+    require_root!();
+    let fr = fake_node("ubuntu-24.04-eks-x86_64");
+    let (old, new) = ("6.8.0-1021-aws", "6.14.0-1018-aws");
+    for e in fs::read_dir(fr.host("/boot")).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with("vmlinuz-") {
+            fs::remove_file(e.path()).unwrap();
+        }
+    }
+    fr.write(&format!("/boot/vmlinuz-{old}"), "fake kernel\n");
+    fr.write("/usr/share/fakehost/kernel-release", format!("{old}\n"));
+    let base = fr.read("/usr/share/fakehost/dpkg-base");
+    let kept: String = base
+        .lines()
+        .filter(|l| !l.starts_with("linux-"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    fr.write("/usr/share/fakehost/dpkg-base", kept);
+
+    let step = |mode| {
+        let mut h = session(&fr, mode);
+        assert_eq!(boot::default(&h).unwrap().as_deref(), Some(old));
+        assert!(pkg::install(&mut h, &[format!("linux-image-{new}")], false).unwrap());
+        assert!(boot::set_default(&mut h, new).unwrap());
+        let report = h.finish().unwrap();
+        report
+            .changes
+            .iter()
+            .map(|c| c.summary.clone())
+            .filter(|s| s.starts_with("grub default"))
+            .collect::<Vec<_>>()
+    };
+    let want = [format!("grub default: {old} -> {new}")];
+    assert_eq!(step(ExecMode::Plan), want, "plan");
+    assert_eq!(step(ExecMode::Apply), want, "apply");
+    assert!(fr.exists(&format!("/boot/vmlinuz-{new}")), "installed");
+}
+
+/// Every change report that names an old value (`grub default: A -> B`, `sysctl k = v (was
+/// x)`, `chmod p A -> B`, `(mode A -> B)`, `chown p A -> B`, a drop-in's diff) names in
+/// apply what the plan of the same step named: the state before the change, not after an
+/// earlier call of the step had already changed it. One step over the areas, planned on
+/// one copy of the node and applied (`--diff`) on another by `skyhook-run`; summaries,
+/// diffs and `before` hashes compared change by change.
+#[test]
+fn change_reports_name_the_same_old_values_in_apply_as_in_plan() {
+    require_root!();
+    let new = "6.14.0-1018-aws-64k";
+    let script = format!(
+        r#"pkg::install(["linux-image-{new}"]);
+kernel::set_default("{new}");
+sysctl::set("vm.swappiness", "11");
+sysctl::set("vm.swappiness", "12");
+fs::write("/etc/a.conf", "a\n");
+fs::chmod("/etc/a.conf", 0o600);
+fs::write("/etc/a.conf", "b\n", #{{mode: 0o640}});
+grub::set_cmdline("50-x", ["a=1"]);
+grub::set_cmdline("50-x", ["a=2"]);
+user::ensure("gpuops", #{{home: "/home/gpuops", create_home: true}});
+"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("step.rhai");
+    fs::write(&file, script).unwrap();
+    let run = |apply: bool| {
+        let fr = fake_node("ubuntu-24.04-eks-x86_64");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_skyhook-run"));
+        cmd.arg(&file).arg("--root").arg(fr.root());
+        if apply {
+            cmd.args(["--apply", "--diff"]);
+        }
+        let out = cmd
+            .args(["--output", "json"])
+            .env_clear()
+            .env("PATH", PATH)
+            .output()
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(doc["ok"], true, "apply: {apply}: {doc:#}");
+        doc["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} | diff: {} | before: {}",
+                    c["summary"].as_str().unwrap(),
+                    c["diff"].as_str().unwrap_or("-"),
+                    c["before"].as_str().unwrap_or("-")
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let plan = run(false);
+    assert!(
+        plan.iter()
+            .any(|c| c.starts_with(&format!("grub default: 6.14.0-1018-aws -> {new} |"))),
+        "{plan:#?}"
+    );
+    assert_eq!(plan.len(), 14, "{plan:#?}");
+    assert_eq!(run(true), plan);
+}

@@ -26,6 +26,9 @@
 //!   namespace, a fake host root at `/root`, the package volumes under `/skyhook-package`.
 //! - `fixtures`: realistic packages from `tests/fixtures/` (shaped like the public Skyhook
 //!   `shellscript` and `tuning` packages) run through all their modes on a fake root.
+//! - `shellscript_compat`: the shellscript compatibility mode (`stdlib/shellscript.rhai`)
+//!   against the public-shaped bash package, both run by the agent on the same configMap
+//!   scripts (`return`, `$1`, working directory, exit status, a missing script).
 //! - `serve`: `skyhook-agent serve` on loopback with raw HTTP requests, and `skyhook-run --remote`
 //!   paired with it (plan parity with a local run, resume after a cut connection).
 //! - `interrupt_copy_dir`: an interrupt with no copy dir copies `SKYHOOK_DATA_DIR` into it
@@ -44,7 +47,7 @@
 //!   on a fake root, also after a manual umount and userdel.
 //! - `kernel_boot`: `kernel::` on the fake GPU-node hosts: a second kernel installed with
 //!   the fake apt, made grub's default, booted by the fake `reboot`; BootLoaderSpec entries
-//!   on Amazon Linux.
+//!   on Amazon Linux; change reports naming in apply the old values the plan named.
 //! - `undo_journal`: a `.rhai` step of ten kinds of file change, failing or succeeding,
 //!   SIGKILLed at every fsync, fdatasync and rename (its undo included), then rerun: the
 //!   host equals a clean run's.
@@ -84,6 +87,7 @@ mod preflight;
 mod reboot;
 mod rhai_steps;
 mod serve;
+mod shellscript_compat;
 mod skyhook_run;
 mod skyhook_run_check;
 mod undo_journal;

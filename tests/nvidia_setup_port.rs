@@ -666,6 +666,60 @@ fn nvidia_setup_allow_newer_compares_upstream_versions() {
     );
 }
 
+/// apply-check lists every problem, as the README says: on a fresh node whose kernel is
+/// not the package's, the kernel is the first problem and the others (nothing applied yet)
+/// follow; the count covers them all. (Before: the kernel mismatch ended the check, the
+/// other problems unlisted.)
+#[test]
+fn nvidia_setup_apply_check_lists_every_problem_a_wrong_kernel_too() {
+    require_root!();
+    let errors = |run: &Run| -> Vec<String> {
+        run.all()
+            .lines()
+            .filter_map(|l| l.split_once("ERROR: ").map(|(_, e)| e.to_string()))
+            .collect()
+    };
+    let (mut fr, _mirror) = setup_node(
+        "ubuntu-24.04-eks-x86_64",
+        &[("service", "eks"), ("accelerator", "h100")],
+    );
+    // The package's kernel running: the problems of a node nothing was applied to.
+    let right = failed(fr.run("apply-check"), "fresh node", "problem(s)");
+    let others = errors(&right);
+    assert!(
+        others.iter().any(|e| e.contains("chrony")),
+        "{}",
+        right.all()
+    );
+    // Another kernel running: the same problems, the kernel's first.
+    fr.write("/usr/share/fakehost/kernel-release", "6.17.0-1007-aws\n");
+    let wrong = failed(fr.run("apply-check"), "wrong kernel", "problem(s)");
+    let kernel = "current kernel 6.17.0-1007-aws does not match required 6.14.0-1018-aws (exact match required). Set NVIDIA_SETUP_KERNEL_ALLOW_NEWER=true to allow a newer kernel, or NVIDIA_SETUP_INSTALL_KERNEL=true to install the exact kernel.";
+    let mut want = vec![kernel.to_string()];
+    want.extend(others.iter().cloned());
+    assert_eq!(errors(&wrong), want, "{}", wrong.all());
+    assert!(
+        wrong.all().contains(&format!(
+            "{} problem(s), the first: {kernel}",
+            others.len() + 1
+        )),
+        "{}",
+        wrong.all()
+    );
+
+    // The bash package's test hook is not honoured, and says so (README).
+    fr.set_env("SKIP_SYSTEM_OPERATIONS", "true");
+    let skip = failed(fr.run("apply-check"), "skip hook", "problem(s)");
+    assert!(
+        skip.all().contains(
+            "WARN: SKIP_SYSTEM_OPERATIONS is set but this port does not honour it: every operation runs."
+        ),
+        "{}",
+        skip.all()
+    );
+    assert_eq!(errors(&skip), want);
+}
+
 /// Unsupported hosts, missing or empty configMaps, an unknown combination and a bad flag
 /// fail apply with a message naming them, and change nothing under /etc.
 #[test]

@@ -1240,7 +1240,9 @@ fn shellscript_on_every_distribution() {
                 .iter()
                 .map(|a| a.summary.as_str())
                 .collect::<Vec<_>>(),
-            ["/bin/bash /skyhook/pkg/configmaps/apply.sh"],
+            [
+                "/bin/bash -c 'file=$2; . \"$1\" \"$2\"' /skyhook/pkg/skyhook_dir/shellscript_run.sh /skyhook/pkg/configmaps/apply.sh apply"
+            ],
             "{os}"
         );
 
@@ -1261,12 +1263,15 @@ fn shellscript_on_every_distribution() {
         let bad = n.step("shellscript", "apply-check", false);
         assert_eq!(bad.outcome.code, 1, "{os}");
 
-        // A stage without a script: a warning and success.
+        // A stage without a script: the public dispatcher's message on stdout, success.
         let none = n.step("shellscript", "config", false).ok();
         assert_eq!(none.outcome.code, 0);
         assert_eq!(
-            none.stderr,
-            "WARN: /skyhook/pkg/configmaps/config.sh not found in the configMap, nothing to do for config\n"
+            (none.stdout.as_str(), none.stderr.as_str()),
+            (
+                "Could not find file /skyhook/pkg/configmaps/config.sh was this in the configmap?\n",
+                ""
+            )
         );
 
         // The script's exit code is the step's return code.

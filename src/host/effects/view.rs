@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use std::collections::BTreeMap;
 
+use crate::host::effects::effect::EffectKind;
 use crate::host::effects::lines::{Lines, Stamp, View};
 use crate::host::effects::overlay::{Stat, normalize, root_stat};
 use crate::host::effects::session::Host;
@@ -242,6 +243,20 @@ impl Host {
             .flat_map(|o| o.packages.iter())
             .filter(|(_, installed)| **installed)
             .map(|(n, _)| n.as_str())
+    }
+
+    /// The packages this session installed (apply: the names of its `package_install`
+    /// changes) or planned to install (plan and check: [`Host::planned_installs`]).
+    pub(crate) fn session_installs(&self) -> Vec<&str> {
+        if self.plans() {
+            return self.planned_installs().collect();
+        }
+        self.report
+            .changes
+            .iter()
+            .filter(|c| c.kind == EffectKind::PackageInstall.name())
+            .flat_map(|c| c.target.split(' '))
+            .collect()
     }
 
     /// The summaries of the guarded commands this session planned (plan and check mode; in

@@ -34,7 +34,10 @@
 //! as grub's 10_linux names it (`GRUB_DISTRIBUTOR`: a literal value as it is, else the
 //! first word of os-release `NAME`, or all of it when the value reads os-release). The
 //! grubenv is the tool's to write (it is not journaled): a failed step leaves a
-//! `not undone: grub default ...` line.
+//! `not undone: grub default ...` line. The report's `grub default: <old> -> <release>`
+//! names what grub booted before the kernels the session installs: in apply mode a kernel
+//! package installed earlier in the step is already the newest kernel (entry `0`) when the
+//! default is set, and would otherwise be named as its own old value.
 
 use std::path::{Path, PathBuf};
 
@@ -315,6 +318,47 @@ pub fn default(h: &Host) -> Result<Option<String>> {
     ))
 }
 
+/// The release grub booted before this session's kernels came: [`default`], with the newest
+/// kernel (entry `0`) taken among the kernels installed before the session, leaving out
+/// those of packages the session installed (apply) or planned to install ([`brings_kernel`]).
+/// The `old` of a [`set_default`] report, so that apply names what the plan named: an
+/// install has already put its kernel in place (and had grub's menu regenerated) when the
+/// default is set after it in apply mode, while a plan only planned it.
+///
+/// # Errors
+/// As [`default`].
+fn default_before_session(h: &Host) -> Result<Option<String>> {
+    if let Some(r) = h.planned_grub_default() {
+        return Ok(Some(r));
+    }
+    let session = h.session_installs();
+    let kernels: Vec<String> = installed(h)?
+        .into_iter()
+        .filter(|k| !session.iter().any(|n| brings_kernel(n, k)))
+        .collect();
+    Ok(entry_release(
+        &default_entry(h)?,
+        kernels.last().map(String::as_str),
+    ))
+}
+
+/// Whether package `name` carries kernel `release` itself: a name ending with `-<release>`
+/// (`linux-image-<release>`, `kernel-<release>`, ...) that is not one of its companions
+/// (headers, modules, tools), which an install may add to a kernel already there.
+fn brings_kernel(name: &str, release: &str) -> bool {
+    const COMPANIONS: [&str; 8] = [
+        "linux-headers-",
+        "linux-modules-",
+        "linux-tools-",
+        "linux-cloud-tools-",
+        "kernel-devel-",
+        "kernel-headers-",
+        "kernel-modules-",
+        "kernel-tools-",
+    ];
+    name.ends_with(&format!("-{release}")) && !COMPANIONS.iter().any(|c| name.starts_with(c))
+}
+
 /// The entry grub boots next: `GRUB_DEFAULT`, or for `saved` the grubenv's `saved_entry`
 /// (`0` when there is none).
 fn default_entry(h: &Host) -> Result<String> {
@@ -414,7 +458,9 @@ fn with_saved(text: &str) -> Option<String> {
 /// `kernel::set_default(release)`: make grub boot `release` next (module docs). Unchanged
 /// when grub's default entry names `release` itself; a default that is `release` only as
 /// the newest kernel (entry `0`) is pinned, since the next kernel installed would move it. Plan: `~ grub default: <old> -> <release>` (and
-/// the `/etc/default/grub` diff when `GRUB_DEFAULT` was not `saved`); check: drift.
+/// the `/etc/default/grub` diff when `GRUB_DEFAULT` was not `saved`), `<old>` what grub
+/// booted before the kernels this session installs ([`default_before_session`]), in apply
+/// as in plan; check: drift.
 ///
 /// # Errors
 /// An invalid release; a release not installed (nor planned by a `pkg::install` of this
@@ -453,7 +499,7 @@ pub fn set_default(h: &mut Host, release: &str) -> Result<bool> {
             ),
         });
     }
-    let old = default(h)?;
+    let old = default_before_session(h)?;
     let family = crate::host::system::os::family(h)?;
     let rpm = matches!(family.as_str(), "rhel" | "fedora");
     let tools: &[&str] = if rpm {
@@ -573,7 +619,7 @@ pub(crate) mod rows {
             &[RELEASE],
             "bool",
             Submits(&[Write, GrubDefault]),
-            "Make grub boot `release` next: `GRUB_DEFAULT=saved` in `/etc/default/grub` (a file change; `update-grub` once at the end of the step, except on rhel and fedora) and `grub-set-default \"Advanced options for <OS>><OS>, with Linux <release>\"` (`grub2-set-default` where only it exists; a BootLoaderSpec id when `/boot/loader/entries/<id>.conf` is there). Unchanged when grub's default entry names the release (a default that is it only as the newest kernel, entry `0`, is pinned); a plan shows `~ grub default: <old> -> <release>`; check: drift. An error when the release is not installed (nor planned by a `pkg::install` of the step), or a `grub.d` file sets another `GRUB_DEFAULT`.",
+            "Make grub boot `release` next: `GRUB_DEFAULT=saved` in `/etc/default/grub` (a file change; `update-grub` once at the end of the step, except on rhel and fedora) and `grub-set-default \"Advanced options for <OS>><OS>, with Linux <release>\"` (`grub2-set-default` where only it exists; a BootLoaderSpec id when `/boot/loader/entries/<id>.conf` is there). Unchanged when grub's default entry names the release (a default that is it only as the newest kernel, entry `0`, is pinned); a plan shows `~ grub default: <old> -> <release>` (`<old>`: what grub booted before the kernels the step installs, in plan and apply alike); check: drift. An error when the release is not installed (nor planned by a `pkg::install` of the step), or a `grub.d` file sets another `GRUB_DEFAULT`.",
             |h, r: S| Ok(boot::set_default(h, &r)?)
         ),
         host_fn!(
