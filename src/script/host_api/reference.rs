@@ -2,9 +2,10 @@
 //! ([`FUNCTIONS`], [`NAMESPACES`]), the script layer's own functions ([`SCRIPT_FUNCTIONS`]),
 //! and the generators of the script authors' reference (`docs/host-api.md`,
 //! [`render_markdown`]) and of the editor definitions file (`docs/skyhook.d.rhai`,
-//! [`render_definitions`]).
+//! [`render_definitions`]), and of the README's list of the functions and namespaces
+//! ([`render_readme_list`]).
 //!
-//! Tests check that both generated files are up to date. Regenerate them with
+//! Tests check that the generated files and the README's list are up to date. Regenerate them with
 //! `SKYHOOK_UPDATE_DOCS=1 cargo test --lib script::host_api::tests::docs`.
 
 use std::fmt::Write as _;
@@ -309,6 +310,57 @@ Types below are Rhai's: `String`, `int`, `bool`, `Map` (`#{...}`), `Array` (`[..
 `?` means several types are accepted (see the description). Editor completion:
 `docs/skyhook.d.rhai`.
 ";
+
+/// The markers around the README's list of the host API (`README.md`, "What is in the box").
+pub const README_LIST_BEGIN: &str = "<!-- the host API's functions and namespaces: generated from \
+     the registered functions by `SKYHOOK_UPDATE_DOCS=1 cargo test --lib \
+     script::host_api::tests::docs`; a test fails when stale -->";
+/// The end of the README's generated list.
+pub const README_LIST_END: &str = "<!-- end of the generated list -->";
+
+/// The README's list of the host API: the global functions, then every namespace in reference
+/// order (`fs::`, `service::`, ...), as Markdown lines of at most 100 characters.
+pub fn render_readme_list() -> String {
+    let mut globals: Vec<&str> = Vec::new();
+    for d in FUNCTIONS.iter().filter(|d| d.ns.is_empty()) {
+        if !globals.contains(&d.name) {
+            globals.push(d.name);
+        }
+    }
+    let namespaces: Vec<String> = NAMESPACES
+        .iter()
+        .filter(|(ns, _, _)| !ns.is_empty())
+        .map(|(ns, _, _)| format!("{ns}::"))
+        .collect();
+    // "`a`, `b`, `c`" with `last` after the final item.
+    let list = |items: &[String], last: &str| -> Vec<String> {
+        let n = items.len();
+        (0..n)
+            .map(|i| format!("`{}`{}", items[i], if i + 1 == n { last } else { "," }))
+            .collect()
+    };
+    let globals: Vec<String> = globals.iter().map(|g| g.to_string()).collect();
+    let mut words: Vec<String> = ["Global", "functions"].map(String::from).to_vec();
+    words.extend(list(&globals, ""));
+    words.extend(["and", "the", "namespaces"].map(String::from));
+    words.extend(list(&namespaces, "."));
+    let mut out = String::new();
+    let mut line = String::new();
+    for w in words {
+        if !line.is_empty() && line.len() + 1 + w.len() > 100 {
+            out.push_str(&line);
+            out.push('\n');
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&w);
+    }
+    out.push_str(&line);
+    out.push('\n');
+    out
+}
 
 fn md_cell(s: &str) -> String {
     s.replace('|', "\\|")
