@@ -5,8 +5,9 @@
 //! `target/image/oci` (index tagged `<version>`, manifests `<version>-amd64`/`-arm64`, SBOM
 //! and provenance referrers), and the tests use it, or the layout named by `SKYHOOK_IMAGE`
 //! (`PATH[:TAG]` or the script's `oci:PATH:TAG`). Without root, `umoci`, `runc` or the layout,
-//! every test here prints `SKIPPED ...` and passes; so does the arm64 test without
-//! `qemu-aarch64-static` or an arm64 manifest.
+//! every test here is skipped ([`crate::util::skip`]: it passes, and the test binary's last
+//! line names it); so is the arm64 test without `qemu-aarch64-static` or an arm64 manifest.
+//! Under `SKYHOOK_REQUIRE_ALL=1` (`.ci/run`) each of those fails instead.
 //!
 //! Once per test binary and architecture, the manifest is unpacked with `umoci unpack`
 //! (digests verified) into an OCI runtime bundle. Each run then gets a `config.json` made from
@@ -95,13 +96,7 @@ macro_rules! require_image {
         require_root!();
         match $img {
             Ok(img) => img,
-            Err(why) => {
-                eprintln!(
-                    "SKIPPED {}: {why}",
-                    std::thread::current().name().unwrap_or("?")
-                );
-                return;
-            }
+            Err(why) => skip!("{why}"),
         }
     }};
 }
@@ -1492,10 +1487,9 @@ fn image_sbom_and_provenance_are_attached() {
 fn arm64_agent_runs_under_qemu() {
     require_root!();
     if !have("qemu-aarch64-static") {
-        eprintln!(
-            "SKIPPED arm64_agent_runs_under_qemu: qemu-aarch64-static is not installed (apt-get install qemu-user-static; .ci/run does)"
+        skip!(
+            "qemu-aarch64-static is not installed (apt-get install qemu-user-static; .ci/run does)"
         );
-        return;
     }
     let img = require_image!(image_arm64());
     let agent = img.rootfs.join("skyhook-agent");
