@@ -30,15 +30,15 @@ for _ in $(seq 50); do [ -s "$PORT_FILE" ] && break; sleep 0.1; done
 [ -s "$PORT_FILE" ] || { echo "port_vs_bash.sh: the mirror did not start" >&2; exit 1; }
 EFA_URL=http://127.0.0.1:$(cat "$PORT_FILE")/$EFA
 
-# A fresh node at $1 with package $2 at /pkg: the gke node plus what both packages need from
-# a real node: dpkg-query and apt-mark showhold (tests/fixtures/fakehost-apt-query), /dev/disk/by-id
-# as symlinks and the disks' sysfs, the running kernel where the agent reads it, the tools the bash steps call.
+# A fresh node at $1 with package $2 at /pkg: the gke node as the tests build it (the layer's
+# flattened links made symlinks again: /dev/disk/by-id, apt-get, the running kernel and machine
+# in /proc/sys/kernel), the disks' sysfs, the tools the bash steps call.
 node() {
     local r=$1 f t p n d
     rm -rf "$r"
     scripts/make-host-root.sh "$r" >/dev/null
     rm -f "$r"/usr/local/bin/{systemctl,sysctl,service,reboot}
-    cp -a "tests/fakehosts/$HOST/." "tests/fixtures/fakehost-apt-query/." "$r/"
+    cp -a "tests/fakehosts/$HOST/." "$r/"
     for t in find xargs mktemp readlink awk; do
         p=$(command -v $t)
         for f in "$p" $(ldd "$p" 2>/dev/null | grep -o '/[^ ]*'); do
@@ -47,7 +47,7 @@ node() {
         mkdir -p "$r$(dirname "$p")"; cp -n "$p" "$r$p"
     done
     mkdir -p "$r/dev" && rm -f "$r/dev/null" && mknod -m 666 "$r/dev/null" c 1 3
-    for f in "$r"/dev/disk/by-id/* "$r/usr/local/bin/apt-get"; do
+    for f in "$r"/dev/disk/by-id/* "$r/usr/local/bin/apt-get" "$r"/proc/sys/kernel/{osrelease,arch}; do
         [ -f "$f" ] && ln -sfn "$(cat "$f")" "$f"
     done
     # sysfs and udev records of the instance-store disks, as a node has them (plain directories
@@ -64,9 +64,6 @@ node() {
         printf 'E:ID_MODEL=Amazon_EC2_NVMe_Instance_Storage\nE:ID_SERIAL_SHORT=%s\n' "${f##*_}" \
             > "$r/run/udev/data/b$(cat "$d/dev")"
     done
-    mkdir -p "$r/proc/sys/kernel"
-    ln -sfn /usr/share/fakehost/kernel-release "$r/proc/sys/kernel/osrelease"
-    ln -sfn /usr/share/fakehost/machine "$r/proc/sys/kernel/arch"
     cp -r "$WORK/$2" "$r/pkg"
     mkdir -p "$r/pkg/configmaps"
     printf eks > "$r/pkg/configmaps/service"

@@ -2,15 +2,18 @@
 """image-meta.py — the JSON that scripts/build-image.sh writes around the image.
 
   image-meta.py sbom TARGET... > sbom.cdx.json
-      CycloneDX 1.5 JSON of the crates in the build graph of the shipped binaries for those
-      targets: Cargo.lock entries reached from the package through normal and build
-      dependencies (`cargo metadata --locked --offline --filter-platform TARGET`), dev
-      dependencies and other platforms' crates left out. Each component: name, version,
-      purl (pkg:cargo/NAME@VERSION), license expression (Cargo.toml `license`, old `A/B`
-      read as `A OR B`), SHA-256 of the .crate (Cargo.lock `checksum`) and the property
-      skyhook:linkage = `linked` (in the binaries) or `build` (build scripts, proc macros).
-      Timestamp and serial number derive from SOURCE_DATE_EPOCH and the commit, so the file
-      is the same for every build of a commit.
+      CycloneDX 1.5 JSON of the crates the build of the shipped binaries compiles for those
+      targets: `cargo tree --offline -e normal,build --target TARGET`, which resolves
+      features as `cargo build` does and reads only those crates' manifests, so it needs no
+      more in CARGO_HOME than the build downloaded (not the dev-dependencies; run it after
+      the build). Optional dependencies cargo's resolver keeps but the build does not
+      compile (enabled only by weak `dep?/feature`s or dev-dependencies' features) are left
+      out; cargo-auditable's `.dep-v0` list, from `cargo metadata`, still names them. Each
+      component: name, version, purl (pkg:cargo/NAME@VERSION), license expression (Cargo.toml
+      `license`, old `A/B` read as `A OR B`), SHA-256 of the .crate (Cargo.lock `checksum`)
+      and the property skyhook:linkage = `linked` (in the binaries) or `build` (build
+      scripts, proc macros). Timestamp and serial number derive from SOURCE_DATE_EPOCH and
+      the commit, so the file is the same for every build of a commit.
   image-meta.py index LAYOUT TAG ARCH=REF... [KEY=VALUE annotations via ANNOTATE_*]
       Writes an OCI image index blob listing the per-architecture manifests tagged REF in
       LAYOUT/index.json (platform linux/ARCH) and tags it TAG in index.json. Prints its digest.
@@ -28,6 +31,7 @@ Errors name the file and what is wrong, and exit 1.
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -76,6 +80,30 @@ def spdx(expr):
     return " OR ".join(p.strip() for p in expr.split("/")) if "/" in expr else expr
 
 
+def cargo_tree(target, edges):
+    """Each line of `cargo tree --no-dedupe -e EDGES --target TARGET` as its path from the
+    root: a list of ((name, version), license or "", is_proc_macro). Offline and locked: the
+    build fetched every crate of its graph; dies naming the target when cargo fails."""
+    cmd = ["cargo", "tree", "--locked", "--offline", "--no-dedupe", "-e", edges,
+           "--target", target, "--prefix", "depth", "--charset", "ascii",
+           "--format", "{p}|{l}"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        die(f"{' '.join(cmd[:-2])} failed (run after the build, which downloads these crates):"
+            f" {getattr(e, 'stderr', None) or e}".strip())
+    path = []
+    for line in out.splitlines():
+        # DEPTH NAME vVERSION[ (SOURCE)][ (proc-macro)]|LICENSE
+        m = re.fullmatch(r"(\d+)(\S+) v(\S+)(.*)\|(.*)", line)
+        if not m or int(m.group(1)) > len(path):
+            die(f"cargo tree --target {target}: unexpected line {line!r}")
+        depth, name, version, rest, lic = m.groups()
+        del path[int(depth):]
+        path.append(((name, version), lic.strip(), rest.endswith(" (proc-macro)")))
+        yield path
+
+
 def sbom(targets):
     if not targets:
         die("sbom: name at least one target")
@@ -86,81 +114,60 @@ def sbom(targets):
         die(f"Cargo.lock: {e}")
     checksums = {(p["name"], p["version"]): p.get("checksum") for p in lock.get("package", [])}
 
-    packages, kinds = {}, {}  # id -> package; id -> "linked" | "build"
+    # Per target, `cargo tree` resolves the graph as `cargo build --bins` does (normal and
+    # build edges, that target's platform, features as the build unifies them) and reads
+    # only those crates' manifests, which the build downloaded: `cargo metadata` would need
+    # every Cargo.lock crate, dev-dependencies included, in CARGO_HOME (issue 29).
+    # `--no-dedupe` prints each path in full, so a line's ancestors are its whole path.
+    packages, kinds = {}, {}  # (name, version) -> license; (name, version) -> "linked" | "build"
     edges = {}
     root = None
     for target in targets:
-        try:
-            out = subprocess.run(
-                ["cargo", "metadata", "--locked", "--offline", "--format-version", "1",
-                 "--filter-platform", target],
-                capture_output=True, text=True, check=True,
-            ).stdout
-        except subprocess.CalledProcessError as e:
-            die(f"cargo metadata --filter-platform {target} failed: {e.stderr.strip()}")
-        meta = json.loads(out)
-        root = meta["resolve"]["root"]
-        pkgs = {p["id"]: p for p in meta["packages"]}
-        nodes = {n["id"]: n for n in meta["resolve"]["nodes"]}
-
-        def is_proc_macro(pid):
-            return any("proc-macro" in t["kind"] for t in pkgs[pid]["targets"])
-
-        # Walk: (id, linked?) — a build dependency or a proc macro, and all below it, run at
-        # build time only.
-        todo, seen = [(root, True)], set()
-        while todo:
-            pid, linked = todo.pop()
-            if (pid, linked) in seen:
+        # Every crate of the build graph, its license, and its dependencies (normal, build).
+        for path in cargo_tree(target, "normal,build"):
+            key, lic, _ = path[-1]
+            if len(path) == 1:
+                root = key
                 continue
-            seen.add((pid, linked))
-            if pid != root:
-                packages[pid] = pkgs[pid]
-                if linked or kinds.get(pid) != "linked":
-                    kinds[pid] = "linked" if linked else kinds.get(pid, "build")
-            for dep in nodes[pid]["deps"]:
-                dk = {k["kind"] for k in dep["dep_kinds"]}
-                if dk <= {"dev"}:
-                    continue
-                child = dep["pkg"]
-                edges.setdefault(pid, set()).add(child)
-                child_linked = linked and None in dk and not is_proc_macro(child)
-                todo.append((child, child_linked))
+            packages[key] = lic
+            kinds.setdefault(key, "build")
+            edges.setdefault(path[-2][0], set()).add(key)
+        # Linked: reached from the root through normal edges alone, no proc macro on the way
+        # (a proc macro and everything below it run inside the compiler).
+        for path in cargo_tree(target, "normal"):
+            if len(path) > 1 and not any(proc for _, _, proc in path):
+                kinds[path[-1][0]] = "linked"
 
     if root is None:
-        die("sbom: cargo metadata gave no root package")
+        die("sbom: cargo tree gave no root package")
     rev = git("rev-parse", "HEAD") or "unknown"
     version = next((p["version"] for p in lock["package"] if p["name"] == "skyhook"), "0.0.0")
     components = []
-    for pid in sorted(packages, key=lambda i: (packages[i]["name"], packages[i]["version"])):
-        p = packages[pid]
+    for key in sorted(packages):
+        name, version_ = key
+        purl = f"pkg:cargo/{name}@{version_}"
         c = {
             "type": "library",
-            "bom-ref": f"pkg:cargo/{p['name']}@{p['version']}",
-            "name": p["name"],
-            "version": p["version"],
-            "purl": f"pkg:cargo/{p['name']}@{p['version']}",
-            "properties": [{"name": "skyhook:linkage", "value": kinds[pid]}],
+            "bom-ref": purl,
+            "name": name,
+            "version": version_,
+            "purl": purl,
+            "properties": [{"name": "skyhook:linkage", "value": kinds[key]}],
         }
-        lic = spdx(p.get("license"))
+        lic = spdx(packages[key])
         if lic:
             c["licenses"] = [{"expression": lic}]
-        elif p.get("license_file"):
-            c["licenses"] = [{"license": {"name": f"see {p['license_file']}"}}]
-        sum_ = checksums.get((p["name"], p["version"]))
+        sum_ = checksums.get(key)
         if sum_:
             c["hashes"] = [{"alg": "SHA-256", "content": sum_}]
-        if p.get("description"):
-            c["description"] = " ".join(p["description"].split())
         components.append(c)
-    ref = lambda pid: (  # noqa: E731
-        f"pkg:cargo/{packages[pid]['name']}@{packages[pid]['version']}" if pid != root
-        else "skyhook-agent"
+    ref = lambda key: (  # noqa: E731
+        f"pkg:cargo/{key[0]}@{key[1]}" if key != root else "skyhook-agent"
     )
     dependencies = [
-        {"ref": ref(pid), "dependsOn": sorted(ref(c) for c in children if c in packages)}
-        for pid, children in sorted(edges.items(), key=lambda kv: ref(kv[0]))
-        if pid == root or pid in packages
+        {"ref": ref(key), "dependsOn": sorted(ref(c) for c in children if c in packages)}
+        for key, children in sorted(edges.items(), key=lambda kv: ref(kv[0]))
+        if key == root or key in packages
     ]
     return {
         "bomFormat": "CycloneDX",

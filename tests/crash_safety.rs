@@ -419,8 +419,7 @@ fn strace() -> Option<PathBuf> {
 #[test]
 fn a_hundred_line_edits_of_one_file_are_one_rename() {
     let Some(strace) = strace() else {
-        eprintln!("SKIPPED: strace is not installed (.ci/run installs it)");
-        return;
+        skip!("strace is not installed (.ci/run installs it)");
     };
     let dir = fast_tempdir();
     let root = dir.path().join("root");

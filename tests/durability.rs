@@ -88,8 +88,7 @@ fn a_step_syncs_its_directory_once_after_its_renames_and_before_its_flag() {
         .map(|d| std::path::Path::new(d).join("strace"))
         .find(|p| p.is_file())
     else {
-        eprintln!("SKIPPED: strace is not installed (.ci/run installs it)");
-        return;
+        skip!("strace is not installed (.ci/run installs it)");
     };
     let fr = FakeRoot::new();
     fr.write_config(&config(json!({

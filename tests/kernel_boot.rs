@@ -3,45 +3,21 @@
 //! (which boots the grubenv's `saved_entry` kernel and switches what `uname -r` and
 //! `/proc/sys/kernel/osrelease` say), through the library in process.
 
-use std::fs;
-
 use skyhook::host::kernel::boot;
 use skyhook::host::packages::pkg;
 use skyhook::host::root::HostRoot;
 use skyhook::host::system::libs;
 use skyhook::host::{ExecMode, Host, HostOptions};
 
-use crate::nvidia_ports::{STUB_TOOLS, manifest, overlay};
+use crate::nvidia_ports::fake_host;
 use crate::util::FakeRoot;
 
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// `dpkg-query -W -f=... NAME` over the layers' fake package database (the layers have no
-/// `dpkg-query`, which `pkg::` queries): `install ok installed<TAB>VERSION`, else exit 1.
-const DPKG_QUERY: &str = r#"#!/bin/sh
-. /usr/local/lib/fakehost/pkg.sh
-for last; do :; done
-pkg_installed "$last" || exit 1
-printf 'install ok installed\t%s' "$(pkg_meta "$last" version)"
-"#;
-
-/// Host layer `host` over a minimal root, with `/proc/sys/kernel/osrelease` following the
-/// fake boot's kernel release, the layer's `apt-get` (a file naming `apt`) made the
-/// program it stands for, and a `dpkg-query`.
+/// Host layer `host` over a minimal root, as every test sees it ([`fake_host`]): the running
+/// kernel (`/proc/sys/kernel/osrelease`) follows the fake boot's kernel release.
 fn fake_node(host: &str) -> FakeRoot {
-    let fr = FakeRoot::with_tools(STUB_TOOLS);
-    overlay(&manifest().join("tests/fakehosts").join(host), fr.root());
-    let osrelease = fr.host("/proc/sys/kernel/osrelease");
-    fs::create_dir_all(osrelease.parent().unwrap()).unwrap();
-    let _ = fs::remove_file(&osrelease);
-    std::os::unix::fs::symlink("/usr/share/fakehost/kernel-release", &osrelease).unwrap();
-    let apt_get = fr.host("/usr/local/bin/apt-get");
-    if fs::read_to_string(&apt_get).is_ok_and(|s| s.trim() == "apt") {
-        fs::remove_file(&apt_get).unwrap();
-        std::os::unix::fs::symlink("apt", &apt_get).unwrap();
-        fr.write_mode("/usr/local/bin/dpkg-query", DPKG_QUERY, 0o755);
-    }
-    fr
+    fake_host(host)
 }
 
 fn session(fr: &FakeRoot, mode: ExecMode) -> Host {

@@ -138,8 +138,7 @@ fn assert_complete(fr: &FakeRoot, ctx: &str) -> Vec<String> {
 fn sigkill_at_any_fsync_or_rename_then_rerun_equals_a_clean_run() {
     require_root!();
     let Some(strace) = which("strace") else {
-        eprintln!("SKIPPED kill_anywhere: strace is not installed (.ci/run installs it)");
-        return;
+        skip!("strace is not installed (.ci/run installs it)");
     };
     let clean = package();
     clean.run("apply").code(0);

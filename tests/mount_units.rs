@@ -12,26 +12,14 @@ use skyhook::host::mounts::unit::{self, UnitSpec};
 use skyhook::host::root::HostRoot;
 use skyhook::host::{ExecMode, Host, HostOptions, Report};
 
-use crate::nvidia_ports::{STUB_TOOLS, manifest, overlay};
+use crate::nvidia_ports::fake_host;
 use crate::util::FakeRoot;
 
 const HOST: &str = "ubuntu-24.04-eks-x86_64";
 
-/// The fake EKS node over a minimal root, its stubs writing to a real `/dev/null`.
+/// The fake EKS node over a minimal root, as every test sees it ([`fake_host`]).
 fn eks_node() -> FakeRoot {
-    let fr = FakeRoot::with_tools(STUB_TOOLS);
-    overlay(&manifest().join("tests/fakehosts").join(HOST), fr.root());
-    let null = fr.host("/dev/null");
-    fs::create_dir_all(null.parent().unwrap()).unwrap();
-    let _ = fs::remove_file(&null);
-    nix::sys::stat::mknod(
-        &null,
-        nix::sys::stat::SFlag::S_IFCHR,
-        nix::sys::stat::Mode::from_bits_truncate(0o666),
-        nix::sys::stat::makedev(1, 3),
-    )
-    .unwrap();
-    fr
+    fake_host(HOST)
 }
 
 fn session(fr: &FakeRoot, mode: ExecMode) -> Host {

@@ -24,27 +24,6 @@ pub(crate) const STUB_TOOLS: &[&str] = &[
     "tail",
 ];
 
-/// `systemctl show UNIT --property=P...` for the root (the layers' systemctl prints nothing
-/// for `show`): each property's last `P=` line in the unit file, then its drop-ins in name
-/// order, as systemd merges them; other verbs go to the layer's stub.
-const SYSTEMCTL_SHOW: &str = r#"#!/bin/sh
-if [ "$1" != show ]; then exec /usr/local/sbin/systemctl.layer "$@"; fi
-unit=${2%.service}.service
-files=""
-for d in /etc/systemd/system /usr/lib/systemd/system; do
-    if [ -f "$d/$unit" ]; then files="$d/$unit"; break; fi
-done
-for f in /etc/systemd/system/$unit.d/*.conf; do
-    [ -f "$f" ] && files="$files $f"
-done
-shift 2
-for p in "$@"; do
-    p=${p#--property=}
-    v=$(cat $files /dev/null | sed -n "s/^$p=//p" | tail -n 1)
-    echo "$p=$v"
-done
-"#;
-
 pub(crate) fn manifest() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -65,11 +44,16 @@ pub(crate) fn overlay(src: &Path, dst: &Path) {
 }
 
 /// Turn back into symlinks the layers' links that their snapshot flattened into small files
-/// holding the target: `usr/local/bin/apt-get` (`apt`) and the units enabled in
-/// `etc/systemd/system/*.wants/` (an absolute unit path). `dev/disk/by-id` is left to
-/// [`realistic_block_devices`].
+/// holding the target: `usr/local/bin/apt-get` (`apt`), the units enabled in
+/// `etc/systemd/system/*.wants/` (an absolute unit path) and `proc/sys/kernel/{osrelease,arch}`
+/// (`/usr/share/fakehost/{kernel-release,machine}`, which the fake reboot switches).
+/// `dev/disk/by-id` is left to [`realistic_block_devices`].
 fn relink(root: &Path) {
-    let mut dirs = vec![root.join("usr/local/bin"), root.join("usr/local/sbin")];
+    let mut dirs = vec![
+        root.join("usr/local/bin"),
+        root.join("usr/local/sbin"),
+        root.join("proc/sys/kernel"),
+    ];
     if let Ok(rd) = fs::read_dir(root.join("etc/systemd/system")) {
         dirs.extend(
             rd.flatten()
@@ -98,31 +82,35 @@ fn relink(root: &Path) {
     }
 }
 
-/// A fake GPU node: a host layer over a minimal root, the package `example` at `$T/pkg`
-/// with `configmaps`, the agent's environment for `resource_id`.
+/// Host layer `host` of `tests/fakehosts` over a minimal root, as every test sees it: the
+/// layer as it is, its flattened links made symlinks again ([`relink`]), and a real
+/// `/dev/null` for its stubs to write to, as on a node.
+pub(crate) fn fake_host(host: &str) -> FakeRoot {
+    let fr = FakeRoot::with_tools(STUB_TOOLS);
+    overlay(&manifest().join("tests/fakehosts").join(host), fr.root());
+    relink(fr.root());
+    let null = fr.host("/dev/null");
+    fs::create_dir_all(null.parent().unwrap()).unwrap();
+    let _ = fs::remove_file(&null);
+    nix::sys::stat::mknod(
+        &null,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(1, 3),
+    )
+    .unwrap();
+    fr
+}
+
+/// A fake GPU node: [`fake_host`] with the package `example` at `$T/pkg` and `configmaps`, the
+/// agent's environment for `resource_id`.
 pub(crate) fn node(
     host: &str,
     example: &str,
     configmaps: &[(&str, &str)],
     resource_id: &str,
 ) -> FakeRoot {
-    let mut fr = FakeRoot::with_tools(STUB_TOOLS);
-    overlay(&manifest().join("tests/fakehosts").join(host), fr.root());
-    relink(fr.root());
-    // The stubs write to /dev/null, as on a node.
-    let null = fr.host("/dev/null");
-    fs::create_dir_all(null.parent().unwrap()).unwrap();
-    let _ = fs::remove_file(&null);
-    let mknod = std::process::Command::new("mknod")
-        .args(["-m", "666"])
-        .arg(&null)
-        .args(["c", "1", "3"])
-        .status()
-        .unwrap();
-    assert!(mknod.success(), "mknod {}", null.display());
-    let sbin = fr.host("/usr/local/sbin");
-    fs::rename(sbin.join("systemctl"), sbin.join("systemctl.layer")).unwrap();
-    fr.write_mode("/usr/local/sbin/systemctl", SYSTEMCTL_SHOW, 0o755);
+    let mut fr = fake_host(host);
     overlay(&manifest().join("examples").join(example), &fr.t("pkg"));
     for (k, v) in configmaps {
         fr.write(&format!("{T}/pkg/configmaps/{k}"), v);
@@ -133,6 +121,68 @@ pub(crate) fn node(
     );
     fr.set_env("SKYHOOK_RESOURCE_ID", resource_id);
     fr
+}
+
+/// What a real node always has, every layer has as the tests build it, with no addition of
+/// the test's own: the running kernel and machine (`/proc/sys/kernel/{osrelease,arch}`, which
+/// the fake reboot switches), the package query of its package manager (`dpkg-query`,
+/// `rpm -q`) and `systemctl show`.
+#[test]
+fn every_layer_answers_as_a_node_does() {
+    use skyhook::host::packages::pkg;
+    use skyhook::host::root::HostRoot;
+    use skyhook::host::services::service;
+    use skyhook::host::system::os;
+    use skyhook::host::{ExecMode, Host, HostOptions};
+    require_root!();
+    for host in HOSTS {
+        let fr = fake_host(host);
+        let session = |mode| {
+            let o = HostOptions {
+                env: vec![(
+                    "PATH".into(),
+                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+                )],
+                ..HostOptions::default()
+            };
+            Host::new(HostRoot::open(fr.root()).unwrap(), mode, o)
+        };
+        let mut h = session(ExecMode::Check);
+        let release = fr.read("/usr/share/fakehost/kernel-release");
+        assert_eq!(
+            os::kernel(&h).unwrap(),
+            release.trim(),
+            "{host}: os::kernel()"
+        );
+        let machine = fr.read("/usr/share/fakehost/machine");
+        assert_eq!(os::arch(&h).unwrap(), machine.trim(), "{host}: os::arch()");
+        let props = ["LimitSTACK".to_string(), "Description".to_string()];
+        let shown = service::show(&mut h, "kubelet", &props).unwrap();
+        assert_eq!(shown["LimitSTACK"], "infinity", "{host}: systemctl show");
+        assert!(!shown["Description"].is_empty(), "{host}: {shown:?}");
+        match os::family(&h).unwrap().as_str() {
+            "debian" => {
+                // The base image's kernel package, from the image's package list.
+                let image = format!("linux-image-{}", release.trim());
+                let v = pkg::version(&h, &image).unwrap();
+                assert!(
+                    v.is_some_and(|v| !v.is_empty()),
+                    "{host}: dpkg-query {image}"
+                );
+            }
+            "rhel" => {
+                // A package the fake dnf installed, as rpm -q knows it.
+                assert_eq!(pkg::version(&h, "tuned").unwrap(), None, "{host}");
+                let mut h = session(ExecMode::Apply);
+                assert!(pkg::install(&mut h, &["tuned".to_string()], false).unwrap());
+                h.finish().unwrap();
+                let h = session(ExecMode::Check);
+                let v = pkg::version(&h, "tuned").unwrap();
+                assert!(v.is_some_and(|v| !v.is_empty()), "{host}: rpm -q tuned");
+            }
+            other => assert_eq!(pkg::manager(&h).unwrap(), None, "{host}: {other}"),
+        }
+    }
 }
 
 /// The base64 of an interrupt payload.

@@ -18,7 +18,7 @@ use std::os::unix::fs::symlink;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::nvidia_ports::{etc, manifest, node, ok, overlay, payload, realistic_block_devices};
+use crate::nvidia_ports::{etc, manifest, node, ok, payload, realistic_block_devices};
 use crate::util::{FakeRoot, Run, T, run_to_end};
 
 const SETUP_ID: &str = "setup-0000-1_nvidia_setup_0.2.1";
@@ -102,25 +102,11 @@ fn efa_tarball(host: &str) -> Vec<u8> {
     b.into_inner().unwrap().finish().unwrap()
 }
 
-/// A fake Ubuntu GPU node with the port at `$T/pkg` and `configmaps`: the running kernel and
-/// machine are `/usr/share/fakehost/{kernel-release,machine}` (what the fake uname and reboot
-/// use), a boot id, the package queries the layer lacks (`tests/fixtures/fakehost-apt-query`:
-/// dpkg-query, apt-mark showhold), its block devices as a node has them
-/// (`realistic_block_devices`), and the EFA mirror on loopback.
+/// A fake Ubuntu GPU node with the port at `$T/pkg` and `configmaps`: a boot id, its block
+/// devices as a node has them (`realistic_block_devices`), and the EFA mirror on loopback.
 fn setup_node(host: &str, configmaps: &[(&str, &str)]) -> (FakeRoot, Mirror) {
     let mut fr = node(host, "nvidia-setup", configmaps, SETUP_ID);
-    let osrelease = fr.host("/proc/sys/kernel/osrelease");
-    fs::create_dir_all(osrelease.parent().unwrap()).unwrap();
-    let _ = fs::remove_file(&osrelease);
-    symlink("/usr/share/fakehost/kernel-release", &osrelease).unwrap();
-    let arch = fr.host("/proc/sys/kernel/arch");
-    let _ = fs::remove_file(&arch);
-    symlink("/usr/share/fakehost/machine", &arch).unwrap();
     fr.write("/proc/sys/kernel/random/boot_id", "boot-1\n");
-    overlay(
-        &manifest().join("tests/fixtures/fakehost-apt-query"),
-        fr.root(),
-    );
     if fr.exists("/dev/disk/by-id") {
         realistic_block_devices(fr.root());
     }

@@ -305,8 +305,7 @@ fn a_step_leaving_nothing_is_not_signalled_and_one_leaving_a_child_is() {
         "#!/bin/bash\necho $$ > /t/bg.pid\nsleep 500 >/t/sleep.out 2>&1 &\necho $! > /t/sleep.pid\n",
     );
     let Some(kills) = traced_kills(&fr, "apply") else {
-        eprintln!("SKIPPED: strace is not installed (.ci/run installs it)");
-        return;
+        skip!("strace is not installed (.ci/run installs it)");
     };
     let quiet = pid_in(&fr, "/t/quiet.pid");
     let bg = pid_in(&fr, "/t/bg.pid");

@@ -133,8 +133,7 @@ fn differences(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Ve
 
 fn kill_anywhere(outcome: &str, code: i32) {
     let Some(strace) = which("strace") else {
-        eprintln!("SKIPPED undo_journal: strace is not installed (.ci/run installs it)");
-        return;
+        skip!("strace is not installed (.ci/run installs it)");
     };
     let clean = package(outcome);
     let original = host_state(&clean);

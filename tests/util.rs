@@ -47,18 +47,76 @@ pub const DEFAULT_TOOLS: &[&str] = &[
     "cp", "mv", "ls", "chmod", "true", "false", "test", "head", "tr",
 ];
 
+/// End the current test without running it: `skip!("why {}", x)` ([`skip`]), then `return`.
+#[macro_export]
+macro_rules! skip {
+    ($($why:tt)*) => {{
+        $crate::util::skip(&format!($($why)*));
+        return;
+    }};
+}
+
 /// Skip the current test loudly unless running as root (chroot, mounts and namespaces need it).
 #[macro_export]
 macro_rules! require_root {
     () => {
         if !$crate::util::is_root() {
-            eprintln!(
-                "SKIPPED {}: the skyhook-agent integration tests must run as root",
-                std::thread::current().name().unwrap_or("?")
-            );
-            return;
+            skip!("the skyhook-agent integration tests must run as root");
         }
     };
+}
+
+/// The current test did not run because `why` (a missing prerequisite).
+///
+/// Under `SKYHOOK_REQUIRE_ALL=1` (`.ci/run` sets it) that fails the test: a panic naming the
+/// test and `why`. Otherwise the test passes, and the skip is recorded: `SKIPPED test: why` in
+/// its captured output (shown with `--nocapture`), and in one summary line written to the
+/// real stderr when the test binary exits, after libtest's result line:
+/// `SKIPPED N tests, counted as passed without running (...): why: test, test; why: test`.
+/// libtest captures only the `print!`/`eprint!` family; a write to `io::stderr()` itself goes
+/// to fd 2, which `cargo test` shows.
+pub fn skip(why: &str) {
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    if std::env::var_os("SKYHOOK_REQUIRE_ALL").is_some_and(|v| v == "1") {
+        panic!(
+            "{test} did not run: {why} (SKYHOOK_REQUIRE_ALL=1: a missing prerequisite fails the test)"
+        );
+    }
+    eprintln!("SKIPPED {test}: {why}");
+    let mut skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+    if skipped.is_empty() {
+        // SAFETY: registers a plain `extern "C"` function; libc runs it once at exit.
+        let registered = unsafe { libc::atexit(print_skipped) };
+        assert_eq!(registered, 0, "atexit");
+    }
+    skipped.push((why.to_string(), test));
+}
+
+/// The tests [`skip`] ended in this process: `(why, test)`.
+static SKIPPED: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// At exit: the one summary line of [`SKIPPED`], grouped by reason, to the real stderr.
+extern "C" fn print_skipped() {
+    use std::io::Write as _;
+    let skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut by_why: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (why, test) in skipped.iter() {
+        by_why.entry(why).or_default().push(test);
+    }
+    let groups: Vec<String> = by_why
+        .iter_mut()
+        .map(|(why, tests)| {
+            tests.sort_unstable();
+            format!("{why}: {}", tests.join(", "))
+        })
+        .collect();
+    let n = skipped.len();
+    let line = format!(
+        "SKIPPED {n} test{}, counted as passed without running (SKYHOOK_REQUIRE_ALL=1 fails them): {}\n",
+        if n == 1 { "" } else { "s" },
+        groups.join("; ")
+    );
+    let _ = io::stderr().write_all(line.as_bytes());
 }
 
 /// Whether the test process runs as uid 0.
@@ -842,6 +900,62 @@ fn harness_stub_records_calls_and_exit_rules() {
         fr.calls().as_deref(),
         Some("systemctl restart containerd\nsystemctl restart bad\nreboot \n")
     );
+}
+
+/// Runs only inside [`harness_a_skip_is_seen_and_fails_where_required`]'s child test run
+/// (`SKYHOOK_SKIP_PROBE=1`): a test whose prerequisite is missing.
+#[test]
+fn harness_skip_probe() {
+    if std::env::var_os("SKYHOOK_SKIP_PROBE").is_some() {
+        skip!("the probe's prerequisite is missing");
+    }
+}
+
+/// A skipped test passes locally but says so in one line `cargo test` shows (stderr, outside
+/// the captured output), and fails under `SKYHOOK_REQUIRE_ALL=1` (`.ci/run`): this test
+/// binary run again on [`harness_skip_probe`] alone.
+#[test]
+fn harness_a_skip_is_seen_and_fails_where_required() {
+    let probe = |require_all: bool| {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["util::harness_skip_probe", "--exact", "--test-threads=1"])
+            .env("SKYHOOK_SKIP_PROBE", "1")
+            .env_remove("SKYHOOK_REQUIRE_ALL");
+        if require_all {
+            cmd.env("SKYHOOK_REQUIRE_ALL", "1");
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = probe(false);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("test util::harness_skip_probe ... ok"),
+        "{out}"
+    );
+    let summary: Vec<&str> = err.lines().filter(|l| l.starts_with("SKIPPED")).collect();
+    assert_eq!(
+        summary,
+        [
+            "SKIPPED 1 test, counted as passed without running (SKYHOOK_REQUIRE_ALL=1 fails them): \
+          the probe's prerequisite is missing: util::harness_skip_probe"
+        ],
+        "stdout:\n{out}\nstderr:\n{err}"
+    );
+    let (code, out, err) = probe(true);
+    assert_eq!(code, Some(101), "{out}{err}");
+    assert!(
+        out.contains(
+            "util::harness_skip_probe did not run: the probe's prerequisite is missing \
+             (SKYHOOK_REQUIRE_ALL=1: a missing prerequisite fails the test)"
+        ),
+        "stdout:\n{out}\nstderr:\n{err}"
+    );
+    assert!(!err.contains("SKIPPED"), "{err}");
 }
 
 #[test]

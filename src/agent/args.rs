@@ -50,6 +50,16 @@ pub enum UsageError {
         /// The number of arguments after the form's word.
         got: usize,
     },
+    /// Interrupt data (a fourth argument) after a known mode other than `interrupt`; the
+    /// Go agent (v7) refuses it alike. An unknown mode stays a no-op (section 2).
+    #[error("stage {mode:?} does not accept interrupt data\n{USAGE}")]
+    InterruptData {
+        /// The mode as given.
+        mode: String,
+    },
+    /// `--version` (or `-V`) followed by more arguments, refused as by the Go agent (v7).
+    #[error("--version does not accept additional arguments\n{USAGE}")]
+    VersionArgs,
     /// An argument is not valid UTF-8.
     #[error("arguments must be valid UTF-8\n{USAGE}")]
     NotUtf8,

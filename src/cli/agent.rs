@@ -78,7 +78,8 @@ EXIT STATUS (the table of all three commands: README.md, \"Exit status\"):
   0  the mode completed (or unknown mode, or everything already done)
   1  a step or check failed, invalid package or environment, interrupt failed, or stopped
      by SIGTERM before its last step
-  2  malformed command line";
+  2  malformed command line (also: DATA after a mode other than interrupt, or anything
+     after --version, as the Go agent v7)";
 
 /// Raw clap view: everything positional so that the Python argument forms keep working.
 #[derive(Debug, Parser)]
@@ -128,9 +129,13 @@ pub fn command() -> clap::Command {
 }
 
 fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, UsageError> {
-    let mut args = args.into_iter().peekable();
-    if args.peek().is_some_and(|a| a == "serve") {
-        return Ok(Invocation::Serve(args.skip(1).collect()));
+    let args: Vec<OsString> = args.into_iter().collect();
+    if args.first().is_some_and(|a| a == "serve") {
+        return Ok(Invocation::Serve(args[1..].to_vec()));
+    }
+    // clap would print the version and ignore what follows it; the Go agent (v7) refuses it.
+    if args.len() > 1 && (args[0] == "--version" || args[0] == "-V") {
+        return Err(UsageError::VersionArgs);
     }
     let raw =
         RawArgs::try_parse_from(std::iter::once(OsString::from("skyhook-agent")).chain(args))?;
@@ -197,6 +202,9 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Us
                 value: value.clone(),
             });
         }
+    }
+    if payload.is_some() && Mode::parse(&mode).is_some_and(|m| m != Mode::Interrupt) {
+        return Err(UsageError::InterruptData { mode });
     }
     Ok(Invocation::Run(RunArgs {
         mode,
@@ -336,12 +344,6 @@ fn run(args: &RunArgs, settings: &Settings, console: &Console) -> Result<bool, A
     let Some(mode) = mode else {
         return unknown_mode();
     };
-    if mode != Mode::Interrupt && args.payload.is_some() {
-        console.warn(&format!(
-            "interrupt data given for mode {}: ignored",
-            mode.as_str()
-        ));
-    }
     let interrupt = match (mode, &args.payload) {
         (Mode::Interrupt, Some(p)) => Some(Interrupt::decode(p)?),
         (Mode::Interrupt, None) => return Err(UsageError::Count.into()),
@@ -397,6 +399,7 @@ fn init_diag(env: impl IntoIterator<Item = (OsString, OsString)>, console: &Cons
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::args::USAGE;
 
     fn p(args: &[&str]) -> Result<Invocation, UsageError> {
         parse(args.iter().map(OsString::from))
@@ -433,10 +436,6 @@ mod tests {
         assert_eq!(
             p(&["interrupt", "/r", "/c", "eA=="]).unwrap(),
             run("interrupt", "/r", "/c", Some("eA=="))
-        );
-        assert_eq!(
-            p(&["apply", "/r", "/c", "x"]).unwrap(),
-            run("apply", "/r", "/c", Some("x"))
         );
         assert_eq!(
             p(&["validate", "x/config.json"]).unwrap(),
@@ -554,17 +553,63 @@ mod tests {
         }
     }
 
-    /// `--version` with anything after it prints the same version line as `--version`
-    /// (it lacked the revision and the build date).
+    /// `--version` alone prints the full version line (with the revision and the build
+    /// date); with anything after it, it is a malformed command line, exit 2 with the Go
+    /// agent's (v7) message (it printed the version and exited 0).
     #[test]
-    fn version_with_an_argument_is_the_full_version() {
-        match p(&["--version", "x"]) {
+    fn version_with_more_arguments_is_a_usage_error() {
+        match p(&["--version"]) {
             Err(UsageError::Clap(e)) => {
                 assert_eq!(e.kind(), clap::error::ErrorKind::DisplayVersion);
                 assert_eq!(e.to_string(), format!("skyhook-agent {VERSION}\n"));
             }
             other => panic!("{other:?}"),
         }
+        for args in [
+            &["--version", "x"][..],
+            &["-V", "x"],
+            &["--version", "/r", "/c"],
+        ] {
+            let e = p(args).expect_err("--version with more arguments");
+            assert_eq!(
+                e.to_string(),
+                format!("--version does not accept additional arguments\n{USAGE}"),
+                "{args:?}"
+            );
+            assert_eq!(CliError::Agent(e.into()).exit_status(), ExitStatus::Usage);
+        }
+        let env: [(OsString, OsString); 0] = [];
+        assert_eq!(
+            main(["--version", "x"].map(OsString::from), env),
+            ExitStatus::Usage
+        );
+    }
+
+    /// Interrupt data given to a mode other than `interrupt` is a malformed command line:
+    /// exit 2 with the Go agent's (v7) message, before anything runs (the mode ran and the
+    /// data was ignored). An unknown mode stays a no-op whatever follows it (v7 too).
+    #[test]
+    fn interrupt_data_for_another_mode_is_a_usage_error() {
+        for mode in ["apply", "config-check", "uninstall", "post-interrupt"] {
+            let e = p(&[mode, "/r", "/c", "payload"]).expect_err("a mode with interrupt data");
+            assert_eq!(
+                e.to_string(),
+                format!("stage \"{mode}\" does not accept interrupt data\n{USAGE}")
+            );
+            assert_eq!(CliError::Agent(e.into()).exit_status(), ExitStatus::Usage);
+        }
+        let args = ["apply", "/nonexistent-root", "/nonexistent-copy", "eA=="].map(Into::into);
+        let env = [("SKYHOOK_RESOURCE_ID", "sky-0000-1_demo_1.0.0")]
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+        assert_eq!(main(args, env), ExitStatus::Usage);
+        assert_eq!(
+            p(&["future-stage", "/r", "/c", "eA=="]).unwrap(),
+            run("future-stage", "/r", "/c", Some("eA=="))
+        );
+        assert_eq!(
+            p(&["interrupt", "/r", "/c", "eA=="]).unwrap(),
+            run("interrupt", "/r", "/c", Some("eA=="))
+        );
     }
 
     /// An unknown mode exits 0 with its warning even when `SKYHOOK_RESOURCE_ID` is unset (and the

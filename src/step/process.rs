@@ -860,7 +860,7 @@ mod tests {
     #[test]
     fn chroot_runs_inside_the_directory() {
         if !nix::unistd::geteuid().is_root() {
-            eprintln!("SKIPPED chroot_runs_inside_the_directory: needs root");
+            crate::host::testutil::skip("chroot needs root");
             return;
         }
         let d = tempfile::tempdir().unwrap();

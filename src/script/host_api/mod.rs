@@ -21,7 +21,8 @@
 //!    something in the effects test's root), and the function's tests beside it. A new test
 //!    file is declared `#[cfg(test)] pub(crate) mod ...` in the folder's `mod.rs` and its
 //!    `SAMPLES` listed in `EFFECT_SAMPLES` (`tests.rs`, in reference order).
-//! 4. Regenerate the docs: `SKYHOOK_UPDATE_DOCS=1 cargo test --lib script::host_api::tests::docs`.
+//! 4. Regenerate the docs (docs/host-api.md, docs/skyhook.d.rhai, the README's list):
+//!    `SKYHOOK_UPDATE_DOCS=1 cargo test --lib script::host_api::tests::docs`.
 //!
 //! A new namespace also gets its reference section in the area file's `rows::NAMESPACES`,
 //! listed in `reference.rs` (`NAMESPACE_PARTS`); a new kind of effect is a new

@@ -432,6 +432,53 @@ fn docs_definitions_are_up_to_date() {
     check_generated("docs/skyhook.d.rhai", &d);
 }
 
+/// The README names every namespace of the host API (and the global functions), in
+/// reference order: the list between its markers is [`reference::render_readme_list`]'s.
+#[test]
+fn docs_readme_lists_every_namespace() {
+    use super::reference::{README_LIST_BEGIN, README_LIST_END, render_readme_list};
+    let list = render_readme_list();
+    for ns in [
+        "fs::",
+        "disk::",
+        "raid::",
+        "kernel::",
+        "gpu::",
+        "dkms::",
+        "lib::",
+        "version::",
+    ] {
+        assert!(
+            list.contains(&format!("`{ns}`")),
+            "{ns} missing from:\n{list}"
+        );
+    }
+    assert!(
+        list.contains("`run`") && list.contains("`secret`"),
+        "{list}"
+    );
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(&path).unwrap();
+    let (Some(begin), Some(end)) = (readme.find(README_LIST_BEGIN), readme.find(README_LIST_END))
+    else {
+        panic!(
+            "README.md: no generated host API list (markers {README_LIST_BEGIN:?} ... {README_LIST_END:?})"
+        );
+    };
+    let start = begin + README_LIST_BEGIN.len() + 1;
+    let fresh = format!("{}{list}{}", &readme[..start], &readme[end..]);
+    let mut on_disk = readme.clone();
+    if std::env::var_os("SKYHOOK_UPDATE_DOCS").is_some_and(|v| v == "1") {
+        std::fs::write(&path, &fresh).unwrap();
+        on_disk = fresh.clone();
+    }
+    assert!(
+        on_disk == fresh,
+        "README.md's host API list is stale: regenerate it with \
+         `SKYHOOK_UPDATE_DOCS=1 cargo test --lib script::host_api::tests::docs`; it should read:\n{list}"
+    );
+}
+
 pub(crate) fn apt_stubs(t: &TestHost) {
     t.install_sh();
     std::fs::create_dir_all(t.p("/state")).unwrap();
