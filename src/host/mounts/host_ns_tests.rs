@@ -77,9 +77,11 @@ fn install(t: &TestHost, program: &str) {
 }
 
 /// A "host": a child in a new mount namespace whose `/` is `root` (bind, `pivot_root`) with
-/// a procfs of its own at `/proc`, waiting on its stdin. Returns it once it runs.
-fn host_in(root: &Path) -> Child {
+/// a procfs of its own at `/proc` and a tmpfs at each of `tmpfs` (paths in its new `/`),
+/// waiting on its stdin. Returns it once it runs.
+fn host_in(root: &Path, tmpfs: &[&str]) -> Child {
     let root_c = CString::new(root.as_os_str().as_bytes()).unwrap();
+    let tmpfs: Vec<CString> = tmpfs.iter().map(|p| CString::new(*p).unwrap()).collect();
     let mut cmd = Command::new("/bin/sh");
     cmd.args(["-c", "echo ready; read x || :"])
         .stdin(Stdio::piped())
@@ -127,7 +129,12 @@ fn host_in(root: &Path) -> Child {
                     std::ptr::null(),
                 )
                 .into(),
-            )
+            )?;
+            for at in &tmpfs {
+                let tmpfs = c"tmpfs".as_ptr();
+                check(libc::mount(tmpfs, at.as_ptr(), tmpfs, 0, std::ptr::null()).into())?;
+            }
+            Ok(())
         });
     }
     let mut child = cmd.spawn().expect("start the host namespace");
@@ -181,7 +188,7 @@ fn mount_runs_in_the_host_mount_namespace_when_it_is_not_ours() {
         install(&t, "/usr/bin/umount");
         t.file("/etc/fstab", "# host fstab\n");
         std::fs::create_dir_all(t.p("/proc/1")).unwrap();
-        let host = host_in(&t.root);
+        let host = host_in(&t.root, &[]);
         // The root's /proc/1 is the host child's procfs directory, as in a pod with hostPID:
         // ns/mnt there is the magic link to its namespace, mountinfo its mount table.
         let proc_host = PathBuf::from(format!("/proc/{}", host.id()));
@@ -252,6 +259,49 @@ fn mount_runs_chrooted_when_the_host_namespace_is_ours() {
         h.finish().unwrap();
         assert_eq!(t.calls(), ["mount /data"]);
         drop(binds);
+    });
+}
+
+/// `<root>/proc/1` the procfs directory of a process in another mount namespace whose `/`
+/// is not the root (a fake root over another machine's or container's `/proc`): that is not
+/// the host's init, so `mount::remove` does not enter its namespace. `umount` runs chrooted
+/// into the root (the recording stub there), and the tmpfs mounted at `/mnt/x` in that
+/// other namespace, outside the root, stays mounted.
+#[test]
+fn mount_never_enters_a_proc_1_that_is_not_the_hosts_init() {
+    in_own_mount_ns(|| {
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub("umount", "exit 0");
+        t.file("/etc/fstab", "/dev/sdb1 /mnt/x ext4 defaults 0 0\n");
+        std::fs::create_dir_all(t.p("/proc/1")).unwrap();
+        std::fs::create_dir_all(t.p("/mnt/x")).unwrap();
+        // Another tree, not the root, with a tmpfs at /mnt/x in its namespace.
+        let other = TestHost::new();
+        other.install_sh();
+        install(&other, "/usr/bin/umount");
+        std::fs::create_dir_all(other.p("/proc")).unwrap();
+        std::fs::create_dir_all(other.p("/mnt/x")).unwrap();
+        let stranger = host_in(&other.root, &["/mnt/x"]);
+        let proc_stranger = PathBuf::from(format!("/proc/{}", stranger.id()));
+        let mut binds = Binds(Vec::new());
+        binds.bind(&proc_stranger, &t.p("/proc/1"));
+        let tmpfs_there = || mounted_at(&proc_stranger.join("mountinfo"), Path::new("/mnt/x"));
+        assert!(tmpfs_there().is_some());
+
+        let root = HostRoot::open(&t.root).unwrap();
+        let mut h = t.host(ExecMode::Apply);
+        assert!(mount::remove(&mut h, "/mnt/x").unwrap());
+        h.finish().unwrap();
+        assert!(
+            tmpfs_there().is_some(),
+            "the stranger's /mnt/x, outside the root, was unmounted"
+        );
+        assert_eq!(t.calls(), ["umount /mnt/x"]);
+        assert!(host_mount_ns(&root).unwrap().is_none());
+        assert_eq!(t.read("/etc/fstab"), "");
+        drop(binds);
+        end(stranger);
     });
 }
 
