@@ -58,24 +58,6 @@ impl Drop for Binds {
     }
 }
 
-/// Copy the machine's `program` and the libraries it links into the root.
-fn install(t: &TestHost, program: &str) {
-    let mut files = vec![PathBuf::from(program)];
-    let out = Command::new("ldd").arg(program).output().unwrap();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        files.extend(
-            line.split_whitespace()
-                .filter(|w| w.starts_with('/'))
-                .map(PathBuf::from),
-        );
-    }
-    for f in files {
-        let dst = t.root.join(f.strip_prefix("/").unwrap());
-        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
-        std::fs::copy(std::fs::canonicalize(&f).unwrap(), &dst).unwrap();
-    }
-}
-
 /// A "host": a child in a new mount namespace whose `/` is `root` (bind, `pivot_root`) with
 /// a procfs of its own at `/proc` and a tmpfs at each of `tmpfs` (paths in its new `/`),
 /// waiting on its stdin. Returns it once it runs.
@@ -184,8 +166,8 @@ fn mount_runs_in_the_host_mount_namespace_when_it_is_not_ours() {
     in_own_mount_ns(|| {
         let t = TestHost::new();
         t.install_sh();
-        install(&t, "/usr/bin/mount");
-        install(&t, "/usr/bin/umount");
+        t.install("/usr/bin/mount");
+        t.install("/usr/bin/umount");
         t.file("/etc/fstab", "# host fstab\n");
         std::fs::create_dir_all(t.p("/proc/1")).unwrap();
         let host = host_in(&t.root, &[]);
@@ -279,7 +261,7 @@ fn mount_never_enters_a_proc_1_that_is_not_the_hosts_init() {
         // Another tree, not the root, with a tmpfs at /mnt/x in its namespace.
         let other = TestHost::new();
         other.install_sh();
-        install(&other, "/usr/bin/umount");
+        other.install("/usr/bin/umount");
         std::fs::create_dir_all(other.p("/proc")).unwrap();
         std::fs::create_dir_all(other.p("/mnt/x")).unwrap();
         let stranger = host_in(&other.root, &["/mnt/x"]);

@@ -573,7 +573,7 @@ pub(crate) mod rows {
         (
             "disk",
             "Block devices — `disk::`",
-            "Read as lsblk reads a host, under the root: `/sys/class/block/<name>` (`size` in 512-byte sectors, `dev`, `partition`, `md/`, `device/model`, `device/serial`, NVMe `wwid`), the `/dev/disk/by-id` symlinks, the udev database `/run/udev/data/b<major>:<minor>` (`ID_FS_TYPE`, `ID_FS_UUID`), else the chrooted queries `lsblk --nodeps --noheadings -o FSTYPE <dev>`, `blkid -p -o value -s TYPE <dev>` and `blkid -s UUID -o value <dev>`, and the host's mount table. A device argument is an absolute path under `/dev` (symlinks resolved inside the root). `fs::mkfs` (under `fs::`) makes a filesystem on a device, never over another one without `force`. In a plan, an array or filesystem planned earlier in the session is seen by later calls.",
+            "Read as lsblk reads a host, under the root: `/sys/class/block/<name>` (`size` in 512-byte sectors, `dev`, `partition`, `md/`, `device/model`, `device/serial`, NVMe `wwid`), the `/dev/disk/by-id` symlinks, the udev database `/run/udev/data/b<major>:<minor>` (`ID_FS_TYPE`, `ID_FS_UUID`), else the chrooted queries `lsblk --nodeps --noheadings -o FSTYPE <dev>`, `blkid -p -o value -s TYPE <dev>` and `blkid -s UUID -o value <dev>`, and the host's mount table. A device argument is an absolute path under `/dev` (symlinks resolved inside the root). `fs::mkfs` (under `fs::`) makes a filesystem on a device, never over another one without `force`, and never on a device that is not a block device inside the root's `/dev` or is in use. In a plan, an array or filesystem planned earlier in the session is seen by later calls.",
         ),
         (
             "raid",

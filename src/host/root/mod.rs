@@ -166,12 +166,21 @@ pub fn open_local(path: &Path) -> io::Result<File> {
 /// # Errors
 /// The open fails (`EXDEV` for a path leading out of `dir`, `ELOOP` for a magic link).
 pub fn open_beneath(dir: &Path, name: &Path, flags: libc::c_int) -> io::Result<File> {
-    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
     use std::os::unix::fs::OpenOptionsExt;
     let d = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
         .open(dir)?;
+    open_beneath_at(d, name, flags)
+}
+
+/// [`open_beneath`] in the directory open as `d` (a directory opened through a
+/// [`HostRoot`], so the whole path stays inside the root).
+///
+/// # Errors
+/// As [`open_beneath`].
+pub fn open_beneath_at(d: File, name: &Path, flags: libc::c_int) -> io::Result<File> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
     let how = OpenHow::new()
         .flags(OFlag::from_bits_retain(flags | libc::O_CLOEXEC))
         .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
