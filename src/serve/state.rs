@@ -130,13 +130,23 @@ impl StateDir {
         self.dir.join(format!("{id}.json"))
     }
 
-    /// Record `id` (atomically: temp file, rename).
+    /// Record `id` (atomically: temp file, rename). The temp file is created new
+    /// (`O_CREAT | O_EXCL`, after removing whatever had its name), so a FIFO or symlink
+    /// left at its name can neither block the write nor redirect it.
     ///
     /// # Errors
     /// The file cannot be written.
     pub fn record(&self, id: &str, rec: &ProcRecord) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         let tmp = self.dir.join(format!(".{id}.tmp"));
-        std::fs::write(&tmp, serde_json::to_vec(rec).unwrap_or_default())?;
+        let _ = std::fs::remove_file(&tmp);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?
+            .write_all(&serde_json::to_vec(rec).unwrap_or_default())?;
         std::fs::rename(&tmp, self.path(id))
     }
 
@@ -235,7 +245,15 @@ mod tests {
             cgroup: None,
             engine: "ci".into(),
         };
-        s.record("a-1", &r).unwrap();
+        // A FIFO at the temp file's name neither blocks the record nor receives it (on a
+        // thread, bounded: a record that blocks fails the test).
+        nix::unistd::mkfifo(&d.path().join("st/.a-1.tmp"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (s2, r2) = (s.clone(), r.clone());
+        std::thread::spawn(move || tx.send(s2.record("a-1", &r2).map_err(|e| e.to_string())));
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the record was written (a FIFO at its temp name must not block it)")
+            .unwrap();
         assert_eq!(
             std::fs::read_to_string(d.path().join("st/a-1.json")).unwrap(),
             r#"{"pid":42,"start":7,"engine":"ci"}"#
