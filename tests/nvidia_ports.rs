@@ -21,7 +21,7 @@ pub(crate) const HOSTS: &[&str] = &[
 /// Tools the host layers' stubs use, copied from this machine into the root.
 pub(crate) const STUB_TOOLS: &[&str] = &[
     "sed", "grep", "ln", "basename", "dirname", "cut", "sort", "find", "xargs", "wc", "readlink",
-    "tail",
+    "tail", "mknod",
 ];
 
 pub(crate) fn manifest() -> &'static Path {
@@ -499,7 +499,9 @@ fn nvidia_tuning_gke_through_skyhook_run_plans_applies_and_then_plans_nothing() 
 /// whose `model` and `serial` come from the by-id name `nvme-<Model_words>_<serial>`) —
 /// and a udev record `/run/udev/data/b259:<minor>` without a filesystem. The EBS root
 /// volume a node boots from is added too (`nvme0n1`, partition `nvme0n1p1` with ext4 in
-/// udev), so a script must tell it from the instance-store disks. Devices stay plain files.
+/// udev), so a script must tell it from the instance-store disks. Devices become block
+/// device nodes `240:<n>` (major 240 is for local/experimental use: no driver answers it,
+/// no real disk is touched), as `fs::mkfs` and `raid::create` require a block device.
 /// Returns the instance-store device paths, sorted.
 pub(crate) fn realistic_block_devices(root: &Path) -> Vec<String> {
     use std::os::unix::fs::symlink;
@@ -533,8 +535,20 @@ pub(crate) fn realistic_block_devices(root: &Path) -> Vec<String> {
     link(&format!("/dev/disk/by-id/{ebs}"), "../../nvme0n1");
     link(&format!("/dev/disk/by-id/{ebs}-part1"), "../../nvme0n1p1");
     named.push((ebs.to_string(), "nvme0n1".to_string()));
-    write("/dev/nvme0n1", "");
-    write("/dev/nvme0n1p1", "");
+    let block = |host: &str, minor: u64| {
+        let p = root.join(host.trim_start_matches('/'));
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        let _ = fs::remove_file(&p);
+        nix::sys::stat::mknod(
+            &p,
+            nix::sys::stat::SFlag::S_IFBLK,
+            nix::sys::stat::Mode::from_bits_truncate(0o660),
+            nix::sys::stat::makedev(240, minor),
+        )
+        .unwrap();
+    };
+    block("/dev/nvme0n1", 0);
+    block("/dev/nvme0n1p1", 1);
 
     let mut instance = Vec::new();
     let mut namespaces: Vec<String> = fs::read_dir(root.join("dev"))
@@ -558,6 +572,7 @@ pub(crate) fn realistic_block_devices(root: &Path) -> Vec<String> {
             0x1e + i
         );
         let minor = i * 2;
+        block(&format!("/dev/{ns}"), minor as u64 + 2);
         // Instance storage 3.84 TB (7500000000 sectors); the EBS root volume 100 GiB.
         let sectors = if ns == "nvme0n1" {
             209715200u64

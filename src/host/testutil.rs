@@ -43,6 +43,41 @@ impl TestHost {
         std::fs::write(p, content).unwrap();
     }
 
+    /// A block device node at `host`, `240:<minor>`: major 240 is for local/experimental
+    /// use, so no driver answers it (opening it is `ENXIO`) and no real disk is touched.
+    pub fn block_device(&self, host: &str, minor: u64) {
+        let p = self.p(host);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        nix::sys::stat::mknod(
+            &p,
+            nix::sys::stat::SFlag::S_IFBLK,
+            nix::sys::stat::Mode::from_bits_truncate(0o660),
+            nix::sys::stat::makedev(240, minor),
+        )
+        .unwrap();
+    }
+
+    /// Copy the machine's `program` and the libraries it links into the root.
+    pub fn install(&self, program: &str) {
+        let mut files = vec![PathBuf::from(program)];
+        let out = std::process::Command::new("ldd")
+            .arg(program)
+            .output()
+            .unwrap();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            files.extend(
+                line.split_whitespace()
+                    .filter(|w| w.starts_with('/'))
+                    .map(PathBuf::from),
+            );
+        }
+        for f in files {
+            let dst = self.root.join(f.strip_prefix("/").unwrap());
+            std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+            std::fs::copy(std::fs::canonicalize(&f).unwrap(), &dst).unwrap();
+        }
+    }
+
     pub fn read(&self, host: &str) -> String {
         std::fs::read_to_string(self.p(host)).unwrap()
     }
@@ -138,6 +173,9 @@ pub(crate) fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
             } else if m.is_dir() {
                 go(base, &p, out);
                 format!("dir {:o} {}:{}", m.mode(), m.uid(), m.gid())
+            } else if !m.is_file() {
+                // A device node or FIFO: its type and number, never its content.
+                format!("node {:o} {}:{} {}", m.mode(), m.uid(), m.gid(), m.rdev())
             } else {
                 format!(
                     "file {:o} {}:{} {:?}",

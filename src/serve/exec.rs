@@ -428,7 +428,8 @@ impl Service {
     ) -> std::io::Result<Arc<Service>> {
         let state = cfg.state_dir.as_deref().map(StateDir::open).transpose()?;
         let mut execs = HashMap::new();
-        for (id, rec) in state.as_ref().map(StateDir::all).unwrap_or_default() {
+        let (records, warnings) = state.as_ref().map(StateDir::all).unwrap_or_default();
+        for (id, rec) in records {
             if super::state::members(&rec).is_empty() {
                 // Everything of it is gone: retire its record and cgroup.
                 if let Some(dir) = &rec.cgroup {
@@ -459,7 +460,7 @@ impl Service {
             };
             execs.insert(id, Arc::new(exec));
         }
-        Ok(Arc::new(Service {
+        let svc = Arc::new(Service {
             engine: crate::step::engine(),
             reg: Mutex::new(Registry {
                 execs,
@@ -474,7 +475,12 @@ impl Service {
             audit,
             json_audit,
             cfg,
-        }))
+        });
+        // A state-dir file that is not a record (a FIFO, a huge file) was skipped unread.
+        for w in warnings {
+            svc.audit(json!({ "warning": w }));
+        }
+        Ok(svc)
     }
 
     /// Executions recorded in the state dir by an earlier server whose processes still run,
@@ -2121,5 +2127,109 @@ mod tests {
             assert!(!cg.exists(), "{} removed", cg.display());
             assert!(svc.state.as_ref().unwrap().get("a").is_none());
         });
+    }
+
+    /// The server's start (`Service::with_audit`, as `serve` builds it) on a state dir
+    /// holding `name` made by `make`, on a thread of its own: its audit lines and the ids it
+    /// recovered, or a failure when it has not finished within 60 s (a start that blocks).
+    fn start_on(make: impl FnOnce(&Path)) -> (Vec<String>, Vec<String>, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let st = d.path().join("state");
+        std::fs::create_dir_all(&st).unwrap();
+        make(&st);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let dir = st.clone();
+        std::thread::spawn(move || {
+            let lines = Arc::new(Mutex::new(Vec::new()));
+            let sink = lines.clone();
+            let mut cfg = Config::new(Path::new("/"));
+            cfg.state_dir = Some(dir);
+            let svc = Service::with_audit(
+                cfg,
+                true,
+                Arc::new(move |l: &str| sink.lock().unwrap().push(l.to_string())),
+            )
+            .unwrap();
+            let recovered = svc.recovered();
+            let _ = tx.send((lock(&lines).clone(), recovered));
+        });
+        let (lines, recovered) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the server's start finished (a record must never block it)");
+        // The dir stays for the caller's checks until it is dropped with `d`.
+        let kept = d.keep();
+        (lines, recovered, kept.join("state"))
+    }
+
+    /// The process's peak resident size (`VmHWM`), in KiB.
+    fn peak_rss_kib() -> u64 {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    /// A FIFO in the state dir (`<id>.json`) is skipped with a warning naming it: opened
+    /// without blocking, it is seen not to be a regular file; the start does not hang.
+    #[test]
+    fn start_skips_a_fifo_record_without_blocking() {
+        let (lines, recovered, dir) = start_on(|st| {
+            nix::unistd::mkfifo(&st.join("f.json"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+            std::os::unix::fs::symlink("/etc/passwd", st.join("l.json")).unwrap();
+        });
+        assert!(recovered.is_empty());
+        let warnings: Vec<Value> = lines
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|v| v["warning"].clone())
+            .collect();
+        let mut warnings: Vec<String> = warnings
+            .iter()
+            .map(|w| w.as_str().unwrap().to_string())
+            .collect();
+        warnings.sort();
+        assert_eq!(
+            warnings,
+            [
+                format!(
+                    "state dir record {}: not a regular file (a fifo): skipped",
+                    dir.join("f.json").display()
+                ),
+                format!(
+                    "state dir record {}: a symlink: skipped",
+                    dir.join("l.json").display()
+                ),
+            ]
+        );
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    }
+
+    /// A 3 GiB sparse record is refused by its size before any byte is read (the cap is
+    /// `state::MAX_RECORD_BYTES`), with a warning naming it and both sizes;
+    /// the process's peak memory does not grow by the file's size.
+    #[test]
+    fn start_refuses_an_oversized_record_unread() {
+        let before = peak_rss_kib();
+        let (lines, recovered, dir) = start_on(|st| {
+            let f = std::fs::File::create(st.join("big.json")).unwrap();
+            f.set_len(3 << 30).unwrap();
+        });
+        let grown_mib = (peak_rss_kib() - before) / 1024;
+        assert!(grown_mib < 512, "peak RSS grew by {grown_mib} MiB");
+        assert!(recovered.is_empty());
+        let warnings: Vec<String> = lines
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["warning"].clone())
+            .map(|w| w.as_str().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(
+            warnings,
+            [format!(
+                "state dir record {}: 3221225472 bytes, more than the limit of 65536 bytes: skipped",
+                dir.join("big.json").display()
+            )]
+        );
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
     }
 }

@@ -7,6 +7,12 @@
 //! then every member is signalled, `setsid` grandchildren included; without it, the
 //! process group is. `engine` names the engine that started the execution: after a restart
 //! the recovered execution is that engine's alone.
+//!
+//! A record is read only as what a server writes: a regular file (opened `O_NONBLOCK |
+//! O_NOFOLLOW`, then `fstat`) of at most [`MAX_RECORD_BYTES`]. A FIFO, socket, device,
+//! symlink or larger file in the dir is never read (a FIFO cannot block the start, a 3 GiB
+//! sparse file is not read whole): it is skipped and named in a warning
+//! ([`StateDir::all`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -98,6 +104,10 @@ pub fn signal_group(rec: &ProcRecord, sig: nix::sys::signal::Signal) -> Vec<i32>
     members
 }
 
+/// Largest state-dir record read, in bytes (64 KiB; a record is a pid, a start time, a
+/// cgroup path of at most `PATH_MAX` and an engine name: well under 8 KiB).
+pub const MAX_RECORD_BYTES: u64 = 64 << 10;
+
 /// The state dir.
 #[derive(Debug, Clone)]
 pub struct StateDir {
@@ -120,13 +130,23 @@ impl StateDir {
         self.dir.join(format!("{id}.json"))
     }
 
-    /// Record `id` (atomically: temp file, rename).
+    /// Record `id` (atomically: temp file, rename). The temp file is created new
+    /// (`O_CREAT | O_EXCL`, after removing whatever had its name), so a FIFO or symlink
+    /// left at its name can neither block the write nor redirect it.
     ///
     /// # Errors
     /// The file cannot be written.
     pub fn record(&self, id: &str, rec: &ProcRecord) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         let tmp = self.dir.join(format!(".{id}.tmp"));
-        std::fs::write(&tmp, serde_json::to_vec(rec).unwrap_or_default())?;
+        let _ = std::fs::remove_file(&tmp);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?
+            .write_all(&serde_json::to_vec(rec).unwrap_or_default())?;
         std::fs::rename(&tmp, self.path(id))
     }
 
@@ -135,23 +155,66 @@ impl StateDir {
         let _ = std::fs::remove_file(self.path(id));
     }
 
-    /// The record of `id`, if any.
+    /// The record of `id`, if any (see [`StateDir::read`]; what cannot be read is none).
     pub fn get(&self, id: &str) -> Option<ProcRecord> {
-        serde_json::from_slice(&std::fs::read(self.path(id)).ok()?).ok()
+        self.read(id).ok().flatten()
     }
 
-    /// Every record left by an earlier server, by id.
-    pub fn all(&self) -> Vec<(String, ProcRecord)> {
-        let Ok(dir) = std::fs::read_dir(&self.dir) else {
-            return Vec::new();
+    /// The record of `id`: `None` when there is no such file; read only when it is a
+    /// regular file (opened without blocking and without following a symlink, then `fstat`)
+    /// of at most [`MAX_RECORD_BYTES`].
+    ///
+    /// # Errors
+    /// What is wrong with the file, naming it: `state dir record <path>: not a regular file
+    /// (a fifo)`, `a symlink`, `N bytes, more than the limit of M bytes`, not a record (JSON),
+    /// a read failure.
+    pub fn read(&self, id: &str) -> Result<Option<ProcRecord>, String> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.path(id);
+        let fail = |what: String| format!("state dir record {}: {what}", path.display());
+        let f = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(fail("a symlink".into()));
+            }
+            Err(e) => return Err(fail(e.to_string())),
         };
-        dir.filter_map(|e| {
-            let name = e.ok()?.file_name().into_string().ok()?;
-            let id = name.strip_suffix(".json")?.to_string();
-            let rec = self.get(&id)?;
-            Some((id, rec))
-        })
-        .collect()
+        // fstat on the open file, then at most the cap read (read_bounded checks both).
+        let bytes = crate::host::root::read_bounded(f, MAX_RECORD_BYTES)
+            .map_err(|e| fail(e.to_string()))?;
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| fail(format!("not a record: {e}")))
+    }
+
+    /// Every record left by an earlier server, by id, and a warning naming each
+    /// `<id>.json` that could not be read as a record ([`StateDir::read`]; it is skipped).
+    pub fn all(&self) -> (Vec<(String, ProcRecord)>, Vec<String>) {
+        let Ok(dir) = std::fs::read_dir(&self.dir) else {
+            return (Vec::new(), Vec::new());
+        };
+        let (mut records, mut warnings) = (Vec::new(), Vec::new());
+        for e in dir.flatten() {
+            let Some(id) = e
+                .file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".json"))
+                .map(String::from)
+            else {
+                continue;
+            };
+            match self.read(&id) {
+                Ok(Some(rec)) => records.push((id, rec)),
+                Ok(None) => {}
+                Err(w) => warnings.push(format!("{w}: skipped")),
+            }
+        }
+        (records, warnings)
     }
 }
 
@@ -182,13 +245,21 @@ mod tests {
             cgroup: None,
             engine: "ci".into(),
         };
-        s.record("a-1", &r).unwrap();
+        // A FIFO at the temp file's name neither blocks the record nor receives it (on a
+        // thread, bounded: a record that blocks fails the test).
+        nix::unistd::mkfifo(&d.path().join("st/.a-1.tmp"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (s2, r2) = (s.clone(), r.clone());
+        std::thread::spawn(move || tx.send(s2.record("a-1", &r2).map_err(|e| e.to_string())));
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the record was written (a FIFO at its temp name must not block it)")
+            .unwrap();
         assert_eq!(
             std::fs::read_to_string(d.path().join("st/a-1.json")).unwrap(),
             r#"{"pid":42,"start":7,"engine":"ci"}"#
         );
         assert_eq!(s.get("a-1"), Some(r.clone()));
-        assert_eq!(s.all(), vec![("a-1".to_string(), r)]);
+        assert_eq!(s.all(), (vec![("a-1".to_string(), r)], Vec::new()));
         let c = ProcRecord {
             pid: 43,
             start: 8,
@@ -199,6 +270,6 @@ mod tests {
         assert_eq!(s.get("b"), Some(c));
         s.remove("b");
         s.remove("a-1");
-        assert!(s.all().is_empty());
+        assert_eq!(s.all(), (Vec::new(), Vec::new()));
     }
 }

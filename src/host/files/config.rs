@@ -2,32 +2,54 @@
 //!
 //! Both live in agent-side directories ([`HostOptions::configmaps_dir`],
 //! [`HostOptions::node_metadata_dir`]) that may lie outside the host root, so they are read
-//! with plain `std::fs` (regular files of at most [`crate::host::files::fs::MAX_READ_BYTES`],
-//! opened without blocking: `host::files::fs::read_local`). A configMap is a file in the
-//! directory; names starting with `.` (a configMap volume's `..data` internals) are never
-//! listed or read.
+//! as files of this machine: regular files of at most
+//! [`crate::host::files::fs::MAX_READ_BYTES`], opened without blocking. A configMap is a
+//! file in the directory; names starting with `.` (a configMap volume's `..data` internals)
+//! are never listed or read. Every configMap is opened confined to the directory
+//! ([`crate::host::root::open_beneath`]: `openat2(RESOLVE_BENEATH)`): the volume's
+//! symlinks (`key -> ..data/key`, `..data -> ..<timestamp>`) are followed, a name that leads
+//! out of it (an absolute symlink such as one to the agent's service-account token, or `..`
+//! above it) is [`HostError::ConfigMapOutside`] naming the key, and nothing outside is read.
 //!
 //! [`HostOptions::configmaps_dir`]: crate::host::HostOptions::configmaps_dir
 //! [`HostOptions::node_metadata_dir`]: crate::host::HostOptions::node_metadata_dir
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::Path;
 
 use crate::host::Host;
 use crate::host::root::error::{HostError, Result};
 
-fn cm_path(h: &Host, name: &str) -> Option<PathBuf> {
+/// The configMaps directory, and `name` when it can name a configMap (not empty, no `/`,
+/// not starting with `.`).
+fn cm_dir<'h>(h: &'h Host, name: &str) -> Option<&'h Path> {
     if name.is_empty() || name.starts_with('.') || name.contains(['/', '\0']) {
         return None;
     }
-    h.options().configmaps_dir.as_ref().map(|d| d.join(name))
+    h.options().configmaps_dir.as_deref()
+}
+
+/// Open the configMap `name` in `dir`, confined to `dir` (see the module docs) with `flags`.
+///
+/// # Errors
+/// [`HostError::ConfigMapOutside`] when it leads out of `dir`; the inner `io::Result` is
+/// the open's other outcome, for the caller to map.
+fn open(dir: &Path, name: &str, flags: libc::c_int) -> Result<std::io::Result<std::fs::File>> {
+    match crate::host::root::open_beneath(dir, Path::new(name), flags) {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => Err(HostError::ConfigMapOutside {
+            name: name.into(),
+            dir: dir.to_path_buf(),
+        }),
+        r => Ok(r),
+    }
 }
 
 /// `config::names()`: sorted configMap names (regular files, following the volume's
-/// symlinks; dot-names skipped). Empty when there is no directory.
+/// symlinks inside the directory; dot-names skipped). Empty when there is no directory.
 ///
 /// # Errors
-/// [`HostError::AgentFile`] when the directory exists but cannot be listed.
+/// [`HostError::AgentFile`] when the directory exists but cannot be listed;
+/// [`HostError::ConfigMapOutside`] for a name that leads out of it.
 pub fn names(h: &Host) -> Result<Vec<String>> {
     let Some(dir) = &h.options().configmaps_dir else {
         return Ok(Vec::new());
@@ -52,7 +74,8 @@ pub fn names(h: &Host) -> Result<Vec<String>> {
         if name.starts_with('.') {
             continue;
         }
-        if std::fs::metadata(e.path()).is_ok_and(|m| m.is_file()) {
+        // O_PATH: what the name leads to is only stat'ed, never opened for reading.
+        if open(dir, &name, libc::O_PATH)?.is_ok_and(|f| f.metadata().is_ok_and(|m| m.is_file())) {
             out.push(name);
         }
     }
@@ -63,23 +86,27 @@ pub fn names(h: &Host) -> Result<Vec<String>> {
 /// The configMap's bytes, `None` when absent (or not a file).
 ///
 /// # Errors
+/// [`HostError::ConfigMapOutside`] when it leads out of the directory;
 /// [`HostError::AgentFile`] on a read failure other than "not found";
 /// [`HostError::NotRegular`] for a FIFO, device or socket and [`HostError::FileTooLarge`]
 /// above [`crate::host::files::fs::MAX_READ_BYTES`] (as for every file read whole).
 fn read(h: &Host, name: &str) -> Result<Option<Vec<u8>>> {
-    let Some(p) = cm_path(h, name) else {
+    let Some(dir) = cm_dir(h, name) else {
         return Ok(None);
     };
-    match crate::host::files::fs::read_local(&p)? {
+    let p = dir.join(name);
+    let f = match open(
+        dir,
+        name,
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+    )? {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(HostError::AgentFile { path: p, source }),
+    };
+    match crate::host::files::fs::read_open_local(&p, f)? {
         Ok(b) => Ok(Some(b)),
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory
-            ) =>
-        {
-            Ok(None)
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::IsADirectory => Ok(None),
         Err(source) => Err(HostError::AgentFile { path: p, source }),
     }
 }
@@ -220,7 +247,7 @@ pub(crate) mod rows {
         (
             "config",
             "configMaps — `config::`",
-            "Files under `SKYHOOK_DIR/configmaps/` (for `skyhook-run`, the `--configmaps` folder). Names starting with `.` are never listed. Like files under the host root, a configMap, node metadata file or secret is read only when it is a regular file of at most 64 MiB.",
+            "Files under `SKYHOOK_DIR/configmaps/` (for `skyhook-run`, the `--configmaps` folder). Names starting with `.` are never listed. A configMap is opened confined to that folder (`openat2(RESOLVE_BENEATH)`): symlinks inside it are followed (a configMap volume's `key -> ..data/key`, `..data -> ..<timestamp>`), one that leads out of it (absolute, or `..` above the folder) is an error naming the key, for `config::get`, `has`, `lines`, `kv` and `names`, and nothing outside is read. Like files under the host root, a configMap, node metadata file or secret is read only when it is a regular file of at most 64 MiB.",
         ),
         (
             "node",
@@ -351,5 +378,65 @@ mod tests {
         assert_eq!(labels(&h).unwrap()["gpu"], "a100");
         assert!(annotations(&h).unwrap().is_empty());
         assert!(packages(&h).unwrap().is_empty());
+    }
+
+    /// A configMap volume as the kubelet mounts it (`key -> ..data/key`, `..data ->
+    /// ..2024_01_01_00_00_00.1`) beside the agent's own files: links inside the directory are
+    /// followed, a key whose link leaves it (absolute, or `..` above it) is an error naming
+    /// the key, for `get`, `has` and `names`, and the file outside is never read.
+    #[test]
+    fn configmaps_are_confined_to_their_directory() {
+        let t = TestHost::new();
+        let agent = t
+            .dir
+            .path()
+            .join("var/run/secrets/kubernetes.io/serviceaccount");
+        std::fs::create_dir_all(&agent).unwrap();
+        std::fs::write(agent.join("token"), "eyJhbGciOi-agent-token").unwrap();
+        let cm = t.dir.path().join("pkg/configmaps");
+        let ts = cm.join("..2024_01_01_00_00_00.1");
+        std::fs::create_dir_all(&ts).unwrap();
+        std::fs::write(ts.join("tuning"), "a=1\n").unwrap();
+        std::os::unix::fs::symlink("..2024_01_01_00_00_00.1", cm.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/tuning", cm.join("tuning")).unwrap();
+        let h = t.host_with(crate::host::ExecMode::Apply, |o| {
+            o.configmaps_dir = Some(cm.clone());
+        });
+        assert_eq!(get(&h, "tuning").unwrap().as_deref(), Some("a=1\n"));
+        assert_eq!(names(&h).unwrap(), ["tuning"]);
+
+        std::os::unix::fs::symlink(agent.join("token"), cm.join("token")).unwrap();
+        let outside = |key: &str| {
+            format!(
+                "configMap {key:?} leads out of the configMaps directory {} (a symlink to outside it)",
+                cm.display()
+            )
+        };
+        let e = get(&h, "token").map_err(|e| e.to_string());
+        assert_eq!(e, Err(outside("token")));
+        assert_eq!(
+            has(&h, "token").map_err(|e| e.to_string()),
+            Err(outside("token"))
+        );
+        assert_eq!(names(&h).map_err(|e| e.to_string()), Err(outside("token")));
+        std::fs::remove_file(cm.join("token")).unwrap();
+
+        std::os::unix::fs::symlink(
+            "../../var/run/secrets/kubernetes.io/serviceaccount/token",
+            cm.join("up"),
+        )
+        .unwrap();
+        assert_eq!(get(&h, "up").map_err(|e| e.to_string()), Err(outside("up")));
+        // The same escape one level down, through the volume's own data directory.
+        std::os::unix::fs::symlink(
+            "../../../var/run/secrets/kubernetes.io/serviceaccount/token",
+            ts.join("deep"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("..data/deep", cm.join("deep")).unwrap();
+        assert_eq!(
+            get(&h, "deep").map_err(|e| e.to_string()),
+            Err(outside("deep"))
+        );
     }
 }

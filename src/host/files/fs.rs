@@ -63,10 +63,17 @@ impl Default for LineOptions {
 /// # Errors
 /// See above.
 pub(crate) fn read_local(path: &Path) -> Result<std::io::Result<Vec<u8>>> {
-    let f = match crate::host::root::open_local(path) {
-        Ok(f) => f,
-        Err(e) => return Ok(Err(e)),
-    };
+    match crate::host::root::open_local(path) {
+        Ok(f) => read_open_local(path, f),
+        Err(e) => Ok(Err(e)),
+    }
+}
+
+/// [`read_local`] of the file `f`, already open (without blocking), at `path`.
+///
+/// # Errors
+/// As [`read_local`].
+pub(crate) fn read_open_local(path: &Path, f: std::fs::File) -> Result<std::io::Result<Vec<u8>>> {
     let m = match f.metadata() {
         Ok(m) => m,
         Err(e) => return Ok(Err(e)),

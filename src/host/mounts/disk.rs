@@ -26,6 +26,17 @@
 //! A device argument is an absolute path under `/dev` (symlinks such as `/dev/md/kubernetes`
 //! or `/dev/disk/by-id/...` are resolved inside the root); anything else is an error naming it.
 //!
+//! # What is written to
+//!
+//! `fs::mkfs` and `raid::create` (its members) write only to a device they checked first
+//! ([`block_node`], [`in_use`]): the path opened inside the root's `/dev` (a link that leaves
+//! `/dev` is refused), a block device by `fstat`, and nothing using it: not mounted, no
+//! partition of it mounted, no holder (md, dm), not refused `O_EXCL` by the kernel. The
+//! mount table is the host's (`<root>/proc/1/mountinfo`, the host init's namespace): the
+//! agent's own `/proc/self/mountinfo` is its pod's namespace, which lacks what the host
+//! mounted in its own; the `O_EXCL` open covers mounts in any namespace and swap. `force`
+//! overrides an existing filesystem only.
+//!
 //! # Plans
 //!
 //! In plan and check mode nothing is created, so a later call of the same session answers
@@ -430,15 +441,143 @@ fn udev_of(h: &Host, dev: &Path) -> BTreeMap<String, String> {
     }
 }
 
-/// Where `dev` (resolved) is mounted, from the host's mount table.
-pub(crate) fn mounted_at(h: &Host, dev: &Path) -> Result<Vec<String>> {
-    let id = sys_dev(h, dev).unwrap_or_default();
-    Ok(Known::read(h)?.mountpoints(dev, &id))
-}
-
 /// The sysfs `major:minor` of the resolved device `dev`.
 fn sys_dev(h: &Host, dev: &Path) -> Option<String> {
     attr(h, &Path::new(SYS_BLOCK).join(dev.file_name()?).join("dev"))
+}
+
+/// The device node at `dev` (a [`device_arg`] path), opened `O_PATH` inside the root's
+/// `/dev`: `/dev` through the root (confined), then the rest of the path beneath it
+/// (`openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`), so `/dev/disk/by-id/x ->
+/// ../../nvme1n1` and `/dev/md/x -> ../md127` resolve while a link that leaves `/dev`
+/// (`/dev/sdx -> /var/lib/disk.img`) does not. It must be a block device (`fstat`).
+///
+/// # Errors
+/// [`HostError::Invalid`] naming `shown` (the path as given): it leads out of `/dev`, does
+/// not exist, is not a block device (naming what it is); other open failures.
+pub(crate) fn block_node(h: &Host, dev: &Path, shown: &str) -> Result<std::fs::File> {
+    use std::os::unix::fs::FileTypeExt;
+    let rel = dev.strip_prefix("/dev").unwrap_or(dev);
+    let dir = h.root().open_read(Path::new("/dev"))?;
+    let node = match crate::host::root::open_beneath_at(dir, rel, libc::O_PATH) {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            return Err(invalid(
+                "device",
+                format!("{shown} leads out of /dev (a symlink to outside it)"),
+            ));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(invalid("device", format!("{shown} does not exist")));
+        }
+        Err(source) => {
+            return Err(HostError::AgentFile {
+                path: h.root().display_path(dev),
+                source,
+            });
+        }
+    };
+    let ft = node
+        .metadata()
+        .map_err(|source| HostError::AgentFile {
+            path: h.root().display_path(dev),
+            source,
+        })?
+        .file_type();
+    if !ft.is_block_device() {
+        let what = match ft.is_file() {
+            true => "a regular file",
+            false => crate::host::root::kind_name(ft),
+        };
+        return Err(invalid(
+            "device",
+            format!("{shown} is not a block device ({what})"),
+        ));
+    }
+    Ok(node)
+}
+
+/// Why the block device `node` (at the resolved path `dev`) must not be written, or `None`
+/// when nothing uses it: it is mounted, one of its partitions (`/sys/class/block/<dev>/<p>`
+/// with a `partition` file) is mounted, a holder of it or of a partition
+/// (`/sys/class/block/<x>/holders/*`: an md array, a device-mapper device) exists, or the
+/// kernel refuses it exclusive access (`open(O_EXCL)` is `EBUSY`: mounted in any mount
+/// namespace, swap, claimed by md/dm). Mounts are the host's mount table
+/// (`<root>/proc/1/mountinfo`, the host init's namespace, [`crate::host::mounts::mount::table`]):
+/// in the agent's pod its own `/proc/self/mountinfo` is the pod's namespace, which lacks
+/// mounts the host made in its own. A fake node (no such device: `ENXIO`) or no right to
+/// open it gives no answer from the kernel.
+///
+/// The answer reads like `is mounted at /data`, `has partition /dev/sdb1 mounted at /data`,
+/// `is held by /dev/md127`.
+///
+/// # Errors
+/// A malformed mount table; read failures.
+pub(crate) fn in_use(h: &Host, dev: &Path, node: &std::fs::File) -> Result<Option<String>> {
+    let known = Known::read(h)?;
+    let name = dev
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let at = known.mountpoints(dev, &sys_dev(h, dev).unwrap_or_default());
+    if !at.is_empty() {
+        return Ok(Some(format!("is mounted at {}", at.join(", "))));
+    }
+    let sys = Path::new(SYS_BLOCK).join(&name);
+    let holders = |h: &Host, sys: &Path| -> Result<Vec<String>> {
+        let mut names: Vec<String> = h
+            .view_list(&sys.join("holders"))?
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(n, _)| format!("/dev/{n}"))
+            .collect();
+        names.sort();
+        Ok(names)
+    };
+    let mut parts: Vec<String> = h
+        .view_list(&sys)?
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| exists(h, &sys.join(n).join("partition")))
+        .collect();
+    parts.sort();
+    for p in &parts {
+        let id = attr(h, &sys.join(p).join("dev")).unwrap_or_default();
+        let at = known.mountpoints(&Path::new("/dev").join(p), &id);
+        if !at.is_empty() {
+            return Ok(Some(format!(
+                "has partition /dev/{p} mounted at {}",
+                at.join(", ")
+            )));
+        }
+        if let Some(holder) = holders(h, &sys.join(p))?.first() {
+            return Ok(Some(format!("has partition /dev/{p} held by {holder}")));
+        }
+    }
+    if let Some(holder) = holders(h, &sys)?.first() {
+        return Ok(Some(format!("is held by {holder}")));
+    }
+    if exclusive_busy(node) {
+        return Ok(Some(
+            "is in use (the kernel refuses exclusive access: mounted, swap, or held by md/dm)"
+                .into(),
+        ));
+    }
+    Ok(None)
+}
+
+/// True when the kernel refuses the block device `node` exclusive access (`open(2)` of it
+/// with `O_EXCL`, through `/proc/self/fd`, fails with `EBUSY`); the open is closed at once.
+fn exclusive_busy(node: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let fd = format!("/proc/self/fd/{}", node.as_raw_fd());
+    let r = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(fd);
+    matches!(r, Err(e) if e.raw_os_error() == Some(libc::EBUSY))
 }
 
 /// `fs::mkfs(dev, fstype, #{options, force})`: make a `fstype` filesystem on `dev` unless
@@ -448,9 +587,16 @@ fn sys_dev(h: &Host, dev: &Path) -> Option<String> {
 /// (true). A change: run in apply, recorded in plan (`mkfs xfs on /dev/md/x: mkfs.xfs ...`),
 /// drift in a check; a command, so not undone by the journal.
 ///
+/// Before anything else `dev` must be a block device inside the root's `/dev` that nothing
+/// uses: not mounted, no partition of it mounted, no md/dm holder, not refused exclusive
+/// access by the kernel ([`in_use`]). `force` never overrides that, only an existing
+/// filesystem.
+///
 /// # Errors
-/// A bad device path; a fstype other than letters, digits and `_`; `dev` does not exist;
-/// `dev` mounted; another filesystem without `force`; `mkfs.<fstype>` failing (apply).
+/// A bad device path; a fstype other than letters, digits and `_`; `dev` does not exist,
+/// leads out of `/dev` or is not a block device; `dev` in use (named: the partition and
+/// its mount point, the holder); another filesystem without `force`; `mkfs.<fstype>`
+/// failing (apply).
 pub fn mkfs(h: &mut Host, dev: &str, fs_type: &str, spec: &MkfsSpec) -> Result<bool> {
     let path = device_arg(dev)?;
     if fs_type.is_empty()
@@ -469,16 +615,18 @@ pub fn mkfs(h: &mut Host, dev: &str, fs_type: &str, spec: &MkfsSpec) -> Result<b
             format!("{} does not exist", path.display()),
         ));
     };
-    let at = mounted_at(h, &resolved)?;
-    if !at.is_empty() {
-        return Err(invalid(
-            "device",
-            format!(
-                "{} is mounted at {} (a filesystem is never made on a mounted device)",
-                path.display(),
-                at.join(", ")
-            ),
-        ));
+    // A device only planned (an array of this plan) has no node yet: nothing uses it.
+    if exists(h, &path) {
+        let node = block_node(h, &path, dev)?;
+        if let Some(why) = in_use(h, &resolved, &node)? {
+            return Err(invalid(
+                "device",
+                format!(
+                    "{} {why} (a filesystem is never made on a device in use, not even with force)",
+                    path.display()
+                ),
+            ));
+        }
     }
     let udev = udev_of(h, &resolved);
     let (current, _) = probe(h, &resolved, &udev)?;
@@ -612,7 +760,7 @@ pub(crate) mod rows {
             &[DEV, ("fstype", "String"), OPTS],
             "bool",
             Submits(&[GuardedCommand]),
-            "Make a `fstype` filesystem on `dev`, guarded: the same type already there: unchanged; another filesystem there: an error naming both unless `force: true` (then `options` carries the tool's own overwrite flag, `-f` for xfs); none: `mkfs.<fstype> <options...> <dev>` (a change, `mkfs xfs on /dev/...` in the plan, drift in a check; a command, not undone). A mounted or missing device is an error.",
+            "Make a `fstype` filesystem on `dev`, guarded: the same type already there: unchanged; another filesystem there: an error naming both unless `force: true` (then `options` carries the tool's own overwrite flag, `-f` for xfs); none: `mkfs.<fstype> <options...> <dev>` (a change, `mkfs xfs on /dev/...` in the plan, drift in a check; a command, not undone). `dev` must be a block device inside the root's `/dev` (a link out of `/dev` or to a regular file is an error naming it) that nothing uses: mounted, a partition of it mounted (the host's mount table), held by an md/dm device (`/sys/class/block/<dev>/holders`), or refused exclusive access by the kernel (`O_EXCL`: swap, a mount in any namespace) is an error naming the partition and its mount point or the holder; `force` never overrides that, only another filesystem. A missing device is an error.",
             options = MKFS_KEYS,
             |h, dev: S, t: S, o: Map| {
                 let spec = mkfs_spec(&o)?;

@@ -58,28 +58,12 @@ impl Drop for Binds {
     }
 }
 
-/// Copy the machine's `program` and the libraries it links into the root.
-fn install(t: &TestHost, program: &str) {
-    let mut files = vec![PathBuf::from(program)];
-    let out = Command::new("ldd").arg(program).output().unwrap();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        files.extend(
-            line.split_whitespace()
-                .filter(|w| w.starts_with('/'))
-                .map(PathBuf::from),
-        );
-    }
-    for f in files {
-        let dst = t.root.join(f.strip_prefix("/").unwrap());
-        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
-        std::fs::copy(std::fs::canonicalize(&f).unwrap(), &dst).unwrap();
-    }
-}
-
 /// A "host": a child in a new mount namespace whose `/` is `root` (bind, `pivot_root`) with
-/// a procfs of its own at `/proc`, waiting on its stdin. Returns it once it runs.
-fn host_in(root: &Path) -> Child {
+/// a procfs of its own at `/proc` and a tmpfs at each of `tmpfs` (paths in its new `/`),
+/// waiting on its stdin. Returns it once it runs.
+fn host_in(root: &Path, tmpfs: &[&str]) -> Child {
     let root_c = CString::new(root.as_os_str().as_bytes()).unwrap();
+    let tmpfs: Vec<CString> = tmpfs.iter().map(|p| CString::new(*p).unwrap()).collect();
     let mut cmd = Command::new("/bin/sh");
     cmd.args(["-c", "echo ready; read x || :"])
         .stdin(Stdio::piped())
@@ -127,7 +111,12 @@ fn host_in(root: &Path) -> Child {
                     std::ptr::null(),
                 )
                 .into(),
-            )
+            )?;
+            for at in &tmpfs {
+                let tmpfs = c"tmpfs".as_ptr();
+                check(libc::mount(tmpfs, at.as_ptr(), tmpfs, 0, std::ptr::null()).into())?;
+            }
+            Ok(())
         });
     }
     let mut child = cmd.spawn().expect("start the host namespace");
@@ -177,11 +166,11 @@ fn mount_runs_in_the_host_mount_namespace_when_it_is_not_ours() {
     in_own_mount_ns(|| {
         let t = TestHost::new();
         t.install_sh();
-        install(&t, "/usr/bin/mount");
-        install(&t, "/usr/bin/umount");
+        t.install("/usr/bin/mount");
+        t.install("/usr/bin/umount");
         t.file("/etc/fstab", "# host fstab\n");
         std::fs::create_dir_all(t.p("/proc/1")).unwrap();
-        let host = host_in(&t.root);
+        let host = host_in(&t.root, &[]);
         // The root's /proc/1 is the host child's procfs directory, as in a pod with hostPID:
         // ns/mnt there is the magic link to its namespace, mountinfo its mount table.
         let proc_host = PathBuf::from(format!("/proc/{}", host.id()));
@@ -252,6 +241,49 @@ fn mount_runs_chrooted_when_the_host_namespace_is_ours() {
         h.finish().unwrap();
         assert_eq!(t.calls(), ["mount /data"]);
         drop(binds);
+    });
+}
+
+/// `<root>/proc/1` the procfs directory of a process in another mount namespace whose `/`
+/// is not the root (a fake root over another machine's or container's `/proc`): that is not
+/// the host's init, so `mount::remove` does not enter its namespace. `umount` runs chrooted
+/// into the root (the recording stub there), and the tmpfs mounted at `/mnt/x` in that
+/// other namespace, outside the root, stays mounted.
+#[test]
+fn mount_never_enters_a_proc_1_that_is_not_the_hosts_init() {
+    in_own_mount_ns(|| {
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub("umount", "exit 0");
+        t.file("/etc/fstab", "/dev/sdb1 /mnt/x ext4 defaults 0 0\n");
+        std::fs::create_dir_all(t.p("/proc/1")).unwrap();
+        std::fs::create_dir_all(t.p("/mnt/x")).unwrap();
+        // Another tree, not the root, with a tmpfs at /mnt/x in its namespace.
+        let other = TestHost::new();
+        other.install_sh();
+        other.install("/usr/bin/umount");
+        std::fs::create_dir_all(other.p("/proc")).unwrap();
+        std::fs::create_dir_all(other.p("/mnt/x")).unwrap();
+        let stranger = host_in(&other.root, &["/mnt/x"]);
+        let proc_stranger = PathBuf::from(format!("/proc/{}", stranger.id()));
+        let mut binds = Binds(Vec::new());
+        binds.bind(&proc_stranger, &t.p("/proc/1"));
+        let tmpfs_there = || mounted_at(&proc_stranger.join("mountinfo"), Path::new("/mnt/x"));
+        assert!(tmpfs_there().is_some());
+
+        let root = HostRoot::open(&t.root).unwrap();
+        let mut h = t.host(ExecMode::Apply);
+        assert!(mount::remove(&mut h, "/mnt/x").unwrap());
+        h.finish().unwrap();
+        assert!(
+            tmpfs_there().is_some(),
+            "the stranger's /mnt/x, outside the root, was unmounted"
+        );
+        assert_eq!(t.calls(), ["umount /mnt/x"]);
+        assert!(host_mount_ns(&root).unwrap().is_none());
+        assert_eq!(t.read("/etc/fstab"), "");
+        drop(binds);
+        end(stranger);
     });
 }
 

@@ -30,9 +30,11 @@
 //! Mounting runs `mount <path>`, remounting `mount -o remount <path>` and unmounting
 //! `umount <path>` through the command primitive, in the host's mount namespace: when
 //! `<root>/proc/1/ns/mnt` names a mount namespace other than the agent's (the agent in a pod
-//! with `hostPID` and the host's `/` at its root), the command enters it (`setns`, as
-//! `nsenter -m -t 1`) and runs there unchrooted, its `/` being the host's; otherwise (no such
-//! file, or the agent's own namespace) it runs chrooted into the host root. Either way
+//! with `hostPID` and the host's `/` at its root) and `<root>/proc/1` is the host's init (its
+//! root directory is the host root), the command enters it (`setns`, as `nsenter -m -t 1`)
+//! and runs there unchrooted, its `/` being the host's; otherwise (no such file, the agent's
+//! own namespace, or a `/proc/1` whose root is another tree) it runs chrooted into the host
+//! root. Either way the mount point is resolved inside the root. Either way
 //! `mount` reads the host's `/etc/fstab` and the mount is the host's, whatever the
 //! propagation of the agent's root mount ([`crate::host::root::mount_ns`]).
 
@@ -566,12 +568,12 @@ pub(crate) mod rows {
         (
             "mount",
             "Filesystems — `mount::`",
-            "`/etc/fstab` holds one line per mount point; the live state is the host's mount table, `/proc/1/mountinfo` under the root (the agent's own mount namespace is not the host's; a root without it reads as nothing mounted). `mount`, `mount -o remount` and `umount` run in the host's mount namespace: when `<root>/proc/1/ns/mnt` is another mount namespace than the agent's (a pod with `hostPID`), after entering it (as `nsenter -m -t 1`, not chrooted: its `/` is the host's), else chrooted into the root; either way they read the host's fstab and the mount reaches the host, whatever the propagation of the agent's root mount. In a plan, a later `is_mounted` sees an earlier planned mount or unmount. `mount::unit` and `mount::bind` keep systemd mount units instead (`/etc/systemd/system/<name>.mount`, mounted by systemd in the host's mount namespace).",
+            "`/etc/fstab` holds one line per mount point; the live state is the host's mount table, `/proc/1/mountinfo` under the root (the agent's own mount namespace is not the host's; a root without it reads as nothing mounted). `mount`, `mount -o remount` and `umount` run in the host's mount namespace: when `<root>/proc/1/ns/mnt` is another mount namespace than the agent's (a pod with `hostPID`) and `<root>/proc/1` is the host's init (its root directory is the host root: same device and inode), after entering it (as `nsenter -m -t 1`, not chrooted: its `/` is the host's), else chrooted into the root, so a mount point is always resolved inside the root; either way they read the host's fstab and the mount reaches the host, whatever the propagation of the agent's root mount. In a plan, a later `is_mounted` sees an earlier planned mount or unmount. `mount::unit` and `mount::bind` keep systemd mount units instead (`/etc/systemd/system/<name>.mount`, mounted by systemd in the host's mount namespace).",
         ),
         (
             "disk",
             "Block devices — `disk::`",
-            "Read as lsblk reads a host, under the root: `/sys/class/block/<name>` (`size` in 512-byte sectors, `dev`, `partition`, `md/`, `device/model`, `device/serial`, NVMe `wwid`), the `/dev/disk/by-id` symlinks, the udev database `/run/udev/data/b<major>:<minor>` (`ID_FS_TYPE`, `ID_FS_UUID`), else the chrooted queries `lsblk --nodeps --noheadings -o FSTYPE <dev>`, `blkid -p -o value -s TYPE <dev>` and `blkid -s UUID -o value <dev>`, and the host's mount table. A device argument is an absolute path under `/dev` (symlinks resolved inside the root). `fs::mkfs` (under `fs::`) makes a filesystem on a device, never over another one without `force`. In a plan, an array or filesystem planned earlier in the session is seen by later calls.",
+            "Read as lsblk reads a host, under the root: `/sys/class/block/<name>` (`size` in 512-byte sectors, `dev`, `partition`, `md/`, `device/model`, `device/serial`, NVMe `wwid`), the `/dev/disk/by-id` symlinks, the udev database `/run/udev/data/b<major>:<minor>` (`ID_FS_TYPE`, `ID_FS_UUID`), else the chrooted queries `lsblk --nodeps --noheadings -o FSTYPE <dev>`, `blkid -p -o value -s TYPE <dev>` and `blkid -s UUID -o value <dev>`, and the host's mount table. A device argument is an absolute path under `/dev` (symlinks resolved inside the root). `fs::mkfs` (under `fs::`) makes a filesystem on a device, never over another one without `force`, and never on a device that is not a block device inside the root's `/dev` or is in use. In a plan, an array or filesystem planned earlier in the session is seen by later calls.",
         ),
         (
             "raid",

@@ -54,13 +54,13 @@ pub(crate) mod tests {
             t.file(&format!("{ns}/dev"), &format!("{dev}\n"));
             t.file(&format!("{ns}/wwid"), &format!("nvme.1d0f-{n}\n"));
             symlink(format!("../../nvme{n}"), t.p(&format!("{ns}/device"))).unwrap();
-            t.file(&format!("/dev/nvme{n}n1"), "");
+            t.block_device(&format!("/dev/nvme{n}n1"), n * 8);
         }
         let ns1 = format!("{pci}/nvme1/nvme1n1");
         t.file(&format!("{ns1}/nvme1n1p1/partition"), "1\n");
         t.file(&format!("{ns1}/nvme1n1p1/size"), "2048\n");
         t.file(&format!("{ns1}/nvme1n1p1/dev"), "259:1\n");
-        t.file("/dev/nvme1n1p1", "");
+        t.block_device("/dev/nvme1n1p1", 9);
         t.file("/sys/devices/virtual/block/md127/size", "7499999232\n");
         t.file("/sys/devices/virtual/block/md127/dev", "9:127\n");
         t.file("/sys/devices/virtual/block/md127/md/level", "raid0\n");
@@ -71,7 +71,8 @@ pub(crate) mod tests {
             t.p("/sys/devices/virtual/block/md127/slaves/nvme2n1"),
         )
         .unwrap();
-        t.file("/dev/md127", "");
+
+        t.block_device("/dev/md127", 127);
         std::fs::create_dir_all(t.p("/sys/class/block")).unwrap();
         // `/sys/class/block/x` -> `../../devices/...`
         let up = format!("../..{}", &pci["/sys".len()..]);
@@ -284,10 +285,11 @@ pub(crate) mod tests {
     /// state and member table, `--detail --scan` one ARRAY line.
     fn mdadm_stub(t: &TestHost) {
         std::fs::create_dir_all(t.p("/dev/md")).unwrap();
+        t.install("/usr/bin/mknod");
         t.stub(
             "mdadm",
             r#"case "$1" in
-  --create) for a; do case $a in /dev/md/*) md=$a ;; /dev/*) echo $a >> /md-members ;; esac; done; : > "$md" ;;
+  --create) for a; do case $a in /dev/md/*) md=$a ;; /dev/*) echo $a >> /md-members ;; esac; done; mknod "$md" b 240 200 ;;
   --detail)
     if [ "$2" = --scan ]; then [ -f /md-members ] && echo "ARRAY /dev/md/r0 metadata=1.2 name=node:r0"; exit 0; fi
     [ -e "$2" ] || { echo "mdadm: cannot open $2" >&2; exit 1; }
@@ -383,8 +385,8 @@ print(raid::info("/dev/nvme1n1"));"#,
         let t = TestHost::new();
         fs_stubs(&t);
         mdadm_stub(&t);
-        t.file("/dev/sdb", "");
-        t.file("/dev/sdc", "");
+        t.block_device("/dev/sdb", 16);
+        t.block_device("/dev/sdc", 32);
         std::fs::create_dir_all(t.p("/dev/disk/by-id")).unwrap();
         std::os::unix::fs::symlink("../../sdc", t.p("/dev/disk/by-id/ata-disk-2")).unwrap();
         let plan = all_modes(
@@ -437,7 +439,7 @@ print(raid::assemble());"#,
         let t = TestHost::new();
         fs_stubs(&t);
         mdadm_stub(&t);
-        t.file("/dev/sdb", "");
+        t.block_device("/dev/sdb", 16);
         let r = run(
             &t,
             ExecMode::Plan,
@@ -486,7 +488,7 @@ print(disk::info("/dev/md/r0").kind);"#,
             ),
             (
                 r#"raid::create("data", ["/dev/nvme1n1p1"], #{})"#,
-                "raid::create: invalid raid devices: member /dev/nvme1n1p1 is mounted at /data",
+                "raid::create: invalid raid devices: member /dev/nvme1n1p1 is mounted at /data (force: true does not override that)",
             ),
             (
                 r#"raid::create("data", ["/dev/nvme2n1"], #{})"#,
@@ -529,6 +531,91 @@ print(disk::info("/dev/md/r0").kind);"#,
         )
         .ok();
         assert_eq!(r.report.changes.len(), 1);
+    }
+
+    /// `fs::mkfs` and `raid::create` write only to a block device inside the root's `/dev`
+    /// that nothing uses, `force` or not: a `/dev` name that is a symlink to a regular file
+    /// (inside `/dev` or out of it), a disk whose partition is mounted, a disk held by an md
+    /// array are each refused naming the device, the partition and its mount point, the
+    /// holder; nothing is planned.
+    #[test]
+    fn mkfs_and_raid_refuse_what_is_not_an_unused_block_device() {
+        use std::os::unix::fs::symlink;
+        let t = block_root();
+        fs_stubs(&t);
+        mdadm_stub(&t);
+        // The kernel's link from a member to its array, and the root filesystem on another
+        // disk than nvme1n1, whose partition is mounted at /data.
+        let nvme2n1 = "/sys/devices/pci0000:00/0000:00:1e.0/nvme/nvme2/nvme2n1";
+        std::fs::create_dir_all(t.p(&format!("{nvme2n1}/holders"))).unwrap();
+        symlink(
+            "../../../../../../virtual/block/md127",
+            t.p(&format!("{nvme2n1}/holders/md127")),
+        )
+        .unwrap();
+        let mountinfo = t.read("/proc/1/mountinfo");
+        t.file(
+            "/proc/1/mountinfo",
+            &mountinfo.replace(
+                "22 1 259:0 / / rw - ext4 /dev/root rw",
+                "22 1 8:1 / / rw - ext4 /dev/sda1 rw",
+            ),
+        );
+        t.file("/dev/sdx.img", "");
+        symlink("sdx.img", t.p("/dev/sdx")).unwrap();
+        t.file("/var/lib/disk.img", "");
+        symlink("/var/lib/disk.img", t.p("/dev/sdy")).unwrap();
+        let never = "(a filesystem is never made on a device in use, not even with force)";
+        for (call, want) in [
+            (
+                r#"fs::mkfs("/dev/sdx", "xfs")"#,
+                "fs::mkfs: invalid device: /dev/sdx is not a block device (a regular file)"
+                    .to_string(),
+            ),
+            (
+                r#"fs::mkfs("/dev/sdy", "xfs", #{force: true, options: ["-f"]})"#,
+                "fs::mkfs: invalid device: /dev/sdy leads out of /dev (a symlink to outside it)"
+                    .to_string(),
+            ),
+            (
+                r#"raid::create("r1", ["/dev/sdx"], #{force: true})"#,
+                "raid::create: invalid raid devices: member /dev/sdx is not a block device (a regular file)"
+                    .to_string(),
+            ),
+            (
+                r#"fs::mkfs("/dev/nvme1n1", "xfs", #{force: true, options: ["-f"]})"#,
+                format!(
+                    "fs::mkfs: invalid device: /dev/nvme1n1 has partition /dev/nvme1n1p1 mounted at /data {never}"
+                ),
+            ),
+            (
+                r#"fs::mkfs("/dev/nvme2n1", "xfs", #{force: true, options: ["-f"]})"#,
+                format!("fs::mkfs: invalid device: /dev/nvme2n1 is held by /dev/md127 {never}"),
+            ),
+            (
+                r#"raid::create("r1", ["/dev/nvme2n1"], #{force: true})"#,
+                "raid::create: invalid raid devices: member /dev/nvme2n1 is held by /dev/md127 (force: true does not override that)"
+                    .to_string(),
+            ),
+        ] {
+            let r = run(&t, ExecMode::Plan, call);
+            assert!(r.error().ends_with(&want), "{call}: {}", r.error());
+            assert!(r.report.changes.is_empty(), "{call}");
+        }
+        // The root filesystem's disk is mounted itself (by major:minor, /dev/root).
+        t.file("/proc/1/mountinfo", &mountinfo);
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"raid::create("r1", ["/dev/nvme1n1"], #{force: true})"#,
+        );
+        assert!(
+            r.error().ends_with(
+                "raid::create: invalid raid devices: member /dev/nvme1n1 is mounted at / (force: true does not override that)"
+            ),
+            "{}",
+            r.error()
+        );
     }
 
     #[test]
@@ -576,11 +663,11 @@ print(disk::info("/dev/md/r0").kind);"#,
         for (call, want) in [
             (
                 r#"fs::mkfs("/dev/nvme1n1p1", "xfs", #{force: true})"#,
-                "fs::mkfs: invalid device: /dev/nvme1n1p1 is mounted at /data (a filesystem is never made on a mounted device)",
+                "fs::mkfs: invalid device: /dev/nvme1n1p1 is mounted at /data (a filesystem is never made on a device in use, not even with force)",
             ),
             (
                 r#"fs::mkfs("/dev/nvme1n1", "xfs", #{force: true})"#,
-                "fs::mkfs: invalid device: /dev/nvme1n1 is mounted at / (a filesystem is never made on a mounted device)",
+                "fs::mkfs: invalid device: /dev/nvme1n1 is mounted at / (a filesystem is never made on a device in use, not even with force)",
             ),
             (
                 r#"fs::mkfs("/dev/nvme1n1", "x fs")"#,

@@ -178,7 +178,9 @@ pub fn info(h: &mut Host, dev: &str) -> Result<Option<RaidInfo>> {
 /// `raid::create(name, devices, #{level, metadata, force})`: ensure the md array
 /// `/dev/md/<name>` exists with `devices` as its members (module docs for the command).
 ///
-/// - absent: every member must exist, not be mounted and (unless `force`) hold no
+/// - absent: every member must be a block device inside the root's `/dev` that nothing
+///   uses (not mounted, no partition of it mounted, no md/dm holder, not refused exclusive
+///   access: [`disk::in_use`]; `force` does not override that) and (unless `force`) hold no
 ///   filesystem; then mdadm creates it (true). A change: run in apply, recorded in a plan as
 ///   `raid /dev/md/<name> level <l> from [<devices>]: mdadm ...`, drift in a check; a
 ///   command, so not undone by the journal.
@@ -188,8 +190,9 @@ pub fn info(h: &mut Host, dev: &str) -> Result<Option<RaidInfo>> {
 /// - present with other members or another level: an error naming both.
 ///
 /// # Errors
-/// A bad name or device path; no devices, or one twice; a member that does not exist, is
-/// mounted, or holds a filesystem without `force`; the conflict above; mdadm failing (apply).
+/// A bad name or device path; no devices, or one twice; a member that does not exist,
+/// leads out of `/dev`, is not a block device, is in use, or holds a filesystem without
+/// `force`; the conflict above; mdadm failing (apply).
 pub fn create(h: &mut Host, name: &str, devices: &[String], spec: &RaidSpec) -> Result<bool> {
     check_name(name)?;
     if spec.level.is_empty() || !spec.level.chars().all(|c| c.is_ascii_digit()) {
@@ -270,11 +273,15 @@ pub fn create(h: &mut Host, name: &str, devices: &[String], spec: &RaidSpec) -> 
     }
 
     for (given, r) in &wanted {
-        let at = disk::mounted_at(h, r)?;
-        if !at.is_empty() {
+        let node = disk::block_node(h, &disk::device_arg(given)?, &format!("member {given}"))
+            .map_err(|e| match e {
+                HostError::Invalid { message, .. } => invalid("raid devices", message),
+                e => e,
+            })?;
+        if let Some(why) = disk::in_use(h, r, &node)? {
             return Err(invalid(
                 "raid devices",
-                format!("member {given} is mounted at {}", at.join(", ")),
+                format!("member {given} {why} (force: true does not override that)"),
             ));
         }
         if !spec.force {
@@ -420,7 +427,7 @@ pub(crate) mod rows {
             &[NAME, ("devices", "Array"), OPTS],
             "bool",
             Submits(&[GuardedCommand]),
-            "Ensure the md array `/dev/md/<name>` exists with `devices` as members (`level` default 0, `metadata` e.g. `\"1.2\"`): absent: `mdadm --create --run --force --verbose /dev/md/<name> --level=<l> --name=<name> --raid-devices=<n> <devices>` (a change, `raid /dev/md/<name> level <l> from [...]` in the plan, drift in a check; a command, not undone); present with the same members (resolved paths) and level: unchanged; present with others: an error naming both. A member that is missing, mounted, or holds a filesystem (unless `force: true`) is an error.",
+            "Ensure the md array `/dev/md/<name>` exists with `devices` as members (`level` default 0, `metadata` e.g. `\"1.2\"`): absent: `mdadm --create --run --force --verbose /dev/md/<name> --level=<l> --name=<name> --raid-devices=<n> <devices>` (a change, `raid /dev/md/<name> level <l> from [...]` in the plan, drift in a check; a command, not undone); present with the same members (resolved paths) and level: unchanged; present with others: an error naming both. A member that is missing, not a block device inside the root's `/dev` (a link out of `/dev` or to a regular file), in use (mounted, a partition of it mounted, held by an md/dm device, refused exclusive access by the kernel: the error names the partition and its mount point or the holder; `force` never overrides that), or holds a filesystem (unless `force: true`) is an error.",
             options = RAID_KEYS,
             |h, name: S, devices: Array, o: Map| {
                 let spec = raid_spec(&o)?;
@@ -507,7 +514,7 @@ mod tests {
             "mdadm",
             r#"for a; do case $a in /dev/md/*) : > "$a" ;; esac; done"#,
         );
-        t.file("/dev/sdb", "");
+        t.block_device("/dev/sdb", 16);
         std::fs::create_dir_all(t.p("/dev/md")).unwrap();
         let mut h = t.host_with(ExecMode::Apply, |o| o.undo = Some("demo-disks".into()));
         crate::host::files::fs::write(

@@ -240,6 +240,19 @@ pub enum HostError {
         offset: usize,
     },
 
+    /// A configMap name that leads out of the configMaps directory (a symlink to an absolute
+    /// path, or `..` above the directory): never followed.
+    #[error(
+        "configMap {name:?} leads out of the configMaps directory {} (a symlink to outside it)",
+        dir.display()
+    )]
+    ConfigMapOutside {
+        /// The configMap (file) name.
+        name: String,
+        /// The configMaps directory.
+        dir: PathBuf,
+    },
+
     /// A file outside the host root (configMaps, node metadata, secrets) could not be read.
     #[error("failed to read {}", path.display())]
     AgentFile {

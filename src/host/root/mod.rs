@@ -152,6 +152,50 @@ pub fn open_local(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Open `name` (a path relative to `dir`) in the directory `dir` on this machine (not under
+/// a host root), confined to `dir`: `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`, so
+/// symlinks are followed only while they stay beneath `dir` (a configMap volume's `key ->
+/// ..data/key`, `..data -> ..<timestamp>`); an absolute link or a `..` above `dir` is
+/// `EXDEV` (`ErrorKind::CrossesDevices`), checked by the kernel in the open itself.
+/// `flags` are `open(2)`'s (`O_CLOEXEC` added): `O_RDONLY | O_NONBLOCK | O_NOCTTY` for
+/// [`read_bounded`], `O_PATH` to `fstat` what a name leads to. On a kernel without
+/// `openat2` (before 5.6) the open falls back to [`pathrs`]'s `RESOLVE_IN_ROOT`
+/// emulation: still confined, but a link out of `dir` resolves inside it (normally to
+/// nothing, `NotFound`) instead of `EXDEV`.
+///
+/// # Errors
+/// The open fails (`EXDEV` for a path leading out of `dir`, `ELOOP` for a magic link).
+pub fn open_beneath(dir: &Path, name: &Path, flags: libc::c_int) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let d = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(dir)?;
+    open_beneath_at(d, name, flags)
+}
+
+/// [`open_beneath`] in the directory open as `d` (a directory opened through a
+/// [`HostRoot`], so the whole path stays inside the root).
+///
+/// # Errors
+/// As [`open_beneath`].
+pub fn open_beneath_at(d: File, name: &Path, flags: libc::c_int) -> io::Result<File> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+    let how = OpenHow::new()
+        .flags(OFlag::from_bits_retain(flags | libc::O_CLOEXEC))
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    match openat2(&d, name, how) {
+        Ok(fd) => Ok(File::from(fd)),
+        Err(nix::errno::Errno::ENOSYS) => Root::from_fd(std::os::fd::OwnedFd::from(d))
+            .open_subpath(
+                name,
+                OpenFlags::from_bits_retain((flags | libc::O_CLOEXEC) as _),
+            )
+            .map_err(pathrs_io),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Result alias for host root operations.
 pub type Result<T, E = RootError> = std::result::Result<T, E>;
 

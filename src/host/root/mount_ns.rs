@@ -12,6 +12,13 @@
 //! agent's own namespace (the agent on the host), the command runs chrooted into the root as
 //! every other command.
 //!
+//! Only the host's init is entered: besides naming another mount namespace, `<root>/proc/1`
+//! must be the process whose root directory is the host root, its `<root>/proc/1/root`
+//! (followed on procfs) the same directory (`st_dev`/`st_ino`) as the root mount. A
+//! `/proc/1` of anything else (a fake root over another machine's or container's `/proc`,
+//! or no way to tell) is not entered: the command runs chrooted into the root, so a mount
+//! point is always resolved inside the root, never in a tree outside it.
+//!
 //! The file is opened confined to the root: its directory `<root>/proc/1/ns` through
 //! [`HostRoot`], then `mnt` in it. On procfs (the real case) `mnt` is a magic link, which
 //! confined resolution refuses to follow, so it is followed there only (procfs's namespace
@@ -80,8 +87,13 @@ fn open_at(dir: &impl AsRawFd, name: &CStr, flags: libc::c_int) -> std::io::Resu
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// The directory of the host's init (a host path), whose `root` is checked.
+const INIT_PROC: &str = "/proc/1";
+
 /// The mount namespace of the host's init ([`INIT_MOUNT_NS`] under the root), open, when it
-/// is not the agent's own; `None` when the file is absent or names the agent's namespace.
+/// is not the agent's own and `<root>/proc/1` is the host's init (its root directory is the
+/// root mount); `None` when the file is absent, names the agent's namespace, or belongs to
+/// a process whose root is not the root mount.
 ///
 /// # Errors
 /// `<root>/proc/1/ns` not a directory; `mnt` a symlink outside procfs, not a namespace or
@@ -133,5 +145,27 @@ pub fn host_mount_ns(root: &HostRoot) -> Result<Option<OwnedFd>> {
     if (own.dev(), own.ino()) == theirs {
         return Ok(None);
     }
+    if !is_hosts_init(root) {
+        return Ok(None);
+    }
     Ok(Some(ns))
+}
+
+/// True when `<root>/proc/1` is the host's init: its `root` (the magic link, followed on
+/// procfs only) is the same directory (`st_dev`, `st_ino`) as the root mount. False when
+/// it is another one, or cannot be opened or compared.
+fn is_hosts_init(root: &HostRoot) -> bool {
+    let Ok(proc1) = root.open_read(Path::new(INIT_PROC)) else {
+        return false;
+    };
+    if !matches!(fs_type(&proc1), Ok(PROC_SUPER_MAGIC)) {
+        return false;
+    }
+    let Ok(init_root) = open_at(&proc1, c"root", libc::O_PATH | libc::O_DIRECTORY) else {
+        return false;
+    };
+    let Ok(Some(ours)) = root.metadata(Path::new("/")) else {
+        return false;
+    };
+    dev_ino(&init_root).is_ok_and(|theirs| theirs == (ours.dev(), ours.ino()))
 }

@@ -634,8 +634,8 @@ fn effects_root() -> TestHost {
     t.stub("update-initramfs", ":");
     t.stub("modprobe", ":");
     t.stub("mdadm", ":");
-    t.file("/dev/sdb", "");
-    t.file("/dev/sdd", "");
+    t.block_device("/dev/sdb", 16);
+    t.block_device("/dev/sdd", 48);
     t.stub("tuned-adm", ":");
     t.file("/usr/lib/tuned/balanced/tuned.conf", "[main]\n");
     t.file("/etc/tuned/active_profile", "old\n");
