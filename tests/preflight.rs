@@ -385,3 +385,63 @@ fn a_failing_command_fails_its_step_and_puts_its_files_back() {
     assert!(run.stdout.contains("FAILED: repo.rhai"), "{}", run.stdout);
     assert_eq!(host_files(&fr), before, "agent: the host changed");
 }
+
+/// A `.rhai` step runs a command and then edits the file the command made; a later step
+/// reads it. The plan cannot run the command, so the first call after it that reads a file
+/// is unknown (the dry run lists it, the rest of the plan stops at each step's first read)
+/// instead of a refusal; the agent applies both steps.
+#[test]
+fn an_edit_after_a_command_is_unknown_in_the_plan_not_refused() {
+    // regression: the preflight planned the chmod against the host as it was (no
+    // /etc/made.conf) and refused the mode with "fs::chmod: /etc/made.conf does not exist"
+    require_root!();
+    let fr = FakeRoot::new();
+    let steps = serde_json::json!([
+        crate::util::step("make", "make.rhai", &[]),
+        crate::util::step("copy", "copy.rhai", &[]),
+    ]);
+    fr.write_config(&crate::util::config(serde_json::json!({
+        "apply": steps.clone(), "apply-check": steps,
+    })));
+    fr.write_step(
+        "make.rhai",
+        "sh(\"echo a > /etc/made.conf\");\nfs::chmod(\"/etc/made.conf\", 0o600);\nfs::ensure_line(\"/etc/made.conf\", \"b\");\n",
+    );
+    fr.write_step(
+        "copy.rhai",
+        "fs::write(\"/etc/copy.conf\", fs::read(\"/etc/made.conf\"));\n",
+    );
+    let before = tree(fr.root());
+    let dry = Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .arg("--package")
+        .arg(fr.t("pkg"))
+        .args(["--mode", "apply", "--root"])
+        .arg(fr.root())
+        .output()
+        .unwrap();
+    let (out, err) = (text(&dry.stdout), text(&dry.stderr));
+    assert_eq!(dry.status.code(), Some(0), "{out}{err}");
+    let pkg = fr.t("pkg");
+    let cmd = format!(
+        "the command /bin/bash -c 'echo a > /etc/made.conf' (planned at {}/skyhook_dir/make.rhai:1) is only run by the apply and may change it; the rest of the step is checked statically only",
+        pkg.display()
+    );
+    for (call, script) in [("fs::chmod", "make.rhai:2"), ("fs::read", "copy.rhai:1")] {
+        let want = format!(
+            "? unknown: {call}: /etc/made.conf is unknown in the plan: {cmd}  # {}/skyhook_dir/{script}",
+            pkg.display()
+        );
+        assert!(out.lines().any(|l| l == want), "no {want:?} in\n{out}{err}");
+    }
+    assert!(!out.contains("fs::ensure_line"), "{out}");
+    assert!(!out.contains("/etc/copy.conf"), "{out}");
+    assert_eq!(tree(fr.root()), before, "the dry run changed the root");
+
+    let run = fr.run("apply");
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(fr.read("/etc/made.conf"), "a\nb\n");
+    assert_eq!(fr.mode("/etc/made.conf") & 0o7777, 0o600);
+    assert_eq!(fr.read("/etc/copy.conf"), "a\nb\n");
+}

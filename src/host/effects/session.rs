@@ -189,6 +189,11 @@ pub struct Host {
     pub(super) recorded: Option<Vec<Effect>>,
     /// Lines saying what this session's start undid ([`Host::recovered`]).
     pub(super) recovered: Vec<String>,
+    /// Plan mode: the first command the plan did not run (shell-quoted, and where the
+    /// script planned it). From then on every read of the view is unknown
+    /// ([`Host::check_known`]), in this step and the later steps of the session (a dry run's
+    /// or the preflight's).
+    pub(super) unknown_after: Option<(String, Option<Position>)>,
 }
 
 impl Host {
@@ -269,6 +274,7 @@ impl Host {
             hold_write: false,
             recorded: None,
             recovered,
+            unknown_after: None,
         }
     }
 
@@ -369,6 +375,43 @@ impl Host {
     /// (`apt-get update`, `dnf makecache`, ...), in every mode.
     pub fn mark_package_index_stale(&mut self) {
         self.package_index_stale = true;
+    }
+
+    /// Plan mode: `argv` was planned, not run (`run`, `sh`): what it changes is unknown, so
+    /// every later read of the session's view fails with [`HostError::PlanUnknown`] (the
+    /// first such command is named). Nothing in apply and check mode (a check judges the
+    /// host as it is).
+    pub(crate) fn note_planned_command(&mut self, argv: &[String]) {
+        if self.mode() == ExecMode::Plan && self.unknown_after.is_none() {
+            let command = crate::host::effects::exec::quote_argv(argv);
+            self.unknown_after = Some((command, self.position.clone()));
+        }
+    }
+
+    /// `Ok` unless a command of this step was only planned ([`Host::note_planned_command`]):
+    /// then reading `path` is [`HostError::PlanUnknown`], whatever the path (the plan cannot
+    /// know which paths a command touches).
+    ///
+    /// # Errors
+    /// [`HostError::PlanUnknown`].
+    pub(crate) fn check_known(&self, path: &Path) -> Result<()> {
+        match &self.unknown_after {
+            None => Ok(()),
+            Some((command, position)) => Err(HostError::PlanUnknown {
+                path: path.to_path_buf(),
+                command: command.clone(),
+                position: position.as_ref().map(ToString::to_string),
+            }),
+        }
+    }
+
+    /// List the call `fname` that failed with `e` ([`HostError::PlanUnknown`]) in the step's
+    /// ordered list as unknown, at the call's position.
+    pub(crate) fn note_unknown(&mut self, fname: &str, e: &HostError) {
+        self.journal.push(Item::Unknown {
+            summary: format!("{fname}: {e}; the rest of the step is checked statically only"),
+            position: self.position.clone(),
+        });
     }
 
     /// Count a mutating call that found the desired state already in place.

@@ -75,13 +75,25 @@ pub fn run(h: &mut Host, argv: &[String], opts: &CommandOptions) -> Result<CmdOu
             argv: argv.to_vec(),
             opts: opts.clone(),
         })?;
-        return Ok(out.unwrap_or_else(CmdOutput::planned));
+        return Ok(planned_or_ran(h, argv, out));
     }
     let out = h.submit(Effect::Command {
         argv: argv.to_vec(),
         opts: opts.clone(),
     })?;
-    Ok(out.unwrap_or_else(CmdOutput::planned))
+    Ok(planned_or_ran(h, argv, out))
+}
+
+/// The command's output; when it was only planned (plan mode), what it changes is unknown
+/// to the rest of the plan ([`Host::note_planned_command`]).
+fn planned_or_ran(h: &mut Host, argv: &[String], out: Option<CmdOutput>) -> CmdOutput {
+    match out {
+        Some(o) if !o.planned => o,
+        _ => {
+            h.note_planned_command(argv);
+            CmdOutput::planned()
+        }
+    }
 }
 
 /// Whether any guard of `opts` says the work is done (module docs). Guard commands run as
@@ -698,23 +710,36 @@ mod tests {
             )
             .unwrap()
         };
-        let creates = || vec![Guard::Creates("/made".into())];
+        let creates = |p: &str| vec![Guard::Creates(p.into())];
         let mut h = t.host(ExecMode::Plan);
-        make(&mut h, creates());
         // a planned write satisfies a later `creates` of the same session
         crate::host::files::fs::write(&mut h, "/made", "planned\n", &Default::default()).unwrap();
-        assert_eq!(make(&mut h, creates()), CmdOutput::skipped());
+        assert_eq!(make(&mut h, creates("/made")), CmdOutput::skipped());
+        make(&mut h, creates("/other"));
+        // what a planned command changes is unknown to every later read of the plan
+        let e = crate::host::files::fs::write(&mut h, "/made", "again\n", &Default::default())
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/made is unknown in the plan: the command /bin/sh -c 'echo x > /made' is only run by the apply and may change it"
+        );
+        let guarded = CommandOptions {
+            guards: creates("/made"),
+            ..CommandOptions::default()
+        };
+        let e = run(&mut h, &argv(&["true"]), &guarded).unwrap_err();
+        assert!(matches!(e, HostError::PlanUnknown { .. }), "{e}");
         let rep = h.finish().unwrap();
         assert_eq!(
-            rep.changes[0].summary,
-            "run: /bin/sh -c 'echo x > /made' (creates /made)"
+            rep.changes[1].summary,
+            "run: /bin/sh -c 'echo x > /made' (creates /other)"
         );
         assert_eq!(rep.unchanged, 1);
 
         let mut h = t.host(ExecMode::Apply);
-        assert!(make(&mut h, creates()).ok);
+        assert!(make(&mut h, creates("/made")).ok);
         assert_eq!(t.read("/made"), "x\n");
-        assert_eq!(make(&mut h, creates()), CmdOutput::skipped());
+        assert_eq!(make(&mut h, creates("/made")), CmdOutput::skipped());
         // removes: done once the path is gone
         let removes = || vec![Guard::Removes("/gone".into())];
         assert_eq!(make(&mut h, removes()), CmdOutput::skipped());
