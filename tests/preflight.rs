@@ -445,3 +445,83 @@ fn an_edit_after_a_command_is_unknown_in_the_plan_not_refused() {
     assert_eq!(fr.mode("/etc/made.conf") & 0o7777, 0o600);
     assert_eq!(fr.read("/etc/copy.conf"), "a\nb\n");
 }
+
+/// Wait up to 30 s for a line of `rx` that `want` accepts.
+fn wait_line(
+    rx: &std::sync::mpsc::Receiver<String>,
+    want: impl Fn(&str) -> bool,
+    what: &str,
+) -> Result<(), String> {
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(l) if want(&l) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("no {what} line ({e})")),
+        }
+    }
+}
+
+/// A SIGTERM while the preflight plans a step ends the run at once, before anything is
+/// written: exit 1 with the agent's stop warning, no `START`, flag, history, log, lock or
+/// host change, and the step never runs. The step's plan blocks in a query (queries run in
+/// the plan) until the test has sent the signal: the query tells the test it started through
+/// one FIFO and waits on another that nobody writes.
+#[test]
+fn sigterm_during_the_preflight_ends_the_run_before_anything_is_written() {
+    // regression: the plan ran on the runtime's thread, so the SIGTERM was seen only after
+    // it; then START was written and the step ran
+    require_root!();
+    use nix::sys::signal::{Signal, kill};
+    let fr = FakeRoot::new();
+    let steps = serde_json::json!([crate::util::step("s", "s.rhai", &[])]);
+    fr.write_config(&crate::util::config(serde_json::json!({
+        "apply": steps.clone(), "apply-check": steps,
+    })));
+    fr.write_step(
+        "s.rhai",
+        "if step.dry_run { query([\"/bin/sh\", \"-c\", \"echo up > /t/started; read x < /t/go\"]); }\nfs::write(\"/etc/ran.conf\", \"x\");\n",
+    );
+    let before = host_files(&fr);
+    for fifo in ["/t/started", "/t/go"] {
+        nix::unistd::mkfifo(
+            &fr.host(fifo),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .expect("mkfifo");
+    }
+    let mut child = fr.spawn("apply");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let (_, stdout) = crate::util::line_reader(child.stdout.take().expect("stdout"));
+    let (err_lines, stderr) = crate::util::line_reader(child.stderr.take().expect("stderr"));
+    // Blocks until the query opens the FIFO: the preflight is planning the step.
+    let started = std::fs::read_to_string(fr.host("/t/started")).expect("read /t/started");
+    assert_eq!(started, "up\n");
+    kill(pid, Signal::SIGTERM).expect("SIGTERM");
+    let seen = wait_line(&err_lines, |l| l.contains("received SIGTERM"), "SIGTERM notice");
+    if let Err(e) = seen {
+        // Release the query so the agent can end, then fail with what it printed.
+        std::fs::write(fr.host("/t/go"), "go\n").expect("release the query");
+        let _ = child.wait();
+        panic!(
+            "{e}\nstdout:\n{}\nstderr:\n{}",
+            stdout.join().unwrap(),
+            stderr.join().unwrap()
+        );
+    }
+    let status = child.wait().expect("wait");
+    let (out, err) = (stdout.join().unwrap(), stderr.join().unwrap());
+    assert_eq!(crate::util::exit_code(status), 1, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        err.contains("WARNING: stopping before the first step: SIGTERM received during the preflight"),
+        "{err}"
+    );
+    assert!(!out.contains("apply s.rhai"), "{out}");
+    assert!(!fr.exists("/etc/ran.conf"));
+    assert!(!fr.exists("/t/state"), "state written: {:?}", fr.list("/t/state"));
+    assert!(!fr.exists("/t/log"));
+    // (`tree` would block opening a FIFO.)
+    for fifo in ["/t/started", "/t/go"] {
+        std::fs::remove_file(fr.host(fifo)).expect("remove the FIFO");
+    }
+    assert_eq!(host_files(&fr), before, "the host changed");
+}
