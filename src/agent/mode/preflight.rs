@@ -33,8 +33,8 @@ use crate::host::{ExecMode, Host};
 use crate::package::{Mode, Package};
 use crate::process::{Cancel, CancelReason};
 use crate::script::ScriptOutput;
-use crate::script::host_api::HostApi;
 use crate::script::engine::ScriptEngine;
+use crate::script::host_api::HostApi;
 use crate::script::lint::{Checker, Diagnostic, Severity};
 use crate::step::run::{End, ScriptStep};
 use crate::step::{SecretSource, StepInvocation, StepProgram, StepResult, StepRunner, StepSpec};
@@ -344,10 +344,15 @@ impl StepRunner for PreflightRunner {
             .run(output)
         })
         .await;
-        planned.unwrap_or_else(|e| StepResult {
+        let mut result = planned.unwrap_or_else(|e| StepResult {
             error: Some(format!("the plan's script runner failed: {e}")),
             ..StepResult::failed(exec, 1)
-        })
+        });
+        // Nothing shows the plan's diffs: a mode of many steps keeps none of them.
+        for c in &mut result.report.changes {
+            c.diff = None;
+        }
+        result
     }
 }
 

@@ -192,7 +192,9 @@ impl Host {
                 ViewedFile::Digest(sha256.clone())
             }
             Some(crate::host::effects::overlay::Node::File { content, .. }) => {
-                ViewedFile::Content(content.clone())
+                ViewedFile::Content(content.bytes().map_err(|e| {
+                    crate::host::effects::overlay::spill_error(&self.cx.root, path, e)
+                })?)
             }
             _ => ViewedFile::Open(key),
         })

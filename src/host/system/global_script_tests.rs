@@ -310,7 +310,11 @@ pub(crate) mod tests {
         assert_eq!(plan.stdout(), "before\nskipped=false planned=true\n");
         // The second command's `creates` guard reads what the first, only planned, may have
         // made: unknown, and the plan ends there (not a failure: the step runner says so).
-        let e = plan.outcome.error.as_ref().expect("the plan ends at the guard");
+        let e = plan
+            .outcome
+            .error
+            .as_ref()
+            .expect("the plan ends at the guard");
         assert_eq!(e.kind, crate::script::errors::ScriptErrorKind::PlanUnknown);
         assert_eq!(
             e.message,
@@ -324,13 +328,11 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(
             summaries,
-            [
-                (
-                    "guarded_command",
-                    "run: useradd gpuops (unless id gpuops)",
-                    pos(2)
-                ),
-            ]
+            [(
+                "guarded_command",
+                "run: useradd gpuops (unless id gpuops)",
+                pos(2)
+            ),]
         );
         let check = run(&t, ExecMode::Check, GUARDED).ok();
         assert_eq!(check.report.drift().len(), 2);
