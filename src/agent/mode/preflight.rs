@@ -7,8 +7,9 @@
 //!    `file:line:col: error: message` of the script as the site names it (the package
 //!    directory for `skyhook-run`, the copy dir's host path for the agent).
 //! 2. **Plan** (run modes only: `apply`, `config`, `upgrade`, `uninstall`, `post-interrupt`).
-//!    The same [`ModeLoop`] as the dry run drives a [`PlanRunner`] over one host session on
-//!    the Plan executor: the `root_dir/` overlay first (not in `uninstall`), then each step
+//!    The same [`ModeLoop`] as the dry run drives the dry run's planning of each script
+//!    (`PreflightRunner`, on tokio's blocking pool) over one host session on the Plan
+//!    executor: the `root_dir/` overlay first (not in `uninstall`), then each step
 //!    whose flag does not skip it, so later steps see the planned changes of earlier ones.
 //!    What only running finds fails the preflight: a missing configMap, an unparsable
 //!    configMap or host file, a wrong argument type at a call the run reaches, an interrupt
@@ -18,8 +19,15 @@
 //! plan stops at the first process step the mode would run: the script steps before it are
 //! planned, the ones after it are validated only. (Planning them as if the bash step had
 //! changed nothing would refuse packages whose bash step creates what a later script step
-//! edits.) `*-check` modes are validated only: a check changes nothing, its failures are
-//! its results.
+//! edits.) A command a script step runs is not run by the plan either: the first later
+//! call that reads a file is unknown and ends that step's plan, which is not an error
+//! ([`crate::host::HostError::PlanUnknown`]). `*-check` modes are validated only: a check
+//! changes nothing, its failures are its results.
+//!
+//! A stop of the run (SIGTERM) aborts the plan at once: the script being planned and any
+//! query it runs end, no further step is planned, and the caller ends the run before
+//! anything is written. The plan's memory is bounded (the overlay spills planned content
+//! past 64 MiB to a temporary file, and the steps' diffs are dropped).
 //!
 //! Nothing is written: flags and history are read, never written; no log file is opened;
 //! the Plan executor changes nothing. The preflight runs before the package lock is taken.
