@@ -542,6 +542,8 @@ fn sigterm_during_the_preflight_ends_the_run_before_anything_is_written() {
 
 /// Run `cmd` (stdout to `out`, stderr piped) to its end; returns its exit code, stderr and
 /// peak resident set in KiB (`ru_maxrss` of `wait4`, this child alone).
+// `wait4` reaps the child (std's `wait` has no rusage).
+#[allow(clippy::zombie_processes)]
 fn run_measuring_peak(mut cmd: Command, out: &Path) -> (i32, String, u64) {
     use std::io::Read;
     let mut child = cmd
@@ -608,6 +610,7 @@ fn planning_many_large_files_holds_bounded_memory() {
         .arg(fr.root());
     let out = fr.t("dry.out");
     let (code, err, peak) = run_measuring_peak(dry, &out);
+    eprintln!("dry run: peak {peak} KiB");
     assert_eq!(code, 0, "{err}");
     assert!(
         peak < BOUND_KIB,
@@ -636,6 +639,7 @@ fn planning_many_large_files_holds_bounded_memory() {
         ])
         .args(["apply", &fr.root_str(), &format!("{T}/pkg")]);
     let (code, err, peak) = run_measuring_peak(agent, &fr.t("agent.out"));
+    eprintln!("agent: peak {peak} KiB");
     assert_eq!(code, 0, "{err}");
     assert!(
         peak < BOUND_KIB,
