@@ -387,9 +387,9 @@ fn a_failing_command_fails_its_step_and_puts_its_files_back() {
 }
 
 /// A `.rhai` step runs a command and then edits the file the command made; a later step
-/// reads it. The plan cannot run the command, so the first call after it that reads a file
-/// is unknown (the dry run lists it, the rest of the plan stops at each step's first read)
-/// instead of a refusal; the agent applies both steps.
+/// reads it. The plan cannot run the command, so each first call after it that reads that
+/// file is unknown (the dry run lists it and that step's plan ends there) instead of a
+/// refusal; the agent applies both steps.
 #[test]
 fn an_edit_after_a_command_is_unknown_in_the_plan_not_refused() {
     // regression: the preflight planned the chmod against the host as it was (no

@@ -20,7 +20,8 @@
 //! planned, the ones after it are validated only. (Planning them as if the bash step had
 //! changed nothing would refuse packages whose bash step creates what a later script step
 //! edits.) A command a script step runs is not run by the plan either: the first later
-//! call that reads a file is unknown and ends that step's plan, which is not an error
+//! call that reads what it may have touched (a path it names, a missing path) is unknown
+//! and ends that step's plan, which is not an error
 //! ([`crate::host::HostError::PlanUnknown`]). `*-check` modes are validated only: a check
 //! changes nothing, its failures are its results.
 //!

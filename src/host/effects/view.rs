@@ -3,8 +3,8 @@
 //! the planned effects of earlier calls of the session (files, removals, services, packages,
 //! modules, mounts, grub's default). A pending batch of line edits is written before a read
 //! that bypasses the line view. In plan mode, once the session planned a command it does not
-//! run (`run`, `sh`), every read of a file is unknown ([`Host::check_known`]): the command
-//! may have changed any path.
+//! run (`run`, `sh`), a read of what it may have touched is unknown ([`Host::check_known`]):
+//! a path its arguments name, or one that does not exist (it may have made it).
 
 use std::path::{Path, PathBuf};
 
@@ -326,7 +326,7 @@ impl Host {
 
     /// Entries of directory `dir` (name, kind), sorted by name; `None` when absent.
     pub(crate) fn view_list(&self, dir: &Path) -> Result<Option<Vec<(String, EntryKind)>>> {
-        self.check_known(dir)?;
+        self.check_known_as(dir, true)?;
         self.batch.flush_checked(&self.cx, &*self.executor)?;
         let overlay = self.executor.overlay();
         let key = match overlay {

@@ -180,9 +180,9 @@ pub enum HostError {
         reason: String,
     },
 
-    /// Plan mode: a read of `path` after a command this step only planned (`run`, `sh`: the
-    /// plan does not run it, so what it changes is unknown). Not a failure: the call is
-    /// reported as unknown and the rest of the step is checked statically only
+    /// Plan mode: a read of `path`, which a command the plan did not run (`run`, `sh`) may
+    /// have touched (it names the path, or the path does not exist). Not a failure: the call
+    /// is reported as unknown and the rest of the step is checked statically only
     /// ([`crate::host::api::PlanUnknown`]).
     #[error(
         "{} is unknown in the plan: the command {command}{} is only run by the apply and may change it",

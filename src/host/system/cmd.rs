@@ -75,22 +75,35 @@ pub fn run(h: &mut Host, argv: &[String], opts: &CommandOptions) -> Result<CmdOu
             argv: argv.to_vec(),
             opts: opts.clone(),
         })?;
-        return Ok(planned_or_ran(h, argv, out));
+        return Ok(planned_or_ran(h, argv, opts, out));
     }
     let out = h.submit(Effect::Command {
         argv: argv.to_vec(),
         opts: opts.clone(),
     })?;
-    Ok(planned_or_ran(h, argv, out))
+    Ok(planned_or_ran(h, argv, opts, out))
 }
 
 /// The command's output; when it was only planned (plan mode), what it changes is unknown
 /// to the rest of the plan ([`Host::note_planned_command`]).
-fn planned_or_ran(h: &mut Host, argv: &[String], out: Option<CmdOutput>) -> CmdOutput {
+fn planned_or_ran(
+    h: &mut Host,
+    argv: &[String],
+    opts: &CommandOptions,
+    out: Option<CmdOutput>,
+) -> CmdOutput {
     match out {
         Some(o) if !o.planned => o,
         _ => {
-            h.note_planned_command(argv);
+            let guard_paths: Vec<String> = opts
+                .guards
+                .iter()
+                .filter_map(|g| match g {
+                    Guard::Creates(p) | Guard::Removes(p) => Some(p.clone()),
+                    _ => None,
+                })
+                .collect();
+            h.note_planned_command(argv, &guard_paths);
             CmdOutput::planned()
         }
     }
@@ -694,6 +707,65 @@ mod tests {
             assert_eq!(t.calls(), ["id gpuops"], "{mode:?}");
         }
         assert_eq!(t.read("/users"), "gpuops\n");
+    }
+
+    /// After a command the plan did not run, a read is unknown exactly for what the command
+    /// may have touched: a path its arguments name (at or under it; a glob stands for its
+    /// directory), a directory listing above one, a `creates` path, and any missing path;
+    /// an existing file it does not name is read as before.
+    #[test]
+    fn a_planned_command_makes_what_it_may_touch_unknown() {
+        let t = TestHost::new();
+        for f in [
+            "/etc/a.conf",
+            "/etc/other.conf",
+            "/opt/y/z.txt",
+            "/srv/keep",
+        ] {
+            t.file(f, "x\n");
+        }
+        let mut h = t.host(ExecMode::Plan);
+        let script = "echo x > /etc/a.conf; cp /opt/y/*.txt /srv/";
+        let guarded = CommandOptions {
+            guards: vec![Guard::Creates("/var/made".into())],
+            ..CommandOptions::default()
+        };
+        assert!(
+            run(&mut h, &argv(&["/bin/sh", "-c", script]), &guarded)
+                .unwrap()
+                .planned
+        );
+        let unknown = |h: &Host, p: &str, listing: bool| {
+            matches!(
+                h.check_known_as(std::path::Path::new(p), listing),
+                Err(HostError::PlanUnknown { .. })
+            )
+        };
+        for p in [
+            "/etc/a.conf",
+            "/opt/y/z.txt",
+            "/srv/keep",
+            "/var/made",
+            "/etc/new.conf",
+        ] {
+            assert!(unknown(&h, p, false), "{p}");
+        }
+        assert!(unknown(&h, "/etc", true));
+        for p in ["/etc/other.conf", "/etc", "/opt"] {
+            assert!(!unknown(&h, p, false), "{p}");
+        }
+        assert_eq!(
+            h.view_read(std::path::Path::new("/etc/other.conf"))
+                .unwrap()
+                .unwrap(),
+            b"x\n"
+        );
+        // Apply and check mode know nothing unknown.
+        for mode in [ExecMode::Apply, ExecMode::Check] {
+            let mut h = t.host(mode);
+            let _ = run(&mut h, &argv(&["true"]), &CommandOptions::default());
+            assert!(!unknown(&h, "/etc/new.conf", false), "{mode:?}");
+        }
     }
 
     #[test]
