@@ -385,3 +385,265 @@ fn a_failing_command_fails_its_step_and_puts_its_files_back() {
     assert!(run.stdout.contains("FAILED: repo.rhai"), "{}", run.stdout);
     assert_eq!(host_files(&fr), before, "agent: the host changed");
 }
+
+/// A `.rhai` step runs a command and then edits the file the command made; a later step
+/// reads it. The plan cannot run the command, so each first call after it that reads that
+/// file is unknown (the dry run lists it and that step's plan ends there) instead of a
+/// refusal; the agent applies both steps.
+#[test]
+fn an_edit_after_a_command_is_unknown_in_the_plan_not_refused() {
+    // regression: the preflight planned the chmod against the host as it was (no
+    // /etc/made.conf) and refused the mode with "fs::chmod: /etc/made.conf does not exist"
+    require_root!();
+    let fr = FakeRoot::new();
+    let steps = serde_json::json!([
+        crate::util::step("make", "make.rhai", &[]),
+        crate::util::step("copy", "copy.rhai", &[]),
+    ]);
+    fr.write_config(&crate::util::config(serde_json::json!({
+        "apply": steps.clone(), "apply-check": steps,
+    })));
+    fr.write_step(
+        "make.rhai",
+        "sh(\"echo a > /etc/made.conf\");\nfs::chmod(\"/etc/made.conf\", 0o600);\nfs::ensure_line(\"/etc/made.conf\", \"b\");\n",
+    );
+    fr.write_step(
+        "copy.rhai",
+        "fs::write(\"/etc/copy.conf\", fs::read(\"/etc/made.conf\"));\n",
+    );
+    let before = tree(fr.root());
+    let dry = Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .arg("--package")
+        .arg(fr.t("pkg"))
+        .args(["--mode", "apply", "--root"])
+        .arg(fr.root())
+        .output()
+        .unwrap();
+    let (out, err) = (text(&dry.stdout), text(&dry.stderr));
+    assert_eq!(dry.status.code(), Some(0), "{out}{err}");
+    let pkg = fr.t("pkg");
+    let cmd = format!(
+        "the command /bin/bash -c 'echo a > /etc/made.conf' (planned at {}/skyhook_dir/make.rhai:1) is only run by the apply and may change it; the rest of the step is checked statically only",
+        pkg.display()
+    );
+    for (call, script) in [("fs::chmod", "make.rhai:2"), ("fs::read", "copy.rhai:1")] {
+        let want = format!(
+            "? unknown: {call}: /etc/made.conf is unknown in the plan: {cmd}  # {}/skyhook_dir/{script}",
+            pkg.display()
+        );
+        assert!(out.lines().any(|l| l == want), "no {want:?} in\n{out}{err}");
+    }
+    assert!(!out.contains("fs::ensure_line"), "{out}");
+    assert!(!out.contains("/etc/copy.conf"), "{out}");
+    assert_eq!(tree(fr.root()), before, "the dry run changed the root");
+
+    let run = fr.run("apply");
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(fr.read("/etc/made.conf"), "a\nb\n");
+    assert_eq!(fr.mode("/etc/made.conf") & 0o7777, 0o600);
+    assert_eq!(fr.read("/etc/copy.conf"), "a\nb\n");
+}
+
+/// Wait up to 30 s for a line of `rx` that `want` accepts.
+fn wait_line(
+    rx: &std::sync::mpsc::Receiver<String>,
+    want: impl Fn(&str) -> bool,
+    what: &str,
+) -> Result<(), String> {
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(l) if want(&l) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("no {what} line ({e})")),
+        }
+    }
+}
+
+/// A SIGTERM while the preflight plans a step ends the run at once, before anything is
+/// written: exit 1 with the agent's stop warning, no `START`, flag, history, log, lock or
+/// host change, and the step never runs. The step's plan blocks in a query (queries run in
+/// the plan) until the test has sent the signal: the query tells the test it started through
+/// one FIFO and waits on another that nobody writes.
+#[test]
+fn sigterm_during_the_preflight_ends_the_run_before_anything_is_written() {
+    // regression: the plan ran on the runtime's thread, so the SIGTERM was seen only after
+    // it; then START was written and the step ran
+    require_root!();
+    use nix::sys::signal::{Signal, kill};
+    let fr = FakeRoot::new();
+    let steps = serde_json::json!([crate::util::step("s", "s.rhai", &[])]);
+    fr.write_config(&crate::util::config(serde_json::json!({
+        "apply": steps.clone(), "apply-check": steps,
+    })));
+    fr.write_step(
+        "s.rhai",
+        "if step.dry_run { query([\"/bin/sh\", \"-c\", \"echo up > /t/started; read x < /t/go\"]); }\nfs::write(\"/etc/ran.conf\", \"x\");\n",
+    );
+    let before = host_files(&fr);
+    for fifo in ["/t/started", "/t/go"] {
+        nix::unistd::mkfifo(
+            &fr.host(fifo),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .expect("mkfifo");
+    }
+    let mut child = fr.spawn("apply");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let (_, stdout) = crate::util::line_reader(child.stdout.take().expect("stdout"));
+    let (err_lines, stderr) = crate::util::line_reader(child.stderr.take().expect("stderr"));
+    // Blocks until the query opens the FIFO: the preflight is planning the step.
+    let started = std::fs::read_to_string(fr.host("/t/started")).expect("read /t/started");
+    assert_eq!(started, "up\n");
+    kill(pid, Signal::SIGTERM).expect("SIGTERM");
+    let seen = wait_line(
+        &err_lines,
+        |l| l.contains("received SIGTERM"),
+        "SIGTERM notice",
+    );
+    if let Err(e) = seen {
+        // Release the query so the agent can end, then fail with what it printed.
+        std::fs::write(fr.host("/t/go"), "go\n").expect("release the query");
+        let _ = child.wait();
+        panic!(
+            "{e}\nstdout:\n{}\nstderr:\n{}",
+            stdout.join().unwrap(),
+            stderr.join().unwrap()
+        );
+    }
+    let status = child.wait().expect("wait");
+    let (out, err) = (stdout.join().unwrap(), stderr.join().unwrap());
+    assert_eq!(
+        crate::util::exit_code(status),
+        1,
+        "stdout:\n{out}\nstderr:\n{err}"
+    );
+    assert!(
+        err.contains(
+            "WARNING: stopping before the first step: SIGTERM received during the preflight"
+        ),
+        "{err}"
+    );
+    assert!(!out.contains("apply s.rhai"), "{out}");
+    assert!(!fr.exists("/etc/ran.conf"));
+    assert!(
+        !fr.exists("/t/state"),
+        "state written: {:?}",
+        fr.list("/t/state")
+    );
+    assert!(!fr.exists("/t/log"));
+    // (`tree` would block opening a FIFO.)
+    for fifo in ["/t/started", "/t/go"] {
+        std::fs::remove_file(fr.host(fifo)).expect("remove the FIFO");
+    }
+    assert_eq!(host_files(&fr), before, "the host changed");
+}
+
+/// Run `cmd` (stdout to `out`, stderr piped) to its end; returns its exit code, stderr and
+/// peak resident set in KiB (`ru_maxrss` of `wait4`, this child alone).
+// `wait4` reaps the child (std's `wait` has no rusage).
+#[allow(clippy::zombie_processes)]
+fn run_measuring_peak(mut cmd: Command, out: &Path) -> (i32, String, u64) {
+    use std::io::Read;
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(out).unwrap())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: all-zero is a valid `rusage`.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child with valid out-pointers.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid, "wait4: {}", std::io::Error::last_os_error());
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
+    (code, reader.join().unwrap(), usage.ru_maxrss as u64)
+}
+
+/// The plan's memory is bounded whatever the mode's length: a package of 12 steps each
+/// writing a 16 MiB file (192 MiB planned in all) is planned by the dry run and by the
+/// agent's preflight (then applied) with a peak resident set well below what holding every
+/// planned file would take. Planned content past 64 MiB is spilled to a temporary file, a
+/// diff over 1 MiB is kept as a one-line note, and the preflight keeps no diffs.
+#[test]
+fn planning_many_large_files_holds_bounded_memory() {
+    // regression: the overlay held every planned file and each step's report its diff
+    // (20 x 16 MiB: 1.4 GB peak for the dry run)
+    require_root!();
+    const STEPS: usize = 12;
+    const BOUND_KIB: u64 = 320 << 10;
+    let fr = FakeRoot::new();
+    let steps: Vec<serde_json::Value> = (0..STEPS)
+        .map(|i| crate::util::step(&format!("s{i}"), &format!("s{i}.rhai"), &[]))
+        .collect();
+    fr.write_config(&crate::util::config(serde_json::json!({
+        "apply": steps.clone(), "apply-check": steps,
+    })));
+    for i in 0..STEPS {
+        fr.write_step(
+            &format!("s{i}.rhai"),
+            &format!("fs::write(\"/opt/big/f{i}\", fs::read(\"/data/big\"));\n"),
+        );
+    }
+    let big = "a".repeat(16 << 20);
+    fr.write("/data/big", &big);
+
+    let mut dry = Command::new(env!("CARGO_BIN_EXE_skyhook-run"));
+    dry.env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .arg("--package")
+        .arg(fr.t("pkg"))
+        .args(["--mode", "apply", "--root"])
+        .arg(fr.root());
+    let out = fr.t("dry.out");
+    let (code, err, peak) = run_measuring_peak(dry, &out);
+    eprintln!("dry run: peak {peak} KiB");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        peak < BOUND_KIB,
+        "the dry run peaked at {peak} KiB (bound {BOUND_KIB} KiB)"
+    );
+    let plan = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        plan.lines().any(
+            |l| l.starts_with("Files /dev/null and b/opt/big/f11 differ (a diff of ")
+                && l.ends_with(" bytes, more than the 1 MiB a report keeps: not shown)")
+        ),
+        "{}",
+        &plan[..plan.len().min(4096)]
+    );
+
+    let mut agent = Command::new(crate::util::AGENT);
+    agent
+        .env_clear()
+        .envs([
+            ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            ("SKYHOOK_ROOT_DIR", "/t/state"),
+            ("SKYHOOK_LOG_DIR", "/t/log"),
+            ("SKYHOOK_AGENT_WRITE_LOGS", "false"),
+            ("SKYHOOK_RESOURCE_ID", crate::util::RID),
+            ("COPY_RESOLV", "false"),
+        ])
+        .args(["apply", &fr.root_str(), &format!("{T}/pkg")]);
+    let (code, err, peak) = run_measuring_peak(agent, &fr.t("agent.out"));
+    eprintln!("agent: peak {peak} KiB");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        peak < BOUND_KIB,
+        "the agent (preflight, then apply) peaked at {peak} KiB (bound {BOUND_KIB} KiB)"
+    );
+    assert_eq!(fr.read("/opt/big/f11").len(), 16 << 20);
+}

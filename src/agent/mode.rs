@@ -700,6 +700,17 @@ impl<R: StepRunner> ModeLoop<'_, R> {
     }
 }
 
+/// `stopping before the first step: SIGTERM received during the preflight` when `cancel`
+/// was stopped (the warning a run stopped during the preflight ends with), else `None`.
+pub(crate) fn stopped_during_preflight(cancel: &Cancel) -> Option<String> {
+    cancel.is_stopped().then(|| {
+        let why = cancel
+            .reason()
+            .map_or_else(|| "stopped".to_string(), |r| r.to_string());
+        format!("stopping before the first step: {why} during the preflight")
+    })
+}
+
 fn not_run(index: usize, step: &Step) -> StepRecord {
     StepRecord {
         index,
@@ -859,13 +870,15 @@ impl ModeRun<'_> {
                 declarations: declarations.clone(),
                 cancel: self.cancel,
             };
-            if let Some(failure) = preflight.run().await? {
-                // A stop during the plan fails the step being planned: not the package's fault.
-                if self.cancel.is_stopped() {
-                    self.console
-                        .warn("stopping before the first step: stopped during the preflight");
-                    return Ok(None);
-                }
+            let failure = preflight.run().await?;
+            // A stop (SIGTERM) during the preflight ends the run before anything is written
+            // (no lock, overlay, `START`, flag or history); the plan it aborted may have
+            // failed the step being planned: not the package's fault.
+            if let Some(why) = stopped_during_preflight(self.cancel) {
+                self.console.warn(&why);
+                return Ok(None);
+            }
+            if let Some(failure) = failure {
                 return Err(failure.report(self.console, self.mode));
             }
         }

@@ -201,6 +201,18 @@ fn try_run_mode_into(
     out: &Arc<Mutex<Vec<u8>>>,
     err: &Arc<Mutex<Vec<u8>>>,
 ) -> Result<bool, super::error::AgentError> {
+    run_mode_aborting_on(t, mode, cancel, "\u{0}never", out, err)
+}
+
+/// [`try_run_mode_into`] whose console aborts `cancel` once the agent printed `marker`.
+fn run_mode_aborting_on(
+    t: &TestHost,
+    mode: Mode,
+    cancel: &Cancel,
+    marker: &'static str,
+    out: &Arc<Mutex<Vec<u8>>>,
+    err: &Arc<Mutex<Vec<u8>>>,
+) -> Result<bool, super::error::AgentError> {
     let settings = Settings::from_env(
         [
             ("SKYHOOK_ROOT_DIR", "/state"),
@@ -219,7 +231,7 @@ fn try_run_mode_into(
     let writer = |seen: &Arc<Mutex<Vec<u8>>>| {
         Box::new(AbortOn {
             seen: seen.clone(),
-            marker: "\u{0}never",
+            marker,
             cancel: cancel.clone(),
         })
     };
@@ -294,9 +306,18 @@ fn the_root_dir_overlay_waits_for_the_package_lock() {
     t.file("/etc/demo.conf", "v1\n");
     let root = HostRoot::open(&t.root).unwrap();
     let held = crate::state::lock::lock_package(&root, Path::new("/state"), "demo").unwrap();
-    let stopped = Cancel::new();
-    stopped.stop(CancelReason::Signal("SIGTERM"));
-    let (ok, _, err) = run_mode(&t, Mode::Apply, &stopped);
+    // Stopped once it waits (a stop before would end the run in the preflight).
+    let (out, err) = (Arc::default(), Arc::default());
+    let ok = run_mode_aborting_on(
+        &t,
+        Mode::Apply,
+        &Cancel::new(),
+        "waiting for the package lock",
+        &out,
+        &err,
+    )
+    .unwrap();
+    let err = String::from_utf8_lossy(&err.lock().unwrap()).into_owned();
     assert!(!ok);
     assert!(
         err.contains("waiting for the package lock /state/locks/demo.lock"),
@@ -307,6 +328,31 @@ fn the_root_dir_overlay_waits_for_the_package_lock() {
     let (ok, _, err) = run_mode(&t, Mode::Apply, &Cancel::new());
     assert!(ok, "{err}");
     assert_eq!(t.read("/etc/demo.conf"), "v2\n");
+}
+
+/// A stop (SIGTERM) before or during the preflight ends the run before anything is
+/// written: exit 1 with the stop warning, and no lock, overlay, `START`, flag, history or
+/// log; the step does not run.
+#[test]
+fn a_stop_during_the_preflight_writes_nothing() {
+    // regression: the preflight ignored the stop; the lock, the overlay and START were
+    // written before the mode loop stopped before the step
+    let t = one_step_host("s.rhai", "fs::write(\"/etc/ran.conf\", \"x\");\n");
+    t.file("/pkg/root_dir/etc/demo.conf", "v2\n");
+    let stopped = Cancel::new();
+    stopped.stop(CancelReason::Signal("SIGTERM"));
+    let (ok, out, err) = run_mode(&t, Mode::Apply, &stopped);
+    assert!(!ok);
+    assert!(
+        err.contains(
+            "WARNING: stopping before the first step: SIGTERM received during the preflight"
+        ),
+        "{err}"
+    );
+    assert!(!out.contains("apply s.rhai"), "{out}");
+    for written in ["/state", "/log", "/etc/demo.conf", "/etc/ran.conf"] {
+        assert!(!t.p(written).exists(), "{written} was written");
+    }
 }
 
 /// `skyhook-agent validate` refuses a check step whose path would forge a `check_results`

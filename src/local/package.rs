@@ -807,12 +807,14 @@ impl PackageRun {
             total_us = started.elapsed().as_micros(),
             "preflight of the package directory"
         );
+        // A stop during the preflight ends the run before anything is copied or written;
+        // the plan it aborted may have failed the step being planned: not the package's
+        // fault.
+        if let Some(why) = crate::agent::mode::stopped_during_preflight(cancel) {
+            console.warn(&why);
+            return Ok(false);
+        }
         match failure {
-            // A stop during the plan fails the step being planned: not the package's fault.
-            Some(_) if cancel.is_stopped() => {
-                console.warn("stopping before the first step: stopped during the preflight");
-                Ok(false)
-            }
             Some(f) => Err(f.report(console, self.mode).into()),
             None => Ok(true),
         }

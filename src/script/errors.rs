@@ -62,6 +62,10 @@ pub enum ScriptErrorKind {
     /// The Rhai runtime panicked or the script thread could not be started. Never expected;
     /// kept so that such a bug fails the step instead of the agent.
     Internal,
+    /// Plan mode: a host call read what a command planned before it in the step may have
+    /// changed ([`crate::host::api::PlanUnknown`]). The plan of the step ends there; not a
+    /// failure (the message says which call and which command).
+    PlanUnknown,
 }
 
 /// A resource limit of the script engine, named after its field in [`Limits`].
@@ -327,7 +331,10 @@ fn classify(mut err: Box<EvalAltResult>, limits: &Limits) -> (ScriptErrorKind, S
             Some(Stop::Cancelled) => (ScriptErrorKind::Cancelled, "step cancelled".to_string()),
             Some(Stop::Memory) => limit(Limit::Memory),
             Some(Stop::Output) => limit(Limit::Output),
-            None => (ScriptErrorKind::Runtime, "script terminated".to_string()),
+            None => match token.clone().try_cast::<crate::host::api::PlanUnknown>() {
+                Some(u) => (ScriptErrorKind::PlanUnknown, u.message),
+                None => (ScriptErrorKind::Runtime, "script terminated".to_string()),
+            },
         },
         // Our resolver puts the whole message (`cannot import "x": reason`) in the path.
         EvalAltResult::ErrorModuleNotFound(text, _) => (ScriptErrorKind::Import, text.clone()),

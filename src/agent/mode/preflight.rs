@@ -7,8 +7,9 @@
 //!    `file:line:col: error: message` of the script as the site names it (the package
 //!    directory for `skyhook-run`, the copy dir's host path for the agent).
 //! 2. **Plan** (run modes only: `apply`, `config`, `upgrade`, `uninstall`, `post-interrupt`).
-//!    The same [`ModeLoop`] as the dry run drives a [`PlanRunner`] over one host session on
-//!    the Plan executor: the `root_dir/` overlay first (not in `uninstall`), then each step
+//!    The same [`ModeLoop`] as the dry run drives the dry run's planning of each script
+//!    (`PreflightRunner`, on tokio's blocking pool) over one host session on the Plan
+//!    executor: the `root_dir/` overlay first (not in `uninstall`), then each step
 //!    whose flag does not skip it, so later steps see the planned changes of earlier ones.
 //!    What only running finds fails the preflight: a missing configMap, an unparsable
 //!    configMap or host file, a wrong argument type at a call the run reaches, an interrupt
@@ -18,8 +19,16 @@
 //! plan stops at the first process step the mode would run: the script steps before it are
 //! planned, the ones after it are validated only. (Planning them as if the bash step had
 //! changed nothing would refuse packages whose bash step creates what a later script step
-//! edits.) `*-check` modes are validated only: a check changes nothing, its failures are
-//! its results.
+//! edits.) A command a script step runs is not run by the plan either: the first later
+//! call that reads what it may have touched (a path it names, a missing path) is unknown
+//! and ends that step's plan, which is not an error
+//! ([`crate::host::HostError::PlanUnknown`]). `*-check` modes are validated only: a check
+//! changes nothing, its failures are its results.
+//!
+//! A stop of the run (SIGTERM) aborts the plan at once: the script being planned and any
+//! query it runs end, no further step is planned, and the caller ends the run before
+//! anything is written. The plan's memory is bounded (the overlay spills planned content
+//! past 64 MiB to a temporary file, and the steps' diffs are dropped).
 //!
 //! Nothing is written: flags and history are read, never written; no log file is opened;
 //! the Plan executor changes nothing. The preflight runs before the package lock is taken.
@@ -31,13 +40,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::host::root::HostRoot;
 use crate::host::{ExecMode, Host};
 use crate::package::{Mode, Package};
-use crate::process::Cancel;
+use crate::process::{Cancel, CancelReason};
 use crate::script::ScriptOutput;
 use crate::script::engine::ScriptEngine;
+use crate::script::host_api::HostApi;
 use crate::script::lint::{Checker, Diagnostic, Severity};
-use crate::step::{
-    PlanRunner, SecretSource, StepInvocation, StepProgram, StepResult, StepRunner, StepSpec,
-};
+use crate::step::run::{End, ScriptStep};
+use crate::step::{SecretSource, StepInvocation, StepProgram, StepResult, StepRunner, StepSpec};
 
 use super::{Decision, InterruptPolicy, ModeLoop, StateView};
 use crate::agent::console::Console;
@@ -59,15 +68,17 @@ pub struct Preflight<'a> {
     pub settings: &'a Settings,
     /// The mode's compiled scripts, by step index.
     pub scripts: &'a StepScripts,
-    /// The engine the scripts were compiled with.
-    pub engine: &'a ScriptEngine,
+    /// The engine the scripts were compiled with (shared with the plan's script threads).
+    pub engine: &'a Arc<ScriptEngine>,
     /// The host root: flags and history are read there, the plan session runs over it.
     pub root: &'a HostRoot,
     /// `SKYHOOK_RESOURCE_ID`.
     pub resource_id: &'a str,
     /// What the package's Skyhook CR declares, for the interrupts steps request.
     pub declarations: Declarations,
-    /// A stop ends the plan before its next step.
+    /// The run's token: a stop (SIGTERM) aborts the plan at once (it changes nothing, so
+    /// there is nothing to let finish); the caller then ends the run before anything is
+    /// written.
     pub cancel: &'a Cancel,
 }
 
@@ -95,7 +106,13 @@ impl Preflight<'_> {
         let started = std::time::Instant::now();
         let mut outcome = self.check()?;
         let checked = started.elapsed();
-        if outcome.is_none() && !self.mode.is_check() && self.mode != Mode::Interrupt {
+        // Let a signal that arrived meanwhile stop the token before deciding to plan.
+        tokio::task::yield_now().await;
+        if outcome.is_none()
+            && !self.mode.is_check()
+            && self.mode != Mode::Interrupt
+            && !self.cancel.is_stopped()
+        {
             outcome = self.plan().await?;
         }
         // What the preflight costs, for measuring it against the apply (SKYHOOK_LOG=info).
@@ -144,12 +161,16 @@ impl Preflight<'_> {
     /// Flags, history or the root cannot be read.
     pub async fn plan(&self) -> Result<Option<PreflightFailure>, AgentError> {
         let env = lossy_env(&EnvBuilder::from_agent(self.settings).into_vec());
+        // Aborted when the run is stopped: ends the script being planned (its evaluation and
+        // any query it is running) and starts no further step.
+        let plan_cancel = self.cancel.child();
         let spec = StepSpec {
             exec: ExecMode::Plan,
             env,
             configmaps_dir: Some(self.site.shown(&self.site.configmaps_dir())),
             resource_id: self.resource_id.to_string(),
             secrets: SecretSource::FromEnv,
+            cancel: plan_cancel.clone(),
             ..StepSpec::default()
         };
         let api = spec.session(self.root.try_clone()?);
@@ -182,11 +203,9 @@ impl Preflight<'_> {
             }
         }
         let runner = PreflightRunner {
-            plan: PlanRunner {
-                engine: self.engine,
-                api: &api,
-                output,
-            },
+            engine: self.engine.clone(),
+            api: api.clone(),
+            output,
             past_process: AtomicBool::new(false),
         };
         let console = Console::null();
@@ -203,7 +222,7 @@ impl Preflight<'_> {
             scripts: self.scripts,
             runner: &runner,
             console: &console,
-            cancel: self.cancel,
+            cancel: &plan_cancel,
             resource_id: self.resource_id,
             run_exec: ExecMode::Plan,
             write_logs: false,
@@ -217,7 +236,17 @@ impl Preflight<'_> {
             logs: crate::logs::retention::LogIndex::default(),
             dirs: crate::host::root::run_dirs::RunDirs::default(),
         };
-        let outcome = mode_loop.run().await?;
+        // The scripts run on the blocking pool (PreflightRunner), so this task and the signal
+        // handler's keep running: a stop of the run aborts the plan.
+        let abort_on_stop = async {
+            self.cancel.stopped().await;
+            plan_cancel.abort(self.cancel.reason().unwrap_or(CancelReason::Parent));
+            std::future::pending::<()>().await;
+        };
+        let outcome = tokio::select! {
+            outcome = mode_loop.run() => outcome?,
+            () = abort_on_stop => unreachable!("pending never resolves"),
+        };
         let _ = api.finish();
         let steps = self.package.steps(self.mode);
         let mut first = None;
@@ -280,25 +309,59 @@ impl ScriptOutput for Discard {
     fn stderr(&self, _: &[u8]) {}
 }
 
-/// The [`PlanRunner`] up to the first process step (see the module docs); that step and
-/// every step after it are listed, not run.
-struct PreflightRunner<'a> {
-    plan: PlanRunner<'a>,
+/// The dry run's [`crate::step::PlanRunner`] up to the first process step (see the module
+/// docs); that step and every step after it are listed, not run. Each script is planned on
+/// tokio's blocking pool while the mode loop awaits it, so the runtime keeps polling its
+/// signal driver and a SIGTERM during the plan is seen at once.
+struct PreflightRunner {
+    engine: Arc<ScriptEngine>,
+    /// The session every step is planned on (one step after the other).
+    api: HostApi,
+    output: Arc<dyn ScriptOutput>,
     past_process: AtomicBool,
 }
 
-impl StepRunner for PreflightRunner<'_> {
+impl StepRunner for PreflightRunner {
     async fn run(&self, inv: StepInvocation) -> StepResult {
-        if !matches!(inv.program, StepProgram::Script(_)) {
+        let exec = inv.spec.exec;
+        let StepProgram::Script(script) = inv.program else {
             self.past_process.store(true, Ordering::Relaxed);
-        }
+            return StepResult {
+                ok: true,
+                ..StepResult::new(exec)
+            };
+        };
         if self.past_process.load(Ordering::Relaxed) {
             return StepResult {
                 ok: true,
-                ..StepResult::new(inv.spec.exec)
+                ..StepResult::new(exec)
             };
         }
-        self.plan.run(inv).await
+        let (engine, api, output) = (self.engine.clone(), self.api.clone(), self.output.clone());
+        let spec = inv.spec;
+        let span = tracing::Span::current();
+        let planned = tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            ScriptStep {
+                engine: &engine,
+                script: &script,
+                spec: &spec,
+                api: &api,
+                end: End::Step,
+                list_drift: false,
+            }
+            .run(output)
+        })
+        .await;
+        let mut result = planned.unwrap_or_else(|e| StepResult {
+            error: Some(format!("the plan's script runner failed: {e}")),
+            ..StepResult::failed(exec, 1)
+        });
+        // Nothing shows the plan's diffs: a mode of many steps keeps none of them.
+        for c in &mut result.report.changes {
+            c.diff = None;
+        }
+        result
     }
 }
 

@@ -113,6 +113,16 @@ impl From<String> for CallError {
     }
 }
 
+/// The token of the termination that ends a plan at a call whose outcome is unknown
+/// ([`HostError::PlanUnknown`]: it reads what a command the step only planned may have
+/// changed): the rest of the step is checked statically only, as the steps after a bash
+/// step are. The step runner treats it as the end of the plan, not as a failure.
+#[derive(Debug, Clone)]
+pub struct PlanUnknown {
+    /// `<ns>::<fn>: <path> is unknown in the plan: ...`, redacted.
+    pub message: String,
+}
+
 /// The result type of binding closures.
 pub(crate) type RhaiResult<T> = Result<T, Box<EvalAltResult>>;
 
@@ -141,6 +151,9 @@ impl Api {
                 // Effects submitted by this call carry its script position.
                 h.set_position(position(ctx));
                 let r = op(h);
+                if let Err(CallError::Host(e @ HostError::PlanUnknown { .. })) = &r {
+                    h.note_unknown(fname, e);
+                }
                 h.set_position(None);
                 r
             }
@@ -148,6 +161,19 @@ impl Api {
         };
         drop(guard);
         res.map_err(|e| {
+            if let CallError::Host(e @ HostError::PlanUnknown { .. }) = &e {
+                // Ends the script (no `try`/`catch` intercepts a termination): the step's
+                // plan stops here, and the step runner does not count it as a failure.
+                let message = self
+                    .inner
+                    .redactor
+                    .redact(&format!("{fname}: {}", error_chain(e)))
+                    .into_owned();
+                return Box::new(EvalAltResult::ErrorTerminated(
+                    rhai::Dynamic::from(PlanUnknown { message }),
+                    ctx.call_position(),
+                ));
+            }
             let text = match e {
                 CallError::Host(e) => error_chain(&e),
                 CallError::Arg(s) => s,

@@ -109,6 +109,28 @@ fn ids(uid: Option<u32>, gid: Option<u32>) -> String {
     format!("{}:{}", f(uid), f(gid))
 }
 
+/// The longest diff a report keeps, in bytes (1 MiB): a longer one (a large file written
+/// whole) is replaced by a one-line note, so a plan of many large files holds little.
+pub(crate) const DIFF_LIMIT: usize = 1 << 20;
+
+/// The note that stands for `diff` of `target` when it is longer than [`DIFF_LIMIT`]:
+/// its `---`/`+++` headers and its size.
+fn too_large(diff: &str, target: &str) -> String {
+    let mut lines = diff.lines();
+    match (lines.next(), lines.next()) {
+        (Some(a), Some(b)) if a.starts_with("--- ") && b.starts_with("+++ ") => format!(
+            "Files {} and {} differ (a diff of {} bytes, more than the 1 MiB a report keeps: not shown)\n",
+            &a[4..],
+            &b[4..],
+            diff.len()
+        ),
+        _ => format!(
+            "{target} differs (a diff of {} bytes, more than the 1 MiB a report keeps: not shown)\n",
+            diff.len()
+        ),
+    }
+}
+
 /// What a report says about one effect ([`Host::describe`]).
 #[derive(Debug, Default)]
 pub(crate) struct Described {
@@ -136,6 +158,11 @@ impl Host {
         appended: Option<&Appended>,
     ) -> Result<Described> {
         let mut d = self.summarize(effect, with_diff, appended)?;
+        if let Some(diff) = &mut d.diff
+            && diff.len() > DIFF_LIMIT
+        {
+            *diff = too_large(diff, &effect.target());
+        }
         match effect {
             Effect::WriteFile { path, .. }
             | Effect::Symlink { link: path, .. }
@@ -414,10 +441,18 @@ impl Host {
     pub(crate) fn view_read_cow(&self, path: &Path) -> Result<Option<Cow<'_, [u8]>>> {
         if let Some(overlay) = self.overlay() {
             let key = overlay.key(self.root(), path, true)?;
-            if let Some(crate::host::effects::overlay::Node::File { content, .. }) =
-                overlay.lookup(&key)
-            {
-                return Ok(Some(Cow::Borrowed(&content[..])));
+            match overlay.lookup(&key) {
+                Some(crate::host::effects::overlay::Node::File {
+                    content: crate::host::effects::overlay::Planned::Held(content),
+                    ..
+                }) => return Ok(Some(Cow::Borrowed(&content[..]))),
+                Some(crate::host::effects::overlay::Node::File { content, .. }) => {
+                    let c = content.bytes().map_err(|e| {
+                        crate::host::effects::overlay::spill_error(self.root(), path, e)
+                    })?;
+                    return Ok(Some(Cow::Owned(c.to_vec())));
+                }
+                _ => {}
             }
         }
         Ok(self.view_read(path)?.map(Cow::Owned))

@@ -8,12 +8,21 @@
 //! service states and package installs are kept too, so `service::is_active` after a planned
 //! `start` and `pkg::installed` after a planned `install` answer as after an apply.
 //!
+//! Memory: the content of planned files is held in memory up to [`HELD_LIMIT`] (64 MiB) in
+//! all, for the whole session (a dry run's or the preflight's mode, however many steps);
+//! past it, the content of each further planned file is written to one unlinked temporary
+//! file of the session ([`tempfile::tempfile`]: `O_TMPFILE` in `$TMPDIR`, else `/tmp`;
+//! nothing is left behind) and read back when a later call reads that file. Should the
+//! temporary file fail (disk full), the content is held in memory after all.
+//!
 //! Limits (documented, harmless for idempotence): symlinks planned in the same session are
 //! not followed by later reads; mtimes of planned files are the real ones when the file
 //! existed, else 0.
 
 use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::host::effects::effect::{Effect, MountOp, ServiceOp};
 use crate::host::root::error::{HostError, Result};
@@ -39,12 +48,97 @@ pub struct Stat {
     pub mtime: i64,
 }
 
+/// Planned file content held by one overlay in memory, in all, in bytes (64 MiB); past it,
+/// content is spilled to a temporary file (module docs).
+pub(crate) const HELD_LIMIT: usize = 64 << 20;
+
+/// The content of a planned file.
+#[derive(Debug, Clone)]
+pub(crate) enum Planned {
+    /// In memory, shared with the effect that planned it (and the line view's rendering).
+    Held(bytes::Bytes),
+    /// `len` bytes at `offset` of the overlay's spill file.
+    Spilled {
+        file: Arc<std::fs::File>,
+        offset: u64,
+        len: u64,
+    },
+}
+
+impl Planned {
+    /// Size in bytes.
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            Planned::Held(b) => b.len() as u64,
+            Planned::Spilled { len, .. } => *len,
+        }
+    }
+
+    /// The content: the shared buffer when held, else read back from the spill file.
+    ///
+    /// # Errors
+    /// Reading the spill file.
+    pub(crate) fn bytes(&self) -> std::io::Result<bytes::Bytes> {
+        match self {
+            Planned::Held(b) => Ok(b.clone()),
+            Planned::Spilled { file, offset, len } => {
+                let mut buf = vec![0; usize::try_from(*len).unwrap_or(usize::MAX)];
+                file.read_exact_at(&mut buf, *offset)?;
+                Ok(buf.into())
+            }
+        }
+    }
+
+    /// Bytes this content holds in memory.
+    fn held(&self) -> usize {
+        match self {
+            Planned::Held(b) => b.len(),
+            Planned::Spilled { .. } => 0,
+        }
+    }
+}
+
+/// The spill file of an overlay: created on first use, appended to.
+#[derive(Debug, Default)]
+struct Spill {
+    file: Option<Arc<std::fs::File>>,
+    end: u64,
+}
+
+impl Spill {
+    /// Append `content`; returns where it is.
+    fn put(&mut self, content: &[u8]) -> std::io::Result<Planned> {
+        let file = match &self.file {
+            Some(f) => f.clone(),
+            None => self.file.insert(Arc::new(tempfile::tempfile()?)).clone(),
+        };
+        file.write_all_at(content, self.end)?;
+        let offset = self.end;
+        self.end += content.len() as u64;
+        Ok(Planned::Spilled {
+            file,
+            offset,
+            len: content.len() as u64,
+        })
+    }
+}
+
+/// The error of reading the planned content of `path` back from the spill file.
+pub(crate) fn spill_error(root: &HostRoot, path: &Path, source: std::io::Error) -> HostError {
+    HostError::Root(crate::host::root::RootError {
+        op: "read the planned content (spilled to a temporary file) of",
+        path: path.to_path_buf(),
+        root: root.mount().to_path_buf(),
+        source,
+    })
+}
+
 /// One planned object.
 #[derive(Debug, Clone)]
 pub(crate) enum Node {
     File {
-        /// Shared with the effect that planned it (and the line view's rendering).
-        content: bytes::Bytes,
+        /// In memory or spilled ([`Planned`]).
+        content: Planned,
         mode: u32,
         uid: u32,
         gid: u32,
@@ -86,7 +180,7 @@ impl Node {
                 uid,
                 gid,
                 mtime,
-            } => ("file", content.len() as u64, *mode, *uid, *gid, *mtime),
+            } => ("file", content.len(), *mode, *uid, *gid, *mtime),
             Node::Dir { mode, uid, gid, .. } => ("dir", 0, *mode, *uid, *gid, 0),
             Node::Symlink { target } => {
                 ("symlink", target.as_os_str().len() as u64, 0o777, 0, 0, 0)
@@ -105,10 +199,14 @@ impl Node {
         })
     }
 
-    /// File content, `Ok(None)` when absent, `Err(reason)` for a directory.
-    pub(crate) fn content(&self) -> std::result::Result<Option<Vec<u8>>, &'static str> {
+    /// File content, `Ok(None)` when absent, `Err(reason)` for a directory; `Ok(Some(Err))`
+    /// when spilled content cannot be read back.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn content(
+        &self,
+    ) -> std::result::Result<Option<std::io::Result<Vec<u8>>>, &'static str> {
         match self {
-            Node::File { content, .. } => Ok(Some(content.to_vec())),
+            Node::File { content, .. } => Ok(Some(content.bytes().map(|b| b.to_vec()))),
             Node::Dir { .. } => Err("is a directory"),
             Node::Symlink { .. } | Node::Absent => Ok(None),
             Node::Download { copied: false, .. } => Err(
@@ -117,6 +215,14 @@ impl Node {
             Node::Download { copied: true, .. } => Err(
                 "is copied (fs::copy_tree, fs::extract) only when applied: its content is not read in a plan",
             ),
+        }
+    }
+
+    /// Bytes of planned content this node holds in memory.
+    fn held(&self) -> usize {
+        match self {
+            Node::File { content, .. } => content.held(),
+            _ => 0,
         }
     }
 
@@ -149,6 +255,10 @@ pub(crate) struct Overlay {
     pub(crate) holds: HashMap<String, bool>,
     /// The kernel release `kernel::set_default` planned grub to boot next.
     pub(crate) grub_default: Option<String>,
+    /// Bytes of planned content held in memory by `nodes` (at most about [`HELD_LIMIT`]).
+    held: usize,
+    /// Where content past [`HELD_LIMIT`] goes.
+    spill: Spill,
 }
 
 impl Overlay {
@@ -194,10 +304,40 @@ impl Overlay {
                 .filter(|k| k != &p)
                 .collect();
             for k in below {
-                self.nodes.remove(&k);
+                if let Some(old) = self.nodes.remove(&k) {
+                    self.held -= old.held();
+                }
             }
         }
-        self.nodes.insert(p, n);
+        self.held += n.held();
+        if let Some(old) = self.nodes.insert(p, n) {
+            self.held -= old.held();
+        }
+    }
+
+    /// `content` as a planned file's content: held in memory while the overlay holds at
+    /// most [`HELD_LIMIT`] with it, else spilled (module docs).
+    fn plan_content(&mut self, content: bytes::Bytes) -> Planned {
+        if self.held + content.len() <= HELD_LIMIT {
+            return Planned::Held(content);
+        }
+        match self.spill.put(&content) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    bytes = content.len(),
+                    "cannot spill planned content to a temporary file: held in memory"
+                );
+                Planned::Held(content)
+            }
+        }
+    }
+
+    /// Bytes of planned content held in memory.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.held
     }
 }
 
@@ -245,7 +385,8 @@ impl Overlay {
         let key = self.key(root, path, true)?;
         if let Some(hit) = self.lookup(&key) {
             return match hit.content() {
-                Ok(c) => Ok(c),
+                Ok(None) => Ok(None),
+                Ok(Some(c)) => c.map(Some).map_err(|e| spill_error(root, path, e)),
                 Err(what) => Err(HostError::WrongKind {
                     path: path.to_path_buf(),
                     what,
@@ -288,7 +429,7 @@ impl Overlay {
                 let old = self.stat(root, &key, true)?;
                 self.plan_parents(root, &key)?;
                 let node = Node::File {
-                    content: content.clone(),
+                    content: self.plan_content(content.clone()),
                     mode: mode.or(old.as_ref().map(|s| s.mode)).unwrap_or(0o644),
                     uid: uid.or(old.as_ref().map(|s| s.uid)).unwrap_or(0),
                     gid: gid.or(old.as_ref().map(|s| s.gid)).unwrap_or(0),
@@ -375,7 +516,7 @@ impl Overlay {
                 self.set(
                     k,
                     Node::File {
-                        content: format!("{value}\n").into(),
+                        content: Planned::Held(format!("{value}\n").into()),
                         mode: old.as_ref().map_or(0o644, |s| s.mode),
                         uid: 0,
                         gid: 0,
@@ -434,7 +575,7 @@ impl Overlay {
                 self.set(
                     key,
                     Node::File {
-                        content: content.into(),
+                        content: Planned::Held(content.into()),
                         mode: old.as_ref().map_or(0o644, |s| s.mode),
                         uid: 0,
                         gid: 0,
@@ -524,8 +665,16 @@ impl Overlay {
                 fresh: self.is_fresh_dir(&key),
             }
         } else {
+            // The planned content as it is (held or spilled), else the file's, read once.
+            let content = match self.lookup(&key) {
+                Some(Node::File { content, .. }) => content.clone(),
+                _ => {
+                    let c = self.read(root, &key)?.unwrap_or_default();
+                    self.plan_content(c.into())
+                }
+            };
             Node::File {
-                content: self.read(root, &key)?.unwrap_or_default().into(),
+                content,
                 mode: mode.unwrap_or(s.mode),
                 uid: uid.unwrap_or(s.uid),
                 gid: gid.unwrap_or(s.gid),
@@ -568,4 +717,46 @@ pub(crate) fn root_stat(root: &HostRoot, path: &Path, follow: bool) -> Result<Op
             mtime: m.mtime(),
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HELD_LIMIT;
+    use crate::host::ExecMode;
+    use crate::host::files::fs;
+    use crate::host::testutil::TestHost;
+    use std::path::Path;
+
+    /// Five planned files of 20 MiB: the overlay holds at most 64 MiB of them in memory,
+    /// the rest is spilled, and every later read (a chmod's included) sees each file's
+    /// planned content.
+    #[test]
+    fn planned_content_past_the_limit_is_spilled_and_read_back() {
+        let t = TestHost::new();
+        let mut h = t.host(ExecMode::Plan);
+        let big = |c: char| c.to_string().repeat(20 << 20);
+        let files = ['a', 'b', 'c', 'd', 'e'];
+        for c in files {
+            fs::write(&mut h, &format!("/big/{c}"), &big(c), &Default::default()).unwrap();
+        }
+        let held = h.overlay().unwrap().held();
+        assert!((40 << 20..=HELD_LIMIT).contains(&held), "{held}");
+        fs::chmod(&mut h, "/big/e", 0o600).unwrap();
+        assert_eq!(h.overlay().unwrap().held(), held);
+        for c in files {
+            let p = format!("/big/{c}");
+            let read = h.view_read(Path::new(&p)).unwrap().unwrap();
+            assert!(read == big(c).as_bytes(), "{p}");
+        }
+        assert_eq!(
+            h.view_stat(Path::new("/big/e"), true)
+                .unwrap()
+                .unwrap()
+                .mode,
+            0o600
+        );
+        // Removing a held file frees its share.
+        fs::remove(&mut h, "/big/a").unwrap();
+        assert_eq!(h.overlay().unwrap().held(), held - (20 << 20));
+    }
 }

@@ -18,7 +18,9 @@
 //! ```
 //!
 //! Changes start with `~` (each directory the change creates first, as `+ mkdir <dir>`),
-//! actions with `>`, interrupts with `!`; each ends with `  # file:line`, the script position
+//! actions with `>`, interrupts with `!`, a call the plan cannot know the outcome of (it
+//! reads what a command the step only planned may have changed; the step's plan ends there)
+//! with `? unknown:`; each ends with `  # file:line`, the script position
 //! of the call that made it (none for deferred work run at the end of the step). Recorded
 //! stdout output (`print`, `log::info`) appears as it was written; recorded stderr output is
 //! only in the JSON form (it is written live to stderr). The summary line is
@@ -123,6 +125,14 @@ pub enum Item {
         /// Index into [`Report::interrupts`].
         index: usize,
         /// Where it was requested.
+        position: Option<Position>,
+    },
+    /// Plan mode: a call whose outcome the plan cannot know (it reads what a command the
+    /// step only planned may have changed); the plan of the step ends there.
+    Unknown {
+        /// `<ns>::<fn>: <path> is unknown in the plan: ...`.
+        summary: String,
+        /// Where the call was made.
         position: Option<Position>,
     },
     /// Script output, consecutive chunks of one stream merged.
@@ -264,7 +274,7 @@ impl Report {
         let covered = self
             .items
             .iter()
-            .filter(|i| !matches!(i, Item::Output { .. }))
+            .filter(|i| !matches!(i, Item::Output { .. } | Item::Unknown { .. }))
             .count();
         if covered == self.changes.len() + self.actions.len() + self.interrupts.len() {
             return self.items.clone();
@@ -332,6 +342,9 @@ impl Report {
                         at(position.as_ref())
                     );
                 }
+                Item::Unknown { summary, position } => {
+                    let _ = writeln!(out, "? unknown: {summary}{}", at(position.as_ref()));
+                }
                 Item::Output {
                     stream: OutputStream::Stdout,
                     text,
@@ -389,7 +402,8 @@ impl Report {
         v
     }
 
-    /// One item as JSON: `item` (`change`, `action`, `interrupt`, `output`); for a change or
+    /// One item as JSON: `item` (`change`, `action`, `interrupt`, `unknown`, `output`); for
+    /// an unknown call `summary` and `position`; for a change or
     /// action `kind`, `target`, `summary`, `path` (file kinds) or `command` (command kinds),
     /// `position` (`{file, line}` or null), for a change also `before`, `after`, `diff` and
     /// `mkdir`; for an interrupt `interrupt` (the request) and `position`; for output
@@ -436,6 +450,11 @@ impl Report {
                     "position": position,
                 })
             }
+            Item::Unknown { summary, position } => json!({
+                "item": "unknown",
+                "summary": summary,
+                "position": position,
+            }),
             Item::Output { stream, text } => json!({
                 "item": "output",
                 "stream": stream,

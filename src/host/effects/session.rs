@@ -189,6 +189,45 @@ pub struct Host {
     pub(super) recorded: Option<Vec<Effect>>,
     /// Lines saying what this session's start undid ([`Host::recovered`]).
     pub(super) recovered: Vec<String>,
+    /// Plan mode: the commands the plan did not run, in order, over all the steps of the
+    /// session (a dry run's or the preflight's): later reads of what they may have touched
+    /// are unknown ([`Host::check_known`]).
+    pub(super) planned_commands: Vec<PlannedCommand>,
+}
+
+/// A command a plan recorded without running it ([`Host::note_planned_command`]).
+#[derive(Debug)]
+pub(super) struct PlannedCommand {
+    /// The command line, shell-quoted.
+    command: String,
+    /// Where the script planned it.
+    position: Option<Position>,
+    /// The absolute paths its arguments and guards name (normalised; a glob cut at its
+    /// directory).
+    paths: Vec<PathBuf>,
+}
+
+/// The absolute paths `words` name: each word split at whitespace and shell punctuation,
+/// the pieces that start with `/`, normalised; a piece with a glob character stands for
+/// the directory before it (`/etc/x.d/*.conf` names `/etc/x.d`).
+fn named_paths<'a>(words: impl IntoIterator<Item = &'a str>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for w in words {
+        for piece in w.split(|c: char| c.is_whitespace() || ";|&<>()'\"`=,".contains(c)) {
+            if !piece.starts_with('/') {
+                continue;
+            }
+            let piece = match piece.find(['*', '?', '[']) {
+                Some(i) => piece[..i].rsplit_once('/').map_or("/", |(d, _)| d),
+                None => piece,
+            };
+            let p = normalize(Path::new(if piece.is_empty() { "/" } else { piece }));
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 impl Host {
@@ -269,6 +308,7 @@ impl Host {
             hold_write: false,
             recorded: None,
             recovered,
+            planned_commands: Vec::new(),
         }
     }
 
@@ -369,6 +409,77 @@ impl Host {
     /// (`apt-get update`, `dnf makecache`, ...), in every mode.
     pub fn mark_package_index_stale(&mut self) {
         self.package_index_stale = true;
+    }
+
+    /// Plan mode: `argv` was planned, not run (`run`, `sh`), with `guard_paths` (its
+    /// `creates`/`removes` paths): what it changes is unknown, so later reads of what it
+    /// may have touched fail with [`HostError::PlanUnknown`] ([`Host::check_known`]).
+    /// Nothing in apply and check mode (a check judges the host as it is).
+    pub(crate) fn note_planned_command(&mut self, argv: &[String], guard_paths: &[String]) {
+        if self.mode() != ExecMode::Plan {
+            return;
+        }
+        let words = argv.iter().chain(guard_paths).map(String::as_str);
+        self.planned_commands.push(PlannedCommand {
+            command: crate::host::effects::exec::quote_argv(argv),
+            position: self.position.clone(),
+            paths: named_paths(words),
+        });
+    }
+
+    /// `Ok` unless a command the plan did not run may have touched `path`
+    /// ([`Host::note_planned_command`]): a path at or under one the command names (in its
+    /// arguments, a shell script's text included, or its guards); with `listing`, also a
+    /// directory above one it names; and any path that does not exist as the session sees
+    /// it (a command may have made it, whatever it names).
+    ///
+    /// # Errors
+    /// [`HostError::PlanUnknown`] naming the command; resolution failures.
+    pub(crate) fn check_known_as(&self, path: &Path, listing: bool) -> Result<()> {
+        if self.planned_commands.is_empty() {
+            return Ok(());
+        }
+        let p = normalize(path);
+        let named = self.planned_commands.iter().find(|c| {
+            c.paths
+                .iter()
+                .any(|t| p.starts_with(t) || (listing && t.starts_with(&p)))
+        });
+        let command = match named {
+            Some(c) => c,
+            None => {
+                let exists = match self.executor.overlay() {
+                    Some(o) => o.stat(&self.cx.root, path, true)?.is_some(),
+                    None => true,
+                };
+                if exists {
+                    return Ok(());
+                }
+                &self.planned_commands[0]
+            }
+        };
+        Err(HostError::PlanUnknown {
+            path: path.to_path_buf(),
+            command: command.command.clone(),
+            position: command.position.as_ref().map(ToString::to_string),
+        })
+    }
+
+    /// [`Host::check_known_as`] for a read of `path` itself (not a listing).
+    ///
+    /// # Errors
+    /// As [`Host::check_known_as`].
+    pub(crate) fn check_known(&self, path: &Path) -> Result<()> {
+        self.check_known_as(path, false)
+    }
+
+    /// List the call `fname` that failed with `e` ([`HostError::PlanUnknown`]) in the step's
+    /// ordered list as unknown, at the call's position.
+    pub(crate) fn note_unknown(&mut self, fname: &str, e: &HostError) {
+        self.journal.push(Item::Unknown {
+            summary: format!("{fname}: {e}; the rest of the step is checked statically only"),
+            position: self.position.clone(),
+        });
     }
 
     /// Count a mutating call that found the desired state already in place.

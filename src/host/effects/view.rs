@@ -2,7 +2,9 @@
 //! root; in plan and check mode the root seen through the executor's overlay, so a read sees
 //! the planned effects of earlier calls of the session (files, removals, services, packages,
 //! modules, mounts, grub's default). A pending batch of line edits is written before a read
-//! that bypasses the line view.
+//! that bypasses the line view. In plan mode, once the session planned a command it does not
+//! run (`run`, `sh`), a read of what it may have touched is unknown ([`Host::check_known`]):
+//! a path its arguments name, or one that does not exist (it may have made it).
 
 use std::path::{Path, PathBuf};
 
@@ -37,6 +39,8 @@ impl Host {
     /// # Errors
     /// [`HostError::BadAncestor`]; resolution failures.
     pub(crate) fn check_creatable(&self, path: &Path) -> Result<()> {
+        // Named by the path the call is about, not its first ancestor.
+        self.check_known(path)?;
         self.check_ancestors(path, path)
     }
 
@@ -81,6 +85,7 @@ impl Host {
 
     /// Metadata of `path` as the session sees it; `follow` follows a final symlink.
     pub(crate) fn view_stat(&self, path: &Path, follow: bool) -> Result<Option<Stat>> {
+        self.check_known(path)?;
         self.batch.flush_checked(&self.cx, &*self.executor)?;
         match self.executor.overlay() {
             Some(overlay) => overlay.stat(&self.cx.root, path, follow),
@@ -99,6 +104,7 @@ impl Host {
     /// A directory at `path`; [`HostError::NotText`]; resolution or read failures.
     pub(crate) fn take_line_view(&mut self, path: &Path, key: &Path) -> Result<View> {
         if self.plans() {
+            self.check_known(path)?;
             if let Some(v) = self.texts.remove(key) {
                 return Ok(v);
             }
@@ -176,6 +182,7 @@ impl Host {
     /// # Errors
     /// Resolving the path through the planned symlinks.
     pub(crate) fn view_for_digest(&self, path: &Path) -> Result<ViewedFile> {
+        self.check_known(path)?;
         let Some(overlay) = self.executor.overlay() else {
             return Ok(ViewedFile::Open(path.to_path_buf()));
         };
@@ -186,7 +193,9 @@ impl Host {
                 ViewedFile::Digest(sha256.clone())
             }
             Some(crate::host::effects::overlay::Node::File { content, .. }) => {
-                ViewedFile::Content(content.clone())
+                ViewedFile::Content(content.bytes().map_err(|e| {
+                    crate::host::effects::overlay::spill_error(&self.cx.root, path, e)
+                })?)
             }
             _ => ViewedFile::Open(key),
         })
@@ -322,6 +331,7 @@ impl Host {
     /// [`HostError::WrongKind`] for a directory; [`HostError::NotRegular`],
     /// [`HostError::FileTooLarge`]; resolution or read failures.
     pub(crate) fn view_read(&self, path: &Path) -> Result<Option<Vec<u8>>> {
+        self.check_known(path)?;
         self.batch.flush_checked(&self.cx, &*self.executor)?;
         match self.executor.overlay() {
             Some(overlay) => overlay.read(&self.cx.root, path),
@@ -331,6 +341,7 @@ impl Host {
 
     /// Entries of directory `dir` (name, kind), sorted by name; `None` when absent.
     pub(crate) fn view_list(&self, dir: &Path) -> Result<Option<Vec<(String, EntryKind)>>> {
+        self.check_known_as(dir, true)?;
         self.batch.flush_checked(&self.cx, &*self.executor)?;
         let overlay = self.executor.overlay();
         let key = match overlay {
@@ -372,6 +383,7 @@ impl Host {
     /// # Errors
     /// Resolution or read failures.
     pub(crate) fn view_readlink(&self, path: &Path) -> Result<Option<PathBuf>> {
+        self.check_known(path)?;
         if let Some(overlay) = self.executor.overlay() {
             self.batch.flush_checked(&self.cx, &*self.executor)?;
             return overlay.readlink(&self.cx.root, path);

@@ -180,6 +180,23 @@ pub enum HostError {
         reason: String,
     },
 
+    /// Plan mode: a read of `path`, which a command the plan did not run (`run`, `sh`) may
+    /// have touched (it names the path, or the path does not exist). Not a failure: the call
+    /// is reported as unknown and the rest of the step is checked statically only
+    /// ([`crate::host::api::PlanUnknown`]).
+    #[error(
+        "{} is unknown in the plan: the command {command}{} is only run by the apply and may change it",
+        path.display(), at_position(.position)
+    )]
+    PlanUnknown {
+        /// The host path the call read.
+        path: PathBuf,
+        /// The planned command line, shell-quoted.
+        command: String,
+        /// Where the script planned the command (`file:line`), if known.
+        position: Option<String>,
+    },
+
     /// A command printed more than the capture limit on one stream (without `stream`) and
     /// was ended (`SIGTERM`, grace, `SIGKILL`).
     #[error(
@@ -424,6 +441,12 @@ fn expected(ok: &[i32]) -> String {
     }
     let codes: Vec<String> = ok.iter().map(i32::to_string).collect();
     format!(" (accepted: {})", codes.join(", "))
+}
+
+/// ` (planned at file:line)` for [`HostError::PlanUnknown`], or nothing.
+fn at_position(p: &Option<String>) -> String {
+    p.as_ref()
+        .map_or_else(String::new, |p| format!(" (planned at {p})"))
 }
 
 /// `: text` after a message, or nothing when `text` is empty.

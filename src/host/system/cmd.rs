@@ -75,13 +75,38 @@ pub fn run(h: &mut Host, argv: &[String], opts: &CommandOptions) -> Result<CmdOu
             argv: argv.to_vec(),
             opts: opts.clone(),
         })?;
-        return Ok(out.unwrap_or_else(CmdOutput::planned));
+        return Ok(planned_or_ran(h, argv, opts, out));
     }
     let out = h.submit(Effect::Command {
         argv: argv.to_vec(),
         opts: opts.clone(),
     })?;
-    Ok(out.unwrap_or_else(CmdOutput::planned))
+    Ok(planned_or_ran(h, argv, opts, out))
+}
+
+/// The command's output; when it was only planned (plan mode), what it changes is unknown
+/// to the rest of the plan ([`Host::note_planned_command`]).
+fn planned_or_ran(
+    h: &mut Host,
+    argv: &[String],
+    opts: &CommandOptions,
+    out: Option<CmdOutput>,
+) -> CmdOutput {
+    match out {
+        Some(o) if !o.planned => o,
+        _ => {
+            let guard_paths: Vec<String> = opts
+                .guards
+                .iter()
+                .filter_map(|g| match g {
+                    Guard::Creates(p) | Guard::Removes(p) => Some(p.clone()),
+                    _ => None,
+                })
+                .collect();
+            h.note_planned_command(argv, &guard_paths);
+            CmdOutput::planned()
+        }
+    }
 }
 
 /// Whether any guard of `opts` says the work is done (module docs). Guard commands run as
@@ -684,6 +709,65 @@ mod tests {
         assert_eq!(t.read("/users"), "gpuops\n");
     }
 
+    /// After a command the plan did not run, a read is unknown exactly for what the command
+    /// may have touched: a path its arguments name (at or under it; a glob stands for its
+    /// directory), a directory listing above one, a `creates` path, and any missing path;
+    /// an existing file it does not name is read as before.
+    #[test]
+    fn a_planned_command_makes_what_it_may_touch_unknown() {
+        let t = TestHost::new();
+        for f in [
+            "/etc/a.conf",
+            "/etc/other.conf",
+            "/opt/y/z.txt",
+            "/srv/keep",
+        ] {
+            t.file(f, "x\n");
+        }
+        let mut h = t.host(ExecMode::Plan);
+        let script = "echo x > /etc/a.conf; cp /opt/y/*.txt /srv/";
+        let guarded = CommandOptions {
+            guards: vec![Guard::Creates("/var/made".into())],
+            ..CommandOptions::default()
+        };
+        assert!(
+            run(&mut h, &argv(&["/bin/sh", "-c", script]), &guarded)
+                .unwrap()
+                .planned
+        );
+        let unknown = |h: &Host, p: &str, listing: bool| {
+            matches!(
+                h.check_known_as(std::path::Path::new(p), listing),
+                Err(HostError::PlanUnknown { .. })
+            )
+        };
+        for p in [
+            "/etc/a.conf",
+            "/opt/y/z.txt",
+            "/srv/keep",
+            "/var/made",
+            "/etc/new.conf",
+        ] {
+            assert!(unknown(&h, p, false), "{p}");
+        }
+        assert!(unknown(&h, "/etc", true));
+        for p in ["/etc/other.conf", "/etc", "/opt"] {
+            assert!(!unknown(&h, p, false), "{p}");
+        }
+        assert_eq!(
+            h.view_read(std::path::Path::new("/etc/other.conf"))
+                .unwrap()
+                .unwrap(),
+            b"x\n"
+        );
+        // Apply and check mode know nothing unknown.
+        for mode in [ExecMode::Apply, ExecMode::Check] {
+            let mut h = t.host(mode);
+            let _ = run(&mut h, &argv(&["true"]), &CommandOptions::default());
+            assert!(!unknown(&h, "/etc/new.conf", false), "{mode:?}");
+        }
+    }
+
     #[test]
     fn path_guards_onlyif_and_summaries() {
         let t = users_root();
@@ -698,23 +782,36 @@ mod tests {
             )
             .unwrap()
         };
-        let creates = || vec![Guard::Creates("/made".into())];
+        let creates = |p: &str| vec![Guard::Creates(p.into())];
         let mut h = t.host(ExecMode::Plan);
-        make(&mut h, creates());
         // a planned write satisfies a later `creates` of the same session
         crate::host::files::fs::write(&mut h, "/made", "planned\n", &Default::default()).unwrap();
-        assert_eq!(make(&mut h, creates()), CmdOutput::skipped());
+        assert_eq!(make(&mut h, creates("/made")), CmdOutput::skipped());
+        make(&mut h, creates("/other"));
+        // what a planned command changes is unknown to every later read of the plan
+        let e = crate::host::files::fs::write(&mut h, "/made", "again\n", &Default::default())
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/made is unknown in the plan: the command /bin/sh -c 'echo x > /made' is only run by the apply and may change it"
+        );
+        let guarded = CommandOptions {
+            guards: creates("/made"),
+            ..CommandOptions::default()
+        };
+        let e = run(&mut h, &argv(&["true"]), &guarded).unwrap_err();
+        assert!(matches!(e, HostError::PlanUnknown { .. }), "{e}");
         let rep = h.finish().unwrap();
         assert_eq!(
-            rep.changes[0].summary,
-            "run: /bin/sh -c 'echo x > /made' (creates /made)"
+            rep.changes[1].summary,
+            "run: /bin/sh -c 'echo x > /made' (creates /other)"
         );
         assert_eq!(rep.unchanged, 1);
 
         let mut h = t.host(ExecMode::Apply);
-        assert!(make(&mut h, creates()).ok);
+        assert!(make(&mut h, creates("/made")).ok);
         assert_eq!(t.read("/made"), "x\n");
-        assert_eq!(make(&mut h, creates()), CmdOutput::skipped());
+        assert_eq!(make(&mut h, creates("/made")), CmdOutput::skipped());
         // removes: done once the path is gone
         let removes = || vec![Guard::Removes("/gone".into())];
         assert_eq!(make(&mut h, removes()), CmdOutput::skipped());

@@ -224,10 +224,21 @@ apply script: what would change is drift, and the check fails).
 - **A plan is the same code path.** In plan and check mode mutations are recorded instead of
   performed, and later reads see them, so a script that writes and then reads behaves the
   same. Commands are recorded, not run, unless marked `read_only` (or run with `query`).
+  What a recorded command would change is unknown: in a plan (not a check), the first
+  later call, in that step or a later one of the same dry run or preflight, that reads
+  what the command may have touched (a path its arguments or a shell script's text name,
+  or under it, a directory listed above one, its `creates`/`removes` path, and any path
+  that does not exist: the command may have made it) is listed as unknown (`? unknown:
+  fs::chmod: /etc/x is unknown in the plan: the command ... is only run by the apply and
+  may change it`) and the plan of that step ends there, not as a failure: the rest of the
+  step is only checked statically. An existing file the command does not name is planned
+  as it is now. Planned file content past
+  64 MiB in all is kept in an unlinked temporary file, and a diff over 1 MiB is shown as a
+  one-line note, so a plan's memory stays bounded however many files it writes.
   A plan lists, per step and in the order they happened, the changes (with the directories
-  a write creates, `+ mkdir /etc/motd.d`), actions, interrupts and the script's output, each
-  change and action with the `file:line` of the call that made it; `--output json` follows
-  `docs/plan.schema.json`.
+  a write creates, `+ mkdir /etc/motd.d`), actions, interrupts, unknown calls and the
+  script's output, each change and action with the `file:line` of the call that made it;
+  `--output json` follows `docs/plan.schema.json`.
 - **Errors are script errors** at the call's `file:line:col`, naming the path or command,
   and they can be caught with `try`/`catch`. An uncaught one fails the step.
 - **A failing command fails the step.** `run` and `sh` throw when the command exits with a
