@@ -2,10 +2,15 @@
 //! tar.gz, tar.xz or zip archive (told apart by their first bytes, not by the name) into
 //! directory `dest`, confined to it.
 //!
-//! The whole archive is read and checked before anything changes: an entry whose name is
-//! absolute or climbs out with `..`, a symlink whose target is absolute or leaves `dest`, an
-//! entry below a symlink (of the archive, or already at the destination), a hard link, a
-//! device or FIFO, or an entry of another kind in the way at the destination fails the call
+//! The whole archive is read and checked before anything changes, each entry against the
+//! tree as extracted so far (a map of path -> the entry that made it a directory, file or
+//! symlink) and what is already at the destination: an entry whose name is absolute or
+//! climbs out with `..`; a symlink whose target is absolute or, resolved through the
+//! archive's links and those already below `dest` as the kernel would, leaves `dest` (also
+//! checked again once the whole tree is known, since a later link can change an earlier
+//! one's way); an entry below a symlink or a file (of the archive, or already at the
+//! destination); two entries of different kinds at one path (both named); a hard link, a
+//! device or FIFO; or an entry of another kind in the way at the destination fails the call
 //! naming the archive and the entry, and nothing is written. So do more than `max_files`
 //! entries or more than `max_bytes` of unpacked content (which also bounds a decompression
 //! bomb: reading stops at the limit). Then each directory, file and symlink that differs is
@@ -155,6 +160,42 @@ fn bad(archive: &Path, entry: Option<&str>, why: impl std::fmt::Display) -> Host
     }
 }
 
+/// What the archive has put at one path so far (relative to `dest`), and by which entry
+/// (its name as in the archive), so that a conflict names both entries.
+#[derive(Debug)]
+enum Node {
+    /// A directory: the archive's own entry, or (`implied`) one an entry below it needs.
+    Dir { entry: String, implied: bool },
+    File { entry: String },
+    Link { entry: String, target: PathBuf },
+}
+
+impl Node {
+    fn entry(&self) -> &str {
+        match self {
+            Node::Dir { entry, .. } | Node::File { entry } | Node::Link { entry, .. } => entry,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Node::Dir { .. } => "a directory",
+            Node::File { .. } => "a file",
+            Node::Link { .. } => "a symlink",
+        }
+    }
+}
+
+/// Why a symlink's target does not stay inside `dest`, and the last link it went through
+/// (of the archive, or at the destination).
+enum Escape {
+    Leaves,
+    Loops,
+}
+
+/// At most this many symlinks are followed resolving one target (the kernel's limit).
+const MAX_HOPS: usize = 40;
+
 /// The checks and the gathered items of one archive.
 struct Gather<'a> {
     h: &'a Host,
@@ -163,9 +204,204 @@ struct Gather<'a> {
     o: ExtractOptions,
     entries: u64,
     bytes: u64,
-    links: BTreeSet<PathBuf>,
-    files: BTreeSet<PathBuf>,
+    /// The tree as extracted so far: every path an entry made or needs, by the entry.
+    tree: BTreeMap<PathBuf, Node>,
     items: Vec<Item>,
+}
+
+impl Gather<'_> {
+    /// What is at `rel` below `dest` as the archive leaves it so far: the archive's node,
+    /// else the destination's (`Ok(None)`: nothing, or a directory).
+    fn link_at(&self, rel: &Path) -> Result<Option<(PathBuf, bool)>> {
+        match self.tree.get(rel) {
+            Some(Node::Link { target, .. }) => Ok(Some((target.clone(), true))),
+            Some(_) => Ok(None),
+            None => {
+                let at = self.dest.join(rel);
+                match self.h.view_stat(&at, false)? {
+                    Some(s) if s.kind == "symlink" => {
+                        Ok(self.h.view_readlink(&at)?.map(|t| (t, false)))
+                    }
+                    _ => Ok(None),
+                }
+            }
+        }
+    }
+
+    /// Resolve the symlink target `target`, read in the directory `base` (components below
+    /// `dest`), through the archive's links and those at the destination, as the kernel
+    /// would once the archive is extracted: the components below `dest` it designates, or
+    /// why it leaves `dest`. `via` is set to the last link followed.
+    fn resolve(
+        &self,
+        base: &[std::ffi::OsString],
+        target: &Path,
+        hops: &mut usize,
+        via: &mut Option<(PathBuf, bool)>,
+    ) -> Result<std::result::Result<Vec<std::ffi::OsString>, Escape>> {
+        let mut at = base.to_vec();
+        for c in target.components() {
+            match c {
+                Component::RootDir | Component::Prefix(_) => return Ok(Err(Escape::Leaves)),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    if at.pop().is_none() {
+                        return Ok(Err(Escape::Leaves));
+                    }
+                }
+                Component::Normal(n) => {
+                    let mut p: PathBuf = at.iter().collect();
+                    p.push(n);
+                    match self.link_at(&p)? {
+                        Some((t, ours)) => {
+                            *hops += 1;
+                            if *hops > MAX_HOPS {
+                                return Ok(Err(Escape::Loops));
+                            }
+                            *via = Some((p, ours));
+                            match self.resolve(&at, &t, hops, via)? {
+                                Ok(to) => at = to,
+                                Err(e) => return Ok(Err(e)),
+                            }
+                        }
+                        None => at.push(n.to_os_string()),
+                    }
+                }
+            }
+        }
+        Ok(Ok(at))
+    }
+
+    /// Fail when the symlink entry `name` at `rel` with `target` does not resolve inside
+    /// `dest` ([`Gather::resolve`]); `when` ends the message.
+    fn check_link(&self, name: &str, rel: &Path, target: &Path, when: &str) -> Result<()> {
+        let base: Vec<_> = rel
+            .parent()
+            .map(|p| p.iter().map(|c| c.to_os_string()).collect())
+            .unwrap_or_default();
+        let mut via = None;
+        let why = match self.resolve(&base, target, &mut 0, &mut via)? {
+            Ok(_) => return Ok(()),
+            Err(Escape::Leaves) => "which leaves the destination",
+            Err(Escape::Loops) => "which goes through more than 40 symlinks",
+        };
+        let through = match via {
+            Some((p, true)) => format!(" (through the archive's symlink {})", p.display()),
+            Some((p, false)) => format!(
+                " (through {}, a symlink at the destination)",
+                self.dest.join(p).display()
+            ),
+            None => String::new(),
+        };
+        Err(bad(
+            self.archive,
+            Some(name),
+            format!("is a symlink to {target:?}, {why}{when}{through}"),
+        ))
+    }
+
+    /// Check the parents of `rel` (outermost first) against the tree so far and the
+    /// destination: nothing is written through a symlink (the archive's or one already at
+    /// the destination, which could point anywhere) or below a file.
+    fn check_parents(&self, name: &str, rel: &Path) -> Result<()> {
+        let fail = |why: String| bad(self.archive, Some(name), why);
+        let mut ancestors: Vec<&Path> = rel
+            .ancestors()
+            .skip(1)
+            .filter(|a| !a.as_os_str().is_empty())
+            .collect();
+        ancestors.reverse();
+        for anc in ancestors {
+            match self.tree.get(anc) {
+                Some(Node::Dir { .. }) => continue,
+                Some(n) => {
+                    return Err(fail(format!(
+                        "lies below entry {:?}, {} of the archive",
+                        n.entry(),
+                        n.kind()
+                    )));
+                }
+                None => {}
+            }
+            match self.h.view_stat(&self.dest.join(anc), false)? {
+                Some(s) if s.kind == "symlink" => {
+                    return Err(fail(format!(
+                        "lies below {}, a symlink at the destination",
+                        self.dest.join(anc).display()
+                    )));
+                }
+                Some(s) if s.kind != "dir" => {
+                    return Err(fail(format!(
+                        "{} exists and is a {}, where the archive has a dir",
+                        self.dest.join(anc).display(),
+                        s.kind
+                    )));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Record the entry `name` at `rel` as `node` in the tree (its parents as directories
+    /// it needs). An entry of another kind already at `rel` is a conflict naming both; the
+    /// same kind again replaces it, as tar does.
+    fn record(&mut self, name: &str, rel: &Path, node: Node) -> Result<()> {
+        if let Some(old) = self.tree.get(rel) {
+            let same = matches!(
+                (old, &node),
+                (Node::Dir { .. }, Node::Dir { .. })
+                    | (Node::File { .. }, Node::File { .. })
+                    | (Node::Link { .. }, Node::Link { .. })
+            );
+            if !same {
+                let why = match old {
+                    Node::Dir { implied: true, .. } => format!(
+                        "is {} where entry {:?} lies below it, which needs a directory there: the archive has both",
+                        node.kind(),
+                        old.entry()
+                    ),
+                    _ => format!(
+                        "is {} where entry {:?} is {}: the archive has both at the same path",
+                        node.kind(),
+                        old.entry(),
+                        old.kind()
+                    ),
+                };
+                return Err(bad(self.archive, Some(name), why));
+            }
+            if matches!(old, Node::Dir { .. }) && matches!(node, Node::Dir { implied: true, .. })
+            {
+                return Ok(());
+            }
+        }
+        for anc in rel.ancestors().skip(1) {
+            if anc.as_os_str().is_empty() || self.tree.contains_key(anc) {
+                break;
+            }
+            self.tree.insert(
+                anc.to_path_buf(),
+                Node::Dir {
+                    entry: name.to_string(),
+                    implied: true,
+                },
+            );
+        }
+        self.tree.insert(rel.to_path_buf(), node);
+        Ok(())
+    }
+
+    /// Once every entry is read: each symlink of the archive still resolves inside `dest`
+    /// in the tree as a whole (an entry after a link can change what the link resolves
+    /// through).
+    fn check_final(&self) -> Result<()> {
+        for (rel, node) in &self.tree {
+            if let Node::Link { entry, target } = node {
+                self.check_link(entry, rel, target, " once the archive is extracted")?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What a pass over the archive does with each entry.
@@ -234,42 +470,7 @@ impl Visit for Gather<'_> {
         if rel.as_os_str().is_empty() {
             return Ok(());
         }
-        // Nothing may be written through a symlink: the archive's own, or one already at
-        // the destination (which could point anywhere in the host).
-        for anc in rel
-            .ancestors()
-            .skip(1)
-            .filter(|a| !a.as_os_str().is_empty())
-        {
-            if self.links.contains(anc) {
-                return Err(fail(&format!(
-                    "lies below the archive's symlink {}",
-                    anc.display()
-                )));
-            }
-            if self.files.contains(anc) {
-                return Err(fail(&format!(
-                    "lies below the archive's file {}",
-                    anc.display()
-                )));
-            }
-            match self.h.view_stat(&self.dest.join(anc), false)? {
-                Some(s) if s.kind == "symlink" => {
-                    return Err(fail(&format!(
-                        "lies below {}, a symlink at the destination",
-                        self.dest.join(anc).display()
-                    )));
-                }
-                Some(s) if s.kind != "dir" => {
-                    return Err(fail(&format!(
-                        "{} exists and is a {}, where the archive has a dir",
-                        self.dest.join(anc).display(),
-                        s.kind
-                    )));
-                }
-                _ => {}
-            }
-        }
+        self.check_parents(name, &rel)?;
         let at_dest = self.h.view_stat(&self.dest.join(&rel), false)?;
         let in_the_way = |want: &str| {
             at_dest.as_ref().filter(|s| s.kind != want).map(|s| {
@@ -285,6 +486,11 @@ impl Visit for Gather<'_> {
                 if let Some(e) = in_the_way("dir") {
                     return Err(e);
                 }
+                let node = Node::Dir {
+                    entry: name.to_string(),
+                    implied: false,
+                };
+                self.record(name, &rel, node)?;
                 self.items.push(Item::Dir {
                     rel,
                     mode: mode.unwrap_or(0o755) & 0o7777,
@@ -294,6 +500,10 @@ impl Visit for Gather<'_> {
                 if let Some(e) = in_the_way("file") {
                     return Err(e);
                 }
+                let node = Node::File {
+                    entry: name.to_string(),
+                };
+                self.record(name, &rel, node)?;
                 let room = self.o.max_bytes - self.bytes;
                 let (size, sha256) = copy_hashed(&mut body.take(room + 1), &mut std::io::sink())
                     .map_err(|e| fail(&format!("cannot be read: {e}")))?;
@@ -308,7 +518,6 @@ impl Visit for Gather<'_> {
                     ));
                 }
                 self.bytes += size;
-                self.files.insert(rel.clone());
                 self.items.push(Item::File {
                     rel,
                     mode: mode.unwrap_or(0o644) & 0o7777,
@@ -328,20 +537,12 @@ impl Visit for Gather<'_> {
                         target
                     )));
                 }
-                let mut depth = rel.components().count() - 1;
-                for c in target.components() {
-                    match c {
-                        Component::ParentDir if depth == 0 => {
-                            return Err(fail(&format!(
-                                "is a symlink to {target:?}, which leaves the destination"
-                            )));
-                        }
-                        Component::ParentDir => depth -= 1,
-                        Component::Normal(_) => depth += 1,
-                        _ => {}
-                    }
-                }
-                self.links.insert(rel.clone());
+                let node = Node::Link {
+                    entry: name.to_string(),
+                    target: target.clone(),
+                };
+                self.record(name, &rel, node)?;
+                self.check_link(name, &rel, &target, "")?;
                 self.items.push(Item::Link { rel, target });
             }
             Kind::Unsupported(what) => {
@@ -556,11 +757,11 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
             o: *o,
             entries: 0,
             bytes: 0,
-            links: BTreeSet::new(),
-            files: BTreeSet::new(),
+            tree: BTreeMap::new(),
             items: Vec::new(),
         };
         read_archive(&mut g, r)?;
+        g.check_final()?;
         g.items
     };
     // The files whose content differs at the destination, by position in the archive.

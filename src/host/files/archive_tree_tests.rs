@@ -1,0 +1,175 @@
+//! `fs::extract` checks each entry against the tree as extracted so far (the archive's own
+//! symlinks and directories, and what is already at the destination), and writes only
+//! through handles confined to the destination: an archive cannot write outside `dest`,
+//! through its own links or through a link a racing user swaps in.
+
+use crate::host::ExecMode;
+use crate::host::files::archive::{ExtractOptions, Extracted, extract};
+use crate::host::files::fs_script_tests::tests::tar_of;
+use crate::host::testutil::{TestHost, tree};
+
+/// One entry: name, kind (`f` file, `d` directory, `l` symlink to body), mode, body.
+type Entry<'a> = (&'a str, char, u32, &'a str);
+
+/// A zip archive of `entries` (names as given).
+pub(crate) fn zip_of(entries: &[Entry]) -> Vec<u8> {
+    use std::io::Write;
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for (name, kind, mode, body) in entries {
+        let o = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored)
+            .unix_permissions(*mode);
+        match kind {
+            'd' => w.add_directory(*name, o).unwrap(),
+            'f' => {
+                w.start_file(*name, o).unwrap();
+                w.write_all(body.as_bytes()).unwrap();
+            }
+            'l' => w.add_symlink(*name, *body, o).unwrap(),
+            _ => unreachable!(),
+        }
+    }
+    w.finish().unwrap().into_inner()
+}
+
+/// Write `bytes` as `/tmp/x.archive`.
+fn put(t: &TestHost, bytes: &[u8]) {
+    t.file("/tmp/x.archive", "");
+    std::fs::write(t.p("/tmp/x.archive"), bytes).unwrap();
+}
+
+/// Extract `/tmp/x.archive` into `/opt/dest` in apply mode: the error's text, or
+/// "extracted".
+fn apply(t: &TestHost) -> String {
+    let mut h = t.host(ExecMode::Apply);
+    let r = extract(
+        &mut h,
+        "/tmp/x.archive",
+        "/opt/dest",
+        &ExtractOptions::default(),
+    );
+    let _ = h.finish();
+    match r {
+        Ok(Extracted::Done(_)) => "extracted".into(),
+        Ok(Extracted::Unknown) => "unknown".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// The archive: a symlink `d/e/l -> ../..` (dest itself), then `esc ->
+/// d/e/l/../../../etc/<victim>`, whose text never climbs above `dest` but which resolves
+/// through `l` to the root's `/etc/<victim>`; then a file spelt `./esc`, written through it.
+#[test]
+fn a_symlink_through_the_archives_own_link_cannot_overwrite_etc_passwd_or_shadow() {
+    for victim in ["passwd", "shadow"] {
+        let target = format!("d/e/l/../../../etc/{victim}");
+        let entries: Vec<Entry> = vec![
+            ("d/", 'd', 0o755, ""),
+            ("d/e/", 'd', 0o755, ""),
+            ("d/e/l", 'l', 0o777, "../.."),
+            ("esc", 'l', 0o777, &target),
+            ("./esc", 'f', 0o644, "pwned::0:0::/:/bin/sh\n"),
+        ];
+        for (format, bytes) in [("tar", tar_of(&entries)), ("zip", zip_of(&entries))] {
+            let t = TestHost::new();
+            let original = format!("root:x:0:0::/root:/bin/sh\n{victim} of the host\n");
+            t.file(&format!("/etc/{victim}"), &original);
+            std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
+            put(&t, &bytes);
+            let before = tree(&t.root);
+            let e = apply(&t);
+            assert_eq!(
+                std::fs::read(t.p(&format!("/etc/{victim}"))).unwrap(),
+                original.as_bytes(),
+                "{format}: /etc/{victim} was overwritten ({e})"
+            );
+            assert_eq!(
+                e,
+                format!(
+                    "invalid archive: /tmp/x.archive: entry \"esc\": is a symlink to \"{target}\", which leaves the destination (through the archive's symlink d/e/l)"
+                ),
+                "{format}"
+            );
+            assert_eq!(tree(&t.root), before, "{format}: the root changed");
+        }
+    }
+}
+
+/// Fault: `x/` then a file `x` created the directory and then failed copying the file onto
+/// it, naming no entry. Entries of two kinds at one path are refused before anything is
+/// written, naming both; so is a file where an entry below needs a directory, and an
+/// entry below the archive's file or link.
+#[test]
+fn entries_of_two_kinds_at_one_path_are_refused_up_front_naming_both() {
+    let cases: &[(&[Entry], &str)] = &[
+        (
+            &[("x/", 'd', 0o755, ""), ("x", 'f', 0o644, "x\n")],
+            "entry \"x\": is a file where entry \"x/\" is a directory: the archive has both at the same path",
+        ),
+        (
+            &[("x", 'f', 0o644, "x\n"), ("x/", 'd', 0o755, "")],
+            "entry \"x/\": is a directory where entry \"x\" is a file: the archive has both at the same path",
+        ),
+        (
+            &[("a/b/c", 'f', 0o644, "c\n"), ("a/b", 'l', 0o777, "c")],
+            "entry \"a/b\": is a symlink where entry \"a/b/c\" lies below it, which needs a directory there: the archive has both",
+        ),
+        (
+            &[("l", 'l', 0o777, "d"), ("./l", 'f', 0o644, "x\n")],
+            "entry \"./l\": is a file where entry \"l\" is a symlink: the archive has both at the same path",
+        ),
+        (
+            &[("f", 'f', 0o644, "f\n"), ("f/g", 'f', 0o644, "g\n")],
+            "entry \"f/g\": lies below entry \"f\", a file of the archive",
+        ),
+    ];
+    for (entries, want) in cases {
+        for (format, bytes) in [("tar", tar_of(entries)), ("zip", zip_of(entries))] {
+            let t = TestHost::new();
+            std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
+            put(&t, &bytes);
+            let before = tree(&t.root);
+            assert_eq!(
+                apply(&t),
+                format!("invalid archive: /tmp/x.archive: {want}"),
+                "{format}"
+            );
+            assert_eq!(tree(&t.root), before, "{format}: {want}: the root changed");
+        }
+    }
+}
+
+/// A link checked when it is read can leave `dest` through an entry after it (`b -> .`
+/// turns `a -> b/../x` into `../x`): the links are checked again against the whole tree.
+#[test]
+fn a_later_entry_that_makes_an_earlier_link_leave_dest_is_refused() {
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
+    put(
+        &t,
+        &tar_of(&[("a", 'l', 0o777, "b/../x"), ("b", 'l', 0o777, ".")]),
+    );
+    let before = tree(&t.root);
+    assert_eq!(
+        apply(&t),
+        "invalid archive: /tmp/x.archive: entry \"a\": is a symlink to \"b/../x\", which leaves the destination once the archive is extracted (through the archive's symlink b)"
+    );
+    assert_eq!(tree(&t.root), before);
+    // Links that stay inside, through each other and through a link at the destination,
+    // are extracted.
+    std::os::unix::fs::symlink("sub", t.p("/opt/dest/here")).unwrap();
+    std::fs::create_dir_all(t.p("/opt/dest/sub")).unwrap();
+    put(
+        &t,
+        &tar_of(&[
+            ("d/e/", 'd', 0o755, ""),
+            ("d/e/up", 'l', 0o777, ".."),
+            ("d/e/f", 'l', 0o777, "up/../here/x"),
+        ]),
+    );
+    assert_eq!(apply(&t), "extracted");
+    assert_eq!(
+        std::fs::read_link(t.p("/opt/dest/d/e/f")).unwrap(),
+        std::path::Path::new("up/../here/x")
+    );
+}
