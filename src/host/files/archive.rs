@@ -165,9 +165,17 @@ fn bad(archive: &Path, entry: Option<&str>, why: impl std::fmt::Display) -> Host
 #[derive(Debug)]
 enum Node {
     /// A directory: the archive's own entry, or (`implied`) one an entry below it needs.
-    Dir { entry: String, implied: bool },
-    File { entry: String },
-    Link { entry: String, target: PathBuf },
+    Dir {
+        entry: String,
+        implied: bool,
+    },
+    File {
+        entry: String,
+    },
+    Link {
+        entry: String,
+        target: PathBuf,
+    },
 }
 
 impl Node {
@@ -370,8 +378,7 @@ impl Gather<'_> {
                 };
                 return Err(bad(self.archive, Some(name), why));
             }
-            if matches!(old, Node::Dir { .. }) && matches!(node, Node::Dir { implied: true, .. })
-            {
+            if matches!(old, Node::Dir { .. }) && matches!(node, Node::Dir { implied: true, .. }) {
                 return Ok(());
             }
         }
@@ -587,10 +594,31 @@ fn staging_dir() -> PathBuf {
     Path::new(STAGING).join(format!("{}.{n}", std::process::id()))
 }
 
-/// One pass of `v` over the archive `r` (its format told by its first bytes).
-fn read_archive(v: &mut dyn Visit, mut r: Box<dyn ReadSeek>) -> Result<()> {
-    let format =
-        sniff(&mut r).map_err(|e| bad(v.archive(), None, format!("cannot be read: {e}")))?;
+/// Confine the directory `dir` when it exists on disk ([`HostRoot::confine`]): until the
+/// guard is dropped, the session's reads and writes below it resolve from one handle and
+/// follow no symlink. `None` when it does not exist (yet, or only in a plan).
+///
+/// [`HostRoot::confine`]: crate::host::root::HostRoot::confine
+pub(crate) fn confine_dir(
+    h: &Host,
+    dir: &Path,
+) -> Result<Option<crate::host::root::confine::Confined>> {
+    let root = h.root();
+    if !root.metadata(dir)?.is_some_and(|m| m.is_dir()) {
+        return Ok(None);
+    }
+    Ok(Some(root.confine(dir)?))
+}
+
+/// One pass of `v` over the archive `r` from its start (its format told by its first
+/// bytes).
+fn read_archive(v: &mut dyn Visit, r: &mut dyn ReadSeek) -> Result<()> {
+    let mut r = r;
+    let format = (|| {
+        r.rewind()?;
+        sniff(&mut r)
+    })()
+    .map_err(|e| bad(v.archive(), None, format!("cannot be read: {e}")))?;
     match format {
         "gzip" => read_tar(v, &mut flate2::read::GzDecoder::new(r)),
         "xz" => read_tar(v, &mut liblzma::read::XzDecoder::new(r)),
@@ -746,9 +774,13 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
             what: "exists and is not a directory",
         });
     }
-    let Some(r) = open(h, &archive)? else {
+    let Some(mut r) = open(h, &archive)? else {
         return Ok(Extracted::Unknown);
     };
+    // From here every read and write below `dest` goes through one handle on it, which no
+    // symlink below it redirects (`HostRoot::confine`): a destination that exists now is
+    // confined before its check, one created by this call right after it is made.
+    let mut confined = confine_dir(h, &dest)?;
     let items = {
         let mut g = Gather {
             h,
@@ -760,7 +792,7 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
             tree: BTreeMap::new(),
             items: Vec::new(),
         };
-        read_archive(&mut g, r)?;
+        read_archive(&mut g, &mut r)?;
         g.check_final()?;
         g.items
     };
@@ -791,17 +823,18 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
                     staged.insert(*index, (dir.join(index.to_string()), *size));
                 }
             }
-            let r = open(h, &archive)?.ok_or_else(|| HostError::NotFound {
-                path: archive.clone(),
-            })?;
             let mut s = Stager {
                 h,
                 archive: &archive,
                 wanted: &staged,
             };
-            read_archive(&mut s, r)?;
+            read_archive(&mut s, &mut r)?;
         }
+        between_check_and_write();
         let mut changed = fs::mkdir(h, &dest.display().to_string(), None)?;
+        if confined.is_none() {
+            confined = confine_dir(h, &dest)?;
+        }
         for item in items {
             changed |= match item {
                 Item::Dir { rel, mode } => {
@@ -836,6 +869,7 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
         }
         Ok(changed)
     })();
+    drop(confined);
     if let Some(dir) = &staging {
         let _ = h.root().remove_all(dir);
         // Gone with the last call's staging directory (kept while another call uses it).
@@ -843,6 +877,22 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
     }
     let changed = result?;
     Ok(Extracted::Done(changed))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// A test's action between the check of `fs::extract` or `fs::copy_tree` and its first
+    /// write (a racing user's swap), run once.
+    pub(crate) static BETWEEN_CHECK_AND_WRITE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        std::cell::RefCell::new(None);
+}
+
+/// Run the test's action set in [`BETWEEN_CHECK_AND_WRITE`], if any (nothing outside tests).
+pub(crate) fn between_check_and_write() {
+    #[cfg(test)]
+    if let Some(f) = BETWEEN_CHECK_AND_WRITE.with(|c| c.borrow_mut().take()) {
+        f();
+    }
 }
 
 /// The script rows of this file's functions: each one's reference entry and Rhai

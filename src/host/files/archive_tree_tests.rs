@@ -52,7 +52,7 @@ fn apply(t: &TestHost) -> String {
     match r {
         Ok(Extracted::Done(_)) => "extracted".into(),
         Ok(Extracted::Unknown) => "unknown".into(),
-        Err(e) => e.to_string(),
+        Err(e) => crate::chain::render(&e),
     }
 }
 
@@ -171,5 +171,132 @@ fn a_later_entry_that_makes_an_earlier_link_leave_dest_is_refused() {
     assert_eq!(
         std::fs::read_link(t.p("/opt/dest/d/e/f")).unwrap(),
         std::path::Path::new("up/../here/x")
+    );
+}
+
+/// Run `swap` between the check of the next `fs::extract` or `fs::copy_tree` on this
+/// thread and its first write.
+fn race(swap: impl FnOnce() + 'static) {
+    crate::host::files::archive::BETWEEN_CHECK_AND_WRITE
+        .with(|c| *c.borrow_mut() = Some(Box::new(swap)));
+}
+
+/// Every file below `dir` (agent-side), as paths relative to it.
+fn files_below(dir: &std::path::Path) -> Vec<String> {
+    tree(dir)
+        .into_iter()
+        .filter(|(_, d)| d.starts_with("file"))
+        .map(|(p, _)| p.display().to_string())
+        .collect()
+}
+
+/// Fault: an unprivileged user who can write the destination replaces a directory inside
+/// it with a symlink to `/etc/cron.d` after the check: the archive's file landed in
+/// `/etc/cron.d`. Now the writes go through a handle on `dest` opened before the check,
+/// resolving no symlink below it: the write fails, nothing lands outside `dest`.
+#[test]
+fn a_directory_inside_dest_swapped_for_a_symlink_after_the_check_is_not_written_through() {
+    for format in ["tar", "zip"] {
+        let t = TestHost::new();
+        std::fs::create_dir_all(t.p("/etc/cron.d")).unwrap();
+        std::fs::create_dir_all(t.p("/opt/dest/jobs")).unwrap();
+        let entries: &[Entry] = &[
+            ("jobs/", 'd', 0o755, ""),
+            (
+                "jobs/evil",
+                'f',
+                0o644,
+                "* * * * * root sh -c 'id > /pwned'\n",
+            ),
+        ];
+        put(
+            &t,
+            &if format == "tar" {
+                tar_of(entries)
+            } else {
+                zip_of(entries)
+            },
+        );
+        let jobs = t.p("/opt/dest/jobs");
+        race(move || {
+            std::fs::remove_dir(&jobs).unwrap();
+            std::os::unix::fs::symlink("/etc/cron.d", &jobs).unwrap();
+        });
+        let e = apply(&t);
+        assert_eq!(
+            files_below(&t.p("/etc/cron.d")),
+            Vec::<String>::new(),
+            "{format}: the archive landed in /etc/cron.d ({e})"
+        );
+        assert!(
+            e.starts_with("failed to stat /opt/dest/jobs under host root ")
+                && e.ends_with(": a symlink on the way below /opt/dest, where no symlink is followed: Too many levels of symbolic links (os error 40)"),
+            "{format}: {e}"
+        );
+    }
+}
+
+/// The same with `dest` itself renamed away and replaced by a symlink to `/etc/cron.d`:
+/// the entries land in the directory that was checked (now `/opt/dest.old`), never in
+/// `/etc/cron.d`.
+#[test]
+fn dest_itself_swapped_for_a_symlink_after_the_check_is_not_written_through() {
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/etc/cron.d")).unwrap();
+    std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
+    put(
+        &t,
+        &tar_of(&[
+            ("sub/", 'd', 0o755, ""),
+            ("sub/evil", 'f', 0o644, "evil\n"),
+            ("top", 'f', 0o644, "top\n"),
+        ]),
+    );
+    let (dest, old) = (t.p("/opt/dest"), t.p("/opt/dest.old"));
+    race(move || {
+        std::fs::rename(&dest, &old).unwrap();
+        std::os::unix::fs::symlink("/etc/cron.d", &dest).unwrap();
+    });
+    let e = apply(&t);
+    assert_eq!(
+        files_below(&t.p("/etc/cron.d")),
+        Vec::<String>::new(),
+        "the archive landed in /etc/cron.d ({e})"
+    );
+    assert_eq!(e, "extracted");
+    assert_eq!(files_below(&t.p("/opt/dest.old")), ["sub/evil", "top"]);
+}
+
+/// `fs::copy_tree` the same: a directory of the destination swapped for a symlink after
+/// the walk is not written through.
+#[test]
+fn copy_tree_does_not_write_through_a_directory_swapped_for_a_symlink() {
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/etc/cron.d")).unwrap();
+    t.file("/src/jobs/evil", "evil\n");
+    std::fs::create_dir_all(t.p("/dst/jobs")).unwrap();
+    let jobs = t.p("/dst/jobs");
+    race(move || {
+        std::fs::remove_dir(&jobs).unwrap();
+        std::os::unix::fs::symlink("/etc/cron.d", &jobs).unwrap();
+    });
+    let mut h = t.host(ExecMode::Apply);
+    let r = crate::host::files::copy_tree::copy_tree(
+        &mut h,
+        "/src",
+        "/dst",
+        &crate::host::files::copy_tree::TreeOptions::default(),
+    );
+    let _ = h.finish();
+    assert_eq!(
+        files_below(&t.p("/etc/cron.d")),
+        Vec::<String>::new(),
+        "copied into /etc/cron.d ({r:?})"
+    );
+    let e = crate::chain::render(&r.unwrap_err());
+    assert!(
+        e.starts_with("failed to stat /dst/jobs under host root ")
+            && e.ends_with(": a symlink on the way below /dst, where no symlink is followed: Too many levels of symbolic links (os error 40)"),
+        "{e}"
     );
 }

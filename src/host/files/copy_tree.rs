@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use crate::host::Host;
 use crate::host::effects::effect::Effect;
 use crate::host::effects::view::ViewedFile;
+use crate::host::files::archive::confine_dir;
 use crate::host::files::fs::{self, host_path};
 use crate::host::files::realpath::realpath;
 use crate::host::root::error::{HostError, Result};
@@ -218,8 +219,17 @@ pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<
             what: "exists and is not a directory",
         });
     }
+    // From here every read below `src` and every read and write below `dst` goes through
+    // one handle on each, which no symlink below it redirects (`HostRoot::confine`); a
+    // `dst` this call creates is confined right after it is made.
+    let _src = confine_dir(h, &src_real)?;
+    let mut dst_guard = confine_dir(h, &dst_path)?;
     let entries = walk(h, &src_real, &dst_path, o)?;
+    crate::host::files::archive::between_check_and_write();
     let mut changed = ensure_dir(h, &dst_path, top.mode, top.uid, top.gid)?;
+    if dst_guard.is_none() {
+        dst_guard = confine_dir(h, &dst_path)?;
+    }
     for e in entries {
         changed |= match e {
             Entry::Dir {
@@ -246,6 +256,7 @@ pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<
             )?,
         };
     }
+    drop(dst_guard);
     Ok(changed)
 }
 
