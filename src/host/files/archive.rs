@@ -43,39 +43,26 @@ use crate::host::files::copy_tree::{copy_needed, put_attrs, submit_copy};
 use crate::host::files::fs::{self, host_path};
 use crate::host::root::digest::copy_hashed;
 use crate::host::root::error::{HostError, Result};
+use crate::host::root::staging::{self, StagingDir};
 
 /// Where the apply stages the entries it copies into place, one directory per call
-/// (`<pid>.<n>`), removed when the call ends (or, after a kill, by the next run's
-/// [`sweep_staging`]): the agent's state directory, inside the host root.
+/// (`<boot id>-<random>`, held by an `flock` while the call runs, removed when it ends, or
+/// after a kill by the next run's [`sweep_staging`]; [`StagingDir`]): the agent's state
+/// directory, inside the host root.
 pub const STAGING: &str = "/var/lib/skyhook/.extract";
 
-/// Remove the staging directories under [`STAGING`] whose process is gone (an agent killed
-/// while unpacking): a directory `<pid>.<n>` is kept while a process `<pid>` lives (the
-/// operator's agent pods share the host's process ids). Returns one line per directory
-/// removed; [`STAGING`] itself goes when it is left empty.
+/// Remove the staging directories under [`STAGING`] that no process holds locked (left by
+/// an agent killed while unpacking; a live agent in any pod holds its own), whatever their
+/// names. Returns one line per directory removed; [`STAGING`] itself goes when it is left
+/// empty.
 ///
 /// # Errors
 /// Listing [`STAGING`] or removing a directory.
 pub fn sweep_staging(root: &crate::host::root::HostRoot) -> Result<Vec<String>> {
-    let dir = Path::new(STAGING);
-    if root.symlink_metadata(dir)?.is_none() {
-        return Ok(Vec::new());
-    }
-    let mut lines = Vec::new();
-    for e in root.read_dir(dir)? {
-        let name = e.name.to_string_lossy().into_owned();
-        let pid = name.split('.').next().and_then(|p| p.parse::<u32>().ok());
-        let alive = pid.is_some_and(|p| Path::new("/proc").join(p.to_string()).exists());
-        if alive {
-            continue;
-        }
-        root.remove_all(&dir.join(&name))?;
-        lines.push(format!(
-            "removed {STAGING}/{name}, left by an fs::extract that did not end"
-        ));
-    }
-    let _ = root.remove_dir(dir);
-    Ok(lines)
+    Ok(staging::sweep(root, Path::new(STAGING))?
+        .into_iter()
+        .map(|name| format!("removed {STAGING}/{name}, left by an fs::extract that did not end"))
+        .collect())
 }
 
 /// Default of `max_files`: at most this many entries.
@@ -587,13 +574,6 @@ fn open(h: &Host, archive: &Path) -> Result<Option<Box<dyn ReadSeek>>> {
 trait ReadSeek: Read + Seek {}
 impl<T: Read + Seek> ReadSeek for T {}
 
-/// A fresh staging directory of this call under [`STAGING`].
-fn staging_dir() -> PathBuf {
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Path::new(STAGING).join(format!("{}.{n}", std::process::id()))
-}
-
 /// Confine the directory `dir` when it exists on disk ([`HostRoot::confine`]): until the
 /// guard is dropped, the session's reads and writes below it resolve from one handle and
 /// follow no symlink. `None` when it does not exist (yet, or only in a plan).
@@ -647,12 +627,14 @@ fn sniff(r: &mut dyn ReadSeek) -> std::io::Result<&'static str> {
 }
 
 /// The second pass of an apply: the file entries at the wanted positions streamed into
-/// their staging files.
+/// new files of the staging directory (through its handle).
 struct Stager<'a> {
-    h: &'a Host,
     archive: &'a Path,
-    /// Position -> (staging file, size the first pass read).
-    wanted: &'a BTreeMap<u64, (PathBuf, u64)>,
+    staging: &'a mut StagingDir,
+    /// Position -> size the first pass read.
+    wanted: &'a BTreeMap<u64, u64>,
+    /// Position -> host path of its staging file, as staged.
+    staged: &'a mut BTreeMap<u64, PathBuf>,
 }
 
 impl Visit for Stager<'_> {
@@ -668,15 +650,17 @@ impl Visit for Stager<'_> {
         _mode: Option<u32>,
         body: &mut dyn Read,
     ) -> Result<()> {
-        let Some((staged, size)) = self.wanted.get(&index) else {
+        let Some(size) = self.wanted.get(&index) else {
             return Ok(());
         };
-        let root = self.h.root();
-        let mut f = root.create_new(staged, 0o600)?;
+        let fail =
+            |e: std::io::Error| bad(self.archive, Some(name), format!("cannot be staged: {e}"));
+        let (mut f, host) = self.staging.create_file(&index.to_string()).map_err(fail)?;
         // At most one byte more than the first pass read: a grown entry is caught by the
         // copy's digest without filling the disk.
         copy_hashed(&mut body.take(size + 1), &mut f)
             .map_err(|e| bad(self.archive, Some(name), format!("cannot be read: {e}")))?;
+        self.staged.insert(index, host);
         Ok(())
     }
 }
@@ -811,22 +795,29 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
             copies.insert(*index);
         }
     }
-    let staging = (h.may_stage() && !copies.is_empty()).then(staging_dir);
+    // This call's staging directory, locked while it lives and removed when dropped (at
+    // the end of the call, after the copies from it).
+    let mut staging = match h.may_stage() && !copies.is_empty() {
+        true => Some(StagingDir::create(h.root(), Path::new(STAGING))?),
+        false => None,
+    };
     let result = (|| -> Result<bool> {
         let mut staged = BTreeMap::new();
-        if let Some(dir) = &staging {
-            h.root().create_dir_all(dir, 0o700)?;
-            for item in &items {
-                if let Item::File { index, size, .. } = item
-                    && copies.contains(index)
-                {
-                    staged.insert(*index, (dir.join(index.to_string()), *size));
-                }
-            }
+        if let Some(dir) = &mut staging {
+            let wanted: BTreeMap<u64, u64> = items
+                .iter()
+                .filter_map(|item| match item {
+                    Item::File { index, size, .. } if copies.contains(index) => {
+                        Some((*index, *size))
+                    }
+                    _ => None,
+                })
+                .collect();
             let mut s = Stager {
-                h,
                 archive: &archive,
-                wanted: &staged,
+                staging: dir,
+                wanted: &wanted,
+                staged: &mut staged,
             };
             read_archive(&mut s, &mut r)?;
         }
@@ -853,7 +844,7 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
                         // A plan stages nothing: its copy names the entry.
                         let from = staged.get(&index).map_or_else(
                             || PathBuf::from(format!("{}:{name}", archive.display())),
-                            |(p, _)| p.clone(),
+                            PathBuf::clone,
                         );
                         submit_copy(h, &from, &to, Some(sha256), (Some(mode), None, None))?
                     } else {
@@ -870,11 +861,7 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
         Ok(changed)
     })();
     drop(confined);
-    if let Some(dir) = &staging {
-        let _ = h.root().remove_all(dir);
-        // Gone with the last call's staging directory (kept while another call uses it).
-        let _ = h.root().remove_dir(Path::new(STAGING));
-    }
+    drop(staging);
     let changed = result?;
     Ok(Extracted::Done(changed))
 }

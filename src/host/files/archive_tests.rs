@@ -197,33 +197,83 @@ fn a_fifo_entry_or_a_fifo_as_the_archive_is_refused_without_blocking() {
     assert!(!t.p("/opt/x").exists());
 }
 
-/// An agent killed while unpacking leaves its staging directory; the next run's sweep
-/// removes it and keeps the one of a process that is alive (this test's own).
+/// Hold an exclusive `flock` on the directory `dir` (agent-side) through a descriptor of its
+/// own, as another agent staging there does; released when the file is dropped.
+fn hold_lock(dir: &std::path::Path) -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(dir).unwrap();
+    // SAFETY: `f` is an open descriptor.
+    assert_eq!(
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        0
+    );
+    f
+}
+
+/// Fault: staging was named by pid and swept by pid, so two agents that are pid 1 in their
+/// pods collided, and an agent's start deleted the live staging of an agent in another pod
+/// (whose pid it cannot see). The sweep now removes exactly the staging directories nobody
+/// holds locked, whatever their names say: another pod's live one (held, pid unknown
+/// here) is kept; a stale one whose pid happens to be alive here (`1.…`) is removed.
 #[test]
-fn the_staging_directory_of_a_killed_extract_is_swept() {
+fn the_sweep_keeps_a_staging_directory_another_agent_holds_and_removes_unlocked_ones() {
     let t = TestHost::new();
-    let dead = format!("{STAGING}/999999999.0");
-    let live = format!("{STAGING}/{}.3", std::process::id());
-    t.file(&format!("{dead}/0"), "half an entry");
-    t.file(&format!("{live}/0"), "an entry being staged");
+    let other_pod = format!("{STAGING}/999999999.0");
+    let stale = format!("{STAGING}/1.0");
+    t.file(&format!("{other_pod}/0"), "an entry being staged");
+    t.file(&format!("{stale}/0"), "half an entry");
+    let held = hold_lock(&t.p(&other_pod));
     let root = HostRoot::open(&t.root).unwrap();
     let lines = crate::host::files::archive::sweep_staging(&root).unwrap();
     assert_eq!(
         lines,
         vec![format!(
-            "removed {dead}, left by an fs::extract that did not end"
+            "removed {stale}, left by an fs::extract that did not end"
         )]
     );
-    assert!(!t.p(&dead).exists());
-    assert_eq!(t.read(&format!("{live}/0")), "an entry being staged");
-    std::fs::remove_dir_all(t.p(&live)).unwrap();
-    assert!(
-        crate::host::files::archive::sweep_staging(&root)
-            .unwrap()
-            .is_empty()
+    assert!(!t.p(&stale).exists());
+    assert_eq!(
+        t.read(&format!("{other_pod}/0")),
+        "an entry being staged",
+        "another agent's live staging was removed"
+    );
+    drop(held);
+    assert_eq!(
+        crate::host::files::archive::sweep_staging(&root).unwrap(),
+        vec![format!(
+            "removed {other_pod}, left by an fs::extract that did not end"
+        )]
     );
     assert!(
         !t.p(STAGING).exists(),
         "the emptied staging directory is removed"
+    );
+
+    // A staging directory of this agent: named by boot id and 64 random bits (two never
+    // alike), held while it lives, so a sweep (another agent's start) keeps it; its
+    // files and itself are gone when it is dropped.
+    use crate::host::root::staging::StagingDir;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let mut a = StagingDir::create(&root, std::path::Path::new(STAGING)).unwrap();
+    let b = StagingDir::create(&root, std::path::Path::new(STAGING)).unwrap();
+    let name = a.path().file_name().unwrap().to_str().unwrap().to_string();
+    assert_ne!(a.path(), b.path());
+    assert!(
+        name.starts_with(&format!("{}-", boot.trim().replace('-', "")))
+            && name.len() == 32 + 1 + 16,
+        "{name}"
+    );
+    let (mut f, staged) = a.create_file("0").unwrap();
+    f.write_all(b"staged").unwrap();
+    assert_eq!(staged, a.path().join("0"));
+    assert_eq!(
+        crate::host::files::archive::sweep_staging(&root).unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(t.read(&staged.display().to_string()), "staged");
+    drop((a, b));
+    assert!(
+        !t.p(STAGING).exists(),
+        "a dropped staging directory is left"
     );
 }

@@ -34,6 +34,7 @@ pub mod mount_ns;
 pub mod pathlock;
 pub mod read;
 pub mod run_dirs;
+pub mod staging;
 mod tree;
 
 #[cfg(test)]
