@@ -133,7 +133,7 @@ enum Kind {
     Dir,
     File,
     Link(PathBuf),
-    Unsupported(&'static str),
+    Unsupported(std::borrow::Cow<'static, str>),
 }
 
 /// The error of a bad archive or entry.
@@ -682,9 +682,20 @@ fn read_tar(g: &mut dyn Visit, r: &mut dyn Read) -> Result<()> {
             .to_string_lossy()
             .into_owned();
         let t = entry.header().entry_type();
-        let kind = if t.is_dir() {
+        // GNU tar's PAX sparse formats (0.1, 1.0) are regular entries whose data starts
+        // with the sparse map: extracted as they are, the file would be wrong.
+        let pax_sparse = entry
+            .pax_extensions()
+            .map_err(|e| bad(archive, Some(&name), format!("bad PAX header: {e}")))?
+            .is_some_and(|mut x| {
+                x.any(|kv| kv.is_ok_and(|kv| kv.key_bytes().starts_with(b"GNU.sparse.")))
+            });
+        let kind = if pax_sparse {
+            Kind::Unsupported("a sparse file in the PAX format (GNU.sparse.* keys; old GNU sparse entries are extracted: `tar --format=gnu --sparse`)".into())
+        } else if t.is_dir() {
             Kind::Dir
-        } else if t.is_file() || t.is_contiguous() {
+        } else if t.is_file() || t.is_contiguous() || t.is_gnu_sparse() {
+            // A GNU sparse entry reads as its whole content, holes as zeros.
             Kind::File
         } else if t.is_symlink() {
             let target = entry
@@ -694,15 +705,21 @@ fn read_tar(g: &mut dyn Visit, r: &mut dyn Read) -> Result<()> {
                 .unwrap_or_default();
             Kind::Link(target)
         } else if t.is_hard_link() {
-            Kind::Unsupported("a hard link")
+            Kind::Unsupported("a hard link".into())
         } else if t.is_pax_global_extensions()
             || t.is_pax_local_extensions()
             || t.is_gnu_longname()
             || t.is_gnu_longlink()
         {
             continue;
+        } else if t.is_character_special() {
+            Kind::Unsupported("a character device".into())
+        } else if t.is_block_special() {
+            Kind::Unsupported("a block device".into())
+        } else if t.is_fifo() {
+            Kind::Unsupported("a FIFO".into())
         } else {
-            Kind::Unsupported("a device, FIFO or other special file")
+            Kind::Unsupported(format!("of unknown type {:?}", char::from(t.as_byte())).into())
         };
         let mode = entry.header().mode().ok();
         g.visit(index, &name, kind, mode, &mut entry)?;

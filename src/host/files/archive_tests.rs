@@ -190,7 +190,7 @@ fn a_fifo_entry_or_a_fifo_as_the_archive_is_refused_without_blocking() {
     assert_eq!(
         errs,
         [
-            "invalid archive: /tmp/fifo.tar: entry \"p\": is a device, FIFO or other special file, which is not extracted",
+            "invalid archive: /tmp/fifo.tar: entry \"p\": is a FIFO, which is not extracted",
             "/tmp/pipe: is not a regular file"
         ]
     );
@@ -276,4 +276,90 @@ fn the_sweep_keeps_a_staging_directory_another_agent_holds_and_removes_unlocked_
         !t.p(STAGING).exists(),
         "a dropped staging directory is left"
     );
+}
+
+/// A GNU sparse tar entry (type `S`) of `real` bytes whose data blocks are `blocks`
+/// (offset, bytes), as `tar --sparse` writes one.
+fn sparse_tar(name: &str, real: u64, blocks: &[(u64, &[u8])]) -> Vec<u8> {
+    let mut hd = tar::Header::new_gnu();
+    hd.set_path(name).unwrap();
+    hd.set_mode(0o640);
+    hd.set_entry_type(tar::EntryType::GNUSparse);
+    let data: Vec<u8> = blocks.iter().flat_map(|(_, b)| b.iter().copied()).collect();
+    hd.set_size(data.len() as u64);
+    let gnu = hd.as_gnu_mut().unwrap();
+    gnu.set_real_size(real);
+    for (slot, (offset, bytes)) in gnu.sparse.iter_mut().zip(blocks) {
+        slot.offset
+            .copy_from_slice(format!("{offset:011o}\0").as_bytes());
+        slot.numbytes
+            .copy_from_slice(format!("{:011o}\0", bytes.len()).as_bytes());
+    }
+    hd.set_cksum();
+    let mut b = tar::Builder::new(Vec::new());
+    b.append(&hd, &data[..]).unwrap();
+    b.into_inner().unwrap()
+}
+
+/// Fault: a sparse tar entry was refused as "a device, FIFO or other special file". The
+/// tar crate reads GNU sparse entries (holes as zeros), so it is extracted: the file holds
+/// its data blocks at their offsets and zeros between (written out, not as holes), and its
+/// unpacked size counts against `max_bytes`.
+#[test]
+fn a_gnu_sparse_entry_is_extracted_with_its_holes_as_zeros() {
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/tmp")).unwrap();
+    // Every block but the last is whole 512-byte records (as GNU tar writes them).
+    let head = [b'a'; 512];
+    let tar = sparse_tar("disk.img", 65_540, &[(0, &head), (65_536, b"wxyz")]);
+    std::fs::write(t.p("/tmp/sparse.tar"), &tar).unwrap();
+    let mut h = t.host(ExecMode::Apply);
+    let r = extract(
+        &mut h,
+        "/tmp/sparse.tar",
+        "/opt/x",
+        &ExtractOptions::default(),
+    );
+    h.finish().unwrap();
+    assert_eq!(r.map_err(|e| e.to_string()), Ok(Extracted::Done(true)));
+    let mut want = head.to_vec();
+    want.resize(65_536, 0);
+    want.extend_from_slice(b"wxyz");
+    assert_eq!(std::fs::read(t.p("/opt/x/disk.img")).unwrap(), want);
+    let m = std::fs::metadata(t.p("/opt/x/disk.img")).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o640);
+    let mut h = t.host(ExecMode::Apply);
+    let o = ExtractOptions {
+        max_bytes: 65_539,
+        ..ExtractOptions::default()
+    };
+    let e = extract(&mut h, "/tmp/sparse.tar", "/opt/y", &o).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid archive: /tmp/sparse.tar: unpacks to more than 65539 bytes (max_bytes)"
+    );
+
+    // A PAX-format sparse file (`GNU.sparse.*` keys; its data begins with the sparse map)
+    // would be extracted wrong as a plain file: it is refused, named as what it is.
+    let mut b = tar::Builder::new(Vec::new());
+    b.append_pax_extensions([
+        ("GNU.sparse.major", &b"1"[..]),
+        ("GNU.sparse.minor", b"0"),
+        ("GNU.sparse.name", b"disk.img"),
+        ("GNU.sparse.realsize", b"65540"),
+    ])
+    .unwrap();
+    let mut hd = tar::Header::new_ustar();
+    hd.set_path("GNUSparseFile.0/disk.img").unwrap();
+    hd.set_size(4);
+    hd.set_cksum();
+    b.append(&hd, &b"1\n0\n"[..4]).unwrap();
+    std::fs::write(t.p("/tmp/pax.tar"), b.into_inner().unwrap()).unwrap();
+    let mut h = t.host(ExecMode::Apply);
+    let e = extract(&mut h, "/tmp/pax.tar", "/opt/z", &ExtractOptions::default()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid archive: /tmp/pax.tar: entry \"GNUSparseFile.0/disk.img\": is a sparse file in the PAX format (GNU.sparse.* keys; old GNU sparse entries are extracted: `tar --format=gnu --sparse`), which is not extracted"
+    );
+    assert!(!t.p("/opt/z").exists());
 }
