@@ -601,10 +601,53 @@ fn read_archive(v: &mut dyn Visit, r: &mut dyn ReadSeek) -> Result<()> {
     .map_err(|e| bad(v.archive(), None, format!("cannot be read: {e}")))?;
     match format {
         "gzip" => read_tar(v, &mut flate2::read::GzDecoder::new(r)),
-        "xz" => read_tar(v, &mut liblzma::read::XzDecoder::new(r)),
+        "xz" => read_xz(v, r),
         "zip" => read_zip(v, &mut r),
         _ => read_tar(v, &mut r),
     }
+}
+
+/// Most memory the xz decoder may use (80 MiB): every `xz` preset, `-9e` included (64 MiB
+/// dictionary, 65 MiB to decode), fits; a stream made with a larger dictionary (up to
+/// 4 GiB, all allocated by the decoder) is refused before it is decoded.
+pub const XZ_MEMLIMIT: u64 = 80 << 20;
+
+/// The tar inside the xz stream `r`, decoded within [`XZ_MEMLIMIT`]: a stream over the
+/// limit fails the call saying so.
+fn read_xz(v: &mut dyn Visit, r: &mut dyn ReadSeek) -> Result<()> {
+    /// The decoder's reads, noting when liblzma stopped at the memory limit.
+    struct Limited<R> {
+        inner: R,
+        hit: bool,
+    }
+    impl<R: Read> Read for Limited<R> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.inner.read(buf).inspect_err(|e| {
+                self.hit |= e
+                    .get_ref()
+                    .and_then(|i| i.downcast_ref::<liblzma::stream::Error>())
+                    .is_some_and(|i| matches!(i, liblzma::stream::Error::MemLimit));
+            })
+        }
+    }
+    let stream = liblzma::stream::Stream::new_stream_decoder(XZ_MEMLIMIT, 0)
+        .map_err(|e| bad(v.archive(), None, format!("xz decoder: {e}")))?;
+    let mut d = Limited {
+        inner: liblzma::read::XzDecoder::new_stream(r, stream),
+        hit: false,
+    };
+    let result = read_tar(v, &mut d);
+    if d.hit {
+        return Err(bad(
+            v.archive(),
+            None,
+            format!(
+                "is an xz stream whose decoding needs more than {} MiB of memory (made with a dictionary over that size; the limit of fs::extract)",
+                XZ_MEMLIMIT >> 20
+            ),
+        ));
+    }
+    result
 }
 
 /// The compression or container, from the first bytes.

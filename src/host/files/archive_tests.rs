@@ -363,3 +363,78 @@ fn a_gnu_sparse_entry_is_extracted_with_its_holes_as_zeros() {
     );
     assert!(!t.p("/opt/z").exists());
 }
+
+/// `tar` compressed by xz, then its LZMA2 dictionary size in the block header set to 1 GiB
+/// (the header's CRC32 computed again): a stream whose decoder would allocate 1 GiB, made
+/// without allocating it here.
+fn xz_with_a_1_gib_dictionary(tar: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut xz = liblzma::write::XzEncoder::new(Vec::new(), 1);
+    xz.write_all(tar).unwrap();
+    let mut x = xz.finish().unwrap();
+    // Stream header: 12 bytes. Block header: size byte ((n + 1) * 4 bytes), flags (bit 6:
+    // compressed size, bit 7: uncompressed size, each a varint), then the filter flags:
+    // id 0x21 (LZMA2), properties size 1, the dictionary byte.
+    let start = 12;
+    let size = (usize::from(x[start]) + 1) * 4;
+    let flags = x[start + 1];
+    let mut at = start + 2;
+    let skip_varint = |at: &mut usize| {
+        while x[*at] & 0x80 != 0 {
+            *at += 1;
+        }
+        *at += 1;
+    };
+    if flags & 0x40 != 0 {
+        skip_varint(&mut at);
+    }
+    if flags & 0x80 != 0 {
+        skip_varint(&mut at);
+    }
+    assert_eq!(&x[at..at + 2], [0x21, 0x01], "an LZMA2 filter");
+    x[at + 2] = 36; // (2 | 0) << (36 / 2 + 11) = 1 GiB
+    let mut crc = flate2::Crc::new();
+    crc.update(&x[start..start + size - 4]);
+    x[start + size - 4..start + size].copy_from_slice(&crc.sum().to_le_bytes());
+    x
+}
+
+/// Fault: `.tar.xz` was decoded with no memory limit, so a stream made with a huge
+/// dictionary made the agent allocate it. The decoder now has a limit (80 MiB, every xz
+/// preset fits) and such a stream is refused saying so, nothing written; a normal `.tar.xz`
+/// still extracts.
+#[test]
+fn an_xz_stream_with_a_huge_dictionary_is_refused_by_the_memory_limit() {
+    use crate::host::files::fs_script_tests::tests::tar_of;
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/tmp")).unwrap();
+    let tar = tar_of(&[("d/f", 'f', 0o644, "f\n")]);
+    std::fs::write(t.p("/tmp/big.tar.xz"), xz_with_a_1_gib_dictionary(&tar)).unwrap();
+    let mut h = t.host(ExecMode::Apply);
+    let r = extract(
+        &mut h,
+        "/tmp/big.tar.xz",
+        "/opt/x",
+        &ExtractOptions::default(),
+    );
+    h.finish().unwrap();
+    assert_eq!(
+        r.map_err(|e| e.to_string()),
+        Err("invalid archive: /tmp/big.tar.xz: is an xz stream whose decoding needs more than 80 MiB of memory (made with a dictionary over that size; the limit of fs::extract)".to_string())
+    );
+    assert!(!t.p("/opt/x").exists());
+    // xz -9: a 64 MiB dictionary, 65 MiB to decode, within the limit.
+    let mut xz = liblzma::write::XzEncoder::new(Vec::new(), 9);
+    std::io::Write::write_all(&mut xz, &tar).unwrap();
+    std::fs::write(t.p("/tmp/nine.tar.xz"), xz.finish().unwrap()).unwrap();
+    let mut h = t.host(ExecMode::Apply);
+    let r = extract(
+        &mut h,
+        "/tmp/nine.tar.xz",
+        "/opt/x",
+        &ExtractOptions::default(),
+    );
+    h.finish().unwrap();
+    assert_eq!(r.map_err(|e| e.to_string()), Ok(Extracted::Done(true)));
+    assert_eq!(t.read("/opt/x/d/f"), "f\n");
+}
