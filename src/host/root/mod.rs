@@ -601,8 +601,7 @@ impl HostRoot {
         for _ in 0..MAX_SYMLINK_HOPS {
             match self.symlink_metadata(&cur)? {
                 Some(m) if m.file_type().is_symlink() && self.is_confined(&cur) => {
-                    let e = io::Error::new(
-                        io::ErrorKind::Other,
+                    let e = io::Error::other(
                         "is a symlink in a confined directory, which is not followed",
                     );
                     return Err(self.err("write", &cur, e));
