@@ -186,7 +186,24 @@ impl Node {
 enum Escape {
     Leaves,
     Loops,
+    /// The call's budget of resolution steps ([`step_budget`]) is spent, or a target
+    /// resolves deeper than [`MAX_DEPTH`].
+    TooComplex,
 }
+
+/// Path components all the symlink checks of one call may walk once `entries` entries are
+/// read: 65536 and 64 per entry, far more than real archives need (a link's target has a
+/// few components, each checked twice) and a bound on the time a hostile one (many links
+/// with long targets through each other) can take.
+fn step_budget(entries: u64) -> u64 {
+    (1 << 16) + 64 * entries
+}
+
+/// Deepest directory a symlink target may resolve to while it is checked.
+const MAX_DEPTH: usize = 1024;
+
+/// Longest symlink target extracted, in bytes (the kernel's `PATH_MAX` less its NUL).
+const MAX_TARGET: usize = 4095;
 
 /// At most this many symlinks are followed resolving one target (the kernel's limit).
 const MAX_HOPS: usize = 40;
@@ -201,65 +218,82 @@ struct Gather<'a> {
     bytes: u64,
     /// The tree as extracted so far: every path an entry made or needs, by the entry.
     tree: BTreeMap<PathBuf, Node>,
+    /// Path components the symlink checks walked so far ([`step_budget`]).
+    steps: std::cell::Cell<u64>,
+    /// The symlinks at the destination looked up so far: path below `dest` -> target.
+    disk: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<PathBuf>>>,
     items: Vec<Item>,
 }
 
 impl Gather<'_> {
-    /// What is at `rel` below `dest` as the archive leaves it so far: the archive's node,
-    /// else the destination's (`Ok(None)`: nothing, or a directory).
+    /// The symlink at `rel` below `dest` as the archive leaves it so far: its target and
+    /// whether it is the archive's (else one at the destination, looked up once per path);
+    /// `Ok(None)`: no symlink there.
     fn link_at(&self, rel: &Path) -> Result<Option<(PathBuf, bool)>> {
         match self.tree.get(rel) {
             Some(Node::Link { target, .. }) => Ok(Some((target.clone(), true))),
             Some(_) => Ok(None),
             None => {
-                let at = self.dest.join(rel);
-                match self.h.view_stat(&at, false)? {
-                    Some(s) if s.kind == "symlink" => {
-                        Ok(self.h.view_readlink(&at)?.map(|t| (t, false)))
-                    }
-                    _ => Ok(None),
+                if let Some(t) = self.disk.borrow().get(rel) {
+                    return Ok(t.clone().map(|t| (t, false)));
                 }
+                let at = self.dest.join(rel);
+                let t = match self.h.view_stat(&at, false)? {
+                    Some(s) if s.kind == "symlink" => self.h.view_readlink(&at)?,
+                    _ => None,
+                };
+                self.disk.borrow_mut().insert(rel.to_path_buf(), t.clone());
+                Ok(t.map(|t| (t, false)))
             }
         }
     }
 
-    /// Resolve the symlink target `target`, read in the directory `base` (components below
-    /// `dest`), through the archive's links and those at the destination, as the kernel
-    /// would once the archive is extracted: the components below `dest` it designates, or
-    /// why it leaves `dest`. `via` is set to the last link followed.
+    /// Resolve the symlink target `target`, read in the directory `base` (below `dest`),
+    /// through the archive's links and those at the destination, as the kernel would once
+    /// the archive is extracted: the directory below `dest` it designates, or why it
+    /// leaves `dest` (or is too costly to follow: [`step_budget`]). `via` is set to the
+    /// last link followed.
     fn resolve(
         &self,
-        base: &[std::ffi::OsString],
+        base: &Path,
         target: &Path,
         hops: &mut usize,
         via: &mut Option<(PathBuf, bool)>,
-    ) -> Result<std::result::Result<Vec<std::ffi::OsString>, Escape>> {
-        let mut at = base.to_vec();
+    ) -> Result<std::result::Result<PathBuf, Escape>> {
+        let mut at = base.to_path_buf();
+        let mut depth = at.components().count();
         for c in target.components() {
+            self.steps.set(self.steps.get() + 1);
+            if self.steps.get() > step_budget(self.entries) || depth > MAX_DEPTH {
+                return Ok(Err(Escape::TooComplex));
+            }
             match c {
                 Component::RootDir | Component::Prefix(_) => return Ok(Err(Escape::Leaves)),
                 Component::CurDir => {}
                 Component::ParentDir => {
-                    if at.pop().is_none() {
+                    if !at.pop() {
                         return Ok(Err(Escape::Leaves));
                     }
+                    depth -= 1;
                 }
                 Component::Normal(n) => {
-                    let mut p: PathBuf = at.iter().collect();
-                    p.push(n);
-                    match self.link_at(&p)? {
-                        Some((t, ours)) => {
-                            *hops += 1;
-                            if *hops > MAX_HOPS {
-                                return Ok(Err(Escape::Loops));
-                            }
-                            *via = Some((p, ours));
-                            match self.resolve(&at, &t, hops, via)? {
-                                Ok(to) => at = to,
-                                Err(e) => return Ok(Err(e)),
-                            }
+                    at.push(n);
+                    depth += 1;
+                    if let Some((t, ours)) = self.link_at(&at)? {
+                        *hops += 1;
+                        if *hops > MAX_HOPS {
+                            return Ok(Err(Escape::Loops));
                         }
-                        None => at.push(n.to_os_string()),
+                        let link = at.clone();
+                        at.pop();
+                        *via = Some((link, ours));
+                        match self.resolve(&at, &t, hops, via)? {
+                            Ok(to) => {
+                                depth = to.components().count();
+                                at = to;
+                            }
+                            Err(e) => return Ok(Err(e)),
+                        }
                     }
                 }
             }
@@ -270,15 +304,22 @@ impl Gather<'_> {
     /// Fail when the symlink entry `name` at `rel` with `target` does not resolve inside
     /// `dest` ([`Gather::resolve`]); `when` ends the message.
     fn check_link(&self, name: &str, rel: &Path, target: &Path, when: &str) -> Result<()> {
-        let base: Vec<_> = rel
-            .parent()
-            .map(|p| p.iter().map(|c| c.to_os_string()).collect())
-            .unwrap_or_default();
+        let base = rel.parent().unwrap_or(Path::new(""));
         let mut via = None;
         let why = match self.resolve(&base, target, &mut 0, &mut via)? {
             Ok(_) => return Ok(()),
             Err(Escape::Leaves) => "which leaves the destination",
             Err(Escape::Loops) => "which goes through more than 40 symlinks",
+            Err(Escape::TooComplex) => {
+                return Err(bad(
+                    self.archive,
+                    None,
+                    format!(
+                        "its symlinks take more than {} steps to check, 65536 and 64 per entry (a limit of fs::extract)",
+                        step_budget(self.entries)
+                    ),
+                ));
+            }
         };
         let through = match via {
             Some((p, true)) => format!(" (through the archive's symlink {})", p.display()),
@@ -524,6 +565,12 @@ impl Visit for Gather<'_> {
             Kind::Link(target) => {
                 if let Some(e) = in_the_way("symlink") {
                     return Err(e);
+                }
+                if target.as_os_str().len() > MAX_TARGET {
+                    return Err(fail(&format!(
+                        "is a symlink to a target of {} bytes, more than the {MAX_TARGET} a symlink holds",
+                        target.as_os_str().len()
+                    )));
                 }
                 if target.as_os_str().is_empty() || target.is_absolute() {
                     return Err(fail(&format!(
@@ -834,6 +881,8 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
             entries: 0,
             bytes: 0,
             tree: BTreeMap::new(),
+            steps: std::cell::Cell::new(0),
+            disk: Default::default(),
             items: Vec::new(),
         };
         read_archive(&mut g, &mut r)?;

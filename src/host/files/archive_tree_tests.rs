@@ -300,3 +300,29 @@ fn copy_tree_does_not_write_through_a_directory_swapped_for_a_symlink() {
         "{e}"
     );
 }
+
+/// A hostile archive of many links with long targets cannot make the check run for long:
+/// the components all its link checks walk are bounded (65536 and 64 per entry), past that
+/// the call fails.
+#[test]
+fn the_symlink_checks_of_one_call_are_bounded() {
+    let target = "x/../".repeat(800); // 4000 bytes, 1600 components
+    let mut b = tar::Builder::new(Vec::new());
+    for i in 0..1400 {
+        let mut hd = tar::Header::new_gnu();
+        hd.set_entry_type(tar::EntryType::Symlink);
+        hd.set_mode(0o777);
+        hd.set_size(0);
+        b.append_link(&mut hd, format!("l{i}"), &target).unwrap();
+    }
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
+    put(&t, &b.into_inner().unwrap());
+    let started = std::time::Instant::now();
+    assert_eq!(
+        apply(&t),
+        "invalid archive: /tmp/x.archive: its symlinks take more than 68288 steps to check, 65536 and 64 per entry (a limit of fs::extract)"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(files_below(&t.p("/opt/dest")), Vec::<String>::new());
+}
