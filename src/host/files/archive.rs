@@ -136,13 +136,21 @@ enum Kind {
     Unsupported(std::borrow::Cow<'static, str>),
 }
 
-/// The error of a bad archive or entry.
+/// The error of a bad archive or entry, on one line: `why` comes from the readers too,
+/// whose messages can quote an entry's name, so its control characters are escaped.
 fn bad(archive: &Path, entry: Option<&str>, why: impl std::fmt::Display) -> HostError {
+    let mut line = String::new();
+    for c in why.to_string().chars() {
+        match c.is_control() {
+            true => line.extend(c.escape_debug()),
+            false => line.push(c),
+        }
+    }
     HostError::Invalid {
         what: "archive",
         message: match entry {
-            Some(e) => format!("{}: entry {e:?}: {why}", archive.display()),
-            None => format!("{}: {why}", archive.display()),
+            Some(e) => format!("{}: entry {e:?}: {line}", archive.display()),
+            None => format!("{}: {line}", archive.display()),
         },
     }
 }

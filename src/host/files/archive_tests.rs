@@ -438,3 +438,27 @@ fn an_xz_stream_with_a_huge_dictionary_is_refused_by_the_memory_limit() {
     assert_eq!(r.map_err(|e| e.to_string()), Ok(Extracted::Done(true)));
     assert_eq!(t.read("/opt/x/d/f"), "f\n");
 }
+
+/// Fuzz finding (target `archive`): a tar entry whose name holds a newline and whose
+/// checksum field is not a number failed with the tar crate's message quoting the name, so
+/// the refusal spread over three lines. The reader's messages are now kept on one line.
+#[test]
+fn a_refusal_quoting_an_entry_name_with_a_newline_is_one_line() {
+    let mut hd = tar::Header::new_gnu();
+    let name = b"efa/lt2\necho hi\n";
+    hd.as_old_mut().name[..name.len()].copy_from_slice(name);
+    hd.set_size(0);
+    hd.set_entry_type(tar::EntryType::Regular);
+    hd.as_old_mut().cksum.copy_from_slice(b"zzzzzzz\0");
+    let mut tar = hd.as_bytes().to_vec();
+    tar.resize(512 * 3, 0);
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/tmp")).unwrap();
+    std::fs::write(t.p("/tmp/nl.tar"), &tar).unwrap();
+    let mut h = t.host(ExecMode::Apply);
+    let e = extract(&mut h, "/tmp/nl.tar", "/opt/x", &ExtractOptions::default()).unwrap_err();
+    assert_eq!(
+        crate::chain::render(&e),
+        "invalid archive: /tmp/nl.tar: unreadable tar entry: numeric field was not a number: zzzzzzz when getting cksum for efa/lt2\\necho hi\\n"
+    );
+}
