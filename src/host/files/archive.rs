@@ -488,6 +488,20 @@ impl Visit for Gather<'_> {
                 format!("more than {} entries (max_files)", self.o.max_files),
             ));
         }
+        // A name or link target with a control character (a NUL, a newline) would reach
+        // the plan, the errors and the logs as a broken line: refused.
+        if name.chars().any(char::is_control) {
+            return Err(fail(
+                &"has a control character in its name, which is not extracted",
+            ));
+        }
+        if let Kind::Link(t) = &kind
+            && t.to_string_lossy().chars().any(char::is_control)
+        {
+            return Err(fail(&format!(
+                "is a symlink to {t:?}, a target with a control character, which is not extracted"
+            )));
+        }
         // A leading `.` counts as a component for stripping, as GNU tar counts it
         // (`./efa/x` with strip_components 1 is `efa/x`); it is dropped afterwards.
         let mut parts = Vec::new();
@@ -1068,7 +1082,7 @@ pub(crate) mod rows {
             &[("archive", "String"), ("dest", "String")],
             "bool",
             Submits(&[Mkdir, Chmod, Write, Symlink]),
-            "Unpack a tar (GNU sparse entries included), tar.gz, tar.xz or zip archive (told apart by content) into directory `dest`, confined to it. The whole archive is checked first, each entry against the tree as extracted so far (the archive's directories, files and symlinks, and what is already below `dest`): an absolute name, a `..`, a symlink whose target is absolute or, followed through the archive's links and those already below `dest`, leaves `dest` (checked again against the whole tree), an entry below a symlink or a file, two entries of different kinds at one path (both named), a hard link, device, FIFO or PAX-format sparse file, an entry of another kind in the way, over 100000 entries, over 1 GiB unpacked or an xz stream needing over 80 MiB to decode fails the call naming the archive and entry, and nothing is written. Then each directory, file and symlink that differs is its own effect (a plan lists every file; a check reports each that drifted), written through a handle on `dest` opened before the check that follows no symlink below it (see the rules: a symlink swapped in meanwhile fails the write, never redirects it). No entry is held in memory: files are compared by size and streamed SHA-256, and the apply streams the ones that differ into a staging directory of its own inside the root (`/var/lib/skyhook/.extract/<boot id>-<random>`, written through its handle, held by an `flock` while the call runs and removed at its end; an agent's start removes only the ones nobody holds), then copies each into place as a verified write (an archive that changed meanwhile fails the call, the file left as it was); a plan's diff names the entry instead of diffing its content. Modes come from the archive; files belong to root. In a plan, an archive `fs::fetch` only plans cannot be listed: a warning says so on stderr and the call returns true.",
+            "Unpack a tar (GNU sparse entries included), tar.gz, tar.xz or zip archive (told apart by content) into directory `dest`, confined to it. The whole archive is checked first, each entry against the tree as extracted so far (the archive's directories, files and symlinks, and what is already below `dest`): an absolute name, a `..`, a symlink whose target is absolute or, followed through the archive's links and those already below `dest`, leaves `dest` (checked again against the whole tree), an entry below a symlink or a file, two entries of different kinds at one path (both named), a name or link target with a control character, a hard link, device, FIFO or PAX-format sparse file, an entry of another kind in the way, over 100000 entries, over 1 GiB unpacked or an xz stream needing over 80 MiB to decode fails the call naming the archive and entry, and nothing is written. Then each directory, file and symlink that differs is its own effect (a plan lists every file; a check reports each that drifted), written through a handle on `dest` opened before the check that follows no symlink below it (see the rules: a symlink swapped in meanwhile fails the write, never redirects it). No entry is held in memory: files are compared by size and streamed SHA-256, and the apply streams the ones that differ into a staging directory of its own inside the root (`/var/lib/skyhook/.extract/<boot id>-<random>`, written through its handle, held by an `flock` while the call runs and removed at its end; an agent's start removes only the ones nobody holds), then copies each into place as a verified write (an archive that changed meanwhile fails the call, the file left as it was); a plan's diff names the entry instead of diffing its content. Modes come from the archive; files belong to root. In a plan, an archive `fs::fetch` only plans cannot be listed: a warning says so on stderr and the call returns true.",
             api = run,
             |h, a: S, d: S| extract(h, &run, &a, &d, &ExtractOptions::default())
         ),

@@ -326,3 +326,40 @@ fn the_symlink_checks_of_one_call_are_bounded() {
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
     assert_eq!(files_below(&t.p("/opt/dest")), Vec::<String>::new());
 }
+
+/// Fuzz finding (target `archive`): a zip entry whose name held NUL bytes failed at the
+/// destination with an error quoting the path over several lines. A name or link target
+/// with a control character (NUL, newline) is refused up front, one line naming it, so no
+/// such name reaches the plan, the errors or the logs.
+#[test]
+fn names_and_link_targets_with_control_characters_are_refused_up_front() {
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "tar",
+            tar_of(&[("ok", 'f', 0o644, "ok\n"), ("a\nb", 'f', 0o644, "x")]),
+            "entry \"a\\nb\": has a control character in its name, which is not extracted",
+        ),
+        (
+            "zip",
+            zip_of(&[("ok", 'f', 0o644, "ok\n"), ("ef\0\0!", 'f', 0o644, "x")]),
+            "entry \"ef\\0\\0!\": has a control character in its name, which is not extracted",
+        ),
+        (
+            "tar",
+            tar_of(&[("l", 'l', 0o777, "x\ny")]),
+            "entry \"l\": is a symlink to \"x\\ny\", a target with a control character, which is not extracted",
+        ),
+    ];
+    for (format, bytes, want) in cases {
+        let t = TestHost::new();
+        std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
+        put(&t, &bytes);
+        let before = tree(&t.root);
+        assert_eq!(
+            apply(&t),
+            format!("invalid archive: /tmp/x.archive: {want}"),
+            "{format}"
+        );
+        assert_eq!(tree(&t.root), before, "{format}");
+    }
+}
