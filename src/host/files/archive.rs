@@ -39,7 +39,9 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::host::Host;
 use crate::host::effects::view::ViewedFile;
-use crate::host::files::copy_tree::{copy_needed, put_attrs, submit_copy};
+use crate::host::files::copy_tree::{
+    between_check_and_write, confine_dir, copy_needed, put_attrs, submit_copy,
+};
 use crate::host::files::fs::{self, host_path};
 use crate::host::root::digest::copy_hashed;
 use crate::host::root::error::{HostError, Result};
@@ -314,7 +316,7 @@ impl Gather<'_> {
     fn check_link(&self, name: &str, rel: &Path, target: &Path, when: &str) -> Result<()> {
         let base = rel.parent().unwrap_or(Path::new(""));
         let mut via = None;
-        let why = match self.resolve(&base, target, &mut 0, &mut via)? {
+        let why = match self.resolve(base, target, &mut 0, &mut via)? {
             Ok(_) => return Ok(()),
             Err(Escape::Leaves) => "which leaves the destination",
             Err(Escape::Loops) => "which goes through more than 40 symlinks",
@@ -642,22 +644,6 @@ fn open(h: &Host, archive: &Path) -> Result<Option<Box<dyn ReadSeek>>> {
 
 trait ReadSeek: Read + Seek {}
 impl<T: Read + Seek> ReadSeek for T {}
-
-/// Confine the directory `dir` when it exists on disk ([`HostRoot::confine`]): until the
-/// guard is dropped, the session's reads and writes below it resolve from one handle and
-/// follow no symlink. `None` when it does not exist (yet, or only in a plan).
-///
-/// [`HostRoot::confine`]: crate::host::root::HostRoot::confine
-pub(crate) fn confine_dir(
-    h: &Host,
-    dir: &Path,
-) -> Result<Option<crate::host::root::confine::Confined>> {
-    let root = h.root();
-    if !root.metadata(dir)?.is_some_and(|m| m.is_dir()) {
-        return Ok(None);
-    }
-    Ok(Some(root.confine(dir)?))
-}
 
 /// One pass of `v` over the archive `r` from its start (its format told by its first
 /// bytes).
@@ -995,22 +981,6 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
     drop(staging);
     let changed = result?;
     Ok(Extracted::Done(changed))
-}
-
-#[cfg(test)]
-thread_local! {
-    /// A test's action between the check of `fs::extract` or `fs::copy_tree` and its first
-    /// write (a racing user's swap), run once.
-    pub(crate) static BETWEEN_CHECK_AND_WRITE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
-        std::cell::RefCell::new(None);
-}
-
-/// Run the test's action set in [`BETWEEN_CHECK_AND_WRITE`], if any (nothing outside tests).
-pub(crate) fn between_check_and_write() {
-    #[cfg(test)]
-    if let Some(f) = BETWEEN_CHECK_AND_WRITE.with(|c| c.borrow_mut().take()) {
-        f();
-    }
 }
 
 /// The script rows of this file's functions: each one's reference entry and Rhai

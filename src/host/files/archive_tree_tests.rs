@@ -177,7 +177,7 @@ fn a_later_entry_that_makes_an_earlier_link_leave_dest_is_refused() {
 /// Run `swap` between the check of the next `fs::extract` or `fs::copy_tree` on this
 /// thread and its first write.
 fn race(swap: impl FnOnce() + 'static) {
-    crate::host::files::archive::BETWEEN_CHECK_AND_WRITE
+    crate::host::files::copy_tree::BETWEEN_CHECK_AND_WRITE
         .with(|c| *c.borrow_mut() = Some(Box::new(swap)));
 }
 

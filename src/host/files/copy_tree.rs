@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 use crate::host::Host;
 use crate::host::effects::effect::Effect;
 use crate::host::effects::view::ViewedFile;
-use crate::host::files::archive::confine_dir;
 use crate::host::files::fs::{self, host_path};
 use crate::host::files::realpath::realpath;
 use crate::host::root::error::{HostError, Result};
@@ -225,7 +224,7 @@ pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<
     let _src = confine_dir(h, &src_real)?;
     let mut dst_guard = confine_dir(h, &dst_path)?;
     let entries = walk(h, &src_real, &dst_path, o)?;
-    crate::host::files::archive::between_check_and_write();
+    between_check_and_write();
     let mut changed = ensure_dir(h, &dst_path, top.mode, top.uid, top.gid)?;
     if dst_guard.is_none() {
         dst_guard = confine_dir(h, &dst_path)?;
@@ -395,6 +394,38 @@ pub(crate) fn submit_copy(
     });
     drop(lock);
     r.map(|_| true)
+}
+
+/// Confine the directory `dir` when it exists on disk ([`HostRoot::confine`]): until the
+/// guard is dropped, the session's reads and writes below it resolve from one handle and
+/// follow no symlink. `None` when it does not exist (yet, or only in a plan).
+///
+/// [`HostRoot::confine`]: crate::host::root::HostRoot::confine
+pub(crate) fn confine_dir(
+    h: &Host,
+    dir: &Path,
+) -> Result<Option<crate::host::root::confine::Confined>> {
+    let root = h.root();
+    if !root.metadata(dir)?.is_some_and(|m| m.is_dir()) {
+        return Ok(None);
+    }
+    Ok(Some(root.confine(dir)?))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// A test's action between the check of `fs::extract` or `fs::copy_tree` and its first
+    /// write (a racing user's swap), run once.
+    pub(crate) static BETWEEN_CHECK_AND_WRITE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        std::cell::RefCell::new(None);
+}
+
+/// Run the test's action set in [`BETWEEN_CHECK_AND_WRITE`], if any (nothing outside tests).
+pub(crate) fn between_check_and_write() {
+    #[cfg(test)]
+    if let Some(f) = BETWEEN_CHECK_AND_WRITE.with(|c| c.borrow_mut().take()) {
+        f();
+    }
 }
 
 /// The script rows of this file's functions: each one's reference entry and Rhai

@@ -22,30 +22,14 @@ use std::sync::{Arc, RwLock};
 use pathrs::Root;
 use pathrs::flags::ResolverFlags;
 
-use super::{HostRoot, Result, normalize, pathrs_io};
-
-/// One confined directory.
-#[derive(Debug)]
-struct Dir {
-    id: u64,
-    /// The directory's host path, normalised.
-    prefix: PathBuf,
-    /// A root on the directory's handle that follows no symlink.
-    root: Arc<Root>,
-}
-
-/// The confined directories of one [`HostRoot`] (not shared with its clones).
-#[derive(Debug, Default)]
-pub(crate) struct Confinements {
-    dirs: Arc<RwLock<Vec<Dir>>>,
-}
+use super::{ConfinedDir, Confinements, HostRoot, Result, normalize, pathrs_io};
 
 /// While alive, the operations of the [`HostRoot`] that made it on paths below its
 /// directory resolve from the directory's handle, following no symlink (module docs).
 #[derive(Debug)]
 #[must_use = "the directory is confined only while the guard lives"]
 pub struct Confined {
-    dirs: Arc<RwLock<Vec<Dir>>>,
+    dirs: Arc<RwLock<Vec<ConfinedDir>>>,
     id: u64,
     prefix: PathBuf,
 }
@@ -116,11 +100,13 @@ impl HostRoot {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let prefix = normalize(host);
         let dirs = self.confined.dirs.clone();
-        dirs.write().unwrap_or_else(|p| p.into_inner()).push(Dir {
-            id,
-            prefix: prefix.clone(),
-            root: Arc::new(root),
-        });
+        dirs.write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(ConfinedDir {
+                id,
+                prefix: prefix.clone(),
+                root: Arc::new(root),
+            });
         Ok(Confined { dirs, id, prefix })
     }
 

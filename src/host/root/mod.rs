@@ -204,7 +204,23 @@ pub struct HostRoot {
     canonical: PathBuf,
     /// Directories whose paths resolve from their own handle, following no symlink
     /// ([`confine`]).
-    confined: confine::Confinements,
+    confined: Confinements,
+}
+
+/// The confined directories of one [`HostRoot`] (not shared with its clones; [`confine`]).
+#[derive(Debug, Default)]
+pub(crate) struct Confinements {
+    dirs: std::sync::Arc<std::sync::RwLock<Vec<ConfinedDir>>>,
+}
+
+/// One confined directory ([`confine`]).
+#[derive(Debug)]
+struct ConfinedDir {
+    id: u64,
+    /// The directory's host path, normalised.
+    prefix: PathBuf,
+    /// A root on the directory's handle that follows no symlink.
+    root: std::sync::Arc<Root>,
 }
 
 /// Directories (agent-side, canonical root + host path) whose stale temporaries this process
