@@ -2,10 +2,15 @@
 //! tar.gz, tar.xz or zip archive (told apart by their first bytes, not by the name) into
 //! directory `dest`, confined to it.
 //!
-//! The whole archive is read and checked before anything changes: an entry whose name is
-//! absolute or climbs out with `..`, a symlink whose target is absolute or leaves `dest`, an
-//! entry below a symlink (of the archive, or already at the destination), a hard link, a
-//! device or FIFO, or an entry of another kind in the way at the destination fails the call
+//! The whole archive is read and checked before anything changes, each entry against the
+//! tree as extracted so far (a map of path -> the entry that made it a directory, file or
+//! symlink) and what is already at the destination: an entry whose name is absolute or
+//! climbs out with `..`; a symlink whose target is absolute or, resolved through the
+//! archive's links and those already below `dest` as the kernel would, leaves `dest` (also
+//! checked again once the whole tree is known, since a later link can change an earlier
+//! one's way); an entry below a symlink or a file (of the archive, or already at the
+//! destination); two entries of different kinds at one path (both named); a hard link, a
+//! device or FIFO; or an entry of another kind in the way at the destination fails the call
 //! naming the archive and the entry, and nothing is written. So do more than `max_files`
 //! entries or more than `max_bytes` of unpacked content (which also bounds a decompression
 //! bomb: reading stops at the limit). Then each directory, file and symlink that differs is
@@ -34,43 +39,32 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::host::Host;
 use crate::host::effects::view::ViewedFile;
-use crate::host::files::copy_tree::{copy_needed, put_attrs, submit_copy};
+use crate::host::files::copy_tree::{
+    between_check_and_write, confine_dir, copy_needed, put_attrs, submit_copy,
+};
 use crate::host::files::fs::{self, host_path};
 use crate::host::root::digest::copy_hashed;
 use crate::host::root::error::{HostError, Result};
+use crate::host::root::staging::{self, StagingDir};
 
 /// Where the apply stages the entries it copies into place, one directory per call
-/// (`<pid>.<n>`), removed when the call ends (or, after a kill, by the next run's
-/// [`sweep_staging`]): the agent's state directory, inside the host root.
+/// (`<boot id>-<random>`, held by an `flock` while the call runs, removed when it ends, or
+/// after a kill by the next run's [`sweep_staging`]; [`StagingDir`]): the agent's state
+/// directory, inside the host root.
 pub const STAGING: &str = "/var/lib/skyhook/.extract";
 
-/// Remove the staging directories under [`STAGING`] whose process is gone (an agent killed
-/// while unpacking): a directory `<pid>.<n>` is kept while a process `<pid>` lives (the
-/// operator's agent pods share the host's process ids). Returns one line per directory
-/// removed; [`STAGING`] itself goes when it is left empty.
+/// Remove the staging directories under [`STAGING`] that no process holds locked (left by
+/// an agent killed while unpacking; a live agent in any pod holds its own), whatever their
+/// names. Returns one line per directory removed; [`STAGING`] itself goes when it is left
+/// empty.
 ///
 /// # Errors
 /// Listing [`STAGING`] or removing a directory.
 pub fn sweep_staging(root: &crate::host::root::HostRoot) -> Result<Vec<String>> {
-    let dir = Path::new(STAGING);
-    if root.symlink_metadata(dir)?.is_none() {
-        return Ok(Vec::new());
-    }
-    let mut lines = Vec::new();
-    for e in root.read_dir(dir)? {
-        let name = e.name.to_string_lossy().into_owned();
-        let pid = name.split('.').next().and_then(|p| p.parse::<u32>().ok());
-        let alive = pid.is_some_and(|p| Path::new("/proc").join(p.to_string()).exists());
-        if alive {
-            continue;
-        }
-        root.remove_all(&dir.join(&name))?;
-        lines.push(format!(
-            "removed {STAGING}/{name}, left by an fs::extract that did not end"
-        ));
-    }
-    let _ = root.remove_dir(dir);
-    Ok(lines)
+    Ok(staging::sweep(root, Path::new(STAGING))?
+        .into_iter()
+        .map(|name| format!("removed {STAGING}/{name}, left by an fs::extract that did not end"))
+        .collect())
 }
 
 /// Default of `max_files`: at most this many entries.
@@ -141,19 +135,88 @@ enum Kind {
     Dir,
     File,
     Link(PathBuf),
-    Unsupported(&'static str),
+    Unsupported(std::borrow::Cow<'static, str>),
 }
 
-/// The error of a bad archive or entry.
+/// The error of a bad archive or entry, on one line: `why` comes from the readers too,
+/// whose messages can quote an entry's name, so its control characters are escaped.
 fn bad(archive: &Path, entry: Option<&str>, why: impl std::fmt::Display) -> HostError {
+    let mut line = String::new();
+    for c in why.to_string().chars() {
+        match c.is_control() {
+            true => line.extend(c.escape_debug()),
+            false => line.push(c),
+        }
+    }
     HostError::Invalid {
         what: "archive",
         message: match entry {
-            Some(e) => format!("{}: entry {e:?}: {why}", archive.display()),
-            None => format!("{}: {why}", archive.display()),
+            Some(e) => format!("{}: entry {e:?}: {line}", archive.display()),
+            None => format!("{}: {line}", archive.display()),
         },
     }
 }
+
+/// What the archive has put at one path so far (relative to `dest`), and by which entry
+/// (its name as in the archive), so that a conflict names both entries.
+#[derive(Debug)]
+enum Node {
+    /// A directory: the archive's own entry, or (`implied`) one an entry below it needs.
+    Dir {
+        entry: String,
+        implied: bool,
+    },
+    File {
+        entry: String,
+    },
+    Link {
+        entry: String,
+        target: PathBuf,
+    },
+}
+
+impl Node {
+    fn entry(&self) -> &str {
+        match self {
+            Node::Dir { entry, .. } | Node::File { entry } | Node::Link { entry, .. } => entry,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Node::Dir { .. } => "a directory",
+            Node::File { .. } => "a file",
+            Node::Link { .. } => "a symlink",
+        }
+    }
+}
+
+/// Why a symlink's target does not stay inside `dest`, and the last link it went through
+/// (of the archive, or at the destination).
+enum Escape {
+    Leaves,
+    Loops,
+    /// The call's budget of resolution steps ([`step_budget`]) is spent, or a target
+    /// resolves deeper than [`MAX_DEPTH`].
+    TooComplex,
+}
+
+/// Path components all the symlink checks of one call may walk once `entries` entries are
+/// read: 65536 and 64 per entry, far more than real archives need (a link's target has a
+/// few components, each checked twice) and a bound on the time a hostile one (many links
+/// with long targets through each other) can take.
+fn step_budget(entries: u64) -> u64 {
+    (1 << 16) + 64 * entries
+}
+
+/// Deepest directory a symlink target may resolve to while it is checked.
+const MAX_DEPTH: usize = 1024;
+
+/// Longest symlink target extracted, in bytes (the kernel's `PATH_MAX` less its NUL).
+const MAX_TARGET: usize = 4095;
+
+/// At most this many symlinks are followed resolving one target (the kernel's limit).
+const MAX_HOPS: usize = 40;
 
 /// The checks and the gathered items of one archive.
 struct Gather<'a> {
@@ -163,9 +226,227 @@ struct Gather<'a> {
     o: ExtractOptions,
     entries: u64,
     bytes: u64,
-    links: BTreeSet<PathBuf>,
-    files: BTreeSet<PathBuf>,
+    /// The tree as extracted so far: every path an entry made or needs, by the entry.
+    tree: BTreeMap<PathBuf, Node>,
+    /// Path components the symlink checks walked so far ([`step_budget`]).
+    steps: std::cell::Cell<u64>,
+    /// The symlinks at the destination looked up so far: path below `dest` -> target.
+    disk: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<PathBuf>>>,
     items: Vec<Item>,
+}
+
+impl Gather<'_> {
+    /// The symlink at `rel` below `dest` as the archive leaves it so far: its target and
+    /// whether it is the archive's (else one at the destination, looked up once per path);
+    /// `Ok(None)`: no symlink there.
+    fn link_at(&self, rel: &Path) -> Result<Option<(PathBuf, bool)>> {
+        match self.tree.get(rel) {
+            Some(Node::Link { target, .. }) => Ok(Some((target.clone(), true))),
+            Some(_) => Ok(None),
+            None => {
+                if let Some(t) = self.disk.borrow().get(rel) {
+                    return Ok(t.clone().map(|t| (t, false)));
+                }
+                let at = self.dest.join(rel);
+                let t = match self.h.view_stat(&at, false)? {
+                    Some(s) if s.kind == "symlink" => self.h.view_readlink(&at)?,
+                    _ => None,
+                };
+                self.disk.borrow_mut().insert(rel.to_path_buf(), t.clone());
+                Ok(t.map(|t| (t, false)))
+            }
+        }
+    }
+
+    /// Resolve the symlink target `target`, read in the directory `base` (below `dest`),
+    /// through the archive's links and those at the destination, as the kernel would once
+    /// the archive is extracted: the directory below `dest` it designates, or why it
+    /// leaves `dest` (or is too costly to follow: [`step_budget`]). `via` is set to the
+    /// last link followed.
+    fn resolve(
+        &self,
+        base: &Path,
+        target: &Path,
+        hops: &mut usize,
+        via: &mut Option<(PathBuf, bool)>,
+    ) -> Result<std::result::Result<PathBuf, Escape>> {
+        let mut at = base.to_path_buf();
+        let mut depth = at.components().count();
+        for c in target.components() {
+            self.steps.set(self.steps.get() + 1);
+            if self.steps.get() > step_budget(self.entries) || depth > MAX_DEPTH {
+                return Ok(Err(Escape::TooComplex));
+            }
+            match c {
+                Component::RootDir | Component::Prefix(_) => return Ok(Err(Escape::Leaves)),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    if !at.pop() {
+                        return Ok(Err(Escape::Leaves));
+                    }
+                    depth -= 1;
+                }
+                Component::Normal(n) => {
+                    at.push(n);
+                    depth += 1;
+                    if let Some((t, ours)) = self.link_at(&at)? {
+                        *hops += 1;
+                        if *hops > MAX_HOPS {
+                            return Ok(Err(Escape::Loops));
+                        }
+                        let link = at.clone();
+                        at.pop();
+                        *via = Some((link, ours));
+                        match self.resolve(&at, &t, hops, via)? {
+                            Ok(to) => {
+                                depth = to.components().count();
+                                at = to;
+                            }
+                            Err(e) => return Ok(Err(e)),
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Ok(at))
+    }
+
+    /// Fail when the symlink entry `name` at `rel` with `target` does not resolve inside
+    /// `dest` ([`Gather::resolve`]); `when` ends the message.
+    fn check_link(&self, name: &str, rel: &Path, target: &Path, when: &str) -> Result<()> {
+        let base = rel.parent().unwrap_or(Path::new(""));
+        let mut via = None;
+        let why = match self.resolve(base, target, &mut 0, &mut via)? {
+            Ok(_) => return Ok(()),
+            Err(Escape::Leaves) => "which leaves the destination",
+            Err(Escape::Loops) => "which goes through more than 40 symlinks",
+            Err(Escape::TooComplex) => {
+                return Err(bad(
+                    self.archive,
+                    None,
+                    format!(
+                        "its symlinks take more than {} steps to check, 65536 and 64 per entry (a limit of fs::extract)",
+                        step_budget(self.entries)
+                    ),
+                ));
+            }
+        };
+        let through = match via {
+            Some((p, true)) => format!(" (through the archive's symlink {})", p.display()),
+            Some((p, false)) => format!(
+                " (through {}, a symlink at the destination)",
+                self.dest.join(p).display()
+            ),
+            None => String::new(),
+        };
+        Err(bad(
+            self.archive,
+            Some(name),
+            format!("is a symlink to {target:?}, {why}{when}{through}"),
+        ))
+    }
+
+    /// Check the parents of `rel` (outermost first) against the tree so far and the
+    /// destination: nothing is written through a symlink (the archive's or one already at
+    /// the destination, which could point anywhere) or below a file.
+    fn check_parents(&self, name: &str, rel: &Path) -> Result<()> {
+        let fail = |why: String| bad(self.archive, Some(name), why);
+        let mut ancestors: Vec<&Path> = rel
+            .ancestors()
+            .skip(1)
+            .filter(|a| !a.as_os_str().is_empty())
+            .collect();
+        ancestors.reverse();
+        for anc in ancestors {
+            match self.tree.get(anc) {
+                Some(Node::Dir { .. }) => continue,
+                Some(n) => {
+                    return Err(fail(format!(
+                        "lies below entry {:?}, {} of the archive",
+                        n.entry(),
+                        n.kind()
+                    )));
+                }
+                None => {}
+            }
+            match self.h.view_stat(&self.dest.join(anc), false)? {
+                Some(s) if s.kind == "symlink" => {
+                    return Err(fail(format!(
+                        "lies below {}, a symlink at the destination",
+                        self.dest.join(anc).display()
+                    )));
+                }
+                Some(s) if s.kind != "dir" => {
+                    return Err(fail(format!(
+                        "{} exists and is a {}, where the archive has a dir",
+                        self.dest.join(anc).display(),
+                        s.kind
+                    )));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Record the entry `name` at `rel` as `node` in the tree (its parents as directories
+    /// it needs). An entry of another kind already at `rel` is a conflict naming both; the
+    /// same kind again replaces it, as tar does.
+    fn record(&mut self, name: &str, rel: &Path, node: Node) -> Result<()> {
+        if let Some(old) = self.tree.get(rel) {
+            let same = matches!(
+                (old, &node),
+                (Node::Dir { .. }, Node::Dir { .. })
+                    | (Node::File { .. }, Node::File { .. })
+                    | (Node::Link { .. }, Node::Link { .. })
+            );
+            if !same {
+                let why = match old {
+                    Node::Dir { implied: true, .. } => format!(
+                        "is {} where entry {:?} lies below it, which needs a directory there: the archive has both",
+                        node.kind(),
+                        old.entry()
+                    ),
+                    _ => format!(
+                        "is {} where entry {:?} is {}: the archive has both at the same path",
+                        node.kind(),
+                        old.entry(),
+                        old.kind()
+                    ),
+                };
+                return Err(bad(self.archive, Some(name), why));
+            }
+            if matches!(old, Node::Dir { .. }) && matches!(node, Node::Dir { implied: true, .. }) {
+                return Ok(());
+            }
+        }
+        for anc in rel.ancestors().skip(1) {
+            if anc.as_os_str().is_empty() || self.tree.contains_key(anc) {
+                break;
+            }
+            self.tree.insert(
+                anc.to_path_buf(),
+                Node::Dir {
+                    entry: name.to_string(),
+                    implied: true,
+                },
+            );
+        }
+        self.tree.insert(rel.to_path_buf(), node);
+        Ok(())
+    }
+
+    /// Once every entry is read: each symlink of the archive still resolves inside `dest`
+    /// in the tree as a whole (an entry after a link can change what the link resolves
+    /// through).
+    fn check_final(&self) -> Result<()> {
+        for (rel, node) in &self.tree {
+            if let Node::Link { entry, target } = node {
+                self.check_link(entry, rel, target, " once the archive is extracted")?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What a pass over the archive does with each entry.
@@ -209,6 +490,20 @@ impl Visit for Gather<'_> {
                 format!("more than {} entries (max_files)", self.o.max_files),
             ));
         }
+        // A name or link target with a control character (a NUL, a newline) would reach
+        // the plan, the errors and the logs as a broken line: refused.
+        if name.chars().any(char::is_control) {
+            return Err(fail(
+                &"has a control character in its name, which is not extracted",
+            ));
+        }
+        if let Kind::Link(t) = &kind
+            && t.to_string_lossy().chars().any(char::is_control)
+        {
+            return Err(fail(&format!(
+                "is a symlink to {t:?}, a target with a control character, which is not extracted"
+            )));
+        }
         // A leading `.` counts as a component for stripping, as GNU tar counts it
         // (`./efa/x` with strip_components 1 is `efa/x`); it is dropped afterwards.
         let mut parts = Vec::new();
@@ -234,42 +529,7 @@ impl Visit for Gather<'_> {
         if rel.as_os_str().is_empty() {
             return Ok(());
         }
-        // Nothing may be written through a symlink: the archive's own, or one already at
-        // the destination (which could point anywhere in the host).
-        for anc in rel
-            .ancestors()
-            .skip(1)
-            .filter(|a| !a.as_os_str().is_empty())
-        {
-            if self.links.contains(anc) {
-                return Err(fail(&format!(
-                    "lies below the archive's symlink {}",
-                    anc.display()
-                )));
-            }
-            if self.files.contains(anc) {
-                return Err(fail(&format!(
-                    "lies below the archive's file {}",
-                    anc.display()
-                )));
-            }
-            match self.h.view_stat(&self.dest.join(anc), false)? {
-                Some(s) if s.kind == "symlink" => {
-                    return Err(fail(&format!(
-                        "lies below {}, a symlink at the destination",
-                        self.dest.join(anc).display()
-                    )));
-                }
-                Some(s) if s.kind != "dir" => {
-                    return Err(fail(&format!(
-                        "{} exists and is a {}, where the archive has a dir",
-                        self.dest.join(anc).display(),
-                        s.kind
-                    )));
-                }
-                _ => {}
-            }
-        }
+        self.check_parents(name, &rel)?;
         let at_dest = self.h.view_stat(&self.dest.join(&rel), false)?;
         let in_the_way = |want: &str| {
             at_dest.as_ref().filter(|s| s.kind != want).map(|s| {
@@ -285,6 +545,11 @@ impl Visit for Gather<'_> {
                 if let Some(e) = in_the_way("dir") {
                     return Err(e);
                 }
+                let node = Node::Dir {
+                    entry: name.to_string(),
+                    implied: false,
+                };
+                self.record(name, &rel, node)?;
                 self.items.push(Item::Dir {
                     rel,
                     mode: mode.unwrap_or(0o755) & 0o7777,
@@ -294,6 +559,10 @@ impl Visit for Gather<'_> {
                 if let Some(e) = in_the_way("file") {
                     return Err(e);
                 }
+                let node = Node::File {
+                    entry: name.to_string(),
+                };
+                self.record(name, &rel, node)?;
                 let room = self.o.max_bytes - self.bytes;
                 let (size, sha256) = copy_hashed(&mut body.take(room + 1), &mut std::io::sink())
                     .map_err(|e| fail(&format!("cannot be read: {e}")))?;
@@ -308,7 +577,6 @@ impl Visit for Gather<'_> {
                     ));
                 }
                 self.bytes += size;
-                self.files.insert(rel.clone());
                 self.items.push(Item::File {
                     rel,
                     mode: mode.unwrap_or(0o644) & 0o7777,
@@ -322,26 +590,24 @@ impl Visit for Gather<'_> {
                 if let Some(e) = in_the_way("symlink") {
                     return Err(e);
                 }
+                if target.as_os_str().len() > MAX_TARGET {
+                    return Err(fail(&format!(
+                        "is a symlink to a target of {} bytes, more than the {MAX_TARGET} a symlink holds",
+                        target.as_os_str().len()
+                    )));
+                }
                 if target.as_os_str().is_empty() || target.is_absolute() {
                     return Err(fail(&format!(
                         "is a symlink to {:?}: only relative targets inside the destination are extracted",
                         target
                     )));
                 }
-                let mut depth = rel.components().count() - 1;
-                for c in target.components() {
-                    match c {
-                        Component::ParentDir if depth == 0 => {
-                            return Err(fail(&format!(
-                                "is a symlink to {target:?}, which leaves the destination"
-                            )));
-                        }
-                        Component::ParentDir => depth -= 1,
-                        Component::Normal(_) => depth += 1,
-                        _ => {}
-                    }
-                }
-                self.links.insert(rel.clone());
+                let node = Node::Link {
+                    entry: name.to_string(),
+                    target: target.clone(),
+                };
+                self.record(name, &rel, node)?;
+                self.check_link(name, &rel, &target, "")?;
                 self.items.push(Item::Link { rel, target });
             }
             Kind::Unsupported(what) => {
@@ -379,23 +645,64 @@ fn open(h: &Host, archive: &Path) -> Result<Option<Box<dyn ReadSeek>>> {
 trait ReadSeek: Read + Seek {}
 impl<T: Read + Seek> ReadSeek for T {}
 
-/// A fresh staging directory of this call under [`STAGING`].
-fn staging_dir() -> PathBuf {
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Path::new(STAGING).join(format!("{}.{n}", std::process::id()))
-}
-
-/// One pass of `v` over the archive `r` (its format told by its first bytes).
-fn read_archive(v: &mut dyn Visit, mut r: Box<dyn ReadSeek>) -> Result<()> {
-    let format =
-        sniff(&mut r).map_err(|e| bad(v.archive(), None, format!("cannot be read: {e}")))?;
+/// One pass of `v` over the archive `r` from its start (its format told by its first
+/// bytes).
+fn read_archive(v: &mut dyn Visit, r: &mut dyn ReadSeek) -> Result<()> {
+    let mut r = r;
+    let format = (|| {
+        r.rewind()?;
+        sniff(&mut r)
+    })()
+    .map_err(|e| bad(v.archive(), None, format!("cannot be read: {e}")))?;
     match format {
         "gzip" => read_tar(v, &mut flate2::read::GzDecoder::new(r)),
-        "xz" => read_tar(v, &mut liblzma::read::XzDecoder::new(r)),
+        "xz" => read_xz(v, r),
         "zip" => read_zip(v, &mut r),
         _ => read_tar(v, &mut r),
     }
+}
+
+/// Most memory the xz decoder may use (80 MiB): every `xz` preset, `-9e` included (64 MiB
+/// dictionary, 65 MiB to decode), fits; a stream made with a larger dictionary (up to
+/// 4 GiB, all allocated by the decoder) is refused before it is decoded.
+pub const XZ_MEMLIMIT: u64 = 80 << 20;
+
+/// The tar inside the xz stream `r`, decoded within [`XZ_MEMLIMIT`]: a stream over the
+/// limit fails the call saying so.
+fn read_xz(v: &mut dyn Visit, r: &mut dyn ReadSeek) -> Result<()> {
+    /// The decoder's reads, noting when liblzma stopped at the memory limit.
+    struct Limited<R> {
+        inner: R,
+        hit: bool,
+    }
+    impl<R: Read> Read for Limited<R> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.inner.read(buf).inspect_err(|e| {
+                self.hit |= e
+                    .get_ref()
+                    .and_then(|i| i.downcast_ref::<liblzma::stream::Error>())
+                    .is_some_and(|i| matches!(i, liblzma::stream::Error::MemLimit));
+            })
+        }
+    }
+    let stream = liblzma::stream::Stream::new_stream_decoder(XZ_MEMLIMIT, 0)
+        .map_err(|e| bad(v.archive(), None, format!("xz decoder: {e}")))?;
+    let mut d = Limited {
+        inner: liblzma::read::XzDecoder::new_stream(r, stream),
+        hit: false,
+    };
+    let result = read_tar(v, &mut d);
+    if d.hit {
+        return Err(bad(
+            v.archive(),
+            None,
+            format!(
+                "is an xz stream whose decoding needs more than {} MiB of memory (made with a dictionary over that size; the limit of fs::extract)",
+                XZ_MEMLIMIT >> 20
+            ),
+        ));
+    }
+    result
 }
 
 /// The compression or container, from the first bytes.
@@ -418,12 +725,14 @@ fn sniff(r: &mut dyn ReadSeek) -> std::io::Result<&'static str> {
 }
 
 /// The second pass of an apply: the file entries at the wanted positions streamed into
-/// their staging files.
+/// new files of the staging directory (through its handle).
 struct Stager<'a> {
-    h: &'a Host,
     archive: &'a Path,
-    /// Position -> (staging file, size the first pass read).
-    wanted: &'a BTreeMap<u64, (PathBuf, u64)>,
+    staging: &'a mut StagingDir,
+    /// Position -> size the first pass read.
+    wanted: &'a BTreeMap<u64, u64>,
+    /// Position -> host path of its staging file, as staged.
+    staged: &'a mut BTreeMap<u64, PathBuf>,
 }
 
 impl Visit for Stager<'_> {
@@ -439,15 +748,17 @@ impl Visit for Stager<'_> {
         _mode: Option<u32>,
         body: &mut dyn Read,
     ) -> Result<()> {
-        let Some((staged, size)) = self.wanted.get(&index) else {
+        let Some(size) = self.wanted.get(&index) else {
             return Ok(());
         };
-        let root = self.h.root();
-        let mut f = root.create_new(staged, 0o600)?;
+        let fail =
+            |e: std::io::Error| bad(self.archive, Some(name), format!("cannot be staged: {e}"));
+        let (mut f, host) = self.staging.create_file(&index.to_string()).map_err(fail)?;
         // At most one byte more than the first pass read: a grown entry is caught by the
         // copy's digest without filling the disk.
         copy_hashed(&mut body.take(size + 1), &mut f)
             .map_err(|e| bad(self.archive, Some(name), format!("cannot be read: {e}")))?;
+        self.staged.insert(index, host);
         Ok(())
     }
 }
@@ -469,9 +780,20 @@ fn read_tar(g: &mut dyn Visit, r: &mut dyn Read) -> Result<()> {
             .to_string_lossy()
             .into_owned();
         let t = entry.header().entry_type();
-        let kind = if t.is_dir() {
+        // GNU tar's PAX sparse formats (0.1, 1.0) are regular entries whose data starts
+        // with the sparse map: extracted as they are, the file would be wrong.
+        let pax_sparse = entry
+            .pax_extensions()
+            .map_err(|e| bad(archive, Some(&name), format!("bad PAX header: {e}")))?
+            .is_some_and(|mut x| {
+                x.any(|kv| kv.is_ok_and(|kv| kv.key_bytes().starts_with(b"GNU.sparse.")))
+            });
+        let kind = if pax_sparse {
+            Kind::Unsupported("a sparse file in the PAX format (GNU.sparse.* keys; old GNU sparse entries are extracted: `tar --format=gnu --sparse`)".into())
+        } else if t.is_dir() {
             Kind::Dir
-        } else if t.is_file() || t.is_contiguous() {
+        } else if t.is_file() || t.is_contiguous() || t.is_gnu_sparse() {
+            // A GNU sparse entry reads as its whole content, holes as zeros.
             Kind::File
         } else if t.is_symlink() {
             let target = entry
@@ -481,15 +803,21 @@ fn read_tar(g: &mut dyn Visit, r: &mut dyn Read) -> Result<()> {
                 .unwrap_or_default();
             Kind::Link(target)
         } else if t.is_hard_link() {
-            Kind::Unsupported("a hard link")
+            Kind::Unsupported("a hard link".into())
         } else if t.is_pax_global_extensions()
             || t.is_pax_local_extensions()
             || t.is_gnu_longname()
             || t.is_gnu_longlink()
         {
             continue;
+        } else if t.is_character_special() {
+            Kind::Unsupported("a character device".into())
+        } else if t.is_block_special() {
+            Kind::Unsupported("a block device".into())
+        } else if t.is_fifo() {
+            Kind::Unsupported("a FIFO".into())
         } else {
-            Kind::Unsupported("a device, FIFO or other special file")
+            Kind::Unsupported(format!("of unknown type {:?}", char::from(t.as_byte())).into())
         };
         let mode = entry.header().mode().ok();
         g.visit(index, &name, kind, mode, &mut entry)?;
@@ -545,9 +873,13 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
             what: "exists and is not a directory",
         });
     }
-    let Some(r) = open(h, &archive)? else {
+    let Some(mut r) = open(h, &archive)? else {
         return Ok(Extracted::Unknown);
     };
+    // From here every read and write below `dest` goes through one handle on it, which no
+    // symlink below it redirects (`HostRoot::confine`): a destination that exists now is
+    // confined before its check, one created by this call right after it is made.
+    let mut confined = confine_dir(h, &dest)?;
     let items = {
         let mut g = Gather {
             h,
@@ -556,11 +888,13 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
             o: *o,
             entries: 0,
             bytes: 0,
-            links: BTreeSet::new(),
-            files: BTreeSet::new(),
+            tree: BTreeMap::new(),
+            steps: std::cell::Cell::new(0),
+            disk: Default::default(),
             items: Vec::new(),
         };
-        read_archive(&mut g, r)?;
+        read_archive(&mut g, &mut r)?;
+        g.check_final()?;
         g.items
     };
     // The files whose content differs at the destination, by position in the archive.
@@ -578,29 +912,37 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
             copies.insert(*index);
         }
     }
-    let staging = (h.may_stage() && !copies.is_empty()).then(staging_dir);
+    // This call's staging directory, locked while it lives and removed when dropped (at
+    // the end of the call, after the copies from it).
+    let mut staging = match h.may_stage() && !copies.is_empty() {
+        true => Some(StagingDir::create(h.root(), Path::new(STAGING))?),
+        false => None,
+    };
     let result = (|| -> Result<bool> {
         let mut staged = BTreeMap::new();
-        if let Some(dir) = &staging {
-            h.root().create_dir_all(dir, 0o700)?;
-            for item in &items {
-                if let Item::File { index, size, .. } = item
-                    && copies.contains(index)
-                {
-                    staged.insert(*index, (dir.join(index.to_string()), *size));
-                }
-            }
-            let r = open(h, &archive)?.ok_or_else(|| HostError::NotFound {
-                path: archive.clone(),
-            })?;
+        if let Some(dir) = &mut staging {
+            let wanted: BTreeMap<u64, u64> = items
+                .iter()
+                .filter_map(|item| match item {
+                    Item::File { index, size, .. } if copies.contains(index) => {
+                        Some((*index, *size))
+                    }
+                    _ => None,
+                })
+                .collect();
             let mut s = Stager {
-                h,
                 archive: &archive,
-                wanted: &staged,
+                staging: dir,
+                wanted: &wanted,
+                staged: &mut staged,
             };
-            read_archive(&mut s, r)?;
+            read_archive(&mut s, &mut r)?;
         }
+        between_check_and_write();
         let mut changed = fs::mkdir(h, &dest.display().to_string(), None)?;
+        if confined.is_none() {
+            confined = confine_dir(h, &dest)?;
+        }
         for item in items {
             changed |= match item {
                 Item::Dir { rel, mode } => {
@@ -619,7 +961,7 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
                         // A plan stages nothing: its copy names the entry.
                         let from = staged.get(&index).map_or_else(
                             || PathBuf::from(format!("{}:{name}", archive.display())),
-                            |(p, _)| p.clone(),
+                            PathBuf::clone,
                         );
                         submit_copy(h, &from, &to, Some(sha256), (Some(mode), None, None))?
                     } else {
@@ -635,11 +977,8 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
         }
         Ok(changed)
     })();
-    if let Some(dir) = &staging {
-        let _ = h.root().remove_all(dir);
-        // Gone with the last call's staging directory (kept while another call uses it).
-        let _ = h.root().remove_dir(Path::new(STAGING));
-    }
+    drop(confined);
+    drop(staging);
     let changed = result?;
     Ok(Extracted::Done(changed))
 }
@@ -713,7 +1052,7 @@ pub(crate) mod rows {
             &[("archive", "String"), ("dest", "String")],
             "bool",
             Submits(&[Mkdir, Chmod, Write, Symlink]),
-            "Unpack a tar, tar.gz, tar.xz or zip archive (told apart by content) into directory `dest`, confined to it. The whole archive is checked first: an absolute name, a `..`, a symlink whose target is absolute or leaves `dest`, an entry below a symlink, a hard link or device, an entry of another kind in the way, over 100000 entries or over 1 GiB unpacked fails the call naming the archive and entry, and nothing is written. Then each directory, file and symlink that differs is its own effect (a plan lists every file; a check reports each that drifted). No entry is held in memory: files are compared by size and streamed SHA-256, and the apply streams the ones that differ into a staging directory inside the root (`/var/lib/skyhook/.extract`, removed at the end of the call), then copies each into place as a verified write (an archive that changed meanwhile fails the call, the file left as it was); a plan's diff names the entry instead of diffing its content. Modes come from the archive; files belong to root. In a plan, an archive `fs::fetch` only plans cannot be listed: a warning says so on stderr and the call returns true.",
+            "Unpack a tar (GNU sparse entries included), tar.gz, tar.xz or zip archive (told apart by content) into directory `dest`, confined to it. The whole archive is checked first, each entry against the tree as extracted so far (the archive's directories, files and symlinks, and what is already below `dest`): an absolute name, a `..`, a symlink whose target is absolute or, followed through the archive's links and those already below `dest`, leaves `dest` (checked again against the whole tree), an entry below a symlink or a file, two entries of different kinds at one path (both named), a name or link target with a control character, a hard link, device, FIFO or PAX-format sparse file, an entry of another kind in the way, over 100000 entries, over 1 GiB unpacked or an xz stream needing over 80 MiB to decode fails the call naming the archive and entry, and nothing is written. Then each directory, file and symlink that differs is its own effect (a plan lists every file; a check reports each that drifted), written through a handle on `dest` opened before the check that follows no symlink below it (see the rules: a symlink swapped in meanwhile fails the write, never redirects it). No entry is held in memory: files are compared by size and streamed SHA-256, and the apply streams the ones that differ into a staging directory of its own inside the root (`/var/lib/skyhook/.extract/<boot id>-<random>`, written through its handle, held by an `flock` while the call runs and removed at its end; an agent's start removes only the ones nobody holds), then copies each into place as a verified write (an archive that changed meanwhile fails the call, the file left as it was); a plan's diff names the entry instead of diffing its content. Modes come from the archive; files belong to root. In a plan, an archive `fs::fetch` only plans cannot be listed: a warning says so on stderr and the call returns true.",
             api = run,
             |h, a: S, d: S| extract(h, &run, &a, &d, &ExtractOptions::default())
         ),

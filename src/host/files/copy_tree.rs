@@ -218,8 +218,17 @@ pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<
             what: "exists and is not a directory",
         });
     }
+    // From here every read below `src` and every read and write below `dst` goes through
+    // one handle on each, which no symlink below it redirects (`HostRoot::confine`); a
+    // `dst` this call creates is confined right after it is made.
+    let _src = confine_dir(h, &src_real)?;
+    let mut dst_guard = confine_dir(h, &dst_path)?;
     let entries = walk(h, &src_real, &dst_path, o)?;
+    between_check_and_write();
     let mut changed = ensure_dir(h, &dst_path, top.mode, top.uid, top.gid)?;
+    if dst_guard.is_none() {
+        dst_guard = confine_dir(h, &dst_path)?;
+    }
     for e in entries {
         changed |= match e {
             Entry::Dir {
@@ -246,6 +255,7 @@ pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<
             )?,
         };
     }
+    drop(dst_guard);
     Ok(changed)
 }
 
@@ -386,6 +396,38 @@ pub(crate) fn submit_copy(
     r.map(|_| true)
 }
 
+/// Confine the directory `dir` when it exists on disk ([`HostRoot::confine`]): until the
+/// guard is dropped, the session's reads and writes below it resolve from one handle and
+/// follow no symlink. `None` when it does not exist (yet, or only in a plan).
+///
+/// [`HostRoot::confine`]: crate::host::root::HostRoot::confine
+pub(crate) fn confine_dir(
+    h: &Host,
+    dir: &Path,
+) -> Result<Option<crate::host::root::confine::Confined>> {
+    let root = h.root();
+    if !root.metadata(dir)?.is_some_and(|m| m.is_dir()) {
+        return Ok(None);
+    }
+    Ok(Some(root.confine(dir)?))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// A test's action between the check of `fs::extract` or `fs::copy_tree` and its first
+    /// write (a racing user's swap), run once.
+    pub(crate) static BETWEEN_CHECK_AND_WRITE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        std::cell::RefCell::new(None);
+}
+
+/// Run the test's action set in [`BETWEEN_CHECK_AND_WRITE`], if any (nothing outside tests).
+pub(crate) fn between_check_and_write() {
+    #[cfg(test)]
+    if let Some(f) = BETWEEN_CHECK_AND_WRITE.with(|c| c.borrow_mut().take()) {
+        f();
+    }
+}
+
 /// The script rows of this file's functions: each one's reference entry and Rhai
 /// registration (`host_fn!`, [`crate::host::api`]).
 pub(crate) mod rows {
@@ -421,7 +463,7 @@ pub(crate) mod rows {
             &[("src", "String"), ("dst", "String")],
             "bool",
             Submits(&[Mkdir, Chmod, Chown, Write, Symlink]),
-            "Make directory `dst` hold a copy of the tree at `src`, as `cp -a src/. dst/`: directories, regular files and symlinks (copied as links) with their modes and numeric owners; what `dst` has beyond `src` is kept. The source is walked and checked first (at most 100000 entries and 1 GiB of files; a FIFO, socket or device, or an entry of another kind in the way at `dst`, is an error naming it; `dst` inside `src` is an error), so a bad tree changes nothing; then each entry that differs is its own effect, which a plan lists and a check reports. Files are compared by size, then by streamed SHA-256, and copied by streaming (never read whole: a file of any size is copied, verified against the source's digest, so a source that changed meanwhile fails the call and its destination is left as it was); a plan's diff names the copy instead of diffing its content.",
+            "Make directory `dst` hold a copy of the tree at `src`, as `cp -a src/. dst/`: directories, regular files and symlinks (copied as links) with their modes and numeric owners; what `dst` has beyond `src` is kept. The source is walked and checked first (at most 100000 entries and 1 GiB of files; a FIFO, socket or device, or an entry of another kind in the way at `dst`, is an error naming it; `dst` inside `src` is an error), so a bad tree changes nothing; then each entry that differs is its own effect, which a plan lists and a check reports, read and written through handles on `src` and `dst` opened before the walk that follow no symlink below them (see the rules: a directory swapped for a symlink meanwhile fails the call, never redirects a write). Files are compared by size, then by streamed SHA-256, and copied by streaming (never read whole: a file of any size is copied, verified against the source's digest, so a source that changed meanwhile fails the call and its destination is left as it was); a plan's diff names the copy instead of diffing its content.",
             |h, s: S, d: S| Ok(copy_tree::copy_tree(h, &s, &d, &TreeOptions::default())?)
         ),
         host_fn!(

@@ -669,7 +669,7 @@ pub(crate) mod tests {
                     ("a/in/passwd", 'f', 0o644, "x"),
                 ],
                 "",
-                "entry \"a/in/passwd\": lies below the archive's symlink a/in",
+                "entry \"a/in/passwd\": lies below entry \"a/in\", a symlink of the archive",
             ),
             (
                 vec![ok, ("etc/passwd", 'f', 0o644, "x")],
@@ -679,7 +679,7 @@ pub(crate) mod tests {
             (
                 vec![ok, ("a/ok/x", 'f', 0o644, "x")],
                 "",
-                "entry \"a/ok/x\": lies below the archive's file a/ok",
+                "entry \"a/ok/x\": lies below entry \"a/ok\", a file of the archive",
             ),
             (
                 vec![ok, ("hl", 'h', 0o644, "a/ok")],

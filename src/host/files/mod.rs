@@ -16,6 +16,8 @@ pub mod toml;
 #[cfg(test)]
 mod archive_tests;
 #[cfg(test)]
+mod archive_tree_tests;
+#[cfg(test)]
 pub(crate) mod config_script_tests;
 #[cfg(test)]
 mod copy_tree_tests;

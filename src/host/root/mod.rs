@@ -22,9 +22,10 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use pathrs::flags::{OpenFlags, RenameFlags};
+use pathrs::flags::OpenFlags;
 use pathrs::{InodeType, Root};
 
+pub mod confine;
 pub mod deferred;
 pub mod digest;
 pub mod durability;
@@ -33,6 +34,7 @@ pub mod mount_ns;
 pub mod pathlock;
 pub mod read;
 pub mod run_dirs;
+pub mod staging;
 mod tree;
 
 #[cfg(test)]
@@ -244,6 +246,25 @@ pub struct HostRoot {
     mount: PathBuf,
     /// The canonical root mount (used to map resolved handles back to host paths).
     canonical: PathBuf,
+    /// Directories whose paths resolve from their own handle, following no symlink
+    /// ([`confine`]).
+    confined: Confinements,
+}
+
+/// The confined directories of one [`HostRoot`] (not shared with its clones; [`confine`]).
+#[derive(Debug, Default)]
+pub(crate) struct Confinements {
+    dirs: std::sync::Arc<std::sync::RwLock<Vec<ConfinedDir>>>,
+}
+
+/// One confined directory ([`confine`]).
+#[derive(Debug)]
+struct ConfinedDir {
+    id: u64,
+    /// The directory's host path, normalised.
+    prefix: PathBuf,
+    /// A root on the directory's handle that follows no symlink.
+    root: std::sync::Arc<Root>,
 }
 
 /// Directories (agent-side, canonical root + host path) whose stale temporaries this process
@@ -348,6 +369,7 @@ impl HostRoot {
             root,
             mount,
             canonical,
+            confined: Default::default(),
         })
     }
 
@@ -392,9 +414,8 @@ impl HostRoot {
     /// Open `host` (following symlinks inside the root) with `flags`.
     fn open_with(&self, op: &'static str, host: &Path, flags: OpenFlags) -> Result<File> {
         self.check_abs(op, host)?;
-        self.root
-            .open_subpath(host, flags | OpenFlags::O_CLOEXEC)
-            .map_err(|e| self.err(op, host, pathrs_io(e)))
+        self.in_root(host, |r, p| r.open_subpath(p, flags | OpenFlags::O_CLOEXEC))
+            .map_err(|e| self.err(op, host, self.explain(host, pathrs_io(e))))
     }
 
     /// Metadata of `host`, following symlinks. `Ok(None)` when it does not exist (including a
@@ -422,6 +443,10 @@ impl HostRoot {
         let Ok((parent, name)) = split(host) else {
             return self.metadata(host);
         };
+        if self.is_confined(host) && !self.is_confined(&parent) {
+            // A confined directory itself: its handle, not what its path names now.
+            return self.metadata(host);
+        }
         let dir = match self.open_with("stat", &parent, OpenFlags::O_PATH | OpenFlags::O_DIRECTORY)
         {
             Ok(d) => d,
@@ -563,7 +588,7 @@ impl HostRoot {
         for dir in missing {
             let m = if dir == host { mode } else { PARENT_DIR_MODE };
             let perm = Permissions::from_mode(m & 0o777);
-            match self.root.create(&dir, &InodeType::Directory(perm)) {
+            match self.in_root(&dir, |r, p| r.create(p, &InodeType::Directory(perm))) {
                 Ok(()) => {
                     self.set_mode(&dir, m)?;
                     created.push(dir);
@@ -596,13 +621,14 @@ impl HostRoot {
     /// costs one confined `open` and no directory walk.
     fn create_excl(&self, op: &'static str, host: &Path, mode: u32) -> Result<File> {
         let attempt = || {
-            self.root
-                .create_file(
-                    host,
+            self.in_root(host, |r, p| {
+                r.create_file(
+                    p,
                     OpenFlags::O_WRONLY | OpenFlags::O_EXCL | OpenFlags::O_CLOEXEC,
                     &Permissions::from_mode(mode),
                 )
-                .map_err(|e| self.err(op, host, pathrs_io(e)))
+            })
+            .map_err(|e| self.err(op, host, self.explain(host, pathrs_io(e))))
         };
         match attempt() {
             Err(e) if e.is_not_found() => {
@@ -634,6 +660,12 @@ impl HostRoot {
         let mut cur = host.to_path_buf();
         for _ in 0..MAX_SYMLINK_HOPS {
             match self.symlink_metadata(&cur)? {
+                Some(m) if m.file_type().is_symlink() && self.is_confined(&cur) => {
+                    let e = io::Error::other(
+                        "is a symlink in a confined directory, which is not followed",
+                    );
+                    return Err(self.err("write", &cur, e));
+                }
                 Some(m) if m.file_type().is_symlink() => {
                     // Existing target: let pathrs resolve it, then map back.
                     if let Ok(f) = self.open_with("write", &cur, OpenFlags::O_PATH) {
@@ -643,8 +675,7 @@ impl HostRoot {
                     }
                     // Dangling: follow one hop by hand, relative to the link's directory.
                     let target = self
-                        .root
-                        .readlink(&cur)
+                        .in_root(&cur, |r, p| r.readlink(p))
                         .map_err(|e| self.err("read link", &cur, pathrs_io(e)))?;
                     let base = cur.parent().unwrap_or(Path::new("/")).to_path_buf();
                     cur = normalize(&base.join(target));
@@ -726,7 +757,7 @@ impl HostRoot {
     /// Any failure other than "not found" (a directory gives `EISDIR`).
     pub fn remove_file(&self, host: &Path) -> Result<bool> {
         self.check_abs("remove", host)?;
-        match self.root.remove_file(host) {
+        match self.in_root(host, |r, p| r.remove_file(p)) {
             Ok(()) => Ok(true),
             Err(e) => {
                 let io = pathrs_io(e);
@@ -745,7 +776,7 @@ impl HostRoot {
     /// Not empty, not a directory, or another failure.
     pub fn remove_dir(&self, host: &Path) -> Result<bool> {
         self.check_abs("remove directory", host)?;
-        match self.root.remove_dir(host) {
+        match self.in_root(host, |r, p| r.remove_dir(p)) {
             Ok(()) => Ok(true),
             Err(e) => {
                 let io = pathrs_io(e);
@@ -765,9 +796,8 @@ impl HostRoot {
     pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         self.check_abs("rename", from)?;
         self.check_abs("rename", to)?;
-        self.root
-            .rename(from, to, RenameFlags::empty())
-            .map_err(|e| self.err("rename", from, pathrs_io(e)))
+        self.rename_raw(from, to)
+            .map_err(|e| self.err("rename", from, e))
     }
 
     /// List a directory: entries (without `.` and `..`) sorted by name.
@@ -812,9 +842,10 @@ impl HostRoot {
     /// `AlreadyExists` or any creation failure.
     pub fn symlink(&self, target: &Path, link: &Path) -> Result<()> {
         self.check_abs("create symlink", link)?;
-        self.root
-            .create(link, &InodeType::Symlink(target.to_path_buf()))
-            .map_err(|e| self.err("create symlink", link, pathrs_io(e)))
+        self.in_root(link, |r, p| {
+            r.create(p, &InodeType::Symlink(target.to_path_buf()))
+        })
+        .map_err(|e| self.err("create symlink", link, pathrs_io(e)))
     }
 
     /// Read a symlink's target as stored.
@@ -823,8 +854,7 @@ impl HostRoot {
     /// Not a symlink, or not found.
     pub fn read_link(&self, host: &Path) -> Result<PathBuf> {
         self.check_abs("read link", host)?;
-        self.root
-            .readlink(host)
+        self.in_root(host, |r, p| r.readlink(p))
             .map_err(|e| self.err("read link", host, pathrs_io(e)))
     }
 
@@ -959,9 +989,8 @@ impl HostRoot {
                 final_mode,
             )
             .map_err(|(op, e)| self.err(op, &target, e))?;
-            self.root
-                .rename(&tmp, &target, RenameFlags::empty())
-                .map_err(|e| self.err("write", &target, pathrs_io(e)))?;
+            self.rename_raw(&tmp, &target)
+                .map_err(|e| self.err("write", &target, e))?;
             match dir_sync {
                 DirSync::Now => self.sync_dir(&parent),
                 DirSync::Defer(add) => add(&parent),
@@ -969,7 +998,7 @@ impl HostRoot {
             Ok(())
         })();
         if result.is_err() {
-            let _ = self.root.remove_file(&tmp);
+            let _ = self.remove_file(&tmp);
         }
         result
     }
@@ -1157,6 +1186,7 @@ impl HostRoot {
             root,
             mount: self.mount.clone(),
             canonical: self.canonical.clone(),
+            confined: Default::default(),
         })
     }
 }

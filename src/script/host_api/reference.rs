@@ -211,6 +211,15 @@ apply script: what would change is drift, and the check fails).
 - **Paths are host paths.** `/etc/sysctl.d/x.conf` means that file on the node, resolved
   inside the host root as if chrooted: neither `..` nor a symlink can lead outside it. A
   relative path is an error (`paths must be absolute`).
+- **Trees are written through a handle, never by path text.** `fs::extract` and
+  `fs::copy_tree` open their destination (and `copy_tree`'s source, and the extract's
+  staging directory) once, before checking anything, and every read and write below it goes
+  through that handle, following no symlink below it (pathrs, `openat2` with
+  `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS`). So a symlink placed
+  before or during the call, by the archive itself or by a racing user, never redirects a
+  write: a directory swapped for a symlink fails the write naming it, and a destination
+  renamed away and replaced by a symlink still gets the entries in the directory that was
+  checked. A destination the call creates is opened right after it is made.
 - **Mutations report whether they changed something.** `true` means the host was not yet
   in the desired state and now is (or, in plan mode, would be); `false` means nothing had to
   be done. Running a script twice changes nothing the second time, and `changed()` counts
