@@ -65,6 +65,11 @@ fn fs_version(dir: &Path) -> Option<Version> {
     }
 }
 
+/// True when `dir` is on a cgroup filesystem (v1 or v2).
+pub fn is_cgroup_dir(dir: &Path) -> bool {
+    fs_version(dir).is_some()
+}
+
 /// A mountinfo path field with its `\ooo` escapes decoded.
 fn unescape(field: &str) -> PathBuf {
     PathBuf::from(
@@ -232,9 +237,41 @@ impl Root {
     }
 }
 
+/// Largest `cgroup.procs` read, in bytes: every pid of a `pid_max` of 4194304 (7 digits
+/// and a newline each).
+pub const MAX_PROCS_BYTES: u64 = 32 << 20;
+
 /// The live members of the cgroup `dir`; empty when it is gone.
+///
+/// Read only from a cgroup filesystem (the directory's `fstatfs`, then its `cgroup.procs`
+/// opened beneath that handle without following a link or blocking, at most
+/// [`MAX_PROCS_BYTES`]): a plain directory is no cgroup, whose `cgroup.procs` could list
+/// any process or be a FIFO.
 pub fn procs(dir: &Path) -> Vec<libc::pid_t> {
-    std::fs::read_to_string(dir.join("cgroup.procs"))
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(d) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(dir)
+    else {
+        return Vec::new();
+    };
+    // SAFETY: fstatfs(2) fills the zeroed struct for a descriptor we hold.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    #[allow(clippy::unnecessary_cast)]
+    let on_cgroupfs = unsafe { libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(&d), &mut st) } == 0
+        && [
+            libc::CGROUP2_SUPER_MAGIC as i64,
+            libc::CGROUP_SUPER_MAGIC as i64,
+        ]
+        .contains(&(st.f_type as i64));
+    if !on_cgroupfs {
+        return Vec::new();
+    }
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+    crate::host::root::open_beneath_at(d, Path::new("cgroup.procs"), flags)
+        .and_then(|f| crate::host::root::read_bounded(f, MAX_PROCS_BYTES))
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default()
         .split_whitespace()
         .filter_map(|p| p.parse().ok())

@@ -8,11 +8,12 @@
 //! process group is. `engine` names the engine that started the execution: after a restart
 //! the recovered execution is that engine's alone.
 //!
-//! A record is read only as what a server writes: a regular file (opened `O_NONBLOCK |
-//! O_NOFOLLOW`, then `fstat`) of at most [`MAX_RECORD_BYTES`]. A FIFO, socket, device,
-//! symlink or larger file in the dir is never read (a FIFO cannot block the start, a 3 GiB
-//! sparse file is not read whole): it is skipped and named in a warning
-//! ([`StateDir::all`]).
+//! A record is read only as what a server writes: a regular file (`fstat`ed on an `O_PATH |
+//! O_NOFOLLOW` handle, only then reopened for reading) of at most [`MAX_RECORD_BYTES`]. A
+//! FIFO, socket, device, symlink or larger file in the dir is never opened for reading (a
+//! FIFO cannot block the start, a device node's open cannot act, a 3 GiB sparse file is not
+//! read whole), nor is a record whose cgroup is not a server's ([`check_cgroup`]): each is
+//! skipped and named in a warning ([`StateDir::all`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -104,6 +105,36 @@ pub fn signal_group(rec: &ProcRecord, sig: nix::sys::signal::Signal) -> Vec<i32>
     members
 }
 
+/// A record's cgroup is one a server made: `<cgroup>/skyhook-serve/<name>` (absolute, no
+/// `.` or `..`) and, while it exists, a directory (not a symlink) on a cgroup filesystem,
+/// whose `cgroup.procs` the kernel writes. Anything else would have the server read a
+/// file of anyone's making as the list of pids to signal (or block on a FIFO there).
+///
+/// # Errors
+/// `its cgroup <dir> is not a server's (...)`, `... is not on a cgroup filesystem`.
+fn check_cgroup(dir: &Path) -> Result<(), String> {
+    use std::path::Component;
+    let named = dir.is_absolute()
+        && dir
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        && dir.parent().and_then(Path::file_name) == Some("skyhook-serve".as_ref());
+    if !named {
+        return Err(format!(
+            "its cgroup {} is not a server's (<cgroup>/skyhook-serve/<name>)",
+            dir.display()
+        ));
+    }
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Ok(m) if m.is_dir() && crate::process::cgroup::is_cgroup_dir(dir) => Ok(()),
+        _ => Err(format!(
+            "its cgroup {} is not on a cgroup filesystem",
+            dir.display()
+        )),
+    }
+}
+
 /// Largest state-dir record read, in bytes (64 KiB; a record is a pid, a start time, a
 /// cgroup path of at most `PATH_MAX` and an engine name: well under 8 KiB).
 pub const MAX_RECORD_BYTES: u64 = 64 << 10;
@@ -161,35 +192,41 @@ impl StateDir {
     }
 
     /// The record of `id`: `None` when there is no such file; read only when it is a
-    /// regular file (opened without blocking and without following a symlink, then `fstat`)
-    /// of at most [`MAX_RECORD_BYTES`].
+    /// regular file (`fstat` of an `O_PATH | O_NOFOLLOW` handle, then reopened for reading)
+    /// of at most [`MAX_RECORD_BYTES`], whose cgroup, if any, passes [`check_cgroup`].
     ///
     /// # Errors
     /// What is wrong with the file, naming it: `state dir record <path>: not a regular file
-    /// (a fifo)`, `a symlink`, `N bytes, more than the limit of M bytes`, not a record (JSON),
+    /// (a fifo)`, `a symlink`, `N bytes, more than the limit of M bytes`, not a record (JSON), its cgroup not a server's,
     /// a read failure.
     pub fn read(&self, id: &str) -> Result<Option<ProcRecord>, String> {
         use std::os::unix::fs::OpenOptionsExt;
         let path = self.path(id);
         let fail = |what: String| format!("state dir record {}: {what}", path.display());
+        // O_PATH: what the name is (a device, a FIFO) is only fstat'ed, never opened.
         let f = match std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
+            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
             .open(&path)
         {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                return Err(fail("a symlink".into()));
-            }
             Err(e) => return Err(fail(e.to_string())),
         };
+        let f = crate::host::root::reopen_regular(f).map_err(|e| match e.kind() {
+            std::io::ErrorKind::IsADirectory => fail("not a regular file (a directory)".into()),
+            _ if e.to_string() == "not a regular file (a symlink)" => fail("a symlink".into()),
+            _ => fail(e.to_string()),
+        })?;
         // fstat on the open file, then at most the cap read (read_bounded checks both).
         let bytes = crate::host::root::read_bounded(f, MAX_RECORD_BYTES)
             .map_err(|e| fail(e.to_string()))?;
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| fail(format!("not a record: {e}")))
+        let rec: ProcRecord =
+            serde_json::from_slice(&bytes).map_err(|e| fail(format!("not a record: {e}")))?;
+        if let Some(dir) = &rec.cgroup {
+            check_cgroup(dir).map_err(fail)?;
+        }
+        Ok(Some(rec))
     }
 
     /// Every record left by an earlier server, by id, and a warning naming each

@@ -139,6 +139,34 @@ pub fn read_bounded(f: File, max_bytes: u64) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Reopen the `O_PATH` handle `f` for reading (`O_RDONLY | O_NONBLOCK | O_NOCTTY`, through
+/// `/proc/self/fd`, the same inode) when it is a regular file. Nothing else is ever opened
+/// for reading: opening a device has effects of its own (a watchdog starts counting, a tape
+/// rewinds, a serial line's modem lines change), whatever is then read.
+///
+/// # Errors
+/// `IsADirectory` for a directory; `InvalidInput` `not a regular file (a fifo)` (or the
+/// device, socket, symlink); the `fstat` or the reopen failing.
+pub fn reopen_regular(f: File) -> io::Result<File> {
+    let ft = f.metadata()?.file_type();
+    if ft.is_dir() {
+        return Err(io::ErrorKind::IsADirectory.into());
+    }
+    if !ft.is_file() {
+        let what = match ft.is_symlink() {
+            true => "a symlink",
+            false => kind_name(ft),
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("not a regular file ({what})"),
+        ));
+    }
+    pathrs::Handle::from_fd(std::os::fd::OwnedFd::from(f))
+        .reopen(OpenFlags::O_RDONLY | OpenFlags::O_NONBLOCK | OpenFlags::O_NOCTTY)
+        .map_err(pathrs_io)
+}
+
 /// Open a file on this machine (not under a host root) for [`read_bounded`] without
 /// blocking on a FIFO (`O_NONBLOCK | O_NOCTTY`).
 ///
