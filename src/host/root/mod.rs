@@ -167,17 +167,23 @@ pub fn reopen_regular(f: File) -> io::Result<File> {
         .map_err(pathrs_io)
 }
 
-/// Open a file on this machine (not under a host root) for [`read_bounded`] without
-/// blocking on a FIFO (`O_NONBLOCK | O_NOCTTY`).
+/// Open a file on this machine (not under a host root) for [`read_bounded`]: a regular
+/// file open for reading ([`reopen_regular`], without blocking); anything else only as its
+/// `O_PATH` handle, for the caller's `fstat` to refuse, never opened itself (a FIFO's open
+/// could block, a device's act).
 ///
 /// # Errors
 /// The open fails.
 pub fn open_local(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
+        .custom_flags(libc::O_PATH)
+        .open(path)?;
+    match f.metadata()?.is_file() {
+        true => reopen_regular(f),
+        false => Ok(f),
+    }
 }
 
 /// Open `name` (a path relative to `dir`) in the directory `dir` on this machine (not under
