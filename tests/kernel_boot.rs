@@ -3,6 +3,8 @@
 //! (which boots the grubenv's `saved_entry` kernel and switches what `uname -r` and
 //! `/proc/sys/kernel/osrelease` say), through the library in process.
 
+use std::fs;
+
 use skyhook::host::kernel::boot;
 use skyhook::host::packages::pkg;
 use skyhook::host::root::HostRoot;
