@@ -244,9 +244,9 @@ pub const MAX_PROCS_BYTES: u64 = 32 << 20;
 /// The live members of the cgroup `dir`; empty when it is gone.
 ///
 /// Read only from a cgroup filesystem (the directory's `fstatfs`, then its `cgroup.procs`
-/// opened beneath that handle without following a link or blocking, at most
+/// opened in that directory handle without following a link or blocking, at most
 /// [`MAX_PROCS_BYTES`]): a plain directory is no cgroup, whose `cgroup.procs` could list
-/// any process or be a FIFO.
+/// any process or be a FIFO (a cgroup filesystem has neither links nor FIFOs).
 pub fn procs(dir: &Path) -> Vec<libc::pid_t> {
     use std::os::unix::fs::OpenOptionsExt;
     let Ok(d) = std::fs::OpenOptions::new()
@@ -268,11 +268,19 @@ pub fn procs(dir: &Path) -> Vec<libc::pid_t> {
     if !on_cgroupfs {
         return Vec::new();
     }
-    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
-    crate::host::root::open_beneath_at(d, Path::new("cgroup.procs"), flags)
-        .and_then(|f| crate::host::root::read_bounded(f, MAX_PROCS_BYTES))
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default()
+    let flags = nix::fcntl::OFlag::O_RDONLY
+        | nix::fcntl::OFlag::O_NOFOLLOW
+        | nix::fcntl::OFlag::O_NONBLOCK
+        | nix::fcntl::OFlag::O_NOCTTY
+        | nix::fcntl::OFlag::O_CLOEXEC;
+    let mut bytes = Vec::new();
+    if let Ok(fd) = nix::fcntl::openat(&d, "cgroup.procs", flags, nix::sys::stat::Mode::empty()) {
+        let _ = std::io::Read::read_to_end(
+            &mut std::io::Read::take(std::fs::File::from(fd), MAX_PROCS_BYTES),
+            &mut bytes,
+        );
+    }
+    String::from_utf8_lossy(&bytes)
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .collect()
