@@ -146,12 +146,39 @@ pub struct StateDir {
 }
 
 impl StateDir {
-    /// Use (and create) `dir`.
+    /// Use (and create) `dir`, which must be the server's own: owned by its effective uid and
+    /// not writable by group or others, since its records name the processes a cancel
+    /// signals (a dir another user can write would let them name any).
     ///
     /// # Errors
-    /// It cannot be created.
+    /// It cannot be created or `stat`ed; `<dir> is writable by others (mode 0777): ...`;
+    /// `<dir> is owned by uid N, not this server's uid M: ...`.
     pub fn open(dir: &Path) -> std::io::Result<StateDir> {
+        use std::os::unix::fs::MetadataExt;
         std::fs::create_dir_all(dir)?;
+        let m = std::fs::metadata(dir)?;
+        let refuse = |why: String| {
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} {why}: its records name the processes a cancel signals",
+                    dir.display()
+                ),
+            )
+        };
+        if m.mode() & 0o022 != 0 {
+            return Err(refuse(format!(
+                "is writable by others (mode {:04o})",
+                m.mode() & 0o7777
+            )));
+        }
+        let me = nix::unistd::geteuid().as_raw();
+        if m.uid() != me {
+            return Err(refuse(format!(
+                "is owned by uid {}, not this server's uid {me}",
+                m.uid()
+            )));
+        }
         Ok(StateDir {
             dir: dir.to_path_buf(),
         })
@@ -258,6 +285,43 @@ impl StateDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A state dir another user could write (group- or world-writable, or not the server's
+    /// own) is refused naming it and why: its records, which name the processes a cancel
+    /// signals, could be anyone's. The server's own 0755 or 0700 dir is used.
+    #[test]
+    fn a_state_dir_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let st = d.path().join("st");
+        std::fs::create_dir(&st).unwrap();
+        for mode in [0o777, 0o775, 0o1777] {
+            std::fs::set_permissions(&st, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(
+                StateDir::open(&st).map(|_| ()).map_err(|e| e.to_string()),
+                Err(format!(
+                    "{} is writable by others (mode {:04o}): its records name the processes a cancel signals",
+                    st.display(),
+                    mode & 0o7777
+                ))
+            );
+        }
+        std::os::unix::fs::chown(&st, Some(65534), None).unwrap();
+        std::fs::set_permissions(&st, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(
+            StateDir::open(&st).map(|_| ()).map_err(|e| e.to_string()),
+            Err(format!(
+                "{} is owned by uid 65534, not this server's uid {}: its records name the processes a cancel signals",
+                st.display(),
+                nix::unistd::geteuid()
+            ))
+        );
+        std::os::unix::fs::chown(&st, Some(nix::unistd::geteuid().as_raw()), None).unwrap();
+        for mode in [0o755, 0o700] {
+            std::fs::set_permissions(&st, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert!(StateDir::open(&st).is_ok());
+        }
+    }
 
     #[test]
     fn own_stat_and_records() {
