@@ -62,6 +62,18 @@ pub enum LocalError {
         #[source]
         source: crate::host::root::RootError,
     },
+    /// An entry of the configMaps folder leads out of it (a symlink to outside): the copy
+    /// into the root follows links, so nothing is copied.
+    #[error(
+        "configMap {name:?} leads out of the configMaps folder {} (a symlink to outside it): nothing is copied",
+        dir.display()
+    )]
+    ConfigMapOutside {
+        /// The entry, relative to the folder (`k`, `..data/k`).
+        name: String,
+        /// The configMaps folder.
+        dir: PathBuf,
+    },
     /// The agent flow failed before or between steps.
     #[error(transparent)]
     Agent(#[from] crate::agent::error::AgentError),

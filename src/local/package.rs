@@ -364,6 +364,42 @@ fn os_env(env: &[(String, String)]) -> Vec<(OsString, OsString)> {
         .collect()
 }
 
+/// Every entry of the configMaps folder `dir`, at any depth, dot-names (`..data`) included,
+/// resolves inside it ([`crate::host::root::open_beneath`]: `openat2(RESOLVE_BENEATH)`), as
+/// `config::get` requires of a key: the package copy (and its plan) follows links by path,
+/// so an entry leading out would put its target's bytes into the root's `configmaps/`.
+/// Directories are descended 16 deep at most (a link to `.` inside is no escape). A folder
+/// that cannot be listed is left to the copy to report.
+///
+/// # Errors
+/// [`LocalError::ConfigMapOutside`] naming the first entry that leads out.
+fn check_configmaps_confined(dir: &Path) -> Result<(), LocalError> {
+    fn walk(dir: &Path, rel: &Path, depth: usize) -> Result<(), LocalError> {
+        let Ok(entries) = std::fs::read_dir(dir.join(rel)) else {
+            return Ok(());
+        };
+        let mut names: Vec<OsString> = entries.flatten().map(|e| e.file_name()).collect();
+        names.sort();
+        for name in names {
+            let r = rel.join(name);
+            match crate::host::root::open_beneath(dir, &r, libc::O_PATH) {
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EXDEV | libc::ELOOP)) => {
+                    return Err(LocalError::ConfigMapOutside {
+                        name: r.to_string_lossy().into_owned(),
+                        dir: dir.to_path_buf(),
+                    });
+                }
+                Ok(f) if depth < 16 && f.metadata().is_ok_and(|m| m.is_dir()) => {
+                    walk(dir, &r, depth + 1)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+    walk(dir, Path::new(""), 0)
+}
+
 impl PackageRun {
     /// The configMaps folder: [`PackageRun::configmaps`] or `DIR/configmaps`.
     pub fn configmaps_dir(&self) -> PathBuf {
@@ -458,6 +494,7 @@ impl PackageRun {
             return Err(LocalError::UnsupportedMode(self.mode.as_str().into()));
         }
         let configmaps = self.configmaps_dir();
+        check_configmaps_confined(&configmaps)?;
         let mut site = PackageSite::Local {
             dir: self.dir.clone(),
             configmaps: configmaps.clone(),
@@ -650,6 +687,7 @@ impl PackageRun {
             return Err(LocalError::UnsupportedMode(self.mode.as_str().into()));
         }
         let loaded = self.load()?;
+        check_configmaps_confined(&self.configmaps_dir())?;
         let pkg = &loaded.package;
         let root = open_root(&self.root)?;
         let copy_dir = default_copy_dir(&pkg.package_name, &pkg.package_version);

@@ -286,3 +286,59 @@ fn two_runs_with_different_deadlines_do_not_interfere() {
         assert!(long_outcome.ok, "{long_outcome:?}");
     });
 }
+
+/// A configMaps folder entry that leads out of the folder (a key linked to a file outside,
+/// or one in the volume's `..data` dir) fails the plan and the apply naming it, before
+/// anything is copied: the copy into the root follows links, so its target would land in
+/// the root's `configmaps/`, where `config::get` (or `fs::read`) returns what `config::get`
+/// refuses to read in the folder itself.
+#[test]
+fn package_configmaps_leading_out_are_refused_before_the_copy() {
+    let d = tempfile::tempdir().unwrap();
+    let pkg = hello_with_reader(d.path());
+    std::fs::write(
+        pkg.join("skyhook_dir/show.rhai"),
+        "print(config::get(\"k\"));",
+    )
+    .unwrap();
+    let root = d.path().join("root");
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::write(d.path().join("secret"), "TOP-SECRET-OUTSIDE\n").unwrap();
+    let engine = ScriptEngine::default();
+    for (link, at) in [("k", "k"), ("..data/k", "..data/k")] {
+        let cm = d.path().join(format!("cm-{}", link.len()));
+        std::fs::create_dir_all(cm.join("..data")).unwrap();
+        for e in std::fs::read_dir(pkg.join("configmaps")).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), cm.join(e.file_name())).unwrap();
+        }
+        std::os::unix::fs::symlink(d.path().join("secret"), cm.join(link)).unwrap();
+        if link != "k" {
+            std::os::unix::fs::symlink("..data/k", cm.join("k")).unwrap();
+        }
+        let run = PackageRun {
+            dir: pkg.clone(),
+            root: root.clone(),
+            mode: Mode::Apply,
+            configmaps: Some(cm.clone()),
+            env: vec![("NODE_NAME".into(), "n1".into())],
+            capture: None,
+            skyhook_cr: None,
+            diffs: false,
+        };
+        let want = format!(
+            "configMap {at:?} leads out of the configMaps folder {} (a symlink to outside it): nothing is copied",
+            cm.display()
+        );
+        let out = Arc::new(CaptureOutput::new());
+        let plan = run.plan(&engine, out.clone()).map(|p| p.render_text());
+        assert_eq!(plan.map_err(|e| e.to_string()), Err(want.clone()));
+        let console = crate::agent::console::Console::null();
+        let applied = run.apply(&console).map(|a| a.ok);
+        assert_eq!(applied.map_err(|e| e.to_string()), Err(want));
+        assert!(
+            !root.join("var/lib/skyhook").exists(),
+            "copied into the root"
+        );
+    }
+}

@@ -65,6 +65,11 @@ fn fs_version(dir: &Path) -> Option<Version> {
     }
 }
 
+/// True when `dir` is on a cgroup filesystem (v1 or v2).
+pub fn is_cgroup_dir(dir: &Path) -> bool {
+    fs_version(dir).is_some()
+}
+
 /// A mountinfo path field with its `\ooo` escapes decoded.
 fn unescape(field: &str) -> PathBuf {
     PathBuf::from(
@@ -232,10 +237,50 @@ impl Root {
     }
 }
 
+/// Largest `cgroup.procs` read, in bytes: every pid of a `pid_max` of 4194304 (7 digits
+/// and a newline each).
+pub const MAX_PROCS_BYTES: u64 = 32 << 20;
+
 /// The live members of the cgroup `dir`; empty when it is gone.
+///
+/// Read only from a cgroup filesystem (the directory's `fstatfs`, then its `cgroup.procs`
+/// opened in that directory handle without following a link or blocking, at most
+/// [`MAX_PROCS_BYTES`]): a plain directory is no cgroup, whose `cgroup.procs` could list
+/// any process or be a FIFO (a cgroup filesystem has neither links nor FIFOs).
 pub fn procs(dir: &Path) -> Vec<libc::pid_t> {
-    std::fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(d) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(dir)
+    else {
+        return Vec::new();
+    };
+    // SAFETY: fstatfs(2) fills the zeroed struct for a descriptor we hold.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    #[allow(clippy::unnecessary_cast)]
+    let on_cgroupfs = unsafe { libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(&d), &mut st) } == 0
+        && [
+            libc::CGROUP2_SUPER_MAGIC as i64,
+            libc::CGROUP_SUPER_MAGIC as i64,
+        ]
+        .contains(&(st.f_type as i64));
+    if !on_cgroupfs {
+        return Vec::new();
+    }
+    let flags = nix::fcntl::OFlag::O_RDONLY
+        | nix::fcntl::OFlag::O_NOFOLLOW
+        | nix::fcntl::OFlag::O_NONBLOCK
+        | nix::fcntl::OFlag::O_NOCTTY
+        | nix::fcntl::OFlag::O_CLOEXEC;
+    let mut bytes = Vec::new();
+    if let Ok(fd) = nix::fcntl::openat(&d, "cgroup.procs", flags, nix::sys::stat::Mode::empty()) {
+        let _ = std::io::Read::read_to_end(
+            &mut std::io::Read::take(std::fs::File::from(fd), MAX_PROCS_BYTES),
+            &mut bytes,
+        );
+    }
+    String::from_utf8_lossy(&bytes)
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .collect()

@@ -25,7 +25,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::errors::ImportFailure;
 use pathrs::Root;
-use pathrs::flags::OpenFlags;
 use rhai::{
     AST, ASTNode, Dynamic, Engine, EvalAltResult, Expr, GlobalRuntimeState, Module, ModuleResolver,
     ParseError, Position, Scope, Shared, Stmt,
@@ -329,15 +328,17 @@ impl ModuleStore {
 }
 
 /// Read the module file `rel` beneath `root` (symlinks resolved inside it, never outside; a
-/// FIFO or device refused without blocking).
+/// FIFO or device refused unopened, from the fstat of its `O_PATH` handle).
 fn read_confined(root: &Root, rel: &Path) -> Result<String, String> {
-    let handle = root
-        .open_subpath(
-            rel,
-            OpenFlags::O_RDONLY | OpenFlags::O_NONBLOCK | OpenFlags::O_CLOEXEC,
-        )
-        .map_err(|e| pathrs_message(&e))?;
-    read_regular(handle).map_err(|e| e.to_string())
+    // An O_PATH handle first: only a regular file is then reopened for reading (a FIFO's
+    // open could block, a device's act).
+    let handle = root.resolve(rel).map_err(|e| pathrs_message(&e))?;
+    let file = crate::host::root::reopen_regular(File::from(std::os::fd::OwnedFd::from(handle)))
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::IsADirectory => "not a regular file (a directory)".to_string(),
+            _ => e.to_string(),
+        })?;
+    read_regular(file).map_err(|e| e.to_string())
 }
 
 /// The OS error behind a pathrs error when there is one (`No such file or directory (os
@@ -513,6 +514,58 @@ mod tests {
         assert_eq!(
             parse_spec("skyhook/nope"),
             Err("no embedded module named \"nope\" (available: hello, kdump, shellscript, tuned, tuning, containerd)".to_string())
+        );
+    }
+
+    /// `import "configmap/<name>"` reads only a regular file confined to the configMaps
+    /// folder: a device node or FIFO there is named as what it is and never opened (a
+    /// device's open can act; major 240 has no driver, its open would be `ENXIO`), an
+    /// absolute link resolves inside the folder (pathrs `RESOLVE_IN_ROOT`), never to the
+    /// agent's own file.
+    #[test]
+    fn configmap_modules_are_regular_files_inside_the_folder() {
+        use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+        let d = tempfile::tempdir().unwrap();
+        let cm = d.path().join("configmaps");
+        std::fs::create_dir_all(&cm).unwrap();
+        mknod(
+            &cm.join("dev.rhai"),
+            SFlag::S_IFCHR,
+            Mode::S_IRUSR,
+            makedev(240, 0),
+        )
+        .unwrap();
+        nix::unistd::mkfifo(&cm.join("fifo.rhai"), Mode::S_IRWXU).unwrap();
+        std::fs::write(d.path().join("secret.rhai"), "42").unwrap();
+        std::os::unix::fs::symlink(d.path().join("secret.rhai"), cm.join("out.rhai")).unwrap();
+        let store = ModuleStore::new(d.path()).with_configmaps(&cm);
+        let engine = Engine::new_raw();
+        let err = |name: &str| match store.load(&engine, &format!("configmap/{name}")) {
+            Err(LoadError::NotFound(m)) => m,
+            Err(LoadError::Syntax { file, .. }) => format!("syntax error in {file}"),
+            Ok(m) => format!("loaded {}: {}", m.file, m.source),
+        };
+        let at = |n: &str| cm.join(n).display().to_string();
+        assert_eq!(
+            err("dev"),
+            format!(
+                "cannot import \"configmap/dev\": {}: not a regular file (a character device)",
+                at("dev.rhai")
+            )
+        );
+        assert_eq!(
+            err("fifo"),
+            format!(
+                "cannot import \"configmap/fifo\": {}: not a regular file (a fifo)",
+                at("fifo.rhai")
+            )
+        );
+        assert_eq!(
+            err("out"),
+            format!(
+                "cannot import \"configmap/out\": {}: No such file or directory (os error 2)",
+                at("out.rhai")
+            )
         );
     }
 }

@@ -2205,6 +2205,116 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir.parent().unwrap());
     }
 
+    /// The warnings of a start's audit lines, sorted.
+    fn warnings_of(lines: &[String]) -> Vec<String> {
+        let mut w: Vec<String> = lines
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["warning"].clone())
+            .filter_map(|w| w.as_str().map(String::from))
+            .collect();
+        w.sort();
+        w
+    }
+
+    /// Device nodes, a socket and a directory named `<id>.json` are skipped naming what
+    /// they are, never opened for reading: opening a device has effects of its own (a
+    /// watchdog starts counting, a tape rewinds), so only its `O_PATH` handle is `fstat`ed.
+    /// (Major 240 has no driver: an open of these nodes would be `ENXIO`.)
+    #[test]
+    fn start_skips_devices_sockets_and_directories_unopened() {
+        use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+        let (lines, recovered, dir) = start_on(|st| {
+            mknod(
+                &st.join("c.json"),
+                SFlag::S_IFCHR,
+                Mode::S_IRUSR,
+                makedev(240, 0),
+            )
+            .unwrap();
+            mknod(
+                &st.join("b.json"),
+                SFlag::S_IFBLK,
+                Mode::S_IRUSR,
+                makedev(240, 1),
+            )
+            .unwrap();
+            std::os::unix::net::UnixListener::bind(st.join("s.json")).unwrap();
+            std::fs::create_dir(st.join("d.json")).unwrap();
+        });
+        assert!(recovered.is_empty());
+        let at = |n: &str, what: &str| {
+            format!(
+                "state dir record {}: not a regular file ({what}): skipped",
+                dir.join(n).display()
+            )
+        };
+        assert_eq!(
+            warnings_of(&lines),
+            [
+                at("b.json", "a block device"),
+                at("c.json", "a character device"),
+                at("d.json", "a directory"),
+                at("s.json", "a socket"),
+            ]
+        );
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    }
+
+    /// A record's cgroup is a server's (`<cgroup>/skyhook-serve/<name>`) on a cgroup
+    /// filesystem, else the record is skipped with a warning: a plain directory with a FIFO
+    /// as its `cgroup.procs` does not block the start, and its list of pids (any process of
+    /// the machine) is never signalled; a cgroup not of a server is not either.
+    #[test]
+    fn start_skips_a_record_whose_cgroup_is_not_a_servers() {
+        let me = std::process::id() as i32;
+        let (_, start) = proc_stat(me).unwrap();
+        let fake = tempfile::tempdir().unwrap();
+        let cg = fake.path().join("skyhook-serve/x.1.0");
+        std::fs::create_dir_all(&cg).unwrap();
+        nix::unistd::mkfifo(&cg.join("cgroup.procs"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let (lines, recovered, dir) = start_on(|st| {
+            for (id, cgroup) in [
+                ("fifo", cg.to_string_lossy().into_owned()),
+                ("other", "/sys/fs/cgroup/system.slice".to_string()),
+                (
+                    "up",
+                    format!("{}/skyhook-serve/../x.1.0", fake.path().display()),
+                ),
+            ] {
+                let rec = json!({"pid": me, "start": start, "cgroup": cgroup, "engine": "ci"});
+                std::fs::write(st.join(format!("{id}.json")), rec.to_string()).unwrap();
+            }
+        });
+        assert!(recovered.is_empty(), "{recovered:?}");
+        let at = |id: &str, why: String| {
+            format!(
+                "state dir record {}: {why}: skipped",
+                dir.join(format!("{id}.json")).display()
+            )
+        };
+        assert_eq!(
+            warnings_of(&lines),
+            [
+                at(
+                    "fifo",
+                    format!("its cgroup {} is not on a cgroup filesystem", cg.display())
+                ),
+                at(
+                    "other",
+                    "its cgroup /sys/fs/cgroup/system.slice is not a server's (<cgroup>/skyhook-serve/<name>)".into()
+                ),
+                at(
+                    "up",
+                    format!(
+                        "its cgroup {}/skyhook-serve/../x.1.0 is not a server's (<cgroup>/skyhook-serve/<name>)",
+                        fake.path().display()
+                    )
+                ),
+            ]
+        );
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    }
+
     /// A 3 GiB sparse record is refused by its size before any byte is read (the cap is
     /// `state::MAX_RECORD_BYTES`), with a warning naming it and both sizes;
     /// the process's peak memory does not grow by the file's size.

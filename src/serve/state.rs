@@ -8,11 +8,12 @@
 //! process group is. `engine` names the engine that started the execution: after a restart
 //! the recovered execution is that engine's alone.
 //!
-//! A record is read only as what a server writes: a regular file (opened `O_NONBLOCK |
-//! O_NOFOLLOW`, then `fstat`) of at most [`MAX_RECORD_BYTES`]. A FIFO, socket, device,
-//! symlink or larger file in the dir is never read (a FIFO cannot block the start, a 3 GiB
-//! sparse file is not read whole): it is skipped and named in a warning
-//! ([`StateDir::all`]).
+//! A record is read only as what a server writes: a regular file (`fstat`ed on an `O_PATH |
+//! O_NOFOLLOW` handle, only then reopened for reading) of at most [`MAX_RECORD_BYTES`]. A
+//! FIFO, socket, device, symlink or larger file in the dir is never opened for reading (a
+//! FIFO cannot block the start, a device node's open cannot act, a 3 GiB sparse file is not
+//! read whole), nor is a record whose cgroup is not a server's ([`check_cgroup`]): each is
+//! skipped and named in a warning ([`StateDir::all`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -104,6 +105,36 @@ pub fn signal_group(rec: &ProcRecord, sig: nix::sys::signal::Signal) -> Vec<i32>
     members
 }
 
+/// A record's cgroup is one a server made: `<cgroup>/skyhook-serve/<name>` (absolute, no
+/// `.` or `..`) and, while it exists, a directory (not a symlink) on a cgroup filesystem,
+/// whose `cgroup.procs` the kernel writes. Anything else would have the server read a
+/// file of anyone's making as the list of pids to signal (or block on a FIFO there).
+///
+/// # Errors
+/// `its cgroup <dir> is not a server's (...)`, `... is not on a cgroup filesystem`.
+fn check_cgroup(dir: &Path) -> Result<(), String> {
+    use std::path::Component;
+    let named = dir.is_absolute()
+        && dir
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        && dir.parent().and_then(Path::file_name) == Some("skyhook-serve".as_ref());
+    if !named {
+        return Err(format!(
+            "its cgroup {} is not a server's (<cgroup>/skyhook-serve/<name>)",
+            dir.display()
+        ));
+    }
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Ok(m) if m.is_dir() && crate::process::cgroup::is_cgroup_dir(dir) => Ok(()),
+        _ => Err(format!(
+            "its cgroup {} is not on a cgroup filesystem",
+            dir.display()
+        )),
+    }
+}
+
 /// Largest state-dir record read, in bytes (64 KiB; a record is a pid, a start time, a
 /// cgroup path of at most `PATH_MAX` and an engine name: well under 8 KiB).
 pub const MAX_RECORD_BYTES: u64 = 64 << 10;
@@ -115,12 +146,39 @@ pub struct StateDir {
 }
 
 impl StateDir {
-    /// Use (and create) `dir`.
+    /// Use (and create) `dir`, which must be the server's own: owned by its effective uid and
+    /// not writable by group or others, since its records name the processes a cancel
+    /// signals (a dir another user can write would let them name any).
     ///
     /// # Errors
-    /// It cannot be created.
+    /// It cannot be created or `stat`ed; `<dir> is writable by others (mode 0777): ...`;
+    /// `<dir> is owned by uid N, not this server's uid M: ...`.
     pub fn open(dir: &Path) -> std::io::Result<StateDir> {
+        use std::os::unix::fs::MetadataExt;
         std::fs::create_dir_all(dir)?;
+        let m = std::fs::metadata(dir)?;
+        let refuse = |why: String| {
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} {why}: its records name the processes a cancel signals",
+                    dir.display()
+                ),
+            )
+        };
+        if m.mode() & 0o022 != 0 {
+            return Err(refuse(format!(
+                "is writable by others (mode {:04o})",
+                m.mode() & 0o7777
+            )));
+        }
+        let me = nix::unistd::geteuid().as_raw();
+        if m.uid() != me {
+            return Err(refuse(format!(
+                "is owned by uid {}, not this server's uid {me}",
+                m.uid()
+            )));
+        }
         Ok(StateDir {
             dir: dir.to_path_buf(),
         })
@@ -161,35 +219,41 @@ impl StateDir {
     }
 
     /// The record of `id`: `None` when there is no such file; read only when it is a
-    /// regular file (opened without blocking and without following a symlink, then `fstat`)
-    /// of at most [`MAX_RECORD_BYTES`].
+    /// regular file (`fstat` of an `O_PATH | O_NOFOLLOW` handle, then reopened for reading)
+    /// of at most [`MAX_RECORD_BYTES`], whose cgroup, if any, passes [`check_cgroup`].
     ///
     /// # Errors
     /// What is wrong with the file, naming it: `state dir record <path>: not a regular file
-    /// (a fifo)`, `a symlink`, `N bytes, more than the limit of M bytes`, not a record (JSON),
+    /// (a fifo)`, `a symlink`, `N bytes, more than the limit of M bytes`, not a record (JSON), its cgroup not a server's,
     /// a read failure.
     pub fn read(&self, id: &str) -> Result<Option<ProcRecord>, String> {
         use std::os::unix::fs::OpenOptionsExt;
         let path = self.path(id);
         let fail = |what: String| format!("state dir record {}: {what}", path.display());
+        // O_PATH: what the name is (a device, a FIFO) is only fstat'ed, never opened.
         let f = match std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
+            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
             .open(&path)
         {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                return Err(fail("a symlink".into()));
-            }
             Err(e) => return Err(fail(e.to_string())),
         };
+        let f = crate::host::root::reopen_regular(f).map_err(|e| match e.kind() {
+            std::io::ErrorKind::IsADirectory => fail("not a regular file (a directory)".into()),
+            _ if e.to_string() == "not a regular file (a symlink)" => fail("a symlink".into()),
+            _ => fail(e.to_string()),
+        })?;
         // fstat on the open file, then at most the cap read (read_bounded checks both).
         let bytes = crate::host::root::read_bounded(f, MAX_RECORD_BYTES)
             .map_err(|e| fail(e.to_string()))?;
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| fail(format!("not a record: {e}")))
+        let rec: ProcRecord =
+            serde_json::from_slice(&bytes).map_err(|e| fail(format!("not a record: {e}")))?;
+        if let Some(dir) = &rec.cgroup {
+            check_cgroup(dir).map_err(fail)?;
+        }
+        Ok(Some(rec))
     }
 
     /// Every record left by an earlier server, by id, and a warning naming each
@@ -221,6 +285,43 @@ impl StateDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A state dir another user could write (group- or world-writable, or not the server's
+    /// own) is refused naming it and why: its records, which name the processes a cancel
+    /// signals, could be anyone's. The server's own 0755 or 0700 dir is used.
+    #[test]
+    fn a_state_dir_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let st = d.path().join("st");
+        std::fs::create_dir(&st).unwrap();
+        for mode in [0o777, 0o775, 0o1777] {
+            std::fs::set_permissions(&st, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(
+                StateDir::open(&st).map(|_| ()).map_err(|e| e.to_string()),
+                Err(format!(
+                    "{} is writable by others (mode {:04o}): its records name the processes a cancel signals",
+                    st.display(),
+                    mode & 0o7777
+                ))
+            );
+        }
+        std::os::unix::fs::chown(&st, Some(65534), None).unwrap();
+        std::fs::set_permissions(&st, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(
+            StateDir::open(&st).map(|_| ()).map_err(|e| e.to_string()),
+            Err(format!(
+                "{} is owned by uid 65534, not this server's uid {}: its records name the processes a cancel signals",
+                st.display(),
+                nix::unistd::geteuid()
+            ))
+        );
+        std::os::unix::fs::chown(&st, Some(nix::unistd::geteuid().as_raw()), None).unwrap();
+        for mode in [0o755, 0o700] {
+            std::fs::set_permissions(&st, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert!(StateDir::open(&st).is_ok());
+        }
+    }
 
     #[test]
     fn own_stat_and_records() {

@@ -3,7 +3,8 @@
 //! Both live in agent-side directories ([`HostOptions::configmaps_dir`],
 //! [`HostOptions::node_metadata_dir`]) that may lie outside the host root, so they are read
 //! as files of this machine: regular files of at most
-//! [`crate::host::files::fs::MAX_READ_BYTES`], opened without blocking. A configMap is a
+//! [`crate::host::files::fs::MAX_READ_BYTES`], `fstat`ed on an `O_PATH` handle before a
+//! regular file is opened for reading (a FIFO or device node is never opened). A configMap is a
 //! file in the directory; names starting with `.` (a configMap volume's `..data` internals)
 //! are never listed or read. Every configMap is opened confined to the directory
 //! ([`crate::host::root::open_beneath`]: `openat2(RESOLVE_BENEATH)`): the volume's
@@ -95,15 +96,25 @@ fn read(h: &Host, name: &str) -> Result<Option<Vec<u8>>> {
         return Ok(None);
     };
     let p = dir.join(name);
-    let f = match open(
-        dir,
-        name,
-        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
-    )? {
+    // O_PATH: what the name leads to is fstat'ed first; only a regular file is then
+    // reopened for reading (a device's open can act, a FIFO's can block).
+    let f = match open(dir, name, libc::O_PATH)? {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => return Err(HostError::AgentFile { path: p, source }),
     };
+    let m = f.metadata().map_err(|source| HostError::AgentFile {
+        path: p.clone(),
+        source,
+    })?;
+    if m.is_dir() {
+        return Ok(None);
+    }
+    crate::host::root::read::check_regular(&p, &m)?;
+    let f = crate::host::root::reopen_regular(f).map_err(|source| HostError::AgentFile {
+        path: p.clone(),
+        source,
+    })?;
     match crate::host::files::fs::read_open_local(&p, f)? {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == std::io::ErrorKind::IsADirectory => Ok(None),
@@ -378,6 +389,105 @@ mod tests {
         assert_eq!(labels(&h).unwrap()["gpu"], "a100");
         assert!(annotations(&h).unwrap().is_empty());
         assert!(packages(&h).unwrap().is_empty());
+    }
+
+    /// What is not a regular file is never opened for reading, only `fstat`ed: a FIFO key
+    /// neither hangs the step nor is read, a device node key is not opened (an open of a
+    /// device can act: a watchdog, a tape; major 240 has no driver, so an open would be
+    /// `ENXIO`), a 2 GiB sparse key is refused by its size unread; a name with `/`, `..`
+    /// or NUL names no configMap, one with a newline is an ordinary name.
+    #[test]
+    fn configmaps_special_files_are_never_opened() {
+        use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+        let t = TestHost::new();
+        let cm = t.dir.path().join("configmaps");
+        std::fs::create_dir_all(&cm).unwrap();
+        nix::unistd::mkfifo(&cm.join("fifo"), Mode::S_IRWXU).unwrap();
+        mknod(
+            &cm.join("dev"),
+            SFlag::S_IFCHR,
+            Mode::S_IRUSR,
+            makedev(240, 0),
+        )
+        .unwrap();
+        mknod(
+            &cm.join("blk"),
+            SFlag::S_IFBLK,
+            Mode::S_IRUSR,
+            makedev(240, 1),
+        )
+        .unwrap();
+        std::fs::File::create(cm.join("big"))
+            .unwrap()
+            .set_len(2 << 30)
+            .unwrap();
+        std::fs::write(cm.join("a"), "1\n").unwrap();
+        std::fs::write(cm.join("x\ny"), "2\n").unwrap();
+        let md = t.dir.path().join("md");
+        std::fs::create_dir_all(&md).unwrap();
+        mknod(
+            &md.join("labels.json"),
+            SFlag::S_IFCHR,
+            Mode::S_IRUSR,
+            makedev(240, 2),
+        )
+        .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (dir, md_dir) = (cm.clone(), md.clone());
+        std::thread::spawn(move || {
+            let t = TestHost::new();
+            let h = t.host_with(crate::host::ExecMode::Apply, |o| {
+                o.configmaps_dir = Some(dir.clone());
+                o.node_metadata_dir = Some(md_dir.clone());
+            });
+            let labels = labels(&h).map_err(|e| e.to_string());
+            let got: Vec<String> = ["fifo", "dev", "blk", "big"]
+                .iter()
+                .map(|k| format!("{:?}", get(&h, k).map_err(|e| e.to_string())))
+                .collect();
+            let names = names(&h).unwrap();
+            let odd: Vec<_> = ["a/../a", "../configmaps/a", "a\0", "x\ny"]
+                .iter()
+                .map(|k| get(&h, k).unwrap())
+                .collect();
+            let _ = tx.send((got, names, odd, labels));
+        });
+        let (got, names, odd, labels) = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("config::get returned (a FIFO key must not block it)");
+        let not_regular = |k: &str, what: &str| {
+            format!(
+                "Err({:?})",
+                format!(
+                    "{} is {what}, not a regular file (only regular files are read)",
+                    cm.join(k).display()
+                )
+            )
+        };
+        assert_eq!(
+            got,
+            [
+                not_regular("fifo", "a fifo"),
+                not_regular("dev", "a character device"),
+                not_regular("blk", "a block device"),
+                format!(
+                    "Err({:?})",
+                    format!(
+                        "{} is too large to read: 2147483648 bytes, more than the limit of 67108864 bytes (64 MiB)",
+                        cm.join("big").display()
+                    )
+                ),
+            ]
+        );
+        assert_eq!(
+            labels,
+            Err(format!(
+                "{} is a character device, not a regular file (only regular files are read)",
+                md.join("labels.json").display()
+            ))
+        );
+        assert_eq!(names, ["a", "big", "x\ny"]);
+        assert_eq!(odd, [None, None, None, Some("2\n".to_string())]);
     }
 
     /// A configMap volume as the kubelet mounts it (`key -> ..data/key`, `..data ->

@@ -32,7 +32,8 @@
 //! ([`block_node`], [`in_use`]): the path opened inside the root's `/dev` (a link that leaves
 //! `/dev` is refused), a block device by `fstat`, and nothing using it: not mounted, no
 //! partition of it mounted, no holder (md, dm), not refused `O_EXCL` by the kernel. The
-//! mount table is the host's (`<root>/proc/1/mountinfo`, the host init's namespace): the
+//! device is the node's `st_rdev` under the name sysfs gives that `major:minor`, whatever
+//! the node is called (a `mknod /dev/alias` of a disk is that disk). The mount table is the host's (`<root>/proc/1/mountinfo`, the host init's namespace): the
 //! agent's own `/proc/self/mountinfo` is its pod's namespace, which lacks what the host
 //! mounted in its own; the `O_EXCL` open covers mounts in any namespace and swap. `force`
 //! overrides an existing filesystem only.
@@ -515,11 +516,24 @@ pub(crate) fn block_node(h: &Host, dev: &Path, shown: &str) -> Result<std::fs::F
 /// A malformed mount table; read failures.
 pub(crate) fn in_use(h: &Host, dev: &Path, node: &std::fs::File) -> Result<Option<String>> {
     let known = Known::read(h)?;
-    let name = dev
+    let given = dev
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let at = known.mountpoints(dev, &sys_dev(h, dev).unwrap_or_default());
+    // The device is the node's `major:minor`, not its name: a node made under another name
+    // (`mknod /dev/alias b 259 0`) is looked up by the kernel's name for that number.
+    let (name, id) = match kernel_device(h, dev, node)? {
+        Some(found) => found,
+        None => (given.clone(), sys_dev(h, dev).unwrap_or_default()),
+    };
+    let mut at = known.mountpoints(dev, &id);
+    if name != given {
+        for m in known.mountpoints(&Path::new("/dev").join(&name), &id) {
+            if !at.contains(&m) {
+                at.push(m);
+            }
+        }
+    }
     if !at.is_empty() {
         return Ok(Some(format!("is mounted at {}", at.join(", "))));
     }
@@ -563,6 +577,31 @@ pub(crate) fn in_use(h: &Host, dev: &Path, node: &std::fs::File) -> Result<Optio
             "is in use (the kernel refuses exclusive access: mounted, swap, or held by md/dm)"
                 .into(),
         ));
+    }
+    Ok(None)
+}
+
+/// The kernel's name and `major:minor` of the block device at `dev` open as `node` (its `st_rdev`),
+/// from the sysfs entry `/sys/class/block/<name>` whose `dev` is that number; `None` when
+/// no entry has it (no such device: opening it is `ENXIO`).
+///
+/// # Errors
+/// `node` cannot be `fstat`ed; sysfs cannot be listed.
+fn kernel_device(h: &Host, dev: &Path, node: &std::fs::File) -> Result<Option<(String, String)>> {
+    use std::os::unix::fs::MetadataExt;
+    let rdev = node
+        .metadata()
+        .map_err(|source| HostError::AgentFile {
+            path: h.root().display_path(dev),
+            source,
+        })?
+        .rdev();
+    let id = format!("{}:{}", libc::major(rdev), libc::minor(rdev));
+    let sys = Path::new(SYS_BLOCK);
+    for (n, _) in h.view_list(sys)?.unwrap_or_default() {
+        if attr(h, &sys.join(&n).join("dev")).as_deref() == Some(id.as_str()) {
+            return Ok(Some((n, id)));
+        }
     }
     Ok(None)
 }

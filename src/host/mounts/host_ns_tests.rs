@@ -287,6 +287,96 @@ fn mount_never_enters_a_proc_1_that_is_not_the_hosts_init() {
     });
 }
 
+/// `<root>/proc/1` a process chrooted into the root but in a mount namespace whose own `/`
+/// is another tree (here: this machine's `/`, in a private copy): its `root` is the root
+/// mount, yet a command entering its namespace resolves paths from that namespace's `/`,
+/// outside the root. So the namespace is not entered: `umount /srv` runs chrooted into the
+/// root (the recording stub there), and neither the tmpfs at the other tree's `/srv` nor
+/// anything else outside the root is unmounted.
+#[test]
+fn mount_never_enters_a_namespace_whose_root_is_not_the_root() {
+    in_own_mount_ns(|| {
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub("umount", "exit 0");
+        t.file("/etc/fstab", "# host fstab\n");
+        std::fs::create_dir_all(t.p("/proc/1")).unwrap();
+        std::fs::create_dir_all(t.p("/srv")).unwrap();
+        let root_c = CString::new(t.root.as_os_str().as_bytes()).unwrap();
+        let srv_in_root = CString::new(t.p("/srv").as_os_str().as_bytes()).unwrap();
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", "echo ready; read x || :"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        // SAFETY: only system calls on strings prepared before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                let none = std::ptr::null::<libc::c_char>();
+                let check = |rc: libc::c_int| match rc {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                };
+                let tmpfs = c"tmpfs".as_ptr();
+                check(libc::unshare(libc::CLONE_NEWNS))?;
+                let private = libc::MS_REC | libc::MS_PRIVATE;
+                check(libc::mount(
+                    none,
+                    c"/".as_ptr(),
+                    none,
+                    private,
+                    std::ptr::null(),
+                ))?;
+                // Outside the root (this namespace's /srv) and inside it.
+                check(libc::mount(
+                    tmpfs,
+                    c"/srv".as_ptr(),
+                    tmpfs,
+                    0,
+                    std::ptr::null(),
+                ))?;
+                check(libc::mount(
+                    tmpfs,
+                    srv_in_root.as_ptr(),
+                    tmpfs,
+                    0,
+                    std::ptr::null(),
+                ))?;
+                check(libc::chroot(root_c.as_ptr()))?;
+                check(libc::chdir(c"/".as_ptr()))
+            });
+        }
+        let stranger = cmd.spawn().expect("start the chrooted stranger");
+        let mut line = String::new();
+        let mut stranger = stranger;
+        BufReader::new(stranger.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "ready\n");
+        let proc_stranger = PathBuf::from(format!("/proc/{}", stranger.id()));
+        let mut binds = Binds(Vec::new());
+        binds.bind(&proc_stranger, &t.p("/proc/1"));
+        // Its root is the root mount, as the host init's is.
+        let root = HostRoot::open(&t.root).unwrap();
+        let theirs = std::fs::metadata(proc_stranger.join("root")).unwrap();
+        let ours = std::fs::metadata(&t.root).unwrap();
+        assert_eq!((theirs.dev(), theirs.ino()), (ours.dev(), ours.ino()));
+        // The tmpfs inside the root is /srv in its mount table.
+        assert!(mounted_at(&proc_stranger.join("mountinfo"), Path::new("/srv")).is_some());
+
+        let mut h = t.host(ExecMode::Apply);
+        let removed = mount::remove(&mut h, "/srv");
+        h.finish().unwrap();
+        assert_eq!(
+            t.calls(),
+            ["umount /srv"],
+            "umount did not run chrooted into the root ({removed:?})"
+        );
+        assert!(host_mount_ns(&root).unwrap().is_none());
+        drop(binds);
+        end(stranger);
+    });
+}
+
 /// No `<root>/proc/1/ns/mnt`: none (chrooted, as every test root). The machine's own
 /// `/proc/1/ns/mnt` through the root `/`: the magic link is followed, and it is ours or not
 /// as `stat` says (or refused as `stat` is). A regular file there, or a symlink outside procfs, is an error naming it.

@@ -31,7 +31,7 @@
 //! `umount <path>` through the command primitive, in the host's mount namespace: when
 //! `<root>/proc/1/ns/mnt` names a mount namespace other than the agent's (the agent in a pod
 //! with `hostPID` and the host's `/` at its root) and `<root>/proc/1` is the host's init (its
-//! root directory is the host root), the command enters it (`setns`, as `nsenter -m -t 1`)
+//! root directory, and its namespace's own `/`, are the host root), the command enters it (`setns`, as `nsenter -m -t 1`)
 //! and runs there unchrooted, its `/` being the host's; otherwise (no such file, the agent's
 //! own namespace, or a `/proc/1` whose root is another tree) it runs chrooted into the host
 //! root. Either way the mount point is resolved inside the root. Either way
@@ -568,7 +568,7 @@ pub(crate) mod rows {
         (
             "mount",
             "Filesystems — `mount::`",
-            "`/etc/fstab` holds one line per mount point; the live state is the host's mount table, `/proc/1/mountinfo` under the root (the agent's own mount namespace is not the host's; a root without it reads as nothing mounted). `mount`, `mount -o remount` and `umount` run in the host's mount namespace: when `<root>/proc/1/ns/mnt` is another mount namespace than the agent's (a pod with `hostPID`) and `<root>/proc/1` is the host's init (its root directory is the host root: same device and inode), after entering it (as `nsenter -m -t 1`, not chrooted: its `/` is the host's), else chrooted into the root, so a mount point is always resolved inside the root; either way they read the host's fstab and the mount reaches the host, whatever the propagation of the agent's root mount. In a plan, a later `is_mounted` sees an earlier planned mount or unmount. `mount::unit` and `mount::bind` keep systemd mount units instead (`/etc/systemd/system/<name>.mount`, mounted by systemd in the host's mount namespace).",
+            "`/etc/fstab` holds one line per mount point; the live state is the host's mount table, `/proc/1/mountinfo` under the root (the agent's own mount namespace is not the host's; a root without it reads as nothing mounted). `mount`, `mount -o remount` and `umount` run in the host's mount namespace: when `<root>/proc/1/ns/mnt` is another mount namespace than the agent's (a pod with `hostPID`) and `<root>/proc/1` is the host's init (its root directory, and its namespace's own `/`, are the host root: same device and inode), after entering it (as `nsenter -m -t 1`, not chrooted: its `/` is the host's), else chrooted into the root, so a mount point is always resolved inside the root; either way they read the host's fstab and the mount reaches the host, whatever the propagation of the agent's root mount. In a plan, a later `is_mounted` sees an earlier planned mount or unmount. `mount::unit` and `mount::bind` keep systemd mount units instead (`/etc/systemd/system/<name>.mount`, mounted by systemd in the host's mount namespace).",
         ),
         (
             "disk",

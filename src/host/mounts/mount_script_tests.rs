@@ -618,6 +618,63 @@ print(disk::info("/dev/md/r0").kind);"#,
         );
     }
 
+    /// The device is the kernel's, not its name: a block node the step made under another
+    /// name in the root's `/dev` (`mknod /dev/alias b <disk's major:minor>`) is the disk,
+    /// whose partition is mounted at `/data` and whose other disk an md array holds: both
+    /// refused as through their kernel names, by `fs::mkfs` and `raid::create`, `force` or
+    /// not; nothing runs. (The layout's sysfs `dev` numbers are those of its 240:N nodes.)
+    #[test]
+    fn mkfs_and_raid_refuse_a_disk_by_another_node_name() {
+        use std::os::unix::fs::symlink;
+        let t = block_root();
+        fs_stubs(&t);
+        mdadm_stub(&t);
+        let pci = "/sys/devices/pci0000:00/0000:00:1e.0/nvme";
+        t.file(&format!("{pci}/nvme1/nvme1n1/dev"), "240:8\n");
+        t.file(&format!("{pci}/nvme1/nvme1n1/nvme1n1p1/dev"), "240:9\n");
+        t.file(&format!("{pci}/nvme2/nvme2n1/dev"), "240:16\n");
+        std::fs::create_dir_all(t.p(&format!("{pci}/nvme2/nvme2n1/holders"))).unwrap();
+        symlink(
+            "../../../../../../virtual/block/md127",
+            t.p(&format!("{pci}/nvme2/nvme2n1/holders/md127")),
+        )
+        .unwrap();
+        t.file(
+            "/proc/1/mountinfo",
+            "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 22 240:9 / /data rw,noatime - xfs /dev/nvme1n1p1 rw\n",
+        );
+        t.block_device("/dev/alias", 8);
+        t.block_device("/dev/alias2", 16);
+        t.clear_calls();
+        for (call, want) in [
+            (
+                r#"fs::mkfs("/dev/alias", "xfs", #{force: true, options: ["-f"]})"#,
+                "fs::mkfs: invalid device: /dev/alias has partition /dev/nvme1n1p1 mounted at /data (a filesystem is never made on a device in use, not even with force)",
+            ),
+            (
+                r#"raid::create("r1", ["/dev/alias"], #{force: true})"#,
+                "raid::create: invalid raid devices: member /dev/alias has partition /dev/nvme1n1p1 mounted at /data (force: true does not override that)",
+            ),
+            (
+                r#"fs::mkfs("/dev/alias2", "xfs", #{force: true, options: ["-f"]})"#,
+                "fs::mkfs: invalid device: /dev/alias2 is held by /dev/md127 (a filesystem is never made on a device in use, not even with force)",
+            ),
+        ] {
+            for mode in [ExecMode::Plan, ExecMode::Apply] {
+                let r = run(&t, mode, call);
+                assert!(r.error().ends_with(want), "{call}: {}", r.error());
+                assert!(r.report.changes.is_empty(), "{call}");
+            }
+        }
+        assert!(
+            !t.calls()
+                .iter()
+                .any(|c| c.starts_with("mkfs") || c.starts_with("mdadm --create")),
+            "{:?}",
+            t.calls()
+        );
+    }
+
     #[test]
     fn mkfs_none_same_other_force_and_mounted() {
         let t = block_root();

@@ -141,17 +141,51 @@ pub fn read_bounded(f: File, max_bytes: u64) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// Open a file on this machine (not under a host root) for [`read_bounded`] without
-/// blocking on a FIFO (`O_NONBLOCK | O_NOCTTY`).
+/// Reopen the `O_PATH` handle `f` for reading (`O_RDONLY | O_NONBLOCK | O_NOCTTY`, through
+/// `/proc/self/fd`, the same inode) when it is a regular file. Nothing else is ever opened
+/// for reading: opening a device has effects of its own (a watchdog starts counting, a tape
+/// rewinds, a serial line's modem lines change), whatever is then read.
+///
+/// # Errors
+/// `IsADirectory` for a directory; `InvalidInput` `not a regular file (a fifo)` (or the
+/// device, socket, symlink); the `fstat` or the reopen failing.
+pub fn reopen_regular(f: File) -> io::Result<File> {
+    let ft = f.metadata()?.file_type();
+    if ft.is_dir() {
+        return Err(io::ErrorKind::IsADirectory.into());
+    }
+    if !ft.is_file() {
+        let what = match ft.is_symlink() {
+            true => "a symlink",
+            false => kind_name(ft),
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("not a regular file ({what})"),
+        ));
+    }
+    pathrs::Handle::from_fd(std::os::fd::OwnedFd::from(f))
+        .reopen(OpenFlags::O_RDONLY | OpenFlags::O_NONBLOCK | OpenFlags::O_NOCTTY)
+        .map_err(pathrs_io)
+}
+
+/// Open a file on this machine (not under a host root) for [`read_bounded`]: a regular
+/// file open for reading ([`reopen_regular`], without blocking); anything else only as its
+/// `O_PATH` handle, for the caller's `fstat` to refuse, never opened itself (a FIFO's open
+/// could block, a device's act).
 ///
 /// # Errors
 /// The open fails.
 pub fn open_local(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
+        .custom_flags(libc::O_PATH)
+        .open(path)?;
+    match f.metadata()?.is_file() {
+        true => reopen_regular(f),
+        false => Ok(f),
+    }
 }
 
 /// Open `name` (a path relative to `dir`) in the directory `dir` on this machine (not under

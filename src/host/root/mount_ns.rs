@@ -16,7 +16,9 @@
 //! must be the process whose root directory is the host root, its `<root>/proc/1/root`
 //! (followed on procfs) the same directory (`st_dev`/`st_ino`) as the root mount. A
 //! `/proc/1` of anything else (a fake root over another machine's or container's `/proc`,
-//! or no way to tell) is not entered: the command runs chrooted into the root, so a mount
+//! a process chrooted into the root inside a namespace whose own `/` is another tree: the
+//! namespace's `/` is checked too, from a thread that enters it, or no way to tell) is not
+//! entered: the command runs chrooted into the root, so a mount
 //! point is always resolved inside the root, never in a tree outside it.
 //!
 //! The file is opened confined to the root: its directory `<root>/proc/1/ns` through
@@ -145,10 +147,38 @@ pub fn host_mount_ns(root: &HostRoot) -> Result<Option<OwnedFd>> {
     if (own.dev(), own.ino()) == theirs {
         return Ok(None);
     }
-    if !is_hosts_init(root) {
+    if !is_hosts_init(root) || !ns_root_is_root(&ns, root) {
         return Ok(None);
     }
     Ok(Some(ns))
+}
+
+/// True when the mount namespace `ns`'s own `/` (where a command that enters it resolves
+/// paths: `setns` sets the caller's root to it) is the root mount (`st_dev`, `st_ino`).
+/// `/proc/1/root` alone does not tell: a process chrooted into the root may live in a
+/// namespace whose `/` is another tree. Seen from a thread of its own that enters the
+/// namespace (`unshare(CLONE_FS)` first, so no other thread's root or cwd moves) and ends.
+/// False when it cannot be told.
+fn ns_root_is_root(ns: &OwnedFd, root: &HostRoot) -> bool {
+    let Ok(Some(ours)) = root.metadata(Path::new("/")) else {
+        return false;
+    };
+    let want = (ours.dev(), ours.ino());
+    let fd = ns.as_raw_fd();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            // SAFETY: unshare(2) and setns(2) change only this thread's filesystem context
+            // (after CLONE_FS it is its own); `fd` is held open by the caller.
+            if unsafe { libc::unshare(libc::CLONE_FS) } != 0
+                || unsafe { libc::setns(fd, libc::CLONE_NEWNS) } != 0
+            {
+                return false;
+            }
+            std::fs::metadata("/").is_ok_and(|m| (m.dev(), m.ino()) == want)
+        })
+        .join()
+        .unwrap_or(false)
+    })
 }
 
 /// True when `<root>/proc/1` is the host's init: its `root` (the magic link, followed on
