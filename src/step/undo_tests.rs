@@ -403,3 +403,198 @@ fn plan_and_check_sessions_journal_nothing() {
     assert_same(&before, &snapshot(&t));
     assert!(!t.p("/var/lib/skyhook/.undo").exists());
 }
+
+/// A host root on a tmpfs when `/dev/shm` is one (the loops below make thousands of
+/// fsyncs), else in the temp dir.
+fn shm_host() -> TestHost {
+    let shm = std::path::Path::new("/dev/shm");
+    let dir = match shm.is_dir() {
+        true => tempfile::tempdir_in(shm).unwrap(),
+        false => tempfile::tempdir().unwrap(),
+    };
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("var/lib/skyhook")).unwrap();
+    TestHost { dir, root }
+}
+
+/// Run the compiled `script` as an apply step of package `package` on `t`.
+fn run_compiled(
+    engine: &ScriptEngine,
+    script: &crate::script::CompiledScript,
+    t: &TestHost,
+    package: &str,
+    hook: Option<Hook>,
+) -> (StepResult, String) {
+    let spec = StepSpec {
+        package_name: package.into(),
+        ..spec()
+    };
+    let api = spec.session(HostRoot::open(&t.root).unwrap());
+    let out = Arc::new(Hooked {
+        inner: CaptureOutput::new(),
+        hook,
+    });
+    let r = ScriptStep {
+        engine,
+        script,
+        spec: &spec,
+        api: &api,
+        end: End::Session,
+        list_drift: false,
+    }
+    .run(out.clone());
+    (r, String::from_utf8(out.inner.stderr_bytes()).unwrap())
+}
+
+fn compile(engine: &ScriptEngine, t: &TestHost, src: &str) -> crate::script::CompiledScript {
+    compile_source(
+        engine,
+        "u.rhai",
+        src,
+        Arc::new(ModuleStore::new(t.dir.path())),
+    )
+    .unwrap()
+}
+
+/// Run step `a` (which prints `edited` after its edits are on disk, then fails) and step
+/// `b` of another package on `t`: `b` starts at once, in parallel, when `race`, else once
+/// `a` printed; `a` fails only after `b` ended. Returns both results.
+fn a_fails_around_b(
+    engine: &ScriptEngine,
+    a: &crate::script::CompiledScript,
+    b: &crate::script::CompiledScript,
+    t: &TestHost,
+    race: bool,
+) -> (StepResult, StepResult) {
+    use std::sync::mpsc;
+    let (edited, a_edited) = mpsc::channel::<()>();
+    let (b_done, wait_b) = mpsc::channel::<()>();
+    let wait_b = std::sync::Mutex::new(wait_b);
+    let hook: Hook = Box::new(move |bytes: &[u8]| {
+        if bytes.starts_with(b"edited") {
+            let _ = edited.send(());
+            let _ = wait_b.lock().unwrap().recv_timeout(Duration::from_secs(30));
+        }
+    });
+    std::thread::scope(|s| {
+        let ha = s.spawn(|| run_compiled(engine, a, t, "pkga", Some(hook)).0);
+        if !race {
+            a_edited.recv_timeout(Duration::from_secs(30)).unwrap();
+        }
+        let rb = run_compiled(engine, b, t, "pkgb", None).0;
+        let _ = b_done.send(());
+        (ha.join().unwrap(), rb)
+    })
+}
+
+/// Principle 1: package A adds a line to a shared file and fails; package B adds its own
+/// line meanwhile and succeeds. A's undo takes out A's line only: B's line always survives
+/// (1,000 rounds, every other one with B's edit forced between A's write and A's undo, the
+/// others racing). The undo used to write A's whole old file back, losing B's line.
+#[test]
+fn a_failed_steps_undo_keeps_another_packages_line_in_a_shared_file() {
+    let t = shm_host();
+    let engine = ScriptEngine::default();
+    let a = compile(
+        &engine,
+        &t,
+        "fs::ensure_line(\"/etc/shared.conf\", \"a=1\");\nfs::exists(\"/etc\");\nprint(\"edited\");\nthrow \"boom\";\n",
+    );
+    let b = compile(
+        &engine,
+        &t,
+        "fs::ensure_line(\"/etc/shared.conf\", \"b=1\");\n",
+    );
+    let started = std::time::Instant::now();
+    for round in 0..1000 {
+        t.file("/etc/shared.conf", "base=0\n");
+        let (ra, rb) = a_fails_around_b(&engine, &a, &b, &t, round % 2 == 1);
+        assert!(rb.ok, "round {round}: {:?}", rb.error);
+        assert!(!ra.ok);
+        let now = t.read("/etc/shared.conf");
+        assert_eq!(now, "base=0\nb=1\n", "round {round}: {:?}", ra.error);
+        let error = ra.error.as_deref().unwrap();
+        assert!(!error.contains("not undone"), "round {round}: {error}");
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "1,000 rounds took more than 10 minutes (round {round})"
+        );
+    }
+    assert!(!t.p("/var/lib/skyhook/.undo").exists());
+}
+
+/// Principle 1 for a whole-file write (not a line edit) and for the user database: A
+/// writes the shared file whole and adds a user, B adds a line and a user of its own, A
+/// fails. B's line and user survive; A's whole-file write is left, said in A's error.
+#[test]
+fn a_failed_steps_undo_leaves_a_file_another_writer_changed_and_says_so() {
+    let t = shm_host();
+    for (f, c) in [
+        ("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\n"),
+        ("/etc/shadow", "root:*:19000:0:99999:7:::\n"),
+        ("/etc/group", "root:x:0:\n"),
+        ("/etc/gshadow", "root:*::\n"),
+    ] {
+        t.file(f, c);
+    }
+    let engine = ScriptEngine::default();
+    let a = compile(
+        &engine,
+        &t,
+        "fs::write(\"/etc/shared.conf\", \"whole=a\\n\");\nuser::ensure(\"alice\", #{system: true, create_home: false});\nprint(\"edited\");\nthrow \"boom\";\n",
+    );
+    let b = compile(
+        &engine,
+        &t,
+        "fs::ensure_line(\"/etc/shared.conf\", \"b=1\");\nuser::ensure(\"bob\", #{system: true, create_home: false});\n",
+    );
+    for round in 0..20 {
+        t.file("/etc/shared.conf", "base=0\n");
+        t.file("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\n");
+        let (ra, rb) = a_fails_around_b(&engine, &a, &b, &t, false);
+        assert!(rb.ok, "round {round}: {:?}", rb.error);
+        assert_eq!(
+            t.read("/etc/shared.conf"),
+            "whole=a\nb=1\n",
+            "round {round}"
+        );
+        let passwd = t.read("/etc/passwd");
+        assert!(passwd.contains("\nbob:"), "round {round}: {passwd}");
+        assert!(!passwd.contains("alice"), "round {round}: {passwd}");
+        let error = ra.error.as_deref().unwrap();
+        assert!(
+            error.contains(
+                "not undone: /etc/shared.conf changed by another writer since this step wrote it"
+            ),
+            "round {round}: {error}"
+        );
+    }
+}
+
+/// Principle 2: a journal write that fails half-way (a full disk) fails the step although
+/// the script caught it: later calls fail, the step fails with the journal's error, and the
+/// undo restores what the step changed and nothing else. The replay used to read across
+/// the partial record: the file written after the caught failure stayed changed, silently.
+#[test]
+fn a_caught_journal_failure_fails_the_step_and_undoes_only_whole_records() {
+    let t = shm_host();
+    t.file("/etc/a", "A0\n");
+    t.file("/etc/b", &"B0\n".repeat(2000));
+    t.file("/etc/c", "C0\n");
+    let before = snapshot(&t);
+    // Record 0 is /etc/a's; record 1 (/etc/b's) stops after 200 bytes, half-way through
+    // its content.
+    crate::host::effects::journal::fail_point::set("diskfull-tune.rhai", 1, 200);
+    let engine = ScriptEngine::default();
+    let script = compile(
+        &engine,
+        &t,
+        "fs::write(\"/etc/a\", \"A1\\n\");\ntry { fs::write(\"/etc/b\", \"B1\\n\"); } catch (e) { print(`caught: ${e}`); }\nfs::write(\"/etc/c\", \"C1\\n\");\nthrow \"boom\";\n",
+    );
+    let (r, _) = run_compiled(&engine, &script, &t, "diskfull", None);
+    assert!(!r.ok);
+    assert_same(&before, &snapshot(&t));
+    let error = r.error.as_deref().unwrap();
+    assert!(error.contains("undo journal"), "{error}");
+    assert!(error.contains("No space left on device"), "{error}");
+}
