@@ -34,6 +34,7 @@ pub mod pathlock;
 pub mod read;
 pub mod run_dirs;
 mod tree;
+pub(crate) mod undo_ops;
 
 #[cfg(test)]
 mod durability_dotdot_tests;

@@ -660,6 +660,9 @@ impl Db {
             if [SHADOW, GSHADOW].contains(&t.path) {
                 redact_shown(h, t.path, &content)?;
             }
+            // One line per entry: an undo over another package's later entry takes out
+            // just this step's lines.
+            h.next_write_is_line_edit();
             h.submit(Effect::WriteFile {
                 path: t.path.into(),
                 content: content.into(),
