@@ -599,3 +599,177 @@ fn a_caught_journal_failure_fails_the_step_and_undoes_only_whole_records() {
     assert!(error.contains("undo journal"), "{error}");
     assert!(error.contains("No space left on device"), "{error}");
 }
+
+/// A host root on its own small tmpfs (`kib` KiB), unmounted on drop.
+struct SmallFs {
+    t: TestHost,
+}
+
+impl SmallFs {
+    fn new(kib: u32) -> Option<SmallFs> {
+        let t = TestHost::new();
+        let ok = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={kib}k"),
+                "skyhook-small",
+            ])
+            .arg(&t.root)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("SKIPPED: cannot mount a tmpfs (not root?)");
+            return None;
+        }
+        std::fs::create_dir_all(t.p("/var/lib/skyhook")).unwrap();
+        Some(SmallFs { t })
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(&self.t.root)
+            .status();
+    }
+}
+
+/// Fault 5: a cleanup step frees a full disk. On an 8 MiB filesystem with a 5 MiB file and
+/// under 1 MiB free, a step removing the file succeeds (the journal moves it aside, it
+/// copies nothing), and a step that removes it and then fails gets it back byte for byte.
+/// The journal used to copy the file first, so the removal failed: no space left.
+#[test]
+fn a_step_removes_a_big_file_from_a_full_disk_and_a_failed_one_puts_it_back() {
+    let Some(fs) = SmallFs::new(8 * 1024) else {
+        return;
+    };
+    let t = &fs.t;
+    let big: Vec<u8> = (0..5 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    std::fs::create_dir_all(t.p("/var/log")).unwrap();
+    std::fs::write(t.p("/var/log/big"), &big).unwrap();
+    // Fill what is left but about 512 KiB.
+    let free = nix::sys::statvfs::statvfs(&t.root).unwrap();
+    let left = free.blocks_available() * free.fragment_size();
+    std::fs::write(
+        t.p("/fill"),
+        vec![1u8; (left as usize).saturating_sub(512 * 1024)],
+    )
+    .unwrap();
+    let engine = ScriptEngine::default();
+    let failing = compile(
+        &engine,
+        t,
+        "fs::remove(\"/var/log/big\");\nthrow \"boom\";\n",
+    );
+    let (r, _) = run_compiled(&engine, &failing, t, "cleanup", None);
+    let error = r.error.as_deref().unwrap();
+    assert!(error.starts_with("u.rhai:2:1: boom"), "{error}");
+    assert!(!error.contains("not undone"), "{error}");
+    assert!(
+        std::fs::read(t.p("/var/log/big")).unwrap() == big,
+        "not restored"
+    );
+    let ok = compile(&engine, t, "fs::remove(\"/var/log/big\");\n");
+    let (r, _) = run_compiled(&engine, &ok, t, "cleanup", None);
+    assert!(r.ok, "{:?}", r.error);
+    assert!(!t.p("/var/log/big").exists());
+    assert!(!t.p("/var/lib/skyhook/.undo").exists());
+}
+
+/// Fault 6: no size limit on removal. A 65 MiB file (sparse) is removed by a step, and put
+/// back by a failed one; the removal used to fail in every mode (the 64 MiB read cap).
+#[test]
+fn a_file_over_64_mib_is_removed_and_put_back() {
+    let t = shm_host();
+    let f = std::fs::File::create(t.p("/big")).unwrap();
+    f.set_len(65 * 1024 * 1024).unwrap();
+    drop(f);
+    let engine = ScriptEngine::default();
+    let failing = compile(&engine, &t, "fs::remove(\"/big\");\nthrow \"boom\";\n");
+    let (r, _) = run_compiled(&engine, &failing, &t, "cleanup", None);
+    let error = r.error.as_deref().unwrap();
+    assert!(error.starts_with("u.rhai:2:1: boom"), "{error}");
+    assert_eq!(
+        std::fs::metadata(t.p("/big")).unwrap().len(),
+        65 * 1024 * 1024
+    );
+    let ok = compile(&engine, &t, "fs::remove(\"/big\");\n");
+    let (r, _) = run_compiled(&engine, &ok, &t, "cleanup", None);
+    assert!(r.ok, "{:?}", r.error);
+    assert!(!t.p("/big").exists());
+}
+
+/// Fault 7: a stale socket and a FIFO are removed by a step (they used to fail the call
+/// after START: "its removal could not be undone"), and a failed step puts them back as
+/// what they were (moved aside: the same inodes).
+#[test]
+fn a_stale_socket_and_a_fifo_are_removed_and_put_back() {
+    use std::os::unix::fs::FileTypeExt;
+    let t = shm_host();
+    std::fs::create_dir_all(t.p("/run/app")).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(t.p("/run/app/sock")).unwrap());
+    nix::unistd::mkfifo(
+        &t.p("/run/app/fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o640),
+    )
+    .unwrap();
+    let engine = ScriptEngine::default();
+    let failing = compile(
+        &engine,
+        &t,
+        "fs::remove(\"/run/app/sock\");\nfs::remove(\"/run/app/fifo\");\nthrow \"boom\";\n",
+    );
+    let (r, _) = run_compiled(&engine, &failing, &t, "cleanup", None);
+    let error = r.error.as_deref().unwrap();
+    assert!(error.starts_with("u.rhai:3:1: boom"), "{error}");
+    assert!(!error.contains("not undone"), "{error}");
+    let ft = |p: &str| std::fs::symlink_metadata(t.p(p)).unwrap().file_type();
+    assert!(ft("/run/app/sock").is_socket());
+    assert!(ft("/run/app/fifo").is_fifo());
+    let ok = compile(
+        &engine,
+        &t,
+        "fs::remove(\"/run/app/sock\");\nfs::remove(\"/run/app/fifo\");\n",
+    );
+    let (r, _) = run_compiled(&engine, &ok, &t, "cleanup", None);
+    assert!(r.ok, "{:?}", r.error);
+    assert!(!t.p("/run/app/sock").exists() && !t.p("/run/app/fifo").exists());
+}
+
+/// Fault 3: the journals of two killed steps are undone newest first, whatever their
+/// names' order. The older step (named to sort first) wrote `one`, the newer `two` over
+/// it; undoing the older first put `one` back last. Now the file ends as it was.
+#[test]
+fn journals_of_two_killed_steps_are_undone_newest_first() {
+    use crate::host::effects::context::{Context, HostOptions};
+    use crate::host::effects::effect::Effect;
+    use crate::host::effects::executors::Executor;
+    use crate::host::effects::executors::apply::Apply;
+    let t = shm_host();
+    t.file("/etc/f", "orig\n");
+    let cx = Context::new(HostRoot::open(&t.root).unwrap(), HostOptions::default());
+    let write = |label: &str, content: &str| {
+        // A step killed after its write: journal neither committed nor undone.
+        let mut apply = Apply::journaled(label);
+        apply
+            .execute(
+                &cx,
+                &Effect::WriteFile {
+                    path: "/etc/f".into(),
+                    content: content.to_string().into(),
+                    mode: None,
+                    uid: None,
+                    gid: None,
+                },
+            )
+            .unwrap();
+    };
+    write("a-older", "one\n");
+    write("b-newer", "two\n");
+    let lines = crate::host::effects::journal::recover(&cx.root).unwrap();
+    assert_eq!(t.read("/etc/f"), "orig\n", "{lines:?}");
+    assert!(lines[0].contains("of b-newer."), "{lines:?}");
+    assert!(lines[1].contains("of a-older."), "{lines:?}");
+}

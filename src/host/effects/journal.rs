@@ -1871,4 +1871,18 @@ mod tests {
         assert_eq!(lines, Vec::<String>::new());
         assert!(root.symlink_metadata(&jdir.join(LOG)).unwrap().is_some());
     }
+
+    /// Fault 4: a journal's name does not depend on the process id (two agents that are
+    /// pid 1 in their pods used to pick the same name): it carries the boot id and a
+    /// random part, so names never repeat.
+    #[test]
+    fn journal_names_are_unique_across_pid_namespaces() {
+        let pid = std::process::id();
+        let names: HashSet<String> = (0..1000).map(|_| dir_name("pkg-step")).collect();
+        assert_eq!(names.len(), 1000);
+        for n in names.iter().take(5) {
+            assert!(!n.contains(&format!(".{pid}.")), "{n}");
+            assert!(n.starts_with("pkg-step."), "{n}");
+        }
+    }
 }
