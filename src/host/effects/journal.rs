@@ -1371,7 +1371,11 @@ fn restore_checked(
     }
     let _lock = crate::host::root::pathlock::lock(root, &lock_key(root, path))?;
     let now = state_of(root, path)?;
-    if let Record::Moved { .. } = e.rec {
+    if let Record::Moved { stash, .. } = &e.rec {
+        if root.symlink_metadata(&jdir.join(stash))?.is_none() {
+            // Put back already (an undo cut short), or never moved.
+            return Ok(None);
+        }
         if now != ABSENT {
             return Ok(Some(format!(
                 "{} changed by another writer since this step removed it",
@@ -1411,7 +1415,9 @@ fn restore_checked(
         restore(root, &e.rec, log, (e.offset, e.len), jdir, syncs)?;
         return Ok(None);
     }
-    if chain && (agrees(&now, expected) || now == last_base) {
+    // The file holds what the step wrote, what it was before the step's last write (which
+    // did not land), or what it was before the step (put back by an undo cut short).
+    if now == before || (chain && (agrees(&now, expected) || now == last_base)) {
         restore(root, &e.rec, log, (e.offset, e.len), jdir, syncs)?;
         return Ok(None);
     }
@@ -1458,8 +1464,12 @@ fn clear(root: &HostRoot, path: &Path, keep: Option<&str>, syncs: &DirSyncs) -> 
         return Ok(());
     };
     let ft = m.file_type();
-    let kind = crate::host::root::kind_name(ft);
-    if keep == Some(kind) {
+    let kept = match keep {
+        Some("file") => ft.is_file(),
+        Some("dir") => ft.is_dir(),
+        _ => false,
+    };
+    if kept {
         return Ok(());
     }
     if ft.is_dir() {
@@ -1762,6 +1772,12 @@ pub fn recover(root: &HostRoot) -> Result<Vec<String>> {
         drop(f);
         remove_journal(root, &jdir, &[], true)?;
     }
+    // Journals that were never linked (a step killed before its first record, or while
+    // its journal was being deleted) leave nothing behind either.
+    // (A journal's removal above removed the directory already when it was the last.)
+    if root.read_dir(dir).is_ok_and(|d| d.is_empty()) && root.remove_dir(dir).unwrap_or(false) {
+        root.sync_dir_checked(dir.parent().unwrap_or(Path::new("/")))?;
+    }
     Ok(lines)
 }
 
@@ -1884,5 +1900,68 @@ mod tests {
             assert!(!n.contains(&format!(".{pid}.")), "{n}");
             assert!(n.starts_with("pkg-step."), "{n}");
         }
+    }
+
+    /// Principle 2: a record is whole or not used. Three records; a byte of the second's
+    /// content flipped, then the log cut inside the third: the reader returns the first
+    /// only and says where it stopped, never reading the second's declared content as
+    /// anything else.
+    #[test]
+    fn the_reader_stops_at_the_first_record_that_is_not_whole() {
+        let mut log = Vec::new();
+        let recs = [
+            Record::Absent { path: "/a".into() },
+            Record::Sysctl {
+                path: "/proc/sys/x".into(),
+                value: "1".into(),
+            },
+            Record::Absent { path: "/c".into() },
+        ];
+        let mut ends = Vec::new();
+        for r in &recs {
+            write_record(&mut log, r, None).unwrap();
+            ends.push(log.len() as u64);
+        }
+        let (ranges, damage) = parse_log(&log);
+        assert_eq!(ranges, vec![0..ends[0], ends[0]..ends[1], ends[1]..ends[2]]);
+        assert_eq!(damage, None);
+        // A flipped byte in the second record's header.
+        let mut bad = log.clone();
+        bad[ends[0] as usize + HEAD + 3] ^= 1;
+        let (ranges, damage) = parse_log(&bad);
+        assert_eq!(ranges, vec![0..ends[0]]);
+        assert_eq!(
+            damage,
+            Some(Damage {
+                offset: ends[0],
+                why: "checksum mismatch"
+            })
+        );
+        // Cut inside the third.
+        let (ranges, damage) = parse_log(&log[..log.len() - 5]);
+        assert_eq!(ranges.len(), 2);
+        assert_eq!(
+            damage,
+            Some(Damage {
+                offset: ends[1],
+                why: "cut short"
+            })
+        );
+        // A length that points past the end is cut short, not read across.
+        let mut long = log.clone();
+        long[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(parse_log(&long).0, Vec::<std::ops::Range<u64>>::new());
+    }
+
+    /// Principle 1 for line edits: the inverse of a step's edit takes out its lines and
+    /// puts back what it removed, on the file as another writer left it.
+    #[test]
+    fn a_line_edit_is_undone_alone_on_the_file_as_it_is_now() {
+        let edit = line_edit(b"a=1\nold=1\nz=9\n", b"a=1\nnew=2\nz=9\nmine=1\n").unwrap();
+        let mut now: Vec<String> = ["a=1", "new=2", "z=9", "mine=1", "theirs=1"]
+            .map(String::from)
+            .to_vec();
+        invert(&mut now, &edit);
+        assert_eq!(now, ["a=1", "old=1", "z=9", "theirs=1"]);
     }
 }
