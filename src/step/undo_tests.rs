@@ -773,3 +773,32 @@ fn journals_of_two_killed_steps_are_undone_newest_first() {
     assert!(lines[0].contains("of b-newer."), "{lines:?}");
     assert!(lines[1].contains("of a-older."), "{lines:?}");
 }
+
+/// Point 9: no lock file is left behind by a run, succeeded or failed: the path locks'
+/// `/var/lib/skyhook/.locks/*` (unlinked by their holder) and `/etc/.pwd.lock` (unlinked
+/// when the user database's lock made it).
+#[test]
+fn no_lock_file_is_left_behind() {
+    let t = host();
+    let engine = ScriptEngine::default();
+    let ok = compile(
+        &engine,
+        &t,
+        "fs::ensure_line(\"/etc/edit.conf\", \"b=2\");\nuser::ensure(\"gpuops\", #{system: true, create_home: false});\nfs::write(\"/etc/x\", \"x\\n\");\n",
+    );
+    let failing = compile(
+        &engine,
+        &t,
+        "fs::ensure_line(\"/etc/edit.conf\", \"c=3\");\nuser::ensure(\"other\", #{system: true, create_home: false});\nthrow \"boom\";\n",
+    );
+    for script in [&ok, &failing] {
+        run_compiled(&engine, script, &t, "locks", None);
+        let left: Vec<_> = std::fs::read_dir(t.p("/var/lib/skyhook/.locks"))
+            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default();
+        assert_eq!(left, Vec::<std::ffi::OsString>::new());
+        assert!(!t.p("/etc/.pwd.lock").exists());
+    }
+    assert!(t.read("/etc/passwd").contains("gpuops:"));
+    assert!(!t.read("/etc/passwd").contains("other:"));
+}
