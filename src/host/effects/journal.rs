@@ -875,19 +875,18 @@ impl StepJournal {
             }
             Err(e) => {
                 let e = jerr(&log_path, root, e);
-                Err(self.poison(root, e))
+                Err(self.poison(e))
             }
         }
     }
 
     /// A journal write failed: cut the log back to its whole records, keep `e` as the
     /// step's poison (module docs) and return it.
-    fn poison(&mut self, root: &HostRoot, e: HostError) -> HostError {
+    fn poison(&mut self, e: HostError) -> HostError {
         if let Some(log) = &self.log {
             let _ = log.set_len(self.len);
             let _ = log.sync_data();
         }
-        let _ = root;
         self.failed = Some(crate::chain::render(&e));
         self.poisoned()
     }
@@ -906,7 +905,7 @@ impl StepJournal {
             }
             Err(e) => {
                 let e = jerr(&log_path, root, e);
-                Err(self.poison(root, e))
+                Err(self.poison(e))
             }
         }
     }
@@ -1102,7 +1101,7 @@ fn read_entry<R: Read>(
     let mut tail = [0u8; TAIL];
     r.read_exact(&mut tail).map_err(|_| "cut short")?;
     let mut all = Sha256::new();
-    all.update(&head);
+    all.update(head);
     all.update(&meta);
     all.update(digest);
     let all: [u8; 32] = all.finalize().into();
@@ -1759,7 +1758,7 @@ pub fn recover(root: &HostRoot) -> Result<Vec<String>> {
             .count();
         found.push((key.unwrap_or((0, 0)), e.name, jdir, f, count));
     }
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
     let mut lines = Vec::new();
     for (_, name, jdir, f, count) in found {
         let log_path = jdir.join(LOG);
