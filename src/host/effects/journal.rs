@@ -56,7 +56,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -1260,7 +1260,109 @@ fn lock(f: &File, op: LockOp) -> std::io::Result<()> {
 fn entries_of(root: &HostRoot, f: &File, log_path: &Path) -> Result<(Vec<Entry>, Option<Damage>)> {
     let total = f.metadata().map_err(|e| jerr(log_path, root, e))?.len();
     let mut r = BufReader::new(f);
-    Ok(read_entries(&mut r, total))
+    let legacy = r.fill_buf().map_err(|e| jerr(log_path, root, e))?.first() == Some(&b'{');
+    Ok(match legacy {
+        true => read_legacy(&mut r, total),
+        false => read_entries(&mut r, total),
+    })
+}
+
+/// The records of a journal an agent before issue 28 left (a JSON line per record, a file's
+/// content after its line; no checksums): read up to the first line that does not parse
+/// or a content cut short, each file and absent record followed by a wrote record of
+/// unknown content (`*`: put back whole, as that agent's undo did).
+fn read_legacy<R: std::io::BufRead>(r: &mut R, total: u64) -> (Vec<Entry>, Option<Damage>) {
+    let mut out = Vec::new();
+    let mut pos = 0u64;
+    let mut line = Vec::new();
+    // Bounded by `total`: every record advances `pos` by at least one byte.
+    while pos < total {
+        line.clear();
+        let Ok(n) = r.read_until(b'\n', &mut line) else {
+            break;
+        };
+        if n == 0 || line.last() != Some(&b'\n') {
+            return (
+                out,
+                Some(Damage {
+                    offset: pos,
+                    why: "cut short",
+                }),
+            );
+        }
+        let start = pos;
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line) else {
+            return (
+                out,
+                Some(Damage {
+                    offset: pos,
+                    why: "not a record",
+                }),
+            );
+        };
+        let len = v
+            .get("len")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        let Ok(rec) = serde_json::from_value::<Record>(v) else {
+            return (
+                out,
+                Some(Damage {
+                    offset: pos,
+                    why: "unknown record",
+                }),
+            );
+        };
+        let offset = pos + n as u64;
+        if len > total - offset {
+            return (
+                out,
+                Some(Damage {
+                    offset: pos,
+                    why: "cut short",
+                }),
+            );
+        }
+        let mut h = Sha256::new();
+        if std::io::copy(&mut (&mut *r).take(len), &mut HashSink(&mut h)).ok() != Some(len) {
+            return (
+                out,
+                Some(Damage {
+                    offset: pos,
+                    why: "cut short",
+                }),
+            );
+        }
+        pos = offset + len;
+        let wrote = match &rec {
+            Record::File { path, .. } | Record::Absent { path } => Some(path.clone()),
+            _ => None,
+        };
+        out.push(Entry {
+            rec,
+            start,
+            end: pos,
+            offset,
+            len,
+            digest: h.finalize().into(),
+        });
+        if let Some(path) = wrote {
+            out.push(Entry {
+                rec: Record::Wrote {
+                    path,
+                    base: ANY.into(),
+                    after: ANY.into(),
+                    lines: None,
+                },
+                start: pos,
+                end: pos,
+                offset: pos,
+                len: 0,
+                digest: [0; 32],
+            });
+        }
+    }
+    (out, None)
 }
 
 /// Whether two [`State`]s agree (`*`, whatever the step wrote, agrees with any).
@@ -1962,5 +2064,34 @@ mod tests {
             .to_vec();
         invert(&mut now, &edit);
         assert_eq!(now, ["a=1", "old=1", "z=9", "theirs=1"]);
+    }
+
+    /// A journal an agent before issue 28 left (JSON lines, a file's content after its
+    /// line) is still undone by the recovery: the file put back, the created one removed.
+    #[test]
+    fn a_journal_of_the_previous_format_is_recovered() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(tmp.path()).unwrap();
+        root.create_dir_all(Path::new("/etc"), 0o755).unwrap();
+        root.write_atomic(Path::new("/etc/f"), b"new\n", Some(0o644))
+            .unwrap();
+        root.write_atomic(Path::new("/etc/made"), b"x\n", Some(0o644))
+            .unwrap();
+        let jdir = Path::new(DIR).join("pkg-step.1.0");
+        root.create_dir_all(&jdir, 0o700).unwrap();
+        let log = concat!(
+            "{\"kind\":\"file\",\"path\":\"/etc/f\",\"mode\":420,\"uid\":0,\"gid\":0,\"xattrs\":[],\"len\":4}\n",
+            "old\n",
+            "{\"kind\":\"absent\",\"path\":\"/etc/made\"}\n",
+        );
+        root.write_atomic(&jdir.join(LOG), log.as_bytes(), Some(0o600))
+            .unwrap();
+        let lines = recover(&root).unwrap();
+        assert_eq!(
+            lines,
+            ["undid 2 file change record(s) of pkg-step.1.0, left by a step that did not end"]
+        );
+        assert_eq!(root.read(Path::new("/etc/f")).unwrap(), b"old\n");
+        assert!(!root.exists(Path::new("/etc/made")).unwrap());
     }
 }
