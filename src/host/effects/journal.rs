@@ -83,6 +83,8 @@ const MAGIC: &[u8; 4] = b"SKJ2";
 const HEAD: usize = 16;
 /// After the content: its SHA-256 and the record's.
 const TAIL: usize = 64;
+/// The largest file whose content the journal reads into memory to record it (1 MiB).
+const SMALL: u64 = 1 << 20;
 /// The largest JSON header read (1 MiB: a path, a symlink target, a line edit's lines).
 const MAX_META: u32 = 1 << 20;
 
@@ -209,6 +211,9 @@ pub(crate) struct StepJournal {
     stashes: u64,
     /// The first journal write that failed: the step is poisoned (module docs).
     failed: Option<String>,
+    /// The content of the small file [`StepJournal::record_path`] recorded last, for the
+    /// line edit that follows.
+    last_read: Option<(PathBuf, Vec<u8>)>,
 }
 
 /// Whether `effect` changes files or a live sysctl value (what the journal records).
@@ -381,6 +386,7 @@ impl StepJournal {
             records: 0,
             stashes: 0,
             failed: None,
+            last_read: None,
         }
     }
 
@@ -441,6 +447,7 @@ impl StepJournal {
     }
 
     fn record(&mut self, root: &HostRoot, effect: &Effect, line_edit: bool) -> Result<Before> {
+        self.last_read = None;
         match effect {
             Effect::WriteFile { path, content, .. } => {
                 let target = normalize(&root.write_target(path)?);
@@ -539,13 +546,20 @@ impl StepJournal {
         }
         let (base, lines) = match content {
             Some(new) => {
-                // A line edit's file is text the session held whole: read it again here,
-                // under the edit's lock, for its digest and lines.
-                let old = match root.symlink_metadata(target)? {
-                    Some(m) if m.is_file() => {
-                        Some(root.read_regular(target, crate::host::root::read::MAX_READ_BYTES)?)
-                    }
-                    _ => None,
+                // A line edit's file is text the session held whole: its text as just
+                // recorded, else read again here, under the edit's lock.
+                let kept = self
+                    .last_read
+                    .take()
+                    .filter(|(p, _)| p == target && fresh.is_some());
+                let old = match kept {
+                    Some((_, text)) => Some(text),
+                    None => match root.symlink_metadata(target)? {
+                        Some(m) if m.is_file() => Some(
+                            root.read_regular(target, crate::host::root::read::MAX_READ_BYTES)?,
+                        ),
+                        _ => None,
+                    },
                 };
                 let base = match (&old, fresh) {
                     (_, Some(s)) => s,
@@ -725,7 +739,20 @@ impl StepJournal {
                 gid: fm.gid(),
                 xattrs: read_xattrs(&f).map_err(|e| jerr(path, root, e))?,
             };
-            let d = self.append(root, &rec, Some((&mut f, fm.len())))?;
+            // A small file is read once: the line edit about to be recorded needs its
+            // text too ([`StepJournal::record_write`]).
+            let d = if fm.len() <= SMALL {
+                let mut buf = Vec::with_capacity(fm.len() as usize);
+                (&mut f)
+                    .take(fm.len())
+                    .read_to_end(&mut buf)
+                    .map_err(|e| jerr(path, root, e))?;
+                let d = self.append(root, &rec, Some((&mut &buf[..], fm.len())))?;
+                self.last_read = Some((path.to_path_buf(), buf));
+                d
+            } else {
+                self.append(root, &rec, Some((&mut f, fm.len())))?
+            };
             format!("sha256:{}", hex(&d))
         } else {
             let node = if ft.is_fifo() {
@@ -838,7 +865,7 @@ impl StepJournal {
         &mut self,
         root: &HostRoot,
         rec: &Record,
-        content: Option<(&mut File, u64)>,
+        content: Option<(&mut dyn Read, u64)>,
     ) -> Result<[u8; 32]> {
         let d = self.append_counted(root, rec, content, true)?;
         self.records += 1;
@@ -849,7 +876,7 @@ impl StepJournal {
         &mut self,
         root: &HostRoot,
         rec: &Record,
-        content: Option<(&mut File, u64)>,
+        content: Option<(&mut dyn Read, u64)>,
         inject: bool,
     ) -> Result<[u8; 32]> {
         if self.failed.is_some() {
@@ -961,7 +988,7 @@ impl StepJournal {
 fn write_record(
     w: &mut dyn Write,
     rec: &Record,
-    content: Option<(&mut File, u64)>,
+    content: Option<(&mut dyn Read, u64)>,
 ) -> std::io::Result<(u64, [u8; 32])> {
     let meta = serde_json::to_vec(rec).map_err(std::io::Error::other)?;
     let len = content.as_ref().map_or(0, |(_, n)| *n);
