@@ -116,11 +116,19 @@ fn a_step_syncs_its_directory_once_after_its_renames_and_before_its_flag() {
     assert_eq!(fr.read("/etc/demo/a.conf"), "a\n");
     assert_eq!(fr.read("/etc/demo/b.conf"), "b\n");
     let text = std::fs::read_to_string(&out).unwrap();
-    // The step's undo journal is named after its process: `<journal>` here.
-    let journal = regex::Regex::new(r"\.undo/demo-two\.[0-9]+\.[0-9]+").unwrap();
+    // The step's undo journal is named by the boot id and a random part: `<journal>` here.
+    // Its log is made unnamed (`O_TMPFILE`) and linked once locked, so strace shows the
+    // descriptor as the unnamed file (`<dir>/#<inode> (deleted)`): that is `<journal>/log`.
+    let journal = regex::Regex::new(r"\.undo/demo-two\.[0-9a-f]+-[0-9a-f]+").unwrap();
+    let unnamed =
+        regex::Regex::new(r"\d+<[^>]*(/var/lib/skyhook/\.undo/<journal>)/#\d+>\(deleted\)")
+            .unwrap();
     let calls: Vec<String> = durability_calls(&text, &fr.root_str())
         .iter()
-        .map(|c| journal.replace(c, ".undo/<journal>").into_owned())
+        .map(|c| {
+            let c = journal.replace_all(c, ".undo/<journal>");
+            unnamed.replace_all(&c, "${1}/log").into_owned()
+        })
         .collect();
     let flags = fr.list("/t/state/flags/demo/1.0.0");
     assert_eq!(flags.len(), 1, "{flags:?}");

@@ -131,6 +131,86 @@ fn differences(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Ve
         .collect()
 }
 
+/// The calls a run is killed at: every sync, rename (the journal's move-aside of a removal
+/// is a `renameat2`), link (the journal's log, made unnamed, is linked once locked) and
+/// unlink (temporary files, the journal's removal, lock files).
+const SYSCALLS: [&str; 9] = [
+    "fsync",
+    "fdatasync",
+    "rename",
+    "renameat",
+    "renameat2",
+    "linkat",
+    "unlink",
+    "unlinkat",
+    "rmdir",
+];
+
+/// Run the agent on `fr` under strace, SIGKILLed at its `k`-th `syscall` (per thread).
+fn killed_at(strace: &Path, fr: &FakeRoot, syscall: &str, k: u32) -> Run {
+    let mut cmd = Command::new(strace);
+    cmd.args(["-f", "-qq", "-o", "/dev/null", "-e"])
+        .arg(format!("trace={syscall}"))
+        .arg("-e")
+        .arg(format!("inject={syscall}:signal=KILL:when={k}"))
+        .args([AGENT, "apply", &fr.root_str(), "/t/pkg"])
+        .env_clear()
+        .envs(fr.env_vars())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    run_to_end(cmd.spawn().expect("spawn strace"))
+}
+
+/// The recovery killed: a failing step is killed at its journal's 10th `fdatasync` (well
+/// into its changes), then the next run, which recovers that journal before anything
+/// else, is killed at its k-th sync, rename, link or unlink; a last run must leave the
+/// host as a clean failing run does.
+#[test]
+fn sigkill_anywhere_in_the_recovery_then_rerun_leaves_the_host_as_it_was() {
+    require_root!();
+    let Some(strace) = which("strace") else {
+        eprintln!("SKIPPED undo_journal: strace is not installed (.ci/run installs it)");
+        return;
+    };
+    let clean = package("fail");
+    let want = host_state(&clean);
+    clean.run("apply").code(1);
+    assert_eq!(
+        differences(&want, &host_state(&clean)),
+        Vec::<String>::new()
+    );
+    let mut kill_points = 0;
+    for syscall in ["fsync", "renameat2", "rename", "unlinkat", "rmdir"] {
+        // Bounded: the recovery makes fewer than 40 such calls of each kind.
+        for k in 1..=40 {
+            let fr = package("fail");
+            let first = killed_at(&strace, &fr, "fdatasync", 10);
+            assert!(!matches!(first.code, 0 | 1), "not killed: {}", first.stderr);
+            let second = killed_at(&strace, &fr, syscall, k);
+            if second.code == 1 {
+                break;
+            }
+            kill_points += 1;
+            let ctx = format!("recovery killed at {syscall} #{k} (status {})", second.code);
+            let rerun = fr.run("apply");
+            assert_eq!(rerun.code, 1, "{ctx}: rerun: {}", rerun.stderr);
+            assert!(
+                !rerun.stdout.contains("not undone"),
+                "{ctx}: {}",
+                rerun.stdout
+            );
+            let diff = differences(&want, &host_state(&fr));
+            assert!(diff.is_empty(), "{ctx}: {diff:#?}\nrerun:\n{}", rerun.all());
+        }
+    }
+    assert!(
+        kill_points >= 10,
+        "only {kill_points} kill points were reached"
+    );
+    eprintln!("undo_journal recovery: {kill_points} kill points");
+}
+
 fn kill_anywhere(outcome: &str, code: i32) {
     let Some(strace) = which("strace") else {
         skip!("strace is not installed (.ci/run installs it)");
@@ -143,22 +223,11 @@ fn kill_anywhere(outcome: &str, code: i32) {
         assert_eq!(differences(&original, &want), Vec::<String>::new());
     }
     let mut kill_points = 0;
-    for syscall in ["fsync", "fdatasync", "rename", "renameat", "renameat2"] {
+    for syscall in SYSCALLS {
         // Bounded: a run makes fewer than 80 such calls of each kind.
         for k in 1..=80 {
             let fr = package(outcome);
-            let mut cmd = Command::new(&strace);
-            cmd.args(["-f", "-qq", "-o", "/dev/null", "-e"])
-                .arg(format!("trace={syscall}"))
-                .arg("-e")
-                .arg(format!("inject={syscall}:signal=KILL:when={k}"))
-                .args([AGENT, "apply", &fr.root_str(), "/t/pkg"])
-                .env_clear()
-                .envs(fr.env_vars())
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            let killed = run_to_end(cmd.spawn().expect("spawn strace"));
+            let killed = killed_at(&strace, &fr, syscall, k);
             if killed.code == code {
                 // Fewer than k such calls in a whole run: nothing more to kill at.
                 break;
@@ -180,8 +249,9 @@ fn kill_anywhere(outcome: &str, code: i32) {
                 let start = rerun.stdout.lines().position(|l| l.contains("tune.rhai"));
                 assert!(
                     first.is_some() && first < start,
-                    "{ctx}: no undo line before the step: {}",
-                    rerun.stdout
+                    "{ctx}: no undo line before the step: {}\nkilled run:\n{}",
+                    rerun.all(),
+                    killed.all()
                 );
             }
             let got = host_state(&fr);

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use rhai::{Dynamic, EvalAltResult, NativeCallContext, Position, Scope};
 
 use crate::host::root::HostRoot;
+use crate::host::root::error::HostError;
 use crate::host::{ExecMode, Report};
 use crate::logs::sink::{Label, LogFormat, StreamSink};
 use crate::process::Cancel;
@@ -262,6 +263,19 @@ impl ScriptStep<'_> {
             .error
             .as_ref()
             .map(|e| redactor.redact(&e.to_string()).into_owned());
+        // A journal write that failed fails the step whatever the script caught.
+        if let Some(f) = self.api.journal_failure() {
+            let line = format!(
+                "{}: {}",
+                self.script.file(),
+                HostError::JournalFailed { message: f }
+            );
+            error = Some(match error {
+                Some(e) if !e.contains(&line) => format!("{e}\n{line}"),
+                Some(e) => e,
+                None => line,
+            });
+        }
         // A failed step's files are put back (apply with an undo journal) and its deferred
         // work is not run; what cannot be put back is listed in its error.
         let failed = error.is_some() || !self.spec.accepts(outcome.code);

@@ -444,6 +444,15 @@ impl HostApi {
             .collect()
     }
 
+    /// The first failed write of the step's undo journal ([`Host::journal_failure`]),
+    /// redacted: the step fails and is undone whatever its script caught.
+    pub fn journal_failure(&self) -> Option<String> {
+        lock(&self.inner.host)
+            .as_ref()
+            .and_then(|h| h.journal_failure())
+            .map(|m| self.inner.redactor.redact(&m).into_owned())
+    }
+
     /// What the session's start undid of journals left by steps that did not end
     /// ([`Host::recovered`]); empty once finished.
     pub fn recovered(&self) -> Vec<String> {

@@ -423,8 +423,9 @@ impl Host {
         if self.view_stat(path, true)?.is_none_or(|s| s.kind != "file") {
             return Ok(None);
         }
-        if matches!(effect, Effect::CopyFile { .. }) {
-            // A copied-over file may be of any size: its digest is streamed.
+        if matches!(effect, Effect::CopyFile { .. } | Effect::RemoveFile { .. }) {
+            // A copied-over or removed file may be of any size: its digest is streamed
+            // (never read whole, no size limit).
             return Ok(self.view_digest(path)?.map(|d| format!("sha256:{d}")));
         }
         let redactor = self.redactor().clone();

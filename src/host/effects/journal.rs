@@ -1,45 +1,74 @@
 //! The undo journal of a step: the before-state of every file the apply executor changes,
-//! kept durably inside the host root so that a failed step (or one the agent did not live
-//! to end) can be put back.
+//! and what the step wrote there, kept durably inside the host root so that a failed step
+//! (or one the agent did not live to end) can be put back without undoing anyone else's
+//! change.
 //!
 //! Before the apply executor performs a file effect (a write, batched or not, a removal, a
 //! directory, a tree removal, a mode or owner change, a symlink, a download's file) or sets
 //! a live sysctl value, it records the path's state once per step (the first before-state
 //! wins): existence and kind, the content of a regular file, mode, owner, extended
-//! attributes, a symlink's target, the previous sysctl value; for a tree removal, every
-//! entry below it. A path beneath one the step created records nothing (removing the
-//! created ancestor removes it).
+//! attributes, a symlink's target, the previous sysctl value. A path beneath one the step
+//! created records nothing (removing the created ancestor removes it).
+//!
+//! Before every content write (and a removal of a path it wrote) it also records a
+//! *wrote* record: the SHA-256 of the file as it is then (`base`, read under the path lock
+//! the edit holds, [`crate::host::root::pathlock`]) and of what the step writes (`after`);
+//! for a line or block edit (the session's line batch, the user database) also the edit's
+//! lines added and removed.
+//!
+//! A removed file, symlink, FIFO, socket or device, and a removed tree, is *moved aside*:
+//! renamed into the journal's directory (no copy, no space needed, no size limit) and
+//! renamed back by the undo. Where the rename crosses filesystems (`EXDEV`: the removed path
+//! is on another filesystem than `/var/lib/skyhook`), a regular file's content is copied
+//! into the log instead, a FIFO or device is recorded as what it is (made again with
+//! `mknod`), and a socket as a socket (not made again: its server makes it).
 //!
 //! | file | content |
 //! |---|---|
-//! | `/var/lib/skyhook/.undo/<package>-<step>.<pid>.<n>/log` | records, each one JSON line (`{"kind":"file",...,"len":N}`) followed by `N` bytes of content |
+//! | `/var/lib/skyhook/.undo/<package>-<step>.<boot id, 8 hex>-<16 random hex>/log` | records (below) |
+//! | `/var/lib/skyhook/.undo/<...>/<n>` | a path the step removed, moved aside |
 //!
-//! Each record is appended and the log fsynced (`fdatasync`) before the effect is
-//! performed; the log's directory is fsynced once, when it is created. A record cut short
-//! by a crash ends the log: its effect was never performed. The session's process holds an
-//! exclusive `flock` on the log while the step runs, so a recovery leaves a live step's
-//! journal alone.
+//! A record is `SKJ2`, the JSON header's length (u32 LE), the content's length (u64 LE),
+//! the JSON header, the content, the content's SHA-256 and the SHA-256 of everything before
+//! the content plus the content's digest: it is whole or it is not used. The first record
+//! is the journal's start (boot id, boot-time clock, wall clock, pid), which orders
+//! recovery. The log is made unnamed (`O_TMPFILE`), locked (`flock`), given its start
+//! record and only then linked into place, so no recovery ever sees a live step's log
+//! unlocked. Each effect's records are appended and the log fsynced (`fdatasync`) once
+//! before the effect is performed. A journal write that fails (a full disk) is cut back to
+//! its last whole record and *poisons* the step: every later effect and the step's end
+//! fail with it, whatever the script caught, and the step is undone.
 //!
-//! When the step ends: on success (after its writes are durable) the journal is deleted;
-//! on failure it is replayed backwards (content, mode, owner, extended attributes,
-//! existence, sysctl values), the restored directories fsynced, then deleted.
-//! [`recover`] replays every journal no live process holds: a step cut short by SIGKILL is
-//! undone by the next run before it does anything else. Content is streamed in both
-//! directions (never held in memory whole).
+//! When the step ends: on success (after its writes are durable) the journal is deleted
+//! (moved-aside paths with it); on failure it is replayed backwards, the restored
+//! directories fsynced, then deleted. A file is put back whole only while it holds exactly
+//! what the step wrote there (its digest, compared under the path's lock): when another
+//! writer changed it since, a line or block edit is undone alone on the file as it is now
+//! (the step's added lines removed, its removed lines put back after the line they
+//! followed), and any other change is left, with a `<path> changed by another writer since
+//! this step wrote it` line; a moved-aside path comes back only where nothing is now. The
+//! replay reads record by record and stops at the first record that is not whole (cut
+//! short, checksum mismatch): it never reads across a record boundary, and says from which
+//! byte the journal could not be read. [`recover`] replays every journal no live process
+//! holds, newest first (by the start records): a step cut short by SIGKILL is undone by the
+//! next run before it does anything else. Content is streamed in both directions (never
+//! held in memory whole), except a line edit's file, which is text the session held anyway.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::host::effects::effect::Effect;
 use crate::host::root::durability::DirSyncs;
 use crate::host::root::error::{HostError, Result};
+use crate::host::root::undo_ops::Node;
 use crate::host::root::{DirSync, EntryKind, HostRoot, RootError, normalize};
 
 /// The directory of the journals (a host path).
@@ -48,20 +77,47 @@ pub const DIR: &str = "/var/lib/skyhook/.undo";
 /// The name of the log inside a journal's directory.
 const LOG: &str = "log";
 
-/// One before-state. Paths are host paths.
+/// A record's first bytes.
+const MAGIC: &[u8; 4] = b"SKJ2";
+/// The fixed part before a record's JSON header: magic, header length, content length.
+const HEAD: usize = 16;
+/// After the content: its SHA-256 and the record's.
+const TAIL: usize = 64;
+/// The largest file whose content the journal reads into memory to record it (1 MiB).
+const SMALL: u64 = 1 << 20;
+/// The largest JSON header read (1 MiB: a path, a symlink target, a line edit's lines).
+const MAX_META: u32 = 1 << 20;
+
+/// The digest of a path's state: `sha256:<hex>` of a regular file's content, `absent`,
+/// `dir`, `symlink:<target>`, `other` (a FIFO, socket or device); `*` in a wrote record:
+/// whatever the step wrote (the agent's own records, written outside an effect).
+type State = String;
+
+const ABSENT: &str = "absent";
+const ANY: &str = "*";
+
+/// One record. Paths are host paths.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum Record {
-    /// Nothing was there: undo removes what is.
+    /// The journal's start: orders recovery (newest first).
+    Start {
+        boot_id: String,
+        /// `CLOCK_BOOTTIME` in nanoseconds (comparable within one boot).
+        boot_ns: u64,
+        /// Wall clock, nanoseconds since the epoch (across boots).
+        wall_ns: u64,
+        pid: u32,
+    },
+    /// Nothing was there: undo removes what is (if it is what the step wrote).
     Absent { path: PathBuf },
-    /// A regular file; its `len` bytes of content follow the record's line.
+    /// A regular file; its content is the record's content.
     File {
         path: PathBuf,
         mode: u32,
         uid: u32,
         gid: u32,
         xattrs: Vec<Xattr>,
-        len: u64,
     },
     /// A directory (its entries have records of their own when they change).
     Dir {
@@ -75,6 +131,35 @@ enum Record {
     Symlink { path: PathBuf, target: PathBuf },
     /// A live sysctl value (`/proc/sys/...`), as read.
     Sysctl { path: PathBuf, value: String },
+    /// A removed path (anything but a mount point), renamed to `stash` in the journal's
+    /// directory.
+    Moved { path: PathBuf, stash: String },
+    /// A FIFO, socket or device removed across filesystems: recorded as what it was.
+    Special {
+        path: PathBuf,
+        /// `fifo`, `socket`, `char` or `block`.
+        node: String,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u64,
+    },
+    /// The step is about to change `path`'s content from `base` to `after` ([`State`]).
+    Wrote {
+        path: PathBuf,
+        base: State,
+        after: State,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lines: Option<LineEdit>,
+    },
+}
+
+/// A line or block edit: lines added (in order) and removed (each with the line it
+/// followed, `None` at the top).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct LineEdit {
+    added: Vec<String>,
+    removed: Vec<(Option<String>, String)>,
 }
 
 /// An extended attribute: its name and its value in base64.
@@ -93,6 +178,15 @@ fn jerr(path: &Path, root: &HostRoot, source: std::io::Error) -> HostError {
     })
 }
 
+/// What [`StepJournal::before`] leaves to the executor.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Before {
+    /// Perform the effect.
+    Perform,
+    /// The journal made the change itself (a removal moved aside): do not perform it.
+    Done,
+}
+
 /// One step's journal (module docs): created with the first record.
 #[derive(Debug)]
 pub(crate) struct StepJournal {
@@ -100,6 +194,10 @@ pub(crate) struct StepJournal {
     name: String,
     /// The open, locked log; `None` until the first record.
     log: Option<File>,
+    /// The log's length in whole records (a failed append is cut back to it).
+    len: u64,
+    /// Records appended since the last `fdatasync`.
+    unsynced: bool,
     /// Paths recorded (normalised host paths; sysctl paths too).
     seen: HashSet<PathBuf>,
     /// Paths recorded as absent: nothing beneath them needs a record.
@@ -107,11 +205,16 @@ pub(crate) struct StepJournal {
     /// Directories the journal itself created above its own (outermost first), removed with
     /// it when empty.
     made_dirs: Vec<PathBuf>,
-    /// Records written.
+    /// Records written (the start record not counted).
     records: usize,
+    /// Paths moved aside so far (the next stash's name).
+    stashes: u64,
+    /// The first journal write that failed: the step is poisoned (module docs).
+    failed: Option<String>,
+    /// The content of the small file [`StepJournal::record_path`] recorded last, for the
+    /// line edit that follows.
+    last_read: Option<(PathBuf, Vec<u8>)>,
 }
-
-static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Whether `effect` changes files or a live sysctl value (what the journal records).
 fn changes_files(effect: &Effect) -> bool {
@@ -130,8 +233,42 @@ fn changes_files(effect: &Effect) -> bool {
     )
 }
 
+/// The kernel's boot id (`/proc/sys/kernel/random/boot_id`, the agent's own kernel), 32
+/// hex digits; `unknown` when unreadable.
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().replace('-', ""))
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// `CLOCK_BOOTTIME` in nanoseconds.
+fn boot_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
+}
+
+/// 16 random hex digits (`getrandom`; the clock and pid if it fails).
+fn random_hex() -> String {
+    let mut b = [0u8; 8];
+    // SAFETY: the buffer is 8 bytes long.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != 8 {
+        let x = boot_ns() ^ (u64::from(std::process::id()) << 32);
+        b = x.to_le_bytes();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 /// A journal directory name from `label` (`<package>-<step>`): characters outside
-/// `[A-Za-z0-9._-]` become `_`; the process id and a counter make it unique.
+/// `[A-Za-z0-9._-]` become `_`; the boot id's first 8 digits and a random part make it
+/// unique across processes, pid namespaces and boots.
 fn dir_name(label: &str) -> String {
     let clean: String = label
         .chars()
@@ -144,8 +281,95 @@ fn dir_name(label: &str) -> String {
             }
         })
         .collect();
-    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("{clean}.{}.{n}", std::process::id())
+    let boot = boot_id();
+    format!("{clean}.{}-{}", &boot[..boot.len().min(8)], random_hex())
+}
+
+/// Lowercase hex of `d`.
+fn hex(d: &[u8]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The [`State`] of `path` now (not following a final symlink); a regular file's content
+/// streamed through SHA-256.
+fn state_of(root: &HostRoot, path: &Path) -> Result<State> {
+    let Some(m) = root.symlink_metadata(path)? else {
+        return Ok(ABSENT.into());
+    };
+    let ft = m.file_type();
+    Ok(if ft.is_file() {
+        let mut f = root.open_regular(path)?;
+        let (_, d) =
+            crate::host::root::digest::sha256_stream(&mut f).map_err(|e| jerr(path, root, e))?;
+        format!("sha256:{d}")
+    } else if ft.is_dir() {
+        "dir".into()
+    } else if ft.is_symlink() {
+        format!("symlink:{}", root.read_link(path)?.display())
+    } else {
+        "other".into()
+    })
+}
+
+/// The lines of `text` (without their line breaks); `None` when it is not UTF-8.
+fn lines_of(text: &[u8]) -> Option<Vec<String>> {
+    let s = std::str::from_utf8(text).ok()?;
+    Some(s.lines().map(str::to_string).collect())
+}
+
+/// The line edit that turns `base` into `after` (both UTF-8, else `None`).
+fn line_edit(base: &[u8], after: &[u8]) -> Option<LineEdit> {
+    let old = lines_of(base)?;
+    let new = lines_of(after)?;
+    let mut edit = LineEdit::default();
+    for op in similar::capture_diff_slices(similar::Algorithm::Myers, &old, &new) {
+        let (o, olen, n, nlen) = match op {
+            similar::DiffOp::Equal { .. } => continue,
+            similar::DiffOp::Delete {
+                old_index, old_len, ..
+            } => (old_index, old_len, 0, 0),
+            similar::DiffOp::Insert {
+                new_index, new_len, ..
+            } => (0, 0, new_index, new_len),
+            similar::DiffOp::Replace {
+                old_index,
+                old_len,
+                new_index,
+                new_len,
+            } => (old_index, old_len, new_index, new_len),
+        };
+        for i in o..o + olen {
+            let prev = i.checked_sub(1).map(|p| old[p].clone());
+            edit.removed.push((prev, old[i].clone()));
+        }
+        edit.added.extend(new[n..n + nlen].iter().cloned());
+    }
+    Some(edit)
+}
+
+/// Undo `edit` on `lines` (the file as it is now): each added line taken out (its last
+/// occurrence, as many times as it was added), each removed line that is not there put
+/// back after the last occurrence of the line it followed (at the top for `None`, at the
+/// end when that line is gone).
+fn invert(lines: &mut Vec<String>, edit: &LineEdit) {
+    for line in edit.added.iter().rev() {
+        if let Some(i) = lines.iter().rposition(|l| l == line) {
+            lines.remove(i);
+        }
+    }
+    for (prev, line) in &edit.removed {
+        if lines.contains(line) {
+            continue;
+        }
+        let at = match prev {
+            None => 0,
+            Some(p) => lines
+                .iter()
+                .rposition(|l| l == p)
+                .map_or(lines.len(), |i| i + 1),
+        };
+        lines.insert(at, line.clone());
+    }
 }
 
 impl StepJournal {
@@ -154,10 +378,15 @@ impl StepJournal {
         StepJournal {
             name: dir_name(label),
             log: None,
+            len: 0,
+            unsynced: false,
             seen: HashSet::new(),
             created: Vec::new(),
             made_dirs: Vec::new(),
             records: 0,
+            stashes: 0,
+            failed: None,
+            last_read: None,
         }
     }
 
@@ -165,50 +394,108 @@ impl StepJournal {
         Path::new(DIR).join(&self.name)
     }
 
+    /// The first journal write that failed (module docs: the step is poisoned).
+    pub(crate) fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    fn poisoned(&self) -> HostError {
+        HostError::JournalFailed {
+            message: self.failed.clone().unwrap_or_default(),
+        }
+    }
+
     /// Whether `p` (normalised) needs no record: under the journals' directory, recorded
     /// already, or beneath a path the step created.
     fn covered(&self, p: &Path) -> bool {
-        p.starts_with(DIR) || self.seen.contains(p) || self.created.iter().any(|c| p.starts_with(c))
+        p.starts_with(DIR) || self.seen.contains(p) || self.beneath_created(p)
     }
 
-    /// Record what `effect` is about to change (module docs); nothing for effects that
-    /// change no file.
+    /// Whether `p` is strictly beneath a path the step created (or is one, when `or_self`).
+    fn beneath_created(&self, p: &Path) -> bool {
+        self.created.iter().any(|c| p.starts_with(c) && p != c)
+    }
+
+    /// Record what `effect` is about to change (module docs) and fsync the log; nothing for
+    /// effects that change no file. `line_edit`: the write is a line or block edit, whose
+    /// lines are recorded too. Returns whether the executor still performs the effect.
     ///
     /// # Errors
-    /// Reading the before-state or writing the log (the effect must then not be performed).
-    pub(crate) fn before(&mut self, root: &HostRoot, effect: &Effect) -> Result<()> {
-        if changes_files(effect) {
-            // The journal's own directories exist before any before-state is taken, so
-            // none of them is recorded as created by the step (and removed by its undo).
-            self.open(root)?;
+    /// A failed journal write earlier in the step ([`HostError::JournalFailed`], for every
+    /// effect); reading the before-state or writing the log (the effect must then not be
+    /// performed; a failed write poisons the step).
+    pub(crate) fn before(
+        &mut self,
+        root: &HostRoot,
+        effect: &Effect,
+        line_edit: bool,
+    ) -> Result<Before> {
+        if self.failed.is_some() {
+            return Err(self.poisoned());
         }
+        if !changes_files(effect) {
+            return Ok(Before::Perform);
+        }
+        // The journal's own directories exist before any before-state is taken, so
+        // none of them is recorded as created by the step (and removed by its undo).
+        self.open(root)?;
+        let r = self.record(root, effect, line_edit);
+        let synced = self.sync(root);
+        let r = r?;
+        synced?;
+        Ok(r)
+    }
+
+    fn record(&mut self, root: &HostRoot, effect: &Effect, line_edit: bool) -> Result<Before> {
+        self.last_read = None;
         match effect {
-            Effect::WriteFile { path, .. } | Effect::CopyFile { path, .. } => {
-                let target = root.write_target(path)?;
-                self.record_creating(root, &target)
+            Effect::WriteFile { path, content, .. } => {
+                let target = normalize(&root.write_target(path)?);
+                let after = crate::host::root::digest::sha256_tag(content);
+                self.record_write(root, &target, after, line_edit.then_some(&content[..]))?;
+            }
+            Effect::CopyFile {
+                path, src, sha256, ..
+            } => {
+                let target = normalize(&root.write_target(path)?);
+                let after = match sha256 {
+                    Some(d) => format!("sha256:{d}"),
+                    None => state_of(root, src)?,
+                };
+                self.record_write(root, &target, after, None)?;
             }
             Effect::Fetch(d) => {
-                let target = root.write_target(&d.path)?;
-                self.record_creating(root, &target)
+                let target = normalize(&root.write_target(&d.path)?);
+                let after = d
+                    .sha256
+                    .as_ref()
+                    .map_or_else(|| ANY.to_string(), |s| format!("sha256:{s}"));
+                self.record_write(root, &target, after, None)?;
             }
-            Effect::Mkdir { path, .. } => self.record_creating(root, path),
-            Effect::Symlink { link, .. } => self.record_creating(root, link),
-            Effect::RemoveFile { path } => self.record_path(root, &normalize(path)),
-            Effect::RemoveAll { path } => self.record_tree(root, &normalize(path)),
+            Effect::Mkdir { path, .. } => {
+                self.record_creating(root, path)?;
+            }
+            Effect::Symlink { link, .. } => {
+                let link = normalize(link);
+                if self.record_creating(root, &link)?.is_some() {
+                    self.wrote(root, &link, ANY.into(), ANY.into(), None)?;
+                }
+            }
+            Effect::RemoveFile { path } => return self.record_removal(root, &normalize(path)),
+            Effect::RemoveAll { path } => return self.record_removal(root, &normalize(path)),
             Effect::Chmod { path, .. } | Effect::Chown { path, .. } => {
-                match root.canonical(path)? {
-                    Some(p) => self.record_path(root, &p),
-                    None => Ok(()),
+                if let Some(p) = root.canonical(path)? {
+                    self.record_path(root, &p)?;
                 }
             }
             Effect::Sysctl { key, .. } => {
                 let path = crate::host::effects::effect::sysctl_proc_path(key)?;
                 if self.seen.contains(&path) {
-                    return Ok(());
+                    return Ok(Before::Perform);
                 }
                 let value = match root.read_opt(&path)? {
                     Some(v) => String::from_utf8_lossy(&v).trim_end().to_string(),
-                    None => return Ok(()),
+                    None => return Ok(Before::Perform),
                 };
                 self.append(
                     root,
@@ -219,25 +506,163 @@ impl StepJournal {
                     None,
                 )?;
                 self.seen.insert(path);
-                Ok(())
             }
-            _ => Ok(()),
+            _ => {}
         }
+        Ok(Before::Perform)
     }
 
     /// Record the state of `path` itself (no final symlink followed), without it
-    /// (`path` and the entries below): [`StepJournal::before`] for a removal.
+    /// (`path` and the entries below), and that the step rewrites it outside an effect
+    /// (a deferred-work record: put back whole).
     pub(crate) fn before_path(&mut self, root: &HostRoot, path: &Path) -> Result<()> {
+        if self.failed.is_some() {
+            return Err(self.poisoned());
+        }
         self.open(root)?;
-        self.record_creating(root, &normalize(path))
+        let path = normalize(path);
+        let r = match self.record_creating(root, &path) {
+            Ok(Some(_)) => self.wrote(root, &path, ANY.into(), ANY.into(), None),
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        let synced = self.sync(root);
+        r?;
+        synced
+    }
+
+    /// Before a content write of `target` (normalised): its state once, then a wrote
+    /// record (module docs) unless `target` is beneath a path the step created.
+    fn record_write(
+        &mut self,
+        root: &HostRoot,
+        target: &Path,
+        after: State,
+        content: Option<&[u8]>,
+    ) -> Result<()> {
+        let fresh = self.record_creating(root, target)?;
+        if self.beneath_created(target) || target.starts_with(DIR) {
+            return Ok(());
+        }
+        let (base, lines) = match content {
+            Some(new) => {
+                // A line edit's file is text the session held whole: its text as just
+                // recorded, else read again here, under the edit's lock.
+                let kept = self
+                    .last_read
+                    .take()
+                    .filter(|(p, _)| p == target && fresh.is_some());
+                let old = match kept {
+                    Some((_, text)) => Some(text),
+                    None => match root.symlink_metadata(target)? {
+                        Some(m) if m.is_file() => Some(
+                            root.read_regular(target, crate::host::root::read::MAX_READ_BYTES)?,
+                        ),
+                        _ => None,
+                    },
+                };
+                let base = match (&old, fresh) {
+                    (_, Some(s)) => s,
+                    (Some(o), None) => crate::host::root::digest::sha256_tag(o),
+                    (None, None) => state_of(root, target)?,
+                };
+                (base, line_edit(old.as_deref().unwrap_or_default(), new))
+            }
+            None => match fresh {
+                Some(s) => (s, None),
+                None => (state_of(root, target)?, None),
+            },
+        };
+        self.wrote(root, target, base, after, lines)
+    }
+
+    fn wrote(
+        &mut self,
+        root: &HostRoot,
+        path: &Path,
+        base: State,
+        after: State,
+        lines: Option<LineEdit>,
+    ) -> Result<()> {
+        self.append(
+            root,
+            &Record::Wrote {
+                path: path.to_path_buf(),
+                base,
+                after,
+                lines,
+            },
+            None,
+        )
+        .map(drop)
+    }
+
+    /// Before a removal of `path` (normalised): a path the step created or recorded needs
+    /// only a wrote record (it ends absent); any other is moved aside into the journal
+    /// (module docs), or recorded whole where the rename crosses filesystems.
+    fn record_removal(&mut self, root: &HostRoot, path: &Path) -> Result<Before> {
+        if path.starts_with(DIR) || self.beneath_created(path) {
+            return Ok(Before::Perform);
+        }
+        let Some(m) = root.symlink_metadata(path)? else {
+            return Ok(Before::Perform);
+        };
+        if self.seen.contains(path) {
+            if m.is_file() || m.file_type().is_symlink() {
+                let base = state_of(root, path)?;
+                self.wrote(root, path, base, ABSENT.into(), None)?;
+                return Ok(Before::Perform);
+            }
+            // A directory the step recorded (or made): its entries need their own records.
+            if m.is_dir() {
+                self.record_tree(root, path)?;
+            }
+            return Ok(Before::Perform);
+        }
+        if m.is_dir() {
+            // `remove_all` refuses mount points below: so does the move.
+            root.remove_all_check(path)?;
+        }
+        let stash = self.stashes.to_string();
+        self.stashes += 1;
+        let to = self.dir().join(&stash);
+        self.append(
+            root,
+            &Record::Moved {
+                path: path.to_path_buf(),
+                stash,
+            },
+            None,
+        )?;
+        // The record is durable before the rename.
+        self.sync(root)?;
+        match root.rename_noreplace(path, &to) {
+            Ok(()) => {
+                // A later write of the path records it (absent) again.
+                self.seen.remove(path);
+                Ok(Before::Done)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => {
+                // Another filesystem: record what it is (the moved record finds no stash).
+                if m.is_dir() {
+                    self.record_tree(root, path)?;
+                } else {
+                    self.record_path(root, path)?;
+                    self.wrote(root, path, ANY.into(), ABSENT.into(), None)?;
+                }
+                Ok(Before::Perform)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// For an effect that may create `path` and its parents: the first missing ancestor is
-    /// recorded absent; when they all exist, `path`'s state.
-    fn record_creating(&mut self, root: &HostRoot, path: &Path) -> Result<()> {
+    /// recorded absent; when they all exist, `path`'s state. Returns `path`'s [`State`]
+    /// when it was recorded now.
+    fn record_creating(&mut self, root: &HostRoot, path: &Path) -> Result<Option<State>> {
         let path = normalize(path);
         if self.covered(&path) {
-            return Ok(());
+            return Ok(None);
         }
         // The common case first: the parent exists (one lookup instead of one per ancestor).
         if let Some(parent) = path.parent()
@@ -253,21 +678,23 @@ impl StepJournal {
             if self.covered(anc) {
                 // A recorded ancestor that existed: look further down.
                 if self.created.iter().any(|c| anc.starts_with(c)) {
-                    return Ok(());
+                    return Ok(None);
                 }
                 continue;
             }
             if root.symlink_metadata(anc)?.is_none() {
-                return self.record_path(root, anc);
+                self.record_path(root, anc)?;
+                return Ok(None);
             }
         }
         self.record_path(root, &path)
     }
 
-    /// Record `path`'s state (not following a final symlink), once.
-    fn record_path(&mut self, root: &HostRoot, path: &Path) -> Result<()> {
+    /// Record `path`'s state (not following a final symlink), once. Returns its
+    /// [`State`] when recorded now.
+    fn record_path(&mut self, root: &HostRoot, path: &Path) -> Result<Option<State>> {
         if self.covered(path) {
-            return Ok(());
+            return Ok(None);
         }
         let Some(m) = root.symlink_metadata(path)? else {
             self.append(
@@ -279,16 +706,18 @@ impl StepJournal {
             )?;
             self.seen.insert(path.to_path_buf());
             self.created.push(path.to_path_buf());
-            return Ok(());
+            return Ok(Some(ABSENT.into()));
         };
         let ft = m.file_type();
-        if ft.is_symlink() {
+        let state = if ft.is_symlink() {
             let target = root.read_link(path)?;
+            let state = format!("symlink:{}", target.display());
             let rec = Record::Symlink {
                 path: path.to_path_buf(),
                 target,
             };
             self.append(root, &rec, None)?;
+            state
         } else if ft.is_dir() {
             let f = root.open_read(path)?;
             let rec = Record::Dir {
@@ -299,6 +728,7 @@ impl StepJournal {
                 xattrs: read_xattrs(&f).map_err(|e| jerr(path, root, e))?,
             };
             self.append(root, &rec, None)?;
+            "dir".into()
         } else if ft.is_file() {
             let mut f = root.open_regular(path)?;
             let fm = f.metadata().map_err(|e| jerr(path, root, e))?;
@@ -308,28 +738,51 @@ impl StepJournal {
                 uid: fm.uid(),
                 gid: fm.gid(),
                 xattrs: read_xattrs(&f).map_err(|e| jerr(path, root, e))?,
-                len: fm.len(),
             };
-            self.append(root, &rec, Some(&mut f))?;
+            // A small file is read once: the line edit about to be recorded needs its
+            // text too ([`StepJournal::record_write`]).
+            let d = if fm.len() <= SMALL {
+                let mut buf = Vec::with_capacity(fm.len() as usize);
+                (&mut f)
+                    .take(fm.len())
+                    .read_to_end(&mut buf)
+                    .map_err(|e| jerr(path, root, e))?;
+                let d = self.append(root, &rec, Some((&mut &buf[..], fm.len())))?;
+                self.last_read = Some((path.to_path_buf(), buf));
+                d
+            } else {
+                self.append(root, &rec, Some((&mut f, fm.len())))?
+            };
+            format!("sha256:{}", hex(&d))
         } else {
-            return Err(HostError::Invalid {
-                what: "undo journal",
-                message: format!(
-                    "{} is a fifo, socket or device: its removal could not be undone",
-                    path.display()
-                ),
-            });
-        }
+            let node = if ft.is_fifo() {
+                "fifo"
+            } else if ft.is_socket() {
+                "socket"
+            } else if ft.is_char_device() {
+                "char"
+            } else {
+                "block"
+            };
+            let rec = Record::Special {
+                path: path.to_path_buf(),
+                node: node.into(),
+                mode: m.mode() & 0o7777,
+                uid: m.uid(),
+                gid: m.gid(),
+                rdev: m.rdev(),
+            };
+            self.append(root, &rec, None)?;
+            "other".into()
+        };
         self.seen.insert(path.to_path_buf());
-        Ok(())
+        Ok(Some(state))
     }
 
-    /// Record a tree about to be removed: every entry, children before their directory,
-    /// so the backwards replay makes a directory before what it holds.
+    /// Record a tree about to be removed (across filesystems: no move): every entry,
+    /// children before their directory, so the backwards replay makes a directory before
+    /// what it holds.
     fn record_tree(&mut self, root: &HostRoot, path: &Path) -> Result<()> {
-        if self.covered(path) {
-            return Ok(());
-        }
         // Bounded by the tree (each entry once); depth-first with an explicit stack.
         let mut order = Vec::new();
         let mut stack = vec![path.to_path_buf()];
@@ -349,70 +802,156 @@ impl StepJournal {
             }
             order.push(p);
         }
-        // `order` holds each directory before its subdirectories' entries: reverse the
-        // directories' positions by recording deepest first.
         order.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
         for p in order {
-            self.record_path(root, &p)?;
+            if !self.covered(&p) {
+                self.record_path(root, &p)?;
+                if root.symlink_metadata(&p)?.is_some_and(|m| !m.is_dir()) {
+                    self.wrote(root, &p, ANY.into(), ABSENT.into(), None)?;
+                }
+            }
         }
         Ok(())
     }
 
-    /// Open the log (first record): make the directory, create and lock the log, fsync
-    /// the directories created. The journals' directory is held shared meanwhile (see
+    /// Open the log (first record): make the directory, create the log unnamed
+    /// (`O_TMPFILE`), lock it, write the start record, link it into place, fsync the
+    /// directories created. The journals' directory is held shared meanwhile (see
     /// [`hold_dir`]), so no recovery or cleanup takes the new journal for an abandoned one.
-    fn open(&mut self, root: &HostRoot) -> Result<&mut File> {
-        if self.log.is_none() {
-            let dir = self.dir();
-            let (above, _guard) = hold_dir_created(root)?;
-            let made = root.create_dir_all(&dir, 0o700)?;
-            let log_path = dir.join(LOG);
-            let f = root.create_new(&log_path, 0o600)?;
-            lock(&f, LockOp::Exclusive).map_err(|e| jerr(&log_path, root, e))?;
-            root.sync_dir_checked(&dir)?;
-            for d in above.iter().chain(&made) {
-                root.sync_dir_checked(d.parent().unwrap_or(Path::new("/")))?;
-            }
-            self.made_dirs = above.into_iter().filter(|d| !d.starts_with(DIR)).collect();
-            self.log = Some(f);
+    fn open(&mut self, root: &HostRoot) -> Result<()> {
+        if self.log.is_some() {
+            return Ok(());
         }
-        Ok(self.log.as_mut().expect("opened above"))
-    }
-
-    /// Append `rec` (and `content`'s `len` bytes for a file) and fsync the log.
-    fn append(&mut self, root: &HostRoot, rec: &Record, content: Option<&mut File>) -> Result<()> {
-        let log_path = self.dir().join(LOG);
-        let mut line = serde_json::to_vec(rec).map_err(|e| HostError::Invalid {
-            what: "undo journal record",
-            message: e.to_string(),
-        })?;
-        line.push(b'\n');
-        let log = self.open(root)?;
-        let io = |e| jerr(&log_path, root, e);
-        log.write_all(&line).map_err(io)?;
-        if let (Some(src), Record::File { len, path, .. }) = (content, rec) {
-            let copied = std::io::copy(&mut src.take(*len), log).map_err(io)?;
-            if copied != *len {
-                return Err(jerr(
-                    path,
-                    root,
-                    std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        format!("changed while journaled: {copied} of {len} bytes read"),
-                    ),
-                ));
-            }
+        let dir = self.dir();
+        let (above, _guard) = hold_dir_created(root)?;
+        let made = root.create_dir_all(&dir, 0o700)?;
+        let (f, dfd) = root.create_unnamed(&dir, 0o600)?;
+        let log_path = dir.join(LOG);
+        lock(&f, LockOp::Exclusive).map_err(|e| jerr(&log_path, root, e))?;
+        self.log = Some(f);
+        self.len = 0;
+        let start = Record::Start {
+            boot_id: boot_id(),
+            boot_ns: boot_ns(),
+            wall_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+            pid: std::process::id(),
+        };
+        let linked = self
+            .append_counted(root, &start, None, false)
+            .and_then(|_| {
+                let f = self.log.as_ref().expect("set above");
+                root.link_unnamed(f, &dfd, &dir, std::ffi::OsStr::new(LOG))
+                    .map_err(HostError::from)
+            });
+        if let Err(e) = linked {
+            self.log = None;
+            let _ = root.remove_dir(&dir);
+            return Err(e);
         }
-        log.sync_data().map_err(io)?;
-        self.records += 1;
+        root.sync_dir_checked(&dir)?;
+        for d in above.iter().chain(&made) {
+            root.sync_dir_checked(d.parent().unwrap_or(Path::new("/")))?;
+        }
+        self.made_dirs = above.into_iter().filter(|d| !d.starts_with(DIR)).collect();
         Ok(())
     }
 
-    /// The step succeeded and its writes are durable: delete the journal.
+    /// Append `rec` (and `content`'s bytes for a file) to the log; not synced
+    /// ([`StepJournal::sync`]). Returns the content's SHA-256. A failure cuts the log back
+    /// to its whole records and poisons the step.
+    fn append(
+        &mut self,
+        root: &HostRoot,
+        rec: &Record,
+        content: Option<(&mut dyn Read, u64)>,
+    ) -> Result<[u8; 32]> {
+        let d = self.append_counted(root, rec, content, true)?;
+        self.records += 1;
+        Ok(d)
+    }
+
+    fn append_counted(
+        &mut self,
+        root: &HostRoot,
+        rec: &Record,
+        content: Option<(&mut dyn Read, u64)>,
+        inject: bool,
+    ) -> Result<[u8; 32]> {
+        if self.failed.is_some() {
+            return Err(self.poisoned());
+        }
+        let log_path = self.dir().join(LOG);
+        #[cfg(test)]
+        let fail = match inject {
+            true => fail_point::take(&self.name, self.records),
+            false => None,
+        };
+        #[cfg(not(test))]
+        let _ = inject;
+        let log = self.log.as_mut().expect("opened by the caller");
+        #[cfg(test)]
+        let log = &mut fail_point::Limited::new(log, fail);
+        let r = write_record(log, rec, content);
+        match r {
+            Ok((n, d)) => {
+                self.len += n;
+                self.unsynced = true;
+                Ok(d)
+            }
+            Err(e) => {
+                let e = jerr(&log_path, root, e);
+                Err(self.poison(e))
+            }
+        }
+    }
+
+    /// A journal write failed: cut the log back to its whole records, keep `e` as the
+    /// step's poison (module docs) and return it.
+    fn poison(&mut self, e: HostError) -> HostError {
+        if let Some(log) = &self.log {
+            let _ = log.set_len(self.len);
+            let _ = log.sync_data();
+        }
+        self.failed = Some(crate::chain::render(&e));
+        self.poisoned()
+    }
+
+    /// `fdatasync` the log when records were appended since the last one.
+    fn sync(&mut self, root: &HostRoot) -> Result<()> {
+        if !self.unsynced {
+            return Ok(());
+        }
+        let log_path = self.dir().join(LOG);
+        let log = self.log.as_ref().expect("records appended");
+        match log.sync_data() {
+            Ok(()) => {
+                self.unsynced = false;
+                Ok(())
+            }
+            Err(e) => {
+                let e = jerr(&log_path, root, e);
+                Err(self.poison(e))
+            }
+        }
+    }
+
+    /// The step succeeded and its writes are durable: delete the journal (and what it
+    /// moved aside). A poisoned journal is undone instead, and the step fails.
     ///
     /// # Errors
-    /// Removing the log or its directory.
+    /// [`HostError::JournalFailed`] (after the undo); removing the journal.
     pub(crate) fn commit(&mut self, root: &HostRoot) -> Result<()> {
+        if self.failed.is_some() {
+            let lines = self.undo(root)?;
+            let mut message = self.failed.clone().unwrap_or_default();
+            for l in lines {
+                message.push_str("\nnot undone: ");
+                message.push_str(&l);
+            }
+            return Err(HostError::JournalFailed { message });
+        }
         if self.log.take().is_none() {
             return Ok(());
         }
@@ -421,20 +960,19 @@ impl StepJournal {
     }
 
     /// The step failed: replay the journal backwards, fsync, delete it. Returns one line
-    /// per record that could not be put back (`<path>: <error>`).
+    /// per record that could not be put back (`<path>: <error>`, `<path> changed by
+    /// another writer ...`).
     ///
     /// # Errors
     /// Reading the log (then nothing is deleted: the next run's [`recover`] tries again).
     pub(crate) fn undo(&mut self, root: &HostRoot) -> Result<Vec<String>> {
-        let Some(mut log) = self.log.take() else {
+        let Some(log) = self.log.take() else {
             return Ok(Vec::new());
         };
         let log_path = self.dir().join(LOG);
-        log.seek(SeekFrom::Start(0))
-            .map_err(|e| jerr(&log_path, root, e))?;
         // The log was opened write-only: read it through a new descriptor.
         let reader = root.open_read(&log_path)?;
-        let failed = replay(root, reader, &log_path)?;
+        let failed = replay(root, reader, &self.dir())?;
         drop(log);
         self.records = 0;
         remove_journal(root, &self.dir(), &self.made_dirs, false)?;
@@ -442,12 +980,208 @@ impl StepJournal {
     }
 }
 
-/// Remove a journal's log and directory, fsync its parent; then, holding the journals'
-/// directory exclusively (unless `held`: the caller holds it), that directory and the ones
-/// the journal created above it when empty.
+/// Write one record (module docs) to `w`: returns its length and its content's SHA-256.
+///
+/// # Errors
+/// Write failures of `w`; `content` yielding fewer bytes than its length (changed while
+/// journaled).
+fn write_record(
+    w: &mut dyn Write,
+    rec: &Record,
+    content: Option<(&mut dyn Read, u64)>,
+) -> std::io::Result<(u64, [u8; 32])> {
+    let meta = serde_json::to_vec(rec).map_err(std::io::Error::other)?;
+    let len = content.as_ref().map_or(0, |(_, n)| *n);
+    let mut head = Vec::with_capacity(HEAD + meta.len() + TAIL);
+    head.extend_from_slice(MAGIC);
+    head.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+    head.extend_from_slice(&len.to_le_bytes());
+    head.extend_from_slice(&meta);
+    let data_digest: [u8; 32] = match content {
+        None => Sha256::digest([]).into(),
+        Some((src, n)) => {
+            w.write_all(&head)?;
+            head.clear();
+            let mut h = HashingWriter {
+                inner: &mut *w,
+                hash: Sha256::new(),
+            };
+            let copied = std::io::copy(&mut src.take(n), &mut h)?;
+            if copied != n {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("changed while journaled: {copied} of {n} bytes read"),
+                ));
+            }
+            h.hash.finalize().into()
+        }
+    };
+    let mut all = Sha256::new();
+    all.update(MAGIC);
+    all.update((meta.len() as u32).to_le_bytes());
+    all.update(len.to_le_bytes());
+    all.update(&meta);
+    all.update(data_digest);
+    head.extend_from_slice(&data_digest);
+    head.extend_from_slice(&all.finalize());
+    w.write_all(&head)?;
+    Ok(((HEAD + meta.len() + TAIL) as u64 + len, data_digest))
+}
+
+/// A writer that hashes what it passes on.
+struct HashingWriter<'a> {
+    inner: &'a mut dyn Write,
+    hash: Sha256,
+}
+
+impl Write for HashingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// One whole record read back: where its content is and its digest.
+#[derive(Debug)]
+struct Entry {
+    rec: Record,
+    /// Where the record starts and ends in the log.
+    start: u64,
+    end: u64,
+    /// The content's offset in the log and its length.
+    offset: u64,
+    len: u64,
+    /// The content's SHA-256.
+    digest: [u8; 32],
+}
+
+/// Where and why a log stops being readable.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// The byte offset of the first record not whole.
+    pub offset: u64,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
+/// Read the whole records of a log of `total` bytes from `r`, in order, each checked
+/// (length, checksum) before it is used; stops at the first one that is not whole and
+/// says where. Never reads past a record's declared end into the next one.
+fn read_entries<R: Read>(r: &mut R, total: u64) -> (Vec<Entry>, Option<Damage>) {
+    let mut out = Vec::new();
+    let mut pos = 0u64;
+    // Bounded by `total`: every record advances `pos` by at least HEAD + TAIL bytes.
+    while pos < total {
+        match read_entry(r, pos, total) {
+            Ok((entry, next)) => {
+                out.push(entry);
+                pos = next;
+            }
+            Err(why) => {
+                return (out, Some(Damage { offset: pos, why }));
+            }
+        }
+    }
+    (out, None)
+}
+
+/// One record at `pos` (its end no further than `total`); the record and the offset after
+/// it.
+fn read_entry<R: Read>(
+    r: &mut R,
+    pos: u64,
+    total: u64,
+) -> std::result::Result<(Entry, u64), &'static str> {
+    let left = total - pos;
+    if left < (HEAD + TAIL) as u64 {
+        return Err("cut short");
+    }
+    let mut head = [0u8; HEAD];
+    r.read_exact(&mut head).map_err(|_| "cut short")?;
+    if &head[..4] != MAGIC {
+        return Err("not a record");
+    }
+    let meta_len = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
+    let data_len = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+    if meta_len > MAX_META {
+        return Err("header too long");
+    }
+    let size = (HEAD as u64 + TAIL as u64 + u64::from(meta_len))
+        .checked_add(data_len)
+        .ok_or("cut short")?;
+    if size > left {
+        return Err("cut short");
+    }
+    let mut meta = vec![0u8; meta_len as usize];
+    r.read_exact(&mut meta).map_err(|_| "cut short")?;
+    let mut h = Sha256::new();
+    let copied = std::io::copy(&mut (&mut *r).take(data_len), &mut HashSink(&mut h))
+        .map_err(|_| "cut short")?;
+    if copied != data_len {
+        return Err("cut short");
+    }
+    let digest: [u8; 32] = h.finalize().into();
+    let mut tail = [0u8; TAIL];
+    r.read_exact(&mut tail).map_err(|_| "cut short")?;
+    let mut all = Sha256::new();
+    all.update(head);
+    all.update(&meta);
+    all.update(digest);
+    let all: [u8; 32] = all.finalize().into();
+    if tail[..32] != digest || tail[32..] != all {
+        return Err("checksum mismatch");
+    }
+    let rec: Record = serde_json::from_slice(&meta).map_err(|_| "unknown record")?;
+    let offset = pos + HEAD as u64 + u64::from(meta_len);
+    Ok((
+        Entry {
+            rec,
+            start: pos,
+            end: pos + size,
+            offset,
+            len: data_len,
+            digest,
+        },
+        pos + size,
+    ))
+}
+
+/// A `Write` that only hashes.
+struct HashSink<'a>(&'a mut Sha256);
+
+impl Write for HashSink<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The whole records of a log held in memory, as byte ranges, and where it stops being
+/// readable: the journal parser the fuzz target drives (`tests/fuzz`). Each range starts
+/// where the previous one ended and lies within `bytes`; each record's checksums matched.
+#[doc(hidden)]
+pub fn parse_log(bytes: &[u8]) -> (Vec<std::ops::Range<u64>>, Option<Damage>) {
+    let mut cur = std::io::Cursor::new(bytes);
+    let (entries, damage) = read_entries(&mut cur, bytes.len() as u64);
+    (
+        entries.into_iter().map(|e| e.start..e.end).collect(),
+        damage,
+    )
+}
+
+/// Remove a journal's directory (the log and what it moved aside), fsync its parent; then,
+/// holding the journals' directory exclusively (unless `held`: the caller holds it), that
+/// directory and the ones the journal created above it when empty.
 fn remove_journal(root: &HostRoot, dir: &Path, made: &[PathBuf], held: bool) -> Result<()> {
     root.remove_file(&dir.join(LOG))?;
-    root.remove_dir(dir)?;
+    root.remove_all(dir)?;
     let guard = if held {
         None
     } else {
@@ -481,7 +1215,7 @@ enum LockOp {
 }
 
 /// The journals' directory [`DIR`], open and `flock`ed: shared by a step while it makes its
-/// journal and locks its log, exclusive for a recovery's scan and for removing the
+/// journal and links its log, exclusive for a recovery's scan and for removing the
 /// directory. Under the exclusive lock, a journal whose log is missing or unlocked was left
 /// by a process that is gone. `None` when the directory does not exist.
 ///
@@ -549,63 +1283,166 @@ fn lock(f: &File, op: LockOp) -> std::io::Result<()> {
     Ok(())
 }
 
-fn read_records(
-    root: &HostRoot,
-    reader: &mut BufReader<File>,
-    log_path: &Path,
-) -> Result<Vec<(Record, u64)>> {
-    let mut out = Vec::new();
-    let total = reader
-        .get_ref()
-        .metadata()
-        .map_err(|e| jerr(log_path, root, e))?
-        .len();
-    let mut pos = 0u64;
-    // Bounded by the log's size: every record advances `pos` by at least one byte.
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| jerr(log_path, root, e))?;
-        if n == 0 || line.last() != Some(&b'\n') {
-            break;
-        }
-        pos += n as u64;
-        let Ok(rec) = serde_json::from_slice::<Record>(&line) else {
-            break;
-        };
-        let len = match &rec {
-            Record::File { len, .. } => *len,
-            _ => 0,
-        };
-        if pos + len > total {
-            // Cut short by a crash: its effect was never performed.
-            break;
-        }
-        out.push((rec, pos));
-        reader
-            .seek_relative(len as i64)
-            .map_err(|e| jerr(log_path, root, e))?;
-        pos += len;
-    }
-    Ok(out)
+/// The whole records of the log `f` (module docs), and where it stops being readable.
+fn entries_of(root: &HostRoot, f: &File, log_path: &Path) -> Result<(Vec<Entry>, Option<Damage>)> {
+    let total = f.metadata().map_err(|e| jerr(log_path, root, e))?.len();
+    let mut r = BufReader::new(f);
+    let legacy = r.fill_buf().map_err(|e| jerr(log_path, root, e))?.first() == Some(&b'{');
+    Ok(match legacy {
+        true => read_legacy(&mut r, total),
+        false => read_entries(&mut r, total),
+    })
 }
 
-/// Replay a log backwards (module docs). Returns one line per record that failed.
-fn replay(root: &HostRoot, reader: File, log_path: &Path) -> Result<Vec<String>> {
-    let mut reader = BufReader::new(reader);
-    let records = read_records(root, &mut reader, log_path)?;
-    let mut file = reader.into_inner();
+/// The records of a journal an agent before issue 28 left (a JSON line per record, a file's
+/// content after its line; no checksums): read up to the first line that does not parse
+/// or a content cut short, each file and absent record followed by a wrote record of
+/// unknown content (`*`: put back whole, as that agent's undo did).
+fn read_legacy<R: std::io::BufRead>(r: &mut R, total: u64) -> (Vec<Entry>, Option<Damage>) {
+    let mut out = Vec::new();
+    let mut pos = 0u64;
+    let mut line = Vec::new();
+    // Bounded by `total`: every record advances `pos` by at least one byte.
+    while pos < total {
+        line.clear();
+        let Ok(n) = r.read_until(b'\n', &mut line) else {
+            break;
+        };
+        if n == 0 || line.last() != Some(&b'\n') {
+            return (
+                out,
+                Some(Damage {
+                    offset: pos,
+                    why: "cut short",
+                }),
+            );
+        }
+        let start = pos;
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line) else {
+            return (
+                out,
+                Some(Damage {
+                    offset: pos,
+                    why: "not a record",
+                }),
+            );
+        };
+        let len = v
+            .get("len")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        let Ok(rec) = serde_json::from_value::<Record>(v) else {
+            return (
+                out,
+                Some(Damage {
+                    offset: pos,
+                    why: "unknown record",
+                }),
+            );
+        };
+        let offset = pos + n as u64;
+        if len > total - offset {
+            return (
+                out,
+                Some(Damage {
+                    offset: pos,
+                    why: "cut short",
+                }),
+            );
+        }
+        let mut h = Sha256::new();
+        if std::io::copy(&mut (&mut *r).take(len), &mut HashSink(&mut h)).ok() != Some(len) {
+            return (
+                out,
+                Some(Damage {
+                    offset: pos,
+                    why: "cut short",
+                }),
+            );
+        }
+        pos = offset + len;
+        let wrote = match &rec {
+            Record::File { path, .. } | Record::Absent { path } => Some(path.clone()),
+            _ => None,
+        };
+        out.push(Entry {
+            rec,
+            start,
+            end: pos,
+            offset,
+            len,
+            digest: h.finalize().into(),
+        });
+        if let Some(path) = wrote {
+            out.push(Entry {
+                rec: Record::Wrote {
+                    path,
+                    base: ANY.into(),
+                    after: ANY.into(),
+                    lines: None,
+                },
+                start: pos,
+                end: pos,
+                offset: pos,
+                len: 0,
+                digest: [0; 32],
+            });
+        }
+    }
+    (out, None)
+}
+
+/// Whether two [`State`]s agree (`*`, whatever the step wrote, agrees with any).
+fn agrees(a: &str, b: &str) -> bool {
+    a == b || a == ANY || b == ANY
+}
+
+/// Replay the log `reader` of the journal in `jdir` backwards (module docs). Returns one
+/// line per record that could not be put back, and one for a log that stops being
+/// readable before its end.
+fn replay(root: &HostRoot, reader: File, jdir: &Path) -> Result<Vec<String>> {
+    let log_path = jdir.join(LOG);
+    let (entries, damage) = entries_of(root, &reader, &log_path)?;
+    let mut log = reader;
+    // Each wrote record belongs to the path's latest state record before it.
+    let mut writes: Vec<Vec<usize>> = (0..entries.len()).map(|_| Vec::new()).collect();
+    let mut state_of_path: HashMap<&Path, usize> = HashMap::new();
+    for (i, e) in entries.iter().enumerate() {
+        match &e.rec {
+            Record::Start { .. } => {}
+            Record::Wrote { path, .. } => {
+                if let Some(&s) = state_of_path.get(path.as_path()) {
+                    writes[s].push(i);
+                }
+            }
+            rec => {
+                state_of_path.insert(rec_path(rec), i);
+            }
+        }
+    }
     let syncs = DirSyncs::default();
     let mut failed = Vec::new();
-    for (rec, offset) in records.iter().rev() {
-        if let Err(e) = restore(root, rec, &mut file, *offset, &syncs) {
-            failed.push(format!(
+    if let Some(d) = &damage {
+        failed.push(format!(
+            "{}: the undo journal is not readable from byte {} ({}): what the step changed after that is not undone",
+            log_path.display(),
+            d.offset,
+            d.why
+        ));
+    }
+    for (i, e) in entries.iter().enumerate().rev() {
+        if matches!(e.rec, Record::Start { .. } | Record::Wrote { .. }) {
+            continue;
+        }
+        let w: Vec<&Record> = writes[i].iter().map(|&k| &entries[k].rec).collect();
+        match restore_checked(root, e, &w, &mut log, jdir, &syncs) {
+            Ok(None) => {}
+            Ok(Some(line)) => failed.push(line),
+            Err(err) => failed.push(format!(
                 "{}: {}",
-                rec_path(rec).display(),
-                crate::chain::render(&e)
-            ));
+                rec_path(&e.rec).display(),
+                crate::chain::render(&err)
+            )),
         }
     }
     if let Err(e) = syncs.sync(root) {
@@ -616,12 +1453,137 @@ fn replay(root: &HostRoot, reader: File, log_path: &Path) -> Result<Vec<String>>
 
 fn rec_path(rec: &Record) -> &Path {
     match rec {
+        Record::Start { .. } => Path::new(DIR),
         Record::Absent { path }
         | Record::File { path, .. }
         | Record::Dir { path, .. }
         | Record::Symlink { path, .. }
-        | Record::Sysctl { path, .. } => path,
+        | Record::Sysctl { path, .. }
+        | Record::Moved { path, .. }
+        | Record::Special { path, .. }
+        | Record::Wrote { path, .. } => path,
     }
+}
+
+/// The path lock's key of the host path `path` (its parent's canonical form plus its
+/// name), as the session takes it for an edit.
+fn lock_key(root: &HostRoot, path: &Path) -> PathBuf {
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => match root.canonical(parent) {
+            Ok(Some(d)) => d.join(name),
+            _ => path.to_path_buf(),
+        },
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Put back the state record `e` whose path the step then wrote as `writes` say, under
+/// the path's lock (principle: never over a change the step did not make). `Ok(Some)`:
+/// a line saying what was left.
+fn restore_checked(
+    root: &HostRoot,
+    e: &Entry,
+    writes: &[&Record],
+    log: &mut File,
+    jdir: &Path,
+    syncs: &DirSyncs,
+) -> Result<Option<String>> {
+    let path = rec_path(&e.rec);
+    let file_like = matches!(
+        e.rec,
+        Record::Absent { .. } | Record::File { .. } | Record::Moved { .. } | Record::Special { .. }
+    );
+    if !file_like {
+        restore(root, &e.rec, log, (e.offset, e.len), jdir, syncs)?;
+        return Ok(None);
+    }
+    let _lock = crate::host::root::pathlock::lock(root, &lock_key(root, path))?;
+    let now = state_of(root, path)?;
+    if let Record::Moved { stash, .. } = &e.rec {
+        if root.symlink_metadata(&jdir.join(stash))?.is_none() {
+            // Put back already (an undo cut short), or never moved.
+            return Ok(None);
+        }
+        if now != ABSENT {
+            return Ok(Some(format!(
+                "{} changed by another writer since this step removed it",
+                path.display()
+            )));
+        }
+        restore(root, &e.rec, log, (e.offset, e.len), jdir, syncs)?;
+        return Ok(None);
+    }
+    let before: State = match &e.rec {
+        Record::Absent { .. } => ABSENT.into(),
+        Record::File { .. } => format!("sha256:{}", hex(&e.digest)),
+        _ => "other".into(),
+    };
+    let mut chain = true;
+    let mut prev = before.as_str();
+    let mut last_base = before.as_str();
+    for w in writes {
+        if let Record::Wrote { base, after, .. } = w {
+            chain &= agrees(base, prev);
+            last_base = base;
+            prev = after;
+        }
+    }
+    let expected = prev;
+    if writes.is_empty() {
+        if let Record::File { mode, uid, gid, .. } = &e.rec
+            && now != before
+            && now.starts_with("sha256:")
+        {
+            // Only the mode or owner was the step's (a chmod, chown): put those back on
+            // the content another writer left.
+            root.set_owner(path, Some(*uid), Some(*gid))?;
+            root.set_mode(path, *mode)?;
+            return Ok(None);
+        }
+        restore(root, &e.rec, log, (e.offset, e.len), jdir, syncs)?;
+        return Ok(None);
+    }
+    // The file holds what the step wrote, what it was before the step's last write (which
+    // did not land), or what it was before the step (put back by an undo cut short).
+    if now == before || (chain && (agrees(&now, expected) || now == last_base)) {
+        restore(root, &e.rec, log, (e.offset, e.len), jdir, syncs)?;
+        return Ok(None);
+    }
+    let edits: Option<Vec<&LineEdit>> = writes
+        .iter()
+        .map(|w| match w {
+            Record::Wrote { lines, .. } => lines.as_ref(),
+            _ => None,
+        })
+        .collect();
+    if let Some(edits) = edits
+        && now.starts_with("sha256:")
+    {
+        let text = root.read_regular(path, crate::host::root::read::MAX_READ_BYTES)?;
+        if let Some(mut lines) = lines_of(&text) {
+            for edit in edits.iter().rev() {
+                invert(&mut lines, edit);
+            }
+            if lines.is_empty() && matches!(e.rec, Record::Absent { .. }) {
+                root.remove_file(path)?;
+                syncs.add_parent_of(path);
+                return Ok(None);
+            }
+            let mut out = lines.join("\n").into_bytes();
+            if !out.is_empty() {
+                out.push(b'\n');
+            }
+            let add = |d: &Path| syncs.add(d);
+            root.write_atomic_synced(path, None, None, None, DirSync::Defer(&add), |f| {
+                f.write_all(&out)
+            })?;
+            return Ok(None);
+        }
+    }
+    Ok(Some(format!(
+        "{} changed by another writer since this step wrote it",
+        path.display()
+    )))
 }
 
 /// Remove whatever is at `path` (a tree too) unless it is of kind `keep`.
@@ -630,8 +1592,12 @@ fn clear(root: &HostRoot, path: &Path, keep: Option<&str>, syncs: &DirSyncs) -> 
         return Ok(());
     };
     let ft = m.file_type();
-    let kind = crate::host::root::kind_name(ft);
-    if keep == Some(kind) {
+    let kept = match keep {
+        Some("file") => ft.is_file(),
+        Some("dir") => ft.is_dir(),
+        _ => false,
+    };
+    if kept {
         return Ok(());
     }
     if ft.is_dir() {
@@ -643,29 +1609,79 @@ fn clear(root: &HostRoot, path: &Path, keep: Option<&str>, syncs: &DirSyncs) -> 
     Ok(())
 }
 
+/// Make `path`'s missing parents (0755), noting them for the step's fsync.
+fn make_parents(root: &HostRoot, path: &Path, syncs: &DirSyncs) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        for d in root.create_dir_all(parent, crate::host::root::PARENT_DIR_MODE)? {
+            syncs.add_parent_of(&d);
+        }
+    }
+    Ok(())
+}
+
+/// Put `rec`'s state back as it was (content at `offset` in `log`).
 fn restore(
     root: &HostRoot,
     rec: &Record,
     log: &mut File,
-    offset: u64,
+    (offset, len): (u64, u64),
+    jdir: &Path,
     syncs: &DirSyncs,
 ) -> Result<()> {
     match rec {
+        Record::Start { .. } | Record::Wrote { .. } => Ok(()),
         Record::Absent { path } => clear(root, path, None, syncs),
+        Record::Moved { path, stash } => {
+            let from = jdir.join(stash);
+            if root.symlink_metadata(&from)?.is_none() {
+                // The rename never happened (or crossed filesystems: other records hold it).
+                return Ok(());
+            }
+            clear(root, path, None, syncs)?;
+            make_parents(root, path, syncs)?;
+            root.rename_noreplace(&from, path)?;
+            syncs.add_parent_of(path);
+            syncs.add(jdir);
+            Ok(())
+        }
+        Record::Special {
+            path,
+            node,
+            mode,
+            uid,
+            gid,
+            rdev,
+        } => {
+            let kind = match node.as_str() {
+                "fifo" => Node::Fifo,
+                "char" => Node::Char,
+                "block" => Node::Block,
+                _ => {
+                    return Err(jerr(
+                        path,
+                        root,
+                        std::io::Error::other(format!(
+                            "was a {node}, which cannot be made again (its server makes it)"
+                        )),
+                    ));
+                }
+            };
+            clear(root, path, None, syncs)?;
+            make_parents(root, path, syncs)?;
+            root.make_node(path, kind, *mode, *rdev)?;
+            root.set_owner(path, Some(*uid), Some(*gid))?;
+            syncs.add_parent_of(path);
+            Ok(())
+        }
         Record::File {
             path,
             mode,
             uid,
             gid,
             xattrs,
-            len,
         } => {
             clear(root, path, Some("file"), syncs)?;
-            if let Some(parent) = path.parent() {
-                for d in root.create_dir_all(parent, crate::host::root::PARENT_DIR_MODE)? {
-                    syncs.add_parent_of(&d);
-                }
-            }
+            make_parents(root, path, syncs)?;
             log.seek(SeekFrom::Start(offset))
                 .map_err(|e| jerr(path, root, e))?;
             let add = |d: &Path| syncs.add(d);
@@ -676,8 +1692,8 @@ fn restore(
                 Some(*gid),
                 DirSync::Defer(&add),
                 |f| {
-                    let n = std::io::copy(&mut (&mut *log).take(*len), f)?;
-                    if n == *len {
+                    let n = std::io::copy(&mut (&mut *log).take(len), f)?;
+                    if n == len {
                         Ok(())
                     } else {
                         Err(std::io::ErrorKind::UnexpectedEof.into())
@@ -716,11 +1732,7 @@ fn restore(
                 return Ok(());
             }
             clear(root, path, None, syncs)?;
-            if let Some(parent) = path.parent() {
-                for d in root.create_dir_all(parent, crate::host::root::PARENT_DIR_MODE)? {
-                    syncs.add_parent_of(&d);
-                }
-            }
+            make_parents(root, path, syncs)?;
             root.symlink(target, path)?;
             syncs.add_parent_of(path);
             Ok(())
@@ -821,20 +1833,23 @@ fn set_xattrs(f: &File, want: &[Xattr]) -> std::io::Result<()> {
 }
 
 /// Replay and delete every journal under [`DIR`] that no live process holds (a step cut
-/// short by SIGKILL, or one whose undo could not finish). Returns one line per journal
-/// replayed (`undid <n> file changes of <name>, left by a step that did not end`) and one
-/// per record that could not be put back.
+/// short by SIGKILL, or one whose undo could not finish), newest first: the current boot's
+/// by their boot-time clock, then earlier boots' by wall clock (the start records; a
+/// journal without one comes last). Returns one line per journal replayed (`undid <n> file
+/// change record(s) of <name>, left by a step that did not end`) and one per record that
+/// could not be put back.
 ///
 /// # Errors
 /// Listing the journals' directory, opening or reading a log.
 pub fn recover(root: &HostRoot) -> Result<Vec<String>> {
     let dir = Path::new(DIR);
-    // Held exclusively for the scan: no step is between making its journal and locking
-    // its log, so an unlocked or missing log is an abandoned journal.
+    // Held exclusively for the scan: no step is between making its journal and linking
+    // its locked log, so a missing or unlocked log is an abandoned journal.
     let Some(_guard) = hold_dir(root, LockOp::Exclusive)? else {
         return Ok(Vec::new());
     };
-    let mut lines = Vec::new();
+    let this_boot = boot_id();
+    let mut found = Vec::new();
     for e in root.read_dir(dir)? {
         if e.kind != EntryKind::Dir {
             continue;
@@ -842,8 +1857,8 @@ pub fn recover(root: &HostRoot) -> Result<Vec<String>> {
         let jdir = dir.join(&e.name);
         let log_path = jdir.join(LOG);
         if root.symlink_metadata(&log_path)?.is_none() {
-            // Created but never written: nothing was changed.
-            let _ = root.remove_dir(&jdir);
+            // Created but never linked: nothing was changed.
+            let _ = root.remove_all(&jdir);
             continue;
         }
         let f = root.open_read(&log_path)?;
@@ -851,20 +1866,100 @@ pub fn recover(root: &HostRoot) -> Result<Vec<String>> {
             // A live step's journal.
             continue;
         }
-        let count = {
-            let mut r = BufReader::new(root.open_read(&log_path)?);
-            read_records(root, &mut r, &log_path)?.len()
-        };
-        let failed = replay(root, root.open_read(&log_path)?, &log_path)?;
+        let (entries, _) = entries_of(root, &f, &log_path)?;
+        // Newest first: (this boot, boot clock) or (earlier boot, wall clock).
+        let key = entries.iter().find_map(|x| match &x.rec {
+            Record::Start {
+                boot_id,
+                boot_ns,
+                wall_ns,
+                ..
+            } => Some(if *boot_id == this_boot {
+                (2u8, *boot_ns)
+            } else {
+                (1u8, *wall_ns)
+            }),
+            _ => None,
+        });
+        let count = entries
+            .iter()
+            .filter(|x| !matches!(x.rec, Record::Start { .. } | Record::Wrote { .. }))
+            .count();
+        found.push((key.unwrap_or((0, 0)), e.name, jdir, f, count));
+    }
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
+    let mut lines = Vec::new();
+    for (_, name, jdir, f, count) in found {
+        let log_path = jdir.join(LOG);
+        let failed = replay(root, root.open_read(&log_path)?, &jdir)?;
         lines.push(format!(
             "undid {count} file change record(s) of {}, left by a step that did not end",
-            e.name.to_string_lossy()
+            name.to_string_lossy()
         ));
         lines.extend(failed.into_iter().map(|l| format!("not undone: {l}")));
         drop(f);
         remove_journal(root, &jdir, &[], true)?;
     }
+    // Journals that were never linked (a step killed before its first record, or while
+    // its journal was being deleted) leave nothing behind either.
+    // (A journal's removal above removed the directory already when it was the last.)
+    if root.read_dir(dir).is_ok_and(|d| d.is_empty()) && root.remove_dir(dir).unwrap_or(false) {
+        root.sync_dir_checked(dir.parent().unwrap_or(Path::new("/")))?;
+    }
     Ok(lines)
+}
+
+/// A write failure injected into one journal's log (tests): the journal whose name starts
+/// with the label given to [`fail_point::set`] writes only `keep` bytes of its record
+/// number `nth`, then fails with `ENOSPC`, as a full disk does half-way.
+#[cfg(test)]
+pub(crate) mod fail_point {
+    use std::sync::Mutex;
+
+    static FAIL: Mutex<Vec<(String, usize, usize)>> = Mutex::new(Vec::new());
+
+    /// Make the journal of the step labelled `label` fail record `nth` after `keep` bytes.
+    pub(crate) fn set(label: &str, nth: usize, keep: usize) {
+        FAIL.lock().unwrap().push((label.to_string(), nth, keep));
+    }
+
+    /// The bytes record `nth` of journal `name` may write, once.
+    pub(super) fn take(name: &str, nth: usize) -> Option<usize> {
+        let mut v = FAIL.lock().unwrap();
+        let i = v
+            .iter()
+            .position(|(l, n, _)| name.starts_with(&format!("{l}.")) && *n == nth)?;
+        Some(v.remove(i).2)
+    }
+
+    /// A writer that fails with `ENOSPC` past its budget.
+    pub(super) struct Limited<'a, W> {
+        inner: &'a mut W,
+        left: Option<usize>,
+    }
+
+    impl<'a, W: std::io::Write> Limited<'a, W> {
+        pub(super) fn new(inner: &'a mut W, left: Option<usize>) -> Self {
+            Limited { inner, left }
+        }
+    }
+
+    impl<W: std::io::Write> std::io::Write for Limited<'_, W> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            match self.left {
+                None => self.inner.write(buf),
+                Some(0) => Err(std::io::Error::from_raw_os_error(libc::ENOSPC)),
+                Some(n) => {
+                    let k = self.inner.write(&buf[..buf.len().min(n)])?;
+                    self.left = Some(n - k);
+                    Ok(k)
+                }
+            }
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+    }
 }
 
 #[cfg(test)]
@@ -919,5 +2014,111 @@ mod tests {
         );
         assert_eq!(lines, Vec::<String>::new());
         assert!(root.symlink_metadata(&jdir.join(LOG)).unwrap().is_some());
+    }
+
+    /// Fault 4: a journal's name does not depend on the process id (two agents that are
+    /// pid 1 in their pods used to pick the same name): it carries the boot id and a
+    /// random part, so names never repeat.
+    #[test]
+    fn journal_names_are_unique_across_pid_namespaces() {
+        let pid = std::process::id();
+        let names: HashSet<String> = (0..1000).map(|_| dir_name("pkg-step")).collect();
+        assert_eq!(names.len(), 1000);
+        for n in names.iter().take(5) {
+            assert!(!n.contains(&format!(".{pid}.")), "{n}");
+            assert!(n.starts_with("pkg-step."), "{n}");
+        }
+    }
+
+    /// Principle 2: a record is whole or not used. Three records; a byte of the second's
+    /// content flipped, then the log cut inside the third: the reader returns the first
+    /// only and says where it stopped, never reading the second's declared content as
+    /// anything else.
+    #[test]
+    fn the_reader_stops_at_the_first_record_that_is_not_whole() {
+        let mut log = Vec::new();
+        let recs = [
+            Record::Absent { path: "/a".into() },
+            Record::Sysctl {
+                path: "/proc/sys/x".into(),
+                value: "1".into(),
+            },
+            Record::Absent { path: "/c".into() },
+        ];
+        let mut ends = Vec::new();
+        for r in &recs {
+            write_record(&mut log, r, None).unwrap();
+            ends.push(log.len() as u64);
+        }
+        let (ranges, damage) = parse_log(&log);
+        assert_eq!(ranges, vec![0..ends[0], ends[0]..ends[1], ends[1]..ends[2]]);
+        assert_eq!(damage, None);
+        // A flipped byte in the second record's header.
+        let mut bad = log.clone();
+        bad[ends[0] as usize + HEAD + 3] ^= 1;
+        let (ranges, damage) = parse_log(&bad);
+        assert_eq!(ranges, vec![0..ends[0]]);
+        assert_eq!(
+            damage,
+            Some(Damage {
+                offset: ends[0],
+                why: "checksum mismatch"
+            })
+        );
+        // Cut inside the third.
+        let (ranges, damage) = parse_log(&log[..log.len() - 5]);
+        assert_eq!(ranges.len(), 2);
+        assert_eq!(
+            damage,
+            Some(Damage {
+                offset: ends[1],
+                why: "cut short"
+            })
+        );
+        // A length that points past the end is cut short, not read across.
+        let mut long = log.clone();
+        long[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(parse_log(&long).0, Vec::<std::ops::Range<u64>>::new());
+    }
+
+    /// Principle 1 for line edits: the inverse of a step's edit takes out its lines and
+    /// puts back what it removed, on the file as another writer left it.
+    #[test]
+    fn a_line_edit_is_undone_alone_on_the_file_as_it_is_now() {
+        let edit = line_edit(b"a=1\nold=1\nz=9\n", b"a=1\nnew=2\nz=9\nmine=1\n").unwrap();
+        let mut now: Vec<String> = ["a=1", "new=2", "z=9", "mine=1", "theirs=1"]
+            .map(String::from)
+            .to_vec();
+        invert(&mut now, &edit);
+        assert_eq!(now, ["a=1", "old=1", "z=9", "theirs=1"]);
+    }
+
+    /// A journal an agent before issue 28 left (JSON lines, a file's content after its
+    /// line) is still undone by the recovery: the file put back, the created one removed.
+    #[test]
+    fn a_journal_of_the_previous_format_is_recovered() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(tmp.path()).unwrap();
+        root.create_dir_all(Path::new("/etc"), 0o755).unwrap();
+        root.write_atomic(Path::new("/etc/f"), b"new\n", Some(0o644))
+            .unwrap();
+        root.write_atomic(Path::new("/etc/made"), b"x\n", Some(0o644))
+            .unwrap();
+        let jdir = Path::new(DIR).join("pkg-step.1.0");
+        root.create_dir_all(&jdir, 0o700).unwrap();
+        let log = concat!(
+            "{\"kind\":\"file\",\"path\":\"/etc/f\",\"mode\":420,\"uid\":0,\"gid\":0,\"xattrs\":[],\"len\":4}\n",
+            "old\n",
+            "{\"kind\":\"absent\",\"path\":\"/etc/made\"}\n",
+        );
+        root.write_atomic(&jdir.join(LOG), log.as_bytes(), Some(0o600))
+            .unwrap();
+        let lines = recover(&root).unwrap();
+        assert_eq!(
+            lines,
+            ["undid 2 file change record(s) of pkg-step.1.0, left by a step that did not end"]
+        );
+        assert_eq!(root.read(Path::new("/etc/f")).unwrap(), b"old\n");
+        assert!(!root.exists(Path::new("/etc/made")).unwrap());
     }
 }

@@ -184,6 +184,9 @@ pub struct Host {
     /// Set by the line functions for the one write they submit next: record its change but
     /// hold the write for a batch ((module docs, "Batched line edits")); taken by [`Host::submit`].
     pub(crate) hold_write: bool,
+    /// The next [`Host::submit`] of a write is a line or block edit (the undo journal
+    /// records its lines: [`Host::next_write_is_line_edit`]).
+    pub(crate) line_write: bool,
     /// Every effect submitted, in order, once [`Host::record_effects`] was called: the
     /// recording double tests assert an area's effects with.
     pub(super) recorded: Option<Vec<Effect>>,
@@ -306,6 +309,7 @@ impl Host {
             appended: None,
             batch: Default::default(),
             hold_write: false,
+            line_write: false,
             recorded: None,
             recovered,
             planned_commands: Vec::new(),
@@ -316,6 +320,20 @@ impl Host {
     /// ([`crate::host::effects::journal::recover`]), one line each, to log before the step.
     pub fn recovered(&self) -> &[String] {
         &self.recovered
+    }
+
+    /// The first failed write of the step's undo journal (a full disk): the step is
+    /// poisoned, whatever the script caught ([`crate::host::effects::journal`]); its runner
+    /// fails it and undoes it.
+    pub fn journal_failure(&self) -> Option<String> {
+        self.executor.journal_failure()
+    }
+
+    /// The next write [`Host::submit`]s is a line or block edit of a text file (the
+    /// user database's files too): an undo over another writer's later change takes out
+    /// just its lines ([`crate::host::effects::journal`]).
+    pub(crate) fn next_write_is_line_edit(&mut self) {
+        self.line_write = true;
     }
 
     /// Record every effect submitted from now on ([`Host::recorded_effects`]), in addition
@@ -498,6 +516,8 @@ impl Host {
             r.push(effect.clone());
         }
         let appended = self.appended.take();
+        let line =
+            std::mem::take(&mut self.line_write) && matches!(effect, Effect::WriteFile { .. });
         let hold =
             std::mem::take(&mut self.hold_write) && matches!(effect, Effect::WriteFile { .. });
         self.settle_batch()?;
@@ -525,7 +545,10 @@ impl Host {
             // The line functions' batched write ((module docs, "Batched line edits")).
             None
         } else {
-            let r = self.executor.execute(&self.cx, &effect);
+            let r = match line {
+                true => self.executor.execute_line_edit(&self.cx, &effect),
+                false => self.executor.execute(&self.cx, &effect),
+            };
             if reload && self.executor.changes_host() {
                 self.settle_reload_record(r.is_ok(), was_pending);
             }
@@ -1237,6 +1260,7 @@ pub(crate) fn edit_lines(
     }
     // `submit` checks the ancestors ([`HostError::BadAncestor`]); the view's read resolved
     // the path already.
+    h.next_write_is_line_edit();
     h.submit(Effect::WriteFile {
         path: path.to_path_buf(),
         content,

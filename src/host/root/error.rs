@@ -117,6 +117,15 @@ pub enum HostError {
         message: String,
     },
 
+    /// A write of the step's undo journal failed (a full disk): the step is poisoned, every
+    /// later effect and its end fail with this ([`crate::host::effects::journal`]).
+    #[error("the undo journal could not be written, so the step fails: {message}")]
+    JournalFailed {
+        /// The first failed journal write, rendered with its causes (and after the step's
+        /// end, what could not be undone).
+        message: String,
+    },
+
     /// A user or group name is not in the host root's `/etc/passwd` or `/etc/group`.
     #[error("unknown {kind} {name:?} (not in the host's {file})")]
     UnknownId {

@@ -36,6 +36,7 @@ pub mod read;
 pub mod run_dirs;
 pub mod staging;
 mod tree;
+pub(crate) mod undo_ops;
 
 #[cfg(test)]
 mod durability_dotdot_tests;

@@ -29,13 +29,16 @@
 //! changes nothing takes no lock (and plans no directory). The directory name starts with
 //! `.`, so it can never be a Skyhook's state directory (`/var/lib/skyhook/<skyhook name>`).
 //!
-//! Lock files are never removed, so they accumulate: one empty file (one inode, no data
-//! blocks) per distinct path ever written through the host API, a few dozen on a node.
-//! Removing one safely needs every locker to re-check after `flock` that the path still
-//! names the inode it locked (else retry), and the remover to unlink only while holding the
-//! lock. Agents of an older version, which may run beside a newer one during an upgrade,
-//! do not re-check, so a newer agent removing lock files would break their mutual
-//! exclusion; the growth is bounded by the set of managed paths, so they are kept.
+//! A lock file lives only while it is held: the holder unlinks it (still holding the lock)
+//! when it releases it, so no `.lock` file is left behind after a run. Every locker
+//! therefore checks, once `flock` returned, that the path still names the inode it locked
+//! (a holder may have unlinked it meanwhile, and a new file may have been made there), and
+//! retries when not; the inode it holds is then the one every other locker finds. Agents
+//! of an older version, which kept lock files and did not re-check, may run beside this one
+//! during an upgrade: an older agent blocked on a lock file this one unlinks then holds a
+//! lock nobody else checks, so the two could edit one file at once for that moment (the
+//! stamp check of the session's batch, [`crate::host::effects::session`], still refuses a
+//! write over a change it did not see).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -65,10 +68,31 @@ pub fn lock_file(key: &Path) -> PathBuf {
     Path::new(DIR).join(format!("{:016x}.lock", fnv1a64(key.as_os_str().as_bytes())))
 }
 
-/// A held path lock; dropping it unlocks.
+/// A held path lock; dropping it unlinks its lock file and unlocks.
 #[derive(Debug)]
 pub struct PathLock {
+    /// The root (a duplicate handle) and the lock file's host path, to unlink on drop.
+    unlink: Option<(HostRoot, PathBuf)>,
     _lock: Flock<File>,
+}
+
+impl Drop for PathLock {
+    fn drop(&mut self) {
+        // Still holding the lock: no one else holds this inode, and whoever opened it
+        // meanwhile sees it unlinked after its `flock` and retries (module docs).
+        if let Some((root, path)) = self.unlink.take() {
+            let _ = root.remove_file(&path);
+        }
+    }
+}
+
+/// Whether `f` is the file `path` names now (same device and inode).
+fn still_named(root: &HostRoot, path: &Path, f: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (f.metadata(), root.symlink_metadata(path)) {
+        (Ok(a), Ok(Some(b))) => a.ino() == b.ino() && a.dev() == b.dev(),
+        _ => false,
+    }
 }
 
 /// Open the lock file, creating it (mode 0600, and its directory 0755) when missing.
@@ -100,27 +124,43 @@ fn open(root: &HostRoot, path: &Path) -> Result<File, RootError> {
 /// (`flock(LOCK_EX)`, retried on `EINTR`). Holders keep it only for one read-compare-write,
 /// so the wait is short.
 ///
-/// Side effects: creates [`DIR`] and the lock file when missing.
+/// Side effects: creates [`DIR`] and the lock file when missing; the lock file is unlinked
+/// when the returned lock is dropped.
 ///
 /// # Errors
 /// Creating or opening the lock file, or `flock` failing (the error names the lock file).
 pub fn lock(root: &HostRoot, key: &Path) -> Result<PathLock, RootError> {
     let path = lock_file(key);
-    let mut file = open(root, &path)?;
-    loop {
-        match Flock::lock(file, FlockArg::LockExclusive) {
-            Ok(l) => return Ok(PathLock { _lock: l }),
-            Err((f, Errno::EINTR)) => file = f,
-            Err((_, errno)) => {
-                return Err(RootError {
-                    op: "lock",
-                    path,
-                    root: root.mount().to_path_buf(),
-                    source: std::io::Error::from_raw_os_error(errno as i32),
-                });
+    // Bounded: each round lost means another holder unlinked the file we waited on.
+    for _ in 0..64 {
+        let mut file = open(root, &path)?;
+        let held = loop {
+            match Flock::lock(file, FlockArg::LockExclusive) {
+                Ok(l) => break l,
+                Err((f, Errno::EINTR)) => file = f,
+                Err((_, errno)) => {
+                    return Err(RootError {
+                        op: "lock",
+                        path,
+                        root: root.mount().to_path_buf(),
+                        source: std::io::Error::from_raw_os_error(errno as i32),
+                    });
+                }
             }
+        };
+        if still_named(root, &path, &held) {
+            return Ok(PathLock {
+                unlink: root.try_clone().ok().map(|r| (r, path)),
+                _lock: held,
+            });
         }
     }
+    Err(RootError {
+        op: "lock",
+        path,
+        root: root.mount().to_path_buf(),
+        source: std::io::Error::other("the lock file was replaced 64 times in a row"),
+    })
 }
 
 #[cfg(test)]

@@ -204,8 +204,8 @@ fn system_user_exact_lines_on_debian() {
     assert_eq!(meta(&t, "/var/lib/gpuops/.bashrc"), (0o644, 997, 997));
     assert_eq!(meta(&t, "/var/lib/gpuops/.config"), (0o755, 997, 997));
     assert_eq!(t.read("/var/lib/gpuops/.config/app.conf"), "a=1\n");
-    // the lock file of lckpwdf(3)
-    assert_eq!(meta(&t, "/etc/.pwd.lock"), (0o600, 0, 0));
+    // the lock file of lckpwdf(3), made for the edit, is not left behind
+    assert!(!t.p("/etc/.pwd.lock").exists());
 }
 
 #[test]
@@ -889,6 +889,13 @@ fn pwd_lock_is_a_posix_write_lock_seen_by_other_processes() {
     };
     let held = crate::host::users::userdb::lock_pwd(&root).unwrap();
     assert_eq!(meta(&t, "/etc/.pwd.lock").0, 0o600);
+    assert_eq!(probe(), 1);
+    drop(held);
+    // Made by the lock: unlinked with it (exit 2: nothing to open).
+    assert_eq!(probe(), 2);
+    // A lock file the host had is kept.
+    std::fs::write(t.p("/etc/.pwd.lock"), "").unwrap();
+    let held = crate::host::users::userdb::lock_pwd(&root).unwrap();
     assert_eq!(probe(), 1);
     drop(held);
     assert_eq!(probe(), 0);

@@ -660,6 +660,9 @@ impl Db {
             if [SHADOW, GSHADOW].contains(&t.path) {
                 redact_shown(h, t.path, &content)?;
             }
+            // One line per entry: an undo over another package's later entry takes out
+            // just this step's lines.
+            h.next_write_is_line_edit();
             h.submit(Effect::WriteFile {
                 path: t.path.into(),
                 content: content.into(),
@@ -720,10 +723,32 @@ pub fn days_since_epoch(h: &Host) -> Result<u64> {
 }
 
 /// The shadow-utils lock (`lckpwdf(3)`): a POSIX write lock on `/etc/.pwd.lock`, released
-/// when dropped (the file is closed).
+/// when dropped (the file is closed). A lock file this lock created is unlinked first, while
+/// still locked, so none is left behind on a host that had none (shadow-utils makes its own
+/// when it needs one; a `useradd` that opened the new file while it was held, which is the
+/// only one that could then lock the unlinked file, would have to start in that moment).
 #[derive(Debug)]
 pub(crate) struct PwdLock {
+    /// The root (a duplicate handle) when this lock created the file.
+    created: Option<HostRoot>,
     _file: File,
+}
+
+impl Drop for PwdLock {
+    fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        if let Some(root) = self.created.take() {
+            let path = Path::new(PWD_LOCK);
+            // Only the file this lock made (not one that replaced it).
+            let ours = match (self._file.metadata(), root.symlink_metadata(path)) {
+                (Ok(a), Ok(Some(b))) => a.ino() == b.ino() && a.dev() == b.dev(),
+                _ => false,
+            };
+            if ours {
+                let _ = root.remove_file(path);
+            }
+        }
+    }
 }
 
 /// Open (creating it 0600 when missing) and lock `/etc/.pwd.lock` with `fcntl(F_SETLKW)`,
@@ -741,9 +766,11 @@ pub(crate) fn lock_pwd(root: &HostRoot) -> Result<PwdLock, RootError> {
     };
     let mut last = None;
     let mut file = None;
+    let mut created = None;
     for _ in 0..16 {
         match root.create_new(path, 0o600) {
             Ok(f) => {
+                created = root.try_clone().ok();
                 file = Some(f);
                 break;
             }
@@ -768,7 +795,12 @@ pub(crate) fn lock_pwd(root: &HostRoot) -> Result<PwdLock, RootError> {
     fl.l_whence = libc::SEEK_SET as libc::c_short;
     loop {
         match nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETLKW(&fl)) {
-            Ok(_) => return Ok(PwdLock { _file: file }),
+            Ok(_) => {
+                return Ok(PwdLock {
+                    created,
+                    _file: file,
+                });
+            }
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(err("lock", std::io::Error::from(e))),
         }

@@ -253,21 +253,38 @@ apply script: what would change is drift, and the check fails).
 - **A failing command fails the step.** `run` and `sh` throw when the command exits with a
   code the script did not list in `ok` (0 when it lists none): `#{ok: [0, 1]}` for
   `grep -q`. A probe whose code the script reads is a `query`, which returns any code.
-- **A failed step changes no file.** In apply mode every file a step changes (writes and
-  line edits, drop-ins, directories, removals, trees, mode and owner, symlinks, downloads,
-  the user and group databases, `/etc/fstab`) and every live `sysctl::set` value is first
-  journaled with its state before (content, mode, owner, extended attributes, existence) in
-  `/var/lib/skyhook/.undo/`, made durable before the change. When the step fails (an
-  uncaught error, a failed command, the deadline, a cancel, a return code the step does
-  not accept) the journal is replayed backwards: the files are as they were before the
-  step, and its deferred work (below) does not run. What cannot be undone is
-  listed in the step's error, one `not undone: <what>` line each: the commands that ran,
-  packages installed, removed or held, services started, stopped or restarted (and a
-  daemon-reload a `service::` call ran first), modules loaded, mounts, and any file that
-  could not be put back. A step the agent did not live to end (SIGKILL, power loss) is
-  undone by the next run before it changes anything (`undid N file change record(s) of
-  <package>-<step>...` on its output). Lock files (`/var/lib/skyhook/.locks/`,
-  `/etc/.pwd.lock`) stay. Plans and checks journal nothing; bash steps are not journaled.
+- **A failed step changes no file, and undoes only its own changes.** In apply mode every
+  file a step changes (writes and line edits, drop-ins, directories, removals, trees, mode
+  and owner, symlinks, downloads, the user and group databases, `/etc/fstab`) and every live
+  `sysctl::set` value is first journaled with its state before (content, mode, owner,
+  extended attributes, existence) and, for a content write, the digest of what the step
+  writes, in `/var/lib/skyhook/.undo/`, made durable before the change. A removed file,
+  symlink, FIFO, socket or tree is moved aside into the journal's directory, not copied: a
+  removal needs no free space and has no size limit (where the removed path is on another
+  filesystem than `/var/lib/skyhook`, a file's content is copied into the journal instead,
+  a FIFO or device is recorded as what it is). When the step fails (an uncaught error, a
+  failed command, the deadline, a cancel, a return code the step does not accept) the
+  journal is replayed backwards: the files are as they were before the step, and its
+  deferred work (below) does not run. A file is put back only while it holds exactly what
+  the step wrote (compared by digest under the file's lock): when another package or
+  script changed it since, a line or block edit (`fs::ensure_line`, `fs::remove_line`, the
+  block edits, users and groups) is undone alone on the file as it is now, and any other
+  change is left with a `not undone: <path> changed by another writer since this step wrote
+  it` line; a removed path comes back only where nothing is now. Each journal record
+  carries its length and checksums: a journal write that fails (a full disk) fails the step
+  at once, whatever the script catches (every later call fails too), and a journal that
+  cannot be read whole is replayed up to its last whole record, with a `not undone:` line
+  saying from where. What cannot be undone is listed in the step's error, one `not undone:
+  <what>` line each: the commands that ran, packages installed, removed or held, services
+  started, stopped or restarted (and a daemon-reload a `service::` call ran first), modules
+  loaded, mounts, a removed socket put back on another filesystem, and any file that could
+  not be put back. A step the agent did not live to end (SIGKILL, power loss) is undone by
+  the next run before it changes anything, newest journal first (`undid N file change
+  record(s) of <package>-<step>...` on its output). No lock file is left behind
+  (`/var/lib/skyhook/.locks/*` live while held; an `/etc/.pwd.lock` the edit made is
+  removed with its lock). Still not undone besides those: what another writer put inside
+  a directory the step created (removed with it). Plans and checks journal nothing; bash
+  steps are not journaled.
 - **Deferred work is never lost.** A changed `service::drop_in` schedules one
   `systemctl daemon-reload` (run before the step's next `service::` call, else at its end), a
   changed `grub::` drop-in one grub regeneration at the end of the step (a changed `kmod::`

@@ -14,7 +14,7 @@ use super::Executor;
 use crate::host::effects::context::Context;
 use crate::host::effects::effect::{Effect, GrubUpdate, PkgManager};
 use crate::host::effects::exec::{CmdOutput, CommandOptions, exec, exec_in};
-use crate::host::effects::journal::StepJournal;
+use crate::host::effects::journal::{Before, StepJournal};
 use crate::host::effects::report::ExecMode;
 use crate::host::root::DirSync;
 use crate::host::root::error::{HostError, Result};
@@ -47,10 +47,22 @@ impl Apply {
             .map(|j| j.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Journal `effect`'s before-state, then perform it.
-    fn journaled_perform(&self, cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
-        if let Some(mut j) = self.journal() {
-            j.before(&cx.root, effect)?;
+    /// Journal `effect`'s before-state (a line edit's lines when `line_edit`), then perform
+    /// it, unless the journal made the change itself (a removal moved aside, whose
+    /// directory is then noted for the step's fsync).
+    fn journaled_perform(
+        &self,
+        cx: &Context,
+        effect: &Effect,
+        line_edit: bool,
+    ) -> Result<Option<CmdOutput>> {
+        if let Some(mut j) = self.journal()
+            && j.before(&cx.root, effect, line_edit)? == Before::Done
+        {
+            if let Effect::RemoveFile { path } | Effect::RemoveAll { path } = effect {
+                cx.dir_syncs.add_parent_of(path);
+            }
+            return Ok(None);
         }
         perform(cx, effect)
     }
@@ -62,11 +74,20 @@ impl Executor for Apply {
     }
 
     fn execute(&mut self, cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
-        self.journaled_perform(cx, effect)
+        self.journaled_perform(cx, effect, false)
+    }
+
+    fn execute_line_edit(&mut self, cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
+        self.journaled_perform(cx, effect, true)
     }
 
     fn execute_batched(&self, cx: &Context, effect: &Effect) -> Result<()> {
-        self.journaled_perform(cx, effect).map(drop)
+        // The session's batch holds line and block edits only.
+        self.journaled_perform(cx, effect, true).map(drop)
+    }
+
+    fn journal_failure(&self) -> Option<String> {
+        self.journal().and_then(|j| j.failure().map(str::to_string))
     }
 
     fn changes_host(&self) -> bool {

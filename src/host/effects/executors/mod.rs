@@ -83,6 +83,25 @@ pub(crate) trait Executor: std::fmt::Debug + Send {
         false
     }
 
+    /// [`Executor::execute`] for a line or block edit's write of a whole file (the undo
+    /// journal records the edit's lines, so that an undo can take out just the edit).
+    ///
+    /// # Errors
+    /// As [`Executor::execute`].
+    fn execute_line_edit(
+        &mut self,
+        cx: &Context,
+        effect: &Effect,
+    ) -> Result<Option<crate::host::effects::exec::CmdOutput>> {
+        self.execute(cx, effect)
+    }
+
+    /// The first failed write of the undo journal: the step is poisoned (every later
+    /// effect and its end fail, [`crate::host::effects::journal`]).
+    fn journal_failure(&self) -> Option<String> {
+        None
+    }
+
     /// Record the before-state of `path`, which the session is about to change outside an
     /// effect (a deferred-work record), in the undo journal.
     ///
