@@ -40,7 +40,7 @@ use std::path::{Component, Path, PathBuf};
 use crate::host::Host;
 use crate::host::effects::view::ViewedFile;
 use crate::host::files::copy_tree::{
-    between_check_and_write, confine_dir, copy_needed, put_attrs, submit_copy,
+    between_check_and_write, confine_created, confine_dir, copy_needed, put_attrs, submit_copy,
 };
 use crate::host::files::fs::{self, host_path};
 use crate::host::root::digest::copy_hashed;
@@ -941,7 +941,7 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
         between_check_and_write();
         let mut changed = fs::mkdir(h, &dest.display().to_string(), None)?;
         if confined.is_none() {
-            confined = confine_dir(h, &dest)?;
+            confined = confine_created(h, &dest)?;
         }
         for item in items {
             changed |= match item {

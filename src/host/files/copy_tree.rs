@@ -227,7 +227,7 @@ pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<
     between_check_and_write();
     let mut changed = ensure_dir(h, &dst_path, top.mode, top.uid, top.gid)?;
     if dst_guard.is_none() {
-        dst_guard = confine_dir(h, &dst_path)?;
+        dst_guard = confine_created(h, &dst_path)?;
     }
     for e in entries {
         changed |= match e {
@@ -418,6 +418,22 @@ thread_local! {
     /// write (a racing user's swap), run once.
     pub(crate) static BETWEEN_CHECK_AND_WRITE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         std::cell::RefCell::new(None);
+}
+
+/// Confine the directory `dir` this call has just created (or found made meanwhile),
+/// refusing a symlink in its place ([`HostRoot::confine_created`]); `None` when it does
+/// not exist on disk (a plan).
+///
+/// [`HostRoot::confine_created`]: crate::host::root::HostRoot::confine_created
+pub(crate) fn confine_created(
+    h: &Host,
+    dir: &Path,
+) -> Result<Option<crate::host::root::confine::Confined>> {
+    let root = h.root();
+    if root.symlink_metadata(dir)?.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(root.confine_created(dir)?))
 }
 
 /// Run the test's action set in [`BETWEEN_CHECK_AND_WRITE`], if any (nothing outside tests).

@@ -1,0 +1,155 @@
+//! Attacks on the confinement of `fs::extract` and `fs::copy_tree` (issue 28, principle 3):
+//! the ones that broke it (with their fix) and the strongest of those that held, which pin
+//! the guarantee.
+
+use crate::host::ExecMode;
+use crate::host::files::archive::{ExtractOptions, Extracted, extract, sweep_staging};
+use crate::host::files::archive_tree_tests::{apply, files_below, put, race};
+use crate::host::files::copy_tree::{TreeOptions, copy_tree};
+use crate::host::files::fs_script_tests::tests::tar_of;
+use crate::host::testutil::{TestHost, tree};
+
+/// Fault: a `dest` that does not exist when the archive is checked is created by the call
+/// and only then confined, by a path that follows symlinks: a racing user who creates
+/// `dest` as a symlink to `/etc/cron.d` in between had every entry land there. A `dest`
+/// this call creates is now confined by a handle that follows no final symlink: the call
+/// fails, nothing lands outside `dest`.
+#[test]
+fn a_dest_the_call_creates_swapped_in_as_a_symlink_is_not_written_through() {
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/etc/cron.d")).unwrap();
+    std::fs::create_dir_all(t.p("/opt")).unwrap();
+    put(&t, &tar_of(&[("evil", 'f', 0o644, "* * * * * root id\n")]));
+    let dest = t.p("/opt/dest");
+    race(move || std::os::unix::fs::symlink("/etc/cron.d", &dest).unwrap());
+    let e = apply(&t);
+    assert_eq!(
+        files_below(&t.p("/etc/cron.d")),
+        Vec::<String>::new(),
+        "the archive landed in /etc/cron.d ({e})"
+    );
+    assert!(
+        e.starts_with("failed to confine /opt/dest under host root ")
+            && e.ends_with(
+                ": is a symlink now, where this call created a directory (not followed)"
+            ),
+        "{e}"
+    );
+}
+
+/// `fs::copy_tree` the same: a `dst` the call creates, swapped in as a symlink between the
+/// walk and the first write, is not written through.
+#[test]
+fn copy_tree_to_a_dst_the_call_creates_swapped_in_as_a_symlink_is_not_written_through() {
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/etc/cron.d")).unwrap();
+    t.file("/src/evil", "evil\n");
+    let dst = t.p("/dst");
+    race(move || std::os::unix::fs::symlink("/etc/cron.d", &dst).unwrap());
+    let mut h = t.host(ExecMode::Apply);
+    let r = copy_tree(&mut h, "/src", "/dst", &TreeOptions::default());
+    let _ = h.finish();
+    assert_eq!(
+        files_below(&t.p("/etc/cron.d")),
+        Vec::<String>::new(),
+        "copied into /etc/cron.d ({r:?})"
+    );
+    let e = crate::chain::render(&r.unwrap_err());
+    assert!(
+        e.starts_with("failed to confine /dst under host root ")
+            && e.ends_with(
+                ": is a symlink now, where this call created a directory (not followed)"
+            ),
+        "{e}"
+    );
+}
+
+/// Held: a symlink the step itself made below `dest` (`fs::symlink` before `fs::extract`
+/// in the same step) is seen by the check, and an entry below it is refused naming it.
+#[test]
+fn an_entry_below_a_symlink_the_step_made_in_dest_is_refused() {
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/etc")).unwrap();
+    std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
+    put(&t, &tar_of(&[("l/passwd", 'f', 0o644, "pwned\n")]));
+    let mut h = t.host(ExecMode::Apply);
+    crate::host::files::fs::symlink(&mut h, "/etc", "/opt/dest/l").unwrap();
+    let r = extract(
+        &mut h,
+        "/tmp/x.archive",
+        "/opt/dest",
+        &ExtractOptions::default(),
+    );
+    let _ = h.finish();
+    assert!(!t.p("/etc/passwd").exists(), "written through l ({r:?})");
+    assert_eq!(
+        crate::chain::render(&r.unwrap_err()),
+        "invalid archive: /tmp/x.archive: entry \"l/passwd\": lies below /opt/dest/l, a symlink at the destination"
+    );
+}
+
+/// Held: a staging sweep that runs while an extract is between its staging and its copies
+/// (another agent starting) leaves the live staging, which the extract holds locked, and
+/// the extract completes.
+#[test]
+fn a_sweep_during_a_live_extract_leaves_its_staging() {
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
+    put(
+        &t,
+        &tar_of(&[("a", 'f', 0o644, "a\n"), ("b", 'f', 0o644, "b\n")]),
+    );
+    let root = crate::host::root::HostRoot::open(&t.root).unwrap();
+    let swept = std::rc::Rc::new(std::cell::RefCell::new(None));
+    let s = swept.clone();
+    race(move || *s.borrow_mut() = Some(sweep_staging(&root).unwrap()));
+    assert_eq!(apply(&t), "extracted");
+    assert_eq!(swept.borrow().as_deref(), Some(&[][..]));
+    assert_eq!(std::fs::read(t.p("/opt/dest/a")).unwrap(), b"a\n");
+    assert_eq!(std::fs::read(t.p("/opt/dest/b")).unwrap(), b"b\n");
+}
+
+/// Held: `dst` reached through a symlink into `src` (so inside it) is refused before
+/// anything is copied (no recursion).
+#[test]
+fn copy_tree_into_src_through_a_symlink_is_refused() {
+    let t = TestHost::new();
+    t.file("/src/sub/f", "f\n");
+    std::os::unix::fs::symlink("/src/sub", t.p("/dstlink")).unwrap();
+    let before = tree(&t.root);
+    let mut h = t.host(ExecMode::Apply);
+    let r = copy_tree(&mut h, "/src", "/dstlink/new", &TreeOptions::default());
+    let _ = h.finish();
+    assert_eq!(
+        crate::chain::render(&r.unwrap_err()),
+        "/dstlink/new: is the source directory or inside it"
+    );
+    assert_eq!(tree(&t.root), before);
+}
+
+/// Held: symlink loops and chains of the archive are refused before anything is written
+/// (`a -> b`, `b -> a`, then a file below `a`; a chain of links each one `..` further).
+#[test]
+fn symlink_loops_and_climbing_chains_are_refused_up_front() {
+    let cases: &[&[(&str, char, u32, &str)]] = &[
+        &[("a", 'l', 0o777, "b"), ("b", 'l', 0o777, "a/x")],
+        &[
+            ("d/", 'd', 0o755, ""),
+            ("d/u1", 'l', 0o777, ".."),
+            ("u2", 'l', 0o777, "d/u1/d/u1/.."),
+        ],
+    ];
+    for entries in cases {
+        let t = TestHost::new();
+        std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
+        put(&t, &tar_of(entries));
+        let before = tree(&t.root);
+        let e = apply(&t);
+        assert!(
+            e.starts_with("invalid archive: /tmp/x.archive: entry "),
+            "{e}"
+        );
+        assert_eq!(tree(&t.root), before, "{e}");
+    }
+    let _ = Extracted::Unknown;
+}
