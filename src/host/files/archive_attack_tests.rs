@@ -193,3 +193,83 @@ fn the_undo_of_an_extract_does_not_act_through_a_symlink_swapped_in_after_it() {
     );
     assert!(!t.p("/etc/cfg").exists(), "the undo wrote /etc/cfg");
 }
+
+/// Fault: two extracts into one `dest` at once (two sessions: two agents, or a
+/// `skyhook-run --apply` beside one), each archive checked against the destination as it
+/// was before either wrote. Each archive alone stays inside `dest`: A's `d/e/r -> ../..`
+/// is `dest`, B's `d/e/q -> r/../..` (no `r` in B) is `d`. Together `q` resolves
+/// through A's `r` to `dest/..`: a symlink that leaves `dest` is left there, which every
+/// check of `fs::extract` exists to refuse. The extracts of one host root are now
+/// serialized, from before the check to the last write, by a cross-process lock.
+#[test]
+fn two_extracts_into_one_dest_at_once_cannot_leave_a_link_out_of_it() {
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
+    std::fs::create_dir_all(t.p("/var/lib/skyhook")).unwrap();
+    put(
+        &t,
+        &tar_of(&[("d/e/", 'd', 0o755, ""), ("d/e/r", 'l', 0o777, "../..")]),
+    );
+    t.file("/tmp/b.archive", "");
+    std::fs::write(
+        t.p("/tmp/b.archive"),
+        tar_of(&[("d/e/", 'd', 0o755, ""), ("d/e/q", 'l', 0o777, "r/../..")]),
+    )
+    .unwrap();
+    // B runs in another thread (another session) while A is between its check and its
+    // writes; A goes on once B has ended, or after 2 s (B blocked: it cannot be awaited,
+    // as it waits for A's lock).
+    let root = t.root.clone();
+    let (b_done_tx, b_done_rx) = std::sync::mpsc::channel::<String>();
+    let b_rx = std::sync::Arc::new(std::sync::Mutex::new(b_done_rx));
+    let b_rx2 = b_rx.clone();
+    let b_thread = std::rc::Rc::new(std::cell::RefCell::new(None));
+    let b_thread2 = b_thread.clone();
+    race(move || {
+        *b_thread2.borrow_mut() = Some(std::thread::spawn(move || {
+            let mut h = crate::host::Host::new(
+                crate::host::root::HostRoot::open(&root).unwrap(),
+                ExecMode::Apply,
+                Default::default(),
+            );
+            let r = extract(
+                &mut h,
+                "/tmp/b.archive",
+                "/opt/dest",
+                &ExtractOptions::default(),
+            );
+            let _ = h.finish();
+            let _ = b_done_tx.send(match r {
+                Ok(_) => "extracted".to_string(),
+                Err(e) => crate::chain::render(&e),
+            });
+        }));
+        let got = b_rx2
+            .lock()
+            .unwrap()
+            .recv_timeout(std::time::Duration::from_secs(2));
+        assert!(
+            got.is_err(),
+            "B ran while A was between its check and writes: {got:?}"
+        );
+    });
+    let a = apply(&t);
+    assert_eq!(a, "extracted");
+    let q = t.p("/opt/dest/d/e/q");
+    let leaves = std::fs::canonicalize(&q)
+        .map(|p| !p.starts_with(t.p("/opt/dest")))
+        .unwrap_or(false);
+    assert!(
+        !leaves,
+        "dest/d/e/q resolves outside dest: {:?}",
+        std::fs::canonicalize(&q)
+    );
+    // B, run after A, sees A's link at the destination and is refused.
+    b_thread.borrow_mut().take().unwrap().join().unwrap();
+    let b = b_rx.lock().unwrap().recv().unwrap();
+    assert_eq!(
+        b,
+        "invalid archive: /tmp/b.archive: entry \"d/e/q\": is a symlink to \"r/../..\", which leaves the destination (through /opt/dest/d/e/r, a symlink at the destination)"
+    );
+    assert!(!t.p("/opt/dest/d/e/q").exists());
+}

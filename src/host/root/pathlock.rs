@@ -106,7 +106,31 @@ fn open(root: &HostRoot, path: &Path) -> Result<File, RootError> {
 /// Creating or opening the lock file, or `flock` failing (the error names the lock file).
 pub fn lock(root: &HostRoot, key: &Path) -> Result<PathLock, RootError> {
     let path = lock_file(key);
-    let mut file = open(root, &path)?;
+    let file = open(root, &path)?;
+    flock(root, file, path)
+}
+
+/// Take the exclusive lock of the host root's own directory (`flock(LOCK_EX)` on the
+/// root's `/`, blocking): the lock of work that must not interleave with the same work of
+/// another session of any agent on the host (`fs::extract`, which checks an archive
+/// against the destination as it is and must not see another extract's entries appear
+/// before it writes). Creates nothing. Take it before any path lock (its holders take
+/// path locks while holding it).
+///
+/// # Errors
+/// Opening the root or `flock` failing.
+pub fn lock_root(root: &HostRoot) -> Result<PathLock, RootError> {
+    let dir = Path::new("/");
+    let file = root.open_with(
+        "lock",
+        dir,
+        pathrs::flags::OpenFlags::O_RDONLY | pathrs::flags::OpenFlags::O_DIRECTORY,
+    )?;
+    flock(root, file, dir.to_path_buf())
+}
+
+/// `flock(file, LOCK_EX)`, retried on `EINTR`; errors name `path`.
+fn flock(root: &HostRoot, mut file: File, path: std::path::PathBuf) -> Result<PathLock, RootError> {
     loop {
         match Flock::lock(file, FlockArg::LockExclusive) {
             Ok(l) => return Ok(PathLock { _lock: l }),
