@@ -273,3 +273,64 @@ fn two_extracts_into_one_dest_at_once_cannot_leave_a_link_out_of_it() {
     );
     assert!(!t.p("/opt/dest/d/e/q").exists());
 }
+
+/// Held: a zip entry whose unix mode says FIFO or device is written as a regular file in
+/// `dest` (no special file is made); an absolute zip symlink target is refused; a tar
+/// hard link to `/etc/shadow` is refused; two file entries at one path: the last wins.
+#[test]
+fn zip_special_modes_absolute_links_hard_links_and_duplicates() {
+    use std::io::Write;
+    // A zip entry with a FIFO's mode bits.
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let o = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Stored)
+        .unix_permissions(0o010644);
+    w.start_file("fifo", o).unwrap();
+    w.write_all(b"data\n").unwrap();
+    let fifo_zip = w.finish().unwrap().into_inner();
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
+    put(&t, &fifo_zip);
+    assert_eq!(apply(&t), "extracted");
+    let m = std::fs::symlink_metadata(t.p("/opt/dest/fifo")).unwrap();
+    assert!(m.file_type().is_file(), "{m:?}");
+
+    let abs = crate::host::files::archive_tree_tests::zip_of(&[("l", 'l', 0o777, "/etc")]);
+    let mut b = tar::Builder::new(Vec::new());
+    let mut hd = tar::Header::new_gnu();
+    hd.set_entry_type(tar::EntryType::Link);
+    hd.set_size(0);
+    hd.set_mode(0o644);
+    b.append_link(&mut hd, "shadow", "/etc/shadow").unwrap();
+    let hard = b.into_inner().unwrap();
+    for (bytes, want) in [
+        (
+            abs,
+            "invalid archive: /tmp/x.archive: entry \"l\": is a symlink to \"/etc\": only relative targets inside the destination are extracted",
+        ),
+        (
+            hard,
+            "invalid archive: /tmp/x.archive: entry \"shadow\": is a hard link, which is not extracted",
+        ),
+    ] {
+        let t = TestHost::new();
+        t.file("/etc/shadow", "root:!:1::::::\n");
+        std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
+        put(&t, &bytes);
+        let before = tree(&t.root);
+        assert_eq!(apply(&t), want);
+        assert_eq!(tree(&t.root), before);
+    }
+
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
+    put(
+        &t,
+        &tar_of(&[
+            ("f", 'f', 0o644, "first\n"),
+            ("./f", 'f', 0o600, "second\n"),
+        ]),
+    );
+    assert_eq!(apply(&t), "extracted");
+    assert_eq!(std::fs::read(t.p("/opt/dest/f")).unwrap(), b"second\n");
+}
