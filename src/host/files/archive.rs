@@ -43,7 +43,8 @@ use std::path::{Component, Path, PathBuf};
 use crate::host::Host;
 use crate::host::effects::view::ViewedFile;
 use crate::host::files::copy_tree::{
-    between_check_and_write, confine_created, confine_dir, copy_needed, put_attrs, submit_copy,
+    between_check_and_write, confine_ancestor, confine_created, confine_dir, copy_needed,
+    put_attrs, submit_copy,
 };
 use crate::host::files::fs::{self, host_path};
 use crate::host::root::digest::copy_hashed;
@@ -895,6 +896,11 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
     // symlink below it redirects (`HostRoot::confine`): a destination that exists now is
     // confined before its check, one created by this call right after it is made.
     let mut confined = confine_dir(h, &dest)?;
+    // A `dest` this call creates: its nearest existing ancestor until it is made.
+    let mut above = match confined {
+        None => confine_ancestor(h, &dest)?,
+        Some(_) => None,
+    };
     let items = {
         let mut g = Gather {
             h,
@@ -958,6 +964,7 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
         if confined.is_none() {
             confined = confine_created(h, &dest)?;
         }
+        above.take();
         for item in items {
             changed |= match item {
                 Item::Dir { rel, mode } => {

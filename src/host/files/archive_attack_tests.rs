@@ -28,11 +28,12 @@ fn a_dest_the_call_creates_swapped_in_as_a_symlink_is_not_written_through() {
         Vec::<String>::new(),
         "the archive landed in /etc/cron.d ({e})"
     );
+    // `/opt`, the nearest existing ancestor, is confined until `dest` is made: the
+    // symlink is seen there (a `dest` right below `/` is caught when it is confined: the
+    // copy_tree test below).
     assert!(
-        e.starts_with("failed to confine /opt/dest under host root ")
-            && e.ends_with(
-                ": is a symlink now, where this call created a directory (not followed)"
-            ),
+        e.starts_with("failed to stat /opt/dest under host root ")
+            && e.ends_with(": a symlink on the way below /opt, where no symlink is followed: Too many levels of symbolic links (os error 40)"),
         "{e}"
     );
 }
@@ -333,4 +334,37 @@ fn zip_special_modes_absolute_links_hard_links_and_duplicates() {
     );
     assert_eq!(apply(&t), "extracted");
     assert_eq!(std::fs::read(t.p("/opt/dest/f")).unwrap(), b"second\n");
+}
+
+/// Fault: a `dest` whose parent is missing at the check (`/opt/new/cron.d`, made with its
+/// parents by the call) and a racing user who can write `/opt` makes `/opt/new` a symlink
+/// to `/etc` before the mkdir: the directory the call then confined was the host's
+/// `/etc/cron.d`, and the archive landed there. The nearest existing ancestor of a `dest`
+/// the call creates is now confined from before the check until `dest` is made.
+#[test]
+fn a_parent_of_dest_the_call_creates_swapped_in_as_a_symlink_is_not_written_through() {
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/etc/cron.d")).unwrap();
+    std::fs::create_dir_all(t.p("/opt")).unwrap();
+    put(&t, &tar_of(&[("evil", 'f', 0o644, "* * * * * root id\n")]));
+    let new = t.p("/opt/new");
+    race(move || std::os::unix::fs::symlink("/etc", &new).unwrap());
+    let mut h = t.host(ExecMode::Apply);
+    let r = extract(
+        &mut h,
+        "/tmp/x.archive",
+        "/opt/new/cron.d",
+        &ExtractOptions::default(),
+    );
+    let _ = h.finish();
+    assert_eq!(
+        files_below(&t.p("/etc/cron.d")),
+        Vec::<String>::new(),
+        "the archive landed in /etc/cron.d ({r:?})"
+    );
+    let e = crate::chain::render(&r.unwrap_err());
+    assert!(
+        e.ends_with(": a symlink on the way below /opt, where no symlink is followed: Too many levels of symbolic links (os error 40)"),
+        "{e}"
+    );
 }
