@@ -13,7 +13,10 @@
 //! device or FIFO; or an entry of another kind in the way at the destination fails the call
 //! naming the archive and the entry, and nothing is written. So do more than `max_files`
 //! entries or more than `max_bytes` of unpacked content (which also bounds a decompression
-//! bomb: reading stops at the limit). Then each directory, file and symlink that differs is
+//! bomb: reading stops at the limit). In an apply, the extracts of one host root run one
+//! at a time, from before the check to the last write
+//! ([`crate::host::root::pathlock::lock_root`]): two archives each inside `dest`, checked
+//! at once, could together leave a link out of it. Then each directory, file and symlink that differs is
 //! its own effect (`mkdir`, `write`, `symlink`): a plan lists every file and a check reports
 //! each one that drifted. Permission bits come from the archive (files 0644 and
 //! directories 0755 when it has none); owners and times do not (files belong to the agent,
@@ -40,7 +43,8 @@ use std::path::{Component, Path, PathBuf};
 use crate::host::Host;
 use crate::host::effects::view::ViewedFile;
 use crate::host::files::copy_tree::{
-    between_check_and_write, confine_dir, copy_needed, put_attrs, submit_copy,
+    between_check_and_write, confine_ancestor, confine_created, confine_dir, copy_needed,
+    put_attrs, submit_copy,
 };
 use crate::host::files::fs::{self, host_path};
 use crate::host::root::digest::copy_hashed;
@@ -876,10 +880,27 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
     let Some(mut r) = open(h, &archive)? else {
         return Ok(Extracted::Unknown);
     };
+    // In an apply, the extracts of this host root run one at a time, from before the
+    // check to the last write: each archive is checked against the destination as it is,
+    // so another extract's symlinks must not appear in between (two archives each inside
+    // `dest` can together make a link that leaves it). The session's pending edit is
+    // written first: no path lock is held while waiting.
+    let _one_at_a_time = match h.may_stage() {
+        true => {
+            h.settle_batch()?;
+            Some(crate::host::root::pathlock::lock_root(h.root())?)
+        }
+        false => None,
+    };
     // From here every read and write below `dest` goes through one handle on it, which no
     // symlink below it redirects (`HostRoot::confine`): a destination that exists now is
     // confined before its check, one created by this call right after it is made.
     let mut confined = confine_dir(h, &dest)?;
+    // A `dest` this call creates: its nearest existing ancestor until it is made.
+    let mut above = match confined {
+        None => confine_ancestor(h, &dest)?,
+        Some(_) => None,
+    };
     let items = {
         let mut g = Gather {
             h,
@@ -941,8 +962,9 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
         between_check_and_write();
         let mut changed = fs::mkdir(h, &dest.display().to_string(), None)?;
         if confined.is_none() {
-            confined = confine_dir(h, &dest)?;
+            confined = confine_created(h, &dest)?;
         }
+        above.take();
         for item in items {
             changed |= match item {
                 Item::Dir { rel, mode } => {
@@ -1052,7 +1074,7 @@ pub(crate) mod rows {
             &[("archive", "String"), ("dest", "String")],
             "bool",
             Submits(&[Mkdir, Chmod, Write, Symlink]),
-            "Unpack a tar (GNU sparse entries included), tar.gz, tar.xz or zip archive (told apart by content) into directory `dest`, confined to it. The whole archive is checked first, each entry against the tree as extracted so far (the archive's directories, files and symlinks, and what is already below `dest`): an absolute name, a `..`, a symlink whose target is absolute or, followed through the archive's links and those already below `dest`, leaves `dest` (checked again against the whole tree), an entry below a symlink or a file, two entries of different kinds at one path (both named), a name or link target with a control character, a hard link, device, FIFO or PAX-format sparse file, an entry of another kind in the way, over 100000 entries, over 1 GiB unpacked or an xz stream needing over 80 MiB to decode fails the call naming the archive and entry, and nothing is written. Then each directory, file and symlink that differs is its own effect (a plan lists every file; a check reports each that drifted), written through a handle on `dest` opened before the check that follows no symlink below it (see the rules: a symlink swapped in meanwhile fails the write, never redirects it). No entry is held in memory: files are compared by size and streamed SHA-256, and the apply streams the ones that differ into a staging directory of its own inside the root (`/var/lib/skyhook/.extract/<boot id>-<random>`, written through its handle, held by an `flock` while the call runs and removed at its end; an agent's start removes only the ones nobody holds), then copies each into place as a verified write (an archive that changed meanwhile fails the call, the file left as it was); a plan's diff names the entry instead of diffing its content. Modes come from the archive; files belong to root. In a plan, an archive `fs::fetch` only plans cannot be listed: a warning says so on stderr and the call returns true.",
+            "Unpack a tar (GNU sparse entries included), tar.gz, tar.xz or zip archive (told apart by content) into directory `dest`, confined to it. The whole archive is checked first, each entry against the tree as extracted so far (the archive's directories, files and symlinks, and what is already below `dest`): an absolute name, a `..`, a symlink whose target is absolute or, followed through the archive's links and those already below `dest`, leaves `dest` (checked again against the whole tree), an entry below a symlink or a file, two entries of different kinds at one path (both named), a name or link target with a control character, a hard link, device, FIFO or PAX-format sparse file, an entry of another kind in the way, over 100000 entries, over 1 GiB unpacked or an xz stream needing over 80 MiB to decode fails the call naming the archive and entry, and nothing is written. In an apply the extracts of one host root run one at a time (an exclusive `flock` on the root's `/`, held from before the check to the last write), so two at once cannot together leave a link out of `dest`. Then each directory, file and symlink that differs is its own effect (a plan lists every file; a check reports each that drifted), written through a handle on `dest` opened before the check that follows no symlink below it (see the rules: a symlink swapped in meanwhile fails the write, never redirects it). No entry is held in memory: files are compared by size and streamed SHA-256, and the apply streams the ones that differ into a staging directory of its own inside the root (`/var/lib/skyhook/.extract/<boot id>-<random>`, written through its handle, held by an `flock` while the call runs and removed at its end; an agent's start removes only the ones nobody holds), then copies each into place as a verified write (an archive that changed meanwhile fails the call, the file left as it was); a plan's diff names the entry instead of diffing its content. Modes come from the archive; files belong to root. In a plan, an archive `fs::fetch` only plans cannot be listed: a warning says so on stderr and the call returns true.",
             api = run,
             |h, a: S, d: S| extract(h, &run, &a, &d, &ExtractOptions::default())
         ),

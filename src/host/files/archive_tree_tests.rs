@@ -33,14 +33,14 @@ pub(crate) fn zip_of(entries: &[Entry]) -> Vec<u8> {
 }
 
 /// Write `bytes` as `/tmp/x.archive`.
-fn put(t: &TestHost, bytes: &[u8]) {
+pub(super) fn put(t: &TestHost, bytes: &[u8]) {
     t.file("/tmp/x.archive", "");
     std::fs::write(t.p("/tmp/x.archive"), bytes).unwrap();
 }
 
 /// Extract `/tmp/x.archive` into `/opt/dest` in apply mode: the error's text, or
 /// "extracted".
-fn apply(t: &TestHost) -> String {
+pub(super) fn apply(t: &TestHost) -> String {
     let mut h = t.host(ExecMode::Apply);
     let r = extract(
         &mut h,
@@ -176,13 +176,13 @@ fn a_later_entry_that_makes_an_earlier_link_leave_dest_is_refused() {
 
 /// Run `swap` between the check of the next `fs::extract` or `fs::copy_tree` on this
 /// thread and its first write.
-fn race(swap: impl FnOnce() + 'static) {
+pub(super) fn race(swap: impl FnOnce() + 'static) {
     crate::host::files::copy_tree::BETWEEN_CHECK_AND_WRITE
         .with(|c| *c.borrow_mut() = Some(Box::new(swap)));
 }
 
 /// Every file below `dir` (agent-side), as paths relative to it.
-fn files_below(dir: &std::path::Path) -> Vec<String> {
+pub(super) fn files_below(dir: &std::path::Path) -> Vec<String> {
     tree(dir)
         .into_iter()
         .filter(|(_, d)| d.starts_with("file"))

@@ -220,15 +220,21 @@ pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<
     }
     // From here every read below `src` and every read and write below `dst` goes through
     // one handle on each, which no symlink below it redirects (`HostRoot::confine`); a
-    // `dst` this call creates is confined right after it is made.
+    // `dst` this call creates is confined right after it is made (its nearest existing
+    // ancestor until then).
     let _src = confine_dir(h, &src_real)?;
     let mut dst_guard = confine_dir(h, &dst_path)?;
+    let mut above = match dst_guard {
+        None => confine_ancestor(h, &dst_path)?,
+        Some(_) => None,
+    };
     let entries = walk(h, &src_real, &dst_path, o)?;
     between_check_and_write();
     let mut changed = ensure_dir(h, &dst_path, top.mode, top.uid, top.gid)?;
     if dst_guard.is_none() {
-        dst_guard = confine_dir(h, &dst_path)?;
+        dst_guard = confine_created(h, &dst_path)?;
     }
+    above.take();
     for e in entries {
         changed |= match e {
             Entry::Dir {
@@ -418,6 +424,46 @@ thread_local! {
     /// write (a racing user's swap), run once.
     pub(crate) static BETWEEN_CHECK_AND_WRITE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         std::cell::RefCell::new(None);
+}
+
+/// Confine the directory `dir` this call has just created (or found made meanwhile),
+/// refusing a symlink in its place ([`HostRoot::confine_created`]); `None` when it does
+/// not exist on disk (a plan).
+///
+/// [`HostRoot::confine_created`]: crate::host::root::HostRoot::confine_created
+pub(crate) fn confine_created(
+    h: &Host,
+    dir: &Path,
+) -> Result<Option<crate::host::root::confine::Confined>> {
+    let root = h.root();
+    if root.symlink_metadata(dir)?.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(root.confine_created(dir)?))
+}
+
+/// In an apply, for a directory `dir` missing now (which the call will make with its
+/// missing parents): confine its nearest existing ancestor ([`HostRoot::confine`]), so
+/// that the mkdirs of `dir` and its parents resolve from a handle opened now and follow
+/// no symlink a racing user puts in place of one of them meanwhile. `None` in a plan or a
+/// check, or when that ancestor is the root's `/` (which only root can write).
+///
+/// [`HostRoot::confine`]: crate::host::root::HostRoot::confine
+pub(crate) fn confine_ancestor(
+    h: &Host,
+    dir: &Path,
+) -> Result<Option<crate::host::root::confine::Confined>> {
+    if !h.may_stage() {
+        return Ok(None);
+    }
+    let root = h.root();
+    let mut at = normalize(dir);
+    while at.pop() && at != Path::new("/") {
+        if root.metadata(&at)?.is_some_and(|m| m.is_dir()) {
+            return Ok(Some(root.confine(&at)?));
+        }
+    }
+    Ok(None)
 }
 
 /// Run the test's action set in [`BETWEEN_CHECK_AND_WRITE`], if any (nothing outside tests).

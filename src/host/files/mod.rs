@@ -14,6 +14,8 @@ pub mod text;
 pub mod toml;
 
 #[cfg(test)]
+mod archive_attack_tests;
+#[cfg(test)]
 mod archive_tests;
 #[cfg(test)]
 mod archive_tree_tests;

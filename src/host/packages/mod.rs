@@ -10,4 +10,6 @@ pub(crate) mod pkg_script_tests;
 #[cfg(test)]
 mod pkgrepo_tests;
 #[cfg(test)]
+mod plan_attack_tests;
+#[cfg(test)]
 pub(crate) mod version_script_tests;

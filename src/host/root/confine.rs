@@ -84,6 +84,29 @@ impl HostRoot {
         self.confine_handle(host, dir)
     }
 
+    /// Confine `host` as [`HostRoot::confine`], except that a final symlink is not
+    /// followed but refused: for a directory the caller has just created, so that a
+    /// symlink a racing user put in its place meanwhile cannot redirect what is written
+    /// below it (its parents are still resolved following symlinks inside the root).
+    ///
+    /// # Errors
+    /// `host` missing, a symlink or not a directory; the open.
+    pub fn confine_created(&self, host: &Path) -> Result<Confined> {
+        use pathrs::flags::OpenFlags;
+        let dir = self.open_with("confine", host, OpenFlags::O_PATH | OpenFlags::O_NOFOLLOW)?;
+        if dir
+            .metadata()
+            .map_err(|e| self.err("confine", host, e))?
+            .is_symlink()
+        {
+            let e = io::Error::other(
+                "is a symlink now, where this call created a directory (not followed)",
+            );
+            return Err(self.err("confine", host, e));
+        }
+        self.confine_handle(host, dir)
+    }
+
     /// Confine `host` to the directory handle `dir` (opened by the caller, e.g. one it
     /// created and locked): as [`HostRoot::confine`].
     ///

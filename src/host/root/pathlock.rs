@@ -133,21 +133,8 @@ pub fn lock(root: &HostRoot, key: &Path) -> Result<PathLock, RootError> {
     let path = lock_file(key);
     // Bounded: each round lost means another holder unlinked the file we waited on.
     for _ in 0..64 {
-        let mut file = open(root, &path)?;
-        let held = loop {
-            match Flock::lock(file, FlockArg::LockExclusive) {
-                Ok(l) => break l,
-                Err((f, Errno::EINTR)) => file = f,
-                Err((_, errno)) => {
-                    return Err(RootError {
-                        op: "lock",
-                        path,
-                        root: root.mount().to_path_buf(),
-                        source: std::io::Error::from_raw_os_error(errno as i32),
-                    });
-                }
-            }
-        };
+        let file = open(root, &path)?;
+        let held = flock(root, file, &path)?;
         if still_named(root, &path, &held) {
             return Ok(PathLock {
                 unlink: root.try_clone().ok().map(|r| (r, path)),
@@ -161,6 +148,46 @@ pub fn lock(root: &HostRoot, key: &Path) -> Result<PathLock, RootError> {
         root: root.mount().to_path_buf(),
         source: std::io::Error::other("the lock file was replaced 64 times in a row"),
     })
+}
+
+/// Take the exclusive lock of the host root's own directory (`flock(LOCK_EX)` on the
+/// root's `/`, blocking): the lock of work that must not interleave with the same work of
+/// another session of any agent on the host (`fs::extract`, which checks an archive
+/// against the destination as it is and must not see another extract's entries appear
+/// before it writes). Creates nothing and unlinks nothing. Take it before any path lock
+/// (its holders take path locks while holding it).
+///
+/// # Errors
+/// Opening the root or `flock` failing.
+pub fn lock_root(root: &HostRoot) -> Result<PathLock, RootError> {
+    let dir = Path::new("/");
+    let file = root.open_with(
+        "lock",
+        dir,
+        pathrs::flags::OpenFlags::O_RDONLY | pathrs::flags::OpenFlags::O_DIRECTORY,
+    )?;
+    Ok(PathLock {
+        unlink: None,
+        _lock: flock(root, file, dir)?,
+    })
+}
+
+/// `flock(file, LOCK_EX)`, retried on `EINTR`; errors name `path`.
+fn flock(root: &HostRoot, mut file: File, path: &Path) -> Result<Flock<File>, RootError> {
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusive) {
+            Ok(l) => return Ok(l),
+            Err((f, Errno::EINTR)) => file = f,
+            Err((_, errno)) => {
+                return Err(RootError {
+                    op: "lock",
+                    path: path.to_path_buf(),
+                    root: root.mount().to_path_buf(),
+                    source: std::io::Error::from_raw_os_error(errno as i32),
+                });
+            }
+        }
+    }
 }
 
 #[cfg(test)]

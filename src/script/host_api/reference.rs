@@ -219,7 +219,11 @@ apply script: what would change is drift, and the check fails).
   before or during the call, by the archive itself or by a racing user, never redirects a
   write: a directory swapped for a symlink fails the write naming it, and a destination
   renamed away and replaced by a symlink still gets the entries in the directory that was
-  checked. A destination the call creates is opened right after it is made.
+  checked. A destination the call creates is opened right after it is made, and a
+  symlink found in its place then (a racing user's) is refused, not followed: the call
+  fails naming it and nothing is written below it. Until then its nearest existing
+  ancestor (other than `/`) is held the same way, so the directories the call makes on the
+  way follow no symlink swapped in meanwhile either.
 - **Mutations report whether they changed something.** `true` means the host was not yet
   in the desired state and now is (or, in plan mode, would be); `false` means nothing had to
   be done. Running a script twice changes nothing the second time, and `changed()` counts
