@@ -160,6 +160,10 @@ enum Record {
 struct LineEdit {
     added: Vec<String>,
     removed: Vec<(Option<String>, String)>,
+    /// For each added line, how many times the edit's base held it already (absent in
+    /// journals written before: taken as 0). The inverse never takes a line below it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    base_counts: Vec<usize>,
 }
 
 /// An extended attribute: its name and its value in base64.
@@ -344,15 +348,25 @@ fn line_edit(base: &[u8], after: &[u8]) -> Option<LineEdit> {
         }
         edit.added.extend(new[n..n + nlen].iter().cloned());
     }
+    edit.base_counts = edit
+        .added
+        .iter()
+        .map(|a| old.iter().filter(|l| *l == a).count())
+        .collect();
     Some(edit)
 }
 
 /// Undo `edit` on `lines` (the file as it is now): each added line taken out (its last
-/// occurrence, as many times as it was added), each removed line that is not there put
+/// occurrence, as many times as it was added, but never below the number of copies the
+/// edit's base held: those were not the step's), each removed line that is not there put
 /// back after the last occurrence of the line it followed (at the top for `None`, at the
 /// end when that line is gone).
 fn invert(lines: &mut Vec<String>, edit: &LineEdit) {
-    for line in edit.added.iter().rev() {
+    for (k, line) in edit.added.iter().enumerate().rev() {
+        let had = edit.base_counts.get(k).copied().unwrap_or(0);
+        if lines.iter().filter(|l| *l == line).count() <= had {
+            continue;
+        }
         if let Some(i) = lines.iter().rposition(|l| l == line) {
             lines.remove(i);
         }
@@ -1500,6 +1514,13 @@ fn restore_checked(
     let _lock = crate::host::root::pathlock::lock(root, &lock_key(root, path))?;
     let now = state_of(root, path)?;
     if let Record::Moved { stash, .. } = &e.rec {
+        // A stash is a number named by this journal: never a path out of its directory.
+        if stash.is_empty() || !stash.bytes().all(|b| b.is_ascii_digit()) {
+            return Ok(Some(format!(
+                "{}: its moved-aside stash {stash:?} is not a name in the journal's directory",
+                path.display()
+            )));
+        }
         if root.symlink_metadata(&jdir.join(stash))?.is_none() {
             // Put back already (an undo cut short), or never moved.
             return Ok(None);
@@ -2091,6 +2112,68 @@ mod tests {
             .to_vec();
         invert(&mut now, &edit);
         assert_eq!(now, ["a=1", "old=1", "z=9", "theirs=1"]);
+    }
+
+    /// Attack on principle 1: the step appended a line the file held already (`x=1`);
+    /// another writer then removed the step's copy. The inverse must not take out the copy
+    /// that was there before the step: it used to remove the last occurrence whatever the
+    /// count, deleting a line the step never added.
+    #[test]
+    fn an_inverse_never_takes_out_a_line_that_was_there_before_the_step() {
+        let edit = line_edit(b"x=1\nb=0\n", b"x=1\nb=0\nx=1\n").unwrap();
+        let mut now: Vec<String> = ["x=1", "b=0", "theirs=1"].map(String::from).to_vec();
+        invert(&mut now, &edit);
+        assert_eq!(now, ["x=1", "b=0", "theirs=1"]);
+        // Another writer added the same line too: one copy (theirs) stays besides the
+        // one that was there before.
+        let mut now: Vec<String> = ["x=1", "b=0", "x=1", "x=1"].map(String::from).to_vec();
+        invert(&mut now, &edit);
+        assert_eq!(now, ["x=1", "b=0", "x=1"]);
+    }
+
+    /// Attack on principle 2: a journal whose records are whole (valid length and
+    /// checksums) but whose `moved` record names a stash outside its directory
+    /// (`../../../../etc/shadow`). The recovery must not rename that path into place: a
+    /// stash is one plain name in the journal's directory.
+    #[test]
+    fn a_moved_record_whose_stash_leaves_the_journal_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(tmp.path()).unwrap();
+        root.create_dir_all(Path::new("/etc"), 0o755).unwrap();
+        root.write_atomic(Path::new("/etc/shadow"), b"root:*:1::::::\n", Some(0o600))
+            .unwrap();
+        let jdir = Path::new(DIR).join("pkg-step.1.0");
+        root.create_dir_all(&jdir, 0o700).unwrap();
+        let mut log = Vec::new();
+        let recs = [
+            Record::Start {
+                boot_id: "x".into(),
+                boot_ns: 1,
+                wall_ns: 1,
+                pid: 1,
+            },
+            Record::Moved {
+                path: "/etc/stolen".into(),
+                stash: "../../../../etc/shadow".into(),
+            },
+        ];
+        for r in &recs {
+            write_record(&mut log, r, None).unwrap();
+        }
+        root.write_atomic(&jdir.join(LOG), &log, Some(0o600))
+            .unwrap();
+        let lines = recover(&root).unwrap();
+        assert!(
+            root.exists(Path::new("/etc/shadow")).unwrap(),
+            "the recovery moved /etc/shadow: {lines:?}"
+        );
+        assert!(!root.exists(Path::new("/etc/stolen")).unwrap());
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("/etc/stolen") && l.contains("stash")),
+            "{lines:?}"
+        );
     }
 
     /// A journal an agent before issue 28 left (JSON lines, a file's content after its
