@@ -817,13 +817,19 @@ fn a_failed_steps_undo_keeps_another_packages_file_in_a_directory_it_created() {
         &t,
         "fs::write(\"/etc/new.d/a.conf\", \"a=1\\n\");\nprint(\"edited\");\nthrow \"boom\";\n",
     );
-    let b = compile(&engine, &t, "fs::write(\"/etc/new.d/b.conf\", \"b=1\\n\");\n");
+    let b = compile(
+        &engine,
+        &t,
+        "fs::write(\"/etc/new.d/b.conf\", \"b=1\\n\");\n",
+    );
     let (ra, rb) = a_fails_around_b(&engine, &a, &b, &t, false);
     assert!(rb.ok, "{:?}", rb.error);
     assert!(!ra.ok);
     assert!(!t.p("/etc/new.d/a.conf").exists());
     assert_eq!(
-        std::fs::read_to_string(t.p("/etc/new.d/b.conf")).ok().as_deref(),
+        std::fs::read_to_string(t.p("/etc/new.d/b.conf"))
+            .ok()
+            .as_deref(),
         Some("b=1\n"),
         "A's undo removed B's file: {:?}",
         ra.error

@@ -1491,6 +1491,15 @@ fn lock_key(root: &HostRoot, path: &Path) -> PathBuf {
     }
 }
 
+/// Whether `path` is one of the user database's files, which `useradd` and friends edit
+/// under `/etc/.pwd.lock` only.
+fn is_user_db(path: &Path) -> bool {
+    use crate::host::users::userdb::{GROUP, GSHADOW, PASSWD, SHADOW};
+    [PASSWD, SHADOW, GROUP, GSHADOW]
+        .iter()
+        .any(|f| path == Path::new(f))
+}
+
 /// Put back the state record `e` whose path the step then wrote as `writes` say, under
 /// the path's lock (principle: never over a change the step did not make). `Ok(Some)`:
 /// a line saying what was left.
@@ -1512,6 +1521,13 @@ fn restore_checked(
         return Ok(None);
     }
     let _lock = crate::host::root::pathlock::lock(root, &lock_key(root, path))?;
+    // The user database's own tools (`useradd`) take only the shadow-utils lock: held
+    // after the path lock, in the order an edit takes them (`session::edit_lines`).
+    let _pwd = if is_user_db(path) {
+        Some(crate::host::users::userdb::lock_pwd(root).map_err(HostError::Root)?)
+    } else {
+        None
+    };
     let now = state_of(root, path)?;
     if let Record::Moved { stash, .. } = &e.rec {
         // A stash is a number named by this journal: never a path out of its directory.
@@ -2173,6 +2189,94 @@ mod tests {
                 .iter()
                 .any(|l| l.contains("/etc/stolen") && l.contains("stash")),
             "{lines:?}"
+        );
+    }
+
+    /// Attack on principle 1 with `useradd` on the node: it takes only the shadow-utils
+    /// lock (`fcntl` on `/etc/.pwd.lock`), not the agent's path locks. A step's undo of its
+    /// `/etc/passwd` edit must wait for that lock as the edit did, else `useradd`'s write
+    /// can land between the undo's digest and its rename and be lost. A forked child holds
+    /// the lock, the undo starts, the child appends its user and releases: the child's user
+    /// survives, the step's is gone.
+    #[test]
+    fn the_undo_of_the_user_database_waits_for_the_shadow_utils_lock() {
+        use std::os::unix::ffi::OsStrExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(tmp.path()).unwrap();
+        root.create_dir_all(Path::new("/etc"), 0o755).unwrap();
+        let passwd = Path::new(crate::host::users::userdb::PASSWD);
+        root.write_atomic(passwd, b"root:x:0:0::/root:/bin/sh\n", Some(0o644))
+            .unwrap();
+        root.write_atomic(Path::new("/etc/.pwd.lock"), b"", Some(0o600))
+            .unwrap();
+        let content: bytes::Bytes =
+            "root:x:0:0::/root:/bin/sh\nstep:x:999:999::/:/bin/false\n".into();
+        let mut j = StepJournal::new("pkg-user");
+        let effect = Effect::WriteFile {
+            path: passwd.to_path_buf(),
+            content: content.clone(),
+            mode: None,
+            uid: None,
+            gid: None,
+        };
+        assert_eq!(j.before(&root, &effect, true).unwrap(), Before::Perform);
+        root.write_atomic(passwd, &content, Some(0o644)).unwrap();
+
+        let lock_path = tmp.path().join("etc/.pwd.lock");
+        let ino = std::fs::metadata(&lock_path).unwrap().ino();
+        let cpath = std::ffi::CString::new(lock_path.as_os_str().as_bytes()).unwrap();
+        let cpasswd =
+            std::ffi::CString::new(tmp.path().join("etc/passwd").as_os_str().as_bytes()).unwrap();
+        let line = b"useradd:x:1001:1001::/:/bin/sh\n";
+        let (locked_r, locked_w) = nix::unistd::pipe().unwrap();
+        let (go_r, go_w) = nix::unistd::pipe().unwrap();
+        // SAFETY: the child calls only async-signal-safe functions, then `_exit`.
+        let child = match unsafe { nix::unistd::fork() }.unwrap() {
+            nix::unistd::ForkResult::Child => unsafe {
+                let fd = libc::open(cpath.as_ptr(), libc::O_RDWR);
+                let mut fl: libc::flock = std::mem::zeroed();
+                fl.l_type = libc::F_WRLCK as libc::c_short;
+                fl.l_whence = libc::SEEK_SET as libc::c_short;
+                let ok = fd >= 0 && libc::fcntl(fd, libc::F_SETLKW, &fl) == 0;
+                libc::write(locked_w.as_raw_fd(), b"1".as_ptr().cast(), 1);
+                let mut b = 0u8;
+                libc::read(go_r.as_raw_fd(), (&raw mut b).cast(), 1);
+                let p = libc::open(cpasswd.as_ptr(), libc::O_WRONLY | libc::O_APPEND);
+                let w = libc::write(p, line.as_ptr().cast(), line.len());
+                libc::_exit(if ok && w == line.len() as isize { 0 } else { 1 })
+            },
+            nix::unistd::ForkResult::Parent { child } => child,
+        };
+        let mut b = [0u8; 1];
+        assert_eq!(nix::unistd::read(&locked_r, &mut b).unwrap(), 1);
+        let undoing = {
+            let root = root.try_clone().unwrap();
+            std::thread::spawn(move || j.undo(&root).unwrap())
+        };
+        // Until the undo waits on the lock (a POSIX `->` waiter in /proc/locks), at most
+        // 10 s, or until it ended without waiting.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let waiter = format!(":{ino} ");
+        let mut waited = false;
+        while !waited && std::time::Instant::now() < deadline && !undoing.is_finished() {
+            let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+            waited = locks
+                .lines()
+                .any(|l| l.contains("-> POSIX") && l.contains(&waiter));
+            std::thread::yield_now();
+        }
+        nix::unistd::write(&go_w, b"1").unwrap();
+        let status = nix::sys::wait::waitpid(child, None).unwrap();
+        let lines = undoing.join().unwrap();
+        assert_eq!(status, nix::sys::wait::WaitStatus::Exited(child, 0));
+        assert!(
+            waited,
+            "the undo of /etc/passwd did not wait for /etc/.pwd.lock held by another process"
+        );
+        assert_eq!(lines, Vec::<String>::new());
+        assert_eq!(
+            root.read(passwd).unwrap(),
+            b"root:x:0:0::/root:/bin/sh\nuseradd:x:1001:1001::/:/bin/sh\n"
         );
     }
 
