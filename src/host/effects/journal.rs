@@ -42,7 +42,8 @@
 //! When the step ends: on success (after its writes are durable) the journal is deleted
 //! (moved-aside paths with it); on failure it is replayed backwards, the restored
 //! directories fsynced, then deleted. A file is put back whole only while it holds exactly
-//! what the step wrote there (its digest, compared under the path's lock): when another
+//! what the step wrote there (its digest, compared under the path's lock, and for the user
+//! database under `/etc/.pwd.lock` too, which `useradd` takes): when another
 //! writer changed it since, a line or block edit is undone alone on the file as it is now
 //! (the step's added lines removed, its removed lines put back after the line they
 //! followed), and any other change is left, with a `<path> changed by another writer since
