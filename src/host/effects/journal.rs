@@ -490,10 +490,17 @@ impl StepJournal {
             Effect::Mkdir { path, .. } => {
                 self.record_creating(root, path)?;
             }
-            Effect::Symlink { link, .. } => {
+            Effect::Symlink { link, target } => {
+                // The link made, as a wrote record: its undo is checked like a file's.
                 let link = normalize(link);
-                if self.record_creating(root, &link)?.is_some() {
-                    self.wrote(root, &link, ANY.into(), ANY.into(), None)?;
+                let fresh = self.record_creating(root, &link)?;
+                if !self.beneath_created(&link) && !link.starts_with(DIR) {
+                    let base = match fresh {
+                        Some(s) => s,
+                        None => state_of(root, &link)?,
+                    };
+                    let after = format!("symlink:{}", target.display());
+                    self.wrote(root, &link, base, after, None)?;
                 }
             }
             Effect::RemoveFile { path } => return self.record_removal(root, &normalize(path)),
@@ -1515,7 +1522,11 @@ fn restore_checked(
     let path = rec_path(&e.rec);
     let file_like = matches!(
         e.rec,
-        Record::Absent { .. } | Record::File { .. } | Record::Moved { .. } | Record::Special { .. }
+        Record::Absent { .. }
+            | Record::File { .. }
+            | Record::Moved { .. }
+            | Record::Special { .. }
+            | Record::Symlink { .. }
     );
     if !file_like {
         restore(root, &e.rec, log, (e.offset, e.len), jdir, syncs)?;
@@ -1554,6 +1565,7 @@ fn restore_checked(
     let before: State = match &e.rec {
         Record::Absent { .. } => ABSENT.into(),
         Record::File { .. } => format!("sha256:{}", hex(&e.digest)),
+        Record::Symlink { target, .. } => format!("symlink:{}", target.display()),
         _ => "other".into(),
     };
     let mut chain = true;
@@ -2319,6 +2331,62 @@ mod tests {
             mode, 0o600,
             "the other writer's chmod was undone: {lines:?}"
         );
+    }
+
+    /// Attack on principle 1 with a symlink: the step makes `/etc/l` a link (replacing
+    /// one) and `/etc/m` (new); another writer then replaces each with a regular file of
+    /// its own. The undo used to put the old link back (and remove the new one) whatever
+    /// was there now, deleting the other writer's files: a symlink's undo is now checked
+    /// against the link the step made, like a file's.
+    #[test]
+    fn a_symlinks_undo_keeps_a_file_another_writer_put_there() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(tmp.path()).unwrap();
+        root.create_dir_all(Path::new("/etc"), 0o755).unwrap();
+        let (l, m) = (Path::new("/etc/l"), Path::new("/etc/m"));
+        root.symlink(Path::new("a"), l).unwrap();
+        let mut j = StepJournal::new("pkg-link");
+        for link in [l, m] {
+            let effect = Effect::Symlink {
+                target: "b".into(),
+                link: link.to_path_buf(),
+            };
+            assert_eq!(j.before(&root, &effect, false).unwrap(), Before::Perform);
+            let _ = root.remove_file(link);
+            root.symlink(Path::new("b"), link).unwrap();
+        }
+        // The other writer (the step's links are gone, files in their place).
+        for link in [l, m] {
+            root.remove_file(link).unwrap();
+            root.write_atomic(link, b"theirs\n", Some(0o644)).unwrap();
+        }
+        let lines = j.undo(&root).unwrap();
+        assert_eq!(root.read(l).unwrap(), b"theirs\n", "{lines:?}");
+        assert_eq!(root.read(m).unwrap(), b"theirs\n", "{lines:?}");
+        assert_eq!(
+            lines,
+            [
+                "/etc/m changed by another writer since this step wrote it",
+                "/etc/l changed by another writer since this step wrote it"
+            ]
+        );
+        // Nobody else changed them: the undo puts the old link back and removes the new.
+        let mut j = StepJournal::new("pkg-link");
+        root.remove_file(l).unwrap();
+        root.remove_file(m).unwrap();
+        root.symlink(Path::new("a"), l).unwrap();
+        for link in [l, m] {
+            let effect = Effect::Symlink {
+                target: "b".into(),
+                link: link.to_path_buf(),
+            };
+            j.before(&root, &effect, false).unwrap();
+            let _ = root.remove_file(link);
+            root.symlink(Path::new("b"), link).unwrap();
+        }
+        assert_eq!(j.undo(&root).unwrap(), Vec::<String>::new());
+        assert_eq!(root.read_link(l).unwrap(), Path::new("a"));
+        assert!(root.symlink_metadata(m).unwrap().is_none());
     }
 
     /// A journal an agent before issue 28 left (JSON lines, a file's content after its
