@@ -1900,18 +1900,28 @@ pub fn recover(root: &HostRoot) -> Result<Vec<String>> {
     };
     let this_boot = boot_id();
     let mut found = Vec::new();
+    let mut skipped = Vec::new();
     for e in root.read_dir(dir)? {
         if e.kind != EntryKind::Dir {
             continue;
         }
         let jdir = dir.join(&e.name);
         let log_path = jdir.join(LOG);
-        if root.symlink_metadata(&log_path)?.is_none() {
+        let Some(m) = root.symlink_metadata(&log_path)? else {
             // Created but never linked: nothing was changed.
             let _ = root.remove_all(&jdir);
             continue;
+        };
+        if !m.is_file() {
+            // Never the agent's (a log is a regular file it made): not opened, which could
+            // block (a FIFO) or read another file (a symlink); left for the operator.
+            skipped.push(format!(
+                "not undone: {}: not a regular file, left as it is",
+                log_path.display()
+            ));
+            continue;
         }
-        let f = root.open_read(&log_path)?;
+        let f = root.open_regular(&log_path)?;
         if lock(&f, LockOp::TryExclusive).is_err() {
             // A live step's journal.
             continue;
@@ -1938,10 +1948,10 @@ pub fn recover(root: &HostRoot) -> Result<Vec<String>> {
         found.push((key.unwrap_or((0, 0)), e.name, jdir, f, count));
     }
     found.sort_by_key(|f| std::cmp::Reverse(f.0));
-    let mut lines = Vec::new();
+    let mut lines = skipped;
     for (_, name, jdir, f, count) in found {
         let log_path = jdir.join(LOG);
-        let failed = replay(root, root.open_read(&log_path)?, &jdir)?;
+        let failed = replay(root, root.open_regular(&log_path)?, &jdir)?;
         lines.push(format!(
             "undid {count} file change record(s) of {}, left by a step that did not end",
             name.to_string_lossy()
@@ -2387,6 +2397,65 @@ mod tests {
         assert_eq!(j.undo(&root).unwrap(), Vec::<String>::new());
         assert_eq!(root.read_link(l).unwrap(), Path::new("a"));
         assert!(root.symlink_metadata(m).unwrap().is_none());
+    }
+
+    /// Attack on principle 2: a journal's `log` that is a FIFO or a symlink (to a file of
+    /// JSON lines another user wrote) when the recovery runs. The recovery used to open it
+    /// blocking and following the link: a FIFO hung the agent's start, a link was replayed.
+    /// Now a log that is not a regular file is left, named, and the other journals are
+    /// recovered.
+    #[test]
+    fn a_journal_log_that_is_a_fifo_or_a_symlink_is_left_and_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(tmp.path()).unwrap();
+        root.create_dir_all(Path::new("/etc"), 0o755).unwrap();
+        root.create_dir_all(Path::new("/tmp"), 0o1777).unwrap();
+        // A legacy journal another user could write, which would remove /etc/victim.
+        root.write_atomic(Path::new("/etc/victim"), b"keep\n", Some(0o644))
+            .unwrap();
+        root.write_atomic(
+            Path::new("/tmp/evil"),
+            b"{\"kind\":\"absent\",\"path\":\"/etc/victim\"}\n",
+            Some(0o666),
+        )
+        .unwrap();
+        let fifo_dir = Path::new(DIR).join("a-fifo.1.0");
+        let link_dir = Path::new(DIR).join("b-link.1.0");
+        root.create_dir_all(&fifo_dir, 0o700).unwrap();
+        root.create_dir_all(&link_dir, 0o700).unwrap();
+        let fifo = tmp
+            .path()
+            .join(fifo_dir.strip_prefix("/").unwrap())
+            .join(LOG);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        root.symlink(Path::new("/tmp/evil"), &link_dir.join(LOG))
+            .unwrap();
+        let recovering = {
+            let root = root.try_clone().unwrap();
+            std::thread::spawn(move || recover(&root))
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !recovering.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        let hung = !recovering.is_finished();
+        if hung {
+            // Unblock the reader: a writer opens and closes the FIFO.
+            drop(std::fs::OpenOptions::new().write(true).open(&fifo));
+        }
+        let lines = recovering.join().unwrap();
+        assert!(!hung, "the recovery hung on a FIFO as a journal's log");
+        let lines = lines.unwrap();
+        assert_eq!(
+            root.read(Path::new("/etc/victim")).unwrap(),
+            b"keep\n",
+            "{lines:?}"
+        );
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines.iter().all(|l| l.contains("not a regular file")),
+            "{lines:?}"
+        );
     }
 
     /// A journal an agent before issue 28 left (JSON lines, a file's content after its
