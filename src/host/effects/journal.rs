@@ -1502,10 +1502,7 @@ fn lock_key(root: &HostRoot, path: &Path) -> PathBuf {
 /// Whether `path` is one of the user database's files, which `useradd` and friends edit
 /// under `/etc/.pwd.lock` only.
 fn is_user_db(path: &Path) -> bool {
-    use crate::host::users::userdb::{GROUP, GSHADOW, PASSWD, SHADOW};
-    [PASSWD, SHADOW, GROUP, GSHADOW]
-        .iter()
-        .any(|f| path == Path::new(f))
+    crate::host::root::pwdlock::is_user_db(path)
 }
 
 /// Put back the state record `e` whose path the step then wrote as `writes` say, under
@@ -1536,7 +1533,7 @@ fn restore_checked(
     // The user database's own tools (`useradd`) take only the shadow-utils lock: held
     // after the path lock, in the order an edit takes them (`session::edit_lines`).
     let _pwd = if is_user_db(path) {
-        Some(crate::host::users::userdb::lock_pwd(root).map_err(HostError::Root)?)
+        Some(crate::host::root::pwdlock::lock_pwd(root).map_err(HostError::Root)?)
     } else {
         None
     };
@@ -2227,7 +2224,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let root = HostRoot::open(tmp.path()).unwrap();
         root.create_dir_all(Path::new("/etc"), 0o755).unwrap();
-        let passwd = Path::new(crate::host::users::userdb::PASSWD);
+        let passwd = Path::new(crate::host::root::pwdlock::PASSWD);
         root.write_atomic(passwd, b"root:x:0:0::/root:/bin/sh\n", Some(0o644))
             .unwrap();
         root.write_atomic(Path::new("/etc/.pwd.lock"), b"", Some(0o600))

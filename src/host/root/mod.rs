@@ -32,6 +32,7 @@ pub mod durability;
 pub mod error;
 pub mod mount_ns;
 pub mod pathlock;
+pub mod pwdlock;
 pub mod read;
 pub mod run_dirs;
 pub mod staging;
@@ -1178,7 +1179,7 @@ impl HostRoot {
 
     /// Open an existing file for writing without truncating it (`O_WRONLY`), following
     /// symlinks inside the root: for a lock that needs a writable descriptor
-    /// (`fcntl(F_SETLKW)` with `F_WRLCK`, [`crate::host::users::userdb`]).
+    /// (`fcntl(F_SETLKW)` with `F_WRLCK`, [`crate::host::root::pwdlock`]).
     ///
     /// # Errors
     /// Not found, permission, or an attempted escape (`EXDEV`).
