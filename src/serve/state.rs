@@ -12,7 +12,7 @@
 //! O_NOFOLLOW` handle, only then reopened for reading) of at most [`MAX_RECORD_BYTES`]. A
 //! FIFO, socket, device, symlink or larger file in the dir is never opened for reading (a
 //! FIFO cannot block the start, a device node's open cannot act, a 3 GiB sparse file is not
-//! read whole), nor is a record whose cgroup is not a server's ([`check_cgroup`]): each is
+//! read whole), nor is a record whose cgroup is not a server's (`check_cgroup`): each is
 //! skipped and named in a warning ([`StateDir::all`]).
 
 use std::path::{Path, PathBuf};
@@ -220,7 +220,7 @@ impl StateDir {
 
     /// The record of `id`: `None` when there is no such file; read only when it is a
     /// regular file (`fstat` of an `O_PATH | O_NOFOLLOW` handle, then reopened for reading)
-    /// of at most [`MAX_RECORD_BYTES`], whose cgroup, if any, passes [`check_cgroup`].
+    /// of at most [`MAX_RECORD_BYTES`], whose cgroup, if any, passes `check_cgroup`.
     ///
     /// # Errors
     /// What is wrong with the file, naming it: `state dir record <path>: not a regular file

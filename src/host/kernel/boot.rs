@@ -459,7 +459,7 @@ fn with_saved(text: &str) -> Option<String> {
 /// when grub's default entry names `release` itself; a default that is `release` only as
 /// the newest kernel (entry `0`) is pinned, since the next kernel installed would move it. Plan: `~ grub default: <old> -> <release>` (and
 /// the `/etc/default/grub` diff when `GRUB_DEFAULT` was not `saved`), `<old>` what grub
-/// booted before the kernels this session installs ([`default_before_session`]), in apply
+/// booted before the kernels this session installs (`default_before_session`), in apply
 /// as in plan; check: drift.
 ///
 /// # Errors

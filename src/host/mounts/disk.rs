@@ -29,7 +29,7 @@
 //! # What is written to
 //!
 //! `fs::mkfs` and `raid::create` (its members) write only to a device they checked first
-//! ([`block_node`], [`in_use`]): the path opened inside the root's `/dev` (a link that leaves
+//! (`block_node`, `in_use`): the path opened inside the root's `/dev` (a link that leaves
 //! `/dev` is refused), a block device by `fstat`, and nothing using it: not mounted, no
 //! partition of it mounted, no holder (md, dm), not refused `O_EXCL` by the kernel. The
 //! device is the node's `st_rdev` under the name sysfs gives that `major:minor`, whatever
@@ -628,7 +628,7 @@ fn exclusive_busy(node: &std::fs::File) -> bool {
 ///
 /// Before anything else `dev` must be a block device inside the root's `/dev` that nothing
 /// uses: not mounted, no partition of it mounted, no md/dm holder, not refused exclusive
-/// access by the kernel ([`in_use`]). `force` never overrides that, only an existing
+/// access by the kernel (`in_use`). `force` never overrides that, only an existing
 /// filesystem.
 ///
 /// # Errors

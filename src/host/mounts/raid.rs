@@ -180,7 +180,7 @@ pub fn info(h: &mut Host, dev: &str) -> Result<Option<RaidInfo>> {
 ///
 /// - absent: every member must be a block device inside the root's `/dev` that nothing
 ///   uses (not mounted, no partition of it mounted, no md/dm holder, not refused exclusive
-///   access: [`disk::in_use`]; `force` does not override that) and (unless `force`) hold no
+///   access: `disk::in_use`; `force` does not override that) and (unless `force`) hold no
 ///   filesystem; then mdadm creates it (true). A change: run in apply, recorded in a plan as
 ///   `raid /dev/md/<name> level <l> from [<devices>]: mdadm ...`, drift in a check; a
 ///   command, so not undone by the journal.
