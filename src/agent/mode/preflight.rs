@@ -22,7 +22,9 @@
 //! edits.) A command a script step runs is not run by the plan either: the first later
 //! call that reads what it may have touched (a path it names, a missing path) is unknown
 //! and ends that step's plan, which is not an error
-//! ([`crate::host::HostError::PlanUnknown`]). `*-check` modes are validated only: a check
+//! ([`crate::host::HostError::PlanUnknown`]); so is a later call's failure that depends on
+//! the host after any command the plan did not run, package and service actions included
+//! ([`crate::host::HostError::PlanUnknownFailure`]). `*-check` modes are validated only: a check
 //! changes nothing, its failures are its results.
 //!
 //! A stop of the run (SIGTERM) aborts the plan at once: the script being planned and any

@@ -150,8 +150,24 @@ impl Api {
             Some(h) => {
                 // Effects submitted by this call carry its script position.
                 h.set_position(position(ctx));
-                let r = op(h);
-                if let Err(CallError::Host(e @ HostError::PlanUnknown { .. })) = &r {
+                let r = op(h).map_err(|e| match e {
+                    // After a command the plan did not run, a failure that depends on the
+                    // host may not happen in the apply: unknown, not a refusal.
+                    CallError::Host(e) if e.depends_on_host() => match h.unplanned_command() {
+                        Some((command, position)) => {
+                            CallError::Host(HostError::PlanUnknownFailure {
+                                failure: error_chain(&e),
+                                command: command.to_string(),
+                                position,
+                            })
+                        }
+                        None => CallError::Host(e),
+                    },
+                    e => e,
+                });
+                if let Err(CallError::Host(e)) = &r
+                    && e.is_plan_unknown()
+                {
                     h.note_unknown(fname, e);
                 }
                 h.set_position(None);
@@ -161,7 +177,9 @@ impl Api {
         };
         drop(guard);
         res.map_err(|e| {
-            if let CallError::Host(e @ HostError::PlanUnknown { .. }) = &e {
+            if let CallError::Host(e) = &e
+                && e.is_plan_unknown()
+            {
                 // Ends the script (no `try`/`catch` intercepts a termination): the step's
                 // plan stops here, and the step runner does not count it as a failure.
                 let message = self

@@ -631,6 +631,43 @@ impl Effect {
         }
     }
 
+    /// Whether the apply performs this effect by running a program whose writes the plan
+    /// cannot foresee (a package manager and its maintainer scripts, `systemctl`, `mount`,
+    /// `modprobe`, grub and initramfs tools, `tuned-adm`, a script's command): the plan only
+    /// records it, so a later failure of the step's plan that depends on the host is unknown
+    /// ([`crate::host::HostError::PlanUnknownFailure`]). Not file edits, sysctl writes,
+    /// downloads or interrupts (the plan models them).
+    pub fn runs_program(&self) -> bool {
+        match self {
+            Effect::Service { .. }
+            | Effect::ServiceAction { .. }
+            | Effect::DaemonReload
+            | Effect::PackageInstall { .. }
+            | Effect::PackageRemove { .. }
+            | Effect::Command { .. }
+            | Effect::GuardedCommand { .. }
+            | Effect::GrubUpdate(_)
+            | Effect::Mount { .. }
+            | Effect::ModuleLoad { .. }
+            | Effect::InitramfsUpdate(_)
+            | Effect::PackageHold { .. }
+            | Effect::GrubDefault { .. }
+            | Effect::PackageUpgrade { .. }
+            | Effect::TunedProfile { .. } => true,
+            Effect::WriteFile { .. }
+            | Effect::CopyFile { .. }
+            | Effect::RemoveFile { .. }
+            | Effect::Mkdir { .. }
+            | Effect::RemoveAll { .. }
+            | Effect::Chmod { .. }
+            | Effect::Chown { .. }
+            | Effect::Symlink { .. }
+            | Effect::Sysctl { .. }
+            | Effect::Interrupt(_)
+            | Effect::Fetch(_) => false,
+        }
+    }
+
     /// A short machine-readable kind for reports: `write`, `remove`, `mkdir`, `remove_all`,
     /// `chmod`, `chown`, `symlink`, `service`, `service_action`, `daemon_reload`,
     /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,

@@ -196,6 +196,11 @@ pub struct Host {
     /// session (a dry run's or the preflight's): later reads of what they may have touched
     /// are unknown ([`Host::check_known`]).
     pub(super) planned_commands: Vec<PlannedCommand>,
+    /// Plan mode: the session's first effect the plan recorded without running its program
+    /// ([`Effect::runs_program`]: a `run`/`sh` command, a package, service, mount, module,
+    /// grub or tuned action): a later call's failure that depends on the host is unknown
+    /// ([`Host::unplanned_command`]). Names no path.
+    pub(super) first_unplanned: Option<PlannedCommand>,
 }
 
 /// A command a plan recorded without running it ([`Host::note_planned_command`]).
@@ -313,6 +318,7 @@ impl Host {
             recorded: None,
             recovered,
             planned_commands: Vec::new(),
+            first_unplanned: None,
         }
     }
 
@@ -483,6 +489,20 @@ impl Host {
         })
     }
 
+    /// Plan mode: the first command the session's plan recorded without running it (its
+    /// command line or action summary, and where the script planned it as `file:line`), if
+    /// any: a later call failing in a way that depends on the host
+    /// ([`HostError::depends_on_host`]) is unknown ([`HostError::PlanUnknownFailure`], made
+    /// by the binding layer), since the apply runs the command first.
+    pub(crate) fn unplanned_command(&self) -> Option<(&str, Option<String>)> {
+        self.first_unplanned.as_ref().map(|c| {
+            (
+                c.command.as_str(),
+                c.position.as_ref().map(ToString::to_string),
+            )
+        })
+    }
+
     /// [`Host::check_known_as`] for a read of `path` itself (not a listing).
     ///
     /// # Errors
@@ -554,6 +574,14 @@ impl Host {
             }
             r?
         };
+        if effect.runs_program() && self.first_unplanned.is_none() && self.mode() == ExecMode::Plan
+        {
+            self.first_unplanned = Some(PlannedCommand {
+                command: d.summary.clone(),
+                position: self.position.clone(),
+                paths: Vec::new(),
+            });
+        }
         let position = self.position.clone();
         match effect.class() {
             EffectClass::Change => {

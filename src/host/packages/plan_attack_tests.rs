@@ -23,30 +23,35 @@ fs::chmod("/etc/nginx/nginx.conf", 0o640);
 fs::ensure_line("/etc/nginx/nginx.conf", "worker_processes 4;");
 "#;
 
-/// Fault: `pkg::install` runs the package manager, which makes files the step then edits;
-/// the plan does not count it as a command it did not run (only `run` and `sh` are), so
-/// it plans the edit against the host as it was (no `/etc/nginx`) and refuses the step
+/// `pkg::install` runs the package manager, which makes files the step then edits. Was:
+/// the plan did not count it as a command it did not run (only `run` and `sh` were), so
+/// it planned the edit against the host as it was (no `/etc/nginx`) and refused the step
 /// the apply runs: `the plan refused the step: fs::chmod: /etc/nginx/nginx.conf does not
-/// exist`. `pkg::remove`, `pkg::upgrade` and `service::` start/restart go the same way
-/// (not noted either; not tested here).
-/// Noting those effects as planned commands in `Host::submit` fixes it, but then every
-/// read of a missing path after a planned install is unknown, and the stdlib tuned
-/// example's dry run ends after its package install (`script::stdlib_tests::
-/// tuned_on_every_distribution` fails): a change of what dry runs show, for the
-/// coordinator to decide.
+/// exist`. Now a failure that depends on the host after any command the plan did not run
+/// (packages, services and the other actions included) is unknown; the named/missing-path
+/// rule stays `run`/`sh`'s, so dry runs after a package install keep their content.
 #[test]
-#[ignore = "issue 28: the plan does not treat pkg::install/remove/upgrade and service actions as commands it did not run (principle 6); the fix narrows dry runs of the examples"]
 fn a_plan_does_not_refuse_an_edit_of_what_pkg_install_makes() {
     let t = nginx_root();
     let plan = run(&t, ExecMode::Plan, STEP);
-    if let Some(e) = &plan.outcome.error {
-        assert_eq!(
-            e.kind,
-            ScriptErrorKind::PlanUnknown,
-            "the plan refused the step: {}",
-            e.message
-        );
-    }
+    let e = plan
+        .outcome
+        .error
+        .as_ref()
+        .expect("the plan ends at the chmod");
+    assert_eq!(
+        e.kind,
+        ScriptErrorKind::PlanUnknown,
+        "the plan refused the step: {}",
+        e.message
+    );
+    assert!(
+        e.message.starts_with(
+            "fs::chmod: unknown in the plan: /etc/nginx/nginx.conf does not exist, as the host is before install packages nginx (apt) (planned at main.rhai:1), which only the apply runs"
+        ),
+        "{}",
+        e.message
+    );
     let apply = run(&t, ExecMode::Apply, STEP);
     assert!(apply.outcome.error.is_none(), "{:?}", apply.outcome.error);
     assert_eq!(
@@ -58,10 +63,10 @@ fn a_plan_does_not_refuse_an_edit_of_what_pkg_install_makes() {
 /// A command that changes a path it does not name (a vendor script turning the file
 /// `/etc/app.conf` into a directory), then a write below it: the plan reads the existing,
 /// unnamed path as it was and refuses the step the apply runs (`/etc/app.conf` is a file).
-/// By the design of 7d96930 (a command makes unknown only the paths it names and missing
-/// ones); principle 6 asks for what it *may* have touched.
+/// Was refused (`fs::write: failed to resolve /etc/app.conf/x ...: Not a directory`): a
+/// command made unknown only the paths it names and missing ones (7d96930). Now the
+/// write's failure, which depends on the host, is unknown.
 #[test]
-#[ignore = "issue 28: a planned command makes unknown only the paths it names; an existing path it changes without naming is planned as it was (principle 6)"]
 fn a_plan_does_not_refuse_a_write_below_what_an_unnamed_command_made_a_directory() {
     let t = TestHost::new();
     t.install_sh();
@@ -71,15 +76,70 @@ fn a_plan_does_not_refuse_a_write_below_what_an_unnamed_command_made_a_directory
     t.stub("setup", "rm /etc/app.conf; mkdir /etc/app.conf");
     let step = "run([\"setup\"]);\nfs::write(\"/etc/app.conf/x\", \"y\\n\");\n";
     let plan = run(&t, ExecMode::Plan, step);
-    if let Some(e) = &plan.outcome.error {
-        assert_eq!(
-            e.kind,
-            ScriptErrorKind::PlanUnknown,
-            "the plan refused the step: {}",
-            e.message
-        );
-    }
+    let e = plan
+        .outcome
+        .error
+        .as_ref()
+        .expect("the plan ends at the write");
+    assert_eq!(
+        e.kind,
+        ScriptErrorKind::PlanUnknown,
+        "the plan refused the step: {}",
+        e.message
+    );
+    assert!(
+        e.message.starts_with("fs::write: unknown in the plan: ")
+            && e.message.contains("/etc/app.conf/x")
+            && e.message.contains(
+                ", as the host is before setup (planned at main.rhai:1), which only the apply runs"
+            ),
+        "{}",
+        e.message
+    );
     let apply = run(&t, ExecMode::Apply, step);
     assert!(apply.outcome.error.is_none(), "{:?}", apply.outcome.error);
     assert_eq!(t.read("/etc/app.conf/x"), "y\n");
+}
+
+/// After a command the plan did not run, a failure that does not depend on the host still
+/// fails the plan: a bad argument (a relative path) and `fail()` are refusals, not unknown.
+#[test]
+fn a_plan_still_fails_what_does_not_depend_on_the_host_after_a_planned_command() {
+    let t = nginx_root();
+    let plan = run(
+        &t,
+        ExecMode::Plan,
+        "pkg::install(\"nginx\");\nfs::write(\"etc/x\", \"y\\n\");\n",
+    );
+    let e = plan.outcome.error.as_ref().expect("a relative path fails");
+    assert_ne!(e.kind, ScriptErrorKind::PlanUnknown, "{}", e.message);
+    assert!(
+        e.message
+            .starts_with("fs::write: paths must be absolute: \"etc/x\""),
+        "{}",
+        e.message
+    );
+    let plan = run(&t, ExecMode::Plan, "run([\"true\"]);\nfail(\"no\");\n");
+    let e = plan.outcome.error.as_ref().expect("fail() fails");
+    assert_ne!(e.kind, ScriptErrorKind::PlanUnknown, "{}", e.message);
+}
+
+/// A check judges the host as it is: after a recorded package install, a read of what the
+/// package would make is an error there, not unknown (only plans turn failures unknown).
+#[test]
+fn a_check_does_not_turn_failures_unknown() {
+    let t = nginx_root();
+    let check = run(&t, ExecMode::Check, STEP);
+    let e = check
+        .outcome
+        .error
+        .as_ref()
+        .expect("the file does not exist");
+    assert_ne!(e.kind, ScriptErrorKind::PlanUnknown, "{}", e.message);
+    assert!(
+        e.message
+            .starts_with("fs::chmod: /etc/nginx/nginx.conf does not exist"),
+        "{}",
+        e.message
+    );
 }

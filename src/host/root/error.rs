@@ -190,8 +190,8 @@ pub enum HostError {
     },
 
     /// Plan mode: a read of `path`, which a command the plan did not run (`run`, `sh`) may
-    /// have touched (it names the path, or the path does not exist). Not a failure: the call
-    /// is reported as unknown and the rest of the step is checked statically only
+    /// have touched (it names the path, or the path does not exist). Not a failure (as
+    /// [`HostError::PlanUnknownFailure`]): the call is reported as unknown and the rest of the step is checked statically only
     /// ([`crate::host::api::PlanUnknown`]).
     #[error(
         "{} is unknown in the plan: the command {command}{} is only run by the apply and may change it",
@@ -201,6 +201,25 @@ pub enum HostError {
         /// The host path the call read.
         path: PathBuf,
         /// The planned command line, shell-quoted.
+        command: String,
+        /// Where the script planned the command (`file:line`), if known.
+        position: Option<String>,
+    },
+
+    /// Plan mode: a call failed in a way that depends on the host (`failure`, with its
+    /// causes) after a command the plan did not run ([`HostError::depends_on_host`]; `run`,
+    /// `sh`, a package, service, mount, module, grub or tuned action): the apply may not
+    /// fail there, so not a failure either: the call is reported as unknown and the rest of
+    /// the step is checked statically only ([`crate::host::api::PlanUnknown`]).
+    #[error(
+        "unknown in the plan: {failure}, as the host is before {command}{}, which only the apply runs and which may change that",
+        at_position(.position)
+    )]
+    PlanUnknownFailure {
+        /// What the call failed with in the plan, with its causes.
+        failure: String,
+        /// The session's first command the plan did not run (a command line, shell-quoted,
+        /// or the action's summary).
         command: String,
         /// Where the script planned the command (`file:line`), if known.
         position: Option<String>,
@@ -421,6 +440,68 @@ pub enum HostError {
         /// The flush's error with its causes, as that call got it.
         message: String,
     },
+}
+
+impl HostError {
+    /// Whether this is the plan's unknown outcome ([`HostError::PlanUnknown`],
+    /// [`HostError::PlanUnknownFailure`]): the end of the step's plan, not a failure.
+    pub fn is_plan_unknown(&self) -> bool {
+        matches!(
+            self,
+            HostError::PlanUnknown { .. } | HostError::PlanUnknownFailure { .. }
+        )
+    }
+
+    /// Whether this failure may depend on the host root's state, which a command the plan
+    /// did not run may have changed (files, users and groups, programs, sysctl entries,
+    /// os-release, mounts, structured config files). Not: bad arguments (a relative path, a
+    /// regex, a glob, an invalid value, a `<text>` parse), agent-side inputs (configMaps,
+    /// node metadata, secrets, environment), the undo journal, downloads, timeouts and
+    /// cancellation, and the end of the plan itself.
+    pub fn depends_on_host(&self) -> bool {
+        match self {
+            HostError::Root(_)
+            | HostError::NotFound { .. }
+            | HostError::WrongKind { .. }
+            | HostError::NotRegular { .. }
+            | HostError::FileTooLarge { .. }
+            | HostError::BadAncestor { .. }
+            | HostError::NotText { .. }
+            | HostError::UnknownId { .. }
+            | HostError::ProgramNotFound { .. }
+            | HostError::Spawn { .. }
+            | HostError::CommandFailed { .. }
+            | HostError::UnknownSysctl { .. }
+            | HostError::NoPackageManager { .. }
+            | HostError::MountConflict { .. } => true,
+            HostError::Parse { path, .. } => path.as_os_str() != "<text>",
+            HostError::RelativePath { .. }
+            | HostError::Regex { .. }
+            | HostError::Glob { .. }
+            | HostError::Invalid { .. }
+            | HostError::JournalFailed { .. }
+            | HostError::Timeout { .. }
+            | HostError::Cancelled { .. }
+            | HostError::PlanUnknown { .. }
+            | HostError::PlanUnknownFailure { .. }
+            | HostError::OutputTooLarge { .. }
+            | HostError::ConfigMapLine { .. }
+            | HostError::ConfigMapMissing { .. }
+            | HostError::ConfigMapNotText { .. }
+            | HostError::ConfigMapOutside { .. }
+            | HostError::AgentFile { .. }
+            | HostError::Json { .. }
+            | HostError::SecretRefused { .. }
+            | HostError::SecretNotDeclared { .. }
+            | HostError::SecretCoordinate { .. }
+            | HostError::SecretRead { .. }
+            | HostError::EnvMissing { .. }
+            | HostError::Fetch { .. }
+            | HostError::ChecksumMismatch(_)
+            | HostError::ChangedUnderStep { .. }
+            | HostError::EditsNotWritten { .. } => false,
+        }
+    }
 }
 
 /// The details of [`HostError::ChecksumMismatch`] (boxed: the error stays small).

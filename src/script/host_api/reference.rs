@@ -244,8 +244,15 @@ apply script: what would change is drift, and the check fails).
   that does not exist: the command may have made it) is listed as unknown (`? unknown:
   fs::chmod: /etc/x is unknown in the plan: the command ... is only run by the apply and
   may change it`) and the plan of that step ends there, not as a failure: the rest of the
-  step is only checked statically. An existing file the command does not name is planned
-  as it is now. Planned file content past
+  step is only checked statically. An existing path the command does not name is planned
+  as it is now, but after any command the plan did not run (`run`, `sh`, and the package,
+  service, mount, module, grub and tuned functions, whose programs the plan does not run
+  either) a later call of the plan that fails in a way that depends on the host (a missing
+  or wrong-kind path, an unknown user, a program not found, ...) is unknown the same way
+  (`? unknown: fs::write: unknown in the plan: <its error>, as the host is before <the
+  first such command> (planned at file:line), which only the apply runs ...`), not a
+  failure: the apply runs the command first. A bad argument, a script error or `fail()`
+  still fails. Planned file content past
   64 MiB in all is kept in an unlinked temporary file, and a diff over 1 MiB is shown as a
   one-line note, so a plan's memory stays bounded however many files it writes.
   A plan lists, per step and in the order they happened, the changes (with the directories
