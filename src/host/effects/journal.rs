@@ -39,6 +39,12 @@
 //! its last whole record and *poisons* the step: every later effect and the step's end
 //! fail with it, whatever the script caught, and the step is undone.
 //!
+//! Every recorded path is canonical (its parent's symlinks resolved inside the root when
+//! recorded, the path lock's key), and the replay follows no symlink below the root (a
+//! clone of the root with `/` confined, `RESOLVE_NO_SYMLINKS`: the kernel holds the line):
+//! a symlink on the way now was swapped in since the step wrote, and the record is left,
+//! with a `<path>: a symlink on the way since this step wrote it` line.
+//!
 //! When the step ends: on success (after its writes are durable) the journal is deleted
 //! (moved-aside paths with it); on failure it is replayed backwards, the restored
 //! directories fsynced, then deleted. A file is put back whole only while it holds exactly
@@ -97,8 +103,9 @@ type State = String;
 const ABSENT: &str = "absent";
 const ANY: &str = "*";
 
-/// One record. Paths are host paths.
-#[derive(Debug, Serialize, Deserialize)]
+/// One record. Paths are host paths, canonical when recorded (the parent's symlinks
+/// resolved inside the root: [`canonical_record`]), so that the replay can follow none.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum Record {
     /// The journal's start: orders recovery (newest first).
@@ -157,7 +164,7 @@ enum Record {
 
 /// A line or block edit: lines added (in order) and removed (each with the line it
 /// followed, `None` at the top).
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct LineEdit {
     added: Vec<String>,
     removed: Vec<(Option<String>, String)>,
@@ -168,7 +175,7 @@ struct LineEdit {
 }
 
 /// An extended attribute: its name and its value in base64.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Xattr {
     name: String,
     value: String,
@@ -912,6 +919,8 @@ impl StepJournal {
         };
         #[cfg(not(test))]
         let _ = inject;
+        let canon = canonical_record(root, rec);
+        let rec = canon.as_ref().unwrap_or(rec);
         let log = self.log.as_mut().expect("opened by the caller");
         #[cfg(test)]
         let log = &mut fail_point::Limited::new(log, fail);
@@ -1423,6 +1432,14 @@ fn agrees(a: &str, b: &str) -> bool {
 /// line per record that could not be put back, and one for a log that stops being
 /// readable before its end.
 fn replay(root: &HostRoot, reader: File, jdir: &Path) -> Result<Vec<String>> {
+    // The replay follows no symlink below the root (principle 3): a clone of the root
+    // with `/` confined (`RESOLVE_NO_SYMLINKS`, the kernel holding the line), the agent's
+    // own state directory confined first, as it is found (resolved inside the root).
+    let confined = root.try_clone()?;
+    let state_dir = Path::new(DIR).parent().unwrap_or(Path::new("/"));
+    let _state = confined.confine(state_dir)?;
+    let _all = confined.confine(Path::new("/"))?;
+    let root = &confined;
     let log_path = jdir.join(LOG);
     let (entries, damage) = entries_of(root, &reader, &log_path)?;
     let mut log = reader;
@@ -1473,6 +1490,52 @@ fn replay(root: &HostRoot, reader: File, jdir: &Path) -> Result<Vec<String>> {
     Ok(failed)
 }
 
+/// `rec` with its path made canonical (its parent's symlinks resolved inside the root, as
+/// the path lock's key is: [`lock_key`]), or `None` when it is already (or has no parent
+/// yet, or is a sysctl). The replay follows no symlink: one on the way when the step
+/// wrote (`/var/run -> /run`) is resolved here, so only one swapped in since stops it.
+fn canonical_record(root: &HostRoot, rec: &Record) -> Option<Record> {
+    if matches!(rec, Record::Start { .. } | Record::Sysctl { .. }) {
+        return None;
+    }
+    let path = rec_path(rec);
+    let canon = lock_key(root, path);
+    if canon == path {
+        return None;
+    }
+    let mut rec = rec.clone();
+    match &mut rec {
+        Record::Start { .. } | Record::Sysctl { .. } => {}
+        Record::Absent { path }
+        | Record::File { path, .. }
+        | Record::Dir { path, .. }
+        | Record::Symlink { path, .. }
+        | Record::Moved { path, .. }
+        | Record::Special { path, .. }
+        | Record::Wrote { path, .. } => *path = canon,
+    }
+    Some(rec)
+}
+
+/// Whether a symlink is on the way to `path` (one of its ancestors, below the root, is a
+/// symlink now). The replay follows none ([`replay`]): one there now was swapped in since
+/// the step wrote, as its records are canonical.
+fn symlink_on_the_way(root: &HostRoot, path: &Path) -> Result<bool> {
+    let mut cur = PathBuf::from("/");
+    let Some(parent) = path.parent() else {
+        return Ok(false);
+    };
+    for c in parent.components().skip(1) {
+        cur.push(c);
+        match root.symlink_metadata(&cur)? {
+            Some(m) if m.file_type().is_symlink() => return Ok(true),
+            Some(_) => {}
+            None => return Ok(false),
+        }
+    }
+    Ok(false)
+}
+
 fn rec_path(rec: &Record) -> &Path {
     match rec {
         Record::Start { .. } => Path::new(DIR),
@@ -1520,6 +1583,12 @@ fn restore_checked(
     syncs: &DirSyncs,
 ) -> Result<Option<String>> {
     let path = rec_path(&e.rec);
+    if symlink_on_the_way(root, path)? {
+        return Ok(Some(format!(
+            "{}: a symlink on the way since this step wrote it",
+            path.display()
+        )));
+    }
     let file_like = matches!(
         e.rec,
         Record::Absent { .. }
@@ -2341,6 +2410,41 @@ mod tests {
             mode, 0o600,
             "the other writer's chmod was undone: {lines:?}"
         );
+    }
+
+    /// The replay follows no symlink (principle 3), yet a step that wrote through a host
+    /// symlink that was already there (`/var/run -> ../run`, `/lib -> usr/lib`) is undone:
+    /// its records hold the canonical path.
+    #[test]
+    fn a_write_through_a_host_symlink_that_was_there_is_undone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(tmp.path()).unwrap();
+        root.create_dir_all(Path::new("/run"), 0o755).unwrap();
+        root.create_dir_all(Path::new("/var"), 0o755).unwrap();
+        root.create_dir_all(Path::new("/usr/lib"), 0o755).unwrap();
+        root.symlink(Path::new("../run"), Path::new("/var/run"))
+            .unwrap();
+        root.symlink(Path::new("usr/lib"), Path::new("/lib"))
+            .unwrap();
+        root.write_atomic(Path::new("/lib/old.conf"), b"old\n", Some(0o644))
+            .unwrap();
+        let mut j = StepJournal::new("pkg-links");
+        for (p, c) in [("/var/run/x.pid", "1\n"), ("/lib/old.conf", "new\n")] {
+            let effect = Effect::WriteFile {
+                path: p.into(),
+                content: c.into(),
+                mode: None,
+                uid: None,
+                gid: None,
+            };
+            assert_eq!(j.before(&root, &effect, false).unwrap(), Before::Perform);
+            root.write_atomic(Path::new(p), c.as_bytes(), Some(0o644))
+                .unwrap();
+        }
+        let lines = j.undo(&root).unwrap();
+        assert!(lines.is_empty(), "{lines:?}");
+        assert!(!root.exists(Path::new("/run/x.pid")).unwrap());
+        assert_eq!(root.read(Path::new("/usr/lib/old.conf")).unwrap(), b"old\n");
     }
 
     /// Attack on principle 1 with a symlink: the step makes `/etc/l` a link (replacing
