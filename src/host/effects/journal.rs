@@ -13,8 +13,8 @@
 //! Before every content write (and a removal of a path it wrote) it also records a
 //! *wrote* record: the SHA-256 of the file as it is then (`base`, read under the path lock
 //! the edit holds, [`crate::host::root::pathlock`]) and of what the step writes (`after`);
-//! for a line or block edit (the session's line batch, the user database) also the edit's
-//! lines added and removed.
+//! for a content write the mode, uid and gid the write leaves; for a line or block edit
+//! (the session's line batch, the user database) also the edit's lines added and removed.
 //!
 //! A removed file, symlink, FIFO, socket or device, and a removed tree, is *moved aside*:
 //! renamed into the journal's directory (no copy, no space needed, no size limit) and
@@ -50,7 +50,8 @@
 //! directories fsynced, then deleted. A file is put back whole only while it holds exactly
 //! what the step wrote there (its digest, compared under the path's lock, and for the user
 //! database under `/etc/.pwd.lock` too, which `useradd` takes): when another
-//! writer changed it since, a line or block edit is undone alone on the file as it is now
+//! writer changed it since (its content, or the mode or owner the step left), a line or
+//! block edit is undone alone (mode and owner left as they are now) on the file as it is now
 //! (the step's added lines removed, its removed lines put back after the line they
 //! followed), and any other change is left, with a `<path> changed by another writer since
 //! this step wrote it` line; a moved-aside path comes back only where nothing is now. The
@@ -159,6 +160,10 @@ enum Record {
         after: State,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lines: Option<LineEdit>,
+        /// The mode (permission bits), uid and gid the step leaves on the file (a content
+        /// write; absent in other records and in journals written before: not checked).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        meta: Option<(u32, u32, u32)>,
     },
 }
 
@@ -226,6 +231,8 @@ pub(crate) struct StepJournal {
     /// The content of the small file [`StepJournal::record_path`] recorded last, for the
     /// line edit that follows.
     last_read: Option<(PathBuf, Vec<u8>)>,
+    /// The mode, uid and gid the content write being recorded leaves, for its wrote record.
+    next_meta: Option<(u32, u32, u32)>,
 }
 
 /// Whether `effect` changes files or a live sysctl value (what the journal records).
@@ -409,6 +416,7 @@ impl StepJournal {
             stashes: 0,
             failed: None,
             last_read: None,
+            next_meta: None,
         }
     }
 
@@ -470,10 +478,28 @@ impl StepJournal {
 
     fn record(&mut self, root: &HostRoot, effect: &Effect, line_edit: bool) -> Result<Before> {
         self.last_read = None;
+        self.next_meta = None;
         match effect {
-            Effect::WriteFile { path, content, .. } => {
+            Effect::WriteFile {
+                path,
+                content,
+                mode,
+                uid,
+                gid,
+            } => {
                 let target = normalize(&root.write_target(path)?);
                 let after = crate::host::root::digest::sha256_tag(content);
+                // What the write leaves ([`HostRoot::write_atomic`]): the given mode and
+                // owner, else the file's own, else 0644 and the agent's.
+                let (m0, u0, g0) = match root.symlink_metadata(&target)? {
+                    Some(m) if m.is_file() => (m.mode() & 0o7777, m.uid(), m.gid()),
+                    _ => (
+                        0o644,
+                        nix::unistd::geteuid().as_raw(),
+                        nix::unistd::getegid().as_raw(),
+                    ),
+                };
+                self.next_meta = Some((mode.unwrap_or(m0), uid.unwrap_or(u0), gid.unwrap_or(g0)));
                 self.record_write(root, &target, after, line_edit.then_some(&content[..]))?;
             }
             Effect::CopyFile {
@@ -613,6 +639,7 @@ impl StepJournal {
         after: State,
         lines: Option<LineEdit>,
     ) -> Result<()> {
+        let meta = self.next_meta.take();
         self.append(
             root,
             &Record::Wrote {
@@ -620,6 +647,7 @@ impl StepJournal {
                 base,
                 after,
                 lines,
+                meta,
             },
             None,
         )
@@ -1411,6 +1439,7 @@ fn read_legacy<R: std::io::BufRead>(r: &mut R, total: u64) -> (Vec<Entry>, Optio
                     base: ANY.into(),
                     after: ANY.into(),
                     lines: None,
+                    meta: None,
                 },
                 start: pos,
                 end: pos,
@@ -1648,6 +1677,18 @@ fn restore_checked(
         }
     }
     let expected = prev;
+    // The mode and owner the step's last content write left, when recorded: another
+    // writer's `chmod`/`chown` on the step's content is a change the undo keeps.
+    let left_meta = match writes.last() {
+        Some(Record::Wrote { meta, .. }) => *meta,
+        _ => None,
+    };
+    let meta_changed = match left_meta {
+        Some((mode, uid, gid)) if now != before && now.starts_with("sha256:") => root
+            .symlink_metadata(path)?
+            .is_some_and(|m| m.mode() & 0o7777 != mode || m.uid() != uid || m.gid() != gid),
+        _ => false,
+    };
     if writes.is_empty() {
         if let Record::File { mode, uid, gid, .. } = &e.rec
             && now != before
@@ -1664,7 +1705,7 @@ fn restore_checked(
     }
     // The file holds what the step wrote, what it was before the step's last write (which
     // did not land), or what it was before the step (put back by an undo cut short).
-    if now == before || (chain && (agrees(&now, expected) || now == last_base)) {
+    if !meta_changed && (now == before || (chain && (agrees(&now, expected) || now == last_base))) {
         restore(root, &e.rec, log, (e.offset, e.len), jdir, syncs)?;
         return Ok(None);
     }
@@ -2377,7 +2418,6 @@ mod tests {
     /// content only, so the undo puts back the old file with the old mode: the other
     /// writer's `chmod` is lost, and nothing says so.
     #[test]
-    #[ignore = "issue 28: the undo's check compares content only; a mode or owner another writer set on the step's content is overwritten (the wrote record would need the mode and owner the step left)"]
     fn an_undo_keeps_a_mode_another_writer_set_on_the_steps_content() {
         use std::os::unix::fs::PermissionsExt;
         let tmp = tempfile::tempdir().unwrap();
@@ -2410,6 +2450,40 @@ mod tests {
             mode, 0o600,
             "the other writer's chmod was undone: {lines:?}"
         );
+        assert_eq!(root.read(f).unwrap(), b"new\n");
+        assert_eq!(
+            lines,
+            ["/etc/f changed by another writer since this step wrote it"]
+        );
+    }
+
+    /// A line edit's undo on content whose mode another writer changed since: the edit's
+    /// inverse is applied to the content, and the mode is left as the other writer set it.
+    #[test]
+    fn a_line_edits_undo_keeps_a_mode_another_writer_set() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(tmp.path()).unwrap();
+        root.create_dir_all(Path::new("/etc"), 0o755).unwrap();
+        let f = Path::new("/etc/f");
+        root.write_atomic(f, b"a\n", Some(0o644)).unwrap();
+        let mut j = StepJournal::new("pkg-mode-lines");
+        let effect = Effect::WriteFile {
+            path: f.to_path_buf(),
+            content: "a\nmine\n".into(),
+            mode: None,
+            uid: None,
+            gid: None,
+        };
+        assert_eq!(j.before(&root, &effect, true).unwrap(), Before::Perform);
+        root.write_atomic(f, b"a\nmine\n", None).unwrap();
+        let real = tmp.path().join("etc/f");
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let lines = j.undo(&root).unwrap();
+        assert!(lines.is_empty(), "{lines:?}");
+        assert_eq!(root.read(f).unwrap(), b"a\n");
+        let mode = std::fs::metadata(&real).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o640);
     }
 
     /// The replay follows no symlink (principle 3), yet a step that wrote through a host
