@@ -7,8 +7,11 @@
 //! directory, a tree removal, a mode or owner change, a symlink, a download's file) or sets
 //! a live sysctl value, it records the path's state once per step (the first before-state
 //! wins): existence and kind, the content of a regular file, mode, owner, extended
-//! attributes, a symlink's target, the previous sysctl value. A path beneath one the step
-//! created records nothing (removing the created ancestor removes it).
+//! attributes, a symlink's target, the previous sysctl value. Each directory the step
+//! creates and each path it creates beneath one is recorded absent (no content; in the
+//! same `fdatasync` as its effect); an existing path beneath a created directory records
+//! nothing. The undo removes the step's entries, then a created directory only if it is
+//! empty then: else it is left, with a `<dir> holds entries this step did not make` line.
 //!
 //! Before every content write (and a removal of a path it wrote) it also records a
 //! *wrote* record: the SHA-256 of the file as it is then (`base`, read under the path lock
@@ -435,10 +438,10 @@ impl StepJournal {
         }
     }
 
-    /// Whether `p` (normalised) needs no record: under the journals' directory, recorded
-    /// already, or beneath a path the step created.
+    /// Whether `p` (normalised) needs no record: under the journals' directory, or
+    /// recorded already.
     fn covered(&self, p: &Path) -> bool {
-        p.starts_with(DIR) || self.seen.contains(p) || self.beneath_created(p)
+        p.starts_with(DIR) || self.seen.contains(p)
     }
 
     /// Whether `p` is strictly beneath a path the step created (or is one, when `or_self`).
@@ -500,7 +503,9 @@ impl StepJournal {
                     ),
                 };
                 self.next_meta = Some((mode.unwrap_or(m0), uid.unwrap_or(u0), gid.unwrap_or(g0)));
-                self.record_write(root, &target, after, line_edit.then_some(&content[..]))?;
+                let r = self.record_write(root, &target, after, line_edit.then_some(&content[..]));
+                self.next_meta = None;
+                r?;
             }
             Effect::CopyFile {
                 path, src, sha256, ..
@@ -713,8 +718,9 @@ impl StepJournal {
         }
     }
 
-    /// For an effect that may create `path` and its parents: the first missing ancestor is
-    /// recorded absent; when they all exist, `path`'s state. Returns `path`'s [`State`]
+    /// For an effect that may create `path` and its parents: each missing ancestor is
+    /// recorded absent (so the undo of a created directory knows every entry the step
+    /// made in it), then `path`'s state. Returns `path`'s [`State`]
     /// when it was recorded now.
     fn record_creating(&mut self, root: &HostRoot, path: &Path) -> Result<Option<State>> {
         let path = normalize(path);
@@ -733,15 +739,10 @@ impl StepJournal {
                 continue;
             }
             if self.covered(anc) {
-                // A recorded ancestor that existed: look further down.
-                if self.created.iter().any(|c| anc.starts_with(c)) {
-                    return Ok(None);
-                }
                 continue;
             }
             if root.symlink_metadata(anc)?.is_none() {
                 self.record_path(root, anc)?;
-                return Ok(None);
             }
         }
         self.record_path(root, &path)
@@ -753,7 +754,13 @@ impl StepJournal {
         if self.covered(path) {
             return Ok(None);
         }
-        let Some(m) = root.symlink_metadata(path)? else {
+        let m = root.symlink_metadata(path)?;
+        if m.is_some() && self.beneath_created(path) {
+            // In a directory the step created: the step's own (recorded when made) or
+            // another writer's, which the undo leaves.
+            return Ok(None);
+        }
+        let Some(m) = m else {
             self.append(
                 root,
                 &Record::Absent {
@@ -1639,6 +1646,19 @@ fn restore_checked(
         None
     };
     let now = state_of(root, path)?;
+    if matches!(e.rec, Record::Absent { .. }) && now == "dir" {
+        // A directory the step created: its own entries are undone already (recorded
+        // after it, replayed before it); removed only if nothing else is left in it.
+        if !root.read_dir(path)?.is_empty() {
+            return Ok(Some(format!(
+                "{} holds entries this step did not make",
+                path.display()
+            )));
+        }
+        root.remove_dir(path)?;
+        syncs.add_parent_of(path);
+        return Ok(None);
+    }
     if let Record::Moved { stash, .. } = &e.rec {
         // A stash is a number named by this journal: never a path out of its directory.
         if stash.is_empty() || !stash.bytes().all(|b| b.is_ascii_digit()) {
