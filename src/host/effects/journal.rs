@@ -1649,7 +1649,20 @@ fn restore_checked(
     if matches!(e.rec, Record::Absent { .. }) && now == "dir" {
         // A directory the step created: its own entries are undone already (recorded
         // after it, replayed before it); removed only if nothing else is left in it.
-        if !root.read_dir(path)?.is_empty() {
+        // A temporary a write of the step's left when its process was killed is the
+        // step's too: removed with it.
+        let mut left = 0;
+        for d in root.read_dir(path)? {
+            match d.name.to_str() {
+                Some(name)
+                    if d.kind == EntryKind::File && crate::host::root::is_stale_tmp(name) =>
+                {
+                    root.remove_file(&path.join(name))?;
+                }
+                _ => left += 1,
+            }
+        }
+        if left > 0 {
             return Ok(Some(format!(
                 "{} holds entries this step did not make",
                 path.display()
