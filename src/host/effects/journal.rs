@@ -227,6 +227,10 @@ pub(crate) struct StepJournal {
     made_dirs: Vec<PathBuf>,
     /// Records written (the start record not counted).
     records: usize,
+    /// Of those, absent records of paths beneath a directory the step created: not
+    /// synced before their effect (`fdatasync`ed with the next record that is). Lost to a
+    /// crash, the entry is left with its directory and a line, never another's removed.
+    lazy: usize,
     /// Paths moved aside so far (the next stash's name).
     stashes: u64,
     /// The first journal write that failed: the step is poisoned (module docs).
@@ -416,6 +420,7 @@ impl StepJournal {
             created: Vec::new(),
             made_dirs: Vec::new(),
             records: 0,
+            lazy: 0,
             stashes: 0,
             failed: None,
             last_read: None,
@@ -472,8 +477,10 @@ impl StepJournal {
         // The journal's own directories exist before any before-state is taken, so
         // none of them is recorded as created by the step (and removed by its undo).
         self.open(root)?;
+        let (records, lazy) = (self.records, self.lazy);
         let r = self.record(root, effect, line_edit);
-        let synced = self.sync(root);
+        let only_lazy = r.is_ok() && self.records - records == self.lazy - lazy;
+        let synced = if only_lazy { Ok(()) } else { self.sync(root) };
         let r = r?;
         synced?;
         Ok(r)
@@ -768,6 +775,9 @@ impl StepJournal {
                 },
                 None,
             )?;
+            if self.beneath_created(path) {
+                self.lazy += 1;
+            }
             self.seen.insert(path.to_path_buf());
             self.created.push(path.to_path_buf());
             return Ok(Some(ABSENT.into()));
