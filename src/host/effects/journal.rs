@@ -8,8 +8,9 @@
 //! a live sysctl value, it records the path's state once per step (the first before-state
 //! wins): existence and kind, the content of a regular file, mode, owner, extended
 //! attributes, a symlink's target, the previous sysctl value. Each directory the step
-//! creates and each path it creates beneath one is recorded absent (no content; in the
-//! same `fdatasync` as its effect); an existing path beneath a created directory records
+//! creates and each path it creates beneath one is recorded absent (no content; an entry
+//! beneath a created directory synced with the next record that is, not before its
+//! effect: lost to a crash, the entry is left with its directory); an existing path beneath a created directory records
 //! nothing. The undo removes the step's entries, then a created directory only if it is
 //! empty then: else it is left, with a `<dir> holds entries this step did not make` line.
 //!
