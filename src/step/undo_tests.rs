@@ -353,9 +353,10 @@ fn a_journal_left_by_a_step_that_did_not_end_is_undone_by_the_next_session() {
     assert_ne!(snapshot(&t), before);
     let (r, stderr) = run(&t, "print(\"hello\");\n", &spec(), None);
     assert!(r.ok, "{:?}", r.error);
-    // The file, the tree (moved aside: one record), /a (absent) and the sysctl value.
+    // The file, the tree (moved aside: one record), /a and /a/b (absent) and the sysctl
+    // value.
     assert!(
-        stderr.starts_with("undid 4 file change record(s) of demo-tune.rhai."),
+        stderr.starts_with("undid 5 file change record(s) of demo-tune.rhai."),
         "{stderr}"
     );
     assert_same(&before, &snapshot(&t));
@@ -805,10 +806,10 @@ fn no_lock_file_is_left_behind() {
 
 /// Attack on principle 1: package A's write creates a directory (`/etc/new.d`, recorded
 /// absent: nothing beneath it is journaled); package B writes its own file into that
-/// directory and succeeds; A fails. A's undo removes the directory it created with
-/// everything in it, B's file too.
+/// directory and succeeds; A fails. A's undo removed the directory it created with
+/// everything in it, B's file too: each entry the step makes beneath a created directory
+/// is now recorded (absent), and the directory is removed only if empty after them.
 #[test]
-#[ignore = "issue 28: the undo of a created directory removes the whole tree, another writer's files in it too; entries beneath a created path are not journaled, so the undo cannot tell the step's from another writer's"]
 fn a_failed_steps_undo_keeps_another_packages_file_in_a_directory_it_created() {
     let t = shm_host();
     let engine = ScriptEngine::default();
@@ -833,6 +834,11 @@ fn a_failed_steps_undo_keeps_another_packages_file_in_a_directory_it_created() {
         Some("b=1\n"),
         "A's undo removed B's file: {:?}",
         ra.error
+    );
+    let e = ra.error.as_deref().unwrap();
+    assert!(
+        e.contains("not undone: /etc/new.d holds entries this step did not make"),
+        "{e}"
     );
 }
 

@@ -7,14 +7,18 @@
 //! directory, a tree removal, a mode or owner change, a symlink, a download's file) or sets
 //! a live sysctl value, it records the path's state once per step (the first before-state
 //! wins): existence and kind, the content of a regular file, mode, owner, extended
-//! attributes, a symlink's target, the previous sysctl value. A path beneath one the step
-//! created records nothing (removing the created ancestor removes it).
+//! attributes, a symlink's target, the previous sysctl value. Each directory the step
+//! creates and each path it creates beneath one is recorded absent (no content; an entry
+//! beneath a created directory synced with the next record that is, not before its
+//! effect: lost to a crash, the entry is left with its directory); an existing path beneath a created directory records
+//! nothing. The undo removes the step's entries, then a created directory only if it is
+//! empty then: else it is left, with a `<dir> holds entries this step did not make` line.
 //!
 //! Before every content write (and a removal of a path it wrote) it also records a
 //! *wrote* record: the SHA-256 of the file as it is then (`base`, read under the path lock
 //! the edit holds, [`crate::host::root::pathlock`]) and of what the step writes (`after`);
-//! for a line or block edit (the session's line batch, the user database) also the edit's
-//! lines added and removed.
+//! for a content write the mode, uid and gid the write leaves; for a line or block edit
+//! (the session's line batch, the user database) also the edit's lines added and removed.
 //!
 //! A removed file, symlink, FIFO, socket or device, and a removed tree, is *moved aside*:
 //! renamed into the journal's directory (no copy, no space needed, no size limit) and
@@ -39,12 +43,19 @@
 //! its last whole record and *poisons* the step: every later effect and the step's end
 //! fail with it, whatever the script caught, and the step is undone.
 //!
+//! Every recorded path is canonical (its parent's symlinks resolved inside the root when
+//! recorded, the path lock's key), and the replay follows no symlink below the root (a
+//! clone of the root with `/` confined, `RESOLVE_NO_SYMLINKS`: the kernel holds the line):
+//! a symlink on the way now was swapped in since the step wrote, and the record is left,
+//! with a `<path>: a symlink on the way since this step wrote it` line.
+//!
 //! When the step ends: on success (after its writes are durable) the journal is deleted
 //! (moved-aside paths with it); on failure it is replayed backwards, the restored
 //! directories fsynced, then deleted. A file is put back whole only while it holds exactly
 //! what the step wrote there (its digest, compared under the path's lock, and for the user
 //! database under `/etc/.pwd.lock` too, which `useradd` takes): when another
-//! writer changed it since, a line or block edit is undone alone on the file as it is now
+//! writer changed it since (its content, or the mode or owner the step left), a line or
+//! block edit is undone alone (mode and owner left as they are now) on the file as it is now
 //! (the step's added lines removed, its removed lines put back after the line they
 //! followed), and any other change is left, with a `<path> changed by another writer since
 //! this step wrote it` line; a moved-aside path comes back only where nothing is now. The
@@ -97,8 +108,9 @@ type State = String;
 const ABSENT: &str = "absent";
 const ANY: &str = "*";
 
-/// One record. Paths are host paths.
-#[derive(Debug, Serialize, Deserialize)]
+/// One record. Paths are host paths, canonical when recorded (the parent's symlinks
+/// resolved inside the root: [`canonical_record`]), so that the replay can follow none.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum Record {
     /// The journal's start: orders recovery (newest first).
@@ -152,12 +164,16 @@ enum Record {
         after: State,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lines: Option<LineEdit>,
+        /// The mode (permission bits), uid and gid the step leaves on the file (a content
+        /// write; absent in other records and in journals written before: not checked).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        meta: Option<(u32, u32, u32)>,
     },
 }
 
 /// A line or block edit: lines added (in order) and removed (each with the line it
 /// followed, `None` at the top).
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct LineEdit {
     added: Vec<String>,
     removed: Vec<(Option<String>, String)>,
@@ -168,7 +184,7 @@ struct LineEdit {
 }
 
 /// An extended attribute: its name and its value in base64.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Xattr {
     name: String,
     value: String,
@@ -212,6 +228,10 @@ pub(crate) struct StepJournal {
     made_dirs: Vec<PathBuf>,
     /// Records written (the start record not counted).
     records: usize,
+    /// Of those, absent records of paths beneath a directory the step created: not
+    /// synced before their effect (`fdatasync`ed with the next record that is). Lost to a
+    /// crash, the entry is left with its directory and a line, never another's removed.
+    lazy: usize,
     /// Paths moved aside so far (the next stash's name).
     stashes: u64,
     /// The first journal write that failed: the step is poisoned (module docs).
@@ -219,6 +239,8 @@ pub(crate) struct StepJournal {
     /// The content of the small file [`StepJournal::record_path`] recorded last, for the
     /// line edit that follows.
     last_read: Option<(PathBuf, Vec<u8>)>,
+    /// The mode, uid and gid the content write being recorded leaves, for its wrote record.
+    next_meta: Option<(u32, u32, u32)>,
 }
 
 /// Whether `effect` changes files or a live sysctl value (what the journal records).
@@ -399,9 +421,11 @@ impl StepJournal {
             created: Vec::new(),
             made_dirs: Vec::new(),
             records: 0,
+            lazy: 0,
             stashes: 0,
             failed: None,
             last_read: None,
+            next_meta: None,
         }
     }
 
@@ -420,10 +444,10 @@ impl StepJournal {
         }
     }
 
-    /// Whether `p` (normalised) needs no record: under the journals' directory, recorded
-    /// already, or beneath a path the step created.
+    /// Whether `p` (normalised) needs no record: under the journals' directory, or
+    /// recorded already.
     fn covered(&self, p: &Path) -> bool {
-        p.starts_with(DIR) || self.seen.contains(p) || self.beneath_created(p)
+        p.starts_with(DIR) || self.seen.contains(p)
     }
 
     /// Whether `p` is strictly beneath a path the step created (or is one, when `or_self`).
@@ -454,8 +478,10 @@ impl StepJournal {
         // The journal's own directories exist before any before-state is taken, so
         // none of them is recorded as created by the step (and removed by its undo).
         self.open(root)?;
+        let (records, lazy) = (self.records, self.lazy);
         let r = self.record(root, effect, line_edit);
-        let synced = self.sync(root);
+        let only_lazy = r.is_ok() && self.records - records == self.lazy - lazy;
+        let synced = if only_lazy { Ok(()) } else { self.sync(root) };
         let r = r?;
         synced?;
         Ok(r)
@@ -463,11 +489,31 @@ impl StepJournal {
 
     fn record(&mut self, root: &HostRoot, effect: &Effect, line_edit: bool) -> Result<Before> {
         self.last_read = None;
+        self.next_meta = None;
         match effect {
-            Effect::WriteFile { path, content, .. } => {
+            Effect::WriteFile {
+                path,
+                content,
+                mode,
+                uid,
+                gid,
+            } => {
                 let target = normalize(&root.write_target(path)?);
                 let after = crate::host::root::digest::sha256_tag(content);
-                self.record_write(root, &target, after, line_edit.then_some(&content[..]))?;
+                // What the write leaves ([`HostRoot::write_atomic`]): the given mode and
+                // owner, else the file's own, else 0644 and the agent's.
+                let (m0, u0, g0) = match root.symlink_metadata(&target)? {
+                    Some(m) if m.is_file() => (m.mode() & 0o7777, m.uid(), m.gid()),
+                    _ => (
+                        0o644,
+                        nix::unistd::geteuid().as_raw(),
+                        nix::unistd::getegid().as_raw(),
+                    ),
+                };
+                self.next_meta = Some((mode.unwrap_or(m0), uid.unwrap_or(u0), gid.unwrap_or(g0)));
+                let r = self.record_write(root, &target, after, line_edit.then_some(&content[..]));
+                self.next_meta = None;
+                r?;
             }
             Effect::CopyFile {
                 path, src, sha256, ..
@@ -606,6 +652,7 @@ impl StepJournal {
         after: State,
         lines: Option<LineEdit>,
     ) -> Result<()> {
+        let meta = self.next_meta.take();
         self.append(
             root,
             &Record::Wrote {
@@ -613,6 +660,7 @@ impl StepJournal {
                 base,
                 after,
                 lines,
+                meta,
             },
             None,
         )
@@ -678,8 +726,9 @@ impl StepJournal {
         }
     }
 
-    /// For an effect that may create `path` and its parents: the first missing ancestor is
-    /// recorded absent; when they all exist, `path`'s state. Returns `path`'s [`State`]
+    /// For an effect that may create `path` and its parents: each missing ancestor is
+    /// recorded absent (so the undo of a created directory knows every entry the step
+    /// made in it), then `path`'s state. Returns `path`'s [`State`]
     /// when it was recorded now.
     fn record_creating(&mut self, root: &HostRoot, path: &Path) -> Result<Option<State>> {
         let path = normalize(path);
@@ -698,15 +747,10 @@ impl StepJournal {
                 continue;
             }
             if self.covered(anc) {
-                // A recorded ancestor that existed: look further down.
-                if self.created.iter().any(|c| anc.starts_with(c)) {
-                    return Ok(None);
-                }
                 continue;
             }
             if root.symlink_metadata(anc)?.is_none() {
                 self.record_path(root, anc)?;
-                return Ok(None);
             }
         }
         self.record_path(root, &path)
@@ -718,7 +762,13 @@ impl StepJournal {
         if self.covered(path) {
             return Ok(None);
         }
-        let Some(m) = root.symlink_metadata(path)? else {
+        let m = root.symlink_metadata(path)?;
+        if m.is_some() && self.beneath_created(path) {
+            // In a directory the step created: the step's own (recorded when made) or
+            // another writer's, which the undo leaves.
+            return Ok(None);
+        }
+        let Some(m) = m else {
             self.append(
                 root,
                 &Record::Absent {
@@ -726,6 +776,9 @@ impl StepJournal {
                 },
                 None,
             )?;
+            if self.beneath_created(path) {
+                self.lazy += 1;
+            }
             self.seen.insert(path.to_path_buf());
             self.created.push(path.to_path_buf());
             return Ok(Some(ABSENT.into()));
@@ -912,6 +965,8 @@ impl StepJournal {
         };
         #[cfg(not(test))]
         let _ = inject;
+        let canon = canonical_record(root, rec);
+        let rec = canon.as_ref().unwrap_or(rec);
         let log = self.log.as_mut().expect("opened by the caller");
         #[cfg(test)]
         let log = &mut fail_point::Limited::new(log, fail);
@@ -1402,6 +1457,7 @@ fn read_legacy<R: std::io::BufRead>(r: &mut R, total: u64) -> (Vec<Entry>, Optio
                     base: ANY.into(),
                     after: ANY.into(),
                     lines: None,
+                    meta: None,
                 },
                 start: pos,
                 end: pos,
@@ -1423,6 +1479,14 @@ fn agrees(a: &str, b: &str) -> bool {
 /// line per record that could not be put back, and one for a log that stops being
 /// readable before its end.
 fn replay(root: &HostRoot, reader: File, jdir: &Path) -> Result<Vec<String>> {
+    // The replay follows no symlink below the root (principle 3): a clone of the root
+    // with `/` confined (`RESOLVE_NO_SYMLINKS`, the kernel holding the line), the agent's
+    // own state directory confined first, as it is found (resolved inside the root).
+    let confined = root.try_clone()?;
+    let state_dir = Path::new(DIR).parent().unwrap_or(Path::new("/"));
+    let _state = confined.confine(state_dir)?;
+    let _all = confined.confine(Path::new("/"))?;
+    let root = &confined;
     let log_path = jdir.join(LOG);
     let (entries, damage) = entries_of(root, &reader, &log_path)?;
     let mut log = reader;
@@ -1473,6 +1537,52 @@ fn replay(root: &HostRoot, reader: File, jdir: &Path) -> Result<Vec<String>> {
     Ok(failed)
 }
 
+/// `rec` with its path made canonical (its parent's symlinks resolved inside the root, as
+/// the path lock's key is: [`lock_key`]), or `None` when it is already (or has no parent
+/// yet, or is a sysctl). The replay follows no symlink: one on the way when the step
+/// wrote (`/var/run -> /run`) is resolved here, so only one swapped in since stops it.
+fn canonical_record(root: &HostRoot, rec: &Record) -> Option<Record> {
+    if matches!(rec, Record::Start { .. } | Record::Sysctl { .. }) {
+        return None;
+    }
+    let path = rec_path(rec);
+    let canon = lock_key(root, path);
+    if canon == path {
+        return None;
+    }
+    let mut rec = rec.clone();
+    match &mut rec {
+        Record::Start { .. } | Record::Sysctl { .. } => {}
+        Record::Absent { path }
+        | Record::File { path, .. }
+        | Record::Dir { path, .. }
+        | Record::Symlink { path, .. }
+        | Record::Moved { path, .. }
+        | Record::Special { path, .. }
+        | Record::Wrote { path, .. } => *path = canon,
+    }
+    Some(rec)
+}
+
+/// Whether a symlink is on the way to `path` (one of its ancestors, below the root, is a
+/// symlink now). The replay follows none ([`replay`]): one there now was swapped in since
+/// the step wrote, as its records are canonical.
+fn symlink_on_the_way(root: &HostRoot, path: &Path) -> Result<bool> {
+    let mut cur = PathBuf::from("/");
+    let Some(parent) = path.parent() else {
+        return Ok(false);
+    };
+    for c in parent.components().skip(1) {
+        cur.push(c);
+        match root.symlink_metadata(&cur)? {
+            Some(m) if m.file_type().is_symlink() => return Ok(true),
+            Some(_) => {}
+            None => return Ok(false),
+        }
+    }
+    Ok(false)
+}
+
 fn rec_path(rec: &Record) -> &Path {
     match rec {
         Record::Start { .. } => Path::new(DIR),
@@ -1517,6 +1627,12 @@ fn restore_checked(
     syncs: &DirSyncs,
 ) -> Result<Option<String>> {
     let path = rec_path(&e.rec);
+    if symlink_on_the_way(root, path)? {
+        return Ok(Some(format!(
+            "{}: a symlink on the way since this step wrote it",
+            path.display()
+        )));
+    }
     let file_like = matches!(
         e.rec,
         Record::Absent { .. }
@@ -1538,6 +1654,32 @@ fn restore_checked(
         None
     };
     let now = state_of(root, path)?;
+    if matches!(e.rec, Record::Absent { .. }) && now == "dir" {
+        // A directory the step created: its own entries are undone already (recorded
+        // after it, replayed before it); removed only if nothing else is left in it.
+        // A temporary a write of the step's left when its process was killed is the
+        // step's too: removed with it.
+        let mut left = 0;
+        for d in root.read_dir(path)? {
+            match d.name.to_str() {
+                Some(name)
+                    if d.kind == EntryKind::File && crate::host::root::is_stale_tmp(name) =>
+                {
+                    root.remove_file(&path.join(name))?;
+                }
+                _ => left += 1,
+            }
+        }
+        if left > 0 {
+            return Ok(Some(format!(
+                "{} holds entries this step did not make",
+                path.display()
+            )));
+        }
+        root.remove_dir(path)?;
+        syncs.add_parent_of(path);
+        return Ok(None);
+    }
     if let Record::Moved { stash, .. } = &e.rec {
         // A stash is a number named by this journal: never a path out of its directory.
         if stash.is_empty() || !stash.bytes().all(|b| b.is_ascii_digit()) {
@@ -1576,6 +1718,18 @@ fn restore_checked(
         }
     }
     let expected = prev;
+    // The mode and owner the step's last content write left, when recorded: another
+    // writer's `chmod`/`chown` on the step's content is a change the undo keeps.
+    let left_meta = match writes.last() {
+        Some(Record::Wrote { meta, .. }) => *meta,
+        _ => None,
+    };
+    let meta_changed = match left_meta {
+        Some((mode, uid, gid)) if now != before && now.starts_with("sha256:") => root
+            .symlink_metadata(path)?
+            .is_some_and(|m| m.mode() & 0o7777 != mode || m.uid() != uid || m.gid() != gid),
+        _ => false,
+    };
     if writes.is_empty() {
         if let Record::File { mode, uid, gid, .. } = &e.rec
             && now != before
@@ -1592,7 +1746,7 @@ fn restore_checked(
     }
     // The file holds what the step wrote, what it was before the step's last write (which
     // did not land), or what it was before the step (put back by an undo cut short).
-    if now == before || (chain && (agrees(&now, expected) || now == last_base)) {
+    if !meta_changed && (now == before || (chain && (agrees(&now, expected) || now == last_base))) {
         restore(root, &e.rec, log, (e.offset, e.len), jdir, syncs)?;
         return Ok(None);
     }
@@ -2305,7 +2459,6 @@ mod tests {
     /// content only, so the undo puts back the old file with the old mode: the other
     /// writer's `chmod` is lost, and nothing says so.
     #[test]
-    #[ignore = "issue 28: the undo's check compares content only; a mode or owner another writer set on the step's content is overwritten (the wrote record would need the mode and owner the step left)"]
     fn an_undo_keeps_a_mode_another_writer_set_on_the_steps_content() {
         use std::os::unix::fs::PermissionsExt;
         let tmp = tempfile::tempdir().unwrap();
@@ -2338,6 +2491,75 @@ mod tests {
             mode, 0o600,
             "the other writer's chmod was undone: {lines:?}"
         );
+        assert_eq!(root.read(f).unwrap(), b"new\n");
+        assert_eq!(
+            lines,
+            ["/etc/f changed by another writer since this step wrote it"]
+        );
+    }
+
+    /// A line edit's undo on content whose mode another writer changed since: the edit's
+    /// inverse is applied to the content, and the mode is left as the other writer set it.
+    #[test]
+    fn a_line_edits_undo_keeps_a_mode_another_writer_set() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(tmp.path()).unwrap();
+        root.create_dir_all(Path::new("/etc"), 0o755).unwrap();
+        let f = Path::new("/etc/f");
+        root.write_atomic(f, b"a\n", Some(0o644)).unwrap();
+        let mut j = StepJournal::new("pkg-mode-lines");
+        let effect = Effect::WriteFile {
+            path: f.to_path_buf(),
+            content: "a\nmine\n".into(),
+            mode: None,
+            uid: None,
+            gid: None,
+        };
+        assert_eq!(j.before(&root, &effect, true).unwrap(), Before::Perform);
+        root.write_atomic(f, b"a\nmine\n", None).unwrap();
+        let real = tmp.path().join("etc/f");
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let lines = j.undo(&root).unwrap();
+        assert!(lines.is_empty(), "{lines:?}");
+        assert_eq!(root.read(f).unwrap(), b"a\n");
+        let mode = std::fs::metadata(&real).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o640);
+    }
+
+    /// The replay follows no symlink (principle 3), yet a step that wrote through a host
+    /// symlink that was already there (`/var/run -> ../run`, `/lib -> usr/lib`) is undone:
+    /// its records hold the canonical path.
+    #[test]
+    fn a_write_through_a_host_symlink_that_was_there_is_undone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(tmp.path()).unwrap();
+        root.create_dir_all(Path::new("/run"), 0o755).unwrap();
+        root.create_dir_all(Path::new("/var"), 0o755).unwrap();
+        root.create_dir_all(Path::new("/usr/lib"), 0o755).unwrap();
+        root.symlink(Path::new("../run"), Path::new("/var/run"))
+            .unwrap();
+        root.symlink(Path::new("usr/lib"), Path::new("/lib"))
+            .unwrap();
+        root.write_atomic(Path::new("/lib/old.conf"), b"old\n", Some(0o644))
+            .unwrap();
+        let mut j = StepJournal::new("pkg-links");
+        for (p, c) in [("/var/run/x.pid", "1\n"), ("/lib/old.conf", "new\n")] {
+            let effect = Effect::WriteFile {
+                path: p.into(),
+                content: c.into(),
+                mode: None,
+                uid: None,
+                gid: None,
+            };
+            assert_eq!(j.before(&root, &effect, false).unwrap(), Before::Perform);
+            root.write_atomic(Path::new(p), c.as_bytes(), Some(0o644))
+                .unwrap();
+        }
+        let lines = j.undo(&root).unwrap();
+        assert!(lines.is_empty(), "{lines:?}");
+        assert!(!root.exists(Path::new("/run/x.pid")).unwrap());
+        assert_eq!(root.read(Path::new("/usr/lib/old.conf")).unwrap(), b"old\n");
     }
 
     /// Attack on principle 1 with a symlink: the step makes `/etc/l` a link (replacing

@@ -155,13 +155,12 @@ fn symlink_loops_and_climbing_chains_are_refused_up_front() {
     let _ = Extracted::Unknown;
 }
 
-/// Journal side (not fixed here: the journal is being rewritten for principle 3): a step
-/// extracts `jobs/passwd` (a new file) and `jobs/cfg` (over an old one) into `dest`, a
+/// Journal side (principle 3): a step extracts `jobs/passwd` (a new file) and `jobs/cfg` (over an old one) into `dest`, a
 /// racing user who can write `dest` swaps `jobs` for a symlink to `/etc` after the
-/// extract, and the step fails: the undo replays by path text, through the symlink, and
-/// removes the host's `/etc/passwd` and writes the old `cfg` into `/etc/cfg`.
+/// extract, and the step fails: the undo replayed by path text, through the symlink, and
+/// removed the host's `/etc/passwd` and wrote the old `cfg` into `/etc/cfg`. The replay
+/// now follows no symlink below the root and says what it left.
 #[test]
-#[ignore = "issue 28: the undo replay resolves a step's paths by text, following a symlink swapped in after the write (principle 3, journal side)"]
 fn the_undo_of_an_extract_does_not_act_through_a_symlink_swapped_in_after_it() {
     let t = TestHost::new();
     t.file("/etc/passwd", "root:x:0:0::/root:/bin/sh\n");
@@ -193,6 +192,64 @@ fn the_undo_of_an_extract_does_not_act_through_a_symlink_swapped_in_after_it() {
         undone.not_undone
     );
     assert!(!t.p("/etc/cfg").exists(), "the undo wrote /etc/cfg");
+    for p in ["/opt/dest/jobs/passwd", "/opt/dest/jobs/cfg"] {
+        let want = format!("{p}: a symlink on the way since this step wrote it");
+        assert!(
+            undone.not_undone.iter().any(|l| l.ends_with(&want)),
+            "{want} in {:?}",
+            undone.not_undone
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(t.p("/opt/jobs.old/cfg")).unwrap(),
+        "new cfg\n"
+    );
+}
+
+/// As above, with the files the symlink now leads to holding exactly what the step
+/// wrote (so no digest check stands in the way): the undo removed `/srv/v/passwd` and
+/// wrote the old `cfg` over `/srv/v/cfg`, through the symlink swapped in.
+#[test]
+fn the_undo_does_not_act_through_a_swapped_symlink_onto_identical_files() {
+    let t = TestHost::new();
+    t.file("/srv/v/passwd", "new\n");
+    t.file("/srv/v/cfg", "new cfg\n");
+    t.file("/opt/dest/jobs/cfg", "old cfg\n");
+    std::fs::create_dir_all(t.p("/var/lib/skyhook")).unwrap();
+    put(
+        &t,
+        &tar_of(&[
+            ("jobs/", 'd', 0o755, ""),
+            ("jobs/passwd", 'f', 0o644, "new\n"),
+            ("jobs/cfg", 'f', 0o644, "new cfg\n"),
+        ]),
+    );
+    let mut h = t.host_with(ExecMode::Apply, |o| o.undo = Some("pkg-apply".into()));
+    let r = extract(
+        &mut h,
+        "/tmp/x.archive",
+        "/opt/dest",
+        &ExtractOptions::default(),
+    );
+    assert_eq!(r.unwrap(), Extracted::Done(true));
+    std::fs::rename(t.p("/opt/dest/jobs"), t.p("/opt/jobs.old")).unwrap();
+    std::os::unix::fs::symlink("/srv/v", t.p("/opt/dest/jobs")).unwrap();
+    let (_, undone, _) = h.fail_with_report();
+    assert_eq!(
+        std::fs::read_to_string(t.p("/srv/v/passwd"))
+            .ok()
+            .as_deref(),
+        Some("new\n"),
+        "the undo acted through the swapped symlink ({:?})",
+        undone.not_undone
+    );
+    assert_eq!(
+        std::fs::read_to_string(t.p("/srv/v/cfg")).unwrap(),
+        "new cfg\n",
+        "{:?}",
+        undone.not_undone
+    );
+    assert_eq!(undone.not_undone.len(), 2, "{:?}", undone.not_undone);
 }
 
 /// Fault: two extracts into one `dest` at once (two sessions: two agents, or a

@@ -347,7 +347,7 @@ pub(crate) fn tmp_name() -> String {
 /// True when the temporary `name` (ours by its prefix) was left by a writer that is gone:
 /// its pid is not running, or runs with another start time (a reused pid), or it has the
 /// old `<pid>-<n>` shape of a process that is not this one.
-fn is_stale_tmp(name: &str) -> bool {
+pub(crate) fn is_stale_tmp(name: &str) -> bool {
     let Some(rest) = name.strip_prefix(TMP_PREFIX) else {
         return false;
     };

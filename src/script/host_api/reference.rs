@@ -278,7 +278,7 @@ apply script: what would change is drift, and the check fails).
   journal is replayed backwards: the files are as they were before the step, and its
   deferred work (below) does not run. A file is put back only while it holds exactly what
   the step wrote (compared by digest under the file's lock): when another package or
-  script changed it since, a line or block edit (`fs::ensure_line`, `fs::remove_line`, the
+  script changed it since (its content, or the mode or owner the step left), a line or block edit (`fs::ensure_line`, `fs::remove_line`, the
   block edits, users and groups) is undone alone on the file as it is now, and any other
   change is left with a `not undone: <path> changed by another writer since this step wrote
   it` line; a removed path comes back only where nothing is now. Each journal record
@@ -293,8 +293,11 @@ apply script: what would change is drift, and the check fails).
   the next run before it changes anything, newest journal first (`undid N file change
   record(s) of <package>-<step>...` on its output). No lock file is left behind
   (`/var/lib/skyhook/.locks/*` live while held; an `/etc/.pwd.lock` the edit made is
-  removed with its lock). Still not undone besides those: what another writer put inside
-  a directory the step created (removed with it). Plans and checks journal nothing; bash
+  removed with its lock). A directory the step created is removed only if empty once the
+  step's own entries are (else `not undone: <dir> holds entries this step did not make`),
+  and the undo follows no symlink inside the root: one swapped in on the way since the step
+  wrote is never acted through (`not undone: <path>: a symlink on the way since this step
+  wrote it`). Plans and checks journal nothing; bash
   steps are not journaled.
 - **Deferred work is never lost.** A changed `service::drop_in` schedules one
   `systemctl daemon-reload` (run before the step's next `service::` call, else at its end), a
