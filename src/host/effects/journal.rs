@@ -80,6 +80,7 @@ use sha2::{Digest, Sha256};
 use crate::host::effects::effect::Effect;
 use crate::host::root::durability::DirSyncs;
 use crate::host::root::error::{HostError, Result};
+use crate::host::root::staging::{boot_id, random};
 use crate::host::root::undo_ops::Node;
 use crate::host::root::{DirSync, EntryKind, HostRoot, RootError, normalize};
 
@@ -260,16 +261,6 @@ fn changes_files(effect: &Effect) -> bool {
     )
 }
 
-/// The kernel's boot id (`/proc/sys/kernel/random/boot_id`, the agent's own kernel), 32
-/// hex digits; `unknown` when unreadable.
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().replace('-', ""))
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".into())
-}
-
 /// `CLOCK_BOOTTIME` in nanoseconds.
 fn boot_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -279,18 +270,6 @@ fn boot_ns() -> u64 {
     // SAFETY: a valid timespec out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
     (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
-}
-
-/// 16 random hex digits (`getrandom`; the clock and pid if it fails).
-fn random_hex() -> String {
-    let mut b = [0u8; 8];
-    // SAFETY: the buffer is 8 bytes long.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != 8 {
-        let x = boot_ns() ^ (u64::from(std::process::id()) << 32);
-        b = x.to_le_bytes();
-    }
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// A journal directory name from `label` (`<package>-<step>`): characters outside
@@ -309,7 +288,7 @@ fn dir_name(label: &str) -> String {
         })
         .collect();
     let boot = boot_id();
-    format!("{clean}.{}-{}", &boot[..boot.len().min(8)], random_hex())
+    format!("{clean}.{}-{:016x}", &boot[..boot.len().min(8)], random())
 }
 
 /// Lowercase hex of `d`.

@@ -108,8 +108,8 @@ fn empty(dir: &File, depth: usize) -> io::Result<()> {
 }
 
 /// This boot's id (`/proc/sys/kernel/random/boot_id` without dashes), `unknown` when
-/// unreadable.
-fn boot_id() -> String {
+/// unreadable. Read once per process. Also the undo journal's (its names and start record).
+pub(crate) fn boot_id() -> String {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ID.get_or_init(|| {
         std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
@@ -122,8 +122,8 @@ fn boot_id() -> String {
 }
 
 /// 64 random bits from the kernel (`getrandom`), or, should it fail, from std's hasher
-/// seed.
-fn random() -> u64 {
+/// seed. Also the random part of the undo journal's names.
+pub(crate) fn random() -> u64 {
     let mut b = [0u8; 8];
     // SAFETY: `b` is a valid buffer of `b.len()` bytes.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
