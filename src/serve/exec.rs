@@ -2051,6 +2051,135 @@ mod tests {
         });
     }
 
+    /// Every line of a stream until it closes, as sent, each `"ts":"…"` value (checked to
+    /// be `YYYY-MM-DDTHH:MM:SS.mmmZ`) replaced by `TS`.
+    async fn raw_lines(mut rx: mpsc::Receiver<Bytes>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(b) = rx.recv().await {
+            for l in String::from_utf8(b.to_vec()).unwrap().lines() {
+                let mut l = l.to_string();
+                if let Some(at) = l.find("\"ts\":\"") {
+                    let ts = &l[at + 6..at + 6 + 24];
+                    assert!(
+                        ts.len() == 24 && ts.as_bytes()[10] == b'T' && ts.ends_with('Z'),
+                        "{l}"
+                    );
+                    l.replace_range(at + 6..at + 6 + 24, "TS");
+                }
+                out.push(l);
+            }
+        }
+        out
+    }
+
+    /// The exit event of an sh execution, byte for byte, for an exit 0 (after a line of
+    /// output), an exit 3, a timeout, a cancel (the shell dies of the SIGTERM), a cancel the
+    /// shell traps and exits 7 after, and a shell that cannot be spawned: clients parse these.
+    #[test]
+    fn sh_exit_events_are_pinned_byte_for_byte() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |_| {});
+        rt().block_on(async {
+            let run = |id: &str, extra: Value| {
+                let mut body = json!({"id": id, "kind": "sh"});
+                if let (Value::Object(b), Value::Object(x)) = (&mut body, extra) {
+                    b.extend(x);
+                }
+                let e = svc.start(body.to_string().as_bytes(), "t").unwrap();
+                svc.stream(e, 0).unwrap()
+            };
+            let lines = raw_lines(run("ok", json!({"command": "echo hi"}))).await;
+            assert_eq!(
+                lines,
+                [
+                    r#"{"seq":1,"stream":"stdout","line":"hi","ts":"TS"}"#,
+                    r#"{"seq":2,"exit":{"code":0},"ts":"TS"}"#
+                ]
+            );
+            let lines = raw_lines(run("three", json!({"command": "exit 3"}))).await;
+            assert_eq!(lines, [r#"{"seq":1,"exit":{"code":3},"ts":"TS"}"#]);
+            let lines = raw_lines(run(
+                "slow",
+                json!({"command": "exec sleep 30", "timeout_s": 0.2}),
+            ))
+            .await;
+            assert_eq!(lines, [r#"{"seq":1,"exit":{"error":"timeout"},"ts":"TS"}"#]);
+            for (id, command, exit) in [
+                ("cancel", "echo up; exec sleep 30", r#"{"signal":15}"#),
+                (
+                    "trapped",
+                    "trap 'exit 7' TERM; echo up; while :; do sleep 0.05; done",
+                    r#"{"code":7}"#,
+                ),
+            ] {
+                let mut rx = run(id, json!({ "command": command }));
+                let first = String::from_utf8(rx.recv().await.unwrap().to_vec()).unwrap();
+                assert!(first.contains(r#""line":"up""#), "{first}");
+                assert_eq!(svc.cancel(id, b"", "t").unwrap().0, 202);
+                assert_eq!(
+                    raw_lines(rx).await,
+                    [format!(r#"{{"seq":2,"exit":{exit},"ts":"TS"}}"#)],
+                    "{id}"
+                );
+            }
+        });
+        let svc = service(&d.path().join("nosh"), |c| {
+            c.shell = vec!["/nonexistent/sh".into(), "-c".into()];
+        });
+        rt().block_on(async {
+            let e = svc
+                .start(
+                    json!({"id": "nosh", "kind": "sh", "command": "true"})
+                        .to_string()
+                        .as_bytes(),
+                    "t",
+                )
+                .unwrap();
+            assert_eq!(
+                raw_lines(svc.stream(e, 0).unwrap()).await,
+                [r#"{"seq":1,"exit":{"error":"spawn failed: No such file or directory (os error 2)"},"ts":"TS"}"#]
+            );
+        });
+    }
+
+    /// The exit event of a Rhai execution: its exit object, then `report` and `rendered`,
+    /// for a script's integer, its error, and a script that never ran (a root that is gone).
+    #[test]
+    fn rhai_exit_events_are_pinned() {
+        let d = tempfile::tempdir().unwrap();
+        let svc = service(d.path(), |_| {});
+        rt().block_on(async {
+            for (id, script, exit) in [
+                ("three", "3", json!({"code": 3})),
+                (
+                    "thrown",
+                    "throw \"no\";",
+                    json!({"code": 1, "error": "thrown.rhai:1:1: no"}),
+                ),
+            ] {
+                let ev =
+                    run_to_end(&svc, json!({"id": id, "kind": "rhai", "script": script})).await;
+                let end = ev.last().unwrap();
+                assert_eq!(end["exit"], exit, "{end}");
+                let keys: Vec<&str> = end.as_object().unwrap().keys().map(|k| &**k).collect();
+                assert_eq!(keys, ["seq", "exit", "ts", "report", "rendered"], "{end}");
+                assert_eq!(end["report"]["return_code"], exit["code"], "{end}");
+            }
+        });
+        let gone = d.path().join("gone");
+        std::fs::create_dir(&gone).unwrap();
+        let svc = service(&d.path().join("s2"), |c| c.root = gone.clone());
+        std::fs::remove_dir(&gone).unwrap();
+        rt().block_on(async {
+            let ev = run_to_end(&svc, json!({"id": "r", "kind": "rhai", "script": "0"})).await;
+            let end = ev.last().unwrap();
+            let keys: Vec<&str> = end.as_object().unwrap().keys().map(|k| &**k).collect();
+            assert_eq!(keys, ["seq", "exit", "ts"], "{end}");
+            let e = end["exit"]["error"].as_str().unwrap();
+            assert!(e.starts_with("cannot open host root: "), "{end}");
+        });
+    }
+
     /// A live (not zombie) process.
     fn alive(pid: i32) -> bool {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
