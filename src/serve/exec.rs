@@ -24,7 +24,7 @@ pub use super::request::{
     Kind, MAX_ARG_BYTES, MAX_ENV_BYTES, MAX_ENV_ENTRIES, Refusal, StartRequest, valid_id,
 };
 use super::ring::Gap;
-use super::run::{Ledger, Prepared};
+use super::run::{Ledger, Prepared, Program};
 use super::state::StateDir;
 use crate::process::{CancelReason, cgroup, sweep};
 use crate::redact::Redactor;
@@ -269,26 +269,25 @@ impl Service {
         }
         let declared = check::declared(&req, &values);
         let env = check::environment(&req, &values)?;
-        let prepared = match req.kind {
+        let program = match req.kind {
             Kind::Sh => {
                 let command = check::sh_command(&req)?;
                 let workdir = self.resolve_workdir(&common.workdir)?;
-                Prepared::Sh {
-                    command,
-                    env,
-                    workdir,
-                }
+                Program::Sh { command, workdir }
             }
             Kind::Rhai => {
                 let rhai = check::rhai(&req)?;
                 let compiled = check::compile(&self.engine, &rhai, &redactor)?;
-                Prepared::Rhai {
+                Program::Rhai {
                     compiled,
                     exec: rhai.exec,
-                    env,
-                    declared,
                 }
             }
+        };
+        let prepared = Prepared {
+            program,
+            env,
+            declared,
         };
         // The execution's own cgroup, made last: every refusal below removes it.
         // A Rhai execution's commands join it through the host options.
@@ -541,7 +540,7 @@ impl Ledger for Service {
         &self.cfg
     }
 
-    fn engine(&self) -> &ScriptEngine {
+    fn engine(&self) -> &Arc<ScriptEngine> {
         &self.engine
     }
 

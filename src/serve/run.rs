@@ -1,8 +1,10 @@
-//! Running an admitted execution: its task and its `timeout_s` timer ([`launch`]), the run
-//! of a sh command or a Rhai script with its output turned into line events and its exit
-//! object, and its cancel ([`terminate`]: TERM to the group, the grace, KILL). What a run
-//! needs of the service (its settings, the event rings, the state dir, the audit line, the
-//! execution's end) is the [`Ledger`] the service implements.
+//! Running an admitted execution: its task and its `timeout_s` timer ([`launch`]), its
+//! step run through `step/` (the [`LoneRunner`], from one [`StepInvocation`] made by
+//! [`invocation`] around the one [`StepSpec`] of [`step_spec`]) with its output turned into
+//! line events, its exit object derived from the one [`StepResult`] ([`exit_of`]), and its
+//! cancel ([`terminate`]: TERM to the group, the grace, KILL). What a run needs of the
+//! service (its settings, the event rings, the state dir, the audit line, the execution's
+//! end) is the [`Ledger`] the service implements.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -15,28 +17,37 @@ use serde_json::{Map, Value, json};
 use super::config::Config;
 use super::event::{Body, Lines};
 use super::execution::{Execution, lock};
+use super::request::Kind;
 use super::state::{ProcRecord, StateDir, proc_stat};
 use crate::host::ExecMode;
+use crate::process::CancelReason;
 use crate::process::cgroup;
-use crate::process::{CancelReason, Outcome, Status};
 use crate::script::{CompiledScript, ScriptEngine};
+use crate::step::{
+    LoneOutput, LoneRunner, SecretSource, StepInvocation, StepProgram, StepResult, StepRunner,
+    StepSpec,
+};
 
 /// Everything a start needs, resolved before anything runs.
-pub(super) enum Prepared {
-    /// A sh command with its environment, in `workdir` (resolved inside the root: the
+pub(super) struct Prepared {
+    /// What runs.
+    pub(super) program: Program,
+    /// The step's environment: `PATH`, the request's `env`, the secrets
+    /// ([`super::request::environment`]).
+    pub(super) env: Vec<(String, String)>,
+    /// The secret coordinates a Rhai `secret()` may answer, with their values.
+    pub(super) declared: Vec<(String, String, String)>,
+}
+
+/// What an execution runs.
+pub(super) enum Program {
+    /// A sh command, run by the service's shell in `workdir` (resolved inside the root: the
     /// directory as the step sees it).
-    Sh {
-        command: String,
-        env: Vec<(String, String)>,
-        workdir: PathBuf,
-    },
-    /// A compiled Rhai script on its executor, with its environment and the secret
-    /// coordinates `secret()` may answer.
+    Sh { command: String, workdir: PathBuf },
+    /// A compiled Rhai script on its executor.
     Rhai {
         compiled: CompiledScript,
         exec: ExecMode,
-        env: Vec<(String, String)>,
-        declared: Vec<(String, String, String)>,
     },
 }
 
@@ -45,7 +56,7 @@ pub(super) trait Ledger: Send + Sync + 'static {
     /// The settings (`shell`, `root`, `default_grace`).
     fn config(&self) -> &Config;
     /// The script engine Rhai executions run on.
-    fn engine(&self) -> &ScriptEngine;
+    fn engine(&self) -> &Arc<ScriptEngine>;
     /// The state dir, where a running execution's process is recorded.
     fn state(&self) -> Option<&StateDir>;
     /// Append one event to `exec`'s ring.
@@ -86,19 +97,7 @@ pub(super) fn launch<L: Ledger>(
     }
     let (svc, e) = (svc.clone(), exec.clone());
     tokio::spawn(async move {
-        let (exit, extra) = match prepared {
-            Prepared::Sh {
-                command,
-                env,
-                workdir,
-            } => run_sh(&svc, &e, command, env, workdir).await,
-            Prepared::Rhai {
-                compiled,
-                exec,
-                env,
-                declared,
-            } => run_rhai(&svc, &e, compiled, exec, env, declared).await,
-        };
+        let (exit, extra) = run(&svc, &e, prepared).await;
         svc.finish(&e, exit, extra);
     });
 }
@@ -128,74 +127,125 @@ pub(super) fn terminate(exec: &Arc<Execution>, reason: CancelReason, grace: Dura
     });
 }
 
-async fn run_sh<L: Ledger>(
-    svc: &Arc<L>,
-    exec: &Arc<Execution>,
-    command: String,
+/// The one [`StepSpec`] of an execution: named and identified by its id, on `mode`'s
+/// executor (a check in mode `apply-check`, else `apply`), with its environment, its
+/// commands chrooted unless the root is `/`, only the declared secrets, its redactor,
+/// cancel token and cgroup, and a week as the script's limit (`timeout_s` is the
+/// service's own timer).
+fn step_spec(
+    exec: &Execution,
+    mode: ExecMode,
     env: Vec<(String, String)>,
-    workdir: PathBuf,
-) -> (Value, Map<String, Value>) {
-    let cfg = svc.config();
-    let shell = &cfg.shell;
-    let mut args: Vec<OsString> = shell[1..].iter().map(OsString::from).collect();
-    args.push(command.into());
-    let spec = crate::process::Spec {
-        program: PathBuf::from(&shell[0]),
+    declared: Vec<(String, String, String)>,
+    chrooted: bool,
+) -> StepSpec {
+    StepSpec {
+        mode: if mode == ExecMode::Check {
+            "apply-check"
+        } else {
+            "apply"
+        }
+        .into(),
+        exec: mode,
+        name: exec.id.clone(),
+        resource_id: exec.id.clone(),
+        env,
+        commands_chrooted: chrooted,
+        secrets: SecretSource::Declared(declared),
+        redactor: Some(exec.redactor.clone()),
+        cancel: exec.cancel.clone(),
+        cgroup: exec.cgroup.clone(),
+        script_timeout: Some(Duration::from_secs(7 * 86400)),
+        ..StepSpec::default()
+    }
+}
+
+/// The step `prepared` is, for `exec`: a sh command as a process step (`cfg.shell`'s first
+/// word the program, the rest and the command its arguments, chrooted into `cfg.root`
+/// unless it is `/`) on the Apply executor; a Rhai script as a script step on its own.
+fn invocation(cfg: &Config, exec: &Execution, prepared: Prepared) -> StepInvocation {
+    let chrooted = !is_slash(&cfg.root);
+    let Prepared {
+        program,
+        env,
+        declared,
+    } = prepared;
+    let (path, program, args, mode) = match program {
+        Program::Sh { command, workdir } => {
+            let shell = PathBuf::from(&cfg.shell[0]);
+            let mut args = cfg.shell[1..].to_vec();
+            args.push(command);
+            let program = StepProgram::Process {
+                program: shell.clone(),
+                cwd: workdir,
+                chroot: chrooted.then(|| cfg.root.clone()),
+                shown: shell,
+            };
+            (exec.id.clone(), program, args, ExecMode::Apply)
+        }
+        Program::Rhai { compiled, exec } => (
+            compiled.file().to_string(),
+            StepProgram::Script(compiled),
+            Vec::new(),
+            exec,
+        ),
+    };
+    StepInvocation {
+        path,
+        program,
         args,
         env: env
             .iter()
             .map(|(k, v)| (OsString::from(k), OsString::from(v)))
             .collect(),
-        cwd: workdir,
-        chroot: (!is_slash(&cfg.root)).then(|| cfg.root.clone()),
-        stdin: None,
+        spec: step_spec(exec, mode, env, declared, chrooted),
+        logs: None,
+        preamble: None,
         keep_fds: Vec::new(),
-        cgroup: exec.cgroup.clone(),
-        mount_ns: None,
-    };
-    let sink = ShSink {
+    }
+}
+
+/// Run `exec`'s step through `step/` and make its exit object and the exit event's extra
+/// fields (a Rhai step's `report` and `rendered`, after its plan events).
+async fn run<L: Ledger>(
+    svc: &Arc<L>,
+    exec: &Arc<Execution>,
+    prepared: Prepared,
+) -> (Value, Map<String, Value>) {
+    if exec.kind == Kind::Rhai {
+        record_server(svc, exec);
+    }
+    let output = Arc::new(ExecOutput {
         svc: svc.clone(),
         exec: exec.clone(),
-        out: Lines::new("stdout"),
-        err: Lines::new("stderr"),
-    };
-    let options = crate::process::Options {
-        timeout: None,
-        cancel: Some(exec.cancel.clone()),
+        streams: Mutex::new((Lines::new("stdout"), Lines::new("stderr"))),
+    });
+    let runner = LoneRunner {
+        engine: svc.engine().clone(),
+        root: svc.config().root.clone(),
+        output: output.clone(),
         // Our own timer sends the SIGKILL after the grace a cancel asks for; this is the
         // upper bound.
         term_grace: Duration::from_secs(3600),
-        ..crate::process::Options::default()
     };
-    let (report, mut sink) = crate::process::run_async(spec, options, sink).await;
-    sink.finish();
-    let exit = if exec.timed_out.load(Ordering::SeqCst) {
-        json!({"error": "timeout"})
-    } else {
-        match report.outcome {
-            Outcome::Exited(c) => json!({"code": c}),
-            Outcome::Signaled(s) => json!({"signal": s}),
-            Outcome::SpawnFailed(e) => {
-                json!({"error": exec.redactor.redact(&format!("spawn failed: {e}"))})
-            }
-            Outcome::TimedOut { .. } => json!({"error": "timeout"}),
-            Outcome::Cancelled { status, .. } => status_json(status),
-            Outcome::SinkStopped { status } => status_json(Some(status)),
+    let result = runner.run(invocation(svc.config(), exec, prepared)).await;
+    output.finish();
+    let mut extra = Map::new();
+    if exec.kind == Kind::Rhai && result.ran {
+        for p in plan_events(&result, exec) {
+            svc.emit(exec, &Body::Plan(p));
         }
-    };
-    (exit, Map::new())
+        let r = &exec.redactor;
+        extra.insert("report".into(), result.to_json(r));
+        extra.insert("rendered".into(), result.report.render_text(r).into());
+    }
+    (exit_of(exec, &result), extra)
 }
 
-async fn run_rhai<L: Ledger>(
-    svc: &Arc<L>,
-    exec: &Arc<Execution>,
-    compiled: CompiledScript,
-    mode: ExecMode,
-    env: Vec<(String, String)>,
-    declared: Vec<(String, String, String)>,
-) -> (Value, Map<String, Value>) {
-    // The script runs in this process: the record names it (its pid is no group of the
-    // execution's) and the cgroup, whose members a restarted server can still cancel.
+/// A Rhai execution's script runs in this process: the state dir's record names it (its
+/// pid is no group of the execution's) and the cgroup, whose members a restarted server
+/// can still cancel.
+fn record_server<L: Ledger>(svc: &Arc<L>, exec: &Execution) {
     if let (Some(dir), Some(state)) = (&exec.cgroup, svc.state())
         && let Some((_, start)) = proc_stat(std::process::id() as i32)
     {
@@ -207,67 +257,18 @@ async fn run_rhai<L: Ledger>(
         };
         if let Err(e) = state.record(&exec.id, &rec) {
             svc.audit(json!({"id": exec.id, "warning":
-                    format!("cannot record the execution in the state dir: {e}")}));
+                format!("cannot record the execution in the state dir: {e}")}));
         }
     }
-    let out = Arc::new(RhaiSink {
-        svc: svc.clone(),
-        exec: exec.clone(),
-        streams: Mutex::new((Lines::new("stdout"), Lines::new("stderr"))),
-    });
-    let svc2 = svc.clone();
-    let e = exec.clone();
-    let o2 = out.clone();
-    let ran = tokio::task::spawn_blocking(move || {
-        let svc = svc2;
-        let root = crate::host::root::HostRoot::open(&svc.config().root)
-            .map_err(|err| format!("cannot open host root: {err}"))?;
-        let spec = crate::step::StepSpec {
-            mode: if mode == ExecMode::Check {
-                "apply-check"
-            } else {
-                "apply"
-            }
-            .into(),
-            exec: mode,
-            name: e.id.clone(),
-            resource_id: e.id.clone(),
-            env,
-            commands_chrooted: !is_slash(&svc.config().root),
-            secrets: crate::step::SecretSource::Declared(declared),
-            redactor: Some(e.redactor.clone()),
-            cancel: e.cancel.clone(),
-            cgroup: e.cgroup.clone(),
-            script_timeout: Some(Duration::from_secs(7 * 86400)),
-            ..crate::step::StepSpec::default()
-        };
-        let api = spec.session(root);
-        let o = crate::step::ScriptStep {
-            engine: svc.engine(),
-            script: &compiled,
-            spec: &spec,
-            api: &api,
-            end: crate::step::End::Session,
-            list_drift: false,
-        }
-        .run(o2);
-        Ok::<_, String>(o)
-    })
-    .await;
-    out.finish();
+}
+
+/// A Rhai step's plan events: its changes (`"drift": true` in a check), then its actions,
+/// redacted.
+fn plan_events(result: &StepResult, exec: &Execution) -> Vec<Value> {
     let r = &exec.redactor;
-    let o = match ran {
-        Ok(Ok(o)) => o,
-        Ok(Err(msg)) => return (json!({"error": r.redact(&msg)}), Map::new()),
-        Err(join) => {
-            return (
-                json!({"error": format!("script runner: {join}")}),
-                Map::new(),
-            );
-        }
-    };
-    let drift = mode == ExecMode::Check;
-    for c in &o.report.changes {
+    let drift = result.report.mode == ExecMode::Check;
+    let mut events = Vec::new();
+    for c in &result.report.changes {
         let mut p = json!({
             "action": c.summary.split_whitespace().next().unwrap_or(&c.kind),
             "kind": c.kind,
@@ -280,34 +281,36 @@ async fn run_rhai<L: Ledger>(
         if drift {
             p["drift"] = true.into();
         }
-        svc.emit(exec, &Body::Plan(p));
+        events.push(p);
     }
-    for a in &o.report.actions {
-        let p = json!({"action": a.kind, "path": r.redact(&a.target),
-                           "summary": r.redact(&a.summary)});
-        svc.emit(exec, &Body::Plan(p));
+    for a in &result.report.actions {
+        events.push(json!({"action": a.kind, "path": r.redact(&a.target),
+                           "summary": r.redact(&a.summary)}));
     }
-    let code = o.status();
-    let exit = if exec.timed_out.load(Ordering::SeqCst) {
-        json!({"error": "timeout"})
-    } else if exec.cancel.is_aborted() && o.error.is_some() {
-        json!({"error": "cancelled"})
-    } else if let Some(err) = &o.error {
-        json!({"code": code, "error": r.redact(err)})
-    } else {
-        json!({"code": code})
-    };
-    let mut extra = Map::new();
-    extra.insert("report".into(), o.to_json(r));
-    extra.insert("rendered".into(), o.report.render_text(r).into());
-    (exit, extra)
+    events
 }
 
-fn status_json(s: Option<Status>) -> Value {
-    match s {
-        Some(Status::Code(c)) => json!({"code": c}),
-        Some(Status::Signal(s)) => json!({"signal": s}),
-        None => json!({"error": "cancelled"}),
+/// The exit object of `exec` from its step's `result`: `{"error": "timeout"}` after its
+/// `timeout_s`; `{"error": ...}` for a step that never ran (`spawn failed: ...`,
+/// `cancelled`, `cannot open host root: ...`); for a sh step `{"signal": N}` when a signal
+/// ended it, else `{"code": N}`; for a Rhai step `{"error": "cancelled"}` when a cancel
+/// stopped it, else `{"code": N}` ([`StepResult::status`]) with the script's `error` when
+/// it failed. Every text redacted.
+fn exit_of(exec: &Execution, result: &StepResult) -> Value {
+    let r = &exec.redactor;
+    let error = result.error.as_deref().map(|e| r.redact(e).into_owned());
+    if exec.timed_out.load(Ordering::SeqCst) {
+        return json!({"error": "timeout"});
+    }
+    if !result.ran {
+        return json!({ "error": error.unwrap_or_default() });
+    }
+    match (exec.kind, error) {
+        (Kind::Sh, _) if result.code < 0 => json!({"signal": -result.code}),
+        (Kind::Sh, _) => json!({"code": result.code}),
+        (Kind::Rhai, Some(_)) if exec.cancel.is_aborted() => json!({"error": "cancelled"}),
+        (Kind::Rhai, Some(e)) => json!({"code": result.status(), "error": e}),
+        (Kind::Rhai, None) => json!({"code": result.status()}),
     }
 }
 
@@ -316,25 +319,45 @@ fn is_slash(p: &Path) -> bool {
     std::fs::canonicalize(p).is_ok_and(|c| c == Path::new("/"))
 }
 
-/// Output of a sh execution: redacted, split into line events.
-struct ShSink<L> {
+/// Output of an execution (a process's reads; a script's `print`, `debug`, `log::` and
+/// error): redacted, split into line events; a process's pid recorded.
+struct ExecOutput<L> {
     svc: Arc<L>,
     exec: Arc<Execution>,
-    out: Lines,
-    err: Lines,
+    streams: Mutex<(Lines, Lines)>,
 }
 
-impl<L: Ledger> ShSink<L> {
-    fn finish(&mut self) {
-        let (svc, exec) = (&self.svc, &self.exec);
-        for l in [&mut self.out, &mut self.err] {
-            l.finish(&mut |b| svc.emit(exec, &b));
+impl<L: Ledger> ExecOutput<L> {
+    /// Both streams ended: their held-back bytes and last lines as events.
+    fn finish(&self) {
+        let mut s = lock(&self.streams);
+        let (out, err) = &mut *s;
+        for l in [out, err] {
+            l.finish(&mut |b| self.svc.emit(&self.exec, &b));
         }
     }
 }
 
-impl<L: Ledger> crate::process::Sink for ShSink<L> {
-    fn spawned(&mut self, pid: i32) {
+impl<L: Ledger> crate::script::ScriptOutput for ExecOutput<L> {
+    fn stdout(&self, bytes: &[u8]) {
+        let mut s = lock(&self.streams);
+        s.0.push(&self.exec.redactor, bytes, &mut |b| {
+            self.svc.emit(&self.exec, &b)
+        });
+    }
+
+    fn stderr(&self, bytes: &[u8]) {
+        let mut s = lock(&self.streams);
+        s.1.push(&self.exec.redactor, bytes, &mut |b| {
+            self.svc.emit(&self.exec, &b)
+        });
+    }
+}
+
+impl<L: Ledger> LoneOutput for ExecOutput<L> {
+    /// The process record (pid == pgid, its start time, the cgroup), kept for a cancel's
+    /// SIGKILL and written to the state dir for a cancel after a restart.
+    fn spawned(&self, pid: i32) {
         let Some((_, start)) = proc_stat(pid) else {
             return;
         };
@@ -351,47 +374,5 @@ impl<L: Ledger> crate::process::Sink for ShSink<L> {
             self.svc.audit(json!({"id": self.exec.id, "warning":
                 format!("cannot record the process in the state dir: {e}")}));
         }
-    }
-
-    fn chunk(&mut self, stream: crate::process::Stream, bytes: &[u8]) -> std::ops::ControlFlow<()> {
-        let (svc, exec) = (&self.svc, &self.exec);
-        let lines = match stream {
-            crate::process::Stream::Stdout => &mut self.out,
-            crate::process::Stream::Stderr => &mut self.err,
-        };
-        lines.push(&exec.redactor, bytes, &mut |b| svc.emit(exec, &b));
-        std::ops::ControlFlow::Continue(())
-    }
-}
-
-/// Output of a Rhai execution (`print`, `debug`, `log::`, the error): the same events.
-struct RhaiSink<L> {
-    svc: Arc<L>,
-    exec: Arc<Execution>,
-    streams: Mutex<(Lines, Lines)>,
-}
-
-impl<L: Ledger> RhaiSink<L> {
-    fn finish(&self) {
-        let mut s = lock(&self.streams);
-        let (out, err) = &mut *s;
-        for l in [out, err] {
-            l.finish(&mut |b| self.svc.emit(&self.exec, &b));
-        }
-    }
-}
-
-impl<L: Ledger> crate::script::ScriptOutput for RhaiSink<L> {
-    fn stdout(&self, bytes: &[u8]) {
-        let mut s = lock(&self.streams);
-        s.0.push(&self.exec.redactor, bytes, &mut |b| {
-            self.svc.emit(&self.exec, &b)
-        });
-    }
-    fn stderr(&self, bytes: &[u8]) {
-        let mut s = lock(&self.streams);
-        s.1.push(&self.exec.redactor, bytes, &mut |b| {
-            self.svc.emit(&self.exec, &b)
-        });
     }
 }
