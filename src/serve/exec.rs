@@ -69,7 +69,7 @@ impl Service {
 
     /// As [`Service::new`] with audit lines given to `audit`. The executions an earlier
     /// server recorded in the state dir whose processes still live are known at once
-    /// ([`super::recover::load`]).
+    /// (`recover::load`).
     ///
     /// # Errors
     /// The state dir cannot be created.
