@@ -13,12 +13,15 @@
 //!   ([`crate::process`]: chroot, working directory, complete environment, own process group,
 //!   streamed output, TERM/grace/KILL) and relays its output through the log sink;
 //! - [`plan::PlanRunner`] is the dry run: scripts on the Plan executor of one shared
-//!   session, processes "would run".
+//!   session, processes "would run";
+//! - [`lone::LoneRunner`] runs a lone step whose front end takes its output raw
+//!   (`skyhook-agent serve`'s `sh` and `rhai` executions).
 //!
 //! [`engine`] is the one script engine every front end (agent, dry run, serve, skyhook-run)
 //! runs steps with.
 
 pub mod invocation;
+pub mod lone;
 pub mod output;
 pub mod plan;
 pub mod process;
@@ -30,6 +33,7 @@ use std::sync::Arc;
 use crate::script::{Limits, ScriptEngine};
 
 pub use invocation::{StepInvocation, StepProgram, StepResult, StepRunner};
+pub use lone::{LoneOutput, LoneRunner};
 pub use output::SinkOutput;
 pub use plan::PlanRunner;
 pub use process::{Outcome, ProcessRunner, ProcessSpec, RelayOptions, RunReport};
