@@ -5,7 +5,7 @@
 # Usage (as root: steps are chrooted):
 #   sudo bash benches/floors.sh                          # builds the release agent first
 #   sudo BIN=path/to/dir bash benches/floors.sh          # skyhook-agent and skyhook-run from DIR
-#   REPS=5 STEPS=100 FILES=20000 BENCH_WORK=$PWD/target/floors NICE=19   # the defaults
+#   REPS=5 STEPS=100 FILES=20000 STARTS=10 BENCH_WORK=$PWD/target/floors NICE=19   # the defaults
 #
 # Rows (medians over REPS; agent and floor alternate within each rep; wall times from bash's
 # $EPOCHREALTIME around each command, so both sides pay the same fork + exec of the wrapper):
@@ -17,7 +17,8 @@
 #   start-up, net            `skyhook-agent apply ROOT /pkg-skip` (one bash step, skipped: its
 #                            flag exists) minus a spawn of /bin/true. Floor: benches/startup_floor.c
 #                            (read config.json, stat the flag, write START durably, print the skip
-#                            line) minus the same /bin/true.
+#                            line) minus the same /bin/true. Each is run STARTS times in a row
+#                            per rep (bash's `times` has a 1 ms resolution).
 #   remove_all of FILES      `skyhook-run rm.rhai --root R --apply` (`fs::remove_all("/d")`, 20
 #                            directories of FILES/20 empty files) minus the same run on a root
 #                            without /d. Floor: `rm -rf` of a copy of the same tree, same disk.
@@ -37,6 +38,7 @@ REPS=${REPS:-5}
 STEPS=${STEPS:-100}
 FILES=${FILES:-20000}
 NICE=${NICE:-19}
+STARTS=${STARTS:-10}
 
 if [ "$(id -u)" != 0 ]; then
     echo "floors.sh: needs root (steps run in a chroot)" >&2
@@ -99,13 +101,14 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export SKYHOOK_ROOT_DIR=/state SKYHOOK_LOG_DIR=/log COPY_RESOLV=false
 export SKYHOOK_RESOURCE_ID=bench-0-1_bench_1.0.0 OVERLAY_ALWAYS_RUN_STEP=true
 
-# children_us: user + sys CPU µs of every child waited for so far (bash's `times`, no fork).
+# children_us: set CHILD_US to the user + sys CPU µs of every child waited for so far (bash's
+# `times`, run in this shell: a command substitution would report its own subshell's children).
 children_us() {
     { times; } > "$WORK/times"
-    tail -1 "$WORK/times" | awk '{
+    CHILD_US=$(tail -1 "$WORK/times" | awk '{
         t = 0
         for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); t += p[1] * 60 + p[2] }
-        printf "%d\n", t * 1e6 }'
+        printf "%d\n", t * 1e6 }')
 }
 
 # timed NAME CMD...: run CMD under nice, output to $WORK/out; append its wall µs to
@@ -113,7 +116,8 @@ children_us() {
 timed() {
     local name=$1 t0 t1 c0 c1
     shift
-    c0=$(children_us)
+    children_us
+    c0=$CHILD_US
     t0=${EPOCHREALTIME/./}
     if ! nice -n "$NICE" "$@" > "$WORK/out" 2>&1; then
         echo "floors.sh: $* failed:" >&2
@@ -121,7 +125,8 @@ timed() {
         exit 1
     fi
     t1=${EPOCHREALTIME/./}
-    c1=$(children_us)
+    children_us
+    c1=$CHILD_US
     echo $((t1 - t0)) >> "$WORK/t.$name"
     echo $((c1 - c0)) >> "$WORK/c.$name"
 }
@@ -148,6 +153,7 @@ done
 echo 'fs::remove_all("/d");' > "$WORK/rm.rhai"
 mkdir -p "$WORK/rm-empty"
 
+LOOP='for _ in $(seq '"$STARTS"'); do "$@" > /dev/null || exit 1; done'
 SKIP_FLAG=$ROOT/state/flags/skip/1.0.0
 SKIP_FLAG=$(ls "$SKIP_FLAG"/t.sh_* | head -1)
 
@@ -159,10 +165,12 @@ for rep in $(seq "$REPS"); do
         timed "rhai${k}_floor" "$WORK/step_floor" rhai "$WORK/floor/log" "$WORK/floor/flags" "$k"
     done
 
-    timed true /bin/true
-    OVERLAY_ALWAYS_RUN_STEP=false timed startup "$AGENT" apply "$ROOT" /pkg-skip
-    timed startup_floor "$WORK/startup_floor" "$ROOT/pkg-skip/config.json" "$SKIP_FLAG" \
-        "$ROOT/state/flags"
+    # Start-ups are short against the 1 ms resolution of `times`: each is timed STARTS times
+    # in a row from one shell, and so is the /bin/true they are net of.
+    timed true bash -c "$LOOP" - /bin/true
+    OVERLAY_ALWAYS_RUN_STEP=false timed startup bash -c "$LOOP" - "$AGENT" apply "$ROOT" /pkg-skip
+    timed startup_floor bash -c "$LOOP" - "$WORK/startup_floor" "$ROOT/pkg-skip/config.json" \
+        "$SKIP_FLAG" "$ROOT/state/flags"
 
     rm -rf "$WORK/rm-agent" "$WORK/rm-floor"
     cp -a "$WORK/tree" "$WORK/rm-agent"
@@ -200,7 +208,7 @@ row() { # row TEXT AGENT_WALL AGENT_CPU FLOOR_WALL FLOOR_CPU DIVISOR UNIT TARGET
     awk -v t="$1" -v aw="$2" -v ac="$3" -v fw="$4" -v fc="$5" -v d="$6" -v u="$7" -v g="$8" 'BEGIN {
         s = (u == "s") ? 1e6 : 1e3
         printf "| %s | %.3g %s (%.3g) | %.3g %s (%.3g) | %.2f (%.2f) | %s |\n",
-            t, aw / d / s, u, ac / d / s, fw / d / s, u, fc / d / s, aw / fw, (fc > 0 ? ac / fc : 0), g }'
+            t, aw / d / s, u, ac / d / s, fw / d / s, u, fc / d / s, aw / fw, (fc > 0 ? ac / fc : 0), g }' | sed 's/(0\.00) |/(-) |/'
 }
 {
     echo "| figure | agent: wall (CPU) | floor: wall (CPU) | ratio: wall (CPU) | target |"
@@ -212,7 +220,7 @@ row() { # row TEXT AGENT_WALL AGENT_CPU FLOOR_WALL FLOOR_CPU DIVISOR UNIT TARGET
     t=$(median true) tc=$(median true c)
     row "start-up, bash-only package, net of /bin/true" \
         $(($(median startup) - t)) $(($(median startup c) - tc)) \
-        $(($(median startup_floor) - t)) $(($(median startup_floor c) - tc)) 1 ms "<= 5 ms"
+        $(($(median startup_floor) - t)) $(($(median startup_floor c) - tc)) "$STARTS" ms "<= 5 ms"
     row "\`fs::remove_all\` of $FILES files, net of skyhook-run; floor \`rm -rf\`" \
         $(($(median rm) - $(median rm_noop))) $(($(median rm c) - $(median rm_noop c))) \
         "$(median rm_floor)" "$(median rm_floor c)" 1 s "<= 2x"
