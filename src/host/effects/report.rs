@@ -468,9 +468,8 @@ impl Report {
 /// (`command`, `guarded_command`, a package's `step`) a command line.
 fn path_or_command(kind: &str, target: &str) -> (Option<String>, Option<String>) {
     match kind {
-        "write" | "remove" | "mkdir" | "remove_all" | "chmod" | "chown" | "symlink" | "fetch" => {
-            (Some(target.to_string()), None)
-        }
+        "write" | "remove" | "mkdir" | "remove_all" | "chmod" | "chown" | "mtime" | "symlink"
+        | "fetch" => (Some(target.to_string()), None),
         "command" | "guarded_command" | "step" => (None, Some(target.to_string())),
         _ => (None, None),
     }
