@@ -405,7 +405,7 @@ impl Host {
     }
 
     /// The report so far (without the `after` hashes, which are set when the session or
-    /// step ends: `src/host/hashes.rs`).
+    /// step ends: `src/host/effects/hashes.rs`).
     pub fn report(&self) -> &Report {
         &self.report
     }
