@@ -1,24 +1,31 @@
 //! Skyhook node agent and Rhai step runtime.
 //!
-//! Layers, top to bottom (data flows down, never back up), as `docs/architecture.md` draws
-//! them:
+//! The top-level modules and the modules each may import, lowest layer first: a copy of
+//! `LAYERS` in `tests/layers.rs`, as `docs/architecture.md` shows it (where each module's role
+//! is described); a test checks both copies
+//! (`SKYHOOK_UPDATE_DOCS=1 cargo test --test tests layers` rewrites them).
 //!
-//! | module | role |
+//! <!-- BEGIN LAYERS (tests/layers.rs) -->
+//! | module (lowest first) | may import |
 //! |---|---|
-//! | [`cli`] | the command lines of `skyhook-agent`, `skyhook-agent serve` and `skyhook-run` side by side, and the one exit-status table ([`cli::exit`]) |
-//! | [`local`] | `skyhook-run`: one script or a whole package against a local host root (plan, apply, check) |
-//! | [`package`] | config.json model, embedded JSON Schema v1, step rules, package loading |
-//! | [`agent`] | one mode of one package: the one mode loop ([`agent::mode::ModeLoop`]), flags, history, check summaries, interrupts, SIGTERM, the console |
-//! | [`step`] | one step from its spec to its result ([`step::StepRunner`]): a process, a `.rhai` script in-process, or a dry run |
-//! | [`process`] | the one process primitive (own group, subreaper, TERM/grace/KILL, streamed output) and the [`process::Cancel`] token |
-//! | [`diag`] | diagnostics with `tracing` (`SKYHOOK_LOG`, `SKYHOOK_LOG_FORMAT`, `SKYHOOK_LOG_FILE`), off by default, never on stdout |
-//! | [`logs`] | the log sink: chunked relay, timestamps and labels, log files, retention |
-//! | [`redact`] | secret redaction: the secret values hidden as `***` in output, logs, plans and errors |
-//! | [`state`] | the on-host files the agent owns: flag names, history, markers, all atomic |
-//! | [`pyfmt`] | Python-compatible renderings (repr, float, isoformat, json.dumps) the state formats need |
-//! | [`script`] | the Rhai engine: limits, module resolver, context, output, error mapping, host API bindings |
-//! | [`serve`] | the remote step API (`skyhook-agent serve`): executions, event rings, secrets, auth, HTTP |
-//! | [`host`] | root confinement ([`host::root::HostRoot`]) and the host API |
+//! | `chain` | — |
+//! | `clock` | — |
+//! | `diag` | — |
+//! | `pyfmt` | — |
+//! | `redact` | — |
+//! | `process` | — |
+//! | `host` | `chain`, `process`, `redact` |
+//! | `package` | `pyfmt` |
+//! | `logs` | `host` |
+//! | `state` | `host`, `package`, `process`, `pyfmt` |
+//! | `script` | `host`, `process` |
+//! | `step` | `chain`, `clock`, `host`, `logs`, `process`, `redact`, `script` |
+//! | `agent` | `chain`, `clock`, `host`, `logs`, `package`, `process`, `pyfmt`, `redact`, `script`, `state`, `step` |
+//! | `serve` | `clock`, `host`, `process`, `redact`, `script`, `step` |
+//! | `remote` | `process`, `serve` |
+//! | `local` | `agent`, `host`, `logs`, `package`, `process`, `redact`, `script`, `state`, `step` |
+//! | `cli` | `agent`, `chain`, `diag`, `host`, `local`, `package`, `process`, `remote`, `script`, `serve` |
+//! <!-- END LAYERS -->
 #![warn(missing_docs)]
 
 pub mod agent;

@@ -36,19 +36,19 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("logs",    &["host"]),
     ("state",   &["host", "package", "process", "pyfmt"]),
     // The Rhai engine and its host API bindings.
-    ("script",  &["chain", "host", "logs", "package", "process", "redact"]),
+    ("script",  &["host", "process"]),
     // Running one step: its spec, the runners, the one result.
     ("step",    &["chain", "clock", "host", "logs", "process", "redact", "script"]),
     // Front ends: the agent's mode loop, the remote step API and its client, skyhook-run.
-    ("agent",   &["chain", "clock", "diag", "host", "logs", "package", "process", "pyfmt",
-                  "redact", "script", "state", "step"]),
-    ("serve",   &["chain", "clock", "host", "logs", "process", "redact", "script", "step"]),
+    ("agent",   &["chain", "clock", "host", "logs", "package", "process", "pyfmt", "redact",
+                  "script", "state", "step"]),
+    ("serve",   &["clock", "host", "process", "redact", "script", "step"]),
     ("remote",  &["process", "serve"]),
     ("local",   &["agent", "host", "logs", "package", "process", "redact", "script", "state",
                   "step"]),
     // The command lines of the three binaries.
     ("cli",     &["agent", "chain", "diag", "host", "local", "package", "process", "remote",
-                  "script", "serve", "step"]),
+                  "script", "serve"]),
 ];
 
 /// The folders of `src/host` below its API areas, lowest first: root confinement, the effects
@@ -1104,4 +1104,192 @@ fn layers_table_copy_is_replaced_between_its_markers_only() {
     );
     assert!(layers_markdown().contains("| `chain` | — |\n"));
     assert!(layers_markdown().contains("| `logs` | `host` |\n"));
+}
+
+/// `src/lib.rs`'s docs show [`LAYERS`] too: the same table between the same markers, each
+/// line a `//! ` doc line.
+#[test]
+fn lib_docs_show_the_layers_table() {
+    let path = crate_root().join("src/lib.rs");
+    let text = fs::read_to_string(&path).unwrap();
+    let doc = |s: &str| -> String {
+        s.lines()
+            .map(|l| {
+                if l.is_empty() {
+                    "//!\n".to_string()
+                } else {
+                    format!("//! {l}\n")
+                }
+            })
+            .collect()
+    };
+    let (begin, end) = (doc(DOC_BEGIN), doc(DOC_END));
+    let start = text
+        .find(&begin)
+        .unwrap_or_else(|| panic!("{}: no `{}` line", path.display(), begin.trim_end()))
+        + begin.len();
+    let stop = start
+        + text[start..]
+            .find(&end)
+            .unwrap_or_else(|| panic!("{}: no `{}` line", path.display(), end.trim_end()));
+    let want = format!(
+        "{}{}{}",
+        &text[..start],
+        doc(&layers_markdown()),
+        &text[stop..]
+    );
+    if want == text {
+        return;
+    }
+    if std::env::var_os("SKYHOOK_UPDATE_DOCS").is_some() {
+        fs::write(&path, want).unwrap();
+        return;
+    }
+    panic!(
+        "{}: the layers table is not LAYERS of tests/layers.rs; rewrite it with \
+         `SKYHOOK_UPDATE_DOCS=1 cargo test --test tests layers`",
+        path.display()
+    );
+}
+
+/// Every edge [`LAYERS`] allows is used by some production file: an allowed edge nothing
+/// takes is a promise the table does not need to make.
+#[test]
+fn layers_lists_only_edges_that_are_used() {
+    let files = load(&crate_root());
+    let used: BTreeSet<(String, String)> = edges(&files)
+        .iter()
+        .filter_map(|e| {
+            let a = files[e.from].module.first()?;
+            let b = files[e.to].module.first()?;
+            (a != b).then(|| (a.clone(), b.clone()))
+        })
+        .collect();
+    let mut unused = Vec::new();
+    for (module, imports) in LAYERS {
+        for import in *imports {
+            if !used.contains(&(module.to_string(), import.to_string())) {
+                unused.push(format!("{module} -> {import}"));
+            }
+        }
+    }
+    assert!(
+        unused.is_empty(),
+        "LAYERS (tests/layers.rs) allows edges no production file takes; remove them: {}",
+        unused.join(", ")
+    );
+}
+
+/// The most lines a production file under `src/` may have (issue 30: files of one idea).
+const MAX_FILE_LINES: usize = 1000;
+
+/// No production file (a file of `src/` that is not test-only: not a `*_tests.rs` module
+/// declared under `#[cfg(test)]`, nor `#![cfg(test)]`) has more than [`MAX_FILE_LINES`].
+#[test]
+#[ignore = "fails until the issue-30 splits of the other engineers merge"]
+fn no_production_file_is_over_the_folder_limit() {
+    let root = crate_root();
+    let mut long = Vec::new();
+    for f in load(&root) {
+        if f.test_only {
+            continue;
+        }
+        let lines = fs::read_to_string(root.join(&f.rel))
+            .unwrap()
+            .lines()
+            .count();
+        if lines > MAX_FILE_LINES {
+            long.push(format!("{}: {lines} lines", f.rel.display()));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "production files over {MAX_FILE_LINES} lines (split them along their ideas, tests to a \
+         sibling *_tests.rs):\n{}",
+        long.join("\n")
+    );
+}
+
+/// The `src/...` paths named in `text`: a run of path characters after `src/` that is not
+/// part of a longer word (so `tests/src/x` and `$src/x` are not read), up to a character
+/// that cannot be in one; a trailing `.`, `,`, `:` or `)` is punctuation. Globs (`*`) and
+/// placeholders (`<x>`, `…`, `...`) are left out.
+fn src_paths(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let bytes = text.as_bytes();
+    let mut from = 0;
+    while let Some(i) = text[from..].find("src/") {
+        let at = from + i;
+        from = at + 4;
+        let before = at.checked_sub(1).map(|j| bytes[j]);
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || b"_-/$.".contains(&c)) {
+            continue;
+        }
+        let end = text[at..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || "_-./*<>…".contains(c)))
+            .map_or(text.len(), |n| at + n);
+        let path = text[at..end].trim_end_matches(['.', ',', ':']);
+        if path.contains(['*', '<', '>', '…']) || path.contains("...") || path == "src/" {
+            continue;
+        }
+        out.push(path.to_string());
+    }
+    out
+}
+
+/// The files a `src/` path named in prose may be found in: `src/**`, `docs/**`, the README.
+fn prose_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            prose_files(&p, out);
+        } else if p
+            .extension()
+            .is_some_and(|x| x == "rs" || x == "md" || x == "json" || x == "rhai")
+        {
+            out.push(p);
+        }
+    }
+}
+
+/// Every `src/...` path named in a comment or a doc (`src/**`, `docs/**`, `README.md`)
+/// exists: a renamed or split file leaves no comment pointing at its old name.
+#[test]
+fn every_src_path_named_in_a_comment_or_doc_exists() {
+    let root = crate_root();
+    let mut files = Vec::new();
+    prose_files(&root.join("src"), &mut files);
+    prose_files(&root.join("docs"), &mut files);
+    files.push(root.join("README.md"));
+    let mut missing = Vec::new();
+    for f in files {
+        let Ok(text) = fs::read_to_string(&f) else {
+            continue;
+        };
+        for (n, line) in text.lines().enumerate() {
+            for p in src_paths(line) {
+                if !root.join(&p).exists() {
+                    let rel = f.strip_prefix(&root).unwrap();
+                    missing.push(format!("{}:{}: {p}", rel.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "paths named that do not exist:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn src_paths_are_read_from_prose() {
+    assert_eq!(
+        src_paths("see `src/host/root/mod.rs`, and src/agent/ (src/x.rs). tests/src/no.rs"),
+        ["src/host/root/mod.rs", "src/agent/", "src/x.rs"]
+    );
+    assert_eq!(
+        src_paths("src/**.rs, src/<area>/x.rs, src/…, $src/a.rs"),
+        Vec::<String>::new()
+    );
 }

@@ -8,7 +8,7 @@ use crate::package::PackageError;
 use crate::state::StateError;
 
 use super::args::UsageError;
-use super::prepare::PrepareError;
+use super::prepare_error::PrepareError;
 use super::settings::{ResourceIdError, SettingError};
 
 /// Python's message for an undecodable payload.

@@ -12,6 +12,7 @@ pub mod error;
 pub mod interrupt;
 pub mod mode;
 pub mod prepare;
+pub mod prepare_error;
 pub mod settings;
 pub mod signal;
 pub mod site;

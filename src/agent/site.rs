@@ -42,7 +42,7 @@ pub enum PackageSite<'a> {
         configmaps: PathBuf,
         /// Where the package is copied inside the root when it is applied (a host path,
         /// `skyhook-run`'s copy dir). `Some`: a plan puts the package's files there in its
-        /// overlay ([`crate::agent::mode::preflight::plan_package_copy`]) and steps see
+        /// overlay ([`crate::agent::prepare::package_copy`]) and steps see
         /// `SKYHOOK_DIR` and `STEP_ROOT` there, so a script reading its own files
         /// (`fs::list(step().skyhook_dir + ..)`) plans as it applies. `None`: steps see DIR.
         host_dir: Option<PathBuf>,
@@ -270,7 +270,15 @@ impl PackageSite<'_> {
     pub fn check_expected_files(&self, names: &[String]) -> Result<(), AgentError> {
         match self {
             PackageSite::Copy { root, copy_dir } => {
-                Ok(super::prepare::check_expected_files(root, copy_dir, names)?)
+                use super::prepare_error::PrepareError;
+                for name in names {
+                    let path = copy_dir.join("configmaps").join(name);
+                    if !root.exists(&path).map_err(PrepareError::from)? {
+                        let name = name.clone();
+                        return Err(PrepareError::ExpectedConfigFile { name }.into());
+                    }
+                }
+                Ok(())
             }
             PackageSite::Local { configmaps, .. } => {
                 for name in names {
@@ -288,13 +296,16 @@ impl PackageSite<'_> {
 }
 
 /// One entry of a `root_dir/` folder as the overlay sees it (symlinks followed): a folder
-/// or a regular file, with its permission bits.
+/// or a regular file, with its permission bits (and a file's modification time), or a
+/// dangling symlink.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OverlayEntry {
     /// A folder and its mode.
     Dir(u32),
-    /// A regular file and its mode.
-    File(u32),
+    /// A regular file, its mode and its modification time.
+    File(u32, std::time::SystemTime),
+    /// A symlink whose target does not exist.
+    Dangling,
 }
 
 impl PackageSite<'_> {
@@ -322,8 +333,8 @@ impl PackageSite<'_> {
         }
     }
 
-    /// The folders and regular files in the overlay folder `dir`, by name, symlinks
-    /// followed; dangling symlinks and other kinds are left out (as the overlay does).
+    /// The folders, regular files and dangling symlinks in the overlay folder `dir`, by
+    /// name, symlinks followed; other kinds (FIFOs, sockets, devices) are left out.
     ///
     /// # Errors
     /// `dir` cannot be listed or an entry cannot be looked up.
@@ -337,13 +348,15 @@ impl PackageSite<'_> {
             PackageSite::Copy { root, .. } => {
                 for e in root.read_dir(dir)? {
                     let Some(m) = root.metadata(&dir.join(&e.name))? else {
+                        out.push((e.name, OverlayEntry::Dangling));
                         continue;
                     };
                     let mode = m.mode() & 0o7777;
                     if m.is_dir() {
                         out.push((e.name, OverlayEntry::Dir(mode)));
                     } else if e.kind != crate::host::root::EntryKind::Other && m.is_file() {
-                        out.push((e.name, OverlayEntry::File(mode)));
+                        let mtime = m.modified().unwrap_or(std::time::UNIX_EPOCH);
+                        out.push((e.name, OverlayEntry::File(mode, mtime)));
                     }
                 }
             }
@@ -354,14 +367,25 @@ impl PackageSite<'_> {
                 };
                 for e in std::fs::read_dir(dir).map_err(read_err)? {
                     let e = e.map_err(read_err)?;
-                    let Ok(m) = std::fs::metadata(e.path()) else {
-                        continue;
+                    let m = match std::fs::metadata(e.path()) {
+                        Ok(m) => m,
+                        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                            out.push((e.file_name(), OverlayEntry::Dangling));
+                            continue;
+                        }
+                        Err(source) => {
+                            return Err(AgentError::Read {
+                                path: e.path(),
+                                source,
+                            });
+                        }
                     };
                     let mode = m.mode() & 0o7777;
                     if m.is_dir() {
                         out.push((e.file_name(), OverlayEntry::Dir(mode)));
                     } else if m.is_file() {
-                        out.push((e.file_name(), OverlayEntry::File(mode)));
+                        let mtime = m.modified().unwrap_or(std::time::UNIX_EPOCH);
+                        out.push((e.file_name(), OverlayEntry::File(mode, mtime)));
                     }
                 }
             }

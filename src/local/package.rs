@@ -859,31 +859,20 @@ impl PackageRun {
     }
 
     /// Replace the copy dir inside the root with a fresh copy of DIR (without
-    /// `DIR/configmaps` when `--configmaps` is given) and copy the configMaps folder into
-    /// `<copy dir>/configmaps`.
+    /// `DIR/configmaps` when the configMaps folder lies elsewhere) and copy the configMaps
+    /// folder into `<copy dir>/configmaps`: the walk the preflight planned
+    /// ([`crate::agent::prepare::copy_package`]), undone whole when it fails.
     fn copy_package(
         &self,
         root: &crate::host::root::HostRoot,
         copy_dir: &Path,
     ) -> Result<(), LocalError> {
-        let copy_err = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| LocalError::Copy { path, source }
+        let site = PackageSite::Local {
+            dir: absolute(&self.dir),
+            configmaps: self.configmaps_dir(),
+            host_dir: Some(copy_dir.to_path_buf()),
         };
-        root.remove_all(copy_dir).map_err(copy_err(copy_dir))?;
-        let skip = if self.configmaps.is_some() {
-            Some(std::ffi::OsStr::new("configmaps"))
-        } else {
-            None
-        };
-        let copy = |src: &Path, dst: &Path, skip| {
-            crate::agent::prepare::copy_tree(root, src, dst, skip).map_err(AgentError::from)
-        };
-        copy(&self.dir, copy_dir, skip)?;
-        let cm = self.configmaps_dir();
-        if self.configmaps.is_some() && cm.is_dir() {
-            copy(&cm, &copy_dir.join("configmaps"), None)?;
-        }
+        crate::agent::prepare::copy_package(root, &site).map_err(AgentError::from)?;
         Ok(())
     }
 }

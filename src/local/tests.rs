@@ -138,6 +138,13 @@ fn package_plan_includes_the_root_dir_overlay() {
     let pkg = hello_with_reader(d.path());
     let root = d.path().join("root");
     std::fs::create_dir_all(root.join("etc")).unwrap();
+    // The overlay keeps the file's mtime, and the plan shows it.
+    std::fs::File::options()
+        .write(true)
+        .open(pkg.join("root_dir/etc/hello/motd"))
+        .unwrap()
+        .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000))
+        .unwrap();
     let engine = ScriptEngine::default();
     let run = |mode: Mode| {
         let out = Arc::new(CaptureOutput::new());
@@ -176,6 +183,7 @@ fn package_plan_includes_the_root_dir_overlay() {
                     "--- /dev/null\n+++ b/etc/hello/motd\n@@ -0,0 +1 @@\n+Welcome to a node managed by skyhook\n"
                 )
             ),
+            ("set mtime /etc/hello/motd 2001-09-09T01:46:40Z", None),
         ]
     );
     // The later .rhai step sees the planned file; the host is untouched.
@@ -186,24 +194,31 @@ fn package_plan_includes_the_root_dir_overlay() {
     assert!(plan.render_text().starts_with(
         "==> overlay root_dir/\n~ create directory /etc/hello (mode 0755)\n~ create /etc/hello/motd (mode 0644)\n"
     ));
-    assert_eq!(plan.total().changes.len(), 2);
+    assert_eq!(plan.total().changes.len(), 3);
     assert_eq!(plan.to_json()["steps"][0]["kind"], "overlay");
     assert_eq!(std::fs::read_dir(root.join("etc")).unwrap().count(), 0);
 
     // A check mode plans it too, without counting it as drift.
     let (plan, _) = run(Mode::ApplyCheck);
-    assert!(matches!(&plan.steps[0].kind, StepKind::Overlay(r) if r.changes.len() == 2));
+    assert!(matches!(&plan.steps[0].kind, StepKind::Overlay(r) if r.changes.len() == 3));
     assert!(plan.steps[0].ok());
     // Uninstall modes do not overlay.
     let (plan, _) = run(Mode::Uninstall);
     assert!(plan.steps.iter().all(|s| s.name != "root_dir"));
-    // An existing identical file is unchanged; a bad ancestor fails the plan before the steps.
+    // An existing identical file (content, mode, mtime) is unchanged; a bad ancestor fails
+    // the plan before the steps.
     std::fs::create_dir_all(root.join("etc/hello")).unwrap();
     std::fs::write(
         root.join("etc/hello/motd"),
         "Welcome to a node managed by skyhook\n",
     )
     .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(root.join("etc/hello/motd"))
+        .unwrap()
+        .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000))
+        .unwrap();
     let (plan, _) = run(Mode::Apply);
     assert!(
         matches!(&plan.steps[0].kind, StepKind::Overlay(r) if r.changes.is_empty() && r.unchanged == 1)

@@ -56,7 +56,7 @@ use crate::agent::coverage::Declarations;
 use crate::agent::env::{EnvBuilder, lossy_env};
 use crate::agent::error::AgentError;
 use crate::agent::settings::Settings;
-use crate::agent::site::{OverlayEntry, PackageSite, StepScripts};
+use crate::agent::site::{PackageSite, StepScripts};
 
 /// One mode's preflight (see the module docs).
 pub struct Preflight<'a> {
@@ -367,45 +367,21 @@ impl StepRunner for PreflightRunner {
     }
 }
 
-/// Plan the copy of a local package into the root at its `host_dir` (the files of DIR, then
-/// the configMaps folder at `<host_dir>/configmaps` when it lies elsewhere), unreported: the
-/// copy is the tool's, not the package's change. Nothing for another site.
+/// Plan the copy of a local package into the root at its `host_dir`
+/// ([`crate::agent::prepare::package_copy`], the code the apply runs), unreported: the copy
+/// is the tool's, not the package's change. Nothing for another site.
 ///
 /// # Errors
-/// As [`plan_overlay`].
+/// As [`crate::agent::prepare::package_copy`].
 pub fn plan_package_copy(h: &mut Host, site: &PackageSite<'_>) -> Result<(), String> {
-    let PackageSite::Local {
-        dir,
-        configmaps,
-        host_dir: Some(host_dir),
-    } = site
-    else {
-        return Ok(());
-    };
-    let mut r = plan_overlay(h, site, dir, host_dir);
-    if r.is_ok()
-        && *configmaps != dir.join("configmaps")
-        && site.is_dir(configmaps).unwrap_or(false)
-    {
-        let dst = host_dir.join("configmaps");
-        if h.view_stat(&dst, true).ok().flatten().is_none() {
-            let ds = dst.to_string_lossy();
-            if let Err(e) = crate::host::files::fs::mkdir(h, &ds, Some(0o755)) {
-                r = Err(crate::script::host_api::error_chain(&e));
-            }
-        }
-        if r.is_ok() {
-            r = plan_overlay(h, site, configmaps, &dst);
-        }
-    }
+    let r = crate::agent::prepare::package_copy(h, site);
     let (_, deferred) = h.finish_step_with_report();
     r.and(deferred.map_err(|e| crate::script::host_api::error_chain(&e)))
 }
 
-/// Plan the agent's `root_dir/` overlay ([`crate::agent::prepare::overlay`]) from `src` of `site`
-/// onto `h` at `dst`: files written with their mode to the same host paths, missing
-/// directories created with the source mode, existing ones left alone, source symlinks
-/// followed (dangling ones skipped), entries taken in name order.
+/// Plan the agent's `root_dir/` overlay from `src` of `site` onto `h` at `dst`: the walk
+/// the agent applies ([`crate::agent::prepare::copy_onto`], see
+/// [`crate::agent::prepare::overlay`]), dangling symlinks skipped.
 ///
 /// # Errors
 /// A read of the source or a planned write failed (the message names the path).
@@ -415,27 +391,6 @@ pub fn plan_overlay(
     src: &Path,
     dst: &Path,
 ) -> Result<(), String> {
-    let host_err = |e: crate::host::HostError| crate::script::host_api::error_chain(&e);
-    for (name, entry) in site.overlay_entries(src).map_err(|e| e.to_string())? {
-        let s = src.join(&name);
-        let d = dst.join(&name);
-        let ds = d.to_string_lossy();
-        match entry {
-            OverlayEntry::Dir(mode) => {
-                if h.view_stat(&d, true).map_err(host_err)?.is_none() {
-                    crate::host::files::fs::mkdir(h, &ds, Some(mode)).map_err(host_err)?;
-                }
-                plan_overlay(h, site, &s, &d)?;
-            }
-            OverlayEntry::File(mode) => {
-                let data = site.read_overlay_file(&s).map_err(|e| e.to_string())?;
-                let opts = crate::host::files::fs::WriteOptions {
-                    mode: Some(mode),
-                    ..Default::default()
-                };
-                crate::host::files::fs::write_bytes(h, &ds, &data, &opts).map_err(host_err)?;
-            }
-        }
-    }
-    Ok(())
+    use crate::agent::prepare::{Dangling, copy_onto};
+    copy_onto(h, site, src, dst, None, Dangling::Skip).map(drop)
 }

@@ -58,9 +58,9 @@ pub fn kind_modes(kind: EffectKind) -> Modes {
         | PackageUpgrade => Modes::Action,
         Command | GuardedCommand => Modes::Command,
         Interrupt => Modes::Interrupt,
-        Write | Remove | Mkdir | RemoveAll | Chmod | Chown | Symlink | Service | PackageInstall
-        | PackageRemove | Sysctl | Mount | ModuleLoad | Fetch | PackageHold | PackageUnhold
-        | GrubDefault | TunedProfile => Modes::Change,
+        Write | Remove | Mkdir | RemoveAll | Chmod | Chown | Mtime | Symlink | Service
+        | PackageInstall | PackageRemove | Sysctl | Mount | ModuleLoad | Fetch | PackageHold
+        | PackageUnhold | GrubDefault | TunedProfile => Modes::Change,
     }
 }
 

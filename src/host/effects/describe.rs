@@ -139,7 +139,7 @@ pub(crate) struct Described {
     /// The unified diff of file contents, when asked for.
     pub diff: Option<String>,
     /// `sha256:` of the content after, when the effect itself declares it (a fetch's
-    /// verified digest). File writes get theirs from the session (`src/host/hashes.rs`).
+    /// verified digest). File writes get theirs from the session (`src/host/effects/hashes.rs`).
     pub after: Option<String>,
     /// Missing directories the effect creates on the way, outermost first.
     pub mkdir: Vec<String>,
@@ -277,6 +277,19 @@ impl Host {
                     None,
                 )
             }
+            // The new time only: before it, an apply sees the write's own mtime, a plan
+            // the file's earlier one.
+            Effect::SetMtime { path, mtime } => (
+                format!(
+                    "set mtime {} {}",
+                    path.display(),
+                    show_mtime(
+                        crate::host::effects::overlay::mtime_secs(*mtime),
+                        mtime_nanos(*mtime),
+                    )
+                ),
+                None,
+            ),
             Effect::Chown { path, uid, gid } => {
                 let old = self
                     .view_stat(path, true)?
@@ -457,6 +470,27 @@ impl Host {
             }
         }
         Ok(self.view_read(path)?.map(Cow::Owned))
+    }
+}
+
+/// The nanoseconds of `t` past [`mtime_secs`].
+fn mtime_nanos(t: std::time::SystemTime) -> u32 {
+    match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => d.subsec_nanos(),
+        Err(e) => match e.duration().subsec_nanos() {
+            0 => 0,
+            n => 1_000_000_000 - n,
+        },
+    }
+}
+
+/// An mtime as a plan line shows it: `2024-12-05T10:00:00Z`, with the nanoseconds when
+/// there are any (`...00.123456789Z`); seconds since the epoch outside chrono's range.
+fn show_mtime(secs: i64, nanos: u32) -> String {
+    match chrono::DateTime::from_timestamp(secs, nanos) {
+        Some(t) if nanos == 0 => t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        Some(t) => t.format("%Y-%m-%dT%H:%M:%S%.9fZ").to_string(),
+        None => format!("@{secs}"),
     }
 }
 

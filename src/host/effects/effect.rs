@@ -296,6 +296,9 @@ pub enum EffectKind {
     Chmod,
     /// `chown`: set owner and group.
     Chown,
+    /// `mtime`: set a file's modification time (the `root_dir` overlay and the package copy
+    /// keep their source's).
+    Mtime,
     /// `symlink`: create or retarget a symlink.
     Symlink,
     /// `service`: start, stop, enable or disable a unit.
@@ -357,6 +360,7 @@ impl EffectKind {
             RemoveAll => "remove_all",
             Chmod => "chmod",
             Chown => "chown",
+            Mtime => "mtime",
             Symlink => "symlink",
             Service => "service",
             ServiceAction => "service_action",
@@ -396,7 +400,7 @@ pub enum Effect {
         /// hashes keep it) counts a reference instead of copying the bytes. Build it with
         /// `.into()` from an owned `Vec<u8>` or `String` (no copy), or with
         /// [`bytes::Bytes::copy_from_slice`] from a borrowed slice; the line view hands out
-        /// its kept rendering without a copy (`src/host/appendbuf.rs`).
+        /// its kept rendering without a copy (`src/host/effects/appendbuf.rs`).
         content: bytes::Bytes,
         /// Permission bits to set.
         mode: Option<u32>,
@@ -449,6 +453,13 @@ pub enum Effect {
         path: PathBuf,
         /// New permission bits.
         mode: u32,
+    },
+    /// Set a file's modification time (a symlink's target's).
+    SetMtime {
+        /// Host path.
+        path: PathBuf,
+        /// The new modification time.
+        mtime: std::time::SystemTime,
     },
     /// Set owner and/or group.
     Chown {
@@ -661,6 +672,7 @@ impl Effect {
             | Effect::RemoveAll { .. }
             | Effect::Chmod { .. }
             | Effect::Chown { .. }
+            | Effect::SetMtime { .. }
             | Effect::Symlink { .. }
             | Effect::Sysctl { .. }
             | Effect::Interrupt(_)
@@ -682,6 +694,7 @@ impl Effect {
             Effect::RemoveAll { .. } => EffectKind::RemoveAll,
             Effect::Chmod { .. } => EffectKind::Chmod,
             Effect::Chown { .. } => EffectKind::Chown,
+            Effect::SetMtime { .. } => EffectKind::Mtime,
             Effect::Symlink { .. } => EffectKind::Symlink,
             Effect::Service { .. } => EffectKind::Service,
             Effect::ServiceAction { .. } => EffectKind::ServiceAction,
@@ -715,7 +728,8 @@ impl Effect {
             | Effect::Mkdir { path, .. }
             | Effect::RemoveAll { path }
             | Effect::Chmod { path, .. }
-            | Effect::Chown { path, .. } => path.display().to_string(),
+            | Effect::Chown { path, .. }
+            | Effect::SetMtime { path, .. } => path.display().to_string(),
             Effect::Symlink { link, .. } => link.display().to_string(),
             Effect::Service { name, .. } | Effect::ServiceAction { name, .. } => name.clone(),
             Effect::DaemonReload => "systemd".into(),

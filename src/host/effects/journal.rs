@@ -257,6 +257,7 @@ fn changes_files(effect: &Effect) -> bool {
             | Effect::RemoveAll { .. }
             | Effect::Chmod { .. }
             | Effect::Chown { .. }
+            | Effect::SetMtime { .. }
             | Effect::Sysctl { .. }
     )
 }
@@ -530,7 +531,9 @@ impl StepJournal {
             }
             Effect::RemoveFile { path } => return self.record_removal(root, &normalize(path)),
             Effect::RemoveAll { path } => return self.record_removal(root, &normalize(path)),
-            Effect::Chmod { path, .. } | Effect::Chown { path, .. } => {
+            Effect::Chmod { path, .. }
+            | Effect::Chown { path, .. }
+            | Effect::SetMtime { path, .. } => {
                 if let Some(p) = root.canonical(path)? {
                     self.record_path(root, &p)?;
                 }

@@ -475,6 +475,7 @@ impl Overlay {
             }
             Effect::Chmod { path, mode } => self.plan_attrs(root, path, Some(*mode), None, None)?,
             Effect::Chown { path, uid, gid } => self.plan_attrs(root, path, None, *uid, *gid)?,
+            Effect::SetMtime { path, mtime } => self.plan_mtime(root, path, *mtime)?,
             Effect::Symlink { target, link } => {
                 let key = self.key(root, link, false)?;
                 self.plan_parents(root, &key)?;
@@ -634,6 +635,39 @@ impl Overlay {
         Ok(())
     }
 
+    /// A planned [`Effect::SetMtime`]: the file's node (planned or read) with the new mtime,
+    /// in whole seconds as [`Stat::mtime`].
+    fn plan_mtime(
+        &mut self,
+        root: &HostRoot,
+        path: &Path,
+        mtime: std::time::SystemTime,
+    ) -> Result<()> {
+        self.plan_attrs(root, path, None, None, None)?;
+        let key = self.key(root, path, true)?;
+        if let Some(Node::File {
+            content,
+            mode,
+            uid,
+            gid,
+            ..
+        }) = self.lookup(&key).cloned()
+        {
+            let mtime = mtime_secs(mtime);
+            self.set(
+                key,
+                Node::File {
+                    content,
+                    mode,
+                    uid,
+                    gid,
+                    mtime,
+                },
+            );
+        }
+        Ok(())
+    }
+
     fn plan_attrs(
         &mut self,
         root: &HostRoot,
@@ -717,6 +751,23 @@ pub(crate) fn root_stat(root: &HostRoot, path: &Path, follow: bool) -> Result<Op
             mtime: m.mtime(),
         }
     }))
+}
+
+/// Whole seconds of `t` since the epoch, floored (negative before 1970), as
+/// [`Stat::mtime`] holds them.
+pub(crate) fn mtime_secs(t: std::time::SystemTime) -> i64 {
+    match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        Err(e) => {
+            let d = e.duration();
+            let back = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            if d.subsec_nanos() == 0 {
+                -back
+            } else {
+                -back - 1
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -405,7 +405,7 @@ impl Host {
     }
 
     /// The report so far (without the `after` hashes, which are set when the session or
-    /// step ends: `src/host/hashes.rs`).
+    /// step ends: `src/host/effects/hashes.rs`).
     pub fn report(&self) -> &Report {
         &self.report
     }
@@ -1085,13 +1085,14 @@ pub struct Undone {
 /// [`crate::host::effects::journal`]): their summaries, in the step's order.
 /// The report kinds of the changes a failed step's undo journal puts back (files and live
 /// sysctl values); every other change or action of the step is "not undone".
-pub const UNDONE_KINDS: [&str; 9] = [
+pub const UNDONE_KINDS: [&str; 10] = [
     "write",
     "remove",
     "mkdir",
     "remove_all",
     "chmod",
     "chown",
+    "mtime",
     "symlink",
     "sysctl",
     "fetch",

@@ -907,7 +907,7 @@ impl HostRoot {
         }
     }
 
-    // ---- Appended for the host API (src/host/fs.rs, tuning.rs) ----
+    // ---- Appended for the host API (src/host/files/fs.rs, tuning.rs) ----
 
     /// Change the owner and/or group of `host` (following symlinks inside the root). `None`
     /// leaves that id unchanged.

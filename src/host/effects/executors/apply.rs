@@ -291,6 +291,7 @@ fn perform(cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
         }
         Effect::Chmod { path, mode } => root.set_mode(path, *mode)?,
         Effect::Chown { path, uid, gid } => root.set_owner(path, *uid, *gid)?,
+        Effect::SetMtime { path, mtime } => root.set_mtime(path, *mtime)?,
         Effect::Symlink { target, link } => {
             if let Some(parent) = link.parent() {
                 for dir in root.create_dir_all(parent, crate::host::root::PARENT_DIR_MODE)? {
