@@ -15,7 +15,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::host::ExecMode;
 use crate::host::effects::effect::InterruptRequest;
 use crate::host::root::HostRoot;
 use crate::logs::sink::Label;
@@ -26,7 +25,7 @@ use crate::redact::Redactor;
 use crate::state::{flags, history};
 use crate::step::invocation::ConsoleStreams;
 use crate::step::{AgentRunner, ProcessRunner, ScriptRunner, StepInvocation, StepProgram};
-use crate::step::{SecretSource, StepResult, StepRunner, StepSpec};
+use crate::step::{StepResult, StepRunner, StepSpec};
 
 use super::console::Console;
 use super::coverage::{self, Declarations};
@@ -156,9 +155,9 @@ pub struct ModeLoop<'a, R> {
     pub cancel: &'a Cancel,
     /// `SKYHOOK_RESOURCE_ID` as given.
     pub resource_id: &'a str,
-    /// The executor of script steps in run modes: Apply (the agent) or Plan (a dry run).
-    /// `*-check` modes always use Check.
-    pub run_exec: ExecMode,
+    /// Script steps in run modes change the host (the agent) or plan (a dry run);
+    /// `*-check` modes always check ([`crate::step::exec_mode`]).
+    pub apply: bool,
     /// Write step logs (the agent, when `SKYHOOK_AGENT_WRITE_LOGS` is on).
     pub write_logs: bool,
     /// Where script steps read node metadata (`<copy dir>/node-metadata`, agent-side).
@@ -180,14 +179,6 @@ pub struct ModeLoop<'a, R> {
 }
 
 impl<R: StepRunner> ModeLoop<'_, R> {
-    fn exec(&self) -> ExecMode {
-        if self.mode.is_check() {
-            ExecMode::Check
-        } else {
-            self.run_exec
-        }
-    }
-
     /// Run the mode's steps (run modes) or checks (`*-check` modes). `START` is the
     /// caller's (it comes before the loop, after the lock).
     ///
@@ -490,37 +481,34 @@ impl<R: StepRunner> ModeLoop<'_, R> {
         let env = env.into_vec();
         let text_env = lossy_env(&env);
         let redactor = Redactor::from_env(&text_env);
-        let exec = self.exec();
-        let step_cancel = self.cancel.child();
-        let spec = StepSpec {
-            mode: self.mode.as_str().to_string(),
-            exec,
-            name: step.name.clone(),
-            args: args.clone(),
-            package_name: self.package.package_name.clone(),
-            package_version: self.package.package_version.clone(),
-            previous_version: versions.map(|(p, _)| p.clone()),
-            skyhook_dir: skyhook_dir_v.display().to_string(),
-            step_root: step_root_v.display().to_string(),
-            resource_id: self.resource_id.to_string(),
-            node_order: crate::step::spec::node_order(&text_env),
-            env: text_env,
-            configmaps_dir: Some(self.site.shown(&self.site.configmaps_dir())),
-            node_metadata_dir: self.node_metadata_dir.clone(),
-            commands_chrooted: step.on_host,
-            secrets: SecretSource::FromEnv,
-            deadline: Some(std::time::Instant::now() + self.settings.script_timeout),
-            script_timeout: Some(self.settings.script_timeout),
-            returncodes: step
-                .returncodes
-                .iter()
-                .filter_map(|c| i32::try_from(c.value).ok())
-                .collect(),
-            redactor: Some(redactor),
-            cancel: step_cancel,
-            cgroup: None,
-            diffs: self.settings.diffs,
-        };
+        let spec = StepSpec::builder(self.mode.as_str(), self.apply)
+            .step(step.name.clone(), args.clone())
+            .package(
+                self.package.package_name.clone(),
+                self.package.package_version.clone(),
+                versions.map(|(p, _)| p.clone()),
+            )
+            .dirs(
+                skyhook_dir_v.display().to_string(),
+                step_root_v.display().to_string(),
+            )
+            .resource_id(self.resource_id)
+            .env(text_env)
+            .configmaps(Some(self.site.shown(&self.site.configmaps_dir())))
+            .node_metadata(self.node_metadata_dir.clone())
+            .commands_chrooted(step.on_host)
+            .deadline(std::time::Instant::now() + self.settings.script_timeout)
+            .script_timeout(self.settings.script_timeout)
+            .returncodes(
+                step.returncodes
+                    .iter()
+                    .filter_map(|c| i32::try_from(c.value).ok())
+                    .collect(),
+            )
+            .redactor(redactor)
+            .cancel(self.cancel.child())
+            .diffs(self.settings.diffs)
+            .build();
         let log_dir = self
             .settings
             .log_root
@@ -945,7 +933,7 @@ impl ModeRun<'_> {
             console: self.console,
             cancel: self.cancel,
             resource_id: &self.id.raw,
-            run_exec: ExecMode::Apply,
+            apply: true,
             write_logs: self.settings.write_logs,
             node_metadata_dir: Some(self.root.display_path(&self.copy_dir.join("node-metadata"))),
             interrupts: Some(InterruptPolicy {

@@ -1,8 +1,8 @@
 //! Local runs for package authors (what `skyhook-run` does): one `.rhai` script, or a whole
 //! package the way the agent runs it, against a host root on this machine.
 //!
-//! - [`script`]: [`ScriptRun`] runs one script as a dry run ([`ExecMode::Plan`]), for real
-//!   ([`ExecMode::Apply`]) or as a check ([`ExecMode::Check`], the `*-check` modes), and
+//! - [`script`]: [`ScriptRun`] runs one script as a dry run ([`ExecMode::Plan`](crate::host::ExecMode::Plan)), for real
+//!   ([`ExecMode::Apply`](crate::host::ExecMode::Apply)) or as a check ([`ExecMode::Check`](crate::host::ExecMode::Check), the `*-check` modes), and
 //!   returns a [`StepResult`] with the host [`Report`](crate::host::Report).
 //! - [`package`]: [`PackageRun`] loads and validates a package directory, then either plans
 //!   every step of one mode in one host session ([`PackageRun::plan`] → [`PackagePlan`]:
@@ -24,9 +24,6 @@ pub mod scaffold;
 pub mod script;
 
 use std::path::PathBuf;
-
-use crate::host::ExecMode;
-use crate::package::Mode;
 
 pub use package::{PackagePlan, PackageRun, PlannedStep, StepKind, default_copy_dir};
 pub use script::{ScriptRun, StepResult};
@@ -83,18 +80,6 @@ pub enum LocalError {
     /// A host file operation failed.
     #[error(transparent)]
     Root(#[from] crate::host::root::RootError),
-}
-
-/// The executor a run uses: a `*-check` mode always checks (drift fails it, nothing
-/// changes); otherwise `apply` chooses Apply over Plan (the dry run).
-pub fn exec_mode(mode: Mode, apply: bool) -> ExecMode {
-    if mode.is_check() {
-        ExecMode::Check
-    } else if apply {
-        ExecMode::Apply
-    } else {
-        ExecMode::Plan
-    }
 }
 
 /// The value of `name` in `env` (last definition wins).

@@ -26,7 +26,7 @@ use crate::state::history;
 use crate::step::PlanRunner;
 
 use super::script::{StepResult, absolute, local_spec, open_root};
-use super::{LocalError, env_get, exec_mode};
+use super::{LocalError, env_get};
 
 /// Where `--package --apply` puts the package copy inside the root (the agent's copy dir):
 /// `/var/lib/skyhook/skyhook-run/<name>-<version>`.
@@ -530,8 +530,9 @@ impl PackageRun {
             let read = history::peek_previous(&flag_root, &settings.state_root, &pkg.package_name)?;
             warnings.extend(read.messages);
         }
-        let exec = exec_mode(self.mode, false);
-        let api = local_spec(&base_env, Some(configmaps.clone()), &rid, exec).session(root);
+        let spec = local_spec(self.mode, false, &base_env, Some(configmaps.clone()), &rid).build();
+        let exec = spec.exec();
+        let api = spec.session(root);
         let redactor = api.redactor().clone();
         let output = match self.capture {
             Some(c) => api.capture_output(output, c),
@@ -615,7 +616,7 @@ impl PackageRun {
                 console: &console,
                 cancel: &cancel,
                 resource_id: &rid,
-                run_exec: ExecMode::Plan,
+                apply: false,
                 write_logs: false,
                 node_metadata_dir: None,
                 interrupts: Some(InterruptPolicy {
@@ -785,7 +786,7 @@ impl PackageRun {
                 package_name: pkg.package_name.clone(),
                 package_version: pkg.package_version.clone(),
                 mode: self.mode,
-                exec_mode: super::exec_mode(self.mode, true),
+                exec_mode: crate::step::exec_mode(self.mode.as_str(), true),
                 warnings,
                 steps,
                 redactor,

@@ -1,16 +1,21 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::host::ExecMode;
 use crate::host::root::HostRoot;
+use crate::package::Mode;
 use crate::script::{CaptureOutput, ModuleStore, ScriptEngine, compile_source};
 use crate::step::{End, ScriptStep, StepSpec};
 
 #[test]
 fn exec_mode_follows_check_modes_then_apply() {
+    let exec_mode = |m: Mode, apply| crate::step::exec_mode(m.as_str(), apply);
     assert_eq!(exec_mode(Mode::Apply, false), ExecMode::Plan);
     assert_eq!(exec_mode(Mode::Config, true), ExecMode::Apply);
     assert_eq!(exec_mode(Mode::ApplyCheck, false), ExecMode::Check);
     assert_eq!(exec_mode(Mode::UninstallCheck, true), ExecMode::Check);
+    assert_eq!(exec_mode(Mode::PostInterruptCheck, true), ExecMode::Check);
+    assert_eq!(exec_mode(Mode::PostInterrupt, true), ExecMode::Apply);
 }
 
 #[test]
@@ -58,10 +63,7 @@ fn one_session_across_steps_keeps_the_plan_overlay() {
         store,
     )
     .unwrap();
-    let spec = StepSpec {
-        exec: ExecMode::Plan,
-        ..StepSpec::default()
-    };
+    let spec = StepSpec::builder("apply", false).build();
     let api = spec.session(HostRoot::open(d.path()).unwrap());
     let out = Arc::new(CaptureOutput::new());
     let step = |script| ScriptStep {

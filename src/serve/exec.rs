@@ -1266,25 +1266,24 @@ impl Service {
         let ran = tokio::task::spawn_blocking(move || {
             let root = crate::host::root::HostRoot::open(&svc.cfg.root)
                 .map_err(|err| format!("cannot open host root: {err}"))?;
-            let spec = crate::step::StepSpec {
-                mode: if mode == ExecMode::Check {
-                    "apply-check"
-                } else {
-                    "apply"
-                }
-                .into(),
-                exec: mode,
-                name: e.id.clone(),
-                resource_id: e.id.clone(),
-                env,
-                commands_chrooted: !is_slash(&svc.cfg.root),
-                secrets: crate::step::SecretSource::Declared(declared),
-                redactor: Some(e.redactor.clone()),
-                cancel: e.cancel.clone(),
-                cgroup: e.cgroup.clone(),
-                script_timeout: Some(Duration::from_secs(7 * 86400)),
-                ..crate::step::StepSpec::default()
+            let step_mode = if mode == ExecMode::Check {
+                "apply-check"
+            } else {
+                "apply"
             };
+            let spec = crate::step::StepSpec::builder(step_mode, mode == ExecMode::Apply)
+                .step(e.id.clone(), Vec::new())
+                .resource_id(e.id.clone())
+                .env(env)
+                // As before the builder: serve's steps have no node order.
+                .node_order(None)
+                .commands_chrooted(!is_slash(&svc.cfg.root))
+                .secrets(crate::step::SecretSource::Declared(declared))
+                .redactor(e.redactor.clone())
+                .cancel(e.cancel.clone())
+                .cgroup(e.cgroup.clone())
+                .script_timeout(Duration::from_secs(7 * 86400))
+                .build();
             let api = spec.session(root);
             let o = crate::step::ScriptStep {
                 engine: &svc.engine,

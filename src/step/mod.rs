@@ -37,7 +37,7 @@ pub use run::{
     AgentRunner, End, SCRIPT_STACK_BYTES, ScriptOutcome, ScriptRunOptions, ScriptRunner,
     ScriptStep, run_script, run_script_with,
 };
-pub use spec::{SecretSource, StepSpec};
+pub use spec::{SecretSource, StepBuilder, StepSpec, exec_mode};
 /// The engine steps are compiled and run with (built once per run or server; every limit
 /// but the deadline, which is per step).
 pub fn engine() -> Arc<ScriptEngine> {

@@ -247,7 +247,7 @@ impl ScriptStep<'_> {
             output.stderr(format!("{line}\n").as_bytes());
         }
         let opts = script_options(self.spec, output.clone(), self.api);
-        let mut outcome = run_script_with(self.engine, self.script, &self.spec.context(), &opts);
+        let mut outcome = run_script_with(self.engine, self.script, self.spec.context(), &opts);
         // The plan stopped at a call whose outcome it cannot know (after a command it did
         // not run; listed in the report as unknown): not a failure, and the script's return
         // code is unknown too, so the step is judged as returning one it accepts.
@@ -257,7 +257,7 @@ impl ScriptStep<'_> {
             .is_some_and(|e| e.kind == ScriptErrorKind::PlanUnknown)
         {
             outcome.error = None;
-            outcome.code = self.spec.returncodes.first().copied().unwrap_or(0);
+            outcome.code = self.spec.first_returncode();
         }
         let mut error = outcome
             .error
@@ -302,11 +302,12 @@ impl ScriptStep<'_> {
                 );
                 output.stderr(format!("{msg}\n").as_bytes());
                 error.get_or_insert(msg);
-                e.report.map_or_else(|| Report::new(self.spec.exec), |r| *r)
+                e.report
+                    .map_or_else(|| Report::new(self.spec.exec()), |r| *r)
             }
         };
         let ok = error.is_none() && self.spec.accepts(outcome.code) && report.drift().is_empty();
-        let interrupts = match self.spec.exec {
+        let interrupts = match self.spec.exec() {
             ExecMode::Check => Vec::new(),
             _ => report.interrupts.clone(),
         };
@@ -333,9 +334,9 @@ fn script_options(
 ) -> ScriptRunOptions {
     ScriptRunOptions {
         output,
-        cancel: spec.cancel.clone(),
+        cancel: spec.cancel().clone(),
         host: Arc::new(api.clone()),
-        timeout: spec.script_timeout,
+        timeout: spec.script_timeout(),
     }
 }
 
@@ -375,7 +376,7 @@ impl ScriptRunner {
         mut inv: StepInvocation,
         console: Arc<dyn ConsoleStreams>,
     ) -> StepResult {
-        let exec = inv.spec.exec;
+        let exec = inv.spec.exec();
         let StepProgram::Script(script) = &inv.program else {
             return StepResult::failed(exec, 1);
         };
@@ -412,7 +413,7 @@ impl ScriptRunner {
             SinkOutput::with_sinks(
                 StreamSink::new("stdout", console.writer(Label::Out), out_file),
                 StreamSink::new("stderr", console.writer(Label::Err), err_file),
-                inv.spec.redactor.clone(),
+                inv.spec.redactor().cloned(),
                 local_now,
             )
             .with_log_format(self.log_format),
@@ -507,7 +508,7 @@ async fn run_process_step(
         shown,
     } = &inv.program
     else {
-        return StepResult::failed(inv.spec.exec, 1);
+        return StepResult::failed(inv.spec.exec(), 1);
     };
     let spec = ProcessSpec {
         program: program.clone(),
@@ -522,8 +523,8 @@ async fn run_process_step(
     let options = RelayOptions {
         stdout: Some(console.writer(Label::Out)),
         stderr: Some(console.writer(Label::Err)),
-        redactor: inv.spec.redactor.clone(),
-        cancel: Some(inv.spec.cancel.clone()),
+        redactor: inv.spec.redactor().cloned(),
+        cancel: Some(inv.spec.cancel().clone()),
         ..RelayOptions::default()
     };
     let report = runner.run_with(&spec, inv.logs, options).await;
@@ -542,7 +543,7 @@ async fn run_process_step(
         code: report.outcome.display_status(),
         ran: true,
         log_errors,
-        ..StepResult::new(inv.spec.exec)
+        ..StepResult::new(inv.spec.exec())
     }
 }
 

@@ -39,8 +39,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::host::Host;
 use crate::host::root::HostRoot;
-use crate::host::{ExecMode, Host};
 use crate::package::{Mode, Package};
 use crate::process::{Cancel, CancelReason};
 use crate::script::ScriptOutput;
@@ -166,15 +166,13 @@ impl Preflight<'_> {
         // Aborted when the run is stopped: ends the script being planned (its evaluation and
         // any query it is running) and starts no further step.
         let plan_cancel = self.cancel.child();
-        let spec = StepSpec {
-            exec: ExecMode::Plan,
-            env,
-            configmaps_dir: Some(self.site.shown(&self.site.configmaps_dir())),
-            resource_id: self.resource_id.to_string(),
-            secrets: SecretSource::FromEnv,
-            cancel: plan_cancel.clone(),
-            ..StepSpec::default()
-        };
+        let spec = StepSpec::builder("apply", false)
+            .env(env)
+            .configmaps(Some(self.site.shown(&self.site.configmaps_dir())))
+            .resource_id(self.resource_id)
+            .secrets(SecretSource::FromEnv)
+            .cancel(plan_cancel.clone())
+            .build();
         let api = spec.session(self.root.try_clone()?);
         let output: Arc<dyn ScriptOutput> = api.redacting_output(Arc::new(Discard));
         let mut errors = Vec::new();
@@ -226,7 +224,7 @@ impl Preflight<'_> {
             console: &console,
             cancel: &plan_cancel,
             resource_id: self.resource_id,
-            run_exec: ExecMode::Plan,
+            apply: false,
             write_logs: false,
             node_metadata_dir: None,
             interrupts: Some(InterruptPolicy {
@@ -325,7 +323,7 @@ struct PreflightRunner {
 
 impl StepRunner for PreflightRunner {
     async fn run(&self, inv: StepInvocation) -> StepResult {
-        let exec = inv.spec.exec;
+        let exec = inv.spec.exec();
         let StepProgram::Script(script) = inv.program else {
             self.past_process.store(true, Ordering::Relaxed);
             return StepResult {
