@@ -249,6 +249,37 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// The run's status as one number (a step's `FAILED:` line, agent-contract 8.4): the
+    /// exit code, `-<signal>` for a signal (Python's convention) and for a cancelled run
+    /// (the signal that ended it, `SIGTERM` when it exited by itself after the `SIGTERM` or
+    /// was never started), `127` when the process could not start (and for a run its sink
+    /// stopped), `124` for a timeout (coreutils `timeout`'s status).
+    pub fn display_status(&self) -> i32 {
+        match self {
+            Outcome::Exited(code) => *code,
+            Outcome::Signaled(sig) => -*sig,
+            Outcome::SpawnFailed(_) | Outcome::SinkStopped { .. } => 127,
+            Outcome::TimedOut { .. } => 124,
+            Outcome::Cancelled {
+                status: Some(Status::Signal(s)),
+                ..
+            } => -*s,
+            Outcome::Cancelled { .. } => -libc::SIGTERM,
+        }
+    }
+
+    /// True if and only if the main process exited by itself with a code `accepts` accepts
+    /// (a step's `returncodes`). A signal, a timeout, a cancel, a sink's stop or a spawn
+    /// failure is always a failure.
+    pub fn succeeded_with(&self, accepts: impl Fn(i32) -> bool) -> bool {
+        match self {
+            Outcome::Exited(code) => accepts(*code),
+            _ => false,
+        }
+    }
+}
+
 /// Everything a run observed.
 #[derive(Debug)]
 pub struct Report {

@@ -32,7 +32,7 @@ use crate::script::{Limits, ScriptEngine};
 pub use invocation::{StepInvocation, StepProgram, StepResult, StepRunner};
 pub use output::SinkOutput;
 pub use plan::PlanRunner;
-pub use process::{Outcome, ProcessRunner, ProcessSpec, RelayOptions, RunReport};
+pub use process::{ProcessRunner, RelayOptions};
 pub use run::{
     AgentRunner, End, SCRIPT_STACK_BYTES, ScriptOutcome, ScriptRunOptions, ScriptRunner,
     ScriptStep, run_script, run_script_with,

@@ -14,7 +14,6 @@
 //! - [`AgentRunner`]: the agent's [`StepRunner`]: a `.rhai` step on the [`ScriptRunner`], a
 //!   process step on the [`ProcessRunner`].
 
-use std::ffi::OsString;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,7 +38,7 @@ use super::invocation::{
     ConsoleStreams, StepInvocation, StepProgram, StepResult, StepRunner, log_error_lines,
 };
 use super::output::{SinkOutput, local_now};
-use super::process::{Outcome, ProcessRunner, ProcessSpec, RelayOptions};
+use super::process::ProcessRunner;
 use super::spec::StepSpec;
 
 /// Stack of the thread a script runs on. Rhai's evaluator recurses per call level and per
@@ -484,66 +483,8 @@ impl StepRunner for AgentRunner {
     async fn run(&self, inv: StepInvocation) -> StepResult {
         match &inv.program {
             StepProgram::Script(_) => self.script.run_step(inv, self.console.clone()).await,
-            StepProgram::Process { .. } => {
-                run_process_step(&self.process, inv, &*self.console).await
-            }
+            StepProgram::Process { .. } => self.process.run_step(inv, &*self.console).await,
         }
-    }
-}
-
-/// Run a process step: spawn it through the process primitive with the step's environment,
-/// relay its output (console and log files, redacted), and judge its status by the step's
-/// return codes. A spawn failure prints `skyhook-agent: failed to execute <host path>: <os
-/// error>` and has status 127 (8.4); output errors are printed on stderr and kept in the
-/// result.
-async fn run_process_step(
-    runner: &ProcessRunner,
-    inv: StepInvocation,
-    console: &dyn ConsoleStreams,
-) -> StepResult {
-    let StepProgram::Process {
-        program,
-        cwd,
-        chroot,
-        shown,
-    } = &inv.program
-    else {
-        return StepResult::failed(inv.spec.exec(), 1);
-    };
-    let spec = ProcessSpec {
-        program: program.clone(),
-        args: inv.args.iter().map(OsString::from).collect(),
-        env: inv.env.clone(),
-        cwd: cwd.clone(),
-        chroot: chroot.clone(),
-        timeout: None,
-        preamble: inv.preamble.clone(),
-        keep_fds: inv.keep_fds.clone(),
-    };
-    let options = RelayOptions {
-        stdout: Some(console.writer(Label::Out)),
-        stderr: Some(console.writer(Label::Err)),
-        redactor: inv.spec.redactor().cloned(),
-        cancel: Some(inv.spec.cancel().clone()),
-        ..RelayOptions::default()
-    };
-    let report = runner.run_with(&spec, inv.logs, options).await;
-    if let Outcome::SpawnFailed(e) = &report.outcome {
-        console.error_line(&format!(
-            "skyhook-agent: failed to execute {}: {e}",
-            shown.display()
-        ));
-    }
-    let log_errors = log_error_lines(&report.output_errors);
-    for line in &log_errors {
-        console.error_line(line);
-    }
-    StepResult {
-        ok: report.outcome.succeeded_with(|c| inv.spec.accepts(c)),
-        code: report.outcome.display_status(),
-        ran: true,
-        log_errors,
-        ..StepResult::new(inv.spec.exec())
     }
 }
 
