@@ -8,7 +8,8 @@
 //! | [`cli`] | the command lines of `skyhook-agent`, `skyhook-agent serve` and `skyhook-run` side by side, and the one exit-status table ([`cli::exit`]) |
 //! | [`local`] | `skyhook-run`: one script or a whole package against a local host root (plan, apply, check) |
 //! | [`package`] | config.json model, embedded JSON Schema v1, step rules, package loading |
-//! | [`agent`] | one mode of one package: the one mode loop ([`agent::mode::ModeLoop`]), flags, history, check summaries, interrupts, SIGTERM, the console |
+//! | [`agent`] | one mode of one package as the agent runs it ([`agent::mode::ModeRun`]): preflight, lock, overlay, interrupts, SIGTERM |
+//! | [`mode`] | the one mode loop the agent and `skyhook-run` share ([`mode::ModeLoop`]): flags, history, check summaries, settings, the console |
 //! | [`step`] | one step from its spec to its result ([`step::StepRunner`]): a process, a `.rhai` script in-process, or a dry run |
 //! | [`process`] | the one process primitive (own group, subreaper, TERM/grace/KILL, streamed output) and the [`process::Cancel`] token |
 //! | [`diag`] | diagnostics with `tracing` (`SKYHOOK_LOG`, `SKYHOOK_LOG_FORMAT`, `SKYHOOK_LOG_FILE`), off by default, never on stdout |
@@ -29,6 +30,7 @@ pub mod diag;
 pub mod host;
 pub mod local;
 pub mod logs;
+pub mod mode;
 pub mod package;
 pub mod process;
 pub mod pyfmt;

@@ -39,16 +39,19 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("script",  &["chain", "host", "logs", "package", "process", "redact"]),
     // Running one step: its spec, the runners, the one result.
     ("step",    &["chain", "clock", "host", "logs", "process", "redact", "script"]),
-    // Front ends: the agent's mode loop, the remote step API and its client, skyhook-run.
-    ("agent",   &["chain", "clock", "diag", "host", "logs", "package", "process", "pyfmt",
-                  "redact", "script", "state", "step"]),
+    // The mode loop the agent and skyhook-run share: settings, console, flags, history.
+    ("mode",    &["chain", "clock", "host", "logs", "package", "process", "pyfmt", "redact",
+                  "script", "state", "step"]),
+    // Front ends: the agent's mode runs, the remote step API and its client, skyhook-run.
+    ("agent",   &["chain", "clock", "diag", "host", "logs", "mode", "package", "process",
+                  "pyfmt", "redact", "script", "state", "step"]),
     ("serve",   &["chain", "clock", "host", "logs", "process", "redact", "script", "step"]),
     ("remote",  &["process", "serve"]),
-    ("local",   &["agent", "host", "logs", "package", "process", "redact", "script", "state",
-                  "step"]),
+    ("local",   &["agent", "host", "logs", "mode", "package", "process", "redact", "script",
+                  "state", "step"]),
     // The command lines of the three binaries.
-    ("cli",     &["agent", "chain", "diag", "host", "local", "package", "process", "remote",
-                  "script", "serve", "step"]),
+    ("cli",     &["agent", "chain", "diag", "host", "local", "mode", "package", "process",
+                  "remote", "script", "serve", "step"]),
 ];
 
 /// The folders of `src/host` below its API areas, lowest first: root confinement, the effects

@@ -74,6 +74,9 @@ pub enum LocalError {
     /// The agent flow failed before or between steps.
     #[error(transparent)]
     Agent(#[from] crate::agent::error::AgentError),
+    /// The mode loop of a dry run stopped (a state read, a host file).
+    #[error(transparent)]
+    Mode(#[from] crate::mode::ModeError),
     /// A host state read (flags, history) failed during a dry run.
     #[error(transparent)]
     State(#[from] crate::state::StateError),

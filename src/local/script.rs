@@ -127,7 +127,7 @@ impl ScriptRun {
         engine: &ScriptEngine,
         output: Arc<dyn ScriptOutput>,
     ) -> Result<(StepResult, Redactor), LocalError> {
-        let timeout = crate::agent::settings::parse_script_timeout(env_get(
+        let timeout = crate::mode::settings::parse_script_timeout(env_get(
             &self.env,
             "SKYHOOK_SCRIPT_TIMEOUT",
         ))

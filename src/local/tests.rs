@@ -335,7 +335,7 @@ fn package_configmaps_leading_out_are_refused_before_the_copy() {
         let out = Arc::new(CaptureOutput::new());
         let plan = run.plan(&engine, out.clone()).map(|p| p.render_text());
         assert_eq!(plan.map_err(|e| e.to_string()), Err(want.clone()));
-        let console = crate::agent::console::Console::null();
+        let console = crate::mode::Console::null();
         let applied = run.apply(&console).map(|a| a.ok);
         assert_eq!(applied.map_err(|e| e.to_string()), Err(want));
         assert!(

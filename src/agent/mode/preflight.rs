@@ -50,13 +50,13 @@ use crate::script::lint::{Checker, Diagnostic, Severity};
 use crate::step::run::{End, ScriptStep};
 use crate::step::{SecretSource, StepInvocation, StepProgram, StepResult, StepRunner, StepSpec};
 
-use super::{Decision, InterruptPolicy, ModeLoop, StateView};
 use crate::agent::console::Console;
 use crate::agent::coverage::Declarations;
 use crate::agent::env::{EnvBuilder, lossy_env};
 use crate::agent::error::AgentError;
 use crate::agent::settings::Settings;
 use crate::agent::site::{OverlayEntry, PackageSite, StepScripts};
+use crate::mode::{Decision, ModeLoop, PackageMode};
 
 /// One mode's preflight (see the module docs).
 pub struct Preflight<'a> {
@@ -209,33 +209,22 @@ impl Preflight<'_> {
             past_process: AtomicBool::new(false),
         };
         let console = Console::null();
-        let mode_loop = ModeLoop {
-            mode: self.mode,
-            package: self.package,
-            site: self.site,
-            settings: self.settings,
-            state: StateView {
-                root: self.root,
-                state_root: &self.settings.state_root,
-                writable: false,
-            },
-            scripts: self.scripts,
-            runner: &runner,
-            console: &console,
-            cancel: &plan_cancel,
-            resource_id: self.resource_id,
-            apply: false,
-            write_logs: false,
-            node_metadata_dir: None,
-            interrupts: Some(InterruptPolicy {
+        let mode_loop = ModeLoop::new(
+            PackageMode {
+                mode: self.mode,
+                package: self.package,
+                site: self.site,
+                scripts: self.scripts,
+                resource_id: self.resource_id,
                 declarations: self.declarations.clone(),
-                record: false,
-            }),
-            keep_fds: Vec::new(),
-            lock_keeper: None,
-            logs: crate::logs::retention::LogIndex::default(),
-            dirs: crate::host::root::run_dirs::RunDirs::default(),
-        };
+            },
+            self.settings,
+            self.root,
+            &runner,
+            &console,
+            &plan_cancel,
+            None,
+        );
         // The scripts run on the blocking pool (PreflightRunner), so this task and the signal
         // handler's keep running: a stop of the run aborts the plan.
         let abort_on_stop = async {
