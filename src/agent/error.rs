@@ -9,7 +9,7 @@ use crate::state::StateError;
 
 use super::args::UsageError;
 use super::prepare::PrepareError;
-use super::settings::{ResourceIdError, SettingError};
+use crate::mode::settings::{ResourceIdError, SettingError};
 
 /// Python's message for an undecodable payload.
 pub const BAD_PAYLOAD: &str =

@@ -10,12 +10,12 @@ use crate::pyfmt;
 use crate::state::interrupts as markers;
 use crate::step::{ProcessRunner, StepInvocation, StepProgram, StepResult, StepSpec};
 
-use super::console::Console;
-use super::env::EnvBuilder;
 use super::error::{AgentError, InterruptError};
 use super::prepare;
-use super::settings::{ResourceId, Settings};
-use super::step_logs;
+use crate::mode::console::Console;
+use crate::mode::env::EnvBuilder;
+use crate::mode::settings::{ResourceId, Settings};
+use crate::mode::step_logs;
 use crate::process::Cancel;
 
 /// How long a successful `reboot` may take to bring the agent down before the run counts as

@@ -15,12 +15,12 @@ use crate::state::flags;
 use crate::step::invocation::ConsoleStreams;
 use crate::step::{AgentRunner, ProcessRunner, ScriptRunner};
 
-use super::console::Console;
-use super::coverage::{self, Declarations};
 use super::error::AgentError;
 use super::prepare;
-use super::settings::{ResourceId, Settings};
 use super::site::PackageSite;
+use crate::mode::console::Console;
+use crate::mode::coverage::{self, Declarations};
+use crate::mode::settings::{ResourceId, Settings};
 
 pub mod preflight;
 

@@ -442,7 +442,7 @@ impl Run<'_> {
     /// Input, as much as the pipe takes; stdin is closed once written (or refused).
     fn feed(&mut self, fds: &[libc::pollfd], slot: Option<usize>) {
         let Some(fd) = &self.stdin else { return };
-        if !slot.is_some_and(|i| fds[i].revents != 0) {
+        if slot.is_none_or(|i| fds[i].revents == 0) {
             return;
         }
         let mut done = false;

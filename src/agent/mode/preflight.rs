@@ -50,12 +50,12 @@ use crate::script::lint::{Checker, Diagnostic, Severity};
 use crate::step::run::{End, ScriptStep};
 use crate::step::{SecretSource, StepInvocation, StepProgram, StepResult, StepRunner, StepSpec};
 
-use crate::agent::console::Console;
-use crate::agent::coverage::Declarations;
-use crate::agent::env::{EnvBuilder, lossy_env};
 use crate::agent::error::AgentError;
-use crate::agent::settings::Settings;
 use crate::agent::site::{OverlayEntry, PackageSite, StepScripts};
+use crate::mode::Console;
+use crate::mode::Declarations;
+use crate::mode::Settings;
+use crate::mode::env::{EnvBuilder, lossy_env};
 use crate::mode::{Decision, ModeLoop, PackageMode};
 
 /// One mode's preflight (see the module docs).
