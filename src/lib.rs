@@ -20,11 +20,12 @@
 //! | `state` | `host`, `package`, `process`, `pyfmt` |
 //! | `script` | `host`, `process` |
 //! | `step` | `chain`, `clock`, `host`, `logs`, `process`, `redact`, `script` |
-//! | `agent` | `chain`, `clock`, `host`, `logs`, `package`, `process`, `pyfmt`, `redact`, `script`, `state`, `step` |
+//! | `mode` | `chain`, `clock`, `host`, `logs`, `package`, `process`, `pyfmt`, `redact`, `script`, `state`, `step` |
+//! | `agent` | `chain`, `host`, `logs`, `mode`, `package`, `process`, `pyfmt`, `script`, `state`, `step` |
 //! | `serve` | `clock`, `host`, `process`, `redact`, `script`, `step` |
 //! | `remote` | `process`, `serve` |
-//! | `local` | `agent`, `host`, `logs`, `package`, `process`, `redact`, `script`, `state`, `step` |
-//! | `cli` | `agent`, `chain`, `diag`, `host`, `local`, `package`, `process`, `remote`, `script`, `serve` |
+//! | `local` | `agent`, `host`, `mode`, `package`, `process`, `redact`, `script`, `state`, `step` |
+//! | `cli` | `agent`, `chain`, `diag`, `host`, `local`, `mode`, `package`, `process`, `remote`, `script`, `serve` |
 //! <!-- END LAYERS -->
 #![warn(missing_docs)]
 
@@ -36,6 +37,7 @@ pub mod diag;
 pub mod host;
 pub mod local;
 pub mod logs;
+pub mod mode;
 pub mod package;
 pub mod process;
 pub mod pyfmt;

@@ -39,16 +39,19 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("script",  &["host", "process"]),
     // Running one step: its spec, the runners, the one result.
     ("step",    &["chain", "clock", "host", "logs", "process", "redact", "script"]),
-    // Front ends: the agent's mode loop, the remote step API and its client, skyhook-run.
-    ("agent",   &["chain", "clock", "host", "logs", "package", "process", "pyfmt", "redact",
+    // The mode loop the agent and skyhook-run share: settings, console, flags, history.
+    ("mode",    &["chain", "clock", "host", "logs", "package", "process", "pyfmt", "redact",
                   "script", "state", "step"]),
+    // Front ends: the agent's mode runs, the remote step API and its client, skyhook-run.
+    ("agent",   &["chain", "host", "logs", "mode", "package", "process", "pyfmt", "script",
+                  "state", "step"]),
     ("serve",   &["clock", "host", "process", "redact", "script", "step"]),
     ("remote",  &["process", "serve"]),
-    ("local",   &["agent", "host", "logs", "package", "process", "redact", "script", "state",
+    ("local",   &["agent", "host", "mode", "package", "process", "redact", "script", "state",
                   "step"]),
     // The command lines of the three binaries.
-    ("cli",     &["agent", "chain", "diag", "host", "local", "package", "process", "remote",
-                  "script", "serve"]),
+    ("cli",     &["agent", "chain", "diag", "host", "local", "mode", "package", "process",
+                  "remote", "script", "serve"]),
 ];
 
 /// The folders of `src/host` below its API areas, lowest first: root confinement, the effects

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::args::RunArgs;
-use super::settings::{ResourceId, Settings};
+use crate::mode::settings::{ResourceId, Settings};
 
 fn py_bool(b: bool) -> &'static str {
     if b { "True" } else { "False" }

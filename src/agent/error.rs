@@ -9,7 +9,7 @@ use crate::state::StateError;
 
 use super::args::UsageError;
 use super::prepare_error::PrepareError;
-use super::settings::{ResourceIdError, SettingError};
+use crate::mode::settings::{ResourceIdError, SettingError};
 
 /// Python's message for an undecodable payload.
 pub const BAD_PAYLOAD: &str =
@@ -108,6 +108,9 @@ pub enum AgentError {
     /// A state file could not be read or written.
     #[error(transparent)]
     State(#[from] StateError),
+    /// The mode loop stopped between steps (a state, host file or log file failure).
+    #[error(transparent)]
+    Mode(#[from] crate::mode::ModeError),
     /// A host file operation failed.
     #[error(transparent)]
     Root(#[from] RootError),

@@ -1,23 +1,21 @@
 //! Interrupts (agent-contract.md section 10): the base64 JSON wire format, the commands of each
 //! type, once-per-resource-id completion markers, and the boot-id scheme for reboots.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 
 use crate::host::root::HostRoot;
-use crate::logs::sink::Label;
 use crate::pyfmt;
 use crate::state::interrupts as markers;
-use crate::step::process::{Outcome, ProcessRunner, ProcessSpec, RelayOptions};
+use crate::step::{ProcessRunner, StepInvocation, StepProgram, StepResult, StepSpec};
 
-use super::console::Console;
-use super::env::EnvBuilder;
 use super::error::{AgentError, InterruptError};
 use super::prepare;
-use super::settings::{ResourceId, Settings};
-use super::step_logs;
+use crate::mode::console::Console;
+use crate::mode::env::EnvBuilder;
+use crate::mode::settings::{ResourceId, Settings};
+use crate::mode::step_logs;
 use crate::process::Cancel;
 
 /// How long a successful `reboot` may take to bring the agent down before the run counts as
@@ -202,9 +200,9 @@ impl InterruptRun<'_> {
                         ));
                         continue;
                     }
-                    let outcome = self.command(&name, cmd).await?;
-                    if !matches!(outcome, Outcome::Exited(0)) {
-                        self.report_failure(cmd, &outcome);
+                    let result = self.command(&name, cmd).await?;
+                    if !result.ok {
+                        self.report_failure(cmd, &result);
                         return Ok(false);
                     }
                     markers::mark_complete(self.root, &dir, &name, now_epoch())?;
@@ -214,15 +212,13 @@ impl InterruptRun<'_> {
         }
     }
 
-    fn report_failure(&self, cmd: &[String], outcome: &Outcome) {
-        if let Outcome::SpawnFailed(e) = outcome {
-            self.console
-                .error(&format!("skyhook-agent: failed to execute {}: {e}", cmd[0]));
-        }
+    /// The `INTERRUPT FAILED:` line of a failed command (the runner has printed why a
+    /// command could not start).
+    fn report_failure(&self, cmd: &[String], result: &StepResult) {
         self.console.say(&format!(
             "INTERRUPT FAILED: {} return_code: {}",
             pyfmt::repr_str_list(cmd),
-            outcome.display_status()
+            result.code
         ));
     }
 
@@ -261,13 +257,13 @@ impl InterruptRun<'_> {
                 "cannot read /proc/sys/kernel/random/boot_id under the root mount; marking node_restart_0 complete before rebooting",
             );
             markers::mark_complete(self.root, dir, NAME, now_epoch())?;
-            let outcome = self.command(NAME, &cmd).await?;
-            return Ok(match outcome {
-                Outcome::Exited(0) => true,
-                Outcome::Signaled(15) => false,
-                other => {
+            let result = self.command(NAME, &cmd).await?;
+            return Ok(match result.code {
+                _ if result.ok => true,
+                KILLED_BY_SIGTERM => false,
+                _ => {
                     markers::remove_complete(self.root, dir, NAME)?;
-                    self.report_failure(&cmd, &other);
+                    self.report_failure(&cmd, &result);
                     false
                 }
             });
@@ -287,16 +283,16 @@ impl InterruptRun<'_> {
             }
         }
         markers::write_pending(self.root, dir, &boot_id)?;
-        let outcome = tokio::select! {
+        let result = tokio::select! {
             o = self.command(NAME, &cmd) => o?,
             _ = self.cancel.stopped() => {
                 self.console.warn("SIGTERM while rebooting: leaving node_restart_0.pending for the next boot");
                 return Ok(true);
             }
         };
-        match outcome {
-            Outcome::Signaled(15) => Ok(true),
-            Outcome::Exited(0) => {
+        match result.code {
+            KILLED_BY_SIGTERM => Ok(true),
+            _ if result.ok => {
                 let waited = tokio::time::timeout(
                     std::time::Duration::from_secs(REBOOT_GRACE_SECS),
                     self.cancel.stopped(),
@@ -311,17 +307,20 @@ impl InterruptRun<'_> {
                     Ok(false)
                 }
             }
-            other => {
+            _ => {
                 markers::remove_pending(self.root, dir)?;
-                self.report_failure(&cmd, &other);
+                self.report_failure(&cmd, &result);
                 Ok(false)
             }
         }
     }
 
-    /// Run one interrupt command chrooted into the host with logs
-    /// `<log root>/<pkg>/<ver>/interrupts/<name>-<TS>.log`.
-    async fn command(&self, name: &str, cmd: &[String]) -> Result<Outcome, AgentError> {
+    /// Run one interrupt command as a process step (through [`ProcessRunner::run_step`]),
+    /// chrooted into the host, its command line as the preamble of its output, with logs
+    /// `<log root>/<pkg>/<ver>/interrupts/<name>-<TS>.log`. The result is ok when the
+    /// command exited 0; its `code` is the status of the `INTERRUPT FAILED:` line
+    /// ([`KILLED_BY_SIGTERM`] when `reboot` was ended by the node's shutdown).
+    async fn command(&self, name: &str, cmd: &[String]) -> Result<StepResult, AgentError> {
         let cwd: PathBuf = if self.root.exists(self.copy_dir).unwrap_or(false) {
             self.copy_dir.to_path_buf()
         } else {
@@ -332,16 +331,7 @@ impl InterruptRun<'_> {
             ));
             PathBuf::from("/")
         };
-        let spec = ProcessSpec {
-            program: PathBuf::from(&cmd[0]),
-            args: cmd[1..].iter().map(OsString::from).collect(),
-            env: EnvBuilder::from_agent(self.settings).into_vec(),
-            cwd,
-            chroot: Some(self.root.mount().to_path_buf()),
-            timeout: None,
-            preamble: Some(format!("{}\n", cmd.join(" ")).into_bytes()),
-            keep_fds: Vec::new(),
-        };
+        let args = cmd[1..].to_vec();
         let log_dir = self
             .settings
             .log_root
@@ -350,25 +340,39 @@ impl InterruptRun<'_> {
         let base = format!("interrupts/{name}");
         let (logs, previous_logs) =
             step_logs::open(self.root, self.settings.write_logs, &log_dir, &base)?;
+        let invocation = StepInvocation {
+            path: base.clone(),
+            program: StepProgram::Process {
+                program: PathBuf::from(&cmd[0]),
+                cwd,
+                chroot: Some(self.root.mount().to_path_buf()),
+                shown: PathBuf::from(&cmd[0]),
+            },
+            args: args.clone(),
+            env: EnvBuilder::from_agent(self.settings).into_vec(),
+            // Never cancelled: a SIGTERM lets the command end (the node's shutdown).
+            spec: StepSpec::builder("interrupt", true)
+                .step(name, args)
+                .package(self.id.package.clone(), self.id.version.clone(), None)
+                .resource_id(self.id.raw.clone())
+                .build(),
+            logs,
+            preamble: Some(format!("{}\n", cmd.join(" ")).into_bytes()),
+            keep_fds: Vec::new(),
+        };
         let runner = ProcessRunner::new(self.settings.buffer_limit)
             .with_log_format(self.settings.log_format);
-        let options = RelayOptions {
-            stdout: Some(self.console.writer(Label::Out)),
-            stderr: Some(self.console.writer(Label::Err)),
-            ..RelayOptions::default()
-        };
-        let report = runner.run_with(&spec, logs, options).await;
-        for e in &report.output_errors {
-            self.console
-                .error(&format!("skyhook-agent: {}", crate::chain::render(e)));
-        }
-        let outcome = report.outcome;
+        let result = runner.run_step(invocation, self.console).await;
         if self.settings.write_logs {
             step_logs::prune(self.root, self.console, &base, &previous_logs);
         }
-        Ok(outcome)
+        Ok(result)
     }
 }
+
+/// The status of a command killed by `SIGTERM` (`-15`, Python's convention): `reboot` ended
+/// by the node's shutdown.
+const KILLED_BY_SIGTERM: i32 = -15;
 
 #[cfg(test)]
 mod tests {

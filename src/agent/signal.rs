@@ -7,7 +7,7 @@
 
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::console::Console;
+use crate::mode::console::Console;
 use crate::process::{Cancel, CancelReason};
 
 /// Install SIGTERM and SIGINT handlers that stop `cancel` (with the reason

@@ -5,7 +5,6 @@
 //! root-confined, paths are host paths) or a package directory on this machine
 //! (`skyhook-run --package DIR`, a dry run: nothing is copied).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -22,7 +21,7 @@ use super::error::AgentError;
 pub const SHELLSCRIPT_DISPATCHER: &str = "shellscript_run.sh";
 
 /// Compiled scripts of one mode, by the step's index in the mode.
-pub type StepScripts = HashMap<usize, CompiledScript>;
+pub use crate::mode::StepScripts;
 
 /// Where the package's files are (see the module docs).
 #[derive(Debug, Clone)]
@@ -424,4 +423,35 @@ fn read_local_max(p: &Path, max: u64) -> Result<Vec<u8>, AgentError> {
             path: p.to_path_buf(),
             source,
         })
+}
+
+impl crate::mode::StepSite for PackageSite<'_> {
+    fn process(&self, step: &Step) -> StepProgram {
+        PackageSite::process(self, step)
+    }
+
+    fn reserved_dirs(&self, on_host: bool) -> (PathBuf, PathBuf) {
+        PackageSite::reserved_dirs(self, on_host)
+    }
+
+    fn configmaps_dir_shown(&self) -> PathBuf {
+        self.shown(&self.configmaps_dir())
+    }
+
+    /// Add the execute bits (8.2): `mode | 0o111` on the permission bits, dropping
+    /// set-uid/set-gid/sticky when a chmod is needed \[fix\]. Follows symlinks inside the
+    /// root. Nothing on a local site.
+    fn make_executable(&self, step: &Step) -> Result<(), crate::host::root::RootError> {
+        let PackageSite::Copy { root, .. } = self else {
+            return Ok(());
+        };
+        let host = self.step_root().join(&step.path);
+        if let Some(m) = root.metadata(&host)? {
+            let mode = std::os::unix::fs::MetadataExt::mode(&m) & 0o7777;
+            if mode & 0o111 != 0o111 {
+                root.set_mode(&host, (mode & 0o777) | 0o111)?;
+            }
+        }
+        Ok(())
+    }
 }

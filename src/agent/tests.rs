@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 
-use super::console::Console;
 use super::mode::ModeRun;
-use super::settings::{ResourceId, Settings};
 use crate::host::root::HostRoot;
 use crate::host::testutil::TestHost;
+use crate::mode::console::Console;
+use crate::mode::settings::{ResourceId, Settings};
 use crate::package::Mode;
 use crate::process::{Cancel, CancelReason};
 

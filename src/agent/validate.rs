@@ -5,9 +5,9 @@ use std::path::Path;
 
 use crate::package;
 
-use super::console::Console;
 use super::error::render_chain;
 use super::site;
+use crate::mode::console::Console;
 
 /// `skyhook-agent validate CONFIG_JSON`: schema, step rules, step files and `.rhai` steps (with
 /// their imports) compiled and checked by [`crate::script::lint`] (each finding printed as

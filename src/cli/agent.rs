@@ -12,12 +12,12 @@ use clap::Parser;
 use super::exit::{CliError, ExitStatus};
 use crate::agent;
 use crate::agent::args::{LEGACY_ROOT, RunArgs, UsageError};
-use crate::agent::console::Console;
 use crate::agent::error::AgentError;
 use crate::agent::interrupt::{Interrupt, InterruptRun};
 use crate::agent::mode::ModeRun;
-use crate::agent::settings::{ResourceId, Settings};
 use crate::host::root::HostRoot;
+use crate::mode::Console;
+use crate::mode::settings::{ResourceId, Settings};
 use crate::package::Mode;
 
 /// `--version`: the package version, the git revision and the build date (build.rs).

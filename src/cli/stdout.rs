@@ -35,7 +35,7 @@ pub(crate) fn status(bin: &str, written: io::Result<()>, status: ExitStatus) -> 
     }
 }
 
-/// Stdout for a [`crate::agent::console::Console`] that keeps the first write error, for
+/// Stdout for a [`crate::mode::Console`] that keeps the first write error, for
 /// [`Watched::result`] after the run (the console itself drops write errors).
 #[derive(Clone, Default)]
 pub(crate) struct Watched(Arc<Mutex<Option<io::Error>>>);

@@ -7,16 +7,16 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::agent::console::Console;
-use crate::agent::coverage::{Declarations, DeclaredInterrupts};
 use crate::agent::error::AgentError;
 use crate::agent::mode::preflight::Preflight;
-use crate::agent::mode::{Decision, InterruptPolicy, ModeLoop, ModeRun, StateView, load_package};
-use crate::agent::settings::{DEFAULT_PATH, ResourceId, Settings};
+use crate::agent::mode::{ModeRun, load_package};
 use crate::agent::site::PackageSite;
 use crate::host::effects::report::Action;
 use crate::host::secrets::Redactor;
 use crate::host::{ExecMode, Report};
+use crate::mode::coverage::{Declarations, DeclaredInterrupts};
+use crate::mode::settings::{DEFAULT_PATH, ResourceId, Settings};
+use crate::mode::{Console, Decision, ModeLoop, ModeOutcome, PackageMode};
 use crate::package::Mode;
 use crate::package::load::{Loaded, check_step_files, parse};
 use crate::process::Cancel;
@@ -26,7 +26,7 @@ use crate::state::history;
 use crate::step::PlanRunner;
 
 use super::script::{StepResult, absolute, local_spec, open_root};
-use super::{LocalError, env_get, exec_mode};
+use super::{LocalError, env_get};
 
 /// Where `--package --apply` puts the package copy inside the root (the agent's copy dir):
 /// `/var/lib/skyhook/skyhook-run/<name>-<version>`.
@@ -426,7 +426,7 @@ impl PackageRun {
 
     /// What the package's Skyhook CR declares ([`PackageRun::skyhook_cr`], else
     /// `DIR/node-metadata/packages.json`), for the package known by `names`
-    /// ([`crate::agent::coverage::lookup_names`]).
+    /// ([`crate::mode::coverage::lookup_names`]).
     ///
     /// # Errors
     /// The CR or packages.json cannot be read or parsed, or the CR lacks the package.
@@ -530,8 +530,9 @@ impl PackageRun {
             let read = history::peek_previous(&flag_root, &settings.state_root, &pkg.package_name)?;
             warnings.extend(read.messages);
         }
-        let exec = exec_mode(self.mode, false);
-        let api = local_spec(&base_env, Some(configmaps.clone()), &rid, exec).session(root);
+        let spec = local_spec(self.mode, false, &base_env, Some(configmaps.clone()), &rid).build();
+        let exec = spec.exec();
+        let api = spec.session(root);
         let redactor = api.redactor().clone();
         let output = match self.capture {
             Some(c) => api.capture_output(output, c),
@@ -600,36 +601,25 @@ impl PackageRun {
             };
             let console = Console::null();
             let cancel = Cancel::new();
-            let mode_loop = ModeLoop {
-                mode: self.mode,
-                package: pkg,
-                site: &site,
-                settings: &settings,
-                state: StateView {
-                    root: &flag_root,
-                    state_root: &settings.state_root,
-                    writable: false,
-                },
-                scripts: &scripts,
-                runner: &runner,
-                console: &console,
-                cancel: &cancel,
-                resource_id: &rid,
-                run_exec: ExecMode::Plan,
-                write_logs: false,
-                node_metadata_dir: None,
-                interrupts: Some(InterruptPolicy {
-                    declarations: self.declarations(&crate::agent::coverage::lookup_names(
+            let mode_loop = ModeLoop::new(
+                PackageMode {
+                    mode: self.mode,
+                    package: pkg,
+                    site: &site,
+                    scripts: &scripts,
+                    resource_id: &rid,
+                    declarations: self.declarations(&crate::mode::coverage::lookup_names(
                         &rid,
                         &pkg.package_name,
                     ))?,
-                    record: false,
-                }),
-                keep_fds: Vec::new(),
-                lock_keeper: None,
-                logs: crate::logs::retention::LogIndex::default(),
-                dirs: crate::host::root::run_dirs::RunDirs::default(),
-            };
+                },
+                &settings,
+                &flag_root,
+                &runner,
+                &console,
+                &cancel,
+                None,
+            );
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -701,7 +691,7 @@ impl PackageRun {
             console.warn(w);
         }
         let id = ResourceId::parse(&rid).map_err(AgentError::from)?;
-        let declarations = self.declarations(&crate::agent::coverage::lookup_names(
+        let declarations = self.declarations(&crate::mode::coverage::lookup_names(
             &rid,
             &pkg.package_name,
         ))?;
@@ -734,7 +724,7 @@ impl PackageRun {
             }
             .run_recorded()
             .await?;
-            Ok::<Option<crate::agent::mode::ModeOutcome>, LocalError>(ok)
+            Ok::<Option<ModeOutcome>, LocalError>(ok)
         })?;
         let ok = outcome.as_ref().is_some_and(|o| o.ok);
         // The agent ran the copy; which steps are scripts follows from DIR alike (the copy
@@ -785,7 +775,7 @@ impl PackageRun {
                 package_name: pkg.package_name.clone(),
                 package_version: pkg.package_version.clone(),
                 mode: self.mode,
-                exec_mode: super::exec_mode(self.mode, true),
+                exec_mode: crate::step::exec_mode(self.mode.as_str(), true),
                 warnings,
                 steps,
                 redactor,

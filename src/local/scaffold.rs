@@ -323,8 +323,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::agent::console::Console;
     use crate::local::PackageRun;
+    use crate::mode::Console;
     use crate::script::lint::{Checker, check_step};
     use crate::script::{CaptureOutput, ModuleStore, ScriptEngine};
 

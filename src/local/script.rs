@@ -9,29 +9,27 @@ use crate::host::secrets::Redactor;
 use crate::package::Mode;
 use crate::script::host_api::Capture;
 use crate::script::{CompiledScript, ModuleStore, ScriptEngine, ScriptOutput, compile_step_in};
-use crate::step::{End, ScriptStep, SecretSource, StepSpec};
+use crate::step::{End, ScriptStep, SecretSource, StepBuilder, StepSpec};
 
-use super::{LocalError, env_default, env_get, exec_mode};
+use super::{LocalError, env_default, env_get};
 
 pub use crate::step::StepResult;
 
-/// The [`StepSpec`] of a local session: the step environment, configMaps from an
-/// agent-side folder, commands chrooted into the root, secrets settings from the
-/// environment (`SKYHOOK_SECRETS_DIR`, `SKYHOOK_ALLOWED_SECRETS`), no deadline.
+/// The [`StepSpec`] of a local session of `mode` (applied or not): the step environment,
+/// configMaps from an agent-side folder, commands chrooted into the root, secrets settings
+/// from the environment (`SKYHOOK_SECRETS_DIR`, `SKYHOOK_ALLOWED_SECRETS`), no deadline.
 pub(crate) fn local_spec(
+    mode: Mode,
+    apply: bool,
     env: &[(String, String)],
     configmaps: Option<PathBuf>,
     resource_id: &str,
-    exec: ExecMode,
-) -> StepSpec {
-    StepSpec {
-        exec,
-        env: env.to_vec(),
-        configmaps_dir: configmaps,
-        resource_id: resource_id.to_string(),
-        secrets: SecretSource::FromEnv,
-        ..StepSpec::default()
-    }
+) -> StepBuilder {
+    StepSpec::builder(mode.as_str(), apply)
+        .env(env.to_vec())
+        .configmaps(configmaps)
+        .resource_id(resource_id)
+        .secrets(SecretSource::FromEnv)
 }
 
 /// Open the host root.
@@ -82,9 +80,9 @@ pub struct ScriptRun {
 }
 
 impl ScriptRun {
-    /// The executor this run uses ([`super::exec_mode`]).
+    /// The executor this run uses ([`crate::step::exec_mode`]).
     pub fn exec_mode(&self) -> ExecMode {
-        exec_mode(self.mode, self.apply)
+        crate::step::exec_mode(self.mode.as_str(), self.apply)
     }
 
     /// The configMaps folder used: [`ScriptRun::configmaps`], or `../configmaps` beside a
@@ -129,7 +127,7 @@ impl ScriptRun {
         engine: &ScriptEngine,
         output: Arc<dyn ScriptOutput>,
     ) -> Result<(StepResult, Redactor), LocalError> {
-        let timeout = crate::agent::settings::parse_script_timeout(env_get(
+        let timeout = crate::mode::settings::parse_script_timeout(env_get(
             &self.env,
             "SKYHOOK_SCRIPT_TIMEOUT",
         ))
@@ -150,23 +148,21 @@ impl ScriptRun {
         let resource_id = env_get(&env, "SKYHOOK_RESOURCE_ID")
             .unwrap_or("")
             .to_string();
-        let exec = self.exec_mode();
-        let spec = StepSpec {
-            mode: self.mode.as_str().to_string(),
-            name: self
-                .script
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            args: self.args.clone(),
-            skyhook_dir: env_get(&env, "SKYHOOK_DIR").unwrap_or("").to_string(),
-            step_root: env_get(&env, "STEP_ROOT").unwrap_or("").to_string(),
-            node_order: crate::step::spec::node_order(&env),
-            cancel: self.cancel.clone(),
-            diffs: self.diffs,
-            script_timeout: Some(timeout),
-            ..local_spec(&env, configmaps, &resource_id, exec)
-        };
+        let name = self
+            .script
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let spec = local_spec(self.mode, self.apply, &env, configmaps, &resource_id)
+            .step(name, self.args.clone())
+            .dirs(
+                env_get(&env, "SKYHOOK_DIR").unwrap_or(""),
+                env_get(&env, "STEP_ROOT").unwrap_or(""),
+            )
+            .cancel(self.cancel.clone())
+            .diffs(self.diffs)
+            .script_timeout(timeout)
+            .build();
         let api = spec.session(root);
         let redactor = api.redactor().clone();
         let output = match self.capture {

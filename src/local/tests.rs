@@ -1,16 +1,22 @@
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::*;
+use crate::host::ExecMode;
 use crate::host::root::HostRoot;
+use crate::package::Mode;
 use crate::script::{CaptureOutput, ModuleStore, ScriptEngine, compile_source};
 use crate::step::{End, ScriptStep, StepSpec};
 
 #[test]
 fn exec_mode_follows_check_modes_then_apply() {
+    let exec_mode = |m: Mode, apply| crate::step::exec_mode(m.as_str(), apply);
     assert_eq!(exec_mode(Mode::Apply, false), ExecMode::Plan);
     assert_eq!(exec_mode(Mode::Config, true), ExecMode::Apply);
     assert_eq!(exec_mode(Mode::ApplyCheck, false), ExecMode::Check);
     assert_eq!(exec_mode(Mode::UninstallCheck, true), ExecMode::Check);
+    assert_eq!(exec_mode(Mode::PostInterruptCheck, true), ExecMode::Check);
+    assert_eq!(exec_mode(Mode::PostInterrupt, true), ExecMode::Apply);
 }
 
 #[test]
@@ -58,10 +64,7 @@ fn one_session_across_steps_keeps_the_plan_overlay() {
         store,
     )
     .unwrap();
-    let spec = StepSpec {
-        exec: ExecMode::Plan,
-        ..StepSpec::default()
-    };
+    let spec = StepSpec::builder("apply", false).build();
     let api = spec.session(HostRoot::open(d.path()).unwrap());
     let out = Arc::new(CaptureOutput::new());
     let step = |script| ScriptStep {
@@ -348,7 +351,7 @@ fn package_configmaps_leading_out_are_refused_before_the_copy() {
         let out = Arc::new(CaptureOutput::new());
         let plan = run.plan(&engine, out.clone()).map(|p| p.render_text());
         assert_eq!(plan.map_err(|e| e.to_string()), Err(want.clone()));
-        let console = crate::agent::console::Console::null();
+        let console = crate::mode::Console::null();
         let applied = run.apply(&console).map(|a| a.ok);
         assert_eq!(applied.map_err(|e| e.to_string()), Err(want));
         assert!(

@@ -159,20 +159,421 @@ struct Pipe {
     stream: Stream,
 }
 
+/// What the loop does after a look at the clock.
+enum Tick {
+    /// The run is over: the main process exited and the pipes are done (or abandoned).
+    Done,
+    /// Something changed (a signal was sent): look again.
+    Again,
+    /// Wait for the next event.
+    Wait,
+}
+
+/// What one wait found.
+enum Waited {
+    /// The ready set and where each descriptor is in it.
+    Ready(Vec<libc::pollfd>, Slots),
+    /// A signal interrupted the wait: look at the clock again.
+    Interrupted,
+    /// The wait failed: the run was ended the hard way.
+    Failed,
+}
+
+/// Where the wait set has each watched descriptor (`None`: not watched this round).
+struct Slots {
+    stdin: Option<usize>,
+    pidfd: Option<usize>,
+    abort: Option<usize>,
+}
+
+/// One run between its phases: [`spawned`] → ([`Run::tick`], [`Run::wait`],
+/// [`Run::pump`], [`Run::feed`], [`Run::watch_main`], [`Run::watch_cancel`])* →
+/// [`Run::stop`] → [`Run::reap`].
+struct Run<'a> {
+    pid: libc::pid_t,
+    cgroup: Option<&'a std::path::Path>,
+    options: &'a Options,
+    /// Readable once the main process exited; `None`: re-checked every [`FALLBACK_TICK`].
+    pidfd: Option<OwnedFd>,
+    abort_fd: Option<BorrowedFd<'a>>,
+    pipes: [Pipe; 2],
+    /// The stdin pipe while bytes of `input` remain to be written.
+    stdin: Option<OwnedFd>,
+    input: &'a [u8],
+    written: usize,
+    buf: Vec<u8>,
+    deadline: Option<Instant>,
+    /// Why the run is being ended early, once it is.
+    ending: Option<Ending>,
+    /// False once the sink asked to stop: later output is read and dropped.
+    sink_open: bool,
+    main_exited: bool,
+    /// When the `SIGKILL` is due (after a `SIGTERM` and its grace).
+    kill_at: Option<Instant>,
+    /// When the `SIGKILL` was sent.
+    killed_at: Option<Instant>,
+    /// Set when the main process exited with no descendant left: no signal, no final sweep.
+    group_empty: bool,
+    read_errors: Vec<(Stream, io::Error)>,
+    drained: bool,
+    watch_abort: bool,
+    cancel_without_fd: bool,
+}
+
+/// Spawn `spec` and register its pid with the reaper, atomically with respect to sweeps.
+fn spawn_registered(spec: &Spec) -> io::Result<Spawned> {
+    let mut live = reaper::registry();
+    let s = spawn(spec)?;
+    live.insert(s.pid);
+    Ok(s)
+}
+
+/// The state of a run whose process was just spawned.
+fn spawned<'a>(spec: &'a Spec, options: &'a Options, s: Spawned) -> Run<'a> {
+    let Spawned {
+        pid,
+        stdin,
+        stdout,
+        stderr,
+    } = s;
+    let start = Instant::now();
+    let pidfd = pidfd_open(pid);
+    let abort_fd: Option<BorrowedFd<'_>> = options.cancel.as_ref().and_then(Cancel::abort_fd);
+    for fd in [&stdout, &stderr].into_iter().chain(stdin.as_ref()) {
+        set_nonblocking(fd);
+    }
+    let input: &[u8] = spec.stdin.as_deref().unwrap_or(&[]);
+    Run {
+        pid,
+        cgroup: spec.cgroup.as_deref(),
+        options,
+        pidfd,
+        abort_fd,
+        pipes: [
+            Pipe {
+                fd: Some(stdout),
+                stream: Stream::Stdout,
+            },
+            Pipe {
+                fd: Some(stderr),
+                stream: Stream::Stderr,
+            },
+        ],
+        stdin: if input.is_empty() { None } else { stdin },
+        input,
+        written: 0,
+        buf: vec![0u8; options.read_size.clamp(1, MAX_READ)],
+        deadline: options.timeout.map(|t| start + t),
+        ending: None,
+        sink_open: true,
+        main_exited: false,
+        kill_at: None,
+        killed_at: None,
+        group_empty: false,
+        read_errors: Vec::new(),
+        drained: true,
+        watch_abort: abort_fd.is_some(),
+        cancel_without_fd: options.cancel.is_some() && abort_fd.is_none(),
+    }
+}
+
+impl Run<'_> {
+    /// Begin ending the run: `SIGTERM` now, `SIGKILL` at the latest `grace` later.
+    fn begin_end(&mut self, grace: Duration, now: Instant) {
+        signal_all(self.pid, self.cgroup, Signal::SIGTERM);
+        self.kill_due(now + grace);
+    }
+
+    /// The `SIGKILL` is due at `at`, or earlier if it already was.
+    fn kill_due(&mut self, at: Instant) {
+        self.kill_at = Some(self.kill_at.map_or(at, |k| k.min(at)));
+    }
+
+    /// The clock's part: the end of the run, the due `SIGKILL`, the timeout.
+    fn tick(&mut self, now: Instant) -> Tick {
+        let pipes_open = self.pipes.iter().any(|p| p.fd.is_some());
+        if self.main_exited && !pipes_open {
+            return Tick::Done;
+        }
+        if let Some(k) = self.killed_at {
+            if self.main_exited && now >= k + AFTER_KILL {
+                self.drained = false;
+                return Tick::Done;
+            }
+        } else if let Some(k) = self.kill_at
+            && now >= k
+        {
+            signal_all(self.pid, self.cgroup, Signal::SIGKILL);
+            sweep(self.cgroup);
+            self.killed_at = Some(Instant::now());
+            return Tick::Again;
+        }
+        if !self.main_exited
+            && self.ending.is_none()
+            && let Some(d) = self.deadline
+            && now >= d
+        {
+            self.ending = Some(Ending::TimedOut);
+            self.begin_end(self.options.term_grace, now);
+            return Tick::Again;
+        }
+        Tick::Wait
+    }
+
+    /// One `poll` on what is watched, until the next deadline. A failure other than `EINTR`
+    /// ends the run the hard way (`SIGKILL`, the pipes dropped, the error kept).
+    fn wait(&mut self, now: Instant) -> Waited {
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(5);
+        let mut watch = |fd: RawFd, events| {
+            fds.push(libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            });
+            fds.len() - 1
+        };
+        for p in &self.pipes {
+            if let Some(fd) = &p.fd {
+                watch(fd.as_raw_fd(), libc::POLLIN);
+            }
+        }
+        let stdin = self
+            .stdin
+            .as_ref()
+            .map(|fd| watch(fd.as_raw_fd(), libc::POLLOUT));
+        let pidfd = match &self.pidfd {
+            Some(fd) if !self.main_exited => Some(watch(fd.as_raw_fd(), libc::POLLIN)),
+            _ => None,
+        };
+        let abort = match self.abort_fd {
+            Some(fd) if self.watch_abort => Some(watch(fd.as_raw_fd(), libc::POLLIN)),
+            _ => None,
+        };
+        let mut until = match self.killed_at {
+            Some(k) if self.main_exited => Some(k + AFTER_KILL),
+            Some(_) => None,
+            None => self.kill_at,
+        };
+        if !self.main_exited && self.ending.is_none() {
+            until = earliest(until, self.deadline);
+        }
+        let ticking = (!self.main_exited && self.pidfd.is_none())
+            || (self.cancel_without_fd && self.ending.is_none());
+        if ticking {
+            until = earliest(until, Some(now + FALLBACK_TICK));
+        }
+        let timeout = poll_timeout(now, until);
+        // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        if n >= 0 {
+            return Waited::Ready(
+                fds,
+                Slots {
+                    stdin,
+                    pidfd,
+                    abort,
+                },
+            );
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Waited::Interrupted;
+        }
+        // Cannot wait: end the run the hard way rather than spin.
+        signal_all(self.pid, self.cgroup, Signal::SIGKILL);
+        for p in &mut self.pipes {
+            p.fd = None;
+        }
+        self.read_errors.push((Stream::Stdout, e));
+        Waited::Failed
+    }
+
+    /// Output, stdout first then stderr, each until it would block or a batch is full; each
+    /// chunk to `sink` while it is open, a flush after each stream's batch.
+    fn pump(&mut self, fds: &[libc::pollfd], sink: &mut dyn Sink) {
+        let mut slot = 0;
+        for i in 0..self.pipes.len() {
+            let Some(fd) = self.pipes[i].fd.take() else {
+                continue;
+            };
+            let stream = self.pipes[i].stream;
+            let revents = fds[slot].revents;
+            slot += 1;
+            if revents == 0 {
+                self.pipes[i].fd = Some(fd);
+                continue;
+            }
+            let mut batch = 0;
+            let mut close = false;
+            while batch < MAX_BATCH {
+                match nix::unistd::read(fd.as_fd(), &mut self.buf) {
+                    Ok(0) => {
+                        close = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        batch += n;
+                        if self.sink_open && sink.chunk(stream, &self.buf[..n]).is_break() {
+                            self.sink_open = false;
+                            if !self.main_exited && self.ending.is_none() {
+                                self.ending = Some(Ending::SinkStopped);
+                                self.begin_end(self.options.term_grace, Instant::now());
+                            }
+                        }
+                    }
+                    Err(nix::errno::Errno::EINTR) => {}
+                    Err(nix::errno::Errno::EAGAIN) => break,
+                    Err(e) => {
+                        self.read_errors.push((stream, io::Error::from(e)));
+                        close = true;
+                        break;
+                    }
+                }
+            }
+            if self.sink_open && batch > 0 {
+                sink.flush(stream);
+            }
+            if !close {
+                self.pipes[i].fd = Some(fd);
+            }
+        }
+    }
+
+    /// Input, as much as the pipe takes; stdin is closed once written (or refused).
+    fn feed(&mut self, fds: &[libc::pollfd], slot: Option<usize>) {
+        let Some(fd) = &self.stdin else { return };
+        if slot.is_none_or(|i| fds[i].revents == 0) {
+            return;
+        }
+        let mut done = false;
+        while self.written < self.input.len() {
+            match nix::unistd::write(fd, &self.input[self.written..]) {
+                Ok(n) => self.written += n,
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(nix::errno::Errno::EAGAIN) => break,
+                // EPIPE: the process does not read its stdin (any more).
+                Err(_) => {
+                    done = true;
+                    break;
+                }
+            }
+        }
+        if done || self.written >= self.input.len() {
+            self.stdin = None;
+        }
+    }
+
+    /// The main process: once it exited, what is left of the run gets `SIGTERM` and
+    /// [`Options::exit_grace`] (none of it when provably nothing is left).
+    fn watch_main(&mut self, fds: &[libc::pollfd], slot: Option<usize>) {
+        if self.main_exited {
+            return;
+        }
+        let ready = match &self.pidfd {
+            Some(_) => slot.is_some_and(|i| fds[i].revents != 0),
+            None => exited_nowait(self.pid),
+        };
+        if !ready {
+            return;
+        }
+        self.main_exited = true;
+        self.stdin = None;
+        if self.killed_at.is_none() {
+            if nothing_left(self.cgroup) {
+                // Nothing is left to signal (see `nothing_adopted`); the pipes are still read
+                // until EOF, bounded by the grace as before.
+                self.group_empty = true;
+                self.kill_due(Instant::now() + self.options.exit_grace);
+            } else {
+                self.begin_end(self.options.exit_grace, Instant::now());
+            }
+        }
+    }
+
+    /// The cancel token: an abort ends the run (`SIGTERM`, [`Options::term_grace`]), or,
+    /// once the main process exited, cuts the rest of the grace short.
+    fn watch_cancel(&mut self, fds: &[libc::pollfd], slot: Option<usize>) {
+        let Some(c) = &self.options.cancel else {
+            return;
+        };
+        let aborted = if self.watch_abort {
+            slot.is_some_and(|i| fds[i].revents != 0)
+        } else {
+            self.cancel_without_fd && c.is_aborted()
+        };
+        if !aborted {
+            return;
+        }
+        self.watch_abort = false;
+        if self.main_exited {
+            // Already ending: do not wait for the rest of the grace.
+            self.kill_at = Some(Instant::now());
+        } else if self.ending.is_none() {
+            self.ending = Some(Ending::Cancelled(
+                c.reason().unwrap_or(CancelReason::Parent),
+            ));
+            self.begin_end(self.options.term_grace, Instant::now());
+        }
+    }
+
+    /// What is left: the group (the zombie leader keeps its id valid) and adopted orphans,
+    /// unless the main process exited with nothing adopted (then nothing is left).
+    fn stop(&self) {
+        if !self.group_empty {
+            if self.killed_at.is_none() {
+                let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+            }
+            sweep(self.cgroup);
+        }
+    }
+
+    /// Reap the main process and say how the run ended.
+    fn reap(self) -> Report {
+        let status = match reap(self.pid) {
+            Ok(s) => s,
+            Err(e) => {
+                return Report {
+                    outcome: Outcome::SpawnFailed(e),
+                    drained: self.drained,
+                    read_errors: self.read_errors,
+                };
+            }
+        };
+        let outcome = match self.ending {
+            Some(Ending::TimedOut) => Outcome::TimedOut { status },
+            Some(Ending::Cancelled(reason)) => Outcome::Cancelled {
+                reason,
+                status: Some(status),
+            },
+            Some(Ending::SinkStopped) => Outcome::SinkStopped { status },
+            None => match status {
+                Status::Code(c) => Outcome::Exited(c),
+                Status::Signal(s) => Outcome::Signaled(s),
+            },
+        };
+        Report {
+            outcome,
+            drained: self.drained,
+            read_errors: self.read_errors,
+        }
+    }
+}
+
 /// Run `spec` to its end, on this thread (which forks the process and waits for it, so the
 /// child's `PR_SET_PDEATHSIG` fires only if this process dies), giving its output to `sink`.
 /// See the module docs for how the run ends. Blocks the calling thread; needs no runtime.
+///
+/// The phases: a token aborted already starts nothing; spawn; then until the run is over
+/// the clock ([`Run::tick`]), one wait ([`Run::wait`]) and what it found: output
+/// ([`Run::pump`]), input ([`Run::feed`]), the main process's exit ([`Run::watch_main`]),
+/// the token ([`Run::watch_cancel`]); then what is left is killed ([`Run::stop`]) and the
+/// main process reaped ([`Run::reap`]).
 ///
 /// Never fails: a spawn error is [`Outcome::SpawnFailed`], read errors are in
 /// [`Report::read_errors`]. Side effects: the process and its group are signalled, the main
 /// process is reaped, and when the subreaper is enabled every adopted descendant is killed
 /// and reaped before this returns.
 pub fn run(spec: &Spec, options: &Options, sink: &mut dyn Sink) -> Report {
-    let failed = |e| Report {
-        outcome: Outcome::SpawnFailed(e),
-        drained: true,
-        read_errors: Vec::new(),
-    };
     if let Some(c) = &options.cancel
         && c.is_aborted()
     {
@@ -185,297 +586,38 @@ pub fn run(spec: &Spec, options: &Options, sink: &mut dyn Sink) -> Report {
             read_errors: Vec::new(),
         };
     }
-    let cgroup = spec.cgroup.as_deref();
-    let _active = Active::new(cgroup);
-    let Spawned {
-        pid,
-        stdin,
-        stdout,
-        stderr,
-    } = {
-        let mut live = reaper::registry();
-        match spawn(spec) {
-            Ok(s) => {
-                live.insert(s.pid);
-                s
-            }
-            Err(e) => return failed(e),
-        }
-    };
-    sink.spawned(pid);
-    sink.started();
-    let start = Instant::now();
-    let pidfd = pidfd_open(pid);
-    let abort_fd: Option<BorrowedFd<'_>> = options.cancel.as_ref().and_then(Cancel::abort_fd);
-    for fd in [&stdout, &stderr].into_iter().chain(stdin.as_ref()) {
-        set_nonblocking(fd);
-    }
-    let mut pipes = [
-        Pipe {
-            fd: Some(stdout),
-            stream: Stream::Stdout,
-        },
-        Pipe {
-            fd: Some(stderr),
-            stream: Stream::Stderr,
-        },
-    ];
-    let input: &[u8] = spec.stdin.as_deref().unwrap_or(&[]);
-    let mut written = 0;
-    let mut stdin = stdin;
-    if input.is_empty() {
-        stdin = None;
-    }
-
-    let mut buf = vec![0u8; options.read_size.clamp(1, MAX_READ)];
-    let deadline = options.timeout.map(|t| start + t);
-    let mut ending: Option<Ending> = None;
-    let mut sink_open = true;
-    let mut main_exited = false;
-    let mut kill_at: Option<Instant> = None;
-    // Set when the main process exited with no descendant left: no signal, no final sweep.
-    let mut group_empty = false;
-    let mut killed_at: Option<Instant> = None;
-    let mut read_errors = Vec::new();
-    let mut drained = true;
-    let mut watch_abort = abort_fd.is_some();
-    let cancel_without_fd = options.cancel.is_some() && abort_fd.is_none();
-
-    // Begin ending the run: SIGTERM now, SIGKILL at the latest `grace` later.
-    let begin_end = |kill_at: &mut Option<Instant>, grace: Duration, now: Instant| {
-        signal_all(pid, cgroup, Signal::SIGTERM);
-        let at = now + grace;
-        *kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
-    };
-
-    loop {
-        let now = Instant::now();
-        let pipes_open = pipes.iter().any(|p| p.fd.is_some());
-        if main_exited && !pipes_open {
-            break;
-        }
-        if let Some(k) = killed_at {
-            if main_exited && now >= k + AFTER_KILL {
-                drained = false;
-                break;
-            }
-        } else if let Some(k) = kill_at
-            && now >= k
-        {
-            signal_all(pid, cgroup, Signal::SIGKILL);
-            sweep(cgroup);
-            killed_at = Some(Instant::now());
-            continue;
-        }
-        if !main_exited
-            && ending.is_none()
-            && let Some(d) = deadline
-            && now >= d
-        {
-            ending = Some(Ending::TimedOut);
-            begin_end(&mut kill_at, options.term_grace, now);
-            continue;
-        }
-
-        // What to wait for, and until when.
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(5);
-        let pollfd = |fd: RawFd, events| libc::pollfd {
-            fd,
-            events,
-            revents: 0,
-        };
-        for p in &pipes {
-            if let Some(fd) = &p.fd {
-                fds.push(pollfd(fd.as_raw_fd(), libc::POLLIN));
-            }
-        }
-        let stdin_at = fds.len();
-        if let Some(fd) = &stdin {
-            fds.push(pollfd(fd.as_raw_fd(), libc::POLLOUT));
-        }
-        let pidfd_at = fds.len();
-        if !main_exited && let Some(fd) = &pidfd {
-            fds.push(pollfd(fd.as_raw_fd(), libc::POLLIN));
-        }
-        let abort_at = fds.len();
-        if watch_abort && let Some(fd) = abort_fd {
-            fds.push(pollfd(fd.as_raw_fd(), libc::POLLIN));
-        }
-        let mut until = match killed_at {
-            Some(k) if main_exited => Some(k + AFTER_KILL),
-            Some(_) => None,
-            None => kill_at,
-        };
-        if !main_exited && ending.is_none() {
-            until = earliest(until, deadline);
-        }
-        let ticking = (!main_exited && pidfd.is_none()) || (cancel_without_fd && ending.is_none());
-        if ticking {
-            until = earliest(until, Some(now + FALLBACK_TICK));
-        }
-        let timeout = poll_timeout(now, until);
-        // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            // Cannot wait: end the run the hard way rather than spin.
-            signal_all(pid, cgroup, Signal::SIGKILL);
-            for p in &mut pipes {
-                p.fd = None;
-            }
-            read_errors.push((Stream::Stdout, e));
-            break;
-        }
-
-        // Output, stdout first then stderr, each until it would block or a batch is full.
-        let mut slot = 0;
-        for p in &mut pipes {
-            let Some(fd) = &p.fd else { continue };
-            let revents = fds[slot].revents;
-            slot += 1;
-            if revents == 0 {
-                continue;
-            }
-            let mut batch = 0;
-            let mut close = false;
-            while batch < MAX_BATCH {
-                match nix::unistd::read(fd.as_fd(), &mut buf) {
-                    Ok(0) => {
-                        close = true;
-                        break;
-                    }
-                    Ok(n) => {
-                        batch += n;
-                        if sink_open && sink.chunk(p.stream, &buf[..n]).is_break() {
-                            sink_open = false;
-                            if !main_exited && ending.is_none() {
-                                ending = Some(Ending::SinkStopped);
-                                begin_end(&mut kill_at, options.term_grace, Instant::now());
-                            }
-                        }
-                    }
-                    Err(nix::errno::Errno::EINTR) => {}
-                    Err(nix::errno::Errno::EAGAIN) => break,
-                    Err(e) => {
-                        read_errors.push((p.stream, io::Error::from(e)));
-                        close = true;
-                        break;
-                    }
-                }
-            }
-            if sink_open && batch > 0 {
-                sink.flush(p.stream);
-            }
-            if close {
-                p.fd = None;
-            }
-        }
-
-        // Input, as much as the pipe takes.
-        if let Some(fd) = &stdin
-            && fds[stdin_at].revents != 0
-        {
-            let mut done = false;
-            while written < input.len() {
-                match nix::unistd::write(fd, &input[written..]) {
-                    Ok(n) => written += n,
-                    Err(nix::errno::Errno::EINTR) => {}
-                    Err(nix::errno::Errno::EAGAIN) => break,
-                    // EPIPE: the process does not read its stdin (any more).
-                    Err(_) => {
-                        done = true;
-                        break;
-                    }
-                }
-            }
-            if done || written >= input.len() {
-                stdin = None;
-            }
-        }
-
-        // The main process.
-        if !main_exited {
-            let ready = match &pidfd {
-                Some(_) => fds[pidfd_at].revents != 0,
-                None => exited_nowait(pid),
-            };
-            if ready {
-                main_exited = true;
-                stdin = None;
-                if killed_at.is_none() {
-                    if nothing_left(cgroup) {
-                        // Nothing is left to signal (see `nothing_adopted`); the pipes are
-                        // still read until EOF, bounded by the grace as before.
-                        group_empty = true;
-                        let at = Instant::now() + options.exit_grace;
-                        kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
-                    } else {
-                        begin_end(&mut kill_at, options.exit_grace, Instant::now());
-                    }
-                }
-            }
-        }
-
-        // The cancel token.
-        if let Some(c) = &options.cancel {
-            let aborted = if watch_abort {
-                fds.get(abort_at).is_some_and(|f| f.revents != 0)
-            } else {
-                cancel_without_fd && c.is_aborted()
-            };
-            if aborted {
-                watch_abort = false;
-                if main_exited {
-                    // Already ending: do not wait for the rest of the grace.
-                    kill_at = Some(Instant::now());
-                } else if ending.is_none() {
-                    ending = Some(Ending::Cancelled(
-                        c.reason().unwrap_or(CancelReason::Parent),
-                    ));
-                    begin_end(&mut kill_at, options.term_grace, Instant::now());
-                }
-            }
-        }
-    }
-
-    // What is left: the group (the zombie leader keeps its id valid) and adopted orphans,
-    // unless the main process exited with nothing adopted (then nothing is left).
-    if !group_empty {
-        if killed_at.is_none() {
-            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-        sweep(cgroup);
-    }
-    let status = match reap(pid) {
-        Ok(s) => s,
+    let _active = Active::new(spec.cgroup.as_deref());
+    let mut run = match spawn_registered(spec) {
+        Ok(s) => spawned(spec, options, s),
         Err(e) => {
             return Report {
                 outcome: Outcome::SpawnFailed(e),
-                drained,
-                read_errors,
+                drained: true,
+                read_errors: Vec::new(),
             };
         }
     };
-    let outcome = match ending {
-        Some(Ending::TimedOut) => Outcome::TimedOut { status },
-        Some(Ending::Cancelled(reason)) => Outcome::Cancelled {
-            reason,
-            status: Some(status),
-        },
-        Some(Ending::SinkStopped) => Outcome::SinkStopped { status },
-        None => match status {
-            Status::Code(c) => Outcome::Exited(c),
-            Status::Signal(s) => Outcome::Signaled(s),
-        },
-    };
-    Report {
-        outcome,
-        drained,
-        read_errors,
+    sink.spawned(run.pid);
+    sink.started();
+    loop {
+        let now = Instant::now();
+        match run.tick(now) {
+            Tick::Done => break,
+            Tick::Again => continue,
+            Tick::Wait => {}
+        }
+        let (fds, slots) = match run.wait(now) {
+            Waited::Ready(fds, slots) => (fds, slots),
+            Waited::Interrupted => continue,
+            Waited::Failed => break,
+        };
+        run.pump(&fds, sink);
+        run.feed(&fds, slots.stdin);
+        run.watch_main(&fds, slots.pidfd);
+        run.watch_cancel(&fds, slots.abort);
     }
+    run.stop();
+    run.reap()
 }
 
 /// Aborts its token when dropped while armed (the run's future was dropped).
@@ -530,545 +672,5 @@ pub async fn run_async<S: Sink + Send + 'static>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::ops::ControlFlow;
-    use std::path::PathBuf;
-
-    #[derive(Default)]
-    struct Collect {
-        out: Vec<u8>,
-        err: Vec<u8>,
-        started: bool,
-        flushes: usize,
-        /// Stop after this many stdout bytes.
-        cap: Option<usize>,
-    }
-
-    impl Sink for Collect {
-        fn started(&mut self) {
-            self.started = true;
-        }
-        fn chunk(&mut self, stream: Stream, bytes: &[u8]) -> ControlFlow<()> {
-            let v = match stream {
-                Stream::Stdout => &mut self.out,
-                Stream::Stderr => &mut self.err,
-            };
-            v.extend_from_slice(bytes);
-            match self.cap {
-                Some(c) if self.out.len() > c => ControlFlow::Break(()),
-                _ => ControlFlow::Continue(()),
-            }
-        }
-        fn flush(&mut self, _: Stream) {
-            self.flushes += 1;
-        }
-    }
-
-    fn bash(script: &str) -> Spec {
-        Spec {
-            program: PathBuf::from("/bin/bash"),
-            args: vec!["-c".into(), script.into()],
-            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
-            cwd: PathBuf::from("/"),
-            ..Spec::default()
-        }
-    }
-
-    fn quick() -> Options {
-        Options {
-            term_grace: Duration::from_millis(300),
-            exit_grace: Duration::from_millis(300),
-            ..Options::default()
-        }
-    }
-
-    fn go(spec: &Spec, options: &Options) -> (Report, Collect) {
-        let mut sink = Collect::default();
-        let r = run(spec, options, &mut sink);
-        (r, sink)
-    }
-
-    fn gone(pid: &str) -> bool {
-        crate::process::wait_exited(pid)
-    }
-
-    #[test]
-    fn exit_code_and_output() {
-        let (r, s) = go(&bash("echo out; echo err >&2; exit 3"), &quick());
-        assert!(matches!(r.outcome, Outcome::Exited(3)), "{r:?}");
-        assert!(r.drained && r.read_errors.is_empty());
-        assert_eq!(s.out, b"out\n");
-        assert_eq!(s.err, b"err\n");
-        assert!(s.started && s.flushes >= 2);
-    }
-
-    #[test]
-    fn killed_by_a_signal() {
-        let (r, _) = go(&bash("kill -KILL $$"), &quick());
-        assert!(matches!(r.outcome, Outcome::Signaled(9)), "{r:?}");
-    }
-
-    #[test]
-    fn spawn_failure() {
-        let mut spec = bash("");
-        spec.program = PathBuf::from("/nonexistent/prog");
-        let (r, s) = go(&spec, &quick());
-        assert!(
-            matches!(&r.outcome, Outcome::SpawnFailed(e) if e.kind() == io::ErrorKind::NotFound)
-        );
-        assert!(!s.started);
-        let mut spec = bash("true");
-        spec.keep_fds = vec![999_999];
-        let (r, _) = go(&spec, &quick());
-        assert!(
-            matches!(&r.outcome, Outcome::SpawnFailed(e) if e.raw_os_error() == Some(libc::EBADF))
-        );
-    }
-
-    #[test]
-    fn timeout_terms_then_kills_a_group_ignoring_term() {
-        let d = tempfile::tempdir().unwrap();
-        let pidfile = d.path().join("pid");
-        let spec = bash(&format!(
-            "trap '' TERM; sleep 500 & echo $! > {}; echo begin; wait",
-            pidfile.display()
-        ));
-        let options = Options {
-            timeout: Some(Duration::from_millis(200)),
-            ..quick()
-        };
-        let t = Instant::now();
-        let (r, s) = go(&spec, &options);
-        let took = t.elapsed();
-        assert!(
-            matches!(
-                r.outcome,
-                Outcome::TimedOut {
-                    status: Status::Signal(9)
-                }
-            ),
-            "{r:?}"
-        );
-        assert!(
-            took >= Duration::from_millis(500),
-            "{took:?}: no grace after TERM"
-        );
-        assert!(took < Duration::from_secs(20), "{took:?}");
-        assert_eq!(s.out, b"begin\n");
-        assert!(gone(&std::fs::read_to_string(&pidfile).unwrap()));
-    }
-
-    #[test]
-    fn timeout_with_term_ends_at_once() {
-        let options = Options {
-            timeout: Some(Duration::from_millis(100)),
-            term_grace: Duration::from_secs(30),
-            ..quick()
-        };
-        let t = Instant::now();
-        let (r, _) = go(&bash("sleep 500"), &options);
-        assert!(
-            matches!(
-                r.outcome,
-                Outcome::TimedOut {
-                    status: Status::Signal(15)
-                }
-            ),
-            "{r:?}"
-        );
-        assert!(t.elapsed() < Duration::from_secs(20));
-    }
-
-    #[test]
-    fn abort_from_another_thread_cancels() {
-        let cancel = Cancel::new();
-        let options = Options {
-            cancel: Some(cancel.clone()),
-            ..quick()
-        };
-        let c = cancel.clone();
-        let spec = bash("echo go; sleep 500");
-        let t = Instant::now();
-        let aborter = std::thread::spawn(move || {
-            // Abort once the command is running (its output is seen by the sink, below),
-            // here simply right away from another thread while run() blocks.
-            c.abort(CancelReason::Remote("test".into()));
-        });
-        let (r, _) = go(&spec, &options);
-        aborter.join().unwrap();
-        match r.outcome {
-            Outcome::Cancelled { reason, .. } => {
-                assert_eq!(reason, CancelReason::Remote("test".into()));
-            }
-            other => panic!("{other:?}"),
-        }
-        assert!(t.elapsed() < Duration::from_secs(20));
-    }
-
-    #[test]
-    fn abort_during_a_long_command() {
-        // The sink aborts the token from another thread once the command printed.
-        struct AbortOnOutput(Cancel, Vec<u8>);
-        impl Sink for AbortOnOutput {
-            fn chunk(&mut self, _: Stream, bytes: &[u8]) -> ControlFlow<()> {
-                self.1.extend_from_slice(bytes);
-                let c = self.0.clone();
-                std::thread::spawn(move || c.abort(CancelReason::Signal("SIGTERM")));
-                ControlFlow::Continue(())
-            }
-        }
-        let cancel = Cancel::new();
-        let options = Options {
-            cancel: Some(cancel.clone()),
-            ..quick()
-        };
-        let mut sink = AbortOnOutput(cancel, Vec::new());
-        let t = Instant::now();
-        let r = run(&bash("echo started; sleep 500"), &options, &mut sink);
-        assert!(
-            matches!(
-                &r.outcome,
-                Outcome::Cancelled {
-                    reason: CancelReason::Signal("SIGTERM"),
-                    status: Some(Status::Signal(15))
-                }
-            ),
-            "{r:?}"
-        );
-        assert_eq!(sink.1, b"started\n");
-        assert!(t.elapsed() < Duration::from_secs(20));
-    }
-
-    #[test]
-    fn aborted_before_start_spawns_nothing() {
-        let cancel = Cancel::new();
-        cancel.abort(CancelReason::Parent);
-        let options = Options {
-            cancel: Some(cancel),
-            ..quick()
-        };
-        let (r, s) = go(&bash("echo no"), &options);
-        assert!(matches!(r.outcome, Outcome::Cancelled { status: None, .. }));
-        assert!(!s.started && s.out.is_empty());
-    }
-
-    #[test]
-    fn stdin_bytes_are_written_without_deadlock() {
-        // 1 MiB in, 1 MiB out: more than both pipe buffers.
-        let input: Vec<u8> = (0..1024 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
-        let mut spec = bash("cat");
-        spec.stdin = Some(input.clone());
-        let (r, s) = go(&spec, &quick());
-        assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
-        assert_eq!(s.out, input);
-        // A process that does not read: no error, no hang.
-        let mut spec = bash("exit 0");
-        spec.stdin = Some(input);
-        let (r, _) = go(&spec, &quick());
-        assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
-        // Default stdin is /dev/null.
-        let (_, s) = go(&bash("cat; echo end"), &quick());
-        assert_eq!(s.out, b"end\n");
-    }
-
-    #[test]
-    fn background_child_holding_stdout_does_not_delay_the_end() {
-        let d = tempfile::tempdir().unwrap();
-        let pidfile = d.path().join("pid");
-        // Ignores TERM and keeps stdout open: only the SIGKILL after the grace ends it.
-        let spec = bash(&format!(
-            "bash -c \"trap '' TERM; sleep 500\" & echo $! > {}; echo main done",
-            pidfile.display()
-        ));
-        let t = Instant::now();
-        let (r, s) = go(&spec, &quick());
-        assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
-        assert!(r.drained);
-        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
-        assert_eq!(s.out, b"main done\n");
-        assert!(gone(&std::fs::read_to_string(&pidfile).unwrap()));
-        // A plain background sleep dies of the SIGTERM at once.
-        let t = Instant::now();
-        let options = Options {
-            exit_grace: Duration::from_secs(60),
-            ..quick()
-        };
-        let (r, _) = go(&bash("sleep 500 & echo x"), &options);
-        assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
-        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
-    }
-
-    #[test]
-    fn sink_stop_bounds_the_capture_of_yes() {
-        let mut sink = Collect {
-            cap: Some(4 * 1024 * 1024),
-            ..Collect::default()
-        };
-        let r = run(&bash("exec yes"), &quick(), &mut sink);
-        assert!(
-            matches!(
-                r.outcome,
-                Outcome::SinkStopped {
-                    status: Status::Signal(15)
-                }
-            ),
-            "{r:?}"
-        );
-        // no more chunks after the Break
-        assert!(
-            sink.out.len() <= 4 * 1024 * 1024 + MAX_READ,
-            "{}",
-            sink.out.len()
-        );
-    }
-
-    #[test]
-    fn keep_fds_are_inherited() {
-        let d = tempfile::tempdir().unwrap();
-        let f = std::fs::File::create(d.path().join("f")).unwrap();
-        let fd = f.as_raw_fd();
-        let mut spec = bash(&format!("echo kept >&{fd}"));
-        let (r, s) = go(&spec, &quick());
-        assert!(
-            matches!(r.outcome, Outcome::Exited(1)),
-            "{r:?} {s:?}",
-            s = s.err
-        );
-        spec.keep_fds = vec![fd];
-        let (r, _) = go(&spec, &quick());
-        assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
-        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"kept\n");
-    }
-
-    /// Tells the test once the first chunk arrived.
-    struct Notify(Option<tokio::sync::oneshot::Sender<()>>);
-    impl Sink for Notify {
-        fn chunk(&mut self, _: Stream, _: &[u8]) -> ControlFlow<()> {
-            if let Some(tx) = self.0.take() {
-                let _ = tx.send(());
-            }
-            ControlFlow::Continue(())
-        }
-    }
-
-    #[test]
-    fn async_entry_and_dropped_future() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let d = tempfile::tempdir().unwrap();
-        let pidfile = d.path().join("pid");
-        rt.block_on(async {
-            let (r, s) = run_async(bash("echo hi"), quick(), Collect::default()).await;
-            assert!(matches!(r.outcome, Outcome::Exited(0)));
-            assert_eq!(s.out, b"hi\n");
-            let spec = bash(&format!(
-                "echo $$ > {}; echo up; sleep 500",
-                pidfile.display()
-            ));
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let run = run_async(spec, quick(), Notify(Some(tx)));
-            // Dropped once the command printed: the run is aborted on its blocking thread.
-            tokio::select! {
-                _ = run => panic!("the run ended by itself"),
-                _ = rx => {}
-            }
-        });
-        drop(rt); // waits for the blocking task, i.e. for the run to end
-        assert!(gone(&std::fs::read_to_string(&pidfile).unwrap()));
-    }
-
-    /// Parse a `/proc/<pid>/status` signal field (hex mask) of `status`.
-    fn sig_field(status: &str, name: &str) -> u64 {
-        let line = status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .unwrap_or_else(|| panic!("{name} missing in {status}"));
-        u64::from_str_radix(line[name.len()..].trim(), 16).unwrap()
-    }
-
-    extern "C" fn ignore_signal(_: libc::c_int) {}
-
-    /// The child starts as `std::process::Command` leaves one (spawn.rs module docs), even
-    /// though it is cloned from a thread that blocks signals and a process that handles and
-    /// ignores some: an empty mask, no handler, `SIGPIPE` at its default, and a signal this
-    /// process ignores (`SIGUSR2` here) still ignored across exec.
-    #[test]
-    fn the_child_starts_with_default_signals_and_an_empty_mask() {
-        // SAFETY: a handler that does nothing for SIGUSR1, which no test sends; SIGUSR2 ignored
-        // (process-wide, harmless for other tests); SIGPIPE is ignored by the Rust runtime.
-        unsafe {
-            libc::signal(
-                libc::SIGUSR1,
-                ignore_signal as *const () as libc::sighandler_t,
-            );
-            libc::signal(libc::SIGUSR2, libc::SIG_IGN);
-        }
-        let mut blocked: libc::sigset_t = unsafe { std::mem::zeroed() };
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: plain signal set manipulation of this thread.
-        unsafe {
-            libc::sigemptyset(&mut blocked);
-            libc::sigaddset(&mut blocked, libc::SIGTERM);
-            libc::sigaddset(&mut blocked, libc::SIGCHLD);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &blocked, &mut old);
-        }
-        let spec = Spec {
-            program: PathBuf::from("/bin/cat"),
-            args: vec!["/proc/self/status".into()],
-            cwd: PathBuf::from("/"),
-            ..Spec::default()
-        };
-        let (r, s) = go(&spec, &quick());
-        // SAFETY: restores this thread's mask.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-        assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
-        let status = String::from_utf8(s.out).unwrap();
-        let bit = |sig: libc::c_int| 1u64 << (sig - 1);
-        assert_eq!(sig_field(&status, "SigBlk:"), 0, "{status}");
-        assert_eq!(sig_field(&status, "SigCgt:"), 0, "{status}");
-        let ignored = sig_field(&status, "SigIgn:");
-        assert_eq!(ignored & bit(libc::SIGPIPE), 0, "SIGPIPE ignored: {status}");
-        assert_ne!(
-            ignored & bit(libc::SIGUSR2),
-            0,
-            "SIGUSR2 not ignored: {status}"
-        );
-        // The parent's own mask is back as it was.
-        let mut now: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: reads this thread's mask.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, std::ptr::null(), &mut now) };
-        // SAFETY: `now` was filled above.
-        assert_eq!(unsafe { libc::sigismember(&now, libc::SIGTERM) }, 0);
-    }
-
-    /// A program without `/` is searched in the spec's `PATH` as `execvp` does: past a
-    /// directory without it and past a file that is not executable (`EACCES` remembered),
-    /// run from the first directory where it can be; `EACCES` is reported over `ENOENT`
-    /// when nothing runs; `ENOENT` when it is nowhere; `argv[0]` is the name as given.
-    #[test]
-    fn programs_are_searched_in_the_specs_path() {
-        use std::os::unix::fs::PermissionsExt;
-        let d = tempfile::tempdir().unwrap();
-        let (none, noexec, good) = (d.path().join("a"), d.path().join("b"), d.path().join("c"));
-        for dir in [&none, &noexec, &good] {
-            std::fs::create_dir(dir).unwrap();
-        }
-        std::fs::write(noexec.join("prog"), "#!/bin/sh\necho wrong\n").unwrap();
-        std::fs::write(good.join("prog"), "#!/bin/sh\necho \"right $0 $1\"\n").unwrap();
-        std::fs::set_permissions(noexec.join("prog"), std::fs::Permissions::from_mode(0o644))
-            .unwrap();
-        std::fs::set_permissions(good.join("prog"), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
-        let path = |dirs: &[&PathBuf]| {
-            dirs.iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(":")
-        };
-        let spec = |dirs: &[&PathBuf]| Spec {
-            program: PathBuf::from("prog"),
-            args: vec!["arg".into()],
-            env: vec![("PATH".into(), path(dirs).into())],
-            cwd: PathBuf::from("/"),
-            ..Spec::default()
-        };
-        let (r, s) = go(&spec(&[&none, &noexec, &good]), &quick());
-        assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
-        assert_eq!(
-            String::from_utf8(s.out).unwrap(),
-            format!("right {} arg\n", good.join("prog").display())
-        );
-        // execve needs an execute bit, for root too.
-        let (r, _) = go(&spec(&[&none, &noexec]), &quick());
-        assert!(
-            matches!(&r.outcome, Outcome::SpawnFailed(e) if e.raw_os_error() == Some(libc::EACCES)),
-            "{r:?}"
-        );
-        let (r, _) = go(&spec(&[&none]), &quick());
-        assert!(
-            matches!(&r.outcome, Outcome::SpawnFailed(e) if e.raw_os_error() == Some(libc::ENOENT)),
-            "{r:?}"
-        );
-    }
-
-    /// Many spawns from several threads at once (each child shares the agent's memory until
-    /// its exec): every one runs with its own arguments and output, and a failing one is
-    /// reaped, leaving no zombie child behind.
-    #[test]
-    fn concurrent_spawns_keep_their_own_arguments() {
-        // Named threads: a child that never exec'ed keeps the name of the thread it was
-        // cloned from, which tells its zombie apart from other tests' children.
-        const NAME: &str = "spawn-reap-t";
-        let threads: Vec<_> = (0..4)
-            .map(|t| {
-                std::thread::Builder::new()
-                    .name(NAME.into())
-                    .spawn(move || {
-                        for i in 0..25 {
-                            let (r, s) = go(&bash(&format!("echo {t}-{i}")), &quick());
-                            assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
-                            assert_eq!(s.out, format!("{t}-{i}\n").into_bytes());
-                            let mut bad = bash("");
-                            bad.program = PathBuf::from(format!("/nonexistent/{t}-{i}"));
-                            let (r, _) = go(&bad, &quick());
-                            assert!(matches!(r.outcome, Outcome::SpawnFailed(_)), "{r:?}");
-                        }
-                    })
-                    .unwrap()
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        // No failed spawn's child is left unreaped (the exited threads' children were
-        // re-parented to the remaining threads of this process).
-        let left: Vec<String> = crate::process::reaper::children_of_all_tasks()
-            .expect("/proc/self/task/*/children")
-            .into_iter()
-            .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
-            .filter(|stat| stat.contains(&format!("({NAME})")))
-            .collect();
-        assert!(left.is_empty(), "unreaped children: {left:?}");
-    }
-    /// A run in a cgroup of its own ends every process of it, a `setsid` grandchild that
-    /// left the process group included, without the subreaper (not enabled in unit tests);
-    /// the same run without the cgroup leaves it running (then the test kills it).
-    #[test]
-    fn a_run_in_a_cgroup_ends_its_setsid_grandchild() {
-        let root = crate::process::cgroup::Root::detect().expect("a usable cgroup here");
-        let dir = root.create("unit-setsid").unwrap();
-        // The sleep is in a new session before its pid is printed (through a FIFO, so the
-        // main process waits for it).
-        let d = tempfile::tempdir().unwrap();
-        let fifo = d.path().join("pid");
-        let mut spec = bash(&format!(
-            "mkfifo {f}; setsid -f sh -c 'echo $$ > {f}; exec sleep 500'; cat {f}",
-            f = fifo.display()
-        ));
-        spec.cgroup = Some(dir.clone());
-        let (r, s) = go(&spec, &quick());
-        assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
-        assert!(r.drained, "the sleep held the pipe to the end");
-        let pid = String::from_utf8(s.out).unwrap();
-        assert!(gone(&pid), "the setsid sleep {pid} outlived its run");
-        assert!(crate::process::cgroup::procs(&dir).is_empty());
-        crate::process::cgroup::remove(&dir).unwrap();
-        assert!(!dir.exists());
-        spec.cgroup = None;
-        std::fs::remove_file(&fifo).unwrap();
-        let (_, s) = go(&spec, &quick());
-        let pid = String::from_utf8(s.out).unwrap();
-        let pid = pid.trim();
-        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|st| !st.contains(") Z "));
-        // SAFETY: kill(2) on the sleep this test started.
-        unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
-        assert!(
-            alive,
-            "without a cgroup the setsid sleep is outside the run"
-        );
-    }
-}
+#[path = "run_tests.rs"]
+mod tests;

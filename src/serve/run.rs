@@ -139,25 +139,24 @@ fn step_spec(
     declared: Vec<(String, String, String)>,
     chrooted: bool,
 ) -> StepSpec {
-    StepSpec {
-        mode: if mode == ExecMode::Check {
-            "apply-check"
-        } else {
-            "apply"
-        }
-        .into(),
-        exec: mode,
-        name: exec.id.clone(),
-        resource_id: exec.id.clone(),
-        env,
-        commands_chrooted: chrooted,
-        secrets: SecretSource::Declared(declared),
-        redactor: Some(exec.redactor.clone()),
-        cancel: exec.cancel.clone(),
-        cgroup: exec.cgroup.clone(),
-        script_timeout: Some(Duration::from_secs(7 * 86400)),
-        ..StepSpec::default()
-    }
+    let step_mode = if mode == ExecMode::Check {
+        "apply-check"
+    } else {
+        "apply"
+    };
+    StepSpec::builder(step_mode, mode == ExecMode::Apply)
+        .step(exec.id.clone(), Vec::new())
+        .resource_id(exec.id.clone())
+        .env(env)
+        // serve's steps have no node order.
+        .node_order(None)
+        .commands_chrooted(chrooted)
+        .secrets(SecretSource::Declared(declared))
+        .redactor(exec.redactor.clone())
+        .cancel(exec.cancel.clone())
+        .cgroup(exec.cgroup.clone())
+        .script_timeout(Duration::from_secs(7 * 86400))
+        .build()
 }
 
 /// The step `prepared` is, for `exec`: a sh command as a process step (`cfg.shell`'s first

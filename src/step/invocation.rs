@@ -1,5 +1,8 @@
-//! The step seam: a fully resolved [`StepInvocation`], built once by the agent's mode loop
-//! around a [`StepSpec`], is handed to a [`StepRunner`], which returns a [`StepResult`].
+//! The step seam: a fully resolved [`StepInvocation`], built once around a [`StepSpec`] by
+//! the mode loop (`crate::mode`, for every step of a mode) or by an interrupt command, is
+//! handed to a [`StepRunner`] (or, for an interrupt command, straight to
+//! [`ProcessRunner::run_step`](super::ProcessRunner::run_step)), which returns a
+//! [`StepResult`].
 //!
 //! Runners:
 //! - [`AgentRunner`](super::AgentRunner): what the agent runs with — a process step on the

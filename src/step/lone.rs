@@ -17,7 +17,7 @@
 
 use std::ffi::OsString;
 use std::ops::ControlFlow;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,7 +78,7 @@ impl process::Sink for RawSink {
 
 impl LoneRunner {
     async fn run_process(&self, inv: StepInvocation) -> StepResult {
-        let exec = inv.spec.exec;
+        let exec = inv.spec.exec();
         let StepProgram::Process {
             program,
             cwd,
@@ -96,11 +96,11 @@ impl LoneRunner {
             chroot,
             stdin: None,
             keep_fds: inv.keep_fds,
-            cgroup: inv.spec.cgroup.clone(),
+            cgroup: inv.spec.cgroup().map(Path::to_path_buf),
             mount_ns: None,
         };
         let options = process::Options {
-            cancel: Some(inv.spec.cancel.clone()),
+            cancel: Some(inv.spec.cancel().clone()),
             term_grace: self.term_grace,
             ..process::Options::default()
         };
@@ -134,7 +134,7 @@ impl LoneRunner {
     }
 
     async fn run_script(&self, inv: StepInvocation) -> StepResult {
-        let exec = inv.spec.exec;
+        let exec = inv.spec.exec();
         let not_run = |error: String| StepResult {
             code: 1,
             error: Some(error),

@@ -77,7 +77,7 @@ fn a_process_step_gives_its_output_raw_its_pid_and_its_exit_code() {
     let r = block_on(runner(out.clone()).run(sh(
         "/bin/sh",
         "printf 'a\\377'; echo b >&2; exit 3",
-        StepSpec::default(),
+        StepSpec::builder("apply", true).build(),
     )));
     assert_eq!((r.ran, r.code, r.ok, &r.error), (true, 3, false, &None));
     assert_eq!(r.report.mode, ExecMode::Apply);
@@ -86,16 +86,28 @@ fn a_process_step_gives_its_output_raw_its_pid_and_its_exit_code() {
     let pids = out.pids.lock().unwrap().clone();
     assert_eq!(pids.len(), 1);
     assert!(pids[0] > 1, "{pids:?}");
-    let r = block_on(runner(out.clone()).run(sh("/bin/sh", "true", StepSpec::default())));
+    let r = block_on(runner(out.clone()).run(sh(
+        "/bin/sh",
+        "true",
+        StepSpec::builder("apply", true).build(),
+    )));
     assert_eq!((r.ran, r.code, r.ok), (true, 0, true));
 }
 
 #[test]
 fn a_signal_a_spawn_failure_and_a_cancel_before_the_spawn() {
     let out = Arc::new(Recorded::default());
-    let r = block_on(runner(out.clone()).run(sh("/bin/sh", "kill -9 $$", StepSpec::default())));
+    let r = block_on(runner(out.clone()).run(sh(
+        "/bin/sh",
+        "kill -9 $$",
+        StepSpec::builder("apply", true).build(),
+    )));
     assert_eq!((r.ran, r.code, r.ok), (true, -9, false));
-    let r = block_on(runner(out.clone()).run(sh("/nonexistent/sh", "true", StepSpec::default())));
+    let r = block_on(runner(out.clone()).run(sh(
+        "/nonexistent/sh",
+        "true",
+        StepSpec::builder("apply", true).build(),
+    )));
     assert_eq!(
         (r.ran, r.code, r.error.as_deref()),
         (
@@ -104,8 +116,8 @@ fn a_signal_a_spawn_failure_and_a_cancel_before_the_spawn() {
             Some("spawn failed: No such file or directory (os error 2)")
         )
     );
-    let spec = StepSpec::default();
-    spec.cancel
+    let spec = StepSpec::builder("apply", true).build();
+    spec.cancel()
         .abort(crate::process::CancelReason::Signal("SIGTERM"));
     let r = block_on(runner(out.clone()).run(sh("/bin/sh", "true", spec)));
     assert_eq!(
@@ -117,8 +129,8 @@ fn a_signal_a_spawn_failure_and_a_cancel_before_the_spawn() {
 #[test]
 fn a_cancelled_process_step_ends_as_its_main_process_did() {
     let out = Arc::new(Recorded::default());
-    let spec = StepSpec::default();
-    let cancel = spec.cancel.clone();
+    let spec = StepSpec::builder("apply", true).build();
+    let cancel = spec.cancel().clone();
     let r = block_on(async {
         let run = runner(out.clone());
         let step = run.run(sh(
@@ -154,7 +166,7 @@ fn a_script_step_that_cannot_open_its_root_did_not_run() {
     let inv = StepInvocation {
         program: StepProgram::Script(compiled),
         args: Vec::new(),
-        ..sh("/bin/sh", "", StepSpec::default())
+        ..sh("/bin/sh", "", StepSpec::builder("apply", true).build())
     };
     let r = block_on(run.run(inv));
     assert_eq!((r.ran, r.code), (false, 1));

@@ -1,7 +1,8 @@
-//! One step, from what its front end says it is ([`spec::StepSpec`]: package, mode, step,
-//! environment, configMaps, node metadata, executor, deadline, cancel) and its resolved
-//! [`invocation::StepInvocation`] to its [`invocation::StepResult`], through one seam,
-//! [`invocation::StepRunner`]:
+//! One step, from what its front end says it is ([`spec::StepSpec`], made only by
+//! [`StepSpec::builder`]: the script's `step` context once, the executor
+//! [`spec::exec_mode`] decides, environment, configMaps, node metadata, secrets, deadline,
+//! cancel) and its resolved [`invocation::StepInvocation`] to its
+//! [`invocation::StepResult`], through one seam, [`invocation::StepRunner`]:
 //!
 //! - [`run`]: the one step runner. A `.rhai` step, whichever front end runs it, runs and
 //!   ends its session through [`run::ScriptStep`], its script on its own thread
@@ -9,9 +10,11 @@
 //!   session per step, output relayed through [`output::SinkOutput`]) and
 //!   [`run::AgentRunner`] the agent's runner (scripts there, processes on the
 //!   [`process::ProcessRunner`]);
-//! - [`process::ProcessRunner`] spawns a process through the one process primitive
-//!   ([`crate::process`]: chroot, working directory, complete environment, own process group,
-//!   streamed output, TERM/grace/KILL) and relays its output through the log sink;
+//! - [`process::ProcessRunner::run_step`] runs a process step (a bash step, an interrupt
+//!   command) through the one process primitive and its types ([`crate::process`]:
+//!   `Spec`, `Outcome`, `Report`; chroot, working directory, complete environment, own
+//!   process group, streamed output, TERM/grace/KILL) and relays its output through the
+//!   log sink;
 //! - [`plan::PlanRunner`] is the dry run: scripts on the Plan executor of one shared
 //!   session, processes "would run";
 //! - [`lone::LoneRunner`] runs a lone step whose front end takes its output raw
@@ -36,12 +39,12 @@ pub use invocation::{StepInvocation, StepProgram, StepResult, StepRunner};
 pub use lone::{LoneOutput, LoneRunner};
 pub use output::SinkOutput;
 pub use plan::PlanRunner;
-pub use process::{Outcome, ProcessRunner, ProcessSpec, RelayOptions, RunReport};
+pub use process::{ProcessRunner, RelayOptions};
 pub use run::{
     AgentRunner, End, SCRIPT_STACK_BYTES, ScriptOutcome, ScriptRunOptions, ScriptRunner,
     ScriptStep, run_script, run_script_with,
 };
-pub use spec::{SecretSource, StepSpec};
+pub use spec::{SecretSource, StepBuilder, StepSpec, exec_mode};
 /// The engine steps are compiled and run with (built once per run or server; every limit
 /// but the deadline, which is per step).
 pub fn engine() -> Arc<ScriptEngine> {

@@ -28,7 +28,7 @@ impl StepRunner for PlanRunner<'_> {
             // Not run: what a process would do is unknown.
             return StepResult {
                 ok: true,
-                ..StepResult::new(inv.spec.exec)
+                ..StepResult::new(inv.spec.exec())
             };
         };
         // What the step would request is judged by the loop as the agent judges it.

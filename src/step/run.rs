@@ -14,7 +14,6 @@
 //! - [`AgentRunner`]: the agent's [`StepRunner`]: a `.rhai` step on the [`ScriptRunner`], a
 //!   process step on the [`ProcessRunner`].
 
-use std::ffi::OsString;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,7 +38,7 @@ use super::invocation::{
     ConsoleStreams, StepInvocation, StepProgram, StepResult, StepRunner, log_error_lines,
 };
 use super::output::{SinkOutput, local_now};
-use super::process::{Outcome, ProcessRunner, ProcessSpec, RelayOptions};
+use super::process::ProcessRunner;
 use super::spec::StepSpec;
 
 /// Stack of the thread a script runs on. Rhai's evaluator recurses per call level and per
@@ -247,7 +246,7 @@ impl ScriptStep<'_> {
             output.stderr(format!("{line}\n").as_bytes());
         }
         let opts = script_options(self.spec, output.clone(), self.api);
-        let mut outcome = run_script_with(self.engine, self.script, &self.spec.context(), &opts);
+        let mut outcome = run_script_with(self.engine, self.script, self.spec.context(), &opts);
         // The plan stopped at a call whose outcome it cannot know (after a command it did
         // not run; listed in the report as unknown): not a failure, and the script's return
         // code is unknown too, so the step is judged as returning one it accepts.
@@ -257,7 +256,7 @@ impl ScriptStep<'_> {
             .is_some_and(|e| e.kind == ScriptErrorKind::PlanUnknown)
         {
             outcome.error = None;
-            outcome.code = self.spec.returncodes.first().copied().unwrap_or(0);
+            outcome.code = self.spec.first_returncode();
         }
         let mut error = outcome
             .error
@@ -302,11 +301,12 @@ impl ScriptStep<'_> {
                 );
                 output.stderr(format!("{msg}\n").as_bytes());
                 error.get_or_insert(msg);
-                e.report.map_or_else(|| Report::new(self.spec.exec), |r| *r)
+                e.report
+                    .map_or_else(|| Report::new(self.spec.exec()), |r| *r)
             }
         };
         let ok = error.is_none() && self.spec.accepts(outcome.code) && report.drift().is_empty();
-        let interrupts = match self.spec.exec {
+        let interrupts = match self.spec.exec() {
             ExecMode::Check => Vec::new(),
             _ => report.interrupts.clone(),
         };
@@ -333,9 +333,9 @@ fn script_options(
 ) -> ScriptRunOptions {
     ScriptRunOptions {
         output,
-        cancel: spec.cancel.clone(),
+        cancel: spec.cancel().clone(),
         host: Arc::new(api.clone()),
-        timeout: spec.script_timeout,
+        timeout: spec.script_timeout(),
     }
 }
 
@@ -375,7 +375,7 @@ impl ScriptRunner {
         mut inv: StepInvocation,
         console: Arc<dyn ConsoleStreams>,
     ) -> StepResult {
-        let exec = inv.spec.exec;
+        let exec = inv.spec.exec();
         let StepProgram::Script(script) = &inv.program else {
             return StepResult::failed(exec, 1);
         };
@@ -412,7 +412,7 @@ impl ScriptRunner {
             SinkOutput::with_sinks(
                 StreamSink::new("stdout", console.writer(Label::Out), out_file),
                 StreamSink::new("stderr", console.writer(Label::Err), err_file),
-                inv.spec.redactor.clone(),
+                inv.spec.redactor().cloned(),
                 local_now,
             )
             .with_log_format(self.log_format),
@@ -483,66 +483,8 @@ impl StepRunner for AgentRunner {
     async fn run(&self, inv: StepInvocation) -> StepResult {
         match &inv.program {
             StepProgram::Script(_) => self.script.run_step(inv, self.console.clone()).await,
-            StepProgram::Process { .. } => {
-                run_process_step(&self.process, inv, &*self.console).await
-            }
+            StepProgram::Process { .. } => self.process.run_step(inv, &*self.console).await,
         }
-    }
-}
-
-/// Run a process step: spawn it through the process primitive with the step's environment,
-/// relay its output (console and log files, redacted), and judge its status by the step's
-/// return codes. A spawn failure prints `skyhook-agent: failed to execute <host path>: <os
-/// error>` and has status 127 (8.4); output errors are printed on stderr and kept in the
-/// result.
-async fn run_process_step(
-    runner: &ProcessRunner,
-    inv: StepInvocation,
-    console: &dyn ConsoleStreams,
-) -> StepResult {
-    let StepProgram::Process {
-        program,
-        cwd,
-        chroot,
-        shown,
-    } = &inv.program
-    else {
-        return StepResult::failed(inv.spec.exec, 1);
-    };
-    let spec = ProcessSpec {
-        program: program.clone(),
-        args: inv.args.iter().map(OsString::from).collect(),
-        env: inv.env.clone(),
-        cwd: cwd.clone(),
-        chroot: chroot.clone(),
-        timeout: None,
-        preamble: inv.preamble.clone(),
-        keep_fds: inv.keep_fds.clone(),
-    };
-    let options = RelayOptions {
-        stdout: Some(console.writer(Label::Out)),
-        stderr: Some(console.writer(Label::Err)),
-        redactor: inv.spec.redactor.clone(),
-        cancel: Some(inv.spec.cancel.clone()),
-        ..RelayOptions::default()
-    };
-    let report = runner.run_with(&spec, inv.logs, options).await;
-    if let Outcome::SpawnFailed(e) = &report.outcome {
-        console.error_line(&format!(
-            "skyhook-agent: failed to execute {}: {e}",
-            shown.display()
-        ));
-    }
-    let log_errors = log_error_lines(&report.output_errors);
-    for line in &log_errors {
-        console.error_line(line);
-    }
-    StepResult {
-        ok: report.outcome.succeeded_with(|c| inv.spec.accepts(c)),
-        code: report.outcome.display_status(),
-        ran: true,
-        log_errors,
-        ..StepResult::new(inv.spec.exec)
     }
 }
 

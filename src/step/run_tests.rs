@@ -108,22 +108,20 @@ fn three_root() -> tempfile::TempDir {
     d
 }
 
-fn secret_spec() -> crate::step::StepSpec {
+fn secret_spec() -> crate::step::StepBuilder {
     let env = vec![
         ("SKYHOOK_REDACT_ENV".to_string(), "TOKEN".to_string()),
         ("TOKEN".to_string(), "hunter2".to_string()),
     ];
-    crate::step::StepSpec {
-        redactor: Some(Redactor::from_env(&env)),
-        env,
-        ..crate::step::StepSpec::default()
-    }
+    crate::step::StepSpec::builder("apply", true)
+        .redactor(Redactor::from_env(&env))
+        .env(env)
 }
 
 #[test]
 fn an_applied_step_lists_what_it_changed_after_its_output() {
     let d = three_root();
-    let (r, out) = agent_step(d.path(), THREE, secret_spec());
+    let (r, out) = agent_step(d.path(), THREE, secret_spec().build());
     assert!(r.ok, "{r:?}");
     assert_eq!(
         out,
@@ -135,7 +133,7 @@ fn an_applied_step_lists_what_it_changed_after_its_output() {
          Apply: 3 changed, 0 unchanged.\n"
     );
     // Converged: the step's own output only.
-    let (r, out) = agent_step(d.path(), THREE, secret_spec());
+    let (r, out) = agent_step(d.path(), THREE, secret_spec().build());
     assert!(r.ok && r.changes_text().is_none(), "{r:?}");
     assert_eq!(out, "start\nend\n");
 }
@@ -143,10 +141,7 @@ fn an_applied_step_lists_what_it_changed_after_its_output() {
 #[test]
 fn with_diffs_each_file_change_carries_its_unified_diff() {
     let d = three_root();
-    let spec = crate::step::StepSpec {
-        diffs: true,
-        ..secret_spec()
-    };
+    let spec = secret_spec().diffs(true).build();
     let (_, out) = agent_step(d.path(), THREE, spec);
     assert_eq!(
         out,
@@ -169,16 +164,13 @@ fn failed_and_checking_steps_list_no_changes() {
     let (r, out) = agent_step(
         d.path(),
         "fs::write(\"/etc/c.conf\", \"c\\n\");\nprint(\"x\");\nthrow \"boom\";\n",
-        crate::step::StepSpec::default(),
+        crate::step::StepSpec::builder("apply", true).build(),
     );
     assert!(!r.ok);
     assert_eq!(r.report.changes.len(), 1);
     assert_eq!(out, "x\n");
     // A check: pending changes are drift, on stderr, not a list of changes.
-    let spec = crate::step::StepSpec {
-        exec: crate::host::ExecMode::Check,
-        ..crate::step::StepSpec::default()
-    };
+    let spec = crate::step::StepSpec::builder("apply-check", true).build();
     let (r, out) = agent_step(d.path(), THREE, spec);
     assert!(!r.ok);
     assert_eq!(r.report.drift().len(), 3);

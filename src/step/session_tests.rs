@@ -66,7 +66,7 @@ fn a_failed_flush_after_a_failed_script_is_reported_too() {
         "f",
         "fs::ensure_line(\"/etc/f\", \"a\");\nprint(\"poke\");\nthrow \"boom\";\n",
     );
-    let spec = StepSpec::default();
+    let spec = StepSpec::builder("apply", true).build();
     let api = spec.session(HostRoot::open(d.path()).unwrap());
     let out = Arc::new(PokeOnPrint {
         inner: CaptureOutput::new(),
@@ -176,11 +176,10 @@ fn run_as_agent(
     script: CompiledScript,
 ) -> (StepResult, String) {
     let redactor = Redactor::from_env(&secret_env());
-    let spec = StepSpec {
-        env: secret_env(),
-        redactor: Some(redactor),
-        ..StepSpec::default()
-    };
+    let spec = StepSpec::builder("apply", true)
+        .env(secret_env())
+        .redactor(redactor)
+        .build();
     let inv = StepInvocation {
         path: "w.rhai".into(),
         program: StepProgram::Script(script),
@@ -228,10 +227,7 @@ fn a_failed_end_whose_cause_was_redacted_reads_the_same_for_every_front_end() {
     // The dry run, serve and skyhook-run (the same step on the Apply executor, output
     // captured): the same text.
     let (d, file, engine, script) = setup("hunter2", SECRET_FILE_STEP);
-    let spec = StepSpec {
-        env: secret_env(),
-        ..StepSpec::default()
-    };
+    let spec = StepSpec::builder("apply", true).env(secret_env()).build();
     let api = spec.session(HostRoot::open(d.path()).unwrap());
     let out = Arc::new(PokeOnPrint {
         inner: CaptureOutput::new(),

@@ -1,10 +1,11 @@
 //! [`StepSpec`]: what a step is, as every front end states it (the agent's mode loop, the dry
-//! run, `skyhook-agent serve`, `skyhook-run SCRIPT`), and the one place that turns it into
-//! what a `.rhai` step runs with: the script's `step` context ([`StepSpec::context`]), the
-//! host session's options ([`StepSpec::host_options`]) and the session itself
-//! ([`StepSpec::session`]).
+//! run, interrupt commands, `skyhook-agent serve`, `skyhook-run SCRIPT`), made in one place,
+//! [`StepSpec::builder`] → [`StepBuilder::build`]; and the one place that turns it into what a
+//! `.rhai` step runs with: the script's `step` context ([`StepSpec::context`], held once),
+//! the host session's options ([`StepSpec::host_options`]) and the session itself
+//! ([`StepSpec::session`]). The executor a mode runs on is decided by [`exec_mode`] alone.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::host::root::HostRoot;
@@ -27,92 +28,70 @@ pub enum SecretSource {
     Declared(Vec<(String, String, String)>),
 }
 
-/// One step as its front end describes it: the package, mode and step, the environment,
-/// configMaps and node metadata, the executor, the deadline and the cancel token.
-///
-/// [`Default`] is an unnamed `apply` step on the Apply executor with an empty environment,
-/// no configMaps, commands chrooted, no deadline and return code 0 its only success.
-#[derive(Debug, Clone)]
-pub struct StepSpec {
-    /// The mode as scripts see it (`step.mode`: `apply`, `apply-check`, ...).
-    pub mode: String,
-    /// The executor: Apply, Plan (a dry run) or Check (a `*-check` mode).
-    pub exec: ExecMode,
-    /// The step's name (`step.name`).
-    pub name: String,
-    /// Its arguments after `env:` substitution and the upgrade versions.
-    pub args: Vec<String>,
-    /// The package's name; empty for a lone script.
-    pub package_name: String,
-    /// The package's version; empty for a lone script.
-    pub package_version: String,
-    /// The version upgraded from (upgrade modes).
-    pub previous_version: Option<String>,
-    /// `SKYHOOK_DIR` as the step sees it.
-    pub skyhook_dir: String,
-    /// `STEP_ROOT` as the step sees it.
-    pub step_root: String,
-    /// `SKYHOOK_RESOURCE_ID` (the script's `step.resource_id` and the session's).
-    pub resource_id: String,
-    /// `SKYHOOK_NODE_ORDER` as a number ([`node_order`]), when known.
-    pub node_order: Option<i64>,
-    /// The step's complete environment as text (later entries win): `env()` in scripts and
-    /// the environment of the commands they run.
-    pub env: Vec<(String, String)>,
-    /// Agent-side configMaps directory; `None`: no configMaps.
-    pub configmaps_dir: Option<PathBuf>,
-    /// Agent-side node metadata directory; `None`: empty maps.
-    pub node_metadata_dir: Option<PathBuf>,
-    /// Run the script's commands chrooted into the host root (`on_host`).
-    pub commands_chrooted: bool,
-    /// Where secrets come from.
-    pub secrets: SecretSource,
-    /// The step's deadline (the default command timeout is what remains of it).
-    pub deadline: Option<Instant>,
-    /// A script step's wall-clock limit (`SKYHOOK_SCRIPT_TIMEOUT`); `None`: the engine's.
-    pub script_timeout: Option<Duration>,
-    /// Return codes that count as success (the step's `returncodes`).
-    pub returncodes: Vec<i32>,
-    /// The redactor shared with the step's log sink; `None`: the session makes one from
-    /// `SKYHOOK_REDACT_ENV` in [`StepSpec::env`].
-    pub redactor: Option<Redactor>,
-    /// Aborting it ends the step at its next operation.
-    pub cancel: Cancel,
-    /// A cgroup every command of the step joins (`skyhook-agent serve`).
-    pub cgroup: Option<PathBuf>,
-    /// Render file diffs in apply mode too.
-    pub diffs: bool,
-}
-
-impl Default for StepSpec {
-    fn default() -> Self {
-        StepSpec {
-            mode: "apply".into(),
-            exec: ExecMode::Apply,
-            name: String::new(),
-            args: Vec::new(),
-            package_name: String::new(),
-            package_version: String::new(),
-            previous_version: None,
-            skyhook_dir: String::new(),
-            step_root: String::new(),
-            resource_id: String::new(),
-            node_order: None,
-            env: Vec::new(),
-            configmaps_dir: None,
-            node_metadata_dir: None,
-            commands_chrooted: true,
-            secrets: SecretSource::FromEnv,
-            deadline: None,
-            script_timeout: None,
-            returncodes: vec![0],
-            redactor: None,
-            cancel: Cancel::new(),
-            cgroup: None,
-            diffs: false,
-        }
+/// The executor of a step in `mode` (`apply`, `apply-check`, ...): a `*-check` mode always
+/// runs on Check (drift fails it, nothing changes); any other mode on Apply when `apply`,
+/// else on Plan (a dry run). The one place this is decided.
+pub fn exec_mode(mode: &str, apply: bool) -> ExecMode {
+    if mode.ends_with("-check") {
+        ExecMode::Check
+    } else if apply {
+        ExecMode::Apply
+    } else {
+        ExecMode::Plan
     }
 }
+
+/// One step as its front end describes it: the script's `step` context (mode, name,
+/// arguments, package, directories, resource id, node order, environment), the executor,
+/// configMaps and node metadata, secrets, deadline, return codes and cancel token.
+///
+/// Made only by [`StepSpec::builder`]; its fields are read through its methods.
+#[derive(Debug, Clone)]
+pub struct StepSpec {
+    /// The script's `step` context; its `dry_run` is true on the Plan executor and its
+    /// `env` is [`StepSpec::env`] with the last value of each name.
+    context: StepContext,
+    /// The executor: Apply, Plan (a dry run) or Check (a `*-check` mode), from
+    /// [`exec_mode`].
+    exec: ExecMode,
+    /// The step's complete environment as text (later entries win): `env()` in scripts and
+    /// the environment of the commands they run.
+    env: Vec<(String, String)>,
+    /// Agent-side configMaps directory; `None`: no configMaps.
+    configmaps_dir: Option<PathBuf>,
+    /// Agent-side node metadata directory; `None`: empty maps.
+    node_metadata_dir: Option<PathBuf>,
+    /// Run the script's commands chrooted into the host root (`on_host`).
+    commands_chrooted: bool,
+    /// Where secrets come from.
+    secrets: SecretSource,
+    /// The step's deadline (the default command timeout is what remains of it).
+    deadline: Option<Instant>,
+    /// A script step's wall-clock limit (`SKYHOOK_SCRIPT_TIMEOUT`); `None`: the engine's.
+    script_timeout: Option<Duration>,
+    /// Return codes that count as success (the step's `returncodes`).
+    returncodes: Vec<i32>,
+    /// The redactor shared with the step's log sink; `None`: the session makes one from
+    /// `SKYHOOK_REDACT_ENV` in [`StepSpec::env`].
+    redactor: Option<Redactor>,
+    /// Aborting it ends the step at its next operation.
+    cancel: Cancel,
+    /// A cgroup every command of the step joins (`skyhook-agent serve`).
+    cgroup: Option<PathBuf>,
+    /// Render file diffs in apply mode too.
+    diffs: bool,
+}
+
+/// Builds the one [`StepSpec`] of a step; start with [`StepSpec::builder`].
+///
+/// Unset parts: an unnamed step without arguments or package, empty directories and
+/// resource id, an empty environment (no node order), no configMaps or node metadata,
+/// commands chrooted, secrets from the environment, no deadline, the engine's script
+/// timeout, return code 0 the only success, the session's own redactor, a fresh cancel
+/// token, no cgroup, no diffs in apply mode.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct StepBuilder(StepSpec);
 
 /// The last value of `name` in `env`.
 fn env_get<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
@@ -128,22 +107,72 @@ pub fn node_order(env: &[(String, String)]) -> Option<i64> {
 }
 
 impl StepSpec {
-    /// The script's `step` context; `dry_run` is true on the Plan executor.
-    pub fn context(&self) -> StepContext {
-        StepContext {
-            mode: self.mode.clone(),
-            name: self.name.clone(),
-            args: self.args.clone(),
-            package_name: self.package_name.clone(),
-            package_version: self.package_version.clone(),
-            previous_version: self.previous_version.clone(),
-            skyhook_dir: self.skyhook_dir.clone(),
-            step_root: self.step_root.clone(),
-            resource_id: self.resource_id.clone(),
-            node_order: self.node_order,
-            dry_run: self.exec == ExecMode::Plan,
-            env: self.env.iter().cloned().collect(),
-        }
+    /// A builder for a step of `mode` (`step.mode`: `apply`, `apply-check`, ...) on the
+    /// executor [`exec_mode`]`(mode, apply)` decides; everything else as [`StepBuilder`]
+    /// says until set.
+    pub fn builder(mode: &str, apply: bool) -> StepBuilder {
+        let exec = exec_mode(mode, apply);
+        StepBuilder(StepSpec {
+            context: StepContext {
+                mode: mode.to_string(),
+                dry_run: exec == ExecMode::Plan,
+                ..StepContext::default()
+            },
+            exec,
+            env: Vec::new(),
+            configmaps_dir: None,
+            node_metadata_dir: None,
+            commands_chrooted: true,
+            secrets: SecretSource::FromEnv,
+            deadline: None,
+            script_timeout: None,
+            returncodes: vec![0],
+            redactor: None,
+            cancel: Cancel::new(),
+            cgroup: None,
+            diffs: false,
+        })
+    }
+
+    /// The script's `step` context.
+    pub fn context(&self) -> &StepContext {
+        &self.context
+    }
+
+    /// The executor: Apply, Plan or Check.
+    pub fn exec(&self) -> ExecMode {
+        self.exec
+    }
+
+    /// The step's complete environment as text (later entries win).
+    pub fn env(&self) -> &[(String, String)] {
+        &self.env
+    }
+
+    /// The step's cancel token.
+    pub fn cancel(&self) -> &Cancel {
+        &self.cancel
+    }
+
+    /// The cgroup every command of the step joins, if any (`skyhook-agent serve`).
+    pub fn cgroup(&self) -> Option<&Path> {
+        self.cgroup.as_deref()
+    }
+
+    /// The redactor shared with the step's log sink, when the front end gave one.
+    pub fn redactor(&self) -> Option<&Redactor> {
+        self.redactor.as_ref()
+    }
+
+    /// A script step's wall-clock limit; `None`: the engine's.
+    pub fn script_timeout(&self) -> Option<Duration> {
+        self.script_timeout
+    }
+
+    /// The return code a step judged as returning one it accepts has: the first of its
+    /// return codes (0 when it has none).
+    pub fn first_returncode(&self) -> i32 {
+        self.returncodes.first().copied().unwrap_or(0)
     }
 
     /// The options of the step's host session. With [`SecretSource::FromEnv`], an empty
@@ -173,14 +202,14 @@ impl StepSpec {
             secrets_dir,
             allowed_secrets,
             declared_secrets,
-            resource_id: self.resource_id.clone(),
+            resource_id: self.context.resource_id.clone(),
             package_lock_timeout: defaults.package_lock_timeout,
             redactor: self.redactor.clone(),
             cancel: self.cancel.clone(),
             diffs: self.diffs,
             cgroup: self.cgroup.clone(),
             undo: (self.exec == ExecMode::Apply)
-                .then(|| format!("{}-{}", self.package_name, self.name)),
+                .then(|| format!("{}-{}", self.context.package_name, self.context.name)),
         }
     }
 
@@ -196,6 +225,128 @@ impl StepSpec {
     }
 }
 
+impl StepBuilder {
+    /// The step's name (`step.name`) and its arguments after `env:` substitution and the
+    /// upgrade versions (`step.args`).
+    pub fn step(mut self, name: impl Into<String>, args: Vec<String>) -> Self {
+        self.0.context.name = name.into();
+        self.0.context.args = args;
+        self
+    }
+
+    /// The package's name and version, and the version upgraded from (upgrade modes).
+    pub fn package(
+        mut self,
+        name: impl Into<String>,
+        version: impl Into<String>,
+        previous_version: Option<String>,
+    ) -> Self {
+        self.0.context.package_name = name.into();
+        self.0.context.package_version = version.into();
+        self.0.context.previous_version = previous_version;
+        self
+    }
+
+    /// `SKYHOOK_DIR` and `STEP_ROOT` as the step sees them.
+    pub fn dirs(mut self, skyhook_dir: impl Into<String>, step_root: impl Into<String>) -> Self {
+        self.0.context.skyhook_dir = skyhook_dir.into();
+        self.0.context.step_root = step_root.into();
+        self
+    }
+
+    /// `SKYHOOK_RESOURCE_ID` (the script's `step.resource_id` and the session's).
+    pub fn resource_id(mut self, id: impl Into<String>) -> Self {
+        self.0.context.resource_id = id.into();
+        self
+    }
+
+    /// The step's complete environment as text (later entries win); the script's
+    /// `step.node_order` is its `SKYHOOK_NODE_ORDER` ([`node_order`]).
+    pub fn env(mut self, env: Vec<(String, String)>) -> Self {
+        self.0.context.node_order = node_order(&env);
+        self.0.context.env = env.iter().cloned().collect();
+        self.0.env = env;
+        self
+    }
+
+    /// The script's `step.node_order`, overriding what [`StepBuilder::env`] read.
+    pub fn node_order(mut self, order: Option<i64>) -> Self {
+        self.0.context.node_order = order;
+        self
+    }
+
+    /// Agent-side configMaps directory (`None`: no configMaps).
+    pub fn configmaps(mut self, dir: Option<PathBuf>) -> Self {
+        self.0.configmaps_dir = dir;
+        self
+    }
+
+    /// Agent-side node metadata directory (`None`: empty maps).
+    pub fn node_metadata(mut self, dir: Option<PathBuf>) -> Self {
+        self.0.node_metadata_dir = dir;
+        self
+    }
+
+    /// Run the script's commands chrooted into the host root (`on_host`).
+    pub fn commands_chrooted(mut self, chrooted: bool) -> Self {
+        self.0.commands_chrooted = chrooted;
+        self
+    }
+
+    /// Where secrets come from.
+    pub fn secrets(mut self, secrets: SecretSource) -> Self {
+        self.0.secrets = secrets;
+        self
+    }
+
+    /// A script step's wall-clock limit (`SKYHOOK_SCRIPT_TIMEOUT`).
+    pub fn script_timeout(mut self, timeout: Duration) -> Self {
+        self.0.script_timeout = Some(timeout);
+        self
+    }
+
+    /// The step's deadline (the default command timeout is what remains of it).
+    pub fn deadline(mut self, deadline: Instant) -> Self {
+        self.0.deadline = Some(deadline);
+        self
+    }
+
+    /// Return codes that count as success (the step's `returncodes`).
+    pub fn returncodes(mut self, codes: Vec<i32>) -> Self {
+        self.0.returncodes = codes;
+        self
+    }
+
+    /// The redactor shared with the step's log sink.
+    pub fn redactor(mut self, redactor: Redactor) -> Self {
+        self.0.redactor = Some(redactor);
+        self
+    }
+
+    /// The step's cancel token.
+    pub fn cancel(mut self, cancel: Cancel) -> Self {
+        self.0.cancel = cancel;
+        self
+    }
+
+    /// A cgroup every command of the step joins.
+    pub fn cgroup(mut self, cgroup: Option<PathBuf>) -> Self {
+        self.0.cgroup = cgroup;
+        self
+    }
+
+    /// Render file diffs in apply mode too.
+    pub fn diffs(mut self, diffs: bool) -> Self {
+        self.0.diffs = diffs;
+        self
+    }
+
+    /// The step.
+    pub fn build(self) -> StepSpec {
+        self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,23 +359,30 @@ mod tests {
     }
 
     #[test]
+    fn the_executor_is_check_in_check_modes_else_apply_or_plan() {
+        assert_eq!(exec_mode("apply", false), ExecMode::Plan);
+        assert_eq!(exec_mode("config", true), ExecMode::Apply);
+        assert_eq!(exec_mode("apply-check", false), ExecMode::Check);
+        assert_eq!(exec_mode("uninstall-check", true), ExecMode::Check);
+        assert_eq!(exec_mode("post-interrupt-check", true), ExecMode::Check);
+    }
+
+    #[test]
     fn secrets_from_env_take_the_last_value_and_an_empty_dir_is_the_default() {
-        let spec = StepSpec {
-            env: env(&[
+        let spec = StepSpec::builder("apply", true)
+            .env(env(&[
                 ("SKYHOOK_SECRETS_DIR", "/a"),
                 ("SKYHOOK_SECRETS_DIR", "/b"),
                 ("SKYHOOK_ALLOWED_SECRETS", "db, tls"),
-            ]),
-            ..StepSpec::default()
-        };
+            ]))
+            .build();
         let o = spec.host_options();
         assert_eq!(o.secrets_dir, PathBuf::from("/b"));
         assert_eq!(o.allowed_secrets, vec!["db".to_string(), "tls".to_string()]);
         assert!(o.declared_secrets.is_none());
-        let empty = StepSpec {
-            env: env(&[("SKYHOOK_SECRETS_DIR", "")]),
-            ..StepSpec::default()
-        };
+        let empty = StepSpec::builder("apply", true)
+            .env(env(&[("SKYHOOK_SECRETS_DIR", "")]))
+            .build();
         assert_eq!(
             empty.host_options().secrets_dir,
             PathBuf::from("/var/run/secrets/skyhook")
@@ -233,14 +391,17 @@ mod tests {
 
     #[test]
     fn declared_secrets_ignore_the_environment() {
-        let spec = StepSpec {
-            env: env(&[
+        let spec = StepSpec::builder("apply", true)
+            .env(env(&[
                 ("SKYHOOK_SECRETS_DIR", "/a"),
                 ("SKYHOOK_ALLOWED_SECRETS", "db"),
-            ]),
-            secrets: SecretSource::Declared(vec![("db".into(), "pw".into(), "x".into())]),
-            ..StepSpec::default()
-        };
+            ]))
+            .secrets(SecretSource::Declared(vec![(
+                "db".into(),
+                "pw".into(),
+                "x".into(),
+            )]))
+            .build();
         let o = spec.host_options();
         assert_eq!(o.secrets_dir, PathBuf::from("/var/run/secrets/skyhook"));
         assert!(o.allowed_secrets.is_empty());
@@ -252,20 +413,20 @@ mod tests {
 
     #[test]
     fn the_context_is_a_dry_run_only_on_the_plan_executor_and_env_keeps_the_last_value() {
-        let mut spec = StepSpec {
-            mode: "apply-check".into(),
-            exec: ExecMode::Check,
-            name: "s".into(),
-            env: env(&[("A", "1"), ("A", "2"), ("SKYHOOK_NODE_ORDER", " 3 ")]),
-            ..StepSpec::default()
-        };
-        spec.node_order = node_order(&spec.env);
+        let e = env(&[("A", "1"), ("A", "2"), ("SKYHOOK_NODE_ORDER", " 3 ")]);
+        let spec = StepSpec::builder("apply-check", true)
+            .step("s", Vec::new())
+            .env(e.clone())
+            .build();
+        assert_eq!(spec.exec(), ExecMode::Check);
         let c = spec.context();
         assert!(!c.dry_run);
         assert!(c.is_check());
         assert_eq!(c.node_order, Some(3));
         assert_eq!(c.env.get("A").map(String::as_str), Some("2"));
-        spec.exec = ExecMode::Plan;
-        assert!(spec.context().dry_run);
+        let plan = StepSpec::builder("apply", false).env(e).build();
+        assert_eq!(plan.exec(), ExecMode::Plan);
+        assert!(plan.context().dry_run);
+        assert!(!StepSpec::builder("apply", true).build().context().dry_run);
     }
 }

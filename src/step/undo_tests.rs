@@ -153,11 +153,14 @@ impl ScriptOutput for Hooked {
 }
 
 fn spec() -> StepSpec {
-    StepSpec {
-        package_name: "demo".into(),
-        name: "tune.rhai".into(),
-        ..StepSpec::default()
-    }
+    builder().build()
+}
+
+/// An apply step `tune.rhai` of package `demo`.
+fn builder() -> crate::step::StepBuilder {
+    StepSpec::builder("apply", true)
+        .package("demo", "", None)
+        .step("tune.rhai", Vec::new())
 }
 
 /// After a failed step: the tree as before (no deferred record either); only what ran
@@ -215,11 +218,8 @@ fn a_failed_command_is_undone_the_same_way() {
 fn the_script_deadline_is_undone_the_same_way() {
     let t = host();
     let before = snapshot(&t);
-    let spec = StepSpec {
-        // Long enough for the changes on a loaded machine; the loop then runs into it.
-        script_timeout: Some(Duration::from_secs(2)),
-        ..spec()
-    };
+    // Long enough for the changes on a loaded machine; the loop then runs into it.
+    let spec = builder().script_timeout(Duration::from_secs(2)).build();
     let src = format!("{CHANGES}loop {{ fs::exists(\"/etc\"); }}\n");
     let (r, _) = run(&t, &src, &spec, None);
     let error = r.error.as_deref().unwrap();
@@ -232,10 +232,7 @@ fn a_cancel_is_undone_the_same_way() {
     let t = host();
     let before = snapshot(&t);
     let cancel = Cancel::new();
-    let spec = StepSpec {
-        cancel: cancel.clone(),
-        ..spec()
-    };
+    let spec = builder().cancel(cancel.clone()).build();
     let hook = Box::new(move |b: &[u8]| {
         if b.starts_with(b"cancel") {
             cancel.abort(CancelReason::Signal("SIGTERM"));
@@ -396,10 +393,10 @@ fn a_live_steps_journal_is_left_alone_by_another_sessions_recovery() {
 fn plan_and_check_sessions_journal_nothing() {
     let t = host();
     let before = snapshot(&t);
-    let spec = StepSpec {
-        exec: crate::host::ExecMode::Plan,
-        ..spec()
-    };
+    let spec = StepSpec::builder("apply", false)
+        .package("demo", "", None)
+        .step("tune.rhai", Vec::new())
+        .build();
     let (r, _) = run(&t, &format!("{CHANGES}throw \"boom\";\n"), &spec, None);
     assert!(!r.ok);
     assert_same(&before, &snapshot(&t));
@@ -427,10 +424,7 @@ fn run_compiled(
     package: &str,
     hook: Option<Hook>,
 ) -> (StepResult, String) {
-    let spec = StepSpec {
-        package_name: package.into(),
-        ..spec()
-    };
+    let spec = builder().package(package, "", None).build();
     let api = spec.session(HostRoot::open(&t.root).unwrap());
     let out = Arc::new(Hooked {
         inner: CaptureOutput::new(),

@@ -39,8 +39,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::host::Host;
 use crate::host::root::HostRoot;
-use crate::host::{ExecMode, Host};
 use crate::package::{Mode, Package};
 use crate::process::{Cancel, CancelReason};
 use crate::script::ScriptOutput;
@@ -50,13 +50,13 @@ use crate::script::lint::{Checker, Diagnostic, Severity};
 use crate::step::run::{End, ScriptStep};
 use crate::step::{SecretSource, StepInvocation, StepProgram, StepResult, StepRunner, StepSpec};
 
-use super::{Decision, InterruptPolicy, ModeLoop, StateView};
-use crate::agent::console::Console;
-use crate::agent::coverage::Declarations;
-use crate::agent::env::{EnvBuilder, lossy_env};
 use crate::agent::error::AgentError;
-use crate::agent::settings::Settings;
 use crate::agent::site::{PackageSite, StepScripts};
+use crate::mode::Console;
+use crate::mode::Declarations;
+use crate::mode::Settings;
+use crate::mode::env::{EnvBuilder, lossy_env};
+use crate::mode::{Decision, ModeLoop, PackageMode};
 
 /// One mode's preflight (see the module docs).
 pub struct Preflight<'a> {
@@ -166,15 +166,13 @@ impl Preflight<'_> {
         // Aborted when the run is stopped: ends the script being planned (its evaluation and
         // any query it is running) and starts no further step.
         let plan_cancel = self.cancel.child();
-        let spec = StepSpec {
-            exec: ExecMode::Plan,
-            env,
-            configmaps_dir: Some(self.site.shown(&self.site.configmaps_dir())),
-            resource_id: self.resource_id.to_string(),
-            secrets: SecretSource::FromEnv,
-            cancel: plan_cancel.clone(),
-            ..StepSpec::default()
-        };
+        let spec = StepSpec::builder("apply", false)
+            .env(env)
+            .configmaps(Some(self.site.shown(&self.site.configmaps_dir())))
+            .resource_id(self.resource_id)
+            .secrets(SecretSource::FromEnv)
+            .cancel(plan_cancel.clone())
+            .build();
         let api = spec.session(self.root.try_clone()?);
         let output: Arc<dyn ScriptOutput> = api.redacting_output(Arc::new(Discard));
         let mut errors = Vec::new();
@@ -211,33 +209,22 @@ impl Preflight<'_> {
             past_process: AtomicBool::new(false),
         };
         let console = Console::null();
-        let mode_loop = ModeLoop {
-            mode: self.mode,
-            package: self.package,
-            site: self.site,
-            settings: self.settings,
-            state: StateView {
-                root: self.root,
-                state_root: &self.settings.state_root,
-                writable: false,
-            },
-            scripts: self.scripts,
-            runner: &runner,
-            console: &console,
-            cancel: &plan_cancel,
-            resource_id: self.resource_id,
-            run_exec: ExecMode::Plan,
-            write_logs: false,
-            node_metadata_dir: None,
-            interrupts: Some(InterruptPolicy {
+        let mode_loop = ModeLoop::new(
+            PackageMode {
+                mode: self.mode,
+                package: self.package,
+                site: self.site,
+                scripts: self.scripts,
+                resource_id: self.resource_id,
                 declarations: self.declarations.clone(),
-                record: false,
-            }),
-            keep_fds: Vec::new(),
-            lock_keeper: None,
-            logs: crate::logs::retention::LogIndex::default(),
-            dirs: crate::host::root::run_dirs::RunDirs::default(),
-        };
+            },
+            self.settings,
+            self.root,
+            &runner,
+            &console,
+            &plan_cancel,
+            None,
+        );
         // The scripts run on the blocking pool (PreflightRunner), so this task and the signal
         // handler's keep running: a stop of the run aborts the plan.
         let abort_on_stop = async {
@@ -325,7 +312,7 @@ struct PreflightRunner {
 
 impl StepRunner for PreflightRunner {
     async fn run(&self, inv: StepInvocation) -> StepResult {
-        let exec = inv.spec.exec;
+        let exec = inv.spec.exec();
         let StepProgram::Script(script) = inv.program else {
             self.past_process.store(true, Ordering::Relaxed);
             return StepResult {

@@ -9,7 +9,7 @@ use crate::logs::retention::{self, DEFAULT_KEEP, LogIndex};
 use crate::logs::sink::{StepLogFiles, open_step_logs, open_step_logs_in};
 
 use super::console::Console;
-use super::error::AgentError;
+use super::error::ModeError;
 
 /// Log files kept per step, the new one included (6.5).
 pub const LOGS_KEPT: usize = DEFAULT_KEEP;
@@ -20,13 +20,13 @@ pub const LOGS_KEPT: usize = DEFAULT_KEEP;
 /// directory again.
 ///
 /// # Errors
-/// [`AgentError::Logs`]: the files cannot be created (the message names the path).
+/// [`ModeError::Logs`]: the files cannot be created (the message names the path).
 pub fn open(
     root: &HostRoot,
     write_logs: bool,
     log_dir: &Path,
     base: &str,
-) -> Result<(Option<StepLogFiles>, Vec<PathBuf>), AgentError> {
+) -> Result<(Option<StepLogFiles>, Vec<PathBuf>), ModeError> {
     if !write_logs {
         return Ok((None, Vec::new()));
     }
@@ -49,11 +49,11 @@ pub fn open_indexed(
     write_logs: bool,
     log_dir: &Path,
     base: &str,
-) -> Result<(Option<StepLogFiles>, Vec<PathBuf>), AgentError> {
+) -> Result<(Option<StepLogFiles>, Vec<PathBuf>), ModeError> {
     if !write_logs {
         return Ok((None, Vec::new()));
     }
-    let listed = index.list(root, log_dir, base).map_err(AgentError::from)?;
+    let listed = index.list(root, log_dir, base).map_err(ModeError::from)?;
     let mut logs = open_step_logs_in(
         dirs,
         root,

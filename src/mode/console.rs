@@ -180,6 +180,16 @@ impl Console {
     }
 }
 
+/// The console of relayed step output.
+impl crate::step::invocation::ConsoleStreams for Console {
+    fn writer(&self, label: crate::logs::sink::Label) -> Box<dyn std::io::Write + Send> {
+        Console::writer(self, label)
+    }
+    fn error_line(&self, line: &str) {
+        self.error(line);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
