@@ -6,6 +6,7 @@
 //! | module | role |
 //! |---|---|
 //! | [`cli`] | the command lines of `skyhook-agent`, `skyhook-agent serve` and `skyhook-run` side by side, and the one exit-status table ([`cli::exit`]) |
+//! | [`fleet`] | `skyhook-run plan`: a Skyhook CR's packages planned read-only on every node it selects, through each node's `serve`, nodes grouped by plan |
 //! | [`local`] | `skyhook-run`: one script or a whole package against a local host root (plan, apply, check) |
 //! | [`package`] | config.json model, embedded JSON Schema v1, step rules, package loading |
 //! | [`agent`] | one mode of one package: the one mode loop ([`agent::mode::ModeLoop`]), flags, history, check summaries, interrupts, SIGTERM, the console |
@@ -26,6 +27,7 @@ pub mod chain;
 pub mod cli;
 pub mod clock;
 pub mod diag;
+pub mod fleet;
 pub mod host;
 pub mod local;
 pub mod logs;

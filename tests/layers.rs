@@ -42,13 +42,17 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Front ends: the agent's mode loop, the remote step API and its client, skyhook-run.
     ("agent",   &["chain", "clock", "diag", "host", "logs", "package", "process", "pyfmt",
                   "redact", "script", "state", "step"]),
-    ("serve",   &["chain", "clock", "host", "logs", "process", "redact", "script", "step"]),
-    ("remote",  &["process", "serve"]),
     ("local",   &["agent", "host", "logs", "package", "process", "redact", "script", "state",
                   "step"]),
+    // serve plans a package read-only through local's package plan (kind package_plan).
+    ("serve",   &["chain", "clock", "host", "local", "logs", "package", "process", "redact",
+                  "script", "step"]),
+    ("remote",  &["process", "serve"]),
+    // Fleet preview: a CR's packages planned on every selected node through serve.
+    ("fleet",   &["package", "process", "remote", "serve"]),
     // The command lines of the three binaries.
-    ("cli",     &["agent", "chain", "diag", "host", "local", "package", "process", "remote",
-                  "script", "serve", "step"]),
+    ("cli",     &["agent", "chain", "diag", "fleet", "host", "local", "package", "process",
+                  "remote", "script", "serve", "step"]),
 ];
 
 /// The folders of `src/host` below its API areas, lowest first: root confinement, the effects

@@ -151,6 +151,9 @@ pub enum Kind {
     Sh,
     /// A Rhai script.
     Rhai,
+    /// A read-only package plan (`super::plan`).
+    #[serde(rename = "package_plan")]
+    PackagePlan,
 }
 
 impl Kind {
@@ -159,6 +162,7 @@ impl Kind {
         match self {
             Kind::Sh => "sh",
             Kind::Rhai => "rhai",
+            Kind::PackagePlan => super::plan::KIND,
         }
     }
 }
@@ -199,6 +203,30 @@ pub struct StartRequest {
     pub script_name: Option<String>,
 }
 
+impl StartRequest {
+    /// The generic part of a `package_plan` start (`super::plan` has the rest).
+    fn plan(id: String, timeout_s: Option<f64>) -> StartRequest {
+        StartRequest {
+            id,
+            kind: Kind::PackagePlan,
+            command: None,
+            script: None,
+            mode: None,
+            env: BTreeMap::new(),
+            secrets: Vec::new(),
+            workdir: None,
+            timeout_s,
+            script_name: None,
+        }
+    }
+}
+
+impl From<super::plan::PlanRefusal> for Refusal {
+    fn from(r: super::plan::PlanRefusal) -> Refusal {
+        Refusal::new(r.status, r.body)
+    }
+}
+
 /// True for a valid execution id.
 pub fn valid_id(id: &str) -> bool {
     (1..=128).contains(&id.len())
@@ -216,6 +244,7 @@ enum Prepared {
         env: Vec<(String, String)>,
         declared: Vec<(String, String, String)>,
     },
+    Plan(Box<super::plan::PlanJob>),
 }
 
 struct Inner {
@@ -637,7 +666,10 @@ impl Service {
     /// # Errors
     /// The [`Refusal`] to answer with.
     pub fn start(self: &Arc<Self>, body: &[u8], engine: &str) -> Result<Arc<Execution>, Refusal> {
-        let req: StartRequest = serde_json::from_slice(body).map_err(Refusal::bad)?;
+        let (req, mut plan) = match super::plan::parse_plan(body).map_err(Refusal::from)? {
+            Some(p) => (StartRequest::plan(p.id, p.timeout_s), Some(p.job)),
+            None => (serde_json::from_slice(body).map_err(Refusal::bad)?, None),
+        };
         if !valid_id(&req.id) {
             return Err(Refusal::bad("id must match [A-Za-z0-9._-]{1,128}"));
         }
@@ -701,6 +733,10 @@ impl Service {
         }
         check_exec_size(&env, req.command.as_deref())?;
         let mut prepared = match req.kind {
+            Kind::PackagePlan => match plan.take() {
+                Some(job) => Prepared::Plan(Box::new(job)),
+                None => return Err(Refusal::bad("kind package_plan needs package")),
+            },
             Kind::Sh => {
                 if req.script.is_some() || req.mode.is_some() {
                     return Err(Refusal::bad("kind sh takes command, not script or mode"));
@@ -874,6 +910,17 @@ impl Service {
                     env,
                     declared,
                 } => svc.run_rhai(&e, compiled, exec, env, declared).await,
+                Prepared::Plan(job) => {
+                    let (s, x) = (svc.clone(), e.clone());
+                    let emit: super::plan::Emit = Arc::new(move |b| s.emit(&x, &b));
+                    let root = svc.cfg.root.clone();
+                    let (exit, extra) = super::plan::run(*job, root, emit, e.cancel.clone()).await;
+                    if e.timed_out.load(Ordering::SeqCst) {
+                        (json!({"error": "timeout"}), extra)
+                    } else {
+                        (exit, extra)
+                    }
+                }
             };
             svc.finish(&e, exit, extra);
         });

@@ -16,6 +16,7 @@ pub mod event;
 pub mod exec;
 pub mod http;
 pub mod metrics;
+pub mod plan;
 pub mod ring;
 pub mod secrets;
 pub mod start;
