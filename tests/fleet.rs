@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
-use skyhook::fleet::Cr;
-use skyhook::fleet::run::plan_bodies;
+use skyhook::fleet::run::{Options, plan_bodies, preview};
+use skyhook::fleet::{Cr, load_nodes};
 use skyhook::package::Mode;
 use skyhook::process::Cancel;
 use skyhook::remote::Client;
@@ -92,7 +93,7 @@ fn packages(dir: &Path) -> PathBuf {
     write(
         &base.join("skyhook_dir/base.rhai"),
         "let id = os::id();\n\
-         fs::write(\"/etc/fleet-demo/base.conf\", `managed=base\\nos=${id}\\n`);\n\
+         fs::write(\"/etc/fleet-demo/base.conf\", \"managed=base\\nos=\" + id + \"\\n\");\n\
          let r = query([\"sh\", \"-c\", \"echo owned > /etc/owned-by-a-query\"]);\n",
     );
     write(
@@ -111,7 +112,7 @@ fn packages(dir: &Path) -> PathBuf {
     write(
         &tuning.join("skyhook_dir/tune.rhai"),
         "if fs::exists(\"/etc/fleet-demo/broken\") { throw \"/etc/fleet-demo/broken is present\"; }\n\
-         fs::write(\"/etc/fleet-demo/tuning.conf\", `threads=${config::get(\"threads\")}\\n`);\n\
+         fs::write(\"/etc/fleet-demo/tuning.conf\", \"threads=\" + config::get(\"threads\") + \"\\n\");\n\
          interrupt::restart_services([\"containerd\"]);\n",
     );
     write(&tuning.join("configmaps/threads"), "4");
@@ -263,4 +264,258 @@ fn a_plan_token_plans_and_cannot_run_a_step() {
         assert_eq!(v["max_package_bytes"], 3 << 20);
     });
     assert_eq!(tree(fr.root()), before);
+}
+
+/// A hostile node: answers any request with a 200 stream that never ends a line, one byte
+/// every 100 ms (`drip`), or 64 KiB chunks as fast as it can (`flood`).
+async fn start_hostile(flood: bool) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n\
+                            Transfer-Encoding: chunked\r\n\r\n";
+                if s.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = if flood {
+                    format!("10000\r\n{}\r\n", "x".repeat(0x10000))
+                } else {
+                    "1\r\nx\r\n".to_string()
+                };
+                // Bounded: 10,000 chunks (640 MiB flooded, or 1,000 s dripped) at most.
+                for _ in 0..10_000 {
+                    if s.write_all(chunk.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    if !flood {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+/// A port nothing listens on.
+async fn dead_address() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    format!("http://127.0.0.1:{port}")
+}
+
+/// Apply both packages of `cr` to `root` for real (`skyhook-run --package --apply`), so
+/// their step flags exist: the node is converged.
+fn apply_packages(pkgs: &Path, cr: &Path, root: &Path) {
+    let cm = pkgs.join("cm-tuning");
+    write(&cm.join("threads"), "8");
+    for (name, cms) in [("base", None), ("tuning", Some(&cm))] {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_skyhook-run"));
+        c.env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .arg("--package")
+            .arg(pkgs.join(name))
+            .args(["--mode", "apply", "--apply", "--root"])
+            .arg(root)
+            .arg("--skyhook-cr")
+            .arg(cr);
+        if let Some(cm) = cms {
+            c.arg("--configmaps").arg(cm);
+        }
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "apply {name}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The done-when test of issue 32: 21 `serve` instances in this process, each over its own
+/// fake host (fresh Ubuntu 22.04 and 24.04, fresh Amazon Linux, converged, one where a step
+/// of `tuning` fails, two the selector excludes), one node down, one dripping and one
+/// flooding. The grouped output is exact and the same on a second run; every failure is
+/// named per node; no file of any host changed.
+#[test]
+fn a_fleet_preview_groups_nodes_by_plan_and_changes_no_host() {
+    require_root!();
+    let pkgs = tempfile::tempdir().unwrap();
+    let cr_path = packages(pkgs.path());
+    let tokens = tokens_file(pkgs.path());
+    // (name, layer, labels beyond the selected ones, state)
+    let mut spec: Vec<(String, &str, &str, &str)> = Vec::new();
+    for i in 1..=8 {
+        spec.push((format!("n{i:02}"), "ubuntu-22.04", "", "fresh"));
+    }
+    for i in 9..=12 {
+        spec.push((format!("n{i:02}"), "ubuntu-24.04-eks-x86_64", "", "fresh"));
+    }
+    for i in 13..=15 {
+        spec.push((format!("n{i:02}"), "amazon-linux-2023", "", "fresh"));
+    }
+    for i in 16..=18 {
+        spec.push((format!("n{i:02}"), "ubuntu-22.04", "", "converged"));
+    }
+    spec.push(("n19".into(), "ubuntu-22.04", "", "broken"));
+    spec.push(("n20".into(), "ubuntu-22.04", "skip", "fresh"));
+    spec.push(("n21".into(), "cos-117", "nogpu", "fresh"));
+    let hosts: Vec<FakeRoot> = spec
+        .iter()
+        .map(|(_, layer, _, state)| {
+            let fr = fake_host(layer);
+            match *state {
+                "converged" => apply_packages(pkgs.path(), &cr_path, fr.root()),
+                "broken" => {
+                    fr.write("/etc/fleet-demo/broken", "");
+                }
+                _ => {}
+            }
+            fr
+        })
+        .collect();
+    let before: Vec<Vec<String>> = hosts.iter().map(|h| tree(h.root())).collect();
+    let cr = Cr::load(&cr_path).unwrap();
+    let bodies = plan_bodies(&cr, &BTreeMap::new(), &[Mode::Apply]).unwrap();
+    let outputs: Vec<String> = rt().block_on(async {
+        let mut nodes = Vec::new();
+        for ((name, _, extra, _), host) in spec.iter().zip(&hosts) {
+            let mut labels = json!({"nvidia.com/gpu.present": "true", "kubernetes.io/os": "linux"});
+            match *extra {
+                "skip" => labels["fleet-demo/skip"] = "yes".into(),
+                "nogpu" => labels["nvidia.com/gpu.present"] = "false".into(),
+                _ => {}
+            }
+            let address = start_serve(host.root(), &tokens).await;
+            nodes.push(json!({"name": name, "labels": labels, "address": address}));
+        }
+        let linux = json!({"nvidia.com/gpu.present": "true", "kubernetes.io/os": "linux"});
+        nodes.push(json!({"name": "n22", "labels": linux, "address": dead_address().await}));
+        nodes.push(json!({"name": "n23", "labels": linux, "address": start_hostile(false).await}));
+        nodes.push(json!({"name": "n24", "labels": linux, "address": start_hostile(true).await}));
+        let nodes_file = pkgs.path().join("nodes.yaml");
+        std::fs::write(&nodes_file, serde_yaml_ng::to_string(&nodes).unwrap()).unwrap();
+        let nodes = load_nodes(&nodes_file, None).unwrap();
+        let mut outs = Vec::new();
+        for _ in 0..2 {
+            let p = preview(
+                &cr,
+                nodes.clone(),
+                bodies.clone(),
+                &options(vec![Mode::Apply], PLAN_TOKEN),
+                &Cancel::new(),
+                &mut |_, _| {},
+            )
+            .await;
+            assert_eq!(p.to_json()["summary"]["line"], p.summary());
+            outs.push(p.render_text());
+        }
+        outs
+    });
+    for (h, b) in hosts.iter().zip(&before) {
+        assert!(&tree(h.root()) == b, "host {} changed", h.root().display());
+    }
+    assert_eq!(outputs[0], outputs[1]);
+    assert_eq!(outputs[0], EXPECTED);
+}
+
+/// What the preview prints (both runs).
+const EXPECTED: &str = r#"== would change on 12 nodes: n01, n02, n03, n04, n05, n06, n07, n08, n09, n10, n11, n12
+package base 1.0.0
+--- mode apply
+==> step base: base.rhai
++ mkdir /etc/fleet-demo
+~ create /etc/fleet-demo/base.conf (mode 0644)  # <package>/skyhook_dir/base.rhai:2
+--- /dev/null
++++ b/etc/fleet-demo/base.conf
+@@ -0,0 +1,2 @@
++managed=base
++os=ubuntu
+==> step setup: setup.sh
+> would run: setup.sh
+Plan: 1 to change, 0 unchanged, 1 action.
+package tuning 2.0.0
+--- mode apply
+==> step tune: tune.rhai
++ mkdir /etc/fleet-demo
+~ create /etc/fleet-demo/tuning.conf (mode 0644)  # <package>/skyhook_dir/tune.rhai:2
+--- /dev/null
++++ b/etc/fleet-demo/tuning.conf
+@@ -0,0 +1 @@
++threads=8
+! interrupt: restart services containerd  # <package>/skyhook_dir/tune.rhai:3
+note: tune.rhai: requested interrupt restart_services [containerd] is declared in the Skyhook CR (interrupt (type: service, services: [containerd])): the operator runs it in its interrupt stage
+Plan: 1 to change, 0 unchanged.
+== would change on 3 nodes: n13, n14, n15
+package base 1.0.0
+--- mode apply
+==> step base: base.rhai
++ mkdir /etc/fleet-demo
+~ create /etc/fleet-demo/base.conf (mode 0644)  # <package>/skyhook_dir/base.rhai:2
+--- /dev/null
++++ b/etc/fleet-demo/base.conf
+@@ -0,0 +1,2 @@
++managed=base
++os=amzn
+==> step setup: setup.sh
+> would run: setup.sh
+Plan: 1 to change, 0 unchanged, 1 action.
+package tuning 2.0.0
+--- mode apply
+==> step tune: tune.rhai
++ mkdir /etc/fleet-demo
+~ create /etc/fleet-demo/tuning.conf (mode 0644)  # <package>/skyhook_dir/tune.rhai:2
+--- /dev/null
++++ b/etc/fleet-demo/tuning.conf
+@@ -0,0 +1 @@
++threads=8
+! interrupt: restart services containerd  # <package>/skyhook_dir/tune.rhai:3
+note: tune.rhai: requested interrupt restart_services [containerd] is declared in the Skyhook CR (interrupt (type: service, services: [containerd])): the operator runs it in its interrupt stage
+Plan: 1 to change, 0 unchanged.
+== converged on 3 nodes: n16, n17, n18
+package base 1.0.0
+--- mode apply
+==> step base: base.rhai
+skipped: flag /etc/skyhook/flags/base/1.0.0/base.rhai_W11fWzBd exists
+==> step setup: setup.sh
+skipped: flag /etc/skyhook/flags/base/1.0.0/setup.sh_W11fWzBd exists
+Plan: 0 to change, 0 unchanged.
+package tuning 2.0.0
+--- mode apply
+==> step tune: tune.rhai
+skipped: flag /etc/skyhook/flags/tuning/2.0.0/tune.rhai_W11fWzBd exists
+Plan: 0 to change, 0 unchanged.
+== failed on n19: package tuning: mode apply step tune: <package>/skyhook_dir/tune.rhai:1:43: /etc/fleet-demo/broken is present
+== failed on n22: package base: Connection refused (os error 111)
+== failed on n23: no plan within 8 s (--node-timeout)
+== failed on n24: package base: the stream passed 1048576 bytes: stopped reading
+== excluded by spec.nodeSelectors: n20, n21
+22 selected: 15 would change (2 plans), 3 converged, 4 failed
+"#;
+
+fn options(modes: Vec<Mode>, token: &str) -> Options {
+    Options {
+        modes,
+        parallel: 32,
+        timeout: Duration::from_secs(8),
+        max_stream: 1 << 20,
+        token: token.into(),
+        tls_ca: None,
+        tls_client: None,
+    }
 }
