@@ -519,3 +519,111 @@ fn options(modes: Vec<Mode>, token: &str) -> Options {
         tls_client: None,
     }
 }
+
+/// `skyhook-run plan` end to end: text and JSON output, `--detailed-exitcode` (3 with
+/// changes pending), exit 1 naming a failed node, exit 2 for a bad mode, 1 for a missing CR.
+#[test]
+fn skyhook_run_plan_exit_codes_and_json_records() {
+    require_root!();
+    let pkgs = tempfile::tempdir().unwrap();
+    let cr = packages(pkgs.path());
+    let tokens = tokens_file(pkgs.path());
+    let token_file = pkgs.path().join("plan.token");
+    std::fs::write(&token_file, format!("{PLAN_TOKEN}\n")).unwrap();
+    let fr = fake_host("ubuntu-22.04");
+    let before = tree(fr.root());
+    rt().block_on(async {
+        let up = start_serve(fr.root(), &tokens).await;
+        let gpu = json!({"nvidia.com/gpu.present": "true", "kubernetes.io/os": "linux"});
+        let one = pkgs.path().join("one.yaml");
+        std::fs::write(
+            &one,
+            serde_yaml_ng::to_string(&json!([{"name": "up", "labels": gpu, "address": up}]))
+                .unwrap(),
+        )
+        .unwrap();
+        let two = pkgs.path().join("two.yaml");
+        let down = dead_address().await;
+        std::fs::write(
+            &two,
+            serde_yaml_ng::to_string(&json!([
+            {"name": "up", "labels": gpu, "address": up},
+            {"name": "down", "labels": gpu, "address": down}]))
+            .unwrap(),
+        )
+        .unwrap();
+        let run = |args: Vec<String>| async move {
+            let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
+                .arg("plan")
+                .args(args)
+                .output()
+                .await
+                .unwrap();
+            (
+                out.status.code().unwrap(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        let args = |nodes: &Path, extra: &[&str]| {
+            let mut a: Vec<String> = vec![
+                "--skyhook-cr".into(),
+                cr.display().to_string(),
+                "--nodes".into(),
+                nodes.display().to_string(),
+                "--token-file".into(),
+                token_file.display().to_string(),
+                "--mode".into(),
+                "apply".into(),
+            ];
+            a.extend(extra.iter().map(|s| s.to_string()));
+            a
+        };
+        let (code, out, err) = run(args(&one, &["--detailed-exitcode"])).await;
+        assert_eq!(code, 3, "{out}{err}");
+        assert!(
+            out.ends_with("1 selected: 1 would change (1 plan), 0 converged, 0 failed\n"),
+            "{out}"
+        );
+        let (code, out, _) = run(args(&one, &[])).await;
+        assert_eq!(code, 0, "{out}");
+        let (code, out, err) = run(args(&two, &["--output", "json", "--detailed-exitcode"])).await;
+        assert_eq!(code, 1, "{out}{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["nodes"][0]["node"], "down");
+        assert_eq!(v["nodes"][0]["status"], "failed");
+        assert_eq!(
+            v["nodes"][0]["error"],
+            "package base: Connection refused (os error 111)"
+        );
+        assert_eq!(v["nodes"][1]["status"], "would_change");
+        assert_eq!(v["nodes"][1]["group"], 0);
+        assert_eq!(
+            v["nodes"][1]["packages"][1]["plans"][0]["package"],
+            "tuning"
+        );
+        assert_eq!(
+            v["summary"]["line"],
+            "2 selected: 1 would change (1 plan), 0 converged, 1 failed"
+        );
+        let (code, _, err) = run(args(&one, &["--mode", "interrupt"])).await;
+        assert_eq!(code, 2, "{err}");
+        let missing = pkgs.path().join("nope.yaml");
+        let (code, _, err) = run(vec![
+            "--skyhook-cr".into(),
+            missing.display().to_string(),
+            "--nodes".into(),
+            one.display().to_string(),
+        ])
+        .await;
+        assert_eq!(code, 1);
+        assert_eq!(
+            err,
+            format!(
+                "skyhook-run: error: {}: No such file or directory (os error 2)\n",
+                missing.display()
+            )
+        );
+    });
+    assert_eq!(tree(fr.root()), before);
+}
