@@ -590,6 +590,19 @@ fn skyhook_run_plan_exit_codes_and_json_records() {
         let (code, out, err) = run(args(&two, &["--output", "json", "--detailed-exitcode"])).await;
         assert_eq!(code, 1, "{out}{err}");
         let v: Value = serde_json::from_str(&out).unwrap();
+        let schema: Value = serde_json::from_str(
+            &std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/plan.schema.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let schema = jsonschema::draft202012::options().build(&schema).unwrap();
+        let errors: Vec<String> = schema
+            .iter_errors(&v)
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{errors:#?}");
         assert_eq!(v["nodes"][0]["node"], "down");
         assert_eq!(v["nodes"][0]["status"], "failed");
         assert_eq!(
