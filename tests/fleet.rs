@@ -640,3 +640,112 @@ fn skyhook_run_plan_exit_codes_and_json_records() {
     });
     assert_eq!(tree(fr.root()), before);
 }
+
+/// A CA and a certificate for 127.0.0.1 signed by it, as PEM files in `dir`:
+/// (CA file, certificate file, key file).
+fn ca_and_leaf(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let files = (
+        dir.join(format!("{name}-ca.pem")),
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}.key")),
+    );
+    std::fs::write(&files.0, ca.pem()).unwrap();
+    std::fs::write(&files.1, leaf.pem()).unwrap();
+    std::fs::write(&files.2, key.serialize_pem()).unwrap();
+    files
+}
+
+/// A `serve` over `root` on loopback with TLS (`cert`, `key`); its `https://` URL.
+async fn start_tls_serve(root: &Path, tokens: &Path, cert: &Path, key: &Path) -> String {
+    let svc = Service::with_audit(Config::new(root), true, Arc::new(|_: &str| {})).unwrap();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let acceptor = tokio_rustls::TlsAcceptor::from(
+        skyhook::serve::tls::server_config(cert, key, None).unwrap(),
+    );
+    let server = Server::new(svc, Auth::from_file(tokens).unwrap(), Limits::default());
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let _keep = stop;
+        serve(Listener::Tls(l, acceptor), server, rx).await;
+    });
+    format!("https://127.0.0.1:{port}")
+}
+
+/// A node whose certificate the CA does not vouch for is failed, naming the certificate; a
+/// stop (Ctrl-C) while a dripping node still runs returns what finished and lists the rest.
+#[test]
+fn a_wrong_certificate_fails_its_node_and_a_stop_keeps_what_finished() {
+    require_root!();
+    let pkgs = tempfile::tempdir().unwrap();
+    let cr_path = packages(pkgs.path());
+    let tokens = tokens_file(pkgs.path());
+    let (ca_a, cert_a, key_a) = ca_and_leaf(pkgs.path(), "a");
+    let (_, cert_b, key_b) = ca_and_leaf(pkgs.path(), "b");
+    let good = FakeRoot::new();
+    let bad = FakeRoot::new();
+    let before = (tree(good.root()), tree(bad.root()));
+    let cr = Cr::load(&cr_path).unwrap();
+    let bodies = plan_bodies(&cr, &BTreeMap::new(), &[Mode::Apply]).unwrap();
+    let p = rt().block_on(async {
+        let gpu = json!({"nvidia.com/gpu.present": "true", "kubernetes.io/os": "linux"});
+        let nodes = json!([
+            {"name": "good", "labels": gpu,
+             "address": start_tls_serve(good.root(), &tokens, &cert_a, &key_a).await},
+            {"name": "bad", "labels": gpu,
+             "address": start_tls_serve(bad.root(), &tokens, &cert_b, &key_b).await},
+            {"name": "slow", "labels": gpu, "address": start_hostile(false).await},
+        ]);
+        let f = pkgs.path().join("nodes.json");
+        std::fs::write(&f, nodes.to_string()).unwrap();
+        let mut opts = options(vec![Mode::Apply], PLAN_TOKEN);
+        opts.tls_ca = Some(ca_a.clone());
+        opts.timeout = Duration::from_secs(120);
+        let stop = Cancel::new();
+        let s2 = stop.clone();
+        // the stop comes once the two TLS nodes are done; the dripping one never is
+        let mut progress = move |done: usize, _: usize| {
+            if done == 2 {
+                s2.abort(skyhook::process::CancelReason::Signal("SIGINT"));
+            }
+        };
+        preview(
+            &cr,
+            load_nodes(&f, None).unwrap(),
+            bodies,
+            &opts,
+            &stop,
+            &mut progress,
+        )
+        .await
+    });
+    let v = p.to_json();
+    assert_eq!(v["nodes"][0]["node"], "bad");
+    let err = v["nodes"][0]["error"].as_str().unwrap();
+    assert!(
+        err.starts_with("package base: ") && err.contains("certificate"),
+        "{err}"
+    );
+    assert_eq!(v["nodes"][1]["node"], "good");
+    assert_eq!(v["nodes"][1]["status"], "would_change");
+    assert_eq!(
+        v["nodes"][2],
+        json!({"node": "slow", "status": "not_planned", "group": null,
+                                      "error": "interrupted", "packages": []})
+    );
+    assert_eq!(
+        p.summary(),
+        "3 selected: 1 would change (1 plan), 0 converged, 1 failed, 1 not planned (interrupted)"
+    );
+    assert_eq!((tree(good.root()), tree(bad.root())), before);
+}
