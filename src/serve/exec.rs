@@ -914,7 +914,9 @@ impl Service {
                     let (s, x) = (svc.clone(), e.clone());
                     let emit: super::plan::Emit = Arc::new(move |b| s.emit(&x, &b));
                     let root = svc.cfg.root.clone();
-                    let (exit, extra) = super::plan::run(*job, root, emit, e.cancel.clone()).await;
+                    let engine = svc.engine.clone();
+                    let (exit, extra) =
+                        super::plan::run(*job, root, engine, emit, e.cancel.clone()).await;
                     if e.timed_out.load(Ordering::SeqCst) {
                         (json!({"error": "timeout"}), extra)
                     } else {

@@ -454,15 +454,21 @@ pub type Emit = Arc<dyn Fn(Body) + Send + Sync>;
 /// What one plan produced: the exit object and the exit event's extra fields.
 pub type Ended = (Value, Map<String, Value>);
 
-/// Plan every mode of `job` against `root` on a thread of its own, read-only
-/// ([`enter_read_only`]), emitting events to `emit`. On `cancel` the exit is
+/// Plan every mode of `job` against `root` with the service's `engine` on a thread of its
+/// own, read-only ([`enter_read_only`]), emitting events to `emit`. On `cancel` the exit is
 /// `{"error": "cancelled"}` at once (the thread, which can write nothing, ends on its own).
-pub async fn run(job: PlanJob, root: PathBuf, emit: Emit, cancel: Cancel) -> Ended {
+pub async fn run(
+    job: PlanJob,
+    root: PathBuf,
+    engine: Arc<crate::script::ScriptEngine>,
+    emit: Emit,
+    cancel: Cancel,
+) -> Ended {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new()
         .name("package-plan".into())
         .spawn(move || {
-            let _ = tx.send(plan_blocking(&job, &root, &emit));
+            let _ = tx.send(plan_blocking(&job, &root, &engine, &emit));
         });
     if let Err(e) = spawned {
         return (
@@ -478,7 +484,12 @@ pub async fn run(job: PlanJob, root: PathBuf, emit: Emit, cancel: Cancel) -> End
 
 /// Unpack the package into a private temporary directory, then plan it on a read-only
 /// thread; the directory is removed after.
-fn plan_blocking(job: &PlanJob, root: &Path, emit: &Emit) -> Ended {
+fn plan_blocking(
+    job: &PlanJob,
+    root: &Path,
+    engine: &Arc<crate::script::ScriptEngine>,
+    emit: &Emit,
+) -> Ended {
     let fail = |msg: String| (json!({"code": 1, "error": msg}), Map::new());
     let tmp = match tempfile::Builder::new()
         .prefix("skyhook-package-plan-")
@@ -493,6 +504,7 @@ fn plan_blocking(job: &PlanJob, root: &Path, emit: &Emit) -> Ended {
     };
     let dir = tmp.path().to_path_buf();
     let (job2, root2, emit2) = (job.clone(), root.to_path_buf(), emit.clone());
+    let engine = engine.clone();
     // Its own thread: the namespace is left on that thread only (and its children), and the
     // temporary directory is removed from this one, whose mounts are writable.
     let planned = std::thread::Builder::new()
@@ -503,7 +515,14 @@ fn plan_blocking(job: &PlanJob, root: &Path, emit: &Emit) -> Ended {
                     "cannot make the host root read-only for the plan: {e}"
                 ));
             }
-            Ok(plan_modes(&job2, &dir, &root2, cr.as_deref(), &emit2))
+            Ok(plan_modes(
+                &job2,
+                &dir,
+                &root2,
+                &engine,
+                cr.as_deref(),
+                &emit2,
+            ))
         })
         .map_err(|e| e.to_string())
         .and_then(|h| h.join().map_err(|_| "the plan panicked".to_string()))
@@ -512,8 +531,14 @@ fn plan_blocking(job: &PlanJob, root: &Path, emit: &Emit) -> Ended {
     planned.unwrap_or_else(fail)
 }
 
-fn plan_modes(job: &PlanJob, dir: &Path, root: &Path, cr: Option<&Path>, emit: &Emit) -> Ended {
-    let engine = crate::step::engine();
+fn plan_modes(
+    job: &PlanJob,
+    dir: &Path,
+    root: &Path,
+    engine: &crate::script::ScriptEngine,
+    cr: Option<&Path>,
+    emit: &Emit,
+) -> Ended {
     let sink = Arc::new(PlanSink {
         emit: emit.clone(),
         redactor: Redactor::new(),
@@ -535,7 +560,7 @@ fn plan_modes(job: &PlanJob, dir: &Path, root: &Path, cr: Option<&Path>, emit: &
         };
         let _ =
             std::fmt::Write::write_fmt(&mut rendered, format_args!("--- mode {}\n", mode.as_str()));
-        match run.plan(&engine, sink.clone()) {
+        match run.plan(engine, sink.clone()) {
             Ok(plan) => {
                 sink.finish();
                 let total = plan.total();
