@@ -285,7 +285,7 @@ fn validate(req: &PlanRequest) -> Result<PlanJob, PlanRefusal> {
                 "more than {MAX_PACKAGE_BYTES} bytes at {p:?}"
             )));
         }
-        files.push((path, bytes, mode & 0o7777));
+        files.push((path, bytes, mode & 0o777));
     }
     let mut configmaps = Vec::new();
     for (k, v) in &req.package.configmaps {
@@ -355,15 +355,38 @@ impl PlanJob {
     }
 }
 
+/// Character devices a plan's commands may still open inside the read-only root: the
+/// server's own, bound over the root's, where writing changes nothing.
+const HARMLESS_DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
+
+/// Capabilities dropped from the bounding set of the plan's thread, so that no command it
+/// runs has them: remounting the root writable (`CAP_SYS_ADMIN`), modules, raw I/O, reboot,
+/// ptrace, mknod, network configuration, the clock, BPF.
+const DROPPED_CAPS: &[libc::c_int] = &[
+    21, // CAP_SYS_ADMIN
+    16, // CAP_SYS_MODULE
+    17, // CAP_SYS_RAWIO
+    22, // CAP_SYS_BOOT
+    19, // CAP_SYS_PTRACE
+    27, // CAP_MKNOD
+    12, // CAP_NET_ADMIN
+    25, // CAP_SYS_TIME
+    39, // CAP_BPF
+];
+
 /// Leave the server's mount namespace on this thread (`unshare(CLONE_FS | CLONE_NEWNS)`,
-/// mounts made private so nothing propagates back) and make `root` read-only there,
-/// recursively (a bind of the root onto itself, then `mount_setattr(MOUNT_ATTR_RDONLY,
-/// AT_RECURSIVE)`; a root of `/` makes the whole namespace read-only). Processes this
-/// thread and the threads it starts fork inherit it.
+/// mounts made private so nothing propagates back), bind `root` (recursively) at `at`, an
+/// empty directory, and make that tree read-only, without devices and set-uid
+/// (`mount_setattr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID, AT_RECURSIVE)`:
+/// a read-only mount alone still lets a process write to a disk through its device node);
+/// then bind the server's harmless character devices ([`HARMLESS_DEVICES`]) over the tree's
+/// and drop [`DROPPED_CAPS`] from this thread's bounding set, so no command can remount the
+/// tree writable. Processes this thread (and the threads it starts) fork inherit all of it.
+/// The plan then uses `at` as its host root.
 ///
 /// # Errors
 /// The step that failed and its errno (no `CAP_SYS_ADMIN`, a kernel before 5.12).
-pub fn enter_read_only(root: &Path) -> Result<(), String> {
+pub fn enter_read_only(root: &Path, at: &Path) -> Result<(), String> {
     use nix::mount::{MsFlags, mount};
     let root = std::fs::canonicalize(root).map_err(|e| format!("{}: {e}", root.display()))?;
     // SAFETY: unshare only changes this thread's own fs context and mount namespace.
@@ -381,20 +404,17 @@ pub fn enter_read_only(root: &Path) -> Result<(), String> {
         None::<&str>,
     )
     .map_err(|e| format!("making the plan's mounts private: {e}"))?;
-    if root != Path::new("/") {
-        mount(
-            Some(&root),
-            &root,
-            None::<&str>,
-            MsFlags::MS_BIND | MsFlags::MS_REC,
-            None::<&str>,
-        )
-        .map_err(|e| format!("bind {}: {e}", root.display()))?;
-    }
-    let c =
-        std::ffi::CString::new(root.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    mount(
+        Some(&root),
+        at,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| format!("bind {} at {}: {e}", root.display(), at.display()))?;
+    let c = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
     let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_RDONLY,
+        attr_set: libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID,
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,
@@ -412,10 +432,37 @@ pub fn enter_read_only(root: &Path) -> Result<(), String> {
     };
     if r != 0 {
         return Err(format!(
-            "mount_setattr({}, MOUNT_ATTR_RDONLY): {}",
-            root.display(),
+            "mount_setattr({}, MOUNT_ATTR_RDONLY | NODEV | NOSUID): {}",
+            at.display(),
             std::io::Error::last_os_error()
         ));
+    }
+    for d in HARMLESS_DEVICES {
+        use std::os::unix::fs::FileTypeExt;
+        let inside = at.join("dev").join(d);
+        let host = Path::new("/dev").join(d);
+        let is_char =
+            |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_char_device());
+        if is_char(&inside) && is_char(&host) {
+            // Best effort: without it, opening that device fails inside the plan.
+            let _ = mount(
+                Some(&host),
+                &inside,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            );
+        }
+    }
+    for cap in DROPPED_CAPS {
+        // SAFETY: prctl with integer arguments; EINVAL for a capability this kernel lacks.
+        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, *cap as libc::c_ulong, 0, 0, 0) };
+        if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+            return Err(format!(
+                "dropping capability {cap} from the plan's bounding set: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
     }
     Ok(())
 }
@@ -498,11 +545,18 @@ fn plan_blocking(
         Ok(t) => t,
         Err(e) => return fail(format!("cannot make a directory for the package: {e}")),
     };
-    let cr = match job.unpack(tmp.path()) {
+    if let Err(e) = std::fs::create_dir(tmp.path().join("package")) {
+        return fail(format!("cannot make a directory for the package: {e}"));
+    }
+    let cr = match job.unpack(&tmp.path().join("package")) {
         Ok(cr) => cr,
         Err(e) => return fail(format!("cannot unpack the package: {e}")),
     };
-    let dir = tmp.path().to_path_buf();
+    let dir = tmp.path().join("package");
+    let at = tmp.path().join("host");
+    if let Err(e) = std::fs::create_dir(&at) {
+        return fail(format!("cannot make the plan's mount point: {e}"));
+    }
     let (job2, root2, emit2) = (job.clone(), root.to_path_buf(), emit.clone());
     let engine = engine.clone();
     // Its own thread: the namespace is left on that thread only (and its children), and the
@@ -510,19 +564,12 @@ fn plan_blocking(
     let planned = std::thread::Builder::new()
         .name("package-plan-ro".into())
         .spawn(move || {
-            if let Err(e) = enter_read_only(&root2) {
+            if let Err(e) = enter_read_only(&root2, &at) {
                 return Err(format!(
                     "cannot make the host root read-only for the plan: {e}"
                 ));
             }
-            Ok(plan_modes(
-                &job2,
-                &dir,
-                &root2,
-                &engine,
-                cr.as_deref(),
-                &emit2,
-            ))
+            Ok(plan_modes(&job2, &dir, &at, &engine, cr.as_deref(), &emit2))
         })
         .map_err(|e| e.to_string())
         .and_then(|h| h.join().map_err(|_| "the plan panicked".to_string()))
@@ -608,7 +655,8 @@ fn plan_modes(
     // The temporary directory's name differs per plan: shown as `<package>`, so two nodes'
     // plans of one package read the same.
     let tmp = dir.to_string_lossy().into_owned();
-    let unname = |s: &str| s.replace(&tmp, "<package>");
+    let host = root.to_string_lossy().into_owned();
+    let unname = |s: &str| s.replace(&tmp, "<package>").replace(&host, "<host root>");
     let exit = if errors.is_empty() {
         json!({"code": 0})
     } else {
@@ -636,3 +684,7 @@ pub fn scope_check(plan_only: bool, body: &[u8]) -> Result<(), PlanRefusal> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;
