@@ -8,15 +8,16 @@
 //! the modes, the package's environment and its entry of the Skyhook CR (the declared
 //! interrupts). The package is unpacked into a private temporary directory of the server
 //! (never under `--root`); then the plan runs on a thread of its own that has first left the
-//! server's mount namespace (`unshare(CLONE_FS | CLONE_NEWNS)`) and made the host root
-//! read-only there (a recursive bind of the root onto itself, `mount_setattr` with
-//! `MOUNT_ATTR_RDONLY` and `AT_RECURSIVE`): every command the plan runs (queries and guards,
-//! which the plan executor runs for real) is forked from that thread and inherits the
-//! namespace, so the kernel refuses any write to the host, whatever the package says. A
-//! server that cannot do this refuses to plan (the exit names why).
+//! server's mount namespace and bound the host root read-only, `nodev` and `nosuid` at a
+//! mount point of its own, with `CAP_SYS_ADMIN` and other capabilities dropped from its
+//! bounding set ([`enter_read_only`]): every command the plan runs (queries and guards,
+//! which the plan executor runs for real) is forked from that thread and inherits all of
+//! it, so the kernel refuses any write to the host, a remount and a write through a device
+//! node, whatever the package says. A server that cannot do this refuses to plan (the exit
+//! names why).
 //!
 //! Events: the scripts' output as line events, one plan event per change and action of
-//! each mode (with `package` and `package_mode`), then the exit `{"code": 0}` (every mode
+//! each mode (with `package_mode`), then the exit `{"code": 0}` (every mode
 //! planned and no step failed) or `{"code": 1, "error"}`, with `plans` (one
 //! `docs/plan.schema.json` package plan, or failure, per mode, in order) and `rendered`
 //! (the text of each mode under a `--- mode MODE` line).
