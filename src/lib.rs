@@ -22,10 +22,11 @@
 //! | `step` | `chain`, `clock`, `host`, `logs`, `process`, `redact`, `script` |
 //! | `mode` | `chain`, `clock`, `host`, `logs`, `package`, `process`, `pyfmt`, `redact`, `script`, `state`, `step` |
 //! | `agent` | `chain`, `host`, `logs`, `mode`, `package`, `process`, `pyfmt`, `script`, `state`, `step` |
-//! | `serve` | `clock`, `host`, `process`, `redact`, `script`, `step` |
-//! | `remote` | `process`, `serve` |
 //! | `local` | `agent`, `host`, `mode`, `package`, `process`, `redact`, `script`, `state`, `step` |
-//! | `cli` | `agent`, `chain`, `diag`, `host`, `local`, `mode`, `package`, `process`, `remote`, `script`, `serve` |
+//! | `serve` | `chain`, `clock`, `host`, `local`, `package`, `process`, `redact`, `script`, `step` |
+//! | `remote` | `process`, `serve` |
+//! | `fleet` | `package`, `process`, `remote`, `serve` |
+//! | `cli` | `agent`, `chain`, `diag`, `fleet`, `host`, `local`, `mode`, `package`, `process`, `remote`, `script`, `serve` |
 //! <!-- END LAYERS -->
 #![warn(missing_docs)]
 
@@ -34,6 +35,7 @@ pub mod chain;
 pub mod cli;
 pub mod clock;
 pub mod diag;
+pub mod fleet;
 pub mod host;
 pub mod local;
 pub mod logs;

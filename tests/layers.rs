@@ -42,16 +42,20 @@ const LAYERS: &[(&str, &[&str])] = &[
     // The mode loop the agent and skyhook-run share: settings, console, flags, history.
     ("mode",    &["chain", "clock", "host", "logs", "package", "process", "pyfmt", "redact",
                   "script", "state", "step"]),
-    // Front ends: the agent's mode runs, the remote step API and its client, skyhook-run.
+    // Front ends: the agent's mode runs, skyhook-run, the remote step API and its client.
     ("agent",   &["chain", "host", "logs", "mode", "package", "process", "pyfmt", "script",
                   "state", "step"]),
-    ("serve",   &["clock", "host", "process", "redact", "script", "step"]),
-    ("remote",  &["process", "serve"]),
     ("local",   &["agent", "host", "mode", "package", "process", "redact", "script", "state",
                   "step"]),
+    // serve plans a package read-only through local's package plan (kind package_plan).
+    ("serve",   &["chain", "clock", "host", "local", "package", "process", "redact", "script",
+                  "step"]),
+    ("remote",  &["process", "serve"]),
+    // Fleet preview: a CR's packages planned on every selected node through serve.
+    ("fleet",   &["package", "process", "remote", "serve"]),
     // The command lines of the three binaries.
-    ("cli",     &["agent", "chain", "diag", "host", "local", "mode", "package", "process",
-                  "remote", "script", "serve"]),
+    ("cli",     &["agent", "chain", "diag", "fleet", "host", "local", "mode", "package",
+                  "process", "remote", "script", "serve"]),
 ];
 
 /// The folders of `src/host` below its API areas, lowest first: root confinement, the effects

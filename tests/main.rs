@@ -67,6 +67,7 @@ mod crash_safety;
 mod durability;
 mod engine_parity;
 mod fixtures;
+mod fleet;
 mod full_disk;
 mod gpu_service_user;
 mod host_root_script;

@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod docs;
 pub mod exit;
+pub(crate) mod plan;
 pub mod run;
 pub mod run_args;
 pub mod run_local;

@@ -31,6 +31,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitStatus {
     };
     match &cli.command {
         Some(Command::Check { files }) => super::run_local::check(files),
+        Some(Command::Plan(a)) => super::plan::run(a),
         Some(Command::Completions { shell }) => {
             super::docs::completions(*shell, &mut command(), "skyhook-run")
         }

@@ -14,6 +14,7 @@
 
 use std::ffi::OsStr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -285,6 +286,11 @@ pub(crate) enum Command {
         #[arg(long = "configmap", value_name = "KEY")]
         configmaps: Vec<String>,
     },
+    /// Preview a Skyhook CR on a fleet: plan its packages, read-only, on every node its
+    /// nodeSelectors pick, through each node's `skyhook-agent serve`, and print the nodes
+    /// grouped by plan with a summary line (`41 selected: 38 would change (2 plans), 2
+    /// converged, 1 failed`). See docs/fleet.md.
+    Plan(Box<PlanArgs>),
     /// Print a completion script for SHELL on stdout, generated from these definitions, e.g.
     /// `skyhook-run completions bash > /etc/bash_completion.d/skyhook-run`.
     Completions {
@@ -371,4 +377,103 @@ mod tests {
         );
         assert!(help.contains("known traps (a `\\n` in a\n"), "{help}");
     }
+}
+
+const PLAN_AFTER_HELP: &str = "\
+What it does:
+  Reads the Skyhook CR, picks the nodes of NODES its spec.nodeSelectors select (matchLabels,
+  matchExpressions In/NotIn/Exists/DoesNotExist; none: every node), as the operator does, and
+  on each selected node asks its `skyhook-agent serve` for a read-only plan of every package
+  of the CR, in dependsOn order (execution kind package_plan; the node plans against its live
+  host root exactly as `skyhook-run --package DIR --mode MODE` does, step flags honoured, and
+  can write nothing: docs/fleet.md). A plan-scoped token (`NAME SHA256 plan` in the node's
+  tokens file) is all it needs.
+
+NODES:
+  YAML or JSON: a list of {name, labels, address} (or {nodes: [...]}), or the output of
+  `kubectl get nodes -o json`. A node without address gets --address-template, where {name},
+  {InternalIP}, {ExternalIP} and {Hostname} are replaced (e.g. https://{InternalIP}:8443).
+
+Packages:
+  --package NAME=DIR gives a package's directory; otherwise it is found beside the CR:
+  <CR dir>/NAME, the CR's own directory, or <CR dir>/../NAME (whichever config.json has that
+  package_name). The CR's configMap and env of each package are sent with it.
+
+Output:
+  Nodes with the same plan form one group (node names, times and ids do not split groups):
+      == would change on 3 nodes: gpu-01, gpu-02, gpu-07
+      package containerd-nvidia 1.0.0
+      --- mode apply
+      ==> step ...   (the plan lines, as skyhook-run --package prints them)
+  then `== converged on ...` groups, one `== failed on NODE: why` line per failed node, the
+  nodes excluded by the selector, and one summary line:
+      41 selected: 38 would change (2 plans), 2 converged, 1 failed
+  --output json: one document, nodes (one record each), groups, excluded, summary
+  (docs/plan.schema.json, fleetPlan). A progress line goes to stderr on a terminal.
+
+Limits:
+  At most --parallel nodes at once; each node must answer all its packages within
+  --node-timeout, in at most --max-stream bytes per package; a node that is down, slow,
+  dripping, flooding or presents a certificate the CA does not vouch for is reported failed
+  and holds no other. Ctrl-C stops: what finished is printed, the rest listed (exit 130).
+
+Exit status: 0 done; 1 a node failed to plan (each named) or bad input; 2 a malformed
+command line; 3 with --detailed-exitcode, changes pending on some node; 130 Ctrl-C.
+
+Examples:
+  skyhook-run plan --skyhook-cr examples/containerd-nvidia/skyhook.yaml \\
+      --nodes nodes.yaml --token-file plan.token --tls-ca ca.pem
+  kubectl get nodes -o json > nodes.json
+  skyhook-run plan --skyhook-cr cr.yaml --nodes nodes.json \\
+      --address-template 'https://{InternalIP}:8443' --token-file plan.token --tls-ca ca.pem \\
+      --output json --detailed-exitcode";
+
+/// `skyhook-run plan` arguments.
+#[derive(Debug, clap::Args)]
+#[command(after_help = PLAN_AFTER_HELP)]
+pub(crate) struct PlanArgs {
+    /// The Skyhook CR (YAML or JSON) whose packages are planned.
+    #[arg(long = "skyhook-cr", value_name = "FILE")]
+    pub(crate) skyhook_cr: PathBuf,
+    /// The nodes: a list of {name, labels, address}, or `kubectl get nodes -o json` output.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) nodes: PathBuf,
+    /// Address of a node's serve when NODES gives none: {name}, {InternalIP}, {ExternalIP},
+    /// {Hostname} are replaced (e.g. https://{InternalIP}:8443).
+    #[arg(long, value_name = "TEMPLATE")]
+    pub(crate) address_template: Option<String>,
+    /// A package's directory, NAME as in the CR's spec.packages (repeatable); default: beside
+    /// the CR.
+    #[arg(long = "package", value_name = "NAME=DIR", value_parser = parse_kv)]
+    pub(crate) packages: Vec<(String, String)>,
+    /// A mode to plan per package, in order (repeatable; default apply then config).
+    #[arg(long = "mode", value_name = "MODE")]
+    pub(crate) modes: Vec<String>,
+    /// The bearer token (a file holding it); a plan-scoped one is enough.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) token_file: Option<PathBuf>,
+    /// CA certificates (PEM) of the nodes' https:// addresses.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for nodes that ask for one; needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// Client private key (PEM) for --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
+    /// Nodes planned at once.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub(crate) parallel: usize,
+    /// How long one node may take for all its packages (500ms, 30s, 2m).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::serve::parse_duration)]
+    pub(crate) node_timeout: Duration,
+    /// The most bytes of events read from one node for one package (then it is failed).
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = super::serve::parse_size)]
+    pub(crate) max_stream: usize,
+    /// text (grouped plans and a summary line) or json (one document).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Output::Text)]
+    pub(crate) output: Output,
+    /// Exit 3 when the preview succeeded and some node would change.
+    #[arg(long)]
+    pub(crate) detailed_exitcode: bool,
 }

@@ -1,6 +1,7 @@
 //! Bearer-token authentication against a hashed tokens file: one engine per line,
-//! `NAME SHA256HEX` (the hex SHA-256 of the engine's token; `#` comments and blank lines
-//! ignored). The server never holds a token, only hashes, and compares them in constant time.
+//! `NAME SHA256HEX [SCOPE]` (the hex SHA-256 of the engine's token; SCOPE `run`, the
+//! default, or `plan`: such a token starts only `package_plan` executions, see [`Scope`];
+//! `#` comments and blank lines ignored). The server never holds a token, only hashes, and compares them in constant time.
 //! [`Auth::reload`] re-reads the file (SIGHUP): deleting a line revokes that engine.
 
 use std::path::{Path, PathBuf};
@@ -21,8 +22,8 @@ pub enum TokensError {
         /// The cause.
         source: std::io::Error,
     },
-    /// A line is not `NAME SHA256HEX`.
-    #[error("{path}:{line}: expected `NAME SHA256HEX` (64 hex digits)")]
+    /// A line is not `NAME SHA256HEX [run|plan]`.
+    #[error("{path}:{line}: expected `NAME SHA256HEX [run|plan]` (64 hex digits)")]
     Line {
         /// The file.
         path: PathBuf,
@@ -56,7 +57,7 @@ fn unhex(s: &str) -> Option<[u8; 32]> {
 ///
 /// # Errors
 /// [`TokensError::Line`] for the first malformed line.
-pub fn parse(path: &Path, text: &str) -> Result<Vec<(String, [u8; 32])>, TokensError> {
+pub fn parse(path: &Path, text: &str) -> Result<Engines, TokensError> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -68,10 +69,15 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<(String, [u8; 32])>, TokensE
             path: path.to_path_buf(),
             line: i + 1,
         };
-        let (Some(name), Some(hex), None) = (parts.next(), parts.next(), parts.next()) else {
+        let (Some(name), Some(hex)) = (parts.next(), parts.next()) else {
             return Err(bad());
         };
-        out.push((name.to_string(), unhex(hex).ok_or_else(bad)?));
+        let scope = match (parts.next(), parts.next()) {
+            (None | Some("run"), None) => Scope::Run,
+            (Some("plan"), None) => Scope::Plan,
+            _ => return Err(bad()),
+        };
+        out.push((name.to_string(), unhex(hex).ok_or_else(bad)?, scope));
     }
     Ok(out)
 }
@@ -86,8 +92,18 @@ pub fn empty_warning(path: &Path, engines: usize) -> Option<String> {
     })
 }
 
-/// Engine names and the SHA-256 of their tokens.
-pub type Engines = Vec<(String, [u8; 32])>;
+/// What a token may do: the third word of its line in the tokens file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// `run` (the default): every route and kind.
+    Run,
+    /// `plan`: the routes of its own executions, and starts of kind `package_plan` only (any
+    /// other start is `403`), so the credential a preview needs cannot change a node.
+    Plan,
+}
+
+/// Engine names, the SHA-256 of their tokens and their scope.
+pub type Engines = Vec<(String, [u8; 32], Scope)>;
 
 /// Who may call: the engines of a tokens file, or anyone (`--insecure-no-auth`).
 #[derive(Debug, Clone)]
@@ -156,8 +172,13 @@ impl Auth {
     /// case-insensitive as RFC 7235 has it), or `None`. Every line is compared, in constant
     /// time per line, whatever matched before.
     pub fn engine(&self, authorization: Option<&str>) -> Option<String> {
+        self.engine_scope(authorization).map(|(name, _)| name)
+    }
+
+    /// As [`Auth::engine`], with the token's [`Scope`] (`--insecure-no-auth`: `Run`).
+    pub fn engine_scope(&self, authorization: Option<&str>) -> Option<(String, Scope)> {
         if self.is_insecure() {
-            return Some("anonymous".into());
+            return Some(("anonymous".into(), Scope::Run));
         }
         let (scheme, token) = authorization?.trim_start().split_once(' ')?;
         if !scheme.eq_ignore_ascii_case("bearer") {
@@ -173,14 +194,14 @@ impl Auth {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let mut found: Option<&str> = None;
-        for (name, h) in engines.iter() {
+        let mut found: Option<(&str, Scope)> = None;
+        for (name, h, scope) in engines.iter() {
             let eq: bool = h.ct_eq(&hash).into();
             if eq && found.is_none() {
-                found = Some(name);
+                found = Some((name, *scope));
             }
         }
-        found.map(String::from)
+        found.map(|(n, s)| (n.to_string(), s))
     }
 }
 

@@ -24,7 +24,7 @@ pub use super::request::{
     Kind, MAX_ARG_BYTES, MAX_ENV_BYTES, MAX_ENV_ENTRIES, Refusal, StartRequest, valid_id,
 };
 use super::ring::Gap;
-use super::run::{Ledger, Prepared, Program};
+use super::run::{Ledger, Prepared, Program, Work};
 use super::state::StateDir;
 use crate::process::{CancelReason, cgroup, sweep};
 use crate::redact::Redactor;
@@ -253,7 +253,13 @@ impl Service {
     /// The [`Refusal`] to answer with.
     pub fn start(self: &Arc<Self>, body: &[u8], engine: &str) -> Result<Arc<Execution>, Refusal> {
         use super::request as check;
-        let req = check::parse(body)?;
+        let (req, mut plan) = match super::plan::parse_plan(body).map_err(Refusal::from)? {
+            Some(p) => (StartRequest::plan(p.id, p.timeout_s), Some(p.job)),
+            None => (check::parse(body)?, None),
+        };
+        if !check::valid_id(&req.id) {
+            return Err(Refusal::bad("id must match [A-Za-z0-9._-]{1,128}"));
+        }
         if self.get(&req.id).is_some() {
             return Err(Refusal::exists(&req.id));
         }
@@ -269,25 +275,31 @@ impl Service {
         }
         let declared = check::declared(&req, &values);
         let env = check::environment(&req, &values)?;
-        let program = match req.kind {
+        let step = |program| {
+            Work::Step(Prepared {
+                program,
+                env,
+                declared,
+            })
+        };
+        let work = match req.kind {
+            Kind::PackagePlan => match plan.take() {
+                Some(job) => Work::Plan(Box::new(job)),
+                None => return Err(Refusal::bad("kind package_plan needs package")),
+            },
             Kind::Sh => {
                 let command = check::sh_command(&req)?;
                 let workdir = self.resolve_workdir(&common.workdir)?;
-                Program::Sh { command, workdir }
+                step(Program::Sh { command, workdir })
             }
             Kind::Rhai => {
                 let rhai = check::rhai(&req)?;
                 let compiled = check::compile(&self.engine, &rhai, &redactor)?;
-                Program::Rhai {
+                step(Program::Rhai {
                     compiled,
                     exec: rhai.exec,
-                }
+                })
             }
-        };
-        let prepared = Prepared {
-            program,
-            env,
-            declared,
         };
         // The execution's own cgroup, made last: every refusal below removes it.
         // A Rhai execution's commands join it through the host options.
@@ -324,7 +336,7 @@ impl Service {
             }
         }
         self.metrics.started();
-        super::run::launch(self, &exec, prepared, common.timeout);
+        super::run::launch(self, &exec, work, common.timeout);
         Ok(exec)
     }
 

@@ -412,7 +412,7 @@ impl Server {
             .headers()
             .get(hyper::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        let Some(engine) = self.auth.engine(header) else {
+        let Some((engine, scope)) = self.auth.engine_scope(header) else {
             self.svc
                 .audit(json!({"engine": null, "route": route, "outcome": 401}));
             self.svc.metrics().refused(401);
@@ -471,7 +471,11 @@ impl Server {
                     return r;
                 };
                 describe_start(&body, &mut audit);
-                match self.svc.start(&body, &engine) {
+                let plan_only = scope == super::auth::Scope::Plan;
+                match super::plan::scope_check(plan_only, &body)
+                    .map_err(Refusal::from)
+                    .and_then(|()| self.svc.start(&body, &engine))
+                {
                     Ok(exec) => match self.svc.stream(exec, 0) {
                         Ok(rx) => (200, stream_response(rx)),
                         Err(g) => (410, refusal(&Refusal::gap(g))),

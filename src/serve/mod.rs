@@ -20,6 +20,7 @@ pub mod exec;
 pub mod execution;
 pub mod http;
 pub mod metrics;
+pub mod plan;
 mod recover;
 mod registry;
 pub mod request;

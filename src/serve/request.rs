@@ -102,6 +102,9 @@ pub enum Kind {
     Sh,
     /// A Rhai script.
     Rhai,
+    /// A read-only package plan (`super::plan`).
+    #[serde(rename = "package_plan")]
+    PackagePlan,
 }
 
 impl Kind {
@@ -110,6 +113,7 @@ impl Kind {
         match self {
             Kind::Sh => "sh",
             Kind::Rhai => "rhai",
+            Kind::PackagePlan => super::plan::KIND,
         }
     }
 }
@@ -148,6 +152,30 @@ pub struct StartRequest {
     /// most 255 bytes, no control characters.
     #[serde(default)]
     pub script_name: Option<String>,
+}
+
+impl StartRequest {
+    /// The generic part of a `package_plan` start (`super::plan` has the rest).
+    pub(super) fn plan(id: String, timeout_s: Option<f64>) -> StartRequest {
+        StartRequest {
+            id,
+            kind: Kind::PackagePlan,
+            command: None,
+            script: None,
+            mode: None,
+            env: BTreeMap::new(),
+            secrets: Vec::new(),
+            workdir: None,
+            timeout_s,
+            script_name: None,
+        }
+    }
+}
+
+impl From<super::plan::PlanRefusal> for Refusal {
+    fn from(r: super::plan::PlanRefusal) -> Refusal {
+        Refusal::new(r.status, r.body)
+    }
 }
 
 /// True for a valid execution id.

@@ -51,6 +51,15 @@ pub(super) enum Program {
     },
 }
 
+/// What an admitted execution does: a step, or a read-only package plan
+/// ([`super::plan`]), which is no step (it plans every mode of a package).
+pub(super) enum Work {
+    /// A `sh` or `rhai` step.
+    Step(Prepared),
+    /// A `package_plan`.
+    Plan(Box<super::plan::PlanJob>),
+}
+
 /// What a run needs of the service ([`super::exec::Service`] implements it).
 pub(super) trait Ledger: Send + Sync + 'static {
     /// The settings (`shell`, `root`, `default_grace`).
@@ -73,7 +82,7 @@ pub(super) trait Ledger: Send + Sync + 'static {
 pub(super) fn launch<L: Ledger>(
     svc: &Arc<L>,
     exec: &Arc<Execution>,
-    prepared: Prepared,
+    work: Work,
     timeout: Option<Duration>,
 ) {
     if let Some(t) = timeout {
@@ -97,7 +106,10 @@ pub(super) fn launch<L: Ledger>(
     }
     let (svc, e) = (svc.clone(), exec.clone());
     tokio::spawn(async move {
-        let (exit, extra) = run(&svc, &e, prepared).await;
+        let (exit, extra) = match work {
+            Work::Step(prepared) => run(&svc, &e, prepared).await,
+            Work::Plan(job) => run_plan(&svc, &e, *job).await,
+        };
         svc.finish(&e, exit, extra);
     });
 }
@@ -241,6 +253,24 @@ async fn run<L: Ledger>(
     (exit_of(exec, &result), extra)
 }
 
+/// Plan `job` read-only ([`super::plan::run`]), its events into `exec`'s ring; the exit
+/// `{"error": "timeout"}` after its `timeout_s`.
+async fn run_plan<L: Ledger>(
+    svc: &Arc<L>,
+    exec: &Arc<Execution>,
+    job: super::plan::PlanJob,
+) -> (Value, Map<String, Value>) {
+    let (s, x) = (svc.clone(), exec.clone());
+    let emit: super::plan::Emit = Arc::new(move |b| s.emit(&x, &b));
+    let root = svc.config().root.clone();
+    let engine = svc.engine().clone();
+    let (exit, extra) = super::plan::run(job, root, engine, emit, exec.cancel.clone()).await;
+    if exec.timed_out.load(Ordering::SeqCst) {
+        return (json!({"error": "timeout"}), extra);
+    }
+    (exit, extra)
+}
+
 /// A Rhai execution's script runs in this process: the state dir's record names it (its
 /// pid is no group of the execution's) and the cgroup, whose members a restarted server
 /// can still cancel.
@@ -307,9 +337,14 @@ fn exit_of(exec: &Execution, result: &StepResult) -> Value {
     match (exec.kind, error) {
         (Kind::Sh, _) if result.code < 0 => json!({"signal": -result.code}),
         (Kind::Sh, _) => json!({"code": result.code}),
-        (Kind::Rhai, Some(_)) if exec.cancel.is_aborted() => json!({"error": "cancelled"}),
-        (Kind::Rhai, Some(e)) => json!({"code": result.status(), "error": e}),
-        (Kind::Rhai, None) => json!({"code": result.status()}),
+        // A package plan is no step (`run_plan`); it would end as an in-process one.
+        (Kind::Rhai | Kind::PackagePlan, Some(_)) if exec.cancel.is_aborted() => {
+            json!({"error": "cancelled"})
+        }
+        (Kind::Rhai | Kind::PackagePlan, Some(e)) => {
+            json!({"code": result.status(), "error": e})
+        }
+        (Kind::Rhai | Kind::PackagePlan, None) => json!({"code": result.status()}),
     }
 }
 

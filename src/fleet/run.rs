@@ -1,0 +1,577 @@
+//! Planning a CR on every selected node and grouping the answers.
+//!
+//! Each node gets one `package_plan` execution per package of the CR, in `dependsOn` order
+//! (later packages are planned against the node as it is, not as the earlier ones would
+//! leave it). At most [`Options::parallel`] nodes are planned at once; each within
+//! [`Options::timeout`] (all its packages) and at most [`Options::max_stream`] bytes of
+//! events, so a slow, dead or hostile node (dripping output, a huge stream, a wrong
+//! certificate) becomes a failure of that node and never holds the others.
+//!
+//! Nodes whose canonical plans are equal form a group: the canonical plan is each package's
+//! `rendered` text under a `package NAME VERSION` line, the node's name replaced by
+//! `<node>` (execution ids and times are not in it).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::Method;
+use serde_json::{Value, json};
+
+use super::{Cr, Node};
+use crate::package::Mode;
+use crate::remote::Client;
+use crate::serve::http::read_body;
+
+/// How to reach and bound the nodes.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Modes planned per package, in order.
+    pub modes: Vec<Mode>,
+    /// Nodes planned at once.
+    pub parallel: usize,
+    /// Per node, all its packages.
+    pub timeout: Duration,
+    /// Bytes of events read per package plan of a node.
+    pub max_stream: usize,
+    /// The bearer token (a `plan`-scoped one is enough).
+    pub token: String,
+    /// CA of the nodes' certificates (`https://` addresses).
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate and key, when the nodes require one.
+    pub tls_client: Option<(PathBuf, PathBuf)>,
+}
+
+/// One package's plan on a node.
+#[derive(Debug, Clone)]
+pub struct PackageResult {
+    /// The CR's package name.
+    pub package: String,
+    /// Its version.
+    pub version: String,
+    /// The exit event's `plans` (one per mode).
+    pub plans: Value,
+    /// The exit event's `rendered`.
+    pub rendered: String,
+    /// Changes plus actions over every mode.
+    pub pending: u64,
+}
+
+/// What a node answered.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// Every package planned; `pending` > 0: it would change.
+    Planned {
+        /// Per package, in order.
+        packages: Vec<PackageResult>,
+        /// Changes plus actions over every package.
+        pending: u64,
+        /// The canonical plan (the grouping key).
+        canonical: String,
+    },
+    /// The node could not be planned, or a step of its plan fails.
+    Failed(String),
+}
+
+/// One node's result.
+#[derive(Debug, Clone)]
+pub struct NodeResult {
+    /// The node's name.
+    pub node: String,
+    /// What it answered.
+    pub outcome: Outcome,
+}
+
+/// The start body of `p`'s plan (without its `id`).
+///
+/// # Errors
+/// The package directory cannot be read.
+pub fn plan_bodies(
+    cr: &Cr,
+    dirs: &BTreeMap<String, PathBuf>,
+    modes: &[Mode],
+) -> Result<Vec<(String, String, Value)>, super::InputError> {
+    let mut out = Vec::new();
+    for p in &cr.packages {
+        let dir = super::package_dir(cr, p, dirs)?;
+        let package = super::package_body(&dir, p)?;
+        let mut env: serde_json::Map<String, Value> = p
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::from(v.clone())))
+            .collect();
+        env.insert("SKYHOOK_RESOURCE_ID".into(), cr.resource_id(p).into());
+        let body = json!({
+            "kind": crate::serve::plan::KIND,
+            "package": package,
+            "modes": modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+            "env": env,
+            "skyhook_cr": {"spec": {"packages": {p.name.clone(): p.entry.clone()}}},
+        });
+        out.push((p.name.clone(), p.version.clone(), body));
+    }
+    Ok(out)
+}
+
+/// Start one plan on `client` and read its events to the exit event, at most `max` bytes.
+async fn one_plan(client: &Client, body: &Value, max: usize) -> Result<Value, String> {
+    use hyper::body::Body as _;
+    let resp = client
+        .send(
+            Method::POST,
+            "/v1/executions",
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    if status != 200 {
+        let b = read_body(resp.into_body(), 64 << 10)
+            .await
+            .unwrap_or_default();
+        let v: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
+        let why = v
+            .get("detail")
+            .or_else(|| v.get("error"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        return Err(format!("refused: {status} {why}").trim_end().to_string());
+    }
+    let mut body = resp.into_body();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut total = 0usize;
+    loop {
+        let frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await;
+        let data = match frame {
+            None => return Err("the stream ended before the plan did".into()),
+            Some(Err(e)) => return Err(format!("stream: {e}")),
+            Some(Ok(f)) => match f.into_data() {
+                Ok(d) => d,
+                Err(_) => continue,
+            },
+        };
+        total += data.len();
+        if total > max {
+            return Err(format!("the stream passed {max} bytes: stopped reading"));
+        }
+        buf.extend_from_slice(&data);
+        while let Some(i) = memchr::memchr(b'\n', &buf) {
+            let line: Vec<u8> = buf.drain(..=i).collect();
+            let v: Value = serde_json::from_slice(&line[..i])
+                .map_err(|_| "a line of the stream is not JSON".to_string())?;
+            if v.get("exit").is_some() {
+                return Ok(v);
+            }
+        }
+    }
+}
+
+/// The failures a plan document lists: `mode M step S: message`.
+fn step_failures(plans: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in plans.as_array().into_iter().flatten() {
+        let mode = p.get("package_mode").and_then(Value::as_str).unwrap_or("?");
+        if let Some(e) = p.get("error").and_then(Value::as_str) {
+            out.push(format!("mode {mode}: {e}"));
+            continue;
+        }
+        for s in p
+            .get("steps")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = s.get("name").and_then(Value::as_str).unwrap_or("?");
+            let msg = match s.get("kind").and_then(Value::as_str) {
+                Some("failed") => s.get("error").and_then(Value::as_str).map(str::to_string),
+                Some("rhai") if s["result"]["ok"] == false => Some(
+                    s["result"]["error"]
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| format!("{} pending change(s)", s["result"]["drift"])),
+                ),
+                _ => None,
+            };
+            if let Some(m) = msg {
+                out.push(format!("mode {mode} step {name}: {m}"));
+            }
+        }
+    }
+    out
+}
+
+/// Plan every package on `node`.
+pub async fn plan_node(
+    node: &Node,
+    bodies: &[(String, String, Value)],
+    opts: &Options,
+    run_id: &str,
+) -> Outcome {
+    let Some(addr) = &node.address else {
+        return Outcome::Failed("no serve address (give one, or --address-template)".into());
+    };
+    let client = match Client::with_tls(
+        addr,
+        &opts.token,
+        opts.tls_ca.as_deref(),
+        opts.tls_client
+            .as_ref()
+            .map(|(c, k)| (c.as_path(), k.as_path())),
+    ) {
+        Ok(c) => c,
+        Err(e) => return Outcome::Failed(e.to_string()),
+    };
+    let mut packages = Vec::new();
+    let mut pending = 0u64;
+    let mut canonical = String::new();
+    for (i, (name, version, body)) in bodies.iter().enumerate() {
+        let mut body = body.clone();
+        body["id"] = format!("preview-{run_id}-{i}").into();
+        let exit = match one_plan(&client, &body, opts.max_stream).await {
+            Ok(v) => v,
+            // The address is the node's (in the JSON record), not part of why it failed.
+            Err(e) => {
+                let e = e
+                    .strip_prefix(&format!("{addr}: "))
+                    .or_else(|| e.strip_prefix(&format!("{}: ", addr.trim_end_matches('/'))))
+                    .unwrap_or(&e)
+                    .to_string();
+                return Outcome::Failed(format!("package {name}: {e}"));
+            }
+        };
+        let plans = exit.get("plans").cloned().unwrap_or(Value::Null);
+        let failures = step_failures(&plans);
+        if let Some(f) = failures.first() {
+            return Outcome::Failed(format!("package {name}: {f}"));
+        }
+        if exit["exit"]["code"] != 0 {
+            let why = exit["exit"]["error"].as_str().unwrap_or("the plan failed");
+            return Outcome::Failed(format!("package {name}: {why}"));
+        }
+        let mut p_pending = 0;
+        for p in plans.as_array().into_iter().flatten() {
+            p_pending += p["counts"]["changes"].as_u64().unwrap_or(0)
+                + p["counts"]["actions"].as_u64().unwrap_or(0);
+        }
+        let rendered = exit
+            .get("rendered")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let _ = writeln!(canonical, "package {name} {version}");
+        canonical.push_str(&rendered.replace(node.name.as_str(), "<node>"));
+        pending += p_pending;
+        packages.push(PackageResult {
+            package: name.clone(),
+            version: version.clone(),
+            plans,
+            rendered,
+            pending: p_pending,
+        });
+    }
+    Outcome::Planned {
+        packages,
+        pending,
+        canonical,
+    }
+}
+
+/// Plan `nodes`, at most `opts.parallel` at once, each bounded by `opts.timeout`;
+/// `progress` is called after each node ends (done, total). Stops starting nodes once
+/// `stop` is aborted; the nodes that finished are returned (sorted by name) with the
+/// names of those that did not.
+pub async fn plan_all(
+    nodes: &[Node],
+    bodies: Arc<Vec<(String, String, Value)>>,
+    opts: &Options,
+    stop: &crate::process::Cancel,
+    progress: &mut dyn FnMut(usize, usize),
+) -> (Vec<NodeResult>, Vec<String>) {
+    let sem = Arc::new(tokio::sync::Semaphore::new(opts.parallel.max(1)));
+    let run_id = format!(
+        "{:x}{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros())
+    );
+    let mut set = tokio::task::JoinSet::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let (sem, bodies, opts, n) = (sem.clone(), bodies.clone(), opts.clone(), n.clone());
+        let rid = format!("{run_id}-{i}");
+        set.spawn(async move {
+            let _permit = sem.acquire_owned().await;
+            let outcome =
+                match tokio::time::timeout(opts.timeout, plan_node(&n, &bodies, &opts, &rid)).await
+                {
+                    Ok(o) => o,
+                    Err(_) => Outcome::Failed(format!(
+                        "no plan within {} s (--node-timeout)",
+                        opts.timeout.as_secs_f64()
+                    )),
+                };
+            NodeResult {
+                node: n.name,
+                outcome,
+            }
+        });
+    }
+    let mut done = Vec::new();
+    let total = nodes.len();
+    loop {
+        tokio::select! {
+            r = set.join_next() => match r {
+                None => break,
+                Some(Ok(r)) => {
+                    done.push(r);
+                    progress(done.len(), total);
+                }
+                Some(Err(_)) => {}
+            },
+            () = stop.aborted() => {
+                set.abort_all();
+                break;
+            }
+        }
+    }
+    done.sort_by(|a, b| a.node.cmp(&b.node));
+    let mut missing: Vec<String> = nodes
+        .iter()
+        .filter(|n| !done.iter().any(|d| d.node == n.name))
+        .map(|n| n.name.clone())
+        .collect();
+    missing.sort();
+    (done, missing)
+}
+
+/// Preview the CR on `nodes`: the ones `cr`'s selector picks are planned ([`plan_all`]),
+/// the others listed as excluded; the results grouped ([`Preview::new`]).
+pub async fn preview(
+    cr: &Cr,
+    nodes: Vec<Node>,
+    bodies: Vec<(String, String, Value)>,
+    opts: &Options,
+    stop: &crate::process::Cancel,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Preview {
+    let (selected, excluded): (Vec<Node>, Vec<Node>) = nodes
+        .into_iter()
+        .partition(|n| cr.selector.matches(&n.labels));
+    let mut excluded: Vec<String> = excluded.into_iter().map(|n| n.name).collect();
+    excluded.sort();
+    let (results, unfinished) = plan_all(&selected, Arc::new(bodies), opts, stop, progress).await;
+    Preview::new(results, excluded, unfinished)
+}
+
+/// A group of nodes with one canonical plan.
+#[derive(Debug, Clone)]
+pub struct Group {
+    /// Its nodes, sorted.
+    pub nodes: Vec<String>,
+    /// The plan lines.
+    pub canonical: String,
+    /// True: it would change something.
+    pub changes: bool,
+}
+
+/// The result of a preview.
+#[derive(Debug, Clone)]
+pub struct Preview {
+    /// Selected nodes' results, by name.
+    pub results: Vec<NodeResult>,
+    /// Groups: those that would change first (largest first, then by first node), then
+    /// converged ones.
+    pub groups: Vec<Group>,
+    /// Nodes the selector excluded, sorted.
+    pub excluded: Vec<String>,
+    /// Selected nodes not planned (interrupted), sorted.
+    pub unfinished: Vec<String>,
+}
+
+impl Preview {
+    /// Group `results`.
+    pub fn new(
+        results: Vec<NodeResult>,
+        excluded: Vec<String>,
+        unfinished: Vec<String>,
+    ) -> Preview {
+        let mut by: BTreeMap<(bool, String), Vec<String>> = BTreeMap::new();
+        for r in &results {
+            if let Outcome::Planned {
+                pending, canonical, ..
+            } = &r.outcome
+            {
+                by.entry((*pending == 0, canonical.clone()))
+                    .or_default()
+                    .push(r.node.clone());
+            }
+        }
+        let mut groups: Vec<Group> = by
+            .into_iter()
+            .map(|((converged, canonical), mut nodes)| {
+                nodes.sort();
+                Group {
+                    nodes,
+                    canonical,
+                    changes: !converged,
+                }
+            })
+            .collect();
+        groups.sort_by(|a, b| {
+            b.changes
+                .cmp(&a.changes)
+                .then(b.nodes.len().cmp(&a.nodes.len()))
+                .then(a.nodes[0].cmp(&b.nodes[0]))
+        });
+        Preview {
+            results,
+            groups,
+            excluded,
+            unfinished,
+        }
+    }
+
+    fn failed(&self) -> Vec<(&str, &str)> {
+        self.results
+            .iter()
+            .filter_map(|r| match &r.outcome {
+                Outcome::Failed(e) => Some((r.node.as_str(), e.as_str())),
+                Outcome::Planned { .. } => None,
+            })
+            .collect()
+    }
+
+    /// (selected, would change, plans among them, converged, failed).
+    pub fn counts(&self) -> (usize, usize, usize, usize, usize) {
+        let change: Vec<&Group> = self.groups.iter().filter(|g| g.changes).collect();
+        let n_change = change.iter().map(|g| g.nodes.len()).sum();
+        let converged = self
+            .groups
+            .iter()
+            .filter(|g| !g.changes)
+            .map(|g| g.nodes.len())
+            .sum();
+        (
+            self.results.len() + self.unfinished.len(),
+            n_change,
+            change.len(),
+            converged,
+            self.failed().len(),
+        )
+    }
+
+    /// The summary line: `41 selected: 38 would change (2 plans), 2 converged, 1 failed`
+    /// (`, 3 not planned (interrupted)` after a Ctrl-C).
+    pub fn summary(&self) -> String {
+        let (sel, ch, plans, conv, failed) = self.counts();
+        let mut s = format!(
+            "{sel} selected: {ch} would change ({plans} plan{}), {conv} converged, {failed} failed",
+            if plans == 1 { "" } else { "s" }
+        );
+        if !self.unfinished.is_empty() {
+            let _ = write!(s, ", {} not planned (interrupted)", self.unfinished.len());
+        }
+        s
+    }
+
+    /// The text form: per group `== would change on N node(s): a, b` (or `== converged
+    /// on ...`) and its plan lines; then `== failed on NODE: why` per failed node, `== not
+    /// planned (interrupted): ...`, `== excluded by spec.nodeSelectors: ...`; then the
+    /// summary line.
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        for g in &self.groups {
+            let n = g.nodes.len();
+            let _ = writeln!(
+                out,
+                "== {} on {n} node{}: {}",
+                if g.changes {
+                    "would change"
+                } else {
+                    "converged"
+                },
+                if n == 1 { "" } else { "s" },
+                g.nodes.join(", ")
+            );
+            out.push_str(&g.canonical);
+            if !g.canonical.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        for (node, why) in self.failed() {
+            let _ = writeln!(out, "== failed on {node}: {why}");
+        }
+        if !self.unfinished.is_empty() {
+            let _ = writeln!(
+                out,
+                "== not planned (interrupted): {}",
+                self.unfinished.join(", ")
+            );
+        }
+        if !self.excluded.is_empty() {
+            let _ = writeln!(
+                out,
+                "== excluded by spec.nodeSelectors: {}",
+                self.excluded.join(", ")
+            );
+        }
+        out.push_str(&self.summary());
+        out.push('\n');
+        out
+    }
+
+    /// The JSON form (docs/plan.schema.json `fleetPlan`): `nodes` (per selected node, by
+    /// name: `node`, `status` `would_change`/`converged`/`failed`/`not_planned`, `group`
+    /// (index into `groups`) or null, `error` or null, `packages` with each package's
+    /// `plans`), `groups` (`nodes`, `changes`, `plan`: the canonical lines), `excluded`,
+    /// and `summary` (counts and the line).
+    pub fn to_json(&self) -> Value {
+        let group_of = |n: &str| {
+            self.groups
+                .iter()
+                .position(|g| g.nodes.iter().any(|x| x == n))
+        };
+        let mut nodes: Vec<Value> = self
+            .results
+            .iter()
+            .map(|r| match &r.outcome {
+                Outcome::Planned {
+                    packages, pending, ..
+                } => json!({
+                    "node": r.node,
+                    "status": if *pending > 0 { "would_change" } else { "converged" },
+                    "group": group_of(&r.node),
+                    "error": null,
+                    "packages": packages.iter().map(|p| json!({
+                        "package": p.package, "version": p.version,
+                        "pending": p.pending, "plans": p.plans,
+                    })).collect::<Vec<_>>(),
+                }),
+                Outcome::Failed(e) => json!({
+                    "node": r.node, "status": "failed", "group": null,
+                    "error": e, "packages": [],
+                }),
+            })
+            .collect();
+        for n in &self.unfinished {
+            nodes.push(json!({"node": n, "status": "not_planned", "group": null,
+                              "error": "interrupted", "packages": []}));
+        }
+        let (sel, ch, plans, conv, failed) = self.counts();
+        json!({
+            "nodes": nodes,
+            "groups": self.groups.iter().map(|g| json!({
+                "nodes": g.nodes, "changes": g.changes, "plan": g.canonical,
+            })).collect::<Vec<_>>(),
+            "excluded": self.excluded,
+            "summary": {
+                "selected": sel, "would_change": ch, "plans": plans, "converged": conv,
+                "failed": failed, "not_planned": self.unfinished.len(),
+                "line": self.summary(),
+            },
+        })
+    }
+}

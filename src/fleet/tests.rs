@@ -1,0 +1,203 @@
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::run::{NodeResult, Outcome, Preview};
+use super::*;
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn selectors_match_as_kubernetes_label_selectors() {
+    let s = Selector::parse(Some(&json!({
+        "matchLabels": {"gpu": "true"},
+        "matchExpressions": [
+            {"key": "zone", "operator": "In", "values": ["a", "b"]},
+            {"key": "tier", "operator": "NotIn", "values": ["canary"]},
+            {"key": "pool", "operator": "Exists"},
+            {"key": "skip", "operator": "DoesNotExist"},
+        ]
+    })))
+    .unwrap();
+    let base = [("gpu", "true"), ("zone", "a"), ("pool", "p1")];
+    assert!(s.matches(&labels(&base)));
+    // NotIn holds for an absent label and for another value
+    assert!(s.matches(&labels(&[
+        ("gpu", "true"),
+        ("zone", "b"),
+        ("pool", "x"),
+        ("tier", "prod")
+    ])));
+    assert!(!s.matches(&labels(&[
+        ("gpu", "true"),
+        ("zone", "a"),
+        ("pool", "p"),
+        ("tier", "canary")
+    ])));
+    assert!(!s.matches(&labels(&[("gpu", "true"), ("zone", "c"), ("pool", "p")])));
+    assert!(
+        !s.matches(&labels(&[("gpu", "true"), ("pool", "p")])),
+        "In needs the label"
+    );
+    assert!(
+        !s.matches(&labels(&[("gpu", "true"), ("zone", "a")])),
+        "Exists"
+    );
+    assert!(!s.matches(&labels(&[
+        ("gpu", "true"),
+        ("zone", "a"),
+        ("pool", "p"),
+        ("skip", "")
+    ])));
+    assert!(!s.matches(&labels(&[("gpu", "false"), ("zone", "a"), ("pool", "p")])));
+    // no selector, or an empty one, selects every node (as the operator's)
+    for v in [None, Some(json!({})), Some(json!(null))] {
+        assert!(Selector::parse(v.as_ref()).unwrap().matches(&labels(&[])));
+    }
+}
+
+#[test]
+fn bad_selectors_are_refused_naming_the_field() {
+    let cases = [
+        (
+            json!({"matchExpressions": [{"key": "a", "operator": "In"}]}),
+            "spec.nodeSelectors.matchExpressions[0]: operator In needs values",
+        ),
+        (
+            json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}),
+            "spec.nodeSelectors.matchExpressions[0]: operator Exists takes no values",
+        ),
+        (
+            json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}),
+            "spec.nodeSelectors.matchExpressions[0].operator: \"Gt\" (expected In, NotIn, Exists or DoesNotExist)",
+        ),
+        (
+            json!({"matchLabels": {"a": 1}}),
+            "spec.nodeSelectors.matchLabels.a: not a string",
+        ),
+        (
+            json!({"nodeNames": ["x"]}),
+            "spec.nodeSelectors: unknown field \"nodeNames\"",
+        ),
+    ];
+    for (v, want) in cases {
+        assert_eq!(Selector::parse(Some(&v)).unwrap_err(), want, "{v}");
+    }
+}
+
+fn cr_file(dir: &std::path::Path, packages: &str) -> std::path::PathBuf {
+    let p = dir.join("cr.yaml");
+    std::fs::write(
+        &p,
+        format!("apiVersion: skyhook.nvidia.com/v1alpha1\nkind: Skyhook\nmetadata: {{name: demo}}\nspec:\n  packages:\n{packages}"),
+    )
+    .unwrap();
+    p
+}
+
+#[test]
+fn packages_come_in_depends_on_order_and_bad_dependencies_are_named() {
+    let d = tempfile::tempdir().unwrap();
+    let cr = Cr::load(&cr_file(
+        d.path(),
+        "    c: {version: '1', dependsOn: {b: '2'}}\n    a: {version: '3'}\n    b: {version: '2', dependsOn: {a: '3'}}\n    d: {version: '1'}\n",
+    ))
+    .unwrap();
+    let names: Vec<&str> = cr.packages.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c", "d"]);
+    assert_eq!(cr.resource_id(&cr.packages[1]), "demo-preview-1_b_2");
+    let err = |packages: &str| Cr::load(&cr_file(d.path(), packages)).unwrap_err().message;
+    assert_eq!(
+        err("    a: {version: '1', dependsOn: {z: '1'}}\n"),
+        "spec.packages.a.dependsOn: z is not a package of this Skyhook"
+    );
+    assert_eq!(
+        err("    a: {version: '1', dependsOn: {b: '1'}}\n    b: {version: '2'}\n"),
+        "spec.packages.a.dependsOn: b 1, but the Skyhook has b 2"
+    );
+    assert_eq!(
+        err(
+            "    a: {version: '1', dependsOn: {b: '1'}}\n    b: {version: '1', dependsOn: {a: '1'}}\n"
+        ),
+        "spec.packages: dependsOn forms a cycle among a, b"
+    );
+}
+
+#[test]
+fn kubectl_node_lists_get_addresses_from_the_template() {
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("nodes.json");
+    std::fs::write(
+        &f,
+        json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"metadata": {"name": "gpu-1", "labels": {"gpu": "true"}},
+             "status": {"addresses": [{"type": "Hostname", "address": "gpu-1.local"},
+                                      {"type": "InternalIP", "address": "10.0.0.7"}]}},
+            {"metadata": {"name": "cpu-1"}, "status": {"addresses": []}},
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let nodes = load_nodes(&f, Some("https://{InternalIP}:8443")).unwrap();
+    assert_eq!(
+        nodes,
+        vec![
+            Node {
+                name: "gpu-1".into(),
+                labels: labels(&[("gpu", "true")]),
+                address: Some("https://10.0.0.7:8443".into()),
+            },
+            // no InternalIP: no address, reported as that node's failure
+            Node {
+                name: "cpu-1".into(),
+                labels: BTreeMap::new(),
+                address: None,
+            },
+        ]
+    );
+    std::fs::write(&f, "- {name: a}\n- {name: a}\n").unwrap();
+    assert_eq!(
+        load_nodes(&f, None).unwrap_err().to_string(),
+        format!("{}: node a is listed twice", f.display())
+    );
+}
+
+#[test]
+fn the_summary_counts_plans_among_nodes_that_would_change() {
+    let planned = |node: &str, pending: u64, canonical: &str| NodeResult {
+        node: node.into(),
+        outcome: Outcome::Planned {
+            packages: Vec::new(),
+            pending,
+            canonical: canonical.into(),
+        },
+    };
+    let p = Preview::new(
+        vec![
+            planned("b", 1, "x\n"),
+            planned("a", 1, "x\n"),
+            planned("c", 2, "y\n"),
+            planned("d", 0, "z\n"),
+            NodeResult {
+                node: "e".into(),
+                outcome: Outcome::Failed("down".into()),
+            },
+        ],
+        vec!["f".into()],
+        Vec::new(),
+    );
+    assert_eq!(
+        p.render_text(),
+        "== would change on 2 nodes: a, b\nx\n== would change on 1 node: c\ny\n\
+         == converged on 1 node: d\nz\n== failed on e: down\n\
+         == excluded by spec.nodeSelectors: f\n\
+         5 selected: 3 would change (2 plans), 1 converged, 1 failed\n"
+    );
+    assert_eq!(p.to_json()["summary"]["plans"], 2);
+    assert_eq!(p.to_json()["nodes"][4]["error"], "down");
+}

@@ -1,0 +1,74 @@
+//! [`enter_read_only`]: what a command the plan's thread forks can and cannot do.
+
+use std::process::Command;
+
+use super::enter_read_only;
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// `sh -c SCRIPT` forked from this thread: its exit code.
+fn sh(script: &str) -> i32 {
+    Command::new("/bin/sh")
+        .args(["-c", script])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .code()
+        .unwrap_or(-1)
+}
+
+/// Inside the plan's namespace a command can neither write a file, nor remount the root
+/// writable (no CAP_SYS_ADMIN), nor write through a device node of the root (nodev); it can
+/// still write to /dev/null. Outside it, the same root stays writable.
+#[test]
+fn commands_of_the_plan_cannot_write_remount_or_use_devices() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("root");
+    std::fs::create_dir_all(root.join("dev")).unwrap();
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    let mk = |name: &str, minor: u64| {
+        nix::sys::stat::mknod(
+            &root.join("dev").join(name),
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+            nix::sys::stat::makedev(1, minor),
+        )
+        .unwrap();
+    };
+    mk("null", 3);
+    mk("fake-disk", 5); // /dev/zero's numbers: any write succeeds where devices open
+    let at = d.path().join("host");
+    std::fs::create_dir(&at).unwrap();
+    let (r, a) = (root.clone(), at.clone());
+    let codes = std::thread::spawn(move || {
+        enter_read_only(&r, &a).unwrap();
+        let p = a.display();
+        (
+            sh(&format!("echo x > {p}/etc/new")),
+            sh(&format!(
+                "mount -o remount,rw,bind {p} && echo x > {p}/etc/new"
+            )),
+            sh(&format!("echo x > {p}/dev/fake-disk")),
+            sh(&format!("echo x > {p}/dev/null")),
+        )
+    })
+    .join()
+    .unwrap();
+    assert_ne!(codes.0, 0, "a write to the read-only root succeeded");
+    assert_ne!(codes.1, 0, "a command remounted the root writable");
+    assert_ne!(
+        codes.2, 0,
+        "a command wrote through a device node of the root"
+    );
+    assert_eq!(codes.3, 0, "/dev/null is the server's");
+    assert!(!root.join("etc/new").exists());
+    // this thread's namespace: untouched, the root writable, the mount point empty
+    assert_eq!(sh(&format!("echo x > {}/etc/new", root.display())), 0);
+    assert_eq!(std::fs::read_dir(&at).unwrap().count(), 0);
+}
