@@ -127,13 +127,14 @@ use crate::host::effects::context::Context;
 pub use crate::host::effects::context::HostOptions;
 use crate::host::effects::effect::{Effect, EffectClass, GrubUpdate, InitramfsTool};
 use crate::host::effects::exec::{CmdOutput, CommandOptions};
-use crate::host::effects::executors::Executor;
 use crate::host::effects::executors::apply::Apply;
 use crate::host::effects::executors::plan::Plan;
 use crate::host::effects::executors::recording::Recording;
+use crate::host::effects::executors::{Deferred, Executor};
 use crate::host::effects::lines::{Lines, Stamp, View};
 pub use crate::host::effects::overlay::Stat;
 use crate::host::effects::overlay::normalize;
+use crate::host::effects::reads::RootReads;
 use crate::host::effects::report::{Action, Change, ExecMode, Item, Journal, Position, Report};
 use crate::host::effects::textdiff::Appended;
 use crate::host::root::HostRoot;
@@ -152,20 +153,21 @@ pub struct Host {
     pub(super) executor: Box<dyn Executor>,
     pub(super) redactor: Redactor,
     /// The report's content hashes, once per file ([`crate::host::effects::hashes`]).
-    pub(crate) hashes: crate::host::effects::hashes::ContentHashes,
+    pub(in crate::host::effects) hashes: crate::host::effects::hashes::ContentHashes,
     /// Parsed views of the files the line and block functions edited, by normalised host
     /// path ([`crate::host::files::fs`]). Any effect clears them ([`Host::submit`]); in apply mode
     /// a view is trusted only while the file's [`crate::host::effects::lines::Stamp`] is unchanged.
-    pub(crate) texts: std::collections::HashMap<PathBuf, crate::host::effects::lines::View>,
+    pub(in crate::host::effects) texts:
+        std::collections::HashMap<PathBuf, crate::host::effects::lines::View>,
     pub(super) report: Report,
-    pub(crate) pending_daemon_reload: bool,
-    pub(crate) pending_grub: GrubPending,
+    pub(in crate::host::effects) pending_daemon_reload: bool,
+    pub(in crate::host::effects) pending_grub: GrubPending,
     /// A daemon-reload record exists in the root ([`deferred`]).
     pub(super) recorded_reload: bool,
     /// A grub record exists in the root ([`deferred`]).
     pub(super) recorded_grub: bool,
     /// An initramfs regeneration is due at the end of the step ([`crate::host::kernel::kmod`]).
-    pub(crate) pending_initramfs: bool,
+    pub(in crate::host::effects) pending_initramfs: bool,
     /// An initramfs record exists in the root ([`deferred`]).
     pub(super) recorded_initramfs: bool,
     pub(super) finished: bool,
@@ -175,18 +177,18 @@ pub struct Host {
     pub(super) journal: Journal,
     /// A package repository changed in this session: the next `pkg::install` refreshes the
     /// index ([`Host::mark_package_index_stale`]).
-    pub(crate) package_index_stale: bool,
+    pub(in crate::host::effects) package_index_stale: bool,
     /// Set by the line functions for the one write they submit next: what its content adds
     /// to the old ([`crate::host::effects::textdiff::Appended`]); taken by [`Host::submit`].
-    pub(crate) appended: Option<crate::host::effects::textdiff::Appended>,
+    pub(in crate::host::effects) appended: Option<crate::host::effects::textdiff::Appended>,
     /// Apply mode: the pending write of batched line edits ((module docs, "Batched line edits")).
-    pub(crate) batch: Batch,
+    pub(in crate::host::effects) batch: Batch,
     /// Set by the line functions for the one write they submit next: record its change but
     /// hold the write for a batch ((module docs, "Batched line edits")); taken by [`Host::submit`].
-    pub(crate) hold_write: bool,
+    pub(in crate::host::effects) hold_write: bool,
     /// The next [`Host::submit`] of a write is a line or block edit (the undo journal
     /// records its lines: [`Host::next_write_is_line_edit`]).
-    pub(crate) line_write: bool,
+    pub(in crate::host::effects) line_write: bool,
     /// Every effect submitted, in order, once [`Host::record_effects`] was called: the
     /// recording double tests assert an area's effects with.
     pub(super) recorded: Option<Vec<Effect>>,
@@ -246,7 +248,7 @@ impl Host {
     /// # Errors
     /// As `DirSyncs::sync`.
     pub(crate) fn sync_dirs(&self) -> Result<()> {
-        Ok(self.cx.dir_syncs.sync(self.root())?)
+        Ok(self.cx.dir_syncs.sync(self.host_root())?)
     }
 
     /// A session over `root` in `mode`. Deferred work recorded by an earlier session that
@@ -358,15 +360,24 @@ impl Host {
             .unwrap_or_default()
     }
 
-    /// The execution mode.
-    pub fn mode(&self) -> ExecMode {
+    /// The execution mode (effects only: an area asks the session what it needs, never
+    /// which mode it is in).
+    pub(in crate::host::effects) fn mode(&self) -> ExecMode {
         self.executor.mode()
     }
 
-    /// The host root, for reading or writing it directly. Pending batched line edits are
-    /// written first (the session's batch, `host::effects::session`; a failure is returned by the next fallible
+    /// The host root's read side ([`RootReads`]: no mutating method), for what no effect
+    /// plans (device nodes, a file the view located, messages). Pending batched line edits
+    /// are written first (the session's batch; a failure is returned by the next fallible
     /// call of the session), so a direct read sees them.
-    pub fn root(&self) -> &HostRoot {
+    pub fn root(&self) -> RootReads<'_> {
+        self.batch.flush(&self.cx, &*self.executor);
+        RootReads::of(&self.cx.root)
+    }
+
+    /// The host root itself, for the effects' own reads; pending batched line edits are
+    /// written first, as for [`Host::root`].
+    pub(in crate::host::effects) fn host_root(&self) -> &HostRoot {
         self.batch.flush(&self.cx, &*self.executor);
         &self.cx.root
     }
@@ -433,6 +444,12 @@ impl Host {
     /// (`apt-get update`, `dnf makecache`, ...), in every mode.
     pub fn mark_package_index_stale(&mut self) {
         self.package_index_stale = true;
+    }
+
+    /// The grub work pending at the end of the step (a copy), for a call that merges its
+    /// own into it before [`Host::schedule_grub_ahead`].
+    pub(crate) fn pending_grub(&self) -> GrubPending {
+        self.pending_grub.clone()
     }
 
     /// Plan mode: `argv` was planned, not run (`run`, `sh`), with `guard_paths` (its
@@ -531,7 +548,18 @@ impl Host {
     /// # Errors
     /// In apply mode, whatever performing it fails with; in plan/check mode, failures to
     /// read the current state for the diff.
-    pub fn submit(&mut self, effect: Effect) -> Result<Option<CmdOutput>> {
+    pub fn submit(&mut self, mut effect: Effect) -> Result<Option<CmdOutput>> {
+        // A stale package index (a changed `pkg::repo`, [`Host::mark_package_index_stale`])
+        // is refreshed by the next install; an install that refreshes, or `pkg::update`,
+        // leaves it fresh once it succeeded.
+        if let Effect::PackageInstall { update, .. } = &mut effect {
+            *update |= self.package_index_stale;
+        }
+        let refreshes = matches!(
+            effect,
+            Effect::PackageInstall { update: true, .. }
+                | Effect::PackageUpgrade { upgrade: false, .. }
+        );
         if let Some(r) = &mut self.recorded {
             r.push(effect.clone());
         }
@@ -611,7 +639,23 @@ impl Host {
             }
             EffectClass::Interrupt => {}
         }
+        if refreshes {
+            self.package_index_stale = false;
+        }
         Ok(out)
+    }
+
+    /// Submit the download `d` ([`Effect::Fetch`]); returns whether it was only planned
+    /// (plan and check mode: nothing was requested), for the caller's messages.
+    ///
+    /// # Errors
+    /// As [`Host::submit`].
+    pub(crate) fn submit_download(
+        &mut self,
+        d: crate::host::effects::effect::Download,
+    ) -> Result<bool> {
+        self.submit(Effect::Fetch(d))?;
+        Ok(self.mode() != ExecMode::Apply)
     }
 
     /// Schedule one (coalesced) `systemctl daemon-reload`.
@@ -630,10 +674,10 @@ impl Host {
     /// written).
     pub(crate) fn write_ahead_daemon_reload(&mut self) -> Result<()> {
         self.settle_batch()?;
-        if self.executor.changes_host() {
-            self.executor
-                .journal_path(&self.cx, &deferred::daemon_reload_path())?;
-            deferred::record_daemon_reload(&self.cx.root)?;
+        if self
+            .executor
+            .record_deferred(&self.cx, Deferred::DaemonReload, true)?
+        {
             self.recorded_reload = true;
         }
         Ok(())
@@ -651,12 +695,10 @@ impl Host {
         pending: GrubPending,
     ) -> Result<(GrubPending, bool)> {
         self.settle_batch()?;
-        if self.executor.changes_host() {
-            self.executor
-                .journal_path(&self.cx, &deferred::grub_path())?;
-            deferred::record_grub(&self.cx.root, &pending)?;
-        }
-        let recorded = self.recorded_grub || self.executor.changes_host();
+        let wrote = self
+            .executor
+            .record_deferred(&self.cx, Deferred::Grub(&pending), true)?;
+        let recorded = self.recorded_grub || wrote;
         let prev_recorded = std::mem::replace(&mut self.recorded_grub, recorded);
         let prev = std::mem::replace(&mut self.pending_grub, pending);
         Ok((prev, prev_recorded))
@@ -665,15 +707,15 @@ impl Host {
     /// Undo [`Host::schedule_grub_ahead`] after the drop-in write failed: the previous
     /// pending work, and in apply mode the previous record (or none). Best effort.
     pub(crate) fn restore_grub(&mut self, (pending, recorded): (GrubPending, bool)) {
-        if self.executor.changes_host() {
-            let undone = if recorded {
-                deferred::record_grub(&self.cx.root, &pending)
-            } else {
-                deferred::clear(&self.cx.root, &deferred::grub_path())
-            };
-            if undone.is_ok() {
-                self.recorded_grub = recorded;
-            }
+        let undone = if recorded {
+            self.executor
+                .record_deferred(&self.cx, Deferred::Grub(&pending), false)
+        } else {
+            self.executor
+                .clear_deferred(&self.cx, &deferred::grub_path())
+        };
+        if matches!(undone, Ok(true)) {
+            self.recorded_grub = recorded;
         }
         self.pending_grub = pending;
     }
@@ -687,23 +729,24 @@ impl Host {
     /// Writing the record failed (nothing is scheduled then; the file must not be written).
     pub(crate) fn schedule_initramfs_ahead(&mut self) -> Result<(bool, bool)> {
         self.settle_batch()?;
-        if self.executor.changes_host() {
-            self.executor
-                .journal_path(&self.cx, &deferred::initramfs_path())?;
-            deferred::record_initramfs(&self.cx.root)?;
-        }
+        let wrote = self
+            .executor
+            .record_deferred(&self.cx, Deferred::Initramfs, true)?;
         let prev = (self.pending_initramfs, self.recorded_initramfs);
         self.pending_initramfs = true;
-        self.recorded_initramfs = self.recorded_initramfs || self.executor.changes_host();
+        self.recorded_initramfs = self.recorded_initramfs || wrote;
         Ok(prev)
     }
 
     /// Undo [`Host::schedule_initramfs_ahead`] after the file write failed: the previous
     /// pending state and, in apply mode, no record when there was none before. Best effort.
     pub(crate) fn restore_initramfs(&mut self, (pending, recorded): (bool, bool)) {
-        if self.executor.changes_host()
-            && !recorded
-            && deferred::clear(&self.cx.root, &deferred::initramfs_path()).is_ok()
+        if !recorded
+            && matches!(
+                self.executor
+                    .clear_deferred(&self.cx, &deferred::initramfs_path()),
+                Ok(true)
+            )
         {
             self.recorded_initramfs = false;
         }
@@ -727,12 +770,20 @@ impl Host {
     fn settle_reload_record(&mut self, ok: bool, was_pending: bool) {
         if ok {
             if self.recorded_reload
-                && deferred::clear(&self.cx.root, &deferred::daemon_reload_path()).is_ok()
+                && matches!(
+                    self.executor
+                        .clear_deferred(&self.cx, &deferred::daemon_reload_path()),
+                    Ok(true)
+                )
             {
                 self.recorded_reload = false;
             }
         } else if (was_pending || self.recorded_reload)
-            && deferred::record_daemon_reload(&self.cx.root).is_ok()
+            && matches!(
+                self.executor
+                    .record_deferred(&self.cx, Deferred::DaemonReload, false),
+                Ok(true)
+            )
         {
             self.recorded_reload = true;
         }
@@ -754,16 +805,22 @@ impl Host {
         let grub_result = match effect {
             Some(g) => {
                 let r = self.submit(Effect::GrubUpdate(g)).map(|_| ());
-                if self.executor.changes_host() {
-                    if r.is_ok() {
-                        if self.recorded_grub
-                            && deferred::clear(&self.cx.root, &deferred::grub_path()).is_ok()
-                        {
-                            self.recorded_grub = false;
-                        }
-                    } else if deferred::record_grub(&self.cx.root, &grub).is_ok() {
-                        self.recorded_grub = true;
+                if r.is_ok() {
+                    if self.recorded_grub
+                        && matches!(
+                            self.executor
+                                .clear_deferred(&self.cx, &deferred::grub_path()),
+                            Ok(true)
+                        )
+                    {
+                        self.recorded_grub = false;
                     }
+                } else if matches!(
+                    self.executor
+                        .record_deferred(&self.cx, Deferred::Grub(&grub), false),
+                    Ok(true)
+                ) {
+                    self.recorded_grub = true;
                 }
                 r
             }
@@ -783,16 +840,22 @@ impl Host {
             .map(|r| crate::host::effects::os_release::family_from(&r))
             .map(|f| InitramfsTool::for_family(&f))
             .and_then(|tool| self.submit(Effect::InitramfsUpdate(tool)).map(|_| ()));
-        if self.executor.changes_host() {
-            if r.is_ok() {
-                if self.recorded_initramfs
-                    && deferred::clear(&self.cx.root, &deferred::initramfs_path()).is_ok()
-                {
-                    self.recorded_initramfs = false;
-                }
-            } else if deferred::record_initramfs(&self.cx.root).is_ok() {
-                self.recorded_initramfs = true;
+        if r.is_ok() {
+            if self.recorded_initramfs
+                && matches!(
+                    self.executor
+                        .clear_deferred(&self.cx, &deferred::initramfs_path()),
+                    Ok(true)
+                )
+            {
+                self.recorded_initramfs = false;
             }
+        } else if matches!(
+            self.executor
+                .record_deferred(&self.cx, Deferred::Initramfs, false),
+            Ok(true)
+        ) {
+            self.recorded_initramfs = true;
         }
         r
     }
@@ -976,10 +1039,10 @@ impl Host {
     ///
     /// # Errors
     /// Taking a lock; whatever `update` fails with.
-    pub(crate) fn locked_update<G, T>(
+    pub(crate) fn locked_update<T>(
         &mut self,
         paths: &[&Path],
-        lock: impl FnOnce(&HostRoot) -> Result<G>,
+        lock: ToolLock,
         update: impl FnOnce(&mut Host, bool) -> Result<T>,
     ) -> Result<T> {
         if !self.executor.changes_host() {
@@ -994,7 +1057,9 @@ impl Host {
                 held.push(l);
             }
         }
-        let guard = lock(&self.cx.root)?;
+        let guard = match lock {
+            ToolLock::Pwd => crate::host::root::pwdlock::lock_pwd(&self.cx.root)?,
+        };
         let r = update(self, true);
         drop(guard);
         drop(held);
@@ -1068,6 +1133,15 @@ impl Host {
     pub fn limit_deadline(&mut self, deadline: Instant) {
         self.cx.opts.deadline = Some(self.cx.opts.deadline.map_or(deadline, |d| d.min(deadline)));
     }
+}
+
+/// The lock of a file set's own tools that [`Host::locked_update`] takes after the path
+/// locks, in apply mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolLock {
+    /// shadow-utils' `/etc/.pwd.lock` ([`crate::host::root::pwdlock`]), for the account
+    /// files.
+    Pwd,
 }
 
 /// What a failed step left on the host ([`Host::fail_with_report`]).

@@ -25,20 +25,16 @@
 //! trusts the **host's** CA bundle, the first of [`CA_BUNDLES`] that exists under the root
 //! (the agent image carries none). No proxy support: the agent connects directly.
 
-use std::io::{self, Read};
 use std::path::Path;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
 pub use crate::host::effects::effect::Download;
 use crate::host::effects::effect::Effect;
+use crate::host::effects::executors::download::parse_url;
 pub use crate::host::effects::executors::download::{CA_BUNDLES, MAX_REDIRECTS};
-use crate::host::effects::executors::download::{hex, parse_url};
 
 use crate::host::Host;
 use crate::host::effects::session::Stat;
-use crate::host::effects::view::ViewedFile;
 use crate::host::files::fs::host_path;
 use crate::host::root::error::{HostError, Result};
 
@@ -89,6 +85,9 @@ pub struct Fetched {
     pub changed: bool,
     /// The file was (or would be) downloaded.
     pub downloaded: bool,
+    /// The download was only planned (plan and check mode: nothing was requested), as the
+    /// session's executor answered ([`Host::submit_download`]).
+    pub planned: bool,
 }
 
 /// The warning line of a download without a digest (no newline): `fs::fetch: <url> is not
@@ -154,6 +153,7 @@ pub fn fetch_with(h: &mut Host, url: &str, p: &str, opts: &FetchOptions) -> Resu
         return Ok(Fetched {
             changed: false,
             downloaded: false,
+            planned: false,
         });
     }
     let lock = h.lock_for_update(&d.path)?;
@@ -197,15 +197,14 @@ fn fetch_locked(h: &mut Host, d: Download) -> Result<Fetched> {
             Ok(Fetched {
                 changed,
                 downloaded: false,
+                planned: false,
             })
         }
-        _ => {
-            h.submit(Effect::Fetch(d))?;
-            Ok(Fetched {
-                changed: true,
-                downloaded: true,
-            })
-        }
+        _ => Ok(Fetched {
+            changed: true,
+            downloaded: true,
+            planned: h.submit_download(d)?,
+        }),
     }
 }
 
@@ -235,34 +234,7 @@ fn current(h: &Host, path: &Path, hash: bool) -> Result<Option<(Option<String>, 
     if !hash {
         return Ok(Some((None, stat)));
     }
-    let key = match h.view_for_digest(path)? {
-        ViewedFile::Digest(sha256) => return Ok(Some((sha256, stat))),
-        ViewedFile::Content(content) => {
-            return Ok(Some((Some(hex(&Sha256::digest(&content))), stat)));
-        }
-        ViewedFile::Open(key) => key,
-    };
-    let mut f = h.root().open_regular(&key)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = match f.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                return Err(crate::host::root::RootError {
-                    op: "read",
-                    path: path.to_path_buf(),
-                    root: h.root().mount().to_path_buf(),
-                    source: e,
-                }
-                .into());
-            }
-        };
-        hasher.update(&buf[..n]);
-    }
-    Ok(Some((Some(hex(&hasher.finalize())), stat)))
+    Ok(Some((h.view_digest(path)?, stat)))
 }
 
 /// The script rows of this file's functions: each one's reference entry and Rhai
@@ -341,8 +313,7 @@ pub(crate) mod rows {
             let o = fetch_opts(&o)?;
             let f = fetch::fetch_with(h, &url, &p, &o)?;
             if f.downloaded && o.sha256.is_none() {
-                let planned = h.mode() != crate::host::ExecMode::Apply;
-                let line = fetch::unpinned_warning(&url, &p, planned);
+                let line = fetch::unpinned_warning(&url, &p, f.planned);
                 run.output.stderr(format!("{line}\n").as_bytes());
             }
             Ok(f.changed)

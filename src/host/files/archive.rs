@@ -41,35 +41,16 @@ use std::io::{Cursor, Read, Seek};
 use std::path::{Component, Path, PathBuf};
 
 use crate::host::Host;
+use crate::host::effects::staging::StagingDir;
 use crate::host::effects::view::ViewedFile;
 use crate::host::files::copy_tree::{
-    between_check_and_write, confine_ancestor, confine_created, confine_dir, copy_needed,
-    put_attrs, submit_copy,
+    between_check_and_write, confine_created, confine_dir, copy_needed, put_attrs, submit_copy,
 };
 use crate::host::files::fs::{self, host_path};
 use crate::host::root::digest::copy_hashed;
 use crate::host::root::error::{HostError, Result};
-use crate::host::root::staging::{self, StagingDir};
 
-/// Where the apply stages the entries it copies into place, one directory per call
-/// (`<boot id>-<random>`, held by an `flock` while the call runs, removed when it ends, or
-/// after a kill by the next run's [`sweep_staging`]; [`StagingDir`]): the agent's state
-/// directory, inside the host root.
-pub const STAGING: &str = "/var/lib/skyhook/.extract";
-
-/// Remove the staging directories under [`STAGING`] that no process holds locked (left by
-/// an agent killed while unpacking; a live agent in any pod holds its own), whatever their
-/// names. Returns one line per directory removed; [`STAGING`] itself goes when it is left
-/// empty.
-///
-/// # Errors
-/// Listing [`STAGING`] or removing a directory.
-pub fn sweep_staging(root: &crate::host::root::HostRoot) -> Result<Vec<String>> {
-    Ok(staging::sweep(root, Path::new(STAGING))?
-        .into_iter()
-        .map(|name| format!("removed {STAGING}/{name}, left by an fs::extract that did not end"))
-        .collect())
-}
+pub use crate::host::effects::staging::{STAGING, sweep_staging};
 
 /// Default of `max_files`: at most this many entries.
 pub const DEFAULT_MAX_FILES: u64 = 100_000;
@@ -885,20 +866,14 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
     // so another extract's symlinks must not appear in between (two archives each inside
     // `dest` can together make a link that leaves it). The session's pending edit is
     // written first: no path lock is held while waiting.
-    let _one_at_a_time = match h.may_stage() {
-        true => {
-            h.settle_batch()?;
-            Some(crate::host::root::pathlock::lock_root(h.root())?)
-        }
-        false => None,
-    };
+    let _one_at_a_time = h.lock_extracts()?;
     // From here every read and write below `dest` goes through one handle on it, which no
     // symlink below it redirects (`HostRoot::confine`): a destination that exists now is
     // confined before its check, one created by this call right after it is made.
     let mut confined = confine_dir(h, &dest)?;
     // A `dest` this call creates: its nearest existing ancestor until it is made.
     let mut above = match confined {
-        None => confine_ancestor(h, &dest)?,
+        None => h.confine_ancestor(&dest)?,
         Some(_) => None,
     };
     let items = {
@@ -935,9 +910,9 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
     }
     // This call's staging directory, locked while it lives and removed when dropped (at
     // the end of the call, after the copies from it).
-    let mut staging = match h.may_stage() && !copies.is_empty() {
-        true => Some(StagingDir::create(h.root(), Path::new(STAGING))?),
-        false => None,
+    let mut staging = match copies.is_empty() {
+        false => h.staging_dir()?,
+        true => None,
     };
     let result = (|| -> Result<bool> {
         let mut staged = BTreeMap::new();

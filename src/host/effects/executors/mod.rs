@@ -26,6 +26,30 @@ pub(crate) mod download;
 pub(crate) mod plan;
 pub(crate) mod recording;
 
+/// A deferred-work record ([`crate::host::root::deferred`]) the session asks its executor
+/// to write.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Deferred<'a> {
+    /// A due `systemctl daemon-reload`.
+    DaemonReload,
+    /// The grub work due.
+    Grub(&'a crate::host::root::deferred::GrubPending),
+    /// A due initramfs regeneration.
+    Initramfs,
+}
+
+impl Deferred<'_> {
+    /// The record's host path.
+    pub(crate) fn path(&self) -> std::path::PathBuf {
+        use crate::host::root::deferred;
+        match self {
+            Deferred::DaemonReload => deferred::daemon_reload_path(),
+            Deferred::Grub(_) => deferred::grub_path(),
+            Deferred::Initramfs => deferred::initramfs_path(),
+        }
+    }
+}
+
 /// What a session does with its effects.
 pub(crate) trait Executor: std::fmt::Debug + Send {
     /// The mode the session reports as ([`crate::host::Report::mode`]).
@@ -109,6 +133,33 @@ pub(crate) trait Executor: std::fmt::Debug + Send {
     /// Reading the state or writing the journal (the change must then not be made).
     fn journal_path(&self, _cx: &Context, _path: &std::path::Path) -> Result<()> {
         Ok(())
+    }
+
+    /// Write the deferred-work record `record` into the root (durable: atomic write, fsync;
+    /// [`crate::host::root::deferred`]), its before-state first in the undo journal when
+    /// `journal` (a write-ahead, before the change that makes the work due). Returns whether
+    /// it was written: only an executor that [`Executor::changes_host`] writes one.
+    ///
+    /// # Errors
+    /// The journal, creating the directory or writing the record (the change must then not
+    /// be made).
+    fn record_deferred(
+        &self,
+        _cx: &Context,
+        _record: Deferred<'_>,
+        _journal: bool,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Remove the deferred-work record at `path` (its work succeeded, or a write-ahead is
+    /// taken back); absent is fine. Returns whether this executor removes records (only one
+    /// that [`Executor::changes_host`]).
+    ///
+    /// # Errors
+    /// The removal failed.
+    fn clear_deferred(&self, _cx: &Context, _path: &std::path::Path) -> Result<bool> {
+        Ok(false)
     }
 
     /// The step succeeded and its writes are durable: drop the undo journal.
