@@ -1,30 +1,25 @@
 //! The read side of the host root as an area sees it: [`RootReads`], what
-//! [`Host::root`] hands out. It has no mutating method and no way back to the
+//! [`Host::root`](crate::host::Host::root) hands out. It has no mutating method and no way back to the
 //! [`HostRoot`] it borrows, so an area that holds a session cannot write the host but by
 //! submitting an effect (the seam: `docs/architecture.md`). Reads that a plan changes
 //! (what a path resolves to, the mount check of a removal) are the session's view methods
-//! here ([`Host::view_canonical`], [`Host::check_remove_all`]); `RootReads` keeps what no
+//! (`Host::view_canonical`, `Host::check_remove_all` in `view.rs`); `RootReads` keeps what no
 //! effect plans: device nodes under `/dev`, streaming a file the view located, messages.
 
 use std::fs::{File, Metadata};
 use std::path::{Path, PathBuf};
 
-use crate::host::effects::overlay::{Node, normalize};
-use crate::host::effects::session::Host;
 use crate::host::root::HostRoot;
 use crate::host::root::confine::Confined;
 use crate::host::root::error::Result;
 
-/// Symlinks followed at most when the view resolves a path (as the kernel's `MAXSYMLINKS`).
-const MAX_LINKS: usize = 40;
-
-/// A read-only borrow of the session's host root ([`Host::root`]): no method writes, and
+/// A read-only borrow of the session's host root ([`Host::root`](crate::host::Host::root)): no method writes, and
 /// the [`HostRoot`] inside cannot be named from it.
 #[derive(Clone, Copy)]
 pub struct RootReads<'a>(&'a HostRoot);
 
 impl<'a> RootReads<'a> {
-    /// The read view of `root` (effects only: areas get theirs from [`Host::root`]).
+    /// The read view of `root` (effects only: areas get theirs from `Host::root`).
     pub(in crate::host::effects) fn of(root: &'a HostRoot) -> Self {
         RootReads(root)
     }
@@ -64,7 +59,7 @@ impl<'a> RootReads<'a> {
     }
 
     /// Open a regular file for streaming ([`HostRoot::open_regular`]); for a path the view
-    /// located ([`Host::view_for_digest`]).
+    /// located (`Host::view_for_digest`).
     ///
     /// # Errors
     /// As [`HostRoot::open_regular`].
@@ -88,52 +83,5 @@ impl<'a> RootReads<'a> {
     /// As [`HostRoot::confine_created`].
     pub fn confine_created(&self, host: &Path) -> Result<Confined> {
         Ok(self.0.confine_created(host)?)
-    }
-}
-
-impl Host {
-    /// The host path `path` resolves to as the session sees it (symlinks followed, the
-    /// plan's own links included in plan and check mode, at most 40); `None` when nothing
-    /// is there.
-    ///
-    /// # Errors
-    /// [`crate::host::HostError::PlanUnknown`]; resolution failures; a loop of more than
-    /// 40 links is `None`, as a dangling one.
-    pub(crate) fn view_canonical(&self, path: &Path) -> Result<Option<PathBuf>> {
-        self.check_known(path)?;
-        self.batch.flush_checked(&self.cx, &*self.executor)?;
-        let Some(overlay) = self.executor.overlay() else {
-            return Ok(self.cx.root.canonical(path)?);
-        };
-        let mut at = normalize(path);
-        for _ in 0..MAX_LINKS {
-            let key = overlay.key(&self.cx.root, &at, true)?;
-            match overlay.lookup(&key) {
-                Some(Node::Symlink { target }) => {
-                    let dir = key.parent().unwrap_or(Path::new("/"));
-                    at = normalize(&dir.join(target));
-                }
-                Some(Node::Absent) => return Ok(None),
-                Some(_) => return Ok(Some(key)),
-                None => return Ok(self.cx.root.canonical(&key)?),
-            }
-        }
-        Ok(None)
-    }
-
-    /// What a removal of `path` with everything below it would refuse (mount points at or
-    /// below it, [`HostRoot::remove_all_check`]), checked where the session sees `path`
-    /// (through the plan's links in plan and check mode).
-    ///
-    /// # Errors
-    /// Mount points; resolution, `statx` or listing failures.
-    pub(crate) fn check_remove_all(&self, path: &Path) -> Result<()> {
-        self.check_known(path)?;
-        self.batch.flush_checked(&self.cx, &*self.executor)?;
-        let at = match self.executor.overlay() {
-            Some(overlay) => overlay.key(&self.cx.root, path, false)?,
-            None => path.to_path_buf(),
-        };
-        Ok(self.cx.root.remove_all_check(&at)?)
     }
 }

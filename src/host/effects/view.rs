@@ -415,3 +415,53 @@ impl Host {
         }
     }
 }
+
+/// Symlinks followed at most when the view resolves a path (as the kernel's `MAXSYMLINKS`).
+const MAX_LINKS: usize = 40;
+
+impl Host {
+    /// The host path `path` resolves to as the session sees it (symlinks followed, the
+    /// plan's own links included in plan and check mode, at most 40); `None` when nothing
+    /// is there.
+    ///
+    /// # Errors
+    /// [`crate::host::HostError::PlanUnknown`]; resolution failures; a loop of more than
+    /// 40 links is `None`, as a dangling one.
+    pub(crate) fn view_canonical(&self, path: &Path) -> Result<Option<PathBuf>> {
+        self.check_known(path)?;
+        self.batch.flush_checked(&self.cx, &*self.executor)?;
+        let Some(overlay) = self.executor.overlay() else {
+            return Ok(self.cx.root.canonical(path)?);
+        };
+        let mut at = normalize(path);
+        for _ in 0..MAX_LINKS {
+            let key = overlay.key(&self.cx.root, &at, true)?;
+            match overlay.lookup(&key) {
+                Some(crate::host::effects::overlay::Node::Symlink { target }) => {
+                    let dir = key.parent().unwrap_or(Path::new("/"));
+                    at = normalize(&dir.join(target));
+                }
+                Some(crate::host::effects::overlay::Node::Absent) => return Ok(None),
+                Some(_) => return Ok(Some(key)),
+                None => return Ok(self.cx.root.canonical(&key)?),
+            }
+        }
+        Ok(None)
+    }
+
+    /// What a removal of `path` with everything below it would refuse (mount points at or
+    /// below it, [`HostRoot::remove_all_check`]), checked where the session sees `path`
+    /// (through the plan's links in plan and check mode).
+    ///
+    /// # Errors
+    /// Mount points; resolution, `statx` or listing failures.
+    pub(crate) fn check_remove_all(&self, path: &Path) -> Result<()> {
+        self.check_known(path)?;
+        self.batch.flush_checked(&self.cx, &*self.executor)?;
+        let at = match self.executor.overlay() {
+            Some(overlay) => overlay.key(&self.cx.root, path, false)?,
+            None => path.to_path_buf(),
+        };
+        Ok(self.cx.root.remove_all_check(&at)?)
+    }
+}

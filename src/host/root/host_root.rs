@@ -2,6 +2,8 @@
 //! its confined directories), how it is opened and cloned, and how a host path is resolved
 //! and named in its errors.
 
+use super::root_error::Result;
+use super::root_error::RootError;
 use pathrs::Root;
 use pathrs::flags::OpenFlags;
 use std::ffi::OsString;
@@ -9,8 +11,6 @@ use std::fs::File;
 use std::io::{self};
 use std::os::fd::AsRawFd;
 use std::path::{Component, Path, PathBuf};
-
-use super::*;
 
 /// The host's `/` as seen from the agent: a directory (the root mount) under which every
 /// host path is resolved with chroot semantics.

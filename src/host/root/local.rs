@@ -1,13 +1,13 @@
 //! Agent-side files outside the host root: bounded reads of an open file, and opens that
 //! follow no symlink (a package's files, `open_beneath`).
 
+use super::entry::kind_name;
+use super::host_root::pathrs_io;
 use pathrs::Root;
 use pathrs::flags::OpenFlags;
 use std::fs::File;
 use std::io::{self};
 use std::path::Path;
-
-use super::*;
 
 /// Largest package file the agent reads whole (config.json, a `.rhai` step), in bytes
 /// (16 MiB).

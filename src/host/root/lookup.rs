@@ -1,13 +1,16 @@
 //! The read side of [`HostRoot`]: metadata, opens for reading, whole-file reads, listings,
 //! symlink targets and resolution. Nothing here changes the host.
 
+use super::entry::{DirEntry, EntryKind, kind_name};
+use super::host_root::split;
+use super::host_root::{HostRoot, pathrs_io};
+use super::local::read_bounded;
+use super::root_error::Result;
 use pathrs::flags::OpenFlags;
 use std::fs::{File, Metadata};
 use std::io::{self};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-
-use super::*;
 
 impl HostRoot {
     /// Metadata of `host`, following symlinks. `Ok(None)` when it does not exist (including a

@@ -1,10 +1,10 @@
 //! The host root's temporary names (`.skyhook-tmp-<pid>-<start>-<n>`) and the sweep of
 //! those a dead process left, once per directory and process.
 
+use super::entry::EntryKind;
+use super::host_root::HostRoot;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use super::*;
 
 /// Directories (agent-side, canonical root + host path) whose stale temporaries this process
 /// already removed: each is swept once per process, however many sessions open the root.

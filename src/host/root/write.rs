@@ -4,6 +4,11 @@
 //! undo journal and the agent's own state (`state/`) call these; an area never holds a
 //! [`HostRoot`] (it gets [`crate::host::effects::reads::RootReads`]).
 
+use super::host_root::split;
+use super::host_root::{HostRoot, normalize, pathrs_io};
+use super::replace::settle_replacement;
+use super::root_error::Result;
+use super::tmp::tmp_name;
 use pathrs::InodeType;
 use pathrs::flags::OpenFlags;
 use std::fs::{File, Permissions};
@@ -11,8 +16,6 @@ use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-
-use super::*;
 
 /// When an atomic write makes its directory entry durable ([`durability`]).
 #[derive(Clone, Copy)]

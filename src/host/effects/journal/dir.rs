@@ -6,11 +6,9 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use super::records::{DIR, LOG, jerr};
 use crate::host::root::HostRoot;
 use crate::host::root::error::Result;
-
-#[allow(unused_imports)]
-use super::*;
 
 /// Remove a journal's directory (the log and what it moved aside), fsync its parent; then,
 /// holding the journals' directory exclusively (unless `held`: the caller holds it), that

@@ -7,11 +7,9 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
+use super::records::{ANY, HEAD, MAGIC, MAX_META, Record, TAIL, jerr};
 use crate::host::root::HostRoot;
 use crate::host::root::error::Result;
-
-#[allow(unused_imports)]
-use super::*;
 
 /// Write one record (module docs) to `w`: returns its length and its content's SHA-256.
 ///

@@ -6,13 +6,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::xattr::Xattr;
 use crate::host::effects::effect::Effect;
 use crate::host::root::error::{HostError, Result};
 use crate::host::root::staging::{boot_id, random};
 use crate::host::root::{HostRoot, RootError};
-
-#[allow(unused_imports)]
-use super::*;
 
 /// The directory of the journals (a host path).
 pub const DIR: &str = "/var/lib/skyhook/.undo";

@@ -8,14 +8,17 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use super::dir::{LockOp, hold_dir, lock, remove_journal};
+use super::log::{Entry, entries_of};
+use super::records::{
+    ABSENT, ANY, DIR, LOG, LineEdit, Record, State, hex, invert, jerr, lines_of, state_of,
+};
+use super::xattr::set_xattrs;
 use crate::host::root::durability::DirSyncs;
 use crate::host::root::error::{HostError, Result};
 use crate::host::root::staging::boot_id;
 use crate::host::root::undo_ops::Node;
 use crate::host::root::{DirSync, EntryKind, HostRoot};
-
-#[allow(unused_imports)]
-use super::*;
 
 /// Whether two [`State`]s agree (`*`, whatever the step wrote, agrees with any).
 pub(super) fn agrees(a: &str, b: &str) -> bool {

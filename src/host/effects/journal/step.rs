@@ -7,13 +7,20 @@ use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use super::dir::{LockOp, hold_dir_created, lock, remove_journal};
+#[cfg(test)]
+use super::fail_point;
+use super::log::write_record;
+use super::records::{
+    ABSENT, ANY, DIR, LOG, LineEdit, Record, SMALL, State, boot_ns, changes_files, dir_name, hex,
+    jerr, line_edit, state_of,
+};
+use super::replay::{canonical_record, replay};
+use super::xattr::read_xattrs;
 use crate::host::effects::effect::Effect;
 use crate::host::root::error::{HostError, Result};
 use crate::host::root::staging::boot_id;
 use crate::host::root::{EntryKind, HostRoot, normalize};
-
-#[allow(unused_imports)]
-use super::*;
 
 /// What [`StepJournal::before`] leaves to the executor.
 #[derive(Debug, PartialEq, Eq)]

@@ -6,9 +6,6 @@ use std::os::fd::AsRawFd;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-#[allow(unused_imports)]
-use super::*;
-
 /// An extended attribute: its name and its value in base64.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(super) struct Xattr {

@@ -1,7 +1,6 @@
 //! The batch of line edits (module docs of `session`, "Batched line edits"): the pending
 //! edit, its flush through the executor, and what a flush leaves for the session.
 
-use super::Host;
 use crate::host::effects::context::Context;
 use crate::host::effects::effect::Effect;
 use crate::host::effects::executors::Executor;
@@ -148,63 +147,4 @@ fn write(cx: &Context, executor: &dyn Executor, p: &mut Pending) -> Result<bytes
     p.view.stamp = root.metadata(&p.path)?.map(|m| Stamp::of(&m));
     p.view.exists = true;
     Ok(content)
-}
-
-impl Host {
-    /// Whether a changing line edit's write is held in a batch: apply mode without diffs.
-    pub(crate) fn batches_line_edits(&self) -> bool {
-        self.executor.changes_host() && !self.options().diffs
-    }
-
-    /// Write the pending edits (module docs) before something that reads the host outside
-    /// the session's view (a command).
-    ///
-    /// # Errors
-    /// A failure of this or an earlier flush (once), as [`Host::settle_batch`].
-    pub(crate) fn flush_batch(&self) -> Result<()> {
-        self.batch.flush_checked(&self.cx, &*self.executor)
-    }
-
-    /// Flush the pending edits (module docs) and take what the flush left: the written
-    /// content becomes its file's `after` hash, the view goes back to the session's views.
-    ///
-    /// # Errors
-    /// A failure of this or an earlier flush (once): [`HostError::ChangedUnderStep`] or the
-    /// write's error.
-    pub(crate) fn settle_batch(&mut self) -> Result<()> {
-        // `root()` flushes.
-        let _ = self.root();
-        let st = self.batch.state_mut();
-        if let Some(w) = st.written.take() {
-            self.hashes
-                .set_last_write(w.key.clone(), w.index, w.content);
-            if let Some(view) = w.view {
-                self.texts.insert(w.key, view);
-            }
-        }
-        if let Some(key) = st.failed.take() {
-            self.hashes.forget_last_write(&key);
-        }
-        match st.error.take() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    /// [`Host::settle_batch`] at the end of a step (`finish*`): also fails when a flush of
-    /// this step failed and its error was already returned to the call that triggered it
-    /// ([`HostError::EditsNotWritten`]), so a step whose report lists unwritten edits never
-    /// ends as done. Forgets the step's failures either way.
-    ///
-    /// # Errors
-    /// [`Host::settle_batch`]'s, else [`HostError::EditsNotWritten`].
-    pub(crate) fn settle_batch_at_step_end(&mut self) -> Result<()> {
-        let settled = self.settle_batch();
-        let unwritten = self.batch.state_mut().unwritten.take();
-        settled?;
-        match unwritten {
-            Some((path, message)) => Err(HostError::EditsNotWritten { path, message }),
-            None => Ok(()),
-        }
-    }
 }

@@ -3,7 +3,6 @@
 //! again) and what it answers about itself.
 
 use super::batch::Batch;
-use super::planned::PlannedCommand;
 use crate::host::effects::context::Context;
 use crate::host::effects::context::HostOptions;
 use crate::host::effects::effect::Effect;
@@ -289,4 +288,16 @@ impl Host {
     pub fn limit_deadline(&mut self, deadline: Instant) {
         self.cx.opts.deadline = Some(self.cx.opts.deadline.map_or(deadline, |d| d.min(deadline)));
     }
+}
+
+/// A command a plan recorded without running it ([`Host::note_planned_command`]).
+#[derive(Debug)]
+pub(in crate::host::effects) struct PlannedCommand {
+    /// The command line, shell-quoted.
+    pub(super) command: String,
+    /// Where the script planned it.
+    pub(super) position: Option<Position>,
+    /// The absolute paths its arguments and guards name (normalised; a glob cut at its
+    /// directory).
+    pub(super) paths: Vec<PathBuf>,
 }

@@ -8,6 +8,7 @@ use crate::host::effects::effect::Effect;
 use crate::host::effects::lines::{Lines, Stamp, View};
 use crate::host::effects::report::Change;
 use crate::host::effects::textdiff::Appended;
+use crate::host::root::error::HostError;
 use crate::host::root::error::Result;
 use crate::host::root::pathlock::PathLock;
 use std::path::{Path, PathBuf};
@@ -220,4 +221,65 @@ pub(crate) fn begin(h: &mut Host, path: &Path, key: PathBuf, view: View, lock: P
         keep_view: true,
         _lock: lock,
     });
+}
+
+// ---- the session and its batch ----
+
+impl Host {
+    /// Whether a changing line edit's write is held in a batch: apply mode without diffs.
+    pub(crate) fn batches_line_edits(&self) -> bool {
+        self.executor.changes_host() && !self.options().diffs
+    }
+
+    /// Write the pending edits (module docs) before something that reads the host outside
+    /// the session's view (a command).
+    ///
+    /// # Errors
+    /// A failure of this or an earlier flush (once), as [`Host::settle_batch`].
+    pub(crate) fn flush_batch(&self) -> Result<()> {
+        self.batch.flush_checked(&self.cx, &*self.executor)
+    }
+
+    /// Flush the pending edits (module docs) and take what the flush left: the written
+    /// content becomes its file's `after` hash, the view goes back to the session's views.
+    ///
+    /// # Errors
+    /// A failure of this or an earlier flush (once): [`HostError::ChangedUnderStep`] or the
+    /// write's error.
+    pub(crate) fn settle_batch(&mut self) -> Result<()> {
+        // `root()` flushes.
+        let _ = self.root();
+        let st = self.batch.state_mut();
+        if let Some(w) = st.written.take() {
+            self.hashes
+                .set_last_write(w.key.clone(), w.index, w.content);
+            if let Some(view) = w.view {
+                self.texts.insert(w.key, view);
+            }
+        }
+        if let Some(key) = st.failed.take() {
+            self.hashes.forget_last_write(&key);
+        }
+        match st.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Host::settle_batch`] at the end of a step (`finish*`): also fails when a flush of
+    /// this step failed and its error was already returned to the call that triggered it
+    /// ([`HostError::EditsNotWritten`]), so a step whose report lists unwritten edits never
+    /// ends as done. Forgets the step's failures either way.
+    ///
+    /// # Errors
+    /// [`Host::settle_batch`]'s, else [`HostError::EditsNotWritten`].
+    pub(crate) fn settle_batch_at_step_end(&mut self) -> Result<()> {
+        let settled = self.settle_batch();
+        let unwritten = self.batch.state_mut().unwritten.take();
+        settled?;
+        match unwritten {
+            Some((path, message)) => Err(HostError::EditsNotWritten { path, message }),
+            None => Ok(()),
+        }
+    }
 }

@@ -2,22 +2,11 @@
 //! reads those make unknown ([`Host::check_known`]).
 
 use super::Host;
+use super::host::PlannedCommand;
 use crate::host::effects::overlay::normalize;
-use crate::host::effects::report::{ExecMode, Item, Position};
+use crate::host::effects::report::{ExecMode, Item};
 use crate::host::root::error::{HostError, Result};
 use std::path::{Path, PathBuf};
-
-/// A command a plan recorded without running it ([`Host::note_planned_command`]).
-#[derive(Debug)]
-pub(in crate::host::effects) struct PlannedCommand {
-    /// The command line, shell-quoted.
-    pub(super) command: String,
-    /// Where the script planned it.
-    pub(super) position: Option<Position>,
-    /// The absolute paths its arguments and guards name (normalised; a glob cut at its
-    /// directory).
-    pub(super) paths: Vec<PathBuf>,
-}
 
 /// The absolute paths `words` name: each word split at whitespace and shell punctuation,
 /// the pieces that start with `/`, normalised; a piece with a glob character stands for

@@ -2,7 +2,7 @@
 //! report, and handed to the executor (module docs of `session`).
 
 use super::Host;
-use super::planned::PlannedCommand;
+use super::host::PlannedCommand;
 use crate::host::effects::effect::{Effect, EffectClass};
 use crate::host::effects::exec::{CmdOutput, CommandOptions};
 use crate::host::effects::overlay::normalize;
