@@ -1300,3 +1300,187 @@ fn src_paths_are_read_from_prose() {
         Vec::<String>::new()
     );
 }
+
+// ---- the effects seam: no area names a mutating root operation or the mode ----
+
+/// The write side of `HostRoot` (`src/host/root/write.rs`, `tree.rs`, `confine.rs`'s rename):
+/// an area that called one would change the host past its session's executor.
+const ROOT_WRITES: &[&str] = &[
+    "create_dir_all",
+    "create_new",
+    "create_excl",
+    "write_target",
+    "write_atomic",
+    "write_atomic_owned",
+    "write_atomic_from",
+    "write_atomic_synced",
+    "write_in_place",
+    "sync_dir",
+    "sync_dir_checked",
+    "remove_file",
+    "remove_dir",
+    "remove_all",
+    "rename",
+    "rename_noreplace",
+    "rename_raw",
+    "set_mode",
+    "set_owner",
+    "set_mtime",
+    "symlink",
+    "open_write",
+    "sweep_stale_tmps",
+];
+
+/// Names an area never uses: the root type itself (an area holds a session and its read view,
+/// `RootReads`), the root's own writers of locks, staging and deferred-work records, and the
+/// session's mode tests.
+const SEAM_NAMES: &[&str] = &[
+    "HostRoot",
+    "may_stage",
+    "renders_diffs",
+    "lock_pwd",
+    "lock_root",
+    "record_daemon_reload",
+    "record_grub",
+    "record_initramfs",
+];
+
+/// The session's fields (`src/host/effects/session/host.rs`), private to `effects`.
+const SESSION_FIELDS: &[&str] = &[
+    "cx",
+    "executor",
+    "hashes",
+    "texts",
+    "pending_daemon_reload",
+    "pending_grub",
+    "recorded_reload",
+    "recorded_grub",
+    "pending_initramfs",
+    "recorded_initramfs",
+    "package_index_stale",
+    "appended",
+    "batch",
+    "hold_write",
+    "line_write",
+    "recorded",
+    "planned_commands",
+    "first_unplanned",
+];
+
+/// The places an area's production code (not its tests) reaches past the effects seam, as
+/// `file:line: what`: a name of [`SEAM_NAMES`], a method call `.w(` of [`ROOT_WRITES`], the
+/// session's mode (`h.mode()`, `host.mode()`), or a session field (`h.pending_grub`, not a
+/// method call). The compiler holds the line (`Host::root` hands out `RootReads`, without a
+/// writing method; `Host::mode` and the fields are `pub(in crate::host::effects)`); this
+/// check documents it and names the offender when a visibility is widened.
+fn seam_breaches(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in load(root) {
+        let area = host_folder(&f).is_some_and(|(rank, _)| rank == HOST_LAYERS.len());
+        if !area || f.test_only {
+            continue;
+        }
+        let toks = tokenize(&fs::read_to_string(root.join(&f.rel)).unwrap());
+        let mut i = 0;
+        while i < toks.len() {
+            // `#[cfg(test)]` and the item it guards are test code: skipped whole.
+            if punct(toks.get(i), "#") && punct(toks.get(i + 1), "[") {
+                let end = (i..toks.len())
+                    .find(|&k| punct(toks.get(k), "]"))
+                    .unwrap_or(toks.len());
+                if is_test_cfg(&toks[i + 2..end]) {
+                    let mut k = end + 1;
+                    while k < toks.len() && !punct(toks.get(k), "{") && !punct(toks.get(k), ";") {
+                        k += 1;
+                    }
+                    if punct(toks.get(k), "{") {
+                        let mut depth = 0usize;
+                        while k < toks.len() {
+                            if punct(toks.get(k), "{") {
+                                depth += 1;
+                            } else if punct(toks.get(k), "}") {
+                                depth -= 1;
+                                if depth == 0 {
+                                    break;
+                                }
+                            }
+                            k += 1;
+                        }
+                    }
+                    i = k + 1;
+                    continue;
+                }
+            }
+            let line = toks[i].1;
+            let name = ident(toks.get(i));
+            let after_dot = i > 0 && punct(toks.get(i - 1), ".");
+            let called = punct(toks.get(i + 1), "(");
+            let what = match name {
+                Some(n) if SEAM_NAMES.contains(&n) => Some(format!("names `{n}`")),
+                Some(n) if after_dot && called && ROOT_WRITES.contains(&n) => {
+                    Some(format!("calls the root write `.{n}(`"))
+                }
+                Some("mode")
+                    if after_dot
+                        && called
+                        && punct(toks.get(i + 2), ")")
+                        && matches!(ident(toks.get(i.wrapping_sub(2))), Some("h" | "host")) =>
+                {
+                    Some("asks the session's mode (`.mode()`)".to_string())
+                }
+                Some(n)
+                    if after_dot
+                        && !called
+                        && SESSION_FIELDS.contains(&n)
+                        && matches!(ident(toks.get(i.wrapping_sub(2))), Some("h" | "host")) =>
+                {
+                    Some(format!("touches the session field `.{n}`"))
+                }
+                _ => None,
+            };
+            if let Some(what) = what {
+                out.push(format!("{}:{line}: {what}", f.rel.display()));
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn no_area_names_a_mutating_root_operation_or_the_mode() {
+    let found = seam_breaches(&crate_root());
+    assert!(
+        found.is_empty(),
+        "areas reach past the effects seam (submit an effect, or ask the session a \
+         question that is not its mode):\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn seam_checker_names_each_breach_and_skips_comments_and_tests() {
+    let dir = fake_crate(&[
+        ("src/lib.rs", "pub mod host;\n"),
+        ("src/host/mod.rs", "pub mod files;\n"),
+        ("src/host/files/mod.rs", "pub mod fs;\n"),
+        (
+            "src/host/files/fs.rs",
+            "// h.root().write_atomic(p) in a comment\n\
+             fn a(h: &mut Host) { if h.mode() == Apply { h.pending_grub = x; } }\n\
+             fn b(r: &HostRoot) { r.write_atomic(p, b\"\", None); h.pending_grub(); }\n\
+             fn c(e: &Entry) { e.header().mode(); h.may_stage(); }\n\
+             #[cfg(test)]\nmod tests { fn t(r: &HostRoot) { r.remove_file(p); } }\n",
+        ),
+    ]);
+    assert_eq!(
+        seam_breaches(dir.path()),
+        [
+            "src/host/files/fs.rs:2: asks the session's mode (`.mode()`)",
+            "src/host/files/fs.rs:2: touches the session field `.pending_grub`",
+            "src/host/files/fs.rs:3: names `HostRoot`",
+            "src/host/files/fs.rs:3: calls the root write `.write_atomic(`",
+            "src/host/files/fs.rs:4: names `may_stage`",
+        ]
+    );
+}

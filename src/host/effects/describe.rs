@@ -454,7 +454,7 @@ impl Host {
     /// As [`Host::view_read`].
     pub(crate) fn view_read_cow(&self, path: &Path) -> Result<Option<Cow<'_, [u8]>>> {
         if let Some(overlay) = self.overlay() {
-            let key = overlay.key(self.root(), path, true)?;
+            let key = overlay.key(self.host_root(), path, true)?;
             match overlay.lookup(&key) {
                 Some(crate::host::effects::overlay::Node::File {
                     content: crate::host::effects::overlay::Planned::Held(content),
@@ -462,7 +462,7 @@ impl Host {
                 }) => return Ok(Some(Cow::Borrowed(&content[..]))),
                 Some(crate::host::effects::overlay::Node::File { content, .. }) => {
                     let c = content.bytes().map_err(|e| {
-                        crate::host::effects::overlay::spill_error(self.root(), path, e)
+                        crate::host::effects::overlay::spill_error(self.host_root(), path, e)
                     })?;
                     return Ok(Some(Cow::Owned(c.to_vec())));
                 }

@@ -21,8 +21,10 @@ pub mod journal;
 pub(crate) mod lines;
 pub mod os_release;
 pub(crate) mod overlay;
+pub mod reads;
 pub mod report;
 pub mod session;
+pub mod staging;
 pub(crate) mod textdiff;
 pub(crate) mod view;
 
@@ -34,3 +36,5 @@ mod batch_spelling_tests;
 mod batch_tests;
 #[cfg(test)]
 mod lines_render_tests;
+#[cfg(test)]
+mod seam_tests;

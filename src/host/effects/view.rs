@@ -120,7 +120,7 @@ impl Host {
                 stamp: None,
             });
         }
-        let stamp = match self.root().metadata(path)? {
+        let stamp = match self.host_root().metadata(path)? {
             None => None,
             Some(m) if m.is_dir() => {
                 return Err(HostError::WrongKind {
@@ -143,7 +143,7 @@ impl Host {
         // as `read_whole` does: a regular file, non-blocking, at most `MAX_READ_BYTES`.
         let content = match stamp {
             None => None,
-            Some(_) => Some(self.root().read_regular(path, MAX_READ_BYTES)?),
+            Some(_) => Some(self.host_root().read_regular(path, MAX_READ_BYTES)?),
         };
         let exists = content.is_some();
         Ok(View {
@@ -158,8 +158,35 @@ impl Host {
 
     /// Whether the session renders the diffs of its changes: plan and check mode, and apply
     /// with [`HostOptions::diffs`].
-    pub(crate) fn renders_diffs(&self) -> bool {
+    pub(in crate::host::effects) fn renders_diffs(&self) -> bool {
         self.plans() || self.cx.opts.diffs
+    }
+
+    /// The lines the report's diff of a rewrite of the file at `path` to `new` shows (the
+    /// changed lines and 3 of context, as [`crate::host::render_diff`], line ends
+    /// trimmed), for a caller that must redact what they reveal; empty when the session
+    /// renders no diff (apply without [`HostOptions::diffs`]) or either side is not UTF-8.
+    ///
+    /// # Errors
+    /// Reading the current content.
+    pub(crate) fn shown_diff_lines(&self, path: &Path, new: &[u8]) -> Result<Vec<String>> {
+        if !self.renders_diffs() {
+            return Ok(Vec::new());
+        }
+        let old = self.view_read(path)?.unwrap_or_default();
+        let (Ok(old), Ok(new)) = (std::str::from_utf8(&old), std::str::from_utf8(new)) else {
+            return Ok(Vec::new());
+        };
+        let diff = similar::TextDiff::from_lines(old, new);
+        let mut shown = Vec::new();
+        for group in diff.grouped_ops(3) {
+            for op in &group {
+                for change in diff.iter_changes(op) {
+                    shown.push(change.value().trim_end_matches(['\n', '\r']).to_string());
+                }
+            }
+        }
+        Ok(shown)
     }
 
     /// Whether the session's executor plans (plan and check mode): its reads see the
@@ -282,13 +309,6 @@ impl Host {
             .map(|c| c.summary.as_str())
     }
 
-    /// Whether the session may write staging files under the host root (content that an
-    /// effect then copies into place): when its reads go to the real root (apply, and the
-    /// recording double of tests); a plan or a check writes nothing.
-    pub(crate) fn may_stage(&self) -> bool {
-        !self.plans()
-    }
-
     /// The read view of a package's presence (`name` as given to `pkg::install` or
     /// `pkg::remove`) as earlier effects of this session planned it; `None` in apply mode or
     /// when nothing was planned.
@@ -388,10 +408,60 @@ impl Host {
             self.batch.flush_checked(&self.cx, &*self.executor)?;
             return overlay.readlink(&self.cx.root, path);
         }
-        let root = self.root();
+        let root = self.host_root();
         match root.symlink_metadata(path)? {
             Some(m) if m.file_type().is_symlink() => Ok(Some(root.read_link(path)?)),
             _ => Ok(None),
         }
+    }
+}
+
+/// Symlinks followed at most when the view resolves a path (as the kernel's `MAXSYMLINKS`).
+const MAX_LINKS: usize = 40;
+
+impl Host {
+    /// The host path `path` resolves to as the session sees it (symlinks followed, the
+    /// plan's own links included in plan and check mode, at most 40); `None` when nothing
+    /// is there.
+    ///
+    /// # Errors
+    /// [`crate::host::HostError::PlanUnknown`]; resolution failures; a loop of more than
+    /// 40 links is `None`, as a dangling one.
+    pub(crate) fn view_canonical(&self, path: &Path) -> Result<Option<PathBuf>> {
+        self.check_known(path)?;
+        self.batch.flush_checked(&self.cx, &*self.executor)?;
+        let Some(overlay) = self.executor.overlay() else {
+            return Ok(self.cx.root.canonical(path)?);
+        };
+        let mut at = normalize(path);
+        for _ in 0..MAX_LINKS {
+            let key = overlay.key(&self.cx.root, &at, true)?;
+            match overlay.lookup(&key) {
+                Some(crate::host::effects::overlay::Node::Symlink { target }) => {
+                    let dir = key.parent().unwrap_or(Path::new("/"));
+                    at = normalize(&dir.join(target));
+                }
+                Some(crate::host::effects::overlay::Node::Absent) => return Ok(None),
+                Some(_) => return Ok(Some(key)),
+                None => return Ok(self.cx.root.canonical(&key)?),
+            }
+        }
+        Ok(None)
+    }
+
+    /// What a removal of `path` with everything below it would refuse (mount points at or
+    /// below it, [`HostRoot::remove_all_check`]), checked where the session sees `path`
+    /// (through the plan's links in plan and check mode).
+    ///
+    /// # Errors
+    /// Mount points; resolution, `statx` or listing failures.
+    pub(crate) fn check_remove_all(&self, path: &Path) -> Result<()> {
+        self.check_known(path)?;
+        self.batch.flush_checked(&self.cx, &*self.executor)?;
+        let at = match self.executor.overlay() {
+            Some(overlay) => overlay.key(&self.cx.root, path, false)?,
+            None => path.to_path_buf(),
+        };
+        Ok(self.cx.root.remove_all_check(&at)?)
     }
 }

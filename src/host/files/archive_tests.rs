@@ -72,7 +72,9 @@ fn a_big_entry_is_planned_from_the_archive_and_copied_byte_exact_through_staging
     );
     assert_eq!(r.changes[1].after, Some(sha256_tag(&big)));
 
-    // The apply copies each file from its staging file: no entry's content is an effect's.
+    // Each file is one copy, never a write of its content. The recording double performs
+    // nothing, so it stages nothing (staging is the apply executor's service): as in a plan,
+    // each copy names its entry.
     std::fs::create_dir_all(t.p("/opt/x")).unwrap();
     let mut rec = Host::recording(HostRoot::open(&t.root).unwrap(), HostOptions::default());
     assert!(unpack(&mut rec));
@@ -85,11 +87,8 @@ fn a_big_entry_is_planned_from_the_archive_and_copied_byte_exact_through_staging
             _ => None,
         })
         .collect();
-    assert_eq!(sources.len(), 2);
-    assert!(
-        sources.iter().all(|s| s.starts_with(STAGING)),
-        "{sources:?}"
-    );
+    assert_eq!(sources, ["/tmp/a.tar.gz:big", "/tmp/a.tar.gz:small"]);
+    assert!(!t.p(STAGING).exists(), "the recording double staged");
     std::fs::remove_dir(t.p("/opt/x")).unwrap();
 
     let mut h = t.host(ExecMode::Apply);
@@ -460,5 +459,23 @@ fn a_refusal_quoting_an_entry_name_with_a_newline_is_one_line() {
     assert_eq!(
         crate::chain::render(&e),
         "invalid archive: /tmp/nl.tar: unreadable tar entry: numeric field was not a number: zzzzzzz when getting cksum for efa/lt2\\necho hi\\n"
+    );
+}
+
+/// The recording double performs nothing: an extract under it leaves the host root exactly
+/// as it was (no staging directory, no staging files, no lock file), as a plan does.
+#[test]
+fn the_recording_double_stages_nothing_in_the_root() {
+    let t = TestHost::new();
+    archive(&t, &pattern(70_000));
+    std::fs::create_dir_all(t.p("/opt/x")).unwrap();
+    let before = tree(&t.root);
+    let mut rec = Host::recording(HostRoot::open(&t.root).unwrap(), HostOptions::default());
+    assert!(unpack(&mut rec));
+    drop(rec);
+    assert_eq!(
+        tree(&t.root),
+        before,
+        "the recording double changed the root"
     );
 }

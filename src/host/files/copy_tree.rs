@@ -225,7 +225,7 @@ pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<
     let _src = confine_dir(h, &src_real)?;
     let mut dst_guard = confine_dir(h, &dst_path)?;
     let mut above = match dst_guard {
-        None => confine_ancestor(h, &dst_path)?,
+        None => h.confine_ancestor(&dst_path)?,
         Some(_) => None,
     };
     let entries = walk(h, &src_real, &dst_path, o)?;
@@ -440,30 +440,6 @@ pub(crate) fn confine_created(
         return Ok(None);
     }
     Ok(Some(root.confine_created(dir)?))
-}
-
-/// In an apply, for a directory `dir` missing now (which the call will make with its
-/// missing parents): confine its nearest existing ancestor ([`HostRoot::confine`]), so
-/// that the mkdirs of `dir` and its parents resolve from a handle opened now and follow
-/// no symlink a racing user puts in place of one of them meanwhile. `None` in a plan or a
-/// check, or when that ancestor is the root's `/` (which only root can write).
-///
-/// [`HostRoot::confine`]: crate::host::root::HostRoot::confine
-pub(crate) fn confine_ancestor(
-    h: &Host,
-    dir: &Path,
-) -> Result<Option<crate::host::root::confine::Confined>> {
-    if !h.may_stage() {
-        return Ok(None);
-    }
-    let root = h.root();
-    let mut at = normalize(dir);
-    while at.pop() && at != Path::new("/") {
-        if root.metadata(&at)?.is_some_and(|m| m.is_dir()) {
-            return Ok(Some(root.confine(&at)?));
-        }
-    }
-    Ok(None)
 }
 
 /// Run the test's action set in [`BETWEEN_CHECK_AND_WRITE`], if any (nothing outside tests).

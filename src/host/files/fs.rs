@@ -711,7 +711,7 @@ pub fn remove_all(h: &mut Host, p: &str) -> Result<bool> {
     }
     // Plan and check see the same refusal as apply (`/` itself is refused at submit).
     if crate::host::root::normalize(&path) != Path::new("/") {
-        h.root().remove_all_check(&path)?;
+        h.check_remove_all(&path)?;
     }
     h.submit(Effect::RemoveAll { path })?;
     Ok(true)

@@ -533,7 +533,7 @@ pub fn set_default(h: &mut Host, release: &str) -> Result<bool> {
         },
         |h| {
             if !rpm {
-                let mut pending = h.pending_grub.clone();
+                let mut pending = h.pending_grub();
                 pending.regenerate = true;
                 undo = Some(h.schedule_grub_ahead(pending)?);
             }

@@ -194,7 +194,7 @@ pub mod grub {
 
     /// The session's pending grub work with `add` and `remove` merged in.
     fn merged(h: &Host, add: &[String], remove: &[String]) -> Result<GrubPending> {
-        let mut p = h.pending_grub.clone();
+        let mut p = h.pending_grub();
         if uses_grubby(h)? {
             for a in remove {
                 p.add.retain(|x| x != a);

@@ -199,7 +199,7 @@ pub(crate) fn device_exists(h: &Host, dev: &Path) -> bool {
 /// The session's view of the device at `dev`: resolved inside the root (symlinks followed),
 /// `None` when absent. A device planned by `raid::create` resolves to itself.
 fn resolve(h: &Host, dev: &Path) -> Result<Option<PathBuf>> {
-    match h.root().canonical(dev)? {
+    match h.view_canonical(dev)? {
         Some(p) => Ok(Some(p)),
         None if planned_array(h, dev).is_some() => Ok(Some(dev.to_path_buf())),
         None => Ok(None),
@@ -222,7 +222,7 @@ impl Known {
             if h.view_readlink(&link)?.is_none() {
                 continue;
             }
-            if let Some(target) = h.root().canonical(&link)? {
+            if let Some(target) = h.view_canonical(&link)? {
                 by_id
                     .entry(target)
                     .or_default()
@@ -242,7 +242,7 @@ impl Known {
         let mut mounts = Vec::new();
         for (e, id) in table.into_iter().zip(ids) {
             let source = match e.source.starts_with("/dev/") {
-                true => h.root().canonical(Path::new(&e.source))?,
+                true => h.view_canonical(Path::new(&e.source))?,
                 false => None,
             };
             mounts.push((
@@ -351,8 +351,7 @@ fn describe(h: &mut Host, known: &Known, path: &Path, shown: String) -> Result<B
     };
     // A partition's model and serial are its disk's: the parent directory in /sys/devices.
     let hw = if kind == "part" {
-        h.root()
-            .canonical(&sys)?
+        h.view_canonical(&sys)?
             .and_then(|p| p.parent().map(Path::to_path_buf))
             .unwrap_or_else(|| sys.clone())
     } else {

@@ -337,9 +337,9 @@ fn same_source(h: &Host, want: &str, have: &str) -> Result<bool> {
     let Some(w) = device_path(want) else {
         return Ok(false);
     };
-    let wc = h.root().canonical(&w)?;
+    let wc = h.view_canonical(&w)?;
     let hc = match have.starts_with('/') {
-        true => h.root().canonical(Path::new(have))?,
+        true => h.view_canonical(Path::new(have))?,
         false => None,
     };
     Ok(match (wc, hc) {

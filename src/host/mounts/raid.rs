@@ -121,7 +121,7 @@ pub fn info(h: &mut Host, dev: &str) -> Result<Option<RaidInfo>> {
     let path = disk::device_arg(dev)?;
     let shown = path.to_string_lossy().into_owned();
     if let Some((level, devices)) = disk::planned_array(h, &path)
-        && h.root().canonical(&path)?.is_none()
+        && h.view_canonical(&path)?.is_none()
     {
         return Ok(Some(RaidInfo {
             path: shown,
@@ -130,7 +130,7 @@ pub fn info(h: &mut Host, dev: &str) -> Result<Option<RaidInfo>> {
             state: "planned".into(),
         }));
     }
-    let Some(resolved) = h.root().canonical(&path)? else {
+    let Some(resolved) = h.view_canonical(&path)? else {
         return Ok(None);
     };
     let name = resolved
@@ -216,7 +216,7 @@ pub fn create(h: &mut Host, name: &str, devices: &[String], spec: &RaidSpec) -> 
     let mut wanted: Vec<(String, PathBuf)> = Vec::new();
     for d in devices {
         let p = disk::device_arg(d)?;
-        let Some(r) = h.root().canonical(&p)? else {
+        let Some(r) = h.view_canonical(&p)? else {
             return Err(invalid(
                 "raid devices",
                 format!(
@@ -248,7 +248,7 @@ pub fn create(h: &mut Host, name: &str, devices: &[String], spec: &RaidSpec) -> 
         };
         let mut have: Vec<String> = Vec::new();
         for m in &members {
-            let r = h.root().canonical(Path::new(m))?;
+            let r = h.view_canonical(Path::new(m))?;
             have.push(r.map_or(m.clone(), |r| r.to_string_lossy().into_owned()));
         }
         have.sort();

@@ -178,15 +178,12 @@ pub fn install(h: &mut Host, names: &[String], update: bool) -> Result<bool> {
         h.note_unchanged();
         return Ok(false);
     }
-    let update = update || h.package_index_stale;
+    // A stale index (`pkg::repo`) turns `update` on in the session (`Host::submit`).
     h.submit(Effect::PackageInstall {
         manager: m,
         names: missing,
         update,
     })?;
-    if update {
-        h.package_index_stale = false;
-    }
     Ok(true)
 }
 
@@ -225,7 +222,6 @@ pub fn update(h: &mut Host) -> Result<()> {
         manager,
         upgrade: false,
     })?;
-    h.package_index_stale = false;
     Ok(())
 }
 

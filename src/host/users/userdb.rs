@@ -51,9 +51,8 @@ use std::path::Path;
 
 use crate::host::Host;
 use crate::host::effects::effect::Effect;
-use crate::host::root::HostRoot;
+use crate::host::effects::session::ToolLock;
 use crate::host::root::error::{HostError, Result};
-pub(crate) use crate::host::root::pwdlock::lock_pwd;
 pub use crate::host::root::pwdlock::{GROUP, GSHADOW, PASSWD, PWD_LOCK, SHADOW};
 
 /// `/etc/login.defs` (UID/GID ranges, password aging defaults, `HOME_MODE`, `UMASK`).
@@ -674,22 +673,9 @@ impl Db {
 /// # Errors
 /// Reading the current content.
 fn redact_shown(h: &Host, path: &str, new: &[u8]) -> Result<()> {
-    if !h.renders_diffs() {
-        return Ok(());
-    }
-    let old = h.view_read(Path::new(path))?.unwrap_or_default();
-    let (Ok(old), Ok(new)) = (std::str::from_utf8(&old), std::str::from_utf8(new)) else {
-        return Ok(());
-    };
-    let diff = similar::TextDiff::from_lines(old, new);
-    for group in diff.grouped_ops(3) {
-        for op in &group {
-            for change in diff.iter_changes(op) {
-                let line = change.value().trim_end_matches(['\n', '\r']);
-                if let Some(pw) = line.split(':').nth(1).filter(|p| p.len() >= 8) {
-                    h.redactor().add(pw);
-                }
-            }
+    for line in h.shown_diff_lines(Path::new(path), new)? {
+        if let Some(pw) = line.split(':').nth(1).filter(|p| p.len() >= 8) {
+            h.redactor().add(pw);
         }
     }
     Ok(())
@@ -734,8 +720,7 @@ pub(crate) fn transact<T>(
         return Ok((false, value));
     }
     let paths = [PASSWD, GROUP, SHADOW, GSHADOW].map(Path::new);
-    let lock = |root: &HostRoot| lock_pwd(root).map_err(HostError::from);
-    h.locked_update(&paths, lock, |h, locked| {
+    h.locked_update(&paths, ToolLock::Pwd, |h, locked| {
         let (db, value) = match locked {
             true => {
                 let mut db = Db::read(h)?;

@@ -10,13 +10,14 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::Executor;
+use super::{Deferred, Executor};
 use crate::host::effects::context::Context;
 use crate::host::effects::effect::{Effect, GrubUpdate, PkgManager};
 use crate::host::effects::exec::{CmdOutput, CommandOptions, exec, exec_in};
 use crate::host::effects::journal::{Before, StepJournal};
 use crate::host::effects::report::ExecMode;
 use crate::host::root::DirSync;
+use crate::host::root::deferred;
 use crate::host::root::error::{HostError, Result};
 
 fn argv(words: &[&str]) -> Vec<String> {
@@ -103,6 +104,23 @@ impl Executor for Apply {
             Some(mut j) => j.before_path(&cx.root, path),
             None => Ok(()),
         }
+    }
+
+    fn record_deferred(&self, cx: &Context, record: Deferred<'_>, journal: bool) -> Result<bool> {
+        if journal {
+            self.journal_path(cx, &record.path())?;
+        }
+        match record {
+            Deferred::DaemonReload => deferred::record_daemon_reload(&cx.root)?,
+            Deferred::Grub(pending) => deferred::record_grub(&cx.root, pending)?,
+            Deferred::Initramfs => deferred::record_initramfs(&cx.root)?,
+        }
+        Ok(true)
+    }
+
+    fn clear_deferred(&self, cx: &Context, path: &Path) -> Result<bool> {
+        deferred::clear(&cx.root, path)?;
+        Ok(true)
     }
 
     fn commit_step(&mut self, cx: &Context) -> Result<()> {

@@ -1,0 +1,119 @@
+//! Plan mode's commands it does not run (`run`, `sh`): the paths they may touch, and the
+//! reads those make unknown ([`Host::check_known`]).
+
+use super::Host;
+use super::host::PlannedCommand;
+use crate::host::effects::overlay::normalize;
+use crate::host::effects::report::{ExecMode, Item};
+use crate::host::root::error::{HostError, Result};
+use std::path::{Path, PathBuf};
+
+/// The absolute paths `words` name: each word split at whitespace and shell punctuation,
+/// the pieces that start with `/`, normalised; a piece with a glob character stands for
+/// the directory before it (`/etc/x.d/*.conf` names `/etc/x.d`).
+fn named_paths<'a>(words: impl IntoIterator<Item = &'a str>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for w in words {
+        for piece in w.split(|c: char| c.is_whitespace() || ";|&<>()'\"`=,".contains(c)) {
+            if !piece.starts_with('/') {
+                continue;
+            }
+            let piece = match piece.find(['*', '?', '[']) {
+                Some(i) => piece[..i].rsplit_once('/').map_or("/", |(d, _)| d),
+                None => piece,
+            };
+            let p = normalize(Path::new(if piece.is_empty() { "/" } else { piece }));
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+impl Host {
+    /// Plan mode: `argv` was planned, not run (`run`, `sh`), with `guard_paths` (its
+    /// `creates`/`removes` paths): what it changes is unknown, so later reads of what it
+    /// may have touched fail with [`HostError::PlanUnknown`] ([`Host::check_known`]).
+    /// Nothing in apply and check mode (a check judges the host as it is).
+    pub(crate) fn note_planned_command(&mut self, argv: &[String], guard_paths: &[String]) {
+        if self.mode() != ExecMode::Plan {
+            return;
+        }
+        let words = argv.iter().chain(guard_paths).map(String::as_str);
+        self.planned_commands.push(PlannedCommand {
+            command: crate::host::effects::exec::quote_argv(argv),
+            position: self.position.clone(),
+            paths: named_paths(words),
+        });
+    }
+
+    /// `Ok` unless a command the plan did not run may have touched `path`
+    /// ([`Host::note_planned_command`]): a path at or under one the command names (in its
+    /// arguments, a shell script's text included, or its guards); with `listing`, also a
+    /// directory above one it names; and any path that does not exist as the session sees
+    /// it (a command may have made it, whatever it names).
+    ///
+    /// # Errors
+    /// [`HostError::PlanUnknown`] naming the command; resolution failures.
+    pub(crate) fn check_known_as(&self, path: &Path, listing: bool) -> Result<()> {
+        if self.planned_commands.is_empty() {
+            return Ok(());
+        }
+        let p = normalize(path);
+        let named = self.planned_commands.iter().find(|c| {
+            c.paths
+                .iter()
+                .any(|t| p.starts_with(t) || (listing && t.starts_with(&p)))
+        });
+        let command = match named {
+            Some(c) => c,
+            None => {
+                let exists = match self.executor.overlay() {
+                    Some(o) => o.stat(&self.cx.root, path, true)?.is_some(),
+                    None => true,
+                };
+                if exists {
+                    return Ok(());
+                }
+                &self.planned_commands[0]
+            }
+        };
+        Err(HostError::PlanUnknown {
+            path: path.to_path_buf(),
+            command: command.command.clone(),
+            position: command.position.as_ref().map(ToString::to_string),
+        })
+    }
+
+    /// Plan mode: the first command the session's plan recorded without running it (its
+    /// command line or action summary, and where the script planned it as `file:line`), if
+    /// any: a later call failing in a way that depends on the host
+    /// ([`HostError::depends_on_host`]) is unknown ([`HostError::PlanUnknownFailure`], made
+    /// by the binding layer), since the apply runs the command first.
+    pub(crate) fn unplanned_command(&self) -> Option<(&str, Option<String>)> {
+        self.first_unplanned.as_ref().map(|c| {
+            (
+                c.command.as_str(),
+                c.position.as_ref().map(ToString::to_string),
+            )
+        })
+    }
+
+    /// [`Host::check_known_as`] for a read of `path` itself (not a listing).
+    ///
+    /// # Errors
+    /// As [`Host::check_known_as`].
+    pub(crate) fn check_known(&self, path: &Path) -> Result<()> {
+        self.check_known_as(path, false)
+    }
+
+    /// List the call `fname` that failed with `e` ([`HostError::PlanUnknown`]) in the step's
+    /// ordered list as unknown, at the call's position.
+    pub(crate) fn note_unknown(&mut self, fname: &str, e: &HostError) {
+        self.journal.push(Item::Unknown {
+            summary: format!("{fname}: {e}; the rest of the step is checked statically only"),
+            position: self.position.clone(),
+        });
+    }
+}
