@@ -160,12 +160,12 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::NAME;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::secrets;
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "",
             "secret",
             &[NAME, ("key", "String")],
@@ -174,7 +174,7 @@ pub(crate) mod rows {
             "`<SKYHOOK_SECRETS_DIR>/<name>/<key>`; `name` must be in `SKYHOOK_ALLOWED_SECRETS`. The key is opened confined to `<SKYHOOK_SECRETS_DIR>/<name>`: symlinks inside it (the kubelet's `..data`) are followed, one pointing out of it is not found. A regular file of at most 1 MiB. The value is redacted (`***`) from output, logs, plans and errors.",
             |h, n: S, k: S| Ok(Dynamic::from(S::from(secrets::secret(h, &n, &k)?)))
         ),
-        host_fn!(
+        host_row!(
             "",
             "secret_env",
             &[("var", "String")],

@@ -16,21 +16,21 @@
 
 /// One host function: its reference row ([`FnDoc`]) and its registration, in one place.
 ///
-/// `host_fn!(ns, name, params, returns, effects, doc, [options = KEYS,] [api = id,]
+/// `host_row!(ns, name, params, returns, effects, doc, [options = KEYS,] [api = id,]
 /// |h, arg: Type, ...| body)`: `params` are the reference's `(name, type)` pairs, `effects`
 /// an [`Effects`] (from which the modes column is derived), `KEYS` the accepted keys of the
 /// options map. `body` evaluates to `Result<R, CallError>` with the session as
 /// `h: &mut Host`; with `api = id` it also sees the run's [`Api`] (deadline, output) as `id`.
 /// A failed call becomes a positioned, redacted Rhai error `ns::name: message`.
-macro_rules! host_fn {
+macro_rules! host_row {
     ($ns:literal, $name:literal, $params:expr, $ret:literal, $effects:expr, $doc:literal,
      $(options = $opts:expr,)? api = $api:ident, |$h:ident $(, $arg:ident : $ty:ty)*| $body:expr $(,)?) => {
-        host_fn!(@row $ns, $name, $params, $ret, $effects, $doc, [$($opts)?], $api,
+        host_row!(@row $ns, $name, $params, $ret, $effects, $doc, [$($opts)?], $api,
                  |$h $(, $arg: $ty)*| $body)
     };
     ($ns:literal, $name:literal, $params:expr, $ret:literal, $effects:expr, $doc:literal,
      $(options = $opts:expr,)? |$h:ident $(, $arg:ident : $ty:ty)*| $body:expr $(,)?) => {
-        host_fn!(@row $ns, $name, $params, $ret, $effects, $doc, [$($opts)?], api,
+        host_row!(@row $ns, $name, $params, $ret, $effects, $doc, [$($opts)?], api,
                  |$h $(, $arg: $ty)*| $body)
     };
     (@row $ns:literal, $name:literal, $params:expr, $ret:literal, $effects:expr, $doc:literal,
@@ -43,7 +43,7 @@ macro_rules! host_fn {
             doc: $doc,
             effects: $effects,
             script_layer: false,
-            options: host_fn!(@options $($opts)?),
+            options: host_row!(@options $($opts)?),
             register: |r, session| {
                 let $api = session.clone();
                 let fname = $crate::host::api::fname($ns, $name);
@@ -60,7 +60,10 @@ macro_rules! host_fn {
     (@options) => { &[] };
     (@options $opts:expr) => { $opts };
 }
-pub(crate) use host_fn;
+pub(crate) use host_row;
+
+pub(crate) mod define;
+pub(crate) use define::{host_fn, host_fns};
 
 pub mod convert;
 pub mod docs;

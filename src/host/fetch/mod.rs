@@ -277,7 +277,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{OPTS, P};
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::fetch::{self, FetchOptions};
     use crate::host::files::fs::rows::attribute_opts;
 
@@ -328,7 +328,7 @@ pub(crate) mod rows {
     }
 
     /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[host_fn!(
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[host_row!(
         "fs",
         "fetch",
         &[("url", "String"), P, OPTS],

@@ -1016,7 +1016,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::OPTS;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::files::archive::{self, ExtractOptions, Extracted};
     use crate::host::files::fs::rows::positive;
 
@@ -1068,7 +1068,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "fs",
             "extract",
             &[("archive", "String"), ("dest", "String")],
@@ -1078,7 +1078,7 @@ pub(crate) mod rows {
             api = run,
             |h, a: S, d: S| extract(h, &run, &a, &d, &ExtractOptions::default())
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "extract",
             &[("archive", "String"), ("dest", "String"), OPTS],

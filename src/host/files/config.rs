@@ -250,7 +250,7 @@ pub(crate) mod rows {
     use crate::host::api::convert;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::{FnDoc, NAME};
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::files::config;
 
     /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
@@ -269,7 +269,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "config",
             "has",
             &[NAME],
@@ -278,7 +278,7 @@ pub(crate) mod rows {
             "True when the configMap exists.",
             |h, n: S| Ok(config::has(h, &n)?)
         ),
-        host_fn!(
+        host_row!(
             "config",
             "get",
             &[NAME],
@@ -287,7 +287,7 @@ pub(crate) mod rows {
             "The configMap's text, or `()`; a configMap that is not UTF-8 text (binary) is an error naming it (`config::has` still sees it).",
             |h, n: S| Ok(convert::opt(config::get(h, &n)?))
         ),
-        host_fn!(
+        host_row!(
             "config",
             "names",
             &[],
@@ -296,7 +296,7 @@ pub(crate) mod rows {
             "Sorted configMap names.",
             |h| Ok(convert::array(config::names(h)?))
         ),
-        host_fn!(
+        host_row!(
             "config",
             "lines",
             &[NAME],
@@ -305,7 +305,7 @@ pub(crate) mod rows {
             "Lines, trimmed, without blank lines and `#` comments; an error when missing.",
             |h, n: S| Ok(convert::array(config::lines(h, &n)?))
         ),
-        host_fn!(
+        host_row!(
             "config",
             "kv",
             &[NAME],
@@ -314,7 +314,7 @@ pub(crate) mod rows {
             "A map from `key=value` lines; a malformed line is an error naming the configMap and line number.",
             |h, n: S| Ok(convert::map(config::kv(h, &n)?))
         ),
-        host_fn!(
+        host_row!(
             "node",
             "labels",
             &[],
@@ -323,7 +323,7 @@ pub(crate) mod rows {
             "The node's labels (empty when unknown).",
             |h| Ok(convert::json_map(config::labels(h)?))
         ),
-        host_fn!(
+        host_row!(
             "node",
             "annotations",
             &[],
@@ -332,7 +332,7 @@ pub(crate) mod rows {
             "The node's annotations (empty when unknown).",
             |h| Ok(convert::json_map(config::annotations(h)?))
         ),
-        host_fn!(
+        host_row!(
             "node",
             "packages",
             &[],

@@ -484,7 +484,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::OPTS;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::files::copy_tree::{self, TreeOptions};
     use crate::host::files::fs::rows::positive;
 
@@ -503,7 +503,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "fs",
             "copy_tree",
             &[("src", "String"), ("dst", "String")],
@@ -512,7 +512,7 @@ pub(crate) mod rows {
             "Make directory `dst` hold a copy of the tree at `src`, as `cp -a src/. dst/`: directories, regular files and symlinks (copied as links) with their modes and numeric owners; what `dst` has beyond `src` is kept. The source is walked and checked first (at most 100000 entries and 1 GiB of files; a FIFO, socket or device, or an entry of another kind in the way at `dst`, is an error naming it; `dst` inside `src` is an error), so a bad tree changes nothing; then each entry that differs is its own effect, which a plan lists and a check reports, read and written through handles on `src` and `dst` opened before the walk that follow no symlink below them (see the rules: a directory swapped for a symlink meanwhile fails the call, never redirects a write). Files are compared by size, then by streamed SHA-256, and copied by streaming (never read whole: a file of any size is copied, verified against the source's digest, so a source that changed meanwhile fails the call and its destination is left as it was); a plan's diff names the copy instead of diffing its content.",
             |h, s: S, d: S| Ok(copy_tree::copy_tree(h, &s, &d, &TreeOptions::default())?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "copy_tree",
             &[("src", "String"), ("dst", "String"), OPTS],

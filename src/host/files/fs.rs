@@ -820,7 +820,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{OPTS, P};
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::files::fs::{self, LineOptions, WriteOptions};
 
     /// The option keys of `fs::write` and `fs::copy`.
@@ -879,7 +879,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "fs",
             "exists",
             &[P],
@@ -888,7 +888,7 @@ pub(crate) mod rows {
             "True when `path` exists (following symlinks).",
             |h, p: S| Ok(fs::exists(h, &p)?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "is_file",
             &[P],
@@ -897,7 +897,7 @@ pub(crate) mod rows {
             "True when `path` is a regular file (following symlinks).",
             |h, p: S| Ok(fs::is_file(h, &p)?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "is_dir",
             &[P],
@@ -906,7 +906,7 @@ pub(crate) mod rows {
             "True when `path` is a directory (following symlinks).",
             |h, p: S| Ok(fs::is_dir(h, &p)?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "read",
             &[P],
@@ -915,7 +915,7 @@ pub(crate) mod rows {
             "The file's text; an error when it is missing, a directory, not a regular file (a FIFO, device or socket), larger than 64 MiB or not UTF-8 (and the string size limit, 32 MiB, applies to the text).",
             |h, p: S| Ok(fs::read(h, &p)?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "read_or",
             &[P, ("default", "String")],
@@ -924,7 +924,7 @@ pub(crate) mod rows {
             "The file's text, or `default` when it does not exist.",
             |h, p: S, d: S| Ok(fs::read_or(h, &p, &d)?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "list",
             &[("dir", "String")],
@@ -933,7 +933,7 @@ pub(crate) mod rows {
             "Entry names of a directory, sorted; an error when it is missing.",
             |h, p: S| Ok(convert::array(fs::list(h, &p)?))
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "glob",
             &[("pattern", "String")],
@@ -942,7 +942,7 @@ pub(crate) mod rows {
             "Sorted host paths matching an absolute pattern (`*`, `?`, `[abc]`, `{a,b}`, `**`).",
             |h, p: S| Ok(convert::array(fs::glob(h, &p)?))
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "stat",
             &[P],
@@ -961,7 +961,7 @@ pub(crate) mod rows {
                 Ok(m)
             }
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "write",
             &[P, ("content", "String")],
@@ -970,7 +970,7 @@ pub(crate) mod rows {
             "Replace the file's content atomically; an existing file keeps its mode, owner and extended attributes; a symlink's target is written.",
             |h, p: S, c: S| Ok(fs::write(h, &p, &c, &WriteOptions::default())?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "write",
             &[P, ("content", "String"), OPTS],
@@ -983,7 +983,7 @@ pub(crate) mod rows {
                 Ok(fs::write(h, &p, &c, &o)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "append",
             &[P, ("content", "String")],
@@ -992,7 +992,7 @@ pub(crate) mod rows {
             "Append to the file (created when missing); changed whenever `content` is not empty.",
             |h, p: S, c: S| Ok(fs::append(h, &p, &c)?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "ensure_line",
             &[P, ("line", "String")],
@@ -1001,7 +1001,7 @@ pub(crate) mod rows {
             "Append `line` when no line equals it (the file is created when missing). `line` must be one line (no `\\n`, no final `\\r`).",
             |h, p: S, l: S| Ok(fs::ensure_line(h, &p, &l, &LineOptions::default())?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "ensure_line",
             &[P, ("line", "String"), OPTS],
@@ -1014,7 +1014,7 @@ pub(crate) mod rows {
                 Ok(fs::ensure_line(h, &p, &l, &o)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "remove_line",
             &[P, ("regex", "String")],
@@ -1023,7 +1023,7 @@ pub(crate) mod rows {
             "Remove every line matching `regex`; a missing file is unchanged.",
             |h, p: S, re: S| Ok(fs::remove_line(h, &p, &re)?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "ensure_block",
             &[P, ("id", "String"), ("content", "String")],
@@ -1032,7 +1032,7 @@ pub(crate) mod rows {
             "A managed block between `# BEGIN skyhook <id>` and `# END skyhook <id>`, replaced in place or appended.",
             |h, p: S, id: S, c: S| Ok(fs::ensure_block(h, &p, &id, &c)?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "remove_block",
             &[P, ("id", "String")],
@@ -1041,7 +1041,7 @@ pub(crate) mod rows {
             "Remove the managed block `id`, markers included.",
             |h, p: S, id: S| Ok(fs::remove_block(h, &p, &id)?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "mkdir",
             &[P],
@@ -1050,7 +1050,7 @@ pub(crate) mod rows {
             "Create a directory and its parents (mode 0755).",
             |h, p: S| Ok(fs::mkdir(h, &p, None)?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "mkdir",
             &[P, ("mode", "?")],
@@ -1062,7 +1062,7 @@ pub(crate) mod rows {
                 Ok(fs::mkdir(h, &p, Some(m))?)
             }
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "remove",
             &[P],
@@ -1071,7 +1071,7 @@ pub(crate) mod rows {
             "Remove a file, a symlink (not its target) or an empty directory; absent is unchanged.",
             |h, p: S| Ok(fs::remove(h, &p)?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "remove_all",
             &[P],
@@ -1080,7 +1080,7 @@ pub(crate) mod rows {
             "Remove a tree (a symlink itself, not its target); absent is unchanged. A mount point at or below the path fails in every mode, naming it, and nothing is removed.",
             |h, p: S| Ok(fs::remove_all(h, &p)?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "copy",
             &[("src", "String"), ("dst", "String")],
@@ -1089,7 +1089,7 @@ pub(crate) mod rows {
             "Make `dst` a copy of file `src` (a new `dst` gets `src`'s mode).",
             |h, s: S, d: S| Ok(fs::copy(h, &s, &d, &WriteOptions::default())?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "copy",
             &[("src", "String"), ("dst", "String"), OPTS],
@@ -1102,7 +1102,7 @@ pub(crate) mod rows {
                 Ok(fs::copy(h, &s, &d, &o)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "chmod",
             &[P, ("mode", "?")],
@@ -1114,7 +1114,7 @@ pub(crate) mod rows {
                 Ok(fs::chmod(h, &p, m)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "chown",
             &[P, ("owner", "?"), ("group", "?")],
@@ -1127,7 +1127,7 @@ pub(crate) mod rows {
                 Ok(fs::chown(h, &p, o.as_deref(), g.as_deref())?)
             }
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "symlink",
             &[("target", "String"), ("link", "String")],

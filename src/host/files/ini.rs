@@ -320,7 +320,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::P;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::files::ini;
 
     /// An INI value: a string, or a number or bool written in decimal / `true`/`false`.
@@ -330,7 +330,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "ini",
             "get",
             &[P, ("section", "String"), ("key", "String")],
@@ -339,7 +339,7 @@ pub(crate) mod rows {
             "The value of `key` in `[section]` (`\"\"`: before any header), trimmed, the last one when repeated; `()` when missing. `#` and `;` start comments. A line starting with `[` without `]` is an error naming `file:line:col` (in `set` and `remove` too).",
             |h, p: S, s: S, k: S| Ok(convert::opt(ini::get(h, &p, &s, &k)?))
         ),
-        host_fn!(
+        host_row!(
             "ini",
             "set",
             &[P, ("section", "String"), ("key", "String"), ("value", "?")],
@@ -351,7 +351,7 @@ pub(crate) mod rows {
                 Ok(ini::set(h, &p, &s, &k, &v)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "ini",
             "remove",
             &[P, ("section", "String"), ("key", "String")],

@@ -340,13 +340,13 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{KEY_PATH, P};
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::files::json;
     use crate::host::files::structured::rows::key_path;
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "json",
             "get",
             &[P, KEY_PATH],
@@ -355,7 +355,7 @@ pub(crate) mod rows {
             "The value at `key_path` (an array of keys and indices, or a JSON Pointer `\"/a/0\"`), or `()` when the file or key is missing (JSON `null` reads as `()` too).",
             |h, p: S, k: D| Ok(convert::json(json::get(h, &p, &key_path(&k)?)?))
         ),
-        host_fn!(
+        host_row!(
             "json",
             "set",
             &[P, KEY_PATH, ("value", "?")],
@@ -367,7 +367,7 @@ pub(crate) mod rows {
                 Ok(json::set(h, &p, &key_path(&k)?, &v)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "json",
             "remove",
             &[P, KEY_PATH],

@@ -86,7 +86,7 @@ pub(crate) mod rows {
     use crate::host::api::convert;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::files::text;
 
     /// The reference's sections of the namespaces in this file.
@@ -98,7 +98,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "",
             "sha256",
             &[("text", "String")],
@@ -107,7 +107,7 @@ pub(crate) mod rows {
             "The SHA-256 of the text's UTF-8 bytes, 64 lowercase hex digits (as `sha256sum` prints).",
             |_h, t: S| Ok(convert::s(text::sha256_hex(&t)))
         ),
-        host_fn!(
+        host_row!(
             "",
             "to_json",
             &[("value", "?")],
@@ -116,7 +116,7 @@ pub(crate) mod rows {
             "`value` (a map, array, string, number, bool or `()`) as pretty-printed JSON: two-space indent, map keys in the map's order (sorted: Rhai maps are ordered by key), `()` as `null`, no final newline. The inverse of Rhai's `parse_json(text)` (JSON `null` → `()`).",
             |_h, v: Dynamic| Ok(convert::s(text::to_json(&convert::to_json(&v, "value")?)))
         ),
-        host_fn!(
+        host_row!(
             "",
             "to_json",
             &[("map", "Map")],
@@ -128,7 +128,7 @@ pub(crate) mod rows {
                 "value"
             )?)))
         ),
-        host_fn!(
+        host_row!(
             "regex",
             "is_match",
             &[("pattern", "String"), ("text", "String")],
@@ -137,7 +137,7 @@ pub(crate) mod rows {
             "Whether `pattern` (Rust `regex` syntax) matches anywhere in `text`; an invalid pattern is an error naming it.",
             |_h, p: S, t: S| Ok(text::is_match(&p, &t)?)
         ),
-        host_fn!(
+        host_row!(
             "regex",
             "captures",
             &[("pattern", "String"), ("text", "String")],
@@ -150,7 +150,7 @@ pub(crate) mod rows {
                     Dynamic::from_array(groups.into_iter().map(convert::opt).collect::<Array>()),
             })
         ),
-        host_fn!(
+        host_row!(
             "regex",
             "named",
             &[("pattern", "String"), ("text", "String")],
@@ -167,7 +167,7 @@ pub(crate) mod rows {
                 ),
             })
         ),
-        host_fn!(
+        host_row!(
             "regex",
             "replace",
             &[

@@ -552,13 +552,13 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{KEY_PATH, P};
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::files::structured::rows::key_path;
     use crate::host::files::toml;
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "toml",
             "get",
             &[P, KEY_PATH],
@@ -567,7 +567,7 @@ pub(crate) mod rows {
             "The value at `key_path` (a table as a map, an array of tables as an array of maps, dates as strings), or `()` when the file or key is missing; `[]` is the whole document. A parse error names `file:line:col`.",
             |h, p: S, k: D| Ok(convert::json(toml::get(h, &p, &key_path(&k)?)?))
         ),
-        host_fn!(
+        host_row!(
             "toml",
             "set",
             &[P, KEY_PATH, ("value", "?")],
@@ -579,7 +579,7 @@ pub(crate) mod rows {
                 Ok(toml::set(h, &p, &key_path(&k)?, &v)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "toml",
             "remove",
             &[P, KEY_PATH],
@@ -588,7 +588,7 @@ pub(crate) mod rows {
             "Remove a key or a whole table (with its sub-tables); absent is unchanged.",
             |h, p: S, k: D| Ok(toml::remove(h, &p, &key_path(&k)?)?)
         ),
-        host_fn!(
+        host_row!(
             "toml",
             "ensure_table",
             &[P, KEY_PATH],
@@ -597,7 +597,7 @@ pub(crate) mod rows {
             "Make `key_path` a table, adding `[a.b]` when missing; an error when something else is there.",
             |h, p: S, k: D| Ok(toml::ensure_table(h, &p, &key_path(&k)?)?)
         ),
-        host_fn!(
+        host_row!(
             "toml",
             "parse",
             &[("text", "String")],

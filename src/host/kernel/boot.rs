@@ -578,7 +578,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::kernel::boot;
 
     /// The `release` parameter of the `kernel::` functions.
@@ -586,7 +586,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "kernel",
             "running",
             &[],
@@ -595,7 +595,7 @@ pub(crate) mod rows {
             "The running kernel's release (as `os::kernel()`: `/proc/sys/kernel/osrelease` under the root, else `uname -r`).",
             |h| Ok(boot::running(h)?)
         ),
-        host_fn!(
+        host_row!(
             "kernel",
             "installed",
             &[],
@@ -604,7 +604,7 @@ pub(crate) mod rows {
             "The releases with a kernel image, `/boot/vmlinuz-<release>` or `/lib/modules/<release>/vmlinuz` (`/usr/lib/modules`), oldest first (dpkg order; rpm order on rpm hosts). A module tree without an image is not a kernel.",
             |h| Ok(convert::array(boot::installed(h)?))
         ),
-        host_fn!(
+        host_row!(
             "kernel",
             "default_release",
             &[],
@@ -613,7 +613,7 @@ pub(crate) mod rows {
             "The release grub boots next, or `()` when the entry does not tell (see the section); in a plan also after a planned `set_default`. (`default` is a Rhai keyword, hence the name.)",
             |h| Ok(convert::opt(boot::default(h)?))
         ),
-        host_fn!(
+        host_row!(
             "kernel",
             "set_default",
             &[RELEASE],
@@ -622,7 +622,7 @@ pub(crate) mod rows {
             "Make grub boot `release` next: `GRUB_DEFAULT=saved` in `/etc/default/grub` (a file change; `update-grub` once at the end of the step, except on rhel and fedora) and `grub-set-default \"Advanced options for <OS>><OS>, with Linux <release>\"` (`grub2-set-default` where only it exists; a BootLoaderSpec id when `/boot/loader/entries/<id>.conf` is there). Unchanged when grub's default entry names the release (a default that is it only as the newest kernel, entry `0`, is pinned); a plan shows `~ grub default: <old> -> <release>` (`<old>`: what grub booted before the kernels the step installs, in plan and apply alike); check: drift. An error when the release is not installed (nor planned by a `pkg::install` of the step), or a `grub.d` file sets another `GRUB_DEFAULT`.",
             |h, r: S| Ok(boot::set_default(h, &r)?)
         ),
-        host_fn!(
+        host_row!(
             "kernel",
             "boot_into",
             &[RELEASE],

@@ -103,11 +103,11 @@ pub(crate) mod rows {
     use crate::host::api::convert;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::kernel::dkms;
 
     /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[host_fn!(
+    pub(crate) const FUNCTIONS: &[FnDoc] = &[host_row!(
         "dkms",
         "status",
         &[],

@@ -229,7 +229,7 @@ pub(crate) mod rows {
     use crate::host::api::convert;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::kernel::gpu;
 
     /// A GPU for scripts: `#{index, name, uuid, pci_bus, driver_version, memory_mib, mig_mode}`
@@ -251,7 +251,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "gpu",
             "list",
             &[],
@@ -263,7 +263,7 @@ pub(crate) mod rows {
                 .map(gpu_map)
                 .collect::<rhai::Array>())
         ),
-        host_fn!(
+        host_row!(
             "gpu",
             "driver_version",
             &[],
@@ -272,7 +272,7 @@ pub(crate) mod rows {
             "The loaded driver's version (`\"550.54.15\"`, from `/proc/driver/nvidia/version`, else nvidia-smi's), or `()` without a driver.",
             |h| Ok(convert::opt(gpu::driver_version(h)?))
         ),
-        host_fn!(
+        host_row!(
             "gpu",
             "count",
             &[],

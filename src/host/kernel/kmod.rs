@@ -428,7 +428,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{NAME, OPTS};
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::kernel::kmod::{self, BlacklistOptions, FileOptions};
 
     /// The option keys of `kmod::blacklist`.
@@ -505,7 +505,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "kmod",
             "blacklist",
             &[NAME],
@@ -514,7 +514,7 @@ pub(crate) mod rows {
             "Keep `blacklist <name>` in `/etc/modprobe.d/blacklist-<name>.conf`; a change regenerates the initramfs once at the end of the step.",
             |h, n: S| Ok(kmod::blacklist(h, &n, &BlacklistOptions::default())?)
         ),
-        host_fn!(
+        host_row!(
             "kmod",
             "blacklist",
             &[NAME, OPTS],
@@ -527,7 +527,7 @@ pub(crate) mod rows {
                 Ok(kmod::blacklist(h, &n, &o)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "kmod",
             "unblacklist",
             &[NAME],
@@ -536,7 +536,7 @@ pub(crate) mod rows {
             "Take the `blacklist <name>` and `install <name> /bin/false` lines out of the blacklist file (removed when left empty); a change regenerates the initramfs.",
             |h, n: S| Ok(kmod::unblacklist(h, &n, &FileOptions::default())?)
         ),
-        host_fn!(
+        host_row!(
             "kmod",
             "unblacklist",
             &[NAME, OPTS],
@@ -549,7 +549,7 @@ pub(crate) mod rows {
                 Ok(kmod::unblacklist(h, &n, &o)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "kmod",
             "options",
             &[NAME, ("opts", "?")],
@@ -561,7 +561,7 @@ pub(crate) mod rows {
                 Ok(kmod::options(h, &n, &v, &FileOptions::default())?)
             }
         ),
-        host_fn!(
+        host_row!(
             "kmod",
             "options",
             &[NAME, ("opts", "?"), ("file_opts", "Map")],
@@ -575,7 +575,7 @@ pub(crate) mod rows {
                 Ok(kmod::options(h, &n, &v, &o)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "kmod",
             "remove_options",
             &[NAME],
@@ -584,7 +584,7 @@ pub(crate) mod rows {
             "Take the `options <name>` lines out of `/etc/modprobe.d/<name>.conf` (removed when left empty); a change regenerates the initramfs.",
             |h, n: S| Ok(kmod::remove_options(h, &n, &FileOptions::default())?)
         ),
-        host_fn!(
+        host_row!(
             "kmod",
             "remove_options",
             &[NAME, OPTS],
@@ -597,7 +597,7 @@ pub(crate) mod rows {
                 Ok(kmod::remove_options(h, &n, &o)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "kmod",
             "load_at_boot",
             &[NAME],
@@ -606,7 +606,7 @@ pub(crate) mod rows {
             "Keep the line `<name>` in `/etc/modules-load.d/<name>.conf` (read by systemd-modules-load at boot); no initramfs regeneration.",
             |h, n: S| Ok(kmod::load_at_boot(h, &n, &FileOptions::default())?)
         ),
-        host_fn!(
+        host_row!(
             "kmod",
             "load_at_boot",
             &[NAME, OPTS],
@@ -619,7 +619,7 @@ pub(crate) mod rows {
                 Ok(kmod::load_at_boot(h, &n, &o)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "kmod",
             "unload_at_boot",
             &[NAME],
@@ -628,7 +628,7 @@ pub(crate) mod rows {
             "Take the line `<name>` out of `/etc/modules-load.d/<name>.conf` (removed when left empty).",
             |h, n: S| Ok(kmod::unload_at_boot(h, &n, &FileOptions::default())?)
         ),
-        host_fn!(
+        host_row!(
             "kmod",
             "unload_at_boot",
             &[NAME, OPTS],
@@ -641,7 +641,7 @@ pub(crate) mod rows {
                 Ok(kmod::unload_at_boot(h, &n, &o)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "kmod",
             "loaded",
             &[NAME],
@@ -650,7 +650,7 @@ pub(crate) mod rows {
             "True when `/proc/modules` under the root lists the module (`-` and `_` equivalent; built-in modules are not listed; `false` without `/proc/modules`); in a plan also after a planned `kmod::load`.",
             |h, n: S| Ok(kmod::loaded(h, &n)?)
         ),
-        host_fn!(
+        host_row!(
             "kmod",
             "load",
             &[NAME],

@@ -146,12 +146,12 @@ pub(crate) mod rows {
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::kernel::sysctl_record;
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "sysctl",
             "restore",
             &[("key", "String")],
@@ -160,7 +160,7 @@ pub(crate) mod rows {
             "Set `key` back to the value recorded by `set(.., #{record: true})` and drop it from the package's record (the file when it was the last); false when nothing is recorded for it.",
             |h, k: S| Ok(sysctl_record::restore(h, &k)?)
         ),
-        host_fn!(
+        host_row!(
             "sysctl",
             "restore_all",
             &[],

@@ -339,7 +339,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::NAME;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::kernel::tuning::ulimit::LimitEntry;
     use crate::host::kernel::tuning::{grub, sysctl, ulimit};
 
@@ -409,7 +409,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "sysctl",
             "get",
             &[("key", "String")],
@@ -418,7 +418,7 @@ pub(crate) mod rows {
             "The live value of `/proc/sys/<key, dots as slashes>`, or `()` when there is no such entry.",
             |h, k: S| Ok(convert::opt(sysctl::get(h, &k)?))
         ),
-        host_fn!(
+        host_row!(
             "sysctl",
             "set",
             &[("key", "String"), ("value", "?")],
@@ -430,7 +430,7 @@ pub(crate) mod rows {
                 Ok(sysctl::set(h, &k, &v)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "sysctl",
             "set",
             &[("key", "String"), ("value", "?"), ("opts", "Map")],
@@ -445,7 +445,7 @@ pub(crate) mod rows {
                 Ok(sysctl::set_with(h, &k, &v, record)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "sysctl",
             "reload",
             &[],
@@ -454,7 +454,7 @@ pub(crate) mod rows {
             "`sysctl --system`: every sysctl.d file and `/etc/sysctl.conf` applied live again (an action, every time; planned in plan and check mode); a non-zero exit is an error.",
             |h| Ok(sysctl::reload(h)?)
         ),
-        host_fn!(
+        host_row!(
             "sysctl",
             "persist",
             &[("file", "String"), ("values", "Map")],
@@ -471,7 +471,7 @@ pub(crate) mod rows {
                 Ok(sysctl::persist(h, &f, &entries)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "grub",
             "set_cmdline",
             &[NAME, ("args", "?")],
@@ -483,7 +483,7 @@ pub(crate) mod rows {
                 Ok(grub::set_cmdline(h, &n, &a)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "grub",
             "remove",
             &[NAME],
@@ -492,7 +492,7 @@ pub(crate) mod rows {
             "Remove that drop-in and take its arguments back.",
             |h, n: S| Ok(grub::remove(h, &n)?)
         ),
-        host_fn!(
+        host_row!(
             "ulimit",
             "persist",
             &[("file", "String"), ("entries", "Array")],

@@ -711,7 +711,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::OPTS;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::mounts::disk::{self, BlockDevice, MkfsSpec};
     use crate::host::mounts::mount::rows::DEV;
 
@@ -755,7 +755,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "disk",
             "list",
             &[],
@@ -766,7 +766,7 @@ pub(crate) mod rows {
                 disk::list(h)?.into_iter().map(device_map).collect()
             ))
         ),
-        host_fn!(
+        host_row!(
             "disk",
             "info",
             &[DEV],
@@ -775,7 +775,7 @@ pub(crate) mod rows {
             "The map of `disk::list` for the device at `dev` (symlinks such as `/dev/md/kubernetes` or `/dev/disk/by-id/...` resolved inside the root; `path` is the resolved path), or `()` when nothing is there. Without a sysfs entry `size` is 0 and `kind` `md` under `/dev/md`, else `disk`. A path outside `/dev` is an error.",
             |h, dev: S| Ok(disk::info(h, &dev)?.map_or(Dynamic::UNIT, device_map))
         ),
-        host_fn!(
+        host_row!(
             "disk",
             "fstype",
             &[DEV],
@@ -784,7 +784,7 @@ pub(crate) mod rows {
             "The filesystem type on `dev` (`\"xfs\"`), `\"\"` when none: the udev database, else `lsblk`, else `blkid -p`; in a plan, the type a planned `fs::mkfs` makes. A missing device is an error.",
             |h, dev: S| Ok(disk::fstype(h, &dev)?)
         ),
-        host_fn!(
+        host_row!(
             "disk",
             "uuid",
             &[DEV],
@@ -793,7 +793,7 @@ pub(crate) mod rows {
             "The UUID of the filesystem on `dev` (for `UUID=...` in fstab or a mount unit), `\"\"` when none or only planned: the udev database, else `blkid -s UUID -o value <dev>`. A missing device is an error.",
             |h, dev: S| Ok(disk::uuid(h, &dev)?)
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "mkfs",
             &[DEV, ("fstype", "String"), OPTS],
@@ -806,7 +806,7 @@ pub(crate) mod rows {
                 Ok(disk::mkfs(h, &dev, &t, &spec)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "fs",
             "mkfs",
             &[DEV, ("fstype", "String")],

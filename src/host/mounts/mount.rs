@@ -485,7 +485,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{OPTS, P};
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::mounts::mount::{self, MountEntry, MountSpec, MountState};
 
     /// The device parameter of `disk::`, `raid::` and `fs::mkfs`.
@@ -584,7 +584,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "mount",
             "ensure",
             &[P, OPTS],
@@ -597,7 +597,7 @@ pub(crate) mod rows {
                 Ok(mount::ensure(h, &p, &spec)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "mount",
             "remove",
             &[P],
@@ -606,7 +606,7 @@ pub(crate) mod rows {
             "`umount <path>` when mounted, then remove the mount point's `/etc/fstab` lines (the directory stays).",
             |h, p: S| Ok(mount::remove(h, &p)?)
         ),
-        host_fn!(
+        host_row!(
             "mount",
             "is_mounted",
             &[P],
@@ -615,7 +615,7 @@ pub(crate) mod rows {
             "True when the host's mount table (`/proc/1/mountinfo` under the root; octal escapes such as `\\040` decoded) lists `path`; in a plan also after a planned `mount::ensure`.",
             |h, p: S| Ok(mount::is_mounted(h, &p)?)
         ),
-        host_fn!(
+        host_row!(
             "mount",
             "info",
             &[P],

@@ -378,7 +378,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{NAME, OPTS};
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::mounts::mount::rows::DEV;
     use crate::host::mounts::raid::{self, RaidInfo, RaidSpec};
 
@@ -421,7 +421,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "raid",
             "create",
             &[NAME, ("devices", "Array"), OPTS],
@@ -435,7 +435,7 @@ pub(crate) mod rows {
                 Ok(raid::create(h, &name, &devices, &spec)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "raid",
             "info",
             &[DEV],
@@ -444,7 +444,7 @@ pub(crate) mod rows {
             "`#{path, level, devices, state}` of the md array at `dev` (`level` `raid0`; `devices` the member paths, sorted, `[]` when unreadable; `state` `clean`, `active`, ...; `planned` in a plan after `raid::create`), or `()` when `dev` is missing or not an array.",
             |h, dev: S| Ok(raid::info(h, &dev)?.map_or(Dynamic::UNIT, raid_map))
         ),
-        host_fn!(
+        host_row!(
             "raid",
             "scan",
             &[],
@@ -453,7 +453,7 @@ pub(crate) mod rows {
             "The `ARRAY` lines of `mdadm --detail --scan` as printed (the content of `mdadm.conf`), `\"\"` when there is no array.",
             |h| Ok(raid::scan(h)?)
         ),
-        host_fn!(
+        host_row!(
             "raid",
             "assemble",
             &[],

@@ -324,7 +324,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{OPTS, P};
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::mounts::mount::rows::mount_options;
     use crate::host::mounts::mount::rows::mount_state;
     use crate::host::mounts::unit::{self, UnitSpec};
@@ -399,7 +399,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "mount",
             "unit",
             &[P, OPTS],
@@ -412,7 +412,7 @@ pub(crate) mod rows {
                 Ok(unit::unit(h, &p, &spec)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "mount",
             "bind",
             &[("src", "String"), P],
@@ -421,7 +421,7 @@ pub(crate) mod rows {
             "Bind-mount directory `src` at `path` as a systemd mount unit: `mount::unit(path, #{what: src, type: \"none\", options: \"bind\"})` (`src` is not created).",
             |h, s: S, p: S| Ok(unit::bind(h, &s, &p, &UnitSpec::new("", ""))?)
         ),
-        host_fn!(
+        host_row!(
             "mount",
             "bind",
             &[("src", "String"), P, OPTS],
@@ -434,7 +434,7 @@ pub(crate) mod rows {
                 Ok(unit::bind(h, &s, &p, &spec)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "mount",
             "remove_unit",
             &[P],
@@ -443,7 +443,7 @@ pub(crate) mod rows {
             "`systemctl stop` the mount unit of `path` when active, `systemctl disable` it when enabled, remove its file from `/etc/systemd/system` and schedule one daemon-reload (the mount point directory stays).",
             |h, p: S| Ok(unit::remove_unit(h, &p)?)
         ),
-        host_fn!(
+        host_row!(
             "mount",
             "unit_name",
             &[P],

@@ -255,7 +255,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{NAME, OPTS};
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::packages::pkg;
 
     /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
@@ -267,7 +267,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "pkg",
             "manager",
             &[],
@@ -276,7 +276,7 @@ pub(crate) mod rows {
             "`\"apt\"`, `\"dnf\"`, `\"yum\"`, `\"zypper\"` or `()`, from the host's os-release.",
             |h| Ok(convert::opt(pkg::manager(h)?.map(|m| m.name().to_string())))
         ),
-        host_fn!(
+        host_row!(
             "pkg",
             "installed",
             &[NAME],
@@ -285,7 +285,7 @@ pub(crate) mod rows {
             "True when the package is installed; for a pinned name (`\"cuda-drivers=550.90.07-1\"`, `\"cuda-drivers-550.90.07\"`, as `install` takes them) installed in that version.",
             |h, n: S| Ok(pkg::installed(h, &n)?)
         ),
-        host_fn!(
+        host_row!(
             "pkg",
             "version",
             &[NAME],
@@ -294,7 +294,7 @@ pub(crate) mod rows {
             "The installed version, or `()`.",
             |h, n: S| Ok(convert::opt(pkg::version(h, &n)?))
         ),
-        host_fn!(
+        host_row!(
             "pkg",
             "install",
             &[("names", "?")],
@@ -306,7 +306,7 @@ pub(crate) mod rows {
                 Ok(pkg::install(h, &names, false)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "pkg",
             "install",
             &[("names", "?"), OPTS],
@@ -321,7 +321,7 @@ pub(crate) mod rows {
                 Ok(pkg::install(h, &names, update)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "pkg",
             "remove",
             &[("names", "?")],
@@ -333,7 +333,7 @@ pub(crate) mod rows {
                 Ok(pkg::remove(h, &names)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "pkg",
             "update",
             &[],
@@ -342,7 +342,7 @@ pub(crate) mod rows {
             "Refresh the package index: `apt-get update`, `dnf makecache` (`yum`), `zypper refresh`. An action: run every time in apply, listed in a plan, never drift.",
             |h| Ok(pkg::update(h)?)
         ),
-        host_fn!(
+        host_row!(
             "pkg",
             "upgrade",
             &[],

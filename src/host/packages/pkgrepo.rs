@@ -423,7 +423,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{NAME, OPTS};
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::packages::pkgrepo::{self, RepoOptions};
 
     /// The option keys of `pkg::repo`.
@@ -464,7 +464,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "pkg",
             "repo",
             &[NAME, OPTS],
@@ -477,7 +477,7 @@ pub(crate) mod rows {
                 Ok(pkgrepo::repo(h, &n, &o)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "pkg",
             "remove_repo",
             &[NAME],
@@ -486,7 +486,7 @@ pub(crate) mod rows {
             "Remove repository `name`'s file and key (as `pkg::repo` wrote them); a change makes the next `pkg::install` refresh the index.",
             |h, n: S| Ok(pkgrepo::remove_repo(h, &n)?)
         ),
-        host_fn!(
+        host_row!(
             "pkg",
             "hold",
             &[("names", "?")],
@@ -498,7 +498,7 @@ pub(crate) mod rows {
                 Ok(pkgrepo::hold(h, &names)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "pkg",
             "unhold",
             &[("names", "?")],

@@ -165,7 +165,7 @@ pub(crate) mod rows {
     use crate::host::api::convert::{self, check_keys, opt_string};
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::packages::version::{self, Scheme};
 
     /// The option keys of every `version::` function.
@@ -189,7 +189,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "version",
             "compare",
             &[("a", "String"), ("b", "String"), ("opts", "Map")],
@@ -202,7 +202,7 @@ pub(crate) mod rows {
                 Ok(version::compare(&a, &b, s)? as i64)
             }
         ),
-        host_fn!(
+        host_row!(
             "version",
             "at_least",
             &[("v", "String"), ("min", "String"), ("opts", "Map")],
@@ -215,7 +215,7 @@ pub(crate) mod rows {
                 Ok(version::at_least(&v, &min, s)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "version",
             "sort",
             &[("versions", "Array"), ("opts", "Map")],

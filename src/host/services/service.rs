@@ -270,7 +270,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::NAME;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::services::service;
 
     /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
@@ -289,7 +289,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "service",
             "is_active",
             &[NAME],
@@ -298,7 +298,7 @@ pub(crate) mod rows {
             "`systemctl is-active` succeeds.",
             |h, n: S| Ok(service::is_active(h, &n)?)
         ),
-        host_fn!(
+        host_row!(
             "service",
             "is_enabled",
             &[NAME],
@@ -307,7 +307,7 @@ pub(crate) mod rows {
             "`systemctl is-enabled` succeeds.",
             |h, n: S| Ok(service::is_enabled(h, &n)?)
         ),
-        host_fn!(
+        host_row!(
             "service",
             "show",
             &[NAME, ("props", "Array")],
@@ -330,7 +330,7 @@ pub(crate) mod rows {
                 Ok(map)
             }
         ),
-        host_fn!(
+        host_row!(
             "service",
             "start",
             &[NAME],
@@ -339,7 +339,7 @@ pub(crate) mod rows {
             "Start the unit when it is not active.",
             |h, n: S| Ok(service::start(h, &n)?)
         ),
-        host_fn!(
+        host_row!(
             "service",
             "stop",
             &[NAME],
@@ -348,7 +348,7 @@ pub(crate) mod rows {
             "Stop the unit when it is active.",
             |h, n: S| Ok(service::stop(h, &n)?)
         ),
-        host_fn!(
+        host_row!(
             "service",
             "enable",
             &[NAME],
@@ -357,7 +357,7 @@ pub(crate) mod rows {
             "Enable the unit when it is not enabled.",
             |h, n: S| Ok(service::enable(h, &n)?)
         ),
-        host_fn!(
+        host_row!(
             "service",
             "disable",
             &[NAME],
@@ -366,7 +366,7 @@ pub(crate) mod rows {
             "Disable the unit when it is enabled.",
             |h, n: S| Ok(service::disable(h, &n)?)
         ),
-        host_fn!(
+        host_row!(
             "service",
             "restart",
             &[NAME],
@@ -375,7 +375,7 @@ pub(crate) mod rows {
             "`systemctl restart`, every time.",
             |h, n: S| Ok(service::restart(h, &n)?)
         ),
-        host_fn!(
+        host_row!(
             "service",
             "reload",
             &[NAME],
@@ -384,7 +384,7 @@ pub(crate) mod rows {
             "`systemctl reload`, every time.",
             |h, n: S| Ok(service::reload(h, &n)?)
         ),
-        host_fn!(
+        host_row!(
             "service",
             "daemon_reload",
             &[],
@@ -393,7 +393,7 @@ pub(crate) mod rows {
             "`systemctl daemon-reload`, every time (also satisfies a scheduled one).",
             |h| Ok(service::daemon_reload(h)?)
         ),
-        host_fn!(
+        host_row!(
             "service",
             "drop_in",
             &[NAME, ("file", "String"), ("content", "String")],
@@ -402,7 +402,7 @@ pub(crate) mod rows {
             "Write `/etc/systemd/system/<name>.service.d/<file>`; a change schedules one daemon-reload, run before the next `service::` call or at the end of the step (not when the step fails: the drop-in is then put back).",
             |h, n: S, f: S, c: S| Ok(service::drop_in(h, &n, &f, &c)?)
         ),
-        host_fn!(
+        host_row!(
             "service",
             "remove_drop_in",
             &[NAME, ("file", "String")],

@@ -158,12 +158,12 @@ pub(crate) mod rows {
     use crate::host::api::docs::EffectKind::*;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::services::tuned;
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "tuned_adm",
             "active",
             &[],
@@ -172,7 +172,7 @@ pub(crate) mod rows {
             "The active profile's names (`\"nvidia-h100-inference\"`, several separated by one space), or `()` when none is active.",
             |h| Ok(convert::opt(tuned::active(h)?))
         ),
-        host_fn!(
+        host_row!(
             "tuned_adm",
             "profile",
             &[("names", "?")],
@@ -191,7 +191,7 @@ pub(crate) mod rows {
                 Ok(tuned::profile(h, &names)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "tuned_adm",
             "off",
             &[],
@@ -200,7 +200,7 @@ pub(crate) mod rows {
             "`tuned-adm off` when a profile is active (tuned stops tuning; what it set is rolled back).",
             |h| Ok(tuned::off(h)?)
         ),
-        host_fn!(
+        host_row!(
             "tuned_adm",
             "verify",
             &[],

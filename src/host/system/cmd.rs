@@ -196,7 +196,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{ARGV, OPTS};
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::system::cmd::{self, CmdOutput, CommandOptions, Guard, OutputSink, StreamTo};
 
     /// The option keys of `query` (and the unguarded part of `run`/`sh`); the binding checks
@@ -440,7 +440,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "",
             "run",
             &[ARGV],
@@ -452,7 +452,7 @@ pub(crate) mod rows {
                 Ok(output_map(cmd::run(h, &argv, &checked())?))
             }
         ),
-        host_fn!(
+        host_row!(
             "",
             "run",
             &[ARGV, OPTS],
@@ -467,7 +467,7 @@ pub(crate) mod rows {
                 Ok(output_map(cmd::run(h, &argv, &o)?))
             }
         ),
-        host_fn!(
+        host_row!(
             "",
             "query",
             &[ARGV],
@@ -483,7 +483,7 @@ pub(crate) mod rows {
                 )?))
             }
         ),
-        host_fn!(
+        host_row!(
             "",
             "query",
             &[ARGV, OPTS],
@@ -498,7 +498,7 @@ pub(crate) mod rows {
                 Ok(output_map(cmd::query(h, &argv, &o)?))
             }
         ),
-        host_fn!(
+        host_row!(
             "",
             "sh",
             &[("script", "String")],
@@ -507,7 +507,7 @@ pub(crate) mod rows {
             "`run([\"/bin/bash\", \"-c\", script])`: a non-zero exit of the script is an error.",
             |h, script: S| Ok(output_map(cmd::sh(h, &script, &checked())?))
         ),
-        host_fn!(
+        host_row!(
             "",
             "sh",
             &[("script", "String"), OPTS],

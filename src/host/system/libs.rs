@@ -108,12 +108,12 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::NAME;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::system::libs;
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "lib",
             "find",
             &[NAME],
@@ -122,7 +122,7 @@ pub(crate) mod rows {
             "The paths of the shared libraries the dynamic linker knows named like `name`: `\"libfabric\"` finds `libfabric.so` and `libfabric.so.1` (not `libfabric2.so`), a full soname only itself; each path once, in `ldconfig -p` order; `[]` when none. An error when `ldconfig` is missing or fails.",
             |h, n: S| Ok(convert::array(libs::find(h, &n)?))
         ),
-        host_fn!(
+        host_row!(
             "lib",
             "refresh",
             &[],

@@ -160,7 +160,7 @@ pub(crate) mod rows {
     use crate::host::api::convert;
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::system::os;
 
     /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
@@ -179,7 +179,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "os",
             "release",
             &[],
@@ -188,7 +188,7 @@ pub(crate) mod rows {
             "The host's os-release as a map (`ID`, `VERSION_ID`, `ID_LIKE`, ...).",
             |h| Ok(convert::map(os::release(h)?))
         ),
-        host_fn!(
+        host_row!(
             "os",
             "id",
             &[],
@@ -197,7 +197,7 @@ pub(crate) mod rows {
             "os-release `ID` (empty when unknown).",
             |h| Ok(os::id(h)?)
         ),
-        host_fn!(
+        host_row!(
             "os",
             "version",
             &[],
@@ -206,7 +206,7 @@ pub(crate) mod rows {
             "os-release `VERSION_ID` (empty when unknown).",
             |h| Ok(os::version(h)?)
         ),
-        host_fn!(
+        host_row!(
             "os",
             "family",
             &[],
@@ -215,7 +215,7 @@ pub(crate) mod rows {
             "`debian`, `rhel`, `fedora`, `suse` (by `ID`, then `ID_LIKE`), else the `ID`.",
             |h| Ok(os::family(h)?)
         ),
-        host_fn!(
+        host_row!(
             "os",
             "kernel",
             &[],
@@ -224,7 +224,7 @@ pub(crate) mod rows {
             "The running kernel's release: `/proc/sys/kernel/osrelease` under the root, else the agent's `uname -r` (the same kernel on a node; on a copied root the machine running `skyhook-run`).",
             |h| Ok(os::kernel(h)?)
         ),
-        host_fn!(
+        host_row!(
             "os",
             "arch",
             &[],
@@ -233,7 +233,7 @@ pub(crate) mod rows {
             "The machine architecture as the kernel names it (`x86_64`, `aarch64`): `/proc/sys/kernel/arch` under the root, else `uname -m`.",
             |h| Ok(os::arch(h)?)
         ),
-        host_fn!(
+        host_row!(
             "os",
             "dpkg_arch",
             &[],
@@ -242,7 +242,7 @@ pub(crate) mod rows {
             "The Debian name of `os::arch()` (`amd64`, `arm64`, `armhf`, `ppc64el`, ...), for apt sources and `.deb` names; an error for a machine without one.",
             |h| Ok(os::dpkg_arch(h)?)
         ),
-        host_fn!(
+        host_row!(
             "os",
             "rpm_arch",
             &[],
@@ -251,7 +251,7 @@ pub(crate) mod rows {
             "The rpm name of `os::arch()` (`x86_64`, `aarch64`, `armv7hl`, ...), for `.rpm` names and repository paths; an error for a machine without one.",
             |h| Ok(os::rpm_arch(h)?)
         ),
-        host_fn!(
+        host_row!(
             "os",
             "hostname",
             &[],
@@ -260,7 +260,7 @@ pub(crate) mod rows {
             "`/etc/hostname` under the root (else the kernel's).",
             |h| Ok(os::hostname(h)?)
         ),
-        host_fn!(
+        host_row!(
             "os",
             "cmdline",
             &[],

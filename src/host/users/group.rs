@@ -132,7 +132,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{NAME, OPTS};
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::users::group::{self, GroupOptions};
     use crate::host::users::user::rows::opt_id;
 
@@ -150,7 +150,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "group",
             "exists",
             &[NAME],
@@ -159,7 +159,7 @@ pub(crate) mod rows {
             "True when `/etc/group` has the group (planned groups included).",
             |h, n: S| Ok(group::exists(h, &n)?)
         ),
-        host_fn!(
+        host_row!(
             "group",
             "ensure",
             &[NAME],
@@ -168,7 +168,7 @@ pub(crate) mod rows {
             "`group::ensure(name, #{})`: create the group when missing.",
             |h, n: S| Ok(group::ensure(h, &n, &GroupOptions::default())?)
         ),
-        host_fn!(
+        host_row!(
             "group",
             "ensure",
             &[NAME, OPTS],
@@ -181,7 +181,7 @@ pub(crate) mod rows {
                 Ok(group::ensure(h, &n, &o)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "group",
             "remove",
             &[NAME],

@@ -489,7 +489,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::Effects::*;
     use crate::host::api::docs::FnDoc;
     use crate::host::api::docs::{NAME, OPTS};
-    use crate::host::api::host_fn;
+    use crate::host::api::host_row;
     use crate::host::users::user::{self, UserOptions};
 
     /// The option keys of `user::ensure`.
@@ -591,7 +591,7 @@ pub(crate) mod rows {
 
     /// The `host_fn!` rows of the functions in this file.
     pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
+        host_row!(
             "user",
             "exists",
             &[NAME],
@@ -600,7 +600,7 @@ pub(crate) mod rows {
             "True when `/etc/passwd` has the user (planned users included).",
             |h, n: S| Ok(user::exists(h, &n)?)
         ),
-        host_fn!(
+        host_row!(
             "user",
             "info",
             &[NAME],
@@ -612,7 +612,7 @@ pub(crate) mod rows {
                 None => Dynamic::UNIT,
             })
         ),
-        host_fn!(
+        host_row!(
             "user",
             "ensure",
             &[NAME],
@@ -621,7 +621,7 @@ pub(crate) mod rows {
             "`user::ensure(name, #{})`: create the user when missing with the defaults below.",
             |h, n: S| Ok(user::ensure(h, &n, &UserOptions::default())?)
         ),
-        host_fn!(
+        host_row!(
             "user",
             "ensure",
             &[NAME, OPTS],
@@ -634,7 +634,7 @@ pub(crate) mod rows {
                 Ok(user::ensure(h, &n, &o)?)
             }
         ),
-        host_fn!(
+        host_row!(
             "user",
             "remove",
             &[NAME],
@@ -643,7 +643,7 @@ pub(crate) mod rows {
             "Remove the user's passwd and shadow entries and group memberships, and its own group when nothing else uses it (as userdel). False when there is no such user.",
             |h, n: S| Ok(user::remove(h, &n, false)?)
         ),
-        host_fn!(
+        host_row!(
             "user",
             "remove",
             &[NAME, OPTS],
