@@ -85,6 +85,17 @@ pub fn secret(h: &mut Host, name: &str, key: &str) -> Result<String> {
     Ok(value)
 }
 
+host_fn! {
+    /// `<SKYHOOK_SECRETS_DIR>/<name>/<key>`; `name` must be in `SKYHOOK_ALLOWED_SECRETS`. The key
+    /// is opened confined to `<SKYHOOK_SECRETS_DIR>/<name>`: symlinks inside it (the kubelet's
+    /// `..data`) are followed, one pointing out of it is not found. A regular file of at most 1
+    /// MiB. The value is redacted (`***`) from output, logs, plans and errors.
+    #[host(ns = "", effects = ReadsAgent)]
+    fn secret(h: &mut Host, name: S, key: S) -> rhai::Dynamic as "String" {
+        Ok(Dynamic::from(S::from(super::secret(h, &name, &key)?)))
+    }
+}
+
 /// `secret_env(var)`: the value of `var` in the step's environment, added to the redactor.
 ///
 /// # Errors
@@ -95,6 +106,14 @@ pub fn secret_env(h: &mut Host, var: &str) -> Result<String> {
     })?;
     h.redactor().add(&value);
     Ok(value)
+}
+
+host_fn! {
+    /// The step environment's variable `var` (error when unset), redacted like `secret`.
+    #[host(ns = "", effects = ReadsAgent)]
+    fn secret_env(h: &mut Host, var: S) -> rhai::Dynamic as "String" {
+        Ok(Dynamic::from(S::from(super::secret_env(h, &var)?)))
+    }
 }
 
 /// Largest secret value read, in bytes (1 MiB, the size limit of a Kubernetes Secret).
@@ -152,39 +171,14 @@ pub fn parse_allowlist(s: &str) -> Vec<String> {
         .collect()
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Dynamic, ImmutableString as S};
-
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::NAME;
-    use crate::host::api::host_row;
-    use crate::host::secrets;
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_row!(
-            "",
-            "secret",
-            &[NAME, ("key", "String")],
-            "String",
-            ReadsAgent,
-            "`<SKYHOOK_SECRETS_DIR>/<name>/<key>`; `name` must be in `SKYHOOK_ALLOWED_SECRETS`. The key is opened confined to `<SKYHOOK_SECRETS_DIR>/<name>`: symlinks inside it (the kubelet's `..data`) are followed, one pointing out of it is not found. A regular file of at most 1 MiB. The value is redacted (`***`) from output, logs, plans and errors.",
-            |h, n: S, k: S| Ok(Dynamic::from(S::from(secrets::secret(h, &n, &k)?)))
-        ),
-        host_row!(
-            "",
-            "secret_env",
-            &[("var", "String")],
-            "String",
-            ReadsAgent,
-            "The step environment's variable `var` (error when unset), redacted like `secret`.",
-            |h, v: S| Ok(Dynamic::from(S::from(secrets::secret_env(h, &v)?)))
-        ),
-    ];
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Dynamic, ImmutableString as S};
 }
+use prelude::*;
+
+host_fns!(secret, secret_env);
 
 #[cfg(test)]
 mod tests {

@@ -22,12 +22,15 @@
 //! - A parameter's Rhai type is its Rust type's ([`RhaiType`]: `S`/`String` → `String`,
 //!   `INT` → `int`, `Dynamic` → `?`, ...), or the literal after `as` (`m: Dynamic as
 //!   "Map"`); likewise the return type.
+//! - `name = "get"` after `ns` gives the script name when the Rust name differs (two
+//!   namespaces of one file with a function of the same name: `fn sysctl_get`).
 //! - `effects =` is `ReadsHost`, `RunsReadOnly`, `ReadsAgent`, `Computes`, or the kinds it
 //!   submits, `[Write, Chmod]`; `options = KEYS` (an expression) lists an options map's keys.
 //! - A first parameter `run: &Api` gives the body the run's [`super::Api`] (deadline, output).
 //! - Overloads follow in the same item, each with its own `///` text and a Rust name of its
 //!   own, marked `#[overload]` (or `#[overload(options = KEYS)]`): they share the first's
-//!   script name, namespace and effects.
+//!   script name, namespace and effects (unless it names its own, `#[overload(effects =
+//!   [Sysctl, Write], options = KEYS)]`).
 //! - Inside the module the file's items are in scope (`use super::*`); the area function the
 //!   body calls is reached as `super::name`.
 
@@ -155,11 +158,11 @@ pub const fn concat<T: Copy, const N: usize>(parts: &[&[T]]) -> [T; N] {
 macro_rules! host_fn {
     (
         $(#[doc = $doc:literal])*
-        #[host(ns = $ns:literal, effects = $eff:tt $(, options = $opts:expr)? $(,)?)]
+        #[host(ns = $ns:literal $(, name = $sname:literal)?, effects = $eff:tt $(, options = $opts:expr)? $(,)?)]
         fn $name:ident ( $($sig:tt)* ) -> $ret:ty $(as $rn:literal)? $body:block
         $(
             $(#[doc = $odoc:literal])*
-            #[overload $(( options = $oopts:expr $(,)? ))?]
+            #[overload $(( $(effects = $oeff:tt)? $(,)? $(options = $oopts:expr)? $(,)? ))?]
             fn $oname:ident ( $($osig:tt)* ) -> $oret:ty $(as $orn:literal)? $obody:block
         )*
     ) => {
@@ -171,11 +174,15 @@ macro_rules! host_fn {
             $crate::host::api::host_fn!(@fn [$(#[doc = $doc])*] $name ($($sig)*) -> $ret $body);
             $($crate::host::api::host_fn!(@fn [$(#[doc = $odoc])*] $oname ($($osig)*) -> $oret $obody);)*
 
+            /// The name scripts call.
+            const NAME: &str = $crate::host::api::host_fn!(@name $name $($sname)?);
+
             /// The reference rows and registrations of this function and its overloads.
             pub(crate) const ROWS: &[$crate::host::api::FnDoc] = &[
-                $crate::host::api::host_fn!(@row $ns, stringify!($name), $eff, [$($opts)?],
+                $crate::host::api::host_fn!(@row $ns, NAME, $eff, [$($opts)?],
                     [$($doc)*], $name ($($sig)*) -> $ret $(as $rn)?),
-                $($crate::host::api::host_fn!(@row $ns, stringify!($name), $eff, [$($($oopts)?)?],
+                $($crate::host::api::host_fn!(@row $ns, NAME,
+                    {[$($($oeff)?)?] $eff}, [$($($oopts)?)?],
                     [$($odoc)*], $oname ($($osig)*) -> $oret $(as $orn)?),)*
             ];
         }
@@ -243,12 +250,17 @@ macro_rules! host_fn {
             register: $register,
         }
     };
+    (@name $name:ident) => { stringify!($name) };
+    (@name $name:ident $sname:literal) => { $sname };
     (@type $ty:ty) => { <$ty as $crate::host::api::define::RhaiType>::NAME };
     (@type $ty:ty, $name:literal) => { $name };
     (@effects [$($kind:ident),+ $(,)?]) => {
         $crate::host::api::Effects::Submits(&[$($crate::host::api::EffectKind::$kind),+])
     };
     (@effects $e:ident) => { $crate::host::api::Effects::$e };
+    // An overload's: its own, or the first's.
+    (@effects {[] $e:tt}) => { $crate::host::api::host_fn!(@effects $e) };
+    (@effects {[$own:tt] $e:tt}) => { $crate::host::api::host_fn!(@effects $own) };
     (@options) => { &[] };
     (@options $opts:expr) => { $opts };
 }

@@ -203,5 +203,3 @@ pub(crate) const fn script_layer(
 pub(crate) const P: (&str, &str) = ("path", "String");
 pub(crate) const NAME: (&str, &str) = ("name", "String");
 pub(crate) const OPTS: (&str, &str) = ("opts", "Map");
-pub(crate) const ARGV: (&str, &str) = ("argv", "Array");
-pub(crate) const KEY_PATH: (&str, &str) = ("key_path", "?");

@@ -279,7 +279,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::{OPTS, P};
     use crate::host::api::host_row;
     use crate::host::fetch::{self, FetchOptions};
-    use crate::host::files::fs::rows::attribute_opts;
+    use crate::host::files::fs::attribute_opts;
 
     /// The option keys of `fs::fetch`.
     const FETCH_KEYS: &[&str] = &["sha256", "mode", "owner", "group", "timeout", "max_bytes"];

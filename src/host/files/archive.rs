@@ -1018,7 +1018,7 @@ pub(crate) mod rows {
     use crate::host::api::docs::OPTS;
     use crate::host::api::host_row;
     use crate::host::files::archive::{self, ExtractOptions, Extracted};
-    use crate::host::files::fs::rows::positive;
+    use crate::host::files::fs::positive;
 
     /// The option keys of `fs::extract`.
     const EXTRACT_KEYS: &[&str] = &["strip_components", "max_files", "max_bytes"];

@@ -84,6 +84,14 @@ pub fn names(h: &Host) -> Result<Vec<String>> {
     Ok(out)
 }
 
+host_fn! {
+    /// Sorted configMap names.
+    #[host(ns = "config", effects = ReadsAgent)]
+    fn names(h: &mut Host) -> rhai::Array {
+        Ok(convert::array(super::names(h)?))
+    }
+}
+
 /// The configMap's bytes, `None` when absent (or not a file).
 ///
 /// # Errors
@@ -139,12 +147,29 @@ pub fn get(h: &Host, name: &str) -> Result<Option<String>> {
     }
 }
 
+host_fn! {
+    /// The configMap's text, or `()`; a configMap that is not UTF-8 text (binary) is an error
+    /// naming it (`config::has` still sees it).
+    #[host(ns = "config", effects = ReadsAgent)]
+    fn get(h: &mut Host, name: S) -> rhai::Dynamic {
+        Ok(convert::opt(super::get(h, &name)?))
+    }
+}
+
 /// `config::has(name)`: whether the configMap exists (whatever its content).
 ///
 /// # Errors
 /// [`HostError::AgentFile`] on a read failure other than "not found".
 pub fn has(h: &Host, name: &str) -> Result<bool> {
     Ok(read(h, name)?.is_some())
+}
+
+host_fn! {
+    /// True when the configMap exists.
+    #[host(ns = "config", effects = ReadsAgent)]
+    fn has(h: &mut Host, name: S) -> bool {
+        Ok(super::has(h, &name)?)
+    }
 }
 
 fn need(h: &Host, name: &str) -> Result<String> {
@@ -164,6 +189,14 @@ pub fn lines(h: &Host, name: &str) -> Result<Vec<String>> {
         .collect())
 }
 
+host_fn! {
+    /// Lines, trimmed, without blank lines and `#` comments; an error when missing.
+    #[host(ns = "config", effects = ReadsAgent)]
+    fn lines(h: &mut Host, name: S) -> rhai::Array {
+        Ok(convert::array(super::lines(h, &name)?))
+    }
+}
+
 /// `config::kv(name)`: a map from `key=value` lines (spaces around `=` and the line allowed,
 /// blank lines and `#` comments skipped, a later key wins).
 ///
@@ -172,6 +205,15 @@ pub fn lines(h: &Host, name: &str) -> Result<Vec<String>> {
 /// without `=` or with an empty key; [`HostError::ConfigMapMissing`].
 pub fn kv(h: &Host, name: &str) -> Result<BTreeMap<String, String>> {
     parse_kv(name, &need(h, name)?)
+}
+
+host_fn! {
+    /// A map from `key=value` lines; a malformed line is an error naming the configMap and line
+    /// number.
+    #[host(ns = "config", effects = ReadsAgent)]
+    fn kv(h: &mut Host, name: S) -> rhai::Map {
+        Ok(convert::map(super::kv(h, &name)?))
+    }
 }
 
 /// The map of [`kv`] from configMap `name`'s `text` (the parser alone, for the fuzz targets
@@ -226,12 +268,28 @@ pub fn labels(h: &Host) -> Result<serde_json::Map<String, serde_json::Value>> {
     metadata(h, "labels.json")
 }
 
+host_fn! {
+    /// The node's labels (empty when unknown).
+    #[host(ns = "node", effects = ReadsAgent)]
+    fn labels(h: &mut Host) -> rhai::Map {
+        Ok(convert::json_map(super::labels(h)?))
+    }
+}
+
 /// `node::annotations()`: the node's annotations (`annotations.json`), empty when absent.
 ///
 /// # Errors
 /// As [`labels`].
 pub fn annotations(h: &Host) -> Result<serde_json::Map<String, serde_json::Value>> {
     metadata(h, "annotations.json")
+}
+
+host_fn! {
+    /// The node's annotations (empty when unknown).
+    #[host(ns = "node", effects = ReadsAgent)]
+    fn annotations(h: &mut Host) -> rhai::Map {
+        Ok(convert::json_map(super::annotations(h)?))
+    }
 }
 
 /// `node::packages()`: the operator's packages map (`packages.json`), empty when absent.
@@ -242,107 +300,37 @@ pub fn packages(h: &Host) -> Result<serde_json::Map<String, serde_json::Value>> 
     metadata(h, "packages.json")
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::ImmutableString as S;
-
-    use crate::host::api::convert;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::{FnDoc, NAME};
-    use crate::host::api::host_row;
-    use crate::host::files::config;
-
-    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
-        (
-            "config",
-            "configMaps — `config::`",
-            "Files under `SKYHOOK_DIR/configmaps/` (for `skyhook-run`, the `--configmaps` folder). Names starting with `.` are never listed. A configMap is opened confined to that folder (`openat2(RESOLVE_BENEATH)`): symlinks inside it are followed (a configMap volume's `key -> ..data/key`, `..data -> ..<timestamp>`), one that leads out of it (absolute, or `..` above the folder) is an error naming the key, for `config::get`, `has`, `lines`, `kv` and `names`, and nothing outside is read. Like files under the host root, a configMap, node metadata file or secret is read only when it is a regular file of at most 64 MiB.",
-        ),
-        (
-            "node",
-            "Node metadata — `node::`",
-            "From the operator's `SKYHOOK_DIR/node-metadata/` JSON files.",
-        ),
-    ];
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_row!(
-            "config",
-            "has",
-            &[NAME],
-            "bool",
-            ReadsAgent,
-            "True when the configMap exists.",
-            |h, n: S| Ok(config::has(h, &n)?)
-        ),
-        host_row!(
-            "config",
-            "get",
-            &[NAME],
-            "?",
-            ReadsAgent,
-            "The configMap's text, or `()`; a configMap that is not UTF-8 text (binary) is an error naming it (`config::has` still sees it).",
-            |h, n: S| Ok(convert::opt(config::get(h, &n)?))
-        ),
-        host_row!(
-            "config",
-            "names",
-            &[],
-            "Array",
-            ReadsAgent,
-            "Sorted configMap names.",
-            |h| Ok(convert::array(config::names(h)?))
-        ),
-        host_row!(
-            "config",
-            "lines",
-            &[NAME],
-            "Array",
-            ReadsAgent,
-            "Lines, trimmed, without blank lines and `#` comments; an error when missing.",
-            |h, n: S| Ok(convert::array(config::lines(h, &n)?))
-        ),
-        host_row!(
-            "config",
-            "kv",
-            &[NAME],
-            "Map",
-            ReadsAgent,
-            "A map from `key=value` lines; a malformed line is an error naming the configMap and line number.",
-            |h, n: S| Ok(convert::map(config::kv(h, &n)?))
-        ),
-        host_row!(
-            "node",
-            "labels",
-            &[],
-            "Map",
-            ReadsAgent,
-            "The node's labels (empty when unknown).",
-            |h| Ok(convert::json_map(config::labels(h)?))
-        ),
-        host_row!(
-            "node",
-            "annotations",
-            &[],
-            "Map",
-            ReadsAgent,
-            "The node's annotations (empty when unknown).",
-            |h| Ok(convert::json_map(config::annotations(h)?))
-        ),
-        host_row!(
-            "node",
-            "packages",
-            &[],
-            "Map",
-            ReadsAgent,
-            "The operator's packages map for the node (empty when unknown).",
-            |h| Ok(convert::json_map(config::packages(h)?))
-        ),
-    ];
+host_fn! {
+    /// The operator's packages map for the node (empty when unknown).
+    #[host(ns = "node", effects = ReadsAgent)]
+    fn packages(h: &mut Host) -> rhai::Map {
+        Ok(convert::json_map(super::packages(h)?))
+    }
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::ImmutableString as S;
+}
+use prelude::*;
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "config",
+        "configMaps — `config::`",
+        "Files under `SKYHOOK_DIR/configmaps/` (for `skyhook-run`, the `--configmaps` folder). Names starting with `.` are never listed. A configMap is opened confined to that folder (`openat2(RESOLVE_BENEATH)`): symlinks inside it are followed (a configMap volume's `key -> ..data/key`, `..data -> ..<timestamp>`), one that leads out of it (absolute, or `..` above the folder) is an error naming the key, for `config::get`, `has`, `lines`, `kv` and `names`, and nothing outside is read. Like files under the host root, a configMap, node metadata file or secret is read only when it is a regular file of at most 64 MiB.",
+    ),
+    (
+        "node",
+        "Node metadata — `node::`",
+        "From the operator's `SKYHOOK_DIR/node-metadata/` JSON files.",
+    ),
+];
+
+host_fns!(has, get, names, lines, kv, labels, annotations, packages);
 
 #[cfg(test)]
 mod tests {
