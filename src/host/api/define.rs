@@ -268,16 +268,121 @@ pub(crate) use host_fn;
 
 /// A file's table of host functions, `HOST_FNS`, in reference order: the `ROWS` of each
 /// [`host_fn!`] item named (a module of this file, or a path to one). An item left out is
-/// dead code, which the build rejects (`-D warnings`).
+/// dead code, which the build rejects (`-D warnings`). `host_fns!(SCRIPT_FNS: ...)` names
+/// the table otherwise (the script layer's, of [`script_fn!`] items).
 macro_rules! host_fns {
-    ($($($seg:ident)::+),+ $(,)?) => {
-        /// This file's host functions, in reference order (`host_fns!`).
-        pub(crate) const HOST_FNS: &[$crate::host::api::FnDoc] = {
+    ($table:ident : $($($seg:ident)::+),+ $(,)?) => {
+        /// This file's functions, in reference order (`host_fns!`).
+        pub(crate) const $table: &[$crate::host::api::FnDoc] = {
             use $crate::host::api::define::{concat, total};
             const PARTS: &[&[$crate::host::api::FnDoc]] = &[$($($seg)::+::ROWS),+];
             const ALL: [$crate::host::api::FnDoc; total(PARTS)] = concat(PARTS);
             &ALL
         };
     };
+    ($($($seg:ident)::+),+ $(,)?) => {
+        $crate::host::api::host_fns!(HOST_FNS: $($($seg)::+),+);
+    };
 }
 pub(crate) use host_fns;
+
+/// A function of the script layer itself (`step()`, `env`, `fail`, `print`, `log::info`,
+/// `changed()`, ...) as one item: the `fn` the script runner registers (or calls from its
+/// hook), whose `///` text and signature give its reference row, as [`host_fn!`]'s do. The
+/// parameters before a `;` are the runner's (captured state, the call context), not the
+/// script's; the `fn` is emitted as written (`;` read as `,`), beside a module of the same
+/// name holding its row (`ROWS`, for [`host_fns!`]`(SCRIPT_FNS: ...)`).
+///
+/// ```ignore
+/// script_fn! {
+///     /// `INFO: msg` to the step's stdout.
+///     #[script(ns = "log", name = "info", effects = Computes)]
+///     fn log_info(out: &CappedOutput, ctx: NativeCallContext; msg: Dynamic) -> Stopped as "()" {
+///         log_line(out, &ctx, "INFO: ", false, &msg)
+///     }
+/// }
+/// ```
+macro_rules! script_fn {
+    (
+        $(#[doc = $doc:literal])*
+        #[script(ns = $ns:literal $(, name = $sname:literal)?, effects = $eff:tt $(,)?)]
+        fn $f:ident ( $($pre:ident : $pty:ty),* ; $($arg:ident : $ty:ty $(as $tn:literal)?),* $(,)? )
+            -> $ret:ty $(as $rn:literal)? $body:block
+    ) => {
+        $(#[doc = $doc])*
+        pub(crate) fn $f($($pre: $pty,)* $($arg: $ty),*) -> $ret $body
+
+        #[doc = concat!("The reference row of [`", stringify!($f), "()`](fn@", stringify!($f), ").")]
+        pub(crate) mod $f {
+            #[allow(unused_imports)]
+            use super::*;
+
+            /// The reference row.
+            pub(crate) const ROWS: &[$crate::host::api::FnDoc] = &[$crate::host::api::FnDoc {
+                ns: $ns,
+                name: $crate::host::api::host_fn!(@name $f $($sname)?),
+                params: &[$((stringify!($arg), $crate::host::api::host_fn!(@type $ty $(, $tn)?))),*],
+                returns: $crate::host::api::host_fn!(@type $ret $(, $rn)?),
+                doc: {
+                    const SRC: &str = concat!($($doc, "\n"),*);
+                    const BYTES: [u8; $crate::host::api::define::one_line_len(SRC)] =
+                        $crate::host::api::define::one_line(SRC);
+                    $crate::host::api::define::utf8(&BYTES)
+                },
+                effects: $crate::host::api::host_fn!(@effects $eff),
+                script_layer: true,
+                options: &[],
+                register: |_, _| {},
+            }];
+        }
+    };
+}
+pub(crate) use script_fn;
+
+/// One host function: its reference row ([`FnDoc`](super::FnDoc)) and its registration, in one place.
+///
+/// `host_row!(ns, name, params, returns, effects, doc, [options = KEYS,] [api = id,]
+/// |h, arg: Type, ...| body)`: `params` are the reference's `(name, type)` pairs, `effects`
+/// an [`Effects`](super::Effects) (from which the modes column is derived), `KEYS` the accepted keys of the
+/// options map. `body` evaluates to `Result<R, CallError>` with the session as
+/// `h: &mut Host`; with `api = id` it also sees the run's [`Api`](super::Api) (deadline, output) as `id`.
+/// A failed call becomes a positioned, redacted Rhai error `ns::name: message`.
+macro_rules! host_row {
+    ($ns:literal, $name:literal, $params:expr, $ret:literal, $effects:expr, $doc:literal,
+     $(options = $opts:expr,)? api = $api:ident, |$h:ident $(, $arg:ident : $ty:ty)*| $body:expr $(,)?) => {
+        host_row!(@row $ns, $name, $params, $ret, $effects, $doc, [$($opts)?], $api,
+                 |$h $(, $arg: $ty)*| $body)
+    };
+    ($ns:literal, $name:literal, $params:expr, $ret:literal, $effects:expr, $doc:literal,
+     $(options = $opts:expr,)? |$h:ident $(, $arg:ident : $ty:ty)*| $body:expr $(,)?) => {
+        host_row!(@row $ns, $name, $params, $ret, $effects, $doc, [$($opts)?], api,
+                 |$h $(, $arg: $ty)*| $body)
+    };
+    (@row $ns:literal, $name:literal, $params:expr, $ret:literal, $effects:expr, $doc:literal,
+     [$($opts:expr)?], $api:ident, |$h:ident $(, $arg:ident : $ty:ty)*| $body:expr) => {
+        $crate::host::api::FnDoc {
+            ns: $ns,
+            name: $name,
+            params: $params,
+            returns: $ret,
+            doc: $doc,
+            effects: $effects,
+            script_layer: false,
+            options: host_row!(@options $($opts)?),
+            register: |r, session| {
+                let $api = session.clone();
+                let fname = $crate::host::api::fname($ns, $name);
+                r.add(
+                    $ns,
+                    $name,
+                    move |ctx: rhai::NativeCallContext $(, $arg: $ty)*| {
+                        $api.call(&ctx, &fname, |$h| $body)
+                    },
+                );
+            },
+        }
+    };
+    (@options) => { &[] };
+    (@options $opts:expr) => { $opts };
+}
+pub(crate) use host_row;

@@ -176,30 +176,6 @@ impl FnDoc {
     }
 }
 
-/// A function registered by the script layer itself (`changed()` and [`super::SCRIPT_FUNCTIONS`]):
-/// documented here, registered by the script runner.
-pub(crate) const fn script_layer(
-    ns: &'static str,
-    name: &'static str,
-    params: &'static [(&'static str, &'static str)],
-    returns: &'static str,
-    effects: Effects,
-    doc: &'static str,
-) -> FnDoc {
-    FnDoc {
-        ns,
-        name,
-        params,
-        returns,
-        doc,
-        effects,
-        script_layer: true,
-        options: &[],
-        register: |_, _| {},
-    }
-}
-
 /// Parameters shared by many rows.
 pub(crate) const P: (&str, &str) = ("path", "String");
-pub(crate) const NAME: (&str, &str) = ("name", "String");
 pub(crate) const OPTS: (&str, &str) = ("opts", "Map");

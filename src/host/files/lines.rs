@@ -235,8 +235,8 @@ host_fn! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::effects::effect::Effect;
     use crate::host::ExecMode;
+    use crate::host::effects::effect::Effect;
     use crate::host::testutil::TestHost;
 
     /// The exact effects the line functions submit in a plan: one whole-file write per
