@@ -28,12 +28,41 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     crate::chain::render(e)
 }
 
-/// Why a binding failed: the host call, or an argument the binding could not convert.
+/// Why a binding failed: the host call (the session's [`HostError`], or an area's own error,
+/// wrapped here), or an argument the binding could not convert.
 #[derive(Debug)]
 pub(crate) enum CallError {
     Host(HostError),
+    Area(Box<dyn AreaError>),
     Arg(String),
 }
+
+/// An area's own failure (`SecretError`, `ConfigError`, ...): an error whose message and
+/// causes a script sees, and whether it may depend on the host root's state (as
+/// [`HostError::depends_on_host`]: after a command the plan did not run, such a failure is
+/// unknown in the plan, not a refusal). An area's error enum wraps [`HostError`] for what the
+/// session fails with; [`area_error!`](crate::host::api::area_error) converts it into a
+/// [`CallError`], unwrapping that variant.
+pub trait AreaError: std::error::Error + Send + Sync + 'static {
+    /// Whether the failure may depend on the host root's state.
+    fn depends_on_host(&self) -> bool;
+}
+
+/// `From<$area> for CallError`: the area error's `Host` variant as [`CallError::Host`], any
+/// other as [`CallError::Area`].
+macro_rules! area_error {
+    ($area:ident) => {
+        impl From<$area> for $crate::host::api::CallError {
+            fn from(e: $area) -> Self {
+                match e {
+                    $area::Host(e) => $crate::host::api::CallError::Host(e),
+                    e => $crate::host::api::CallError::Area(Box::new(e)),
+                }
+            }
+        }
+    };
+}
+pub(crate) use area_error;
 
 impl From<HostError> for CallError {
     fn from(e: HostError) -> Self {
@@ -97,6 +126,16 @@ impl Api {
                         }
                         None => CallError::Host(e),
                     },
+                    CallError::Area(e) if e.depends_on_host() => match h.unplanned_command() {
+                        Some((command, position)) => {
+                            CallError::Host(HostError::PlanUnknownFailure {
+                                failure: error_chain(&*e),
+                                command: command.to_string(),
+                                position,
+                            })
+                        }
+                        None => CallError::Area(e),
+                    },
                     e => e,
                 });
                 if let Err(CallError::Host(e)) = &r
@@ -128,6 +167,7 @@ impl Api {
             }
             let text = match e {
                 CallError::Host(e) => error_chain(&e),
+                CallError::Area(e) => error_chain(&*e),
                 CallError::Arg(s) => s,
             };
             host_error(

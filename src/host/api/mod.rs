@@ -24,7 +24,8 @@ mod handle;
 mod output;
 mod registrar;
 
-pub(crate) use call::{Api, CallError, error_chain, fname};
+pub use call::AreaError;
+pub(crate) use call::{Api, CallError, area_error, error_chain, fname};
 pub use call::{PlanUnknown, host_error};
 pub(crate) use define::{host_fn, host_fns, host_row, script_fn};
 pub use docs::{EffectKind, Effects, FnDoc, Modes};

@@ -2,9 +2,11 @@
 //! involved. Messages are lowercase and read after "failed to" where they describe an
 //! operation; the cause is kept in `#[source]`.
 //!
-//! Messages never contain a secret's value: [`HostError::SecretRefused`] names the
-//! coordinate only. Command stderr tails may contain anything a command printed, so the
-//! binding layer passes every message through [`crate::host::secrets::Redactor::redact`].
+//! An area's own failures are its own error, wrapped at the API (`crate::host::api::AreaError`):
+//! `SecretError`, `ConfigError`, ... Messages never contain a secret's value (a secret's
+//! error names the coordinate only). Command stderr tails may contain anything a command
+//! printed, so the binding layer passes every message through
+//! [`crate::host::secrets::Redactor::redact`].
 
 use std::path::PathBuf;
 
@@ -318,59 +320,6 @@ pub enum HostError {
         source: serde_json::Error,
     },
 
-    /// A secret not in `SKYHOOK_ALLOWED_SECRETS` was asked for.
-    #[error("secret {name:?} is not in SKYHOOK_ALLOWED_SECRETS (asked for key {key:?})")]
-    SecretRefused {
-        /// The secret name.
-        name: String,
-        /// The key asked for.
-        key: String,
-    },
-
-    /// A `skyhook-agent serve` execution asked for a coordinate its request's `secrets` did
-    /// not declare.
-    #[error("secret {name:?} key {key:?} is not in the request's `secrets` field")]
-    SecretNotDeclared {
-        /// The secret name.
-        name: String,
-        /// The key asked for.
-        key: String,
-    },
-
-    /// A secret name or key that is not one file name (empty, `.`, `..`, a `/` or NUL).
-    #[error(
-        "secret {what} {value:?} is not a valid {what}: it must be one file name (not empty, . or .., without / or NUL) (asked for secret {name:?} key {key:?})"
-    )]
-    SecretCoordinate {
-        /// `name` or `key`: which one is wrong.
-        what: &'static str,
-        /// The wrong value.
-        value: String,
-        /// The secret name asked for.
-        name: String,
-        /// The key asked for.
-        key: String,
-    },
-
-    /// An allowed secret key does not exist or cannot be read.
-    #[error("failed to read secret {name:?} key {key:?}")]
-    SecretRead {
-        /// The secret name.
-        name: String,
-        /// The key.
-        key: String,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-
-    /// `secret_env(var)` on an unset variable.
-    #[error("environment variable {var:?} is not set")]
-    EnvMissing {
-        /// The variable name.
-        var: String,
-    },
-
     /// A structured config file (`toml::`, `json::`, `ini::`) or text (`toml::parse`) does
     /// not parse; `line` and `column` are 1-based (column in characters).
     #[error("{}:{line}:{column}: invalid {format}: {message}", path.display())]
@@ -491,11 +440,6 @@ impl HostError {
             | HostError::ConfigMapOutside { .. }
             | HostError::AgentFile { .. }
             | HostError::Json { .. }
-            | HostError::SecretRefused { .. }
-            | HostError::SecretNotDeclared { .. }
-            | HostError::SecretCoordinate { .. }
-            | HostError::SecretRead { .. }
-            | HostError::EnvMissing { .. }
             | HostError::Fetch { .. }
             | HostError::ChecksumMismatch(_)
             | HostError::ChangedUnderStep { .. }
