@@ -10,16 +10,92 @@
 //! ([`crate::host::root::open_beneath`]: `openat2(RESOLVE_BENEATH)`): the volume's
 //! symlinks (`key -> ..data/key`, `..data -> ..<timestamp>`) are followed, a name that leads
 //! out of it (an absolute symlink such as one to the agent's service-account token, or `..`
-//! above it) is [`HostError::ConfigMapOutside`] naming the key, and nothing outside is read.
+//! above it) is [`ConfigError::Outside`] naming the key, and nothing outside is read.
 //!
 //! [`HostOptions::configmaps_dir`]: crate::host::HostOptions::configmaps_dir
 //! [`HostOptions::node_metadata_dir`]: crate::host::HostOptions::node_metadata_dir
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::host::Host;
-use crate::host::root::error::{HostError, Result};
+use crate::host::root::error::HostError;
+
+/// A failure of a `config::` or `node::` function: the configMaps and node metadata are
+/// agent-side inputs, never the host root's state.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// What the session failed with (a read of an agent-side file, one that is not a
+    /// regular file or too large).
+    #[error(transparent)]
+    Host(#[from] HostError),
+
+    /// A configMap line is not `key=value`.
+    #[error("configMap {name:?} line {line}: expected key=value, got {text:?}")]
+    Line {
+        /// The configMap (file) name.
+        name: String,
+        /// The 1-based line number.
+        line: usize,
+        /// The line as found.
+        text: String,
+    },
+
+    /// `config::lines` or `config::kv` of a configMap that does not exist.
+    #[error("configMap {name:?} does not exist")]
+    Missing {
+        /// The configMap (file) name.
+        name: String,
+    },
+
+    /// A configMap read as text (`config::get`, `lines`, `kv`) is not valid UTF-8: a binary
+    /// configMap, which text functions would otherwise silently mangle.
+    #[error(
+        "configMap {name:?} is not UTF-8 text (invalid byte at offset {offset}); binary configMaps cannot be read as text"
+    )]
+    NotText {
+        /// The configMap (file) name.
+        name: String,
+        /// Byte offset of the first invalid sequence.
+        offset: usize,
+    },
+
+    /// A configMap name that leads out of the configMaps directory (a symlink to an absolute
+    /// path, or `..` above the directory): never followed.
+    #[error(
+        "configMap {name:?} leads out of the configMaps directory {} (a symlink to outside it)",
+        dir.display()
+    )]
+    Outside {
+        /// The configMap (file) name.
+        name: String,
+        /// The configMaps directory.
+        dir: PathBuf,
+    },
+
+    /// A node metadata file is not a JSON object.
+    #[error("failed to parse node metadata {}", path.display())]
+    Json {
+        /// The agent-side path.
+        path: PathBuf,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl crate::host::api::AreaError for ConfigError {
+    fn depends_on_host(&self) -> bool {
+        match self {
+            ConfigError::Host(e) => e.depends_on_host(),
+            _ => false,
+        }
+    }
+}
+crate::host::api::area_error!(ConfigError);
+
+/// Result alias of this file.
+type Result<T, E = ConfigError> = std::result::Result<T, E>;
 
 /// The configMaps directory, and `name` when it can name a configMap (not empty, no `/`,
 /// not starting with `.`).
@@ -33,11 +109,11 @@ fn cm_dir<'h>(h: &'h Host, name: &str) -> Option<&'h Path> {
 /// Open the configMap `name` in `dir`, confined to `dir` (see the module docs) with `flags`.
 ///
 /// # Errors
-/// [`HostError::ConfigMapOutside`] when it leads out of `dir`; the inner `io::Result` is
+/// [`ConfigError::Outside`] when it leads out of `dir`; the inner `io::Result` is
 /// the open's other outcome, for the caller to map.
 fn open(dir: &Path, name: &str, flags: libc::c_int) -> Result<std::io::Result<std::fs::File>> {
     match crate::host::root::open_beneath(dir, Path::new(name), flags) {
-        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => Err(HostError::ConfigMapOutside {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => Err(ConfigError::Outside {
             name: name.into(),
             dir: dir.to_path_buf(),
         }),
@@ -50,7 +126,7 @@ fn open(dir: &Path, name: &str, flags: libc::c_int) -> Result<std::io::Result<st
 ///
 /// # Errors
 /// [`HostError::AgentFile`] when the directory exists but cannot be listed;
-/// [`HostError::ConfigMapOutside`] for a name that leads out of it.
+/// [`ConfigError::Outside`] for a name that leads out of it.
 pub fn names(h: &Host) -> Result<Vec<String>> {
     let Some(dir) = &h.options().configmaps_dir else {
         return Ok(Vec::new());
@@ -62,7 +138,8 @@ pub fn names(h: &Host) -> Result<Vec<String>> {
             return Err(HostError::AgentFile {
                 path: dir.clone(),
                 source,
-            });
+            }
+            .into());
         }
     };
     let mut out = Vec::new();
@@ -95,7 +172,7 @@ host_fn! {
 /// The configMap's bytes, `None` when absent (or not a file).
 ///
 /// # Errors
-/// [`HostError::ConfigMapOutside`] when it leads out of the directory;
+/// [`ConfigError::Outside`] when it leads out of the directory;
 /// [`HostError::AgentFile`] on a read failure other than "not found";
 /// [`HostError::NotRegular`] for a FIFO, device or socket and [`HostError::FileTooLarge`]
 /// above [`crate::host::files::fs::MAX_READ_BYTES`] (as for every file read whole).
@@ -109,7 +186,7 @@ fn read(h: &Host, name: &str) -> Result<Option<Vec<u8>>> {
     let f = match open(dir, name, libc::O_PATH)? {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(HostError::AgentFile { path: p, source }),
+        Err(source) => return Err(HostError::AgentFile { path: p, source }.into()),
     };
     let m = f.metadata().map_err(|source| HostError::AgentFile {
         path: p.clone(),
@@ -126,21 +203,21 @@ fn read(h: &Host, name: &str) -> Result<Option<Vec<u8>>> {
     match crate::host::files::fs::read_open_local(&p, f)? {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == std::io::ErrorKind::IsADirectory => Ok(None),
-        Err(source) => Err(HostError::AgentFile { path: p, source }),
+        Err(source) => Err(HostError::AgentFile { path: p, source }.into()),
     }
 }
 
 /// `config::get(name)`: the configMap's text, `None` when absent.
 ///
 /// # Errors
-/// [`HostError::ConfigMapNotText`] when the content is not UTF-8 (a binary configMap);
+/// [`ConfigError::NotText`] when the content is not UTF-8 (a binary configMap);
 /// [`HostError::AgentFile`] on a read failure other than "not found".
 pub fn get(h: &Host, name: &str) -> Result<Option<String>> {
     match read(h, name)? {
         None => Ok(None),
         Some(b) => String::from_utf8(b)
             .map(Some)
-            .map_err(|e| HostError::ConfigMapNotText {
+            .map_err(|e| ConfigError::NotText {
                 name: name.into(),
                 offset: e.utf8_error().valid_up_to(),
             }),
@@ -173,13 +250,13 @@ host_fn! {
 }
 
 fn need(h: &Host, name: &str) -> Result<String> {
-    get(h, name)?.ok_or_else(|| HostError::ConfigMapMissing { name: name.into() })
+    get(h, name)?.ok_or_else(|| ConfigError::Missing { name: name.into() })
 }
 
 /// `config::lines(name)`: the lines, trimmed, without blank lines and `#` comments.
 ///
 /// # Errors
-/// [`HostError::ConfigMapMissing`]; read failures.
+/// [`ConfigError::Missing`]; read failures.
 pub fn lines(h: &Host, name: &str) -> Result<Vec<String>> {
     Ok(need(h, name)?
         .lines()
@@ -201,8 +278,8 @@ host_fn! {
 /// blank lines and `#` comments skipped, a later key wins).
 ///
 /// # Errors
-/// [`HostError::ConfigMapLine`] naming the configMap and 1-based line number of a line
-/// without `=` or with an empty key; [`HostError::ConfigMapMissing`].
+/// [`ConfigError::Line`] naming the configMap and 1-based line number of a line
+/// without `=` or with an empty key; [`ConfigError::Missing`].
 pub fn kv(h: &Host, name: &str) -> Result<BTreeMap<String, String>> {
     parse_kv(name, &need(h, name)?)
 }
@@ -220,7 +297,7 @@ host_fn! {
 /// in `tests/fuzz/`).
 ///
 /// # Errors
-/// [`HostError::ConfigMapLine`] as [`kv`].
+/// [`ConfigError::Line`] as [`kv`].
 #[doc(hidden)]
 pub fn parse_kv(name: &str, text: &str) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
@@ -234,7 +311,7 @@ pub fn parse_kv(name: &str, text: &str) -> Result<BTreeMap<String, String>> {
                 out.insert(k.trim().to_string(), v.trim().to_string());
             }
             _ => {
-                return Err(HostError::ConfigMapLine {
+                return Err(ConfigError::Line {
                     name: name.into(),
                     line: i + 1,
                     text: raw.to_string(),
@@ -255,15 +332,15 @@ fn metadata(h: &Host, file: &str) -> Result<serde_json::Map<String, serde_json::
     let bytes = match crate::host::files::fs::read_local(&p)? {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
-        Err(source) => return Err(HostError::AgentFile { path: p, source }),
+        Err(source) => return Err(HostError::AgentFile { path: p, source }.into()),
     };
-    serde_json::from_slice(&bytes).map_err(|source| HostError::Json { path: p, source })
+    serde_json::from_slice(&bytes).map_err(|source| ConfigError::Json { path: p, source })
 }
 
 /// `node::labels()`: the node's labels (`labels.json`), empty when absent.
 ///
 /// # Errors
-/// [`HostError::Json`] when the file is not a JSON object; read failures.
+/// [`ConfigError::Json`] when the file is not a JSON object; read failures.
 pub fn labels(h: &Host) -> Result<serde_json::Map<String, serde_json::Value>> {
     metadata(h, "labels.json")
 }
@@ -372,7 +449,7 @@ mod tests {
         );
         assert!(matches!(
             lines(&h, "nope"),
-            Err(HostError::ConfigMapMissing { .. })
+            Err(ConfigError::Missing { .. })
         ));
         assert_eq!(labels(&h).unwrap()["gpu"], "a100");
         assert!(annotations(&h).unwrap().is_empty());

@@ -257,49 +257,6 @@ pub enum HostError {
         id: String,
     },
 
-    /// A configMap line is not `key=value`.
-    #[error("configMap {name:?} line {line}: expected key=value, got {text:?}")]
-    ConfigMapLine {
-        /// The configMap (file) name.
-        name: String,
-        /// The 1-based line number.
-        line: usize,
-        /// The line as found.
-        text: String,
-    },
-
-    /// `config::lines` or `config::kv` of a configMap that does not exist.
-    #[error("configMap {name:?} does not exist")]
-    ConfigMapMissing {
-        /// The configMap (file) name.
-        name: String,
-    },
-
-    /// A configMap read as text (`config::get`, `lines`, `kv`) is not valid UTF-8: a binary
-    /// configMap, which text functions would otherwise silently mangle.
-    #[error(
-        "configMap {name:?} is not UTF-8 text (invalid byte at offset {offset}); binary configMaps cannot be read as text"
-    )]
-    ConfigMapNotText {
-        /// The configMap (file) name.
-        name: String,
-        /// Byte offset of the first invalid sequence.
-        offset: usize,
-    },
-
-    /// A configMap name that leads out of the configMaps directory (a symlink to an absolute
-    /// path, or `..` above the directory): never followed.
-    #[error(
-        "configMap {name:?} leads out of the configMaps directory {} (a symlink to outside it)",
-        dir.display()
-    )]
-    ConfigMapOutside {
-        /// The configMap (file) name.
-        name: String,
-        /// The configMaps directory.
-        dir: PathBuf,
-    },
-
     /// A file outside the host root (configMaps, node metadata, secrets) could not be read.
     #[error("failed to read {}", path.display())]
     AgentFile {
@@ -308,16 +265,6 @@ pub enum HostError {
         /// The OS error.
         #[source]
         source: std::io::Error,
-    },
-
-    /// A node metadata file is not a JSON object.
-    #[error("failed to parse node metadata {}", path.display())]
-    Json {
-        /// The agent-side path.
-        path: PathBuf,
-        /// The parse error.
-        #[source]
-        source: serde_json::Error,
     },
 
     /// A structured config file (`toml::`, `json::`, `ini::`) or text (`toml::parse`) does
@@ -434,12 +381,7 @@ impl HostError {
             | HostError::PlanUnknown { .. }
             | HostError::PlanUnknownFailure { .. }
             | HostError::OutputTooLarge { .. }
-            | HostError::ConfigMapLine { .. }
-            | HostError::ConfigMapMissing { .. }
-            | HostError::ConfigMapNotText { .. }
-            | HostError::ConfigMapOutside { .. }
             | HostError::AgentFile { .. }
-            | HostError::Json { .. }
             | HostError::Fetch { .. }
             | HostError::ChecksumMismatch(_)
             | HostError::ChangedUnderStep { .. }
