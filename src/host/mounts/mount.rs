@@ -43,6 +43,40 @@ use std::path::{Path, PathBuf};
 use crate::host::Host;
 use crate::host::effects::effect::{Effect, MountOp};
 use crate::host::root::error::{HostError, Result};
+
+/// A failure of `mount::ensure` of its own; everything else is the session's [`HostError`].
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// What the session failed with.
+    #[error(transparent)]
+    Host(#[from] HostError),
+
+    /// `mount::ensure` with state `mounted` found the mount point mounted from another
+    /// source or with another filesystem type.
+    #[error(
+        "{} is mounted from {found}, not {wanted}: unmount it first (mount::remove) or change the source",
+        path.display()
+    )]
+    Conflict {
+        /// The mount point.
+        path: std::path::PathBuf,
+        /// The live mount (`/proc/1/mountinfo`): `<source> (<fstype>)`.
+        found: String,
+        /// What was asked for: `<source> (<fstype>)`.
+        wanted: String,
+    },
+}
+
+impl crate::host::api::AreaError for MountError {
+    /// The live mounts are the host's state.
+    fn depends_on_host(&self) -> bool {
+        match self {
+            MountError::Host(e) => e.depends_on_host(),
+            MountError::Conflict { .. } => true,
+        }
+    }
+}
+crate::host::api::area_error!(MountError);
 use crate::host::root::normalize;
 
 /// The host's fstab (a host path).
@@ -372,7 +406,7 @@ fn check_field(what: &'static str, v: &str, spaces: bool) -> Result<()> {
 /// - not mounted: `mount <path>` (a change);
 /// - mounted from the same source and fstype: when the fstab line changed in this call,
 ///   `mount -o remount <path>` so the new options apply (a change); else nothing;
-/// - mounted from another source or fstype: [`HostError::MountConflict`], before anything
+/// - mounted from another source or fstype: [`MountError::Conflict`], before anything
 ///   is changed (the filesystem is never unmounted implicitly).
 ///
 /// Returns whether anything changed. Apply performs; plan records the fstab diff, the
@@ -382,9 +416,9 @@ fn check_field(what: &'static str, v: &str, spaces: bool) -> Result<()> {
 /// # Errors
 /// Relative path or `/`; an empty source/fstype/options, a source starting with `#`,
 /// whitespace in fstype or options, a line break anywhere; fstype `swap` (not supported); a non-directory at `path`; a
-/// malformed mount table; [`HostError::MountConflict`]; fstab not UTF-8; `mount` failing
+/// malformed mount table; [`MountError::Conflict`]; fstab not UTF-8; `mount` failing
 /// (apply).
-pub fn ensure(h: &mut Host, p: &str, spec: &MountSpec) -> Result<bool> {
+pub fn ensure(h: &mut Host, p: &str, spec: &MountSpec) -> Result<bool, MountError> {
     let path = mount_point(p)?;
     check_field("mount source", &spec.source, true)?;
     if spec.source.starts_with('#') {
@@ -394,7 +428,8 @@ pub fn ensure(h: &mut Host, p: &str, spec: &MountSpec) -> Result<bool> {
                 "{:?} (a source starting with # would make the fstab line a comment)",
                 spec.source
             ),
-        });
+        }
+        .into());
     }
     check_field("filesystem type", &spec.fstype, false)?;
     check_field("mount options", &spec.options, false)?;
@@ -402,7 +437,8 @@ pub fn ensure(h: &mut Host, p: &str, spec: &MountSpec) -> Result<bool> {
         return Err(HostError::Invalid {
             what: "filesystem type",
             message: "swap is not supported by mount::ensure".into(),
-        });
+        }
+        .into());
     }
     let live = match spec.state {
         MountState::Mounted => current(h, &path)?,
@@ -411,7 +447,7 @@ pub fn ensure(h: &mut Host, p: &str, spec: &MountSpec) -> Result<bool> {
     if let Some(e) = &live
         && !(same_fstype(&spec.fstype, &e.fstype) && same_source(h, &spec.source, &e.source)?)
     {
-        return Err(HostError::MountConflict {
+        return Err(MountError::Conflict {
             path,
             found: format!("{} ({})", e.source, e.fstype),
             wanted: format!("{} ({})", spec.source, spec.fstype),

@@ -282,20 +282,6 @@ pub enum HostError {
         /// The parser's message.
         message: String,
     },
-    /// `mount::ensure` with state `mounted` found the mount point mounted from another
-    /// source or with another filesystem type.
-    #[error(
-        "{} is mounted from {found}, not {wanted}: unmount it first (mount::remove) or change the source",
-        path.display()
-    )]
-    MountConflict {
-        /// The mount point.
-        path: std::path::PathBuf,
-        /// The live mount (`/proc/1/mountinfo`): `<source> (<fstype>)`.
-        found: String,
-        /// What was asked for: `<source> (<fstype>)`.
-        wanted: String,
-    },
     /// `fs::fetch` could not download `url`: connection, TLS, HTTP status, redirects, size
     /// limit, timeout or cancellation (the message says which). The destination is unchanged.
     #[error("failed to download {url}: {message}")]
@@ -350,7 +336,7 @@ impl HostError {
 
     /// Whether this failure may depend on the host root's state, which a command the plan
     /// did not run may have changed (files, users and groups, programs, sysctl entries,
-    /// os-release, mounts, structured config files). Not: bad arguments (a relative path, a
+    /// os-release, structured config files). Not: bad arguments (a relative path, a
     /// regex, a glob, an invalid value, a `<text>` parse), agent-side inputs (configMaps,
     /// node metadata, secrets, environment), the undo journal, downloads, timeouts and
     /// cancellation, and the end of the plan itself.
@@ -368,8 +354,7 @@ impl HostError {
             | HostError::Spawn { .. }
             | HostError::CommandFailed { .. }
             | HostError::UnknownSysctl { .. }
-            | HostError::NoPackageManager { .. }
-            | HostError::MountConflict { .. } => true,
+            | HostError::NoPackageManager { .. } => true,
             HostError::Parse { path, .. } => path.as_os_str() != "<text>",
             HostError::RelativePath { .. }
             | HostError::Regex { .. }
