@@ -25,6 +25,36 @@ pub use crate::host::files::lines::{
 pub use crate::host::root::read::MAX_READ_BYTES;
 use crate::host::root::read::{check_regular, text};
 
+/// A failure of an `fs::` function of its own; everything else is the session's
+/// [`HostError`].
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    /// What the session failed with.
+    #[error(transparent)]
+    Host(#[from] HostError),
+
+    /// A glob pattern did not compile.
+    #[error("invalid glob pattern {pattern:?}")]
+    Glob {
+        /// The pattern as given.
+        pattern: String,
+        /// The compile error.
+        #[source]
+        source: globset::Error,
+    },
+}
+
+impl crate::host::api::AreaError for FsError {
+    /// A bad pattern is a bad argument, not the host's state.
+    fn depends_on_host(&self) -> bool {
+        match self {
+            FsError::Host(e) => e.depends_on_host(),
+            FsError::Glob { .. } => false,
+        }
+    }
+}
+crate::host::api::area_error!(FsError);
+
 /// Options of `write`, `copy`: attributes to set (`None` keeps the existing file's).
 #[derive(Debug, Clone, Default)]
 pub struct WriteOptions {
@@ -239,7 +269,7 @@ fn has_meta(s: &str) -> bool {
 ///
 /// # Errors
 /// Relative or invalid pattern; directory read failures.
-pub fn glob(h: &Host, pattern: &str) -> Result<Vec<String>> {
+pub fn glob(h: &Host, pattern: &str) -> Result<Vec<String>, FsError> {
     let path = host_path(pattern)?;
     let norm = crate::host::root::normalize(&path);
     let comps: Vec<String> = norm
@@ -257,7 +287,7 @@ pub fn glob(h: &Host, pattern: &str) -> Result<Vec<String>> {
     let matcher = globset::GlobBuilder::new(&norm.to_string_lossy())
         .literal_separator(true)
         .build()
-        .map_err(|source| HostError::Glob {
+        .map_err(|source| FsError::Glob {
             pattern: pattern.into(),
             source,
         })?

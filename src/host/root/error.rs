@@ -100,16 +100,6 @@ pub enum HostError {
         source: regex::Error,
     },
 
-    /// A glob pattern did not compile.
-    #[error("invalid glob pattern {pattern:?}")]
-    Glob {
-        /// The pattern as given.
-        pattern: String,
-        /// The compile error.
-        #[source]
-        source: globset::Error,
-    },
-
     /// An argument was outside what the call accepts (a name with `/`, an empty argv, ...).
     #[error("invalid {what}: {message}")]
     Invalid {
@@ -358,7 +348,6 @@ impl HostError {
             HostError::Parse { path, .. } => path.as_os_str() != "<text>",
             HostError::RelativePath { .. }
             | HostError::Regex { .. }
-            | HostError::Glob { .. }
             | HostError::Invalid { .. }
             | HostError::JournalFailed { .. }
             | HostError::Timeout { .. }
