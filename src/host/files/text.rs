@@ -146,11 +146,9 @@ host_fn! {
     /// The same for a map; also called as a method, `m.to_json()` (which replaces Rhai's one-line
     /// form).
     #[overload]
-    fn to_json_1(_h: &mut Host, map: Map) -> rhai::Dynamic as "String" {
-        Ok(convert::s(super::to_json(&convert::to_json(
-                &Dynamic::from_map(map),
-                "value"
-            )?)))
+    fn to_json_of_map(_h: &mut Host, map: Map) -> rhai::Dynamic as "String" {
+        let value = convert::to_json(&Dynamic::from_map(map), "value")?;
+        Ok(convert::s(super::to_json(&value)))
     }
 }
 

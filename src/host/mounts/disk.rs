@@ -765,7 +765,7 @@ host_fn! {
 
     /// `fs::mkfs(dev, fstype, #{})`: no options, never over another filesystem.
     #[overload]
-    fn mkfs_1(h: &mut Host, dev: S, fstype: S) -> bool {
+    fn mkfs_without_opts(h: &mut Host, dev: S, fstype: S) -> bool {
         Ok(super::mkfs(h, &dev, &fstype, &MkfsSpec::default())?)
     }
 }
