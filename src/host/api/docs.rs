@@ -1,7 +1,7 @@
 //! One host function's reference row: [`FnDoc`] (its parameters, description and
-//! registration), [`Effects`] (what it reads or the [`EffectKind`]s it submits, from which
-//! its behaviour per mode, [`Modes`], is derived) and the parameters many rows share. The
-//! areas' files write the rows; `crate::script::host_api` gathers and renders them.
+//! registration) and [`Effects`] (what it reads or the [`EffectKind`]s it submits, from which
+//! its behaviour per mode, [`Modes`], is derived). `host_fn!` items in the areas' files
+//! make the rows; `crate::script::host_api` gathers and renders them.
 
 use super::{Api, Registrar};
 
@@ -175,7 +175,3 @@ impl FnDoc {
         )
     }
 }
-
-/// Parameters shared by many rows.
-pub(crate) const P: (&str, &str) = ("path", "String");
-pub(crate) const OPTS: (&str, &str) = ("opts", "Map");

@@ -27,7 +27,7 @@ mod registrar;
 pub use call::AreaError;
 pub(crate) use call::{Api, CallError, area_error, error_chain, fname};
 pub use call::{PlanUnknown, host_error};
-pub(crate) use define::{host_fn, host_fns, host_row, script_fn};
+pub(crate) use define::{host_fn, host_fns, script_fn};
 pub use docs::{EffectKind, Effects, FnDoc, Modes};
 pub use handle::{FinishError, HostApi};
 pub use output::{Capture, ScriptOutput};

@@ -19,11 +19,11 @@ use crate::host::effects::session::Stat;
 use crate::host::root::EntryKind;
 use crate::host::root::error::{HostError, Result};
 
-pub use crate::host::files::lines::{
-    LineOptions, ensure_block, ensure_line, remove_block, remove_line,
-};
+mod lines;
+
 pub use crate::host::root::read::MAX_READ_BYTES;
 use crate::host::root::read::{check_regular, text};
+pub use lines::{LineOptions, ensure_block, ensure_line, remove_block, remove_line};
 
 /// A failure of an `fs::` function of its own; everything else is the session's
 /// [`HostError`].
@@ -916,10 +916,10 @@ host_fns!(
     stat,
     write,
     append,
-    crate::host::files::lines::ensure_line,
-    crate::host::files::lines::remove_line,
-    crate::host::files::lines::ensure_block,
-    crate::host::files::lines::remove_block,
+    lines::ensure_line,
+    lines::remove_line,
+    lines::ensure_block,
+    lines::remove_block,
     mkdir,
     remove,
     remove_all,

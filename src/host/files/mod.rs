@@ -8,7 +8,6 @@ pub mod copy_tree;
 pub mod fs;
 pub mod ini;
 pub mod json;
-pub mod lines;
 pub mod realpath;
 pub mod structured;
 pub mod text;

@@ -886,8 +886,6 @@ fn every_table_of_host_functions_is_gathered() {
     let mut listed: Vec<String> = super::reference::AREAS
         .iter()
         .map(|(path, _)| path.replace(' ', ""))
-        // The archive and fetch areas keep their `rows` tables until they are converted.
-        .filter(|p| !p.ends_with("::rows"))
         .collect();
     listed.sort();
     assert_eq!(listed, with_table);

@@ -1,13 +1,14 @@
 //! `fs::` line and block edits: `ensure_line`, `remove_line`, `ensure_block`,
 //! `remove_block`, through the session's line view ([`edit_lines`]), so consecutive edits of
-//! one file are written once. Their rows are in `fs`'s table (reference order).
+//! one file are written once. A part of `fs` (its rows are in `fs`'s table, in reference
+//! order).
 
 use std::path::Path;
 
+use super::{compile, host_path, put_locked};
 use crate::host::Host;
 use crate::host::effects::lines::Lines;
 use crate::host::effects::session::{LineEdit, edit_lines};
-use crate::host::files::fs::{compile, host_path, put_locked};
 use crate::host::root::error::{HostError, Result};
 
 use rhai::{ImmutableString as S, Map};
