@@ -1,7 +1,7 @@
 //! The host API: root-confined files, commands, services, packages, OS facts,
 //! sysctl/grub/ulimit, interrupts, configMaps, node metadata and secrets, as
 //! `docs/host-api.md` specifies them for scripts. Each function is plain Rust over a
-//! session; beside it, in its file's `rows` module, its `host_fn!` row binds it into Rhai.
+//! session; beside it, its `host_fn!` item binds it into Rhai (and is its reference row).
 //!
 //! One session ([`Host`]) per step. Every mutation is an [`effects::effect::Effect`] handed to
 //! the session's executor, chosen by [`ExecMode`]: apply performs it, plan records it over a
@@ -15,7 +15,7 @@
 //! |---|---|---|
 //! | 1 | [`root`] | root confinement over pathrs, durability (`fsync1`), path locks, deferred-work records, whole-file reads, [`HostError`] |
 //! | 2 | [`effects`] | the session ([`Host`]) and its read view, [`effects::effect::Effect`], the apply and plan/check executors, the command and download primitives, [`Report`] |
-//! | 3 | [`api`] | [`api::HostApi`] (a session as scripts see it), the `host_fn!` row, Rhai value conversions, [`api::ScriptOutput`] |
+//! | 3 | [`api`] | [`api::HostApi`] (a session as scripts see it), the `host_fn!` item, Rhai value conversions, [`api::ScriptOutput`] |
 //! | 4 | [`files`] | `fs::`, `toml::`, `json::`, `ini::`, `regex::`, `sha256`, `to_json`, configMaps (`config::`) and node metadata (`node::`) |
 //! | 4 | [`system`] | the commands (`run`, `query`, `sh`), `os::`, `lib::` |
 //! | 4 | [`services`], [`packages`], [`kernel`], [`users`], [`mounts`], [`fetch`], [`secrets`] | the other API areas |

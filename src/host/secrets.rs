@@ -9,7 +9,83 @@
 use std::path::Path;
 
 use crate::host::Host;
-use crate::host::root::error::{HostError, Result};
+use crate::host::root::error::HostError;
+
+/// A failure of `secret` or `secret_env`. Messages never contain a secret's value: they name
+/// the coordinate only.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// What the session failed with (a key that is not a regular file, or too large).
+    #[error(transparent)]
+    Host(#[from] HostError),
+
+    /// A secret not in `SKYHOOK_ALLOWED_SECRETS` was asked for.
+    #[error("secret {name:?} is not in SKYHOOK_ALLOWED_SECRETS (asked for key {key:?})")]
+    Refused {
+        /// The secret name.
+        name: String,
+        /// The key asked for.
+        key: String,
+    },
+
+    /// A `skyhook-agent serve` execution asked for a coordinate its request's `secrets` did
+    /// not declare.
+    #[error("secret {name:?} key {key:?} is not in the request's `secrets` field")]
+    NotDeclared {
+        /// The secret name.
+        name: String,
+        /// The key asked for.
+        key: String,
+    },
+
+    /// A secret name or key that is not one file name (empty, `.`, `..`, a `/` or NUL).
+    #[error(
+        "secret {what} {value:?} is not a valid {what}: it must be one file name (not empty, . or .., without / or NUL) (asked for secret {name:?} key {key:?})"
+    )]
+    Coordinate {
+        /// `name` or `key`: which one is wrong.
+        what: &'static str,
+        /// The wrong value.
+        value: String,
+        /// The secret name asked for.
+        name: String,
+        /// The key asked for.
+        key: String,
+    },
+
+    /// An allowed secret key does not exist or cannot be read.
+    #[error("failed to read secret {name:?} key {key:?}")]
+    Read {
+        /// The secret name.
+        name: String,
+        /// The key.
+        key: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// `secret_env(var)` on an unset variable.
+    #[error("environment variable {var:?} is not set")]
+    EnvMissing {
+        /// The variable name.
+        var: String,
+    },
+}
+
+impl crate::host::api::AreaError for SecretError {
+    /// Agent-side inputs: never the host root's state (a session failure: as it says).
+    fn depends_on_host(&self) -> bool {
+        match self {
+            SecretError::Host(e) => e.depends_on_host(),
+            _ => false,
+        }
+    }
+}
+crate::host::api::area_error!(SecretError);
+
+/// Result alias of this file.
+type Result<T, E = SecretError> = std::result::Result<T, E>;
 
 pub use crate::redact::Redactor;
 
@@ -20,10 +96,10 @@ fn valid_component(s: &str) -> bool {
 /// `secret(name, key)`: the content of `<secrets_dir>/<name>/<key>`, added to the redactor.
 ///
 /// # Errors
-/// [`HostError::SecretCoordinate`] when `name` or `key` is not a single path component;
-/// [`HostError::SecretRefused`] when `name` is not allowed; [`HostError::SecretRead`] when the
+/// [`SecretError::Coordinate`] when `name` or `key` is not a single path component;
+/// [`SecretError::Refused`] when `name` is not allowed; [`SecretError::Read`] when the
 /// file cannot be read by [`read_key`] (missing, a link out of `<secrets_dir>/<name>`, a FIFO,
-/// device or socket, or above [`MAX_SECRET_BYTES`]); [`HostError::SecretNotDeclared`] when
+/// device or socket, or above [`MAX_SECRET_BYTES`]); [`SecretError::NotDeclared`] when
 /// the session has [`crate::host::HostOptions::declared_secrets`] and the coordinate is not
 /// among them. None names the value.
 pub fn secret(h: &mut Host, name: &str, key: &str) -> Result<String> {
@@ -32,20 +108,20 @@ pub fn secret(h: &mut Host, name: &str, key: &str) -> Result<String> {
             .iter()
             .find(|(n, k, _)| n == name && k == key)
             .map(|(_, _, v)| v.clone())
-            .ok_or_else(|| HostError::SecretNotDeclared {
+            .ok_or_else(|| SecretError::NotDeclared {
                 name: name.to_string(),
                 key: key.to_string(),
             })?;
         h.redactor().add(&value);
         return Ok(value);
     }
-    let refused = || HostError::SecretRefused {
+    let refused = || SecretError::Refused {
         name: name.to_string(),
         key: key.to_string(),
     };
     for (what, value) in [("name", name), ("key", key)] {
         if !valid_component(value) {
-            return Err(HostError::SecretCoordinate {
+            return Err(SecretError::Coordinate {
                 what,
                 value: value.to_string(),
                 name: name.to_string(),
@@ -56,7 +132,7 @@ pub fn secret(h: &mut Host, name: &str, key: &str) -> Result<String> {
     if !h.options().allowed_secrets.iter().any(|a| a == name) {
         return Err(refused());
     }
-    let read_err = |source: std::io::Error| HostError::SecretRead {
+    let read_err = |source: std::io::Error| SecretError::Read {
         name: name.to_string(),
         key: key.to_string(),
         source,
@@ -71,13 +147,15 @@ pub fn secret(h: &mut Host, name: &str, key: &str) -> Result<String> {
         return Err(HostError::NotRegular {
             path,
             what: crate::host::root::kind_name(m.file_type()),
-        });
+        }
+        .into());
     } else if m.len() > MAX_SECRET_BYTES {
         return Err(HostError::FileTooLarge {
             path,
             size: m.len(),
             limit: MAX_SECRET_BYTES,
-        });
+        }
+        .into());
     }
     let bytes = crate::host::root::read_bounded(f, MAX_SECRET_BYTES).map_err(read_err)?;
     let value = String::from_utf8_lossy(&bytes).into_owned();
@@ -85,16 +163,35 @@ pub fn secret(h: &mut Host, name: &str, key: &str) -> Result<String> {
     Ok(value)
 }
 
+host_fn! {
+    /// `<SKYHOOK_SECRETS_DIR>/<name>/<key>`; `name` must be in `SKYHOOK_ALLOWED_SECRETS`. The key
+    /// is opened confined to `<SKYHOOK_SECRETS_DIR>/<name>`: symlinks inside it (the kubelet's
+    /// `..data`) are followed, one pointing out of it is not found. A regular file of at most 1
+    /// MiB. The value is redacted (`***`) from output, logs, plans and errors.
+    #[host(ns = "", effects = ReadsAgent)]
+    fn secret(h: &mut Host, name: S, key: S) -> rhai::Dynamic as "String" {
+        Ok(Dynamic::from(S::from(super::secret(h, &name, &key)?)))
+    }
+}
+
 /// `secret_env(var)`: the value of `var` in the step's environment, added to the redactor.
 ///
 /// # Errors
-/// [`HostError::EnvMissing`] when unset.
+/// [`SecretError::EnvMissing`] when unset.
 pub fn secret_env(h: &mut Host, var: &str) -> Result<String> {
-    let value = h.env(var).ok_or_else(|| HostError::EnvMissing {
+    let value = h.env(var).ok_or_else(|| SecretError::EnvMissing {
         var: var.to_string(),
     })?;
     h.redactor().add(&value);
     Ok(value)
+}
+
+host_fn! {
+    /// The step environment's variable `var` (error when unset), redacted like `secret`.
+    #[host(ns = "", effects = ReadsAgent)]
+    fn secret_env(h: &mut Host, var: S) -> rhai::Dynamic as "String" {
+        Ok(Dynamic::from(S::from(super::secret_env(h, &var)?)))
+    }
 }
 
 /// Largest secret value read, in bytes (1 MiB, the size limit of a Kubernetes Secret).
@@ -152,39 +249,14 @@ pub fn parse_allowlist(s: &str) -> Vec<String> {
         .collect()
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Dynamic, ImmutableString as S};
-
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::NAME;
-    use crate::host::api::host_fn;
-    use crate::host::secrets;
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "",
-            "secret",
-            &[NAME, ("key", "String")],
-            "String",
-            ReadsAgent,
-            "`<SKYHOOK_SECRETS_DIR>/<name>/<key>`; `name` must be in `SKYHOOK_ALLOWED_SECRETS`. The key is opened confined to `<SKYHOOK_SECRETS_DIR>/<name>`: symlinks inside it (the kubelet's `..data`) are followed, one pointing out of it is not found. A regular file of at most 1 MiB. The value is redacted (`***`) from output, logs, plans and errors.",
-            |h, n: S, k: S| Ok(Dynamic::from(S::from(secrets::secret(h, &n, &k)?)))
-        ),
-        host_fn!(
-            "",
-            "secret_env",
-            &[("var", "String")],
-            "String",
-            ReadsAgent,
-            "The step environment's variable `var` (error when unset), redacted like `secret`.",
-            |h, v: S| Ok(Dynamic::from(S::from(secrets::secret_env(h, &v)?)))
-        ),
-    ];
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Dynamic, ImmutableString as S};
 }
+use prelude::*;
+
+host_fns!(secret, secret_env);
 
 #[cfg(test)]
 mod tests {
@@ -242,12 +314,12 @@ mod tests {
         );
         assert!(matches!(
             secret(&mut h, "db", "missing"),
-            Err(HostError::SecretRead { .. })
+            Err(SecretError::Read { .. })
         ));
         assert_eq!(secret_env(&mut h, "API_KEY").unwrap(), "k-123");
         assert!(matches!(
             secret_env(&mut h, "NOPE"),
-            Err(HostError::EnvMissing { .. })
+            Err(SecretError::EnvMissing { .. })
         ));
         assert_eq!(h.redactor().redact("pw=s3cr3t key=k-123"), "pw=*** key=***");
     }
@@ -291,7 +363,7 @@ mod tests {
             let e = secret(&mut h, name, key).unwrap_err();
             let msg = format!("{e} {:?}", std::error::Error::source(&e));
             assert!(
-                matches!(&e, HostError::SecretRead { source, .. }
+                matches!(&e, SecretError::Read { source, .. }
                     if source.kind() == std::io::ErrorKind::NotFound),
                 "{name}/{key}: {msg}"
             );

@@ -19,6 +19,7 @@ use std::time::Instant;
 use rhai::Engine;
 
 use super::output::ScriptOutput;
+use crate::host::api::{host_fns, script_fn};
 
 /// What a host binding may need of the current run.
 #[derive(Clone)]
@@ -50,6 +51,17 @@ pub trait ScriptHost: Send + Sync {
     /// Actions are not counted (`docs/host-api.md`, Principles).
     fn changed(&self) -> i64;
 }
+
+script_fn! {
+    /// How many changes this step has made (apply) or would make (plan, check) so far;
+    /// actions are not counted.
+    #[script(ns = "", effects = ReadsAgent)]
+    fn changed(host: &dyn ScriptHost;) -> i64 {
+        host.changed()
+    }
+}
+
+host_fns!(SCRIPT_FNS: changed);
 
 /// No host API: only the script layer's own functions exist, `changed()` is always 0. For
 /// `skyhook-run check`, tests, and pure computation.

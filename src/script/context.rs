@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use rhai::{Array, Dynamic, Engine, ImmutableString, Map};
 
+use crate::host::api::{host_fns, script_fn};
+
 /// What a script knows about the step it runs as. The runner fills it; [`StepContext::to_map`]
 /// is the `step` map scripts see.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -72,20 +74,48 @@ impl StepContext {
     }
 }
 
-/// Register `step()`, `env(name)` and `env(name, default)` for one run. `step` is the map
-/// from [`StepContext::to_map`] (the same value the top-level `step` constant holds).
-pub(crate) fn register(engine: &mut Engine, step: Map, env: Arc<BTreeMap<String, String>>) {
-    engine.register_fn("step", move || step.clone());
-    let e = env.clone();
-    engine.register_fn("env", move |name: &str| -> Dynamic {
-        e.get(name).map_or(Dynamic::UNIT, |v| {
+/// The step environment, as `env()` reads it.
+pub(crate) type Env = BTreeMap<String, String>;
+
+script_fn! {
+    /// The step context, the same map as the `step` constant; callable from functions and
+    /// modules, where the constant is not visible.
+    #[script(ns = "", effects = Computes)]
+    fn step(step: &Map;) -> Map {
+        step.clone()
+    }
+}
+
+script_fn! {
+    /// The step environment's variable `name` (a string), or `()` when it is unset.
+    #[script(ns = "", effects = Computes)]
+    fn env(env: &Env; name: &str as "String") -> Dynamic {
+        env.get(name).map_or(Dynamic::UNIT, |v| {
             Dynamic::from(ImmutableString::from(v.as_str()))
         })
-    });
-    engine.register_fn("env", move |name: &str, default: Dynamic| -> Dynamic {
+    }
+}
+
+script_fn! {
+    /// The step environment's variable `name`, or `default` when it is unset.
+    #[script(ns = "", name = "env", effects = Computes)]
+    fn env_or(env: &Env; name: &str as "String", default: Dynamic) -> Dynamic {
         env.get(name).map_or(default, |v| {
             Dynamic::from(ImmutableString::from(v.as_str()))
         })
+    }
+}
+
+host_fns!(SCRIPT_FNS: step, env, env_or);
+
+/// Register `step()`, `env(name)` and `env(name, default)` for one run. `step` is the map
+/// from [`StepContext::to_map`] (the same value the top-level `step` constant holds).
+pub(crate) fn register(engine: &mut Engine, step: Map, env: Arc<Env>) {
+    engine.register_fn("step", move || self::step(&step));
+    let e = env.clone();
+    engine.register_fn("env", move |name: &str| self::env(&e, name));
+    engine.register_fn("env", move |name: &str, default: Dynamic| {
+        env_or(&env, name, default)
     });
 }
 

@@ -10,7 +10,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use rhai::{Dynamic, EvalAltResult, ParseError, ParseErrorType, Position};
+use rhai::{Dynamic, EvalAltResult, NativeCallContext, ParseError, ParseErrorType, Position};
+
+use crate::host::api::{host_fns, script_fn};
 
 use super::limits::Limits;
 
@@ -184,6 +186,28 @@ pub(crate) enum Stop {
     /// The run wrote more output than [`Limits::max_output`].
     Output,
 }
+
+script_fn! {
+    /// End the step as failed with `msg` at this position; it cannot be caught by
+    /// `try`/`catch`.
+    #[script(ns = "", effects = Computes)]
+    fn fail(ctx: NativeCallContext; msg: Dynamic) -> Result<(), Box<EvalAltResult>> as "()" {
+        let text = match msg.clone().into_immutable_string() {
+            Ok(s) => s.to_string(),
+            Err(_) => msg.to_string(),
+        };
+        let at = Some((
+            ctx.call_source().unwrap_or_default().to_string(),
+            ctx.call_position(),
+        ));
+        Err(Box::new(EvalAltResult::ErrorTerminated(
+            Dynamic::from(Stop::Fail(text, at)),
+            Position::NONE,
+        )))
+    }
+}
+
+host_fns!(SCRIPT_FNS: fail);
 
 impl ScriptError {
     /// A new error with no position and no source.

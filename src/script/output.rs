@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Module, NativeCallContext};
 
 use super::errors::Stop;
+use crate::host::api::{host_fns, script_fn};
 
 pub use crate::host::api::ScriptOutput;
 
@@ -188,36 +189,90 @@ pub(crate) fn output_stop(pos: rhai::Position) -> Box<EvalAltResult> {
     ))
 }
 
+script_fn! {
+    /// Write `x` (as `to_string` renders it) and a newline to the step's stdout.
+    #[script(ns = "", effects = Computes)]
+    fn print(out: &CappedOutput; x: &str as "?") -> () {
+        out.write(false, &line("", x));
+    }
+}
+
+script_fn! {
+    /// Write `x` and a newline to the step's stderr: a string as it is, any other value in
+    /// Rhai's debug form.
+    #[script(ns = "", effects = Computes)]
+    fn debug(out: &CappedOutput; x: &str as "?") -> () {
+        out.write(true, &line("", x));
+    }
+}
+
+/// A `log::` line: `prefix`, the message's text, a newline, to stdout or stderr; the run
+/// stops when its output limit is passed.
+fn log_line(
+    out: &CappedOutput,
+    ctx: &NativeCallContext,
+    prefix: &str,
+    to_stderr: bool,
+    msg: &Dynamic,
+) -> Result<(), Box<EvalAltResult>> {
+    if out.write(to_stderr, &line(prefix, &text_of(msg))) {
+        Ok(())
+    } else {
+        Err(output_stop(ctx.call_position()))
+    }
+}
+
+script_fn! {
+    /// `INFO: msg` to the step's stdout.
+    #[script(ns = "log", name = "info", effects = Computes)]
+    fn log_info(out: &CappedOutput, ctx: NativeCallContext; msg: Dynamic)
+        -> Result<(), Box<EvalAltResult>> as "()" {
+        log_line(out, &ctx, "INFO: ", false, &msg)
+    }
+}
+
+script_fn! {
+    /// `WARN: msg` to the step's stderr.
+    #[script(ns = "log", name = "warn", effects = Computes)]
+    fn log_warn(out: &CappedOutput, ctx: NativeCallContext; msg: Dynamic)
+        -> Result<(), Box<EvalAltResult>> as "()" {
+        log_line(out, &ctx, "WARN: ", true, &msg)
+    }
+}
+
+script_fn! {
+    /// `ERROR: msg` to the step's stderr.
+    #[script(ns = "log", name = "error", effects = Computes)]
+    fn log_error(out: &CappedOutput, ctx: NativeCallContext; msg: Dynamic)
+        -> Result<(), Box<EvalAltResult>> as "()" {
+        log_line(out, &ctx, "ERROR: ", true, &msg)
+    }
+}
+
+host_fns!(SCRIPT_FNS: print, debug, log_info, log_warn, log_error);
+
 /// Hook `print`, `debug` and the `log` module of one run to `out`, which holds the run's
 /// output limit.
 pub(crate) fn register(engine: &mut Engine, out: Arc<CappedOutput>) {
     let o = out.clone();
-    engine.on_print(move |s| {
-        o.write(false, &line("", s));
-    });
+    engine.on_print(move |s| print(&o, s));
     let o = out.clone();
-    engine.on_debug(move |s, _source, _pos| {
-        o.write(true, &line("", s));
-    });
+    engine.on_debug(move |s, _source, _pos| debug(&o, s));
     // Rhai's own `debug` quotes strings (`debug("hi")` would print `"hi"`); a step's
     // stderr wants the text. Functions on the engine take precedence over packages.
     engine.register_fn("debug", |s: ImmutableString| s);
 
     let mut log = Module::new();
-    let levels: [(&str, &str, bool); 3] = [
-        ("info", "INFO: ", false),
-        ("warn", "WARN: ", true),
-        ("error", "ERROR: ", true),
-    ];
-    for (name, prefix, to_stderr) in levels {
-        let o = out.clone();
-        log.set_native_fn(name, move |ctx: NativeCallContext, msg: Dynamic| {
-            if o.write(to_stderr, &line(prefix, &text_of(&msg))) {
-                Ok(())
-            } else {
-                Err(output_stop(ctx.call_position()))
-            }
-        });
-    }
+    let o = out.clone();
+    log.set_native_fn("info", move |ctx: NativeCallContext, msg: Dynamic| {
+        log_info(&o, ctx, msg)
+    });
+    let o = out.clone();
+    log.set_native_fn("warn", move |ctx: NativeCallContext, msg: Dynamic| {
+        log_warn(&o, ctx, msg)
+    });
+    log.set_native_fn("error", move |ctx: NativeCallContext, msg: Dynamic| {
+        log_error(&out, ctx, msg)
+    });
     engine.register_static_module("log", log.into());
 }

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rhai::{Dynamic, EvalAltResult, NativeCallContext, Position, Scope};
+use rhai::{Dynamic, Position, Scope};
 
 use crate::host::root::HostRoot;
 use crate::host::root::error::HostError;
@@ -28,7 +28,7 @@ use crate::script::bindings::{NoHost, RunHandle, ScriptHost};
 use crate::script::compile::CompiledScript;
 use crate::script::context::{self, StepContext};
 use crate::script::engine::ScriptEngine;
-use crate::script::errors::{ScriptError, ScriptErrorKind, Stop};
+use crate::script::errors::{ScriptError, ScriptErrorKind};
 use crate::script::host_api::HostApi;
 use crate::script::limits::Limits;
 use crate::script::output::{self, ScriptOutput};
@@ -529,25 +529,11 @@ pub fn evaluate(
     output::register(&mut e, out.clone());
     let step = ctx.to_map();
     context::register(&mut e, step.clone(), Arc::new(ctx.env.clone()));
-    e.register_fn(
-        "fail",
-        |ctx: NativeCallContext, msg: Dynamic| -> Result<(), Box<EvalAltResult>> {
-            let text = match msg.clone().into_immutable_string() {
-                Ok(s) => s.to_string(),
-                Err(_) => msg.to_string(),
-            };
-            let at = Some((
-                ctx.call_source().unwrap_or_default().to_string(),
-                ctx.call_position(),
-            ));
-            Err(Box::new(EvalAltResult::ErrorTerminated(
-                Dynamic::from(Stop::Fail(text, at)),
-                Position::NONE,
-            )))
-        },
-    );
+    e.register_fn("fail", crate::script::errors::fail);
     let changed = host.clone();
-    e.register_fn("changed", move || changed.changed());
+    e.register_fn("changed", move || {
+        crate::script::bindings::changed(&*changed)
+    });
     let handle = RunHandle {
         deadline,
         cancel: cancel.clone(),

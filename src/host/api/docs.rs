@@ -1,7 +1,7 @@
 //! One host function's reference row: [`FnDoc`] (its parameters, description and
-//! registration), [`Effects`] (what it reads or the [`EffectKind`]s it submits, from which
-//! its behaviour per mode, [`Modes`], is derived) and the parameters many rows share. The
-//! areas' files write the rows; `crate::script::host_api` gathers and renders them.
+//! registration) and [`Effects`] (what it reads or the [`EffectKind`]s it submits, from which
+//! its behaviour per mode, [`Modes`], is derived). `host_fn!` items in the areas' files
+//! make the rows; `crate::script::host_api` gathers and renders them.
 
 use super::{Api, Registrar};
 
@@ -175,33 +175,3 @@ impl FnDoc {
         )
     }
 }
-
-/// A function registered by the script layer itself (`changed()` and [`super::SCRIPT_FUNCTIONS`]):
-/// documented here, registered by the script runner.
-pub(crate) const fn script_layer(
-    ns: &'static str,
-    name: &'static str,
-    params: &'static [(&'static str, &'static str)],
-    returns: &'static str,
-    effects: Effects,
-    doc: &'static str,
-) -> FnDoc {
-    FnDoc {
-        ns,
-        name,
-        params,
-        returns,
-        doc,
-        effects,
-        script_layer: true,
-        options: &[],
-        register: |_, _| {},
-    }
-}
-
-/// Parameters shared by many rows.
-pub(crate) const P: (&str, &str) = ("path", "String");
-pub(crate) const NAME: (&str, &str) = ("name", "String");
-pub(crate) const OPTS: (&str, &str) = ("opts", "Map");
-pub(crate) const ARGV: (&str, &str) = ("argv", "Array");
-pub(crate) const KEY_PATH: (&str, &str) = ("key_path", "?");

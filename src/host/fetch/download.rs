@@ -213,89 +213,91 @@ fn current(h: &Host, path: &Path, hash: bool) -> Result<Option<(Option<String>, 
     Ok(Some((h.view_digest(path)?, stat)))
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use std::time::Duration;
-
-    use rhai::{Dynamic, ImmutableString as S, Map};
-
-    use crate::host::api::convert::{check_keys, opt_string};
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::{OPTS, P};
-    use crate::host::api::host_fn;
-    use crate::host::fetch::{self, FetchOptions};
-    use crate::host::files::fs::rows::attribute_opts;
-
-    /// The option keys of `fs::fetch`.
-    const FETCH_KEYS: &[&str] = &["sha256", "mode", "owner", "group", "timeout", "max_bytes"];
-
-    /// A positive number of seconds (int or float) of option `key`.
-    fn secs(d: &Dynamic, key: &str) -> Result<Duration, String> {
-        let secs = if let Ok(i) = d.as_int() {
-            i as f64
-        } else if let Ok(f) = d.as_float() {
-            f
-        } else {
-            return Err(format!(
-                "option {key} must be a number of seconds, got {}",
-                d.type_name()
-            ));
-        };
-        if !secs.is_finite() || secs <= 0.0 {
-            return Err(format!(
-                "option {key} must be a positive number of seconds, got {secs}"
-            ));
-        }
-        Ok(Duration::from_secs_f64(secs.min(1e9)))
-    }
-
-    /// `#{sha256, mode, owner, group, timeout, max_bytes}` (`()` values mean "default").
-    fn fetch_opts(m: &Map) -> Result<FetchOptions, String> {
-        check_keys(m, FETCH_KEYS)?;
-        let get = |k: &str| m.get(k).filter(|d| !d.is_unit());
-        let max_bytes = get("max_bytes")
-            .map(|d| match d.as_int() {
-                Ok(n) if n > 0 => Ok(n as u64),
-                _ => Err(format!(
-                    "option max_bytes must be a positive integer, got {d}"
-                )),
-            })
-            .transpose()?;
-        let attrs = attribute_opts(m)?;
-        Ok(FetchOptions {
-            sha256: opt_string(m, "sha256")?,
-            mode: attrs.mode,
-            owner: attrs.owner,
-            group: attrs.group,
-            timeout: get("timeout").map(|d| secs(d, "timeout")).transpose()?,
-            max_bytes,
-        })
-    }
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[host_fn!(
-        "fs",
-        "fetch",
-        &[("url", "String"), P, OPTS],
-        "bool",
-        Submits(&[Fetch, Chmod, Chown]),
-        "Download `url` (`http://`, or `https://` trusting the host's CA bundle: the first of `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`, `/etc/ssl/ca-bundle.pem`, `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`, `/etc/ssl/cert.pem`; up to 5 redirects; no proxy; a URL with `user:password@` is an error, as credentials are not sent) to `path`, verified by `#{sha256}` (64 hex digits), with `#{mode, owner, group}`. Unchanged when the file already has that digest (only `mode`/`owner`/`group` are then set when they differ); otherwise streamed to a temporary file beside it, checked, and renamed into place. A wrong digest, an HTTP error, a body over `max_bytes` (default 4 GiB), the `timeout` (seconds, default 300, capped by the step's deadline) or a cancel fail the call and leave `path` unchanged. A plan makes no request (`would download <url> (sha256 ...) to <path>`); later reads in it see the file, but `fs::read` of it fails (its content is unknown until applied). Check: drift when missing or of another digest. Without `sha256` the download is not verified and any existing regular file at `path` counts as downloaded (drift only when missing); each download planned or done then writes `warning: fs::fetch: <url> is not verified (no sha256): ...` to the step's stderr, and the plan's line says `(not verified: no sha256)`.",
-        options = FETCH_KEYS,
-        api = run,
-        |h, url: S, p: S, o: Map| {
-            let o = fetch_opts(&o)?;
-            let f = fetch::fetch_with(h, &url, &p, &o)?;
-            if f.downloaded && o.sha256.is_none() {
-                let line = fetch::unpinned_warning(&url, &p, f.planned);
-                run.output.stderr(format!("{line}\n").as_bytes());
-            }
-            Ok(f.changed)
-        }
-    )];
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert::{check_keys, opt_string};
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use crate::host::files::fs::attribute_opts;
+    pub(super) use rhai::{Dynamic, ImmutableString as S, Map};
 }
+use prelude::*;
+
+/// The option keys of `fs::fetch`.
+const FETCH_KEYS: &[&str] = &["sha256", "mode", "owner", "group", "timeout", "max_bytes"];
+
+/// A positive number of seconds (int or float) of option `key`.
+fn secs(d: &Dynamic, key: &str) -> Result<Duration, String> {
+    let secs = if let Ok(i) = d.as_int() {
+        i as f64
+    } else if let Ok(f) = d.as_float() {
+        f
+    } else {
+        return Err(format!(
+            "option {key} must be a number of seconds, got {}",
+            d.type_name()
+        ));
+    };
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(format!(
+            "option {key} must be a positive number of seconds, got {secs}"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs.min(1e9)))
+}
+
+/// `#{sha256, mode, owner, group, timeout, max_bytes}` (`()` values mean "default").
+fn fetch_opts(m: &Map) -> Result<FetchOptions, String> {
+    check_keys(m, FETCH_KEYS)?;
+    let get = |k: &str| m.get(k).filter(|d| !d.is_unit());
+    let max_bytes = get("max_bytes")
+        .map(|d| match d.as_int() {
+            Ok(n) if n > 0 => Ok(n as u64),
+            _ => Err(format!(
+                "option max_bytes must be a positive integer, got {d}"
+            )),
+        })
+        .transpose()?;
+    let attrs = attribute_opts(m)?;
+    Ok(FetchOptions {
+        sha256: opt_string(m, "sha256")?,
+        mode: attrs.mode,
+        owner: attrs.owner,
+        group: attrs.group,
+        timeout: get("timeout").map(|d| secs(d, "timeout")).transpose()?,
+        max_bytes,
+    })
+}
+
+host_fn! {
+    /// Download `url` (`http://`, or `https://` trusting the host's CA bundle: the first of
+    /// `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`,
+    /// `/etc/ssl/ca-bundle.pem`, `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`,
+    /// `/etc/ssl/cert.pem`; up to 5 redirects; no proxy; a URL with `user:password@` is an error,
+    /// as credentials are not sent) to `path`, verified by `#{sha256}` (64 hex digits), with
+    /// `#{mode, owner, group}`. Unchanged when the file already has that digest (only
+    /// `mode`/`owner`/`group` are then set when they differ); otherwise streamed to a temporary
+    /// file beside it, checked, and renamed into place. A wrong digest, an HTTP error, a body over
+    /// `max_bytes` (default 4 GiB), the `timeout` (seconds, default 300, capped by the step's
+    /// deadline) or a cancel fail the call and leave `path` unchanged. A plan makes no request
+    /// (`would download <url> (sha256 ...) to <path>`); later reads in it see the file, but
+    /// `fs::read` of it fails (its content is unknown until applied). Check: drift when missing or
+    /// of another digest. Without `sha256` the download is not verified and any existing regular
+    /// file at `path` counts as downloaded (drift only when missing); each download planned or done
+    /// then writes `warning: fs::fetch: <url> is not verified (no sha256): ...` to the step's
+    /// stderr, and the plan's line says `(not verified: no sha256)`.
+    #[host(ns = "fs", effects = [Fetch, Chmod, Chown], options = FETCH_KEYS)]
+    fn fetch(run: &Api, h: &mut Host, url: S, path: S, opts: Map) -> bool {
+        let opts = fetch_opts(&opts)?;
+        let f = super::fetch_with(h, &url, &path, &opts)?;
+        if f.downloaded && opts.sha256.is_none() {
+            let line = super::unpinned_warning(&url, &path, f.planned);
+            run.output.stderr(format!("{line}\n").as_bytes());
+        }
+        Ok(f.changed)
+    }
+}
+
+host_fns!(fetch);
 
 #[cfg(test)]
 mod tests {

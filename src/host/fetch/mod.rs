@@ -25,9 +25,8 @@
 //! trusts the **host's** CA bundle, the first of [`CA_BUNDLES`] that exists under the root
 //! (the agent image carries none). No proxy support: the agent connects directly.
 
-mod download;
+pub(crate) mod download;
 #[cfg(test)]
 pub(crate) mod fetch_tests;
 
-pub(crate) use download::rows;
 pub use download::*;

@@ -727,92 +727,99 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
     Ok(Extracted::Done(changed))
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{ImmutableString as S, Map};
-
-    use crate::host::api::CallError;
-    use crate::host::api::convert::check_keys;
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::OPTS;
-    use crate::host::api::host_fn;
-    use crate::host::files::archive::{self, ExtractOptions, Extracted};
-    use crate::host::files::fs::rows::positive;
-
-    /// The option keys of `fs::extract`.
-    const EXTRACT_KEYS: &[&str] = &["strip_components", "max_files", "max_bytes"];
-
-    /// `#{strip_components, max_files, max_bytes}`.
-    fn extract_opts(m: &Map) -> Result<ExtractOptions, String> {
-        check_keys(m, EXTRACT_KEYS)?;
-        let d = ExtractOptions::default();
-        let strip = match m.get("strip_components").filter(|d| !d.is_unit()) {
-            None => 0,
-            Some(v) => match v.as_int() {
-                Ok(n) if (0..=64).contains(&n) => n as usize,
-                _ => {
-                    return Err(format!(
-                        "option strip_components must be an integer from 0 to 64, got {v}"
-                    ));
-                }
-            },
-        };
-        Ok(ExtractOptions {
-            strip_components: strip,
-            max_files: positive(m, "max_files", d.max_files)?,
-            max_bytes: positive(m, "max_bytes", d.max_bytes)?,
-        })
-    }
-
-    /// `fs::extract` through the session; in a plan, an archive `fs::fetch` only plans is
-    /// reported on the step's stderr and counted as a change.
-    fn extract(
-        h: &mut crate::host::Host,
-        run: &crate::host::api::Api,
-        archive: &str,
-        dest: &str,
-        o: &ExtractOptions,
-    ) -> Result<bool, CallError> {
-        Ok(match archive::extract(h, archive, dest, o)? {
-            Extracted::Done(changed) => changed,
-            Extracted::Unknown => {
-                let line = format!(
-                    "warning: fs::extract: {archive} is downloaded by fs::fetch only when applied: the files it unpacks into {dest} are listed then\n"
-                );
-                run.output.stderr(line.as_bytes());
-                true
-            }
-        })
-    }
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "fs",
-            "extract",
-            &[("archive", "String"), ("dest", "String")],
-            "bool",
-            Submits(&[Mkdir, Chmod, Write, Symlink]),
-            "Unpack a tar (GNU sparse entries included), tar.gz, tar.xz or zip archive (told apart by content) into directory `dest`, confined to it. The whole archive is checked first, each entry against the tree as extracted so far (the archive's directories, files and symlinks, and what is already below `dest`): an absolute name, a `..`, a symlink whose target is absolute or, followed through the archive's links and those already below `dest`, leaves `dest` (checked again against the whole tree), an entry below a symlink or a file, two entries of different kinds at one path (both named), a name or link target with a control character, a hard link, device, FIFO or PAX-format sparse file, an entry of another kind in the way, over 100000 entries, over 1 GiB unpacked or an xz stream needing over 80 MiB to decode fails the call naming the archive and entry, and nothing is written. In an apply the extracts of one host root run one at a time (an exclusive `flock` on the root's `/`, held from before the check to the last write), so two at once cannot together leave a link out of `dest`. Then each directory, file and symlink that differs is its own effect (a plan lists every file; a check reports each that drifted), written through a handle on `dest` opened before the check that follows no symlink below it (see the rules: a symlink swapped in meanwhile fails the write, never redirects it). No entry is held in memory: files are compared by size and streamed SHA-256, and the apply streams the ones that differ into a staging directory of its own inside the root (`/var/lib/skyhook/.extract/<boot id>-<random>`, written through its handle, held by an `flock` while the call runs and removed at its end; an agent's start removes only the ones nobody holds), then copies each into place as a verified write (an archive that changed meanwhile fails the call, the file left as it was); a plan's diff names the entry instead of diffing its content. Modes come from the archive; files belong to root. In a plan, an archive `fs::fetch` only plans cannot be listed: a warning says so on stderr and the call returns true.",
-            api = run,
-            |h, a: S, d: S| extract(h, &run, &a, &d, &ExtractOptions::default())
-        ),
-        host_fn!(
-            "fs",
-            "extract",
-            &[("archive", "String"), ("dest", "String"), OPTS],
-            "bool",
-            Submits(&[Mkdir, Chmod, Write, Symlink]),
-            "As `extract`, with `#{strip_components}` (leading name components dropped, as `tar --strip-components`) and the limits `#{max_files, max_bytes}`.",
-            options = EXTRACT_KEYS,
-            api = run,
-            |h, a: S, d: S, o: Map| {
-                let o = extract_opts(&o)?;
-                extract(h, &run, &a, &d, &o)
-            }
-        ),
-    ];
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::CallError;
+    pub(super) use crate::host::api::convert::check_keys;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use crate::host::files::fs::positive;
+    pub(super) use rhai::{ImmutableString as S, Map};
 }
+use prelude::*;
+
+/// The option keys of `fs::extract`.
+const EXTRACT_KEYS: &[&str] = &["strip_components", "max_files", "max_bytes"];
+
+/// `#{strip_components, max_files, max_bytes}`.
+fn extract_opts(m: &Map) -> Result<ExtractOptions, String> {
+    check_keys(m, EXTRACT_KEYS)?;
+    let d = ExtractOptions::default();
+    let strip = match m.get("strip_components").filter(|d| !d.is_unit()) {
+        None => 0,
+        Some(v) => match v.as_int() {
+            Ok(n) if (0..=64).contains(&n) => n as usize,
+            _ => {
+                return Err(format!(
+                    "option strip_components must be an integer from 0 to 64, got {v}"
+                ));
+            }
+        },
+    };
+    Ok(ExtractOptions {
+        strip_components: strip,
+        max_files: positive(m, "max_files", d.max_files)?,
+        max_bytes: positive(m, "max_bytes", d.max_bytes)?,
+    })
+}
+
+/// `fs::extract` through the session; in a plan, an archive `fs::fetch` only plans is
+/// reported on the step's stderr and counted as a change.
+fn extract_reporting(
+    h: &mut crate::host::Host,
+    run: &crate::host::api::Api,
+    archive: &str,
+    dest: &str,
+    o: &ExtractOptions,
+) -> Result<bool, CallError> {
+    Ok(match extract(h, archive, dest, o)? {
+        Extracted::Done(changed) => changed,
+        Extracted::Unknown => {
+            let line = format!(
+                "warning: fs::extract: {archive} is downloaded by fs::fetch only when applied: the files it unpacks into {dest} are listed then\n"
+            );
+            run.output.stderr(line.as_bytes());
+            true
+        }
+    })
+}
+
+host_fn! {
+    /// Unpack a tar (GNU sparse entries included), tar.gz, tar.xz or zip archive (told apart by
+    /// content) into directory `dest`, confined to it. The whole archive is checked first, each
+    /// entry against the tree as extracted so far (the archive's directories, files and symlinks,
+    /// and what is already below `dest`): an absolute name, a `..`, a symlink whose target is
+    /// absolute or, followed through the archive's links and those already below `dest`, leaves
+    /// `dest` (checked again against the whole tree), an entry below a symlink or a file, two
+    /// entries of different kinds at one path (both named), a name or link target with a control
+    /// character, a hard link, device, FIFO or PAX-format sparse file, an entry of another kind in
+    /// the way, over 100000 entries, over 1 GiB unpacked or an xz stream needing over 80 MiB to
+    /// decode fails the call naming the archive and entry, and nothing is written. In an apply the
+    /// extracts of one host root run one at a time (an exclusive `flock` on the root's `/`, held
+    /// from before the check to the last write), so two at once cannot together leave a link out of
+    /// `dest`. Then each directory, file and symlink that differs is its own effect (a plan lists
+    /// every file; a check reports each that drifted), written through a handle on `dest` opened
+    /// before the check that follows no symlink below it (see the rules: a symlink swapped in
+    /// meanwhile fails the write, never redirects it). No entry is held in memory: files are
+    /// compared by size and streamed SHA-256, and the apply streams the ones that differ into a
+    /// staging directory of its own inside the root (`/var/lib/skyhook/.extract/<boot
+    /// id>-<random>`, written through its handle, held by an `flock` while the call runs and
+    /// removed at its end; an agent's start removes only the ones nobody holds), then copies each
+    /// into place as a verified write (an archive that changed meanwhile fails the call, the file
+    /// left as it was); a plan's diff names the entry instead of diffing its content. Modes come
+    /// from the archive; files belong to root. In a plan, an archive `fs::fetch` only plans cannot
+    /// be listed: a warning says so on stderr and the call returns true.
+    #[host(ns = "fs", effects = [Mkdir, Chmod, Write, Symlink])]
+    fn extract(run: &Api, h: &mut Host, archive: S, dest: S) -> bool {
+        super::extract_reporting(h, run, &archive, &dest, &ExtractOptions::default())
+    }
+
+    /// As `extract`, with `#{strip_components}` (leading name components dropped, as `tar
+    /// --strip-components`) and the limits `#{max_files, max_bytes}`.
+    #[overload(options = EXTRACT_KEYS)]
+    fn extract_with_opts(run: &Api, h: &mut Host, archive: S, dest: S, opts: Map) -> bool {
+        let opts = extract_opts(&opts)?;
+        super::extract_reporting(h, run, &archive, &dest, &opts)
+    }
+}
+
+host_fns!(extract);

@@ -10,16 +10,92 @@
 //! ([`crate::host::root::open_beneath`]: `openat2(RESOLVE_BENEATH)`): the volume's
 //! symlinks (`key -> ..data/key`, `..data -> ..<timestamp>`) are followed, a name that leads
 //! out of it (an absolute symlink such as one to the agent's service-account token, or `..`
-//! above it) is [`HostError::ConfigMapOutside`] naming the key, and nothing outside is read.
+//! above it) is [`ConfigError::Outside`] naming the key, and nothing outside is read.
 //!
 //! [`HostOptions::configmaps_dir`]: crate::host::HostOptions::configmaps_dir
 //! [`HostOptions::node_metadata_dir`]: crate::host::HostOptions::node_metadata_dir
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::host::Host;
-use crate::host::root::error::{HostError, Result};
+use crate::host::root::error::HostError;
+
+/// A failure of a `config::` or `node::` function: the configMaps and node metadata are
+/// agent-side inputs, never the host root's state.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// What the session failed with (a read of an agent-side file, one that is not a
+    /// regular file or too large).
+    #[error(transparent)]
+    Host(#[from] HostError),
+
+    /// A configMap line is not `key=value`.
+    #[error("configMap {name:?} line {line}: expected key=value, got {text:?}")]
+    Line {
+        /// The configMap (file) name.
+        name: String,
+        /// The 1-based line number.
+        line: usize,
+        /// The line as found.
+        text: String,
+    },
+
+    /// `config::lines` or `config::kv` of a configMap that does not exist.
+    #[error("configMap {name:?} does not exist")]
+    Missing {
+        /// The configMap (file) name.
+        name: String,
+    },
+
+    /// A configMap read as text (`config::get`, `lines`, `kv`) is not valid UTF-8: a binary
+    /// configMap, which text functions would otherwise silently mangle.
+    #[error(
+        "configMap {name:?} is not UTF-8 text (invalid byte at offset {offset}); binary configMaps cannot be read as text"
+    )]
+    NotText {
+        /// The configMap (file) name.
+        name: String,
+        /// Byte offset of the first invalid sequence.
+        offset: usize,
+    },
+
+    /// A configMap name that leads out of the configMaps directory (a symlink to an absolute
+    /// path, or `..` above the directory): never followed.
+    #[error(
+        "configMap {name:?} leads out of the configMaps directory {} (a symlink to outside it)",
+        dir.display()
+    )]
+    Outside {
+        /// The configMap (file) name.
+        name: String,
+        /// The configMaps directory.
+        dir: PathBuf,
+    },
+
+    /// A node metadata file is not a JSON object.
+    #[error("failed to parse node metadata {}", path.display())]
+    Json {
+        /// The agent-side path.
+        path: PathBuf,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl crate::host::api::AreaError for ConfigError {
+    fn depends_on_host(&self) -> bool {
+        match self {
+            ConfigError::Host(e) => e.depends_on_host(),
+            _ => false,
+        }
+    }
+}
+crate::host::api::area_error!(ConfigError);
+
+/// Result alias of this file.
+type Result<T, E = ConfigError> = std::result::Result<T, E>;
 
 /// The configMaps directory, and `name` when it can name a configMap (not empty, no `/`,
 /// not starting with `.`).
@@ -33,11 +109,11 @@ fn cm_dir<'h>(h: &'h Host, name: &str) -> Option<&'h Path> {
 /// Open the configMap `name` in `dir`, confined to `dir` (see the module docs) with `flags`.
 ///
 /// # Errors
-/// [`HostError::ConfigMapOutside`] when it leads out of `dir`; the inner `io::Result` is
+/// [`ConfigError::Outside`] when it leads out of `dir`; the inner `io::Result` is
 /// the open's other outcome, for the caller to map.
 fn open(dir: &Path, name: &str, flags: libc::c_int) -> Result<std::io::Result<std::fs::File>> {
     match crate::host::root::open_beneath(dir, Path::new(name), flags) {
-        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => Err(HostError::ConfigMapOutside {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => Err(ConfigError::Outside {
             name: name.into(),
             dir: dir.to_path_buf(),
         }),
@@ -50,7 +126,7 @@ fn open(dir: &Path, name: &str, flags: libc::c_int) -> Result<std::io::Result<st
 ///
 /// # Errors
 /// [`HostError::AgentFile`] when the directory exists but cannot be listed;
-/// [`HostError::ConfigMapOutside`] for a name that leads out of it.
+/// [`ConfigError::Outside`] for a name that leads out of it.
 pub fn names(h: &Host) -> Result<Vec<String>> {
     let Some(dir) = &h.options().configmaps_dir else {
         return Ok(Vec::new());
@@ -62,7 +138,8 @@ pub fn names(h: &Host) -> Result<Vec<String>> {
             return Err(HostError::AgentFile {
                 path: dir.clone(),
                 source,
-            });
+            }
+            .into());
         }
     };
     let mut out = Vec::new();
@@ -84,10 +161,18 @@ pub fn names(h: &Host) -> Result<Vec<String>> {
     Ok(out)
 }
 
+host_fn! {
+    /// Sorted configMap names.
+    #[host(ns = "config", effects = ReadsAgent)]
+    fn names(h: &mut Host) -> rhai::Array {
+        Ok(convert::array(super::names(h)?))
+    }
+}
+
 /// The configMap's bytes, `None` when absent (or not a file).
 ///
 /// # Errors
-/// [`HostError::ConfigMapOutside`] when it leads out of the directory;
+/// [`ConfigError::Outside`] when it leads out of the directory;
 /// [`HostError::AgentFile`] on a read failure other than "not found";
 /// [`HostError::NotRegular`] for a FIFO, device or socket and [`HostError::FileTooLarge`]
 /// above [`crate::host::files::fs::MAX_READ_BYTES`] (as for every file read whole).
@@ -101,7 +186,7 @@ fn read(h: &Host, name: &str) -> Result<Option<Vec<u8>>> {
     let f = match open(dir, name, libc::O_PATH)? {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(HostError::AgentFile { path: p, source }),
+        Err(source) => return Err(HostError::AgentFile { path: p, source }.into()),
     };
     let m = f.metadata().map_err(|source| HostError::AgentFile {
         path: p.clone(),
@@ -118,24 +203,33 @@ fn read(h: &Host, name: &str) -> Result<Option<Vec<u8>>> {
     match crate::host::files::fs::read_open_local(&p, f)? {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == std::io::ErrorKind::IsADirectory => Ok(None),
-        Err(source) => Err(HostError::AgentFile { path: p, source }),
+        Err(source) => Err(HostError::AgentFile { path: p, source }.into()),
     }
 }
 
 /// `config::get(name)`: the configMap's text, `None` when absent.
 ///
 /// # Errors
-/// [`HostError::ConfigMapNotText`] when the content is not UTF-8 (a binary configMap);
+/// [`ConfigError::NotText`] when the content is not UTF-8 (a binary configMap);
 /// [`HostError::AgentFile`] on a read failure other than "not found".
 pub fn get(h: &Host, name: &str) -> Result<Option<String>> {
     match read(h, name)? {
         None => Ok(None),
         Some(b) => String::from_utf8(b)
             .map(Some)
-            .map_err(|e| HostError::ConfigMapNotText {
+            .map_err(|e| ConfigError::NotText {
                 name: name.into(),
                 offset: e.utf8_error().valid_up_to(),
             }),
+    }
+}
+
+host_fn! {
+    /// The configMap's text, or `()`; a configMap that is not UTF-8 text (binary) is an error
+    /// naming it (`config::has` still sees it).
+    #[host(ns = "config", effects = ReadsAgent)]
+    fn get(h: &mut Host, name: S) -> rhai::Dynamic {
+        Ok(convert::opt(super::get(h, &name)?))
     }
 }
 
@@ -147,14 +241,22 @@ pub fn has(h: &Host, name: &str) -> Result<bool> {
     Ok(read(h, name)?.is_some())
 }
 
+host_fn! {
+    /// True when the configMap exists.
+    #[host(ns = "config", effects = ReadsAgent)]
+    fn has(h: &mut Host, name: S) -> bool {
+        Ok(super::has(h, &name)?)
+    }
+}
+
 fn need(h: &Host, name: &str) -> Result<String> {
-    get(h, name)?.ok_or_else(|| HostError::ConfigMapMissing { name: name.into() })
+    get(h, name)?.ok_or_else(|| ConfigError::Missing { name: name.into() })
 }
 
 /// `config::lines(name)`: the lines, trimmed, without blank lines and `#` comments.
 ///
 /// # Errors
-/// [`HostError::ConfigMapMissing`]; read failures.
+/// [`ConfigError::Missing`]; read failures.
 pub fn lines(h: &Host, name: &str) -> Result<Vec<String>> {
     Ok(need(h, name)?
         .lines()
@@ -164,21 +266,38 @@ pub fn lines(h: &Host, name: &str) -> Result<Vec<String>> {
         .collect())
 }
 
+host_fn! {
+    /// Lines, trimmed, without blank lines and `#` comments; an error when missing.
+    #[host(ns = "config", effects = ReadsAgent)]
+    fn lines(h: &mut Host, name: S) -> rhai::Array {
+        Ok(convert::array(super::lines(h, &name)?))
+    }
+}
+
 /// `config::kv(name)`: a map from `key=value` lines (spaces around `=` and the line allowed,
 /// blank lines and `#` comments skipped, a later key wins).
 ///
 /// # Errors
-/// [`HostError::ConfigMapLine`] naming the configMap and 1-based line number of a line
-/// without `=` or with an empty key; [`HostError::ConfigMapMissing`].
+/// [`ConfigError::Line`] naming the configMap and 1-based line number of a line
+/// without `=` or with an empty key; [`ConfigError::Missing`].
 pub fn kv(h: &Host, name: &str) -> Result<BTreeMap<String, String>> {
     parse_kv(name, &need(h, name)?)
+}
+
+host_fn! {
+    /// A map from `key=value` lines; a malformed line is an error naming the configMap and line
+    /// number.
+    #[host(ns = "config", effects = ReadsAgent)]
+    fn kv(h: &mut Host, name: S) -> rhai::Map {
+        Ok(convert::map(super::kv(h, &name)?))
+    }
 }
 
 /// The map of [`kv`] from configMap `name`'s `text` (the parser alone, for the fuzz targets
 /// in `tests/fuzz/`).
 ///
 /// # Errors
-/// [`HostError::ConfigMapLine`] as [`kv`].
+/// [`ConfigError::Line`] as [`kv`].
 #[doc(hidden)]
 pub fn parse_kv(name: &str, text: &str) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
@@ -192,7 +311,7 @@ pub fn parse_kv(name: &str, text: &str) -> Result<BTreeMap<String, String>> {
                 out.insert(k.trim().to_string(), v.trim().to_string());
             }
             _ => {
-                return Err(HostError::ConfigMapLine {
+                return Err(ConfigError::Line {
                     name: name.into(),
                     line: i + 1,
                     text: raw.to_string(),
@@ -213,17 +332,25 @@ fn metadata(h: &Host, file: &str) -> Result<serde_json::Map<String, serde_json::
     let bytes = match crate::host::files::fs::read_local(&p)? {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
-        Err(source) => return Err(HostError::AgentFile { path: p, source }),
+        Err(source) => return Err(HostError::AgentFile { path: p, source }.into()),
     };
-    serde_json::from_slice(&bytes).map_err(|source| HostError::Json { path: p, source })
+    serde_json::from_slice(&bytes).map_err(|source| ConfigError::Json { path: p, source })
 }
 
 /// `node::labels()`: the node's labels (`labels.json`), empty when absent.
 ///
 /// # Errors
-/// [`HostError::Json`] when the file is not a JSON object; read failures.
+/// [`ConfigError::Json`] when the file is not a JSON object; read failures.
 pub fn labels(h: &Host) -> Result<serde_json::Map<String, serde_json::Value>> {
     metadata(h, "labels.json")
+}
+
+host_fn! {
+    /// The node's labels (empty when unknown).
+    #[host(ns = "node", effects = ReadsAgent)]
+    fn labels(h: &mut Host) -> rhai::Map {
+        Ok(convert::json_map(super::labels(h)?))
+    }
 }
 
 /// `node::annotations()`: the node's annotations (`annotations.json`), empty when absent.
@@ -234,6 +361,14 @@ pub fn annotations(h: &Host) -> Result<serde_json::Map<String, serde_json::Value
     metadata(h, "annotations.json")
 }
 
+host_fn! {
+    /// The node's annotations (empty when unknown).
+    #[host(ns = "node", effects = ReadsAgent)]
+    fn annotations(h: &mut Host) -> rhai::Map {
+        Ok(convert::json_map(super::annotations(h)?))
+    }
+}
+
 /// `node::packages()`: the operator's packages map (`packages.json`), empty when absent.
 ///
 /// # Errors
@@ -242,107 +377,37 @@ pub fn packages(h: &Host) -> Result<serde_json::Map<String, serde_json::Value>> 
     metadata(h, "packages.json")
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::ImmutableString as S;
-
-    use crate::host::api::convert;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::{FnDoc, NAME};
-    use crate::host::api::host_fn;
-    use crate::host::files::config;
-
-    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
-        (
-            "config",
-            "configMaps — `config::`",
-            "Files under `SKYHOOK_DIR/configmaps/` (for `skyhook-run`, the `--configmaps` folder). Names starting with `.` are never listed. A configMap is opened confined to that folder (`openat2(RESOLVE_BENEATH)`): symlinks inside it are followed (a configMap volume's `key -> ..data/key`, `..data -> ..<timestamp>`), one that leads out of it (absolute, or `..` above the folder) is an error naming the key, for `config::get`, `has`, `lines`, `kv` and `names`, and nothing outside is read. Like files under the host root, a configMap, node metadata file or secret is read only when it is a regular file of at most 64 MiB.",
-        ),
-        (
-            "node",
-            "Node metadata — `node::`",
-            "From the operator's `SKYHOOK_DIR/node-metadata/` JSON files.",
-        ),
-    ];
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "config",
-            "has",
-            &[NAME],
-            "bool",
-            ReadsAgent,
-            "True when the configMap exists.",
-            |h, n: S| Ok(config::has(h, &n)?)
-        ),
-        host_fn!(
-            "config",
-            "get",
-            &[NAME],
-            "?",
-            ReadsAgent,
-            "The configMap's text, or `()`; a configMap that is not UTF-8 text (binary) is an error naming it (`config::has` still sees it).",
-            |h, n: S| Ok(convert::opt(config::get(h, &n)?))
-        ),
-        host_fn!(
-            "config",
-            "names",
-            &[],
-            "Array",
-            ReadsAgent,
-            "Sorted configMap names.",
-            |h| Ok(convert::array(config::names(h)?))
-        ),
-        host_fn!(
-            "config",
-            "lines",
-            &[NAME],
-            "Array",
-            ReadsAgent,
-            "Lines, trimmed, without blank lines and `#` comments; an error when missing.",
-            |h, n: S| Ok(convert::array(config::lines(h, &n)?))
-        ),
-        host_fn!(
-            "config",
-            "kv",
-            &[NAME],
-            "Map",
-            ReadsAgent,
-            "A map from `key=value` lines; a malformed line is an error naming the configMap and line number.",
-            |h, n: S| Ok(convert::map(config::kv(h, &n)?))
-        ),
-        host_fn!(
-            "node",
-            "labels",
-            &[],
-            "Map",
-            ReadsAgent,
-            "The node's labels (empty when unknown).",
-            |h| Ok(convert::json_map(config::labels(h)?))
-        ),
-        host_fn!(
-            "node",
-            "annotations",
-            &[],
-            "Map",
-            ReadsAgent,
-            "The node's annotations (empty when unknown).",
-            |h| Ok(convert::json_map(config::annotations(h)?))
-        ),
-        host_fn!(
-            "node",
-            "packages",
-            &[],
-            "Map",
-            ReadsAgent,
-            "The operator's packages map for the node (empty when unknown).",
-            |h| Ok(convert::json_map(config::packages(h)?))
-        ),
-    ];
+host_fn! {
+    /// The operator's packages map for the node (empty when unknown).
+    #[host(ns = "node", effects = ReadsAgent)]
+    fn packages(h: &mut Host) -> rhai::Map {
+        Ok(convert::json_map(super::packages(h)?))
+    }
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::ImmutableString as S;
+}
+use prelude::*;
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "config",
+        "configMaps — `config::`",
+        "Files under `SKYHOOK_DIR/configmaps/` (for `skyhook-run`, the `--configmaps` folder). Names starting with `.` are never listed. A configMap is opened confined to that folder (`openat2(RESOLVE_BENEATH)`): symlinks inside it are followed (a configMap volume's `key -> ..data/key`, `..data -> ..<timestamp>`), one that leads out of it (absolute, or `..` above the folder) is an error naming the key, for `config::get`, `has`, `lines`, `kv` and `names`, and nothing outside is read. Like files under the host root, a configMap, node metadata file or secret is read only when it is a regular file of at most 64 MiB.",
+    ),
+    (
+        "node",
+        "Node metadata — `node::`",
+        "From the operator's `SKYHOOK_DIR/node-metadata/` JSON files.",
+    ),
+];
+
+host_fns!(has, get, names, lines, kv, labels, annotations, packages);
 
 #[cfg(test)]
 mod tests {
@@ -384,7 +449,7 @@ mod tests {
         );
         assert!(matches!(
             lines(&h, "nope"),
-            Err(HostError::ConfigMapMissing { .. })
+            Err(ConfigError::Missing { .. })
         ));
         assert_eq!(labels(&h).unwrap()["gpu"], "a100");
         assert!(annotations(&h).unwrap().is_empty());

@@ -265,6 +265,33 @@ pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<
     Ok(changed)
 }
 
+host_fn! {
+    /// Make directory `dst` hold a copy of the tree at `src`, as `cp -a src/. dst/`: directories,
+    /// regular files and symlinks (copied as links) with their modes and numeric owners; what `dst`
+    /// has beyond `src` is kept. The source is walked and checked first (at most 100000 entries and
+    /// 1 GiB of files; a FIFO, socket or device, or an entry of another kind in the way at `dst`,
+    /// is an error naming it; `dst` inside `src` is an error), so a bad tree changes nothing; then
+    /// each entry that differs is its own effect, which a plan lists and a check reports, read and
+    /// written through handles on `src` and `dst` opened before the walk that follow no symlink
+    /// below them (see the rules: a directory swapped for a symlink meanwhile fails the call, never
+    /// redirects a write). Files are compared by size, then by streamed SHA-256, and copied by
+    /// streaming (never read whole: a file of any size is copied, verified against the source's
+    /// digest, so a source that changed meanwhile fails the call and its destination is left as it
+    /// was); a plan's diff names the copy instead of diffing its content.
+    #[host(ns = "fs", effects = [Mkdir, Chmod, Chown, Write, Symlink])]
+    fn copy_tree(h: &mut Host, src: S, dst: S) -> bool {
+        Ok(super::copy_tree(h, &src, &dst, &TreeOptions::default())?)
+    }
+
+    /// As `copy_tree`, with the limits `#{max_files, max_bytes}` (entries below `src`, total bytes
+    /// of its files).
+    #[overload(options = TREE_KEYS)]
+    fn copy_tree_with_opts(h: &mut Host, src: S, dst: S, opts: Map) -> bool {
+        let opts = tree_opts(&opts)?;
+        Ok(super::copy_tree(h, &src, &dst, &opts)?)
+    }
+}
+
 /// Bring the file at `dst` to a copy of the regular file at `src` with the given attributes
 /// (`None`: keep), without holding either whole: unchanged when the session sees the same
 /// size and SHA-256 at both ([`copy_needed`]); the same content with other attributes is a
@@ -450,56 +477,26 @@ pub(crate) fn between_check_and_write() {
     }
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{ImmutableString as S, Map};
-
-    use crate::host::api::convert::check_keys;
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::OPTS;
-    use crate::host::api::host_fn;
-    use crate::host::files::copy_tree::{self, TreeOptions};
-    use crate::host::files::fs::rows::positive;
-
-    /// The option keys of `fs::copy_tree`.
-    const TREE_KEYS: &[&str] = &["max_files", "max_bytes"];
-
-    /// `#{max_files, max_bytes}`.
-    fn tree_opts(m: &Map) -> Result<TreeOptions, String> {
-        check_keys(m, TREE_KEYS)?;
-        let d = TreeOptions::default();
-        Ok(TreeOptions {
-            max_files: positive(m, "max_files", d.max_files)?,
-            max_bytes: positive(m, "max_bytes", d.max_bytes)?,
-        })
-    }
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "fs",
-            "copy_tree",
-            &[("src", "String"), ("dst", "String")],
-            "bool",
-            Submits(&[Mkdir, Chmod, Chown, Write, Symlink]),
-            "Make directory `dst` hold a copy of the tree at `src`, as `cp -a src/. dst/`: directories, regular files and symlinks (copied as links) with their modes and numeric owners; what `dst` has beyond `src` is kept. The source is walked and checked first (at most 100000 entries and 1 GiB of files; a FIFO, socket or device, or an entry of another kind in the way at `dst`, is an error naming it; `dst` inside `src` is an error), so a bad tree changes nothing; then each entry that differs is its own effect, which a plan lists and a check reports, read and written through handles on `src` and `dst` opened before the walk that follow no symlink below them (see the rules: a directory swapped for a symlink meanwhile fails the call, never redirects a write). Files are compared by size, then by streamed SHA-256, and copied by streaming (never read whole: a file of any size is copied, verified against the source's digest, so a source that changed meanwhile fails the call and its destination is left as it was); a plan's diff names the copy instead of diffing its content.",
-            |h, s: S, d: S| Ok(copy_tree::copy_tree(h, &s, &d, &TreeOptions::default())?)
-        ),
-        host_fn!(
-            "fs",
-            "copy_tree",
-            &[("src", "String"), ("dst", "String"), OPTS],
-            "bool",
-            Submits(&[Mkdir, Chmod, Chown, Write, Symlink]),
-            "As `copy_tree`, with the limits `#{max_files, max_bytes}` (entries below `src`, total bytes of its files).",
-            options = TREE_KEYS,
-            |h, s: S, d: S, o: Map| {
-                let o = tree_opts(&o)?;
-                Ok(copy_tree::copy_tree(h, &s, &d, &o)?)
-            }
-        ),
-    ];
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert::check_keys;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use crate::host::files::fs::positive;
+    pub(super) use rhai::{ImmutableString as S, Map};
 }
+use prelude::*;
+
+/// The option keys of `fs::copy_tree`.
+const TREE_KEYS: &[&str] = &["max_files", "max_bytes"];
+
+/// `#{max_files, max_bytes}`.
+fn tree_opts(m: &Map) -> Result<TreeOptions, String> {
+    check_keys(m, TREE_KEYS)?;
+    let d = TreeOptions::default();
+    Ok(TreeOptions {
+        max_files: positive(m, "max_files", d.max_files)?,
+        max_bytes: positive(m, "max_bytes", d.max_bytes)?,
+    })
+}
+
+host_fns!(copy_tree);

@@ -14,14 +14,46 @@ use std::path::{Path, PathBuf};
 
 use crate::host::Host;
 use crate::host::effects::effect::Effect;
-use crate::host::effects::lines::Lines;
 use crate::host::effects::session::Stat;
-use crate::host::effects::session::{LineEdit, edit_lines};
+
 use crate::host::root::EntryKind;
 use crate::host::root::error::{HostError, Result};
 
+mod lines;
+
 pub use crate::host::root::read::MAX_READ_BYTES;
 use crate::host::root::read::{check_regular, text};
+pub use lines::{LineOptions, ensure_block, ensure_line, remove_block, remove_line};
+
+/// A failure of an `fs::` function of its own; everything else is the session's
+/// [`HostError`].
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    /// What the session failed with.
+    #[error(transparent)]
+    Host(#[from] HostError),
+
+    /// A glob pattern did not compile.
+    #[error("invalid glob pattern {pattern:?}")]
+    Glob {
+        /// The pattern as given.
+        pattern: String,
+        /// The compile error.
+        #[source]
+        source: globset::Error,
+    },
+}
+
+impl crate::host::api::AreaError for FsError {
+    /// A bad pattern is a bad argument, not the host's state.
+    fn depends_on_host(&self) -> bool {
+        match self {
+            FsError::Host(e) => e.depends_on_host(),
+            FsError::Glob { .. } => false,
+        }
+    }
+}
+crate::host::api::area_error!(FsError);
 
 /// Options of `write`, `copy`: attributes to set (`None` keeps the existing file's).
 #[derive(Debug, Clone, Default)]
@@ -32,24 +64,6 @@ pub struct WriteOptions {
     pub owner: Option<String>,
     /// Group: a group name from the host root's `/etc/group`, or a number.
     pub group: Option<String>,
-}
-
-/// Options of `ensure_line`.
-#[derive(Debug, Clone)]
-pub struct LineOptions {
-    /// Replace the last line matching this regex (else append when absent).
-    pub regex: Option<String>,
-    /// Create a missing file (default true); false makes a missing file an error.
-    pub create: bool,
-}
-
-impl Default for LineOptions {
-    fn default() -> Self {
-        LineOptions {
-            regex: None,
-            create: true,
-        }
-    }
 }
 
 /// Read an agent-side file (configMaps, node metadata, secrets: outside the host root) as
@@ -94,7 +108,7 @@ pub fn host_path(p: &str) -> Result<PathBuf> {
     }
 }
 
-fn compile(pattern: &str) -> Result<regex::Regex> {
+pub(crate) fn compile(pattern: &str) -> Result<regex::Regex> {
     regex::Regex::new(pattern).map_err(|source| HostError::Regex {
         pattern: pattern.into(),
         source,
@@ -109,6 +123,14 @@ pub fn exists(h: &Host, p: &str) -> Result<bool> {
     Ok(h.view_stat(&host_path(p)?, true)?.is_some())
 }
 
+host_fn! {
+    /// True when `path` exists (following symlinks).
+    #[host(ns = "fs", effects = ReadsHost)]
+    fn exists(h: &mut Host, path: S) -> bool {
+        Ok(super::exists(h, &path)?)
+    }
+}
+
 /// `fs::is_file(p)`: true when `p` is a regular file (following symlinks).
 ///
 /// # Errors
@@ -118,6 +140,14 @@ pub fn is_file(h: &Host, p: &str) -> Result<bool> {
         .is_some_and(|s| s.kind == "file"))
 }
 
+host_fn! {
+    /// True when `path` is a regular file (following symlinks).
+    #[host(ns = "fs", effects = ReadsHost)]
+    fn is_file(h: &mut Host, path: S) -> bool {
+        Ok(super::is_file(h, &path)?)
+    }
+}
+
 /// `fs::is_dir(p)`: true when `p` is a directory (following symlinks).
 ///
 /// # Errors
@@ -125,6 +155,14 @@ pub fn is_file(h: &Host, p: &str) -> Result<bool> {
 pub fn is_dir(h: &Host, p: &str) -> Result<bool> {
     Ok(h.view_stat(&host_path(p)?, true)?
         .is_some_and(|s| s.kind == "dir"))
+}
+
+host_fn! {
+    /// True when `path` is a directory (following symlinks).
+    #[host(ns = "fs", effects = ReadsHost)]
+    fn is_dir(h: &mut Host, path: S) -> bool {
+        Ok(super::is_dir(h, &path)?)
+    }
 }
 
 /// `fs::read(p)`: the file's text.
@@ -141,6 +179,16 @@ pub fn read(h: &Host, p: &str) -> Result<String> {
     }
 }
 
+host_fn! {
+    /// The file's text; an error when it is missing, a directory, not a regular file (a FIFO,
+    /// device or socket), larger than 64 MiB or not UTF-8 (and the string size limit, 32 MiB,
+    /// applies to the text).
+    #[host(ns = "fs", effects = ReadsHost)]
+    fn read(h: &mut Host, path: S) -> String {
+        Ok(super::read(h, &path)?)
+    }
+}
+
 /// `fs::read_or(p, default)`: the file's text, or `default` when it does not exist.
 ///
 /// # Errors
@@ -150,6 +198,14 @@ pub fn read_or(h: &Host, p: &str, default: &str) -> Result<String> {
     match h.view_read(&path)? {
         Some(b) => text(&path, b),
         None => Ok(default.to_string()),
+    }
+}
+
+host_fn! {
+    /// The file's text, or `default` when it does not exist.
+    #[host(ns = "fs", effects = ReadsHost)]
+    fn read_or(h: &mut Host, path: S, default: S) -> String {
+        Ok(super::read_or(h, &path, &default)?)
     }
 }
 
@@ -165,6 +221,14 @@ pub fn list(h: &Host, dir: &str) -> Result<Vec<String>> {
     }
 }
 
+host_fn! {
+    /// Entry names of a directory, sorted; an error when it is missing.
+    #[host(ns = "fs", effects = ReadsHost)]
+    fn list(h: &mut Host, dir: S) -> rhai::Array {
+        Ok(convert::array(super::list(h, &dir)?))
+    }
+}
+
 /// `fs::stat(p)`: `#{kind, size, mode, uid, gid, mtime}` of `p` itself (a final symlink is
 /// not followed, so `kind` can be `symlink`).
 ///
@@ -174,6 +238,23 @@ pub fn stat(h: &Host, p: &str) -> Result<Stat> {
     let path = host_path(p)?;
     h.view_stat(&path, false)?
         .ok_or(HostError::NotFound { path })
+}
+
+host_fn! {
+    /// `#{kind, size, mode, uid, gid, mtime}` of `path` itself (`kind`: `file`, `dir`, `symlink`,
+    /// `other`); an error when missing.
+    #[host(ns = "fs", effects = ReadsHost)]
+    fn stat(h: &mut Host, path: S) -> rhai::Map {
+        let st = super::stat(h, &path)?;
+        let mut m = Map::new();
+        m.insert("kind".into(), convert::s(st.kind));
+        m.insert("size".into(), Dynamic::from(st.size as i64));
+        m.insert("mode".into(), Dynamic::from(i64::from(st.mode)));
+        m.insert("uid".into(), Dynamic::from(i64::from(st.uid)));
+        m.insert("gid".into(), Dynamic::from(i64::from(st.gid)));
+        m.insert("mtime".into(), Dynamic::from(st.mtime));
+        Ok(m)
+    }
 }
 
 fn has_meta(s: &str) -> bool {
@@ -188,7 +269,7 @@ fn has_meta(s: &str) -> bool {
 ///
 /// # Errors
 /// Relative or invalid pattern; directory read failures.
-pub fn glob(h: &Host, pattern: &str) -> Result<Vec<String>> {
+pub fn glob(h: &Host, pattern: &str) -> Result<Vec<String>, FsError> {
     let path = host_path(pattern)?;
     let norm = crate::host::root::normalize(&path);
     let comps: Vec<String> = norm
@@ -206,7 +287,7 @@ pub fn glob(h: &Host, pattern: &str) -> Result<Vec<String>> {
     let matcher = globset::GlobBuilder::new(&norm.to_string_lossy())
         .literal_separator(true)
         .build()
-        .map_err(|source| HostError::Glob {
+        .map_err(|source| FsError::Glob {
             pattern: pattern.into(),
             source,
         })?
@@ -220,6 +301,14 @@ pub fn glob(h: &Host, pattern: &str) -> Result<Vec<String>> {
     walk(h, &base, rest.len(), unlimited, &matcher, &mut out)?;
     out.sort();
     Ok(out)
+}
+
+host_fn! {
+    /// Sorted host paths matching an absolute pattern (`*`, `?`, `[abc]`, `{a,b}`, `**`).
+    #[host(ns = "fs", effects = ReadsHost)]
+    fn glob(h: &mut Host, pattern: S) -> rhai::Array {
+        Ok(convert::array(super::glob(h, &pattern)?))
+    }
 }
 
 fn walk(
@@ -363,7 +452,7 @@ fn put_needed(
 
 /// [`put_with`] for a caller that already holds the path's lock (a read-modify-write that
 /// read the content it changes under the lock).
-fn put_locked(
+pub(crate) fn put_locked(
     h: &mut Host,
     path: &Path,
     content: Vec<u8>,
@@ -398,6 +487,23 @@ pub fn write(h: &mut Host, p: &str, content: &str, opts: &WriteOptions) -> Resul
     write_bytes(h, p, content.as_bytes(), opts)
 }
 
+host_fn! {
+    /// Replace the file's content atomically; an existing file keeps its mode, owner and extended
+    /// attributes; a symlink's target is written.
+    #[host(ns = "fs", effects = [Write, Chmod, Chown])]
+    fn write(h: &mut Host, path: S, content: S) -> bool {
+        Ok(super::write(h, &path, &content, &WriteOptions::default())?)
+    }
+
+    /// As `write`, also setting `#{mode, owner, group}` (mode `0o644` or `"0644"`; owner and group
+    /// names from the root's /etc/passwd and /etc/group, or numbers).
+    #[overload(options = WRITE_KEYS)]
+    fn write_with_opts(h: &mut Host, path: S, content: S, opts: Map) -> bool {
+        let opts = write_opts(&opts)?;
+        Ok(super::write(h, &path, &content, &opts)?)
+    }
+}
+
 /// [`write`](fn@write) with raw bytes.
 ///
 /// # Errors
@@ -425,6 +531,14 @@ pub fn append(h: &mut Host, p: &str, content: &str) -> Result<bool> {
         cur.extend_from_slice(content.as_bytes());
         Ok(Some(cur))
     })
+}
+
+host_fn! {
+    /// Append to the file (created when missing); changed whenever `content` is not empty.
+    #[host(ns = "fs", effects = [Write])]
+    fn append(h: &mut Host, path: S, content: S) -> bool {
+        Ok(super::append(h, &path, &content)?)
+    }
 }
 
 /// A read-modify-write of the file at `path`. `compute` reads the current state through the
@@ -470,154 +584,6 @@ pub(crate) fn edit_with(
     changed
 }
 
-/// A read-modify-write of the lines of the text file at `path` through the session's line
-/// view ([`edit_lines`]); a file whose lines no longer describe its bytes is
-/// written whole as `put` writes, under the lock the edit took.
-fn edit_view(
-    h: &mut Host,
-    path: &Path,
-    change: impl Fn(&mut Lines, bool) -> Result<bool>,
-) -> Result<bool> {
-    match edit_lines(h, path, change)? {
-        LineEdit::Done(changed) => Ok(changed),
-        LineEdit::Irregular { content, lock } => {
-            let changed = put_locked(h, path, content, (None, None, None), |_| Ok(()));
-            drop(lock);
-            changed
-        }
-    }
-}
-
-/// `line` as `fs::ensure_line` takes it: one line, which reads back as itself.
-///
-/// # Errors
-/// [`HostError::Invalid`] naming the line and why.
-fn one_line(line: &str) -> Result<()> {
-    let why = if line.contains('\n') {
-        "contains a line break (\\n)"
-    } else if line.ends_with('\r') {
-        "ends with a carriage return (\\r), which is read as part of the line ending"
-    } else {
-        return Ok(());
-    };
-    Err(HostError::Invalid {
-        what: "line",
-        message: format!(
-            "{line:?} {why}: fs::ensure_line compares and adds a single line, so this one would \
-             be added again on every run (use fs::ensure_block for several lines)"
-        ),
-    })
-}
-
-/// `fs::ensure_line(p, line, #{regex, create})`: without `regex`, append `line` when no line
-/// equals it. With `regex`, replace the *last* line matching it by `line` (unchanged when it
-/// already equals `line`); when none matches, append `line` unless present. In apply mode
-/// the decision is made on content read under the path's lock (`edit_view`). Repeated
-/// calls on one file cost O(1) each (plus the write when one changes it) without `regex`,
-/// O(lines) with it.
-///
-/// # Errors
-/// `line` is not one line (it contains `\n`, or ends with `\r`, which the next read drops):
-/// [`HostError::Invalid`], nothing read or written (such a line never reads back as itself,
-/// so every run would append it again); invalid regex; missing file with `create: false`
-/// ([`HostError::NotFound`]); non-text file; the path's lock file cannot be created or
-/// locked (apply mode).
-pub fn ensure_line(h: &mut Host, p: &str, line: &str, opts: &LineOptions) -> Result<bool> {
-    one_line(line)?;
-    let path = host_path(p)?;
-    let re = opts.regex.as_deref().map(compile).transpose()?;
-    edit_view(h, &path, |lines, exists| {
-        if !exists && !opts.create {
-            return Err(HostError::NotFound { path: path.clone() });
-        }
-        let last_match = re
-            .as_ref()
-            .and_then(|re| lines.iter().rposition(|l| re.is_match(l)));
-        match last_match {
-            Some(i) if lines.get(i) == line => return Ok(false),
-            Some(i) => lines.replace(i, line),
-            None if lines.contains(line) => return Ok(false),
-            None => lines.push(line),
-        }
-        Ok(true)
-    })
-}
-
-/// `fs::remove_line(p, regex)`: remove every line matching `regex`. A missing file is
-/// unchanged. In apply mode under the path's lock, as [`ensure_line`].
-///
-/// # Errors
-/// Invalid regex; non-text file; the lock (apply mode).
-pub fn remove_line(h: &mut Host, p: &str, regex: &str) -> Result<bool> {
-    let path = host_path(p)?;
-    let re = compile(regex)?;
-    edit_view(h, &path, |lines, exists| {
-        Ok(exists && lines.remove_where(|l| re.is_match(l)))
-    })
-}
-
-fn markers(id: &str) -> Result<(String, String)> {
-    if id.is_empty() || id.contains(['\n', '\r']) {
-        return Err(HostError::Invalid {
-            what: "block id",
-            message: format!("{id:?} must be a non-empty single line"),
-        });
-    }
-    Ok((
-        format!("# BEGIN skyhook {id}"),
-        format!("# END skyhook {id}"),
-    ))
-}
-
-/// The line range of block `id` (BEGIN..=END), when both markers are present in order
-/// (O(1) when the BEGIN marker is absent).
-fn find_block(lines: &Lines, begin: &str, end: &str) -> Option<(usize, usize)> {
-    let b = lines.position_from(0, begin)?;
-    let e = lines.position_from(b, end)?;
-    Some((b, e))
-}
-
-/// `fs::ensure_block(p, id, content)`: a managed block of `content`'s lines between
-/// `# BEGIN skyhook <id>` and `# END skyhook <id>`; replaced in place when present, else
-/// appended (file created when missing). In apply mode under the path's lock, as
-/// [`ensure_line`], so blocks of concurrent sessions in the same file are all kept.
-///
-/// # Errors
-/// Invalid id (empty or multi-line); non-text file; the lock (apply mode).
-pub fn ensure_block(h: &mut Host, p: &str, id: &str, content: &str) -> Result<bool> {
-    let path = host_path(p)?;
-    let (begin, end) = markers(id)?;
-    let mut block = vec![begin.as_str()];
-    block.extend(content.lines());
-    block.push(end.as_str());
-    edit_view(h, &path, |lines, _| {
-        match find_block(lines, &begin, &end) {
-            Some((b, e)) if lines.range_eq(b..e + 1, &block) => return Ok(false),
-            Some((b, e)) => lines.splice(b..e + 1, &block),
-            None => lines.splice(lines.len()..lines.len(), &block),
-        }
-        Ok(true)
-    })
-}
-
-/// `fs::remove_block(p, id)`: remove the managed block `id` (markers included). Unchanged
-/// when the file or the block is absent. In apply mode under the path's lock, as
-/// [`ensure_line`].
-///
-/// # Errors
-/// Invalid id; non-text file; the lock (apply mode).
-pub fn remove_block(h: &mut Host, p: &str, id: &str) -> Result<bool> {
-    let path = host_path(p)?;
-    let (begin, end) = markers(id)?;
-    edit_view(h, &path, |lines, exists| {
-        let Some((b, e)) = find_block(lines, &begin, &end).filter(|_| exists) else {
-            return Ok(false);
-        };
-        lines.splice(b..e + 1, &[]);
-        Ok(true)
-    })
-}
-
 /// `fs::mkdir(p)` / `fs::mkdir(p, mode)`: create a directory (default mode 0755) and its
 /// missing parents (always 0755, like `mkdir -p` under umask 022; modes are set exactly in
 /// apply, whatever the agent's umask, and planned the same). An existing directory is
@@ -648,6 +614,22 @@ pub fn mkdir(h: &mut Host, p: &str, mode: Option<u32>) -> Result<bool> {
     }
 }
 
+host_fn! {
+    /// Create a directory and its parents (mode 0755).
+    #[host(ns = "fs", effects = [Mkdir, Chmod])]
+    fn mkdir(h: &mut Host, path: S) -> bool {
+        Ok(super::mkdir(h, &path, None)?)
+    }
+
+    /// Create a directory and its missing parents (those 0755) with `mode` (int or octal string);
+    /// an existing one is chmod-ed when it differs.
+    #[overload]
+    fn mkdir_with_mode(h: &mut Host, path: S, mode: Dynamic) -> bool {
+        let mode = convert::mode(&mode)?;
+        Ok(super::mkdir(h, &path, Some(mode))?)
+    }
+}
+
 /// `fs::remove(p)`: remove a file, symlink (not its target) or empty directory. Unchanged
 /// when absent. In apply mode the removal is decided again under the path's lock
 /// ([`crate::host::root::pathlock`]) before it is made.
@@ -656,6 +638,14 @@ pub fn mkdir(h: &mut Host, p: &str, mode: Option<u32>) -> Result<bool> {
 /// A non-empty directory; removal failures; the lock (apply mode).
 pub fn remove(h: &mut Host, p: &str) -> Result<bool> {
     remove_with(h, p, |_| Ok(()))
+}
+
+host_fn! {
+    /// Remove a file, a symlink (not its target) or an empty directory; absent is unchanged.
+    #[host(ns = "fs", effects = [Remove])]
+    fn remove(h: &mut Host, path: S) -> bool {
+        Ok(super::remove(h, &path)?)
+    }
 }
 
 /// [`remove`] that calls `before` once the removal is needed, right before it is submitted,
@@ -717,6 +707,15 @@ pub fn remove_all(h: &mut Host, p: &str) -> Result<bool> {
     Ok(true)
 }
 
+host_fn! {
+    /// Remove a tree (a symlink itself, not its target); absent is unchanged. A mount point at or
+    /// below the path fails in every mode, naming it, and nothing is removed.
+    #[host(ns = "fs", effects = [RemoveAll])]
+    fn remove_all(h: &mut Host, path: S) -> bool {
+        Ok(super::remove_all(h, &path)?)
+    }
+}
+
 /// `fs::copy(src, dst, #{mode, owner, group})`: make `dst` a copy of file `src` (both host
 /// paths). A new `dst` gets `src`'s mode unless `mode` is given; an existing one keeps its
 /// attributes unless set.
@@ -735,6 +734,21 @@ pub fn copy(h: &mut Host, src: &str, dst: &str, opts: &WriteOptions) -> Result<b
         mode = h.view_stat(&s, true)?.map(|st| st.mode);
     }
     put(h, &d, content, mode, uid, gid)
+}
+
+host_fn! {
+    /// Make `dst` a copy of file `src` (a new `dst` gets `src`'s mode).
+    #[host(ns = "fs", effects = [Write, Chmod, Chown])]
+    fn copy(h: &mut Host, src: S, dst: S) -> bool {
+        Ok(super::copy(h, &src, &dst, &WriteOptions::default())?)
+    }
+
+    /// As `copy`, also setting `#{mode, owner, group}`.
+    #[overload(options = WRITE_KEYS)]
+    fn copy_with_opts(h: &mut Host, src: S, dst: S, opts: Map) -> bool {
+        let opts = write_opts(&opts)?;
+        Ok(super::copy(h, &src, &dst, &opts)?)
+    }
 }
 
 /// `fs::chmod(p, mode)`: set permission bits (following symlinks).
@@ -757,6 +771,15 @@ pub fn chmod(h: &mut Host, p: &str, mode: u32) -> Result<bool> {
     Ok(true)
 }
 
+host_fn! {
+    /// Set permission bits (`0o600` or `"0600"`), following symlinks.
+    #[host(ns = "fs", effects = [Chmod])]
+    fn chmod(h: &mut Host, path: S, mode: Dynamic) -> bool {
+        let mode = convert::mode(&mode)?;
+        Ok(super::chmod(h, &path, mode)?)
+    }
+}
+
 /// `fs::chown(p, owner, group)`: set owner and/or group (`None` keeps; names resolved in the
 /// host root's `/etc/passwd` and `/etc/group`, or numbers), following symlinks.
 ///
@@ -774,6 +797,16 @@ pub fn chown(h: &mut Host, p: &str, owner: Option<&str>, group: Option<&str>) ->
     }
     h.submit(Effect::Chown { path, uid, gid })?;
     Ok(true)
+}
+
+host_fn! {
+    /// Set owner and group (names or numbers; `()` keeps), following symlinks.
+    #[host(ns = "fs", effects = [Chown])]
+    fn chown(h: &mut Host, path: S, owner: Dynamic, group: Dynamic) -> bool {
+        let owner = opt_scalar(&owner, "owner")?;
+        let group = opt_scalar(&group, "group")?;
+        Ok(super::chown(h, &path, owner.as_deref(), group.as_deref())?)
+    }
 }
 
 /// `fs::symlink(target, link)`: make `link` a symlink whose content is `target` (stored as
@@ -810,372 +843,88 @@ pub fn symlink(h: &mut Host, target: &str, link: &str) -> Result<bool> {
     Ok(true)
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Dynamic, ImmutableString as S, Map};
-
-    use crate::host::api::convert::{self, check_keys, opt_bool, opt_scalar, opt_string};
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::{OPTS, P};
-    use crate::host::api::host_fn;
-    use crate::host::files::fs::{self, LineOptions, WriteOptions};
-
-    /// The option keys of `fs::write` and `fs::copy`.
-    const WRITE_KEYS: &[&str] = &["mode", "owner", "group"];
-
-    /// `#{mode, owner, group}` (`()` values mean "keep").
-    fn write_opts(m: &Map) -> Result<WriteOptions, String> {
-        check_keys(m, WRITE_KEYS)?;
-        attribute_opts(m)
-    }
-
-    /// The `mode`, `owner` and `group` keys of an options map (`()` values mean "keep"), as
-    /// [`WriteOptions`]; the caller checks the map's keys. Shared by `fs::write`/`fs::copy`
-    /// and `fs::fetch`.
-    pub(crate) fn attribute_opts(m: &Map) -> Result<WriteOptions, String> {
-        let get = |k: &str| m.get(k).filter(|d| !d.is_unit());
-        Ok(WriteOptions {
-            mode: get("mode").map(convert::mode).transpose()?,
-            owner: get("owner")
-                .map(|d| opt_scalar(d, "owner"))
-                .transpose()?
-                .flatten(),
-            group: get("group")
-                .map(|d| opt_scalar(d, "group"))
-                .transpose()?
-                .flatten(),
-        })
-    }
-
-    /// `#{regex, create}`.
-    fn line_opts(m: &Map) -> Result<LineOptions, String> {
-        check_keys(m, &["regex", "create"])?;
-        Ok(LineOptions {
-            regex: opt_string(m, "regex")?,
-            create: opt_bool(m, "create", true)?,
-        })
-    }
-
-    /// A positive integer option `key` of `m`, or `default`.
-    pub(crate) fn positive(m: &Map, key: &str, default: u64) -> Result<u64, String> {
-        match m.get(key).filter(|d| !d.is_unit()) {
-            None => Ok(default),
-            Some(d) => match d.as_int() {
-                Ok(n) if n > 0 => Ok(n as u64),
-                _ => Err(format!("option {key} must be a positive integer, got {d}")),
-            },
-        }
-    }
-
-    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(
-        "fs",
-        "Files — `fs::`",
-        "Every path is an absolute host path resolved inside the host root (`..` and symlinks never leave it); a relative path is an error (\"paths must be absolute\"). Writes are atomic (temp file, fsync, rename). A file is read whole only when it is a regular file of at most 64 MiB: a FIFO, device or socket, or a larger file, fails the call with an error naming the path (and the limit) before anything is read, so it can neither block the step nor fill the agent's memory. That applies to `read`, `read_or`, the line and block edits, `append`, `copy` and the comparison `write` makes before replacing a file; `remove` and `remove_all` read no content into memory and have no size limit (any file, FIFO or socket).",
-    )];
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "fs",
-            "exists",
-            &[P],
-            "bool",
-            ReadsHost,
-            "True when `path` exists (following symlinks).",
-            |h, p: S| Ok(fs::exists(h, &p)?)
-        ),
-        host_fn!(
-            "fs",
-            "is_file",
-            &[P],
-            "bool",
-            ReadsHost,
-            "True when `path` is a regular file (following symlinks).",
-            |h, p: S| Ok(fs::is_file(h, &p)?)
-        ),
-        host_fn!(
-            "fs",
-            "is_dir",
-            &[P],
-            "bool",
-            ReadsHost,
-            "True when `path` is a directory (following symlinks).",
-            |h, p: S| Ok(fs::is_dir(h, &p)?)
-        ),
-        host_fn!(
-            "fs",
-            "read",
-            &[P],
-            "String",
-            ReadsHost,
-            "The file's text; an error when it is missing, a directory, not a regular file (a FIFO, device or socket), larger than 64 MiB or not UTF-8 (and the string size limit, 32 MiB, applies to the text).",
-            |h, p: S| Ok(fs::read(h, &p)?)
-        ),
-        host_fn!(
-            "fs",
-            "read_or",
-            &[P, ("default", "String")],
-            "String",
-            ReadsHost,
-            "The file's text, or `default` when it does not exist.",
-            |h, p: S, d: S| Ok(fs::read_or(h, &p, &d)?)
-        ),
-        host_fn!(
-            "fs",
-            "list",
-            &[("dir", "String")],
-            "Array",
-            ReadsHost,
-            "Entry names of a directory, sorted; an error when it is missing.",
-            |h, p: S| Ok(convert::array(fs::list(h, &p)?))
-        ),
-        host_fn!(
-            "fs",
-            "glob",
-            &[("pattern", "String")],
-            "Array",
-            ReadsHost,
-            "Sorted host paths matching an absolute pattern (`*`, `?`, `[abc]`, `{a,b}`, `**`).",
-            |h, p: S| Ok(convert::array(fs::glob(h, &p)?))
-        ),
-        host_fn!(
-            "fs",
-            "stat",
-            &[P],
-            "Map",
-            ReadsHost,
-            "`#{kind, size, mode, uid, gid, mtime}` of `path` itself (`kind`: `file`, `dir`, `symlink`, `other`); an error when missing.",
-            |h, p: S| {
-                let st = fs::stat(h, &p)?;
-                let mut m = Map::new();
-                m.insert("kind".into(), convert::s(st.kind));
-                m.insert("size".into(), Dynamic::from(st.size as i64));
-                m.insert("mode".into(), Dynamic::from(i64::from(st.mode)));
-                m.insert("uid".into(), Dynamic::from(i64::from(st.uid)));
-                m.insert("gid".into(), Dynamic::from(i64::from(st.gid)));
-                m.insert("mtime".into(), Dynamic::from(st.mtime));
-                Ok(m)
-            }
-        ),
-        host_fn!(
-            "fs",
-            "write",
-            &[P, ("content", "String")],
-            "bool",
-            Submits(&[Write, Chmod, Chown]),
-            "Replace the file's content atomically; an existing file keeps its mode, owner and extended attributes; a symlink's target is written.",
-            |h, p: S, c: S| Ok(fs::write(h, &p, &c, &WriteOptions::default())?)
-        ),
-        host_fn!(
-            "fs",
-            "write",
-            &[P, ("content", "String"), OPTS],
-            "bool",
-            Submits(&[Write, Chmod, Chown]),
-            "As `write`, also setting `#{mode, owner, group}` (mode `0o644` or `\"0644\"`; owner and group names from the root's /etc/passwd and /etc/group, or numbers).",
-            options = WRITE_KEYS,
-            |h, p: S, c: S, o: Map| {
-                let o = write_opts(&o)?;
-                Ok(fs::write(h, &p, &c, &o)?)
-            }
-        ),
-        host_fn!(
-            "fs",
-            "append",
-            &[P, ("content", "String")],
-            "bool",
-            Submits(&[Write]),
-            "Append to the file (created when missing); changed whenever `content` is not empty.",
-            |h, p: S, c: S| Ok(fs::append(h, &p, &c)?)
-        ),
-        host_fn!(
-            "fs",
-            "ensure_line",
-            &[P, ("line", "String")],
-            "bool",
-            Submits(&[Write]),
-            "Append `line` when no line equals it (the file is created when missing). `line` must be one line (no `\\n`, no final `\\r`).",
-            |h, p: S, l: S| Ok(fs::ensure_line(h, &p, &l, &LineOptions::default())?)
-        ),
-        host_fn!(
-            "fs",
-            "ensure_line",
-            &[P, ("line", "String"), OPTS],
-            "bool",
-            Submits(&[Write]),
-            "With `#{regex, create}`: replace the last line matching `regex` (else append when absent); `create: false` makes a missing file an error.",
-            options = &["regex", "create"],
-            |h, p: S, l: S, o: Map| {
-                let o = line_opts(&o)?;
-                Ok(fs::ensure_line(h, &p, &l, &o)?)
-            }
-        ),
-        host_fn!(
-            "fs",
-            "remove_line",
-            &[P, ("regex", "String")],
-            "bool",
-            Submits(&[Write]),
-            "Remove every line matching `regex`; a missing file is unchanged.",
-            |h, p: S, re: S| Ok(fs::remove_line(h, &p, &re)?)
-        ),
-        host_fn!(
-            "fs",
-            "ensure_block",
-            &[P, ("id", "String"), ("content", "String")],
-            "bool",
-            Submits(&[Write]),
-            "A managed block between `# BEGIN skyhook <id>` and `# END skyhook <id>`, replaced in place or appended.",
-            |h, p: S, id: S, c: S| Ok(fs::ensure_block(h, &p, &id, &c)?)
-        ),
-        host_fn!(
-            "fs",
-            "remove_block",
-            &[P, ("id", "String")],
-            "bool",
-            Submits(&[Write]),
-            "Remove the managed block `id`, markers included.",
-            |h, p: S, id: S| Ok(fs::remove_block(h, &p, &id)?)
-        ),
-        host_fn!(
-            "fs",
-            "mkdir",
-            &[P],
-            "bool",
-            Submits(&[Mkdir, Chmod]),
-            "Create a directory and its parents (mode 0755).",
-            |h, p: S| Ok(fs::mkdir(h, &p, None)?)
-        ),
-        host_fn!(
-            "fs",
-            "mkdir",
-            &[P, ("mode", "?")],
-            "bool",
-            Submits(&[Mkdir, Chmod]),
-            "Create a directory and its missing parents (those 0755) with `mode` (int or octal string); an existing one is chmod-ed when it differs.",
-            |h, p: S, m: Dynamic| {
-                let m = convert::mode(&m)?;
-                Ok(fs::mkdir(h, &p, Some(m))?)
-            }
-        ),
-        host_fn!(
-            "fs",
-            "remove",
-            &[P],
-            "bool",
-            Submits(&[Remove]),
-            "Remove a file, a symlink (not its target) or an empty directory; absent is unchanged.",
-            |h, p: S| Ok(fs::remove(h, &p)?)
-        ),
-        host_fn!(
-            "fs",
-            "remove_all",
-            &[P],
-            "bool",
-            Submits(&[RemoveAll]),
-            "Remove a tree (a symlink itself, not its target); absent is unchanged. A mount point at or below the path fails in every mode, naming it, and nothing is removed.",
-            |h, p: S| Ok(fs::remove_all(h, &p)?)
-        ),
-        host_fn!(
-            "fs",
-            "copy",
-            &[("src", "String"), ("dst", "String")],
-            "bool",
-            Submits(&[Write, Chmod, Chown]),
-            "Make `dst` a copy of file `src` (a new `dst` gets `src`'s mode).",
-            |h, s: S, d: S| Ok(fs::copy(h, &s, &d, &WriteOptions::default())?)
-        ),
-        host_fn!(
-            "fs",
-            "copy",
-            &[("src", "String"), ("dst", "String"), OPTS],
-            "bool",
-            Submits(&[Write, Chmod, Chown]),
-            "As `copy`, also setting `#{mode, owner, group}`.",
-            options = WRITE_KEYS,
-            |h, s: S, d: S, o: Map| {
-                let o = write_opts(&o)?;
-                Ok(fs::copy(h, &s, &d, &o)?)
-            }
-        ),
-        host_fn!(
-            "fs",
-            "chmod",
-            &[P, ("mode", "?")],
-            "bool",
-            Submits(&[Chmod]),
-            "Set permission bits (`0o600` or `\"0600\"`), following symlinks.",
-            |h, p: S, m: Dynamic| {
-                let m = convert::mode(&m)?;
-                Ok(fs::chmod(h, &p, m)?)
-            }
-        ),
-        host_fn!(
-            "fs",
-            "chown",
-            &[P, ("owner", "?"), ("group", "?")],
-            "bool",
-            Submits(&[Chown]),
-            "Set owner and group (names or numbers; `()` keeps), following symlinks.",
-            |h, p: S, o: Dynamic, g: Dynamic| {
-                let o = opt_scalar(&o, "owner")?;
-                let g = opt_scalar(&g, "group")?;
-                Ok(fs::chown(h, &p, o.as_deref(), g.as_deref())?)
-            }
-        ),
-        host_fn!(
-            "fs",
-            "symlink",
-            &[("target", "String"), ("link", "String")],
-            "bool",
-            Submits(&[Symlink]),
-            "Make `link` a symlink to `target` (stored as given, may be relative); another link there is replaced.",
-            |h, t: S, l: S| Ok(fs::symlink(h, &t, &l)?)
-        ),
-    ];
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::host::ExecMode;
-    use crate::host::testutil::TestHost;
-
-    /// The exact effects the line functions submit in a plan: one whole-file write per
-    /// changing call, with the content the file would have; the planned content answers the
-    /// next call through the session's line view (an unchanged call submits nothing).
-    #[test]
-    fn line_edits_submit_one_write_each_and_read_the_planned_lines() {
-        let t = TestHost::new();
-        t.file("/etc/x.conf", "a\n");
-        let mut h = t.host(ExecMode::Plan);
-        h.record_effects();
-        let o = LineOptions::default();
-        assert!(ensure_line(&mut h, "/etc/x.conf", "b", &o).unwrap());
-        assert!(!ensure_line(&mut h, "/etc/x.conf", "b", &o).unwrap());
-        assert!(remove_line(&mut h, "/etc/x.conf", "^a$").unwrap());
-        let writes: Vec<(String, String)> = h
-            .recorded_effects()
-            .iter()
-            .map(|e| match e {
-                Effect::WriteFile { path, content, .. } => (
-                    path.display().to_string(),
-                    String::from_utf8_lossy(content).into_owned(),
-                ),
-                other => panic!("not a write: {other:?}"),
-            })
-            .collect();
-        assert_eq!(
-            writes,
-            [
-                ("/etc/x.conf".to_string(), "a\nb\n".to_string()),
-                ("/etc/x.conf".to_string(), "b\n".to_string())
-            ]
-        );
-        assert_eq!(t.read("/etc/x.conf"), "a\n");
+host_fn! {
+    /// Make `link` a symlink to `target` (stored as given, may be relative); another link there is
+    /// replaced.
+    #[host(ns = "fs", effects = [Symlink])]
+    fn symlink(h: &mut Host, target: S, link: S) -> bool {
+        Ok(super::symlink(h, &target, &link)?)
     }
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert::{self, check_keys, opt_scalar};
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Dynamic, ImmutableString as S, Map};
+}
+use prelude::*;
+
+/// The option keys of `fs::write` and `fs::copy`.
+const WRITE_KEYS: &[&str] = &["mode", "owner", "group"];
+
+/// `#{mode, owner, group}` (`()` values mean "keep").
+fn write_opts(m: &Map) -> Result<WriteOptions, String> {
+    check_keys(m, WRITE_KEYS)?;
+    attribute_opts(m)
+}
+
+/// The `mode`, `owner` and `group` keys of an options map (`()` values mean "keep"), as
+/// [`WriteOptions`]; the caller checks the map's keys. Shared by `fs::write`/`fs::copy`
+/// and `fs::fetch`.
+pub(crate) fn attribute_opts(m: &Map) -> Result<WriteOptions, String> {
+    let get = |k: &str| m.get(k).filter(|d| !d.is_unit());
+    Ok(WriteOptions {
+        mode: get("mode").map(convert::mode).transpose()?,
+        owner: get("owner")
+            .map(|d| opt_scalar(d, "owner"))
+            .transpose()?
+            .flatten(),
+        group: get("group")
+            .map(|d| opt_scalar(d, "group"))
+            .transpose()?
+            .flatten(),
+    })
+}
+
+/// A positive integer option `key` of `m`, or `default`.
+pub(crate) fn positive(m: &Map, key: &str, default: u64) -> Result<u64, String> {
+    match m.get(key).filter(|d| !d.is_unit()) {
+        None => Ok(default),
+        Some(d) => match d.as_int() {
+            Ok(n) if n > 0 => Ok(n as u64),
+            _ => Err(format!("option {key} must be a positive integer, got {d}")),
+        },
+    }
+}
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(
+    "fs",
+    "Files — `fs::`",
+    "Every path is an absolute host path resolved inside the host root (`..` and symlinks never leave it); a relative path is an error (\"paths must be absolute\"). Writes are atomic (temp file, fsync, rename). A file is read whole only when it is a regular file of at most 64 MiB: a FIFO, device or socket, or a larger file, fails the call with an error naming the path (and the limit) before anything is read, so it can neither block the step nor fill the agent's memory. That applies to `read`, `read_or`, the line and block edits, `append`, `copy` and the comparison `write` makes before replacing a file; `remove` and `remove_all` read no content into memory and have no size limit (any file, FIFO or socket).",
+)];
+
+host_fns!(
+    exists,
+    is_file,
+    is_dir,
+    read,
+    read_or,
+    list,
+    glob,
+    stat,
+    write,
+    append,
+    lines::ensure_line,
+    lines::remove_line,
+    lines::ensure_block,
+    lines::remove_block,
+    mkdir,
+    remove,
+    remove_all,
+    copy,
+    chmod,
+    chown,
+    symlink
+);

@@ -210,6 +210,16 @@ pub fn get(h: &Host, p: &str, section: &str, key: &str) -> Result<Option<String>
         }))
 }
 
+host_fn! {
+    /// The value of `key` in `[section]` (`""`: before any header), trimmed, the last one when
+    /// repeated; `()` when missing. `#` and `;` start comments. A line starting with `[` without
+    /// `]` is an error naming `file:line:col` (in `set` and `remove` too).
+    #[host(ns = "ini", effects = ReadsHost)]
+    fn get(h: &mut Host, path: S, section: S, key: S) -> rhai::Dynamic {
+        Ok(convert::opt(super::get(h, &path, &section, &key)?))
+    }
+}
+
 /// `ini::set(path, section, key, value)`: make `key` in `section` have exactly `value`
 /// (module docs: the first line rewritten, repeats removed; a new key at the end of the
 /// section; a new section at the end of the file).
@@ -289,6 +299,18 @@ pub fn set(h: &mut Host, p: &str, section: &str, key: &str, value: &str) -> Resu
     })
 }
 
+host_fn! {
+    /// Give `key` exactly `value` (string, number or bool): its first line is rewritten in place
+    /// (spacing kept) and repeats removed; a new key goes after the section's last line, a new
+    /// section at the end of the file. Creates a missing file. A value starting or ending with
+    /// blanks is an error (`get` trims values).
+    #[host(ns = "ini", effects = [Write])]
+    fn set(h: &mut Host, path: S, section: S, key: S, value: D as "?") -> bool {
+        let value = ini_value(&value)?;
+        Ok(super::set(h, &path, &section, &key, &value)?)
+    }
+}
+
 /// `ini::remove(path, section, key)`: remove every line of `key` in `section`. Unchanged
 /// when the file, section or key is absent; the section's header stays.
 ///
@@ -310,55 +332,25 @@ pub fn remove(h: &mut Host, p: &str, section: &str, key: &str) -> Result<bool> {
     })
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Dynamic, Dynamic as D, ImmutableString as S};
-
-    use crate::host::api::convert;
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::P;
-    use crate::host::api::host_fn;
-    use crate::host::files::ini;
-
-    /// An INI value: a string, or a number or bool written in decimal / `true`/`false`.
-    fn ini_value(d: &Dynamic) -> Result<String, String> {
-        convert::scalar(d, "value")
+host_fn! {
+    /// Remove every line of `key` in `[section]` (the header stays); absent is unchanged.
+    #[host(ns = "ini", effects = [Write])]
+    fn remove(h: &mut Host, path: S, section: S, key: S) -> bool {
+        Ok(super::remove(h, &path, &section, &key)?)
     }
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "ini",
-            "get",
-            &[P, ("section", "String"), ("key", "String")],
-            "?",
-            ReadsHost,
-            "The value of `key` in `[section]` (`\"\"`: before any header), trimmed, the last one when repeated; `()` when missing. `#` and `;` start comments. A line starting with `[` without `]` is an error naming `file:line:col` (in `set` and `remove` too).",
-            |h, p: S, s: S, k: S| Ok(convert::opt(ini::get(h, &p, &s, &k)?))
-        ),
-        host_fn!(
-            "ini",
-            "set",
-            &[P, ("section", "String"), ("key", "String"), ("value", "?")],
-            "bool",
-            Submits(&[Write]),
-            "Give `key` exactly `value` (string, number or bool): its first line is rewritten in place (spacing kept) and repeats removed; a new key goes after the section's last line, a new section at the end of the file. Creates a missing file. A value starting or ending with blanks is an error (`get` trims values).",
-            |h, p: S, s: S, k: S, v: D| {
-                let v = ini_value(&v)?;
-                Ok(ini::set(h, &p, &s, &k, &v)?)
-            }
-        ),
-        host_fn!(
-            "ini",
-            "remove",
-            &[P, ("section", "String"), ("key", "String")],
-            "bool",
-            Submits(&[Write]),
-            "Remove every line of `key` in `[section]` (the header stays); absent is unchanged.",
-            |h, p: S, s: S, k: S| Ok(ini::remove(h, &p, &s, &k)?)
-        ),
-    ];
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Dynamic, Dynamic as D, ImmutableString as S};
+}
+use prelude::*;
+
+/// An INI value: a string, or a number or bool written in decimal / `true`/`false`.
+fn ini_value(d: &Dynamic) -> Result<String, String> {
+    convert::scalar(d, "value")
+}
+
+host_fns!(get, set, remove);

@@ -47,6 +47,15 @@ pub fn get(h: &Host, p: &str, key: &KeyPath) -> Result<Value> {
     Ok(at(&doc, &segs).cloned().unwrap_or(Value::Null))
 }
 
+host_fn! {
+    /// The value at `key_path` (an array of keys and indices, or a JSON Pointer `"/a/0"`), or `()`
+    /// when the file or key is missing (JSON `null` reads as `()` too).
+    #[host(ns = "json", effects = ReadsHost)]
+    fn get(h: &mut Host, path: S, key_path: D as "?") -> rhai::Dynamic {
+        Ok(convert::json(super::get(h, &path, &crate::host::files::structured::key_path(&key_path)?)?))
+    }
+}
+
 /// `json::set(path, key_path, value)`: set the value at `key_path`, creating missing
 /// objects on the way; an object merges into an existing object. An empty key path sets
 /// (or merges into) the whole document. Unchanged when equal.
@@ -70,6 +79,17 @@ pub fn set(h: &mut Host, p: &str, key: &KeyPath, value: &Value) -> Result<bool> 
         }
         Ok(Some(style.render(&doc)))
     })
+}
+
+host_fn! {
+    /// Set the value (`()` is `null`), creating missing objects; a map merges into an existing
+    /// object. The file keeps its key order (new keys last), indentation unit (tab or N spaces,
+    /// detected) and final newline. Creates a missing file.
+    #[host(ns = "json", effects = [Write])]
+    fn set(h: &mut Host, path: S, key_path: D as "?", value: D as "?") -> bool {
+        let value = convert::to_json(&value, "value")?;
+        Ok(super::set(h, &path, &crate::host::files::structured::key_path(&key_path)?, &value)?)
+    }
 }
 
 /// `json::remove(path, key_path)`: remove an object's key or an array's element (later
@@ -114,6 +134,14 @@ pub fn remove(h: &mut Host, p: &str, key: &KeyPath) -> Result<bool> {
         };
         Ok(removed.then(|| Style::of(text).render(&doc)))
     })
+}
+
+host_fn! {
+    /// Remove an object key or an array element; absent is unchanged.
+    #[host(ns = "json", effects = [Write])]
+    fn remove(h: &mut Host, path: S, key_path: D as "?") -> bool {
+        Ok(super::remove(h, &path, &crate::host::files::structured::key_path(&key_path)?)?)
+    }
 }
 
 fn parse_doc(path: &Path, text: &str) -> Result<Value> {
@@ -330,54 +358,15 @@ impl Style {
     }
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Dynamic as D, ImmutableString as S};
-
-    use crate::host::api::convert;
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::{KEY_PATH, P};
-    use crate::host::api::host_fn;
-    use crate::host::files::json;
-    use crate::host::files::structured::rows::key_path;
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "json",
-            "get",
-            &[P, KEY_PATH],
-            "?",
-            ReadsHost,
-            "The value at `key_path` (an array of keys and indices, or a JSON Pointer `\"/a/0\"`), or `()` when the file or key is missing (JSON `null` reads as `()` too).",
-            |h, p: S, k: D| Ok(convert::json(json::get(h, &p, &key_path(&k)?)?))
-        ),
-        host_fn!(
-            "json",
-            "set",
-            &[P, KEY_PATH, ("value", "?")],
-            "bool",
-            Submits(&[Write]),
-            "Set the value (`()` is `null`), creating missing objects; a map merges into an existing object. The file keeps its key order (new keys last), indentation unit (tab or N spaces, detected) and final newline. Creates a missing file.",
-            |h, p: S, k: D, v: D| {
-                let v = convert::to_json(&v, "value")?;
-                Ok(json::set(h, &p, &key_path(&k)?, &v)?)
-            }
-        ),
-        host_fn!(
-            "json",
-            "remove",
-            &[P, KEY_PATH],
-            "bool",
-            Submits(&[Write]),
-            "Remove an object key or an array element; absent is unchanged.",
-            |h, p: S, k: D| Ok(json::remove(h, &p, &key_path(&k)?)?)
-        ),
-    ];
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Dynamic as D, ImmutableString as S};
 }
+use prelude::*;
+
+host_fns!(get, set, remove);
 
 #[cfg(test)]
 mod tests {

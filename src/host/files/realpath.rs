@@ -99,25 +99,22 @@ pub fn realpath(h: &Host, p: &str) -> Result<String> {
     Ok(joined(&resolved).to_string_lossy().into_owned())
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::ImmutableString as S;
-
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::P;
-    use crate::host::api::host_fn;
-    use crate::host::files::realpath;
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[host_fn!(
-        "fs",
-        "realpath",
-        &[P],
-        "String",
-        ReadsHost,
-        "The canonical host path of `path`: symlinks followed inside the host root (an absolute target is a host path; at most 40 links), `.` and `..` removed; every component but the last must exist. A `..` that climbs above `/`, in the path or a link's target, is an error naming the path. In a plan it sees planned directories and symlinks.",
-        |h, p: S| Ok(realpath::realpath(h, &p)?)
-    )];
+host_fn! {
+    /// The canonical host path of `path`: symlinks followed inside the host root (an absolute
+    /// target is a host path; at most 40 links), `.` and `..` removed; every component but the last
+    /// must exist. A `..` that climbs above `/`, in the path or a link's target, is an error naming
+    /// the path. In a plan it sees planned directories and symlinks.
+    #[host(ns = "fs", effects = ReadsHost)]
+    fn realpath(h: &mut Host, path: S) -> String {
+        Ok(super::realpath(h, &path)?)
+    }
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::ImmutableString as S;
+}
+use prelude::*;
+
+host_fns!(realpath);

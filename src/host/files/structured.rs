@@ -158,64 +158,58 @@ pub(crate) fn json_kind(v: &Value) -> &'static str {
     }
 }
 
-/// What the `toml::`, `json::` and `ini::` rows share: key paths from Rhai values and the
-/// reference sections of the three namespaces.
-pub(crate) mod rows {
-    use rhai::{Array, Dynamic};
+use rhai::{Array, Dynamic};
 
-    use crate::host::files::structured::{KeyPath, Seg};
-
-    /// A key path: a string (TOML dotted key / JSON Pointer) or an array of strings (keys) and
-    /// non-negative integers (array indices).
-    pub(crate) fn key_path(d: &Dynamic) -> Result<KeyPath, String> {
-        if d.is_string() {
-            return Ok(KeyPath::Text(d.to_string()));
-        }
-        let Some(a) = d.read_lock::<Array>() else {
-            return Err(format!(
-                "key_path must be a string or an array of keys, got {}",
-                d.type_name()
-            ));
-        };
-        a.iter()
-            .enumerate()
-            .map(|(i, s)| {
-                if s.is_string() {
-                    Ok(Seg::Key(s.to_string()))
-                } else if let Ok(n) = s.as_int() {
-                    usize::try_from(n)
-                        .map(Seg::Index)
-                        .map_err(|_| format!("key_path[{i}] is a negative index ({n})"))
-                } else {
-                    Err(format!(
-                        "key_path[{i}] must be a string (key) or an integer (index), got {}",
-                        s.type_name()
-                    ))
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(KeyPath::Segments)
+/// A key path: a string (TOML dotted key / JSON Pointer) or an array of strings (keys) and
+/// non-negative integers (array indices).
+pub(crate) fn key_path(d: &Dynamic) -> Result<KeyPath, String> {
+    if d.is_string() {
+        return Ok(KeyPath::Text(d.to_string()));
     }
-
-    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
-        (
-            "toml",
-            "TOML files — `toml::`",
-            "Edits keep comments and layout (over the `toml_edit` crate): a one-key change is a one-line diff, a new key is indented like its table's keys, a new table is placed after its last sibling table and formatted like it. `key_path` is an array of keys taken literally (`[\"plugins\", \"io.containerd.grpc.v1.cri\", \"containerd\"]`; integers index arrays, in `get` only) or one TOML dotted-key string (`plugins.\"io.containerd.grpc.v1.cri\".containerd`: keys with dots are quoted, so it is unambiguous). Every write is one atomic file write under the path's lock, a diff in a plan, drift in a check.",
-        ),
-        (
-            "json",
-            "JSON files — `json::`",
-            "Key order, the indentation unit and the final newline are kept; the rest of the layout is normalised to that pretty-printed form on the first change (a one-line file stays on one line). `key_path` is an array of keys and integer indices, or a JSON Pointer (RFC 6901) string.",
-        ),
-        (
-            "ini",
-            "INI files — `ini::`",
-            "systemd units and other INI-style files, edited line by line: every line but the changed ones stays byte for byte. Keys and sections are case-sensitive; sections of the same name count as one; lines without `=` are kept and are not keys.",
-        ),
-    ];
+    let Some(a) = d.read_lock::<Array>() else {
+        return Err(format!(
+            "key_path must be a string or an array of keys, got {}",
+            d.type_name()
+        ));
+    };
+    a.iter()
+        .enumerate()
+        .map(|(i, s)| {
+            if s.is_string() {
+                Ok(Seg::Key(s.to_string()))
+            } else if let Ok(n) = s.as_int() {
+                usize::try_from(n)
+                    .map(Seg::Index)
+                    .map_err(|_| format!("key_path[{i}] is a negative index ({n})"))
+            } else {
+                Err(format!(
+                    "key_path[{i}] must be a string (key) or an integer (index), got {}",
+                    s.type_name()
+                ))
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(KeyPath::Segments)
 }
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "toml",
+        "TOML files — `toml::`",
+        "Edits keep comments and layout (over the `toml_edit` crate): a one-key change is a one-line diff, a new key is indented like its table's keys, a new table is placed after its last sibling table and formatted like it. `key_path` is an array of keys taken literally (`[\"plugins\", \"io.containerd.grpc.v1.cri\", \"containerd\"]`; integers index arrays, in `get` only) or one TOML dotted-key string (`plugins.\"io.containerd.grpc.v1.cri\".containerd`: keys with dots are quoted, so it is unambiguous). Every write is one atomic file write under the path's lock, a diff in a plan, drift in a check.",
+    ),
+    (
+        "json",
+        "JSON files — `json::`",
+        "Key order, the indentation unit and the final newline are kept; the rest of the layout is normalised to that pretty-printed form on the first change (a one-line file stays on one line). `key_path` is an array of keys and integer indices, or a JSON Pointer (RFC 6901) string.",
+    ),
+    (
+        "ini",
+        "INI files — `ini::`",
+        "systemd units and other INI-style files, edited line by line: every line but the changed ones stays byte for byte. Keys and sections are case-sensitive; sections of the same name count as one; lines without `=` are kept and are not keys.",
+    ),
+];
 
 #[cfg(test)]
 mod tests {

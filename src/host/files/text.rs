@@ -11,6 +11,14 @@ pub fn sha256_hex(text: &str) -> String {
     tag["sha256:".len()..].to_string()
 }
 
+host_fn! {
+    /// The SHA-256 of the text's UTF-8 bytes, 64 lowercase hex digits (as `sha256sum` prints).
+    #[host(ns = "", effects = Computes)]
+    fn sha256(_h: &mut Host, text: S) -> rhai::Dynamic as "String" {
+        Ok(convert::s(super::sha256_hex(&text)))
+    }
+}
+
 fn compile(pattern: &str) -> Result<regex::Regex> {
     regex::Regex::new(pattern).map_err(|source| HostError::Regex {
         pattern: pattern.into(),
@@ -27,6 +35,15 @@ pub fn is_match(pattern: &str, text: &str) -> Result<bool> {
     Ok(compile(pattern)?.is_match(text))
 }
 
+host_fn! {
+    /// Whether `pattern` (Rust `regex` syntax) matches anywhere in `text`; an invalid pattern is an
+    /// error naming it.
+    #[host(ns = "regex", effects = Computes)]
+    fn is_match(_h: &mut Host, pattern: S, text: S) -> bool {
+        Ok(super::is_match(&pattern, &text)?)
+    }
+}
+
 /// `regex::captures(pattern, text)`: the first match's groups, `[whole, group 1, ...]`
 /// (`None` for a group that did not take part), or `None` when there is no match.
 ///
@@ -39,6 +56,19 @@ pub fn captures(pattern: &str, text: &str) -> Result<Option<Vec<Option<String>>>
             .map(|m| m.map(|m| m.as_str().to_string()))
             .collect()
     }))
+}
+
+host_fn! {
+    /// The first match as `[whole, group1, ...]` (`()` for a group that did not match), or `()`
+    /// when nothing matches.
+    #[host(ns = "regex", effects = Computes)]
+    fn captures(_h: &mut Host, pattern: S, text: S) -> rhai::Dynamic {
+        Ok(match super::captures(&pattern, &text)? {
+                None => Dynamic::UNIT,
+                Some(groups) =>
+                    Dynamic::from_array(groups.into_iter().map(convert::opt).collect::<Array>()),
+            })
+    }
 }
 
 /// A named group of a match: its name and the text it matched (`None`: it did not take
@@ -61,6 +91,23 @@ pub fn named(pattern: &str, text: &str) -> Result<Option<Vec<NamedGroup>>> {
     }))
 }
 
+host_fn! {
+    /// The first match's named groups `(?P<name>...)` as a map (`()` for a group that did not
+    /// match), or `()` when nothing matches.
+    #[host(ns = "regex", effects = Computes)]
+    fn named(_h: &mut Host, pattern: S, text: S) -> rhai::Dynamic {
+        Ok(match super::named(&pattern, &text)? {
+                None => Dynamic::UNIT,
+                Some(groups) => Dynamic::from_map(
+                    groups
+                        .into_iter()
+                        .map(|(n, v)| (n.into(), convert::opt(v)))
+                        .collect::<Map>()
+                ),
+            })
+    }
+}
+
 /// `regex::replace(pattern, text, replacement)`: `text` with every match replaced;
 /// `$1`, `${name}` in `replacement` insert groups (`$$` a `$`).
 ///
@@ -72,116 +119,55 @@ pub fn replace(pattern: &str, text: &str, replacement: &str) -> Result<String> {
         .into_owned())
 }
 
+host_fn! {
+    /// `text` with every match replaced; `$1` or `${name}` in `replacement` insert groups, `$$` a
+    /// `$`.
+    #[host(ns = "regex", effects = Computes)]
+    fn replace(_h: &mut Host, pattern: S, text: S, replacement: S) -> rhai::Dynamic as "String" {
+        Ok(convert::s(super::replace(&pattern, &text, &replacement)?))
+    }
+}
+
 /// `to_json(value)`: `value` as pretty-printed JSON (two-space indent, keys in the map's
 /// order, which for a Rhai map is sorted; no final newline). `()` is `null`.
 pub fn to_json(v: &serde_json::Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Array, Dynamic, ImmutableString as S, Map};
+host_fn! {
+    /// `value` (a map, array, string, number, bool or `()`) as pretty-printed JSON: two-space
+    /// indent, map keys in the map's order (sorted: Rhai maps are ordered by key), `()` as `null`,
+    /// no final newline. The inverse of Rhai's `parse_json(text)` (JSON `null` → `()`).
+    #[host(ns = "", effects = Computes)]
+    fn to_json(_h: &mut Host, value: Dynamic) -> rhai::Dynamic as "String" {
+        Ok(convert::s(super::to_json(&convert::to_json(&value, "value")?)))
+    }
 
-    use crate::host::api::convert;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
-    use crate::host::files::text;
-
-    /// The reference's sections of the namespaces in this file.
-    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(
-        "regex",
-        "Regular expressions — `regex::`",
-        "Pure helpers, the same in every mode, with the Rust `regex` crate's syntax (no look-around or backreferences; matching is linear time). Rhai's own `parse_json(text)` reads JSON text into a map; `to_json(value)` (above, with the commands) writes one back, pretty-printed.",
-    )];
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "",
-            "sha256",
-            &[("text", "String")],
-            "String",
-            Computes,
-            "The SHA-256 of the text's UTF-8 bytes, 64 lowercase hex digits (as `sha256sum` prints).",
-            |_h, t: S| Ok(convert::s(text::sha256_hex(&t)))
-        ),
-        host_fn!(
-            "",
-            "to_json",
-            &[("value", "?")],
-            "String",
-            Computes,
-            "`value` (a map, array, string, number, bool or `()`) as pretty-printed JSON: two-space indent, map keys in the map's order (sorted: Rhai maps are ordered by key), `()` as `null`, no final newline. The inverse of Rhai's `parse_json(text)` (JSON `null` → `()`).",
-            |_h, v: Dynamic| Ok(convert::s(text::to_json(&convert::to_json(&v, "value")?)))
-        ),
-        host_fn!(
-            "",
-            "to_json",
-            &[("map", "Map")],
-            "String",
-            Computes,
-            "The same for a map; also called as a method, `m.to_json()` (which replaces Rhai's one-line form).",
-            |_h, v: Map| Ok(convert::s(text::to_json(&convert::to_json(
-                &Dynamic::from_map(v),
-                "value"
-            )?)))
-        ),
-        host_fn!(
-            "regex",
-            "is_match",
-            &[("pattern", "String"), ("text", "String")],
-            "bool",
-            Computes,
-            "Whether `pattern` (Rust `regex` syntax) matches anywhere in `text`; an invalid pattern is an error naming it.",
-            |_h, p: S, t: S| Ok(text::is_match(&p, &t)?)
-        ),
-        host_fn!(
-            "regex",
-            "captures",
-            &[("pattern", "String"), ("text", "String")],
-            "?",
-            Computes,
-            "The first match as `[whole, group1, ...]` (`()` for a group that did not match), or `()` when nothing matches.",
-            |_h, p: S, t: S| Ok(match text::captures(&p, &t)? {
-                None => Dynamic::UNIT,
-                Some(groups) =>
-                    Dynamic::from_array(groups.into_iter().map(convert::opt).collect::<Array>()),
-            })
-        ),
-        host_fn!(
-            "regex",
-            "named",
-            &[("pattern", "String"), ("text", "String")],
-            "?",
-            Computes,
-            "The first match's named groups `(?P<name>...)` as a map (`()` for a group that did not match), or `()` when nothing matches.",
-            |_h, p: S, t: S| Ok(match text::named(&p, &t)? {
-                None => Dynamic::UNIT,
-                Some(groups) => Dynamic::from_map(
-                    groups
-                        .into_iter()
-                        .map(|(n, v)| (n.into(), convert::opt(v)))
-                        .collect::<Map>()
-                ),
-            })
-        ),
-        host_fn!(
-            "regex",
-            "replace",
-            &[
-                ("pattern", "String"),
-                ("text", "String"),
-                ("replacement", "String"),
-            ],
-            "String",
-            Computes,
-            "`text` with every match replaced; `$1` or `${name}` in `replacement` insert groups, `$$` a `$`.",
-            |_h, p: S, t: S, w: S| Ok(convert::s(text::replace(&p, &t, &w)?))
-        ),
-    ];
+    /// The same for a map; also called as a method, `m.to_json()` (which replaces Rhai's one-line
+    /// form).
+    #[overload]
+    fn to_json_of_map(_h: &mut Host, map: Map) -> rhai::Dynamic as "String" {
+        let value = convert::to_json(&Dynamic::from_map(map), "value")?;
+        Ok(convert::s(super::to_json(&value)))
+    }
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Array, Dynamic, ImmutableString as S, Map};
+}
+use prelude::*;
+
+/// The reference's sections of the namespaces in this file.
+pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(
+    "regex",
+    "Regular expressions — `regex::`",
+    "Pure helpers, the same in every mode, with the Rust `regex` crate's syntax (no look-around or backreferences; matching is linear time). Rhai's own `parse_json(text)` reads JSON text into a map; `to_json(value)` (above, with the commands) writes one back, pretty-printed.",
+)];
+
+host_fns!(sha256, to_json, is_match, captures, named, replace);
 
 #[cfg(test)]
 mod tests {

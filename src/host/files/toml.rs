@@ -52,6 +52,16 @@ pub fn get(h: &Host, p: &str, key: &KeyPath) -> Result<J> {
     Ok(json_at(&all, &segs).cloned().unwrap_or(J::Null))
 }
 
+host_fn! {
+    /// The value at `key_path` (a table as a map, an array of tables as an array of maps, dates as
+    /// strings), or `()` when the file or key is missing; `[]` is the whole document. A parse error
+    /// names `file:line:col`.
+    #[host(ns = "toml", effects = ReadsHost)]
+    fn get(h: &mut Host, path: S, key_path: D as "?") -> rhai::Dynamic {
+        Ok(convert::json(super::get(h, &path, &crate::host::files::structured::key_path(&key_path)?)?))
+    }
+}
+
 /// `toml::set(path, key_path, value)`: set the value at `key_path`, creating missing tables
 /// (as implicit tables: only the deepest gets a header); an object is merged into an
 /// existing table (module docs). Unchanged when the value is already equal (a differently
@@ -87,6 +97,18 @@ pub fn set(h: &mut Host, p: &str, key: &KeyPath, value: &J) -> Result<bool> {
     })
 }
 
+host_fn! {
+    /// Set the value (string, int, float, bool, array, map); missing tables are created (implicit:
+    /// only the deepest gets a `[header]`); a map becomes a table, merged into an existing one
+    /// (keys it does not name are kept); an equal value is unchanged. Only the changed or added
+    /// lines differ; comments, order and layout stay. Creates a missing file.
+    #[host(ns = "toml", effects = [Write])]
+    fn set(h: &mut Host, path: S, key_path: D as "?", value: D as "?") -> bool {
+        let value = convert::to_json(&value, "value")?;
+        Ok(super::set(h, &path, &crate::host::files::structured::key_path(&key_path)?, &value)?)
+    }
+}
+
 /// `toml::remove(path, key_path)`: remove the key (a value or a whole table with its
 /// sub-tables). Unchanged when the file or the key is absent. Tables left empty are kept
 /// (`[a]` stays when its last key goes), except implicit ones, which have no header.
@@ -115,6 +137,14 @@ pub fn remove(h: &mut Host, p: &str, key: &KeyPath) -> Result<bool> {
             None => Ok(None),
         }
     })
+}
+
+host_fn! {
+    /// Remove a key or a whole table (with its sub-tables); absent is unchanged.
+    #[host(ns = "toml", effects = [Write])]
+    fn remove(h: &mut Host, path: S, key_path: D as "?") -> bool {
+        Ok(super::remove(h, &path, &crate::host::files::structured::key_path(&key_path)?)?)
+    }
 }
 
 /// `toml::ensure_table(path, key_path)`: make `key_path` a table; a missing one is created
@@ -162,6 +192,14 @@ pub fn ensure_table(h: &mut Host, p: &str, key: &KeyPath) -> Result<bool> {
     })
 }
 
+host_fn! {
+    /// Make `key_path` a table, adding `[a.b]` when missing; an error when something else is there.
+    #[host(ns = "toml", effects = [Write])]
+    fn ensure_table(h: &mut Host, path: S, key_path: D as "?") -> bool {
+        Ok(super::ensure_table(h, &path, &crate::host::files::structured::key_path(&key_path)?)?)
+    }
+}
+
 /// `toml::parse(text)`: a TOML document as a value (tables as maps). `shown` names the text
 /// in errors.
 ///
@@ -169,6 +207,18 @@ pub fn ensure_table(h: &mut Host, p: &str, key: &KeyPath) -> Result<bool> {
 /// [`HostError::Parse`] with `shown:line:col`.
 pub fn parse(text: &str, shown: &Path) -> Result<J> {
     Ok(item_json(parse_doc(shown, text)?.as_item()))
+}
+
+host_fn! {
+    /// A TOML text (e.g. the stdout of `containerd config dump`) as a map; a parse error names
+    /// `<text>:line:col`.
+    #[host(ns = "toml", effects = Computes)]
+    fn parse(_h: &mut Host, text: S) -> rhai::Dynamic as "Map" {
+        Ok(convert::json(super::parse(
+                &text,
+                std::path::Path::new("<text>")
+            )?))
+    }
 }
 
 /// The document's text, with `\r\n` line endings when the file had them (`toml_edit`
@@ -542,72 +592,12 @@ fn item_json(item: &Item) -> J {
     }
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Dynamic as D, ImmutableString as S};
-
-    use crate::host::api::convert;
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::{KEY_PATH, P};
-    use crate::host::api::host_fn;
-    use crate::host::files::structured::rows::key_path;
-    use crate::host::files::toml;
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "toml",
-            "get",
-            &[P, KEY_PATH],
-            "?",
-            ReadsHost,
-            "The value at `key_path` (a table as a map, an array of tables as an array of maps, dates as strings), or `()` when the file or key is missing; `[]` is the whole document. A parse error names `file:line:col`.",
-            |h, p: S, k: D| Ok(convert::json(toml::get(h, &p, &key_path(&k)?)?))
-        ),
-        host_fn!(
-            "toml",
-            "set",
-            &[P, KEY_PATH, ("value", "?")],
-            "bool",
-            Submits(&[Write]),
-            "Set the value (string, int, float, bool, array, map); missing tables are created (implicit: only the deepest gets a `[header]`); a map becomes a table, merged into an existing one (keys it does not name are kept); an equal value is unchanged. Only the changed or added lines differ; comments, order and layout stay. Creates a missing file.",
-            |h, p: S, k: D, v: D| {
-                let v = convert::to_json(&v, "value")?;
-                Ok(toml::set(h, &p, &key_path(&k)?, &v)?)
-            }
-        ),
-        host_fn!(
-            "toml",
-            "remove",
-            &[P, KEY_PATH],
-            "bool",
-            Submits(&[Write]),
-            "Remove a key or a whole table (with its sub-tables); absent is unchanged.",
-            |h, p: S, k: D| Ok(toml::remove(h, &p, &key_path(&k)?)?)
-        ),
-        host_fn!(
-            "toml",
-            "ensure_table",
-            &[P, KEY_PATH],
-            "bool",
-            Submits(&[Write]),
-            "Make `key_path` a table, adding `[a.b]` when missing; an error when something else is there.",
-            |h, p: S, k: D| Ok(toml::ensure_table(h, &p, &key_path(&k)?)?)
-        ),
-        host_fn!(
-            "toml",
-            "parse",
-            &[("text", "String")],
-            "Map",
-            Computes,
-            "A TOML text (e.g. the stdout of `containerd config dump`) as a map; a parse error names `<text>:line:col`.",
-            |_h, t: S| Ok(convert::json(toml::parse(
-                &t,
-                std::path::Path::new("<text>")
-            )?))
-        ),
-    ];
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Dynamic as D, ImmutableString as S};
 }
+use prelude::*;
+
+host_fns!(get, set, remove, ensure_table, parse);

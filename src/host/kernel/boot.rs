@@ -73,6 +73,15 @@ pub fn running(h: &Host) -> Result<String> {
     crate::host::system::os::kernel(h)
 }
 
+host_fn! {
+    /// The running kernel's release (as `os::kernel()`: `/proc/sys/kernel/osrelease` under the
+    /// root, else `uname -r`).
+    #[host(ns = "kernel", effects = ReadsHost)]
+    fn running(h: &mut Host) -> String {
+        Ok(super::running(h)?)
+    }
+}
+
 /// The version scheme of the host's kernel releases: rpm on the rhel, fedora and suse
 /// families, else dpkg.
 fn scheme(h: &Host) -> Result<Scheme> {
@@ -141,6 +150,16 @@ pub fn installed(h: &Host) -> Result<Vec<String>> {
         }
     }
     version::sort(found, scheme(h)?)
+}
+
+host_fn! {
+    /// The releases with a kernel image, `/boot/vmlinuz-<release>` or
+    /// `/lib/modules/<release>/vmlinuz` (`/usr/lib/modules`), oldest first (dpkg order; rpm order
+    /// on rpm hosts). A module tree without an image is not a kernel.
+    #[host(ns = "kernel", effects = ReadsHost)]
+    fn installed(h: &mut Host) -> rhai::Array {
+        Ok(convert::array(super::installed(h)?))
+    }
 }
 
 /// One shell word of a `KEY=value` line: quotes taken off (`'...'` literal, `"..."` with
@@ -316,6 +335,15 @@ pub fn default(h: &Host) -> Result<Option<String>> {
         &default_entry(h)?,
         kernels.last().map(String::as_str),
     ))
+}
+
+host_fn! {
+    /// The release grub boots next, or `()` when the entry does not tell (see the section); in a
+    /// plan also after a planned `set_default`. (`default` is a Rhai keyword, hence the name.)
+    #[host(ns = "kernel", effects = ReadsHost)]
+    fn default_release(h: &mut Host) -> rhai::Dynamic {
+        Ok(convert::opt(super::default(h)?))
+    }
 }
 
 /// The release grub booted before this session's kernels came: [`default`], with the newest
@@ -555,6 +583,22 @@ pub fn set_default(h: &mut Host, release: &str) -> Result<bool> {
     Ok(true)
 }
 
+host_fn! {
+    /// Make grub boot `release` next: `GRUB_DEFAULT=saved` in `/etc/default/grub` (a file change;
+    /// `update-grub` once at the end of the step, except on rhel and fedora) and `grub-set-default
+    /// "Advanced options for <OS>><OS>, with Linux <release>"` (`grub2-set-default` where only it
+    /// exists; a BootLoaderSpec id when `/boot/loader/entries/<id>.conf` is there). Unchanged when
+    /// grub's default entry names the release (a default that is it only as the newest kernel,
+    /// entry `0`, is pinned); a plan shows `~ grub default: <old> -> <release>` (`<old>`: what grub
+    /// booted before the kernels the step installs, in plan and apply alike); check: drift. An
+    /// error when the release is not installed (nor planned by a `pkg::install` of the step), or a
+    /// `grub.d` file sets another `GRUB_DEFAULT`.
+    #[host(ns = "kernel", effects = [Write, GrubDefault])]
+    fn set_default(h: &mut Host, release: S) -> bool {
+        Ok(super::set_default(h, &release)?)
+    }
+}
+
 /// `kernel::boot_into(release)`: [`set_default`], then `interrupt::reboot()` when the
 /// running kernel is not `release`. Returns whether anything was changed or requested.
 ///
@@ -569,70 +613,24 @@ pub fn boot_into(h: &mut Host, release: &str) -> Result<bool> {
     Ok(true)
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::ImmutableString as S;
-
-    use crate::host::api::convert;
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
-    use crate::host::kernel::boot;
-
-    /// The `release` parameter of the `kernel::` functions.
-    const RELEASE: (&str, &str) = ("release", "String");
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "kernel",
-            "running",
-            &[],
-            "String",
-            ReadsHost,
-            "The running kernel's release (as `os::kernel()`: `/proc/sys/kernel/osrelease` under the root, else `uname -r`).",
-            |h| Ok(boot::running(h)?)
-        ),
-        host_fn!(
-            "kernel",
-            "installed",
-            &[],
-            "Array",
-            ReadsHost,
-            "The releases with a kernel image, `/boot/vmlinuz-<release>` or `/lib/modules/<release>/vmlinuz` (`/usr/lib/modules`), oldest first (dpkg order; rpm order on rpm hosts). A module tree without an image is not a kernel.",
-            |h| Ok(convert::array(boot::installed(h)?))
-        ),
-        host_fn!(
-            "kernel",
-            "default_release",
-            &[],
-            "?",
-            ReadsHost,
-            "The release grub boots next, or `()` when the entry does not tell (see the section); in a plan also after a planned `set_default`. (`default` is a Rhai keyword, hence the name.)",
-            |h| Ok(convert::opt(boot::default(h)?))
-        ),
-        host_fn!(
-            "kernel",
-            "set_default",
-            &[RELEASE],
-            "bool",
-            Submits(&[Write, GrubDefault]),
-            "Make grub boot `release` next: `GRUB_DEFAULT=saved` in `/etc/default/grub` (a file change; `update-grub` once at the end of the step, except on rhel and fedora) and `grub-set-default \"Advanced options for <OS>><OS>, with Linux <release>\"` (`grub2-set-default` where only it exists; a BootLoaderSpec id when `/boot/loader/entries/<id>.conf` is there). Unchanged when grub's default entry names the release (a default that is it only as the newest kernel, entry `0`, is pinned); a plan shows `~ grub default: <old> -> <release>` (`<old>`: what grub booted before the kernels the step installs, in plan and apply alike); check: drift. An error when the release is not installed (nor planned by a `pkg::install` of the step), or a `grub.d` file sets another `GRUB_DEFAULT`.",
-            |h, r: S| Ok(boot::set_default(h, &r)?)
-        ),
-        host_fn!(
-            "kernel",
-            "boot_into",
-            &[RELEASE],
-            "bool",
-            Submits(&[Write, GrubDefault, Interrupt]),
-            "`set_default(release)`, then `interrupt::reboot()` when the running kernel is another; true when anything was changed or requested.",
-            |h, r: S| Ok(boot::boot_into(h, &r)?)
-        ),
-    ];
+host_fn! {
+    /// `set_default(release)`, then `interrupt::reboot()` when the running kernel is another; true
+    /// when anything was changed or requested.
+    #[host(ns = "kernel", effects = [Write, GrubDefault, Interrupt])]
+    fn boot_into(h: &mut Host, release: S) -> bool {
+        Ok(super::boot_into(h, &release)?)
+    }
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::ImmutableString as S;
+}
+use prelude::*;
+
+host_fns!(running, installed, default_release, set_default, boot_into);
 
 #[cfg(test)]
 mod tests {

@@ -95,26 +95,14 @@ pub fn status(h: &Host) -> Result<Vec<DkmsEntry>> {
     Ok(out)
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::Dynamic;
-
-    use crate::host::api::convert;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
-    use crate::host::kernel::dkms;
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[host_fn!(
-        "dkms",
-        "status",
-        &[],
-        "Array",
-        ReadsHost,
-        "Every module version of `/var/lib/dkms` per kernel it was built for: `#{name, version, kernel, arch, state}` (`name` the module's: `module` is a Rhai keyword) with state `\"built\"` or `\"installed\"`; a version built for no kernel once, `#{kernel: \"\", arch: \"\", state: \"added\"}`. In name order; `[]` without the tree.",
-        |h| Ok(dkms::status(h)?
+host_fn! {
+    /// Every module version of `/var/lib/dkms` per kernel it was built for: `#{name, version,
+    /// kernel, arch, state}` (`name` the module's: `module` is a Rhai keyword) with state `"built"`
+    /// or `"installed"`; a version built for no kernel once, `#{kernel: "", arch: "", state:
+    /// "added"}`. In name order; `[]` without the tree.
+    #[host(ns = "dkms", effects = ReadsHost)]
+    fn status(h: &mut Host) -> rhai::Array {
+        Ok(super::status(h)?
             .into_iter()
             .map(|e| {
                 let mut m = rhai::Map::new();
@@ -126,5 +114,15 @@ pub(crate) mod rows {
                 Dynamic::from_map(m)
             })
             .collect::<rhai::Array>())
-    )];
+    }
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::Dynamic;
+}
+use prelude::*;
+
+host_fns!(status);

@@ -201,6 +201,20 @@ pub fn list(h: &Host) -> Result<Vec<Gpu>> {
     proc_list(h)
 }
 
+host_fn! {
+    /// The GPUs by index: `#{index, name, uuid, pci_bus, driver_version, memory_mib, mig_mode}`
+    /// (`memory_mib` an int; `mig_mode` `"Enabled"`, `"Disabled"` or `()` on GPUs without MIG; from
+    /// `/proc`, `memory_mib` and `mig_mode` are `()`); `[]` without a driver. An error for
+    /// nvidia-smi output that does not parse.
+    #[host(ns = "gpu", effects = RunsReadOnly)]
+    fn list(h: &mut Host) -> rhai::Array {
+        Ok(super::list(h)?
+            .into_iter()
+            .map(gpu_map)
+            .collect::<rhai::Array>())
+    }
+}
+
 /// `gpu::driver_version()`: the loaded driver's version (`/proc/driver/nvidia/version`),
 /// else the first GPU's as nvidia-smi reports it; `None` without a driver.
 ///
@@ -213,6 +227,15 @@ pub fn driver_version(h: &Host) -> Result<Option<String>> {
     Ok(list(h)?.into_iter().find_map(|g| g.driver_version))
 }
 
+host_fn! {
+    /// The loaded driver's version (`"550.54.15"`, from `/proc/driver/nvidia/version`, else
+    /// nvidia-smi's), or `()` without a driver.
+    #[host(ns = "gpu", effects = RunsReadOnly)]
+    fn driver_version(h: &mut Host) -> rhai::Dynamic {
+        Ok(convert::opt(super::driver_version(h)?))
+    }
+}
+
 /// `gpu::count()`: how many GPUs [`list`] finds.
 ///
 /// # Errors
@@ -221,68 +244,40 @@ pub fn count(h: &Host) -> Result<usize> {
     Ok(list(h)?.len())
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Dynamic, Map};
-
-    use crate::host::api::convert;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
-    use crate::host::kernel::gpu;
-
-    /// A GPU for scripts: `#{index, name, uuid, pci_bus, driver_version, memory_mib, mig_mode}`
-    /// (`()` for what is not known).
-    fn gpu_map(g: gpu::Gpu) -> Dynamic {
-        let mut m = Map::new();
-        m.insert("index".into(), Dynamic::from(g.index));
-        m.insert("name".into(), convert::s(g.name));
-        m.insert("uuid".into(), convert::opt(g.uuid));
-        m.insert("pci_bus".into(), convert::opt(g.pci_bus));
-        m.insert("driver_version".into(), convert::opt(g.driver_version));
-        m.insert(
-            "memory_mib".into(),
-            g.memory_mib.map_or(Dynamic::UNIT, Dynamic::from),
-        );
-        m.insert("mig_mode".into(), convert::opt(g.mig_mode));
-        Dynamic::from_map(m)
+host_fn! {
+    /// How many GPUs `gpu::list()` finds.
+    #[host(ns = "gpu", effects = RunsReadOnly)]
+    fn count(h: &mut Host) -> i64 {
+        Ok(super::count(h)? as i64)
     }
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "gpu",
-            "list",
-            &[],
-            "Array",
-            RunsReadOnly,
-            "The GPUs by index: `#{index, name, uuid, pci_bus, driver_version, memory_mib, mig_mode}` (`memory_mib` an int; `mig_mode` `\"Enabled\"`, `\"Disabled\"` or `()` on GPUs without MIG; from `/proc`, `memory_mib` and `mig_mode` are `()`); `[]` without a driver. An error for nvidia-smi output that does not parse.",
-            |h| Ok(gpu::list(h)?
-                .into_iter()
-                .map(gpu_map)
-                .collect::<rhai::Array>())
-        ),
-        host_fn!(
-            "gpu",
-            "driver_version",
-            &[],
-            "?",
-            RunsReadOnly,
-            "The loaded driver's version (`\"550.54.15\"`, from `/proc/driver/nvidia/version`, else nvidia-smi's), or `()` without a driver.",
-            |h| Ok(convert::opt(gpu::driver_version(h)?))
-        ),
-        host_fn!(
-            "gpu",
-            "count",
-            &[],
-            "int",
-            RunsReadOnly,
-            "How many GPUs `gpu::list()` finds.",
-            |h| Ok(gpu::count(h)? as i64)
-        ),
-    ];
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Dynamic, Map};
+}
+use prelude::*;
+
+/// A GPU for scripts: `#{index, name, uuid, pci_bus, driver_version, memory_mib, mig_mode}`
+/// (`()` for what is not known).
+fn gpu_map(g: Gpu) -> Dynamic {
+    let mut m = Map::new();
+    m.insert("index".into(), Dynamic::from(g.index));
+    m.insert("name".into(), convert::s(g.name));
+    m.insert("uuid".into(), convert::opt(g.uuid));
+    m.insert("pci_bus".into(), convert::opt(g.pci_bus));
+    m.insert("driver_version".into(), convert::opt(g.driver_version));
+    m.insert(
+        "memory_mib".into(),
+        g.memory_mib.map_or(Dynamic::UNIT, Dynamic::from),
+    );
+    m.insert("mig_mode".into(), convert::opt(g.mig_mode));
+    Dynamic::from_map(m)
+}
+
+host_fns!(list, driver_version, count);
 
 #[cfg(test)]
 mod tests {

@@ -17,6 +17,16 @@ pub fn reboot(h: &mut Host) -> Result<()> {
         .map(|_| ())
 }
 
+host_fn! {
+    /// Declare that the step's changes need a reboot: the step fails unless the package's Skyhook
+    /// CR declares a reboot (`interrupt` or `configInterrupts`), which the operator then runs in
+    /// its interrupt stage; post-interrupt-check fails until the boot id changed.
+    #[host(ns = "interrupt", effects = [Interrupt])]
+    fn reboot(h: &mut Host) -> () {
+        Ok(super::reboot(h)?)
+    }
+}
+
 /// `interrupt::restart_services(names)`.
 ///
 /// # Errors
@@ -28,6 +38,16 @@ pub fn restart_services(h: &mut Host, names: &[String]) -> Result<()> {
     .map(|_| ())
 }
 
+host_fn! {
+    /// Declare that a service (or an array of services) must be restarted: the step fails unless
+    /// the CR declares it (`type: service` with those units, `restartAllServices` or a reboot).
+    #[host(ns = "interrupt", effects = [Interrupt])]
+    fn restart_services(h: &mut Host, names: Dynamic) -> () {
+        let names = convert::string_or_array(&names, "names")?;
+        Ok(super::restart_services(h, &names)?)
+    }
+}
+
 /// `interrupt::restart_all_services()`.
 ///
 /// # Errors
@@ -37,56 +57,27 @@ pub fn restart_all_services(h: &mut Host) -> Result<()> {
         .map(|_| ())
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::Dynamic;
-
-    use crate::host::api::convert;
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
-    use crate::host::kernel::interrupt;
-
-    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(
-        "interrupt",
-        "Interrupts — `interrupt::`",
-        "A step never interrupts the node itself: the operator cordons and drains a node only for packages whose Skyhook CR declares an `interrupt` (or `configInterrupts`). After the step succeeded, each request is compared with the package's entry in `SKYHOOK_DIR/node-metadata/packages.json` (`skyhook-run`: `--skyhook-cr FILE`): declared → one line saying the operator runs it; not declared → the step fails with the CR lines to add; no node metadata → a warning. Restarting a service as part of ordinary work is `service::restart`, an action.",
-    )];
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "interrupt",
-            "reboot",
-            &[],
-            "()",
-            Submits(&[Interrupt]),
-            "Declare that the step's changes need a reboot: the step fails unless the package's Skyhook CR declares a reboot (`interrupt` or `configInterrupts`), which the operator then runs in its interrupt stage; post-interrupt-check fails until the boot id changed.",
-            |h| Ok(interrupt::reboot(h)?)
-        ),
-        host_fn!(
-            "interrupt",
-            "restart_services",
-            &[("names", "?")],
-            "()",
-            Submits(&[Interrupt]),
-            "Declare that a service (or an array of services) must be restarted: the step fails unless the CR declares it (`type: service` with those units, `restartAllServices` or a reboot).",
-            |h, n: Dynamic| {
-                let n = convert::string_or_array(&n, "names")?;
-                Ok(interrupt::restart_services(h, &n)?)
-            }
-        ),
-        host_fn!(
-            "interrupt",
-            "restart_all_services",
-            &[],
-            "()",
-            Submits(&[Interrupt]),
-            "Restart all services after the step succeeded.",
-            |h| Ok(interrupt::restart_all_services(h)?)
-        ),
-    ];
+host_fn! {
+    /// Restart all services after the step succeeded.
+    #[host(ns = "interrupt", effects = [Interrupt])]
+    fn restart_all_services(h: &mut Host) -> () {
+        Ok(super::restart_all_services(h)?)
+    }
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::Dynamic;
+}
+use prelude::*;
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(
+    "interrupt",
+    "Interrupts — `interrupt::`",
+    "A step never interrupts the node itself: the operator cordons and drains a node only for packages whose Skyhook CR declares an `interrupt` (or `configInterrupts`). After the step succeeded, each request is compared with the package's entry in `SKYHOOK_DIR/node-metadata/packages.json` (`skyhook-run`: `--skyhook-cr FILE`): declared → one line saying the operator runs it; not declared → the step fails with the CR lines to add; no node metadata → a warning. Restarting a service as part of ordinary work is `service::restart`, an action.",
+)];
+
+host_fns!(reboot, restart_services, restart_all_services);

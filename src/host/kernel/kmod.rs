@@ -264,6 +264,24 @@ pub fn blacklist(h: &mut Host, name: &str, opts: &BlacklistOptions) -> Result<bo
     })
 }
 
+host_fn! {
+    /// Keep `blacklist <name>` in `/etc/modprobe.d/blacklist-<name>.conf`; a change regenerates the
+    /// initramfs once at the end of the step.
+    #[host(ns = "kmod", effects = [Write, Remove])]
+    fn blacklist(h: &mut Host, name: S) -> bool {
+        Ok(super::blacklist(h, &name, &BlacklistOptions::default())?)
+    }
+
+    /// As `blacklist(name)` in `/etc/modprobe.d/<file>.conf`; `disable: true` also keeps `install
+    /// <name> /bin/false` (no explicit `modprobe` or dependency loads it either), `false` removes
+    /// that line.
+    #[overload(options = BLACKLIST_KEYS)]
+    fn blacklist_with_opts(h: &mut Host, name: S, opts: Map) -> bool {
+        let opts = blacklist_opts(&opts)?;
+        Ok(super::blacklist(h, &name, &opts)?)
+    }
+}
+
 /// The blacklist file of module `name` (checked): `/etc/modprobe.d/<file>.conf`, by default
 /// `blacklist-<name>.conf`; shared by [`blacklist`] and [`unblacklist`].
 fn blacklist_path(name: &str, file: Option<&str>) -> Result<PathBuf> {
@@ -286,6 +304,22 @@ pub fn unblacklist(h: &mut Host, name: &str, opts: &FileOptions) -> Result<bool>
                 || (is_for(l, "install", name) && words(l).get(2) == Some(&"/bin/false")))
         });
     })
+}
+
+host_fn! {
+    /// Take the `blacklist <name>` and `install <name> /bin/false` lines out of the blacklist file
+    /// (removed when left empty); a change regenerates the initramfs.
+    #[host(ns = "kmod", effects = [Write, Remove])]
+    fn unblacklist(h: &mut Host, name: S) -> bool {
+        Ok(super::unblacklist(h, &name, &FileOptions::default())?)
+    }
+
+    /// As `unblacklist(name)` in `/etc/modprobe.d/<file>.conf`.
+    #[overload(options = KMOD_FILE_KEYS)]
+    fn unblacklist_with_opts(h: &mut Host, name: S, opts: Map) -> bool {
+        let opts = file_opts(&opts)?;
+        Ok(super::unblacklist(h, &name, &opts)?)
+    }
 }
 
 /// The `options` line's value: words normalised to single spaces.
@@ -321,6 +355,27 @@ pub fn options(h: &mut Host, name: &str, opts: &str, file: &FileOptions) -> Resu
     })
 }
 
+host_fn! {
+    /// Keep exactly one `options <name> <opts>` line in `/etc/modprobe.d/<name>.conf` (`opts` a
+    /// string `"modeset=0"` or a map `#{modeset: 0}`, rendered `k=v` by key); another `options
+    /// <name>` line is replaced, other lines stay; a change regenerates the initramfs. A
+    /// hand-edited value is drift.
+    #[host(ns = "kmod", effects = [Write, Remove])]
+    fn options(h: &mut Host, name: S, opts: Dynamic) -> bool {
+        let opts = module_options(&opts)?;
+        Ok(super::options(h, &name, &opts, &FileOptions::default())?)
+    }
+
+    /// As `options(name, opts)` in `/etc/modprobe.d/<file>.conf` (`#{file}`), which may also hold
+    /// the module's blacklist lines.
+    #[overload(options = KMOD_FILE_KEYS)]
+    fn options_with_file_opts(h: &mut Host, name: S, opts: Dynamic, file_opts: Map) -> bool {
+        let file_opts = super::file_opts(&file_opts)?;
+        let opts = module_options(&opts)?;
+        Ok(super::options(h, &name, &opts, &file_opts)?)
+    }
+}
+
 /// `kmod::remove_options(name, #{file})`: take the `options <name>` lines out of the
 /// [`options`] file (removed when left empty). A change schedules the initramfs
 /// regeneration.
@@ -333,6 +388,22 @@ pub fn remove_options(h: &mut Host, name: &str, file: &FileOptions) -> Result<bo
     edit_conf(h, &path, true, |lines| {
         lines.retain(|l| !is_for(l, "options", name));
     })
+}
+
+host_fn! {
+    /// Take the `options <name>` lines out of `/etc/modprobe.d/<name>.conf` (removed when left
+    /// empty); a change regenerates the initramfs.
+    #[host(ns = "kmod", effects = [Write, Remove])]
+    fn remove_options(h: &mut Host, name: S) -> bool {
+        Ok(super::remove_options(h, &name, &FileOptions::default())?)
+    }
+
+    /// As `remove_options(name)` in `/etc/modprobe.d/<file>.conf`.
+    #[overload(options = KMOD_FILE_KEYS)]
+    fn remove_options_with_opts(h: &mut Host, name: S, opts: Map) -> bool {
+        let opts = file_opts(&opts)?;
+        Ok(super::remove_options(h, &name, &opts)?)
+    }
 }
 
 fn is_module_line(line: &str, name: &str) -> bool {
@@ -356,6 +427,23 @@ pub fn load_at_boot(h: &mut Host, name: &str, file: &FileOptions) -> Result<bool
     })
 }
 
+host_fn! {
+    /// Keep the line `<name>` in `/etc/modules-load.d/<name>.conf` (read by systemd-modules-load at
+    /// boot); no initramfs regeneration.
+    #[host(ns = "kmod", effects = [Write, Remove])]
+    fn load_at_boot(h: &mut Host, name: S) -> bool {
+        Ok(super::load_at_boot(h, &name, &FileOptions::default())?)
+    }
+
+    /// As `load_at_boot(name)` in `/etc/modules-load.d/<file>.conf` (one file may list several
+    /// modules).
+    #[overload(options = KMOD_FILE_KEYS)]
+    fn load_at_boot_with_opts(h: &mut Host, name: S, opts: Map) -> bool {
+        let opts = file_opts(&opts)?;
+        Ok(super::load_at_boot(h, &name, &opts)?)
+    }
+}
+
 /// `kmod::unload_at_boot(name, #{file})`: take the line `<name>` out of the
 /// [`load_at_boot`] file (removed when left empty).
 ///
@@ -367,6 +455,21 @@ pub fn unload_at_boot(h: &mut Host, name: &str, file: &FileOptions) -> Result<bo
     edit_conf(h, &path, false, |lines| {
         lines.retain(|l| !is_module_line(l, name));
     })
+}
+
+host_fn! {
+    /// Take the line `<name>` out of `/etc/modules-load.d/<name>.conf` (removed when left empty).
+    #[host(ns = "kmod", effects = [Write, Remove])]
+    fn unload_at_boot(h: &mut Host, name: S) -> bool {
+        Ok(super::unload_at_boot(h, &name, &FileOptions::default())?)
+    }
+
+    /// As `unload_at_boot(name)` in `/etc/modules-load.d/<file>.conf`.
+    #[overload(options = KMOD_FILE_KEYS)]
+    fn unload_at_boot_with_opts(h: &mut Host, name: S, opts: Map) -> bool {
+        let opts = file_opts(&opts)?;
+        Ok(super::unload_at_boot(h, &name, &opts)?)
+    }
 }
 
 /// The module names of `/proc/modules` (first word of each line, `-` as `_`), `None` when
@@ -398,6 +501,16 @@ pub fn loaded(h: &Host, name: &str) -> Result<bool> {
     Ok(module_table(h)?.is_some_and(|t| t.contains(&canonical_name(name))))
 }
 
+host_fn! {
+    /// True when `/proc/modules` under the root lists the module (`-` and `_` equivalent; built-in
+    /// modules are not listed; `false` without `/proc/modules`); in a plan also after a planned
+    /// `kmod::load`.
+    #[host(ns = "kmod", effects = ReadsHost)]
+    fn loaded(h: &mut Host, name: S) -> bool {
+        Ok(super::loaded(h, &name)?)
+    }
+}
+
 /// `kmod::load(name)`: `modprobe <name>` (chrooted) unless [`loaded`]. A change when
 /// `/proc/modules` was read and does not list it (drift in a check); an action every time
 /// when the root has no `/proc/modules` (module docs). Returns whether it ran (apply) or
@@ -418,249 +531,105 @@ pub fn load(h: &mut Host, name: &str) -> Result<bool> {
     Ok(true)
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Dynamic, ImmutableString as S, Map};
-
-    use crate::host::api::convert::{self, check_keys, opt_bool, opt_string};
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::{NAME, OPTS};
-    use crate::host::api::host_fn;
-    use crate::host::kernel::kmod::{self, BlacklistOptions, FileOptions};
-
-    /// The option keys of `kmod::blacklist`.
-    const BLACKLIST_KEYS: &[&str] = &["file", "disable"];
-
-    /// The option keys of the other `kmod::` file functions.
-    const KMOD_FILE_KEYS: &[&str] = &["file"];
-
-    fn file_opts(m: &Map) -> Result<FileOptions, String> {
-        check_keys(m, KMOD_FILE_KEYS)?;
-        Ok(FileOptions {
-            file: opt_string(m, "file")?,
-        })
+host_fn! {
+    /// `modprobe <name>` unless loaded: a change (drift in a check) when `/proc/modules` does not
+    /// list it; without `/proc/modules` an action, run every time.
+    #[host(ns = "kmod", effects = [ModuleLoad])]
+    fn load(h: &mut Host, name: S) -> bool {
+        Ok(super::load(h, &name)?)
     }
-
-    fn blacklist_opts(m: &Map) -> Result<BlacklistOptions, String> {
-        check_keys(m, BLACKLIST_KEYS)?;
-        Ok(BlacklistOptions {
-            file: opt_string(m, "file")?,
-            disable: opt_bool(m, "disable", false)?,
-        })
-    }
-
-    /// Module options: a string of `key=value` words, or a map rendered `k=v` in key order
-    /// (each key a word without `=` or blanks, each value a non-empty word without blanks).
-    fn module_options(d: &Dynamic) -> Result<String, String> {
-        if let Some(m) = d.read_lock::<Map>() {
-            return m
-                .iter()
-                .map(|(k, v)| {
-                    if k.is_empty() || k.contains(|c: char| c == '=' || c.is_whitespace()) {
-                        return Err(format!(
-                            "option key {:?} must be a non-empty word without `=` or blanks",
-                            k.as_str()
-                        ));
-                    }
-                    let v = convert::scalar(v, &format!("option {k}"))?;
-                    if v.is_empty() || v.contains(char::is_whitespace) {
-                        return Err(format!(
-                            "option {k}: value {v:?} must be one word without blanks"
-                        ));
-                    }
-                    Ok(format!("{k}={v}"))
-                })
-                .collect::<Result<Vec<_>, String>>()
-                .map(|w| w.join(" "));
-        }
-        convert::string(d, "opts").map_err(|e| format!("{e} (or a map)"))
-    }
-
-    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
-        (
-            "kmod",
-            "Kernel modules — `kmod::`",
-            "Each function keeps only its own lines of its file (`/etc/modprobe.d/*.conf`, `/etc/modules-load.d/*.conf`), so comments and other modules' lines stay and a blacklist and options can share a file (`#{file}`); module names compare with `-` and `_` equivalent. A changed blacklist or options file schedules ONE initramfs regeneration at the end of the step: `update-initramfs -u`, or `dracut -f` on the rhel and fedora families; it is recorded ahead in `/var/lib/skyhook/.deferred/initramfs.json` and run by the next step when it failed or the agent died (a plan lists it as an action).",
-        ),
-        (
-            "kernel",
-            "Kernels and the boot default — `kernel::`",
-            "Releases as `uname -r` prints them. What grub boots next is read from `GRUB_DEFAULT` (`/etc/default/grub`, then `/etc/default/grub.d/*.cfg`; absent: `0`) and, for `saved`, the `saved_entry` of `/boot/grub/grubenv` (`/boot/grub2/grubenv` on grub2 hosts). An entry names its release by its last `>` part: `0` and `gnulinux-simple-<uuid>` the newest installed kernel, `...>Ubuntu, with Linux 6.8.0-1015-aws`, `gnulinux-6.8.0-1015-aws-advanced-<uuid>`, a title with `(<release>)`, a BootLoaderSpec id `<machine-id>-<release>`; any other entry cannot be told (`()`).",
-        ),
-        (
-            "gpu",
-            "NVIDIA GPUs — `gpu::`",
-            "Queries, in every mode. With `nvidia-smi` in the root: `nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,driver_version,memory.total,mig.mode.current --format=csv,noheader,nounits`; without it, or when it fails, the driver's `/proc/driver/nvidia/gpus/<bus>/information` (`Model`, `GPU UUID`, `Bus Location`; indexed in bus order) and `/proc/driver/nvidia/version`; no driver: none. A value nvidia-smi cannot give (`[N/A]`, `[Not Supported]`) is `()`; PCI bus ids in the sysfs form `0000:18:00.0`.",
-        ),
-        (
-            "dkms",
-            "DKMS modules — `dkms::`",
-            "Read from the root's `/var/lib/dkms` tree (no `dkms` command): `<module>/<version>/` is added, `<module>/<version>/<kernel>/<arch>/` built, and the `<module>/kernel-<kernel>-<arch>` link to it installed.",
-        ),
-    ];
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "kmod",
-            "blacklist",
-            &[NAME],
-            "bool",
-            Submits(&[Write, Remove]),
-            "Keep `blacklist <name>` in `/etc/modprobe.d/blacklist-<name>.conf`; a change regenerates the initramfs once at the end of the step.",
-            |h, n: S| Ok(kmod::blacklist(h, &n, &BlacklistOptions::default())?)
-        ),
-        host_fn!(
-            "kmod",
-            "blacklist",
-            &[NAME, OPTS],
-            "bool",
-            Submits(&[Write, Remove]),
-            "As `blacklist(name)` in `/etc/modprobe.d/<file>.conf`; `disable: true` also keeps `install <name> /bin/false` (no explicit `modprobe` or dependency loads it either), `false` removes that line.",
-            options = BLACKLIST_KEYS,
-            |h, n: S, o: Map| {
-                let o = blacklist_opts(&o)?;
-                Ok(kmod::blacklist(h, &n, &o)?)
-            }
-        ),
-        host_fn!(
-            "kmod",
-            "unblacklist",
-            &[NAME],
-            "bool",
-            Submits(&[Write, Remove]),
-            "Take the `blacklist <name>` and `install <name> /bin/false` lines out of the blacklist file (removed when left empty); a change regenerates the initramfs.",
-            |h, n: S| Ok(kmod::unblacklist(h, &n, &FileOptions::default())?)
-        ),
-        host_fn!(
-            "kmod",
-            "unblacklist",
-            &[NAME, OPTS],
-            "bool",
-            Submits(&[Write, Remove]),
-            "As `unblacklist(name)` in `/etc/modprobe.d/<file>.conf`.",
-            options = KMOD_FILE_KEYS,
-            |h, n: S, o: Map| {
-                let o = file_opts(&o)?;
-                Ok(kmod::unblacklist(h, &n, &o)?)
-            }
-        ),
-        host_fn!(
-            "kmod",
-            "options",
-            &[NAME, ("opts", "?")],
-            "bool",
-            Submits(&[Write, Remove]),
-            "Keep exactly one `options <name> <opts>` line in `/etc/modprobe.d/<name>.conf` (`opts` a string `\"modeset=0\"` or a map `#{modeset: 0}`, rendered `k=v` by key); another `options <name>` line is replaced, other lines stay; a change regenerates the initramfs. A hand-edited value is drift.",
-            |h, n: S, v: Dynamic| {
-                let v = module_options(&v)?;
-                Ok(kmod::options(h, &n, &v, &FileOptions::default())?)
-            }
-        ),
-        host_fn!(
-            "kmod",
-            "options",
-            &[NAME, ("opts", "?"), ("file_opts", "Map")],
-            "bool",
-            Submits(&[Write, Remove]),
-            "As `options(name, opts)` in `/etc/modprobe.d/<file>.conf` (`#{file}`), which may also hold the module's blacklist lines.",
-            options = KMOD_FILE_KEYS,
-            |h, n: S, v: Dynamic, o: Map| {
-                let o = file_opts(&o)?;
-                let v = module_options(&v)?;
-                Ok(kmod::options(h, &n, &v, &o)?)
-            }
-        ),
-        host_fn!(
-            "kmod",
-            "remove_options",
-            &[NAME],
-            "bool",
-            Submits(&[Write, Remove]),
-            "Take the `options <name>` lines out of `/etc/modprobe.d/<name>.conf` (removed when left empty); a change regenerates the initramfs.",
-            |h, n: S| Ok(kmod::remove_options(h, &n, &FileOptions::default())?)
-        ),
-        host_fn!(
-            "kmod",
-            "remove_options",
-            &[NAME, OPTS],
-            "bool",
-            Submits(&[Write, Remove]),
-            "As `remove_options(name)` in `/etc/modprobe.d/<file>.conf`.",
-            options = KMOD_FILE_KEYS,
-            |h, n: S, o: Map| {
-                let o = file_opts(&o)?;
-                Ok(kmod::remove_options(h, &n, &o)?)
-            }
-        ),
-        host_fn!(
-            "kmod",
-            "load_at_boot",
-            &[NAME],
-            "bool",
-            Submits(&[Write, Remove]),
-            "Keep the line `<name>` in `/etc/modules-load.d/<name>.conf` (read by systemd-modules-load at boot); no initramfs regeneration.",
-            |h, n: S| Ok(kmod::load_at_boot(h, &n, &FileOptions::default())?)
-        ),
-        host_fn!(
-            "kmod",
-            "load_at_boot",
-            &[NAME, OPTS],
-            "bool",
-            Submits(&[Write, Remove]),
-            "As `load_at_boot(name)` in `/etc/modules-load.d/<file>.conf` (one file may list several modules).",
-            options = KMOD_FILE_KEYS,
-            |h, n: S, o: Map| {
-                let o = file_opts(&o)?;
-                Ok(kmod::load_at_boot(h, &n, &o)?)
-            }
-        ),
-        host_fn!(
-            "kmod",
-            "unload_at_boot",
-            &[NAME],
-            "bool",
-            Submits(&[Write, Remove]),
-            "Take the line `<name>` out of `/etc/modules-load.d/<name>.conf` (removed when left empty).",
-            |h, n: S| Ok(kmod::unload_at_boot(h, &n, &FileOptions::default())?)
-        ),
-        host_fn!(
-            "kmod",
-            "unload_at_boot",
-            &[NAME, OPTS],
-            "bool",
-            Submits(&[Write, Remove]),
-            "As `unload_at_boot(name)` in `/etc/modules-load.d/<file>.conf`.",
-            options = KMOD_FILE_KEYS,
-            |h, n: S, o: Map| {
-                let o = file_opts(&o)?;
-                Ok(kmod::unload_at_boot(h, &n, &o)?)
-            }
-        ),
-        host_fn!(
-            "kmod",
-            "loaded",
-            &[NAME],
-            "bool",
-            ReadsHost,
-            "True when `/proc/modules` under the root lists the module (`-` and `_` equivalent; built-in modules are not listed; `false` without `/proc/modules`); in a plan also after a planned `kmod::load`.",
-            |h, n: S| Ok(kmod::loaded(h, &n)?)
-        ),
-        host_fn!(
-            "kmod",
-            "load",
-            &[NAME],
-            "bool",
-            Submits(&[ModuleLoad]),
-            "`modprobe <name>` unless loaded: a change (drift in a check) when `/proc/modules` does not list it; without `/proc/modules` an action, run every time.",
-            |h, n: S| Ok(kmod::load(h, &n)?)
-        ),
-    ];
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert::{self, check_keys, opt_bool, opt_string};
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Dynamic, ImmutableString as S, Map};
+}
+use prelude::*;
+
+/// The option keys of `kmod::blacklist`.
+const BLACKLIST_KEYS: &[&str] = &["file", "disable"];
+
+/// The option keys of the other `kmod::` file functions.
+const KMOD_FILE_KEYS: &[&str] = &["file"];
+
+fn file_opts(m: &Map) -> Result<FileOptions, String> {
+    check_keys(m, KMOD_FILE_KEYS)?;
+    Ok(FileOptions {
+        file: opt_string(m, "file")?,
+    })
+}
+
+fn blacklist_opts(m: &Map) -> Result<BlacklistOptions, String> {
+    check_keys(m, BLACKLIST_KEYS)?;
+    Ok(BlacklistOptions {
+        file: opt_string(m, "file")?,
+        disable: opt_bool(m, "disable", false)?,
+    })
+}
+
+/// Module options: a string of `key=value` words, or a map rendered `k=v` in key order
+/// (each key a word without `=` or blanks, each value a non-empty word without blanks).
+fn module_options(d: &Dynamic) -> Result<String, String> {
+    if let Some(m) = d.read_lock::<Map>() {
+        return m
+            .iter()
+            .map(|(k, v)| {
+                if k.is_empty() || k.contains(|c: char| c == '=' || c.is_whitespace()) {
+                    return Err(format!(
+                        "option key {:?} must be a non-empty word without `=` or blanks",
+                        k.as_str()
+                    ));
+                }
+                let v = convert::scalar(v, &format!("option {k}"))?;
+                if v.is_empty() || v.contains(char::is_whitespace) {
+                    return Err(format!(
+                        "option {k}: value {v:?} must be one word without blanks"
+                    ));
+                }
+                Ok(format!("{k}={v}"))
+            })
+            .collect::<Result<Vec<_>, String>>()
+            .map(|w| w.join(" "));
+    }
+    convert::string(d, "opts").map_err(|e| format!("{e} (or a map)"))
+}
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "kmod",
+        "Kernel modules — `kmod::`",
+        "Each function keeps only its own lines of its file (`/etc/modprobe.d/*.conf`, `/etc/modules-load.d/*.conf`), so comments and other modules' lines stay and a blacklist and options can share a file (`#{file}`); module names compare with `-` and `_` equivalent. A changed blacklist or options file schedules ONE initramfs regeneration at the end of the step: `update-initramfs -u`, or `dracut -f` on the rhel and fedora families; it is recorded ahead in `/var/lib/skyhook/.deferred/initramfs.json` and run by the next step when it failed or the agent died (a plan lists it as an action).",
+    ),
+    (
+        "kernel",
+        "Kernels and the boot default — `kernel::`",
+        "Releases as `uname -r` prints them. What grub boots next is read from `GRUB_DEFAULT` (`/etc/default/grub`, then `/etc/default/grub.d/*.cfg`; absent: `0`) and, for `saved`, the `saved_entry` of `/boot/grub/grubenv` (`/boot/grub2/grubenv` on grub2 hosts). An entry names its release by its last `>` part: `0` and `gnulinux-simple-<uuid>` the newest installed kernel, `...>Ubuntu, with Linux 6.8.0-1015-aws`, `gnulinux-6.8.0-1015-aws-advanced-<uuid>`, a title with `(<release>)`, a BootLoaderSpec id `<machine-id>-<release>`; any other entry cannot be told (`()`).",
+    ),
+    (
+        "gpu",
+        "NVIDIA GPUs — `gpu::`",
+        "Queries, in every mode. With `nvidia-smi` in the root: `nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,driver_version,memory.total,mig.mode.current --format=csv,noheader,nounits`; without it, or when it fails, the driver's `/proc/driver/nvidia/gpus/<bus>/information` (`Model`, `GPU UUID`, `Bus Location`; indexed in bus order) and `/proc/driver/nvidia/version`; no driver: none. A value nvidia-smi cannot give (`[N/A]`, `[Not Supported]`) is `()`; PCI bus ids in the sysfs form `0000:18:00.0`.",
+    ),
+    (
+        "dkms",
+        "DKMS modules — `dkms::`",
+        "Read from the root's `/var/lib/dkms` tree (no `dkms` command): `<module>/<version>/` is added, `<module>/<version>/<kernel>/<arch>/` built, and the `<module>/kernel-<kernel>-<arch>` link to it installed.",
+    ),
+];
+
+host_fns!(
+    blacklist,
+    unblacklist,
+    options,
+    remove_options,
+    load_at_boot,
+    unload_at_boot,
+    loaded,
+    load
+);
 
 #[cfg(test)]
 mod tests {

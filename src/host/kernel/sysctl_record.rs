@@ -97,6 +97,15 @@ pub fn restore(h: &mut Host, key: &str) -> Result<bool> {
     Ok(true)
 }
 
+host_fn! {
+    /// Set `key` back to the value recorded by `set(.., #{record: true})` and drop it from the
+    /// package's record (the file when it was the last); false when nothing is recorded for it.
+    #[host(ns = "sysctl", effects = [Sysctl, Write, Remove])]
+    fn restore(h: &mut Host, key: S) -> bool {
+        Ok(super::restore(h, &key)?)
+    }
+}
+
 /// `sysctl::restore_all()`: [`restore`] every recorded key of the package.
 ///
 /// # Errors
@@ -112,6 +121,15 @@ pub fn restore_all(h: &mut Host) -> Result<bool> {
     }
     write(h, &BTreeMap::new())?;
     Ok(true)
+}
+
+host_fn! {
+    /// `restore` every key in the package's record, then remove the record (an uninstall's one
+    /// call); false when there is none.
+    #[host(ns = "sysctl", effects = [Sysctl, Remove])]
+    fn restore_all(h: &mut Host) -> bool {
+        Ok(super::restore_all(h)?)
+    }
 }
 
 /// The live value of `key` brought to `value` without touching the record (read here, not
@@ -138,39 +156,14 @@ fn set_live(h: &mut Host, key: &str, value: &str) -> Result<bool> {
     }
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::ImmutableString as S;
-
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
-    use crate::host::kernel::sysctl_record;
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "sysctl",
-            "restore",
-            &[("key", "String")],
-            "bool",
-            Submits(&[Sysctl, Write, Remove]),
-            "Set `key` back to the value recorded by `set(.., #{record: true})` and drop it from the package's record (the file when it was the last); false when nothing is recorded for it.",
-            |h, k: S| Ok(sysctl_record::restore(h, &k)?)
-        ),
-        host_fn!(
-            "sysctl",
-            "restore_all",
-            &[],
-            "bool",
-            Submits(&[Sysctl, Remove]),
-            "`restore` every key in the package's record, then remove the record (an uninstall's one call); false when there is none.",
-            |h| Ok(sysctl_record::restore_all(h)?)
-        ),
-    ];
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::ImmutableString as S;
 }
+use prelude::*;
+
+host_fns!(restore, restore_all);
 
 #[cfg(test)]
 mod tests {

@@ -329,180 +329,166 @@ pub mod ulimit {
     }
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Array, Dynamic, ImmutableString as S, Map};
-
-    use crate::host::api::convert;
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::NAME;
-    use crate::host::api::host_fn;
-    use crate::host::kernel::tuning::ulimit::LimitEntry;
-    use crate::host::kernel::tuning::{grub, sysctl, ulimit};
-
-    /// `ulimit::persist` entries: each a map `#{domain, type, item, value}` (`value` may be an
-    /// int) or a string `"domain type item value"` (exactly four whitespace-separated fields).
-    fn limit_entries(a: &Array) -> Result<Vec<LimitEntry>, String> {
-        let mut out = Vec::new();
-        for (i, d) in a.iter().enumerate() {
-            if let Some(m) = d.read_lock::<Map>() {
-                convert::check_keys(&m, &["domain", "type", "item", "value"])?;
-                let field = |k: &str| match m.get(k) {
-                    Some(v) => convert::scalar(v, &format!("entries[{i}].{k}")),
-                    None => Err(format!("entries[{i}] has no {k}")),
-                };
-                out.push(LimitEntry {
-                    domain: field("domain")?,
-                    kind: field("type")?,
-                    item: field("item")?,
-                    value: field("value")?,
-                });
-            } else if d.is_string() {
-                let text = d.to_string();
-                let f: Vec<&str> = text.split_whitespace().collect();
-                let [domain, kind, item, value] = f[..] else {
-                    return Err(format!(
-                        "entries[{i}] {text:?} must have four fields: domain type item value"
-                    ));
-                };
-                out.push(LimitEntry {
-                    domain: domain.into(),
-                    kind: kind.into(),
-                    item: item.into(),
-                    value: value.into(),
-                });
-            } else {
-                return Err(format!(
-                    "entries[{i}] must be a map #{{domain, type, item, value}} or a string, got {}",
-                    d.type_name()
-                ));
-            }
-        }
-        Ok(out)
-    }
-
-    /// Kernel arguments: an array of strings, or one string split at whitespace.
-    fn kernel_args(d: &Dynamic) -> Result<Vec<String>, String> {
-        if d.is_string() {
-            return Ok(d.to_string().split_whitespace().map(String::from).collect());
-        }
-        convert::string_or_array(d, "args")
-    }
-
-    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
-        (
-            "sysctl",
-            "Kernel parameters — `sysctl::`",
-            "The live values under `/proc/sys` of the root; `persist` writes the boot-time file.",
-        ),
-        (
-            "grub",
-            "Kernel command line — `grub::`",
-            "Drop-ins of several packages compose instead of overwriting each other and the distribution's defaults.",
-        ),
-        ("ulimit", "Resource limits — `ulimit::`", ""),
-    ];
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "sysctl",
-            "get",
-            &[("key", "String")],
-            "?",
-            ReadsHost,
-            "The live value of `/proc/sys/<key, dots as slashes>`, or `()` when there is no such entry.",
-            |h, k: S| Ok(convert::opt(sysctl::get(h, &k)?))
-        ),
-        host_fn!(
-            "sysctl",
-            "set",
-            &[("key", "String"), ("value", "?")],
-            "bool",
-            Submits(&[Sysctl]),
-            "Write the live value when it differs (compared whitespace-normalised); an unknown key is an error. Never writes under /etc.",
-            |h, k: S, v: Dynamic| {
-                let v = convert::scalar(&v, "value")?;
-                Ok(sysctl::set(h, &k, &v)?)
-            }
-        ),
-        host_fn!(
-            "sysctl",
-            "set",
-            &[("key", "String"), ("value", "?"), ("opts", "Map")],
-            "bool",
-            Submits(&[Sysctl, Write]),
-            "As `set`; with `#{record: true}` the live value before the package's first change of `key` is kept in `<SKYHOOK_ROOT_DIR>/sysctl-restore/<package>.conf` in the root (`/etc/skyhook` by default; the package of `SKYHOOK_RESOURCE_ID`, `unnamed` without one), for `sysctl::restore`.",
-            options = &["record"],
-            |h, k: S, v: Dynamic, o: Map| {
-                convert::check_keys(&o, &["record"])?;
-                let record = convert::opt_bool(&o, "record", false)?;
-                let v = convert::scalar(&v, "value")?;
-                Ok(sysctl::set_with(h, &k, &v, record)?)
-            }
-        ),
-        host_fn!(
-            "sysctl",
-            "reload",
-            &[],
-            "()",
-            Submits(&[Command]),
-            "`sysctl --system`: every sysctl.d file and `/etc/sysctl.conf` applied live again (an action, every time; planned in plan and check mode); a non-zero exit is an error.",
-            |h| Ok(sysctl::reload(h)?)
-        ),
-        host_fn!(
-            "sysctl",
-            "persist",
-            &[("file", "String"), ("values", "Map")],
-            "bool",
-            Submits(&[Write]),
-            "Write `/etc/sysctl.d/<file>`: one `key = value` line per map entry, keys sorted.",
-            |h, f: S, m: Map| {
-                let entries = m
-                    .iter()
-                    .map(|(k, v)| {
-                        Ok((k.to_string(), convert::scalar(v, &format!("value of {k}"))?))
-                    })
-                    .collect::<Result<Vec<_>, String>>()?;
-                Ok(sysctl::persist(h, &f, &entries)?)
-            }
-        ),
-        host_fn!(
-            "grub",
-            "set_cmdline",
-            &[NAME, ("args", "?")],
-            "bool",
-            Submits(&[Write]),
-            "`/etc/default/grub.d/<name>.cfg` appending `args` (array, or a string split at spaces) to `GRUB_CMDLINE_LINUX_DEFAULT`; a change runs `update-grub` (or `grubby` on rhel/fedora) once at the end of the step.",
-            |h, n: S, a: Dynamic| {
-                let a = kernel_args(&a)?;
-                Ok(grub::set_cmdline(h, &n, &a)?)
-            }
-        ),
-        host_fn!(
-            "grub",
-            "remove",
-            &[NAME],
-            "bool",
-            Submits(&[Remove]),
-            "Remove that drop-in and take its arguments back.",
-            |h, n: S| Ok(grub::remove(h, &n)?)
-        ),
-        host_fn!(
-            "ulimit",
-            "persist",
-            &[("file", "String"), ("entries", "Array")],
-            "bool",
-            Submits(&[Write]),
-            "Write `/etc/security/limits.d/<file>`, one `domain type item value` line per entry; an entry is a map `#{domain, type, item, value}` or a string `\"* soft nofile 65536\"`.",
-            |h, f: S, e: Array| {
-                let e = limit_entries(&e)?;
-                Ok(ulimit::persist(h, &f, &e)?)
-            }
-        ),
-    ];
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Array, Dynamic, ImmutableString as S, Map};
 }
+use prelude::*;
+
+/// `ulimit::persist` entries: each a map `#{domain, type, item, value}` (`value` may be an
+/// int) or a string `"domain type item value"` (exactly four whitespace-separated fields).
+fn limit_entries(a: &Array) -> Result<Vec<ulimit::LimitEntry>, String> {
+    let mut out = Vec::new();
+    for (i, d) in a.iter().enumerate() {
+        if let Some(m) = d.read_lock::<Map>() {
+            convert::check_keys(&m, &["domain", "type", "item", "value"])?;
+            let field = |k: &str| match m.get(k) {
+                Some(v) => convert::scalar(v, &format!("entries[{i}].{k}")),
+                None => Err(format!("entries[{i}] has no {k}")),
+            };
+            out.push(ulimit::LimitEntry {
+                domain: field("domain")?,
+                kind: field("type")?,
+                item: field("item")?,
+                value: field("value")?,
+            });
+        } else if d.is_string() {
+            let text = d.to_string();
+            let f: Vec<&str> = text.split_whitespace().collect();
+            let [domain, kind, item, value] = f[..] else {
+                return Err(format!(
+                    "entries[{i}] {text:?} must have four fields: domain type item value"
+                ));
+            };
+            out.push(ulimit::LimitEntry {
+                domain: domain.into(),
+                kind: kind.into(),
+                item: item.into(),
+                value: value.into(),
+            });
+        } else {
+            return Err(format!(
+                "entries[{i}] must be a map #{{domain, type, item, value}} or a string, got {}",
+                d.type_name()
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Kernel arguments: an array of strings, or one string split at whitespace.
+fn kernel_args(d: &Dynamic) -> Result<Vec<String>, String> {
+    if d.is_string() {
+        return Ok(d.to_string().split_whitespace().map(String::from).collect());
+    }
+    convert::string_or_array(d, "args")
+}
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "sysctl",
+        "Kernel parameters — `sysctl::`",
+        "The live values under `/proc/sys` of the root; `persist` writes the boot-time file.",
+    ),
+    (
+        "grub",
+        "Kernel command line — `grub::`",
+        "Drop-ins of several packages compose instead of overwriting each other and the distribution's defaults.",
+    ),
+    ("ulimit", "Resource limits — `ulimit::`", ""),
+];
+
+host_fn! {
+    /// The live value of `/proc/sys/<key, dots as slashes>`, or `()` when there is no such entry.
+    #[host(ns = "sysctl", effects = ReadsHost)]
+    fn get(h: &mut Host, key: S) -> rhai::Dynamic {
+        Ok(convert::opt(sysctl::get(h, &key)?))
+    }
+}
+
+host_fn! {
+    /// Write the live value when it differs (compared whitespace-normalised); an unknown key is an
+    /// error. Never writes under /etc.
+    #[host(ns = "sysctl", effects = [Sysctl])]
+    fn set(h: &mut Host, key: S, value: Dynamic) -> bool {
+        let value = convert::scalar(&value, "value")?;
+        Ok(sysctl::set(h, &key, &value)?)
+    }
+
+    /// As `set`; with `#{record: true}` the live value before the package's first change of `key`
+    /// is kept in `<SKYHOOK_ROOT_DIR>/sysctl-restore/<package>.conf` in the root (`/etc/skyhook` by
+    /// default; the package of `SKYHOOK_RESOURCE_ID`, `unnamed` without one), for
+    /// `sysctl::restore`.
+    #[overload(effects = [Sysctl, Write], options = &["record"])]
+    fn set_with_opts(h: &mut Host, key: S, value: Dynamic, opts: Map) -> bool {
+        convert::check_keys(&opts, &["record"])?;
+        let record = convert::opt_bool(&opts, "record", false)?;
+        let value = convert::scalar(&value, "value")?;
+        Ok(sysctl::set_with(h, &key, &value, record)?)
+    }
+}
+
+host_fn! {
+    /// `sysctl --system`: every sysctl.d file and `/etc/sysctl.conf` applied live again (an action,
+    /// every time; planned in plan and check mode); a non-zero exit is an error.
+    #[host(ns = "sysctl", effects = [Command])]
+    fn reload(h: &mut Host) -> () {
+        Ok(sysctl::reload(h)?)
+    }
+}
+
+host_fn! {
+    /// Write `/etc/sysctl.d/<file>`: one `key = value` line per map entry, keys sorted.
+    #[host(ns = "sysctl", name = "persist", effects = [Write])]
+    fn sysctl_persist(h: &mut Host, file: S, values: Map) -> bool {
+        let entries = values
+            .iter()
+            .map(|(k, v)| {
+                Ok((k.to_string(), convert::scalar(v, &format!("value of {k}"))?))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(sysctl::persist(h, &file, &entries)?)
+    }
+}
+
+host_fn! {
+    /// `/etc/default/grub.d/<name>.cfg` appending `args` (array, or a string split at spaces) to
+    /// `GRUB_CMDLINE_LINUX_DEFAULT`; a change runs `update-grub` (or `grubby` on rhel/fedora) once
+    /// at the end of the step.
+    #[host(ns = "grub", effects = [Write])]
+    fn set_cmdline(h: &mut Host, name: S, args: Dynamic) -> bool {
+        let args = kernel_args(&args)?;
+        Ok(grub::set_cmdline(h, &name, &args)?)
+    }
+}
+
+host_fn! {
+    /// Remove that drop-in and take its arguments back.
+    #[host(ns = "grub", effects = [Remove])]
+    fn remove(h: &mut Host, name: S) -> bool {
+        Ok(grub::remove(h, &name)?)
+    }
+}
+
+host_fn! {
+    /// Write `/etc/security/limits.d/<file>`, one `domain type item value` line per entry; an entry
+    /// is a map `#{domain, type, item, value}` or a string `"* soft nofile 65536"`.
+    #[host(ns = "ulimit", name = "persist", effects = [Write])]
+    fn ulimit_persist(h: &mut Host, file: S, entries: Array) -> bool {
+        let entries = limit_entries(&entries)?;
+        Ok(ulimit::persist(h, &file, &entries)?)
+    }
+}
+
+host_fns!(
+    get,
+    set,
+    reload,
+    sysctl_persist,
+    set_cmdline,
+    remove,
+    ulimit_persist
+);

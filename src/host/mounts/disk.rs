@@ -395,6 +395,20 @@ pub fn list(h: &mut Host) -> Result<Vec<BlockDevice>> {
     Ok(out)
 }
 
+host_fn! {
+    /// Every block device of `/sys/class/block`, sorted by name: `#{name, path, kind, size, model,
+    /// serial, by_id, fstype, uuid, mountpoints}` (`path` `/dev/<name>`; `kind` `disk`, `part`,
+    /// `md`, `dm`, `loop` or `rom`; `size` in bytes; `by_id` the `/dev/disk/by-id/*` links to it;
+    /// `fstype`/`uuid` `""` when none; `mountpoints` from the host's mount table). `[]` when the
+    /// root has no sysfs.
+    #[host(ns = "disk", effects = RunsReadOnly)]
+    fn list(h: &mut Host) -> rhai::Dynamic as "Array" {
+        Ok(Dynamic::from_array(
+                super::list(h)?.into_iter().map(device_map).collect()
+            ))
+    }
+}
+
 /// `disk::info(dev)`: the device at `dev` (symlinks resolved inside the root) as
 /// [`BlockDevice`] (path: the resolved path), `None` when nothing is there. A device without
 /// a sysfs entry (a test root) has size 0 and kind `md` under `/dev/md`, else `disk`.
@@ -411,6 +425,17 @@ pub fn info(h: &mut Host, dev: &str) -> Result<Option<BlockDevice>> {
     describe(h, &known, &resolved, shown).map(Some)
 }
 
+host_fn! {
+    /// The map of `disk::list` for the device at `dev` (symlinks such as `/dev/md/kubernetes` or
+    /// `/dev/disk/by-id/...` resolved inside the root; `path` is the resolved path), or `()` when
+    /// nothing is there. Without a sysfs entry `size` is 0 and `kind` `md` under `/dev/md`, else
+    /// `disk`. A path outside `/dev` is an error.
+    #[host(ns = "disk", effects = RunsReadOnly)]
+    fn info(h: &mut Host, dev: S) -> rhai::Dynamic {
+        Ok(super::info(h, &dev)?.map_or(Dynamic::UNIT, device_map))
+    }
+}
+
 /// `disk::fstype(dev)`: the filesystem type on `dev` (`xfs`), empty when none.
 ///
 /// # Errors
@@ -422,6 +447,16 @@ pub fn fstype(h: &mut Host, dev: &str) -> Result<String> {
     Ok(probe(h, &resolved, &udev)?.0)
 }
 
+host_fn! {
+    /// The filesystem type on `dev` (`"xfs"`), `""` when none: the udev database, else `lsblk`,
+    /// else `blkid -p`; in a plan, the type a planned `fs::mkfs` makes. A missing device is an
+    /// error.
+    #[host(ns = "disk", effects = RunsReadOnly)]
+    fn fstype(h: &mut Host, dev: S) -> String {
+        Ok(super::fstype(h, &dev)?)
+    }
+}
+
 /// `disk::uuid(dev)`: the UUID of the filesystem on `dev`, empty when none (or planned).
 ///
 /// # Errors
@@ -431,6 +466,16 @@ pub fn uuid(h: &mut Host, dev: &str) -> Result<String> {
     let resolved = resolve(h, &path)?.ok_or(HostError::NotFound { path: path.clone() })?;
     let udev = udev_of(h, &resolved);
     Ok(probe(h, &resolved, &udev)?.1)
+}
+
+host_fn! {
+    /// The UUID of the filesystem on `dev` (for `UUID=...` in fstab or a mount unit), `""` when
+    /// none or only planned: the udev database, else `blkid -s UUID -o value <dev>`. A missing
+    /// device is an error.
+    #[host(ns = "disk", effects = RunsReadOnly)]
+    fn uuid(h: &mut Host, dev: S) -> String {
+        Ok(super::uuid(h, &dev)?)
+    }
 }
 
 /// The udev record of the resolved device `dev` (through its sysfs `dev`), empty when none.
@@ -700,122 +745,77 @@ pub fn mkfs(h: &mut Host, dev: &str, fs_type: &str, spec: &MkfsSpec) -> Result<b
     Ok(true)
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Dynamic, ImmutableString as S, Map};
-
-    use crate::host::api::convert::{self, check_keys};
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::OPTS;
-    use crate::host::api::host_fn;
-    use crate::host::mounts::disk::{self, BlockDevice, MkfsSpec};
-    use crate::host::mounts::mount::rows::DEV;
-
-    /// The option keys of `fs::mkfs`.
-    const MKFS_KEYS: &[&str] = &["options", "force"];
-
-    fn device_map(d: BlockDevice) -> Dynamic {
-        let mut m = Map::new();
-        m.insert("name".into(), convert::s(d.name));
-        m.insert("path".into(), convert::s(d.path));
-        m.insert("kind".into(), convert::s(d.kind));
-        m.insert(
-            "size".into(),
-            Dynamic::from(i64::try_from(d.size).unwrap_or(i64::MAX)),
-        );
-        m.insert("model".into(), convert::s(d.model));
-        m.insert("serial".into(), convert::s(d.serial));
-        m.insert("by_id".into(), Dynamic::from_array(convert::array(d.by_id)));
-        m.insert("fstype".into(), convert::s(d.fstype));
-        m.insert("uuid".into(), convert::s(d.uuid));
-        m.insert(
-            "mountpoints".into(),
-            Dynamic::from_array(convert::array(d.mountpoints)),
-        );
-        Dynamic::from_map(m)
+host_fn! {
+    /// Make a `fstype` filesystem on `dev`, guarded: the same type already there: unchanged;
+    /// another filesystem there: an error naming both unless `force: true` (then `options` carries
+    /// the tool's own overwrite flag, `-f` for xfs); none: `mkfs.<fstype> <options...> <dev>` (a
+    /// change, `mkfs xfs on /dev/...` in the plan, drift in a check; a command, not undone). `dev`
+    /// must be a block device inside the root's `/dev` (a link out of `/dev` or to a regular file
+    /// is an error naming it) that nothing uses: mounted, a partition of it mounted (the host's
+    /// mount table), held by an md/dm device (`/sys/class/block/<dev>/holders`), or refused
+    /// exclusive access by the kernel (`O_EXCL`: swap, a mount in any namespace) is an error naming
+    /// the partition and its mount point or the holder; `force` never overrides that, only another
+    /// filesystem. A missing device is an error.
+    #[host(ns = "fs", effects = [GuardedCommand], options = MKFS_KEYS)]
+    fn mkfs(h: &mut Host, dev: S, fstype: S, opts: Map) -> bool {
+        let spec = mkfs_spec(&opts)?;
+        Ok(super::mkfs(h, &dev, &fstype, &spec)?)
     }
 
-    /// `#{options, force}`: `options` an array of strings (or one string, one argument).
-    fn mkfs_spec(m: &Map) -> Result<MkfsSpec, String> {
-        check_keys(m, MKFS_KEYS)?;
-        let options = match m.get("options") {
-            None => Vec::new(),
-            Some(d) if d.is_unit() => Vec::new(),
-            Some(d) => convert::string_or_array(d, "option options")?,
-        };
-        Ok(MkfsSpec {
-            options,
-            force: convert::opt_bool(m, "force", false)?,
-        })
+    /// `fs::mkfs(dev, fstype, #{})`: no options, never over another filesystem.
+    #[overload]
+    fn mkfs_without_opts(h: &mut Host, dev: S, fstype: S) -> bool {
+        Ok(super::mkfs(h, &dev, &fstype, &MkfsSpec::default())?)
     }
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "disk",
-            "list",
-            &[],
-            "Array",
-            RunsReadOnly,
-            "Every block device of `/sys/class/block`, sorted by name: `#{name, path, kind, size, model, serial, by_id, fstype, uuid, mountpoints}` (`path` `/dev/<name>`; `kind` `disk`, `part`, `md`, `dm`, `loop` or `rom`; `size` in bytes; `by_id` the `/dev/disk/by-id/*` links to it; `fstype`/`uuid` `\"\"` when none; `mountpoints` from the host's mount table). `[]` when the root has no sysfs.",
-            |h| Ok(Dynamic::from_array(
-                disk::list(h)?.into_iter().map(device_map).collect()
-            ))
-        ),
-        host_fn!(
-            "disk",
-            "info",
-            &[DEV],
-            "?",
-            RunsReadOnly,
-            "The map of `disk::list` for the device at `dev` (symlinks such as `/dev/md/kubernetes` or `/dev/disk/by-id/...` resolved inside the root; `path` is the resolved path), or `()` when nothing is there. Without a sysfs entry `size` is 0 and `kind` `md` under `/dev/md`, else `disk`. A path outside `/dev` is an error.",
-            |h, dev: S| Ok(disk::info(h, &dev)?.map_or(Dynamic::UNIT, device_map))
-        ),
-        host_fn!(
-            "disk",
-            "fstype",
-            &[DEV],
-            "String",
-            RunsReadOnly,
-            "The filesystem type on `dev` (`\"xfs\"`), `\"\"` when none: the udev database, else `lsblk`, else `blkid -p`; in a plan, the type a planned `fs::mkfs` makes. A missing device is an error.",
-            |h, dev: S| Ok(disk::fstype(h, &dev)?)
-        ),
-        host_fn!(
-            "disk",
-            "uuid",
-            &[DEV],
-            "String",
-            RunsReadOnly,
-            "The UUID of the filesystem on `dev` (for `UUID=...` in fstab or a mount unit), `\"\"` when none or only planned: the udev database, else `blkid -s UUID -o value <dev>`. A missing device is an error.",
-            |h, dev: S| Ok(disk::uuid(h, &dev)?)
-        ),
-        host_fn!(
-            "fs",
-            "mkfs",
-            &[DEV, ("fstype", "String"), OPTS],
-            "bool",
-            Submits(&[GuardedCommand]),
-            "Make a `fstype` filesystem on `dev`, guarded: the same type already there: unchanged; another filesystem there: an error naming both unless `force: true` (then `options` carries the tool's own overwrite flag, `-f` for xfs); none: `mkfs.<fstype> <options...> <dev>` (a change, `mkfs xfs on /dev/...` in the plan, drift in a check; a command, not undone). `dev` must be a block device inside the root's `/dev` (a link out of `/dev` or to a regular file is an error naming it) that nothing uses: mounted, a partition of it mounted (the host's mount table), held by an md/dm device (`/sys/class/block/<dev>/holders`), or refused exclusive access by the kernel (`O_EXCL`: swap, a mount in any namespace) is an error naming the partition and its mount point or the holder; `force` never overrides that, only another filesystem. A missing device is an error.",
-            options = MKFS_KEYS,
-            |h, dev: S, t: S, o: Map| {
-                let spec = mkfs_spec(&o)?;
-                Ok(disk::mkfs(h, &dev, &t, &spec)?)
-            }
-        ),
-        host_fn!(
-            "fs",
-            "mkfs",
-            &[DEV, ("fstype", "String")],
-            "bool",
-            Submits(&[GuardedCommand]),
-            "`fs::mkfs(dev, fstype, #{})`: no options, never over another filesystem.",
-            |h, dev: S, t: S| Ok(disk::mkfs(h, &dev, &t, &MkfsSpec::default())?)
-        ),
-    ];
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert::{self, check_keys};
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Dynamic, ImmutableString as S, Map};
+}
+use prelude::*;
+
+/// The option keys of `fs::mkfs`.
+const MKFS_KEYS: &[&str] = &["options", "force"];
+
+fn device_map(d: BlockDevice) -> Dynamic {
+    let mut m = Map::new();
+    m.insert("name".into(), convert::s(d.name));
+    m.insert("path".into(), convert::s(d.path));
+    m.insert("kind".into(), convert::s(d.kind));
+    m.insert(
+        "size".into(),
+        Dynamic::from(i64::try_from(d.size).unwrap_or(i64::MAX)),
+    );
+    m.insert("model".into(), convert::s(d.model));
+    m.insert("serial".into(), convert::s(d.serial));
+    m.insert("by_id".into(), Dynamic::from_array(convert::array(d.by_id)));
+    m.insert("fstype".into(), convert::s(d.fstype));
+    m.insert("uuid".into(), convert::s(d.uuid));
+    m.insert(
+        "mountpoints".into(),
+        Dynamic::from_array(convert::array(d.mountpoints)),
+    );
+    Dynamic::from_map(m)
+}
+
+/// `#{options, force}`: `options` an array of strings (or one string, one argument).
+fn mkfs_spec(m: &Map) -> Result<MkfsSpec, String> {
+    check_keys(m, MKFS_KEYS)?;
+    let options = match m.get("options") {
+        None => Vec::new(),
+        Some(d) if d.is_unit() => Vec::new(),
+        Some(d) => convert::string_or_array(d, "option options")?,
+    };
+    Ok(MkfsSpec {
+        options,
+        force: convert::opt_bool(m, "force", false)?,
+    })
+}
+
+host_fns!(list, info, fstype, uuid, mkfs);
 
 #[cfg(test)]
 mod tests {

@@ -43,6 +43,40 @@ use std::path::{Path, PathBuf};
 use crate::host::Host;
 use crate::host::effects::effect::{Effect, MountOp};
 use crate::host::root::error::{HostError, Result};
+
+/// A failure of `mount::ensure` of its own; everything else is the session's [`HostError`].
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// What the session failed with.
+    #[error(transparent)]
+    Host(#[from] HostError),
+
+    /// `mount::ensure` with state `mounted` found the mount point mounted from another
+    /// source or with another filesystem type.
+    #[error(
+        "{} is mounted from {found}, not {wanted}: unmount it first (mount::remove) or change the source",
+        path.display()
+    )]
+    Conflict {
+        /// The mount point.
+        path: std::path::PathBuf,
+        /// The live mount (`/proc/1/mountinfo`): `<source> (<fstype>)`.
+        found: String,
+        /// What was asked for: `<source> (<fstype>)`.
+        wanted: String,
+    },
+}
+
+impl crate::host::api::AreaError for MountError {
+    /// The live mounts are the host's state.
+    fn depends_on_host(&self) -> bool {
+        match self {
+            MountError::Host(e) => e.depends_on_host(),
+            MountError::Conflict { .. } => true,
+        }
+    }
+}
+crate::host::api::area_error!(MountError);
 use crate::host::root::normalize;
 
 /// The host's fstab (a host path).
@@ -372,7 +406,7 @@ fn check_field(what: &'static str, v: &str, spaces: bool) -> Result<()> {
 /// - not mounted: `mount <path>` (a change);
 /// - mounted from the same source and fstype: when the fstab line changed in this call,
 ///   `mount -o remount <path>` so the new options apply (a change); else nothing;
-/// - mounted from another source or fstype: [`HostError::MountConflict`], before anything
+/// - mounted from another source or fstype: [`MountError::Conflict`], before anything
 ///   is changed (the filesystem is never unmounted implicitly).
 ///
 /// Returns whether anything changed. Apply performs; plan records the fstab diff, the
@@ -382,9 +416,9 @@ fn check_field(what: &'static str, v: &str, spaces: bool) -> Result<()> {
 /// # Errors
 /// Relative path or `/`; an empty source/fstype/options, a source starting with `#`,
 /// whitespace in fstype or options, a line break anywhere; fstype `swap` (not supported); a non-directory at `path`; a
-/// malformed mount table; [`HostError::MountConflict`]; fstab not UTF-8; `mount` failing
+/// malformed mount table; [`MountError::Conflict`]; fstab not UTF-8; `mount` failing
 /// (apply).
-pub fn ensure(h: &mut Host, p: &str, spec: &MountSpec) -> Result<bool> {
+pub fn ensure(h: &mut Host, p: &str, spec: &MountSpec) -> Result<bool, MountError> {
     let path = mount_point(p)?;
     check_field("mount source", &spec.source, true)?;
     if spec.source.starts_with('#') {
@@ -394,7 +428,8 @@ pub fn ensure(h: &mut Host, p: &str, spec: &MountSpec) -> Result<bool> {
                 "{:?} (a source starting with # would make the fstab line a comment)",
                 spec.source
             ),
-        });
+        }
+        .into());
     }
     check_field("filesystem type", &spec.fstype, false)?;
     check_field("mount options", &spec.options, false)?;
@@ -402,7 +437,8 @@ pub fn ensure(h: &mut Host, p: &str, spec: &MountSpec) -> Result<bool> {
         return Err(HostError::Invalid {
             what: "filesystem type",
             message: "swap is not supported by mount::ensure".into(),
-        });
+        }
+        .into());
     }
     let live = match spec.state {
         MountState::Mounted => current(h, &path)?,
@@ -411,7 +447,7 @@ pub fn ensure(h: &mut Host, p: &str, spec: &MountSpec) -> Result<bool> {
     if let Some(e) = &live
         && !(same_fstype(&spec.fstype, &e.fstype) && same_source(h, &spec.source, &e.source)?)
     {
-        return Err(HostError::MountConflict {
+        return Err(MountError::Conflict {
             path,
             found: format!("{} ({})", e.source, e.fstype),
             wanted: format!("{} ({})", spec.source, spec.fstype),
@@ -437,6 +473,23 @@ pub fn ensure(h: &mut Host, p: &str, spec: &MountSpec) -> Result<bool> {
     Ok(fstab_changed || dir_changed || op.is_some())
 }
 
+host_fn! {
+    /// Keep exactly one `/etc/fstab` line `<source> <path> <fstype> <options> <dump> <pass>` for
+    /// mount point `path` (`#{source, fstype}` required; `options` a string or an array, default
+    /// `defaults`; `dump`/`pass` default 0 0; `source` as given: `UUID=...`, `LABEL=...`,
+    /// `/dev/...`), replacing another line for it in place and keeping every other line byte for
+    /// byte; create the mount point (0755). With `state: "mounted"` (default) run `mount <path>`
+    /// when the host's mount table (`/proc/1/mountinfo`) does not list it, or `mount -o remount
+    /// <path>` when it is mounted and the fstab line changed; mounted from another source or fstype
+    /// is an error (nothing changed). `state: "present"`: fstab and directory only. An unmounted
+    /// filesystem is drift.
+    #[host(ns = "mount", effects = [Write, Mkdir, Mount], options = MOUNT_KEYS)]
+    fn ensure(h: &mut Host, path: S, opts: Map) -> bool {
+        let spec = mount_spec(&opts)?;
+        Ok(super::ensure(h, &path, &spec)?)
+    }
+}
+
 /// `mount::remove(path)`: `umount <path>` when mounted, then remove the `/etc/fstab` lines
 /// of the mount point (the directory stays). Returns whether anything changed; plan and
 /// check record (and a later [`is_mounted`] sees the planned unmount), check reports drift.
@@ -457,6 +510,15 @@ pub fn remove(h: &mut Host, p: &str) -> Result<bool> {
     Ok(unmount || fstab_changed)
 }
 
+host_fn! {
+    /// `umount <path>` when mounted, then remove the mount point's `/etc/fstab` lines (the
+    /// directory stays).
+    #[host(ns = "mount", effects = [Write, Mount])]
+    fn remove(h: &mut Host, path: S) -> bool {
+        Ok(super::remove(h, &path)?)
+    }
+}
+
 /// `mount::is_mounted(path)`: a filesystem is mounted at `path` (the host's mount table;
 /// in plan and check mode after the session's planned mounts and unmounts).
 ///
@@ -464,6 +526,15 @@ pub fn remove(h: &mut Host, p: &str) -> Result<bool> {
 /// Relative path; a malformed mount table; read failures.
 pub fn is_mounted(h: &Host, p: &str) -> Result<bool> {
     Ok(current(h, &query_point(p)?)?.is_some())
+}
+
+host_fn! {
+    /// True when the host's mount table (`/proc/1/mountinfo` under the root; octal escapes such as
+    /// `\040` decoded) lists `path`; in a plan also after a planned `mount::ensure`.
+    #[host(ns = "mount", effects = ReadsHost)]
+    fn is_mounted(h: &mut Host, path: S) -> bool {
+        Ok(super::is_mounted(h, &path)?)
+    }
 }
 
 /// `mount::info(path)`: the filesystem mounted at `path` (topmost), `None` when none. For a
@@ -475,159 +546,117 @@ pub fn info(h: &Host, p: &str) -> Result<Option<MountEntry>> {
     current(h, &query_point(p)?)
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Dynamic, ImmutableString as S, Map};
-
-    use crate::host::api::convert::{self, check_keys, opt_string};
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::{OPTS, P};
-    use crate::host::api::host_fn;
-    use crate::host::mounts::mount::{self, MountEntry, MountSpec, MountState};
-
-    /// The device parameter of `disk::`, `raid::` and `fs::mkfs`.
-    pub(crate) const DEV: (&str, &str) = ("dev", "String");
-
-    /// The option keys of `mount::ensure`.
-    const MOUNT_KEYS: &[&str] = &["source", "fstype", "options", "state", "dump", "pass"];
-
-    /// A non-negative integer option (`()` or absent → `default`).
-    fn opt_u32(m: &Map, key: &str, default: u32) -> Result<u32, String> {
-        match m.get(key) {
-            None => Ok(default),
-            Some(d) if d.is_unit() => Ok(default),
-            Some(d) => {
-                let v = d
-                    .as_int()
-                    .map_err(|t| format!("option {key} must be an int, got {t}"))?;
-                u32::try_from(v).map_err(|_| format!("option {key} must be 0 or more, got {v}"))
-            }
-        }
-    }
-
-    /// `#{source, fstype, options, state, dump, pass}`: `source` and `fstype` required;
-    /// `options` a string or an array of strings (joined with `,`), default `defaults`; `state`
-    /// `mounted` (default) or `present`.
-    fn mount_spec(m: &Map) -> Result<MountSpec, String> {
-        check_keys(m, MOUNT_KEYS)?;
-        let required = |k: &str| {
-            opt_string(m, k)?.ok_or_else(|| format!("option {k} is required (#{{source, fstype}})"))
-        };
-        let options = mount_options(m)?;
-        let state = mount_state(m)?;
-        Ok(MountSpec {
-            source: required("source")?,
-            fstype: required("fstype")?,
-            options,
-            dump: opt_u32(m, "dump", 0)?,
-            pass: opt_u32(m, "pass", 0)?,
-            state,
-        })
-    }
-
-    /// `options`: a string or an array of strings (joined with `,`), default `defaults`.
-    pub(crate) fn mount_options(m: &Map) -> Result<String, String> {
-        Ok(match m.get("options") {
-            None => "defaults".to_string(),
-            Some(d) if d.is_unit() => "defaults".to_string(),
-            Some(d) if d.is_array() => convert::string_or_array(d, "option options")?.join(","),
-            Some(d) => convert::string(d, "option options")?,
-        })
-    }
-
-    /// `state`: `mounted` (default) or `present`.
-    pub(crate) fn mount_state(m: &Map) -> Result<MountState, String> {
-        match opt_string(m, "state")?.as_deref() {
-            None | Some("mounted") => Ok(MountState::Mounted),
-            Some("present") => Ok(MountState::Present),
-            Some(other) => Err(format!(
-                "option state must be \"mounted\" or \"present\", got {other:?}"
-            )),
-        }
-    }
-
-    fn entry_map(e: MountEntry) -> Map {
-        let mut m = Map::new();
-        m.insert(
-            "path".into(),
-            convert::s(e.mount_point.to_string_lossy().into_owned()),
-        );
-        m.insert("source".into(), convert::s(e.source));
-        m.insert("fstype".into(), convert::s(e.fstype));
-        m.insert("options".into(), convert::s(e.options));
-        m.insert("super_options".into(), convert::s(e.super_options));
-        m.insert("root".into(), convert::s(e.root));
-        m
-    }
-
-    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
-        (
-            "mount",
-            "Filesystems — `mount::`",
-            "`/etc/fstab` holds one line per mount point; the live state is the host's mount table, `/proc/1/mountinfo` under the root (the agent's own mount namespace is not the host's; a root without it reads as nothing mounted). `mount`, `mount -o remount` and `umount` run in the host's mount namespace: when `<root>/proc/1/ns/mnt` is another mount namespace than the agent's (a pod with `hostPID`) and `<root>/proc/1` is the host's init (its root directory, and its namespace's own `/`, are the host root: same device and inode), after entering it (as `nsenter -m -t 1`, not chrooted: its `/` is the host's), else chrooted into the root, so a mount point is always resolved inside the root; either way they read the host's fstab and the mount reaches the host, whatever the propagation of the agent's root mount. In a plan, a later `is_mounted` sees an earlier planned mount or unmount. `mount::unit` and `mount::bind` keep systemd mount units instead (`/etc/systemd/system/<name>.mount`, mounted by systemd in the host's mount namespace).",
-        ),
-        (
-            "disk",
-            "Block devices — `disk::`",
-            "Read as lsblk reads a host, under the root: `/sys/class/block/<name>` (`size` in 512-byte sectors, `dev`, `partition`, `md/`, `device/model`, `device/serial`, NVMe `wwid`), the `/dev/disk/by-id` symlinks, the udev database `/run/udev/data/b<major>:<minor>` (`ID_FS_TYPE`, `ID_FS_UUID`), else the chrooted queries `lsblk --nodeps --noheadings -o FSTYPE <dev>`, `blkid -p -o value -s TYPE <dev>` and `blkid -s UUID -o value <dev>`, and the host's mount table. A device argument is an absolute path under `/dev` (symlinks resolved inside the root). `fs::mkfs` (under `fs::`) makes a filesystem on a device, never over another one without `force`, and never on a device that is not a block device inside the root's `/dev` or is in use. In a plan, an array or filesystem planned earlier in the session is seen by later calls.",
-        ),
-        (
-            "raid",
-            "Software RAID — `raid::`",
-            "md arrays through mdadm(8), chrooted: an array is named and lives at `/dev/md/<name>`; it is read from sysfs (`md/level`, `md/array_state`, `slaves/`) when the root has it, else from `mdadm --detail`. Creating an array is a command, so a failed step does not undo it (a `not undone:` line).",
-        ),
-    ];
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "mount",
-            "ensure",
-            &[P, OPTS],
-            "bool",
-            Submits(&[Write, Mkdir, Mount]),
-            "Keep exactly one `/etc/fstab` line `<source> <path> <fstype> <options> <dump> <pass>` for mount point `path` (`#{source, fstype}` required; `options` a string or an array, default `defaults`; `dump`/`pass` default 0 0; `source` as given: `UUID=...`, `LABEL=...`, `/dev/...`), replacing another line for it in place and keeping every other line byte for byte; create the mount point (0755). With `state: \"mounted\"` (default) run `mount <path>` when the host's mount table (`/proc/1/mountinfo`) does not list it, or `mount -o remount <path>` when it is mounted and the fstab line changed; mounted from another source or fstype is an error (nothing changed). `state: \"present\"`: fstab and directory only. An unmounted filesystem is drift.",
-            options = MOUNT_KEYS,
-            |h, p: S, o: Map| {
-                let spec = mount_spec(&o)?;
-                Ok(mount::ensure(h, &p, &spec)?)
-            }
-        ),
-        host_fn!(
-            "mount",
-            "remove",
-            &[P],
-            "bool",
-            Submits(&[Write, Mount]),
-            "`umount <path>` when mounted, then remove the mount point's `/etc/fstab` lines (the directory stays).",
-            |h, p: S| Ok(mount::remove(h, &p)?)
-        ),
-        host_fn!(
-            "mount",
-            "is_mounted",
-            &[P],
-            "bool",
-            ReadsHost,
-            "True when the host's mount table (`/proc/1/mountinfo` under the root; octal escapes such as `\\040` decoded) lists `path`; in a plan also after a planned `mount::ensure`.",
-            |h, p: S| Ok(mount::is_mounted(h, &p)?)
-        ),
-        host_fn!(
-            "mount",
-            "info",
-            &[P],
-            "?",
-            ReadsHost,
-            "`#{path, source, fstype, options, super_options, root}` of the filesystem mounted at `path` (topmost), or `()`; for a planned mount the fstab line's fields.",
-            |h, p: S| Ok(
-                mount::info(h, &p)?.map_or(Dynamic::UNIT, |e| Dynamic::from_map(entry_map(e)))
+host_fn! {
+    /// `#{path, source, fstype, options, super_options, root}` of the filesystem mounted at `path`
+    /// (topmost), or `()`; for a planned mount the fstab line's fields.
+    #[host(ns = "mount", effects = ReadsHost)]
+    fn info(h: &mut Host, path: S) -> rhai::Dynamic {
+        Ok(
+                super::info(h, &path)?.map_or(Dynamic::UNIT, |e| Dynamic::from_map(entry_map(e)))
             )
-        ),
-    ];
+    }
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert::{self, check_keys, opt_string};
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Dynamic, ImmutableString as S, Map};
+}
+use prelude::*;
+
+/// The option keys of `mount::ensure`.
+const MOUNT_KEYS: &[&str] = &["source", "fstype", "options", "state", "dump", "pass"];
+
+/// A non-negative integer option (`()` or absent → `default`).
+fn opt_u32(m: &Map, key: &str, default: u32) -> Result<u32, String> {
+    match m.get(key) {
+        None => Ok(default),
+        Some(d) if d.is_unit() => Ok(default),
+        Some(d) => {
+            let v = d
+                .as_int()
+                .map_err(|t| format!("option {key} must be an int, got {t}"))?;
+            u32::try_from(v).map_err(|_| format!("option {key} must be 0 or more, got {v}"))
+        }
+    }
+}
+
+/// `#{source, fstype, options, state, dump, pass}`: `source` and `fstype` required;
+/// `options` a string or an array of strings (joined with `,`), default `defaults`; `state`
+/// `mounted` (default) or `present`.
+fn mount_spec(m: &Map) -> Result<MountSpec, String> {
+    check_keys(m, MOUNT_KEYS)?;
+    let required = |k: &str| {
+        opt_string(m, k)?.ok_or_else(|| format!("option {k} is required (#{{source, fstype}})"))
+    };
+    let options = mount_options(m)?;
+    let state = mount_state(m)?;
+    Ok(MountSpec {
+        source: required("source")?,
+        fstype: required("fstype")?,
+        options,
+        dump: opt_u32(m, "dump", 0)?,
+        pass: opt_u32(m, "pass", 0)?,
+        state,
+    })
+}
+
+/// `options`: a string or an array of strings (joined with `,`), default `defaults`.
+pub(crate) fn mount_options(m: &Map) -> Result<String, String> {
+    Ok(match m.get("options") {
+        None => "defaults".to_string(),
+        Some(d) if d.is_unit() => "defaults".to_string(),
+        Some(d) if d.is_array() => convert::string_or_array(d, "option options")?.join(","),
+        Some(d) => convert::string(d, "option options")?,
+    })
+}
+
+/// `state`: `mounted` (default) or `present`.
+pub(crate) fn mount_state(m: &Map) -> Result<MountState, String> {
+    match opt_string(m, "state")?.as_deref() {
+        None | Some("mounted") => Ok(MountState::Mounted),
+        Some("present") => Ok(MountState::Present),
+        Some(other) => Err(format!(
+            "option state must be \"mounted\" or \"present\", got {other:?}"
+        )),
+    }
+}
+
+fn entry_map(e: MountEntry) -> Map {
+    let mut m = Map::new();
+    m.insert(
+        "path".into(),
+        convert::s(e.mount_point.to_string_lossy().into_owned()),
+    );
+    m.insert("source".into(), convert::s(e.source));
+    m.insert("fstype".into(), convert::s(e.fstype));
+    m.insert("options".into(), convert::s(e.options));
+    m.insert("super_options".into(), convert::s(e.super_options));
+    m.insert("root".into(), convert::s(e.root));
+    m
+}
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "mount",
+        "Filesystems — `mount::`",
+        "`/etc/fstab` holds one line per mount point; the live state is the host's mount table, `/proc/1/mountinfo` under the root (the agent's own mount namespace is not the host's; a root without it reads as nothing mounted). `mount`, `mount -o remount` and `umount` run in the host's mount namespace: when `<root>/proc/1/ns/mnt` is another mount namespace than the agent's (a pod with `hostPID`) and `<root>/proc/1` is the host's init (its root directory, and its namespace's own `/`, are the host root: same device and inode), after entering it (as `nsenter -m -t 1`, not chrooted: its `/` is the host's), else chrooted into the root, so a mount point is always resolved inside the root; either way they read the host's fstab and the mount reaches the host, whatever the propagation of the agent's root mount. In a plan, a later `is_mounted` sees an earlier planned mount or unmount. `mount::unit` and `mount::bind` keep systemd mount units instead (`/etc/systemd/system/<name>.mount`, mounted by systemd in the host's mount namespace).",
+    ),
+    (
+        "disk",
+        "Block devices — `disk::`",
+        "Read as lsblk reads a host, under the root: `/sys/class/block/<name>` (`size` in 512-byte sectors, `dev`, `partition`, `md/`, `device/model`, `device/serial`, NVMe `wwid`), the `/dev/disk/by-id` symlinks, the udev database `/run/udev/data/b<major>:<minor>` (`ID_FS_TYPE`, `ID_FS_UUID`), else the chrooted queries `lsblk --nodeps --noheadings -o FSTYPE <dev>`, `blkid -p -o value -s TYPE <dev>` and `blkid -s UUID -o value <dev>`, and the host's mount table. A device argument is an absolute path under `/dev` (symlinks resolved inside the root). `fs::mkfs` (under `fs::`) makes a filesystem on a device, never over another one without `force`, and never on a device that is not a block device inside the root's `/dev` or is in use. In a plan, an array or filesystem planned earlier in the session is seen by later calls.",
+    ),
+    (
+        "raid",
+        "Software RAID — `raid::`",
+        "md arrays through mdadm(8), chrooted: an array is named and lives at `/dev/md/<name>`; it is read from sysfs (`md/level`, `md/array_state`, `slaves/`) when the root has it, else from `mdadm --detail`. Creating an array is a command, so a failed step does not undo it (a `not undone:` line).",
+    ),
+];
+
+host_fns!(ensure, remove, is_mounted, info);
 
 #[cfg(test)]
 mod tests {

@@ -93,7 +93,9 @@ fn spec(source: &str, fstype: &str, options: &str) -> MountSpec {
 fn mount_ensure_in_every_mode_keeps_fstab_lines_byte_for_byte() {
     let t = mount_host();
     let sp = spec("UUID=abcd-ef", "ext4", "defaults,noatime");
-    let planned = every_mode(&t, |h| mount::ensure(h, "/data", &sp));
+    let planned = every_mode(&t, |h| {
+        mount::ensure(h, "/data", &sp).map_err(session_error)
+    });
     assert_eq!(
         planned,
         [
@@ -269,7 +271,9 @@ fn mount_present_only_writes_fstab_and_remove_unmounts_then_drops_the_line() {
     let t = mount_host();
     let mut sp = spec("LABEL=scratch", "ext4", "defaults");
     sp.state = MountState::Present;
-    let planned = every_mode(&t, |h| mount::ensure(h, "/scratch", &sp));
+    let planned = every_mode(&t, |h| {
+        mount::ensure(h, "/scratch", &sp).map_err(session_error)
+    });
     assert_eq!(
         planned,
         ["update /etc/fstab", "create directory /scratch (mode 0755)"]
@@ -718,4 +722,12 @@ fn mount_submits_exact_effects_and_reads_the_planned_mount() {
         ]
     );
     assert!(t.calls().is_empty(), "a plan ran {:?}", t.calls());
+}
+
+/// The session's error of a `mount::ensure` failure (a conflict fails the test).
+fn session_error(e: mount::MountError) -> crate::host::HostError {
+    match e {
+        mount::MountError::Host(e) => e,
+        e => panic!("unexpected: {e}"),
+    }
 }

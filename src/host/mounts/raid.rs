@@ -175,6 +175,16 @@ pub fn info(h: &mut Host, dev: &str) -> Result<Option<RaidInfo>> {
     }
 }
 
+host_fn! {
+    /// `#{path, level, devices, state}` of the md array at `dev` (`level` `raid0`; `devices` the
+    /// member paths, sorted, `[]` when unreadable; `state` `clean`, `active`, ...; `planned` in a
+    /// plan after `raid::create`), or `()` when `dev` is missing or not an array.
+    #[host(ns = "raid", effects = RunsReadOnly)]
+    fn info(h: &mut Host, dev: S) -> rhai::Dynamic {
+        Ok(super::info(h, &dev)?.map_or(Dynamic::UNIT, raid_map))
+    }
+}
+
 /// `raid::create(name, devices, #{level, metadata, force})`: ensure the md array
 /// `/dev/md/<name>` exists with `devices` as its members (module docs for the command).
 ///
@@ -332,6 +342,25 @@ pub fn create(h: &mut Host, name: &str, devices: &[String], spec: &RaidSpec) -> 
     Ok(true)
 }
 
+host_fn! {
+    /// Ensure the md array `/dev/md/<name>` exists with `devices` as members (`level` default 0,
+    /// `metadata` e.g. `"1.2"`): absent: `mdadm --create --run --force --verbose /dev/md/<name>
+    /// --level=<l> --name=<name> --raid-devices=<n> <devices>` (a change, `raid /dev/md/<name>
+    /// level <l> from [...]` in the plan, drift in a check; a command, not undone); present with
+    /// the same members (resolved paths) and level: unchanged; present with others: an error naming
+    /// both. A member that is missing, not a block device inside the root's `/dev` (a link out of
+    /// `/dev` or to a regular file), in use (mounted, a partition of it mounted, held by an md/dm
+    /// device, refused exclusive access by the kernel: the error names the partition and its mount
+    /// point or the holder; `force` never overrides that), or holds a filesystem (unless `force:
+    /// true`) is an error.
+    #[host(ns = "raid", effects = [GuardedCommand], options = RAID_KEYS)]
+    fn create(h: &mut Host, name: S, devices: Array, opts: Map) -> bool {
+        let spec = raid_spec(&opts)?;
+        let devices = convert::strings(&devices, "devices")?;
+        Ok(super::create(h, &name, &devices, &spec)?)
+    }
+}
+
 /// `raid::scan()`: the `ARRAY` lines of `mdadm --detail --scan` (for `mdadm.conf`), as
 /// printed; empty when there is no array.
 ///
@@ -348,6 +377,15 @@ pub fn scan(h: &mut Host) -> Result<String> {
         ..CommandOptions::default()
     };
     Ok(crate::host::system::cmd::run(h, &argv, &opts)?.stdout)
+}
+
+host_fn! {
+    /// The `ARRAY` lines of `mdadm --detail --scan` as printed (the content of `mdadm.conf`), `""`
+    /// when there is no array.
+    #[host(ns = "raid", effects = RunsReadOnly)]
+    fn scan(h: &mut Host) -> String {
+        Ok(super::scan(h)?)
+    }
 }
 
 /// `raid::assemble()`: `mdadm --assemble --scan` (an action: run in apply, recorded in plan
@@ -368,102 +406,61 @@ pub fn assemble(h: &mut Host) -> Result<bool> {
     Ok(out.is_none_or(|o| o.planned || o.ok))
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Array, Dynamic, ImmutableString as S, Map};
-
-    use crate::host::api::convert::{self, check_keys, opt_string};
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::{NAME, OPTS};
-    use crate::host::api::host_fn;
-    use crate::host::mounts::mount::rows::DEV;
-    use crate::host::mounts::raid::{self, RaidInfo, RaidSpec};
-
-    /// The option keys of `raid::create`.
-    const RAID_KEYS: &[&str] = &["level", "metadata", "force"];
-
-    fn raid_map(r: RaidInfo) -> Dynamic {
-        let mut m = Map::new();
-        m.insert("path".into(), convert::s(r.path));
-        m.insert("level".into(), convert::s(r.level));
-        m.insert(
-            "devices".into(),
-            Dynamic::from_array(convert::array(r.devices)),
-        );
-        m.insert("state".into(), convert::s(r.state));
-        Dynamic::from_map(m)
+host_fn! {
+    /// `mdadm --assemble --scan` (an action): true when mdadm exited 0 or in a plan, false when it
+    /// found nothing to assemble.
+    #[host(ns = "raid", effects = [Command])]
+    fn assemble(h: &mut Host) -> bool {
+        Ok(super::assemble(h)?)
     }
-
-    /// `#{level, metadata, force}`: `level` an int (default 0) or a string of digits.
-    fn raid_spec(m: &Map) -> Result<RaidSpec, String> {
-        check_keys(m, RAID_KEYS)?;
-        let level = match m.get("level") {
-            None => "0".to_string(),
-            Some(d) if d.is_unit() => "0".to_string(),
-            Some(d) if d.is_int() => {
-                let v = d.as_int().unwrap_or(-1);
-                if v < 0 {
-                    return Err(format!("option level must be 0 or more, got {v}"));
-                }
-                v.to_string()
-            }
-            Some(d) => convert::string(d, "option level")?,
-        };
-        Ok(RaidSpec {
-            level,
-            metadata: opt_string(m, "metadata")?,
-            force: convert::opt_bool(m, "force", false)?,
-        })
-    }
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "raid",
-            "create",
-            &[NAME, ("devices", "Array"), OPTS],
-            "bool",
-            Submits(&[GuardedCommand]),
-            "Ensure the md array `/dev/md/<name>` exists with `devices` as members (`level` default 0, `metadata` e.g. `\"1.2\"`): absent: `mdadm --create --run --force --verbose /dev/md/<name> --level=<l> --name=<name> --raid-devices=<n> <devices>` (a change, `raid /dev/md/<name> level <l> from [...]` in the plan, drift in a check; a command, not undone); present with the same members (resolved paths) and level: unchanged; present with others: an error naming both. A member that is missing, not a block device inside the root's `/dev` (a link out of `/dev` or to a regular file), in use (mounted, a partition of it mounted, held by an md/dm device, refused exclusive access by the kernel: the error names the partition and its mount point or the holder; `force` never overrides that), or holds a filesystem (unless `force: true`) is an error.",
-            options = RAID_KEYS,
-            |h, name: S, devices: Array, o: Map| {
-                let spec = raid_spec(&o)?;
-                let devices = convert::strings(&devices, "devices")?;
-                Ok(raid::create(h, &name, &devices, &spec)?)
-            }
-        ),
-        host_fn!(
-            "raid",
-            "info",
-            &[DEV],
-            "?",
-            RunsReadOnly,
-            "`#{path, level, devices, state}` of the md array at `dev` (`level` `raid0`; `devices` the member paths, sorted, `[]` when unreadable; `state` `clean`, `active`, ...; `planned` in a plan after `raid::create`), or `()` when `dev` is missing or not an array.",
-            |h, dev: S| Ok(raid::info(h, &dev)?.map_or(Dynamic::UNIT, raid_map))
-        ),
-        host_fn!(
-            "raid",
-            "scan",
-            &[],
-            "String",
-            RunsReadOnly,
-            "The `ARRAY` lines of `mdadm --detail --scan` as printed (the content of `mdadm.conf`), `\"\"` when there is no array.",
-            |h| Ok(raid::scan(h)?)
-        ),
-        host_fn!(
-            "raid",
-            "assemble",
-            &[],
-            "bool",
-            Submits(&[Command]),
-            "`mdadm --assemble --scan` (an action): true when mdadm exited 0 or in a plan, false when it found nothing to assemble.",
-            |h| Ok(raid::assemble(h)?)
-        ),
-    ];
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert::{self, check_keys, opt_string};
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Array, Dynamic, ImmutableString as S, Map};
+}
+use prelude::*;
+
+/// The option keys of `raid::create`.
+const RAID_KEYS: &[&str] = &["level", "metadata", "force"];
+
+fn raid_map(r: RaidInfo) -> Dynamic {
+    let mut m = Map::new();
+    m.insert("path".into(), convert::s(r.path));
+    m.insert("level".into(), convert::s(r.level));
+    m.insert(
+        "devices".into(),
+        Dynamic::from_array(convert::array(r.devices)),
+    );
+    m.insert("state".into(), convert::s(r.state));
+    Dynamic::from_map(m)
+}
+
+/// `#{level, metadata, force}`: `level` an int (default 0) or a string of digits.
+fn raid_spec(m: &Map) -> Result<RaidSpec, String> {
+    check_keys(m, RAID_KEYS)?;
+    let level = match m.get("level") {
+        None => "0".to_string(),
+        Some(d) if d.is_unit() => "0".to_string(),
+        Some(d) if d.is_int() => {
+            let v = d.as_int().unwrap_or(-1);
+            if v < 0 {
+                return Err(format!("option level must be 0 or more, got {v}"));
+            }
+            v.to_string()
+        }
+        Some(d) => convert::string(d, "option level")?,
+    };
+    Ok(RaidSpec {
+        level,
+        metadata: opt_string(m, "metadata")?,
+        force: convert::opt_bool(m, "force", false)?,
+    })
+}
+
+host_fns!(create, info, scan, assemble);
 
 #[cfg(test)]
 mod tests {

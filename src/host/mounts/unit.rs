@@ -133,6 +133,18 @@ pub fn unit_name(p: &str) -> Result<String> {
     Ok(out)
 }
 
+host_fn! {
+    /// The unit name of mount point `path`, as `systemd-escape --path --suffix=mount` prints it
+    /// (systemd.unit(5) path escaping: slashes collapsed and stripped, `.` components dropped, `/`
+    /// → `-`, a leading `.` and every byte but ASCII letters, digits, `:`, `_`, `.` → `\xNN`):
+    /// `/mnt/k8s-disks/0` → `mnt-k8s\x2ddisks-0.mount`, `/` → `-.mount`. A relative path or a `..`
+    /// component is an error.
+    #[host(ns = "mount", effects = Computes)]
+    fn unit_name(_h: &mut Host, path: S) -> String {
+        Ok(super::unit_name(&path)?)
+    }
+}
+
 /// The normalized mount point (`/` joined components) of a mutation: not `/`.
 fn mount_point(p: &str) -> Result<PathBuf> {
     let comps = components(p)?;
@@ -269,6 +281,25 @@ pub fn unit(h: &mut Host, p: &str, spec: &UnitSpec) -> Result<bool> {
     Ok(file_changed || dir_changed || enabled || started)
 }
 
+host_fn! {
+    /// Keep the systemd mount unit of mount point `path`,
+    /// `/etc/systemd/system/<mount::unit_name(path)>` (mode 0644), with exactly `[Unit]`
+    /// `Description=` `Requires=` `After=` (each only when given), `[Mount]` `What=` `Where=<path>`
+    /// `Type=` `Options=`, `[Install]` `WantedBy=` (`#{what, type}` required; `options` a string or
+    /// an array, default `defaults`; `requires`/`after`/`wanted_by` a unit name or an array,
+    /// `wanted_by` default `multi-user.target`; `%` written `%%`); create the mount point (0755); a
+    /// changed file schedules one daemon-reload (before the next `service::` call or at the end of
+    /// the step). With `state: "mounted"` (default) `systemctl enable` and `systemctl start` the
+    /// unit when it is not enabled / not active; `state: "present"`: file and directory only.
+    /// systemd mounts it in the host's mount namespace. A file that differs or a unit not active is
+    /// drift; a changed file of an active unit takes effect at its next start.
+    #[host(ns = "mount", effects = [Write, Mkdir, DaemonReload, Service], options = UNIT_KEYS)]
+    fn unit(h: &mut Host, path: S, opts: Map) -> bool {
+        let spec = unit_spec(&opts)?;
+        Ok(super::unit(h, &path, &spec)?)
+    }
+}
+
 /// `mount::bind(src, path, spec)`: [`unit()`] with `What=<src>`, `Type=none` and
 /// `Options=bind` (then `spec.options` when not `defaults`: `bind,ro`); `spec.what` and
 /// `spec.fstype` are not used. The source directory is not created.
@@ -288,6 +319,24 @@ pub fn bind(h: &mut Host, src: &str, p: &str, spec: &UnitSpec) -> Result<bool> {
         ..spec.clone()
     };
     unit(h, p, &spec)
+}
+
+host_fn! {
+    /// Bind-mount directory `src` at `path` as a systemd mount unit: `mount::unit(path, #{what:
+    /// src, type: "none", options: "bind"})` (`src` is not created).
+    #[host(ns = "mount", effects = [Write, Mkdir, DaemonReload, Service])]
+    fn bind(h: &mut Host, src: S, path: S) -> bool {
+        Ok(super::bind(h, &src, &path, &UnitSpec::new("", ""))?)
+    }
+
+    /// As `bind`, with `#{unit: true}` (the only kind supported) and `mount::unit`'s `description`,
+    /// `requires`, `after`, `wanted_by`, `state`; `options` are added after `bind` (`"ro"` →
+    /// `Options=bind,ro`).
+    #[overload(options = BIND_KEYS)]
+    fn bind_with_opts(h: &mut Host, src: S, path: S, opts: Map) -> bool {
+        let spec = bind_spec(&opts)?;
+        Ok(super::bind(h, &src, &path, &spec)?)
+    }
 }
 
 /// `mount::remove_unit(path)`: `systemctl stop` the unit when active, `systemctl disable` it
@@ -314,143 +363,92 @@ pub fn remove_unit(h: &mut Host, p: &str) -> Result<bool> {
     Ok(stopped || disabled || removed)
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{ImmutableString as S, Map};
-
-    use crate::host::api::convert::{self, check_keys, opt_string};
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::{OPTS, P};
-    use crate::host::api::host_fn;
-    use crate::host::mounts::mount::rows::mount_options;
-    use crate::host::mounts::mount::rows::mount_state;
-    use crate::host::mounts::unit::{self, UnitSpec};
-
-    /// The option keys of `mount::unit`.
-    const UNIT_KEYS: &[&str] = &[
-        "what",
-        "type",
-        "options",
-        "description",
-        "requires",
-        "after",
-        "wanted_by",
-        "state",
-    ];
-
-    /// The option keys of `mount::bind`.
-    const BIND_KEYS: &[&str] = &[
-        "unit",
-        "options",
-        "description",
-        "requires",
-        "after",
-        "wanted_by",
-        "state",
-    ];
-
-    /// A list of unit names option: a string or an array of strings; absent → `default`.
-    fn unit_list(m: &Map, key: &str, default: &[&str]) -> Result<Vec<String>, String> {
-        match m.get(key) {
-            None => Ok(default.iter().map(|s| s.to_string()).collect()),
-            Some(d) if d.is_unit() => Ok(default.iter().map(|s| s.to_string()).collect()),
-            Some(d) => convert::string_or_array(d, &format!("option {key}")),
-        }
+host_fn! {
+    /// `systemctl stop` the mount unit of `path` when active, `systemctl disable` it when enabled,
+    /// remove its file from `/etc/systemd/system` and schedule one daemon-reload (the mount point
+    /// directory stays).
+    #[host(ns = "mount", effects = [Service, Remove, DaemonReload])]
+    fn remove_unit(h: &mut Host, path: S) -> bool {
+        Ok(super::remove_unit(h, &path)?)
     }
-
-    /// The keys `mount::unit` and `mount::bind` share: `options`, `description`, `requires`,
-    /// `after`, `wanted_by` (default `multi-user.target`), `state`.
-    fn unit_spec_common(m: &Map, what: String, fstype: String) -> Result<UnitSpec, String> {
-        Ok(UnitSpec {
-            what,
-            fstype,
-            options: mount_options(m)?,
-            description: opt_string(m, "description")?,
-            requires: unit_list(m, "requires", &[])?,
-            after: unit_list(m, "after", &[])?,
-            wanted_by: unit_list(m, "wanted_by", &["multi-user.target"])?,
-            state: mount_state(m)?,
-        })
-    }
-
-    /// `#{what, type, ...}` of `mount::unit`: `what` and `type` required.
-    fn unit_spec(m: &Map) -> Result<UnitSpec, String> {
-        check_keys(m, UNIT_KEYS)?;
-        let required = |k: &str| {
-            opt_string(m, k)?.ok_or_else(|| format!("option {k} is required (#{{what, type}})"))
-        };
-        unit_spec_common(m, required("what")?, required("type")?)
-    }
-
-    /// `#{unit, ...}` of `mount::bind`: `unit` must be true (the default).
-    fn bind_spec(m: &Map) -> Result<UnitSpec, String> {
-        check_keys(m, BIND_KEYS)?;
-        if !convert::opt_bool(m, "unit", true)? {
-            return Err(
-                "option unit: false is not supported (a bind mount is kept as a systemd mount unit)"
-                    .into(),
-            );
-        }
-        unit_spec_common(m, String::new(), String::new())
-    }
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "mount",
-            "unit",
-            &[P, OPTS],
-            "bool",
-            Submits(&[Write, Mkdir, DaemonReload, Service]),
-            "Keep the systemd mount unit of mount point `path`, `/etc/systemd/system/<mount::unit_name(path)>` (mode 0644), with exactly `[Unit]` `Description=` `Requires=` `After=` (each only when given), `[Mount]` `What=` `Where=<path>` `Type=` `Options=`, `[Install]` `WantedBy=` (`#{what, type}` required; `options` a string or an array, default `defaults`; `requires`/`after`/`wanted_by` a unit name or an array, `wanted_by` default `multi-user.target`; `%` written `%%`); create the mount point (0755); a changed file schedules one daemon-reload (before the next `service::` call or at the end of the step). With `state: \"mounted\"` (default) `systemctl enable` and `systemctl start` the unit when it is not enabled / not active; `state: \"present\"`: file and directory only. systemd mounts it in the host's mount namespace. A file that differs or a unit not active is drift; a changed file of an active unit takes effect at its next start.",
-            options = UNIT_KEYS,
-            |h, p: S, o: Map| {
-                let spec = unit_spec(&o)?;
-                Ok(unit::unit(h, &p, &spec)?)
-            }
-        ),
-        host_fn!(
-            "mount",
-            "bind",
-            &[("src", "String"), P],
-            "bool",
-            Submits(&[Write, Mkdir, DaemonReload, Service]),
-            "Bind-mount directory `src` at `path` as a systemd mount unit: `mount::unit(path, #{what: src, type: \"none\", options: \"bind\"})` (`src` is not created).",
-            |h, s: S, p: S| Ok(unit::bind(h, &s, &p, &UnitSpec::new("", ""))?)
-        ),
-        host_fn!(
-            "mount",
-            "bind",
-            &[("src", "String"), P, OPTS],
-            "bool",
-            Submits(&[Write, Mkdir, DaemonReload, Service]),
-            "As `bind`, with `#{unit: true}` (the only kind supported) and `mount::unit`'s `description`, `requires`, `after`, `wanted_by`, `state`; `options` are added after `bind` (`\"ro\"` → `Options=bind,ro`).",
-            options = BIND_KEYS,
-            |h, s: S, p: S, o: Map| {
-                let spec = bind_spec(&o)?;
-                Ok(unit::bind(h, &s, &p, &spec)?)
-            }
-        ),
-        host_fn!(
-            "mount",
-            "remove_unit",
-            &[P],
-            "bool",
-            Submits(&[Service, Remove, DaemonReload]),
-            "`systemctl stop` the mount unit of `path` when active, `systemctl disable` it when enabled, remove its file from `/etc/systemd/system` and schedule one daemon-reload (the mount point directory stays).",
-            |h, p: S| Ok(unit::remove_unit(h, &p)?)
-        ),
-        host_fn!(
-            "mount",
-            "unit_name",
-            &[P],
-            "String",
-            Computes,
-            "The unit name of mount point `path`, as `systemd-escape --path --suffix=mount` prints it (systemd.unit(5) path escaping: slashes collapsed and stripped, `.` components dropped, `/` → `-`, a leading `.` and every byte but ASCII letters, digits, `:`, `_`, `.` → `\\xNN`): `/mnt/k8s-disks/0` → `mnt-k8s\\x2ddisks-0.mount`, `/` → `-.mount`. A relative path or a `..` component is an error.",
-            |_h, p: S| Ok(unit::unit_name(&p)?)
-        ),
-    ];
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert::{self, check_keys, opt_string};
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use crate::host::mounts::mount::mount_options;
+    pub(super) use crate::host::mounts::mount::mount_state;
+    pub(super) use rhai::{ImmutableString as S, Map};
+}
+use prelude::*;
+
+/// The option keys of `mount::unit`.
+const UNIT_KEYS: &[&str] = &[
+    "what",
+    "type",
+    "options",
+    "description",
+    "requires",
+    "after",
+    "wanted_by",
+    "state",
+];
+
+/// The option keys of `mount::bind`.
+const BIND_KEYS: &[&str] = &[
+    "unit",
+    "options",
+    "description",
+    "requires",
+    "after",
+    "wanted_by",
+    "state",
+];
+
+/// A list of unit names option: a string or an array of strings; absent → `default`.
+fn unit_list(m: &Map, key: &str, default: &[&str]) -> Result<Vec<String>, String> {
+    match m.get(key) {
+        None => Ok(default.iter().map(|s| s.to_string()).collect()),
+        Some(d) if d.is_unit() => Ok(default.iter().map(|s| s.to_string()).collect()),
+        Some(d) => convert::string_or_array(d, &format!("option {key}")),
+    }
+}
+
+/// The keys `mount::unit` and `mount::bind` share: `options`, `description`, `requires`,
+/// `after`, `wanted_by` (default `multi-user.target`), `state`.
+fn unit_spec_common(m: &Map, what: String, fstype: String) -> Result<UnitSpec, String> {
+    Ok(UnitSpec {
+        what,
+        fstype,
+        options: mount_options(m)?,
+        description: opt_string(m, "description")?,
+        requires: unit_list(m, "requires", &[])?,
+        after: unit_list(m, "after", &[])?,
+        wanted_by: unit_list(m, "wanted_by", &["multi-user.target"])?,
+        state: mount_state(m)?,
+    })
+}
+
+/// `#{what, type, ...}` of `mount::unit`: `what` and `type` required.
+fn unit_spec(m: &Map) -> Result<UnitSpec, String> {
+    check_keys(m, UNIT_KEYS)?;
+    let required = |k: &str| {
+        opt_string(m, k)?.ok_or_else(|| format!("option {k} is required (#{{what, type}})"))
+    };
+    unit_spec_common(m, required("what")?, required("type")?)
+}
+
+/// `#{unit, ...}` of `mount::bind`: `unit` must be true (the default).
+fn bind_spec(m: &Map) -> Result<UnitSpec, String> {
+    check_keys(m, BIND_KEYS)?;
+    if !convert::opt_bool(m, "unit", true)? {
+        return Err(
+            "option unit: false is not supported (a bind mount is kept as a systemd mount unit)"
+                .into(),
+        );
+    }
+    unit_spec_common(m, String::new(), String::new())
+}
+
+host_fns!(unit, bind, remove_unit, unit_name);

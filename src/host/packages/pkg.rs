@@ -54,6 +54,14 @@ pub fn manager(h: &Host) -> Result<Option<PkgManager>> {
     })
 }
 
+host_fn! {
+    /// `"apt"`, `"dnf"`, `"yum"`, `"zypper"` or `()`, from the host's os-release.
+    #[host(ns = "pkg", effects = ReadsHost)]
+    fn manager(h: &mut Host) -> rhai::Dynamic {
+        Ok(convert::opt(super::manager(h)?.map(|m| m.name().to_string())))
+    }
+}
+
 pub(crate) fn need_manager(h: &Host) -> Result<PkgManager> {
     manager(h)?.ok_or_else(|| HostError::NoPackageManager {
         id: crate::host::system::os::id(h).unwrap_or_default(),
@@ -118,6 +126,15 @@ pub fn installed(h: &Host, name: &str) -> Result<bool> {
     Ok(real_version(h, m, name)?.is_some())
 }
 
+host_fn! {
+    /// True when the package is installed; for a pinned name (`"cuda-drivers=550.90.07-1"`,
+    /// `"cuda-drivers-550.90.07"`, as `install` takes them) installed in that version.
+    #[host(ns = "pkg", effects = ReadsHost)]
+    fn installed(h: &mut Host, name: S) -> bool {
+        Ok(super::installed(h, &name)?)
+    }
+}
+
 /// `pkg::version(name)`: the installed version (`dpkg-query ${Version}`, rpm
 /// `%{VERSION}-%{RELEASE}`), `None` when not installed (or only planned).
 ///
@@ -130,6 +147,14 @@ pub fn version(h: &Host, name: &str) -> Result<Option<String>> {
     }
     let m = need_manager(h)?;
     real_version(h, m, name)
+}
+
+host_fn! {
+    /// The installed version, or `()`.
+    #[host(ns = "pkg", effects = ReadsHost)]
+    fn version(h: &mut Host, name: S) -> rhai::Dynamic {
+        Ok(convert::opt(super::version(h, &name)?))
+    }
 }
 
 /// Whether `installed` (dpkg `${Version}`, rpm `%{VERSION}-%{RELEASE}`) is the version asked
@@ -187,6 +212,30 @@ pub fn install(h: &mut Host, names: &[String], update: bool) -> Result<bool> {
     Ok(true)
 }
 
+host_fn! {
+    /// Install what is missing of a name or an array of names, non-interactively, waiting (bounded)
+    /// for the package manager's lock. A name may pin a version: `"cuda-drivers=550.90.07-1"` (apt,
+    /// compared with dpkg's `${Version}`; installed with `--allow-downgrades`) or
+    /// `"cuda-drivers-550.90.07"` / `"cuda-drivers-550.90.07-1.el9"` (dnf/yum: a version starting
+    /// with a digit and containing a `.`, compared with `%{VERSION}-%{RELEASE}`): another installed
+    /// version is a change. After a changed `pkg::repo` the index is refreshed first.
+    #[host(ns = "pkg", effects = [PackageInstall])]
+    fn install(h: &mut Host, names: Dynamic) -> bool {
+        let names = convert::string_or_array(&names, "names")?;
+        Ok(super::install(h, &names, false)?)
+    }
+
+    /// As `install`; `#{update: true}` refreshes the package index first (only when something is
+    /// missing).
+    #[overload(options = &["update"])]
+    fn install_with_opts(h: &mut Host, names: Dynamic, opts: Map) -> bool {
+        let names = convert::string_or_array(&names, "names")?;
+        check_keys(&opts, &["update"])?;
+        let update = opt_bool(&opts, "update", false)?;
+        Ok(super::install(h, &names, update)?)
+    }
+}
+
 /// `pkg::remove(names)`: remove the packages that are installed.
 ///
 /// # Errors
@@ -210,6 +259,15 @@ pub fn remove(h: &mut Host, names: &[String]) -> Result<bool> {
     Ok(true)
 }
 
+host_fn! {
+    /// Remove what is installed of a name or an array of names.
+    #[host(ns = "pkg", effects = [PackageRemove])]
+    fn remove(h: &mut Host, names: Dynamic) -> bool {
+        let names = convert::string_or_array(&names, "names")?;
+        Ok(super::remove(h, &names)?)
+    }
+}
+
 /// `pkg::update()`: refresh the package index (`apt-get update`, `dnf|yum -y makecache`,
 /// `zypper --non-interactive refresh`); an action. The session's stale index (a changed
 /// `pkg::repo`) counts as refreshed after it.
@@ -223,6 +281,15 @@ pub fn update(h: &mut Host) -> Result<()> {
         upgrade: false,
     })?;
     Ok(())
+}
+
+host_fn! {
+    /// Refresh the package index: `apt-get update`, `dnf makecache` (`yum`), `zypper refresh`. An
+    /// action: run every time in apply, listed in a plan, never drift.
+    #[host(ns = "pkg", effects = [PackageUpdate])]
+    fn update(h: &mut Host) -> () {
+        Ok(super::update(h)?)
+    }
 }
 
 /// `pkg::upgrade()`: upgrade every installed package, non-interactively (`apt-get upgrade
@@ -241,111 +308,32 @@ pub fn upgrade(h: &mut Host) -> Result<bool> {
     Ok(true)
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Dynamic, ImmutableString as S, Map};
-
-    use crate::host::api::convert::{self, check_keys, opt_bool};
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::{NAME, OPTS};
-    use crate::host::api::host_fn;
-    use crate::host::packages::pkg;
-
-    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(
-        "pkg",
-        "Packages — `pkg::`",
-        "The package manager is chosen from the host's os-release. A plan or check never runs the package manager's mutating commands (not even `apt-get update`).",
-    )];
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "pkg",
-            "manager",
-            &[],
-            "?",
-            ReadsHost,
-            "`\"apt\"`, `\"dnf\"`, `\"yum\"`, `\"zypper\"` or `()`, from the host's os-release.",
-            |h| Ok(convert::opt(pkg::manager(h)?.map(|m| m.name().to_string())))
-        ),
-        host_fn!(
-            "pkg",
-            "installed",
-            &[NAME],
-            "bool",
-            ReadsHost,
-            "True when the package is installed; for a pinned name (`\"cuda-drivers=550.90.07-1\"`, `\"cuda-drivers-550.90.07\"`, as `install` takes them) installed in that version.",
-            |h, n: S| Ok(pkg::installed(h, &n)?)
-        ),
-        host_fn!(
-            "pkg",
-            "version",
-            &[NAME],
-            "?",
-            ReadsHost,
-            "The installed version, or `()`.",
-            |h, n: S| Ok(convert::opt(pkg::version(h, &n)?))
-        ),
-        host_fn!(
-            "pkg",
-            "install",
-            &[("names", "?")],
-            "bool",
-            Submits(&[PackageInstall]),
-            "Install what is missing of a name or an array of names, non-interactively, waiting (bounded) for the package manager's lock. A name may pin a version: `\"cuda-drivers=550.90.07-1\"` (apt, compared with dpkg's `${Version}`; installed with `--allow-downgrades`) or `\"cuda-drivers-550.90.07\"` / `\"cuda-drivers-550.90.07-1.el9\"` (dnf/yum: a version starting with a digit and containing a `.`, compared with `%{VERSION}-%{RELEASE}`): another installed version is a change. After a changed `pkg::repo` the index is refreshed first.",
-            |h, n: Dynamic| {
-                let names = convert::string_or_array(&n, "names")?;
-                Ok(pkg::install(h, &names, false)?)
-            }
-        ),
-        host_fn!(
-            "pkg",
-            "install",
-            &[("names", "?"), OPTS],
-            "bool",
-            Submits(&[PackageInstall]),
-            "As `install`; `#{update: true}` refreshes the package index first (only when something is missing).",
-            options = &["update"],
-            |h, n: Dynamic, o: Map| {
-                let names = convert::string_or_array(&n, "names")?;
-                check_keys(&o, &["update"])?;
-                let update = opt_bool(&o, "update", false)?;
-                Ok(pkg::install(h, &names, update)?)
-            }
-        ),
-        host_fn!(
-            "pkg",
-            "remove",
-            &[("names", "?")],
-            "bool",
-            Submits(&[PackageRemove]),
-            "Remove what is installed of a name or an array of names.",
-            |h, n: Dynamic| {
-                let names = convert::string_or_array(&n, "names")?;
-                Ok(pkg::remove(h, &names)?)
-            }
-        ),
-        host_fn!(
-            "pkg",
-            "update",
-            &[],
-            "()",
-            Submits(&[PackageUpdate]),
-            "Refresh the package index: `apt-get update`, `dnf makecache` (`yum`), `zypper refresh`. An action: run every time in apply, listed in a plan, never drift.",
-            |h| Ok(pkg::update(h)?)
-        ),
-        host_fn!(
-            "pkg",
-            "upgrade",
-            &[],
-            "bool",
-            Submits(&[PackageUpgrade]),
-            "Upgrade every installed package non-interactively: `apt-get upgrade -y` (`DEBIAN_FRONTEND=noninteractive`, waiting for the dpkg lock as `install` does), `dnf upgrade -y` (`yum`), `zypper update`. An action (true: it ran, or a plan would run it); never drift; a failed step lists it as not undone.",
-            |h| Ok(pkg::upgrade(h)?)
-        ),
-    ];
+host_fn! {
+    /// Upgrade every installed package non-interactively: `apt-get upgrade -y`
+    /// (`DEBIAN_FRONTEND=noninteractive`, waiting for the dpkg lock as `install` does), `dnf
+    /// upgrade -y` (`yum`), `zypper update`. An action (true: it ran, or a plan would run it);
+    /// never drift; a failed step lists it as not undone.
+    #[host(ns = "pkg", effects = [PackageUpgrade])]
+    fn upgrade(h: &mut Host) -> bool {
+        Ok(super::upgrade(h)?)
+    }
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert::{self, check_keys, opt_bool};
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Dynamic, ImmutableString as S, Map};
+}
+use prelude::*;
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(
+    "pkg",
+    "Packages — `pkg::`",
+    "The package manager is chosen from the host's os-release. A plan or check never runs the package manager's mutating commands (not even `apt-get update`).",
+)];
+
+host_fns!(
+    manager, installed, version, install, remove, update, upgrade
+);

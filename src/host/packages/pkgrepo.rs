@@ -293,6 +293,24 @@ pub fn repo(h: &mut Host, name: &str, o: &RepoOptions) -> Result<bool> {
     Ok(changed)
 }
 
+host_fn! {
+    /// Define repository `name` with its signing key, `key` (ASCII-armored text) or `key_url` with
+    /// `key_sha256` (downloaded as `fs::fetch`). apt: `/etc/apt/sources.list.d/<name>.sources`
+    /// (deb822: `Types: deb`, `URIs: <url>`, `Suites:` (required; `"/"` for a flat repository),
+    /// `Components:`, `Architectures: <arch>`, `Enabled: no` when `enabled: false`, `Signed-By:
+    /// /etc/apt/keyrings/<name>.asc`, `.gpg` for a `key_url` ending in `.gpg`); dnf/yum:
+    /// `/etc/yum.repos.d/<name>.repo` (`[name]`, `name=`, `baseurl=`, `enabled=`, `gpgcheck=1`,
+    /// `gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-<name>`) and the key there. Files 0644, key
+    /// first. A change makes the step's next `pkg::install` refresh the package index. A `url` with
+    /// `user:password@` is refused (credentials belong in `/etc/apt/auth.conf.d/` or the `.repo`
+    /// file's `username=`/`password=`). zypper hosts: an error.
+    #[host(ns = "pkg", effects = [Write, Remove], options = REPO_KEYS)]
+    fn repo(h: &mut Host, name: S, opts: Map) -> bool {
+        let opts = repo_opts(&opts)?;
+        Ok(super::repo(h, &name, &opts)?)
+    }
+}
+
 /// `pkg::remove_repo(name)`: remove repository `name`'s file and key (both key formats for
 /// apt). Returns whether anything was removed (then the package index is marked stale).
 ///
@@ -310,6 +328,15 @@ pub fn remove_repo(h: &mut Host, name: &str) -> Result<bool> {
         h.mark_package_index_stale();
     }
     Ok(changed)
+}
+
+host_fn! {
+    /// Remove repository `name`'s file and key (as `pkg::repo` wrote them); a change makes the next
+    /// `pkg::install` refresh the index.
+    #[host(ns = "pkg", effects = [Remove])]
+    fn remove_repo(h: &mut Host, name: S) -> bool {
+        Ok(super::remove_repo(h, &name)?)
+    }
 }
 
 /// The package name of one line of `dnf versionlock list` / `yum versionlock list`:
@@ -404,6 +431,17 @@ pub fn hold(h: &mut Host, names: &[String]) -> Result<bool> {
     set_hold(h, "hold", names, true)
 }
 
+host_fn! {
+    /// Hold a name or an array of names at the installed version: `apt-mark hold` (queried with
+    /// `apt-mark showhold`), `dnf versionlock add` (queried with `dnf versionlock list`; needs the
+    /// versionlock plugin). Unchanged for held ones.
+    #[host(ns = "pkg", effects = [PackageHold])]
+    fn hold(h: &mut Host, names: Dynamic) -> bool {
+        let names = convert::string_or_array(&names, "names")?;
+        Ok(super::hold(h, &names)?)
+    }
+}
+
 /// `pkg::unhold(names)`: release held packages (`apt-mark unhold`,
 /// `dnf versionlock delete`); unchanged for the ones not held.
 ///
@@ -413,105 +451,61 @@ pub fn unhold(h: &mut Host, names: &[String]) -> Result<bool> {
     set_hold(h, "unhold", names, false)
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Dynamic, ImmutableString as S, Map};
-
-    use crate::host::api::convert::{self, check_keys, opt_bool, opt_string};
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::{NAME, OPTS};
-    use crate::host::api::host_fn;
-    use crate::host::packages::pkgrepo::{self, RepoOptions};
-
-    /// The option keys of `pkg::repo`.
-    const REPO_KEYS: &[&str] = &[
-        "url",
-        "suites",
-        "components",
-        "arch",
-        "key",
-        "key_url",
-        "key_sha256",
-        "enabled",
-    ];
-
-    /// A string or an array of strings of option `key` (absent or `()`: empty).
-    fn words(m: &Map, key: &str) -> Result<Vec<String>, String> {
-        match m.get(key) {
-            None => Ok(Vec::new()),
-            Some(d) if d.is_unit() => Ok(Vec::new()),
-            Some(d) => convert::string_or_array(d, &format!("option {key}")),
-        }
+host_fn! {
+    /// Release held packages: `apt-mark unhold`, `dnf versionlock delete`. Unchanged for ones not
+    /// held.
+    #[host(ns = "pkg", effects = [PackageUnhold])]
+    fn unhold(h: &mut Host, names: Dynamic) -> bool {
+        let names = convert::string_or_array(&names, "names")?;
+        Ok(super::unhold(h, &names)?)
     }
-
-    /// `#{url, suites, components, arch, key, key_url, key_sha256, enabled}`.
-    fn repo_opts(m: &Map) -> Result<RepoOptions, String> {
-        check_keys(m, REPO_KEYS)?;
-        Ok(RepoOptions {
-            url: opt_string(m, "url")?,
-            suites: words(m, "suites")?,
-            components: words(m, "components")?,
-            arch: words(m, "arch")?,
-            key: opt_string(m, "key")?,
-            key_url: opt_string(m, "key_url")?,
-            key_sha256: opt_string(m, "key_sha256")?,
-            enabled: opt_bool(m, "enabled", true)?,
-        })
-    }
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "pkg",
-            "repo",
-            &[NAME, OPTS],
-            "bool",
-            Submits(&[Write, Remove]),
-            "Define repository `name` with its signing key, `key` (ASCII-armored text) or `key_url` with `key_sha256` (downloaded as `fs::fetch`). apt: `/etc/apt/sources.list.d/<name>.sources` (deb822: `Types: deb`, `URIs: <url>`, `Suites:` (required; `\"/\"` for a flat repository), `Components:`, `Architectures: <arch>`, `Enabled: no` when `enabled: false`, `Signed-By: /etc/apt/keyrings/<name>.asc`, `.gpg` for a `key_url` ending in `.gpg`); dnf/yum: `/etc/yum.repos.d/<name>.repo` (`[name]`, `name=`, `baseurl=`, `enabled=`, `gpgcheck=1`, `gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-<name>`) and the key there. Files 0644, key first. A change makes the step's next `pkg::install` refresh the package index. A `url` with `user:password@` is refused (credentials belong in `/etc/apt/auth.conf.d/` or the `.repo` file's `username=`/`password=`). zypper hosts: an error.",
-            options = REPO_KEYS,
-            |h, n: S, o: Map| {
-                let o = repo_opts(&o)?;
-                Ok(pkgrepo::repo(h, &n, &o)?)
-            }
-        ),
-        host_fn!(
-            "pkg",
-            "remove_repo",
-            &[NAME],
-            "bool",
-            Submits(&[Remove]),
-            "Remove repository `name`'s file and key (as `pkg::repo` wrote them); a change makes the next `pkg::install` refresh the index.",
-            |h, n: S| Ok(pkgrepo::remove_repo(h, &n)?)
-        ),
-        host_fn!(
-            "pkg",
-            "hold",
-            &[("names", "?")],
-            "bool",
-            Submits(&[PackageHold]),
-            "Hold a name or an array of names at the installed version: `apt-mark hold` (queried with `apt-mark showhold`), `dnf versionlock add` (queried with `dnf versionlock list`; needs the versionlock plugin). Unchanged for held ones.",
-            |h, n: Dynamic| {
-                let names = convert::string_or_array(&n, "names")?;
-                Ok(pkgrepo::hold(h, &names)?)
-            }
-        ),
-        host_fn!(
-            "pkg",
-            "unhold",
-            &[("names", "?")],
-            "bool",
-            Submits(&[PackageUnhold]),
-            "Release held packages: `apt-mark unhold`, `dnf versionlock delete`. Unchanged for ones not held.",
-            |h, n: Dynamic| {
-                let names = convert::string_or_array(&n, "names")?;
-                Ok(pkgrepo::unhold(h, &names)?)
-            }
-        ),
-    ];
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert::{self, check_keys, opt_bool, opt_string};
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Dynamic, ImmutableString as S, Map};
+}
+use prelude::*;
+
+/// The option keys of `pkg::repo`.
+const REPO_KEYS: &[&str] = &[
+    "url",
+    "suites",
+    "components",
+    "arch",
+    "key",
+    "key_url",
+    "key_sha256",
+    "enabled",
+];
+
+/// A string or an array of strings of option `key` (absent or `()`: empty).
+fn words(m: &Map, key: &str) -> Result<Vec<String>, String> {
+    match m.get(key) {
+        None => Ok(Vec::new()),
+        Some(d) if d.is_unit() => Ok(Vec::new()),
+        Some(d) => convert::string_or_array(d, &format!("option {key}")),
+    }
+}
+
+/// `#{url, suites, components, arch, key, key_url, key_sha256, enabled}`.
+fn repo_opts(m: &Map) -> Result<RepoOptions, String> {
+    check_keys(m, REPO_KEYS)?;
+    Ok(RepoOptions {
+        url: opt_string(m, "url")?,
+        suites: words(m, "suites")?,
+        components: words(m, "components")?,
+        arch: words(m, "arch")?,
+        key: opt_string(m, "key")?,
+        key_url: opt_string(m, "key_url")?,
+        key_sha256: opt_string(m, "key_sha256")?,
+        enabled: opt_bool(m, "enabled", true)?,
+    })
+}
+
+host_fns!(repo, remove_repo, hold, unhold);
 
 #[cfg(test)]
 mod tests {

@@ -136,12 +136,32 @@ pub fn compare(a: &str, b: &str, scheme: Scheme) -> Result<Ordering> {
     Ok(parse(scheme, a)?.cmp(&parse(scheme, b)?))
 }
 
+host_fn! {
+    /// `-1` when `a` is older than `b`, `0` when they are equal in the scheme (`1.0` and `0:1.0-0`
+    /// in dpkg), `1` when newer.
+    #[host(ns = "version", effects = Computes, options = KEYS)]
+    fn compare(_h: &mut Host, a: S, b: S, opts: Map) -> i64 {
+        let s = scheme(&opts)?;
+        Ok(super::compare(&a, &b, s)? as i64)
+    }
+}
+
 /// `version::at_least(v, min, #{scheme})`: `v` is `min` or newer.
 ///
 /// # Errors
 /// As [`compare`].
 pub fn at_least(v: &str, min: &str, scheme: Scheme) -> Result<bool> {
     Ok(compare(v, min, scheme)? != Ordering::Less)
+}
+
+host_fn! {
+    /// True when `v` is `min` or newer (`version::at_least(os::kernel(), "6.8", #{scheme:
+    /// "dpkg"})`).
+    #[host(ns = "version", effects = Computes, options = KEYS)]
+    fn at_least(_h: &mut Host, v: S, min: S, opts: Map) -> bool {
+        let s = scheme(&opts)?;
+        Ok(super::at_least(&v, &min, s)?)
+    }
 }
 
 /// `version::sort(versions, #{scheme})`: oldest first; equal versions keep their order.
@@ -157,80 +177,45 @@ pub fn sort(versions: Vec<String>, scheme: Scheme) -> Result<Vec<String>> {
     Ok(parsed.into_iter().map(|(_, v)| v).collect())
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Array, ImmutableString as S, Map};
-
-    use crate::host::api::convert::{self, check_keys, opt_string};
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
-    use crate::host::packages::version::{self, Scheme};
-
-    /// The option keys of every `version::` function.
-    const KEYS: &[&str] = &["scheme"];
-
-    /// `#{scheme}`, required.
-    fn scheme(m: &Map) -> Result<Scheme, String> {
-        check_keys(m, KEYS)?;
-        match opt_string(m, "scheme")? {
-            Some(s) => Scheme::parse(&s).map_err(|e| e.to_string()),
-            None => Err(format!("option scheme is required: {}", Scheme::NAMES)),
-        }
+host_fn! {
+    /// The versions (strings), oldest first (the newest is `.pop()`); equal versions keep their
+    /// order.
+    #[host(ns = "version", effects = Computes, options = KEYS)]
+    fn sort(_h: &mut Host, versions: Array, opts: Map) -> rhai::Array {
+        let s = scheme(&opts)?;
+        let versions = convert::strings(&versions, "versions")?;
+        Ok(convert::array(super::sort(versions, s)?))
     }
-
-    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(
-        "version",
-        "Versions — `version::`",
-        "Order version strings by a scheme named in `#{scheme}` (required): `\"semver\"` (Semantic Versioning 2.0: exactly `MAJOR.MINOR.PATCH[-pre][+build]`, build metadata ignored), `\"dpkg\"` (Debian policy: `[epoch:]upstream[-revision]`, `~` before anything, as `dpkg --compare-versions`) or `\"rpm\"` (rpmvercmp with epoch and release, `~` before and `^` after the end, as `rpmdev-vercmp`). Use `dpkg` for what `dpkg-query` or `os::kernel()` gives on a Debian-family host and `rpm` on an rpm host: both order `6.8.0-1015-aws` after `6.8`. A version that is not valid in its scheme (an empty string, whitespace, `1.2` for semver) fails the call, naming it.",
-    )];
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "version",
-            "compare",
-            &[("a", "String"), ("b", "String"), ("opts", "Map")],
-            "int",
-            Computes,
-            "`-1` when `a` is older than `b`, `0` when they are equal in the scheme (`1.0` and `0:1.0-0` in dpkg), `1` when newer.",
-            options = KEYS,
-            |_h, a: S, b: S, o: Map| {
-                let s = scheme(&o)?;
-                Ok(version::compare(&a, &b, s)? as i64)
-            }
-        ),
-        host_fn!(
-            "version",
-            "at_least",
-            &[("v", "String"), ("min", "String"), ("opts", "Map")],
-            "bool",
-            Computes,
-            "True when `v` is `min` or newer (`version::at_least(os::kernel(), \"6.8\", #{scheme: \"dpkg\"})`).",
-            options = KEYS,
-            |_h, v: S, min: S, o: Map| {
-                let s = scheme(&o)?;
-                Ok(version::at_least(&v, &min, s)?)
-            }
-        ),
-        host_fn!(
-            "version",
-            "sort",
-            &[("versions", "Array"), ("opts", "Map")],
-            "Array",
-            Computes,
-            "The versions (strings), oldest first (the newest is `.pop()`); equal versions keep their order.",
-            options = KEYS,
-            |_h, list: Array, o: Map| {
-                let s = scheme(&o)?;
-                let list = convert::strings(&list, "versions")?;
-                Ok(convert::array(version::sort(list, s)?))
-            }
-        ),
-    ];
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert::{self, check_keys, opt_string};
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Array, ImmutableString as S, Map};
+}
+use prelude::*;
+
+/// The option keys of every `version::` function.
+const KEYS: &[&str] = &["scheme"];
+
+/// `#{scheme}`, required.
+fn scheme(m: &Map) -> Result<Scheme, String> {
+    check_keys(m, KEYS)?;
+    match opt_string(m, "scheme")? {
+        Some(s) => Scheme::parse(&s).map_err(|e| e.to_string()),
+        None => Err(format!("option scheme is required: {}", Scheme::NAMES)),
+    }
+}
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(
+    "version",
+    "Versions — `version::`",
+    "Order version strings by a scheme named in `#{scheme}` (required): `\"semver\"` (Semantic Versioning 2.0: exactly `MAJOR.MINOR.PATCH[-pre][+build]`, build metadata ignored), `\"dpkg\"` (Debian policy: `[epoch:]upstream[-revision]`, `~` before anything, as `dpkg --compare-versions`) or `\"rpm\"` (rpmvercmp with epoch and release, `~` before and `^` after the end, as `rpmdev-vercmp`). Use `dpkg` for what `dpkg-query` or `os::kernel()` gives on a Debian-family host and `rpm` on an rpm host: both order `6.8.0-1015-aws` after `6.8`. A version that is not valid in its scheme (an empty string, whitespace, `1.2` for semver) fails the call, naming it.",
+)];
+
+host_fns!(compare, at_least, sort);
 
 #[cfg(test)]
 mod tests {

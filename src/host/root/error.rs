@@ -2,9 +2,11 @@
 //! involved. Messages are lowercase and read after "failed to" where they describe an
 //! operation; the cause is kept in `#[source]`.
 //!
-//! Messages never contain a secret's value: [`HostError::SecretRefused`] names the
-//! coordinate only. Command stderr tails may contain anything a command printed, so the
-//! binding layer passes every message through [`crate::host::secrets::Redactor::redact`].
+//! An area's own failures are its own error, wrapped at the API (`crate::host::api::AreaError`):
+//! `SecretError`, `ConfigError`, ... Messages never contain a secret's value (a secret's
+//! error names the coordinate only). Command stderr tails may contain anything a command
+//! printed, so the binding layer passes every message through
+//! [`crate::host::secrets::Redactor::redact`].
 
 use std::path::PathBuf;
 
@@ -96,16 +98,6 @@ pub enum HostError {
         /// The compile error.
         #[source]
         source: regex::Error,
-    },
-
-    /// A glob pattern did not compile.
-    #[error("invalid glob pattern {pattern:?}")]
-    Glob {
-        /// The pattern as given.
-        pattern: String,
-        /// The compile error.
-        #[source]
-        source: globset::Error,
     },
 
     /// An argument was outside what the call accepts (a name with `/`, an empty argv, ...).
@@ -255,49 +247,6 @@ pub enum HostError {
         id: String,
     },
 
-    /// A configMap line is not `key=value`.
-    #[error("configMap {name:?} line {line}: expected key=value, got {text:?}")]
-    ConfigMapLine {
-        /// The configMap (file) name.
-        name: String,
-        /// The 1-based line number.
-        line: usize,
-        /// The line as found.
-        text: String,
-    },
-
-    /// `config::lines` or `config::kv` of a configMap that does not exist.
-    #[error("configMap {name:?} does not exist")]
-    ConfigMapMissing {
-        /// The configMap (file) name.
-        name: String,
-    },
-
-    /// A configMap read as text (`config::get`, `lines`, `kv`) is not valid UTF-8: a binary
-    /// configMap, which text functions would otherwise silently mangle.
-    #[error(
-        "configMap {name:?} is not UTF-8 text (invalid byte at offset {offset}); binary configMaps cannot be read as text"
-    )]
-    ConfigMapNotText {
-        /// The configMap (file) name.
-        name: String,
-        /// Byte offset of the first invalid sequence.
-        offset: usize,
-    },
-
-    /// A configMap name that leads out of the configMaps directory (a symlink to an absolute
-    /// path, or `..` above the directory): never followed.
-    #[error(
-        "configMap {name:?} leads out of the configMaps directory {} (a symlink to outside it)",
-        dir.display()
-    )]
-    ConfigMapOutside {
-        /// The configMap (file) name.
-        name: String,
-        /// The configMaps directory.
-        dir: PathBuf,
-    },
-
     /// A file outside the host root (configMaps, node metadata, secrets) could not be read.
     #[error("failed to read {}", path.display())]
     AgentFile {
@@ -306,69 +255,6 @@ pub enum HostError {
         /// The OS error.
         #[source]
         source: std::io::Error,
-    },
-
-    /// A node metadata file is not a JSON object.
-    #[error("failed to parse node metadata {}", path.display())]
-    Json {
-        /// The agent-side path.
-        path: PathBuf,
-        /// The parse error.
-        #[source]
-        source: serde_json::Error,
-    },
-
-    /// A secret not in `SKYHOOK_ALLOWED_SECRETS` was asked for.
-    #[error("secret {name:?} is not in SKYHOOK_ALLOWED_SECRETS (asked for key {key:?})")]
-    SecretRefused {
-        /// The secret name.
-        name: String,
-        /// The key asked for.
-        key: String,
-    },
-
-    /// A `skyhook-agent serve` execution asked for a coordinate its request's `secrets` did
-    /// not declare.
-    #[error("secret {name:?} key {key:?} is not in the request's `secrets` field")]
-    SecretNotDeclared {
-        /// The secret name.
-        name: String,
-        /// The key asked for.
-        key: String,
-    },
-
-    /// A secret name or key that is not one file name (empty, `.`, `..`, a `/` or NUL).
-    #[error(
-        "secret {what} {value:?} is not a valid {what}: it must be one file name (not empty, . or .., without / or NUL) (asked for secret {name:?} key {key:?})"
-    )]
-    SecretCoordinate {
-        /// `name` or `key`: which one is wrong.
-        what: &'static str,
-        /// The wrong value.
-        value: String,
-        /// The secret name asked for.
-        name: String,
-        /// The key asked for.
-        key: String,
-    },
-
-    /// An allowed secret key does not exist or cannot be read.
-    #[error("failed to read secret {name:?} key {key:?}")]
-    SecretRead {
-        /// The secret name.
-        name: String,
-        /// The key.
-        key: String,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-
-    /// `secret_env(var)` on an unset variable.
-    #[error("environment variable {var:?} is not set")]
-    EnvMissing {
-        /// The variable name.
-        var: String,
     },
 
     /// A structured config file (`toml::`, `json::`, `ini::`) or text (`toml::parse`) does
@@ -385,20 +271,6 @@ pub enum HostError {
         column: usize,
         /// The parser's message.
         message: String,
-    },
-    /// `mount::ensure` with state `mounted` found the mount point mounted from another
-    /// source or with another filesystem type.
-    #[error(
-        "{} is mounted from {found}, not {wanted}: unmount it first (mount::remove) or change the source",
-        path.display()
-    )]
-    MountConflict {
-        /// The mount point.
-        path: std::path::PathBuf,
-        /// The live mount (`/proc/1/mountinfo`): `<source> (<fstype>)`.
-        found: String,
-        /// What was asked for: `<source> (<fstype>)`.
-        wanted: String,
     },
     /// `fs::fetch` could not download `url`: connection, TLS, HTTP status, redirects, size
     /// limit, timeout or cancellation (the message says which). The destination is unchanged.
@@ -454,7 +326,7 @@ impl HostError {
 
     /// Whether this failure may depend on the host root's state, which a command the plan
     /// did not run may have changed (files, users and groups, programs, sysctl entries,
-    /// os-release, mounts, structured config files). Not: bad arguments (a relative path, a
+    /// os-release, structured config files). Not: bad arguments (a relative path, a
     /// regex, a glob, an invalid value, a `<text>` parse), agent-side inputs (configMaps,
     /// node metadata, secrets, environment), the undo journal, downloads, timeouts and
     /// cancellation, and the end of the plan itself.
@@ -472,12 +344,10 @@ impl HostError {
             | HostError::Spawn { .. }
             | HostError::CommandFailed { .. }
             | HostError::UnknownSysctl { .. }
-            | HostError::NoPackageManager { .. }
-            | HostError::MountConflict { .. } => true,
+            | HostError::NoPackageManager { .. } => true,
             HostError::Parse { path, .. } => path.as_os_str() != "<text>",
             HostError::RelativePath { .. }
             | HostError::Regex { .. }
-            | HostError::Glob { .. }
             | HostError::Invalid { .. }
             | HostError::JournalFailed { .. }
             | HostError::Timeout { .. }
@@ -485,17 +355,7 @@ impl HostError {
             | HostError::PlanUnknown { .. }
             | HostError::PlanUnknownFailure { .. }
             | HostError::OutputTooLarge { .. }
-            | HostError::ConfigMapLine { .. }
-            | HostError::ConfigMapMissing { .. }
-            | HostError::ConfigMapNotText { .. }
-            | HostError::ConfigMapOutside { .. }
             | HostError::AgentFile { .. }
-            | HostError::Json { .. }
-            | HostError::SecretRefused { .. }
-            | HostError::SecretNotDeclared { .. }
-            | HostError::SecretCoordinate { .. }
-            | HostError::SecretRead { .. }
-            | HostError::EnvMissing { .. }
             | HostError::Fetch { .. }
             | HostError::ChecksumMismatch(_)
             | HostError::ChangedUnderStep { .. }

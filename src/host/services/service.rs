@@ -56,6 +56,14 @@ pub fn is_active(h: &mut Host, name: &str) -> Result<bool> {
     query_ok(h, &["is-active", name])
 }
 
+host_fn! {
+    /// `systemctl is-active` succeeds.
+    #[host(ns = "service", effects = ReadsHost)]
+    fn is_active(h: &mut Host, name: S) -> bool {
+        Ok(super::is_active(h, &name)?)
+    }
+}
+
 /// `service::is_enabled(name)`: `systemctl is-enabled <name>` exits 0.
 ///
 /// # Errors
@@ -67,6 +75,14 @@ pub fn is_enabled(h: &mut Host, name: &str) -> Result<bool> {
         return Ok(e);
     }
     query_ok(h, &["is-enabled", name])
+}
+
+host_fn! {
+    /// `systemctl is-enabled` succeeds.
+    #[host(ns = "service", effects = ReadsHost)]
+    fn is_enabled(h: &mut Host, name: S) -> bool {
+        Ok(super::is_enabled(h, &name)?)
+    }
 }
 
 fn change(h: &mut Host, name: &str, op: ServiceOp) -> Result<bool> {
@@ -130,12 +146,42 @@ pub fn show(
         .collect())
 }
 
+host_fn! {
+    /// The unit's properties `props` (`["LimitSTACK", ...]`) as `systemctl show <name>
+    /// --property=...` reports them: a map from property to value, a property it does not print
+    /// absent; a failing `systemctl` is an error.
+    #[host(ns = "service", effects = ReadsHost)]
+    fn show(h: &mut Host, name: S, props: rhai::Array) -> rhai::Map {
+        let props = props
+            .iter()
+            .map(|p| {
+                p.clone().into_string().map_err(|t| {
+                    format!("props: a property name must be a string, got {t}")
+                })
+            })
+            .collect::<Result<Vec<String>, String>>()?;
+        let map: rhai::Map = super::show(h, &name, &props)?
+            .into_iter()
+            .map(|(k, v)| (k.into(), rhai::Dynamic::from(v)))
+            .collect();
+        Ok(map)
+    }
+}
+
 /// `service::start(name)`: start when not active.
 ///
 /// # Errors
 /// Invalid name; `systemctl start` failing (apply).
 pub fn start(h: &mut Host, name: &str) -> Result<bool> {
     change(h, name, ServiceOp::Start)
+}
+
+host_fn! {
+    /// Start the unit when it is not active.
+    #[host(ns = "service", effects = [Service])]
+    fn start(h: &mut Host, name: S) -> bool {
+        Ok(super::start(h, &name)?)
+    }
 }
 
 /// `service::stop(name)`: stop when active.
@@ -146,6 +192,14 @@ pub fn stop(h: &mut Host, name: &str) -> Result<bool> {
     change(h, name, ServiceOp::Stop)
 }
 
+host_fn! {
+    /// Stop the unit when it is active.
+    #[host(ns = "service", effects = [Service])]
+    fn stop(h: &mut Host, name: S) -> bool {
+        Ok(super::stop(h, &name)?)
+    }
+}
+
 /// `service::enable(name)`: enable when not enabled.
 ///
 /// # Errors
@@ -154,12 +208,28 @@ pub fn enable(h: &mut Host, name: &str) -> Result<bool> {
     change(h, name, ServiceOp::Enable)
 }
 
+host_fn! {
+    /// Enable the unit when it is not enabled.
+    #[host(ns = "service", effects = [Service])]
+    fn enable(h: &mut Host, name: S) -> bool {
+        Ok(super::enable(h, &name)?)
+    }
+}
+
 /// `service::disable(name)`: disable when enabled.
 ///
 /// # Errors
 /// As [`start`].
 pub fn disable(h: &mut Host, name: &str) -> Result<bool> {
     change(h, name, ServiceOp::Disable)
+}
+
+host_fn! {
+    /// Disable the unit when it is enabled.
+    #[host(ns = "service", effects = [Service])]
+    fn disable(h: &mut Host, name: S) -> bool {
+        Ok(super::disable(h, &name)?)
+    }
 }
 
 fn action(h: &mut Host, name: &str, action: ServiceAction) -> Result<()> {
@@ -180,12 +250,28 @@ pub fn restart(h: &mut Host, name: &str) -> Result<()> {
     action(h, name, ServiceAction::Restart)
 }
 
+host_fn! {
+    /// `systemctl restart`, every time.
+    #[host(ns = "service", effects = [ServiceAction])]
+    fn restart(h: &mut Host, name: S) -> () {
+        Ok(super::restart(h, &name)?)
+    }
+}
+
 /// `service::reload(name)`: an action (`systemctl reload`), every time.
 ///
 /// # Errors
 /// As [`restart`].
 pub fn reload(h: &mut Host, name: &str) -> Result<()> {
     action(h, name, ServiceAction::Reload)
+}
+
+host_fn! {
+    /// `systemctl reload`, every time.
+    #[host(ns = "service", effects = [ServiceAction])]
+    fn reload(h: &mut Host, name: S) -> () {
+        Ok(super::reload(h, &name)?)
+    }
 }
 
 /// `service::daemon_reload()`: an action (`systemctl daemon-reload`), every time; it also
@@ -196,6 +282,14 @@ pub fn reload(h: &mut Host, name: &str) -> Result<()> {
 pub fn daemon_reload(h: &mut Host) -> Result<()> {
     h.submit(Effect::DaemonReload)?;
     Ok(())
+}
+
+host_fn! {
+    /// `systemctl daemon-reload`, every time (also satisfies a scheduled one).
+    #[host(ns = "service", effects = [DaemonReload])]
+    fn daemon_reload(h: &mut Host) -> () {
+        Ok(super::daemon_reload(h)?)
+    }
 }
 
 /// The drop-in path `/etc/systemd/system/<name>.service.d/<file>` (`<name>.d` when `name`
@@ -242,6 +336,16 @@ pub fn drop_in(h: &mut Host, name: &str, file: &str, content: &str) -> Result<bo
     Ok(changed)
 }
 
+host_fn! {
+    /// Write `/etc/systemd/system/<name>.service.d/<file>`; a change schedules one daemon-reload,
+    /// run before the next `service::` call or at the end of the step (not when the step fails: the
+    /// drop-in is then put back).
+    #[host(ns = "service", effects = [Write])]
+    fn drop_in(h: &mut Host, name: S, file: S, content: S) -> bool {
+        Ok(super::drop_in(h, &name, &file, &content)?)
+    }
+}
+
 /// `service::remove_drop_in(name, file)`: remove the drop-in; when it existed, schedule one
 /// (coalesced) daemon-reload, recorded ahead of the removal in apply mode as in
 /// [`drop_in`].
@@ -261,158 +365,49 @@ pub fn remove_drop_in(h: &mut Host, name: &str, file: &str) -> Result<bool> {
     Ok(changed)
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::ImmutableString as S;
-
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::NAME;
-    use crate::host::api::host_fn;
-    use crate::host::services::service;
-
-    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
-        (
-            "service",
-            "Services (systemd) — `service::`",
-            "Every call first runs a daemon-reload scheduled by a changed drop-in.",
-        ),
-        (
-            "tuned_adm",
-            "TuneD profiles — `tuned_adm::`",
-            "The active profile is what `/etc/tuned/active_profile` records (a profile planned earlier in the session answers in plan and check mode); a profile is `<name>/tuned.conf` in `/etc/tuned`, `/etc/tuned/profiles`, `/usr/lib/tuned` or `/usr/lib/tuned/profiles`. Not `tuned::`: a script importing `skyhook/tuned` as `tuned` would hide a namespace of that name, in its own code and in the module's.",
-        ),
-    ];
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "service",
-            "is_active",
-            &[NAME],
-            "bool",
-            ReadsHost,
-            "`systemctl is-active` succeeds.",
-            |h, n: S| Ok(service::is_active(h, &n)?)
-        ),
-        host_fn!(
-            "service",
-            "is_enabled",
-            &[NAME],
-            "bool",
-            ReadsHost,
-            "`systemctl is-enabled` succeeds.",
-            |h, n: S| Ok(service::is_enabled(h, &n)?)
-        ),
-        host_fn!(
-            "service",
-            "show",
-            &[NAME, ("props", "Array")],
-            "Map",
-            ReadsHost,
-            "The unit's properties `props` (`[\"LimitSTACK\", ...]`) as `systemctl show <name> --property=...` reports them: a map from property to value, a property it does not print absent; a failing `systemctl` is an error.",
-            |h, n: S, props: rhai::Array| {
-                let props = props
-                    .iter()
-                    .map(|p| {
-                        p.clone().into_string().map_err(|t| {
-                            format!("props: a property name must be a string, got {t}")
-                        })
-                    })
-                    .collect::<Result<Vec<String>, String>>()?;
-                let map: rhai::Map = service::show(h, &n, &props)?
-                    .into_iter()
-                    .map(|(k, v)| (k.into(), rhai::Dynamic::from(v)))
-                    .collect();
-                Ok(map)
-            }
-        ),
-        host_fn!(
-            "service",
-            "start",
-            &[NAME],
-            "bool",
-            Submits(&[Service]),
-            "Start the unit when it is not active.",
-            |h, n: S| Ok(service::start(h, &n)?)
-        ),
-        host_fn!(
-            "service",
-            "stop",
-            &[NAME],
-            "bool",
-            Submits(&[Service]),
-            "Stop the unit when it is active.",
-            |h, n: S| Ok(service::stop(h, &n)?)
-        ),
-        host_fn!(
-            "service",
-            "enable",
-            &[NAME],
-            "bool",
-            Submits(&[Service]),
-            "Enable the unit when it is not enabled.",
-            |h, n: S| Ok(service::enable(h, &n)?)
-        ),
-        host_fn!(
-            "service",
-            "disable",
-            &[NAME],
-            "bool",
-            Submits(&[Service]),
-            "Disable the unit when it is enabled.",
-            |h, n: S| Ok(service::disable(h, &n)?)
-        ),
-        host_fn!(
-            "service",
-            "restart",
-            &[NAME],
-            "()",
-            Submits(&[ServiceAction]),
-            "`systemctl restart`, every time.",
-            |h, n: S| Ok(service::restart(h, &n)?)
-        ),
-        host_fn!(
-            "service",
-            "reload",
-            &[NAME],
-            "()",
-            Submits(&[ServiceAction]),
-            "`systemctl reload`, every time.",
-            |h, n: S| Ok(service::reload(h, &n)?)
-        ),
-        host_fn!(
-            "service",
-            "daemon_reload",
-            &[],
-            "()",
-            Submits(&[DaemonReload]),
-            "`systemctl daemon-reload`, every time (also satisfies a scheduled one).",
-            |h| Ok(service::daemon_reload(h)?)
-        ),
-        host_fn!(
-            "service",
-            "drop_in",
-            &[NAME, ("file", "String"), ("content", "String")],
-            "bool",
-            Submits(&[Write]),
-            "Write `/etc/systemd/system/<name>.service.d/<file>`; a change schedules one daemon-reload, run before the next `service::` call or at the end of the step (not when the step fails: the drop-in is then put back).",
-            |h, n: S, f: S, c: S| Ok(service::drop_in(h, &n, &f, &c)?)
-        ),
-        host_fn!(
-            "service",
-            "remove_drop_in",
-            &[NAME, ("file", "String")],
-            "bool",
-            Submits(&[Remove]),
-            "Remove that drop-in; a change schedules one daemon-reload.",
-            |h, n: S, f: S| Ok(service::remove_drop_in(h, &n, &f)?)
-        ),
-    ];
+host_fn! {
+    /// Remove that drop-in; a change schedules one daemon-reload.
+    #[host(ns = "service", effects = [Remove])]
+    fn remove_drop_in(h: &mut Host, name: S, file: S) -> bool {
+        Ok(super::remove_drop_in(h, &name, &file)?)
+    }
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::ImmutableString as S;
+}
+use prelude::*;
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "service",
+        "Services (systemd) — `service::`",
+        "Every call first runs a daemon-reload scheduled by a changed drop-in.",
+    ),
+    (
+        "tuned_adm",
+        "TuneD profiles — `tuned_adm::`",
+        "The active profile is what `/etc/tuned/active_profile` records (a profile planned earlier in the session answers in plan and check mode); a profile is `<name>/tuned.conf` in `/etc/tuned`, `/etc/tuned/profiles`, `/usr/lib/tuned` or `/usr/lib/tuned/profiles`. Not `tuned::`: a script importing `skyhook/tuned` as `tuned` would hide a namespace of that name, in its own code and in the module's.",
+    ),
+];
+
+host_fns!(
+    is_active,
+    is_enabled,
+    show,
+    start,
+    stop,
+    enable,
+    disable,
+    restart,
+    reload,
+    daemon_reload,
+    drop_in,
+    remove_drop_in
+);
 
 #[cfg(test)]
 mod tests {

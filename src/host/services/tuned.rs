@@ -58,6 +58,15 @@ pub fn active(h: &mut Host) -> Result<Option<String>> {
     Ok((!names.is_empty()).then(|| names.join(" ")))
 }
 
+host_fn! {
+    /// The active profile's names (`"nvidia-h100-inference"`, several separated by one space), or
+    /// `()` when none is active.
+    #[host(ns = "tuned_adm", effects = ReadsHost)]
+    fn active(h: &mut Host) -> rhai::Dynamic {
+        Ok(convert::opt(super::active(h)?))
+    }
+}
+
 /// The `tuned.conf` of profile `name` in the session's view: the first of [`PROFILE_DIRS`]
 /// that has it; `None` when no directory does.
 ///
@@ -121,6 +130,24 @@ pub fn profile(h: &mut Host, names: &[String]) -> Result<bool> {
     Ok(true)
 }
 
+host_fn! {
+    /// Make a profile (a name; several in a string separated by spaces or in an array, merged by
+    /// tuned in that order) the active one with `tuned-adm profile <names>`, unless it is already.
+    /// A name without a `tuned.conf` is an error naming it.
+    #[host(ns = "tuned_adm", effects = [TunedProfile])]
+    fn profile(h: &mut Host, names: Dynamic) -> bool {
+        let names: Vec<String> = if names.is_string() {
+            convert::string(&names, "names")?
+                .split_whitespace()
+                .map(String::from)
+                .collect()
+        } else {
+            convert::string_or_array(&names, "names")?
+        };
+        Ok(super::profile(h, &names)?)
+    }
+}
+
 /// `tuned_adm::off()`: `tuned-adm off` when a profile is active. Returns true when changed.
 ///
 /// # Errors
@@ -132,6 +159,14 @@ pub fn off(h: &mut Host) -> Result<bool> {
     }
     h.submit(Effect::TunedProfile { names: Vec::new() })?;
     Ok(true)
+}
+
+host_fn! {
+    /// `tuned-adm off` when a profile is active (tuned stops tuning; what it set is rolled back).
+    #[host(ns = "tuned_adm", effects = [TunedProfile])]
+    fn off(h: &mut Host) -> bool {
+        Ok(super::off(h)?)
+    }
 }
 
 /// `tuned_adm::verify()`: `tuned-adm verify` exits 0 (the live settings match the active
@@ -149,68 +184,24 @@ pub fn verify(h: &mut Host) -> Result<bool> {
     Ok(h.exec(&argv, &opts)?.ok)
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::Dynamic;
-
-    use crate::host::api::convert;
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
-    use crate::host::services::tuned;
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "tuned_adm",
-            "active",
-            &[],
-            "?",
-            ReadsHost,
-            "The active profile's names (`\"nvidia-h100-inference\"`, several separated by one space), or `()` when none is active.",
-            |h| Ok(convert::opt(tuned::active(h)?))
-        ),
-        host_fn!(
-            "tuned_adm",
-            "profile",
-            &[("names", "?")],
-            "bool",
-            Submits(&[TunedProfile]),
-            "Make a profile (a name; several in a string separated by spaces or in an array, merged by tuned in that order) the active one with `tuned-adm profile <names>`, unless it is already. A name without a `tuned.conf` is an error naming it.",
-            |h, n: Dynamic| {
-                let names: Vec<String> = if n.is_string() {
-                    convert::string(&n, "names")?
-                        .split_whitespace()
-                        .map(String::from)
-                        .collect()
-                } else {
-                    convert::string_or_array(&n, "names")?
-                };
-                Ok(tuned::profile(h, &names)?)
-            }
-        ),
-        host_fn!(
-            "tuned_adm",
-            "off",
-            &[],
-            "bool",
-            Submits(&[TunedProfile]),
-            "`tuned-adm off` when a profile is active (tuned stops tuning; what it set is rolled back).",
-            |h| Ok(tuned::off(h)?)
-        ),
-        host_fn!(
-            "tuned_adm",
-            "verify",
-            &[],
-            "bool",
-            RunsReadOnly,
-            "`tuned-adm verify` succeeds: the live settings match the active profile (false while a `[bootloader]` change waits for a reboot; the reasons are in `/var/log/tuned/tuned.log`).",
-            |h| Ok(tuned::verify(h)?)
-        ),
-    ];
+host_fn! {
+    /// `tuned-adm verify` succeeds: the live settings match the active profile (false while a
+    /// `[bootloader]` change waits for a reboot; the reasons are in `/var/log/tuned/tuned.log`).
+    #[host(ns = "tuned_adm", effects = RunsReadOnly)]
+    fn verify(h: &mut Host) -> bool {
+        Ok(super::verify(h)?)
+    }
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::Dynamic;
+}
+use prelude::*;
+
+host_fns!(active, profile, off, verify);
 
 #[cfg(test)]
 mod tests {

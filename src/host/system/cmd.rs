@@ -84,6 +84,40 @@ pub fn run(h: &mut Host, argv: &[String], opts: &CommandOptions) -> Result<CmdOu
     Ok(planned_or_ran(h, argv, opts, out))
 }
 
+host_fn! {
+    /// Run `argv` (no shell) chrooted in the host root with the step's environment: `#{code,
+    /// stdout, stderr, ok, planned}` (`planned` is true when the command was recorded, not run). A
+    /// non-zero exit code is an error that fails the step (the command, its code and the tail of
+    /// its stderr), as is a missing program.
+    #[host(ns = "", effects = [Command])]
+    fn run(h: &mut Host, argv: Array) -> rhai::Map {
+        let argv = convert::strings(&argv, "argv")?;
+        Ok(output_map(super::run(h, &argv, &checked())?))
+    }
+
+    /// As `run(argv)` with `#{check, ok, input, env, cwd, timeout, read_only, stream}`: `ok` lists
+    /// the exit codes that pass (`run(["grep", "-q", "x", "/etc/f"], #{ok: [0, 1]})`; the result's
+    /// `code` says which), any other is an error (command, code and stderr tail); `check: false`
+    /// accepts any code, for a script that reads `code` itself (`skyhook-run check` warns when such
+    /// a result is ignored); `timeout` in seconds kills the process group (default and cap: what
+    /// remains of the step's deadline), `read_only` marks a query, `stream: true` writes the
+    /// command's stdout and stderr to the step's as they arrive (the agent's logs timestamp each
+    /// chunk; nothing when the command is only planned) and keeps only the last 64 KiB of each in
+    /// the result. Guards make the command a change: `creates: path` (done when the path exists),
+    /// `removes: path` (done when it does not), `unless: argv` (done when that command exits 0),
+    /// `onlyif: argv` (done when it exits non-zero). Guards are queries, evaluated in every mode
+    /// (chrooted like the command, with its `env`, `cwd`, `timeout`); when one says done the
+    /// command is skipped, counted unchanged and returns `skipped: true`; otherwise it runs
+    /// (apply), is planned as a change `run: useradd gpuops (unless id gpuops)` (plan) or is drift
+    /// (check).
+    #[overload(effects = [Command, GuardedCommand], options = GUARDED_RUN_KEYS)]
+    fn run_with_opts(run: &Api, h: &mut Host, argv: Array, opts: Map) -> rhai::Map {
+        let argv = convert::strings(&argv, "argv")?;
+        let opts = run_opts(&opts, run.deadline, &run.output, false)?;
+        Ok(output_map(super::run(h, &argv, &opts)?))
+    }
+}
+
 /// The command's output; when it was only planned (plan mode), what it changes is unknown
 /// to the rest of the plan ([`Host::note_planned_command`]).
 fn planned_or_ran(
@@ -166,6 +200,29 @@ pub fn query(h: &mut Host, argv: &[String], opts: &CommandOptions) -> Result<Cmd
     run(h, argv, &opts)
 }
 
+host_fn! {
+    /// `run(argv)` with `read_only: true`: executed in plan and check mode too, and any exit code
+    /// is returned (the script reads `code` or `ok`).
+    #[host(ns = "", effects = RunsReadOnly)]
+    fn query(h: &mut Host, argv: Array) -> rhai::Map {
+        let argv = convert::strings(&argv, "argv")?;
+        Ok(output_map(super::query(
+            h,
+            &argv,
+            &CommandOptions::default(),
+        )?))
+    }
+
+    /// `run(argv, opts)` with `read_only: true`; the exit code is checked only with `check: true`
+    /// or `ok: [codes]`.
+    #[overload(options = RUN_KEYS)]
+    fn query_with_opts(run: &Api, h: &mut Host, argv: Array, opts: Map) -> rhai::Map {
+        let argv = convert::strings(&argv, "argv")?;
+        let opts = run_opts(&opts, run.deadline, &run.output, true)?;
+        Ok(output_map(super::query(h, &argv, &opts)?))
+    }
+}
+
 /// `sh(script, opts)`: [`run`] of `["/bin/bash", "-c", script]`.
 ///
 /// # Errors
@@ -182,347 +239,271 @@ pub fn sh(h: &mut Host, script: &str, opts: &CommandOptions) -> Result<CmdOutput
     )
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
-
-    use rhai::{Array, Dynamic, ImmutableString as S, Map};
-
-    use crate::host::api::ScriptOutput;
-    use crate::host::api::convert::{self, check_keys, opt_bool, opt_string};
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::{ARGV, OPTS};
-    use crate::host::api::host_fn;
-    use crate::host::system::cmd::{self, CmdOutput, CommandOptions, Guard, OutputSink, StreamTo};
-
-    /// The option keys of `query` (and the unguarded part of `run`/`sh`); the binding checks
-    /// options against these lists, so the docs and the checker cannot drift from it.
-    const RUN_KEYS: &[&str] = &[
-        "check",
-        "ok",
-        "input",
-        "env",
-        "cwd",
-        "timeout",
-        "read_only",
-        "stream",
-    ];
-
-    /// The option keys of `run`/`sh`: [`RUN_KEYS`] and the guards (`query` takes none).
-    const GUARDED_RUN_KEYS: &[&str] = &[
-        "check",
-        "ok",
-        "input",
-        "env",
-        "cwd",
-        "timeout",
-        "read_only",
-        "stream",
-        "creates",
-        "removes",
-        "unless",
-        "onlyif",
-    ];
-
-    /// The run's output as the sink of a streamed command: each chunk goes to the step's stdout
-    /// or stderr as it arrives.
-    struct ToScriptOutput(Arc<dyn ScriptOutput>);
-
-    impl OutputSink for ToScriptOutput {
-        fn stdout(&self, bytes: &[u8]) {
-            self.0.stdout(bytes);
-        }
-        fn stderr(&self, bytes: &[u8]) {
-            self.0.stderr(bytes);
-        }
+host_fn! {
+    /// `run(["/bin/bash", "-c", script])`: a non-zero exit of the script is an error.
+    #[host(ns = "", effects = [Command])]
+    fn sh(h: &mut Host, script: S) -> rhai::Map {
+        Ok(output_map(super::sh(h, &script, &checked())?))
     }
 
-    /// The guard options of `run`/`sh`, in the order they are evaluated.
-    const GUARD_KEYS: [&str; 4] = ["creates", "removes", "unless", "onlyif"];
-
-    /// The guards of `m` (`creates`/`removes`: a path string; `unless`/`onlyif`: an argv array);
-    /// `()` values are ignored.
-    fn guards(m: &Map) -> Result<Vec<Guard>, String> {
-        let mut out = Vec::new();
-        for key in GUARD_KEYS {
-            match m.get(key) {
-                None => {}
-                Some(d) if d.is_unit() => {}
-                Some(d) => match key {
-                    "creates" | "removes" => {
-                        let Some(p) = opt_string(m, key)? else {
-                            continue;
-                        };
-                        if !p.starts_with('/') {
-                            return Err(format!(
-                                "option {key} must be an absolute path, got {p:?}"
-                            ));
-                        }
-                        out.push(if key == "creates" {
-                            Guard::Creates(p)
-                        } else {
-                            Guard::Removes(p)
-                        });
-                    }
-                    _ => {
-                        let Some(a) = d.read_lock::<Array>() else {
-                            return Err(format!(
-                                "option {key} must be an argv array, got {}",
-                                d.type_name()
-                            ));
-                        };
-                        let argv = convert::strings(&a, key)?;
-                        if argv.first().is_none_or(String::is_empty) {
-                            return Err(format!("option {key} needs at least a program name"));
-                        }
-                        out.push(if key == "unless" {
-                            Guard::Unless(argv)
-                        } else {
-                            Guard::Onlyif(argv)
-                        });
-                    }
-                },
-            }
-        }
-        Ok(out)
+    /// `run(["/bin/bash", "-c", script], opts)`, `ok` and guards included (summary `sh: <script>
+    /// (creates /path)`).
+    #[overload(effects = [Command, GuardedCommand], options = GUARDED_RUN_KEYS)]
+    fn sh_with_opts(run: &Api, h: &mut Host, script: S, opts: Map) -> rhai::Map {
+        let opts = run_opts(&opts, run.deadline, &run.output, false)?;
+        Ok(output_map(super::sh(h, &script, &opts)?))
     }
+}
 
-    /// The options of a `run`/`sh` without an options map: the exit code is checked (0 passes).
-    fn checked() -> CommandOptions {
-        CommandOptions {
-            check: true,
-            ..CommandOptions::default()
-        }
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::ScriptOutput;
+    pub(super) use crate::host::api::convert::{self, check_keys, opt_bool, opt_string};
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Array, Dynamic, ImmutableString as S, Map};
+    pub(super) use std::sync::Arc;
+    pub(super) use std::time::{Duration, Instant};
+}
+use prelude::*;
+
+/// The option keys of `query` (and the unguarded part of `run`/`sh`); the binding checks
+/// options against these lists, so the docs and the checker cannot drift from it.
+const RUN_KEYS: &[&str] = &[
+    "check",
+    "ok",
+    "input",
+    "env",
+    "cwd",
+    "timeout",
+    "read_only",
+    "stream",
+];
+
+/// The option keys of `run`/`sh`: [`RUN_KEYS`] and the guards (`query` takes none).
+const GUARDED_RUN_KEYS: &[&str] = &[
+    "check",
+    "ok",
+    "input",
+    "env",
+    "cwd",
+    "timeout",
+    "read_only",
+    "stream",
+    "creates",
+    "removes",
+    "unless",
+    "onlyif",
+];
+
+/// The run's output as the sink of a streamed command: each chunk goes to the step's stdout
+/// or stderr as it arrives.
+struct ToScriptOutput(Arc<dyn ScriptOutput>);
+
+impl OutputSink for ToScriptOutput {
+    fn stdout(&self, bytes: &[u8]) {
+        self.0.stdout(bytes);
     }
-
-    /// Whether the exit code is checked and the codes that pass, from `#{check, ok}`: `run`/`sh`
-    /// check unless `check: false` (any code is returned, for a script that reads it), `query`
-    /// only with `check: true` or `ok`; `ok` (a non-empty array of exit codes) lists the codes
-    /// that pass a check, else 0 alone.
-    fn exit_codes(m: &Map, query: bool) -> Result<(bool, Vec<i32>), String> {
-        let ok = match m.get("ok") {
-            None => None,
-            Some(d) if d.is_unit() => None,
-            Some(d) => {
-                let Some(a) = d.read_lock::<Array>() else {
-                    return Err(format!(
-                        "option ok must be an array of exit codes, e.g. [0, 1], got {}",
-                        d.type_name()
-                    ));
-                };
-                if a.is_empty() {
-                    return Err("option ok must list at least one exit code, e.g. [0, 1]".into());
-                }
-                let mut codes = Vec::new();
-                for v in a.iter() {
-                    match v.as_int().ok().and_then(|i| i32::try_from(i).ok()) {
-                        Some(c) => codes.push(c),
-                        None => {
-                            return Err(format!(
-                                "option ok must be an array of exit codes (integers), got {} {v}",
-                                v.type_name()
-                            ));
-                        }
-                    }
-                }
-                Some(codes)
-            }
-        };
-        let check = match m.get("check") {
-            Some(d) if !d.is_unit() => Some(opt_bool(m, "check", true)?),
-            _ => None,
-        };
-        match (check, ok) {
-            (Some(false), Some(_)) => Err(
-                "options check: false and ok contradict each other: ok lists the exit codes \
-                     that pass the check, check: false accepts any"
-                    .into(),
-            ),
-            (check, Some(codes)) => Ok((check.unwrap_or(true), codes)),
-            (check, None) => Ok((check.unwrap_or(!query), Vec::new())),
-        }
+    fn stderr(&self, bytes: &[u8]) {
+        self.0.stderr(bytes);
     }
+}
 
-    /// `#{check, ok, input, env, cwd, timeout, read_only, stream}` and, unless `query`, the guards
-    /// `#{creates, removes, unless, onlyif}` (a guarded command is a change). The timeout
-    /// (seconds, int or float) is capped by what remains of the run's deadline; without one, the
-    /// session's deadline (tightened to the run's) applies. `stream: true` forwards the
-    /// command's output to `output`, the run's.
-    fn run_opts(
-        m: &Map,
-        deadline: Instant,
-        output: &Arc<dyn ScriptOutput>,
-        query: bool,
-    ) -> Result<CommandOptions, String> {
-        check_keys(m, if query { RUN_KEYS } else { GUARDED_RUN_KEYS })?;
-        let guards = if query { Vec::new() } else { guards(m)? };
-        if !guards.is_empty() && opt_bool(m, "read_only", false)? {
-            return Err(
-                "a guarded command cannot be read_only (guards are for commands that change something)"
-                    .into(),
-            );
-        }
-        let mut env = Vec::new();
-        match m.get("env") {
+/// The guard options of `run`/`sh`, in the order they are evaluated.
+const GUARD_KEYS: [&str; 4] = ["creates", "removes", "unless", "onlyif"];
+
+/// The guards of `m` (`creates`/`removes`: a path string; `unless`/`onlyif`: an argv array);
+/// `()` values are ignored.
+fn guards(m: &Map) -> Result<Vec<Guard>, String> {
+    let mut out = Vec::new();
+    for key in GUARD_KEYS {
+        match m.get(key) {
             None => {}
             Some(d) if d.is_unit() => {}
-            Some(d) => {
-                let Some(em) = d.read_lock::<Map>() else {
-                    return Err(format!("option env must be a map, got {}", d.type_name()));
-                };
-                for (k, v) in em.iter() {
-                    env.push((k.to_string(), convert::scalar(v, &format!("env.{k}"))?));
+            Some(d) => match key {
+                "creates" | "removes" => {
+                    let Some(p) = opt_string(m, key)? else {
+                        continue;
+                    };
+                    if !p.starts_with('/') {
+                        return Err(format!("option {key} must be an absolute path, got {p:?}"));
+                    }
+                    out.push(if key == "creates" {
+                        Guard::Creates(p)
+                    } else {
+                        Guard::Removes(p)
+                    });
                 }
+                _ => {
+                    let Some(a) = d.read_lock::<Array>() else {
+                        return Err(format!(
+                            "option {key} must be an argv array, got {}",
+                            d.type_name()
+                        ));
+                    };
+                    let argv = convert::strings(&a, key)?;
+                    if argv.first().is_none_or(String::is_empty) {
+                        return Err(format!("option {key} needs at least a program name"));
+                    }
+                    out.push(if key == "unless" {
+                        Guard::Unless(argv)
+                    } else {
+                        Guard::Onlyif(argv)
+                    });
+                }
+            },
+        }
+    }
+    Ok(out)
+}
+
+/// The options of a `run`/`sh` without an options map: the exit code is checked (0 passes).
+fn checked() -> CommandOptions {
+    CommandOptions {
+        check: true,
+        ..CommandOptions::default()
+    }
+}
+
+/// Whether the exit code is checked and the codes that pass, from `#{check, ok}`: `run`/`sh`
+/// check unless `check: false` (any code is returned, for a script that reads it), `query`
+/// only with `check: true` or `ok`; `ok` (a non-empty array of exit codes) lists the codes
+/// that pass a check, else 0 alone.
+fn exit_codes(m: &Map, query: bool) -> Result<(bool, Vec<i32>), String> {
+    let ok = match m.get("ok") {
+        None => None,
+        Some(d) if d.is_unit() => None,
+        Some(d) => {
+            let Some(a) = d.read_lock::<Array>() else {
+                return Err(format!(
+                    "option ok must be an array of exit codes, e.g. [0, 1], got {}",
+                    d.type_name()
+                ));
+            };
+            if a.is_empty() {
+                return Err("option ok must list at least one exit code, e.g. [0, 1]".into());
+            }
+            let mut codes = Vec::new();
+            for v in a.iter() {
+                match v.as_int().ok().and_then(|i| i32::try_from(i).ok()) {
+                    Some(c) => codes.push(c),
+                    None => {
+                        return Err(format!(
+                            "option ok must be an array of exit codes (integers), got {} {v}",
+                            v.type_name()
+                        ));
+                    }
+                }
+            }
+            Some(codes)
+        }
+    };
+    let check = match m.get("check") {
+        Some(d) if !d.is_unit() => Some(opt_bool(m, "check", true)?),
+        _ => None,
+    };
+    match (check, ok) {
+        (Some(false), Some(_)) => Err(
+            "options check: false and ok contradict each other: ok lists the exit codes \
+                 that pass the check, check: false accepts any"
+                .into(),
+        ),
+        (check, Some(codes)) => Ok((check.unwrap_or(true), codes)),
+        (check, None) => Ok((check.unwrap_or(!query), Vec::new())),
+    }
+}
+
+/// `#{check, ok, input, env, cwd, timeout, read_only, stream}` and, unless `query`, the guards
+/// `#{creates, removes, unless, onlyif}` (a guarded command is a change). The timeout
+/// (seconds, int or float) is capped by what remains of the run's deadline; without one, the
+/// session's deadline (tightened to the run's) applies. `stream: true` forwards the
+/// command's output to `output`, the run's.
+fn run_opts(
+    m: &Map,
+    deadline: Instant,
+    output: &Arc<dyn ScriptOutput>,
+    query: bool,
+) -> Result<CommandOptions, String> {
+    check_keys(m, if query { RUN_KEYS } else { GUARDED_RUN_KEYS })?;
+    let guards = if query { Vec::new() } else { guards(m)? };
+    if !guards.is_empty() && opt_bool(m, "read_only", false)? {
+        return Err(
+            "a guarded command cannot be read_only (guards are for commands that change something)"
+                .into(),
+        );
+    }
+    let mut env = Vec::new();
+    match m.get("env") {
+        None => {}
+        Some(d) if d.is_unit() => {}
+        Some(d) => {
+            let Some(em) = d.read_lock::<Map>() else {
+                return Err(format!("option env must be a map, got {}", d.type_name()));
+            };
+            for (k, v) in em.iter() {
+                env.push((k.to_string(), convert::scalar(v, &format!("env.{k}"))?));
             }
         }
-        let timeout = match m.get("timeout") {
-            None => None,
-            Some(d) if d.is_unit() => None,
-            Some(d) => {
-                let secs = if let Ok(i) = d.as_int() {
-                    i as f64
-                } else if let Ok(f) = d.as_float() {
-                    f
-                } else {
-                    return Err(format!(
-                        "option timeout must be a number of seconds, got {}",
-                        d.type_name()
-                    ));
-                };
-                if !secs.is_finite() || secs <= 0.0 {
-                    return Err(format!(
-                        "option timeout must be a positive number of seconds, got {secs}"
-                    ));
-                }
-                let left = deadline.saturating_duration_since(Instant::now());
-                Some(Duration::from_secs_f64(secs.min(1e9)).min(left))
-            }
-        };
-        let (check, ok) = exit_codes(m, query)?;
-        Ok(CommandOptions {
-            check,
-            ok,
-            input: opt_string(m, "input")?.map(String::into_bytes),
-            env,
-            cwd: opt_string(m, "cwd")?,
-            timeout,
-            read_only: opt_bool(m, "read_only", false)?,
-            stream: opt_bool(m, "stream", false)?
-                .then(|| StreamTo(Arc::new(ToScriptOutput(output.clone())))),
-            guards,
-        })
     }
-
-    /// `#{code, stdout, stderr, ok, planned, skipped}`: `planned` is true for a recorded
-    /// command, `skipped` for a guarded command whose guard said it is done. Always present:
-    /// reading a missing property is an error in scripts.
-    fn output_map(o: CmdOutput) -> Map {
-        let mut m = Map::new();
-        m.insert("code".into(), Dynamic::from(i64::from(o.code)));
-        m.insert("stdout".into(), convert::s(o.stdout));
-        m.insert("stderr".into(), convert::s(o.stderr));
-        m.insert("ok".into(), Dynamic::from(o.ok));
-        m.insert("planned".into(), Dynamic::from(o.planned));
-        m.insert("skipped".into(), Dynamic::from(o.skipped));
-        m
-    }
-
-    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(
-        "",
-        "Commands, secrets and counters (global functions)",
-        "Commands run chrooted in the host root, in their own process group, with the step's environment only. Their result is a map `#{code, stdout, stderr, ok, planned}`: output is captured whole and returned when the command ends, unless `stream: true` relays it live (and keeps only the last 64 KiB of each stream in the result). A command that changes something (`run`, `sh`) fails the step when it exits with a code the script did not list in `ok` (0 when none is listed), so a failing command never passes silently; a probe whose code the script reads is a `query`.",
-    )];
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "",
-            "run",
-            &[ARGV],
-            "Map",
-            Submits(&[Command]),
-            "Run `argv` (no shell) chrooted in the host root with the step's environment: `#{code, stdout, stderr, ok, planned}` (`planned` is true when the command was recorded, not run). A non-zero exit code is an error that fails the step (the command, its code and the tail of its stderr), as is a missing program.",
-            |h, argv: Array| {
-                let argv = convert::strings(&argv, "argv")?;
-                Ok(output_map(cmd::run(h, &argv, &checked())?))
+    let timeout = match m.get("timeout") {
+        None => None,
+        Some(d) if d.is_unit() => None,
+        Some(d) => {
+            let secs = if let Ok(i) = d.as_int() {
+                i as f64
+            } else if let Ok(f) = d.as_float() {
+                f
+            } else {
+                return Err(format!(
+                    "option timeout must be a number of seconds, got {}",
+                    d.type_name()
+                ));
+            };
+            if !secs.is_finite() || secs <= 0.0 {
+                return Err(format!(
+                    "option timeout must be a positive number of seconds, got {secs}"
+                ));
             }
-        ),
-        host_fn!(
-            "",
-            "run",
-            &[ARGV, OPTS],
-            "Map",
-            Submits(&[Command, GuardedCommand]),
-            "As `run(argv)` with `#{check, ok, input, env, cwd, timeout, read_only, stream}`: `ok` lists the exit codes that pass (`run([\"grep\", \"-q\", \"x\", \"/etc/f\"], #{ok: [0, 1]})`; the result's `code` says which), any other is an error (command, code and stderr tail); `check: false` accepts any code, for a script that reads `code` itself (`skyhook-run check` warns when such a result is ignored); `timeout` in seconds kills the process group (default and cap: what remains of the step's deadline), `read_only` marks a query, `stream: true` writes the command's stdout and stderr to the step's as they arrive (the agent's logs timestamp each chunk; nothing when the command is only planned) and keeps only the last 64 KiB of each in the result. Guards make the command a change: `creates: path` (done when the path exists), `removes: path` (done when it does not), `unless: argv` (done when that command exits 0), `onlyif: argv` (done when it exits non-zero). Guards are queries, evaluated in every mode (chrooted like the command, with its `env`, `cwd`, `timeout`); when one says done the command is skipped, counted unchanged and returns `skipped: true`; otherwise it runs (apply), is planned as a change `run: useradd gpuops (unless id gpuops)` (plan) or is drift (check).",
-            options = GUARDED_RUN_KEYS,
-            api = run,
-            |h, argv: Array, o: Map| {
-                let argv = convert::strings(&argv, "argv")?;
-                let o = run_opts(&o, run.deadline, &run.output, false)?;
-                Ok(output_map(cmd::run(h, &argv, &o)?))
-            }
-        ),
-        host_fn!(
-            "",
-            "query",
-            &[ARGV],
-            "Map",
-            RunsReadOnly,
-            "`run(argv)` with `read_only: true`: executed in plan and check mode too, and any exit code is returned (the script reads `code` or `ok`).",
-            |h, argv: Array| {
-                let argv = convert::strings(&argv, "argv")?;
-                Ok(output_map(cmd::query(
-                    h,
-                    &argv,
-                    &CommandOptions::default(),
-                )?))
-            }
-        ),
-        host_fn!(
-            "",
-            "query",
-            &[ARGV, OPTS],
-            "Map",
-            RunsReadOnly,
-            "`run(argv, opts)` with `read_only: true`; the exit code is checked only with `check: true` or `ok: [codes]`.",
-            options = RUN_KEYS,
-            api = run,
-            |h, argv: Array, o: Map| {
-                let argv = convert::strings(&argv, "argv")?;
-                let o = run_opts(&o, run.deadline, &run.output, true)?;
-                Ok(output_map(cmd::query(h, &argv, &o)?))
-            }
-        ),
-        host_fn!(
-            "",
-            "sh",
-            &[("script", "String")],
-            "Map",
-            Submits(&[Command]),
-            "`run([\"/bin/bash\", \"-c\", script])`: a non-zero exit of the script is an error.",
-            |h, script: S| Ok(output_map(cmd::sh(h, &script, &checked())?))
-        ),
-        host_fn!(
-            "",
-            "sh",
-            &[("script", "String"), OPTS],
-            "Map",
-            Submits(&[Command, GuardedCommand]),
-            "`run([\"/bin/bash\", \"-c\", script], opts)`, `ok` and guards included (summary `sh: <script> (creates /path)`).",
-            options = GUARDED_RUN_KEYS,
-            api = run,
-            |h, script: S, o: Map| {
-                let o = run_opts(&o, run.deadline, &run.output, false)?;
-                Ok(output_map(cmd::sh(h, &script, &o)?))
-            }
-        ),
-    ];
+            let left = deadline.saturating_duration_since(Instant::now());
+            Some(Duration::from_secs_f64(secs.min(1e9)).min(left))
+        }
+    };
+    let (check, ok) = exit_codes(m, query)?;
+    Ok(CommandOptions {
+        check,
+        ok,
+        input: opt_string(m, "input")?.map(String::into_bytes),
+        env,
+        cwd: opt_string(m, "cwd")?,
+        timeout,
+        read_only: opt_bool(m, "read_only", false)?,
+        stream: opt_bool(m, "stream", false)?
+            .then(|| StreamTo(Arc::new(ToScriptOutput(output.clone())))),
+        guards,
+    })
 }
+
+/// `#{code, stdout, stderr, ok, planned, skipped}`: `planned` is true for a recorded
+/// command, `skipped` for a guarded command whose guard said it is done. Always present:
+/// reading a missing property is an error in scripts.
+fn output_map(o: CmdOutput) -> Map {
+    let mut m = Map::new();
+    m.insert("code".into(), Dynamic::from(i64::from(o.code)));
+    m.insert("stdout".into(), convert::s(o.stdout));
+    m.insert("stderr".into(), convert::s(o.stderr));
+    m.insert("ok".into(), Dynamic::from(o.ok));
+    m.insert("planned".into(), Dynamic::from(o.planned));
+    m.insert("skipped".into(), Dynamic::from(o.skipped));
+    m
+}
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[(
+    "",
+    "Commands, secrets and counters (global functions)",
+    "Commands run chrooted in the host root, in their own process group, with the step's environment only. Their result is a map `#{code, stdout, stderr, ok, planned}`: output is captured whole and returned when the command ends, unless `stream: true` relays it live (and keeps only the last 64 KiB of each stream in the result). A command that changes something (`run`, `sh`) fails the step when it exits with a code the script did not list in `ok` (0 when none is listed), so a failing command never passes silently; a probe whose code the script reads is a `query`.",
+)];
+
+host_fns!(run, query, sh);
 
 #[cfg(test)]
 mod tests {

@@ -81,6 +81,17 @@ pub fn find(h: &Host, name: &str) -> Result<Vec<String>> {
     Ok(paths)
 }
 
+host_fn! {
+    /// The paths of the shared libraries the dynamic linker knows named like `name`: `"libfabric"`
+    /// finds `libfabric.so` and `libfabric.so.1` (not `libfabric2.so`), a full soname only itself;
+    /// each path once, in `ldconfig -p` order; `[]` when none. An error when `ldconfig` is missing
+    /// or fails.
+    #[host(ns = "lib", effects = RunsReadOnly)]
+    fn find(h: &mut Host, name: S) -> rhai::Array {
+        Ok(convert::array(super::find(h, &name)?))
+    }
+}
+
 /// `lib::refresh()`: `ldconfig` (chrooted, checked), an action every time: the linker's
 /// cache rebuilt from `/etc/ld.so.conf` and `ld.so.conf.d` (after a step wrote a path file
 /// there). Planned, not run, in plan and check mode.
@@ -98,41 +109,25 @@ pub fn refresh(h: &mut Host) -> Result<()> {
     Ok(())
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::ImmutableString as S;
-
-    use crate::host::api::convert;
-    use crate::host::api::docs::EffectKind::Command;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::NAME;
-    use crate::host::api::host_fn;
-    use crate::host::system::libs;
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "lib",
-            "find",
-            &[NAME],
-            "Array",
-            RunsReadOnly,
-            "The paths of the shared libraries the dynamic linker knows named like `name`: `\"libfabric\"` finds `libfabric.so` and `libfabric.so.1` (not `libfabric2.so`), a full soname only itself; each path once, in `ldconfig -p` order; `[]` when none. An error when `ldconfig` is missing or fails.",
-            |h, n: S| Ok(convert::array(libs::find(h, &n)?))
-        ),
-        host_fn!(
-            "lib",
-            "refresh",
-            &[],
-            "()",
-            Submits(&[Command]),
-            "`ldconfig`: the dynamic linker's cache rebuilt from `/etc/ld.so.conf` and `/etc/ld.so.conf.d` (an action, every time; planned in plan and check mode); a non-zero exit is an error. Call it after writing a library path file.",
-            |h| Ok(libs::refresh(h)?)
-        ),
-    ];
+host_fn! {
+    /// `ldconfig`: the dynamic linker's cache rebuilt from `/etc/ld.so.conf` and
+    /// `/etc/ld.so.conf.d` (an action, every time; planned in plan and check mode); a non-zero exit
+    /// is an error. Call it after writing a library path file.
+    #[host(ns = "lib", effects = [Command])]
+    fn refresh(h: &mut Host) -> () {
+        Ok(super::refresh(h)?)
+    }
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::ImmutableString as S;
+}
+use prelude::*;
+
+host_fns!(find, refresh);
 
 #[cfg(test)]
 mod tests {

@@ -18,12 +18,28 @@ pub fn release(h: &Host) -> Result<std::collections::BTreeMap<String, String>> {
     crate::host::effects::os_release::release_with(|p| h.view_read(p))
 }
 
+host_fn! {
+    /// The host's os-release as a map (`ID`, `VERSION_ID`, `ID_LIKE`, ...).
+    #[host(ns = "os", effects = ReadsHost)]
+    fn release(h: &mut Host) -> rhai::Map {
+        Ok(convert::map(super::release(h)?))
+    }
+}
+
 /// `os::family()`: `debian`, `rhel`, `fedora`, `suse`, or the ID ([`family_from`]).
 ///
 /// # Errors
 /// As [`release`].
 pub fn family(h: &Host) -> Result<String> {
     Ok(family_from(&release(h)?))
+}
+
+host_fn! {
+    /// `debian`, `rhel`, `fedora`, `suse` (by `ID`, then `ID_LIKE`), else the `ID`.
+    #[host(ns = "os", effects = ReadsHost)]
+    fn family(h: &mut Host) -> String {
+        Ok(super::family(h)?)
+    }
 }
 
 /// `os::id()`: os-release `ID` (empty when unknown).
@@ -34,12 +50,28 @@ pub fn id(h: &Host) -> Result<String> {
     Ok(release(h)?.remove("ID").unwrap_or_default())
 }
 
+host_fn! {
+    /// os-release `ID` (empty when unknown).
+    #[host(ns = "os", effects = ReadsHost)]
+    fn id(h: &mut Host) -> String {
+        Ok(super::id(h)?)
+    }
+}
+
 /// `os::version()`: os-release `VERSION_ID` (empty when unknown).
 ///
 /// # Errors
 /// As [`release`].
 pub fn version(h: &Host) -> Result<String> {
     Ok(release(h)?.remove("VERSION_ID").unwrap_or_default())
+}
+
+host_fn! {
+    /// os-release `VERSION_ID` (empty when unknown).
+    #[host(ns = "os", effects = ReadsHost)]
+    fn version(h: &mut Host) -> String {
+        Ok(super::version(h)?)
+    }
 }
 
 fn read_trimmed(h: &Host, p: &str) -> Result<Option<String>> {
@@ -61,6 +93,15 @@ pub fn kernel(h: &Host) -> Result<String> {
     })
 }
 
+host_fn! {
+    /// The running kernel's release: `/proc/sys/kernel/osrelease` under the root, else the agent's
+    /// `uname -r` (the same kernel on a node; on a copied root the machine running `skyhook-run`).
+    #[host(ns = "os", effects = ReadsHost)]
+    fn kernel(h: &mut Host) -> String {
+        Ok(super::kernel(h)?)
+    }
+}
+
 /// `os::arch()`: the machine architecture (`x86_64`, `aarch64`) from
 /// `/proc/sys/kernel/arch` under the root, else the agent's `uname -m` (the kernel is
 /// shared with the host).
@@ -74,6 +115,15 @@ pub fn arch(h: &Host) -> Result<String> {
             .map(|u| u.machine().to_string_lossy().into_owned())
             .unwrap_or_else(|_| std::env::consts::ARCH.to_string()),
     })
+}
+
+host_fn! {
+    /// The machine architecture as the kernel names it (`x86_64`, `aarch64`):
+    /// `/proc/sys/kernel/arch` under the root, else `uname -m`.
+    #[host(ns = "os", effects = ReadsHost)]
+    fn arch(h: &mut Host) -> String {
+        Ok(super::arch(h)?)
+    }
 }
 
 /// The kernel's machine names and the Debian and rpm architecture names of the same
@@ -118,6 +168,15 @@ pub fn dpkg_arch(h: &Host) -> Result<String> {
     Ok(arch_row(&arch(h)?)?.1.to_string())
 }
 
+host_fn! {
+    /// The Debian name of `os::arch()` (`amd64`, `arm64`, `armhf`, `ppc64el`, ...), for apt sources
+    /// and `.deb` names; an error for a machine without one.
+    #[host(ns = "os", effects = ReadsHost)]
+    fn dpkg_arch(h: &mut Host) -> String {
+        Ok(super::dpkg_arch(h)?)
+    }
+}
+
 /// `os::rpm_arch()`: the rpm architecture name of [`arch`] (`x86_64`, `aarch64`), as
 /// `%{_arch}` and package file names spell it.
 ///
@@ -125,6 +184,15 @@ pub fn dpkg_arch(h: &Host) -> Result<String> {
 /// As [`dpkg_arch`].
 pub fn rpm_arch(h: &Host) -> Result<String> {
     Ok(arch_row(&arch(h)?)?.2.to_string())
+}
+
+host_fn! {
+    /// The rpm name of `os::arch()` (`x86_64`, `aarch64`, `armv7hl`, ...), for `.rpm` names and
+    /// repository paths; an error for a machine without one.
+    #[host(ns = "os", effects = ReadsHost)]
+    fn rpm_arch(h: &mut Host) -> String {
+        Ok(super::rpm_arch(h)?)
+    }
 }
 
 /// `os::hostname()`: `/etc/hostname` under the root, else `/proc/sys/kernel/hostname`, else
@@ -145,6 +213,14 @@ pub fn hostname(h: &Host) -> Result<String> {
         .unwrap_or_default())
 }
 
+host_fn! {
+    /// `/etc/hostname` under the root (else the kernel's).
+    #[host(ns = "os", effects = ReadsHost)]
+    fn hostname(h: &mut Host) -> String {
+        Ok(super::hostname(h)?)
+    }
+}
+
 /// `os::cmdline()`: the running kernel's command line from `/proc/cmdline` under the root
 /// (empty when absent).
 ///
@@ -154,123 +230,38 @@ pub fn cmdline(h: &Host) -> Result<String> {
     Ok(read_trimmed(h, "/proc/cmdline")?.unwrap_or_default())
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use crate::host::api::convert;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::host_fn;
-    use crate::host::system::os;
-
-    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
-        (
-            "os",
-            "OS facts — `os::`",
-            "Read as files under the host root, so a test root can provide them.",
-        ),
-        (
-            "lib",
-            "Shared libraries — `lib::`",
-            "What the host's dynamic linker knows: `ldconfig -p` run in the host root (a query, in every mode), which reads `/etc/ld.so.cache` in whichever format the host's glibc wrote.",
-        ),
-    ];
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "os",
-            "release",
-            &[],
-            "Map",
-            ReadsHost,
-            "The host's os-release as a map (`ID`, `VERSION_ID`, `ID_LIKE`, ...).",
-            |h| Ok(convert::map(os::release(h)?))
-        ),
-        host_fn!(
-            "os",
-            "id",
-            &[],
-            "String",
-            ReadsHost,
-            "os-release `ID` (empty when unknown).",
-            |h| Ok(os::id(h)?)
-        ),
-        host_fn!(
-            "os",
-            "version",
-            &[],
-            "String",
-            ReadsHost,
-            "os-release `VERSION_ID` (empty when unknown).",
-            |h| Ok(os::version(h)?)
-        ),
-        host_fn!(
-            "os",
-            "family",
-            &[],
-            "String",
-            ReadsHost,
-            "`debian`, `rhel`, `fedora`, `suse` (by `ID`, then `ID_LIKE`), else the `ID`.",
-            |h| Ok(os::family(h)?)
-        ),
-        host_fn!(
-            "os",
-            "kernel",
-            &[],
-            "String",
-            ReadsHost,
-            "The running kernel's release: `/proc/sys/kernel/osrelease` under the root, else the agent's `uname -r` (the same kernel on a node; on a copied root the machine running `skyhook-run`).",
-            |h| Ok(os::kernel(h)?)
-        ),
-        host_fn!(
-            "os",
-            "arch",
-            &[],
-            "String",
-            ReadsHost,
-            "The machine architecture as the kernel names it (`x86_64`, `aarch64`): `/proc/sys/kernel/arch` under the root, else `uname -m`.",
-            |h| Ok(os::arch(h)?)
-        ),
-        host_fn!(
-            "os",
-            "dpkg_arch",
-            &[],
-            "String",
-            ReadsHost,
-            "The Debian name of `os::arch()` (`amd64`, `arm64`, `armhf`, `ppc64el`, ...), for apt sources and `.deb` names; an error for a machine without one.",
-            |h| Ok(os::dpkg_arch(h)?)
-        ),
-        host_fn!(
-            "os",
-            "rpm_arch",
-            &[],
-            "String",
-            ReadsHost,
-            "The rpm name of `os::arch()` (`x86_64`, `aarch64`, `armv7hl`, ...), for `.rpm` names and repository paths; an error for a machine without one.",
-            |h| Ok(os::rpm_arch(h)?)
-        ),
-        host_fn!(
-            "os",
-            "hostname",
-            &[],
-            "String",
-            ReadsHost,
-            "`/etc/hostname` under the root (else the kernel's).",
-            |h| Ok(os::hostname(h)?)
-        ),
-        host_fn!(
-            "os",
-            "cmdline",
-            &[],
-            "String",
-            ReadsHost,
-            "The running kernel's command line (`/proc/cmdline` under the root).",
-            |h| Ok(os::cmdline(h)?)
-        ),
-    ];
+host_fn! {
+    /// The running kernel's command line (`/proc/cmdline` under the root).
+    #[host(ns = "os", effects = ReadsHost)]
+    fn cmdline(h: &mut Host) -> String {
+        Ok(super::cmdline(h)?)
+    }
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert;
+    pub(super) use crate::host::api::{host_fn, host_fns};
+}
+use prelude::*;
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "os",
+        "OS facts — `os::`",
+        "Read as files under the host root, so a test root can provide them.",
+    ),
+    (
+        "lib",
+        "Shared libraries — `lib::`",
+        "What the host's dynamic linker knows: `ldconfig -p` run in the host root (a query, in every mode), which reads `/etc/ld.so.cache` in whichever format the host's glibc wrote.",
+    ),
+];
+
+host_fns!(
+    release, id, version, family, kernel, arch, dpkg_arch, rpm_arch, hostname, cmdline
+);
 
 #[cfg(test)]
 mod tests {

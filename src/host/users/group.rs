@@ -82,6 +82,24 @@ pub fn ensure(h: &mut Host, name: &str, o: &GroupOptions) -> Result<bool> {
     Ok(changed)
 }
 
+host_fn! {
+    /// `group::ensure(name, #{})`: create the group when missing.
+    #[host(ns = "group", effects = [Write])]
+    fn ensure(h: &mut Host, name: S) -> bool {
+        Ok(super::ensure(h, &name, &GroupOptions::default())?)
+    }
+
+    /// Create a group in `/etc/group` (and `/etc/gshadow` when present) with `gid` (else the next
+    /// free one of login.defs' `GID_MIN..GID_MAX`, or for `system: true` the highest free of
+    /// `SYS_GID_MIN..SYS_GID_MAX`); an existing group with another `gid` is changed to it, with its
+    /// users' primary gid. A gid taken by another group is an error.
+    #[overload(options = GROUP_KEYS)]
+    fn ensure_with_opts(h: &mut Host, name: S, opts: Map) -> bool {
+        let o = group_opts(&opts)?;
+        Ok(super::ensure(h, &name, &o)?)
+    }
+}
+
 /// `group::remove(name)`: remove the group's `/etc/group` and `/etc/gshadow` entries.
 /// Unchanged (false) when it does not exist. Modes as [`ensure`].
 ///
@@ -113,6 +131,15 @@ pub fn remove(h: &mut Host, name: &str) -> Result<bool> {
     Ok(changed)
 }
 
+host_fn! {
+    /// Remove the group's `/etc/group` and `/etc/gshadow` entries; an error when it is a user's
+    /// primary group. False when there is no such group.
+    #[host(ns = "group", effects = [Write])]
+    fn remove(h: &mut Host, name: S) -> bool {
+        Ok(super::remove(h, &name)?)
+    }
+}
+
 /// `group::exists(name)`: the group has an `/etc/group` entry (as the session sees it).
 ///
 /// # Errors
@@ -122,73 +149,33 @@ pub fn exists(h: &Host, name: &str) -> Result<bool> {
     Ok(Db::read(h)?.group.find(name).is_some())
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{ImmutableString as S, Map};
-
-    use crate::host::api::convert::{check_keys, opt_bool};
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::{NAME, OPTS};
-    use crate::host::api::host_fn;
-    use crate::host::users::group::{self, GroupOptions};
-    use crate::host::users::user::rows::opt_id;
-
-    /// The option keys of `group::ensure`.
-    const GROUP_KEYS: &[&str] = &["gid", "system"];
-
-    /// `#{gid, system}`.
-    fn group_opts(m: &Map) -> Result<GroupOptions, String> {
-        check_keys(m, GROUP_KEYS)?;
-        Ok(GroupOptions {
-            gid: opt_id(m, "gid")?,
-            system: opt_bool(m, "system", false)?,
-        })
+host_fn! {
+    /// True when `/etc/group` has the group (planned groups included).
+    #[host(ns = "group", effects = ReadsHost)]
+    fn exists(h: &mut Host, name: S) -> bool {
+        Ok(super::exists(h, &name)?)
     }
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "group",
-            "exists",
-            &[NAME],
-            "bool",
-            ReadsHost,
-            "True when `/etc/group` has the group (planned groups included).",
-            |h, n: S| Ok(group::exists(h, &n)?)
-        ),
-        host_fn!(
-            "group",
-            "ensure",
-            &[NAME],
-            "bool",
-            Submits(&[Write]),
-            "`group::ensure(name, #{})`: create the group when missing.",
-            |h, n: S| Ok(group::ensure(h, &n, &GroupOptions::default())?)
-        ),
-        host_fn!(
-            "group",
-            "ensure",
-            &[NAME, OPTS],
-            "bool",
-            Submits(&[Write]),
-            "Create a group in `/etc/group` (and `/etc/gshadow` when present) with `gid` (else the next free one of login.defs' `GID_MIN..GID_MAX`, or for `system: true` the highest free of `SYS_GID_MIN..SYS_GID_MAX`); an existing group with another `gid` is changed to it, with its users' primary gid. A gid taken by another group is an error.",
-            options = GROUP_KEYS,
-            |h, n: S, m: Map| {
-                let o = group_opts(&m)?;
-                Ok(group::ensure(h, &n, &o)?)
-            }
-        ),
-        host_fn!(
-            "group",
-            "remove",
-            &[NAME],
-            "bool",
-            Submits(&[Write]),
-            "Remove the group's `/etc/group` and `/etc/gshadow` entries; an error when it is a user's primary group. False when there is no such group.",
-            |h, n: S| Ok(group::remove(h, &n)?)
-        ),
-    ];
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert::{check_keys, opt_bool};
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use crate::host::users::user::opt_id;
+    pub(super) use rhai::{ImmutableString as S, Map};
+}
+use prelude::*;
+
+/// The option keys of `group::ensure`.
+const GROUP_KEYS: &[&str] = &["gid", "system"];
+
+/// `#{gid, system}`.
+fn group_opts(m: &Map) -> Result<GroupOptions, String> {
+    check_keys(m, GROUP_KEYS)?;
+    Ok(GroupOptions {
+        gid: opt_id(m, "gid")?,
+        system: opt_bool(m, "system", false)?,
+    })
+}
+
+host_fns!(exists, ensure, remove);

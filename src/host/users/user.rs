@@ -325,6 +325,34 @@ pub fn ensure(h: &mut Host, name: &str, o: &UserOptions) -> Result<bool> {
     Ok(changed || made_home)
 }
 
+host_fn! {
+    /// `user::ensure(name, #{})`: create the user when missing with the defaults below.
+    #[host(ns = "user", effects = [Write, Mkdir, Chown])]
+    fn ensure(h: &mut Host, name: S) -> bool {
+        Ok(super::ensure(h, &name, &UserOptions::default())?)
+    }
+
+    /// Create or update a local user by editing `/etc/passwd`, `/etc/shadow`, `/etc/group`,
+    /// `/etc/gshadow` (no `useradd`; a plan shows each file's diff, later calls such as
+    /// `fs::chown(p, name)` see the planned user, a check reports a deleted user or a changed
+    /// attribute as drift). A new user gets `uid` (else the next free one of login.defs'
+    /// `UID_MIN..UID_MAX`, or for `system: true` the highest free of `SYS_UID_MIN..SYS_UID_MAX`),
+    /// `group` (a name or gid that exists; else a group of its own name, created with gid = uid
+    /// when free), `home` (default `/home/<name>`), `shell` (default `/bin/bash`,
+    /// `/usr/sbin/nologin` for `system`), `comment`, a locked shadow entry (`!`), membership of
+    /// each of `groups` (a name or an array; each must exist), and, when `create_home` (default:
+    /// not `system`), the home directory (mode `HOME_MODE`/`UMASK` of login.defs, else 0750) owned
+    /// by the user, with a copy of `/etc/skel`. An existing user is changed only in the attributes
+    /// given (files are not re-owned, homes not moved); `groups` only adds memberships. A uid taken
+    /// by another user, a bad name (`[a-z_][a-z0-9_-]*[$]?`, at most 32) or a field with `:` or a
+    /// line break is an error.
+    #[overload(options = USER_KEYS)]
+    fn ensure_with_opts(h: &mut Host, name: S, opts: Map) -> bool {
+        let o = user_opts(&opts)?;
+        Ok(super::ensure(h, &name, &o)?)
+    }
+}
+
 fn not_a_dir(path: &Path) -> HostError {
     HostError::WrongKind {
         path: path.to_path_buf(),
@@ -452,6 +480,24 @@ pub fn remove(h: &mut Host, name: &str, remove_home: bool) -> Result<bool> {
     Ok(changed || home_removed)
 }
 
+host_fn! {
+    /// Remove the user's passwd and shadow entries and group memberships, and its own group when
+    /// nothing else uses it (as userdel). False when there is no such user.
+    #[host(ns = "user", effects = [Write, RemoveAll])]
+    fn remove(h: &mut Host, name: S) -> bool {
+        Ok(super::remove(h, &name, false)?)
+    }
+
+    /// As `remove(name)`; `#{remove_home: true}` also removes the home directory when it is a
+    /// directory owned by the user.
+    #[overload(options = USER_REMOVE_KEYS)]
+    fn remove_with_opts(h: &mut Host, name: S, opts: Map) -> bool {
+        check_keys(&opts, USER_REMOVE_KEYS)?;
+        let rm = opt_bool(&opts, "remove_home", false)?;
+        Ok(super::remove(h, &name, rm)?)
+    }
+}
+
 /// `user::exists(name)`: the user has an `/etc/passwd` entry (as the session sees it).
 ///
 /// # Errors
@@ -459,6 +505,14 @@ pub fn remove(h: &mut Host, name: &str, remove_home: bool) -> Result<bool> {
 pub fn exists(h: &Host, name: &str) -> Result<bool> {
     check_name("user name", name)?;
     Ok(Db::read(h)?.passwd.find(name).is_some())
+}
+
+host_fn! {
+    /// True when `/etc/passwd` has the user (planned users included).
+    #[host(ns = "user", effects = ReadsHost)]
+    fn exists(h: &mut Host, name: S) -> bool {
+        Ok(super::exists(h, &name)?)
+    }
 }
 
 /// `user::info(name)`: the user's entry, primary group name and supplementary groups, `None`
@@ -479,183 +533,122 @@ pub fn info(h: &Host, name: &str) -> Result<Option<UserInfo>> {
     }))
 }
 
-/// The script rows of this file's functions: each one's reference entry and Rhai
-/// registration (`host_fn!`, [`crate::host::api`]).
-pub(crate) mod rows {
-    use rhai::{Dynamic, ImmutableString as S, Map};
-
-    use crate::host::api::convert::{self, check_keys, opt_bool, opt_string};
-    use crate::host::api::docs::EffectKind::*;
-    use crate::host::api::docs::Effects::*;
-    use crate::host::api::docs::FnDoc;
-    use crate::host::api::docs::{NAME, OPTS};
-    use crate::host::api::host_fn;
-    use crate::host::users::user::{self, UserOptions};
-
-    /// The option keys of `user::ensure`.
-    const USER_KEYS: &[&str] = &[
-        "uid",
-        "group",
-        "groups",
-        "home",
-        "shell",
-        "system",
-        "create_home",
-        "comment",
-    ];
-
-    /// The option keys of `user::remove`.
-    const USER_REMOVE_KEYS: &[&str] = &["remove_home"];
-
-    /// An id option (`uid`, `gid`): an int in `0..=4294967294`.
-    pub(crate) fn opt_id(m: &Map, key: &str) -> Result<Option<u32>, String> {
-        match m.get(key) {
-            None => Ok(None),
-            Some(d) if d.is_unit() => Ok(None),
-            Some(d) => {
-                let i = d
-                    .as_int()
-                    .map_err(|t| format!("option {key} must be an int, got {t}"))?;
-                u32::try_from(i)
-                    .ok()
-                    .filter(|v| *v != u32::MAX)
-                    .map(Some)
-                    .ok_or_else(|| format!("option {key} must be in 0..=4294967294, got {i}"))
-            }
-        }
-    }
-
-    /// `#{uid, group, groups, home, shell, system, create_home, comment}`.
-    fn user_opts(m: &Map) -> Result<UserOptions, String> {
-        check_keys(m, USER_KEYS)?;
-        let group = match m.get("group") {
-            None => None,
-            Some(d) if d.is_unit() => None,
-            Some(d) if d.is_int() => Some(
-                opt_id(m, "group")?
-                    .map(|g| g.to_string())
-                    .unwrap_or_default(),
-            ),
-            Some(d) => Some(convert::string(d, "option group")?),
-        };
-        let groups = match m.get("groups") {
-            None => Vec::new(),
-            Some(d) if d.is_unit() => Vec::new(),
-            Some(d) => convert::string_or_array(d, "option groups")?,
-        };
-        Ok(UserOptions {
-            uid: opt_id(m, "uid")?,
-            group,
-            groups,
-            home: opt_string(m, "home")?,
-            shell: opt_string(m, "shell")?,
-            system: opt_bool(m, "system", false)?,
-            create_home: match m.get("create_home") {
-                None => None,
-                Some(d) if d.is_unit() => None,
-                Some(_) => Some(opt_bool(m, "create_home", false)?),
-            },
-            comment: opt_string(m, "comment")?,
-        })
-    }
-
-    fn info_map(i: user::UserInfo) -> Map {
-        let mut m = Map::new();
-        m.insert("name".into(), convert::s(i.entry.name));
-        m.insert("uid".into(), Dynamic::from(i64::from(i.entry.uid)));
-        m.insert("gid".into(), Dynamic::from(i64::from(i.entry.gid)));
-        m.insert("group".into(), convert::opt(i.group));
-        m.insert(
-            "groups".into(),
-            Dynamic::from_array(convert::array(i.groups)),
-        );
-        m.insert("home".into(), convert::s(i.entry.home));
-        m.insert("shell".into(), convert::s(i.entry.shell));
-        m.insert("comment".into(), convert::s(i.entry.comment));
-        m
-    }
-
-    /// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
-    pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
-        (
-            "user",
-            "Users — `user::`",
-            "Local accounts, managed by editing `/etc/passwd`, `/etc/shadow`, `/etc/group` and `/etc/gshadow` under the host root (each written whole and atomically, keeping its mode and owner; other lines are kept byte for byte, new entries appended; a missing shadow file stays missing). In apply mode the edit holds the shadow-utils lock (`fcntl` on `/etc/.pwd.lock`, as `lckpwdf(3)`) besides the path locks, and rereads the files under it, so `useradd` on the node or another step cannot interleave. `lastchg` of a new shadow entry is the day of `SOURCE_DATE_EPOCH` of the step environment when set. Password hashes of the shadow files are redacted (`***`) from plans and errors. Replaces `useradd`, `usermod`, `userdel` (docs/from-bash-to-rhai.md).",
-        ),
-        (
-            "group",
-            "Groups — `group::`",
-            "Local groups, edited in `/etc/group` and `/etc/gshadow` as `user::` does. Replaces `groupadd`, `groupmod -g`, `groupdel`.",
-        ),
-    ];
-
-    /// The `host_fn!` rows of the functions in this file.
-    pub(crate) const FUNCTIONS: &[FnDoc] = &[
-        host_fn!(
-            "user",
-            "exists",
-            &[NAME],
-            "bool",
-            ReadsHost,
-            "True when `/etc/passwd` has the user (planned users included).",
-            |h, n: S| Ok(user::exists(h, &n)?)
-        ),
-        host_fn!(
-            "user",
-            "info",
-            &[NAME],
-            "?",
-            ReadsHost,
-            "`#{name, uid, gid, group, groups, home, shell, comment}` (`group`: the primary group's name or `()`; `groups`: the groups listing the user as a member), or `()` when there is no such user.",
-            |h, n: S| Ok(match user::info(h, &n)? {
+host_fn! {
+    /// `#{name, uid, gid, group, groups, home, shell, comment}` (`group`: the primary group's name
+    /// or `()`; `groups`: the groups listing the user as a member), or `()` when there is no such
+    /// user.
+    #[host(ns = "user", effects = ReadsHost)]
+    fn info(h: &mut Host, name: S) -> rhai::Dynamic {
+        Ok(match super::info(h, &name)? {
                 Some(i) => Dynamic::from_map(info_map(i)),
                 None => Dynamic::UNIT,
             })
-        ),
-        host_fn!(
-            "user",
-            "ensure",
-            &[NAME],
-            "bool",
-            Submits(&[Write, Mkdir, Chown]),
-            "`user::ensure(name, #{})`: create the user when missing with the defaults below.",
-            |h, n: S| Ok(user::ensure(h, &n, &UserOptions::default())?)
-        ),
-        host_fn!(
-            "user",
-            "ensure",
-            &[NAME, OPTS],
-            "bool",
-            Submits(&[Write, Mkdir, Chown]),
-            "Create or update a local user by editing `/etc/passwd`, `/etc/shadow`, `/etc/group`, `/etc/gshadow` (no `useradd`; a plan shows each file's diff, later calls such as `fs::chown(p, name)` see the planned user, a check reports a deleted user or a changed attribute as drift). A new user gets `uid` (else the next free one of login.defs' `UID_MIN..UID_MAX`, or for `system: true` the highest free of `SYS_UID_MIN..SYS_UID_MAX`), `group` (a name or gid that exists; else a group of its own name, created with gid = uid when free), `home` (default `/home/<name>`), `shell` (default `/bin/bash`, `/usr/sbin/nologin` for `system`), `comment`, a locked shadow entry (`!`), membership of each of `groups` (a name or an array; each must exist), and, when `create_home` (default: not `system`), the home directory (mode `HOME_MODE`/`UMASK` of login.defs, else 0750) owned by the user, with a copy of `/etc/skel`. An existing user is changed only in the attributes given (files are not re-owned, homes not moved); `groups` only adds memberships. A uid taken by another user, a bad name (`[a-z_][a-z0-9_-]*[$]?`, at most 32) or a field with `:` or a line break is an error.",
-            options = USER_KEYS,
-            |h, n: S, m: Map| {
-                let o = user_opts(&m)?;
-                Ok(user::ensure(h, &n, &o)?)
-            }
-        ),
-        host_fn!(
-            "user",
-            "remove",
-            &[NAME],
-            "bool",
-            Submits(&[Write, RemoveAll]),
-            "Remove the user's passwd and shadow entries and group memberships, and its own group when nothing else uses it (as userdel). False when there is no such user.",
-            |h, n: S| Ok(user::remove(h, &n, false)?)
-        ),
-        host_fn!(
-            "user",
-            "remove",
-            &[NAME, OPTS],
-            "bool",
-            Submits(&[Write, RemoveAll]),
-            "As `remove(name)`; `#{remove_home: true}` also removes the home directory when it is a directory owned by the user.",
-            options = USER_REMOVE_KEYS,
-            |h, n: S, m: Map| {
-                check_keys(&m, USER_REMOVE_KEYS)?;
-                let rm = opt_bool(&m, "remove_home", false)?;
-                Ok(user::remove(h, &n, rm)?)
-            }
-        ),
-    ];
+    }
 }
+
+/// What the host functions of this file use besides its own items.
+mod prelude {
+    pub(super) use crate::host::api::convert::{self, check_keys, opt_bool, opt_string};
+    pub(super) use crate::host::api::{host_fn, host_fns};
+    pub(super) use rhai::{Dynamic, ImmutableString as S, Map};
+}
+use prelude::*;
+
+/// The option keys of `user::ensure`.
+const USER_KEYS: &[&str] = &[
+    "uid",
+    "group",
+    "groups",
+    "home",
+    "shell",
+    "system",
+    "create_home",
+    "comment",
+];
+
+/// The option keys of `user::remove`.
+const USER_REMOVE_KEYS: &[&str] = &["remove_home"];
+
+/// An id option (`uid`, `gid`): an int in `0..=4294967294`.
+pub(crate) fn opt_id(m: &Map, key: &str) -> Result<Option<u32>, String> {
+    match m.get(key) {
+        None => Ok(None),
+        Some(d) if d.is_unit() => Ok(None),
+        Some(d) => {
+            let i = d
+                .as_int()
+                .map_err(|t| format!("option {key} must be an int, got {t}"))?;
+            u32::try_from(i)
+                .ok()
+                .filter(|v| *v != u32::MAX)
+                .map(Some)
+                .ok_or_else(|| format!("option {key} must be in 0..=4294967294, got {i}"))
+        }
+    }
+}
+
+/// `#{uid, group, groups, home, shell, system, create_home, comment}`.
+fn user_opts(m: &Map) -> Result<UserOptions, String> {
+    check_keys(m, USER_KEYS)?;
+    let group = match m.get("group") {
+        None => None,
+        Some(d) if d.is_unit() => None,
+        Some(d) if d.is_int() => Some(
+            opt_id(m, "group")?
+                .map(|g| g.to_string())
+                .unwrap_or_default(),
+        ),
+        Some(d) => Some(convert::string(d, "option group")?),
+    };
+    let groups = match m.get("groups") {
+        None => Vec::new(),
+        Some(d) if d.is_unit() => Vec::new(),
+        Some(d) => convert::string_or_array(d, "option groups")?,
+    };
+    Ok(UserOptions {
+        uid: opt_id(m, "uid")?,
+        group,
+        groups,
+        home: opt_string(m, "home")?,
+        shell: opt_string(m, "shell")?,
+        system: opt_bool(m, "system", false)?,
+        create_home: match m.get("create_home") {
+            None => None,
+            Some(d) if d.is_unit() => None,
+            Some(_) => Some(opt_bool(m, "create_home", false)?),
+        },
+        comment: opt_string(m, "comment")?,
+    })
+}
+
+fn info_map(i: UserInfo) -> Map {
+    let mut m = Map::new();
+    m.insert("name".into(), convert::s(i.entry.name));
+    m.insert("uid".into(), Dynamic::from(i64::from(i.entry.uid)));
+    m.insert("gid".into(), Dynamic::from(i64::from(i.entry.gid)));
+    m.insert("group".into(), convert::opt(i.group));
+    m.insert(
+        "groups".into(),
+        Dynamic::from_array(convert::array(i.groups)),
+    );
+    m.insert("home".into(), convert::s(i.entry.home));
+    m.insert("shell".into(), convert::s(i.entry.shell));
+    m.insert("comment".into(), convert::s(i.entry.comment));
+    m
+}
+
+/// The reference sections of this file's namespaces: `(namespace, heading, introduction)`.
+pub(crate) const NAMESPACES: &[(&str, &str, &str)] = &[
+    (
+        "user",
+        "Users — `user::`",
+        "Local accounts, managed by editing `/etc/passwd`, `/etc/shadow`, `/etc/group` and `/etc/gshadow` under the host root (each written whole and atomically, keeping its mode and owner; other lines are kept byte for byte, new entries appended; a missing shadow file stays missing). In apply mode the edit holds the shadow-utils lock (`fcntl` on `/etc/.pwd.lock`, as `lckpwdf(3)`) besides the path locks, and rereads the files under it, so `useradd` on the node or another step cannot interleave. `lastchg` of a new shadow entry is the day of `SOURCE_DATE_EPOCH` of the step environment when set. Password hashes of the shadow files are redacted (`***`) from plans and errors. Replaces `useradd`, `usermod`, `userdel` (docs/from-bash-to-rhai.md).",
+    ),
+    (
+        "group",
+        "Groups — `group::`",
+        "Local groups, edited in `/etc/group` and `/etc/gshadow` as `user::` does. Replaces `groupadd`, `groupmod -g`, `groupdel`.",
+    ),
+];
+
+host_fns!(exists, info, ensure, remove);

@@ -1,32 +1,45 @@
-//! The host API bound into Rhai: the rows of every host function gathered ([`FUNCTIONS`],
+//! The host API bound into Rhai: the tables of every host function gathered ([`FUNCTIONS`],
 //! [`NAMESPACES`]), the reference rendered from them (`docs/host-api.md`,
-//! `docs/skyhook.d.rhai`), and [`HostApi`] as the script layer's [`ScriptHost`]: each run's
+//! `docs/skyhook.d.rhai`), and [`HostApi`] as the script layer's `ScriptHost`: each run's
 //! engine gets one Rhai module per namespace, built from the rows over the step's session.
 //!
-//! A host function has one home: the file of its area in `crate::host` that implements it
-//! also holds its `host_fn!` row (see [`crate::host::api`]); its tests through Rhai sit in
-//! that area's folder.
+//! A host function has one home: one `host_fn!` item (see `crate::host::api::define`) in
+//! the file of its area in `crate::host`, beside the area function it calls; its tests
+//! through Rhai sit in that area's folder.
 //!
 //! # Adding a host function
 //!
 //! 1. Write the plain Rust function in its area file (`src/host/<area>/<file>.rs`): it reads
 //!    through the session and changes the host only by submitting effects.
-//! 2. Add its `host_fn!` row to that file's `rows::FUNCTIONS` (in its `pub(crate) mod rows`:
-//!    namespace, name, parameters, return type, [`Effects`]: what it reads, or the
-//!    [`EffectKind`]s it submits, the one-line description, `options = KEYS` when it takes
-//!    an options map, and the binding). A file's first row also lists its
-//!    `rows::FUNCTIONS` in `reference.rs` (`FUNCTION_PARTS`, in reference order).
-//! 3. Add a sample call to the `tests::SAMPLES` of the folder's `*_script_tests.rs` file
+//! 2. Below it, write the function as scripts call it, in a `host_fn!` item: its `///` text
+//!    is the reference's description, its signature the parameters (their Rhai types
+//!    follow from the Rust types, or `as "Map"`) and the return type, `#[host(ns = ...,
+//!    effects = ..., options = KEYS)]` the namespace, what it reads or the
+//!    [`EffectKind`]s it submits, and the keys of its options map; overloads follow in the
+//!    same item (`#[overload]`):
+//!
+//!    ```ignore
+//!    host_fn! {
+//!        /// Remove every line matching `regex`; a missing file is unchanged.
+//!        #[host(ns = "fs", effects = [Write])]
+//!        fn remove_line(h: &mut Host, path: S, regex: S) -> bool {
+//!            Ok(super::remove_line(h, &path, &regex)?)
+//!        }
+//!    }
+//!    ```
+//! 3. Name it in the file's `host_fns!(...)` table, in reference order (one left out is
+//!    dead code, which the build rejects). A new area file's `HOST_FNS` goes in the list of
+//!    areas (`reference.rs`, `AREAS`), likewise checked.
+//! 4. Add a sample call to the `tests::SAMPLES` of the folder's `*_script_tests.rs` file
 //!    that tests its namespace (every function has one; one that submits effects must change
 //!    something in the effects test's root), and the function's tests beside it. A new test
 //!    file is declared `#[cfg(test)] pub(crate) mod ...` in the folder's `mod.rs` and its
 //!    `SAMPLES` listed in `EFFECT_SAMPLES` (`tests.rs`, in reference order).
-//! 4. Regenerate the docs (docs/host-api.md, docs/skyhook.d.rhai, the README's list):
+//! 5. Regenerate the docs (docs/host-api.md, docs/skyhook.d.rhai, the README's list):
 //!    `SKYHOOK_UPDATE_DOCS=1 cargo test --lib script::host_api::tests::docs`.
 //!
-//! A new namespace also gets its reference section in the area file's `rows::NAMESPACES`,
-//! listed in `reference.rs` (`NAMESPACE_PARTS`); a new kind of effect is a new
-//! [`EffectKind`].
+//! A new namespace also gets its reference section in its area file's `NAMESPACES`, listed
+//! in `reference.rs` (`NAMESPACE_PARTS`); a new kind of effect is a new [`EffectKind`].
 //!
 //! # Use
 //!
@@ -69,37 +82,14 @@
 //! is capped by it too.
 
 mod reference;
+mod register;
 
 #[cfg(test)]
 pub(crate) mod tests;
-
-use rhai::Engine;
-
-use super::bindings::{RunHandle, ScriptHost};
-use crate::host::api::Registrar;
 
 pub(crate) use crate::host::api::convert::explain_not_found;
 pub use crate::host::api::{Capture, EffectKind, Effects, FinishError, FnDoc, HostApi, Modes};
 pub(crate) use crate::host::api::{error_chain, fname};
 pub use reference::{FUNCTIONS, NAMESPACES, SCRIPT_FUNCTIONS, render_definitions, render_markdown};
-
-impl ScriptHost for HostApi {
-    fn register(&self, engine: &mut Engine, run: &RunHandle) {
-        modules(self, run).install(engine);
-    }
-
-    fn changed(&self) -> i64 {
-        HostApi::changed(self)
-    }
-}
-
-/// The modules of every host function, closures over `api`'s session and `run` (deadline,
-/// output), with the registration log.
-pub(crate) fn modules(api: &HostApi, run: &RunHandle) -> Registrar {
-    let api = api.for_run(run.deadline, run.output.clone());
-    let mut r = Registrar::default();
-    for f in FUNCTIONS {
-        (f.register)(&mut r, &api);
-    }
-    r
-}
+#[cfg(test)]
+pub(crate) use register::modules;

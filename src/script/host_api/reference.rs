@@ -10,100 +10,90 @@
 
 use std::fmt::Write as _;
 
-use crate::host::api::docs::{Effects, FnDoc, NAME, script_layer};
-/// `changed()`: the session's count ([`crate::host::api::HostApi::changed`]), registered by
-/// the script runner but a row of the host API's reference.
-const SESSION_FUNCTIONS: &[FnDoc] = &[script_layer(
-    "",
-    "changed",
-    &[],
-    "int",
-    Effects::ReadsAgent,
-    "How many changes this step has made (apply) or would make (plan, check) so far; actions are not counted.",
-)];
+use crate::host::api::FnDoc;
+use crate::host::api::define::{concat, total};
 
-/// The area files' tables, in reference order.
-const FUNCTION_PARTS: &[&[FnDoc]] = &[
-    crate::host::system::cmd::rows::FUNCTIONS,
-    crate::host::secrets::rows::FUNCTIONS,
-    SESSION_FUNCTIONS,
-    crate::host::files::fs::rows::FUNCTIONS,
-    crate::host::files::realpath::rows::FUNCTIONS,
-    crate::host::files::copy_tree::rows::FUNCTIONS,
-    crate::host::files::archive::rows::FUNCTIONS,
-    crate::host::fetch::rows::FUNCTIONS,
-    crate::host::services::service::rows::FUNCTIONS,
-    crate::host::services::tuned::rows::FUNCTIONS,
-    crate::host::packages::pkg::rows::FUNCTIONS,
-    crate::host::packages::pkgrepo::rows::FUNCTIONS,
-    crate::host::system::os::rows::FUNCTIONS,
-    crate::host::system::libs::rows::FUNCTIONS,
-    crate::host::kernel::tuning::rows::FUNCTIONS,
-    crate::host::kernel::sysctl_record::rows::FUNCTIONS,
-    crate::host::kernel::interrupt::rows::FUNCTIONS,
-    crate::host::files::config::rows::FUNCTIONS,
-    crate::host::mounts::mount::rows::FUNCTIONS,
-    crate::host::mounts::disk::rows::FUNCTIONS,
-    crate::host::mounts::raid::rows::FUNCTIONS,
-    crate::host::mounts::unit::rows::FUNCTIONS,
-    crate::host::kernel::boot::rows::FUNCTIONS,
-    crate::host::kernel::gpu::rows::FUNCTIONS,
-    crate::host::kernel::dkms::rows::FUNCTIONS,
-    crate::host::kernel::kmod::rows::FUNCTIONS,
-    crate::host::files::toml::rows::FUNCTIONS,
-    crate::host::files::json::rows::FUNCTIONS,
-    crate::host::files::ini::rows::FUNCTIONS,
-    crate::host::files::text::rows::FUNCTIONS,
-    crate::host::users::user::rows::FUNCTIONS,
-    crate::host::users::group::rows::FUNCTIONS,
-    crate::host::packages::version::rows::FUNCTIONS,
-];
+/// The list of areas: the modules whose table of host functions (`HOST_FNS`, or the script
+/// layer's `SCRIPT_FNS` for `changed()`) the reference gathers, in reference order
+/// ([`AREAS`]). A module's table left out is dead code, which the build rejects; a test
+/// checks that every file with a table is listed.
+macro_rules! areas {
+    ($($($seg:ident)::+ $([$table:ident])?),+ $(,)?) => {
+        /// The areas' tables by module path, in reference order.
+        pub(crate) const AREAS: &[(&str, &[FnDoc])] = &[
+            $((stringify!($($seg)::+), areas!(@table $($seg)::+ $(, $table)?))),+
+        ];
+    };
+    (@table $($seg:ident)::+) => { $($seg)::+::HOST_FNS };
+    (@table $($seg:ident)::+, $table:ident) => { $($seg)::+::$table };
+}
+
+areas!(
+    crate::host::system::cmd,
+    crate::host::secrets,
+    crate::script::bindings[SCRIPT_FNS],
+    crate::host::files::fs,
+    crate::host::files::realpath,
+    crate::host::files::copy_tree,
+    crate::host::files::archive,
+    crate::host::fetch::download,
+    crate::host::services::service,
+    crate::host::services::tuned,
+    crate::host::packages::pkg,
+    crate::host::packages::pkgrepo,
+    crate::host::system::os,
+    crate::host::system::libs,
+    crate::host::kernel::tuning,
+    crate::host::kernel::sysctl_record,
+    crate::host::kernel::interrupt,
+    crate::host::files::config,
+    crate::host::mounts::mount,
+    crate::host::mounts::disk,
+    crate::host::mounts::raid,
+    crate::host::mounts::unit,
+    crate::host::kernel::boot,
+    crate::host::kernel::gpu,
+    crate::host::kernel::dkms,
+    crate::host::kernel::kmod,
+    crate::host::files::toml,
+    crate::host::files::json,
+    crate::host::files::ini,
+    crate::host::files::text,
+    crate::host::users::user,
+    crate::host::users::group,
+    crate::host::packages::version,
+);
 
 /// The namespace files' sections, in reference order.
 const NAMESPACE_PARTS: &[&[(&str, &str, &str)]] = &[
-    crate::host::system::cmd::rows::NAMESPACES,
-    crate::host::files::fs::rows::NAMESPACES,
-    crate::host::services::service::rows::NAMESPACES,
-    crate::host::packages::pkg::rows::NAMESPACES,
-    crate::host::system::os::rows::NAMESPACES,
-    crate::host::kernel::tuning::rows::NAMESPACES,
-    crate::host::kernel::interrupt::rows::NAMESPACES,
-    crate::host::files::config::rows::NAMESPACES,
-    crate::host::mounts::mount::rows::NAMESPACES,
-    crate::host::kernel::kmod::rows::NAMESPACES,
-    crate::host::files::structured::rows::NAMESPACES,
-    crate::host::files::text::rows::NAMESPACES,
-    crate::host::users::user::rows::NAMESPACES,
-    crate::host::packages::version::rows::NAMESPACES,
+    crate::host::system::cmd::NAMESPACES,
+    crate::host::files::fs::NAMESPACES,
+    crate::host::services::service::NAMESPACES,
+    crate::host::packages::pkg::NAMESPACES,
+    crate::host::system::os::NAMESPACES,
+    crate::host::kernel::tuning::NAMESPACES,
+    crate::host::kernel::interrupt::NAMESPACES,
+    crate::host::files::config::NAMESPACES,
+    crate::host::mounts::mount::NAMESPACES,
+    crate::host::kernel::kmod::NAMESPACES,
+    crate::host::files::structured::NAMESPACES,
+    crate::host::files::text::NAMESPACES,
+    crate::host::users::user::NAMESPACES,
+    crate::host::packages::version::NAMESPACES,
 ];
 
-/// The total length of `parts`.
-const fn total<T>(parts: &[&[T]]) -> usize {
-    let (mut n, mut i) = (0, 0);
-    while i < parts.len() {
-        n += parts[i].len();
-        i += 1;
-    }
-    n
-}
-
-/// `parts` one after the other (`N` is their total length, at least 1).
-const fn concat<T: Copy, const N: usize>(parts: &[&[T]]) -> [T; N] {
-    let mut out = [parts[0][0]; N];
-    let (mut k, mut i) = (0, 0);
-    while i < parts.len() {
-        let mut j = 0;
-        while j < parts[i].len() {
-            out[k] = parts[i][j];
-            k += 1;
-            j += 1;
-        }
+/// The areas' tables, without their paths.
+const FUNCTION_PARTS: [&[FnDoc]; AREAS.len()] = {
+    let mut out: [&[FnDoc]; AREAS.len()] = [&[]; AREAS.len()];
+    let mut i = 0;
+    while i < AREAS.len() {
+        out[i] = AREAS[i].1;
         i += 1;
     }
     out
-}
+};
 
-static ALL_FUNCTIONS: [FnDoc; total(FUNCTION_PARTS)] = concat(FUNCTION_PARTS);
+static ALL_FUNCTIONS: [FnDoc; total(&FUNCTION_PARTS)] = concat(&FUNCTION_PARTS);
 const ALL_NAMESPACES: [(&str, &str, &str); total(NAMESPACE_PARTS)] = concat(NAMESPACE_PARTS);
 
 /// Every host function scripts can call, in reference order (namespaces in the order of
@@ -113,86 +103,19 @@ pub static FUNCTIONS: &[FnDoc] = &ALL_FUNCTIONS;
 /// Namespaces in reference order, with a heading and an introduction.
 pub const NAMESPACES: &[(&str, &str, &str)] = &ALL_NAMESPACES;
 
-/// A function of the script layer itself (see [`SCRIPT_FUNCTIONS`]).
-const fn sl(
-    ns: &'static str,
-    name: &'static str,
-    params: &'static [(&'static str, &'static str)],
-    returns: &'static str,
-    doc: &'static str,
-) -> FnDoc {
-    script_layer(ns, name, params, returns, Effects::Computes, doc)
-}
-
 /// The script layer's own functions besides `changed()` (which is in [`FUNCTIONS`]): the
-/// step context, the environment, output and `fail`. Registered by the script runner, not
-/// by [`super::HostApi`]; listed in the reference and the editor definitions, and known to
-/// the static checker ([`crate::script::lint`]). Tests check each one is registered.
-pub const SCRIPT_FUNCTIONS: &[FnDoc] = &[
-    sl(
-        "",
-        "step",
-        &[],
-        "Map",
-        "The step context, the same map as the `step` constant; callable from functions and modules, where the constant is not visible.",
-    ),
-    sl(
-        "",
-        "env",
-        &[NAME],
-        "?",
-        "The step environment's variable `name` (a string), or `()` when it is unset.",
-    ),
-    sl(
-        "",
-        "env",
-        &[NAME, ("default", "?")],
-        "?",
-        "The step environment's variable `name`, or `default` when it is unset.",
-    ),
-    sl(
-        "",
-        "fail",
-        &[("msg", "?")],
-        "()",
-        "End the step as failed with `msg` at this position; it cannot be caught by `try`/`catch`.",
-    ),
-    sl(
-        "",
-        "print",
-        &[("x", "?")],
-        "()",
-        "Write `x` (as `to_string` renders it) and a newline to the step's stdout.",
-    ),
-    sl(
-        "",
-        "debug",
-        &[("x", "?")],
-        "()",
-        "Write `x` and a newline to the step's stderr: a string as it is, any other value in Rhai's debug form.",
-    ),
-    sl(
-        "log",
-        "info",
-        &[("msg", "?")],
-        "()",
-        "`INFO: msg` to the step's stdout.",
-    ),
-    sl(
-        "log",
-        "warn",
-        &[("msg", "?")],
-        "()",
-        "`WARN: msg` to the step's stderr.",
-    ),
-    sl(
-        "log",
-        "error",
-        &[("msg", "?")],
-        "()",
-        "`ERROR: msg` to the step's stderr.",
-    ),
+/// step context, the environment, output and `fail`, each a `script_fn!` item beside its
+/// code. Registered by the script runner, not by [`super::HostApi`]; listed in the reference
+/// and the editor definitions, and known to the static checker ([`crate::script::lint`]).
+/// Tests check each one is registered.
+pub static SCRIPT_FUNCTIONS: &[FnDoc] = &ALL_SCRIPT_FUNCTIONS;
+
+const SCRIPT_PARTS: &[&[FnDoc]] = &[
+    crate::script::context::SCRIPT_FNS,
+    crate::script::errors::SCRIPT_FNS,
+    crate::script::output::SCRIPT_FNS,
 ];
+static ALL_SCRIPT_FUNCTIONS: [FnDoc; total(SCRIPT_PARTS)] = concat(SCRIPT_PARTS);
 
 const INTRO: &str = "\
 <!-- Generated from the host_fn! rows of src/script/host_api/ (one file per namespace) by

@@ -848,3 +848,49 @@ fn modes_are_derived_from_the_effect_kinds() {
         );
     }
 }
+
+/// The list of areas is whole: every source file with a table of host functions
+/// (`host_fns!(...)`, named `HOST_FNS`) is listed in `AREAS` (by its module path), the
+/// script layer's `changed()` too, and every namespace of a row has its reference section.
+#[test]
+fn every_table_of_host_functions_is_gathered() {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&src.join("host"), &mut files);
+    let mut with_table: Vec<String> = files
+        .iter()
+        .filter(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .any(|l| l.starts_with("host_fns!(") && !l.starts_with("host_fns!(SCRIPT_FNS"))
+        })
+        .map(|p| {
+            let rel = p.strip_prefix(&src).unwrap().with_extension("");
+            let rel = rel.to_string_lossy().replace('/', "::");
+            format!("crate::{}", rel.trim_end_matches("::mod"))
+        })
+        .collect();
+    with_table.push("crate::script::bindings".into());
+    with_table.sort();
+    let mut listed: Vec<String> = super::reference::AREAS
+        .iter()
+        .map(|(path, _)| path.replace(' ', ""))
+        .collect();
+    listed.sort();
+    assert_eq!(listed, with_table);
+    let sections = docs_namespaces();
+    for f in FUNCTIONS {
+        assert!(sections.contains(&f.ns), "{} has no section", f.full_name());
+    }
+}
