@@ -1193,7 +1193,6 @@ const MAX_FILE_LINES: usize = 1000;
 /// No production file (a file of `src/` that is not test-only: not a `*_tests.rs` module
 /// declared under `#[cfg(test)]`, nor `#![cfg(test)]`) has more than [`MAX_FILE_LINES`].
 #[test]
-#[ignore = "fails until the issue-30 splits of the other engineers merge"]
 fn no_production_file_is_over_the_folder_limit() {
     let root = crate_root();
     let mut long = Vec::new();
