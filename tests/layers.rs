@@ -1216,6 +1216,203 @@ fn no_production_file_is_over_the_folder_limit() {
     );
 }
 
+/// The text of an item's head for a report: its tokens from `toks[k]` (its keyword) up to
+/// its body, parameters, type or value (`{ ( ; = :`), generics after `impl` left out.
+fn item_head(toks: &[(Tok, u32)], mut k: usize) -> String {
+    let mut out = String::new();
+    // `pub(crate)`, `pub(in a::b)`
+    if ident(toks.get(k)) == Some("pub") && punct(toks.get(k + 1), "(") {
+        out.push_str("pub(");
+        k += 2;
+        while let Some((t, _)) = toks.get(k) {
+            k += 1;
+            match t {
+                Tok::Punct(p) if p == ")" => break,
+                Tok::Punct(p) => out.push_str(p),
+                Tok::Ident(s) if s == "in" => out.push_str("in "),
+                Tok::Ident(s) => out.push_str(s),
+                _ => {}
+            }
+        }
+        out.push(')');
+    }
+    let mut glue = out.is_empty();
+    let mut angle = 0usize;
+    while let Some((t, _)) = toks.get(k) {
+        match t {
+            Tok::Punct(p) if ["{", "(", ";", "=", ":"].contains(&p.as_str()) && angle == 0 => {
+                break;
+            }
+            Tok::Ident(s) if s == "where" => break,
+            Tok::Punct(p) if p == "<" && out.ends_with("impl") => angle += 1,
+            Tok::Punct(p) if p == ">" && angle > 0 => angle -= 1,
+            _ if angle > 0 => {}
+            Tok::Ident(s) => {
+                if !glue {
+                    out.push(' ');
+                }
+                out.push_str(s);
+                glue = false;
+            }
+            Tok::Punct(p) => {
+                out.push_str(p);
+                glue = matches!(p.as_str(), "::" | "<" | "&");
+            }
+            Tok::Str(_) | Tok::Other => {}
+        }
+        k += 1;
+    }
+    out
+}
+
+/// The items of the `src/**/mod.rs` files under `root` that are neither a declaration nor a
+/// re-export, each as `file:first-last: head`. A `mod.rs` holds module docs, comments,
+/// attributes, `mod x;` declarations (`#[cfg(test)]` ones too) and `use`/`pub use` only: its
+/// logic lives in a file of its idea (issue 30).
+fn mod_rs_logic(root: &Path) -> Vec<String> {
+    let mut paths = Vec::new();
+    rs_files(&root.join("src"), &mut paths);
+    let mut out = Vec::new();
+    for p in paths.iter().filter(|p| p.ends_with("mod.rs")) {
+        let rel = p.strip_prefix(root).unwrap();
+        let toks = tokenize(&fs::read_to_string(p).unwrap());
+        // The index of the token closing the bracket opened at `toks[k]`.
+        let close = |mut k: usize| {
+            let mut depth = 0usize;
+            while let Some((t, _)) = toks.get(k) {
+                match t {
+                    Tok::Punct(s) if ["(", "[", "{"].contains(&s.as_str()) => depth += 1,
+                    Tok::Punct(s) if [")", "]", "}"].contains(&s.as_str()) => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                k += 1;
+            }
+            k
+        };
+        let mut i = 0;
+        while i < toks.len() {
+            // `#[..]`, `#![..]`, and a stray `;`
+            if punct(toks.get(i), "#") {
+                let k = if punct(toks.get(i + 1), "!") {
+                    i + 2
+                } else {
+                    i + 1
+                };
+                i = close(k) + 1;
+                continue;
+            }
+            if punct(toks.get(i), ";") {
+                i += 1;
+                continue;
+            }
+            let mut k = i;
+            if ident(toks.get(k)) == Some("pub") {
+                k += 1;
+                if punct(toks.get(k), "(") {
+                    k = close(k) + 1;
+                }
+            }
+            // qualifiers: `const fn`, `async`, `unsafe`, `extern "C"` (`const X: T` is an item)
+            while let Some(q @ ("async" | "unsafe" | "extern" | "const")) = ident(toks.get(k)) {
+                let next = ident(toks.get(k + 1));
+                if q == "const" && !matches!(next, Some("fn" | "unsafe" | "async" | "extern")) {
+                    break;
+                }
+                k += 1;
+                if matches!(toks.get(k), Some((Tok::Str(_), _))) {
+                    k += 1;
+                }
+            }
+            let kind = ident(toks.get(k)).unwrap_or("");
+            let declaration = match kind {
+                "use" => true,
+                "mod" => punct(toks.get(k + 2), ";"),
+                _ => false,
+            };
+            // The item ends at `;` outside brackets, or at the `}` closing its body (not for
+            // items whose value may be a braced expression).
+            let to_semicolon = matches!(kind, "use" | "const" | "static" | "type" | "let");
+            let mut end = k;
+            let mut depth = 0usize;
+            while let Some((t, _)) = toks.get(end) {
+                match t {
+                    Tok::Punct(s) if ["(", "[", "{"].contains(&s.as_str()) => depth += 1,
+                    Tok::Punct(s) if [")", "]", "}"].contains(&s.as_str()) => {
+                        depth = depth.saturating_sub(1);
+                        if depth == 0 && s == "}" && !to_semicolon {
+                            break;
+                        }
+                    }
+                    Tok::Punct(s) if s == ";" && depth == 0 => break,
+                    _ => {}
+                }
+                end += 1;
+            }
+            if !declaration {
+                let first = toks[i].1;
+                let last = toks[end.min(toks.len() - 1)].1;
+                let lines = if first == last {
+                    first.to_string()
+                } else {
+                    format!("{first}-{last}")
+                };
+                out.push(format!(
+                    "{}:{lines}: `{}`",
+                    rel.display(),
+                    item_head(&toks, i)
+                ));
+            }
+            i = end + 1;
+        }
+    }
+    out
+}
+
+/// Every `src/**/mod.rs` only declares and re-exports (issue 30: "no `mod.rs` with logic
+/// beyond declarations and re-exports").
+#[test]
+fn every_mod_rs_only_declares_and_reexports() {
+    let found = mod_rs_logic(&crate_root());
+    assert!(
+        found.is_empty(),
+        "mod.rs files hold items that are not a `mod` declaration or a `use` (move each to a \
+         file of its idea and re-export it):\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn mod_rs_checker_names_each_item_that_is_not_a_declaration() {
+    let dir = fake_crate(&[
+        ("src/lib.rs", "pub mod a;\nfn f() {}\n"),
+        (
+            "src/a/mod.rs",
+            "//! Docs naming fn f() {}.\n#![allow(dead_code)]\npub mod b;\n#[cfg(test)]\nmod tests;\n\
+             pub(crate) use b::{C, D as E};\n/// A thing.\n#[inline]\npub(crate) fn f() -> u8 {\n    1\n}\n\
+             impl<T: Copy> fmt::Display for C<T> {}\nconst X: [u8; 2] = [1, 2];\n\
+             pub const fn g() {}\nmacro_rules! m { () => {} }\nmod inline {}\nstruct S(u8);\n",
+        ),
+        ("src/a/b.rs", "pub fn g() {}\n"),
+    ]);
+    assert_eq!(
+        mod_rs_logic(dir.path()),
+        [
+            "src/a/mod.rs:9-11: `pub(crate) fn f`",
+            "src/a/mod.rs:12: `impl fmt::Display for C<T>`",
+            "src/a/mod.rs:13: `const X`",
+            "src/a/mod.rs:14: `pub const fn g`",
+            "src/a/mod.rs:15: `macro_rules! m`",
+            "src/a/mod.rs:16: `mod inline`",
+            "src/a/mod.rs:17: `struct S`",
+        ]
+    );
+}
+
 /// The `src/...` paths named in `text`: a run of path characters after `src/` that is not
 /// part of a longer word (so `tests/src/x` and `$src/x` are not read), up to a character
 /// that cannot be in one; a trailing `.`, `,`, `:` or `)` is punctuation. Globs (`*`) and

@@ -20,9 +20,10 @@
 //! - [`lone::LoneRunner`] runs a lone step whose front end takes its output raw
 //!   (`skyhook-agent serve`'s `sh` and `rhai` executions).
 //!
-//! [`engine`] is the one script engine every front end (agent, dry run, serve, skyhook-run)
+//! [`engine()`] (`engine.rs`) is the one script engine every front end (agent, dry run, serve, skyhook-run)
 //! runs steps with.
 
+mod engine;
 pub mod invocation;
 pub mod lone;
 pub mod output;
@@ -31,10 +32,7 @@ pub mod process;
 pub mod run;
 pub mod spec;
 
-use std::sync::Arc;
-
-use crate::script::{Limits, ScriptEngine};
-
+pub use engine::engine;
 pub use invocation::{StepInvocation, StepProgram, StepResult, StepRunner};
 pub use lone::{LoneOutput, LoneRunner};
 pub use output::SinkOutput;
@@ -45,8 +43,3 @@ pub use run::{
     ScriptStep, run_script, run_script_with,
 };
 pub use spec::{SecretSource, StepBuilder, StepSpec, exec_mode};
-/// The engine steps are compiled and run with (built once per run or server; every limit
-/// but the deadline, which is per step).
-pub fn engine() -> Arc<ScriptEngine> {
-    Arc::new(ScriptEngine::new(Limits::default()))
-}
