@@ -360,20 +360,30 @@ impl PlanJob {
 /// server's own, bound over the root's, where writing changes nothing.
 const HARMLESS_DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 
-/// Capabilities dropped from the bounding set of the plan's thread, so that no command it
-/// runs has them: remounting the root writable (`CAP_SYS_ADMIN`), modules, raw I/O, reboot,
-/// ptrace, mknod, network configuration, the clock, BPF.
-const DROPPED_CAPS: &[libc::c_int] = &[
-    21, // CAP_SYS_ADMIN
-    16, // CAP_SYS_MODULE
-    17, // CAP_SYS_RAWIO
-    22, // CAP_SYS_BOOT
-    19, // CAP_SYS_PTRACE
-    27, // CAP_MKNOD
-    12, // CAP_NET_ADMIN
-    25, // CAP_SYS_TIME
-    39, // CAP_BPF
+/// Capabilities a plan's commands keep in their bounding set: those a read of the host
+/// needs (reading root-only files, `su`/`runuser` to a service user) and harmless ones; every
+/// other capability the kernel knows is dropped from the bounding set of the plan's thread,
+/// so no command it runs has it. Among those dropped: `CAP_SYS_CHROOT` (a second `chroot`
+/// walks out of the read-only root to the namespace's `/`), `CAP_SYS_ADMIN` (a remount),
+/// `CAP_SYS_PTRACE` (`/proc/PID/root` of a process with more capabilities), modules, raw
+/// I/O, reboot, mknod, network, clock, BPF, `CAP_SYSLOG` (`dmesg -C`), `CAP_SYS_PACCT`,
+/// `CAP_AUDIT_CONTROL`, `CAP_SYS_NICE` and `CAP_SYS_RESOURCE` (renice, rlimits of host
+/// processes), `CAP_IPC_OWNER` (other processes' shared memory).
+const KEPT_CAPS: &[libc::c_int] = &[
+    0,  // CAP_CHOWN
+    1,  // CAP_DAC_OVERRIDE
+    2,  // CAP_DAC_READ_SEARCH
+    3,  // CAP_FOWNER
+    4,  // CAP_FSETID
+    5,  // CAP_KILL (root signals root processes without it anyway)
+    6,  // CAP_SETGID
+    7,  // CAP_SETUID
+    29, // CAP_AUDIT_WRITE
 ];
+
+/// Above any capability number a kernel has (`CAP_LAST_CAP` is 40 in 6.x); an unknown one
+/// is `EINVAL` and skipped.
+const MAX_CAP: libc::c_int = 63;
 
 /// Leave the server's mount namespace on this thread (`unshare(CLONE_FS | CLONE_NEWNS)`,
 /// mounts made private so nothing propagates back), bind `root` (recursively) at `at`, an
@@ -381,8 +391,8 @@ const DROPPED_CAPS: &[libc::c_int] = &[
 /// (`mount_setattr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID, AT_RECURSIVE)`:
 /// a read-only mount alone still lets a process write to a disk through its device node);
 /// then bind the server's harmless character devices ([`HARMLESS_DEVICES`]) over the tree's
-/// and drop [`DROPPED_CAPS`] from this thread's bounding set, so no command can remount the
-/// tree writable. Processes this thread (and the threads it starts) fork inherit all of it.
+/// and drop every capability but [`KEPT_CAPS`] from this thread's bounding set, so no
+/// command can remount the tree writable or `chroot` out of it. Processes this thread (and the threads it starts) fork inherit all of it.
 /// The plan then uses `at` as its host root.
 ///
 /// # Errors
@@ -413,31 +423,8 @@ pub fn enter_read_only(root: &Path, at: &Path) -> Result<(), String> {
         None::<&str>,
     )
     .map_err(|e| format!("bind {} at {}: {e}", root.display(), at.display()))?;
-    let c = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-    let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: a valid C path and a mount_attr of the size given.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            libc::AT_RECURSIVE as libc::c_uint,
-            &attr as *const libc::mount_attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    if r != 0 {
-        return Err(format!(
-            "mount_setattr({}, MOUNT_ATTR_RDONLY | NODEV | NOSUID): {}",
-            at.display(),
-            std::io::Error::last_os_error()
-        ));
-    }
+    let nodev = libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID;
+    set_attr_recursive(at, nodev)?;
     for d in HARMLESS_DEVICES {
         use std::os::unix::fs::FileTypeExt;
         let inside = at.join("dev").join(d);
@@ -455,15 +442,53 @@ pub fn enter_read_only(root: &Path, at: &Path) -> Result<(), String> {
             );
         }
     }
-    for cap in DROPPED_CAPS {
+    // Every other mount of this namespace too (the server's own `/`, its state and temporary
+    // directories, `/proc`, `/sys`): read-only should a command ever reach them. Devices stay
+    // (the harmless ones bound above live there).
+    set_attr_recursive(
+        Path::new("/"),
+        libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID,
+    )?;
+    for cap in (0..=MAX_CAP).filter(|c| !KEPT_CAPS.contains(c)) {
         // SAFETY: prctl with integer arguments; EINVAL for a capability this kernel lacks.
-        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, *cap as libc::c_ulong, 0, 0, 0) };
+        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
         if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
             return Err(format!(
                 "dropping capability {cap} from the plan's bounding set: {}",
                 std::io::Error::last_os_error()
             ));
         }
+    }
+    Ok(())
+}
+
+/// `mount_setattr(path, AT_RECURSIVE, attr_set: attr)`: every mount at and under `path`.
+fn set_attr_recursive(path: &Path, attr_set: u64) -> Result<(), String> {
+    let c =
+        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    let attr = libc::mount_attr {
+        attr_set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a valid C path and a mount_attr of the size given.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_RECURSIVE as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if r != 0 {
+        return Err(format!(
+            "mount_setattr({}, {attr_set:#x}, AT_RECURSIVE): {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
     }
     Ok(())
 }

@@ -1,0 +1,145 @@
+//! Attacks on `serve`'s read-only `package_plan` (docs/fleet.md, "It writes nothing to the
+//! host"): a hostile package whose queries try to leave the read-only host root, each run
+//! against an in-process `serve` on loopback over a throwaway root, with every file of that
+//! root held byte for byte and markers outside it checked.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use skyhook::process::Cancel;
+use skyhook::remote::Client;
+use skyhook::serve::Service;
+use skyhook::serve::auth::{Auth, sha256_hex};
+use skyhook::serve::exec::Config;
+use skyhook::serve::http::{Limits, Listener, Server, serve};
+
+use crate::util::{FakeRoot, tree};
+
+const PLAN_TOKEN: &str = "tok-plan";
+
+fn tokens_file(dir: &Path) -> PathBuf {
+    let f = dir.join("engines");
+    std::fs::write(
+        &f,
+        format!("preview {} plan\n", sha256_hex(PLAN_TOKEN.as_bytes())),
+    )
+    .unwrap();
+    f
+}
+
+async fn start_serve(root: &Path, tokens: &Path) -> String {
+    let svc = Service::with_audit(Config::new(root), true, Arc::new(|_: &str| {})).unwrap();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let server = Server::new(svc, Auth::from_file(tokens).unwrap(), Limits::default());
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let _keep = stop;
+        serve(Listener::Tcp(l), server, rx).await;
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+/// A `package_plan` start of package `evil` 1.0.0 whose one apply step is `script`.
+fn plan_body(id: &str, script: &str) -> Value {
+    json!({"id": id, "kind": "package_plan", "timeout_s": 60,
+           "package": {
+             "config": {"schema_version": "v1", "root_dir": "/", "expected_config_files": [],
+                        "package_name": "evil", "package_version": "1.0.0",
+                        "modes": {"apply": [{"name": "evil", "path": "evil.rhai",
+                            "arguments": [], "returncodes": [0], "on_host": true,
+                            "idempotence": false, "upgrade_step": false}],
+                                  "apply-check": [{"name": "evil_check", "path": "check.sh",
+                            "arguments": [], "returncodes": [0], "on_host": true,
+                            "idempotence": false, "upgrade_step": false}]}},
+             "files": {"skyhook_dir/evil.rhai": script,
+                       "skyhook_dir/check.sh": "#!/bin/sh\nexit 0\n"}}})
+}
+
+/// Rhai that runs `perl -e CODE` as a query and prints what it said (and its code).
+fn perl_query(code: &str) -> String {
+    format!(
+        "let r = query([\"perl\", \"-e\", {code:?}]);\nprint(\"code=\" + r.code + \" out=\" + r.stdout + \" err=\" + r.stderr);\n"
+    )
+}
+
+/// Plan `body` on a fresh `serve` over `root`: the exit event and the line events' text.
+fn plan(root: &Path, body: &Value) -> (Value, String) {
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let url = start_serve(root, &tokens).await;
+        let client = Client::new(&url, PLAN_TOKEN).unwrap();
+        let mut lines = String::new();
+        let exit = client
+            .execute(body, &Cancel::new(), &mut |e| {
+                if let Some(t) = e.get("line").and_then(Value::as_str) {
+                    lines.push_str(t);
+                    lines.push('\n');
+                }
+            })
+            .await
+            .unwrap();
+        (exit, lines)
+    })
+}
+
+/// A throwaway host root with `perl` (and `sh`, `bash`) and a `/dev/null` device.
+fn host() -> FakeRoot {
+    let fr = FakeRoot::with_tools(&["perl"]);
+    let null = fr.host("/dev/null");
+    std::fs::create_dir_all(null.parent().unwrap()).unwrap();
+    nix::sys::stat::mknod(
+        &null,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(1, 3),
+    )
+    .unwrap();
+    fr
+}
+
+/// A marker path outside the host root, on the server's own (writable) filesystem.
+fn outside() -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::Builder::new()
+        .prefix("plan-attack-outside-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let m = d.path().join("owned");
+    (d, m)
+}
+
+/// The classic chroot escape from a query: `chroot("tmp")` without a `chdir`, `..` up past
+/// the old root, `chroot(".")`: the command is then at the plan namespace's `/`, the
+/// server's own filesystem, writable. It must stay inside the read-only host root.
+#[test]
+fn a_plan_query_cannot_chroot_out_of_the_read_only_root() {
+    require_root!();
+    let fr = host();
+    let (_keep, marker) = outside();
+    let before = tree(fr.root());
+    let code = format!(
+        "chroot(\"tmp\") or die \"chroot: $!\\n\"; chdir(\"..\") for 1..64; \
+         chroot(\".\") or die \"chroot2: $!\\n\"; \
+         if (open(my $s, \"<\", \"/proc/self/status\")) {{ print grep {{ /^Cap(Eff|Bnd)/ }} <$s>; }} \
+         open(my $f, \">\", \"{}\") or die \"open: $!\\n\"; print $f \"owned\"; close $f;",
+        marker.display()
+    );
+    let (exit, lines) = plan(fr.root(), &plan_body("escape", &perl_query(&code)));
+    eprintln!("{lines}");
+    assert!(
+        !marker.exists(),
+        "a plan's query escaped the chroot and wrote {}: {lines}",
+        marker.display()
+    );
+    assert!(
+        lines.contains("chroot: Operation not permitted"),
+        "{lines}\n{exit:#}"
+    );
+    assert_eq!(tree(fr.root()), before);
+}
