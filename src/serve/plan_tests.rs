@@ -72,3 +72,53 @@ fn commands_of_the_plan_cannot_write_remount_or_use_devices() {
     assert_eq!(sh(&format!("echo x > {}/etc/new", root.display())), 0);
     assert_eq!(std::fs::read_dir(&at).unwrap().count(), 0);
 }
+
+/// A command of the plan keeps only the capabilities a read needs (`CapEff` and `CapBnd`:
+/// chown, dac_override, dac_read_search, fowner, fsetid, kill, setgid, setuid, audit_write),
+/// so it can neither `chroot` (out of the read-only root), `unshare -m`, nor `nsenter` the
+/// host's namespaces; and every other mount of the plan's namespace is read-only too (the
+/// server's own temporary directory here), should a command reach it.
+#[test]
+fn commands_of_the_plan_keep_only_read_capabilities_and_no_mount_is_writable() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("root");
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let at = d.path().join("host");
+    std::fs::create_dir(&at).unwrap();
+    let (r, a, o) = (root.clone(), at.clone(), outside.path().to_path_buf());
+    let (caps, codes) = std::thread::spawn(move || {
+        enter_read_only(&r, &a).unwrap();
+        let out = Command::new("/bin/sh")
+            .args(["-c", "grep -E '^Cap(Eff|Bnd)' /proc/self/status"])
+            .output()
+            .unwrap();
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            (
+                sh(&format!("echo x > {}/new", o.display())),
+                sh(&format!("chroot {} /bin/true", a.display())),
+                sh("unshare -m true"),
+                sh("nsenter -t 1 -m true"),
+            ),
+        )
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        caps,
+        "CapEff:\t00000000200000ff\nCapBnd:\t00000000200000ff\n"
+    );
+    assert_ne!(
+        codes.0, 0,
+        "a command wrote to the server's temporary directory"
+    );
+    assert_ne!(codes.1, 0, "a command could chroot");
+    assert_ne!(codes.2, 0, "a command could unshare a mount namespace");
+    assert_ne!(codes.3, 0, "a command could enter pid 1's mount namespace");
+    assert!(!outside.path().join("new").exists());
+}
