@@ -143,3 +143,69 @@ fn a_plan_query_cannot_chroot_out_of_the_read_only_root() {
     );
     assert_eq!(tree(fr.root()), before);
 }
+
+/// Pids of processes whose command line is exactly `argv` (read from /proc, bounded).
+fn pids_of(argv: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == want))
+        .collect()
+}
+
+/// True when process `pid` ends (or is gone) within `ms` milliseconds (its pidfd polled).
+fn exits_within(pid: i32, ms: i32) -> bool {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: pidfd_open with a pid and no flags.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return true;
+    }
+    // SAFETY: a new fd owned here.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 }
+}
+
+/// A plan whose query never ends (`sleep 3600`) is ended by `timeout_s`: the exit says
+/// `timeout` at once, and nothing the plan started outlives it (its command is killed, so
+/// the plan's thread ends too rather than holding a thread and a process per request).
+#[test]
+fn a_plan_ended_by_its_timeout_leaves_no_command_running() {
+    require_root!();
+    let fr = host();
+    let before = tree(fr.root());
+    let argv = ["sleep", "3600.0417"];
+    let mut body = plan_body(
+        "forever",
+        "query([\"sleep\", \"3600.0417\"]);\nprint(\"the query returned\");\n",
+    );
+    body["timeout_s"] = json!(1);
+    let (exit, lines) = plan(fr.root(), &body);
+    assert_eq!(exit["exit"], json!({"error": "timeout"}), "{exit:#}");
+    // Killed processes are awaited (their pidfd turns readable), 5 s at most each.
+    let left: Vec<i32> = pids_of(&argv)
+        .into_iter()
+        .filter(|&p| !exits_within(p, 5000))
+        .collect();
+    for p in &left {
+        // the test's own cleanup of what the plan left behind
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), nix::sys::signal::SIGKILL);
+    }
+    assert_eq!(
+        left,
+        Vec::<i32>::new(),
+        "the plan's query outlived its timeout: {lines}"
+    );
+    assert_eq!(tree(fr.root()), before);
+}
