@@ -89,9 +89,10 @@ fn plan(root: &Path, body: &Value) -> (Value, String) {
     })
 }
 
-/// A throwaway host root with `perl` (and `sh`, `bash`) and a `/dev/null` device.
+/// A throwaway host root with `perl`, `unshare`, `nsenter`, `mount`, `chroot` (and the
+/// template's tools) and a `/dev/null` device.
 fn host() -> FakeRoot {
-    let fr = FakeRoot::with_tools(&["perl"]);
+    let fr = FakeRoot::with_tools(&["perl", "unshare", "nsenter", "mount", "chroot"]);
     let null = fr.host("/dev/null");
     std::fs::create_dir_all(null.parent().unwrap()).unwrap();
     nix::sys::stat::mknod(
@@ -206,6 +207,169 @@ fn a_plan_ended_by_its_timeout_leaves_no_command_running() {
         left,
         Vec::<i32>::new(),
         "the plan's query outlived its timeout: {lines}"
+    );
+    assert_eq!(tree(fr.root()), before);
+}
+
+/// Every attack of a hostile package at once, in two plans running together on one server,
+/// each trying to write into the other's package directory: the host root is held byte for
+/// byte (content, mode, owner, mtime), nothing appears outside it, and each plan still
+/// reports its plan. Bad package paths are refused (400) before anything is unpacked.
+#[test]
+fn a_hostile_package_changes_no_host_file_byte_for_byte() {
+    require_root!();
+    let fr = host();
+    fr.write("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n");
+    let (_keep, marker) = outside();
+    let before = tree(fr.root());
+    let tmp = std::env::temp_dir();
+    let escape = format!(
+        "chroot(\"tmp\") or die \"chroot: $!\\n\"; chdir(\"..\") for 1..64; chroot(\".\") or die; \
+         opendir(my $t, \"{0}\") or die; for my $n (readdir $t) {{ \
+           next unless $n =~ /^skyhook-package-plan-/; \
+           if (open(my $f, \">\", \"{0}/$n/package/skyhook_dir/evil.rhai\")) {{ \
+             print $f \"fs::write(\\\"/etc/x\\\", \\\"x\\\");\"; }} }} \
+         open(my $f, \">\", \"{1}\") or die; print $f \"owned\";",
+        tmp.display(),
+        marker.display()
+    );
+    let attacks: Vec<Vec<String>> = vec![
+        vec!["sh".into(), "-c".into(), "echo owned > /etc/passwd".into()],
+        vec!["sh".into(), "-c".into(), "echo owned > /etc/new".into()],
+        vec!["sh".into(), "-c".into(), "echo ok > /dev/null".into()],
+        vec![
+            "sh".into(),
+            "-c".into(),
+            "mount -o remount,rw / && echo owned > /etc/new".into(),
+        ],
+        vec![
+            "unshare".into(),
+            "-m".into(),
+            "sh".into(),
+            "-c".into(),
+            "mount -o remount,rw / && echo owned > /etc/new".into(),
+        ],
+        vec![
+            "nsenter".into(),
+            "-t".into(),
+            "1".into(),
+            "-m".into(),
+            "-p".into(),
+            "true".into(),
+        ],
+        vec!["chroot".into(), "/tmp".into(), "/bin/true".into()],
+        vec!["perl".into(), "-e".into(), escape],
+        vec![
+            "sh".into(),
+            "-c".into(),
+            "sleep 3600.0419 >/dev/null 2>&1 &".into(),
+        ],
+    ];
+    let mut script = String::new();
+    for a in &attacks {
+        script.push_str(&format!(
+            "try {{ let r = query({}); print(\"code=\" + r.code + \" stderr=\" + r.stderr); }} catch (e) {{ print(\"error=\" + e); }}\n",
+            serde_json::to_string(a).unwrap()
+        ));
+    }
+    script.push_str("fs::write(\"/etc/planned.conf\", \"x\\n\");\n");
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let url = start_serve(fr.root(), &tokens).await;
+        let client = Client::new(&url, PLAN_TOKEN).unwrap();
+        // bad package paths: refused, nothing unpacked
+        for (path, why) in [
+            ("skyhook_dir/../../etc/x", "parent"),
+            ("/etc/x", "absolute"),
+            ("root_dir/../skyhook_dir/x", "parent"),
+            ("etc/x", "outside skyhook_dir/root_dir"),
+            ("skyhook_dir", "no file name"),
+        ] {
+            let mut b = plan_body("bad", "1");
+            b["package"]["files"][path] = "x".into();
+            let (status, v) = client
+                .call(
+                    hyper::Method::POST,
+                    "/v1/executions",
+                    Some(b.to_string().into_bytes()),
+                )
+                .await
+                .unwrap();
+            assert_eq!(status, 400, "{path} ({why}): {v}");
+        }
+        for key in ["../x", "..", "a/b", ".hidden"] {
+            let mut b = plan_body("bad", "1");
+            b["package"]["configmaps"][key] = "x".into();
+            let (status, v) = client
+                .call(
+                    hyper::Method::POST,
+                    "/v1/executions",
+                    Some(b.to_string().into_bytes()),
+                )
+                .await
+                .unwrap();
+            assert_eq!(status, 400, "configMap {key}: {v}");
+        }
+        let (a, b) = (plan_body("p-a", &script), plan_body("p-b", &script));
+        let mut la = String::new();
+        let mut lb = String::new();
+        let (ca, cb) = (Cancel::new(), Cancel::new());
+        let mut on_a = |e: &Value| {
+            if let Some(t) = e.get("line").and_then(Value::as_str) {
+                la.push_str(t);
+                la.push('\n');
+            }
+        };
+        let mut on_b = |e: &Value| {
+            if let Some(t) = e.get("line").and_then(Value::as_str) {
+                lb.push_str(t);
+                lb.push('\n');
+            }
+        };
+        let (ea, eb) = tokio::join!(
+            client.execute(&a, &ca, &mut on_a),
+            client.execute(&b, &cb, &mut on_b)
+        );
+        for (exit, lines) in [(ea.unwrap(), &la), (eb.unwrap(), &lb)] {
+            eprintln!("{lines}");
+            assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+            let codes: Vec<&str> = lines
+                .lines()
+                .filter(|l| l.starts_with("code=") || l.starts_with("error="))
+                .collect();
+            // only the write to /dev/null and the background sleep's shell succeed
+            assert_eq!(codes.len(), attacks.len(), "{lines}");
+            for (i, c) in codes.iter().enumerate() {
+                let ok = c.split(' ').next() == Some("code=0");
+                assert_eq!(
+                    ok,
+                    i == 2 || i == 8,
+                    "attack {i} {:?}: {c}\n{lines}",
+                    attacks[i]
+                );
+            }
+            let rendered = exit["rendered"].as_str().unwrap();
+            assert!(rendered.contains("/etc/planned.conf"), "{rendered}");
+            assert!(!rendered.contains("/etc/x"), "{rendered}");
+        }
+    });
+    assert!(!marker.exists(), "a query wrote outside the host root");
+    let left: Vec<i32> = pids_of(&["sleep", "3600.0419"])
+        .into_iter()
+        .filter(|&p| !exits_within(p, 5000))
+        .collect();
+    for p in &left {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), nix::sys::signal::SIGKILL);
+    }
+    assert_eq!(
+        left,
+        Vec::<i32>::new(),
+        "a query's background child outlived the plan"
     );
     assert_eq!(tree(fr.root()), before);
 }
