@@ -17,12 +17,17 @@ use skyhook::serve::http::{Limits, Listener, Server, serve};
 use crate::util::{FakeRoot, tree};
 
 const PLAN_TOKEN: &str = "tok-plan";
+const RUN_TOKEN: &str = "tok-run";
 
 fn tokens_file(dir: &Path) -> PathBuf {
     let f = dir.join("engines");
     std::fs::write(
         &f,
-        format!("preview {} plan\n", sha256_hex(PLAN_TOKEN.as_bytes())),
+        format!(
+            "preview {} plan\nci {}\n",
+            sha256_hex(PLAN_TOKEN.as_bytes()),
+            sha256_hex(RUN_TOKEN.as_bytes())
+        ),
     )
     .unwrap();
     f
@@ -372,4 +377,73 @@ fn a_hostile_package_changes_no_host_file_byte_for_byte() {
         "a query's background child outlived the plan"
     );
     assert_eq!(tree(fr.root()), before);
+}
+
+/// A `plan` token reaches no execution of another engine: the status, events and cancel of
+/// a `run` engine's step are 404 to it (as an unknown id), and the step's exit stands.
+#[test]
+fn a_plan_token_cannot_see_or_cancel_another_engines_execution() {
+    require_root!();
+    let fr = FakeRoot::new();
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let url = start_serve(fr.root(), &tokens).await;
+        let run = Client::new(&url, RUN_TOKEN).unwrap();
+        let plan = Client::new(&url, PLAN_TOKEN).unwrap();
+        let exit = run
+            .execute(
+                &json!({"id": "r1", "kind": "sh", "command": "echo hi"}),
+                &Cancel::new(),
+                &mut |_| {},
+            )
+            .await
+            .unwrap();
+        assert_eq!(exit["exit"], json!({"code": 0}));
+        for (m, path, body) in [
+            (hyper::Method::GET, "/v1/executions/r1", None),
+            (hyper::Method::GET, "/v1/executions/r1/events?after=0", None),
+            (
+                hyper::Method::POST,
+                "/v1/executions/r1/cancel",
+                Some(b"{}".to_vec()),
+            ),
+        ] {
+            let (status, v) = plan.call(m, path, body).await.unwrap();
+            assert_eq!(status, 404, "{path}: {v}");
+        }
+        let (status, v) = run
+            .call(hyper::Method::GET, "/v1/executions/r1", None)
+            .await
+            .unwrap();
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["exit"], json!({"code": 0}), "{v}");
+    });
+}
+
+/// KNOWN HOLE (docs/fleet.md, "Not done yet"): a query runs as root in the server's PID
+/// namespace, so it may signal the server itself (its parent here), and with `hostPID` any
+/// host process; a plan token can so stop the node's `serve`. Probed with signal 0 only.
+/// Closing it needs a PID namespace or a seccomp filter on the plan's commands.
+#[test]
+#[ignore = "known hole: a plan's query can signal the server (docs/fleet.md, Not done yet)"]
+fn known_hole_a_plan_query_can_signal_the_server() {
+    require_root!();
+    let fr = host();
+    let (exit, lines) = plan(
+        fr.root(),
+        &plan_body(
+            "signal",
+            &perl_query("print kill(0, getppid()), \" \", getppid();"),
+        ),
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+    assert!(
+        lines.contains("out=0 "),
+        "a plan's query may signal the server (kill(0, ppid) = 1): {lines}"
+    );
 }

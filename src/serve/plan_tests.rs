@@ -122,3 +122,30 @@ fn commands_of_the_plan_keep_only_read_capabilities_and_no_mount_is_writable() {
     assert_ne!(codes.3, 0, "a command could enter pid 1's mount namespace");
     assert!(!outside.path().join("new").exists());
 }
+
+/// A `plan` token's start is checked on the parsed `kind`, exactly: case variants, a
+/// trailing space, a duplicate `kind` key (either order), a `kind` nested elsewhere, an
+/// array or trailing bytes are all refused (403); the same kind spelled with a JSON escape
+/// is `package_plan` and parses as one.
+#[test]
+fn a_plan_token_starts_only_an_exact_package_plan() {
+    for body in [
+        r#"{"id":"x","kind":"Package_Plan","command":"touch /p"}"#,
+        r#"{"id":"x","kind":"PACKAGE_PLAN","command":"touch /p"}"#,
+        r#"{"id":"x","kind":"package_plan ","command":"touch /p"}"#,
+        r#"{"id":"x","kind":"package_plan","kind":"sh","command":"touch /p"}"#,
+        r#"{"id":"x","kind":"sh","kind":"package_plan","command":"touch /p"}"#,
+        r#"{"id":"x","kind":"sh","package":{"kind":"package_plan"},"command":"touch /p"}"#,
+        r#"[{"kind":"package_plan"}]"#,
+        r#"{"kind":"package_plan"} {"kind":"sh","command":"touch /p"}"#,
+        r#"{"id":"x","Kind":"package_plan","kind":"sh","command":"touch /p"}"#,
+    ] {
+        let r = super::scope_check(true, body.as_bytes());
+        assert_eq!(r.map_err(|e| e.status), Err(403), "{body}");
+        // a run token passes the scope check; the parser decides
+        assert!(super::scope_check(false, body.as_bytes()).is_ok());
+    }
+    let escaped = r#"{"id":"x","kind":"package\u005fplan","package":{"config":{}}}"#;
+    assert!(super::scope_check(true, escaped.as_bytes()).is_ok());
+    assert!(super::parse_plan(escaped.as_bytes()).unwrap().is_some());
+}
