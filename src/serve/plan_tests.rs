@@ -149,3 +149,47 @@ fn a_plan_token_starts_only_an_exact_package_plan() {
     assert!(super::scope_check(true, escaped.as_bytes()).is_ok());
     assert!(super::parse_plan(escaped.as_bytes()).unwrap().is_some());
 }
+
+/// Bodies shaped to exhaust the parser or the unpacking: a config nested 10,000 deep (400,
+/// the parser's depth limit), 2,001 files (413), 64 small files of 64 KiB base64 each over
+/// the 3 MiB cap (413), a path 65 components deep and a `..` hidden mid-path (400).
+#[test]
+fn package_bodies_that_exhaust_are_refused_before_unpacking() {
+    let deep = format!(
+        r#"{{"id":"x","kind":"package_plan","package":{{"config":{{"a":{}1{}}}}}}}"#,
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    assert_eq!(super::parse_plan(deep.as_bytes()).unwrap_err().status, 400);
+    let body = |files: serde_json::Value| {
+        serde_json::json!({"id": "x", "kind": "package_plan",
+                           "package": {"config": {}, "files": files}})
+        .to_string()
+    };
+    let many: serde_json::Map<String, serde_json::Value> = (0..=super::MAX_PACKAGE_FILES)
+        .map(|i| (format!("skyhook_dir/f{i}"), "x".into()))
+        .collect();
+    let r = super::parse_plan(body(many.into()).as_bytes()).unwrap_err();
+    assert_eq!(r.status, 413, "{:?}", r.body);
+    use base64::Engine as _;
+    let chunk = base64::engine::general_purpose::STANDARD.encode(vec![0u8; 64 << 10]);
+    let big: serde_json::Map<String, serde_json::Value> = (0..49)
+        .map(|i| {
+            (
+                format!("root_dir/b{i}"),
+                serde_json::json!({"base64": chunk}),
+            )
+        })
+        .collect();
+    let r = super::parse_plan(body(big.into()).as_bytes()).unwrap_err();
+    assert_eq!(r.status, 413, "{:?}", r.body);
+    let deep_path = format!("skyhook_dir/{}f", "d/".repeat(64));
+    for p in [
+        deep_path.as_str(),
+        "skyhook_dir/a/../../../etc/x",
+        "root_dir/./../x",
+    ] {
+        let r = super::parse_plan(body(serde_json::json!({p: "x"})).as_bytes()).unwrap_err();
+        assert_eq!(r.status, 400, "{p}: {:?}", r.body);
+    }
+}
