@@ -52,6 +52,8 @@
 //!   SIGKILLed at every fsync, fdatasync and rename (its undo included), then rerun: the
 //!   host equals a clean run's.
 //! - `mount_units`: `mount::unit`/`bind`/`remove_unit` in-process on the fake EKS node.
+//! - `plan_attack`: a hostile package against `serve`'s read-only `package_plan`: queries that
+//!   try to leave the read-only host root; every host file held byte for byte.
 
 /// Counts allocations as the binaries do, for the in-process runs of the library here.
 #[global_allocator]
@@ -84,6 +86,7 @@ mod nvidia_ports;
 mod nvidia_setup_port;
 mod nvidia_tuned_port;
 mod orphans;
+mod plan_attack;
 mod preflight;
 mod reboot;
 mod rhai_steps;

@@ -360,20 +360,30 @@ impl PlanJob {
 /// server's own, bound over the root's, where writing changes nothing.
 const HARMLESS_DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 
-/// Capabilities dropped from the bounding set of the plan's thread, so that no command it
-/// runs has them: remounting the root writable (`CAP_SYS_ADMIN`), modules, raw I/O, reboot,
-/// ptrace, mknod, network configuration, the clock, BPF.
-const DROPPED_CAPS: &[libc::c_int] = &[
-    21, // CAP_SYS_ADMIN
-    16, // CAP_SYS_MODULE
-    17, // CAP_SYS_RAWIO
-    22, // CAP_SYS_BOOT
-    19, // CAP_SYS_PTRACE
-    27, // CAP_MKNOD
-    12, // CAP_NET_ADMIN
-    25, // CAP_SYS_TIME
-    39, // CAP_BPF
+/// Capabilities a plan's commands keep in their bounding set: those a read of the host
+/// needs (reading root-only files, `su`/`runuser` to a service user) and harmless ones; every
+/// other capability the kernel knows is dropped from the bounding set of the plan's thread,
+/// so no command it runs has it. Among those dropped: `CAP_SYS_CHROOT` (a second `chroot`
+/// walks out of the read-only root to the namespace's `/`), `CAP_SYS_ADMIN` (a remount),
+/// `CAP_SYS_PTRACE` (`/proc/PID/root` of a process with more capabilities), modules, raw
+/// I/O, reboot, mknod, network, clock, BPF, `CAP_SYSLOG` (`dmesg -C`), `CAP_SYS_PACCT`,
+/// `CAP_AUDIT_CONTROL`, `CAP_SYS_NICE` and `CAP_SYS_RESOURCE` (renice, rlimits of host
+/// processes), `CAP_IPC_OWNER` (other processes' shared memory).
+const KEPT_CAPS: &[libc::c_int] = &[
+    0,  // CAP_CHOWN
+    1,  // CAP_DAC_OVERRIDE
+    2,  // CAP_DAC_READ_SEARCH
+    3,  // CAP_FOWNER
+    4,  // CAP_FSETID
+    5,  // CAP_KILL (root signals root processes without it anyway)
+    6,  // CAP_SETGID
+    7,  // CAP_SETUID
+    29, // CAP_AUDIT_WRITE
 ];
+
+/// Above any capability number a kernel has (`CAP_LAST_CAP` is 40 in 6.x); an unknown one
+/// is `EINVAL` and skipped.
+const MAX_CAP: libc::c_int = 63;
 
 /// Leave the server's mount namespace on this thread (`unshare(CLONE_FS | CLONE_NEWNS)`,
 /// mounts made private so nothing propagates back), bind `root` (recursively) at `at`, an
@@ -381,8 +391,8 @@ const DROPPED_CAPS: &[libc::c_int] = &[
 /// (`mount_setattr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID, AT_RECURSIVE)`:
 /// a read-only mount alone still lets a process write to a disk through its device node);
 /// then bind the server's harmless character devices ([`HARMLESS_DEVICES`]) over the tree's
-/// and drop [`DROPPED_CAPS`] from this thread's bounding set, so no command can remount the
-/// tree writable. Processes this thread (and the threads it starts) fork inherit all of it.
+/// and drop every capability but [`KEPT_CAPS`] from this thread's bounding set, so no
+/// command can remount the tree writable or `chroot` out of it. Processes this thread (and the threads it starts) fork inherit all of it.
 /// The plan then uses `at` as its host root.
 ///
 /// # Errors
@@ -413,31 +423,8 @@ pub fn enter_read_only(root: &Path, at: &Path) -> Result<(), String> {
         None::<&str>,
     )
     .map_err(|e| format!("bind {} at {}: {e}", root.display(), at.display()))?;
-    let c = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-    let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: a valid C path and a mount_attr of the size given.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            libc::AT_RECURSIVE as libc::c_uint,
-            &attr as *const libc::mount_attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    if r != 0 {
-        return Err(format!(
-            "mount_setattr({}, MOUNT_ATTR_RDONLY | NODEV | NOSUID): {}",
-            at.display(),
-            std::io::Error::last_os_error()
-        ));
-    }
+    let nodev = libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID;
+    set_attr_recursive(at, nodev)?;
     for d in HARMLESS_DEVICES {
         use std::os::unix::fs::FileTypeExt;
         let inside = at.join("dev").join(d);
@@ -455,15 +442,53 @@ pub fn enter_read_only(root: &Path, at: &Path) -> Result<(), String> {
             );
         }
     }
-    for cap in DROPPED_CAPS {
+    // Every other mount of this namespace too (the server's own `/`, its state and temporary
+    // directories, `/proc`, `/sys`): read-only should a command ever reach them. Devices stay
+    // (the harmless ones bound above live there).
+    set_attr_recursive(
+        Path::new("/"),
+        libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID,
+    )?;
+    for cap in (0..=MAX_CAP).filter(|c| !KEPT_CAPS.contains(c)) {
         // SAFETY: prctl with integer arguments; EINVAL for a capability this kernel lacks.
-        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, *cap as libc::c_ulong, 0, 0, 0) };
+        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
         if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
             return Err(format!(
                 "dropping capability {cap} from the plan's bounding set: {}",
                 std::io::Error::last_os_error()
             ));
         }
+    }
+    Ok(())
+}
+
+/// `mount_setattr(path, AT_RECURSIVE, attr_set: attr)`: every mount at and under `path`.
+fn set_attr_recursive(path: &Path, attr_set: u64) -> Result<(), String> {
+    let c =
+        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    let attr = libc::mount_attr {
+        attr_set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a valid C path and a mount_attr of the size given.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_RECURSIVE as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if r != 0 {
+        return Err(format!(
+            "mount_setattr({}, {attr_set:#x}, AT_RECURSIVE): {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
     }
     Ok(())
 }
@@ -503,8 +528,11 @@ pub type Emit = Arc<dyn Fn(Body) + Send + Sync>;
 pub type Ended = (Value, Map<String, Value>);
 
 /// Plan every mode of `job` against `root` with the service's `engine` on a thread of its
-/// own, read-only ([`enter_read_only`]), emitting events to `emit`. On `cancel` the exit is
-/// `{"error": "cancelled"}` at once (the thread, which can write nothing, ends on its own).
+/// own, read-only ([`enter_read_only`]), emitting events to `emit`. On `cancel` (or a
+/// timeout, or this future dropped) the exit is `{"error": "cancelled"}` at once and every
+/// process of the plan's mount namespace is killed, then again each [`REAP_EVERY`] until
+/// the thread (whose script can start a command after a sweep) ends; when the plan ends, what
+/// its commands left running is killed too.
 pub async fn run(
     job: PlanJob,
     root: PathBuf,
@@ -513,10 +541,15 @@ pub async fn run(
     cancel: Cancel,
 ) -> Ended {
     let (tx, rx) = tokio::sync::oneshot::channel();
+    let procs = Arc::new(PlanNamespace::default());
+    // Disconnected when the plan's thread ends: what a reaper waits for.
+    let (running, ended) = std::sync::mpsc::channel::<()>();
+    let procs2 = procs.clone();
     let spawned = std::thread::Builder::new()
         .name("package-plan".into())
         .spawn(move || {
-            let _ = tx.send(plan_blocking(&job, &root, &engine, &emit));
+            let _running = running;
+            let _ = tx.send(plan_blocking(&job, &root, &engine, &emit, &procs2));
         });
     if let Err(e) = spawned {
         return (
@@ -524,9 +557,124 @@ pub async fn run(
             Map::new(),
         );
     }
-    tokio::select! {
+    // Dropped on a cancel, a timeout, or when this future is dropped: the plan's commands
+    // are killed until its thread ends.
+    let reaper = Reaper(Some((procs, ended)));
+    let r = tokio::select! {
         r = rx => r.unwrap_or_else(|_| (json!({"error": "the plan thread panicked"}), Map::new())),
-        () = cancel.aborted() => (json!({"error": "cancelled"}), Map::new()),
+        () = cancel.aborted() => return (json!({"error": "cancelled"}), Map::new()),
+    };
+    reaper.disarm();
+    r
+}
+
+/// The plan's mount namespace, held open once its thread has entered it: every process in
+/// it is the plan's (its commands and whatever they started), which a cancel kills.
+#[derive(Default)]
+struct PlanNamespace(std::sync::OnceLock<std::fs::File>);
+
+impl PlanNamespace {
+    /// Record the calling thread's mount namespace (after [`enter_read_only`]).
+    fn enter(&self) {
+        if let Ok(f) = std::fs::File::open("/proc/thread-self/ns/mnt") {
+            let _ = self.0.set(f);
+        }
+    }
+
+    /// SIGKILL every process of the namespace (through a pidfd, so a pid reused meanwhile
+    /// is not hit; never this process), pass after pass until one finds none, at most
+    /// [`REAP_PASSES`]. How many were killed.
+    fn kill_all(&self) -> usize {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        use std::os::unix::fs::MetadataExt;
+        let Some(ns) = self.0.get().and_then(|f| f.metadata().ok()) else {
+            return 0;
+        };
+        let me = std::process::id();
+        let mut killed = 0;
+        for _ in 0..REAP_PASSES {
+            let Ok(dir) = std::fs::read_dir("/proc") else {
+                return killed;
+            };
+            let mut found = 0;
+            for pid in dir
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|&p| p != me)
+            {
+                // SAFETY: pidfd_open with a pid and no flags; a new fd or -1.
+                let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+                let Ok(fd) = i32::try_from(fd) else { continue };
+                if fd < 0 {
+                    continue;
+                }
+                // SAFETY: fd was just returned by pidfd_open and is owned here only.
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                let same = std::fs::metadata(format!("/proc/{pid}/ns/mnt"))
+                    .is_ok_and(|m| m.dev() == ns.dev() && m.ino() == ns.ino());
+                if same {
+                    found += 1;
+                    // SAFETY: a pidfd of ours, a signal number, no siginfo, no flags.
+                    let r = unsafe {
+                        libc::syscall(
+                            libc::SYS_pidfd_send_signal,
+                            fd.as_raw_fd(),
+                            libc::SIGKILL,
+                            std::ptr::null::<libc::siginfo_t>(),
+                            0,
+                        )
+                    };
+                    if r == 0 {
+                        killed += 1;
+                    }
+                }
+            }
+            if found == 0 {
+                break;
+            }
+        }
+        killed
+    }
+}
+
+/// Passes of [`PlanNamespace::kill_all`] over `/proc` before it gives up on a plan that
+/// forks faster than it is killed (its next round, or the thread's end, continues).
+const REAP_PASSES: usize = 64;
+
+/// How often a cancelled plan's namespace is swept while its thread still runs (the
+/// script may start a command after a sweep).
+const REAP_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Armed while a plan runs; when dropped armed (a cancel, a timeout, the request gone), a
+/// thread kills the plan's processes, sweep after sweep, until the plan's thread ends.
+struct Reaper(Option<(Arc<PlanNamespace>, std::sync::mpsc::Receiver<()>)>);
+
+impl Reaper {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let Some((ns, ended)) = self.0.take() else {
+            return;
+        };
+        // Once here, so the commands are killed before the exit is reported.
+        ns.kill_all();
+        let _ = std::thread::Builder::new()
+            .name("package-plan-reaper".into())
+            .spawn(move || {
+                loop {
+                    ns.kill_all();
+                    match ended.recv_timeout(REAP_EVERY) {
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                        _ => break,
+                    }
+                }
+                // what the last command left before the thread ended
+                ns.kill_all();
+            });
     }
 }
 
@@ -537,6 +685,7 @@ fn plan_blocking(
     root: &Path,
     engine: &Arc<crate::script::ScriptEngine>,
     emit: &Emit,
+    procs: &Arc<PlanNamespace>,
 ) -> Ended {
     let fail = |msg: String| (json!({"code": 1, "error": msg}), Map::new());
     let tmp = match tempfile::Builder::new()
@@ -560,6 +709,7 @@ fn plan_blocking(
     }
     let (job2, root2, emit2) = (job.clone(), root.to_path_buf(), emit.clone());
     let engine = engine.clone();
+    let procs2 = procs.clone();
     // Its own thread: the namespace is left on that thread only (and its children), and the
     // temporary directory is removed from this one, whose mounts are writable.
     let planned = std::thread::Builder::new()
@@ -570,11 +720,14 @@ fn plan_blocking(
                     "cannot make the host root read-only for the plan: {e}"
                 ));
             }
+            procs2.enter();
             Ok(plan_modes(&job2, &dir, &at, &engine, cr.as_deref(), &emit2))
         })
         .map_err(|e| e.to_string())
         .and_then(|h| h.join().map_err(|_| "the plan panicked".to_string()))
         .and_then(|r| r);
+    // Nothing the plan started outlives it (a query's background child).
+    procs.kill_all();
     drop(tmp);
     planned.unwrap_or_else(fail)
 }

@@ -72,3 +72,124 @@ fn commands_of_the_plan_cannot_write_remount_or_use_devices() {
     assert_eq!(sh(&format!("echo x > {}/etc/new", root.display())), 0);
     assert_eq!(std::fs::read_dir(&at).unwrap().count(), 0);
 }
+
+/// A command of the plan keeps only the capabilities a read needs (`CapEff` and `CapBnd`:
+/// chown, dac_override, dac_read_search, fowner, fsetid, kill, setgid, setuid, audit_write),
+/// so it can neither `chroot` (out of the read-only root), `unshare -m`, nor `nsenter` the
+/// host's namespaces; and every other mount of the plan's namespace is read-only too (the
+/// server's own temporary directory here), should a command reach it.
+#[test]
+fn commands_of_the_plan_keep_only_read_capabilities_and_no_mount_is_writable() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("root");
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let at = d.path().join("host");
+    std::fs::create_dir(&at).unwrap();
+    let (r, a, o) = (root.clone(), at.clone(), outside.path().to_path_buf());
+    let (caps, codes) = std::thread::spawn(move || {
+        enter_read_only(&r, &a).unwrap();
+        let out = Command::new("/bin/sh")
+            .args(["-c", "grep -E '^Cap(Eff|Bnd)' /proc/self/status"])
+            .output()
+            .unwrap();
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            (
+                sh(&format!("echo x > {}/new", o.display())),
+                sh(&format!("chroot {} /bin/true", a.display())),
+                sh("unshare -m true"),
+                sh("nsenter -t 1 -m true"),
+            ),
+        )
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        caps,
+        "CapEff:\t00000000200000ff\nCapBnd:\t00000000200000ff\n"
+    );
+    assert_ne!(
+        codes.0, 0,
+        "a command wrote to the server's temporary directory"
+    );
+    assert_ne!(codes.1, 0, "a command could chroot");
+    assert_ne!(codes.2, 0, "a command could unshare a mount namespace");
+    assert_ne!(codes.3, 0, "a command could enter pid 1's mount namespace");
+    assert!(!outside.path().join("new").exists());
+}
+
+/// A `plan` token's start is checked on the parsed `kind`, exactly: case variants, a
+/// trailing space, a duplicate `kind` key (either order), a `kind` nested elsewhere, an
+/// array or trailing bytes are all refused (403); the same kind spelled with a JSON escape
+/// is `package_plan` and parses as one.
+#[test]
+fn a_plan_token_starts_only_an_exact_package_plan() {
+    for body in [
+        r#"{"id":"x","kind":"Package_Plan","command":"touch /p"}"#,
+        r#"{"id":"x","kind":"PACKAGE_PLAN","command":"touch /p"}"#,
+        r#"{"id":"x","kind":"package_plan ","command":"touch /p"}"#,
+        r#"{"id":"x","kind":"package_plan","kind":"sh","command":"touch /p"}"#,
+        r#"{"id":"x","kind":"sh","kind":"package_plan","command":"touch /p"}"#,
+        r#"{"id":"x","kind":"sh","package":{"kind":"package_plan"},"command":"touch /p"}"#,
+        r#"[{"kind":"package_plan"}]"#,
+        r#"{"kind":"package_plan"} {"kind":"sh","command":"touch /p"}"#,
+        r#"{"id":"x","Kind":"package_plan","kind":"sh","command":"touch /p"}"#,
+    ] {
+        let r = super::scope_check(true, body.as_bytes());
+        assert_eq!(r.map_err(|e| e.status), Err(403), "{body}");
+        // a run token passes the scope check; the parser decides
+        assert!(super::scope_check(false, body.as_bytes()).is_ok());
+    }
+    let escaped = r#"{"id":"x","kind":"package\u005fplan","package":{"config":{}}}"#;
+    assert!(super::scope_check(true, escaped.as_bytes()).is_ok());
+    assert!(super::parse_plan(escaped.as_bytes()).unwrap().is_some());
+}
+
+/// Bodies shaped to exhaust the parser or the unpacking: a config nested 10,000 deep (400,
+/// the parser's depth limit), 2,001 files (413), 64 small files of 64 KiB base64 each over
+/// the 3 MiB cap (413), a path 65 components deep and a `..` hidden mid-path (400).
+#[test]
+fn package_bodies_that_exhaust_are_refused_before_unpacking() {
+    let deep = format!(
+        r#"{{"id":"x","kind":"package_plan","package":{{"config":{{"a":{}1{}}}}}}}"#,
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    assert_eq!(super::parse_plan(deep.as_bytes()).unwrap_err().status, 400);
+    let body = |files: serde_json::Value| {
+        serde_json::json!({"id": "x", "kind": "package_plan",
+                           "package": {"config": {}, "files": files}})
+        .to_string()
+    };
+    let many: serde_json::Map<String, serde_json::Value> = (0..=super::MAX_PACKAGE_FILES)
+        .map(|i| (format!("skyhook_dir/f{i}"), "x".into()))
+        .collect();
+    let r = super::parse_plan(body(many.into()).as_bytes()).unwrap_err();
+    assert_eq!(r.status, 413, "{:?}", r.body);
+    use base64::Engine as _;
+    let chunk = base64::engine::general_purpose::STANDARD.encode(vec![0u8; 64 << 10]);
+    let big: serde_json::Map<String, serde_json::Value> = (0..49)
+        .map(|i| {
+            (
+                format!("root_dir/b{i}"),
+                serde_json::json!({"base64": chunk}),
+            )
+        })
+        .collect();
+    let r = super::parse_plan(body(big.into()).as_bytes()).unwrap_err();
+    assert_eq!(r.status, 413, "{:?}", r.body);
+    let deep_path = format!("skyhook_dir/{}f", "d/".repeat(64));
+    for p in [
+        deep_path.as_str(),
+        "skyhook_dir/a/../../../etc/x",
+        "root_dir/./../x",
+    ] {
+        let r = super::parse_plan(body(serde_json::json!({p: "x"})).as_bytes()).unwrap_err();
+        assert_eq!(r.status, 400, "{p}: {:?}", r.body);
+    }
+}
