@@ -706,9 +706,11 @@ fn edges(files: &[SourceFile]) -> Vec<Edge> {
 /// folder), with its rank: its index in [`HOST_LAYERS`], or after them for an area. `None`
 /// outside `src/host` and for `src/host/mod.rs`.
 fn host_folder(f: &SourceFile) -> Option<(usize, &str)> {
-    let [top, sub, ..] = f.module.as_slice() else {
+    let [top, sub, rest @ ..] = f.module.as_slice() else {
         return None;
     };
+    // `root` and `effects` sit in `host/seam/` (their common parent seals the write side).
+    let sub = if sub == "seam" { rest.first()? } else { sub };
     let rank = HOST_LAYERS.iter().position(|l| l == sub);
     (top == "host").then(|| (rank.unwrap_or(HOST_LAYERS.len()), sub.as_str()))
 }
@@ -1302,7 +1304,7 @@ fn src_paths_are_read_from_prose() {
 
 // ---- the effects seam: no area names a mutating root operation or the mode ----
 
-/// The write side of `HostRoot` (`src/host/root/write.rs`, `tree.rs`, `confine.rs`'s rename):
+/// The write side of `HostRoot` (`src/host/seam/root/write.rs`, `tree.rs`, `confine.rs`'s rename):
 /// an area that called one would change the host past its session's executor.
 const ROOT_WRITES: &[&str] = &[
     "create_dir_all",
@@ -1344,7 +1346,7 @@ const SEAM_NAMES: &[&str] = &[
     "record_initramfs",
 ];
 
-/// The session's fields (`src/host/effects/session/host.rs`), private to `effects`.
+/// The session's fields (`src/host/seam/effects/session/host.rs`), private to `effects`.
 const SESSION_FIELDS: &[&str] = &[
     "cx",
     "executor",

@@ -24,17 +24,18 @@
 //! write through [`files::fs`]); no lower layer imports a higher one.
 
 pub mod api;
-pub mod effects;
 pub mod fetch;
 pub mod files;
 pub mod kernel;
 pub mod mounts;
 pub mod packages;
-pub mod root;
+mod seam;
 pub mod secrets;
 pub mod services;
 pub mod system;
 pub mod users;
+
+pub use seam::{effects, root};
 
 #[cfg(test)]
 mod tests;
