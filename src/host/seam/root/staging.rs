@@ -166,7 +166,7 @@ impl StagingDir {
     ///
     /// # Errors
     /// `parent` cannot be made or opened, or every attempt lost a race.
-    pub fn create(root: &HostRoot, parent: &Path) -> Result<StagingDir> {
+    pub(in crate::host::seam) fn create(root: &HostRoot, parent: &Path) -> Result<StagingDir> {
         const OP: &str = "create staging directory in";
         let (Some(above_path), Some(parent_name)) = (parent.parent(), parent.file_name()) else {
             let e = io::Error::new(io::ErrorKind::InvalidInput, "has no parent directory");
@@ -287,7 +287,7 @@ impl Drop for StagingDir {
 ///
 /// # Errors
 /// Opening or listing `parent`, or removing an entry.
-pub fn sweep(root: &HostRoot, parent: &Path) -> Result<Vec<String>> {
+pub(in crate::host::seam) fn sweep(root: &HostRoot, parent: &Path) -> Result<Vec<String>> {
     const OP: &str = "sweep";
     let (Some(above_path), Some(parent_name)) = (parent.parent(), parent.file_name()) else {
         return Ok(Vec::new());
