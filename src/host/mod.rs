@@ -20,6 +20,11 @@
 //! | 4 | [`system`] | the commands (`run`, `query`, `sh`), `os::`, `lib::` |
 //! | 4 | [`services`], [`packages`], [`kernel`], [`users`], [`mounts`], [`fetch`], [`secrets`] | the other API areas |
 //!
+//! [`root`] and [`effects`] live in one private folder, `src/host/seam/`, re-exported here:
+//! the write side of [`root::HostRoot`] is `pub(in crate::host::seam)`, so an area cannot
+//! compile a direct write; the agent's own files outside `host` are written through
+//! [`root::AgentFiles`].
+//!
 //! An area may use another area (`pkg::repo` downloads with [`fetch`], the structured edits
 //! write through [`files::fs`]); no lower layer imports a higher one.
 

@@ -34,7 +34,7 @@ impl<'a> AgentFiles<'a> {
         self.root
     }
 
-    /// [`HostRoot::write_atomic`]: replace `host` with `data` (temporary, fsync, rename,
+    /// `HostRoot::write_atomic`: replace `host` with `data` (temporary, fsync, rename,
     /// fsync of the directory); `mode` as the file's, else the old file's or 0644.
     ///
     /// # Errors
@@ -43,7 +43,7 @@ impl<'a> AgentFiles<'a> {
         self.root.write_atomic(host, data, mode)
     }
 
-    /// [`HostRoot::create_dir_all`]: create `host` and its missing parents with `mode`;
+    /// `HostRoot::create_dir_all`: create `host` and its missing parents with `mode`;
     /// the directories it created, outermost first.
     ///
     /// # Errors
@@ -52,7 +52,7 @@ impl<'a> AgentFiles<'a> {
         self.root.create_dir_all(host, mode)
     }
 
-    /// [`HostRoot::create_new`]: create the file `host` with `mode`, failing if it exists.
+    /// `HostRoot::create_new`: create the file `host` with `mode`, failing if it exists.
     ///
     /// # Errors
     /// `host` exists (`AlreadyExists`), its parent is missing; the open.
@@ -60,7 +60,7 @@ impl<'a> AgentFiles<'a> {
         self.root.create_new(host, mode)
     }
 
-    /// [`HostRoot::remove_file`]: remove the file or symlink `host`; `false` when absent.
+    /// `HostRoot::remove_file`: remove the file or symlink `host`; `false` when absent.
     ///
     /// # Errors
     /// `host` is a directory; the unlink.
@@ -68,7 +68,7 @@ impl<'a> AgentFiles<'a> {
         self.root.remove_file(host)
     }
 
-    /// [`HostRoot::remove_dir`]: remove the empty directory `host`; `false` when absent.
+    /// `HostRoot::remove_dir`: remove the empty directory `host`; `false` when absent.
     ///
     /// # Errors
     /// `host` not empty or not a directory; the rmdir.
@@ -76,7 +76,7 @@ impl<'a> AgentFiles<'a> {
         self.root.remove_dir(host)
     }
 
-    /// [`HostRoot::rename`]: move `from` to `to` (replacing a file there).
+    /// `HostRoot::rename`: move `from` to `to` (replacing a file there).
     ///
     /// # Errors
     /// `from` missing; the rename.
@@ -84,7 +84,7 @@ impl<'a> AgentFiles<'a> {
         self.root.rename(from, to)
     }
 
-    /// [`HostRoot::set_mode`]: set the permission bits of `host` to `mode`.
+    /// `HostRoot::set_mode`: set the permission bits of `host` to `mode`.
     ///
     /// # Errors
     /// `host` missing; the chmod.

@@ -8,9 +8,9 @@
 //!
 //! Nothing here checks paths lexically; confinement is the kernel's (or pathrs') job.
 //!
-//! Durability: an atomic write ([`HostRoot::write_atomic`] and friends) is temp file, write,
+//! Durability: an atomic write (`HostRoot::write_atomic` and friends) is temp file, write,
 //! fsync(file), rename, fsync(directory), both fsyncs at once. A session's executor writes
-//! with [`HostRoot::write_atomic_synced`] and [`DirSync::Defer`] instead: the file's fsync
+//! with `HostRoot::write_atomic_synced` and [`DirSync::Defer`] instead: the file's fsync
 //! still comes before the rename, the directory's is collected and done once at the end of
 //! the step ([`crate::host::root::durability`], policy `fsync1`).
 

@@ -3,7 +3,7 @@
 //!
 //! Every [`HostRoot`] operation resolves its path inside the root, and a confined resolution
 //! is the most expensive thing an agent step does after its `fork` (pathrs checks the walk
-//! through `/proc`): [`HostRoot::write_atomic`] alone resolves about six times per write
+//! through `/proc`): [`AgentFiles::write_atomic`] alone resolves about six times per write
 //! (symlink check, `stat`, the old file, the temporary, the rename, the directory fsync). A
 //! run of N steps touches the same few directories N times: the step flags in
 //! `<state root>/flags/<pkg>/<ver>` (a `stat` before the step, the write after it) and the
@@ -14,13 +14,13 @@
 //! followed by these calls (a symlinked name, and anything that is not a regular file where
 //! one is expected, goes through the confined [`HostRoot`] operation instead).
 //!
-//! [`RunDirs::write`] is [`HostRoot::write_atomic`]'s write: a temporary file beside the
+//! [`RunDirs::write`] is [`AgentFiles::write_atomic`]'s write: a temporary file beside the
 //! destination (the same name shape, so a crashed writer's leftovers are swept the same
 //! way), the content, the old file's owner, extended attributes and mode kept (0644 for a
 //! new file), `fsync` of the file, `rename` over the destination, `fsync` of the directory;
 //! on failure the temporary is removed and the destination is unchanged. So a flag's
 //! content is durable before its rename and the rename before the next step starts. The
-//! first write into a directory in a run goes through [`HostRoot::write_atomic`] itself
+//! first write into a directory in a run goes through [`AgentFiles::write_atomic`] itself
 //! (which creates missing directories and sweeps stale temporaries there).
 //!
 //! A directory is opened (and kept) after the first operation in it through the root, when
@@ -42,7 +42,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::{AgentFiles, HostRoot, RootError};
 
-/// Mode of a new file written by [`RunDirs::write`] (as [`HostRoot::write_atomic`] gives).
+/// Mode of a new file written by [`RunDirs::write`] (as [`AgentFiles::write_atomic`] gives).
 const NEW_FILE_MODE: u32 = 0o644;
 
 /// One kept directory.
@@ -50,7 +50,7 @@ const NEW_FILE_MODE: u32 = 0o644;
 struct Dir {
     /// Its descriptor (`O_RDONLY`, a directory).
     fd: File,
-    /// A [`HostRoot::write_atomic`] into it ran in this run (stale temporaries swept).
+    /// A [`AgentFiles::write_atomic`] into it ran in this run (stale temporaries swept).
     swept: bool,
 }
 
@@ -168,11 +168,11 @@ impl RunDirs {
         root.exists(host)
     }
 
-    /// [`HostRoot::create_new`] of `host` with `mode`: one `openat(O_CREAT | O_EXCL |
+    /// [`AgentFiles::create_new`] of `host` with `mode`: one `openat(O_CREAT | O_EXCL |
     /// O_NOFOLLOW)` in its kept directory.
     ///
     /// # Errors
-    /// As [`HostRoot::create_new`] (`AlreadyExists` when the name is taken, a symlink
+    /// As [`AgentFiles::create_new`] (`AlreadyExists` when the name is taken, a symlink
     /// included).
     pub fn create_new(
         &self,
@@ -206,11 +206,11 @@ impl RunDirs {
         root.create_new(host, mode)
     }
 
-    /// [`HostRoot::remove_file`] of `host`: one `unlinkat` in its kept directory.
+    /// [`AgentFiles::remove_file`] of `host`: one `unlinkat` in its kept directory.
     /// `Ok(false)` when it did not exist.
     ///
     /// # Errors
-    /// As [`HostRoot::remove_file`] (a directory gives `EISDIR`).
+    /// As [`AgentFiles::remove_file`] (a directory gives `EISDIR`).
     pub fn remove_file(&self, files: &AgentFiles<'_>, host: &Path) -> Result<bool, RootError> {
         let root = files.root;
         if let Some((parent, name)) = split(host) {
@@ -231,7 +231,7 @@ impl RunDirs {
         root.remove_file(host)
     }
 
-    /// Replace `host` with `data` atomically and durably, as [`HostRoot::write_atomic`]
+    /// Replace `host` with `data` atomically and durably, as [`AgentFiles::write_atomic`]
     /// with no mode does (see the module docs), relative to its kept directory. Side
     /// effects: the temporary file, the rename, two `fsync`s; missing directories are
     /// created (0755) by the first write into them.

@@ -5,7 +5,7 @@
 //! A name is `<boot id>-<64 random bits>`: agents in different pods (each pid 1 in its
 //! own namespace) never pick the same one, and the boot id (`/proc/sys/kernel/random/
 //! boot_id`) tells a directory left before a reboot. Liveness is the lock, not the name:
-//! [`sweep`] removes exactly the directories nobody holds locked (their agent was killed;
+//! `sweep` removes exactly the directories nobody holds locked (their agent was killed;
 //! the kernel drops a dead process's locks), and keeps those of a live agent in any pod.
 //!
 //! Every change goes through descriptors: the parent directory is opened once (inside

@@ -1,8 +1,10 @@
 //! The write side of [`HostRoot`]: directories, new files, atomic replacements (temp file,
 //! fsync, rename; [`DirSync`] for when the directory is synced), removals, renames,
-//! modes, owners, symlinks and times. Only the executors (`host/effects/executors`), the
-//! undo journal and the agent's own state (`state/`) call these; an area never holds a
-//! [`HostRoot`] (it gets [`crate::host::effects::reads::RootReads`]).
+//! modes, owners, symlinks and times. Every method is `pub(in crate::host::seam)`: the root
+//! itself and the session's executors and undo journal (`host/seam/effects`) call them; an
+//! area does not compile a call (it holds a session, whose root is
+//! [`crate::host::effects::reads::RootReads`]); the agent's own files (`state/`, `logs/`,
+//! `mode/`, `agent/`) are written through [`super::AgentFiles`].
 
 use super::host_root::split;
 use super::host_root::{HostRoot, normalize, pathrs_io};
@@ -32,7 +34,7 @@ pub enum DirSync<'a> {
 pub(super) const MAX_SYMLINK_HOPS: usize = 40;
 
 /// Mode of the missing parent directories every creator makes on the way
-/// ([`HostRoot::create_dir_all`], and so new files, symlinks and downloads): 0755, set
+/// ([`AgentFiles::create_dir_all`](super::AgentFiles::create_dir_all), and so new files, symlinks and downloads): 0755, set
 /// exactly whatever the umask, as the plan reports them (`mkdir -p` under umask 022).
 pub const PARENT_DIR_MODE: u32 = 0o755;
 
