@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 
-use crate::host::root::HostRoot;
+use crate::host::root::{AgentFiles, HostRoot};
 use crate::pyfmt;
 use crate::state::interrupts as markers;
 use crate::step::{ProcessRunner, StepInvocation, StepProgram, StepResult, StepSpec};
@@ -181,7 +181,7 @@ impl InterruptRun<'_> {
     /// State write failures.
     pub async fn run(&self, interrupt: &Interrupt) -> Result<bool, AgentError> {
         let dir = markers::interrupt_dir(&self.settings.state_root, &self.id.raw);
-        self.root.create_dir_all(&dir, 0o755)?;
+        AgentFiles::new(self.root).create_dir_all(&dir, 0o755)?;
         match interrupt {
             Interrupt::NoOp => {
                 markers::mark_complete(self.root, &dir, "no_op", now_epoch())?;

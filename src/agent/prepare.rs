@@ -17,7 +17,7 @@ use std::path::Path;
 
 use crate::host::effects::effect::Effect;
 use crate::host::files::fs as host_fs;
-use crate::host::root::HostRoot;
+use crate::host::root::{AgentFiles, HostRoot};
 use crate::host::{ExecMode, Host, HostError, HostOptions, Report};
 use crate::process::Cancel;
 use crate::state::StateError;
@@ -332,7 +332,7 @@ fn label_of(copy_dir: &Path) -> String {
 pub fn copy_resolv(root: &HostRoot, source: &Path) -> Result<(), PrepareError> {
     match std::fs::read(source) {
         Ok(data) => {
-            root.write_atomic(Path::new("/etc/resolv.conf"), &data, None)?;
+            AgentFiles::new(root).write_atomic(Path::new("/etc/resolv.conf"), &data, None)?;
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

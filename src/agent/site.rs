@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::host::root::{HostRoot, MAX_PACKAGE_FILE_BYTES, open_local, read_bounded};
+use crate::host::root::{AgentFiles, HostRoot, MAX_PACKAGE_FILE_BYTES, open_local, read_bounded};
 use crate::package::{Mode, Package, Step};
 use crate::script::compile::{CompiledScript, compile_source};
 use crate::script::engine::ScriptEngine;
@@ -449,7 +449,7 @@ impl crate::mode::StepSite for PackageSite<'_> {
         if let Some(m) = root.metadata(&host)? {
             let mode = std::os::unix::fs::MetadataExt::mode(&m) & 0o7777;
             if mode & 0o111 != 0o111 {
-                root.set_mode(&host, (mode & 0o777) | 0o111)?;
+                AgentFiles::new(root).set_mode(&host, (mode & 0o777) | 0o111)?;
             }
         }
         Ok(())

@@ -20,21 +20,27 @@
 //! | 4 | [`system`] | the commands (`run`, `query`, `sh`), `os::`, `lib::` |
 //! | 4 | [`services`], [`packages`], [`kernel`], [`users`], [`mounts`], [`fetch`], [`secrets`] | the other API areas |
 //!
+//! [`root`] and [`effects`] live in one private folder, `src/host/seam/`, re-exported here:
+//! the write side of [`root::HostRoot`] is `pub(in crate::host::seam)`, so an area cannot
+//! compile a direct write; the agent's own files outside `host` are written through
+//! [`root::AgentFiles`].
+//!
 //! An area may use another area (`pkg::repo` downloads with [`fetch`], the structured edits
 //! write through [`files::fs`]); no lower layer imports a higher one.
 
 pub mod api;
-pub mod effects;
 pub mod fetch;
 pub mod files;
 pub mod kernel;
 pub mod mounts;
 pub mod packages;
-pub mod root;
+mod seam;
 pub mod secrets;
 pub mod services;
 pub mod system;
 pub mod users;
+
+pub use seam::{effects, root};
 
 #[cfg(test)]
 mod tests;

@@ -1324,7 +1324,8 @@ fn stale_temporaries_are_removed_and_never_collide() {
     for n in [&old_shape_ours, &dead, &live, &reused_pid] {
         std::fs::write(dir.join(n), b"partial").unwrap();
     }
-    let root = HostRoot::open(d.path()).unwrap();
+    let opened = HostRoot::open(d.path()).unwrap();
+    let root = crate::host::root::AgentFiles::new(&opened);
     root.write_atomic(Path::new("/flags/step_flag"), b"ok", None)
         .unwrap();
     assert_eq!(std::fs::read(dir.join("step_flag")).unwrap(), b"ok");

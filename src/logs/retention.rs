@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::host::root::run_dirs::RunDirs;
+use crate::host::root::{AgentFiles, run_dirs::RunDirs};
 use crate::host::root::{EntryKind, HostRoot};
 
 use super::error::LogError;
@@ -235,8 +235,8 @@ pub fn prune_listed_in(
     keep: usize,
 ) -> Result<Vec<PathBuf>, LogError> {
     let remove = |p: &Path| match dirs {
-        Some(d) => d.remove_file(root, p),
-        None => root.remove_file(p),
+        Some(d) => d.remove_file(&AgentFiles::new(root), p),
+        None => AgentFiles::new(root).remove_file(p),
     };
     let mut removed = Vec::new();
     for path in listed.iter().skip(keep) {

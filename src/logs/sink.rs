@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use chrono::{Datelike, NaiveDateTime, Timelike};
 
-use crate::host::root::HostRoot;
 use crate::host::root::run_dirs::RunDirs;
+use crate::host::root::{AgentFiles, HostRoot};
 
 use super::error::LogError;
 
@@ -502,12 +502,12 @@ fn open_logs(
     previous: Vec<(String, PathBuf)>,
 ) -> Result<StepLogFiles, LogError> {
     let create = |p: &Path| match dirs {
-        Some(d) => d.create_new(root, p, LOG_FILE_MODE),
-        None => root.create_new(p, LOG_FILE_MODE),
+        Some(d) => d.create_new(&AgentFiles::new(root), p, LOG_FILE_MODE),
+        None => AgentFiles::new(root).create_new(p, LOG_FILE_MODE),
     };
     let remove = |p: &Path| match dirs {
-        Some(d) => d.remove_file(root, p),
-        None => root.remove_file(p),
+        Some(d) => d.remove_file(&AgentFiles::new(root), p),
+        None => AgentFiles::new(root).remove_file(p),
     };
     let base = base.trim_start_matches('/');
     // Never reuse a name retention may have deleted: start after the newest existing log.

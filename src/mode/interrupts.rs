@@ -4,6 +4,7 @@
 //! `post-interrupt-check`, which fails while the node still runs the recorded boot.
 
 use crate::host::effects::effect::InterruptRequest;
+use crate::host::root::AgentFiles;
 use crate::package::Step;
 use crate::step::{StepResult, StepRunner};
 
@@ -89,7 +90,7 @@ impl<R: StepRunner> ModeLoop<'_, R> {
             && result.interrupts.contains(&InterruptRequest::Reboot)
             && let Some(boot) = coverage::boot_id(self.state.root)
         {
-            self.state.root.write_atomic(
+            AgentFiles::new(self.state.root).write_atomic(
                 &coverage::reboot_record(self.state.state_root, pkg),
                 format!("{boot}\n").as_bytes(),
                 Some(0o644),

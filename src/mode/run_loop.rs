@@ -11,8 +11,8 @@
 use std::os::fd::RawFd;
 use std::path::PathBuf;
 
-use crate::host::root::HostRoot;
 use crate::host::root::run_dirs::RunDirs;
+use crate::host::root::{AgentFiles, HostRoot};
 use crate::logs::retention::LogIndex;
 use crate::package::{Mode, Package, Step};
 use crate::process::Cancel;
@@ -368,7 +368,8 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                 _ => {}
             }
             if self.mode == Mode::PostInterruptCheck {
-                root.remove_file(&coverage::reboot_record(state, &pkg.package_name))?;
+                AgentFiles::new(root)
+                    .remove_file(&coverage::reboot_record(state, &pkg.package_name))?;
             }
             if !steps.is_empty() {
                 flags::set_all_checked(root, state, self.mode)?;

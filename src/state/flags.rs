@@ -11,7 +11,7 @@ use base64::Engine as _;
 use chrono::NaiveDateTime;
 
 use super::StateError;
-use crate::host::root::HostRoot;
+use crate::host::root::{AgentFiles, HostRoot};
 use crate::package::{Mode, Package, Step};
 use crate::pyfmt;
 
@@ -71,7 +71,7 @@ pub fn write_flag(
     now_local: NaiveDateTime,
 ) -> Result<(), StateError> {
     check_name_len(flag)?;
-    root.write_atomic(flag, flag_content(step, now_local).as_bytes(), None)?;
+    AgentFiles::new(root).write_atomic(flag, flag_content(step, now_local).as_bytes(), None)?;
     Ok(())
 }
 
@@ -90,7 +90,11 @@ pub fn write_flag_in(
     now_local: NaiveDateTime,
 ) -> Result<(), StateError> {
     check_name_len(flag)?;
-    dirs.write(root, flag, flag_content(step, now_local).as_bytes())?;
+    dirs.write(
+        &AgentFiles::new(root),
+        flag,
+        flag_content(step, now_local).as_bytes(),
+    )?;
     Ok(())
 }
 
@@ -115,7 +119,7 @@ fn check_name_len(flag: &Path) -> Result<(), StateError> {
 /// # Errors
 /// A write failure.
 pub fn write_start(root: &HostRoot, state_root: &Path) -> Result<(), StateError> {
-    root.write_atomic(&flags_dir(state_root).join("START"), b"", None)?;
+    AgentFiles::new(root).write_atomic(&flags_dir(state_root).join("START"), b"", None)?;
     Ok(())
 }
 
@@ -139,7 +143,7 @@ pub fn write_check_results(
     state_root: &Path,
     results: &[(String, bool)],
 ) -> Result<(), StateError> {
-    root.write_atomic(
+    AgentFiles::new(root).write_atomic(
         &flags_dir(state_root).join("check_results"),
         check_results_content(results).as_bytes(),
         None,
@@ -157,7 +161,7 @@ pub fn all_checked_path(state_root: &Path, mode: Mode) -> PathBuf {
 /// # Errors
 /// A write failure.
 pub fn set_all_checked(root: &HostRoot, state_root: &Path, mode: Mode) -> Result<(), StateError> {
-    root.write_atomic(&all_checked_path(state_root, mode), b"", None)?;
+    AgentFiles::new(root).write_atomic(&all_checked_path(state_root, mode), b"", None)?;
     Ok(())
 }
 
@@ -167,7 +171,7 @@ pub fn set_all_checked(root: &HostRoot, state_root: &Path, mode: Mode) -> Result
 /// # Errors
 /// A removal failure other than "not found".
 pub fn clear_all_checked(root: &HostRoot, state_root: &Path, mode: Mode) -> Result<(), StateError> {
-    root.remove_file(&all_checked_path(state_root, mode))?;
+    AgentFiles::new(root).remove_file(&all_checked_path(state_root, mode))?;
     Ok(())
 }
 
@@ -183,7 +187,7 @@ pub fn clear_all_checked(root: &HostRoot, state_root: &Path, mode: Mode) -> Resu
 /// # Errors
 /// Removal failures other than "not found" or "directory not empty".
 pub fn remove_flag(root: &HostRoot, flag: &Path) -> Result<bool, StateError> {
-    let removed = root.remove_file(flag)?;
+    let removed = AgentFiles::new(root).remove_file(flag)?;
     let mut current = flag.to_path_buf();
     while let Some(Component::Normal(name)) = current.components().next_back() {
         if name.as_bytes().contains(&b'_') {
@@ -192,7 +196,7 @@ pub fn remove_flag(root: &HostRoot, flag: &Path) -> Result<bool, StateError> {
         let Some(parent) = current.parent().map(Path::to_path_buf) else {
             break;
         };
-        match root.remove_dir(&parent) {
+        match AgentFiles::new(root).remove_dir(&parent) {
             Ok(_) => {}
             Err(e)
                 if e.kind() == std::io::ErrorKind::DirectoryNotEmpty

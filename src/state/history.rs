@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::StateError;
-use crate::host::root::HostRoot;
+use crate::host::root::{AgentFiles, HostRoot};
 use crate::pyfmt;
 
 /// `<state root>/history`.
@@ -65,7 +65,7 @@ fn load_with(
     write: bool,
 ) -> Result<Loaded, StateError> {
     if write {
-        root.create_dir_all(&history_dir(state_root), 0o755)?;
+        AgentFiles::new(root).create_dir_all(&history_dir(state_root), 0o755)?;
     }
     let path = history_path(state_root, pkg);
     let Some(bytes) = root.read_opt(&path)? else {
@@ -84,7 +84,7 @@ fn load_with(
             ));
             return Ok(Loaded::Corrupt);
         }
-        root.rename(&path, &backup_path(state_root, pkg))?;
+        AgentFiles::new(root).rename(&path, &backup_path(state_root, pkg))?;
         messages.push(format!(
             "Failed to load existing history, corrupt history file moved to {}.backup...",
             root.display_path(&path).display()
@@ -203,7 +203,7 @@ pub fn record(
         Loaded::Valid(map) => map,
         Loaded::WrongShape => {
             let backup = backup_path(state_root, pkg);
-            root.rename(&path, &backup)?;
+            AgentFiles::new(root).rename(&path, &backup)?;
             messages.push(format!(
                 "existing history moved to {}",
                 root.display_path(&backup).display()
@@ -223,7 +223,7 @@ pub fn record(
         }
     }
     let text = pyfmt::json_dumps(&Value::Object(map));
-    root.write_atomic(&path, text.as_bytes(), None)?;
+    AgentFiles::new(root).write_atomic(&path, text.as_bytes(), None)?;
     Ok(messages)
 }
 

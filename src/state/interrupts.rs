@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use super::StateError;
-use crate::host::root::HostRoot;
+use crate::host::root::{AgentFiles, HostRoot};
 use crate::pyfmt;
 
 /// The marker name of the reboot command, whose `.pending` file carries the boot id.
@@ -38,7 +38,7 @@ pub fn pending_path(dir: &Path) -> PathBuf {
 /// # Errors
 /// Directory creation failure.
 pub fn ensure_dir(root: &HostRoot, dir: &Path) -> Result<(), StateError> {
-    root.create_dir_all(dir, 0o755)?;
+    AgentFiles::new(root).create_dir_all(dir, 0o755)?;
     Ok(())
 }
 
@@ -61,7 +61,7 @@ pub fn mark_complete(
     name: &str,
     now_epoch_secs: f64,
 ) -> Result<(), StateError> {
-    root.write_atomic(
+    AgentFiles::new(root).write_atomic(
         &complete_path(dir, name),
         pyfmt::float_repr(now_epoch_secs).as_bytes(),
         None,
@@ -91,7 +91,7 @@ pub fn pending_boot_id(content: &str) -> Option<&str> {
 /// # Errors
 /// A write failure.
 pub fn write_pending(root: &HostRoot, dir: &Path, boot_id: &str) -> Result<(), StateError> {
-    root.write_atomic(
+    AgentFiles::new(root).write_atomic(
         &pending_path(dir),
         format!("boot-id:{boot_id}\n").as_bytes(),
         None,
@@ -104,7 +104,7 @@ pub fn write_pending(root: &HostRoot, dir: &Path, boot_id: &str) -> Result<(), S
 /// # Errors
 /// A rename failure (including a missing pending file).
 pub fn pending_to_complete(root: &HostRoot, dir: &Path) -> Result<(), StateError> {
-    root.rename(&pending_path(dir), &complete_path(dir, NODE_RESTART))?;
+    AgentFiles::new(root).rename(&pending_path(dir), &complete_path(dir, NODE_RESTART))?;
     Ok(())
 }
 
@@ -113,7 +113,7 @@ pub fn pending_to_complete(root: &HostRoot, dir: &Path) -> Result<(), StateError
 /// # Errors
 /// Removal failures other than "not found".
 pub fn remove_pending(root: &HostRoot, dir: &Path) -> Result<bool, StateError> {
-    Ok(root.remove_file(&pending_path(dir))?)
+    Ok(AgentFiles::new(root).remove_file(&pending_path(dir))?)
 }
 
 /// Remove `<name>.complete` (Python's algorithm deletes it when a command it pre-marked fails).
@@ -122,7 +122,7 @@ pub fn remove_pending(root: &HostRoot, dir: &Path) -> Result<bool, StateError> {
 /// # Errors
 /// Any removal failure other than "not found".
 pub fn remove_complete(root: &HostRoot, dir: &Path, name: &str) -> Result<bool, StateError> {
-    Ok(root.remove_file(&complete_path(dir, name))?)
+    Ok(AgentFiles::new(root).remove_file(&complete_path(dir, name))?)
 }
 
 #[cfg(test)]

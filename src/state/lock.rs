@@ -21,7 +21,7 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
 use super::StateError;
-use crate::host::root::HostRoot;
+use crate::host::root::{AgentFiles, HostRoot};
 
 /// A held package lock; dropping it unlocks.
 #[derive(Debug)]
@@ -54,7 +54,7 @@ pub fn lock_path(state_root: &Path, pkg: &str) -> PathBuf {
 /// Open (creating it and its directory if needed, mode 0644) the lock file.
 fn open_lock_file(root: &HostRoot, path: &Path) -> Result<File, StateError> {
     loop {
-        match root.create_new(path, 0o644) {
+        match AgentFiles::new(root).create_new(path, 0o644) {
             Ok(f) => return Ok(f),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e.into()),

@@ -3,8 +3,9 @@
 //! lock.
 //!
 //! This is the one place that knows these file formats. Every write goes through
-//! [`HostRoot`](crate::host::root::HostRoot) (confined to the host root) and every state file
-//! is replaced atomically ([`HostRoot::write_atomic`](crate::host::root::HostRoot::write_atomic)).
+//! [`AgentFiles`](crate::host::root::AgentFiles), the door to the agent's own files on the
+//! [`HostRoot`](crate::host::root::HostRoot) (confined to the host root), and every state file
+//! is replaced atomically ([`AgentFiles::write_atomic`](crate::host::root::AgentFiles::write_atomic)).
 
 pub mod flags;
 pub mod history;

@@ -15,7 +15,7 @@
 //! entries or more than `max_bytes` of unpacked content (which also bounds a decompression
 //! bomb: reading stops at the limit). In an apply, the extracts of one host root run one
 //! at a time, from before the check to the last write
-//! ([`crate::host::root::pathlock::lock_root`]): two archives each inside `dest`, checked
+//! (`root::pathlock::lock_root`): two archives each inside `dest`, checked
 //! at once, could together leave a link out of it. Then each directory, file and symlink that differs is
 //! its own effect (`mkdir`, `write`, `symlink`): a plan lists every file and a check reports
 //! each one that drifted. Permission bits come from the archive (files 0644 and

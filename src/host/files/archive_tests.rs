@@ -251,7 +251,7 @@ fn the_sweep_keeps_a_staging_directory_another_agent_holds_and_removes_unlocked_
     // A staging directory of this agent: named by boot id and 64 random bits (two never
     // alike), held while it lives, so a sweep (another agent's start) keeps it; its
     // files and itself are gone when it is dropped.
-    use crate::host::root::staging::StagingDir;
+    use crate::host::root::test_doors::StagingDir;
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let mut a = StagingDir::create(&root, std::path::Path::new(STAGING)).unwrap();
     let b = StagingDir::create(&root, std::path::Path::new(STAGING)).unwrap();

@@ -688,7 +688,7 @@ pub(crate) fn remove_with(
 /// `fs::remove_all(p)`: remove a tree (a symlink itself, not its target). Unchanged when
 /// absent. The tree must lie on one mount: a mount point at or below `p` (another
 /// filesystem, or a bind mount) fails in every mode, naming it, before anything is removed
-/// ([`HostRoot::remove_all`](crate::host::root::HostRoot::remove_all)).
+/// (`HostRoot::remove_all`).
 ///
 /// # Errors
 /// `/` itself (`invalid path argument: remove all path is /`, in every mode); mount points

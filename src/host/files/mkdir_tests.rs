@@ -133,7 +133,8 @@ fn other_creators_make_parents_0755_as_planned() {
 #[test]
 fn create_dir_all_creates_parents_0755_and_names_a_non_directory() {
     let t = TestHost::new();
-    let r = HostRoot::open(&t.root).unwrap();
+    let root = HostRoot::open(&t.root).unwrap();
+    let r = crate::host::root::AgentFiles::new(&root);
     std::fs::create_dir(t.p("/keep")).unwrap();
     std::fs::set_permissions(t.p("/keep"), std::fs::Permissions::from_mode(0o711)).unwrap();
     let created = r

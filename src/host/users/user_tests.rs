@@ -887,7 +887,7 @@ fn pwd_lock_is_a_posix_write_lock_seen_by_other_processes() {
             }
         }
     };
-    let held = crate::host::root::pwdlock::lock_pwd(&root).unwrap();
+    let held = crate::host::root::test_doors::lock_pwd(&root).unwrap();
     assert_eq!(meta(&t, "/etc/.pwd.lock").0, 0o600);
     assert_eq!(probe(), 1);
     drop(held);
@@ -895,7 +895,7 @@ fn pwd_lock_is_a_posix_write_lock_seen_by_other_processes() {
     assert_eq!(probe(), 2);
     // A lock file the host had is kept.
     std::fs::write(t.p("/etc/.pwd.lock"), "").unwrap();
-    let held = crate::host::root::pwdlock::lock_pwd(&root).unwrap();
+    let held = crate::host::root::test_doors::lock_pwd(&root).unwrap();
     assert_eq!(probe(), 1);
     drop(held);
     assert_eq!(probe(), 0);

@@ -79,10 +79,10 @@ pub struct Change {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
     /// `sha256:<hex>` of the file content before (writes and removals of an existing file);
-    /// only on the first change of its file in the report (`src/host/effects/hashes.rs`).
+    /// only on the first change of its file in the report (`src/host/seam/effects/hashes.rs`).
     pub before: Option<String>,
     /// `sha256:<hex>` of the file content after (writes); only on the last change of its
-    /// file in the report, set when the session ends (`src/host/effects/hashes.rs`).
+    /// file in the report, set when the session ends (`src/host/seam/effects/hashes.rs`).
     pub after: Option<String>,
     /// Directories this change creates on the way (missing parents), outermost first.
     pub mkdir: Vec<String>,

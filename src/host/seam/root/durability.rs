@@ -1,7 +1,7 @@
 //! The durability policy of a session's file changes: `fsync1`.
 //!
 //! An atomic write is temp file, write, fsync(file), rename, fsync(directory). Outside a
-//! session ([`crate::host::root::HostRoot::write_atomic`] and friends: the agent's state
+//! session (`HostRoot::write_atomic` and friends: the agent's state
 //! under `src/state` (flags, history, interrupts, check results), the deferred write-ahead
 //! records of [`crate::host::root::deferred`], `prepare`'s copies) both fsyncs happen at once.
 //! Inside a [`Host`](crate::host::Host) session in apply mode:

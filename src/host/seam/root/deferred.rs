@@ -101,7 +101,9 @@ fn write(root: &HostRoot, path: &Path, data: &[u8]) -> crate::host::root::Result
 ///
 /// # Errors
 /// Creating the directory or writing the record failed.
-pub fn record_daemon_reload(root: &HostRoot) -> crate::host::root::Result<()> {
+pub(in crate::host::seam) fn record_daemon_reload(
+    root: &HostRoot,
+) -> crate::host::root::Result<()> {
     write(
         root,
         &daemon_reload_path(),
@@ -113,7 +115,10 @@ pub fn record_daemon_reload(root: &HostRoot) -> crate::host::root::Result<()> {
 ///
 /// # Errors
 /// Creating the directory or writing the record failed.
-pub fn record_grub(root: &HostRoot, pending: &GrubPending) -> crate::host::root::Result<()> {
+pub(in crate::host::seam) fn record_grub(
+    root: &HostRoot,
+    pending: &GrubPending,
+) -> crate::host::root::Result<()> {
     let rec = GrubRecord {
         action: "grub_update".into(),
         pending: pending.clone(),
@@ -127,7 +132,7 @@ pub fn record_grub(root: &HostRoot, pending: &GrubPending) -> crate::host::root:
 ///
 /// # Errors
 /// The removal failed.
-pub fn clear(root: &HostRoot, path: &Path) -> crate::host::root::Result<()> {
+pub(in crate::host::seam) fn clear(root: &HostRoot, path: &Path) -> crate::host::root::Result<()> {
     root.remove_file(path).map(|_| ())
 }
 
@@ -145,7 +150,7 @@ pub fn initramfs_recorded(root: &HostRoot) -> bool {
 ///
 /// # Errors
 /// Creating the directory or writing the record failed.
-pub fn record_initramfs(root: &HostRoot) -> crate::host::root::Result<()> {
+pub(in crate::host::seam) fn record_initramfs(root: &HostRoot) -> crate::host::root::Result<()> {
     write(
         root,
         &initramfs_path(),

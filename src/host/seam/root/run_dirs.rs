@@ -3,7 +3,7 @@
 //!
 //! Every [`HostRoot`] operation resolves its path inside the root, and a confined resolution
 //! is the most expensive thing an agent step does after its `fork` (pathrs checks the walk
-//! through `/proc`): [`HostRoot::write_atomic`] alone resolves about six times per write
+//! through `/proc`): [`AgentFiles::write_atomic`] alone resolves about six times per write
 //! (symlink check, `stat`, the old file, the temporary, the rename, the directory fsync). A
 //! run of N steps touches the same few directories N times: the step flags in
 //! `<state root>/flags/<pkg>/<ver>` (a `stat` before the step, the write after it) and the
@@ -14,13 +14,13 @@
 //! followed by these calls (a symlinked name, and anything that is not a regular file where
 //! one is expected, goes through the confined [`HostRoot`] operation instead).
 //!
-//! [`RunDirs::write`] is [`HostRoot::write_atomic`]'s write: a temporary file beside the
+//! [`RunDirs::write`] is [`AgentFiles::write_atomic`]'s write: a temporary file beside the
 //! destination (the same name shape, so a crashed writer's leftovers are swept the same
 //! way), the content, the old file's owner, extended attributes and mode kept (0644 for a
 //! new file), `fsync` of the file, `rename` over the destination, `fsync` of the directory;
 //! on failure the temporary is removed and the destination is unchanged. So a flag's
 //! content is durable before its rename and the rename before the next step starts. The
-//! first write into a directory in a run goes through [`HostRoot::write_atomic`] itself
+//! first write into a directory in a run goes through [`AgentFiles::write_atomic`] itself
 //! (which creates missing directories and sweeps stale temporaries there).
 //!
 //! A directory is opened (and kept) after the first operation in it through the root, when
@@ -40,9 +40,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-use super::{HostRoot, RootError};
+use super::{AgentFiles, HostRoot, RootError};
 
-/// Mode of a new file written by [`RunDirs::write`] (as [`HostRoot::write_atomic`] gives).
+/// Mode of a new file written by [`RunDirs::write`] (as [`AgentFiles::write_atomic`] gives).
 const NEW_FILE_MODE: u32 = 0o644;
 
 /// One kept directory.
@@ -50,7 +50,7 @@ const NEW_FILE_MODE: u32 = 0o644;
 struct Dir {
     /// Its descriptor (`O_RDONLY`, a directory).
     fd: File,
-    /// A [`HostRoot::write_atomic`] into it ran in this run (stale temporaries swept).
+    /// A [`AgentFiles::write_atomic`] into it ran in this run (stale temporaries swept).
     swept: bool,
 }
 
@@ -168,13 +168,19 @@ impl RunDirs {
         root.exists(host)
     }
 
-    /// [`HostRoot::create_new`] of `host` with `mode`: one `openat(O_CREAT | O_EXCL |
+    /// [`AgentFiles::create_new`] of `host` with `mode`: one `openat(O_CREAT | O_EXCL |
     /// O_NOFOLLOW)` in its kept directory.
     ///
     /// # Errors
-    /// As [`HostRoot::create_new`] (`AlreadyExists` when the name is taken, a symlink
+    /// As [`AgentFiles::create_new`] (`AlreadyExists` when the name is taken, a symlink
     /// included).
-    pub fn create_new(&self, root: &HostRoot, host: &Path, mode: u32) -> Result<File, RootError> {
+    pub fn create_new(
+        &self,
+        files: &AgentFiles<'_>,
+        host: &Path,
+        mode: u32,
+    ) -> Result<File, RootError> {
+        let root = files.root;
         if let Some((parent, name)) = split(host) {
             let mut dirs = self.lock();
             if let Some(d) = live(&mut dirs, parent) {
@@ -200,12 +206,13 @@ impl RunDirs {
         root.create_new(host, mode)
     }
 
-    /// [`HostRoot::remove_file`] of `host`: one `unlinkat` in its kept directory.
+    /// [`AgentFiles::remove_file`] of `host`: one `unlinkat` in its kept directory.
     /// `Ok(false)` when it did not exist.
     ///
     /// # Errors
-    /// As [`HostRoot::remove_file`] (a directory gives `EISDIR`).
-    pub fn remove_file(&self, root: &HostRoot, host: &Path) -> Result<bool, RootError> {
+    /// As [`AgentFiles::remove_file`] (a directory gives `EISDIR`).
+    pub fn remove_file(&self, files: &AgentFiles<'_>, host: &Path) -> Result<bool, RootError> {
+        let root = files.root;
         if let Some((parent, name)) = split(host) {
             let mut dirs = self.lock();
             if let Some(d) = live(&mut dirs, parent) {
@@ -224,7 +231,7 @@ impl RunDirs {
         root.remove_file(host)
     }
 
-    /// Replace `host` with `data` atomically and durably, as [`HostRoot::write_atomic`]
+    /// Replace `host` with `data` atomically and durably, as [`AgentFiles::write_atomic`]
     /// with no mode does (see the module docs), relative to its kept directory. Side
     /// effects: the temporary file, the rename, two `fsync`s; missing directories are
     /// created (0755) by the first write into them.
@@ -232,7 +239,8 @@ impl RunDirs {
     /// # Errors
     /// A [`RootError`] naming `host` (operation `write`): creation, write, `fsync` or rename
     /// failure; the destination is then unchanged and the temporary removed.
-    pub fn write(&self, root: &HostRoot, host: &Path, data: &[u8]) -> Result<(), RootError> {
+    pub fn write(&self, files: &AgentFiles<'_>, host: &Path, data: &[u8]) -> Result<(), RootError> {
+        let root = files.root;
         let Some((parent, name)) = split(host) else {
             return root.write_atomic(host, data, None);
         };
@@ -349,18 +357,30 @@ mod tests {
         let dirs = RunDirs::default();
         let d = t.path().join("state/flags/pkg/1.0");
         // The first write creates the directories and keeps the directory's descriptor.
-        dirs.write(&root, Path::new("/state/flags/pkg/1.0/a.sh_X"), b"one")
-            .unwrap();
+        dirs.write(
+            &AgentFiles::new(&root),
+            Path::new("/state/flags/pkg/1.0/a.sh_X"),
+            b"one",
+        )
+        .unwrap();
         assert_eq!(dirs.dirs.lock().unwrap().len(), 1);
-        dirs.write(&root, Path::new("/state/flags/pkg/1.0/b.sh_Y"), b"two")
-            .unwrap();
+        dirs.write(
+            &AgentFiles::new(&root),
+            Path::new("/state/flags/pkg/1.0/b.sh_Y"),
+            b"two",
+        )
+        .unwrap();
         assert_eq!(std::fs::read(d.join("a.sh_X")).unwrap(), b"one");
         assert_eq!(std::fs::read(d.join("b.sh_Y")).unwrap(), b"two");
         assert_eq!(mode(&d.join("b.sh_Y")), 0o644, "a new flag is 0644");
         // Rewriting keeps the old file's mode; no temporary is left.
         std::fs::set_permissions(d.join("a.sh_X"), std::fs::Permissions::from_mode(0o600)).unwrap();
-        dirs.write(&root, Path::new("/state/flags/pkg/1.0/a.sh_X"), b"three")
-            .unwrap();
+        dirs.write(
+            &AgentFiles::new(&root),
+            Path::new("/state/flags/pkg/1.0/a.sh_X"),
+            b"three",
+        )
+        .unwrap();
         assert_eq!(std::fs::read(d.join("a.sh_X")).unwrap(), b"three");
         assert_eq!(mode(&d.join("a.sh_X")), 0o600);
         assert_eq!(names(&d), ["a.sh_X", "b.sh_Y"]);
@@ -377,34 +397,50 @@ mod tests {
         let root = HostRoot::open(t.path()).unwrap();
         let dirs = RunDirs::default();
         let d = t.path().join("state/flags/pkg/1.0");
-        dirs.write(&root, Path::new("/state/flags/pkg/1.0/a"), b"one")
-            .unwrap();
-        dirs.write(&root, Path::new("/state/flags/pkg/1.0/b"), b"two")
-            .unwrap();
+        dirs.write(
+            &AgentFiles::new(&root),
+            Path::new("/state/flags/pkg/1.0/a"),
+            b"one",
+        )
+        .unwrap();
+        dirs.write(
+            &AgentFiles::new(&root),
+            Path::new("/state/flags/pkg/1.0/b"),
+            b"two",
+        )
+        .unwrap();
         std::fs::remove_dir_all(t.path().join("state")).unwrap();
         assert!(
             !dirs
                 .exists(&root, Path::new("/state/flags/pkg/1.0/a"))
                 .unwrap()
         );
-        dirs.write(&root, Path::new("/state/flags/pkg/1.0/c"), b"three")
-            .unwrap();
+        dirs.write(
+            &AgentFiles::new(&root),
+            Path::new("/state/flags/pkg/1.0/c"),
+            b"three",
+        )
+        .unwrap();
         assert_eq!(names(&d), ["c"]);
         assert_eq!(std::fs::read(d.join("c")).unwrap(), b"three");
         // The new directory is kept in turn.
-        dirs.write(&root, Path::new("/state/flags/pkg/1.0/d"), b"four")
-            .unwrap();
+        dirs.write(
+            &AgentFiles::new(&root),
+            Path::new("/state/flags/pkg/1.0/d"),
+            b"four",
+        )
+        .unwrap();
         assert_eq!(names(&d), ["c", "d"]);
         let logs = t.path().join("log");
         std::fs::create_dir(&logs).unwrap();
         drop(
-            dirs.create_new(&root, Path::new("/log/x.log"), 0o644)
+            dirs.create_new(&AgentFiles::new(&root), Path::new("/log/x.log"), 0o644)
                 .unwrap(),
         );
         std::fs::remove_dir_all(&logs).unwrap();
         std::fs::create_dir(&logs).unwrap();
         drop(
-            dirs.create_new(&root, Path::new("/log/y.log"), 0o644)
+            dirs.create_new(&AgentFiles::new(&root), Path::new("/log/y.log"), 0o644)
                 .unwrap(),
         );
         assert_eq!(names(&logs), ["y.log"]);
@@ -416,13 +452,18 @@ mod tests {
         let root = HostRoot::open(t.path()).unwrap();
         let dirs = RunDirs::default();
         let d = t.path().join("flags");
-        dirs.write(&root, Path::new("/flags/first"), b"x").unwrap();
+        dirs.write(&AgentFiles::new(&root), Path::new("/flags/first"), b"x")
+            .unwrap();
         // An absolute link: resolved inside the root (as `write_atomic` does), never on the
         // agent's own filesystem.
         std::fs::create_dir(t.path().join("elsewhere")).unwrap();
         symlink("/elsewhere/target", d.join("link")).unwrap();
-        dirs.write(&root, Path::new("/flags/link"), b"through")
-            .unwrap();
+        dirs.write(
+            &AgentFiles::new(&root),
+            Path::new("/flags/link"),
+            b"through",
+        )
+        .unwrap();
         assert_eq!(
             std::fs::read(t.path().join("elsewhere/target")).unwrap(),
             b"through"
@@ -440,10 +481,11 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let root = HostRoot::open(t.path()).unwrap();
         let dirs = RunDirs::default();
-        dirs.write(&root, Path::new("/flags/first"), b"x").unwrap();
+        dirs.write(&AgentFiles::new(&root), Path::new("/flags/first"), b"x")
+            .unwrap();
         std::fs::create_dir(t.path().join("flags/taken")).unwrap();
         let e = dirs
-            .write(&root, Path::new("/flags/taken"), b"y")
+            .write(&AgentFiles::new(&root), Path::new("/flags/taken"), b"y")
             .unwrap_err();
         assert_eq!(e.path, Path::new("/flags/taken"));
         assert_eq!(names(&t.path().join("flags")), ["first", "taken"]);
@@ -460,25 +502,25 @@ mod tests {
         assert!(!dirs.exists(&root, Path::new("/log/pkg/a.log")).unwrap());
         assert_eq!(dirs.dirs.lock().unwrap().len(), 1);
         let mut f = dirs
-            .create_new(&root, Path::new("/log/pkg/a.log"), 0o640)
+            .create_new(&AgentFiles::new(&root), Path::new("/log/pkg/a.log"), 0o640)
             .unwrap();
         f.write_all(b"hello").unwrap();
         drop(f);
         assert_eq!(std::fs::read(d.join("a.log")).unwrap(), b"hello");
         assert_eq!(mode(&d.join("a.log")), 0o640);
         let taken = dirs
-            .create_new(&root, Path::new("/log/pkg/a.log"), 0o640)
+            .create_new(&AgentFiles::new(&root), Path::new("/log/pkg/a.log"), 0o640)
             .unwrap_err();
         assert_eq!(taken.kind(), io::ErrorKind::AlreadyExists);
         assert_eq!(taken.path, Path::new("/log/pkg/a.log"));
         assert!(dirs.exists(&root, Path::new("/log/pkg/a.log")).unwrap());
         assert!(
-            dirs.remove_file(&root, Path::new("/log/pkg/a.log"))
+            dirs.remove_file(&AgentFiles::new(&root), Path::new("/log/pkg/a.log"))
                 .unwrap()
         );
         assert!(
             !dirs
-                .remove_file(&root, Path::new("/log/pkg/a.log"))
+                .remove_file(&AgentFiles::new(&root), Path::new("/log/pkg/a.log"))
                 .unwrap()
         );
         assert!(!dirs.exists(&root, Path::new("/log/pkg/a.log")).unwrap());
@@ -490,10 +532,13 @@ mod tests {
         std::fs::write(t.path().join("etc/x"), b"").unwrap();
         assert!(dirs.exists(&root, Path::new("/log/pkg/l")).unwrap());
         let e = dirs
-            .create_new(&root, Path::new("/log/pkg/l"), 0o644)
+            .create_new(&AgentFiles::new(&root), Path::new("/log/pkg/l"), 0o644)
             .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
-        assert!(dirs.remove_file(&root, Path::new("/log/pkg/l")).unwrap());
+        assert!(
+            dirs.remove_file(&AgentFiles::new(&root), Path::new("/log/pkg/l"))
+                .unwrap()
+        );
         assert!(
             t.path().join("etc/x").exists(),
             "the link went, not its target"
@@ -516,9 +561,11 @@ mod tests {
         // Kept by a stat, not yet written: the first write goes through `write_atomic`.
         assert!(!dirs.exists(&root, Path::new("/flags/f")).unwrap());
         assert!(!dirs.lock()[Path::new("/flags")].swept);
-        dirs.write(&root, Path::new("/flags/f"), b"1").unwrap();
+        dirs.write(&AgentFiles::new(&root), Path::new("/flags/f"), b"1")
+            .unwrap();
         assert!(dirs.lock()[Path::new("/flags")].swept);
-        dirs.write(&root, Path::new("/flags/g"), b"2").unwrap();
+        dirs.write(&AgentFiles::new(&root), Path::new("/flags/g"), b"2")
+            .unwrap();
         assert_eq!(names(&d), ["f", "g"]);
     }
 

@@ -158,7 +158,7 @@ impl Host {
 
     /// Whether the session renders the diffs of its changes: plan and check mode, and apply
     /// with [`HostOptions::diffs`].
-    pub(in crate::host::effects) fn renders_diffs(&self) -> bool {
+    pub(in crate::host::seam::effects) fn renders_diffs(&self) -> bool {
         self.plans() || self.cx.opts.diffs
     }
 

@@ -400,7 +400,7 @@ pub enum Effect {
         /// hashes keep it) counts a reference instead of copying the bytes. Build it with
         /// `.into()` from an owned `Vec<u8>` or `String` (no copy), or with
         /// [`bytes::Bytes::copy_from_slice`] from a borrowed slice; the line view hands out
-        /// its kept rendering without a copy (`src/host/effects/appendbuf.rs`).
+        /// its kept rendering without a copy (`src/host/seam/effects/appendbuf.rs`).
         content: bytes::Bytes,
         /// Permission bits to set.
         mode: Option<u32>,

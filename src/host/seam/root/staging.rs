@@ -5,7 +5,7 @@
 //! A name is `<boot id>-<64 random bits>`: agents in different pods (each pid 1 in its
 //! own namespace) never pick the same one, and the boot id (`/proc/sys/kernel/random/
 //! boot_id`) tells a directory left before a reboot. Liveness is the lock, not the name:
-//! [`sweep`] removes exactly the directories nobody holds locked (their agent was killed;
+//! `sweep` removes exactly the directories nobody holds locked (their agent was killed;
 //! the kernel drops a dead process's locks), and keeps those of a live agent in any pod.
 //!
 //! Every change goes through descriptors: the parent directory is opened once (inside
@@ -166,7 +166,7 @@ impl StagingDir {
     ///
     /// # Errors
     /// `parent` cannot be made or opened, or every attempt lost a race.
-    pub fn create(root: &HostRoot, parent: &Path) -> Result<StagingDir> {
+    pub(in crate::host::seam) fn create(root: &HostRoot, parent: &Path) -> Result<StagingDir> {
         const OP: &str = "create staging directory in";
         let (Some(above_path), Some(parent_name)) = (parent.parent(), parent.file_name()) else {
             let e = io::Error::new(io::ErrorKind::InvalidInput, "has no parent directory");
@@ -287,7 +287,7 @@ impl Drop for StagingDir {
 ///
 /// # Errors
 /// Opening or listing `parent`, or removing an entry.
-pub fn sweep(root: &HostRoot, parent: &Path) -> Result<Vec<String>> {
+pub(in crate::host::seam) fn sweep(root: &HostRoot, parent: &Path) -> Result<Vec<String>> {
     const OP: &str = "sweep";
     let (Some(above_path), Some(parent_name)) = (parent.parent(), parent.file_name()) else {
         return Ok(Vec::new());

@@ -60,7 +60,7 @@ impl Drop for PwdLock {
 ///
 /// # Errors
 /// Opening or locking the file (the error names it).
-pub(crate) fn lock_pwd(root: &HostRoot) -> Result<PwdLock, RootError> {
+pub(in crate::host::seam) fn lock_pwd(root: &HostRoot) -> Result<PwdLock, RootError> {
     let path = Path::new(PWD_LOCK);
     let err = |op: &'static str, source: std::io::Error| RootError {
         op,

@@ -22,62 +22,62 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub struct Host {
     /// The root, options and directories to fsync, lent to the executor.
-    pub(in crate::host::effects) cx: Context,
+    pub(in crate::host::seam::effects) cx: Context,
     /// What becomes of each effect ([`crate::host::effects::executors`]), chosen when the
     /// session is built.
-    pub(in crate::host::effects) executor: Box<dyn Executor>,
-    pub(in crate::host::effects) redactor: Redactor,
+    pub(in crate::host::seam::effects) executor: Box<dyn Executor>,
+    pub(in crate::host::seam::effects) redactor: Redactor,
     /// The report's content hashes, once per file ([`crate::host::effects::hashes`]).
-    pub(in crate::host::effects) hashes: crate::host::effects::hashes::ContentHashes,
+    pub(in crate::host::seam::effects) hashes: crate::host::effects::hashes::ContentHashes,
     /// Parsed views of the files the line and block functions edited, by normalised host
     /// path ([`crate::host::files::fs`]). Any effect clears them ([`Host::submit`]); in apply mode
     /// a view is trusted only while the file's [`crate::host::effects::lines::Stamp`] is unchanged.
-    pub(in crate::host::effects) texts:
+    pub(in crate::host::seam::effects) texts:
         std::collections::HashMap<PathBuf, crate::host::effects::lines::View>,
-    pub(in crate::host::effects) report: Report,
-    pub(in crate::host::effects) pending_daemon_reload: bool,
-    pub(in crate::host::effects) pending_grub: GrubPending,
+    pub(in crate::host::seam::effects) report: Report,
+    pub(in crate::host::seam::effects) pending_daemon_reload: bool,
+    pub(in crate::host::seam::effects) pending_grub: GrubPending,
     /// A daemon-reload record exists in the root ([`deferred`]).
-    pub(in crate::host::effects) recorded_reload: bool,
+    pub(in crate::host::seam::effects) recorded_reload: bool,
     /// A grub record exists in the root ([`deferred`]).
-    pub(in crate::host::effects) recorded_grub: bool,
+    pub(in crate::host::seam::effects) recorded_grub: bool,
     /// An initramfs regeneration is due at the end of the step ([`crate::host::kernel::kmod`]).
-    pub(in crate::host::effects) pending_initramfs: bool,
+    pub(in crate::host::seam::effects) pending_initramfs: bool,
     /// An initramfs record exists in the root ([`deferred`]).
-    pub(in crate::host::effects) recorded_initramfs: bool,
-    pub(in crate::host::effects) finished: bool,
+    pub(in crate::host::seam::effects) recorded_initramfs: bool,
+    pub(in crate::host::seam::effects) finished: bool,
     /// The script position of the host call being served ([`Host::set_position`]).
-    pub(in crate::host::effects) position: Option<Position>,
+    pub(in crate::host::seam::effects) position: Option<Position>,
     /// The step's ordered list, shared with a recording output ([`Host::journal`]).
-    pub(in crate::host::effects) journal: Journal,
+    pub(in crate::host::seam::effects) journal: Journal,
     /// A package repository changed in this session: the next `pkg::install` refreshes the
     /// index ([`Host::mark_package_index_stale`]).
-    pub(in crate::host::effects) package_index_stale: bool,
+    pub(in crate::host::seam::effects) package_index_stale: bool,
     /// Set by the line functions for the one write they submit next: what its content adds
     /// to the old ([`crate::host::effects::textdiff::Appended`]); taken by [`Host::submit`].
-    pub(in crate::host::effects) appended: Option<crate::host::effects::textdiff::Appended>,
+    pub(in crate::host::seam::effects) appended: Option<crate::host::effects::textdiff::Appended>,
     /// Apply mode: the pending write of batched line edits ((module docs, "Batched line edits")).
-    pub(in crate::host::effects) batch: Batch,
+    pub(in crate::host::seam::effects) batch: Batch,
     /// Set by the line functions for the one write they submit next: record its change but
     /// hold the write for a batch ((module docs, "Batched line edits")); taken by [`Host::submit`].
-    pub(in crate::host::effects) hold_write: bool,
+    pub(in crate::host::seam::effects) hold_write: bool,
     /// The next [`Host::submit`] of a write is a line or block edit (the undo journal
     /// records its lines: [`Host::next_write_is_line_edit`]).
-    pub(in crate::host::effects) line_write: bool,
+    pub(in crate::host::seam::effects) line_write: bool,
     /// Every effect submitted, in order, once [`Host::record_effects`] was called: the
     /// recording double tests assert an area's effects with.
-    pub(in crate::host::effects) recorded: Option<Vec<Effect>>,
+    pub(in crate::host::seam::effects) recorded: Option<Vec<Effect>>,
     /// Lines saying what this session's start undid ([`Host::recovered`]).
-    pub(in crate::host::effects) recovered: Vec<String>,
+    pub(in crate::host::seam::effects) recovered: Vec<String>,
     /// Plan mode: the commands the plan did not run, in order, over all the steps of the
     /// session (a dry run's or the preflight's): later reads of what they may have touched
     /// are unknown ([`Host::check_known`]).
-    pub(in crate::host::effects) planned_commands: Vec<PlannedCommand>,
+    pub(in crate::host::seam::effects) planned_commands: Vec<PlannedCommand>,
     /// Plan mode: the session's first effect the plan recorded without running its program
     /// ([`Effect::runs_program`]: a `run`/`sh` command, a package, service, mount, module,
     /// grub or tuned action): a later call's failure that depends on the host is unknown
     /// ([`Host::unplanned_command`]). Names no path.
-    pub(in crate::host::effects) first_unplanned: Option<PlannedCommand>,
+    pub(in crate::host::seam::effects) first_unplanned: Option<PlannedCommand>,
 }
 
 impl Host {
@@ -192,7 +192,7 @@ impl Host {
 
     /// The execution mode (effects only: an area asks the session what it needs, never
     /// which mode it is in).
-    pub(in crate::host::effects) fn mode(&self) -> ExecMode {
+    pub(in crate::host::seam::effects) fn mode(&self) -> ExecMode {
         self.executor.mode()
     }
 
@@ -207,7 +207,7 @@ impl Host {
 
     /// The host root itself, for the effects' own reads; pending batched line edits are
     /// written first, as for [`Host::root`].
-    pub(in crate::host::effects) fn host_root(&self) -> &HostRoot {
+    pub(in crate::host::seam::effects) fn host_root(&self) -> &HostRoot {
         self.batch.flush(&self.cx, &*self.executor);
         &self.cx.root
     }
@@ -246,7 +246,7 @@ impl Host {
     }
 
     /// The report so far (without the `after` hashes, which are set when the session or
-    /// step ends: `src/host/effects/hashes.rs`).
+    /// step ends: `src/host/seam/effects/hashes.rs`).
     pub fn report(&self) -> &Report {
         &self.report
     }
@@ -292,7 +292,7 @@ impl Host {
 
 /// A command a plan recorded without running it ([`Host::note_planned_command`]).
 #[derive(Debug)]
-pub(in crate::host::effects) struct PlannedCommand {
+pub(in crate::host::seam::effects) struct PlannedCommand {
     /// The command line, shell-quoted.
     pub(super) command: String,
     /// Where the script planned it.

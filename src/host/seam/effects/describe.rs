@@ -139,7 +139,7 @@ pub(crate) struct Described {
     /// The unified diff of file contents, when asked for.
     pub diff: Option<String>,
     /// `sha256:` of the content after, when the effect itself declares it (a fetch's
-    /// verified digest). File writes get theirs from the session (`src/host/effects/hashes.rs`).
+    /// verified digest). File writes get theirs from the session (`src/host/seam/effects/hashes.rs`).
     pub after: Option<String>,
     /// Missing directories the effect creates on the way, outermost first.
     pub mkdir: Vec<String>,

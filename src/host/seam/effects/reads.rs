@@ -20,7 +20,7 @@ pub struct RootReads<'a>(&'a HostRoot);
 
 impl<'a> RootReads<'a> {
     /// The read view of `root` (effects only: areas get theirs from `Host::root`).
-    pub(in crate::host::effects) fn of(root: &'a HostRoot) -> Self {
+    pub(in crate::host::seam::effects) fn of(root: &'a HostRoot) -> Self {
         RootReads(root)
     }
 

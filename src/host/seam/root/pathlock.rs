@@ -129,7 +129,7 @@ fn open(root: &HostRoot, path: &Path) -> Result<File, RootError> {
 ///
 /// # Errors
 /// Creating or opening the lock file, or `flock` failing (the error names the lock file).
-pub fn lock(root: &HostRoot, key: &Path) -> Result<PathLock, RootError> {
+pub(in crate::host::seam) fn lock(root: &HostRoot, key: &Path) -> Result<PathLock, RootError> {
     let path = lock_file(key);
     // Bounded: each round lost means another holder unlinked the file we waited on.
     for _ in 0..64 {
@@ -159,7 +159,7 @@ pub fn lock(root: &HostRoot, key: &Path) -> Result<PathLock, RootError> {
 ///
 /// # Errors
 /// Opening the root or `flock` failing.
-pub fn lock_root(root: &HostRoot) -> Result<PathLock, RootError> {
+pub(in crate::host::seam) fn lock_root(root: &HostRoot) -> Result<PathLock, RootError> {
     let dir = Path::new("/");
     let file = root.open_with(
         "lock",

@@ -1,8 +1,10 @@
 //! The write side of [`HostRoot`]: directories, new files, atomic replacements (temp file,
 //! fsync, rename; [`DirSync`] for when the directory is synced), removals, renames,
-//! modes, owners, symlinks and times. Only the executors (`host/effects/executors`), the
-//! undo journal and the agent's own state (`state/`) call these; an area never holds a
-//! [`HostRoot`] (it gets [`crate::host::effects::reads::RootReads`]).
+//! modes, owners, symlinks and times. Every method is `pub(in crate::host::seam)`: the root
+//! itself and the session's executors and undo journal (`host/seam/effects`) call them; an
+//! area does not compile a call (it holds a session, whose root is
+//! [`crate::host::effects::reads::RootReads`]); the agent's own files (`state/`, `logs/`,
+//! `mode/`, `agent/`) are written through [`super::AgentFiles`].
 
 use super::host_root::split;
 use super::host_root::{HostRoot, normalize, pathrs_io};
@@ -32,7 +34,7 @@ pub enum DirSync<'a> {
 pub(super) const MAX_SYMLINK_HOPS: usize = 40;
 
 /// Mode of the missing parent directories every creator makes on the way
-/// ([`HostRoot::create_dir_all`], and so new files, symlinks and downloads): 0755, set
+/// ([`AgentFiles::create_dir_all`](super::AgentFiles::create_dir_all), and so new files, symlinks and downloads): 0755, set
 /// exactly whatever the umask, as the plan reports them (`mkdir -p` under umask 022).
 pub const PARENT_DIR_MODE: u32 = 0o755;
 
@@ -73,7 +75,11 @@ impl HostRoot {
     ///
     /// # Errors
     /// Not found or `utimensat` failure.
-    pub fn set_mtime(&self, host: &Path, mtime: std::time::SystemTime) -> Result<()> {
+    pub(in crate::host::seam) fn set_mtime(
+        &self,
+        host: &Path,
+        mtime: std::time::SystemTime,
+    ) -> Result<()> {
         let f = self.open_with("set times of", host, OpenFlags::O_RDONLY)?;
         f.set_modified(mtime)
             .map_err(|e| self.err("set times of", host, e))
@@ -85,7 +91,7 @@ impl HostRoot {
     ///
     /// # Errors
     /// Not found, permission, or an attempted escape (`EXDEV`).
-    pub fn open_write(&self, host: &Path) -> Result<File> {
+    pub(in crate::host::seam) fn open_write(&self, host: &Path) -> Result<File> {
         self.open_with("open", host, OpenFlags::O_WRONLY)
     }
 }
@@ -102,7 +108,11 @@ impl HostRoot {
     /// # Errors
     /// A component exists and is not a directory (`ENOTDIR`, naming it), or a `mkdir`/`chmod`
     /// fails (naming the directory).
-    pub fn create_dir_all(&self, host: &Path, mode: u32) -> Result<Vec<PathBuf>> {
+    pub(in crate::host::seam) fn create_dir_all(
+        &self,
+        host: &Path,
+        mode: u32,
+    ) -> Result<Vec<PathBuf>> {
         const OP: &str = "create directory";
         self.check_abs(OP, host)?;
         let host = normalize(host);
@@ -157,7 +167,7 @@ impl HostRoot {
     ///
     /// # Errors
     /// `AlreadyExists`, or any creation failure.
-    pub fn create_new(&self, host: &Path, mode: u32) -> Result<File> {
+    pub(in crate::host::seam) fn create_new(&self, host: &Path, mode: u32) -> Result<File> {
         self.check_abs("create", host)?;
         self.create_excl("create", host, mode)
     }
@@ -189,7 +199,7 @@ impl HostRoot {
 
     /// Where a write to `host` should land: `host` itself, or for a symlink the target it
     /// resolves to inside the root (also when the target does not exist yet).
-    pub(crate) fn write_target(&self, host: &Path) -> Result<PathBuf> {
+    pub(in crate::host::seam) fn write_target(&self, host: &Path) -> Result<PathBuf> {
         let mut cur = host.to_path_buf();
         for _ in 0..MAX_SYMLINK_HOPS {
             match self.symlink_metadata(&cur)? {
@@ -229,7 +239,12 @@ impl HostRoot {
     /// # Errors
     /// Any creation, write, fsync or rename failure; the destination is then unchanged and the
     /// temporary file removed.
-    pub fn write_atomic(&self, host: &Path, data: &[u8], mode: Option<u32>) -> Result<()> {
+    pub(in crate::host::seam) fn write_atomic(
+        &self,
+        host: &Path,
+        data: &[u8],
+        mode: Option<u32>,
+    ) -> Result<()> {
         self.write_atomic_owned(host, data, mode, None, None)
     }
 
@@ -246,7 +261,7 @@ impl HostRoot {
     ///
     /// # Errors
     /// Any other open or fsync failure (`EIO`, `ENOSPC`, `ENOTDIR`, ...), op `sync directory`.
-    pub fn sync_dir_checked(&self, dir: &Path) -> Result<()> {
+    pub(in crate::host::seam) fn sync_dir_checked(&self, dir: &Path) -> Result<()> {
         const OP: &str = "sync directory";
         let f = match self.open_with(OP, dir, OpenFlags::O_RDONLY | OpenFlags::O_DIRECTORY) {
             Ok(f) => f,
@@ -265,7 +280,7 @@ impl HostRoot {
     ///
     /// # Errors
     /// Any failure other than "not found" (a directory gives `EISDIR`).
-    pub fn remove_file(&self, host: &Path) -> Result<bool> {
+    pub(in crate::host::seam) fn remove_file(&self, host: &Path) -> Result<bool> {
         self.check_abs("remove", host)?;
         match self.in_root(host, |r, p| r.remove_file(p)) {
             Ok(()) => Ok(true),
@@ -284,7 +299,7 @@ impl HostRoot {
     ///
     /// # Errors
     /// Not empty, not a directory, or another failure.
-    pub fn remove_dir(&self, host: &Path) -> Result<bool> {
+    pub(in crate::host::seam) fn remove_dir(&self, host: &Path) -> Result<bool> {
         self.check_abs("remove directory", host)?;
         match self.in_root(host, |r, p| r.remove_dir(p)) {
             Ok(()) => Ok(true),
@@ -303,7 +318,7 @@ impl HostRoot {
     ///
     /// # Errors
     /// Any rename failure.
-    pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+    pub(in crate::host::seam) fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         self.check_abs("rename", from)?;
         self.check_abs("rename", to)?;
         self.rename_raw(from, to)
@@ -314,7 +329,7 @@ impl HostRoot {
     ///
     /// # Errors
     /// Not found or `fchmod` failure.
-    pub fn set_mode(&self, host: &Path, mode: u32) -> Result<()> {
+    pub(in crate::host::seam) fn set_mode(&self, host: &Path, mode: u32) -> Result<()> {
         let f = self.open_with("chmod", host, OpenFlags::O_PATH)?;
         // fchmod does not work on O_PATH descriptors; chmod through /proc/self/fd does.
         let proc = format!("/proc/self/fd/{}", f.as_raw_fd());
@@ -326,7 +341,7 @@ impl HostRoot {
     ///
     /// # Errors
     /// `AlreadyExists` or any creation failure.
-    pub fn symlink(&self, target: &Path, link: &Path) -> Result<()> {
+    pub(in crate::host::seam) fn symlink(&self, target: &Path, link: &Path) -> Result<()> {
         self.check_abs("create symlink", link)?;
         self.in_root(link, |r, p| {
             r.create(p, &InodeType::Symlink(target.to_path_buf()))
@@ -341,7 +356,12 @@ impl HostRoot {
     ///
     /// # Errors
     /// Not found, or the `chown` failure.
-    pub fn set_owner(&self, host: &Path, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
+    pub(in crate::host::seam) fn set_owner(
+        &self,
+        host: &Path,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> Result<()> {
         let f = self.open_with("chown", host, OpenFlags::O_PATH)?;
         // fchown does not work on O_PATH descriptors; chown through /proc/self/fd does.
         let proc = format!("/proc/self/fd/{}", f.as_raw_fd());
@@ -353,7 +373,7 @@ impl HostRoot {
     ///
     /// # Errors
     /// Not found (the file is never created), permission, or the write failure.
-    pub fn write_in_place(&self, host: &Path, data: &[u8]) -> Result<()> {
+    pub(in crate::host::seam) fn write_in_place(&self, host: &Path, data: &[u8]) -> Result<()> {
         let mut f = self.open_with("write", host, OpenFlags::O_WRONLY | OpenFlags::O_TRUNC)?;
         f.write_all(data).map_err(|e| self.err("write", host, e))
     }
@@ -367,7 +387,7 @@ impl HostRoot {
     /// # Errors
     /// As [`HostRoot::write_atomic`], plus a failure to copy an extended attribute (except
     /// when the filesystem does not support them).
-    pub fn write_atomic_owned(
+    pub(in crate::host::seam) fn write_atomic_owned(
         &self,
         host: &Path,
         data: &[u8],
@@ -385,7 +405,7 @@ impl HostRoot {
     ///
     /// # Errors
     /// As [`HostRoot::write_atomic_owned`], plus `fill`'s error.
-    pub fn write_atomic_from(
+    pub(in crate::host::seam) fn write_atomic_from(
         &self,
         host: &Path,
         mode: Option<u32>,
@@ -403,7 +423,7 @@ impl HostRoot {
     ///
     /// # Errors
     /// As [`HostRoot::write_atomic_from`].
-    pub fn write_atomic_synced(
+    pub(in crate::host::seam) fn write_atomic_synced(
         &self,
         host: &Path,
         mode: Option<u32>,

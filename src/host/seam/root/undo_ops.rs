@@ -35,7 +35,7 @@ impl HostRoot {
     /// # Errors
     /// `AlreadyExists` when `to` is taken, `CrossesDevices` (`EXDEV`) across filesystems,
     /// any other rename failure.
-    pub(crate) fn rename_noreplace(&self, from: &Path, to: &Path) -> Result<()> {
+    pub(in crate::host::seam) fn rename_noreplace(&self, from: &Path, to: &Path) -> Result<()> {
         self.check_abs("rename", from)?;
         self.check_abs("rename", to)?;
         self.root
@@ -48,7 +48,13 @@ impl HostRoot {
     ///
     /// # Errors
     /// The parent missing, the name taken, `mknod` failing.
-    pub(crate) fn make_node(&self, host: &Path, kind: Node, mode: u32, rdev: u64) -> Result<()> {
+    pub(in crate::host::seam) fn make_node(
+        &self,
+        host: &Path,
+        kind: Node,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<()> {
         self.check_abs("mknod", host)?;
         let perm = Permissions::from_mode(mode & 0o7777);
         let node = match kind {
@@ -66,7 +72,11 @@ impl HostRoot {
     ///
     /// # Errors
     /// `dir` missing or not a directory; the filesystem without `O_TMPFILE`.
-    pub(crate) fn create_unnamed(&self, dir: &Path, mode: u32) -> Result<(File, File)> {
+    pub(in crate::host::seam) fn create_unnamed(
+        &self,
+        dir: &Path,
+        mode: u32,
+    ) -> Result<(File, File)> {
         let d = self.open_with("create", dir, OpenFlags::O_PATH | OpenFlags::O_DIRECTORY)?;
         // SAFETY: a NUL-terminated literal, a directory descriptor we own.
         let fd = unsafe {
@@ -89,7 +99,7 @@ impl HostRoot {
     ///
     /// # Errors
     /// The name taken, `linkat` failing.
-    pub(crate) fn link_unnamed(
+    pub(in crate::host::seam) fn link_unnamed(
         &self,
         f: &File,
         dir: &File,

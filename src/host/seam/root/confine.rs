@@ -172,7 +172,7 @@ impl HostRoot {
 
     /// Rename `from` to `to`, each resolved in its own root ([`HostRoot::in_root`]): one
     /// `renameat` between the two parents' handles.
-    pub(crate) fn rename_raw(&self, from: &Path, to: &Path) -> io::Result<()> {
+    pub(in crate::host::seam) fn rename_raw(&self, from: &Path, to: &Path) -> io::Result<()> {
         use pathrs::flags::RenameFlags;
         let a = self.confined.pick(from);
         let b = self.confined.pick(to);

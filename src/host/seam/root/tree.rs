@@ -194,7 +194,7 @@ impl HostRoot {
     /// Mount points as above; any other failure than "not found".
     ///
     /// [`mounts_below`]: HostRoot::mounts_below
-    pub fn remove_all(&self, host: &Path) -> Result<bool> {
+    pub(in crate::host::seam) fn remove_all(&self, host: &Path) -> Result<bool> {
         let (existed, found) = self.walk(host, false)?;
         if !existed {
             return Ok(false);
@@ -214,7 +214,7 @@ impl HostRoot {
     ///
     /// # Errors
     /// Mount points; resolution, `statx` or listing failures.
-    pub fn remove_all_check(&self, host: &Path) -> Result<()> {
+    pub(in crate::host::seam) fn remove_all_check(&self, host: &Path) -> Result<()> {
         let mounts = self.mounts_below(host)?;
         if mounts.is_empty() {
             Ok(())

@@ -8,12 +8,13 @@
 //!
 //! Nothing here checks paths lexically; confinement is the kernel's (or pathrs') job.
 //!
-//! Durability: an atomic write ([`HostRoot::write_atomic`] and friends) is temp file, write,
+//! Durability: an atomic write (`HostRoot::write_atomic` and friends) is temp file, write,
 //! fsync(file), rename, fsync(directory), both fsyncs at once. A session's executor writes
-//! with [`HostRoot::write_atomic_synced`] and [`DirSync::Defer`] instead: the file's fsync
+//! with `HostRoot::write_atomic_synced` and [`DirSync::Defer`] instead: the file's fsync
 //! still comes before the rename, the directory's is collected and done once at the end of
 //! the step ([`crate::host::root::durability`], policy `fsync1`).
 
+mod agent_files;
 pub mod confine;
 pub mod deferred;
 pub mod digest;
@@ -40,6 +41,7 @@ mod tree;
 pub(crate) mod undo_ops;
 mod write;
 
+pub use agent_files::AgentFiles;
 pub(crate) use entry::kind_name;
 pub use entry::{DirEntry, EntryKind};
 use host_root::{ConfinedDir, split};
@@ -53,3 +55,29 @@ pub use root_error::{Result, RootError};
 pub use tmp::TMP_PREFIX;
 pub(crate) use tmp::{is_stale_tmp, tmp_name};
 pub use write::{DirSync, PARENT_DIR_MODE};
+
+/// For the areas' tests only: the root services they exercise directly, which outside tests
+/// only the seam reaches.
+#[cfg(test)]
+pub(crate) mod test_doors {
+    use std::path::Path;
+
+    use super::{HostRoot, Result, RootError};
+
+    /// [`super::pwdlock::lock_pwd`].
+    pub(crate) fn lock_pwd(
+        root: &HostRoot,
+    ) -> std::result::Result<super::pwdlock::PwdLock, RootError> {
+        super::pwdlock::lock_pwd(root)
+    }
+
+    /// [`super::staging::StagingDir`], with its `create`.
+    pub(crate) struct StagingDir;
+
+    impl StagingDir {
+        /// [`super::staging::StagingDir::create`].
+        pub(crate) fn create(root: &HostRoot, parent: &Path) -> Result<super::staging::StagingDir> {
+            super::staging::StagingDir::create(root, parent)
+        }
+    }
+}
