@@ -4,7 +4,7 @@
 //! [`StepSpec`](crate::step::StepSpec) and invocation, check summaries, history, and the
 //! judging of interrupts script steps request; with what it needs: the run's [`Settings`]
 //! (the only reader of the agent's environment), the [`Console`], the step environment
-//! ([`env`]), step log files ([`step_logs`]) and the Skyhook CR's interrupt declarations
+//! (`env`), step log files ([`step_logs`]) and the Skyhook CR's interrupt declarations
 //! ([`coverage`]).
 //!
 //! - [`run_loop`]: [`ModeLoop`], made by [`ModeLoop::new`] alone, its runs of steps and of

@@ -564,10 +564,10 @@ impl Run<'_> {
 /// See the module docs for how the run ends. Blocks the calling thread; needs no runtime.
 ///
 /// The phases: a token aborted already starts nothing; spawn; then until the run is over
-/// the clock ([`Run::tick`]), one wait ([`Run::wait`]) and what it found: output
-/// ([`Run::pump`]), input ([`Run::feed`]), the main process's exit ([`Run::watch_main`]),
-/// the token ([`Run::watch_cancel`]); then what is left is killed ([`Run::stop`]) and the
-/// main process reaped ([`Run::reap`]).
+/// the clock (`Run::tick`), one wait (`Run::wait`) and what it found: output
+/// (`Run::pump`), input (`Run::feed`), the main process's exit (`Run::watch_main`),
+/// the token (`Run::watch_cancel`); then what is left is killed (`Run::stop`) and the
+/// main process reaped (`Run::reap`).
 ///
 /// Never fails: a spawn error is [`Outcome::SpawnFailed`], read errors are in
 /// [`Report::read_errors`]. Side effects: the process and its group are signalled, the main

@@ -37,7 +37,7 @@ pub struct Spec {
     /// Descriptors of this process that the child inherits (their `FD_CLOEXEC` is cleared
     /// in the child only). Must be open; must not be 0, 1 or 2.
     pub keep_fds: Vec<RawFd>,
-    /// A cgroup directory (see [`cgroup`]) the process joins before `exec`; the run then
+    /// A cgroup directory (see `cgroup`) the process joins before `exec`; the run then
     /// ends its members instead of the adopted descendants. `None`: the process group and
     /// the subreaper sweep are the boundary.
     pub cgroup: Option<PathBuf>,

@@ -390,8 +390,8 @@ const MAX_CAP: libc::c_int = 63;
 /// empty directory, and make that tree read-only, without devices and set-uid
 /// (`mount_setattr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID, AT_RECURSIVE)`:
 /// a read-only mount alone still lets a process write to a disk through its device node);
-/// then bind the server's harmless character devices ([`HARMLESS_DEVICES`]) over the tree's
-/// and drop every capability but [`KEPT_CAPS`] from this thread's bounding set, so no
+/// then bind the server's harmless character devices (`HARMLESS_DEVICES`) over the tree's
+/// and drop every capability but `KEPT_CAPS` from this thread's bounding set, so no
 /// command can remount the tree writable or `chroot` out of it. Processes this thread (and the threads it starts) fork inherit all of it.
 /// The plan then uses `at` as its host root.
 ///
@@ -530,7 +530,7 @@ pub type Ended = (Value, Map<String, Value>);
 /// Plan every mode of `job` against `root` with the service's `engine` on a thread of its
 /// own, read-only ([`enter_read_only`]), emitting events to `emit`. On `cancel` (or a
 /// timeout, or this future dropped) the exit is `{"error": "cancelled"}` at once and every
-/// process of the plan's mount namespace is killed, then again each [`REAP_EVERY`] until
+/// process of the plan's mount namespace is killed, then again each `REAP_EVERY` until
 /// the thread (whose script can start a command after a sweep) ends; when the plan ends, what
 /// its commands left running is killed too.
 pub async fn run(

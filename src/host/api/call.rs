@@ -41,8 +41,8 @@ pub(crate) enum CallError {
 /// causes a script sees, and whether it may depend on the host root's state (as
 /// [`HostError::depends_on_host`]: after a command the plan did not run, such a failure is
 /// unknown in the plan, not a refusal). An area's error enum wraps [`HostError`] for what the
-/// session fails with; [`area_error!`](crate::host::api::area_error) converts it into a
-/// [`CallError`], unwrapping that variant.
+/// session fails with; `area_error!` converts it into a
+/// `CallError`, unwrapping that variant.
 pub trait AreaError: std::error::Error + Send + Sync + 'static {
     /// Whether the failure may depend on the host root's state.
     fn depends_on_host(&self) -> bool;

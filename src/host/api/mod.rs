@@ -1,9 +1,9 @@
 //! Host functions as scripts see them: [`HostApi`], one step's [`Host`](crate::host::Host)
-//! session shared by every binding of a run ([`handle`]); one host call as a binding makes it
-//! ([`Api::call`], [`CallError`], in `call`); the [`host_fn!`] item that defines a host function
+//! session shared by every binding of a run (`handle`); one host call as a binding makes it
+//! (`Api::call`, `CallError`, in `call`); the `host_fn!` item that defines a host function
 //! once (its `fn`, `///` text, signature and effects give its registration and its reference
-//! row, [`FnDoc`]) and [`host_fns!`], a file's table of them ([`define`]); the registration
-//! into Rhai modules ([`Registrar`]); the conversions between Rhai values and the areas' types
+//! row, [`FnDoc`]) and `host_fns!`, a file's table of them (`define`); the registration
+//! into Rhai modules (`Registrar`); the conversions between Rhai values and the areas' types
 //! ([`convert`]); and [`ScriptOutput`].
 //!
 //! It sits below the areas so that each host function has one home: the file of its area

@@ -62,7 +62,7 @@ pub struct Fetched {
     /// The file was (or would be) downloaded.
     pub downloaded: bool,
     /// The download was only planned (plan and check mode: nothing was requested), as the
-    /// session's executor answered ([`Host::submit_download`]).
+    /// session's executor answered (`Host::submit_download`).
     pub planned: bool,
 }
 

@@ -76,8 +76,8 @@
 //!
 //! # Deadline
 //!
-//! [`ScriptHost::register`] tightens the session's deadline to the run's
-//! ([`RunHandle::deadline`]), so commands (`run`, `sh`, and the internal `systemctl`,
+//! `ScriptHost::register` tightens the session's deadline to the run's
+//! (`RunHandle::deadline`), so commands (`run`, `sh`, and the internal `systemctl`,
 //! package manager and grub commands) default to what remains of it; an explicit `timeout`
 //! is capped by it too.
 

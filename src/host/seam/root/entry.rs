@@ -20,7 +20,7 @@ pub(crate) fn kind_name(ft: std::fs::FileType) -> &'static str {
     }
 }
 
-/// One entry of [`HostRoot::read_dir`].
+/// One entry of `HostRoot::read_dir`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
     /// The file name (one path component).

@@ -114,7 +114,7 @@ pub fn open_beneath(dir: &Path, name: &Path, flags: libc::c_int) -> io::Result<F
 }
 
 /// [`open_beneath`] in the directory open as `d` (a directory opened through a
-/// [`HostRoot`], so the whole path stays inside the root).
+/// `HostRoot`, so the whole path stays inside the root).
 ///
 /// # Errors
 /// As [`open_beneath`].

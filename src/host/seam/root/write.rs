@@ -19,13 +19,13 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// When an atomic write makes its directory entry durable ([`durability`]).
+/// When an atomic write makes its directory entry durable (`durability`).
 #[derive(Clone, Copy)]
 pub enum DirSync<'a> {
     /// fsync the directory right after the rename (outside a session; the agent's state).
     Now,
     /// Hand the directory to a session's set, fsynced once at the end of the step
-    /// ([`durability::DirSyncs::add`]).
+    /// (`durability::DirSyncs::add`).
     Defer(&'a dyn Fn(&Path)),
 }
 

@@ -6,7 +6,7 @@ use crate::host::effects::overlay::normalize;
 use crate::host::root::error::Result;
 use std::path::{Path, PathBuf};
 
-/// The lock of a file set's own tools that [`Host::locked_update`] takes after the path
+/// The lock of a file set's own tools that `Host::locked_update` takes after the path
 /// locks, in apply mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolLock {

@@ -1,9 +1,9 @@
 //! [`Host`]: one step's session over the host root, and its executor.
 //!
-//! A `Host` is created per step with an [`ExecMode`], which picks its executor once
+//! A `Host` is created per step with an `ExecMode`, which picks its executor once
 //! (`effects/executors`). API functions (`fs::write`, `service::start`, ...)
 //! read through the session's *view* and hand every mutation to [`Host::submit`] as an
-//! [`Effect`]; the session validates it, describes it for the report, and hands it to the
+//! `Effect`; the session validates it, describes it for the report, and hands it to the
 //! executor:
 //!
 //! - **Apply**: performs the effect;
@@ -20,7 +20,7 @@
 //! the next `service::` call or at the end of the step; a changed grub drop-in schedules one
 //! grub regeneration at the end, a changed `kmod::` blacklist or options file one initramfs
 //! regeneration ([`crate::host::kernel::kmod`]). [`Host::finish`] runs what is pending and returns the
-//! [`Report`]. A failed step ends with [`Host::fail_with_report`] instead (below). As a
+//! `Report`. A failed step ends with [`Host::fail_with_report`] instead (below). As a
 //! safety net, dropping a `Host` without ending it runs pending work too (errors are then
 //! lost), so an early `?` return cannot lose it.
 //!
@@ -58,7 +58,7 @@
 //! [`Host::submit`] validates an effect the same way in every mode before handing it to the
 //! executor, so that a plan never promises what an apply refuses: a file, directory or
 //! symlink cannot be created beneath an existing non-directory or a dangling symlink
-//! ([`HostError::BadAncestor`]), and `/` itself cannot be removed.
+//! (`HostError::BadAncestor`), and `/` itself cannot be removed.
 
 //!
 //! # Batched line edits
@@ -88,7 +88,7 @@
 //! The **flush** `stat`s the file (still under the lock) and compares its stamp with the one
 //! the view was read with: when it moved, a writer that does not take skyhook's path locks
 //! (an editor, another tool's `sed -i`) changed the file during the step, and the flush
-//! fails with [`HostError::ChangedUnderStep`] naming the file, leaving that writer's content
+//! fails with `HostError::ChangedUnderStep` naming the file, leaving that writer's content
 //! in place. Otherwise the final content is written once, as one
 //! [`crate::host::effects::effect::Effect::WriteFile`] handed to the session's executor
 //! (`Executor::execute_batched`; the apply executor's
@@ -102,7 +102,7 @@
 //! flush (the read or effect is then not done), [`crate::host::Host::root`] (which cannot fail) keeps it
 //! for the next fallible call, and `finish*` return it. When a call got it and the script
 //! went on (a `try` around an unrelated read), `finish*` still fail, with
-//! [`HostError::EditsNotWritten`] naming the file, so no step flag is written for a report
+//! `HostError::EditsNotWritten` naming the file, so no step flag is written for a report
 //! whose edits are not on disk. The changes a failed batch recorded
 //! stay in the report. A step that fails after some edits still has them written by
 //! `finish*`, as if each had been written at once. A SIGKILL before the flush
