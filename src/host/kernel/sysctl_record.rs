@@ -17,6 +17,7 @@ use std::path::PathBuf;
 
 use crate::host::Host;
 use crate::host::effects::effect::{Effect, sysctl_proc_path};
+use crate::host::kernel::tuning::sysctl::SysctlError;
 use crate::host::root::error::Result;
 
 /// The state directory when the step's environment has no `SKYHOOK_ROOT_DIR`.
@@ -85,8 +86,9 @@ pub fn note_first_change(h: &mut Host, key: &str, before: &str) -> Result<()> {
 /// line. False when nothing was recorded for it.
 ///
 /// # Errors
-/// Reading or writing the record; the key has no `/proc/sys` entry any more.
-pub fn restore(h: &mut Host, key: &str) -> Result<bool> {
+/// Reading or writing the record; [`SysctlError::Unknown`]: the key has no `/proc/sys` entry
+/// any more.
+pub fn restore(h: &mut Host, key: &str) -> Result<bool, SysctlError> {
     let mut rec = read(h)?;
     let Some(value) = rec.remove(key) else {
         h.note_unchanged();
@@ -110,7 +112,7 @@ host_fn! {
 ///
 /// # Errors
 /// As [`restore`]; nothing is restored after the first failure.
-pub fn restore_all(h: &mut Host) -> Result<bool> {
+pub fn restore_all(h: &mut Host) -> Result<bool, SysctlError> {
     let rec = read(h)?;
     if rec.is_empty() {
         h.note_unchanged();
@@ -134,14 +136,14 @@ host_fn! {
 
 /// The live value of `key` brought to `value` without touching the record (read here, not
 /// through `tuning::sysctl`, which calls this module).
-fn set_live(h: &mut Host, key: &str, value: &str) -> Result<bool> {
+fn set_live(h: &mut Host, key: &str, value: &str) -> Result<bool, SysctlError> {
     let path = sysctl_proc_path(key)?;
     let cur = h
         .view_read(&path)?
         .map(|b| String::from_utf8_lossy(&b).trim().to_string());
     let norm = |v: &str| v.split_whitespace().collect::<Vec<_>>().join(" ");
     match cur {
-        None => Err(crate::host::root::error::HostError::UnknownSysctl {
+        None => Err(SysctlError::Unknown {
             key: key.into(),
             path,
         }),

@@ -16,12 +16,44 @@ fn check_file_name(what: &'static str, file: &str) -> Result<()> {
 pub mod sysctl {
     use std::path::Path;
 
+    use std::path::PathBuf;
+
     use super::check_file_name;
     use crate::host::Host;
     use crate::host::effects::effect::Effect;
     use crate::host::root::error::{HostError, Result};
 
     pub use crate::host::effects::effect::sysctl_proc_path as proc_path;
+
+    /// A failure of a `sysctl::` function of its own; everything else is the session's
+    /// [`HostError`].
+    #[derive(Debug, thiserror::Error)]
+    pub enum SysctlError {
+        /// What the session failed with.
+        #[error(transparent)]
+        Host(#[from] HostError),
+
+        /// A sysctl key has no `/proc/sys` entry under the root.
+        #[error("unknown sysctl key {key:?} (no {})", path.display())]
+        Unknown {
+            /// The key as given.
+            key: String,
+            /// The host path looked up.
+            path: PathBuf,
+        },
+    }
+
+    impl crate::host::api::AreaError for SysctlError {
+        /// A missing entry is the host's state (a command the plan did not run, `modprobe`,
+        /// may create it).
+        fn depends_on_host(&self) -> bool {
+            match self {
+                SysctlError::Host(e) => e.depends_on_host(),
+                SysctlError::Unknown { .. } => true,
+            }
+        }
+    }
+    crate::host::api::area_error!(SysctlError);
 
     fn normalize(v: &str) -> String {
         v.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -42,8 +74,8 @@ pub mod sysctl {
     /// under `/etc`; see [`persist`].
     ///
     /// # Errors
-    /// [`HostError::UnknownSysctl`] when the key has no `/proc/sys` entry; write failures.
-    pub fn set(h: &mut Host, key: &str, value: &str) -> Result<bool> {
+    /// [`SysctlError::Unknown`] when the key has no `/proc/sys` entry; write failures.
+    pub fn set(h: &mut Host, key: &str, value: &str) -> Result<bool, SysctlError> {
         set_with(h, key, value, false)
     }
 
@@ -52,10 +84,15 @@ pub mod sysctl {
     ///
     /// # Errors
     /// As [`set`]; reading or writing the record.
-    pub fn set_with(h: &mut Host, key: &str, value: &str, record: bool) -> Result<bool> {
+    pub fn set_with(
+        h: &mut Host,
+        key: &str,
+        value: &str,
+        record: bool,
+    ) -> Result<bool, SysctlError> {
         let path = proc_path(key)?;
         let Some(cur) = get(h, key)? else {
-            return Err(HostError::UnknownSysctl {
+            return Err(SysctlError::Unknown {
                 key: key.into(),
                 path,
             });

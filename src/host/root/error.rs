@@ -231,15 +231,6 @@ pub enum HostError {
         limit: usize,
     },
 
-    /// A sysctl key has no `/proc/sys` entry under the root.
-    #[error("unknown sysctl key {key:?} (no {})", path.display())]
-    UnknownSysctl {
-        /// The key as given.
-        key: String,
-        /// The host path looked up.
-        path: PathBuf,
-    },
-
     /// The package manager could not be determined from os-release.
     #[error("no supported package manager for this host (os-release ID {id:?})")]
     NoPackageManager {
@@ -343,7 +334,6 @@ impl HostError {
             | HostError::ProgramNotFound { .. }
             | HostError::Spawn { .. }
             | HostError::CommandFailed { .. }
-            | HostError::UnknownSysctl { .. }
             | HostError::NoPackageManager { .. } => true,
             HostError::Parse { path, .. } => path.as_os_str() != "<text>",
             HostError::RelativePath { .. }
