@@ -231,13 +231,6 @@ pub enum HostError {
         limit: usize,
     },
 
-    /// The package manager could not be determined from os-release.
-    #[error("no supported package manager for this host (os-release ID {id:?})")]
-    NoPackageManager {
-        /// The os-release ID (empty when unknown).
-        id: String,
-    },
-
     /// A file outside the host root (configMaps, node metadata, secrets) could not be read.
     #[error("failed to read {}", path.display())]
     AgentFile {
@@ -333,8 +326,7 @@ impl HostError {
             | HostError::UnknownId { .. }
             | HostError::ProgramNotFound { .. }
             | HostError::Spawn { .. }
-            | HostError::CommandFailed { .. }
-            | HostError::NoPackageManager { .. } => true,
+            | HostError::CommandFailed { .. } => true,
             HostError::Parse { path, .. } => path.as_os_str() != "<text>",
             HostError::RelativePath { .. }
             | HostError::Regex { .. }
