@@ -241,21 +241,6 @@ pub enum HostError {
         source: std::io::Error,
     },
 
-    /// A structured config file (`toml::`, `json::`, `ini::`) or text (`toml::parse`) does
-    /// not parse; `line` and `column` are 1-based (column in characters).
-    #[error("{}:{line}:{column}: invalid {format}: {message}", path.display())]
-    Parse {
-        /// The host path (`<text>` for a string argument).
-        path: PathBuf,
-        /// `TOML`, `JSON` or `INI`.
-        format: &'static str,
-        /// 1-based line of the error.
-        line: usize,
-        /// 1-based column of the error.
-        column: usize,
-        /// The parser's message.
-        message: String,
-    },
     /// `fs::fetch` could not download `url`: connection, TLS, HTTP status, redirects, size
     /// limit, timeout or cancellation (the message says which). The destination is unchanged.
     #[error("failed to download {url}: {message}")]
@@ -327,7 +312,6 @@ impl HostError {
             | HostError::ProgramNotFound { .. }
             | HostError::Spawn { .. }
             | HostError::CommandFailed { .. } => true,
-            HostError::Parse { path, .. } => path.as_os_str() != "<text>",
             HostError::RelativePath { .. }
             | HostError::Regex { .. }
             | HostError::Invalid { .. }
