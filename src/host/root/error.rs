@@ -231,16 +231,6 @@ pub enum HostError {
         limit: usize,
     },
 
-    /// A file outside the host root (configMaps, node metadata, secrets) could not be read.
-    #[error("failed to read {}", path.display())]
-    AgentFile {
-        /// The agent-side path.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-
     /// `fs::fetch` could not download `url`: connection, TLS, HTTP status, redirects, size
     /// limit, timeout or cancellation (the message says which). The destination is unchanged.
     #[error("failed to download {url}: {message}")]
@@ -321,7 +311,6 @@ impl HostError {
             | HostError::PlanUnknown { .. }
             | HostError::PlanUnknownFailure { .. }
             | HostError::OutputTooLarge { .. }
-            | HostError::AgentFile { .. }
             | HostError::Fetch { .. }
             | HostError::ChecksumMismatch(_)
             | HostError::ChangedUnderStep { .. }
