@@ -148,8 +148,7 @@ pub fn names(h: &Host) -> Result<Vec<String>> {
             return Err(ConfigError::Read {
                 path: dir.clone(),
                 source,
-            }
-            .into());
+            });
         }
     };
     let mut out = Vec::new();

@@ -153,7 +153,7 @@ pub fn installed(h: &Host, name: &str) -> Result<bool, PkgError> {
     }
     let m = need_manager(h)?;
     if parse_spec(m, name).version.is_some() {
-        return Ok(satisfied(h, m, name)?);
+        return satisfied(h, m, name);
     }
     Ok(real_version(h, m, name)?.is_some())
 }
