@@ -17,8 +17,38 @@ use std::path::PathBuf;
 
 use crate::host::Host;
 use crate::host::effects::effect::{Effect, sysctl_proc_path};
-use crate::host::kernel::tuning::sysctl::SysctlError;
-use crate::host::root::error::Result;
+use crate::host::root::error::{HostError, Result};
+
+/// A failure of a `sysctl::` function of its own; everything else is the session's
+/// [`HostError`]. Here, not in [`crate::host::kernel::tuning`] (which re-exports it):
+/// `tuning` calls this file, so this file may not import `tuning`.
+#[derive(Debug, thiserror::Error)]
+pub enum SysctlError {
+    /// What the session failed with.
+    #[error(transparent)]
+    Host(#[from] HostError),
+
+    /// A sysctl key has no `/proc/sys` entry under the root.
+    #[error("unknown sysctl key {key:?} (no {})", path.display())]
+    Unknown {
+        /// The key as given.
+        key: String,
+        /// The host path looked up.
+        path: PathBuf,
+    },
+}
+
+impl crate::host::api::AreaError for SysctlError {
+    /// A missing entry is the host's state (a command the plan did not run, `modprobe`,
+    /// may create it).
+    fn depends_on_host(&self) -> bool {
+        match self {
+            SysctlError::Host(e) => e.depends_on_host(),
+            SysctlError::Unknown { .. } => true,
+        }
+    }
+}
+crate::host::api::area_error!(SysctlError);
 
 /// The state directory when the step's environment has no `SKYHOOK_ROOT_DIR`.
 pub const DEFAULT_STATE_DIR: &str = "/etc/skyhook";

@@ -16,44 +16,16 @@ fn check_file_name(what: &'static str, file: &str) -> Result<()> {
 pub mod sysctl {
     use std::path::Path;
 
-    use std::path::PathBuf;
-
     use super::check_file_name;
     use crate::host::Host;
     use crate::host::effects::effect::Effect;
-    use crate::host::root::error::{HostError, Result};
+    use crate::host::root::error::Result;
 
     pub use crate::host::effects::effect::sysctl_proc_path as proc_path;
 
-    /// A failure of a `sysctl::` function of its own; everything else is the session's
-    /// [`HostError`].
-    #[derive(Debug, thiserror::Error)]
-    pub enum SysctlError {
-        /// What the session failed with.
-        #[error(transparent)]
-        Host(#[from] HostError),
-
-        /// A sysctl key has no `/proc/sys` entry under the root.
-        #[error("unknown sysctl key {key:?} (no {})", path.display())]
-        Unknown {
-            /// The key as given.
-            key: String,
-            /// The host path looked up.
-            path: PathBuf,
-        },
-    }
-
-    impl crate::host::api::AreaError for SysctlError {
-        /// A missing entry is the host's state (a command the plan did not run, `modprobe`,
-        /// may create it).
-        fn depends_on_host(&self) -> bool {
-            match self {
-                SysctlError::Host(e) => e.depends_on_host(),
-                SysctlError::Unknown { .. } => true,
-            }
-        }
-    }
-    crate::host::api::area_error!(SysctlError);
+    /// The `sysctl::` functions' own failures (with the record's, in
+    /// [`crate::host::kernel::sysctl_record`]).
+    pub use crate::host::kernel::sysctl_record::SysctlError;
 
     fn normalize(v: &str) -> String {
         v.split_whitespace().collect::<Vec<_>>().join(" ")
