@@ -27,8 +27,12 @@ pub(crate) fn snapshot(t: &TestHost) -> std::collections::BTreeMap<PathBuf, Stri
 
 /// Run `f` in plan, check, apply, apply again, check and plan again, asserting: a plan and
 /// a check leave the root byte-identical and report what apply then does; the second apply
-/// changes nothing; the check after apply finds no drift.
-pub(crate) fn all_modes(t: &TestHost, f: impl Fn(&mut Host) -> Result<Vec<bool>>) -> Vec<bool> {
+/// changes nothing; the check after apply finds no drift. `f` fails with the session's
+/// error or an area's, as a binding does ([`CallError`](crate::host::api::CallError)).
+pub(crate) fn all_modes(
+    t: &TestHost,
+    f: impl Fn(&mut Host) -> Result<Vec<bool>, crate::host::api::CallError>,
+) -> Vec<bool> {
     let before = snapshot(t);
     let mut h = t.host(ExecMode::Plan);
     let planned = f(&mut h).unwrap();

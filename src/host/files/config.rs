@@ -73,6 +73,16 @@ pub enum ConfigError {
         dir: PathBuf,
     },
 
+    /// A configMap or node metadata file (outside the host root) could not be read.
+    #[error("failed to read {}", path.display())]
+    Read {
+        /// The agent-side path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// A node metadata file is not a JSON object.
     #[error("failed to parse node metadata {}", path.display())]
     Json {
@@ -125,7 +135,7 @@ fn open(dir: &Path, name: &str, flags: libc::c_int) -> Result<std::io::Result<st
 /// symlinks inside the directory; dot-names skipped). Empty when there is no directory.
 ///
 /// # Errors
-/// [`HostError::AgentFile`] when the directory exists but cannot be listed;
+/// [`ConfigError::Read`] when the directory exists but cannot be listed;
 /// [`ConfigError::Outside`] for a name that leads out of it.
 pub fn names(h: &Host) -> Result<Vec<String>> {
     let Some(dir) = &h.options().configmaps_dir else {
@@ -135,16 +145,15 @@ pub fn names(h: &Host) -> Result<Vec<String>> {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(source) => {
-            return Err(HostError::AgentFile {
+            return Err(ConfigError::Read {
                 path: dir.clone(),
                 source,
-            }
-            .into());
+            });
         }
     };
     let mut out = Vec::new();
     for e in rd {
-        let e = e.map_err(|source| HostError::AgentFile {
+        let e = e.map_err(|source| ConfigError::Read {
             path: dir.clone(),
             source,
         })?;
@@ -173,7 +182,7 @@ host_fn! {
 ///
 /// # Errors
 /// [`ConfigError::Outside`] when it leads out of the directory;
-/// [`HostError::AgentFile`] on a read failure other than "not found";
+/// [`ConfigError::Read`] on a read failure other than "not found";
 /// [`HostError::NotRegular`] for a FIFO, device or socket and [`HostError::FileTooLarge`]
 /// above [`crate::host::files::fs::MAX_READ_BYTES`] (as for every file read whole).
 fn read(h: &Host, name: &str) -> Result<Option<Vec<u8>>> {
@@ -186,9 +195,9 @@ fn read(h: &Host, name: &str) -> Result<Option<Vec<u8>>> {
     let f = match open(dir, name, libc::O_PATH)? {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(HostError::AgentFile { path: p, source }.into()),
+        Err(source) => return Err(ConfigError::Read { path: p, source }),
     };
-    let m = f.metadata().map_err(|source| HostError::AgentFile {
+    let m = f.metadata().map_err(|source| ConfigError::Read {
         path: p.clone(),
         source,
     })?;
@@ -196,14 +205,14 @@ fn read(h: &Host, name: &str) -> Result<Option<Vec<u8>>> {
         return Ok(None);
     }
     crate::host::root::read::check_regular(&p, &m)?;
-    let f = crate::host::root::reopen_regular(f).map_err(|source| HostError::AgentFile {
+    let f = crate::host::root::reopen_regular(f).map_err(|source| ConfigError::Read {
         path: p.clone(),
         source,
     })?;
     match crate::host::files::fs::read_open_local(&p, f)? {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == std::io::ErrorKind::IsADirectory => Ok(None),
-        Err(source) => Err(HostError::AgentFile { path: p, source }.into()),
+        Err(source) => Err(ConfigError::Read { path: p, source }),
     }
 }
 
@@ -211,7 +220,7 @@ fn read(h: &Host, name: &str) -> Result<Option<Vec<u8>>> {
 ///
 /// # Errors
 /// [`ConfigError::NotText`] when the content is not UTF-8 (a binary configMap);
-/// [`HostError::AgentFile`] on a read failure other than "not found".
+/// [`ConfigError::Read`] on a read failure other than "not found".
 pub fn get(h: &Host, name: &str) -> Result<Option<String>> {
     match read(h, name)? {
         None => Ok(None),
@@ -236,7 +245,7 @@ host_fn! {
 /// `config::has(name)`: whether the configMap exists (whatever its content).
 ///
 /// # Errors
-/// [`HostError::AgentFile`] on a read failure other than "not found".
+/// [`ConfigError::Read`] on a read failure other than "not found".
 pub fn has(h: &Host, name: &str) -> Result<bool> {
     Ok(read(h, name)?.is_some())
 }
@@ -332,7 +341,7 @@ fn metadata(h: &Host, file: &str) -> Result<serde_json::Map<String, serde_json::
     let bytes = match crate::host::files::fs::read_local(&p)? {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
-        Err(source) => return Err(HostError::AgentFile { path: p, source }.into()),
+        Err(source) => return Err(ConfigError::Read { path: p, source }),
     };
     serde_json::from_slice(&bytes).map_err(|source| ConfigError::Json { path: p, source })
 }

@@ -547,24 +547,24 @@ host_fn! {
 /// ([`crate::host::root::pathlock`]) and `compute` runs again on a fresh read, and the write
 /// follows under the lock. So a call that changes nothing takes no lock, and no update of
 /// another process made between the two reads is lost.
-pub(crate) fn edit(
+pub(crate) fn edit<E: From<HostError>>(
     h: &mut Host,
     path: &Path,
-    compute: impl Fn(&Host) -> Result<Option<Vec<u8>>>,
-) -> Result<bool> {
+    compute: impl Fn(&Host) -> Result<Option<Vec<u8>>, E>,
+) -> Result<bool, E> {
     edit_with(h, path, compute, |_| Ok(()))
 }
 
 /// [`edit`] that calls `before` once the write is needed, right before it is submitted,
 /// under the path's lock (as [`put_with`]); an error of `before` leaves the file unwritten.
 /// `compute` returning an empty content is a write of an empty file (use [`remove_with`] to
-/// remove one).
-pub(crate) fn edit_with(
+/// remove one). `compute` may fail with an area's error (`E`), as the call does.
+pub(crate) fn edit_with<E: From<HostError>>(
     h: &mut Host,
     path: &Path,
-    compute: impl Fn(&Host) -> Result<Option<Vec<u8>>>,
+    compute: impl Fn(&Host) -> Result<Option<Vec<u8>>, E>,
     before: impl FnOnce(&mut Host) -> Result<()>,
-) -> Result<bool> {
+) -> Result<bool, E> {
     let Some(mut content) = compute(h)? else {
         h.note_unchanged();
         return Ok(false);
@@ -581,7 +581,7 @@ pub(crate) fn edit_with(
     }
     let changed = put_locked(h, path, content, (None, None, None), before);
     drop(lock);
-    changed
+    Ok(changed?)
 }
 
 /// `fs::mkdir(p)` / `fs::mkdir(p, mode)`: create a directory (default mode 0755) and its

@@ -29,6 +29,7 @@ use std::path::Path;
 
 use crate::host::Host;
 use crate::host::files::fs::host_path;
+use crate::host::files::structured::StructuredError;
 use crate::host::root::error::{HostError, Result};
 
 /// One line of the file, classified.
@@ -82,9 +83,9 @@ struct Doc {
 
 impl Doc {
     /// # Errors
-    /// [`HostError::Parse`] for a line starting with `[` that has no `]` (an unclosed
+    /// [`StructuredError::Parse`] for a line starting with `[` that has no `]` (an unclosed
     /// section header: its keys would silently land in the section before it).
-    fn parse(path: &Path, text: &str) -> Result<Doc> {
+    fn parse(path: &Path, text: &str) -> Result<Doc, StructuredError> {
         // Split on `\n` only: a CRLF file's lines keep their `\r` (classify and value_of
         // trim it), so lines this module does not change are written back as they were.
         let mut lines: Vec<String> = text.split('\n').map(str::to_string).collect();
@@ -96,7 +97,7 @@ impl Doc {
             .enumerate()
             .find(|(_, l)| l.trim_start().starts_with('[') && !l.contains(']'))
         {
-            return Err(HostError::Parse {
+            return Err(StructuredError::Parse {
                 path: path.to_path_buf(),
                 format: "INI",
                 line: i + 1,
@@ -195,7 +196,7 @@ fn check_name(path: &Path, what: &'static str, s: &str, is_key: bool) -> Result<
 ///
 /// # Errors
 /// Relative path; [`HostError::NotText`]; as [`crate::host::files::fs::read`].
-pub fn get(h: &Host, p: &str, section: &str, key: &str) -> Result<Option<String>> {
+pub fn get(h: &Host, p: &str, section: &str, key: &str) -> Result<Option<String>, StructuredError> {
     let path = host_path(p)?;
     let Some(text) = crate::host::files::structured::read_text(h, &path)? else {
         return Ok(None);
@@ -229,7 +230,13 @@ host_fn! {
 /// with `[` or `]`; a multi-line key, section or value; a value starting or ending with
 /// blanks; [`HostError::NotText`]; as
 /// [`crate::host::files::fs::write`].
-pub fn set(h: &mut Host, p: &str, section: &str, key: &str, value: &str) -> Result<bool> {
+pub fn set(
+    h: &mut Host,
+    p: &str,
+    section: &str,
+    key: &str,
+    value: &str,
+) -> Result<bool, StructuredError> {
     let path = host_path(p)?;
     check_name(&path, "INI section", section, false)?;
     check_name(&path, "INI key", key, true)?;
@@ -237,7 +244,8 @@ pub fn set(h: &mut Host, p: &str, section: &str, key: &str, value: &str) -> Resu
         return Err(HostError::Invalid {
             what: "INI value",
             message: format!("{}: the value of {key:?} must be one line", path.display()),
-        });
+        }
+        .into());
     }
     if value.trim() != value {
         // `get` trims values: such a value could never read back, and was written anew
@@ -248,7 +256,8 @@ pub fn set(h: &mut Host, p: &str, section: &str, key: &str, value: &str) -> Resu
                 "{}: the value of {key:?} must not start or end with blanks, got {value:?}",
                 path.display()
             ),
-        });
+        }
+        .into());
     }
     crate::host::files::structured::rewrite(h, &path, |cur| {
         let mut doc = Doc::parse(&path, cur.unwrap_or(""))?;
@@ -316,7 +325,7 @@ host_fn! {
 ///
 /// # Errors
 /// Relative path; [`HostError::NotText`]; as [`crate::host::files::fs::write`].
-pub fn remove(h: &mut Host, p: &str, section: &str, key: &str) -> Result<bool> {
+pub fn remove(h: &mut Host, p: &str, section: &str, key: &str) -> Result<bool, StructuredError> {
     let path = host_path(p)?;
     crate::host::files::structured::rewrite(h, &path, |cur| {
         let Some(cur) = cur else { return Ok(None) };

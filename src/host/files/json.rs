@@ -28,16 +28,17 @@ use serde_json::Value;
 
 use crate::host::Host;
 use crate::host::files::fs::host_path;
+use crate::host::files::structured::StructuredError;
 use crate::host::files::structured::{KeyPath, Seg, bad_key, json_kind, show};
-use crate::host::root::error::{HostError, Result};
+use crate::host::root::error::Result;
 
 /// `json::get(path, key_path)`: the value at `key_path`, `Null` when the file, a key or an
 /// index is missing (a JSON `null` reads as `Null` too).
 ///
 /// # Errors
-/// Relative path; [`HostError::Parse`] (`file:line:col`); an invalid JSON Pointer; as
+/// Relative path; [`StructuredError::Parse`] (`file:line:col`); an invalid JSON Pointer; as
 /// [`crate::host::files::fs::read`].
-pub fn get(h: &Host, p: &str, key: &KeyPath) -> Result<Value> {
+pub fn get(h: &Host, p: &str, key: &KeyPath) -> Result<Value, StructuredError> {
     let path = host_path(p)?;
     let segs = segments(&path, key)?;
     let Some(text) = crate::host::files::structured::read_text(h, &path)? else {
@@ -61,9 +62,9 @@ host_fn! {
 /// (or merges into) the whole document. Unchanged when equal.
 ///
 /// # Errors
-/// Relative path; [`HostError::Parse`]; a step through something that is not an object (for
+/// Relative path; [`StructuredError::Parse`]; a step through something that is not an object (for
 /// a key) or an array (for an index); an index past the end; as [`crate::host::files::fs::write`].
-pub fn set(h: &mut Host, p: &str, key: &KeyPath, value: &Value) -> Result<bool> {
+pub fn set(h: &mut Host, p: &str, key: &KeyPath, value: &Value) -> Result<bool, StructuredError> {
     let path = host_path(p)?;
     let segs = segments(&path, key)?;
     crate::host::files::structured::rewrite(h, &path, |cur| {
@@ -96,8 +97,8 @@ host_fn! {
 /// elements move up). Unchanged when the file or the key is absent.
 ///
 /// # Errors
-/// Relative path; [`HostError::Parse`]; an empty key path; as [`crate::host::files::fs::write`].
-pub fn remove(h: &mut Host, p: &str, key: &KeyPath) -> Result<bool> {
+/// Relative path; [`StructuredError::Parse`]; an empty key path; as [`crate::host::files::fs::write`].
+pub fn remove(h: &mut Host, p: &str, key: &KeyPath) -> Result<bool, StructuredError> {
     let path = host_path(p)?;
     let segs = segments(&path, key)?;
     let Some((last, parents)) = segs.split_last() else {
@@ -144,8 +145,8 @@ host_fn! {
     }
 }
 
-fn parse_doc(path: &Path, text: &str) -> Result<Value> {
-    serde_json::from_str(text).map_err(|e| HostError::Parse {
+fn parse_doc(path: &Path, text: &str) -> Result<Value, StructuredError> {
+    serde_json::from_str(text).map_err(|e| StructuredError::Parse {
         path: path.to_path_buf(),
         format: "JSON",
         line: e.line(),

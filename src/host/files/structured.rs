@@ -79,12 +79,48 @@ pub fn show(path: &[Seg]) -> String {
     out
 }
 
-/// [`HostError::Invalid`] about the key path of a call on `file`.
-pub(crate) fn bad_key(file: &Path, message: impl std::fmt::Display) -> HostError {
-    HostError::Invalid {
+/// A failure of a structured config function (`toml::`, `json::`, `ini::`) of its own;
+/// everything else is the session's [`HostError`].
+#[derive(Debug, thiserror::Error)]
+pub enum StructuredError {
+    /// What the session failed with.
+    #[error(transparent)]
+    Host(#[from] HostError),
+
+    /// A structured config file or text (`toml::parse`) does not parse; `line` and `column`
+    /// are 1-based (column in characters).
+    #[error("{}:{line}:{column}: invalid {format}: {message}", path.display())]
+    Parse {
+        /// The host path (`<text>` for a string argument).
+        path: std::path::PathBuf,
+        /// `TOML`, `JSON` or `INI`.
+        format: &'static str,
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
+}
+
+impl crate::host::api::AreaError for StructuredError {
+    /// A file's content is the host's state; a `<text>` argument is not.
+    fn depends_on_host(&self) -> bool {
+        match self {
+            StructuredError::Host(e) => e.depends_on_host(),
+            StructuredError::Parse { path, .. } => path.as_os_str() != "<text>",
+        }
+    }
+}
+crate::host::api::area_error!(StructuredError);
+
+/// [`HostError::Invalid`] about the key path of a call on `file`, as the caller's error.
+pub(crate) fn bad_key<E: From<HostError>>(file: &Path, message: impl std::fmt::Display) -> E {
+    E::from(HostError::Invalid {
         what: "key path",
         message: format!("{}: {message}", file.display()),
-    }
+    })
 }
 
 /// The 1-based line and column (in characters) of byte `offset` of `text`.
@@ -126,8 +162,8 @@ pub(crate) fn read_text(h: &Host, path: &Path) -> Result<Option<String>> {
 pub(crate) fn rewrite(
     h: &mut Host,
     path: &Path,
-    compute: impl Fn(Option<&str>) -> Result<Option<String>>,
-) -> Result<bool> {
+    compute: impl Fn(Option<&str>) -> Result<Option<String>, StructuredError>,
+) -> Result<bool, StructuredError> {
     crate::host::files::fs::edit(h, path, |h| {
         let cur = read_text(h, path)?;
         Ok(compute(cur.as_deref())?

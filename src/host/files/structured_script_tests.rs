@@ -156,3 +156,39 @@ print(parse_json(to_json(m)) == m);"#,
         "{\n  \"a\": [\n    1,\n    \"x\",\n    null\n  ],\n  \"b\": 1,\n  \"c\": {}\n}\ntrue\n[\n  true,\n  2.5\n]\n\"s\"\ntrue\n"
     );
 }
+
+/// A structured file that does not parse, read after a command the plan did not run (which
+/// may rewrite it): unknown in the plan, not a refusal; the same text given to `toml::parse`
+/// is an argument, not the host's state, and stays a failure
+/// ([`crate::host::files::structured::StructuredError`] keeps `depends_on_host` of the former
+/// `HostError::Parse`).
+#[test]
+fn a_bad_structured_file_after_an_unplanned_command_is_unknown_in_the_plan() {
+    let t = TestHost::new();
+    t.install_sh();
+    t.stub("setup", ":");
+    t.file("/etc/app.toml", "a =\n");
+    let step = "run([\"setup\"]);\ntoml::get(\"/etc/app.toml\", \"a\");\n";
+    let plan = run(&t, ExecMode::Plan, step);
+    let e = plan
+        .outcome
+        .error
+        .as_ref()
+        .expect("the plan ends at the get");
+    assert_eq!(
+        (&e.kind, e.message.as_str()),
+        (
+            &crate::script::errors::ScriptErrorKind::PlanUnknown,
+            "toml::get: unknown in the plan: /etc/app.toml:1:4: invalid TOML: string values must be quoted, expected literal string, as the host is before setup (planned at main.rhai:1), which only the apply runs and which may change that"
+        )
+    );
+    assert_eq!(
+        run(&t, ExecMode::Apply, step).error(),
+        "main.rhai:2:7: toml::get: /etc/app.toml:1:4: invalid TOML: string values must be quoted, expected literal string"
+    );
+    let step = "run([\"setup\"]);\ntoml::parse(\"a =\");\n";
+    assert_eq!(
+        run(&t, ExecMode::Plan, step).error(),
+        "main.rhai:2:7: toml::parse: <text>:1:4: invalid TOML: string values must be quoted, expected literal string"
+    );
+}

@@ -45,7 +45,9 @@ version = 2
 
 fn apply(
     t: &TestHost,
-    f: impl FnOnce(&mut crate::host::Host) -> crate::host::root::error::Result<bool>,
+    f: impl FnOnce(
+        &mut crate::host::Host,
+    ) -> Result<bool, crate::host::files::structured::StructuredError>,
 ) -> bool {
     let mut h = t.host(ExecMode::Apply);
     let r = f(&mut h).unwrap();

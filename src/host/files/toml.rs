@@ -31,6 +31,7 @@ use toml_edit::{Decor, DocumentMut, InlineTable, Item, Table, TableLike, Value};
 
 use crate::host::Host;
 use crate::host::files::fs::host_path;
+use crate::host::files::structured::StructuredError;
 use crate::host::files::structured::{KeyPath, Seg, bad_key, json_at, json_kind, line_col, show};
 use crate::host::root::error::{HostError, Result};
 
@@ -39,9 +40,9 @@ use crate::host::root::error::{HostError, Result};
 /// empty key path is the whole document.
 ///
 /// # Errors
-/// Relative path; [`HostError::Parse`] (`file:line:col`); invalid key path; as
+/// Relative path; [`StructuredError::Parse`] (`file:line:col`); invalid key path; as
 /// [`crate::host::files::fs::read`].
-pub fn get(h: &Host, p: &str, key: &KeyPath) -> Result<J> {
+pub fn get(h: &Host, p: &str, key: &KeyPath) -> Result<J, StructuredError> {
     let path = host_path(p)?;
     let segs = segments(&path, key, true)?;
     let Some(text) = crate::host::files::structured::read_text(h, &path)? else {
@@ -69,10 +70,10 @@ host_fn! {
 /// an object into the document's root.
 ///
 /// # Errors
-/// Relative path; [`HostError::Parse`]; an invalid or empty key path with a non-object value;
+/// Relative path; [`StructuredError::Parse`]; an invalid or empty key path with a non-object value;
 /// a step of the key path that is not a table (`a.b is a string, not a table`); a `Null`
 /// value; an integer outside `i64`; as [`crate::host::files::fs::write`].
-pub fn set(h: &mut Host, p: &str, key: &KeyPath, value: &J) -> Result<bool> {
+pub fn set(h: &mut Host, p: &str, key: &KeyPath, value: &J) -> Result<bool, StructuredError> {
     let path = host_path(p)?;
     let segs = keys(&path, key)?;
     check_value(&path, &segs, value)?;
@@ -114,9 +115,9 @@ host_fn! {
 /// (`[a]` stays when its last key goes), except implicit ones, which have no header.
 ///
 /// # Errors
-/// Relative path; [`HostError::Parse`]; an invalid or empty key path; as
+/// Relative path; [`StructuredError::Parse`]; an invalid or empty key path; as
 /// [`crate::host::files::fs::write`].
-pub fn remove(h: &mut Host, p: &str, key: &KeyPath) -> Result<bool> {
+pub fn remove(h: &mut Host, p: &str, key: &KeyPath) -> Result<bool, StructuredError> {
     let path = host_path(p)?;
     let segs = keys(&path, key)?;
     let Some((last, parents)) = segs.split_last() else {
@@ -152,9 +153,9 @@ host_fn! {
 /// already (standard, implicit or inline).
 ///
 /// # Errors
-/// Relative path; [`HostError::Parse`]; an invalid or empty key path; something other than
+/// Relative path; [`StructuredError::Parse`]; an invalid or empty key path; something other than
 /// a table at `key_path` or one of its parents; as [`crate::host::files::fs::write`].
-pub fn ensure_table(h: &mut Host, p: &str, key: &KeyPath) -> Result<bool> {
+pub fn ensure_table(h: &mut Host, p: &str, key: &KeyPath) -> Result<bool, StructuredError> {
     let path = host_path(p)?;
     let segs = keys(&path, key)?;
     if segs.is_empty() {
@@ -166,7 +167,7 @@ pub fn ensure_table(h: &mut Host, p: &str, key: &KeyPath) -> Result<bool> {
         for (i, k) in segs.iter().enumerate() {
             let standard = item.is_table();
             if !item.is_table_like() {
-                return Err(not_table(&path, &segs[..i], item));
+                return Err(not_table(&path, &segs[..i], item).into());
             }
             let t = item.as_table_like_mut().expect("a table");
             if t.get(k).is_none_or(Item::is_none) {
@@ -182,7 +183,7 @@ pub fn ensure_table(h: &mut Host, p: &str, key: &KeyPath) -> Result<bool> {
             item = t.get_mut(k).expect("present");
         }
         if !item.is_table_like() {
-            return Err(not_table(&path, &segs, item));
+            return Err(not_table(&path, &segs, item).into());
         }
         if let Item::Table(t) = item {
             // An implicit table asked for by name gets its header.
@@ -204,8 +205,8 @@ host_fn! {
 /// in errors.
 ///
 /// # Errors
-/// [`HostError::Parse`] with `shown:line:col`.
-pub fn parse(text: &str, shown: &Path) -> Result<J> {
+/// [`StructuredError::Parse`] with `shown:line:col`.
+pub fn parse(text: &str, shown: &Path) -> Result<J, StructuredError> {
     Ok(item_json(parse_doc(shown, text)?.as_item()))
 }
 
@@ -232,10 +233,10 @@ fn render(cur: Option<&str>, doc: &DocumentMut) -> String {
     }
 }
 
-fn parse_doc(path: &Path, text: &str) -> Result<DocumentMut> {
+fn parse_doc(path: &Path, text: &str) -> Result<DocumentMut, StructuredError> {
     text.parse::<DocumentMut>().map_err(|e| {
         let (line, column) = line_col(text, e.span().map_or(0, |s| s.start));
-        HostError::Parse {
+        StructuredError::Parse {
             path: path.to_path_buf(),
             format: "TOML",
             line,

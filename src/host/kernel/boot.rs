@@ -547,7 +547,7 @@ pub fn set_default(h: &mut Host, release: &str) -> Result<bool> {
     };
     let path = Path::new(DEFAULT_GRUB);
     let mut undo = None;
-    let r = crate::host::files::fs::edit_with(
+    let r = crate::host::files::fs::edit_with::<HostError>(
         h,
         path,
         |h| {

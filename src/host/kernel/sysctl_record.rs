@@ -17,7 +17,38 @@ use std::path::PathBuf;
 
 use crate::host::Host;
 use crate::host::effects::effect::{Effect, sysctl_proc_path};
-use crate::host::root::error::Result;
+use crate::host::root::error::{HostError, Result};
+
+/// A failure of a `sysctl::` function of its own; everything else is the session's
+/// [`HostError`]. Here, not in [`crate::host::kernel::tuning`] (which re-exports it):
+/// `tuning` calls this file, so this file may not import `tuning`.
+#[derive(Debug, thiserror::Error)]
+pub enum SysctlError {
+    /// What the session failed with.
+    #[error(transparent)]
+    Host(#[from] HostError),
+
+    /// A sysctl key has no `/proc/sys` entry under the root.
+    #[error("unknown sysctl key {key:?} (no {})", path.display())]
+    Unknown {
+        /// The key as given.
+        key: String,
+        /// The host path looked up.
+        path: PathBuf,
+    },
+}
+
+impl crate::host::api::AreaError for SysctlError {
+    /// A missing entry is the host's state (a command the plan did not run, `modprobe`,
+    /// may create it).
+    fn depends_on_host(&self) -> bool {
+        match self {
+            SysctlError::Host(e) => e.depends_on_host(),
+            SysctlError::Unknown { .. } => true,
+        }
+    }
+}
+crate::host::api::area_error!(SysctlError);
 
 /// The state directory when the step's environment has no `SKYHOOK_ROOT_DIR`.
 pub const DEFAULT_STATE_DIR: &str = "/etc/skyhook";
@@ -85,8 +116,9 @@ pub fn note_first_change(h: &mut Host, key: &str, before: &str) -> Result<()> {
 /// line. False when nothing was recorded for it.
 ///
 /// # Errors
-/// Reading or writing the record; the key has no `/proc/sys` entry any more.
-pub fn restore(h: &mut Host, key: &str) -> Result<bool> {
+/// Reading or writing the record; [`SysctlError::Unknown`]: the key has no `/proc/sys` entry
+/// any more.
+pub fn restore(h: &mut Host, key: &str) -> Result<bool, SysctlError> {
     let mut rec = read(h)?;
     let Some(value) = rec.remove(key) else {
         h.note_unchanged();
@@ -110,7 +142,7 @@ host_fn! {
 ///
 /// # Errors
 /// As [`restore`]; nothing is restored after the first failure.
-pub fn restore_all(h: &mut Host) -> Result<bool> {
+pub fn restore_all(h: &mut Host) -> Result<bool, SysctlError> {
     let rec = read(h)?;
     if rec.is_empty() {
         h.note_unchanged();
@@ -134,14 +166,14 @@ host_fn! {
 
 /// The live value of `key` brought to `value` without touching the record (read here, not
 /// through `tuning::sysctl`, which calls this module).
-fn set_live(h: &mut Host, key: &str, value: &str) -> Result<bool> {
+fn set_live(h: &mut Host, key: &str, value: &str) -> Result<bool, SysctlError> {
     let path = sysctl_proc_path(key)?;
     let cur = h
         .view_read(&path)?
         .map(|b| String::from_utf8_lossy(&b).trim().to_string());
     let norm = |v: &str| v.split_whitespace().collect::<Vec<_>>().join(" ");
     match cur {
-        None => Err(crate::host::root::error::HostError::UnknownSysctl {
+        None => Err(SysctlError::Unknown {
             key: key.into(),
             path,
         }),

@@ -19,9 +19,13 @@ pub mod sysctl {
     use super::check_file_name;
     use crate::host::Host;
     use crate::host::effects::effect::Effect;
-    use crate::host::root::error::{HostError, Result};
+    use crate::host::root::error::Result;
 
     pub use crate::host::effects::effect::sysctl_proc_path as proc_path;
+
+    /// The `sysctl::` functions' own failures (with the record's, in
+    /// [`crate::host::kernel::sysctl_record`]).
+    pub use crate::host::kernel::sysctl_record::SysctlError;
 
     fn normalize(v: &str) -> String {
         v.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -42,8 +46,8 @@ pub mod sysctl {
     /// under `/etc`; see [`persist`].
     ///
     /// # Errors
-    /// [`HostError::UnknownSysctl`] when the key has no `/proc/sys` entry; write failures.
-    pub fn set(h: &mut Host, key: &str, value: &str) -> Result<bool> {
+    /// [`SysctlError::Unknown`] when the key has no `/proc/sys` entry; write failures.
+    pub fn set(h: &mut Host, key: &str, value: &str) -> Result<bool, SysctlError> {
         set_with(h, key, value, false)
     }
 
@@ -52,10 +56,15 @@ pub mod sysctl {
     ///
     /// # Errors
     /// As [`set`]; reading or writing the record.
-    pub fn set_with(h: &mut Host, key: &str, value: &str, record: bool) -> Result<bool> {
+    pub fn set_with(
+        h: &mut Host,
+        key: &str,
+        value: &str,
+        record: bool,
+    ) -> Result<bool, SysctlError> {
         let path = proc_path(key)?;
         let Some(cur) = get(h, key)? else {
-            return Err(HostError::UnknownSysctl {
+            return Err(SysctlError::Unknown {
                 key: key.into(),
                 path,
             });

@@ -161,4 +161,35 @@ pub(crate) mod tests {
             ("false\n".into(), 0)
         );
     }
+
+    /// `sysctl::set` of a key with no `/proc/sys` entry after a command the plan did not run
+    /// (`sysctl --system`, here through `sysctl::reload`; a module a command loads may create
+    /// it): unknown in the plan, not a refusal; the apply,
+    /// which runs it, still fails with the same message ([`super::super::tuning::sysctl::SysctlError`]
+    /// keeps `depends_on_host` of the former `HostError::UnknownSysctl`).
+    #[test]
+    fn an_unknown_sysctl_key_after_an_unplanned_command_is_unknown_in_the_plan() {
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub("sysctl", ":");
+        let step = "sysctl::reload();\nsysctl::set(\"no.such\", 1);\n";
+        let plan = run(&t, ExecMode::Plan, step);
+        let e = plan
+            .outcome
+            .error
+            .as_ref()
+            .expect("the plan ends at the set");
+        assert_eq!(
+            (&e.kind, e.message.as_str()),
+            (
+                &crate::script::errors::ScriptErrorKind::PlanUnknown,
+                "sysctl::set: unknown in the plan: unknown sysctl key \"no.such\" (no /proc/sys/no/such), as the host is before sysctl --system (planned at main.rhai:1), which only the apply runs and which may change that"
+            )
+        );
+        let apply = run(&t, ExecMode::Apply, step);
+        assert_eq!(
+            apply.error(),
+            "main.rhai:2:9: sysctl::set: unknown sysctl key \"no.such\" (no /proc/sys/no/such)"
+        );
+    }
 }

@@ -52,6 +52,7 @@ use std::path::{Path, PathBuf};
 use crate::host::Host;
 use crate::host::effects::effect::Effect;
 use crate::host::effects::exec::{CommandOptions, Guard};
+use crate::host::mounts::mount::MountError;
 use crate::host::root::error::{HostError, Result};
 use crate::host::root::normalize;
 
@@ -96,8 +97,9 @@ pub struct MkfsSpec {
     pub force: bool,
 }
 
-fn invalid(what: &'static str, message: String) -> HostError {
-    HostError::Invalid { what, message }
+/// [`HostError::Invalid`], as the caller's error.
+fn invalid<E: From<HostError>>(what: &'static str, message: String) -> E {
+    E::from(HostError::Invalid { what, message })
 }
 
 /// A device argument: an absolute path under `/dev`, normalised, without whitespace.
@@ -500,7 +502,7 @@ fn sys_dev(h: &Host, dev: &Path) -> Option<String> {
 /// # Errors
 /// [`HostError::Invalid`] naming `shown` (the path as given): it leads out of `/dev`, does
 /// not exist, is not a block device (naming what it is); other open failures.
-pub(crate) fn block_node(h: &Host, dev: &Path, shown: &str) -> Result<std::fs::File> {
+pub(crate) fn block_node(h: &Host, dev: &Path, shown: &str) -> Result<std::fs::File, MountError> {
     use std::os::unix::fs::FileTypeExt;
     let rel = dev.strip_prefix("/dev").unwrap_or(dev);
     let dir = h.root().open_read(Path::new("/dev"))?;
@@ -516,7 +518,7 @@ pub(crate) fn block_node(h: &Host, dev: &Path, shown: &str) -> Result<std::fs::F
             return Err(invalid("device", format!("{shown} does not exist")));
         }
         Err(source) => {
-            return Err(HostError::AgentFile {
+            return Err(MountError::Device {
                 path: h.root().display_path(dev),
                 source,
             });
@@ -524,7 +526,7 @@ pub(crate) fn block_node(h: &Host, dev: &Path, shown: &str) -> Result<std::fs::F
     };
     let ft = node
         .metadata()
-        .map_err(|source| HostError::AgentFile {
+        .map_err(|source| MountError::Device {
             path: h.root().display_path(dev),
             source,
         })?
@@ -558,7 +560,11 @@ pub(crate) fn block_node(h: &Host, dev: &Path, shown: &str) -> Result<std::fs::F
 ///
 /// # Errors
 /// A malformed mount table; read failures.
-pub(crate) fn in_use(h: &Host, dev: &Path, node: &std::fs::File) -> Result<Option<String>> {
+pub(crate) fn in_use(
+    h: &Host,
+    dev: &Path,
+    node: &std::fs::File,
+) -> Result<Option<String>, MountError> {
     let known = Known::read(h)?;
     let given = dev
         .file_name()
@@ -631,11 +637,15 @@ pub(crate) fn in_use(h: &Host, dev: &Path, node: &std::fs::File) -> Result<Optio
 ///
 /// # Errors
 /// `node` cannot be `fstat`ed; sysfs cannot be listed.
-fn kernel_device(h: &Host, dev: &Path, node: &std::fs::File) -> Result<Option<(String, String)>> {
+fn kernel_device(
+    h: &Host,
+    dev: &Path,
+    node: &std::fs::File,
+) -> Result<Option<(String, String)>, MountError> {
     use std::os::unix::fs::MetadataExt;
     let rdev = node
         .metadata()
-        .map_err(|source| HostError::AgentFile {
+        .map_err(|source| MountError::Device {
             path: h.root().display_path(dev),
             source,
         })?
@@ -680,7 +690,7 @@ fn exclusive_busy(node: &std::fs::File) -> bool {
 /// leads out of `/dev` or is not a block device; `dev` in use (named: the partition and
 /// its mount point, the holder); another filesystem without `force`; `mkfs.<fstype>`
 /// failing (apply).
-pub fn mkfs(h: &mut Host, dev: &str, fs_type: &str, spec: &MkfsSpec) -> Result<bool> {
+pub fn mkfs(h: &mut Host, dev: &str, fs_type: &str, spec: &MkfsSpec) -> Result<bool, MountError> {
     let path = device_arg(dev)?;
     if fs_type.is_empty()
         || !fs_type

@@ -65,6 +65,17 @@ pub enum MountError {
         /// What was asked for: `<source> (<fstype>)`.
         wanted: String,
     },
+
+    /// A block device node under the host root's `/dev` (`disk::mkfs`, `raid::create`)
+    /// could not be opened or `fstat`ed (other than not existing or leading out of `/dev`).
+    #[error("failed to read {}", path.display())]
+    Device {
+        /// The device's host path.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl crate::host::api::AreaError for MountError {
@@ -73,6 +84,8 @@ impl crate::host::api::AreaError for MountError {
         match self {
             MountError::Host(e) => e.depends_on_host(),
             MountError::Conflict { .. } => true,
+            // As the former `HostError::AgentFile` it was.
+            MountError::Device { .. } => false,
         }
     }
 }

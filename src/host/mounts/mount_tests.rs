@@ -348,7 +348,7 @@ fn kmod_host(os_release: &str) -> TestHost {
     t
 }
 
-fn nouveau(h: &mut crate::host::Host) -> crate::host::root::error::Result<Vec<bool>> {
+fn nouveau(h: &mut crate::host::Host) -> Result<Vec<bool>, crate::host::api::CallError> {
     let disable = BlacklistOptions {
         file: None,
         disable: true,

@@ -15,6 +15,7 @@ use crate::host::Host;
 use crate::host::effects::effect::Effect;
 use crate::host::effects::exec::{CommandOptions, Guard};
 use crate::host::mounts::disk;
+use crate::host::mounts::mount::MountError;
 use crate::host::root::error::{HostError, Result};
 
 /// What `raid::create` is asked for (`#{level, metadata, force}`).
@@ -52,8 +53,9 @@ pub struct RaidInfo {
     pub state: String,
 }
 
-fn invalid(what: &'static str, message: String) -> HostError {
-    HostError::Invalid { what, message }
+/// [`HostError::Invalid`], as the caller's error.
+fn invalid<E: From<HostError>>(what: &'static str, message: String) -> E {
+    E::from(HostError::Invalid { what, message })
 }
 
 /// The array name: letters, digits, `_`, `-`, `.`, not starting with `.` or `-`.
@@ -203,7 +205,12 @@ host_fn! {
 /// A bad name or device path; no devices, or one twice; a member that does not exist,
 /// leads out of `/dev`, is not a block device, is in use, or holds a filesystem without
 /// `force`; the conflict above; mdadm failing (apply).
-pub fn create(h: &mut Host, name: &str, devices: &[String], spec: &RaidSpec) -> Result<bool> {
+pub fn create(
+    h: &mut Host,
+    name: &str,
+    devices: &[String],
+    spec: &RaidSpec,
+) -> Result<bool, MountError> {
     check_name(name)?;
     if spec.level.is_empty() || !spec.level.chars().all(|c| c.is_ascii_digit()) {
         return Err(invalid(
@@ -285,7 +292,9 @@ pub fn create(h: &mut Host, name: &str, devices: &[String], spec: &RaidSpec) -> 
     for (given, r) in &wanted {
         let node = disk::block_node(h, &disk::device_arg(given)?, &format!("member {given}"))
             .map_err(|e| match e {
-                HostError::Invalid { message, .. } => invalid("raid devices", message),
+                MountError::Host(HostError::Invalid { message, .. }) => {
+                    invalid("raid devices", message)
+                }
                 e => e,
             })?;
         if let Some(why) = disk::in_use(h, r, &node)? {

@@ -19,6 +19,34 @@ pub use crate::host::effects::effect::{PackageSpec, parse_spec};
 use crate::host::effects::exec::CommandOptions;
 use crate::host::root::error::{HostError, Result};
 
+/// A failure of a `pkg::` or package repository function of its own; everything else is the
+/// session's [`HostError`].
+#[derive(Debug, thiserror::Error)]
+pub enum PkgError {
+    /// What the session failed with.
+    #[error(transparent)]
+    Host(#[from] HostError),
+
+    /// The package manager could not be determined from os-release.
+    #[error("no supported package manager for this host (os-release ID {id:?})")]
+    NoManager {
+        /// The os-release ID (empty when unknown).
+        id: String,
+    },
+}
+
+impl crate::host::api::AreaError for PkgError {
+    /// The host's os-release (and the manager's program) is its state: a command the plan
+    /// did not run may install or change them.
+    fn depends_on_host(&self) -> bool {
+        match self {
+            PkgError::Host(e) => e.depends_on_host(),
+            PkgError::NoManager { .. } => true,
+        }
+    }
+}
+crate::host::api::area_error!(PkgError);
+
 /// `pkg::manager()`: from the host's os-release family: debian → apt; rhel and fedora → dnf
 /// when `/usr/bin/dnf` exists under the root, else yum when `/usr/bin/yum` exists, else dnf
 /// (fedora, and rhel with VERSION_ID 8 or later) or yum; suse → zypper; otherwise `None`.
@@ -62,8 +90,12 @@ host_fn! {
     }
 }
 
-pub(crate) fn need_manager(h: &Host) -> Result<PkgManager> {
-    manager(h)?.ok_or_else(|| HostError::NoPackageManager {
+/// The host's package manager ([`manager`]).
+///
+/// # Errors
+/// [`PkgError::NoManager`] when os-release names none; os-release read failures.
+pub(crate) fn need_manager(h: &Host) -> Result<PkgManager, PkgError> {
+    manager(h)?.ok_or_else(|| PkgError::NoManager {
         id: crate::host::system::os::id(h).unwrap_or_default(),
     })
 }
@@ -114,7 +146,7 @@ fn real_version(h: &Host, m: PkgManager, name: &str) -> Result<Option<String>> {
 ///
 /// # Errors
 /// Invalid name; no package manager; the query failing to start.
-pub fn installed(h: &Host, name: &str) -> Result<bool> {
+pub fn installed(h: &Host, name: &str) -> Result<bool, PkgError> {
     check_name(name)?;
     if let Some(p) = h.planned_package(name) {
         return Ok(p);
@@ -140,13 +172,13 @@ host_fn! {
 ///
 /// # Errors
 /// As [`installed`].
-pub fn version(h: &Host, name: &str) -> Result<Option<String>> {
+pub fn version(h: &Host, name: &str) -> Result<Option<String>, PkgError> {
     check_name(name)?;
     if h.planned_package(name) == Some(false) {
         return Ok(None);
     }
     let m = need_manager(h)?;
-    real_version(h, m, name)
+    Ok(real_version(h, m, name)?)
 }
 
 host_fn! {
@@ -168,7 +200,7 @@ fn version_matches(manager: PkgManager, installed: &str, wanted: &str) -> bool {
 
 /// Whether `spec` is satisfied: installed, and in the version asked for (plan and check
 /// mode: a planned install or removal answers first).
-fn satisfied(h: &Host, m: PkgManager, raw: &str) -> Result<bool> {
+fn satisfied(h: &Host, m: PkgManager, raw: &str) -> Result<bool, PkgError> {
     let spec = parse_spec(m, raw);
     let Some(want) = &spec.version else {
         return installed(h, raw);
@@ -191,7 +223,7 @@ fn satisfied(h: &Host, m: PkgManager, raw: &str) -> Result<bool> {
 ///
 /// # Errors
 /// As [`installed`]; the package manager failing (apply).
-pub fn install(h: &mut Host, names: &[String], update: bool) -> Result<bool> {
+pub fn install(h: &mut Host, names: &[String], update: bool) -> Result<bool, PkgError> {
     let m = need_manager(h)?;
     let mut missing: Vec<String> = Vec::new();
     for n in names {
@@ -240,7 +272,7 @@ host_fn! {
 ///
 /// # Errors
 /// As [`install`].
-pub fn remove(h: &mut Host, names: &[String]) -> Result<bool> {
+pub fn remove(h: &mut Host, names: &[String]) -> Result<bool, PkgError> {
     let m = need_manager(h)?;
     let mut present: Vec<String> = Vec::new();
     for n in names {
@@ -274,7 +306,7 @@ host_fn! {
 ///
 /// # Errors
 /// No package manager; the command failing (apply).
-pub fn update(h: &mut Host) -> Result<()> {
+pub fn update(h: &mut Host) -> Result<(), PkgError> {
     let manager = need_manager(h)?;
     h.submit(Effect::PackageUpgrade {
         manager,
@@ -299,7 +331,7 @@ host_fn! {
 ///
 /// # Errors
 /// As [`update`].
-pub fn upgrade(h: &mut Host) -> Result<bool> {
+pub fn upgrade(h: &mut Host) -> Result<bool, PkgError> {
     let manager = need_manager(h)?;
     h.submit(Effect::PackageUpgrade {
         manager,

@@ -204,4 +204,35 @@ mod upgrade_tests {
         let (_, undone, _) = h.fail_with_report();
         assert_eq!(undone.not_undone, ["apt-get update"]);
     }
+
+    /// A host whose os-release names no supported package manager, after a command the plan
+    /// did not run (which may install one, or rewrite os-release): `pkg::install` is unknown
+    /// in the plan, not a refusal; the apply still fails with the same message
+    /// ([`crate::host::packages::pkg::PkgError`] keeps `depends_on_host` of the former
+    /// `HostError::NoPackageManager`).
+    #[test]
+    fn no_package_manager_after_an_unplanned_command_is_unknown_in_the_plan() {
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub("setup", ":");
+        t.file("/etc/os-release", "ID=arch\n");
+        let step = "run([\"setup\"]);\npkg::install(\"nginx\");\n";
+        let plan = run(&t, ExecMode::Plan, step);
+        let e = plan
+            .outcome
+            .error
+            .as_ref()
+            .expect("the plan ends at the install");
+        assert_eq!(
+            (&e.kind, e.message.as_str()),
+            (
+                &crate::script::errors::ScriptErrorKind::PlanUnknown,
+                "pkg::install: unknown in the plan: no supported package manager for this host (os-release ID \"arch\"), as the host is before setup (planned at main.rhai:1), which only the apply runs and which may change that"
+            )
+        );
+        assert_eq!(
+            run(&t, ExecMode::Apply, step).error(),
+            "main.rhai:2:6: pkg::install: no supported package manager for this host (os-release ID \"arch\")"
+        );
+    }
 }

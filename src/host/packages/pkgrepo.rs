@@ -32,7 +32,7 @@ use crate::host::Host;
 use crate::host::effects::effect::{Effect, PkgManager};
 use crate::host::effects::exec::CommandOptions;
 use crate::host::fetch::{self, FetchOptions};
-use crate::host::packages::pkg::{check_name, need_manager};
+use crate::host::packages::pkg::{PkgError, check_name, need_manager};
 use crate::host::root::error::{HostError, Result};
 
 /// Options of `pkg::repo`.
@@ -72,8 +72,9 @@ impl Default for RepoOptions {
     }
 }
 
-fn invalid(func: &str, message: String) -> HostError {
-    HostError::Invalid {
+/// [`HostError::Invalid`] naming `func`'s argument, as the caller's error.
+fn invalid<E: From<HostError>>(func: &str, message: String) -> E {
+    E::from(HostError::Invalid {
         what: match func {
             "repo" => "pkg::repo argument",
             "remove_repo" => "pkg::remove_repo argument",
@@ -81,7 +82,7 @@ fn invalid(func: &str, message: String) -> HostError {
             _ => "pkg::unhold argument",
         },
         message,
-    }
+    })
 }
 
 /// A repository name: `[A-Za-z0-9._-]`, not starting with `.` or `-` (it names files).
@@ -182,13 +183,13 @@ pub fn yum_repo(name: &str, o: &RepoOptions, url: &str, key: &Path) -> String {
 /// `key_url`; `key_url` without `key_sha256`; a key that is not ASCII-armored; apt without
 /// `suites`; `suites`/`components`/`arch` on dnf/yum; a value with a newline or a space; a
 /// `url` with `user:password@` (refused, shown as `***@`); a zypper host. As `fs::write` and `fs::fetch` for the files.
-pub fn repo(h: &mut Host, name: &str, o: &RepoOptions) -> Result<bool> {
+pub fn repo(h: &mut Host, name: &str, o: &RepoOptions) -> Result<bool, PkgError> {
     check_repo_name("repo", name)?;
     let m = need_manager(h)?;
     let url = o
         .url
         .as_deref()
-        .ok_or_else(|| invalid("repo", "url is required".into()))?;
+        .ok_or_else(|| invalid::<PkgError>("repo", "url is required".into()))?;
     check_value("url", url)?;
     let shown = crate::host::effects::executors::download::redacted(url);
     if shown != url {
@@ -316,7 +317,7 @@ host_fn! {
 ///
 /// # Errors
 /// A bad name; a zypper host; as `fs::remove`.
-pub fn remove_repo(h: &mut Host, name: &str) -> Result<bool> {
+pub fn remove_repo(h: &mut Host, name: &str) -> Result<bool, PkgError> {
     check_repo_name("remove_repo", name)?;
     let m = need_manager(h)?;
     let (repo_file, keys) = paths(m, name, false)?;
@@ -392,7 +393,7 @@ fn held(h: &Host, m: PkgManager) -> Result<Vec<String>> {
     })
 }
 
-fn set_hold(h: &mut Host, func: &str, names: &[String], hold: bool) -> Result<bool> {
+fn set_hold(h: &mut Host, func: &str, names: &[String], hold: bool) -> Result<bool, PkgError> {
     let m = need_manager(h)?;
     paths(m, "x", false)?;
     if names.is_empty() {
@@ -427,7 +428,7 @@ fn set_hold(h: &mut Host, func: &str, names: &[String], hold: bool) -> Result<bo
 ///
 /// # Errors
 /// Invalid names; no names; a zypper host; the query or the command failing (apply).
-pub fn hold(h: &mut Host, names: &[String]) -> Result<bool> {
+pub fn hold(h: &mut Host, names: &[String]) -> Result<bool, PkgError> {
     set_hold(h, "hold", names, true)
 }
 
@@ -447,7 +448,7 @@ host_fn! {
 ///
 /// # Errors
 /// As [`hold`].
-pub fn unhold(h: &mut Host, names: &[String]) -> Result<bool> {
+pub fn unhold(h: &mut Host, names: &[String]) -> Result<bool, PkgError> {
     set_hold(h, "unhold", names, false)
 }
 

@@ -12,7 +12,10 @@ use crate::host::{ExecMode, Host};
 /// [`crate::host::tests::all_modes`] for calls that may make several changes each (a
 /// repository is a key and a file): plan and check leave the root byte-identical and agree,
 /// apply returns what the plan did, the second apply and the check after it change nothing.
-fn all_modes(t: &TestHost, f: impl Fn(&mut Host) -> Result<Vec<bool>>) {
+fn all_modes(
+    t: &TestHost,
+    f: impl Fn(&mut Host) -> Result<Vec<bool>, crate::host::api::CallError>,
+) {
     let before = snapshot(t);
     let mut h = t.host(ExecMode::Plan);
     let planned = f(&mut h).unwrap();

@@ -231,47 +231,6 @@ pub enum HostError {
         limit: usize,
     },
 
-    /// A sysctl key has no `/proc/sys` entry under the root.
-    #[error("unknown sysctl key {key:?} (no {})", path.display())]
-    UnknownSysctl {
-        /// The key as given.
-        key: String,
-        /// The host path looked up.
-        path: PathBuf,
-    },
-
-    /// The package manager could not be determined from os-release.
-    #[error("no supported package manager for this host (os-release ID {id:?})")]
-    NoPackageManager {
-        /// The os-release ID (empty when unknown).
-        id: String,
-    },
-
-    /// A file outside the host root (configMaps, node metadata, secrets) could not be read.
-    #[error("failed to read {}", path.display())]
-    AgentFile {
-        /// The agent-side path.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-
-    /// A structured config file (`toml::`, `json::`, `ini::`) or text (`toml::parse`) does
-    /// not parse; `line` and `column` are 1-based (column in characters).
-    #[error("{}:{line}:{column}: invalid {format}: {message}", path.display())]
-    Parse {
-        /// The host path (`<text>` for a string argument).
-        path: PathBuf,
-        /// `TOML`, `JSON` or `INI`.
-        format: &'static str,
-        /// 1-based line of the error.
-        line: usize,
-        /// 1-based column of the error.
-        column: usize,
-        /// The parser's message.
-        message: String,
-    },
     /// `fs::fetch` could not download `url`: connection, TLS, HTTP status, redirects, size
     /// limit, timeout or cancellation (the message says which). The destination is unchanged.
     #[error("failed to download {url}: {message}")]
@@ -342,10 +301,7 @@ impl HostError {
             | HostError::UnknownId { .. }
             | HostError::ProgramNotFound { .. }
             | HostError::Spawn { .. }
-            | HostError::CommandFailed { .. }
-            | HostError::UnknownSysctl { .. }
-            | HostError::NoPackageManager { .. } => true,
-            HostError::Parse { path, .. } => path.as_os_str() != "<text>",
+            | HostError::CommandFailed { .. } => true,
             HostError::RelativePath { .. }
             | HostError::Regex { .. }
             | HostError::Invalid { .. }
@@ -355,7 +311,6 @@ impl HostError {
             | HostError::PlanUnknown { .. }
             | HostError::PlanUnknownFailure { .. }
             | HostError::OutputTooLarge { .. }
-            | HostError::AgentFile { .. }
             | HostError::Fetch { .. }
             | HostError::ChecksumMismatch(_)
             | HostError::ChangedUnderStep { .. }
