@@ -18,7 +18,7 @@ use std::path::Path;
 use crate::host::effects::effect::Effect;
 use crate::host::files::fs as host_fs;
 use crate::host::root::{AgentFiles, HostRoot};
-use crate::host::{ExecMode, Host, HostError, HostOptions, Report};
+use crate::host::{ExecMode, Host, HostOptions, Report};
 use crate::process::Cancel;
 use crate::state::StateError;
 use crate::state::lock::{self, PackageLock};
@@ -304,8 +304,8 @@ pub fn apply_session<T>(
     }
 }
 
-/// A host error as one line, its causes included.
-fn host_err(e: &HostError) -> String {
+/// A host error (the session's or an area's) as one line, its causes included.
+fn host_err(e: &(dyn std::error::Error + 'static)) -> String {
     crate::script::host_api::error_chain(e)
 }
 

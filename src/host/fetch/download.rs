@@ -11,8 +11,32 @@ pub use crate::host::effects::executors::download::{CA_BUNDLES, MAX_REDIRECTS};
 
 use crate::host::Host;
 use crate::host::effects::session::Stat;
-use crate::host::files::fs::host_path;
+use crate::host::files::fs::{UnknownId, host_path};
 use crate::host::root::error::{HostError, Result};
+
+/// A failure of `fs::fetch` of its own; everything else is the session's [`HostError`].
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// What the session failed with.
+    #[error(transparent)]
+    Host(#[from] HostError),
+
+    /// The owner or group is not in the host root's `/etc/passwd` or `/etc/group`.
+    #[error(transparent)]
+    UnknownId(#[from] UnknownId),
+}
+
+impl crate::host::api::AreaError for FetchError {
+    /// The account files are the host's state: a command the plan did not run may add the
+    /// user or group.
+    fn depends_on_host(&self) -> bool {
+        match self {
+            FetchError::Host(e) => e.depends_on_host(),
+            FetchError::UnknownId(_) => true,
+        }
+    }
+}
+crate::host::api::area_error!(FetchError);
 
 /// Default of the `timeout` option: the whole download (connect, redirects, body) may take
 /// this long (300 s), capped by what remains of the step's deadline.
@@ -84,8 +108,19 @@ pub fn unpinned_warning(url: &str, p: &str, planned: bool) -> String {
 ///
 /// # Errors
 /// As [`fetch_with`].
-pub fn fetch(h: &mut Host, url: &str, p: &str, opts: &FetchOptions) -> Result<bool> {
+pub fn fetch(h: &mut Host, url: &str, p: &str, opts: &FetchOptions) -> Result<bool, FetchError> {
     Ok(fetch_with(h, url, p, opts)?.changed)
+}
+
+/// [`fetch`] of a file with no `owner` or `group` option (a package repository's key), so
+/// no name to resolve: the session's error only.
+///
+/// # Errors
+/// As [`fetch_with`], but for the unknown owner or group.
+pub(crate) fn fetch_unowned(h: &mut Host, url: &str, p: &str, opts: &FetchOptions) -> Result<bool> {
+    debug_assert!(opts.owner.is_none() && opts.group.is_none());
+    let d = download(url, p, opts)?;
+    Ok(fetch_download(h, d)?.changed)
 }
 
 /// [`fetch`], saying also whether the file itself was (or would be) downloaded.
@@ -93,10 +128,24 @@ pub fn fetch(h: &mut Host, url: &str, p: &str, opts: &FetchOptions) -> Result<bo
 /// # Errors
 /// Relative path; a bad URL, malformed `sha256`, zero `timeout`/`max_bytes`
 /// ([`HostError::Invalid`]); a directory or non-regular file at `path`;
-/// [`HostError::BadAncestor`]; unknown owner/group; in apply mode [`HostError::Fetch`]
-/// (connection, TLS, status, redirects, size, timeout, cancellation) and
-/// [`HostError::ChecksumMismatch`], the destination unchanged in both cases.
-pub fn fetch_with(h: &mut Host, url: &str, p: &str, opts: &FetchOptions) -> Result<Fetched> {
+/// [`HostError::BadAncestor`]; an unknown owner or group ([`FetchError::UnknownId`]); in
+/// apply mode [`HostError::Fetch`] (connection, TLS, status, redirects, size, timeout,
+/// cancellation) and [`HostError::ChecksumMismatch`], the destination unchanged in both
+/// cases.
+pub fn fetch_with(
+    h: &mut Host,
+    url: &str,
+    p: &str,
+    opts: &FetchOptions,
+) -> Result<Fetched, FetchError> {
+    let mut d = download(url, p, opts)?;
+    (d.uid, d.gid) =
+        crate::host::files::fs::ids::<FetchError>(h, opts.owner.as_deref(), opts.group.as_deref())?;
+    Ok(fetch_download(h, d)?)
+}
+
+/// The download `opts` ask for, its arguments checked (owner and group not yet resolved).
+fn download(url: &str, p: &str, opts: &FetchOptions) -> Result<Download> {
     let path = host_path(p)?;
     parse_url(url).map_err(invalid)?;
     let sha256 = opts.sha256.as_deref().map(check_sha256).transpose()?;
@@ -106,17 +155,20 @@ pub fn fetch_with(h: &mut Host, url: &str, p: &str, opts: &FetchOptions) -> Resu
     if opts.max_bytes == Some(0) {
         return Err(invalid("max_bytes must be more than 0".into()));
     }
-    let (uid, gid) = crate::host::files::fs::ids(h, opts.owner.as_deref(), opts.group.as_deref())?;
-    let d = Download {
+    Ok(Download {
         url: url.to_string(),
         path,
         sha256,
         mode: opts.mode,
-        uid,
-        gid,
+        uid: None,
+        gid: None,
         timeout: opts.timeout.unwrap_or(DEFAULT_TIMEOUT),
         max_bytes: opts.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
-    };
+    })
+}
+
+/// [`fetch_with`] of a checked download with its ids.
+fn fetch_download(h: &mut Host, d: Download) -> Result<Fetched> {
     h.check_creatable(&d.path)?;
     // Unchanged without a lock (no lock file for a call that changes nothing, and so, in
     // plan and check mode, no planned lock directory); a change is decided again under the

@@ -9,7 +9,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use crate::host::ExecMode;
-use crate::host::fetch::{FetchOptions, fetch, fetch_with, unpinned_warning};
+use crate::host::fetch::{FetchError, FetchOptions, fetch, fetch_with, unpinned_warning};
 use crate::host::files::fs;
 use crate::host::root::error::HostError;
 use crate::host::tests::{all_modes, snapshot};
@@ -337,7 +337,10 @@ fn http_errors_and_wrong_checksums_change_nothing() {
     let url = srv.url("/tool");
     let wrong = sha(b"something else");
     let e = fetch(&mut h, &url, "/opt/t", &opts(&wrong)).unwrap_err();
-    assert!(matches!(e, HostError::ChecksumMismatch(_)));
+    assert!(matches!(
+        e,
+        FetchError::Host(HostError::ChecksumMismatch(_))
+    ));
     assert_eq!(
         e.to_string(),
         format!(
@@ -404,7 +407,12 @@ fn size_limit_timeout_and_cancel() {
 fn bad_arguments_are_named() {
     let t = TestHost::new();
     let mut h = t.host(ExecMode::Plan);
-    let e = |r: crate::host::root::error::Result<bool>| r.unwrap_err().to_string();
+    fn e<E: std::fmt::Display>(r: Result<bool, E>) -> String {
+        match r {
+            Err(e) => e.to_string(),
+            Ok(v) => panic!("expected an error, got Ok({v})"),
+        }
+    }
     assert_eq!(
         e(fetch(&mut h, "http://x/a", "rel", &opts(&sha(BODY)))),
         "paths must be absolute: \"rel\""

@@ -171,7 +171,7 @@ fn walk(h: &Host, src: &Path, dst: &Path, o: &TreeOptions) -> Result<Vec<Entry>>
 fn ensure_dir(h: &mut Host, path: &Path, mode: u32, uid: u32, gid: u32) -> Result<bool> {
     let p = path.display().to_string();
     let mut changed = fs::mkdir(h, &p, Some(mode))?;
-    changed |= fs::chown(h, &p, Some(&uid.to_string()), Some(&gid.to_string()))?;
+    changed |= fs::chown_ids(h, path, Some(uid), Some(gid))?;
     Ok(changed)
 }
 

@@ -42,18 +42,37 @@ pub enum FsError {
         #[source]
         source: globset::Error,
     },
+
+    /// An owner or group name is not in the host root's `/etc/passwd` or `/etc/group`.
+    #[error(transparent)]
+    UnknownId(#[from] UnknownId),
 }
 
 impl crate::host::api::AreaError for FsError {
-    /// A bad pattern is a bad argument, not the host's state.
+    /// A bad pattern is a bad argument, not the host's state; an unknown owner or group is
+    /// the state of the account files, which a command the plan did not run may change.
     fn depends_on_host(&self) -> bool {
         match self {
             FsError::Host(e) => e.depends_on_host(),
             FsError::Glob { .. } => false,
+            FsError::UnknownId(_) => true,
         }
     }
 }
 crate::host::api::area_error!(FsError);
+
+/// An owner or group name of `write`, `copy`, `chown` or `fetch` is not in the host root's
+/// `/etc/passwd` or `/etc/group` (as the session sees them: planned users count).
+#[derive(Debug, thiserror::Error)]
+#[error("unknown {kind} {name:?} (not in the host's {file})")]
+pub struct UnknownId {
+    /// `user` or `group`.
+    pub kind: &'static str,
+    /// The name as given.
+    pub name: String,
+    /// `/etc/passwd` or `/etc/group`.
+    pub file: &'static str,
+}
 
 /// Options of `write`, `copy`: attributes to set (`None` keeps the existing file's).
 #[derive(Debug, Clone, Default)]
@@ -346,7 +365,11 @@ fn walk(
 }
 
 /// Resolve a user (`passwd`) or group (`group`) name in the host root, or parse a number.
-fn resolve_id(h: &Host, name: &str, group: bool) -> Result<u32> {
+fn resolve_id<E: From<HostError> + From<UnknownId>>(
+    h: &Host,
+    name: &str,
+    group: bool,
+) -> Result<u32, E> {
     if let Ok(n) = name.parse::<u32>() {
         return Ok(n);
     }
@@ -364,23 +387,29 @@ fn resolve_id(h: &Host, name: &str, group: bool) -> Result<u32> {
             (f.len() > 2 && f[0] == name).then(|| f[2].parse::<u32>().ok())?
         })
         .next()
-        .ok_or(HostError::UnknownId {
-            kind,
-            name: name.into(),
-            file,
+        .ok_or_else(|| {
+            UnknownId {
+                kind,
+                name: name.into(),
+                file,
+            }
+            .into()
         })
 }
 
 /// Owner and group names (or numbers) as uid and gid, from the host root's `/etc/passwd` and
-/// `/etc/group` as the session sees them.
-pub(crate) fn ids(
+/// `/etc/group`, as the session sees them.
+///
+/// # Errors
+/// [`UnknownId`] for a name in neither; reading the files.
+pub(crate) fn ids<E: From<HostError> + From<UnknownId>>(
     h: &Host,
     owner: Option<&str>,
     group: Option<&str>,
-) -> Result<(Option<u32>, Option<u32>)> {
+) -> Result<(Option<u32>, Option<u32>), E> {
     Ok((
-        owner.map(|o| resolve_id(h, o, false)).transpose()?,
-        group.map(|g| resolve_id(h, g, true)).transpose()?,
+        owner.map(|o| resolve_id::<E>(h, o, false)).transpose()?,
+        group.map(|g| resolve_id::<E>(h, g, true)).transpose()?,
     ))
 }
 
@@ -483,7 +512,7 @@ pub(crate) fn put_locked(
 /// # Errors
 /// Relative path, a directory at `p`, [`HostError::BadAncestor`] (an ancestor is a file or a
 /// dangling symlink; also in plan and check mode), unknown owner/group, write failures.
-pub fn write(h: &mut Host, p: &str, content: &str, opts: &WriteOptions) -> Result<bool> {
+pub fn write(h: &mut Host, p: &str, content: &str, opts: &WriteOptions) -> Result<bool, FsError> {
     write_bytes(h, p, content.as_bytes(), opts)
 }
 
@@ -508,10 +537,15 @@ host_fn! {
 ///
 /// # Errors
 /// As [`write`](fn@write).
-pub fn write_bytes(h: &mut Host, p: &str, content: &[u8], opts: &WriteOptions) -> Result<bool> {
+pub fn write_bytes(
+    h: &mut Host,
+    p: &str,
+    content: &[u8],
+    opts: &WriteOptions,
+) -> Result<bool, FsError> {
     let path = host_path(p)?;
-    let (uid, gid) = ids(h, opts.owner.as_deref(), opts.group.as_deref())?;
-    put(h, &path, content.to_vec(), opts.mode, uid, gid)
+    let (uid, gid) = ids::<FsError>(h, opts.owner.as_deref(), opts.group.as_deref())?;
+    Ok(put(h, &path, content.to_vec(), opts.mode, uid, gid)?)
 }
 
 /// `fs::append(p, content)`: append to the file (created when missing). Not idempotent by
@@ -722,18 +756,18 @@ host_fn! {
 ///
 /// # Errors
 /// [`HostError::NotFound`] when `src` is missing; as [`write`](fn@write).
-pub fn copy(h: &mut Host, src: &str, dst: &str, opts: &WriteOptions) -> Result<bool> {
+pub fn copy(h: &mut Host, src: &str, dst: &str, opts: &WriteOptions) -> Result<bool, FsError> {
     let s = host_path(src)?;
     let d = host_path(dst)?;
     let content = h
         .view_read(&s)?
         .ok_or(HostError::NotFound { path: s.clone() })?;
-    let (uid, gid) = ids(h, opts.owner.as_deref(), opts.group.as_deref())?;
+    let (uid, gid) = ids::<FsError>(h, opts.owner.as_deref(), opts.group.as_deref())?;
     let mut mode = opts.mode;
     if mode.is_none() && h.view_stat(&d, true)?.is_none() {
         mode = h.view_stat(&s, true)?.map(|st| st.mode);
     }
-    put(h, &d, content, mode, uid, gid)
+    Ok(put(h, &d, content, mode, uid, gid)?)
 }
 
 host_fn! {
@@ -784,10 +818,29 @@ host_fn! {
 /// host root's `/etc/passwd` and `/etc/group`, or numbers), following symlinks.
 ///
 /// # Errors
-/// [`HostError::NotFound`]; [`HostError::UnknownId`]; chown failures.
-pub fn chown(h: &mut Host, p: &str, owner: Option<&str>, group: Option<&str>) -> Result<bool> {
+/// [`HostError::NotFound`]; [`UnknownId`] ([`FsError::UnknownId`]); chown failures.
+pub fn chown(
+    h: &mut Host,
+    p: &str,
+    owner: Option<&str>,
+    group: Option<&str>,
+) -> Result<bool, FsError> {
     let path = host_path(p)?;
-    let (uid, gid) = ids(h, owner, group)?;
+    let (uid, gid) = ids::<FsError>(h, owner, group)?;
+    Ok(chown_ids(h, &path, uid, gid)?)
+}
+
+/// [`chown`] of a host path to ids (`None` keeps).
+///
+/// # Errors
+/// [`HostError::NotFound`]; chown failures.
+pub(crate) fn chown_ids(
+    h: &mut Host,
+    path: &Path,
+    uid: Option<u32>,
+    gid: Option<u32>,
+) -> Result<bool> {
+    let path = path.to_path_buf();
     let s = h
         .view_stat(&path, true)?
         .ok_or(HostError::NotFound { path: path.clone() })?;

@@ -10,7 +10,6 @@ use std::path::Path;
 use crate::host::effects::report::Report;
 use crate::host::files::fs::{self, LineOptions, WriteOptions};
 use crate::host::root::HostRoot;
-use crate::host::root::error::Result;
 use crate::host::tests::snapshot;
 use crate::host::testutil::TestHost;
 use crate::host::{ExecMode, Host};
@@ -38,7 +37,7 @@ fn changes(r: &Report) -> Vec<(String, String, Vec<String>)> {
 fn plan_then_apply(
     t: &TestHost,
     paths: &[&str],
-    f: impl Fn(&mut Host) -> Result<()>,
+    f: impl Fn(&mut Host) -> std::result::Result<(), crate::host::api::CallError>,
 ) -> (Report, Report, Vec<u32>) {
     let before = snapshot(t);
     let mut h = t.host(ExecMode::Plan);

@@ -280,7 +280,7 @@ pub fn repo(h: &mut Host, name: &str, o: &RepoOptions) -> Result<bool, PkgError>
             mode: Some(0o644),
             ..FetchOptions::default()
         };
-        changed |= fetch::fetch(h, u, &keys[0].display().to_string(), &fo)?;
+        changed |= fetch::fetch_unowned(h, u, &keys[0].display().to_string(), &fo)?;
     }
     // A key of the other format left by an earlier definition would be ignored by apt.
     for other in &keys[1..] {

@@ -74,7 +74,7 @@ pub fn ensure(h: &mut Host, name: &str, o: &GroupOptions) -> Result<bool> {
                 db.add_group(name, gid);
             }
         }
-        Ok(())
+        Ok::<_, HostError>(())
     })?;
     if !changed {
         h.note_unchanged();
@@ -123,7 +123,7 @@ pub fn remove(h: &mut Host, name: &str) -> Result<bool> {
         }
         db.group.remove(i);
         Db::remove_entry(&mut db.gshadow, name);
-        Ok(())
+        Ok::<_, HostError>(())
     })?;
     if !changed {
         h.note_unchanged();

@@ -38,6 +38,38 @@ use crate::host::users::userdb::{
     self, Db, GROUP, PasswdEntry, check_field, check_id, check_name, field, members,
 };
 
+/// A failure of a `user::` function of its own; everything else is the session's
+/// [`HostError`].
+#[derive(Debug, thiserror::Error)]
+pub enum UserError {
+    /// What the session failed with.
+    #[error(transparent)]
+    Host(#[from] HostError),
+
+    /// A group name (or gid) is not in the host root's `/etc/group`.
+    #[error("unknown {kind} {name:?} (not in the host's {file})")]
+    UnknownId {
+        /// `group`.
+        kind: &'static str,
+        /// The name as given.
+        name: String,
+        /// `/etc/group`.
+        file: &'static str,
+    },
+}
+
+impl crate::host::api::AreaError for UserError {
+    /// The account files are the host's state: a command the plan did not run (`groupadd`,
+    /// a package's scripts) may add the group.
+    fn depends_on_host(&self) -> bool {
+        match self {
+            UserError::Host(e) => e.depends_on_host(),
+            UserError::UnknownId { .. } => true,
+        }
+    }
+}
+crate::host::api::area_error!(UserError);
+
 /// Options of `user::ensure` (`None`: the default for a new user, untouched for an existing
 /// one; see the module docs).
 #[derive(Debug, Clone, Default)]
@@ -93,8 +125,8 @@ fn check_path_field(what: &'static str, v: &str) -> Result<()> {
 }
 
 /// A group given by name or number, as a gid that exists in `/etc/group`.
-fn resolve_group(db: &Db, g: &str) -> Result<u32> {
-    let unknown = || HostError::UnknownId {
+fn resolve_group(db: &Db, g: &str) -> Result<u32, UserError> {
+    let unknown = || UserError::UnknownId {
         kind: "group",
         name: g.to_string(),
         file: GROUP,
@@ -141,10 +173,10 @@ fn taken(what: &'static str, id: u32, kind: &str, owner: &str, file: &str) -> Ho
 }
 
 /// Add `name` to the member lists of `groups` (group and gshadow).
-fn join_groups(db: &mut Db, name: &str, groups: &[String]) -> Result<()> {
+fn join_groups(db: &mut Db, name: &str, groups: &[String]) -> Result<(), UserError> {
     for g in groups {
         if db.group_gid(g)?.is_none() {
-            return Err(HostError::UnknownId {
+            return Err(UserError::UnknownId {
                 kind: "group",
                 name: g.clone(),
                 file: GROUP,
@@ -157,7 +189,12 @@ fn join_groups(db: &mut Db, name: &str, groups: &[String]) -> Result<()> {
 }
 
 /// The edit of `ensure` on the tables; returns the home to create, if any.
-fn edit_ensure(db: &mut Db, name: &str, o: &UserOptions, days: u64) -> Result<Option<HomeSpec>> {
+fn edit_ensure(
+    db: &mut Db,
+    name: &str,
+    o: &UserOptions,
+    days: u64,
+) -> Result<Option<HomeSpec>, UserError> {
     let Some((i, cur)) = db.user(name)? else {
         return create(db, name, o, days);
     };
@@ -169,7 +206,7 @@ fn edit_ensure(db: &mut Db, name: &str, o: &UserOptions, days: u64) -> Result<Op
         && u != cur.uid
     {
         if let Some(other) = db.uid_owner(u, name) {
-            return Err(taken("uid", u, "user", &other, userdb::PASSWD));
+            return Err(taken("uid", u, "user", &other, userdb::PASSWD).into());
         }
         uid = u;
         edits.push((2, u.to_string().into_bytes()));
@@ -209,11 +246,16 @@ fn edit_ensure(db: &mut Db, name: &str, o: &UserOptions, days: u64) -> Result<Op
 }
 
 /// A new user's entries (module docs); returns its home when it is to be created.
-fn create(db: &mut Db, name: &str, o: &UserOptions, days: u64) -> Result<Option<HomeSpec>> {
+fn create(
+    db: &mut Db,
+    name: &str,
+    o: &UserOptions,
+    days: u64,
+) -> Result<Option<HomeSpec>, UserError> {
     let uid = match o.uid {
         Some(u) => {
             if let Some(other) = db.uid_owner(u, name) {
-                return Err(taken("uid", u, "user", &other, userdb::PASSWD));
+                return Err(taken("uid", u, "user", &other, userdb::PASSWD).into());
             }
             u
         }
@@ -298,10 +340,10 @@ fn create(db: &mut Db, name: &str, o: &UserOptions, days: u64) -> Result<Option<
 /// # Errors
 /// [`HostError::Invalid`] for a bad name (`invalid user name: "Bad" must match ...`), a
 /// field with `:` or a line break, a relative home or shell, a uid or gid taken by another
-/// account, a full id range or a malformed login.defs value; [`HostError::UnknownId`] for a
+/// account, a full id range or a malformed login.defs value; [`UserError::UnknownId`] for a
 /// `group` or `groups` entry that does not exist; a home path that exists and is not a
 /// directory; reads, locks and writes.
-pub fn ensure(h: &mut Host, name: &str, o: &UserOptions) -> Result<bool> {
+pub fn ensure(h: &mut Host, name: &str, o: &UserOptions) -> Result<bool, UserError> {
     validate(name, o)?;
     let days = userdb::days_since_epoch(h)?;
     let (changed, home) = userdb::transact(h, |h, db| {
@@ -311,9 +353,9 @@ pub fn ensure(h: &mut Host, name: &str, o: &UserOptions) -> Result<bool> {
             && h.view_stat(&spec.path, true)?
                 .is_some_and(|s| s.kind != "dir")
         {
-            return Err(not_a_dir(&spec.path));
+            return Err(not_a_dir(&spec.path).into());
         }
-        Ok(home)
+        Ok::<_, UserError>(home)
     })?;
     let made_home = match home {
         Some(spec) => make_home(h, &spec)?,
@@ -458,7 +500,7 @@ pub fn remove(h: &mut Host, name: &str, remove_home: bool) -> Result<bool> {
             db.group.remove(gi);
             Db::remove_entry(&mut db.gshadow, name);
         }
-        Ok(Some(cur))
+        Ok::<_, HostError>(Some(cur))
     })?;
     let mut home_removed = false;
     if remove_home

@@ -152,7 +152,7 @@ fn meta(t: &TestHost, p: &str) -> (u32, u32, u32) {
 
 /// Plan, check, apply, apply again, check: a plan and a check leave the root identical and
 /// report what the apply then does; the second apply and the last check find nothing.
-fn all_modes(t: &TestHost, f: impl Fn(&mut Host) -> crate::host::root::error::Result<bool>) {
+fn all_modes(t: &TestHost, f: impl Fn(&mut Host) -> Result<bool, crate::host::api::CallError>) {
     let before = snapshot(t);
     let mut h = host(t, ExecMode::Plan);
     assert!(f(&mut h).unwrap());
@@ -183,7 +183,7 @@ fn all_modes(t: &TestHost, f: impl Fn(&mut Host) -> crate::host::root::error::Re
 #[test]
 fn system_user_exact_lines_on_debian() {
     let t = debian();
-    all_modes(&t, |h| user::ensure(h, "gpuops", &gpuops()));
+    all_modes(&t, |h| Ok(user::ensure(h, "gpuops", &gpuops())?));
     assert_eq!(
         t.read("/etc/passwd"),
         format!("{DEB_PASSWD}gpuops:x:997:997:GPU operations:/var/lib/gpuops:/usr/sbin/nologin\n")
@@ -215,7 +215,7 @@ fn normal_user_with_groups_on_debian() {
         groups: vec!["sudo".into(), "users".into()],
         ..UserOptions::default()
     };
-    all_modes(&t, |h| user::ensure(h, "alice", &o));
+    all_modes(&t, |h| Ok(user::ensure(h, "alice", &o)?));
     assert_eq!(
         t.read("/etc/passwd"),
         format!("{DEB_PASSWD}alice:x:1001:1001::/home/alice:/bin/bash\n")
@@ -647,7 +647,12 @@ fn remove_users_and_groups() {
 fn errors_name_the_problem() {
     let t = debian();
     let mut h = host(&t, ExecMode::Apply);
-    let err = |r: crate::host::root::error::Result<bool>| r.unwrap_err().to_string();
+    fn err<E: std::fmt::Display>(r: Result<bool, E>) -> String {
+        match r {
+            Err(e) => e.to_string(),
+            Ok(v) => panic!("expected an error, got Ok({v})"),
+        }
+    }
     let d = UserOptions::default();
     assert_eq!(
         err(user::ensure(&mut h, "GPU", &d)),
@@ -986,7 +991,7 @@ fn missing_parents_of_a_home_are_0755() {
         plan.changes[4].mkdir,
         vec!["/srv".to_string(), "/srv/gpu".to_string()]
     );
-    all_modes(&t, |h| user::ensure(h, "ops", &o));
+    all_modes(&t, |h| Ok(user::ensure(h, "ops", &o)?));
     assert_eq!(meta(&t, "/srv"), (0o755, 0, 0));
     assert_eq!(meta(&t, "/srv/gpu"), (0o755, 0, 0));
     assert_eq!(meta(&t, "/srv/gpu/ops"), (0o750, 1001, 1001));

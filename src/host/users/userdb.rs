@@ -710,10 +710,10 @@ pub fn days_since_epoch(h: &Host) -> Result<u64> {
 ///
 /// # Errors
 /// Whatever `edit` fails with; reads; locks; the writes.
-pub(crate) fn transact<T>(
+pub(crate) fn transact<T, E: From<HostError>>(
     h: &mut Host,
-    edit: impl Fn(&Host, &mut Db) -> Result<T>,
-) -> Result<(bool, T)> {
+    edit: impl Fn(&Host, &mut Db) -> Result<T, E>,
+) -> Result<(bool, T), E> {
     let mut db = Db::read(h)?;
     let value = edit(h, &mut db)?;
     if !db.dirty() {

@@ -139,4 +139,70 @@ pub(crate) mod tests {
             assert_eq!(r.error(), format!("main.rhai:1:{col}: {msg}"), "{src}");
         }
     }
+
+    /// An owner or group the account files lack, after a command the plan did not run
+    /// (which may add it, as `useradd` does): `fs::chown`, `fs::write` with an owner,
+    /// `fs::fetch` with a group and `user::ensure` with `groups` are unknown in the plan, not
+    /// refusals; the apply still fails with the same message (`FsError`, `FetchError` and
+    /// `UserError` keep `depends_on_host` of the former `HostError::UnknownId`).
+    #[test]
+    fn unknown_owner_after_an_unplanned_command_is_unknown_in_the_plan() {
+        let t = TestHost::new();
+        t.install_sh();
+        t.stub("setup", ":");
+        t.file("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\n");
+        t.file("/etc/group", "root:x:0:\n");
+        // Present, so the plan reads them rather than stopping at a file the command may make.
+        t.file("/etc/shadow", "root:*:19000:0:99999:7:::\n");
+        t.file("/etc/gshadow", "root:*::\n");
+        t.file("/etc/login.defs", "");
+        t.file("/srv/data", "x");
+        for (call, fname, col, message) in [
+            (
+                "fs::chown(\"/srv/data\", \"gpuops\", ())",
+                "fs::chown",
+                5,
+                "unknown user \"gpuops\" (not in the host's /etc/passwd)",
+            ),
+            (
+                "fs::write(\"/srv/new\", \"x\", #{owner: \"gpuops\"})",
+                "fs::write",
+                5,
+                "unknown user \"gpuops\" (not in the host's /etc/passwd)",
+            ),
+            (
+                "fs::fetch(\"http://127.0.0.1:9/x\", \"/srv/x\", #{group: \"gpuops\"})",
+                "fs::fetch",
+                5,
+                "unknown group \"gpuops\" (not in the host's /etc/group)",
+            ),
+            (
+                "user::ensure(\"alice\", #{groups: [\"gpuops\"]})",
+                "user::ensure",
+                7,
+                "unknown group \"gpuops\" (not in the host's /etc/group)",
+            ),
+        ] {
+            let step = format!("run([\"setup\"]);\n{call};\n");
+            let plan = run(&t, ExecMode::Plan, &step);
+            let e = plan
+                .outcome
+                .error
+                .as_ref()
+                .expect("the plan ends at the call");
+            assert_eq!(
+                (&e.kind, e.message.as_str()),
+                (
+                    &crate::script::errors::ScriptErrorKind::PlanUnknown,
+                    format!("{fname}: unknown in the plan: {message}, as the host is before setup (planned at main.rhai:1), which only the apply runs and which may change that").as_str()
+                ),
+                "{call}"
+            );
+            assert_eq!(
+                run(&t, ExecMode::Apply, &step).error(),
+                format!("main.rhai:2:{col}: {fname}: {message}"),
+                "{call}"
+            );
+        }
+    }
 }

@@ -118,17 +118,6 @@ pub enum HostError {
         message: String,
     },
 
-    /// A user or group name is not in the host root's `/etc/passwd` or `/etc/group`.
-    #[error("unknown {kind} {name:?} (not in the host's {file})")]
-    UnknownId {
-        /// `user` or `group`.
-        kind: &'static str,
-        /// The name as given.
-        name: String,
-        /// `/etc/passwd` or `/etc/group`.
-        file: &'static str,
-    },
-
     /// A command's program does not exist (inside the host root when chrooted).
     #[error("failed to run {command}: program not found")]
     ProgramNotFound {
@@ -284,10 +273,12 @@ impl HostError {
     }
 
     /// Whether this failure may depend on the host root's state, which a command the plan
-    /// did not run may have changed (files, users and groups, programs, sysctl entries,
-    /// os-release, structured config files). Not: bad arguments (a relative path, a
-    /// regex, a glob, an invalid value, a `<text>` parse), agent-side inputs (configMaps,
-    /// node metadata, secrets, environment), the undo journal, downloads, timeouts and
+    /// did not run may have changed: the files under the root (missing, of another kind,
+    /// too large, not text, a bad ancestor), programs and what commands do. An area's own
+    /// failures (an unknown user, group or sysctl key, no package manager, an unparsable
+    /// structured config file) answer in `AreaError::depends_on_host`. Not: bad arguments (a
+    /// relative path, a regex, an invalid value), agent-side inputs (configMaps, node
+    /// metadata, secrets, environment), the undo journal, downloads, timeouts and
     /// cancellation, and the end of the plan itself.
     pub fn depends_on_host(&self) -> bool {
         match self {
@@ -298,7 +289,6 @@ impl HostError {
             | HostError::FileTooLarge { .. }
             | HostError::BadAncestor { .. }
             | HostError::NotText { .. }
-            | HostError::UnknownId { .. }
             | HostError::ProgramNotFound { .. }
             | HostError::Spawn { .. }
             | HostError::CommandFailed { .. } => true,

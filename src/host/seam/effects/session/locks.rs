@@ -3,7 +3,7 @@
 
 use super::Host;
 use crate::host::effects::overlay::normalize;
-use crate::host::root::error::Result;
+use crate::host::root::error::{HostError, Result};
 use std::path::{Path, PathBuf};
 
 /// The lock of a file set's own tools that `Host::locked_update` takes after the path
@@ -53,12 +53,12 @@ impl Host {
     ///
     /// # Errors
     /// Taking a lock; whatever `update` fails with.
-    pub(crate) fn locked_update<T>(
+    pub(crate) fn locked_update<T, E: From<HostError>>(
         &mut self,
         paths: &[&Path],
         lock: ToolLock,
-        update: impl FnOnce(&mut Host, bool) -> Result<T>,
-    ) -> Result<T> {
+        update: impl FnOnce(&mut Host, bool) -> Result<T, E>,
+    ) -> Result<T, E> {
         if !self.executor.changes_host() {
             if let Some(overlay) = self.executor.overlay_mut() {
                 overlay.plan_lock_dir(&self.cx.root)?;
@@ -72,7 +72,9 @@ impl Host {
             }
         }
         let guard = match lock {
-            ToolLock::Pwd => crate::host::root::pwdlock::lock_pwd(&self.cx.root)?,
+            ToolLock::Pwd => {
+                crate::host::root::pwdlock::lock_pwd(&self.cx.root).map_err(HostError::from)?
+            }
         };
         let r = update(self, true);
         drop(guard);
