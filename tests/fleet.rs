@@ -21,11 +21,11 @@ use skyhook::serve::http::{Limits, Listener, Server, serve};
 use crate::nvidia_ports::fake_host;
 use crate::util::{FakeRoot, tree};
 
-const PLAN_TOKEN: &str = "tok-plan";
-const RUN_TOKEN: &str = "tok-run";
+pub(crate) const PLAN_TOKEN: &str = "tok-plan";
+pub(crate) const RUN_TOKEN: &str = "tok-run";
 
 /// A tokens file with a `plan`-scoped engine `preview` and a `run` engine `ci`.
-fn tokens_file(dir: &Path) -> PathBuf {
+pub(crate) fn tokens_file(dir: &Path) -> PathBuf {
     let f = dir.join("engines");
     std::fs::write(
         &f,
@@ -40,7 +40,7 @@ fn tokens_file(dir: &Path) -> PathBuf {
 }
 
 /// A `serve` on a loopback port over `root`, in this runtime; its URL.
-async fn start_serve(root: &Path, tokens: &Path) -> String {
+pub(crate) async fn start_serve(root: &Path, tokens: &Path) -> String {
     let cfg = Config::new(root);
     let svc = Service::with_audit(cfg, true, Arc::new(|_: &str| {})).unwrap();
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -4,47 +4,14 @@
 //! root held byte for byte and markers outside it checked.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde_json::{Value, json};
 use skyhook::process::Cancel;
 use skyhook::remote::Client;
-use skyhook::serve::Service;
-use skyhook::serve::auth::{Auth, sha256_hex};
-use skyhook::serve::exec::Config;
-use skyhook::serve::http::{Limits, Listener, Server, serve};
 
 use crate::util::{FakeRoot, tree};
 
-const PLAN_TOKEN: &str = "tok-plan";
-const RUN_TOKEN: &str = "tok-run";
-
-fn tokens_file(dir: &Path) -> PathBuf {
-    let f = dir.join("engines");
-    std::fs::write(
-        &f,
-        format!(
-            "preview {} plan\nci {}\n",
-            sha256_hex(PLAN_TOKEN.as_bytes()),
-            sha256_hex(RUN_TOKEN.as_bytes())
-        ),
-    )
-    .unwrap();
-    f
-}
-
-async fn start_serve(root: &Path, tokens: &Path) -> String {
-    let svc = Service::with_audit(Config::new(root), true, Arc::new(|_: &str| {})).unwrap();
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = l.local_addr().unwrap().port();
-    let server = Server::new(svc, Auth::from_file(tokens).unwrap(), Limits::default());
-    let (stop, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        let _keep = stop;
-        serve(Listener::Tcp(l), server, rx).await;
-    });
-    format!("http://127.0.0.1:{port}")
-}
+use crate::fleet::{PLAN_TOKEN, RUN_TOKEN, start_serve, tokens_file};
 
 /// A `package_plan` start of package `evil` 1.0.0 whose one apply step is `script`.
 fn plan_body(id: &str, script: &str) -> Value {
