@@ -34,7 +34,8 @@ pub struct ServeArgs {
     /// The host root the steps act on.
     #[arg(long, value_name = "DIR", default_value = "/root")]
     pub root: PathBuf,
-    /// Engines allowed: `NAME SHA256HEX` per line; re-read on SIGHUP.
+    /// Engines allowed: `NAME SHA256HEX [run|plan]` per line (`plan`: package plans only, see
+    /// docs/fleet.md); re-read on SIGHUP.
     #[arg(long, value_name = "FILE")]
     pub tokens_file: Option<PathBuf>,
     /// Accept any caller (warns at startup and on every request).
