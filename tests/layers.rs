@@ -1218,6 +1218,36 @@ fn no_production_file_is_over_the_folder_limit() {
     );
 }
 
+/// Most files a folder of `src/` holds (subfolders not counted): a folder past it is split
+/// into subfolders of one idea.
+const MAX_FOLDER_FILES: usize = 20;
+
+/// No folder under `src/` holds more than [`MAX_FOLDER_FILES`] files.
+#[test]
+fn no_folder_holds_more_than_the_folder_limit_of_files() {
+    fn walk(dir: &Path, out: &mut Vec<String>) {
+        let mut files = 0;
+        for e in fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                walk(&e.path(), out);
+            } else {
+                files += 1;
+            }
+        }
+        if files > MAX_FOLDER_FILES {
+            out.push(format!("{}: {files} files", dir.display()));
+        }
+    }
+    let mut big = Vec::new();
+    walk(&crate_root().join("src"), &mut big);
+    assert!(
+        big.is_empty(),
+        "folders over {MAX_FOLDER_FILES} files (split them into subfolders of one idea):\n{}",
+        big.join("\n")
+    );
+}
+
 /// The text of an item's head for a report: its tokens from `toks[k]` (its keyword) up to
 /// its body, parameters, type or value (`{ ( ; = :`), generics after `impl` left out.
 fn item_head(toks: &[(Tok, u32)], mut k: usize) -> String {

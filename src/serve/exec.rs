@@ -615,5 +615,5 @@ impl Ledger for Service {
 }
 
 #[cfg(test)]
-#[path = "exec_tests.rs"]
+#[path = "tests/exec_tests.rs"]
 mod tests;

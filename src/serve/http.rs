@@ -723,5 +723,5 @@ enum Conn {
 }
 
 #[cfg(test)]
-#[path = "http_tests.rs"]
+#[path = "tests/http_tests.rs"]
 mod tests;

@@ -840,5 +840,5 @@ pub fn scope_check(plan_only: bool, body: &[u8]) -> Result<(), PlanRefusal> {
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
+#[path = "tests/plan_tests.rs"]
 mod tests;

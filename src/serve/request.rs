@@ -424,5 +424,5 @@ pub fn cancel_grace(body: &[u8], default: Duration) -> Result<Duration, Refusal>
 }
 
 #[cfg(test)]
-#[path = "request_tests.rs"]
+#[path = "tests/request_tests.rs"]
 mod tests;

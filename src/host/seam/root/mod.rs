@@ -14,27 +14,35 @@
 //! still comes before the rename, the directory's is collected and done once at the end of
 //! the step ([`crate::host::root::durability`], policy `fsync1`).
 
+#[path = "own/agent_files.rs"]
 mod agent_files;
 pub mod confine;
+#[path = "own/deferred.rs"]
 pub mod deferred;
 pub mod digest;
 pub mod durability;
 #[cfg(test)]
+#[path = "tests/durability_dotdot_tests.rs"]
 mod durability_dotdot_tests;
 mod entry;
 pub mod error;
 mod host_root;
 #[cfg(test)]
+#[path = "tests/host_root_tests.rs"]
 mod host_root_tests;
 mod local;
 mod lookup;
 pub mod mount_ns;
+#[path = "own/pathlock.rs"]
 pub mod pathlock;
+#[path = "own/pwdlock.rs"]
 pub mod pwdlock;
 pub mod read;
 mod replace;
 mod root_error;
+#[path = "own/run_dirs.rs"]
 pub mod run_dirs;
+#[path = "own/staging.rs"]
 pub mod staging;
 mod tmp;
 mod tree;
@@ -59,4 +67,5 @@ pub use write::{DirSync, PARENT_DIR_MODE};
 /// For the areas' tests only: the root services they exercise directly, which outside tests
 /// only the seam reaches.
 #[cfg(test)]
+#[path = "tests/test_doors.rs"]
 pub(crate) mod test_doors;
