@@ -86,6 +86,7 @@ mod pidfd;
 pub mod reaper;
 mod report;
 mod run;
+pub mod sandbox;
 mod sink;
 mod spawn;
 mod spec;
