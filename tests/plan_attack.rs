@@ -666,3 +666,36 @@ fn a_plan_step_is_held_to_the_servers_script_timeout() {
         );
     });
 }
+
+/// A query whose background child keeps its output open ends when the query does: the
+/// child (adopted by the plan's init, not the server) gets the group's `SIGTERM` at once
+/// rather than after the 10 s exit grace, and does not outlive the plan.
+#[test]
+fn a_querys_background_child_holding_its_output_is_ended_with_it() {
+    require_root!();
+    let fr = host();
+    let started = std::time::Instant::now();
+    let (exit, lines) = plan(
+        fr.root(),
+        &plan_body(
+            "bg",
+            "let r = query([\"sh\", \"-c\", \"sleep 3600.0425 & echo started\"]);\nprint(\"code=\" + r.code + \" out=\" + r.stdout);\n",
+        ),
+    );
+    let took = started.elapsed();
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+    assert!(lines.contains("code=0 out=started"), "{lines}");
+    let left: Vec<i32> = pids_of(&["sleep", "3600.0425"])
+        .into_iter()
+        .filter(|&p| !exits_within(p, 5000))
+        .collect();
+    assert_eq!(
+        left,
+        Vec::<i32>::new(),
+        "the background child outlived the plan"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "the plan waited {took:?} for its query's background child"
+    );
+}

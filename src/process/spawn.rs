@@ -46,6 +46,8 @@ pub(super) struct Spawned {
     pub stdin: Option<OwnedFd>,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    /// Made in a plan's sandbox (its orphans go to the sandbox's init, not to this process).
+    pub sandboxed: bool,
 }
 
 fn cstring(bytes: &[u8], what: &str) -> io::Result<CString> {
@@ -66,7 +68,7 @@ fn path_c(p: &Path) -> io::Result<CString> {
 
 /// A pipe whose both ends are `O_CLOEXEC` and numbered 3 or above (so the child's `dup2`
 /// onto 0, 1 and 2 never clobbers another of its descriptors): (read end, write end).
-pub(super) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2(2) writes two descriptors into the array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -179,10 +181,10 @@ impl Drop for Stack {
 }
 
 /// Blocks every signal of the calling thread while alive; restores the previous mask.
-pub(super) struct AllSignalsBlocked(libc::sigset_t);
+struct AllSignalsBlocked(libc::sigset_t);
 
 impl AllSignalsBlocked {
-    pub(super) fn new() -> io::Result<AllSignalsBlocked> {
+    fn new() -> io::Result<AllSignalsBlocked> {
         // SAFETY: sigset_t is plain data; sigfillset and pthread_sigmask initialise and read
         // the sets given.
         unsafe {
@@ -446,6 +448,7 @@ fn spawn_one(spec: &Spec, program: &Path, args: &[OsString]) -> io::Result<Spawn
             stdin: stdin_w,
             stdout: stdout_r,
             stderr: stderr_r,
+            sandboxed: sandbox.is_some(),
         }),
         e => {
             // The child exited with 127 without exec'ing: reap it (it is in no registry).

@@ -289,7 +289,12 @@ impl Service {
             Kind::PackagePlan => match plan.take() {
                 Some(mut job) => {
                     // A place under --max-plans (429 over it), held until the plan's thread ends.
-                    job.bound(&self.cfg.plan, self.cfg.plan.admit()?);
+                    let permit = self.cfg.plan.admit().ok_or_else(|| {
+                        let mut r = Refusal::new(429, self.cfg.plan.over_cap());
+                        r.headers.push(("Retry-After", "1".into()));
+                        r
+                    })?;
+                    job.bound(&self.cfg.plan, permit);
                     Work::Plan(Box::new(job))
                 }
                 None => return Err(Refusal::bad("kind package_plan needs package")),

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::request::Refusal;
 use crate::process::sandbox;
 
 /// The bounds of package plans, with the count of plans running now (shared by clones).
@@ -53,27 +52,22 @@ impl Drop for PlanPermit {
 }
 
 impl PlanLimits {
-    /// A place for one more plan.
-    ///
-    /// # Errors
-    /// `429 {"error": "too many plans running", "max_plans": N}` with `Retry-After: 1`
-    /// when `max_plans` plans run (or their threads have not ended yet).
-    pub fn admit(&self) -> Result<PlanPermit, Refusal> {
-        let admitted = self
-            .running
+    /// A place for one more plan; `None` when `max_plans` plans run (or their threads
+    /// have not ended yet): the service answers `429` with [`PlanLimits::over_cap`] and
+    /// `Retry-After: 1`.
+    pub fn admit(&self) -> Option<PlanPermit> {
+        self.running
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < self.max_plans).then_some(n + 1)
             })
-            .is_ok();
-        if !admitted {
-            let mut r = Refusal::new(
-                429,
-                json!({"error": "too many plans running", "max_plans": self.max_plans}),
-            );
-            r.headers.push(("Retry-After", "1".into()));
-            return Err(r);
-        }
-        Ok(PlanPermit(self.running.clone()))
+            .ok()
+            .map(|_| PlanPermit(self.running.clone()))
+    }
+
+    /// The body of the `429` over the cap: `{"error": "too many plans running",
+    /// "max_plans": N}`.
+    pub fn over_cap(&self) -> serde_json::Value {
+        json!({"error": "too many plans running", "max_plans": self.max_plans})
     }
 
     /// Plans running now (their threads included).
@@ -119,16 +113,15 @@ mod tests {
         };
         let a = l.admit().unwrap();
         let _b = l.admit().unwrap();
-        let r = l.admit().unwrap_err();
-        assert_eq!(r.status, 429);
+        assert!(l.admit().is_none());
+        assert_eq!(l.running(), 2);
         assert_eq!(
-            r.body,
+            l.over_cap(),
             json!({"error": "too many plans running", "max_plans": 2})
         );
-        assert_eq!(r.headers, vec![("Retry-After", "1".to_string())]);
         drop(a);
         assert_eq!(l.running(), 1);
-        assert!(l.admit().is_ok());
+        assert!(l.admit().is_some());
     }
 
     #[test]
