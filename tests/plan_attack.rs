@@ -667,21 +667,72 @@ fn a_plan_step_is_held_to_the_servers_script_timeout() {
     });
 }
 
+/// A `skyhook-agent serve` process over `root` (the binary: a child subreaper, as on a
+/// node) with `extra` options, killed when dropped; its URL once it listens (10 s at most).
+struct ServeBin(std::process::Child);
+
+impl Drop for ServeBin {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve_bin(root: &Path, tokens: &Path, extra: &[&str]) -> (ServeBin, String) {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(crate::util::AGENT)
+        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+        .arg(root)
+        .arg("--tokens-file")
+        .arg(tokens)
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let srv = ServeBin(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    loop {
+        let l = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("serve did not say where it listens");
+        if let Some(rest) = l.split("listening on 127.0.0.1:").nth(1) {
+            let port = rest.split_whitespace().next().unwrap();
+            return (srv, format!("http://127.0.0.1:{port}"));
+        }
+    }
+}
+
 /// A query whose background child keeps its output open ends when the query does: the
 /// child (adopted by the plan's init, not the server) gets the group's `SIGTERM` at once
-/// rather than after the 10 s exit grace, and does not outlive the plan.
+/// rather than after the query's exit grace (5 s), and does not outlive the plan. Run on the
+/// `serve` binary, a child subreaper as on a node (the in-process servers of these tests
+/// are not, so they never take the shortcut this is about).
 #[test]
 fn a_querys_background_child_holding_its_output_is_ended_with_it() {
     require_root!();
     let fr = host();
-    let started = std::time::Instant::now();
-    let (exit, lines) = plan(
-        fr.root(),
-        &plan_body(
-            "bg",
-            "let r = query([\"sh\", \"-c\", \"sleep 3600.0425 & echo started\"]);\nprint(\"code=\" + r.code + \" out=\" + r.stdout);\n",
-        ),
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let (_srv, url) = serve_bin(fr.root(), &tokens, &["--plan-pids", "400"]);
+    let body = plan_body(
+        "bg",
+        "let r = query([\"sh\", \"-c\", \"sleep 3600.0425 & echo started\"]);\nprint(\"code=\" + r.code + \" out=\" + r.stdout);\n",
     );
+    let started = std::time::Instant::now();
+    let (exit, lines) = current_rt().block_on(async {
+        let client = Client::new(&url, PLAN_TOKEN).unwrap();
+        plan_on(&client, &body).await
+    });
     let took = started.elapsed();
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
     assert!(lines.contains("code=0 out=started"), "{lines}");
@@ -695,7 +746,7 @@ fn a_querys_background_child_holding_its_output_is_ended_with_it() {
         "the background child outlived the plan"
     );
     assert!(
-        took < std::time::Duration::from_secs(8),
+        took < std::time::Duration::from_secs(3),
         "the plan waited {took:?} for its query's background child"
     );
 }
