@@ -12,7 +12,7 @@
 //! process of its namespace.
 //!
 //! [`Started::enter`], once the thread has its own mount namespace, registers the sandbox
-//! under it. [`current`] finds it for the
+//! under it. `current` finds it for the
 //! calling thread (one `stat` of `/proc/thread-self/ns/mnt`, made only while a sandbox
 //! exists), and the spawn then (see `spawn.rs`):
 //! - sets the spawning thread's PID namespace for children to the sandbox's around the

@@ -13,8 +13,12 @@
 //! bounding set ([`enter_read_only`]): every command the plan runs (queries and guards,
 //! which the plan executor runs for real) is forked from that thread and inherits all of
 //! it, so the kernel refuses any write to the host, a remount and a write through a device
-//! node, whatever the package says. A server that cannot do this refuses to plan (the exit
-//! names why).
+//! node, whatever the package says. Before that, the thread starts the plan's sandbox
+//! ([`crate::process::sandbox`]): every command is made in the plan's own PID namespace
+//! (it cannot signal the server or a host process) and network namespace (loopback only),
+//! under the rlimits of [`super::plan_limits::PlanLimits`], which also caps the plans
+//! running at once and their deadlines. A server that cannot do this refuses to plan (the
+//! exit names why).
 //!
 //! Events: the scripts' output as line events, one plan event per change and action of
 //! each mode (with `package_mode`), then the exit `{"code": 0}` (every mode
