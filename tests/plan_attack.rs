@@ -13,6 +13,46 @@ use crate::util::{FakeRoot, tree};
 
 use crate::fleet::{PLAN_TOKEN, RUN_TOKEN, start_serve, tokens_file};
 
+/// A `serve` on a loopback port over `cfg`'s root, in this runtime; its URL (as
+/// `fleet::start_serve`, with a configuration of the test's).
+async fn start_serve_with(cfg: skyhook::serve::Config, tokens: &Path) -> String {
+    use skyhook::serve::http::{Limits, Listener, Server, serve};
+    let svc =
+        skyhook::serve::Service::with_audit(cfg, true, std::sync::Arc::new(|_: &str| {})).unwrap();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let auth = skyhook::serve::auth::Auth::from_file(tokens).unwrap();
+    let server = Server::new(svc, auth, Limits::default());
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let _keep = stop;
+        serve(Listener::Tcp(l), server, rx).await;
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+/// The line events of `body` planned by `client`, and its exit event.
+async fn plan_on(client: &Client, body: &Value) -> (Value, String) {
+    let mut lines = String::new();
+    let exit = client
+        .execute(body, &Cancel::new(), &mut |e| {
+            if let Some(t) = e.get("line").and_then(Value::as_str) {
+                lines.push_str(t);
+                lines.push('\n');
+            }
+        })
+        .await
+        .unwrap();
+    (exit, lines)
+}
+
+fn current_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// A `package_plan` start of package `evil` 1.0.0 whose one apply step is `script`.
 fn plan_body(id: &str, script: &str) -> Value {
     json!({"id": id, "kind": "package_plan", "timeout_s": 60,
@@ -392,25 +432,321 @@ fn a_plan_token_cannot_see_or_cancel_another_engines_execution() {
     });
 }
 
-/// KNOWN HOLE (docs/fleet.md, "Not done yet"): a query runs as root in the server's PID
-/// namespace, so it may signal the server itself (its parent here), and with `hostPID` any
-/// host process; a plan token can so stop the node's `serve`. Probed with signal 0 only.
-/// Closing it needs a PID namespace or a seccomp filter on the plan's commands.
+/// A query runs in the plan's own PID namespace: it cannot signal the server (here the test
+/// process, whose pid it is given) nor, under `hostPID`, any host process, and its parent
+/// (the server) is outside its namespace (`getppid()` is 0). Probed with signal 0 only.
 #[test]
-#[ignore = "known hole: a plan's query can signal the server (docs/fleet.md, Not done yet)"]
-fn known_hole_a_plan_query_can_signal_the_server() {
+fn a_plan_query_cannot_signal_the_server() {
     require_root!();
     let fr = host();
+    let server = std::process::id();
     let (exit, lines) = plan(
         fr.root(),
         &plan_body(
             "signal",
-            &perl_query("print kill(0, getppid()), \" \", getppid();"),
+            &perl_query(&format!(
+                "print kill(0, {server}), \" \", getppid(), \" \", kill(0, 1);"
+            )),
         ),
     );
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+    // kill(0, server) fails (no such process in the namespace), the parent is outside it,
+    // and pid 1 is the plan's own init.
     assert!(
-        lines.contains("out=0 "),
-        "a plan's query may signal the server (kill(0, ppid) = 1): {lines}"
+        lines.contains("code=0 out=0 0 1 "),
+        "a plan's query may signal the server (kill(0, {server}) = 1): {lines}"
+    );
+}
+
+/// A query has no network but its own loopback: a TCP listener of the server's network
+/// namespace (here the test's, on 127.0.0.1) refuses it, and only `lo` is up.
+#[test]
+fn a_plan_query_cannot_reach_the_servers_network() {
+    require_root!();
+    let fr = host();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let code = format!(
+        "socket(my $s, 2, 1, 6) or die \"socket: $!\\n\"; \
+         my $a = pack(\"S n C4 x8\", 2, {port}, 127, 0, 0, 1); \
+         print connect($s, $a) ? \"connected\" : \"refused: $!\";",
+    );
+    let (exit, lines) = plan(fr.root(), &plan_body("net", &perl_query(&code)));
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+    assert!(
+        lines.contains("code=0 out=refused: Connection refused"),
+        "a plan's query reached the server's loopback listener on port {port}: {lines}"
+    );
+}
+
+/// Each query runs under the plan's limits (`serve --plan-memory`, defaults here): its
+/// address space and CPU time are capped, it may write no file (`RLIMIT_FSIZE` 0) and dump
+/// no core, as its `/proc/self/limits` says.
+#[test]
+fn a_plan_query_runs_under_the_plans_rlimits() {
+    require_root!();
+    let fr = host();
+    let script = "let r = query([\"sh\", \"-c\", \"ulimit -v; ulimit -t; ulimit -f; ulimit -c\"]);\nlet s = r.stdout;\ns.replace(\"\\n\", \",\");\nprint(\"limits=\" + s);\n";
+    let (exit, lines) = plan(fr.root(), &plan_body("limits", script));
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+    // address space 4 GiB (in KiB), 60 s of CPU, no file size, no core
+    assert!(
+        lines.contains("limits=4194304,60,0,0,"),
+        "a plan's query is not held to the plan's limits: {lines}"
+    );
+}
+
+/// A fork bomb (bounded here: 1,000 children that sleep) is stopped by the plan's PID
+/// namespace's `pid_max`: far fewer than 1,000 forks succeed, the plan still ends, and the
+/// server keeps serving the next plan.
+#[test]
+fn a_fork_bomb_query_is_stopped_and_the_server_keeps_serving() {
+    require_root!();
+    let fr = host();
+    let code = "my $n = 0; for (1..1000) { my $p = fork(); last unless defined $p; \
+                if ($p == 0) { sleep 20; exit 0 } $n++ } print \"forked=$n\";";
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let url = start_serve(fr.root(), &tokens).await;
+        let client = Client::new(&url, PLAN_TOKEN).unwrap();
+        let mut lines = String::new();
+        let exit = client
+            .execute(
+                &plan_body("bomb", &perl_query(code)),
+                &Cancel::new(),
+                &mut |e| {
+                    if let Some(t) = e.get("line").and_then(Value::as_str) {
+                        lines.push_str(t);
+                        lines.push('\n');
+                    }
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+        let forked: usize = lines
+            .split("forked=")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no fork count: {lines}"));
+        eprintln!("forked={forked}");
+        assert!(
+            forked < 600,
+            "a plan's fork bomb made {forked} processes: {lines}"
+        );
+        let exit = client
+            .execute(
+                &plan_body("after", "print(\"still serving\");"),
+                &Cancel::new(),
+                &mut |_| {},
+            )
+            .await
+            .unwrap();
+        assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+    });
+}
+
+/// A memory hog query (1 GiB in one string) under `--plan-memory 256MiB` fails to allocate
+/// instead of taking the node's memory, and the server keeps serving.
+#[test]
+fn a_memory_hog_query_is_stopped_and_the_server_keeps_serving() {
+    require_root!();
+    let fr = host();
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.sandbox.memory = 256 << 20;
+    current_rt().block_on(async {
+        let client = Client::new(&start_serve_with(cfg, &tokens).await, PLAN_TOKEN).unwrap();
+        let code = "my $x = \"x\" x (1 << 30); print length($x);";
+        let (exit, lines) = plan_on(&client, &plan_body("hog", &perl_query(code))).await;
+        assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+        assert!(
+            !lines.contains("out=1073741824") && !lines.contains("code=0 "),
+            "a plan's query allocated 1 GiB: {lines}"
+        );
+        assert!(lines.contains("Out of memory"), "{lines}");
+        let (exit, lines) =
+            plan_on(&client, &plan_body("after", "print(\"still serving\");")).await;
+        assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+        assert!(lines.contains("still serving"), "{lines}");
+    });
+}
+
+/// Over `--max-plans` a plan start is refused with 429 (`too many plans running`, the cap,
+/// `Retry-After`) and runs nothing; once the running plan ended, the next one is admitted.
+#[test]
+fn plans_over_the_cap_are_refused_with_429_until_one_ends() {
+    require_root!();
+    let fr = host();
+    let fifo = fr.host("/fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.max_plans = 1;
+    current_rt().block_on(async {
+        let client = Client::new(&start_serve_with(cfg, &tokens).await, PLAN_TOKEN).unwrap();
+        let a = plan_body(
+            "a",
+            "let r = query([\"cat\", \"/fifo\"]);\nprint(\"got=\" + r.stdout);\n",
+        );
+        let over = async {
+            // The open returns once plan a's query has opened the FIFO: a is running.
+            let f = tokio::task::spawn_blocking(move || std::fs::File::create(&fifo).unwrap())
+                .await
+                .unwrap();
+            let (status, v) = client
+                .call(
+                    hyper::Method::POST,
+                    "/v1/executions",
+                    Some(plan_body("b", "print(\"b ran\");").to_string().into_bytes()),
+                )
+                .await
+                .unwrap();
+            use std::io::Write as _;
+            (&f).write_all(b"done\n").unwrap();
+            drop(f);
+            (status, v)
+        };
+        let ((exit, lines), (status, v)) = tokio::join!(plan_on(&client, &a), over);
+        assert_eq!(
+            (status, &v),
+            (
+                429,
+                &json!({"error": "too many plans running", "max_plans": 1})
+            ),
+            "a plan over --max-plans 1 was not refused"
+        );
+        assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+        assert!(lines.contains("got=done"), "{lines}");
+        let (exit, lines) = plan_on(&client, &plan_body("c", "print(\"c ran\");")).await;
+        assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+        assert!(lines.contains("c ran"), "{lines}");
+    });
+}
+
+/// A plan's script step is held to `--plan-script-timeout` (2 s here) even when the package
+/// asks for an hour (`SKYHOOK_SCRIPT_TIMEOUT=3600`): a query that would run for an hour ends
+/// the step at the server's deadline, and the plan reports the failure.
+#[test]
+fn a_plan_step_is_held_to_the_servers_script_timeout() {
+    require_root!();
+    let fr = host();
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.script_timeout = std::time::Duration::from_secs(2);
+    let mut body = plan_body(
+        "slow",
+        "query([\"sleep\", \"3600.0423\"]);\nprint(\"the query returned\");\n",
+    );
+    body["env"] = json!({"SKYHOOK_SCRIPT_TIMEOUT": "3600"});
+    current_rt().block_on(async {
+        let client = Client::new(&start_serve_with(cfg, &tokens).await, PLAN_TOKEN).unwrap();
+        let started = std::time::Instant::now();
+        let (exit, lines) = plan_on(&client, &body).await;
+        let took = started.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(30),
+            "the plan ran {took:?} with a 2 s script timeout: {exit:#}"
+        );
+        assert_eq!(exit["exit"]["code"], json!(1), "{exit:#}");
+        assert!(!lines.contains("the query returned"), "{lines}");
+        let rendered = exit["rendered"].as_str().unwrap_or_default();
+        assert!(
+            rendered.contains("command sleep 3600.0423 timed out after 2.0s and was killed"),
+            "{rendered}"
+        );
+    });
+}
+
+/// A `skyhook-agent serve` process over `root` (the binary: a child subreaper, as on a
+/// node) with `extra` options, killed when dropped; its URL once it listens (10 s at most).
+struct ServeBin(std::process::Child);
+
+impl Drop for ServeBin {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve_bin(root: &Path, tokens: &Path, extra: &[&str]) -> (ServeBin, String) {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(crate::util::AGENT)
+        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+        .arg(root)
+        .arg("--tokens-file")
+        .arg(tokens)
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let srv = ServeBin(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    loop {
+        let l = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("serve did not say where it listens");
+        if let Some(rest) = l.split("listening on 127.0.0.1:").nth(1) {
+            let port = rest.split_whitespace().next().unwrap();
+            return (srv, format!("http://127.0.0.1:{port}"));
+        }
+    }
+}
+
+/// A query whose background child keeps its output open ends when the query does: the
+/// child (adopted by the plan's init, not the server) gets the group's `SIGTERM` at once
+/// rather than after the query's exit grace (5 s), and does not outlive the plan. Run on the
+/// `serve` binary, a child subreaper as on a node (the in-process servers of these tests
+/// are not, so they never take the shortcut this is about).
+#[test]
+fn a_querys_background_child_holding_its_output_is_ended_with_it() {
+    require_root!();
+    let fr = host();
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let (_srv, url) = serve_bin(fr.root(), &tokens, &["--plan-pids", "400"]);
+    let body = plan_body(
+        "bg",
+        "let r = query([\"sh\", \"-c\", \"sleep 3600.0425 & echo started\"]);\nprint(\"code=\" + r.code + \" out=\" + r.stdout);\n",
+    );
+    let started = std::time::Instant::now();
+    let (exit, lines) = current_rt().block_on(async {
+        let client = Client::new(&url, PLAN_TOKEN).unwrap();
+        plan_on(&client, &body).await
+    });
+    let took = started.elapsed();
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+    assert!(lines.contains("code=0 out=started"), "{lines}");
+    let left: Vec<i32> = pids_of(&["sleep", "3600.0425"])
+        .into_iter()
+        .filter(|&p| !exits_within(p, 5000))
+        .collect();
+    assert_eq!(
+        left,
+        Vec::<i32>::new(),
+        "the background child outlived the plan"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "the plan waited {took:?} for its query's background child"
     );
 }

@@ -103,6 +103,27 @@ pub struct ServeArgs {
     /// when the open-files limit is lower: the limit - 64 - 8 × --max-running).
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
+    /// Package plans running at once (docs/fleet.md "Limits"); one more gets 429.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub max_plans: usize,
+    /// Longest wall-clock time of a package plan: a request's timeout_s is lowered to it.
+    #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = parse_duration)]
+    pub plan_timeout: Duration,
+    /// Wall-clock limit of each .rhai step of a package plan (the package's
+    /// SKYHOOK_SCRIPT_TIMEOUT is lowered to it; each step also stops at 5,000,000 Rhai
+    /// operations).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub plan_script_timeout: Duration,
+    /// Address space of each command a package plan runs (RLIMIT_AS).
+    #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = parse_size)]
+    pub plan_memory: usize,
+    /// CPU time of each command a package plan runs (RLIMIT_CPU, whole seconds).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub plan_cpu: Duration,
+    /// pid_max of a package plan's PID namespace: at most N-1 of its processes at once
+    /// (Linux >= 6.14; at least 301).
+    #[arg(long, value_name = "N", default_value_t = 512)]
+    pub plan_pids: u32,
 }
 
 /// `64MiB`, `1KiB`, `10MB`, `123` → bytes.
@@ -274,6 +295,14 @@ pub fn startup(a: ServeArgs) -> Result<Startup, ServeError> {
     if !a.alive_every.is_zero() {
         cfg.alive_every = a.alive_every;
     }
+    cfg.plan.max_plans = a.max_plans.max(1);
+    cfg.plan.timeout = a.plan_timeout.max(Duration::from_secs(1));
+    cfg.plan.script_timeout = a.plan_script_timeout.max(Duration::from_secs(1));
+    cfg.plan.sandbox = crate::process::sandbox::Limits {
+        memory: a.plan_memory as u64,
+        cpu_seconds: a.plan_cpu.as_secs().max(1),
+        max_pids: a.plan_pids.max(crate::process::sandbox::MIN_PID_MAX),
+    };
     cfg.state_dir = a.state_dir.clone();
     if cfg.state_dir.is_none() {
         eprintln!(

@@ -26,6 +26,12 @@
 //! 4. `chroot`s to [`Spec::chroot`] when given (a path of the namespace it is then in), then
 //!    `chdir`s to [`Spec::cwd`].
 //!
+//! Spawned from a thread of a package plan's mount namespace (serve's `package_plan`), the
+//! child is made in the plan's PID namespace, enters its network namespace and takes its
+//! rlimits before that (see [`sandbox`]): whatever its `Spec`, it cannot signal a process
+//! of the server's namespace, has only its own loopback, and is bounded in memory, CPU
+//! time and (with its namespace) process count.
+//!
 //! With [`Spec::cgroup`], it first joins that cgroup (writes `0` to its `cgroup.procs`): it
 //! cannot fork before, so every process of the run is a member.
 //!
@@ -86,6 +92,7 @@ mod pidfd;
 pub mod reaper;
 mod report;
 mod run;
+pub mod sandbox;
 mod sink;
 mod spawn;
 mod spec;

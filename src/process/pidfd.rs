@@ -12,6 +12,24 @@ pub(super) fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// True when the process of pidfd `fd` has exited (it is readable) within `within`.
+pub(super) fn exited_within(fd: &OwnedFd, within: std::time::Duration) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(within.as_millis()).unwrap_or(libc::c_int::MAX);
+    loop {
+        // SAFETY: one valid pollfd.
+        match unsafe { libc::poll(&mut p, 1, ms) } {
+            -1 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            n => return n == 1,
+        }
+    }
+}
+
 /// Test helper: true when the process `pid` (decimal text, surrounding whitespace allowed)
 /// has exited (a zombie counts), waiting for its pidfd at most 10 s: a `SIGKILL`ed process
 /// that is not our child finishes dying asynchronously.

@@ -214,6 +214,9 @@ struct Run<'a> {
     killed_at: Option<Instant>,
     /// Set when the main process exited with no descendant left: no signal, no final sweep.
     group_empty: bool,
+    /// Made in a plan's sandbox: what it leaves is adopted by the sandbox's init, never by
+    /// this process, so an empty adoption list proves nothing (the group is signalled).
+    sandboxed: bool,
     read_errors: Vec<(Stream, io::Error)>,
     drained: bool,
     watch_abort: bool,
@@ -235,6 +238,7 @@ fn spawned<'a>(spec: &'a Spec, options: &'a Options, s: Spawned) -> Run<'a> {
         stdin,
         stdout,
         stderr,
+        sandboxed,
     } = s;
     let start = Instant::now();
     let pidfd = pidfd_open(pid);
@@ -270,6 +274,7 @@ fn spawned<'a>(spec: &'a Spec, options: &'a Options, s: Spawned) -> Run<'a> {
         kill_at: None,
         killed_at: None,
         group_empty: false,
+        sandboxed,
         read_errors: Vec::new(),
         drained: true,
         watch_abort: abort_fd.is_some(),
@@ -479,7 +484,7 @@ impl Run<'_> {
         self.main_exited = true;
         self.stdin = None;
         if self.killed_at.is_none() {
-            if nothing_left(self.cgroup) {
+            if !self.sandboxed && nothing_left(self.cgroup) {
                 // Nothing is left to signal (see `nothing_adopted`); the pipes are still read
                 // until EOF, bounded by the grace as before.
                 self.group_empty = true;

@@ -46,6 +46,8 @@ pub(super) struct Spawned {
     pub stdin: Option<OwnedFd>,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    /// Made in a plan's sandbox (its orphans go to the sandbox's init, not to this process).
+    pub sandboxed: bool,
 }
 
 fn cstring(bytes: &[u8], what: &str) -> io::Result<CString> {
@@ -214,6 +216,8 @@ fn errno() -> i32 {
 
 /// What the child needs, prepared before the `clone`.
 struct Child<'a> {
+    /// What `getppid` says while the spawning process lives: its pid, or 0 in a sandbox (the
+    /// parent is outside the child's PID namespace).
     parent: libc::pid_t,
     stdin: RawFd,
     stdout: RawFd,
@@ -223,6 +227,10 @@ struct Child<'a> {
     cgroup: RawFd,
     /// The mount namespace to enter (`setns`), or -1.
     mount_ns: RawFd,
+    /// A plan sandbox's network namespace to enter (`setns`), or -1.
+    net_ns: RawFd,
+    /// A plan sandbox's rlimits, set before `exec`.
+    rlimits: &'a [(libc::c_int, super::sandbox::Rlimit)],
     root: Option<&'a CString>,
     cwd: &'a CString,
     candidates: &'a [CString],
@@ -298,6 +306,10 @@ impl Child<'_> {
             if self.mount_ns >= 0 && libc::setns(self.mount_ns, libc::CLONE_NEWNS) != 0 {
                 return Err(errno());
             }
+            if self.net_ns >= 0 && libc::setns(self.net_ns, libc::CLONE_NEWNET) != 0 {
+                return Err(errno());
+            }
+            super::sandbox::set_rlimits(self.rlimits)?;
             if let Some(root) = self.root
                 && libc::chroot(root.as_ptr()) != 0
             {
@@ -382,8 +394,14 @@ fn spawn_one(spec: &Spec, program: &Path, args: &[OsString]) -> io::Result<Spawn
         })
         .transpose()?;
     let error = AtomicI32::new(0);
+    // A command of a plan's thread runs in the plan's sandbox (see `sandbox`).
+    let sandbox = super::sandbox::current();
     // SAFETY: getpid(2) has no preconditions.
-    let parent = unsafe { libc::getpid() };
+    let parent = if sandbox.is_some() {
+        0
+    } else {
+        unsafe { libc::getpid() }
+    };
     let child = Child {
         parent,
         stdin: stdin_r.as_raw_fd(),
@@ -392,6 +410,8 @@ fn spawn_one(spec: &Spec, program: &Path, args: &[OsString]) -> io::Result<Spawn
         keep: &spec.keep_fds,
         cgroup: cgroup.as_ref().map_or(-1, AsRawFd::as_raw_fd),
         mount_ns: spec.mount_ns.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
+        net_ns: sandbox.as_ref().map_or(-1, |s| s.net_ns()),
+        rlimits: sandbox.as_ref().map_or(&[], |s| s.rlimits()),
         root: root.as_ref(),
         cwd: &cwd,
         candidates: &candidates,
@@ -402,6 +422,11 @@ fn spawn_one(spec: &Spec, program: &Path, args: &[OsString]) -> io::Result<Spawn
     let mut stack = Stack::new()?;
     let pid = {
         let _blocked = AllSignalsBlocked::new()?;
+        // The child is made in the sandbox's PID namespace; this thread's is restored after.
+        let _pid_ns = sandbox
+            .as_ref()
+            .map(|s| s.pid_ns_for_children())
+            .transpose()?;
         // SAFETY: CLONE_VM | CLONE_VFORK: this thread is suspended until the child exec'ed
         // or exited, so everything `child` borrows outlives its use; the child only runs
         // `Child::run` (system calls on prepared data: module docs) on its own guarded stack.
@@ -423,6 +448,7 @@ fn spawn_one(spec: &Spec, program: &Path, args: &[OsString]) -> io::Result<Spawn
             stdin: stdin_w,
             stdout: stdout_r,
             stderr: stderr_r,
+            sandboxed: sandbox.is_some(),
         }),
         e => {
             // The child exited with 127 without exec'ing: reap it (it is in no registry).

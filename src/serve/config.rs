@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::plan_limits::PlanLimits;
 use super::secrets::Secrets;
 use crate::process::cgroup;
 
@@ -37,12 +38,14 @@ pub struct Config {
     /// Where each execution gets its own cgroup (`--cgroup-root`, detected by default);
     /// `None`: its process group and the subreaper sweep are its boundary.
     pub cgroup: Option<cgroup::Root>,
+    /// Bounds of package plans (`--max-plans`, `--plan-*`).
+    pub plan: PlanLimits,
 }
 
 impl Config {
     /// Defaults for everything but the root: workdir `/`, `/bin/sh -c`, no secrets, 10000
     /// lines, 64 MiB, 16 running, 1024 ended kept, 10 s heartbeats, no state dir, 10 s grace,
-    /// no cgroup.
+    /// no cgroup, [`PlanLimits::default`].
     pub fn new(root: &Path) -> Config {
         Config {
             root: root.to_path_buf(),
@@ -60,6 +63,7 @@ impl Config {
             state_dir: None,
             default_grace: Duration::from_secs(10),
             cgroup: None,
+            plan: PlanLimits::default(),
         }
     }
 }

@@ -254,7 +254,10 @@ impl Service {
     pub fn start(self: &Arc<Self>, body: &[u8], engine: &str) -> Result<Arc<Execution>, Refusal> {
         use super::request as check;
         let (req, mut plan) = match super::plan::parse_plan(body).map_err(Refusal::from)? {
-            Some(p) => (StartRequest::plan(p.id, p.timeout_s), Some(p.job)),
+            Some(p) => (
+                StartRequest::plan(p.id, self.cfg.plan.plan_timeout(p.timeout_s)),
+                Some(p.job),
+            ),
             None => (check::parse(body)?, None),
         };
         if !check::valid_id(&req.id) {
@@ -284,7 +287,16 @@ impl Service {
         };
         let work = match req.kind {
             Kind::PackagePlan => match plan.take() {
-                Some(job) => Work::Plan(Box::new(job)),
+                Some(mut job) => {
+                    // A place under --max-plans (429 over it), held until the plan's thread ends.
+                    let permit = self.cfg.plan.admit().ok_or_else(|| {
+                        let mut r = Refusal::new(429, self.cfg.plan.over_cap());
+                        r.headers.push(("Retry-After", "1".into()));
+                        r
+                    })?;
+                    job.bound(&self.cfg.plan, permit);
+                    Work::Plan(Box::new(job))
+                }
                 None => return Err(Refusal::bad("kind package_plan needs package")),
             },
             Kind::Sh => {

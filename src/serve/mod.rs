@@ -8,6 +8,7 @@
 //!   the audit line, from its [`config::Config`]; [`execution::Execution`] is one
 //!   execution, `run` runs it (TERM to the group, grace, KILL on cancel), `recover` knows
 //!   an earlier server's.
+//! - [`plan`]: the read-only `package_plan`, bounded by [`plan_limits`].
 //! - [`auth`]: the hashed tokens file, constant-time compare, reload.
 //! - [`http`]: the thin HTTP/1.1 transport (hyper) on TCP (plain or [`tls`]) and Unix
 //!   sockets; [`start`]: listen and run until SIGTERM from the options the command line
@@ -21,6 +22,7 @@ pub mod execution;
 pub mod http;
 pub mod metrics;
 pub mod plan;
+pub mod plan_limits;
 mod recover;
 mod registry;
 pub mod request;

@@ -13,8 +13,12 @@
 //! bounding set ([`enter_read_only`]): every command the plan runs (queries and guards,
 //! which the plan executor runs for real) is forked from that thread and inherits all of
 //! it, so the kernel refuses any write to the host, a remount and a write through a device
-//! node, whatever the package says. A server that cannot do this refuses to plan (the exit
-//! names why).
+//! node, whatever the package says. Before that, the thread starts the plan's sandbox
+//! ([`crate::process::sandbox`]): every command is made in the plan's own PID namespace
+//! (it cannot signal the server or a host process) and network namespace (loopback only),
+//! under the rlimits of [`super::plan_limits::PlanLimits`], which also caps the plans
+//! running at once and their deadlines. A server that cannot do this refuses to plan (the
+//! exit names why).
 //!
 //! Events: the scripts' output as line events, one plan event per change and action of
 //! each mode (with `package_mode`), then the exit `{"code": 0}` (every mode
@@ -30,10 +34,11 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::event::{Body, Lines};
+use super::plan_limits::{PlanLimits, PlanPermit};
 use crate::host::secrets::Redactor;
 use crate::local::PackageRun;
 use crate::package::Mode;
-use crate::process::Cancel;
+use crate::process::{Cancel, sandbox};
 
 /// The most bytes a package plan may carry: config.json, every file and configMap, decoded.
 pub const MAX_PACKAGE_BYTES: usize = 3 << 20;
@@ -113,6 +118,11 @@ pub struct PlanJob {
     files: Vec<(PathBuf, Vec<u8>, u32)>,
     configmaps: Vec<(String, Vec<u8>)>,
     cr: Option<Vec<u8>>,
+    /// Limits of each command the plan runs (its sandbox).
+    sandbox: sandbox::Limits,
+    /// Its place under `--max-plans`, given back when the last clone (the plan's thread's)
+    /// is dropped.
+    permit: Option<Arc<PlanPermit>>,
 }
 
 #[derive(Deserialize)]
@@ -324,10 +334,20 @@ fn validate(req: &PlanRequest) -> Result<PlanJob, PlanRefusal> {
         files,
         configmaps,
         cr,
+        sandbox: sandbox::Limits::default(),
+        permit: None,
     })
 }
 
 impl PlanJob {
+    /// Hold the plan to the server's `limits` ([`PlanLimits`]): its commands' sandbox limits,
+    /// its script steps' deadline, and `permit`, its place under `--max-plans`.
+    pub fn bound(&mut self, limits: &PlanLimits, permit: PlanPermit) {
+        self.sandbox = limits.sandbox.clone();
+        limits.bound_env(&mut self.env);
+        self.permit = Some(Arc::new(permit));
+    }
+
     /// Write the package under `dir`: `config.json`, its files, `configmaps/`, `cr.json`.
     fn unpack(&self, dir: &Path) -> std::io::Result<Option<PathBuf>> {
         use std::os::unix::fs::PermissionsExt;
@@ -549,7 +569,10 @@ pub async fn run(
         .name("package-plan".into())
         .spawn(move || {
             let _running = running;
-            let _ = tx.send(plan_blocking(&job, &root, &engine, &emit, &procs2));
+            let ended = plan_blocking(&job, &root, &engine, &emit, &procs2);
+            // Its place under --max-plans is free before its exit is reported.
+            drop(job);
+            let _ = tx.send(ended);
         });
     if let Err(e) = spawned {
         return (
@@ -569,9 +592,14 @@ pub async fn run(
 }
 
 /// The plan's mount namespace, held open once its thread has entered it: every process in
-/// it is the plan's (its commands and whatever they started), which a cancel kills.
+/// it is the plan's (its commands and whatever they started), which a cancel kills; and
+/// the plan's sandbox, whose init a cancel kills first (its whole PID namespace dies, and no
+/// later command of the plan can start).
 #[derive(Default)]
-struct PlanNamespace(std::sync::OnceLock<std::fs::File>);
+struct PlanNamespace(
+    std::sync::OnceLock<std::fs::File>,
+    std::sync::OnceLock<Arc<sandbox::Sandbox>>,
+);
 
 impl PlanNamespace {
     /// Record the calling thread's mount namespace (after [`enter_read_only`]).
@@ -581,12 +609,20 @@ impl PlanNamespace {
         }
     }
 
+    /// Record the plan's sandbox.
+    fn sandbox(&self, s: Arc<sandbox::Sandbox>) {
+        let _ = self.1.set(s);
+    }
+
     /// SIGKILL every process of the namespace (through a pidfd, so a pid reused meanwhile
     /// is not hit; never this process), pass after pass until one finds none, at most
     /// [`REAP_PASSES`]. How many were killed.
     fn kill_all(&self) -> usize {
         use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
         use std::os::unix::fs::MetadataExt;
+        if let Some(s) = self.1.get() {
+            s.kill();
+        }
         let Some(ns) = self.0.get().and_then(|f| f.metadata().ok()) else {
             return 0;
         };
@@ -715,13 +751,25 @@ fn plan_blocking(
     let planned = std::thread::Builder::new()
         .name("package-plan-ro".into())
         .spawn(move || {
+            // Its commands in their own PID and network namespaces, under the limits (the
+            // init is started while /proc/sys is writable, to set the namespace's pid_max).
+            let sandboxed = sandbox::start(&job2.sandbox).map_err(|e| {
+                format!("cannot start the plan's sandbox (PID and network namespaces): {e}")
+            })?;
             if let Err(e) = enter_read_only(&root2, &at) {
                 return Err(format!(
                     "cannot make the host root read-only for the plan: {e}"
                 ));
             }
             procs2.enter();
-            Ok(plan_modes(&job2, &dir, &at, &engine, cr.as_deref(), &emit2))
+            procs2.sandbox(sandboxed.sandbox());
+            sandboxed
+                .enter()
+                .map_err(|e| format!("cannot enter the plan's sandbox: {e}"))?;
+            let planned = plan_modes(&job2, &dir, &at, &engine, cr.as_deref(), &emit2);
+            // The namespace's init killed: nothing the plan started outlives it.
+            drop(sandboxed);
+            Ok(planned)
         })
         .map_err(|e| e.to_string())
         .and_then(|h| h.join().map_err(|_| "the plan panicked".to_string()))

@@ -1,0 +1,468 @@
+//! A sandbox for the commands of a read-only plan (serve's `package_plan`): its own PID and
+//! network namespaces and per-command resource limits, entered by every process spawned
+//! from a thread of the plan's mount namespace.
+//!
+//! [`start`], called on the plan's thread before it makes its mounts read-only (the init
+//! writes `/proc/sys`), starts the plan's *init*: a child made with `clone(CLONE_NEWPID | CLONE_NEWNET)`, pid 1 of a new PID
+//! namespace and alone in a new network namespace. It brings `lo` up, sets the namespace's
+//! `pid_max` (Linux ≥ 6.14 keeps it per PID namespace: at most `pid_max - 1` processes at
+//! once, so a fork bomb stops there), closes every descriptor, and then only reaps the
+//! orphans the kernel gives it (`sigwaitinfo(SIGCHLD)`, `waitpid(-1, WNOHANG)`); it dies with
+//! the thread that started it (`PR_SET_PDEATHSIG`), and when it dies the kernel kills every
+//! process of its namespace.
+//!
+//! [`Started::enter`], once the thread has its own mount namespace, registers the sandbox
+//! under it. `current` finds it for the
+//! calling thread (one `stat` of `/proc/thread-self/ns/mnt`, made only while a sandbox
+//! exists), and the spawn then (see `spawn.rs`):
+//! - sets the spawning thread's PID namespace for children to the sandbox's around the
+//!   `clone` (`setns(CLONE_NEWPID)`, restored right after): the command is a process of the
+//!   plan's namespace, where the server and every host process have no pid (`kill` finds
+//!   nothing to signal; its parent, the server, is pid 0 to it);
+//! - in the child, enters the sandbox's network namespace (`setns(CLONE_NEWNET)`: loopback
+//!   only, and no abstract Unix socket of the host, those being per network namespace) and
+//!   sets the [`Limits`] as rlimits: `RLIMIT_AS`, `RLIMIT_CPU`, `RLIMIT_FSIZE` 0 and
+//!   `RLIMIT_CORE` 0.
+//!
+//! Filesystem Unix sockets stay reachable (`connect` is no write), see docs/fleet.md.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The limits of each command of a sandboxed plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// `RLIMIT_AS` of each command, bytes (its virtual memory).
+    pub memory: u64,
+    /// `RLIMIT_CPU` of each command, seconds (then `SIGXCPU`, `SIGKILL` a second later).
+    pub cpu_seconds: u64,
+    /// `pid_max` of the plan's PID namespace: at most `max_pids - 1` processes at once.
+    /// The kernel's floor is 301 (a lower value is raised to it).
+    pub max_pids: u32,
+}
+
+impl Default for Limits {
+    /// 4 GiB of address space, 60 s of CPU per command, 512 for `pid_max`.
+    fn default() -> Self {
+        Limits {
+            memory: 4 << 30,
+            cpu_seconds: 60,
+            max_pids: 512,
+        }
+    }
+}
+
+/// The kernel's lowest `pid_max` (`RESERVED_PIDS + 1`).
+pub const MIN_PID_MAX: u32 = 301;
+
+/// An rlimit as `prlimit64(2)` takes it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rlimit {
+    cur: u64,
+    max: u64,
+}
+
+/// A plan's sandbox: its namespaces, its init and the rlimits of its commands.
+#[derive(Debug)]
+pub struct Sandbox {
+    /// (device, inode) of the plan's mount namespace: the key of [`current`], once entered.
+    mnt: std::sync::OnceLock<(u64, u64)>,
+    /// The plan's PID namespace (`/proc/<init>/ns/pid`).
+    pid_ns: OwnedFd,
+    /// The spawning threads' own PID namespace, restored after each `clone`.
+    own_pid_ns: OwnedFd,
+    /// The plan's network namespace (`/proc/<init>/ns/net`).
+    net_ns: OwnedFd,
+    /// The init's pid (in this process's namespace) and a pidfd of it.
+    init: libc::pid_t,
+    init_fd: OwnedFd,
+    rlimits: Vec<(libc::c_int, Rlimit)>,
+    /// What the init could do: `lo` up, `pid_max` set.
+    pub loopback: bool,
+    /// True when the namespace's `pid_max` was set (Linux ≥ 6.14).
+    pub pids_capped: bool,
+}
+
+/// Sandboxes alive (what [`current`] checks before any system call).
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+static ACTIVE: Mutex<Vec<Arc<Sandbox>>> = Mutex::new(Vec::new());
+
+fn active() -> std::sync::MutexGuard<'static, Vec<Arc<Sandbox>>> {
+    ACTIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn mount_ns_key() -> io::Result<(u64, u64)> {
+    let m = std::fs::metadata("/proc/thread-self/ns/mnt")?;
+    Ok((m.dev(), m.ino()))
+}
+
+/// The sandbox of the calling thread's mount namespace, if one was entered there.
+pub(super) fn current() -> Option<Arc<Sandbox>> {
+    if COUNT.load(Ordering::SeqCst) == 0 {
+        return None;
+    }
+    let key = mount_ns_key().ok()?;
+    active().iter().find(|s| s.mnt.get() == Some(&key)).cloned()
+}
+
+impl Sandbox {
+    /// The network namespace a command enters (`setns` in the child).
+    pub(super) fn net_ns(&self) -> RawFd {
+        self.net_ns.as_raw_fd()
+    }
+
+    /// The rlimits a command sets before `exec`.
+    pub(super) fn rlimits(&self) -> &[(libc::c_int, Rlimit)] {
+        &self.rlimits
+    }
+
+    /// Make the calling thread's next children processes of the plan's PID namespace, until
+    /// the guard is dropped.
+    ///
+    /// # Errors
+    /// `setns` failed (no `CAP_SYS_ADMIN`; the init is gone: the plan is over).
+    pub(super) fn pid_ns_for_children(&self) -> io::Result<PidNsGuard<'_>> {
+        // SAFETY: setns on a namespace descriptor we own.
+        if unsafe { libc::setns(self.pid_ns.as_raw_fd(), libc::CLONE_NEWPID) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(PidNsGuard(self))
+    }
+
+    /// SIGKILL the init: the kernel kills every process of the namespace, and no command
+    /// can start there any more (a `clone` into it fails with `ENOMEM`).
+    pub fn kill(&self) {
+        // SAFETY: a pidfd we own, a signal number, no siginfo, no flags.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.init_fd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            );
+        }
+    }
+}
+
+/// Restores the spawning thread's PID namespace for children when dropped.
+pub(super) struct PidNsGuard<'a>(&'a Sandbox);
+
+impl Drop for PidNsGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: setns on a namespace descriptor we own (the thread's own active one).
+        unsafe { libc::setns(self.0.own_pid_ns.as_raw_fd(), libc::CLONE_NEWPID) };
+    }
+}
+
+/// A started sandbox: registered once [`Started::enter`]ed; dropped, it is unregistered and
+/// its init killed (so is every process left in its namespace) and reaped.
+#[derive(Debug)]
+pub struct Started(Arc<Sandbox>);
+
+impl Started {
+    /// The sandbox (to kill it from another thread on a cancel).
+    pub fn sandbox(&self) -> Arc<Sandbox> {
+        self.0.clone()
+    }
+
+    /// Register the sandbox under the calling thread's mount namespace: every process
+    /// spawned from a thread of that namespace is then made in it (call it once the thread
+    /// has a mount namespace of its own; once).
+    ///
+    /// # Errors
+    /// The namespace cannot be read, or this sandbox was entered already.
+    pub fn enter(&self) -> io::Result<()> {
+        self.0
+            .mnt
+            .set(mount_ns_key()?)
+            .map_err(|_| io::Error::other("the plan's sandbox was entered already"))?;
+        active().push(self.0.clone());
+        COUNT.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// How long a drop waits for the killed init to exit before leaving it to the kernel.
+const INIT_EXIT: Duration = Duration::from_secs(10);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if self.0.mnt.get().is_some() {
+            active().retain(|s| !Arc::ptr_eq(s, &self.0));
+            COUNT.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.0.kill();
+        if super::pidfd::exited_within(&self.0.init_fd, INIT_EXIT) {
+            let mut live = super::reaper::registry();
+            // SAFETY: waitpid on our own child, which has exited.
+            unsafe { libc::waitpid(self.0.init, std::ptr::null_mut(), libc::WNOHANG) };
+            live.remove(&self.0.init);
+        }
+    }
+}
+
+/// Start a plan's sandbox: the init in its new PID and network namespaces (it sets the
+/// namespace's `pid_max` through `/proc/sys`: call this before the thread's mounts are made
+/// read-only), not yet [`Started::enter`]ed.
+///
+/// # Errors
+/// The `clone` (no `CAP_SYS_ADMIN`), a namespace descriptor or the init's report failed.
+pub fn start(limits: &Limits) -> io::Result<Started> {
+    let own_pid_ns = OwnedFd::from(std::fs::File::open("/proc/thread-self/ns/pid")?);
+    let (report_r, report_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    let pid_max = limits.max_pids.max(MIN_PID_MAX).to_string();
+    let init = {
+        let mut live = super::reaper::registry();
+        let init = {
+            // Every signal blocked around the fork: the init keeps that mask (it waits for
+            // SIGCHLD), and no handler of the server's runs in it.
+            let old = nix::sys::signal::SigSet::all()
+                .thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_SETMASK)
+                .map_err(io::Error::from)?;
+            // SAFETY: a fork (no CLONE_VM, no stack given): the child runs `init_main`, which
+            // makes only system calls on data prepared above and never returns.
+            let pid = unsafe {
+                libc::syscall(
+                    libc::SYS_clone,
+                    (libc::CLONE_NEWPID | libc::CLONE_NEWNET | libc::SIGCHLD) as libc::c_ulong,
+                    0usize,
+                    0usize,
+                    0usize,
+                    0usize,
+                )
+            };
+            if pid == 0 {
+                init_main(report_w.as_raw_fd(), pid_max.as_bytes());
+            }
+            let failed = (pid < 0).then(io::Error::last_os_error);
+            let _ = old.thread_set_mask();
+            match failed {
+                Some(e) => return Err(e),
+                None => pid as libc::pid_t,
+            }
+        };
+        live.insert(init);
+        init
+    };
+    drop(report_w);
+    let init_fd = super::pidfd_open(init);
+    let ns = |kind: &str| -> io::Result<OwnedFd> {
+        Ok(OwnedFd::from(std::fs::File::open(format!(
+            "/proc/{init}/ns/{kind}"
+        ))?))
+    };
+    let opened = init_fd
+        .ok_or_else(|| io::Error::other("pidfd_open of the plan's init failed"))
+        .and_then(|fd| Ok((fd, ns("pid")?, ns("net")?)));
+    let mut report = [0u8; 1];
+    let read = nix::unistd::read(&report_r, &mut report);
+    let (init_fd, pid_ns, net_ns) = match (opened, read) {
+        (Ok(o), Ok(1)) => o,
+        (opened, read) => {
+            // SAFETY: kill and reap our own child.
+            unsafe {
+                libc::kill(init, libc::SIGKILL);
+                libc::waitpid(init, std::ptr::null_mut(), 0);
+            }
+            super::reaper::registry().remove(&init);
+            return Err(match (opened, read) {
+                (Err(e), _) => e,
+                (_, Err(e)) => io::Error::from(e),
+                _ => io::Error::other("the plan's init exited before it reported"),
+            });
+        }
+    };
+    let rlimit = |v: u64| Rlimit { cur: v, max: v };
+    let sandbox = Arc::new(Sandbox {
+        mnt: std::sync::OnceLock::new(),
+        pid_ns,
+        own_pid_ns,
+        net_ns,
+        init,
+        init_fd,
+        rlimits: vec![
+            (libc::RLIMIT_AS as libc::c_int, rlimit(limits.memory)),
+            (libc::RLIMIT_CPU as libc::c_int, rlimit(limits.cpu_seconds)),
+            (libc::RLIMIT_FSIZE as libc::c_int, rlimit(0)),
+            (libc::RLIMIT_CORE as libc::c_int, rlimit(0)),
+        ],
+        loopback: report[0] & 1 != 0,
+        pids_capped: report[0] & 2 != 0,
+    });
+    Ok(Started(sandbox))
+}
+
+/// Set `rlimits` on the calling process (the spawned child, before `exec`): system calls
+/// only. The `errno` of the first that failed.
+pub(super) fn set_rlimits(rlimits: &[(libc::c_int, Rlimit)]) -> Result<(), i32> {
+    for (resource, lim) in rlimits {
+        // SAFETY: prlimit64 on this process with a valid struct and no old-value pointer.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_prlimit64,
+                0,
+                *resource,
+                lim as *const Rlimit,
+                std::ptr::null_mut::<Rlimit>(),
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL));
+        }
+    }
+    Ok(())
+}
+
+/// The plan's init (a forked child: system calls only, nothing allocated, never returns).
+/// Reports one byte on `report` (bit 0: `lo` up, bit 1: `pid_max` set), closes every
+/// descriptor and reaps orphans until it is killed.
+fn init_main(report: RawFd, pid_max: &[u8]) -> ! {
+    // SAFETY (every block below): plain system calls on integers and on buffers of this
+    // (copied) address space.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        let mut status = 0u8;
+        let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s >= 0 {
+            let mut ifr: libc::ifreq = std::mem::zeroed();
+            ifr.ifr_name[0] = b'l' as libc::c_char;
+            ifr.ifr_name[1] = b'o' as libc::c_char;
+            if libc::ioctl(s, libc::SIOCGIFFLAGS as _, &mut ifr) == 0 {
+                ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+                if libc::ioctl(s, libc::SIOCSIFFLAGS as _, &ifr) == 0 {
+                    status |= 1;
+                }
+            }
+            libc::close(s);
+        }
+        let fd = libc::open(
+            c"/proc/sys/kernel/pid_max".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        );
+        if fd >= 0 {
+            if libc::write(fd, pid_max.as_ptr().cast(), pid_max.len()) == pid_max.len() as isize {
+                status |= 2;
+            }
+            libc::close(fd);
+        }
+        libc::write(report, (&raw const status).cast(), 1);
+        // Nothing of the server's stays open here (another run's pipe, a listening socket).
+        libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGCHLD, &dfl, std::ptr::null_mut());
+        let mut chld: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut chld);
+        libc::sigaddset(&mut chld, libc::SIGCHLD);
+        // Every signal stays blocked (the mask of the clone): SIGCHLD is waited for.
+        loop {
+            libc::sigwaitinfo(&chld, std::ptr::null_mut());
+            while libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) > 0 {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::{Options, Sink, Spec, Stream};
+
+    struct Out(Vec<u8>);
+
+    impl Sink for Out {
+        fn chunk(&mut self, stream: Stream, bytes: &[u8]) -> std::ops::ControlFlow<()> {
+            if stream == Stream::Stdout {
+                self.0.extend_from_slice(bytes);
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+
+    fn sh(script: &str) -> String {
+        let spec = Spec {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: "/".into(),
+            ..Spec::default()
+        };
+        let mut out = Out(Vec::new());
+        crate::process::run(&spec, &Options::default(), &mut out);
+        String::from_utf8_lossy(&out.0).into_owned()
+    }
+
+    /// On a thread with a mount namespace of its own (as a plan's), a command is pid 2 of the
+    /// sandbox's PID namespace (the init is 1), its parent is outside it, its limits and the
+    /// namespace's `pid_max` are the sandbox's, and the init brought `lo` up; the same command from
+    /// another thread is not sandboxed; once the sandbox is dropped, nothing is.
+    #[test]
+    fn a_command_of_a_sandboxed_thread_runs_in_its_namespaces_under_its_limits() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let script = "echo $$ $PPID $(ulimit -t) $(ulimit -v) $(cat /proc/sys/kernel/pid_max)";
+        let outside = sh(script);
+        let (inside, after) = std::thread::spawn(move || {
+            // SAFETY: unshare on this thread only (its filesystem context and mounts).
+            assert_eq!(
+                unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
+                0,
+                "unshare: {}",
+                io::Error::last_os_error()
+            );
+            let limits = Limits {
+                memory: 1 << 30,
+                cpu_seconds: 7,
+                max_pids: 400,
+            };
+            let sb = start(&limits).unwrap();
+            sb.enter().unwrap();
+            assert!(sb.sandbox().pids_capped && sb.sandbox().loopback);
+            let inside = sh(script);
+            drop(sb);
+            (inside, sh("echo $PPID"))
+        })
+        .join()
+        .unwrap();
+        let f: Vec<&str> = inside.split_whitespace().collect();
+        assert_eq!(f, ["2", "0", "7", "1048576", "400"], "{inside}");
+        assert_ne!(outside.split_whitespace().nth(1), Some("0"), "{outside}");
+        assert_ne!(after.trim(), "0", "a command after the drop was sandboxed");
+        assert_eq!(COUNT.load(Ordering::SeqCst), 0);
+    }
+
+    /// What a sandbox costs a plan: start, enter and drop (kill and reap the init), timed
+    /// over 20 rounds; printed for docs/fleet.md, bounded loosely.
+    #[test]
+    fn starting_and_ending_a_sandbox_is_cheap() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let took = std::thread::spawn(|| {
+            // SAFETY: unshare on this thread only.
+            assert_eq!(
+                unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
+                0
+            );
+            let t = std::time::Instant::now();
+            for _ in 0..20 {
+                let sb = start(&Limits::default()).unwrap();
+                sb.enter().unwrap();
+            }
+            t.elapsed()
+        })
+        .join()
+        .unwrap();
+        eprintln!("20 sandboxes started and ended in {took:?}");
+        assert!(took < Duration::from_secs(20), "{took:?}");
+    }
+}

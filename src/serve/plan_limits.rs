@@ -1,0 +1,143 @@
+//! The bounds of serve's package plans (`skyhook-agent serve --plan-*`, docs/fleet.md
+//! "Limits"): how many run at once, how long a plan and each of its script steps may run,
+//! and the sandbox limits of every command a plan runs ([`crate::process::sandbox`]).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::process::sandbox;
+
+/// The bounds of package plans, with the count of plans running now (shared by clones).
+#[derive(Debug, Clone)]
+pub struct PlanLimits {
+    /// Package plans running at once (`--max-plans`); one more is `429`.
+    pub max_plans: usize,
+    /// Longest wall-clock time of a plan (`--plan-timeout`): a request's `timeout_s` is
+    /// lowered to it, and a request without one gets it.
+    pub timeout: Duration,
+    /// Wall-clock deadline of each `.rhai` step of a plan (`--plan-script-timeout`): the
+    /// package's `SKYHOOK_SCRIPT_TIMEOUT` is lowered to it (the engine's 600 s default
+    /// otherwise). Each step is also held to the engine's operations limit.
+    pub script_timeout: Duration,
+    /// Limits of each command a plan runs (`--plan-memory`, `--plan-cpu`, `--plan-pids`).
+    pub sandbox: sandbox::Limits,
+    running: Arc<AtomicUsize>,
+}
+
+impl Default for PlanLimits {
+    /// 4 plans at once, 300 s a plan, 60 s a script step, [`sandbox::Limits::default`].
+    fn default() -> Self {
+        PlanLimits {
+            max_plans: 4,
+            timeout: Duration::from_secs(300),
+            script_timeout: Duration::from_secs(60),
+            sandbox: sandbox::Limits::default(),
+            running: Arc::default(),
+        }
+    }
+}
+
+/// One running plan's place under [`PlanLimits::max_plans`], given back when dropped (when
+/// the plan's thread has ended, not merely when its exit was reported).
+#[derive(Debug)]
+pub struct PlanPermit(Arc<AtomicUsize>);
+
+impl Drop for PlanPermit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl PlanLimits {
+    /// A place for one more plan; `None` when `max_plans` plans run (or their threads
+    /// have not ended yet): the service answers `429` with [`PlanLimits::over_cap`] and
+    /// `Retry-After: 1`.
+    pub fn admit(&self) -> Option<PlanPermit> {
+        self.running
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.max_plans).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| PlanPermit(self.running.clone()))
+    }
+
+    /// The body of the `429` over the cap: `{"error": "too many plans running",
+    /// "max_plans": N}`.
+    pub fn over_cap(&self) -> serde_json::Value {
+        json!({"error": "too many plans running", "max_plans": self.max_plans})
+    }
+
+    /// Plans running now (their threads included).
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
+    }
+
+    /// A request's `timeout_s` lowered to [`PlanLimits::timeout`] (which it gets when it
+    /// names none).
+    pub fn plan_timeout(&self, requested: Option<f64>) -> Option<f64> {
+        let max = self.timeout.as_secs_f64();
+        Some(requested.map_or(max, |t| t.min(max)))
+    }
+
+    /// The package's `SKYHOOK_SCRIPT_TIMEOUT` (whole seconds) lowered to
+    /// [`PlanLimits::script_timeout`], or set to it when absent. A value that is no number
+    /// is left for the plan to refuse, as the agent does.
+    pub fn bound_env(&self, env: &mut Vec<(String, String)>) {
+        const NAME: &str = "SKYHOOK_SCRIPT_TIMEOUT";
+        let max = self.script_timeout.as_secs().max(1);
+        match env.iter_mut().find(|(k, _)| k == NAME) {
+            Some((_, v)) => {
+                if let Ok(n) = v.trim().parse::<u64>()
+                    && n > max
+                {
+                    *v = max.to_string();
+                }
+            }
+            None => env.push((NAME.into(), max.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admit_refuses_over_the_cap_and_gives_places_back() {
+        let l = PlanLimits {
+            max_plans: 2,
+            ..PlanLimits::default()
+        };
+        let a = l.admit().unwrap();
+        let _b = l.admit().unwrap();
+        assert!(l.admit().is_none());
+        assert_eq!(l.running(), 2);
+        assert_eq!(
+            l.over_cap(),
+            json!({"error": "too many plans running", "max_plans": 2})
+        );
+        drop(a);
+        assert_eq!(l.running(), 1);
+        assert!(l.admit().is_some());
+    }
+
+    #[test]
+    fn the_script_timeout_and_plan_timeout_are_lowered_to_the_servers() {
+        let l = PlanLimits::default();
+        let mut env = vec![("SKYHOOK_SCRIPT_TIMEOUT".to_string(), "31536000".to_string())];
+        l.bound_env(&mut env);
+        assert_eq!(env[0].1, "60");
+        let mut env = vec![("SKYHOOK_SCRIPT_TIMEOUT".to_string(), "5".to_string())];
+        l.bound_env(&mut env);
+        assert_eq!(env[0].1, "5");
+        let mut env = Vec::new();
+        l.bound_env(&mut env);
+        assert_eq!(env, vec![("SKYHOOK_SCRIPT_TIMEOUT".into(), "60".into())]);
+        assert_eq!(l.plan_timeout(None), Some(300.0));
+        assert_eq!(l.plan_timeout(Some(5000.0)), Some(300.0));
+        assert_eq!(l.plan_timeout(Some(2.5)), Some(2.5));
+    }
+}
