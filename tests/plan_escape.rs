@@ -526,3 +526,77 @@ fn a_plans_steps_cannot_pile_up_memory_in_the_server() {
         exit["exit"]
     );
 }
+
+/// `--plan-memory` is `RLIMIT_AS`, per process: a query's eight children, 40 MiB each,
+/// hold 320 MiB at once under `--plan-memory 96MiB` (and up to `--plan-pids` − 1 of them
+/// the plan's processes may hold: 511 × 4 GiB by default, a node's memory many times over).
+/// docs/fleet.md says so ("The memory bound is per command, not per plan"); a cgroup of the
+/// plan's own (`memory.max`) would bound the plan.
+#[test]
+#[ignore = "known hole (documented): --plan-memory bounds each process, not the plan"]
+fn a_plans_processes_together_are_held_to_its_memory() {
+    require_root!();
+    use skyhook::serve::http::{Limits, Listener, Server, serve};
+    let fr = host();
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.sandbox.memory = 96 << 20;
+    let code = r#"
+        my $n = 8; pipe(my $r, my $w); pipe(my $r2, my $w2);
+        for (1..$n) { if (fork() == 0) { close $r; close $w2; my $x = "x" x (40 << 20);
+            syswrite($w, "1"); sysread($r2, my $b, 1); exit 0 } }
+        close $w; close $r2; my $got = 0;
+        while ($got < $n) { my $k = sysread($r, my $b, 64); last unless $k; $got += $k }
+        print "held=$got"; close $w2; wait() for 1..$n;
+    "#;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (exit, lines) = rt.block_on(async {
+        let svc = skyhook::serve::Service::with_audit(cfg, true, std::sync::Arc::new(|_: &str| {}))
+            .unwrap();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let auth = skyhook::serve::auth::Auth::from_file(&tokens).unwrap();
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let _keep = stop;
+            serve(
+                Listener::Tcp(l),
+                Server::new(svc, auth, Limits::default()),
+                rx,
+            )
+            .await;
+        });
+        let client = Client::new(&format!("http://127.0.0.1:{port}"), PLAN_TOKEN).unwrap();
+        let mut lines = String::new();
+        let exit = client
+            .execute(
+                &plan_body("together", &perl_query(code)),
+                &Cancel::new(),
+                &mut |e| {
+                    if let Some(t) = e.get("line").and_then(Value::as_str) {
+                        lines.push_str(t);
+                        lines.push('\n');
+                    }
+                },
+            )
+            .await
+            .unwrap();
+        (exit, lines)
+    });
+    let held: u64 = lines
+        .split("held=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        held * 40 <= 96,
+        "a plan's processes held {} MiB at once under --plan-memory 96MiB: {lines}",
+        held * 40
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
