@@ -600,3 +600,64 @@ fn a_plans_processes_together_are_held_to_its_memory() {
     );
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
 }
+
+/// `--plan-script-timeout` lowers a numeric `SKYHOOK_SCRIPT_TIMEOUT` but leaves any other
+/// value "for the plan to refuse"; an empty (or blank) one is not refused: the plan reads it
+/// as unset, the engine's default 600 s. Under a 2 s script timeout, a query sleeping an
+/// hour then runs until the plan's own timeout (20 s here) instead of 2 s.
+#[test]
+#[ignore = "known hole: an empty SKYHOOK_SCRIPT_TIMEOUT gets the 600 s default, past --plan-script-timeout"]
+fn an_empty_script_timeout_is_held_to_the_servers() {
+    require_root!();
+    use skyhook::serve::http::{Limits, Listener, Server, serve};
+    let fr = host();
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.script_timeout = std::time::Duration::from_secs(2);
+    let mut body = plan_body(
+        "blank",
+        "query([\"sleep\", \"3600.0447\"]);\nprint(\"the query returned\");\n",
+    );
+    body["timeout_s"] = json!(20);
+    body["env"] = json!({"SKYHOOK_SCRIPT_TIMEOUT": " "});
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let exit = rt.block_on(async {
+        let svc = skyhook::serve::Service::with_audit(cfg, true, std::sync::Arc::new(|_: &str| {}))
+            .unwrap();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let auth = skyhook::serve::auth::Auth::from_file(&tokens).unwrap();
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let _keep = stop;
+            serve(
+                Listener::Tcp(l),
+                Server::new(svc, auth, Limits::default()),
+                rx,
+            )
+            .await;
+        });
+        let client = Client::new(&format!("http://127.0.0.1:{port}"), PLAN_TOKEN).unwrap();
+        client
+            .execute(&body, &Cancel::new(), &mut |_| {})
+            .await
+            .unwrap()
+    });
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(15),
+        "a step with SKYHOOK_SCRIPT_TIMEOUT=\" \" ran {took:?} under a 2 s script timeout: \
+         exit {}",
+        exit["exit"]
+    );
+    let rendered = exit["rendered"].as_str().unwrap_or_default();
+    assert!(
+        rendered.contains("command sleep 3600.0447 timed out after 2.0s and was killed"),
+        "{rendered}"
+    );
+}
