@@ -66,7 +66,7 @@ pub(crate) fn pathrs_io(err: pathrs::error::Error) -> io::Error {
 /// falls back to its checked walk and words the error as before.
 fn open_in(root: &Root, p: &Path, flags: OpenFlags) -> io::Result<File> {
     if !flags.intersects(OpenFlags::O_CREAT | OpenFlags::O_EXCL) {
-        match openat2_in_root(root, p, flags) {
+        match openat2_in_root(root, p, flags, 0) {
             Some(Ok(f)) => return Ok(f),
             Some(Err(e)) if e.raw_os_error() == Some(libc::ENOENT) => return Err(e),
             _ => {}
@@ -77,9 +77,15 @@ fn open_in(root: &Root, p: &Path, flags: OpenFlags) -> io::Result<File> {
 }
 
 /// One `openat2` of `p` on `root`'s descriptor with pathrs' flags for a one-shot open:
-/// `O_CLOEXEC` (and `O_NOCTTY` without `O_PATH`), `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`
-/// and the root's resolver flags. `None` when `p` holds a NUL byte.
-fn openat2_in_root(root: &Root, p: &Path, flags: OpenFlags) -> Option<io::Result<File>> {
+/// `O_CLOEXEC` (and `O_NOCTTY` without `O_PATH`), `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`,
+/// the root's resolver flags and `resolve` (more `RESOLVE_*` bits). `None` when `p` holds a
+/// NUL byte.
+pub(super) fn openat2_in_root(
+    root: &Root,
+    p: &Path,
+    flags: OpenFlags,
+    resolve: u64,
+) -> Option<io::Result<File>> {
     use std::os::fd::{AsFd, FromRawFd, OwnedFd};
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
@@ -90,8 +96,10 @@ fn openat2_in_root(root: &Root, p: &Path, flags: OpenFlags) -> Option<io::Result
     // SAFETY: `open_how` is plain data; zeroed is its empty value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = oflags.bits();
-    how.resolve =
-        libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS | root.resolver_flags().bits();
+    how.resolve = libc::RESOLVE_IN_ROOT
+        | libc::RESOLVE_NO_MAGICLINKS
+        | root.resolver_flags().bits()
+        | resolve;
     // SAFETY: a valid directory descriptor, a NUL-terminated path and an `open_how` of the
     // size passed, all alive for the call.
     let fd = unsafe {
