@@ -625,7 +625,7 @@ fn check_rules(file: &Path, pkg: &Package, warnings: &mut Vec<String>) -> Result
 
 /// Rule 6: every step path of every mode must exist under the step root.
 ///
-/// `exists` receives each step's relative path as configured. Paths that are empty, absolute,
+/// `exists` receives each distinct step path once, as configured. Paths that are empty, absolute,
 /// or contain a `..` component are rejected first ([`PackageError::UnsafeStepPath`], \[fix\]);
 /// then all missing paths are reported together, in configuration order without repeats.
 ///
@@ -650,8 +650,11 @@ pub fn check_step_files(
         }
     }
     let mut missing: Vec<String> = Vec::new();
+    // A path shared by steps (a run step and its own check, a script run with several
+    // arguments) is looked up once.
+    let mut checked: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for (_, step) in pkg.all_steps() {
-        if !missing.contains(&step.path) && !exists(&step.path) {
+        if checked.insert(step.path.as_str()) && !exists(&step.path) {
             missing.push(step.path.clone());
         }
     }

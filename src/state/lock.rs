@@ -51,18 +51,19 @@ pub fn lock_path(state_root: &Path, pkg: &str) -> PathBuf {
     state_root.join("locks").join(format!("{pkg}.lock"))
 }
 
-/// Open (creating it and its directory if needed, mode 0644) the lock file.
+/// Open (creating it and its directory if needed, mode 0644) the lock file. The open comes
+/// first: the file is there on every run but a node's first.
 fn open_lock_file(root: &HostRoot, path: &Path) -> Result<File, StateError> {
     loop {
-        match AgentFiles::new(root).create_new(path, 0o644) {
-            Ok(f) => return Ok(f),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e.into()),
-        }
         match root.open_read(path) {
             Ok(f) => return Ok(f),
-            // removed between the two calls: try creating again
             Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+        match AgentFiles::new(root).create_new(path, 0o644) {
+            Ok(f) => return Ok(f),
+            // created between the two calls: open it again
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e.into()),
         }
     }
