@@ -4,6 +4,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::conform::conforms_v1;
 use super::model::{Mode, Package, ReturnCode, Step};
 use super::schema::{self, Violation};
 use crate::pyfmt;
@@ -196,7 +197,8 @@ fn valid_modes() -> String {
 ///
 /// Order: JSON; `schema_version` (a string other than `v1` gives
 /// [`PackageError::UnknownSchemaVersion`] before anything else); schema v1 (all violations
-/// with their JSON pointers); unknown `modes` keys; building the steps (out-of-range return
+/// with their JSON pointers; a document the hand-written check of `conform.rs` finds
+/// conforming skips compiling the schema, which would find none); unknown `modes` keys; building the steps (out-of-range return
 /// codes, upgrade steps with arguments; unknown step keys become warnings); then rules 1-4 of
 /// contract 5.2 and the rule-5 warnings (basename rule, paired check mode). Rule 6 (files
 /// exist) is [`check_step_files`]. `source` names the file in every error.
@@ -204,6 +206,17 @@ fn valid_modes() -> String {
 /// # Errors
 /// The first failing stage, as a [`PackageError`] variant.
 pub fn parse(source: &Path, json: &[u8]) -> Result<Loaded, PackageError> {
+    parse_with(source, json, conforms_v1)
+}
+
+/// [`parse`] with `conforms` deciding which documents may skip the compiled schema (only
+/// documents it finds conforming; every other one is validated, and its refusal worded, by
+/// the schema). Tests pass `|_| false` to run every document through the schema.
+pub(super) fn parse_with(
+    source: &Path,
+    json: &[u8],
+    conforms: fn(&Value) -> bool,
+) -> Result<Loaded, PackageError> {
     let file = source.to_path_buf();
     let doc: Value = serde_json::from_slice(json).map_err(|e| PackageError::Json {
         file: file.clone(),
@@ -217,11 +230,16 @@ pub fn parse(source: &Path, json: &[u8]) -> Result<Loaded, PackageError> {
             version: v.clone(),
         });
     }
-    let violations =
+    // A conforming document (nearly every one) skips compiling the schema, which is about
+    // half of a bash-only start-up; any other is validated, and worded, by the schema.
+    let violations = if conforms(&doc) {
+        Vec::new()
+    } else {
         schema::validate_v1(&doc).map_err(|message| PackageError::SchemaUnavailable {
             file: file.clone(),
             message,
-        })?;
+        })?
+    };
     if !violations.is_empty() {
         return Err(PackageError::Schema { file, violations });
     }
@@ -607,7 +625,7 @@ fn check_rules(file: &Path, pkg: &Package, warnings: &mut Vec<String>) -> Result
 
 /// Rule 6: every step path of every mode must exist under the step root.
 ///
-/// `exists` receives each step's relative path as configured. Paths that are empty, absolute,
+/// `exists` receives each distinct step path once, as configured. Paths that are empty, absolute,
 /// or contain a `..` component are rejected first ([`PackageError::UnsafeStepPath`], \[fix\]);
 /// then all missing paths are reported together, in configuration order without repeats.
 ///
@@ -632,8 +650,11 @@ pub fn check_step_files(
         }
     }
     let mut missing: Vec<String> = Vec::new();
+    // A path shared by steps (a run step and its own check, a script run with several
+    // arguments) is looked up once.
+    let mut checked: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for (_, step) in pkg.all_steps() {
-        if !missing.contains(&step.path) && !exists(&step.path) {
+        if checked.insert(step.path.as_str()) && !exists(&step.path) {
             missing.push(step.path.clone());
         }
     }

@@ -387,6 +387,18 @@ fn step_files_missing_reported_together() {
         "/pkg/config.json: Following steps did not exist:foo_check.sh, c.sh"
     );
     check_step_files(Path::new(FILE), &pkg, |_| true).unwrap();
+    // Each distinct path is looked up once (foo.sh is in apply and config).
+    let asked = std::cell::RefCell::new(Vec::new());
+    check_step_files(Path::new(FILE), &pkg, |p| {
+        asked.borrow_mut().push(p.to_string());
+        true
+    })
+    .unwrap();
+    let mut asked = asked.into_inner();
+    let n = asked.len();
+    asked.sort();
+    asked.dedup();
+    assert_eq!(n, asked.len(), "{asked:?}");
 }
 
 #[test]

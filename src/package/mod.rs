@@ -4,6 +4,7 @@
 //! [`load::parse`] turns config.json bytes into a [`Package`] (or a [`PackageError`] naming
 //! the file); [`load::check_step_files`] applies rule 6 against the package's step root.
 
+mod conform;
 pub mod load;
 pub mod model;
 pub mod schema;

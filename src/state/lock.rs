@@ -51,18 +51,19 @@ pub fn lock_path(state_root: &Path, pkg: &str) -> PathBuf {
     state_root.join("locks").join(format!("{pkg}.lock"))
 }
 
-/// Open (creating it and its directory if needed, mode 0644) the lock file.
+/// Open (creating it and its directory if needed, mode 0644) the lock file. The open comes
+/// first: the file is there on every run but a node's first.
 fn open_lock_file(root: &HostRoot, path: &Path) -> Result<File, StateError> {
     loop {
-        match AgentFiles::new(root).create_new(path, 0o644) {
-            Ok(f) => return Ok(f),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e.into()),
-        }
         match root.open_read(path) {
             Ok(f) => return Ok(f),
-            // removed between the two calls: try creating again
             Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+        match AgentFiles::new(root).create_new(path, 0o644) {
+            Ok(f) => return Ok(f),
+            // created between the two calls: open it again
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e.into()),
         }
     }
@@ -276,31 +277,47 @@ async fn wait_for_flock(
 /// The waiter's identity check cannot stop an agent that arrives after the lock file was
 /// removed (a cleanup) or replaced (a rename onto the path): it creates or opens the new
 /// file, locks it, and its check passes. So the holder watches the locks directory
-/// (inotify: delete, rename from/to, create, and the directory itself going) on a helper
-/// thread; when the name no longer names a file it holds, it takes whatever is there now
-/// (creating it `O_EXCL` through the root-confined calls if nothing is) with
+/// (inotify: delete, rename from/to, create, and the directory itself going) from a task on
+/// the run's tokio runtime; when the name no longer names a file it holds, it takes whatever
+/// is there now (creating it `O_EXCL` through the root-confined calls if nothing is) with
 /// `LOCK_EX | LOCK_NB` and keeps that descriptor, so a newcomer finds the path locked and
 /// waits. If another holder got there first (a race of microseconds), the lock is lost:
 /// [`LockKeeper::check`] reports [`StateError::LockLost`] and the mode loop fails the run
 /// after the step that is running (a step cannot be interrupted safely).
 ///
-/// The thread blocks in `poll(2)` on the inotify descriptor and one end of a socket pair;
-/// [`LockKeeper::stop`] (or drop) closes the other end and joins it, releasing what it took.
-/// No per-step cost: the thread wakes only on events in the locks directory.
+/// The task waits for the inotify descriptor to be readable (the runtime's own poll, no
+/// thread of its own); a restore runs under a mutex with no await in it.
+/// [`LockKeeper::stop`] (or drop) ends the task and releases what it took, at once: on the
+/// run's current-thread runtime no restore can be in flight then, on a multi-thread one
+/// `stop` waits for the one in flight. No per-step cost: the task wakes only on events in
+/// the locks directory.
 #[derive(Debug)]
 pub struct LockKeeper {
-    stop: Option<std::os::unix::net::UnixStream>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// The keeper's state; `None` once stopped or lost (what it took released).
+    keeper: Arc<std::sync::Mutex<Option<Keeper>>>,
+    task: Option<tokio::task::JoinHandle<()>>,
     lost: Arc<std::sync::OnceLock<String>>,
     path: PathBuf,
 }
 
+/// The inotify descriptor as tokio's [`tokio::io::unix::AsyncFd`] takes it.
+#[derive(Debug)]
+struct InotifyFd(nix::sys::inotify::Inotify);
+
+impl std::os::fd::AsRawFd for InotifyFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsFd;
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
 impl LockKeeper {
-    /// Start keeping `lock`'s path for `root`.
+    /// Start keeping `lock`'s path for `root`, on the current tokio runtime (which must have
+    /// its I/O driver enabled).
     ///
     /// # Errors
-    /// [`StateError::Lock`] when the locks directory cannot be opened or watched, or the
-    /// thread does not start.
+    /// [`StateError::Lock`] when the locks directory cannot be opened or watched, or there is
+    /// no runtime with I/O to watch from (`EINVAL`).
     pub fn start(root: &HostRoot, lock: &PackageLock) -> Result<Self, StateError> {
         use nix::sys::inotify::{InitFlags, Inotify};
         use std::os::unix::fs::MetadataExt;
@@ -309,28 +326,36 @@ impl LockKeeper {
             path: path.clone(),
             source,
         };
-        let io_errno = |e: std::io::Error| e.raw_os_error().map_or(Errno::EIO, Errno::from_raw);
+        let io_errno = |e: std::io::Error| e.raw_os_error().map_or(Errno::EINVAL, Errno::from_raw);
         let meta = lock._lock.metadata().map_err(|e| err(io_errno(e)))?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| err(Errno::EINVAL))?;
         let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).map_err(err)?;
         let root = root.try_clone()?;
         let _dir = watch_locks_dir(&root, &inotify, &path)?;
-        let (stop, stopped) =
-            std::os::unix::net::UnixStream::pair().map_err(|e| err(io_errno(e)))?;
+        let inotify = {
+            let _entered = runtime.enter();
+            // SAFETY: `InotifyFd` owns the inotify descriptor and always returns it, open,
+            // until the `AsyncFd` is dropped.
+            unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(
+                    InotifyFd(inotify),
+                    tokio::io::Interest::READABLE,
+                )
+            }
+            .map_err(|e| err(io_errno(e.into_parts().1)))?
+        };
         let lost = Arc::new(std::sync::OnceLock::new());
-        let keeper = Keeper {
+        let keeper = Arc::new(std::sync::Mutex::new(Some(Keeper {
             root,
             path: path.clone(),
             ours: (meta.dev(), meta.ino()),
             taken: None,
             lost: Arc::clone(&lost),
-        };
-        let thread = std::thread::Builder::new()
-            .name("skyhook-lock-keep".into())
-            .spawn(move || keeper.run(&inotify, &stopped))
-            .map_err(|e| err(io_errno(e)))?;
+        })));
+        let task = runtime.spawn(watch(inotify, Arc::clone(&keeper)));
         Ok(LockKeeper {
-            stop: Some(stop),
-            thread: Some(thread),
+            keeper,
+            task: Some(task),
             lost,
             path,
         })
@@ -350,28 +375,86 @@ impl LockKeeper {
         }
     }
 
-    /// Stop the thread and wait for it; a lock file it took is released. Then
-    /// [`LockKeeper::check`].
+    /// Stop watching; a lock file taken meanwhile is released. Then [`LockKeeper::check`].
     ///
     /// # Errors
     /// [`StateError::LockLost`].
     pub fn stop(mut self) -> Result<(), StateError> {
-        self.join();
+        self.end();
         self.check()
     }
 
-    fn join(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            // A panic in the thread has already been reported by the panic hook.
-            let _ = t.join();
+    /// Abort the task and drop the keeper's state (waiting for a restore in flight on
+    /// another worker thread, if any).
+    fn end(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
         }
+        let mut keeper = self.keeper.lock().unwrap_or_else(|p| p.into_inner());
+        drop(keeper.take());
     }
 }
 
 impl Drop for LockKeeper {
     fn drop(&mut self) {
-        self.join();
+        self.end();
+    }
+}
+
+/// The task of [`LockKeeper`]: wait for events of the locks directory and restore the lock
+/// path after each that touches it; ends when the keeper is stopped or the lock lost.
+async fn watch(
+    inotify: tokio::io::unix::AsyncFd<InotifyFd>,
+    shared: Arc<std::sync::Mutex<Option<Keeper>>>,
+) {
+    use nix::sys::inotify::AddWatchFlags as W;
+    let lose = |why: String| {
+        let mut keeper = shared.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = keeper.take() {
+            let _ = k.lost.set(why);
+        }
+    };
+    loop {
+        let mut ready = match inotify.readable().await {
+            Ok(ready) => ready,
+            Err(e) => return lose(format!("watching the locks directory failed: {e}")),
+        };
+        let events =
+            match ready.try_io(|fd| fd.get_ref().0.read_events().map_err(std::io::Error::from)) {
+                Ok(Ok(events)) => events,
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => return lose(format!("watching the locks directory failed: {e}")),
+                // Not readable after all (readiness cleared): wait again.
+                Err(_) => continue,
+            };
+        let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(keeper) = guard.as_mut() else {
+            return;
+        };
+        let name = keeper.path.file_name().map(std::ffi::OsStr::to_os_string);
+        let mut touched = false;
+        let mut rewatch = false;
+        for ev in &events {
+            touched |= ev.name == name || ev.mask.contains(W::IN_Q_OVERFLOW);
+            rewatch |= ev.mask.intersects(W::IN_DELETE_SELF | W::IN_MOVE_SELF);
+        }
+        if !(touched || rewatch) {
+            continue;
+        }
+        let mut why = keeper.restore().err();
+        if why.is_none() && rewatch {
+            // The directory went (or moved): the restore created a new one; watch it.
+            why = watch_locks_dir(&keeper.root, &inotify.get_ref().0, &keeper.path)
+                .err()
+                .map(|e| format!("{e:#}"));
+        }
+        if let Some(why) = why {
+            // Lost: what was taken is released, as the keeper ends.
+            if let Some(k) = guard.take() {
+                let _ = k.lost.set(why);
+            }
+            return;
+        }
     }
 }
 
@@ -405,7 +488,8 @@ fn watch_locks_dir(
     Ok(dir)
 }
 
-/// The state of [`LockKeeper`]'s thread.
+/// The state of [`LockKeeper`]'s task.
+#[derive(Debug)]
 struct Keeper {
     root: HostRoot,
     path: PathBuf,
@@ -417,58 +501,6 @@ struct Keeper {
 }
 
 impl Keeper {
-    fn run(
-        mut self,
-        inotify: &nix::sys::inotify::Inotify,
-        stopped: &std::os::unix::net::UnixStream,
-    ) {
-        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-        use nix::sys::inotify::AddWatchFlags as W;
-        use std::os::fd::AsFd;
-        let name = self.path.file_name().map(std::ffi::OsStr::to_os_string);
-        loop {
-            let mut fds = [
-                PollFd::new(inotify.as_fd(), PollFlags::POLLIN),
-                PollFd::new(stopped.as_fd(), PollFlags::POLLIN),
-            ];
-            match poll(&mut fds, PollTimeout::NONE) {
-                Ok(_) => {}
-                Err(Errno::EINTR) => continue,
-                Err(e) => return self.lose(format!("watching the locks directory failed: {e}")),
-            }
-            if fds[1].any().unwrap_or(true) {
-                return;
-            }
-            let events = match inotify.read_events() {
-                Ok(events) => events,
-                Err(Errno::EAGAIN | Errno::EINTR) => continue,
-                Err(e) => return self.lose(format!("watching the locks directory failed: {e}")),
-            };
-            let mut touched = false;
-            let mut rewatch = false;
-            for ev in &events {
-                touched |= ev.name == name || ev.mask.contains(W::IN_Q_OVERFLOW);
-                rewatch |= ev.mask.intersects(W::IN_DELETE_SELF | W::IN_MOVE_SELF);
-            }
-            if !(touched || rewatch) {
-                continue;
-            }
-            if let Err(why) = self.restore() {
-                return self.lose(why);
-            }
-            if rewatch {
-                // The directory went (or moved): the restore created a new one; watch it.
-                if let Err(e) = watch_locks_dir(&self.root, inotify, &self.path) {
-                    return self.lose(format!("{e:#}"));
-                }
-            }
-        }
-    }
-
-    fn lose(self, why: String) {
-        let _ = self.lost.set(why);
-    }
-
     /// Make the lock path name a file this agent holds locked again. `Err(why)` when another
     /// holder has the file now there.
     fn restore(&mut self) -> Result<(), String> {
@@ -716,9 +748,21 @@ mod tests {
         );
         drop(other);
 
-        // The thread: a file locked by another holder renamed onto the path.
+        // The keeper's task on a current-thread runtime (as the agent's): a file locked by
+        // another holder renamed onto the path, seen while the runtime waits.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let held = lock_package(&r, st, "demo").unwrap();
-        let keeper = LockKeeper::start(&r, &held).unwrap();
+        assert!(matches!(
+            LockKeeper::start(&r, &held),
+            Err(StateError::Lock {
+                source: Errno::EINVAL,
+                ..
+            })
+        ));
+        let keeper = rt.block_on(async { LockKeeper::start(&r, &held) }).unwrap();
         assert!(keeper.check().is_ok());
         let other = lock_package(&r, st, "other").unwrap();
         std::fs::rename(
@@ -726,16 +770,49 @@ mod tests {
             d.path().join("st/locks/demo.lock"),
         )
         .unwrap();
-        let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while keeper.check().is_ok() && std::time::Instant::now() < end {
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
+        rt.block_on(async {
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while keeper.check().is_ok() && std::time::Instant::now() < end {
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+        });
         let e = keeper.stop().unwrap_err();
         assert_eq!(
             e.to_string(),
             format!("lost the package lock /st/locks/demo.lock: {why}")
         );
         drop(other);
+        drop(held);
+    }
+
+    /// The lock file removed while held: the keeper's task re-creates and locks it (a
+    /// newcomer finds it busy), and `stop` releases it at once.
+    #[test]
+    fn the_keeper_task_restores_a_removed_lock_file_and_stop_releases_it() {
+        let d = tempfile::tempdir().unwrap();
+        let r = HostRoot::open(d.path()).unwrap();
+        let st = Path::new("/st");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let held = lock_package(&r, st, "demo").unwrap();
+        let keeper = rt.block_on(async { LockKeeper::start(&r, &held) }).unwrap();
+        std::fs::remove_file(d.path().join("st/locks/demo.lock")).unwrap();
+        let restored = rt.block_on(async {
+            for _ in 0..10_000 {
+                if holder_pid(Path::new("/st/locks/demo.lock"), &r) == Some(std::process::id()) {
+                    return true;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+            false
+        });
+        assert!(restored, "the keeper did not re-take the lock path");
+        assert!(try_lock_package(&r, st, "demo").unwrap().is_none());
+        keeper.stop().unwrap();
+        // What the keeper took is released by `stop`; the original lock is on the old inode.
+        assert!(try_lock_package(&r, st, "demo").unwrap().is_some());
         drop(held);
     }
 

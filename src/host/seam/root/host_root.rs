@@ -53,6 +53,71 @@ pub(crate) fn pathrs_io(err: pathrs::error::Error) -> io::Error {
     }
 }
 
+/// Open `p` in `root` as pathrs' `Root::open_subpath` does (`O_CLOEXEC` added), with the
+/// kernel's answer taken as it is when that answer is `ENOENT`.
+///
+/// pathrs' one-shot open is one `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | the
+/// root's resolver flags)`; on any failure it renders the root's path into its error through
+/// `/proc` and probes openat2 again, 6 syscalls more, which a missing path (the common
+/// failure: an absent state file or directory) does not need. So the same `openat2` is made
+/// here first: an opened file or `ENOENT` is the answer (the kernel resolved within the root,
+/// as it does for pathrs); any other failure (`EAGAIN` of a racing rename, no `openat2`
+/// under a sandbox or valgrind, `ELOOP`, a NUL in the path) goes to pathrs, which retries,
+/// falls back to its checked walk and words the error as before.
+fn open_in(root: &Root, p: &Path, flags: OpenFlags) -> io::Result<File> {
+    if !flags.intersects(OpenFlags::O_CREAT | OpenFlags::O_EXCL) {
+        match openat2_in_root(root, p, flags, 0) {
+            Some(Ok(f)) => return Ok(f),
+            Some(Err(e)) if e.raw_os_error() == Some(libc::ENOENT) => return Err(e),
+            _ => {}
+        }
+    }
+    root.open_subpath(p, flags | OpenFlags::O_CLOEXEC)
+        .map_err(pathrs_io)
+}
+
+/// One `openat2` of `p` on `root`'s descriptor with pathrs' flags for a one-shot open:
+/// `O_CLOEXEC` (and `O_NOCTTY` without `O_PATH`), `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`,
+/// the root's resolver flags and `resolve` (more `RESOLVE_*` bits). `None` when `p` holds a
+/// NUL byte.
+pub(super) fn openat2_in_root(
+    root: &Root,
+    p: &Path,
+    flags: OpenFlags,
+    resolve: u64,
+) -> Option<io::Result<File>> {
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+    let mut oflags = flags | OpenFlags::O_CLOEXEC;
+    if !oflags.contains(OpenFlags::O_PATH) {
+        oflags |= OpenFlags::O_NOCTTY;
+    }
+    // SAFETY: `open_how` is plain data; zeroed is its empty value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = oflags.bits();
+    how.resolve = libc::RESOLVE_IN_ROOT
+        | libc::RESOLVE_NO_MAGICLINKS
+        | root.resolver_flags().bits()
+        | resolve;
+    // SAFETY: a valid directory descriptor, a NUL-terminated path and an `open_how` of the
+    // size passed, all alive for the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_fd().as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Some(Err(io::Error::last_os_error()));
+    }
+    // SAFETY: the kernel just returned this descriptor, owned by nothing else.
+    Some(Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd as i32) })))
+}
+
 /// Split a host path into its parent and final component. `/` has no final component.
 pub(super) fn split(host: &Path) -> io::Result<(PathBuf, OsString)> {
     let name = host
@@ -170,8 +235,8 @@ impl HostRoot {
         flags: OpenFlags,
     ) -> Result<File> {
         self.check_abs(op, host)?;
-        self.in_root(host, |r, p| r.open_subpath(p, flags | OpenFlags::O_CLOEXEC))
-            .map_err(|e| self.err(op, host, self.explain(host, pathrs_io(e))))
+        self.in_root(host, |r, p| open_in(r, p, flags))
+            .map_err(|e| self.err(op, host, self.explain(host, e)))
     }
 
     /// The host path an open file descriptor refers to (via `/proc/self/fd`).

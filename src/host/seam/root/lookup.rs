@@ -3,7 +3,7 @@
 
 use super::entry::{DirEntry, EntryKind, kind_name};
 use super::host_root::split;
-use super::host_root::{HostRoot, pathrs_io};
+use super::host_root::{HostRoot, openat2_in_root, pathrs_io};
 use super::local::read_bounded;
 use super::root_error::Result;
 use pathrs::flags::OpenFlags;
@@ -54,6 +54,25 @@ impl HostRoot {
             Ok(m) => Ok(Some(m)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(self.err("stat", host, e)),
+        }
+    }
+
+    /// True when the kernel resolved `host` meeting no symlink: one `openat2(O_PATH)` with
+    /// `RESOLVE_NO_SYMLINKS` that opened it, or failed with `ENOENT` (the components before
+    /// the missing one were no symlinks; those after it do not exist). False when it cannot
+    /// tell: a symlink on the way (`ELOOP`), any other failure, no `openat2`. For callers
+    /// that walk the ancestors only when this is false.
+    pub fn no_symlink_on_the_way(&self, host: &Path) -> bool {
+        if !host.is_absolute() {
+            return false;
+        }
+        let opened = self.in_root(host, |r, p| {
+            openat2_in_root(r, p, OpenFlags::O_PATH, libc::RESOLVE_NO_SYMLINKS)
+        });
+        match opened {
+            Some(Ok(_)) => true,
+            Some(Err(e)) => e.raw_os_error() == Some(libc::ENOENT),
+            None => false,
         }
     }
 

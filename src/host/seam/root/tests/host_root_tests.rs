@@ -108,3 +108,64 @@ fn read_dir_sorted_and_remove() {
     assert!(!r.remove_file(Path::new("/d/a")).unwrap());
     assert_eq!(r.read_opt(Path::new("/d/a")).unwrap(), None);
 }
+
+/// A missing path is absent (`Ok(None)`, not-found errors) without pathrs' error path, and a
+/// path below a symlink leading out of the root is resolved inside it: absent there even
+/// when its target exists outside; below a confined directory a symlink on the way is still
+/// refused (`ELOOP`), not taken for absent.
+#[test]
+fn a_missing_path_below_a_symlink_leading_out_is_absent_inside_the_root() {
+    let (d, r) = root();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("present"), b"outside").unwrap();
+    std::os::unix::fs::symlink(outside.path(), d.path().join("abs")).unwrap();
+    std::os::unix::fs::symlink("../../../../../..", d.path().join("up")).unwrap();
+    let rel = outside.path().strip_prefix("/").unwrap();
+    for host in [
+        Path::new("/abs/present"),
+        Path::new("/abs/missing"),
+        &Path::new("/up").join(rel).join("present"),
+        Path::new("/nothing/here"),
+    ] {
+        assert!(r.metadata(host).unwrap().is_none(), "{}", host.display());
+        assert!(
+            r.symlink_metadata(host).unwrap().is_none(),
+            "{}",
+            host.display()
+        );
+        assert!(!r.exists(host).unwrap(), "{}", host.display());
+        assert_eq!(r.read_opt(host).unwrap(), None, "{}", host.display());
+        let e = r.read(host).unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+        assert_eq!(e.source.raw_os_error(), Some(libc::ENOENT));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "failed to read {} under host root {}",
+                host.display(),
+                d.path().display()
+            )
+        );
+    }
+    // The same spelling where the target exists inside the root: found there.
+    let inside = d.path().join(rel);
+    std::fs::create_dir_all(&inside).unwrap();
+    std::fs::write(inside.join("present"), b"inside").unwrap();
+    assert_eq!(r.read(Path::new("/abs/present")).unwrap(), b"inside");
+    // Below a confined directory a symlink is not followed, missing target or not.
+    std::fs::create_dir_all(d.path().join("dest/in")).unwrap();
+    std::os::unix::fs::symlink("in", d.path().join("dest/lnk")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), d.path().join("dest/out")).unwrap();
+    let _guard = r.confine(Path::new("/dest")).unwrap();
+    for host in [
+        "/dest/lnk/missing",
+        "/dest/out/missing",
+        "/dest/out/present",
+    ] {
+        let e = r.metadata(Path::new(host)).unwrap_err();
+        assert!(!e.is_not_found(), "{host}: {e}");
+        let e = crate::chain::render(&e);
+        assert!(e.contains("a symlink on the way below /dest, where"), "{e}");
+    }
+    assert!(r.metadata(Path::new("/dest/in/missing")).unwrap().is_none());
+}
