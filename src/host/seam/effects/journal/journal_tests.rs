@@ -536,3 +536,55 @@ fn a_journal_of_the_previous_format_is_recovered() {
     assert_eq!(root.read(Path::new("/etc/f")).unwrap(), b"old\n");
     assert!(!root.exists(Path::new("/etc/made")).unwrap());
 }
+
+/// Issue 31: the records of a batch of effects are synced once before the batch, not once
+/// each. `fs::copy_tree` of 10 files over 10 existing ones, and `fs::extract` of 10 files
+/// over 10 existing ones: one `fdatasync` of the log each (it was one per file); the
+/// undo still puts every file back.
+#[test]
+fn a_batch_of_writes_syncs_the_journal_once() {
+    use crate::host::ExecMode;
+    use crate::host::testutil::TestHost;
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/var/lib/skyhook")).unwrap();
+    let mut tar = ::tar::Builder::new(Vec::new());
+    for i in 0..10 {
+        t.file(&format!("/src/f{i}"), &format!("new {i}\n"));
+        t.file(&format!("/dst/f{i}"), &format!("old {i}\n"));
+        t.file(&format!("/opt/x/f{i}"), &format!("old {i}\n"));
+        let body = format!("new {i}\n");
+        let mut hd = ::tar::Header::new_gnu();
+        hd.set_path(format!("f{i}")).unwrap();
+        hd.set_mode(0o644);
+        hd.set_size(body.len() as u64);
+        hd.set_cksum();
+        tar.append(&hd, body.as_bytes()).unwrap();
+    }
+    std::fs::create_dir_all(t.p("/tmp")).unwrap();
+    std::fs::write(t.p("/tmp/a.tar"), tar.into_inner().unwrap()).unwrap();
+    let mut h = t.host_with(ExecMode::Apply, |o| o.undo = Some("pkg-apply".into()));
+    fail_point::take_syncs();
+    let tree = crate::host::files::copy_tree::TreeOptions::default();
+    assert!(crate::host::files::copy_tree::copy_tree(&mut h, "/src", "/dst", &tree).unwrap());
+    assert_eq!(
+        fail_point::take_syncs(),
+        1,
+        "journal syncs of fs::copy_tree of 10 files"
+    );
+    let opts = crate::host::files::archive::ExtractOptions::default();
+    crate::host::files::archive::extract(&mut h, "/tmp/a.tar", "/opt/x", &opts).unwrap();
+    assert_eq!(
+        fail_point::take_syncs(),
+        1,
+        "journal syncs of fs::extract of 10 files"
+    );
+    assert_eq!(t.read("/dst/f3"), "new 3\n");
+    assert_eq!(t.read("/opt/x/f3"), "new 3\n");
+    let (_, undone, result) = h.fail_with_report();
+    result.unwrap();
+    assert!(undone.not_undone.is_empty(), "{:?}", undone.not_undone);
+    for i in 0..10 {
+        assert_eq!(t.read(&format!("/dst/f{i}")), format!("old {i}\n"));
+        assert_eq!(t.read(&format!("/opt/x/f{i}")), format!("old {i}\n"));
+    }
+}

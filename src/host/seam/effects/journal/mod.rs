@@ -66,6 +66,7 @@
 //! next run before it does anything else. Content is streamed in both directions (never
 //! held in memory whole), except a line edit's file, which is text the session held anyway.
 
+mod ahead;
 mod dir;
 #[cfg(test)]
 pub(crate) mod fail_point;

@@ -64,6 +64,8 @@ pub(crate) struct StepJournal {
     pub(super) last_read: Option<(PathBuf, Vec<u8>)>,
     /// The mode, uid and gid the content write being recorded leaves, for its wrote record.
     pub(super) next_meta: Option<(u32, u32, u32)>,
+    /// Content writes recorded ahead of their batch, not performed yet (`ahead.rs`).
+    pub(super) ahead: HashSet<super::ahead::Key>,
 }
 
 impl StepJournal {
@@ -83,6 +85,7 @@ impl StepJournal {
             failed: None,
             last_read: None,
             next_meta: None,
+            ahead: HashSet::new(),
         }
     }
 
@@ -129,7 +132,7 @@ impl StepJournal {
         if self.failed.is_some() {
             return Err(self.poisoned());
         }
-        if !changes_files(effect) {
+        if !changes_files(effect) || (!line_edit && self.take_ahead(effect)) {
             return Ok(Before::Perform);
         }
         // The journal's own directories exist before any before-state is taken, so
@@ -670,6 +673,8 @@ impl StepJournal {
         }
         let log_path = self.dir().join(LOG);
         let log = self.log.as_ref().expect("records appended");
+        #[cfg(test)]
+        fail_point::SYNCS.with(|s| s.set(s.get() + 1));
         match log.sync_data() {
             Ok(()) => {
                 self.unsynced = false;
@@ -697,6 +702,7 @@ impl StepJournal {
             }
             return Err(HostError::JournalFailed { message });
         }
+        self.ahead.clear();
         if self.log.take().is_none() {
             return Ok(());
         }
@@ -711,6 +717,7 @@ impl StepJournal {
     /// # Errors
     /// Reading the log (then nothing is deleted: the next run's [`recover`] tries again).
     pub(crate) fn undo(&mut self, root: &HostRoot) -> Result<Vec<String>> {
+        self.ahead.clear();
         let Some(log) = self.log.take() else {
             return Ok(Vec::new());
         };
