@@ -1,7 +1,7 @@
 //! Tests of the undo journal: its records, log format, replay and recovery.
 use std::collections::HashSet;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 use crate::host::effects::effect::Effect;
@@ -587,4 +587,73 @@ fn a_batch_of_writes_syncs_the_journal_once() {
         assert_eq!(t.read(&format!("/dst/f{i}")), format!("old {i}\n"));
         assert_eq!(t.read(&format!("/opt/x/f{i}")), format!("old {i}\n"));
     }
+}
+
+/// The bytes of the live journals' logs under `root`.
+fn log_bytes(root: &Path) -> u64 {
+    let dir = root.join(DIR.trim_start_matches('/'));
+    let mut n = 0;
+    for j in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        n += std::fs::metadata(j.path().join(LOG)).map_or(0, |m| m.len());
+    }
+    n
+}
+
+/// Issue 31: a removal moved aside copies no content into the journal: a file, a tree, a
+/// symlink, a FIFO, and a tree the step recorded before (its mode changed: it used to be
+/// recorded entry by entry, every file's content copied into the log). The undo puts each
+/// back as it was.
+#[test]
+fn removals_move_aside_without_copying_content() {
+    use crate::host::ExecMode;
+    use crate::host::files::fs;
+    use crate::host::testutil::TestHost;
+    use std::os::unix::fs::PermissionsExt;
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/var/lib/skyhook")).unwrap();
+    let big = "x".repeat(1 << 20);
+    t.file("/opt/file", &big);
+    t.file("/opt/tree/big", &big);
+    t.file("/opt/recorded/big", &big);
+    t.file("/opt/recorded/sub/small", "small\n");
+    std::fs::set_permissions(t.p("/opt/recorded"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink("/opt/file", t.p("/opt/link")).unwrap();
+    nix::unistd::mkfifo(
+        &t.p("/opt/fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o640),
+    )
+    .unwrap();
+    let mut h = t.host_with(ExecMode::Apply, |o| o.undo = Some("pkg-apply".into()));
+    assert!(fs::chmod(&mut h, "/opt/recorded", 0o750).unwrap());
+    for p in ["/opt/file", "/opt/link", "/opt/fifo"] {
+        assert!(fs::remove(&mut h, p).unwrap(), "{p}");
+    }
+    for p in ["/opt/tree", "/opt/recorded"] {
+        assert!(fs::remove_all(&mut h, p).unwrap(), "{p}");
+    }
+    let n = log_bytes(&t.root);
+    assert!(
+        n < 64 << 10,
+        "the journal holds {n} bytes after the removals"
+    );
+    assert!(!t.p("/opt/recorded").exists());
+    let (_, undone, result) = h.fail_with_report();
+    result.unwrap();
+    assert!(undone.not_undone.is_empty(), "{:?}", undone.not_undone);
+    assert_eq!(t.read("/opt/file"), big);
+    assert_eq!(t.read("/opt/tree/big"), big);
+    assert_eq!(t.read("/opt/recorded/big"), big);
+    assert_eq!(t.read("/opt/recorded/sub/small"), "small\n");
+    let mode = |p: &str| std::fs::symlink_metadata(t.p(p)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("/opt/recorded"), 0o700);
+    assert_eq!(
+        std::fs::read_link(t.p("/opt/link")).unwrap(),
+        Path::new("/opt/file")
+    );
+    assert!(
+        std::fs::symlink_metadata(t.p("/opt/fifo"))
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
 }

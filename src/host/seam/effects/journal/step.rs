@@ -350,11 +350,17 @@ impl StepJournal {
                 self.wrote(root, path, base, ABSENT.into(), None)?;
                 return Ok(Before::Perform);
             }
-            // A directory the step recorded (or made): its entries need their own records.
-            if m.is_dir() {
-                self.record_tree(root, path)?;
+            // A directory the step made: its entries need their own records (the undo
+            // removes the step's, leaves another writer's). One the step found (its mode or
+            // owner recorded) is moved aside below, as one not recorded: no entry's content
+            // is copied; the undo renames it back, then puts its attributes back.
+            if !m.is_dir() {
+                return Ok(Before::Perform);
             }
-            return Ok(Before::Perform);
+            if self.created.iter().any(|c| c == path) {
+                self.record_tree(root, path)?;
+                return Ok(Before::Perform);
+            }
         }
         if m.is_dir() {
             // `remove_all` refuses mount points below: so does the move.
