@@ -7,32 +7,11 @@
 //! a step killed between a record and its effect leaves, which the replay already takes:
 //! the file holds its before-state, put back as it is.
 
-use std::path::PathBuf;
-
 use super::StepJournal;
-use crate::host::Host;
+use super::records::key;
 use crate::host::effects::effect::Effect;
 use crate::host::root::error::Result;
 use crate::host::root::{HostRoot, normalize};
-
-/// What identifies a content write made ahead: its path as given and the SHA-256 it leaves.
-pub(super) type Key = (PathBuf, String);
-
-/// The key of a content write whose result is known (`None` for any other effect, and for a
-/// copy without its source's digest).
-pub(super) fn key(effect: &Effect) -> Option<Key> {
-    match effect {
-        Effect::WriteFile { path, content, .. } => {
-            Some((path.clone(), crate::host::root::digest::sha256_tag(content)))
-        }
-        Effect::CopyFile {
-            path,
-            sha256: Some(d),
-            ..
-        } => Some((path.clone(), format!("sha256:{d}"))),
-        _ => None,
-    }
-}
 
 impl StepJournal {
     /// Record the before-state of each content write in `effects` (module docs), then
@@ -68,27 +47,5 @@ impl StepJournal {
             self.ahead.insert(k);
         }
         self.sync(root)
-    }
-
-    /// Whether `effect` was recorded ahead ([`StepJournal::ahead`]): then it is taken off
-    /// the batch and needs no record now.
-    pub(super) fn take_ahead(&mut self, effect: &Effect) -> bool {
-        !self.ahead.is_empty() && key(effect).is_some_and(|k| self.ahead.remove(&k))
-    }
-}
-
-impl Host {
-    /// Record ahead, in the step's undo journal, the content writes `effects` this call is
-    /// about to submit in this order (module docs); nothing without a journal. Pending
-    /// batched line edits are written first (their records come before these).
-    ///
-    /// # Errors
-    /// A failed flush of the line batch; as [`StepJournal::ahead`].
-    pub(crate) fn journal_ahead(&self, effects: &[Effect]) -> Result<()> {
-        if !self.executor.journals() {
-            return Ok(());
-        }
-        self.flush_batch()?;
-        self.executor.journal_ahead(&self.cx, effects)
     }
 }

@@ -12,8 +12,8 @@ use super::dir::{LockOp, hold_dir_created, lock, remove_journal};
 use super::fail_point;
 use super::log::write_record;
 use super::records::{
-    ABSENT, ANY, DIR, LOG, LineEdit, Record, SMALL, State, boot_ns, changes_files, dir_name, hex,
-    jerr, line_edit, state_of,
+    ABSENT, ANY, DIR, Key, LOG, LineEdit, Record, SMALL, State, boot_ns, changes_files, dir_name,
+    hex, jerr, key, line_edit, state_of,
 };
 use super::replay::{canonical_record, replay};
 use super::xattr::read_xattrs;
@@ -65,7 +65,7 @@ pub(crate) struct StepJournal {
     /// The mode, uid and gid the content write being recorded leaves, for its wrote record.
     pub(super) next_meta: Option<(u32, u32, u32)>,
     /// Content writes recorded ahead of their batch, not performed yet (`ahead.rs`).
-    pub(super) ahead: HashSet<super::ahead::Key>,
+    pub(super) ahead: HashSet<Key>,
 }
 
 impl StepJournal {
@@ -102,6 +102,12 @@ impl StepJournal {
         HostError::JournalFailed {
             message: self.failed.clone().unwrap_or_default(),
         }
+    }
+
+    /// Whether `effect` was recorded ahead of its batch (`ahead.rs`): then it is taken off
+    /// the batch and needs no record now.
+    pub(super) fn take_ahead(&mut self, effect: &Effect) -> bool {
+        !self.ahead.is_empty() && key(effect).is_some_and(|k| self.ahead.remove(&k))
     }
 
     /// Whether `p` (normalised) needs no record: under the journals' directory, or
