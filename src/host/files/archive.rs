@@ -687,6 +687,30 @@ pub fn extract(h: &mut Host, archive: &str, dest: &str, o: &ExtractOptions) -> R
             confined = confine_created(h, &dest)?;
         }
         above.take();
+        // The copies' undo records, made durable once before the first (issue 31).
+        let ahead: Vec<crate::host::effects::effect::Effect> = items
+            .iter()
+            .filter_map(|item| match item {
+                Item::File {
+                    rel,
+                    mode,
+                    index,
+                    sha256,
+                    ..
+                } if copies.contains(index) => {
+                    Some(crate::host::effects::effect::Effect::CopyFile {
+                        src: staged.get(index).cloned()?,
+                        path: dest.join(rel),
+                        sha256: Some(sha256.clone()),
+                        mode: Some(*mode),
+                        uid: None,
+                        gid: None,
+                    })
+                }
+                _ => None,
+            })
+            .collect();
+        h.journal_ahead(&ahead)?;
         for item in items {
             changed |= match item {
                 Item::Dir { rel, mode } => {

@@ -235,7 +235,34 @@ pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<
         dst_guard = confine_created(h, &dst_path)?;
     }
     above.take();
+    // An apply decides every file's copy first and has the undo journal record the copies
+    // ahead, synced once (issue 31): only when no write below `dst` can change a source
+    // (`src` is not inside `dst`), so each decision is the one the loop would make.
+    let mut decided: Vec<Option<Decided>> = Vec::new();
+    if h.report().mode == crate::host::ExecMode::Apply && !src_real.starts_with(&dst_real) {
+        let mut ahead = Vec::new();
+        for e in &entries {
+            let d = match e {
+                Entry::File {
+                    rel,
+                    mode,
+                    uid,
+                    gid,
+                } => {
+                    let (from, to) = (src_real.join(rel), dst_path.join(rel));
+                    let d = decide_copy(h, &from, &to)?;
+                    ahead.extend(d.copy_effect(&from, &to, (Some(*mode), Some(*uid), Some(*gid))));
+                    Some(d)
+                }
+                _ => None,
+            };
+            decided.push(d);
+        }
+        h.journal_ahead(&ahead)?;
+    }
+    let mut decided = decided.into_iter();
     for e in entries {
+        let d = decided.next().flatten();
         changed |= match e {
             Entry::Dir {
                 rel,
@@ -248,12 +275,14 @@ pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<
                 mode,
                 uid,
                 gid,
-            } => put_copy(
-                h,
-                &src_real.join(&rel),
-                &dst_path.join(rel),
-                (Some(mode), Some(uid), Some(gid)),
-            )?,
+            } => {
+                let (from, to) = (src_real.join(&rel), dst_path.join(rel));
+                let attrs = (Some(mode), Some(uid), Some(gid));
+                match d {
+                    Some(d) => put_decided(h, &from, &to, d, attrs)?,
+                    None => put_copy(h, &from, &to, attrs)?,
+                }
+            }
             Entry::Link { rel, target } => fs::symlink(
                 h,
                 &target.to_string_lossy(),
@@ -308,9 +337,49 @@ pub(crate) fn put_copy(
     dst: &Path,
     attrs: (Option<u32>, Option<u32>, Option<u32>),
 ) -> Result<bool> {
+    let decided = decide_copy(h, src, dst)?;
+    put_decided(h, src, dst, decided, attrs)
+}
+
+/// What [`put_copy`] does to bring `dst` to a copy of `src`.
+pub(crate) enum Decided {
+    /// Write this content (a source the session planned with its content).
+    Content(bytes::Bytes),
+    /// The content is the same: bring the attributes only ([`put_attrs`]).
+    Attrs,
+    /// Copy, verified against the source's digest ([`submit_copy`]).
+    Copy(Option<String>),
+}
+
+impl Decided {
+    /// The effect [`put_decided`] submits for a copy of `src` to `dst`, if it is one.
+    fn copy_effect(
+        &self,
+        src: &Path,
+        dst: &Path,
+        (mode, uid, gid): (Option<u32>, Option<u32>, Option<u32>),
+    ) -> Option<Effect> {
+        match self {
+            Decided::Copy(sha256) => Some(Effect::CopyFile {
+                src: src.to_path_buf(),
+                path: dst.to_path_buf(),
+                sha256: sha256.clone(),
+                mode,
+                uid,
+                gid,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// [`put_copy`]'s reads: what it does (module docs).
+///
+/// # Errors
+/// As [`put_copy`].
+pub(crate) fn decide_copy(h: &Host, src: &Path, dst: &Path) -> Result<Decided> {
     if let ViewedFile::Content(c) = h.view_for_digest(src)? {
-        let (mode, uid, gid) = attrs;
-        return fs::put(h, dst, c.to_vec(), mode, uid, gid);
+        return Ok(Decided::Content(c));
     }
     // Sizes are known for files on disk only (a planned copy's is not).
     let size = match h.view_for_digest(src)? {
@@ -325,13 +394,34 @@ pub(crate) fn put_copy(
         Ok(d)
     })?;
     if !differs {
-        return put_attrs(h, dst, attrs);
+        return Ok(Decided::Attrs);
     }
     let sha256 = match digest {
         Some(d) => d,
         None => h.view_digest(src)?,
     };
-    submit_copy(h, src, dst, sha256, attrs)
+    Ok(Decided::Copy(sha256))
+}
+
+/// [`put_copy`]'s change, as [`decide_copy`] decided it.
+///
+/// # Errors
+/// As [`put_copy`].
+pub(crate) fn put_decided(
+    h: &mut Host,
+    src: &Path,
+    dst: &Path,
+    decided: Decided,
+    attrs: (Option<u32>, Option<u32>, Option<u32>),
+) -> Result<bool> {
+    match decided {
+        Decided::Content(c) => {
+            let (mode, uid, gid) = attrs;
+            fs::put(h, dst, c.to_vec(), mode, uid, gid)
+        }
+        Decided::Attrs => put_attrs(h, dst, attrs),
+        Decided::Copy(sha256) => submit_copy(h, src, dst, sha256, attrs),
+    }
 }
 
 /// Whether the file at `dst` differs in content from a source of `size` bytes (`None`:

@@ -5,16 +5,21 @@
 //! A directory is another mount when `statx(2)` says it is a mount root
 //! (`STATX_ATTR_MOUNT_ROOT`), or its mount id (`STATX_MNT_ID`) or device differs from its
 //! parent's. The walk opens each directory relative to its parent's descriptor with
-//! `O_NOFOLLOW`, so it never follows a symlink and never leaves the tree it started in.
+//! `O_NOFOLLOW`, so it never follows a symlink and never leaves the tree it started in, and
+//! removes each entry with `unlinkat(2)` on that descriptor (as `rm -rf` does): an entry
+//! `getdents64` types as no directory costs the removal one system call and the check none;
+//! a directory (or an untyped entry) is `statx`ed for the mount check.
 
-use std::ffi::{CString, OsStr, OsString};
-use std::fs::File;
+use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use nix::dir::{Dir, Type};
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use nix::unistd::{UnlinkatFlags, unlinkat};
 use pathrs::flags::OpenFlags;
 
 use super::{HostRoot, Result, split};
@@ -42,20 +47,18 @@ impl Ident {
 }
 
 /// `statx` of `name` in `dir` without following a final symlink; `""` is `dir` itself.
-fn ident(dir: &File, name: &OsStr) -> io::Result<Ident> {
-    let c =
-        CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+fn ident(dir: impl AsFd, name: &CStr) -> io::Result<Ident> {
     let mut flags = libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT;
     if name.is_empty() {
         flags |= libc::AT_EMPTY_PATH;
     }
-    // SAFETY: `statx` is plain zeroable data, `c` is a NUL-terminated string that outlives
-    // the call, and `buf` is a valid out-pointer.
+    // SAFETY: `statx` is plain zeroable data, `name` is a NUL-terminated string that
+    // outlives the call, and `buf` is a valid out-pointer.
     let mut buf: libc::statx = unsafe { std::mem::zeroed() };
     let rc = unsafe {
         libc::statx(
-            dir.as_raw_fd(),
-            c.as_ptr(),
+            dir.as_fd().as_raw_fd(),
+            name.as_ptr(),
             flags,
             libc::STATX_TYPE | libc::STATX_MNT_ID,
             &mut buf,
@@ -73,24 +76,26 @@ fn ident(dir: &File, name: &OsStr) -> io::Result<Ident> {
     })
 }
 
-/// `name` in `dir` as an agent-side path through the descriptor (a single component, not
-/// followed when opened with `O_NOFOLLOW`).
-fn at(dir: &File, name: &OsStr) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name)
+/// The directory `name` in `dir`, opened for listing (`O_NOFOLLOW`: a symlink put in its
+/// place fails with `ELOOP`/`ENOTDIR`, never followed).
+fn open_dir_at(dir: impl AsFd, name: &CStr) -> io::Result<Dir> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    Ok(Dir::openat(dir, name, flags, Mode::empty())?)
 }
 
-fn open_dir_at(dir: &File, name: &OsStr) -> io::Result<File> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(at(dir, name))
-}
-
-fn names(dir: &File) -> io::Result<Vec<OsString>> {
-    let mut out: Vec<OsString> = std::fs::read_dir(at(dir, OsStr::new("")))?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect::<io::Result<_>>()?;
-    out.sort();
+/// The entries of `dir` (not `.` and `..`), sorted by name, with the type `getdents64`
+/// gave (`None`: unknown, the filesystem does not say).
+fn names(dir: &mut Dir) -> io::Result<Vec<(CString, Option<Type>)>> {
+    let mut out = Vec::new();
+    for e in dir.iter() {
+        let e = e?;
+        let name = e.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        out.push((name.to_owned(), e.file_type()));
+    }
+    out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
 
@@ -104,49 +109,57 @@ struct Walk {
 impl Walk {
     /// Visit the directory `dir` (host path `host`, identity `me`): record the mounts below it
     /// and, when removing, remove everything else. Returns whether `dir` is now empty.
-    fn dir(&mut self, dir: &File, host: &Path, me: &Ident, depth: usize) -> io::Result<bool> {
+    fn dir(&mut self, dir: &mut Dir, host: &Path, me: &Ident, depth: usize) -> io::Result<bool> {
         if depth > MAX_DEPTH {
             return Err(io::Error::from_raw_os_error(libc::ELOOP));
         }
         let mut empty = true;
-        for name in names(dir)? {
-            let child = host.join(&name);
-            let id = match ident(dir, &name) {
-                Ok(id) => id,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
+        for (name, kind) in names(dir)? {
+            // Only a directory can hold a mount to refuse; an entry typed as anything else
+            // needs no `statx` (unlinking a file bind-mounted over fails with `EBUSY`).
+            let id = match kind {
+                Some(t) if t != Type::Directory => None,
+                _ => match ident(&*dir, &name) {
+                    Ok(id) if id.dir => Some(id),
+                    Ok(_) => None,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                },
             };
-            if id.dir && id.crosses_from(me) {
+            let Some(id) = id else {
+                if self.remove {
+                    remove_entry(&*dir, &name, false)?;
+                }
+                continue;
+            };
+            let child = host.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+            if id.crosses_from(me) {
                 self.mounts.push(child);
                 empty = false;
                 continue;
             }
-            if id.dir {
-                let sub = open_dir_at(dir, &name)?;
-                let sub_empty = self.dir(&sub, &child, &id, depth + 1)?;
-                if self.remove && sub_empty {
-                    remove_entry(dir, &name, true)?;
-                } else {
-                    empty = false;
-                }
-            } else if self.remove {
-                remove_entry(dir, &name, false)?;
+            let mut sub = open_dir_at(&*dir, &name)?;
+            let sub_empty = self.dir(&mut sub, &child, &id, depth + 1)?;
+            drop(sub);
+            if self.remove && sub_empty {
+                remove_entry(&*dir, &name, true)?;
+            } else {
+                empty = false;
             }
         }
         Ok(empty)
     }
 }
 
-fn remove_entry(dir: &File, name: &OsStr, is_dir: bool) -> io::Result<()> {
-    let p = at(dir, name);
-    let r = if is_dir {
-        std::fs::remove_dir(p)
-    } else {
-        std::fs::remove_file(p)
+/// `unlinkat(dir, name)` (`AT_REMOVEDIR` for a directory); already gone is fine.
+fn remove_entry(dir: impl AsFd, name: &CStr, is_dir: bool) -> io::Result<()> {
+    let flag = match is_dir {
+        true => UnlinkatFlags::RemoveDir,
+        false => UnlinkatFlags::NoRemoveDir,
     };
-    match r {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        r => r,
+    match unlinkat(dir, name, flag) {
+        Ok(()) | Err(nix::errno::Errno::ENOENT) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -209,6 +222,21 @@ impl HostRoot {
         Ok(true)
     }
 
+    /// Remove a tree already checked for mounts, with one walk: a mount met (made since)
+    /// is not descended into, and the error (`EBUSY`) names it after the rest is removed.
+    /// For a tree the caller moved where no mount can be made meanwhile (the undo
+    /// journal's moved-aside paths, in its own directory).
+    ///
+    /// # Errors
+    /// Mount points as above; any other failure than "not found".
+    pub(in crate::host::seam) fn remove_all_checked(&self, host: &Path) -> Result<bool> {
+        let (existed, done) = self.walk(host, true)?;
+        if !done.mounts.is_empty() {
+            return Err(self.err("remove", host, mounts_error(&done.mounts, true)));
+        }
+        Ok(existed)
+    }
+
     /// What [`remove_all`](HostRoot::remove_all) would refuse, without removing anything:
     /// the `EBUSY` error naming the mount points at or below `host`.
     ///
@@ -245,7 +273,9 @@ impl HostRoot {
             Err(e) => return Err(e),
         };
         let err = |e| self.err(OP, host, e);
-        let pid = ident(&pdir, OsStr::new("")).map_err(err)?;
+        let name = CString::new(name.as_bytes())
+            .map_err(|_| err(io::Error::from_raw_os_error(libc::EINVAL)))?;
+        let pid = ident(&pdir, c"").map_err(err)?;
         let id = match ident(&pdir, &name) {
             Ok(id) => id,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((false, walk)),
@@ -256,8 +286,10 @@ impl HostRoot {
             return Ok((true, walk));
         }
         if id.dir {
-            let dir = open_dir_at(&pdir, &name).map_err(err)?;
-            if !walk.dir(&dir, host, &id, 0).map_err(err)? || !remove {
+            let mut dir = open_dir_at(&pdir, &name).map_err(err)?;
+            let empty = walk.dir(&mut dir, host, &id, 0).map_err(err)?;
+            drop(dir);
+            if !empty || !remove {
                 return Ok((true, walk));
             }
         } else if !remove {

@@ -99,6 +99,13 @@ impl Executor for Apply {
         self.journal.is_some()
     }
 
+    fn journal_ahead(&self, cx: &Context, effects: &[Effect]) -> Result<()> {
+        match self.journal() {
+            Some(mut j) => j.ahead(&cx.root, effects),
+            None => Ok(()),
+        }
+    }
+
     fn journal_path(&self, cx: &Context, path: &Path) -> Result<()> {
         match self.journal() {
             Some(mut j) => j.before_path(&cx.root, path),

@@ -108,6 +108,15 @@ pub(crate) trait Executor: std::fmt::Debug + Send {
         None
     }
 
+    /// Record ahead, in the undo journal, the content writes `effects` the session is about
+    /// to submit in this order, synced once ([`crate::host::effects::journal`]).
+    ///
+    /// # Errors
+    /// A poisoned journal or a failed journal write.
+    fn journal_ahead(&self, _cx: &Context, _effects: &[Effect]) -> Result<()> {
+        Ok(())
+    }
+
     /// Record the before-state of `path`, which the session is about to change outside an
     /// effect (a deferred-work record), in the undo journal.
     ///

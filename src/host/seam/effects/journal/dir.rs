@@ -20,7 +20,8 @@ pub(super) fn remove_journal(
     held: bool,
 ) -> Result<()> {
     root.remove_file(&dir.join(LOG))?;
-    root.remove_all(dir)?;
+    // What it moved aside was checked for mounts before the move, into this directory.
+    root.remove_all_checked(dir)?;
     let guard = if held {
         None
     } else {

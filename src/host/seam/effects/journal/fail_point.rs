@@ -47,3 +47,14 @@ impl<W: std::io::Write> std::io::Write for Limited<'_, W> {
         self.inner.flush()
     }
 }
+
+thread_local! {
+    /// The journal `fdatasync`s this thread made ([`super::StepJournal::sync`]), for the
+    /// tests that count them.
+    pub(crate) static SYNCS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The journal syncs this thread made since the last call.
+pub(crate) fn take_syncs() -> usize {
+    SYNCS.with(|s| s.replace(0))
+}

@@ -1,7 +1,7 @@
 //! Tests of the undo journal: its records, log format, replay and recovery.
 use std::collections::HashSet;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 use crate::host::effects::effect::Effect;
@@ -535,4 +535,125 @@ fn a_journal_of_the_previous_format_is_recovered() {
     );
     assert_eq!(root.read(Path::new("/etc/f")).unwrap(), b"old\n");
     assert!(!root.exists(Path::new("/etc/made")).unwrap());
+}
+
+/// Issue 31: the records of a batch of effects are synced once before the batch, not once
+/// each. `fs::copy_tree` of 10 files over 10 existing ones, and `fs::extract` of 10 files
+/// over 10 existing ones: one `fdatasync` of the log each (it was one per file); the
+/// undo still puts every file back.
+#[test]
+fn a_batch_of_writes_syncs_the_journal_once() {
+    use crate::host::ExecMode;
+    use crate::host::testutil::TestHost;
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/var/lib/skyhook")).unwrap();
+    let mut tar = ::tar::Builder::new(Vec::new());
+    for i in 0..10 {
+        t.file(&format!("/src/f{i}"), &format!("new {i}\n"));
+        t.file(&format!("/dst/f{i}"), &format!("old {i}\n"));
+        t.file(&format!("/opt/x/f{i}"), &format!("old {i}\n"));
+        let body = format!("new {i}\n");
+        let mut hd = ::tar::Header::new_gnu();
+        hd.set_path(format!("f{i}")).unwrap();
+        hd.set_mode(0o644);
+        hd.set_size(body.len() as u64);
+        hd.set_cksum();
+        tar.append(&hd, body.as_bytes()).unwrap();
+    }
+    std::fs::create_dir_all(t.p("/tmp")).unwrap();
+    std::fs::write(t.p("/tmp/a.tar"), tar.into_inner().unwrap()).unwrap();
+    let mut h = t.host_with(ExecMode::Apply, |o| o.undo = Some("pkg-apply".into()));
+    fail_point::take_syncs();
+    let tree = crate::host::files::copy_tree::TreeOptions::default();
+    assert!(crate::host::files::copy_tree::copy_tree(&mut h, "/src", "/dst", &tree).unwrap());
+    assert_eq!(
+        fail_point::take_syncs(),
+        1,
+        "journal syncs of fs::copy_tree of 10 files"
+    );
+    let opts = crate::host::files::archive::ExtractOptions::default();
+    crate::host::files::archive::extract(&mut h, "/tmp/a.tar", "/opt/x", &opts).unwrap();
+    assert_eq!(
+        fail_point::take_syncs(),
+        1,
+        "journal syncs of fs::extract of 10 files"
+    );
+    assert_eq!(t.read("/dst/f3"), "new 3\n");
+    assert_eq!(t.read("/opt/x/f3"), "new 3\n");
+    let (_, undone, result) = h.fail_with_report();
+    result.unwrap();
+    assert!(undone.not_undone.is_empty(), "{:?}", undone.not_undone);
+    for i in 0..10 {
+        assert_eq!(t.read(&format!("/dst/f{i}")), format!("old {i}\n"));
+        assert_eq!(t.read(&format!("/opt/x/f{i}")), format!("old {i}\n"));
+    }
+}
+
+/// The bytes of the live journals' logs under `root`.
+fn log_bytes(root: &Path) -> u64 {
+    let dir = root.join(DIR.trim_start_matches('/'));
+    let mut n = 0;
+    for j in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        n += std::fs::metadata(j.path().join(LOG)).map_or(0, |m| m.len());
+    }
+    n
+}
+
+/// Issue 31: a removal moved aside copies no content into the journal: a file, a tree, a
+/// symlink, a FIFO, and a tree the step recorded before (its mode changed: it used to be
+/// recorded entry by entry, every file's content copied into the log). The undo puts each
+/// back as it was.
+#[test]
+fn removals_move_aside_without_copying_content() {
+    use crate::host::ExecMode;
+    use crate::host::files::fs;
+    use crate::host::testutil::TestHost;
+    use std::os::unix::fs::PermissionsExt;
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/var/lib/skyhook")).unwrap();
+    let big = "x".repeat(1 << 20);
+    t.file("/opt/file", &big);
+    t.file("/opt/tree/big", &big);
+    t.file("/opt/recorded/big", &big);
+    t.file("/opt/recorded/sub/small", "small\n");
+    std::fs::set_permissions(t.p("/opt/recorded"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink("/opt/file", t.p("/opt/link")).unwrap();
+    nix::unistd::mkfifo(
+        &t.p("/opt/fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o640),
+    )
+    .unwrap();
+    let mut h = t.host_with(ExecMode::Apply, |o| o.undo = Some("pkg-apply".into()));
+    assert!(fs::chmod(&mut h, "/opt/recorded", 0o750).unwrap());
+    for p in ["/opt/file", "/opt/link", "/opt/fifo"] {
+        assert!(fs::remove(&mut h, p).unwrap(), "{p}");
+    }
+    for p in ["/opt/tree", "/opt/recorded"] {
+        assert!(fs::remove_all(&mut h, p).unwrap(), "{p}");
+    }
+    let n = log_bytes(&t.root);
+    assert!(
+        n < 64 << 10,
+        "the journal holds {n} bytes after the removals"
+    );
+    assert!(!t.p("/opt/recorded").exists());
+    let (_, undone, result) = h.fail_with_report();
+    result.unwrap();
+    assert!(undone.not_undone.is_empty(), "{:?}", undone.not_undone);
+    assert_eq!(t.read("/opt/file"), big);
+    assert_eq!(t.read("/opt/tree/big"), big);
+    assert_eq!(t.read("/opt/recorded/big"), big);
+    assert_eq!(t.read("/opt/recorded/sub/small"), "small\n");
+    let mode = |p: &str| std::fs::symlink_metadata(t.p(p)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("/opt/recorded"), 0o700);
+    assert_eq!(
+        std::fs::read_link(t.p("/opt/link")).unwrap(),
+        Path::new("/opt/file")
+    );
+    assert!(
+        std::fs::symlink_metadata(t.p("/opt/fifo"))
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
 }

@@ -20,9 +20,12 @@
 //! for a content write the mode, uid and gid the write leaves; for a line or block edit
 //! (the session's line batch, the user database) also the edit's lines added and removed.
 //!
-//! A removed file, symlink, FIFO, socket or device, and a removed tree, is *moved aside*:
-//! renamed into the journal's directory (no copy, no space needed, no size limit) and
-//! renamed back by the undo. Where the rename crosses filesystems (`EXDEV`: the removed path
+//! A removed file, symlink, FIFO, socket or device, and a removed tree (one whose mode or
+//! owner the step changed first too), is *moved aside*: renamed into the journal's
+//! directory (no copy, no space needed, no size limit) and renamed back by the undo; the
+//! journal deletes it at the step's end with one walk (it was checked for mounts before the
+//! move). A tree the step made itself is recorded entry by entry (no content: the step's
+//! entries are removed by the undo). Where the rename crosses filesystems (`EXDEV`: the removed path
 //! is on another filesystem than `/var/lib/skyhook`), a regular file's content is copied
 //! into the log instead, a FIFO or device is recorded as what it is (made again with
 //! `mknod`), and a socket as a socket (not made again: its server makes it).
@@ -39,7 +42,9 @@
 //! recovery. The log is made unnamed (`O_TMPFILE`), locked (`flock`), given its start
 //! record and only then linked into place, so no recovery ever sees a live step's log
 //! unlocked. Each effect's records are appended and the log fsynced (`fdatasync`) once
-//! before the effect is performed. A journal write that fails (a full disk) is cut back to
+//! before the effect is performed; a call that knows its content writes ahead
+//! (`fs::extract`, `fs::copy_tree`) has all their records appended and synced once before
+//! the first (`ahead.rs`). A journal write that fails (a full disk) is cut back to
 //! its last whole record and *poisons* the step: every later effect and the step's end
 //! fail with it, whatever the script caught, and the step is undone.
 //!
@@ -66,6 +71,7 @@
 //! next run before it does anything else. Content is streamed in both directions (never
 //! held in memory whole), except a line edit's file, which is text the session held anyway.
 
+mod ahead;
 mod dir;
 #[cfg(test)]
 pub(crate) mod fail_point;

@@ -270,3 +270,23 @@ pub(super) fn invert(lines: &mut Vec<String>, edit: &LineEdit) {
         lines.insert(at, line.clone());
     }
 }
+
+/// What identifies a content write recorded ahead of its batch (`ahead.rs`): its path as
+/// given and the SHA-256 it leaves.
+pub(super) type Key = (PathBuf, String);
+
+/// The [`Key`] of a content write whose result is known (`None` for any other effect, and
+/// for a copy without its source's digest).
+pub(super) fn key(effect: &Effect) -> Option<Key> {
+    match effect {
+        Effect::WriteFile { path, content, .. } => {
+            Some((path.clone(), crate::host::root::digest::sha256_tag(content)))
+        }
+        Effect::CopyFile {
+            path,
+            sha256: Some(d),
+            ..
+        } => Some((path.clone(), format!("sha256:{d}"))),
+        _ => None,
+    }
+}

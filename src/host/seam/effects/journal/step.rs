@@ -12,8 +12,8 @@ use super::dir::{LockOp, hold_dir_created, lock, remove_journal};
 use super::fail_point;
 use super::log::write_record;
 use super::records::{
-    ABSENT, ANY, DIR, LOG, LineEdit, Record, SMALL, State, boot_ns, changes_files, dir_name, hex,
-    jerr, line_edit, state_of,
+    ABSENT, ANY, DIR, Key, LOG, LineEdit, Record, SMALL, State, boot_ns, changes_files, dir_name,
+    hex, jerr, key, line_edit, state_of,
 };
 use super::replay::{canonical_record, replay};
 use super::xattr::read_xattrs;
@@ -64,6 +64,8 @@ pub(crate) struct StepJournal {
     pub(super) last_read: Option<(PathBuf, Vec<u8>)>,
     /// The mode, uid and gid the content write being recorded leaves, for its wrote record.
     pub(super) next_meta: Option<(u32, u32, u32)>,
+    /// Content writes recorded ahead of their batch, not performed yet (`ahead.rs`).
+    pub(super) ahead: HashSet<Key>,
 }
 
 impl StepJournal {
@@ -83,6 +85,7 @@ impl StepJournal {
             failed: None,
             last_read: None,
             next_meta: None,
+            ahead: HashSet::new(),
         }
     }
 
@@ -99,6 +102,12 @@ impl StepJournal {
         HostError::JournalFailed {
             message: self.failed.clone().unwrap_or_default(),
         }
+    }
+
+    /// Whether `effect` was recorded ahead of its batch (`ahead.rs`): then it is taken off
+    /// the batch and needs no record now.
+    pub(super) fn take_ahead(&mut self, effect: &Effect) -> bool {
+        !self.ahead.is_empty() && key(effect).is_some_and(|k| self.ahead.remove(&k))
     }
 
     /// Whether `p` (normalised) needs no record: under the journals' directory, or
@@ -129,7 +138,7 @@ impl StepJournal {
         if self.failed.is_some() {
             return Err(self.poisoned());
         }
-        if !changes_files(effect) {
+        if !changes_files(effect) || (!line_edit && self.take_ahead(effect)) {
             return Ok(Before::Perform);
         }
         // The journal's own directories exist before any before-state is taken, so
@@ -347,11 +356,17 @@ impl StepJournal {
                 self.wrote(root, path, base, ABSENT.into(), None)?;
                 return Ok(Before::Perform);
             }
-            // A directory the step recorded (or made): its entries need their own records.
-            if m.is_dir() {
-                self.record_tree(root, path)?;
+            // A directory the step made: its entries need their own records (the undo
+            // removes the step's, leaves another writer's). One the step found (its mode or
+            // owner recorded) is moved aside below, as one not recorded: no entry's content
+            // is copied; the undo renames it back, then puts its attributes back.
+            if !m.is_dir() {
+                return Ok(Before::Perform);
             }
-            return Ok(Before::Perform);
+            if self.created.iter().any(|c| c == path) {
+                self.record_tree(root, path)?;
+                return Ok(Before::Perform);
+            }
         }
         if m.is_dir() {
             // `remove_all` refuses mount points below: so does the move.
@@ -670,6 +685,8 @@ impl StepJournal {
         }
         let log_path = self.dir().join(LOG);
         let log = self.log.as_ref().expect("records appended");
+        #[cfg(test)]
+        fail_point::SYNCS.with(|s| s.set(s.get() + 1));
         match log.sync_data() {
             Ok(()) => {
                 self.unsynced = false;
@@ -697,6 +714,7 @@ impl StepJournal {
             }
             return Err(HostError::JournalFailed { message });
         }
+        self.ahead.clear();
         if self.log.take().is_none() {
             return Ok(());
         }
@@ -711,6 +729,7 @@ impl StepJournal {
     /// # Errors
     /// Reading the log (then nothing is deleted: the next run's [`recover`] tries again).
     pub(crate) fn undo(&mut self, root: &HostRoot) -> Result<Vec<String>> {
+        self.ahead.clear();
         let Some(log) = self.log.take() else {
             return Ok(Vec::new());
         };

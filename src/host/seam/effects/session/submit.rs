@@ -132,6 +132,21 @@ impl Host {
         Ok(self.mode() != ExecMode::Apply)
     }
 
+    /// Record ahead, in the step's undo journal, the content writes `effects` this call is
+    /// about to submit in this order, synced once ([`crate::host::effects::journal`]);
+    /// nothing without a journal. Pending batched line edits are written first (their
+    /// records come before these).
+    ///
+    /// # Errors
+    /// A failed flush of the line batch; a poisoned journal or a failed journal write.
+    pub(crate) fn journal_ahead(&self, effects: &[Effect]) -> Result<()> {
+        if !self.executor.journals() {
+            return Ok(());
+        }
+        self.flush_batch()?;
+        self.executor.journal_ahead(&self.cx, effects)
+    }
+
     /// The checks of an effect that do not depend on the mode (module docs).
     pub(super) fn validate(&self, effect: &Effect) -> Result<()> {
         match effect {

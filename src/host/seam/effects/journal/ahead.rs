@@ -1,0 +1,51 @@
+//! Records ahead of a batch (issue 31): a call that knows the content writes it is about to
+//! make (`fs::extract`, `fs::copy_tree`) has the journal record all of them and `fdatasync`
+//! the log once, before the first; each write's own [`StepJournal::before`] then finds its
+//! records made and durable and appends nothing.
+//!
+//! A record made ahead of a write that does not happen (the call failed before it) is what
+//! a step killed between a record and its effect leaves, which the replay already takes:
+//! the file holds its before-state, put back as it is.
+
+use super::StepJournal;
+use super::records::key;
+use crate::host::effects::effect::Effect;
+use crate::host::root::error::Result;
+use crate::host::root::{HostRoot, normalize};
+
+impl StepJournal {
+    /// Record the before-state of each content write in `effects` (module docs), then
+    /// `fdatasync` the log once. A path written twice in the batch is recorded at its
+    /// second write's turn (its base is what the first left); a before-state that cannot be
+    /// read stops the records ahead, and the writes left are recorded at their turn (which
+    /// then fail as they would have).
+    ///
+    /// # Errors
+    /// A poisoned step; a failed journal write (which poisons it).
+    pub(crate) fn ahead(&mut self, root: &HostRoot, effects: &[Effect]) -> Result<()> {
+        if self.failed.is_some() {
+            return Err(self.poisoned());
+        }
+        let mut targets = std::collections::HashSet::new();
+        for effect in effects {
+            let Some(k) = key(effect) else {
+                continue;
+            };
+            let Ok(target) = root.write_target(&k.0) else {
+                break;
+            };
+            if !targets.insert(normalize(&target)) || self.ahead.contains(&k) {
+                continue;
+            }
+            self.open(root)?;
+            if self.record(root, effect, false).is_err() {
+                if self.failed.is_some() {
+                    return Err(self.poisoned());
+                }
+                break;
+            }
+            self.ahead.insert(k);
+        }
+        self.sync(root)
+    }
+}
