@@ -1,10 +1,10 @@
 //! Planning a CR on every selected node and grouping the answers.
 //!
-//! Each node gets one `package_plan` execution per package of the CR, in `dependsOn` order
-//! (later packages are planned against the node as it is, not as the earlier ones would
-//! leave it). At most [`Options::parallel`] nodes are planned at once; each within
-//! [`Options::timeout`] (all its packages) and at most [`Options::max_stream`] bytes of
-//! events, so a slow, dead or hostile node (dripping output, a huge stream, a wrong
+//! Each node gets one `package_plan` execution carrying every package of the CR in
+//! `dependsOn` order (the chain form, [`chain_body`]): the node plans each mode of each
+//! package against the host as the earlier ones would leave it. At most
+//! [`Options::parallel`] nodes are planned at once; each within [`Options::timeout`] and at
+//! most [`Options::max_stream`] bytes of events, so a slow, dead or hostile node (dripping output, a huge stream, a wrong
 //! certificate) becomes a failure of that node and never holds the others.
 //!
 //! Nodes whose canonical plans are equal form a group: the canonical plan is each package's
@@ -34,7 +34,7 @@ pub struct Options {
     pub parallel: usize,
     /// Per node, all its packages.
     pub timeout: Duration,
-    /// Bytes of events read per package plan of a node.
+    /// Bytes of events read from one node (all its packages).
     pub max_stream: usize,
     /// The bearer token (a `plan`-scoped one is enough).
     pub token: String,
@@ -203,7 +203,21 @@ fn step_failures(plans: &Value) -> Vec<String> {
     out
 }
 
-/// Plan every package on `node`.
+/// The one start body (without its `id`) of a node's plan: the chain form of `bodies`
+/// (each package's `package`, `env` and `skyhook_cr` under `packages`, in order; the first
+/// body's `modes`).
+pub fn chain_body(bodies: &[(String, String, Value)]) -> Value {
+    let packages: Vec<Value> = bodies
+        .iter()
+        .map(|(_, _, b)| json!({"package": b["package"], "env": b["env"], "skyhook_cr": b["skyhook_cr"]}))
+        .collect();
+    let modes = bodies
+        .first()
+        .map_or(Value::Null, |(_, _, b)| b["modes"].clone());
+    json!({"kind": crate::serve::plan::KIND, "modes": modes, "packages": packages})
+}
+
+/// Plan every package on `node` in one execution ([`chain_body`]).
 pub async fn plan_node(
     node: &Node,
     bodies: &[(String, String, Value)],
@@ -227,21 +241,33 @@ pub async fn plan_node(
     let mut packages = Vec::new();
     let mut pending = 0u64;
     let mut canonical = String::new();
-    for (i, (name, version, body)) in bodies.iter().enumerate() {
-        let mut body = body.clone();
-        body["id"] = format!("preview-{run_id}-{i}").into();
-        let exit = match one_plan(&client, &body, opts.max_stream).await {
-            Ok(v) => v,
-            // The address is the node's (in the JSON record), not part of why it failed.
-            Err(e) => {
-                let e = e
-                    .strip_prefix(&format!("{addr}: "))
-                    .or_else(|| e.strip_prefix(&format!("{}: ", addr.trim_end_matches('/'))))
-                    .unwrap_or(&e)
-                    .to_string();
-                return Outcome::Failed(format!("package {name}: {e}"));
-            }
-        };
+    let mut body = chain_body(bodies);
+    body["id"] = format!("preview-{run_id}").into();
+    let exit = match one_plan(&client, &body, opts.max_stream).await {
+        Ok(v) => v,
+        // The address is the node's (in the JSON record), not part of why it failed.
+        Err(e) => {
+            let e = e
+                .strip_prefix(&format!("{addr}: "))
+                .or_else(|| e.strip_prefix(&format!("{}: ", addr.trim_end_matches('/'))))
+                .unwrap_or(&e)
+                .to_string();
+            return Outcome::Failed(e);
+        }
+    };
+    let answered = exit["packages"].as_array().map_or(0, Vec::len);
+    if answered != bodies.len() {
+        let why = exit["exit"]["error"].as_str().unwrap_or("");
+        return Outcome::Failed(
+            format!("answered {answered} of {} packages {why}", bodies.len())
+                .trim_end()
+                .to_string(),
+        );
+    }
+    for ((name, version, _), exit) in bodies
+        .iter()
+        .zip(exit["packages"].as_array().into_iter().flatten())
+    {
         let plans = exit.get("plans").cloned().unwrap_or(Value::Null);
         let failures = step_failures(&plans);
         if let Some(f) = failures.first() {

@@ -21,6 +21,7 @@ pub mod execution;
 pub mod http;
 pub mod metrics;
 pub mod plan;
+mod plan_request;
 mod recover;
 mod registry;
 pub mod request;
