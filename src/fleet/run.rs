@@ -116,14 +116,10 @@ pub fn plan_bodies(
 }
 
 /// Start one plan on `client` and read its events to the exit event, at most `max` bytes.
-async fn one_plan(client: &Client, body: &Value, max: usize) -> Result<Value, String> {
+async fn one_plan(client: &Client, body: Vec<u8>, max: usize) -> Result<Value, String> {
     use hyper::body::Body as _;
     let resp = client
-        .send(
-            Method::POST,
-            "/v1/executions",
-            Some(body.to_string().into_bytes()),
-        )
+        .send(Method::POST, "/v1/executions", Some(body))
         .await
         .map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
@@ -158,14 +154,23 @@ async fn one_plan(client: &Client, body: &Value, max: usize) -> Result<Value, St
             return Err(format!("the stream passed {max} bytes: stopped reading"));
         }
         buf.extend_from_slice(&data);
-        while let Some(i) = memchr::memchr(b'\n', &buf) {
-            let line: Vec<u8> = buf.drain(..=i).collect();
-            let v: Value = serde_json::from_slice(&line[..i])
-                .map_err(|_| "a line of the stream is not JSON".to_string())?;
+        // Only the exit event is kept: every other line is checked to be JSON without
+        // building it (`IgnoredAny`), and the lines read are dropped once per frame.
+        let not_json = |_| "a line of the stream is not JSON".to_string();
+        let mut start = 0;
+        while let Some(i) = memchr::memchr(b'\n', &buf[start..]) {
+            let line = &buf[start..start + i];
+            start += i + 1;
+            if memchr::memmem::find(line, b"\"exit\"").is_none() {
+                serde_json::from_slice::<serde::de::IgnoredAny>(line).map_err(not_json)?;
+                continue;
+            }
+            let v: Value = serde_json::from_slice(line).map_err(not_json)?;
             if v.get("exit").is_some() {
                 return Ok(v);
             }
         }
+        buf.drain(..start);
     }
 }
 
@@ -217,33 +222,57 @@ pub fn chain_body(bodies: &[(String, String, Value)]) -> Value {
     json!({"kind": crate::serve::plan::KIND, "modes": modes, "packages": packages})
 }
 
+/// What every node of a preview is sent, made once: the packages (name, version, start
+/// body), the chain's start body as JSON text without its `id` ([`chain_body`]), and the
+/// TLS configuration of `https://` nodes (or why there is none).
+pub struct Request {
+    bodies: Vec<(String, String, Value)>,
+    text: String,
+    tls: Option<Result<Arc<tokio_rustls::rustls::ClientConfig>, String>>,
+}
+
+impl Request {
+    /// The request for `bodies`; the TLS configuration from `opts` when it names a CA.
+    pub fn new(bodies: Vec<(String, String, Value)>, opts: &Options) -> Request {
+        let text = chain_body(&bodies).to_string();
+        let tls = opts.tls_ca.as_deref().map(|ca| {
+            let client = opts.tls_client.as_ref();
+            crate::serve::tls::client_config(ca, client.map(|(c, k)| (c.as_path(), k.as_path())))
+        });
+        Request { bodies, text, tls }
+    }
+
+    /// The start body with `id` (`[A-Za-z0-9._-]`, so it needs no escaping) spliced in.
+    fn with_id(&self, id: &str) -> Vec<u8> {
+        let rest = self.text.strip_prefix('{').unwrap_or(&self.text);
+        format!("{{\"id\":\"{id}\",{rest}").into_bytes()
+    }
+}
+
 /// Plan every package on `node` in one execution ([`chain_body`]).
-pub async fn plan_node(
-    node: &Node,
-    bodies: &[(String, String, Value)],
-    opts: &Options,
-    run_id: &str,
-) -> Outcome {
+pub async fn plan_node(node: &Node, req: &Request, opts: &Options, run_id: &str) -> Outcome {
     let Some(addr) = &node.address else {
         return Outcome::Failed("no serve address (give one, or --address-template)".into());
     };
-    let client = match Client::with_tls(
-        addr,
-        &opts.token,
-        opts.tls_ca.as_deref(),
-        opts.tls_client
-            .as_ref()
-            .map(|(c, k)| (c.as_path(), k.as_path())),
-    ) {
+    let tls = match (&req.tls, addr.starts_with("https://")) {
+        (Some(Err(e)), true) => {
+            return Outcome::Failed(
+                crate::remote::RemoteError::Url(format!("{addr}: {e}")).to_string(),
+            );
+        }
+        (Some(Ok(cfg)), true) => Some(cfg.clone()),
+        _ => None,
+    };
+    let client = match Client::with_config(addr, &opts.token, tls) {
         Ok(c) => c,
         Err(e) => return Outcome::Failed(e.to_string()),
     };
+    let bodies = &req.bodies;
     let mut packages = Vec::new();
     let mut pending = 0u64;
     let mut canonical = String::new();
-    let mut body = chain_body(bodies);
-    body["id"] = format!("preview-{run_id}").into();
-    let exit = match one_plan(&client, &body, opts.max_stream).await {
+    let body = req.with_id(&format!("preview-{run_id}"));
+    let exit = match one_plan(&client, body, opts.max_stream).await {
         Ok(v) => v,
         // The address is the node's (in the JSON record), not part of why it failed.
         Err(e) => {
@@ -311,7 +340,7 @@ pub async fn plan_node(
 /// names of those that did not.
 pub async fn plan_all(
     nodes: &[Node],
-    bodies: Arc<Vec<(String, String, Value)>>,
+    req: Arc<Request>,
     opts: &Options,
     stop: &crate::process::Cancel,
     progress: &mut dyn FnMut(usize, usize),
@@ -326,13 +355,12 @@ pub async fn plan_all(
     );
     let mut set = tokio::task::JoinSet::new();
     for (i, n) in nodes.iter().enumerate() {
-        let (sem, bodies, opts, n) = (sem.clone(), bodies.clone(), opts.clone(), n.clone());
+        let (sem, req, opts, n) = (sem.clone(), req.clone(), opts.clone(), n.clone());
         let rid = format!("{run_id}-{i}");
         set.spawn(async move {
             let _permit = sem.acquire_owned().await;
             let outcome =
-                match tokio::time::timeout(opts.timeout, plan_node(&n, &bodies, &opts, &rid)).await
-                {
+                match tokio::time::timeout(opts.timeout, plan_node(&n, &req, &opts, &rid)).await {
                     Ok(o) => o,
                     Err(_) => Outcome::Failed(format!(
                         "no plan within {} s (--node-timeout)",
@@ -388,7 +416,8 @@ pub async fn preview(
         .partition(|n| cr.selector.matches(&n.labels));
     let mut excluded: Vec<String> = excluded.into_iter().map(|n| n.name).collect();
     excluded.sort();
-    let (results, unfinished) = plan_all(&selected, Arc::new(bodies), opts, stop, progress).await;
+    let req = Arc::new(Request::new(bodies, opts));
+    let (results, unfinished) = plan_all(&selected, req, opts, stop, progress).await;
     Preview::new(results, excluded, unfinished)
 }
 
