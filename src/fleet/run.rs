@@ -338,6 +338,11 @@ pub async fn plan_node(node: &Node, req: &Request, opts: &Options, run_id: &str)
 /// `progress` is called after each node ends (done, total). Stops starting nodes once
 /// `stop` is aborted; the nodes that finished are returned (sorted by name) with the
 /// names of those that did not.
+///
+/// The nodes are dealt round-robin to a worker thread per core (at most 8, each a
+/// single-threaded runtime of its own), so the TLS handshakes and the parsing of many
+/// nodes' answers spread over the cores instead of queueing on one thread; the caller's
+/// task only collects the results.
 pub async fn plan_all(
     nodes: &[Node],
     req: Arc<Request>,
@@ -353,9 +358,81 @@ pub async fn plan_all(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros())
     );
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8)
+        .min(nodes.len().max(1));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for w in 0..workers {
+        let mine: Vec<(usize, Node)> = nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % workers == w)
+            .map(|(i, n)| (i, n.clone()))
+            .collect();
+        let (sem, req, opts, stop, tx) = (
+            sem.clone(),
+            req.clone(),
+            opts.clone(),
+            stop.clone(),
+            tx.clone(),
+        );
+        let run_id = run_id.clone();
+        let work = move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(plan_some(mine, req, opts, sem, stop, tx, run_id));
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("fleet-plan".into())
+            .spawn(work)
+        {
+            tracing::warn!("cannot start a planning thread: {e}");
+        }
+    }
+    drop(tx);
+    let mut done = Vec::new();
+    let total = nodes.len();
+    loop {
+        tokio::select! {
+            r = rx.recv() => match r {
+                None => break,
+                Some(r) => {
+                    done.push(r);
+                    progress(done.len(), total);
+                }
+            },
+            () = stop.aborted() => break,
+        }
+    }
+    done.sort_by(|a, b| a.node.cmp(&b.node));
+    let mut missing: Vec<String> = nodes
+        .iter()
+        .filter(|n| !done.iter().any(|d| d.node == n.name))
+        .map(|n| n.name.clone())
+        .collect();
+    missing.sort();
+    (done, missing)
+}
+
+/// One worker's share of [`plan_all`]: its nodes planned on this thread's runtime, each
+/// result sent to `tx`; on `stop` what still runs is dropped.
+async fn plan_some(
+    mine: Vec<(usize, Node)>,
+    req: Arc<Request>,
+    opts: Options,
+    sem: Arc<tokio::sync::Semaphore>,
+    stop: crate::process::Cancel,
+    tx: tokio::sync::mpsc::UnboundedSender<NodeResult>,
+    run_id: String,
+) {
     let mut set = tokio::task::JoinSet::new();
-    for (i, n) in nodes.iter().enumerate() {
-        let (sem, req, opts, n) = (sem.clone(), req.clone(), opts.clone(), n.clone());
+    for (i, n) in mine {
+        let (sem, req, opts, tx) = (sem.clone(), req.clone(), opts.clone(), tx.clone());
         let rid = format!("{run_id}-{i}");
         set.spawn(async move {
             let _permit = sem.acquire_owned().await;
@@ -367,38 +444,16 @@ pub async fn plan_all(
                         opts.timeout.as_secs_f64()
                     )),
                 };
-            NodeResult {
+            let _ = tx.send(NodeResult {
                 node: n.name,
                 outcome,
-            }
+            });
         });
     }
-    let mut done = Vec::new();
-    let total = nodes.len();
-    loop {
-        tokio::select! {
-            r = set.join_next() => match r {
-                None => break,
-                Some(Ok(r)) => {
-                    done.push(r);
-                    progress(done.len(), total);
-                }
-                Some(Err(_)) => {}
-            },
-            () = stop.aborted() => {
-                set.abort_all();
-                break;
-            }
-        }
+    tokio::select! {
+        () = async { while set.join_next().await.is_some() {} } => {}
+        () = stop.aborted() => set.abort_all(),
     }
-    done.sort_by(|a, b| a.node.cmp(&b.node));
-    let mut missing: Vec<String> = nodes
-        .iter()
-        .filter(|n| !done.iter().any(|d| d.node == n.name))
-        .map(|n| n.name.clone())
-        .collect();
-    missing.sort();
-    (done, missing)
 }
 
 /// Preview the CR on `nodes`: the ones `cr`'s selector picks are planned ([`plan_all`]),
