@@ -33,16 +33,16 @@ CPU), with the client's fan-out as the only work on this machine:
 
 6. record: one real node's answer (the raw HTTP response of its `package_plan` chain, through
    a recording proxy on loopback);
-7. replay: N nodes in one separate Python process (asyncio, one loopback port each, TLS with
+7. replay: N nodes in one Python process per core (asyncio, one loopback port each, TLS with
    a certificate of its own made by `openssl` for 127.0.0.1, signed by a CA given to the
    client with --tls-ca). Each reads the client's request, answers after the measured T1
    (a timer standing for the node's own plan time, which on a fleet costs this machine
    nothing), then sends the recorded response;
 8. previews the N replaying nodes with the client's default --parallel, --fleet-samples
    times: wall time T_model (against 2 x T1), the client's CPU and peak RSS, the replaying
-   process's CPU (its TLS handshakes share this machine's cores: on a fleet they are the
-   nodes'), the same over plain http, and the waves: how many nodes were answered after
-   more than 1.5 x T1 from the first request (0 when nothing is serialised).
+   processes' CPU (their TLS handshakes share this machine's cores: on a fleet they are the
+   nodes'), the same over plain http, and the waves: how many nodes were answered more than
+   T1 / 2 after the first (0 when nothing is serialised).
 
     BIN=target/release python3 benches/fleet_preview.py --model replay --nodes 100
 """
@@ -301,27 +301,35 @@ def replay_runs(a, run, cr, token_file, t1, addr, w):
     ca, cert, key = make_tls(w)
     figs = {}
     for scheme in ("https", "http"):
-        args = [sys.executable, os.path.abspath(__file__), "--replay-server",
-                "--replay-nodes", str(a.nodes), "--response", recorded, "--delay", str(t1)]
-        if scheme == "https":
-            args += ["--cert", cert, "--key", key]
-        rs = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        # One replaying process per core: their TLS handshakes (on a fleet, each node's own
+        # work) spread over the cores as the client's do.
+        k = max(1, min(os.cpu_count() or 1, a.nodes))
+        share = [a.nodes // k + (1 if i < a.nodes % k else 0) for i in range(k)]
+        procs = []
+        for n in share:
+            args = [sys.executable, os.path.abspath(__file__), "--replay-server",
+                    "--replay-nodes", str(n), "--response", recorded, "--delay", str(t1)]
+            if scheme == "https":
+                args += ["--cert", cert, "--key", key]
+            procs.append(subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          text=True))
         try:
-            ports = json.loads(rs.stdout.readline())
+            ports = [p for rs in procs for p in json.loads(rs.stdout.readline())]
             nf = os.path.join(w, f"replay-{scheme}.json")
             nodes_file(nf, [(f"r{i:03}", f"{scheme}://127.0.0.1:{p}") for i, p in enumerate(ports)])
             walls, cpus, rsss, srv_cpu, waves = [], [], [], [], []
             for _ in range(a.fleet_samples):
-                c0 = proc_cpu(rs.pid)
-                t0 = time.monotonic()
+                c0 = sum(proc_cpu(rs.pid) for rs in procs)
                 wall, cpu, rss, out = preview(run, cr, nf, token_file, None,
                                               ca if scheme == "https" else None)
-                srv_cpu.append(proc_cpu(rs.pid) - c0)
-                rs.stdin.write("\n")
-                rs.stdin.flush()
-                answered = json.loads(rs.stdout.readline())
+                srv_cpu.append(sum(proc_cpu(rs.pid) for rs in procs) - c0)
+                answered = []
+                for rs in procs:
+                    rs.stdin.write("\n")
+                    rs.stdin.flush()
+                    answered += json.loads(rs.stdout.readline())
                 if os.environ.get("FLEET_BENCH_DEBUG"):
-                    print(scheme, round(wall, 3), [round(t - min(answered), 3) for t in answered], file=sys.stderr)
+                    print(scheme, round(wall, 3), sorted(round(t - min(answered), 3) for t in answered), file=sys.stderr)
                 first = min(answered) if answered else 0
                 waves.append(sum(1 for t in answered if t - first > 0.5 * t1))
                 want = f"{a.nodes} selected: {a.nodes} would change (1 plan), 0 converged, 0 failed"
@@ -337,12 +345,14 @@ def replay_runs(a, run, cr, token_file, t1, addr, w):
                 "t_model_over_t1_min": round(min(walls) / t1, 2),
                 "client_cpu_s_median": round(statistics.median(cpus), 3),
                 "client_peak_rss_mib_max": round(max(rsss) / 1024, 1),
-                "replay_process_cpu_s_median": round(statistics.median(srv_cpu), 3),
+                "replay_processes_cpu_s_median": round(statistics.median(srv_cpu), 3),
                 "nodes_answered_late_max": max(waves),
             }
         finally:
-            rs.stdin.close()
-            rs.wait(timeout=30)
+            for rs in procs:
+                rs.stdin.close()
+            for rs in procs:
+                rs.wait(timeout=30)
     return figs
 
 
