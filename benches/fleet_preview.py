@@ -45,6 +45,9 @@ CPU), with the client's fan-out as the only work on this machine:
    T1 / 2 after the first (0 when nothing is serialised).
 
     BIN=target/release python3 benches/fleet_preview.py --model replay --nodes 100
+
+--model both runs the replayed and the real previews; FLEET_BENCH_DEBUG=1 prints each
+replayed run's wall time and answer times (seconds after the first) on stderr.
 """
 import argparse
 import asyncio
