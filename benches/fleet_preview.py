@@ -27,9 +27,32 @@ On one machine every node's planning shares the same cores, so T_N also carries 
 worth of server CPU; on a fleet each node plans on its own. The script prints that CPU too, and
 `fleet-equivalent` = T1 + the client's own CPU time for N nodes, what the preview would take
 when each node plans on its own CPU.
+
+--model replay measures what the criterion means on a fleet (every node plans on its own
+CPU), with the client's fan-out as the only work on this machine:
+
+6. record: one real node's answer (the raw HTTP response of its `package_plan` chain, through
+   a recording proxy on loopback);
+7. replay: N nodes in one Python process per core (asyncio, one loopback port each, TLS with
+   a certificate of its own made by `openssl` for 127.0.0.1, signed by a CA given to the
+   client with --tls-ca). Each reads the client's request, answers after the measured T1
+   (a timer standing for the node's own plan time, which on a fleet costs this machine
+   nothing), then sends the recorded response;
+8. previews the N replaying nodes with the client's default --parallel, --fleet-samples
+   times: wall time T_model (against 2 x T1), the client's CPU and peak RSS, the replaying
+   processes' CPU (their TLS handshakes share this machine's cores: on a fleet they are the
+   nodes'), the same over plain http, and the waves: how many nodes were answered more than
+   T1 / 2 after the first (0 when nothing is serialised).
+
+    BIN=target/release python3 benches/fleet_preview.py --model replay --nodes 100
+
+--model both runs the replayed and the real previews; FLEET_BENCH_DEBUG=1 prints each
+replayed run's wall time and answer times (seconds after the first) on stderr.
 """
 import argparse
+import asyncio
 import hashlib
+import statistics
 import json
 import os
 import re
@@ -135,27 +158,225 @@ def nodes_file(path, names_addrs):
                    for n, a in names_addrs], f)
 
 
-def preview(run, cr, nodes, token_file, parallel):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.monotonic()
-    out = subprocess.run([run, "plan", "--skyhook-cr", cr, "--nodes", nodes,
-                          "--token-file", token_file, "--mode", "apply",
-                          "--parallel", str(parallel), "--node-timeout", "300s"],
-                         capture_output=True, text=True, timeout=900)
-    wall = time.monotonic() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    if out.returncode != 0:
-        sys.exit(f"skyhook-run plan exited {out.returncode}: {out.stdout[-2000:]}{out.stderr}")
-    return wall, cpu, after.ru_maxrss, out.stdout
+def preview(run, cr, nodes, token_file, parallel, ca=None):
+    """One `skyhook-run plan`: wall, CPU (user+sys), peak RSS (KiB; of the largest child so
+    far), stdout. `parallel` None: the client's default."""
+    args = [run, "plan", "--skyhook-cr", cr, "--nodes", nodes, "--token-file", token_file,
+            "--mode", "apply", "--node-timeout", "300s"]
+    if parallel is not None:
+        args += ["--parallel", str(parallel)]
+    if ca:
+        args += ["--tls-ca", ca]
+    with tempfile.TemporaryFile("w+") as so, tempfile.TemporaryFile("w+") as se:
+        t = time.monotonic()
+        p = subprocess.Popen(args, stdout=so, stderr=se)
+        # wait4: this child's own CPU and peak RSS (bounded: --node-timeout ends it)
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.monotonic() - t
+        p.returncode = os.waitstatus_to_exitcode(status)
+        so.seek(0)
+        se.seek(0)
+        stdout = so.read()
+        if p.returncode != 0:
+            sys.exit(f"skyhook-run plan exited {p.returncode}: {stdout[-2000:]}{se.read()}")
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss, stdout
+
+
+def make_tls(w):
+    """A CA and a certificate for 127.0.0.1 it signed (ECDSA P-256), by the openssl CLI."""
+    ca_key, ca, key, csr, cert = (os.path.join(w, n) for n in
+                                  ("ca.key", "ca.pem", "node.key", "node.csr", "node.pem"))
+    ext = os.path.join(w, "san.ext")
+    write(ext, "subjectAltName=IP:127.0.0.1\n")
+    run = lambda *a: subprocess.run(a, check=True, capture_output=True)
+    run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+        "-nodes", "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=bench-ca")
+    run("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1")
+    run("openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key,
+        "-CAcreateserial", "-out", cert, "-days", "2", "-extfile", ext)
+    return ca, cert, key
+
+
+async def read_request(reader):
+    """One HTTP/1.1 request's head and Content-Length body; False at EOF."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = await reader.read(65536)
+        if not chunk:
+            return False
+        head += chunk
+        if len(head) > 1 << 20:
+            return False
+    head, _, body = head.partition(b"\r\n\r\n")
+    m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    want = int(m.group(1)) if m else 0
+    while len(body) < want:
+        chunk = await reader.read(65536)
+        if not chunk:
+            return False
+        body += chunk
+    return True
+
+
+async def record_proxy(upstream_port, out_path, ready):
+    """A loopback proxy to a real serve: the first connection's response bytes go to
+    out_path."""
+    async def handle(cr, cw):
+        ur, uw = await asyncio.open_connection("127.0.0.1", upstream_port)
+        got = bytearray()
+
+        async def up():
+            while data := await cr.read(65536):
+                uw.write(data)
+                await uw.drain()
+
+        async def down():
+            while data := await ur.read(65536):
+                got.extend(data)
+                cw.write(data)
+                await cw.drain()
+            cw.close()
+
+        t = asyncio.ensure_future(up())
+        await down()
+        t.cancel()
+        with open(out_path, "wb") as f:
+            f.write(bytes(got))
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    ready.set_result(server.sockets[0].getsockname()[1])
+    async with server:
+        await server.serve_forever()
+
+
+def replay_server_main(a):
+    """--replay-server: N listeners answering every request with the recorded response
+    after --delay seconds; prints their ports (one JSON line), serves until stdin closes."""
+    import ssl
+    response = open(a.response, "rb").read()
+    ctx = None
+    if a.cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(a.cert, a.key)
+        ctx.set_alpn_protocols(["http/1.1"])
+    times = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+
+        async def handle(r, w):
+            if await read_request(r):
+                await asyncio.sleep(a.delay)
+                w.write(response)
+                await w.drain()
+                times.append(loop.time())
+            w.close()
+        servers = [await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx, backlog=1024)
+                   for _ in range(a.replay_nodes)]
+        print(json.dumps([s.sockets[0].getsockname()[1] for s in servers]), flush=True)
+        # Each line on stdin asks for the answer times since the last ask (then clears them).
+        reader = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        while await reader.readline():
+            print(json.dumps(times), flush=True)
+            times.clear()
+    asyncio.run(main())
+
+
+def replay_runs(a, run, cr, token_file, t1, addr, w):
+    """Record one real node's answer, then preview a.nodes replaying nodes (TLS and plain)."""
+    import threading
+    recorded = os.path.join(w, "recorded.http")
+    loop = asyncio.new_event_loop()
+    ready = loop.create_future()
+    port = int(addr.rsplit(":", 1)[1])
+    threading.Thread(target=lambda: loop.run_until_complete(record_proxy(port, recorded, ready)),
+                     daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not ready.done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    nf = os.path.join(w, "rec.json")
+    nodes_file(nf, [("rec", f"http://127.0.0.1:{ready.result()}")])
+    preview(run, cr, nf, token_file, None)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(recorded) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ca, cert, key = make_tls(w)
+    figs = {}
+    for scheme in ("https", "http"):
+        # One replaying process per core: their TLS handshakes (on a fleet, each node's own
+        # work) spread over the cores as the client's do.
+        k = max(1, min(os.cpu_count() or 1, a.nodes))
+        share = [a.nodes // k + (1 if i < a.nodes % k else 0) for i in range(k)]
+        procs = []
+        for n in share:
+            args = [sys.executable, os.path.abspath(__file__), "--replay-server",
+                    "--replay-nodes", str(n), "--response", recorded, "--delay", str(t1)]
+            if scheme == "https":
+                args += ["--cert", cert, "--key", key]
+            procs.append(subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          text=True))
+        try:
+            ports = [p for rs in procs for p in json.loads(rs.stdout.readline())]
+            nf = os.path.join(w, f"replay-{scheme}.json")
+            nodes_file(nf, [(f"r{i:03}", f"{scheme}://127.0.0.1:{p}") for i, p in enumerate(ports)])
+            walls, cpus, rsss, srv_cpu, waves = [], [], [], [], []
+            for _ in range(a.fleet_samples):
+                c0 = sum(proc_cpu(rs.pid) for rs in procs)
+                wall, cpu, rss, out = preview(run, cr, nf, token_file, None,
+                                              ca if scheme == "https" else None)
+                srv_cpu.append(sum(proc_cpu(rs.pid) for rs in procs) - c0)
+                answered = []
+                for rs in procs:
+                    rs.stdin.write("\n")
+                    rs.stdin.flush()
+                    answered += json.loads(rs.stdout.readline())
+                if os.environ.get("FLEET_BENCH_DEBUG"):
+                    print(scheme, round(wall, 3), sorted(round(t - min(answered), 3) for t in answered), file=sys.stderr)
+                first = min(answered) if answered else 0
+                waves.append(sum(1 for t in answered if t - first > 0.5 * t1))
+                want = f"{a.nodes} selected: {a.nodes} would change (1 plan), 0 converged, 0 failed"
+                if want not in out:
+                    sys.exit(f"unexpected replayed preview: {out[-2000:]}")
+                walls.append(wall)
+                cpus.append(cpu)
+                rsss.append(rss)
+            figs[scheme] = {
+                "t_model_s_median": round(statistics.median(walls), 3),
+                "t_model_s_min": round(min(walls), 3),
+                "t_model_over_t1_median": round(statistics.median(walls) / t1, 2),
+                "t_model_over_t1_min": round(min(walls) / t1, 2),
+                "client_cpu_s_median": round(statistics.median(cpus), 3),
+                "client_peak_rss_mib_max": round(max(rsss) / 1024, 1),
+                "replay_processes_cpu_s_median": round(statistics.median(srv_cpu), 3),
+                "nodes_answered_late_max": max(waves),
+            }
+        finally:
+            for rs in procs:
+                rs.stdin.close()
+            for rs in procs:
+                rs.wait(timeout=30)
+    return figs
 
 
 def main():
+    if "--replay-server" in sys.argv:
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--replay-server", action="store_true")
+        ap.add_argument("--replay-nodes", type=int)
+        ap.add_argument("--response")
+        ap.add_argument("--delay", type=float)
+        ap.add_argument("--cert")
+        ap.add_argument("--key")
+        return replay_server_main(ap.parse_args())
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--samples", type=int, default=10)
     ap.add_argument("--bin", default=os.environ.get("BIN", os.path.join(REPO, "target/debug")))
     ap.add_argument("--json")
+    ap.add_argument("--model", choices=["real", "replay", "both"], default="real",
+                    help="real: N serve processes on this machine; replay: N replaying nodes; both")
+    ap.add_argument("--fleet-samples", type=int, default=5)
     a = ap.parse_args()
     agent = os.path.join(a.bin, "skyhook-agent")
     run = os.path.join(a.bin, "skyhook-run")
@@ -169,7 +390,7 @@ def main():
         write(token_file, TOKEN + "\n")
         layer = os.path.join(REPO, "tests/fakehosts/ubuntu-22.04")
         roots = []
-        for i in range(a.nodes):
+        for i in range(a.nodes if a.model != "replay" else min(a.samples, a.nodes)):
             r = os.path.join(w, "roots", f"n{i:03}")
             shutil.copytree(layer, r, symlinks=True)
             roots.append(r)
@@ -182,32 +403,15 @@ def main():
             wall, _, _, _ = preview(run, cr, nf, token_file, 1)
             singles.append(wall)
         t1 = max(singles)
-        nf = os.path.join(w, "all.json")
-        nodes_file(nf, list(zip(names, addrs)))
-        cpu0 = sum(proc_cpu(p.pid) for p in procs)
-        wall, client_cpu, client_rss, out = preview(run, cr, nf, token_file, a.nodes)
-        server_cpu = sum(proc_cpu(p.pid) for p in procs) - cpu0
-        server_rss = [proc_rss_kib(p.pid) for p in procs]
-        want = f"{a.nodes} selected: {a.nodes} would change (1 plan), 0 converged, 0 failed"
-        if want not in out:
-            sys.exit(f"unexpected preview: {out[-2000:]}")
-        fig = {
-            "nodes": a.nodes,
-            "single_node_walls_s": [round(s, 3) for s in singles],
-            "t1_slowest_single_s": round(t1, 3),
-            "tn_wall_s": round(wall, 3),
-            "tn_over_t1": round(wall / t1, 2),
-            "client_cpu_s": round(client_cpu, 3),
-            "client_peak_rss_mib": round(client_rss / 1024, 1),
-            "servers_cpu_s": round(server_cpu, 3),
-            "server_rss_mib_max": round(max(server_rss) / 1024, 1),
-            "fleet_equivalent_s": round(t1 + client_cpu, 3),
-            "fleet_equivalent_over_t1": round((t1 + client_cpu) / t1, 2),
-            "cores": os.cpu_count(),
-            "bin": a.bin,
-        }
+        fig = {"nodes": a.nodes, "single_node_walls_s": [round(s, 3) for s in singles],
+               "t1_slowest_single_s": round(t1, 3), "cores": os.cpu_count(), "bin": a.bin}
+        if a.model != "real":
+            for scheme, f in replay_runs(a, run, cr, token_file, t1, addrs[0], w).items():
+                fig.update({f"replay_{scheme}_{k}": v for k, v in f.items()})
+        if a.model != "replay":
+            fig.update(real_run(a, run, cr, token_file, t1, procs, names, addrs, w))
         for k, v in fig.items():
-            print(f"{k:28} {v}")
+            print(f"{k:40} {v}")
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(fig, f, indent=2)
@@ -220,6 +424,30 @@ def main():
             except subprocess.TimeoutExpired:
                 p.kill()
         shutil.rmtree(w, ignore_errors=True)
+
+
+def real_run(a, run, cr, token_file, t1, procs, names, addrs, w):
+    """All N real serve processes at once."""
+    nf = os.path.join(w, "all.json")
+    nodes_file(nf, list(zip(names, addrs)))
+    cpu0 = sum(proc_cpu(p.pid) for p in procs)
+    wall, client_cpu, client_rss, out = preview(run, cr, nf, token_file, None)
+    server_cpu = sum(proc_cpu(p.pid) for p in procs) - cpu0
+    server_rss = [proc_rss_kib(p.pid) for p in procs]
+    want = f"{a.nodes} selected: {a.nodes} would change (1 plan), 0 converged, 0 failed"
+    if want not in out:
+        sys.exit(f"unexpected preview: {out[-2000:]}")
+    return {
+        "tn_wall_s": round(wall, 3),
+        "tn_over_t1": round(wall / t1, 2),
+        "client_cpu_s": round(client_cpu, 3),
+        "client_peak_rss_mib": round(client_rss / 1024, 1),
+        "servers_cpu_s": round(server_cpu, 3),
+        "servers_cpu_bound_s": round(server_cpu / os.cpu_count(), 3),
+        "server_rss_mib_max": round(max(server_rss) / 1024, 1),
+        "fleet_equivalent_s": round(t1 + client_cpu, 3),
+        "fleet_equivalent_over_t1": round((t1 + client_cpu) / t1, 2),
+    }
 
 
 if __name__ == "__main__":

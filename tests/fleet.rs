@@ -195,6 +195,164 @@ fn a_package_plan_writes_nothing_whatever_the_package_says() {
     assert_eq!(tree(fr.root()), before);
 }
 
+/// A package `app` 1.0.0 in `dir`: `apply` writes /etc/chain/app.conf, `config` writes the
+/// same content again, `config-check` reads it and fails unless it says `ready=1`.
+fn chained_modes_package(dir: &Path) -> PathBuf {
+    let app = dir.join("app");
+    write(
+        &app.join("config.json"),
+        &json!({"schema_version": "v1", "root_dir": "/", "expected_config_files": [],
+                "package_name": "app", "package_version": "1.0.0",
+                "modes": {"apply": [step("write", "write.rhai")],
+                          "apply-check": [step("ready", "ready.rhai")],
+                          "config": [step("write", "write.rhai")],
+                          "config-check": [step("ready", "ready.rhai")]}})
+        .to_string(),
+    );
+    write(
+        &app.join("skyhook_dir/write.rhai"),
+        "fs::write(\"/etc/chain/app.conf\", \"ready=1\\n\");\n",
+    );
+    write(
+        &app.join("skyhook_dir/ready.rhai"),
+        "let c = fs::read(\"/etc/chain/app.conf\");\n\
+         if !c.contains(\"ready=1\") { throw \"app.conf is not ready\"; }\n",
+    );
+    app
+}
+
+/// Issue 32: the modes of one package plan are planned in one session carried from mode to
+/// mode, so `config` sees what `apply` would write (and writes nothing more) and
+/// `config-check`, which reads that file, plans to pass instead of failing.
+#[test]
+fn a_later_mode_plans_against_what_an_earlier_mode_planned() {
+    require_root!();
+    let fr = fake_host("ubuntu-22.04");
+    let pkgs = tempfile::tempdir().unwrap();
+    let app = chained_modes_package(pkgs.path());
+    let tokens = tokens_file(pkgs.path());
+    let before = tree(fr.root());
+    let cr_path = pkgs.path().join("skyhook.yaml");
+    write(
+        &cr_path,
+        "kind: Skyhook\nmetadata: {name: chain}\nspec:\n  packages:\n    app: {version: 1.0.0}\n",
+    );
+    let cr = Cr::load(&cr_path).unwrap();
+    let dirs = BTreeMap::from([("app".to_string(), app)]);
+    let modes = [Mode::Apply, Mode::Config, Mode::ConfigCheck];
+    let mut body = plan_bodies(&cr, &dirs, &modes).unwrap().remove(0).2;
+    body["id"] = "modes-1".into();
+    let exit = rt().block_on(async {
+        let url = start_serve(fr.root(), &tokens).await;
+        let client = Client::new(&url, PLAN_TOKEN).unwrap();
+        client
+            .execute(&body, &Cancel::new(), &mut |_| {})
+            .await
+            .unwrap()
+    });
+    assert_eq!(exit["exit"], json!({"code": 0}), "{}", exit["rendered"]);
+    let oks: Vec<&Value> = exit["plans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["ok"])
+        .collect();
+    assert_eq!(oks, [true, true, true]);
+    assert_eq!(
+        exit["rendered"],
+        "--- mode apply\n\
+         ==> step write: write.rhai\n\
+         + mkdir /etc/chain\n\
+         ~ create /etc/chain/app.conf (mode 0644)  # <package>/skyhook_dir/write.rhai:1\n\
+         --- /dev/null\n\
+         +++ b/etc/chain/app.conf\n\
+         @@ -0,0 +1 @@\n\
+         +ready=1\n\
+         Plan: 1 to change, 0 unchanged.\n\
+         --- mode config\n\
+         ==> step write: write.rhai\n\
+         Plan: 0 to change, 1 unchanged.\n\
+         --- mode config-check\n\
+         ==> step ready: ready.rhai\n\
+         Plan: 0 to change, 0 unchanged.\n"
+    );
+    assert_eq!(tree(fr.root()), before);
+}
+
+/// Issue 32: the packages of a CR are planned on a node in one execution, each against the
+/// host as the earlier ones would leave it: `reader` (dependsOn `base`) reads the file
+/// `base` writes and plans to pass (on main it failed: the file is not on the live root).
+#[test]
+fn a_later_package_plans_against_what_an_earlier_package_planned() {
+    require_root!();
+    let pkgs = tempfile::tempdir().unwrap();
+    let cr_path = packages(pkgs.path());
+    let reader = pkgs.path().join("reader");
+    write(
+        &reader.join("config.json"),
+        &json!({"schema_version": "v1", "root_dir": "/", "expected_config_files": [],
+                "package_name": "reader", "package_version": "0.1.0",
+                "modes": {"apply": [step("read", "read.rhai")],
+                          "apply-check": [step("read_check", "check.sh")]}})
+        .to_string(),
+    );
+    write(
+        &reader.join("skyhook_dir/read.rhai"),
+        "let base = fs::read(\"/etc/fleet-demo/base.conf\");\n\
+         fs::write(\"/etc/fleet-demo/reader.conf\", base.split(\"\\n\")[0] + \"\\n\");\n",
+    );
+    write(&reader.join("skyhook_dir/check.sh"), "#!/bin/sh\nexit 0\n");
+    let cr_text = std::fs::read_to_string(&cr_path).unwrap()
+        + "    reader:\n      version: 0.1.0\n      dependsOn: {base: 1.0.0}\n";
+    std::fs::write(&cr_path, cr_text).unwrap();
+    let tokens = tokens_file(pkgs.path());
+    let fr = fake_host("ubuntu-22.04");
+    let before = tree(fr.root());
+    let cr = Cr::load(&cr_path).unwrap();
+    let bodies = plan_bodies(&cr, &BTreeMap::new(), &[Mode::Apply]).unwrap();
+    let names: Vec<&str> = bodies.iter().map(|b| b.0.as_str()).collect();
+    assert_eq!(names, ["base", "reader", "tuning"]);
+    let p = rt().block_on(async {
+        let gpu = json!({"nvidia.com/gpu.present": "true", "kubernetes.io/os": "linux"});
+        let address = start_serve(fr.root(), &tokens).await;
+        let f = pkgs.path().join("nodes.json");
+        std::fs::write(
+            &f,
+            json!([{"name": "n1", "labels": gpu, "address": address}]).to_string(),
+        )
+        .unwrap();
+        preview(
+            &cr,
+            load_nodes(&f, None).unwrap(),
+            bodies,
+            &options(vec![Mode::Apply], PLAN_TOKEN),
+            &Cancel::new(),
+            &mut |_, _| {},
+        )
+        .await
+    });
+    let text = p.render_text();
+    assert!(
+        text.ends_with("1 selected: 1 would change (1 plan), 0 converged, 0 failed\n"),
+        "{text}"
+    );
+    let reader_part =
+        &text[text.find("package reader").unwrap()..text.find("package tuning").unwrap()];
+    assert_eq!(
+        reader_part,
+        "package reader 0.1.0\n\
+         --- mode apply\n\
+         ==> step read: read.rhai\n\
+         ~ create /etc/fleet-demo/reader.conf (mode 0644)  # <package>/skyhook_dir/read.rhai:2\n\
+         --- /dev/null\n\
+         +++ b/etc/fleet-demo/reader.conf\n\
+         @@ -0,0 +1 @@\n\
+         +managed=base\n\
+         Plan: 1 to change, 0 unchanged.\n"
+    );
+    assert_eq!(tree(fr.root()), before);
+}
+
 /// A `plan` token starts a package plan and is refused (403) for a step execution, which
 /// then runs nothing; a `run` token still starts a step.
 #[test]
@@ -452,7 +610,6 @@ Plan: 1 to change, 0 unchanged, 1 action.
 package tuning 2.0.0
 --- mode apply
 ==> step tune: tune.rhai
-+ mkdir /etc/fleet-demo
 ~ create /etc/fleet-demo/tuning.conf (mode 0644)  # <package>/skyhook_dir/tune.rhai:2
 --- /dev/null
 +++ b/etc/fleet-demo/tuning.conf
@@ -478,7 +635,6 @@ Plan: 1 to change, 0 unchanged, 1 action.
 package tuning 2.0.0
 --- mode apply
 ==> step tune: tune.rhai
-+ mkdir /etc/fleet-demo
 ~ create /etc/fleet-demo/tuning.conf (mode 0644)  # <package>/skyhook_dir/tune.rhai:2
 --- /dev/null
 +++ b/etc/fleet-demo/tuning.conf
@@ -501,9 +657,9 @@ package tuning 2.0.0
 skipped: flag /etc/skyhook/flags/tuning/2.0.0/tune.rhai_W11fWzBd exists
 Plan: 0 to change, 0 unchanged.
 == failed on n19: package tuning: mode apply step tune: <package>/skyhook_dir/tune.rhai:1:43: /etc/fleet-demo/broken is present
-== failed on n22: package base: Connection refused (os error 111)
+== failed on n22: Connection refused (os error 111)
 == failed on n23: no plan within 8 s (--node-timeout)
-== failed on n24: package base: the stream passed 1048576 bytes: stopped reading
+== failed on n24: the stream passed 1048576 bytes: stopped reading
 == excluded by spec.nodeSelectors: n20, n21
 22 selected: 15 would change (2 plans), 3 converged, 4 failed
 "#;
@@ -605,10 +761,7 @@ fn skyhook_run_plan_exit_codes_and_json_records() {
         assert!(errors.is_empty(), "{errors:#?}");
         assert_eq!(v["nodes"][0]["node"], "down");
         assert_eq!(v["nodes"][0]["status"], "failed");
-        assert_eq!(
-            v["nodes"][0]["error"],
-            "package base: Connection refused (os error 111)"
-        );
+        assert_eq!(v["nodes"][0]["error"], "Connection refused (os error 111)");
         assert_eq!(v["nodes"][1]["status"], "would_change");
         assert_eq!(v["nodes"][1]["group"], 0);
         assert_eq!(
@@ -733,7 +886,7 @@ fn a_wrong_certificate_fails_its_node_and_a_stop_keeps_what_finished() {
     assert_eq!(v["nodes"][0]["node"], "bad");
     let err = v["nodes"][0]["error"].as_str().unwrap();
     assert!(
-        err.starts_with("package base: ") && err.contains("certificate"),
+        !err.starts_with("package ") && err.contains("certificate"),
         "{err}"
     );
     assert_eq!(v["nodes"][1]["node"], "good");

@@ -462,7 +462,7 @@ pub(crate) struct PlanArgs {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub(crate) tls_key: Option<PathBuf>,
     /// Nodes planned at once.
-    #[arg(long, value_name = "N", default_value_t = 32)]
+    #[arg(long, value_name = "N", default_value_t = 256)]
     pub(crate) parallel: usize,
     /// How long one node may take for all its packages (500ms, 30s, 2m).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::serve::parse_duration)]

@@ -1,10 +1,10 @@
 //! Planning a CR on every selected node and grouping the answers.
 //!
-//! Each node gets one `package_plan` execution per package of the CR, in `dependsOn` order
-//! (later packages are planned against the node as it is, not as the earlier ones would
-//! leave it). At most [`Options::parallel`] nodes are planned at once; each within
-//! [`Options::timeout`] (all its packages) and at most [`Options::max_stream`] bytes of
-//! events, so a slow, dead or hostile node (dripping output, a huge stream, a wrong
+//! Each node gets one `package_plan` execution carrying every package of the CR in
+//! `dependsOn` order (the chain form, [`chain_body`]): the node plans each mode of each
+//! package against the host as the earlier ones would leave it. At most
+//! [`Options::parallel`] nodes are planned at once; each within [`Options::timeout`] and at
+//! most [`Options::max_stream`] bytes of events, so a slow, dead or hostile node (dripping output, a huge stream, a wrong
 //! certificate) becomes a failure of that node and never holds the others.
 //!
 //! Nodes whose canonical plans are equal form a group: the canonical plan is each package's
@@ -34,7 +34,7 @@ pub struct Options {
     pub parallel: usize,
     /// Per node, all its packages.
     pub timeout: Duration,
-    /// Bytes of events read per package plan of a node.
+    /// Bytes of events read from one node (all its packages).
     pub max_stream: usize,
     /// The bearer token (a `plan`-scoped one is enough).
     pub token: String,
@@ -116,14 +116,10 @@ pub fn plan_bodies(
 }
 
 /// Start one plan on `client` and read its events to the exit event, at most `max` bytes.
-async fn one_plan(client: &Client, body: &Value, max: usize) -> Result<Value, String> {
+async fn one_plan(client: &Client, body: Vec<u8>, max: usize) -> Result<Value, String> {
     use hyper::body::Body as _;
     let resp = client
-        .send(
-            Method::POST,
-            "/v1/executions",
-            Some(body.to_string().into_bytes()),
-        )
+        .send(Method::POST, "/v1/executions", Some(body))
         .await
         .map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
@@ -158,14 +154,23 @@ async fn one_plan(client: &Client, body: &Value, max: usize) -> Result<Value, St
             return Err(format!("the stream passed {max} bytes: stopped reading"));
         }
         buf.extend_from_slice(&data);
-        while let Some(i) = memchr::memchr(b'\n', &buf) {
-            let line: Vec<u8> = buf.drain(..=i).collect();
-            let v: Value = serde_json::from_slice(&line[..i])
-                .map_err(|_| "a line of the stream is not JSON".to_string())?;
+        // Only the exit event is kept: every other line is checked to be JSON without
+        // building it (`IgnoredAny`), and the lines read are dropped once per frame.
+        let not_json = |_| "a line of the stream is not JSON".to_string();
+        let mut start = 0;
+        while let Some(i) = memchr::memchr(b'\n', &buf[start..]) {
+            let line = &buf[start..start + i];
+            start += i + 1;
+            if memchr::memmem::find(line, b"\"exit\"").is_none() {
+                serde_json::from_slice::<serde::de::IgnoredAny>(line).map_err(not_json)?;
+                continue;
+            }
+            let v: Value = serde_json::from_slice(line).map_err(not_json)?;
             if v.get("exit").is_some() {
                 return Ok(v);
             }
         }
+        buf.drain(..start);
     }
 }
 
@@ -203,45 +208,95 @@ fn step_failures(plans: &Value) -> Vec<String> {
     out
 }
 
-/// Plan every package on `node`.
-pub async fn plan_node(
-    node: &Node,
-    bodies: &[(String, String, Value)],
-    opts: &Options,
-    run_id: &str,
-) -> Outcome {
+/// The one start body (without its `id`) of a node's plan: the chain form of `bodies`
+/// (each package's `package`, `env` and `skyhook_cr` under `packages`, in order; the first
+/// body's `modes`).
+pub fn chain_body(bodies: &[(String, String, Value)]) -> Value {
+    let packages: Vec<Value> = bodies
+        .iter()
+        .map(|(_, _, b)| json!({"package": b["package"], "env": b["env"], "skyhook_cr": b["skyhook_cr"]}))
+        .collect();
+    let modes = bodies
+        .first()
+        .map_or(Value::Null, |(_, _, b)| b["modes"].clone());
+    json!({"kind": crate::serve::plan::KIND, "modes": modes, "packages": packages})
+}
+
+/// What every node of a preview is sent, made once: the packages (name, version, start
+/// body), the chain's start body as JSON text without its `id` ([`chain_body`]), and the
+/// TLS configuration of `https://` nodes (or why there is none).
+pub struct Request {
+    bodies: Vec<(String, String, Value)>,
+    text: String,
+    tls: Option<Result<Arc<tokio_rustls::rustls::ClientConfig>, String>>,
+}
+
+impl Request {
+    /// The request for `bodies`; the TLS configuration from `opts` when it names a CA.
+    pub fn new(bodies: Vec<(String, String, Value)>, opts: &Options) -> Request {
+        let text = chain_body(&bodies).to_string();
+        let tls = opts.tls_ca.as_deref().map(|ca| {
+            let client = opts.tls_client.as_ref();
+            crate::serve::tls::client_config(ca, client.map(|(c, k)| (c.as_path(), k.as_path())))
+        });
+        Request { bodies, text, tls }
+    }
+
+    /// The start body with `id` (`[A-Za-z0-9._-]`, so it needs no escaping) spliced in.
+    fn with_id(&self, id: &str) -> Vec<u8> {
+        let rest = self.text.strip_prefix('{').unwrap_or(&self.text);
+        format!("{{\"id\":\"{id}\",{rest}").into_bytes()
+    }
+}
+
+/// Plan every package on `node` in one execution ([`chain_body`]).
+pub async fn plan_node(node: &Node, req: &Request, opts: &Options, run_id: &str) -> Outcome {
     let Some(addr) = &node.address else {
         return Outcome::Failed("no serve address (give one, or --address-template)".into());
     };
-    let client = match Client::with_tls(
-        addr,
-        &opts.token,
-        opts.tls_ca.as_deref(),
-        opts.tls_client
-            .as_ref()
-            .map(|(c, k)| (c.as_path(), k.as_path())),
-    ) {
+    let tls = match (&req.tls, addr.starts_with("https://")) {
+        (Some(Err(e)), true) => {
+            return Outcome::Failed(
+                crate::remote::RemoteError::Url(format!("{addr}: {e}")).to_string(),
+            );
+        }
+        (Some(Ok(cfg)), true) => Some(cfg.clone()),
+        _ => None,
+    };
+    let client = match Client::with_config(addr, &opts.token, tls) {
         Ok(c) => c,
         Err(e) => return Outcome::Failed(e.to_string()),
     };
+    let bodies = &req.bodies;
     let mut packages = Vec::new();
     let mut pending = 0u64;
     let mut canonical = String::new();
-    for (i, (name, version, body)) in bodies.iter().enumerate() {
-        let mut body = body.clone();
-        body["id"] = format!("preview-{run_id}-{i}").into();
-        let exit = match one_plan(&client, &body, opts.max_stream).await {
-            Ok(v) => v,
-            // The address is the node's (in the JSON record), not part of why it failed.
-            Err(e) => {
-                let e = e
-                    .strip_prefix(&format!("{addr}: "))
-                    .or_else(|| e.strip_prefix(&format!("{}: ", addr.trim_end_matches('/'))))
-                    .unwrap_or(&e)
-                    .to_string();
-                return Outcome::Failed(format!("package {name}: {e}"));
-            }
-        };
+    let body = req.with_id(&format!("preview-{run_id}"));
+    let exit = match one_plan(&client, body, opts.max_stream).await {
+        Ok(v) => v,
+        // The address is the node's (in the JSON record), not part of why it failed.
+        Err(e) => {
+            let e = e
+                .strip_prefix(&format!("{addr}: "))
+                .or_else(|| e.strip_prefix(&format!("{}: ", addr.trim_end_matches('/'))))
+                .unwrap_or(&e)
+                .to_string();
+            return Outcome::Failed(e);
+        }
+    };
+    let answered = exit["packages"].as_array().map_or(0, Vec::len);
+    if answered != bodies.len() {
+        let why = exit["exit"]["error"].as_str().unwrap_or("");
+        return Outcome::Failed(
+            format!("answered {answered} of {} packages {why}", bodies.len())
+                .trim_end()
+                .to_string(),
+        );
+    }
+    for ((name, version, _), exit) in bodies
+        .iter()
+        .zip(exit["packages"].as_array().into_iter().flatten())
+    {
         let plans = exit.get("plans").cloned().unwrap_or(Value::Null);
         let failures = step_failures(&plans);
         if let Some(f) = failures.first() {
@@ -283,9 +338,14 @@ pub async fn plan_node(
 /// `progress` is called after each node ends (done, total). Stops starting nodes once
 /// `stop` is aborted; the nodes that finished are returned (sorted by name) with the
 /// names of those that did not.
+///
+/// The nodes are dealt round-robin to a worker thread per core (at most 8, each a
+/// single-threaded runtime of its own), so the TLS handshakes and the parsing of many
+/// nodes' answers spread over the cores instead of queueing on one thread; the caller's
+/// task only collects the results.
 pub async fn plan_all(
     nodes: &[Node],
-    bodies: Arc<Vec<(String, String, Value)>>,
+    req: Arc<Request>,
     opts: &Options,
     stop: &crate::process::Cancel,
     progress: &mut dyn FnMut(usize, usize),
@@ -298,43 +358,55 @@ pub async fn plan_all(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros())
     );
-    let mut set = tokio::task::JoinSet::new();
-    for (i, n) in nodes.iter().enumerate() {
-        let (sem, bodies, opts, n) = (sem.clone(), bodies.clone(), opts.clone(), n.clone());
-        let rid = format!("{run_id}-{i}");
-        set.spawn(async move {
-            let _permit = sem.acquire_owned().await;
-            let outcome =
-                match tokio::time::timeout(opts.timeout, plan_node(&n, &bodies, &opts, &rid)).await
-                {
-                    Ok(o) => o,
-                    Err(_) => Outcome::Failed(format!(
-                        "no plan within {} s (--node-timeout)",
-                        opts.timeout.as_secs_f64()
-                    )),
-                };
-            NodeResult {
-                node: n.name,
-                outcome,
-            }
-        });
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8)
+        .min(nodes.len().max(1));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for w in 0..workers {
+        let mine: Vec<(usize, Node)> = nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % workers == w)
+            .map(|(i, n)| (i, n.clone()))
+            .collect();
+        let (sem, req, opts, stop, tx) = (
+            sem.clone(),
+            req.clone(),
+            opts.clone(),
+            stop.clone(),
+            tx.clone(),
+        );
+        let run_id = run_id.clone();
+        let work = move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(plan_some(mine, req, opts, sem, stop, tx, run_id));
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("fleet-plan".into())
+            .spawn(work)
+        {
+            tracing::warn!("cannot start a planning thread: {e}");
+        }
     }
+    drop(tx);
     let mut done = Vec::new();
     let total = nodes.len();
     loop {
         tokio::select! {
-            r = set.join_next() => match r {
+            r = rx.recv() => match r {
                 None => break,
-                Some(Ok(r)) => {
+                Some(r) => {
                     done.push(r);
                     progress(done.len(), total);
                 }
-                Some(Err(_)) => {}
             },
-            () = stop.aborted() => {
-                set.abort_all();
-                break;
-            }
+            () = stop.aborted() => break,
         }
     }
     done.sort_by(|a, b| a.node.cmp(&b.node));
@@ -345,6 +417,43 @@ pub async fn plan_all(
         .collect();
     missing.sort();
     (done, missing)
+}
+
+/// One worker's share of [`plan_all`]: its nodes planned on this thread's runtime, each
+/// result sent to `tx`; on `stop` what still runs is dropped.
+async fn plan_some(
+    mine: Vec<(usize, Node)>,
+    req: Arc<Request>,
+    opts: Options,
+    sem: Arc<tokio::sync::Semaphore>,
+    stop: crate::process::Cancel,
+    tx: tokio::sync::mpsc::UnboundedSender<NodeResult>,
+    run_id: String,
+) {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, n) in mine {
+        let (sem, req, opts, tx) = (sem.clone(), req.clone(), opts.clone(), tx.clone());
+        let rid = format!("{run_id}-{i}");
+        set.spawn(async move {
+            let _permit = sem.acquire_owned().await;
+            let outcome =
+                match tokio::time::timeout(opts.timeout, plan_node(&n, &req, &opts, &rid)).await {
+                    Ok(o) => o,
+                    Err(_) => Outcome::Failed(format!(
+                        "no plan within {} s (--node-timeout)",
+                        opts.timeout.as_secs_f64()
+                    )),
+                };
+            let _ = tx.send(NodeResult {
+                node: n.name,
+                outcome,
+            });
+        });
+    }
+    tokio::select! {
+        () = async { while set.join_next().await.is_some() {} } => {}
+        () = stop.aborted() => set.abort_all(),
+    }
 }
 
 /// Preview the CR on `nodes`: the ones `cr`'s selector picks are planned ([`plan_all`]),
@@ -362,7 +471,8 @@ pub async fn preview(
         .partition(|n| cr.selector.matches(&n.labels));
     let mut excluded: Vec<String> = excluded.into_iter().map(|n| n.name).collect();
     excluded.sort();
-    let (results, unfinished) = plan_all(&selected, Arc::new(bodies), opts, stop, progress).await;
+    let req = Arc::new(Request::new(bodies, opts));
+    let (results, unfinished) = plan_all(&selected, req, opts, stop, progress).await;
     Preview::new(results, excluded, unfinished)
 }
 

@@ -201,3 +201,46 @@ fn the_summary_counts_plans_among_nodes_that_would_change() {
     assert_eq!(p.to_json()["summary"]["plans"], 2);
     assert_eq!(p.to_json()["nodes"][4]["error"], "down");
 }
+
+/// The chain form of a node's plan ([`run::chain_body`]) parses as one `package_plan` of
+/// every package; a start gives `package` or `packages`, never both or neither, and at most
+/// `MAX_CHAIN_PACKAGES` packages (400 otherwise).
+#[test]
+fn a_chain_carries_every_package_and_its_form_is_checked() {
+    use crate::serve::plan::{MAX_CHAIN_PACKAGES, parse_plan};
+    let pkg = |name: &str| {
+        json!({"config": {"package_name": name, "package_version": "1.0.0"},
+               "files": {"skyhook_dir/a.rhai": "1"}})
+    };
+    let single = |name: &str| {
+        (
+            name.to_string(),
+            "1.0.0".to_string(),
+            json!({"kind": "package_plan", "package": pkg(name), "modes": ["apply", "config"],
+                   "env": {"SKYHOOK_RESOURCE_ID": format!("r_{name}_1.0.0")},
+                   "skyhook_cr": {"spec": {"packages": {name: {"version": "1.0.0"}}}}}),
+        )
+    };
+    let mut body = run::chain_body(&[single("a"), single("b")]);
+    assert_eq!(body["modes"], json!(["apply", "config"]));
+    assert_eq!(
+        body["packages"][1]["env"]["SKYHOOK_RESOURCE_ID"],
+        "r_b_1.0.0"
+    );
+    body["id"] = "c1".into();
+    let start = parse_plan(body.to_string().as_bytes()).unwrap().unwrap();
+    assert_eq!(start.id, "c1");
+    let status = |b: serde_json::Value| parse_plan(b.to_string().as_bytes()).unwrap_err().status;
+    let mut both = body.clone();
+    both["package"] = pkg("a");
+    assert_eq!(status(both), 400);
+    let mut env_beside = body.clone();
+    env_beside["env"] = json!({"X": "1"});
+    assert_eq!(status(env_beside), 400);
+    assert_eq!(status(json!({"id": "n", "kind": "package_plan"})), 400);
+    let mut many = body.clone();
+    many["packages"] = (0..=MAX_CHAIN_PACKAGES)
+        .map(|i| json!({"package": pkg(&format!("p{i}"))}))
+        .collect();
+    assert_eq!(status(many), 400);
+}

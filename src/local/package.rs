@@ -13,7 +13,7 @@ use crate::agent::mode::{ModeRun, load_package};
 use crate::agent::site::PackageSite;
 use crate::host::effects::report::Action;
 use crate::host::secrets::Redactor;
-use crate::host::{ExecMode, Report};
+use crate::host::{ExecMode, Host, PlanCarry, Report};
 use crate::mode::coverage::{Declarations, DeclaredInterrupts};
 use crate::mode::settings::{DEFAULT_PATH, ResourceId, Settings};
 use crate::mode::{Console, Decision, ModeLoop, ModeOutcome, PackageMode};
@@ -21,6 +21,7 @@ use crate::package::Mode;
 use crate::package::load::{Loaded, check_step_files, parse};
 use crate::process::Cancel;
 use crate::script::host_api::Capture;
+use crate::script::host_api::HostApi;
 use crate::script::{ScriptEngine, ScriptOutput};
 use crate::state::history;
 use crate::step::PlanRunner;
@@ -490,6 +491,23 @@ impl PackageRun {
         engine: &ScriptEngine,
         output: Arc<dyn ScriptOutput>,
     ) -> Result<PackagePlan, LocalError> {
+        self.plan_carried(engine, output, &mut None)
+    }
+
+    /// [`PackageRun::plan`] in a session that starts from `carry` (what earlier modes or
+    /// packages planned on this root, [`PlanCarry`]; `None`: the host as it is), leaving in
+    /// `carry` what this plan adds to it, so the next mode or package plans against the
+    /// host as this one would leave it. An error before the session starts leaves `carry`
+    /// as it was.
+    ///
+    /// # Errors
+    /// As [`PackageRun::plan`].
+    pub fn plan_carried(
+        &self,
+        engine: &ScriptEngine,
+        output: Arc<dyn ScriptOutput>,
+        carry: &mut Option<PlanCarry>,
+    ) -> Result<PackagePlan, LocalError> {
         if self.mode == Mode::Interrupt {
             return Err(LocalError::UnsupportedMode(self.mode.as_str().into()));
         }
@@ -530,9 +548,16 @@ impl PackageRun {
             let read = history::peek_previous(&flag_root, &settings.state_root, &pkg.package_name)?;
             warnings.extend(read.messages);
         }
+        let declarations = self.declarations(&crate::mode::coverage::lookup_names(
+            &rid,
+            &pkg.package_name,
+        ))?;
         let spec = local_spec(self.mode, false, &base_env, Some(configmaps.clone()), &rid).build();
         let exec = spec.exec();
-        let api = spec.session(root);
+        let api = match carry.take() {
+            Some(c) => HostApi::new(Host::carried(root, exec, spec.host_options(), c)),
+            None => spec.session(root),
+        };
         let redactor = api.redactor().clone();
         let output = match self.capture {
             Some(c) => api.capture_output(output, c),
@@ -594,55 +619,64 @@ impl PackageRun {
                 kind: StepKind::NotRun,
             }));
         } else {
-            let runner = PlanRunner {
-                engine,
-                api: &api,
-                output: output.clone(),
-            };
-            let console = Console::null();
-            let cancel = Cancel::new();
-            let mode_loop = ModeLoop::new(
-                PackageMode {
-                    mode: self.mode,
-                    package: pkg,
-                    site: &site,
-                    scripts: &scripts,
-                    resource_id: &rid,
-                    declarations: self.declarations(&crate::mode::coverage::lookup_names(
-                        &rid,
-                        &pkg.package_name,
-                    ))?,
-                },
-                &settings,
-                &flag_root,
-                &runner,
-                &console,
-                &cancel,
-                None,
-            );
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(AgentError::Runtime)?;
-            let outcome = rt.block_on(mode_loop.run())?;
-            for (step, record) in steps.iter().zip(outcome.steps) {
-                let kind = match record.decision {
-                    Decision::Ran(r) if !r.ran => StepKind::Process,
-                    Decision::Ran(r) => StepKind::Script(r),
-                    Decision::Skipped { flag } => StepKind::Skipped { flag },
-                    Decision::MissingEnv { message } => StepKind::Failed { message },
-                    Decision::NotRun => StepKind::NotRun,
+            let planned_steps = || -> Result<Vec<PlannedStep>, LocalError> {
+                let runner = PlanRunner {
+                    engine,
+                    api: &api,
+                    output: output.clone(),
                 };
-                planned.push(PlannedStep {
-                    name: step.name.clone(),
-                    path: step.path.clone(),
-                    args: record.args,
-                    kind,
-                });
+                let console = Console::null();
+                let cancel = Cancel::new();
+                let mode_loop = ModeLoop::new(
+                    PackageMode {
+                        mode: self.mode,
+                        package: pkg,
+                        site: &site,
+                        scripts: &scripts,
+                        resource_id: &rid,
+                        declarations,
+                    },
+                    &settings,
+                    &flag_root,
+                    &runner,
+                    &console,
+                    &cancel,
+                    None,
+                );
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(AgentError::Runtime)?;
+                let outcome = rt.block_on(mode_loop.run())?;
+                let mut planned = Vec::with_capacity(steps.len());
+                for (step, record) in steps.iter().zip(outcome.steps) {
+                    let kind = match record.decision {
+                        Decision::Ran(r) if !r.ran => StepKind::Process,
+                        Decision::Ran(r) => StepKind::Script(r),
+                        Decision::Skipped { flag } => StepKind::Skipped { flag },
+                        Decision::MissingEnv { message } => StepKind::Failed { message },
+                        Decision::NotRun => StepKind::NotRun,
+                    };
+                    planned.push(PlannedStep {
+                        name: step.name.clone(),
+                        path: step.path.clone(),
+                        args: record.args,
+                        kind,
+                    });
+                }
+                Ok(planned)
+            };
+            match planned_steps() {
+                Ok(p) => planned.extend(p),
+                Err(e) => {
+                    *carry = api.finish_plan();
+                    return Err(e);
+                }
             }
         }
-        // Every step has ended its part already; this only closes the session.
-        let _ = api.finish();
+        // Every step has ended its part already; this only closes the session and keeps
+        // what it planned.
+        *carry = api.finish_plan();
         Ok(PackagePlan {
             package_name: pkg.package_name.clone(),
             package_version: pkg.package_version.clone(),

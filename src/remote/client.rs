@@ -90,6 +90,27 @@ impl Client {
         ca: Option<&Path>,
         client: Option<(&Path, &Path)>,
     ) -> Result<Client, RemoteError> {
+        let tls = match (url.starts_with("https://"), ca) {
+            (true, Some(ca)) => Some(
+                crate::serve::tls::client_config(ca, client)
+                    .map_err(|e| RemoteError::Url(format!("{url}: {e}")))?,
+            ),
+            _ => None,
+        };
+        Self::with_config(url, token, tls)
+    }
+
+    /// As [`Client::with_tls`] with the TLS configuration made already
+    /// ([`crate::serve::tls::client_config`]), so that many clients (a fleet preview's)
+    /// share one instead of reading and parsing the PEM files each.
+    ///
+    /// # Errors
+    /// [`RemoteError::Url`] for a bad URL, an `https://` URL without `tls`.
+    pub fn with_config(
+        url: &str,
+        token: &str,
+        tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+    ) -> Result<Client, RemoteError> {
         let host_port = |hp: &str| {
             let hp = hp.trim_end_matches('/');
             if hp.is_empty() || hp.contains('/') {
@@ -102,11 +123,9 @@ impl Client {
         } else if let Some(hp) = url.strip_prefix("http://") {
             Target::Tcp(host_port(hp)?)
         } else if let Some(hp) = url.strip_prefix("https://") {
-            let Some(ca) = ca else {
+            let Some(cfg) = tls else {
                 return Err(RemoteError::Url(format!("{url}: https needs a CA file")));
             };
-            let cfg = crate::serve::tls::client_config(ca, client)
-                .map_err(|e| RemoteError::Url(format!("{url}: {e}")))?;
             Target::Tls(host_port(hp)?, cfg)
         } else {
             return Err(RemoteError::Url(url.into()));

@@ -23,6 +23,7 @@ pub mod http;
 pub mod metrics;
 pub mod plan;
 pub mod plan_limits;
+mod plan_request;
 mod recover;
 mod registry;
 pub mod request;

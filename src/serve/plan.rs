@@ -3,10 +3,14 @@
 //! ([`crate::local::PackageRun::plan`], the same code path: flags honoured, so a package
 //! applied at that version lists its steps as skipped).
 //!
-//! The request carries the package (config.json, `skyhook_dir/` and `root_dir/` files, its
-//! configMaps; at most [`MAX_PACKAGE_BYTES`] in [`MAX_PACKAGE_FILES`] files, else `413`),
-//! the modes, the package's environment and its entry of the Skyhook CR (the declared
-//! interrupts). The package is unpacked into a private temporary directory of the server
+//! The request ([`PlanRequest`], parsed in `plan_request.rs`) carries the package
+//! (config.json, `skyhook_dir/` and `root_dir/` files, its configMaps; at most
+//! [`MAX_PACKAGE_BYTES`] in [`MAX_PACKAGE_FILES`] files, else `413`), the modes, the
+//! package's environment and its entry of the Skyhook CR (the declared interrupts); or a
+//! chain of such packages (`packages`, in `dependsOn` order). Every mode of every package
+//! is planned in one plan session carried from one to the next ([`crate::host::PlanCarry`]),
+//! so a later mode or package plans against the host as the earlier ones would leave it.
+//! The package is unpacked into a private temporary directory of the server
 //! (never under `--root`); then the plan runs on a thread of its own that has first left the
 //! server's mount namespace and bound the host root read-only, `nodev` and `nosuid` at a
 //! mount point of its own, with `CAP_SYS_ADMIN` and other capabilities dropped from its
@@ -24,357 +28,27 @@
 //! each mode (with `package_mode`), then the exit `{"code": 0}` (every mode
 //! planned and no step failed) or `{"code": 1, "error"}`, with `plans` (one
 //! `docs/plan.schema.json` package plan, or failure, per mode, in order) and `rendered`
-//! (the text of each mode under a `--- mode MODE` line).
+//! (the text of each mode under a `--- mode MODE` line). A chain's plan events also name
+//! their `package`, and its exit has `packages` instead: per package `package`, `version`,
+//! `exit`, `plans` and `rendered`.
 
-use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::event::{Body, Lines};
-use super::plan_limits::{PlanLimits, PlanPermit};
 use crate::host::secrets::Redactor;
 use crate::local::PackageRun;
 use crate::package::Mode;
 use crate::process::{Cancel, sandbox};
 
-/// The most bytes a package plan may carry: config.json, every file and configMap, decoded.
-pub const MAX_PACKAGE_BYTES: usize = 3 << 20;
-/// The most files (files plus configMaps) a package plan may carry.
-pub const MAX_PACKAGE_FILES: usize = 2000;
-
-/// The `kind` of a package plan.
-pub const KIND: &str = "package_plan";
-
-/// A file of the package: its text, or `{"text"|"base64", "mode"}` (mode: permission bits,
-/// default 0644, 0755 for `skyhook_dir/` files).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum FileBody {
-    /// UTF-8 content.
-    Text(String),
-    /// Content as text or base64, with permission bits.
-    Full {
-        /// UTF-8 content.
-        #[serde(default)]
-        text: Option<String>,
-        /// Base64 content (standard alphabet, padded).
-        #[serde(default)]
-        base64: Option<String>,
-        /// Permission bits (e.g. 493 for 0755).
-        #[serde(default)]
-        mode: Option<u32>,
-    },
-}
-
-/// The package of a plan request.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PackageBody {
-    /// config.json (the object).
-    pub config: Value,
-    /// Files by package-relative path, each under `skyhook_dir/` or `root_dir/`.
-    #[serde(default)]
-    pub files: BTreeMap<String, FileBody>,
-    /// configMaps: key (a file name) to content.
-    #[serde(default)]
-    pub configmaps: BTreeMap<String, String>,
-}
-
-/// The body of a `package_plan` start (unknown fields refused).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PlanRequest {
-    /// `[A-Za-z0-9._-]{1,128}`.
-    pub id: String,
-    /// `package_plan`.
-    pub kind: String,
-    /// The package.
-    pub package: PackageBody,
-    /// The modes to plan, in order (default `["apply"]`; `interrupt` is the operator's).
-    #[serde(default)]
-    pub modes: Vec<String>,
-    /// The package's environment (the agent's: `SKYHOOK_RESOURCE_ID`, the CR's `env`).
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// The Skyhook CR, or just `{"spec": {"packages": {NAME: ENTRY}}}`: the declared
-    /// interrupts the plan judges each step's requests against.
-    #[serde(default)]
-    pub skyhook_cr: Option<Value>,
-    /// Wall-clock limit in seconds.
-    #[serde(default)]
-    pub timeout_s: Option<f64>,
-}
-
-/// A validated package plan, ready to run.
-#[derive(Debug, Clone)]
-pub struct PlanJob {
-    modes: Vec<Mode>,
-    env: Vec<(String, String)>,
-    config: Vec<u8>,
-    /// (package-relative path, content, permission bits)
-    files: Vec<(PathBuf, Vec<u8>, u32)>,
-    configmaps: Vec<(String, Vec<u8>)>,
-    cr: Option<Vec<u8>>,
-    /// Limits of each command the plan runs (its sandbox).
-    sandbox: sandbox::Limits,
-    /// Its place under `--max-plans`, given back when the last clone (the plan's thread's)
-    /// is dropped.
-    permit: Option<Arc<PlanPermit>>,
-}
-
-#[derive(Deserialize)]
-struct KindOnly {
-    #[serde(default)]
-    kind: Option<String>,
-}
-
-/// True when `body` is a start of kind `package_plan` (what a `plan` token may start).
-pub fn is_plan_request(body: &[u8]) -> bool {
-    serde_json::from_slice::<KindOnly>(body).is_ok_and(|k| k.kind.as_deref() == Some(KIND))
-}
-
-/// A refused plan start: the HTTP status and the JSON body (`{"error", ...}`), which the
-/// service answers as its `Refusal`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PlanRefusal {
-    /// 400, 403 or 413.
-    pub status: u16,
-    /// `{"error": "...", ...}`.
-    pub body: Value,
-}
-
-fn refusal(status: u16, body: Value) -> PlanRefusal {
-    PlanRefusal { status, body }
-}
-
-/// A valid `package_plan` start: what the service registers (id, timeout) and the job.
-#[derive(Debug, Clone)]
-pub struct PlanStart {
-    /// The execution id (checked by the service as any id).
-    pub id: String,
-    /// Wall-clock limit in seconds (checked by the service).
-    pub timeout_s: Option<f64>,
-    /// The validated package plan.
-    pub job: PlanJob,
-}
-
-fn too_large(detail: String) -> PlanRefusal {
-    refusal(
-        413,
-        json!({"error": "package too large", "detail": detail,
-               "max_package_bytes": MAX_PACKAGE_BYTES, "max_package_files": MAX_PACKAGE_FILES}),
-    )
-}
-
-fn env_name(k: &str) -> bool {
-    let mut b = k.bytes();
-    b.next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
-        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
-}
-
-/// A package-relative file path: under `skyhook_dir/` or `root_dir/`, plain components only.
-fn file_path(p: &str) -> Option<PathBuf> {
-    let path = Path::new(p);
-    if p.is_empty() || p.len() > 4096 || p.contains('\0') {
-        return None;
-    }
-    let comps: Vec<Component<'_>> = path.components().collect();
-    if comps.len() < 2
-        || comps.len() > 64
-        || !comps.iter().all(|c| matches!(c, Component::Normal(_)))
-    {
-        return None;
-    }
-    matches!(
-        comps[0].as_os_str().to_str(),
-        Some("skyhook_dir" | "root_dir")
-    )
-    .then(|| path.to_path_buf())
-}
-
-/// Parse a start body of kind `package_plan` (`None` for any other kind, which the service
-/// parses itself).
-///
-/// # Errors
-/// `400` for malformed JSON, unknown fields, a bad path, mode, env name or base64; `413`
-/// over [`MAX_PACKAGE_BYTES`] or [`MAX_PACKAGE_FILES`].
-pub fn parse_plan(body: &[u8]) -> Result<Option<PlanStart>, PlanRefusal> {
-    if !is_plan_request(body) {
-        return Ok(None);
-    }
-    let req: PlanRequest = serde_json::from_slice(body).map_err(bad)?;
-    let job = validate(&req)?;
-    Ok(Some(PlanStart {
-        id: req.id,
-        timeout_s: req.timeout_s,
-        job,
-    }))
-}
-
-fn bad(detail: impl std::fmt::Display) -> PlanRefusal {
-    refusal(
-        400,
-        json!({"error": "bad request", "detail": detail.to_string()}),
-    )
-}
-
-fn validate(req: &PlanRequest) -> Result<PlanJob, PlanRefusal> {
-    use base64::Engine as _;
-    let mut modes = Vec::new();
-    let names: Vec<&str> = if req.modes.is_empty() {
-        vec!["apply"]
-    } else {
-        req.modes.iter().map(String::as_str).collect()
-    };
-    for m in names {
-        match Mode::parse(m) {
-            Some(Mode::Interrupt) => {
-                return Err(bad(
-                    "mode interrupt is run by the operator: a plan reports the CR's declared interrupts instead",
-                ));
-            }
-            Some(mode) => modes.push(mode),
-            None => return Err(bad(format!("unknown mode {m:?}"))),
-        }
-    }
-    let mut env = Vec::new();
-    for (k, v) in &req.env {
-        if !env_name(k) || v.contains('\0') {
-            return Err(bad(format!("invalid env entry {k:?}")));
-        }
-        env.push((k.clone(), v.clone()));
-    }
-    if !req.package.config.is_object() {
-        return Err(bad("package.config must be the config.json object"));
-    }
-    let config = serde_json::to_vec_pretty(&req.package.config).map_err(bad)?;
-    let mut total = config.len();
-    let count = req.package.files.len() + req.package.configmaps.len();
-    if count > MAX_PACKAGE_FILES {
-        return Err(too_large(format!("{count} files")));
-    }
-    let mut files = Vec::new();
-    for (p, f) in &req.package.files {
-        let path = file_path(p).ok_or_else(|| {
-            bad(format!(
-                "package file {p:?}: expected a relative path under skyhook_dir/ or root_dir/ of plain names"
-            ))
-        })?;
-        let default_mode = if p.starts_with("skyhook_dir/") {
-            0o755
-        } else {
-            0o644
-        };
-        let (bytes, mode) = match f {
-            FileBody::Text(t) => (t.clone().into_bytes(), default_mode),
-            FileBody::Full {
-                text: Some(t),
-                base64: None,
-                mode,
-            } => (t.clone().into_bytes(), mode.unwrap_or(default_mode)),
-            FileBody::Full {
-                text: None,
-                base64: Some(b),
-                mode,
-            } => (
-                base64::engine::general_purpose::STANDARD
-                    .decode(b)
-                    .map_err(|e| bad(format!("package file {p:?}: base64: {e}")))?,
-                mode.unwrap_or(default_mode),
-            ),
-            FileBody::Full { .. } => {
-                return Err(bad(format!("package file {p:?}: give text or base64")));
-            }
-        };
-        total += bytes.len();
-        if total > MAX_PACKAGE_BYTES {
-            return Err(too_large(format!(
-                "more than {MAX_PACKAGE_BYTES} bytes at {p:?}"
-            )));
-        }
-        files.push((path, bytes, mode & 0o777));
-    }
-    let mut configmaps = Vec::new();
-    for (k, v) in &req.package.configmaps {
-        if k.is_empty()
-            || k.len() > 253
-            || k.contains('/')
-            || k.starts_with('.')
-            || k.contains('\0')
-        {
-            return Err(bad(format!("configMap key {k:?} is not a plain file name")));
-        }
-        total += v.len();
-        if total > MAX_PACKAGE_BYTES {
-            return Err(too_large(format!(
-                "more than {MAX_PACKAGE_BYTES} bytes at configMap {k:?}"
-            )));
-        }
-        configmaps.push((k.clone(), v.clone().into_bytes()));
-    }
-    let cr = match &req.skyhook_cr {
-        None => None,
-        Some(v) if v.is_object() => Some(serde_json::to_vec(v).map_err(bad)?),
-        Some(_) => return Err(bad("skyhook_cr must be an object")),
-    };
-    total += cr.as_ref().map_or(0, Vec::len);
-    if total > MAX_PACKAGE_BYTES {
-        return Err(too_large(format!(
-            "more than {MAX_PACKAGE_BYTES} bytes with the CR"
-        )));
-    }
-    Ok(PlanJob {
-        modes,
-        env,
-        config,
-        files,
-        configmaps,
-        cr,
-        sandbox: sandbox::Limits::default(),
-        permit: None,
-    })
-}
-
-impl PlanJob {
-    /// Hold the plan to the server's `limits` ([`PlanLimits`]): its commands' sandbox limits,
-    /// its script steps' deadline, and `permit`, its place under `--max-plans`.
-    pub fn bound(&mut self, limits: &PlanLimits, permit: PlanPermit) {
-        self.sandbox = limits.sandbox.clone();
-        limits.bound_env(&mut self.env);
-        self.permit = Some(Arc::new(permit));
-    }
-
-    /// Write the package under `dir`: `config.json`, its files, `configmaps/`, `cr.json`.
-    fn unpack(&self, dir: &Path) -> std::io::Result<Option<PathBuf>> {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::write(dir.join("config.json"), &self.config)?;
-        std::fs::create_dir_all(dir.join("skyhook_dir"))?;
-        for (p, bytes, mode) in &self.files {
-            let to = dir.join(p);
-            if let Some(parent) = to.parent() {
-                std::fs::create_dir_all(parent)?;
-            }
-            std::fs::write(&to, bytes)?;
-            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(*mode))?;
-        }
-        std::fs::create_dir_all(dir.join("configmaps"))?;
-        for (k, v) in &self.configmaps {
-            std::fs::write(dir.join("configmaps").join(k), v)?;
-        }
-        match &self.cr {
-            Some(cr) => {
-                let p = dir.join("cr.json");
-                std::fs::write(&p, cr)?;
-                Ok(Some(p))
-            }
-            None => Ok(None),
-        }
-    }
-}
+use super::plan_request::PackageJob;
+pub use super::plan_request::{
+    ChainEntry, FileBody, KIND, MAX_CHAIN_PACKAGES, MAX_PACKAGE_BYTES, MAX_PACKAGE_FILES,
+    PackageBody, PlanJob, PlanRefusal, PlanRequest, PlanStart, is_plan_request, parse_plan,
+    scope_check,
+};
 
 /// Character devices a plan's commands may still open inside the read-only root: the
 /// server's own, bound over the root's, where writing changes nothing.
@@ -731,14 +405,10 @@ fn plan_blocking(
         Ok(t) => t,
         Err(e) => return fail(format!("cannot make a directory for the package: {e}")),
     };
-    if let Err(e) = std::fs::create_dir(tmp.path().join("package")) {
-        return fail(format!("cannot make a directory for the package: {e}"));
-    }
-    let cr = match job.unpack(&tmp.path().join("package")) {
-        Ok(cr) => cr,
+    let dirs = match job.unpack(tmp.path()) {
+        Ok(d) => d,
         Err(e) => return fail(format!("cannot unpack the package: {e}")),
     };
-    let dir = tmp.path().join("package");
     let at = tmp.path().join("host");
     if let Err(e) = std::fs::create_dir(&at) {
         return fail(format!("cannot make the plan's mount point: {e}"));
@@ -766,7 +436,7 @@ fn plan_blocking(
             sandboxed
                 .enter()
                 .map_err(|e| format!("cannot enter the plan's sandbox: {e}"))?;
-            let planned = plan_modes(&job2, &dir, &at, &engine, cr.as_deref(), &emit2);
+            let planned = plan_packages(&job2, &dirs, &at, &engine, &emit2);
             // The namespace's init killed: nothing the plan started outlives it.
             drop(sandboxed);
             Ok(planned)
@@ -780,23 +450,105 @@ fn plan_blocking(
     planned.unwrap_or_else(fail)
 }
 
-fn plan_modes(
+/// Plan every package of `job` (unpacked at `dirs`, with their CR files) against `root`,
+/// each mode of each in order, in one plan session carried from mode to mode and package to
+/// package ([`crate::host::PlanCarry`]): a later mode or package sees the files, directories,
+/// removals and deferred work the earlier ones planned. The single form ends as one
+/// package's plan ([`plan_modes`]); a chain's exit has `packages`, one `{package, version,
+/// exit, plans, rendered}` each, and code 1 when any package's does (its error naming it).
+/// The temporary directories and the root are shown as `<package>` and `<host root>`, so
+/// two nodes' plans read the same.
+fn plan_packages(
     job: &PlanJob,
+    dirs: &[(PathBuf, Option<PathBuf>)],
+    root: &Path,
+    engine: &crate::script::ScriptEngine,
+    emit: &Emit,
+) -> Ended {
+    let (mut carry, mut errors, mut results) = (None, Vec::new(), Map::new());
+    let mut packages = Vec::new();
+    for (p, (dir, cr)) in job.packages.iter().zip(dirs) {
+        let (name, version) = p.name();
+        let label = job.chain.then_some(name.as_str());
+        let (exit, extra) = plan_modes(
+            &job.modes,
+            p,
+            dir,
+            root,
+            engine,
+            cr.as_deref(),
+            emit,
+            &mut carry,
+            label,
+        );
+        match exit.get("error").and_then(Value::as_str) {
+            Some(e) if job.chain => errors.push(format!("package {name}: {e}")),
+            Some(e) => errors.push(e.to_string()),
+            None => {}
+        }
+        results = extra.clone();
+        let mut v = json!({"package": name, "version": version, "exit": exit});
+        v.as_object_mut().expect("object literal").extend(extra);
+        packages.push(v);
+    }
+    if job.chain {
+        results = Map::from_iter([("packages".to_string(), Value::Array(packages))]);
+    }
+    let mut exit = json!({"code": u8::from(!errors.is_empty())});
+    if !errors.is_empty() {
+        exit["error"] = errors.join("; ").into();
+    }
+    let host = root.to_string_lossy().into_owned();
+    let text = json!([exit, results]).to_string();
+    let text = dirs.iter().fold(text, |t, (d, _)| {
+        t.replace(d.to_string_lossy().as_ref(), "<package>")
+    });
+    match serde_json::from_str(&text.replace(&host, "<host root>")) {
+        Ok(Value::Array(mut v)) if v.len() == 2 => match (v.pop(), v.pop()) {
+            (Some(Value::Object(extra)), Some(exit)) => (exit, extra),
+            _ => (
+                json!({"code": 1, "error": "the plan could not be rendered"}),
+                Map::new(),
+            ),
+        },
+        _ => (
+            json!({"code": 1, "error": "the plan could not be rendered"}),
+            Map::new(),
+        ),
+    }
+}
+
+/// Plan each of `modes` of one package (unpacked at `dir`) from `carry`, leaving in it what
+/// they planned. Events: each script's output, one plan event per change and action (with
+/// `package_mode`, and `package` when `label` is given: a chain). The exit and its `plans`
+/// and `rendered`.
+#[allow(clippy::too_many_arguments)]
+fn plan_modes(
+    modes: &[Mode],
+    job: &PackageJob,
     dir: &Path,
     root: &Path,
     engine: &crate::script::ScriptEngine,
     cr: Option<&Path>,
     emit: &Emit,
+    carry: &mut Option<crate::host::PlanCarry>,
+    label: Option<&str>,
 ) -> Ended {
     let sink = Arc::new(PlanSink {
         emit: emit.clone(),
         redactor: Redactor::new(),
         streams: Mutex::new((Lines::new("stdout"), Lines::new("stderr"))),
     });
+    let emit = |mut p: Value| {
+        if let (Some(name), Value::Object(m)) = (label, &mut p) {
+            m.insert("package".into(), name.into());
+        }
+        emit(Body::Plan(p));
+    };
     let mut plans = Vec::new();
     let mut rendered = String::new();
     let mut errors = Vec::new();
-    for &mode in &job.modes {
+    for &mode in modes {
         let run = PackageRun {
             dir: dir.to_path_buf(),
             root: root.to_path_buf(),
@@ -809,7 +561,7 @@ fn plan_modes(
         };
         let _ =
             std::fmt::Write::write_fmt(&mut rendered, format_args!("--- mode {}\n", mode.as_str()));
-        match run.plan(engine, sink.clone()) {
+        match run.plan_carried(engine, sink.clone(), carry) {
             Ok(plan) => {
                 sink.finish();
                 let total = plan.total();
@@ -825,13 +577,11 @@ fn plan_modes(
                     if let Some(d) = &c.diff {
                         p["diff"] = r.redact(d).into_owned().into();
                     }
-                    emit(Body::Plan(p));
+                    emit(p);
                 }
                 for a in &total.actions {
-                    emit(Body::Plan(
-                        json!({"package_mode": mode.as_str(), "action": a.kind,
-                        "path": r.redact(&a.target), "summary": r.redact(&a.summary)}),
-                    ));
+                    emit(json!({"package_mode": mode.as_str(), "action": a.kind,
+                        "path": r.redact(&a.target), "summary": r.redact(&a.summary)}));
                 }
                 let mut v = plan.to_json();
                 let ok = plan.ok();
@@ -849,42 +599,21 @@ fn plan_modes(
                 let msg = crate::chain::render(&e);
                 let _ = std::fmt::Write::write_fmt(&mut rendered, format_args!("error: {msg}\n"));
                 errors.push(format!("mode {}: {msg}", mode.as_str()));
-                plans.push(json!({"ok": false, "error": msg,
-                    "errors": [crate::local::error_json(&msg)], "exit_code": 1}));
+                plans.push(
+                    json!({"package_mode": mode.as_str(), "ok": false, "error": msg,
+                    "errors": [crate::local::error_json(&msg)], "exit_code": 1}),
+                );
             }
         }
     }
-    // The temporary directory's name differs per plan: shown as `<package>`, so two nodes'
-    // plans of one package read the same.
-    let tmp = dir.to_string_lossy().into_owned();
-    let host = root.to_string_lossy().into_owned();
-    let unname = |s: &str| s.replace(&tmp, "<package>").replace(&host, "<host root>");
-    let exit = if errors.is_empty() {
-        json!({"code": 0})
-    } else {
-        json!({"code": 1, "error": unname(&errors.join("; "))})
-    };
-    let plans =
-        serde_json::from_str(&unname(&Value::Array(plans).to_string())).unwrap_or(Value::Null);
-    let mut extra = Map::new();
-    extra.insert("plans".into(), plans);
-    extra.insert("rendered".into(), unname(&rendered).into());
-    (exit, extra)
-}
-
-/// `403` when a `plan`-scoped token starts anything but a `package_plan`.
-///
-/// # Errors
-/// The refusal, naming the scope.
-pub fn scope_check(plan_only: bool, body: &[u8]) -> Result<(), PlanRefusal> {
-    if plan_only && !is_plan_request(body) {
-        return Err(refusal(
-            403,
-            json!({"error": "forbidden",
-                   "detail": "a plan-scoped token can start only kind package_plan"}),
-        ));
+    let mut exit = json!({"code": u8::from(!errors.is_empty())});
+    if !errors.is_empty() {
+        exit["error"] = errors.join("; ").into();
     }
-    Ok(())
+    let mut extra = Map::new();
+    extra.insert("plans".into(), Value::Array(plans));
+    extra.insert("rendered".into(), rendered.into());
+    (exit, extra)
 }
 
 #[cfg(test)]

@@ -115,6 +115,13 @@ impl HostApi {
         self.finished(report, result)
     }
 
+    /// End a plan or check session whose steps have each ended their part and keep what
+    /// it planned for the next mode or package ([`Host::into_carry`]); `None` when the
+    /// session was already finished or is not a plan.
+    pub fn finish_plan(&self) -> Option<crate::host::PlanCarry> {
+        lock(&self.inner.host).take()?.into_carry()
+    }
+
     /// The report, or the [`FinishError`] carrying it.
     fn finished(
         &self,

@@ -120,6 +120,7 @@
 //! apply mode, and either batched (apply: one write per run of edits, above) or submitted as one whole-file write.
 
 mod batch;
+mod carry;
 mod deferred;
 mod end;
 mod host;
@@ -130,6 +131,7 @@ mod submit;
 
 pub use crate::host::effects::context::HostOptions;
 pub use crate::host::effects::overlay::Stat;
+pub use carry::PlanCarry;
 pub use end::{UNDONE_KINDS, Undone};
 pub use host::Host;
 pub(crate) use line_edits::{LineEdit, edit_lines};
