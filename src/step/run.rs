@@ -539,7 +539,9 @@ pub fn evaluate(
         cancel: cancel.clone(),
         output: output.clone(),
     };
-    host.register(&mut e, &handle);
+    // Held until the evaluation ends (also by a panic's unwinding): the host functions serve
+    // this run only meanwhile.
+    let _bound = host.register(&mut e, &handle);
     e.set_module_resolver(RunResolver::new(script.modules().clone()));
 
     let mut scope = Scope::new();
