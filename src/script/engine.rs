@@ -1,7 +1,7 @@
 //! The Rhai engine: packages, limits, `eval` off, and the per-run hooks.
 //!
-//! [`ScriptEngine`] is built once (the package modules are built once and shared) and is
-//! immutable afterwards; share it as `Arc<ScriptEngine>` (a clone shares the frozen parts
+//! [`ScriptEngine`] is built once (the package modules are built once, on first use, and
+//! shared) and is immutable afterwards; share it as `Arc<ScriptEngine>` (a clone shares the frozen parts
 //! too). Each run gets its own `rhai::Engine`, assembled from the frozen parts in a few
 //! microseconds, because the hooks that differ per run (the output sink, the deadline and
 //! cancel flag in `on_progress`, `step()`, `env()`) are closures that Rhai stores in the
@@ -38,7 +38,7 @@
 //! tick `on_progress`; host calls keep their own timeouts (commands default to what remains
 //! of the deadline, see [`RunHandle::deadline`](super::RunHandle)).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use rhai::packages::{
@@ -64,9 +64,15 @@ pub struct ScriptEngine {
     parts: Arc<Parts>,
 }
 
-/// What every clone of a [`ScriptEngine`] shares.
+/// What every clone of a [`ScriptEngine`] shares: the limits, and the rest built on first
+/// use ([`ScriptEngine::built`]), so a run with no `.rhai` step builds no engine.
 struct Parts {
     limits: Limits,
+    built: OnceLock<Built>,
+}
+
+/// The package modules and the parse-only engine.
+struct Built {
     packages: Vec<Shared<rhai::Module>>,
     /// Parse-only engine: same symbols, limits and optimisation as run engines.
     compiler: Engine,
@@ -87,27 +93,39 @@ impl Default for ScriptEngine {
 }
 
 impl ScriptEngine {
-    /// Build the engine with `limits`: builds the package modules (once; about a
-    /// millisecond) and the parse-only engine.
+    /// The engine with `limits`. The package modules (about a millisecond) and the
+    /// parse-only engine are built on first use: the first compile or run.
     pub fn new(limits: Limits) -> Self {
-        let packages = vec![
-            CorePackage::new().as_shared_module(),
-            LogicPackage::new().as_shared_module(),
-            MoreStringPackage::new().as_shared_module(),
-            BasicArrayPackage::new().as_shared_module(),
-            BasicMapPackage::new().as_shared_module(),
-            BasicMathPackage::new().as_shared_module(),
-            BasicTimePackage::new().as_shared_module(),
-        ];
-        let mut compiler = Engine::new_raw();
-        configure(&limits, &packages, &mut compiler);
         ScriptEngine {
             parts: Arc::new(Parts {
                 limits,
-                packages,
-                compiler,
+                built: OnceLock::new(),
             }),
         }
+    }
+
+    /// The package modules and the parse-only engine, built on the first call.
+    fn built(&self) -> &Built {
+        self.parts.built.get_or_init(|| {
+            let packages = vec![
+                CorePackage::new().as_shared_module(),
+                LogicPackage::new().as_shared_module(),
+                MoreStringPackage::new().as_shared_module(),
+                BasicArrayPackage::new().as_shared_module(),
+                BasicMapPackage::new().as_shared_module(),
+                BasicMathPackage::new().as_shared_module(),
+                BasicTimePackage::new().as_shared_module(),
+            ];
+            let mut compiler = Engine::new_raw();
+            configure(&self.parts.limits, &packages, &mut compiler);
+            Built { packages, compiler }
+        })
+    }
+
+    /// Whether the package modules and the parse-only engine were built (a compile or a
+    /// run happened).
+    pub fn is_built(&self) -> bool {
+        self.parts.built.get().is_some()
     }
 
     /// The limits runs are held to.
@@ -118,7 +136,7 @@ impl ScriptEngine {
     /// The parse-only engine used by [`compile_step`](super::compile_step) and the module
     /// resolver.
     pub(crate) fn compiler(&self) -> &Engine {
-        &self.parts.compiler
+        &self.built().compiler
     }
 
     /// A fresh engine for one run: the frozen configuration plus the memory, output,
@@ -133,7 +151,7 @@ impl ScriptEngine {
         output: Arc<CappedOutput>,
     ) -> Engine {
         let mut engine = Engine::new_raw();
-        configure(&self.parts.limits, &self.parts.packages, &mut engine);
+        configure(&self.parts.limits, &self.built().packages, &mut engine);
         let base = memory::thread_net();
         let max_memory = isize::try_from(self.parts.limits.max_memory).unwrap_or(isize::MAX);
         engine.on_progress(move |ops| {
@@ -230,6 +248,18 @@ mod tests {
             assert_eq!(e.max_variables(), 19);
             assert_eq!(e.max_functions(), 20);
         }
+    }
+
+    /// The packages and the parse-only engine are built on first use only: a run with no
+    /// `.rhai` step builds none (issue 31, start-up item 2).
+    #[test]
+    fn the_engine_is_built_on_first_use() {
+        let se = ScriptEngine::default();
+        let shared = se.clone();
+        assert_eq!(se.limits().max_operations, Limits::default().max_operations);
+        assert!(!se.is_built());
+        let _ = shared.compiler();
+        assert!(se.is_built());
     }
 
     /// Run `src` with the default limits; the error message and how long it took.
