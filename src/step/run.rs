@@ -21,7 +21,7 @@ use rhai::{Dynamic, Position, Scope};
 
 use crate::host::root::HostRoot;
 use crate::host::root::error::HostError;
-use crate::host::{ExecMode, Report};
+use crate::host::{ExecMode, Report, StartMemo};
 use crate::logs::sink::{Label, LogFormat, StreamSink};
 use crate::process::Cancel;
 use crate::script::bindings::{NoHost, RunHandle, ScriptHost};
@@ -351,6 +351,9 @@ pub struct ScriptRunner {
     pub opened: Option<Arc<HostRoot>>,
     /// How each step's output is relayed (`SKYHOOK_AGENT_LOG_FORMAT`).
     pub log_format: LogFormat,
+    /// What the run's sessions found at their start (no journal, no deferred-work record),
+    /// not read again by the next step's session while still true ([`StartMemo`]).
+    pub start: Arc<StartMemo>,
 }
 
 impl ScriptRunner {
@@ -415,7 +418,7 @@ impl ScriptRunner {
             )
             .with_log_format(self.log_format),
         );
-        let api = inv.spec.session(session_root);
+        let api = inv.spec.session_in_run(session_root, &self.start);
         let ran = {
             let engine = self.engine.clone();
             let (script, spec, out) = (script.clone(), inv.spec.clone(), output.clone());
