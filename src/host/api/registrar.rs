@@ -63,7 +63,11 @@ impl Registrar {
             self.modules
                 .into_iter()
                 .map(|(ns, mut m)| {
-                    // Indexed once here: installing an indexed shared module is an `Arc` clone.
+                    // Indexed and named once here: installing an indexed shared module with an
+                    // id is an `Arc` clone (Rhai copies one without an id to name it).
+                    if !ns.is_empty() {
+                        m.set_id(ns);
+                    }
                     m.build_index();
                     (ns, Shared::new(m))
                 })
