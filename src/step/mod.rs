@@ -40,7 +40,8 @@ pub use output::SinkOutput;
 pub use plan::PlanRunner;
 pub use process::{ProcessRunner, RelayOptions};
 pub use run::{
-    AgentRunner, End, SCRIPT_STACK_BYTES, ScriptOutcome, ScriptRunOptions, ScriptRunner,
-    ScriptStep, run_script, run_script_with,
+    AgentRunner, End, ScriptOutcome, ScriptRunOptions, ScriptRunner, ScriptStep, run_script,
+    run_script_with,
 };
+pub use script_thread::SCRIPT_STACK_BYTES;
 pub use spec::{SecretSource, StepBuilder, StepSpec, exec_mode};

@@ -1,7 +1,8 @@
 //! The one step runner: how a step runs once its front end has stated it.
 //!
 //! - [`run_script_with`]: a compiled `.rhai` script on a script thread with a fixed stack
-//!   ([`SCRIPT_STACK_BYTES`], reused from run to run: `script_thread`), its deadline and cancel token → [`ScriptOutcome`]; on that
+//!   ([`SCRIPT_STACK_BYTES`](super::SCRIPT_STACK_BYTES), reused from run to run: `script_thread`), its deadline and
+//!   cancel token → [`ScriptOutcome`]; on that
 //!   thread one evaluation: the run's engine (limits, deadline and cancel checked in
 //!   `on_progress`), capped output, the `step` context, `fail()`, `changed()`, the host
 //!   API bindings and the run-time module resolver, then the script's value as a return
@@ -41,11 +42,6 @@ use super::output::{SinkOutput, local_now};
 use super::process::ProcessRunner;
 use super::script_thread::{ThreadError, on_script_thread};
 use super::spec::StepSpec;
-
-/// Stack of the thread a script runs on. Rhai's evaluator recurses per call level and per
-/// expression level; with the limits in [`Limits`] a debug build
-/// needs a few MiB at most. The memory is reserved, not committed, so the margin is free.
-pub const SCRIPT_STACK_BYTES: usize = 64 * 1024 * 1024;
 
 /// How a run ended.
 ///
@@ -108,7 +104,7 @@ pub fn run_script(
 /// output to `opts.output`, the host API from `opts.host`, until it ends, fails, hits a
 /// limit, passes its deadline (`opts.timeout`, else the engine's) or is cancelled.
 ///
-/// The script runs on a script thread with a [`SCRIPT_STACK_BYTES`] stack (the calling
+/// The script runs on a script thread with a [`SCRIPT_STACK_BYTES`](super::SCRIPT_STACK_BYTES) stack (the calling
 /// thread blocks until it ends), so the depth limits hold whatever the caller's stack. The
 /// threads are long-lived and reused ([`on_script_thread`]); the job's `catch_unwind` there
 /// is the last resort: a panic inside Rhai or a host binding becomes a

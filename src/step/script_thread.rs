@@ -1,38 +1,42 @@
 //! The threads scripts run on: long-lived, each with a [`SCRIPT_STACK_BYTES`] stack, fed
 //! jobs over a channel, so a step costs no thread start ([`on_script_thread`]).
 //!
-//! A caller takes an idle thread (or starts one when none is idle: concurrent runs, as in
-//! `serve`, each get their own), hands it the job and blocks until the job's result comes
-//! back; the thread then waits for the next job. At most [`MAX_IDLE`] threads wait; a
-//! thread beyond that ends after its job. A job's panic is caught on the thread
-//! (`catch_unwind`), which stays usable.
+//! Each calling thread has its own script thread, started from it on its first job (so it
+//! inherits the caller's mount namespace, fs context and capability bounding set, as a
+//! thread started per job did: `serve`'s package plan leaves the server's namespace on a
+//! fresh thread of its own before its first script, and every command its scripts fork is
+//! inside it). The caller hands the job over and blocks until its result comes back; the
+//! script thread then waits for the caller's next job, and ends with the caller (its
+//! channel closes). A job's panic is caught on the script thread (`catch_unwind`), which
+//! stays usable. A thread that changes its namespace must do so before its first script.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Sender, channel, sync_channel};
 
-use super::run::SCRIPT_STACK_BYTES;
-
-/// How many script threads wait for work at most (the agent runs one script at a time and
-/// keeps one; `serve` keeps up to this many for its concurrent runs).
-pub const MAX_IDLE: usize = 4;
+/// Stack of the thread a script runs on. Rhai's evaluator recurses per call level and per
+/// expression level; with the limits in `crate::script::Limits` a debug build
+/// needs a few MiB at most. The memory is reserved, not committed, so the margin is free.
+pub const SCRIPT_STACK_BYTES: usize = 64 * 1024 * 1024;
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// An idle script thread: the sending end of its job channel (dropping it ends the thread).
+/// A script thread: the sending end of its job channel (dropping it ends the thread).
 struct ScriptThread {
     jobs: Sender<Job>,
 }
 
-/// A set of script threads: the idle ones, and how many were started.
+/// A caller's script thread, while it waits for a job, and how many were started.
 pub struct ScriptThreads {
-    idle: Mutex<Vec<ScriptThread>>,
+    idle: Mutex<Option<ScriptThread>>,
     started: AtomicUsize,
 }
 
-/// The process's script threads.
-static THREADS: ScriptThreads = ScriptThreads::new();
+thread_local! {
+    /// The calling thread's own script thread ([`on_script_thread`]).
+    static OWN: ScriptThreads = const { ScriptThreads::new() };
+}
 
 /// Why [`on_script_thread`] has no result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,14 +57,14 @@ pub enum ThreadError {
 pub fn on_script_thread<R: Send + 'static>(
     job: impl FnOnce() -> R + Send + 'static,
 ) -> Result<R, ThreadError> {
-    THREADS.run(job)
+    OWN.with(|own| own.run(job))
 }
 
 impl ScriptThreads {
-    /// No threads yet.
+    /// No thread yet.
     pub const fn new() -> ScriptThreads {
         ScriptThreads {
-            idle: Mutex::new(Vec::new()),
+            idle: Mutex::new(None),
             started: AtomicUsize::new(0),
         }
     }
@@ -92,7 +96,8 @@ impl ScriptThreads {
             });
             let _ = tx.send(result);
         });
-        let mut thread = match self.idle().pop() {
+        let taken = self.idle().take();
+        let mut thread = match taken {
             Some(t) => t,
             None => self.start()?,
         };
@@ -107,19 +112,19 @@ impl ScriptThreads {
         let result = rx
             .recv()
             .unwrap_or_else(|_| Err(ThreadError::Panicked("the script thread ended".into())));
-        let mut idle = self.idle();
-        if idle.len() < MAX_IDLE {
-            idle.push(thread);
-        }
+        // Kept for the next job (another thread started meanwhile, on concurrent use of one
+        // `ScriptThreads`, ends with its channel).
+        self.idle().get_or_insert(thread);
         result
     }
 
-    /// The idle threads (a panic cannot poison the list: nothing panics while it is held).
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<ScriptThread>> {
+    /// The waiting thread (a panic cannot poison it: nothing panics while it is held).
+    fn idle(&self) -> std::sync::MutexGuard<'_, Option<ScriptThread>> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Start a script thread: it runs the jobs sent to it until its channel closes.
+    /// Start a script thread from the calling thread (whose namespaces it inherits): it runs
+    /// the jobs sent to it until its channel closes.
     fn start(&self) -> Result<ScriptThread, ThreadError> {
         let (jobs, rx) = channel::<Job>();
         std::thread::Builder::new()
@@ -167,12 +172,40 @@ mod tests {
         assert_eq!(threads.started(), 1);
     }
 
-    /// Concurrent callers each get a thread of their own; at most [`MAX_IDLE`] stay.
+    /// A job runs in its caller's mount namespace (and with its capabilities): `serve`'s
+    /// package plan leaves the server's namespace on its own thread and relies on every
+    /// command its scripts run being forked inside it.
+    #[test]
+    fn a_job_runs_in_its_callers_mount_namespace() {
+        fn ns() -> std::path::PathBuf {
+            std::fs::read_link("/proc/thread-self/ns/mnt").unwrap()
+        }
+        // Another caller's script thread, started in the server's namespace.
+        std::thread::spawn(|| on_script_thread(|| ()).unwrap())
+            .join()
+            .unwrap();
+        std::thread::spawn(move || {
+            // SAFETY: unshare changes only this thread's fs context and mount namespace.
+            if unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) } != 0 {
+                eprintln!("skipped: unshare needs root");
+                return;
+            }
+            let mine = ns();
+            for _ in 0..2 {
+                assert_eq!(on_script_thread(ns).unwrap(), mine);
+            }
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// Concurrent jobs on one `ScriptThreads` each get a thread; one stays for the next job.
     #[test]
     fn concurrent_jobs_get_threads_of_their_own() {
+        const N: usize = 4;
         let threads = std::sync::Arc::new(ScriptThreads::new());
-        let barrier = std::sync::Arc::new(std::sync::Barrier::new(MAX_IDLE + 2));
-        let callers: Vec<_> = (0..MAX_IDLE + 2)
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(N));
+        let callers: Vec<_> = (0..N)
             .map(|_| {
                 let (threads, barrier) = (threads.clone(), barrier.clone());
                 std::thread::spawn(move || {
@@ -190,8 +223,8 @@ mod tests {
             .collect();
         ids.sort();
         ids.dedup();
-        assert_eq!(ids.len(), MAX_IDLE + 2);
-        assert_eq!(threads.started(), MAX_IDLE + 2);
-        assert_eq!(threads.idle().len(), MAX_IDLE);
+        assert_eq!(ids.len(), N);
+        assert_eq!(threads.started(), N);
+        assert!(threads.idle().is_some());
     }
 }
