@@ -228,6 +228,7 @@ impl ModeRun<'_> {
                 root: self.root.mount().to_path_buf(),
                 opened: self.root.try_clone().ok().map(Arc::new),
                 log_format: self.settings.log_format,
+                start: Default::default(),
             },
             console,
         };

@@ -226,7 +226,13 @@ impl PackageSite<'_> {
     ) -> Result<StepScripts, AgentError> {
         let mut out = StepScripts::new();
         let mut store: Option<Arc<ModuleStore>> = None;
+        // Steps that run the same script share its compilation (a clone shares the AST).
+        let mut compiled: std::collections::HashMap<PathBuf, CompiledScript> =
+            std::collections::HashMap::new();
         let mut compile = |path: &Path| -> Result<CompiledScript, AgentError> {
+            if let Some(c) = compiled.get(path) {
+                return Ok(c.clone());
+            }
             let store = store
                 .get_or_insert_with(|| Arc::new(self.module_store()))
                 .clone();
@@ -234,12 +240,9 @@ impl PackageSite<'_> {
             let source = String::from_utf8(bytes).map_err(|_| AgentError::NotUtf8 {
                 path: path.to_path_buf(),
             })?;
-            Ok(compile_source(
-                engine,
-                &path.display().to_string(),
-                &source,
-                store,
-            )?)
+            let c = compile_source(engine, &path.display().to_string(), &source, store)?;
+            compiled.insert(path.to_path_buf(), c.clone());
+            Ok(c)
         };
         for (index, step) in pkg.steps(mode).iter().enumerate() {
             if let Some(path) = self.script_path(step)? {

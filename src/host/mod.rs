@@ -49,5 +49,5 @@ pub(crate) mod testutil;
 
 pub use effects::describe::render_diff;
 pub use effects::report::{ExecMode, Position, Report};
-pub use effects::session::{Host, HostOptions, PlanCarry, Stat};
+pub use effects::session::{Host, HostOptions, PlanCarry, StartMemo, Stat};
 pub use root::error::HostError;

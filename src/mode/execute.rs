@@ -159,6 +159,8 @@ impl<R: StepRunner> ModeLoop<'_, R> {
         let span = tracing::info_span!("step", path = %step.path, index, kind);
         let mut result =
             tracing::Instrument::instrument(self.runner.run(invocation), span.clone()).await;
+        // The step may have removed the flags or logs directory the run keeps open.
+        self.dirs.step_ran();
         tracing::debug!(parent: &span, ok = result.ok, status = result.code, ran = result.ran, "step ended");
         if result.ran && result.ok && !result.interrupts.is_empty() {
             self.judge_interrupts(step, &mut result)?;

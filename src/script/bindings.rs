@@ -11,7 +11,9 @@
 //! position, the step fails with `file:line:col: message`.
 //!
 //! Registering a prebuilt `Shared<Module>` is an `Arc` clone, so a host with many functions
-//! can build its modules once per session and keep the per-run cost near zero.
+//! can build its modules once and keep the per-run cost near zero: the run-specific state
+//! (session, deadline, output) is then what `register` binds for the evaluation and returns
+//! as its [`RunBinding`] (the host API binds it to the evaluating thread).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -42,10 +44,33 @@ impl std::fmt::Debug for RunHandle {
     }
 }
 
+/// What a [`ScriptHost::register`] keeps for the length of one evaluation (e.g. the run bound
+/// to the evaluating thread), dropped on that thread when the evaluation ends.
+#[derive(Default)]
+pub struct RunBinding {
+    /// Dropped with the binding.
+    _held: Option<Box<dyn std::any::Any>>,
+}
+
+impl RunBinding {
+    /// Nothing to keep.
+    pub fn none() -> RunBinding {
+        RunBinding { _held: None }
+    }
+
+    /// Keep `guard` until the evaluation ends.
+    pub fn keep(guard: impl std::any::Any) -> RunBinding {
+        RunBinding {
+            _held: Some(Box::new(guard)),
+        }
+    }
+}
+
 /// The host API as seen by the script layer.
 pub trait ScriptHost: Send + Sync {
-    /// Register the host API into `engine` (one run's engine). See the module docs.
-    fn register(&self, engine: &mut Engine, run: &RunHandle);
+    /// Register the host API into `engine` (one run's engine), on the thread that evaluates
+    /// the run; the binding returned is held until the evaluation ends. See the module docs.
+    fn register(&self, engine: &mut Engine, run: &RunHandle) -> RunBinding;
 
     /// How many effects this step has changed so far: the value of `changed()` in scripts.
     /// Actions are not counted (`docs/host-api.md`, Principles).
@@ -69,7 +94,9 @@ host_fns!(SCRIPT_FNS: changed);
 pub struct NoHost;
 
 impl ScriptHost for NoHost {
-    fn register(&self, _engine: &mut Engine, _run: &RunHandle) {}
+    fn register(&self, _engine: &mut Engine, _run: &RunHandle) -> RunBinding {
+        RunBinding::none()
+    }
 
     fn changed(&self) -> i64 {
         0

@@ -1,11 +1,13 @@
 //! The Rhai engine: packages, limits, `eval` off, and the per-run hooks.
 //!
-//! [`ScriptEngine`] is built once (the package modules are built once and shared) and is
-//! immutable afterwards; share it as `Arc<ScriptEngine>`. Each run gets its own
-//! `rhai::Engine`, assembled from the frozen parts in a few microseconds, because the hooks
-//! that differ per run (the output sink, the deadline and cancel flag in `on_progress`,
-//! `step()`, `env()`, the host bindings) are closures that Rhai stores in the engine itself.
-//! A per-run engine also means concurrent runs share nothing mutable.
+//! [`ScriptEngine`] is built once (the package modules are built once, on first use, and
+//! shared) and is immutable afterwards; share it as `Arc<ScriptEngine>` (a clone shares the frozen parts
+//! too). Each run gets its own `rhai::Engine`, assembled from the frozen parts in a few
+//! microseconds, because the hooks that differ per run (the output sink, the deadline and
+//! cancel flag in `on_progress`, `step()`, `env()`) are closures that Rhai stores in the
+//! engine itself; the host modules are built once and installed shared
+//! (`crate::script::host_api`). A per-run engine also means concurrent runs share nothing
+//! mutable.
 //!
 //! # Packages
 //!
@@ -36,7 +38,7 @@
 //! tick `on_progress`; host calls keep their own timeouts (commands default to what remains
 //! of the deadline, see [`RunHandle::deadline`](super::RunHandle)).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use rhai::packages::{
@@ -55,10 +57,22 @@ use super::output::CappedOutput;
 /// that reading the clock costs nothing measurable.
 pub const PROGRESS_CHECK_EVERY: u64 = 256;
 
-/// The script engine: limits and package modules, frozen. Cheap to share (`Arc`), safe to
-/// use from several threads at once.
+/// The script engine: limits and package modules, frozen. Cheap to share (`Arc`, or a
+/// clone, which shares the frozen parts), safe to use from several threads at once.
+#[derive(Clone)]
 pub struct ScriptEngine {
+    parts: Arc<Parts>,
+}
+
+/// What every clone of a [`ScriptEngine`] shares: the limits, and the rest built on first
+/// use ([`ScriptEngine::built`]), so a run with no `.rhai` step builds no engine.
+struct Parts {
     limits: Limits,
+    built: OnceLock<Built>,
+}
+
+/// The package modules and the parse-only engine.
+struct Built {
     packages: Vec<Shared<rhai::Module>>,
     /// Parse-only engine: same symbols, limits and optimisation as run engines.
     compiler: Engine,
@@ -67,7 +81,7 @@ pub struct ScriptEngine {
 impl std::fmt::Debug for ScriptEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ScriptEngine")
-            .field("limits", &self.limits)
+            .field("limits", &self.parts.limits)
             .finish_non_exhaustive()
     }
 }
@@ -79,62 +93,50 @@ impl Default for ScriptEngine {
 }
 
 impl ScriptEngine {
-    /// Build the engine with `limits`: builds the package modules (once; about a
-    /// millisecond) and the parse-only engine.
+    /// The engine with `limits`. The package modules (about a millisecond) and the
+    /// parse-only engine are built on first use: the first compile or run.
     pub fn new(limits: Limits) -> Self {
-        let packages = vec![
-            CorePackage::new().as_shared_module(),
-            LogicPackage::new().as_shared_module(),
-            MoreStringPackage::new().as_shared_module(),
-            BasicArrayPackage::new().as_shared_module(),
-            BasicMapPackage::new().as_shared_module(),
-            BasicMathPackage::new().as_shared_module(),
-            BasicTimePackage::new().as_shared_module(),
-        ];
-        let mut engine = ScriptEngine {
-            limits,
-            packages,
-            compiler: Engine::new_raw(),
-        };
-        let mut compiler = Engine::new_raw();
-        engine.configure(&mut compiler);
-        engine.compiler = compiler;
-        engine
+        ScriptEngine {
+            parts: Arc::new(Parts {
+                limits,
+                built: OnceLock::new(),
+            }),
+        }
+    }
+
+    /// The package modules and the parse-only engine, built on the first call.
+    fn built(&self) -> &Built {
+        self.parts.built.get_or_init(|| {
+            let packages = vec![
+                CorePackage::new().as_shared_module(),
+                LogicPackage::new().as_shared_module(),
+                MoreStringPackage::new().as_shared_module(),
+                BasicArrayPackage::new().as_shared_module(),
+                BasicMapPackage::new().as_shared_module(),
+                BasicMathPackage::new().as_shared_module(),
+                BasicTimePackage::new().as_shared_module(),
+            ];
+            let mut compiler = Engine::new_raw();
+            configure(&self.parts.limits, &packages, &mut compiler);
+            Built { packages, compiler }
+        })
+    }
+
+    /// Whether the package modules and the parse-only engine were built (a compile or a
+    /// run happened).
+    pub fn is_built(&self) -> bool {
+        self.parts.built.get().is_some()
     }
 
     /// The limits runs are held to.
     pub fn limits(&self) -> &Limits {
-        &self.limits
+        &self.parts.limits
     }
 
     /// The parse-only engine used by [`compile_step`](super::compile_step) and the module
     /// resolver.
     pub(crate) fn compiler(&self) -> &Engine {
-        &self.compiler
-    }
-
-    /// Everything that is the same for every engine: packages, limits, `eval` off.
-    fn configure(&self, engine: &mut Engine) {
-        for p in &self.packages {
-            engine.register_global_module(p.clone());
-        }
-        let l = &self.limits;
-        engine
-            .set_max_operations(l.max_operations)
-            .set_max_call_levels(l.max_call_levels)
-            .set_max_expr_depths(l.max_expr_depth, l.max_function_expr_depth)
-            .set_max_string_size(l.max_string_size)
-            .set_max_array_size(l.max_array_size)
-            .set_max_map_size(l.max_map_size)
-            .set_max_modules(l.max_modules)
-            .set_max_variables(l.max_variables)
-            .set_max_functions(l.max_functions)
-            .set_optimization_level(OptimizationLevel::Simple)
-            // `m.key` / `m["key"]` of a missing key is an error at its position, not `()`.
-            .set_fail_on_invalid_map_property(true);
-        // `eval` would run code that compile_step never saw; as a disabled symbol it is a
-        // parse error wherever it appears.
-        engine.disable_symbol("eval");
+        &self.built().compiler
     }
 
     /// A fresh engine for one run: the frozen configuration plus the memory, output,
@@ -149,9 +151,9 @@ impl ScriptEngine {
         output: Arc<CappedOutput>,
     ) -> Engine {
         let mut engine = Engine::new_raw();
-        self.configure(&mut engine);
+        configure(&self.parts.limits, &self.built().packages, &mut engine);
         let base = memory::thread_net();
-        let max_memory = isize::try_from(self.limits.max_memory).unwrap_or(isize::MAX);
+        let max_memory = isize::try_from(self.parts.limits.max_memory).unwrap_or(isize::MAX);
         engine.on_progress(move |ops| {
             // One thread-local read: cheap enough for every operation, and a loop allocating
             // a large string per operation cannot get far past the limit.
@@ -174,6 +176,30 @@ impl ScriptEngine {
         });
         engine
     }
+}
+
+/// Everything that is the same for every engine: packages, limits, `eval` off.
+fn configure(limits: &Limits, packages: &[Shared<rhai::Module>], engine: &mut Engine) {
+    for p in packages {
+        engine.register_global_module(p.clone());
+    }
+    let l = limits;
+    engine
+        .set_max_operations(l.max_operations)
+        .set_max_call_levels(l.max_call_levels)
+        .set_max_expr_depths(l.max_expr_depth, l.max_function_expr_depth)
+        .set_max_string_size(l.max_string_size)
+        .set_max_array_size(l.max_array_size)
+        .set_max_map_size(l.max_map_size)
+        .set_max_modules(l.max_modules)
+        .set_max_variables(l.max_variables)
+        .set_max_functions(l.max_functions)
+        .set_optimization_level(OptimizationLevel::Simple)
+        // `m.key` / `m["key"]` of a missing key is an error at its position, not `()`.
+        .set_fail_on_invalid_map_property(true);
+    // `eval` would run code that compile_step never saw; as a disabled symbol it is a
+    // parse error wherever it appears.
+    engine.disable_symbol("eval");
 }
 
 #[cfg(test)]
@@ -222,6 +248,18 @@ mod tests {
             assert_eq!(e.max_variables(), 19);
             assert_eq!(e.max_functions(), 20);
         }
+    }
+
+    /// The packages and the parse-only engine are built on first use only: a run with no
+    /// `.rhai` step builds none (issue 31, start-up item 2).
+    #[test]
+    fn the_engine_is_built_on_first_use() {
+        let se = ScriptEngine::default();
+        let shared = se.clone();
+        assert_eq!(se.limits().max_operations, Limits::default().max_operations);
+        assert!(!se.is_built());
+        let _ = shared.compiler();
+        assert!(se.is_built());
     }
 
     /// Run `src` with the default limits; the error message and how long it took.

@@ -63,7 +63,7 @@ mod stdlib_tests;
 #[cfg(test)]
 mod tests;
 
-pub use bindings::{NoHost, RunHandle, ScriptHost};
+pub use bindings::{NoHost, RunBinding, RunHandle, ScriptHost};
 pub use compile::{CompiledScript, compile_source, compile_step, compile_step_in};
 pub use context::StepContext;
 pub use engine::ScriptEngine;

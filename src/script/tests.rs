@@ -899,7 +899,7 @@ struct TestHost {
 }
 
 impl ScriptHost for TestHost {
-    fn register(&self, engine: &mut Engine, run: &RunHandle) {
+    fn register(&self, engine: &mut Engine, run: &RunHandle) -> RunBinding {
         let mut m = rhai::Module::new();
         let left = run.deadline.saturating_duration_since(Instant::now());
         m.set_native_fn("remaining_ok", move || Ok(left > Duration::from_secs(1)));
@@ -910,6 +910,7 @@ impl ScriptHost for TestHost {
             },
         );
         engine.register_static_module("fs", m.into());
+        RunBinding::none()
     }
     fn changed(&self) -> i64 {
         self.changes.fetch_add(1, Ordering::SeqCst) + 1
@@ -1004,8 +1005,9 @@ fn bench_trivial_run_overhead() {
 struct PanickingHost;
 
 impl ScriptHost for PanickingHost {
-    fn register(&self, engine: &mut Engine, _run: &RunHandle) {
+    fn register(&self, engine: &mut Engine, _run: &RunHandle) -> RunBinding {
         engine.register_fn("explode", || -> i64 { panic!("binding bug") });
+        RunBinding::none()
     }
     fn changed(&self) -> i64 {
         0

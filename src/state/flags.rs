@@ -78,7 +78,9 @@ pub fn write_flag(
 /// [`write_flag`] for a run of many steps: the same file, written relative to the flag
 /// directory's descriptor that `dirs` keeps for the run (see [`crate::host::root::run_dirs`]), so the
 /// directory is resolved once per run instead of about six times per flag. The write is as
-/// durable: `fsync` of the flag before its rename, `fsync` of the directory after it.
+/// durable: `fsync` of the flag before its rename, `fsync` of the directory after it. The
+/// flag is the agent's own file: it is 0644, an old flag's owner, mode and extended
+/// attributes are not carried over.
 ///
 /// # Errors
 /// As [`write_flag`].

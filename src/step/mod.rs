@@ -5,8 +5,8 @@
 //! [`invocation::StepResult`], through one seam, [`invocation::StepRunner`]:
 //!
 //! - [`run`]: the one step runner. A `.rhai` step, whichever front end runs it, runs and
-//!   ends its session through [`run::ScriptStep`], its script on its own thread
-//!   ([`run::run_script_with`]); [`run::ScriptRunner`] is the agent's `.rhai` step (a
+//!   ends its session through [`run::ScriptStep`], its script on a long-lived script thread
+//!   ([`run::run_script_with`], `script_thread`); [`run::ScriptRunner`] is the agent's `.rhai` step (a
 //!   session per step, output relayed through [`output::SinkOutput`]) and
 //!   [`run::AgentRunner`] the agent's runner (scripts there, processes on the
 //!   [`process::ProcessRunner`]);
@@ -30,6 +30,7 @@ pub mod output;
 pub mod plan;
 pub mod process;
 pub mod run;
+mod script_thread;
 pub mod spec;
 
 pub use engine::engine;
@@ -39,7 +40,8 @@ pub use output::SinkOutput;
 pub use plan::PlanRunner;
 pub use process::{ProcessRunner, RelayOptions};
 pub use run::{
-    AgentRunner, End, SCRIPT_STACK_BYTES, ScriptOutcome, ScriptRunOptions, ScriptRunner,
-    ScriptStep, run_script, run_script_with,
+    AgentRunner, End, ScriptOutcome, ScriptRunOptions, ScriptRunner, ScriptStep, run_script,
+    run_script_with,
 };
+pub use script_thread::SCRIPT_STACK_BYTES;
 pub use spec::{SecretSource, StepBuilder, StepSpec, exec_mode};

@@ -1,7 +1,8 @@
 //! The one step runner: how a step runs once its front end has stated it.
 //!
-//! - [`run_script_with`]: a compiled `.rhai` script on its own thread with a fixed stack
-//!   ([`SCRIPT_STACK_BYTES`]), its deadline and cancel token → [`ScriptOutcome`]; on that
+//! - [`run_script_with`]: a compiled `.rhai` script on a script thread with a fixed stack
+//!   ([`SCRIPT_STACK_BYTES`](super::SCRIPT_STACK_BYTES), reused from run to run: `script_thread`), its deadline and
+//!   cancel token → [`ScriptOutcome`]; on that
 //!   thread one evaluation: the run's engine (limits, deadline and cancel checked in
 //!   `on_progress`), capped output, the `step` context, `fail()`, `changed()`, the host
 //!   API bindings and the run-time module resolver, then the script's value as a return
@@ -21,7 +22,7 @@ use rhai::{Dynamic, Position, Scope};
 
 use crate::host::root::HostRoot;
 use crate::host::root::error::HostError;
-use crate::host::{ExecMode, Report};
+use crate::host::{ExecMode, Report, StartMemo};
 use crate::logs::sink::{Label, LogFormat, StreamSink};
 use crate::process::Cancel;
 use crate::script::bindings::{NoHost, RunHandle, ScriptHost};
@@ -39,12 +40,8 @@ use super::invocation::{
 };
 use super::output::{SinkOutput, local_now};
 use super::process::ProcessRunner;
+use super::script_thread::{ThreadError, on_script_thread};
 use super::spec::StepSpec;
-
-/// Stack of the thread a script runs on. Rhai's evaluator recurses per call level and per
-/// expression level; with the limits in [`Limits`] a debug build
-/// needs a few MiB at most. The memory is reserved, not committed, so the margin is free.
-pub const SCRIPT_STACK_BYTES: usize = 64 * 1024 * 1024;
 
 /// How a run ended.
 ///
@@ -107,11 +104,12 @@ pub fn run_script(
 /// output to `opts.output`, the host API from `opts.host`, until it ends, fails, hits a
 /// limit, passes its deadline (`opts.timeout`, else the engine's) or is cancelled.
 ///
-/// The script runs on its own thread with a [`SCRIPT_STACK_BYTES`] stack (the calling
-/// thread blocks until it ends), so the depth limits hold whatever the caller's stack.
-/// Joining that thread is the last-resort `catch_unwind`: a panic inside Rhai or a host
-/// binding becomes a [`ScriptErrorKind::Internal`] error, never the agent's crash (this
-/// relies on the default `panic = "unwind"`).
+/// The script runs on a script thread with a [`SCRIPT_STACK_BYTES`](super::SCRIPT_STACK_BYTES) stack (the calling
+/// thread blocks until it ends), so the depth limits hold whatever the caller's stack. The
+/// threads are long-lived and reused ([`on_script_thread`]); the job's `catch_unwind` there
+/// is the last resort: a panic inside Rhai or a host binding becomes a
+/// [`ScriptErrorKind::Internal`] error, never the agent's crash (this relies on the default
+/// `panic = "unwind"`).
 ///
 /// An error is also written to the stderr sink as `file:line:col: message\n`.
 pub fn run_script_with(
@@ -125,43 +123,39 @@ pub fn run_script_with(
         limits.timeout = t;
     }
     let deadline = Instant::now() + limits.timeout;
-    let limits = &limits;
-    let outcome = std::thread::scope(|s| {
-        let spawned = std::thread::Builder::new()
-            .name("skyhook-script".to_string())
-            .stack_size(SCRIPT_STACK_BYTES)
-            .spawn_scoped(s, {
-                let span = tracing::Span::current();
-                move || {
-                    let _entered = span.enter();
-                    let run = Evaluation {
-                        output: &opts.output,
-                        cancel: &opts.cancel,
-                        host: &opts.host,
-                        limits,
-                        deadline,
-                    };
-                    match evaluate(engine, script, ctx, &run) {
-                        Ok(code) => ScriptOutcome { code, error: None },
-                        Err(error) => ScriptOutcome {
-                            code: 1,
-                            error: Some(error),
-                        },
-                    }
-                }
-            });
-        match spawned {
-            Ok(handle) => handle.join().unwrap_or_else(|panic| {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".to_string());
-                internal(script, format!("script runtime panicked: {what}"))
-            }),
-            Err(e) => internal(script, format!("cannot start the script thread: {e}")),
+    // The job owns what it runs with (clones sharing the engine's frozen parts, the
+    // compiled script's AST and the options' sinks), as the script thread outlives the call.
+    let job = {
+        let (engine, script, ctx, opts) =
+            (engine.clone(), script.clone(), ctx.clone(), opts.clone());
+        let span = tracing::Span::current();
+        move || {
+            let _entered = span.enter();
+            let run = Evaluation {
+                output: &opts.output,
+                cancel: &opts.cancel,
+                host: &opts.host,
+                limits: &limits,
+                deadline,
+            };
+            match evaluate(&engine, &script, &ctx, &run) {
+                Ok(code) => ScriptOutcome { code, error: None },
+                Err(error) => ScriptOutcome {
+                    code: 1,
+                    error: Some(error),
+                },
+            }
         }
-    });
+    };
+    let outcome = match on_script_thread(job) {
+        Ok(outcome) => outcome,
+        Err(ThreadError::Panicked(what)) => {
+            internal(script, format!("script runtime panicked: {what}"))
+        }
+        Err(ThreadError::Start(e)) => {
+            internal(script, format!("cannot start the script thread: {e}"))
+        }
+    };
     if let Some(err) = &outcome.error
         && err.kind != ScriptErrorKind::PlanUnknown
     {
@@ -353,6 +347,9 @@ pub struct ScriptRunner {
     pub opened: Option<Arc<HostRoot>>,
     /// How each step's output is relayed (`SKYHOOK_AGENT_LOG_FORMAT`).
     pub log_format: LogFormat,
+    /// What the run's sessions found at their start (no journal, no deferred-work record),
+    /// not read again by the next step's session while still true ([`StartMemo`]).
+    pub start: Arc<StartMemo>,
 }
 
 impl ScriptRunner {
@@ -417,7 +414,7 @@ impl ScriptRunner {
             )
             .with_log_format(self.log_format),
         );
-        let api = inv.spec.session(session_root);
+        let api = inv.spec.session_in_run(session_root, &self.start);
         let ran = {
             let engine = self.engine.clone();
             let (script, spec, out) = (script.clone(), inv.spec.clone(), output.clone());
@@ -539,7 +536,9 @@ pub fn evaluate(
         cancel: cancel.clone(),
         output: output.clone(),
     };
-    host.register(&mut e, &handle);
+    // Held until the evaluation ends (also by a panic's unwinding): the host functions serve
+    // this run only meanwhile.
+    let _bound = host.register(&mut e, &handle);
     e.set_module_resolver(RunResolver::new(script.modules().clone()));
 
     let mut scope = Scope::new();

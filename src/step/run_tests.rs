@@ -79,6 +79,7 @@ fn agent_step(
         root: root.to_path_buf(),
         opened: None,
         log_format: LogFormat::Plain,
+        start: Default::default(),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -200,6 +200,7 @@ fn run_as_agent(
         root: root.to_path_buf(),
         opened: None,
         log_format: crate::logs::sink::LogFormat::Prefixed,
+        start: Default::default(),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::host::root::HostRoot;
 use crate::host::secrets::parse_allowlist;
-use crate::host::{ExecMode, Host, HostOptions};
+use crate::host::{ExecMode, Host, HostOptions, StartMemo};
 use crate::process::Cancel;
 use crate::redact::Redactor;
 use crate::script::context::StepContext;
@@ -222,6 +222,13 @@ impl StepSpec {
     /// [`StepSpec::host_options`].
     pub fn session(&self, root: HostRoot) -> HostApi {
         HostApi::new(Host::new(root, self.exec, self.host_options()))
+    }
+
+    /// [`StepSpec::session`] for one of a run's steps, which share `memo`: no journal
+    /// recovery and no deferred-work records are read again while none was written since an
+    /// earlier session found none ([`Host::new_in_run`]).
+    pub fn session_in_run(&self, root: HostRoot, memo: &StartMemo) -> HostApi {
+        HostApi::new(Host::new_in_run(root, self.exec, self.host_options(), memo))
     }
 }
 

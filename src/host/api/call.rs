@@ -89,8 +89,10 @@ pub struct PlanUnknown {
 /// The result type of binding closures.
 pub(crate) type RhaiResult<T> = Result<T, Box<EvalAltResult>>;
 
-/// What every binding closure captures: the session, the run's deadline and its output (for
-/// streamed commands).
+/// The run a host call serves: the session, the run's deadline and its output (for
+/// streamed commands). The host functions' modules are built once per process and
+/// capture none of it: a run binds its `Api` to the thread that evaluates it
+/// ([`Api::bind`]) and every binding reads it from there ([`Api::call_current`]).
 #[derive(Clone)]
 pub(crate) struct Api {
     pub(super) inner: Arc<Inner>,
@@ -98,7 +100,52 @@ pub(crate) struct Api {
     pub output: Arc<dyn ScriptOutput>,
 }
 
+thread_local! {
+    /// The run bound to this thread ([`Api::bind`]); `None` outside a run.
+    static CURRENT: std::cell::RefCell<Option<Api>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The binding of one run to the evaluating thread ([`Api::bind`]): dropping it (at the end
+/// of the evaluation, also by a panic's unwinding) puts back what was bound before, so no
+/// later evaluation on the thread reaches this run's session, deadline or output.
+pub(crate) struct Bound {
+    previous: Option<Api>,
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        CURRENT.with(|c| *c.borrow_mut() = previous);
+    }
+}
+
 impl Api {
+    /// Bind this run to the current thread until the returned [`Bound`] is dropped: the host
+    /// functions called on this thread meanwhile serve it.
+    pub(crate) fn bind(self) -> Bound {
+        Bound {
+            previous: CURRENT.with(|c| c.borrow_mut().replace(self)),
+        }
+    }
+
+    /// [`Api::call`] on the run bound to this thread ([`Api::bind`]), `op` given that run
+    /// too. With none bound (a call outside a run, or after its step ended) the call fails
+    /// with `<fname>: host session already finished`, as a call on a finished session does.
+    pub fn call_current<R>(
+        ctx: &NativeCallContext,
+        fname: &str,
+        op: impl FnOnce(&Api, &mut Host) -> Result<R, CallError>,
+    ) -> RhaiResult<R> {
+        // A clone (two `Arc`s), so that no borrow of the cell is held during the call.
+        match CURRENT.with(|c| c.borrow().clone()) {
+            Some(run) => run.call(ctx, fname, |h| op(&run, h)),
+            None => Err(host_error(
+                ctx,
+                format!("{fname}: host session already finished"),
+            )),
+        }
+    }
+
     /// Run `op` on the session; a failure becomes a positioned, redacted Rhai error
     /// `<fname>: <message>`.
     pub fn call<R>(

@@ -26,7 +26,8 @@
 //!   namespaces of one file with a function of the same name: `fn sysctl_get`).
 //! - `effects =` is `ReadsHost`, `RunsReadOnly`, `ReadsAgent`, `Computes`, or the kinds it
 //!   submits, `[Write, Chmod]`; `options = KEYS` (an expression) lists an options map's keys.
-//! - A first parameter `run: &Api` gives the body the run's [`super::Api`] (deadline, output).
+//! - A first parameter `run: &Api` gives the body the run's [`super::Api`] (deadline, output),
+//!   the one bound to the evaluating thread ([`super::Api::call_current`]).
 //! - Overloads follow in the same item, each with its own `///` text and a Rust name of its
 //!   own, marked `#[overload]` (or `#[overload(options = KEYS)]`): they share the first's
 //!   script name, namespace and effects (unless it names its own, `#[overload(effects =
@@ -209,11 +210,10 @@ macro_rules! host_fn {
         $crate::host::api::host_fn!(@doc $ns, $sname, $eff, [$($opts)?], [$($doc)*],
             [$((stringify!($arg), $crate::host::api::host_fn!(@type $ty $(, $tn)?))),*],
             $crate::host::api::host_fn!(@type $ret $(, $rn)?),
-            |r, session| {
-                let $api = session.clone();
+            |r| {
                 let fname = $crate::host::api::fname($ns, $sname);
                 r.add($ns, $sname, move |ctx: rhai::NativeCallContext $(, $arg: $ty)*| {
-                    $api.call(&ctx, &fname, |h| $f(&$api, h $(, $arg)*))
+                    $crate::host::api::Api::call_current(&ctx, &fname, |$api, h| $f($api, h $(, $arg)*))
                 });
             })
     };
@@ -223,11 +223,10 @@ macro_rules! host_fn {
         $crate::host::api::host_fn!(@doc $ns, $sname, $eff, [$($opts)?], [$($doc)*],
             [$((stringify!($arg), $crate::host::api::host_fn!(@type $ty $(, $tn)?))),*],
             $crate::host::api::host_fn!(@type $ret $(, $rn)?),
-            |r, session| {
-                let api = session.clone();
+            |r| {
                 let fname = $crate::host::api::fname($ns, $sname);
                 r.add($ns, $sname, move |ctx: rhai::NativeCallContext $(, $arg: $ty)*| {
-                    api.call(&ctx, &fname, |h| $f(h $(, $arg)*))
+                    $crate::host::api::Api::call_current(&ctx, &fname, |_, h| $f(h $(, $arg)*))
                 });
             })
     };
@@ -332,7 +331,7 @@ macro_rules! script_fn {
                 effects: $crate::host::api::host_fn!(@effects $eff),
                 script_layer: true,
                 options: &[],
-                register: |_, _| {},
+                register: |_| {},
             }];
         }
     };

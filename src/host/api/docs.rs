@@ -3,7 +3,7 @@
 //! its behaviour per mode, [`Modes`], is derived). `host_fn!` items in the areas' files
 //! make the rows; `crate::script::host_api` gathers and renders them.
 
-use super::{Api, Registrar};
+use super::Registrar;
 
 /// How a function behaves in the three execution modes: derived from its [`Effects`]
 /// ([`Effects::modes`]), one text per behaviour ([`Modes::text`]).
@@ -138,9 +138,9 @@ pub struct FnDoc {
     /// Checked against the binding's own list in tests; `skyhook-run check` reports any other
     /// key of a literal options map.
     pub options: &'static [&'static str],
-    /// Adds the function to a run's modules, over that run's session (a no-op for
-    /// script-layer functions).
-    pub(crate) register: fn(&mut Registrar, &Api),
+    /// Adds the function to the host modules (built once per process; a call serves the run
+    /// bound to its thread, [`super::Api::call_current`]); a no-op for script-layer functions.
+    pub(crate) register: fn(&mut Registrar),
 }
 
 impl FnDoc {

@@ -1,9 +1,10 @@
-//! [`Registrar`]: the Rhai modules a run's host functions are registered into, one per
-//! namespace, with the log of what Rhai recorded ([`Registered`], checked by tests).
+//! [`Registrar`]: the Rhai modules the host functions are registered into, one per
+//! namespace, with the log of what Rhai recorded ([`Registered`], checked by tests), and
+//! [`HostModules`], those modules built once and installed into each run's engine.
 
 use std::collections::BTreeMap;
 
-use rhai::{Engine, FuncRegistration, Module, RhaiNativeFunc};
+use rhai::{Engine, FuncRegistration, Module, RhaiNativeFunc, Shared};
 
 /// One registered function, as Rhai recorded it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -55,14 +56,39 @@ impl Registrar {
         });
     }
 
-    /// Install the modules: global functions as a global module, the rest as static modules
-    /// named after their namespace.
-    pub fn install(self, engine: &mut Engine) {
-        for (ns, m) in self.modules {
+    /// The modules, indexed and shared, ready to install into many engines
+    /// ([`HostModules::install`]).
+    pub fn into_shared(self) -> HostModules {
+        HostModules(
+            self.modules
+                .into_iter()
+                .map(|(ns, mut m)| {
+                    // Indexed and named once here: installing an indexed shared module with an
+                    // id is an `Arc` clone (Rhai copies one without an id to name it).
+                    if !ns.is_empty() {
+                        m.set_id(ns);
+                    }
+                    m.build_index();
+                    (ns, Shared::new(m))
+                })
+                .collect(),
+        )
+    }
+}
+
+/// The host modules built once ([`Registrar::into_shared`]), one per namespace (`""`: the
+/// global functions).
+pub(crate) struct HostModules(Vec<(&'static str, Shared<Module>)>);
+
+impl HostModules {
+    /// Install the modules into one run's engine: global functions as a global module, the
+    /// rest as static modules named after their namespace. `Arc` clones, no rebuilding.
+    pub fn install(&self, engine: &mut Engine) {
+        for (ns, m) in &self.0 {
             if ns.is_empty() {
-                engine.register_global_module(m.into());
+                engine.register_global_module(m.clone());
             } else {
-                engine.register_static_module(ns, m.into());
+                engine.register_static_module(*ns, m.clone());
             }
         }
     }

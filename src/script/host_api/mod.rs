@@ -1,7 +1,8 @@
 //! The host API bound into Rhai: the tables of every host function gathered ([`FUNCTIONS`],
 //! [`NAMESPACES`]), the reference rendered from them (`docs/host-api.md`,
 //! `docs/skyhook.d.rhai`), and [`HostApi`] as the script layer's `ScriptHost`: each run's
-//! engine gets one Rhai module per namespace, built from the rows over the step's session.
+//! engine gets one Rhai module per namespace, built once from the rows, whose functions
+//! serve the step's session bound to the evaluating thread.
 //!
 //! A host function has one home: one `host_fn!` item (see `crate::host::api::define`) in
 //! the file of its area in `crate::host`, beside the area function it calls; its tests
@@ -76,7 +77,9 @@
 //!
 //! # Deadline
 //!
-//! `ScriptHost::register` tightens the session's deadline to the run's
+//! `ScriptHost::register` binds the run (session, deadline, output) to the evaluating thread
+//! for the evaluation (the host modules themselves are built once per process) and tightens
+//! the session's deadline to the run's
 //! (`RunHandle::deadline`), so commands (`run`, `sh`, and the internal `systemctl`,
 //! package manager and grub commands) default to what remains of it; an explicit `timeout`
 //! is capped by it too.

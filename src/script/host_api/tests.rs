@@ -301,17 +301,44 @@ fn whole_file_reads_refuse_fifos_devices_and_huge_files() {
     );
 }
 
+/// The host modules are built once and serve the run bound to the evaluating thread: once
+/// that binding is dropped (the step ended) a host call fails cleanly, and a second step on
+/// the same engine reaches its own session only.
+#[test]
+fn host_calls_serve_the_bound_run_only() {
+    use crate::script::ScriptHost;
+    let (a, b) = (TestHost::new(), TestHost::new());
+    let handle = crate::script::RunHandle {
+        deadline: Instant::now() + Duration::from_secs(60),
+        cancel: crate::process::Cancel::new(),
+        output: Arc::new(CaptureOutput::new()),
+    };
+    let mut e = rhai::Engine::new_raw();
+    let first = HostApi::new(a.host(ExecMode::Apply));
+    let bound = first.register(&mut e, &handle);
+    assert!(e.eval::<bool>(r#"fs::write("/seq", "a")"#).unwrap());
+    drop(bound);
+    let err = e.eval::<bool>(r#"fs::exists("/seq")"#).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Runtime error: fs::exists: host session already finished (line 1, position 5)"
+    );
+    let second = HostApi::new(b.host(ExecMode::Apply));
+    let bound = second.register(&mut e, &handle);
+    assert!(!e.eval::<bool>(r#"fs::exists("/seq")"#).unwrap());
+    assert!(e.eval::<bool>(r#"fs::write("/seq", "b")"#).unwrap());
+    drop(bound);
+    assert_eq!(first.finish().unwrap().changes.len(), 1);
+    assert_eq!(second.finish().unwrap().changes.len(), 1);
+    assert_eq!(std::fs::read_to_string(a.root.join("seq")).unwrap(), "a");
+    assert_eq!(std::fs::read_to_string(b.root.join("seq")).unwrap(), "b");
+}
+
 /// Registration log vs. table, and every logged function really is in its module.
 #[test]
 fn every_registered_function_is_documented_and_vice_versa() {
     let t = TestHost::new();
-    let api = HostApi::new(t.host(ExecMode::Plan));
-    let handle = crate::script::RunHandle {
-        deadline: Instant::now(),
-        cancel: crate::process::Cancel::new(),
-        output: Arc::new(CaptureOutput::new()),
-    };
-    let reg = modules(&api, &handle);
+    let reg = modules();
     for r in &reg.log {
         assert!(reg.modules[r.ns].contains_fn(r.hash), "{r:?} not in module");
     }

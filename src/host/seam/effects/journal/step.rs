@@ -581,6 +581,8 @@ impl StepJournal {
             return Ok(());
         }
         let dir = self.dir();
+        // A session of this run starting after this one recovers journals again.
+        crate::host::root::deferred::note_start_state_write();
         let (above, _guard) = hold_dir_created(root)?;
         let made = root.create_dir_all(&dir, 0o700)?;
         let (f, dfd) = root.create_unnamed(&dir, 0o600)?;

@@ -85,11 +85,7 @@ impl Host {
     /// could not run it ([`crate::host::root::deferred`]) is scheduled again: it runs at this
     /// session's end in apply mode, and shows up as an action in plan and check mode.
     pub fn new(root: HostRoot, mode: ExecMode, options: HostOptions) -> Host {
-        let executor: Box<dyn Executor> = match (mode, &options.undo) {
-            (ExecMode::Apply, Some(label)) => Box::new(Apply::journaled(label)),
-            (ExecMode::Apply, None) => Box::new(Apply::default()),
-            (ExecMode::Plan | ExecMode::Check, _) => Box::new(Plan::new(mode)),
-        };
+        let executor = executor_for(mode, &options);
         Host::with_executor(root, executor, options)
     }
 
@@ -107,25 +103,66 @@ impl Host {
     pub(crate) fn with_executor(
         root: HostRoot,
         executor: Box<dyn Executor>,
+        options: HostOptions,
+    ) -> Host {
+        Host::starting(root, executor, options, None)
+    }
+
+    /// [`Host::new`] for one of a run's sessions, which share `memo`: what an earlier
+    /// session of the run found at its start (no journal to recover, no deferred-work
+    /// record) is not read again while this process wrote neither since ([`StartMemo`]).
+    pub fn new_in_run(
+        root: HostRoot,
+        mode: ExecMode,
+        options: HostOptions,
+        memo: &StartMemo,
+    ) -> Host {
+        let executor = executor_for(mode, &options);
+        Host::starting(root, executor, options, Some(memo))
+    }
+
+    /// The session's start: journals recovered (an executor that journals), deferred-work
+    /// records read, unless `memo` knows there are none.
+    fn starting(
+        root: HostRoot,
+        executor: Box<dyn Executor>,
         mut options: HostOptions,
+        memo: Option<&StartMemo>,
     ) -> Host {
         let mode = executor.mode();
         let redactor = options.redactor.take().unwrap_or_default();
         redactor.add_from_env(&options.env);
+        // Counted before reading: a write during the reads makes the memo stale at once.
+        let writes = deferred::start_state_writes();
         // A journal left by a step that did not end is undone before this session reads
         // anything (its deferred-work records included).
         let recovered = match executor.journals() {
-            true => crate::host::effects::journal::recover(&root).unwrap_or_else(|e| {
-                vec![format!(
-                    "not undone: the undo journals under {}: {}",
-                    crate::host::effects::journal::DIR,
-                    crate::chain::render(&e)
-                )]
-            }),
+            true if memo.is_some_and(|m| m.no_journals(writes)) => Vec::new(),
+            true => {
+                let lines = crate::host::effects::journal::recover(&root).unwrap_or_else(|e| {
+                    vec![format!(
+                        "not undone: the undo journals under {}: {}",
+                        crate::host::effects::journal::DIR,
+                        crate::chain::render(&e)
+                    )]
+                });
+                if let Some(m) = memo {
+                    m.found_journals(writes, lines.is_empty());
+                }
+                lines
+            }
             false => Vec::new(),
         };
-        let (recorded_reload, grub) = deferred::load(&root);
-        let recorded_initramfs = deferred::initramfs_recorded(&root);
+        let ((recorded_reload, grub), recorded_initramfs) =
+            if memo.is_some_and(|m| m.no_records(writes)) {
+                ((false, None), false)
+            } else {
+                let found = (deferred::load(&root), deferred::initramfs_recorded(&root));
+                if let Some(m) = memo {
+                    m.found_records(writes, found == ((false, None), false));
+                }
+                found
+            };
         Host {
             cx: Context::new(root, options),
             executor,
@@ -290,6 +327,56 @@ impl Host {
     }
 }
 
+/// The executor of `mode` ([`Host::new`]).
+fn executor_for(mode: ExecMode, options: &HostOptions) -> Box<dyn Executor> {
+    match (mode, &options.undo) {
+        (ExecMode::Apply, Some(label)) => Box::new(Apply::journaled(label)),
+        (ExecMode::Apply, None) => Box::new(Apply::default()),
+        (ExecMode::Plan | ExecMode::Check, _) => Box::new(Plan::new(mode)),
+    }
+}
+
+/// What the sessions of one run found at their start, so that the next one need not read
+/// it again (issue 31): that the root had no undo journal to recover, and no deferred-work
+/// record. Each fact holds while this process wrote no journal and no record since it was
+/// seen (the count of [`deferred::note_start_state_write`]); a session that finds a journal
+/// or a record forgets it. Between the agent's sessions under its package lock, only this
+/// process writes either (a journal left by another process that died during the run is
+/// recovered by the next run, or by a session after this process wrote one).
+#[derive(Debug, Default)]
+pub struct StartMemo {
+    /// The write count when no journal was found.
+    no_journals: std::sync::Mutex<Option<u64>>,
+    /// The write count when no record was found.
+    no_records: std::sync::Mutex<Option<u64>>,
+}
+
+impl StartMemo {
+    fn get(cell: &std::sync::Mutex<Option<u64>>) -> Option<u64> {
+        *cell.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set(cell: &std::sync::Mutex<Option<u64>>, writes: u64, none: bool) {
+        *cell.lock().unwrap_or_else(|p| p.into_inner()) = none.then_some(writes);
+    }
+
+    fn no_journals(&self, writes: u64) -> bool {
+        StartMemo::get(&self.no_journals) == Some(writes)
+    }
+
+    fn no_records(&self, writes: u64) -> bool {
+        StartMemo::get(&self.no_records) == Some(writes)
+    }
+
+    fn found_journals(&self, writes: u64, none: bool) {
+        StartMemo::set(&self.no_journals, writes, none);
+    }
+
+    fn found_records(&self, writes: u64, none: bool) {
+        StartMemo::set(&self.no_records, writes, none);
+    }
+}
+
 /// A command a plan recorded without running it ([`Host::note_planned_command`]).
 #[derive(Debug)]
 pub(in crate::host::seam::effects) struct PlannedCommand {
@@ -300,4 +387,38 @@ pub(in crate::host::seam::effects) struct PlannedCommand {
     /// The absolute paths its arguments and guards name (normalised; a glob cut at its
     /// directory).
     pub(super) paths: Vec<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::testutil::TestHost;
+
+    /// A run's sessions share a [`StartMemo`]: a step that records deferred work is seen by
+    /// the next step's session, and once the record is gone the session after that sees
+    /// none.
+    #[test]
+    fn deferred_work_recorded_in_the_run_is_seen_by_the_next_session() {
+        let t = TestHost::new();
+        let memo = StartMemo::default();
+        let session = || {
+            let root = HostRoot::open(&t.root).unwrap();
+            Host::new_in_run(root, ExecMode::Plan, HostOptions::default(), &memo)
+        };
+        let first = session();
+        assert!(!first.pending_daemon_reload);
+        assert!(!first.pending_initramfs);
+        deferred::record_daemon_reload(&first.cx.root).unwrap();
+        deferred::record_initramfs(&first.cx.root).unwrap();
+        let second = session();
+        assert!(second.pending_daemon_reload);
+        assert!(second.recorded_reload);
+        assert!(second.pending_initramfs);
+        deferred::clear(&second.cx.root, &deferred::daemon_reload_path()).unwrap();
+        deferred::clear(&second.cx.root, &deferred::initramfs_path()).unwrap();
+        let third = session();
+        assert!(!third.pending_daemon_reload);
+        assert!(!third.pending_initramfs);
+        assert!(!third.recorded_reload);
+    }
 }

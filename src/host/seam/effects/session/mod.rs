@@ -133,6 +133,6 @@ pub use crate::host::effects::context::HostOptions;
 pub use crate::host::effects::overlay::Stat;
 pub use carry::PlanCarry;
 pub use end::{UNDONE_KINDS, Undone};
-pub use host::Host;
+pub use host::{Host, StartMemo};
 pub(crate) use line_edits::{LineEdit, edit_lines};
 pub use locks::ToolLock;

@@ -92,7 +92,25 @@ pub fn load(root: &HostRoot) -> (bool, Option<GrubPending>) {
     (reload, grub)
 }
 
+/// How many times this process wrote what a session reads at its start: a deferred-work
+/// record (here) or an undo journal (the journal, when it opens one). A run remembers that
+/// it found neither only while this count is unchanged
+/// ([`crate::host::effects::session::StartMemo`]).
+static START_STATE_WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Count a write of what a session reads at its start (see [`start_state_writes`]); called
+/// before the write.
+pub(in crate::host::seam) fn note_start_state_write() {
+    START_STATE_WRITES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// How many writes [`note_start_state_write`] counted so far in this process.
+pub(in crate::host::seam) fn start_state_writes() -> u64 {
+    START_STATE_WRITES.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 fn write(root: &HostRoot, path: &Path, data: &[u8]) -> crate::host::root::Result<()> {
+    note_start_state_write();
     root.create_dir_all(Path::new(DIR), 0o755)?;
     root.write_atomic(path, data, Some(0o600))
 }

@@ -14,10 +14,11 @@
 //! followed by these calls (a symlinked name, and anything that is not a regular file where
 //! one is expected, goes through the confined [`HostRoot`] operation instead).
 //!
-//! [`RunDirs::write`] is [`AgentFiles::write_atomic`]'s write: a temporary file beside the
-//! destination (the same name shape, so a crashed writer's leftovers are swept the same
-//! way), the content, the old file's owner, extended attributes and mode kept (0644 for a
-//! new file), `fsync` of the file, `rename` over the destination, `fsync` of the directory;
+//! [`RunDirs::write`] is [`AgentFiles::write_atomic`]'s write of the agent's own file (a
+//! step flag): a temporary file beside the destination (the same name shape, so a crashed
+//! writer's leftovers are swept the same way), the content, mode 0644 (an old file's owner,
+//! extended attributes and mode are not carried over: the flag is the agent's), `fsync` of
+//! the file, `rename` over the destination, `fsync` of the directory;
 //! on failure the temporary is removed and the destination is unchanged. So a flag's
 //! content is durable before its rename and the rename before the next step starts. The
 //! first write into a directory in a run goes through [`AgentFiles::write_atomic`] itself
@@ -25,7 +26,9 @@
 //!
 //! A directory is opened (and kept) after the first operation in it through the root, when
 //! it exists. A kept directory that was removed meanwhile (link count 0: a step deleting
-//! its package's flags) is dropped and the operation goes through the root again. A
+//! its package's flags) is dropped and the operation goes through the root again. Only a
+//! step can remove it during the run, so its link count is looked at (one `fstat`) by the
+//! first operation in it after each step ([`RunDirs::step_ran`]), not by every operation. A
 //! directory renamed away and replaced by another process during the run would still be
 //! used through its old descriptor: the package lock keeps other agents out for the run,
 //! which is as long as a [`RunDirs`] lives.
@@ -42,8 +45,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::{AgentFiles, HostRoot, RootError};
 
-/// Mode of a new file written by [`RunDirs::write`] (as [`AgentFiles::write_atomic`] gives).
-const NEW_FILE_MODE: u32 = 0o644;
+/// Mode of a file written by [`RunDirs::write`] (as [`AgentFiles::write_atomic`] gives a new
+/// file).
+const FILE_MODE: u32 = 0o644;
 
 /// One kept directory.
 #[derive(Debug)]
@@ -52,6 +56,9 @@ struct Dir {
     fd: File,
     /// A [`AgentFiles::write_atomic`] into it ran in this run (stale temporaries swept).
     swept: bool,
+    /// The [`RunDirs::step_ran`] count when its link count was last seen above 0 (or it was
+    /// opened).
+    seen: u64,
 }
 
 /// The directories of one run, each resolved once (see the module docs). Start with
@@ -60,14 +67,16 @@ struct Dir {
 pub struct RunDirs {
     /// By directory (host path).
     dirs: Mutex<HashMap<PathBuf, Dir>>,
+    /// How many steps ran ([`RunDirs::step_ran`]).
+    steps: std::sync::atomic::AtomicU64,
 }
 
 /// What is at a name, seen through its directory.
 enum Existing {
     /// Nothing.
     None,
-    /// A regular file, open for reading (its metadata and extended attributes are kept).
-    File(File),
+    /// A regular file.
+    File,
     /// A symlink or anything else: the [`HostRoot`] operation's case.
     Other,
 }
@@ -90,12 +99,19 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
 /// The kept descriptor of `dir`, unless that directory was removed since it was opened (a
 /// step, or an uninstall, deleting it during the run): its link count is then 0, the entry
 /// is dropped and the caller goes through the root again, which re-creates the directory
-/// where it writes, so nothing is written into a deleted directory. (A directory renamed
-/// away and replaced keeps a link count: the package lock is what keeps that out.)
-fn live<'a>(dirs: &'a mut HashMap<PathBuf, Dir>, dir: &Path) -> Option<&'a Dir> {
-    let removed = dirs
-        .get(dir)
-        .is_some_and(|d| d.fd.metadata().map_or(true, |m| m.nlink() == 0));
+/// where it writes, so nothing is written into a deleted directory. The link count is read
+/// once after each step (`steps`, the [`RunDirs::step_ran`] count): nothing else removes
+/// the directory during the run. (A directory renamed away and replaced keeps a link count:
+/// the package lock is what keeps that out.)
+fn live<'a>(dirs: &'a mut HashMap<PathBuf, Dir>, dir: &Path, steps: u64) -> Option<&'a Dir> {
+    let removed = match dirs.get_mut(dir) {
+        Some(d) if d.seen != steps => {
+            let gone = d.fd.metadata().map_or(true, |m| m.nlink() == 0);
+            d.seen = steps;
+            gone
+        }
+        _ => false,
+    };
     if removed {
         dirs.remove(dir);
     }
@@ -105,6 +121,17 @@ fn live<'a>(dirs: &'a mut HashMap<PathBuf, Dir>, dir: &Path) -> Option<&'a Dir> 
 impl RunDirs {
     fn lock(&self) -> MutexGuard<'_, HashMap<PathBuf, Dir>> {
         self.dirs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A step ran: it may have removed a kept directory, so the next operation in each
+    /// looks at its link count again (see [`live`]). Call it after every step the run runs.
+    pub fn step_ran(&self) {
+        self.steps
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn steps(&self) -> u64 {
+        self.steps.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Keep `dir`'s descriptor after an operation in it went through the root (best
@@ -118,7 +145,8 @@ impl RunDirs {
         if let Ok(fd) = root.open_read(dir)
             && fd.metadata().is_ok_and(|m| m.is_dir())
         {
-            dirs.insert(dir.to_path_buf(), Dir { fd, swept });
+            let seen = self.steps();
+            dirs.insert(dir.to_path_buf(), Dir { fd, swept, seen });
         }
     }
 
@@ -139,7 +167,7 @@ impl RunDirs {
     pub fn exists(&self, root: &HostRoot, host: &Path) -> Result<bool, RootError> {
         if let Some((parent, name)) = split(host) {
             let mut dirs = self.lock();
-            if let Some(d) = live(&mut dirs, parent) {
+            if let Some(d) = live(&mut dirs, parent, self.steps()) {
                 // SAFETY: an all-zero `stat` is a valid value to be overwritten.
                 let mut st: libc::stat = unsafe { std::mem::zeroed() };
                 // SAFETY: valid descriptor, NUL-terminated name, a `stat` to fill.
@@ -183,7 +211,7 @@ impl RunDirs {
         let root = files.root;
         if let Some((parent, name)) = split(host) {
             let mut dirs = self.lock();
-            if let Some(d) = live(&mut dirs, parent) {
+            if let Some(d) = live(&mut dirs, parent, self.steps()) {
                 let flags = libc::O_WRONLY
                     | libc::O_CREAT
                     | libc::O_EXCL
@@ -215,7 +243,7 @@ impl RunDirs {
         let root = files.root;
         if let Some((parent, name)) = split(host) {
             let mut dirs = self.lock();
-            if let Some(d) = live(&mut dirs, parent) {
+            if let Some(d) = live(&mut dirs, parent, self.steps()) {
                 // SAFETY: valid descriptor and name.
                 return match cvt(unsafe { libc::unlinkat(d.fd.as_raw_fd(), name.as_ptr(), 0) }) {
                     Ok(_) => Ok(true),
@@ -232,7 +260,7 @@ impl RunDirs {
     }
 
     /// Replace `host` with `data` atomically and durably, as [`AgentFiles::write_atomic`]
-    /// with no mode does (see the module docs), relative to its kept directory. Side
+    /// with mode 0644 does (see the module docs), relative to its kept directory. Side
     /// effects: the temporary file, the rename, two `fsync`s; missing directories are
     /// created (0755) by the first write into them.
     ///
@@ -245,9 +273,9 @@ impl RunDirs {
             return root.write_atomic(host, data, None);
         };
         let mut dirs = self.lock();
-        let Some(d) = live(&mut dirs, parent).filter(|d| d.swept) else {
+        let Some(d) = live(&mut dirs, parent, self.steps()).filter(|d| d.swept) else {
             drop(dirs);
-            root.write_atomic(host, data, None)?;
+            root.write_atomic(host, data, Some(FILE_MODE))?;
             self.keep(root, parent, true);
             return Ok(());
         };
@@ -255,38 +283,37 @@ impl RunDirs {
         match existing(&d.fd, &name).map_err(err)? {
             Existing::Other => {
                 drop(dirs);
-                root.write_atomic(host, data, None)
+                root.write_atomic(host, data, Some(FILE_MODE))
             }
-            Existing::None => write_at(&d.fd, &name, data, None).map_err(err),
-            Existing::File(old) => write_at(&d.fd, &name, data, Some(&old)).map_err(err),
+            Existing::None | Existing::File => write_at(&d.fd, &name, data).map_err(err),
         }
     }
 }
 
-/// Open `name` in `dir` without following a symlink and without blocking on a FIFO.
+/// What is at `name` in `dir`, not following a symlink: one `fstatat`.
 fn existing(dir: &File, name: &CString) -> io::Result<Existing> {
-    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
-    // SAFETY: a valid directory descriptor and NUL-terminated name; the result is checked.
-    match cvt(unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) }) {
-        Ok(fd) => {
-            // SAFETY: a fresh descriptor we own.
-            let f = unsafe { File::from_raw_fd(fd) };
-            if f.metadata()?.is_file() {
-                Ok(Existing::File(f))
-            } else {
-                Ok(Existing::Other)
-            }
-        }
+    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid descriptor, NUL-terminated name, a `stat` to fill; the result is checked.
+    match cvt(unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    }) {
+        Ok(_) if st.st_mode & libc::S_IFMT == libc::S_IFREG => Ok(Existing::File),
+        Ok(_) => Ok(Existing::Other),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Existing::None),
-        // A symlink (O_NOFOLLOW), or something that cannot be opened this way.
+        // Something the root's operation reports.
         Err(_) => Ok(Existing::Other),
     }
 }
 
-/// The atomic write in `dir`: temporary, content, owner, extended attributes and mode of
-/// `old` (or 0644), fsync, rename over `name`, fsync of `dir`. The temporary is removed on
-/// failure.
-fn write_at(dir: &File, name: &CString, data: &[u8], old: Option<&File>) -> io::Result<()> {
+/// The atomic write in `dir`: temporary, content, mode 0644, fsync, rename over `name`,
+/// fsync of `dir`. The temporary is removed on failure.
+fn write_at(dir: &File, name: &CString, data: &[u8]) -> io::Result<()> {
     let dirfd = dir.as_raw_fd();
     let (tmp, mut f) = {
         let mut attempt = 0;
@@ -307,17 +334,8 @@ fn write_at(dir: &File, name: &CString, data: &[u8], old: Option<&File>) -> io::
     };
     let result = (|| -> io::Result<()> {
         f.write_all(data)?;
-        let meta = old.map(File::metadata).transpose()?;
-        // The old owner is kept best effort, as `write_atomic_owned` keeps it.
-        super::settle_replacement(
-            &f,
-            old,
-            meta.as_ref().map(MetadataExt::uid),
-            meta.as_ref().map(MetadataExt::gid),
-            false,
-            meta.as_ref().map_or(NEW_FILE_MODE, |m| m.mode() & 0o7777),
-        )
-        .map_err(|(_, e)| e)?;
+        // Mode, then the file's fsync before its rename.
+        super::settle_replacement(&f, None, None, None, false, FILE_MODE).map_err(|(_, e)| e)?;
         // SAFETY: valid descriptors and NUL-terminated single-component names.
         cvt(unsafe { libc::renameat(dirfd, tmp.as_ptr(), dirfd, name.as_ptr()) })?;
         // Best effort, as `write_atomic`'s directory fsync (some filesystems refuse).
@@ -373,7 +391,8 @@ mod tests {
         assert_eq!(std::fs::read(d.join("a.sh_X")).unwrap(), b"one");
         assert_eq!(std::fs::read(d.join("b.sh_Y")).unwrap(), b"two");
         assert_eq!(mode(&d.join("b.sh_Y")), 0o644, "a new flag is 0644");
-        // Rewriting keeps the old file's mode; no temporary is left.
+        // A rewrite is 0644 too (the agent's own file: an old mode is not carried over); no
+        // temporary is left.
         std::fs::set_permissions(d.join("a.sh_X"), std::fs::Permissions::from_mode(0o600)).unwrap();
         dirs.write(
             &AgentFiles::new(&root),
@@ -382,7 +401,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(std::fs::read(d.join("a.sh_X")).unwrap(), b"three");
-        assert_eq!(mode(&d.join("a.sh_X")), 0o600);
+        assert_eq!(mode(&d.join("a.sh_X")), 0o644);
         assert_eq!(names(&d), ["a.sh_X", "b.sh_Y"]);
         assert_eq!(dirs.dirs.lock().unwrap().len(), 1);
     }
@@ -409,7 +428,9 @@ mod tests {
             b"two",
         )
         .unwrap();
+        // Removed by a step: the next operation in the directory after the step sees it.
         std::fs::remove_dir_all(t.path().join("state")).unwrap();
+        dirs.step_ran();
         assert!(
             !dirs
                 .exists(&root, Path::new("/state/flags/pkg/1.0/a"))
@@ -439,6 +460,7 @@ mod tests {
         );
         std::fs::remove_dir_all(&logs).unwrap();
         std::fs::create_dir(&logs).unwrap();
+        dirs.step_ran();
         drop(
             dirs.create_new(&AgentFiles::new(&root), Path::new("/log/y.log"), 0o644)
                 .unwrap(),
