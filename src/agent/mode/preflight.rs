@@ -106,6 +106,7 @@ impl Preflight<'_> {
     /// cannot be reopened for the plan session.
     pub async fn run(&self) -> Result<Option<PreflightFailure>, AgentError> {
         let started = std::time::Instant::now();
+        let cpu = process_cpu_us();
         let mut outcome = self.check()?;
         let checked = started.elapsed();
         // Let a signal that arrived meanwhile stop the token before deciding to plan.
@@ -122,6 +123,7 @@ impl Preflight<'_> {
             mode = self.mode.as_str(),
             check_us = checked.as_micros(),
             total_us = started.elapsed().as_micros(),
+            cpu_us = process_cpu_us().saturating_sub(cpu),
             ok = outcome.is_none(),
             "preflight"
         );
@@ -174,6 +176,8 @@ impl Preflight<'_> {
             .cancel(plan_cancel.clone())
             .build();
         let api = spec.session(self.root.try_clone()?);
+        // Nobody reads the plan's report: its diffs are not rendered.
+        api.with_host(crate::host::Host::plan_without_diffs);
         let output: Arc<dyn ScriptOutput> = api.redacting_output(Arc::new(Discard));
         let mut errors = Vec::new();
         if let Some(Err(message)) = api.with_host(|h| plan_package_copy(h, self.site)) {
@@ -283,6 +287,23 @@ impl PreflightFailure {
             errors: self.errors.len(),
         }
     }
+}
+
+/// The CPU time (user + system) the process has used so far, in microseconds (0 when
+/// `getrusage` fails): the preflight's own is the difference over its run, since nothing
+/// else of the agent runs meanwhile.
+fn process_cpu_us() -> u64 {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a whole `rusage` into the pointer it is given.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) } != 0 {
+        return 0;
+    }
+    // SAFETY: initialised by the successful call above (and zeroed before).
+    let u = unsafe { u.assume_init() };
+    let us = |t: libc::timeval| {
+        u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000 + u64::try_from(t.tv_usec).unwrap_or(0)
+    };
+    us(u.ru_utime) + us(u.ru_stime)
 }
 
 /// `<path> <args>`, the arguments joined by spaces (as the `FAILED:` line of the mode loop).

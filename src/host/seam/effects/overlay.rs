@@ -18,7 +18,15 @@
 //! Limits (documented, harmless for idempotence): symlinks planned in the same session are
 //! not followed by later reads; mtimes of planned files are the real ones when the file
 //! existed, else 0.
+//!
+//! Real-root lookups: a plan changes nothing, so what the real root answers for a path (its
+//! resolution through symlinks, its metadata) is remembered for the session ([`RootMemo`]);
+//! the ancestors that every planned change checks are then resolved once, not once per
+//! change and per check. What the plan itself planned is always looked up first. The
+//! session forgets it when it runs a command (a query may touch the host:
+//! [`Overlay::forget_root`]). Failures are not remembered.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -259,6 +267,23 @@ pub(crate) struct Overlay {
     held: usize,
     /// Where content past [`HELD_LIMIT`] goes.
     spill: Spill,
+    /// What the real root answered (module docs, "Real-root lookups").
+    memo: RefCell<RootMemo>,
+    /// A plan whose diffs nobody reads (the agent's preflight): its session renders none
+    /// ([`crate::host::Host::plan_without_diffs`]).
+    pub(crate) without_diffs: bool,
+}
+
+/// The real root's answers remembered by a plan session (module docs, "Real-root lookups"):
+/// by normalised host path, the canonical path (`None`: missing) and the metadata (`None`:
+/// missing), the latter per `follow`.
+#[derive(Debug, Default)]
+struct RootMemo {
+    canonical: HashMap<PathBuf, Option<PathBuf>>,
+    stats: HashMap<(PathBuf, bool), Option<Stat>>,
+    /// Lookups that went to the real root.
+    #[cfg(test)]
+    asked: usize,
 }
 
 impl Overlay {
@@ -352,15 +377,61 @@ impl Overlay {
         if self.lookup(&n).is_some() || n == Path::new("/") {
             return Ok(n);
         }
-        if follow && let Some(c) = root.canonical(&n)? {
+        if follow && let Some(c) = self.root_canonical(root, &n)? {
             return Ok(c);
         }
         if let (Some(parent), Some(name)) = (n.parent(), n.file_name())
-            && let Some(c) = root.canonical(parent)?
+            && let Some(c) = self.root_canonical(root, parent)?
         {
             return Ok(c.join(name));
         }
         Ok(n)
+    }
+
+    /// [`HostRoot::canonical`] of the normalised `n`, remembered (module docs, "Real-root
+    /// lookups").
+    fn root_canonical(&self, root: &HostRoot, n: &Path) -> Result<Option<PathBuf>> {
+        if let Some(c) = self.memo.borrow().canonical.get(n) {
+            return Ok(c.clone());
+        }
+        let c = root.canonical(n)?;
+        let mut m = self.memo.borrow_mut();
+        #[cfg(test)]
+        {
+            m.asked += 1;
+        }
+        m.canonical.insert(n.to_path_buf(), c.clone());
+        Ok(c)
+    }
+
+    /// [`root_stat`] of the overlay key `key`, remembered (module docs, "Real-root lookups").
+    fn root_stat(&self, root: &HostRoot, key: &Path, follow: bool) -> Result<Option<Stat>> {
+        let k = (key.to_path_buf(), follow);
+        if let Some(s) = self.memo.borrow().stats.get(&k) {
+            return Ok(s.clone());
+        }
+        let s = root_stat(root, key, follow)?;
+        let mut m = self.memo.borrow_mut();
+        #[cfg(test)]
+        {
+            m.asked += 1;
+        }
+        m.stats.insert(k, s.clone());
+        Ok(s)
+    }
+
+    /// How many lookups went to the real root ([`RootMemo`]).
+    #[cfg(test)]
+    pub(crate) fn root_lookups(&self) -> usize {
+        self.memo.borrow().asked
+    }
+
+    /// Forget what the real root answered: a command ran and may have changed it (module
+    /// docs, "Real-root lookups").
+    pub(crate) fn forget_root(&self) {
+        let mut m = self.memo.borrow_mut();
+        m.canonical.clear();
+        m.stats.clear();
     }
 
     /// Metadata of `path` as planned, else as the real root has it; `follow` follows a
@@ -373,7 +444,7 @@ impl Overlay {
         if let Some(hit) = self.lookup(&key) {
             return Ok(hit.stat());
         }
-        root_stat(root, &key, follow)
+        self.root_stat(root, &key, follow)
     }
 
     /// Content of the file at `path` as planned, else read from the real root with
@@ -809,5 +880,68 @@ mod tests {
         // Removing a held file frees its share.
         fs::remove(&mut h, "/big/a").unwrap();
         assert_eq!(h.overlay().unwrap().held(), held - (20 << 20));
+    }
+
+    /// Issue 31: 50 planned writes into one directory ask the real root about each path
+    /// once (the directory's ancestors, then each new file), not once per change and check.
+    #[test]
+    fn a_plan_asks_the_real_root_once_per_path() {
+        let t = TestHost::new();
+        t.file("/etc/pf/old.conf", "x\n");
+        let mut h = t.host(ExecMode::Plan);
+        for i in 0..50 {
+            let p = format!("/etc/pf/f{i}.conf");
+            fs::write(&mut h, &p, "k = v\n", &Default::default()).unwrap();
+            fs::ensure_line(&mut h, &p, "k2 = v2", &Default::default()).unwrap();
+        }
+        let asked = h.overlay().unwrap().root_lookups();
+        assert!(asked <= 2 * 50 + 20, "{asked} lookups of the real root");
+        let r = h.finish().unwrap();
+        assert_eq!(r.changes.len(), 100);
+        assert!(r.changes.iter().all(|c| c.diff.is_some()));
+    }
+
+    /// What the plan remembered of the real root is forgotten when the session runs a
+    /// command (a query may change the host): a file it made is seen.
+    #[test]
+    fn a_plan_sees_what_a_command_it_ran_made() {
+        let t = TestHost::new();
+        t.install_sh();
+        t.file("/etc/keep", "x\n");
+        let h = t.host(ExecMode::Plan);
+        let new = Path::new("/etc/new");
+        assert!(h.view_stat(new, true).unwrap().is_none());
+        let argv = ["sh", "-c", ": > /etc/new"].map(String::from);
+        h.exec(&argv, &Default::default()).unwrap();
+        assert_eq!(h.view_stat(new, true).unwrap().unwrap().kind, "file");
+    }
+
+    /// [`crate::host::Host::plan_without_diffs`]: the same changes and summaries, no diffs.
+    #[test]
+    fn a_plan_without_diffs_renders_none() {
+        let t = TestHost::new();
+        t.file("/etc/a.conf", "a = 1\n");
+        let plan = |quiet: bool| {
+            let mut h = t.host(ExecMode::Plan);
+            if quiet {
+                h.plan_without_diffs();
+            }
+            fs::write(&mut h, "/etc/a.conf", "a = 2\n", &Default::default()).unwrap();
+            fs::ensure_line(&mut h, "/etc/b.conf", "b = 1", &Default::default()).unwrap();
+            fs::remove(&mut h, "/etc/a.conf").unwrap();
+            h.finish().unwrap()
+        };
+        let (loud, quiet) = (plan(false), plan(true));
+        let summaries = |r: &crate::host::Report| -> Vec<String> {
+            r.changes.iter().map(|c| c.summary.clone()).collect()
+        };
+        assert_eq!(summaries(&loud), summaries(&quiet));
+        assert_eq!(summaries(&quiet).len(), 3);
+        assert!(loud.changes.iter().all(|c| c.diff.is_some()));
+        assert!(quiet.changes.iter().all(|c| c.diff.is_none()));
+        assert_eq!(
+            loud.changes.iter().map(|c| &c.before).collect::<Vec<_>>(),
+            quiet.changes.iter().map(|c| &c.before).collect::<Vec<_>>()
+        );
     }
 }

@@ -156,10 +156,24 @@ impl Host {
         })
     }
 
-    /// Whether the session renders the diffs of its changes: plan and check mode, and apply
-    /// with [`HostOptions::diffs`].
+    /// Whether the session renders the diffs of its changes: plan and check mode (unless
+    /// [`Host::plan_without_diffs`]), and apply with [`HostOptions::diffs`].
     pub(in crate::host::seam::effects) fn renders_diffs(&self) -> bool {
-        self.plans() || self.cx.opts.diffs
+        match self.executor.overlay() {
+            Some(o) => !o.without_diffs,
+            None => self.cx.opts.diffs,
+        }
+    }
+
+    /// Plan and check mode: render no diff of the changes from now on (their
+    /// [`crate::host::effects::report::Change::diff`] is `None`), for a plan whose report
+    /// nobody reads (the agent's preflight). The old content of a written file is then not
+    /// read (nor by an apply); every other read, check and error of the plan stays. No
+    /// effect in apply mode.
+    pub(crate) fn plan_without_diffs(&mut self) {
+        if let Some(o) = self.executor.overlay_mut() {
+            o.without_diffs = true;
+        }
     }
 
     /// The lines the report's diff of a rewrite of the file at `path` to `new` shows (the
