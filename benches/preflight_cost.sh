@@ -10,8 +10,8 @@
 # `share`: for each case below, RUNS rounds, each on a fresh node: `skyhook-agent MODE` of the
 # package with SKYHOOK_LOG=skyhook=info. The preflight's figures come from its log line
 # ("preflight ... total_us=... cpu_us=..."; cpu_us, the process's user + system time over the
-# preflight, is logged since issue 31: older builds print "-"); the run's from /usr/bin/time
-# (wall, and user + system of the agent and the commands its steps ran). Printed per case: the
+# preflight, is logged since issue 31: older builds print "-"); the run's from getrusage of
+# the agent's process (wall, and user + system of the agent and the commands its steps ran). Printed per case: the
 # medians, and the preflight's share of the rest of the run, pf / (run - pf), in wall and in
 # CPU. The cases (fresh node per round, built as benches/port_vs_bash.sh builds its nodes):
 #   tuning apply|config  examples/tuning on scripts/make-host-root.sh (its recording stubs, the
@@ -21,7 +21,9 @@
 #   tuned apply|config   examples/nvidia-tuned on ubuntu-24.04-eks-x86_64 (h100, inference, eks;
 #                        config after an untimed apply, which installs tuned)
 #   setup apply          examples/nvidia-setup on ubuntu-24.04-eks-x86_64 (eks, h100; the EFA
-#                        installer from a 127.0.0.1 mirror, as benches/port_vs_bash_setup.sh)
+#                        installer from a 127.0.0.1 mirror, as benches/port_vs_bash_setup.sh;
+#                        without the instance-store disks, so no RAID0: the fake mdadm makes
+#                        no block device)
 # Commands are the fake hosts' stubs, so a node's apply is longer and these shares are upper
 # bounds. CPU time is the reading to trust on a shared machine. With BASE (a directory holding
 # another build's skyhook-agent, e.g. main's), each round runs BASE's and BIN's alternately on
@@ -42,8 +44,21 @@ cd "$(dirname "$0")/.."
 what=${1:-share}
 W=$(mktemp -d /tmp/preflight-cost.XXXXXX)
 MIRROR_PID=
-trap '[ -n "$MIRROR_PID" ] && kill "$MIRROR_PID" 2>/dev/null; rm -rf "$W"' EXIT
+cleanup() {
+    if [ -n "$MIRROR_PID" ]; then kill "$MIRROR_PID" 2>/dev/null || true; fi
+    if [ -z "${KEEP:-}" ]; then rm -rf "$W"; else echo "kept $W" >&2; fi
+}
+trap cleanup EXIT
 PATHS=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+# Runs argv[2:], writes "wall user sys" (seconds) of it and its children to argv[1].
+TIMER='import resource, subprocess, sys, time
+t = time.monotonic()
+rc = subprocess.call(sys.argv[2:])
+w = time.monotonic() - t
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write("%f %f %f\n" % (w, u.ru_utime, u.ru_stime))
+sys.exit(rc)'
 
 median() { sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
 
@@ -168,19 +183,9 @@ node() {
             cp -r examples/nvidia-setup/. "$r/pkg"
             printf eks > "$r/pkg/configmaps/service"
             printf h100 > "$r/pkg/configmaps/accelerator"
-            # sysfs and udev records of the instance-store disks (benches/port_vs_bash_setup.sh).
-            for f in "$r"/dev/disk/by-id/*NVMe_Instance_Storage_*; do
-                [ -e "$f" ] || [ -L "$f" ] || continue
-                n=$(basename "$(readlink "$f")")
-                d=$r/sys/class/block/$n
-                mkdir -p "$d/device" "$r/run/udev/data"
-                echo 7500000000 > "$d/size"
-                echo "259:${n//[!0-9]/}" > "$d/dev"
-                echo "Amazon EC2 NVMe Instance Storage" > "$d/device/model"
-                echo "${f##*_}" > "$d/device/serial"
-                printf 'E:ID_MODEL=Amazon_EC2_NVMe_Instance_Storage\nE:ID_SERIAL_SHORT=%s\n' "${f##*_}" \
-                    > "$r/run/udev/data/b$(cat "$d/dev")"
-            done ;;
+            # No instance-store disks: the layer's are plain files, on which the fake mdadm
+            # makes no block device, so the RAID0 part is skipped (its plan and apply alike).
+            rm -f "$r"/dev/disk/by-id/*NVMe_Instance_Storage_* "$r"/dev/nvme?n1 ;;
     esac
 }
 
@@ -215,7 +220,7 @@ one() {
         tuned) rid=node-0000-1_nvidia_tuned_0.2.3 ;;
         setup) rid=setup-0000-1_nvidia_setup_0.2.1 ;;
     esac
-    /usr/bin/time -f '%e %U %S' -o "$W/time" env -i PATH=$PATHS SKYHOOK_LOG=skyhook=info \
+    python3 -c "$TIMER" "$W/time" env -i PATH=$PATHS SKYHOOK_LOG=skyhook=info \
         SKYHOOK_RESOURCE_ID=$rid COPY_RESOLV=false SKYHOOK_ROOT_DIR=/state SKYHOOK_LOG_DIR=/log \
         USE_CONTAINERD=false INTERRUPT=true NVIDIA_EFA_URL="${EFA_URL:-}" \
         "$agent" "$mode" "$r" /pkg > "$W/log" 2>&1 \
@@ -232,7 +237,7 @@ share() {
     [ -n "${BASE:-}" ] && bins+=("base=$BASE")
     bins+=("this=${BIN:-target/release}")
     start_mirror
-    local cases="tuning:apply tuning:config gke:config tuned:apply tuned:config setup:apply"
+    local cases=${CASES:-"tuning:apply tuning:config gke:config tuned:apply tuned:config setup:apply"}
     for c in $cases; do
         pkg=${c%%:*} mode=${c#*:}
         for i in $(seq "$runs"); do
@@ -251,7 +256,7 @@ share() {
         for b in "${bins[@]}"; do
             f=$W/res-${b%%=*}-${c%%:*}-${c#*:}
             local pf pfc wall cpu
-            pf=$(cut -d' ' -f1 "$f" | median); pfc=$(cut -d' ' -f2 "$f" | grep -v -- - | median)
+            pf=$(cut -d' ' -f1 "$f" | median); pfc=$(cut -d' ' -f2 "$f" | { grep -v -- - || true; } | median)
             wall=$(cut -d' ' -f3 "$f" | median); cpu=$(cut -d' ' -f4 "$f" | median)
             awk -v b="${b%%=*}" -v c="$c" -v pf="$pf" -v pfc="$pfc" -v w="$wall" -v u="$cpu" 'BEGIN {
                 cpu_pf = (pfc == "-") ? "-" : sprintf("%.1f", pfc / 1000)
