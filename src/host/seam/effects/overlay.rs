@@ -269,6 +269,9 @@ pub(crate) struct Overlay {
     spill: Spill,
     /// What the real root answered (module docs, "Real-root lookups").
     memo: RefCell<RootMemo>,
+    /// The path lock directory is in the session's view ([`Overlay::plan_lock_dir`] found or
+    /// planned it); cleared by a planned removal and when the root is forgotten.
+    lock_dir_seen: std::cell::Cell<bool>,
     /// A plan whose diffs nobody reads (the agent's preflight): its session renders none
     /// ([`crate::host::Host::plan_without_diffs`]).
     pub(crate) without_diffs: bool,
@@ -320,6 +323,7 @@ impl Overlay {
 
     fn set(&mut self, p: PathBuf, n: Node) {
         if matches!(n, Node::Absent) {
+            self.lock_dir_seen.set(false);
             // Everything planned beneath is gone too.
             let below: Vec<PathBuf> = self
                 .nodes
@@ -432,6 +436,7 @@ impl Overlay {
         let mut m = self.memo.borrow_mut();
         m.canonical.clear();
         m.stats.clear();
+        self.lock_dir_seen.set(false);
     }
 
     /// Metadata of `path` as planned, else as the real root has it; `follow` follows a
@@ -668,18 +673,22 @@ impl Overlay {
     /// # Errors
     /// Resolving or stating the directory or its parents.
     pub(crate) fn plan_lock_dir(&mut self, root: &HostRoot) -> Result<()> {
-        let key = self.key(root, Path::new(crate::host::root::pathlock::DIR), true)?;
-        if self.stat(root, &key, true)?.is_some() {
+        // Once seen, it stays until a planned removal (or a command) may have taken it.
+        if self.lock_dir_seen.get() {
             return Ok(());
         }
-        self.plan_parents(root, &key)?;
-        let dir = Node::Dir {
-            mode: crate::host::root::PARENT_DIR_MODE,
-            uid: 0,
-            gid: 0,
-            fresh: true,
-        };
-        self.set(key, dir);
+        let key = self.key(root, Path::new(crate::host::root::pathlock::DIR), true)?;
+        if self.stat(root, &key, true)?.is_none() {
+            self.plan_parents(root, &key)?;
+            let dir = Node::Dir {
+                mode: crate::host::root::PARENT_DIR_MODE,
+                uid: 0,
+                gid: 0,
+                fresh: true,
+            };
+            self.set(key, dir);
+        }
+        self.lock_dir_seen.set(true);
         Ok(())
     }
 
@@ -914,6 +923,21 @@ mod tests {
         let argv = ["sh", "-c", ": > /etc/new"].map(String::from);
         h.exec(&argv, &Default::default()).unwrap();
         assert_eq!(h.view_stat(new, true).unwrap().unwrap().kind, "file");
+    }
+
+    /// The lock directory a plan planned once is planned again after a planned removal
+    /// took it, as the apply creates it again at its next lock.
+    #[test]
+    fn the_lock_directory_is_planned_again_after_a_removal() {
+        let t = TestHost::new();
+        let mut h = t.host(ExecMode::Plan);
+        let dir = Path::new(crate::host::root::pathlock::DIR);
+        fs::ensure_line(&mut h, "/etc/a.conf", "a", &Default::default()).unwrap();
+        assert_eq!(h.view_stat(dir, true).unwrap().unwrap().kind, "dir");
+        fs::remove_all(&mut h, "/var/lib").unwrap();
+        assert!(h.view_stat(dir, true).unwrap().is_none());
+        fs::ensure_line(&mut h, "/etc/a.conf", "b", &Default::default()).unwrap();
+        assert_eq!(h.view_stat(dir, true).unwrap().unwrap().kind, "dir");
     }
 
     /// [`crate::host::Host::plan_without_diffs`]: the same changes and summaries, no diffs.
