@@ -5,7 +5,7 @@
 # an applied one, in instructions). As root (the agent chroots).
 #
 #   sudo [RUNS=5] [BIN=target/release] [BASE=dir] bash benches/preflight_cost.sh share
-#   sudo [BIN=target/debug] [BASE=dir] [SIZES="10 100"] bash benches/preflight_cost.sh ir
+#   sudo [BIN=target/debug] [BASE=dir] [SIZES="10 100"] [KINDS="write line"] bash benches/preflight_cost.sh ir
 #
 # `share`: for each case below, RUNS rounds, each on a fresh node: `skyhook-agent MODE` of the
 # package with SKYHOOK_LOG=skyhook=info. The preflight's figures come from its log line
@@ -35,6 +35,9 @@
 # callgrind with a dump when the preflight's plan starts (Preflight::plan) and one when the
 # package lock is taken after it (prepare::package_lock): the second part is the plan, the
 # third the apply. Per change = (part at N2 - part at N1) / (N2 - N1) for SIZES="N1 N2".
+# `node PKG DIR` only builds the fresh node of PKG (tuning, gke, tuned, setup) at DIR, the
+# package at /pkg, for profiling a run by hand (the setup case's EFA mirror is not started).
+#
 # Needs a build with symbols (the debug build; the release one is stripped). valgrind lacks
 # openat2, so root-confined lookups (pathrs) cost far more under it than natively
 # (docs/benchmarks.md): both sides pay that, the apply more (it resolves every change anew).
@@ -114,7 +117,7 @@ ir() {
     scripts/make-host-root.sh "$W/ir-template" > /dev/null
     echo "callgrind Ir per file change, (N=${sizes[1]} - N=${sizes[0]}) / $((sizes[1] - sizes[0]))"
     printf '%-6s %-6s %14s %14s %8s\n' build kind plan apply plan/apply
-    for kind in write line; do
+    for kind in ${KINDS:-write line}; do
         for b in "${bins[@]}"; do
             read -r _ p1 a1 <<< "$(ir_parts "${b#*=}/skyhook-agent" "${sizes[0]}" $kind)"
             read -r _ p2 a2 <<< "$(ir_parts "${b#*=}/skyhook-agent" "${sizes[1]}" $kind)"
@@ -270,5 +273,6 @@ share() {
 case $what in
     share) share ;;
     ir) ir ;;
-    *) echo "usage: preflight_cost.sh share|ir (see its header)" >&2; exit 2 ;;
+    node) node "$3" "$2" ;;
+    *) echo "usage: preflight_cost.sh share|ir|node PKG DIR (see its header)" >&2; exit 2 ;;
 esac

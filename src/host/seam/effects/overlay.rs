@@ -269,6 +269,10 @@ pub(crate) struct Overlay {
     spill: Spill,
     /// What the real root answered (module docs, "Real-root lookups").
     memo: RefCell<RootMemo>,
+    /// Paths the view found to be directories (symlinks followed), by normalised path, for
+    /// the ancestor checks of every change: kept until a planned change other than a new
+    /// directory or file ([`Overlay::set`]), or a command ([`Overlay::forget_root`]).
+    dirs: RefCell<std::collections::HashSet<PathBuf>>,
     /// The path lock directory is in the session's view ([`Overlay::plan_lock_dir`] found or
     /// planned it); cleared by a planned removal and when the root is forgotten.
     lock_dir_seen: std::cell::Cell<bool>,
@@ -279,11 +283,11 @@ pub(crate) struct Overlay {
 
 /// The real root's answers remembered by a plan session (module docs, "Real-root lookups"):
 /// by normalised host path, the canonical path (`None`: missing) and the metadata (`None`:
-/// missing), the latter per `follow`.
+/// missing), the latter with a final symlink followed (`stats[1]`) or not (`stats[0]`).
 #[derive(Debug, Default)]
 struct RootMemo {
     canonical: HashMap<PathBuf, Option<PathBuf>>,
-    stats: HashMap<(PathBuf, bool), Option<Stat>>,
+    stats: [HashMap<PathBuf, Option<Stat>>; 2],
     /// Lookups that went to the real root.
     #[cfg(test)]
     asked: usize,
@@ -321,7 +325,18 @@ impl Overlay {
             .collect()
     }
 
+    /// Plan `n` at the key `p`; the known directories ([`Overlay::known_dir`]) are forgotten
+    /// unless `n` is a fresh directory (planned where nothing was).
     fn set(&mut self, p: PathBuf, n: Node) {
+        let keeps_dirs = matches!(n, Node::Dir { fresh: true, .. });
+        self.set_keeping_dirs(p, n, keeps_dirs);
+    }
+
+    /// [`Overlay::set`]; `keeps_dirs`: nothing or a file was at `p` (no directory changes).
+    fn set_keeping_dirs(&mut self, p: PathBuf, n: Node, keeps_dirs: bool) {
+        if !keeps_dirs {
+            self.dirs.get_mut().clear();
+        }
         if matches!(n, Node::Absent) {
             self.lock_dir_seen.set(false);
             // Everything planned beneath is gone too.
@@ -410,8 +425,7 @@ impl Overlay {
 
     /// [`root_stat`] of the overlay key `key`, remembered (module docs, "Real-root lookups").
     fn root_stat(&self, root: &HostRoot, key: &Path, follow: bool) -> Result<Option<Stat>> {
-        let k = (key.to_path_buf(), follow);
-        if let Some(s) = self.memo.borrow().stats.get(&k) {
+        if let Some(s) = self.memo.borrow().stats[usize::from(follow)].get(key) {
             return Ok(s.clone());
         }
         let s = root_stat(root, key, follow)?;
@@ -420,7 +434,7 @@ impl Overlay {
         {
             m.asked += 1;
         }
-        m.stats.insert(k, s.clone());
+        m.stats[usize::from(follow)].insert(key.to_path_buf(), s.clone());
         Ok(s)
     }
 
@@ -435,8 +449,20 @@ impl Overlay {
     pub(crate) fn forget_root(&self) {
         let mut m = self.memo.borrow_mut();
         m.canonical.clear();
-        m.stats.clear();
+        m.stats.iter_mut().for_each(HashMap::clear);
         self.lock_dir_seen.set(false);
+        self.dirs.borrow_mut().clear();
+    }
+
+    /// Whether the view found `p` (normalised) to be a directory and nothing planned since
+    /// can have changed that ([`Overlay::note_dir`]).
+    pub(crate) fn known_dir(&self, p: &Path) -> bool {
+        self.dirs.borrow().contains(p)
+    }
+
+    /// The view found `p` (normalised, symlinks followed) to be a directory.
+    pub(crate) fn note_dir(&self, p: &Path) {
+        self.dirs.borrow_mut().insert(p.to_path_buf());
     }
 
     /// Metadata of `path` as planned, else as the real root has it; `follow` follows a
@@ -511,7 +537,8 @@ impl Overlay {
                     gid: gid.or(old.as_ref().map(|s| s.gid)).unwrap_or(0),
                     mtime: old.as_ref().map_or(0, |s| s.mtime),
                 };
-                self.set(key, node);
+                let keeps_dirs = old.is_none_or(|s| s.kind == "file");
+                self.set_keeping_dirs(key, node, keeps_dirs);
             }
             Effect::CopyFile {
                 path,
@@ -696,7 +723,7 @@ impl Overlay {
     fn plan_parents(&mut self, root: &HostRoot, key: &Path) -> Result<()> {
         let mut missing = Vec::new();
         for anc in key.ancestors().skip(1) {
-            if self.stat(root, anc, true)?.is_some() {
+            if self.known_dir(anc) || self.stat(root, anc, true)?.is_some() {
                 break;
             }
             missing.push(anc.to_path_buf());
