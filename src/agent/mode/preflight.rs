@@ -291,21 +291,26 @@ impl PreflightFailure {
     }
 }
 
-/// The CPU time (user + system) the process has used so far, in microseconds (0 when
-/// `getrusage` fails): the preflight's own is the difference over its run, since nothing
-/// else of the agent runs meanwhile.
+/// The CPU time (user + system) the process and its waited-for children (the queries a
+/// plan runs) have used so far, in microseconds (a failing `getrusage` counts 0): the
+/// preflight's own is the difference over its run, since nothing else of the agent runs
+/// meanwhile.
 fn process_cpu_us() -> u64 {
-    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes a whole `rusage` into the pointer it is given.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) } != 0 {
-        return 0;
-    }
-    // SAFETY: initialised by the successful call above (and zeroed before).
-    let u = unsafe { u.assume_init() };
-    let us = |t: libc::timeval| {
-        u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000 + u64::try_from(t.tv_usec).unwrap_or(0)
+    let of = |who| {
+        let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: getrusage writes a whole `rusage` into the pointer it is given.
+        if unsafe { libc::getrusage(who, u.as_mut_ptr()) } != 0 {
+            return 0;
+        }
+        // SAFETY: initialised by the successful call above (and zeroed before).
+        let u = unsafe { u.assume_init() };
+        let us = |t: libc::timeval| {
+            u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000
+                + u64::try_from(t.tv_usec).unwrap_or(0)
+        };
+        us(u.ru_utime) + us(u.ru_stime)
     };
-    us(u.ru_utime) + us(u.ru_stime)
+    of(libc::RUSAGE_SELF) + of(libc::RUSAGE_CHILDREN)
 }
 
 /// `<path> <args>`, the arguments joined by spaces (as the `FAILED:` line of the mode loop).

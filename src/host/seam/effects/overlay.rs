@@ -272,7 +272,7 @@ pub(crate) struct Overlay {
     /// Paths the view found to be directories (symlinks followed), by normalised path, for
     /// the ancestor checks of every change: kept until a planned change other than a new
     /// directory or file ([`Overlay::set`]), or a command ([`Overlay::forget_root`]).
-    dirs: RefCell<std::collections::HashSet<PathBuf>>,
+    dirs: RefCell<std::collections::HashSet<std::ffi::OsString>>,
     /// The path lock directory is in the session's view ([`Overlay::plan_lock_dir`] found or
     /// planned it); cleared by a planned removal and when the root is forgotten.
     lock_dir_seen: std::cell::Cell<bool>,
@@ -457,12 +457,12 @@ impl Overlay {
     /// Whether the view found `p` (normalised) to be a directory and nothing planned since
     /// can have changed that ([`Overlay::note_dir`]).
     pub(crate) fn known_dir(&self, p: &Path) -> bool {
-        self.dirs.borrow().contains(p)
+        self.dirs.borrow().contains(p.as_os_str())
     }
 
     /// The view found `p` (normalised, symlinks followed) to be a directory.
     pub(crate) fn note_dir(&self, p: &Path) {
-        self.dirs.borrow_mut().insert(p.to_path_buf());
+        self.dirs.borrow_mut().insert(p.as_os_str().to_os_string());
     }
 
     /// Metadata of `path` as planned, else as the real root has it; `follow` follows a
