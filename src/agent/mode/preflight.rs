@@ -305,8 +305,7 @@ fn process_cpu_us() -> u64 {
         // SAFETY: initialised by the successful call above (and zeroed before).
         let u = unsafe { u.assume_init() };
         let us = |t: libc::timeval| {
-            u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000
-                + u64::try_from(t.tv_usec).unwrap_or(0)
+            u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000 + u64::try_from(t.tv_usec).unwrap_or(0)
         };
         us(u.ru_utime) + us(u.ru_stime)
     };

@@ -272,7 +272,7 @@ pub(crate) struct Overlay {
     /// Paths the view found to be directories (symlinks followed), by normalised path, for
     /// the ancestor checks of every change: kept until a planned change other than a new
     /// directory or file ([`Overlay::set`]), or a command ([`Overlay::forget_root`]).
-    dirs: RefCell<std::collections::HashSet<std::ffi::OsString>>,
+    dirs: RefCell<std::collections::BTreeSet<std::ffi::OsString>>,
     /// The path lock directory is in the session's view ([`Overlay::plan_lock_dir`] found or
     /// planned it); cleared by a planned removal and when the root is forgotten.
     lock_dir_seen: std::cell::Cell<bool>,
@@ -288,9 +288,8 @@ pub(crate) struct Overlay {
 struct RootMemo {
     canonical: HashMap<PathBuf, Option<PathBuf>>,
     stats: [HashMap<PathBuf, Option<Stat>>; 2],
-    /// Lookups that went to the real root.
     #[cfg(test)]
-    asked: usize,
+    asked: usize, // lookups that went to the real root
 }
 
 impl Overlay {
@@ -407,8 +406,7 @@ impl Overlay {
         Ok(n)
     }
 
-    /// [`HostRoot::canonical`] of the normalised `n`, remembered (module docs, "Real-root
-    /// lookups").
+    /// [`HostRoot::canonical`] of the normalised `n`, remembered (module docs).
     fn root_canonical(&self, root: &HostRoot, n: &Path) -> Result<Option<PathBuf>> {
         if let Some(c) = self.memo.borrow().canonical.get(n) {
             return Ok(c.clone());
@@ -423,7 +421,7 @@ impl Overlay {
         Ok(c)
     }
 
-    /// [`root_stat`] of the overlay key `key`, remembered (module docs, "Real-root lookups").
+    /// [`root_stat`] of the overlay key `key`, remembered (module docs).
     fn root_stat(&self, root: &HostRoot, key: &Path, follow: bool) -> Result<Option<Stat>> {
         if let Some(s) = self.memo.borrow().stats[usize::from(follow)].get(key) {
             return Ok(s.clone());
@@ -444,8 +442,7 @@ impl Overlay {
         self.memo.borrow().asked
     }
 
-    /// Forget what the real root answered: a command ran and may have changed it (module
-    /// docs, "Real-root lookups").
+    /// Forget what the real root answered: a command may have changed it (module docs).
     pub(crate) fn forget_root(&self) {
         let mut m = self.memo.borrow_mut();
         m.canonical.clear();
@@ -472,10 +469,15 @@ impl Overlay {
     /// Resolution failures.
     pub(crate) fn stat(&self, root: &HostRoot, path: &Path, follow: bool) -> Result<Option<Stat>> {
         let key = self.key(root, path, follow)?;
-        if let Some(hit) = self.lookup(&key) {
+        self.stat_key(root, &key, follow)
+    }
+
+    /// [`Overlay::stat`] of a key [`Overlay::key`] returned (with the same `follow`).
+    fn stat_key(&self, root: &HostRoot, key: &Path, follow: bool) -> Result<Option<Stat>> {
+        if let Some(hit) = self.lookup(key) {
             return Ok(hit.stat());
         }
-        self.root_stat(root, &key, follow)
+        self.root_stat(root, key, follow)
     }
 
     /// Content of the file at `path` as planned, else read from the real root with
@@ -528,7 +530,7 @@ impl Overlay {
                 gid,
             } => {
                 let key = self.key(root, path, true)?;
-                let old = self.stat(root, &key, true)?;
+                let old = self.stat_key(root, &key, true)?;
                 self.plan_parents(root, &key)?;
                 let node = Node::File {
                     content: self.plan_content(content.clone()),
@@ -549,7 +551,7 @@ impl Overlay {
                 ..
             } => {
                 let key = self.key(root, path, true)?;
-                let old = self.stat(root, &key, true)?;
+                let old = self.stat_key(root, &key, true)?;
                 self.plan_parents(root, &key)?;
                 let node = Node::Download {
                     sha256: sha256.clone(),
@@ -566,7 +568,7 @@ impl Overlay {
             }
             Effect::Mkdir { path, mode } => {
                 let key = self.key(root, path, true)?;
-                let old = self.stat(root, &key, true)?;
+                let old = self.stat_key(root, &key, true)?;
                 self.plan_parents(root, &key)?;
                 let node = Node::Dir {
                     mode: *mode,
@@ -646,7 +648,7 @@ impl Overlay {
             }
             Effect::Fetch(d) => {
                 let key = self.key(root, &d.path, true)?;
-                let old = self.stat(root, &key, true)?;
+                let old = self.stat_key(root, &key, true)?;
                 self.plan_parents(root, &key)?;
                 let node = Node::Download {
                     sha256: d.sha256.clone(),
@@ -669,7 +671,7 @@ impl Overlay {
                 // tuned records the active profile's names in this file (empty after off).
                 let path = Path::new(crate::host::effects::effect::TUNED_ACTIVE_PROFILE);
                 let key = self.key(root, path, true)?;
-                let old = self.stat(root, &key, true)?;
+                let old = self.stat_key(root, &key, true)?;
                 self.plan_parents(root, &key)?;
                 let content = if names.is_empty() {
                     String::new()
@@ -705,7 +707,7 @@ impl Overlay {
             return Ok(());
         }
         let key = self.key(root, Path::new(crate::host::root::pathlock::DIR), true)?;
-        if self.stat(root, &key, true)?.is_none() {
+        if self.stat_key(root, &key, true)?.is_none() {
             self.plan_parents(root, &key)?;
             let dir = Node::Dir {
                 mode: crate::host::root::PARENT_DIR_MODE,
@@ -784,7 +786,7 @@ impl Overlay {
         gid: Option<u32>,
     ) -> Result<()> {
         let key = self.key(root, path, true)?;
-        let Some(s) = self.stat(root, &key, true)? else {
+        let Some(s) = self.stat_key(root, &key, true)? else {
             return Ok(());
         };
         if let Some(Node::Download { sha256, copied, .. }) = self.lookup(&key) {
