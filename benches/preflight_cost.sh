@@ -270,9 +270,38 @@ share() {
     done
 }
 
+# `irshare`: per case of `share` (one run each on a fresh node), the agent's own instructions
+# (callgrind, commands not traced) in its preflight (from Preflight::run to the package lock)
+# against the rest of the run, BASE's and BIN's (builds with symbols).
+irshare() {
+    local bins=() b c pkg mode out
+    [ -n "${BASE:-}" ] && bins+=("base=$BASE")
+    bins+=("this=${BIN:-target/debug}")
+    start_mirror
+    printf '%-6s %-14s %14s %14s %8s\n' build case preflight rest share_%
+    for c in ${CASES:-tuning:apply tuning:config gke:config tuned:apply tuned:config setup:apply}; do
+        pkg=${c%%:*} mode=${c#*:}
+        for b in "${bins[@]}"; do
+            node "$W/root" "$pkg"
+            [ "$c" = tuned:config ] && one "${b#*=}/skyhook-agent" apply "$W/root" "$pkg" "$W/discard"
+            out=$W/cg-share; rm -f "$out"*
+            env -i PATH=$PATHS SKYHOOK_RESOURCE_ID=x-1_p_1 COPY_RESOLV=false SKYHOOK_ROOT_DIR=/state \
+                SKYHOOK_LOG_DIR=/log USE_CONTAINERD=false INTERRUPT=true NVIDIA_EFA_URL="${EFA_URL:-}" \
+                valgrind --tool=callgrind --callgrind-out-file="$out" \
+                --dump-before='skyhook::agent::mode::preflight::Preflight::run' \
+                --dump-before='skyhook::agent::prepare::package_lock' \
+                "${b#*=}/skyhook-agent" "$mode" "$W/root" /pkg > "$W/log" 2>&1 \
+                || { echo "preflight_cost.sh: $c failed under callgrind:" >&2; tail -3 "$W/log" >&2; exit 1; }
+            for f in "$out.1" "$out.2" "$out"; do sed -n 's/^summary: //p' "$f"; done | tr '\n' ' ' |
+                awk -v b="${b%%=*}" -v c="$c" '{ printf "%-6s %-14s %14d %14d %8.1f\n", b, c, $2, $1 + $3, 100 * $2 / ($1 + $3) }'
+        done
+    done
+}
+
 case $what in
     share) share ;;
+    irshare) irshare ;;
     ir) ir ;;
     node) node "$3" "$2" ;;
-    *) echo "usage: preflight_cost.sh share|ir|node PKG DIR (see its header)" >&2; exit 2 ;;
+    *) echo "usage: preflight_cost.sh share|ir|irshare|node PKG DIR (see its header)" >&2; exit 2 ;;
 esac
