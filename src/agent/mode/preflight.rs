@@ -30,7 +30,9 @@
 //! A stop of the run (SIGTERM) aborts the plan at once: the script being planned and any
 //! query it runs end, no further step is planned, and the caller ends the run before
 //! anything is written. The plan's memory is bounded (the overlay spills planned content
-//! past 64 MiB to a temporary file, and the steps' diffs are dropped).
+//! past 64 MiB to a temporary file, and no diff is rendered: nobody reads the plan's report,
+//! [`crate::host::Host::plan_without_diffs`]). Its cost is logged (`SKYHOOK_LOG=skyhook=info`:
+//! `preflight ... check_us total_us cpu_us`) and measured by `benches/preflight_cost.sh`.
 //!
 //! Nothing is written: flags and history are read, never written; no log file is opened;
 //! the Plan executor changes nothing. The preflight runs before the package lock is taken.
@@ -106,6 +108,7 @@ impl Preflight<'_> {
     /// cannot be reopened for the plan session.
     pub async fn run(&self) -> Result<Option<PreflightFailure>, AgentError> {
         let started = std::time::Instant::now();
+        let cpu = process_cpu_us();
         let mut outcome = self.check()?;
         let checked = started.elapsed();
         // Let a signal that arrived meanwhile stop the token before deciding to plan.
@@ -122,6 +125,7 @@ impl Preflight<'_> {
             mode = self.mode.as_str(),
             check_us = checked.as_micros(),
             total_us = started.elapsed().as_micros(),
+            cpu_us = process_cpu_us().saturating_sub(cpu),
             ok = outcome.is_none(),
             "preflight"
         );
@@ -178,6 +182,8 @@ impl Preflight<'_> {
             .cancel(plan_cancel.clone())
             .build();
         let api = spec.session(self.root.try_clone()?);
+        // Nobody reads the plan's report: its diffs are not rendered.
+        api.with_host(crate::host::Host::plan_without_diffs);
         let output: Arc<dyn ScriptOutput> = api.redacting_output(Arc::new(Discard));
         let mut errors = Vec::new();
         if let Some(Err(message)) = api.with_host(|h| plan_package_copy(h, self.site)) {
@@ -287,6 +293,27 @@ impl PreflightFailure {
             errors: self.errors.len(),
         }
     }
+}
+
+/// The CPU time (user + system) the process and its waited-for children (the queries a
+/// plan runs) have used so far, in microseconds (a failing `getrusage` counts 0): the
+/// preflight's own is the difference over its run, since nothing else of the agent runs
+/// meanwhile.
+fn process_cpu_us() -> u64 {
+    let of = |who| {
+        let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: getrusage writes a whole `rusage` into the pointer it is given.
+        if unsafe { libc::getrusage(who, u.as_mut_ptr()) } != 0 {
+            return 0;
+        }
+        // SAFETY: initialised by the successful call above (and zeroed before).
+        let u = unsafe { u.assume_init() };
+        let us = |t: libc::timeval| {
+            u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000 + u64::try_from(t.tv_usec).unwrap_or(0)
+        };
+        us(u.ru_utime) + us(u.ru_stime)
+    };
+    of(libc::RUSAGE_SELF) + of(libc::RUSAGE_CHILDREN)
 }
 
 /// `<path> <args>`, the arguments joined by spaces (as the `FAILED:` line of the mode loop).

@@ -188,7 +188,7 @@ impl Host {
         let norm = normalize(path);
         let mut missing = Vec::new();
         for anc in norm.ancestors().skip(1) {
-            if self.view_stat(anc, true)?.is_some() {
+            if self.known_dir(anc) || self.view_stat(anc, true)?.is_some() {
                 break;
             }
             missing.push(anc.display().to_string());

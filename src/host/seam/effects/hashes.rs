@@ -63,6 +63,11 @@ impl ContentHashes {
         match effect {
             Effect::WriteFile { path, content, .. } => {
                 let key = normalize(&path);
+                // A file with a last write is seen already (a plan's line edits: one lookup).
+                if let Some(w) = self.last_write.get_mut(&key) {
+                    *w = (index, content);
+                    return;
+                }
                 self.seen.insert(key.clone());
                 self.last_write.insert(key, (index, content));
             }

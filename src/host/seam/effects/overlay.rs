@@ -18,7 +18,15 @@
 //! Limits (documented, harmless for idempotence): symlinks planned in the same session are
 //! not followed by later reads; mtimes of planned files are the real ones when the file
 //! existed, else 0.
+//!
+//! Real-root lookups: a plan changes nothing, so what the real root answers for a path (its
+//! resolution through symlinks, its metadata) is remembered for the session ([`RootMemo`]);
+//! the ancestors that every planned change checks are then resolved once, not once per
+//! change and per check. What the plan itself planned is always looked up first. The
+//! session forgets it when it runs a command (a query may touch the host:
+//! [`Overlay::forget_root`]). Failures are not remembered.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -259,6 +267,29 @@ pub(crate) struct Overlay {
     held: usize,
     /// Where content past [`HELD_LIMIT`] goes.
     spill: Spill,
+    /// What the real root answered (module docs, "Real-root lookups").
+    memo: RefCell<RootMemo>,
+    /// Paths the view found to be directories (symlinks followed), by normalised path, for
+    /// the ancestor checks of every change: kept until a planned change other than a new
+    /// directory or file ([`Overlay::set`]), or a command ([`Overlay::forget_root`]).
+    dirs: RefCell<std::collections::BTreeSet<std::ffi::OsString>>,
+    /// The path lock directory is in the session's view ([`Overlay::plan_lock_dir`] found or
+    /// planned it); cleared by a planned removal and when the root is forgotten.
+    lock_dir_seen: std::cell::Cell<bool>,
+    /// A plan whose diffs nobody reads (the agent's preflight): its session renders none
+    /// ([`crate::host::Host::plan_without_diffs`]).
+    pub(crate) without_diffs: bool,
+}
+
+/// The real root's answers remembered by a plan session (module docs, "Real-root lookups"):
+/// by normalised host path, the canonical path (`None`: missing) and the metadata (`None`:
+/// missing), the latter with a final symlink followed (`stats[1]`) or not (`stats[0]`).
+#[derive(Debug, Default)]
+struct RootMemo {
+    canonical: HashMap<PathBuf, Option<PathBuf>>,
+    stats: [HashMap<PathBuf, Option<Stat>>; 2],
+    #[cfg(test)]
+    asked: usize, // lookups that went to the real root
 }
 
 impl Overlay {
@@ -293,8 +324,20 @@ impl Overlay {
             .collect()
     }
 
+    /// Plan `n` at the key `p`; the known directories ([`Overlay::known_dir`]) are forgotten
+    /// unless `n` is a fresh directory (planned where nothing was).
     fn set(&mut self, p: PathBuf, n: Node) {
+        let keeps_dirs = matches!(n, Node::Dir { fresh: true, .. });
+        self.set_keeping_dirs(p, n, keeps_dirs);
+    }
+
+    /// [`Overlay::set`]; `keeps_dirs`: nothing or a file was at `p` (no directory changes).
+    fn set_keeping_dirs(&mut self, p: PathBuf, n: Node, keeps_dirs: bool) {
+        if !keeps_dirs {
+            self.dirs.get_mut().clear();
+        }
         if matches!(n, Node::Absent) {
+            self.lock_dir_seen.set(false);
             // Everything planned beneath is gone too.
             let below: Vec<PathBuf> = self
                 .nodes
@@ -352,15 +395,71 @@ impl Overlay {
         if self.lookup(&n).is_some() || n == Path::new("/") {
             return Ok(n);
         }
-        if follow && let Some(c) = root.canonical(&n)? {
+        if follow && let Some(c) = self.root_canonical(root, &n)? {
             return Ok(c);
         }
         if let (Some(parent), Some(name)) = (n.parent(), n.file_name())
-            && let Some(c) = root.canonical(parent)?
+            && let Some(c) = self.root_canonical(root, parent)?
         {
             return Ok(c.join(name));
         }
         Ok(n)
+    }
+
+    /// [`HostRoot::canonical`] of the normalised `n`, remembered (module docs).
+    fn root_canonical(&self, root: &HostRoot, n: &Path) -> Result<Option<PathBuf>> {
+        if let Some(c) = self.memo.borrow().canonical.get(n) {
+            return Ok(c.clone());
+        }
+        let c = root.canonical(n)?;
+        let mut m = self.memo.borrow_mut();
+        #[cfg(test)]
+        {
+            m.asked += 1;
+        }
+        m.canonical.insert(n.to_path_buf(), c.clone());
+        Ok(c)
+    }
+
+    /// [`root_stat`] of the overlay key `key`, remembered (module docs).
+    fn root_stat(&self, root: &HostRoot, key: &Path, follow: bool) -> Result<Option<Stat>> {
+        if let Some(s) = self.memo.borrow().stats[usize::from(follow)].get(key) {
+            return Ok(s.clone());
+        }
+        let s = root_stat(root, key, follow)?;
+        let mut m = self.memo.borrow_mut();
+        #[cfg(test)]
+        {
+            m.asked += 1;
+        }
+        m.stats[usize::from(follow)].insert(key.to_path_buf(), s.clone());
+        Ok(s)
+    }
+
+    /// How many lookups went to the real root ([`RootMemo`]).
+    #[cfg(test)]
+    pub(crate) fn root_lookups(&self) -> usize {
+        self.memo.borrow().asked
+    }
+
+    /// Forget what the real root answered: a command may have changed it (module docs).
+    pub(crate) fn forget_root(&self) {
+        let mut m = self.memo.borrow_mut();
+        m.canonical.clear();
+        m.stats.iter_mut().for_each(HashMap::clear);
+        self.lock_dir_seen.set(false);
+        self.dirs.borrow_mut().clear();
+    }
+
+    /// Whether the view found `p` (normalised) to be a directory and nothing planned since
+    /// can have changed that ([`Overlay::note_dir`]).
+    pub(crate) fn known_dir(&self, p: &Path) -> bool {
+        self.dirs.borrow().contains(p.as_os_str())
+    }
+
+    /// The view found `p` (normalised, symlinks followed) to be a directory.
+    pub(crate) fn note_dir(&self, p: &Path) {
+        self.dirs.borrow_mut().insert(p.as_os_str().to_os_string());
     }
 
     /// Metadata of `path` as planned, else as the real root has it; `follow` follows a
@@ -370,10 +469,15 @@ impl Overlay {
     /// Resolution failures.
     pub(crate) fn stat(&self, root: &HostRoot, path: &Path, follow: bool) -> Result<Option<Stat>> {
         let key = self.key(root, path, follow)?;
-        if let Some(hit) = self.lookup(&key) {
+        self.stat_key(root, &key, follow)
+    }
+
+    /// [`Overlay::stat`] of a key [`Overlay::key`] returned (with the same `follow`).
+    fn stat_key(&self, root: &HostRoot, key: &Path, follow: bool) -> Result<Option<Stat>> {
+        if let Some(hit) = self.lookup(key) {
             return Ok(hit.stat());
         }
-        root_stat(root, &key, follow)
+        self.root_stat(root, key, follow)
     }
 
     /// Content of the file at `path` as planned, else read from the real root with
@@ -426,7 +530,7 @@ impl Overlay {
                 gid,
             } => {
                 let key = self.key(root, path, true)?;
-                let old = self.stat(root, &key, true)?;
+                let old = self.stat_key(root, &key, true)?;
                 self.plan_parents(root, &key)?;
                 let node = Node::File {
                     content: self.plan_content(content.clone()),
@@ -435,7 +539,8 @@ impl Overlay {
                     gid: gid.or(old.as_ref().map(|s| s.gid)).unwrap_or(0),
                     mtime: old.as_ref().map_or(0, |s| s.mtime),
                 };
-                self.set(key, node);
+                let keeps_dirs = old.is_none_or(|s| s.kind == "file");
+                self.set_keeping_dirs(key, node, keeps_dirs);
             }
             Effect::CopyFile {
                 path,
@@ -446,7 +551,7 @@ impl Overlay {
                 ..
             } => {
                 let key = self.key(root, path, true)?;
-                let old = self.stat(root, &key, true)?;
+                let old = self.stat_key(root, &key, true)?;
                 self.plan_parents(root, &key)?;
                 let node = Node::Download {
                     sha256: sha256.clone(),
@@ -463,7 +568,7 @@ impl Overlay {
             }
             Effect::Mkdir { path, mode } => {
                 let key = self.key(root, path, true)?;
-                let old = self.stat(root, &key, true)?;
+                let old = self.stat_key(root, &key, true)?;
                 self.plan_parents(root, &key)?;
                 let node = Node::Dir {
                     mode: *mode,
@@ -543,7 +648,7 @@ impl Overlay {
             }
             Effect::Fetch(d) => {
                 let key = self.key(root, &d.path, true)?;
-                let old = self.stat(root, &key, true)?;
+                let old = self.stat_key(root, &key, true)?;
                 self.plan_parents(root, &key)?;
                 let node = Node::Download {
                     sha256: d.sha256.clone(),
@@ -566,7 +671,7 @@ impl Overlay {
                 // tuned records the active profile's names in this file (empty after off).
                 let path = Path::new(crate::host::effects::effect::TUNED_ACTIVE_PROFILE);
                 let key = self.key(root, path, true)?;
-                let old = self.stat(root, &key, true)?;
+                let old = self.stat_key(root, &key, true)?;
                 self.plan_parents(root, &key)?;
                 let content = if names.is_empty() {
                     String::new()
@@ -597,18 +702,22 @@ impl Overlay {
     /// # Errors
     /// Resolving or stating the directory or its parents.
     pub(crate) fn plan_lock_dir(&mut self, root: &HostRoot) -> Result<()> {
-        let key = self.key(root, Path::new(crate::host::root::pathlock::DIR), true)?;
-        if self.stat(root, &key, true)?.is_some() {
+        // Once seen, it stays until a planned removal (or a command) may have taken it.
+        if self.lock_dir_seen.get() {
             return Ok(());
         }
-        self.plan_parents(root, &key)?;
-        let dir = Node::Dir {
-            mode: crate::host::root::PARENT_DIR_MODE,
-            uid: 0,
-            gid: 0,
-            fresh: true,
-        };
-        self.set(key, dir);
+        let key = self.key(root, Path::new(crate::host::root::pathlock::DIR), true)?;
+        if self.stat_key(root, &key, true)?.is_none() {
+            self.plan_parents(root, &key)?;
+            let dir = Node::Dir {
+                mode: crate::host::root::PARENT_DIR_MODE,
+                uid: 0,
+                gid: 0,
+                fresh: true,
+            };
+            self.set(key, dir);
+        }
+        self.lock_dir_seen.set(true);
         Ok(())
     }
 
@@ -616,7 +725,7 @@ impl Overlay {
     fn plan_parents(&mut self, root: &HostRoot, key: &Path) -> Result<()> {
         let mut missing = Vec::new();
         for anc in key.ancestors().skip(1) {
-            if self.stat(root, anc, true)?.is_some() {
+            if self.known_dir(anc) || self.stat(root, anc, true)?.is_some() {
                 break;
             }
             missing.push(anc.to_path_buf());
@@ -677,7 +786,7 @@ impl Overlay {
         gid: Option<u32>,
     ) -> Result<()> {
         let key = self.key(root, path, true)?;
-        let Some(s) = self.stat(root, &key, true)? else {
+        let Some(s) = self.stat_key(root, &key, true)? else {
             return Ok(());
         };
         if let Some(Node::Download { sha256, copied, .. }) = self.lookup(&key) {
@@ -809,5 +918,83 @@ mod tests {
         // Removing a held file frees its share.
         fs::remove(&mut h, "/big/a").unwrap();
         assert_eq!(h.overlay().unwrap().held(), held - (20 << 20));
+    }
+
+    /// Issue 31: 50 planned writes into one directory ask the real root about each path
+    /// once (the directory's ancestors, then each new file), not once per change and check.
+    #[test]
+    fn a_plan_asks_the_real_root_once_per_path() {
+        let t = TestHost::new();
+        t.file("/etc/pf/old.conf", "x\n");
+        let mut h = t.host(ExecMode::Plan);
+        for i in 0..50 {
+            let p = format!("/etc/pf/f{i}.conf");
+            fs::write(&mut h, &p, "k = v\n", &Default::default()).unwrap();
+            fs::ensure_line(&mut h, &p, "k2 = v2", &Default::default()).unwrap();
+        }
+        let asked = h.overlay().unwrap().root_lookups();
+        assert!(asked <= 2 * 50 + 20, "{asked} lookups of the real root");
+        let r = h.finish().unwrap();
+        assert_eq!(r.changes.len(), 100);
+        assert!(r.changes.iter().all(|c| c.diff.is_some()));
+    }
+
+    /// What the plan remembered of the real root is forgotten when the session runs a
+    /// command (a query may change the host): a file it made is seen.
+    #[test]
+    fn a_plan_sees_what_a_command_it_ran_made() {
+        let t = TestHost::new();
+        t.install_sh();
+        t.file("/etc/keep", "x\n");
+        let h = t.host(ExecMode::Plan);
+        let new = Path::new("/etc/new");
+        assert!(h.view_stat(new, true).unwrap().is_none());
+        let argv = ["sh", "-c", ": > /etc/new"].map(String::from);
+        h.exec(&argv, &Default::default()).unwrap();
+        assert_eq!(h.view_stat(new, true).unwrap().unwrap().kind, "file");
+    }
+
+    /// The lock directory a plan planned once is planned again after a planned removal
+    /// took it, as the apply creates it again at its next lock.
+    #[test]
+    fn the_lock_directory_is_planned_again_after_a_removal() {
+        let t = TestHost::new();
+        let mut h = t.host(ExecMode::Plan);
+        let dir = Path::new(crate::host::root::pathlock::DIR);
+        fs::ensure_line(&mut h, "/etc/a.conf", "a", &Default::default()).unwrap();
+        assert_eq!(h.view_stat(dir, true).unwrap().unwrap().kind, "dir");
+        fs::remove_all(&mut h, "/var/lib").unwrap();
+        assert!(h.view_stat(dir, true).unwrap().is_none());
+        fs::ensure_line(&mut h, "/etc/a.conf", "b", &Default::default()).unwrap();
+        assert_eq!(h.view_stat(dir, true).unwrap().unwrap().kind, "dir");
+    }
+
+    /// [`crate::host::Host::plan_without_diffs`]: the same changes and summaries, no diffs.
+    #[test]
+    fn a_plan_without_diffs_renders_none() {
+        let t = TestHost::new();
+        t.file("/etc/a.conf", "a = 1\n");
+        let plan = |quiet: bool| {
+            let mut h = t.host(ExecMode::Plan);
+            if quiet {
+                h.plan_without_diffs();
+            }
+            fs::write(&mut h, "/etc/a.conf", "a = 2\n", &Default::default()).unwrap();
+            fs::ensure_line(&mut h, "/etc/b.conf", "b = 1", &Default::default()).unwrap();
+            fs::remove(&mut h, "/etc/a.conf").unwrap();
+            h.finish().unwrap()
+        };
+        let (loud, quiet) = (plan(false), plan(true));
+        let summaries = |r: &crate::host::Report| -> Vec<String> {
+            r.changes.iter().map(|c| c.summary.clone()).collect()
+        };
+        assert_eq!(summaries(&loud), summaries(&quiet));
+        assert_eq!(summaries(&quiet).len(), 3);
+        assert!(loud.changes.iter().all(|c| c.diff.is_some()));
+        assert!(quiet.changes.iter().all(|c| c.diff.is_none()));
+        assert_eq!(
+            loud.changes.iter().map(|c| &c.before).collect::<Vec<_>>(),
+            quiet.changes.iter().map(|c| &c.before).collect::<Vec<_>>()
+        );
     }
 }

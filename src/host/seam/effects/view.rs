@@ -46,10 +46,21 @@ impl Host {
 
     pub(super) fn check_ancestors(&self, path: &Path, reported: &Path) -> Result<()> {
         let norm = normalize(path);
+        // A parent the view found to be a directory was reached through directories only.
+        if norm.parent().is_some_and(|p| self.known_dir(p)) {
+            return Ok(());
+        }
         let ancestors: Vec<&Path> = norm.ancestors().skip(1).collect();
         for anc in ancestors.into_iter().rev() {
+            if self.known_dir(anc) {
+                continue;
+            }
             match self.view_stat(anc, true)? {
-                Some(s) if s.kind == "dir" => {}
+                Some(s) if s.kind == "dir" => {
+                    if let Some(o) = self.executor.overlay() {
+                        o.note_dir(anc);
+                    }
+                }
                 Some(_) => {
                     return Err(HostError::BadAncestor {
                         path: reported.to_path_buf(),
@@ -61,6 +72,13 @@ impl Host {
             }
         }
         Ok(())
+    }
+
+    /// Plan and check mode: the view already found the normalised `p` to be a directory
+    /// and nothing since can have changed it ([`crate::host::effects::overlay::Overlay::known_dir`]),
+    /// and no command the plan did not run makes reads unknown ([`Host::check_known`]).
+    pub(in crate::host::seam::effects) fn known_dir(&self, p: &Path) -> bool {
+        self.planned_commands.is_empty() && self.executor.overlay().is_some_and(|o| o.known_dir(p))
     }
 
     /// `p` (missing when followed) must not be a dangling symlink.
@@ -156,10 +174,24 @@ impl Host {
         })
     }
 
-    /// Whether the session renders the diffs of its changes: plan and check mode, and apply
-    /// with [`HostOptions::diffs`].
+    /// Whether the session renders the diffs of its changes: plan and check mode (unless
+    /// [`Host::plan_without_diffs`]), and apply with [`HostOptions::diffs`].
     pub(in crate::host::seam::effects) fn renders_diffs(&self) -> bool {
-        self.plans() || self.cx.opts.diffs
+        match self.executor.overlay() {
+            Some(o) => !o.without_diffs,
+            None => self.cx.opts.diffs,
+        }
+    }
+
+    /// Plan and check mode: render no diff of the changes from now on (their
+    /// [`crate::host::effects::report::Change::diff`] is `None`), for a plan whose report
+    /// nobody reads (the agent's preflight). The old content of a written file is then not
+    /// read (nor by an apply); every other read, check and error of the plan stays. No
+    /// effect in apply mode.
+    pub fn plan_without_diffs(&mut self) {
+        if let Some(o) = self.executor.overlay_mut() {
+            o.without_diffs = true;
+        }
     }
 
     /// The lines the report's diff of a rewrite of the file at `path` to `new` shows (the
@@ -463,5 +495,62 @@ impl Host {
             None => path.to_path_buf(),
         };
         Ok(self.cx.root.remove_all_check(&at)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::host::ExecMode;
+    use crate::host::files::fs;
+    use crate::host::testutil::TestHost;
+
+    /// `normalize`'s copy of a path that is normal already gives what its rebuild gives.
+    #[test]
+    fn normalize_copies_only_normal_paths() {
+        use crate::host::root::normalize;
+        let cases = [
+            ("/", "/"),
+            ("//", "/"),
+            ("/a//b", "/a/b"),
+            ("/a/./b", "/a/b"),
+            ("/a/../b", "/b"),
+            ("/a/b/", "/a/b"),
+            ("/a/b/.", "/a/b"),
+            ("a/b", "/a/b"),
+            ("/..", "/"),
+            ("/.hidden/..b/.c.", "/.hidden/..b/.c."),
+            ("/etc/x.d/f.conf", "/etc/x.d/f.conf"),
+        ];
+        for (p, want) in cases {
+            assert_eq!(normalize(std::path::Path::new(p)).as_os_str(), want, "{p}");
+        }
+    }
+
+    /// Issue 31: the plan checks a change's ancestors once and remembers them as
+    /// directories, but a planned change that takes a directory away (a removal, a file
+    /// written in its place after it) is seen by the next check, as an apply sees it.
+    #[test]
+    fn a_plan_sees_a_directory_it_replaced_by_a_file() {
+        let t = TestHost::new();
+        t.file("/etc/d/old", "x\n");
+        let mut h = t.host(ExecMode::Plan);
+        fs::write(&mut h, "/etc/d/a", "a\n", &Default::default()).unwrap();
+        fs::remove_all(&mut h, "/etc/d").unwrap();
+        fs::write(&mut h, "/etc/d", "now a file\n", &Default::default()).unwrap();
+        let e = fs::write(&mut h, "/etc/d/b", "b\n", &Default::default()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("/etc/d exists and is not a directory"),
+            "{e}"
+        );
+        // A symlink's target taken away is seen through the symlink too.
+        t.file("/opt/t/f", "x\n");
+        std::os::unix::fs::symlink("/opt/t", t.p("/etc/l")).unwrap();
+        let mut h = t.host(ExecMode::Plan);
+        fs::write(&mut h, "/etc/l/a", "a\n", &Default::default()).unwrap();
+        fs::remove_all(&mut h, "/opt/t").unwrap();
+        fs::write(&mut h, "/opt/t", "file\n", &Default::default()).unwrap();
+        let e = fs::write(&mut h, "/etc/l/b", "b\n", &Default::default()).unwrap_err();
+        assert!(e.to_string().contains("/etc/l"), "{e}");
     }
 }

@@ -131,6 +131,19 @@ pub(super) fn split(host: &Path) -> io::Result<(PathBuf, OsString)> {
 /// Used here only to follow a dangling symlink hop, whose result pathrs resolves again; never
 /// a substitute for confined resolution.
 pub fn normalize(p: &Path) -> PathBuf {
+    // Most paths are normal already (`/` and names that are not `.` or `..`, one `/` apart):
+    // copied as they are, not rebuilt component by component (every planned change
+    // normalises its path several times).
+    let b = std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str());
+    if b == b"/"
+        || (b.first() == Some(&b'/')
+            && b.last() != Some(&b'/')
+            && b[1..]
+                .split(|&c| c == b'/')
+                .all(|n| !n.is_empty() && n != b"." && n != b".."))
+    {
+        return p.to_path_buf();
+    }
     let mut out = PathBuf::from("/");
     for c in p.components() {
         match c {

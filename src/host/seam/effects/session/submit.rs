@@ -199,6 +199,12 @@ impl Host {
     /// A failed flush of the batch; as [`crate::host::effects::exec::exec`].
     pub(crate) fn exec(&self, argv: &[String], opts: &CommandOptions) -> Result<CmdOutput> {
         self.flush_batch()?;
-        crate::host::effects::exec::exec(&self.cx, argv, opts)
+        let out = crate::host::effects::exec::exec(&self.cx, argv, opts);
+        // The command may have changed the host: a plan forgets what the root answered
+        // (`overlay`, "Real-root lookups").
+        if let Some(o) = self.executor.overlay() {
+            o.forget_root();
+        }
+        out
     }
 }
