@@ -106,7 +106,7 @@ pub fn run_script(
 ///
 /// The script runs on a script thread with a [`SCRIPT_STACK_BYTES`](super::SCRIPT_STACK_BYTES) stack (the calling
 /// thread blocks until it ends), so the depth limits hold whatever the caller's stack. The
-/// threads are long-lived and reused ([`on_script_thread`]); the job's `catch_unwind` there
+/// threads are long-lived and reused (`on_script_thread`); the job's `catch_unwind` there
 /// is the last resort: a panic inside Rhai or a host binding becomes a
 /// [`ScriptErrorKind::Internal`] error, never the agent's crash (this relies on the default
 /// `panic = "unwind"`).

@@ -339,7 +339,7 @@ fn executor_for(mode: ExecMode, options: &HostOptions) -> Box<dyn Executor> {
 /// What the sessions of one run found at their start, so that the next one need not read
 /// it again (issue 31): that the root had no undo journal to recover, and no deferred-work
 /// record. Each fact holds while this process wrote no journal and no record since it was
-/// seen (the count of [`deferred::note_start_state_write`]); a session that finds a journal
+/// seen (the count of `deferred::note_start_state_write`); a session that finds a journal
 /// or a record forgets it. Between the agent's sessions under its package lock, only this
 /// process writes either (a journal left by another process that died during the run is
 /// recovered by the next run, or by a session after this process wrote one).

@@ -124,7 +124,7 @@ impl RunDirs {
     }
 
     /// A step ran: it may have removed a kept directory, so the next operation in each
-    /// looks at its link count again (see [`live`]). Call it after every step the run runs.
+    /// looks at its link count again (see `live`). Call it after every step the run runs.
     pub fn step_ran(&self) {
         self.steps
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
