@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use skyhook::process::Cancel;
 use skyhook::remote::Client;
 
-use crate::fleet::{PLAN_TOKEN, start_serve, tokens_file};
+use crate::fleet::{PLAN_TOKEN, tokens_file};
 use crate::util::FakeRoot;
 
 /// A `package_plan` start of package `evil` 1.0.0 whose one apply step is the Rhai `script`.
@@ -45,6 +45,11 @@ fn perl_query(code: &str) -> String {
 /// Plan a package whose query is `perl -e code` on a fresh in-process `serve` over `root`
 /// with a plan token: the exit event and the line events' text.
 fn plan_perl(root: &Path, id: &str, code: &str) -> (Value, String) {
+    plan_perl_with(skyhook::serve::Config::new(root), id, code)
+}
+
+/// [`plan_perl`] on a `serve` of configuration `cfg` (its root the host root).
+fn plan_perl_with(cfg: skyhook::serve::Config, id: &str, code: &str) -> (Value, String) {
     let d = tempfile::tempdir().unwrap();
     let tokens = tokens_file(d.path());
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -52,7 +57,7 @@ fn plan_perl(root: &Path, id: &str, code: &str) -> (Value, String) {
         .build()
         .unwrap();
     rt.block_on(async {
-        let url = start_serve(root, &tokens).await;
+        let url = crate::plan_attack::start_serve_with(cfg, &tokens).await;
         let client = Client::new(&url, PLAN_TOKEN).unwrap();
         let mut lines = String::new();
         let exit = client
@@ -228,6 +233,34 @@ fn a_plan_query_leaves_no_sysv_ipc_object_on_the_host() {
 fn a_plan_query_cannot_reach_a_host_daemons_unix_socket() {
     require_root!();
     let fr = host();
+    let (got, exit, lines) = unix_socket_attack(skyhook::serve::Config::new(fr.root()), &fr);
+    assert_eq!(
+        got, None,
+        "a plan's query reached the host daemon's socket /run/daemon.sock: {lines}"
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
+/// With `--plan-deny-unix-sockets`, the query of the test above gets no Unix socket at all
+/// (`socket(AF_UNIX)` is `EPERM`) and the daemon receives nothing.
+#[test]
+fn with_deny_unix_sockets_a_plan_query_cannot_reach_a_host_daemons_unix_socket() {
+    require_root!();
+    let fr = host();
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.sandbox.unix_sockets = false;
+    let (got, exit, lines) = unix_socket_attack(cfg, &fr);
+    assert_eq!(got, None, "{lines}");
+    assert!(lines.contains("socket: Operation not permitted"), "{lines}");
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
+/// A daemon listening on `/run/daemon.sock` of the host root, a plan whose query connects
+/// and writes a request: what the daemon received (if anything), the exit and the lines.
+fn unix_socket_attack(
+    cfg: skyhook::serve::Config,
+    fr: &FakeRoot,
+) -> (Option<String>, Value, String) {
     std::fs::create_dir_all(fr.host("/run")).unwrap();
     let listener = std::os::unix::net::UnixListener::bind(fr.host("/run/daemon.sock")).unwrap();
     let code = r#"
@@ -236,7 +269,7 @@ fn a_plan_query_cannot_reach_a_host_daemons_unix_socket() {
         syswrite($s, "systemctl start evil.service");
         print "connected";
     "#;
-    let (exit, lines) = plan_perl(fr.root(), "unix", code);
+    let (exit, lines) = plan_perl_with(cfg, "unix", code);
     listener.set_nonblocking(true).unwrap();
     // The plan has ended: a connection it made waits in the backlog, its request in it.
     let got = listener.accept().ok().map(|(mut c, _)| {
@@ -246,11 +279,7 @@ fn a_plan_query_cannot_reach_a_host_daemons_unix_socket() {
         let _ = c.read_to_string(&mut s);
         s
     });
-    assert_eq!(
-        got, None,
-        "a plan's query reached the host daemon's socket /run/daemon.sock: {lines}"
-    );
-    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+    (got, exit, lines)
 }
 
 /// The (device, handle) of the root of the filesystem holding `path`: the directory up from

@@ -1,18 +1,23 @@
-//! A sandbox for the commands of a read-only plan (serve's `package_plan`): its own PID and
-//! network namespaces and per-command resource limits, entered by every process spawned
-//! from a thread of the plan's mount namespace.
+//! A sandbox for the commands of a read-only plan (serve's `package_plan`): its own PID,
+//! network and IPC namespaces, its own procfs, per-command resource limits and a seccomp
+//! filter, entered by every process spawned from a thread of the plan's mount namespace.
 //!
 //! [`start`], called on the plan's thread before it makes its mounts read-only (the init
-//! writes `/proc/sys`), starts the plan's *init*: a child made with `clone(CLONE_NEWPID | CLONE_NEWNET)`, pid 1 of a new PID
-//! namespace and alone in a new network namespace. It brings `lo` up, sets the namespace's
+//! writes `/proc/sys`), starts the plan's *init*: a child made with
+//! `clone(CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC)`, pid 1 of a new PID namespace and
+//! alone in new network and IPC namespaces. It brings `lo` up, sets the namespace's
 //! `pid_max` (Linux ≥ 6.14 keeps it per PID namespace: at most `pid_max - 1` processes at
-//! once, so a fork bomb stops there), closes every descriptor, and then only reaps the
+//! once, so a fork bomb stops there), makes a procfs of its PID namespace (`fsopen`,
+//! `fsmount`: a procfs shows the PID namespace of the process that made it) and sends it
+//! with its report (`SCM_RIGHTS`), closes every descriptor, and then only reaps the
 //! orphans the kernel gives it (`sigwaitinfo(SIGCHLD)`, `waitpid(-1, WNOHANG)`); it dies with
 //! the thread that started it (`PR_SET_PDEATHSIG`), and when it dies the kernel kills every
 //! process of its namespace.
 //!
-//! [`Started::enter`], once the thread has its own mount namespace, registers the sandbox
-//! under it. `current` finds it for the
+//! [`Started::mount_proc_under`] mounts that procfs over every procfs under the plan's
+//! root (on a node, the host's `/proc`): no host process, and so no `/proc/PID/root` of
+//! one (the host's writable `/`), is there. [`Started::enter`], once the thread has its own
+//! mount namespace, registers the sandbox under it. `current` finds it for the
 //! calling thread (one `stat` of `/proc/thread-self/ns/mnt`, made only while a sandbox
 //! exists), and the spawn then (see `spawn.rs`):
 //! - sets the spawning thread's PID namespace for children to the sandbox's around the
@@ -21,10 +26,13 @@
 //!   nothing to signal; its parent, the server, is pid 0 to it);
 //! - in the child, enters the sandbox's network namespace (`setns(CLONE_NEWNET)`: loopback
 //!   only, and no abstract Unix socket of the host, those being per network namespace) and
-//!   sets the [`Limits`] as rlimits: `RLIMIT_AS`, `RLIMIT_CPU`, `RLIMIT_FSIZE` 0 and
-//!   `RLIMIT_CORE` 0.
+//!   IPC namespace (no SysV object of the host), sets the [`Limits`] as rlimits:
+//!   `RLIMIT_AS`, `RLIMIT_CPU`, `RLIMIT_FSIZE` 0 and `RLIMIT_CORE` 0, and last installs the
+//!   seccomp filter ([`key_filter`]): the keyring calls (not namespaced) are `EPERM`, and
+//!   so is `socket(AF_UNIX)` when [`Limits::unix_sockets`] is false.
 //!
-//! Filesystem Unix sockets stay reachable (`connect` is no write), see docs/fleet.md.
+//! Filesystem Unix sockets stay reachable by default (`connect` is no write), see
+//! docs/fleet.md.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -43,15 +51,21 @@ pub struct Limits {
     /// `pid_max` of the plan's PID namespace: at most `max_pids - 1` processes at once.
     /// The kernel's floor is 301 (a lower value is raised to it).
     pub max_pids: u32,
+    /// False: no command may make a Unix socket (`socket(AF_UNIX)` is `EPERM`, so is
+    /// `io_uring_setup`, and 32-bit x86's `socketcall`), so none reaches a host daemon's
+    /// socket on the filesystem; queries that need one (`systemctl`) then fail.
+    pub unix_sockets: bool,
 }
 
 impl Default for Limits {
-    /// 4 GiB of address space, 60 s of CPU per command, 512 for `pid_max`.
+    /// 4 GiB of address space, 60 s of CPU per command, 512 for `pid_max`, Unix sockets
+    /// allowed.
     fn default() -> Self {
         Limits {
             memory: 4 << 30,
             cpu_seconds: 60,
             max_pids: 512,
+            unix_sockets: true,
         }
     }
 }
@@ -425,7 +439,7 @@ pub fn start(limits: &Limits) -> io::Result<Started> {
         own_pid_ns,
         net_ns,
         ipc_ns,
-        filter: key_filter(),
+        filter: key_filter(limits.unix_sockets),
         init,
         init_fd,
         rlimits: vec![
@@ -487,76 +501,142 @@ fn receive_report(sock: &OwnedFd) -> io::Result<(u8, Option<OwnedFd>)> {
     Ok((status, proc))
 }
 
-/// Where the kernel puts a syscall's number and architecture in `seccomp_data`.
+/// Where the kernel puts a syscall's number, architecture and first argument (its low 32
+/// bits, little-endian) in `seccomp_data`.
 const SECCOMP_NR: u32 = 0;
 const SECCOMP_ARCH: u32 = 4;
+const SECCOMP_ARG0: u32 = 16;
 
-/// The system calls of the kernel's key management (`add_key`, `request_key`, `keyctl`)
-/// per architecture a process of this machine may use (`AUDIT_ARCH_*`, numbers): the
-/// keyrings are not namespaced, so root's user keyring is the host root's, and
-/// `request_key` runs the host's `/sbin/request-key` upcall.
+/// What a seccomp block refuses (with `EPERM`) of a system call number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refuse {
+    /// Every call.
+    Always,
+    /// A call whose first argument is this (`socket(AF_UNIX, ...)`).
+    Arg0(u32),
+}
+
+/// An architecture a process of this machine may use (`AUDIT_ARCH_*`), the numbers of its
+/// key management calls (`add_key`, `request_key`, `keyctl`: the keyrings are not
+/// namespaced, so root's user keyring is the host root's, and `request_key` runs the
+/// host's `/sbin/request-key` upcall) and of the calls that make a Unix socket (`socket`,
+/// refused for `AF_UNIX` only; `io_uring_setup`, whose `IORING_OP_SOCKET` passes no
+/// seccomp filter; i386's `socketcall`, whose arguments are behind a pointer).
+type Arch = (u32, &'static [u32], &'static [(u32, Refuse)]);
+
 #[cfg(target_arch = "x86_64")]
-const KEY_SYSCALLS: &[(u32, &[u32])] = &[
+const X32: u32 = 0x4000_0000;
+#[cfg(target_arch = "x86_64")]
+const ARCHES: &[Arch] = &[
     // x86_64, and the x32 ABI (the same architecture, numbers with bit 30 set)
     (
         0xC000_003E,
+        &[248, 249, 250, X32 | 248, X32 | 249, X32 | 250],
         &[
-            248,
-            249,
-            250,
-            0x4000_0000 | 248,
-            0x4000_0000 | 249,
-            0x4000_0000 | 250,
+            (41, Refuse::Arg0(libc::AF_UNIX as u32)),
+            (X32 | 41, Refuse::Arg0(libc::AF_UNIX as u32)),
+            (425, Refuse::Always),
+            (X32 | 425, Refuse::Always),
         ],
     ),
-    (0x4000_0003, &[286, 287, 288]), // i386
+    // i386
+    (
+        0x4000_0003,
+        &[286, 287, 288],
+        &[
+            (359, Refuse::Arg0(libc::AF_UNIX as u32)),
+            (102, Refuse::Always),
+            (425, Refuse::Always),
+        ],
+    ),
 ];
 #[cfg(target_arch = "aarch64")]
-const KEY_SYSCALLS: &[(u32, &[u32])] = &[
-    (0xC000_00B7, &[217, 218, 219]), // aarch64
-    (0x4000_0028, &[309, 310, 311]), // arm (EABI)
+const ARCHES: &[Arch] = &[
+    // aarch64
+    (
+        0xC000_00B7,
+        &[217, 218, 219],
+        &[
+            (198, Refuse::Arg0(libc::AF_UNIX as u32)),
+            (425, Refuse::Always),
+        ],
+    ),
+    // arm (EABI)
+    (
+        0x4000_0028,
+        &[309, 310, 311],
+        &[
+            (281, Refuse::Arg0(libc::AF_UNIX as u32)),
+            (425, Refuse::Always),
+        ],
+    ),
 ];
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-const KEY_SYSCALLS: &[(u32, &[u32])] = &[];
+const ARCHES: &[Arch] = &[];
 
-/// A classic BPF seccomp program refusing [`KEY_SYSCALLS`] with `EPERM` and allowing every
-/// other system call: per architecture, load it, skip the block if it differs, load the
-/// number and jump to the refusal on a match.
+/// A classic BPF seccomp program refusing the key calls of [`ARCHES`] (and, without
+/// `unix_sockets`, its Unix socket calls) with `EPERM` and allowing every other system
+/// call: per architecture, load it, skip the block if it differs, load the number and jump
+/// to the refusal on a match (for a [`Refuse::Arg0`], on a match load the argument: equal
+/// is refused, anything else allowed).
 ///
-/// Hand-made (18 instructions on x86_64) rather than with a crate: `seccompiler` kills a
-/// process of another architecture (a 32-bit binary) outright, and its program is built
-/// the same way.
-fn key_filter() -> Vec<libc::sock_filter> {
-    let stmt = |code: u32, k: u32| libc::sock_filter {
+/// Hand-made (17 instructions on x86_64, 30 without Unix sockets) rather than with a
+/// crate: `seccompiler` kills a process of another architecture (a 32-bit binary)
+/// outright, and its program is built the same way.
+fn key_filter(unix_sockets: bool) -> Vec<libc::sock_filter> {
+    let op = |code: u32, k: u32, jt: usize, jf: usize| libc::sock_filter {
         code: code as u16,
-        jt: 0,
-        jf: 0,
-        k,
-    };
-    let ld = |k| stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, k);
-    let jeq = |k, jt: usize, jf: usize| libc::sock_filter {
-        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
         jt: jt as u8,
         jf: jf as u8,
         k,
     };
-    let len = KEY_SYSCALLS.iter().map(|(_, n)| 3 + n.len()).sum::<usize>() + 2;
-    let deny = len - 1;
+    let ld = |k| op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, k, 0, 0);
+    let jeq = |k, jt, jf| op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, k, jt, jf);
+    let size = |r: &Refuse| if *r == Refuse::Always { 1 } else { 3 };
+    let blocks: Vec<(u32, Vec<(u32, Refuse)>)> = ARCHES
+        .iter()
+        .map(|(arch, keys, sockets)| {
+            let mut refused: Vec<(u32, Refuse)> =
+                keys.iter().map(|&n| (n, Refuse::Always)).collect();
+            if !unix_sockets {
+                refused.extend_from_slice(sockets);
+            }
+            (*arch, refused)
+        })
+        .collect();
+    let body = |refused: &[(u32, Refuse)]| refused.iter().map(|(_, r)| size(r)).sum::<usize>();
+    let len = blocks.iter().map(|(_, r)| 3 + body(r)).sum::<usize>() + 2;
+    let (allow, deny) = (len - 2, len - 1);
     let mut f = Vec::with_capacity(len);
-    for (arch, nrs) in KEY_SYSCALLS {
+    for (arch, refused) in &blocks {
         f.push(ld(SECCOMP_ARCH));
-        f.push(jeq(*arch, 0, 1 + nrs.len()));
+        f.push(jeq(*arch, 0, 1 + body(refused)));
         f.push(ld(SECCOMP_NR));
-        for nr in *nrs {
+        for (nr, refuse) in refused {
             let at = f.len();
-            f.push(jeq(*nr, deny - at - 1, 0));
+            match refuse {
+                Refuse::Always => f.push(jeq(*nr, deny - at - 1, 0)),
+                Refuse::Arg0(v) => {
+                    f.push(jeq(*nr, 0, 2));
+                    f.push(ld(SECCOMP_ARG0));
+                    f.push(jeq(*v, deny - at - 3, allow - at - 3));
+                }
+            }
         }
     }
-    f.push(stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW));
-    f.push(stmt(
+    f.push(op(
+        libc::BPF_RET | libc::BPF_K,
+        libc::SECCOMP_RET_ALLOW,
+        0,
+        0,
+    ));
+    f.push(op(
         libc::BPF_RET | libc::BPF_K,
         libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        0,
+        0,
     ));
+    debug_assert_eq!(f.len(), len);
     f
 }
 
@@ -757,6 +837,7 @@ mod tests {
                 memory: 1 << 30,
                 cpu_seconds: 7,
                 max_pids: 400,
+                ..Limits::default()
             };
             let sb = start(&limits).unwrap();
             sb.enter().unwrap();
@@ -839,25 +920,77 @@ mod tests {
         );
     }
 
-    /// The key filter: per architecture, its check, a load of the number and a jump to
-    /// the refusal (the last instruction) for each key system call.
+    /// The filter: per architecture, its check, a load of the number and a jump to the
+    /// refusal (the last instruction) for each key system call; without Unix sockets, also
+    /// for `AF_UNIX` (after a load of `socket`'s first argument) and the calls refused
+    /// outright.
     #[test]
-    fn the_key_filter_jumps_to_its_refusal() {
-        let f = key_filter();
-        let deny = f.len() - 1;
-        assert_eq!(f[deny].k, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
-        assert_eq!(f[deny - 1].k, libc::SECCOMP_RET_ALLOW);
-        let jumps: Vec<u32> = f
+    fn the_filter_jumps_to_its_refusal() {
+        let refused = |unix_sockets: bool| {
+            let f = key_filter(unix_sockets);
+            let deny = f.len() - 1;
+            assert_eq!(f[deny].k, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+            assert_eq!(f[deny - 1].k, libc::SECCOMP_RET_ALLOW);
+            f.iter()
+                .enumerate()
+                .filter(|(i, x)| x.jt != 0 && *i + 1 + usize::from(x.jt) == deny)
+                .map(|(_, x)| x.k)
+                .collect::<Vec<u32>>()
+        };
+        let keys: Vec<u32> = ARCHES
             .iter()
-            .enumerate()
-            .filter(|(i, x)| x.jt != 0 && *i + 1 + usize::from(x.jt) == deny)
-            .map(|(_, x)| x.k)
+            .flat_map(|(_, n, _)| n.iter().copied())
             .collect();
-        let expected: Vec<u32> = KEY_SYSCALLS
+        assert_eq!(refused(true), keys);
+        let with_sockets: Vec<u32> = ARCHES
             .iter()
-            .flat_map(|(_, n)| n.iter().copied())
+            .flat_map(|(_, n, s)| {
+                n.iter().copied().chain(s.iter().map(|(nr, r)| match r {
+                    Refuse::Always => *nr,
+                    Refuse::Arg0(v) => *v,
+                }))
+            })
             .collect();
-        assert_eq!(jumps, expected);
+        assert_eq!(refused(false), with_sockets);
+    }
+
+    /// In a sandbox, a command's `add_key` is refused (`EPERM`), and with `unix_sockets`
+    /// false so is `socket(AF_UNIX)`, while `socket(AF_INET)` is not.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn a_sandboxed_command_gets_no_key_and_without_unix_sockets_no_unix_socket() {
+        if !nix::unistd::geteuid().is_root() || !Path::new("/usr/bin/perl").exists() {
+            return;
+        }
+        let script = r#"/usr/bin/perl -e '
+            my ($t, $d, $p) = ("user", "skyhook-sandbox-test", "x");
+            my $k = syscall(248, $t, $d, $p, 1, -4);
+            print "key=", ($k < 0 ? "$!" : "ADDED"), " ";
+            print "unix=", (socket(my $u, 1, 1, 0) ? "MADE" : "$!"), " ";
+            print "inet=", (socket(my $i, 2, 1, 0) ? "made" : "$!");'"#;
+        let run = |unix_sockets: bool| {
+            std::thread::spawn(move || {
+                // SAFETY: unshare on this thread only.
+                assert_eq!(
+                    unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
+                    0
+                );
+                let sb = start(&Limits {
+                    unix_sockets,
+                    ..Limits::default()
+                })
+                .unwrap();
+                sb.enter().unwrap();
+                sh(script)
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(run(true), "key=Operation not permitted unix=MADE inet=made");
+        assert_eq!(
+            run(false),
+            "key=Operation not permitted unix=Operation not permitted inet=made"
+        );
     }
 
     /// What a sandbox costs a plan: start, enter and drop (kill and reap the init), timed
