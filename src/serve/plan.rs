@@ -15,8 +15,9 @@
 //! it, so the kernel refuses any write to the host, a remount and a write through a device
 //! node, whatever the package says. Before that, the thread starts the plan's sandbox
 //! ([`crate::process::sandbox`]): every command is made in the plan's own PID namespace
-//! (it cannot signal the server or a host process) and network namespace (loopback only),
-//! under the rlimits of [`super::plan_limits::PlanLimits`], which also caps the plans
+//! (it cannot signal the server or a host process; the root's `/proc` is covered by the
+//! plan's own), network namespace (loopback only) and IPC namespace, with the keyring calls
+//! refused, under the rlimits of [`super::plan_limits::PlanLimits`], which also caps the plans
 //! running at once and their deadlines. A server that cannot do this refuses to plan (the
 //! exit names why).
 //!
@@ -762,10 +763,10 @@ fn plan_blocking(
     let planned = std::thread::Builder::new()
         .name("package-plan-ro".into())
         .spawn(move || {
-            // Its commands in their own PID and network namespaces, under the limits (the
+            // Its commands in their own PID, network and IPC namespaces, under the limits (the
             // init is started while /proc/sys is writable, to set the namespace's pid_max).
             let mut sandboxed = sandbox::start(&job2.sandbox).map_err(|e| {
-                format!("cannot start the plan's sandbox (PID and network namespaces): {e}")
+                format!("cannot start the plan's sandbox (PID, network and IPC namespaces): {e}")
             })?;
             if let Err(e) = enter_read_only(&root2, &at, Some(&mut sandboxed)) {
                 return Err(format!(
