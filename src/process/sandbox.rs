@@ -346,7 +346,7 @@ impl Drop for Started {
     }
 }
 
-/// Start a plan's sandbox: the init in its new PID and network namespaces (it sets the
+/// Start a plan's sandbox: the init in its new PID, network and IPC namespaces (it sets the
 /// namespace's `pid_max` through `/proc/sys`: call this before the thread's mounts are made
 /// read-only), not yet [`Started::enter`]ed.
 ///
