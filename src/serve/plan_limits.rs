@@ -82,21 +82,23 @@ impl PlanLimits {
         Some(requested.map_or(max, |t| t.min(max)))
     }
 
-    /// The package's `SKYHOOK_SCRIPT_TIMEOUT` read as the agent reads it
-    /// ([`crate::mode::settings::parse_script_timeout`]: unset or blank is the 600 s
-    /// default) and lowered to [`PlanLimits::script_timeout`]; a value the agent would
-    /// refuse is set to that cap too, so no value passes it.
+    /// The package's `SKYHOOK_SCRIPT_TIMEOUT` read as a run reads it
+    /// ([`crate::local::script_timeout`]: its last value; unset or blank is the 600 s
+    /// default) and lowered to [`PlanLimits::script_timeout`], in every entry of that name;
+    /// a value the agent would refuse is set to that cap too, so no value passes it.
     pub fn bound_env(&self, env: &mut Vec<(String, String)>) {
         const NAME: &str = "SKYHOOK_SCRIPT_TIMEOUT";
         let max = self.script_timeout.as_secs().max(1);
-        let bounded = |v: Option<&str>| {
-            crate::mode::settings::parse_script_timeout(v)
-                .map_or(max, |d| d.as_secs().min(max))
-                .to_string()
-        };
-        match env.iter_mut().find(|(k, _)| k == NAME) {
-            Some((_, v)) => *v = bounded(Some(v)),
-            None => env.push((NAME.into(), bounded(None))),
+        let bounded = crate::local::script_timeout(env)
+            .map_or(max, |d| d.as_secs().min(max))
+            .to_string();
+        let mut found = false;
+        for (_, v) in env.iter_mut().filter(|(k, _)| k == NAME) {
+            v.clone_from(&bounded);
+            found = true;
+        }
+        if !found {
+            env.push((NAME.into(), bounded));
         }
     }
 }
@@ -145,6 +147,14 @@ mod tests {
         let mut env = vec![("SKYHOOK_SCRIPT_TIMEOUT".to_string(), " 7 ".to_string())];
         l.bound_env(&mut env);
         assert_eq!(env[0].1, "7");
+        // The run reads the last entry: every entry is bounded.
+        let mut env = vec![
+            ("SKYHOOK_SCRIPT_TIMEOUT".to_string(), "5".to_string()),
+            ("SKYHOOK_SCRIPT_TIMEOUT".to_string(), "3600".to_string()),
+        ];
+        l.bound_env(&mut env);
+        assert_eq!(env[1].1, "60");
+        assert_eq!(crate::local::script_timeout(&env).unwrap().as_secs(), 60);
         assert_eq!(l.plan_timeout(None), Some(300.0));
         assert_eq!(l.plan_timeout(Some(5000.0)), Some(300.0));
         assert_eq!(l.plan_timeout(Some(2.5)), Some(2.5));
