@@ -15,7 +15,7 @@ use crate::fleet::{PLAN_TOKEN, RUN_TOKEN, start_serve, tokens_file};
 
 /// A `serve` on a loopback port over `cfg`'s root, in this runtime; its URL (as
 /// `fleet::start_serve`, with a configuration of the test's).
-async fn start_serve_with(cfg: skyhook::serve::Config, tokens: &Path) -> String {
+pub(crate) async fn start_serve_with(cfg: skyhook::serve::Config, tokens: &Path) -> String {
     use skyhook::serve::http::{Limits, Listener, Server, serve};
     let svc =
         skyhook::serve::Service::with_audit(cfg, true, std::sync::Arc::new(|_: &str| {})).unwrap();

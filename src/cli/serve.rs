@@ -124,6 +124,11 @@ pub struct ServeArgs {
     /// (Linux >= 6.14; at least 301).
     #[arg(long, value_name = "N", default_value_t = 512)]
     pub plan_pids: u32,
+    /// Refuse every command of a package plan a Unix socket (socket(AF_UNIX) fails), so no
+    /// query reaches a host daemon (systemd, D-Bus, containerd) through one; queries that
+    /// need one (systemctl is-active) then fail.
+    #[arg(long)]
+    pub plan_deny_unix_sockets: bool,
 }
 
 /// `64MiB`, `1KiB`, `10MB`, `123` → bytes.
@@ -302,6 +307,7 @@ pub fn startup(a: ServeArgs) -> Result<Startup, ServeError> {
         memory: a.plan_memory as u64,
         cpu_seconds: a.plan_cpu.as_secs().max(1),
         max_pids: a.plan_pids.max(crate::process::sandbox::MIN_PID_MAX),
+        unix_sockets: !a.plan_deny_unix_sockets,
     };
     cfg.state_dir = a.state_dir.clone();
     if cfg.state_dir.is_none() {

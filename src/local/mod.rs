@@ -30,7 +30,7 @@ pub(crate) use env::{env_default, env_get};
 pub use error::LocalError;
 pub use json::{error_json, script_error_json};
 pub use package::{PackagePlan, PackageRun, PlannedStep, StepKind, default_copy_dir};
-pub use script::{ScriptRun, StepResult};
+pub use script::{ScriptRun, StepResult, script_timeout};
 
 #[cfg(test)]
 mod tests;

@@ -79,6 +79,16 @@ pub struct ScriptRun {
     pub diffs: bool,
 }
 
+/// The deadline of a `.rhai` step run with `env`: its last `SKYHOOK_SCRIPT_TIMEOUT`, read
+/// as the agent reads it (whole seconds; unset or blank: the 600 s default).
+///
+/// # Errors
+/// A value the agent refuses (not a whole number of seconds from 1 to a year).
+pub fn script_timeout(env: &[(String, String)]) -> Result<std::time::Duration, LocalError> {
+    crate::mode::settings::parse_script_timeout(env_get(env, "SKYHOOK_SCRIPT_TIMEOUT"))
+        .map_err(|e| crate::agent::error::AgentError::from(e).into())
+}
+
 impl ScriptRun {
     /// The executor this run uses ([`crate::step::exec_mode`]).
     pub fn exec_mode(&self) -> ExecMode {
@@ -127,11 +137,7 @@ impl ScriptRun {
         engine: &ScriptEngine,
         output: Arc<dyn ScriptOutput>,
     ) -> Result<(StepResult, Redactor), LocalError> {
-        let timeout = crate::mode::settings::parse_script_timeout(env_get(
-            &self.env,
-            "SKYHOOK_SCRIPT_TIMEOUT",
-        ))
-        .map_err(crate::agent::error::AgentError::from)?;
+        let timeout = script_timeout(&self.env)?;
         let compiled = self.compile(engine)?;
         let root = open_root(&self.root)?;
         let script_dir = absolute(&self.script)

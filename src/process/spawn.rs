@@ -229,6 +229,10 @@ struct Child<'a> {
     mount_ns: RawFd,
     /// A plan sandbox's network namespace to enter (`setns`), or -1.
     net_ns: RawFd,
+    /// A plan sandbox's IPC namespace to enter (`setns`), or -1.
+    ipc_ns: RawFd,
+    /// A plan sandbox's seccomp program, installed last before `exec`.
+    filter: Option<libc::sock_fprog>,
     /// A plan sandbox's rlimits, set before `exec`.
     rlimits: &'a [(libc::c_int, super::sandbox::Rlimit)],
     root: Option<&'a CString>,
@@ -309,6 +313,9 @@ impl Child<'_> {
             if self.net_ns >= 0 && libc::setns(self.net_ns, libc::CLONE_NEWNET) != 0 {
                 return Err(errno());
             }
+            if self.ipc_ns >= 0 && libc::setns(self.ipc_ns, libc::CLONE_NEWIPC) != 0 {
+                return Err(errno());
+            }
             super::sandbox::set_rlimits(self.rlimits)?;
             if let Some(root) = self.root
                 && libc::chroot(root.as_ptr()) != 0
@@ -317,6 +324,9 @@ impl Child<'_> {
             }
             if libc::chdir(self.cwd.as_ptr()) != 0 {
                 return Err(errno());
+            }
+            if let Some(prog) = &self.filter {
+                super::sandbox::install_filter(prog)?;
             }
         }
         Ok(())
@@ -411,6 +421,8 @@ fn spawn_one(spec: &Spec, program: &Path, args: &[OsString]) -> io::Result<Spawn
         cgroup: cgroup.as_ref().map_or(-1, AsRawFd::as_raw_fd),
         mount_ns: spec.mount_ns.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
         net_ns: sandbox.as_ref().map_or(-1, |s| s.net_ns()),
+        ipc_ns: sandbox.as_ref().map_or(-1, |s| s.ipc_ns()),
+        filter: sandbox.as_ref().map(|s| s.filter()),
         rlimits: sandbox.as_ref().map_or(&[], |s| s.rlimits()),
         root: root.as_ref(),
         cwd: &cwd,

@@ -19,8 +19,9 @@
 //! it, so the kernel refuses any write to the host, a remount and a write through a device
 //! node, whatever the package says. Before that, the thread starts the plan's sandbox
 //! ([`crate::process::sandbox`]): every command is made in the plan's own PID namespace
-//! (it cannot signal the server or a host process) and network namespace (loopback only),
-//! under the rlimits of [`super::plan_limits::PlanLimits`], which also caps the plans
+//! (it cannot signal the server or a host process; the root's `/proc` is covered by the
+//! plan's own), network namespace (loopback only) and IPC namespace, with the keyring calls
+//! refused, under the rlimits of [`super::plan_limits::PlanLimits`], which also caps the plans
 //! running at once and their deadlines. A server that cannot do this refuses to plan (the
 //! exit names why).
 //!
@@ -55,23 +56,23 @@ pub use super::plan_request::{
 const HARMLESS_DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 
 /// Capabilities a plan's commands keep in their bounding set: those a read of the host
-/// needs (reading root-only files, `su`/`runuser` to a service user) and harmless ones; every
-/// other capability the kernel knows is dropped from the bounding set of the plan's thread,
-/// so no command it runs has it. Among those dropped: `CAP_SYS_CHROOT` (a second `chroot`
-/// walks out of the read-only root to the namespace's `/`), `CAP_SYS_ADMIN` (a remount),
-/// `CAP_SYS_PTRACE` (`/proc/PID/root` of a process with more capabilities), modules, raw
-/// I/O, reboot, mknod, network, clock, BPF, `CAP_SYSLOG` (`dmesg -C`), `CAP_SYS_PACCT`,
-/// `CAP_AUDIT_CONTROL`, `CAP_SYS_NICE` and `CAP_SYS_RESOURCE` (renice, rlimits of host
-/// processes), `CAP_IPC_OWNER` (other processes' shared memory).
+/// needs (`CAP_DAC_OVERRIDE` reads every file by path) and harmless ones; every other
+/// capability the kernel knows is dropped from the bounding set of the plan's thread, so no
+/// command it runs has it. Among those dropped: `CAP_SYS_CHROOT` (a second `chroot` walks
+/// out of the read-only root to the namespace's `/`), `CAP_SYS_ADMIN` (a remount),
+/// `CAP_SYS_PTRACE` (`/proc/PID/root` of a process with more capabilities),
+/// `CAP_SETUID`/`CAP_SETGID` (a switch to a service user's ids passes the ptrace check of
+/// its processes; `su`/`runuser` fail in a plan), `CAP_DAC_READ_SEARCH` (`open_by_handle_at`
+/// opens any file of a filesystem, beyond the root), modules, raw I/O, reboot, mknod,
+/// network, clock, BPF, `CAP_SYSLOG` (`dmesg -C`), `CAP_SYS_PACCT`, `CAP_AUDIT_CONTROL`,
+/// `CAP_SYS_NICE` and `CAP_SYS_RESOURCE` (renice, rlimits of host processes),
+/// `CAP_IPC_OWNER` (other processes' shared memory).
 const KEPT_CAPS: &[libc::c_int] = &[
     0,  // CAP_CHOWN
     1,  // CAP_DAC_OVERRIDE
-    2,  // CAP_DAC_READ_SEARCH
     3,  // CAP_FOWNER
     4,  // CAP_FSETID
     5,  // CAP_KILL (root signals root processes without it anyway)
-    6,  // CAP_SETGID
-    7,  // CAP_SETUID
     29, // CAP_AUDIT_WRITE
 ];
 
@@ -84,6 +85,8 @@ const MAX_CAP: libc::c_int = 63;
 /// empty directory, and make that tree read-only, without devices and set-uid
 /// (`mount_setattr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID, AT_RECURSIVE)`:
 /// a read-only mount alone still lets a process write to a disk through its device node);
+/// with `sandbox` (the plan's), its own procfs is mounted over every procfs of the tree
+/// first ([`sandbox::Started::mount_proc_under`]: no host process is found there);
 /// then bind the server's harmless character devices (`HARMLESS_DEVICES`) over the tree's
 /// and drop every capability but `KEPT_CAPS` from this thread's bounding set, so no
 /// command can remount the tree writable or `chroot` out of it. Processes this thread (and the threads it starts) fork inherit all of it.
@@ -91,7 +94,11 @@ const MAX_CAP: libc::c_int = 63;
 ///
 /// # Errors
 /// The step that failed and its errno (no `CAP_SYS_ADMIN`, a kernel before 5.12).
-pub fn enter_read_only(root: &Path, at: &Path) -> Result<(), String> {
+pub fn enter_read_only(
+    root: &Path,
+    at: &Path,
+    sandbox: Option<&mut sandbox::Started>,
+) -> Result<(), String> {
     use nix::mount::{MsFlags, mount};
     let root = std::fs::canonicalize(root).map_err(|e| format!("{}: {e}", root.display()))?;
     // SAFETY: unshare only changes this thread's own fs context and mount namespace.
@@ -117,6 +124,11 @@ pub fn enter_read_only(root: &Path, at: &Path) -> Result<(), String> {
         None::<&str>,
     )
     .map_err(|e| format!("bind {} at {}: {e}", root.display(), at.display()))?;
+    if let Some(sandbox) = sandbox {
+        sandbox
+            .mount_proc_under(at)
+            .map_err(|e| format!("mounting the plan's own /proc: {e}"))?;
+    }
     let nodev = libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID;
     set_attr_recursive(at, nodev)?;
     for d in HARMLESS_DEVICES {
@@ -421,12 +433,12 @@ fn plan_blocking(
     let planned = std::thread::Builder::new()
         .name("package-plan-ro".into())
         .spawn(move || {
-            // Its commands in their own PID and network namespaces, under the limits (the
+            // Its commands in their own PID, network and IPC namespaces, under the limits (the
             // init is started while /proc/sys is writable, to set the namespace's pid_max).
-            let sandboxed = sandbox::start(&job2.sandbox).map_err(|e| {
-                format!("cannot start the plan's sandbox (PID and network namespaces): {e}")
+            let mut sandboxed = sandbox::start(&job2.sandbox).map_err(|e| {
+                format!("cannot start the plan's sandbox (PID, network and IPC namespaces): {e}")
             })?;
-            if let Err(e) = enter_read_only(&root2, &at) {
+            if let Err(e) = enter_read_only(&root2, &at, Some(&mut sandboxed)) {
                 return Err(format!(
                     "cannot make the host root read-only for the plan: {e}"
                 ));

@@ -82,21 +82,23 @@ impl PlanLimits {
         Some(requested.map_or(max, |t| t.min(max)))
     }
 
-    /// The package's `SKYHOOK_SCRIPT_TIMEOUT` (whole seconds) lowered to
-    /// [`PlanLimits::script_timeout`], or set to it when absent. A value that is no number
-    /// is left for the plan to refuse, as the agent does.
+    /// The package's `SKYHOOK_SCRIPT_TIMEOUT` read as a run reads it
+    /// ([`crate::local::script_timeout`]: its last value; unset or blank is the 600 s
+    /// default) and lowered to [`PlanLimits::script_timeout`], in every entry of that name;
+    /// a value the agent would refuse is set to that cap too, so no value passes it.
     pub fn bound_env(&self, env: &mut Vec<(String, String)>) {
         const NAME: &str = "SKYHOOK_SCRIPT_TIMEOUT";
         let max = self.script_timeout.as_secs().max(1);
-        match env.iter_mut().find(|(k, _)| k == NAME) {
-            Some((_, v)) => {
-                if let Ok(n) = v.trim().parse::<u64>()
-                    && n > max
-                {
-                    *v = max.to_string();
-                }
-            }
-            None => env.push((NAME.into(), max.to_string())),
+        let bounded = crate::local::script_timeout(env)
+            .map_or(max, |d| d.as_secs().min(max))
+            .to_string();
+        let mut found = false;
+        for (_, v) in env.iter_mut().filter(|(k, _)| k == NAME) {
+            v.clone_from(&bounded);
+            found = true;
+        }
+        if !found {
+            env.push((NAME.into(), bounded));
         }
     }
 }
@@ -136,6 +138,23 @@ mod tests {
         let mut env = Vec::new();
         l.bound_env(&mut env);
         assert_eq!(env, vec![("SKYHOOK_SCRIPT_TIMEOUT".into(), "60".into())]);
+        // Blank (the agent's 600 s default) and what the agent refuses: the cap.
+        for v in ["", " ", "\t", "abc", "0", "-5", "1.5"] {
+            let mut env = vec![("SKYHOOK_SCRIPT_TIMEOUT".to_string(), v.to_string())];
+            l.bound_env(&mut env);
+            assert_eq!(env[0].1, "60", "{v:?}");
+        }
+        let mut env = vec![("SKYHOOK_SCRIPT_TIMEOUT".to_string(), " 7 ".to_string())];
+        l.bound_env(&mut env);
+        assert_eq!(env[0].1, "7");
+        // The run reads the last entry: every entry is bounded.
+        let mut env = vec![
+            ("SKYHOOK_SCRIPT_TIMEOUT".to_string(), "5".to_string()),
+            ("SKYHOOK_SCRIPT_TIMEOUT".to_string(), "3600".to_string()),
+        ];
+        l.bound_env(&mut env);
+        assert_eq!(env[1].1, "60");
+        assert_eq!(crate::local::script_timeout(&env).unwrap().as_secs(), 60);
         assert_eq!(l.plan_timeout(None), Some(300.0));
         assert_eq!(l.plan_timeout(Some(5000.0)), Some(300.0));
         assert_eq!(l.plan_timeout(Some(2.5)), Some(2.5));

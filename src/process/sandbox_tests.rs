@@ -1,0 +1,235 @@
+//! Tests of the plan sandbox (`sandbox.rs`): namespaces, limits, procfs, seccomp filter.
+
+use super::*;
+use crate::process::{Options, Sink, Spec, Stream};
+use std::path::Path;
+
+struct Out(Vec<u8>);
+
+impl Sink for Out {
+    fn chunk(&mut self, stream: Stream, bytes: &[u8]) -> std::ops::ControlFlow<()> {
+        if stream == Stream::Stdout {
+            self.0.extend_from_slice(bytes);
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+}
+
+fn sh(script: &str) -> String {
+    let spec = Spec {
+        program: "/bin/sh".into(),
+        args: vec!["-c".into(), script.into()],
+        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        cwd: "/".into(),
+        ..Spec::default()
+    };
+    let mut out = Out(Vec::new());
+    crate::process::run(&spec, &Options::default(), &mut out);
+    String::from_utf8_lossy(&out.0).into_owned()
+}
+
+/// On a thread with a mount namespace of its own (as a plan's), a command is pid 2 of the
+/// sandbox's PID namespace (the init is 1), its parent is outside it, its limits and the
+/// namespace's `pid_max` are the sandbox's, and the init brought `lo` up; the same command from
+/// another thread is not sandboxed; once the sandbox is dropped, nothing is.
+#[test]
+fn a_command_of_a_sandboxed_thread_runs_in_its_namespaces_under_its_limits() {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let script = "echo $$ $PPID $(ulimit -t) $(ulimit -v) $(cat /proc/sys/kernel/pid_max) \
+                  $(readlink /proc/self/ns/ipc)";
+    let outside = sh(script);
+    let (inside, after) = std::thread::spawn(move || {
+        // SAFETY: unshare on this thread only (its filesystem context and mounts).
+        assert_eq!(
+            unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
+            0,
+            "unshare: {}",
+            io::Error::last_os_error()
+        );
+        let limits = Limits {
+            memory: 1 << 30,
+            cpu_seconds: 7,
+            max_pids: 400,
+            ..Limits::default()
+        };
+        let sb = start(&limits).unwrap();
+        sb.enter().unwrap();
+        assert!(sb.sandbox().pids_capped && sb.sandbox().loopback);
+        let inside = sh(script);
+        drop(sb);
+        (inside, sh("echo $PPID"))
+    })
+    .join()
+    .unwrap();
+    let f: Vec<&str> = inside.split_whitespace().collect();
+    assert_eq!(f[..5], ["2", "0", "7", "1048576", "400"], "{inside}");
+    let host_ipc = std::fs::read_link("/proc/self/ns/ipc").unwrap();
+    assert_ne!(
+        Path::new(f[5]),
+        host_ipc,
+        "the command shares the host's IPC namespace"
+    );
+    assert_ne!(outside.split_whitespace().nth(1), Some("0"), "{outside}");
+    assert_ne!(after.trim(), "0", "a command after the drop was sandboxed");
+    assert_eq!(COUNT.load(Ordering::SeqCst), 0);
+}
+
+/// A procfs of the host mounted under a root is covered by the sandbox's own: only the
+/// init (pid 1) is listed there, the same path outside the thread's namespace is
+/// untouched.
+#[test]
+fn the_sandboxs_procfs_covers_the_hosts_under_a_root() {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let at = dir.path().join("root with space");
+    std::fs::create_dir_all(at.join("proc")).unwrap();
+    let at2 = at.clone();
+    let (covered, pids) = std::thread::spawn(move || {
+        // SAFETY: unshare on this thread only.
+        assert_eq!(
+            unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
+            0
+        );
+        use nix::mount::{MsFlags, mount};
+        mount(
+            None::<&str>,
+            "/",
+            None::<&str>,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            None::<&str>,
+        )
+        .unwrap();
+        mount(
+            Some("proc"),
+            &at2.join("proc"),
+            Some("proc"),
+            MsFlags::empty(),
+            None::<&str>,
+        )
+        .unwrap();
+        let mut sb = start(&Limits::default()).unwrap();
+        let covered = sb.mount_proc_under(&at2).unwrap();
+        let mut pids: Vec<String> = std::fs::read_dir(at2.join("proc"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            .collect();
+        pids.sort();
+        (covered, pids)
+    })
+    .join()
+    .unwrap();
+    assert_eq!((covered, pids), (1, vec!["1".to_string()]));
+    assert_eq!(std::fs::read_dir(at.join("proc")).unwrap().count(), 0);
+}
+
+#[test]
+fn mountinfo_escapes_are_undone() {
+    assert_eq!(
+        unescape_mountinfo(r"/tmp/a\040b\011c\134d\0"),
+        Path::new("/tmp/a b\tc\\d\\0")
+    );
+}
+
+/// The filter: per architecture, its check, a load of the number and a jump to the
+/// refusal (the last instruction) for each key system call; without Unix sockets, also
+/// for `AF_UNIX` (after a load of `socket`'s first argument) and the calls refused
+/// outright.
+#[test]
+fn the_filter_jumps_to_its_refusal() {
+    let refused = |unix_sockets: bool| {
+        let f = key_filter(unix_sockets);
+        let deny = f.len() - 1;
+        assert_eq!(f[deny].k, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+        assert_eq!(f[deny - 1].k, libc::SECCOMP_RET_ALLOW);
+        f.iter()
+            .enumerate()
+            .filter(|(i, x)| x.jt != 0 && *i + 1 + usize::from(x.jt) == deny)
+            .map(|(_, x)| x.k)
+            .collect::<Vec<u32>>()
+    };
+    let keys: Vec<u32> = ARCHES
+        .iter()
+        .flat_map(|(_, n, _)| n.iter().copied())
+        .collect();
+    assert_eq!(refused(true), keys);
+    let with_sockets: Vec<u32> = ARCHES
+        .iter()
+        .flat_map(|(_, n, s)| {
+            n.iter().copied().chain(s.iter().map(|(nr, r)| match r {
+                Refuse::Always => *nr,
+                Refuse::Arg0(v) => *v,
+            }))
+        })
+        .collect();
+    assert_eq!(refused(false), with_sockets);
+}
+
+/// In a sandbox, a command's `add_key` is refused (`EPERM`), and with `unix_sockets`
+/// false so is `socket(AF_UNIX)`, while `socket(AF_INET)` is not.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_sandboxed_command_gets_no_key_and_without_unix_sockets_no_unix_socket() {
+    if !nix::unistd::geteuid().is_root() || !Path::new("/usr/bin/perl").exists() {
+        return;
+    }
+    let script = r#"/usr/bin/perl -e '
+        my ($t, $d, $p) = ("user", "skyhook-sandbox-test", "x");
+        my $k = syscall(248, $t, $d, $p, 1, -4);
+        print "key=", ($k < 0 ? "$!" : "ADDED"), " ";
+        print "unix=", (socket(my $u, 1, 1, 0) ? "MADE" : "$!"), " ";
+        print "inet=", (socket(my $i, 2, 1, 0) ? "made" : "$!");'"#;
+    let run = |unix_sockets: bool| {
+        std::thread::spawn(move || {
+            // SAFETY: unshare on this thread only.
+            assert_eq!(
+                unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
+                0
+            );
+            let sb = start(&Limits {
+                unix_sockets,
+                ..Limits::default()
+            })
+            .unwrap();
+            sb.enter().unwrap();
+            sh(script)
+        })
+        .join()
+        .unwrap()
+    };
+    assert_eq!(run(true), "key=Operation not permitted unix=MADE inet=made");
+    assert_eq!(
+        run(false),
+        "key=Operation not permitted unix=Operation not permitted inet=made"
+    );
+}
+
+/// What a sandbox costs a plan: start, enter and drop (kill and reap the init), timed
+/// over 20 rounds; printed for docs/fleet.md, bounded loosely.
+#[test]
+fn starting_and_ending_a_sandbox_is_cheap() {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let took = std::thread::spawn(|| {
+        // SAFETY: unshare on this thread only.
+        assert_eq!(
+            unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
+            0
+        );
+        let t = std::time::Instant::now();
+        for _ in 0..20 {
+            let sb = start(&Limits::default()).unwrap();
+            sb.enter().unwrap();
+        }
+        t.elapsed()
+    })
+    .join()
+    .unwrap();
+    eprintln!("20 sandboxes started and ended in {took:?}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
