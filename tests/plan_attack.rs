@@ -54,7 +54,7 @@ fn current_rt() -> tokio::runtime::Runtime {
 }
 
 /// A `package_plan` start of package `evil` 1.0.0 whose one apply step is `script`.
-fn plan_body(id: &str, script: &str) -> Value {
+pub(crate) fn plan_body(id: &str, script: &str) -> Value {
     json!({"id": id, "kind": "package_plan", "timeout_s": 60,
            "package": {
              "config": {"schema_version": "v1", "root_dir": "/", "expected_config_files": [],
@@ -70,7 +70,7 @@ fn plan_body(id: &str, script: &str) -> Value {
 }
 
 /// Rhai that runs `perl -e CODE` as a query and prints what it said (and its code).
-fn perl_query(code: &str) -> String {
+pub(crate) fn perl_query(code: &str) -> String {
     format!(
         "let r = query([\"perl\", \"-e\", {code:?}]);\nprint(\"code=\" + r.code + \" out=\" + r.stdout + \" err=\" + r.stderr);\n"
     )
@@ -669,7 +669,7 @@ fn a_plan_step_is_held_to_the_servers_script_timeout() {
 
 /// A `skyhook-agent serve` process over `root` (the binary: a child subreaper, as on a
 /// node) with `extra` options, killed when dropped; its URL once it listens (10 s at most).
-struct ServeBin(std::process::Child);
+pub(crate) struct ServeBin(pub(crate) std::process::Child);
 
 impl Drop for ServeBin {
     fn drop(&mut self) {
@@ -678,7 +678,9 @@ impl Drop for ServeBin {
     }
 }
 
-fn serve_bin(root: &Path, tokens: &Path, extra: &[&str]) -> (ServeBin, String) {
+/// `skyhook-agent serve` over `root` on a free loopback port, with `extra` arguments: the
+/// process (killed when dropped) and its URL.
+pub(crate) fn serve_bin(root: &Path, tokens: &Path, extra: &[&str]) -> (ServeBin, String) {
     use std::io::BufRead as _;
     let mut child = std::process::Command::new(crate::util::AGENT)
         .args(["serve", "--listen", "127.0.0.1:0", "--root"])

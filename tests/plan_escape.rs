@@ -17,30 +17,8 @@ use skyhook::process::Cancel;
 use skyhook::remote::Client;
 
 use crate::fleet::{PLAN_TOKEN, tokens_file};
+use crate::plan_attack::{perl_query, plan_body, serve_bin};
 use crate::util::FakeRoot;
-
-/// A `package_plan` start of package `evil` 1.0.0 whose one apply step is the Rhai `script`.
-fn plan_body(id: &str, script: &str) -> Value {
-    json!({"id": id, "kind": "package_plan", "timeout_s": 60,
-           "package": {
-             "config": {"schema_version": "v1", "root_dir": "/", "expected_config_files": [],
-                        "package_name": "evil", "package_version": "1.0.0",
-                        "modes": {"apply": [{"name": "evil", "path": "evil.rhai",
-                            "arguments": [], "returncodes": [0], "on_host": true,
-                            "idempotence": false, "upgrade_step": false}],
-                                  "apply-check": [{"name": "evil_check", "path": "check.sh",
-                            "arguments": [], "returncodes": [0], "on_host": true,
-                            "idempotence": false, "upgrade_step": false}]}},
-             "files": {"skyhook_dir/evil.rhai": script,
-                       "skyhook_dir/check.sh": "#!/bin/sh\nexit 0\n"}}})
-}
-
-/// Rhai that runs `perl -e CODE` as a query and prints what it said (and its code).
-fn perl_query(code: &str) -> String {
-    format!(
-        "let r = query([\"perl\", \"-e\", {code:?}]);\nprint(\"code=\" + r.code + \" out=\" + r.stdout + \" err=\" + r.stderr);\n"
-    )
-}
 
 /// Plan a package whose query is `perl -e code` on a fresh in-process `serve` over `root`
 /// with a plan token: the exit event and the line events' text.
@@ -436,48 +414,6 @@ fn a_plan_query_cannot_reach_the_server_through_proc_or_namespaces() {
 
 /// A `skyhook-agent serve` process over `root` (killed when dropped) and its URL once it
 /// listens (10 s at most).
-struct ServeBin(std::process::Child);
-
-impl Drop for ServeBin {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve_bin(root: &Path, tokens: &Path) -> (ServeBin, String) {
-    use std::io::BufRead as _;
-    let mut child = std::process::Command::new(crate::util::AGENT)
-        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
-        .arg(root)
-        .arg("--tokens-file")
-        .arg(tokens)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = child.stderr.take().unwrap();
-    let srv = ServeBin(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    loop {
-        let l = rx
-            .recv_timeout(std::time::Duration::from_secs(10))
-            .expect("serve did not say where it listens");
-        if let Some(rest) = l.split("listening on 127.0.0.1:").nth(1) {
-            let port = rest.split_whitespace().next().unwrap();
-            return (srv, format!("http://127.0.0.1:{port}"));
-        }
-    }
-}
-
 /// Peak resident memory of process `pid`, MiB (`VmHWM` of its status).
 fn peak_mib(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -503,7 +439,7 @@ fn a_plans_steps_cannot_pile_up_memory_in_the_server() {
     let fr = host();
     let d = tempfile::tempdir().unwrap();
     let tokens = tokens_file(d.path());
-    let (srv, url) = serve_bin(fr.root(), &tokens);
+    let (srv, url) = serve_bin(fr.root(), &tokens, &[]);
     let step = |i: usize| {
         format!(
             "let s = \"x\";\nwhile s.len() < 16 * 1024 * 1024 {{ s += s; }}\n\
