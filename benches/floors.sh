@@ -6,6 +6,7 @@
 #   sudo bash benches/floors.sh                          # builds the release agent first
 #   sudo BIN=path/to/dir bash benches/floors.sh          # skyhook-agent and skyhook-run from DIR
 #   REPS=5 STEPS=100 FILES=20000 STARTS=10 BENCH_WORK=$PWD/target/floors NICE=19   # the defaults
+#   RHAI_SIZES="100 1000"   # the .rhai rows; "100 1000 10000" adds the flatness reading
 #
 # Rows (medians over REPS; agent and floor alternate within each rep; wall times from bash's
 # $EPOCHREALTIME around each command, so both sides pay the same fork + exec of the wrapper):
@@ -36,6 +37,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-5}
 STEPS=${STEPS:-100}
+RHAI_SIZES=${RHAI_SIZES:-100 1000}
 FILES=${FILES:-20000}
 NICE=${NICE:-19}
 STARTS=${STARTS:-10}
@@ -66,7 +68,7 @@ for b in sh true; do
     done
 done
 
-python3 - "$ROOT" "$STEPS" <<'PY'
+python3 - "$ROOT" "$STEPS" "$RHAI_SIZES" <<'PY'
 import json, os, sys
 root, n = sys.argv[1], int(sys.argv[2])
 sh, rhai = "#!/bin/sh\nexit 0\n", "let x = 1;\n"
@@ -88,7 +90,7 @@ def package(copy_dir, name, steps):
     with open(os.path.join(root, copy_dir, "config.json"), "w") as out:
         json.dump(config, out)
 
-for k in (100, 1000):
+for k in map(int, sys.argv[3].split()):
     package(f"pkg-rhai-{k}", f"rhai{k}", [step(f"s{i}", "t.rhai", [str(i)]) for i in range(k)])
 package("pkg-bash", "bash", [step(f"s{i}", "t.sh", [str(i)]) for i in range(n)])
 package("pkg-skip", "skip", [step("skip", "t.sh", ["skip"])])
@@ -140,7 +142,7 @@ floor_dirs() {
 }
 
 # Warm-up: flags, log directories at their steady size (retention), START.
-for p in pkg-rhai-100 pkg-rhai-1000 pkg-bash pkg-skip; do
+for p in $(printf "pkg-rhai-%s " $RHAI_SIZES) pkg-bash pkg-skip; do
     nice -n "$NICE" "$AGENT" apply "$ROOT" "/$p" > /dev/null 2>&1
 done
 
@@ -159,7 +161,7 @@ SKIP_FLAG=$(ls "$SKIP_FLAG"/t.sh_* | head -1)
 
 for rep in $(seq "$REPS"); do
     echo "floors.sh: rep $rep of $REPS" >&2
-    for k in 100 1000; do
+    for k in $RHAI_SIZES; do
         timed "rhai$k" "$AGENT" apply "$ROOT" "/pkg-rhai-$k"
         floor_dirs
         timed "rhai${k}_floor" "$WORK/step_floor" rhai "$WORK/floor/log" "$WORK/floor/flags" "$k"
@@ -213,7 +215,7 @@ row() { # row TEXT AGENT_WALL AGENT_CPU FLOOR_WALL FLOOR_CPU DIVISOR UNIT TARGET
 {
     echo "| figure | agent: wall (CPU) | floor: wall (CPU) | ratio: wall (CPU) | target |"
     echo "|---|---|---|---|---|"
-    for k in 100 1000; do
+    for k in $RHAI_SIZES; do
         row "\`.rhai\` no-op step, $k steps (per step)" "$(median "rhai$k")" "$(median "rhai$k" c)" \
             "$(median "rhai${k}_floor")" "$(median "rhai${k}_floor" c)" "$k" ms "wall <= floor + 0.3 ms"
     done
