@@ -343,3 +343,55 @@ fn a_chmoded_then_removed_directory_with_special_files_comes_back() {
     assert_eq!(m("/opt/tree/blk") & libc::S_IFMT, libc::S_IFBLK);
     assert_eq!(t.read("/opt/tree/sub/f"), "f\n");
 }
+
+/// All-or-nothing for files: `fs::copy_tree` fails at its second copy (`ENOSPC`), and the
+/// step goes on (a script's `try`/`catch`) and writes the third file, which the copy never
+/// reached. The records made ahead hold a write of the third file that never happened
+/// (`old -> new c`); the step's own write records `old -> mid`; the undo finds a chain that
+/// does not join and leaves `mid` (`/dst/c changed by another writer since this step wrote
+/// it`), though no other writer touched it.
+#[test]
+#[ignore = "known hole: a record made ahead of a write the batch never reached breaks the chain of the step's later writes of that path; the undo leaves them"]
+fn a_file_the_failed_batch_never_reached_then_written_by_the_step_is_undone() {
+    in_mount_namespace(|| {
+        let t = TestHost::new();
+        tmpfs(&t.p("/dst"), Some("size=256k"));
+        t.file("/src/a", "new a\n");
+        t.file("/src/b", &"b".repeat(1 << 20));
+        t.file("/src/c", "new c\n");
+        for f in ["a", "b", "c"] {
+            t.file(&format!("/dst/{f}"), &format!("old {f}\n"));
+        }
+        let mut h = undo_host(&t);
+        let tree = crate::host::files::copy_tree::TreeOptions::default();
+        crate::host::files::copy_tree::copy_tree(&mut h, "/src", "/dst", &tree)
+            .expect_err("the copy of /dst/b does not fit");
+        write(&mut h, "/dst/c", "mid\n");
+        let (_, undone, result) = h.fail_with_report();
+        result.unwrap();
+        assert!(undone.not_undone.is_empty(), "{:?}", undone.not_undone);
+        assert_eq!(t.read("/dst/c"), "old c\n");
+    });
+}
+
+/// The same with one write (no batch): `fs::write` of 1 MiB fails (`ENOSPC`) after its
+/// record, then the step writes the file again. The failed write's record is in the log
+/// as the batch's are (the behaviour before issue 31, for the write that failed).
+#[test]
+#[ignore = "known hole (before issue 31 too): the record of a write that failed breaks the chain of the step's later writes of that path; the undo leaves them"]
+fn a_failed_write_then_written_again_by_the_step_is_undone() {
+    in_mount_namespace(|| {
+        let t = TestHost::new();
+        tmpfs(&t.p("/dst"), Some("size=256k"));
+        t.file("/dst/b", "old b\n");
+        let mut h = undo_host(&t);
+        let big = "b".repeat(1 << 20);
+        fs::write(&mut h, "/dst/b", &big, &fs::WriteOptions::default())
+            .expect_err("1 MiB does not fit");
+        write(&mut h, "/dst/b", "mid\n");
+        let (_, undone, result) = h.fail_with_report();
+        result.unwrap();
+        assert!(undone.not_undone.is_empty(), "{:?}", undone.not_undone);
+        assert_eq!(t.read("/dst/b"), "old b\n");
+    });
+}
