@@ -351,7 +351,6 @@ fn a_chmoded_then_removed_directory_with_special_files_comes_back() {
 /// does not join and leaves `mid` (`/dst/c changed by another writer since this step wrote
 /// it`), though no other writer touched it.
 #[test]
-#[ignore = "known hole: a record made ahead of a write the batch never reached breaks the chain of the step's later writes of that path; the undo leaves them"]
 fn a_file_the_failed_batch_never_reached_then_written_by_the_step_is_undone() {
     in_mount_namespace(|| {
         let t = TestHost::new();
@@ -378,7 +377,6 @@ fn a_file_the_failed_batch_never_reached_then_written_by_the_step_is_undone() {
 /// record, then the step writes the file again. The failed write's record is in the log
 /// as the batch's are (the behaviour before issue 31, for the write that failed).
 #[test]
-#[ignore = "known hole (before issue 31 too): the record of a write that failed breaks the chain of the step's later writes of that path; the undo leaves them"]
 fn a_failed_write_then_written_again_by_the_step_is_undone() {
     in_mount_namespace(|| {
         let t = TestHost::new();
