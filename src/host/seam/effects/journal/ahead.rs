@@ -5,7 +5,11 @@
 //!
 //! A record made ahead of a write that does not happen (the call failed before it) is what
 //! a step killed between a record and its effect leaves, which the replay already takes:
-//! the file holds its before-state, put back as it is.
+//! the file holds its before-state, put back as it is. A step that goes on after the
+//! failed call (a script's `catch`) ends the batch with its next content write or removal
+//! the batch does not hold ([`StepJournal::take_ahead`]): a later write of a path recorded
+//! ahead gets its own record, whose base is the recorded one's (the replay takes a write
+//! that did not land so).
 
 use super::StepJournal;
 use super::records::key;

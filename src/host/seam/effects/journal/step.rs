@@ -106,8 +106,29 @@ impl StepJournal {
 
     /// Whether `effect` was recorded ahead of its batch (`ahead.rs`): then it is taken off
     /// the batch and needs no record now.
+    /// A content write or removal the batch does not hold ends the batch: the records left
+    /// ahead are of writes that will not come (the call failed before them), and a later
+    /// write of one of their paths needs its own record.
     pub(super) fn take_ahead(&mut self, effect: &Effect) -> bool {
-        !self.ahead.is_empty() && key(effect).is_some_and(|k| self.ahead.remove(&k))
+        if self.ahead.is_empty() {
+            return false;
+        }
+        if let Some(k) = key(effect)
+            && self.ahead.remove(&k)
+        {
+            return true;
+        }
+        if matches!(
+            effect,
+            Effect::WriteFile { .. }
+                | Effect::CopyFile { .. }
+                | Effect::Fetch(_)
+                | Effect::RemoveFile { .. }
+                | Effect::RemoveAll { .. }
+        ) {
+            self.ahead.clear();
+        }
+        false
     }
 
     /// Whether `p` (normalised) needs no record: under the journals' directory, or
@@ -138,7 +159,9 @@ impl StepJournal {
         if self.failed.is_some() {
             return Err(self.poisoned());
         }
-        if !changes_files(effect) || (!line_edit && self.take_ahead(effect)) {
+        // A line edit is no write of a batch: it only ends one (`take_ahead`).
+        let ahead = changes_files(effect) && self.take_ahead(effect) && !line_edit;
+        if !changes_files(effect) || ahead {
             return Ok(Before::Perform);
         }
         // The journal's own directories exist before any before-state is taken, so
