@@ -9,13 +9,26 @@
 //! failed call (a script's `catch`) ends the batch with its next content write or removal
 //! the batch does not hold ([`StepJournal::take_ahead`]): a later write of a path recorded
 //! ahead gets its own record, whose base is the recorded one's (the replay takes a write
-//! that did not land so).
+//! that did not land so). Each record ahead keeps the file's stamp ([`Stamp`]): a write
+//! that finds it changed (another writer's edit since the record) records the file again,
+//! so the undo puts back that edit, not the content from before it.
 
 use super::StepJournal;
 use super::records::key;
 use crate::host::effects::effect::Effect;
 use crate::host::root::error::Result;
 use crate::host::root::{HostRoot, normalize};
+
+/// What tells a file changed since it was recorded: device, inode, size, and the change
+/// time the kernel sets on any write, rename onto or `chmod` (`None`: absent or unreadable).
+pub(super) type Stamp = (u64, u64, u64, i64, i64);
+
+/// The [`Stamp`] of `path` (no final symlink followed).
+pub(super) fn stamp_of(root: &HostRoot, path: &std::path::Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = root.symlink_metadata(path).ok()??;
+    Some((m.dev(), m.ino(), m.size(), m.ctime(), m.ctime_nsec()))
+}
 
 impl StepJournal {
     /// Record the before-state of each content write in `effects` (module docs), then
@@ -38,9 +51,12 @@ impl StepJournal {
             let Ok(target) = root.write_target(&k.0) else {
                 break;
             };
-            if !targets.insert(normalize(&target)) || self.ahead.contains(&k) {
+            if !targets.insert(normalize(&target)) || self.ahead.contains_key(&k) {
                 continue;
             }
+            // Taken before the record: a change after it is seen at the write's turn.
+            let target = normalize(&target);
+            let stamp = stamp_of(root, &target);
             self.open(root)?;
             if self.record(root, effect, false).is_err() {
                 if self.failed.is_some() {
@@ -48,7 +64,7 @@ impl StepJournal {
                 }
                 break;
             }
-            self.ahead.insert(k);
+            self.ahead.insert(k, (target, stamp));
         }
         self.sync(root)
     }

@@ -1,12 +1,13 @@
 //! [`StepJournal`]: one step's undo journal, kept by the apply executor: the before-state of
 //! each path the step changes, recorded before the change, and its commit or undo.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use super::ahead::{Stamp, stamp_of};
 use super::dir::{LockOp, hold_dir_created, lock, remove_journal};
 #[cfg(test)]
 use super::fail_point;
@@ -64,8 +65,9 @@ pub(crate) struct StepJournal {
     pub(super) last_read: Option<(PathBuf, Vec<u8>)>,
     /// The mode, uid and gid the content write being recorded leaves, for its wrote record.
     pub(super) next_meta: Option<(u32, u32, u32)>,
-    /// Content writes recorded ahead of their batch, not performed yet (`ahead.rs`).
-    pub(super) ahead: HashSet<Key>,
+    /// Content writes recorded ahead of their batch, not performed yet (`ahead.rs`): the
+    /// path written (normalised) and its stamp when recorded.
+    pub(super) ahead: HashMap<Key, (PathBuf, Option<Stamp>)>,
 }
 
 impl StepJournal {
@@ -85,7 +87,7 @@ impl StepJournal {
             failed: None,
             last_read: None,
             next_meta: None,
-            ahead: HashSet::new(),
+            ahead: HashMap::new(),
         }
     }
 
@@ -108,15 +110,20 @@ impl StepJournal {
     /// the batch and needs no record now.
     /// A content write or removal the batch does not hold ends the batch: the records left
     /// ahead are of writes that will not come (the call failed before them), and a later
-    /// write of one of their paths needs its own record.
-    pub(super) fn take_ahead(&mut self, effect: &Effect) -> bool {
+    /// write of one of their paths needs its own record. A path whose stamp changed since
+    /// its record ahead (another writer's edit meanwhile) is recorded again, whole.
+    pub(super) fn take_ahead(&mut self, root: &HostRoot, effect: &Effect) -> bool {
         if self.ahead.is_empty() {
             return false;
         }
         if let Some(k) = key(effect)
-            && self.ahead.remove(&k)
+            && let Some((target, stamp)) = self.ahead.remove(&k)
         {
-            return true;
+            if stamp_of(root, &target) == stamp {
+                return true;
+            }
+            self.seen.remove(&target);
+            return false;
         }
         if matches!(
             effect,
@@ -160,7 +167,7 @@ impl StepJournal {
             return Err(self.poisoned());
         }
         // A line edit is no write of a batch: it only ends one (`take_ahead`).
-        let ahead = changes_files(effect) && self.take_ahead(effect) && !line_edit;
+        let ahead = changes_files(effect) && self.take_ahead(root, effect) && !line_edit;
         if !changes_files(effect) || ahead {
             return Ok(Before::Perform);
         }
