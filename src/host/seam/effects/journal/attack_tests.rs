@@ -396,3 +396,36 @@ fn a_failed_write_then_written_again_by_the_step_is_undone() {
         assert_eq!(t.read("/dst/b"), "old b\n");
     });
 }
+
+/// 100,000 entries in one directory (and a symlink to outside the tree among them):
+/// `fs::remove_all` without the journal removes them all in its two walks, the target of
+/// the symlink kept; with the journal the directory is moved aside and put back whole.
+#[test]
+fn remove_all_of_100000_entries_in_one_directory() {
+    let t = TestHost::new();
+    t.file("/outside/keep", "k\n");
+    std::fs::create_dir_all(t.p("/wide")).unwrap();
+    let dir: OwnedFd = std::fs::File::open(t.p("/wide")).unwrap().into();
+    for i in 0..100_000 {
+        let fd = openat(
+            dir.as_fd(),
+            format!("f{i}").as_str(),
+            OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        drop(fd);
+    }
+    std::os::unix::fs::symlink("/outside", t.p("/wide/link")).unwrap();
+    let mut h = undo_host(&t);
+    assert!(fs::remove_all(&mut h, "/wide").unwrap());
+    assert!(!t.p("/wide").exists());
+    let (_, undone, result) = h.fail_with_report();
+    result.unwrap();
+    assert!(undone.not_undone.is_empty(), "{:?}", undone.not_undone);
+    assert_eq!(std::fs::read_dir(t.p("/wide")).unwrap().count(), 100_001);
+    let mut h = t.host(ExecMode::Apply);
+    assert!(fs::remove_all(&mut h, "/wide").unwrap());
+    assert!(!t.p("/wide").exists());
+    assert_eq!(t.read("/outside/keep"), "k\n");
+}
