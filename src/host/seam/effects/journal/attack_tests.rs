@@ -422,3 +422,41 @@ fn remove_all_of_100000_entries_in_one_directory() {
     assert!(!t.p("/wide").exists());
     assert_eq!(t.read("/outside/keep"), "k\n");
 }
+
+/// Writes never follow a symlink planted meanwhile: a directory of the destination swapped
+/// for a symlink to elsewhere in the root after `fs::copy_tree` checked the trees and before
+/// its records ahead and its writes. The call fails; the file the symlink leads to is not
+/// written, neither by the copy nor by the undo.
+#[test]
+fn copy_tree_refuses_a_directory_swapped_for_a_symlink_before_its_records_ahead() {
+    let t = TestHost::new();
+    t.file("/src/sub/f", "new\n");
+    t.file("/src/a", "new a\n");
+    t.file("/dst/sub/f", "old\n");
+    t.file("/dst/a", "old a\n");
+    t.file("/outside/f", "outside\n");
+    let mut h = undo_host(&t);
+    let (sub, outside) = (t.p("/dst/sub"), t.p("/outside"));
+    crate::host::files::copy_tree::BETWEEN_CHECK_AND_WRITE.with(|c| {
+        *c.borrow_mut() = Some(Box::new(move || {
+            std::fs::remove_dir_all(&sub).unwrap();
+            std::os::unix::fs::symlink("/outside", &sub).unwrap();
+            drop(outside);
+        }));
+    });
+    let tree = crate::host::files::copy_tree::TreeOptions::default();
+    let r = crate::host::files::copy_tree::copy_tree(&mut h, "/src", "/dst", &tree);
+    assert!(r.is_err(), "{r:?}");
+    assert_eq!(t.read("/outside/f"), "outside\n");
+    let (_, undone, result) = h.fail_with_report();
+    result.unwrap();
+    assert!(undone.not_undone.is_empty(), "{:?}", undone.not_undone);
+    assert_eq!(t.read("/outside/f"), "outside\n");
+    assert_eq!(t.read("/dst/a"), "old a\n");
+    assert!(
+        std::fs::symlink_metadata(t.p("/dst/sub"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
