@@ -9,26 +9,15 @@
 //! failed call (a script's `catch`) ends the batch with its next content write or removal
 //! the batch does not hold ([`StepJournal::take_ahead`]): a later write of a path recorded
 //! ahead gets its own record, whose base is the recorded one's (the replay takes a write
-//! that did not land so). Each record ahead keeps the file's stamp ([`Stamp`]): a write
+//! that did not land so). Each record ahead keeps the file's stamp ([`super::records::Stamp`]): a write
 //! that finds it changed (another writer's edit since the record) records the file again,
 //! so the undo puts back that edit, not the content from before it.
 
 use super::StepJournal;
-use super::records::key;
+use super::records::{key, stamp_of};
 use crate::host::effects::effect::Effect;
 use crate::host::root::error::Result;
 use crate::host::root::{HostRoot, normalize};
-
-/// What tells a file changed since it was recorded: device, inode, size, and the change
-/// time the kernel sets on any write, rename onto or `chmod` (`None`: absent or unreadable).
-pub(super) type Stamp = (u64, u64, u64, i64, i64);
-
-/// The [`Stamp`] of `path` (no final symlink followed).
-pub(super) fn stamp_of(root: &HostRoot, path: &std::path::Path) -> Option<Stamp> {
-    use std::os::unix::fs::MetadataExt;
-    let m = root.symlink_metadata(path).ok()??;
-    Some((m.dev(), m.ino(), m.size(), m.ctime(), m.ctime_nsec()))
-}
 
 impl StepJournal {
     /// Record the before-state of each content write in `effects` (module docs), then

@@ -7,14 +7,13 @@ use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use super::ahead::{Stamp, stamp_of};
 use super::dir::{LockOp, hold_dir_created, lock, remove_journal};
 #[cfg(test)]
 use super::fail_point;
 use super::log::write_record;
 use super::records::{
-    ABSENT, ANY, DIR, Key, LOG, LineEdit, Record, SMALL, State, boot_ns, changes_files, dir_name,
-    hex, jerr, key, line_edit, state_of,
+    ABSENT, ANY, DIR, Key, LOG, LineEdit, Record, SMALL, Stamp, State, boot_ns, changes_files,
+    dir_name, hex, jerr, key, line_edit, stamp_of, state_of,
 };
 use super::replay::{canonical_record, replay};
 use super::xattr::read_xattrs;
