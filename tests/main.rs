@@ -51,6 +51,8 @@
 //! - `undo_journal`: a `.rhai` step of ten kinds of file change, failing or succeeding,
 //!   SIGKILLed at every fsync, fdatasync and rename (its undo included), then rerun: the
 //!   host equals a clean run's.
+//! - `undo_journal_batch`: a `.rhai` step of `fs::copy_tree` and `fs::extract` over existing
+//!   files and a chmod'ed directory removed, SIGKILLed anywhere (its recovery too), then rerun.
 //! - `mount_units`: `mount::unit`/`bind`/`remove_unit` in-process on the fake EKS node.
 //! - `plan_attack`: a hostile package against `serve`'s read-only `package_plan`: queries that
 //!   try to leave the read-only host root; every host file held byte for byte.
@@ -98,3 +100,4 @@ mod shellscript_compat;
 mod skyhook_run;
 mod skyhook_run_check;
 mod undo_journal;
+mod undo_journal_batch;

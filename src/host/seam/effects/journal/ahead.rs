@@ -5,10 +5,16 @@
 //!
 //! A record made ahead of a write that does not happen (the call failed before it) is what
 //! a step killed between a record and its effect leaves, which the replay already takes:
-//! the file holds its before-state, put back as it is.
+//! the file holds its before-state, put back as it is. A step that goes on after the
+//! failed call (a script's `catch`) ends the batch with its next content write or removal
+//! the batch does not hold ([`StepJournal::take_ahead`]): a later write of a path recorded
+//! ahead gets its own record, whose base is the recorded one's (the replay takes a write
+//! that did not land so). Each record ahead keeps the file's stamp ([`super::records::Stamp`]): a write
+//! that finds it changed (another writer's edit since the record) records the file again,
+//! so the undo puts back that edit, not the content from before it.
 
 use super::StepJournal;
-use super::records::key;
+use super::records::{key, stamp_of};
 use crate::host::effects::effect::Effect;
 use crate::host::root::error::Result;
 use crate::host::root::{HostRoot, normalize};
@@ -34,9 +40,12 @@ impl StepJournal {
             let Ok(target) = root.write_target(&k.0) else {
                 break;
             };
-            if !targets.insert(normalize(&target)) || self.ahead.contains(&k) {
+            if !targets.insert(normalize(&target)) || self.ahead.contains_key(&k) {
                 continue;
             }
+            // Taken before the record: a change after it is seen at the write's turn.
+            let target = normalize(&target);
+            let stamp = stamp_of(root, &target);
             self.open(root)?;
             if self.record(root, effect, false).is_err() {
                 if self.failed.is_some() {
@@ -44,7 +53,7 @@ impl StepJournal {
                 }
                 break;
             }
-            self.ahead.insert(k);
+            self.ahead.insert(k, (target, stamp));
         }
         self.sync(root)
     }

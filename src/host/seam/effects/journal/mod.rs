@@ -72,6 +72,8 @@
 //! held in memory whole), except a line edit's file, which is text the session held anyway.
 
 mod ahead;
+#[cfg(test)]
+mod attack_tests;
 mod dir;
 #[cfg(test)]
 pub(crate) mod fail_point;

@@ -290,3 +290,17 @@ pub(super) fn key(effect: &Effect) -> Option<Key> {
         _ => None,
     }
 }
+
+/// What tells a file changed since it was recorded: device, inode, size, and the change
+/// time the kernel sets on any write, rename onto or `chmod` (`None`: absent or unreadable).
+pub(super) type Stamp = (u64, u64, u64, i64, i64);
+
+/// The [`Stamp`] of `path` (no final symlink followed).
+pub(super) fn stamp_of(
+    root: &crate::host::root::HostRoot,
+    path: &std::path::Path,
+) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = root.symlink_metadata(path).ok()??;
+    Some((m.dev(), m.ino(), m.size(), m.ctime(), m.ctime_nsec()))
+}

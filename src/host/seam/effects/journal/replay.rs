@@ -262,7 +262,10 @@ pub(super) fn restore_checked(
     let mut last_base = before.as_str();
     for w in writes {
         if let Record::Wrote { base, after, .. } = w {
-            chain &= agrees(base, prev);
+            // A write whose base is the previous write's base: that previous write did not
+            // land (it failed after its record, or was recorded ahead of a batch that failed
+            // before it), and the step went on from the state before it.
+            chain &= agrees(base, prev) || agrees(base, last_base);
             last_base = base;
             prev = after;
         }

@@ -1,7 +1,7 @@
 //! [`StepJournal`]: one step's undo journal, kept by the apply executor: the before-state of
 //! each path the step changes, recorded before the change, and its commit or undo.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -12,8 +12,8 @@ use super::dir::{LockOp, hold_dir_created, lock, remove_journal};
 use super::fail_point;
 use super::log::write_record;
 use super::records::{
-    ABSENT, ANY, DIR, Key, LOG, LineEdit, Record, SMALL, State, boot_ns, changes_files, dir_name,
-    hex, jerr, key, line_edit, state_of,
+    ABSENT, ANY, DIR, Key, LOG, LineEdit, Record, SMALL, Stamp, State, boot_ns, changes_files,
+    dir_name, hex, jerr, key, line_edit, stamp_of, state_of,
 };
 use super::replay::{canonical_record, replay};
 use super::xattr::read_xattrs;
@@ -64,8 +64,9 @@ pub(crate) struct StepJournal {
     pub(super) last_read: Option<(PathBuf, Vec<u8>)>,
     /// The mode, uid and gid the content write being recorded leaves, for its wrote record.
     pub(super) next_meta: Option<(u32, u32, u32)>,
-    /// Content writes recorded ahead of their batch, not performed yet (`ahead.rs`).
-    pub(super) ahead: HashSet<Key>,
+    /// Content writes recorded ahead of their batch, not performed yet (`ahead.rs`): the
+    /// path written (normalised) and its stamp when recorded.
+    pub(super) ahead: HashMap<Key, (PathBuf, Option<Stamp>)>,
 }
 
 impl StepJournal {
@@ -85,7 +86,7 @@ impl StepJournal {
             failed: None,
             last_read: None,
             next_meta: None,
-            ahead: HashSet::new(),
+            ahead: HashMap::new(),
         }
     }
 
@@ -106,8 +107,34 @@ impl StepJournal {
 
     /// Whether `effect` was recorded ahead of its batch (`ahead.rs`): then it is taken off
     /// the batch and needs no record now.
-    pub(super) fn take_ahead(&mut self, effect: &Effect) -> bool {
-        !self.ahead.is_empty() && key(effect).is_some_and(|k| self.ahead.remove(&k))
+    /// A content write or removal the batch does not hold ends the batch: the records left
+    /// ahead are of writes that will not come (the call failed before them), and a later
+    /// write of one of their paths needs its own record. A path whose stamp changed since
+    /// its record ahead (another writer's edit meanwhile) is recorded again, whole.
+    pub(super) fn take_ahead(&mut self, root: &HostRoot, effect: &Effect) -> bool {
+        if self.ahead.is_empty() {
+            return false;
+        }
+        if let Some(k) = key(effect)
+            && let Some((target, stamp)) = self.ahead.remove(&k)
+        {
+            if stamp_of(root, &target) == stamp {
+                return true;
+            }
+            self.seen.remove(&target);
+            return false;
+        }
+        if matches!(
+            effect,
+            Effect::WriteFile { .. }
+                | Effect::CopyFile { .. }
+                | Effect::Fetch(_)
+                | Effect::RemoveFile { .. }
+                | Effect::RemoveAll { .. }
+        ) {
+            self.ahead.clear();
+        }
+        false
     }
 
     /// Whether `p` (normalised) needs no record: under the journals' directory, or
@@ -138,7 +165,9 @@ impl StepJournal {
         if self.failed.is_some() {
             return Err(self.poisoned());
         }
-        if !changes_files(effect) || (!line_edit && self.take_ahead(effect)) {
+        // A line edit is no write of a batch: it only ends one (`take_ahead`).
+        let ahead = changes_files(effect) && self.take_ahead(root, effect) && !line_edit;
+        if !changes_files(effect) || ahead {
             return Ok(Before::Perform);
         }
         // The journal's own directories exist before any before-state is taken, so
