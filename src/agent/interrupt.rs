@@ -167,6 +167,7 @@ impl InterruptRun<'_> {
             return Ok(false);
         };
         let keeper = crate::state::lock::LockKeeper::start(self.root, &lock)?;
+        keeper.arm()?;
         let ok = self.run(interrupt).await?;
         keeper.stop()?;
         drop(lock);

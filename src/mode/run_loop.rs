@@ -257,6 +257,9 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                 });
                 continue;
             }
+            if let Some(keeper) = self.lock_keeper {
+                keeper.arm()?;
+            }
             let record = self.execute(index, step, versions.as_ref()).await?;
             if !record.ok() {
                 ok = false;
@@ -322,6 +325,9 @@ impl<R: StepRunner> ModeLoop<'_, R> {
                     continue;
                 }
                 let versions = self.versions()?;
+                if let Some(keeper) = self.lock_keeper {
+                    keeper.arm()?;
+                }
                 records.push(self.execute(index, step, versions.as_ref()).await?);
                 if let Some(keeper) = self.lock_keeper {
                     keeper.check()?;

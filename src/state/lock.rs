@@ -295,9 +295,16 @@ async fn wait_for_flock(
 pub struct LockKeeper {
     /// The keeper's state; `None` once stopped or lost (what it took released).
     keeper: Arc<std::sync::Mutex<Option<Keeper>>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    /// The watching task, once [`LockKeeper::arm`]ed.
+    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    runtime: tokio::runtime::Handle,
     lost: Arc<std::sync::OnceLock<String>>,
     path: PathBuf,
+}
+
+/// The errno of an I/O error (`EINVAL` when it has none).
+fn io_errno(e: std::io::Error) -> Errno {
+    e.raw_os_error().map_or(Errno::EINVAL, Errno::from_raw)
 }
 
 /// The inotify descriptor as tokio's [`tokio::io::unix::AsyncFd`] takes it.
@@ -319,21 +326,60 @@ impl LockKeeper {
     /// [`StateError::Lock`] when the locks directory cannot be opened or watched, or there is
     /// no runtime with I/O to watch from (`EINVAL`).
     pub fn start(root: &HostRoot, lock: &PackageLock) -> Result<Self, StateError> {
-        use nix::sys::inotify::{InitFlags, Inotify};
         use std::os::unix::fs::MetadataExt;
         let path = lock.path.clone();
         let err = |source: Errno| StateError::Lock {
             path: path.clone(),
             source,
         };
-        let io_errno = |e: std::io::Error| e.raw_os_error().map_or(Errno::EINVAL, Errno::from_raw);
         let meta = lock._lock.metadata().map_err(|e| err(io_errno(e)))?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| err(Errno::EINVAL))?;
-        let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).map_err(err)?;
         let root = root.try_clone()?;
-        let _dir = watch_locks_dir(&root, &inotify, &path)?;
+        let lost = Arc::new(std::sync::OnceLock::new());
+        let keeper = Arc::new(std::sync::Mutex::new(Some(Keeper {
+            root,
+            path: path.clone(),
+            ours: (meta.dev(), meta.ino()),
+            taken: None,
+            lost: Arc::clone(&lost),
+        })));
+        Ok(LockKeeper {
+            keeper,
+            task: std::sync::Mutex::new(None),
+            runtime,
+            lost,
+            path,
+        })
+    }
+
+    /// Start watching, if not yet: the mode loop arms the keeper before the first step it
+    /// runs, so a run whose steps are all skipped makes no inotify instance (whose teardown
+    /// at exit waits for an RCU grace period, milliseconds). A removal or replacement of the
+    /// lock path before the watch is settled here, as an event would be. Then
+    /// [`LockKeeper::check`].
+    ///
+    /// # Errors
+    /// [`StateError::Lock`] when the locks directory cannot be opened or watched;
+    /// [`StateError::LockLost`].
+    pub fn arm(&self) -> Result<(), StateError> {
+        use nix::sys::inotify::{InitFlags, Inotify};
+        let mut task = self.task.lock().unwrap_or_else(|p| p.into_inner());
+        if task.is_some() {
+            return self.check();
+        }
+        let mut guard = self.keeper.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(keeper) = guard.as_mut() else {
+            drop(guard);
+            return self.check();
+        };
+        let err = |source: Errno| StateError::Lock {
+            path: self.path.clone(),
+            source,
+        };
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).map_err(err)?;
+        let _dir = watch_locks_dir(&keeper.root, &inotify, &self.path)?;
         let inotify = {
-            let _entered = runtime.enter();
+            let _entered = self.runtime.enter();
             // SAFETY: `InotifyFd` owns the inotify descriptor and always returns it, open,
             // until the `AsyncFd` is dropped.
             unsafe {
@@ -344,21 +390,16 @@ impl LockKeeper {
             }
             .map_err(|e| err(io_errno(e.into_parts().1)))?
         };
-        let lost = Arc::new(std::sync::OnceLock::new());
-        let keeper = Arc::new(std::sync::Mutex::new(Some(Keeper {
-            root,
-            path: path.clone(),
-            ours: (meta.dev(), meta.ino()),
-            taken: None,
-            lost: Arc::clone(&lost),
-        })));
-        let task = runtime.spawn(watch(inotify, Arc::clone(&keeper)));
-        Ok(LockKeeper {
-            keeper,
-            task: Some(task),
-            lost,
-            path,
-        })
+        if let Err(why) = keeper.restore() {
+            if let Some(k) = guard.take() {
+                let _ = k.lost.set(why);
+            }
+            drop(guard);
+            return self.check();
+        }
+        drop(guard);
+        *task = Some(self.runtime.spawn(watch(inotify, Arc::clone(&self.keeper))));
+        Ok(())
     }
 
     /// `Err(StateError::LockLost)` once another holder has the file at the lock path.
@@ -387,7 +428,8 @@ impl LockKeeper {
     /// Abort the task and drop the keeper's state (waiting for a restore in flight on
     /// another worker thread, if any).
     fn end(&mut self) {
-        if let Some(task) = self.task.take() {
+        let task = self.task.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(task) = task.take() {
             task.abort();
         }
         let mut keeper = self.keeper.lock().unwrap_or_else(|p| p.into_inner());
@@ -763,6 +805,7 @@ mod tests {
             })
         ));
         let keeper = rt.block_on(async { LockKeeper::start(&r, &held) }).unwrap();
+        rt.block_on(async { keeper.arm() }).unwrap();
         assert!(keeper.check().is_ok());
         let other = lock_package(&r, st, "other").unwrap();
         std::fs::rename(
@@ -785,6 +828,32 @@ mod tests {
         drop(held);
     }
 
+    /// The keeper armed only at the first step that runs: a lock file removed before then
+    /// is re-taken by `arm` itself, before the step, so a newcomer finds it busy.
+    #[test]
+    fn a_lock_file_removed_before_the_keeper_is_armed_is_retaken_by_arm() {
+        let d = tempfile::tempdir().unwrap();
+        let r = HostRoot::open(d.path()).unwrap();
+        let st = Path::new("/st");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let held = lock_package(&r, st, "demo").unwrap();
+        let keeper = rt.block_on(async { LockKeeper::start(&r, &held) }).unwrap();
+        std::fs::remove_file(d.path().join("st/locks/demo.lock")).unwrap();
+        rt.block_on(async { keeper.arm() }).unwrap();
+        assert_eq!(
+            holder_pid(Path::new("/st/locks/demo.lock"), &r),
+            Some(std::process::id()),
+            "arm did not re-take the lock path removed before it"
+        );
+        assert!(try_lock_package(&r, st, "demo").unwrap().is_none());
+        keeper.stop().unwrap();
+        assert!(try_lock_package(&r, st, "demo").unwrap().is_some());
+        drop(held);
+    }
+
     /// The lock file removed while held: the keeper's task re-creates and locks it (a
     /// newcomer finds it busy), and `stop` releases it at once.
     #[test]
@@ -798,6 +867,7 @@ mod tests {
             .unwrap();
         let held = lock_package(&r, st, "demo").unwrap();
         let keeper = rt.block_on(async { LockKeeper::start(&r, &held) }).unwrap();
+        rt.block_on(async { keeper.arm() }).unwrap();
         std::fs::remove_file(d.path().join("st/locks/demo.lock")).unwrap();
         let restored = rt.block_on(async {
             for _ in 0..10_000 {
