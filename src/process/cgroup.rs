@@ -70,8 +70,8 @@ pub fn is_cgroup_dir(dir: &Path) -> bool {
     fs_version(dir).is_some()
 }
 
-/// A mountinfo path field with its `\ooo` escapes decoded.
-fn unescape(field: &str) -> PathBuf {
+/// A mountinfo path field with its `\ooo` escapes decoded ([`unescape_octal`]).
+pub(crate) fn unescape(field: &str) -> PathBuf {
     PathBuf::from(
         <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(unescape_octal(field)),
     )

@@ -225,7 +225,7 @@ impl Started {
             if right.split(' ').next() != Some("proc") {
                 continue;
             }
-            let Some(point) = left.split(' ').nth(4).map(unescape_mountinfo) else {
+            let Some(point) = left.split(' ').nth(4).map(super::cgroup::unescape) else {
                 continue;
             };
             if point.starts_with(root) && !points.contains(&point) {
@@ -304,27 +304,6 @@ impl Started {
         COUNT.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
-}
-
-/// A mount point as `mountinfo` writes it: space, tab, newline and backslash are `\\ooo`.
-fn unescape_mountinfo(field: &str) -> std::path::PathBuf {
-    use std::os::unix::ffi::OsStringExt;
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    std::path::PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// How long a drop waits for the killed init to exit before leaving it to the kernel.

@@ -130,7 +130,7 @@ fn the_sandboxs_procfs_covers_the_hosts_under_a_root() {
 #[test]
 fn mountinfo_escapes_are_undone() {
     assert_eq!(
-        unescape_mountinfo(r"/tmp/a\040b\011c\134d\0"),
+        crate::process::cgroup::unescape(r"/tmp/a\040b\011c\134d\0"),
         Path::new("/tmp/a b\tc\\d\\0")
     );
 }
