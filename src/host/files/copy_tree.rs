@@ -235,11 +235,12 @@ pub fn copy_tree(h: &mut Host, src: &str, dst: &str, o: &TreeOptions) -> Result<
         dst_guard = confine_created(h, &dst_path)?;
     }
     above.take();
-    // An apply decides every file's copy first and has the undo journal record the copies
-    // ahead, synced once (issue 31): only when no write below `dst` can change a source
-    // (`src` is not inside `dst`), so each decision is the one the loop would make.
+    // Every file's copy is decided first and the undo journal (an apply's; none in plan or
+    // check) records the copies ahead, synced once (issue 31): only when no write below
+    // `dst` can change a source (`src` is not inside `dst`), so each decision is the one the
+    // loop would make.
     let mut decided: Vec<Option<Decided>> = Vec::new();
-    if h.report().mode == crate::host::ExecMode::Apply && !src_real.starts_with(&dst_real) {
+    if !src_real.starts_with(&dst_real) {
         let mut ahead = Vec::new();
         for e in &entries {
             let d = match e {

@@ -733,12 +733,8 @@ pub fn remove_all(h: &mut Host, p: &str) -> Result<bool> {
         h.note_unchanged();
         return Ok(false);
     }
-    // Plan and check see the same refusal as apply (`/` itself is refused at submit). An
-    // apply checks once, where it removes: the undo journal before it moves the tree
-    // aside, else `HostRoot::remove_all` before its removing walk.
-    if h.report().mode != crate::host::ExecMode::Apply
-        && crate::host::root::normalize(&path) != Path::new("/")
-    {
+    // Plan and check see the same refusal as apply (`/` itself is refused at submit).
+    if crate::host::root::normalize(&path) != Path::new("/") {
         h.check_remove_all(&path)?;
     }
     h.submit(Effect::RemoveAll { path })?;

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use std::collections::BTreeMap;
 
+use crate::host::ExecMode;
 use crate::host::effects::effect::EffectKind;
 use crate::host::effects::lines::{Lines, Stamp, View};
 use crate::host::effects::overlay::{Stat, normalize, root_stat};
@@ -483,11 +484,16 @@ impl Host {
 
     /// What a removal of `path` with everything below it would refuse (mount points at or
     /// below it, [`HostRoot::remove_all_check`]), checked where the session sees `path`
-    /// (through the plan's links in plan and check mode).
+    /// (through the plan's links in plan and check mode). An apply checks nothing here: it
+    /// checks where it removes (the undo journal before it moves the tree aside, else
+    /// `HostRoot::remove_all` before its removing walk), once.
     ///
     /// # Errors
     /// Mount points; resolution, `statx` or listing failures.
     pub(crate) fn check_remove_all(&self, path: &Path) -> Result<()> {
+        if self.mode() == ExecMode::Apply {
+            return Ok(());
+        }
         self.check_known(path)?;
         self.batch.flush_checked(&self.cx, &*self.executor)?;
         let at = match self.executor.overlay() {
