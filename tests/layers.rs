@@ -1600,7 +1600,7 @@ const SESSION_FIELDS: &[&str] = &[
 
 /// The places an area's production code (not its tests) reaches past the effects seam, as
 /// `file:line: what`: a name of [`SEAM_NAMES`], a method call `.w(` of [`ROOT_WRITES`], the
-/// session's mode (`h.mode()`, `host.mode()`), or a session field (`h.pending_grub`, not a
+/// session's mode (`h.mode()`, `host.mode()`, `h.report().mode`), or a session field (`h.pending_grub`, not a
 /// method call). The compiler holds the line (`Host::root` hands out `RootReads`, without a
 /// writing method; `HostRoot`'s writes and the root's lock, staging and record writers are
 /// `pub(in crate::host::seam)`, a module the areas are outside of; `Host::mode` and the
@@ -1661,6 +1661,19 @@ fn seam_breaches(root: &Path) -> Vec<String> {
                 {
                     Some("asks the session's mode (`.mode()`)".to_string())
                 }
+                Some("mode")
+                    if after_dot
+                        && !called
+                        && punct(toks.get(i.wrapping_sub(2)), ")")
+                        && punct(toks.get(i.wrapping_sub(3)), "(")
+                        && ident(toks.get(i.wrapping_sub(4))) == Some("report")
+                        && matches!(ident(toks.get(i.wrapping_sub(6))), Some("h" | "host")) =>
+                {
+                    Some(
+                        "reads the session's mode through its report (`.report().mode`)"
+                            .to_string(),
+                    )
+                }
                 Some(n)
                     if after_dot
                         && !called
@@ -1703,6 +1716,7 @@ fn seam_checker_names_each_breach_and_skips_comments_and_tests() {
              fn a(h: &mut Host) { if h.mode() == Apply { h.pending_grub = x; } }\n\
              fn b(r: &HostRoot) { r.write_atomic(p, b\"\", None); h.pending_grub(); }\n\
              fn c(e: &Entry) { e.header().mode(); h.may_stage(); }\n\
+             fn d(h: &Host) { if h.report().mode == Apply {} r.report().mode; }\n\
              #[cfg(test)]\nmod tests { fn t(r: &HostRoot) { r.remove_file(p); } }\n",
         ),
     ]);
@@ -1714,6 +1728,7 @@ fn seam_checker_names_each_breach_and_skips_comments_and_tests() {
             "src/host/files/fs.rs:3: names `HostRoot`",
             "src/host/files/fs.rs:3: calls the root write `.write_atomic(`",
             "src/host/files/fs.rs:4: names `may_stage`",
+            "src/host/files/fs.rs:5: reads the session's mode through its report (`.report().mode`)",
         ]
     );
 }
