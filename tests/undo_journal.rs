@@ -35,7 +35,8 @@ grub::set_cmdline("99-x", ["hugepages=4"]);
 if step.args[0] == "fail" { run(["false"]); }
 "#;
 
-fn which(tool: &str) -> Option<std::path::PathBuf> {
+/// The first `tool` on `PATH`.
+pub(crate) fn which(tool: &str) -> Option<std::path::PathBuf> {
     std::env::var("PATH")
         .unwrap_or_default()
         .split(':')
@@ -121,7 +122,11 @@ fn host_state(fr: &FakeRoot) -> BTreeMap<String, String> {
     out
 }
 
-fn differences(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Vec<String> {
+/// One line per path whose description differs between `a` and `b` (`path: before -> after`).
+pub(crate) fn differences(
+    a: &BTreeMap<String, String>,
+    b: &BTreeMap<String, String>,
+) -> Vec<String> {
     a.keys()
         .chain(b.keys())
         .collect::<std::collections::BTreeSet<_>>()
@@ -134,7 +139,7 @@ fn differences(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Ve
 /// The calls a run is killed at: every sync, rename (the journal's move-aside of a removal
 /// is a `renameat2`), link (the journal's log, made unnamed, is linked once locked) and
 /// unlink (temporary files, the journal's removal, lock files).
-const SYSCALLS: [&str; 9] = [
+pub(crate) const SYSCALLS: [&str; 9] = [
     "fsync",
     "fdatasync",
     "rename",
@@ -147,7 +152,7 @@ const SYSCALLS: [&str; 9] = [
 ];
 
 /// Run the agent on `fr` under strace, SIGKILLed at its `k`-th `syscall` (per thread).
-fn killed_at(strace: &Path, fr: &FakeRoot, syscall: &str, k: u32) -> Run {
+pub(crate) fn killed_at(strace: &Path, fr: &FakeRoot, syscall: &str, k: u32) -> Run {
     let mut cmd = Command::new(strace);
     cmd.args(["-f", "-qq", "-o", "/dev/null", "-e"])
         .arg(format!("trace={syscall}"))

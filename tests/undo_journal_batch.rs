@@ -10,10 +10,10 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use serde_json::json;
 
+use crate::undo_journal::{SYSCALLS, differences, killed_at, which};
 use crate::util::*;
 
 const STEP: &str = r#"
@@ -23,14 +23,6 @@ fs::chmod("/opt/tree", 0o700);
 fs::remove_all("/opt/tree");
 if step.args[0] == "fail" { run(["false"]); }
 "#;
-
-fn which(tool: &str) -> Option<std::path::PathBuf> {
-    std::env::var("PATH")
-        .unwrap_or_default()
-        .split(':')
-        .map(|d| Path::new(d).join(tool))
-        .find(|p| p.is_file())
-}
 
 fn tar() -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
@@ -96,43 +88,6 @@ fn host_state(fr: &FakeRoot) -> BTreeMap<String, String> {
         walk(fr.root(), &fr.root().join(d), &mut out);
     }
     out
-}
-
-fn differences(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Vec<String> {
-    a.keys()
-        .chain(b.keys())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .filter(|k| a.get(*k) != b.get(*k))
-        .map(|k| format!("{k}: {:?} -> {:?}", a.get(k), b.get(k)))
-        .collect()
-}
-
-const SYSCALLS: [&str; 9] = [
-    "fsync",
-    "fdatasync",
-    "rename",
-    "renameat",
-    "renameat2",
-    "linkat",
-    "unlink",
-    "unlinkat",
-    "rmdir",
-];
-
-fn killed_at(strace: &Path, fr: &FakeRoot, syscall: &str, k: u32) -> Run {
-    let mut cmd = Command::new(strace);
-    cmd.args(["-f", "-qq", "-o", "/dev/null", "-e"])
-        .arg(format!("trace={syscall}"))
-        .arg("-e")
-        .arg(format!("inject={syscall}:signal=KILL:when={k}"))
-        .args([AGENT, "apply", &fr.root_str(), "/t/pkg"])
-        .env_clear()
-        .envs(fr.env_vars())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    run_to_end(cmd.spawn().expect("spawn strace"))
 }
 
 /// SIGKILL at every sync, rename, link and unlink of a failing step of batches (and of
