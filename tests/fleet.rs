@@ -41,7 +41,11 @@ pub(crate) fn tokens_file(dir: &Path) -> PathBuf {
 
 /// A `serve` on a loopback port over `root`, in this runtime; its URL.
 pub(crate) async fn start_serve(root: &Path, tokens: &Path) -> String {
-    let cfg = Config::new(root);
+    start_serve_with(Config::new(root), tokens).await
+}
+
+/// A `serve` on a loopback port of configuration `cfg`, in this runtime; its URL.
+pub(crate) async fn start_serve_with(cfg: Config, tokens: &Path) -> String {
     let svc = Service::with_audit(cfg, true, Arc::new(|_: &str| {})).unwrap();
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = l.local_addr().unwrap().port();

@@ -11,25 +11,7 @@ use skyhook::remote::Client;
 
 use crate::util::{FakeRoot, tree};
 
-use crate::fleet::{PLAN_TOKEN, RUN_TOKEN, start_serve, tokens_file};
-
-/// A `serve` on a loopback port over `cfg`'s root, in this runtime; its URL (as
-/// `fleet::start_serve`, with a configuration of the test's).
-pub(crate) async fn start_serve_with(cfg: skyhook::serve::Config, tokens: &Path) -> String {
-    use skyhook::serve::http::{Limits, Listener, Server, serve};
-    let svc =
-        skyhook::serve::Service::with_audit(cfg, true, std::sync::Arc::new(|_: &str| {})).unwrap();
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = l.local_addr().unwrap().port();
-    let auth = skyhook::serve::auth::Auth::from_file(tokens).unwrap();
-    let server = Server::new(svc, auth, Limits::default());
-    let (stop, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        let _keep = stop;
-        serve(Listener::Tcp(l), server, rx).await;
-    });
-    format!("http://127.0.0.1:{port}")
-}
+use crate::fleet::{PLAN_TOKEN, RUN_TOKEN, start_serve, start_serve_with, tokens_file};
 
 /// The line events of `body` planned by `client`, and its exit event.
 async fn plan_on(client: &Client, body: &Value) -> (Value, String) {
@@ -78,33 +60,28 @@ pub(crate) fn perl_query(code: &str) -> String {
 
 /// Plan `body` on a fresh `serve` over `root`: the exit event and the line events' text.
 fn plan(root: &Path, body: &Value) -> (Value, String) {
+    plan_with(skyhook::serve::Config::new(root), body)
+}
+
+/// [`plan`] on a fresh `serve` of configuration `cfg`, with a plan token.
+pub(crate) fn plan_with(cfg: skyhook::serve::Config, body: &Value) -> (Value, String) {
     let d = tempfile::tempdir().unwrap();
     let tokens = tokens_file(d.path());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let url = start_serve(root, &tokens).await;
-        let client = Client::new(&url, PLAN_TOKEN).unwrap();
-        let mut lines = String::new();
-        let exit = client
-            .execute(body, &Cancel::new(), &mut |e| {
-                if let Some(t) = e.get("line").and_then(Value::as_str) {
-                    lines.push_str(t);
-                    lines.push('\n');
-                }
-            })
-            .await
-            .unwrap();
-        (exit, lines)
+    current_rt().block_on(async {
+        let client = Client::new(&start_serve_with(cfg, &tokens).await, PLAN_TOKEN).unwrap();
+        plan_on(&client, body).await
     })
 }
 
 /// A throwaway host root with `perl`, `unshare`, `nsenter`, `mount`, `chroot` (and the
 /// template's tools) and a `/dev/null` device.
 fn host() -> FakeRoot {
-    let fr = FakeRoot::with_tools(&["perl", "unshare", "nsenter", "mount", "chroot"]);
+    host_with(&["perl", "unshare", "nsenter", "mount", "chroot"])
+}
+
+/// A throwaway host root with `tools` (and the template's) and a `/dev/null` device.
+pub(crate) fn host_with(tools: &[&str]) -> FakeRoot {
+    let fr = FakeRoot::with_tools(tools);
     let null = fr.host("/dev/null");
     std::fs::create_dir_all(null.parent().unwrap()).unwrap();
     nix::sys::stat::mknod(

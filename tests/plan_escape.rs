@@ -17,7 +17,7 @@ use skyhook::process::Cancel;
 use skyhook::remote::Client;
 
 use crate::fleet::{PLAN_TOKEN, tokens_file};
-use crate::plan_attack::{perl_query, plan_body, serve_bin};
+use crate::plan_attack::{host_with, perl_query, plan_body, plan_with, serve_bin};
 use crate::util::FakeRoot;
 
 /// Plan a package whose query is `perl -e code` on a fresh in-process `serve` over `root`
@@ -28,46 +28,12 @@ fn plan_perl(root: &Path, id: &str, code: &str) -> (Value, String) {
 
 /// [`plan_perl`] on a `serve` of configuration `cfg` (its root the host root).
 fn plan_perl_with(cfg: skyhook::serve::Config, id: &str, code: &str) -> (Value, String) {
-    let d = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(d.path());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let url = crate::plan_attack::start_serve_with(cfg, &tokens).await;
-        let client = Client::new(&url, PLAN_TOKEN).unwrap();
-        let mut lines = String::new();
-        let exit = client
-            .execute(
-                &plan_body(id, &perl_query(code)),
-                &Cancel::new(),
-                &mut |e| {
-                    if let Some(t) = e.get("line").and_then(Value::as_str) {
-                        lines.push_str(t);
-                        lines.push('\n');
-                    }
-                },
-            )
-            .await
-            .unwrap();
-        (exit, lines)
-    })
+    plan_with(cfg, &plan_body(id, &perl_query(code)))
 }
 
 /// A throwaway host root with `perl` and a `/dev/null` device.
 fn host() -> FakeRoot {
-    let fr = FakeRoot::with_tools(&["perl"]);
-    let null = fr.host("/dev/null");
-    std::fs::create_dir_all(null.parent().unwrap()).unwrap();
-    nix::sys::stat::mknod(
-        &null,
-        nix::sys::stat::SFlag::S_IFCHR,
-        nix::sys::stat::Mode::from_bits_truncate(0o666),
-        nix::sys::stat::makedev(1, 3),
-    )
-    .unwrap();
-    fr
+    host_with(&["perl"])
 }
 
 /// A directory outside the host root, on the server's own (writable) filesystem.
