@@ -62,7 +62,7 @@ pub(crate) use replace::settle_replacement;
 pub use root_error::{Result, RootError};
 pub use tmp::TMP_PREFIX;
 pub(crate) use tmp::{is_stale_tmp, tmp_name};
-pub use write::{DirSync, PARENT_DIR_MODE};
+pub use write::{DirSync, PARENT_DIR_MODE, reserve};
 
 /// For the areas' tests only: the root services they exercise directly, which outside tests
 /// only the seam reaches.

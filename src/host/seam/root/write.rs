@@ -29,6 +29,36 @@ pub enum DirSync<'a> {
     Defer(&'a dyn Fn(&Path)),
 }
 
+/// Writes of at least this many bytes reserve their blocks first ([`reserve`]).
+const RESERVE_FROM: u64 = 64 * 1024;
+
+/// Reserve `len` bytes of blocks for file `f` before its content is written
+/// (`fallocate(FALLOC_FL_KEEP_SIZE)`; its size stays as it is), so a write that does not
+/// fit fails with `ENOSPC` before it has filled the filesystem, instead of after: a full
+/// disk half-way through a large copy would otherwise hold the node's other writers at
+/// `ENOSPC` until the temporary is gone, and longer while any process forked meanwhile
+/// still holds its descriptor. Below 64 KiB, and on a filesystem that
+/// cannot reserve (`EOPNOTSUPP`), nothing is done.
+///
+/// # Errors
+/// `ENOSPC`, `EFBIG`, `EDQUOT` and the like from `fallocate`.
+pub fn reserve(f: &File, len: u64) -> io::Result<()> {
+    if len < RESERVE_FROM {
+        return Ok(());
+    }
+    let len = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: fallocate on an open descriptor, no memory passed.
+    let r = unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL) => Ok(()),
+        _ => Err(e),
+    }
+}
+
 /// Maximum number of dangling symlinks followed by [`HostRoot::write_atomic`] before it gives
 /// up with `ELOOP` (the kernel's own limit for path resolution is 40).
 pub(super) const MAX_SYMLINK_HOPS: usize = 40;

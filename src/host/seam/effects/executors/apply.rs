@@ -264,7 +264,10 @@ fn perform(cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
             // ([`crate::host::root::durability`]); the file's own comes before the rename.
             let defer = |dir: &Path| cx.dir_syncs.add(dir);
             let dirs = DirSync::Defer(&defer);
-            root.write_atomic_synced(path, *mode, *uid, *gid, dirs, |f| f.write_all(content))?;
+            root.write_atomic_synced(path, *mode, *uid, *gid, dirs, |f| {
+                crate::host::root::reserve(f, content.len() as u64)?;
+                f.write_all(content)
+            })?;
         }
         Effect::CopyFile {
             src,
@@ -278,6 +281,7 @@ fn perform(cx: &Context, effect: &Effect) -> Result<Option<CmdOutput>> {
             let defer = |dir: &Path| cx.dir_syncs.add(dir);
             let dirs = DirSync::Defer(&defer);
             root.write_atomic_synced(path, *mode, *uid, *gid, dirs, |f| {
+                crate::host::root::reserve(f, from.metadata()?.len())?;
                 let (_, got) = crate::host::root::digest::copy_hashed(&mut from, f)?;
                 match sha256 {
                     Some(want) if *want != got => Err(std::io::Error::other(format!(

@@ -125,6 +125,76 @@ fn a_batch_failed_at_enospc_is_undone_whole() {
     });
 }
 
+/// A large write that does not fit fails before it fills the filesystem: its blocks are
+/// reserved first, so the failure leaves the free space as it was even while the temporary
+/// is still open (as it is in any process forked meanwhile: a parallel test's child made
+/// the undo of the test above fail with `ENOSPC` on a loaded machine).
+#[test]
+fn a_write_that_does_not_fit_fails_before_it_fills_the_filesystem() {
+    in_mount_namespace(|| {
+        let t = TestHost::new();
+        tmpfs(&t.p("/dst"), Some("size=256k"));
+        let free = || {
+            nix::sys::statvfs::statvfs(&t.p("/dst"))
+                .unwrap()
+                .blocks_free()
+        };
+        let before = free();
+        let mut f = std::fs::File::create(t.p("/dst/big")).unwrap();
+        let data = vec![b'x'; 1 << 20];
+        let e = crate::host::root::reserve(&f, data.len() as u64)
+            .and_then(|()| std::io::Write::write_all(&mut f, &data))
+            .expect_err("1 MiB does not fit in 256 KiB");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+        assert_eq!(
+            free(),
+            before,
+            "the failed write holds blocks while its file is open"
+        );
+        assert_eq!(f.metadata().unwrap().len(), 0);
+    });
+}
+
+/// The undo of a batch that failed half-way leaves the files it never reached as they
+/// are: their records ahead hold the same content, mode and owner, so nothing is written
+/// (same inode, same mtime), and putting back needs no free space on a full disk.
+#[test]
+fn an_undo_leaves_a_file_the_failed_batch_never_reached_untouched() {
+    use std::os::unix::fs::MetadataExt as _;
+    in_mount_namespace(|| {
+        let t = TestHost::new();
+        tmpfs(&t.p("/dst"), Some("size=256k"));
+        t.file("/src/a", "new a\n");
+        t.file("/src/b", &"b".repeat(1 << 20));
+        t.file("/src/c", "new c\n");
+        for f in ["a", "b", "c"] {
+            t.file(&format!("/dst/{f}"), &format!("old {f}\n"));
+        }
+        let stamp = |f: &str| {
+            let m = std::fs::metadata(t.p(&format!("/dst/{f}"))).unwrap();
+            (m.ino(), m.mtime(), m.mtime_nsec())
+        };
+        let (b0, c0) = (stamp("b"), stamp("c"));
+        let mut h = undo_host(&t);
+        let tree = crate::host::files::copy_tree::TreeOptions::default();
+        crate::host::files::copy_tree::copy_tree(&mut h, "/src", "/dst", &tree)
+            .expect_err("the copy of /dst/b does not fit");
+        let (_, undone, result) = h.fail_with_report();
+        result.unwrap();
+        assert!(undone.not_undone.is_empty(), "{:?}", undone.not_undone);
+        assert_eq!(
+            stamp("b"),
+            b0,
+            "/dst/b (its copy failed) was rewritten by the undo"
+        );
+        assert_eq!(
+            stamp("c"),
+            c0,
+            "/dst/c (never reached) was rewritten by the undo"
+        );
+    });
+}
+
 /// Another package's edit is never wiped by an undo: the records of a batch are taken
 /// before its first write, so another writer's edit of a file of the batch between the
 /// records and that file's write (the whole length of a large `fs::copy_tree` or

@@ -257,6 +257,11 @@ pub(super) fn restore_checked(
         Record::Symlink { target, .. } => format!("symlink:{}", target.display()),
         _ => "other".into(),
     };
+    if now == before && as_recorded(root, path, &e.rec)? {
+        // Never written (a record ahead of a batch that failed before it), or written back
+        // as it was: nothing to put back, so no new inode and no free space needed.
+        return Ok(None);
+    }
     let mut chain = true;
     let mut prev = before.as_str();
     let mut last_base = before.as_str();
@@ -338,6 +343,34 @@ pub(super) fn restore_checked(
         "{} changed by another writer since this step wrote it",
         path.display()
     )))
+}
+
+/// Whether the regular file at `path` has the mode, owner and extended attributes of file
+/// record `rec` (its content compared by the caller); `false` for any other record.
+fn as_recorded(root: &HostRoot, path: &Path, rec: &Record) -> Result<bool> {
+    let Record::File {
+        mode,
+        uid,
+        gid,
+        xattrs,
+        ..
+    } = rec
+    else {
+        return Ok(false);
+    };
+    match root.symlink_metadata(path)? {
+        Some(m)
+            if m.is_file() && m.mode() & 0o7777 == *mode && m.uid() == *uid && m.gid() == *gid => {}
+        _ => return Ok(false),
+    }
+    let f = root.open_regular(path)?;
+    let now = super::xattr::read_xattrs(&f).map_err(|e| jerr(path, root, e))?;
+    let key = |x: &super::xattr::Xattr| (x.name.clone(), x.value.clone());
+    let mut now: Vec<_> = now.iter().map(key).collect();
+    let mut was: Vec<_> = xattrs.iter().map(key).collect();
+    now.sort();
+    was.sort();
+    Ok(now == was)
 }
 
 /// Remove whatever is at `path` (a tree too) unless it is of kind `keep`.
@@ -451,6 +484,7 @@ pub(super) fn restore(
                 Some(*gid),
                 DirSync::Defer(&add),
                 |f| {
+                    crate::host::root::reserve(f, len)?;
                     let n = std::io::copy(&mut (&mut *log).take(len), f)?;
                     if n == len {
                         Ok(())
