@@ -269,6 +269,19 @@ fn a_plan_query_cannot_read_a_root_only_file_and_the_host_api_still_can() {
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
 }
 
+/// `--plan-query-user 4242:4343` (here the library's configuration): a query runs with
+/// those ids, and a daemon sees them.
+#[test]
+fn a_plan_query_runs_as_the_configured_query_user() {
+    require_root!();
+    let fr = host();
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.sandbox.query_user = skyhook::process::sandbox::QueryUser::new(4242, 4343).unwrap();
+    let (exit, lines) = plan_perl_with(cfg, "query-user", r#"print "ids=$< $> $( $)";"#);
+    assert!(lines.contains("out=ids=4242 4242 4343 4343 "), "{lines}");
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
 /// A set-user-ID-root program in the host root (`sudo`, `su`, `pkexec`, `mount` on a node;
 /// here a copy of `id`, mode 4755) gives a query no root: the plan's mounts are `nosuid` and
 /// every command runs with `no_new_privs`, so `exec` keeps the query user's ids and grants

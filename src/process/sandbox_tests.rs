@@ -296,3 +296,26 @@ fn a_sandboxed_command_runs_as_the_query_user_and_a_setuid_program_gives_it_no_r
          CapEff: 0000000000000000\nNoNewPrivs: 1\nreopened\neuid=65534\n"
     );
 }
+
+/// `--plan-query-user`: `UID` is `UID:UID`, `UID:GID` as given; root's user or group,
+/// `-1` and anything but numbers are refused, naming why.
+#[test]
+fn a_query_user_is_numbers_and_never_root() {
+    let parse = |s: &str| s.parse::<QueryUser>().map(|u| (u.uid(), u.gid()));
+    assert_eq!(parse("65534"), Ok((65534, 65534)));
+    assert_eq!(parse("4242:4343"), Ok((4242, 4343)));
+    assert_eq!(Limits::default().query_user, QueryUser::NOBODY);
+    for (bad, why) in [
+        ("0", "the user id of plan queries must not be 0"),
+        ("0:5", "the user id of plan queries must not be 0"),
+        ("5:0", "the group id of plan queries must not be 0"),
+        ("4294967295", "4294967295 is no user id"),
+        ("nobody", "\"nobody\": expected UID or UID:GID, numbers"),
+        ("5:", "\"5:\": expected UID or UID:GID, numbers"),
+        ("-1", "\"-1\": expected UID or UID:GID, numbers"),
+    ] {
+        let e = parse(bad).unwrap_err();
+        assert!(e.starts_with(why), "{bad}: {e}");
+    }
+    assert_eq!(QueryUser::NOBODY.to_string(), "65534:65534");
+}
