@@ -28,7 +28,7 @@
 //!   only, and no abstract Unix socket of the host, those being per network namespace) and
 //!   IPC namespace (no SysV object of the host), sets the [`Limits`] as rlimits:
 //!   `RLIMIT_AS`, `RLIMIT_CPU`, `RLIMIT_FSIZE` 0 and `RLIMIT_CORE` 0, after its `chroot`
-//!   and `chdir` becomes the [`QueryUser`] ([`become_query_user`]: 65534:65534 by default,
+//!   and `chdir` becomes the [`QueryUser`] (`become_query_user`: 65534:65534 by default,
 //!   never root, no supplementary group, so no capability, and `no_new_privs`), and last
 //!   installs the seccomp filter (`key_filter`): the keyring calls (not namespaced) are
 //!   `EPERM`, and so is `socket(AF_UNIX)` when [`Limits::unix_sockets`] is false.
