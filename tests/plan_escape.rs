@@ -1,6 +1,7 @@
 //! More attacks on `serve`'s read-only `package_plan` (docs/fleet.md, "It writes nothing to
 //! the host", "Limits"), past the PID and network namespaces of the plan's sandbox: a
-//! hostile package's queries run as root with the plan's bounding set, chrooted in the
+//! hostile package's queries run as the plan's query user (65534, no capabilities, with
+//! `no_new_privs`; as root with the plan's bounding set before), chrooted in the
 //! read-only host root, which on a node is the node's `/`, with the host's `/proc` mounted
 //! in it (the DaemonSet mounts hostPath `/`, submounts included). Each test here mounts a
 //! `/proc` in its fake root where it needs one, as a node has.
@@ -167,13 +168,12 @@ fn a_plan_query_leaves_no_sysv_ipc_object_on_the_host() {
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
 }
 
-/// A daemon of the node listening on a Unix socket of the host root (systemd's
-/// `/run/systemd/private`, D-Bus, containerd: each runs what root asks): a query connects
-/// and sends its request, `connect` through the read-only mount being no write. docs/fleet.md
-/// admits the reach ("Filesystem Unix sockets stay reachable") but not what it means: every
-/// such daemon mutates the host for the plan.
+/// A daemon of the node listening on a root-owned Unix socket of the host root that others
+/// may not write (systemd's `/run/systemd/private` 0600, containerd's 0660, kubelet plugin
+/// sockets: each runs what root asks): `connect` through the read-only mount is no write,
+/// and a query as root reached it. A query runs as the plan's query user (65534), so the
+/// kernel refuses the `connect` (`EACCES`: no write permission on the socket file).
 #[test]
-#[ignore = "known hole: a host daemon's Unix socket takes a plan's request"]
 fn a_plan_query_cannot_reach_a_host_daemons_unix_socket() {
     require_root!();
     let fr = host();
@@ -182,6 +182,127 @@ fn a_plan_query_cannot_reach_a_host_daemons_unix_socket() {
         got, None,
         "a plan's query reached the host daemon's socket /run/daemon.sock: {lines}"
     );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
+/// A daemon whose socket anyone may write (D-Bus's system bus, journald's `/dev/log`: both
+/// 0666) takes the connection, and decides by the peer's credentials (`SO_PEERCRED`, taken
+/// by the kernel at `connect`) what it does for it: they are the plan's query user
+/// (65534:65534), not root, so the daemon's policy for an unprivileged user applies (polkit
+/// refuses a sessionless user `StartUnit`).
+#[test]
+fn a_plan_querys_peer_credentials_at_a_world_writable_socket_are_not_roots() {
+    require_root!();
+    let fr = host();
+    std::fs::create_dir_all(fr.host("/run")).unwrap();
+    let sock = fr.host("/run/bus.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let code = r#"
+        socket(my $s, 1, 1, 0) or die "socket: $!\n";
+        connect($s, pack("S a108", 1, "/run/bus.sock")) or die "connect: $!\n";
+        syswrite($s, "StartUnit evil.service");
+        print "ids=$< $> $( $)";
+    "#;
+    let (exit, lines) = plan_perl(fr.root(), "peercred", code);
+    listener.set_nonblocking(true).unwrap();
+    let (conn, _) = listener
+        .accept()
+        .unwrap_or_else(|e| panic!("the query made no connection ({e}): {lines}"));
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: getsockopt(SO_PEERCRED) into a ucred of the size given.
+    let r = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    assert_eq!(
+        (cred.uid, cred.gid),
+        (65534, 65534),
+        "the daemon saw the plan's query as uid {} gid {}: {lines}",
+        cred.uid,
+        cred.gid
+    );
+    assert!(lines.contains("ids=65534 65534 65534 65534 "), "{lines}");
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
+/// What the query user changes for a plan: a command reading a root-only file (mode 0600,
+/// as `/etc/shadow` or a kubelet's key) gets `EACCES`, as any unprivileged user does, and
+/// says so in its stderr; the host API's own reads (`fs::read`, made by the server) still
+/// read it.
+#[test]
+fn a_plan_query_cannot_read_a_root_only_file_and_the_host_api_still_can() {
+    require_root!();
+    let fr = host();
+    let secret = fr.host("/etc/root-only");
+    std::fs::write(&secret, "root-only\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let script = format!(
+        "print(\"host-api=\" + fs::read(\"/etc/root-only\"));\n{}",
+        perl_query(
+            r#"open(my $f, "<", "/etc/root-only") or die "open /etc/root-only: $!\n"; print <$f>;"#
+        )
+    );
+    let (exit, lines) = plan_with(
+        skyhook::serve::Config::new(fr.root()),
+        &plan_body("root-only", &script),
+    );
+    assert!(lines.contains("host-api=root-only\n"), "{lines}");
+    assert!(
+        lines.contains(" out= err=open /etc/root-only: Permission denied"),
+        "{lines}"
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
+/// `--plan-query-user 4242:4343` (here the library's configuration): a query runs with
+/// those ids, and a daemon sees them.
+#[test]
+fn a_plan_query_runs_as_the_configured_query_user() {
+    require_root!();
+    let fr = host();
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.sandbox.query_user = skyhook::process::sandbox::QueryUser::new(4242, 4343).unwrap();
+    let (exit, lines) = plan_perl_with(cfg, "query-user", r#"print "ids=$< $> $( $)";"#);
+    assert!(lines.contains("out=ids=4242 4242 4343 4343 "), "{lines}");
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
+/// A set-user-ID-root program in the host root (`sudo`, `su`, `pkexec`, `mount` on a node;
+/// here a copy of `id`, mode 4755) gives a query no root: the plan's mounts are `nosuid` and
+/// every command runs with `no_new_privs`, so `exec` keeps the query user's ids and grants
+/// no file capability.
+#[test]
+fn a_set_user_id_root_program_gives_a_plan_query_no_root() {
+    require_root!();
+    let fr = host_with(&["perl", "id"]);
+    let _proc = HostProc::mount(&fr);
+    let id = fr.host("/usr/local/bin/suid-id");
+    std::fs::copy(fr.host("/usr/bin/id"), &id).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&id, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let code = r#"
+        my $u = `/usr/local/bin/suid-id -u`; chomp $u;
+        my $n = "?";
+        if (open(my $s, "<", "/proc/self/status")) { for (<$s>) { $n = $1 if /^NoNewPrivs:\s+(\d)/ } }
+        print "euid=$u nnp=$n";
+    "#;
+    let (exit, lines) = plan_perl(fr.root(), "setuid", code);
+    assert!(lines.contains("euid=65534 nnp=1"), "{lines}");
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
 }
 

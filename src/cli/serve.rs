@@ -129,6 +129,11 @@ pub struct ServeArgs {
     /// need one (systemctl is-active) then fail.
     #[arg(long)]
     pub plan_deny_unix_sockets: bool,
+    /// User and group ids every command of a package plan runs as (numbers; UID alone is
+    /// UID:UID): no capability, no supplementary group, no_new_privs, so a query reaches
+    /// only the host sockets and files that user may. 0 (root) is refused.
+    #[arg(long, value_name = "UID[:GID]", default_value = "65534:65534")]
+    pub plan_query_user: crate::process::sandbox::QueryUser,
 }
 
 /// `64MiB`, `1KiB`, `10MB`, `123` → bytes.
@@ -308,6 +313,7 @@ pub fn startup(a: ServeArgs) -> Result<Startup, ServeError> {
         cpu_seconds: a.plan_cpu.as_secs().max(1),
         max_pids: a.plan_pids.max(crate::process::sandbox::MIN_PID_MAX),
         unix_sockets: !a.plan_deny_unix_sockets,
+        query_user: a.plan_query_user,
     };
     cfg.state_dir = a.state_dir.clone();
     if cfg.state_dir.is_none() {

@@ -28,8 +28,10 @@
 //!
 //! Spawned from a thread of a package plan's mount namespace (serve's `package_plan`), the
 //! child is made in the plan's PID namespace, enters its network namespace and takes its
-//! rlimits before that (see [`sandbox`]): whatever its `Spec`, it cannot signal a process
-//! of the server's namespace, has only its own loopback, and is bounded in memory, CPU
+//! rlimits before that, and after its `chroot` and `chdir` becomes the plan's query user
+//! (not root, no capability, `no_new_privs`; see [`sandbox`]): whatever its `Spec`, it
+//! cannot signal a process of the server's namespace, has only its own loopback, reaches
+//! only the host sockets and files an unprivileged user may, and is bounded in memory, CPU
 //! time and (with its namespace) process count.
 //!
 //! With [`Spec::cgroup`], it first joins that cgroup (writes `0` to its `cgroup.procs`): it

@@ -27,12 +27,19 @@
 //! - in the child, enters the sandbox's network namespace (`setns(CLONE_NEWNET)`: loopback
 //!   only, and no abstract Unix socket of the host, those being per network namespace) and
 //!   IPC namespace (no SysV object of the host), sets the [`Limits`] as rlimits:
-//!   `RLIMIT_AS`, `RLIMIT_CPU`, `RLIMIT_FSIZE` 0 and `RLIMIT_CORE` 0, and last installs the
-//!   seccomp filter (`key_filter`): the keyring calls (not namespaced) are `EPERM`, and
-//!   so is `socket(AF_UNIX)` when [`Limits::unix_sockets`] is false.
+//!   `RLIMIT_AS`, `RLIMIT_CPU`, `RLIMIT_FSIZE` 0 and `RLIMIT_CORE` 0, after its `chroot`
+//!   and `chdir` becomes the [`QueryUser`] (`become_query_user`: 65534:65534 by default,
+//!   never root, no supplementary group, so no capability, and `no_new_privs`), and last
+//!   installs the seccomp filter (`key_filter`): the keyring calls (not namespaced) are
+//!   `EPERM`, and so is `socket(AF_UNIX)` when [`Limits::unix_sockets`] is false.
 //!
-//! Filesystem Unix sockets stay reachable by default (`connect` is no write), see
-//! docs/fleet.md.
+//! As the query user a command passes the kernel's permission checks as any unprivileged
+//! user does: a host daemon's Unix socket that others may not write (systemd's
+//! `/run/systemd/private`, containerd's) refuses its `connect` (`EACCES`), a world-writable
+//! one (D-Bus, journald) sees its credentials, not root's, and a root-only file is
+//! `EACCES` to it; set-user-ID programs and file capabilities grant it nothing
+//! (`no_new_privs`, and the plan's mounts are `nosuid`). The init stays root (it only
+//! reaps). See docs/fleet.md.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -55,18 +62,89 @@ pub struct Limits {
     /// `io_uring_setup`, and 32-bit x86's `socketcall`), so none reaches a host daemon's
     /// socket on the filesystem; queries that need one (`systemctl`) then fail.
     pub unix_sockets: bool,
+    /// The user and group every command runs as.
+    pub query_user: QueryUser,
 }
 
 impl Default for Limits {
     /// 4 GiB of address space, 60 s of CPU per command, 512 for `pid_max`, Unix sockets
-    /// allowed.
+    /// allowed, commands as 65534:65534.
     fn default() -> Self {
         Limits {
             memory: 4 << 30,
             cpu_seconds: 60,
             max_pids: 512,
             unix_sockets: true,
+            query_user: QueryUser::NOBODY,
         }
+    }
+}
+
+/// The user and group id a plan's commands run as (serve's `--plan-query-user UID[:GID]`):
+/// never 0, so a command has no capability and passes the kernel's permission checks as
+/// that unprivileged user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryUser {
+    uid: u32,
+    gid: u32,
+}
+
+impl QueryUser {
+    /// `nobody:nogroup` (65534:65534), the kernel's overflow ids.
+    pub const NOBODY: QueryUser = QueryUser {
+        uid: 65534,
+        gid: 65534,
+    };
+
+    /// The user `uid` in group `gid`.
+    ///
+    /// # Errors
+    /// Either is 0 (root's user or group: every host file and socket of root's would be
+    /// open to the plan again), or `u32::MAX` (`-1`, "unchanged" to the kernel).
+    pub fn new(uid: u32, gid: u32) -> Result<QueryUser, String> {
+        for (what, id) in [("user", uid), ("group", gid)] {
+            if id == 0 {
+                return Err(format!(
+                    "the {what} id of plan queries must not be 0 (root's): a query would reach \
+                     root's sockets and files on the host"
+                ));
+            }
+            if id == u32::MAX {
+                return Err(format!("{id} is no {what} id"));
+            }
+        }
+        Ok(QueryUser { uid, gid })
+    }
+
+    /// The user id.
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    /// The group id.
+    pub fn gid(&self) -> u32 {
+        self.gid
+    }
+}
+
+impl std::str::FromStr for QueryUser {
+    type Err = String;
+
+    /// `UID` or `UID:GID`, numbers (the server's user database is not the host's); `UID`
+    /// alone takes the same number as its group.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (u, g) = s.split_once(':').unwrap_or((s, s));
+        let id = |v: &str| {
+            v.parse::<u32>()
+                .map_err(|_| format!("{s:?}: expected UID or UID:GID, numbers"))
+        };
+        QueryUser::new(id(u)?, id(g)?)
+    }
+}
+
+impl std::fmt::Display for QueryUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.uid, self.gid)
     }
 }
 
@@ -100,6 +178,8 @@ pub struct Sandbox {
     init: libc::pid_t,
     init_fd: OwnedFd,
     rlimits: Vec<(libc::c_int, Rlimit)>,
+    /// Who each command runs as.
+    query_user: QueryUser,
     /// What the init could do: `lo` up, `pid_max` set.
     pub loopback: bool,
     /// True when the namespace's `pid_max` was set (Linux ≥ 6.14).
@@ -151,6 +231,11 @@ impl Sandbox {
     /// The rlimits a command sets before `exec`.
     pub(super) fn rlimits(&self) -> &[(libc::c_int, Rlimit)] {
         &self.rlimits
+    }
+
+    /// The user a command becomes before `exec` ([`become_query_user`]).
+    pub(super) fn query_user(&self) -> QueryUser {
+        self.query_user
     }
 
     /// Make the calling thread's next children processes of the plan's PID namespace, until
@@ -427,6 +512,7 @@ pub fn start(limits: &Limits) -> io::Result<Started> {
             (libc::RLIMIT_FSIZE as libc::c_int, rlimit(0)),
             (libc::RLIMIT_CORE as libc::c_int, rlimit(0)),
         ],
+        query_user: limits.query_user,
         loopback: report & 1 != 0,
         pids_capped: report & 2 != 0,
     });
@@ -619,38 +705,76 @@ fn key_filter(unix_sockets: bool) -> Vec<libc::sock_filter> {
     f
 }
 
-/// Install `prog` as the calling process's seccomp filter (the spawned child, before
-/// `exec`; system calls only). With `CAP_SYS_ADMIN` no `no_new_privs` is needed; without
-/// it, `no_new_privs` is set first. The `errno` of what failed.
+/// Install `prog` as the calling process's seccomp filter (the spawned child, after
+/// [`become_query_user`] set `no_new_privs`, which lets a process without `CAP_SYS_ADMIN`
+/// install one; before `exec`; system calls only). The `errno` if it failed.
 pub(super) fn install_filter(prog: &libc::sock_fprog) -> Result<(), i32> {
-    let install = || {
-        // SAFETY: seccomp(SET_MODE_FILTER) with a program that outlives the call.
-        unsafe {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                0,
-                prog as *const libc::sock_fprog,
-            )
-        }
+    // SAFETY: seccomp(SET_MODE_FILTER) with a program that outlives the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0,
+            prog as *const libc::sock_fprog,
+        )
     };
-    if install() == 0 {
-        return Ok(());
-    }
-    let e = io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EINVAL);
-    // SAFETY: prctl with integer arguments.
-    if e != libc::EACCES || unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(e);
-    }
-    if install() == 0 {
+    if r == 0 {
         Ok(())
     } else {
         Err(io::Error::last_os_error()
             .raw_os_error()
             .unwrap_or(libc::EINVAL))
     }
+}
+
+/// Make the calling process `user` (the spawned child, after its `chroot` and `chdir`,
+/// before the filter and `exec`; system calls only; `parent` is what `getppid` says while
+/// the spawning process lives):
+/// - its standard descriptors that are pipes (the spawn's own, made by root, mode 0600)
+///   handed to `user`, so `> /dev/stdout` (a reopen through `/proc/self/fd`) still works;
+/// - no supplementary groups, then the group and the user id: real, effective, saved and
+///   filesystem; with every user id non-zero the kernel clears the permitted, effective and
+///   ambient capabilities;
+/// - the parent-death signal set again (a change of ids clears it) and the parent checked;
+/// - `no_new_privs`: `execve` of a set-user-ID or set-group-ID program or one with file
+///   capabilities grants nothing (`sudo`, `su`, `pkexec` of the host stay the user's).
+///
+/// The `errno` of what failed (the command then does not run).
+pub(super) fn become_query_user(user: QueryUser, parent: libc::pid_t) -> Result<(), i32> {
+    let errno = || {
+        io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL)
+    };
+    // SAFETY (every call below): system calls on integers and on a stat buffer of this
+    // (the child's) stack.
+    unsafe {
+        for fd in 0..3 {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(fd, &mut st) == 0
+                && st.st_mode & libc::S_IFMT == libc::S_IFIFO
+                && libc::fchown(fd, user.uid, user.gid) != 0
+            {
+                return Err(errno());
+            }
+        }
+        if libc::setgroups(0, std::ptr::null()) != 0
+            || libc::setresgid(user.gid, user.gid, user.gid) != 0
+            || libc::setresuid(user.uid, user.uid, user.uid) != 0
+        {
+            return Err(errno());
+        }
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+            return Err(errno());
+        }
+        if libc::getppid() != parent {
+            return Err(libc::ESRCH);
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(errno());
+        }
+    }
+    Ok(())
 }
 
 /// Set `rlimits` on the calling process (the spawned child, before `exec`): system calls

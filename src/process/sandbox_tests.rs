@@ -59,6 +59,10 @@ fn a_command_of_a_sandboxed_thread_runs_in_its_namespaces_under_its_limits() {
         assert!(sb.sandbox().pids_capped && sb.sandbox().loopback);
         let inside = sh(script);
         drop(sb);
+        assert!(
+            current().is_none(),
+            "the dropped sandbox is still registered"
+        );
         (inside, sh("echo $PPID"))
     })
     .join()
@@ -73,7 +77,6 @@ fn a_command_of_a_sandboxed_thread_runs_in_its_namespaces_under_its_limits() {
     );
     assert_ne!(outside.split_whitespace().nth(1), Some("0"), "{outside}");
     assert_ne!(after.trim(), "0", "a command after the drop was sandboxed");
-    assert_eq!(COUNT.load(Ordering::SeqCst), 0);
 }
 
 /// A procfs of the host mounted under a root is covered by the sandbox's own: only the
@@ -232,4 +235,87 @@ fn starting_and_ending_a_sandbox_is_cheap() {
     .unwrap();
     eprintln!("20 sandboxes started and ended in {took:?}");
     assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+/// A sandboxed command runs as the sandbox's query user: real, effective, saved and
+/// filesystem ids 65534, no supplementary group, no capability, `no_new_privs` set; its
+/// standard output reopens by path (`> /dev/stdout`, the pipe handed to the query user);
+/// and a set-user-ID-root program, here a copy of `id` mode 4755 on a mount without
+/// `nosuid`, gives it no root (without `no_new_privs` it said `euid=0`).
+#[test]
+fn a_sandboxed_command_runs_as_the_query_user_and_a_setuid_program_gives_it_no_root() {
+    if !nix::unistd::geteuid().is_root() || !Path::new("/usr/bin/id").exists() {
+        return;
+    }
+    let out = std::thread::spawn(|| {
+        // SAFETY: unshare on this thread only.
+        assert_eq!(
+            unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
+            0
+        );
+        use nix::mount::{MsFlags, mount};
+        mount(
+            None::<&str>,
+            "/",
+            None::<&str>,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            None::<&str>,
+        )
+        .unwrap();
+        // A tmpfs of this thread's mount namespace, without nosuid, holding the program.
+        let dir = tempfile::tempdir().unwrap();
+        mount(
+            Some("tmpfs"),
+            dir.path(),
+            Some("tmpfs"),
+            MsFlags::empty(),
+            Some("mode=0755"),
+        )
+        .unwrap();
+        let id = dir.path().join("suid-id");
+        std::fs::copy("/usr/bin/id", &id).unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&id, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        let sb = start(&Limits::default()).unwrap();
+        sb.enter().unwrap();
+        let script = format!(
+            "grep -E '^(Uid|Gid|Groups|CapEff|NoNewPrivs):' /proc/self/status | tr -s '\\t' ' '; \
+             echo reopened > /dev/stdout; echo euid=$({} -u)",
+            id.display()
+        );
+        let out = sh(&script);
+        drop(sb);
+        let _ = nix::mount::umount2(dir.path(), nix::mount::MntFlags::MNT_DETACH);
+        out
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        out,
+        "Uid: 65534 65534 65534 65534\nGid: 65534 65534 65534 65534\nGroups: \n\
+         CapEff: 0000000000000000\nNoNewPrivs: 1\nreopened\neuid=65534\n"
+    );
+}
+
+/// `--plan-query-user`: `UID` is `UID:UID`, `UID:GID` as given; root's user or group,
+/// `-1` and anything but numbers are refused, naming why.
+#[test]
+fn a_query_user_is_numbers_and_never_root() {
+    let parse = |s: &str| s.parse::<QueryUser>().map(|u| (u.uid(), u.gid()));
+    assert_eq!(parse("65534"), Ok((65534, 65534)));
+    assert_eq!(parse("4242:4343"), Ok((4242, 4343)));
+    assert_eq!(Limits::default().query_user, QueryUser::NOBODY);
+    for (bad, why) in [
+        ("0", "the user id of plan queries must not be 0"),
+        ("0:5", "the user id of plan queries must not be 0"),
+        ("5:0", "the group id of plan queries must not be 0"),
+        ("4294967295", "4294967295 is no user id"),
+        ("nobody", "\"nobody\": expected UID or UID:GID, numbers"),
+        ("5:", "\"5:\": expected UID or UID:GID, numbers"),
+        ("-1", "\"-1\": expected UID or UID:GID, numbers"),
+    ] {
+        let e = parse(bad).unwrap_err();
+        assert!(e.starts_with(why), "{bad}: {e}");
+    }
+    assert_eq!(QueryUser::NOBODY.to_string(), "65534:65534");
 }

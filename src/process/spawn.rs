@@ -235,6 +235,8 @@ struct Child<'a> {
     filter: Option<libc::sock_fprog>,
     /// A plan sandbox's rlimits, set before `exec`.
     rlimits: &'a [(libc::c_int, super::sandbox::Rlimit)],
+    /// A plan sandbox's query user, become after the `chroot` and `chdir`.
+    user: Option<super::sandbox::QueryUser>,
     root: Option<&'a CString>,
     cwd: &'a CString,
     candidates: &'a [CString],
@@ -324,6 +326,9 @@ impl Child<'_> {
             }
             if libc::chdir(self.cwd.as_ptr()) != 0 {
                 return Err(errno());
+            }
+            if let Some(user) = self.user {
+                super::sandbox::become_query_user(user, self.parent)?;
             }
             if let Some(prog) = &self.filter {
                 super::sandbox::install_filter(prog)?;
@@ -424,6 +429,7 @@ fn spawn_one(spec: &Spec, program: &Path, args: &[OsString]) -> io::Result<Spawn
         ipc_ns: sandbox.as_ref().map_or(-1, |s| s.ipc_ns()),
         filter: sandbox.as_ref().map(|s| s.filter()),
         rlimits: sandbox.as_ref().map_or(&[], |s| s.rlimits()),
+        user: sandbox.as_ref().map(|s| s.query_user()),
         root: root.as_ref(),
         cwd: &cwd,
         candidates: &candidates,
