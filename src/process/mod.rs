@@ -30,7 +30,9 @@
 //! child is made in the plan's PID namespace, enters its network namespace and takes its
 //! rlimits before that (see [`sandbox`]): whatever its `Spec`, it cannot signal a process
 //! of the server's namespace, has only its own loopback, and is bounded in memory, CPU
-//! time and (with its namespace) process count.
+//! time and (with its namespace) process count. It also joins the plan's own cgroup
+//! ([`plan_cgroup`]) right after [`Spec::cgroup`]'s, so the plan's processes together are
+//! held to the plan's memory and process limits.
 //!
 //! With [`Spec::cgroup`], it first joins that cgroup (writes `0` to its `cgroup.procs`): it
 //! cannot fork before, so every process of the run is a member.
@@ -89,6 +91,7 @@
 pub mod cancel;
 pub mod cgroup;
 mod pidfd;
+pub mod plan_cgroup;
 pub mod reaper;
 mod report;
 mod run;
