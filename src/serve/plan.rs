@@ -487,7 +487,9 @@ fn plan_packages(
     engine: &crate::script::ScriptEngine,
     emit: &Emit,
 ) -> Ended {
-    let (mut carry, mut errors, mut results) = (None, Vec::new(), Map::new());
+    // One budget of planned content for the whole plan (`--plan-bytes`).
+    let mut carry = Some(crate::host::PlanCarry::with_budget(job.planned_bytes));
+    let (mut errors, mut results) = (Vec::new(), Map::new());
     let mut packages = Vec::new();
     for (p, (dir, cr)) in job.packages.iter().zip(dirs) {
         let (name, version) = p.name();

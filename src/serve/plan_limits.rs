@@ -10,6 +10,9 @@ use serde_json::json;
 
 use crate::process::sandbox;
 
+/// The default `--plan-bytes`: 64 MiB of planned file content a plan.
+pub const DEFAULT_PLANNED_BYTES: u64 = 64 << 20;
+
 /// The bounds of package plans, with the count of plans running now (shared by clones).
 #[derive(Debug, Clone)]
 pub struct PlanLimits {
@@ -24,17 +27,22 @@ pub struct PlanLimits {
     pub script_timeout: Duration,
     /// Limits of each command a plan runs (`--plan-memory`, `--plan-cpu`, `--plan-pids`).
     pub sandbox: sandbox::Limits,
+    /// Bytes of file content a plan may plan over all its steps, modes and packages
+    /// (`--plan-bytes`; [`crate::host::PlanCarry::with_budget`]).
+    pub planned_bytes: u64,
     running: Arc<AtomicUsize>,
 }
 
 impl Default for PlanLimits {
-    /// 4 plans at once, 300 s a plan, 60 s a script step, [`sandbox::Limits::default`].
+    /// 4 plans at once, 300 s a plan, 60 s a script step, [`sandbox::Limits::default`],
+    /// [`DEFAULT_PLANNED_BYTES`].
     fn default() -> Self {
         PlanLimits {
             max_plans: 4,
             timeout: Duration::from_secs(300),
             script_timeout: Duration::from_secs(60),
             sandbox: sandbox::Limits::default(),
+            planned_bytes: DEFAULT_PLANNED_BYTES,
             running: Arc::default(),
         }
     }
