@@ -123,12 +123,19 @@ impl Parents {
             Ok(Parents::V2(root, moved))
         });
         let v2_why = match v2 {
-            Ok(p) => return Ok(p),
+            Ok(p) => {
+                p.remove_orphans();
+                return Ok(p);
+            }
             Err(e) => e,
         };
         let v1 = |c: &str| cgroup::own_dir(Some(c)).and_then(|d| Root::at(&d));
         match (v1("memory"), v1("pids")) {
-            (Ok(memory), Ok(pids)) => Ok(Parents::V1 { memory, pids }),
+            (Ok(memory), Ok(pids)) => {
+                let p = Parents::V1 { memory, pids };
+                p.remove_orphans();
+                Ok(p)
+            }
             (m, p) => Err(format!(
                 "cgroup v2: {v2_why}; cgroup v1: {}",
                 [("memory", m.err()), ("pids", p.err())]
@@ -137,6 +144,35 @@ impl Parents {
                     .collect::<Vec<_>>()
                     .join(", ")
             )),
+        }
+    }
+
+    /// Remove the plan cgroups (`plan.<pid>.<n>`) a server that is gone left behind (killed
+    /// while a plan ran), their members killed first.
+    fn remove_orphans(&self) {
+        let roots = match self {
+            Parents::V2(r, _) => vec![r],
+            Parents::V1 { memory, pids } => vec![memory, pids],
+        };
+        for r in roots {
+            let Ok(entries) = std::fs::read_dir(r.dir()) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let name = e.file_name();
+                let Some(pid) = name
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("plan."))
+                    .and_then(|n| n.split('.').next())
+                    .and_then(|p| p.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                if !Path::new(&format!("/proc/{pid}")).exists() {
+                    super::sweep::kill_all(&e.path(), EMPTY_WITHIN);
+                    let _ = cgroup::remove(&e.path());
+                }
+            }
         }
     }
 
@@ -312,8 +348,9 @@ mod tests {
         assert!(!offers("memoryx pids"));
     }
 
-    /// A plan's cgroup holds its limits and is removed when dropped (needs root and a
-    /// cgroup with memory and pids).
+    /// A plan's cgroup holds its limits (a member forks until `pids.max` refuses) and is
+    /// removed when dropped, its members killed (needs root and a cgroup with memory and
+    /// pids).
     #[test]
     fn a_plans_cgroup_has_its_limits_and_is_removed() {
         // As `host::testutil::skip` (this leaf module uses nothing of the agent): under
@@ -347,6 +384,22 @@ mod tests {
         }
         assert_eq!(cg.oom_kills(), 0);
         assert!(cg.procs()[0] >= 0);
+        // A process that joins it forks until pids.max refuses: 39 children besides itself.
+        if Path::new("/usr/bin/perl").exists() {
+            let procs = dirs.last().unwrap().join("cgroup.procs");
+            let out = std::process::Command::new("/usr/bin/perl")
+                .arg("-e")
+                .arg(
+                    r#"open(my $f, ">", $ARGV[0]) or die; print $f "0"; close $f or die;
+                    my $ok = 0; for (1..60) { my $p = fork(); last unless defined $p;
+                    if ($p == 0) { close STDOUT; close STDERR; sleep 60; exit 0 } $ok++ }
+                    print $ok;"#,
+                )
+                .arg(&procs)
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout), "39", "{out:?}");
+        }
         drop(cg);
         for d in &dirs {
             assert!(!d.exists(), "{} left", d.display());
