@@ -558,6 +558,7 @@ fn a_plans_processes_together_are_held_to_its_memory() {
     assert!(lines.contains("/skyhook-serve/plan."), "{lines}");
     assert!(!own.contains("/skyhook-serve/plan."), "{own}");
     let error = exit["exit"]["error"].as_str().unwrap_or_default();
+    eprintln!("held={held}: {error}");
     assert_eq!(exit["exit"]["code"], json!(1), "{exit:#}");
     assert!(
         error.starts_with(
