@@ -114,14 +114,19 @@ pub struct ServeArgs {
     /// operations).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub plan_script_timeout: Duration,
-    /// Address space of each command a package plan runs (RLIMIT_AS).
+    /// Memory of a package plan's commands together (the memory limit of the plan's own
+    /// cgroup, v2 or v1) and address space of each (RLIMIT_AS).
     #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = parse_size)]
     pub plan_memory: usize,
+    /// File content a package plan may plan, over all its steps, modes and packages (each
+    /// planned write counts its whole content); one more write fails the plan.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
+    pub plan_bytes: usize,
     /// CPU time of each command a package plan runs (RLIMIT_CPU, whole seconds).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub plan_cpu: Duration,
-    /// pid_max of a package plan's PID namespace: at most N-1 of its processes at once
-    /// (Linux >= 6.14; at least 301).
+    /// Processes of a package plan at once: pids.max of the plan's own cgroup, and pid_max
+    /// of its PID namespace (at most N-1; Linux >= 6.14; at least 301).
     #[arg(long, value_name = "N", default_value_t = 512)]
     pub plan_pids: u32,
     /// Refuse every command of a package plan a Unix socket (socket(AF_UNIX) fails), so no
@@ -308,6 +313,7 @@ pub fn startup(a: ServeArgs) -> Result<Startup, ServeError> {
     cfg.plan.max_plans = a.max_plans.max(1);
     cfg.plan.timeout = a.plan_timeout.max(Duration::from_secs(1));
     cfg.plan.script_timeout = a.plan_script_timeout.max(Duration::from_secs(1));
+    cfg.plan.planned_bytes = a.plan_bytes as u64;
     cfg.plan.sandbox = crate::process::sandbox::Limits {
         memory: a.plan_memory as u64,
         cpu_seconds: a.plan_cpu.as_secs().max(1),

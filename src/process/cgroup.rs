@@ -146,6 +146,29 @@ fn own_path(proc_cgroup: &str, key: &str) -> Option<String> {
     })
 }
 
+/// This process's own cgroup directory in the v2 hierarchy (`controller` `None`) or in the
+/// v1 hierarchy of `controller` (`/proc/self/mountinfo` and `/proc/self/cgroup`).
+///
+/// # Errors
+/// `"not mounted"` or `"not in /proc/self/cgroup"`.
+pub(crate) fn own_dir(controller: Option<&str>) -> Result<PathBuf, String> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let fstype = if controller.is_some() {
+        "cgroup"
+    } else {
+        "cgroup2"
+    };
+    let (mount, mount_root) =
+        find_mount(&mountinfo, fstype, controller).ok_or_else(|| "not mounted".to_string())?;
+    let path = own_path(&own, controller.unwrap_or(""))
+        .ok_or_else(|| "not in /proc/self/cgroup".to_string())?;
+    let rel = path
+        .strip_prefix(mount_root.trim_end_matches('/'))
+        .unwrap_or(&path);
+    Ok(mount.join(rel.trim_start_matches('/')))
+}
+
 impl Root {
     /// `<dir>/skyhook-serve`, created when missing; `dir` must be a directory of a cgroup
     /// filesystem (v2, or v1 with `cgroup.procs`) where this process may create one.
@@ -177,28 +200,10 @@ impl Root {
     /// # Errors
     /// Why none is usable, one reason per candidate, `; `-separated.
     pub fn detect() -> Result<Root, String> {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let mut why = Vec::new();
-        for (fstype, controller) in [
-            ("cgroup2", None),
-            ("cgroup", Some("pids")),
-            ("cgroup", Some("freezer")),
-        ] {
+        for controller in [None, Some("pids"), Some("freezer")] {
             let what = controller.map_or("cgroup v2".to_string(), |c| format!("cgroup v1 {c}"));
-            let Some((mount, mount_root)) = find_mount(&mountinfo, fstype, controller) else {
-                why.push(format!("{what}: not mounted"));
-                continue;
-            };
-            let Some(path) = own_path(&own, controller.unwrap_or("")) else {
-                why.push(format!("{what}: not in /proc/self/cgroup"));
-                continue;
-            };
-            let rel = path
-                .strip_prefix(mount_root.trim_end_matches('/'))
-                .unwrap_or(&path);
-            let dir = mount.join(rel.trim_start_matches('/'));
-            match Root::at(&dir) {
+            match own_dir(controller).and_then(|dir| Root::at(&dir)) {
                 Ok(r) => return Ok(r),
                 Err(e) => why.push(format!("{what}: {e}")),
             }

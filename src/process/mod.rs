@@ -32,7 +32,9 @@
 //! (not root, no capability, `no_new_privs`; see [`sandbox`]): whatever its `Spec`, it
 //! cannot signal a process of the server's namespace, has only its own loopback, reaches
 //! only the host sockets and files an unprivileged user may, and is bounded in memory, CPU
-//! time and (with its namespace) process count.
+//! time and (with its namespace) process count. It also joins the plan's own cgroup
+//! ([`plan_cgroup`]) right after [`Spec::cgroup`]'s, so the plan's processes together are
+//! held to the plan's memory and process limits.
 //!
 //! With [`Spec::cgroup`], it first joins that cgroup (writes `0` to its `cgroup.procs`): it
 //! cannot fork before, so every process of the run is a member.
@@ -91,6 +93,7 @@
 pub mod cancel;
 pub mod cgroup;
 mod pidfd;
+pub mod plan_cgroup;
 pub mod reaper;
 mod report;
 mod run;

@@ -184,6 +184,9 @@ pub struct Sandbox {
     pub loopback: bool,
     /// True when the namespace's `pid_max` was set (Linux ≥ 6.14).
     pub pids_capped: bool,
+    /// The plan's own cgroup, which every command joins ([`super::plan_cgroup`]), or why it
+    /// has none.
+    pub cgroup: Result<super::plan_cgroup::PlanCgroup, &'static str>,
 }
 
 /// Sandboxes alive (what [`current`] checks before any system call).
@@ -515,6 +518,7 @@ pub fn start(limits: &Limits) -> io::Result<Started> {
         query_user: limits.query_user,
         loopback: report & 1 != 0,
         pids_capped: report & 2 != 0,
+        cgroup: super::plan_cgroup::for_plan(limits.memory, limits.max_pids)?,
     });
     Ok(Started(sandbox, proc))
 }

@@ -225,6 +225,9 @@ struct Child<'a> {
     keep: &'a [RawFd],
     /// `cgroup.procs` of the cgroup to join (write-only, close-on-exec), or -1.
     cgroup: RawFd,
+    /// `cgroup.procs` of a plan sandbox's cgroups to join after it ([`super::plan_cgroup`]),
+    /// or -1.
+    plan_cgroup: [RawFd; 2],
     /// The mount namespace to enter (`setns`), or -1.
     mount_ns: RawFd,
     /// A plan sandbox's network namespace to enter (`setns`), or -1.
@@ -287,6 +290,11 @@ impl Child<'_> {
             // "0" moves the writing process; before any fork, so the whole run is inside.
             if self.cgroup >= 0 && libc::write(self.cgroup, b"0".as_ptr().cast(), 1) != 1 {
                 return Err(errno());
+            }
+            for fd in self.plan_cgroup {
+                if fd >= 0 && libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(errno());
+                }
             }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
                 return Err(errno());
@@ -424,6 +432,10 @@ fn spawn_one(spec: &Spec, program: &Path, args: &[OsString]) -> io::Result<Spawn
         stderr: stderr_w.as_raw_fd(),
         keep: &spec.keep_fds,
         cgroup: cgroup.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+        plan_cgroup: sandbox
+            .as_ref()
+            .and_then(|s| s.cgroup.as_ref().ok())
+            .map_or([-1, -1], |c| c.procs()),
         mount_ns: spec.mount_ns.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
         net_ns: sandbox.as_ref().map_or(-1, |s| s.net_ns()),
         ipc_ns: sandbox.as_ref().map_or(-1, |s| s.ipc_ns()),

@@ -448,7 +448,17 @@ fn plan_blocking(
             sandboxed
                 .enter()
                 .map_err(|e| format!("cannot enter the plan's sandbox: {e}"))?;
+            let sb = sandboxed.sandbox();
+            if let Some(line) = super::plan_limits::no_cgroup_line(&sb, &job2.sandbox) {
+                emit2(Body::Line {
+                    stream: "stderr",
+                    line,
+                    partial: false,
+                    lossy: false,
+                });
+            }
             let planned = plan_packages(&job2, &dirs, &at, &engine, &emit2);
+            let planned = super::plan_limits::fail_on_oom(planned, &sb, &job2.sandbox);
             // The namespace's init killed: nothing the plan started outlives it.
             drop(sandboxed);
             Ok(planned)
@@ -477,7 +487,9 @@ fn plan_packages(
     engine: &crate::script::ScriptEngine,
     emit: &Emit,
 ) -> Ended {
-    let (mut carry, mut errors, mut results) = (None, Vec::new(), Map::new());
+    // One budget of planned content for the whole plan (`--plan-bytes`).
+    let mut carry = Some(crate::host::PlanCarry::with_budget(job.planned_bytes));
+    let (mut errors, mut results) = (Vec::new(), Map::new());
     let mut packages = Vec::new();
     for (p, (dir, cr)) in job.packages.iter().zip(dirs) {
         let (name, version) = p.name();

@@ -10,6 +10,9 @@ use serde_json::json;
 
 use crate::process::sandbox;
 
+/// The default `--plan-bytes`: 64 MiB of planned file content a plan.
+pub const DEFAULT_PLANNED_BYTES: u64 = 64 << 20;
+
 /// The bounds of package plans, with the count of plans running now (shared by clones).
 #[derive(Debug, Clone)]
 pub struct PlanLimits {
@@ -24,17 +27,22 @@ pub struct PlanLimits {
     pub script_timeout: Duration,
     /// Limits of each command a plan runs (`--plan-memory`, `--plan-cpu`, `--plan-pids`).
     pub sandbox: sandbox::Limits,
+    /// Bytes of file content a plan may plan over all its steps, modes and packages
+    /// (`--plan-bytes`; [`crate::host::PlanCarry::with_budget`]).
+    pub planned_bytes: u64,
     running: Arc<AtomicUsize>,
 }
 
 impl Default for PlanLimits {
-    /// 4 plans at once, 300 s a plan, 60 s a script step, [`sandbox::Limits::default`].
+    /// 4 plans at once, 300 s a plan, 60 s a script step, [`sandbox::Limits::default`],
+    /// [`DEFAULT_PLANNED_BYTES`].
     fn default() -> Self {
         PlanLimits {
             max_plans: 4,
             timeout: Duration::from_secs(300),
             script_timeout: Duration::from_secs(60),
             sandbox: sandbox::Limits::default(),
+            planned_bytes: DEFAULT_PLANNED_BYTES,
             running: Arc::default(),
         }
     }
@@ -101,6 +109,49 @@ impl PlanLimits {
             env.push((NAME.into(), bounded));
         }
     }
+}
+
+/// The line a plan without a cgroup of its own says first (on stderr), naming why and that
+/// its memory and process bounds are per command; `None` when it has one.
+pub(super) fn no_cgroup_line(sb: &sandbox::Sandbox, limits: &sandbox::Limits) -> Option<String> {
+    let why = sb.cgroup.as_ref().err()?;
+    Some(format!(
+        "skyhook-agent serve: this plan has no cgroup of its own ({why}): --plan-memory \
+         ({} MiB) and --plan-pids ({}) bound each command, not the plan",
+        limits.memory >> 20,
+        limits.max_pids
+    ))
+}
+
+/// `ended` failed (code 1, its error first) when the kernel killed processes of the plan's
+/// cgroup for its memory limit: what its queries answered is not to be trusted.
+pub(super) fn fail_on_oom(
+    (mut exit, extra): (
+        serde_json::Value,
+        serde_json::Map<String, serde_json::Value>,
+    ),
+    sb: &sandbox::Sandbox,
+    limits: &sandbox::Limits,
+) -> (
+    serde_json::Value,
+    serde_json::Map<String, serde_json::Value>,
+) {
+    let kills = sb.cgroup.as_ref().map_or(0, |c| c.oom_kills());
+    if kills == 0 {
+        return (exit, extra);
+    }
+    let msg = format!(
+        "the plan's processes reached its memory limit ({} MiB, --plan-memory): the kernel \
+         killed {kills} of them, so a query failed",
+        limits.memory >> 20
+    );
+    let error = match exit.get("error").and_then(serde_json::Value::as_str) {
+        Some(e) => format!("{msg}; {e}"),
+        None => msg,
+    };
+    exit["code"] = 1.into();
+    exit["error"] = error.into();
+    (exit, extra)
 }
 
 #[cfg(test)]

@@ -117,6 +117,8 @@ pub struct PlanJob {
     pub(super) chain: bool,
     /// Limits of each command the plan runs (its sandbox).
     pub(super) sandbox: sandbox::Limits,
+    /// Bytes of file content the plan may plan ([`PlanLimits::planned_bytes`]).
+    pub(super) planned_bytes: u64,
     /// Its place under `--max-plans`, given back when the last clone (the plan's thread's)
     /// is dropped.
     permit: Option<Arc<PlanPermit>>,
@@ -279,6 +281,7 @@ fn validate(req: &PlanRequest) -> Result<PlanJob, PlanRefusal> {
         packages,
         chain: !req.packages.is_empty(),
         sandbox: sandbox::Limits::default(),
+        planned_bytes: super::plan_limits::DEFAULT_PLANNED_BYTES,
         permit: None,
     })
 }
@@ -393,6 +396,7 @@ impl PlanJob {
     /// each package's script steps' deadline, and `permit`, its place under `--max-plans`.
     pub fn bound(&mut self, limits: &PlanLimits, permit: PlanPermit) {
         self.sandbox = limits.sandbox.clone();
+        self.planned_bytes = limits.planned_bytes;
         for p in &mut self.packages {
             limits.bound_env(&mut p.env);
         }

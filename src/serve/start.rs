@@ -98,6 +98,7 @@ pub fn run(s: Startup) -> Result<(), ServeError> {
             "skyhook-agent serve: execution boundary: {}{no_cgroup}",
             svc.boundary()
         );
+        eprintln!("skyhook-agent serve: {}", plan_limits_line(&svc));
         let recovered = svc.recovered();
         if !recovered.is_empty() {
             eprintln!(
@@ -217,6 +218,27 @@ fn bind_unix(path: &std::path::Path) -> std::io::Result<std::os::unix::net::Unix
     }
     l.set_nonblocking(true)?;
     Ok(l)
+}
+
+/// serve's start-up line on the plans' memory and process bounds: plan-wide through a
+/// cgroup of each plan's own, or, without one, why, and that the bounds are per command.
+fn plan_limits_line(svc: &Service) -> String {
+    let l = &svc.config().plan.sandbox;
+    match crate::process::plan_cgroup::parents() {
+        Ok(p) => format!(
+            "plan limits: each plan's commands together hold at most {} MiB (--plan-memory) \
+             and {} processes (--plan-pids), in a cgroup of the plan's own under {}",
+            l.memory >> 20,
+            l.max_pids,
+            p.describe()
+        ),
+        Err(why) => format!(
+            "plan limits: no cgroup for plans ({why}): --plan-memory ({} MiB) and --plan-pids \
+             ({}) bound each command, not the plan",
+            l.memory >> 20,
+            l.max_pids
+        ),
+    }
 }
 
 #[cfg(test)]

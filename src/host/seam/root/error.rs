@@ -260,6 +260,25 @@ pub enum HostError {
         /// The flush's error with its causes, as that call got it.
         message: String,
     },
+
+    /// A plan's write of `path` would take what the plan holds planned past its budget
+    /// (serve's `--plan-bytes`, over every step, mode and package of the plan): the write is
+    /// not planned. Raised in plan and check mode only.
+    #[error(
+        "planning {size} bytes for {} would take the plan's planned writes past its budget of {budget} bytes ({} MiB, serve --plan-bytes): {planned} bytes are planned already",
+        path.display(),
+        budget >> 20
+    )]
+    PlanBudget {
+        /// The file the write was for (host path).
+        path: PathBuf,
+        /// Its content's size in bytes.
+        size: u64,
+        /// Bytes the plan had planned before it.
+        planned: u64,
+        /// The budget in bytes.
+        budget: u64,
+    },
 }
 
 impl HostError {
@@ -304,7 +323,8 @@ impl HostError {
             | HostError::Fetch { .. }
             | HostError::ChecksumMismatch(_)
             | HostError::ChangedUnderStep { .. }
-            | HostError::EditsNotWritten { .. } => false,
+            | HostError::EditsNotWritten { .. }
+            | HostError::PlanBudget { .. } => false,
         }
     }
 }

@@ -18,6 +18,19 @@ use crate::redact::Redactor;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// A plan's budget of planned file content: every write a plan or check session plans
+/// counts its whole content's bytes, over the sessions a [`super::PlanCarry`] joins (all the
+/// steps, modes and packages of one serve plan), and a write past `limit` fails
+/// ([`crate::host::HostError::PlanBudget`]): what a plan holds of planned content (in memory or in the
+/// view's spill file) stays bounded by it. No limit: unbounded (`skyhook-run`, the agent).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Budget {
+    /// Bytes planned so far.
+    pub(super) planned: u64,
+    /// The budget in bytes.
+    pub(super) limit: Option<u64>,
+}
+
 /// One step's session over a host root: the view, the executor and the report.
 #[derive(Debug)]
 pub struct Host {
@@ -78,6 +91,9 @@ pub struct Host {
     /// grub or tuned action): a later call's failure that depends on the host is unknown
     /// ([`Host::unplanned_command`]). Names no path.
     pub(in crate::host::seam::effects) first_unplanned: Option<PlannedCommand>,
+    /// Plan and check mode: the bytes of file content planned so far and the budget they
+    /// are held to ([`Budget`], carried from session to session).
+    pub(in crate::host::seam::effects) budget: Budget,
 }
 
 impl Host {
@@ -188,6 +204,7 @@ impl Host {
             recovered,
             planned_commands: Vec::new(),
             first_unplanned: None,
+            budget: Default::default(),
         }
     }
 

@@ -57,6 +57,7 @@ impl Host {
             return Ok(None);
         }
         self.validate(&effect)?;
+        self.charge_planned(&effect)?;
         // A daemon-reload (explicit or scheduled) satisfies a scheduled one.
         let reload = matches!(effect, Effect::DaemonReload);
         let was_pending = reload && std::mem::take(&mut self.pending_daemon_reload);
