@@ -41,6 +41,8 @@ pub type AuditSink = Arc<dyn Fn(&str) + Send + Sync>;
 pub struct Service {
     pub(super) cfg: Config,
     pub(super) engine: Arc<ScriptEngine>,
+    /// The engine of package plans (`--plan-max-operations`).
+    pub(super) plan_engine: Arc<ScriptEngine>,
     pub(super) reg: Mutex<Registry>,
     pub(super) bytes: AtomicUsize,
     pub(super) metrics: Metrics,
@@ -82,6 +84,7 @@ impl Service {
         let (execs, warnings) = super::recover::load(state.as_ref());
         let svc = Arc::new(Service {
             engine: crate::step::engine(),
+            plan_engine: cfg.plan.engine(),
             reg: Mutex::new(Registry::new(execs)),
             bytes: AtomicUsize::new(0),
             metrics: Metrics::default(),
@@ -566,6 +569,10 @@ impl Ledger for Service {
 
     fn engine(&self) -> &Arc<ScriptEngine> {
         &self.engine
+    }
+
+    fn plan_engine(&self) -> &Arc<ScriptEngine> {
+        &self.plan_engine
     }
 
     fn state(&self) -> Option<&StateDir> {
