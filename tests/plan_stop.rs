@@ -7,8 +7,9 @@ use serde_json::{Value, json};
 use skyhook::process::Cancel;
 use skyhook::remote::Client;
 
-use crate::fleet::{PLAN_TOKEN, tokens_file};
+use crate::fleet::{PLAN_TOKEN, start_serve, tokens_file};
 use crate::plan_attack::{host_with, serve_bin};
+use crate::util::tree;
 
 /// Every event of `body` planned by `client`: the line events' text and the plan events,
 /// and the exit event.
@@ -98,5 +99,84 @@ fn a_plan_script_is_held_to_the_servers_operations_limit() {
     assert!(
         rendered.contains("operations limit exceeded (max_operations = 100000)"),
         "{rendered}"
+    );
+}
+
+/// A chain stops at its first failed package: `a` fails, so `b` (after it in `dependsOn`
+/// order) is not planned; its script never runs, the stream says so, and the exit lists it
+/// as not planned because `a` failed.
+#[test]
+fn a_chain_stops_after_a_failed_package() {
+    require_root!();
+    let fr = host_with(&[]);
+    let before = tree(fr.root());
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let a = package("a", &[("apply", &[("a", "fail(\"a is broken\");\n")])]);
+    let b = package(
+        "b",
+        &[(
+            "apply",
+            &[(
+                "b",
+                "print(\"b was planned\");\nfs::write(\"/etc/b.conf\", \"b\\n\");\n",
+            )],
+        )],
+    );
+    let body = json!({"id": "chain", "kind": "package_plan",
+                      "packages": [{"package": a}, {"package": b}]});
+    let (exit, lines, plans) = rt().block_on(async {
+        let client = Client::new(&start_serve(fr.root(), &tokens).await, PLAN_TOKEN).unwrap();
+        plan_events(&client, &body).await
+    });
+    assert!(!lines.contains("b was planned"), "{lines}");
+    assert!(
+        lines.contains("package b 1.0.0: not planned: package a failed"),
+        "{lines}"
+    );
+    assert!(!plans.iter().any(|p| p["package"] == "b"), "{plans:#?}");
+    assert_eq!(
+        exit["exit"],
+        json!({"code": 1, "error": "package a: mode apply: a step failed; \
+                                    package b: not planned: package a failed"}),
+        "{exit:#}"
+    );
+    assert_eq!(
+        exit["packages"][1],
+        json!({"package": "b", "version": "1.0.0",
+               "exit": {"code": 1, "error": "not planned: package a failed"},
+               "not_planned": "package a failed", "plans": [], "rendered": ""}),
+        "{exit:#}"
+    );
+    assert_eq!(tree(fr.root()), before);
+}
+
+/// Every line a plan streams names the package as `<package>`, never the server's temporary
+/// directory (`/tmp/skyhook-package-plan-...`), as the exit event already did.
+#[test]
+fn the_plans_lines_name_the_package_not_the_servers_directory() {
+    require_root!();
+    let fr = host_with(&[]);
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let p = package(
+        "q",
+        &[(
+            "apply",
+            &[("q", "let r = 1;\nquery([\"/no/such/tool\"]);\n")],
+        )],
+    );
+    let body = json!({"id": "q", "kind": "package_plan", "package": p});
+    let (exit, lines, _) = rt().block_on(async {
+        let client = Client::new(&start_serve(fr.root(), &tokens).await, PLAN_TOKEN).unwrap();
+        plan_events(&client, &body).await
+    });
+    assert!(
+        !lines.contains("skyhook-package-plan-"),
+        "a line names the server's directory:\n{lines}"
+    );
+    assert!(
+        lines.contains("<package>/skyhook_dir/q.rhai:2"),
+        "{lines}\n{exit:#}"
     );
 }

@@ -383,10 +383,15 @@ impl Service {
         }
     }
 
-    /// Append one event to `exec`'s ring, keeping the byte budget.
+    /// Append one event to `exec`'s ring, keeping the byte budget; nothing once it has
+    /// its exit event.
     pub(super) fn emit(&self, exec: &Execution, body: &Body) {
         let (seq, delta, evicted) = {
             let mut i = lock(&exec.inner);
+            // The exit is the stream's last event (a cancelled plan's thread may still end).
+            if i.exit.is_some() {
+                return;
+            }
             let before = i.ring.first_seq();
             let (seq, delta) = i.ring.push(|s| body.render(s));
             (seq, delta, i.ring.first_seq() - before)
