@@ -151,6 +151,42 @@ fn a_chain_stops_after_a_failed_package() {
     assert_eq!(tree(fr.root()), before);
 }
 
+/// A failed step changes nothing, in a plan as in the agent's all-or-nothing apply: the file
+/// `apply`'s step planned before it failed is not in the view `config` plans against.
+#[test]
+fn a_failed_steps_planned_changes_leave_the_view() {
+    require_root!();
+    let fr = host_with(&[]);
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let p = package(
+        "half",
+        &[
+            (
+                "apply",
+                &[(
+                    "half",
+                    "fs::write(\"/etc/half.conf\", \"x\\n\");\nfail(\"stopped halfway\");\n",
+                )],
+            ),
+            (
+                "config",
+                &[(
+                    "look",
+                    "print(\"seen=\" + fs::exists(\"/etc/half.conf\"));\n",
+                )],
+            ),
+        ],
+    );
+    let body = json!({"id": "half", "kind": "package_plan", "modes": ["apply", "config"],
+                      "package": p});
+    let (exit, lines, _) = rt().block_on(async {
+        let client = Client::new(&start_serve(fr.root(), &tokens).await, PLAN_TOKEN).unwrap();
+        plan_events(&client, &body).await
+    });
+    assert!(lines.contains("seen=false"), "{lines}\n{exit:#}");
+}
+
 /// Every line a plan streams names the package as `<package>`, never the server's temporary
 /// directory (`/tmp/skyhook-package-plan-...`), as the exit event already did.
 #[test]

@@ -250,7 +250,7 @@ static ABSENT: Node = Node::Absent;
 /// The read overlay of a plan/check session.
 #[derive(Debug, Default)]
 pub(crate) struct Overlay {
-    nodes: BTreeMap<PathBuf, Node>,
+    pub(crate) nodes: BTreeMap<PathBuf, Node>,
     /// Planned unit states: (active, enabled).
     pub(crate) services: HashMap<String, (Option<bool>, Option<bool>)>,
     /// Planned package presence.
@@ -264,7 +264,7 @@ pub(crate) struct Overlay {
     /// The kernel release `kernel::set_default` planned grub to boot next.
     pub(crate) grub_default: Option<String>,
     /// Bytes of planned content held in memory by `nodes` (at most about [`HELD_LIMIT`]).
-    held: usize,
+    pub(crate) held: usize,
     /// Where content past [`HELD_LIMIT`] goes.
     spill: Spill,
     /// What the real root answered (module docs, "Real-root lookups").
