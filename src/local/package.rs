@@ -502,7 +502,8 @@ impl PackageRun {
     ///
     /// `cancel` stops the plan (`serve`'s cancel or `--plan-timeout`): once it is stopped no
     /// further step starts (they are [`StepKind::NotRun`]), and once aborted the running
-    /// `.rhai` step ends at its next operation and its command is killed.
+    /// `.rhai` step ends at its next operation and its running command (a query) is ended
+    /// (`SIGTERM` to its group, then `SIGKILL`).
     ///
     /// # Errors
     /// As [`PackageRun::plan`].
@@ -557,7 +558,10 @@ impl PackageRun {
             &rid,
             &pkg.package_name,
         ))?;
-        let spec = local_spec(self.mode, false, &base_env, Some(configmaps.clone()), &rid).build();
+        // The session's commands (queries) end on the plan's cancel too.
+        let spec = local_spec(self.mode, false, &base_env, Some(configmaps.clone()), &rid)
+            .cancel(cancel.clone())
+            .build();
         let exec = spec.exec();
         let api = match carry.take() {
             Some(c) => HostApi::new(Host::carried(root, exec, spec.host_options(), c)),
