@@ -286,6 +286,7 @@ fn a_cancelled_plan_starts_no_further_step_and_ends_at_once() {
             }
         }
         let took = t0.elapsed();
+        eprintln!("{reason}: the plan's thread ended {took:?} after the cancel");
         assert!(
             !after.iter().any(|l| l.contains("started")),
             "{reason}: a step started after the cancel: {after:#?}"
