@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use crate::host::Host;
 use crate::script::host_api::HostApi;
 use crate::script::{ScriptEngine, ScriptOutput};
 
@@ -45,9 +46,10 @@ impl StepRunner for PlanRunner<'_> {
             list_drift: false,
         }
         .run(self.output.clone());
-        if let (false, Some(mark)) = (result.ok, mark) {
-            self.api.with_host(|h| h.restore_view(mark));
-        }
+        match (result.ok, mark) {
+            (false, Some(mark)) => self.api.with_host(|h| h.restore_view(mark)),
+            _ => self.api.with_host(Host::keep_view),
+        };
         result
     }
 }
