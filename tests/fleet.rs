@@ -906,3 +906,49 @@ fn a_wrong_certificate_fails_its_node_and_a_stop_keeps_what_finished() {
     );
     assert_eq!((tree(good.root()), tree(bad.root())), before);
 }
+
+/// Issue 32: a chain stops at its first failed package, and the preview says which later
+/// packages were not planned because of it: `base` fails on a host where
+/// `/etc/fleet-demo/broken` exists, so `tuning` (dependsOn `base`) is not planned.
+#[test]
+fn a_preview_names_the_packages_not_planned_after_a_failed_one() {
+    require_root!();
+    let pkgs = tempfile::tempdir().unwrap();
+    let cr_path = packages(pkgs.path());
+    write(
+        &pkgs.path().join("base/skyhook_dir/base.rhai"),
+        "if fs::exists(\"/etc/fleet-demo/broken\") { throw \"/etc/fleet-demo/broken is present\"; }\n",
+    );
+    let tokens = tokens_file(pkgs.path());
+    let fr = fake_host("ubuntu-22.04");
+    fr.write("/etc/fleet-demo/broken", "");
+    let cr = Cr::load(&cr_path).unwrap();
+    let p = rt().block_on(async {
+        let gpu = json!({"nvidia.com/gpu.present": "true", "kubernetes.io/os": "linux"});
+        let address = start_serve(fr.root(), &tokens).await;
+        let f = pkgs.path().join("nodes.json");
+        std::fs::write(
+            &f,
+            json!([{"name": "n1", "labels": gpu, "address": address}]).to_string(),
+        )
+        .unwrap();
+        preview(
+            &cr,
+            load_nodes(&f, None).unwrap(),
+            bodies(&cr_path),
+            &options(vec![Mode::Apply], PLAN_TOKEN),
+            &Cancel::new(),
+            &mut |_, _| {},
+        )
+        .await
+    });
+    let why = "package base: mode apply step base: <package>/skyhook_dir/base.rhai:1:43: \
+               /etc/fleet-demo/broken is present; not planned because package base failed: tuning";
+    assert_eq!(
+        p.render_text(),
+        format!(
+            "== failed on n1: {why}\n1 selected: 0 would change (0 plans), 0 converged, 1 failed\n"
+        )
+    );
+    assert_eq!(p.to_json()["nodes"][0]["error"], json!(why));
+}

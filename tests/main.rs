@@ -58,6 +58,8 @@
 //!   try to leave the read-only host root; every host file held byte for byte.
 //! - `plan_escape`: more of them, with the host's `/proc` in the root as on a node: the
 //!   holes known on the branch `sandbox` (ignored, named in their `ignore`) and what holds.
+//! - `plan_stop`: how a `package_plan` stops: `--plan-max-operations`, a chain at its first
+//!   failed package, a failed step's planned changes out of the view, `<package>` in its lines.
 
 /// Counts allocations as the binaries do, for the in-process runs of the library here.
 #[global_allocator]
@@ -92,6 +94,7 @@ mod nvidia_tuned_port;
 mod orphans;
 mod plan_attack;
 mod plan_escape;
+mod plan_stop;
 mod preflight;
 mod reboot;
 mod rhai_steps;

@@ -110,10 +110,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = parse_duration)]
     pub plan_timeout: Duration,
     /// Wall-clock limit of each .rhai step of a package plan (the package's
-    /// SKYHOOK_SCRIPT_TIMEOUT is lowered to it; each step also stops at 5,000,000 Rhai
-    /// operations).
+    /// SKYHOOK_SCRIPT_TIMEOUT is lowered to it; each step also stops at
+    /// --plan-max-operations).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub plan_script_timeout: Duration,
+    /// Rhai operations of each .rhai step of a package plan (the agent's limit by default,
+    /// under a second of script work); a step past it fails with "operations limit
+    /// exceeded".
+    #[arg(long, value_name = "N", default_value_t = 5_000_000)]
+    pub plan_max_operations: u64,
     /// Memory of a package plan's commands together (the memory limit of the plan's own
     /// cgroup, v2 or v1) and address space of each (RLIMIT_AS).
     #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = parse_size)]
@@ -314,6 +319,7 @@ pub fn startup(a: ServeArgs) -> Result<Startup, ServeError> {
     cfg.plan.timeout = a.plan_timeout.max(Duration::from_secs(1));
     cfg.plan.script_timeout = a.plan_script_timeout.max(Duration::from_secs(1));
     cfg.plan.planned_bytes = a.plan_bytes as u64;
+    cfg.plan.max_operations = a.plan_max_operations.max(1);
     cfg.plan.sandbox = crate::process::sandbox::Limits {
         memory: a.plan_memory as u64,
         cpu_seconds: a.plan_cpu.as_secs().max(1),

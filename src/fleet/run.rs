@@ -293,18 +293,22 @@ pub async fn plan_node(node: &Node, req: &Request, opts: &Options, run_id: &str)
                 .to_string(),
         );
     }
-    for ((name, version, _), exit) in bodies
-        .iter()
-        .zip(exit["packages"].as_array().into_iter().flatten())
-    {
+    let answers: Vec<&Value> = exit["packages"].as_array().into_iter().flatten().collect();
+    for (i, ((name, version, _), exit)) in bodies.iter().zip(&answers).enumerate() {
         let plans = exit.get("plans").cloned().unwrap_or(Value::Null);
-        let failures = step_failures(&plans);
-        if let Some(f) = failures.first() {
-            return Outcome::Failed(format!("package {name}: {f}"));
-        }
-        if exit["exit"]["code"] != 0 {
-            let why = exit["exit"]["error"].as_str().unwrap_or("the plan failed");
-            return Outcome::Failed(format!("package {name}: {why}"));
+        let failure = step_failures(&plans).into_iter().next().or_else(|| {
+            (exit["exit"]["code"] != 0).then(|| {
+                let why = exit["exit"]["error"].as_str().unwrap_or("the plan failed");
+                why.to_string()
+            })
+        });
+        if let Some(f) = failure {
+            return Outcome::Failed(failed_package(
+                name,
+                &f,
+                &bodies[i + 1..],
+                &answers[i + 1..],
+            ));
         }
         let mut p_pending = 0;
         for p in plans.as_array().into_iter().flatten() {
@@ -332,6 +336,32 @@ pub async fn plan_node(node: &Node, req: &Request, opts: &Options, run_id: &str)
         pending,
         canonical,
     }
+}
+
+/// Why a node failed at package `name` (its first failure `why`), with the later packages
+/// the node did not plan because of it (their answer's `not_planned`):
+/// `package NAME: WHY; not planned because package NAME failed: b, c`.
+fn failed_package(
+    name: &str,
+    why: &str,
+    later: &[(String, String, Value)],
+    answers: &[&Value],
+) -> String {
+    let skipped: Vec<&str> = later
+        .iter()
+        .zip(answers)
+        .filter(|(_, a)| a.get("not_planned").is_some())
+        .map(|((n, _, _), _)| n.as_str())
+        .collect();
+    let mut out = format!("package {name}: {why}");
+    if !skipped.is_empty() {
+        let _ = write!(
+            out,
+            "; not planned because package {name} failed: {}",
+            skipped.join(", ")
+        );
+    }
+    out
 }
 
 /// Plan `nodes`, at most `opts.parallel` at once, each bounded by `opts.timeout`;

@@ -491,7 +491,7 @@ impl PackageRun {
         engine: &ScriptEngine,
         output: Arc<dyn ScriptOutput>,
     ) -> Result<PackagePlan, LocalError> {
-        self.plan_carried(engine, output, &mut None)
+        self.plan_carried(engine, output, &mut None, &Cancel::new())
     }
 
     /// [`PackageRun::plan`] in a session that starts from `carry` (what earlier modes or
@@ -500,6 +500,11 @@ impl PackageRun {
     /// host as this one would leave it. An error before the session starts leaves `carry`
     /// as it was.
     ///
+    /// `cancel` stops the plan (`serve`'s cancel or `--plan-timeout`): once it is stopped no
+    /// further step starts (they are [`StepKind::NotRun`]), and once aborted the running
+    /// `.rhai` step ends at its next operation and its running command (a query) is ended
+    /// (`SIGTERM` to its group, then `SIGKILL`).
+    ///
     /// # Errors
     /// As [`PackageRun::plan`].
     pub fn plan_carried(
@@ -507,6 +512,7 @@ impl PackageRun {
         engine: &ScriptEngine,
         output: Arc<dyn ScriptOutput>,
         carry: &mut Option<PlanCarry>,
+        cancel: &Cancel,
     ) -> Result<PackagePlan, LocalError> {
         if self.mode == Mode::Interrupt {
             return Err(LocalError::UnsupportedMode(self.mode.as_str().into()));
@@ -552,7 +558,10 @@ impl PackageRun {
             &rid,
             &pkg.package_name,
         ))?;
-        let spec = local_spec(self.mode, false, &base_env, Some(configmaps.clone()), &rid).build();
+        // The session's commands (queries) end on the plan's cancel too.
+        let spec = local_spec(self.mode, false, &base_env, Some(configmaps.clone()), &rid)
+            .cancel(cancel.clone())
+            .build();
         let exec = spec.exec();
         let api = match carry.take() {
             Some(c) => HostApi::new(Host::carried(root, exec, spec.host_options(), c)),
@@ -626,7 +635,6 @@ impl PackageRun {
                     output: output.clone(),
                 };
                 let console = Console::null();
-                let cancel = Cancel::new();
                 let mode_loop = ModeLoop::new(
                     PackageMode {
                         mode: self.mode,
@@ -640,7 +648,7 @@ impl PackageRun {
                     &flag_root,
                     &runner,
                     &console,
-                    &cancel,
+                    cancel,
                     None,
                 );
                 let rt = tokio::runtime::Builder::new_current_thread()

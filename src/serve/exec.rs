@@ -41,6 +41,8 @@ pub type AuditSink = Arc<dyn Fn(&str) + Send + Sync>;
 pub struct Service {
     pub(super) cfg: Config,
     pub(super) engine: Arc<ScriptEngine>,
+    /// The engine of package plans (`--plan-max-operations`).
+    pub(super) plan_engine: Arc<ScriptEngine>,
     pub(super) reg: Mutex<Registry>,
     pub(super) bytes: AtomicUsize,
     pub(super) metrics: Metrics,
@@ -82,6 +84,7 @@ impl Service {
         let (execs, warnings) = super::recover::load(state.as_ref());
         let svc = Arc::new(Service {
             engine: crate::step::engine(),
+            plan_engine: cfg.plan.engine(),
             reg: Mutex::new(Registry::new(execs)),
             bytes: AtomicUsize::new(0),
             metrics: Metrics::default(),
@@ -380,10 +383,15 @@ impl Service {
         }
     }
 
-    /// Append one event to `exec`'s ring, keeping the byte budget.
+    /// Append one event to `exec`'s ring, keeping the byte budget; nothing once it has
+    /// its exit event.
     pub(super) fn emit(&self, exec: &Execution, body: &Body) {
         let (seq, delta, evicted) = {
             let mut i = lock(&exec.inner);
+            // The exit is the stream's last event (a cancelled plan's thread may still end).
+            if i.exit.is_some() {
+                return;
+            }
             let before = i.ring.first_seq();
             let (seq, delta) = i.ring.push(|s| body.render(s));
             (seq, delta, i.ring.first_seq() - before)
@@ -566,6 +574,10 @@ impl Ledger for Service {
 
     fn engine(&self) -> &Arc<ScriptEngine> {
         &self.engine
+    }
+
+    fn plan_engine(&self) -> &Arc<ScriptEngine> {
+        &self.plan_engine
     }
 
     fn state(&self) -> Option<&StateDir> {

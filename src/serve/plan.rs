@@ -233,12 +233,15 @@ pub type Emit = Arc<dyn Fn(Body) + Send + Sync>;
 /// What one plan produced: the exit object and the exit event's extra fields.
 pub type Ended = (Value, Map<String, Value>);
 
-/// Plan every mode of `job` against `root` with the service's `engine` on a thread of its
-/// own, read-only ([`enter_read_only`]), emitting events to `emit`. On `cancel` (or a
-/// timeout, or this future dropped) the exit is `{"error": "cancelled"}` at once and every
-/// process of the plan's mount namespace is killed, then again each `REAP_EVERY` until
-/// the thread (whose script can start a command after a sweep) ends; when the plan ends, what
-/// its commands left running is killed too.
+/// Plan every mode of `job` against `root` with `engine` (the service's plan engine, held to
+/// `--plan-max-operations`) on a thread of its own, read-only ([`enter_read_only`]),
+/// emitting events to `emit`. On `cancel` (or a timeout, or this future dropped) the exit is
+/// `{"error": "cancelled"}` at once (the service makes a timeout's `{"error": "timeout"}`)
+/// and no event of the plan follows it; every process of the plan's mount namespace is
+/// killed, then again each `REAP_EVERY` until the thread ends. The thread plans with the
+/// same token ([`crate::local::PackageRun::plan_carried`]): the running `.rhai` step ends at
+/// its next operation, no further step, mode or package starts. When the plan ends, what its
+/// commands left running is killed too.
 pub async fn run(
     job: PlanJob,
     root: PathBuf,
@@ -251,11 +254,19 @@ pub async fn run(
     // Disconnected when the plan's thread ends: what a reaper waits for.
     let (running, ended) = std::sync::mpsc::channel::<()>();
     let procs2 = procs.clone();
+    // Nothing of the plan is streamed once it is cancelled: its exit ends the stream.
+    let (gate, stop) = (emit, cancel.clone());
+    let emit: Emit = Arc::new(move |b| {
+        if !stop.is_aborted() {
+            gate(b);
+        }
+    });
+    let cancel2 = cancel.clone();
     let spawned = std::thread::Builder::new()
         .name("package-plan".into())
         .spawn(move || {
             let _running = running;
-            let ended = plan_blocking(&job, &root, &engine, &emit, &procs2);
+            let ended = plan_blocking(&job, &root, &engine, &emit, &procs2, &cancel2);
             // Its place under --max-plans is free before its exit is reported.
             drop(job);
             let _ = tx.send(ended);
@@ -408,6 +419,7 @@ fn plan_blocking(
     engine: &Arc<crate::script::ScriptEngine>,
     emit: &Emit,
     procs: &Arc<PlanNamespace>,
+    cancel: &Cancel,
 ) -> Ended {
     let fail = |msg: String| (json!({"code": 1, "error": msg}), Map::new());
     let tmp = match tempfile::Builder::new()
@@ -428,6 +440,7 @@ fn plan_blocking(
     let (job2, root2, emit2) = (job.clone(), root.to_path_buf(), emit.clone());
     let engine = engine.clone();
     let procs2 = procs.clone();
+    let cancel = cancel.clone();
     // Its own thread: the namespace is left on that thread only (and its children), and the
     // temporary directory is removed from this one, whose mounts are writable.
     let planned = std::thread::Builder::new()
@@ -457,7 +470,7 @@ fn plan_blocking(
                     lossy: false,
                 });
             }
-            let planned = plan_packages(&job2, &dirs, &at, &engine, &emit2);
+            let planned = plan_packages(&job2, &dirs, &at, &engine, &emit2, &cancel);
             let planned = super::plan_limits::fail_on_oom(planned, &sb, &job2.sandbox);
             // The namespace's init killed: nothing the plan started outlives it.
             drop(sandboxed);
@@ -478,35 +491,67 @@ fn plan_blocking(
 /// removals and deferred work the earlier ones planned. The single form ends as one
 /// package's plan ([`plan_modes`]); a chain's exit has `packages`, one `{package, version,
 /// exit, plans, rendered}` each, and code 1 when any package's does (its error naming it).
-/// The temporary directories and the root are shown as `<package>` and `<host root>`, so
-/// two nodes' plans read the same.
+/// A chain stops at its first failed package, as the operator would: each later one is
+/// not planned, a line `package NAME VERSION: not planned: package X failed` on stderr and
+/// its entry `{"exit": {"code": 1, "error": "not planned: package X failed"},
+/// "not_planned": "package X failed", "plans": [], "rendered": ""}`. Once `cancel` is
+/// stopped no further mode or package starts. The temporary directories and the root are
+/// shown as `<package>` and `<host root>` in every event and the exit ([`Shown`]), so two
+/// nodes' plans read the same and the server's paths are never streamed.
 fn plan_packages(
     job: &PlanJob,
     dirs: &[(PathBuf, Option<PathBuf>)],
     root: &Path,
     engine: &crate::script::ScriptEngine,
     emit: &Emit,
+    cancel: &Cancel,
 ) -> Ended {
+    let shown = Arc::new(Shown::new(dirs, root));
+    let emit: Emit = {
+        let (emit, shown) = (emit.clone(), shown.clone());
+        Arc::new(move |b| emit(shown.body(b)))
+    };
     // One budget of planned content for the whole plan (`--plan-bytes`).
     let mut carry = Some(crate::host::PlanCarry::with_budget(job.planned_bytes));
     let (mut errors, mut results) = (Vec::new(), Map::new());
     let mut packages = Vec::new();
+    let mut failed: Option<String> = None;
     for (p, (dir, cr)) in job.packages.iter().zip(dirs) {
         let (name, version) = p.name();
+        if let Some(first) = &failed {
+            let why = format!("package {first} failed");
+            emit(Body::Line {
+                stream: "stderr",
+                line: format!("package {name} {version}: not planned: {why}"),
+                partial: false,
+                lossy: false,
+            });
+            errors.push(format!("package {name}: not planned: {why}"));
+            packages.push(json!({"package": name, "version": version,
+                "exit": {"code": 1, "error": format!("not planned: {why}")},
+                "not_planned": why, "plans": [], "rendered": ""}));
+            continue;
+        }
+        if cancel.is_stopped() {
+            break;
+        }
         let label = job.chain.then_some(name.as_str());
         let (exit, extra) = plan_modes(
             &job.modes,
             p,
-            dir,
+            (dir, cr.as_deref()),
             root,
             engine,
-            cr.as_deref(),
-            emit,
+            &emit,
             &mut carry,
             label,
+            cancel,
         );
         match exit.get("error").and_then(Value::as_str) {
-            Some(e) if job.chain => errors.push(format!("package {name}: {e}")),
+            Some(e) if job.chain => {
+                errors.push(format!("package {name}: {e}"));
+                failed = Some(name.clone());
+            }
             Some(e) => errors.push(e.to_string()),
             None => {}
         }
@@ -522,13 +567,8 @@ fn plan_packages(
     if !errors.is_empty() {
         exit["error"] = errors.join("; ").into();
     }
-    let host = root.to_string_lossy().into_owned();
-    let text = json!([exit, results]).to_string();
-    let text = dirs.iter().fold(text, |t, (d, _)| {
-        t.replace(d.to_string_lossy().as_ref(), "<package>")
-    });
-    match serde_json::from_str(&text.replace(&host, "<host root>")) {
-        Ok(Value::Array(mut v)) if v.len() == 2 => match (v.pop(), v.pop()) {
+    match shown.value(json!([exit, results])) {
+        Value::Array(mut v) if v.len() == 2 => match (v.pop(), v.pop()) {
             (Some(Value::Object(extra)), Some(exit)) => (exit, extra),
             _ => (
                 json!({"code": 1, "error": "the plan could not be rendered"}),
@@ -542,21 +582,72 @@ fn plan_packages(
     }
 }
 
-/// Plan each of `modes` of one package (unpacked at `dir`) from `carry`, leaving in it what
-/// they planned. Events: each script's output, one plan event per change and action (with
+/// The server's paths of one plan as its events and exit show them: each package's
+/// temporary directory as `<package>`, the plan's mount point of the host root as
+/// `<host root>`. (A line longer than [`super::event::MAX_LINE`] is streamed in pieces, each
+/// rewritten alone.)
+struct Shown(Vec<(String, &'static str)>);
+
+impl Shown {
+    fn new(dirs: &[(PathBuf, Option<PathBuf>)], root: &Path) -> Shown {
+        let mut paths: Vec<(String, &'static str)> = dirs
+            .iter()
+            .map(|(d, _)| (d.to_string_lossy().into_owned(), "<package>"))
+            .collect();
+        paths.push((root.to_string_lossy().into_owned(), "<host root>"));
+        Shown(paths)
+    }
+
+    fn text(&self, text: &str) -> String {
+        self.0
+            .iter()
+            .fold(text.to_string(), |t, (p, to)| t.replace(p.as_str(), to))
+    }
+
+    /// `v` with the paths replaced in every string (its JSON text rewritten, read back).
+    fn value(&self, v: Value) -> Value {
+        let text = v.to_string();
+        if !self.0.iter().any(|(p, _)| text.contains(p.as_str())) {
+            return v;
+        }
+        serde_json::from_str(&self.text(&text)).unwrap_or(Value::Null)
+    }
+
+    fn body(&self, b: Body) -> Body {
+        match b {
+            Body::Line {
+                stream,
+                line,
+                partial,
+                lossy,
+            } => Body::Line {
+                stream,
+                line: self.text(&line),
+                partial,
+                lossy,
+            },
+            Body::Plan(p) => Body::Plan(self.value(p)),
+            other => other,
+        }
+    }
+}
+
+/// Plan each of `modes` of one package (unpacked at `dir`, its CR file at `cr`) from
+/// `carry`, leaving in it what they planned; once `cancel` is stopped no further mode
+/// starts. Events: each script's output, one plan event per change and action (with
 /// `package_mode`, and `package` when `label` is given: a chain). The exit and its `plans`
 /// and `rendered`.
 #[allow(clippy::too_many_arguments)]
 fn plan_modes(
     modes: &[Mode],
     job: &PackageJob,
-    dir: &Path,
+    (dir, cr): (&Path, Option<&Path>),
     root: &Path,
     engine: &crate::script::ScriptEngine,
-    cr: Option<&Path>,
     emit: &Emit,
     carry: &mut Option<crate::host::PlanCarry>,
     label: Option<&str>,
+    cancel: &Cancel,
 ) -> Ended {
     let sink = Arc::new(PlanSink {
         emit: emit.clone(),
@@ -573,6 +664,9 @@ fn plan_modes(
     let mut rendered = String::new();
     let mut errors = Vec::new();
     for &mode in modes {
+        if cancel.is_stopped() {
+            break;
+        }
         let run = PackageRun {
             dir: dir.to_path_buf(),
             root: root.to_path_buf(),
@@ -585,7 +679,7 @@ fn plan_modes(
         };
         let _ =
             std::fmt::Write::write_fmt(&mut rendered, format_args!("--- mode {}\n", mode.as_str()));
-        match run.plan_carried(engine, sink.clone(), carry) {
+        match run.plan_carried(engine, sink.clone(), carry, cancel) {
             Ok(plan) => {
                 sink.finish();
                 let total = plan.total();

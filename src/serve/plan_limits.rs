@@ -23,8 +23,12 @@ pub struct PlanLimits {
     pub timeout: Duration,
     /// Wall-clock deadline of each `.rhai` step of a plan (`--plan-script-timeout`): the
     /// package's `SKYHOOK_SCRIPT_TIMEOUT` is lowered to it (the engine's 600 s default
-    /// otherwise). Each step is also held to the engine's operations limit.
+    /// otherwise). Each step is also held to [`PlanLimits::max_operations`].
     pub script_timeout: Duration,
+    /// Rhai operations of each `.rhai` step of a plan (`--plan-max-operations`), the
+    /// server's plan engine's [`crate::script::Limits::max_operations`]: a step past it
+    /// fails with `operations limit exceeded (max_operations = N)`.
+    pub max_operations: u64,
     /// Limits of each command a plan runs (`--plan-memory`, `--plan-cpu`, `--plan-pids`).
     pub sandbox: sandbox::Limits,
     /// Bytes of file content a plan may plan over all its steps, modes and packages
@@ -34,13 +38,15 @@ pub struct PlanLimits {
 }
 
 impl Default for PlanLimits {
-    /// 4 plans at once, 300 s a plan, 60 s a script step, [`sandbox::Limits::default`],
-    /// [`DEFAULT_PLANNED_BYTES`].
+    /// 4 plans at once, 300 s a plan, 60 s and 5,000,000 Rhai operations a script step
+    /// (the agent's own operations limit: under a second of script work, 250 times what
+    /// the shipped steps use), [`sandbox::Limits::default`], [`DEFAULT_PLANNED_BYTES`].
     fn default() -> Self {
         PlanLimits {
             max_plans: 4,
             timeout: Duration::from_secs(300),
             script_timeout: Duration::from_secs(60),
+            max_operations: crate::script::Limits::default().max_operations,
             sandbox: sandbox::Limits::default(),
             planned_bytes: DEFAULT_PLANNED_BYTES,
             running: Arc::default(),
@@ -70,6 +76,15 @@ impl PlanLimits {
             })
             .ok()
             .map(|_| PlanPermit(self.running.clone()))
+    }
+
+    /// The engine of the server's plans: the default [`crate::script::Limits`] with
+    /// [`PlanLimits::max_operations`].
+    pub fn engine(&self) -> std::sync::Arc<crate::script::ScriptEngine> {
+        std::sync::Arc::new(crate::script::ScriptEngine::new(crate::script::Limits {
+            max_operations: self.max_operations,
+            ..crate::script::Limits::default()
+        }))
     }
 
     /// The body of the `429` over the cap: `{"error": "too many plans running",

@@ -66,6 +66,8 @@ pub(super) trait Ledger: Send + Sync + 'static {
     fn config(&self) -> &Config;
     /// The script engine Rhai executions run on.
     fn engine(&self) -> &Arc<ScriptEngine>;
+    /// The script engine package plans run on (`--plan-max-operations`).
+    fn plan_engine(&self) -> &Arc<ScriptEngine>;
     /// The state dir, where a running execution's process is recorded.
     fn state(&self) -> Option<&StateDir>;
     /// Append one event to `exec`'s ring.
@@ -263,7 +265,7 @@ async fn run_plan<L: Ledger>(
     let (s, x) = (svc.clone(), exec.clone());
     let emit: super::plan::Emit = Arc::new(move |b| s.emit(&x, &b));
     let root = svc.config().root.clone();
-    let engine = svc.engine().clone();
+    let engine = svc.plan_engine().clone();
     let (exit, extra) = super::plan::run(job, root, engine, emit, exec.cancel.clone()).await;
     if exec.timed_out.load(Ordering::SeqCst) {
         return (json!({"error": "timeout"}), extra);

@@ -987,3 +987,34 @@ fn start_refuses_an_oversized_record_unread() {
     );
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
+
+/// The exit event is the last of an execution's stream: an event emitted after it (a
+/// cancelled plan's thread still ending) is not appended.
+#[test]
+fn nothing_is_appended_to_a_stream_after_its_exit() {
+    let d = tempfile::tempdir().unwrap();
+    let svc = service(d.path(), |_| {});
+    rt().block_on(async {
+        let e = svc
+            .start(
+                json!({"id": "done", "kind": "rhai", "script": "print(\"up\");"})
+                    .to_string()
+                    .as_bytes(),
+                "t",
+            )
+            .unwrap();
+        let before = collect(svc.stream(e.clone(), 0).unwrap()).await;
+        assert!(before.last().unwrap().get("exit").is_some(), "{before:?}");
+        svc.emit(
+            &e,
+            &super::super::event::Body::Line {
+                stream: "stdout",
+                line: "late".into(),
+                partial: false,
+                lossy: false,
+            },
+        );
+        let after = collect(svc.stream(e, 0).unwrap()).await;
+        assert_eq!(after, before);
+    });
+}

@@ -193,3 +193,107 @@ fn package_bodies_that_exhaust_are_refused_before_unpacking() {
         assert_eq!(r.status, 400, "{p}: {:?}", r.body);
     }
 }
+
+/// A package of `steps` apply steps, each a pure Rhai loop of `secs` seconds that first
+/// prints `step N started`: no command, so only the plan's cancel token can end one early.
+fn slow_package(steps: usize, secs: f64) -> serde_json::Value {
+    let mut apply = Vec::new();
+    let mut files = serde_json::Map::new();
+    files.insert("skyhook_dir/check.sh".into(), "#!/bin/sh\nexit 0\n".into());
+    for i in 1..=steps {
+        apply.push(
+            serde_json::json!({"name": format!("s{i}"), "path": format!("s{i}.rhai"),
+            "arguments": [], "returncodes": [0], "on_host": true, "idempotence": false,
+            "upgrade_step": false}),
+        );
+        files.insert(
+            format!("skyhook_dir/s{i}.rhai"),
+            format!(
+                "print(\"step {i} started\");\nlet t = timestamp();\nwhile t.elapsed < {secs:.1} {{ }}\n"
+            )
+            .into(),
+        );
+    }
+    serde_json::json!({"id": "slow", "kind": "package_plan",
+        "package": {"config": {"schema_version": "v1", "root_dir": "/",
+            "expected_config_files": [], "package_name": "slow", "package_version": "1.0.0",
+            "modes": {"apply": apply, "apply-check": [{"name": "c", "path": "check.sh",
+                "arguments": [], "returncodes": [0], "on_host": true, "idempotence": false,
+                "upgrade_step": false}]}}, "files": files}})
+}
+
+/// A plan cancelled (a remote cancel, or its `timeout_s`) while its first step runs stops
+/// at once: the running script is interrupted, no later step starts, no event follows the
+/// cancel, and the plan's thread (which holds its place under `--max-plans`) ends within a
+/// fraction of the steps' 12 s.
+#[test]
+fn a_cancelled_plan_starts_no_further_step_and_ends_at_once() {
+    use crate::process::{Cancel, CancelReason};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let reasons = [
+        CancelReason::Remote("preview".into()),
+        CancelReason::Deadline {
+            what: "timeout_s".into(),
+            secs: 1.0,
+        },
+    ];
+    for reason in reasons {
+        let body = slow_package(6, 2.0).to_string();
+        let limits = super::super::plan_limits::PlanLimits::default();
+        let mut job = super::parse_plan(body.as_bytes()).unwrap().unwrap().job;
+        job.bound(&limits, limits.admit().unwrap());
+        let root = tempfile::tempdir().unwrap();
+        // No operations limit: the steps run until their clock, or the cancel.
+        let engine = Arc::new(crate::script::ScriptEngine::new(crate::script::Limits {
+            max_operations: u64::MAX,
+            ..crate::script::Limits::default()
+        }));
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let tx = Mutex::new(tx);
+        // Disconnected once the plan's threads dropped their copies: they ended.
+        let emit: super::Emit = Arc::new(move |b| {
+            let _ = tx.lock().unwrap().send(b.render(0));
+        });
+        let cancel = Cancel::new();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (c, r) = (cancel.clone(), root.path().to_path_buf());
+        let plan = std::thread::spawn(move || rt.block_on(super::run(job, r, engine, emit, c)));
+        let mut seen = Vec::new();
+        while !seen.iter().any(|l: &String| l.contains("step 1 started")) {
+            match rx.recv_timeout(Duration::from_secs(30)) {
+                Ok(l) => seen.push(l),
+                Err(e) => panic!("{e}: no step started: {seen:#?} {:#?}", plan.join()),
+            }
+        }
+        cancel.abort(reason.clone());
+        let t0 = Instant::now();
+        let (exit, _) = plan.join().unwrap();
+        assert_eq!(exit, serde_json::json!({"error": "cancelled"}), "{reason}");
+        let mut after = Vec::new();
+        loop {
+            match rx.recv_timeout(Duration::from_secs(60)) {
+                Ok(l) => after.push(l),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(e) => panic!("the plan's thread still runs 60 s after the cancel: {e}"),
+            }
+        }
+        let took = t0.elapsed();
+        eprintln!("{reason}: the plan's thread ended {took:?} after the cancel");
+        assert!(
+            !after.iter().any(|l| l.contains("started")),
+            "{reason}: a step started after the cancel: {after:#?}"
+        );
+        assert!(
+            took < Duration::from_secs(3),
+            "{reason}: the plan ran {took:?} after the cancel (its steps: 12 s)"
+        );
+    }
+}

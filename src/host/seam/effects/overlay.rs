@@ -227,7 +227,7 @@ impl Node {
     }
 
     /// Bytes of planned content this node holds in memory.
-    fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         match self {
             Node::File { content, .. } => content.held(),
             _ => 0,
@@ -250,7 +250,9 @@ static ABSENT: Node = Node::Absent;
 /// The read overlay of a plan/check session.
 #[derive(Debug, Default)]
 pub(crate) struct Overlay {
-    nodes: BTreeMap<PathBuf, Node>,
+    pub(crate) nodes: BTreeMap<PathBuf, Node>,
+    /// What a plan step replaced in `nodes`, to put back if it fails (`session::step_view`).
+    pub(crate) step_log: Option<Vec<(PathBuf, Option<Node>)>>,
     /// Planned unit states: (active, enabled).
     pub(crate) services: HashMap<String, (Option<bool>, Option<bool>)>,
     /// Planned package presence.
@@ -264,7 +266,7 @@ pub(crate) struct Overlay {
     /// The kernel release `kernel::set_default` planned grub to boot next.
     pub(crate) grub_default: Option<String>,
     /// Bytes of planned content held in memory by `nodes` (at most about [`HELD_LIMIT`]).
-    held: usize,
+    pub(crate) held: usize,
     /// Where content past [`HELD_LIMIT`] goes.
     spill: Spill,
     /// What the real root answered (module docs, "Real-root lookups").
@@ -347,15 +349,10 @@ impl Overlay {
                 .filter(|k| k != &p)
                 .collect();
             for k in below {
-                if let Some(old) = self.nodes.remove(&k) {
-                    self.held -= old.held();
-                }
+                self.take_node(k);
             }
         }
-        self.held += n.held();
-        if let Some(old) = self.nodes.insert(p, n) {
-            self.held -= old.held();
-        }
+        self.put_node(p, n);
     }
 
     /// `content` as a planned file's content: held in memory while the overlay holds at

@@ -127,6 +127,7 @@ mod host;
 mod line_edits;
 mod locks;
 mod planned;
+mod step_view;
 mod submit;
 
 pub use crate::host::effects::context::HostOptions;
@@ -136,3 +137,4 @@ pub use end::{UNDONE_KINDS, Undone};
 pub use host::{Host, StartMemo};
 pub(crate) use line_edits::{LineEdit, edit_lines};
 pub use locks::ToolLock;
+pub use step_view::ViewMark;
