@@ -92,6 +92,7 @@ mod nvidia_tuned_port;
 mod orphans;
 mod plan_attack;
 mod plan_escape;
+mod plan_query_attack;
 mod preflight;
 mod reboot;
 mod rhai_steps;
