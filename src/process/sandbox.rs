@@ -27,7 +27,9 @@
 //! - in the child, enters the sandbox's network namespace (`setns(CLONE_NEWNET)`: loopback
 //!   only, and no abstract Unix socket of the host, those being per network namespace) and
 //!   IPC namespace (no SysV object of the host), sets the [`Limits`] as rlimits:
-//!   `RLIMIT_AS`, `RLIMIT_CPU`, `RLIMIT_FSIZE` 0 and `RLIMIT_CORE` 0, after its `chroot`
+//!   `RLIMIT_AS`, `RLIMIT_CPU`, `RLIMIT_FSIZE` 0 and `RLIMIT_CORE` 0, marks every
+//!   descriptor above 2 close-on-exec (so only its pipes and `keep_fds` reach the command,
+//!   not one the server inherited without `FD_CLOEXEC`), after its `chroot`
 //!   and `chdir` becomes the [`QueryUser`] (`become_query_user`: 65534:65534 by default,
 //!   never root, no supplementary group, so no capability, and `no_new_privs`), and last
 //!   installs the seccomp filter (`key_filter`): the keyring calls (not namespaced) are
