@@ -437,3 +437,26 @@ fn a_plan_query_cannot_exhaust_what_the_kernel_counts_per_user() {
     assert_eq!(b_exit["exit"], json!({"code": 0}), "{b_exit:#}");
     assert_eq!(a_exit["exit"], json!({"code": 0}), "{a_exit:#}");
 }
+
+/// `io_uring_setup` is open to any unprivileged user, and so was to a query (it made a
+/// ring): its operations pass no seccomp filter, and io_uring has been the kernel's most
+/// frequent source of privilege escalations reachable by an unprivileged user, the last
+/// line between a query user and the host. The plan's filter now refuses it (`EPERM`)
+/// whatever `--plan-deny-unix-sockets` says, as container runtimes' default profiles do.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_plan_query_gets_no_io_uring() {
+    require_root!();
+    let (fr, _proc) = host();
+    let code = r#"
+        my $params = "\0" x 120;
+        my $fd = syscall(425, 8, $params);
+        print "uring=" . ($fd >= 0 ? "MADE" : "$!");
+    "#;
+    let (exit, lines) = plan_perl(&fr, "uring", code);
+    assert!(
+        lines.contains("out=uring=Operation not permitted err="),
+        "{lines}"
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
