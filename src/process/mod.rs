@@ -28,7 +28,9 @@
 //!
 //! Spawned from a thread of a package plan's mount namespace (serve's `package_plan`), the
 //! child is made in the plan's PID namespace, enters its network namespace and takes its
-//! rlimits before that, and after its `chroot` and `chdir` becomes the plan's query user
+//! rlimits before that, marks every descriptor from 3 up but `keep_fds` close-on-exec (none
+//! the server holds reaches it, even one inherited without `FD_CLOEXEC`), and after its
+//! `chroot` and `chdir` becomes the plan's query user
 //! (not root, no capability, `no_new_privs`; see [`sandbox`]): whatever its `Spec`, it
 //! cannot signal a process of the server's namespace, has only its own loopback, reaches
 //! only the host sockets and files an unprivileged user may, and is bounded in memory, CPU

@@ -27,11 +27,14 @@
 //! - in the child, enters the sandbox's network namespace (`setns(CLONE_NEWNET)`: loopback
 //!   only, and no abstract Unix socket of the host, those being per network namespace) and
 //!   IPC namespace (no SysV object of the host), sets the [`Limits`] as rlimits:
-//!   `RLIMIT_AS`, `RLIMIT_CPU`, `RLIMIT_FSIZE` 0 and `RLIMIT_CORE` 0, after its `chroot`
+//!   `RLIMIT_AS`, `RLIMIT_CPU`, `RLIMIT_FSIZE` 0 and `RLIMIT_CORE` 0, marks every
+//!   descriptor above 2 close-on-exec (so only its pipes and `keep_fds` reach the command,
+//!   not one the server inherited without `FD_CLOEXEC`), after its `chroot`
 //!   and `chdir` becomes the [`QueryUser`] (`become_query_user`: 65534:65534 by default,
 //!   never root, no supplementary group, so no capability, and `no_new_privs`), and last
-//!   installs the seccomp filter (`key_filter`): the keyring calls (not namespaced) are
-//!   `EPERM`, and so is `socket(AF_UNIX)` when [`Limits::unix_sockets`] is false.
+//!   installs the seccomp filter (`key_filter`): the keyring calls (not namespaced) and
+//!   `io_uring_setup` are `EPERM`, and so is `socket(AF_UNIX)` when
+//!   [`Limits::unix_sockets`] is false.
 //!
 //! As the query user a command passes the kernel's permission checks as any unprivileged
 //! user does: a host daemon's Unix socket that others may not write (systemd's
@@ -59,7 +62,7 @@ pub struct Limits {
     /// The kernel's floor is 301 (a lower value is raised to it).
     pub max_pids: u32,
     /// False: no command may make a Unix socket (`socket(AF_UNIX)` is `EPERM`, so is
-    /// `io_uring_setup`, and 32-bit x86's `socketcall`), so none reaches a host daemon's
+    /// 32-bit x86's `socketcall`; `io_uring_setup` always is), so none reaches a host daemon's
     /// socket on the filesystem; queries that need one (`systemctl`) then fail.
     pub unix_sockets: bool,
     /// The user and group every command runs as.
@@ -585,12 +588,14 @@ enum Refuse {
     Arg0(u32),
 }
 
-/// An architecture a process of this machine may use (`AUDIT_ARCH_*`), the numbers of its
-/// key management calls (`add_key`, `request_key`, `keyctl`: the keyrings are not
-/// namespaced, so root's user keyring is the host root's, and `request_key` runs the
-/// host's `/sbin/request-key` upcall) and of the calls that make a Unix socket (`socket`,
-/// refused for `AF_UNIX` only; `io_uring_setup`, whose `IORING_OP_SOCKET` passes no
-/// seccomp filter; i386's `socketcall`, whose arguments are behind a pointer).
+/// An architecture a process of this machine may use (`AUDIT_ARCH_*`), the numbers of the
+/// calls always refused: its key management calls (`add_key`, `request_key`, `keyctl`: the
+/// keyrings are not namespaced, so root's user keyring is the host root's, and
+/// `request_key` runs the host's `/sbin/request-key` upcall) and `io_uring_setup` (its
+/// operations pass no seccomp filter, `IORING_OP_SOCKET` included, and it is the kernel's
+/// largest attack surface open to an unprivileged user, which the query user is); and of
+/// the calls that make a Unix socket (`socket`, refused for `AF_UNIX` only; i386's
+/// `socketcall`, whose arguments are behind a pointer).
 type Arch = (u32, &'static [u32], &'static [(u32, Refuse)]);
 
 #[cfg(target_arch = "x86_64")]
@@ -600,22 +605,28 @@ const ARCHES: &[Arch] = &[
     // x86_64, and the x32 ABI (the same architecture, numbers with bit 30 set)
     (
         0xC000_003E,
-        &[248, 249, 250, X32 | 248, X32 | 249, X32 | 250],
+        &[
+            248,
+            249,
+            250,
+            425,
+            X32 | 248,
+            X32 | 249,
+            X32 | 250,
+            X32 | 425,
+        ],
         &[
             (41, Refuse::Arg0(libc::AF_UNIX as u32)),
             (X32 | 41, Refuse::Arg0(libc::AF_UNIX as u32)),
-            (425, Refuse::Always),
-            (X32 | 425, Refuse::Always),
         ],
     ),
     // i386
     (
         0x4000_0003,
-        &[286, 287, 288],
+        &[286, 287, 288, 425],
         &[
             (359, Refuse::Arg0(libc::AF_UNIX as u32)),
             (102, Refuse::Always),
-            (425, Refuse::Always),
         ],
     ),
 ];
@@ -624,20 +635,14 @@ const ARCHES: &[Arch] = &[
     // aarch64
     (
         0xC000_00B7,
-        &[217, 218, 219],
-        &[
-            (198, Refuse::Arg0(libc::AF_UNIX as u32)),
-            (425, Refuse::Always),
-        ],
+        &[217, 218, 219, 425],
+        &[(198, Refuse::Arg0(libc::AF_UNIX as u32))],
     ),
     // arm (EABI)
     (
         0x4000_0028,
-        &[309, 310, 311],
-        &[
-            (281, Refuse::Arg0(libc::AF_UNIX as u32)),
-            (425, Refuse::Always),
-        ],
+        &[309, 310, 311, 425],
+        &[(281, Refuse::Arg0(libc::AF_UNIX as u32))],
     ),
 ];
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
@@ -649,7 +654,7 @@ const ARCHES: &[Arch] = &[];
 /// to the refusal on a match (for a [`Refuse::Arg0`], on a match load the argument: equal
 /// is refused, anything else allowed).
 ///
-/// Hand-made (17 instructions on x86_64, 30 without Unix sockets) rather than with a
+/// Hand-made (20 instructions on x86_64, 30 without Unix sockets) rather than with a
 /// crate: `seccompiler` kills a process of another architecture (a 32-bit binary)
 /// outright, and its program is built the same way.
 fn key_filter(unix_sockets: bool) -> Vec<libc::sock_filter> {

@@ -309,6 +309,19 @@ impl Child<'_> {
                     return Err(errno());
                 }
             }
+            // A plan's command starts with 0, 1, 2 (and `keep`) only: every other
+            // descriptor of the server's, one it inherited without close-on-exec (a
+            // launcher's pipe, a log file), closes at exec instead of reaching the command.
+            if self.user.is_some()
+                && libc::syscall(
+                    libc::SYS_close_range,
+                    3u32,
+                    u32::MAX,
+                    libc::CLOSE_RANGE_CLOEXEC,
+                ) != 0
+            {
+                return Err(errno());
+            }
             for &fd in self.keep {
                 let flags = libc::fcntl(fd, libc::F_GETFD);
                 if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
