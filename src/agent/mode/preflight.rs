@@ -351,12 +351,14 @@ impl Preflight<'_> {
 /// then `Some(passed)`; closed without one when the check panicked.
 type Verdict = tokio::sync::watch::Receiver<Option<bool>>;
 
+/// What a static check found: the error findings, the first step with one, and when it
+/// ended (since the preflight started).
+type Checked = (Vec<Diagnostic>, Option<usize>, std::time::Duration);
+
 /// A static check running on the blocking pool ([`Preflight::start_check`]).
 struct CheckTask {
-    /// Its findings, first step and end (since the preflight started); `None`: nothing to
-    /// check.
-    #[allow(clippy::type_complexity)]
-    handle: Option<tokio::task::JoinHandle<(Vec<Diagnostic>, Option<usize>, std::time::Duration)>>,
+    /// Its result; `None`: nothing to check.
+    handle: Option<tokio::task::JoinHandle<Checked>>,
     verdict: Verdict,
 }
 
