@@ -6,6 +6,8 @@
 //!    functions, modules, option keys, arities) fail the preflight, each printed as
 //!    `file:line:col: error: message` of the script as the site names it (the package
 //!    directory for `skyhook-run`, the copy dir's host path for the agent).
+//!    The check runs on tokio's blocking pool beside the plan's set-up (step 2 up to its
+//!    first script), which waits for its verdict: nothing is planned after a failed check.
 //! 2. **Plan** (run modes only: `apply`, `config`, `upgrade`, `uninstall`, `post-interrupt`).
 //!    The same [`ModeLoop`] as the dry run drives the dry run's planning of each script
 //!    (`PreflightRunner`, on tokio's blocking pool) over one host session on the Plan
