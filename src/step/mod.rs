@@ -43,5 +43,6 @@ pub use run::{
     AgentRunner, End, ScriptOutcome, ScriptRunOptions, ScriptRunner, ScriptStep, run_script,
     run_script_with,
 };
-pub use script_thread::{SCRIPT_STACK_BYTES, on_script_thread};
+pub use script_thread::SCRIPT_STACK_BYTES;
+pub(crate) use script_thread::on_script_thread;
 pub use spec::{SecretSource, StepBuilder, StepSpec, exec_mode};
