@@ -355,6 +355,34 @@ fn a_stop_during_the_preflight_writes_nothing() {
     }
 }
 
+/// The static check runs beside the plan's set-up (issue 31), but no script is planned
+/// before it passed: a mode whose script the check refuses runs none of its queries, prints
+/// the check's error only, and writes nothing.
+#[test]
+fn a_script_the_check_refuses_is_not_planned() {
+    let t = one_step_host(
+        "s.rhai",
+        "query([\"sh\", \"-c\", \"echo x > /t/queried\"]);\nfs::ensure_blok(\"/etc/x\", \"b\", \"c\");\n",
+    );
+    t.install_sh();
+    std::fs::create_dir_all(t.p("/t")).unwrap();
+    let (ok, out, err) = try_run_mode(&t, Mode::Apply, &Cancel::new());
+    assert!(ok.is_err(), "{out}{err}");
+    assert!(
+        err.contains("error: unknown function fs::ensure_blok"),
+        "{err}"
+    );
+    assert_eq!(err.matches("error:").count(), 1, "{err}");
+    assert!(out.contains("FAILED: s.rhai  1"), "{out}");
+    assert!(
+        !t.p("/t/queried").exists(),
+        "the plan ran the script's query"
+    );
+    for written in ["/state", "/log"] {
+        assert!(!t.p(written).exists(), "{written} was written");
+    }
+}
+
 /// `skyhook-agent validate` refuses a check step whose path would forge a `check_results`
 /// line, naming the step and the character, and exits 1.
 #[test]

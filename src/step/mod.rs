@@ -44,4 +44,5 @@ pub use run::{
     run_script_with,
 };
 pub use script_thread::SCRIPT_STACK_BYTES;
+pub(crate) use script_thread::on_script_thread;
 pub use spec::{SecretSource, StepBuilder, StepSpec, exec_mode};

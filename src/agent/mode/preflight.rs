@@ -6,6 +6,8 @@
 //!    functions, modules, option keys, arities) fail the preflight, each printed as
 //!    `file:line:col: error: message` of the script as the site names it (the package
 //!    directory for `skyhook-run`, the copy dir's host path for the agent).
+//!    The check runs on tokio's blocking pool beside the plan's set-up (step 2 up to its
+//!    first script), which waits for its verdict: nothing is planned after a failed check.
 //! 2. **Plan** (run modes only: `apply`, `config`, `upgrade`, `uninstall`, `post-interrupt`).
 //!    The same [`ModeLoop`] as the dry run drives the dry run's planning of each script
 //!    (`PreflightRunner`, on tokio's blocking pool) over one host session on the Plan
@@ -46,6 +48,7 @@ use crate::host::root::HostRoot;
 use crate::package::{Mode, Package};
 use crate::process::{Cancel, CancelReason};
 use crate::script::ScriptOutput;
+use crate::script::compile::CompiledScript;
 use crate::script::engine::ScriptEngine;
 use crate::script::host_api::HostApi;
 use crate::script::lint::{Checker, Diagnostic, Severity};
@@ -103,23 +106,31 @@ impl Preflight<'_> {
     /// Validate, then (run modes) plan. `Ok(None)`: the mode may start; `Ok(Some(_))`: it
     /// must not (nothing was changed).
     ///
+    /// The static check runs on tokio's blocking pool while the plan sets up (its session,
+    /// the plans of the package copy and of `root_dir/`, the flags, the host modules and its
+    /// script thread); no script is planned before the check passed, and the check's failure
+    /// is the outcome whatever the plan found, as when the two ran one after the other.
+    ///
     /// # Errors
     /// A script cannot be re-read for the check; flags or history cannot be read; the root
     /// cannot be reopened for the plan session.
     pub async fn run(&self) -> Result<Option<PreflightFailure>, AgentError> {
         let started = std::time::Instant::now();
         let cpu = process_cpu_us();
-        let mut outcome = self.check()?;
-        let checked = started.elapsed();
+        let check = self.start_check(started)?;
         // Let a signal that arrived meanwhile stop the token before deciding to plan.
         tokio::task::yield_now().await;
-        if outcome.is_none()
-            && !self.mode.is_check()
-            && self.mode != Mode::Interrupt
-            && !self.cancel.is_stopped()
-        {
-            outcome = self.plan().await?;
-        }
+        let planned =
+            if !self.mode.is_check() && self.mode != Mode::Interrupt && !self.cancel.is_stopped() {
+                Some(self.plan_gated(Some(check.verdict.clone())).await)
+            } else {
+                None
+            };
+        let (failure, checked) = check.finish(self).await;
+        let outcome = match failure {
+            Some(f) => Some(f),
+            None => planned.transpose()?.flatten(),
+        };
         // What the preflight costs, for measuring it against the apply (SKYHOOK_LOG=info).
         tracing::info!(
             mode = self.mode.as_str(),
@@ -138,31 +149,72 @@ impl Preflight<'_> {
     /// # Errors
     /// A script cannot be read again.
     pub fn check(&self) -> Result<Option<PreflightFailure>, AgentError> {
-        if self.scripts.is_empty() {
-            // Nothing to check: no checker built (its tables cost more than a bash start-up).
+        let jobs = self.check_jobs()?;
+        if jobs.is_empty() {
             return Ok(None);
         }
-        let checker = Checker::new();
-        let steps = self.package.steps(self.mode);
-        let mut indexes: Vec<&usize> = self.scripts.keys().collect();
+        let (found, first) = check_scripts(self.engine, &jobs);
+        Ok(self.check_failure(found, first))
+    }
+
+    /// The check's inputs: `(step index, script, its source)` in step order (the sources
+    /// read again from the site).
+    fn check_jobs(&self) -> Result<Vec<(usize, CompiledScript, String)>, AgentError> {
+        let mut indexes: Vec<usize> = self.scripts.keys().copied().collect();
         indexes.sort_unstable();
-        let mut found: Vec<Diagnostic> = Vec::new();
-        let mut first = None;
-        for i in indexes {
-            let script = &self.scripts[i];
-            let source = self.site.read_script(Path::new(script.file()))?;
-            for d in checker.check_with_imports(self.engine, script, &source) {
-                if d.severity == Severity::Error && !found.contains(&d) {
-                    first.get_or_insert(*i);
-                    found.push(d);
-                }
-            }
+        indexes
+            .into_iter()
+            .map(|i| {
+                let script = self.scripts[&i].clone();
+                let source = self.site.read_script(Path::new(script.file()))?;
+                Ok((i, script, source))
+            })
+            .collect()
+    }
+
+    /// [`Preflight::check`] started on tokio's blocking pool (sources read here first, so a
+    /// read error ends the preflight before anything runs); its verdict is published for the
+    /// plan's first script ([`CheckTask`]).
+    ///
+    /// # Errors
+    /// A script cannot be read again.
+    fn start_check(&self, started: std::time::Instant) -> Result<CheckTask, AgentError> {
+        let (passed, verdict) = tokio::sync::watch::channel(None);
+        let jobs = self.check_jobs()?;
+        if jobs.is_empty() {
+            // Nothing to check: no checker built (its tables cost more than a bash start-up).
+            let _ = passed.send(Some(true));
+            return Ok(CheckTask {
+                handle: None,
+                verdict,
+            });
         }
-        Ok(first.map(|i| PreflightFailure {
+        let engine = self.engine.clone();
+        let span = tracing::Span::current();
+        let handle = tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            let (found, first) = check_scripts(&engine, &jobs);
+            let _ = passed.send(Some(first.is_none()));
+            (found, first, started.elapsed())
+        });
+        Ok(CheckTask {
+            handle: Some(handle),
+            verdict,
+        })
+    }
+
+    /// The failure of a check that found `found` (first at step `first`).
+    fn check_failure(
+        &self,
+        found: Vec<Diagnostic>,
+        first: Option<usize>,
+    ) -> Option<PreflightFailure> {
+        let steps = self.package.steps(self.mode);
+        first.map(|i| PreflightFailure {
             errors: found.iter().map(ToString::to_string).collect(),
             step: command_line(&steps[i].path, &steps[i].arguments),
             code: 1,
-        }))
+        })
     }
 
     /// The plan pass: `Some` with the error lines of the failed steps.
@@ -170,6 +222,22 @@ impl Preflight<'_> {
     /// # Errors
     /// Flags, history or the root cannot be read.
     pub async fn plan(&self) -> Result<Option<PreflightFailure>, AgentError> {
+        self.plan_gated(None).await
+    }
+
+    /// [`Preflight::plan`]; with `verdict`, each script waits for the static check to pass
+    /// and is not planned when it failed (the check's failure is then the outcome).
+    async fn plan_gated(
+        &self,
+        verdict: Option<Verdict>,
+    ) -> Result<Option<PreflightFailure>, AgentError> {
+        // The host modules and the script thread the plan's first script needs, made while
+        // the check runs and the session is set up (the apply reuses both).
+        let warm = (!self.scripts.is_empty()).then(|| {
+            tokio::task::spawn_blocking(|| {
+                let _ = crate::step::on_script_thread(crate::script::host_api::prepare_modules);
+            })
+        });
         let env = lossy_env(&EnvBuilder::from_agent(self.settings).into_vec());
         // Aborted when the run is stopped: ends the script being planned (its evaluation and
         // any query it is running) and starts no further step.
@@ -217,6 +285,8 @@ impl Preflight<'_> {
             api: api.clone(),
             output,
             past_process: AtomicBool::new(false),
+            verdict,
+            warm: std::sync::Mutex::new(warm),
         };
         let console = Console::null();
         let mode_loop = ModeLoop::new(
@@ -279,6 +349,70 @@ impl Preflight<'_> {
     }
 }
 
+/// The static check's verdict as the plan's scripts wait for it: `None` while it runs,
+/// then `Some(passed)`; closed without one when the check panicked.
+type Verdict = tokio::sync::watch::Receiver<Option<bool>>;
+
+/// What a static check found: the error findings, the first step with one, and when it
+/// ended (since the preflight started).
+type Checked = (Vec<Diagnostic>, Option<usize>, std::time::Duration);
+
+/// A static check running on the blocking pool ([`Preflight::start_check`]).
+struct CheckTask {
+    /// Its result; `None`: nothing to check.
+    handle: Option<tokio::task::JoinHandle<Checked>>,
+    verdict: Verdict,
+}
+
+impl CheckTask {
+    /// The check's failure, if any, and when it ended (a check's panic is resumed here, as
+    /// when it ran on the calling thread).
+    async fn finish(
+        self,
+        preflight: &Preflight<'_>,
+    ) -> (Option<PreflightFailure>, std::time::Duration) {
+        let Some(handle) = self.handle else {
+            return (None, std::time::Duration::ZERO);
+        };
+        match handle.await {
+            Ok((found, first, took)) => (preflight.check_failure(found, first), took),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => {
+                let steps = preflight.package.steps(preflight.mode);
+                let i = preflight.scripts.keys().min().copied().unwrap_or(0);
+                (
+                    Some(PreflightFailure {
+                        errors: vec![format!("the static check did not finish: {e}")],
+                        step: command_line(&steps[i].path, &steps[i].arguments),
+                        code: 1,
+                    }),
+                    std::time::Duration::ZERO,
+                )
+            }
+        }
+    }
+}
+
+/// The static check of `jobs` (`(step index, script, source)`, in step order): the error
+/// findings, each once, and the first step with one.
+fn check_scripts(
+    engine: &ScriptEngine,
+    jobs: &[(usize, CompiledScript, String)],
+) -> (Vec<Diagnostic>, Option<usize>) {
+    let checker = Checker::new();
+    let mut found: Vec<Diagnostic> = Vec::new();
+    let mut first = None;
+    for (i, script, source) in jobs {
+        for d in checker.check_with_imports(engine, script, source) {
+            if d.severity == Severity::Error && !found.contains(&d) {
+                first.get_or_insert(*i);
+                found.push(d);
+            }
+        }
+    }
+    (found, first)
+}
+
 impl PreflightFailure {
     /// Print every error line on stderr and the step's `FAILED: <path> <args> <code>` line on
     /// stdout, as for a step that failed; returns the [`AgentError`] the run ends with (its
@@ -339,6 +473,11 @@ struct PreflightRunner {
     api: HostApi,
     output: Arc<dyn ScriptOutput>,
     past_process: AtomicBool,
+    /// The static check's verdict the scripts wait for ([`Preflight::run`]); `None`: passed.
+    verdict: Option<Verdict>,
+    /// The warm-up of the host modules and the script thread, awaited before the first
+    /// script so that it runs on the pool thread whose script thread was started.
+    warm: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl StepRunner for PreflightRunner {
@@ -356,6 +495,24 @@ impl StepRunner for PreflightRunner {
                 ok: true,
                 ..StepResult::new(exec)
             };
+        }
+        let warm = self.warm.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(warm) = warm {
+            let _ = warm.await;
+        }
+        if let Some(verdict) = &self.verdict {
+            let mut verdict = verdict.clone();
+            // A failed (or panicked) check: nothing is planned, its failure is the outcome.
+            if !matches!(
+                verdict.wait_for(Option::is_some).await.as_deref(),
+                Ok(Some(true))
+            ) {
+                self.past_process.store(true, Ordering::Relaxed);
+                return StepResult {
+                    ok: true,
+                    ..StepResult::new(exec)
+                };
+            }
         }
         let (engine, api, output) = (self.engine.clone(), self.api.clone(), self.output.clone());
         let spec = inv.spec;

@@ -96,3 +96,4 @@ pub(crate) use crate::host::api::{error_chain, fname};
 pub use reference::{FUNCTIONS, NAMESPACES, SCRIPT_FUNCTIONS, render_definitions, render_markdown};
 #[cfg(test)]
 pub(crate) use register::modules;
+pub use register::prepare_modules;

