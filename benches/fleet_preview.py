@@ -1,53 +1,62 @@
 #!/usr/bin/env python3
 """Benchmark the fleet preview (`skyhook-run plan`, docs/fleet.md): N nodes previewed at once
-against the slowest single node's preview, on loopback, and the preview's memory.
+against the slowest single node's preview, on loopback, over TLS and plain http, and the
+preview's memory.
 
-    cargo build --bins                      # or --release (BIN=target/release)
-    python3 benches/fleet_preview.py        # N=100, 10 single-node samples
-    python3 benches/fleet_preview.py --nodes 50 --samples 5 --json out.json
+    cargo build --release --bins --example fleet_replay
+    BIN=target/release python3 benches/fleet_preview.py --model both --nodes 100 --samples 5
 
-Python 3, stdlib only; as root (each package plan leaves the mount namespace and makes the
-host root read-only, which needs CAP_SYS_ADMIN). It:
+Python 3, stdlib and the `openssl` CLI; as root (each package plan leaves the mount namespace
+and makes the host root read-only, which needs CAP_SYS_ADMIN). On a shared machine run it in
+an autogroup of its own at high priority (docs/fleet.md "Measured"): `nice` alone ranks it
+only against the processes of its own session. It:
 
 1. makes N host roots, each a copy of tests/fakehosts/ubuntu-22.04, and two packages beside a
    Skyhook CR (`base` writes a file naming the distribution and lists a process step;
    `tuning` dependsOn base, writes a file from its configMap and asks for a containerd
-   restart the CR declares);
+   restart the CR declares); a CA and a certificate for 127.0.0.1 it signed, both keys of
+   --key-type (p256, ed25519, rsa2048), by `openssl`;
 2. starts N `skyhook-agent serve` processes, one per root (`--listen 127.0.0.1:0`, a tokens
-   file with a plan-scoped token), and waits for each to listen (bounded);
-3. single: previews each of --samples nodes alone (`skyhook-run plan` with a NODES file of
-   that one node), wall time from spawn to exit; T1 = the slowest;
-4. fleet: previews all N nodes at once (`--parallel N`), wall time T_N; the client's CPU
-   time and peak RSS (getrusage of the child); every server's CPU time during the run
-   (utime+stime of /proc/PID/stat) and RSS after it;
-5. checks that the N-node output groups all N nodes into one plan, and prints the figures and
-   T_N / T1.
+   file with a plan-scoped token), and --samples more over TLS (`--tls-cert`, `--tls-key`)
+   over the first roots, and waits for each to listen (bounded);
+3. single: after one uncounted preview over each scheme (the binaries' pages, the first
+   plan's caches), previews each of --samples nodes alone over http and over https
+   (`skyhook-run plan` with a NODES file of that one node, `--tls-ca` the CA), wall time
+   from spawn to exit; T1 of a scheme = the slowest of its samples;
+4. fleet (--model real or both): previews all N nodes at once over http, wall time T_N; the
+   client's CPU time and peak RSS (getrusage of the child); every server's CPU time during
+   the run (utime+stime of /proc/PID/stat) and RSS after it; checks that the N-node output
+   groups all N nodes into one plan, and prints the figures and T_N / T1.
 
 On one machine every node's planning shares the same cores, so T_N also carries N nodes'
 worth of server CPU; on a fleet each node plans on its own. The script prints that CPU too, and
-`fleet-equivalent` = T1 + the client's own CPU time for N nodes, what the preview would take
-when each node plans on its own CPU.
+`fleet-equivalent` = T1 + the client's own CPU time for N nodes.
 
---model replay measures what the criterion means on a fleet (every node plans on its own
-CPU), with the client's fan-out as the only work on this machine:
+--model replay (or both) measures what the criterion means on a fleet (every node plans on
+its own CPU), with the client's fan-out as the work on this machine:
 
-6. record: one real node's answer (the raw HTTP response of its `package_plan` chain, through
+5. record: one real node's answer (the raw HTTP response of its `package_plan` chain, through
    a recording proxy on loopback);
-7. replay: N nodes in one Python process per core (asyncio, one loopback port each, TLS with
-   a certificate of its own made by `openssl` for 127.0.0.1, signed by a CA given to the
-   client with --tls-ca). Each reads the client's request, answers after the measured T1
-   (a timer standing for the node's own plan time, which on a fleet costs this machine
-   nothing), then sends the recorded response;
-8. previews the N replaying nodes with the client's default --parallel, --fleet-samples
-   times: wall time T_model (against 2 x T1), the client's CPU and peak RSS, the replaying
-   processes' CPU (their TLS handshakes share this machine's cores: on a fleet they are the
-   nodes'), the same over plain http, and the waves: how many nodes were answered more than
-   T1 / 2 after the first (0 when nothing is serialised).
+6. replay: N replaying nodes per scheme, one loopback port each. --replayer rust (the
+   default) is `examples/fleet_replay` (one process, a thread per core): over https each
+   port has serve's own TLS server configuration (`serve::tls::server_config`, its own
+   session cache, as each node's serve), so a handshake costs the replaying side what it
+   costs a node. --replayer python: one asyncio process per core (Python's ssl, one
+   SSLContext per process), kept to compare. Each node reads the client's request, answers
+   after its scheme's T1 (a timer standing for the node's own plan time, which on a fleet
+   costs this machine nothing), then sends the recorded response;
+7. previews the N replaying nodes with the client's default --parallel, --fleet-samples
+   times per scheme, https and http alternating (both meet the same load): wall time
+   T_model (against 2 x T1 of its scheme), the client's CPU (per node too) and peak RSS,
+   the replaying processes' CPU (their TLS handshakes share this machine's cores: on a fleet
+   they are the nodes'), the wall time's parts (spawn to the first request read, the spread
+   of the requests' arrivals, the last answer to the exit), and how many nodes were
+   answered more than T1 / 2 after the first (0 when nothing is serialised).
 
-    BIN=target/release python3 benches/fleet_preview.py --model replay --nodes 100
-
---model both runs the replayed and the real previews; FLEET_BENCH_DEBUG=1 prints each
-replayed run's wall time and answer times (seconds after the first) on stderr.
+FLEET_BENCH_DEBUG=1 prints each replayed run's wall time and answer times (seconds after
+the spawn) on stderr; FLEET_BENCH_CLIENT_PREFIX runs each replayed preview under a command
+(`{scheme}` replaced), e.g. 'strace -f -c -o /tmp/strace-{scheme}.txt' (its figures are
+then not the client's alone). `examples/tls_handshakes` splits one handshake's CPU into its parts.
 """
 import argparse
 import asyncio
@@ -128,13 +137,16 @@ def proc_rss_kib(pid):
     return int(m.group(1)) if m else 0
 
 
-def start_servers(agent, roots, tokens, w):
+def start_servers(agent, roots, tokens, w, tls=None, tag=""):
+    """One serve per root; `tls` (cert, key): over TLS (`https://` addresses)."""
     procs = []
     for i, root in enumerate(roots):
-        log = open(os.path.join(w, f"serve-{i}.log"), "w+")
-        p = subprocess.Popen([agent, "serve", "--listen", "127.0.0.1:0", "--root", root,
-                              "--tokens-file", tokens, "--cgroup-root", "none"],
-                             stdout=subprocess.DEVNULL, stderr=log)
+        log = open(os.path.join(w, f"serve{tag}-{i}.log"), "w+")
+        args = [agent, "serve", "--listen", "127.0.0.1:0", "--root", root,
+                "--tokens-file", tokens, "--cgroup-root", "none"]
+        if tls:
+            args += ["--tls-cert", tls[0], "--tls-key", tls[1]]
+        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
         procs.append((p, log))
     addrs = []
     deadline = time.monotonic() + 60
@@ -143,7 +155,7 @@ def start_servers(agent, roots, tokens, w):
             log.seek(0)
             m = re.search(r"listening on (127\.0\.0\.1:\d+)", log.read())
             if m:
-                addrs.append("http://" + m.group(1))
+                addrs.append(("https://" if tls else "http://") + m.group(1))
                 break
             if p.poll() is not None or time.monotonic() > deadline:
                 log.seek(0)
@@ -158,10 +170,10 @@ def nodes_file(path, names_addrs):
                    for n, a in names_addrs], f)
 
 
-def preview(run, cr, nodes, token_file, parallel, ca=None):
+def preview(run, cr, nodes, token_file, parallel, ca=None, prefix=()):
     """One `skyhook-run plan`: wall, CPU (user+sys), peak RSS (KiB; of the largest child so
-    far), stdout. `parallel` None: the client's default."""
-    args = [run, "plan", "--skyhook-cr", cr, "--nodes", nodes, "--token-file", token_file,
+    far), stdout. `parallel` None: the client's default; `prefix`: a command it runs under."""
+    args = [*prefix, run, "plan", "--skyhook-cr", cr, "--nodes", nodes, "--token-file", token_file,
             "--mode", "apply", "--node-timeout", "300s"]
     if parallel is not None:
         args += ["--parallel", str(parallel)]
@@ -169,10 +181,12 @@ def preview(run, cr, nodes, token_file, parallel, ca=None):
         args += ["--tls-ca", ca]
     with tempfile.TemporaryFile("w+") as so, tempfile.TemporaryFile("w+") as se:
         t = time.monotonic()
+        preview.spawned = time.time()
         p = subprocess.Popen(args, stdout=so, stderr=se)
         # wait4: this child's own CPU and peak RSS (bounded: --node-timeout ends it)
         _, status, ru = os.wait4(p.pid, 0)
         wall = time.monotonic() - t
+        preview.exited = time.time()
         p.returncode = os.waitstatus_to_exitcode(status)
         so.seek(0)
         se.seek(0)
@@ -182,17 +196,25 @@ def preview(run, cr, nodes, token_file, parallel, ca=None):
     return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss, stdout
 
 
-def make_tls(w):
-    """A CA and a certificate for 127.0.0.1 it signed (ECDSA P-256), by the openssl CLI."""
-    ca_key, ca, key, csr, cert = (os.path.join(w, n) for n in
+KEY_TYPES = {
+    "p256": ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+    "ed25519": ["-newkey", "ed25519"],
+    "rsa2048": ["-newkey", "rsa:2048"],
+}
+
+
+def make_tls(w, key_type):
+    """A CA and a certificate for 127.0.0.1 it signed, both keys of `key_type` (KEY_TYPES),
+    by the openssl CLI: (CA file, certificate file, key file)."""
+    ca_key, ca, key, csr, cert = (os.path.join(w, f"{key_type}-{n}") for n in
                                   ("ca.key", "ca.pem", "node.key", "node.csr", "node.pem"))
     ext = os.path.join(w, "san.ext")
     write(ext, "subjectAltName=IP:127.0.0.1\n")
     run = lambda *a: subprocess.run(a, check=True, capture_output=True)
-    run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-        "-nodes", "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=bench-ca")
-    run("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1")
+    new = KEY_TYPES[key_type]
+    run("openssl", "req", "-x509", *new, "-nodes", "-keyout", ca_key, "-out", ca, "-days", "2",
+        "-subj", "/CN=bench-ca")
+    run("openssl", "req", *new, "-nodes", "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1")
     run("openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key,
         "-CAcreateserial", "-out", cert, "-days", "2", "-extfile", ext)
     return ca, cert, key
@@ -230,6 +252,9 @@ async def record_proxy(upstream_port, out_path, ready):
             while data := await cr.read(65536):
                 uw.write(data)
                 await uw.drain()
+            # the client is gone: so is the upstream connection (serve would keep it open
+            # idle, and the recording would wait for its close)
+            uw.close()
 
         async def down():
             while data := await ur.read(65536):
@@ -241,8 +266,9 @@ async def record_proxy(upstream_port, out_path, ready):
         t = asyncio.ensure_future(up())
         await down()
         t.cancel()
-        with open(out_path, "wb") as f:
+        with open(out_path + ".part", "wb") as f:
             f.write(bytes(got))
+        os.replace(out_path + ".part", out_path)  # whole, once it appears
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     ready.set_result(server.sockets[0].getsockname()[1])
     async with server:
@@ -251,7 +277,8 @@ async def record_proxy(upstream_port, out_path, ready):
 
 def replay_server_main(a):
     """--replay-server: N listeners answering every request with the recorded response
-    after --delay seconds; prints their ports (one JSON line), serves until stdin closes."""
+    after --delay seconds; prints their ports (one JSON line), serves until stdin closes.
+    One SSLContext for its ports: a node may resume a session another of them began."""
     import ssl
     response = open(a.response, "rb").read()
     ctx = None
@@ -266,15 +293,17 @@ def replay_server_main(a):
 
         async def handle(r, w):
             if await read_request(r):
+                asked = time.time()
                 await asyncio.sleep(a.delay)
                 w.write(response)
                 await w.drain()
-                times.append(loop.time())
+                times.append([asked, time.time()])
             w.close()
         servers = [await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx, backlog=1024)
                    for _ in range(a.replay_nodes)]
         print(json.dumps([s.sockets[0].getsockname()[1] for s in servers]), flush=True)
-        # Each line on stdin asks for the answer times since the last ask (then clears them).
+        # Each line on stdin asks for the [read, answered] times (seconds since the epoch) of
+        # the requests answered since the last ask (then clears them).
         reader = asyncio.StreamReader()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         while await reader.readline():
@@ -283,8 +312,37 @@ def replay_server_main(a):
     asyncio.run(main())
 
 
-def replay_runs(a, run, cr, token_file, t1, addr, w):
-    """Record one real node's answer, then preview a.nodes replaying nodes (TLS and plain)."""
+def start_replayers(a, recorded, delay, tls):
+    """The replaying nodes of one scheme: (processes, ports). `tls` (cert, key) or None.
+
+    rust (the default): one `examples/fleet_replay` process (a thread per core), each port
+    speaking TLS with serve's own server configuration, so a handshake costs the replaying
+    side what it costs a node's serve. python: one asyncio process per core (the ssl module,
+    OpenSSL), kept to compare: its handshakes cost this machine more than serve's."""
+    if a.replayer == "rust":
+        exe = os.path.join(a.bin, "examples", "fleet_replay")
+        args = [exe, str(a.nodes), recorded, str(delay)] + (list(tls) if tls else [])
+        shares = [args]
+    else:
+        k = max(1, min(os.cpu_count() or 1, a.nodes))
+        shares = []
+        for i in range(k):
+            n = a.nodes // k + (1 if i < a.nodes % k else 0)
+            args = [sys.executable, os.path.abspath(__file__), "--replay-server",
+                    "--replay-nodes", str(n), "--response", recorded, "--delay", str(delay)]
+            if tls:
+                args += ["--cert", tls[0], "--key", tls[1]]
+            shares.append(args)
+    procs = [subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for args in shares]
+    ports = [p for rs in procs for p in json.loads(rs.stdout.readline())]
+    return procs, ports
+
+
+def replay_runs(a, run, cr, token_file, t1, addr, w, tls):
+    """Record one real node's answer, then preview a.nodes replaying nodes over TLS and over
+    plain http, the two schemes' runs alternating (so both meet the same load); each
+    scheme's nodes answer after that scheme's T1."""
     import threading
     recorded = os.path.join(w, "recorded.http")
     loop = asyncio.new_event_loop()
@@ -299,63 +357,79 @@ def replay_runs(a, run, cr, token_file, t1, addr, w):
     nodes_file(nf, [("rec", f"http://127.0.0.1:{ready.result()}")])
     preview(run, cr, nf, token_file, None)
     deadline = time.monotonic() + 30
-    while not os.path.exists(recorded) and time.monotonic() < deadline:
+    while not os.path.exists(recorded):
+        if time.monotonic() > deadline:
+            sys.exit("the recording proxy wrote no response within 30 s")
         time.sleep(0.01)
-    ca, cert, key = make_tls(w)
-    figs = {}
-    for scheme in ("https", "http"):
-        # One replaying process per core: their TLS handshakes (on a fleet, each node's own
-        # work) spread over the cores as the client's do.
-        k = max(1, min(os.cpu_count() or 1, a.nodes))
-        share = [a.nodes // k + (1 if i < a.nodes % k else 0) for i in range(k)]
-        procs = []
-        for n in share:
-            args = [sys.executable, os.path.abspath(__file__), "--replay-server",
-                    "--replay-nodes", str(n), "--response", recorded, "--delay", str(t1)]
-            if scheme == "https":
-                args += ["--cert", cert, "--key", key]
-            procs.append(subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          text=True))
-        try:
-            ports = [p for rs in procs for p in json.loads(rs.stdout.readline())]
-            nf = os.path.join(w, f"replay-{scheme}.json")
-            nodes_file(nf, [(f"r{i:03}", f"{scheme}://127.0.0.1:{p}") for i, p in enumerate(ports)])
-            walls, cpus, rsss, srv_cpu, waves = [], [], [], [], []
-            for _ in range(a.fleet_samples):
+    ca, cert, key = tls
+    schemes = ("https", "http")
+    replayers, nfs = {}, {}
+    samples = {s: {k: [] for k in ("wall", "cpu", "rss", "srv", "late", "first", "spread", "tail")}
+               for s in schemes}
+    try:
+        for scheme in schemes:
+            procs, ports = start_replayers(a, recorded, t1[scheme],
+                                           (cert, key) if scheme == "https" else None)
+            replayers[scheme] = procs
+            nfs[scheme] = os.path.join(w, f"replay-{scheme}.json")
+            nodes_file(nfs[scheme], [(f"r{i:03}", f"{scheme}://127.0.0.1:{p}")
+                                     for i, p in enumerate(ports)])
+        for _ in range(a.fleet_samples):
+            for scheme in schemes:
+                procs, got = replayers[scheme], samples[scheme]
                 c0 = sum(proc_cpu(rs.pid) for rs in procs)
-                wall, cpu, rss, out = preview(run, cr, nf, token_file, None,
-                                              ca if scheme == "https" else None)
-                srv_cpu.append(sum(proc_cpu(rs.pid) for rs in procs) - c0)
+                prefix = os.environ.get("FLEET_BENCH_CLIENT_PREFIX", "").format(scheme=scheme)
+                wall, cpu, rss, out = preview(run, cr, nfs[scheme], token_file, None,
+                                              ca if scheme == "https" else None, prefix.split())
+                got["srv"].append(sum(proc_cpu(rs.pid) for rs in procs) - c0)
                 answered = []
                 for rs in procs:
                     rs.stdin.write("\n")
                     rs.stdin.flush()
                     answered += json.loads(rs.stdout.readline())
                 if os.environ.get("FLEET_BENCH_DEBUG"):
-                    print(scheme, round(wall, 3), sorted(round(t - min(answered), 3) for t in answered), file=sys.stderr)
-                first = min(answered) if answered else 0
-                waves.append(sum(1 for t in answered if t - first > 0.5 * t1))
+                    print(scheme, round(wall, 3), sorted(round(t - preview.spawned, 3)
+                                                         for t, _ in answered), file=sys.stderr)
+                asked = sorted(t for t, _ in answered)
+                done = sorted(t for _, t in answered)
+                got["late"].append(sum(1 for t in done if t - done[0] > 0.5 * t1[scheme]))
+                # the wall time's parts: spawn to the first request read, first to last
+                # request read (the fan-out's spread), last answer written to the exit
+                got["first"].append(asked[0] - preview.spawned)
+                got["spread"].append(asked[-1] - asked[0])
+                got["tail"].append(preview.exited - done[-1])
                 want = f"{a.nodes} selected: {a.nodes} would change (1 plan), 0 converged, 0 failed"
                 if want not in out:
                     sys.exit(f"unexpected replayed preview: {out[-2000:]}")
-                walls.append(wall)
-                cpus.append(cpu)
-                rsss.append(rss)
-            figs[scheme] = {
-                "t_model_s_median": round(statistics.median(walls), 3),
-                "t_model_s_min": round(min(walls), 3),
-                "t_model_over_t1_median": round(statistics.median(walls) / t1, 2),
-                "t_model_over_t1_min": round(min(walls) / t1, 2),
-                "client_cpu_s_median": round(statistics.median(cpus), 3),
-                "client_peak_rss_mib_max": round(max(rsss) / 1024, 1),
-                "replay_processes_cpu_s_median": round(statistics.median(srv_cpu), 3),
-                "nodes_answered_late_max": max(waves),
-            }
-        finally:
+                got["wall"].append(wall)
+                got["cpu"].append(cpu)
+                got["rss"].append(rss)
+    finally:
+        for procs in replayers.values():
             for rs in procs:
                 rs.stdin.close()
             for rs in procs:
                 rs.wait(timeout=30)
+    figs = {}
+    for scheme in schemes:
+        g = samples[scheme]
+        walls, med = g["wall"], statistics.median(g["wall"])
+        figs[scheme] = {
+            "t_model_s_median_min_max": [round(med, 3), round(min(walls), 3), round(max(walls), 3)],
+            "t_model_over_t1_median_min_max": [round(med / t1[scheme], 2),
+                                               round(min(walls) / t1[scheme], 2),
+                                               round(max(walls) / t1[scheme], 2)],
+            "client_cpu_s_median": round(statistics.median(g["cpu"]), 3),
+            "client_cpu_ms_per_node": round(1000 * statistics.median(g["cpu"]) / a.nodes, 3),
+            "client_peak_rss_mib_max": round(max(g["rss"]) / 1024, 1),
+            "replayers_cpu_s_median": round(statistics.median(g["srv"]), 3),
+            "replayers_cpu_ms_per_node": round(1000 * statistics.median(g["srv"]) / a.nodes, 3),
+            "nodes_answered_late_max": max(g["late"]),
+            "spawn_to_first_request_s_median": round(statistics.median(g["first"]), 3),
+            "request_spread_s_median_max": [round(statistics.median(g["spread"]), 3),
+                                            round(max(g["spread"]), 3)],
+            "last_answer_to_exit_s_median": round(statistics.median(g["tail"]), 3),
+        }
     return figs
 
 
@@ -377,17 +451,23 @@ def main():
     ap.add_argument("--model", choices=["real", "replay", "both"], default="real",
                     help="real: N serve processes on this machine; replay: N replaying nodes; both")
     ap.add_argument("--fleet-samples", type=int, default=5)
+    ap.add_argument("--key-type", choices=sorted(KEY_TYPES), default="p256",
+                    help="the CA's and the nodes' key type")
+    ap.add_argument("--replayer", choices=["rust", "python"], default="rust",
+                    help="the replaying nodes' TLS: serve's (rust) or Python's ssl")
     a = ap.parse_args()
     agent = os.path.join(a.bin, "skyhook-agent")
     run = os.path.join(a.bin, "skyhook-run")
     w = tempfile.mkdtemp(prefix="fleet-bench-")
     procs = []
+    load0 = os.getloadavg()
     try:
         cr = make_packages(w)
         tokens = os.path.join(w, "engines")
         write(tokens, f"bench {hashlib.sha256(TOKEN.encode()).hexdigest()} plan\n")
         token_file = os.path.join(w, "token")
         write(token_file, TOKEN + "\n")
+        tls = make_tls(w, a.key_type)
         layer = os.path.join(REPO, "tests/fakehosts/ubuntu-22.04")
         roots = []
         for i in range(a.nodes if a.model != "replay" else min(a.samples, a.nodes)):
@@ -395,21 +475,41 @@ def main():
             shutil.copytree(layer, r, symlinks=True)
             roots.append(r)
         procs, addrs = start_servers(agent, roots, tokens, w)
+        # The single-node samples over TLS: a serve with the certificate over each sample's
+        # root (plans are read-only, so the two serves of a root do not disturb each other).
+        n1 = min(a.samples, a.nodes)
+        tls_procs, tls_addrs = start_servers(agent, roots[:n1], tokens, w, tls[1:], "-tls")
+        procs += tls_procs
         names = [f"n{i:03}" for i in range(a.nodes)]
-        singles = []
-        for i in range(min(a.samples, a.nodes)):
-            nf = os.path.join(w, f"one-{i}.json")
-            nodes_file(nf, [(names[i], addrs[i])])
-            wall, _, _, _ = preview(run, cr, nf, token_file, 1)
-            singles.append(wall)
-        t1 = max(singles)
-        fig = {"nodes": a.nodes, "single_node_walls_s": [round(s, 3) for s in singles],
-               "t1_slowest_single_s": round(t1, 3), "cores": os.cpu_count(), "bin": a.bin}
+        singles = {"http": [], "https": []}
+        # One preview over each scheme first, not counted: the binaries' pages, the first
+        # plan's caches; T1 is then the slowest of warm previews, as each of the fleet's is.
+        for scheme, addr in (("http", addrs[0]), ("https", tls_addrs[0])):
+            nf = os.path.join(w, f"warm-{scheme}.json")
+            nodes_file(nf, [(names[0], addr)])
+            preview(run, cr, nf, token_file, 1, tls[0] if scheme == "https" else None)
+        for i in range(n1):
+            for scheme, addr in (("http", addrs[i]), ("https", tls_addrs[i])):
+                nf = os.path.join(w, f"one-{scheme}-{i}.json")
+                nodes_file(nf, [(names[i], addr)])
+                wall, _, _, _ = preview(run, cr, nf, token_file, 1,
+                                        tls[0] if scheme == "https" else None)
+                singles[scheme].append(wall)
+        t1 = {s: max(v) for s, v in singles.items()}
+        fig = {"nodes": a.nodes, "key_type": a.key_type, "replayer": a.replayer,
+               "single_node_walls_s_http": [round(s, 3) for s in singles["http"]],
+               "single_node_walls_s_https": [round(s, 3) for s in singles["https"]],
+               "t1_slowest_single_s_http": round(t1["http"], 3),
+               "t1_slowest_single_s_https": round(t1["https"], 3),
+               "cores": os.cpu_count(), "bin": a.bin}
         if a.model != "real":
-            for scheme, f in replay_runs(a, run, cr, token_file, t1, addrs[0], w).items():
+            for scheme, f in replay_runs(a, run, cr, token_file, t1, addrs[0], w, tls).items():
                 fig.update({f"replay_{scheme}_{k}": v for k, v in f.items()})
         if a.model != "replay":
-            fig.update(real_run(a, run, cr, token_file, t1, procs, names, addrs, w))
+            fig.update(real_run(a, run, cr, token_file, t1["http"], procs[:len(addrs)],
+                                names, addrs, w))
+        fig["load_average_1min_before_after"] = [round(load0[0], 2),
+                                                 round(os.getloadavg()[0], 2)]
         for k, v in fig.items():
             print(f"{k:40} {v}")
         if a.json:
