@@ -444,7 +444,9 @@ mod tests {
         fn new() -> Self {
             let t = crate::host::testutil::TestHost::new();
             t.install_sh();
-            t.stub("reboot", "exit 0");
+            // `/rebooted` is made after the stub's line is in `/stub.log` (the `>>` creates the log
+            // before it writes: a stop at its creation could kill the stub before the line).
+            t.stub("reboot", ": > /rebooted; exit 0");
             t.file("/proc/sys/kernel/random/boot_id", &format!("{BOOT_ID}\n"));
             std::fs::create_dir_all(t.p("/pkg")).unwrap();
             let settings = Settings::from_env(
@@ -529,7 +531,7 @@ mod tests {
         let h = RebootHost::new();
         let cancel = Cancel::new();
         let stopper = cancel.clone();
-        let log = h.t.p("/stub.log");
+        let log = h.t.p("/rebooted");
         let watcher = std::thread::spawn(move || {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
             while !log.exists() && std::time::Instant::now() < deadline {
