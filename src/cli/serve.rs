@@ -139,11 +139,13 @@ pub struct ServeArgs {
     /// need one (systemctl is-active) then fail.
     #[arg(long)]
     pub plan_deny_unix_sockets: bool,
-    /// User and group ids every command of a package plan runs as (numbers; UID alone is
-    /// UID:UID): no capability, no supplementary group, no_new_privs, so a query reaches
-    /// only the host sockets and files that user may. 0 (root) is refused.
-    #[arg(long, value_name = "UID[:GID]", default_value = "65534:65534")]
-    pub plan_query_user: crate::process::sandbox::QueryUser,
+    /// User and group ids the commands of a package plan run as: auto (each running plan
+    /// its own, 2147418112 + its slot under --max-plans, ids serve refuses to start with
+    /// when the host root's /etc/passwd, group, subuid or subgid gives one), or UID[:GID]
+    /// (numbers, every plan's; UID alone is UID:UID; 0 refused). No capability, no
+    /// supplementary group, no_new_privs: a query reaches only what that user may.
+    #[arg(long, value_name = "auto|UID[:GID]", default_value = "auto")]
+    pub plan_query_user: crate::process::sandbox::QueryUsers,
 }
 
 /// `64MiB`, `1KiB`, `10MB`, `123` → bytes.
@@ -325,8 +327,12 @@ pub fn startup(a: ServeArgs) -> Result<Startup, ServeError> {
         cpu_seconds: a.plan_cpu.as_secs().max(1),
         max_pids: a.plan_pids.max(crate::process::sandbox::MIN_PID_MAX),
         unix_sockets: !a.plan_deny_unix_sockets,
-        query_user: a.plan_query_user,
+        ..crate::process::sandbox::Limits::default()
     };
+    cfg.plan.query_users = a.plan_query_user;
+    cfg.plan
+        .check_query_users(&a.root)
+        .map_err(ServeError::Options)?;
     cfg.state_dir = a.state_dir.clone();
     if cfg.state_dir.is_none() {
         eprintln!(
