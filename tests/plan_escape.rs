@@ -188,7 +188,7 @@ fn a_plan_query_cannot_reach_a_host_daemons_unix_socket() {
 /// A daemon whose socket anyone may write (D-Bus's system bus, journald's `/dev/log`: both
 /// 0666) takes the connection, and decides by the peer's credentials (`SO_PEERCRED`, taken
 /// by the kernel at `connect`) what it does for it: they are the plan's query user
-/// (by default its slot's, 2147418112 for the only plan), not root, so the daemon's policy for an unprivileged user applies (polkit
+/// (by default its slot's, 2147478690 for the only plan), not root, so the daemon's policy for an unprivileged user applies (polkit
 /// refuses a sessionless user `StartUnit`).
 #[test]
 fn a_plan_querys_peer_credentials_at_a_world_writable_socket_are_not_roots() {
@@ -230,13 +230,13 @@ fn a_plan_querys_peer_credentials_at_a_world_writable_socket_are_not_roots() {
     assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
     assert_eq!(
         (cred.uid, cred.gid),
-        (2147418112, 2147418112),
+        (2147478690, 2147478690),
         "the daemon saw the plan's query as uid {} gid {}: {lines}",
         cred.uid,
         cred.gid
     );
     assert!(
-        lines.contains("ids=2147418112 2147418112 2147418112 2147418112 "),
+        lines.contains("ids=2147478690 2147478690 2147478690 2147478690 "),
         "{lines}"
     );
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
@@ -307,7 +307,7 @@ fn a_set_user_id_root_program_gives_a_plan_query_no_root() {
         print "euid=$u nnp=$n";
     "#;
     let (exit, lines) = plan_perl(fr.root(), "setuid", code);
-    assert!(lines.contains("euid=2147418112 nnp=1"), "{lines}");
+    assert!(lines.contains("euid=2147478690 nnp=1"), "{lines}");
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
 }
 

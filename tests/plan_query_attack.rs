@@ -1,6 +1,6 @@
 //! Attacks on the plan query user (issue 32, merge of branch `sock`): every command of a
 //! `package_plan` runs in the plan's sandbox as an unprivileged query user (by default one
-//! of its own for each running plan, 2147418112 + its slot), no groups, no capabilities, `no_new_privs`. A hostile package's queries try
+//! of its own for each running plan, 2147478690 + its slot), no groups, no capabilities, `no_new_privs`. A hostile package's queries try
 //! what an unprivileged process on the node could: descriptors left open by the server, the
 //! plan's root-owned init, capabilities regained in a user namespace, io_uring and BPF,
 //! processes that outlive the plan, another plan's processes (the same uid), and host

@@ -140,10 +140,10 @@ pub struct ServeArgs {
     #[arg(long)]
     pub plan_deny_unix_sockets: bool,
     /// User and group ids the commands of a package plan run as: auto (each running plan
-    /// its own, 2147418112 + its slot under --max-plans, ids serve refuses to start with
-    /// when the host root's /etc/passwd, group, subuid or subgid gives one), or UID[:GID]
-    /// (numbers, every plan's; UID alone is UID:UID; 0 refused). No capability, no
-    /// supplementary group, no_new_privs: a query reaches only what that user may.
+    /// its own, 2147478690 + its slot under --max-plans, at most 606; serve refuses to
+    /// start when the host root's /etc/passwd, group, subuid or subgid gives one), UID or
+    /// UID:GID (numbers, every plan's; UID alone is UID:UID; 0 refused). No capability,
+    /// no supplementary group, no_new_privs: a query reaches only what that user may.
     #[arg(long, value_name = "auto|UID[:GID]", default_value = "auto")]
     pub plan_query_user: crate::process::sandbox::QueryUsers,
 }

@@ -1,6 +1,6 @@
 //! Who the commands of a package plan run as (serve's `--plan-query-user`): by default
-//! ([`QueryUsers::Auto`]) each running plan has a user and group id of its own, from a
-//! block of 65,536 ids no node gives anyone ([`AUTO_BASE`]), so that
+//! ([`QueryUsers::Auto`]) each running plan has a user and group id of its own, from ids
+//! no node gives anyone ([`AUTO_BASE`]), so that
 //! - no host daemon's socket or file is that user's (a daemon running as `nobody`, 65534,
 //!   does not take a query's connection to its 0600 socket);
 //! - what the kernel counts per user (inotify instances, pipe buffer pages,
@@ -10,18 +10,23 @@
 //! A fixed `UID[:GID]` ([`QueryUsers::Fixed`]) is every plan's: plans then share those
 //! per-user counts with each other and with every host process of that user.
 
-/// The first id of `--plan-query-user auto`: `0x7FFF0000` (2,147,418,112), the last
-/// 65,536-block below 2^31. Above every range nodes hand out: system and regular users
-/// (< 60001), systemd's dynamic users (61184–65519) and `nobody` (65534), `/etc/subuid`'s
-/// default ranges (`useradd`: 100000–600100000), the kubelet's user-namespaced pods (from
-/// 65536 up in 65,536-blocks, one a pod), systemd-nspawn's container ranges
-/// (524288–1879048191) and systemd's foreign range (0x7FFE0000–0x7FFEFFFF); below 2^31,
-/// which tools that keep ids in a signed 32-bit integer take for negative.
-pub const AUTO_BASE: u32 = 0x7FFF_0000;
+/// The first id of `--plan-query-user auto`: 2,147,478,690, that is `0x7FFF0000` (the last
+/// 65,536-block below 2^31) + 60578. Why there:
+/// - above every range a node's own users come from: system and regular users (< 60001),
+///   systemd's dynamic users (61184–65519) and `nobody` (65534), `useradd`'s
+///   `/etc/subuid` ranges (100000–600100000), systemd-nspawn's container ranges
+///   (524288–1879048191) and systemd's foreign range (`0x7FFE0000`–`0x7FFEFFFF`); below
+///   2^31, which tools that keep ids in a signed 32-bit integer take for negative;
+/// - no block is safe from the kubelet's user-namespaced pods (by default it maps each pod
+///   0–65535 onto a 65,536-block picked at random from all of 65536–2^32), so the ids sit
+///   where, in any such block, they are a pod's ids 60578–61183, which systemd leaves
+///   unused and no image assigns (unlike 0, 1000 or distroless' 65532): a pod whose block
+///   this is would still have no process or file of these ids.
+pub const AUTO_BASE: u32 = 0x7FFF_0000 + 60578;
 
-/// How many plan slots `auto` has ids for (`AUTO_BASE ..= AUTO_BASE + AUTO_SLOTS - 1`,
-/// the last 2,147,483,646; 2^31 − 1 is left out).
-pub const AUTO_SLOTS: usize = 0xFFFF;
+/// How many plan slots `auto` has ids for: `AUTO_BASE ..= AUTO_BASE + 605` (a pod's
+/// 60578–61183, where systemd's dynamic users start).
+pub const AUTO_SLOTS: usize = 606;
 
 /// The user and group id a plan's commands run as: never 0, so a command has no capability
 /// and passes the kernel's permission checks as that unprivileged user.

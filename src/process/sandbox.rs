@@ -84,7 +84,7 @@ impl Default for Limits {
     }
 }
 
-pub use super::query_user::{QueryUser, QueryUsers};
+pub use super::query_user::{AUTO_BASE, AUTO_SLOTS, QueryUser, QueryUsers};
 
 /// The kernel's lowest `pid_max` (`RESERVED_PIDS + 1`).
 pub const MIN_PID_MAX: u32 = 301;

@@ -238,7 +238,7 @@ fn starting_and_ending_a_sandbox_is_cheap() {
 }
 
 /// A sandboxed command runs as the sandbox's query user: real, effective, saved and
-/// filesystem ids 2147418112 (`auto`'s first), no supplementary group, no capability, `no_new_privs` set; its
+/// filesystem ids 2147478690 (`auto`'s first), no supplementary group, no capability, `no_new_privs` set; its
 /// standard output reopens by path (`> /dev/stdout`, the pipe handed to the query user);
 /// and a set-user-ID-root program, here a copy of `id` mode 4755 on a mount without
 /// `nosuid`, gives it no root (without `no_new_privs` it said `euid=0`).
@@ -292,9 +292,9 @@ fn a_sandboxed_command_runs_as_the_query_user_and_a_setuid_program_gives_it_no_r
     .unwrap();
     assert_eq!(
         out,
-        "Uid: 2147418112 2147418112 2147418112 2147418112\n\
-         Gid: 2147418112 2147418112 2147418112 2147418112\nGroups: \n\
-         CapEff: 0000000000000000\nNoNewPrivs: 1\nreopened\neuid=2147418112\n"
+        "Uid: 2147478690 2147478690 2147478690 2147478690\n\
+         Gid: 2147478690 2147478690 2147478690 2147478690\nGroups: \n\
+         CapEff: 0000000000000000\nNoNewPrivs: 1\nreopened\neuid=2147478690\n"
     );
 }
 
@@ -307,7 +307,7 @@ fn a_query_user_is_numbers_and_never_root() {
     assert_eq!(parse("4242:4343"), Ok((4242, 4343)));
     assert_eq!(
         Limits::default().query_user.to_string(),
-        "2147418112:2147418112"
+        "2147478690:2147478690"
     );
     for (bad, why) in [
         ("0", "the user id of plan queries must not be 0"),
@@ -328,7 +328,7 @@ fn a_query_user_is_numbers_and_never_root() {
 }
 
 /// `--plan-query-user auto` (the default) gives plan slot k the user and group
-/// 2147418112 + k; `UID[:GID]` is every slot's. Serve refuses `auto` when the host root's
+/// 2147478690 + k; `UID[:GID]` is every slot's. Serve refuses `auto` when the host root's
 /// user database gives an id of the range to anyone (user, group, subordinate range),
 /// naming the file and line, and more slots than the block has.
 #[test]
@@ -340,8 +340,8 @@ fn auto_gives_each_plan_slot_its_own_query_user_that_no_host_user_has() {
     assert_eq!(
         (slot(&auto, 0), slot(&auto, 3)),
         (
-            "2147418112:2147418112".into(),
-            "2147418115:2147418115".into()
+            "2147478690:2147478690".into(),
+            "2147478693:2147478693".into()
         )
     );
     let fixed: QueryUsers = "4242:4343".parse().unwrap();
@@ -359,7 +359,7 @@ fn auto_gives_each_plan_slot_its_own_query_user_that_no_host_user_has() {
     let e = check(
         &auto,
         4,
-        &format!("{passwd}q:x:2147418115:5::/:/bin/sh\n"),
+        &format!("{passwd}q:x:2147478693:5::/:/bin/sh\n"),
         group,
         "",
         "",
@@ -367,17 +367,17 @@ fn auto_gives_each_plan_slot_its_own_query_user_that_no_host_user_has() {
     .unwrap_err();
     assert!(
         e.starts_with(
-            "--plan-query-user auto runs plans as ids 2147418112-2147418115 (--max-plans 4), \
-             and P line 3 gives a user or its group of them (\"q:x:2147418115:5::/:/bin/sh\")"
+            "--plan-query-user auto runs plans as ids 2147478690-2147478693 (--max-plans 4), \
+             and P line 3 gives a user or its group of them (\"q:x:2147478693:5::/:/bin/sh\")"
         ),
         "{e}"
     );
     // Slot 4 is not used with --max-plans 4.
     assert_eq!(
-        check(&auto, 4, "q:x:2147418116:5::/:/bin/sh\n", "", "", ""),
+        check(&auto, 4, "q:x:2147478694:5::/:/bin/sh\n", "", "", ""),
         Ok(())
     );
-    let e = check(&auto, 4, passwd, "g:x:2147418113:\n", "", "").unwrap_err();
+    let e = check(&auto, 4, passwd, "g:x:2147478691:\n", "", "").unwrap_err();
     assert!(e.contains("G line 1 gives a group of them"), "{e}");
     let e = check(&auto, 4, passwd, group, "", "k:2147352576:131072\n").unwrap_err();
     assert!(e.contains("SG line 1 gives subordinate ids"), "{e}");
@@ -393,11 +393,12 @@ fn auto_gives_each_plan_slot_its_own_query_user_that_no_host_user_has() {
         ),
         Ok(())
     );
-    let e = check(&auto, 65536, "", "", "", "").unwrap_err();
+    let e = check(&auto, 607, "", "", "", "").unwrap_err();
     assert_eq!(
         e,
-        "--plan-query-user auto has 65535 ids, fewer than --max-plans 65536"
+        "--plan-query-user auto has 606 ids, fewer than --max-plans 607"
     );
+    assert_eq!(check(&auto, 606, "", "", "", ""), Ok(()));
 }
 
 /// `fs.suid_dumpable` set back when dropped.

@@ -281,13 +281,13 @@ mod tests {
         .unwrap();
         std::fs::write(
             root.path().join("etc/group"),
-            "root:x:0:\nplans:x:2147418114:\n",
+            "root:x:0:\nplans:x:2147478692:\n",
         )
         .unwrap();
         let e = l.check_query_users(root.path()).unwrap_err();
         let want = format!(
-            "--plan-query-user auto runs plans as ids 2147418112-2147418115 (--max-plans 4), \
-             and {} line 2 gives a group of them (\"plans:x:2147418114:\")",
+            "--plan-query-user auto runs plans as ids 2147478690-2147478693 (--max-plans 4), \
+             and {} line 2 gives a group of them (\"plans:x:2147478692:\")",
             root.path().join("etc/group").display()
         );
         assert!(e.starts_with(&want), "{e}");
