@@ -434,6 +434,54 @@ mod tests {
         }
     }
 
+    /// `--plan-query-user auto` (the default) is refused at start when the host root's
+    /// `/etc/passwd` gives one of its ids to a user, and with more `--max-plans` than it has
+    /// ids; both name why.
+    #[test]
+    fn auto_query_users_taken_by_the_host_are_refused_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("etc")).unwrap();
+        let passwd = dir.path().join("etc/passwd");
+        std::fs::write(&passwd, "svc:x:2147478691:100::/:/bin/sh\n").unwrap();
+        for (extra, why) in [
+            (
+                None,
+                format!(
+                    "{} line 1 gives a user or its group of them",
+                    passwd.display()
+                ),
+            ),
+            (
+                Some("607"),
+                "--plan-query-user auto has 606 ids, fewer than --max-plans 607".to_string(),
+            ),
+        ] {
+            let args = [
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--insecure-no-auth",
+                "--root",
+            ]
+            .map(OsString::from)
+            .into_iter()
+            .chain([dir.path().as_os_str().to_owned()])
+            .chain(
+                extra
+                    .map(|n| ["--max-plans".into(), n.into()])
+                    .into_iter()
+                    .flatten(),
+            );
+            let a = ServeArgs::try_parse_from(args).unwrap();
+            match startup(a) {
+                Err(e @ ServeError::Options(_)) => {
+                    assert!(e.to_string().contains(&why), "{e}");
+                }
+                other => panic!("{extra:?}: {:?}", other.map(|_| ())),
+            }
+        }
+    }
+
     /// Every option of `serve` is in docs/remote.md's "Starting it" table (`--alive-every`,
     /// `--workdir`, `--shell` and `--log-format` were in none of its pages).
     #[test]
