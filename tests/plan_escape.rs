@@ -1,6 +1,6 @@
 //! More attacks on `serve`'s read-only `package_plan` (docs/fleet.md, "It writes nothing to
 //! the host", "Limits"), past the PID and network namespaces of the plan's sandbox: a
-//! hostile package's queries run as the plan's query user (65534, no capabilities, with
+//! hostile package's queries run as the plan's query user (its own, no capabilities, with
 //! `no_new_privs`; as root with the plan's bounding set before), chrooted in the
 //! read-only host root, which on a node is the node's `/`, with the host's `/proc` mounted
 //! in it (the DaemonSet mounts hostPath `/`, submounts included). Each test here mounts a
@@ -171,7 +171,7 @@ fn a_plan_query_leaves_no_sysv_ipc_object_on_the_host() {
 /// A daemon of the node listening on a root-owned Unix socket of the host root that others
 /// may not write (systemd's `/run/systemd/private` 0600, containerd's 0660, kubelet plugin
 /// sockets: each runs what root asks): `connect` through the read-only mount is no write,
-/// and a query as root reached it. A query runs as the plan's query user (65534), so the
+/// and a query as root reached it. A query runs as the plan's query user (not root), so the
 /// kernel refuses the `connect` (`EACCES`: no write permission on the socket file).
 #[test]
 fn a_plan_query_cannot_reach_a_host_daemons_unix_socket() {
@@ -188,7 +188,7 @@ fn a_plan_query_cannot_reach_a_host_daemons_unix_socket() {
 /// A daemon whose socket anyone may write (D-Bus's system bus, journald's `/dev/log`: both
 /// 0666) takes the connection, and decides by the peer's credentials (`SO_PEERCRED`, taken
 /// by the kernel at `connect`) what it does for it: they are the plan's query user
-/// (65534:65534), not root, so the daemon's policy for an unprivileged user applies (polkit
+/// (by default its slot's, 2147478690 for the only plan), not root, so the daemon's policy for an unprivileged user applies (polkit
 /// refuses a sessionless user `StartUnit`).
 #[test]
 fn a_plan_querys_peer_credentials_at_a_world_writable_socket_are_not_roots() {
@@ -230,12 +230,15 @@ fn a_plan_querys_peer_credentials_at_a_world_writable_socket_are_not_roots() {
     assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
     assert_eq!(
         (cred.uid, cred.gid),
-        (65534, 65534),
+        (2147478690, 2147478690),
         "the daemon saw the plan's query as uid {} gid {}: {lines}",
         cred.uid,
         cred.gid
     );
-    assert!(lines.contains("ids=65534 65534 65534 65534 "), "{lines}");
+    assert!(
+        lines.contains("ids=2147478690 2147478690 2147478690 2147478690 "),
+        "{lines}"
+    );
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
 }
 
@@ -276,7 +279,9 @@ fn a_plan_query_runs_as_the_configured_query_user() {
     require_root!();
     let fr = host();
     let mut cfg = skyhook::serve::Config::new(fr.root());
-    cfg.plan.sandbox.query_user = skyhook::process::sandbox::QueryUser::new(4242, 4343).unwrap();
+    cfg.plan.query_users = skyhook::process::sandbox::QueryUsers::Fixed(
+        skyhook::process::sandbox::QueryUser::new(4242, 4343).unwrap(),
+    );
     let (exit, lines) = plan_perl_with(cfg, "query-user", r#"print "ids=$< $> $( $)";"#);
     assert!(lines.contains("out=ids=4242 4242 4343 4343 "), "{lines}");
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
@@ -302,7 +307,7 @@ fn a_set_user_id_root_program_gives_a_plan_query_no_root() {
         print "euid=$u nnp=$n";
     "#;
     let (exit, lines) = plan_perl(fr.root(), "setuid", code);
-    assert!(lines.contains("euid=65534 nnp=1"), "{lines}");
+    assert!(lines.contains("euid=2147478690 nnp=1"), "{lines}");
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
 }
 

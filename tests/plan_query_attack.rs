@@ -1,13 +1,13 @@
 //! Attacks on the plan query user (issue 32, merge of branch `sock`): every command of a
-//! `package_plan` runs in the plan's sandbox as an unprivileged query user (65534:65534 by
-//! default), no groups, no capabilities, `no_new_privs`. A hostile package's queries try
+//! `package_plan` runs in the plan's sandbox as an unprivileged query user (by default one
+//! of its own for each running plan, 2147478690 + its slot), no groups, no capabilities, `no_new_privs`. A hostile package's queries try
 //! what an unprivileged process on the node could: descriptors left open by the server, the
 //! plan's root-owned init, capabilities regained in a user namespace, io_uring and BPF,
 //! processes that outlive the plan, another plan's processes (the same uid), and host
 //! sockets the query user may write.
 //!
 //! Tests marked `#[ignore = "known hole: ..."]` reproduce an attack that succeeds on main
-//! (their failure line is in the report of branch `attack-query`).
+//! (their failure line is in the report of the branch that added them).
 
 use std::path::PathBuf;
 
@@ -324,13 +324,12 @@ fn nobody_socket_attack(
     (got, exit, lines)
 }
 
-/// A daemon of the node running as the query user's uid (65534, `nobody`: exporters,
-/// `dnsmasq`, pods run as 65534 with a hostPath socket), listening on a Unix socket of the
-/// host root only its own user may write: a query, being that user to the kernel, connects
-/// and sends it a request, as it did to root's before the query user (docs/fleet.md says
-/// so and advises another `--plan-query-user`; the default is still 65534).
+/// A daemon of the node running as 65534 (`nobody`: exporters, `dnsmasq`, pods run as
+/// 65534 with a hostPath socket), listening on a Unix socket of the host root only its own
+/// user may write: a query, being that user to the kernel when the default query user was
+/// 65534, connected and sent it a request. By default (`--plan-query-user auto`) a plan's
+/// query user is one no host user has: the kernel refuses the `connect`.
 #[test]
-#[ignore = "known hole: a host daemon's socket owned by the default query user (65534) takes a query's connection; fix: a default query uid no host user has (see the held test with 2147483646), or --plan-deny-unix-sockets"]
 fn a_plan_query_cannot_reach_a_socket_of_a_daemon_running_as_the_default_query_user() {
     require_root!();
     let (fr, _proc) = host();
@@ -339,18 +338,20 @@ fn a_plan_query_cannot_reach_a_socket_of_a_daemon_running_as_the_default_query_u
         got, None,
         "a plan's query reached the socket of a daemon running as 65534: {lines}"
     );
+    assert!(lines.contains("err=connect: Permission denied"), "{lines}");
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
 }
 
-/// The same daemon, with `--plan-query-user 2147483646` (docs/fleet.md's advice where
-/// services of the node run as 65534): the kernel refuses the query's `connect`.
+/// The same daemon, with a fixed `--plan-query-user 2147483646` (one no host user has):
+/// the kernel refuses the query's `connect`.
 #[test]
 fn with_an_unused_query_user_a_plan_query_cannot_reach_a_socket_of_a_daemon_running_as_65534() {
     require_root!();
     let (fr, _proc) = host();
     let mut cfg = skyhook::serve::Config::new(fr.root());
-    cfg.plan.sandbox.query_user =
-        skyhook::process::sandbox::QueryUser::new(2147483646, 2147483646).unwrap();
+    cfg.plan.query_users = skyhook::process::sandbox::QueryUsers::Fixed(
+        skyhook::process::sandbox::QueryUser::new(2147483646, 2147483646).unwrap(),
+    );
     let (got, exit, lines) = nobody_socket_attack(cfg, &fr);
     assert_eq!(got, None, "{lines}");
     assert!(lines.contains("err=connect: Permission denied"), "{lines}");
@@ -372,13 +373,14 @@ fn host_nobody_inotify() -> String {
 
 /// The kernel counts some resources per user, for every process of that uid on the host
 /// and in every plan: inotify instances (`fs.inotify.max_user_instances`, 128 by default),
-/// pipe buffer pages, `RLIMIT_NPROC`'s processes. A query takes every inotify instance of
-/// uid 65534 and holds them (exec'ed into a `sleep`): while it runs, another plan's query
-/// and every daemon of the node running as `nobody` get `EMFILE` from `inotify_init`
-/// (a config watcher fails to start, a `tail -f` falls back to polling).
+/// pipe buffer pages, `RLIMIT_NPROC`'s processes. A query took every inotify instance of
+/// its uid, 65534 for every plan, and held them (exec'ed into a `sleep`): while it ran,
+/// another plan's query and every daemon of the node running as `nobody` got `EMFILE` from
+/// `inotify_init` (a config watcher fails to start, a `tail -f` falls back to polling).
+/// By default each running plan now has a uid of its own, which no host process has: what
+/// plan A's query exhausts is plan A's alone.
 #[test]
 #[cfg(target_arch = "x86_64")]
-#[ignore = "known hole: a plan's query exhausts per-user kernel resources (inotify instances) of uid 65534, shared with other plans and the host's nobody daemons; fix: a query uid of its own per plan, from a range no host user has"]
 fn a_plan_query_cannot_exhaust_what_the_kernel_counts_per_user() {
     require_root!();
     let (fr, _proc) = host();

@@ -139,11 +139,13 @@ pub struct ServeArgs {
     /// need one (systemctl is-active) then fail.
     #[arg(long)]
     pub plan_deny_unix_sockets: bool,
-    /// User and group ids every command of a package plan runs as (numbers; UID alone is
-    /// UID:UID): no capability, no supplementary group, no_new_privs, so a query reaches
-    /// only the host sockets and files that user may. 0 (root) is refused.
-    #[arg(long, value_name = "UID[:GID]", default_value = "65534:65534")]
-    pub plan_query_user: crate::process::sandbox::QueryUser,
+    /// User and group ids the commands of a package plan run as: auto (each running plan
+    /// its own, 2147478690 + its slot under --max-plans, at most 606; serve refuses to
+    /// start when the host root's /etc/passwd, group, subuid or subgid gives one), UID or
+    /// UID:GID (numbers, every plan's; UID alone is UID:UID; 0 refused). No capability,
+    /// no supplementary group, no_new_privs: a query reaches only what that user may.
+    #[arg(long, value_name = "auto|UID[:GID]", default_value = "auto")]
+    pub plan_query_user: crate::process::sandbox::QueryUsers,
 }
 
 /// `64MiB`, `1KiB`, `10MB`, `123` → bytes.
@@ -325,8 +327,12 @@ pub fn startup(a: ServeArgs) -> Result<Startup, ServeError> {
         cpu_seconds: a.plan_cpu.as_secs().max(1),
         max_pids: a.plan_pids.max(crate::process::sandbox::MIN_PID_MAX),
         unix_sockets: !a.plan_deny_unix_sockets,
-        query_user: a.plan_query_user,
+        ..crate::process::sandbox::Limits::default()
     };
+    cfg.plan.query_users = a.plan_query_user;
+    cfg.plan
+        .check_query_users(&a.root)
+        .map_err(ServeError::Options)?;
     cfg.state_dir = a.state_dir.clone();
     if cfg.state_dir.is_none() {
         eprintln!(
@@ -424,6 +430,54 @@ mod tests {
                     assert_eq!(CliError::Serve(e).exit_status(), ExitStatus::Failure);
                 }
                 other => panic!("{root:?}: {:?}", other.map(|_| ())),
+            }
+        }
+    }
+
+    /// `--plan-query-user auto` (the default) is refused at start when the host root's
+    /// `/etc/passwd` gives one of its ids to a user, and with more `--max-plans` than it has
+    /// ids; both name why.
+    #[test]
+    fn auto_query_users_taken_by_the_host_are_refused_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("etc")).unwrap();
+        let passwd = dir.path().join("etc/passwd");
+        std::fs::write(&passwd, "svc:x:2147478691:100::/:/bin/sh\n").unwrap();
+        for (extra, why) in [
+            (
+                None,
+                format!(
+                    "{} line 1 gives a user or its group of them",
+                    passwd.display()
+                ),
+            ),
+            (
+                Some("607"),
+                "--plan-query-user auto has 606 ids, fewer than --max-plans 607".to_string(),
+            ),
+        ] {
+            let args = [
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--insecure-no-auth",
+                "--root",
+            ]
+            .map(OsString::from)
+            .into_iter()
+            .chain([dir.path().as_os_str().to_owned()])
+            .chain(
+                extra
+                    .map(|n| ["--max-plans".into(), n.into()])
+                    .into_iter()
+                    .flatten(),
+            );
+            let a = ServeArgs::try_parse_from(args).unwrap();
+            match startup(a) {
+                Err(e @ ServeError::Options(_)) => {
+                    assert!(e.to_string().contains(&why), "{e}");
+                }
+                other => panic!("{extra:?}: {:?}", other.map(|_| ())),
             }
         }
     }

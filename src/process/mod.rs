@@ -96,6 +96,7 @@ pub mod cancel;
 pub mod cgroup;
 mod pidfd;
 pub mod plan_cgroup;
+mod query_user;
 pub mod reaper;
 mod report;
 mod run;

@@ -30,7 +30,7 @@
 //!   `RLIMIT_AS`, `RLIMIT_CPU`, `RLIMIT_FSIZE` 0 and `RLIMIT_CORE` 0, marks every
 //!   descriptor above 2 close-on-exec (so only its pipes and `keep_fds` reach the command,
 //!   not one the server inherited without `FD_CLOEXEC`), after its `chroot`
-//!   and `chdir` becomes the [`QueryUser`] (`become_query_user`: 65534:65534 by default,
+//!   and `chdir` becomes the [`QueryUser`] (`become_query_user`: one of its own for each plan by default,
 //!   never root, no supplementary group, so no capability, and `no_new_privs`), and last
 //!   installs the seccomp filter (`key_filter`): the keyring calls (not namespaced) and
 //!   `io_uring_setup` are `EPERM`, and so is `socket(AF_UNIX)` when
@@ -71,85 +71,20 @@ pub struct Limits {
 
 impl Default for Limits {
     /// 4 GiB of address space, 60 s of CPU per command, 512 for `pid_max`, Unix sockets
-    /// allowed, commands as 65534:65534.
+    /// allowed, commands as the first id of `--plan-query-user auto` (serve gives each plan
+    /// its own: [`QueryUsers::for_slot`]).
     fn default() -> Self {
         Limits {
             memory: 4 << 30,
             cpu_seconds: 60,
             max_pids: 512,
             unix_sockets: true,
-            query_user: QueryUser::NOBODY,
+            query_user: QueryUsers::Auto.for_slot(0),
         }
     }
 }
 
-/// The user and group id a plan's commands run as (serve's `--plan-query-user UID[:GID]`):
-/// never 0, so a command has no capability and passes the kernel's permission checks as
-/// that unprivileged user.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueryUser {
-    uid: u32,
-    gid: u32,
-}
-
-impl QueryUser {
-    /// `nobody:nogroup` (65534:65534), the kernel's overflow ids.
-    pub const NOBODY: QueryUser = QueryUser {
-        uid: 65534,
-        gid: 65534,
-    };
-
-    /// The user `uid` in group `gid`.
-    ///
-    /// # Errors
-    /// Either is 0 (root's user or group: every host file and socket of root's would be
-    /// open to the plan again), or `u32::MAX` (`-1`, "unchanged" to the kernel).
-    pub fn new(uid: u32, gid: u32) -> Result<QueryUser, String> {
-        for (what, id) in [("user", uid), ("group", gid)] {
-            if id == 0 {
-                return Err(format!(
-                    "the {what} id of plan queries must not be 0 (root's): a query would reach \
-                     root's sockets and files on the host"
-                ));
-            }
-            if id == u32::MAX {
-                return Err(format!("{id} is no {what} id"));
-            }
-        }
-        Ok(QueryUser { uid, gid })
-    }
-
-    /// The user id.
-    pub fn uid(&self) -> u32 {
-        self.uid
-    }
-
-    /// The group id.
-    pub fn gid(&self) -> u32 {
-        self.gid
-    }
-}
-
-impl std::str::FromStr for QueryUser {
-    type Err = String;
-
-    /// `UID` or `UID:GID`, numbers (the server's user database is not the host's); `UID`
-    /// alone takes the same number as its group.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (u, g) = s.split_once(':').unwrap_or((s, s));
-        let id = |v: &str| {
-            v.parse::<u32>()
-                .map_err(|_| format!("{s:?}: expected UID or UID:GID, numbers"))
-        };
-        QueryUser::new(id(u)?, id(g)?)
-    }
-}
-
-impl std::fmt::Display for QueryUser {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.uid, self.gid)
-    }
-}
+pub use super::query_user::{AUTO_BASE, AUTO_SLOTS, QueryUser, QueryUsers};
 
 /// The kernel's lowest `pid_max` (`RESERVED_PIDS + 1`).
 pub const MIN_PID_MAX: u32 = 301;
@@ -744,6 +679,17 @@ pub(super) fn install_filter(prog: &libc::sock_fprog) -> Result<(), i32> {
 /// - no supplementary groups, then the group and the user id: real, effective, saved and
 ///   filesystem; with every user id non-zero the kernel clears the permitted, effective and
 ///   ambient capabilities;
+/// - never dumpable while it shares the server's memory (`CLONE_VM` until `exec`): each
+///   change of the effective ids sets the memory's dumpable flag to `fs.suid_dumpable`
+///   (so `PR_SET_DUMPABLE` before them would not hold); with 1 a process of the same user
+///   could `ptrace` the child and write the server's memory, with 2 a `SIGQUIT` could dump
+///   it (its TLS key) to the host's crash handler. So: every signal blocked; the user id
+///   taken with the saved user id still 0 (`ptrace` needs the tracer to be the target's
+///   real, effective and saved user); `PR_SET_DUMPABLE` 0; then the saved user id
+///   dropped, which changes no effective id and only shrinks capabilities, so the flag
+///   stays 0; the signals unblocked (a signal now kills without a dump). The flag is the
+///   shared memory's: the server stays not dumpable after its first plan command (it was
+///   `fs.suid_dumpable` before); `exec` gives the command a dumpable memory of its own;
 /// - the parent-death signal set again (a change of ids clears it) and the parent checked;
 /// - `no_new_privs`: `execve` of a set-user-ID or set-group-ID program or one with file
 ///   capabilities grants nothing (`sudo`, `su`, `pkexec` of the host stay the user's).
@@ -767,12 +713,19 @@ pub(super) fn become_query_user(user: QueryUser, parent: libc::pid_t) -> Result<
                 return Err(errno());
             }
         }
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before);
         if libc::setgroups(0, std::ptr::null()) != 0
             || libc::setresgid(user.gid, user.gid, user.gid) != 0
+            || libc::setresuid(user.uid, user.uid, 0) != 0
+            || libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0
             || libc::setresuid(user.uid, user.uid, user.uid) != 0
         {
             return Err(errno());
         }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
             return Err(errno());
         }

@@ -238,7 +238,7 @@ fn starting_and_ending_a_sandbox_is_cheap() {
 }
 
 /// A sandboxed command runs as the sandbox's query user: real, effective, saved and
-/// filesystem ids 65534, no supplementary group, no capability, `no_new_privs` set; its
+/// filesystem ids 2147478690 (`auto`'s first), no supplementary group, no capability, `no_new_privs` set; its
 /// standard output reopens by path (`> /dev/stdout`, the pipe handed to the query user);
 /// and a set-user-ID-root program, here a copy of `id` mode 4755 on a mount without
 /// `nosuid`, gives it no root (without `no_new_privs` it said `euid=0`).
@@ -292,8 +292,9 @@ fn a_sandboxed_command_runs_as_the_query_user_and_a_setuid_program_gives_it_no_r
     .unwrap();
     assert_eq!(
         out,
-        "Uid: 65534 65534 65534 65534\nGid: 65534 65534 65534 65534\nGroups: \n\
-         CapEff: 0000000000000000\nNoNewPrivs: 1\nreopened\neuid=65534\n"
+        "Uid: 2147478690 2147478690 2147478690 2147478690\n\
+         Gid: 2147478690 2147478690 2147478690 2147478690\nGroups: \n\
+         CapEff: 0000000000000000\nNoNewPrivs: 1\nreopened\neuid=2147478690\n"
     );
 }
 
@@ -304,18 +305,150 @@ fn a_query_user_is_numbers_and_never_root() {
     let parse = |s: &str| s.parse::<QueryUser>().map(|u| (u.uid(), u.gid()));
     assert_eq!(parse("65534"), Ok((65534, 65534)));
     assert_eq!(parse("4242:4343"), Ok((4242, 4343)));
-    assert_eq!(Limits::default().query_user, QueryUser::NOBODY);
+    assert_eq!(
+        Limits::default().query_user.to_string(),
+        "2147478690:2147478690"
+    );
     for (bad, why) in [
         ("0", "the user id of plan queries must not be 0"),
         ("0:5", "the user id of plan queries must not be 0"),
         ("5:0", "the group id of plan queries must not be 0"),
         ("4294967295", "4294967295 is no user id"),
-        ("nobody", "\"nobody\": expected UID or UID:GID, numbers"),
-        ("5:", "\"5:\": expected UID or UID:GID, numbers"),
-        ("-1", "\"-1\": expected UID or UID:GID, numbers"),
+        (
+            "nobody",
+            "\"nobody\": expected auto, UID or UID:GID, numbers",
+        ),
+        ("5:", "\"5:\": expected auto, UID or UID:GID, numbers"),
+        ("-1", "\"-1\": expected auto, UID or UID:GID, numbers"),
     ] {
         let e = parse(bad).unwrap_err();
         assert!(e.starts_with(why), "{bad}: {e}");
     }
     assert_eq!(QueryUser::NOBODY.to_string(), "65534:65534");
+}
+
+/// `--plan-query-user auto` (the default) gives plan slot k the user and group
+/// 2147478690 + k; `UID[:GID]` is every slot's. Serve refuses `auto` when the host root's
+/// user database gives an id of the range to anyone (user, group, subordinate range),
+/// naming the file and line, and more slots than the block has.
+#[test]
+fn auto_gives_each_plan_slot_its_own_query_user_that_no_host_user_has() {
+    let auto: QueryUsers = "auto".parse().unwrap();
+    assert_eq!(auto, QueryUsers::default());
+    assert_eq!(auto.to_string(), "auto");
+    let slot = |u: &QueryUsers, k| u.for_slot(k).to_string();
+    assert_eq!(
+        (slot(&auto, 0), slot(&auto, 3)),
+        (
+            "2147478690:2147478690".into(),
+            "2147478693:2147478693".into()
+        )
+    );
+    let fixed: QueryUsers = "4242:4343".parse().unwrap();
+    assert_eq!(
+        (slot(&fixed, 0), slot(&fixed, 3)),
+        ("4242:4343".into(), "4242:4343".into())
+    );
+    let passwd = "root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n";
+    let group = "root:x:0:\nnogroup:x:65534:\n";
+    let subuid = "alice:100000:65536\n";
+    let check = |u: &QueryUsers, slots, p: &str, g: &str, su: &str, sg: &str| {
+        u.check_host(slots, ("P", p), ("G", g), ("SU", su), ("SG", sg))
+    };
+    assert_eq!(check(&auto, 4, passwd, group, subuid, subuid), Ok(()));
+    let e = check(
+        &auto,
+        4,
+        &format!("{passwd}q:x:2147478693:5::/:/bin/sh\n"),
+        group,
+        "",
+        "",
+    )
+    .unwrap_err();
+    assert!(
+        e.starts_with(
+            "--plan-query-user auto runs plans as ids 2147478690-2147478693 (--max-plans 4), \
+             and P line 3 gives a user or its group of them (\"q:x:2147478693:5::/:/bin/sh\")"
+        ),
+        "{e}"
+    );
+    // Slot 4 is not used with --max-plans 4.
+    assert_eq!(
+        check(&auto, 4, "q:x:2147478694:5::/:/bin/sh\n", "", "", ""),
+        Ok(())
+    );
+    let e = check(&auto, 4, passwd, "g:x:2147478691:\n", "", "").unwrap_err();
+    assert!(e.contains("G line 1 gives a group of them"), "{e}");
+    let e = check(&auto, 4, passwd, group, "", "k:2147352576:131072\n").unwrap_err();
+    assert!(e.contains("SG line 1 gives subordinate ids"), "{e}");
+    // A fixed user is the admin's choice.
+    assert_eq!(
+        check(
+            &QueryUsers::Fixed(QueryUser::NOBODY),
+            4,
+            passwd,
+            group,
+            "",
+            ""
+        ),
+        Ok(())
+    );
+    let e = check(&auto, 607, "", "", "", "").unwrap_err();
+    assert_eq!(
+        e,
+        "--plan-query-user auto has 606 ids, fewer than --max-plans 607"
+    );
+    assert_eq!(check(&auto, 606, "", "", "", ""), Ok(()));
+}
+
+/// `fs.suid_dumpable` set back when dropped.
+struct SuidDumpable(String);
+
+impl Drop for SuidDumpable {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/proc/sys/fs/suid_dumpable", &self.0);
+    }
+}
+
+/// Between its change of user and its `exec` a command shares the server's memory
+/// (`CLONE_VM`), whose dumpable flag the kernel then sets to `fs.suid_dumpable`: with 2 a
+/// `SIGQUIT` from a process of the query user dumped the server's memory (its TLS key) to
+/// the host's crash handler, with 1 such a process could `ptrace` it. The child makes the
+/// memory not dumpable before it becomes the query user wholly, so the server's memory is
+/// not dumpable after a sandboxed command, whatever `fs.suid_dumpable` says (here 2).
+#[test]
+fn a_sandboxed_command_leaves_the_servers_memory_not_dumpable() {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let Ok(old) = std::fs::read_to_string("/proc/sys/fs/suid_dumpable") else {
+        return;
+    };
+    if std::fs::write("/proc/sys/fs/suid_dumpable", "2").is_err() {
+        return;
+    }
+    let _restore = SuidDumpable(old);
+    // SAFETY: prctl on this process with integer arguments.
+    assert_eq!(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) }, 0);
+    let out = std::thread::spawn(|| {
+        // SAFETY: unshare on this thread only.
+        assert_eq!(
+            unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
+            0
+        );
+        let sb = start(&Limits::default()).unwrap();
+        sb.enter().unwrap();
+        let out = sh("echo ran");
+        drop(sb);
+        out
+    })
+    .join()
+    .unwrap();
+    // SAFETY: prctl on this process with integer arguments.
+    let dumpable = unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) };
+    assert_eq!(
+        (out.as_str(), dumpable),
+        ("ran\n", 0),
+        "the server's memory is dumpable"
+    );
 }

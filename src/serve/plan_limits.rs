@@ -2,8 +2,7 @@
 //! "Limits"): how many run at once, how long a plan and each of its script steps may run,
 //! and the sandbox limits of every command a plan runs ([`crate::process::sandbox`]).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
@@ -29,12 +28,17 @@ pub struct PlanLimits {
     /// server's plan engine's [`crate::script::Limits::max_operations`]: a step past it
     /// fails with `operations limit exceeded (max_operations = N)`.
     pub max_operations: u64,
-    /// Limits of each command a plan runs (`--plan-memory`, `--plan-cpu`, `--plan-pids`).
+    /// Limits of each command a plan runs (`--plan-memory`, `--plan-cpu`, `--plan-pids`);
+    /// its `query_user` is set per plan from [`PlanLimits::query_users`].
     pub sandbox: sandbox::Limits,
+    /// Who each plan's commands run as (`--plan-query-user`): by default a user of its own
+    /// for each plan slot ([`sandbox::QueryUsers::for_slot`]).
+    pub query_users: sandbox::QueryUsers,
     /// Bytes of file content a plan may plan over all its steps, modes and packages
     /// (`--plan-bytes`; [`crate::host::PlanCarry::with_budget`]).
     pub planned_bytes: u64,
-    running: Arc<AtomicUsize>,
+    /// The plan slots in use (true), shared by clones.
+    slots: Arc<Mutex<Vec<bool>>>,
 }
 
 impl Default for PlanLimits {
@@ -48,21 +52,37 @@ impl Default for PlanLimits {
             script_timeout: Duration::from_secs(60),
             max_operations: crate::script::Limits::default().max_operations,
             sandbox: sandbox::Limits::default(),
+            query_users: sandbox::QueryUsers::Auto,
             planned_bytes: DEFAULT_PLANNED_BYTES,
-            running: Arc::default(),
+            slots: Arc::default(),
         }
     }
 }
 
-/// One running plan's place under [`PlanLimits::max_plans`], given back when dropped (when
-/// the plan's thread has ended, not merely when its exit was reported).
+/// One running plan's place under [`PlanLimits::max_plans`], its slot (the lowest free,
+/// `0 ≤ slot < max_plans`: which query user it runs as), given back when dropped (when the
+/// plan's thread has ended, not merely when its exit was reported).
 #[derive(Debug)]
-pub struct PlanPermit(Arc<AtomicUsize>);
+pub struct PlanPermit {
+    slots: Arc<Mutex<Vec<bool>>>,
+    slot: usize,
+}
+
+impl PlanPermit {
+    /// The plan's slot.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+}
 
 impl Drop for PlanPermit {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        lock(&self.slots)[self.slot] = false;
     }
+}
+
+fn lock(slots: &Mutex<Vec<bool>>) -> std::sync::MutexGuard<'_, Vec<bool>> {
+    slots.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl PlanLimits {
@@ -70,12 +90,22 @@ impl PlanLimits {
     /// have not ended yet): the service answers `429` with [`PlanLimits::over_cap`] and
     /// `Retry-After: 1`.
     pub fn admit(&self) -> Option<PlanPermit> {
-        self.running
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < self.max_plans).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| PlanPermit(self.running.clone()))
+        let mut slots = lock(&self.slots);
+        let slot = match slots.iter().position(|used| !used) {
+            Some(free) => free,
+            None => {
+                slots.push(false);
+                slots.len() - 1
+            }
+        };
+        if slot >= self.max_plans {
+            return None;
+        }
+        slots[slot] = true;
+        Some(PlanPermit {
+            slots: self.slots.clone(),
+            slot,
+        })
     }
 
     /// The engine of the server's plans: the default [`crate::script::Limits`] with
@@ -93,9 +123,50 @@ impl PlanLimits {
         json!({"error": "too many plans running", "max_plans": self.max_plans})
     }
 
+    /// Refuse, at serve's start, `--plan-query-user auto`'s ids for [`PlanLimits::max_plans`]
+    /// slots when the host root's `/etc/passwd`, `/etc/group`, `/etc/subuid` or
+    /// `/etc/subgid` gives any of them to someone ([`sandbox::QueryUsers::check_host`]; a
+    /// missing file names nobody). Read through [`crate::host::root::HostRoot`], confined
+    /// to `root`.
+    ///
+    /// # Errors
+    /// The root or a file cannot be read; an id of the range is taken (the file, its line).
+    pub fn check_query_users(&self, root: &std::path::Path) -> Result<(), String> {
+        if self.query_users != sandbox::QueryUsers::Auto {
+            return Ok(());
+        }
+        let host = crate::host::root::HostRoot::open(root)
+            .map_err(|e| format!("cannot open host root {}: {e}", root.display()))?;
+        let read = |name: &str| -> Result<(String, String), String> {
+            let p = std::path::Path::new(name);
+            let text = host.read_opt(p).map_err(|e| e.to_string())?;
+            let shown = root
+                .join(name.trim_start_matches('/'))
+                .display()
+                .to_string();
+            Ok((
+                shown,
+                String::from_utf8_lossy(&text.unwrap_or_default()).into_owned(),
+            ))
+        };
+        let [p, g, su, sg] = [
+            read("/etc/passwd")?,
+            read("/etc/group")?,
+            read("/etc/subuid")?,
+            read("/etc/subgid")?,
+        ];
+        self.query_users.check_host(
+            self.max_plans,
+            (&p.0, &p.1),
+            (&g.0, &g.1),
+            (&su.0, &su.1),
+            (&sg.0, &sg.1),
+        )
+    }
+
     /// Plans running now (their threads included).
     pub fn running(&self) -> usize {
-        self.running.load(Ordering::SeqCst)
+        lock(&self.slots).iter().filter(|used| **used).count()
     }
 
     /// A request's `timeout_s` lowered to [`PlanLimits::timeout`] (which it gets when it
@@ -180,7 +251,8 @@ mod tests {
             ..PlanLimits::default()
         };
         let a = l.admit().unwrap();
-        let _b = l.admit().unwrap();
+        let b = l.admit().unwrap();
+        assert_eq!((a.slot(), b.slot()), (0, 1));
         assert!(l.admit().is_none());
         assert_eq!(l.running(), 2);
         assert_eq!(
@@ -189,7 +261,46 @@ mod tests {
         );
         drop(a);
         assert_eq!(l.running(), 1);
-        assert!(l.admit().is_some());
+        // The freed slot is the next plan's (and so is its query user).
+        assert_eq!(l.admit().map(|p| p.slot()), Some(0));
+    }
+
+    /// Serve's start-up check reads the host root's user database (not the server's): a
+    /// root whose `/etc/group` gives an `auto` id is refused naming the file and line; one
+    /// without the files, or a fixed query user, passes.
+    #[test]
+    fn auto_query_users_are_refused_when_the_host_roots_group_names_one() {
+        let root = tempfile::tempdir().unwrap();
+        let l = PlanLimits::default();
+        assert_eq!(l.check_query_users(root.path()), Ok(()));
+        std::fs::create_dir(root.path().join("etc")).unwrap();
+        std::fs::write(
+            root.path().join("etc/passwd"),
+            "root:x:0:0::/root:/bin/sh\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.path().join("etc/group"),
+            "root:x:0:\nplans:x:2147478692:\n",
+        )
+        .unwrap();
+        let e = l.check_query_users(root.path()).unwrap_err();
+        let want = format!(
+            "--plan-query-user auto runs plans as ids 2147478690-2147478693 (--max-plans 4), \
+             and {} line 2 gives a group of them (\"plans:x:2147478692:\")",
+            root.path().join("etc/group").display()
+        );
+        assert!(e.starts_with(&want), "{e}");
+        let two = PlanLimits {
+            max_plans: 2,
+            ..PlanLimits::default()
+        };
+        assert_eq!(two.check_query_users(root.path()), Ok(()));
+        let fixed = PlanLimits {
+            query_users: sandbox::QueryUsers::Fixed(sandbox::QueryUser::NOBODY),
+            ..PlanLimits::default()
+        };
+        assert_eq!(fixed.check_query_users(root.path()), Ok(()));
     }
 
     #[test]

@@ -392,10 +392,12 @@ fn validate_package(
 }
 
 impl PlanJob {
-    /// Hold the plan to the server's `limits` ([`PlanLimits`]): its commands' sandbox limits,
-    /// each package's script steps' deadline, and `permit`, its place under `--max-plans`.
+    /// Hold the plan to the server's `limits` ([`PlanLimits`]): its commands' sandbox limits
+    /// and query user (its slot's: [`PlanLimits::query_users`]), each package's script
+    /// steps' deadline, and `permit`, its place under `--max-plans`.
     pub fn bound(&mut self, limits: &PlanLimits, permit: PlanPermit) {
         self.sandbox = limits.sandbox.clone();
+        self.sandbox.query_user = limits.query_users.for_slot(permit.slot());
         self.planned_bytes = limits.planned_bytes;
         for p in &mut self.packages {
             limits.bound_env(&mut p.env);
