@@ -135,7 +135,7 @@ fn a_plan_query_cannot_chroot_out_of_the_read_only_root() {
 }
 
 /// Pids of processes whose command line is exactly `argv` (read from /proc, bounded).
-fn pids_of(argv: &[&str]) -> Vec<i32> {
+pub(crate) fn pids_of(argv: &[&str]) -> Vec<i32> {
     let want: Vec<u8> = argv
         .iter()
         .flat_map(|a| [a.as_bytes(), b"\0"].concat())
@@ -149,7 +149,7 @@ fn pids_of(argv: &[&str]) -> Vec<i32> {
 }
 
 /// True when process `pid` ends (or is gone) within `ms` milliseconds (its pidfd polled).
-fn exits_within(pid: i32, ms: i32) -> bool {
+pub(crate) fn exits_within(pid: i32, ms: i32) -> bool {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     // SAFETY: pidfd_open with a pid and no flags.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };

@@ -47,10 +47,10 @@ fn outside() -> tempfile::TempDir {
 
 /// A procfs mounted at the fake root's `/proc` (of this process's PID namespace, the
 /// host's, as a node's `/proc` is), unmounted when dropped (declare it after the root).
-struct HostProc(PathBuf);
+pub(crate) struct HostProc(PathBuf);
 
 impl HostProc {
-    fn mount(fr: &FakeRoot) -> HostProc {
+    pub(crate) fn mount(fr: &FakeRoot) -> HostProc {
         let p = fr.host("/proc");
         std::fs::create_dir_all(&p).unwrap();
         use nix::mount::MsFlags;

@@ -9,42 +9,14 @@
 //! Tests marked `#[ignore = "known hole: ..."]` reproduce an attack that succeeds on main
 //! (their failure line is in the report of the branch that added them).
 
-use std::path::PathBuf;
-
 use serde_json::{Value, json};
 use skyhook::process::Cancel;
 use skyhook::remote::Client;
 
 use crate::fleet::{PLAN_TOKEN, start_serve_with, tokens_file};
-use crate::plan_attack::{host_with, perl_query, plan_body, plan_with};
+use crate::plan_attack::{exits_within, host_with, perl_query, pids_of, plan_body, plan_with};
+use crate::plan_escape::HostProc;
 use crate::util::FakeRoot;
-
-/// A procfs mounted at the fake root's `/proc` (of the host's PID namespace, as a node's
-/// `/proc` is), unmounted when dropped (declare it after the root).
-struct HostProc(PathBuf);
-
-impl HostProc {
-    fn mount(fr: &FakeRoot) -> HostProc {
-        let p = fr.host("/proc");
-        std::fs::create_dir_all(&p).unwrap();
-        use nix::mount::MsFlags;
-        nix::mount::mount(
-            Some("proc"),
-            &p,
-            Some("proc"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-            None::<&str>,
-        )
-        .unwrap();
-        HostProc(p)
-    }
-}
-
-impl Drop for HostProc {
-    fn drop(&mut self) {
-        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
-    }
-}
 
 /// A host root with `perl` and `sleep`, `/dev/null` and the host's `/proc` mounted in it.
 fn host() -> (FakeRoot, HostProc) {
@@ -59,39 +31,6 @@ fn plan_perl(fr: &FakeRoot, id: &str, code: &str) -> (Value, String) {
         skyhook::serve::Config::new(fr.root()),
         &plan_body(id, &perl_query(code)),
     )
-}
-
-/// Pids of processes whose command line is exactly `argv` (read from /proc, bounded).
-fn pids_of(argv: &[&str]) -> Vec<i32> {
-    let want: Vec<u8> = argv
-        .iter()
-        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
-        .collect();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == want))
-        .collect()
-}
-
-/// True when process `pid` ends (or is gone) within `ms` milliseconds (its pidfd polled).
-fn exits_within(pid: i32, ms: i32) -> bool {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    // SAFETY: pidfd_open with a pid and no flags.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return true;
-    }
-    // SAFETY: a new fd owned here.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut p, 1, ms) == 1 }
 }
 
 /// Processes running `argv` that are still there after 5 s each, killed (the test's own
