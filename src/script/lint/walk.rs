@@ -188,10 +188,8 @@ impl Walk<'_> {
         // The checker outlives `self`'s borrow: its table is read in place, not copied.
         let checker = self.checker;
         if let Some(fns) = checker.namespaces.get(ns) {
-            if path.len() == 1 {
-                if self.resolve_in(ns, name, argc, fns, pos, "") {
-                    self.options(x, ns, pos);
-                }
+            if path.len() == 1 && self.resolve_in(ns, name, argc, fns, pos, "") {
+                self.options(x, ns, pos);
             }
             return;
         }

@@ -204,13 +204,19 @@ mod tests {
         let f = o_path(&a);
         let ino = f.metadata().unwrap().ino();
         std::fs::rename(&b, &a).unwrap(); // the name now leads to another file
-        assert!(private_procfs().is_some(), "no private procfs on this kernel");
+        assert!(
+            private_procfs().is_some(),
+            "no private procfs on this kernel"
+        );
         let r = reopen_in_private_procfs(&f).expect("the private procfs reopen");
         assert_eq!(r.metadata().unwrap().ino(), ino);
         let fl = nix::fcntl::fcntl(&r, nix::fcntl::FcntlArg::F_GETFL).unwrap();
         assert_eq!(fl & libc::O_ACCMODE, libc::O_RDONLY);
         assert_ne!(fl & libc::O_NONBLOCK, 0);
-        assert_eq!(read_bounded(reopen_regular(f).unwrap(), 100).unwrap(), b"first");
+        assert_eq!(
+            read_bounded(reopen_regular(f).unwrap(), 100).unwrap(),
+            b"first"
+        );
     }
 
     /// Still nothing but a regular file is opened: a FIFO's or a directory's handle is
