@@ -157,48 +157,47 @@ const KEYWORDS: &[&str] = &[
 /// Name → the argument counts it accepts.
 type Arities = HashMap<String, BTreeSet<usize>>;
 
+/// [`Arities`] of the static tables ([`Checker`]): the names are the tables' own
+/// `&'static str`, so building a [`Checker`] copies no name.
+type StaticArities = HashMap<&'static str, BTreeSet<usize>>;
+
 /// The functions a script can call, built once from a [`ScriptEngine`]; cheap to reuse for
 /// many files.
 #[derive(Debug, Clone)]
 pub struct Checker {
     /// Plain-call functions: Rhai packages, script layer, host API globals.
-    globals: Arities,
+    globals: StaticArities,
     /// `ns` → its functions (host API namespaces and `log`).
-    namespaces: BTreeMap<String, Arities>,
+    namespaces: BTreeMap<&'static str, StaticArities>,
     /// `(ns, name, arity)` → (index of the options argument, accepted keys).
-    options: HashMap<(String, String, usize), (usize, &'static [&'static str])>,
+    options: HashMap<(&'static str, &'static str, usize), (usize, &'static [&'static str])>,
 }
 
 impl Checker {
     /// The table: Rhai's packages ([`RHAI_FUNCTIONS`]), the script layer
-    /// ([`SCRIPT_FUNCTIONS`] and `changed()`) and the host API ([`FUNCTIONS`]).
+    /// ([`SCRIPT_FUNCTIONS`] and `changed()`) and the host API ([`FUNCTIONS`]). Keyed by the
+    /// tables' static names (no name is copied: the preflight builds one per run).
     pub fn new() -> Checker {
-        let mut globals = Arities::new();
+        let mut globals = StaticArities::with_capacity(RHAI_FUNCTIONS.len() + 64);
         for (name, arities) in RHAI_FUNCTIONS {
             globals
-                .entry(name.to_string())
+                .entry(*name)
                 .or_default()
                 .extend(arities.iter().copied());
         }
-        let mut namespaces: BTreeMap<String, Arities> = BTreeMap::new();
+        let mut namespaces: BTreeMap<&'static str, StaticArities> = BTreeMap::new();
         let mut options = HashMap::new();
         for d in FUNCTIONS.iter().chain(SCRIPT_FUNCTIONS) {
             let table = if d.ns.is_empty() {
                 &mut globals
             } else {
-                namespaces.entry(d.ns.to_string()).or_default()
+                namespaces.entry(d.ns).or_default()
             };
-            table
-                .entry(d.name.to_string())
-                .or_default()
-                .insert(d.params.len());
+            table.entry(d.name).or_default().insert(d.params.len());
             if let Some(i) = d.params.iter().position(|(_, t)| *t == "Map")
                 && !d.options.is_empty()
             {
-                options.insert(
-                    (d.ns.to_string(), d.name.to_string(), d.params.len()),
-                    (i, d.options),
-                );
+                options.insert((d.ns, d.name, d.params.len()), (i, d.options));
             }
         }
         Checker {

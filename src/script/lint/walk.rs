@@ -149,10 +149,11 @@ impl Walk<'_> {
                 return;
             }
             let mut arities = BTreeSet::new();
-            for t in [&self.checker.globals, self.script_fns] {
-                if let Some(a) = t.get(name) {
-                    arities.extend(a.iter().copied());
-                }
+            if let Some(a) = self.checker.globals.get(name) {
+                arities.extend(a.iter().copied());
+            }
+            if let Some(a) = self.script_fns.get(name) {
+                arities.extend(a.iter().copied());
             }
             if arities.is_empty() {
                 if self.variables.contains(name) {
@@ -184,12 +185,11 @@ impl Walk<'_> {
             }
             return;
         }
-        if let Some(fns) = self.checker.namespaces.get(ns) {
-            if path.len() == 1 {
-                let fns = fns.clone();
-                if self.resolve_in(ns, name, argc, &fns, pos, "") {
-                    self.options(x, ns, pos);
-                }
+        // The checker outlives `self`'s borrow: its table is read in place, not copied.
+        let checker = self.checker;
+        if let Some(fns) = checker.namespaces.get(ns) {
+            if path.len() == 1 && self.resolve_in(ns, name, argc, fns, pos, "") {
+                self.options(x, ns, pos);
             }
             return;
         }
@@ -197,7 +197,7 @@ impl Walk<'_> {
             .checker
             .namespaces
             .keys()
-            .map(String::as_str)
+            .copied()
             .chain(self.modules.keys().map(String::as_str));
         let hint = suggest(ns, candidates)
             .map(|s| format!(" (did you mean {s}?)"))
@@ -210,12 +210,12 @@ impl Walk<'_> {
     }
 
     /// `ns::name` against the functions `fns` of `ns`; true when it resolves.
-    fn resolve_in(
+    fn resolve_in<K: std::borrow::Borrow<str> + std::hash::Hash + Eq>(
         &mut self,
         ns: &str,
         name: &str,
         argc: usize,
-        fns: &Arities,
+        fns: &HashMap<K, BTreeSet<usize>>,
         pos: Position,
         what: &str,
     ) -> bool {
@@ -230,7 +230,7 @@ impl Walk<'_> {
                 false
             }
             None => {
-                let hint = suggest(name, fns.keys().map(String::as_str))
+                let hint = suggest(name, fns.keys().map(|k| k.borrow()))
                     .map(|s| format!(" (did you mean {ns}::{s}?)"))
                     .unwrap_or_default();
                 self.push(
@@ -245,7 +245,7 @@ impl Walk<'_> {
 
     /// Keys of a literal options map passed to a host function that takes one.
     fn options(&mut self, x: &FnCallExpr, ns: &str, pos: Position) {
-        let key = (ns.to_string(), x.name.to_string(), x.args.len());
+        let key = (ns, x.name.as_str(), x.args.len());
         let Some(&(i, accepted)) = self.checker.options.get(&key) else {
             return;
         };
@@ -313,8 +313,8 @@ impl Walk<'_> {
             .checker
             .globals
             .keys()
-            .chain(self.script_fns.keys())
-            .map(String::as_str);
+            .copied()
+            .chain(self.script_fns.keys().map(String::as_str));
         suggest(name, candidates)
             .map(|s| format!(" (did you mean {s}?)"))
             .unwrap_or_default()
