@@ -331,15 +331,42 @@ fn unix_socket_attack(
     cfg: skyhook::serve::Config,
     fr: &FakeRoot,
 ) -> (Option<String>, Value, String) {
-    std::fs::create_dir_all(fr.host("/run")).unwrap();
-    let listener = std::os::unix::net::UnixListener::bind(fr.host("/run/daemon.sock")).unwrap();
+    socket_attack(
+        cfg,
+        fr,
+        "/run/daemon.sock",
+        None,
+        "systemctl start evil.service",
+    )
+}
+
+/// A daemon listening on Unix socket `path` of the host root (owned by `owner`'s uid and
+/// gid with mode 0600 when given, else as bound by root), and a plan whose query connects
+/// and writes `request`: what the daemon received (if anything), the exit and the lines.
+pub(crate) fn socket_attack(
+    cfg: skyhook::serve::Config,
+    fr: &FakeRoot,
+    path: &str,
+    owner: Option<u32>,
+    request: &str,
+) -> (Option<String>, Value, String) {
+    let sock = fr.host(path);
+    std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    if let Some(id) = owner {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::chown(&sock, Some(id), Some(id)).unwrap();
+    }
     let code = r#"
         socket(my $s, 1, 1, 0) or die "socket: $!\n";
-        connect($s, pack("S a108", 1, "/run/daemon.sock")) or die "connect: $!\n";
-        syswrite($s, "systemctl start evil.service");
+        connect($s, pack("S a108", 1, "PATH")) or die "connect: $!\n";
+        syswrite($s, "REQUEST");
         print "connected";
-    "#;
-    let (exit, lines) = plan_perl_with(cfg, "unix", code);
+    "#
+    .replace("PATH", path)
+    .replace("REQUEST", request);
+    let (exit, lines) = plan_perl_with(cfg, "unix", &code);
     listener.set_nonblocking(true).unwrap();
     // The plan has ended: a connection it made waits in the backlog, its request in it.
     let got = listener.accept().ok().map(|(mut c, _)| {

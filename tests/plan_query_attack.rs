@@ -238,29 +238,13 @@ fn nobody_socket_attack(
     cfg: skyhook::serve::Config,
     fr: &FakeRoot,
 ) -> (Option<String>, Value, String) {
-    std::fs::create_dir_all(fr.host("/run/exporter")).unwrap();
-    let sock = fr.host("/run/exporter/control.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).unwrap();
-    std::os::unix::fs::chown(&sock, Some(65534), Some(65534)).unwrap();
-    let code = r#"
-        socket(my $s, 1, 1, 0) or die "socket: $!\n";
-        connect($s, pack("S a108", 1, "/run/exporter/control.sock")) or die "connect: $!\n";
-        syswrite($s, "reload /etc/evil.conf");
-        print "connected";
-    "#;
-    let (exit, lines) = plan_with(cfg, &plan_body("nobody-socket", &perl_query(code)));
-    listener.set_nonblocking(true).unwrap();
-    // The plan has ended: a connection it made waits in the backlog, its request in it.
-    let got = listener.accept().ok().map(|(mut c, _)| {
-        use std::io::Read as _;
-        c.set_nonblocking(false).unwrap();
-        let mut s = String::new();
-        let _ = c.read_to_string(&mut s);
-        s
-    });
-    (got, exit, lines)
+    crate::plan_escape::socket_attack(
+        cfg,
+        fr,
+        "/run/exporter/control.sock",
+        Some(65534),
+        "reload /etc/evil.conf",
+    )
 }
 
 /// A daemon of the node running as 65534 (`nobody`: exporters, `dnsmasq`, pods run as

@@ -88,27 +88,40 @@ fn a_batch_failed_half_way_leaves_no_stale_record_ahead() {
     });
 }
 
+/// A 256 KiB tmpfs at `/dst` holding `a`, `b`, `c` (`old X`), and `/src` with the same
+/// names, `b` of 1 MiB (call in a mount namespace).
+fn enospc_copy_tree() -> TestHost {
+    let t = TestHost::new();
+    tmpfs(&t.p("/dst"), Some("size=256k"));
+    t.file("/src/a", "new a\n");
+    t.file("/src/b", &"b".repeat(1 << 20));
+    t.file("/src/c", "new c\n");
+    for f in ["a", "b", "c"] {
+        t.file(&format!("/dst/{f}"), &format!("old {f}\n"));
+    }
+    t
+}
+
+/// `fs::copy_tree` of `/src` to `/dst` in a journaled apply, which fails at `/dst/b`
+/// (`ENOSPC`), then the step's undo, which must undo everything.
+fn copy_tree_and_undo(t: &TestHost) {
+    let mut h = undo_host(t);
+    let tree = crate::host::files::copy_tree::TreeOptions::default();
+    crate::host::files::copy_tree::copy_tree(&mut h, "/src", "/dst", &tree)
+        .expect_err("the copy of /dst/b does not fit");
+    let (_, undone, result) = h.fail_with_report();
+    result.unwrap();
+    assert!(undone.not_undone.is_empty(), "{:?}", undone.not_undone);
+}
+
 /// All-or-nothing for files after `ENOSPC` half-way, with no write after: the copy that
 /// landed is put back, the one that failed left no temporary, the one not reached is as
 /// it was; the undo puts back every file.
 #[test]
 fn a_batch_failed_at_enospc_is_undone_whole() {
     in_mount_namespace(|| {
-        let t = TestHost::new();
-        tmpfs(&t.p("/dst"), Some("size=256k"));
-        t.file("/src/a", "new a\n");
-        t.file("/src/b", &"b".repeat(1 << 20));
-        t.file("/src/c", "new c\n");
-        for f in ["a", "b", "c"] {
-            t.file(&format!("/dst/{f}"), &format!("old {f}\n"));
-        }
-        let mut h = undo_host(&t);
-        let tree = crate::host::files::copy_tree::TreeOptions::default();
-        crate::host::files::copy_tree::copy_tree(&mut h, "/src", "/dst", &tree)
-            .expect_err("the copy of /dst/b does not fit");
-        let (_, undone, result) = h.fail_with_report();
-        result.unwrap();
-        assert!(undone.not_undone.is_empty(), "{:?}", undone.not_undone);
+        let t = enospc_copy_tree();
+        copy_tree_and_undo(&t);
         let mut names: Vec<String> = std::fs::read_dir(t.p("/dst"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -162,26 +175,13 @@ fn a_write_that_does_not_fit_fails_before_it_fills_the_filesystem() {
 fn an_undo_leaves_a_file_the_failed_batch_never_reached_untouched() {
     use std::os::unix::fs::MetadataExt as _;
     in_mount_namespace(|| {
-        let t = TestHost::new();
-        tmpfs(&t.p("/dst"), Some("size=256k"));
-        t.file("/src/a", "new a\n");
-        t.file("/src/b", &"b".repeat(1 << 20));
-        t.file("/src/c", "new c\n");
-        for f in ["a", "b", "c"] {
-            t.file(&format!("/dst/{f}"), &format!("old {f}\n"));
-        }
+        let t = enospc_copy_tree();
         let stamp = |f: &str| {
             let m = std::fs::metadata(t.p(&format!("/dst/{f}"))).unwrap();
             (m.ino(), m.mtime(), m.mtime_nsec())
         };
         let (b0, c0) = (stamp("b"), stamp("c"));
-        let mut h = undo_host(&t);
-        let tree = crate::host::files::copy_tree::TreeOptions::default();
-        crate::host::files::copy_tree::copy_tree(&mut h, "/src", "/dst", &tree)
-            .expect_err("the copy of /dst/b does not fit");
-        let (_, undone, result) = h.fail_with_report();
-        result.unwrap();
-        assert!(undone.not_undone.is_empty(), "{:?}", undone.not_undone);
+        copy_tree_and_undo(&t);
         assert_eq!(
             stamp("b"),
             b0,
