@@ -492,3 +492,73 @@ fn the_servers_memory_does_not_grow_over_many_plans() {
         rss[39]
     );
 }
+
+/// Slot reuse: plan A (slot 0 of `auto`, so uid 2147478690) leaves what could outlive its
+/// processes (a SysV shared memory segment of a fixed key, a key in its uid's user
+/// keyring, a child stopped by `SIGSTOP`); plan B, the next plan of the same slot and uid
+/// on the same server, finds none of them.
+#[test]
+fn the_next_plan_of_the_same_slot_finds_nothing_the_last_one_left() {
+    require_root!();
+    let fr = host_with(&["perl", "sleep", "id"]);
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let cfg = skyhook::serve::Config::new(fr.root());
+    let leave = r#"
+        my $id = shmget(0x5eed0032, 65536, 0600 | 01000); print "shm=", (defined $id ? "made" : "$!"), " ";
+        my ($t, $d, $v) = ("user", "skyhook-slot-leak", "payload");
+        my $k = syscall(248, $t, $d, $v, 7, -4);
+        print "key=", ($k > 0 ? "made" : "$!"), " ";
+        defined(my $p = fork) or die "fork: $!\n";
+        if ($p == 0) { close(STDOUT); close(STDERR); exec("sleep", "3600.0590") }
+        kill("STOP", $p); print "uid=$<";
+    "#;
+    let find = r#"
+        my $id = shmget(0x5eed0032, 0, 0); print "shm=", (defined $id ? "found" : "none"), " ";
+        my ($t, $d) = ("user", "skyhook-slot-leak");
+        my $k = syscall(250, 10, -4, $t, $d, 0);
+        print "key=", ($k > 0 ? "found" : "none"), " ";
+        my $n = kill(0, -1); print "signalable=$n uid=$<";
+    "#;
+    let (a, b) = current_rt().block_on(async {
+        let client = Client::new(&start_serve_with(cfg, &tokens).await, PLAN_TOKEN).unwrap();
+        let a = run_plan(&client, &plan_body("slot-leave", &perl_query(leave))).await;
+        let b = run_plan(&client, &plan_body("slot-find", &perl_query(find))).await;
+        (a, b)
+    });
+    eprintln!("A: {}\nB: {}", a.1, b.1);
+    let left: Vec<i32> = pids_of(&["sleep", "3600.0590"])
+        .into_iter()
+        .filter(|&p| !exits_within(p, 5000))
+        .collect();
+    for p in &left {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), nix::sys::signal::SIGKILL);
+    }
+    assert_eq!(a.0["exit"], json!({"code": 0}), "{:#}", a.0);
+    assert_eq!(b.0["exit"], json!({"code": 0}), "{:#}", b.0);
+    let (uid_a, uid_b): (u32, u32) = (
+        field(&a.1, "uid").unwrap_or_else(|| panic!("{}", a.1)),
+        field(&b.1, "uid").unwrap_or_else(|| panic!("{}", b.1)),
+    );
+    assert_eq!(uid_a, uid_b, "the two plans did not share a slot");
+    assert_eq!(
+        left,
+        Vec::<i32>::new(),
+        "plan A's stopped child outlived it"
+    );
+    assert!(
+        b.1.contains("shm=none"),
+        "plan B found plan A's shared memory: {}",
+        b.1
+    );
+    assert!(
+        b.1.contains("key=none"),
+        "plan B found plan A's key: {}",
+        b.1
+    );
+    assert!(
+        b.1.contains("signalable=0 "),
+        "plan B can signal a process: {}",
+        b.1
+    );
+}
