@@ -562,3 +562,52 @@ fn the_next_plan_of_the_same_slot_finds_nothing_the_last_one_left() {
         b.1
     );
 }
+
+/// `--plan-pids` counts threads too: under `--plan-pids 64` a query starting 200 threads
+/// (perl's `threads`, each sleeping) gets fewer than 64 of them, as it would processes (the
+/// plan's cgroup's `pids.max`; the PID namespace's `pid_max` floor, 301, would not stop it).
+#[test]
+fn threads_count_against_the_plans_pids() {
+    require_root!();
+    if let Err(why) = skyhook::process::plan_cgroup::parents() {
+        skip!("no cgroup with memory and pids for plans: {why}");
+    }
+    let fr = host();
+    // perl's threads module and what it loads, from the test host's perl (as the host root's)
+    for f in [
+        "/usr/lib/x86_64-linux-gnu/perl-base/Config.pm",
+        "/usr/lib/x86_64-linux-gnu/perl-base/XSLoader.pm",
+        "/usr/lib/x86_64-linux-gnu/perl-base/overload.pm",
+        "/usr/lib/x86_64-linux-gnu/perl-base/overloading.pm",
+        "/usr/lib/x86_64-linux-gnu/perl-base/strict.pm",
+        "/usr/lib/x86_64-linux-gnu/perl-base/warnings.pm",
+        "/usr/lib/x86_64-linux-gnu/perl-base/warnings/register.pm",
+        "/usr/lib/x86_64-linux-gnu/perl/5.36/threads.pm",
+        "/usr/lib/x86_64-linux-gnu/perl/5.36/auto/threads/threads.so",
+    ] {
+        let to = fr.host(f);
+        if std::path::Path::new(f).exists() && !to.exists() {
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(f, &to).unwrap();
+        }
+    }
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.sandbox.max_pids = 64;
+    let code = r#"
+        eval { require threads; 1 } or do { print "nothreads:$@"; exit 0 };
+        my $n = 0;
+        for (1..200) { my $t = threads->create(sub { sleep 30 }); last unless $t; $t->detach; $n++ }
+        print "threads=$n "; exit 0;
+    "#;
+    let (exit, lines) = plan_with(cfg, &plan_body("threads", &perl_query(code)));
+    eprintln!("{lines}");
+    if lines.contains("nothreads") {
+        skip!("perl of the host root has no threads: {lines}");
+    }
+    assert_eq!(exit["exit"]["code"], json!(0), "{exit:#}");
+    let n: u32 = field(&lines, "threads").unwrap_or_else(|| panic!("{lines}"));
+    assert!(
+        n < 64,
+        "a plan's query ran {n} threads under --plan-pids 64: {lines}"
+    );
+}
