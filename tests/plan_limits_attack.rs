@@ -410,11 +410,11 @@ async fn run_plan(client: &Client, body: &Value) -> (Value, String) {
 
 /// `--plan-bytes` counts the content of each planned write, not what else a plan keeps in
 /// the server: a symlink's target (up to 4 KiB each, and a step may plan tens of thousands)
-/// is planned for nothing. Four steps of 2,500 symlinks with 4,000-byte targets under
+/// is planned for nothing. Four steps of 1,000 symlinks with 4,000-byte targets under
 /// `--plan-bytes 1MiB` (the `serve` binary, its peak resident memory): the plan must fail
 /// at its budget, or at least not grow the server by more than the budget allows.
 #[test]
-#[ignore = "known hole: --plan-bytes counts only WriteFile content; symlink targets (and paths) are planned for free"]
+#[ignore = "known hole: --plan-bytes counts only WriteFile content; 4,000 planned symlinks (16 MB of targets) take the server to 811 MiB"]
 fn planned_symlinks_are_held_to_the_plans_planned_bytes() {
     require_root!();
     let fr = host();
@@ -424,7 +424,7 @@ fn planned_symlinks_are_held_to_the_plans_planned_bytes() {
     let step = |i: usize| {
         format!(
             "let t = \"/\";\nwhile t.len() < 4000 {{ t += \"t\"; }}\n\
-             for j in 0..2500 {{ fs::symlink(t, \"/tmp/l{i}_\" + j); }}\nprint(\"step {i} planned\");\n"
+             for j in 0..1000 {{ fs::symlink(t, \"/tmp/l{i}_\" + j); }}\nprint(\"step {i} planned\");\n"
         )
     };
     let mut body = plan_body("links", "");
@@ -454,7 +454,7 @@ fn planned_symlinks_are_held_to_the_plans_planned_bytes() {
     let planned_all = lines.contains("step 3 planned");
     assert!(
         !planned_all && peak < before + 32,
-        "a plan of 10,000 symlinks of 4,000-byte targets under --plan-bytes 1MiB took the \
+        "a plan of 4,000 symlinks of 4,000-byte targets under --plan-bytes 1MiB took the \
          server from {before} MiB to {peak} MiB (all planned: {planned_all}, exit {})",
         exit["exit"]
     );
@@ -623,10 +623,7 @@ fn line_edits_of_big_files_count_their_whole_content() {
     let fr = host();
     let line = "k=v".repeat(32) + "\n";
     for i in 0..3 {
-        fr.write(
-            &format!("/etc/big{i}"),
-            &line.repeat((3 << 20) / line.len()),
-        );
+        fr.write(&format!("/etc/big{i}"), line.repeat((3 << 20) / line.len()));
     }
     let mut cfg = skyhook::serve::Config::new(fr.root());
     cfg.plan.planned_bytes = 8 << 20;
