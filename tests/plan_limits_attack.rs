@@ -653,3 +653,38 @@ fn line_edits_of_big_files_count_their_whole_content() {
         "{rendered}"
     );
 }
+
+/// Any planned effect, not only a symlink's target, costs the server far more than
+/// `--plan-bytes` counts (nothing, for an effect without content): one step of 4,000
+/// `fs::mkdir` of short paths under `--plan-bytes 1MiB` (the `serve` binary, its peak
+/// resident memory) must not grow the server by more than 32 MiB. A step may plan as many
+/// effects as `--plan-max-operations` (5,000,000) allows.
+#[test]
+#[ignore = "known hole: each planned effect holds ~48 KiB of the server, uncounted by --plan-bytes (4,000 mkdir: 23 -> 215 MiB)"]
+fn many_planned_directories_are_held_to_the_plans_planned_bytes() {
+    require_root!();
+    let fr = host();
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let (srv, url) = serve_bin_drained(fr.root(), &tokens, &["--plan-bytes", "1MiB"]);
+    let script = "for j in 0..4000 { fs::mkdir(\"/tmp/d\" + j); }\nprint(\"all planned\");\n";
+    let mut body = plan_body("dirs", script);
+    body["timeout_s"] = json!(120);
+    let (before, _) = mem_mib(srv.0.id());
+    let (exit, lines) = current_rt().block_on(async {
+        let client = Client::new(&url, PLAN_TOKEN).unwrap();
+        run_plan(&client, &body).await
+    });
+    let (peak, _) = mem_mib(srv.0.id());
+    eprintln!(
+        "serve peak {before} MiB before, {peak} MiB after; exit {}",
+        exit["exit"]
+    );
+    assert!(
+        peak < before + 32,
+        "a plan of 4,000 planned directories under --plan-bytes 1MiB took the server from \
+         {before} MiB to {peak} MiB (all planned: {}, exit {})",
+        lines.contains("all planned"),
+        exit["exit"]
+    );
+}
