@@ -94,6 +94,7 @@ mod nvidia_tuned_port;
 mod orphans;
 mod plan_attack;
 mod plan_escape;
+mod plan_limits_attack;
 mod plan_query_attack;
 mod plan_stop;
 mod preflight;
