@@ -355,42 +355,26 @@ fn mem_mib(pid: u32) -> (u64, u64) {
     (get("VmHWM:"), get("VmRSS:"))
 }
 
-/// [`crate::plan_attack::serve_bin`], but its stderr is drained to the end (each plan's
-/// audit line would otherwise meet a closed pipe and end the server).
-fn serve_bin_drained(
-    root: &std::path::Path,
-    tokens: &std::path::Path,
-    extra: &[&str],
-) -> (crate::plan_attack::ServeBin, String) {
-    use std::io::BufRead as _;
-    let mut child = std::process::Command::new(crate::util::AGENT)
-        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
-        .arg(root)
-        .arg("--tokens-file")
-        .arg(tokens)
-        .args(extra)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = child.stderr.take().unwrap();
-    let srv = crate::plan_attack::ServeBin(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
+/// A server whose stderr has no reader any more (the reader of `serve_bin` stops after
+/// the listen line; a restarted journald or a closed pipe on a node) keeps serving: its
+/// per-execution audit line was an `eprintln!`, whose `EPIPE` panicked the request's task,
+/// so every plan after the first failed with `connection closed before message completed`.
+#[test]
+fn a_server_whose_stderr_is_gone_keeps_serving() {
+    require_root!();
+    let fr = host();
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let (_srv, url) = crate::plan_attack::serve_bin(fr.root(), &tokens, &[]);
+    current_rt().block_on(async {
+        let client = Client::new(&url, PLAN_TOKEN).unwrap();
+        for i in 0..3 {
+            let body = plan_body(&format!("gone{i}"), "print(\"planned\");\n");
+            let (exit, lines) = run_plan(&client, &body).await;
+            assert_eq!(exit["exit"], json!({"code": 0}), "plan {i}: {exit:#}");
+            assert!(lines.contains("planned"), "plan {i}: {lines}");
         }
     });
-    loop {
-        let l = rx
-            .recv_timeout(std::time::Duration::from_secs(10))
-            .expect("serve did not say where it listens");
-        if let Some(rest) = l.split("listening on 127.0.0.1:").nth(1) {
-            let port = rest.split_whitespace().next().unwrap();
-            return (srv, format!("http://127.0.0.1:{port}"));
-        }
-    }
 }
 
 /// The exit event and line text of `body` planned by `client`.
@@ -420,7 +404,7 @@ fn planned_symlinks_are_held_to_the_plans_planned_bytes() {
     let fr = host();
     let d = tempfile::tempdir().unwrap();
     let tokens = tokens_file(d.path());
-    let (srv, url) = serve_bin_drained(fr.root(), &tokens, &["--plan-bytes", "1MiB"]);
+    let (srv, url) = crate::plan_attack::serve_bin(fr.root(), &tokens, &["--plan-bytes", "1MiB"]);
     let step = |i: usize| {
         format!(
             "let t = \"/\";\nwhile t.len() < 4000 {{ t += \"t\"; }}\n\
@@ -469,7 +453,7 @@ fn the_servers_memory_does_not_grow_over_many_plans() {
     let fr = host();
     let d = tempfile::tempdir().unwrap();
     let tokens = tokens_file(d.path());
-    let (srv, url) = serve_bin_drained(fr.root(), &tokens, &[]);
+    let (srv, url) = crate::plan_attack::serve_bin(fr.root(), &tokens, &[]);
     let script = "let s = \"x\";\nwhile s.len() < 1024 * 1024 { s += s; }\n\
                   fs::write(\"/tmp/one\", s);\nlet r = query([\"perl\", \"-e\", \"print 42\"]);\n\
                   print(\"out=\" + r.stdout);\n";
@@ -666,7 +650,7 @@ fn many_planned_directories_are_held_to_the_plans_planned_bytes() {
     let fr = host();
     let d = tempfile::tempdir().unwrap();
     let tokens = tokens_file(d.path());
-    let (srv, url) = serve_bin_drained(fr.root(), &tokens, &["--plan-bytes", "1MiB"]);
+    let (srv, url) = crate::plan_attack::serve_bin(fr.root(), &tokens, &["--plan-bytes", "1MiB"]);
     let script = "for j in 0..4000 { fs::mkdir(\"/tmp/d\" + j); }\nprint(\"all planned\");\n";
     let mut body = plan_body("dirs", script);
     body["timeout_s"] = json!(120);

@@ -61,12 +61,21 @@ impl std::fmt::Debug for Service {
 }
 
 impl Service {
-    /// A service with `cfg`, auditing to stderr (JSON lines when `json_audit`).
+    /// A service with `cfg`, auditing to stderr (JSON lines when `json_audit`). A failed
+    /// audit write (stderr's reader gone: a restarted journald, a closed pipe) is dropped:
+    /// `eprintln!` would panic in the request's task and fail every later request.
     ///
     /// # Errors
     /// The state dir cannot be created.
     pub fn new(cfg: Config, json_audit: bool) -> std::io::Result<Arc<Service>> {
-        Self::with_audit(cfg, json_audit, Arc::new(|line: &str| eprintln!("{line}")))
+        Self::with_audit(
+            cfg,
+            json_audit,
+            Arc::new(|line: &str| {
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr().lock(), "{line}");
+            }),
+        )
     }
 
     /// As [`Service::new`] with audit lines given to `audit`. The executions an earlier
