@@ -50,7 +50,7 @@ pub fn read_bounded(f: File, max_bytes: u64) -> io::Result<Vec<u8>> {
 /// a tape rewinds, a serial line's modem lines change), whatever is then read.
 ///
 /// The reopen is one `openat` of `thread-self/fd/N` in pathrs' private procfs
-/// ([`private_procfs`]); without one (an old kernel), pathrs' checked reopen, which verifies
+/// (`private_procfs`); without one (an old kernel), pathrs' checked reopen, which verifies
 /// the procfs it finds before each use (about 60 syscalls).
 ///
 /// # Errors
