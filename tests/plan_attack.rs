@@ -13,26 +13,42 @@ use crate::util::{FakeRoot, tree};
 
 use crate::fleet::{PLAN_TOKEN, RUN_TOKEN, start_serve, start_serve_with, tokens_file};
 
-/// The line events of `body` planned by `client`, and its exit event.
-async fn plan_on(client: &Client, body: &Value) -> (Value, String) {
-    let mut lines = String::new();
+/// Every event of `body` planned by `client`: the line events' text and the plan events,
+/// and the exit event.
+pub(crate) async fn plan_events(client: &Client, body: &Value) -> (Value, String, Vec<Value>) {
+    let (mut lines, mut plans) = (String::new(), Vec::new());
     let exit = client
         .execute(body, &Cancel::new(), &mut |e| {
             if let Some(t) = e.get("line").and_then(Value::as_str) {
                 lines.push_str(t);
                 lines.push('\n');
             }
+            if let Some(p) = e.get("plan") {
+                plans.push(p.clone());
+            }
         })
         .await
         .unwrap();
+    (exit, lines, plans)
+}
+
+/// The line events of `body` planned by `client`, and its exit event.
+pub(crate) async fn plan_on(client: &Client, body: &Value) -> (Value, String) {
+    let (exit, lines, _) = plan_events(client, body).await;
     (exit, lines)
 }
 
-fn current_rt() -> tokio::runtime::Runtime {
+pub(crate) fn current_rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap()
+}
+
+/// A step of config.json named `name` running `skyhook_dir/<name>.rhai`.
+pub(crate) fn plan_step(name: &str) -> Value {
+    json!({"name": name, "path": format!("{name}.rhai"), "arguments": [], "returncodes": [0],
+           "on_host": true, "idempotence": false, "upgrade_step": false})
 }
 
 /// A `package_plan` start of package `evil` 1.0.0 whose one apply step is `script`.

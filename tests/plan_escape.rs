@@ -18,7 +18,9 @@ use skyhook::process::Cancel;
 use skyhook::remote::Client;
 
 use crate::fleet::{PLAN_TOKEN, tokens_file};
-use crate::plan_attack::{host_with, perl_query, plan_body, plan_with, serve_bin};
+use crate::plan_attack::{
+    current_rt, host_with, perl_query, plan_body, plan_on, plan_step, plan_with, serve_bin,
+};
 use crate::util::FakeRoot;
 
 /// Plan a package whose query is `perl -e code` on a fresh in-process `serve` over `root`
@@ -531,18 +533,19 @@ fn a_plan_query_cannot_reach_the_server_through_proc_or_namespaces() {
     );
 }
 
-/// A `skyhook-agent serve` process over `root` (killed when dropped) and its URL once it
-/// listens (10 s at most).
-/// Peak resident memory of process `pid`, MiB (`VmHWM` of its status).
-fn peak_mib(pid: u32) -> u64 {
+/// The peak (`VmHWM`) and current (`VmRSS`) resident memory of process `pid`, in MiB.
+pub(crate) fn mem_mib(pid: u32) -> (u64, u64) {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap();
-    kib / 1024
+    let get = |k: &str| -> u64 {
+        let kib: u64 = s
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in /proc/{pid}/status"));
+        kib / 1024
+    };
+    (get("VmHWM:"), get("VmRSS:"))
 }
 
 /// Each `.rhai` step of a plan may hold 256 MiB (`max_memory`), but what a step plans to
@@ -571,34 +574,16 @@ fn a_plans_steps_cannot_pile_up_memory_in_the_server() {
     body["timeout_s"] = json!(240);
     let mut steps = Vec::new();
     for i in 0..5 {
-        steps.push(
-            json!({"name": format!("s{i}"), "path": format!("w{i}.rhai"),
-            "arguments": [], "returncodes": [0], "on_host": true,
-            "idempotence": false, "upgrade_step": false}),
-        );
+        steps.push(plan_step(&format!("w{i}")));
         body["package"]["files"][format!("skyhook_dir/w{i}.rhai")] = step(i).into();
     }
     body["package"]["config"]["modes"]["apply"] = steps.into();
-    let before = peak_mib(srv.0.id());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (exit, lines) = rt.block_on(async {
+    let before = mem_mib(srv.0.id()).0;
+    let (exit, lines) = current_rt().block_on(async {
         let client = Client::new(&url, PLAN_TOKEN).unwrap();
-        let mut lines = String::new();
-        let exit = client
-            .execute(&body, &Cancel::new(), &mut |e| {
-                if let Some(t) = e.get("line").and_then(Value::as_str) {
-                    lines.push_str(t);
-                    lines.push('\n');
-                }
-            })
-            .await
-            .unwrap();
-        (exit, lines)
+        plan_on(&client, &body).await
     });
-    let peak = peak_mib(srv.0.id());
+    let peak = mem_mib(srv.0.id()).0;
     eprintln!("serve peak {before} MiB before, {peak} MiB after the plan");
     let said = lines.lines().collect::<Vec<_>>().join(" | ");
     assert!(

@@ -5,24 +5,21 @@
 //! normal test; a hole is `#[ignore = "known hole: ..."]` (its failure line is in the report
 //! of branch `attack-limits`).
 
-use serde_json::{Value, json};
+use serde_json::json;
 use skyhook::process::{Cancel, CancelReason};
 use skyhook::remote::Client;
 
 use crate::fleet::{PLAN_TOKEN, start_serve_with, tokens_file};
-use crate::plan_attack::{exits_within, host_with, perl_query, pids_of, plan_body, plan_with};
+use crate::plan_attack::{
+    current_rt, exits_within, host_with, perl_query, pids_of, plan_body, plan_on, plan_step,
+    plan_with,
+};
 use crate::plan_escape::HostProc;
+use crate::plan_escape::mem_mib;
 use crate::util::FakeRoot;
 
 /// The first uid of `--plan-query-user auto` (0x7FFF0000 + 60578), slot 0's.
 const AUTO_BASE: u32 = 0x7FFF_0000 + 60578;
-
-fn current_rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// A throwaway host root with `perl` and a `/dev/null` device.
 fn host() -> FakeRoot {
@@ -178,7 +175,7 @@ fn two_plans_at_once_run_as_two_query_users_and_a_cancel_leaves_nothing() {
                 "slot-b",
                 "let r = query([\"id\", \"-u\"]);\nprint(\"uid=\" + r.stdout);\n",
             );
-            let (exit_b, lines) = run_plan(&b, &body_b).await;
+            let (exit_b, lines) = plan_on(&b, &body_b).await;
             cancel.abort(CancelReason::Signal("SIGTERM"));
             Some((pid, uid_a, cg_a, exit_b, lines))
         };
@@ -341,20 +338,6 @@ fn unix_socket_buffers_count_against_the_plans_memory() {
     );
 }
 
-/// Peak and current resident memory of process `pid`, MiB (`VmHWM`, `VmRSS`).
-fn mem_mib(pid: u32) -> (u64, u64) {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let get = |k: &str| -> u64 {
-        s.lines()
-            .find_map(|l| l.strip_prefix(k))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-            / 1024
-    };
-    (get("VmHWM:"), get("VmRSS:"))
-}
-
 /// A server whose stderr has no reader any more (the reader of `serve_bin` stops after
 /// the listen line; a restarted journald or a closed pipe on a node) keeps serving: its
 /// per-execution audit line was an `eprintln!`, whose `EPIPE` panicked the request's task,
@@ -370,26 +353,11 @@ fn a_server_whose_stderr_is_gone_keeps_serving() {
         let client = Client::new(&url, PLAN_TOKEN).unwrap();
         for i in 0..3 {
             let body = plan_body(&format!("gone{i}"), "print(\"planned\");\n");
-            let (exit, lines) = run_plan(&client, &body).await;
+            let (exit, lines) = plan_on(&client, &body).await;
             assert_eq!(exit["exit"], json!({"code": 0}), "plan {i}: {exit:#}");
             assert!(lines.contains("planned"), "plan {i}: {lines}");
         }
     });
-}
-
-/// The exit event and line text of `body` planned by `client`.
-async fn run_plan(client: &Client, body: &Value) -> (Value, String) {
-    let mut lines = String::new();
-    let exit = client
-        .execute(body, &Cancel::new(), &mut |e| {
-            if let Some(t) = e.get("line").and_then(Value::as_str) {
-                lines.push_str(t);
-                lines.push('\n');
-            }
-        })
-        .await
-        .unwrap();
-    (exit, lines)
 }
 
 /// `--plan-bytes` counts the content of each planned write, not what else a plan keeps in
@@ -415,18 +383,14 @@ fn planned_symlinks_are_held_to_the_plans_planned_bytes() {
     body["timeout_s"] = json!(240);
     let mut steps = Vec::new();
     for i in 0..4 {
-        steps.push(
-            json!({"name": format!("s{i}"), "path": format!("l{i}.rhai"),
-            "arguments": [], "returncodes": [0], "on_host": true,
-            "idempotence": false, "upgrade_step": false}),
-        );
+        steps.push(plan_step(&format!("l{i}")));
         body["package"]["files"][format!("skyhook_dir/l{i}.rhai")] = step(i).into();
     }
     body["package"]["config"]["modes"]["apply"] = steps.into();
     let (before, _) = mem_mib(srv.0.id());
     let (exit, lines) = current_rt().block_on(async {
         let client = Client::new(&url, PLAN_TOKEN).unwrap();
-        run_plan(&client, &body).await
+        plan_on(&client, &body).await
     });
     let (peak, _) = mem_mib(srv.0.id());
     let rendered = exit["rendered"].as_str().map_or(0, str::len);
@@ -461,7 +425,7 @@ fn the_servers_memory_does_not_grow_over_many_plans() {
         let client = Client::new(&url, PLAN_TOKEN).unwrap();
         let mut rss = Vec::new();
         for i in 0..40 {
-            let (exit, lines) = run_plan(&client, &plan_body(&format!("many{i}"), script)).await;
+            let (exit, lines) = plan_on(&client, &plan_body(&format!("many{i}"), script)).await;
             assert_eq!(exit["exit"], json!({"code": 0}), "plan {i}: {exit:#}");
             assert!(lines.contains("out=42"), "plan {i}: {lines}");
             rss.push(mem_mib(srv.0.id()).1);
@@ -506,8 +470,8 @@ fn the_next_plan_of_the_same_slot_finds_nothing_the_last_one_left() {
     "#;
     let (a, b) = current_rt().block_on(async {
         let client = Client::new(&start_serve_with(cfg, &tokens).await, PLAN_TOKEN).unwrap();
-        let a = run_plan(&client, &plan_body("slot-leave", &perl_query(leave))).await;
-        let b = run_plan(&client, &plan_body("slot-find", &perl_query(find))).await;
+        let a = plan_on(&client, &plan_body("slot-leave", &perl_query(leave))).await;
+        let b = plan_on(&client, &plan_body("slot-find", &perl_query(find))).await;
         (a, b)
     });
     eprintln!("A: {}\nB: {}", a.1, b.1);
@@ -657,7 +621,7 @@ fn many_planned_directories_are_held_to_the_plans_planned_bytes() {
     let (before, _) = mem_mib(srv.0.id());
     let (exit, lines) = current_rt().block_on(async {
         let client = Client::new(&url, PLAN_TOKEN).unwrap();
-        run_plan(&client, &body).await
+        plan_on(&client, &body).await
     });
     let (peak, _) = mem_mib(srv.0.id());
     eprintln!(

@@ -10,11 +10,12 @@
 //! (their failure line is in the report of the branch that added them).
 
 use serde_json::{Value, json};
-use skyhook::process::Cancel;
 use skyhook::remote::Client;
 
 use crate::fleet::{PLAN_TOKEN, start_serve_with, tokens_file};
-use crate::plan_attack::{exits_within, host_with, perl_query, pids_of, plan_body, plan_with};
+use crate::plan_attack::{
+    exits_within, host_with, perl_query, pids_of, plan_body, plan_on, plan_with,
+};
 use crate::plan_escape::HostProc;
 use crate::util::FakeRoot;
 
@@ -182,19 +183,7 @@ fn a_plan_query_cannot_signal_another_plans_query_of_the_same_user() {
         let url = start_serve_with(skyhook::serve::Config::new(fr.root()), &tokens).await;
         let a = Client::new(&url, PLAN_TOKEN).unwrap();
         let b = Client::new(&url, PLAN_TOKEN).unwrap();
-        let run = |client: Client, body: Value| async move {
-            let mut lines = String::new();
-            let exit = client
-                .execute(&body, &Cancel::new(), &mut |e| {
-                    if let Some(t) = e.get("line").and_then(Value::as_str) {
-                        lines.push_str(t);
-                        lines.push('\n');
-                    }
-                })
-                .await
-                .unwrap();
-            (exit, lines)
-        };
+        let run = |client: Client, body: Value| async move { plan_on(&client, &body).await };
         let attack = async {
             // Plan A's query is running (10 s at most for it to show).
             let mut pid = None;
@@ -324,19 +313,7 @@ fn a_plan_query_cannot_exhaust_what_the_kernel_counts_per_user() {
         let url = start_serve_with(skyhook::serve::Config::new(fr.root()), &tokens).await;
         let a = Client::new(&url, PLAN_TOKEN).unwrap();
         let b = Client::new(&url, PLAN_TOKEN).unwrap();
-        let run = |client: Client, body: Value| async move {
-            let mut lines = String::new();
-            let exit = client
-                .execute(&body, &Cancel::new(), &mut |e| {
-                    if let Some(t) = e.get("line").and_then(Value::as_str) {
-                        lines.push_str(t);
-                        lines.push('\n');
-                    }
-                })
-                .await
-                .unwrap();
-            (exit, lines)
-        };
+        let run = |client: Client, body: Value| async move { plan_on(&client, &body).await };
         let other = async {
             // Plan A's query holds its instances once it is the `sleep` (10 s at most).
             for _ in 0..200 {

@@ -4,43 +4,11 @@
 //! lines naming `<package>`, never the server's temporary directory.
 
 use serde_json::{Value, json};
-use skyhook::process::Cancel;
 use skyhook::remote::Client;
 
 use crate::fleet::{PLAN_TOKEN, start_serve, tokens_file};
-use crate::plan_attack::{host_with, serve_bin};
+use crate::plan_attack::{current_rt, host_with, plan_events, plan_step, serve_bin};
 use crate::util::tree;
-
-/// Every event of `body` planned by `client`: the line events' text and the plan events,
-/// and the exit event.
-async fn plan_events(client: &Client, body: &Value) -> (Value, String, Vec<Value>) {
-    let (mut lines, mut plans) = (String::new(), Vec::new());
-    let exit = client
-        .execute(body, &Cancel::new(), &mut |e| {
-            if let Some(t) = e.get("line").and_then(Value::as_str) {
-                lines.push_str(t);
-                lines.push('\n');
-            }
-            if let Some(p) = e.get("plan") {
-                plans.push(p.clone());
-            }
-        })
-        .await
-        .unwrap();
-    (exit, lines, plans)
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn step(name: &str) -> Value {
-    json!({"name": name, "path": format!("{name}.rhai"), "arguments": [], "returncodes": [0],
-           "on_host": true, "idempotence": false, "upgrade_step": false})
-}
 
 /// Package `name` 1.0.0 whose modes (name to its steps' scripts) are `modes`.
 fn package(name: &str, modes: &[(&str, &[(&str, &str)])]) -> Value {
@@ -49,12 +17,12 @@ fn package(name: &str, modes: &[(&str, &[(&str, &str)])]) -> Value {
     files.insert("skyhook_dir/check.rhai".into(), "let ok = true;\n".into());
     for (mode, steps) in modes {
         // the agent wants a check mode beside each mode
-        m.insert(format!("{mode}-check"), json!([step("check")]));
+        m.insert(format!("{mode}-check"), json!([plan_step("check")]));
         m.insert(
             (*mode).into(),
             steps
                 .iter()
-                .map(|(s, _)| step(s))
+                .map(|(s, _)| plan_step(s))
                 .collect::<Vec<_>>()
                 .into(),
         );
@@ -88,8 +56,8 @@ fn a_plan_script_is_held_to_the_servers_operations_limit() {
     let body = json!({"id": "spin", "kind": "package_plan",
         "package": package("spin", &[("apply", &[("spin", "let n = 0;\nloop { n += 1; }\n")])])});
     let started = std::time::Instant::now();
-    let (exit, _, _) =
-        rt().block_on(async { plan_events(&Client::new(&url, PLAN_TOKEN).unwrap(), &body).await });
+    let (exit, _, _) = current_rt()
+        .block_on(async { plan_events(&Client::new(&url, PLAN_TOKEN).unwrap(), &body).await });
     assert!(
         started.elapsed() < std::time::Duration::from_secs(60),
         "{exit:#}"
@@ -125,7 +93,7 @@ fn a_chain_stops_after_a_failed_package() {
     );
     let body = json!({"id": "chain", "kind": "package_plan",
                       "packages": [{"package": a}, {"package": b}]});
-    let (exit, lines, plans) = rt().block_on(async {
+    let (exit, lines, plans) = current_rt().block_on(async {
         let client = Client::new(&start_serve(fr.root(), &tokens).await, PLAN_TOKEN).unwrap();
         plan_events(&client, &body).await
     });
@@ -180,7 +148,7 @@ fn a_failed_steps_planned_changes_leave_the_view() {
     );
     let body = json!({"id": "half", "kind": "package_plan", "modes": ["apply", "config"],
                       "package": p});
-    let (exit, lines, _) = rt().block_on(async {
+    let (exit, lines, _) = current_rt().block_on(async {
         let client = Client::new(&start_serve(fr.root(), &tokens).await, PLAN_TOKEN).unwrap();
         plan_events(&client, &body).await
     });
@@ -203,7 +171,7 @@ fn the_plans_lines_name_the_package_not_the_servers_directory() {
         )],
     );
     let body = json!({"id": "q", "kind": "package_plan", "package": p});
-    let (exit, lines, _) = rt().block_on(async {
+    let (exit, lines, _) = current_rt().block_on(async {
         let client = Client::new(&start_serve(fr.root(), &tokens).await, PLAN_TOKEN).unwrap();
         plan_events(&client, &body).await
     });
