@@ -57,14 +57,7 @@ fn write(h: &mut crate::host::Host, p: &str, content: &str) {
 #[test]
 fn a_batch_failed_half_way_leaves_no_stale_record_ahead() {
     in_mount_namespace(|| {
-        let t = TestHost::new();
-        tmpfs(&t.p("/dst"), Some("size=256k"));
-        t.file("/src/a", "new a\n");
-        t.file("/src/b", &"b".repeat(1 << 20));
-        t.file("/src/c", "new c\n");
-        for f in ["a", "b", "c"] {
-            t.file(&format!("/dst/{f}"), &format!("old {f}\n"));
-        }
+        let t = enospc_copy_tree();
         let mut h = undo_host(&t);
         let tree = crate::host::files::copy_tree::TreeOptions::default();
         let e = crate::host::files::copy_tree::copy_tree(&mut h, "/src", "/dst", &tree)
@@ -419,14 +412,7 @@ fn a_chmoded_then_removed_directory_with_special_files_comes_back() {
 #[test]
 fn a_file_the_failed_batch_never_reached_then_written_by_the_step_is_undone() {
     in_mount_namespace(|| {
-        let t = TestHost::new();
-        tmpfs(&t.p("/dst"), Some("size=256k"));
-        t.file("/src/a", "new a\n");
-        t.file("/src/b", &"b".repeat(1 << 20));
-        t.file("/src/c", "new c\n");
-        for f in ["a", "b", "c"] {
-            t.file(&format!("/dst/{f}"), &format!("old {f}\n"));
-        }
+        let t = enospc_copy_tree();
         let mut h = undo_host(&t);
         let tree = crate::host::files::copy_tree::TreeOptions::default();
         crate::host::files::copy_tree::copy_tree(&mut h, "/src", "/dst", &tree)
