@@ -33,8 +33,9 @@
 //!
 //! Bounds: the filter holds at most one client message (≤ 1 MiB) and 64 KiB of the bus's
 //! stream; a side that does not read blocks the filter (and so the other side), nothing
-//! queues. Two threads per connection; when either side closes, or a message is malformed,
-//! both sockets are shut down and both threads end.
+//! queues. Two threads and two descriptors per connection, at most [`MAX_CONNECTIONS`]
+//! connections in the process; when either side closes, or a message is malformed, both
+//! sockets are shut down and both threads end.
 //!
 //! Allowed calls:
 //!
@@ -57,6 +58,7 @@
 use std::io::{self, Read as _};
 use std::os::fd::AsRawFd as _;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -133,12 +135,62 @@ const ALLOWED: &[(Option<&str>, &str, &[&str])] = &[
 ///
 /// Both sockets are put in blocking mode. The thread ends, with both sockets shut down, when
 /// either side closes, a message is malformed or over [`MAX_MESSAGE`] bytes, or
-/// authentication fails; it leaves no other thread behind. Errors: the thread could not be
-/// started (the sockets are then dropped, which closes them).
+/// authentication fails; it leaves no other thread behind. Errors (the sockets are then
+/// dropped, which closes them): [`MAX_CONNECTIONS`] filters run already (`EAGAIN`, what a
+/// `connect` to a Unix socket whose queue is full returns), or the thread could not be
+/// started.
 pub fn spawn(client: UnixStream, bus: UnixStream) -> io::Result<JoinHandle<()>> {
+    spawn_counted(client, bus, &LIVE)
+}
+
+/// The most filters (connections) running at once in the process: each holds two threads
+/// and two descriptors.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// The filters running.
+static LIVE: Live = Live::new(MAX_CONNECTIONS);
+
+/// A count of running filters with its bound.
+struct Live {
+    count: AtomicUsize,
+    max: usize,
+}
+
+impl Live {
+    const fn new(max: usize) -> Self {
+        Live {
+            count: AtomicUsize::new(0),
+            max,
+        }
+    }
+}
+
+/// One running filter of a [`Live`] count, given back when dropped.
+struct Counted(&'static Live);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// [`spawn`], counted in `live`.
+fn spawn_counted(
+    client: UnixStream,
+    bus: UnixStream,
+    live: &'static Live,
+) -> io::Result<JoinHandle<()>> {
+    live.count
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < live.max).then_some(n + 1)
+        })
+        .map_err(|_| io::Error::from_raw_os_error(libc::EAGAIN))?;
+    let counted = Counted(live);
+    let (client, bus) = (Arc::new(client), Arc::new(bus));
     std::thread::Builder::new()
         .name("dbus-filter".into())
         .spawn(move || {
+            let _counted = counted;
             if let Err(e) = pump(&client, &bus) {
                 tracing::debug!("D-Bus filter: connection closed: {e}");
             }
@@ -153,16 +205,16 @@ fn bad(why: impl Into<String>) -> io::Error {
 
 /// Authentication, then the two directions: client to bus on this thread, bus to client on
 /// a second one, joined before returning.
-fn pump(client: &UnixStream, bus: &UnixStream) -> io::Result<()> {
+fn pump(client: &Arc<UnixStream>, bus: &Arc<UnixStream>) -> io::Result<()> {
     client.set_nonblocking(false)?;
     bus.set_nonblocking(false)?;
-    let mut from_client = Reader::new(client.try_clone()?);
-    let mut from_bus = Reader::new(bus.try_clone()?);
+    let mut from_client = Reader::new(client.clone());
+    let mut from_bus = Reader::new(bus.clone());
     authenticate(&mut from_client, &mut from_bus, client, bus)?;
 
     let to_client = Arc::new(ToClient {
+        stream: client.clone(),
         state: Mutex::new(ToClientState {
-            stream: client.try_clone()?,
             bus_spoke: false,
             closed: false,
         }),
@@ -170,7 +222,7 @@ fn pump(client: &UnixStream, bus: &UnixStream) -> io::Result<()> {
     });
     let down = {
         let to_client = to_client.clone();
-        let (client, bus) = (client.try_clone()?, bus.try_clone()?);
+        let (client, bus) = (client.clone(), bus.clone());
         std::thread::Builder::new()
             .name("dbus-filter-down".into())
             .spawn(move || {
@@ -284,7 +336,7 @@ fn client_to_bus(
                 if state.closed {
                     return Ok(());
                 }
-                send_all(&state.stream, &reply)?;
+                send_all(&to_client.stream, &reply)?;
             }
             Verdict::Drop => {}
         }
@@ -301,11 +353,11 @@ fn bus_to_client(from_bus: &mut Reader, to_client: &ToClient) -> io::Result<()> 
         }
         let len = frame(&fixed, MAX_BUS_MESSAGE).map_err(bad)?;
         let mut state = to_client.lock();
-        send_all(&state.stream, &fixed)?;
+        send_all(&to_client.stream, &fixed)?;
         let mut left = len - 16;
         while left > 0 {
             let piece = from_bus.some(left)?;
-            send_all(&state.stream, piece)?;
+            send_all(&to_client.stream, piece)?;
             left -= piece.len();
         }
         if !state.bus_spoke {
@@ -315,15 +367,16 @@ fn bus_to_client(from_bus: &mut Reader, to_client: &ToClient) -> io::Result<()> 
     }
 }
 
-/// The client's socket, written by both directions: whole messages only, one at a time.
+/// The client's socket, written by both directions: whole messages only, one at a time (a
+/// writer holds `state`'s lock).
 struct ToClient {
+    stream: Arc<UnixStream>,
     state: Mutex<ToClientState>,
     /// Signalled when the bus's first message was passed or the bus side ended.
     spoke: Condvar,
 }
 
 struct ToClientState {
-    stream: UnixStream,
     bus_spoke: bool,
     closed: bool,
 }
@@ -710,14 +763,14 @@ fn send_all(stream: &UnixStream, mut b: &[u8]) -> io::Result<()> {
 
 /// A socket's incoming bytes, buffered ([`CHUNK`] at most).
 struct Reader {
-    stream: UnixStream,
+    stream: Arc<UnixStream>,
     buf: Vec<u8>,
     start: usize,
     end: usize,
 }
 
 impl Reader {
-    fn new(stream: UnixStream) -> Self {
+    fn new(stream: Arc<UnixStream>) -> Self {
         Reader {
             stream,
             buf: vec![0; CHUNK],
@@ -739,7 +792,7 @@ impl Reader {
             wait_for(&self.stream, other)?;
         }
         let n = loop {
-            match (&self.stream).read(&mut self.buf[self.end..]) {
+            match (&*self.stream).read(&mut self.buf[self.end..]) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 r => break r?,
             }

@@ -490,6 +490,37 @@ fn the_filter_ends_when_either_side_closes() {
     assert!(ends(&mut client) && ends_within(filter));
 }
 
+/// At most the bound of connections are filtered at once (each holds two threads): one more
+/// is refused with `EAGAIN`; when one ends its place is free again.
+#[test]
+fn no_more_connections_than_the_bound_are_filtered_at_once() {
+    static THREE: Live = Live::new(3);
+    let open = || {
+        let (client, filter_client) = UnixStream::pair().unwrap();
+        let (bus, filter_bus) = UnixStream::pair().unwrap();
+        (
+            client,
+            bus,
+            spawn_counted(filter_client, filter_bus, &THREE),
+        )
+    };
+    let mut running: Vec<_> = (0..3).map(|_| open()).collect();
+    assert!(running.iter().all(|(_, _, t)| t.is_ok()));
+    let (_, _, refused) = open();
+    assert_eq!(refused.unwrap_err().raw_os_error(), Some(libc::EAGAIN));
+    let (client, _bus, filter) = running.pop().unwrap();
+    drop(client);
+    assert!(ends_within(filter.unwrap()));
+    let (client, _bus, again) = open();
+    assert!(again.is_ok(), "{again:?}");
+    running.push((client, _bus, again));
+    for (client, _bus, filter) in running {
+        drop(client);
+        assert!(ends_within(filter.unwrap()));
+    }
+    assert_eq!(THREE.count.load(Ordering::Acquire), 0);
+}
+
 // ---- The filter between real clients and a private dbus-daemon. ----
 
 const MARKER_NAME: &str = "org.skyhook.Test.Marker";
