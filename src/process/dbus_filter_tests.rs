@@ -34,6 +34,37 @@ fn call(
     e.finish(&[])
 }
 
+/// A message of `kind` whose header fields are `(code, type, value)`: `s`, `o` and `g` take
+/// the value, `u` its number; any other type is its signature alone (no value follows).
+fn message(kind: u8, serial: u32, fields: &[(u8, &str, &str)]) -> Vec<u8> {
+    let mut e = Encoder::new(false, kind, 0, serial);
+    for &(code, t, v) in fields {
+        match t {
+            "s" | "o" | "g" => e.field_str(code, t.chars().next().unwrap(), v),
+            "u" => e.field_u32(code, v.parse().unwrap()),
+            _ => {
+                e.pad(8);
+                e.buf.push(code);
+                e.signature(t);
+            }
+        }
+    }
+    e.finish(&[])
+}
+
+/// A signal `org.skyhook.Test.Fire`.
+fn signal(serial: u32) -> Vec<u8> {
+    message(
+        SIGNAL,
+        serial,
+        &[
+            (1, "o", "/"),
+            (2, "s", "org.skyhook.Test"),
+            (3, "s", "Fire"),
+        ],
+    )
+}
+
 /// A call of the bus's own interface.
 fn bus_call(serial: u32, member: &str) -> Vec<u8> {
     call(false, serial, 0, Some(BUS), Some(BUS), member)
@@ -43,10 +74,33 @@ fn bus_call(serial: u32, member: &str) -> Vec<u8> {
 fn method_return(serial: u32, reply_to: u32, body: &str) -> Vec<u8> {
     let mut b = Encoder::body(false);
     b.string(body);
-    let mut e = Encoder::new(false, METHOD_RETURN, NO_REPLY_EXPECTED, serial);
+    reply(serial, reply_to, None, None, "s", &b.buf)
+}
+
+/// A reply (an error when `error` names one) to call `reply_to`, to `destination`.
+fn reply(
+    serial: u32,
+    reply_to: u32,
+    destination: Option<&str>,
+    error: Option<&str>,
+    signature: &str,
+    body: &[u8],
+) -> Vec<u8> {
+    let kind = if error.is_some() {
+        ERROR
+    } else {
+        METHOD_RETURN
+    };
+    let mut e = Encoder::new(false, kind, NO_REPLY_EXPECTED, serial);
     e.field_u32(5, reply_to);
-    e.field_str(8, 'g', "s");
-    e.finish(&b.buf)
+    if let Some(name) = error {
+        e.field_str(4, 's', name);
+    }
+    if let Some(d) = destination {
+        e.field_str(6, 's', d);
+    }
+    e.field_str(8, 'g', signature);
+    e.finish(body)
 }
 
 fn header_of(msg: &[u8]) -> Header {
@@ -111,17 +165,8 @@ fn a_header_is_read_in_either_byte_order() {
 #[test]
 fn a_malformed_header_is_refused() {
     let good = bus_call(2, "ListNames");
-    let with = |f: &dyn Fn(&mut Encoder)| {
-        let mut e = Encoder::new(false, METHOD_CALL, 0, 2);
-        e.field_str(1, 'o', "/");
-        f(&mut e);
-        e.finish(&[])
-    };
     let mut unterminated = good.clone();
-    let at = unterminated
-        .windows(10)
-        .position(|w| w == b"ListNames\0")
-        .unwrap();
+    let at = good.windows(10).position(|w| w == b"ListNames\0").unwrap();
     unterminated[at + 9] = b'X';
     let mut short_array = good.clone();
     let fields = u32_at(&good, 12, false) - 4;
@@ -131,6 +176,10 @@ fn a_malformed_header_is_refused() {
         m[at] = b;
         m
     };
+    let call =
+        |fields: &[(u8, &str, &str)]| message(METHOD_CALL, 2, &[&[(1, "o", "/")], fields].concat());
+    let (peer, ping) = ((2, "s", "org.freedesktop.DBus.Peer"), (3, "s", "Ping"));
+    #[rustfmt::skip]
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("byte order", set(0, b'x'), "unknown byte order"),
         ("version", set(3, 2), "protocol version 2"),
@@ -138,57 +187,13 @@ fn a_malformed_header_is_refused() {
         ("type 5", set(1, 5), "unknown message type 5"),
         ("serial 0", set(8, 0), "serial 0"),
         ("unterminated member", unterminated, "NUL-terminated"),
-        (
-            "array shorter than its fields",
-            short_array,
-            "runs past the field array",
-        ),
-        (
-            "interface twice",
-            with(&|e| {
-                e.field_str(2, 's', "org.freedesktop.DBus.Peer");
-                e.field_str(3, 's', "Ping");
-                e.field_str(2, 's', "org.freedesktop.systemd1.Manager");
-            }),
-            "field 2 appears twice",
-        ),
-        (
-            "interface as an object path",
-            with(&|e| e.field_str(2, 'o', "/org")),
-            "field 2 is of type 'o', not 's'",
-        ),
-        (
-            "a field of a container type",
-            with(&|e| {
-                e.pad(8);
-                e.buf.push(2);
-                e.signature("as");
-                e.u32(0);
-            }),
-            "not a basic type",
-        ),
-        (
-            "an unknown field of an unknown type",
-            with(&|e| {
-                e.pad(8);
-                e.buf.push(77);
-                e.signature("v");
-            }),
-            "unknown type 'v'",
-        ),
-        (
-            "a call without a member",
-            with(&|e| e.field_str(2, 's', "org.freedesktop.DBus.Peer")),
-            "lacks a required field",
-        ),
-        (
-            "interface with a NUL",
-            with(&|e| {
-                e.field_str(2, 's', "org.freedesktop.DBus\0x");
-                e.field_str(3, 's', "Ping");
-            }),
-            "holds a NUL",
-        ),
+        ("array shorter than its fields", short_array, "runs past the field array"),
+        ("interface twice", call(&[peer, ping, (2, "s", SYSTEMD)]), "field 2 appears twice"),
+        ("interface as a path", call(&[(2, "o", "/org"), ping]), "field 2 is of type 'o', not 's'"),
+        ("a container field", call(&[(2, "as", ""), ping]), "not a basic type"),
+        ("an unknown field of an unknown type", call(&[(77, "v", ""), ping]), "unknown type 'v'"),
+        ("a call without a member", call(&[peer]), "lacks a required field"),
+        ("interface with a NUL", call(&[(2, "s", "org.freedesktop.DBus\0x"), ping]), "holds a NUL"),
     ];
     for (name, msg, want) in cases {
         let fixed: [u8; 16] = msg[..16].try_into().unwrap();
@@ -251,21 +256,21 @@ fn only_allowed_calls_at_their_destinations_are_forwarded() {
             "{dest:?} {iface:?} {member} was not denied"
         );
     }
-    let mut fds = Encoder::new(false, METHOD_CALL, 0, 3);
-    fds.field_str(1, 'o', "/");
-    fds.field_str(2, 's', "org.freedesktop.DBus.Peer");
-    fds.field_str(3, 's', "Ping");
-    fds.field_str(6, 's', BUS);
-    fds.field_u32(9, 1);
+    let peer = [
+        (1, "o", "/"),
+        (2, "s", "org.freedesktop.DBus.Peer"),
+        (3, "s", "Ping"),
+    ];
+    let fds = message(
+        METHOD_CALL,
+        3,
+        &[&peer[..], &[(6, "s", BUS), (9, "u", "1")]].concat(),
+    );
     assert_eq!(
-        judge(&header_of(&fds.finish(&[]))),
+        judge(&header_of(&fds)),
         Verdict::Deny("org.freedesktop.DBus.Peer.Ping passes file descriptors".into())
     );
-    let mut signal = Encoder::new(false, SIGNAL, 0, 3);
-    signal.field_str(1, 'o', "/");
-    signal.field_str(2, 's', "org.skyhook.Test");
-    signal.field_str(3, 's', "Fire");
-    assert_eq!(judge(&header_of(&signal.finish(&[]))), Verdict::Drop);
+    assert_eq!(judge(&header_of(&signal(3))), Verdict::Drop);
     assert_eq!(
         judge(&header_of(&method_return(4, 9, "x"))),
         Verdict::Forward
@@ -378,21 +383,18 @@ fn the_handshake_is_relayed_and_descriptor_passing_never_agreed() {
 fn a_call_off_the_allowlist_is_denied_and_never_reaches_the_bus() {
     let (mut client, mut bus, filter) = filtered();
     begin(&mut client, &mut bus);
-    let mut signal = Encoder::new(false, SIGNAL, 0, 4);
-    signal.field_str(1, 'o', "/");
-    signal.field_str(2, 's', "org.skyhook.Test");
-    signal.field_str(3, 's', "Fire");
+    let quiet = call(
+        false,
+        3,
+        NO_REPLY_EXPECTED,
+        Some(BUS),
+        Some(BUS),
+        "UpdateActivationEnvironment",
+    );
     let sent = [
         bus_call(2, "StartServiceByName"),
-        call(
-            false,
-            3,
-            NO_REPLY_EXPECTED,
-            Some(BUS),
-            Some(BUS),
-            "UpdateActivationEnvironment",
-        ),
-        signal.finish(&[]),
+        quiet,
+        signal(4),
         call(true, 5, 0, Some(BUS), Some(BUS), "ListNames"),
     ]
     .concat();
@@ -557,26 +559,20 @@ impl Daemon {
         let d = dir.path();
         let socket = d.join("bus.sock");
         std::fs::create_dir(d.join("services")).unwrap();
-        let script = d.join("mark.sh");
+        let (script, marker) = (d.join("mark.sh"), d.join("marker").display().to_string());
+        // Exiting non-zero fails the activation at once (with 0 the bus waits for the name,
+        // taking the service for one that went to the background).
         std::fs::write(
             &script,
-            // Exiting non-zero fails the activation at once (with 0 the bus waits for the
-            // name, taking the service for one that went to the background).
-            format!(
-                "#!/bin/sh\necho activated > {}\nexit 3\n",
-                d.join("marker").display()
-            ),
+            format!("#!/bin/sh\necho activated > {marker}\nexit 3\n"),
         )
         .unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::write(
-            d.join("services").join(format!("{MARKER_NAME}.service")),
-            format!(
-                "[D-BUS Service]\nName={MARKER_NAME}\nExec={}\n",
-                script.display()
-            ),
-        )
-        .unwrap();
+        let service = format!(
+            "[D-BUS Service]\nName={MARKER_NAME}\nExec={}\n",
+            script.display()
+        );
+        std::fs::write(d.join(format!("services/{MARKER_NAME}.service")), service).unwrap();
         let config = d.join("bus.conf");
         std::fs::write(
             &config,
@@ -686,43 +682,42 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+fn words(s: &str) -> Vec<&str> {
+    s.split(' ').collect()
+}
+
+/// The `EXTERNAL` identity of this process: its uid in decimal, hex-encoded.
+fn hex_uid() -> String {
+    let uid = nix::unistd::getuid().to_string();
+    uid.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// One authentication line, with its `\r\n`.
+fn read_line(s: &mut UnixStream) -> Vec<u8> {
+    let mut line = Vec::new();
+    while !line.ends_with(b"\r\n") {
+        line.extend(read_n(s, 1));
+    }
+    line
+}
+
 const DBUS_PATH: &str = "/org/freedesktop/DBus";
 
 #[test]
 fn reads_pass_the_filter_to_a_real_bus() {
     let Some(d) = Daemon::start() else { return };
-    for (args, want) in [
-        (
-            vec!["call", BUS, DBUS_PATH, BUS, "ListNames"],
-            "\"org.freedesktop.DBus\"",
-        ),
-        (
-            vec![
-                "call",
-                BUS,
-                DBUS_PATH,
-                "org.freedesktop.DBus.Introspectable",
-                "Introspect",
-            ],
-            "<interface name=\\\"org.freedesktop.DBus.Properties\\\">",
-        ),
-        (
-            vec![
-                "call",
-                BUS,
-                DBUS_PATH,
-                "org.freedesktop.DBus.Properties",
-                "GetAll",
-                "s",
-                BUS,
-            ],
-            "\"Features\"",
-        ),
-        (
-            vec!["call", BUS, DBUS_PATH, BUS, "GetNameOwner", "s", BUS],
-            "s \"org.freedesktop.DBus\"",
-        ),
-    ] {
+    let introspect =
+        format!("call {BUS} {DBUS_PATH} org.freedesktop.DBus.Introspectable Introspect");
+    let get_all = format!("call {BUS} {DBUS_PATH} org.freedesktop.DBus.Properties GetAll s {BUS}");
+    #[rustfmt::skip]
+    let reads = [
+        (format!("call {BUS} {DBUS_PATH} {BUS} ListNames"), "\"org.freedesktop.DBus\""),
+        (introspect, "<interface name=\\\"org.freedesktop.DBus.Properties\\\">"),
+        (get_all, "\"Features\""),
+        (format!("call {BUS} {DBUS_PATH} {BUS} GetNameOwner s {BUS}"), "s \"org.freedesktop.DBus\""),
+    ];
+    for (args, want) in reads {
+        let args = words(&args);
         let out = d.through_filter(|address, _| busctl(address, &args));
         assert!(
             out.status.success() && text(&out.stdout).contains(want),
@@ -819,27 +814,9 @@ fn a_call_through_the_filter_never_activates_a_service() {
 #[test]
 fn starting_a_service_or_changing_the_activation_environment_is_denied() {
     let Some(d) = Daemon::start() else { return };
-    let start = [
-        "call",
-        BUS,
-        DBUS_PATH,
-        BUS,
-        "StartServiceByName",
-        "su",
-        MARKER_NAME,
-        "0",
-    ];
-    let env = [
-        "call",
-        BUS,
-        DBUS_PATH,
-        BUS,
-        "UpdateActivationEnvironment",
-        "a{ss}",
-        "1",
-        "A",
-        "b",
-    ];
+    let start = format!("call {BUS} {DBUS_PATH} {BUS} StartServiceByName su {MARKER_NAME} 0");
+    let env = format!("call {BUS} {DBUS_PATH} {BUS} UpdateActivationEnvironment a{{ss}} 1 A b");
+    let (start, env) = (words(&start), words(&env));
     let name = format!("string:{MARKER_NAME}");
     for (busctl_args, send_args) in [
         (&start[..], &[name.as_str(), "uint32:0"][..]),
@@ -874,17 +851,9 @@ fn starting_a_service_or_changing_the_activation_environment_is_denied() {
 fn raw_hello(path: &Path) -> UnixStream {
     let mut s = UnixStream::connect(path).unwrap();
     s.set_read_timeout(Some(WAIT)).unwrap();
-    let uid: String = nix::unistd::getuid()
-        .to_string()
-        .bytes()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    s.write_all(format!("\0AUTH EXTERNAL {uid}\r\n").as_bytes())
+    s.write_all(format!("\0AUTH EXTERNAL {}\r\n", hex_uid()).as_bytes())
         .unwrap();
-    let mut ok = Vec::new();
-    while !ok.ends_with(b"\r\n") {
-        ok.extend(read_n(&mut s, 1));
-    }
+    let ok = read_line(&mut s);
     assert!(ok.starts_with(b"OK "), "{}", text(&ok));
     s.write_all(&[&b"BEGIN\r\n"[..], &bus_call(1, "Hello")].concat())
         .unwrap();
@@ -934,11 +903,6 @@ fn body_strings(msg: &[u8]) -> Vec<String> {
 /// an `UnknownMethod` error `fake systemd: no <member>`. It ends with the bus.
 fn fake_systemd(socket: &Path) -> JoinHandle<()> {
     let mut s = UnixStream::connect(socket).unwrap();
-    let uid: String = nix::unistd::getuid()
-        .to_string()
-        .bytes()
-        .map(|b| format!("{b:02x}"))
-        .collect();
     let mut request = Encoder::body(false);
     request.string(SYSTEMD);
     request.u32(4); // DBUS_NAME_FLAG_DO_NOT_QUEUE
@@ -949,16 +913,13 @@ fn fake_systemd(socket: &Path) -> JoinHandle<()> {
     e.field_str(6, 's', BUS);
     e.field_str(8, 'g', "su");
     let start = [
-        format!("\0AUTH EXTERNAL {uid}\r\nBEGIN\r\n").as_bytes(),
+        format!("\0AUTH EXTERNAL {}\r\nBEGIN\r\n", hex_uid()).as_bytes(),
         &bus_call(1, "Hello"),
         &e.finish(&request.buf),
     ]
     .concat();
     s.write_all(&start).unwrap();
-    let mut ok = Vec::new();
-    while !ok.ends_with(b"\r\n") {
-        ok.extend(read_n(&mut s, 1));
-    }
+    read_line(&mut s);
     // Owning the name: the RequestName reply (1, the primary owner).
     while header_of(&read_message(&mut s)).reply_serial != Some(2) {}
     let props = [
@@ -1010,27 +971,17 @@ fn fake_systemd(socket: &Path) -> JoinHandle<()> {
                 _ => None,
             };
             serial += 1;
-            let sender = h.sender.clone().unwrap_or_default();
-            let reply = match sig {
-                Some(sig) => {
-                    let mut e = Encoder::new(false, METHOD_RETURN, NO_REPLY_EXPECTED, serial);
-                    e.field_u32(5, h.serial);
-                    e.field_str(6, 's', &sender);
-                    e.field_str(8, 'g', sig);
-                    e.finish(&body.buf)
-                }
+            let to = h.sender.as_deref();
+            let answer = match sig {
+                Some(sig) => reply(serial, h.serial, to, None, sig, &body.buf),
                 None => {
                     let mut b = Encoder::body(false);
                     b.string(&format!("fake systemd: no {member}"));
-                    let mut e = Encoder::new(false, ERROR, NO_REPLY_EXPECTED, serial);
-                    e.field_u32(5, h.serial);
-                    e.field_str(4, 's', "org.freedesktop.DBus.Error.UnknownMethod");
-                    e.field_str(6, 's', &sender);
-                    e.field_str(8, 'g', "s");
-                    e.finish(&b.buf)
+                    let unknown = Some("org.freedesktop.DBus.Error.UnknownMethod");
+                    reply(serial, h.serial, to, unknown, "s", &b.buf)
                 }
             };
-            if s.write_all(&reply).is_err() {
+            if s.write_all(&answer).is_err() {
                 return;
             }
         }
