@@ -58,8 +58,9 @@ its own CPU), with the client's fan-out as the work on this machine:
 packages (examples/nvidia-setup/skyhook.yaml: the exact kernel, then the full setup on it,
 dependsOn chaining them; `--package` gives their directory), each node a GPU node of the EKS
 H100 host layer (scripts/make-host-root.sh, tests/fakehosts/ubuntu-24.04-eks-x86_64 over it,
-its stubs' tools: as tests/nvidia_ports.rs `fake_host` builds one), so T1 is what a real
-node's plan of a real package costs. --keep keeps the work directory (the recorded answer,
+its stubs' tools: as tests/nvidia_ports.rs `fake_host` builds one; 10 MB a node, so
+--model real or both with it copies N of them), so T1 is what a real node's plan of a real
+package costs. --keep keeps the work directory (the recorded answer,
 the CA, the node lists) to profile a preview by hand.
 
 FLEET_BENCH_DEBUG=1 prints each replayed run's wall time and answer times (seconds after
