@@ -5,6 +5,7 @@ preview's memory.
 
     cargo build --release --bins --example fleet_replay
     BIN=target/release python3 benches/fleet_preview.py --model both --nodes 100 --samples 5
+    BIN=target/release python3 benches/fleet_preview.py --model replay --packages gpu
 
 Python 3, stdlib and the `openssl` CLI; as root (each package plan leaves the mount namespace
 and makes the host root read-only, which needs CAP_SYS_ADMIN). On a shared machine run it in
@@ -52,6 +53,15 @@ its own CPU), with the client's fan-out as the work on this machine:
    they are the nodes'), the wall time's parts (spawn to the first request read, the spread
    of the requests' arrivals, the last answer to the exit), and how many nodes were
    answered more than T1 / 2 after the first (0 when nothing is serialised).
+
+--packages gpu previews the shipped CR of NVIDIA's setup port instead of the two small
+packages (examples/nvidia-setup/skyhook.yaml: the exact kernel, then the full setup on it,
+dependsOn chaining them; `--package` gives their directory), each node a GPU node of the EKS
+H100 host layer (scripts/make-host-root.sh, tests/fakehosts/ubuntu-24.04-eks-x86_64 over it,
+its stubs' tools: as tests/nvidia_ports.rs `fake_host` builds one; 10 MB a node, so
+--model real or both with it copies N of them), so T1 is what a real node's plan of a real
+package costs. --keep keeps the work directory (the recorded answer,
+the CA, the node lists) to profile a preview by hand.
 
 FLEET_BENCH_DEBUG=1 prints each replayed run's wall time and answer times (seconds after
 the spawn) on stderr; FLEET_BENCH_CLIENT_PREFIX runs each replayed preview under a command
@@ -124,6 +134,85 @@ def make_packages(w):
     return cr
 
 
+# The GPU variant (--packages gpu): the shipped CR of NVIDIA's setup port,
+# examples/nvidia-setup/skyhook.yaml as it is (the exact kernel, then the full setup on it:
+# EFA, the OFI NCCL paths, chrony, the upgrade; dependsOn chaining them), planned against
+# the EKS H100 host layer. (nvidia-tuned cannot follow it in one chain: the plan cannot know
+# what the EFA installer, which only an apply runs, leaves under /var/lib/skyhook, so a later
+# package's copy there fails the plan.)
+GPU_LAYER = "ubuntu-24.04-eks-x86_64"
+GPU_CR = os.path.join(REPO, "examples/nvidia-setup/skyhook.yaml")
+GPU_PACKAGES = {"nvidia-setup-kernel": "nvidia-setup", "nvidia-setup-full": "nvidia-setup"}
+# What the layers' stubs run, besides make-host-root.sh's tools (tests/nvidia_ports.rs
+# STUB_TOOLS, benches/preflight_cost.sh copy_tools).
+GPU_TOOLS = ["sed", "grep", "ln", "basename", "dirname", "cut", "sort", "find", "xargs", "wc",
+             "readlink", "tail", "mknod", "mktemp", "tee", "awk"]
+
+
+def gpu_packages():
+    """The GPU variant's CR (GPU_CR) and its `--package NAME=DIR` arguments."""
+    extra = []
+    for name, example in GPU_PACKAGES.items():
+        extra += ["--package", f"{name}={os.path.join(REPO, 'examples', example)}"]
+    return GPU_CR, extra
+
+
+def gpu_node_template(w):
+    """A GPU node's root, built once (copied per node): scripts/make-host-root.sh, the
+    GPU_LAYER host layer over it with the links its snapshot flattened made links again,
+    the tools its stubs run with their libraries, /dev/null (as tests/nvidia_ports.rs
+    `fake_host` builds a node)."""
+    r = os.path.join(w, "gpu-template")
+    subprocess.run([os.path.join(REPO, "scripts/make-host-root.sh"), r], check=True,
+                   capture_output=True)
+    for stub in ("systemctl", "sysctl", "service", "reboot"):
+        try:
+            os.remove(os.path.join(r, "usr/local/bin", stub))
+        except FileNotFoundError:
+            pass
+    subprocess.run(["cp", "-a", os.path.join(REPO, "tests/fakehosts", GPU_LAYER) + "/.", r + "/"],
+                   check=True)
+    dirs = [os.path.join(r, d) for d in ("usr/local/bin", "usr/local/sbin", "proc/sys/kernel")]
+    sysd = os.path.join(r, "etc/systemd/system")
+    if os.path.isdir(sysd):
+        dirs += [os.path.join(sysd, d) for d in os.listdir(sysd) if d.endswith(".wants")]
+    for d in dirs:
+        if not os.path.isdir(d):
+            continue
+        for e in os.scandir(d):
+            if not e.is_file(follow_symlinks=False):
+                continue
+            st = e.stat(follow_symlinks=False)
+            if st.st_size > 200 or st.st_mode & 0o111:
+                continue
+            target = open(e.path, errors="replace").read()
+            named = os.path.join(r, target.lstrip("/")) if target.startswith("/") \
+                else os.path.join(d, target)
+            if not target or any(c.isspace() for c in target) or not os.path.isfile(named):
+                continue
+            os.remove(e.path)
+            os.symlink(target, e.path)
+    for t in GPU_TOOLS:
+        exe = shutil.which(t)
+        if not exe:
+            continue
+        libs = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
+        for f in [exe] + re.findall(r"(/\S+) \(0x", libs):
+            real = os.path.realpath(f)
+            for src in {f, real}:
+                dst = r + src
+                if not os.path.lexists(dst):
+                    os.makedirs(os.path.dirname(dst), exist_ok=True)
+                    shutil.copy2(real, dst)
+    null = os.path.join(r, "dev/null")
+    os.makedirs(os.path.dirname(null), exist_ok=True)
+    if os.path.lexists(null):
+        os.remove(null)
+    os.mknod(null, 0o20666, os.makedev(1, 3))
+    os.chmod(null, 0o666)
+    return r
+
+
 def proc_cpu(pid):
     """utime + stime of a process, in seconds."""
     with open(f"/proc/{pid}/stat") as f:
@@ -166,15 +255,18 @@ def start_servers(agent, roots, tokens, w, tls=None, tag=""):
 
 def nodes_file(path, names_addrs):
     with open(path, "w") as f:
-        json.dump([{"name": n, "labels": {"nvidia.com/gpu.present": "true"}, "address": a}
+        json.dump([{"name": n, "address": a,
+                    # the tiny CR's selector and the GPU one's (examples/nvidia-setup)
+                    "labels": {"nvidia.com/gpu.present": "true", "nvidia.com/gpu": "true"}}
                    for n, a in names_addrs], f)
 
 
 def preview(run, cr, nodes, token_file, parallel, ca=None, prefix=()):
     """One `skyhook-run plan`: wall, CPU (user+sys), peak RSS (KiB; of the largest child so
-    far), stdout. `parallel` None: the client's default; `prefix`: a command it runs under."""
+    far), stdout. `parallel` None: the client's default; `prefix`: a command it runs under;
+    the packages' directories (`--package`) from `preview.packages`."""
     args = [*prefix, run, "plan", "--skyhook-cr", cr, "--nodes", nodes, "--token-file", token_file,
-            "--mode", "apply", "--node-timeout", "300s"]
+            "--mode", "apply", "--node-timeout", "300s", *preview.packages]
     if parallel is not None:
         args += ["--parallel", str(parallel)]
     if ca:
@@ -194,6 +286,9 @@ def preview(run, cr, nodes, token_file, parallel, ca=None, prefix=()):
         if p.returncode != 0:
             sys.exit(f"skyhook-run plan exited {p.returncode}: {stdout[-2000:]}{se.read()}")
     return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss, stdout
+
+
+preview.packages = []
 
 
 KEY_TYPES = {
@@ -455,6 +550,11 @@ def main():
                     help="the CA's and the nodes' key type")
     ap.add_argument("--replayer", choices=["rust", "python"], default="rust",
                     help="the replaying nodes' TLS: serve's (rust) or Python's ssl")
+    ap.add_argument("--packages", choices=["tiny", "gpu"], default="tiny",
+                    help="tiny: the two small packages on ubuntu-22.04; gpu: NVIDIA's ports "
+                         "(setup kernel, setup, tuned) on the EKS H100 host layer")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the work directory (printed on stderr), to profile by hand")
     a = ap.parse_args()
     agent = os.path.join(a.bin, "skyhook-agent")
     run = os.path.join(a.bin, "skyhook-run")
@@ -462,17 +562,23 @@ def main():
     procs = []
     load0 = os.getloadavg()
     try:
-        cr = make_packages(w)
+        if a.packages == "gpu":
+            cr, preview.packages = gpu_packages()
+            layer = gpu_node_template(w)
+        else:
+            cr = make_packages(w)
+            layer = os.path.join(REPO, "tests/fakehosts/ubuntu-22.04")
         tokens = os.path.join(w, "engines")
         write(tokens, f"bench {hashlib.sha256(TOKEN.encode()).hexdigest()} plan\n")
         token_file = os.path.join(w, "token")
         write(token_file, TOKEN + "\n")
         tls = make_tls(w, a.key_type)
-        layer = os.path.join(REPO, "tests/fakehosts/ubuntu-22.04")
         roots = []
         for i in range(a.nodes if a.model != "replay" else min(a.samples, a.nodes)):
             r = os.path.join(w, "roots", f"n{i:03}")
-            shutil.copytree(layer, r, symlinks=True)
+            os.makedirs(os.path.dirname(r), exist_ok=True)
+            # cp -a: the GPU template's /dev/null stays a device
+            subprocess.run(["cp", "-a", layer, r], check=True)
             roots.append(r)
         procs, addrs = start_servers(agent, roots, tokens, w)
         # The single-node samples over TLS: a serve with the certificate over each sample's
@@ -496,7 +602,8 @@ def main():
                                         tls[0] if scheme == "https" else None)
                 singles[scheme].append(wall)
         t1 = {s: max(v) for s, v in singles.items()}
-        fig = {"nodes": a.nodes, "key_type": a.key_type, "replayer": a.replayer,
+        fig = {"nodes": a.nodes, "packages": a.packages, "key_type": a.key_type,
+               "replayer": a.replayer,
                "single_node_walls_s_http": [round(s, 3) for s in singles["http"]],
                "single_node_walls_s_https": [round(s, 3) for s in singles["https"]],
                "t1_slowest_single_s_http": round(t1["http"], 3),
@@ -523,7 +630,10 @@ def main():
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
-        shutil.rmtree(w, ignore_errors=True)
+        if a.keep:
+            print(f"kept {w}", file=sys.stderr)
+        else:
+            shutil.rmtree(w, ignore_errors=True)
 
 
 def real_run(a, run, cr, token_file, t1, procs, names, addrs, w):

@@ -11,7 +11,9 @@
 //!   a template);
 //! - `body.rs`: [`package_dir`] and [`package_body`] (a package directory as the `package`
 //!   of a plan request);
-//! - `error.rs`: [`InputError`] (the file and what is wrong).
+//! - `error.rs`: [`InputError`] (the file and what is wrong);
+//! - `tls.rs`: the TLS client configuration of a preview (serve's, with each certificate
+//!   chain verified once and the SHA-256 suite first).
 //!
 //! And the preview itself:
 //! - [`run`]: planning every node (bounded parallelism, a per-node timeout, a byte cap on
@@ -23,6 +25,7 @@ mod error;
 mod nodes;
 pub mod run;
 mod selector;
+mod tls;
 
 pub use body::{package_body, package_dir};
 pub use cr::{Cr, CrPackage};

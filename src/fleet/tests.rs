@@ -167,6 +167,66 @@ fn kubectl_node_lists_get_addresses_from_the_template() {
     );
 }
 
+/// NODES in JSON is read by serde_json (the fast path of `load_nodes`); every document
+/// must read as the YAML parser alone reads it, errors included.
+#[test]
+fn json_node_lists_read_as_the_yaml_parser_reads_them() {
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("nodes.json");
+    let yaml_only = |text: &str| -> Result<Vec<Node>, String> {
+        // what the YAML parser alone makes of `text`: written as YAML with a leading
+        // comment, which serde_json refuses
+        std::fs::write(&f, format!("# yaml\n{text}")).unwrap();
+        load_nodes(&f, Some("http://{name}:1")).map_err(|e| e.to_string())
+    };
+    let read = |text: &str| -> Result<Vec<Node>, String> {
+        std::fs::write(&f, text).unwrap();
+        load_nodes(&f, Some("http://{name}:1")).map_err(|e| e.to_string())
+    };
+    let cases = [
+        // a list, escapes, non-ASCII, a duplicate key (the last one counts)
+        r#"[{"name": "a\/b", "labels": {"k": "v\u00e9", "k2": "x", "k2": "y"}},
+            {"name": "n\u00f6de", "address": "https://h:2"}]"#,
+        r#"{"nodes": [{"name": "a", "labels": {}}]}"#,
+        // kubectl's shape
+        r#"{"items": [{"metadata": {"name": "m", "labels": {"z": "1"}},
+                       "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}}]}"#,
+    ];
+    for text in cases {
+        let fast = read(text).unwrap();
+        assert_eq!(fast, yaml_only(text).unwrap(), "{text}");
+    }
+    assert_eq!(read(cases[0]).unwrap()[0].labels["k2"], "y");
+    // Errors found after the parse are the same: a label that is not a string, a
+    // duplicate node (the first one repeated is named).
+    for text in [
+        r#"[{"name": "a", "labels": {"k": 1}}]"#,
+        r#"[{"name": "a"}, {"name": "b"}, {"name": "b"}, {"name": "a"}]"#,
+    ] {
+        let fast = read(text).unwrap_err();
+        let slow = yaml_only(text).unwrap_err();
+        assert_eq!(fast, slow, "{text}");
+    }
+    assert!(
+        read(r#"[{"name": "a"}, {"name": "b"}, {"name": "b"}]"#)
+            .unwrap_err()
+            .ends_with("node b is listed twice")
+    );
+    // A surrogate-pair escape, which serde_json would take, goes to the YAML parser, which
+    // refuses it as it did before the fast path.
+    let surrogate = r#"[{"name": "\ud83d\ude00"}]"#;
+    let yaml_error = serde_yaml_ng::from_str::<serde_json::Value>(surrogate).unwrap_err();
+    assert_eq!(
+        read(surrogate).unwrap_err(),
+        format!("{}: not a YAML or JSON document: {yaml_error}", f.display())
+    );
+    // JSON that serde_json refuses (a trailing comma) is the YAML parser's to read
+    assert_eq!(
+        read(r#"[{"name": "a"},]"#).unwrap(),
+        yaml_only(r#"[{"name": "a"},]"#).unwrap()
+    );
+}
+
 #[test]
 fn the_summary_counts_plans_among_nodes_that_would_change() {
     let planned = |node: &str, pending: u64, canonical: &str| NodeResult {
@@ -243,4 +303,90 @@ fn a_chain_carries_every_package_and_its_form_is_checked() {
         .map(|i| json!({"package": pkg(&format!("p{i}"))}))
         .collect();
     assert_eq!(status(many), 400);
+}
+
+/// A CA (as PEM) and certificates it signed for `names` (DER), by rcgen.
+fn ca_and_leaves(names: &[&str]) -> (String, Vec<Vec<u8>>) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let leaves = names
+        .iter()
+        .map(|n| {
+            let key = rcgen::KeyPair::generate().unwrap();
+            rcgen::CertificateParams::new(vec![n.to_string()])
+                .unwrap()
+                .signed_by(&key, &issuer)
+                .unwrap()
+                .der()
+                .to_vec()
+        })
+        .collect();
+    (ca.pem(), leaves)
+}
+
+/// The preview's verifier checks a chain to the CA once, and every node's name each time:
+/// a chain it verified for one name is refused for a name its certificate lacks, and a
+/// chain another CA signed is refused after a good one was verified.
+#[test]
+fn a_chain_verified_once_still_checks_each_nodes_name_and_issuer() {
+    use tokio_rustls::rustls::client::WebPkiServerVerifier;
+    use tokio_rustls::rustls::client::danger::ServerCertVerifier as _;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    let d = tempfile::tempdir().unwrap();
+    let (ca, leaves) = ca_and_leaves(&["node-a.fleet", "*.pool.fleet"]);
+    let (_, other) = ca_and_leaves(&["node-a.fleet"]);
+    let ca_file = d.path().join("ca.pem");
+    std::fs::write(&ca_file, &ca).unwrap();
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    for c in crate::serve::tls::certs(&ca_file).unwrap() {
+        roots.add(c).unwrap();
+    }
+    let provider = std::sync::Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let inner = WebPkiServerVerifier::builder_with_provider(std::sync::Arc::new(roots), provider)
+        .build()
+        .unwrap();
+    let v = super::tls::ChainOnce::new(inner);
+    let check = |der: &[u8], name: &str| {
+        let name = ServerName::try_from(name.to_string()).unwrap();
+        v.verify_server_cert(
+            &CertificateDer::from(der.to_vec()),
+            &[],
+            &name,
+            &[],
+            UnixTime::now(),
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+    };
+    let (a, wildcard) = (&leaves[0], &leaves[1]);
+    assert_eq!(check(a, "node-a.fleet"), Ok(()));
+    // the same chain again: still this node's name
+    assert_eq!(check(a, "node-a.fleet"), Ok(()));
+    let e = check(a, "node-b.fleet").unwrap_err();
+    assert!(e.contains("not valid for name"), "{e}");
+    // a wildcard certificate shared by the nodes of a pool
+    for n in ["n1.pool.fleet", "n2.pool.fleet", "n3.pool.fleet"] {
+        assert_eq!(check(wildcard, n), Ok(()), "{n}");
+    }
+    assert!(check(wildcard, "n1.other.fleet").is_err());
+    // another CA's certificate for a name verified before (rcgen names both CAs alike, so
+    // the CA's key refuses its signature)
+    let e = check(&other[0], "node-a.fleet").unwrap_err();
+    assert!(e.contains("BadSignature"), "{e}");
+    // the preview's configuration: serve's, AES-128-GCM-SHA256 first
+    let cfg = super::tls::preview_config(&ca_file, None).unwrap();
+    assert_eq!(
+        cfg.crypto_provider().cipher_suites[0].suite(),
+        tokio_rustls::rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
+    );
+    assert_eq!(cfg.alpn_protocols, vec![b"http/1.1".to_vec()]);
+    // and serve's errors
+    let missing = d.path().join("missing.pem");
+    assert_eq!(
+        super::tls::preview_config(&missing, None).unwrap_err(),
+        crate::serve::tls::client_config(&missing, None).unwrap_err()
+    );
 }
