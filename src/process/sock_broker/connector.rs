@@ -2,10 +2,117 @@
 //! sockets for the broker (why a process: the module docs).
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::Duration;
 
-use super::broker::{Allowed, CONNECT_WITHIN, receive_fd, seqpacket_pair};
 use crate::process::sandbox::QueryUser;
+
+/// How long one connection may take: the connector's `SO_SNDTIMEO` is 2 s of it, a
+/// non-Unix `connect` the broker makes for a query is given all of it.
+pub(super) const CONNECT_WITHIN: Duration = Duration::from_secs(3);
+
+/// An allowed socket, opened when the plan started.
+#[derive(Debug)]
+pub(super) struct Allowed {
+    /// `O_PATH` of the socket file: the connector connects through `/proc/self/fd/N`.
+    pub fd: OwnedFd,
+    pub dev: u64,
+    pub ino: u64,
+    /// Its name is `system_bus_socket` (D-Bus's system bus: see the `dbus_filter:` seam).
+    pub system_bus: bool,
+}
+
+/// `paths` opened (`O_PATH`) and `stat`ed; a path missing or not a socket is left out.
+pub(super) fn allowed(paths: &[PathBuf]) -> Vec<Allowed> {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _};
+    paths
+        .iter()
+        .filter_map(|p| {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH)
+                .open(p)
+                .ok()?;
+            let m = f.metadata().ok()?;
+            m.file_type().is_socket().then(|| Allowed {
+                dev: m.dev(),
+                ino: m.ino(),
+                fd: OwnedFd::from(f),
+                system_bus: p.file_name() == Some("system_bus_socket".as_ref()),
+            })
+        })
+        .take(usize::from(u8::MAX))
+        .collect()
+}
+
+/// A `SOCK_SEQPACKET` Unix pair, both ends close-on-exec.
+pub(super) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut pair = [0 as libc::c_int; 2];
+    // SAFETY: socketpair(2) writes two descriptors into the array.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            pair.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) })
+}
+
+/// Receive one descriptor sent with a message on `sock` (`MSG_DONTWAIT`): the message's
+/// bytes (up to `buf`'s length) and the descriptor, if any. `None` when nothing is there or
+/// the peer is gone.
+pub(super) fn receive_fd(sock: RawFd, buf: &mut [u8]) -> Option<(usize, Option<OwnedFd>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data; every pointer set is to a live local buffer.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: recvmsg into the buffers described by msg.
+    let n = unsafe {
+        libc::recvmsg(
+            sock,
+            &raw mut msg,
+            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+        )
+    };
+    if n <= 0 {
+        return None;
+    }
+    let mut fd = None;
+    // SAFETY: walking the control messages recvmsg wrote into `control`; each descriptor
+    // is new and ours (every one but the first is closed).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c).cast::<libc::c_int>();
+                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<libc::c_int>();
+                for i in 0..count {
+                    let got = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
+                    if fd.is_none() {
+                        fd = Some(got);
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(&raw const msg, c);
+        }
+    }
+    Some((n as usize, fd))
+}
 
 /// The connector's `SO_SNDTIMEO` while it connects (a Unix `connect` waits that long for
 /// room in a full backlog, then fails with `EAGAIN`).
