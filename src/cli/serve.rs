@@ -176,6 +176,16 @@ pub fn parse_socket_path(s: &str) -> Result<PathBuf, String> {
     Ok(p)
 }
 
+/// The `--plan-allow-socket` paths under `root`, as the server sees them (`none`, an empty
+/// path, leaves out every one).
+fn allowed_sockets(root: &std::path::Path, paths: &[PathBuf]) -> Vec<PathBuf> {
+    paths
+        .iter()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(|p| root.join(p.strip_prefix("/").unwrap_or(p)))
+        .collect()
+}
+
 /// `64MiB`, `1KiB`, `10MB`, `123` → bytes.
 ///
 /// # Errors
@@ -355,13 +365,7 @@ pub fn startup(a: ServeArgs) -> Result<Startup, ServeError> {
         cpu_seconds: a.plan_cpu.as_secs().max(1),
         max_pids: a.plan_pids.max(crate::process::sandbox::MIN_PID_MAX),
         unix_sockets: !a.plan_deny_unix_sockets,
-        // Each under --root, as the server sees it (`none` leaves out every one).
-        allow_sockets: a
-            .plan_allow_socket
-            .iter()
-            .filter(|p| !p.as_os_str().is_empty())
-            .map(|p| a.root.join(p.strip_prefix("/").unwrap_or(p)))
-            .collect(),
+        allow_sockets: allowed_sockets(&a.root, &a.plan_allow_socket),
         ..crate::process::sandbox::Limits::default()
     };
     if !a.plan_deny_unix_sockets && !crate::process::sandbox::brokers_sockets() {
@@ -540,6 +544,46 @@ mod tests {
                 continue;
             }
             assert!(section.contains(&format!("`--{long}")), "--{long}");
+        }
+    }
+
+    /// `--plan-allow-socket`: by default the D-Bus system bus under `--root`; repeatable;
+    /// `none` for none; a relative path or one with `..` is refused, naming it.
+    #[test]
+    fn allowed_sockets_are_under_the_root() {
+        let parse = |extra: &[&str]| {
+            let args = ["serve", "--listen", "127.0.0.1:0", "--root", "/host"]
+                .iter()
+                .chain(extra)
+                .map(OsString::from);
+            ServeArgs::try_parse_from(args)
+                .map(|a| allowed_sockets(&a.root, &a.plan_allow_socket))
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            parse(&[]).unwrap(),
+            [PathBuf::from("/host/run/dbus/system_bus_socket")]
+        );
+        assert_eq!(
+            parse(&[
+                "--plan-allow-socket",
+                "/run/a.sock",
+                "--plan-allow-socket",
+                "/b"
+            ])
+            .unwrap(),
+            [PathBuf::from("/host/run/a.sock"), PathBuf::from("/host/b")]
+        );
+        assert_eq!(
+            parse(&["--plan-allow-socket", "none"]).unwrap(),
+            Vec::<PathBuf>::new()
+        );
+        for bad in ["run/a.sock", "/run/../etc/x"] {
+            let e = parse(&["--plan-allow-socket", bad]).unwrap_err();
+            assert!(
+                e.contains(&format!("{bad:?}: a socket's absolute path")),
+                "{e}"
+            );
         }
     }
 
