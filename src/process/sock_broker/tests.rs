@@ -10,12 +10,14 @@ use std::path::{Path, PathBuf};
 use crate::process::sandbox::{self, Limits, QueryUsers};
 use crate::process::{Options, Sink, Spec, Stream};
 
-struct Out(Vec<u8>);
+/// A command's standard output, and its standard error.
+struct Out(Vec<u8>, Vec<u8>);
 
 impl Sink for Out {
     fn chunk(&mut self, stream: Stream, bytes: &[u8]) -> std::ops::ControlFlow<()> {
-        if stream == Stream::Stdout {
-            self.0.extend_from_slice(bytes);
+        match stream {
+            Stream::Stdout => self.0.extend_from_slice(bytes),
+            Stream::Stderr => self.1.extend_from_slice(bytes),
         }
         std::ops::ControlFlow::Continue(())
     }
@@ -25,6 +27,11 @@ impl Sink for Out {
 /// as a plan's): its standard output. The sandbox, its broker and connector end before
 /// this returns.
 fn sandboxed(limits: Limits, program: &str, args: &[&str]) -> String {
+    sandboxed_both(limits, program, args).0
+}
+
+/// [`sandboxed`]'s standard output and standard error.
+fn sandboxed_both(limits: Limits, program: &str, args: &[&str]) -> (String, String) {
     let spec = Spec {
         program: program.into(),
         args: args.iter().map(Into::into).collect(),
@@ -41,10 +48,13 @@ fn sandboxed(limits: Limits, program: &str, args: &[&str]) -> String {
         let sb = sandbox::start(&limits).unwrap();
         sb.enter().unwrap();
         assert_eq!(sb.sandbox().sockets_brokered(), limits.unix_sockets);
-        let mut out = Out(Vec::new());
+        let mut out = Out(Vec::new(), Vec::new());
         crate::process::run(&spec, &Options::default(), &mut out);
         drop(sb);
-        String::from_utf8_lossy(&out.0).into_owned()
+        (
+            String::from_utf8_lossy(&out.0).into_owned(),
+            String::from_utf8_lossy(&out.1).into_owned(),
+        )
     })
     .join()
     .unwrap()
@@ -436,6 +446,82 @@ fn a_query_rewriting_its_address_or_a_symlink_reaches_no_other_socket() {
         .map(|n| n.parse::<usize>().unwrap())
         .sum();
     assert_eq!(ok, reached, "{out}: {reached} reached the allowed socket");
+}
+
+/// A real `dbus-daemon` (a system bus of the test's, on a socket named as the system bus's
+/// is) allowed: a query's `dbus-send` connects through the broker, authenticates
+/// (`EXTERNAL`: the uid it claims, its own, must be the connection's `SO_PEERCRED` uid,
+/// the connector's) and gets its reply; the same bus not allowed is refused. The query
+/// user here is `nobody` (65534): the reference `dbus-daemon` drops the connection of a
+/// uid its user database does not know (`auto`'s ids), directly or through the broker.
+#[test]
+fn a_query_talks_to_an_allowed_dbus_daemon_as_itself() {
+    if !runnable()
+        || !Path::new("/usr/bin/dbus-daemon").exists()
+        || !Path::new("/usr/bin/dbus-send").exists()
+    {
+        return;
+    }
+    let d = dir(false);
+    let sock = d.path().join("system_bus_socket");
+    let config = d.path().join("bus.conf");
+    std::fs::write(
+        &config,
+        format!(
+            r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+  </policy>
+</busconfig>
+"#,
+            sock.display()
+        ),
+    )
+    .unwrap();
+    let mut daemon = std::process::Command::new("/usr/bin/dbus-daemon")
+        .arg(format!("--config-file={}", config.display()))
+        .args(["--nofork", "--print-address"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The daemon prints its address once it listens.
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(daemon.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let bus = format!("--bus=unix:path={}", sock.display());
+    let args = [
+        bus.as_str(),
+        "--print-reply",
+        "--dest=org.freedesktop.DBus",
+        "/org/freedesktop/DBus",
+        "org.freedesktop.DBus.GetId",
+    ];
+    let nobody = Limits {
+        query_user: sandbox::QueryUser::NOBODY,
+        ..allowing(&[&sock])
+    };
+    let (allowed, why) = sandboxed_both(nobody, "/usr/bin/dbus-send", &args);
+    let (refused, said) = sandboxed_both(Limits::default(), "/usr/bin/dbus-send", &args);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    eprintln!("dbus-send through the broker: {}", allowed.trim());
+    assert!(
+        allowed.contains("method return") && allowed.contains("string \""),
+        "{line}: {allowed} {why}"
+    );
+    assert_eq!(refused, "", "the bus answered a query it was not allowed");
+    assert!(said.contains("Permission denied"), "{said}");
 }
 
 /// The racing query: argv 1 the allowed socket, 2 the other, 3 a symlink path in a
