@@ -907,6 +907,35 @@ fn a_wrong_certificate_fails_its_node_and_a_stop_keeps_what_finished() {
     assert_eq!((tree(good.root()), tree(bad.root())), before);
 }
 
+/// A preview of `cr` (its packages beside it) planning `modes` on one node `n1` over `root`;
+/// what it found.
+fn preview_one(
+    cr: &Path,
+    root: &Path,
+    tokens: &Path,
+    modes: &[Mode],
+) -> skyhook::fleet::run::Preview {
+    let c = Cr::load(cr).unwrap();
+    let bodies = plan_bodies(&c, &BTreeMap::new(), modes).unwrap();
+    rt().block_on(async {
+        let gpu = json!({"nvidia.com/gpu.present": "true", "kubernetes.io/os": "linux"});
+        let address = start_serve(root, tokens).await;
+        let f = cr.with_file_name("nodes.json");
+        let nodes = json!([{"name": "n1", "labels": gpu, "address": address}]);
+        std::fs::write(&f, nodes.to_string()).unwrap();
+        let opts = options(modes.to_vec(), PLAN_TOKEN);
+        preview(
+            &c,
+            load_nodes(&f, None).unwrap(),
+            bodies,
+            &opts,
+            &Cancel::new(),
+            &mut |_, _| {},
+        )
+        .await
+    })
+}
+
 /// Issue 32: a chain stops at its first failed package, and the preview says which later
 /// packages were not planned because of it: `base` fails on a host where
 /// `/etc/fleet-demo/broken` exists, so `tuning` (dependsOn `base`) is not planned.
@@ -922,28 +951,37 @@ fn a_preview_names_the_packages_not_planned_after_a_failed_one() {
     let tokens = tokens_file(pkgs.path());
     let fr = fake_host("ubuntu-22.04");
     fr.write("/etc/fleet-demo/broken", "");
-    let cr = Cr::load(&cr_path).unwrap();
-    let p = rt().block_on(async {
-        let gpu = json!({"nvidia.com/gpu.present": "true", "kubernetes.io/os": "linux"});
-        let address = start_serve(fr.root(), &tokens).await;
-        let f = pkgs.path().join("nodes.json");
-        std::fs::write(
-            &f,
-            json!([{"name": "n1", "labels": gpu, "address": address}]).to_string(),
-        )
-        .unwrap();
-        preview(
-            &cr,
-            load_nodes(&f, None).unwrap(),
-            bodies(&cr_path),
-            &options(vec![Mode::Apply], PLAN_TOKEN),
-            &Cancel::new(),
-            &mut |_, _| {},
-        )
-        .await
-    });
+    let p = preview_one(&cr_path, fr.root(), &tokens, &[Mode::Apply]);
     let why = "package base: mode apply step base: <package>/skyhook_dir/base.rhai:1:43: \
                /etc/fleet-demo/broken is present; not planned because package base failed: tuning";
+    assert_eq!(
+        p.render_text(),
+        format!(
+            "== failed on n1: {why}\n1 selected: 0 would change (0 plans), 0 converged, 1 failed\n"
+        )
+    );
+    assert_eq!(p.to_json()["nodes"][0]["error"], json!(why));
+}
+
+/// Issue 32: a failed mode stops its package's later modes, as the agent runs none after
+/// it, and the preview names them: `tuning`'s apply fails where `/etc/fleet-demo/broken`
+/// exists, so its apply-check is not planned (`base` plans both).
+#[test]
+fn a_preview_names_the_modes_not_planned_after_a_failed_one() {
+    require_root!();
+    let pkgs = tempfile::tempdir().unwrap();
+    let cr_path = packages(pkgs.path());
+    let tokens = tokens_file(pkgs.path());
+    let fr = fake_host("ubuntu-22.04");
+    fr.write("/etc/fleet-demo/broken", "");
+    let p = preview_one(
+        &cr_path,
+        fr.root(),
+        &tokens,
+        &[Mode::Apply, Mode::ApplyCheck],
+    );
+    let why = "package tuning: mode apply step tune: <package>/skyhook_dir/tune.rhai:1:43: \
+               /etc/fleet-demo/broken is present; not planned because mode apply failed: apply-check";
     assert_eq!(
         p.render_text(),
         format!(

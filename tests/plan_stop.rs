@@ -120,33 +120,22 @@ fn a_chain_stops_after_a_failed_package() {
 }
 
 /// A failed step changes nothing, in a plan as in the agent's all-or-nothing apply: the file
-/// `apply`'s step planned before it failed is not in the view `config` plans against.
+/// a check step planned before it failed is not in the view the next check step (a check
+/// runs all its steps) plans against. (A later mode is not planned at all after a failed
+/// one: `a_failed_mode_stops_the_later_modes_of_its_package`, in serve's plan tests.)
 #[test]
 fn a_failed_steps_planned_changes_leave_the_view() {
     require_root!();
     let fr = host_with(&[]);
     let d = tempfile::tempdir().unwrap();
     let tokens = tokens_file(d.path());
-    let p = package(
-        "half",
-        &[
-            (
-                "apply",
-                &[(
-                    "half",
-                    "fs::write(\"/etc/half.conf\", \"x\\n\");\nfail(\"stopped halfway\");\n",
-                )],
-            ),
-            (
-                "config",
-                &[(
-                    "look",
-                    "print(\"seen=\" + fs::exists(\"/etc/half.conf\"));\n",
-                )],
-            ),
-        ],
-    );
-    let body = json!({"id": "half", "kind": "package_plan", "modes": ["apply", "config"],
+    let mut p = package("half", &[("apply", &[("ok", "let x = 1;\n")])]);
+    p["config"]["modes"]["apply-check"] = json!([plan_step("half"), plan_step("look")]);
+    p["files"]["skyhook_dir/half.rhai"] =
+        "fs::write(\"/etc/half.conf\", \"x\\n\");\nfail(\"stopped halfway\");\n".into();
+    p["files"]["skyhook_dir/look.rhai"] =
+        "print(\"seen=\" + fs::exists(\"/etc/half.conf\"));\n".into();
+    let body = json!({"id": "half", "kind": "package_plan", "modes": ["apply-check"],
                       "package": p});
     let (exit, lines, _) = current_rt().block_on(async {
         let client = Client::new(&start_serve(fr.root(), &tokens).await, PLAN_TOKEN).unwrap();

@@ -179,6 +179,10 @@ fn step_failures(plans: &Value) -> Vec<String> {
     let mut out = Vec::new();
     for p in plans.as_array().into_iter().flatten() {
         let mode = p.get("package_mode").and_then(Value::as_str).unwrap_or("?");
+        if p.get("not_planned").is_some() {
+            // Not a failure of its own: an earlier mode's (`failed_package` lists it).
+            continue;
+        }
         if let Some(e) = p.get("error").and_then(Value::as_str) {
             out.push(format!("mode {mode}: {e}"));
             continue;
@@ -306,6 +310,7 @@ pub async fn plan_node(node: &Node, req: &Request, opts: &Options, run_id: &str)
             return Outcome::Failed(failed_package(
                 name,
                 &f,
+                &plans,
                 &bodies[i + 1..],
                 &answers[i + 1..],
             ));
@@ -338,22 +343,40 @@ pub async fn plan_node(node: &Node, req: &Request, opts: &Options, run_id: &str)
     }
 }
 
-/// Why a node failed at package `name` (its first failure `why`), with the later packages
-/// the node did not plan because of it (their answer's `not_planned`):
-/// `package NAME: WHY; not planned because package NAME failed: b, c`.
+/// Why a node failed at package `name` (its first failure `why`), with the later modes of
+/// the package (its `plans`) and the later packages the node did not plan because of it
+/// (their `not_planned`): `package NAME: WHY; not planned because mode M failed: config,
+/// config-check; not planned because package NAME failed: b, c`.
 fn failed_package(
     name: &str,
     why: &str,
+    plans: &Value,
     later: &[(String, String, Value)],
     answers: &[&Value],
 ) -> String {
+    let mut out = format!("package {name}: {why}");
+    // Every mode after the failed one has the same reason (`mode M failed`).
+    let modes: Vec<(&str, &str)> = plans
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            Some((
+                p.get("package_mode")?.as_str()?,
+                p.get("not_planned")?.as_str()?,
+            ))
+        })
+        .collect();
+    if let Some((_, w)) = modes.first() {
+        let names: Vec<&str> = modes.iter().map(|(m, _)| *m).collect();
+        let _ = write!(out, "; not planned because {w}: {}", names.join(", "));
+    }
     let skipped: Vec<&str> = later
         .iter()
         .zip(answers)
         .filter(|(_, a)| a.get("not_planned").is_some())
         .map(|((n, _, _), _)| n.as_str())
         .collect();
-    let mut out = format!("package {name}: {why}");
     if !skipped.is_empty() {
         let _ = write!(
             out,

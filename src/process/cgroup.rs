@@ -70,6 +70,11 @@ pub fn is_cgroup_dir(dir: &Path) -> bool {
     fs_version(dir).is_some()
 }
 
+/// True when `dir` is on the cgroup v2 filesystem.
+pub(super) fn is_v2_dir(dir: &Path) -> bool {
+    fs_version(dir) == Some(Version::V2)
+}
+
 /// A mountinfo path field with its `\ooo` escapes decoded ([`unescape_octal`]).
 pub(crate) fn unescape(field: &str) -> PathBuf {
     PathBuf::from(
@@ -182,6 +187,16 @@ impl Root {
                 dir.display()
             ));
         };
+        Root::under(dir, version)
+    }
+
+    /// [`Root::at`] without its check that `dir` is on a cgroup filesystem, for a caller
+    /// that checked it (or a test's directory standing in for one, with the files a cgroup
+    /// has): `<dir>/skyhook-serve`, created when missing, with a `cgroup.procs`.
+    ///
+    /// # Errors
+    /// As [`Root::at`].
+    pub(super) fn under(dir: &Path, version: Version) -> Result<Root, String> {
         let mine = dir.join("skyhook-serve");
         match std::fs::create_dir(&mine) {
             Ok(()) => {}

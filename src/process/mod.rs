@@ -96,6 +96,7 @@
 
 pub mod cancel;
 pub mod cgroup;
+pub mod dbus_filter;
 mod pidfd;
 pub mod plan_cgroup;
 mod query_user;

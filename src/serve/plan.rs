@@ -28,7 +28,8 @@
 //! Events: the scripts' output as line events, one plan event per change and action of
 //! each mode (with `package_mode`), then the exit `{"code": 0}` (every mode
 //! planned and no step failed) or `{"code": 1, "error"}`, with `plans` (one
-//! `docs/plan.schema.json` package plan, or failure, per mode, in order) and `rendered`
+//! `docs/plan.schema.json` package plan, or failure, per mode, in order; a mode after a
+//! failed one of its package is not planned, its failure saying so) and `rendered`
 //! (the text of each mode under a `--- mode MODE` line). A chain's plan events also name
 //! their `package`, and its exit has `packages` instead: per package `package`, `version`,
 //! `exit`, `plans` and `rendered`.
@@ -634,9 +635,14 @@ impl Shown {
 
 /// Plan each of `modes` of one package (unpacked at `dir`, its CR file at `cr`) from
 /// `carry`, leaving in it what they planned; once `cancel` is stopped no further mode
-/// starts. Events: each script's output, one plan event per change and action (with
-/// `package_mode`, and `package` when `label` is given: a chain). The exit and its `plans`
-/// and `rendered`.
+/// starts. After a mode fails (a step of it, or it could not be planned) no later mode of
+/// the package is planned, as the agent runs none: each has a stderr line `package NAME
+/// VERSION mode M: not planned: mode X failed`, its entry in `plans` `{"package_mode": M,
+/// "ok": false, "error": "not planned: mode X failed", "errors", "not_planned": "mode X
+/// failed", "exit_code": 1}`, `not planned: mode X failed` under its `--- mode M` line of
+/// `rendered`, and `mode M: not planned: mode X failed` in the exit's error. Events: each
+/// script's output, one plan event per change and action (with `package_mode`, and
+/// `package` when `label` is given: a chain). The exit and its `plans` and `rendered`.
 #[allow(clippy::too_many_arguments)]
 fn plan_modes(
     modes: &[Mode],
@@ -663,7 +669,32 @@ fn plan_modes(
     let mut plans = Vec::new();
     let mut rendered = String::new();
     let mut errors = Vec::new();
+    // The first mode that failed: the agent runs no later mode of the package after it.
+    let mut failed: Option<Mode> = None;
     for &mode in modes {
+        if let Some(first) = failed {
+            let why = format!("mode {} failed", first.as_str());
+            let (name, version) = job.name();
+            (sink.emit)(Body::Line {
+                stream: "stderr",
+                line: format!(
+                    "package {name} {version} mode {}: not planned: {why}",
+                    mode.as_str()
+                ),
+                partial: false,
+                lossy: false,
+            });
+            errors.push(format!("mode {}: not planned: {why}", mode.as_str()));
+            let _ = std::fmt::Write::write_fmt(
+                &mut rendered,
+                format_args!("--- mode {}\nnot planned: {why}\n", mode.as_str()),
+            );
+            let error = format!("not planned: {why}");
+            plans.push(json!({"package_mode": mode.as_str(), "ok": false,
+                "errors": [crate::local::error_json(&error)], "error": error,
+                "not_planned": why, "exit_code": 1}));
+            continue;
+        }
         if cancel.is_stopped() {
             break;
         }
@@ -708,6 +739,7 @@ fn plan_modes(
                 }
                 if !ok {
                     errors.push(format!("mode {}: a step failed", mode.as_str()));
+                    failed = Some(mode);
                 }
                 rendered.push_str(&plan.render_text());
                 plans.push(v);
@@ -717,6 +749,7 @@ fn plan_modes(
                 let msg = crate::chain::render(&e);
                 let _ = std::fmt::Write::write_fmt(&mut rendered, format_args!("error: {msg}\n"));
                 errors.push(format!("mode {}: {msg}", mode.as_str()));
+                failed = Some(mode);
                 plans.push(
                     json!({"package_mode": mode.as_str(), "ok": false, "error": msg,
                     "errors": [crate::local::error_json(&msg)], "exit_code": 1}),

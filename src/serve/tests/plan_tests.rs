@@ -297,3 +297,91 @@ fn a_cancelled_plan_starts_no_further_step_and_ends_at_once() {
         );
     }
 }
+
+/// Issue 32: a failed mode stops its package's later modes, as the agent runs no mode after
+/// a failed one: `apply`'s step fails, so `apply-check`'s script never runs; the stream, the
+/// mode's entry in `plans`, `rendered` and the exit's error say it was not planned and why.
+#[test]
+fn a_failed_mode_stops_the_later_modes_of_its_package() {
+    use std::sync::{Arc, Mutex};
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let step = |name: &str| {
+        serde_json::json!({"name": name, "path": format!("{name}.rhai"), "arguments": [],
+            "returncodes": [0], "on_host": true, "idempotence": false, "upgrade_step": false})
+    };
+    let body = serde_json::json!({"id": "modes", "kind": "package_plan",
+        "modes": ["apply", "apply-check"],
+        "package": {"config": {"schema_version": "v1", "root_dir": "/",
+            "expected_config_files": [], "package_name": "m", "package_version": "1.0.0",
+            "modes": {"apply": [step("a")], "apply-check": [step("c")]}},
+            "files": {"skyhook_dir/a.rhai": "fail(\"apply is broken\");\n",
+                      "skyhook_dir/c.rhai": "print(\"the check was planned\");\n"}}});
+    let limits = super::super::plan_limits::PlanLimits::default();
+    let mut job = super::parse_plan(body.to_string().as_bytes())
+        .unwrap()
+        .unwrap()
+        .job;
+    job.bound(&limits, limits.admit().unwrap());
+    let root = tempfile::tempdir().unwrap();
+    let engine = Arc::new(crate::script::ScriptEngine::new(
+        crate::script::Limits::default(),
+    ));
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let l2 = lines.clone();
+    let emit: super::Emit = Arc::new(move |b| {
+        if let super::Body::Line { line, .. } = b {
+            l2.lock().unwrap().push(line);
+        }
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (exit, extra) = rt.block_on(super::run(
+        job,
+        root.path().to_path_buf(),
+        engine,
+        emit,
+        crate::process::Cancel::new(),
+    ));
+    let lines = lines.lock().unwrap().join("\n");
+    assert!(!lines.contains("the check was planned"), "{lines}");
+    assert!(
+        lines.contains("package m 1.0.0 mode apply-check: not planned: mode apply failed"),
+        "{lines}"
+    );
+    assert_eq!(
+        exit,
+        serde_json::json!({"code": 1, "error": "mode apply: a step failed; \
+                                                mode apply-check: not planned: mode apply failed"})
+    );
+    assert_eq!(
+        extra["plans"][1],
+        serde_json::json!({"package_mode": "apply-check", "ok": false,
+            "error": "not planned: mode apply failed",
+            "errors": [{"file": null, "line": null, "column": null,
+                        "message": "not planned: mode apply failed"}],
+            "not_planned": "mode apply failed", "exit_code": 1})
+    );
+    // a `failure` of docs/plan.schema.json
+    let schema: serde_json::Value = serde_json::from_str(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/plan.schema.json"
+    )))
+    .unwrap();
+    let failure = serde_json::json!({"$ref": "#/$defs/failure", "$defs": schema["$defs"]});
+    let failure = jsonschema::draft202012::options().build(&failure).unwrap();
+    assert!(
+        failure.is_valid(&extra["plans"][1]),
+        "{:#}",
+        extra["plans"][1]
+    );
+    let rendered = extra["rendered"].as_str().unwrap();
+    assert!(
+        rendered.ends_with("--- mode apply-check\nnot planned: mode apply failed\n"),
+        "{rendered}"
+    );
+}
