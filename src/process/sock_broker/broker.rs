@@ -521,20 +521,16 @@ impl State {
                 return Err(libc::ECONNREFUSED);
             }
         };
-        // dbus_filter: once `crate::process::dbus_filter` is on main, a connection to the
-        // D-Bus system bus goes through its read-only filter instead of straight to the
-        // query; replace the line below with:
-        //     if self.allowed[at].system_bus {
-        //         use std::os::unix::net::UnixStream;
-        //         let errno = |e: io::Error| e.raw_os_error().unwrap_or(libc::ECONNREFUSED);
-        //         let (query, filter) = UnixStream::pair().map_err(errno)?;
-        //         crate::process::dbus_filter::spawn(filter, UnixStream::from(bus))
-        //             .map_err(errno)?;
-        //         return Ok(OwnedFd::from(query));
-        //     }
-        // (the filter's thread ends when either side closes; the query's O_NONBLOCK and
-        // options are then set on `query`, as they are on `bus` now).
-        let _through_dbus_filter = self.allowed[at].system_bus;
+        // A connection to the D-Bus system bus goes through the read-only filter: the query
+        // gets one end of a stream pair, the filter the other and the bus connection (its
+        // thread ends when either side closes).
+        if self.allowed[at].system_bus {
+            use std::os::unix::net::UnixStream;
+            let errno = |e: io::Error| e.raw_os_error().unwrap_or(libc::ECONNREFUSED);
+            let (query, filter) = UnixStream::pair().map_err(errno)?;
+            crate::process::dbus_filter::spawn(filter, UnixStream::from(bus)).map_err(errno)?;
+            return Ok(OwnedFd::from(query));
+        }
         Ok(bus)
     }
 }

@@ -19,7 +19,8 @@ pub(super) struct Allowed {
     pub fd: OwnedFd,
     pub dev: u64,
     pub ino: u64,
-    /// Its name is `system_bus_socket` (D-Bus's system bus: see the `dbus_filter:` seam).
+    /// Its name is `system_bus_socket` (D-Bus's system bus: its connections go through
+    /// `dbus_filter`).
     pub system_bus: bool,
 }
 

@@ -35,6 +35,9 @@
 //!   `O_NONBLOCK`, close-on-exec, `SO_PASSCRED` and `SO_PASSSEC` kept) and answers `0`.
 //!   Whatever the query rewrites in its memory after the `connect` (a TOCTOU race) or
 //!   links where, it gets an allowed socket or nothing.
+//!   A connection to D-Bus's system bus (an allowed socket named `system_bus_socket`)
+//!   goes through the read-only filter (`dbus_filter`): the query gets one end of a
+//!   stream pair, the filter the other end and the connector's bus connection.
 //!
 //! Why a process and not a thread with per-thread credentials: a daemon learns more of
 //! its peer than `SO_PEERCRED`'s uid and gid. journald, logind and polkit look the peer's

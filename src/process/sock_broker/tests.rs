@@ -451,7 +451,9 @@ fn a_query_rewriting_its_address_or_a_symlink_reaches_no_other_socket() {
 /// A real `dbus-daemon` (a system bus of the test's, on a socket named as the system bus's
 /// is) allowed: a query's `dbus-send` connects through the broker, authenticates
 /// (`EXTERNAL`: the uid it claims, its own, must be the connection's `SO_PEERCRED` uid,
-/// the connector's) and gets its reply; the same bus not allowed is refused. The query
+/// the connector's) and gets its reply through the read-only filter (the socket is named
+/// `system_bus_socket`), which refuses `StartServiceByName`; the same bus not allowed is
+/// refused. The query
 /// user here is `nobody` (65534): the reference `dbus-daemon` drops the connection of a
 /// uid its user database does not know (`auto`'s ids), directly or through the broker.
 #[test]
@@ -513,6 +515,21 @@ fn a_query_talks_to_an_allowed_dbus_daemon_as_itself() {
     };
     let (allowed, why) = sandboxed_both(nobody, "/usr/bin/dbus-send", &args);
     let (refused, said) = sandboxed_both(Limits::default(), "/usr/bin/dbus-send", &args);
+    // A call that is no read: the bus would answer it (ServiceUnknown); the filter refuses.
+    let start = [
+        bus.as_str(),
+        "--print-reply",
+        "--dest=org.freedesktop.DBus",
+        "/org/freedesktop/DBus",
+        "org.freedesktop.DBus.StartServiceByName",
+        "string:org.example.Evil",
+        "uint32:0",
+    ];
+    let nobody = Limits {
+        query_user: sandbox::QueryUser::NOBODY,
+        ..allowing(&[&sock])
+    };
+    let (_, started) = sandboxed_both(nobody, "/usr/bin/dbus-send", &start);
     let _ = daemon.kill();
     let _ = daemon.wait();
     eprintln!("dbus-send through the broker: {}", allowed.trim());
@@ -522,6 +539,10 @@ fn a_query_talks_to_an_allowed_dbus_daemon_as_itself() {
     );
     assert_eq!(refused, "", "the bus answered a query it was not allowed");
     assert!(said.contains("Permission denied"), "{said}");
+    assert!(
+        started.contains("org.freedesktop.DBus.Error.AccessDenied"),
+        "the filter let StartServiceByName through: {started}"
+    );
 }
 
 /// The racing query: argv 1 the allowed socket, 2 the other, 3 a symlink path in a
