@@ -187,11 +187,12 @@ fn a_plan_query_cannot_reach_a_host_daemons_unix_socket() {
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
 }
 
-/// A daemon whose socket anyone may write (D-Bus's system bus, journald's `/dev/log`: both
-/// 0666) takes the connection, and decides by the peer's credentials (`SO_PEERCRED`, taken
-/// by the kernel at `connect`) what it does for it: they are the plan's query user
-/// (by default its slot's, 2147478690 for the only plan), not root, so the daemon's policy for an unprivileged user applies (polkit
-/// refuses a sessionless user `StartUnit`).
+/// A daemon whose socket anyone may write and that is allowed (`--plan-allow-socket`, by
+/// default D-Bus's system bus, 0666) takes the connection, and decides by the peer's
+/// credentials (`SO_PEERCRED`, taken by the kernel at `connect`: the broker's connector,
+/// which connects for the query) what it does for it: they are the plan's query user (by
+/// default its slot's, 2147478690 for the only plan), not root, so the daemon's policy for
+/// an unprivileged user applies (polkit refuses a sessionless user `StartUnit`).
 #[test]
 fn a_plan_querys_peer_credentials_at_a_world_writable_socket_are_not_roots() {
     require_root!();
@@ -201,13 +202,15 @@ fn a_plan_querys_peer_credentials_at_a_world_writable_socket_are_not_roots() {
     let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.sandbox.allow_sockets = vec![sock.clone()];
     let code = r#"
         socket(my $s, 1, 1, 0) or die "socket: $!\n";
         connect($s, pack("S a108", 1, "/run/bus.sock")) or die "connect: $!\n";
         syswrite($s, "StartUnit evil.service");
         print "ids=$< $> $( $)";
     "#;
-    let (exit, lines) = plan_perl(fr.root(), "peercred", code);
+    let (exit, lines) = plan_perl_with(cfg, "peercred", code);
     listener.set_nonblocking(true).unwrap();
     let (conn, _) = listener
         .accept()
@@ -239,6 +242,79 @@ fn a_plan_querys_peer_credentials_at_a_world_writable_socket_are_not_roots() {
     );
     assert!(
         lines.contains("ids=2147478690 2147478690 2147478690 2147478690 "),
+        "{lines}"
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
+/// A daemon whose socket anyone may write (D-Bus's system bus, journald's
+/// `/run/systemd/journal/stdout`, both 0666) took a plan query's connection as the query
+/// user's, and did for it what such a daemon does for any local user (a log line, a
+/// polkit `allow_any` action, a D-Bus activation). A query's `connect` now goes to the
+/// plan's broker, which connects only to the allowed sockets (`--plan-allow-socket`,
+/// none here): the query gets `EACCES` and the daemon hears nothing.
+#[test]
+fn a_plan_query_cannot_connect_to_a_world_writable_socket_that_is_not_allowed() {
+    require_root!();
+    let fr = host();
+    std::fs::create_dir_all(fr.host("/run/systemd/journal")).unwrap();
+    let sock = fr.host("/run/systemd/journal/stdout");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let code = r#"
+        socket(my $s, 1, 1, 0) or die "socket: $!\n";
+        connect($s, pack("S a108", 1, "/run/systemd/journal/stdout")) or die "connect: $!\n";
+        syswrite($s, "evil\n");
+        print "connected";
+    "#;
+    let (exit, lines) = plan_perl(fr.root(), "world-writable", code);
+    listener.set_nonblocking(true).unwrap();
+    let got = listener.accept().ok().map(|(mut c, _)| {
+        use std::io::Read as _;
+        c.set_nonblocking(false).unwrap();
+        let mut s = String::new();
+        let _ = c.read_to_string(&mut s);
+        s
+    });
+    assert_eq!(
+        got, None,
+        "a plan's query reached the world-writable socket /run/systemd/journal/stdout: {lines}"
+    );
+    assert!(lines.contains("err=connect: Permission denied"), "{lines}");
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
+/// A datagram socket anyone may write (`/dev/log`, journald's `/run/systemd/journal/socket`)
+/// takes a datagram sent to its address from any socket, no `connect` needed: a query
+/// logged as its user. A plan's command may make no datagram (or seqpacket) Unix socket
+/// (`EPERM`), and the socket receives nothing.
+#[test]
+fn a_plan_query_cannot_send_a_datagram_to_a_world_writable_socket() {
+    require_root!();
+    let fr = host();
+    let log = fr.host("/dev/log");
+    let dgram = std::os::unix::net::UnixDatagram::bind(&log).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let code = r#"
+        socket(my $s, 1, 2, 0) or die "socket: $!\n";
+        send($s, "<13>evil", 0, pack("S a108", 1, "/dev/log")) or die "send: $!\n";
+        print "sent";
+    "#;
+    let (exit, lines) = plan_perl(fr.root(), "datagram", code);
+    dgram.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 64];
+    let got = dgram
+        .recv(&mut buf)
+        .ok()
+        .map(|n| String::from_utf8_lossy(&buf[..n]).into_owned());
+    assert_eq!(
+        got, None,
+        "a plan's query sent a datagram to the world-writable /dev/log: {lines}"
+    );
+    assert!(
+        lines.contains("err=socket: Operation not permitted"),
         "{lines}"
     );
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");

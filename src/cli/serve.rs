@@ -135,10 +135,20 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 512)]
     pub plan_pids: u32,
     /// Refuse every command of a package plan a Unix socket (socket(AF_UNIX) fails), so no
-    /// query reaches a host daemon (systemd, D-Bus, containerd) through one; queries that
-    /// need one (systemctl is-active) then fail.
+    /// query reaches a host daemon (systemd, D-Bus, containerd) through one, not even an
+    /// allowed one; queries that need one (systemctl is-active) then fail.
     #[arg(long)]
     pub plan_deny_unix_sockets: bool,
+    /// A Unix socket of the host root (a path under --root, absolute) a package plan's
+    /// command may connect to, as its query user; repeatable; `none` for none. Every other
+    /// connect to a Unix socket is refused (EACCES), and no datagram Unix socket is made.
+    #[arg(
+        long,
+        value_name = "PATH|none",
+        default_value = "/run/dbus/system_bus_socket",
+        value_parser = parse_socket_path
+    )]
+    pub plan_allow_socket: Vec<PathBuf>,
     /// User and group ids the commands of a package plan run as: auto (each running plan
     /// its own, 2147478690 + its slot under --max-plans, at most 606; serve refuses to
     /// start when the host root's /etc/passwd, group, subuid or subgid gives one), UID or
@@ -146,6 +156,34 @@ pub struct ServeArgs {
     /// no supplementary group, no_new_privs: a query reaches only what that user may.
     #[arg(long, value_name = "auto|UID[:GID]", default_value = "auto")]
     pub plan_query_user: crate::process::sandbox::QueryUsers,
+}
+
+/// An absolute path of the host root without `..` (`--plan-allow-socket`), or `none` (an
+/// empty path).
+///
+/// # Errors
+/// Relative, or with a `..`.
+pub fn parse_socket_path(s: &str) -> Result<PathBuf, String> {
+    if s == "none" {
+        return Ok(PathBuf::new());
+    }
+    let p = PathBuf::from(s);
+    if !p.is_absolute() || p.components().any(|c| c == std::path::Component::ParentDir) {
+        return Err(format!(
+            "{s:?}: a socket's absolute path in the host root (no ..), or none"
+        ));
+    }
+    Ok(p)
+}
+
+/// The `--plan-allow-socket` paths under `root`, as the server sees them (`none`, an empty
+/// path, leaves out every one).
+fn allowed_sockets(root: &std::path::Path, paths: &[PathBuf]) -> Vec<PathBuf> {
+    paths
+        .iter()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(|p| root.join(p.strip_prefix("/").unwrap_or(p)))
+        .collect()
 }
 
 /// `64MiB`, `1KiB`, `10MB`, `123` → bytes.
@@ -327,8 +365,16 @@ pub fn startup(a: ServeArgs) -> Result<Startup, ServeError> {
         cpu_seconds: a.plan_cpu.as_secs().max(1),
         max_pids: a.plan_pids.max(crate::process::sandbox::MIN_PID_MAX),
         unix_sockets: !a.plan_deny_unix_sockets,
+        allow_sockets: allowed_sockets(&a.root, &a.plan_allow_socket),
         ..crate::process::sandbox::Limits::default()
     };
+    if !a.plan_deny_unix_sockets && !crate::process::sandbox::brokers_sockets() {
+        eprintln!(
+            "skyhook-agent serve: this kernel has no seccomp user notification with ADDFD \
+             (Linux >= 5.9): a package plan's commands may make no Unix socket, as with \
+             --plan-deny-unix-sockets (systemctl queries fail)"
+        );
+    }
     cfg.plan.query_users = a.plan_query_user;
     cfg.plan
         .check_query_users(&a.root)
@@ -498,6 +544,46 @@ mod tests {
                 continue;
             }
             assert!(section.contains(&format!("`--{long}")), "--{long}");
+        }
+    }
+
+    /// `--plan-allow-socket`: by default the D-Bus system bus under `--root`; repeatable;
+    /// `none` for none; a relative path or one with `..` is refused, naming it.
+    #[test]
+    fn allowed_sockets_are_under_the_root() {
+        let parse = |extra: &[&str]| {
+            let args = ["serve", "--listen", "127.0.0.1:0", "--root", "/host"]
+                .iter()
+                .chain(extra)
+                .map(OsString::from);
+            ServeArgs::try_parse_from(args)
+                .map(|a| allowed_sockets(&a.root, &a.plan_allow_socket))
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            parse(&[]).unwrap(),
+            [PathBuf::from("/host/run/dbus/system_bus_socket")]
+        );
+        assert_eq!(
+            parse(&[
+                "--plan-allow-socket",
+                "/run/a.sock",
+                "--plan-allow-socket",
+                "/b"
+            ])
+            .unwrap(),
+            [PathBuf::from("/host/run/a.sock"), PathBuf::from("/host/b")]
+        );
+        assert_eq!(
+            parse(&["--plan-allow-socket", "none"]).unwrap(),
+            Vec::<PathBuf>::new()
+        );
+        for bad in ["run/a.sock", "/run/../etc/x"] {
+            let e = parse(&["--plan-allow-socket", bad]).unwrap_err();
+            assert!(
+                e.contains(&format!("{bad:?}: a socket's absolute path")),
+                "{e}"
+            );
         }
     }
 

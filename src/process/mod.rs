@@ -33,8 +33,10 @@
 //! `chroot` and `chdir` becomes the plan's query user
 //! (not root, no capability, `no_new_privs`; see [`sandbox`]): whatever its `Spec`, it
 //! cannot signal a process of the server's namespace, has only its own loopback, reaches
-//! only the host sockets and files an unprivileged user may, and is bounded in memory, CPU
-//! time and (with its namespace) process count. It also joins the plan's own cgroup
+//! only the host files an unprivileged user may and only the allowed host Unix sockets
+//! (its `connect`s answered by the plan's broker, `sock_broker/`, to which it sends its
+//! seccomp filter's listener before `exec`), and is bounded in memory, CPU time and (with
+//! its namespace) process count. It also joins the plan's own cgroup
 //! ([`plan_cgroup`]) right after [`Spec::cgroup`]'s, so the plan's processes together are
 //! held to the plan's memory and process limits.
 //!
@@ -102,7 +104,9 @@ pub mod reaper;
 mod report;
 mod run;
 pub mod sandbox;
+mod seccomp;
 mod sink;
+mod sock_broker;
 mod spawn;
 mod spec;
 pub mod sweep;

@@ -33,14 +33,21 @@
 //!   and `chdir` becomes the [`QueryUser`] (`become_query_user`: one of its own for each plan by default,
 //!   never root, no supplementary group, so no capability, and `no_new_privs`), and last
 //!   installs the seccomp filter (`key_filter`): the keyring calls (not namespaced) and
-//!   `io_uring_setup` are `EPERM`, and so is `socket(AF_UNIX)` when
-//!   [`Limits::unix_sockets`] is false.
+//!   `io_uring_setup` are `EPERM`; by default a Unix socket may only be a stream one and
+//!   every `connect` is answered by the plan's broker (the filter's listener is sent to it
+//!   before `exec`), which reaches only the [`Limits::allow_sockets`] sockets, as the query
+//!   user; with [`Limits::unix_sockets`] false (or a kernel before 5.9) `socket(AF_UNIX)` is
+//!   `EPERM`.
+//!
+//! [`start`] also starts the plan's broker (a thread, and the process that connects for it
+//! as the query user; see [`crate::process`]'s `sock_broker`), in the server's mount
+//! namespace; it ends with the [`Started`].
 //!
 //! As the query user a command passes the kernel's permission checks as any unprivileged
 //! user does: a host daemon's Unix socket that others may not write (systemd's
 //! `/run/systemd/private`, containerd's) refuses its `connect` (`EACCES`), a world-writable
-//! one (D-Bus, journald) sees its credentials, not root's, and a root-only file is
-//! `EACCES` to it; set-user-ID programs and file capabilities grant it nothing
+//! one (D-Bus, journald) is not reached unless allowed, and then sees its credentials, not
+//! root's, and a root-only file is `EACCES` to it; set-user-ID programs and file capabilities grant it nothing
 //! (`no_new_privs`, and the plan's mounts are `nosuid`). The init stays root (it only
 //! reaps). See docs/fleet.md.
 
@@ -50,6 +57,9 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+pub(super) use super::seccomp::install_filter;
+use super::seccomp::key_filter;
 
 /// The limits of each command of a sandboxed plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,17 +71,25 @@ pub struct Limits {
     /// `pid_max` of the plan's PID namespace: at most `max_pids - 1` processes at once.
     /// The kernel's floor is 301 (a lower value is raised to it).
     pub max_pids: u32,
-    /// False: no command may make a Unix socket (`socket(AF_UNIX)` is `EPERM`, so is
-    /// 32-bit x86's `socketcall`; `io_uring_setup` always is), so none reaches a host daemon's
-    /// socket on the filesystem; queries that need one (`systemctl`) then fail.
+    /// True (the default): a command may make Unix stream sockets only, and each `connect`
+    /// is answered by the plan's broker, which connects it to an [`Limits::allow_sockets`]
+    /// socket as the query user or refuses it (see [`crate::process`]'s `sock_broker`).
+    /// False (`--plan-deny-unix-sockets`, and on a kernel before 5.9): no command may make
+    /// a Unix socket (`socket(AF_UNIX)` is `EPERM`, so is 32-bit x86's `socketcall`), so
+    /// none reaches a host daemon's socket on the filesystem; queries that need one
+    /// (`systemctl`) then fail. `io_uring_setup` is `EPERM` either way.
     pub unix_sockets: bool,
+    /// The Unix sockets a command may `connect` to, as paths of the server (serve: each
+    /// `--plan-allow-socket` under `--root`). Each is opened (`O_PATH`) and `stat`ed when
+    /// the plan starts; one missing or not a socket then is left out.
+    pub allow_sockets: Vec<std::path::PathBuf>,
     /// The user and group every command runs as.
     pub query_user: QueryUser,
 }
 
 impl Default for Limits {
     /// 4 GiB of address space, 60 s of CPU per command, 512 for `pid_max`, Unix sockets
-    /// allowed, commands as the first id of `--plan-query-user auto` (serve gives each plan
+    /// brokered with none allowed, commands as the first id of `--plan-query-user auto` (serve gives each plan
     /// its own: [`QueryUsers::for_slot`]).
     fn default() -> Self {
         Limits {
@@ -79,12 +97,20 @@ impl Default for Limits {
             cpu_seconds: 60,
             max_pids: 512,
             unix_sockets: true,
+            allow_sockets: Vec::new(),
             query_user: QueryUsers::Auto.for_slot(0),
         }
     }
 }
 
 pub use super::query_user::{AUTO_BASE, AUTO_SLOTS, QueryUser, QueryUsers};
+
+/// True when this kernel lets a plan's Unix-socket `connect`s be brokered (seccomp user
+/// notification with `ADDFD`, Linux ≥ 5.9); false: with [`Limits::unix_sockets`] a
+/// plan's commands may make no Unix socket, as without it.
+pub fn brokers_sockets() -> bool {
+    super::sock_broker::supported()
+}
 
 /// The kernel's lowest `pid_max` (`RESERVED_PIDS + 1`).
 pub const MIN_PID_MAX: u32 = 301;
@@ -112,6 +138,10 @@ pub struct Sandbox {
     ipc_ns: OwnedFd,
     /// The seccomp filter each command installs before `exec` ([`key_filter`]).
     filter: Vec<libc::sock_filter>,
+    /// The broker of the plan's `connect`s, when Unix sockets are brokered: where a command
+    /// sends its filter's listener, and the filter it installs instead when it can have no
+    /// listener (`EBUSY`: the server runs under a filter with one).
+    broker: Option<(OwnedFd, Vec<libc::sock_filter>)>,
     /// The init's pid (in this process's namespace) and a pidfd of it.
     init: libc::pid_t,
     init_fd: OwnedFd,
@@ -169,6 +199,24 @@ impl Sandbox {
         }
     }
 
+    /// The broker's inbox (a command sends its filter's listener there) and the filter a
+    /// command installs when it cannot have a listener, when Unix sockets are brokered.
+    pub(super) fn broker(&self) -> Option<(RawFd, libc::sock_fprog)> {
+        self.broker.as_ref().map(|(inbox, deny)| {
+            let prog = libc::sock_fprog {
+                len: deny.len() as libc::c_ushort,
+                filter: deny.as_ptr().cast_mut(),
+            };
+            (inbox.as_raw_fd(), prog)
+        })
+    }
+
+    /// True when the plan's `connect`s go to its broker ([`Limits::unix_sockets`] on a
+    /// kernel that has one); false when its commands may make no Unix socket.
+    pub fn sockets_brokered(&self) -> bool {
+        self.broker.is_some()
+    }
+
     /// The rlimits a command sets before `exec`.
     pub(super) fn rlimits(&self) -> &[(libc::c_int, Rlimit)] {
         &self.rlimits
@@ -221,7 +269,11 @@ impl Drop for PidNsGuard<'_> {
 /// A started sandbox: registered once [`Started::enter`]ed; dropped, it is unregistered and
 /// its init killed (so is every process left in its namespace) and reaped.
 #[derive(Debug)]
-pub struct Started(Arc<Sandbox>, Option<OwnedFd>);
+pub struct Started(
+    Arc<Sandbox>,
+    Option<OwnedFd>,
+    Option<super::sock_broker::Broker>,
+);
 
 impl Started {
     /// The sandbox (to kill it from another thread on a cancel).
@@ -342,6 +394,8 @@ impl Drop for Started {
             COUNT.fetch_sub(1, Ordering::SeqCst);
         }
         self.0.kill();
+        // The broker ends (its thread joined, its connector killed) with the plan.
+        drop(self.2.take());
         if super::pidfd::exited_within(&self.0.init_fd, INIT_EXIT) {
             let mut live = super::reaper::registry();
             // SAFETY: waitpid on our own child, which has exited.
@@ -358,6 +412,15 @@ impl Drop for Started {
 /// # Errors
 /// The `clone` (no `CAP_SYS_ADMIN`), a namespace descriptor or the init's report failed.
 pub fn start(limits: &Limits) -> io::Result<Started> {
+    // Unix sockets brokered (the default) where the kernel can, else none.
+    let broker = if limits.unix_sockets && super::sock_broker::supported() {
+        Some(super::sock_broker::start(
+            &limits.allow_sockets,
+            limits.query_user,
+        )?)
+    } else {
+        None
+    };
     let own_pid_ns = OwnedFd::from(std::fs::File::open("/proc/thread-self/ns/pid")?);
     // The init's report: one byte, and its procfs mount as SCM_RIGHTS when it made one.
     let mut pair = [0 as libc::c_int; 2];
@@ -444,7 +507,12 @@ pub fn start(limits: &Limits) -> io::Result<Started> {
         own_pid_ns,
         net_ns,
         ipc_ns,
-        filter: key_filter(limits.unix_sockets),
+        filter: key_filter(broker.is_some()),
+        broker: broker
+            .as_ref()
+            .map(|b| b.inbox())
+            .transpose()?
+            .map(|inbox| (inbox, key_filter(false))),
         init,
         init_fd,
         rlimits: vec![
@@ -458,7 +526,7 @@ pub fn start(limits: &Limits) -> io::Result<Started> {
         pids_capped: report & 2 != 0,
         cgroup: super::plan_cgroup::for_plan(limits.memory, limits.max_pids)?,
     });
-    Ok(Started(sandbox, proc))
+    Ok(Started(sandbox, proc, broker))
 }
 
 /// The init's report on `sock`: its status byte and the procfs mount it sent, if any.
@@ -506,169 +574,6 @@ fn receive_report(sock: &OwnedFd) -> io::Result<(u8, Option<OwnedFd>)> {
         ));
     }
     Ok((status, proc))
-}
-
-/// Where the kernel puts a syscall's number, architecture and first argument (its low 32
-/// bits, little-endian) in `seccomp_data`.
-const SECCOMP_NR: u32 = 0;
-const SECCOMP_ARCH: u32 = 4;
-const SECCOMP_ARG0: u32 = 16;
-
-/// What a seccomp block refuses (with `EPERM`) of a system call number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Refuse {
-    /// Every call.
-    Always,
-    /// A call whose first argument is this (`socket(AF_UNIX, ...)`).
-    Arg0(u32),
-}
-
-/// An architecture a process of this machine may use (`AUDIT_ARCH_*`), the numbers of the
-/// calls always refused: its key management calls (`add_key`, `request_key`, `keyctl`: the
-/// keyrings are not namespaced, so root's user keyring is the host root's, and
-/// `request_key` runs the host's `/sbin/request-key` upcall) and `io_uring_setup` (its
-/// operations pass no seccomp filter, `IORING_OP_SOCKET` included, and it is the kernel's
-/// largest attack surface open to an unprivileged user, which the query user is); and of
-/// the calls that make a Unix socket (`socket`, refused for `AF_UNIX` only; i386's
-/// `socketcall`, whose arguments are behind a pointer).
-type Arch = (u32, &'static [u32], &'static [(u32, Refuse)]);
-
-#[cfg(target_arch = "x86_64")]
-const X32: u32 = 0x4000_0000;
-#[cfg(target_arch = "x86_64")]
-const ARCHES: &[Arch] = &[
-    // x86_64, and the x32 ABI (the same architecture, numbers with bit 30 set)
-    (
-        0xC000_003E,
-        &[
-            248,
-            249,
-            250,
-            425,
-            X32 | 248,
-            X32 | 249,
-            X32 | 250,
-            X32 | 425,
-        ],
-        &[
-            (41, Refuse::Arg0(libc::AF_UNIX as u32)),
-            (X32 | 41, Refuse::Arg0(libc::AF_UNIX as u32)),
-        ],
-    ),
-    // i386
-    (
-        0x4000_0003,
-        &[286, 287, 288, 425],
-        &[
-            (359, Refuse::Arg0(libc::AF_UNIX as u32)),
-            (102, Refuse::Always),
-        ],
-    ),
-];
-#[cfg(target_arch = "aarch64")]
-const ARCHES: &[Arch] = &[
-    // aarch64
-    (
-        0xC000_00B7,
-        &[217, 218, 219, 425],
-        &[(198, Refuse::Arg0(libc::AF_UNIX as u32))],
-    ),
-    // arm (EABI)
-    (
-        0x4000_0028,
-        &[309, 310, 311, 425],
-        &[(281, Refuse::Arg0(libc::AF_UNIX as u32))],
-    ),
-];
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-const ARCHES: &[Arch] = &[];
-
-/// A classic BPF seccomp program refusing the key calls of [`ARCHES`] (and, without
-/// `unix_sockets`, its Unix socket calls) with `EPERM` and allowing every other system
-/// call: per architecture, load it, skip the block if it differs, load the number and jump
-/// to the refusal on a match (for a [`Refuse::Arg0`], on a match load the argument: equal
-/// is refused, anything else allowed).
-///
-/// Hand-made (20 instructions on x86_64, 30 without Unix sockets) rather than with a
-/// crate: `seccompiler` kills a process of another architecture (a 32-bit binary)
-/// outright, and its program is built the same way.
-fn key_filter(unix_sockets: bool) -> Vec<libc::sock_filter> {
-    let op = |code: u32, k: u32, jt: usize, jf: usize| libc::sock_filter {
-        code: code as u16,
-        jt: jt as u8,
-        jf: jf as u8,
-        k,
-    };
-    let ld = |k| op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, k, 0, 0);
-    let jeq = |k, jt, jf| op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, k, jt, jf);
-    let size = |r: &Refuse| if *r == Refuse::Always { 1 } else { 3 };
-    let blocks: Vec<(u32, Vec<(u32, Refuse)>)> = ARCHES
-        .iter()
-        .map(|(arch, keys, sockets)| {
-            let mut refused: Vec<(u32, Refuse)> =
-                keys.iter().map(|&n| (n, Refuse::Always)).collect();
-            if !unix_sockets {
-                refused.extend_from_slice(sockets);
-            }
-            (*arch, refused)
-        })
-        .collect();
-    let body = |refused: &[(u32, Refuse)]| refused.iter().map(|(_, r)| size(r)).sum::<usize>();
-    let len = blocks.iter().map(|(_, r)| 3 + body(r)).sum::<usize>() + 2;
-    let (allow, deny) = (len - 2, len - 1);
-    let mut f = Vec::with_capacity(len);
-    for (arch, refused) in &blocks {
-        f.push(ld(SECCOMP_ARCH));
-        f.push(jeq(*arch, 0, 1 + body(refused)));
-        f.push(ld(SECCOMP_NR));
-        for (nr, refuse) in refused {
-            let at = f.len();
-            match refuse {
-                Refuse::Always => f.push(jeq(*nr, deny - at - 1, 0)),
-                Refuse::Arg0(v) => {
-                    f.push(jeq(*nr, 0, 2));
-                    f.push(ld(SECCOMP_ARG0));
-                    f.push(jeq(*v, deny - at - 3, allow - at - 3));
-                }
-            }
-        }
-    }
-    f.push(op(
-        libc::BPF_RET | libc::BPF_K,
-        libc::SECCOMP_RET_ALLOW,
-        0,
-        0,
-    ));
-    f.push(op(
-        libc::BPF_RET | libc::BPF_K,
-        libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
-        0,
-        0,
-    ));
-    debug_assert_eq!(f.len(), len);
-    f
-}
-
-/// Install `prog` as the calling process's seccomp filter (the spawned child, after
-/// [`become_query_user`] set `no_new_privs`, which lets a process without `CAP_SYS_ADMIN`
-/// install one; before `exec`; system calls only). The `errno` if it failed.
-pub(super) fn install_filter(prog: &libc::sock_fprog) -> Result<(), i32> {
-    // SAFETY: seccomp(SET_MODE_FILTER) with a program that outlives the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            0,
-            prog as *const libc::sock_fprog,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL))
-    }
 }
 
 /// Make the calling process `user` (the spawned child, after its `chroot` and `chdir`,

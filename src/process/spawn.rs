@@ -236,6 +236,9 @@ struct Child<'a> {
     ipc_ns: RawFd,
     /// A plan sandbox's seccomp program, installed last before `exec`.
     filter: Option<libc::sock_fprog>,
+    /// With Unix sockets brokered: the broker's inbox, where the child sends its filter's
+    /// listener, and the filter it installs instead when it can have no listener.
+    broker: Option<(RawFd, libc::sock_fprog)>,
     /// A plan sandbox's rlimits, set before `exec`.
     rlimits: &'a [(libc::c_int, super::sandbox::Rlimit)],
     /// A plan sandbox's query user, become after the `chroot` and `chdir`.
@@ -352,7 +355,25 @@ impl Child<'_> {
                 super::sandbox::become_query_user(user, self.parent)?;
             }
             if let Some(prog) = &self.filter {
-                super::sandbox::install_filter(prog)?;
+                match self.broker {
+                    // Its `connect`s go to the plan's broker: the listener is sent there
+                    // (never waiting) and closed here.
+                    Some((inbox, deny)) => match super::sandbox::install_filter(prog, true) {
+                        Ok(listener) => {
+                            let sent = super::sock_broker::send_listener(inbox, listener);
+                            libc::close(listener);
+                            sent?;
+                        }
+                        // A filter of the server's own has a listener: no Unix socket.
+                        Err(libc::EBUSY) => {
+                            super::sandbox::install_filter(&deny, false)?;
+                        }
+                        Err(e) => return Err(e),
+                    },
+                    None => {
+                        super::sandbox::install_filter(prog, false)?;
+                    }
+                }
             }
         }
         Ok(())
@@ -453,6 +474,7 @@ fn spawn_one(spec: &Spec, program: &Path, args: &[OsString]) -> io::Result<Spawn
         net_ns: sandbox.as_ref().map_or(-1, |s| s.net_ns()),
         ipc_ns: sandbox.as_ref().map_or(-1, |s| s.ipc_ns()),
         filter: sandbox.as_ref().map(|s| s.filter()),
+        broker: sandbox.as_ref().and_then(|s| s.broker()),
         rlimits: sandbox.as_ref().map_or(&[], |s| s.rlimits()),
         user: sandbox.as_ref().map(|s| s.query_user()),
         root: root.as_ref(),

@@ -1,0 +1,66 @@
+//! The broker of a plan's Unix-socket `connect`s: a plan's command reaches no host Unix
+//! socket but those allowed (serve's `--plan-allow-socket`, by default the D-Bus system
+//! bus under `--root`), and those only as its query user.
+//!
+//! The sandbox's seccomp filter (`sandbox::key_filter`) lets a command make Unix sockets of
+//! `SOCK_STREAM` only (a datagram socket could `sendto` `/dev/log` or journald's socket by
+//! address; a stream socket reaches a named socket by `connect` alone: `sendmsg` with an
+//! address is `EOPNOTSUPP` on it) and returns every `connect` to the server as a seccomp
+//! user notification (`SECCOMP_RET_USER_NOTIF`). Each command installs the filter with
+//! `SECCOMP_FILTER_FLAG_NEW_LISTENER` before its `exec` and sends the listener to the
+//! plan's broker over the broker's inbox (`SCM_RIGHTS`, `MSG_DONTWAIT`: the child never
+//! waits for the server), then closes it.
+//!
+//! The broker (`broker.rs`, one thread per plan, started with the plan's sandbox in the
+//! server's mount namespace, ended and joined with it) polls its inbox and every
+//! command's listener, and answers each `connect` itself; nothing is ever let through
+//! for the kernel to redo (`SECCOMP_USER_NOTIF_FLAG_CONTINUE` would re-read the address
+//! and descriptor the query can change):
+//! - it takes the query's socket (`pidfd_getfd`). Not a Unix socket: the broker connects
+//!   that socket itself (it lives in the plan's network namespace) to the address it
+//!   copied, and answers the result;
+//! - a Unix one: it copies the `sockaddr_un` (`process_vm_readv`), checks the
+//!   notification is still live (`SECCOMP_IOCTL_NOTIF_ID_VALID`), resolves the path in the
+//!   query's root or working directory (`/proc/PID/root` or `cwd` and `openat2` with
+//!   `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`) and compares its `(dev, ino)` with the
+//!   allowed sockets' `stat` taken when the plan started. Anything else (another socket,
+//!   an abstract name, a path that is no socket) is refused: `EACCES` ("Permission
+//!   denied"), `ECONNREFUSED` for an abstract name or a file that is no socket, the
+//!   lookup's own error (`ENOENT`) for a missing path;
+//! - an allowed one: the broker never re-reads the query's path. Its connector (a small
+//!   process forked per plan, `connector.rs`, running as the plan's query user) connects
+//!   a new socket to the allowed socket it opened at plan start (`/proc/self/fd/N` of an
+//!   `O_PATH` descriptor), and the broker puts that socket in place of the query's
+//!   (`SECCOMP_IOCTL_NOTIF_ADDFD` with `SECCOMP_ADDFD_FLAG_SETFD`; the query's
+//!   `O_NONBLOCK`, close-on-exec, `SO_PASSCRED` and `SO_PASSSEC` kept) and answers `0`.
+//!   Whatever the query rewrites in its memory after the `connect` (a TOCTOU race) or
+//!   links where, it gets an allowed socket or nothing.
+//!   A connection to D-Bus's system bus (an allowed socket named `system_bus_socket`)
+//!   goes through the read-only filter (`dbus_filter`): the query gets one end of a
+//!   stream pair, the filter the other end and the connector's bus connection.
+//!
+//! Why a process and not a thread with per-thread credentials: a daemon learns more of
+//! its peer than `SO_PEERCRED`'s uid and gid. journald, logind and polkit look the peer's
+//! pid up in `/proc` (its uid, cgroup, command); a thread of the server would give the
+//! server's pid, a root process. The connector's pid is a process whose real, effective,
+//! saved and filesystem ids are the query user's, with no supplementary group and no
+//! capability; it is not dumpable (`ptrace` and `/proc/PID/mem` of it need
+//! `CAP_SYS_PTRACE`, so no query reads the copy of the server's memory it was forked
+//! with), lives in the server's PID namespace (no query can name it) and dies with the
+//! broker's thread (`PR_SET_PDEATHSIG`).
+//!
+//! Bounds: at most `MAX_CONNECTIONS` connections per plan (then `ECONNREFUSED`), and
+//! `MAX_ANSWERS` `connect`s looked at (then each is refused unread); one
+//! connection takes at most `CONNECT_WITHIN` (the connector's `SO_SNDTIMEO`; past it the
+//! connector is killed and the `connect` refused), so a notification is answered within
+//! a few seconds; a listener is dropped once its command and every child of it are gone
+//! (`POLLHUP`); a query that dies mid-notification makes `ADDFD` fail, and the
+//! connection made for it is closed. On a kernel before 5.9 (no `ADDFD`) or
+//! with `--plan-deny-unix-sockets` there is no broker: no command may make a Unix socket.
+
+mod broker;
+mod connector;
+#[cfg(test)]
+mod tests;
+
+pub(super) use broker::{Broker, send_listener, start, supported};

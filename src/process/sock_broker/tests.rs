@@ -1,0 +1,606 @@
+//! Tests of the broker: a sandboxed command (the plan's query user, the plan's filter) on
+//! this machine's root, against Unix sockets the test listens on.
+
+use std::io::Read as _;
+use std::os::fd::AsRawFd as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+use crate::process::sandbox::{self, Limits, QueryUsers};
+use crate::process::{Options, Sink, Spec, Stream};
+
+/// A command's standard output, and its standard error.
+struct Out(Vec<u8>, Vec<u8>);
+
+impl Sink for Out {
+    fn chunk(&mut self, stream: Stream, bytes: &[u8]) -> std::ops::ControlFlow<()> {
+        match stream {
+            Stream::Stdout => self.0.extend_from_slice(bytes),
+            Stream::Stderr => self.1.extend_from_slice(bytes),
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+}
+
+/// `program args` in a sandbox of `limits` (on a thread with a mount namespace of its own,
+/// as a plan's): its standard output. The sandbox, its broker and connector end before
+/// this returns.
+fn sandboxed(limits: Limits, program: &str, args: &[&str]) -> String {
+    sandboxed_both(limits, program, args).0
+}
+
+/// [`sandboxed`]'s standard output and standard error.
+fn sandboxed_both(limits: Limits, program: &str, args: &[&str]) -> (String, String) {
+    let spec = Spec {
+        program: program.into(),
+        args: args.iter().map(Into::into).collect(),
+        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        cwd: "/".into(),
+        ..Spec::default()
+    };
+    std::thread::spawn(move || {
+        // SAFETY: unshare on this thread only (its filesystem context and mounts).
+        assert_eq!(
+            unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
+            0
+        );
+        let sb = sandbox::start(&limits).unwrap();
+        sb.enter().unwrap();
+        assert_eq!(sb.sandbox().sockets_brokered(), limits.unix_sockets);
+        let mut out = Out(Vec::new(), Vec::new());
+        crate::process::run(&spec, &Options::default(), &mut out);
+        drop(sb);
+        (
+            String::from_utf8_lossy(&out.0).into_owned(),
+            String::from_utf8_lossy(&out.1).into_owned(),
+        )
+    })
+    .join()
+    .unwrap()
+}
+
+fn perl(limits: Limits, code: &str) -> String {
+    sandboxed(limits, "/usr/bin/perl", &["-e", code])
+}
+
+/// A directory the query user may enter (0755; 0777 with `writable`) and a Unix stream
+/// socket listening in it, mode 0777 (as D-Bus's and journald's are 0666).
+fn listening(dir: &Path, name: &str) -> (PathBuf, UnixListener) {
+    let path = dir.join(name);
+    let l = UnixListener::bind(&path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    l.set_nonblocking(true).unwrap();
+    (path, l)
+}
+
+fn dir(writable: bool) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    let mode = if writable { 0o777 } else { 0o755 };
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+    d
+}
+
+fn runnable() -> bool {
+    nix::unistd::geteuid().is_root() && Path::new("/usr/bin/perl").exists() && super::supported()
+}
+
+fn allowing(paths: &[&Path]) -> Limits {
+    Limits {
+        allow_sockets: paths.iter().map(|p| p.to_path_buf()).collect(),
+        ..Limits::default()
+    }
+}
+
+/// Every connection waiting on `l`.
+fn accepted(l: &UnixListener) -> Vec<UnixStream> {
+    std::iter::from_fn(|| l.accept().ok().map(|(c, _)| c)).collect()
+}
+
+/// A connection of `l` (non-blocking) once one comes within `ms` milliseconds (`poll`).
+fn accept_within(l: &UnixListener, ms: i32) -> Option<UnixStream> {
+    let mut p = libc::pollfd {
+        fd: l.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll(2) on one pollfd of ours.
+    unsafe { libc::poll(&mut p, 1, ms) };
+    l.accept().ok().map(|(c, _)| c)
+}
+
+fn peer(c: &UnixStream) -> libc::ucred {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt(SO_PEERCRED) into a ucred of the size given.
+    let r = unsafe {
+        libc::getsockopt(
+            c.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    cred
+}
+
+/// A query's `connect` to a world-writable socket that is not allowed is refused
+/// (`EACCES`, the broker's answer) and the listener sees no connection; so are an
+/// abstract name and a path that is no socket.
+#[test]
+fn a_query_cannot_connect_to_a_world_writable_socket_that_is_not_allowed() {
+    if !runnable() {
+        return;
+    }
+    let d = dir(false);
+    let (path, l) = listening(d.path(), "open.sock");
+    let (allowed, _al) = listening(d.path(), "allowed.sock");
+    let code = r#"
+        for my $p (@ARGV) {
+            $p =~ s/^@/\0/;
+            socket(my $s, 1, 1, 0) or die "socket: $!\n";
+            print connect($s, pack("S a108", 1, $p)) ? "connected " : "$! ";
+        }"#;
+    let out = sandboxed(
+        allowing(&[&allowed]),
+        "/usr/bin/perl",
+        &[
+            "-e",
+            code,
+            path.to_str().unwrap(),
+            "@abstract",
+            "/etc/passwd",
+        ],
+    );
+    assert_eq!(
+        out, "Permission denied Connection refused Connection refused ",
+        "the query's connects"
+    );
+    assert_eq!(accepted(&l).len(), 0, "the listener took a connection");
+}
+
+/// An allowed socket: the query connects by its path, by a relative path and through a
+/// symlink the query made, blocking and non-blocking; each connection's peer is the query
+/// user (uid and gid, no supplementary group, a pid whose `/proc` status says that uid:
+/// the connector's), not root; the query's socket keeps `O_NONBLOCK` and close-on-exec;
+/// the connector is gone once the plan is.
+#[test]
+fn an_allowed_socket_is_reached_as_the_query_user() {
+    if !runnable() {
+        return;
+    }
+    let d = dir(true);
+    let (path, l) = listening(d.path(), "bus.sock");
+    let code = r#"
+        use Fcntl;
+        my ($p, $dir) = @ARGV;
+        socket(my $a, 1, 1, 0) or die "socket: $!\n";
+        print connect($a, pack("S a108", 1, $p)) ? "blocking " : "blocking:$! ";
+        socket(my $b, 1, 1 | 2048, 0) or die "socket: $!\n";
+        print connect($b, pack("S a108", 1, $p)) ? "nonblocking " : "nonblocking:$! ";
+        my $fl = fcntl($b, F_GETFL, 0);
+        my $fd = fcntl($b, F_GETFD, 0);
+        print "nb=", ($fl & O_NONBLOCK ? 1 : 0), " cloexec=", ($fd & FD_CLOEXEC ? 1 : 0), " ";
+        chdir $dir or die "chdir: $!\n";
+        socket(my $c, 1, 1, 0) or die "socket: $!\n";
+        print connect($c, pack("S a108", 1, "bus.sock")) ? "relative " : "relative:$! ";
+        symlink($p, "link") or die "symlink: $!\n";
+        socket(my $e, 1, 1, 0) or die "socket: $!\n";
+        print connect($e, pack("S a108", 1, "$dir/link")) ? "symlink" : "symlink:$!";
+        syswrite($_, "hello") for ($a, $b, $c, $e);
+    "#;
+    let limits = Limits {
+        query_user: QueryUsers::Auto.for_slot(3),
+        ..allowing(&[&path])
+    };
+    let out = sandboxed(
+        limits,
+        "/usr/bin/perl",
+        &[
+            "-e",
+            code,
+            path.to_str().unwrap(),
+            d.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        out, "blocking nonblocking nb=1 cloexec=1 relative symlink",
+        "the query's connects"
+    );
+    let conns = accepted(&l);
+    assert_eq!(conns.len(), 4, "connections to the allowed socket");
+    let query = sandbox::AUTO_BASE + 3;
+    for mut c in conns {
+        let cred = peer(&c);
+        assert_eq!(
+            (cred.uid, cred.gid),
+            (query, query),
+            "the daemon saw the query as uid {} gid {}",
+            cred.uid,
+            cred.gid
+        );
+        // SAFETY: getpid(2) has no preconditions.
+        assert_ne!(
+            cred.pid,
+            unsafe { libc::getpid() },
+            "the peer is the server"
+        );
+        assert!(
+            !Path::new(&format!("/proc/{}", cred.pid)).exists(),
+            "the connector {} outlived its plan",
+            cred.pid
+        );
+        let mut got = String::new();
+        c.set_nonblocking(false).unwrap();
+        c.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "hello");
+    }
+}
+
+/// The connector is the query user through and through: what `/proc` says of the peer's
+/// pid while the plan runs (real, effective, saved and filesystem ids; groups; not root).
+#[test]
+fn the_connectors_proc_status_is_the_query_users() {
+    if !runnable() {
+        return;
+    }
+    let d = dir(false);
+    let (path, l) = listening(d.path(), "bus.sock");
+    let l2 = l.try_clone().unwrap();
+    let status = std::thread::spawn(move || {
+        let c = accept_within(&l2, 10_000)?;
+        let pid = peer(&c).pid;
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        Some(
+            s.lines()
+                .filter(|l| {
+                    ["Uid:", "Gid:", "Groups:", "CapEff:"]
+                        .iter()
+                        .any(|k| l.starts_with(k))
+                })
+                .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        )
+    });
+    let code = r#"
+        socket(my $s, 1, 1, 0) or die "socket: $!\n";
+        connect($s, pack("S a108", 1, $ARGV[0])) or die "connect: $!\n";
+        sysread($s, my $x, 1);
+        print "done";"#;
+    let out = sandboxed(
+        allowing(&[&path]),
+        "/usr/bin/perl",
+        &["-e", code, path.to_str().unwrap()],
+    );
+    let q = sandbox::AUTO_BASE;
+    assert_eq!(
+        status.join().unwrap().unwrap_or_default(),
+        format!("Uid: {q} {q} {q} {q}\nGid: {q} {q} {q} {q}\nGroups:\nCapEff: 0000000000000000")
+    );
+    assert_eq!(out, "done");
+}
+
+/// No datagram or seqpacket Unix socket (a datagram one could `sendto` `/dev/log` or
+/// journald's socket by address): `socket` and `socketpair` of those types are `EPERM`,
+/// stream ones are made (flags aside); a stream socket cannot send to an address
+/// (`sendmsg` with `msg_name` unconnected: `EOPNOTSUPP`, the kernel's); a world-writable
+/// datagram socket hears nothing.
+#[test]
+fn a_query_gets_no_datagram_unix_socket_and_a_stream_socket_sends_to_no_address() {
+    if !runnable() {
+        return;
+    }
+    let d = dir(false);
+    let log = d.path().join("log");
+    let dgram = UnixDatagram::bind(&log).unwrap();
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o777)).unwrap();
+    dgram.set_nonblocking(true).unwrap();
+    let code = r#"
+        my $to = pack("S a108", 1, $ARGV[0]);
+        print "dgram=", (socket(my $d, 1, 2, 0) ? (send($d, "<13>evil", 0, $to) ? "SENT" : "made") : "$!"), " ";
+        print "seqpacket=", (socket(my $q, 1, 5, 0) ? "MADE" : "$!"), " ";
+        print "pair-dgram=", (socketpair(my $x, my $y, 1, 2, 0) ? "MADE" : "$!"), " ";
+        print "pair-stream=", (socketpair(my $u, my $v, 1, 1, 0) ? "made" : "$!"), " ";
+        print "stream-flags=", (socket(my $f, 1, 1 | 2048 | 524288, 0) ? "made" : "$!"), " ";
+        socket(my $s, 1, 1, 0) or die "socket: $!\n";
+        print "sendto=", (defined(send($s, "<13>evil", 0, $to)) ? "SENT" : "$!");
+    "#;
+    let out = sandboxed(
+        Limits::default(),
+        "/usr/bin/perl",
+        &["-e", code, log.to_str().unwrap()],
+    );
+    assert_eq!(
+        out,
+        "dgram=Operation not permitted seqpacket=Operation not permitted \
+         pair-dgram=Operation not permitted pair-stream=made stream-flags=made \
+         sendto=Operation not supported"
+    );
+    let mut buf = [0u8; 64];
+    assert!(
+        dgram.recv(&mut buf).is_err(),
+        "the datagram socket heard the query"
+    );
+}
+
+/// A query's own TCP connection on its loopback still works (a `connect` of a socket that
+/// is not Unix is made by the broker on the query's socket, in the plan's network
+/// namespace).
+#[test]
+fn a_querys_tcp_connect_on_its_own_loopback_works() {
+    if !runnable() {
+        return;
+    }
+    let code = r#"
+        use Socket;
+        socket(my $l, PF_INET, SOCK_STREAM, 0) or die "socket: $!\n";
+        bind($l, pack_sockaddr_in(0, inet_aton("127.0.0.1"))) or die "bind: $!\n";
+        listen($l, 1) or die "listen: $!\n";
+        my ($port) = unpack_sockaddr_in(getsockname($l));
+        socket(my $c, PF_INET, SOCK_STREAM, 0) or die "socket: $!\n";
+        print connect($c, pack_sockaddr_in($port, inet_aton("127.0.0.1"))) ? "tcp=connected " : "tcp=$! ";
+        socket(my $r, PF_INET, SOCK_STREAM, 0) or die "socket: $!\n";
+        print connect($r, pack_sockaddr_in(1, inet_aton("127.0.0.1"))) ? "closed-port=CONNECTED" : "closed-port=$!";
+    "#;
+    assert_eq!(
+        perl(Limits::default(), code),
+        "tcp=connected closed-port=Connection refused"
+    );
+}
+
+/// `--plan-deny-unix-sockets` still denies all, an allowed socket included: no Unix socket
+/// is made (`EPERM`), nothing reaches the listener.
+#[test]
+fn with_unix_sockets_denied_an_allowed_socket_is_not_reached() {
+    if !runnable() {
+        return;
+    }
+    let d = dir(false);
+    let (path, l) = listening(d.path(), "bus.sock");
+    let limits = Limits {
+        unix_sockets: false,
+        ..allowing(&[&path])
+    };
+    let code = r#"
+        print socket(my $s, 1, 1, 0) ? (connect($s, pack("S a108", 1, $ARGV[0])) ? "CONNECTED" : "$!") : "socket: $!";"#;
+    let out = sandboxed(
+        limits,
+        "/usr/bin/perl",
+        &["-e", code, path.to_str().unwrap()],
+    );
+    assert_eq!(out, "socket: Operation not permitted");
+    assert_eq!(accepted(&l).len(), 0);
+}
+
+/// The race: while the query's main thread `connect`s again and again, a second thread
+/// rewrites the `sockaddr` between an allowed socket's path and a world-writable one's
+/// (the broker reads the address after the `connect` was issued), and a third flips a
+/// symlink in a writable directory between the two: some connects reach the allowed
+/// socket (as the query user), none the other. (Where the kernel made the `connect`, a
+/// rewrite between its check and its use would reach the other.)
+#[test]
+fn a_query_rewriting_its_address_or_a_symlink_reaches_no_other_socket() {
+    if !runnable() || !Path::new("/usr/bin/cc").exists() {
+        return;
+    }
+    let d = dir(true);
+    let (allowed, al) = listening(d.path(), "bus.sock");
+    let (other, ol) = listening(d.path(), "evil.sock");
+    let src = d.path().join("race.c");
+    std::fs::write(&src, RACE_C).unwrap();
+    let bin = d.path().join("race");
+    let cc = std::process::Command::new("/usr/bin/cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    // Drain the allowed socket's backlog while the query runs.
+    let al2 = al.try_clone().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let drain = std::thread::spawn(move || {
+        let mut n = 0;
+        while !stop2.load(std::sync::atomic::Ordering::SeqCst) {
+            if let Some(c) = accept_within(&al2, 50) {
+                assert_eq!(peer(&c).uid, sandbox::AUTO_BASE);
+                n += 1;
+            }
+        }
+        n + accepted(&al2).len()
+    });
+    let link = d.path().join("link");
+    let out = sandboxed(
+        allowing(&[&allowed]),
+        bin.to_str().unwrap(),
+        &[
+            allowed.to_str().unwrap(),
+            other.to_str().unwrap(),
+            link.to_str().unwrap(),
+        ],
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let reached = drain.join().unwrap();
+    eprintln!("the racing query: {out}; {reached} reached the allowed socket");
+    assert_eq!(
+        accepted(&ol).len(),
+        0,
+        "a racing query reached {}: {out}",
+        other.display()
+    );
+    let ok: usize = out
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("ok="))
+        .map(|n| n.parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(ok, reached, "{out}: {reached} reached the allowed socket");
+}
+
+/// A real `dbus-daemon` (a system bus of the test's, on a socket named as the system bus's
+/// is) allowed: a query's `dbus-send` connects through the broker, authenticates
+/// (`EXTERNAL`: the uid it claims, its own, must be the connection's `SO_PEERCRED` uid,
+/// the connector's) and gets its reply through the read-only filter (the socket is named
+/// `system_bus_socket`), which refuses `StartServiceByName`; the same bus not allowed is
+/// refused. The query
+/// user here is `nobody` (65534): the reference `dbus-daemon` drops the connection of a
+/// uid its user database does not know (`auto`'s ids), directly or through the broker.
+#[test]
+fn a_query_talks_to_an_allowed_dbus_daemon_as_itself() {
+    if !runnable()
+        || !Path::new("/usr/bin/dbus-daemon").exists()
+        || !Path::new("/usr/bin/dbus-send").exists()
+    {
+        return;
+    }
+    let d = dir(false);
+    let sock = d.path().join("system_bus_socket");
+    let config = d.path().join("bus.conf");
+    std::fs::write(
+        &config,
+        format!(
+            r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+  </policy>
+</busconfig>
+"#,
+            sock.display()
+        ),
+    )
+    .unwrap();
+    let mut daemon = std::process::Command::new("/usr/bin/dbus-daemon")
+        .arg(format!("--config-file={}", config.display()))
+        .args(["--nofork", "--print-address"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The daemon prints its address once it listens.
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(daemon.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let bus = format!("--bus=unix:path={}", sock.display());
+    let args = [
+        bus.as_str(),
+        "--print-reply",
+        "--dest=org.freedesktop.DBus",
+        "/org/freedesktop/DBus",
+        "org.freedesktop.DBus.GetId",
+    ];
+    let nobody = Limits {
+        query_user: sandbox::QueryUser::NOBODY,
+        ..allowing(&[&sock])
+    };
+    let (allowed, why) = sandboxed_both(nobody, "/usr/bin/dbus-send", &args);
+    let (refused, said) = sandboxed_both(Limits::default(), "/usr/bin/dbus-send", &args);
+    // A call that is no read: the bus would answer it (ServiceUnknown); the filter refuses.
+    let start = [
+        bus.as_str(),
+        "--print-reply",
+        "--dest=org.freedesktop.DBus",
+        "/org/freedesktop/DBus",
+        "org.freedesktop.DBus.StartServiceByName",
+        "string:org.example.Evil",
+        "uint32:0",
+    ];
+    let nobody = Limits {
+        query_user: sandbox::QueryUser::NOBODY,
+        ..allowing(&[&sock])
+    };
+    let (_, started) = sandboxed_both(nobody, "/usr/bin/dbus-send", &start);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    eprintln!("dbus-send through the broker: {}", allowed.trim());
+    assert!(
+        allowed.contains("method return") && allowed.contains("string \""),
+        "{line}: {allowed} {why}"
+    );
+    assert_eq!(refused, "", "the bus answered a query it was not allowed");
+    assert!(said.contains("Permission denied"), "{said}");
+    assert!(
+        started.contains("org.freedesktop.DBus.Error.AccessDenied"),
+        "the filter let StartServiceByName through: {started}"
+    );
+}
+
+/// The racing query: argv 1 the allowed socket, 2 the other, 3 a symlink path in a
+/// writable directory. 100 connects by a rewritten address, then 100 through the flipping
+/// symlink (together under the broker's 256 connections); prints `ok=N refused=M` for
+/// each.
+const RACE_C: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+static struct sockaddr_un addr;
+static const char *a, *b, *link_path;
+static volatile int stop;
+static void *rewrite(void *x) {
+    (void)x;
+    while (!stop) {
+        strcpy(addr.sun_path, b);
+        for (volatile int i = 0; i < 2000; i++) {}
+        strcpy(addr.sun_path, a);
+        for (volatile int i = 0; i < 2000; i++) {}
+    }
+    return 0;
+}
+static void *flip(void *x) {
+    char tmp[200];
+    (void)x;
+    snprintf(tmp, sizeof tmp, "%s.tmp", link_path);
+    while (!stop) {
+        unlink(tmp); symlink(b, tmp); rename(tmp, link_path);
+        unlink(tmp); symlink(a, tmp); rename(tmp, link_path);
+    }
+    return 0;
+}
+static void round_of(void *(*racer)(void *), const char *start) {
+    pthread_t t;
+    int ok = 0, no = 0;
+    strcpy(addr.sun_path, start);
+    stop = 0;
+    pthread_create(&t, 0, racer, 0);
+    for (int i = 0; i < 100; i++) {
+        int s = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (connect(s, (struct sockaddr *)&addr, sizeof addr) == 0) ok++; else no++;
+        close(s);
+    }
+    stop = 1;
+    pthread_join(t, 0);
+    printf("ok=%d refused=%d ", ok, no);
+}
+int main(int argc, char **argv) {
+    if (argc < 4) return 2;
+    a = argv[1]; b = argv[2]; link_path = argv[3];
+    addr.sun_family = AF_UNIX;
+    round_of(rewrite, a);
+    symlink(a, link_path);
+    round_of(flip, link_path);
+    return 0;
+}
+"#;
