@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 
 pub use super::config::Config;
-use super::event::{Body, alive_line, lost_line};
+use super::event::{Body, Extra, alive_line, lost_line};
 pub use super::execution::Execution;
 use super::execution::lock;
 use super::metrics::Metrics;
@@ -602,7 +602,7 @@ impl Ledger for Service {
     }
 
     /// The exit event, the ended state, the running count, eviction by count, the audit line.
-    fn finish(&self, exec: &Arc<Execution>, exit: Value, extra: Map<String, Value>) {
+    fn finish(&self, exec: &Arc<Execution>, exit: Value, extra: Extra) {
         let body = Body::Exit {
             exit: exit.clone(),
             extra,
@@ -617,6 +617,8 @@ impl Ledger for Service {
             i.proc = None;
             r
         };
+        // Its line is in the ring now: a package plan's text is not held twice.
+        drop(body);
         self.account(delta);
         self.metrics
             .ended(exec.kind.as_str(), &exit, exec.started.elapsed());
