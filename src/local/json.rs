@@ -44,7 +44,7 @@ pub fn script_error_json(e: &crate::script::ScriptError) -> serde_json::Value {
 
 impl PackagePlan {
     /// [`PackagePlan::to_json`] written as JSON text to `out` without its closing `}` (the
-    /// caller adds its own fields), one change at a time ([`Report::write_json_open`]):
+    /// caller adds its own fields), one change at a time ([`crate::host::Report::write_json_open`]):
     /// serve's package plan, whose steps may plan thousands of effects, never holds it as
     /// a [`Value`] tree.
     pub fn write_json_open(&self, out: &mut String) {
