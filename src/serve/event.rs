@@ -135,19 +135,55 @@ impl Body {
             Body::Plan(p) => {
                 m.insert("plan".into(), p.clone());
             }
-            Body::Exit { exit, extra } => return render_exit(seq, exit, extra),
+            Body::Exit { exit, extra } => {
+                let text = extra.raw.iter().map(|(k, v)| k.len() + v.len()).sum();
+                return render_exit(seq, exit, extra, text);
+            }
         }
         Value::Object(m).to_string()
+    }
+}
+
+impl Body {
+    /// [`Body::render`] of an event given up: an exit's fields given as text are moved
+    /// into the line one by one, each freed once written (a package plan's exit is most of
+    /// what the plan keeps: it is not held twice while its line is made).
+    pub fn into_line(self, seq: u64) -> String {
+        match self {
+            Body::Exit { exit, mut extra } => {
+                let raw = std::mem::take(&mut extra.raw);
+                let mut s = render_exit(
+                    seq,
+                    &exit,
+                    &extra,
+                    raw.iter().map(|(k, v)| k.len() + v.len()).sum(),
+                );
+                s.pop();
+                for (k, v) in raw {
+                    if !matches!(k.as_str(), "seq" | "exit" | "ts") {
+                        let _ = std::fmt::Write::write_fmt(
+                            &mut s,
+                            format_args!(",{}:", Value::from(k.as_str())),
+                        );
+                        s.push_str(&v);
+                    }
+                }
+                s.push('}');
+                s
+            }
+            other => other.render(seq),
+        }
     }
 }
 
 /// An exit event's line, `{"seq":N,"exit":...,"ts":"...",<fields>}`, written out: nothing
 /// of it is copied into a [`Value`] first (a package plan's exit is most of what the plan
 /// keeps). A field named `seq`, `exit` or `ts` is not written.
-fn render_exit(seq: u64, exit: &Value, extra: &Extra) -> String {
+/// `text`: bytes of the fields given as text, which the line is made with room for (`extra`
+/// may no longer hold them: [`Body::into_line`]).
+fn render_exit(seq: u64, exit: &Value, extra: &Extra, text: usize) -> String {
     use std::fmt::Write as _;
-    let text: usize = extra.raw.iter().map(|(k, v)| k.len() + v.len() + 4).sum();
-    let mut s = String::with_capacity(96 + text);
+    let mut s = String::with_capacity(96 + text + 4 * extra.raw.len().max(4));
     let _ = write!(
         s,
         "{{\"seq\":{seq},\"exit\":{exit},\"ts\":{}",
@@ -347,11 +383,11 @@ mod tests {
         )]));
         extra.push_raw("plans", r#"[{"changes":[]}]"#.to_string());
         extra.push("rendered", &json!("--- mode apply\n"));
-        let line = Body::Exit {
+        let body = Body::Exit {
             exit: json!({"code": 1, "error": "e"}),
             extra,
-        }
-        .render(9);
+        };
+        let line = body.render(9);
         assert!(
             line.starts_with(r#"{"seq":9,"exit":{"code":1,"error":"e"},"ts":""#),
             "{line}"
@@ -362,6 +398,12 @@ mod tests {
         assert_eq!(v["report"], json!({"a": [1, "x\"y"]}));
         assert_eq!(v["plans"], json!([{"changes": []}]));
         assert_eq!(v["rendered"], "--- mode apply\n");
+        // Given up (the service's exit), the same line.
+        crate::clock::set_for_test(Some(std::time::UNIX_EPOCH));
+        let given_up = body.clone().into_line(9);
+        let rendered = body.render(9);
+        crate::clock::set_for_test(None);
+        assert_eq!(given_up, rendered);
     }
 
     #[test]
