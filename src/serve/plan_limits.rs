@@ -213,10 +213,10 @@ pub(super) fn no_cgroup_line(sb: &sandbox::Sandbox, limits: &sandbox::Limits) ->
 /// `ended` failed (code 1, its error first) when the kernel killed processes of the plan's
 /// cgroup for its memory limit: what its queries answered is not to be trusted.
 pub(super) fn fail_on_oom(
-    (mut exit, extra): super::plan::Ended,
+    (mut exit, extra): (serde_json::Value, super::event::Extra),
     sb: &sandbox::Sandbox,
     limits: &sandbox::Limits,
-) -> super::plan::Ended {
+) -> (serde_json::Value, super::event::Extra) {
     let kills = sb.cgroup.as_ref().map_or(0, |c| c.oom_kills());
     if kills == 0 {
         return (exit, extra);

@@ -6,7 +6,6 @@
 use super::Host;
 use super::host::{Budget, PlannedCommand};
 use crate::host::effects::context::HostOptions;
-use crate::host::effects::describe::Described;
 use crate::host::effects::effect::Effect;
 use crate::host::effects::overlay::Overlay;
 use crate::host::effects::report::{ExecMode, Item};
@@ -71,21 +70,18 @@ pub(crate) const TEXT_COPIES: u64 = 8;
 /// in the exit's structured plan, `rendered`'s, and its line events' (the ring).
 pub(crate) const OUTPUT_COPIES: u64 = 4;
 
-/// What serve keeps of the planned `effect`, described as `d`, whose script file's name is
-/// `file` bytes long: [`EFFECT_BYTES`], its own data in the plan's view (a write's content
-/// and path, a link's path and target, any other's target) and [`TEXT_COPIES`] of its text.
-pub(crate) fn retained_bytes(effect: &Effect, d: &Described, file: usize) -> u64 {
+/// What serve keeps of the planned `effect`, whose description (its summary, diff and
+/// created directories) is `described` bytes long and whose script file's name is `file`
+/// bytes long: [`EFFECT_BYTES`], its own data in the plan's view (a write's content and
+/// path, a link's path and target, any other's target) and [`TEXT_COPIES`] of its text.
+pub(crate) fn retained_bytes(effect: &Effect, described: usize, file: usize) -> u64 {
     let target = effect.target().len();
     let own = match effect {
         Effect::WriteFile { content, .. } => content.len() + target,
         Effect::Symlink { target: to, .. } => to.as_os_str().len() + target,
         _ => target,
     };
-    let text = target
-        + d.summary.len()
-        + d.diff.as_ref().map_or(0, String::len)
-        + d.mkdir.iter().map(String::len).sum::<usize>()
-        + file;
+    let text = target + described + file;
     EFFECT_BYTES + own as u64 + TEXT_COPIES * text as u64
 }
 
@@ -132,18 +128,19 @@ impl Host {
         }
     }
 
-    /// Count what the server keeps of the planned `effect` (described as `d`, at the
-    /// session's position) against the session's budget ([`Budget`]): [`retained_bytes`].
+    /// Count what the server keeps of the planned `effect` (whose summary, diff and created
+    /// directories are `described` bytes long, at the session's position) against the
+    /// session's budget ([`Budget`]): [`retained_bytes`].
     ///
     /// # Errors
     /// [`HostError::PlanBudget`]: it would take the plan past its budget (it is then not
     /// counted, nor planned).
-    pub(super) fn charge_planned(&mut self, effect: &Effect, d: &Described) -> Result<()> {
+    pub(super) fn charge_planned(&mut self, effect: &Effect, described: usize) -> Result<()> {
         if self.budget.limit.is_none() {
             return Ok(());
         }
         let file = self.position.as_ref().map_or(0, |p| p.file.len());
-        let size = retained_bytes(effect, d, file);
+        let size = retained_bytes(effect, described, file);
         self.charge_check(effect, size)?;
         self.budget.planned += size;
         Ok(())

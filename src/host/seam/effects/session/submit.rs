@@ -47,7 +47,7 @@ impl Host {
         // functions put back the view of the file they wrote).
         self.texts.clear();
         if matches!(effect, Effect::Interrupt(_)) {
-            self.charge_planned(&effect, &Default::default())?;
+            self.charge_planned(&effect, 0)?;
         }
         if let Effect::Interrupt(i) = effect {
             self.executor
@@ -63,7 +63,10 @@ impl Host {
         self.precheck_planned(&effect)?;
         let with_diff = self.renders_diffs();
         let d = self.describe(&effect, with_diff, appended.as_ref())?;
-        self.charge_planned(&effect, &d)?;
+        let described = d.summary.len()
+            + d.diff.as_ref().map_or(0, String::len)
+            + d.mkdir.iter().map(String::len).sum::<usize>();
+        self.charge_planned(&effect, described)?;
         // A daemon-reload (explicit or scheduled) satisfies a scheduled one.
         let reload = matches!(effect, Effect::DaemonReload);
         let was_pending = reload && std::mem::take(&mut self.pending_daemon_reload);
