@@ -672,9 +672,9 @@ fn a_plans_steps_cannot_pile_up_memory_in_the_server() {
     let rendered = exit["rendered"].as_str().unwrap_or_default();
     assert!(
         rendered.contains(
-            "failed: <package>/skyhook_dir/w0.rhai:3:69: fs::write: planning 16777213 bytes \
-             for /tmp/big0_3 would take the plan's planned writes past its budget of 67108864 \
-             bytes (64 MiB, serve --plan-bytes)"
+            "failed: <package>/skyhook_dir/w0.rhai:3:69: fs::write: planning 16778749 bytes \
+             for /tmp/big0_3 (write: its content, report and events) would take the plan's \
+             planned effects past its budget of 67108864 bytes (64 MiB, serve --plan-bytes)"
         ),
         "{rendered}"
     );

@@ -123,8 +123,9 @@ pub struct ServeArgs {
     /// cgroup, v2 or v1) and address space of each (RLIMIT_AS).
     #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = parse_size)]
     pub plan_memory: usize,
-    /// File content a package plan may plan, over all its steps, modes and packages (each
-    /// planned write counts its whole content); one more write fails the plan.
+    /// What the server may keep of a package plan's planned effects, over all its steps,
+    /// modes and packages (a write's whole content; every effect its record, its text in
+    /// the report and the events); one more effect fails the plan.
     #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
     pub plan_bytes: usize,
     /// CPU time of each command a package plan runs (RLIMIT_CPU, whole seconds).

@@ -23,6 +23,7 @@ mod env;
 pub mod error;
 pub mod json;
 pub mod package;
+mod plan_text;
 pub mod scaffold;
 pub mod script;
 

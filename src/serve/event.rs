@@ -39,9 +39,75 @@ pub enum Body {
     Exit {
         /// The `exit` object.
         exit: Value,
-        /// Further top-level fields (`report`, `rendered`), possibly empty.
-        extra: Map<String, Value>,
+        /// Further top-level fields (`report`, `rendered`), possibly none.
+        extra: Extra,
     },
+}
+
+/// The further top-level fields of an exit event: some as values, some already rendered
+/// as JSON text. A package plan's (`plans`, `rendered`, `packages`) are text: held as a
+/// [`Value`] tree, a plan's change takes several times its text (a map of a dozen keys,
+/// each a separate allocation), and the event's line is text in the end anyway.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Extra {
+    /// Fields held as values (a Rhai step's `report` and `rendered`).
+    pub fields: Map<String, Value>,
+    /// Fields as JSON text, `(name, value)`, after `fields` in the event: each moved in
+    /// and written once, into the event's line.
+    raw: Vec<(String, String)>,
+}
+
+impl Extra {
+    /// Append the field `name` whose value is the JSON text `json` (valid JSON: the
+    /// caller's).
+    pub fn push_raw(&mut self, name: &str, json: String) {
+        self.raw.push((name.to_string(), json));
+    }
+
+    /// Append the field `name` with `value`.
+    pub fn push(&mut self, name: &str, value: &Value) {
+        self.push_raw(name, value.to_string());
+    }
+
+    /// The fields given as JSON text, `(name, value)`, in order.
+    pub fn raw(&self) -> &[(String, String)] {
+        &self.raw
+    }
+
+    /// `f` applied to the JSON text of each field given as text (which must stay valid
+    /// JSON).
+    pub fn map_raw(self, f: impl Fn(String) -> String) -> Extra {
+        Extra {
+            fields: self.fields,
+            raw: self.raw.into_iter().map(|(k, v)| (k, f(v))).collect(),
+        }
+    }
+
+    /// Append the fields to `out` as JSON members, each `,"name":value` (value fields
+    /// first; none named `seq`, `exit` or `ts`, which an event has already).
+    pub fn write_members(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        for (k, v) in &self.fields {
+            if !matches!(k.as_str(), "seq" | "exit" | "ts") {
+                let _ = write!(out, ",{}:{v}", Value::from(k.as_str()));
+            }
+        }
+        for (k, v) in &self.raw {
+            if !matches!(k.as_str(), "seq" | "exit" | "ts") {
+                let _ = write!(out, ",{}:", Value::from(k.as_str()));
+                out.push_str(v);
+            }
+        }
+    }
+}
+
+impl From<Map<String, Value>> for Extra {
+    fn from(fields: Map<String, Value>) -> Extra {
+        Extra {
+            fields,
+            raw: Vec::new(),
+        }
+    }
 }
 
 impl Body {
@@ -70,15 +136,62 @@ impl Body {
                 m.insert("plan".into(), p.clone());
             }
             Body::Exit { exit, extra } => {
-                m.insert("exit".into(), exit.clone());
-                m.insert("ts".into(), now_ts().into());
-                for (k, v) in extra {
-                    m.insert(k.clone(), v.clone());
-                }
+                let text = extra.raw.iter().map(|(k, v)| k.len() + v.len()).sum();
+                return render_exit(seq, exit, extra, text);
             }
         }
         Value::Object(m).to_string()
     }
+}
+
+impl Body {
+    /// [`Body::render`] of an event given up: an exit's fields given as text are moved
+    /// into the line one by one, each freed once written (a package plan's exit is most of
+    /// what the plan keeps: it is not held twice while its line is made).
+    pub fn into_line(self, seq: u64) -> String {
+        match self {
+            Body::Exit { exit, mut extra } => {
+                let raw = std::mem::take(&mut extra.raw);
+                let mut s = render_exit(
+                    seq,
+                    &exit,
+                    &extra,
+                    raw.iter().map(|(k, v)| k.len() + v.len()).sum(),
+                );
+                s.pop();
+                for (k, v) in raw {
+                    if !matches!(k.as_str(), "seq" | "exit" | "ts") {
+                        let _ = std::fmt::Write::write_fmt(
+                            &mut s,
+                            format_args!(",{}:", Value::from(k.as_str())),
+                        );
+                        s.push_str(&v);
+                    }
+                }
+                s.push('}');
+                s
+            }
+            other => other.render(seq),
+        }
+    }
+}
+
+/// An exit event's line, `{"seq":N,"exit":...,"ts":"...",<fields>}`, written out: nothing
+/// of it is copied into a [`Value`] first (a package plan's exit is most of what the plan
+/// keeps). A field named `seq`, `exit` or `ts` is not written.
+/// `text`: bytes of the fields given as text, which the line is made with room for (`extra`
+/// may no longer hold them: [`Body::into_line`]).
+fn render_exit(seq: u64, exit: &Value, extra: &Extra, text: usize) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(96 + text + 4 * extra.raw.len().max(4));
+    let _ = write!(
+        s,
+        "{{\"seq\":{seq},\"exit\":{exit},\"ts\":{}",
+        Value::from(now_ts())
+    );
+    extra.write_members(&mut s);
+    s.push('}');
+    s
 }
 
 /// A heartbeat line (`{"alive": true, "ts": ...}`), never numbered nor replayed.
@@ -260,6 +373,39 @@ mod tests {
         assert!(ev.iter().all(|b| !text(b).2), "no lossy piece");
     }
 
+    /// An exit event is written out, not copied into a Value tree: its value fields, then
+    /// its rendered ones, after `seq`, `exit` and `ts`; the line is the JSON of them all.
+    #[test]
+    fn an_exit_event_is_written_from_its_fields_and_its_text() {
+        let mut extra = Extra::from(Map::from_iter([(
+            "report".to_string(),
+            json!({"a": [1, "x\"y"]}),
+        )]));
+        extra.push_raw("plans", r#"[{"changes":[]}]"#.to_string());
+        extra.push("rendered", &json!("--- mode apply\n"));
+        let body = Body::Exit {
+            exit: json!({"code": 1, "error": "e"}),
+            extra,
+        };
+        let line = body.render(9);
+        assert!(
+            line.starts_with(r#"{"seq":9,"exit":{"code":1,"error":"e"},"ts":""#),
+            "{line}"
+        );
+        let v: Value = serde_json::from_str(&line).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["seq", "exit", "ts", "report", "plans", "rendered"]);
+        assert_eq!(v["report"], json!({"a": [1, "x\"y"]}));
+        assert_eq!(v["plans"], json!([{"changes": []}]));
+        assert_eq!(v["rendered"], "--- mode apply\n");
+        // Given up (the service's exit), the same line.
+        crate::clock::set_for_test(Some(std::time::UNIX_EPOCH));
+        let given_up = body.clone().into_line(9);
+        let rendered = body.render(9);
+        crate::clock::set_for_test(None);
+        assert_eq!(given_up, rendered);
+    }
+
     #[test]
     fn render_has_seq_first() {
         let l = Body::Line {
@@ -275,7 +421,7 @@ mod tests {
         );
         let e = Body::Exit {
             exit: json!({"code": 0}),
-            extra: Map::new(),
+            extra: Extra::default(),
         }
         .render(8);
         assert!(e.starts_with(r#"{"seq":8,"exit":{"code":0}"#), "{e}");

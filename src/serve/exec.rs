@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 
 pub use super::config::Config;
-use super::event::{Body, alive_line, lost_line};
+use super::event::{Body, Extra, alive_line, lost_line};
 pub use super::execution::Execution;
 use super::execution::lock;
 use super::metrics::Metrics;
@@ -32,6 +32,19 @@ use crate::script::ScriptEngine;
 
 /// Events handed to a stream per ring read (bounds what one reader copies at once).
 const READ_BATCH: usize = 256;
+
+/// An event line this long or longer (64 KiB) is streamed as the ring holds it, shared,
+/// rather than copied into the reader's chunk.
+const SHARED_LINE: usize = 64 << 10;
+
+/// An event line of the ring as the bytes of a stream's chunk ([`Bytes::from_owner`]).
+struct RingLine(Arc<str>);
+
+impl AsRef<[u8]> for RingLine {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
 
 /// Where audit lines go (stderr by default).
 pub type AuditSink = Arc<dyn Fn(&str) + Send + Sync>;
@@ -521,9 +534,25 @@ impl Service {
                 }
                 let had = !chunk.is_empty() || !events.is_empty();
                 for (seq, line) in events {
-                    chunk.extend_from_slice(line.as_bytes());
-                    chunk.push(b'\n');
                     cursor = seq;
+                    if line.len() < SHARED_LINE {
+                        chunk.extend_from_slice(line.as_bytes());
+                        chunk.push(b'\n');
+                        continue;
+                    }
+                    // A long line (a package plan's exit) is sent as the ring holds it, not
+                    // copied: its newline starts the next chunk.
+                    let before = Bytes::from(std::mem::take(&mut chunk));
+                    let sent = async {
+                        if !before.is_empty() {
+                            tx.send(before).await?;
+                        }
+                        tx.send(Bytes::from_owner(RingLine(line))).await
+                    };
+                    if sent.await.is_err() {
+                        return;
+                    }
+                    chunk.push(b'\n');
                 }
                 if had && tx.send(Bytes::from(chunk)).await.is_err() {
                     return;
@@ -602,7 +631,7 @@ impl Ledger for Service {
     }
 
     /// The exit event, the ended state, the running count, eviction by count, the audit line.
-    fn finish(&self, exec: &Arc<Execution>, exit: Value, extra: Map<String, Value>) {
+    fn finish(&self, exec: &Arc<Execution>, exit: Value, extra: Extra) {
         let body = Body::Exit {
             exit: exit.clone(),
             extra,
@@ -610,7 +639,7 @@ impl Ledger for Service {
         let (seq, delta) = {
             let mut i = lock(&exec.inner);
             let before = i.ring.first_seq();
-            let r = i.ring.push(|s| body.render(s));
+            let r = i.ring.push(|s| body.into_line(s));
             self.metrics.evicted(i.ring.first_seq() - before);
             i.exit_line = i.ring.after(r.0 - 1, 1).ok().and_then(|mut v| v.pop());
             i.exit = Some(exit.clone());
@@ -650,3 +679,51 @@ impl Ledger for Service {
 #[cfg(test)]
 #[path = "tests/exec_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+mod stream_tests {
+    use super::*;
+
+    /// A long event line (a package plan's exit, a 64 KiB piece of output) is streamed as
+    /// the ring holds it: the reader's bytes are the ring's line, not a copy (before, each
+    /// reader copied every line into its chunk: an 84 MB exit was held once more while it
+    /// was sent). The stream is still every line, each ended by a newline.
+    #[test]
+    fn a_long_event_line_is_streamed_without_a_copy() {
+        let svc =
+            Service::with_audit(Config::new(Path::new("/")), true, Arc::new(|_: &str| {})).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let start = json!({"id": "long", "kind": "sh",
+                "command": "head -c 70000 /dev/zero | tr '\\0' x; echo; echo short"});
+            let e = svc.start(start.to_string().as_bytes(), "t").unwrap();
+            let mut rx = svc.stream(e.clone(), 0).unwrap();
+            let mut chunks = Vec::new();
+            while let Some(b) = rx.recv().await {
+                chunks.push(b);
+            }
+            let (events, ended, _) = e.read(0, 100).unwrap();
+            assert!(ended);
+            let long = events
+                .iter()
+                .find(|(_, l)| l.len() >= SHARED_LINE)
+                .expect("a line of 64 KiB or more");
+            assert!(
+                chunks
+                    .iter()
+                    .any(|c| c.as_ptr() == long.1.as_ptr() && c.len() == long.1.len()),
+                "the long line was copied"
+            );
+            let text = String::from_utf8(chunks.concat()).unwrap();
+            let lines: Vec<&str> = text.lines().collect();
+            assert_eq!(lines.len(), events.len(), "{:?}", &text[..200]);
+            for ((_, want), got) in events.iter().zip(&lines) {
+                assert_eq!(&**want, *got);
+            }
+            assert!(text.ends_with('\n'));
+        });
+    }
+}

@@ -37,9 +37,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use super::event::{Body, Lines};
+use super::event::{Body, Extra, Lines};
 use crate::host::secrets::Redactor;
 use crate::local::PackageRun;
 use crate::package::Mode;
@@ -231,8 +231,9 @@ impl crate::script::ScriptOutput for PlanSink {
 /// Where a plan's events go (the execution's ring).
 pub type Emit = Arc<dyn Fn(Body) + Send + Sync>;
 
-/// What one plan produced: the exit object and the exit event's extra fields.
-pub type Ended = (Value, Map<String, Value>);
+/// What one plan produced: the exit object and the exit event's extra fields (rendered as
+/// JSON text: [`Extra`]).
+pub type Ended = (Value, Extra);
 
 /// Plan every mode of `job` against `root` with `engine` (the service's plan engine, held to
 /// `--plan-max-operations`) on a thread of its own, read-only ([`enter_read_only`]),
@@ -275,15 +276,15 @@ pub async fn run(
     if let Err(e) = spawned {
         return (
             json!({"error": format!("cannot start the plan: {e}")}),
-            Map::new(),
+            Extra::default(),
         );
     }
     // Dropped on a cancel, a timeout, or when this future is dropped: the plan's commands
     // are killed until its thread ends.
     let reaper = Reaper(Some((procs, ended)));
     let r = tokio::select! {
-        r = rx => r.unwrap_or_else(|_| (json!({"error": "the plan thread panicked"}), Map::new())),
-        () = cancel.aborted() => return (json!({"error": "cancelled"}), Map::new()),
+        r = rx => r.unwrap_or_else(|_| (json!({"error": "the plan thread panicked"}), Extra::default())),
+        () = cancel.aborted() => return (json!({"error": "cancelled"}), Extra::default()),
     };
     reaper.disarm();
     r
@@ -422,7 +423,7 @@ fn plan_blocking(
     procs: &Arc<PlanNamespace>,
     cancel: &Cancel,
 ) -> Ended {
-    let fail = |msg: String| (json!({"code": 1, "error": msg}), Map::new());
+    let fail = |msg: String| (json!({"code": 1, "error": msg}), Extra::default());
     let tmp = match tempfile::Builder::new()
         .prefix("skyhook-package-plan-")
         .tempdir()
@@ -514,8 +515,9 @@ fn plan_packages(
     };
     // One budget of planned content for the whole plan (`--plan-bytes`).
     let mut carry = Some(crate::host::PlanCarry::with_budget(job.planned_bytes));
-    let (mut errors, mut results) = (Vec::new(), Map::new());
-    let mut packages = Vec::new();
+    let (mut errors, mut results) = (Vec::new(), Extra::default());
+    // A chain's `packages`, as JSON text.
+    let mut packages = String::new();
     let mut failed: Option<String> = None;
     for (p, (dir, cr)) in job.packages.iter().zip(dirs) {
         let (name, version) = p.name();
@@ -528,9 +530,13 @@ fn plan_packages(
                 lossy: false,
             });
             errors.push(format!("package {name}: not planned: {why}"));
-            packages.push(json!({"package": name, "version": version,
+            push_package(
+                &mut packages,
+                json!({"package": name, "version": version,
                 "exit": {"code": 1, "error": format!("not planned: {why}")},
-                "not_planned": why, "plans": [], "rendered": ""}));
+                "not_planned": why, "plans": [], "rendered": ""}),
+                &Extra::default(),
+            );
             continue;
         }
         if cancel.is_stopped() {
@@ -556,30 +562,40 @@ fn plan_packages(
             Some(e) => errors.push(e.to_string()),
             None => {}
         }
-        results = extra.clone();
-        let mut v = json!({"package": name, "version": version, "exit": exit});
-        v.as_object_mut().expect("object literal").extend(extra);
-        packages.push(v);
+        let v = json!({"package": name, "version": version, "exit": exit});
+        if job.chain {
+            push_package(&mut packages, v, &extra);
+        } else {
+            results = extra;
+        }
     }
     if job.chain {
-        results = Map::from_iter([("packages".to_string(), Value::Array(packages))]);
+        packages.insert(0, '[');
+        packages.push(']');
+        results = Extra::default();
+        results.push_raw("packages", packages);
     }
     let mut exit = json!({"code": u8::from(!errors.is_empty())});
     if !errors.is_empty() {
         exit["error"] = errors.join("; ").into();
     }
-    match shown.value(json!([exit, results])) {
-        Value::Array(mut v) if v.len() == 2 => match (v.pop(), v.pop()) {
-            (Some(Value::Object(extra)), Some(exit)) => (exit, extra),
-            _ => (
-                json!({"code": 1, "error": "the plan could not be rendered"}),
-                Map::new(),
-            ),
-        },
-        _ => (
-            json!({"code": 1, "error": "the plan could not be rendered"}),
-            Map::new(),
-        ),
+    (shown.value(exit), results.map_raw(|t| shown.text_owned(t)))
+}
+
+/// Append one package's entry of a chain's `packages` to `out` (JSON text, entries
+/// separated by commas): the object `v` with the fields `extra` rendered.
+fn push_package(out: &mut String, v: Value, extra: &Extra) {
+    if !out.is_empty() {
+        out.push(',');
+    }
+    let v = v.to_string();
+    match v.strip_suffix('}') {
+        Some(head) => {
+            out.push_str(head);
+            extra.write_members(out);
+            out.push('}');
+        }
+        None => out.push_str(&v),
     }
 }
 
@@ -600,9 +616,18 @@ impl Shown {
     }
 
     fn text(&self, text: &str) -> String {
-        self.0
-            .iter()
-            .fold(text.to_string(), |t, (p, to)| t.replace(p.as_str(), to))
+        self.text_owned(text.to_string())
+    }
+
+    /// [`Shown::text`] of a text the caller gives up: copied only when a path is in it.
+    fn text_owned(&self, text: String) -> String {
+        self.0.iter().fold(text, |t, (p, to)| {
+            if t.contains(p.as_str()) {
+                t.replace(p.as_str(), to)
+            } else {
+                t
+            }
+        })
     }
 
     /// `v` with the paths replaced in every string (its JSON text rewritten, read back).
@@ -666,7 +691,8 @@ fn plan_modes(
         }
         emit(Body::Plan(p));
     };
-    let mut plans = Vec::new();
+    // `plans` as JSON text: each mode's plan is written out as soon as it is made.
+    let mut plans = String::from("[");
     let mut rendered = String::new();
     let mut errors = Vec::new();
     // The first mode that failed: the agent runs no later mode of the package after it.
@@ -690,9 +716,12 @@ fn plan_modes(
                 format_args!("--- mode {}\nnot planned: {why}\n", mode.as_str()),
             );
             let error = format!("not planned: {why}");
-            plans.push(json!({"package_mode": mode.as_str(), "ok": false,
+            push_json(
+                &mut plans,
+                &json!({"package_mode": mode.as_str(), "ok": false,
                 "errors": [crate::local::error_json(&error)], "error": error,
-                "not_planned": why, "exit_code": 1}));
+                "not_planned": why, "exit_code": 1}),
+            );
             continue;
         }
         if cancel.is_stopped() {
@@ -732,17 +761,14 @@ fn plan_modes(
                     emit(json!({"package_mode": mode.as_str(), "action": a.kind,
                         "path": r.redact(&a.target), "summary": r.redact(&a.summary)}));
                 }
-                let mut v = plan.to_json();
+                drop(total);
                 let ok = plan.ok();
-                if let Value::Object(m) = &mut v {
-                    m.insert("exit_code".into(), u8::from(!ok).into());
-                }
                 if !ok {
                     errors.push(format!("mode {}: a step failed", mode.as_str()));
                     failed = Some(mode);
                 }
                 rendered.push_str(&plan.render_text());
-                plans.push(v);
+                push_plan(&mut plans, &plan, ok);
             }
             Err(e) => {
                 sink.finish();
@@ -750,8 +776,9 @@ fn plan_modes(
                 let _ = std::fmt::Write::write_fmt(&mut rendered, format_args!("error: {msg}\n"));
                 errors.push(format!("mode {}: {msg}", mode.as_str()));
                 failed = Some(mode);
-                plans.push(
-                    json!({"package_mode": mode.as_str(), "ok": false, "error": msg,
+                push_json(
+                    &mut plans,
+                    &json!({"package_mode": mode.as_str(), "ok": false, "error": msg,
                     "errors": [crate::local::error_json(&msg)], "exit_code": 1}),
                 );
             }
@@ -761,10 +788,34 @@ fn plan_modes(
     if !errors.is_empty() {
         exit["error"] = errors.join("; ").into();
     }
-    let mut extra = Map::new();
-    extra.insert("plans".into(), Value::Array(plans));
-    extra.insert("rendered".into(), rendered.into());
+    plans.push(']');
+    plans.shrink_to_fit();
+    let mut extra = Extra::default();
+    extra.push_raw("plans", plans);
+    extra.push("rendered", &Value::String(rendered));
     (exit, extra)
+}
+
+/// Append `v` to `out`, the JSON text of an array from its `[`, elements separated by
+/// commas.
+fn push_json(out: &mut String, v: &Value) {
+    use std::fmt::Write as _;
+    if !out.ends_with('[') {
+        out.push(',');
+    }
+    let _ = write!(out, "{v}");
+}
+
+/// Append one mode's `plan` ([`crate::local::PackagePlan::to_json`] with `exit_code`: 0 when `ok`) to
+/// `out` as [`push_json`] does, written one change at a time
+/// ([`crate::local::PackagePlan::write_json_open`]).
+fn push_plan(out: &mut String, plan: &crate::local::PackagePlan, ok: bool) {
+    use std::fmt::Write as _;
+    if !out.ends_with('[') {
+        out.push(',');
+    }
+    plan.write_json_open(out);
+    let _ = write!(out, ",\"exit_code\":{}}}", u8::from(!ok));
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@ use serde_json::json;
 
 use crate::process::sandbox;
 
-/// The default `--plan-bytes`: 64 MiB of planned file content a plan.
+/// The default `--plan-bytes`: 64 MiB of what the server keeps of a plan's planned effects
+/// (their content, report and events).
 pub const DEFAULT_PLANNED_BYTES: u64 = 64 << 20;
 
 /// The bounds of package plans, with the count of plans running now (shared by clones).
@@ -34,8 +35,8 @@ pub struct PlanLimits {
     /// Who each plan's commands run as (`--plan-query-user`): by default a user of its own
     /// for each plan slot ([`sandbox::QueryUsers::for_slot`]).
     pub query_users: sandbox::QueryUsers,
-    /// Bytes of file content a plan may plan over all its steps, modes and packages
-    /// (`--plan-bytes`; [`crate::host::PlanCarry::with_budget`]).
+    /// Bytes the server may keep of what a plan plans, over all its steps, modes and
+    /// packages (`--plan-bytes`; [`crate::host::PlanCarry::with_budget`]).
     pub planned_bytes: u64,
     /// The plan slots in use (true), shared by clones.
     slots: Arc<Mutex<Vec<bool>>>,
@@ -212,16 +213,10 @@ pub(super) fn no_cgroup_line(sb: &sandbox::Sandbox, limits: &sandbox::Limits) ->
 /// `ended` failed (code 1, its error first) when the kernel killed processes of the plan's
 /// cgroup for its memory limit: what its queries answered is not to be trusted.
 pub(super) fn fail_on_oom(
-    (mut exit, extra): (
-        serde_json::Value,
-        serde_json::Map<String, serde_json::Value>,
-    ),
+    (mut exit, extra): (serde_json::Value, super::event::Extra),
     sb: &sandbox::Sandbox,
     limits: &sandbox::Limits,
-) -> (
-    serde_json::Value,
-    serde_json::Map<String, serde_json::Value>,
-) {
+) -> (serde_json::Value, super::event::Extra) {
     let kills = sb.cgroup.as_ref().map_or(0, |c| c.oom_kills());
     if kills == 0 {
         return (exit, extra);

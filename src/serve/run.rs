@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::config::Config;
-use super::event::{Body, Lines};
+use super::event::{Body, Extra, Lines};
 use super::execution::{Execution, lock};
 use super::request::Kind;
 use super::state::{ProcRecord, StateDir, proc_stat};
@@ -76,7 +76,7 @@ pub(super) trait Ledger: Send + Sync + 'static {
     fn audit(&self, fields: Value);
     /// `exec` ended with `exit` (the exit event's `extra` fields): its exit event and the
     /// rest of its end.
-    fn finish(&self, exec: &Arc<Execution>, exit: Value, extra: Map<String, Value>);
+    fn finish(&self, exec: &Arc<Execution>, exit: Value, extra: Extra);
 }
 
 /// Run the admitted `exec` as a task: `prepared`, then its end ([`Ledger::finish`]); with a
@@ -220,11 +220,7 @@ fn invocation(cfg: &Config, exec: &Execution, prepared: Prepared) -> StepInvocat
 
 /// Run `exec`'s step through `step/` and make its exit object and the exit event's extra
 /// fields (a Rhai step's `report` and `rendered`, after its plan events).
-async fn run<L: Ledger>(
-    svc: &Arc<L>,
-    exec: &Arc<Execution>,
-    prepared: Prepared,
-) -> (Value, Map<String, Value>) {
+async fn run<L: Ledger>(svc: &Arc<L>, exec: &Arc<Execution>, prepared: Prepared) -> (Value, Extra) {
     if exec.kind == Kind::Rhai {
         record_server(svc, exec);
     }
@@ -252,7 +248,7 @@ async fn run<L: Ledger>(
         extra.insert("report".into(), result.to_json(r));
         extra.insert("rendered".into(), result.report.render_text(r).into());
     }
-    (exit_of(exec, &result), extra)
+    (exit_of(exec, &result), extra.into())
 }
 
 /// Plan `job` read-only ([`super::plan::run`]), its events into `exec`'s ring; the exit
@@ -261,7 +257,7 @@ async fn run_plan<L: Ledger>(
     svc: &Arc<L>,
     exec: &Arc<Execution>,
     job: super::plan::PlanJob,
-) -> (Value, Map<String, Value>) {
+) -> (Value, Extra) {
     let (s, x) = (svc.clone(), exec.clone());
     let emit: super::plan::Emit = Arc::new(move |b| s.emit(&x, &b));
     let root = svc.config().root.clone();

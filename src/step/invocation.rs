@@ -190,6 +190,27 @@ impl StepResult {
         }
         v
     }
+
+    /// [`StepResult::to_json`] written as JSON text to `out` without its closing `}`, one
+    /// change at a time ([`Report::write_json_open`]).
+    pub fn write_json_open(&self, redactor: &Redactor, out: &mut String) {
+        use std::fmt::Write as _;
+        self.report.write_json_open(redactor, out);
+        let error = self
+            .error
+            .as_ref()
+            .map_or(Value::Null, |e| redactor.redact(e).into_owned().into());
+        let _ = write!(
+            out,
+            ",\"ok\":{},\"return_code\":{},\"error\":{error},\"drift\":{}",
+            self.ok,
+            self.code,
+            self.report.drift().len()
+        );
+        if !self.notes.is_empty() {
+            let _ = write!(out, ",\"notes\":{}", json!(self.notes));
+        }
+    }
 }
 
 /// Runs one resolved step. Implemented by [`AgentRunner`](super::AgentRunner) and

@@ -402,6 +402,41 @@ impl Report {
         v
     }
 
+    /// [`Report::to_json`] written as JSON text to `out` without its closing `}` (the caller
+    /// adds its own fields, then closes it), made one change, action, interrupt and item at
+    /// a time: a large report (serve's package plan of thousands of effects) is never a
+    /// [`Value`] tree at once, which takes several times its text (a map of a dozen keys per
+    /// change, each key and value an allocation of its own). The same text as
+    /// `to_json(redactor).to_string()` without its last byte.
+    pub fn write_json_open(&self, redactor: &Redactor, out: &mut String) {
+        let r = redactor;
+        let _ = write!(out, "{{\"mode\":{},\"changes\":", redacted(&self.mode, r));
+        write_array(out, self.changes.iter().map(|c| redacted(c, r)));
+        out.push_str(",\"actions\":");
+        write_array(out, self.actions.iter().map(|a| redacted(a, r)));
+        let _ = write!(out, ",\"unchanged\":{},\"interrupts\":", self.unchanged);
+        write_array(out, self.interrupts.iter().map(|i| redacted(i, r)));
+        let counts = json!({
+            "changes": self.changes.len(),
+            "unchanged": self.unchanged,
+            "actions": self.actions.len(),
+            "interrupts": self.interrupts.len(),
+        });
+        let _ = write!(
+            out,
+            ",\"summary\":{},\"counts\":{counts},\"items\":",
+            redacted(&self.summary(), r)
+        );
+        write_array(
+            out,
+            self.ordered().iter().map(|i| {
+                let mut v = self.item_json(i);
+                redact_json(&mut v, r);
+                v
+            }),
+        );
+    }
+
     /// One item as JSON: `item` (`change`, `action`, `interrupt`, `unknown`, `output`); for
     /// an unknown call `summary` and `position`; for a change or
     /// action `kind`, `target`, `summary`, `path` (file kinds) or `command` (command kinds),
@@ -501,6 +536,25 @@ fn interrupt_text(i: &InterruptRequest) -> String {
         }
         InterruptRequest::RestartAllServices => "restart all services".into(),
     }
+}
+
+/// `values` as a JSON array appended to `out`, each written and dropped in turn.
+fn write_array(out: &mut String, values: impl Iterator<Item = Value>) {
+    out.push('[');
+    for (i, v) in values.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{v}");
+    }
+    out.push(']');
+}
+
+/// `x`'s serde form as a [`Value`], every secret value replaced by `***`.
+fn redacted<T: Serialize>(x: &T, r: &Redactor) -> Value {
+    let mut v = serde_json::to_value(x).unwrap_or(Value::Null);
+    redact_json(&mut v, r);
+    v
 }
 
 fn redact_json(v: &mut Value, r: &Redactor) {

@@ -261,18 +261,21 @@ pub enum HostError {
         message: String,
     },
 
-    /// A plan's write of `path` would take what the plan holds planned past its budget
-    /// (serve's `--plan-bytes`, over every step, mode and package of the plan): the write is
-    /// not planned. Raised in plan and check mode only.
+    /// A plan's effect would take what the server keeps of the plan past its budget
+    /// (serve's `--plan-bytes`, over every step, mode and package of the plan): `size` is
+    /// what the server keeps of the effect (its planned content, and its record in the
+    /// view, the report, the plan's events and its exit: `Host::charge_planned`); the
+    /// effect is not planned. Raised in plan and check mode only.
     #[error(
-        "planning {size} bytes for {} would take the plan's planned writes past its budget of {budget} bytes ({} MiB, serve --plan-bytes): {planned} bytes are planned already",
-        path.display(),
+        "planning {size} bytes for {target} ({kind}: its content, report and events) would take the plan's planned effects past its budget of {budget} bytes ({} MiB, serve --plan-bytes): {planned} bytes are planned already",
         budget >> 20
     )]
     PlanBudget {
-        /// The file the write was for (host path).
-        path: PathBuf,
-        /// Its content's size in bytes.
+        /// The effect's kind (`write`, `mkdir`, `symlink`, ...).
+        kind: &'static str,
+        /// What it applies to (a host path, unit, package names...).
+        target: String,
+        /// What the server keeps of it, in bytes.
         size: u64,
         /// Bytes the plan had planned before it.
         planned: u64,

@@ -8,7 +8,7 @@ use super::host::{Budget, PlannedCommand};
 use crate::host::effects::context::HostOptions;
 use crate::host::effects::effect::Effect;
 use crate::host::effects::overlay::Overlay;
-use crate::host::effects::report::ExecMode;
+use crate::host::effects::report::{ExecMode, Item};
 use crate::host::root::HostRoot;
 use crate::host::root::deferred::GrubPending;
 use crate::host::root::error::{HostError, Result};
@@ -34,9 +34,9 @@ pub struct PlanCarry {
 }
 
 impl PlanCarry {
-    /// A carry of nothing planned yet but a budget of `bytes` of planned file content for
-    /// the plan it starts (each planned write counts its whole content): the first session made from it is as
-    /// [`Host::new`]'s, held to the budget.
+    /// A carry of nothing planned yet but a budget of `bytes` for the plan it starts (each
+    /// planned effect counts what serve keeps of it, `retained_bytes`): the first session
+    /// made from it is as [`Host::new`]'s, held to the budget.
     pub fn with_budget(bytes: u64) -> PlanCarry {
         PlanCarry {
             overlay: Overlay::default(),
@@ -52,6 +52,37 @@ impl PlanCarry {
             },
         }
     }
+}
+
+/// What serve keeps of one planned effect besides its text and content, in bytes: its
+/// entry in the plan's view (overlay), its change or action in the step's report and its
+/// item, and the fixed part of its plan event (the ring) and of its three entries in the
+/// exit's structured plan (the total's change, the step's change and item) and its line
+/// in `rendered` (measured: docs/fleet.md "The server's memory").
+pub(crate) const EFFECT_BYTES: u64 = 1536;
+
+/// How many copies of a planned effect's text (its target, summary, diff, the directories
+/// it creates and its script file's name) serve holds at once at most: the report's, the
+/// plan event's, the exit's three entries, `rendered`'s, and the exit line's making.
+pub(crate) const TEXT_COPIES: u64 = 8;
+
+/// How many copies of a step's recorded output serve holds: the step's report's, its items'
+/// in the exit's structured plan, `rendered`'s, and its line events' (the ring).
+pub(crate) const OUTPUT_COPIES: u64 = 4;
+
+/// What serve keeps of the planned `effect`, whose description (its summary, diff and
+/// created directories) is `described` bytes long and whose script file's name is `file`
+/// bytes long: [`EFFECT_BYTES`], its own data in the plan's view (a write's content and
+/// path, a link's path and target, any other's target) and [`TEXT_COPIES`] of its text.
+pub(crate) fn retained_bytes(effect: &Effect, described: usize, file: usize) -> u64 {
+    let target = effect.target().len();
+    let own = match effect {
+        Effect::WriteFile { content, .. } => content.len() + target,
+        Effect::Symlink { target: to, .. } => to.as_os_str().len() + target,
+        _ => target,
+    };
+    let text = target + described + file;
+    EFFECT_BYTES + own as u64 + TEXT_COPIES * text as u64
 }
 
 impl Host {
@@ -82,27 +113,89 @@ impl Host {
         })
     }
 
-    /// Count the content `effect` plans against the session's budget ([`Budget`]).
+    /// A write whose content alone would take the plan past its budget fails before it
+    /// is described (its diff is not made); what it keeps besides is
+    /// [`Host::charge_planned`]'s.
     ///
     /// # Errors
-    /// [`HostError::PlanBudget`]: the write would take the planned bytes past the budget
-    /// (it is then not counted, nor planned).
-    pub(super) fn charge_planned(&mut self, effect: &Effect) -> Result<()> {
-        let (Some(limit), Effect::WriteFile { path, content, .. }) = (self.budget.limit, effect)
-        else {
+    /// [`HostError::PlanBudget`], with the content's size and [`EFFECT_BYTES`].
+    pub(super) fn precheck_planned(&self, effect: &Effect) -> Result<()> {
+        match effect {
+            Effect::WriteFile { content, .. } => {
+                self.charge_check(effect, content.len() as u64 + EFFECT_BYTES)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Count what the server keeps of the planned `effect` (whose summary, diff and created
+    /// directories are `described` bytes long, at the session's position) against the
+    /// session's budget ([`Budget`]): [`retained_bytes`].
+    ///
+    /// # Errors
+    /// [`HostError::PlanBudget`]: it would take the plan past its budget (it is then not
+    /// counted, nor planned).
+    pub(super) fn charge_planned(&mut self, effect: &Effect, described: usize) -> Result<()> {
+        if self.budget.limit.is_none() {
+            return Ok(());
+        }
+        let file = self.position.as_ref().map_or(0, |p| p.file.len());
+        let size = retained_bytes(effect, described, file);
+        self.charge_check(effect, size)?;
+        self.budget.planned += size;
+        Ok(())
+    }
+
+    /// Count the script output a step's report keeps (`items`: its recorded output, at
+    /// most [`crate::host::effects::report::OUTPUT_RECORD_LIMIT`] a step) against the
+    /// budget: [`EFFECT_BYTES`] and [`OUTPUT_COPIES`] of its text. Counted even past the
+    /// budget (it is kept already); the step then fails, so no later step adds to it.
+    ///
+    /// # Errors
+    /// [`HostError::PlanBudget`] (kind `output`) when it took the plan past its budget.
+    pub(super) fn charge_output(&mut self, items: &[Item]) -> Result<()> {
+        let Some(limit) = self.budget.limit else {
             return Ok(());
         };
-        let size = content.len() as u64;
+        let text: usize = items
+            .iter()
+            .map(|i| match i {
+                Item::Output { text, .. } => text.len(),
+                _ => 0,
+            })
+            .sum();
+        if text == 0 {
+            return Ok(());
+        }
+        let size = EFFECT_BYTES + OUTPUT_COPIES * text as u64;
         let planned = self.budget.planned;
-        if planned.saturating_add(size) > limit {
+        self.budget.planned = planned.saturating_add(size);
+        if self.budget.planned > limit {
             return Err(HostError::PlanBudget {
-                path: path.clone(),
+                kind: "output",
+                target: "the step's recorded output".into(),
                 size,
                 planned,
                 budget: limit,
             });
         }
-        self.budget.planned = planned + size;
+        Ok(())
+    }
+
+    /// `Ok` when `size` bytes more for `effect` fit the budget.
+    fn charge_check(&self, effect: &Effect, size: u64) -> Result<()> {
+        let (Some(limit), planned) = (self.budget.limit, self.budget.planned) else {
+            return Ok(());
+        };
+        if planned.saturating_add(size) > limit {
+            return Err(HostError::PlanBudget {
+                kind: effect.kind().name(),
+                target: effect.target(),
+                size,
+                planned,
+                budget: limit,
+            });
+        }
         Ok(())
     }
 
@@ -156,36 +249,160 @@ mod tests {
     use crate::host::root::HostRoot;
     use crate::host::testutil::TestHost;
 
-    /// A budget of 1,000 planned bytes is one budget over the sessions a carry joins (the
-    /// modes and packages of a serve plan): 600 bytes in the first session and 400 in the
-    /// second fit, one byte more fails naming the file and the budget, and is not planned.
+    /// What one planned change costs the budget, from what its report keeps: its
+    /// [`EFFECT_BYTES`], its own data (`own`: content, a link's target, its path) and
+    /// [`TEXT_COPIES`] of its text as the report has it (target, summary, diff, created
+    /// directories; no script position in these sessions).
+    fn cost_of(c: &crate::host::effects::report::Change, own: usize) -> u64 {
+        let text = c.target.len()
+            + c.summary.len()
+            + c.diff.as_ref().map_or(0, String::len)
+            + c.mkdir.iter().map(String::len).sum::<usize>();
+        EFFECT_BYTES + own as u64 + TEXT_COPIES * text as u64
+    }
+
+    /// A budget is one budget over the sessions a carry joins (the modes and packages of a
+    /// serve plan), and a planned write costs it what the server keeps of it: its content,
+    /// its path, its record ([`EFFECT_BYTES`]) and the copies of its summary and diff.
+    /// Two writes that fit in two sessions, then one byte more fails naming the file,
+    /// its cost and the budget, and is not planned.
     #[test]
     fn the_budget_of_planned_bytes_is_carried_from_session_to_session() {
         let t = TestHost::new();
         let open = || HostRoot::open(&t.root).unwrap();
         let o = WriteOptions::default();
+        let budget = 20_000;
         let mut h = Host::carried(
             open(),
             ExecMode::Plan,
             HostOptions::default(),
-            PlanCarry::with_budget(1000),
+            PlanCarry::with_budget(budget),
         );
         assert!(fs::write(&mut h, "/etc/a", &"a".repeat(600), &o).unwrap());
+        let c = &h.report().changes[0];
+        // the 600 bytes in the view, and in the diff's `+` line 8 times (with its path, its
+        // summary and the /etc it creates)
+        assert_eq!(c.summary, "create /etc/a (mode 0644)");
+        assert_eq!(c.diff.as_ref().map(String::len), Some(670));
+        assert_eq!(c.mkdir, ["/etc"]);
+        let first = cost_of(c, 600 + 6);
+        assert_eq!(first, 1536 + 606 + 8 * (6 + 25 + 670 + 4));
+        assert_eq!(h.budget.planned, first);
         let carry = h.into_carry().unwrap();
         let mut h = Host::carried(open(), ExecMode::Check, HostOptions::default(), carry);
         assert!(fs::write(&mut h, "/etc/b", &"b".repeat(400), &o).unwrap());
-        let e = fs::write(&mut h, "/etc/c", "c", &o)
+        let planned = first + cost_of(&h.report().changes[0], 400 + 6);
+        assert_eq!(h.budget.planned, planned);
+        // One byte more than is left fails before its diff is made.
+        let content = (budget - planned - EFFECT_BYTES + 1) as usize;
+        let e = fs::write(&mut h, "/etc/c", &"c".repeat(content), &o)
             .unwrap_err()
             .to_string();
+        let size = content as u64 + EFFECT_BYTES;
         assert_eq!(
             e,
-            "planning 1 bytes for /etc/c would take the plan's planned writes past its budget \
-             of 1000 bytes (0 MiB, serve --plan-bytes): 1000 bytes are planned already"
+            format!(
+                "planning {size} bytes for /etc/c (write: its content, report and events) \
+                 would take the plan's planned effects past its budget of 20000 bytes (0 MiB, \
+                 serve --plan-bytes): {planned} bytes are planned already"
+            )
         );
         assert!(fs::read(&h, "/etc/c").is_err());
         assert_eq!(fs::read(&h, "/etc/a").unwrap(), "a".repeat(600));
         // Without a budget (skyhook-run, the agent) nothing is counted.
         let mut h = t.host(ExecMode::Plan);
-        assert!(fs::write(&mut h, "/etc/c", &"c".repeat(2000), &o).unwrap());
+        assert!(fs::write(&mut h, "/etc/c", &"c".repeat(20000), &o).unwrap());
+    }
+
+    /// Every planned effect costs the budget what the server keeps of it, not only a
+    /// write's content (before, a directory or a symlink cost nothing: 4,000 planned
+    /// `fs::mkdir` took serve from 23 to 212 MiB under `--plan-bytes 1MiB`): under a budget
+    /// of 64 KiB, directories `/etc/dN` cost [`EFFECT_BYTES`] and their path and summary
+    /// each (1,904 bytes for `/etc/d10`), and the 35th fails naming it and the budget; a symlink
+    /// costs its 4,000-byte target once in the view and [`TEXT_COPIES`] times in its
+    /// summary; an interrupt costs [`EFFECT_BYTES`] and its target (`node`).
+    #[test]
+    fn every_planned_effect_is_charged_what_the_server_keeps_of_it() {
+        let t = TestHost::new();
+        let budget = 64 << 10;
+        let mut h = Host::carried(
+            HostRoot::open(&t.root).unwrap(),
+            ExecMode::Plan,
+            HostOptions::default(),
+            PlanCarry::with_budget(budget),
+        );
+        let mut made = 0;
+        let err = loop {
+            match fs::mkdir(&mut h, &format!("/etc/d{made}"), None) {
+                Ok(_) => made += 1,
+                Err(e) => break e.to_string(),
+            }
+            assert!(made < 1000, "1,000 directories fit in 64 KiB");
+        };
+        let changes = &h.report().changes;
+        assert_eq!(changes.len(), made);
+        assert_eq!(changes[10].summary, "create directory /etc/d10 (mode 0755)");
+        let each: Vec<u64> = changes.iter().map(|c| cost_of(c, c.target.len())).collect();
+        // /etc/d10: 1024 + 8 + 8 x (8 + 37)
+        assert_eq!(each[10], EFFECT_BYTES + 8 + TEXT_COPIES * 45);
+        assert_eq!(each[10], 1904);
+        // the first also creates /etc (no /etc in this root)
+        assert_eq!(changes[0].mkdir, ["/etc"]);
+        assert_eq!(each[..2], [1919, 1887]);
+        assert_eq!(h.budget.planned, each.iter().sum::<u64>());
+        assert_eq!(h.budget.planned, 64598);
+        assert_eq!(made, 34, "{each:?}");
+        assert!(
+            err.starts_with("planning 1904 bytes for /etc/d34 (mkdir: ")
+                && err.contains("past its budget of 65536 bytes (0 MiB, serve --plan-bytes)"),
+            "{err}"
+        );
+        assert!(fs::stat(&h, "/etc/d34").is_err());
+
+        let target = format!("/{}", "t".repeat(3999));
+        let mut h = Host::carried(
+            HostRoot::open(&t.root).unwrap(),
+            ExecMode::Plan,
+            HostOptions::default(),
+            PlanCarry::with_budget(budget),
+        );
+        assert!(fs::symlink(&mut h, &target, "/etc/l").unwrap());
+        let c = &h.report().changes[0];
+        assert_eq!(c.summary, format!("symlink /etc/l -> {target}"));
+        assert_eq!(h.budget.planned, cost_of(c, 4000 + 6));
+        assert!(h.budget.planned > 9 * 4000, "{}", h.budget.planned);
+        let before = h.budget.planned;
+        crate::host::kernel::interrupt::reboot(&mut h).unwrap();
+        // its record and its target, `node`, once in the view's place and 8 times as text
+        assert_eq!(h.budget.planned - before, EFFECT_BYTES + 4 + 8 * 4);
+    }
+
+    /// A step's recorded output costs the budget too, [`EFFECT_BYTES`] and
+    /// [`OUTPUT_COPIES`] of it (before, nothing: each step of a plan may record 1 MiB, and
+    /// a package may have thousands of steps): 10 KiB of output fits a 64 KiB budget, a
+    /// second step's 10 KiB fails that step at its end, naming the budget.
+    #[test]
+    fn a_steps_recorded_output_is_charged_to_the_budget() {
+        use crate::host::effects::report::OutputStream;
+        let t = TestHost::new();
+        let mut h = Host::carried(
+            HostRoot::open(&t.root).unwrap(),
+            ExecMode::Plan,
+            HostOptions::default(),
+            PlanCarry::with_budget(64 << 10),
+        );
+        h.journal().output(OutputStream::Stdout, &[b'x'; 10 << 10]);
+        let (report, r) = h.finish_step_with_report();
+        r.unwrap();
+        assert_eq!(report.items.len(), 1);
+        assert_eq!(h.budget.planned, 1536 + 4 * 10240);
+        h.journal().output(OutputStream::Stderr, &[b'y'; 10 << 10]);
+        let (_, r) = h.finish_step_with_report();
+        assert_eq!(
+            r.unwrap_err().to_string(),
+            "planning 42496 bytes for the step's recorded output (output: its content, report \
+             and events) would take the plan's planned effects past its budget of 65536 bytes \
+             (0 MiB, serve --plan-bytes): 42496 bytes are planned already"
+        );
     }
 }

@@ -153,6 +153,7 @@ impl Host {
         let mut report = std::mem::replace(&mut self.report, fresh);
         self.hashes.fill(&mut report.changes, &self.redactor);
         report.items = self.journal.take();
+        let result = result.and(self.charge_output(&report.items));
         if next_step {
             self.cx.opts.deadline = None;
         }

@@ -18,11 +18,13 @@ use crate::redact::Redactor;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// A plan's budget of planned file content: every write a plan or check session plans
-/// counts its whole content's bytes, over the sessions a [`super::PlanCarry`] joins (all the
-/// steps, modes and packages of one serve plan), and a write past `limit` fails
-/// ([`crate::host::HostError::PlanBudget`]): what a plan holds of planned content (in memory or in the
-/// view's spill file) stays bounded by it. No limit: unbounded (`skyhook-run`, the agent).
+/// A plan's budget of what the server keeps of it: every effect a plan or check session
+/// plans counts what serve keeps of it (a write its whole content; every effect its
+/// record and the copies of its text in the report, the events and the exit:
+/// `Host::charge_planned`), over the sessions a [`super::PlanCarry`] joins (all the steps,
+/// modes and packages of one serve plan), and an effect past `limit` fails
+/// ([`crate::host::HostError::PlanBudget`]): what a plan holds (in memory or in the view's
+/// spill file) stays bounded by it. No limit: unbounded (`skyhook-run`, the agent).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Budget {
     /// Bytes planned so far.
@@ -91,8 +93,8 @@ pub struct Host {
     /// grub or tuned action): a later call's failure that depends on the host is unknown
     /// ([`Host::unplanned_command`]). Names no path.
     pub(in crate::host::seam::effects) first_unplanned: Option<PlannedCommand>,
-    /// Plan and check mode: the bytes of file content planned so far and the budget they
-    /// are held to ([`Budget`], carried from session to session).
+    /// Plan and check mode: the bytes planned so far and the budget they are held to
+    /// ([`Budget`], carried from session to session).
     pub(in crate::host::seam::effects) budget: Budget,
 }
 

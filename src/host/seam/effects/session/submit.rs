@@ -46,6 +46,9 @@ impl Host {
         // Whatever the effect is, the line views may no longer show the files (the line
         // functions put back the view of the file they wrote).
         self.texts.clear();
+        if matches!(effect, Effect::Interrupt(_)) {
+            self.charge_planned(&effect, 0)?;
+        }
         if let Effect::Interrupt(i) = effect {
             self.executor
                 .execute(&self.cx, &Effect::Interrupt(i.clone()))?;
@@ -57,12 +60,16 @@ impl Host {
             return Ok(None);
         }
         self.validate(&effect)?;
-        self.charge_planned(&effect)?;
+        self.precheck_planned(&effect)?;
+        let with_diff = self.renders_diffs();
+        let d = self.describe(&effect, with_diff, appended.as_ref())?;
+        let described = d.summary.len()
+            + d.diff.as_ref().map_or(0, String::len)
+            + d.mkdir.iter().map(String::len).sum::<usize>();
+        self.charge_planned(&effect, described)?;
         // A daemon-reload (explicit or scheduled) satisfies a scheduled one.
         let reload = matches!(effect, Effect::DaemonReload);
         let was_pending = reload && std::mem::take(&mut self.pending_daemon_reload);
-        let with_diff = self.renders_diffs();
-        let d = self.describe(&effect, with_diff, appended.as_ref())?;
         let before = self.hash_before(&effect)?;
         let out = if hold {
             // The line functions' batched write ((module docs, "Batched line edits")).
