@@ -310,7 +310,7 @@ pub async fn plan_node(node: &Node, req: &Request, opts: &Options, run_id: &str)
             return Outcome::Failed(failed_package(
                 name,
                 &f,
-                &plans,
+                plans,
                 &bodies[i + 1..],
                 &answers[i + 1..],
             ));
