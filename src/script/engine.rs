@@ -329,10 +329,7 @@ mod tests {
             )
         );
         let err = run_default("let a = [1];\na.nope(2.0, #{}, ());\n").unwrap();
-        assert!(
-            err.contains("nope (array, f64, map, ())"),
-            "{err}"
-        );
+        assert!(err.contains("nope (array, f64, map, ())"), "{err}");
     }
 
     /// Pushing to an array in an endless loop hits the array limit (about 3 s in a debug
