@@ -9,8 +9,9 @@
 #
 # `share`: for each case below, RUNS rounds, each on a fresh node: `skyhook-agent MODE` of the
 # package with SKYHOOK_LOG=skyhook=info. The preflight's figures come from its log line
-# ("preflight ... total_us=... cpu_us=..."; cpu_us, the process's user + system time over the
-# preflight, is logged since issue 31: older builds print "-"); the run's from getrusage of
+# ("preflight ... total_us=... cpu_us=... query_cpu_us=..."; cpu_us, the process's user + system
+# time over the preflight with its queries', is logged since issue 31, query_cpu_us, the
+# queries' part, since its fourth round: older builds print "-"); the run's from getrusage of
 # the agent's process (wall, and user + system of the agent and the commands its steps ran). Printed per case: the
 # medians, and the preflight's share of the rest of the run, pf / (run - pf), in wall and in
 # CPU. The cases (fresh node per round, built as benches/port_vs_bash.sh builds its nodes):
@@ -217,10 +218,10 @@ PY
     EFA_URL=http://127.0.0.1:$(cat "$W/mirror.port")/$efa
 }
 
-# One run of `AGENT MODE` on node $3 for package $4: appends "pf_us pf_cpu_us wall_us cpu_us"
-# to $5.
+# One run of `AGENT MODE` on node $3 for package $4: appends "pf_us pf_cpu_us wall_us cpu_us
+# pf_query_cpu_us" to $5 (the last "-" for builds that do not log it).
 one() {
-    local agent=$1 mode=$2 r=$3 pkg=$4 out=$5 rid pf pfc
+    local agent=$1 mode=$2 r=$3 pkg=$4 out=$5 rid pf pfc pfq
     case $pkg in
         tuning) rid=bench-1_tuning_2.0.0 ;;
         gke) rid=gke-0000-1_nvidia_tuning_gke_0.2.0 ;;
@@ -233,9 +234,11 @@ one() {
         "$agent" "$mode" "$r" /pkg > "$W/log" 2>&1 \
         || { echo "preflight_cost.sh: $pkg $mode failed with $agent:" >&2; tail -5 "$W/log" >&2; exit 1; }
     pf=$(sed -n 's/.*preflight.*total_us=\([0-9]*\).*/\1/p' "$W/log" | head -1)
-    pfc=$(sed -n 's/.*preflight.*cpu_us=\([0-9]*\).*/\1/p' "$W/log" | head -1)
+    pfc=$(sed -n 's/.*preflight.* cpu_us=\([0-9]*\).*/\1/p' "$W/log" | head -1)
+    pfq=$(sed -n 's/.*preflight.* query_cpu_us=\([0-9]*\).*/\1/p' "$W/log" | head -1)
     [ -n "$pf" ] || { echo "preflight_cost.sh: no preflight log line ($pkg $mode)" >&2; exit 1; }
-    awk -v pf="$pf" -v pfc="${pfc:--}" '{ printf "%s %s %.0f %.0f\n", pf, pfc, $1 * 1e6, ($2 + $3) * 1e6 }' \
+    awk -v pf="$pf" -v pfc="${pfc:--}" -v pfq="${pfq:--}" \
+        '{ printf "%s %s %.0f %.0f %s\n", pf, pfc, $1 * 1e6, ($2 + $3) * 1e6, pfq }' \
         "$W/time" >> "$out"
 }
 
@@ -258,18 +261,20 @@ share() {
         done
     done
     echo "preflight against the rest of the run: medians of $runs runs (ms; CPU = user + sys)"
-    printf '%-7s %-14s %9s %9s %9s %9s %8s %8s\n' build case pf_wall pf_cpu run_wall run_cpu wall_% cpu_%
+    printf '%-7s %-14s %9s %9s %9s %9s %9s %8s %8s\n' build case pf_wall pf_cpu pf_query run_wall run_cpu wall_% cpu_%
     for c in $cases; do
         for b in "${bins[@]}"; do
             f=$W/res-${b%%=*}-${c%%:*}-${c#*:}
-            local pf pfc wall cpu
+            local pf pfc pfq wall cpu
             pf=$(cut -d' ' -f1 "$f" | median); pfc=$(cut -d' ' -f2 "$f" | { grep -v -- - || true; } | median)
+            pfq=$(cut -d' ' -f5 "$f" | { grep -v -- - || true; } | median)
             wall=$(cut -d' ' -f3 "$f" | median); cpu=$(cut -d' ' -f4 "$f" | median)
-            awk -v b="${b%%=*}" -v c="$c" -v pf="$pf" -v pfc="$pfc" -v w="$wall" -v u="$cpu" 'BEGIN {
+            awk -v b="${b%%=*}" -v c="$c" -v pf="$pf" -v pfc="$pfc" -v pfq="$pfq" -v w="$wall" -v u="$cpu" 'BEGIN {
                 cpu_pf = (pfc == "-") ? "-" : sprintf("%.1f", pfc / 1000)
+                cpu_q = (pfq == "-") ? "-" : sprintf("%.1f", pfq / 1000)
                 cpu_share = (pfc == "-") ? "-" : sprintf("%.1f", 100 * pfc / (u - pfc))
-                printf "%-7s %-14s %9.1f %9s %9.1f %9.1f %8.1f %8s\n", b, c, pf / 1000, cpu_pf,
-                    w / 1000, u / 1000, 100 * pf / (w - pf), cpu_share }'
+                printf "%-7s %-14s %9.1f %9s %9s %9.1f %9.1f %8.1f %8s\n", b, c, pf / 1000, cpu_pf,
+                    cpu_q, w / 1000, u / 1000, 100 * pf / (w - pf), cpu_share }'
         done
     done
 }

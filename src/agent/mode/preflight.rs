@@ -34,7 +34,8 @@
 //! anything is written. The plan's memory is bounded (the overlay spills planned content
 //! past 64 MiB to a temporary file, and no diff is rendered: nobody reads the plan's report,
 //! [`crate::host::Host::plan_without_diffs`]). Its cost is logged (`SKYHOOK_LOG=skyhook=info`:
-//! `preflight ... check_us total_us cpu_us`) and measured by `benches/preflight_cost.sh`.
+//! `preflight ... check_us total_us cpu_us query_cpu_us`, the last the part of its CPU its
+//! queries used) and measured by `benches/preflight_cost.sh`.
 //!
 //! Nothing is written: flags and history are read, never written; no log file is opened;
 //! the Plan executor changes nothing. The preflight runs before the package lock is taken.
@@ -116,7 +117,7 @@ impl Preflight<'_> {
     /// cannot be reopened for the plan session.
     pub async fn run(&self) -> Result<Option<PreflightFailure>, AgentError> {
         let started = std::time::Instant::now();
-        let cpu = process_cpu_us();
+        let cpu = Cpu::now();
         let check = self.start_check(started)?;
         // Let a signal that arrived meanwhile stop the token before deciding to plan.
         tokio::task::yield_now().await;
@@ -131,12 +132,15 @@ impl Preflight<'_> {
             Some(f) => Some(f),
             None => planned.transpose()?.flatten(),
         };
-        // What the preflight costs, for measuring it against the apply (SKYHOOK_LOG=info).
+        // What the preflight costs, for measuring it against the apply (SKYHOOK_LOG=info):
+        // its CPU, and the part of it its queries (the commands it ran) used.
+        let cpu = Cpu::now().since(&cpu);
         tracing::info!(
             mode = self.mode.as_str(),
             check_us = checked.as_micros(),
             total_us = started.elapsed().as_micros(),
-            cpu_us = process_cpu_us().saturating_sub(cpu),
+            cpu_us = cpu.own + cpu.children,
+            query_cpu_us = cpu.children,
             ok = outcome.is_none(),
             "preflight"
         );
@@ -429,25 +433,44 @@ impl PreflightFailure {
     }
 }
 
-/// The CPU time (user + system) the process and its waited-for children (the queries a
-/// plan runs) have used so far, in microseconds (a failing `getrusage` counts 0): the
-/// preflight's own is the difference over its run, since nothing else of the agent runs
-/// meanwhile.
-fn process_cpu_us() -> u64 {
-    let of = |who| {
-        let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-        // SAFETY: getrusage writes a whole `rusage` into the pointer it is given.
-        if unsafe { libc::getrusage(who, u.as_mut_ptr()) } != 0 {
-            return 0;
-        }
-        // SAFETY: initialised by the successful call above (and zeroed before).
-        let u = unsafe { u.assume_init() };
-        let us = |t: libc::timeval| {
-            u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000 + u64::try_from(t.tv_usec).unwrap_or(0)
+/// The CPU time (user + system) the process (`own`) and its waited-for children (the
+/// queries a plan runs) have used so far, in microseconds (a failing `getrusage` counts 0):
+/// the preflight's is the difference over its run ([`Cpu::since`]), since nothing else of
+/// the agent runs meanwhile.
+struct Cpu {
+    own: u64,
+    children: u64,
+}
+
+impl Cpu {
+    fn now() -> Cpu {
+        let of = |who| {
+            let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+            // SAFETY: getrusage writes a whole `rusage` into the pointer it is given.
+            if unsafe { libc::getrusage(who, u.as_mut_ptr()) } != 0 {
+                return 0;
+            }
+            // SAFETY: initialised by the successful call above (and zeroed before).
+            let u = unsafe { u.assume_init() };
+            let us = |t: libc::timeval| {
+                u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000
+                    + u64::try_from(t.tv_usec).unwrap_or(0)
+            };
+            us(u.ru_utime) + us(u.ru_stime)
         };
-        us(u.ru_utime) + us(u.ru_stime)
-    };
-    of(libc::RUSAGE_SELF) + of(libc::RUSAGE_CHILDREN)
+        Cpu {
+            own: of(libc::RUSAGE_SELF),
+            children: of(libc::RUSAGE_CHILDREN),
+        }
+    }
+
+    /// What was used between `before` and this reading.
+    fn since(&self, before: &Cpu) -> Cpu {
+        Cpu {
+            own: self.own.saturating_sub(before.own),
+            children: self.children.saturating_sub(before.children),
+        }
+    }
 }
 
 /// `<path> <args>`, the arguments joined by spaces (as the `FAILED:` line of the mode loop).

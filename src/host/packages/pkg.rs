@@ -110,9 +110,11 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// A package state query (`dpkg-query -W`, `rpm -q`), run in every mode; it only reads the
+/// host, so a plan keeps what it read of the root across it ([`Host::exec_state_query`]).
 pub(crate) fn query(h: &Host, argv: &[&str]) -> Result<crate::host::system::cmd::CmdOutput> {
     let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-    h.exec(
+    h.exec_state_query(
         &argv,
         &CommandOptions {
             read_only: true,

@@ -31,6 +31,8 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// `systemctl ARGS` (a state query: `is-active`, `is-enabled`) exits 0; a plan keeps what it
+/// read of the root across it ([`Host::exec_state_query`]).
 fn query_ok(h: &Host, args: &[&str]) -> Result<bool> {
     let argv: Vec<String> = std::iter::once("systemctl")
         .chain(args.iter().copied())
@@ -40,7 +42,7 @@ fn query_ok(h: &Host, args: &[&str]) -> Result<bool> {
         read_only: true,
         ..CommandOptions::default()
     };
-    Ok(h.exec(&argv, &opts)?.ok)
+    Ok(h.exec_state_query(&argv, &opts)?.ok)
 }
 
 /// `service::is_active(name)`: `systemctl is-active <name>` exits 0.
@@ -136,7 +138,7 @@ pub fn show(
         check: true,
         ..CommandOptions::default()
     };
-    let out = h.exec(&argv, &opts)?;
+    let out = h.exec_state_query(&argv, &opts)?;
     Ok(out
         .stdout
         .lines()

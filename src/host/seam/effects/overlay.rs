@@ -24,9 +24,12 @@
 //! remembered for the session ([`RootMemo`]); the ancestors that every planned change checks
 //! are then resolved once, not once per change and per check, and a file read again (a
 //! sysctl's value by `sysctl::get`, `set` and the change's summary; `/etc/os-release`) is
-//! read once. What the plan itself planned is always looked up first. The session forgets
-//! it when it runs a command (a query may touch the host: [`Overlay::forget_root`]).
-//! Failures are not remembered.
+//! read once. One lookup of a path gives both its resolution and its metadata. What the
+//! plan itself planned is always looked up first. The session forgets it when it runs a
+//! command (a query may touch the host: [`Overlay::forget_root`]), except the package and
+//! service state queries host functions compose themselves (`dpkg-query -W`, `rpm -q`,
+//! `systemctl is-active|is-enabled|show`), which only read it
+//! ([`crate::host::Host::exec_state_query`]). Failures are not remembered.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -302,6 +305,9 @@ struct RootMemo {
     /// most [`MEMO_BYTES`] in all (`content_bytes`); a larger file is read each time.
     contents: HashMap<PathBuf, Option<bytes::Bytes>>,
     content_bytes: usize,
+    /// Normalised paths the real root found missing, symlinks followed: their key's
+    /// metadata is known missing too ([`Overlay::key`]).
+    absent: std::collections::HashSet<PathBuf>,
     #[cfg(test)]
     asked: usize, // lookups that went to the real root
 }
@@ -410,22 +416,44 @@ impl Overlay {
         if let (Some(parent), Some(name)) = (n.parent(), n.file_name())
             && let Some(c) = self.root_canonical(root, parent)?
         {
-            return Ok(c.join(name));
+            let key = c.join(name);
+            let mut m = self.memo.borrow_mut();
+            // `n` was not found with symlinks followed: nor is its key in the same parent.
+            if follow && m.absent.contains(&n) {
+                m.stats[1].entry(key.clone()).or_insert(None);
+            }
+            return Ok(key);
         }
         Ok(n)
     }
 
-    /// [`HostRoot::canonical`] of the normalised `n`, remembered (module docs).
+    /// [`HostRoot::canonical`] of the normalised `n`, remembered (module docs). The same
+    /// lookup's metadata is remembered for the canonical path (symlinks followed), and a
+    /// missing `n` as missing ([`RootMemo::absent`]).
     fn root_canonical(&self, root: &HostRoot, n: &Path) -> Result<Option<PathBuf>> {
         if let Some(c) = self.memo.borrow().canonical.get(n) {
             return Ok(c.clone());
         }
-        let c = root.canonical(n)?;
+        let found = root.canonical_metadata(n)?;
         let mut m = self.memo.borrow_mut();
         #[cfg(test)]
         {
             m.asked += 1;
         }
+        let c = match found {
+            Some((c, meta)) => {
+                if let Some(c) = &c {
+                    m.stats[1]
+                        .entry(c.clone())
+                        .or_insert_with(|| Some(stat_of(&meta)));
+                }
+                c
+            }
+            None => {
+                m.absent.insert(n.to_path_buf());
+                None
+            }
+        };
         m.canonical.insert(n.to_path_buf(), c.clone());
         Ok(c)
     }
@@ -458,6 +486,7 @@ impl Overlay {
         m.stats.iter_mut().for_each(HashMap::clear);
         m.contents.clear();
         m.content_bytes = 0;
+        m.absent.clear();
         self.lock_dir_seen.set(false);
         self.dirs.borrow_mut().clear();
     }
@@ -860,32 +889,35 @@ impl Overlay {
 /// # Errors
 /// Resolution failures.
 pub(crate) fn root_stat(root: &HostRoot, path: &Path, follow: bool) -> Result<Option<Stat>> {
-    use std::os::unix::fs::MetadataExt;
     let m = if follow {
         root.metadata(path)?
     } else {
         root.symlink_metadata(path)?
     };
-    Ok(m.map(|m| {
-        let ft = m.file_type();
-        let kind = if ft.is_symlink() {
-            "symlink"
-        } else if ft.is_dir() {
-            "dir"
-        } else if ft.is_file() {
-            "file"
-        } else {
-            "other"
-        };
-        Stat {
-            kind: kind.into(),
-            size: m.size(),
-            mode: m.mode() & 0o7777,
-            uid: m.uid(),
-            gid: m.gid(),
-            mtime: m.mtime(),
-        }
-    }))
+    Ok(m.as_ref().map(stat_of))
+}
+
+/// The [`Stat`] of metadata the real root gave.
+fn stat_of(m: &std::fs::Metadata) -> Stat {
+    use std::os::unix::fs::MetadataExt;
+    let ft = m.file_type();
+    let kind = if ft.is_symlink() {
+        "symlink"
+    } else if ft.is_dir() {
+        "dir"
+    } else if ft.is_file() {
+        "file"
+    } else {
+        "other"
+    };
+    Stat {
+        kind: kind.into(),
+        size: m.size(),
+        mode: m.mode() & 0o7777,
+        uid: m.uid(),
+        gid: m.gid(),
+        mtime: m.mtime(),
+    }
 }
 
 /// Whole seconds of `t` since the epoch, floored (negative before 1970), as

@@ -103,9 +103,10 @@ fn a_plan_reads_a_real_root_file_once_until_a_command() {
         assert_eq!(get(&h).as_deref(), Some("65530"));
     }
     assert_eq!(h.overlay().unwrap().root_lookups(), asked);
-    // One lookup more: the planned change's stat of the file, not a read.
+    // No lookup more: the planned change's stat of the file came with the read's
+    // resolution of it.
     assert!(sysctl::set(&mut h, "vm.swappiness", "10").unwrap());
-    assert_eq!(h.overlay().unwrap().root_lookups(), asked + 1);
+    assert_eq!(h.overlay().unwrap().root_lookups(), asked);
     assert_eq!(
         sysctl::get(&h, "vm.swappiness").unwrap().as_deref(),
         Some("10")
@@ -175,4 +176,69 @@ fn a_plan_without_diffs_renders_none() {
         loud.changes.iter().map(|c| &c.before).collect::<Vec<_>>(),
         quiet.changes.iter().map(|c| &c.before).collect::<Vec<_>>()
     );
+}
+
+/// Issue 31: a package or service state query a host function composes (`dpkg-query -W`,
+/// `systemctl is-active`) only reads the host, so the plan keeps what it read of the real
+/// root across it: `/etc/os-release`, which `pkg::` reads before each query, is read once
+/// (the setup port's plan read it again after each of its four `dpkg-query`). Every query
+/// still runs; a script's own command still makes the plan forget
+/// (`a_plan_sees_what_a_command_it_ran_made`).
+#[test]
+fn a_plan_keeps_what_it_read_across_a_state_query() {
+    use crate::host::packages::pkg;
+    use crate::host::services::service;
+    let t = TestHost::new();
+    t.systemctl_stub();
+    t.file("/etc/os-release", "ID=ubuntu\nID_LIKE=debian\n");
+    t.stub(
+        "dpkg-query",
+        r#"echo "no packages found matching $3" >&2; exit 1"#,
+    );
+    let mut h = t.host(ExecMode::Plan);
+    assert!(!pkg::installed(&h, "curl").unwrap());
+    let asked = h.overlay().unwrap().root_lookups();
+    assert!(!pkg::installed(&h, "wget").unwrap());
+    assert!(!service::is_active(&mut h, "chrony").unwrap());
+    assert!(!pkg::installed(&h, "gpg").unwrap());
+    assert_eq!(
+        h.overlay().unwrap().root_lookups(),
+        asked,
+        "the plan asked the real root again after a state query"
+    );
+    assert_eq!(
+        t.calls(),
+        [
+            "dpkg-query -W -f=${Status}\t${Version} curl",
+            "dpkg-query -W -f=${Status}\t${Version} wget",
+            "systemctl is-active chrony",
+            "dpkg-query -W -f=${Status}\t${Version} gpg",
+        ]
+    );
+}
+
+/// Issue 31: one lookup of a path in the real root gives the plan both its resolution and
+/// its metadata. A file's first `stat` asks the real root once (it asked twice: the
+/// canonical path, then the metadata); a missing file's asks twice (its own resolution,
+/// then its parent's, which also gives the parent's metadata), not three times; the
+/// parent's `stat` then asks nothing.
+#[test]
+fn one_real_root_lookup_gives_a_plan_a_paths_resolution_and_metadata() {
+    let t = TestHost::new();
+    t.file("/etc/a.conf", "a\n");
+    std::os::unix::fs::symlink("a.conf", t.p("/etc/link.conf")).unwrap();
+    let h = t.host(ExecMode::Plan);
+    let asked = || h.overlay().unwrap().root_lookups();
+    let stat = |p: &str, follow: bool| h.view_stat(Path::new(p), follow).unwrap();
+    assert_eq!(stat("/etc/a.conf", true).unwrap().kind, "file");
+    assert_eq!(asked(), 1);
+    assert!(stat("/etc/new.conf", true).is_none());
+    assert_eq!(asked(), 3);
+    assert_eq!(stat("/etc", true).unwrap().kind, "dir");
+    assert_eq!(asked(), 3);
+    // A link: followed, its target's metadata (one lookup); not followed, its own.
+    assert_eq!(stat("/etc/link.conf", true).unwrap().kind, "file");
+    assert_eq!(asked(), 4);
+    assert_eq!(stat("/etc/link.conf", false).unwrap().kind, "symlink");
+    assert!(stat("/etc/new.conf", false).is_none());
 }

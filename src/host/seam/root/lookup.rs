@@ -205,4 +205,22 @@ impl HostRoot {
             Err(e) => Err(e),
         }
     }
+
+    /// [`HostRoot::canonical`] and [`HostRoot::metadata`] of `host` from one resolution (one
+    /// `openat2`, then `fstat` and the descriptor's path): `Ok(None)` when it does not exist,
+    /// else its canonical host path (`None` as [`HostRoot::canonical`] gives it) and its
+    /// metadata, symlinks followed.
+    ///
+    /// # Errors
+    /// Resolution or `fstat` failures other than "not found".
+    pub fn canonical_metadata(&self, host: &Path) -> Result<Option<(Option<PathBuf>, Metadata)>> {
+        match self.open_with("resolve", host, OpenFlags::O_PATH) {
+            Ok(f) => {
+                let m = f.metadata().map_err(|e| self.err("stat", host, e))?;
+                Ok(Some((self.host_path_of(&f), m)))
+            }
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }

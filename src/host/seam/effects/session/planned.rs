@@ -1,8 +1,10 @@
 //! Plan mode's commands it does not run (`run`, `sh`): the paths they may touch, and the
-//! reads those make unknown ([`Host::check_known`]).
+//! reads those make unknown ([`Host::check_known`]); and the state queries it runs that
+//! leave what it remembered of the real root standing ([`Host::exec_state_query`]).
 
 use super::Host;
 use super::host::PlannedCommand;
+use crate::host::effects::exec::{CmdOutput, CommandOptions};
 use crate::host::effects::overlay::normalize;
 use crate::host::effects::report::{ExecMode, Item};
 use crate::host::root::error::{HostError, Result};
@@ -32,6 +34,25 @@ fn named_paths<'a>(words: impl IntoIterator<Item = &'a str>) -> Vec<PathBuf> {
 }
 
 impl Host {
+    /// Run a query of package or service state that a host function composed itself, in
+    /// every mode: `dpkg-query -W` and `rpm -q` (`pkg::`), `systemctl
+    /// is-active|is-enabled|show` (`service::`). As [`Host::exec`], except that a plan keeps
+    /// what it remembered of the real root across it (overlay, "Real-root lookups"): these
+    /// programs only read the host, so the setup port's plan no longer reads
+    /// `/etc/os-release` again after each `dpkg-query`. Any other command (a script's
+    /// `cmd::query` included: "read-only" is the script's word) still makes the plan forget.
+    ///
+    /// # Errors
+    /// As [`Host::exec`].
+    pub(crate) fn exec_state_query(
+        &self,
+        argv: &[String],
+        opts: &CommandOptions,
+    ) -> Result<CmdOutput> {
+        self.flush_batch()?;
+        crate::host::effects::exec::exec(&self.cx, argv, opts)
+    }
+
     /// Plan mode: `argv` was planned, not run (`run`, `sh`), with `guard_paths` (its
     /// `creates`/`removes` paths): what it changes is unknown, so later reads of what it
     /// may have touched fail with [`HostError::PlanUnknown`] ([`Host::check_known`]).
