@@ -673,70 +673,238 @@ fn the_connection_bound_holds_and_frees() {
     assert!(after.is_ok(), "a place was not given back: {after:?}");
 }
 
+/// A private `dbus-daemon` listening in a temporary directory with `EXTERNAL` authentication
+/// and the `<policy context="default">` rules given; `None` (the test skipped) without one.
+struct Daemon {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+    socket: std::path::PathBuf,
+}
+
+impl Daemon {
+    fn start(policy: &str) -> Option<Daemon> {
+        let found = Command::new("dbus-daemon")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok();
+        if !found {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("bus.sock");
+        let config = dir.path().join("bus.conf");
+        std::fs::write(
+            &config,
+            format!(
+                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <listen>unix:path={}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">{policy}</policy>
+</busconfig>
+"#,
+                socket.display()
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new("dbus-daemon")
+            .arg(format!("--config-file={}", config.display()))
+            .args(["--nofork", "--print-address"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut address = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut address)
+            .unwrap();
+        assert!(address.starts_with("unix:path="), "{address:?}");
+        Some(Daemon {
+            child,
+            _dir: dir,
+            socket,
+        })
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `uid` in decimal, hex-encoded (the `EXTERNAL` identity).
+fn hex_uid(uid: u32) -> String {
+    uid.to_string()
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// One authentication line, with its `\r\n`.
+fn line(s: &mut UnixStream) -> String {
+    let mut l = Vec::new();
+    while !l.ends_with(b"\r\n") {
+        l.extend(read_n(s, 1));
+    }
+    String::from_utf8(l).unwrap()
+}
+
+/// A message's header fields of basic types `s`, `o`, `g` (as text) and `u` (in decimal).
+fn fields_of(m: &[u8]) -> Vec<(u8, String)> {
+    let end = 16 + u32_at(m, 12) as usize;
+    let (mut pos, mut out) = (16, Vec::new());
+    while pos < end {
+        pos = pos.div_ceil(8) * 8;
+        let code = m[pos];
+        let t = m[pos + 2];
+        pos += 4;
+        let value = match t {
+            b'u' => {
+                pos = pos.div_ceil(4) * 4;
+                pos += 4;
+                u32_at(m, pos - 4).to_string()
+            }
+            b'g' => {
+                let n = m[pos] as usize;
+                pos += n + 2;
+                String::from_utf8_lossy(&m[pos - n - 1..pos - 1]).into_owned()
+            }
+            _ => {
+                pos = pos.div_ceil(4) * 4;
+                let n = u32_at(m, pos) as usize;
+                pos += 4 + n + 1;
+                String::from_utf8_lossy(&m[pos - n - 1..pos - 1]).into_owned()
+            }
+        };
+        out.push((code, value));
+    }
+    out
+}
+
+fn field(m: &[u8], code: u8) -> Option<String> {
+    fields_of(m).into_iter().find(|f| f.0 == code).map(|f| f.1)
+}
+
+/// Messages read from `s` up to and with the reply to `serial`.
+fn until_reply(s: &mut UnixStream, serial: u32) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        let m = read_message(s);
+        let done = m[1] != 1 && m[1] != 4 && field(&m, 5) == Some(serial.to_string());
+        got.push(m);
+        if done {
+            return got;
+        }
+    }
+    panic!("no reply to {serial} in 100 messages");
+}
+
+/// A raw connection (to the bus or the filter) after `Hello`: its stream and unique name.
+fn raw_hello(mut s: UnixStream) -> (UnixStream, String) {
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let me = nix::unistd::getuid().as_raw();
+    s.write_all(format!("\0AUTH EXTERNAL {}\r\n", hex_uid(me)).as_bytes())
+        .unwrap();
+    let ok = line(&mut s);
+    assert!(ok.starts_with("OK "), "{ok:?}");
+    s.write_all(&[&b"BEGIN\r\n"[..], &call(1, BUS, BUS, "Hello")].concat())
+        .unwrap();
+    let reply = until_reply(&mut s, 1).pop().unwrap();
+    let body = (16 + u32_at(&reply, 12) as usize).div_ceil(8) * 8;
+    let n = u32_at(&reply, body) as usize;
+    let name = String::from_utf8(reply[body + 4..body + 4 + n].to_vec()).unwrap();
+    (s, name)
+}
+
+/// The system bus's default policy (dbus's `system.conf`): no calls but the bus's own,
+/// signals, and replies only when requested.
+const SYSTEM_POLICY: &str = r#"
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
+"#;
+
+/// The filter passes a method return as it is (a reply is no call); whether an unrequested
+/// one reaches another connection is the bus's policy: dbus-daemon drops it under the system
+/// bus's default policy and even under one allowing every send, and delivers it only where rules
+/// say `send_requested_reply="false"` and `receive_requested_reply="false"`.
+#[test]
+fn an_unrequested_reply_reaches_another_connection_only_by_the_buss_policy() {
+    let _one = serial_lock();
+    for (policy, delivered) in [
+        (SYSTEM_POLICY, false),
+        (
+            r#"<allow user="*"/><allow send_destination="*"/><allow receive_sender="*"/>"#,
+            false,
+        ),
+        // Only rules allowing unrequested replies on both ends let one through.
+        (
+            r#"<allow user="*"/><allow send_destination="*" send_requested_reply="false"/><allow receive_sender="*" receive_requested_reply="false"/>"#,
+            true,
+        ),
+    ] {
+        let Some(d) = Daemon::start(policy) else {
+            skip!("dbus-daemon is not installed (Debian: dbus-daemon)");
+        };
+        let (mut victim, victim_name) = raw_hello(UnixStream::connect(&d.socket).unwrap());
+        let (client, filter_client) = UnixStream::pair().unwrap();
+        let filter = spawn(filter_client, UnixStream::connect(&d.socket).unwrap()).unwrap();
+        let (mut attacker, _) = raw_hello(client);
+        let mut forged = Enc::new(false, 2, NO_REPLY_EXPECTED, 2);
+        forged.field(5, "u", b"2");
+        forged.field(6, "s", victim_name.as_bytes());
+        forged.field(8, "g", b"s");
+        let mut body = Enc {
+            buf: Vec::new(),
+            be: false,
+        };
+        body.string(b"forged by the query");
+        attacker.write_all(&forged.finish(&body.buf)).unwrap();
+        // The bus has dealt with the forged reply when it answers the next call.
+        attacker.write_all(&call(3, BUS, BUS, "GetId")).unwrap();
+        until_reply(&mut attacker, 3);
+        victim.write_all(&call(2, BUS, BUS, "GetId")).unwrap();
+        let got = until_reply(&mut victim, 2);
+        let forged_seen = got
+            .iter()
+            .any(|m| m.windows(19).any(|w| w == b"forged by the query"));
+        assert_eq!(forged_seen, delivered, "policy {policy}: {got:?}");
+        drop(attacker);
+        assert!(ends_within(filter));
+    }
+}
+
 /// The filter relays `AUTH EXTERNAL` with any claimed uid; dbus-daemon compares it with the
 /// credentials of the filter's bus socket and refuses another uid.
 #[test]
 fn a_claimed_uid_other_than_the_bus_sockets_is_rejected_by_the_bus() {
     let _one = serial_lock();
-    if Command::new("dbus-daemon")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_err()
-    {
+    let Some(d) = Daemon::start(r#"<allow user="*"/>"#) else {
         skip!("dbus-daemon is not installed (Debian: dbus-daemon)");
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("bus.sock");
-    let config = dir.path().join("bus.conf");
-    std::fs::write(
-        &config,
-        format!(
-            r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <listen>unix:path={}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default"><allow user="*"/></policy>
-</busconfig>
-"#,
-            socket.display()
-        ),
-    )
-    .unwrap();
-    let mut daemon = Command::new("dbus-daemon")
-        .arg(format!("--config-file={}", config.display()))
-        .args(["--nofork", "--print-address"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut address = String::new();
-    std::io::BufReader::new(daemon.stdout.take().unwrap())
-        .read_line(&mut address)
-        .unwrap();
-    assert!(address.starts_with("unix:path="), "{address:?}");
-    let hex = |uid: u32| -> String {
-        uid.to_string()
-            .bytes()
-            .map(|b| format!("{b:02x}"))
-            .collect()
     };
+    let socket = &d.socket;
     let me = nix::unistd::getuid().as_raw();
     let (mut client, filter_client) = UnixStream::pair().unwrap();
     client.set_read_timeout(Some(WAIT)).unwrap();
     let bus = UnixStream::connect(&socket).unwrap();
     let filter = spawn(filter_client, bus).unwrap();
-    let line = |client: &mut UnixStream| {
-        let mut l = Vec::new();
-        while !l.ends_with(b"\r\n") {
-            l.extend(read_n(client, 1));
-        }
-        String::from_utf8(l).unwrap()
-    };
     client
-        .write_all(format!("\0AUTH EXTERNAL {}\r\n", hex(me ^ 1)).as_bytes())
+        .write_all(format!("\0AUTH EXTERNAL {}\r\n", hex_uid(me ^ 1)).as_bytes())
         .unwrap();
     let answer = line(&mut client);
     assert!(
@@ -745,12 +913,10 @@ fn a_claimed_uid_other_than_the_bus_sockets_is_rejected_by_the_bus() {
         me ^ 1
     );
     client
-        .write_all(format!("AUTH EXTERNAL {}\r\n", hex(me)).as_bytes())
+        .write_all(format!("AUTH EXTERNAL {}\r\n", hex_uid(me)).as_bytes())
         .unwrap();
     let answer = line(&mut client);
     assert!(answer.starts_with("OK "), "claiming uid {me}: {answer:?}");
     drop(client);
     assert!(ends_within(filter));
-    let _ = daemon.kill();
-    let _ = daemon.wait();
 }
