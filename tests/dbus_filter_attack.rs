@@ -645,6 +645,28 @@ fn a_half_closed_client_ends_its_connection() {
     assert!(ends_within(filter));
 }
 
+/// A client that stops inside a message (its fixed header declares a body that never
+/// comes) gets none of it to the bus, and its filter ends when either side closes.
+#[test]
+fn a_partial_message_reaches_nothing_and_ends_with_either_side() {
+    let _one = serial_lock();
+    let mut partial = call(2, BUS, BUS, "StartServiceByName");
+    partial[4..8].copy_from_slice(&(1u32 << 19).to_le_bytes());
+    for client_closes in [true, false] {
+        let (mut client, mut bus, filter) = filtered();
+        begin(&mut client, &mut bus);
+        client.write_all(&partial).unwrap();
+        if client_closes {
+            drop(client);
+            assert_eq!(rest(&mut bus).map(|b| b.len()), Some(0));
+        } else {
+            bus.shutdown(std::net::Shutdown::Both).unwrap();
+            assert_eq!(rest(&mut client).map(|b| b.len()), Some(0));
+        }
+        assert!(ends_within(filter), "client closes: {client_closes}");
+    }
+}
+
 /// [`MAX_CONNECTIONS`] filters run at once, the next is refused with `EAGAIN`, and one that
 /// ends frees its place; all of them end when their clients close.
 #[test]
