@@ -942,3 +942,57 @@ fn a_claimed_uid_other_than_the_bus_sockets_is_rejected_by_the_bus() {
     drop(client);
     assert!(ends_within(filter));
 }
+
+/// The filter relays one bus reply per client line and closes when the bus speaks out of
+/// turn: dbus-daemon answers every command the filter relays with exactly one line, in every
+/// state of its exchange, so the relay never waits for a reply that does not come nor
+/// closes on a second one; the connection is then accepted.
+#[test]
+fn dbus_daemon_answers_each_relayed_line_once() {
+    let _one = serial_lock();
+    let Some(d) = Daemon::start(
+        r#"<allow user="*"/><allow send_destination="*"/><allow receive_sender="*"/>"#,
+    ) else {
+        skip!("dbus-daemon is not installed (Debian: dbus-daemon)");
+    };
+    let (mut client, filter_client) = UnixStream::pair().unwrap();
+    client.set_read_timeout(Some(WAIT)).unwrap();
+    let filter = spawn(filter_client, UnixStream::connect(&d.socket).unwrap()).unwrap();
+    let me = hex_uid(nix::unistd::getuid().as_raw());
+    client.write_all(b"\0").unwrap();
+    let mut answers = Vec::new();
+    for sent in [
+        "AUTH".to_string(),
+        "DATA".into(),
+        "ERROR".into(),
+        "CANCEL".into(),
+        "AUTH EXTERNAL".into(),
+        "DATA".into(),
+        format!("AUTH EXTERNAL {me}"),
+        "CANCEL".into(),
+        format!("AUTH EXTERNAL {me}"),
+    ] {
+        client.write_all(format!("{sent}\r\n").as_bytes()).unwrap();
+        let answer = line(&mut client);
+        let word = answer.split([' ', '\r']).next().unwrap().to_string();
+        answers.push(format!("{sent} -> {word}"));
+    }
+    let want = [
+        "AUTH -> REJECTED".to_string(),
+        "DATA -> ERROR".into(),
+        "ERROR -> REJECTED".into(),
+        "CANCEL -> ERROR".into(),
+        "AUTH EXTERNAL -> DATA".into(),
+        "DATA -> OK".into(),
+        format!("AUTH EXTERNAL {me} -> ERROR"),
+        "CANCEL -> REJECTED".into(),
+        format!("AUTH EXTERNAL {me} -> OK"),
+    ];
+    assert_eq!(answers, want);
+    client
+        .write_all(&[&b"BEGIN\r\n"[..], &call(1, BUS, BUS, "Hello")].concat())
+        .unwrap();
+    until_reply(&mut client, 1);
+    drop(client);
+    assert!(ends_within(filter));
+}
