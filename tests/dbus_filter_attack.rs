@@ -51,7 +51,7 @@ impl Enc {
     }
 
     fn pad(&mut self, to: usize, with: u8) {
-        while self.buf.len() % to != 0 {
+        while !self.buf.len().is_multiple_of(to) {
             self.buf.push(with);
         }
     }
@@ -923,7 +923,7 @@ fn a_claimed_uid_other_than_the_bus_sockets_is_rejected_by_the_bus() {
     let me = nix::unistd::getuid().as_raw();
     let (mut client, filter_client) = UnixStream::pair().unwrap();
     client.set_read_timeout(Some(WAIT)).unwrap();
-    let bus = UnixStream::connect(&socket).unwrap();
+    let bus = UnixStream::connect(socket).unwrap();
     let filter = spawn(filter_client, bus).unwrap();
     client
         .write_all(format!("\0AUTH EXTERNAL {}\r\n", hex_uid(me ^ 1)).as_bytes())
