@@ -19,6 +19,9 @@
 //!   a background child).
 //! - `malformed`: a generated corpus of bad inputs: each exits 1 with one line and writes
 //!   nothing.
+//! - `dbus_filter_attack`: a hostile plan query against `process::dbus_filter` (header fields the
+//!   filter and the bus could read differently, split and pipelined messages, the SASL phase,
+//!   descriptors, a client that never reads, the connection bound, a claimed uid).
 //! - `crash_safety`: faults injected into real runs (SIGKILL between a drop-in and its
 //!   reload, two writers of one file, SIGTERM while waiting for the package lock).
 //! - `image`: the OCI image of `scripts/build-image.sh` (prebuilt by `.ci/run`), unpacked and
@@ -72,6 +75,7 @@ mod acceptance;
 mod cli;
 mod containerd_example;
 mod crash_safety;
+mod dbus_filter_attack;
 mod durability;
 mod engine_parity;
 mod fixtures;
