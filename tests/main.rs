@@ -97,6 +97,7 @@ mod nvidia_setup_port;
 mod nvidia_tuned_port;
 mod orphans;
 mod plan_attack;
+mod plan_broker_attack;
 mod plan_escape;
 mod plan_limits_attack;
 mod plan_query_attack;
