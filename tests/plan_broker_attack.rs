@@ -240,3 +240,145 @@ fn a_plan_flooding_its_broker_leaves_another_plans_broker_alone() {
     assert_eq!(oexit["exit"], json!({"code": 0}), "{oexit:#}");
     assert!(started.elapsed() < std::time::Duration::from_secs(120));
 }
+
+/// An allowed socket whose daemon never accepts (its backlog full) stalls the connector:
+/// each of the plan's `connect`s to it waits the connector's `SO_SNDTIMEO` (2 s) and fails
+/// (`EAGAIN`, as a blocking `connect` with that timeout would); a second plan on the same server is
+/// answered meanwhile (its broker is its own) and ends well before the stalled one.
+#[test]
+fn an_allowed_socket_that_never_accepts_stalls_only_its_own_plan() {
+    require_root!();
+    let fr = host();
+    let path = fr.host("/run/slow.sock");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // Fill the backlog from here: nonblocking connects until one would block.
+    let mut fill = Vec::new();
+    for _ in 0..10_000 {
+        // SAFETY: socket(2) and connect(2) with a sockaddr_un of ours.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        };
+        assert!(fd >= 0);
+        // SAFETY: a descriptor just made, owned by nobody else.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (d, s) in a.sun_path.iter_mut().zip(path.to_str().unwrap().bytes()) {
+            *d = s as libc::c_char;
+        }
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: connect with the address above.
+        let r = unsafe {
+            libc::connect(
+                fd.as_raw_fd(),
+                (&raw const a).cast(),
+                std::mem::size_of_val(&a) as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            assert_eq!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::EAGAIN)
+            );
+            break;
+        }
+        fill.push(fd);
+    }
+    let stalled = r#"
+        my $t = time;
+        for my $i (1 .. 3) {
+            socket(my $s, 1, 1, 0) or die;
+            my $r = connect($s, pack("S a108", 1, "/run/slow.sock"));
+            print "try$i=" . ($r ? "connected" : "$!") . ";";
+        }
+    "#;
+    let other = r#"
+        socket(my $s, 1, 1, 0) or die;
+        connect($s, pack("S a108", 1, "/run/other.sock"));
+        print "other=$!;";
+    "#;
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.sandbox.allow_sockets = vec![path.clone()];
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let (((sexit, slines), stime), ((oexit, olines), otime)) = current_rt().block_on(async {
+        let url = start_serve_with(cfg, &tokens).await;
+        let client = Client::new(&url, PLAN_TOKEN).unwrap();
+        let a = plan_body("stalled", &perl_query(stalled));
+        let b = plan_body("other", &perl_query(other));
+        let timed = |body: Value| {
+            let client = &client;
+            async move {
+                let t = std::time::Instant::now();
+                let r = plan_on(client, &body).await;
+                (r, t.elapsed())
+            }
+        };
+        tokio::join!(timed(a), timed(b))
+    });
+    drop(fill);
+    assert!(
+        slines.contains("try1=Resource temporarily unavailable;try2=Resource temporarily unavailable;try3=Resource temporarily unavailable;"),
+        "{slines}"
+    );
+    assert!(
+        olines.contains("other=No such file or directory;"),
+        "{olines}"
+    );
+    assert_eq!(sexit["exit"], json!({"code": 0}), "{sexit:#}");
+    assert_eq!(oexit["exit"], json!({"code": 0}), "{oexit:#}");
+    // Three stalls of at least the connector's 2 s each, at most its 3 s bound and a margin.
+    assert!(
+        stime >= std::time::Duration::from_secs(6) && stime < std::time::Duration::from_secs(30),
+        "the stalled plan took {stime:?}"
+    );
+    assert!(
+        otime + std::time::Duration::from_secs(3) < stime,
+        "the other plan took {otime:?}, the stalled one {stime:?}"
+    );
+}
+
+/// A query connects to the (allowed) D-Bus system bus and ends without a word: the read-only
+/// filter's connection to the bus is closed when the plan ends (the bus reads end of file),
+/// so no filter thread nor bus connection is left behind in the server.
+#[test]
+fn a_system_bus_connection_ends_with_its_plan() {
+    require_root!();
+    let fr = host();
+    let path = fr.host("/run/dbus/system_bus_socket");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let code = r#"
+        socket(my $s, 1, 1, 0) or die;
+        my $r = connect($s, pack("S a108", 1, "/run/dbus/system_bus_socket"));
+        print "bus=" . ($r ? "connected" : "$!") . ";";
+    "#;
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.sandbox.allow_sockets = vec![path.clone()];
+    let (exit, lines) = plan_perl(cfg, "bus", code);
+    assert!(lines.contains("bus=connected;"), "{lines}");
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+    listener.set_nonblocking(true).unwrap();
+    let (mut conn, _) = listener
+        .accept()
+        .unwrap_or_else(|e| panic!("no bus connection was made ({e}): {lines}"));
+    conn.set_nonblocking(false).unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    use std::io::Read as _;
+    let mut got = Vec::new();
+    let r = conn.read_to_end(&mut got);
+    assert!(
+        r.is_ok(),
+        "the bus connection outlived its plan: {r:?} after {got:?}"
+    );
+}
