@@ -382,3 +382,73 @@ fn a_system_bus_connection_ends_with_its_plan() {
         "the bus connection outlived its plan: {r:?} after {got:?}"
     );
 }
+
+/// Other names for a socket, and the server's own port: a magic link (`/proc/PID/fd/N` of
+/// an `O_PATH` descriptor of the allowed socket, `/proc/PID/root/...`; `/proc/self` names
+/// the broker's thread, no process of the plan's `/proc`: `ENOENT`) is refused
+/// (`ELOOP`: the broker resolves with `RESOLVE_NO_MAGICLINKS`); the query can make no link
+/// (its root is read-only, `/tmp` included: no hard link to give the allowed socket's inode
+/// another name, none needed); a host symlink to the daemon's socket is followed and
+/// refused (`EACCES`); a
+/// `connect` on a connected socket is `EISCONN`; a TCP `connect` to the server's own
+/// loopback port, made by the broker with the query's socket, stays in the plan's network
+/// namespace (`ECONNREFUSED`). The daemon hears nothing.
+#[test]
+fn magic_links_symlinks_and_the_servers_port_reach_nothing() {
+    require_root!();
+    let fr = host();
+    let l = daemon(&fr, "/run/daemon.sock");
+    let allowed = fr.host("/run/allowed.sock");
+    let allowed_l = std::os::unix::net::UnixListener::bind(&allowed).unwrap();
+    std::os::unix::fs::symlink("/run/daemon.sock", fr.host("/run/link")).unwrap();
+    let _proc = crate::plan_escape::HostProc::mount(&fr);
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&allowed, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let code = r#"
+        sub try { my ($n, $r) = @_; print "$n=" . ($r ? "ok" : "$!") . ";"; }
+        sub un { pack("S a108", 1, $_[0]) }
+        sysopen(my $p, "/run/allowed.sock", 010000000) or die "O_PATH: $!\n";
+        my $n = fileno($p);
+        socket(my $s, 1, 1, 0) or die;
+        try("fd", connect($s, un("/proc/$$/fd/$n")));
+        try("root", connect($s, un("/proc/$$/root/run/daemon.sock")));
+        try("mkdir", mkdir("/tmp/broker-attack"));
+        try("symlink", connect($s, un("/run/link")));
+        socketpair(my $x, my $y, 1, 1, 0) or die;
+        try("paired", connect($x, un("/run/allowed.sock")));
+        socket(my $t, 2, 1, 0) or die;
+        try("tcp", connect($t, pack("S n C4 x8", 2, PORT, 127, 0, 0, 1)));
+        try("allowed", connect($s, un("/run/allowed.sock")));
+    "#;
+    let d = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(d.path());
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.sandbox.allow_sockets = vec![allowed.clone()];
+    let (exit, lines) = current_rt().block_on(async {
+        let url = start_serve_with(cfg, &tokens).await;
+        let port = url
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .trim_end_matches('/')
+            .to_string();
+        let client = Client::new(&url, PLAN_TOKEN).unwrap();
+        let code = code.replace("PORT", &port);
+        plan_on(&client, &plan_body("names", &perl_query(&code))).await
+    });
+    assert!(
+        l.accept().is_err(),
+        "the query reached /run/daemon.sock: {lines}"
+    );
+    assert!(
+        lines.contains(
+            "fd=Too many levels of symbolic links;root=Too many levels of symbolic links;\
+             mkdir=Read-only file system;symlink=Permission denied;paired=Transport endpoint is already connected;\
+             tcp=Connection refused;allowed=ok;"
+        ),
+        "{lines}"
+    );
+    allowed_l.set_nonblocking(true).unwrap();
+    assert!(allowed_l.accept().is_ok(), "{lines}");
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
