@@ -452,3 +452,39 @@ fn magic_links_symlinks_and_the_servers_port_reach_nothing() {
     assert!(allowed_l.accept().is_ok(), "{lines}");
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
 }
+
+/// The broker's inbox (its sending end is in each command until `exec`) and the command's
+/// own listener are gone from the command once it runs: had either stayed open, a query
+/// could send the broker descriptors of its choosing as listeners (an always-readable one
+/// keeps the broker's thread spinning; 4096 fill its listener table) or answer its own
+/// `connect`s. A query sees only its standard descriptors (0, 1, 2) and the one `perl`
+/// opens to list them.
+#[test]
+fn a_plan_query_holds_neither_the_brokers_inbox_nor_its_listener() {
+    require_root!();
+    let fr = host();
+    let _proc = crate::plan_escape::HostProc::mount(&fr);
+    let code = r#"
+        opendir(my $d, "/proc/$$/fd") or die "opendir: $!\n";
+        my $mine = fileno($d);
+        my @fds = sort { $a <=> $b } grep { /^\d+$/ && $_ != $mine } readdir($d);
+        print "fds=" . join(",", map { $_ . ":" . (readlink("/proc/$$/fd/$_") =~ s/:.*//r) } @fds) . ";";
+    "#;
+    let (exit, lines) = plan_perl(skyhook::serve::Config::new(fr.root()), "fds", code);
+    assert!(lines.contains("fds=0:"), "{lines}");
+    let listed = lines
+        .split("fds=")
+        .nth(1)
+        .and_then(|s| s.split(';').next())
+        .unwrap_or_default();
+    let numbers: Vec<&str> = listed
+        .split(',')
+        .map(|f| f.split(':').next().unwrap())
+        .collect();
+    assert_eq!(numbers, ["0", "1", "2"], "{lines}");
+    assert!(
+        !listed.contains("socket") && !listed.contains("anon_inode"),
+        "{lines}"
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
