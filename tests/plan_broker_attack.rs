@@ -488,3 +488,59 @@ fn a_plan_query_holds_neither_the_brokers_inbox_nor_its_listener() {
     );
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
 }
+
+/// The connector (the process of the query user that connects to the allowed sockets) is
+/// the peer the daemon sees (`SO_PEERCRED`'s pid); once the plan has ended it is gone and
+/// reaped: no process of it outlives the plan, not even a zombie.
+#[test]
+fn the_connector_ends_with_its_plan() {
+    require_root!();
+    let fr = host();
+    let path = fr.host("/run/allowed.sock");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let code = r#"
+        socket(my $s, 1, 1, 0) or die;
+        my $r = connect($s, pack("S a108", 1, "/run/allowed.sock"));
+        print "allowed=" . ($r ? "connected" : "$!") . ";";
+    "#;
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.sandbox.allow_sockets = vec![path.clone()];
+    let (exit, lines) = plan_perl(cfg, "connector", code);
+    assert!(lines.contains("allowed=connected;"), "{lines}");
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+    listener.set_nonblocking(true).unwrap();
+    let (conn, _) = listener.accept().unwrap();
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: getsockopt(SO_PEERCRED) into a ucred of the size given.
+    let r = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    assert_eq!(cred.uid, 2147478690, "{lines}");
+    assert!(
+        crate::plan_attack::exits_within(cred.pid, 0),
+        "the connector (pid {}) outlived its plan",
+        cred.pid
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", cred.pid)).unwrap_or_default();
+    assert!(
+        !status.contains("State:\tZ"),
+        "the connector (pid {}) is an unreaped zombie",
+        cred.pid
+    );
+}
