@@ -251,7 +251,7 @@ fn an_allowed_socket_that_never_accepts_stalls_only_its_own_plan() {
     let fr = host();
     let path = fr.host("/run/slow.sock");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
     // Fill the backlog from here: nonblocking connects until one would block.
