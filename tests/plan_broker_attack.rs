@@ -544,3 +544,26 @@ fn the_connector_ends_with_its_plan() {
         cred.pid
     );
 }
+
+/// A vsock socket is confined by no network namespace: its `connect` (to the local CID 1
+/// here; on a VM, CID 2 is the hypervisor's services) left the plan's sandbox, made by
+/// the broker on the query's behalf. The broker connects only IP and netlink sockets
+/// (which live in the plan's network namespace) and Unix ones it brokers; any other
+/// family is `EACCES`.
+#[test]
+fn a_plan_querys_vsock_connect_is_refused() {
+    require_root!();
+    let fr = host();
+    let code = r#"
+        socket(my $s, 40, 1, 0) or do { print "vsock=no socket: $!;"; exit 0 };
+        my $r = connect($s, pack("S S L L x4", 40, 0, 4242, 1));
+        print "vsock=" . ($r ? "connected" : "$!") . ";";
+    "#;
+    let (exit, lines) = plan_perl(skyhook::serve::Config::new(fr.root()), "vsock", code);
+    assert!(
+        lines.contains("vsock=Permission denied;")
+            || lines.contains("vsock=no socket: Address family not supported by protocol;"),
+        "a query's vsock connect was made: {lines}"
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}

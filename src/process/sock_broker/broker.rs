@@ -423,15 +423,24 @@ impl State {
             return Answer::Errno(libc::ECONNREFUSED);
         }
         let s = sock.as_raw_fd();
-        let domain = sockopt(s, libc::SOL_SOCKET, libc::SO_DOMAIN);
-        if domain == Some(libc::AF_NETLINK) && netlink_peer(&buf[..len]) {
-            // The kernel checks the *calling* task's `CAP_NET_ADMIN` for a netlink
-            // `connect` to a port or group (`netlink_allowed`): this thread has the
-            // server's, the query user has none.
-            return Answer::Errno(libc::EPERM);
-        }
-        if domain != Some(libc::AF_UNIX) {
-            return connect_other(&sock, &buf[..len]);
+        match sockopt(s, libc::SOL_SOCKET, libc::SO_DOMAIN) {
+            Some(libc::AF_UNIX) => {}
+            // No socket (`getsockopt` failed): what `connect` answers.
+            None => return Answer::Errno(libc::ENOTSOCK),
+            Some(libc::AF_NETLINK) if netlink_peer(&buf[..len]) => {
+                // The kernel checks the *calling* task's `CAP_NET_ADMIN` for a netlink
+                // `connect` to a port or group (`netlink_allowed`): this thread has the
+                // server's, the query user has none.
+                return Answer::Errno(libc::EPERM);
+            }
+            // IP sockets live in the plan's network namespace; netlink ones too.
+            Some(libc::AF_INET | libc::AF_INET6 | libc::AF_NETLINK) => {
+                return connect_other(&sock, &buf[..len]);
+            }
+            // Any other family (vsock, which no network namespace confines, reaches the
+            // hypervisor; others may check the caller's credentials, this thread's root):
+            // refused.
+            _ => return Answer::Errno(libc::EACCES),
         }
         if sockopt(s, libc::SOL_SOCKET, libc::SO_TYPE) != Some(libc::SOCK_STREAM) {
             return Answer::Errno(libc::EACCES);
