@@ -567,3 +567,66 @@ fn a_plan_querys_vsock_connect_is_refused() {
     );
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
 }
+
+/// A query opens 300 connections to an allowed socket and keeps them: the broker makes
+/// 256 (its `MAX_CONNECTIONS` per plan) and refuses the rest (`ECONNREFUSED`), so a plan
+/// holds at most that many of the server's descriptors and the daemon's connections.
+#[test]
+fn a_plans_connections_to_an_allowed_socket_are_bounded() {
+    require_root!();
+    let fr = host();
+    let path = fr.host("/run/allowed.sock");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // Accept (so no backlog fills) until the test's own connection, made after the plan.
+    let acceptor = std::thread::spawn(move || {
+        let mut n = 0usize;
+        for c in listener.incoming() {
+            let c = c.unwrap();
+            let mut cred = libc::ucred {
+                pid: 0,
+                uid: 0,
+                gid: 0,
+            };
+            let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+            use std::os::fd::AsRawFd as _;
+            // SAFETY: getsockopt(SO_PEERCRED) into a ucred of the size given.
+            unsafe {
+                libc::getsockopt(
+                    c.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_PEERCRED,
+                    (&raw mut cred).cast(),
+                    &mut len,
+                )
+            };
+            if cred.pid == std::process::id() as i32 {
+                return n;
+            }
+            n += 1;
+        }
+        n
+    });
+    let code = r#"
+        my (@open, $refused);
+        for my $i (1 .. 300) {
+            socket(my $s, 1, 1, 0) or die "socket: $!\n";
+            if (connect($s, pack("S a108", 1, "/run/allowed.sock"))) { push @open, $s; }
+            else { $refused //= "$!"; }
+        }
+        print "connected=" . scalar(@open) . "; refused=$refused;";
+    "#;
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.sandbox.allow_sockets = vec![path.clone()];
+    let (exit, lines) = plan_perl(cfg, "many", code);
+    let _wake = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    let accepted = acceptor.join().unwrap();
+    assert!(
+        lines.contains("connected=256; refused=Connection refused;"),
+        "{lines}"
+    );
+    assert_eq!(accepted, 256, "{lines}");
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
