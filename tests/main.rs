@@ -61,6 +61,8 @@
 //!   try to leave the read-only host root; every host file held byte for byte.
 //! - `plan_escape`: more of them, with the host's `/proc` in the root as on a node: the
 //!   holes known on the branch `sandbox` (ignored, named in their `ignore`) and what holds.
+//! - `plan_broker_attack`: attacks on a plan's socket broker (`process::sock_broker`):
+//!   odd addresses and ABIs, stacked listeners, other families, floods, stalls, lifetimes.
 //! - `plan_stop`: how a `package_plan` stops: `--plan-max-operations`, a chain at its first
 //!   failed package, a failed step's planned changes out of the view, `<package>` in its lines.
 
@@ -97,6 +99,7 @@ mod nvidia_setup_port;
 mod nvidia_tuned_port;
 mod orphans;
 mod plan_attack;
+mod plan_broker_attack;
 mod plan_escape;
 mod plan_limits_attack;
 mod plan_query_attack;

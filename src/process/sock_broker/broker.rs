@@ -423,8 +423,24 @@ impl State {
             return Answer::Errno(libc::ECONNREFUSED);
         }
         let s = sock.as_raw_fd();
-        if sockopt(s, libc::SOL_SOCKET, libc::SO_DOMAIN) != Some(libc::AF_UNIX) {
-            return connect_other(&sock, &buf[..len]);
+        match sockopt(s, libc::SOL_SOCKET, libc::SO_DOMAIN) {
+            Some(libc::AF_UNIX) => {}
+            // No socket (`getsockopt` failed): what `connect` answers.
+            None => return Answer::Errno(libc::ENOTSOCK),
+            Some(libc::AF_NETLINK) if netlink_peer(&buf[..len]) => {
+                // The kernel checks the *calling* task's `CAP_NET_ADMIN` for a netlink
+                // `connect` to a port or group (`netlink_allowed`): this thread has the
+                // server's, the query user has none.
+                return Answer::Errno(libc::EPERM);
+            }
+            // IP sockets live in the plan's network namespace; netlink ones too.
+            Some(libc::AF_INET | libc::AF_INET6 | libc::AF_NETLINK) => {
+                return connect_other(&sock, &buf[..len]);
+            }
+            // Any other family (vsock, which no network namespace confines, reaches the
+            // hypervisor; others may check the caller's credentials, this thread's root):
+            // refused.
+            _ => return Answer::Errno(libc::EACCES),
         }
         if sockopt(s, libc::SOL_SOCKET, libc::SO_TYPE) != Some(libc::SOCK_STREAM) {
             return Answer::Errno(libc::EACCES);
@@ -533,6 +549,14 @@ impl State {
         }
         Ok(bus)
     }
+}
+
+/// Whether `addr` is a `sockaddr_nl` naming a port (`nl_pid`) or multicast groups
+/// (`nl_groups`), which only a process with `CAP_NET_ADMIN` may `connect` to.
+fn netlink_peer(addr: &[u8]) -> bool {
+    addr.len() >= 12
+        && u16::from_ne_bytes([addr[0], addr[1]]) == libc::AF_NETLINK as u16
+        && addr[4..12].iter().any(|&b| b != 0)
 }
 
 /// Connect the query's own non-Unix socket (it lives in the plan's network namespace) to

@@ -16,9 +16,13 @@
 //! command's listener, and answers each `connect` itself; nothing is ever let through
 //! for the kernel to redo (`SECCOMP_USER_NOTIF_FLAG_CONTINUE` would re-read the address
 //! and descriptor the query can change):
-//! - it takes the query's socket (`pidfd_getfd`). Not a Unix socket: the broker connects
-//!   that socket itself (it lives in the plan's network namespace) to the address it
-//!   copied, and answers the result;
+//! - it takes the query's socket (`pidfd_getfd`). An IP or netlink socket: the broker
+//!   connects that socket itself (it lives in the plan's network namespace) to the address
+//!   it copied, and answers the result; but a netlink `connect` to a port or group is
+//!   `EPERM`, as the kernel answers a process without `CAP_NET_ADMIN` (it checks the
+//!   caller, here the broker's thread with the server's capabilities). A socket of any
+//!   other family (`AF_VSOCK`, which no network namespace confines, reaches the
+//!   hypervisor) is refused (`EACCES`);
 //! - a Unix one: it copies the `sockaddr_un` (`process_vm_readv`), checks the
 //!   notification is still live (`SECCOMP_IOCTL_NOTIF_ID_VALID`), resolves the path in the
 //!   query's root or working directory (`/proc/PID/root` or `cwd` and `openat2` with
