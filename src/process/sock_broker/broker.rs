@@ -710,3 +710,58 @@ fn connect_other(sock: &OwnedFd, addr: &[u8]) -> Answer {
         }
     }
 }
+
+#[cfg(test)]
+mod credential_tests {
+    use super::{AsQueryUser, FS_CAPS, effective_caps};
+    use crate::process::sandbox::QueryUser;
+
+    /// This thread's filesystem uid and gid, and its supplementary groups.
+    fn fs_ids() -> (u32, u32, Vec<libc::gid_t>) {
+        // SAFETY: setfsuid/setfsgid(2) with -1 change nothing; getgroups into a buffer of
+        // the size given.
+        unsafe {
+            let mut g = vec![0; 256];
+            let n = libc::getgroups(256, g.as_mut_ptr());
+            g.truncate(usize::try_from(n).unwrap());
+            (
+                libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32,
+                libc::syscall(libc::SYS_setfsgid, u32::MAX) as u32,
+                g,
+            )
+        }
+    }
+
+    /// While the guard lives the thread is the query user for the filesystem (no group,
+    /// no filesystem capability; a 0700 directory of root's is `EACCES`), and dropped it
+    /// has its own ids, groups and capabilities back; another thread never changed.
+    #[test]
+    fn the_lookup_credentials_are_the_query_users_and_come_back() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let secret = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(secret.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let main_ids = fs_ids();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let before = (fs_ids(), effective_caps().unwrap());
+                assert_eq!(before.0.0, 0);
+                let guard = AsQueryUser::become_(QueryUser::NOBODY).unwrap();
+                let (uid, gid, groups) = fs_ids();
+                assert_eq!(
+                    (uid, gid, groups),
+                    (QueryUser::NOBODY.uid(), QueryUser::NOBODY.gid(), vec![])
+                );
+                assert_eq!(effective_caps().unwrap() & FS_CAPS, 0);
+                let err = std::fs::read_dir(secret.path()).unwrap_err();
+                assert_eq!(err.raw_os_error(), Some(libc::EACCES), "{err}");
+                drop(guard);
+                assert_eq!((fs_ids(), effective_caps().unwrap()), before);
+                std::fs::read_dir(secret.path()).unwrap();
+            });
+        });
+        assert_eq!(fs_ids(), main_ids);
+    }
+}
