@@ -59,15 +59,14 @@ fn a_plan_querys_netlink_connect_to_a_port_or_group_is_refused_as_for_its_user()
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
 }
 
-/// The broker resolves a query's socket path as root (`openat2` from `/proc/PID/root`), so
-/// its answer says what a directory the query user cannot search holds: a file that is
-/// no socket is `ECONNREFUSED`, a missing name `ENOENT`, a socket `EACCES`. The kernel
-/// answers the query user `EACCES` for each (no search permission on `/secret`, 0700).
+/// The broker resolved a query's socket path as root (`openat2` from `/proc/PID/root`), so
+/// its answer said what a directory the query user cannot search holds: a file that is
+/// no socket `ECONNREFUSED`, a missing name `ENOENT`, a socket `EACCES`. The kernel
+/// answers the query user `EACCES` for each (no search permission on `/secret`, 0700); the
+/// broker now looks up with the query user's filesystem credentials. Before, it failed
+/// with `a query learnt what /secret (0700) holds: code=0 out=present=Connection refused;
+/// absent=No such file or directory; sock=Permission denied;`.
 #[test]
-#[ignore = "known hole: the broker's lookup runs as root and tells a root-only directory's \
-            names apart (file ECONNREFUSED, missing ENOENT, socket EACCES): failure line \
-            `a query learnt what /secret (0700) holds: code=0 out=present=Connection refused; \
-            absent=No such file or directory; sock=Permission denied;`"]
 fn a_plan_query_cannot_learn_what_a_root_only_directory_holds_by_connect() {
     require_root!();
     let fr = host();
@@ -91,6 +90,42 @@ fn a_plan_query_cannot_learn_what_a_root_only_directory_holds_by_connect() {
         ),
         "a query learnt what /secret (0700) holds: {lines}"
     );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
+/// An allowed socket in a directory the query user may not search (`/secret`, 0700) is
+/// out of its reach, as the kernel would have it: the broker compared `(dev, ino)` after a
+/// lookup as root and its connector connected through the descriptor opened at plan
+/// start, so the query got the daemon through `/secret` (failed before with `a query
+/// reached /secret/bus.sock through a directory it cannot search: code=0
+/// out=sock=connected;link=connected; err=`).
+/// The same socket through a symlink in a searchable directory is refused too: the link's
+/// target is walked as the query user.
+#[test]
+fn a_plan_query_cannot_reach_an_allowed_socket_through_a_directory_it_cannot_search() {
+    require_root!();
+    let fr = host();
+    let l = daemon(&fr, "/secret/bus.sock");
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(fr.host("/secret"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::create_dir_all(fr.host("/run")).unwrap();
+    std::os::unix::fs::symlink("/secret/bus.sock", fr.host("/run/link.sock")).unwrap();
+    let code = r#"
+        for my $n ("sock", "link") {
+            socket(my $s, 1, 1, 0) or die "socket: $!\n";
+            my $p = $n eq "sock" ? "/secret/bus.sock" : "/run/link.sock";
+            my $r = connect($s, pack("S a108", 1, $p));
+            print "$n=" . ($r ? "connected" : "$!") . ";";
+        }
+    "#;
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.sandbox.allow_sockets = vec![fr.host("/secret/bus.sock")];
+    let (exit, lines) = plan_perl(cfg, "unsearchable", code);
+    assert!(
+        lines.contains("sock=Permission denied;link=Permission denied;"),
+        "a query reached /secret/bus.sock through a directory it cannot search: {lines}"
+    );
+    assert!(l.accept().is_err(), "the daemon heard a query: {lines}");
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
 }
 

@@ -262,10 +262,120 @@ struct OpenHow {
 const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 const RESOLVE_IN_ROOT: u64 = 0x10;
 
-/// `stat` of `path` as process `pid` resolves it: an absolute path under its root, a
-/// relative one under its working directory (`..` stops there), symlinks inside them,
-/// no magic link. The lookup's `errno` if it fails.
-fn stat_in(pid: u32, path: &[u8]) -> Result<libc::stat, i32> {
+/// The calling thread's filesystem credentials while it looks a query's path up: its
+/// filesystem uid and gid the query user's, no supplementary group (raw system calls: they
+/// change this thread only, where glibc's `setgroups` would change every thread). A
+/// filesystem uid leaving 0 clears `CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`, `CAP_FOWNER`
+/// and the other filesystem capabilities from the thread's effective set, so the kernel
+/// checks each directory's search permission as for the query user; dropped, the thread's
+/// own ids, groups and (from its permitted set) capabilities are back.
+struct AsQueryUser {
+    fsuid: u32,
+    fsgid: u32,
+    groups: Vec<libc::gid_t>,
+}
+
+/// The filesystem capabilities a filesystem uid of 0 gives (`capabilities(7)`): none may be
+/// in the thread's effective set while it looks up as the query user.
+/// (`CAP_CHOWN` 0, `CAP_DAC_OVERRIDE` 1, `CAP_DAC_READ_SEARCH` 2, `CAP_FOWNER` 3,
+/// `CAP_FSETID` 4.)
+const FS_CAPS: u32 = 0b1_1111;
+
+impl AsQueryUser {
+    /// Become `user` for the filesystem on this thread. `EACCES` if this thread's
+    /// groups cannot be read or it cannot change (then nothing changed), or it kept a
+    /// filesystem capability (a server with `SECBIT_NO_SETUID_FIXUP`): the lookup is then
+    /// refused rather than made with more than the query user's rights.
+    fn become_(user: QueryUser) -> Result<AsQueryUser, i32> {
+        // SAFETY: getgroups(2) with a count of 0 returns the count; then into a buffer of
+        // that many gids.
+        let groups = unsafe {
+            let n = libc::getgroups(0, std::ptr::null_mut());
+            let mut g = vec![0 as libc::gid_t; usize::try_from(n).map_err(|_| libc::EACCES)?];
+            let m = libc::getgroups(n, g.as_mut_ptr());
+            g.truncate(usize::try_from(m).map_err(|_| libc::EACCES)?);
+            g
+        };
+        // SAFETY: setfsuid/setfsgid(2) with -1 change nothing and return the current id.
+        let (fsuid, fsgid) = unsafe {
+            (
+                libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32,
+                libc::syscall(libc::SYS_setfsgid, u32::MAX) as u32,
+            )
+        };
+        let guard = AsQueryUser {
+            fsuid,
+            fsgid,
+            groups,
+        };
+        // SAFETY: raw setgroups/setfsgid/setfsuid(2) of this thread's credentials only.
+        let ok = unsafe {
+            libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) == 0 && {
+                libc::syscall(libc::SYS_setfsgid, user.gid());
+                libc::syscall(libc::SYS_setfsuid, user.uid());
+                libc::syscall(libc::SYS_setfsgid, u32::MAX) as u32 == user.gid()
+                    && libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32 == user.uid()
+            }
+        };
+        if !ok || effective_caps().is_none_or(|c| c & FS_CAPS != 0) {
+            return Err(libc::EACCES); // `guard` drops: the thread's own credentials back
+        }
+        Ok(guard)
+    }
+}
+
+impl Drop for AsQueryUser {
+    fn drop(&mut self) {
+        // SAFETY: raw setfsuid/setfsgid/setgroups(2) back to this thread's own values (its
+        // real ids are root's and it keeps CAP_SETUID and CAP_SETGID, so each may be set).
+        let back = unsafe {
+            libc::syscall(libc::SYS_setfsuid, self.fsuid);
+            libc::syscall(libc::SYS_setfsgid, self.fsgid);
+            libc::syscall(libc::SYS_setgroups, self.groups.len(), self.groups.as_ptr()) == 0
+                && libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32 == self.fsuid
+                && libc::syscall(libc::SYS_setfsgid, u32::MAX) as u32 == self.fsgid
+        };
+        // Not back: the thread has less than its own rights (a query user's filesystem
+        // access), never more; the broker's thread then ends (its listeners close, later
+        // `connect`s fail) rather than run as a mix. Not reached while unwinding: nothing
+        // between `become_` and this drop panics.
+        assert!(
+            back,
+            "the plan's socket broker could not take its credentials back"
+        );
+    }
+}
+
+/// The calling thread's effective capabilities (the low 32), `None` if `capget` failed.
+fn effective_caps() -> Option<u32> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut header = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,               // this thread
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget(2) of this thread into a version 3 header and two data structs.
+    let r = unsafe { libc::syscall(libc::SYS_capget, &raw mut header, data.as_mut_ptr()) };
+    (r == 0).then_some(data[0].effective)
+}
+
+/// `stat` of `path` as process `pid` resolves it, with the query user's filesystem
+/// credentials (`AsQueryUser`): an absolute path under its root, a relative one under its
+/// working directory (`..` stops there), symlinks inside them, no magic link; a directory
+/// the query user may not search is `EACCES`, as the kernel answers it. The lookup's
+/// `errno` if it fails.
+fn stat_in(pid: u32, path: &[u8], user: QueryUser) -> Result<libc::stat, i32> {
     let base = if path.first() == Some(&b'/') {
         "root"
     } else {
@@ -290,6 +400,9 @@ fn stat_in(pid: u32, path: &[u8]) -> Result<libc::stat, i32> {
         mode: 0,
         resolve: RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
     };
+    // The query's root or cwd was opened as root (`/proc/PID/root` needs a ptrace
+    // check); the walk from it is the query user's.
+    let as_user = AsQueryUser::become_(user)?;
     // SAFETY: openat2(2) with a C path and an open_how of the size given.
     let fd = unsafe {
         libc::syscall(
@@ -300,8 +413,10 @@ fn stat_in(pid: u32, path: &[u8]) -> Result<libc::stat, i32> {
             std::mem::size_of::<OpenHow>(),
         )
     };
-    if fd < 0 {
-        return Err(errno());
+    let failed = (fd < 0).then(errno);
+    drop(as_user);
+    if let Some(e) = failed {
+        return Err(e);
     }
     // SAFETY: a descriptor just made, owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
@@ -467,7 +582,7 @@ impl State {
         if path.is_empty() {
             return Answer::Errno(libc::EINVAL);
         }
-        let st = match stat_in(req.pid, path) {
+        let st = match stat_in(req.pid, path, self.user) {
             Ok(st) => st,
             Err(e) => return Answer::Errno(e),
         };
@@ -593,5 +708,60 @@ fn connect_other(sock: &OwnedFd, addr: &[u8]) -> Answer {
         } else {
             Answer::Errno(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod credential_tests {
+    use super::{AsQueryUser, FS_CAPS, effective_caps};
+    use crate::process::sandbox::QueryUser;
+
+    /// This thread's filesystem uid and gid, and its supplementary groups.
+    fn fs_ids() -> (u32, u32, Vec<libc::gid_t>) {
+        // SAFETY: setfsuid/setfsgid(2) with -1 change nothing; getgroups into a buffer of
+        // the size given.
+        unsafe {
+            let mut g = vec![0; 256];
+            let n = libc::getgroups(256, g.as_mut_ptr());
+            g.truncate(usize::try_from(n).unwrap());
+            (
+                libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32,
+                libc::syscall(libc::SYS_setfsgid, u32::MAX) as u32,
+                g,
+            )
+        }
+    }
+
+    /// While the guard lives the thread is the query user for the filesystem (no group,
+    /// no filesystem capability; a 0700 directory of root's is `EACCES`), and dropped it
+    /// has its own ids, groups and capabilities back; another thread never changed.
+    #[test]
+    fn the_lookup_credentials_are_the_query_users_and_come_back() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let secret = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(secret.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let main_ids = fs_ids();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let before = (fs_ids(), effective_caps().unwrap());
+                assert_eq!(before.0.0, 0);
+                let guard = AsQueryUser::become_(QueryUser::NOBODY).unwrap();
+                let (uid, gid, groups) = fs_ids();
+                assert_eq!(
+                    (uid, gid, groups),
+                    (QueryUser::NOBODY.uid(), QueryUser::NOBODY.gid(), vec![])
+                );
+                assert_eq!(effective_caps().unwrap() & FS_CAPS, 0);
+                let err = std::fs::read_dir(secret.path()).unwrap_err();
+                assert_eq!(err.raw_os_error(), Some(libc::EACCES), "{err}");
+                drop(guard);
+                assert_eq!((fs_ids(), effective_caps().unwrap()), before);
+                std::fs::read_dir(secret.path()).unwrap();
+            });
+        });
+        assert_eq!(fs_ids(), main_ids);
     }
 }

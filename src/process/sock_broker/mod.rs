@@ -25,8 +25,14 @@
 //!   hypervisor) is refused (`EACCES`);
 //! - a Unix one: it copies the `sockaddr_un` (`process_vm_readv`), checks the
 //!   notification is still live (`SECCOMP_IOCTL_NOTIF_ID_VALID`), resolves the path in the
-//!   query's root or working directory (`/proc/PID/root` or `cwd` and `openat2` with
-//!   `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`) and compares its `(dev, ino)` with the
+//!   query's root or working directory (`/proc/PID/root` or `cwd`, opened as root, and
+//!   `openat2` with `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`) with the query user's
+//!   filesystem credentials (the broker's thread takes its filesystem uid and gid and no
+//!   supplementary group for the walk: raw per-thread `setfsuid`/`setfsgid`/`setgroups`,
+//!   which clear the thread's filesystem capabilities; a guard's `Drop` restores them), so
+//!   the kernel checks every directory's search permission as for the query user: one it
+//!   may not search is `EACCES` whatever it holds, and an allowed socket behind one is not
+//!   reached. It compares the result's `(dev, ino)` with the
 //!   allowed sockets' `stat` taken when the plan started. Anything else (another socket,
 //!   an abstract name, a path that is no socket) is refused: `EACCES` ("Permission
 //!   denied"), `ECONNREFUSED` for an abstract name or a file that is no socket, the
@@ -43,7 +49,11 @@
 //!   goes through the read-only filter (`dbus_filter`): the query gets one end of a
 //!   stream pair, the filter the other end and the connector's bus connection.
 //!
-//! Why a process and not a thread with per-thread credentials: a daemon learns more of
+//! Why the lookup is the broker thread's and not the connector's: it needs nothing but
+//! the walk itself with the query user's ids (no new message between broker and
+//! connector, no descriptor of the query's root sent to another process), and the thread
+//! does nothing else while it holds them. Why the connection is a process's and not a
+//! thread's with per-thread credentials: a daemon learns more of
 //! its peer than `SO_PEERCRED`'s uid and gid. journald, logind and polkit look the peer's
 //! pid up in `/proc` (its uid, cgroup, command); a thread of the server would give the
 //! server's pid, a root process. The connector's pid is a process whose real, effective,
