@@ -403,6 +403,16 @@ mod tests {
         assert!(!offers("memoryx pids"));
     }
 
+    /// Skip a test whose prerequisite is missing, as `host::testutil::skip` does (this leaf
+    /// module uses nothing of the agent): under `SKYHOOK_REQUIRE_ALL=1` it fails instead.
+    fn skip(why: &str) {
+        assert!(
+            std::env::var_os("SKYHOOK_REQUIRE_ALL").is_none_or(|v| v != "1"),
+            "did not run: {why} (SKYHOOK_REQUIRE_ALL=1: a missing prerequisite fails the test)"
+        );
+        eprintln!("SKIPPED: {why}");
+    }
+
     /// Write `text` to `path` (a stand-in's control file).
     fn put(path: &Path, text: &str) {
         std::fs::write(path, text).unwrap();
@@ -612,13 +622,6 @@ mod tests {
     /// cgroup is removed (needs root and a cgroup v2 mount).
     #[test]
     fn dropping_a_v2_plan_cgroup_kills_its_members_and_removes_it() {
-        let skip = |why: &str| {
-            assert!(
-                std::env::var_os("SKYHOOK_REQUIRE_ALL").is_none_or(|v| v != "1"),
-                "did not run: {why} (SKYHOOK_REQUIRE_ALL=1: a missing prerequisite fails the test)"
-            );
-            eprintln!("SKIPPED: {why}");
-        };
         if !nix::unistd::geteuid().is_root() {
             return skip("needs root");
         }
@@ -660,15 +663,6 @@ mod tests {
     /// pids).
     #[test]
     fn a_plans_cgroup_has_its_limits_and_is_removed() {
-        // As `host::testutil::skip` (this leaf module uses nothing of the agent): under
-        // `SKYHOOK_REQUIRE_ALL=1` a missing prerequisite fails the test.
-        let skip = |why: &str| {
-            assert!(
-                std::env::var_os("SKYHOOK_REQUIRE_ALL").is_none_or(|v| v != "1"),
-                "did not run: {why} (SKYHOOK_REQUIRE_ALL=1: a missing prerequisite fails the test)"
-            );
-            eprintln!("SKIPPED: {why}");
-        };
         if !nix::unistd::geteuid().is_root() {
             return skip("needs root");
         }

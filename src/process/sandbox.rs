@@ -423,22 +423,7 @@ pub fn start(limits: &Limits) -> io::Result<Started> {
     };
     let own_pid_ns = OwnedFd::from(std::fs::File::open("/proc/thread-self/ns/pid")?);
     // The init's report: one byte, and its procfs mount as SCM_RIGHTS when it made one.
-    let mut pair = [0 as libc::c_int; 2];
-    // SAFETY: socketpair(2) writes two descriptors into the array.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            pair.as_mut_ptr(),
-        )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    let (report_r, report_w) =
-        unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+    let (report_r, report_w) = super::sock_broker::seqpacket_pair()?;
     let pid_max = limits.max_pids.max(MIN_PID_MAX).to_string();
     let init = {
         let mut live = super::reaper::registry();

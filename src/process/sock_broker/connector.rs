@@ -47,8 +47,9 @@ pub(super) fn allowed(paths: &[PathBuf]) -> Vec<Allowed> {
         .collect()
 }
 
-/// A `SOCK_SEQPACKET` Unix pair, both ends close-on-exec.
-pub(super) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+/// A `SOCK_SEQPACKET` Unix pair, both ends close-on-exec (the init's report; the socket
+/// broker's inbox and its connector's channel).
+pub(in crate::process) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut pair = [0 as libc::c_int; 2];
     // SAFETY: socketpair(2) writes two descriptors into the array.
     if unsafe {

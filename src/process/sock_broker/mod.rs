@@ -78,3 +78,4 @@ mod connector;
 mod tests;
 
 pub(super) use broker::{Broker, send_listener, start, supported};
+pub(super) use connector::seqpacket_pair;
