@@ -23,13 +23,23 @@ fn plan_perl(cfg: skyhook::serve::Config, id: &str, code: &str) -> (Value, Strin
 
 /// A daemon's Unix socket at `path` of the host root (mode 0777, not allowed), nonblocking.
 fn daemon(fr: &FakeRoot, path: &str) -> std::os::unix::net::UnixListener {
-    let sock = fr.host(path);
-    std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
-    let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (_, l) = world_writable_listener(fr, path);
     l.set_nonblocking(true).unwrap();
     l
+}
+/// A stream socket listening at `path` of the host root `fr` (its directories made), mode
+/// 0777 as the host's world-writable daemon sockets: its path on this machine and the
+/// listener.
+fn world_writable_listener(
+    fr: &FakeRoot,
+    path: &str,
+) -> (std::path::PathBuf, std::os::unix::net::UnixListener) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = fr.host(path);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    (path, listener)
 }
 
 /// A netlink socket's `connect` to a port (`nl_pid`) or multicast group (`nl_groups`) is
@@ -284,11 +294,7 @@ fn a_plan_flooding_its_broker_leaves_another_plans_broker_alone() {
 fn an_allowed_socket_that_never_accepts_stalls_only_its_own_plan() {
     require_root!();
     let fr = host();
-    let path = fr.host("/run/slow.sock");
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (path, _listener) = world_writable_listener(&fr, "/run/slow.sock");
     // Fill the backlog from here: nonblocking connects until one would block.
     let mut fill = Vec::new();
     for _ in 0..10_000 {
@@ -387,11 +393,7 @@ fn an_allowed_socket_that_never_accepts_stalls_only_its_own_plan() {
 fn a_system_bus_connection_ends_with_its_plan() {
     require_root!();
     let fr = host();
-    let path = fr.host("/run/dbus/system_bus_socket");
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (path, listener) = world_writable_listener(&fr, "/run/dbus/system_bus_socket");
     let code = r#"
         socket(my $s, 1, 1, 0) or die;
         my $r = connect($s, pack("S a108", 1, "/run/dbus/system_bus_socket"));
@@ -531,11 +533,7 @@ fn a_plan_query_holds_neither_the_brokers_inbox_nor_its_listener() {
 fn the_connector_ends_with_its_plan() {
     require_root!();
     let fr = host();
-    let path = fr.host("/run/allowed.sock");
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (path, listener) = world_writable_listener(&fr, "/run/allowed.sock");
     let code = r#"
         socket(my $s, 1, 1, 0) or die;
         my $r = connect($s, pack("S a108", 1, "/run/allowed.sock"));
@@ -610,11 +608,7 @@ fn a_plan_querys_vsock_connect_is_refused() {
 fn a_plans_connections_to_an_allowed_socket_are_bounded() {
     require_root!();
     let fr = host();
-    let path = fr.host("/run/allowed.sock");
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (path, listener) = world_writable_listener(&fr, "/run/allowed.sock");
     // Accept (so no backlog fills) until the test's own connection, made after the plan.
     let acceptor = std::thread::spawn(move || {
         let mut n = 0usize;
