@@ -5,7 +5,8 @@
 //! the bus whatever an unprivileged, sessionless user may: have a call D-Bus-activate a
 //! service, call `StartServiceByName`, use polkit `allow_any` methods, emit signals. The
 //! server's socket broker hands the query one end of a socket pair and [`spawn`] the other
-//! (`client`), with a connection to the real bus made as the query user (`bus`); the filter
+//! (`client`), with a connection to the real bus made as the query user (`bus`), or
+//! [`spawn_as`] with one made as the bus user (serve's `--plan-bus-user`); the filter
 //! passes only reads.
 //!
 //! - **Authentication** (SASL, line by line, each line at most [`MAX_LINE`] bytes, at most
@@ -15,7 +16,11 @@
 //!   sends `AUTH`, `NEGOTIATE_UNIX_FD` and `BEGIN` at once). `NEGOTIATE_UNIX_FD` never
 //!   reaches the bus: the filter answers `ERROR` itself, so descriptor passing is never agreed
 //!   on either side (a bus `AGREE_UNIX_FD` would become `ERROR` too). Any other command gets
-//!   `ERROR`. `BEGIN` is forwarded only after the bus said `OK`; then messages flow.
+//!   `ERROR`. `BEGIN` is forwarded only after the bus said `OK`; then messages flow. With
+//!   a [`Claim`] ([`spawn_as`]: the bus connection's peer is the bus user, not the client),
+//!   the client's `EXTERNAL` claim of exactly its own uid (`AUTH EXTERNAL <hex>`, or the
+//!   `DATA <hex>` after a bare `AUTH EXTERNAL`) is rewritten to the bus user's; any other
+//!   claim passes as it is, and the bus, which checks it against the peer, rejects it.
 //! - **Client to bus**: every message's fixed header and header fields are read (either
 //!   byte order, the specification's alignment, at most [`MAX_MESSAGE`] bytes, every string
 //!   NUL-terminated and UTF-8, no field twice, known fields of their one type). A malformed

@@ -173,17 +173,17 @@ struct BusSide {
 }
 
 /// Every allowed socket (a connector's `pick`).
-fn any(_: &Allowed) -> bool {
+fn pick_any(_: &Allowed) -> bool {
     true
 }
 
 /// The allowed sockets that are no system bus.
-fn not_bus(a: &Allowed) -> bool {
+fn pick_other(a: &Allowed) -> bool {
     !a.system_bus
 }
 
 /// The system bus's.
-fn bus(a: &Allowed) -> bool {
+fn pick_bus(a: &Allowed) -> bool {
     a.system_bus
 }
 
@@ -708,7 +708,7 @@ impl State {
         let (conn, as_bus_user) = match &mut self.bus {
             Some(side) if system_bus => {
                 let permit = BusPermit::take(&side.budget, &IN_ALL).ok_or(libc::ECONNREFUSED)?;
-                let conn = connect_by(&mut side.connector, &self.allowed, side.user, bus, at)?;
+                let conn = connect_by(&mut side.connector, &self.allowed, side.user, pick_bus, at)?;
                 let claim = crate::process::dbus_filter::Claim {
                     query: self.user.uid(),
                     bus: side.user.uid(),
@@ -716,11 +716,17 @@ impl State {
                 (conn, Some((claim, permit)))
             }
             Some(_) => (
-                connect_by(&mut self.connector, &self.allowed, self.user, not_bus, at)?,
+                connect_by(
+                    &mut self.connector,
+                    &self.allowed,
+                    self.user,
+                    pick_other,
+                    at,
+                )?,
                 None,
             ),
             None => (
-                connect_by(&mut self.connector, &self.allowed, self.user, any, at)?,
+                connect_by(&mut self.connector, &self.allowed, self.user, pick_any, at)?,
                 None,
             ),
         };

@@ -451,12 +451,16 @@ fn a_query_rewriting_its_address_or_a_symlink_reaches_no_other_socket() {
 /// A private `dbus-daemon` of the test's in `d`, a system bus (`<type>system</type>`, the
 /// reference daemon's system-bus checks) listening on `d/system_bus_socket` (the name the
 /// broker filters), every user allowed; `None` (skipped, or failed under
-/// `SKYHOOK_REQUIRE_ALL=1`) without `dbus-daemon` and `dbus-send`.
+/// `SKYHOOK_REQUIRE_ALL=1`) without `dbus-daemon`, `dbus-send` and `busctl`.
 fn system_bus(d: &Path) -> Option<(std::process::Child, PathBuf)> {
-    for tool in ["/usr/bin/dbus-daemon", "/usr/bin/dbus-send"] {
+    for tool in [
+        "/usr/bin/dbus-daemon",
+        "/usr/bin/dbus-send",
+        "/usr/bin/busctl",
+    ] {
         if !Path::new(tool).exists() {
             crate::host::testutil::skip(&format!(
-                "{tool} is not installed (Debian: dbus-daemon, dbus-bin)"
+                "{tool} is not installed (Debian: dbus-daemon, dbus-bin, systemd)"
             ));
             return None;
         }
@@ -566,8 +570,9 @@ fn a_query_talks_to_an_allowed_dbus_daemon_as_itself() {
 /// The query user is `auto`'s (an id no user database knows, which the reference
 /// `dbus-daemon` drops): the bus connection is made by a connector of the bus user
 /// (`nobody`, the library's default as serve's), the filter rewrites the query's
-/// `AUTH EXTERNAL` claim of its own uid to the bus user's, and `dbus-send` gets its
-/// `GetId` reply.
+/// `AUTH EXTERNAL` claim of its own uid to the bus user's, and `dbus-send` (libdbus: the
+/// claim in `AUTH EXTERNAL <hex>`) gets its `GetId` reply; so does `busctl` (sd-bus: a bare
+/// `AUTH EXTERNAL`, then an empty `DATA`, the bus taking the peer's uid).
 #[test]
 fn a_query_of_an_auto_user_reaches_the_reference_dbus_daemon_as_the_bus_user() {
     if !runnable() {
@@ -583,7 +588,20 @@ fn a_query_of_an_auto_user_reaches_the_reference_dbus_daemon_as_the_bus_user() {
     };
     let args = get_id(&sock);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (got, why) = sandboxed_both(limits, "/usr/bin/dbus-send", &args);
+    let (got, why) = sandboxed_both(limits.clone(), "/usr/bin/dbus-send", &args);
+    let address = format!("--address=unix:path={}", sock.display());
+    let (sd, sd_why) = sandboxed_both(
+        limits,
+        "/usr/bin/busctl",
+        &[
+            &address,
+            "call",
+            "org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus",
+            "GetId",
+        ],
+    );
     let _ = daemon.kill();
     let _ = daemon.wait();
     assert!(
@@ -591,6 +609,7 @@ fn a_query_of_an_auto_user_reaches_the_reference_dbus_daemon_as_the_bus_user() {
         "dbus-send as query user {}: {got:?} {why:?}",
         sandbox::AUTO_BASE + 5
     );
+    assert!(sd.starts_with("s \""), "busctl: {sd:?} {sd_why:?}");
 }
 
 /// The bus user is shared (by every plan, and by the host's own processes of that uid,
