@@ -616,7 +616,8 @@ fn a_query_of_an_auto_user_reaches_the_reference_dbus_daemon_as_the_bus_user() {
 /// which `dbus-daemon` counts together, `max_connections_per_user`): a plan holds at most
 /// [`super::connector::BUS_USER_PER_PLAN`] bus connections at once; the next `connect` is
 /// refused at once (`ECONNREFUSED`) without reaching the bus. Each connection that reached
-/// it is the bus user's (`SO_PEERCRED` 65534), made by a process that is not the server.
+/// it is the bus user's (`SO_PEERCRED` 65534), made by a process that is not the server
+/// and is gone once the plan is.
 #[test]
 fn a_plan_holds_no_more_bus_connections_than_its_bound() {
     if !runnable() {
@@ -653,6 +654,11 @@ fn a_plan_holds_no_more_bus_connections_than_its_bound() {
             cred.pid,
             unsafe { libc::getpid() },
             "the peer is the server"
+        );
+        assert!(
+            !Path::new(&format!("/proc/{}", cred.pid)).exists(),
+            "the bus connector {} outlived its plan",
+            cred.pid
         );
     }
 }
