@@ -36,7 +36,7 @@
 //!   `io_uring_setup` are `EPERM`; by default a Unix socket may only be a stream one and
 //!   every `connect` is answered by the plan's broker (the filter's listener is sent to it
 //!   before `exec`), which reaches only the [`Limits::allow_sockets`] sockets, as the query
-//!   user; with [`Limits::unix_sockets`] false (or a kernel before 5.9) `socket(AF_UNIX)` is
+//!   user (the system bus as [`Limits::bus_user`]); with [`Limits::unix_sockets`] false (or a kernel before 5.9) `socket(AF_UNIX)` is
 //!   `EPERM`.
 //!
 //! [`start`] also starts the plan's broker (a thread, and the process that connects for it
@@ -73,7 +73,7 @@ pub struct Limits {
     pub max_pids: u32,
     /// True (the default): a command may make Unix stream sockets only, and each `connect`
     /// is answered by the plan's broker, which connects it to an [`Limits::allow_sockets`]
-    /// socket as the query user or refuses it (see [`crate::process`]'s `sock_broker`).
+    /// socket as the query user (the system bus as [`Limits::bus_user`]) or refuses it (see [`crate::process`]'s `sock_broker`).
     /// False (`--plan-deny-unix-sockets`, and on a kernel before 5.9): no command may make
     /// a Unix socket (`socket(AF_UNIX)` is `EPERM`, so is 32-bit x86's `socketcall`), so
     /// none reaches a host daemon's socket on the filesystem; queries that need one
