@@ -841,3 +841,82 @@ fn an_empty_script_timeout_is_held_to_the_servers() {
         "{rendered}"
     );
 }
+
+/// A node running the reference `dbus-daemon` (libdbus's: Debian, Ubuntu) as its system
+/// bus, which drops the connection of a uid its user database does not know, as `auto`'s
+/// query users are: a plan's `dbus-send` query (as 2147478690) gets its `GetId` reply,
+/// because serve connects to the bus as the bus user (`--plan-bus-user`, `nobody` by
+/// default: the library's `Limits::default`) and the D-Bus filter rewrites the query's
+/// `AUTH EXTERNAL` claim of its own uid to that user's. Before, the query failed with
+/// `Failed to register ... Did not receive a reply`.
+#[test]
+fn a_plan_query_of_an_auto_user_reaches_the_reference_dbus_daemon() {
+    require_root!();
+    use crate::undo_journal::which;
+    let Some(daemon) = which("dbus-daemon").filter(|_| which("dbus-send").is_some()) else {
+        crate::util::skip(
+            "dbus-daemon and dbus-send are not installed (Debian: dbus-daemon, dbus-bin)",
+        );
+        return;
+    };
+    let fr = host_with(&["dbus-send"]);
+    let sock = fr.host("/run/dbus/system_bus_socket");
+    std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let config = d.path().join("system.conf");
+    std::fs::write(
+        &config,
+        format!(
+            r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+  </policy>
+</busconfig>
+"#,
+            sock.display()
+        ),
+    )
+    .unwrap();
+    let mut bus = std::process::Command::new(daemon)
+        .arg(format!("--config-file={}", config.display()))
+        .args(["--nofork", "--print-address"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // It prints its address once it listens.
+    let mut address = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(bus.stdout.take().unwrap()),
+        &mut address,
+    )
+    .unwrap();
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.sandbox.allow_sockets = vec![sock];
+    let script = r#"
+        let r = query(["dbus-send", "--bus=unix:path=/run/dbus/system_bus_socket",
+                       "--print-reply", "--dest=org.freedesktop.DBus",
+                       "/org/freedesktop/DBus", "org.freedesktop.DBus.GetId"]);
+        print("code=" + r.code + " out=" + r.stdout + " err=" + r.stderr);
+    "#;
+    let (exit, lines) = plan_with(cfg, &plan_body("bus", script));
+    let _ = bus.kill();
+    let _ = bus.wait();
+    assert!(
+        address.starts_with("unix:path="),
+        "dbus-daemon: {address:?}"
+    );
+    assert!(
+        lines.contains("code=0 out=method return") && lines.contains("string \""),
+        "a plan's dbus-send as uid {}: {lines}",
+        skyhook::process::sandbox::AUTO_BASE
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}

@@ -157,6 +157,15 @@ pub struct ServeArgs {
     /// no supplementary group, no_new_privs: a query reaches only what that user may.
     #[arg(long, value_name = "auto|UID[:GID]", default_value = "auto")]
     pub plan_query_user: crate::process::sandbox::QueryUsers,
+    /// Who a package plan's connections to the D-Bus system bus (an allowed socket named
+    /// system_bus_socket) are made as, so the bus knows the user (the reference dbus-daemon
+    /// drops a uid its user database lacks, as auto's ids): a user of the host root's
+    /// /etc/passwd by NAME or UID (default nobody; without one, the query user, said at
+    /// start), UID:GID as given, or query (the query user). 0 refused. A query's EXTERNAL
+    /// claim of its own uid is rewritten to this user's; at most 8 such connections per
+    /// plan and 32 in all at once (then ECONNREFUSED).
+    #[arg(long, value_name = "NAME|UID|UID:GID|query")]
+    pub plan_bus_user: Option<crate::process::sandbox::BusUser>,
 }
 
 /// An absolute path of the host root without `..` (`--plan-allow-socket`), or `none` (an
@@ -185,6 +194,50 @@ fn allowed_sockets(root: &std::path::Path, paths: &[PathBuf]) -> Vec<PathBuf> {
         .filter(|p| !p.as_os_str().is_empty())
         .map(|p| root.join(p.strip_prefix("/").unwrap_or(p)))
         .collect()
+}
+
+/// The user `--plan-bus-user` names (`given`; `None`: the default, `nobody`), looked up in
+/// the host root's `/etc/passwd` (through [`crate::host::root::HostRoot`], confined to
+/// `root`; a missing file names nobody). `None`: the query user's (`query`, or the default
+/// on a host without `nobody`: then a line on stderr says so, when `allowed` holds a
+/// system bus).
+///
+/// # Errors
+/// The root or the file cannot be read; a user given is not in it, or is root's.
+fn bus_user(
+    root: &std::path::Path,
+    given: Option<&crate::process::sandbox::BusUser>,
+    allowed: &[PathBuf],
+) -> Result<Option<crate::process::sandbox::QueryUser>, String> {
+    use crate::process::sandbox::BusUser;
+    if given == Some(&BusUser::Query) {
+        return Ok(None);
+    }
+    let host = crate::host::root::HostRoot::open(root)
+        .map_err(|e| format!("cannot open host root {}: {e}", root.display()))?;
+    let passwd = host
+        .read_opt(std::path::Path::new("/etc/passwd"))
+        .map_err(|e| e.to_string())?
+        .unwrap_or_default();
+    let shown = root.join("etc/passwd").display().to_string();
+    let passwd = (shown.as_str(), &*String::from_utf8_lossy(&passwd));
+    let Some(given) = given else {
+        let nobody = BusUser::Named("nobody".into()).resolve(passwd);
+        if nobody.is_err()
+            && allowed
+                .iter()
+                .any(|p| p.file_name() == Some("system_bus_socket".as_ref()))
+        {
+            eprintln!(
+                "skyhook-agent serve: {shown} has no user nobody: a package plan's D-Bus \
+                 queries reach the system bus as their query user (--plan-bus-user query), \
+                 whom the reference dbus-daemon refuses with --plan-query-user auto; give \
+                 --plan-bus-user NAME"
+            );
+        }
+        return Ok(nobody.ok().flatten());
+    };
+    given.resolve(passwd)
 }
 
 /// `64MiB`, `1KiB`, `10MB`, `123` → bytes.
@@ -380,6 +433,12 @@ pub fn startup(a: ServeArgs) -> Result<Startup, ServeError> {
     cfg.plan
         .check_query_users(&a.root)
         .map_err(ServeError::Options)?;
+    cfg.plan.sandbox.bus_user = bus_user(
+        &a.root,
+        a.plan_bus_user.as_ref(),
+        &cfg.plan.sandbox.allow_sockets,
+    )
+    .map_err(ServeError::Options)?;
     cfg.state_dir = a.state_dir.clone();
     if cfg.state_dir.is_none() {
         eprintln!(
@@ -526,6 +585,82 @@ mod tests {
                 }
                 other => panic!("{extra:?}: {:?}", other.map(|_| ())),
             }
+        }
+    }
+
+    /// `--plan-bus-user`: by default `nobody` of the host root's `/etc/passwd` (not the
+    /// server's), the query user's without one; a name or uid found there takes its ids; a
+    /// name or uid given and not there, root's, or a malformed value is refused naming it;
+    /// `UID:GID` is taken as given, `query` is the query user's.
+    #[test]
+    fn the_bus_user_is_the_host_roots() {
+        let dir = tempfile::tempdir().unwrap();
+        let start = |extra: &[&str]| {
+            let args = ["serve", "--listen", "127.0.0.1:0", "--insecure-no-auth"]
+                .iter()
+                .chain(extra)
+                .map(OsString::from)
+                .chain(["--root".into(), dir.path().as_os_str().to_owned()]);
+            let a = ServeArgs::try_parse_from(args).map_err(|e| e.to_string())?;
+            startup(a)
+                .map(|s| s.cfg.plan.sandbox.bus_user.map(|u| (u.uid(), u.gid())))
+                .map_err(|e| e.to_string())
+        };
+        // No /etc/passwd: no nobody, so the query user's; given names are not found.
+        assert_eq!(start(&[]), Ok(None));
+        let passwd = dir.path().join("etc/passwd");
+        let e = start(&["--plan-bus-user", "nobody"]).unwrap_err();
+        assert!(
+            e.contains(&format!(
+                "--plan-bus-user nobody: no such user in {}",
+                passwd.display()
+            )),
+            "{e}"
+        );
+        std::fs::create_dir(dir.path().join("etc")).unwrap();
+        std::fs::write(
+            &passwd,
+            "root:x:0:0::/root:/bin/sh\nnobody:x:65534:65533::/:/bin/false\n\
+             messagebus:x:101:102::/:/bin/false\nodd:x:12:0::/:/bin/false\n",
+        )
+        .unwrap();
+        assert_eq!(start(&[]), Ok(Some((65534, 65533))));
+        assert_eq!(
+            start(&["--plan-bus-user", "messagebus"]),
+            Ok(Some((101, 102)))
+        );
+        assert_eq!(start(&["--plan-bus-user", "101"]), Ok(Some((101, 102))));
+        assert_eq!(
+            start(&["--plan-bus-user", "4000:4001"]),
+            Ok(Some((4000, 4001)))
+        );
+        assert_eq!(start(&["--plan-bus-user", "query"]), Ok(None));
+        for (given, why) in [
+            (
+                "root",
+                "--plan-bus-user root: user 0 group 0, root's".to_string(),
+            ),
+            ("0", "--plan-bus-user 0: user 0 group 0, root's".to_string()),
+            (
+                "odd",
+                "--plan-bus-user odd: user 12 group 0, root's".to_string(),
+            ),
+            (
+                "0:5",
+                "--plan-bus-user 0:5: user 0 group 5, root's".to_string(),
+            ),
+            (
+                "ghost",
+                format!(
+                    "--plan-bus-user ghost: no such user in {}",
+                    passwd.display()
+                ),
+            ),
+            ("a/b", "\"a/b\": expected a user's name or uid".to_string()),
+            ("1:x", "\"1:x\": expected a user's name or uid".to_string()),
+        ] {
+            let e = start(&["--plan-bus-user", given]).unwrap_err();
+            assert!(e.contains(&why), "{given}: {e}");
         }
     }
 

@@ -5,7 +5,8 @@
 //! the bus whatever an unprivileged, sessionless user may: have a call D-Bus-activate a
 //! service, call `StartServiceByName`, use polkit `allow_any` methods, emit signals. The
 //! server's socket broker hands the query one end of a socket pair and [`spawn`] the other
-//! (`client`), with a connection to the real bus made as the query user (`bus`); the filter
+//! (`client`), with a connection to the real bus made as the query user (`bus`), or
+//! [`spawn_as`] with one made as the bus user (serve's `--plan-bus-user`); the filter
 //! passes only reads.
 //!
 //! - **Authentication** (SASL, line by line, each line at most [`MAX_LINE`] bytes, at most
@@ -15,7 +16,11 @@
 //!   sends `AUTH`, `NEGOTIATE_UNIX_FD` and `BEGIN` at once). `NEGOTIATE_UNIX_FD` never
 //!   reaches the bus: the filter answers `ERROR` itself, so descriptor passing is never agreed
 //!   on either side (a bus `AGREE_UNIX_FD` would become `ERROR` too). Any other command gets
-//!   `ERROR`. `BEGIN` is forwarded only after the bus said `OK`; then messages flow.
+//!   `ERROR`. `BEGIN` is forwarded only after the bus said `OK`; then messages flow. With
+//!   a [`Claim`] ([`spawn_as`]: the bus connection's peer is the bus user, not the client),
+//!   the client's `EXTERNAL` claim of exactly its own uid (`AUTH EXTERNAL <hex>`, or the
+//!   `DATA <hex>` after a bare `AUTH EXTERNAL`) is rewritten to the bus user's; any other
+//!   claim passes as it is, and the bus, which checks it against the peer, rejects it.
 //! - **Client to bus**: every message's fixed header and header fields are read (either
 //!   byte order, the specification's alignment, at most [`MAX_MESSAGE`] bytes, every string
 //!   NUL-terminated and UTF-8, no field twice, known fields of their one type). A malformed
@@ -140,7 +145,33 @@ const ALLOWED: &[(Option<&str>, &str, &[&str])] = &[
 /// `connect` to a Unix socket whose queue is full returns), or the thread could not be
 /// started.
 pub fn spawn(client: UnixStream, bus: UnixStream) -> io::Result<JoinHandle<()>> {
-    spawn_counted(client, bus, &LIVE)
+    spawn_counted(client, bus, &LIVE, None, ())
+}
+
+/// The uid a client claims in `AUTH EXTERNAL` (its own, the query user's) and the one the
+/// bus sees as the connection's peer (`SO_PEERCRED`, the bus user's): the filter rewrites a
+/// claim of exactly `query` to `bus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    /// The client's own uid (the query user's).
+    pub query: u32,
+    /// The bus connection's peer uid (the bus user's).
+    pub bus: u32,
+}
+
+/// [`spawn`] for a `bus` connection made as another user than the client's: `claim`
+/// rewritten in authentication, and `hold` kept until the filter's thread ends (the
+/// broker's count of connections made as that user).
+///
+/// # Errors
+/// As [`spawn`].
+pub fn spawn_as(
+    client: UnixStream,
+    bus: UnixStream,
+    claim: Claim,
+    hold: impl Send + 'static,
+) -> io::Result<JoinHandle<()>> {
+    spawn_counted(client, bus, &LIVE, Some(claim), hold)
 }
 
 /// The most filters (connections) running at once in the process: each holds two threads
@@ -174,11 +205,13 @@ impl Drop for Counted {
     }
 }
 
-/// [`spawn`], counted in `live`.
+/// [`spawn`], counted in `live`, rewriting `claim` ([`spawn_as`]), holding `hold`.
 fn spawn_counted(
     client: UnixStream,
     bus: UnixStream,
     live: &'static Live,
+    claim: Option<Claim>,
+    hold: impl Send + 'static,
 ) -> io::Result<JoinHandle<()>> {
     live.count
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -190,8 +223,8 @@ fn spawn_counted(
     std::thread::Builder::new()
         .name("dbus-filter".into())
         .spawn(move || {
-            let _counted = counted;
-            if let Err(e) = pump(&client, &bus) {
+            let (_counted, _hold) = (counted, hold);
+            if let Err(e) = pump(&client, &bus, claim) {
                 tracing::debug!("D-Bus filter: connection closed: {e}");
             }
             let _ = client.shutdown(std::net::Shutdown::Both);
@@ -205,12 +238,12 @@ fn bad(why: impl Into<String>) -> io::Error {
 
 /// Authentication, then the two directions: client to bus on this thread, bus to client on
 /// a second one, joined before returning.
-fn pump(client: &Arc<UnixStream>, bus: &Arc<UnixStream>) -> io::Result<()> {
+fn pump(client: &Arc<UnixStream>, bus: &Arc<UnixStream>, claim: Option<Claim>) -> io::Result<()> {
     client.set_nonblocking(false)?;
     bus.set_nonblocking(false)?;
     let mut from_client = Reader::new(client.clone());
     let mut from_bus = Reader::new(bus.clone());
-    authenticate(&mut from_client, &mut from_bus, client, bus)?;
+    authenticate(&mut from_client, &mut from_bus, client, bus, claim)?;
 
     let to_client = Arc::new(ToClient {
         stream: client.clone(),
@@ -244,13 +277,15 @@ fn pump(client: &Arc<UnixStream>, bus: &Arc<UnixStream>) -> io::Result<()> {
     up.and(down)
 }
 
-/// The SASL exchange, one client line at a time: each line the bus answers is forwarded and
-/// its reply relayed before the next line is read.
+/// The SASL exchange, one client line at a time: each line the bus answers is forwarded
+/// (with `claim`, its uid claim rewritten: [`rewrite_claim`]) and its reply relayed before
+/// the next line is read.
 fn authenticate(
     from_client: &mut Reader,
     from_bus: &mut Reader,
     client: &UnixStream,
     bus: &UnixStream,
+    claim: Option<Claim>,
 ) -> io::Result<()> {
     let mut nul = [0u8; 1];
     from_client.exact(&mut nul, Some(bus))?;
@@ -259,8 +294,12 @@ fn authenticate(
     }
     send_all(bus, &nul)?;
     let mut authenticated = false;
+    let mut external = false;
     for _ in 0..MAX_AUTH_LINES {
-        let line = from_client.line(Some(bus))?;
+        let mut line = from_client.line(Some(bus))?;
+        if let Some(claim) = claim {
+            line = rewrite_claim(line, &mut external, claim);
+        }
         let command = line.split(|&b| b == b' ').next().unwrap_or_default();
         match command {
             b"BEGIN" if line == b"BEGIN" && authenticated => {
@@ -287,6 +326,53 @@ fn authenticate(
     Err(bad(format!(
         "more than {MAX_AUTH_LINES} authentication lines"
     )))
+}
+
+/// One client authentication `line` with a uid claim of exactly `claim.query` rewritten to
+/// `claim.bus`: `AUTH EXTERNAL <hex>` (the hex of the uid's decimal ASCII, libdbus's
+/// initial response), or `DATA <hex>` after an `AUTH EXTERNAL` without one (`external`,
+/// kept across lines: set by `AUTH EXTERNAL`, cleared by the next `DATA`, any other `AUTH`
+/// or `CANCEL`). Any other line, or claim, passes unchanged (a claim of another uid then
+/// fails at the bus, which checks it against the connection's peer, as before). A rewritten
+/// line is at most 34 bytes (a uid has at most 10 digits). It gives a client nothing it
+/// could not claim itself: the bus takes the bus user's claim only from a connection whose
+/// peer is the bus user.
+fn rewrite_claim(line: Vec<u8>, external: &mut bool, claim: Claim) -> Vec<u8> {
+    let words: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+    let hex = match words[..] {
+        [b"AUTH", b"EXTERNAL", ..] => {
+            *external = words.len() == 2;
+            words.get(2).copied()
+        }
+        [b"AUTH", ..] | [b"CANCEL", ..] => {
+            *external = false;
+            None
+        }
+        [b"DATA", ..] => std::mem::take(external)
+            .then(|| words.get(1).copied())
+            .flatten(),
+        _ => None,
+    };
+    let query = claim.query.to_string();
+    let byte = |pair: &[u8]| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok();
+    let claims_query = hex.is_some_and(|h| {
+        words.len() == if words[0] == b"AUTH" { 3 } else { 2 }
+            && h.len() == 2 * query.len()
+            && h.chunks(2)
+                .zip(query.bytes())
+                .all(|(pair, digit)| byte(pair) == Some(digit))
+    });
+    if !claims_query {
+        return line;
+    }
+    let bus: String = claim
+        .bus
+        .to_string()
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let head = words[..words.len() - 1].join(&b' ');
+    [&head[..], b" ", bus.as_bytes()].concat()
 }
 
 /// The client's messages: judged, forwarded with `NO_AUTO_START`, answered, or dropped.

@@ -379,6 +379,105 @@ fn the_handshake_is_relayed_and_descriptor_passing_never_agreed() {
     assert!(ends(&mut client) && ends(&mut bus) && ends_within(filter));
 }
 
+/// The hex of `uid`'s decimal ASCII (`AUTH EXTERNAL`'s identity).
+fn hex_of(uid: u32) -> String {
+    uid.to_string()
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A bus connection made as another user (`spawn_as`): a claim of exactly the query
+/// user's uid is rewritten to the bus user's, in `AUTH EXTERNAL <hex>` (libdbus) and in
+/// the `DATA <hex>` that follows a bare `AUTH EXTERNAL` (sd-bus); any other claim, a
+/// `DATA` of another mechanism and every other line pass unchanged.
+#[test]
+fn a_claim_of_the_query_uid_is_rewritten_to_the_bus_users_and_no_other() {
+    let claim = Claim {
+        query: 2147478695,
+        bus: 65534,
+    };
+    let (q, b) = (hex_of(claim.query), hex_of(claim.bus));
+    assert_eq!(b, "3635353334");
+    let run = |lines: &[&str]| -> Vec<String> {
+        let mut external = false;
+        lines
+            .iter()
+            .map(|l| {
+                let out = rewrite_claim(l.as_bytes().to_vec(), &mut external, claim);
+                String::from_utf8(out).unwrap()
+            })
+            .collect()
+    };
+    assert_eq!(
+        run(&[&format!("AUTH EXTERNAL {q}")]),
+        [format!("AUTH EXTERNAL {b}")]
+    );
+    // Upper-case hex is the same claim.
+    let upper = q.to_uppercase();
+    assert_eq!(
+        run(&[&format!("AUTH EXTERNAL {upper}")]),
+        [format!("AUTH EXTERNAL {b}")]
+    );
+    assert_eq!(
+        run(&["AUTH EXTERNAL", &format!("DATA {q}")]),
+        ["AUTH EXTERNAL".to_string(), format!("DATA {b}")]
+    );
+    // Unchanged: another uid (root's, a prefix of the query's, the query's with a digit
+    // more), the bare sd-bus DATA, a DATA without AUTH EXTERNAL before it or of another
+    // mechanism, a second DATA, a claim with more words, other lines.
+    let unchanged = [
+        vec!["AUTH EXTERNAL 30".to_string()],
+        vec![format!("AUTH EXTERNAL {}", hex_of(214747869))],
+        vec![format!("AUTH EXTERNAL {}", hex_of(2147478695) + "30")],
+        vec!["AUTH EXTERNAL".into(), "DATA".into()],
+        vec![format!("DATA {q}")],
+        vec!["AUTH ANONYMOUS".into(), format!("DATA {q}")],
+        vec!["AUTH EXTERNAL".into(), "DATA".into(), format!("DATA {q}")],
+        vec!["AUTH EXTERNAL".into(), "CANCEL".into(), format!("DATA {q}")],
+        vec![format!("AUTH EXTERNAL {q} x")],
+        vec![format!("AUTH EXTERNAL {q}0")],
+        vec!["NEGOTIATE_UNIX_FD".into(), "BEGIN".into()],
+    ];
+    for lines in unchanged {
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        assert_eq!(run(&lines), lines, "rewritten");
+    }
+}
+
+/// Through the filter (`spawn_as`, the bus played by the test): the bus receives the
+/// rewritten claim; without a claim to rewrite (`spawn`) it receives the client's.
+#[test]
+fn the_bus_receives_the_rewritten_claim_through_the_filter() {
+    let claim = Claim {
+        query: 2147478690,
+        bus: 65534,
+    };
+    let (client, filter_client) = UnixStream::pair().unwrap();
+    let (bus, filter_bus) = UnixStream::pair().unwrap();
+    for s in [&client, &bus] {
+        s.set_read_timeout(Some(WAIT)).unwrap();
+    }
+    let filter = spawn_as(filter_client, filter_bus, claim, ()).unwrap();
+    let (mut client, mut bus) = (client, bus);
+    let sent = format!("\0AUTH EXTERNAL {}\r\n", hex_of(claim.query));
+    client.write_all(sent.as_bytes()).unwrap();
+    let want = format!("\0AUTH EXTERNAL {}\r\n", hex_of(claim.bus));
+    assert_eq!(text(&read_n(&mut bus, want.len())), want);
+    bus.write_all(format!("{GUID}\r\n").as_bytes()).unwrap();
+    assert_eq!(text(&read_line(&mut client)), format!("{GUID}\r\n"));
+    drop(client);
+    assert!(ends(&mut bus) && ends_within(filter));
+
+    let (mut client, mut bus, filter) = filtered();
+    client.write_all(sent.as_bytes()).unwrap();
+    assert_eq!(text(&read_n(&mut bus, sent.len())), sent);
+    bus.write_all(b"REJECTED EXTERNAL\r\n").unwrap();
+    assert_eq!(text(&read_line(&mut client)), "REJECTED EXTERNAL\r\n");
+    drop(client);
+    assert!(ends(&mut bus) && ends_within(filter));
+}
+
 #[test]
 fn a_call_off_the_allowlist_is_denied_and_never_reaches_the_bus() {
     let (mut client, mut bus, filter) = filtered();
@@ -503,7 +602,7 @@ fn no_more_connections_than_the_bound_are_filtered_at_once() {
         (
             client,
             bus,
-            spawn_counted(filter_client, filter_bus, &THREE),
+            spawn_counted(filter_client, filter_bus, &THREE, None, ()),
         )
     };
     let mut running: Vec<_> = (0..3).map(|_| open()).collect();

@@ -203,3 +203,111 @@ impl std::fmt::Display for QueryUsers {
         }
     }
 }
+
+/// Serve's `--plan-bus-user`: whom the D-Bus system bus sees a plan's query as. The
+/// reference `dbus-daemon` drops the connection of a uid its user database does not know,
+/// which `auto`'s query users are by design; so by default a plan's connections to the
+/// system bus are made as a user the host knows (`nobody`), and the read-only filter
+/// rewrites the query's `AUTH EXTERNAL` claim of its own uid to that user's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BusUser {
+    /// `query`: as the query user (the bus sees each plan's own uid).
+    Query,
+    /// A user of the host root's `/etc/passwd`, by name or uid (its group is its
+    /// passwd entry's).
+    Named(String),
+    /// `UID:GID`: these ids, not looked up (a user of another NSS source, e.g. LDAP).
+    Ids(QueryUser),
+}
+
+impl BusUser {
+    /// The bus user's ids, looked up in `passwd` (`(path for the error, contents)`, the host
+    /// root's `/etc/passwd`, `name:x:uid:gid:...`; a name is matched before a uid);
+    /// `Ok(None)` for [`BusUser::Query`].
+    ///
+    /// # Errors
+    /// No entry names it (`path` named); it is root's user or group (0), or the entry's
+    /// ids are not numbers.
+    pub fn resolve(&self, passwd: (&str, &str)) -> Result<Option<QueryUser>, String> {
+        let key = match self {
+            BusUser::Query => return Ok(None),
+            BusUser::Ids(u) => return Ok(Some(*u)),
+            BusUser::Named(k) => k,
+        };
+        let entries = || {
+            passwd
+                .1
+                .lines()
+                .map(|l| l.split(':').collect::<Vec<_>>())
+                .filter(|f| f.len() >= 4)
+        };
+        let entry = entries()
+            .find(|f| f[0] == key)
+            .or_else(|| entries().find(|f| f[2] == key))
+            .ok_or_else(|| {
+                format!(
+                    "--plan-bus-user {key}: no such user in {} (give a user the host's \
+                     dbus-daemon knows, UID:GID, or query)",
+                    passwd.0
+                )
+            })?;
+        let id = |v: &str| {
+            v.parse::<u32>().map_err(|_| {
+                format!(
+                    "--plan-bus-user {key}: {} gives it ids that are no numbers ({:?})",
+                    passwd.0,
+                    entry.join(":")
+                )
+            })
+        };
+        bus_ids(key, id(entry[2])?, id(entry[3])?).map(Some)
+    }
+}
+
+/// `uid`:`gid` as the bus user `shown`. Errors: either is root's (0: the bus and polkit
+/// would take every plan's query for root's) or `u32::MAX`.
+fn bus_ids(shown: &str, uid: u32, gid: u32) -> Result<QueryUser, String> {
+    if uid == 0 || gid == 0 {
+        return Err(format!(
+            "--plan-bus-user {shown}: user {uid} group {gid}, root's: the system bus (and \
+             polkit) would take a plan's queries for root's; give an unprivileged user"
+        ));
+    }
+    QueryUser::new(uid, gid).map_err(|e| format!("--plan-bus-user {shown}: {e}"))
+}
+
+impl std::str::FromStr for BusUser {
+    type Err = String;
+
+    /// `query`, `UID:GID` (numbers), or a user's name or uid (looked up later).
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "query" {
+            return Ok(BusUser::Query);
+        }
+        if let Some((u, g)) = s.split_once(':') {
+            let id = |v: &str| {
+                v.parse::<u32>().map_err(|_| {
+                    format!("{s:?}: expected a user's name or uid, UID:GID (numbers), or query")
+                })
+            };
+            return bus_ids(s, id(u)?, id(g)?).map(BusUser::Ids);
+        }
+        let name = |c: char| c.is_ascii_alphanumeric() || "._-$".contains(c);
+        if s.is_empty() || !s.chars().all(name) {
+            return Err(format!(
+                "{s:?}: expected a user's name or uid, UID:GID, or query"
+            ));
+        }
+        Ok(BusUser::Named(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for BusUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BusUser::Query => f.write_str("query"),
+            BusUser::Named(n) => f.write_str(n),
+            BusUser::Ids(u) => u.fmt(f),
+        }
+    }
+}

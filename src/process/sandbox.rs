@@ -36,7 +36,7 @@
 //!   `io_uring_setup` are `EPERM`; by default a Unix socket may only be a stream one and
 //!   every `connect` is answered by the plan's broker (the filter's listener is sent to it
 //!   before `exec`), which reaches only the [`Limits::allow_sockets`] sockets, as the query
-//!   user; with [`Limits::unix_sockets`] false (or a kernel before 5.9) `socket(AF_UNIX)` is
+//!   user (the system bus as [`Limits::bus_user`]); with [`Limits::unix_sockets`] false (or a kernel before 5.9) `socket(AF_UNIX)` is
 //!   `EPERM`.
 //!
 //! [`start`] also starts the plan's broker (a thread, and the process that connects for it
@@ -73,7 +73,7 @@ pub struct Limits {
     pub max_pids: u32,
     /// True (the default): a command may make Unix stream sockets only, and each `connect`
     /// is answered by the plan's broker, which connects it to an [`Limits::allow_sockets`]
-    /// socket as the query user or refuses it (see [`crate::process`]'s `sock_broker`).
+    /// socket as the query user (the system bus as [`Limits::bus_user`]) or refuses it (see [`crate::process`]'s `sock_broker`).
     /// False (`--plan-deny-unix-sockets`, and on a kernel before 5.9): no command may make
     /// a Unix socket (`socket(AF_UNIX)` is `EPERM`, so is 32-bit x86's `socketcall`), so
     /// none reaches a host daemon's socket on the filesystem; queries that need one
@@ -85,12 +85,19 @@ pub struct Limits {
     pub allow_sockets: Vec<std::path::PathBuf>,
     /// The user and group every command runs as.
     pub query_user: QueryUser,
+    /// Who connects to an allowed socket named `system_bus_socket` (D-Bus's system bus)
+    /// for a command (serve's `--plan-bus-user`): `None` the query user; a user the host
+    /// knows, so that the reference `dbus-daemon` takes the connection (the read-only
+    /// filter rewrites the command's `AUTH EXTERNAL` claim of its uid to this one's, and
+    /// such connections are bounded per plan and in the process: `sock_broker`).
+    pub bus_user: Option<QueryUser>,
 }
 
 impl Default for Limits {
     /// 4 GiB of address space, 60 s of CPU per command, 512 for `pid_max`, Unix sockets
     /// brokered with none allowed, commands as the first id of `--plan-query-user auto` (serve gives each plan
-    /// its own: [`QueryUsers::for_slot`]).
+    /// its own: [`QueryUsers::for_slot`]), the system bus reached as `nobody` (65534, serve's
+    /// `--plan-bus-user` default).
     fn default() -> Self {
         Limits {
             memory: 4 << 30,
@@ -99,11 +106,12 @@ impl Default for Limits {
             unix_sockets: true,
             allow_sockets: Vec::new(),
             query_user: QueryUsers::Auto.for_slot(0),
+            bus_user: Some(QueryUser::NOBODY),
         }
     }
 }
 
-pub use super::query_user::{AUTO_BASE, AUTO_SLOTS, QueryUser, QueryUsers};
+pub use super::query_user::{AUTO_BASE, AUTO_SLOTS, BusUser, QueryUser, QueryUsers};
 
 /// True when this kernel lets a plan's Unix-socket `connect`s be brokered (seccomp user
 /// notification with `ADDFD`, Linux ≥ 5.9); false: with [`Limits::unix_sockets`] a
@@ -417,6 +425,7 @@ pub fn start(limits: &Limits) -> io::Result<Started> {
         Some(super::sock_broker::start(
             &limits.allow_sockets,
             limits.query_user,
+            limits.bus_user,
         )?)
     } else {
         None

@@ -5,7 +5,10 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
-use super::connector::{Allowed, CONNECT_WITHIN, Connector, allowed, receive_fd, seqpacket_pair};
+use super::connector::{
+    Allowed, BUS_USER_PER_PLAN, Budget, BusPermit, CONNECT_WITHIN, Connector, IN_ALL, allowed,
+    receive_fd, seqpacket_pair,
+};
 use crate::process::sandbox::QueryUser;
 
 /// Most connections to allowed sockets a plan's broker makes; later `connect`s are
@@ -67,12 +70,17 @@ impl Drop for Broker {
 }
 
 /// Start a plan's broker: `paths` are the allowed sockets (server paths), `user` the plan's
-/// query user. Call it where the server's mount namespace and capabilities still are (the
-/// plan's thread before it leaves them): the thread inherits both.
+/// query user, `bus_user` who connects to the system bus for it (`None`: `user`). Call it
+/// where the server's mount namespace and capabilities still are (the plan's thread before
+/// it leaves them): the thread inherits both.
 ///
 /// # Errors
 /// The inbox, the eventfd or the thread could not be made.
-pub(crate) fn start(paths: &[PathBuf], user: QueryUser) -> io::Result<Broker> {
+pub(crate) fn start(
+    paths: &[PathBuf],
+    user: QueryUser,
+    bus_user: Option<QueryUser>,
+) -> io::Result<Broker> {
     let (receive, send) = seqpacket_pair()?;
     // SAFETY: eventfd(2) makes a new descriptor.
     let stop = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -86,6 +94,11 @@ pub(crate) fn start(paths: &[PathBuf], user: QueryUser) -> io::Result<Broker> {
         allowed: allowed(paths),
         user,
         connector: None,
+        bus: bus_user.map(|user| BusSide {
+            user,
+            connector: None,
+            budget: std::sync::Arc::new(Budget::new(BUS_USER_PER_PLAN)),
+        }),
         connections: 0,
         answers: 0,
     };
@@ -143,9 +156,63 @@ struct State {
     user: QueryUser,
     /// Forked at the first connection to an allowed socket; again after one failed.
     connector: Option<Connector>,
+    /// Who connects to the system bus, when not the query user.
+    bus: Option<BusSide>,
     connections: usize,
     /// `connect`s looked at.
     answers: usize,
+}
+
+/// The system bus's connections of a plan whose bus user is not its query user.
+struct BusSide {
+    user: QueryUser,
+    /// Of the bus user, forked at the plan's first connection to the system bus.
+    connector: Option<Connector>,
+    /// The plan's live connections made as the bus user.
+    budget: std::sync::Arc<Budget>,
+}
+
+/// Every allowed socket (a connector's `pick`).
+fn pick_any(_: &Allowed) -> bool {
+    true
+}
+
+/// The allowed sockets that are no system bus.
+fn pick_other(a: &Allowed) -> bool {
+    !a.system_bus
+}
+
+/// The system bus's.
+fn pick_bus(a: &Allowed) -> bool {
+    a.system_bus
+}
+
+/// A connection to `allowed[at]` made by the connector in `slot` (forked as `user`, with
+/// the sockets `pick` takes, on first use; killed and forked again after it failed). The
+/// `errno` if none.
+fn connect_by(
+    slot: &mut Option<Connector>,
+    allowed: &[Allowed],
+    user: QueryUser,
+    pick: fn(&Allowed) -> bool,
+    at: usize,
+) -> Result<OwnedFd, i32> {
+    if slot.is_none() {
+        *slot = Some(
+            Connector::start(allowed, user, pick)
+                .map_err(|e| e.raw_os_error().unwrap_or(libc::ECONNREFUSED))?,
+        );
+    }
+    let connector = slot.as_mut().ok_or(libc::ECONNREFUSED)?;
+    match connector.connect(at) {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(e),
+        Err(_) => {
+            // It timed out or died: dropped (killed and reaped), forked anew next time.
+            *slot = None;
+            Err(libc::ECONNREFUSED)
+        }
+    }
 }
 
 /// The thread: poll `stop`, `inbox` and every listener; answer each notification.
@@ -633,36 +700,53 @@ impl State {
         Answer::Socket(conn, cloexec_in(req.pid, fd))
     }
 
-    /// A connection to allowed socket `at`, made as the query user by the connector (forked
-    /// on first use; killed and forked again after it failed). The `errno` if none.
+    /// A connection to allowed socket `at`: to the system bus with a bus user, made by the
+    /// bus user's connector under the plan's and the process's bounds (`ECONNREFUSED` past
+    /// them, nothing connected); any other by the query user's. The `errno` if none.
     fn connect_allowed(&mut self, at: usize) -> Result<OwnedFd, i32> {
-        if self.connector.is_none() {
-            self.connector = Some(
-                Connector::start(&self.allowed, self.user)
-                    .map_err(|e| e.raw_os_error().unwrap_or(libc::ECONNREFUSED))?,
-            );
-        }
-        let connector = self.connector.as_mut().ok_or(libc::ECONNREFUSED)?;
-        let bus = match connector.connect(at) {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {
-                // It timed out or died: dropped (killed and reaped), forked anew next time.
-                self.connector = None;
-                return Err(libc::ECONNREFUSED);
+        let system_bus = self.allowed[at].system_bus;
+        let (conn, as_bus_user) = match &mut self.bus {
+            Some(side) if system_bus => {
+                let permit = BusPermit::take(&side.budget, &IN_ALL).ok_or(libc::ECONNREFUSED)?;
+                let conn = connect_by(&mut side.connector, &self.allowed, side.user, pick_bus, at)?;
+                let claim = crate::process::dbus_filter::Claim {
+                    query: self.user.uid(),
+                    bus: side.user.uid(),
+                };
+                (conn, Some((claim, permit)))
             }
+            Some(_) => (
+                connect_by(
+                    &mut self.connector,
+                    &self.allowed,
+                    self.user,
+                    pick_other,
+                    at,
+                )?,
+                None,
+            ),
+            None => (
+                connect_by(&mut self.connector, &self.allowed, self.user, pick_any, at)?,
+                None,
+            ),
         };
+        if !system_bus {
+            return Ok(conn);
+        }
         // A connection to the D-Bus system bus goes through the read-only filter: the query
         // gets one end of a stream pair, the filter the other and the bus connection (its
-        // thread ends when either side closes).
-        if self.allowed[at].system_bus {
-            use std::os::unix::net::UnixStream;
-            let errno = |e: io::Error| e.raw_os_error().unwrap_or(libc::ECONNREFUSED);
-            let (query, filter) = UnixStream::pair().map_err(errno)?;
-            crate::process::dbus_filter::spawn(filter, UnixStream::from(bus)).map_err(errno)?;
-            return Ok(OwnedFd::from(query));
+        // thread ends when either side closes, and gives the bus user's permit back then).
+        use crate::process::dbus_filter;
+        use std::os::unix::net::UnixStream;
+        let errno = |e: io::Error| e.raw_os_error().unwrap_or(libc::ECONNREFUSED);
+        let (query, filter) = UnixStream::pair().map_err(errno)?;
+        let bus = UnixStream::from(conn);
+        match as_bus_user {
+            Some((claim, permit)) => dbus_filter::spawn_as(filter, bus, claim, permit),
+            None => dbus_filter::spawn(filter, bus),
         }
-        Ok(bus)
+        .map_err(errno)?;
+        Ok(OwnedFd::from(query))
     }
 }
 

@@ -1,9 +1,12 @@
-//! The connector: a small process of the plan's query user that connects to the allowed
-//! sockets for the broker (why a process: the module docs).
+//! The connector: a small process of the plan's query user (or, for the system bus, of the
+//! bus user) that connects to the allowed sockets for the broker (why a process: the module
+//! docs); and the bound of connections made as the shared bus user.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::process::sandbox::QueryUser;
@@ -123,6 +126,79 @@ const SEND_TIMEOUT: libc::timeval = libc::timeval {
     tv_usec: 0,
 };
 
+/// Most connections to the system bus one plan holds at once as the bus user (module docs:
+/// why 8 and [`BUS_USER_IN_ALL`]).
+pub(super) const BUS_USER_PER_PLAN: usize = 8;
+
+/// Most connections to the system bus the process holds at once as the bus user, over
+/// every plan.
+pub(super) const BUS_USER_IN_ALL: usize = 32;
+
+/// A count of live connections made as the bus user, with its bound.
+#[derive(Debug)]
+pub(super) struct Budget {
+    count: AtomicUsize,
+    max: usize,
+}
+
+impl Budget {
+    pub(super) const fn new(max: usize) -> Budget {
+        Budget {
+            count: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// One more, unless `max` are live.
+    fn take(&self) -> bool {
+        self.count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The process's bus-user connections ([`BUS_USER_IN_ALL`]).
+pub(super) static IN_ALL: Budget = Budget::new(BUS_USER_IN_ALL);
+
+/// One live connection to the system bus made as the bus user, counted in its plan's
+/// budget and the process's; given back when dropped (the D-Bus filter's thread holds it
+/// for as long as the connection lives).
+#[derive(Debug)]
+pub(super) struct BusPermit {
+    plan: Arc<Budget>,
+    all: &'static Budget,
+}
+
+impl BusPermit {
+    /// A place in `plan` and in `all`; `None` when either is full (nothing taken).
+    pub(super) fn take(plan: &Arc<Budget>, all: &'static Budget) -> Option<BusPermit> {
+        if !plan.take() {
+            return None;
+        }
+        if !all.take() {
+            plan.give_back();
+            return None;
+        }
+        Some(BusPermit {
+            plan: plan.clone(),
+            all,
+        })
+    }
+}
+
+impl Drop for BusPermit {
+    fn drop(&mut self) {
+        self.plan.give_back();
+        self.all.give_back();
+    }
+}
+
 /// A running connector: its pid (our child) and our end of its channel.
 #[derive(Debug)]
 pub(super) struct Connector {
@@ -132,20 +208,28 @@ pub(super) struct Connector {
 
 impl Connector {
     /// Fork the connector from the calling thread (it dies with the thread): it keeps
-    /// only its end of the channel and the allowed sockets' `O_PATH` descriptors, and
-    /// becomes `user`.
+    /// only its end of the channel and the `O_PATH` descriptors of the allowed sockets
+    /// `pick` takes (it refuses the others, `ECONNREFUSED`), and becomes `user`.
     ///
     /// # Errors
     /// The channel or the fork failed.
-    pub(super) fn start(allowed: &[Allowed], user: QueryUser) -> io::Result<Connector> {
+    pub(super) fn start(
+        allowed: &[Allowed],
+        user: QueryUser,
+        pick: fn(&Allowed) -> bool,
+    ) -> io::Result<Connector> {
         // Everything the child uses is made before the fork: the addresses
-        // (`/proc/self/fd/N` of each allowed socket) and the descriptors it keeps.
-        let addrs: Vec<(libc::sockaddr_un, libc::socklen_t)> = allowed
+        // (`/proc/self/fd/N` of each allowed socket picked) and the descriptors it keeps.
+        let addrs: Vec<Option<(libc::sockaddr_un, libc::socklen_t)>> = allowed
             .iter()
-            .map(|a| proc_fd_address(a.fd.as_raw_fd()))
+            .map(|a| pick(a).then(|| proc_fd_address(a.fd.as_raw_fd())))
             .collect();
         let (mine, theirs) = seqpacket_pair()?;
-        let mut keep: Vec<RawFd> = allowed.iter().map(|a| a.fd.as_raw_fd()).collect();
+        let mut keep: Vec<RawFd> = allowed
+            .iter()
+            .filter(|a| pick(a))
+            .map(|a| a.fd.as_raw_fd())
+            .collect();
         keep.push(theirs.as_raw_fd());
         keep.sort_unstable();
         // SAFETY: getpid(2) has no preconditions.
@@ -250,12 +334,12 @@ fn proc_fd_address(fd: RawFd) -> (libc::sockaddr_un, libc::socklen_t) {
 /// dies with the broker's thread, closes every descriptor but `keep`, becomes `user` (no
 /// supplementary group, every id, raw system calls: glibc's wrappers would signal threads
 /// this copy does not have), not dumpable, `no_new_privs`; then for each index byte
-/// received on `chan` connects a new stream socket to `addrs[index]` and sends back the
-/// `errno` (4 bytes) with the socket when it is 0.
+/// received on `chan` connects a new stream socket to `addrs[index]` (`ECONNREFUSED` when
+/// there is none) and sends back the `errno` (4 bytes) with the socket when it is 0.
 fn child_main(
     chan: RawFd,
     keep: &[RawFd],
-    addrs: &[(libc::sockaddr_un, libc::socklen_t)],
+    addrs: &[Option<(libc::sockaddr_un, libc::socklen_t)>],
     user: QueryUser,
     parent: libc::pid_t,
 ) -> ! {
@@ -311,7 +395,7 @@ fn child_main(
             let s = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
             if s < 0 {
                 err = errno();
-            } else if let Some((addr, len)) = addrs.get(usize::from(at)) {
+            } else if let Some(Some((addr, len))) = addrs.get(usize::from(at)) {
                 let tv = |t: &libc::timeval| {
                     libc::setsockopt(
                         s,

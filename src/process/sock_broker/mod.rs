@@ -49,6 +49,27 @@
 //!   goes through the read-only filter (`dbus_filter`): the query gets one end of a
 //!   stream pair, the filter the other end and the connector's bus connection.
 //!
+//! The bus user (serve's `--plan-bus-user`, `Limits::bus_user`; by default `nobody` of
+//! the host root's `/etc/passwd`): the reference `dbus-daemon` drops the connection of a
+//! uid its user database does not know, which `auto`'s query users are by design. So with
+//! a bus user, connections to the system bus are made by a second connector, forked at
+//! the plan's first one, running as the bus user (as the query user's: no group, no
+//! capability, not dumpable, dying with the broker's thread; it keeps the system bus's
+//! descriptor alone, so nothing else of that shared user's is reached through it), and
+//! every other allowed socket by the query user's connector, which then keeps no bus
+//! descriptor. The query still claims its own uid in `AUTH EXTERNAL`; the filter rewrites
+//! a claim of exactly the query user's uid to the bus user's (`dbus_filter::Claim`), so
+//! the bus's check against `SO_PEERCRED` (now the bus user's) holds. The bus user is
+//! shared by every plan and by the host's own processes of that uid, and `dbus-daemon`
+//! counts connections per uid (the system bus's `max_connections_per_user`, 256, and 64
+//! unauthenticated connections of every uid together: libdbus's `bus/config-parser.c`), so
+//! a plan holds at most `BUS_USER_PER_PLAN` (8) such connections at once and the process
+//! `BUS_USER_IN_ALL` (32: 4 default plans of 8, an eighth of the per-uid budget, half the
+//! unauthenticated one); past either the `connect` is `ECONNREFUSED` at once, nothing
+//! reaches the bus. The filter's thread holds the place (`BusPermit`) while the connection
+//! lives. A plan of `--plan-bus-user query` has one connector, as before, and no such
+//! bound but the per-plan one below.
+//!
 //! Why the lookup is the broker thread's and not the connector's: it needs nothing but
 //! the walk itself with the query user's ids (no new message between broker and
 //! connector, no descriptor of the query's root sent to another process), and the thread
@@ -57,8 +78,8 @@
 //! its peer than `SO_PEERCRED`'s uid and gid. journald, logind and polkit look the peer's
 //! pid up in `/proc` (its uid, cgroup, command); a thread of the server would give the
 //! server's pid, a root process. The connector's pid is a process whose real, effective,
-//! saved and filesystem ids are the query user's, with no supplementary group and no
-//! capability; it is not dumpable (`ptrace` and `/proc/PID/mem` of it need
+//! saved and filesystem ids are the query user's (the bus user's for the bus connector),
+//! with no supplementary group and no capability; it is not dumpable (`ptrace` and `/proc/PID/mem` of it need
 //! `CAP_SYS_PTRACE`, so no query reads the copy of the server's memory it was forked
 //! with), lives in the server's PID namespace (no query can name it) and dies with the
 //! broker's thread (`PR_SET_PDEATHSIG`).

@@ -448,25 +448,25 @@ fn a_query_rewriting_its_address_or_a_symlink_reaches_no_other_socket() {
     assert_eq!(ok, reached, "{out}: {reached} reached the allowed socket");
 }
 
-/// A real `dbus-daemon` (a system bus of the test's, on a socket named as the system bus's
-/// is) allowed: a query's `dbus-send` connects through the broker, authenticates
-/// (`EXTERNAL`: the uid it claims, its own, must be the connection's `SO_PEERCRED` uid,
-/// the connector's) and gets its reply through the read-only filter (the socket is named
-/// `system_bus_socket`), which refuses `StartServiceByName`; the same bus not allowed is
-/// refused. The query
-/// user here is `nobody` (65534): the reference `dbus-daemon` drops the connection of a
-/// uid its user database does not know (`auto`'s ids), directly or through the broker.
-#[test]
-fn a_query_talks_to_an_allowed_dbus_daemon_as_itself() {
-    if !runnable()
-        || !Path::new("/usr/bin/dbus-daemon").exists()
-        || !Path::new("/usr/bin/dbus-send").exists()
-    {
-        return;
+/// A private `dbus-daemon` of the test's in `d`, a system bus (`<type>system</type>`, the
+/// reference daemon's system-bus checks) listening on `d/system_bus_socket` (the name the
+/// broker filters), every user allowed; `None` (skipped, or failed under
+/// `SKYHOOK_REQUIRE_ALL=1`) without `dbus-daemon`, `dbus-send` and `busctl`.
+fn system_bus(d: &Path) -> Option<(std::process::Child, PathBuf)> {
+    for tool in [
+        "/usr/bin/dbus-daemon",
+        "/usr/bin/dbus-send",
+        "/usr/bin/busctl",
+    ] {
+        if !Path::new(tool).exists() {
+            crate::host::testutil::skip(&format!(
+                "{tool} is not installed (Debian: dbus-daemon, dbus-bin, systemd)"
+            ));
+            return None;
+        }
     }
-    let d = dir(false);
-    let sock = d.path().join("system_bus_socket");
-    let config = d.path().join("bus.conf");
+    let sock = d.join("system_bus_socket");
+    let config = d.join("bus.conf");
     std::fs::write(
         &config,
         format!(
@@ -501,23 +501,49 @@ fn a_query_talks_to_an_allowed_dbus_daemon_as_itself() {
         &mut line,
     )
     .unwrap();
-    let bus = format!("--bus=unix:path={}", sock.display());
-    let args = [
-        bus.as_str(),
-        "--print-reply",
-        "--dest=org.freedesktop.DBus",
-        "/org/freedesktop/DBus",
-        "org.freedesktop.DBus.GetId",
-    ];
+    assert!(line.starts_with("unix:path="), "dbus-daemon: {line:?}");
+    Some((daemon, sock))
+}
+
+/// `dbus-send`'s arguments for the bus's `GetId` on `sock`.
+fn get_id(sock: &Path) -> Vec<String> {
+    [
+        format!("--bus=unix:path={}", sock.display()),
+        "--print-reply".into(),
+        "--dest=org.freedesktop.DBus".into(),
+        "/org/freedesktop/DBus".into(),
+        "org.freedesktop.DBus.GetId".into(),
+    ]
+    .into()
+}
+
+/// A real `dbus-daemon` (a system bus of the test's, on a socket named as the system bus's
+/// is) allowed: a query's `dbus-send` connects through the broker, authenticates
+/// (`EXTERNAL`: the uid it claims, its own, must be the connection's `SO_PEERCRED` uid,
+/// the connector's) and gets its reply through the read-only filter (the socket is named
+/// `system_bus_socket`), which refuses `StartServiceByName`; the same bus not allowed is
+/// refused. The query user here is `nobody` (65534), also the bus user: no claim is
+/// rewritten.
+#[test]
+fn a_query_talks_to_an_allowed_dbus_daemon_as_itself() {
+    if !runnable() {
+        return;
+    }
+    let d = dir(false);
+    let Some((mut daemon, sock)) = system_bus(d.path()) else {
+        return;
+    };
+    let args = get_id(&sock);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let nobody = Limits {
         query_user: sandbox::QueryUser::NOBODY,
         ..allowing(&[&sock])
     };
-    let (allowed, why) = sandboxed_both(nobody, "/usr/bin/dbus-send", &args);
+    let (allowed, why) = sandboxed_both(nobody.clone(), "/usr/bin/dbus-send", &args);
     let (refused, said) = sandboxed_both(Limits::default(), "/usr/bin/dbus-send", &args);
     // A call that is no read: the bus would answer it (ServiceUnknown); the filter refuses.
     let start = [
-        bus.as_str(),
+        args[0],
         "--print-reply",
         "--dest=org.freedesktop.DBus",
         "/org/freedesktop/DBus",
@@ -525,23 +551,145 @@ fn a_query_talks_to_an_allowed_dbus_daemon_as_itself() {
         "string:org.example.Evil",
         "uint32:0",
     ];
-    let nobody = Limits {
-        query_user: sandbox::QueryUser::NOBODY,
-        ..allowing(&[&sock])
-    };
     let (_, started) = sandboxed_both(nobody, "/usr/bin/dbus-send", &start);
     let _ = daemon.kill();
     let _ = daemon.wait();
     eprintln!("dbus-send through the broker: {}", allowed.trim());
     assert!(
         allowed.contains("method return") && allowed.contains("string \""),
-        "{line}: {allowed} {why}"
+        "{allowed} {why}"
     );
     assert_eq!(refused, "", "the bus answered a query it was not allowed");
     assert!(said.contains("Permission denied"), "{said}");
     assert!(
         started.contains("org.freedesktop.DBus.Error.AccessDenied"),
         "the filter let StartServiceByName through: {started}"
+    );
+}
+
+/// The query user is `auto`'s (an id no user database knows, which the reference
+/// `dbus-daemon` drops): the bus connection is made by a connector of the bus user
+/// (`nobody`, the library's default as serve's), the filter rewrites the query's
+/// `AUTH EXTERNAL` claim of its own uid to the bus user's, and `dbus-send` (libdbus: the
+/// claim in `AUTH EXTERNAL <hex>`) gets its `GetId` reply; so does `busctl` (sd-bus: a bare
+/// `AUTH EXTERNAL`, then an empty `DATA`, the bus taking the peer's uid).
+#[test]
+fn a_query_of_an_auto_user_reaches_the_reference_dbus_daemon_as_the_bus_user() {
+    if !runnable() {
+        return;
+    }
+    let d = dir(false);
+    let Some((mut daemon, sock)) = system_bus(d.path()) else {
+        return;
+    };
+    let limits = Limits {
+        query_user: QueryUsers::Auto.for_slot(5),
+        ..allowing(&[&sock])
+    };
+    let args = get_id(&sock);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (got, why) = sandboxed_both(limits.clone(), "/usr/bin/dbus-send", &args);
+    let address = format!("--address=unix:path={}", sock.display());
+    let (sd, sd_why) = sandboxed_both(
+        limits,
+        "/usr/bin/busctl",
+        &[
+            &address,
+            "call",
+            "org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus",
+            "GetId",
+        ],
+    );
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert!(
+        got.contains("method return") && got.contains("string \""),
+        "dbus-send as query user {}: {got:?} {why:?}",
+        sandbox::AUTO_BASE + 5
+    );
+    assert!(sd.starts_with("s \""), "busctl: {sd:?} {sd_why:?}");
+}
+
+/// The bus user is shared (by every plan, and by the host's own processes of that uid,
+/// which `dbus-daemon` counts together, `max_connections_per_user`): a plan holds at most
+/// [`super::connector::BUS_USER_PER_PLAN`] bus connections at once; the next `connect` is
+/// refused at once (`ECONNREFUSED`) without reaching the bus. Each connection that reached
+/// it is the bus user's (`SO_PEERCRED` 65534), made by a process that is not the server
+/// and is gone once the plan is.
+#[test]
+fn a_plan_holds_no_more_bus_connections_than_its_bound() {
+    if !runnable() {
+        return;
+    }
+    let d = dir(false);
+    let (sock, l) = listening(d.path(), "system_bus_socket");
+    let code = r#"
+        my @held;
+        for my $i (1 .. $ARGV[1]) {
+            socket(my $s, 1, 1, 0) or die "socket: $!\n";
+            print connect($s, pack("S a108", 1, $ARGV[0])) ? "ok " : "$! ";
+            push @held, $s;
+        }"#;
+    let bound = 8;
+    let out = sandboxed(
+        allowing(&[&sock]),
+        "/usr/bin/perl",
+        &["-e", code, sock.to_str().unwrap(), &(bound + 1).to_string()],
+    );
+    assert_eq!(
+        out,
+        format!("{}Connection refused ", "ok ".repeat(bound)),
+        "{} connects to the system bus held at once",
+        bound + 1
+    );
+    let conns = accepted(&l);
+    assert_eq!(conns.len(), bound, "connections that reached the bus");
+    for c in &conns {
+        let cred = peer(c);
+        assert_eq!((cred.uid, cred.gid), (65534, 65534), "the bus's peer");
+        // SAFETY: getpid(2) has no preconditions.
+        assert_ne!(
+            cred.pid,
+            unsafe { libc::getpid() },
+            "the peer is the server"
+        );
+        assert!(
+            !Path::new(&format!("/proc/{}", cred.pid)).exists(),
+            "the bus connector {} outlived its plan",
+            cred.pid
+        );
+    }
+}
+
+/// The bus user's permits: a plan holds at most its bound, the process at most its own
+/// over every plan (a plan refused there keeps no place of its own), and each comes back
+/// when dropped.
+#[test]
+fn bus_user_permits_are_bounded_per_plan_and_in_the_process() {
+    use super::connector::{Budget, BusPermit};
+    static ALL: Budget = Budget::new(3);
+    let (a, b) = (
+        std::sync::Arc::new(Budget::new(2)),
+        std::sync::Arc::new(Budget::new(2)),
+    );
+    let a1 = BusPermit::take(&a, &ALL).expect("a's first");
+    let _a2 = BusPermit::take(&a, &ALL).expect("a's second");
+    assert!(
+        BusPermit::take(&a, &ALL).is_none(),
+        "a's third (its plan's bound)"
+    );
+    let _b1 = BusPermit::take(&b, &ALL).expect("b's first");
+    assert!(
+        BusPermit::take(&b, &ALL).is_none(),
+        "b's second (the process's bound)"
+    );
+    drop(a1);
+    let _b2 = BusPermit::take(&b, &ALL).expect("b's second once a's first is gone");
+    assert!(
+        BusPermit::take(&a, &ALL).is_none(),
+        "the process is full again"
     );
 }
 
