@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, Stdio};
 
-use super::tests::{accepted, allowing, dir, listening, runnable, sandboxed};
+use super::tests::{accepted, dir, listening, runnable, sandboxed};
 use crate::process::sandbox::{Limits, QueryUser};
 
 /// Perl that `connect`s a stream Unix socket to each path of `@ARGV` and prints the
@@ -146,15 +146,13 @@ fn a_command_past_the_brokers_listener_bound_reaches_nothing_and_never_waits() {
         print connect($s, pack("S a108", 1, $ARGV[0])) ? "unix=connected " : "unix=$! ";
         socket(my $t, PF_INET, SOCK_STREAM, 0) or die;
         print connect($t, pack_sockaddr_in($ARGV[1], inet_aton("127.0.0.1"))) ? "tcp=connected" : "tcp=$!";"#;
-    // The command's first line (read a byte at a time: the rest comes at its end).
+    // The command's first line (a byte at a time: the rest comes at its end).
     let line = |c: &mut Child| {
-        let mut b = Vec::new();
         let out = c.stdout.as_mut().unwrap();
-        for byte in out.bytes().take(256) {
-            b.push(byte.unwrap());
-            if b.ends_with(b"\n") {
-                break;
-            }
+        let mut b = Vec::new();
+        let mut byte = [0u8; 1];
+        while b.len() < 256 && !b.ends_with(b"\n") && out.read(&mut byte).unwrap() == 1 {
+            b.push(byte[0]);
         }
         String::from_utf8_lossy(&b).into_owned()
     };

@@ -85,7 +85,7 @@ pub(super) fn runnable() -> bool {
     nix::unistd::geteuid().is_root() && Path::new("/usr/bin/perl").exists() && super::supported()
 }
 
-pub(super) fn allowing(paths: &[&Path]) -> Limits {
+fn allowing(paths: &[&Path]) -> Limits {
     Limits {
         allow_sockets: paths.iter().map(|p| p.to_path_buf()).collect(),
         ..Limits::default()
