@@ -102,6 +102,7 @@ mod plan_attack;
 mod plan_broker_attack;
 mod plan_escape;
 mod plan_limits_attack;
+mod plan_old_kernel;
 mod plan_query_attack;
 mod plan_stop;
 mod preflight;
