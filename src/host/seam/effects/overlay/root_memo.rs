@@ -40,11 +40,11 @@ pub(super) struct RootMemo {
     pub(super) contents: HashMap<PathBuf, Option<bytes::Bytes>>,
     pub(super) content_bytes: usize,
     /// Normalised paths the real root found missing, symlinks followed: their key's
-    /// metadata is known missing too ([`Overlay::key`]).
+    /// metadata is known missing too ([`super::Overlay::key`]).
     pub(super) absent: std::collections::HashSet<PathBuf>,
     /// What the answers count, in bytes ([`RootMemo::admit`]).
     pub(super) bytes: u64,
-    /// The plan's budget: bytes planned and the limit ([`Overlay::bound_memo`]); `None`:
+    /// The plan's budget: bytes planned and the limit ([`super::Overlay::bound_memo`]); `None`:
     /// no budget, [`MEMO_LOCAL_BYTES`].
     pub(super) budget: Option<(u64, u64)>,
     #[cfg(test)]
