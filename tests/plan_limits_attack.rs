@@ -703,7 +703,7 @@ fn a_plans_events_are_held_to_its_planned_bytes() {
 /// command) is held to the plan's budget with its planned effects: under `--plan-bytes
 /// 1MiB`, a step that asks whether 200,000 distinct paths exist fails the plan, naming
 /// the budget, and the host is unchanged (before, all 200,000 were looked up and
-/// remembered, about 160 MiB by the memo's count, none of it counted).
+/// remembered, about 157 MiB by the memo's count, none of it counted).
 #[test]
 fn a_plans_lookups_of_distinct_paths_are_held_to_its_planned_bytes() {
     require_root!();

@@ -24,8 +24,8 @@ pub(super) const MEMO_BYTES: usize = 4 << 20;
 pub(crate) const MEMO_ENTRY_BYTES: u64 = 256;
 
 /// What the memo of a plan with no budget (`skyhook-run`, the agent's preflight) counts at
-/// most, in bytes (64 MiB, about 200,000 answers): past it, further answers are asked of
-/// the real root each time, as a larger file's content is.
+/// most, in bytes (64 MiB, about 245,000 answers about short paths): past it, further
+/// answers are asked of the real root each time, as a larger file's content is.
 pub(crate) const MEMO_LOCAL_BYTES: u64 = 64 << 20;
 
 /// The real root's answers remembered by a plan session (module docs, "Real-root lookups"):

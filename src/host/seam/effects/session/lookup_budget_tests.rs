@@ -21,7 +21,7 @@ fn missing_cost(path: &str) -> u64 {
 /// 200,000 distinct paths fails once what the plan remembers of them would take it past
 /// its budget, with an error naming the budget; what it remembered stays within it (three
 /// answers a path), and a planned write then fails too. (Before, all 200,000 lookups
-/// succeeded: the memo held 600,000 answers, about 160 MiB by this count.)
+/// succeeded: the memo held 600,000 answers, about 157 MiB by this count.)
 #[test]
 fn a_plans_lookups_of_distinct_paths_are_held_to_its_budget() {
     let t = TestHost::new();
