@@ -63,6 +63,8 @@
 //!   holes known on the branch `sandbox` (ignored, named in their `ignore`) and what holds.
 //! - `plan_broker_attack`: attacks on a plan's socket broker (`process::sock_broker`):
 //!   odd addresses and ABIs, stacked listeners, other families, floods, stalls, lifetimes.
+//! - `plan_old_kernel`: `serve` under a 2.6 `uname` (`UNAME26`): no socket broker, a plan
+//!   still plans and its commands make no Unix socket.
 //! - `plan_stop`: how a `package_plan` stops: `--plan-max-operations`, a chain at its first
 //!   failed package, a failed step's planned changes out of the view, `<package>` in its lines.
 
@@ -102,6 +104,7 @@ mod plan_attack;
 mod plan_broker_attack;
 mod plan_escape;
 mod plan_limits_attack;
+mod plan_old_kernel;
 mod plan_query_attack;
 mod plan_stop;
 mod preflight;

@@ -676,18 +676,30 @@ impl Drop for ServeBin {
 /// `skyhook-agent serve` over `root` on a free loopback port, with `extra` arguments: the
 /// process (killed when dropped) and its URL.
 pub(crate) fn serve_bin(root: &Path, tokens: &Path, extra: &[&str]) -> (ServeBin, String) {
+    let (srv, url, _) = serve_bin_with(root, tokens, extra, |_| {});
+    (srv, url)
+}
+
+/// [`serve_bin`] with its command made ready by `prepare` (a `pre_exec`, say): the process,
+/// its URL and the lines of its standard error before the one saying where it listens.
+pub(crate) fn serve_bin_with(
+    root: &Path,
+    tokens: &Path,
+    extra: &[&str],
+    prepare: impl FnOnce(&mut std::process::Command),
+) -> (ServeBin, String, Vec<String>) {
     use std::io::BufRead as _;
-    let mut child = std::process::Command::new(crate::util::AGENT)
-        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+    let mut cmd = std::process::Command::new(crate::util::AGENT);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--root"])
         .arg(root)
         .arg("--tokens-file")
         .arg(tokens)
         .args(extra)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(std::process::Stdio::piped());
+    prepare(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
     let err = child.stderr.take().unwrap();
     let srv = ServeBin(child);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -698,14 +710,16 @@ pub(crate) fn serve_bin(root: &Path, tokens: &Path, extra: &[&str]) -> (ServeBin
             }
         }
     });
+    let mut before = Vec::new();
     loop {
         let l = rx
             .recv_timeout(std::time::Duration::from_secs(10))
             .expect("serve did not say where it listens");
         if let Some(rest) = l.split("listening on 127.0.0.1:").nth(1) {
             let port = rest.split_whitespace().next().unwrap();
-            return (srv, format!("http://127.0.0.1:{port}"));
+            return (srv, format!("http://127.0.0.1:{port}"), before);
         }
+        before.push(l);
     }
 }
 

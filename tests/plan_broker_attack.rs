@@ -103,6 +103,47 @@ fn a_plan_query_cannot_learn_what_a_root_only_directory_holds_by_connect() {
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
 }
 
+/// A path that is no socket gets what the kernel's `connect` answers the query user
+/// (`unix_find_bsd`: write permission first, then not a socket), on the plan's read-only
+/// view of the host root: `EACCES` for a file or directory it may not write, `ECONNREFUSED`
+/// for one it may (a read-only mount is not the kernel's concern there: no `EROFS`).
+/// Before, the broker answered `ECONNREFUSED` for all four, so a query learnt a file's
+/// kind where the kernel says only "Permission denied".
+#[test]
+fn a_plan_querys_connect_to_a_path_that_is_no_socket_is_answered_as_the_kernel_does() {
+    require_root!();
+    let fr = host();
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &str, m: u32| {
+        std::fs::set_permissions(fr.host(p), std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    std::fs::create_dir_all(fr.host("/srv/dir")).unwrap();
+    std::fs::create_dir_all(fr.host("/srv/open")).unwrap();
+    std::fs::write(fr.host("/srv/ro"), "x").unwrap();
+    std::fs::write(fr.host("/srv/rw"), "x").unwrap();
+    mode("/srv", 0o755);
+    mode("/srv/ro", 0o644);
+    mode("/srv/rw", 0o666);
+    mode("/srv/dir", 0o755);
+    mode("/srv/open", 0o777);
+    let code = r#"
+        for my $n ("ro", "rw", "dir", "open") {
+            socket(my $s, 1, 1, 0) or die "socket: $!\n";
+            my $r = connect($s, pack("S a108", 1, "/srv/$n"));
+            print "$n=" . ($r ? "connected" : "$!") . ";";
+        }
+    "#;
+    let (exit, lines) = plan_perl(skyhook::serve::Config::new(fr.root()), "nosock", code);
+    assert!(
+        lines.contains(
+            "ro=Permission denied;rw=Connection refused;dir=Permission denied;\
+             open=Connection refused;"
+        ),
+        "{lines}"
+    );
+    assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
+}
+
 /// An allowed socket in a directory the query user may not search (`/secret`, 0700) is
 /// out of its reach, as the kernel would have it: the broker compared `(dev, ino)` after a
 /// lookup as root and its connector connected through the descriptor opened at plan

@@ -698,3 +698,30 @@ fn a_plans_events_are_held_to_its_planned_bytes() {
     );
     assert!(plans.len() > 50, "{} planned", plans.len());
 }
+
+/// What a plan remembers of the real root (each path its steps look up, until it runs a
+/// command) is held to the plan's budget with its planned effects: under `--plan-bytes
+/// 1MiB`, a step that asks whether 200,000 distinct paths exist fails the plan, naming
+/// the budget, and the host is unchanged (before, all 200,000 were looked up and
+/// remembered, about 157 MiB by the memo's count, none of it counted).
+#[test]
+fn a_plans_lookups_of_distinct_paths_are_held_to_its_planned_bytes() {
+    require_root!();
+    let fr = host();
+    let mut cfg = skyhook::serve::Config::new(fr.root());
+    cfg.plan.planned_bytes = 1 << 20;
+    let script = "let n = 0;\nfor j in 0..200000 { if fs::exists(\"/etc/nothing-\" + j) { n += 1; } }\nprint(\"all looked up: \" + n);\n";
+    let (exit, lines) = plan_with(cfg, &plan_body("lookups", script));
+    assert!(!lines.contains("all looked up"), "{lines}");
+    assert_eq!(exit["exit"]["code"], json!(1), "{exit:#}");
+    let rendered = exit["rendered"].as_str().unwrap_or_default();
+    assert!(
+        rendered.contains("remembering the real root's answer about /etc/nothing-")
+            && rendered.contains(
+                "would take the plan past its budget of 1048576 bytes (1 MiB, serve \
+                 --plan-bytes)"
+            ),
+        "{rendered}"
+    );
+    assert!(!fr.exists("/etc/nothing-0"));
+}

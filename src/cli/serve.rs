@@ -125,7 +125,8 @@ pub struct ServeArgs {
     pub plan_memory: usize,
     /// What the server may keep of a package plan's planned effects, over all its steps,
     /// modes and packages (a write's whole content; every effect its record, its text in
-    /// the report and the events); one more effect fails the plan.
+    /// the report and the events), and of the real root's answers it remembers; one more
+    /// effect or answer fails the plan.
     #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
     pub plan_bytes: usize,
     /// CPU time of each command a package plan runs (RLIMIT_CPU, whole seconds).

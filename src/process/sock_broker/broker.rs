@@ -20,8 +20,12 @@ pub(crate) const MAX_CONNECTIONS: usize = 256;
 /// `connect` costs the server's thread two `ioctl`s a call.
 const MAX_ANSWERS: usize = 100_000;
 
-/// Most listeners a broker holds at once (one per live command of the plan); a command's
-/// listener past it is dropped, and that command's `connect`s fail (`ENOSYS`).
+/// Most listeners a broker holds at once (one per live command of the plan, a command
+/// being live while any process of it is: at most `--plan-pids` of them). A command's
+/// listener past it is closed when it arrives: the kernel then answers each `connect` of
+/// that command (Unix, IP, any family) `ENOSYS` at once (a filter whose listener is
+/// gone), so it reaches nothing and never waits; the place is taken again once every
+/// process of a held command is gone.
 const MAX_LISTENERS: usize = 4096;
 
 /// True when this kernel has what the broker needs: seccomp user notification with
@@ -81,6 +85,20 @@ pub(crate) fn start(
     user: QueryUser,
     bus_user: Option<QueryUser>,
 ) -> io::Result<Broker> {
+    start_bounded(paths, user, bus_user, MAX_LISTENERS)
+}
+
+/// [`start`] with a bound of `max_listeners` listeners held at once (a plan's:
+/// [`MAX_LISTENERS`]).
+///
+/// # Errors
+/// As [`start`]'s.
+pub(super) fn start_bounded(
+    paths: &[PathBuf],
+    user: QueryUser,
+    bus_user: Option<QueryUser>,
+    max_listeners: usize,
+) -> io::Result<Broker> {
     let (receive, send) = seqpacket_pair()?;
     // SAFETY: eventfd(2) makes a new descriptor.
     let stop = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -101,6 +119,7 @@ pub(crate) fn start(
         }),
         connections: 0,
         answers: 0,
+        max_listeners,
     };
     let thread = std::thread::Builder::new()
         .name("plan-sockets".into())
@@ -161,6 +180,8 @@ struct State {
     connections: usize,
     /// `connect`s looked at.
     answers: usize,
+    /// Most listeners held at once ([`MAX_LISTENERS`]).
+    max_listeners: usize,
 }
 
 /// The system bus's connections of a plan whose bus user is not its query user.
@@ -255,7 +276,7 @@ fn run(inbox: &OwnedFd, stop: &OwnedFd, mut state: State) {
         if fds[1].revents != 0 {
             while let Some((_, fd)) = receive_fd(inbox.as_raw_fd(), &mut [0u8; 1]) {
                 if let Some(fd) = fd
-                    && listeners.len() < MAX_LISTENERS
+                    && listeners.len() < state.max_listeners
                 {
                     listeners.push(fd);
                 }
@@ -441,7 +462,8 @@ fn effective_caps() -> Option<u32> {
 /// credentials (`AsQueryUser`): an absolute path under its root, a relative one under its
 /// working directory (`..` stops there), symlinks inside them, no magic link; a directory
 /// the query user may not search is `EACCES`, as the kernel answers it. The lookup's
-/// `errno` if it fails.
+/// `errno` if it fails; for a file that is no socket, the kernel's answer to the query
+/// user ([`refusal_of`]: `EACCES` if it may not write it, else `ECONNREFUSED`).
 fn stat_in(pid: u32, path: &[u8], user: QueryUser) -> Result<libc::stat, i32> {
     let base = if path.first() == Some(&b'/') {
         "root"
@@ -480,10 +502,8 @@ fn stat_in(pid: u32, path: &[u8], user: QueryUser) -> Result<libc::stat, i32> {
             std::mem::size_of::<OpenHow>(),
         )
     };
-    let failed = (fd < 0).then(errno);
-    drop(as_user);
-    if let Some(e) = failed {
-        return Err(e);
+    if fd < 0 {
+        return Err(errno()); // `as_user` drops after the errno is read
     }
     // SAFETY: a descriptor just made, owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
@@ -492,7 +512,48 @@ fn stat_in(pid: u32, path: &[u8], user: QueryUser) -> Result<libc::stat, i32> {
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
         return Err(errno());
     }
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(refusal_of(&fd));
+    }
+    drop(as_user);
     Ok(st)
+}
+
+/// What the kernel's `connect` answers the query user for `file`, a file that is no
+/// socket (`unix_find_bsd`: after the lookup, write permission on the file, its error
+/// (`EACCES`; `EROFS` on a read-only file system, `EPERM` for an immutable file), then
+/// `ECONNREFUSED`): the kernel's own answer to a `connect` of a new socket of the broker's
+/// to that file (`/proc/self/fd/N`), made on the calling thread, which holds the query
+/// user's filesystem credentials ([`AsQueryUser`]). A file that is no socket is never
+/// connected to; `ECONNREFUSED` if the socket cannot be made.
+fn refusal_of(file: &OwnedFd) -> i32 {
+    // SAFETY: socket(2) makes a new descriptor or fails.
+    let s = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if s < 0 {
+        return libc::ECONNREFUSED;
+    }
+    // SAFETY: a descriptor just made, owned by nobody else.
+    let s = unsafe { OwnedFd::from_raw_fd(s) };
+    // SAFETY: sockaddr_un is plain data.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    for (d, b) in addr.sun_path.iter_mut().zip(path.bytes()) {
+        *d = b as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + path.len() + 1;
+    // SAFETY: connect(2) of a socket we own to an address of ours of the length given.
+    let r = unsafe {
+        libc::connect(
+            s.as_raw_fd(),
+            (&raw const addr).cast(),
+            len as libc::socklen_t,
+        )
+    };
+    match r {
+        0 => libc::ECONNREFUSED, // not reached: the file is no socket
+        _ => errno(),
+    }
 }
 
 /// Whether descriptor `fd` of process `pid` is close-on-exec (`/proc/PID/fdinfo/FD`'s

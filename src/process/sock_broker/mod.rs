@@ -35,8 +35,12 @@
 //!   reached. It compares the result's `(dev, ino)` with the
 //!   allowed sockets' `stat` taken when the plan started. Anything else (another socket,
 //!   an abstract name, a path that is no socket) is refused: `EACCES` ("Permission
-//!   denied"), `ECONNREFUSED` for an abstract name or a file that is no socket, the
-//!   lookup's own error (`ENOENT`) for a missing path;
+//!   denied"), `ECONNREFUSED` for an abstract name, the lookup's own error (`ENOENT`) for
+//!   a missing path, and for a file that is no socket what the kernel answers the query
+//!   user (`unix_find_bsd`: `EACCES` for a file it may not write, else `ECONNREFUSED`):
+//!   the kernel's own answer to a `connect` of a socket of the broker's to that file
+//!   (`/proc/self/fd/N` of the descriptor the walk opened), made with the walk's
+//!   credentials;
 //! - an allowed one: the broker never re-reads the query's path. Its connector (a small
 //!   process forked per plan, `connector.rs`, running as the plan's query user) connects
 //!   a new socket to the allowed socket it opened at plan start (`/proc/self/fd/N` of an
@@ -84,8 +88,11 @@
 //! with), lives in the server's PID namespace (no query can name it) and dies with the
 //! broker's thread (`PR_SET_PDEATHSIG`).
 //!
-//! Bounds: at most `MAX_CONNECTIONS` connections per plan (then `ECONNREFUSED`), and
-//! `MAX_ANSWERS` `connect`s looked at (then each is refused unread); one
+//! Bounds: at most `MAX_CONNECTIONS` connections per plan (then `ECONNREFUSED`),
+//! `MAX_ANSWERS` `connect`s looked at (then each is refused unread), and `MAX_LISTENERS`
+//! live commands' listeners held (4096; a command's past it is closed on arrival, and
+//! every `connect` of that command, of any family, is then the kernel's `ENOSYS` at once:
+//! nothing reached, nothing waits); one
 //! connection takes at most `CONNECT_WITHIN` (the connector's `SO_SNDTIMEO`; past it the
 //! connector is killed and the `connect` refused), so a notification is answered within
 //! a few seconds; a listener is dropped once its command and every child of it are gone
@@ -93,6 +100,8 @@
 //! connection made for it is closed. On a kernel before 5.9 (no `ADDFD`) or
 //! with `--plan-deny-unix-sockets` there is no broker: no command may make a Unix socket.
 
+#[cfg(test)]
+mod bound_tests;
 mod broker;
 mod connector;
 #[cfg(test)]

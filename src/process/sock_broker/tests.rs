@@ -26,7 +26,7 @@ impl Sink for Out {
 /// `program args` in a sandbox of `limits` (on a thread with a mount namespace of its own,
 /// as a plan's): its standard output. The sandbox, its broker and connector end before
 /// this returns.
-fn sandboxed(limits: Limits, program: &str, args: &[&str]) -> String {
+pub(super) fn sandboxed(limits: Limits, program: &str, args: &[&str]) -> String {
     sandboxed_both(limits, program, args).0
 }
 
@@ -66,7 +66,7 @@ fn perl(limits: Limits, code: &str) -> String {
 
 /// A directory the query user may enter (0755; 0777 with `writable`) and a Unix stream
 /// socket listening in it, mode 0777 (as D-Bus's and journald's are 0666).
-fn listening(dir: &Path, name: &str) -> (PathBuf, UnixListener) {
+pub(super) fn listening(dir: &Path, name: &str) -> (PathBuf, UnixListener) {
     let path = dir.join(name);
     let l = UnixListener::bind(&path).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -74,14 +74,14 @@ fn listening(dir: &Path, name: &str) -> (PathBuf, UnixListener) {
     (path, l)
 }
 
-fn dir(writable: bool) -> tempfile::TempDir {
+pub(super) fn dir(writable: bool) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     let mode = if writable { 0o777 } else { 0o755 };
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(mode)).unwrap();
     d
 }
 
-fn runnable() -> bool {
+pub(super) fn runnable() -> bool {
     nix::unistd::geteuid().is_root() && Path::new("/usr/bin/perl").exists() && super::supported()
 }
 
@@ -93,7 +93,7 @@ fn allowing(paths: &[&Path]) -> Limits {
 }
 
 /// Every connection waiting on `l`.
-fn accepted(l: &UnixListener) -> Vec<UnixStream> {
+pub(super) fn accepted(l: &UnixListener) -> Vec<UnixStream> {
     std::iter::from_fn(|| l.accept().ok().map(|(c, _)| c)).collect()
 }
 
@@ -132,7 +132,8 @@ fn peer(c: &UnixStream) -> libc::ucred {
 
 /// A query's `connect` to a world-writable socket that is not allowed is refused
 /// (`EACCES`, the broker's answer) and the listener sees no connection; so are an
-/// abstract name and a path that is no socket.
+/// abstract name (`ECONNREFUSED`) and a path that is no socket (`/etc/passwd`, root's
+/// 0644: `EACCES`, as the kernel answers a user who may not write it).
 #[test]
 fn a_query_cannot_connect_to_a_world_writable_socket_that_is_not_allowed() {
     if !runnable() {
@@ -159,7 +160,7 @@ fn a_query_cannot_connect_to_a_world_writable_socket_that_is_not_allowed() {
         ],
     );
     assert_eq!(
-        out, "Permission denied Connection refused Connection refused ",
+        out, "Permission denied Connection refused Permission denied ",
         "the query's connects"
     );
     assert_eq!(accepted(&l).len(), 0, "the listener took a connection");

@@ -29,7 +29,9 @@
 //! command (a query may touch the host: [`Overlay::forget_root`]), except the package and
 //! service state queries host functions compose themselves (`dpkg-query -W`, `rpm -q`,
 //! `systemctl is-active|is-enabled|show`), which only read it
-//! ([`crate::host::Host::exec_state_query`]). Failures are not remembered.
+//! ([`crate::host::Host::exec_state_query`]). Failures are not remembered. What is
+//! remembered is bounded (`root_memo`): by the plan's budget in serve (a lookup past it
+//! fails the plan), by 64 MiB in a plan without one (past it, asked again each time).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -40,6 +42,11 @@ use std::sync::Arc;
 use crate::host::effects::effect::{Effect, MountOp, ServiceOp};
 use crate::host::root::error::{HostError, Result};
 use crate::host::root::{EntryKind, HostRoot};
+
+mod root_memo;
+use root_memo::{MEMO_BYTES, MEMO_FILE_BYTES, RootMemo, memo_cost};
+#[cfg(test)]
+pub(crate) use root_memo::{MEMO_ENTRY_BYTES, MEMO_LOCAL_BYTES};
 
 /// Lexical normalisation of a host path, as chroot resolution treats `..` at the root.
 pub(crate) use crate::host::root::normalize;
@@ -64,12 +71,6 @@ pub struct Stat {
 /// Planned file content held by one overlay in memory, in all, in bytes (64 MiB); past it,
 /// content is spilled to a temporary file (module docs).
 pub(crate) const HELD_LIMIT: usize = 64 << 20;
-
-/// Largest real-root file whose content a plan remembers ([`RootMemo`]), in bytes (64 KiB).
-const MEMO_FILE_BYTES: usize = 64 << 10;
-
-/// Content of real-root files a plan remembers in all, in bytes (4 MiB).
-const MEMO_BYTES: usize = 4 << 20;
 
 /// The content of a planned file.
 #[derive(Debug, Clone)]
@@ -294,24 +295,6 @@ pub(crate) struct Overlay {
     pub(crate) without_diffs: bool,
 }
 
-/// The real root's answers remembered by a plan session (module docs, "Real-root lookups"):
-/// by normalised host path, the canonical path (`None`: missing) and the metadata (`None`:
-/// missing), the latter with a final symlink followed (`stats[1]`) or not (`stats[0]`).
-#[derive(Debug, Default)]
-struct RootMemo {
-    canonical: HashMap<PathBuf, Option<PathBuf>>,
-    stats: [HashMap<PathBuf, Option<Stat>>; 2],
-    /// Content read by key (`None`: missing): files of at most [`MEMO_FILE_BYTES`], and at
-    /// most [`MEMO_BYTES`] in all (`content_bytes`); a larger file is read each time.
-    contents: HashMap<PathBuf, Option<bytes::Bytes>>,
-    content_bytes: usize,
-    /// Normalised paths the real root found missing, symlinks followed: their key's
-    /// metadata is known missing too ([`Overlay::key`]).
-    absent: std::collections::HashSet<PathBuf>,
-    #[cfg(test)]
-    asked: usize, // lookups that went to the real root
-}
-
 impl Overlay {
     /// What the plan says about `p`: its own entry, or absence implied by the nearest
     /// ancestor that was removed, is a file, or was created fresh. `None`: ask the real root.
@@ -419,8 +402,12 @@ impl Overlay {
             let key = c.join(name);
             let mut m = self.memo.borrow_mut();
             // `n` was not found with symlinks followed: nor is its key in the same parent.
-            if follow && m.absent.contains(&n) {
-                m.stats[1].entry(key.clone()).or_insert(None);
+            if follow
+                && m.absent.contains(&n)
+                && !m.stats[1].contains_key(&key)
+                && m.admit(&key, memo_cost(&key, 0))?
+            {
+                m.stats[1].insert(key.clone(), None);
             }
             return Ok(key);
         }
@@ -440,20 +427,29 @@ impl Overlay {
         {
             m.asked += 1;
         }
-        let c = match found {
-            Some((c, meta)) => {
-                if let Some(c) = &c {
-                    m.stats[1]
-                        .entry(c.clone())
-                        .or_insert_with(|| Some(stat_of(&meta)));
-                }
-                c
-            }
-            None => {
-                m.absent.insert(n.to_path_buf());
-                None
-            }
+        let (c, meta) = match found {
+            Some((c, meta)) => (c, Some(meta)),
+            None => (None, None),
         };
+        // The canonical path, its metadata when not known yet, or `n` as absent.
+        let with_stat = c.as_ref().filter(|c| !m.stats[1].contains_key(*c));
+        let cost = memo_cost(n, c.as_ref().map_or(0, |c| c.as_os_str().len()))
+            + with_stat.map_or(0, |c| memo_cost(c, 0))
+            + if meta.is_none() { memo_cost(n, 0) } else { 0 };
+        if !m.admit(n, cost)? {
+            return Ok(c);
+        }
+        match (&c, meta) {
+            (Some(c), Some(meta)) => {
+                m.stats[1]
+                    .entry(c.clone())
+                    .or_insert_with(|| Some(stat_of(&meta)));
+            }
+            (_, None) => {
+                m.absent.insert(n.to_path_buf());
+            }
+            _ => {}
+        }
         m.canonical.insert(n.to_path_buf(), c.clone());
         Ok(c)
     }
@@ -469,7 +465,9 @@ impl Overlay {
         {
             m.asked += 1;
         }
-        m.stats[usize::from(follow)].insert(key.to_path_buf(), s.clone());
+        if m.admit(key, memo_cost(key, 0))? {
+            m.stats[usize::from(follow)].insert(key.to_path_buf(), s.clone());
+        }
         Ok(s)
     }
 
@@ -477,6 +475,25 @@ impl Overlay {
     #[cfg(test)]
     pub(crate) fn root_lookups(&self) -> usize {
         self.memo.borrow().asked
+    }
+
+    /// Hold the memo of real-root lookups ([`RootMemo`]) to a plan's budget: `limit`
+    /// bytes (`--plan-bytes`), of which its planned effects hold `planned`; `None`: no
+    /// budget ([`MEMO_LOCAL_BYTES`]).
+    pub(crate) fn bound_memo(&self, planned: u64, limit: Option<u64>) {
+        self.memo.borrow_mut().budget = limit.map(|l| (planned, l));
+    }
+
+    /// What the memo of real-root lookups holds, in bytes ([`MEMO_ENTRY_BYTES`] an
+    /// answer, with its paths and content).
+    pub(crate) fn memo_bytes(&self) -> u64 {
+        self.memo.borrow().bytes
+    }
+
+    /// Answers the memo of real-root lookups holds.
+    #[cfg(test)]
+    pub(crate) fn memo_entries(&self) -> usize {
+        self.memo.borrow().entries()
     }
 
     /// Forget what the real root answered: a command may have changed it (module docs).
@@ -487,6 +504,7 @@ impl Overlay {
         m.contents.clear();
         m.content_bytes = 0;
         m.absent.clear();
+        m.bytes = 0;
         self.lock_dir_seen.set(false);
         self.dirs.borrow_mut().clear();
     }
@@ -547,7 +565,10 @@ impl Overlay {
             m.asked += 1;
         }
         let len = read.as_ref().map_or(0, Vec::len);
-        if len <= MEMO_FILE_BYTES && m.content_bytes + len <= MEMO_BYTES {
+        if len <= MEMO_FILE_BYTES
+            && m.content_bytes + len <= MEMO_BYTES
+            && m.admit(&key, memo_cost(&key, len))?
+        {
             m.content_bytes += len;
             let kept = read.as_ref().map(|c| bytes::Bytes::copy_from_slice(c));
             m.contents.insert(key, kept);

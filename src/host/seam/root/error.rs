@@ -267,8 +267,9 @@ pub enum HostError {
     /// view, the report, the plan's events and its exit: `Host::charge_planned`); the
     /// effect is not planned. Raised in plan and check mode only.
     #[error(
-        "planning {size} bytes for {target} ({kind}: its content, report and events) would take the plan's planned effects past its budget of {budget} bytes ({} MiB, serve --plan-bytes): {planned} bytes are planned already",
-        budget >> 20
+        "planning {size} bytes for {target} ({kind}: its content, report and events) would take the plan's planned effects past its budget of {budget} bytes ({} MiB, serve --plan-bytes): {planned} bytes are planned already{}",
+        budget >> 20,
+        remembered_lookups(*remembered)
     )]
     PlanBudget {
         /// The effect's kind (`write`, `mkdir`, `symlink`, ...).
@@ -279,9 +280,45 @@ pub enum HostError {
         size: u64,
         /// Bytes the plan had planned before it.
         planned: u64,
+        /// Bytes the plan's memo of real-root lookups held (`overlay::RootMemo`).
+        remembered: u64,
         /// The budget in bytes.
         budget: u64,
     },
+
+    /// Remembering the real root's answer about `path` (`overlay::RootMemo`: a plan
+    /// remembers each path it looked up until it runs a command) would take what the
+    /// server keeps of the plan past its budget (serve's `--plan-bytes`, shared with its
+    /// planned effects): `size` is what the answer counts, `held` what the plan held
+    /// before it (its planned effects and `entries` remembered answers). Raised in a plan
+    /// held to a budget only.
+    #[error(
+        "remembering the real root's answer about {} ({size} bytes) would take the plan past its budget of {budget} bytes ({} MiB, serve --plan-bytes): it holds {held} bytes already, its planned effects and {entries} answers about the paths its steps looked up",
+        path.display(),
+        budget >> 20
+    )]
+    PlanLookupBudget {
+        /// The host path looked up.
+        path: PathBuf,
+        /// What remembering the answer counts, in bytes.
+        size: u64,
+        /// Bytes the plan held: its planned effects and its remembered answers.
+        held: u64,
+        /// Answers the plan remembered.
+        entries: usize,
+        /// The budget in bytes.
+        budget: u64,
+    },
+}
+
+/// The end of [`HostError::PlanBudget`]'s message: what the plan's memo of real-root
+/// lookups holds, when it holds anything.
+fn remembered_lookups(bytes: u64) -> String {
+    if bytes == 0 {
+        String::new()
+    } else {
+        format!(" and {bytes} bytes remember the real root's answers to its lookups")
+    }
 }
 
 impl HostError {
@@ -327,7 +364,8 @@ impl HostError {
             | HostError::ChecksumMismatch(_)
             | HostError::ChangedUnderStep { .. }
             | HostError::EditsNotWritten { .. }
-            | HostError::PlanBudget { .. } => false,
+            | HostError::PlanBudget { .. }
+            | HostError::PlanLookupBudget { .. } => false,
         }
     }
 }

@@ -143,7 +143,22 @@ impl Host {
         let size = retained_bytes(effect, described, file);
         self.charge_check(effect, size)?;
         self.budget.planned += size;
+        self.bound_memo();
         Ok(())
+    }
+
+    /// Hold the plan's memo of real-root lookups to what its budget leaves
+    /// ([`crate::host::effects::overlay::Overlay::bound_memo`]): set when the session
+    /// starts and each time its planned bytes grow.
+    pub(super) fn bound_memo(&self) {
+        if let Some(o) = self.executor.overlay() {
+            o.bound_memo(self.budget.planned, self.budget.limit);
+        }
+    }
+
+    /// What the plan's memo of real-root lookups holds, in bytes (0 outside a plan).
+    fn memo_bytes(&self) -> u64 {
+        self.executor.overlay().map_or(0, |o| o.memo_bytes())
     }
 
     /// Count the script output a step's report keeps (`items`: its recorded output, at
@@ -170,29 +185,35 @@ impl Host {
         let size = EFFECT_BYTES + OUTPUT_COPIES * text as u64;
         let planned = self.budget.planned;
         self.budget.planned = planned.saturating_add(size);
-        if self.budget.planned > limit {
+        self.bound_memo();
+        let remembered = self.memo_bytes();
+        if self.budget.planned.saturating_add(remembered) > limit {
             return Err(HostError::PlanBudget {
                 kind: "output",
                 target: "the step's recorded output".into(),
                 size,
                 planned,
+                remembered,
                 budget: limit,
             });
         }
         Ok(())
     }
 
-    /// `Ok` when `size` bytes more for `effect` fit the budget.
+    /// `Ok` when `size` bytes more for `effect` fit the budget, with what the plan's memo
+    /// of real-root lookups holds.
     fn charge_check(&self, effect: &Effect, size: u64) -> Result<()> {
         let (Some(limit), planned) = (self.budget.limit, self.budget.planned) else {
             return Ok(());
         };
-        if planned.saturating_add(size) > limit {
+        let remembered = self.memo_bytes();
+        if planned.saturating_add(remembered).saturating_add(size) > limit {
             return Err(HostError::PlanBudget {
                 kind: effect.kind().name(),
                 target: effect.target(),
                 size,
                 planned,
+                remembered,
                 budget: limit,
             });
         }
@@ -218,6 +239,7 @@ impl Host {
         if carry.fresh {
             let mut host = Host::new(root, mode, options);
             host.budget = carry.budget;
+            host.bound_memo();
             return host;
         }
         options.redactor = Some(carry.redactor);
@@ -226,6 +248,7 @@ impl Host {
         if let Some(o) = host.executor.overlay_mut() {
             *o = carry.overlay;
         }
+        host.bound_memo();
         host.planned_commands = carry.planned_commands;
         host.first_unplanned = carry.first_unplanned;
         (
@@ -271,7 +294,7 @@ mod tests {
         let t = TestHost::new();
         let open = || HostRoot::open(&t.root).unwrap();
         let o = WriteOptions::default();
-        let budget = 20_000;
+        let budget = 24_000;
         let mut h = Host::carried(
             open(),
             ExecMode::Plan,
@@ -293,18 +316,23 @@ mod tests {
         assert!(fs::write(&mut h, "/etc/b", &"b".repeat(400), &o).unwrap());
         let planned = first + cost_of(&h.report().changes[0], 400 + 6);
         assert_eq!(h.budget.planned, planned);
-        // One byte more than is left fails before its diff is made.
-        let content = (budget - planned - EFFECT_BYTES + 1) as usize;
+        // One byte more than is left (beside what the plan remembers of the real root,
+        // `memo`) fails before its diff is made.
+        let memo = || h.executor.overlay().unwrap().memo_bytes();
+        let content = (budget - planned - memo() - EFFECT_BYTES + 1) as usize;
         let e = fs::write(&mut h, "/etc/c", &"c".repeat(content), &o)
             .unwrap_err()
             .to_string();
         let size = content as u64 + EFFECT_BYTES;
+        let memo = h.executor.overlay().unwrap().memo_bytes();
+        assert!(memo > 0);
         assert_eq!(
             e,
             format!(
                 "planning {size} bytes for /etc/c (write: its content, report and events) \
-                 would take the plan's planned effects past its budget of 20000 bytes (0 MiB, \
-                 serve --plan-bytes): {planned} bytes are planned already"
+                 would take the plan's planned effects past its budget of 24000 bytes (0 MiB, \
+                 serve --plan-bytes): {planned} bytes are planned already and {memo} bytes \
+                 remember the real root's answers to its lookups"
             )
         );
         assert!(fs::read(&h, "/etc/c").is_err());
@@ -318,7 +346,8 @@ mod tests {
     /// write's content (before, a directory or a symlink cost nothing: 4,000 planned
     /// `fs::mkdir` took serve from 23 to 212 MiB under `--plan-bytes 1MiB`): under a budget
     /// of 64 KiB, directories `/etc/dN` cost [`EFFECT_BYTES`] and their path and summary
-    /// each (1,904 bytes for `/etc/d10`), and the 35th fails naming it and the budget; a symlink
+    /// each (1,904 bytes for `/etc/d10`), and with what the plan remembers of the real root
+    /// (2,607 bytes) the 34th fails naming it and the budget; a symlink
     /// costs its 4,000-byte target once in the view and [`TEXT_COPIES`] times in its
     /// summary; an interrupt costs [`EFFECT_BYTES`] and its target (`node`).
     #[test]
@@ -350,14 +379,16 @@ mod tests {
         assert_eq!(changes[0].mkdir, ["/etc"]);
         assert_eq!(each[..2], [1919, 1887]);
         assert_eq!(h.budget.planned, each.iter().sum::<u64>());
-        assert_eq!(h.budget.planned, 64598);
-        assert_eq!(made, 34, "{each:?}");
+        // What the plan remembers of the real root counts too ([`Host::charge_check`]).
+        let memo = h.executor.overlay().unwrap().memo_bytes();
+        assert_eq!((h.budget.planned, memo), (62694, 2607));
+        assert_eq!(made, 33, "{each:?}");
         assert!(
-            err.starts_with("planning 1904 bytes for /etc/d34 (mkdir: ")
+            err.starts_with("planning 1904 bytes for /etc/d33 (mkdir: ")
                 && err.contains("past its budget of 65536 bytes (0 MiB, serve --plan-bytes)"),
             "{err}"
         );
-        assert!(fs::stat(&h, "/etc/d34").is_err());
+        assert!(fs::stat(&h, "/etc/d33").is_err());
 
         let target = format!("/{}", "t".repeat(3999));
         let mut h = Host::carried(

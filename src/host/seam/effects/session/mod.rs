@@ -126,6 +126,8 @@ mod end;
 mod host;
 mod line_edits;
 mod locks;
+#[cfg(test)]
+mod lookup_budget_tests;
 mod planned;
 mod step_view;
 mod submit;
