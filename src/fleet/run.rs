@@ -52,7 +52,7 @@ pub struct PackageResult {
     pub package: String,
     /// Its version.
     pub version: String,
-    /// The exit event's `plans` (one per mode), read on demand ([`Plans::values`]).
+    /// The exit event's `plans` (one per mode).
     pub plans: Plans,
     /// The exit event's `rendered`.
     pub rendered: String,
@@ -60,24 +60,30 @@ pub struct PackageResult {
     pub pending: u64,
 }
 
-/// A package's `plans` in its node's exit event: the event's line (shared by the node's
-/// packages) and the package's place in its `packages`.
+/// A package's `plans` as its node sent them (`Null` when its entry has none): read as a
+/// JSON value by the planning thread ([`preview_with_plans`]), or kept as the node's exit
+/// event's line and read when asked for ([`Plans::value`]); only `--output json` needs them.
 #[derive(Debug, Clone)]
-pub struct Plans {
-    line: Arc<[u8]>,
-    index: usize,
+pub struct Plans(PlansAt);
+
+#[derive(Debug, Clone)]
+enum PlansAt {
+    /// The line (shared by the node's packages) and the package's place in its `packages`.
+    Line(Arc<[u8]>, usize),
+    /// Read.
+    Read(Value),
 }
 
 impl Plans {
-    /// Every package's `plans` of the line this one is in (`Null` for a package without
-    /// one), as sent; empty if the line does not read (it did when it was answered).
-    pub fn values(&self) -> Vec<Value> {
-        super::answer::plans(&self.line).unwrap_or_default()
-    }
-
-    /// The package's place in [`Plans::values`].
-    pub fn index(&self) -> usize {
-        self.index
+    /// The plans (`Null` if a kept line does not read: it did when it was answered).
+    pub fn value(&self) -> Value {
+        match &self.0 {
+            PlansAt::Read(v) => v.clone(),
+            PlansAt::Line(line, i) => super::answer::plans(line)
+                .ok()
+                .and_then(|mut all| all.get_mut(*i).map(Value::take))
+                .unwrap_or_default(),
+        }
     }
 }
 
@@ -256,6 +262,8 @@ pub struct Request {
     bodies: Vec<(String, String, Value)>,
     text: String,
     tls: Option<Result<Arc<tokio_rustls::rustls::ClientConfig>, String>>,
+    /// Each node's plans are read as JSON values as it answers ([`Plans`]).
+    read_plans: bool,
 }
 
 impl Request {
@@ -266,7 +274,12 @@ impl Request {
             let client = opts.tls_client.as_ref();
             super::tls::preview_config(ca, client.map(|(c, k)| (c.as_path(), k.as_path())))
         });
-        Request { bodies, text, tls }
+        Request {
+            bodies,
+            text,
+            tls,
+            read_plans: false,
+        }
     }
 
     /// The start body with `id` (`[A-Za-z0-9._-]`, so it needs no escaping) spliced in.
@@ -295,7 +308,7 @@ pub async fn plan_node(node: &Node, req: &Request, opts: &Options, run_id: &str)
         Err(e) => return Outcome::Failed(e.to_string()),
     };
     let body = req.with_id(&format!("preview-{run_id}"));
-    let on_exit = |exit: ExitLine, line: &[u8]| outcome(&node.name, &req.bodies, exit, line);
+    let on_exit = |exit: ExitLine, line: &[u8]| outcome(&node.name, req, exit, line);
     match one_plan(&client, body, opts.max_stream, on_exit).await {
         Ok(o) => o,
         // The address is the node's (in the JSON record), not part of why it failed.
@@ -311,9 +324,10 @@ pub async fn plan_node(node: &Node, req: &Request, opts: &Options, run_id: &str)
 }
 
 /// What node `node`'s exit event (read as [`ExitLine`] from `line`) says of its plan of
-/// `bodies`: planned (each package's pending count and rendered text, the canonical plan)
-/// or its first failure.
-fn outcome(node: &str, bodies: &[(String, String, Value)], exit: ExitLine, line: &[u8]) -> Outcome {
+/// `req`'s packages: planned (each package's pending count, rendered text and plans, the
+/// canonical plan) or its first failure.
+fn outcome(node: &str, req: &Request, exit: ExitLine, line: &[u8]) -> Outcome {
+    let bodies = &req.bodies;
     let answers = exit.packages.0;
     if answers.len() != bodies.len() {
         let why = exit
@@ -348,8 +362,11 @@ fn outcome(node: &str, bodies: &[(String, String, Value)], exit: ExitLine, line:
             ));
         }
     }
-    // Every package planned. Its plans stay in the line, read for `--output json` only.
-    let line: Arc<[u8]> = line.into();
+    // Every package planned. Its plans are read as values for `--output json` only.
+    let mut read = req
+        .read_plans
+        .then(|| super::answer::plans(line).unwrap_or_default());
+    let line: Option<Arc<[u8]>> = read.is_none().then(|| line.into());
     let mut packages = Vec::with_capacity(answers.len());
     let mut pending = 0u64;
     let mut canonical = String::new();
@@ -367,10 +384,13 @@ fn outcome(node: &str, bodies: &[(String, String, Value)], exit: ExitLine, line:
         packages.push(PackageResult {
             package: name.clone(),
             version: version.clone(),
-            plans: Plans {
-                line: line.clone(),
-                index,
-            },
+            plans: Plans(match (&mut read, &line) {
+                (Some(all), _) => {
+                    PlansAt::Read(all.get_mut(index).map_or(Value::Null, Value::take))
+                }
+                (None, Some(line)) => PlansAt::Line(line.clone(), index),
+                (None, None) => PlansAt::Read(Value::Null),
+            }),
             rendered: rendered.into_owned(),
             pending: p_pending,
         });
@@ -567,12 +587,29 @@ pub async fn preview(
     stop: &crate::process::Cancel,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Preview {
+    preview_with_plans(cr, nodes, bodies, opts, false, stop, progress).await
+}
+
+/// As [`preview`]; `read_plans`: each node's plans are read as JSON values by the thread
+/// that planned it (for [`Preview::to_json`], which otherwise reads them itself, on the
+/// caller's thread once every node answered).
+pub async fn preview_with_plans(
+    cr: &Cr,
+    nodes: Vec<Node>,
+    bodies: Vec<(String, String, Value)>,
+    opts: &Options,
+    read_plans: bool,
+    stop: &crate::process::Cancel,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Preview {
     let (selected, excluded): (Vec<Node>, Vec<Node>) = nodes
         .into_iter()
         .partition(|n| cr.selector.matches(&n.labels));
     let mut excluded: Vec<String> = excluded.into_iter().map(|n| n.name).collect();
     excluded.sort();
-    let req = Arc::new(Request::new(bodies, opts));
+    let mut req = Request::new(bodies, opts);
+    req.read_plans = read_plans;
+    let req = Arc::new(req);
     let (results, unfinished) = plan_all(&selected, req, opts, stop, progress).await;
     Preview::new(results, excluded, unfinished)
 }
@@ -752,8 +789,15 @@ impl Preview {
                 Outcome::Planned {
                     packages, pending, ..
                 } => {
-                    // The node's packages share one line: read once.
-                    let mut plans = packages.first().map(|p| p.plans.values()).unwrap_or_default();
+                    // Plans kept in the node's line: the line read once for all its packages.
+                    let mut line_plans: Option<Vec<Value>> = None;
+                    let mut plans_of = |p: &Plans| match &p.0 {
+                        PlansAt::Read(v) => v.clone(),
+                        PlansAt::Line(line, i) => line_plans
+                            .get_or_insert_with(|| super::answer::plans(line).unwrap_or_default())
+                            .get_mut(*i)
+                            .map_or(Value::Null, Value::take),
+                    };
                     json!({
                         "node": r.node,
                         "status": if *pending > 0 { "would_change" } else { "converged" },
@@ -761,7 +805,7 @@ impl Preview {
                         "error": null,
                         "packages": packages.iter().map(|p| json!({
                             "package": p.package, "version": p.version, "pending": p.pending,
-                            "plans": plans.get_mut(p.plans.index()).map_or(Value::Null, Value::take),
+                            "plans": plans_of(&p.plans),
                         })).collect::<Vec<_>>(),
                     })
                 }
@@ -788,5 +832,51 @@ impl Preview {
                 "line": self.summary(),
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--output json` has the same plans whether the planning thread read them or
+    /// `to_json` read them later from the kept line; the canonical plan names no node.
+    #[test]
+    fn plans_read_early_or_late_are_the_same() {
+        let opts = Options {
+            modes: vec![Mode::Apply],
+            parallel: 1,
+            timeout: Duration::from_secs(1),
+            max_stream: 1 << 20,
+            token: String::new(),
+            tls_ca: None,
+            tls_client: None,
+        };
+        let bodies = vec![
+            ("a".to_string(), "1".to_string(), json!({})),
+            ("b".to_string(), "2".to_string(), json!({})),
+        ];
+        let line = br#"{"exit":{"code":0},"packages":[{"exit":{"code":0},"plans":[{"package_mode":"apply","counts":{"changes":1,"actions":0},"x":[1,{"y":"n1"}]}],"rendered":"--- mode apply\n+ /etc/n1.conf n1\n"},{"exit":{"code":0},"rendered":"r"}]}"#;
+        let json_of = |read_plans| {
+            let mut req = Request::new(bodies.clone(), &opts);
+            req.read_plans = read_plans;
+            let outcome = outcome("n1", &req, ExitLine::parse(line).unwrap(), line);
+            let node = "n1".to_string();
+            Preview::new(vec![NodeResult { node, outcome }], vec![], vec![]).to_json()
+        };
+        let late = json_of(false);
+        assert_eq!(json_of(true), late);
+        let packages = &late["nodes"][0]["packages"];
+        assert_eq!(
+            packages[0]["plans"],
+            json!([{"package_mode": "apply", "counts": {"changes": 1, "actions": 0},
+                    "x": [1, {"y": "n1"}]}])
+        );
+        assert_eq!(packages[0]["pending"], 1);
+        assert_eq!(packages[1]["plans"], Value::Null);
+        assert_eq!(
+            late["groups"][0]["plan"],
+            "package a 1\n--- mode apply\n+ /etc/<node>.conf <node>\npackage b 2\nr"
+        );
     }
 }
