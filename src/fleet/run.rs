@@ -283,9 +283,16 @@ impl Request {
     }
 
     /// The start body with `id` (`[A-Za-z0-9._-]`, so it needs no escaping) spliced in.
+    /// (One copy of the text: formatting it was 10 % of a preview's instructions with the
+    /// GPU CR's 60 KiB body.)
     fn with_id(&self, id: &str) -> Vec<u8> {
         let rest = self.text.strip_prefix('{').unwrap_or(&self.text);
-        format!("{{\"id\":\"{id}\",{rest}").into_bytes()
+        let mut out = Vec::with_capacity(rest.len() + id.len() + 9);
+        out.extend_from_slice(b"{\"id\":\"");
+        out.extend_from_slice(id.as_bytes());
+        out.extend_from_slice(b"\",");
+        out.extend_from_slice(rest.as_bytes());
+        out
     }
 }
 
