@@ -283,8 +283,7 @@ impl Request {
     }
 
     /// The start body with `id` (`[A-Za-z0-9._-]`, so it needs no escaping) spliced in.
-    /// (One copy of the text: formatting it was 10 % of a preview's instructions with the
-    /// GPU CR's 60 KiB body.)
+    /// One allocation of the exact size and one copy of the text (the GPU CR's is 60 KiB).
     fn with_id(&self, id: &str) -> Vec<u8> {
         let rest = self.text.strip_prefix('{').unwrap_or(&self.text);
         let mut out = Vec::with_capacity(rest.len() + id.len() + 9);
