@@ -809,10 +809,14 @@ impl Preview {
                         "status": if *pending > 0 { "would_change" } else { "converged" },
                         "group": group_of(&r.node),
                         "error": null,
-                        "packages": packages.iter().map(|p| json!({
-                            "package": p.package, "version": p.version, "pending": p.pending,
-                            "plans": plans_of(&p.plans),
-                        })).collect::<Vec<_>>(),
+                        "packages": packages.iter().map(|p| {
+                            let mut v = json!({
+                                "package": p.package, "version": p.version, "pending": p.pending,
+                            });
+                            // Moved in: `json!` would serialize a second copy of it.
+                            v["plans"] = plans_of(&p.plans);
+                            v
+                        }).collect::<Vec<_>>(),
                     })
                 }
                 Outcome::Failed(e) => json!({
