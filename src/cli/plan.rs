@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
-use crate::fleet::run::{Options, plan_bodies, preview};
+use crate::fleet::run::{Options, plan_bodies, preview_with_plans};
 use crate::fleet::{Cr, load_nodes};
 use crate::package::Mode;
 use crate::process::Cancel;
@@ -126,11 +126,12 @@ pub(crate) fn run(a: &PlanArgs) -> ExitStatus {
                 eprint!("\rplanning: {done}/{total} nodes");
             }
         };
-        let r = preview(
+        let r = preview_with_plans(
             &inp.cr,
             inp.nodes.clone(),
             inp.bodies.clone(),
             &inp.options,
+            a.output == Output::Json,
             &stop,
             &mut progress,
         )

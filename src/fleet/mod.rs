@@ -16,9 +16,12 @@
 //!   chain verified once and the SHA-256 suite first).
 //!
 //! And the preview itself:
+//! - `answer.rs`: a node's exit event read for what the preview uses of it (failures,
+//!   pending counts, rendered text), without building it as a JSON value;
 //! - [`run`]: planning every node (bounded parallelism, a per-node timeout, a byte cap on
 //!   each stream), grouping by canonical plan, the text and JSON outputs.
 
+mod answer;
 mod body;
 mod cr;
 mod error;

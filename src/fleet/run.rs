@@ -20,6 +20,7 @@ use std::time::Duration;
 use hyper::Method;
 use serde_json::{Value, json};
 
+use super::answer::{Answer, ExitLine, ModePlan};
 use super::{Cr, Node};
 use crate::package::Mode;
 use crate::remote::Client;
@@ -52,11 +53,38 @@ pub struct PackageResult {
     /// Its version.
     pub version: String,
     /// The exit event's `plans` (one per mode).
-    pub plans: Value,
+    pub plans: Plans,
     /// The exit event's `rendered`.
     pub rendered: String,
     /// Changes plus actions over every mode.
     pub pending: u64,
+}
+
+/// A package's `plans` as its node sent them (`Null` when its entry has none): read as a
+/// JSON value by the planning thread ([`preview_with_plans`]), or kept as the node's exit
+/// event's line and read when asked for ([`Plans::value`]); only `--output json` needs them.
+#[derive(Debug, Clone)]
+pub struct Plans(PlansAt);
+
+#[derive(Debug, Clone)]
+enum PlansAt {
+    /// The line (shared by the node's packages) and the package's place in its `packages`.
+    Line(Arc<[u8]>, usize),
+    /// Read.
+    Read(Value),
+}
+
+impl Plans {
+    /// The plans (`Null` if a kept line does not read: it did when it was answered).
+    pub fn value(&self) -> Value {
+        match &self.0 {
+            PlansAt::Read(v) => v.clone(),
+            PlansAt::Line(line, i) => super::answer::plans(line)
+                .ok()
+                .and_then(|mut all| all.get_mut(*i).map(Value::take))
+                .unwrap_or_default(),
+        }
+    }
 }
 
 /// What a node answered.
@@ -115,8 +143,14 @@ pub fn plan_bodies(
     Ok(out)
 }
 
-/// Start one plan on `client` and read its events to the exit event, at most `max` bytes.
-async fn one_plan(client: &Client, body: Vec<u8>, max: usize) -> Result<Value, String> {
+/// Start one plan on `client` and read its events to the exit event, at most `max` bytes:
+/// what `on_exit` makes of the exit event (read once, [`ExitLine`], and its line).
+async fn one_plan<R>(
+    client: &Client,
+    body: Vec<u8>,
+    max: usize,
+    on_exit: impl FnOnce(ExitLine, &[u8]) -> R,
+) -> Result<R, String> {
     use hyper::body::Body as _;
     let resp = client
         .send(Method::POST, "/v1/executions", Some(body))
@@ -165,9 +199,9 @@ async fn one_plan(client: &Client, body: Vec<u8>, max: usize) -> Result<Value, S
                 serde_json::from_slice::<serde::de::IgnoredAny>(line).map_err(not_json)?;
                 continue;
             }
-            let v: Value = serde_json::from_slice(line).map_err(not_json)?;
-            if v.get("exit").is_some() {
-                return Ok(v);
+            let exit = ExitLine::parse(line).map_err(not_json)?;
+            if exit.exit.is_some() {
+                return Ok(on_exit(exit, line));
             }
         }
         buf.drain(..start);
@@ -175,32 +209,27 @@ async fn one_plan(client: &Client, body: Vec<u8>, max: usize) -> Result<Value, S
 }
 
 /// The failures a plan document lists: `mode M step S: message`.
-fn step_failures(plans: &Value) -> Vec<String> {
+fn step_failures(plans: &[ModePlan]) -> Vec<String> {
     let mut out = Vec::new();
-    for p in plans.as_array().into_iter().flatten() {
-        let mode = p.get("package_mode").and_then(Value::as_str).unwrap_or("?");
-        if p.get("not_planned").is_some() {
+    for p in plans {
+        let mode = p.package_mode.as_str().unwrap_or("?");
+        if p.not_planned.is_some() {
             // Not a failure of its own: an earlier mode's (`failed_package` lists it).
             continue;
         }
-        if let Some(e) = p.get("error").and_then(Value::as_str) {
+        if let Some(e) = p.error.as_str() {
             out.push(format!("mode {mode}: {e}"));
             continue;
         }
-        for s in p
-            .get("steps")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let name = s.get("name").and_then(Value::as_str).unwrap_or("?");
-            let msg = match s.get("kind").and_then(Value::as_str) {
-                Some("failed") => s.get("error").and_then(Value::as_str).map(str::to_string),
-                Some("rhai") if s["result"]["ok"] == false => Some(
-                    s["result"]["error"]
+        for s in &p.steps.0 {
+            let name = s.name.as_str().unwrap_or("?");
+            let msg = match s.kind.as_str() {
+                Some("failed") => s.error.as_str().map(str::to_string),
+                Some("rhai") if s.ok == false => Some(
+                    s.result_error
                         .as_str()
                         .map(str::to_string)
-                        .unwrap_or_else(|| format!("{} pending change(s)", s["result"]["drift"])),
+                        .unwrap_or_else(|| format!("{} pending change(s)", s.drift)),
                 ),
                 _ => None,
             };
@@ -233,6 +262,8 @@ pub struct Request {
     bodies: Vec<(String, String, Value)>,
     text: String,
     tls: Option<Result<Arc<tokio_rustls::rustls::ClientConfig>, String>>,
+    /// Each node's plans are read as JSON values as it answers ([`Plans`]).
+    read_plans: bool,
 }
 
 impl Request {
@@ -243,13 +274,24 @@ impl Request {
             let client = opts.tls_client.as_ref();
             super::tls::preview_config(ca, client.map(|(c, k)| (c.as_path(), k.as_path())))
         });
-        Request { bodies, text, tls }
+        Request {
+            bodies,
+            text,
+            tls,
+            read_plans: false,
+        }
     }
 
     /// The start body with `id` (`[A-Za-z0-9._-]`, so it needs no escaping) spliced in.
+    /// One allocation of the exact size and one copy of the text (the GPU CR's is 60 KiB).
     fn with_id(&self, id: &str) -> Vec<u8> {
         let rest = self.text.strip_prefix('{').unwrap_or(&self.text);
-        format!("{{\"id\":\"{id}\",{rest}").into_bytes()
+        let mut out = Vec::with_capacity(rest.len() + id.len() + 9);
+        out.extend_from_slice(b"{\"id\":\"");
+        out.extend_from_slice(id.as_bytes());
+        out.extend_from_slice(b"\",");
+        out.extend_from_slice(rest.as_bytes());
+        out
     }
 }
 
@@ -271,13 +313,10 @@ pub async fn plan_node(node: &Node, req: &Request, opts: &Options, run_id: &str)
         Ok(c) => c,
         Err(e) => return Outcome::Failed(e.to_string()),
     };
-    let bodies = &req.bodies;
-    let mut packages = Vec::new();
-    let mut pending = 0u64;
-    let mut canonical = String::new();
     let body = req.with_id(&format!("preview-{run_id}"));
-    let mut exit = match one_plan(&client, body, opts.max_stream).await {
-        Ok(v) => v,
+    let on_exit = |exit: ExitLine, line: &[u8]| outcome(&node.name, req, exit, line);
+    match one_plan(&client, body, opts.max_stream, on_exit).await {
+        Ok(o) => o,
         // The address is the node's (in the JSON record), not part of why it failed.
         Err(e) => {
             let e = e
@@ -285,24 +324,37 @@ pub async fn plan_node(node: &Node, req: &Request, opts: &Options, run_id: &str)
                 .or_else(|| e.strip_prefix(&format!("{}: ", addr.trim_end_matches('/'))))
                 .unwrap_or(&e)
                 .to_string();
-            return Outcome::Failed(e);
+            Outcome::Failed(e)
         }
-    };
-    let answered = exit["packages"].as_array().map_or(0, Vec::len);
-    if answered != bodies.len() {
-        let why = exit["exit"]["error"].as_str().unwrap_or("");
+    }
+}
+
+/// What node `node`'s exit event (read as [`ExitLine`] from `line`) says of its plan of
+/// `req`'s packages: planned (each package's pending count, rendered text and plans, the
+/// canonical plan) or its first failure.
+fn outcome(node: &str, req: &Request, exit: ExitLine, line: &[u8]) -> Outcome {
+    let bodies = &req.bodies;
+    let answers = exit.packages.0;
+    if answers.len() != bodies.len() {
+        let why = exit
+            .exit
+            .as_ref()
+            .and_then(|e| e.error.as_str())
+            .unwrap_or("");
         return Outcome::Failed(
-            format!("answered {answered} of {} packages {why}", bodies.len())
-                .trim_end()
-                .to_string(),
+            format!(
+                "answered {} of {} packages {why}",
+                answers.len(),
+                bodies.len()
+            )
+            .trim_end()
+            .to_string(),
         );
     }
-    let answers: Vec<&Value> = exit["packages"].as_array().into_iter().flatten().collect();
-    for (i, ((name, version, _), exit)) in bodies.iter().zip(&answers).enumerate() {
-        let plans = exit.get("plans").unwrap_or(&Value::Null);
-        let failure = step_failures(plans).into_iter().next().or_else(|| {
-            (exit["exit"]["code"] != 0).then(|| {
-                let why = exit["exit"]["error"].as_str().unwrap_or("the plan failed");
+    for (i, ((name, _, _), a)) in bodies.iter().zip(&answers).enumerate() {
+        let failure = step_failures(&a.plans.0).into_iter().next().or_else(|| {
+            (a.exit.code != 0).then(|| {
+                let why = a.exit.error.as_str().unwrap_or("the plan failed");
                 why.to_string()
             })
         });
@@ -310,43 +362,66 @@ pub async fn plan_node(node: &Node, req: &Request, opts: &Options, run_id: &str)
             return Outcome::Failed(failed_package(
                 name,
                 &f,
-                plans,
+                &a.plans.0,
                 &bodies[i + 1..],
                 &answers[i + 1..],
             ));
         }
-        let mut p_pending = 0;
-        for p in plans.as_array().into_iter().flatten() {
-            p_pending += p["counts"]["changes"].as_u64().unwrap_or(0)
-                + p["counts"]["actions"].as_u64().unwrap_or(0);
-        }
-        let rendered = exit.get("rendered").and_then(Value::as_str).unwrap_or("");
+    }
+    // Every package planned. Its plans are read as values for `--output json` only.
+    let mut read = req
+        .read_plans
+        .then(|| super::answer::plans(line).unwrap_or_default());
+    let line: Option<Arc<[u8]>> = read.is_none().then(|| line.into());
+    let mut packages = Vec::with_capacity(answers.len());
+    let mut pending = 0u64;
+    let mut canonical = String::new();
+    for (index, ((name, version, _), a)) in bodies.iter().zip(answers).enumerate() {
+        let p_pending: u64 = a
+            .plans
+            .0
+            .iter()
+            .map(|p| p.changes.as_u64().unwrap_or(0) + p.actions.as_u64().unwrap_or(0))
+            .sum();
+        let rendered = a.rendered.0.unwrap_or_default();
         let _ = writeln!(canonical, "package {name} {version}");
-        canonical.push_str(&rendered.replace(node.name.as_str(), "<node>"));
+        push_replaced(&mut canonical, &rendered, node, "<node>");
         pending += p_pending;
         packages.push(PackageResult {
             package: name.clone(),
             version: version.clone(),
-            plans: Value::Null,
-            rendered: String::new(),
+            plans: Plans(match (&mut read, &line) {
+                (Some(all), _) => {
+                    PlansAt::Read(all.get_mut(index).map_or(Value::Null, Value::take))
+                }
+                (None, Some(line)) => PlansAt::Line(line.clone(), index),
+                (None, None) => PlansAt::Read(Value::Null),
+            }),
+            rendered: rendered.into_owned(),
             pending: p_pending,
         });
-    }
-    // Every package planned: each one's `plans` and `rendered` move out of the answer into
-    // its result (copying every node's plans was 14 % of a preview's instructions).
-    if let Some(Value::Array(answers)) = exit.get_mut("packages") {
-        for (p, a) in packages.iter_mut().zip(answers) {
-            p.plans = a.get_mut("plans").map_or(Value::Null, Value::take);
-            if let Some(Value::String(r)) = a.get_mut("rendered") {
-                p.rendered = std::mem::take(r);
-            }
-        }
     }
     Outcome::Planned {
         packages,
         pending,
         canonical,
     }
+}
+
+/// Append `text` to `out` with each `from` in it replaced by `to` (`str::replace` without
+/// its own copy).
+fn push_replaced(out: &mut String, text: &str, from: &str, to: &str) {
+    if from.is_empty() {
+        out.push_str(&text.replace(from, to));
+        return;
+    }
+    let mut last = 0;
+    for (at, _) in text.match_indices(from) {
+        out.push_str(&text[last..at]);
+        out.push_str(to);
+        last = at + from.len();
+    }
+    out.push_str(&text[last..]);
 }
 
 /// Why a node failed at package `name` (its first failure `why`), with the later modes of
@@ -356,22 +431,15 @@ pub async fn plan_node(node: &Node, req: &Request, opts: &Options, run_id: &str)
 fn failed_package(
     name: &str,
     why: &str,
-    plans: &Value,
+    plans: &[ModePlan],
     later: &[(String, String, Value)],
-    answers: &[&Value],
+    answers: &[Answer],
 ) -> String {
     let mut out = format!("package {name}: {why}");
     // Every mode after the failed one has the same reason (`mode M failed`).
     let modes: Vec<(&str, &str)> = plans
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| {
-            Some((
-                p.get("package_mode")?.as_str()?,
-                p.get("not_planned")?.as_str()?,
-            ))
-        })
+        .iter()
+        .filter_map(|p| Some((p.package_mode.as_str()?, p.not_planned.as_ref()?.as_str()?)))
         .collect();
     if let Some((_, w)) = modes.first() {
         let names: Vec<&str> = modes.iter().map(|(m, _)| *m).collect();
@@ -380,7 +448,7 @@ fn failed_package(
     let skipped: Vec<&str> = later
         .iter()
         .zip(answers)
-        .filter(|(_, a)| a.get("not_planned").is_some())
+        .filter(|(_, a)| a.not_planned)
         .map(|((n, _, _), _)| n.as_str())
         .collect();
     if !skipped.is_empty() {
@@ -525,12 +593,29 @@ pub async fn preview(
     stop: &crate::process::Cancel,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Preview {
+    preview_with_plans(cr, nodes, bodies, opts, false, stop, progress).await
+}
+
+/// As [`preview`]; `read_plans`: each node's plans are read as JSON values by the thread
+/// that planned it (for [`Preview::to_json`], which otherwise reads them itself, on the
+/// caller's thread once every node answered).
+pub async fn preview_with_plans(
+    cr: &Cr,
+    nodes: Vec<Node>,
+    bodies: Vec<(String, String, Value)>,
+    opts: &Options,
+    read_plans: bool,
+    stop: &crate::process::Cancel,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Preview {
     let (selected, excluded): (Vec<Node>, Vec<Node>) = nodes
         .into_iter()
         .partition(|n| cr.selector.matches(&n.labels));
     let mut excluded: Vec<String> = excluded.into_iter().map(|n| n.name).collect();
     excluded.sort();
-    let req = Arc::new(Request::new(bodies, opts));
+    let mut req = Request::new(bodies, opts);
+    req.read_plans = read_plans;
+    let req = Arc::new(req);
     let (results, unfinished) = plan_all(&selected, req, opts, stop, progress).await;
     Preview::new(results, excluded, unfinished)
 }
@@ -567,13 +652,13 @@ impl Preview {
         excluded: Vec<String>,
         unfinished: Vec<String>,
     ) -> Preview {
-        let mut by: BTreeMap<(bool, String), Vec<String>> = BTreeMap::new();
+        let mut by: BTreeMap<(bool, &str), Vec<String>> = BTreeMap::new();
         for r in &results {
             if let Outcome::Planned {
                 pending, canonical, ..
             } = &r.outcome
             {
-                by.entry((*pending == 0, canonical.clone()))
+                by.entry((*pending == 0, canonical))
                     .or_default()
                     .push(r.node.clone());
             }
@@ -584,7 +669,7 @@ impl Preview {
                 nodes.sort();
                 Group {
                     nodes,
-                    canonical,
+                    canonical: canonical.to_string(),
                     changes: !converged,
                 }
             })
@@ -709,16 +794,31 @@ impl Preview {
             .map(|r| match &r.outcome {
                 Outcome::Planned {
                     packages, pending, ..
-                } => json!({
-                    "node": r.node,
-                    "status": if *pending > 0 { "would_change" } else { "converged" },
-                    "group": group_of(&r.node),
-                    "error": null,
-                    "packages": packages.iter().map(|p| json!({
-                        "package": p.package, "version": p.version,
-                        "pending": p.pending, "plans": p.plans,
-                    })).collect::<Vec<_>>(),
-                }),
+                } => {
+                    // Plans kept in the node's line: the line read once for all its packages.
+                    let mut line_plans: Option<Vec<Value>> = None;
+                    let mut plans_of = |p: &Plans| match &p.0 {
+                        PlansAt::Read(v) => v.clone(),
+                        PlansAt::Line(line, i) => line_plans
+                            .get_or_insert_with(|| super::answer::plans(line).unwrap_or_default())
+                            .get_mut(*i)
+                            .map_or(Value::Null, Value::take),
+                    };
+                    json!({
+                        "node": r.node,
+                        "status": if *pending > 0 { "would_change" } else { "converged" },
+                        "group": group_of(&r.node),
+                        "error": null,
+                        "packages": packages.iter().map(|p| {
+                            let mut v = json!({
+                                "package": p.package, "version": p.version, "pending": p.pending,
+                            });
+                            // Moved in: `json!` would serialize a second copy of it.
+                            v["plans"] = plans_of(&p.plans);
+                            v
+                        }).collect::<Vec<_>>(),
+                    })
+                }
                 Outcome::Failed(e) => json!({
                     "node": r.node, "status": "failed", "group": null,
                     "error": e, "packages": [],
@@ -742,5 +842,51 @@ impl Preview {
                 "line": self.summary(),
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--output json` has the same plans whether the planning thread read them or
+    /// `to_json` read them later from the kept line; the canonical plan names no node.
+    #[test]
+    fn plans_read_early_or_late_are_the_same() {
+        let opts = Options {
+            modes: vec![Mode::Apply],
+            parallel: 1,
+            timeout: Duration::from_secs(1),
+            max_stream: 1 << 20,
+            token: String::new(),
+            tls_ca: None,
+            tls_client: None,
+        };
+        let bodies = vec![
+            ("a".to_string(), "1".to_string(), json!({})),
+            ("b".to_string(), "2".to_string(), json!({})),
+        ];
+        let line = br#"{"exit":{"code":0},"packages":[{"exit":{"code":0},"plans":[{"package_mode":"apply","counts":{"changes":1,"actions":0},"x":[1,{"y":"n1"}]}],"rendered":"--- mode apply\n+ /etc/n1.conf n1\n"},{"exit":{"code":0},"rendered":"r"}]}"#;
+        let json_of = |read_plans| {
+            let mut req = Request::new(bodies.clone(), &opts);
+            req.read_plans = read_plans;
+            let outcome = outcome("n1", &req, ExitLine::parse(line).unwrap(), line);
+            let node = "n1".to_string();
+            Preview::new(vec![NodeResult { node, outcome }], vec![], vec![]).to_json()
+        };
+        let late = json_of(false);
+        assert_eq!(json_of(true), late);
+        let packages = &late["nodes"][0]["packages"];
+        assert_eq!(
+            packages[0]["plans"],
+            json!([{"package_mode": "apply", "counts": {"changes": 1, "actions": 0},
+                    "x": [1, {"y": "n1"}]}])
+        );
+        assert_eq!(packages[0]["pending"], 1);
+        assert_eq!(packages[1]["plans"], Value::Null);
+        assert_eq!(
+            late["groups"][0]["plan"],
+            "package a 1\n--- mode apply\n+ /etc/<node>.conf <node>\npackage b 2\nr"
+        );
     }
 }

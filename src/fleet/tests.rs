@@ -390,3 +390,129 @@ fn a_chain_verified_once_still_checks_each_nodes_name_and_issuer() {
         crate::serve::tls::client_config(&missing, None).unwrap_err()
     );
 }
+
+/// What the preview reads of an exit event, read through `serde_json::Value`'s accessors
+/// (as the preview did before [`answer`]): one line per field read.
+fn read_by_value(line: &str) -> String {
+    use serde_json::Value;
+    let v: Value = serde_json::from_str(line).unwrap();
+    let s = |v: &Value| format!("{:?}", v.as_str());
+    let mut out = format!(
+        "exit {} error {}\n",
+        v.get("exit").is_some(),
+        s(&v["exit"]["error"])
+    );
+    for a in v["packages"].as_array().into_iter().flatten() {
+        out += &format!(
+            "package code0 {} error {} not_planned {} rendered {}\n",
+            a["exit"]["code"] == 0,
+            s(&a["exit"]["error"]),
+            a.get("not_planned").is_some(),
+            s(a.get("rendered").unwrap_or(&Value::Null)),
+        );
+        for p in a
+            .get("plans")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            out += &format!(
+                " mode {} not_planned {:?} error {} counts {:?} {:?}\n",
+                s(p.get("package_mode").unwrap_or(&Value::Null)),
+                p.get("not_planned").map(Value::as_str),
+                s(p.get("error").unwrap_or(&Value::Null)),
+                p["counts"]["changes"].as_u64(),
+                p["counts"]["actions"].as_u64(),
+            );
+            for st in p
+                .get("steps")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                out += &format!(
+                    "  step {} kind {} error {} failed {} why {} drift {}\n",
+                    s(st.get("name").unwrap_or(&Value::Null)),
+                    s(st.get("kind").unwrap_or(&Value::Null)),
+                    s(st.get("error").unwrap_or(&Value::Null)),
+                    st["result"]["ok"] == false,
+                    s(&st["result"]["error"]),
+                    st["result"]["drift"],
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The same through [`answer::ExitLine`].
+fn read_by_view(line: &str) -> String {
+    let e = answer::ExitLine::parse(line.as_bytes()).unwrap();
+    let s = |t: &answer::Text| format!("{:?}", t.as_str());
+    let mut out = format!(
+        "exit {} error {}\n",
+        e.exit.is_some(),
+        e.exit.as_ref().map_or("None".into(), |x| s(&x.error))
+    );
+    for a in &e.packages.0 {
+        out += &format!(
+            "package code0 {} error {} not_planned {} rendered {}\n",
+            a.exit.code == 0,
+            s(&a.exit.error),
+            a.not_planned,
+            s(&a.rendered),
+        );
+        for p in &a.plans.0 {
+            out += &format!(
+                " mode {} not_planned {:?} error {} counts {:?} {:?}\n",
+                s(&p.package_mode),
+                p.not_planned.as_ref().map(answer::Text::as_str),
+                s(&p.error),
+                p.changes.as_u64(),
+                p.actions.as_u64(),
+            );
+            for st in &p.steps.0 {
+                out += &format!(
+                    "  step {} kind {} error {} failed {} why {} drift {}\n",
+                    s(&st.name),
+                    s(&st.kind),
+                    s(&st.error),
+                    st.ok == false,
+                    s(&st.result_error),
+                    st.drift,
+                );
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn an_exit_event_reads_as_its_json_value_reads() {
+    let lines = [
+        // as serve sends it
+        r#"{"seq":9,"exit":{"code":0},"packages":[{"package":"a","version":"1","exit":{"code":0},"plans":[{"package_mode":"apply","counts":{"changes":2,"actions":1},"steps":[{"name":"s","kind":"rhai","result":{"ok":true,"drift":0,"changes":[{"path":"/x"}]}}]}],"rendered":"--- mode apply\n+ /etc/n1.conf \u00e9\n"}]}"#,
+        // failures: a failed step, a rhai step not ok with and without an error, modes
+        // not planned, a later package not planned
+        r#"{"exit":{"code":1,"error":"e"},"packages":[{"exit":{"code":1,"error":"x"},"plans":[{"package_mode":"apply","steps":[{"name":"f","kind":"failed","error":"boom"},{"name":"r","kind":"rhai","result":{"ok":false,"drift":3}},{"name":"q","kind":"rhai","result":{"ok":false,"error":"no"}}]},{"package_mode":"config","not_planned":"mode apply failed"},{"package_mode":"x","error":"mode failed"}],"rendered":""},{"not_planned":"package a failed","exit":{"code":1},"plans":[],"rendered":""}]}"#,
+        // fields of another type than the one read, null, absent
+        r#"{"exit":null,"packages":[{"exit":{"code":0.0,"error":7},"not_planned":null,"plans":[{"package_mode":1,"not_planned":null,"counts":{"changes":2.0,"actions":-1},"steps":[{"name":[],"kind":"rhai","result":{"ok":"false","drift":{"a":[1,2]}}},{"kind":"rhai","result":{"ok":false}},{"kind":"rhai","result":[false]},"step"]},7,null],"rendered":["x"]},"p",[1],{}]}"#,
+        r#"{"exit":{"code":0},"packages":{"a":1}}"#,
+        r#"{"exit":"done","packages":"none"}"#,
+        r#"["exit",{"exit":{}}]"#,
+        r#"{"no_exit":{"exit":1}}"#,
+        // a field given twice is its last; escaped names
+        r#"{"exit":{"error":"first"},"exit":{"error":"last","code":0},"packages":[{"rendered":"a","ren\u0064ered":"b","exit":{"code":1},"exit":{"code":0},"plans":[{"counts":{"changes":1},"counts":{"actions":5},"steps":[{"kind":"failed","error":"one"}],"steps":[]}]}],"packages":[{"rendered":"kept","plans":null}]}"#,
+    ];
+    for line in lines {
+        assert_eq!(read_by_view(line), read_by_value(line), "{line}");
+    }
+    // plans as sent, for --output json (null when absent or not an object's)
+    let plans = answer::plans(lines[2].as_bytes()).unwrap();
+    let v: serde_json::Value = serde_json::from_str(lines[2]).unwrap();
+    assert_eq!(plans.len(), 4);
+    assert_eq!(plans[0], v["packages"][0]["plans"]);
+    assert_eq!(plans[1..], [json!(null), json!(null), json!(null)]);
+    // not JSON
+    assert!(answer::ExitLine::parse(br#"{"exit":{"code":0},"packages":[}"#).is_err());
+}
