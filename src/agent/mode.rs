@@ -144,6 +144,16 @@ impl ModeRun<'_> {
                 ));
             }
         }
+        // The process's set-up for scripts, beside the compile (the preflight's plan and the
+        // apply both need it).
+        if self.preflight
+            && pkg
+                .steps(self.mode)
+                .iter()
+                .any(|s| s.path.ends_with(".rhai"))
+        {
+            preflight::prepare_process();
+        }
         let engine = crate::step::engine();
         let scripts = site.compile_mode_scripts(&engine, &pkg, self.mode)?;
         let declarations = match &self.declarations {

@@ -157,9 +157,36 @@ const KEYWORDS: &[&str] = &[
 /// Name → the argument counts it accepts.
 type Arities = HashMap<String, BTreeSet<usize>>;
 
-/// [`Arities`] of the static tables ([`Checker`]): the names are the tables' own
+/// The argument counts a function of the static tables accepts, one bit per count (bit `n`:
+/// `n` arguments). Every function of the tables takes fewer than 64 (`Checker::new` asserts
+/// it), and a set of counts costs no allocation: a [`Checker`] is built once per preflight.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct ArgCounts(u64);
+
+impl ArgCounts {
+    /// `n` arguments are accepted too.
+    ///
+    /// # Panics
+    /// `n` ≥ 64 (no function of the static tables takes that many).
+    fn insert(&mut self, n: usize) {
+        assert!(n < 64, "a static function with {n} parameters");
+        self.0 |= 1 << n;
+    }
+
+    /// Whether `n` arguments are accepted.
+    pub(super) fn contains(self, n: usize) -> bool {
+        n < 64 && self.0 & (1 << n) != 0
+    }
+
+    /// The accepted counts, ascending.
+    pub(super) fn iter(self) -> impl Iterator<Item = usize> {
+        (0..64).filter(move |&n| self.contains(n))
+    }
+}
+
+/// Name → [`ArgCounts`], of the static tables ([`Checker`]): the names are the tables' own
 /// `&'static str`, so building a [`Checker`] copies no name.
-type StaticArities = HashMap<&'static str, BTreeSet<usize>>;
+type StaticArities = HashMap<&'static str, ArgCounts>;
 
 /// The functions a script can call, built once from a [`ScriptEngine`]; cheap to reuse for
 /// many files.
@@ -180,10 +207,10 @@ impl Checker {
     pub fn new() -> Checker {
         let mut globals = StaticArities::with_capacity(RHAI_FUNCTIONS.len() + 64);
         for (name, arities) in RHAI_FUNCTIONS {
-            globals
-                .entry(*name)
-                .or_default()
-                .extend(arities.iter().copied());
+            let counts = globals.entry(*name).or_default();
+            for &n in *arities {
+                counts.insert(n);
+            }
         }
         let mut namespaces: BTreeMap<&'static str, StaticArities> = BTreeMap::new();
         let mut options = HashMap::new();
@@ -217,7 +244,7 @@ impl Checker {
         };
         table
             .and_then(|t| t.get(name))
-            .is_some_and(|a| a.contains(&arity))
+            .is_some_and(|a| a.contains(arity))
     }
 
     /// Check `script` (compiled from `source`): see the module docs for what is reported.

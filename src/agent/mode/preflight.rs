@@ -353,6 +353,28 @@ impl Preflight<'_> {
     }
 }
 
+/// Start, on tokio's blocking pool, the process's one-time set-up that the first script of
+/// a run needs whether or not a preflight plans it: the host modules
+/// ([`crate::script::host_api::prepare_modules`]), pathrs' private procfs (a `fsopen` and
+/// `fsmount` of a procfs instance, for root-confined reopens) and the CPU feature
+/// detection of `memchr` and the standard library (CPUID, which traps to the hypervisor on
+/// a virtual machine). The agent starts it as soon as it knows the mode has a `.rhai` step,
+/// so it overlaps reading and compiling the package; before, the preflight's plan paid it
+/// at its first use, and the apply then found it done. Each part is process-wide and made
+/// once (a `OnceLock` whose other users wait for it, or an idempotent cache); nothing waits
+/// for this task.
+pub fn prepare_process() {
+    let span = tracing::Span::current();
+    drop(tokio::task::spawn_blocking(move || {
+        let _entered = span.enter();
+        crate::script::host_api::prepare_modules();
+        // pathrs caches its procfs handle on first use ([`pathrs::procfs::ProcfsHandle::new`]).
+        drop(pathrs::procfs::ProcfsHandle::new());
+        // The first `memchr`/`memrchr` of the process detects the CPU's features once.
+        std::hint::black_box(memchr::memrchr(b'/', std::hint::black_box(b"/")));
+    }));
+}
+
 /// The static check's verdict as the plan's scripts wait for it: `None` while it runs,
 /// then `Some(passed)`; closed without one when the check panicked.
 type Verdict = tokio::sync::watch::Receiver<Option<bool>>;

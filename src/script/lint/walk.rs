@@ -7,7 +7,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use rhai::{ASTNode, Expr, FnCallExpr, Map, Position, Stmt};
 
 use super::{
-    Arities, Checker, Diagnostic, IN_PLACE, KEYWORDS, ModuleInfo, Severity, is_identifier, suggest,
+    ArgCounts, Arities, Checker, Diagnostic, IN_PLACE, KEYWORDS, ModuleInfo, Severity,
+    is_identifier, suggest,
 };
 
 /// Characters of each line, to look at the source at a position.
@@ -148,14 +149,9 @@ impl Walk<'_> {
             if KEYWORDS.contains(&name) {
                 return;
             }
-            let mut arities = BTreeSet::new();
-            if let Some(a) = self.checker.globals.get(name) {
-                arities.extend(a.iter().copied());
-            }
-            if let Some(a) = self.script_fns.get(name) {
-                arities.extend(a.iter().copied());
-            }
-            if arities.is_empty() {
+            let global = self.checker.globals.get(name).copied();
+            let script = self.script_fns.get(name);
+            if global.is_none() && script.is_none() {
                 if self.variables.contains(name) {
                     return; // maybe a function pointer called as `f(x)`
                 }
@@ -165,7 +161,16 @@ impl Walk<'_> {
                     Severity::Error,
                     format!("unknown function {name}{hint}"),
                 );
-            } else if !arities.contains(&argc) {
+            } else if !global.is_some_and(|a| a.contains(argc))
+                && !script.is_some_and(|a| a.contains(&argc))
+            {
+                // The message lists the counts of both (a script's function of a global's
+                // name adds its own).
+                let arities: BTreeSet<usize> = global
+                    .into_iter()
+                    .flat_map(ArgCounts::iter)
+                    .chain(script.into_iter().flatten().copied())
+                    .collect();
                 self.push(pos, Severity::Error, arity_message(name, &arities, argc));
             } else {
                 self.options(x, "", pos);
@@ -210,22 +215,22 @@ impl Walk<'_> {
     }
 
     /// `ns::name` against the functions `fns` of `ns`; true when it resolves.
-    fn resolve_in<K: std::borrow::Borrow<str> + std::hash::Hash + Eq>(
+    fn resolve_in<K: std::borrow::Borrow<str> + std::hash::Hash + Eq, C: Counts>(
         &mut self,
         ns: &str,
         name: &str,
         argc: usize,
-        fns: &HashMap<K, BTreeSet<usize>>,
+        fns: &HashMap<K, C>,
         pos: Position,
         what: &str,
     ) -> bool {
         match fns.get(name) {
-            Some(a) if a.contains(&argc) => true,
+            Some(a) if a.accepts(argc) => true,
             Some(a) => {
                 self.push(
                     pos,
                     Severity::Error,
-                    arity_message(&format!("{ns}::{name}"), a, argc),
+                    arity_message(&format!("{ns}::{name}"), &a.counts(), argc),
                 );
                 false
             }
@@ -498,6 +503,33 @@ fn value_use(path: &[ASTNode], tails: &HashSet<*const Stmt>) -> Option<&'static 
 /// Whether `node` is the expression `e` itself.
 fn same(e: &Expr, node: &ASTNode) -> bool {
     matches!(node, ASTNode::Expr(n) if std::ptr::eq(*n, e))
+}
+
+/// The argument counts of a function in one of the checker's tables: the static ones
+/// ([`ArgCounts`]) or a script's or module's own (a set).
+trait Counts {
+    /// Whether `n` arguments are accepted.
+    fn accepts(&self, n: usize) -> bool;
+    /// The accepted counts.
+    fn counts(&self) -> BTreeSet<usize>;
+}
+
+impl Counts for ArgCounts {
+    fn accepts(&self, n: usize) -> bool {
+        self.contains(n)
+    }
+    fn counts(&self) -> BTreeSet<usize> {
+        self.iter().collect()
+    }
+}
+
+impl Counts for BTreeSet<usize> {
+    fn accepts(&self, n: usize) -> bool {
+        self.contains(&n)
+    }
+    fn counts(&self) -> BTreeSet<usize> {
+        self.clone()
+    }
 }
 
 /// `fs::write expects 2 or 3 arguments, got 1`.

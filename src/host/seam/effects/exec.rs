@@ -322,11 +322,13 @@ pub(crate) fn exec_in(
     }
     let cwd = opts.cwd.clone().unwrap_or_else(|| "/".into());
     let chroot = if cx.opts.commands_chrooted && mount_ns.is_none() {
-        // Checked here so that a bad cwd is not reported as a missing program.
-        if !cx
-            .root
-            .metadata(std::path::Path::new(&cwd))?
-            .is_some_and(|m| m.is_dir())
+        // Checked here so that a bad cwd is not reported as a missing program; `/` is the
+        // root itself, a directory (no lookup: most commands run there).
+        if cwd != "/"
+            && !cx
+                .root
+                .metadata(std::path::Path::new(&cwd))?
+                .is_some_and(|m| m.is_dir())
         {
             return Err(HostError::Invalid {
                 what: "working directory",
