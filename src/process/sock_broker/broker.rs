@@ -101,6 +101,7 @@ pub(crate) fn start(
         }),
         connections: 0,
         answers: 0,
+        filters: Vec::new(),
     };
     let thread = std::thread::Builder::new()
         .name("plan-sockets".into())
@@ -161,6 +162,22 @@ struct State {
     connections: usize,
     /// `connect`s looked at.
     answers: usize,
+    /// The plan's D-Bus filters still running: each one's thread and a descriptor of its
+    /// end of the query's stream pair, shut down when the broker's thread ends.
+    filters: Vec<(std::thread::JoinHandle<()>, std::os::unix::net::UnixStream)>,
+}
+
+impl Drop for State {
+    /// The plan is over: every filter of its still running ends (its sockets shut down,
+    /// so a write it is blocked in fails and its reads end), with the bus connection and
+    /// the bus user's place it holds. A query's end of the pair can outlive every process
+    /// of the plan (sent over itself, in flight on the filter's unread end), so the
+    /// query's exit alone does not end them.
+    fn drop(&mut self) {
+        for (_, end) in &self.filters {
+            let _ = end.shutdown(std::net::Shutdown::Both);
+        }
+    }
 }
 
 /// The system bus's connections of a plan whose bus user is not its query user.
@@ -740,12 +757,15 @@ impl State {
         use std::os::unix::net::UnixStream;
         let errno = |e: io::Error| e.raw_os_error().unwrap_or(libc::ECONNREFUSED);
         let (query, filter) = UnixStream::pair().map_err(errno)?;
+        let kept = filter.try_clone().map_err(errno)?;
         let bus = UnixStream::from(conn);
-        match as_bus_user {
+        let thread = match as_bus_user {
             Some((claim, permit)) => dbus_filter::spawn_as(filter, bus, claim, permit),
             None => dbus_filter::spawn(filter, bus),
         }
         .map_err(errno)?;
+        self.filters.retain(|(t, _)| !t.is_finished());
+        self.filters.push((thread, kept));
         Ok(OwnedFd::from(query))
     }
 }
