@@ -251,3 +251,337 @@ fn a_query_keeping_its_end_in_flight_holds_no_bus_connection_past_its_plan() {
         "the bus connection of a plan that ended was still open 10 s later ({out})"
     );
 }
+
+/// The SASL variants: each connects, sends the NUL, its lines and `BEGIN` at once (`B` the
+/// bus user's claim, `U` the query's own), reads one reply a line, then (if the filter let
+/// it through) `Hello` and asks the bus who it is: `NAME:uid=N,pid=P` or `NAME:closed`.
+const SASL_VARIANTS: &str = r#"
+U, B = own_hex(), str(65534).encode().hex()
+variants = [
+    ("pipelined", ["AUTH EXTERNAL " + U, "NEGOTIATE_UNIX_FD"]),
+    ("data", ["AUTH EXTERNAL", "DATA " + U]),
+    ("bus_uid", ["AUTH EXTERNAL " + B]),
+    ("lower_first", ["auth external " + U, "AUTH EXTERNAL " + U]),
+    ("empty_data", ["AUTH EXTERNAL", "DATA"]),
+    ("root", ["AUTH EXTERNAL 30"]),
+    ("leading_zero", ["AUTH EXTERNAL 30" + U]),
+    ("upper_hex_root", ["AUTH EXTERNAL 3" + "0".upper()]),
+    ("odd_hex", ["AUTH EXTERNAL " + U + "3"]),
+    ("extra_word", ["AUTH EXTERNAL " + U + " " + U]),
+    ("two_spaces", ["AUTH  EXTERNAL " + U]),
+    ("cancel_reauth_root", ["AUTH EXTERNAL " + U, "CANCEL", "AUTH EXTERNAL 30"]),
+    ("auth_after_ok", ["AUTH EXTERNAL " + U, "AUTH EXTERNAL 30"]),
+    ("data_after_ok", ["AUTH EXTERNAL " + U, "DATA 30"]),
+    ("cancel_then_data", ["AUTH EXTERNAL", "CANCEL", "DATA " + U]),
+    ("anonymous", ["AUTH ANONYMOUS"]),
+    ("long_line", ["AUTH EXTERNAL " + "3" * 5000]),
+    ("begin_first", []),
+]
+for name, lines in variants:
+    s = connect_to(sys.argv[1])
+    try:
+        s.sendall(b"\0" + b"".join(l.encode() + b"\r\n" for l in lines + ["BEGIN"]))
+        replies = [line(s) for _ in lines]
+        s.sendall(hello())
+        while True:
+            t, rs, body = read_msg(s)
+            if rs == 1:
+                break
+        (n,) = struct.unpack("<I", body[:4])
+        me = body[4:4 + n].decode()
+        s.sendall(call(2, "GetConnectionUnixUser", sig="s", body=string_body(me))
+                  + call(3, "GetConnectionUnixProcessID", sig="s", body=string_body(me)))
+        got = {}
+        while len(got) < 2:
+            t, rs, body = read_msg(s)
+            if rs in (2, 3):
+                got[rs] = struct.unpack("<I", body[:4])[0] if t == 2 else "error"
+        print("%s:uid=%s,pid=%s" % (name, got[2], got[3]))
+    except (EOFError, OSError):
+        print("%s:closed" % name)
+    s.close()
+"#;
+
+/// Whatever a query says in SASL (pipelined lines, `NEGOTIATE_UNIX_FD`, a bare `AUTH
+/// EXTERNAL` and `DATA`, a claim of root, of the bus user, with a leading zero, odd hex,
+/// extra words, `CANCEL` and a new `AUTH` after the rewrite, an `AUTH` or `DATA` after
+/// `OK`, `ANONYMOUS`, a 5000-byte line, `BEGIN` first), the reference `dbus-daemon` either
+/// refuses it or takes it for the bus user (`GetConnectionUnixUser` 65534), its peer pid
+/// the bus connector's (not the server's); the four a client sends are taken.
+#[test]
+fn every_sasl_variant_is_the_bus_user_or_refused_at_the_reference_dbus_daemon() {
+    if !runnable() || !python() {
+        return;
+    }
+    let d = dir(false);
+    let Some((mut daemon, sock)) = system_bus(d.path()) else {
+        return;
+    };
+    let (out, err) = query(
+        auto_plan(12, &sock),
+        SASL_VARIANTS,
+        &[sock.to_str().unwrap()],
+    );
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    eprintln!("{out}");
+    let results: std::collections::BTreeMap<&str, &str> =
+        out.lines().filter_map(|l| l.split_once(':')).collect();
+    assert_eq!(results.len(), 18, "{out} {err}");
+    // SAFETY: getpid(2) has no preconditions.
+    let server = unsafe { libc::getpid() };
+    for (name, got) in &results {
+        if *got == "closed" {
+            continue;
+        }
+        let (uid, pid) = got
+            .strip_prefix("uid=")
+            .and_then(|g| g.split_once(",pid="))
+            .unwrap_or_else(|| panic!("{name}: {got}"));
+        assert_eq!(uid, "65534", "{name}: the bus took the query for uid {uid}");
+        assert_ne!(
+            pid,
+            server.to_string(),
+            "{name}: the bus's peer is the server"
+        );
+    }
+    for taken in ["pipelined", "data", "bus_uid", "lower_first"] {
+        assert!(
+            results[taken].starts_with("uid=65534,pid="),
+            "{taken}: {}",
+            results[taken]
+        );
+    }
+    for refused in [
+        "root",
+        "leading_zero",
+        "upper_hex_root",
+        "cancel_reauth_root",
+        "long_line",
+        "begin_first",
+    ] {
+        assert_eq!(results[refused], "closed", "{refused}");
+    }
+}
+
+/// The bound states: connections held in every stage a query can stall in (connected
+/// with nothing sent, the NUL alone, half an `AUTH` line, an `AUTH` line without its `\n`,
+/// authenticated without `BEGIN`, `BEGIN` without `Hello`, after `Hello`, idle twice) fill
+/// the plan's 8; the 9th `connect` is refused. A half-closed one is closed by the filter
+/// and its place comes back. Then 150 short connections (each authenticated, `Hello`
+/// answered, closed) are all taken, one at a time, and 8 held again after them: no place
+/// leaks. `ok`/`refused` counts printed; a refused `connect` right after a close is retried
+/// (the filter's thread gives the place back just after the client sees its end), at
+/// most 50 times.
+const BOUND: &str = r#"
+path = sys.argv[1]
+U = own_hex()
+def try_connect():
+    for attempt in range(50):
+        try:
+            return connect_to(path), attempt
+        except ConnectionRefusedError:
+            os.sched_yield()
+    return None, 50
+def authed(s):
+    s.sendall(b"\0AUTH EXTERNAL " + U.encode() + b"\r\n")
+    assert line(s).startswith("OK")
+def greeted(s):
+    authed(s)
+    s.sendall(b"BEGIN\r\n" + hello())
+    while read_msg(s)[1] != 1:
+        pass
+def to_end(s):
+    s.shutdown(socket.SHUT_WR)
+    while s.recv(4096):
+        pass
+    s.close()
+stalls = [
+    lambda s: None,
+    lambda s: s.sendall(b"\0"),
+    lambda s: s.sendall(b"\0AUTH EXTE"),
+    lambda s: s.sendall(b"\0AUTH EXTERNAL " + U.encode() + b"\r"),
+    authed,
+    lambda s: (authed(s), s.sendall(b"BEGIN\r\n")),
+    greeted,
+    greeted,
+]
+held = []
+for stall in stalls:
+    s = connect_to(path)
+    stall(s)
+    held.append(s)
+try:
+    connect_to(path); print("ninth=ok")
+except OSError as e:
+    print("ninth=%s" % errno.errorcode[e.errno])
+to_end(held.pop(0))
+s, tries = try_connect()
+print("after_half_close=%s" % ("ok" if s else "refused"))
+held.append(s)
+for s in held:
+    to_end(s)
+ok = refused = retries = 0
+for i in range(150):
+    s, tries = try_connect()
+    retries += tries
+    if s is None:
+        refused += 1
+        continue
+    greeted(s)
+    to_end(s)
+    ok += 1
+print("short ok=%d refused=%d retries=%d" % (ok, refused, retries))
+held = []
+for i in range(8):
+    s, tries = try_connect()
+    if s:
+        greeted(s)
+        held.append(s)
+try:
+    connect_to(path); print("again ninth=ok")
+except OSError as e:
+    print("again ninth=%s" % errno.errorcode[e.errno])
+s = held[0]
+s.sendall(call(2, "GetConnectionUnixProcessID", sig="s", body=string_body(":1.1")))
+print("held=%d" % len(held))
+"#;
+
+/// See [`BOUND`]: the plan's bound holds in every stage a connection can stall in, a
+/// closed one's place comes back, many short ones leak none; and no process of the bus
+/// user started for the plan outlives it.
+#[test]
+fn stalled_connections_fill_the_plans_bound_and_closed_ones_give_their_place_back() {
+    if !runnable() || !python() {
+        return;
+    }
+    let d = dir(false);
+    let Some((mut daemon, sock)) = system_bus(d.path()) else {
+        return;
+    };
+    let before = children_of_uid(65534);
+    let (out, err) = query(auto_plan(13, &sock), BOUND, &[sock.to_str().unwrap()]);
+    let after = children_of_uid(65534);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    eprintln!("{out}");
+    assert_eq!(
+        out,
+        "ninth=ECONNREFUSED\nafter_half_close=ok\nshort ok=150 refused=0 retries=0\n\
+         again ninth=ECONNREFUSED\nheld=8\n"
+            .replace("retries=0", &format!("retries={}", retries(&out))),
+        "{err}"
+    );
+    assert!(
+        after.iter().all(|p| before.contains(p)),
+        "processes of nobody of the server's left after the plan: {after:?} (before {before:?})"
+    );
+}
+
+/// The `retries=N` the [`BOUND`] query printed (a count, bounded by the script).
+fn retries(out: &str) -> String {
+    out.split_whitespace()
+        .find_map(|w| w.strip_prefix("retries="))
+        .unwrap_or("?")
+        .to_string()
+}
+
+/// The server's child processes whose real uid is `uid` (its connectors of that user).
+fn children_of_uid(uid: u32) -> Vec<u32> {
+    // SAFETY: getpid(2) has no preconditions.
+    let me = unsafe { libc::getpid() }.to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+                return false;
+            };
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.split_whitespace().next().unwrap_or("").to_string())
+            };
+            field("PPid:").as_deref() == Some(me.as_str())
+                && field("Uid:") == Some(uid.to_string())
+                && !status.contains("State:\tZ")
+        })
+        .collect()
+}
+
+/// The query: a first bus connection waits in SASL (the test kills the bus connector
+/// meanwhile, then answers it); then a second and a third `connect`.
+const AFTER_KILL: &str = r#"
+s1 = connect_to(sys.argv[1])
+s1.sendall(b"\0AUTH EXTERNAL " + own_hex().encode() + b"\r\n")
+print("first=%s" % line(s1).split(" ")[0])
+for name in ("second", "third"):
+    try:
+        s = connect_to(sys.argv[1]); print("%s=ok" % name)
+    except OSError as e:
+        print("%s=%s" % (name, errno.errorcode[e.errno]))
+"#;
+
+/// The bus connector killed mid-plan (a host process of the bus user's uid can): the
+/// connection it made lives on, the plan's next bus `connect` fails, the one after is made
+/// by a new connector of the bus user; the broker is not wedged and the plan ends.
+#[test]
+fn a_killed_bus_connector_fails_one_connect_and_is_forked_anew() {
+    if !runnable() || !python() {
+        return;
+    }
+    let d = dir(false);
+    let (sock, l) = listening(d.path(), "system_bus_socket");
+    let bus = std::thread::spawn(move || {
+        let mut c1 = accept_within(&l, 20_000).expect("the first connection");
+        c1.set_nonblocking(false).unwrap();
+        let first = peer(&c1);
+        // SAFETY: pidfd_open, kill and poll of the connector's pid.
+        unsafe {
+            let pidfd = libc::syscall(libc::SYS_pidfd_open, first.pid, 0) as i32;
+            assert!(pidfd >= 0);
+            assert_eq!(libc::kill(first.pid, libc::SIGKILL), 0);
+            let mut p = libc::pollfd {
+                fd: pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            assert_eq!(
+                libc::poll(&mut p, 1, 10_000),
+                1,
+                "the connector did not die"
+            );
+            libc::close(pidfd);
+        }
+        c1.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut nul = [1u8];
+        c1.read_exact(&mut nul).unwrap();
+        let claim = bus_line(&mut c1);
+        c1.write_all(b"OK 0123456789abcdef0123456789abcdef\r\n")
+            .unwrap();
+        // The second `connect` was answered before the third was made: whatever reached
+        // the bus for it is queued by the time the third's connection is.
+        let third = accept_within(&l, 10_000).expect("the third connection");
+        let later: Vec<libc::ucred> = std::iter::once(third)
+            .chain(std::iter::from_fn(|| l.accept().ok().map(|(c, _)| c)))
+            .map(|c| peer(&c))
+            .collect();
+        (first, claim, later, c1)
+    });
+    let (out, err) = query(auto_plan(14, &sock), AFTER_KILL, &[sock.to_str().unwrap()]);
+    let (first, claim, later, _c1) = bus.join().unwrap();
+    assert_eq!(claim, "AUTH EXTERNAL 3635353334");
+    assert_eq!(out, "first=OK\nsecond=ECONNREFUSED\nthird=ok\n", "{err}");
+    assert_eq!(
+        later.len(),
+        1,
+        "connections that reached the bus after the kill"
+    );
+    assert_eq!((first.uid, later[0].uid), (65534, 65534));
+    assert_ne!(later[0].pid, first.pid, "the new connector");
+    assert!(
+        !Path::new(&format!("/proc/{}", later[0].pid)).exists(),
+        "the new connector outlived its plan"
+    );
+}
