@@ -215,10 +215,17 @@ fn bus_user(
     }
     let host = crate::host::root::HostRoot::open(root)
         .map_err(|e| format!("cannot open host root {}: {e}", root.display()))?;
-    let passwd = host
-        .read_opt(std::path::Path::new("/etc/passwd"))
-        .map_err(|e| e.to_string())?
-        .unwrap_or_default();
+    // A regular file of at most 64 MiB, read without blocking: a fifo (or a device) there
+    // is a start error, not a start that never returns.
+    let passwd = match host.read_regular(std::path::Path::new("/etc/passwd"), 64 << 20) {
+        Ok(b) => b,
+        Err(e) if e.is_not_found() => Vec::new(),
+        Err(e) => {
+            // The error with its cause (what is wrong with the file).
+            let cause = std::error::Error::source(&e).map(|c| format!(": {c}"));
+            return Err(format!("{e}{}", cause.unwrap_or_default()));
+        }
+    };
     let shown = root.join("etc/passwd").display().to_string();
     let passwd = (shown.as_str(), &*String::from_utf8_lossy(&passwd));
     let Some(given) = given else {
