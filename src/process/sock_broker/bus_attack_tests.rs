@@ -510,8 +510,8 @@ fn children_of_uid(uid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// The query: a first bus connection waits in SASL (the test kills the bus connector
-/// meanwhile, then answers it); then a second and a third `connect`.
+/// The query: a first bus connection waits in SASL (the test, having its claim, kills the
+/// bus connector meanwhile, then answers it); then a second and a third `connect`.
 const AFTER_KILL: &str = r#"
 s1 = connect_to(sys.argv[1])
 s1.sendall(b"\0AUTH EXTERNAL " + own_hex().encode() + b"\r\n")
@@ -536,6 +536,12 @@ fn a_killed_bus_connector_fails_one_connect_and_is_forked_anew() {
     let bus = std::thread::spawn(move || {
         let mut c1 = accept_within(&l, 20_000).expect("the first connection");
         c1.set_nonblocking(false).unwrap();
+        c1.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        // The filter has the connection once its claim is here (killed before it sent the
+        // connection to the broker, the connector would fail the first `connect` instead).
+        let mut nul = [1u8];
+        c1.read_exact(&mut nul).unwrap();
+        let claim = bus_line(&mut c1);
         let first = peer(&c1);
         // SAFETY: pidfd_open, kill and poll of the connector's pid.
         unsafe {
@@ -554,10 +560,6 @@ fn a_killed_bus_connector_fails_one_connect_and_is_forked_anew() {
             );
             libc::close(pidfd);
         }
-        c1.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut nul = [1u8];
-        c1.read_exact(&mut nul).unwrap();
-        let claim = bus_line(&mut c1);
         c1.write_all(b"OK 0123456789abcdef0123456789abcdef\r\n")
             .unwrap();
         // The second `connect` was answered before the third was made: whatever reached
@@ -584,4 +586,208 @@ fn a_killed_bus_connector_fails_one_connect_and_is_forked_anew() {
         !Path::new(&format!("/proc/{}", later[0].pid)).exists(),
         "the new connector outlived its plan"
     );
+}
+
+/// The query's ways to the bus socket (argv 1) other than its path: a symlink it makes,
+/// a hard link, `//` and `/./` spellings (each reached only through the filter, as the bus
+/// user: the bus sees the claim rewritten), `/proc/self/fd/N` of an `O_PATH` descriptor and
+/// an abstract name (refused). Each sends the NUL and its claim, never waiting for a reply.
+/// argv 2 is a directory the query may write.
+const OTHER_PATHS: &str = r#"
+bus, t = sys.argv[1], sys.argv[2]
+ways = []
+os.symlink(bus, t + "/sym"); ways.append(("symlink", t + "/sym"))
+try:
+    os.link(bus, t + "/hard"); ways.append(("hardlink", t + "/hard"))
+except OSError as e:
+    print("hardlink=not made (%s)" % errno.errorcode[e.errno])
+ways.append(("slashes", "/" + bus))
+ways.append(("dot", os.path.dirname(bus) + "/./" + os.path.basename(bus)))
+fd = os.open(bus, os.O_PATH)
+ways.append(("proc_fd", "/proc/self/fd/%d" % fd))
+ways.append(("abstract", "\0" + bus))
+for name, path in ways:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        s.sendall(b"\0AUTH EXTERNAL " + own_hex().encode() + b"\r\n")
+        print("%s=ok" % name)
+    except OSError as e:
+        print("%s=%s" % (name, errno.errorcode[e.errno]))
+    s.close()
+"#;
+
+/// See [`OTHER_PATHS`]: whatever path reaches the bus socket's inode goes through the
+/// filter as the bus user (the bus gets the claim rewritten, from a peer of uid 65534 that
+/// is not the server); a magic link and an abstract name reach nothing.
+#[test]
+fn every_path_to_the_bus_socket_goes_through_the_filter_as_the_bus_user() {
+    if !runnable() || !python() {
+        return;
+    }
+    let d = dir(false);
+    let (sock, l) = listening(d.path(), "system_bus_socket");
+    let writable = dir(true);
+    let (out, err) = query(
+        auto_plan(15, &sock),
+        OTHER_PATHS,
+        &[sock.to_str().unwrap(), writable.path().to_str().unwrap()],
+    );
+    let results: std::collections::BTreeMap<&str, &str> =
+        out.lines().filter_map(|l| l.split_once('=')).collect();
+    let reached = results.values().filter(|v| **v == "ok").count();
+    for way in ["symlink", "slashes", "dot"] {
+        assert_eq!(results.get(way), Some(&"ok"), "{way}: {out} {err}");
+    }
+    assert_eq!(results.get("proc_fd"), Some(&"ELOOP"), "{out}");
+    assert_eq!(results.get("abstract"), Some(&"ECONNREFUSED"), "{out}");
+    // The plan is over: each filter was shut down, so what it sent is there, then the end.
+    let conns: Vec<UnixStream> = std::iter::from_fn(|| l.accept().ok().map(|(c, _)| c)).collect();
+    assert_eq!(
+        conns.len(),
+        reached,
+        "connections that reached the bus: {out}"
+    );
+    // SAFETY: getpid(2) has no preconditions.
+    let server = unsafe { libc::getpid() };
+    for mut c in conns {
+        let cred = peer(&c);
+        assert_eq!(cred.uid, 65534, "the bus's peer");
+        assert_ne!(cred.pid, server, "the bus's peer is the server");
+        c.set_nonblocking(false).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"\0AUTH EXTERNAL 3635353334\r\n", "{out}");
+    }
+}
+
+/// A process of the bus user's uid on the host (as `nobody`'s daemons are) and the plan's
+/// bus connector (found as the bus's peer while a query waits in SASL): it may not read
+/// the connector's memory (`process_vm_readv`, `/proc/PID/mem`), its environment, its
+/// descriptors (`/proc/PID/fd`, `pidfd_getfd`) nor trace it; the connector was forked from
+/// the server and holds a copy of its memory.
+#[test]
+fn a_host_process_of_the_bus_user_cannot_read_or_trace_the_bus_connector() {
+    if !runnable() || !python() {
+        return;
+    }
+    let d = dir(false);
+    let (sock, l) = listening(d.path(), "system_bus_socket");
+    let bus = std::thread::spawn(move || {
+        let mut c = accept_within(&l, 20_000).expect("the query's connection");
+        let pid = peer(&c).pid;
+        let probed = probe_as_nobody(pid);
+        c.set_nonblocking(false).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut nul = [1u8];
+        c.read_exact(&mut nul).unwrap();
+        let _ = bus_line(&mut c);
+        c.write_all(b"OK 0123456789abcdef0123456789abcdef\r\n")
+            .unwrap();
+        (pid, probed)
+    });
+    let script = r#"
+s = connect_to(sys.argv[1])
+s.sendall(b"\0AUTH EXTERNAL " + own_hex().encode() + b"\r\n")
+print(line(s).split(" ")[0])
+"#;
+    let (out, err) = query(auto_plan(16, &sock), script, &[sock.to_str().unwrap()]);
+    let (pid, probed) = bus.join().unwrap();
+    assert_eq!(out, "OK\n", "{err}");
+    assert_eq!(
+        probed,
+        [
+            ("process_vm_readv", libc::EPERM),
+            ("open /proc/PID/mem", libc::EACCES),
+            ("open /proc/PID/environ", libc::EACCES),
+            ("readlink /proc/PID/fd/0", libc::EACCES),
+            ("ptrace attach", libc::EPERM),
+            ("pidfd_getfd 0", libc::EPERM),
+        ],
+        "what a process of uid 65534 got of the bus connector {pid}"
+    );
+}
+
+/// In a child of uid and gid 65534 (no group, forked: system calls only), each probe of
+/// process `pid` and the `errno` it failed with (0: it worked).
+fn probe_as_nobody(pid: i32) -> Vec<(&'static str, i32)> {
+    let names = [
+        "process_vm_readv",
+        "open /proc/PID/mem",
+        "open /proc/PID/environ",
+        "readlink /proc/PID/fd/0",
+        "ptrace attach",
+        "pidfd_getfd 0",
+    ];
+    let paths = [
+        format!("/proc/{pid}/mem\0"),
+        format!("/proc/{pid}/environ\0"),
+        format!("/proc/{pid}/fd/0\0"),
+    ];
+    let (r, w) = nix::unistd::pipe().unwrap();
+    // SAFETY: fork; the child makes system calls only, on data prepared above, writes its
+    // results to the pipe and exits.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY (the child): plain system calls on integers and our buffers.
+        unsafe {
+            let errno = || *libc::__errno_location();
+            let mut res = [0i32; 6];
+            if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
+                || libc::syscall(libc::SYS_setresgid, 65534, 65534, 65534) != 0
+                || libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) != 0
+            {
+                libc::_exit(2);
+            }
+            let mut buf = [0u8; 64];
+            let local = libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: 8,
+            };
+            let remote = libc::iovec {
+                iov_base: 0x1000 as *mut libc::c_void,
+                iov_len: 8,
+            };
+            res[0] = if libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) < 0 {
+                errno()
+            } else {
+                0
+            };
+            for (i, p) in paths[..2].iter().enumerate() {
+                let fd = libc::open(p.as_ptr().cast(), libc::O_RDONLY);
+                res[1 + i] = if fd < 0 { errno() } else { 0 };
+            }
+            res[3] = if libc::readlink(paths[2].as_ptr().cast(), buf.as_mut_ptr().cast(), 64) < 0 {
+                errno()
+            } else {
+                0
+            };
+            res[4] = if libc::ptrace(libc::PTRACE_ATTACH, pid, 0, 0) < 0 {
+                errno()
+            } else {
+                0
+            };
+            let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+            res[5] = if pidfd < 0 {
+                1000 + errno()
+            } else if libc::syscall(libc::SYS_pidfd_getfd, pidfd, 0, 0) < 0 {
+                errno()
+            } else {
+                0
+            };
+            libc::write(w.as_raw_fd(), res.as_ptr().cast(), 24);
+            libc::_exit(0);
+        }
+    }
+    drop(w);
+    let mut got = [0u8; 24];
+    std::fs::File::from(r).read_exact(&mut got).unwrap();
+    // SAFETY: reap our child.
+    unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
+    names
+        .iter()
+        .zip(got.chunks(4))
+        .map(|(n, c)| (*n, i32::from_ne_bytes(c.try_into().unwrap())))
+        .collect()
 }
