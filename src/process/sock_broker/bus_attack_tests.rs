@@ -690,7 +690,8 @@ fn every_path_to_the_bus_socket_goes_through_the_filter_as_the_bus_user() {
 /// bus connector (found as the bus's peer while a query waits in SASL): it may not read
 /// the connector's memory (`process_vm_readv`, `/proc/PID/mem`), its environment, its
 /// descriptors (`/proc/PID/fd`, `pidfd_getfd`) nor trace it; the connector was forked from
-/// the server and holds a copy of its memory.
+/// the server and holds a copy of its memory. It holds two descriptors (the bus socket's,
+/// its channel) and is the bus user with no group, no capability, `no_new_privs`.
 #[test]
 fn a_host_process_of_the_bus_user_cannot_read_or_trace_the_bus_connector() {
     if !runnable() || !python() {
@@ -702,6 +703,35 @@ fn a_host_process_of_the_bus_user_cannot_read_or_trace_the_bus_connector() {
         let mut c = accept_within(&l, 20_000).expect("the query's connection");
         let pid = peer(&c).pid;
         let probed = probe_as_nobody(pid);
+        let fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .map(|e| {
+                let target = std::fs::read_link(e.unwrap().path()).unwrap();
+                let target = target.to_string_lossy();
+                if target.starts_with("socket:") {
+                    "socket".to_string()
+                } else {
+                    target.into_owned()
+                }
+            })
+            .collect();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let status: Vec<String> = status
+            .lines()
+            .filter(|l| {
+                [
+                    "Uid:",
+                    "Gid:",
+                    "Groups:",
+                    "CapEff:",
+                    "CapPrm:",
+                    "NoNewPrivs:",
+                ]
+                .iter()
+                .any(|k| l.starts_with(k))
+            })
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect();
         c.set_nonblocking(false).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut nul = [1u8];
@@ -709,7 +739,7 @@ fn a_host_process_of_the_bus_user_cannot_read_or_trace_the_bus_connector() {
         let _ = bus_line(&mut c);
         c.write_all(b"OK 0123456789abcdef0123456789abcdef\r\n")
             .unwrap();
-        (pid, probed)
+        (pid, probed, fds, status)
     });
     let script = r#"
 s = connect_to(sys.argv[1])
@@ -717,8 +747,26 @@ s.sendall(b"\0AUTH EXTERNAL " + own_hex().encode() + b"\r\n")
 print(line(s).split(" ")[0])
 "#;
     let (out, err) = query(auto_plan(16, &sock), script, &[sock.to_str().unwrap()]);
-    let (pid, probed) = bus.join().unwrap();
+    let (pid, probed, mut fds, status) = bus.join().unwrap();
     assert_eq!(out, "OK\n", "{err}");
+    fds.sort();
+    assert_eq!(
+        fds,
+        [sock.display().to_string(), "socket".into()],
+        "the bus connector's descriptors: the bus socket's and its channel alone"
+    );
+    assert_eq!(
+        status,
+        [
+            "Uid: 65534 65534 65534 65534",
+            "Gid: 65534 65534 65534 65534",
+            "Groups:",
+            "CapPrm: 0000000000000000",
+            "CapEff: 0000000000000000",
+            "NoNewPrivs: 1",
+        ],
+        "the bus connector's credentials"
+    );
     assert_eq!(
         probed,
         [
