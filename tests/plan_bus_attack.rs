@@ -166,3 +166,37 @@ fn a_passwd_out_of_the_host_root_or_a_fifo_is_never_read() {
         );
     }
 }
+
+/// The default bus user (`nobody`) when the host root's `/etc/passwd` has a `nobody` entry
+/// that is root's or malformed: a start error saying so, naming the file (it was the
+/// fallback to the query user, with a line on stderr saying the file had no `nobody`);
+/// without any `nobody` entry (a short line is none), the documented fallback.
+#[test]
+fn a_default_nobody_of_root_or_malformed_is_a_start_error() {
+    for (passwd, why) in [
+        ("nobody:x:0:0::/:/bin/false\n", "user 0 group 0, root's"),
+        (
+            "nobody:x:65534:0::/:/bin/false\n",
+            "user 65534 group 0, root's",
+        ),
+        (
+            "nobody:x:nobody:65534::/:/bin/false\n",
+            "gives it ids that are no numbers",
+        ),
+    ] {
+        let d = root_with(passwd);
+        let got = bus_user_of(d.path(), &[]);
+        assert!(
+            got.as_ref().is_err_and(|e| e.contains(why)
+                && e.contains(&d.path().join("etc/passwd").display().to_string())
+                || e.contains(why) && e.contains("--plan-bus-user nobody")),
+            "{passwd:?}: {got:?}"
+        );
+    }
+    let d = root_with("nobody:x:65534\n");
+    assert_eq!(
+        bus_user_of(d.path(), &[]),
+        Ok(None),
+        "a short line names nobody"
+    );
+}

@@ -203,7 +203,8 @@ fn allowed_sockets(root: &std::path::Path, paths: &[PathBuf]) -> Vec<PathBuf> {
 /// system bus).
 ///
 /// # Errors
-/// The root or the file cannot be read; a user given is not in it, or is root's.
+/// The root or the file cannot be read (not a regular file: a fifo); a user given is not
+/// in it; the user given, or the default's `nobody` entry, is root's or malformed.
 fn bus_user(
     root: &std::path::Path,
     given: Option<&crate::process::sandbox::BusUser>,
@@ -230,6 +231,15 @@ fn bus_user(
     let passwd = (shown.as_str(), &*String::from_utf8_lossy(&passwd));
     let Some(given) = given else {
         let nobody = BusUser::Named("nobody".into()).resolve(passwd);
+        // An entry of `nobody` that is root's or malformed is a start error, as for a user
+        // given; only a file without one falls back.
+        let named = passwd.1.lines().any(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            f.len() >= 4 && f[0] == "nobody"
+        });
+        if named {
+            return nobody;
+        }
         if nobody.is_err()
             && allowed
                 .iter()
