@@ -63,6 +63,8 @@
 //!   holes known on the branch `sandbox` (ignored, named in their `ignore`) and what holds.
 //! - `plan_broker_attack`: attacks on a plan's socket broker (`process::sock_broker`):
 //!   odd addresses and ABIs, stacked listeners, other families, floods, stalls, lifetimes.
+//! - `plan_bus_attack`: bad input to `serve --plan-bus-user` (root in any spelling, a user
+//!   missing, malformed `/etc/passwd` lines, one out of the host root or a fifo).
 //! - `plan_old_kernel`: `serve` under a 2.6 `uname` (`UNAME26`): no socket broker, a plan
 //!   still plans and its commands make no Unix socket.
 //! - `plan_stop`: how a `package_plan` stops: `--plan-max-operations`, a chain at its first
@@ -102,6 +104,7 @@ mod nvidia_tuned_port;
 mod orphans;
 mod plan_attack;
 mod plan_broker_attack;
+mod plan_bus_attack;
 mod plan_escape;
 mod plan_limits_attack;
 mod plan_old_kernel;

@@ -204,7 +204,8 @@ fn allowed_sockets(root: &std::path::Path, paths: &[PathBuf]) -> Vec<PathBuf> {
 /// system bus).
 ///
 /// # Errors
-/// The root or the file cannot be read; a user given is not in it, or is root's.
+/// The root or the file cannot be read (not a regular file: a fifo); a user given is not
+/// in it; the user given, or the default's `nobody` entry, is root's or malformed.
 fn bus_user(
     root: &std::path::Path,
     given: Option<&crate::process::sandbox::BusUser>,
@@ -216,14 +217,30 @@ fn bus_user(
     }
     let host = crate::host::root::HostRoot::open(root)
         .map_err(|e| format!("cannot open host root {}: {e}", root.display()))?;
-    let passwd = host
-        .read_opt(std::path::Path::new("/etc/passwd"))
-        .map_err(|e| e.to_string())?
-        .unwrap_or_default();
+    // A regular file of at most 64 MiB, read without blocking: a fifo (or a device) there
+    // is a start error, not a start that never returns.
+    let passwd = match host.read_regular(std::path::Path::new("/etc/passwd"), 64 << 20) {
+        Ok(b) => b,
+        Err(e) if e.is_not_found() => Vec::new(),
+        Err(e) => {
+            // The error with its cause (what is wrong with the file).
+            let cause = std::error::Error::source(&e).map(|c| format!(": {c}"));
+            return Err(format!("{e}{}", cause.unwrap_or_default()));
+        }
+    };
     let shown = root.join("etc/passwd").display().to_string();
     let passwd = (shown.as_str(), &*String::from_utf8_lossy(&passwd));
     let Some(given) = given else {
         let nobody = BusUser::Named("nobody".into()).resolve(passwd);
+        // An entry of `nobody` that is root's or malformed is a start error, as for a user
+        // given; only a file without one falls back.
+        let named = passwd.1.lines().any(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            f.len() >= 4 && f[0] == "nobody"
+        });
+        if named {
+            return nobody;
+        }
         if nobody.is_err()
             && allowed
                 .iter()

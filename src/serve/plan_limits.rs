@@ -140,7 +140,17 @@ impl PlanLimits {
             .map_err(|e| format!("cannot open host root {}: {e}", root.display()))?;
         let read = |name: &str| -> Result<(String, String), String> {
             let p = std::path::Path::new(name);
-            let text = host.read_opt(p).map_err(|e| e.to_string())?;
+            // A regular file of at most 64 MiB, read without blocking: a fifo there is a
+            // start error, not a start that never returns.
+            let text = match host.read_regular(p, 64 << 20) {
+                Ok(b) => Some(b),
+                Err(e) if e.is_not_found() => None,
+                Err(e) => {
+                    // The error with its cause (what is wrong with the file).
+                    let cause = std::error::Error::source(&e).map(|c| format!(": {c}"));
+                    return Err(format!("{e}{}", cause.unwrap_or_default()));
+                }
+            };
             let shown = root
                 .join(name.trim_start_matches('/'))
                 .display()

@@ -120,6 +120,7 @@ pub(super) fn start_bounded(
         connections: 0,
         answers: 0,
         max_listeners,
+        filters: Vec::new(),
     };
     let thread = std::thread::Builder::new()
         .name("plan-sockets".into())
@@ -182,6 +183,26 @@ struct State {
     answers: usize,
     /// Most listeners held at once ([`MAX_LISTENERS`]).
     max_listeners: usize,
+    /// The plan's D-Bus filters still running: each one's thread and descriptors of its
+    /// two sockets (its end of the query's stream pair, the bus connection), shut down
+    /// when the broker's thread ends.
+    filters: Vec<(
+        std::thread::JoinHandle<()>,
+        [std::os::unix::net::UnixStream; 2],
+    )>,
+}
+
+impl Drop for State {
+    /// The plan is over: every filter of its still running ends (both its sockets shut
+    /// down, so a write it is blocked in fails and its reads end, the bus's reply awaited
+    /// in SASL included), with the bus connection and the bus user's place it holds. A
+    /// query's end of the pair can outlive every process of the plan (sent over itself,
+    /// in flight on the filter's unread end), so the query's exit alone does not end them.
+    fn drop(&mut self) {
+        for end in self.filters.iter().flat_map(|(_, ends)| ends) {
+            let _ = end.shutdown(std::net::Shutdown::Both);
+        }
+    }
 }
 
 /// The system bus's connections of a plan whose bus user is not its query user.
@@ -802,11 +823,17 @@ impl State {
         let errno = |e: io::Error| e.raw_os_error().unwrap_or(libc::ECONNREFUSED);
         let (query, filter) = UnixStream::pair().map_err(errno)?;
         let bus = UnixStream::from(conn);
-        match as_bus_user {
+        let kept = [
+            filter.try_clone().map_err(errno)?,
+            bus.try_clone().map_err(errno)?,
+        ];
+        let thread = match as_bus_user {
             Some((claim, permit)) => dbus_filter::spawn_as(filter, bus, claim, permit),
             None => dbus_filter::spawn(filter, bus),
         }
         .map_err(errno)?;
+        self.filters.retain(|(t, _)| !t.is_finished());
+        self.filters.push((thread, kept));
         Ok(OwnedFd::from(query))
     }
 }

@@ -71,7 +71,9 @@
 //! `BUS_USER_IN_ALL` (32: 4 default plans of 8, an eighth of the per-uid budget, half the
 //! unauthenticated one); past either the `connect` is `ECONNREFUSED` at once, nothing
 //! reaches the bus. The filter's thread holds the place (`BusPermit`) while the connection
-//! lives. A plan of `--plan-bus-user query` has one connector, as before, and no such
+//! lives, and no longer than the plan: when the broker's thread ends it shuts down every
+//! filter of its plan still running (a query's end of the pair can outlive the query, sent
+//! over itself and left unread on the filter's end while the filter waits to write). A plan of `--plan-bus-user query` has one connector, as before, and no such
 //! bound but the per-plan one below.
 //!
 //! Why the lookup is the broker thread's and not the connector's: it needs nothing but
@@ -103,6 +105,8 @@
 #[cfg(test)]
 mod bound_tests;
 mod broker;
+#[cfg(test)]
+mod bus_attack_tests;
 mod connector;
 #[cfg(test)]
 mod tests;

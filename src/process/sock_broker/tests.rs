@@ -11,7 +11,7 @@ use crate::process::sandbox::{self, Limits, QueryUsers};
 use crate::process::{Options, Sink, Spec, Stream};
 
 /// A command's standard output, and its standard error.
-struct Out(Vec<u8>, Vec<u8>);
+pub(super) struct Out(Vec<u8>, Vec<u8>);
 
 impl Sink for Out {
     fn chunk(&mut self, stream: Stream, bytes: &[u8]) -> std::ops::ControlFlow<()> {
@@ -31,7 +31,7 @@ pub(super) fn sandboxed(limits: Limits, program: &str, args: &[&str]) -> String 
 }
 
 /// [`sandboxed`]'s standard output and standard error.
-fn sandboxed_both(limits: Limits, program: &str, args: &[&str]) -> (String, String) {
+pub(super) fn sandboxed_both(limits: Limits, program: &str, args: &[&str]) -> (String, String) {
     let spec = Spec {
         program: program.into(),
         args: args.iter().map(Into::into).collect(),
@@ -85,7 +85,7 @@ pub(super) fn runnable() -> bool {
     nix::unistd::geteuid().is_root() && Path::new("/usr/bin/perl").exists() && super::supported()
 }
 
-fn allowing(paths: &[&Path]) -> Limits {
+pub(super) fn allowing(paths: &[&Path]) -> Limits {
     Limits {
         allow_sockets: paths.iter().map(|p| p.to_path_buf()).collect(),
         ..Limits::default()
@@ -98,7 +98,7 @@ pub(super) fn accepted(l: &UnixListener) -> Vec<UnixStream> {
 }
 
 /// A connection of `l` (non-blocking) once one comes within `ms` milliseconds (`poll`).
-fn accept_within(l: &UnixListener, ms: i32) -> Option<UnixStream> {
+pub(super) fn accept_within(l: &UnixListener, ms: i32) -> Option<UnixStream> {
     let mut p = libc::pollfd {
         fd: l.as_raw_fd(),
         events: libc::POLLIN,
@@ -109,7 +109,7 @@ fn accept_within(l: &UnixListener, ms: i32) -> Option<UnixStream> {
     l.accept().ok().map(|(c, _)| c)
 }
 
-fn peer(c: &UnixStream) -> libc::ucred {
+pub(super) fn peer(c: &UnixStream) -> libc::ucred {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -453,7 +453,7 @@ fn a_query_rewriting_its_address_or_a_symlink_reaches_no_other_socket() {
 /// reference daemon's system-bus checks) listening on `d/system_bus_socket` (the name the
 /// broker filters), every user allowed; `None` (skipped, or failed under
 /// `SKYHOOK_REQUIRE_ALL=1`) without `dbus-daemon`, `dbus-send` and `busctl`.
-fn system_bus(d: &Path) -> Option<(std::process::Child, PathBuf)> {
+pub(super) fn system_bus(d: &Path) -> Option<(std::process::Child, PathBuf)> {
     for tool in [
         "/usr/bin/dbus-daemon",
         "/usr/bin/dbus-send",
