@@ -129,6 +129,22 @@ fn auto_plan(slot: usize, sock: &Path) -> Limits {
     }
 }
 
+/// `script` run as [`query`] in a plan of `auto`'s slot `slot` whose only allowed socket
+/// is a real `dbus-daemon` system bus of the test's ([`system_bus`]), with the bus's path as
+/// its argument; the bus is stopped when the plan is over. `None` when the test cannot run
+/// here (not root, no `python3` or no `dbus-daemon`: skipped as those say).
+fn query_at_a_bus(slot: usize, script: &str) -> Option<(String, String)> {
+    if !runnable() || !python() {
+        return None;
+    }
+    let d = dir(false);
+    let (mut daemon, sock) = system_bus(d.path())?;
+    let out = query(auto_plan(slot, &sock), script, &[sock.to_str().unwrap()]);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    Some(out)
+}
+
 /// One `\r\n` line from the bus's side of a connection.
 fn bus_line(c: &mut UnixStream) -> String {
     let mut b = Vec::new();
@@ -322,20 +338,9 @@ for name, lines in variants:
 /// the bus connector's (not the server's); the four a client sends are taken.
 #[test]
 fn every_sasl_variant_is_the_bus_user_or_refused_at_the_reference_dbus_daemon() {
-    if !runnable() || !python() {
-        return;
-    }
-    let d = dir(false);
-    let Some((mut daemon, sock)) = system_bus(d.path()) else {
+    let Some((out, err)) = query_at_a_bus(12, SASL_VARIANTS) else {
         return;
     };
-    let (out, err) = query(
-        auto_plan(12, &sock),
-        SASL_VARIANTS,
-        &[sock.to_str().unwrap()],
-    );
-    let _ = daemon.kill();
-    let _ = daemon.wait();
     eprintln!("{out}");
     let results: std::collections::BTreeMap<&str, &str> =
         out.lines().filter_map(|l| l.split_once(':')).collect();
@@ -466,16 +471,9 @@ print("held=%d" % len(held))
 /// user started for the plan outlives it (the pid the bus saw is gone).
 #[test]
 fn stalled_connections_fill_the_plans_bound_and_closed_ones_give_their_place_back() {
-    if !runnable() || !python() {
-        return;
-    }
-    let d = dir(false);
-    let Some((mut daemon, sock)) = system_bus(d.path()) else {
+    let Some((out, err)) = query_at_a_bus(13, BOUND) else {
         return;
     };
-    let (out, err) = query(auto_plan(13, &sock), BOUND, &[sock.to_str().unwrap()]);
-    let _ = daemon.kill();
-    let _ = daemon.wait();
     eprintln!("{out}");
     let (out, pid) = connector_pid(&out);
     assert_eq!(
@@ -910,20 +908,9 @@ print("held=%d" % len(held))
 /// it.
 #[test]
 fn queries_killed_mid_connect_leave_no_place_taken() {
-    if !runnable() || !python() {
-        return;
-    }
-    let d = dir(false);
-    let Some((mut daemon, sock)) = system_bus(d.path()) else {
+    let Some((out, err)) = query_at_a_bus(17, DIED_MID_CONNECT) else {
         return;
     };
-    let (out, err) = query(
-        auto_plan(17, &sock),
-        DIED_MID_CONNECT,
-        &[sock.to_str().unwrap()],
-    );
-    let _ = daemon.kill();
-    let _ = daemon.wait();
     let (out, pid) = connector_pid(&out);
     assert_eq!(out, "ninth=ECONNREFUSED\nheld=8\n", "{err}");
     assert_connector_gone(pid);
