@@ -528,46 +528,14 @@ pub fn start(limits: &Limits) -> io::Result<Started> {
 /// # Errors
 /// `recvmsg` failed, or the init exited before it reported.
 fn receive_report(sock: &OwnedFd) -> io::Result<(u8, Option<OwnedFd>)> {
-    let mut status = 0u8;
-    let mut iov = libc::iovec {
-        iov_base: (&raw mut status).cast(),
-        iov_len: 1,
-    };
-    let mut control = [0u64; 8];
-    // SAFETY: msghdr is plain data; every pointer set below is to a live local buffer.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &raw mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    let n = loop {
-        // SAFETY: recvmsg into the buffers described by msg.
-        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &raw mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            break n;
-        }
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut proc = None;
-    // SAFETY: walking the control messages recvmsg wrote into `control`.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let fd = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
-                proc = Some(OwnedFd::from_raw_fd(fd));
-            }
-            c = libc::CMSG_NXTHDR(&raw const msg, c);
-        }
-    }
+    let mut status = [0u8; 1];
+    let (n, proc) = super::sock_broker::receive_fd(sock.as_raw_fd(), &mut status, true)?;
     if n != 1 {
         return Err(io::Error::other(
             "the plan's init exited before it reported",
         ));
     }
-    Ok((status, proc))
+    Ok((status[0], proc))
 }
 
 /// Make the calling process `user` (the spawned child, after its `chroot` and `chdir`,

@@ -295,7 +295,7 @@ fn run(inbox: &OwnedFd, stop: &OwnedFd, mut state: State) {
             listeners.swap_remove(i);
         }
         if fds[1].revents != 0 {
-            while let Some((_, fd)) = receive_fd(inbox.as_raw_fd(), &mut [0u8; 1]) {
+            while let Ok((1.., fd)) = receive_fd(inbox.as_raw_fd(), &mut [0u8; 1], false) {
                 if let Some(fd) = fd
                     && listeners.len() < state.max_listeners
                 {

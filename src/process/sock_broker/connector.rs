@@ -70,10 +70,18 @@ pub(in crate::process) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) })
 }
 
-/// Receive one descriptor sent with a message on `sock` (`MSG_DONTWAIT`): the message's
-/// bytes (up to `buf`'s length) and the descriptor, if any. `None` when nothing is there or
-/// the peer is gone.
-pub(super) fn receive_fd(sock: RawFd, buf: &mut [u8]) -> Option<(usize, Option<OwnedFd>)> {
+/// Receive one message on `sock` and the first descriptor sent with it (`SCM_RIGHTS`, made
+/// close-on-exec; any other is closed): the message's length (up to `buf`'s, 0 when the peer
+/// is gone) and the descriptor, if any. With `wait` false, `MSG_DONTWAIT`. The socket
+/// broker's inbox and connector channel, the sandbox init's report.
+///
+/// # Errors
+/// `recvmsg`'s (`EAGAIN` when `wait` is false and nothing is there); `EINTR` is retried.
+pub(in crate::process) fn receive_fd(
+    sock: RawFd,
+    buf: &mut [u8],
+    wait: bool,
+) -> io::Result<(usize, Option<OwnedFd>)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -85,16 +93,16 @@ pub(super) fn receive_fd(sock: RawFd, buf: &mut [u8]) -> Option<(usize, Option<O
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
     msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: recvmsg into the buffers described by msg.
-    let n = unsafe {
-        libc::recvmsg(
-            sock,
-            &raw mut msg,
-            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
-        )
+    let flags = libc::MSG_CMSG_CLOEXEC | if wait { 0 } else { libc::MSG_DONTWAIT };
+    let n = loop {
+        // SAFETY: recvmsg into the buffers described by msg.
+        let n = unsafe { libc::recvmsg(sock, &raw mut msg, flags) };
+        if n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            break n;
+        }
     };
-    if n <= 0 {
-        return None;
+    if n < 0 {
+        return Err(io::Error::last_os_error());
     }
     let mut fd = None;
     // SAFETY: walking the control messages recvmsg wrote into `control`; each descriptor
@@ -116,7 +124,7 @@ pub(super) fn receive_fd(sock: RawFd, buf: &mut [u8]) -> Option<(usize, Option<O
             c = libc::CMSG_NXTHDR(&raw const msg, c);
         }
     }
-    Some((n as usize, fd))
+    Ok((n as usize, fd))
 }
 
 /// The connector's `SO_SNDTIMEO` while it connects (a Unix `connect` waits that long for
@@ -292,8 +300,8 @@ impl Connector {
             }
         }
         let mut reply = [0u8; 4];
-        match receive_fd(self.chan.as_raw_fd(), &mut reply) {
-            Some((4, fd)) => match (i32::from_ne_bytes(reply), fd) {
+        match receive_fd(self.chan.as_raw_fd(), &mut reply, false) {
+            Ok((4, fd)) => match (i32::from_ne_bytes(reply), fd) {
                 (0, Some(fd)) => Ok(Ok(fd)),
                 (0, None) => Err(io::Error::other("the connector sent no socket")),
                 (e, _) => Ok(Err(e)),

@@ -112,4 +112,4 @@ mod connector;
 mod tests;
 
 pub(super) use broker::{Broker, send_listener, start, supported};
-pub(super) use connector::seqpacket_pair;
+pub(super) use connector::{receive_fd, seqpacket_pair};
