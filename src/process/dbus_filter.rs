@@ -179,29 +179,45 @@ pub fn spawn_as(
 pub const MAX_CONNECTIONS: usize = 256;
 
 /// The filters running.
-static LIVE: Live = Live::new(MAX_CONNECTIONS);
+static LIVE: Budget = Budget::new(MAX_CONNECTIONS);
 
-/// A count of running filters with its bound.
-struct Live {
+/// A count of live things (connections) with its bound, shared by threads: the filters
+/// running ([`MAX_CONNECTIONS`]), and the socket broker's connections made as the bus user.
+#[derive(Debug)]
+pub(crate) struct Budget {
     count: AtomicUsize,
     max: usize,
 }
 
-impl Live {
-    const fn new(max: usize) -> Self {
-        Live {
+impl Budget {
+    pub(crate) const fn new(max: usize) -> Budget {
+        Budget {
             count: AtomicUsize::new(0),
             max,
         }
     }
+
+    /// One more, unless `max` are live.
+    pub(crate) fn take(&self) -> bool {
+        self.count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// One fewer (one [`Budget::take`] ended).
+    pub(crate) fn give_back(&self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
-/// One running filter of a [`Live`] count, given back when dropped.
-struct Counted(&'static Live);
+/// One running filter of a [`Budget`], given back when dropped.
+struct Counted(&'static Budget);
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.0.count.fetch_sub(1, Ordering::AcqRel);
+        self.0.give_back();
     }
 }
 
@@ -209,15 +225,13 @@ impl Drop for Counted {
 fn spawn_counted(
     client: UnixStream,
     bus: UnixStream,
-    live: &'static Live,
+    live: &'static Budget,
     claim: Option<Claim>,
     hold: impl Send + 'static,
 ) -> io::Result<JoinHandle<()>> {
-    live.count
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < live.max).then_some(n + 1)
-        })
-        .map_err(|_| io::Error::from_raw_os_error(libc::EAGAIN))?;
+    if !live.take() {
+        return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+    }
     let counted = Counted(live);
     let (client, bus) = (Arc::new(client), Arc::new(bus));
     std::thread::Builder::new()

@@ -595,7 +595,7 @@ fn the_filter_ends_when_either_side_closes() {
 /// is refused with `EAGAIN`; when one ends its place is free again.
 #[test]
 fn no_more_connections_than_the_bound_are_filtered_at_once() {
-    static THREE: Live = Live::new(3);
+    static THREE: Budget = Budget::new(3);
     let open = || {
         let (client, filter_client) = UnixStream::pair().unwrap();
         let (bus, filter_bus) = UnixStream::pair().unwrap();

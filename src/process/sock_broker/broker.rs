@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use super::connector::{
     Allowed, BUS_USER_PER_PLAN, Budget, BusPermit, CONNECT_WITHIN, Connector, IN_ALL, allowed,
-    receive_fd, seqpacket_pair,
+    proc_fd_address, receive_fd, seqpacket_pair,
 };
 use crate::process::sandbox::QueryUser;
 
@@ -555,22 +555,9 @@ fn refusal_of(file: &OwnedFd) -> i32 {
     }
     // SAFETY: a descriptor just made, owned by nobody else.
     let s = unsafe { OwnedFd::from_raw_fd(s) };
-    // SAFETY: sockaddr_un is plain data.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let path = format!("/proc/self/fd/{}", file.as_raw_fd());
-    for (d, b) in addr.sun_path.iter_mut().zip(path.bytes()) {
-        *d = b as libc::c_char;
-    }
-    let len = std::mem::size_of::<libc::sa_family_t>() + path.len() + 1;
+    let (addr, len) = proc_fd_address(file.as_raw_fd());
     // SAFETY: connect(2) of a socket we own to an address of ours of the length given.
-    let r = unsafe {
-        libc::connect(
-            s.as_raw_fd(),
-            (&raw const addr).cast(),
-            len as libc::socklen_t,
-        )
-    };
+    let r = unsafe { libc::connect(s.as_raw_fd(), (&raw const addr).cast(), len) };
     match r {
         0 => libc::ECONNREFUSED, // not reached: the file is no socket
         _ => errno(),

@@ -6,9 +6,9 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+pub(super) use crate::process::dbus_filter::Budget;
 use crate::process::sandbox::QueryUser;
 
 /// How long one connection may take: the connector's `SO_SNDTIMEO` is 2 s of it, a
@@ -141,35 +141,6 @@ pub(super) const BUS_USER_PER_PLAN: usize = 8;
 /// Most connections to the system bus the process holds at once as the bus user, over
 /// every plan.
 pub(super) const BUS_USER_IN_ALL: usize = 32;
-
-/// A count of live connections made as the bus user, with its bound.
-#[derive(Debug)]
-pub(super) struct Budget {
-    count: AtomicUsize,
-    max: usize,
-}
-
-impl Budget {
-    pub(super) const fn new(max: usize) -> Budget {
-        Budget {
-            count: AtomicUsize::new(0),
-            max,
-        }
-    }
-
-    /// One more, unless `max` are live.
-    fn take(&self) -> bool {
-        self.count
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.max).then_some(n + 1)
-            })
-            .is_ok()
-    }
-
-    fn give_back(&self) {
-        self.count.fetch_sub(1, Ordering::AcqRel);
-    }
-}
 
 /// The process's bus-user connections ([`BUS_USER_IN_ALL`]).
 pub(super) static IN_ALL: Budget = Budget::new(BUS_USER_IN_ALL);
@@ -326,7 +297,7 @@ impl Drop for Connector {
 }
 
 /// A `sockaddr_un` of `/proc/self/fd/FD` and its length.
-fn proc_fd_address(fd: RawFd) -> (libc::sockaddr_un, libc::socklen_t) {
+pub(super) fn proc_fd_address(fd: RawFd) -> (libc::sockaddr_un, libc::socklen_t) {
     // SAFETY: sockaddr_un is plain data.
     let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     a.sun_family = libc::AF_UNIX as libc::sa_family_t;
