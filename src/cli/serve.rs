@@ -217,34 +217,17 @@ fn bus_user(
     }
     let host = crate::host::root::HostRoot::open(root)
         .map_err(|e| format!("cannot open host root {}: {e}", root.display()))?;
-    // A regular file of at most 64 MiB, read without blocking: a fifo (or a device) there
-    // is a start error, not a start that never returns.
-    let passwd = match host.read_regular(std::path::Path::new("/etc/passwd"), 64 << 20) {
-        Ok(b) => b,
-        Err(e) if e.is_not_found() => Vec::new(),
-        Err(e) => {
-            // The error with its cause (what is wrong with the file).
-            let cause = std::error::Error::source(&e).map(|c| format!(": {c}"));
-            return Err(format!("{e}{}", cause.unwrap_or_default()));
-        }
-    };
-    let shown = root.join("etc/passwd").display().to_string();
-    let passwd = (shown.as_str(), &*String::from_utf8_lossy(&passwd));
+    let (shown, passwd) = crate::serve::plan_limits::read_user_db(&host, root, "/etc/passwd")?;
+    let passwd = (shown.as_str(), passwd.as_str());
     let Some(given) = given else {
-        let nobody = BusUser::Named("nobody".into()).resolve(passwd);
         // An entry of `nobody` that is root's or malformed is a start error, as for a user
         // given; only a file without one falls back.
-        let named = passwd.1.lines().any(|l| {
-            let f: Vec<&str> = l.split(':').collect();
-            f.len() >= 4 && f[0] == "nobody"
-        });
-        if named {
-            return nobody;
+        if BusUser::listed(passwd.1, "nobody") {
+            return BusUser::Named("nobody".into()).resolve(passwd);
         }
-        if nobody.is_err()
-            && allowed
-                .iter()
-                .any(|p| p.file_name() == Some("system_bus_socket".as_ref()))
+        if allowed
+            .iter()
+            .any(|p| p.file_name() == Some("system_bus_socket".as_ref()))
         {
             eprintln!(
                 "skyhook-agent serve: {shown} has no user nobody: a package plan's D-Bus \
@@ -253,7 +236,7 @@ fn bus_user(
                  --plan-bus-user NAME"
             );
         }
-        return Ok(nobody.ok().flatten());
+        return Ok(None);
     };
     given.resolve(passwd)
 }

@@ -234,16 +234,9 @@ impl BusUser {
             BusUser::Ids(u) => return Ok(Some(*u)),
             BusUser::Named(k) => k,
         };
-        let entries = || {
-            passwd
-                .1
-                .lines()
-                .map(|l| l.split(':').collect::<Vec<_>>())
-                .filter(|f| f.len() >= 4)
-        };
-        let entry = entries()
+        let entry = passwd_entries(passwd.1)
             .find(|f| f[0] == key)
-            .or_else(|| entries().find(|f| f[2] == key))
+            .or_else(|| passwd_entries(passwd.1).find(|f| f[2] == key))
             .ok_or_else(|| {
                 format!(
                     "--plan-bus-user {key}: no such user in {} (give a user the host's \
@@ -262,6 +255,23 @@ impl BusUser {
         };
         bus_ids(key, id(entry[2])?, id(entry[3])?).map(Some)
     }
+}
+
+impl BusUser {
+    /// Whether `passwd` (the text of an `/etc/passwd`) has an entry (4 fields or more)
+    /// named `name`, well formed or not.
+    pub fn listed(passwd: &str, name: &str) -> bool {
+        passwd_entries(passwd).any(|f| f[0] == name)
+    }
+}
+
+/// The entries of `passwd` (the text of an `/etc/passwd`) with at least the four fields
+/// `name:password:uid:gid`, split at `:`.
+fn passwd_entries(passwd: &str) -> impl Iterator<Item = Vec<&str>> {
+    passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .filter(|f| f.len() >= 4)
 }
 
 /// `uid`:`gid` as the bus user `shown`. Errors: either is root's (0: the bus and polkit

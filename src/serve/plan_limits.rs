@@ -138,28 +138,7 @@ impl PlanLimits {
         }
         let host = crate::host::root::HostRoot::open(root)
             .map_err(|e| format!("cannot open host root {}: {e}", root.display()))?;
-        let read = |name: &str| -> Result<(String, String), String> {
-            let p = std::path::Path::new(name);
-            // A regular file of at most 64 MiB, read without blocking: a fifo there is a
-            // start error, not a start that never returns.
-            let text = match host.read_regular(p, 64 << 20) {
-                Ok(b) => Some(b),
-                Err(e) if e.is_not_found() => None,
-                Err(e) => {
-                    // The error with its cause (what is wrong with the file).
-                    let cause = std::error::Error::source(&e).map(|c| format!(": {c}"));
-                    return Err(format!("{e}{}", cause.unwrap_or_default()));
-                }
-            };
-            let shown = root
-                .join(name.trim_start_matches('/'))
-                .display()
-                .to_string();
-            Ok((
-                shown,
-                String::from_utf8_lossy(&text.unwrap_or_default()).into_owned(),
-            ))
-        };
+        let read = |name: &str| read_user_db(&host, root, name);
         let [p, g, su, sg] = [
             read("/etc/passwd")?,
             read("/etc/group")?,
@@ -243,6 +222,34 @@ pub(super) fn fail_on_oom(
     exit["code"] = 1.into();
     exit["error"] = error.into();
     (exit, extra)
+}
+
+/// A user database file of the host root (`name`, absolute: `/etc/passwd`, `/etc/group`,
+/// ...), read through `host` (confined to `root`), as `(its path under root, as errors show
+/// it; its text)`: a regular file of at most 64 MiB, read without blocking (a fifo there is
+/// a start error, not a start that never returns); a missing file is empty (names nobody).
+///
+/// # Errors
+/// It cannot be read or is no regular file: the error with its cause.
+pub(crate) fn read_user_db(
+    host: &crate::host::root::HostRoot,
+    root: &std::path::Path,
+    name: &str,
+) -> Result<(String, String), String> {
+    let text = match host.read_regular(std::path::Path::new(name), 64 << 20) {
+        Ok(b) => b,
+        Err(e) if e.is_not_found() => Vec::new(),
+        Err(e) => {
+            // The error with its cause (what is wrong with the file).
+            let cause = std::error::Error::source(&e).map(|c| format!(": {c}"));
+            return Err(format!("{e}{}", cause.unwrap_or_default()));
+        }
+    };
+    let shown = root.join(name.trim_start_matches('/'));
+    Ok((
+        shown.display().to_string(),
+        String::from_utf8_lossy(&text).into_owned(),
+    ))
 }
 
 #[cfg(test)]
