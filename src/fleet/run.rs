@@ -537,9 +537,11 @@ pub async fn plan_all(
         }
     }
     done.sort_by(|a, b| a.node.cmp(&b.node));
+    // A binary search of the sorted results, not a scan of them per node: a stop with most
+    // of a fleet of thousands still out is one search each, not a quadratic walk.
     let mut missing: Vec<String> = nodes
         .iter()
-        .filter(|n| !done.iter().any(|d| d.node == n.name))
+        .filter(|n| done.binary_search_by(|d| d.node.cmp(&n.name)).is_err())
         .map(|n| n.name.clone())
         .collect();
     missing.sort();
