@@ -9,12 +9,14 @@
 #
 # `share`: for each case below, RUNS rounds, each on a fresh node: `skyhook-agent MODE` of the
 # package with SKYHOOK_LOG=skyhook=info. The preflight's figures come from its log line
-# ("preflight ... total_us=... cpu_us=... query_cpu_us=..."; cpu_us, the process's user + system
-# time over the preflight with its queries', is logged since issue 31, query_cpu_us, the
-# queries' part, since its fourth round: older builds print "-"); the run's from getrusage of
-# the agent's process (wall, and user + system of the agent and the commands its steps ran). Printed per case: the
-# medians, and the preflight's share of the rest of the run, pf / (run - pf), in wall and in
-# CPU. The cases (fresh node per round, built as benches/port_vs_bash.sh builds its nodes):
+# ("preflight ... total_us=... query_us=... cpu_us=... query_cpu_us=..."; cpu_us, the process's
+# user + system time over the preflight with its queries', is logged since issue 31,
+# query_cpu_us, the queries' part, since its fourth round, query_us, the wall time the queries
+# took from spawn to reap, since its sixth: older builds print "-"); the run's from getrusage
+# of the agent's process (wall, and user + system of the agent and the commands its steps
+# ran). Printed per case: the medians, and the preflight's share of the rest of the run,
+# pf / (run - pf), in wall and in CPU; the wall share split into its queries' part (the same
+# commands the apply runs, the fake hosts' shell stubs) and the agent's own. The cases (fresh node per round, built as benches/port_vs_bash.sh builds its nodes):
 #   tuning apply|config  examples/tuning on scripts/make-host-root.sh (its recording stubs, the
 #                        four /proc/sys keys, an update-grub stub)
 #   gke config           examples/nvidia-tuning-gke on tests/fakehosts/cos-117 (gb200,
@@ -219,7 +221,7 @@ PY
 }
 
 # One run of `AGENT MODE` on node $3 for package $4: appends "pf_us pf_cpu_us wall_us cpu_us
-# pf_query_cpu_us" to $5 (the last "-" for builds that do not log it).
+# pf_query_cpu_us pf_query_us" to $5 (the last two "-" for builds that do not log them).
 one() {
     local agent=$1 mode=$2 r=$3 pkg=$4 out=$5 rid pf pfc pfq
     case $pkg in
@@ -236,9 +238,10 @@ one() {
     pf=$(sed -n 's/.*preflight.*total_us=\([0-9]*\).*/\1/p' "$W/log" | head -1)
     pfc=$(sed -n 's/.*preflight.* cpu_us=\([0-9]*\).*/\1/p' "$W/log" | head -1)
     pfq=$(sed -n 's/.*preflight.* query_cpu_us=\([0-9]*\).*/\1/p' "$W/log" | head -1)
+    pfw=$(sed -n 's/.*preflight.* query_us=\([0-9]*\).*/\1/p' "$W/log" | head -1)
     [ -n "$pf" ] || { echo "preflight_cost.sh: no preflight log line ($pkg $mode)" >&2; exit 1; }
-    awk -v pf="$pf" -v pfc="${pfc:--}" -v pfq="${pfq:--}" \
-        '{ printf "%s %s %.0f %.0f %s\n", pf, pfc, $1 * 1e6, ($2 + $3) * 1e6, pfq }' \
+    awk -v pf="$pf" -v pfc="${pfc:--}" -v pfq="${pfq:--}" -v pfw="${pfw:--}" \
+        '{ printf "%s %s %.0f %.0f %s %s\n", pf, pfc, $1 * 1e6, ($2 + $3) * 1e6, pfq, pfw }' \
         "$W/time" >> "$out"
 }
 
@@ -261,20 +264,29 @@ share() {
         done
     done
     echo "preflight against the rest of the run: medians of $runs runs (ms; CPU = user + sys)"
-    printf '%-7s %-14s %9s %9s %9s %9s %9s %8s %8s\n' build case pf_wall pf_cpu pf_query run_wall run_cpu wall_% cpu_%
+    echo "  q_wall, q_cpu: the preflight's queries (the commands its plan ran), wall and CPU;"
+    echo "  wall_%: pf_wall / (run_wall - pf_wall); q_% and own_%: its queries' and its own part of that"
+    printf '%-7s %-14s %8s %8s %8s %8s %9s %9s %7s %7s %7s %7s\n' build case pf_wall q_wall pf_cpu q_cpu \
+        run_wall run_cpu wall_% q_% own_% cpu_%
     for c in $cases; do
         for b in "${bins[@]}"; do
             f=$W/res-${b%%=*}-${c%%:*}-${c#*:}
-            local pf pfc pfq wall cpu
+            local pf pfc pfq pfw wall cpu
             pf=$(cut -d' ' -f1 "$f" | median); pfc=$(cut -d' ' -f2 "$f" | { grep -v -- - || true; } | median)
             pfq=$(cut -d' ' -f5 "$f" | { grep -v -- - || true; } | median)
+            pfw=$(cut -d' ' -f6 "$f" | { grep -v -- - || true; } | median)
             wall=$(cut -d' ' -f3 "$f" | median); cpu=$(cut -d' ' -f4 "$f" | median)
-            awk -v b="${b%%=*}" -v c="$c" -v pf="$pf" -v pfc="$pfc" -v pfq="$pfq" -v w="$wall" -v u="$cpu" 'BEGIN {
+            awk -v b="${b%%=*}" -v c="$c" -v pf="$pf" -v pfc="$pfc" -v pfq="$pfq" -v pfw="$pfw" \
+                -v w="$wall" -v u="$cpu" 'BEGIN {
                 cpu_pf = (pfc == "-") ? "-" : sprintf("%.1f", pfc / 1000)
                 cpu_q = (pfq == "-") ? "-" : sprintf("%.1f", pfq / 1000)
+                q_wall = (pfw == "-") ? "-" : sprintf("%.1f", pfw / 1000)
+                q_share = (pfw == "-") ? "-" : sprintf("%.1f", 100 * pfw / (w - pf))
+                own_share = (pfw == "-") ? "-" : sprintf("%.1f", 100 * (pf - pfw) / (w - pf))
                 cpu_share = (pfc == "-") ? "-" : sprintf("%.1f", 100 * pfc / (u - pfc))
-                printf "%-7s %-14s %9.1f %9s %9s %9.1f %9.1f %8.1f %8s\n", b, c, pf / 1000, cpu_pf,
-                    cpu_q, w / 1000, u / 1000, 100 * pf / (w - pf), cpu_share }'
+                printf "%-7s %-14s %8.1f %8s %8s %8s %9.1f %9.1f %7.1f %7s %7s %7s\n", b, c, pf / 1000,
+                    q_wall, cpu_pf, cpu_q, w / 1000, u / 1000, 100 * pf / (w - pf), q_share, own_share,
+                    cpu_share }'
         done
     done
 }

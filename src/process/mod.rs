@@ -116,6 +116,6 @@ use pidfd::pidfd_open;
 #[cfg(test)]
 pub(crate) use pidfd::wait_exited;
 pub use report::{Outcome, Report, Status};
-pub use run::{run, run_async};
+pub use run::{commands_wall_us, run, run_async};
 pub use sink::{Sink, Stream};
 pub use spec::{DEFAULT_PATH, MAX_READ, Options, Spec};

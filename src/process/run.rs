@@ -114,6 +114,26 @@ fn sweep(cgroup: Option<&std::path::Path>) {
     }
 }
 
+/// Wall time, in microseconds, that [`run`] has spent in this process on commands (from
+/// the spawn to the reap, a failed spawn included), summed over every thread: the preflight logs the part of its time
+/// its queries took from the difference over its run ([`commands_wall_us`]).
+static COMMANDS_WALL_US: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// [`COMMANDS_WALL_US`] so far: microseconds this process's [`run`]s have spent on commands.
+pub fn commands_wall_us() -> u64 {
+    COMMANDS_WALL_US.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Adds the time from its start to its drop to [`COMMANDS_WALL_US`].
+struct CommandClock(Instant);
+
+impl Drop for CommandClock {
+    fn drop(&mut self) {
+        let us = u64::try_from(self.0.elapsed().as_micros()).unwrap_or(u64::MAX);
+        COMMANDS_WALL_US.fetch_add(us, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Keeps a run's cgroup in [`super::cgroup`]'s list of active ones while alive.
 struct Active<'a>(Option<&'a std::path::Path>);
 
@@ -591,6 +611,7 @@ pub fn run(spec: &Spec, options: &Options, sink: &mut dyn Sink) -> Report {
             read_errors: Vec::new(),
         };
     }
+    let _clock = CommandClock(Instant::now());
     let _active = Active::new(spec.cgroup.as_deref());
     let mut run = match spawn_registered(spec) {
         Ok(s) => spawned(spec, options, s),

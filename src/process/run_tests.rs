@@ -70,6 +70,18 @@ fn exit_code_and_output() {
     assert!(s.started && s.flushes >= 2);
 }
 
+/// The commands' wall clock (what the preflight logs as its queries' `query_us`) counts a
+/// command's whole run: a command that runs 50 ms adds at least 50,000 µs (other tests'
+/// commands, on other threads, can only add to it).
+#[test]
+fn the_commands_clock_counts_a_commands_run() {
+    let before = commands_wall_us();
+    let (r, _) = go(&bash("sleep 0.05"), &quick());
+    assert!(matches!(r.outcome, Outcome::Exited(0)), "{r:?}");
+    let added = commands_wall_us() - before;
+    assert!(added >= 50_000, "a 50 ms command added {added} µs");
+}
+
 #[test]
 fn killed_by_a_signal() {
     let (r, _) = go(&bash("kill -KILL $$"), &quick());

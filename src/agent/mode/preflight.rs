@@ -34,8 +34,9 @@
 //! anything is written. The plan's memory is bounded (the overlay spills planned content
 //! past 64 MiB to a temporary file, and no diff is rendered: nobody reads the plan's report,
 //! [`crate::host::Host::plan_without_diffs`]). Its cost is logged (`SKYHOOK_LOG=skyhook=info`:
-//! `preflight ... check_us total_us cpu_us query_cpu_us`, the last the part of its CPU its
-//! queries used) and measured by `benches/preflight_cost.sh`.
+//! `preflight ... check_us total_us query_us cpu_us query_cpu_us`: `query_us` the wall time
+//! its queries took, spawn to reap, `query_cpu_us` their CPU) and measured by
+//! `benches/preflight_cost.sh`.
 //!
 //! Nothing is written: flags and history are read, never written; no log file is opened;
 //! the Plan executor changes nothing. The preflight runs before the package lock is taken.
@@ -118,6 +119,7 @@ impl Preflight<'_> {
     pub async fn run(&self) -> Result<Option<PreflightFailure>, AgentError> {
         let started = std::time::Instant::now();
         let cpu = Cpu::now();
+        let commands = crate::process::commands_wall_us();
         let check = self.start_check(started)?;
         // Let a signal that arrived meanwhile stop the token before deciding to plan.
         tokio::task::yield_now().await;
@@ -133,12 +135,13 @@ impl Preflight<'_> {
             None => planned.transpose()?.flatten(),
         };
         // What the preflight costs, for measuring it against the apply (SKYHOOK_LOG=info):
-        // its CPU, and the part of it its queries (the commands it ran) used.
+        // its wall time and CPU, and the parts of each its queries (the commands it ran) took.
         let cpu = Cpu::now().since(&cpu);
         tracing::info!(
             mode = self.mode.as_str(),
             check_us = checked.as_micros(),
             total_us = started.elapsed().as_micros(),
+            query_us = crate::process::commands_wall_us().saturating_sub(commands),
             cpu_us = cpu.own + cpu.children,
             query_cpu_us = cpu.children,
             ok = outcome.is_none(),
