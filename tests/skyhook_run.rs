@@ -60,6 +60,18 @@ fn run_script(script: &Path, root: &Path, extra: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `skyhook-run --package PKG --mode MODE --root ROOT EXTRA...`.
+fn run_package(pkg: &Path, mode: &str, root: &Path, extra: &[&str]) -> Output {
+    skyhook_run()
+        .arg("--package")
+        .arg(pkg)
+        .args(["--mode", mode, "--root"])
+        .arg(root)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn dry_run_prints_the_diff_and_changes_nothing() {
     let root = demo_root();
@@ -254,22 +266,22 @@ fn errors_exit_1_with_file_line_col() {
         "print(\"before\");\n\n  fail(\"no good\");\n",
     );
     write(dir.path(), "code.rhai", "3\n");
-    let out = skyhook_run()
-        .current_dir(dir.path())
-        .args(["syntax.rhai", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    // `skyhook-run ARGS --root ROOT` in the scripts' folder.
+    let run = |args: &[&str]| {
+        skyhook_run()
+            .current_dir(dir.path())
+            .args(args)
+            .arg("--root")
+            .arg(root.path())
+            .output()
+            .unwrap()
+    };
+    let out = run(&["syntax.rhai"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(text(&out.stdout), "");
     assert_eq!(text(&out.stderr), "syntax.rhai:2:9: Unexpected ';'\n");
 
-    let out = skyhook_run()
-        .current_dir(dir.path())
-        .args(["fails.rhai", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    let out = run(&["fails.rhai"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(
         text(&out.stdout),
@@ -277,22 +289,12 @@ fn errors_exit_1_with_file_line_col() {
     );
     assert_eq!(text(&out.stderr), "fails.rhai:3:3: no good\n");
 
-    let out = skyhook_run()
-        .current_dir(dir.path())
-        .args(["code.rhai", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    let out = run(&["code.rhai"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(text(&out.stderr), "skyhook-run: code.rhai: returned 3\n");
 
     // JSON: the error document on stdout, the message on stderr
-    let out = skyhook_run()
-        .current_dir(dir.path())
-        .args(["syntax.rhai", "--output", "json", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    let out = run(&["syntax.rhai", "--output", "json"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["ok"], false);
@@ -380,13 +382,12 @@ fn manifest(rel: &str) -> PathBuf {
 fn package_dry_run_of_the_tuning_example() {
     let root = tuning_root();
     let before = tree(root.path());
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(manifest("examples/tuning"))
-        .args(["--mode", "config", "--detailed-exitcode", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    let out = run_package(
+        &manifest("examples/tuning"),
+        "config",
+        root.path(),
+        &["--detailed-exitcode"],
+    );
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let stdout = text(&out.stdout);
     for line in [
@@ -418,13 +419,12 @@ fn package_dry_run_of_the_tuning_example() {
     assert_eq!(tree(root.path()), before);
 
     // the same package as JSON
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(manifest("examples/tuning"))
-        .args(["--mode", "config", "--output", "json", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    let out = run_package(
+        &manifest("examples/tuning"),
+        "config",
+        root.path(),
+        &["--output", "json"],
+    );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["package"], "tuning");
@@ -484,13 +484,7 @@ fn package_dry_run_lists_bash_steps_and_shares_one_session() {
     let pkg = tempfile::tempdir().unwrap();
     mixed_package(pkg.path());
     let before = tree(root.path());
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(pkg.path())
-        .args(["--mode", "apply", "--env", "NODE_NAME=n1", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    let out = run_package(pkg.path(), "apply", root.path(), &["--env", "NODE_NAME=n1"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(
         text(&out.stdout),
@@ -514,13 +508,7 @@ fn package_dry_run_lists_bash_steps_and_shares_one_session() {
     assert_eq!(tree(root.path()), before);
 
     // a missing env: variable fails the step as the agent would, later steps are not run
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(pkg.path())
-        .args(["--mode", "apply", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    let out = run_package(pkg.path(), "apply", root.path(), &[]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stdout = text(&out.stdout);
     assert!(
@@ -542,22 +530,18 @@ fn package_apply_runs_the_agent_flow_chrooted() {
     mixed_package(pkg.path());
     let cm = tempfile::tempdir().unwrap();
     write(cm.path(), "greeting.conf", "from --configmaps\n");
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(pkg.path())
-        .args([
-            "--mode",
-            "apply",
+    let out = run_package(
+        pkg.path(),
+        "apply",
+        fr.root(),
+        &[
             "--apply",
             "--env",
             "NODE_NAME=n1",
-            "--root",
-        ])
-        .arg(fr.root())
-        .arg("--configmaps")
-        .arg(cm.path())
-        .output()
-        .unwrap();
+            "--configmaps",
+            cm.path().to_str().unwrap(),
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let stdout = text(&out.stdout);
     assert!(stdout.contains("SUCEEDED: greet.sh n1 x\n"), "{stdout}");
@@ -582,13 +566,7 @@ fn package_apply_runs_the_agent_flow_chrooted() {
     assert!(!fr.list("/var/log/skyhook/mixed/1.0.0").is_empty());
 
     // a dry run now: the flags make the agent skip every step
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(pkg.path())
-        .args(["--mode", "apply", "--detailed-exitcode", "--root"])
-        .arg(fr.root())
-        .output()
-        .unwrap();
+    let out = run_package(pkg.path(), "apply", fr.root(), &["--detailed-exitcode"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let stdout = text(&out.stdout);
     assert_eq!(
@@ -645,14 +623,7 @@ fn changes_root() -> crate::util::FakeRoot {
 /// `skyhook-run --package DIR --apply` with `extra` on `fr`, output and stdout without the
 /// `[out]`/`[err]` prefixes of step output.
 fn package_apply(pkg: &Path, fr: &crate::util::FakeRoot, extra: &[&str]) -> (Output, String) {
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(pkg)
-        .args(["--mode", "apply", "--apply", "--root"])
-        .arg(fr.root())
-        .args(extra)
-        .output()
-        .unwrap();
+    let out = run_package(pkg, "apply", fr.root(), &[&["--apply"][..], extra].concat());
     let prefix = crate::util::re(&format!(r"\[(out|err)\]{} ", crate::util::TS));
     let stdout = prefix.replace_all(&text(&out.stdout), "").into_owned();
     (out, stdout)
@@ -661,6 +632,26 @@ fn package_apply(pkg: &Path, fr: &crate::util::FakeRoot, extra: &[&str]) -> (Out
 /// The edited config's unified diff.
 const DEMO_CONF_DIFF: &str =
     "--- a/etc/demo.conf\n+++ b/etc/demo.conf\n@@ -1,2 +1,2 @@\n a=1\n-k=old\n+k=v\n";
+
+/// What `edit.rhai` of [`changes_package`] at path `at` changes, with diffs: the directory
+/// made, each change with its position, then its unified diff.
+fn edit_changes_diff(at: &str) -> String {
+    format!(
+        "+ mkdir /etc/demo.d\n\
+         ~ create /etc/demo.d/a.conf (mode 0644)  # {at}:2\n\
+         --- /dev/null\n\
+         +++ b/etc/demo.d/a.conf\n\
+         @@ -0,0 +1 @@\n\
+         +a=1\n\
+         ~ update /etc/demo.conf  # {at}:3\n\
+         {DEMO_CONF_DIFF}\
+         ~ remove /etc/old.conf  # {at}:4\n\
+         --- a/etc/old.conf\n\
+         +++ /dev/null\n\
+         @@ -1 +0,0 @@\n\
+         -x\n"
+    )
+}
 
 /// `--package --apply` lists, per `.rhai` step, what it changed (after the step's own
 /// output, before its result line: one line per change with its file:line, then the
@@ -702,38 +693,20 @@ fn package_diff_shows_the_unified_diff_of_a_config_edit() {
     changes_package(pkg.path());
     let fr = changes_root();
     let before = tree(fr.root());
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(pkg.path())
-        .args(["--mode", "apply", "--diff", "--root"])
-        .arg(fr.root())
-        .output()
-        .unwrap();
+    let out = run_package(pkg.path(), "apply", fr.root(), &["--diff"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let at = pkg.path().join("skyhook_dir/edit.rhai");
-    let at = at.display();
+    let edit = pkg.path().join("skyhook_dir/edit.rhai");
     assert_eq!(
         text(&out.stdout),
         format!(
             "==> step edit: edit.rhai\n\
              start\n\
-             + mkdir /etc/demo.d\n\
-             ~ create /etc/demo.d/a.conf (mode 0644)  # {at}:2\n\
-             --- /dev/null\n\
-             +++ b/etc/demo.d/a.conf\n\
-             @@ -0,0 +1 @@\n\
-             +a=1\n\
-             ~ update /etc/demo.conf  # {at}:3\n\
-             {DEMO_CONF_DIFF}\
-             ~ remove /etc/old.conf  # {at}:4\n\
-             --- a/etc/old.conf\n\
-             +++ /dev/null\n\
-             @@ -1 +0,0 @@\n\
-             -x\n\
+             {}\
              end\n\
              ==> step greet: greet.sh\n\
              > would run: greet.sh\n\
-             Plan: 3 to change, 0 unchanged, 1 action.\n"
+             Plan: 3 to change, 0 unchanged, 1 action.\n",
+            edit_changes_diff(&edit.display().to_string())
         )
     );
     assert_eq!(tree(fr.root()), before);
@@ -744,21 +717,10 @@ fn package_diff_shows_the_unified_diff_of_a_config_edit() {
     let want = format!(
         "start\n\
          end\n\
-         + mkdir /etc/demo.d\n\
-         ~ create /etc/demo.d/a.conf (mode 0644)  # {at}:2\n\
-         --- /dev/null\n\
-         +++ b/etc/demo.d/a.conf\n\
-         @@ -0,0 +1 @@\n\
-         +a=1\n\
-         ~ update /etc/demo.conf  # {at}:3\n\
-         {DEMO_CONF_DIFF}\
-         ~ remove /etc/old.conf  # {at}:4\n\
-         --- a/etc/old.conf\n\
-         +++ /dev/null\n\
-         @@ -1 +0,0 @@\n\
-         -x\n\
+         {}\
          Apply: 3 changed, 0 unchanged.\n\
-         SUCEEDED: edit.rhai \n"
+         SUCEEDED: edit.rhai \n",
+        edit_changes_diff(at)
     );
     assert!(stdout.contains(&want), "{stdout}");
     assert_eq!(fr.read("/etc/demo.conf"), "a=1\nk=v\n");
@@ -823,20 +785,12 @@ fn package_apply_json_carries_each_steps_changes() {
     assert!(text(&out.stderr).contains("SUCEEDED: edit.rhai"), "{out:?}");
 
     // a check mode with --apply: the same document, on the Check executor, no drift left
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(pkg.path())
-        .args([
-            "--mode",
-            "apply-check",
-            "--apply",
-            "--output",
-            "json",
-            "--root",
-        ])
-        .arg(fr.root())
-        .output()
-        .unwrap();
+    let out = run_package(
+        pkg.path(),
+        "apply-check",
+        fr.root(),
+        &["--apply", "--output", "json"],
+    );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let v = valid_json(&out);
     assert_eq!(v["mode"], "check");
@@ -1103,13 +1057,12 @@ fn the_json_schema_holds_for_real_plans() {
     );
     // packages: the tuning example (stdlib positions), a mixed one with a process step,
     // and the same failing on a missing env: variable
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(manifest("examples/tuning"))
-        .args(["--mode", "config", "--output", "json", "--root"])
-        .arg(tuning_root().path())
-        .output()
-        .unwrap();
+    let out = run_package(
+        &manifest("examples/tuning"),
+        "config",
+        tuning_root().path(),
+        &["--output", "json"],
+    );
     let v = valid_json(&out);
     let first = &v["steps"][0]["result"]["items"][0];
     assert_eq!(first["item"], "change");
@@ -1124,14 +1077,12 @@ fn the_json_schema_holds_for_real_plans() {
     mixed_package(pkg.path());
     let empty = tempfile::tempdir().unwrap();
     for env in [vec!["--env", "NODE_NAME=n1"], vec![]] {
-        let out = skyhook_run()
-            .arg("--package")
-            .arg(pkg.path())
-            .args(["--mode", "apply", "--output", "json", "--root"])
-            .arg(empty.path())
-            .args(&env)
-            .output()
-            .unwrap();
+        let out = run_package(
+            pkg.path(),
+            "apply",
+            empty.path(),
+            &[&["--output", "json"][..], &env].concat(),
+        );
         let v = valid_json(&out);
         let kinds: Vec<&str> = v["steps"]
             .as_array()
@@ -1149,13 +1100,7 @@ fn the_json_schema_holds_for_real_plans() {
     // a package that does not load: the failure document
     let bad = tempfile::tempdir().unwrap();
     write(bad.path(), "config.json", "{}");
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(bad.path())
-        .args(["--mode", "apply", "--output", "json", "--root"])
-        .arg(empty.path())
-        .output()
-        .unwrap();
+    let out = run_package(bad.path(), "apply", empty.path(), &["--output", "json"]);
     let v = valid_json(&out);
     assert_eq!(v["ok"], false);
 }
@@ -1188,14 +1133,12 @@ fn dry_run_judges_requested_interrupts_against_the_cr() {
         )
     };
     let plan = |extra: &[&str]| {
-        skyhook_run()
-            .arg("--package")
-            .arg(pkg.path())
-            .args(["--mode", "apply", "--output", "json", "--root"])
-            .arg(root.path())
-            .args(extra)
-            .output()
-            .unwrap()
+        run_package(
+            pkg.path(),
+            "apply",
+            root.path(),
+            &[&["--output", "json"][..], extra].concat(),
+        )
     };
     // Not declared.
     let cr_path = cr("");
@@ -1271,14 +1214,7 @@ fn refuses_non_rhai_scripts_missing_configmaps_and_says_when_a_mode_has_no_steps
     let pkg = tempfile::tempdir().unwrap();
     mixed_package(pkg.path());
     for extra in [&[][..], &["--apply"][..]] {
-        let out = skyhook_run()
-            .arg("--package")
-            .arg(pkg.path())
-            .args(["--mode", "uninstall", "--root"])
-            .arg(root.path())
-            .args(extra)
-            .output()
-            .unwrap();
+        let out = run_package(pkg.path(), "uninstall", root.path(), extra);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         assert_eq!(
             text(&out.stderr),
@@ -1487,6 +1423,17 @@ fn refusals_are_usage_errors_and_json_errors_are_documents() {
     let r = root.path().to_str().unwrap();
     let script = write(dir.path(), "w.rhai", "print(1);\n");
     let s = script.to_str().unwrap();
+    // `skyhook-run ARGS --output json`: its output and the document on its stdout.
+    let json_run = |args: &[&str]| {
+        let out = skyhook_run()
+            .args(args)
+            .args(["--output", "json"])
+            .output()
+            .unwrap();
+        let doc: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {out:?}"));
+        (out, doc)
+    };
     for (args, says) in [
         (
             vec![s, "--root", r, "--skyhook-cr", "cr.yaml"],
@@ -1527,15 +1474,8 @@ fn refusals_are_usage_errors_and_json_errors_are_documents() {
         vec![s, "--root", r, "--mode", "nosuchmode"],
         vec![s, "--remote", "http://127.0.0.1:1"],
     ] {
-        let out = skyhook_run()
-            .args(&args)
-            .args(["--output", "json"])
-            .output()
-            .unwrap();
+        let (out, doc) = json_run(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
-        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!("{args:?}: {e}: {out:?}");
-        });
         assert_eq!(
             (&doc["ok"], &doc["exit_code"]),
             (&Value::Bool(false), &Value::from(2))
@@ -1552,15 +1492,8 @@ fn refusals_are_usage_errors_and_json_errors_are_documents() {
             "--configmaps /nonexistent-cm: no such directory",
         ),
     ] {
-        let out = skyhook_run()
-            .args(&args)
-            .args(["--output", "json"])
-            .output()
-            .unwrap();
+        let (out, doc) = json_run(&args);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
-        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!("{args:?}: {e}: {out:?}");
-        });
         assert_eq!(doc["ok"], false);
         assert_eq!(doc["exit_code"], 1);
         assert!(doc["error"].as_str().unwrap().contains(says), "{doc}");
