@@ -593,12 +593,22 @@ fn a_fleet_preview_groups_nodes_by_plan_and_changes_no_host() {
         assert!(&tree(h.root()) == b, "host {} changed", h.root().display());
     }
     assert_eq!(outputs[0], outputs[1]);
-    assert_eq!(outputs[0], EXPECTED);
+    assert_eq!(outputs[0], expected());
 }
 
 /// What the preview prints (both runs).
-const EXPECTED: &str = r#"== would change on 12 nodes: n01, n02, n03, n04, n05, n06, n07, n08, n09, n10, n11, n12
-package base 1.0.0
+fn expected() -> String {
+    format!(
+        "== would change on 12 nodes: n01, n02, n03, n04, n05, n06, n07, n08, n09, n10, n11, n12\n{}== would change on 3 nodes: n13, n14, n15\n{}{CONVERGED_AND_FAILED}",
+        planned_on("ubuntu"),
+        planned_on("amzn")
+    )
+}
+
+/// The plans of `base` and `tuning` in [`expected`] on a node whose os-release `ID` is `os`.
+fn planned_on(os: &str) -> String {
+    format!(
+        r#"package base 1.0.0
 --- mode apply
 ==> step base: base.rhai
 + mkdir /etc/fleet-demo
@@ -607,7 +617,7 @@ package base 1.0.0
 +++ b/etc/fleet-demo/base.conf
 @@ -0,0 +1,2 @@
 +managed=base
-+os=ubuntu
++os={os}
 ==> step setup: setup.sh
 > would run: setup.sh
 Plan: 1 to change, 0 unchanged, 1 action.
@@ -622,32 +632,12 @@ package tuning 2.0.0
 ! interrupt: restart services containerd  # <package>/skyhook_dir/tune.rhai:3
 note: tune.rhai: requested interrupt restart_services [containerd] is declared in the Skyhook CR (interrupt (type: service, services: [containerd])): the operator runs it in its interrupt stage
 Plan: 1 to change, 0 unchanged.
-== would change on 3 nodes: n13, n14, n15
-package base 1.0.0
---- mode apply
-==> step base: base.rhai
-+ mkdir /etc/fleet-demo
-~ create /etc/fleet-demo/base.conf (mode 0644)  # <package>/skyhook_dir/base.rhai:2
---- /dev/null
-+++ b/etc/fleet-demo/base.conf
-@@ -0,0 +1,2 @@
-+managed=base
-+os=amzn
-==> step setup: setup.sh
-> would run: setup.sh
-Plan: 1 to change, 0 unchanged, 1 action.
-package tuning 2.0.0
---- mode apply
-==> step tune: tune.rhai
-~ create /etc/fleet-demo/tuning.conf (mode 0644)  # <package>/skyhook_dir/tune.rhai:2
---- /dev/null
-+++ b/etc/fleet-demo/tuning.conf
-@@ -0,0 +1 @@
-+threads=8
-! interrupt: restart services containerd  # <package>/skyhook_dir/tune.rhai:3
-note: tune.rhai: requested interrupt restart_services [containerd] is declared in the Skyhook CR (interrupt (type: service, services: [containerd])): the operator runs it in its interrupt stage
-Plan: 1 to change, 0 unchanged.
-== converged on 3 nodes: n16, n17, n18
+"#
+    )
+}
+
+/// The converged, failed and excluded nodes of [`expected`], and its summary.
+const CONVERGED_AND_FAILED: &str = r#"== converged on 3 nodes: n16, n17, n18
 package base 1.0.0
 --- mode apply
 ==> step base: base.rhai
@@ -936,6 +926,17 @@ fn preview_one(
     })
 }
 
+/// Preview `p` of [`preview_one`] says its node `n1` failed with `why`, in text and JSON.
+fn assert_n1_failed(p: &skyhook::fleet::run::Preview, why: &str) {
+    assert_eq!(
+        p.render_text(),
+        format!(
+            "== failed on n1: {why}\n1 selected: 0 would change (0 plans), 0 converged, 1 failed\n"
+        )
+    );
+    assert_eq!(p.to_json()["nodes"][0]["error"], json!(why));
+}
+
 /// Issue 32: a chain stops at its first failed package, and the preview says which later
 /// packages were not planned because of it: `base` fails on a host where
 /// `/etc/fleet-demo/broken` exists, so `tuning` (dependsOn `base`) is not planned.
@@ -954,13 +955,7 @@ fn a_preview_names_the_packages_not_planned_after_a_failed_one() {
     let p = preview_one(&cr_path, fr.root(), &tokens, &[Mode::Apply]);
     let why = "package base: mode apply step base: <package>/skyhook_dir/base.rhai:1:43: \
                /etc/fleet-demo/broken is present; not planned because package base failed: tuning";
-    assert_eq!(
-        p.render_text(),
-        format!(
-            "== failed on n1: {why}\n1 selected: 0 would change (0 plans), 0 converged, 1 failed\n"
-        )
-    );
-    assert_eq!(p.to_json()["nodes"][0]["error"], json!(why));
+    assert_n1_failed(&p, why);
 }
 
 /// Issue 32: a failed mode stops its package's later modes, as the agent runs none after
@@ -982,11 +977,5 @@ fn a_preview_names_the_modes_not_planned_after_a_failed_one() {
     );
     let why = "package tuning: mode apply step tune: <package>/skyhook_dir/tune.rhai:1:43: \
                /etc/fleet-demo/broken is present; not planned because mode apply failed: apply-check";
-    assert_eq!(
-        p.render_text(),
-        format!(
-            "== failed on n1: {why}\n1 selected: 0 would change (0 plans), 0 converged, 1 failed\n"
-        )
-    );
-    assert_eq!(p.to_json()["nodes"][0]["error"], json!(why));
+    assert_n1_failed(&p, why);
 }
