@@ -316,25 +316,7 @@ fn a_later_package_plans_against_what_an_earlier_package_planned() {
     let bodies = plan_bodies(&cr, &BTreeMap::new(), &[Mode::Apply]).unwrap();
     let names: Vec<&str> = bodies.iter().map(|b| b.0.as_str()).collect();
     assert_eq!(names, ["base", "reader", "tuning"]);
-    let p = rt().block_on(async {
-        let gpu = json!({"nvidia.com/gpu.present": "true", "kubernetes.io/os": "linux"});
-        let address = start_serve(fr.root(), &tokens).await;
-        let f = pkgs.path().join("nodes.json");
-        std::fs::write(
-            &f,
-            json!([{"name": "n1", "labels": gpu, "address": address}]).to_string(),
-        )
-        .unwrap();
-        preview(
-            &cr,
-            load_nodes(&f, None).unwrap(),
-            bodies,
-            &options(vec![Mode::Apply], PLAN_TOKEN),
-            &Cancel::new(),
-            &mut |_, _| {},
-        )
-        .await
-    });
+    let p = preview_one(&cr_path, fr.root(), &tokens, &[Mode::Apply]);
     let text = p.render_text();
     assert!(
         text.ends_with("1 selected: 1 would change (1 plan), 0 converged, 0 failed\n"),
