@@ -19,6 +19,7 @@ use skyhook::serve::exec::Config;
 use skyhook::serve::http::{Limits, Listener, Server, serve};
 
 use crate::nvidia_ports::fake_host;
+use crate::plan_attack::post_start;
 use crate::util::{FakeRoot, tree};
 
 pub(crate) const PLAN_TOKEN: &str = "tok-plan";
@@ -359,14 +360,7 @@ fn a_plan_token_plans_and_cannot_run_a_step() {
             json!({"id": "s2", "kind": "rhai", "script": "fs::write(\"/pwned\", \"x\");"}),
             json!({"id": "s3", "kind": "rhai", "mode": "plan", "script": "1"}),
         ] {
-            let (status, v) = plan
-                .call(
-                    hyper::Method::POST,
-                    "/v1/executions",
-                    Some(kind.to_string().into_bytes()),
-                )
-                .await
-                .unwrap();
+            let (status, v) = post_start(&plan, &kind).await;
             assert_eq!(status, 403, "{kind}: {v}");
             assert_eq!(
                 v,
@@ -395,14 +389,7 @@ fn a_plan_token_plans_and_cannot_run_a_step() {
         let mut big = body.clone();
         big["id"] = "big".into();
         big["package"]["files"]["skyhook_dir/big.rhai"] = "x".repeat(3 << 20).into();
-        let (status, v) = plan
-            .call(
-                hyper::Method::POST,
-                "/v1/executions",
-                Some(big.to_string().into_bytes()),
-            )
-            .await
-            .unwrap();
+        let (status, v) = post_start(&plan, &big).await;
         assert_eq!(status, 413, "{v}");
         assert_eq!(v["error"], "package too large");
         assert_eq!(v["max_package_bytes"], 3 << 20);
