@@ -1285,6 +1285,32 @@ fn apply_reads_see_every_batched_line_edit() {
     assert_eq!(fr.read("/etc/b.conf"), "a\nb\nc\nd\n");
 }
 
+/// A stream's lines as they come and, once it ends, its whole text.
+type Lines = (
+    std::sync::mpsc::Receiver<String>,
+    std::thread::JoinHandle<String>,
+);
+
+/// `cmd` spawned with its stdout and stderr read line by line: the child and the two
+/// streams' [`Lines`].
+fn spawn_reading(mut cmd: Command) -> (std::process::Child, Lines, Lines) {
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = crate::util::line_reader(child.stdout.take().unwrap());
+    let err = crate::util::line_reader(child.stderr.take().unwrap());
+    (child, out, err)
+}
+
+/// Send signal `sig` to our own `child`.
+fn signal(child: &std::process::Child, sig: i32) {
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
 /// SIGTERM to `skyhook-run --apply` while line edits are batched (the script is in a loop
 /// that only repeats an unchanged edit, so nothing has flushed them): the script is
 /// cancelled, the batch is written and, the step having failed, undone with the directory
@@ -1300,26 +1326,19 @@ fn sigterm_during_an_apply_undoes_the_batched_edits() {
          print(\"ready\");\n\
          loop { fs::ensure_line(\"/etc/f\", \"l 0\"); }\n",
     );
-    let mut child = skyhook_run()
-        .arg(&script)
+    let mut cmd = skyhook_run();
+    cmd.arg(&script)
         .arg("--root")
         .arg(root.path())
-        .arg("--apply")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (lines, out) = crate::util::line_reader(child.stdout.take().unwrap());
-    let (_, err) = crate::util::line_reader(child.stderr.take().unwrap());
+        .arg("--apply");
+    let (mut child, (lines, out), (_, err)) = spawn_reading(cmd);
     let ready = lines.iter().any(|l| l == "ready");
     assert!(ready, "the script never printed ready");
     assert!(
         !root.path().join("etc/f").exists(),
         "the edits were written before the end: nothing was batched"
     );
-    let pid = i32::try_from(child.id()).unwrap();
-    // SAFETY: kill(2) of our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    signal(&child, libc::SIGTERM);
     let status = child.wait().unwrap();
     let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
     assert_eq!(status.code(), Some(1), "{stdout}\n{stderr}");
@@ -1356,17 +1375,12 @@ fn second_signal_during_a_package_apply_exits_at_once() {
         // The preflight plans the step first: it loops only in the apply.
         "if step.dry_run { return; }\nprint(\"ready\");\nloop { fs::exists(\"/etc\"); }\n",
     );
-    let mut child = skyhook_run()
-        .arg("--package")
+    let mut cmd = skyhook_run();
+    cmd.arg("--package")
         .arg(&dir)
         .args(["--mode", "apply", "--apply", "--root"])
-        .arg(root.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (lines, out) = crate::util::line_reader(child.stdout.take().unwrap());
-    let (errs, err) = crate::util::line_reader(child.stderr.take().unwrap());
+        .arg(root.path());
+    let (mut child, (lines, out), (errs, err)) = spawn_reading(cmd);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let ready = loop {
         match lines.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
@@ -1380,9 +1394,7 @@ fn second_signal_during_a_package_apply_exits_at_once() {
         let _ = child.wait();
         panic!("the step never printed ready: {}", err.join().unwrap());
     }
-    let pid = i32::try_from(child.id()).unwrap();
-    // SAFETY: kill(2) of our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    signal(&child, libc::SIGINT);
     // The agent and skyhook-run have both taken the first signal when each says so (a
     // second signal sent before that would be coalesced with the first).
     let (mut agent, mut run) = (false, false);
@@ -1399,8 +1411,7 @@ fn second_signal_during_a_package_apply_exits_at_once() {
             break true;
         }
     };
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    signal(&child, libc::SIGINT);
     let status = child.wait().unwrap();
     let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
     assert!(taken, "{stderr}");
