@@ -14,7 +14,6 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use skyhook::process::Cancel;
 use skyhook::remote::Client;
 
 use crate::fleet::{PLAN_TOKEN, tokens_file};
@@ -690,11 +689,8 @@ fn a_plans_processes_together_are_held_to_its_memory() {
     if let Err(why) = skyhook::process::plan_cgroup::parents() {
         skip!("no cgroup with memory and pids for plans: {why}");
     }
-    use skyhook::serve::http::{Limits, Listener, Server, serve};
     let fr = host();
     let _proc = HostProc::mount(&fr);
-    let d = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(d.path());
     let mut cfg = skyhook::serve::Config::new(fr.root());
     cfg.plan.sandbox.memory = 96 << 20;
     let code = r#"
@@ -708,43 +704,7 @@ fn a_plans_processes_together_are_held_to_its_memory() {
         open(my $f, "<", "/proc/self/cgroup"); my @cg = grep { /:memory:|^0::/ } <$f>;
         chomp @cg; print "held=$held cgroup=$cg[0]";
     "#;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (exit, lines) = rt.block_on(async {
-        let svc = skyhook::serve::Service::with_audit(cfg, true, std::sync::Arc::new(|_: &str| {}))
-            .unwrap();
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = l.local_addr().unwrap().port();
-        let auth = skyhook::serve::auth::Auth::from_file(&tokens).unwrap();
-        let (stop, rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            let _keep = stop;
-            serve(
-                Listener::Tcp(l),
-                Server::new(svc, auth, Limits::default()),
-                rx,
-            )
-            .await;
-        });
-        let client = Client::new(&format!("http://127.0.0.1:{port}"), PLAN_TOKEN).unwrap();
-        let mut lines = String::new();
-        let exit = client
-            .execute(
-                &plan_body("together", &perl_query(code)),
-                &Cancel::new(),
-                &mut |e| {
-                    if let Some(t) = e.get("line").and_then(Value::as_str) {
-                        lines.push_str(t);
-                        lines.push('\n');
-                    }
-                },
-            )
-            .await
-            .unwrap();
-        (exit, lines)
-    });
+    let (exit, lines) = plan_perl_with(cfg, "together", code);
     let held: u64 = lines
         .split("held=")
         .nth(1)
@@ -782,10 +742,7 @@ fn a_plans_processes_together_are_held_to_its_memory() {
 #[test]
 fn an_empty_script_timeout_is_held_to_the_servers() {
     require_root!();
-    use skyhook::serve::http::{Limits, Listener, Server, serve};
     let fr = host();
-    let d = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(d.path());
     let mut cfg = skyhook::serve::Config::new(fr.root());
     cfg.plan.script_timeout = std::time::Duration::from_secs(2);
     let mut body = plan_body(
@@ -794,33 +751,8 @@ fn an_empty_script_timeout_is_held_to_the_servers() {
     );
     body["timeout_s"] = json!(20);
     body["env"] = json!({"SKYHOOK_SCRIPT_TIMEOUT": " "});
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let started = std::time::Instant::now();
-    let exit = rt.block_on(async {
-        let svc = skyhook::serve::Service::with_audit(cfg, true, std::sync::Arc::new(|_: &str| {}))
-            .unwrap();
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = l.local_addr().unwrap().port();
-        let auth = skyhook::serve::auth::Auth::from_file(&tokens).unwrap();
-        let (stop, rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            let _keep = stop;
-            serve(
-                Listener::Tcp(l),
-                Server::new(svc, auth, Limits::default()),
-                rx,
-            )
-            .await;
-        });
-        let client = Client::new(&format!("http://127.0.0.1:{port}"), PLAN_TOKEN).unwrap();
-        client
-            .execute(&body, &Cancel::new(), &mut |_| {})
-            .await
-            .unwrap()
-    });
+    let (exit, _) = plan_with(cfg, &body);
     let took = started.elapsed();
     assert!(
         took < std::time::Duration::from_secs(15),
