@@ -199,7 +199,7 @@ pub(crate) fn exits_within(pid: i32, ms: i32) -> bool {
 /// The processes of command line `argv` still running after 5 s each (killed processes are
 /// awaited: their pidfd turns readable); each is then SIGKILLed, the test's own cleanup of
 /// what a plan left behind.
-pub(crate) fn survivors(argv: &[&str]) -> Vec<i32> {
+pub(crate) fn left_running(argv: &[&str]) -> Vec<i32> {
     let left: Vec<i32> = pids_of(argv)
         .into_iter()
         .filter(|&p| !exits_within(p, 5000))
@@ -226,7 +226,7 @@ fn a_plan_ended_by_its_timeout_leaves_no_command_running() {
     body["timeout_s"] = json!(1);
     let (exit, lines) = plan(fr.root(), &body);
     assert_eq!(exit["exit"], json!({"error": "timeout"}), "{exit:#}");
-    let left = survivors(&argv);
+    let left = left_running(&argv);
     assert_eq!(
         left,
         Vec::<i32>::new(),
@@ -347,7 +347,7 @@ fn a_hostile_package_changes_no_host_file_byte_for_byte() {
         }
     });
     assert!(!marker.exists(), "a query wrote outside the host root");
-    let left = survivors(&["sleep", "3600.0419"]);
+    let left = left_running(&["sleep", "3600.0419"]);
     assert_eq!(
         left,
         Vec::<i32>::new(),
@@ -696,7 +696,7 @@ fn a_querys_background_child_holding_its_output_is_ended_with_it() {
     let took = started.elapsed();
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
     assert!(lines.contains("code=0 out=started"), "{lines}");
-    let left = survivors(&["sleep", "3600.0425"]);
+    let left = left_running(&["sleep", "3600.0425"]);
     assert_eq!(
         left,
         Vec::<i32>::new(),
