@@ -34,6 +34,14 @@ fn demo_root() -> tempfile::TempDir {
     d
 }
 
+/// A [`demo_root`], and `body` written at `name` in a folder of its own: the root, the
+/// folder and the script's path.
+fn demo_script(name: &str, body: &str) -> (tempfile::TempDir, tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(dir.path(), name, body);
+    (demo_root(), dir, script)
+}
+
 const WRITE_DEMO: &str = "print(`mode=${step.mode} dry_run=${step.dry_run}`);\n\
                           fs::write(\"/etc/demo.conf\", \"a=2\\n\");\n";
 
@@ -74,9 +82,7 @@ fn run_package(pkg: &Path, mode: &str, root: &Path, extra: &[&str]) -> Output {
 
 #[test]
 fn dry_run_prints_the_diff_and_changes_nothing() {
-    let root = demo_root();
-    let dir = tempfile::tempdir().unwrap();
-    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    let (root, _dir, script) = demo_script("apply.rhai", WRITE_DEMO);
     let before = tree(root.path());
 
     let out = run_script(&script, root.path(), &[]);
@@ -101,9 +107,7 @@ fn dry_run_prints_the_diff_and_changes_nothing() {
 
 #[test]
 fn apply_writes_then_nothing_is_left_to_plan() {
-    let root = demo_root();
-    let dir = tempfile::tempdir().unwrap();
-    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    let (root, _dir, script) = demo_script("apply.rhai", WRITE_DEMO);
 
     let out = run_script(&script, root.path(), &["--apply"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -129,9 +133,7 @@ fn apply_writes_then_nothing_is_left_to_plan() {
 
 #[test]
 fn json_output_is_one_document_with_the_change() {
-    let root = demo_root();
-    let dir = tempfile::tempdir().unwrap();
-    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    let (root, _dir, script) = demo_script("apply.rhai", WRITE_DEMO);
     let out = run_script(
         &script,
         root.path(),
@@ -160,9 +162,7 @@ fn json_output_is_one_document_with_the_change() {
 
 #[test]
 fn check_mode_fails_with_drift_then_passes_after_apply() {
-    let root = demo_root();
-    let dir = tempfile::tempdir().unwrap();
-    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    let (root, _dir, script) = demo_script("apply.rhai", WRITE_DEMO);
     let before = tree(root.path());
 
     let out = run_script(&script, root.path(), &["--mode", "apply-check"]);
@@ -829,9 +829,7 @@ const INTERLEAVED: &str = "print(\"start\");\n\
 
 #[test]
 fn a_plan_lists_everything_in_order_with_positions() {
-    let root = demo_root();
-    let dir = tempfile::tempdir().unwrap();
-    let script = write(dir.path(), "s.rhai", INTERLEAVED);
+    let (root, _dir, script) = demo_script("s.rhai", INTERLEAVED);
     let before = tree(root.path());
     let out = run_script(&script, root.path(), &[]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -958,9 +956,7 @@ fn sha256_hex(s: &str) -> String {
 
 #[test]
 fn apply_with_diff_shows_the_plans_diffs() {
-    let root = demo_root();
-    let dir = tempfile::tempdir().unwrap();
-    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    let (root, _dir, script) = demo_script("apply.rhai", WRITE_DEMO);
     let planned = run_script(&script, root.path(), &[]);
     let out = run_script(&script, root.path(), &["--apply", "--diff"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -1002,9 +998,7 @@ fn apply_with_diff_shows_the_plans_diffs() {
 #[test]
 fn the_json_schema_holds_for_real_plans() {
     // a script: plan, check with drift, apply
-    let root = demo_root();
-    let dir = tempfile::tempdir().unwrap();
-    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    let (root, dir, script) = demo_script("apply.rhai", WRITE_DEMO);
     for args in [
         vec!["--output", "json"],
         vec!["--output", "json", "--mode", "apply-check"],
