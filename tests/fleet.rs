@@ -19,7 +19,7 @@ use skyhook::serve::exec::Config;
 use skyhook::serve::http::{Limits, Listener, Server, serve};
 
 use crate::nvidia_ports::fake_host;
-use crate::plan_attack::post_start;
+use crate::plan_attack::{post_start, run_echo_hi};
 use crate::util::{FakeRoot, tree};
 
 pub(crate) const PLAN_TOKEN: &str = "tok-plan";
@@ -376,14 +376,7 @@ fn a_plan_token_plans_and_cannot_run_a_step() {
             .unwrap();
         assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
         // a run token works as before
-        let exit = run
-            .execute(
-                &json!({"id": "r1", "kind": "sh", "command": "echo hi"}),
-                &Cancel::new(),
-                &mut |_| {},
-            )
-            .await
-            .unwrap();
+        let exit = run_echo_hi(&run).await;
         assert_eq!(exit["exit"], json!({"code": 0}));
         // a package over the cap is 413, naming the limit
         let mut big = body.clone();

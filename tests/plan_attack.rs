@@ -45,6 +45,19 @@ pub(crate) async fn post_start(client: &Client, body: &Value) -> (u16, Value) {
         .unwrap()
 }
 
+/// Step execution `r1`, `sh` running `echo hi`, started by `client` (a `run` engine's): its
+/// exit event.
+pub(crate) async fn run_echo_hi(client: &Client) -> Value {
+    client
+        .execute(
+            &json!({"id": "r1", "kind": "sh", "command": "echo hi"}),
+            &Cancel::new(),
+            &mut |_| {},
+        )
+        .await
+        .unwrap()
+}
+
 /// The line events of `body` planned by `client`, and its exit event.
 pub(crate) async fn plan_on(client: &Client, body: &Value) -> (Value, String) {
     let (exit, lines, _) = plan_events(client, body).await;
@@ -368,14 +381,7 @@ fn a_plan_token_cannot_see_or_cancel_another_engines_execution() {
         let url = start_serve(fr.root(), &tokens).await;
         let run = Client::new(&url, RUN_TOKEN).unwrap();
         let plan = Client::new(&url, PLAN_TOKEN).unwrap();
-        let exit = run
-            .execute(
-                &json!({"id": "r1", "kind": "sh", "command": "echo hi"}),
-                &Cancel::new(),
-                &mut |_| {},
-            )
-            .await
-            .unwrap();
+        let exit = run_echo_hi(&run).await;
         assert_eq!(exit["exit"], json!({"code": 0}));
         for (m, path, body) in [
             (hyper::Method::GET, "/v1/executions/r1", None),
