@@ -6,15 +6,16 @@
 //!
 //! Tests marked `#[ignore = "known hole: ..."]` reproduce an attack that succeeds on main.
 
-use std::io::{BufRead as _, Read as _, Write as _};
+use std::io::{Read as _, Write as _};
 use std::os::fd::AsRawFd as _;
 use std::os::unix::net::UnixStream;
-use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use skyhook::process::dbus_filter::{MAX_AUTH_LINES, MAX_CONNECTIONS, MAX_LINE, spawn};
+
+use crate::util::bus::{DbusDaemon, OPEN_POLICY};
 
 const WAIT: Duration = Duration::from_secs(10);
 const BUS: &str = "org.freedesktop.DBus";
@@ -695,70 +696,6 @@ fn the_connection_bound_holds_and_frees() {
     assert!(after.is_ok(), "a place was not given back: {after:?}");
 }
 
-/// A private `dbus-daemon` listening in a temporary directory with `EXTERNAL` authentication
-/// and the `<policy context="default">` rules given; `None` (the test skipped) without one.
-struct Daemon {
-    child: std::process::Child,
-    _dir: tempfile::TempDir,
-    socket: std::path::PathBuf,
-}
-
-impl Daemon {
-    fn start(policy: &str) -> Option<Daemon> {
-        let found = Command::new("dbus-daemon")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok();
-        if !found {
-            return None;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("bus.sock");
-        let config = dir.path().join("bus.conf");
-        std::fs::write(
-            &config,
-            format!(
-                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <listen>unix:path={}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">{policy}</policy>
-</busconfig>
-"#,
-                socket.display()
-            ),
-        )
-        .unwrap();
-        let mut child = Command::new("dbus-daemon")
-            .arg(format!("--config-file={}", config.display()))
-            .args(["--nofork", "--print-address"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut address = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut address)
-            .unwrap();
-        assert!(address.starts_with("unix:path="), "{address:?}");
-        Some(Daemon {
-            child,
-            _dir: dir,
-            socket,
-        })
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// `uid` in decimal, hex-encoded (the `EXTERNAL` identity).
 fn hex_uid(uid: u32) -> String {
     uid.to_string()
@@ -870,17 +807,14 @@ fn an_unrequested_reply_reaches_another_connection_only_by_the_buss_policy() {
     let _one = serial_lock();
     for (policy, delivered) in [
         (SYSTEM_POLICY, false),
-        (
-            r#"<allow user="*"/><allow send_destination="*"/><allow receive_sender="*"/>"#,
-            false,
-        ),
+        (OPEN_POLICY, false),
         // Only rules allowing unrequested replies on both ends let one through.
         (
             r#"<allow user="*"/><allow send_destination="*" send_requested_reply="false"/><allow receive_sender="*" receive_requested_reply="false"/>"#,
             true,
         ),
     ] {
-        let Some(d) = Daemon::start(policy) else {
+        let Some(d) = DbusDaemon::private(policy) else {
             skip!("dbus-daemon is not installed (Debian: dbus-daemon)");
         };
         let (mut victim, victim_name) = raw_hello(UnixStream::connect(&d.socket).unwrap());
@@ -916,7 +850,7 @@ fn an_unrequested_reply_reaches_another_connection_only_by_the_buss_policy() {
 #[test]
 fn a_claimed_uid_other_than_the_bus_sockets_is_rejected_by_the_bus() {
     let _one = serial_lock();
-    let Some(d) = Daemon::start(r#"<allow user="*"/>"#) else {
+    let Some(d) = DbusDaemon::private(r#"<allow user="*"/>"#) else {
         skip!("dbus-daemon is not installed (Debian: dbus-daemon)");
     };
     let socket = &d.socket;
@@ -950,9 +884,7 @@ fn a_claimed_uid_other_than_the_bus_sockets_is_rejected_by_the_bus() {
 #[test]
 fn dbus_daemon_answers_each_relayed_line_once() {
     let _one = serial_lock();
-    let Some(d) = Daemon::start(
-        r#"<allow user="*"/><allow send_destination="*"/><allow receive_sender="*"/>"#,
-    ) else {
+    let Some(d) = DbusDaemon::private(OPEN_POLICY) else {
         skip!("dbus-daemon is not installed (Debian: dbus-daemon)");
     };
     let (mut client, filter_client) = UnixStream::pair().unwrap();

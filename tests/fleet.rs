@@ -19,6 +19,7 @@ use skyhook::serve::exec::Config;
 use skyhook::serve::http::{Limits, Listener, Server, serve};
 
 use crate::nvidia_ports::fake_host;
+use crate::plan_attack::{post_start, run_echo_hi};
 use crate::util::{FakeRoot, tree};
 
 pub(crate) const PLAN_TOKEN: &str = "tok-plan";
@@ -316,25 +317,7 @@ fn a_later_package_plans_against_what_an_earlier_package_planned() {
     let bodies = plan_bodies(&cr, &BTreeMap::new(), &[Mode::Apply]).unwrap();
     let names: Vec<&str> = bodies.iter().map(|b| b.0.as_str()).collect();
     assert_eq!(names, ["base", "reader", "tuning"]);
-    let p = rt().block_on(async {
-        let gpu = json!({"nvidia.com/gpu.present": "true", "kubernetes.io/os": "linux"});
-        let address = start_serve(fr.root(), &tokens).await;
-        let f = pkgs.path().join("nodes.json");
-        std::fs::write(
-            &f,
-            json!([{"name": "n1", "labels": gpu, "address": address}]).to_string(),
-        )
-        .unwrap();
-        preview(
-            &cr,
-            load_nodes(&f, None).unwrap(),
-            bodies,
-            &options(vec![Mode::Apply], PLAN_TOKEN),
-            &Cancel::new(),
-            &mut |_, _| {},
-        )
-        .await
-    });
+    let p = preview_one(&cr_path, fr.root(), &tokens, &[Mode::Apply]);
     let text = p.render_text();
     assert!(
         text.ends_with("1 selected: 1 would change (1 plan), 0 converged, 0 failed\n"),
@@ -377,14 +360,7 @@ fn a_plan_token_plans_and_cannot_run_a_step() {
             json!({"id": "s2", "kind": "rhai", "script": "fs::write(\"/pwned\", \"x\");"}),
             json!({"id": "s3", "kind": "rhai", "mode": "plan", "script": "1"}),
         ] {
-            let (status, v) = plan
-                .call(
-                    hyper::Method::POST,
-                    "/v1/executions",
-                    Some(kind.to_string().into_bytes()),
-                )
-                .await
-                .unwrap();
+            let (status, v) = post_start(&plan, &kind).await;
             assert_eq!(status, 403, "{kind}: {v}");
             assert_eq!(
                 v,
@@ -400,27 +376,13 @@ fn a_plan_token_plans_and_cannot_run_a_step() {
             .unwrap();
         assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
         // a run token works as before
-        let exit = run
-            .execute(
-                &json!({"id": "r1", "kind": "sh", "command": "echo hi"}),
-                &Cancel::new(),
-                &mut |_| {},
-            )
-            .await
-            .unwrap();
+        let exit = run_echo_hi(&run).await;
         assert_eq!(exit["exit"], json!({"code": 0}));
         // a package over the cap is 413, naming the limit
         let mut big = body.clone();
         big["id"] = "big".into();
         big["package"]["files"]["skyhook_dir/big.rhai"] = "x".repeat(3 << 20).into();
-        let (status, v) = plan
-            .call(
-                hyper::Method::POST,
-                "/v1/executions",
-                Some(big.to_string().into_bytes()),
-            )
-            .await
-            .unwrap();
+        let (status, v) = post_start(&plan, &big).await;
         assert_eq!(status, 413, "{v}");
         assert_eq!(v["error"], "package too large");
         assert_eq!(v["max_package_bytes"], 3 << 20);
@@ -593,12 +555,22 @@ fn a_fleet_preview_groups_nodes_by_plan_and_changes_no_host() {
         assert!(&tree(h.root()) == b, "host {} changed", h.root().display());
     }
     assert_eq!(outputs[0], outputs[1]);
-    assert_eq!(outputs[0], EXPECTED);
+    assert_eq!(outputs[0], expected());
 }
 
 /// What the preview prints (both runs).
-const EXPECTED: &str = r#"== would change on 12 nodes: n01, n02, n03, n04, n05, n06, n07, n08, n09, n10, n11, n12
-package base 1.0.0
+fn expected() -> String {
+    format!(
+        "== would change on 12 nodes: n01, n02, n03, n04, n05, n06, n07, n08, n09, n10, n11, n12\n{}== would change on 3 nodes: n13, n14, n15\n{}{CONVERGED_AND_FAILED}",
+        planned_on("ubuntu"),
+        planned_on("amzn")
+    )
+}
+
+/// The plans of `base` and `tuning` in [`expected`] on a node whose os-release `ID` is `os`.
+fn planned_on(os: &str) -> String {
+    format!(
+        r#"package base 1.0.0
 --- mode apply
 ==> step base: base.rhai
 + mkdir /etc/fleet-demo
@@ -607,7 +579,7 @@ package base 1.0.0
 +++ b/etc/fleet-demo/base.conf
 @@ -0,0 +1,2 @@
 +managed=base
-+os=ubuntu
++os={os}
 ==> step setup: setup.sh
 > would run: setup.sh
 Plan: 1 to change, 0 unchanged, 1 action.
@@ -622,32 +594,12 @@ package tuning 2.0.0
 ! interrupt: restart services containerd  # <package>/skyhook_dir/tune.rhai:3
 note: tune.rhai: requested interrupt restart_services [containerd] is declared in the Skyhook CR (interrupt (type: service, services: [containerd])): the operator runs it in its interrupt stage
 Plan: 1 to change, 0 unchanged.
-== would change on 3 nodes: n13, n14, n15
-package base 1.0.0
---- mode apply
-==> step base: base.rhai
-+ mkdir /etc/fleet-demo
-~ create /etc/fleet-demo/base.conf (mode 0644)  # <package>/skyhook_dir/base.rhai:2
---- /dev/null
-+++ b/etc/fleet-demo/base.conf
-@@ -0,0 +1,2 @@
-+managed=base
-+os=amzn
-==> step setup: setup.sh
-> would run: setup.sh
-Plan: 1 to change, 0 unchanged, 1 action.
-package tuning 2.0.0
---- mode apply
-==> step tune: tune.rhai
-~ create /etc/fleet-demo/tuning.conf (mode 0644)  # <package>/skyhook_dir/tune.rhai:2
---- /dev/null
-+++ b/etc/fleet-demo/tuning.conf
-@@ -0,0 +1 @@
-+threads=8
-! interrupt: restart services containerd  # <package>/skyhook_dir/tune.rhai:3
-note: tune.rhai: requested interrupt restart_services [containerd] is declared in the Skyhook CR (interrupt (type: service, services: [containerd])): the operator runs it in its interrupt stage
-Plan: 1 to change, 0 unchanged.
-== converged on 3 nodes: n16, n17, n18
+"#
+    )
+}
+
+/// The converged, failed and excluded nodes of [`expected`], and its summary.
+const CONVERGED_AND_FAILED: &str = r#"== converged on 3 nodes: n16, n17, n18
 package base 1.0.0
 --- mode apply
 ==> step base: base.rhai
@@ -936,6 +888,17 @@ fn preview_one(
     })
 }
 
+/// Preview `p` of [`preview_one`] says its node `n1` failed with `why`, in text and JSON.
+fn assert_n1_failed(p: &skyhook::fleet::run::Preview, why: &str) {
+    assert_eq!(
+        p.render_text(),
+        format!(
+            "== failed on n1: {why}\n1 selected: 0 would change (0 plans), 0 converged, 1 failed\n"
+        )
+    );
+    assert_eq!(p.to_json()["nodes"][0]["error"], json!(why));
+}
+
 /// Issue 32: a chain stops at its first failed package, and the preview says which later
 /// packages were not planned because of it: `base` fails on a host where
 /// `/etc/fleet-demo/broken` exists, so `tuning` (dependsOn `base`) is not planned.
@@ -954,13 +917,7 @@ fn a_preview_names_the_packages_not_planned_after_a_failed_one() {
     let p = preview_one(&cr_path, fr.root(), &tokens, &[Mode::Apply]);
     let why = "package base: mode apply step base: <package>/skyhook_dir/base.rhai:1:43: \
                /etc/fleet-demo/broken is present; not planned because package base failed: tuning";
-    assert_eq!(
-        p.render_text(),
-        format!(
-            "== failed on n1: {why}\n1 selected: 0 would change (0 plans), 0 converged, 1 failed\n"
-        )
-    );
-    assert_eq!(p.to_json()["nodes"][0]["error"], json!(why));
+    assert_n1_failed(&p, why);
 }
 
 /// Issue 32: a failed mode stops its package's later modes, as the agent runs none after
@@ -982,11 +939,5 @@ fn a_preview_names_the_modes_not_planned_after_a_failed_one() {
     );
     let why = "package tuning: mode apply step tune: <package>/skyhook_dir/tune.rhai:1:43: \
                /etc/fleet-demo/broken is present; not planned because mode apply failed: apply-check";
-    assert_eq!(
-        p.render_text(),
-        format!(
-            "== failed on n1: {why}\n1 selected: 0 would change (0 plans), 0 converged, 1 failed\n"
-        )
-    );
-    assert_eq!(p.to_json()["nodes"][0]["error"], json!(why));
+    assert_n1_failed(&p, why);
 }

@@ -4,6 +4,8 @@
 //! - `util`: the harness (plus `harness_*` self-tests of it that do not run the agent): `FakeRoot` (throwaway host roots built from a
 //!   per-binary template), the standard environment of agent-contract.md section 15, fixture
 //!   P, recording stubs, the agent runner, `TS`/`FTS` regex helpers, `require_root!`.
+//!   `util::bus`: a running `dbus-daemon` (private, or a host root's system bus) and the
+//!   world-writable daemon listeners (the system bus's stand-in among them).
 //! - `acceptance`: the 50 acceptance cases of agent-contract.md section 15, one test each,
 //!   named `case_NN_<topic>`; assertions are the values the case states.
 //! - `skyhook_run`: `skyhook-run SCRIPT` and `--package DIR` (dry run, apply, check, JSON,

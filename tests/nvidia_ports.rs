@@ -115,10 +115,7 @@ pub(crate) fn node(
     for (k, v) in configmaps {
         fr.write(&format!("{T}/pkg/configmaps/{k}"), v);
     }
-    fr.set_env(
-        "PATH",
-        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    );
+    fr.set_env("PATH", NODE_PATH);
     fr.set_env("SKYHOOK_RESOURCE_ID", resource_id);
     fr
 }
@@ -139,10 +136,7 @@ fn every_layer_answers_as_a_node_does() {
         let fr = fake_host(host);
         let session = |mode| {
             let o = HostOptions {
-                env: vec![(
-                    "PATH".into(),
-                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
-                )],
+                env: vec![("PATH".into(), NODE_PATH.into())],
                 ..HostOptions::default()
             };
             Host::new(HostRoot::open(fr.root()).unwrap(), mode, o)
@@ -198,6 +192,57 @@ pub(crate) fn etc(fr: &FakeRoot) -> Vec<String> {
         .into_iter()
         .map(|l| l.rsplit_once(' ').expect("mtime field").0.to_string())
         .collect()
+}
+
+/// The `PATH` of a node's agent.
+pub(crate) const NODE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// [`etc`] without the agent's records under `/etc/skyhook`.
+pub(crate) fn etc_but_skyhook(fr: &FakeRoot) -> Vec<String> {
+    etc(fr)
+        .into_iter()
+        .filter(|l| !l.starts_with("skyhook"))
+        .collect()
+}
+
+/// A second `config` on `host` succeeds saying `says` on stdout and leaves `/etc` as the
+/// first left it.
+#[track_caller]
+pub(crate) fn config_again_changes_nothing(fr: &FakeRoot, host: &str, says: &str) {
+    let after_first = etc(fr);
+    let again = ok(fr.run("config"), &format!("{host}: config again"));
+    assert!(again.stdout.contains(says), "{host}: {}", again.all());
+    assert_eq!(etc(fr), after_first, "{host}: a second config changed /etc");
+}
+
+/// `skyhook-run --package $T/pkg --mode MODE --root R EXTRA` (a plan unless `extra` has
+/// `--apply`) with a node's environment for package `resource_id` plus `env`: its exit code
+/// (-1 when killed) and its stdout then stderr.
+pub(crate) fn package_run(
+    fr: &FakeRoot,
+    resource_id: &str,
+    mode: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
+        .arg("--package")
+        .arg(fr.t("pkg"))
+        .args(["--mode", mode, "--root"])
+        .arg(fr.root())
+        .args(extra)
+        .env_clear()
+        .env("PATH", NODE_PATH)
+        .env("SKYHOOK_RESOURCE_ID", resource_id)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
 }
 
 #[track_caller]
@@ -276,19 +321,10 @@ fn nvidia_tuning_gke_every_stage_on_every_host() {
         );
 
         // A second config changes nothing.
-        let after_first = etc(&fr);
-        let again = ok(fr.run("config"), &what("config again"));
-        assert!(
-            again
-                .stdout
-                .contains("sysctl unchanged, ulimit unchanged, services unchanged, grub unchanged"),
-            "{host}: {}",
-            again.all()
-        );
-        assert_eq!(
-            etc(&fr),
-            after_first,
-            "{host}: a second config changed /etc"
+        config_again_changes_nothing(
+            &fr,
+            host,
+            "sysctl unchanged, ulimit unchanged, services unchanged, grub unchanged",
         );
 
         // Drift: a live value changed behind the package's back.
@@ -312,11 +348,11 @@ fn nvidia_tuning_gke_every_stage_on_every_host() {
             !fr.exists("/etc/systemd/system/containerd.service.d"),
             "{host}"
         );
-        let after: Vec<String> = etc(&fr)
-            .into_iter()
-            .filter(|l| !l.starts_with("skyhook"))
-            .collect();
-        assert_eq!(after, before, "{host}: uninstall left /etc different");
+        assert_eq!(
+            etc_but_skyhook(&fr),
+            before,
+            "{host}: uninstall left /etc different"
+        );
     }
 }
 
@@ -385,11 +421,7 @@ fn nvidia_tuning_gke_bad_configmaps_fail_clearly_and_change_nothing() {
         let run = fr.run("config");
         assert_ne!(run.code, 0, "{message}: {}", run.all());
         assert!(run.all().contains(message), "{message}: {}", run.all());
-        let etc_after: Vec<String> = etc(&fr)
-            .into_iter()
-            .filter(|l| !l.starts_with("skyhook"))
-            .collect();
-        assert_eq!(etc_after, etc_before, "{message}");
+        assert_eq!(etc_but_skyhook(&fr), etc_before, "{message}");
         assert_eq!(tree(&fr.host("/proc")), proc_before, "{message}");
     }
 }
@@ -441,32 +473,10 @@ fn nvidia_tuning_gke_through_skyhook_run_plans_applies_and_then_plans_nothing() 
         &[("accelerator", "h100"), ("intent", "multiNodeTraining")],
         GKE_ID,
     );
-    let pkg = fr.t("pkg");
-    let skyhook_run = |extra: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
-            .args(["--package"])
-            .arg(&pkg)
-            .args(["--mode", "config", "--root"])
-            .arg(fr.root())
-            .args(extra)
-            .env_clear()
-            .env(
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            )
-            .env("SKYHOOK_RESOURCE_ID", GKE_ID)
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.code(), text)
-    };
+    let skyhook_run = |extra: &[&str]| package_run(&fr, GKE_ID, "config", extra, &[]);
     let before = tree(fr.root());
     let (code, plan) = skyhook_run(&[]);
-    assert_eq!(code, Some(0), "{plan}");
+    assert_eq!(code, 0, "{plan}");
     assert!(plan.contains("profile h100/multiNodeTraining"), "{plan}");
     assert!(
         plan.contains("~ sysctl net.core.default_qdisc = fq (was fq_codel)"),
@@ -483,10 +493,10 @@ fn nvidia_tuning_gke_through_skyhook_run_plans_applies_and_then_plans_nothing() 
     assert_eq!(tree(fr.root()), before, "a dry run changed the root");
 
     let (code, applied) = skyhook_run(&["--apply"]);
-    assert_eq!(code, Some(0), "{applied}");
+    assert_eq!(code, 0, "{applied}");
     assert_eq!(live(&fr, "net.core.default_qdisc"), "fq");
     let (code, again) = skyhook_run(&[]);
-    assert_eq!(code, Some(0), "{again}");
+    assert_eq!(code, 0, "{again}");
     assert!(again.contains("Plan: 0 to change,"), "{again}");
 }
 

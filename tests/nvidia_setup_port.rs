@@ -18,7 +18,9 @@ use std::os::unix::fs::symlink;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::nvidia_ports::{etc, manifest, node, ok, payload, realistic_block_devices};
+use crate::nvidia_ports::{
+    etc, etc_but_skyhook, manifest, node, ok, package_run, payload, realistic_block_devices,
+};
 use crate::util::{FakeRoot, Run, T, run_to_end};
 
 const SETUP_ID: &str = "setup-0000-1_nvidia_setup_0.2.1";
@@ -120,30 +122,9 @@ fn stub_calls(fr: &FakeRoot) -> String {
     fr.read_opt("/var/log/stub-calls.log").unwrap_or_default()
 }
 
-/// `skyhook-run --package $T/pkg --mode MODE --root R` (a plan unless `extra` has --apply)
-/// with the node's environment for the package.
+/// [`package_run`] of the setup package (`SKYHOOK_RESOURCE_ID` [`SETUP_ID`]).
 fn skyhook_run(fr: &FakeRoot, mode: &str, extra: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
-        .arg("--package")
-        .arg(fr.t("pkg"))
-        .args(["--mode", mode, "--root"])
-        .arg(fr.root())
-        .args(extra)
-        .env_clear()
-        .env(
-            "PATH",
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        )
-        .env("SKYHOOK_RESOURCE_ID", SETUP_ID)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    package_run(fr, SETUP_ID, mode, extra, env)
 }
 
 /// The descendants' pids of `pid` (its tasks' `children` lists), empty when it has none.
@@ -772,11 +753,7 @@ fn nvidia_setup_bad_hosts_and_inputs_fail_clearly_and_change_nothing() {
         for mode in ["apply", "apply-check"] {
             failed(fr.run(mode), &format!("{host} {mode}"), message);
         }
-        let etc_after: Vec<String> = etc(&fr)
-            .into_iter()
-            .filter(|l| !l.starts_with("skyhook"))
-            .collect();
-        assert_eq!(etc_after, etc_before, "{message}");
+        assert_eq!(etc_but_skyhook(&fr), etc_before, "{message}");
         assert_eq!(stub_calls(&fr), "", "{message}: nothing ran");
     }
 }

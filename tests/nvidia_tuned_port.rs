@@ -7,7 +7,10 @@
 
 use std::fs;
 
-use crate::nvidia_ports::{HOSTS, etc, manifest, node, ok, payload};
+use crate::nvidia_ports::{
+    HOSTS, config_again_changes_nothing, etc, etc_but_skyhook, manifest, node, ok, package_run,
+    payload,
+};
 use crate::util::{FakeRoot, T, tree};
 
 const ID: &str = "node-0000-1_nvidia_tuned_0.2.3";
@@ -81,11 +84,10 @@ fn tuned_adm_changes(fr: &FakeRoot) -> Vec<String> {
 /// records under `/etc/skyhook`, and what removing the tuned package leaves in `/etc/tuned`
 /// (apt keeps conffiles; tuned-adm's `profile_mode`).
 fn etc_without_tuned_leftovers(fr: &FakeRoot) -> Vec<String> {
-    etc(fr)
+    etc_but_skyhook(fr)
         .into_iter()
         .filter(|l| {
-            !l.starts_with("skyhook")
-                && !l.starts_with("tuned ")
+            !l.starts_with("tuned ")
                 && !l.starts_with("tuned/tuned-main.conf ")
                 && !l.starts_with("tuned/profile_mode ")
         })
@@ -235,19 +237,10 @@ fn nvidia_tuned_every_stage_on_every_supported_host() {
         assert!(!check.stderr.contains("verify failed"), "{}", check.all());
 
         // A second config changes nothing and runs no tuned-adm.
-        let after_first = etc(&fr);
-        let again = ok(fr.run("config"), &what("config again"));
-        assert!(
-            again.stdout.contains(
-                "nvidia-tuned: profiles unchanged, reapply_sysctl unchanged, active profile unchanged"
-            ),
-            "{host}: {}",
-            again.all()
-        );
-        assert_eq!(
-            etc(&fr),
-            after_first,
-            "{host}: a second config changed /etc"
+        config_again_changes_nothing(
+            &fr,
+            host,
+            "nvidia-tuned: profiles unchanged, reapply_sysctl unchanged, active profile unchanged",
         );
         assert_eq!(
             tuned_adm_changes(&fr),
@@ -406,11 +399,7 @@ fn nvidia_tuned_bad_hosts_and_configmaps_fail_clearly_and_change_nothing() {
             run.all()
         );
     }
-    let etc_after: Vec<String> = etc(&cos)
-        .into_iter()
-        .filter(|l| !l.starts_with("skyhook"))
-        .collect();
-    assert_eq!(etc_after, etc_before);
+    assert_eq!(etc_but_skyhook(&cos), etc_before);
 
     let cases: &[(&[(&str, &str)], &str)] = &[
         (
@@ -455,11 +444,7 @@ fn nvidia_tuned_bad_hosts_and_configmaps_fail_clearly_and_change_nothing() {
         let run = fr.run("config");
         assert_ne!(run.code, 0, "{message}: {}", run.all());
         assert!(run.all().contains(message), "{message}: {}", run.all());
-        let etc_after: Vec<String> = etc(&fr)
-            .into_iter()
-            .filter(|l| !l.starts_with("skyhook"))
-            .collect();
-        assert_eq!(etc_after, etc_before, "{message}");
+        assert_eq!(etc_but_skyhook(&fr), etc_before, "{message}");
         assert_eq!(lib(), lib_before, "{message}");
         assert_eq!(tree(&fr.host("/proc")), proc_before, "{message}");
     }
@@ -476,32 +461,10 @@ fn nvidia_tuned_through_skyhook_run_plans_applies_and_then_plans_nothing() {
         &[("accelerator", "h100"), ("intent", "multiNodeTraining")],
     );
     ok(fr.run("apply"), "apply");
-    let pkg = fr.t("pkg");
-    let skyhook_run = |extra: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_skyhook-run"))
-            .args(["--package"])
-            .arg(&pkg)
-            .args(["--mode", "config", "--root"])
-            .arg(fr.root())
-            .args(extra)
-            .env_clear()
-            .env(
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            )
-            .env("SKYHOOK_RESOURCE_ID", ID)
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.code(), text)
-    };
+    let skyhook_run = |extra: &[&str]| package_run(&fr, ID, "config", extra, &[]);
     let before = tree(fr.root());
     let (code, plan) = skyhook_run(&[]);
-    assert_eq!(code, Some(0), "{plan}");
+    assert_eq!(code, 0, "{plan}");
     assert!(
         plan.contains("~ tuned-adm profile nvidia-h100-multiNodeTraining (active: none)"),
         "{plan}"
@@ -513,13 +476,13 @@ fn nvidia_tuned_through_skyhook_run_plans_applies_and_then_plans_nothing() {
     assert_eq!(tree(fr.root()), before, "a dry run changed the root");
 
     let (code, applied) = skyhook_run(&["--apply"]);
-    assert_eq!(code, Some(0), "{applied}");
+    assert_eq!(code, 0, "{applied}");
     assert_eq!(
         fr.read("/etc/tuned/active_profile"),
         "nvidia-h100-multiNodeTraining\n"
     );
     let (code, again) = skyhook_run(&[]);
-    assert_eq!(code, Some(0), "{again}");
+    assert_eq!(code, 0, "{again}");
     assert!(again.contains("Plan: 0 to change,"), "{again}");
 }
 

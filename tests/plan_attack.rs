@@ -32,6 +32,32 @@ pub(crate) async fn plan_events(client: &Client, body: &Value) -> (Value, String
     (exit, lines, plans)
 }
 
+/// `body` POSTed to `/v1/executions` by `client` (an execution started, or refused): the
+/// status and the JSON answer.
+pub(crate) async fn post_start(client: &Client, body: &Value) -> (u16, Value) {
+    client
+        .call(
+            hyper::Method::POST,
+            "/v1/executions",
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+        .unwrap()
+}
+
+/// Step execution `r1`, `sh` running `echo hi`, started by `client` (a `run` engine's): its
+/// exit event.
+pub(crate) async fn run_echo_hi(client: &Client) -> Value {
+    client
+        .execute(
+            &json!({"id": "r1", "kind": "sh", "command": "echo hi"}),
+            &Cancel::new(),
+            &mut |_| {},
+        )
+        .await
+        .unwrap()
+}
+
 /// The line events of `body` planned by `client`, and its exit event.
 pub(crate) async fn plan_on(client: &Client, body: &Value) -> (Value, String) {
     let (exit, lines, _) = plan_events(client, body).await;
@@ -183,6 +209,20 @@ pub(crate) fn exits_within(pid: i32, ms: i32) -> bool {
     unsafe { libc::poll(&mut p, 1, ms) == 1 }
 }
 
+/// The processes of command line `argv` still running after 5 s each (killed processes are
+/// awaited: their pidfd turns readable); each is then SIGKILLed, the test's own cleanup of
+/// what a plan left behind.
+pub(crate) fn left_running(argv: &[&str]) -> Vec<i32> {
+    let left: Vec<i32> = pids_of(argv)
+        .into_iter()
+        .filter(|&p| !exits_within(p, 5000))
+        .collect();
+    for p in &left {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), nix::sys::signal::SIGKILL);
+    }
+    left
+}
+
 /// A plan whose query never ends (`sleep 3600`) is ended by `timeout_s`: the exit says
 /// `timeout` at once, and nothing the plan started outlives it (its command is killed, so
 /// the plan's thread ends too rather than holding a thread and a process per request).
@@ -199,15 +239,7 @@ fn a_plan_ended_by_its_timeout_leaves_no_command_running() {
     body["timeout_s"] = json!(1);
     let (exit, lines) = plan(fr.root(), &body);
     assert_eq!(exit["exit"], json!({"error": "timeout"}), "{exit:#}");
-    // Killed processes are awaited (their pidfd turns readable), 5 s at most each.
-    let left: Vec<i32> = pids_of(&argv)
-        .into_iter()
-        .filter(|&p| !exits_within(p, 5000))
-        .collect();
-    for p in &left {
-        // the test's own cleanup of what the plan left behind
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), nix::sys::signal::SIGKILL);
-    }
+    let left = left_running(&argv);
     assert_eq!(
         left,
         Vec::<i32>::new(),
@@ -280,11 +312,7 @@ fn a_hostile_package_changes_no_host_file_byte_for_byte() {
     script.push_str("fs::write(\"/etc/planned.conf\", \"x\\n\");\n");
     let d = tempfile::tempdir().unwrap();
     let tokens = tokens_file(d.path());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    current_rt().block_on(async {
         let url = start_serve(fr.root(), &tokens).await;
         let client = Client::new(&url, PLAN_TOKEN).unwrap();
         // bad package paths: refused, nothing unpacked
@@ -297,50 +325,18 @@ fn a_hostile_package_changes_no_host_file_byte_for_byte() {
         ] {
             let mut b = plan_body("bad", "1");
             b["package"]["files"][path] = "x".into();
-            let (status, v) = client
-                .call(
-                    hyper::Method::POST,
-                    "/v1/executions",
-                    Some(b.to_string().into_bytes()),
-                )
-                .await
-                .unwrap();
+            let (status, v) = post_start(&client, &b).await;
             assert_eq!(status, 400, "{path} ({why}): {v}");
         }
         for key in ["../x", "..", "a/b", ".hidden"] {
             let mut b = plan_body("bad", "1");
             b["package"]["configmaps"][key] = "x".into();
-            let (status, v) = client
-                .call(
-                    hyper::Method::POST,
-                    "/v1/executions",
-                    Some(b.to_string().into_bytes()),
-                )
-                .await
-                .unwrap();
+            let (status, v) = post_start(&client, &b).await;
             assert_eq!(status, 400, "configMap {key}: {v}");
         }
         let (a, b) = (plan_body("p-a", &script), plan_body("p-b", &script));
-        let mut la = String::new();
-        let mut lb = String::new();
-        let (ca, cb) = (Cancel::new(), Cancel::new());
-        let mut on_a = |e: &Value| {
-            if let Some(t) = e.get("line").and_then(Value::as_str) {
-                la.push_str(t);
-                la.push('\n');
-            }
-        };
-        let mut on_b = |e: &Value| {
-            if let Some(t) = e.get("line").and_then(Value::as_str) {
-                lb.push_str(t);
-                lb.push('\n');
-            }
-        };
-        let (ea, eb) = tokio::join!(
-            client.execute(&a, &ca, &mut on_a),
-            client.execute(&b, &cb, &mut on_b)
-        );
-        for (exit, lines) in [(ea.unwrap(), &la), (eb.unwrap(), &lb)] {
+        let (pa, pb) = tokio::join!(plan_on(&client, &a), plan_on(&client, &b));
+        for (exit, lines) in [pa, pb] {
             eprintln!("{lines}");
             assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
             let codes: Vec<&str> = lines
@@ -364,13 +360,7 @@ fn a_hostile_package_changes_no_host_file_byte_for_byte() {
         }
     });
     assert!(!marker.exists(), "a query wrote outside the host root");
-    let left: Vec<i32> = pids_of(&["sleep", "3600.0419"])
-        .into_iter()
-        .filter(|&p| !exits_within(p, 5000))
-        .collect();
-    for p in &left {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), nix::sys::signal::SIGKILL);
-    }
+    let left = left_running(&["sleep", "3600.0419"]);
     assert_eq!(
         left,
         Vec::<i32>::new(),
@@ -387,22 +377,11 @@ fn a_plan_token_cannot_see_or_cancel_another_engines_execution() {
     let fr = FakeRoot::new();
     let d = tempfile::tempdir().unwrap();
     let tokens = tokens_file(d.path());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    current_rt().block_on(async {
         let url = start_serve(fr.root(), &tokens).await;
         let run = Client::new(&url, RUN_TOKEN).unwrap();
         let plan = Client::new(&url, PLAN_TOKEN).unwrap();
-        let exit = run
-            .execute(
-                &json!({"id": "r1", "kind": "sh", "command": "echo hi"}),
-                &Cancel::new(),
-                &mut |_| {},
-            )
-            .await
-            .unwrap();
+        let exit = run_echo_hi(&run).await;
         assert_eq!(exit["exit"], json!({"code": 0}));
         for (m, path, body) in [
             (hyper::Method::GET, "/v1/executions/r1", None),
@@ -502,27 +481,10 @@ fn a_fork_bomb_query_is_stopped_and_the_server_keeps_serving() {
                 if ($p == 0) { sleep 20; exit 0 } $n++ } print \"forked=$n\";";
     let d = tempfile::tempdir().unwrap();
     let tokens = tokens_file(d.path());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    current_rt().block_on(async {
         let url = start_serve(fr.root(), &tokens).await;
         let client = Client::new(&url, PLAN_TOKEN).unwrap();
-        let mut lines = String::new();
-        let exit = client
-            .execute(
-                &plan_body("bomb", &perl_query(code)),
-                &Cancel::new(),
-                &mut |e| {
-                    if let Some(t) = e.get("line").and_then(Value::as_str) {
-                        lines.push_str(t);
-                        lines.push('\n');
-                    }
-                },
-            )
-            .await
-            .unwrap();
+        let (exit, lines) = plan_on(&client, &plan_body("bomb", &perl_query(code))).await;
         assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
         let forked: usize = lines
             .split("forked=")
@@ -597,14 +559,7 @@ fn plans_over_the_cap_are_refused_with_429_until_one_ends() {
             let f = tokio::task::spawn_blocking(move || std::fs::File::create(&fifo).unwrap())
                 .await
                 .unwrap();
-            let (status, v) = client
-                .call(
-                    hyper::Method::POST,
-                    "/v1/executions",
-                    Some(plan_body("b", "print(\"b ran\");").to_string().into_bytes()),
-                )
-                .await
-                .unwrap();
+            let (status, v) = post_start(&client, &plan_body("b", "print(\"b ran\");")).await;
             use std::io::Write as _;
             (&f).write_all(b"done\n").unwrap();
             drop(f);
@@ -747,10 +702,7 @@ fn a_querys_background_child_holding_its_output_is_ended_with_it() {
     let took = started.elapsed();
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
     assert!(lines.contains("code=0 out=started"), "{lines}");
-    let left: Vec<i32> = pids_of(&["sleep", "3600.0425"])
-        .into_iter()
-        .filter(|&p| !exits_within(p, 5000))
-        .collect();
+    let left = left_running(&["sleep", "3600.0425"]);
     assert_eq!(
         left,
         Vec::<i32>::new(),

@@ -10,6 +10,7 @@ use skyhook::remote::Client;
 use crate::fleet::{PLAN_TOKEN, start_serve_with, tokens_file};
 use crate::plan_attack::{current_rt, host_with, perl_query, plan_body, plan_on, plan_with};
 use crate::util::FakeRoot;
+use crate::util::bus::{system_bus_listener, world_writable_listener};
 
 /// A throwaway host root with `perl` and a `/dev/null` device.
 fn host() -> FakeRoot {
@@ -26,20 +27,6 @@ fn daemon(fr: &FakeRoot, path: &str) -> std::os::unix::net::UnixListener {
     let (_, l) = world_writable_listener(fr, path);
     l.set_nonblocking(true).unwrap();
     l
-}
-/// A stream socket listening at `path` of the host root `fr` (its directories made), mode
-/// 0777 as the host's world-writable daemon sockets: its path on this machine and the
-/// listener.
-fn world_writable_listener(
-    fr: &FakeRoot,
-    path: &str,
-) -> (std::path::PathBuf, std::os::unix::net::UnixListener) {
-    use std::os::unix::fs::PermissionsExt as _;
-    let path = fr.host(path);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
-    (path, listener)
 }
 
 /// A netlink socket's `connect` to a port (`nl_pid`) or multicast group (`nl_groups`) is
@@ -434,7 +421,7 @@ fn an_allowed_socket_that_never_accepts_stalls_only_its_own_plan() {
 fn a_system_bus_connection_ends_with_its_plan() {
     require_root!();
     let fr = host();
-    let (path, listener) = world_writable_listener(&fr, "/run/dbus/system_bus_socket");
+    let (path, listener) = system_bus_listener(&fr);
     let code = r#"
         socket(my $s, 1, 1, 0) or die;
         my $r = connect($s, pack("S a108", 1, "/run/dbus/system_bus_socket"));
@@ -476,12 +463,9 @@ fn magic_links_symlinks_and_the_servers_port_reach_nothing() {
     require_root!();
     let fr = host();
     let l = daemon(&fr, "/run/daemon.sock");
-    let allowed = fr.host("/run/allowed.sock");
-    let allowed_l = std::os::unix::net::UnixListener::bind(&allowed).unwrap();
+    let (allowed, allowed_l) = world_writable_listener(&fr, "/run/allowed.sock");
     std::os::unix::fs::symlink("/run/daemon.sock", fr.host("/run/link")).unwrap();
     let _proc = crate::plan_escape::HostProc::mount(&fr);
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&allowed, std::fs::Permissions::from_mode(0o777)).unwrap();
     let code = r#"
         sub try { my ($n, $r) = @_; print "$n=" . ($r ? "ok" : "$!") . ";"; }
         sub un { pack("S a108", 1, $_[0]) }

@@ -14,7 +14,6 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use skyhook::process::Cancel;
 use skyhook::remote::Client;
 
 use crate::fleet::{PLAN_TOKEN, tokens_file};
@@ -22,6 +21,7 @@ use crate::plan_attack::{
     current_rt, host_with, perl_query, plan_body, plan_on, plan_step, plan_with, serve_bin,
 };
 use crate::util::FakeRoot;
+use crate::util::bus::{self, DbusDaemon, OPEN_POLICY};
 
 /// Plan a package whose query is `perl -e code` on a fresh in-process `serve` over `root`
 /// with a plan token: the exit event and the line events' text.
@@ -197,13 +197,9 @@ fn a_plan_query_cannot_reach_a_host_daemons_unix_socket() {
 fn a_plan_querys_peer_credentials_at_a_world_writable_socket_are_not_roots() {
     require_root!();
     let fr = host();
-    std::fs::create_dir_all(fr.host("/run")).unwrap();
-    let sock = fr.host("/run/bus.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (sock, listener) = bus::listener(&fr, "/run/bus.sock", 0o666);
     let mut cfg = skyhook::serve::Config::new(fr.root());
-    cfg.plan.sandbox.allow_sockets = vec![sock.clone()];
+    cfg.plan.sandbox.allow_sockets = vec![sock];
     let code = r#"
         socket(my $s, 1, 1, 0) or die "socket: $!\n";
         connect($s, pack("S a108", 1, "/run/bus.sock")) or die "connect: $!\n";
@@ -257,11 +253,7 @@ fn a_plan_querys_peer_credentials_at_a_world_writable_socket_are_not_roots() {
 fn a_plan_query_cannot_connect_to_a_world_writable_socket_that_is_not_allowed() {
     require_root!();
     let fr = host();
-    std::fs::create_dir_all(fr.host("/run/systemd/journal")).unwrap();
-    let sock = fr.host("/run/systemd/journal/stdout");
-    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (_, listener) = bus::world_writable_listener(&fr, "/run/systemd/journal/stdout");
     let code = r#"
         socket(my $s, 1, 1, 0) or die "socket: $!\n";
         connect($s, pack("S a108", 1, "/run/systemd/journal/stdout")) or die "connect: $!\n";
@@ -697,11 +689,8 @@ fn a_plans_processes_together_are_held_to_its_memory() {
     if let Err(why) = skyhook::process::plan_cgroup::parents() {
         skip!("no cgroup with memory and pids for plans: {why}");
     }
-    use skyhook::serve::http::{Limits, Listener, Server, serve};
     let fr = host();
     let _proc = HostProc::mount(&fr);
-    let d = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(d.path());
     let mut cfg = skyhook::serve::Config::new(fr.root());
     cfg.plan.sandbox.memory = 96 << 20;
     let code = r#"
@@ -715,43 +704,7 @@ fn a_plans_processes_together_are_held_to_its_memory() {
         open(my $f, "<", "/proc/self/cgroup"); my @cg = grep { /:memory:|^0::/ } <$f>;
         chomp @cg; print "held=$held cgroup=$cg[0]";
     "#;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (exit, lines) = rt.block_on(async {
-        let svc = skyhook::serve::Service::with_audit(cfg, true, std::sync::Arc::new(|_: &str| {}))
-            .unwrap();
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = l.local_addr().unwrap().port();
-        let auth = skyhook::serve::auth::Auth::from_file(&tokens).unwrap();
-        let (stop, rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            let _keep = stop;
-            serve(
-                Listener::Tcp(l),
-                Server::new(svc, auth, Limits::default()),
-                rx,
-            )
-            .await;
-        });
-        let client = Client::new(&format!("http://127.0.0.1:{port}"), PLAN_TOKEN).unwrap();
-        let mut lines = String::new();
-        let exit = client
-            .execute(
-                &plan_body("together", &perl_query(code)),
-                &Cancel::new(),
-                &mut |e| {
-                    if let Some(t) = e.get("line").and_then(Value::as_str) {
-                        lines.push_str(t);
-                        lines.push('\n');
-                    }
-                },
-            )
-            .await
-            .unwrap();
-        (exit, lines)
-    });
+    let (exit, lines) = plan_perl_with(cfg, "together", code);
     let held: u64 = lines
         .split("held=")
         .nth(1)
@@ -789,10 +742,7 @@ fn a_plans_processes_together_are_held_to_its_memory() {
 #[test]
 fn an_empty_script_timeout_is_held_to_the_servers() {
     require_root!();
-    use skyhook::serve::http::{Limits, Listener, Server, serve};
     let fr = host();
-    let d = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(d.path());
     let mut cfg = skyhook::serve::Config::new(fr.root());
     cfg.plan.script_timeout = std::time::Duration::from_secs(2);
     let mut body = plan_body(
@@ -801,33 +751,8 @@ fn an_empty_script_timeout_is_held_to_the_servers() {
     );
     body["timeout_s"] = json!(20);
     body["env"] = json!({"SKYHOOK_SCRIPT_TIMEOUT": " "});
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let started = std::time::Instant::now();
-    let exit = rt.block_on(async {
-        let svc = skyhook::serve::Service::with_audit(cfg, true, std::sync::Arc::new(|_: &str| {}))
-            .unwrap();
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = l.local_addr().unwrap().port();
-        let auth = skyhook::serve::auth::Auth::from_file(&tokens).unwrap();
-        let (stop, rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            let _keep = stop;
-            serve(
-                Listener::Tcp(l),
-                Server::new(svc, auth, Limits::default()),
-                rx,
-            )
-            .await;
-        });
-        let client = Client::new(&format!("http://127.0.0.1:{port}"), PLAN_TOKEN).unwrap();
-        client
-            .execute(&body, &Cancel::new(), &mut |_| {})
-            .await
-            .unwrap()
-    });
+    let (exit, _) = plan_with(cfg, &body);
     let took = started.elapsed();
     assert!(
         took < std::time::Duration::from_secs(15),
@@ -853,53 +778,15 @@ fn an_empty_script_timeout_is_held_to_the_servers() {
 fn a_plan_query_of_an_auto_user_reaches_the_reference_dbus_daemon() {
     require_root!();
     use crate::undo_journal::which;
-    let Some(daemon) = which("dbus-daemon").filter(|_| which("dbus-send").is_some()) else {
-        crate::util::skip(
-            "dbus-daemon and dbus-send are not installed (Debian: dbus-daemon, dbus-bin)",
-        );
-        return;
-    };
+    if which("dbus-send").is_none() {
+        skip!("dbus-send is not installed (Debian: dbus-bin)");
+    }
     let fr = host_with(&["dbus-send"]);
-    let sock = fr.host("/run/dbus/system_bus_socket");
-    std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
-    let d = tempfile::tempdir().unwrap();
-    let config = d.path().join("system.conf");
-    std::fs::write(
-        &config,
-        format!(
-            r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <allow send_destination="*"/>
-    <allow receive_sender="*"/>
-  </policy>
-</busconfig>
-"#,
-            sock.display()
-        ),
-    )
-    .unwrap();
-    let mut bus = std::process::Command::new(daemon)
-        .arg(format!("--config-file={}", config.display()))
-        .args(["--nofork", "--print-address"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    // It prints its address once it listens.
-    let mut address = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(bus.stdout.take().unwrap()),
-        &mut address,
-    )
-    .unwrap();
+    let Some(bus) = DbusDaemon::system(&fr, OPEN_POLICY) else {
+        skip!("dbus-daemon is not installed (Debian: dbus-daemon)");
+    };
     let mut cfg = skyhook::serve::Config::new(fr.root());
-    cfg.plan.sandbox.allow_sockets = vec![sock];
+    cfg.plan.sandbox.allow_sockets = vec![bus.socket.clone()];
     let script = r#"
         let r = query(["dbus-send", "--bus=unix:path=/run/dbus/system_bus_socket",
                        "--print-reply", "--dest=org.freedesktop.DBus",
@@ -907,12 +794,7 @@ fn a_plan_query_of_an_auto_user_reaches_the_reference_dbus_daemon() {
         print("code=" + r.code + " out=" + r.stdout + " err=" + r.stderr);
     "#;
     let (exit, lines) = plan_with(cfg, &plan_body("bus", script));
-    let _ = bus.kill();
-    let _ = bus.wait();
-    assert!(
-        address.starts_with("unix:path="),
-        "dbus-daemon: {address:?}"
-    );
+    drop(bus);
     assert!(
         lines.contains("code=0 out=method return") && lines.contains("string \""),
         "a plan's dbus-send as uid {}: {lines}",

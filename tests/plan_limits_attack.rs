@@ -11,8 +11,8 @@ use skyhook::remote::Client;
 
 use crate::fleet::{PLAN_TOKEN, start_serve_with, tokens_file};
 use crate::plan_attack::{
-    current_rt, exits_within, host_with, perl_query, pids_of, plan_body, plan_on, plan_step,
-    plan_with,
+    current_rt, exits_within, host_with, left_running, perl_query, pids_of, plan_body, plan_on,
+    plan_step, plan_with,
 };
 use crate::plan_escape::HostProc;
 use crate::plan_escape::mem_mib;
@@ -236,13 +236,7 @@ fn a_stopped_child_left_by_a_query_does_not_outlive_the_plan_or_its_cgroup() {
     );
     assert!(lines.contains("out=stopped"), "{lines}");
     assert_eq!(exit["exit"], json!({"code": 0}), "{exit:#}");
-    let left: Vec<i32> = pids_of(&argv)
-        .into_iter()
-        .filter(|&p| !exits_within(p, 5000))
-        .collect();
-    for p in &left {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), nix::sys::signal::SIGKILL);
-    }
+    let left = left_running(&argv);
     assert_eq!(
         left,
         Vec::<i32>::new(),
@@ -484,13 +478,7 @@ fn the_next_plan_of_the_same_slot_finds_nothing_the_last_one_left() {
         (a, b)
     });
     eprintln!("A: {}\nB: {}", a.1, b.1);
-    let left: Vec<i32> = pids_of(&["sleep", "3600.0590"])
-        .into_iter()
-        .filter(|&p| !exits_within(p, 5000))
-        .collect();
-    for p in &left {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), nix::sys::signal::SIGKILL);
-    }
+    let left = left_running(&["sleep", "3600.0590"]);
     assert_eq!(a.0["exit"], json!({"code": 0}), "{:#}", a.0);
     assert_eq!(b.0["exit"], json!({"code": 0}), "{:#}", b.0);
     let (uid_a, uid_b): (u32, u32) = (

@@ -51,12 +51,8 @@ fn from<'a>(lines: &'a str, key: &str) -> &'a str {
 fn a_plan_on_a_kernel_before_5_9_plans_and_makes_no_unix_socket() {
     require_root!();
     let fr = host_with(&["perl"]);
-    let bus = fr.host("/run/dbus/system_bus_socket");
-    std::fs::create_dir_all(bus.parent().unwrap()).unwrap();
-    let listener = std::os::unix::net::UnixListener::bind(&bus).unwrap();
+    let (_, listener) = crate::util::bus::system_bus_listener(&fr);
     listener.set_nonblocking(true).unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&bus, std::fs::Permissions::from_mode(0o777)).unwrap();
     let d = tempfile::tempdir().unwrap();
     let tokens = tokens_file(d.path());
     let script = format!(

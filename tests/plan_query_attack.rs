@@ -14,7 +14,7 @@ use skyhook::remote::Client;
 
 use crate::fleet::{PLAN_TOKEN, start_serve_with, tokens_file};
 use crate::plan_attack::{
-    exits_within, host_with, perl_query, pids_of, plan_body, plan_on, plan_with,
+    host_with, left_running, perl_query, pids_of, plan_body, plan_on, plan_with,
 };
 use crate::plan_escape::HostProc;
 use crate::util::FakeRoot;
@@ -32,19 +32,6 @@ fn plan_perl(fr: &FakeRoot, id: &str, code: &str) -> (Value, String) {
         skyhook::serve::Config::new(fr.root()),
         &plan_body(id, &perl_query(code)),
     )
-}
-
-/// Processes running `argv` that are still there after 5 s each, killed (the test's own
-/// cleanup of what a plan left behind).
-fn left_running(argv: &[&str]) -> Vec<i32> {
-    let left: Vec<i32> = pids_of(argv)
-        .into_iter()
-        .filter(|&p| !exits_within(p, 5000))
-        .collect();
-    for p in &left {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), nix::sys::signal::SIGKILL);
-    }
-    left
 }
 
 /// A descriptor the server holds without close-on-exec (one it inherited from whatever

@@ -19,6 +19,65 @@ fn one_script(fr: &FakeRoot, body: &str) {
     fr.write_step("apply.rhai", body);
 }
 
+/// The flag of [`one_script`]'s apply step once it succeeded.
+fn apply_x_flag() -> String {
+    format!(
+        "/t/state/flags/demo/1.0.0/apply.rhai_{}",
+        marker("['x']_[0]")
+    )
+}
+
+/// The `.log` files of step `step` of package demo 1.0.0 (named `STEP-FTS.log`), their
+/// contents in the order of their names (oldest first).
+fn step_logs(fr: &FakeRoot, step: &str) -> Vec<String> {
+    let mut logs = fr.logs_matching(&format!(r"{}-{FTS}\.log", regex::escape(step)));
+    logs.sort();
+    logs.iter()
+        .map(|l| fr.read(&format!("/t/log/demo/1.0.0/{l}")))
+        .collect()
+}
+
+/// An apply of the package on `fr` that fails before any step starts, its error at
+/// `position`: exit 1, the position in stderr, no state written. The run.
+fn refused_before_start(fr: &FakeRoot, position: &str) -> Run {
+    let r = fr.run("apply");
+    r.code(1);
+    assert!(r.stderr.contains(position), "stderr: {}", r.stderr);
+    assert!(
+        !fr.exists("/t/state"),
+        "state written despite an error found before start: {}",
+        r.stderr
+    );
+    r
+}
+
+/// A root ready for interrupts ([`FakeRoot::interrupt_setup`]) with [`one_script`] `body`
+/// and, when given, the operator's node metadata `packages.json`.
+fn interrupt_host(body: &str, packages_json: Option<&str>) -> FakeRoot {
+    let mut fr = FakeRoot::new();
+    fr.interrupt_setup();
+    one_script(&fr, body);
+    if let Some(json) = packages_json {
+        fr.write("/t/pkg/node-metadata/packages.json", json);
+    }
+    fr
+}
+
+/// A package whose apply is bash step `foo.sh` (`script`) and check `foo_check.sh` (exit
+/// 0), run with `API_TOKEN=secret` listed in `SKYHOOK_REDACT_ENV`.
+fn redacting_package(script: &str, secret: &str) -> FakeRoot {
+    let mut fr = FakeRoot::new();
+    fr.write_config(&config(json!({
+        "apply": [step("foo", "foo.sh", &[])],
+        "apply-check": [step("foo_check", "foo_check.sh", &[])],
+    })));
+    fr.write_step("foo.sh", script);
+    fr.write_step("foo_check.sh", "#!/bin/sh\nexit 0\n");
+    fr.set_env("API_TOKEN", secret);
+    fr.set_env("SKYHOOK_REDACT_ENV", "API_TOKEN");
+    fr
+}
+
 const WRITE_CONF: &str = r#"
 print(`mode=${step.mode} arg=${step.args[0]}`);
 if fs::write("/etc/demo.conf", "k=v\n") { print("wrote"); }
@@ -57,17 +116,12 @@ fn rhai_apply_then_check_from_the_same_script() {
         .has_line("apply apply.rhai ['x'] [0] Idempotence.Auto True")
         .has_line_ending("SUCEEDED: apply.rhai x");
     assert_eq!(fr.read("/etc/demo.conf"), "k=v\n");
-    assert!(fr.exists(&format!(
-        "/t/state/flags/demo/1.0.0/apply.rhai_{}",
-        marker("['x']_[0]")
-    )));
+    assert!(fr.exists(&apply_x_flag()));
     // one log from the failed check, one from the apply (same step path, same directory)
-    let mut logs = fr.logs_matching(&format!(r"apply\.rhai-{FTS}\.log"));
-    logs.sort();
+    let logs = step_logs(&fr, "apply.rhai");
     assert_eq!(logs.len(), 2, "{logs:?}");
-    let log = fr.read(&format!("/t/log/demo/1.0.0/{}", logs[1]));
     assert_full_match(
-        &log,
+        &logs[1],
         &format!(
             concat!(
                 r"\[out\]{TS} mode=apply arg=x\n\[out\]{TS} wrote\n",
@@ -125,10 +179,9 @@ fn rhai_apply_lists_each_change_with_its_line() {
          ~ remove /etc/old.conf  # {at}:4\n\
          Apply: 3 changed, 0 unchanged.\n"
     );
-    let logs = fr.logs_matching(&format!(r"apply\.rhai-{FTS}\.log"));
+    let logs = step_logs(&fr, "apply.rhai");
     assert_eq!(logs.len(), 1, "{logs:?}");
-    let log = fr.read(&format!("/t/log/demo/1.0.0/{}", logs[0]));
-    assert_eq!(strip(&log), listed);
+    assert_eq!(strip(&logs[0]), listed);
     // on the console, right before the result line
     assert!(
         strip(&r.stdout).contains(&format!("{listed}SUCEEDED: apply.rhai x\n")),
@@ -155,17 +208,7 @@ fn rhai_syntax_error_changes_nothing() {
     require_root!();
     let fr = FakeRoot::new();
     one_script(&fr, "let x = 1;\nlet y = ;\n");
-    let r = fr.run("apply");
-    r.code(1);
-    assert!(
-        r.stderr.contains("/t/pkg/skyhook_dir/apply.rhai:2:9:"),
-        "stderr: {}",
-        r.stderr
-    );
-    assert!(
-        !fr.exists("/t/state"),
-        "state written despite a syntax error"
-    );
+    refused_before_start(&fr, "/t/pkg/skyhook_dir/apply.rhai:2:9:");
     assert!(!fr.exists("/t/log"));
 }
 
@@ -174,10 +217,7 @@ fn rhai_missing_import_is_found_before_start() {
     require_root!();
     let fr = FakeRoot::new();
     one_script(&fr, "import \"lib/nope\" as n;\nprint(1);\n");
-    let r = fr.run("apply");
-    r.code(1);
-    assert!(r.stderr.contains("apply.rhai:1:"), "stderr: {}", r.stderr);
-    assert!(!fr.exists("/t/state"));
+    refused_before_start(&fr, "apply.rhai:1:");
 }
 
 #[test]
@@ -188,10 +228,7 @@ fn rhai_fail_and_return_codes() {
     let r = fr.run("apply");
     r.code(1).has_line_ending("FAILED: apply.rhai x 1");
     assert!(r.stderr.contains("the host is not ready"), "{}", r.stderr);
-    assert!(!fr.exists(&format!(
-        "/t/state/flags/demo/1.0.0/apply.rhai_{}",
-        marker("['x']_[0]")
-    )));
+    assert!(!fr.exists(&apply_x_flag()));
 
     // an integer value is the return code, checked against returncodes
     let mut fr = FakeRoot::new();
@@ -241,10 +278,7 @@ fn a_failing_command_fails_the_rhai_step() {
         r.stderr
     );
     assert!(!fr.exists("/etc/after.conf"));
-    assert!(!fr.exists(&format!(
-        "/t/state/flags/demo/1.0.0/apply.rhai_{}",
-        marker("['x']_[0]")
-    )));
+    assert!(!fr.exists(&apply_x_flag()));
     assert_eq!(fr.calls().as_deref(), Some("nvidia-smi -L\n"));
 
     one_script(
@@ -268,13 +302,7 @@ fn rhai_requested_interrupts_are_judged_never_run() {
     let flag = "/t/state/flags/demo/1.0.0/apply.rhai_Wyd4J11fWzBd";
 
     // Not declared: the package is listed without an interrupt.
-    let mut fr = FakeRoot::new();
-    fr.interrupt_setup();
-    one_script(&fr, body);
-    fr.write(
-        "/t/pkg/node-metadata/packages.json",
-        r#"{"demo": {"version": "1.0.0"}}"#,
-    );
+    let fr = interrupt_host(body, Some(r#"{"demo": {"version": "1.0.0"}}"#));
     let r = fr.run("apply");
     r.code(1).has_line_ending("FAILED: apply.rhai x 1");
     assert!(
@@ -288,12 +316,9 @@ fn rhai_requested_interrupts_are_judged_never_run() {
     assert!(!fr.exists(flag), "no flag for a failed step");
 
     // Declared: left to the operator.
-    let mut fr = FakeRoot::new();
-    fr.interrupt_setup();
-    one_script(&fr, body);
-    fr.write(
-        "/t/pkg/node-metadata/packages.json",
-        r#"{"demo": {"interrupt": {"type": "service", "services": ["containerd"]}}}"#,
+    let fr = interrupt_host(
+        body,
+        Some(r#"{"demo": {"interrupt": {"type": "service", "services": ["containerd"]}}}"#),
     );
     let r = fr.run("apply");
     r.code(0)
@@ -303,9 +328,7 @@ fn rhai_requested_interrupts_are_judged_never_run() {
     assert!(fr.exists(flag));
 
     // No node metadata: a warning, the step succeeds, nothing runs.
-    let mut fr = FakeRoot::new();
-    fr.interrupt_setup();
-    one_script(&fr, body);
+    let fr = interrupt_host(body, None);
     let r = fr.run("apply");
     r.code(0);
     assert!(
@@ -391,21 +414,12 @@ fn shellscript_dispatcher_runs_configmap_rhai_when_present() {
 #[test]
 fn redact_env_hides_values_in_bash_step_output_and_logs() {
     require_root!();
-    let mut fr = FakeRoot::new();
-    fr.write_config(&config(json!({
-        "apply": [step("foo", "foo.sh", &[])],
-        "apply-check": [step("foo_check", "foo_check.sh", &[])],
-    })));
-    fr.write_step("foo.sh", "#!/bin/sh\necho \"token is $API_TOKEN\"\n");
-    fr.write_step("foo_check.sh", "#!/bin/sh\nexit 0\n");
-    fr.set_env("API_TOKEN", "s3cr3t-value");
-    fr.set_env("SKYHOOK_REDACT_ENV", "API_TOKEN");
+    let fr = redacting_package("#!/bin/sh\necho \"token is $API_TOKEN\"\n", "s3cr3t-value");
     let r = fr.run("apply");
     r.code(0);
     assert!(r.stdout.contains("token is ***"), "{}", r.stdout);
     assert!(!r.stdout.contains("s3cr3t-value"));
-    let logs = fr.logs_matching(&format!(r"foo\.sh-{FTS}\.log"));
-    let log = fr.read(&format!("/t/log/demo/1.0.0/{}", logs[0]));
+    let log = &step_logs(&fr, "foo.sh")[0];
     assert!(
         log.contains("token is ***") && !log.contains("s3cr3t-value"),
         "{log}"
@@ -418,17 +432,7 @@ fn broken_configmap_stage_script_is_found_before_start() {
     let fr = FakeRoot::new();
     one_script(&fr, "import \"skyhook/shellscript\" as s;\ns::apply()\n");
     fr.write("/t/pkg/configmaps/apply.rhai", "print(1);\nlet = 2;\n");
-    let r = fr.run("apply");
-    r.code(1);
-    assert!(
-        r.stderr.contains("/t/pkg/configmaps/apply.rhai:2:"),
-        "stderr: {}",
-        r.stderr
-    );
-    assert!(
-        !fr.exists("/t/state"),
-        "state written despite a broken configMap script"
-    );
+    refused_before_start(&fr, "/t/pkg/configmaps/apply.rhai:2:");
 
     // fixed: the shellscript module runs it in the step's own runtime
     fr.write(
@@ -445,18 +449,10 @@ fn broken_configmap_stage_script_is_found_before_start() {
 fn redaction_holds_when_a_secret_spans_reads() {
     // regression: a value split across two pipe reads was printed in clear
     require_root!();
-    let mut fr = FakeRoot::new();
-    fr.write_config(&config(json!({
-        "apply": [step("foo", "foo.sh", &[])],
-        "apply-check": [step("foo_check", "foo_check.sh", &[])],
-    })));
-    fr.write_step(
-        "foo.sh",
+    let mut fr = redacting_package(
         "#!/bin/sh\nprintf 'password: %s\\n' \"$API_TOKEN\"\nprintf 'to' >&2\nprintf 'pic\\n' >&2\n",
+        "topsecretvalue",
     );
-    fr.write_step("foo_check.sh", "#!/bin/sh\nexit 0\n");
-    fr.set_env("API_TOKEN", "topsecretvalue");
-    fr.set_env("SKYHOOK_REDACT_ENV", "API_TOKEN");
     // every read is at most 4 bytes, so the 14-byte value always spans reads
     fr.set_env("SKYHOOK_AGENT_BUFFER_LIMIT", "4");
     let r = fr.run("apply");
@@ -469,8 +465,7 @@ fn redaction_holds_when_a_secret_spans_reads() {
     assert!(r.stdout.contains("password: ***"), "{}", r.stdout);
     // a held-back prefix of the value that turns out not to be it is released intact
     assert!(r.stderr.contains("topic"), "{}", r.stderr);
-    let logs = fr.logs_matching(&format!(r"foo\.sh-{FTS}\.log"));
-    let log = fr.read(&format!("/t/log/demo/1.0.0/{}", logs[0]));
+    let log = &step_logs(&fr, "foo.sh")[0];
     assert!(
         log.contains("password: ***") && !log.contains("topsecret"),
         "{log}"

@@ -34,6 +34,14 @@ fn demo_root() -> tempfile::TempDir {
     d
 }
 
+/// A [`demo_root`], and `body` written at `name` in a folder of its own: the root, the
+/// folder and the script's path.
+fn demo_script(name: &str, body: &str) -> (tempfile::TempDir, tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(dir.path(), name, body);
+    (demo_root(), dir, script)
+}
+
 const WRITE_DEMO: &str = "print(`mode=${step.mode} dry_run=${step.dry_run}`);\n\
                           fs::write(\"/etc/demo.conf\", \"a=2\\n\");\n";
 
@@ -60,11 +68,21 @@ fn run_script(script: &Path, root: &Path, extra: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `skyhook-run --package PKG --mode MODE --root ROOT EXTRA...`.
+fn run_package(pkg: &Path, mode: &str, root: &Path, extra: &[&str]) -> Output {
+    skyhook_run()
+        .arg("--package")
+        .arg(pkg)
+        .args(["--mode", mode, "--root"])
+        .arg(root)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn dry_run_prints_the_diff_and_changes_nothing() {
-    let root = demo_root();
-    let dir = tempfile::tempdir().unwrap();
-    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    let (root, _dir, script) = demo_script("apply.rhai", WRITE_DEMO);
     let before = tree(root.path());
 
     let out = run_script(&script, root.path(), &[]);
@@ -89,9 +107,7 @@ fn dry_run_prints_the_diff_and_changes_nothing() {
 
 #[test]
 fn apply_writes_then_nothing_is_left_to_plan() {
-    let root = demo_root();
-    let dir = tempfile::tempdir().unwrap();
-    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    let (root, _dir, script) = demo_script("apply.rhai", WRITE_DEMO);
 
     let out = run_script(&script, root.path(), &["--apply"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -117,9 +133,7 @@ fn apply_writes_then_nothing_is_left_to_plan() {
 
 #[test]
 fn json_output_is_one_document_with_the_change() {
-    let root = demo_root();
-    let dir = tempfile::tempdir().unwrap();
-    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    let (root, _dir, script) = demo_script("apply.rhai", WRITE_DEMO);
     let out = run_script(
         &script,
         root.path(),
@@ -148,9 +162,7 @@ fn json_output_is_one_document_with_the_change() {
 
 #[test]
 fn check_mode_fails_with_drift_then_passes_after_apply() {
-    let root = demo_root();
-    let dir = tempfile::tempdir().unwrap();
-    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    let (root, _dir, script) = demo_script("apply.rhai", WRITE_DEMO);
     let before = tree(root.path());
 
     let out = run_script(&script, root.path(), &["--mode", "apply-check"]);
@@ -254,22 +266,22 @@ fn errors_exit_1_with_file_line_col() {
         "print(\"before\");\n\n  fail(\"no good\");\n",
     );
     write(dir.path(), "code.rhai", "3\n");
-    let out = skyhook_run()
-        .current_dir(dir.path())
-        .args(["syntax.rhai", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    // `skyhook-run ARGS --root ROOT` in the scripts' folder.
+    let run = |args: &[&str]| {
+        skyhook_run()
+            .current_dir(dir.path())
+            .args(args)
+            .arg("--root")
+            .arg(root.path())
+            .output()
+            .unwrap()
+    };
+    let out = run(&["syntax.rhai"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(text(&out.stdout), "");
     assert_eq!(text(&out.stderr), "syntax.rhai:2:9: Unexpected ';'\n");
 
-    let out = skyhook_run()
-        .current_dir(dir.path())
-        .args(["fails.rhai", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    let out = run(&["fails.rhai"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(
         text(&out.stdout),
@@ -277,22 +289,12 @@ fn errors_exit_1_with_file_line_col() {
     );
     assert_eq!(text(&out.stderr), "fails.rhai:3:3: no good\n");
 
-    let out = skyhook_run()
-        .current_dir(dir.path())
-        .args(["code.rhai", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    let out = run(&["code.rhai"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(text(&out.stderr), "skyhook-run: code.rhai: returned 3\n");
 
     // JSON: the error document on stdout, the message on stderr
-    let out = skyhook_run()
-        .current_dir(dir.path())
-        .args(["syntax.rhai", "--output", "json", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    let out = run(&["syntax.rhai", "--output", "json"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["ok"], false);
@@ -380,13 +382,12 @@ fn manifest(rel: &str) -> PathBuf {
 fn package_dry_run_of_the_tuning_example() {
     let root = tuning_root();
     let before = tree(root.path());
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(manifest("examples/tuning"))
-        .args(["--mode", "config", "--detailed-exitcode", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    let out = run_package(
+        &manifest("examples/tuning"),
+        "config",
+        root.path(),
+        &["--detailed-exitcode"],
+    );
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let stdout = text(&out.stdout);
     for line in [
@@ -418,13 +419,12 @@ fn package_dry_run_of_the_tuning_example() {
     assert_eq!(tree(root.path()), before);
 
     // the same package as JSON
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(manifest("examples/tuning"))
-        .args(["--mode", "config", "--output", "json", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    let out = run_package(
+        &manifest("examples/tuning"),
+        "config",
+        root.path(),
+        &["--output", "json"],
+    );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["package"], "tuning");
@@ -484,13 +484,7 @@ fn package_dry_run_lists_bash_steps_and_shares_one_session() {
     let pkg = tempfile::tempdir().unwrap();
     mixed_package(pkg.path());
     let before = tree(root.path());
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(pkg.path())
-        .args(["--mode", "apply", "--env", "NODE_NAME=n1", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    let out = run_package(pkg.path(), "apply", root.path(), &["--env", "NODE_NAME=n1"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(
         text(&out.stdout),
@@ -514,13 +508,7 @@ fn package_dry_run_lists_bash_steps_and_shares_one_session() {
     assert_eq!(tree(root.path()), before);
 
     // a missing env: variable fails the step as the agent would, later steps are not run
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(pkg.path())
-        .args(["--mode", "apply", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
+    let out = run_package(pkg.path(), "apply", root.path(), &[]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stdout = text(&out.stdout);
     assert!(
@@ -542,22 +530,18 @@ fn package_apply_runs_the_agent_flow_chrooted() {
     mixed_package(pkg.path());
     let cm = tempfile::tempdir().unwrap();
     write(cm.path(), "greeting.conf", "from --configmaps\n");
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(pkg.path())
-        .args([
-            "--mode",
-            "apply",
+    let out = run_package(
+        pkg.path(),
+        "apply",
+        fr.root(),
+        &[
             "--apply",
             "--env",
             "NODE_NAME=n1",
-            "--root",
-        ])
-        .arg(fr.root())
-        .arg("--configmaps")
-        .arg(cm.path())
-        .output()
-        .unwrap();
+            "--configmaps",
+            cm.path().to_str().unwrap(),
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let stdout = text(&out.stdout);
     assert!(stdout.contains("SUCEEDED: greet.sh n1 x\n"), "{stdout}");
@@ -582,13 +566,7 @@ fn package_apply_runs_the_agent_flow_chrooted() {
     assert!(!fr.list("/var/log/skyhook/mixed/1.0.0").is_empty());
 
     // a dry run now: the flags make the agent skip every step
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(pkg.path())
-        .args(["--mode", "apply", "--detailed-exitcode", "--root"])
-        .arg(fr.root())
-        .output()
-        .unwrap();
+    let out = run_package(pkg.path(), "apply", fr.root(), &["--detailed-exitcode"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let stdout = text(&out.stdout);
     assert_eq!(
@@ -645,14 +623,7 @@ fn changes_root() -> crate::util::FakeRoot {
 /// `skyhook-run --package DIR --apply` with `extra` on `fr`, output and stdout without the
 /// `[out]`/`[err]` prefixes of step output.
 fn package_apply(pkg: &Path, fr: &crate::util::FakeRoot, extra: &[&str]) -> (Output, String) {
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(pkg)
-        .args(["--mode", "apply", "--apply", "--root"])
-        .arg(fr.root())
-        .args(extra)
-        .output()
-        .unwrap();
+    let out = run_package(pkg, "apply", fr.root(), &[&["--apply"][..], extra].concat());
     let prefix = crate::util::re(&format!(r"\[(out|err)\]{} ", crate::util::TS));
     let stdout = prefix.replace_all(&text(&out.stdout), "").into_owned();
     (out, stdout)
@@ -661,6 +632,26 @@ fn package_apply(pkg: &Path, fr: &crate::util::FakeRoot, extra: &[&str]) -> (Out
 /// The edited config's unified diff.
 const DEMO_CONF_DIFF: &str =
     "--- a/etc/demo.conf\n+++ b/etc/demo.conf\n@@ -1,2 +1,2 @@\n a=1\n-k=old\n+k=v\n";
+
+/// What `edit.rhai` of [`changes_package`] at path `at` changes, with diffs: the directory
+/// made, each change with its position, then its unified diff.
+fn edit_changes_diff(at: &str) -> String {
+    format!(
+        "+ mkdir /etc/demo.d\n\
+         ~ create /etc/demo.d/a.conf (mode 0644)  # {at}:2\n\
+         --- /dev/null\n\
+         +++ b/etc/demo.d/a.conf\n\
+         @@ -0,0 +1 @@\n\
+         +a=1\n\
+         ~ update /etc/demo.conf  # {at}:3\n\
+         {DEMO_CONF_DIFF}\
+         ~ remove /etc/old.conf  # {at}:4\n\
+         --- a/etc/old.conf\n\
+         +++ /dev/null\n\
+         @@ -1 +0,0 @@\n\
+         -x\n"
+    )
+}
 
 /// `--package --apply` lists, per `.rhai` step, what it changed (after the step's own
 /// output, before its result line: one line per change with its file:line, then the
@@ -702,38 +693,20 @@ fn package_diff_shows_the_unified_diff_of_a_config_edit() {
     changes_package(pkg.path());
     let fr = changes_root();
     let before = tree(fr.root());
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(pkg.path())
-        .args(["--mode", "apply", "--diff", "--root"])
-        .arg(fr.root())
-        .output()
-        .unwrap();
+    let out = run_package(pkg.path(), "apply", fr.root(), &["--diff"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let at = pkg.path().join("skyhook_dir/edit.rhai");
-    let at = at.display();
+    let edit = pkg.path().join("skyhook_dir/edit.rhai");
     assert_eq!(
         text(&out.stdout),
         format!(
             "==> step edit: edit.rhai\n\
              start\n\
-             + mkdir /etc/demo.d\n\
-             ~ create /etc/demo.d/a.conf (mode 0644)  # {at}:2\n\
-             --- /dev/null\n\
-             +++ b/etc/demo.d/a.conf\n\
-             @@ -0,0 +1 @@\n\
-             +a=1\n\
-             ~ update /etc/demo.conf  # {at}:3\n\
-             {DEMO_CONF_DIFF}\
-             ~ remove /etc/old.conf  # {at}:4\n\
-             --- a/etc/old.conf\n\
-             +++ /dev/null\n\
-             @@ -1 +0,0 @@\n\
-             -x\n\
+             {}\
              end\n\
              ==> step greet: greet.sh\n\
              > would run: greet.sh\n\
-             Plan: 3 to change, 0 unchanged, 1 action.\n"
+             Plan: 3 to change, 0 unchanged, 1 action.\n",
+            edit_changes_diff(&edit.display().to_string())
         )
     );
     assert_eq!(tree(fr.root()), before);
@@ -744,21 +717,10 @@ fn package_diff_shows_the_unified_diff_of_a_config_edit() {
     let want = format!(
         "start\n\
          end\n\
-         + mkdir /etc/demo.d\n\
-         ~ create /etc/demo.d/a.conf (mode 0644)  # {at}:2\n\
-         --- /dev/null\n\
-         +++ b/etc/demo.d/a.conf\n\
-         @@ -0,0 +1 @@\n\
-         +a=1\n\
-         ~ update /etc/demo.conf  # {at}:3\n\
-         {DEMO_CONF_DIFF}\
-         ~ remove /etc/old.conf  # {at}:4\n\
-         --- a/etc/old.conf\n\
-         +++ /dev/null\n\
-         @@ -1 +0,0 @@\n\
-         -x\n\
+         {}\
          Apply: 3 changed, 0 unchanged.\n\
-         SUCEEDED: edit.rhai \n"
+         SUCEEDED: edit.rhai \n",
+        edit_changes_diff(at)
     );
     assert!(stdout.contains(&want), "{stdout}");
     assert_eq!(fr.read("/etc/demo.conf"), "a=1\nk=v\n");
@@ -823,20 +785,12 @@ fn package_apply_json_carries_each_steps_changes() {
     assert!(text(&out.stderr).contains("SUCEEDED: edit.rhai"), "{out:?}");
 
     // a check mode with --apply: the same document, on the Check executor, no drift left
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(pkg.path())
-        .args([
-            "--mode",
-            "apply-check",
-            "--apply",
-            "--output",
-            "json",
-            "--root",
-        ])
-        .arg(fr.root())
-        .output()
-        .unwrap();
+    let out = run_package(
+        pkg.path(),
+        "apply-check",
+        fr.root(),
+        &["--apply", "--output", "json"],
+    );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let v = valid_json(&out);
     assert_eq!(v["mode"], "check");
@@ -875,9 +829,7 @@ const INTERLEAVED: &str = "print(\"start\");\n\
 
 #[test]
 fn a_plan_lists_everything_in_order_with_positions() {
-    let root = demo_root();
-    let dir = tempfile::tempdir().unwrap();
-    let script = write(dir.path(), "s.rhai", INTERLEAVED);
+    let (root, _dir, script) = demo_script("s.rhai", INTERLEAVED);
     let before = tree(root.path());
     let out = run_script(&script, root.path(), &[]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -1004,9 +956,7 @@ fn sha256_hex(s: &str) -> String {
 
 #[test]
 fn apply_with_diff_shows_the_plans_diffs() {
-    let root = demo_root();
-    let dir = tempfile::tempdir().unwrap();
-    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    let (root, _dir, script) = demo_script("apply.rhai", WRITE_DEMO);
     let planned = run_script(&script, root.path(), &[]);
     let out = run_script(&script, root.path(), &["--apply", "--diff"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -1048,9 +998,7 @@ fn apply_with_diff_shows_the_plans_diffs() {
 #[test]
 fn the_json_schema_holds_for_real_plans() {
     // a script: plan, check with drift, apply
-    let root = demo_root();
-    let dir = tempfile::tempdir().unwrap();
-    let script = write(dir.path(), "apply.rhai", WRITE_DEMO);
+    let (root, dir, script) = demo_script("apply.rhai", WRITE_DEMO);
     for args in [
         vec!["--output", "json"],
         vec!["--output", "json", "--mode", "apply-check"],
@@ -1103,13 +1051,12 @@ fn the_json_schema_holds_for_real_plans() {
     );
     // packages: the tuning example (stdlib positions), a mixed one with a process step,
     // and the same failing on a missing env: variable
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(manifest("examples/tuning"))
-        .args(["--mode", "config", "--output", "json", "--root"])
-        .arg(tuning_root().path())
-        .output()
-        .unwrap();
+    let out = run_package(
+        &manifest("examples/tuning"),
+        "config",
+        tuning_root().path(),
+        &["--output", "json"],
+    );
     let v = valid_json(&out);
     let first = &v["steps"][0]["result"]["items"][0];
     assert_eq!(first["item"], "change");
@@ -1124,14 +1071,12 @@ fn the_json_schema_holds_for_real_plans() {
     mixed_package(pkg.path());
     let empty = tempfile::tempdir().unwrap();
     for env in [vec!["--env", "NODE_NAME=n1"], vec![]] {
-        let out = skyhook_run()
-            .arg("--package")
-            .arg(pkg.path())
-            .args(["--mode", "apply", "--output", "json", "--root"])
-            .arg(empty.path())
-            .args(&env)
-            .output()
-            .unwrap();
+        let out = run_package(
+            pkg.path(),
+            "apply",
+            empty.path(),
+            &[&["--output", "json"][..], &env].concat(),
+        );
         let v = valid_json(&out);
         let kinds: Vec<&str> = v["steps"]
             .as_array()
@@ -1149,13 +1094,7 @@ fn the_json_schema_holds_for_real_plans() {
     // a package that does not load: the failure document
     let bad = tempfile::tempdir().unwrap();
     write(bad.path(), "config.json", "{}");
-    let out = skyhook_run()
-        .arg("--package")
-        .arg(bad.path())
-        .args(["--mode", "apply", "--output", "json", "--root"])
-        .arg(empty.path())
-        .output()
-        .unwrap();
+    let out = run_package(bad.path(), "apply", empty.path(), &["--output", "json"]);
     let v = valid_json(&out);
     assert_eq!(v["ok"], false);
 }
@@ -1188,14 +1127,12 @@ fn dry_run_judges_requested_interrupts_against_the_cr() {
         )
     };
     let plan = |extra: &[&str]| {
-        skyhook_run()
-            .arg("--package")
-            .arg(pkg.path())
-            .args(["--mode", "apply", "--output", "json", "--root"])
-            .arg(root.path())
-            .args(extra)
-            .output()
-            .unwrap()
+        run_package(
+            pkg.path(),
+            "apply",
+            root.path(),
+            &[&["--output", "json"][..], extra].concat(),
+        )
     };
     // Not declared.
     let cr_path = cr("");
@@ -1271,14 +1208,7 @@ fn refuses_non_rhai_scripts_missing_configmaps_and_says_when_a_mode_has_no_steps
     let pkg = tempfile::tempdir().unwrap();
     mixed_package(pkg.path());
     for extra in [&[][..], &["--apply"][..]] {
-        let out = skyhook_run()
-            .arg("--package")
-            .arg(pkg.path())
-            .args(["--mode", "uninstall", "--root"])
-            .arg(root.path())
-            .args(extra)
-            .output()
-            .unwrap();
+        let out = run_package(pkg.path(), "uninstall", root.path(), extra);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         assert_eq!(
             text(&out.stderr),
@@ -1349,6 +1279,32 @@ fn apply_reads_see_every_batched_line_edit() {
     assert_eq!(fr.read("/etc/b.conf"), "a\nb\nc\nd\n");
 }
 
+/// A stream's lines as they come and, once it ends, its whole text.
+type Lines = (
+    std::sync::mpsc::Receiver<String>,
+    std::thread::JoinHandle<String>,
+);
+
+/// `cmd` spawned with its stdout and stderr read line by line: the child and the two
+/// streams' [`Lines`].
+fn spawn_reading(mut cmd: Command) -> (std::process::Child, Lines, Lines) {
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = crate::util::line_reader(child.stdout.take().unwrap());
+    let err = crate::util::line_reader(child.stderr.take().unwrap());
+    (child, out, err)
+}
+
+/// Send signal `sig` to our own `child`.
+fn signal(child: &std::process::Child, sig: i32) {
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
 /// SIGTERM to `skyhook-run --apply` while line edits are batched (the script is in a loop
 /// that only repeats an unchanged edit, so nothing has flushed them): the script is
 /// cancelled, the batch is written and, the step having failed, undone with the directory
@@ -1364,26 +1320,19 @@ fn sigterm_during_an_apply_undoes_the_batched_edits() {
          print(\"ready\");\n\
          loop { fs::ensure_line(\"/etc/f\", \"l 0\"); }\n",
     );
-    let mut child = skyhook_run()
-        .arg(&script)
+    let mut cmd = skyhook_run();
+    cmd.arg(&script)
         .arg("--root")
         .arg(root.path())
-        .arg("--apply")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (lines, out) = crate::util::line_reader(child.stdout.take().unwrap());
-    let (_, err) = crate::util::line_reader(child.stderr.take().unwrap());
+        .arg("--apply");
+    let (mut child, (lines, out), (_, err)) = spawn_reading(cmd);
     let ready = lines.iter().any(|l| l == "ready");
     assert!(ready, "the script never printed ready");
     assert!(
         !root.path().join("etc/f").exists(),
         "the edits were written before the end: nothing was batched"
     );
-    let pid = i32::try_from(child.id()).unwrap();
-    // SAFETY: kill(2) of our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    signal(&child, libc::SIGTERM);
     let status = child.wait().unwrap();
     let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
     assert_eq!(status.code(), Some(1), "{stdout}\n{stderr}");
@@ -1420,17 +1369,12 @@ fn second_signal_during_a_package_apply_exits_at_once() {
         // The preflight plans the step first: it loops only in the apply.
         "if step.dry_run { return; }\nprint(\"ready\");\nloop { fs::exists(\"/etc\"); }\n",
     );
-    let mut child = skyhook_run()
-        .arg("--package")
+    let mut cmd = skyhook_run();
+    cmd.arg("--package")
         .arg(&dir)
         .args(["--mode", "apply", "--apply", "--root"])
-        .arg(root.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (lines, out) = crate::util::line_reader(child.stdout.take().unwrap());
-    let (errs, err) = crate::util::line_reader(child.stderr.take().unwrap());
+        .arg(root.path());
+    let (mut child, (lines, out), (errs, err)) = spawn_reading(cmd);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let ready = loop {
         match lines.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
@@ -1444,9 +1388,7 @@ fn second_signal_during_a_package_apply_exits_at_once() {
         let _ = child.wait();
         panic!("the step never printed ready: {}", err.join().unwrap());
     }
-    let pid = i32::try_from(child.id()).unwrap();
-    // SAFETY: kill(2) of our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    signal(&child, libc::SIGINT);
     // The agent and skyhook-run have both taken the first signal when each says so (a
     // second signal sent before that would be coalesced with the first).
     let (mut agent, mut run) = (false, false);
@@ -1463,8 +1405,7 @@ fn second_signal_during_a_package_apply_exits_at_once() {
             break true;
         }
     };
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    signal(&child, libc::SIGINT);
     let status = child.wait().unwrap();
     let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
     assert!(taken, "{stderr}");
@@ -1487,6 +1428,17 @@ fn refusals_are_usage_errors_and_json_errors_are_documents() {
     let r = root.path().to_str().unwrap();
     let script = write(dir.path(), "w.rhai", "print(1);\n");
     let s = script.to_str().unwrap();
+    // `skyhook-run ARGS --output json`: its output and the document on its stdout.
+    let json_run = |args: &[&str]| {
+        let out = skyhook_run()
+            .args(args)
+            .args(["--output", "json"])
+            .output()
+            .unwrap();
+        let doc: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {out:?}"));
+        (out, doc)
+    };
     for (args, says) in [
         (
             vec![s, "--root", r, "--skyhook-cr", "cr.yaml"],
@@ -1527,15 +1479,8 @@ fn refusals_are_usage_errors_and_json_errors_are_documents() {
         vec![s, "--root", r, "--mode", "nosuchmode"],
         vec![s, "--remote", "http://127.0.0.1:1"],
     ] {
-        let out = skyhook_run()
-            .args(&args)
-            .args(["--output", "json"])
-            .output()
-            .unwrap();
+        let (out, doc) = json_run(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
-        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!("{args:?}: {e}: {out:?}");
-        });
         assert_eq!(
             (&doc["ok"], &doc["exit_code"]),
             (&Value::Bool(false), &Value::from(2))
@@ -1552,15 +1497,8 @@ fn refusals_are_usage_errors_and_json_errors_are_documents() {
             "--configmaps /nonexistent-cm: no such directory",
         ),
     ] {
-        let out = skyhook_run()
-            .args(&args)
-            .args(["--output", "json"])
-            .output()
-            .unwrap();
+        let (out, doc) = json_run(&args);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
-        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!("{args:?}: {e}: {out:?}");
-        });
         assert_eq!(doc["ok"], false);
         assert_eq!(doc["exit_code"], 1);
         assert!(doc["error"].as_str().unwrap().contains(says), "{doc}");

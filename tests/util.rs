@@ -13,6 +13,8 @@
 //! inodes with the template is safe.
 #![allow(dead_code)]
 
+pub mod bus;
+
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs;
