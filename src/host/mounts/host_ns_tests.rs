@@ -58,19 +58,40 @@ impl Drop for Binds {
     }
 }
 
+/// A shell waiting on its stdin, `setup` run in its child before the exec; returned once it
+/// runs (it printed `ready`). `what` names it if it cannot start.
+///
+/// # Safety
+/// `setup` runs between fork and exec: as [`CommandExt::pre_exec`]'s closure, it may only
+/// make system calls on what was prepared before the fork.
+unsafe fn waiting_shell(
+    what: &str,
+    setup: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static,
+) -> Child {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", "echo ready; read x || :"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    // SAFETY: the caller's (see above).
+    unsafe { cmd.pre_exec(setup) };
+    let mut child = cmd.spawn().expect(what);
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    child
+}
+
 /// A "host": a child in a new mount namespace whose `/` is `root` (bind, `pivot_root`) with
 /// a procfs of its own at `/proc` and a tmpfs at each of `tmpfs` (paths in its new `/`),
 /// waiting on its stdin. Returns it once it runs.
 fn host_in(root: &Path, tmpfs: &[&str]) -> Child {
     let root_c = CString::new(root.as_os_str().as_bytes()).unwrap();
     let tmpfs: Vec<CString> = tmpfs.iter().map(|p| CString::new(*p).unwrap()).collect();
-    let mut cmd = Command::new("/bin/sh");
-    cmd.args(["-c", "echo ready; read x || :"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
     // SAFETY: only system calls on strings prepared before the fork.
     unsafe {
-        cmd.pre_exec(move || {
+        waiting_shell("start the host namespace", move || {
             let none = std::ptr::null::<libc::c_char>();
             let check = |rc: libc::c_long| match rc {
                 0 => Ok(()),
@@ -117,15 +138,8 @@ fn host_in(root: &Path, tmpfs: &[&str]) -> Child {
                 check(libc::mount(tmpfs, at.as_ptr(), tmpfs, 0, std::ptr::null()).into())?;
             }
             Ok(())
-        });
+        })
     }
-    let mut child = cmd.spawn().expect("start the host namespace");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line, "ready\n");
-    child
 }
 
 /// Ends the host child: its stdin closed, it exits and is reaped.
@@ -304,13 +318,9 @@ fn mount_never_enters_a_namespace_whose_root_is_not_the_root() {
         std::fs::create_dir_all(t.p("/srv")).unwrap();
         let root_c = CString::new(t.root.as_os_str().as_bytes()).unwrap();
         let srv_in_root = CString::new(t.p("/srv").as_os_str().as_bytes()).unwrap();
-        let mut cmd = Command::new("/bin/sh");
-        cmd.args(["-c", "echo ready; read x || :"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
         // SAFETY: only system calls on strings prepared before the fork.
-        unsafe {
-            cmd.pre_exec(move || {
+        let stranger = unsafe {
+            waiting_shell("start the chrooted stranger", move || {
                 let none = std::ptr::null::<libc::c_char>();
                 let check = |rc: libc::c_int| match rc {
                     0 => Ok(()),
@@ -343,15 +353,8 @@ fn mount_never_enters_a_namespace_whose_root_is_not_the_root() {
                 ))?;
                 check(libc::chroot(root_c.as_ptr()))?;
                 check(libc::chdir(c"/".as_ptr()))
-            });
-        }
-        let stranger = cmd.spawn().expect("start the chrooted stranger");
-        let mut line = String::new();
-        let mut stranger = stranger;
-        BufReader::new(stranger.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line, "ready\n");
+            })
+        };
         let proc_stranger = PathBuf::from(format!("/proc/{}", stranger.id()));
         let mut binds = Binds(Vec::new());
         binds.bind(&proc_stranger, &t.p("/proc/1"));
