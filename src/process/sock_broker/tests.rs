@@ -40,11 +40,7 @@ pub(super) fn sandboxed_both(limits: Limits, program: &str, args: &[&str]) -> (S
         ..Spec::default()
     };
     std::thread::spawn(move || {
-        // SAFETY: unshare on this thread only (its filesystem context and mounts).
-        assert_eq!(
-            unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
-            0
-        );
+        crate::process::sandbox::tests::unshare_mounts();
         let sb = sandbox::start(&limits).unwrap();
         sb.enter().unwrap();
         assert_eq!(sb.sandbox().sockets_brokered(), limits.unix_sockets);
