@@ -207,3 +207,25 @@ pub(crate) fn skip(why: &str) {
     let line = format!("SKIPPED {test}, counted as passed without running: {why}\n");
     let _ = std::io::stderr().write_all(line.as_bytes());
 }
+
+/// Run `f` on a thread of its own in a new, private mount namespace (the mounts it makes
+/// never propagate to this machine's and go away with the thread); a panic in `f` is
+/// raised again here, failing the test.
+pub fn in_mount_namespace<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).expect("unshare -m");
+            nix::mount::mount(
+                None::<&str>,
+                "/",
+                None::<&str>,
+                nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE,
+                None::<&str>,
+            )
+            .expect("make / private");
+            f()
+        })
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}

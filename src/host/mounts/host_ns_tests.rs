@@ -18,26 +18,7 @@ use crate::host::ExecMode;
 use crate::host::mounts::mount::{self, MountSpec, MountState};
 use crate::host::root::HostRoot;
 use crate::host::root::mount_ns::host_mount_ns;
-use crate::host::testutil::TestHost;
-
-/// Run `f` on a new thread in a new, private mount namespace (its mounts never propagate to
-/// this machine's); a panic in `f` fails the test.
-fn in_own_mount_ns(f: impl FnOnce() + Send + 'static) {
-    std::thread::spawn(move || {
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).expect("unshare -m");
-        nix::mount::mount(
-            None::<&str>,
-            "/",
-            None::<&str>,
-            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-            None::<&str>,
-        )
-        .expect("make / private");
-        f();
-    })
-    .join()
-    .unwrap_or_else(|p| std::panic::resume_unwind(p));
-}
+use crate::host::testutil::{TestHost, in_mount_namespace};
 
 /// Bind mounts made in our namespace, undone (lazily) when dropped, before the root is.
 struct Binds(Vec<PathBuf>);
@@ -177,7 +158,7 @@ fn tmpfs() -> MountSpec {
 /// on this kernel that order does not always hold between a thread's and a child's.)
 #[test]
 fn mount_runs_in_the_host_mount_namespace_when_it_is_not_ours() {
-    in_own_mount_ns(|| {
+    in_mount_namespace(|| {
         let t = TestHost::new();
         t.install_sh();
         t.install("/usr/bin/mount");
@@ -229,7 +210,7 @@ fn mount_runs_in_the_host_mount_namespace_when_it_is_not_ours() {
 /// chrooted into the root as before (the recording stub inside the root is the one run).
 #[test]
 fn mount_runs_chrooted_when_the_host_namespace_is_ours() {
-    in_own_mount_ns(|| {
+    in_mount_namespace(|| {
         let t = TestHost::new();
         t.install_sh();
         t.stub("mount", "exit 0");
@@ -265,7 +246,7 @@ fn mount_runs_chrooted_when_the_host_namespace_is_ours() {
 /// other namespace, outside the root, stays mounted.
 #[test]
 fn mount_never_enters_a_proc_1_that_is_not_the_hosts_init() {
-    in_own_mount_ns(|| {
+    in_mount_namespace(|| {
         let t = TestHost::new();
         t.install_sh();
         t.stub("umount", "exit 0");
@@ -309,7 +290,7 @@ fn mount_never_enters_a_proc_1_that_is_not_the_hosts_init() {
 /// anything else outside the root is unmounted.
 #[test]
 fn mount_never_enters_a_namespace_whose_root_is_not_the_root() {
-    in_own_mount_ns(|| {
+    in_mount_namespace(|| {
         let t = TestHost::new();
         t.install_sh();
         t.stub("umount", "exit 0");
@@ -432,7 +413,7 @@ fn host_mount_ns_is_found_only_for_another_mount_namespace() {
 /// is checked for its kind: a network namespace there is an error naming the file.
 #[test]
 fn host_mount_ns_refuses_a_namespace_of_another_kind() {
-    in_own_mount_ns(|| {
+    in_mount_namespace(|| {
         let t = TestHost::new();
         t.file("/proc/1/ns/mnt", "");
         let mut binds = Binds(Vec::new());
