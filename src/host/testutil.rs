@@ -229,3 +229,24 @@ pub fn in_mount_namespace<T: Send>(f: impl FnOnce() -> T + Send) -> T {
         .unwrap_or_else(|p| std::panic::resume_unwind(p))
     })
 }
+
+/// A report's columns as tests compare them: the summaries, kinds or targets of its changes,
+/// and the summaries of its actions, in order.
+impl crate::host::Report {
+    /// The summaries of the changes.
+    pub(crate) fn change_summaries(&self) -> Vec<&str> {
+        self.changes.iter().map(|c| c.summary.as_str()).collect()
+    }
+    /// The kinds of the changes.
+    pub(crate) fn change_kinds(&self) -> Vec<&str> {
+        self.changes.iter().map(|c| c.kind.as_str()).collect()
+    }
+    /// The targets of the changes.
+    pub(crate) fn change_targets(&self) -> Vec<&str> {
+        self.changes.iter().map(|c| c.target.as_str()).collect()
+    }
+    /// The summaries of the actions.
+    pub(crate) fn action_summaries(&self) -> Vec<&str> {
+        self.actions.iter().map(|a| a.summary.as_str()).collect()
+    }
+}

@@ -244,14 +244,6 @@ impl Ran {
             .expect("the step should have failed")
             .to_string()
     }
-    /// The targets of the step's changes, in order.
-    fn targets(&self) -> Vec<&str> {
-        self.report
-            .changes
-            .iter()
-            .map(|c| c.target.as_str())
-            .collect()
-    }
     /// Assert the step failed with an error containing `want` (`case` names the case).
     fn assert_error_has(&self, want: &str, case: &str) {
         let error = self.error();
@@ -545,7 +537,7 @@ fn tuning_on_every_distribution() {
         // Dry run: nothing changes, nothing runs, every change is listed.
         let plan = n.dry_run("tuning", "config", os);
         assert!(n.calls().is_empty(), "{os}: {:?}", n.calls());
-        let targets = plan.targets();
+        let targets = plan.report.change_targets();
         assert!(
             targets.contains(&"/etc/sysctl.d/999-tuning-tuning.conf")
                 && targets.contains(&"/etc/default/grub.d/999-tuning-tuning.cfg"),
@@ -1193,11 +1185,7 @@ fn shellscript_on_every_distribution() {
             "{os}"
         );
         assert_eq!(
-            plan.report
-                .actions
-                .iter()
-                .map(|a| a.summary.as_str())
-                .collect::<Vec<_>>(),
+            plan.report.action_summaries(),
             [
                 "/bin/bash -c 'file=$2; . \"$1\" \"$2\"' /skyhook/pkg/skyhook_dir/shellscript_run.sh /skyhook/pkg/configmaps/apply.sh apply"
             ],

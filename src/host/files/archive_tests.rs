@@ -55,7 +55,7 @@ fn a_big_entry_is_planned_from_the_archive_and_copied_byte_exact_through_staging
     assert!(unpack(&mut h));
     let r = h.finish().unwrap();
     assert_eq!(tree(&t.root), before, "a plan changed the root");
-    let lines: Vec<&str> = r.changes.iter().map(|c| c.summary.as_str()).collect();
+    let lines: Vec<&str> = r.change_summaries();
     assert_eq!(
         lines,
         [

@@ -243,7 +243,7 @@ fn mount_conflicting_source_is_an_error_that_changes_nothing() {
     let mut h = t.host(ExecMode::Plan);
     assert!(mount::ensure(&mut h, "/data", &spec("UUID=u-1", "xfs", "defaults")).unwrap());
     let rep = h.finish().unwrap();
-    let kinds: Vec<&str> = rep.changes.iter().map(|c| c.summary.as_str()).collect();
+    let kinds: Vec<&str> = rep.change_summaries();
     // Mounted already: the new fstab line, then a remount to apply it.
     assert_eq!(kinds, ["update /etc/fstab", "mount -o remount /data"]);
     // Bad input is a clear error.
@@ -478,7 +478,7 @@ fn failed_update_initramfs_is_recorded_and_rerun_by_the_next_session() {
         assert!(!kmod::blacklist(&mut h, "nouveau", &BlacklistOptions::default()).unwrap());
         let rep = h.finish().unwrap();
         assert!(rep.changes.is_empty());
-        let actions: Vec<&str> = rep.actions.iter().map(|a| a.summary.as_str()).collect();
+        let actions: Vec<&str> = rep.action_summaries();
         assert_eq!(actions, ["update-initramfs -u"]);
     }
     assert_eq!(snapshot(&t), before);

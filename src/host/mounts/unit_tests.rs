@@ -189,7 +189,7 @@ fn unit_writes_the_file_creates_the_mount_point_reloads_enables_and_starts() {
     };
     assert!(unit::unit(&mut h, "/mnt/k8s-disks", &spec).unwrap());
     let rep = h.finish().unwrap();
-    let summaries: Vec<&str> = rep.changes.iter().map(|c| c.summary.as_str()).collect();
+    let summaries: Vec<&str> = rep.change_summaries();
     assert_eq!(summaries, [format!("update {RAID_UNIT}").as_str()]);
     assert_eq!(rep.actions[0].summary, "systemctl daemon-reload");
     assert!(t.read(RAID_UNIT).contains("\nOptions=defaults\n"));

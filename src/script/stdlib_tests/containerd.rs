@@ -76,7 +76,7 @@ fn restart() -> Vec<crate::host::effects::effect::InterruptRequest> {
 fn version_2_adds_only_the_runtime_and_the_default() {
     let n = node(Some(V2), DEFAULT_CONF);
     let plan = n.dry_run("containerd-nvidia", "config", "version 2");
-    assert_eq!(plan.targets(), [CONFIG, RECORD, CONFIG]);
+    assert_eq!(plan.report.change_targets(), [CONFIG, RECORD, CONFIG]);
     let diff: String = plan
         .report
         .changes
