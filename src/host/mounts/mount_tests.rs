@@ -12,14 +12,14 @@ use crate::host::tests::{all_modes, s, snapshot};
 use crate::host::testutil::TestHost;
 use crate::host::{Host, Report};
 
-/// [`all_modes`] for calls that make several changes each (fstab, directory, mount): plan
-/// and check leave the root byte-identical and agree, apply returns what the plan did, a
-/// second apply changes nothing, a check after it finds no drift. Returns the plan's change
-/// summaries.
-fn every_mode(
+/// [`all_modes`] for calls that make several changes each (fstab, directory, mount, unit):
+/// plan and check leave the root byte-identical and agree, apply does what the plan did,
+/// a second apply changes nothing, a check after it finds no drift. Returns the plan's
+/// report.
+pub(super) fn plan_of_every_mode(
     t: &TestHost,
     f: impl Fn(&mut Host) -> crate::host::root::error::Result<bool>,
-) -> Vec<String> {
+) -> Report {
     let before = snapshot(t);
     let run = |mode| -> (bool, Report) {
         let mut h = t.host(mode);
@@ -42,7 +42,16 @@ fn every_mode(
         "second apply changed: {rep:?}"
     );
     let (_, check) = run(ExecMode::Check);
-    assert!(check.drift().is_empty(), "drift after apply");
+    assert!(check.drift().is_empty(), "drift after apply: {check:?}");
+    plan
+}
+
+/// [`plan_of_every_mode`]'s plan's change summaries.
+fn every_mode(
+    t: &TestHost,
+    f: impl Fn(&mut Host) -> crate::host::root::error::Result<bool>,
+) -> Vec<String> {
+    let plan = plan_of_every_mode(t, f);
     plan.changes.iter().map(|c| c.summary.clone()).collect()
 }
 
