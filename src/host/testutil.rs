@@ -241,6 +241,13 @@ impl crate::host::Report {
     pub(crate) fn change_kinds(&self) -> Vec<&str> {
         self.changes.iter().map(|c| c.kind.as_str()).collect()
     }
+    /// The kind and target of each change.
+    pub(crate) fn change_kinds_and_targets(&self) -> Vec<(&str, &str)> {
+        self.changes
+            .iter()
+            .map(|c| (c.kind.as_str(), c.target.as_str()))
+            .collect()
+    }
     /// The targets of the changes.
     pub(crate) fn change_targets(&self) -> Vec<&str> {
         self.changes.iter().map(|c| c.target.as_str()).collect()
