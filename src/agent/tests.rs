@@ -45,79 +45,59 @@ fn run_cancelled(first: (&str, &str)) -> (bool, String, String, TestHost) {
     let t = TestHost::new();
     t.install_sh();
     let (path, body) = first;
-    let step = |name: &str, path: &str| {
-        json!({"name": name, "path": path, "arguments": [], "returncodes": [0],
-               "on_host": true, "idempotence": false, "upgrade_step": false})
-    };
-    let cfg = json!({
-        "schema_version": "v1", "package_name": "demo", "package_version": "1.0.0",
-        "expected_config_files": [],
-        "modes": {
-            "apply": [step("first", path), step("second", "second.sh")],
-            "apply-check": [step("c", "check.sh")]
-        }
-    });
-    t.file("/pkg/config.json", &cfg.to_string());
+    write_package(
+        &t,
+        json!({
+            "apply": [step_json("first", path), step_json("second", "second.sh")],
+            "apply-check": [step_json("c", "check.sh")]
+        }),
+    );
     t.file(&format!("/pkg/skyhook_dir/{path}"), body);
     t.file(
         "/pkg/skyhook_dir/second.sh",
         "#!/bin/sh\necho x > /t/second-ran\n",
     );
     t.file("/pkg/skyhook_dir/check.sh", "#!/bin/sh\nexit 0\n");
+    blocking_fifo(&t);
+    let (out, err) = (Arc::default(), Arc::default());
+    let ok = run_mode_aborting_on(&t, Mode::Apply, &Cancel::new(), "STARTED", &out, &err).unwrap();
+    (ok, text(&out), text(&err), t)
+}
+
+/// What a console stream captured, as text.
+fn text(b: &Arc<Mutex<Vec<u8>>>) -> String {
+    String::from_utf8_lossy(&b.lock().unwrap()).into_owned()
+}
+
+/// A step `name` at `path` of a package's config: no arguments, return code 0, on the
+/// host, not idempotent.
+fn step_json(name: &str, path: &str) -> serde_json::Value {
+    json!({"name": name, "path": path, "arguments": [], "returncodes": [0],
+           "on_host": true, "idempotence": false, "upgrade_step": false})
+}
+
+/// The config of package `demo` 1.0.0 with `modes` (mode to steps).
+fn package_config(modes: serde_json::Value) -> serde_json::Value {
+    json!({
+        "schema_version": "v1", "package_name": "demo", "package_version": "1.0.0",
+        "expected_config_files": [],
+        "modes": modes
+    })
+}
+
+/// [`package_config`] at `/pkg` of `t`.
+fn write_package(t: &TestHost, modes: serde_json::Value) {
+    t.file("/pkg/config.json", &package_config(modes).to_string());
+}
+
+/// A FIFO at `/t/fifo` of `t`, which a step reads to block until it is cancelled.
+fn blocking_fifo(t: &TestHost) {
     std::fs::create_dir_all(t.p("/t")).unwrap();
     nix::unistd::mkfifo(
         &t.p("/t/fifo"),
         nix::sys::stat::Mode::from_bits_truncate(0o600),
     )
     .unwrap();
-    let settings = Settings::from_env(
-        [
-            ("SKYHOOK_ROOT_DIR", "/state"),
-            ("SKYHOOK_LOG_DIR", "/log"),
-            ("PATH", "/bin"),
-        ]
-        .map(|(k, v)| (k.into(), v.into())),
-    )
-    .unwrap();
-    let cancel = Cancel::new();
-    let out = Arc::new(Mutex::new(Vec::new()));
-    let err = Arc::new(Mutex::new(Vec::new()));
-    let console = Console::with_writers(
-        Box::new(AbortOn {
-            seen: out.clone(),
-            marker: "STARTED",
-            cancel: cancel.clone(),
-        }),
-        Box::new(AbortOn {
-            seen: err.clone(),
-            marker: "\u{0}never",
-            cancel: cancel.clone(),
-        }),
-    );
-    let root = HostRoot::open(&t.root).unwrap();
-    let id = ResourceId::parse("sky-1_demo_1.0.0").unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let ok = rt
-        .block_on(
-            ModeRun {
-                root: &root,
-                settings: &settings,
-                id: &id,
-                copy_dir: Path::new("/pkg"),
-                mode: Mode::Apply,
-                cancel: &cancel,
-                console: &console,
-                declarations: None,
-                preflight: true,
-            }
-            .run(),
-        )
-        .unwrap();
-    let text = |b: &Arc<Mutex<Vec<u8>>>| String::from_utf8_lossy(&b.lock().unwrap()).into_owned();
-    (ok, text(&out), text(&err), t)
 }
 
 #[test]
@@ -162,14 +142,8 @@ fn cancel_ends_a_run_of_a_long_command() {
 /// test host.
 fn one_step_host(path: &str, body: &str) -> TestHost {
     let t = TestHost::new();
-    let step = json!({"name": "s", "path": path, "arguments": [], "returncodes": [0],
-                      "on_host": true, "idempotence": false, "upgrade_step": false});
-    let cfg = json!({
-        "schema_version": "v1", "package_name": "demo", "package_version": "1.0.0",
-        "expected_config_files": [],
-        "modes": {"apply": [step.clone()], "apply-check": [step]}
-    });
-    t.file("/pkg/config.json", &cfg.to_string());
+    let step = step_json("s", path);
+    write_package(&t, json!({"apply": [step.clone()], "apply-check": [step]}));
     t.file(&format!("/pkg/skyhook_dir/{path}"), body);
     t
 }
@@ -189,7 +163,6 @@ fn try_run_mode(
 ) -> (Result<bool, super::error::AgentError>, String, String) {
     let (out, err) = (Arc::default(), Arc::default());
     let ok = try_run_mode_into(t, mode, cancel, &out, &err);
-    let text = |b: &Arc<Mutex<Vec<u8>>>| String::from_utf8_lossy(&b.lock().unwrap()).into_owned();
     (ok, text(&out), text(&err))
 }
 
@@ -317,7 +290,7 @@ fn the_root_dir_overlay_waits_for_the_package_lock() {
         &err,
     )
     .unwrap();
-    let err = String::from_utf8_lossy(&err.lock().unwrap()).into_owned();
+    let err = text(&err);
     assert!(!ok);
     assert!(
         err.contains("waiting for the package lock /state/locks/demo.lock"),
@@ -388,15 +361,10 @@ fn a_script_the_check_refuses_is_not_planned() {
 #[test]
 fn validate_names_a_control_character_in_a_step_path() {
     let d = tempfile::tempdir().unwrap();
-    let step = |path: &str| {
-        json!({"name": "s", "path": path, "arguments": [], "returncodes": [0],
-               "on_host": true, "idempotence": false, "upgrade_step": false})
-    };
-    let cfg = json!({
-        "schema_version": "v1", "package_name": "demo", "package_version": "1.0.0",
-        "expected_config_files": [],
-        "modes": {"apply": [step("s.sh")], "apply-check": [step("c.sh\nother.sh True")]}
-    });
+    let cfg = package_config(json!({
+        "apply": [step_json("s", "s.sh")],
+        "apply-check": [step_json("s", "c.sh\nother.sh True")]
+    }));
     std::fs::write(d.path().join("config.json"), cfg.to_string()).unwrap();
     let err = Arc::new(Mutex::new(Vec::new()));
     let console = Console::with_writers(
@@ -408,7 +376,7 @@ fn validate_names_a_control_character_in_a_step_path() {
         }),
     );
     let valid = super::validate(&d.path().join("config.json"), &console);
-    let err = String::from_utf8_lossy(&err.lock().unwrap()).into_owned();
+    let err = text(&err);
     assert!(!valid);
     assert!(
         err.contains(
@@ -479,12 +447,7 @@ fn a_removed_or_replaced_lock_file_does_not_let_a_second_agent_run_beside_the_ho
             &config.replace("\"idempotence\":false", "\"idempotence\":true"),
         );
         t.install_sh();
-        std::fs::create_dir_all(t.p("/t")).unwrap();
-        nix::unistd::mkfifo(
-            &t.p("/t/fifo"),
-            nix::sys::stat::Mode::from_bits_truncate(0o600),
-        )
-        .unwrap();
+        blocking_fifo(&t);
         let log = || std::fs::read_to_string(t.p("/t/log")).unwrap_or_default();
         let starts = || log().matches("start").count();
         let root = HostRoot::open(&t.root).unwrap();
@@ -555,17 +518,13 @@ fn a_lost_package_lock_fails_the_run_after_the_running_step() {
     use std::os::unix::fs::OpenOptionsExt;
     let t = TestHost::new();
     t.install_sh();
-    let step = |name: &str, path: &str| {
-        json!({"name": name, "path": path, "arguments": [], "returncodes": [0],
-               "on_host": true, "idempotence": false, "upgrade_step": false})
-    };
-    let cfg = json!({
-        "schema_version": "v1", "package_name": "demo", "package_version": "1.0.0",
-        "expected_config_files": [],
-        "modes": {"apply": [step("first", "first.sh"), step("second", "second.sh")],
-                  "apply-check": [step("c", "second.sh")]}
-    });
-    t.file("/pkg/config.json", &cfg.to_string());
+    write_package(
+        &t,
+        json!({
+            "apply": [step_json("first", "first.sh"), step_json("second", "second.sh")],
+            "apply-check": [step_json("c", "second.sh")]
+        }),
+    );
     t.file(
         "/pkg/skyhook_dir/first.sh",
         "#!/bin/sh\necho start >> /t/log\nread x < /t/fifo\n",
@@ -574,12 +533,7 @@ fn a_lost_package_lock_fails_the_run_after_the_running_step() {
         "/pkg/skyhook_dir/second.sh",
         "#!/bin/sh\necho second >> /t/log\n",
     );
-    std::fs::create_dir_all(t.p("/t")).unwrap();
-    nix::unistd::mkfifo(
-        &t.p("/t/fifo"),
-        nix::sys::stat::Mode::from_bits_truncate(0o600),
-    )
-    .unwrap();
+    blocking_fifo(&t);
     let root = HostRoot::open(&t.root).unwrap();
     let (res, started) = std::thread::scope(|s| {
         let a = s.spawn(|| try_run_mode(&t, Mode::Apply, &Cancel::new()).0);

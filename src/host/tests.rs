@@ -882,7 +882,7 @@ fn failed_update_grub_is_recorded_planned_and_rerun_once() {
         assert!(!grub::set_cmdline(&mut h, "99-x", &args).unwrap());
         let rep = h.finish().unwrap();
         assert!(rep.changes.is_empty() && rep.drift().is_empty());
-        let actions: Vec<&str> = rep.actions.iter().map(|a| a.summary.as_str()).collect();
+        let actions: Vec<&str> = rep.action_summaries();
         assert_eq!(actions, ["update-grub"]);
     }
     assert_eq!(snapshot(&t), before);
@@ -996,7 +996,7 @@ fn report_lists_deferred_actions_when_later_deferred_work_fails() {
             "systemctl daemon-reload"
         ])
     );
-    let ran: Vec<&str> = rep.actions.iter().map(|a| a.summary.as_str()).collect();
+    let ran: Vec<&str> = rep.action_summaries();
     assert_eq!(
         ran,
         [
@@ -1380,7 +1380,7 @@ fn daemon_reload_is_recorded_before_the_drop_in_and_survives_a_crash() {
         assert!(!service::drop_in(&mut h, "x", "a.conf", "[Service]\n").unwrap());
         let rep = h.finish().unwrap();
         assert!(rep.changes.is_empty() && rep.drift().is_empty(), "{rep:?}");
-        let actions: Vec<&str> = rep.actions.iter().map(|a| a.summary.as_str()).collect();
+        let actions: Vec<&str> = rep.action_summaries();
         assert_eq!(actions, ["systemctl daemon-reload"]);
     }
     assert_eq!(snapshot(&t), before);

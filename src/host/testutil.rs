@@ -207,3 +207,53 @@ pub(crate) fn skip(why: &str) {
     let line = format!("SKIPPED {test}, counted as passed without running: {why}\n");
     let _ = std::io::stderr().write_all(line.as_bytes());
 }
+
+/// Run `f` on a thread of its own in a new, private mount namespace (the mounts it makes
+/// never propagate to this machine's and go away with the thread); a panic in `f` is
+/// raised again here, failing the test.
+pub fn in_mount_namespace<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).expect("unshare -m");
+            nix::mount::mount(
+                None::<&str>,
+                "/",
+                None::<&str>,
+                nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE,
+                None::<&str>,
+            )
+            .expect("make / private");
+            f()
+        })
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
+/// A report's columns as tests compare them: the summaries, kinds or targets of its changes,
+/// and the summaries of its actions, in order.
+impl crate::host::Report {
+    /// The summaries of the changes.
+    pub(crate) fn change_summaries(&self) -> Vec<&str> {
+        self.changes.iter().map(|c| c.summary.as_str()).collect()
+    }
+    /// The kinds of the changes.
+    pub(crate) fn change_kinds(&self) -> Vec<&str> {
+        self.changes.iter().map(|c| c.kind.as_str()).collect()
+    }
+    /// The kind and target of each change.
+    pub(crate) fn change_kinds_and_targets(&self) -> Vec<(&str, &str)> {
+        self.changes
+            .iter()
+            .map(|c| (c.kind.as_str(), c.target.as_str()))
+            .collect()
+    }
+    /// The targets of the changes.
+    pub(crate) fn change_targets(&self) -> Vec<&str> {
+        self.changes.iter().map(|c| c.target.as_str()).collect()
+    }
+    /// The summaries of the actions.
+    pub(crate) fn action_summaries(&self) -> Vec<&str> {
+        self.actions.iter().map(|a| a.summary.as_str()).collect()
+    }
+}

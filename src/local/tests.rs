@@ -77,12 +77,7 @@ fn one_session_across_steps_keeps_the_plan_overlay() {
     };
     let a = step(&first).run(out.clone());
     assert!(a.ok, "{a:?}");
-    let changes: Vec<&str> = a
-        .report
-        .changes
-        .iter()
-        .map(|c| c.summary.as_str())
-        .collect();
+    let changes: Vec<&str> = a.report.change_summaries();
     assert_eq!(
         changes,
         [
@@ -91,12 +86,7 @@ fn one_session_across_steps_keeps_the_plan_overlay() {
         ]
     );
     // the drop-in's daemon-reload ran (was planned) at the end of the first step
-    let actions: Vec<&str> = a
-        .report
-        .actions
-        .iter()
-        .map(|c| c.summary.as_str())
-        .collect();
+    let actions: Vec<&str> = a.report.action_summaries();
     assert_eq!(actions, ["systemctl daemon-reload"]);
 
     let b = step(&second).run(out.clone());

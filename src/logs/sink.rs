@@ -575,14 +575,47 @@ mod tests {
             .unwrap()
     }
 
-    fn relay_all(label: Label, chunks: &[(&[u8], NaiveDateTime)]) -> Vec<u8> {
-        let mut r = Relay::new(label);
+    /// What `r` writes for `chunks` (each read at its time), then the end of the stream.
+    fn relay<'a>(
+        mut r: Relay,
+        chunks: impl IntoIterator<Item = (&'a [u8], NaiveDateTime)>,
+    ) -> Vec<u8> {
         let mut out = Vec::new();
         for (c, now) in chunks {
-            r.feed(c, *now, &mut out);
+            r.feed(c, now, &mut out);
         }
         r.finish(&mut out);
         out
+    }
+
+    /// [`relay`] of a prefixed relay labelled `label`.
+    fn relay_all(label: Label, chunks: &[(&[u8], NaiveDateTime)]) -> Vec<u8> {
+        relay(Relay::new(label), chunks.iter().copied())
+    }
+
+    /// `bytes` read `n` at a time, the i-th read (from 0) at `01:00:00` plus i+1 µs.
+    fn reads_of(bytes: &[u8], n: usize) -> impl Iterator<Item = (&[u8], NaiveDateTime)> {
+        bytes
+            .chunks(n)
+            .enumerate()
+            .map(|(i, c)| (c, t(1, 0, 0, i as u32 + 1)))
+    }
+
+    /// A host root in a temp dir (kept alive by the first value) with a directory `/log`
+    /// (its agent-side path last).
+    fn log_root() -> (tempfile::TempDir, HostRoot, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let root = HostRoot::open(d.path()).unwrap();
+        let dir = d.path().join("log");
+        std::fs::create_dir_all(&dir).unwrap();
+        (d, root, dir)
+    }
+
+    /// The stdout log path [`open_step_logs`] gives step `base` in `/log` at UTC `when`.
+    fn out_path(root: &HostRoot, base: &str, when: &str) -> PathBuf {
+        open_step_logs(root, Path::new("/log"), base, utc(when))
+            .unwrap()
+            .out_path
     }
 
     #[test]
@@ -633,12 +666,7 @@ mod tests {
     fn limit_four_long_line_has_one_prefix() {
         // Case 33: a 1000-character line read 4 bytes at a time.
         let line = format!("{}\n", "a".repeat(1000));
-        let mut r = Relay::new(Label::Out);
-        let mut out = Vec::new();
-        for (i, c) in line.as_bytes().chunks(4).enumerate() {
-            r.feed(c, t(1, 0, 0, i as u32 + 1), &mut out);
-        }
-        r.finish(&mut out);
+        let out = relay(Relay::new(Label::Out), reads_of(line.as_bytes(), 4));
         // the first chunk's time opens the line; the chunk holding '\n' is the 251st
         let expected = format!(
             "[out]2025-01-02T01:00:00.000001 {}\n[out]2025-01-02T01:00:00.000251 ",
@@ -654,12 +682,10 @@ mod tests {
         let mut input = input;
         input.extend_from_slice(b"bad \xFF end");
         for label in [Label::Out, Label::Err] {
-            let mut r = Relay::with_format(label, LogFormat::Plain);
-            let mut out = Vec::new();
-            for (i, c) in input.chunks(3).enumerate() {
-                r.feed(c, t(1, 0, 0, i as u32 + 1), &mut out);
-            }
-            r.finish(&mut out);
+            let out = relay(
+                Relay::with_format(label, LogFormat::Plain),
+                reads_of(&input, 3),
+            );
             assert_eq!(out, "one\ntwo \u{20AC}\nbad \u{FFFD} end".as_bytes());
         }
         assert_eq!(LogFormat::parse("PLAIN"), Some(LogFormat::Plain));
@@ -715,11 +741,13 @@ mod tests {
         let data: &[u8] = b"a\xc3\xa9\xff\xe2\x82\xac\xe2\x82b\xf0\x9f\x98\x80\xf4\x90\x80\x80\n";
         let whole = String::from_utf8_lossy(data).into_owned();
         for split in 0..=data.len() {
-            let mut r = Relay::new(Label::Out);
-            let mut out = Vec::new();
-            r.feed(&data[..split], t(1, 0, 0, 0), &mut out);
-            r.feed(&data[split..], t(1, 0, 0, 0), &mut out);
-            r.finish(&mut out);
+            let out = relay_all(
+                Label::Out,
+                &[
+                    (&data[..split], t(1, 0, 0, 0)),
+                    (&data[split..], t(1, 0, 0, 0)),
+                ],
+            );
             let expected =
                 format!("[out]2025-01-02T01:00:00 {}", whole) + "[out]2025-01-02T01:00:00 ";
             assert_eq!(
@@ -794,22 +822,12 @@ mod tests {
 
     #[test]
     fn step_logs_collision_takes_next_second_without_truncating() {
-        let d = tempfile::tempdir().unwrap();
-        let root = HostRoot::open(d.path()).unwrap();
-        let dir = d.path().join("log");
-        std::fs::create_dir_all(&dir).unwrap();
+        let (_d, root, dir) = log_root();
         std::fs::write(dir.join("foo.sh-2025-01-02-235959.log"), "old run").unwrap();
         // a stray .err for the next second (Python never pruned them)
         std::fs::write(dir.join("foo.sh-2025-01-03-000000.log.err"), "old err").unwrap();
-        let logs = open_step_logs(
-            &root,
-            Path::new("/log"),
-            "foo.sh",
-            utc("2025-01-02 23:59:59"),
-        )
-        .unwrap();
         assert_eq!(
-            logs.out_path,
+            out_path(&root, "foo.sh", "2025-01-02 23:59:59"),
             Path::new("/log/foo.sh-2025-01-03-000001.log")
         );
         assert_eq!(
@@ -823,15 +841,8 @@ mod tests {
         // the name given up for its stray .err was not left behind
         assert!(!dir.join("foo.sh-2025-01-03-000000.log").exists());
         // a second step in the same second gets the second after
-        let again = open_step_logs(
-            &root,
-            Path::new("/log"),
-            "foo.sh",
-            utc("2025-01-02 23:59:59"),
-        )
-        .unwrap();
         assert_eq!(
-            again.out_path,
+            out_path(&root, "foo.sh", "2025-01-02 23:59:59"),
             Path::new("/log/foo.sh-2025-01-03-000002.log")
         );
     }
@@ -840,34 +851,17 @@ mod tests {
     fn step_logs_never_reuse_a_pruned_name() {
         // regression (case 32): 7 runs within one second; retention deleted the oldest name,
         // which must not be handed out again.
-        let d = tempfile::tempdir().unwrap();
-        let root = HostRoot::open(d.path()).unwrap();
-        let dir = d.path().join("log");
-        std::fs::create_dir_all(&dir).unwrap();
+        let (_d, root, dir) = log_root();
         for s in 31..=35 {
             std::fs::write(dir.join(format!("foo.sh-2025-01-02-0000{s}.log")), "").unwrap();
         }
-        let logs = open_step_logs(
-            &root,
-            Path::new("/log"),
-            "foo.sh",
-            utc("2025-01-02 00:00:30"),
-        )
-        .unwrap();
         assert_eq!(
-            logs.out_path,
+            out_path(&root, "foo.sh", "2025-01-02 00:00:30"),
             Path::new("/log/foo.sh-2025-01-02-000036.log")
         );
         // an older newest log does not push a fresh run's name
-        let other = open_step_logs(
-            &root,
-            Path::new("/log"),
-            "bar.sh",
-            utc("2025-01-02 00:00:30"),
-        )
-        .unwrap();
         assert_eq!(
-            other.out_path,
+            out_path(&root, "bar.sh", "2025-01-02 00:00:30"),
             Path::new("/log/bar.sh-2025-01-02-000030.log")
         );
     }

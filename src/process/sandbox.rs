@@ -717,4 +717,4 @@ fn init_main(report: RawFd, pid_max: &[u8]) -> ! {
 
 #[cfg(test)]
 #[path = "sandbox_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -16,6 +16,32 @@ impl Sink for Out {
     }
 }
 
+/// Gives this thread a filesystem context and mount namespace of its own, as a plan's
+/// thread has.
+pub(crate) fn unshare_mounts() {
+    // SAFETY: unshare on this thread only (its filesystem context and mounts).
+    assert_eq!(
+        unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
+        0,
+        "unshare: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// [`unshare_mounts`], then every mount of the new namespace made private (a mount made
+/// on this thread reaches no other namespace).
+fn private_mounts() {
+    unshare_mounts();
+    nix::mount::mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .unwrap();
+}
+
 fn sh(script: &str) -> String {
     let spec = Spec {
         program: "/bin/sh".into(),
@@ -42,13 +68,7 @@ fn a_command_of_a_sandboxed_thread_runs_in_its_namespaces_under_its_limits() {
                   $(readlink /proc/self/ns/ipc)";
     let outside = sh(script);
     let (inside, after) = std::thread::spawn(move || {
-        // SAFETY: unshare on this thread only (its filesystem context and mounts).
-        assert_eq!(
-            unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
-            0,
-            "unshare: {}",
-            io::Error::last_os_error()
-        );
+        unshare_mounts();
         let limits = Limits {
             memory: 1 << 30,
             cpu_seconds: 7,
@@ -93,20 +113,8 @@ fn the_sandboxs_procfs_covers_the_hosts_under_a_root() {
     std::fs::create_dir_all(at.join("proc")).unwrap();
     let at2 = at.clone();
     let (covered, pids) = std::thread::spawn(move || {
-        // SAFETY: unshare on this thread only.
-        assert_eq!(
-            unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
-            0
-        );
+        private_mounts();
         use nix::mount::{MsFlags, mount};
-        mount(
-            None::<&str>,
-            "/",
-            None::<&str>,
-            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-            None::<&str>,
-        )
-        .unwrap();
         mount(
             Some("proc"),
             &at2.join("proc"),
@@ -245,11 +253,7 @@ fn a_sandboxed_command_gets_no_key_and_without_unix_sockets_no_unix_socket() {
         print "inet=", (socket(my $i, 2, 1, 0) ? "made" : "$!");'"#;
     let run = |unix_sockets: bool| {
         std::thread::spawn(move || {
-            // SAFETY: unshare on this thread only.
-            assert_eq!(
-                unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
-                0
-            );
+            unshare_mounts();
             let sb = start(&Limits {
                 unix_sockets,
                 ..Limits::default()
@@ -276,11 +280,7 @@ fn starting_and_ending_a_sandbox_is_cheap() {
         return;
     }
     let took = std::thread::spawn(|| {
-        // SAFETY: unshare on this thread only.
-        assert_eq!(
-            unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
-            0
-        );
+        unshare_mounts();
         let t = std::time::Instant::now();
         for _ in 0..20 {
             let sb = start(&Limits::default()).unwrap();
@@ -305,20 +305,8 @@ fn a_sandboxed_command_runs_as_the_query_user_and_a_setuid_program_gives_it_no_r
         return;
     }
     let out = std::thread::spawn(|| {
-        // SAFETY: unshare on this thread only.
-        assert_eq!(
-            unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
-            0
-        );
+        private_mounts();
         use nix::mount::{MsFlags, mount};
-        mount(
-            None::<&str>,
-            "/",
-            None::<&str>,
-            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-            None::<&str>,
-        )
-        .unwrap();
         // A tmpfs of this thread's mount namespace, without nosuid, holding the program.
         let dir = tempfile::tempdir().unwrap();
         mount(
@@ -488,11 +476,7 @@ fn a_sandboxed_command_leaves_the_servers_memory_not_dumpable() {
     // SAFETY: prctl on this process with integer arguments.
     assert_eq!(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) }, 0);
     let out = std::thread::spawn(|| {
-        // SAFETY: unshare on this thread only.
-        assert_eq!(
-            unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
-            0
-        );
+        unshare_mounts();
         let sb = start(&Limits::default()).unwrap();
         sb.enter().unwrap();
         let out = sh("echo ran");

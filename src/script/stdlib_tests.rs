@@ -6,17 +6,21 @@ use std::sync::Arc;
 use super::*;
 use crate::step::{ScriptOutcome, ScriptRunOptions, run_script, run_script_with};
 
+/// Compile script text `src` as `name`, its modules in an empty temp dir.
+fn compile_alone(
+    engine: &ScriptEngine,
+    name: &str,
+    src: &str,
+) -> Result<CompiledScript, ScriptError> {
+    let dir = tempfile::tempdir().unwrap();
+    compile_source(engine, name, src, Arc::new(ModuleStore::new(dir.path())))
+}
+
 /// Run script text `main` with no host API; returns (outcome, stdout, stderr).
 fn run_pure(main: &str, ctx: &StepContext) -> (ScriptOutcome, String, String) {
-    let dir = tempfile::tempdir().unwrap();
     let engine = ScriptEngine::default();
-    let script = compile_source(
-        &engine,
-        "main.rhai",
-        main,
-        Arc::new(ModuleStore::new(dir.path())),
-    )
-    .unwrap_or_else(|e| panic!("compile: {e}"));
+    let script =
+        compile_alone(&engine, "main.rhai", main).unwrap_or_else(|e| panic!("compile: {e}"));
     let out = Arc::new(CaptureOutput::new());
     let outcome = run_script(
         &engine,
@@ -48,14 +52,7 @@ fn every_module_compiles() {
     let engine = ScriptEngine::default();
     for (name, _) in STDLIB {
         let src = format!("import \"skyhook/{name}\" as m;");
-        let dir = tempfile::tempdir().unwrap();
-        compile_source(
-            &engine,
-            "x.rhai",
-            &src,
-            Arc::new(ModuleStore::new(dir.path())),
-        )
-        .unwrap_or_else(|e| panic!("skyhook/{name}: {e}"));
+        compile_alone(&engine, "x.rhai", &src).unwrap_or_else(|e| panic!("skyhook/{name}: {e}"));
     }
 }
 
@@ -247,6 +244,11 @@ impl Ran {
             .expect("the step should have failed")
             .to_string()
     }
+    /// Assert the step failed with an error containing `want` (`case` names the case).
+    fn assert_error_has(&self, want: &str, case: &str) {
+        let error = self.error();
+        assert!(error.contains(want), "{case}: {error}");
+    }
 }
 
 impl Node {
@@ -313,6 +315,64 @@ esac"#,
     fn configmap(&self, name: &str, content: &str) {
         self.t
             .file(&format!("/skyhook/pkg/configmaps/{name}"), content);
+    }
+
+    /// systemd's view of containerd's limits (`systemctl show`), memlock `memlock`, the
+    /// others as the tuning example sets them.
+    fn show_containerd_limits(&self, memlock: &str) {
+        self.t.file(
+            "/state/containerd.service.show",
+            &format!("LimitMEMLOCK={memlock}\nLimitNOFILE=1048576\nLimitSTACK=67108864\n"),
+        );
+    }
+
+    /// The running kernel's command line: the stock one, then `args`.
+    fn boot_with(&self, args: &str) {
+        self.t.file(
+            "/proc/cmdline",
+            &format!("BOOT_IMAGE=/vmlinuz ro quiet{args}\n"),
+        );
+    }
+
+    /// A dry run of `module`'s `agent_mode` step: it succeeds and changes nothing in the
+    /// root (`case` names the case).
+    fn dry_run(&self, module: &str, agent_mode: &str, case: &str) -> Ran {
+        let before = self.snapshot();
+        let plan = self.step(module, agent_mode, true).ok();
+        assert_eq!(
+            self.snapshot(),
+            before,
+            "{case}: a dry run changed the root"
+        );
+        plan
+    }
+
+    /// Run `module`'s `agent_mode` step again, the calls log cleared: it succeeds, changes
+    /// nothing, and runs no command that `calls` keeps (`case` names the case).
+    fn assert_idle(
+        &self,
+        module: &str,
+        agent_mode: &str,
+        calls: fn(Vec<String>) -> Vec<String>,
+        case: &str,
+    ) {
+        self.t.clear_calls();
+        let again = self.step(module, agent_mode, false).ok();
+        assert!(
+            again.report.changes.is_empty(),
+            "{case}: {:?}",
+            again.report.changes
+        );
+        assert_eq!(calls(self.calls()), Vec::<String>::new(), "{case}");
+    }
+
+    /// The `tuning` config step fails with an error containing `want`, before any change.
+    fn assert_tuning_config_refused(&self, want: &str) {
+        let fresh = self.snapshot();
+        let ran = self.step("tuning", "config", false);
+        ran.assert_error_has(want, "tuning config");
+        assert!(ran.report.changes.is_empty());
+        assert_eq!(self.snapshot(), fresh);
     }
 
     /// The recorded stub command lines (without the stub's trailing space for no arguments).
@@ -445,7 +505,7 @@ fn tuning_node(os: &str, family: &'static str) -> Node {
             PAM_NONINTERACTIVE,
         );
     }
-    n.t.file("/proc/cmdline", "BOOT_IMAGE=/vmlinuz ro quiet\n");
+    n.boot_with("");
     let cm = manifest().join("examples/tuning/configmaps");
     for name in [
         "sysctl.conf",
@@ -473,18 +533,11 @@ const TUNING_GRUB: &str =
 fn tuning_on_every_distribution() {
     for (os, family) in DISTROS {
         let n = tuning_node(os, family);
-        let fresh = n.snapshot();
 
         // Dry run: nothing changes, nothing runs, every change is listed.
-        let plan = n.step("tuning", "config", true).ok();
-        assert_eq!(n.snapshot(), fresh, "{os}: a dry run changed the root");
+        let plan = n.dry_run("tuning", "config", os);
         assert!(n.calls().is_empty(), "{os}: {:?}", n.calls());
-        let targets: Vec<&str> = plan
-            .report
-            .changes
-            .iter()
-            .map(|c| c.target.as_str())
-            .collect();
+        let targets = plan.report.change_targets();
         assert!(
             targets.contains(&"/etc/sysctl.d/999-tuning-tuning.conf")
                 && targets.contains(&"/etc/default/grub.d/999-tuning-tuning.cfg"),
@@ -543,22 +596,12 @@ fn tuning_on_every_distribution() {
         }
 
         // Second run: nothing changes, no reload, no regeneration.
-        n.t.clear_calls();
         let configured = n.snapshot();
-        let again = n.step("tuning", "config", false).ok();
-        assert!(
-            again.report.changes.is_empty(),
-            "{os}: {:?}",
-            again.report.changes
-        );
-        assert!(n.calls().is_empty(), "{os}: {:?}", n.calls());
+        n.assert_idle("tuning", "config", std::convert::identity, os);
         assert_eq!(n.snapshot(), configured);
 
         // config-check: live values, files, containerd's limits as systemd reports them.
-        n.t.file(
-            "/state/containerd.service.show",
-            "LimitMEMLOCK=infinity\nLimitNOFILE=1048576\nLimitSTACK=67108864\n",
-        );
+        n.show_containerd_limits("infinity");
         let check = n.step("tuning", "config-check", false).ok();
         assert!(check.report.drift().is_empty(), "{os}");
         assert_eq!(check.stdout, "tuning config-check: ok\n");
@@ -572,10 +615,7 @@ fn tuning_on_every_distribution() {
 
         // A live drift is found: a sysctl value and the running containerd limits.
         n.t.file("/proc/sys/vm/max_map_count", "65530\n");
-        n.t.file(
-            "/state/containerd.service.show",
-            "LimitMEMLOCK=8388608\nLimitNOFILE=1048576\nLimitSTACK=67108864\n",
-        );
+        n.show_containerd_limits("8388608");
         let bad = n.step("tuning", "config-check", false);
         assert!(bad.outcome.failed());
         assert!(
@@ -588,24 +628,15 @@ fn tuning_on_every_distribution() {
             bad.stderr
         );
         n.t.file("/proc/sys/vm/max_map_count", "262144\n");
-        n.t.file(
-            "/state/containerd.service.show",
-            "LimitMEMLOCK=infinity\nLimitNOFILE=1048576\nLimitSTACK=67108864\n",
-        );
+        n.show_containerd_limits("infinity");
 
         // post-interrupt-check: the running kernel must have the grub arguments.
-        let before_reboot = n.step("tuning", "post-interrupt-check", false);
-        assert!(
-            before_reboot
-                .error()
-                .contains("kernel command line lacks hugepagesz=1G (reboot pending?)"),
-            "{os}: {}",
-            before_reboot.error()
-        );
-        n.t.file(
-            "/proc/cmdline",
-            "BOOT_IMAGE=/vmlinuz ro quiet hugepagesz=1G hugepages=2\n",
-        );
+        n.step("tuning", "post-interrupt-check", false)
+            .assert_error_has(
+                "kernel command line lacks hugepagesz=1G (reboot pending?)",
+                os,
+            );
+        n.boot_with(" hugepagesz=1G hugepages=2");
         n.step("tuning", "post-interrupt-check", false).ok();
 
         // uninstall: exactly what config wrote, one reload, grub back.
@@ -640,12 +671,7 @@ fn tuning_on_every_distribution() {
             ],
             "{os}"
         );
-        n.t.clear_calls();
-        let twice = n.step("tuning", "uninstall", false).ok();
-        assert!(
-            twice.report.changes.is_empty() && n.calls().is_empty(),
-            "{os}"
-        );
+        n.assert_idle("tuning", "uninstall", std::convert::identity, os);
         n.step("tuning", "uninstall-check", false).ok();
     }
 }
@@ -700,17 +726,9 @@ fn tuning_drop_in_dirs_removed_when_empty_and_empty_drop_ins_are_absent() {
 fn tuning_refuses_an_unsupported_limit() {
     let n = tuning_node("debian-12", "debian");
     n.configmap("ulimit.conf", "nofile=1024\n# comment\ncore=0\n");
-    let fresh = n.snapshot();
-    let ran = n.step("tuning", "config", false);
-    assert!(
-        ran.error().contains(
-            "ulimit.conf line 3: unsupported limit \"core\" (supported: memlock, nofile, fsize, stack, nproc)"
-        ),
-        "{}",
-        ran.error()
+    n.assert_tuning_config_refused(
+        "ulimit.conf line 3: unsupported limit \"core\" (supported: memlock, nofile, fsize, stack, nproc)",
     );
-    assert!(ran.report.changes.is_empty());
-    assert_eq!(n.snapshot(), fresh);
 }
 
 #[test]
@@ -723,14 +741,8 @@ fn tuning_grub_lines_may_hold_several_arguments() {
         TUNING_GRUB
     );
     n.step("tuning", "config", false).ok();
-    n.t.file(
-        "/proc/cmdline",
-        "BOOT_IMAGE=/vmlinuz ro quiet hugepagesz=1G hugepages=2\n",
-    );
-    n.t.file(
-        "/state/containerd.service.show",
-        "LimitMEMLOCK=infinity\nLimitNOFILE=1048576\nLimitSTACK=67108864\n",
-    );
+    n.boot_with(" hugepagesz=1G hugepages=2");
+    n.show_containerd_limits("infinity");
     n.step("tuning", "post-interrupt-check", false).ok();
 }
 
@@ -738,17 +750,9 @@ fn tuning_grub_lines_may_hold_several_arguments() {
 fn tuning_validates_grub_conf_before_changing_anything() {
     let n = tuning_node("rhel-9", "rhel");
     n.configmap("grub.conf", "hugepages=2\n\nquiet init=$x\n");
-    let fresh = n.snapshot();
-    let ran = n.step("tuning", "config", false);
-    assert!(
-        ran.error().contains(
-            "grub.conf line 3: invalid kernel argument \"init=$x\" (quotes, \\, $ and backquotes are not allowed)"
-        ),
-        "{}",
-        ran.error()
+    n.assert_tuning_config_refused(
+        "grub.conf line 3: invalid kernel argument \"init=$x\" (quotes, \\, $ and backquotes are not allowed)",
     );
-    assert!(ran.report.changes.is_empty());
-    assert_eq!(n.snapshot(), fresh);
     assert!(n.calls().is_empty(), "{:?}", n.calls());
 }
 
@@ -759,16 +763,9 @@ fn tuning_checks_every_sysctl_key_before_setting_any() {
         "sysctl.conf",
         "fs.inotify.max_user_instances = 8192\n# comment\nnet.core.nosuch = 1\n",
     );
-    let fresh = n.snapshot();
-    let ran = n.step("tuning", "config", false);
-    assert!(
-        ran.error()
-            .contains("sysctl.conf line 3: no such key \"net.core.nosuch\" in /proc/sys"),
-        "{}",
-        ran.error()
+    n.assert_tuning_config_refused(
+        "sysctl.conf line 3: no such key \"net.core.nosuch\" in /proc/sys",
     );
-    assert!(ran.report.changes.is_empty());
-    assert_eq!(n.snapshot(), fresh);
     assert_eq!(n.t.read("/proc/sys/fs/inotify/max_user_instances"), "128\n");
 }
 
@@ -790,10 +787,7 @@ fn tuning_sysctl_conf_syntax_semicolons_and_optional_keys() {
     );
     assert_eq!(n.t.read("/proc/sys/vm/max_map_count"), "262144\n");
     assert_eq!(n.t.read("/proc/sys/net/core/rmem_max"), "4096\n");
-    n.t.file(
-        "/state/containerd.service.show",
-        "LimitMEMLOCK=infinity\nLimitNOFILE=1048576\nLimitSTACK=67108864\n",
-    );
+    n.show_containerd_limits("infinity");
     let check = n.step("tuning", "config-check", false).ok();
     assert_eq!(check.stdout, "tuning config-check: ok\n");
 }
@@ -801,10 +795,7 @@ fn tuning_sysctl_conf_syntax_semicolons_and_optional_keys() {
 #[test]
 fn two_tuning_packages_keep_their_own_pam_limits_blocks() {
     let mut n = tuning_node("ubuntu-24.04", "debian");
-    n.t.file(
-        "/state/containerd.service.show",
-        "LimitMEMLOCK=infinity\nLimitNOFILE=1048576\nLimitSTACK=67108864\n",
-    );
+    n.show_containerd_limits("infinity");
     n.package = "first".into();
     n.step("tuning", "config", false).ok();
     n.package = "second".into();
@@ -873,7 +864,7 @@ fn kdump_on_every_distribution() {
             "kdump.conf",
             "path /var/crash\ncore_collector makedumpfile -l\n",
         );
-        n.t.file("/proc/cmdline", "BOOT_IMAGE=/vmlinuz ro quiet\n");
+        n.boot_with("");
         let (pkgs, svc, conf, conf_text, other) = if *family == "debian" {
             (
                 "kdump-tools crash makedumpfile",
@@ -891,11 +882,9 @@ fn kdump_on_every_distribution() {
                 "/etc/default/kdump-tools",
             )
         };
-        let fresh = n.snapshot();
 
         // apply: dry run, then for real, then again.
-        let plan = n.step("kdump", "apply", true).ok();
-        assert_eq!(n.snapshot(), fresh, "{os}");
+        let plan = n.dry_run("kdump", "apply", os);
         assert!(mutating(n.calls()).is_empty(), "{os}: {:?}", n.calls());
         assert_eq!(
             plan.report.changes.len(),
@@ -908,18 +897,11 @@ fn kdump_on_every_distribution() {
         let mut want = pkg_cmds(family, "install", pkgs);
         want.push(format!("systemctl enable {svc}"));
         assert_eq!(mutating(n.calls()), want, "{os}");
-        n.t.clear_calls();
-        let again = n.step("kdump", "apply", false).ok();
-        assert!(
-            again.report.changes.is_empty() && mutating(n.calls()).is_empty(),
-            "{os}"
-        );
+        n.assert_idle("kdump", "apply", mutating, os);
         n.step("kdump", "apply-check", false).ok();
 
         // config: crashkernel through the grub drop-in, kdump.conf in the family's file.
-        let before = n.snapshot();
-        n.step("kdump", "config", true).ok();
-        assert_eq!(n.snapshot(), before, "{os}");
+        n.dry_run("kdump", "config", os);
         n.t.clear_calls();
         n.step("kdump", "config", false).ok();
         assert_eq!(
@@ -934,12 +916,7 @@ fn kdump_on_every_distribution() {
             "grubby --update-kernel=ALL --args=crashkernel=512M"
         };
         assert_eq!(n.calls(), [grub], "{os}");
-        n.t.clear_calls();
-        let again = n.step("kdump", "config", false).ok();
-        assert!(
-            again.report.changes.is_empty() && n.calls().is_empty(),
-            "{os}"
-        );
+        n.assert_idle("kdump", "config", std::convert::identity, os);
         n.step("kdump", "config-check", false).ok();
 
         // post-interrupt-check: before the reboot it fails, after it passes.
@@ -956,22 +933,12 @@ fn kdump_on_every_distribution() {
         );
         n.t.file(&format!("/state/{svc}.active"), "yes\n");
         // the kernel uses the last crashkernel= (e.g. Ubuntu's kdump-tools.cfg drop-in)
-        n.t.file(
-            "/proc/cmdline",
-            "BOOT_IMAGE=/vmlinuz ro quiet crashkernel=512M crashkernel=384M-:192M\n",
+        n.boot_with(" crashkernel=512M crashkernel=384M-:192M");
+        n.step("kdump", "post-interrupt-check", false).assert_error_has(
+            "the running kernel uses crashkernel=384M-:192M, not crashkernel=512M: a later crashkernel= wins",
+            os,
         );
-        let overridden = n.step("kdump", "post-interrupt-check", false);
-        assert!(
-            overridden.error().contains(
-                "the running kernel uses crashkernel=384M-:192M, not crashkernel=512M: a later crashkernel= wins"
-            ),
-            "{os}: {}",
-            overridden.error()
-        );
-        n.t.file(
-            "/proc/cmdline",
-            "BOOT_IMAGE=/vmlinuz ro quiet crashkernel=512M\n",
-        );
+        n.boot_with(" crashkernel=512M");
         let ok = n.step("kdump", "post-interrupt-check", false).ok();
         assert_eq!(ok.stdout, "kdump post-interrupt-check: ok\n");
 
@@ -990,12 +957,7 @@ fn kdump_on_every_distribution() {
             "grubby --update-kernel=ALL --remove-args=crashkernel=512M".into()
         });
         assert_eq!(mutating(n.calls()), want, "{os}");
-        n.t.clear_calls();
-        let twice = n.step("kdump", "uninstall", false).ok();
-        assert!(
-            twice.report.changes.is_empty() && mutating(n.calls()).is_empty(),
-            "{os}"
-        );
+        n.assert_idle("kdump", "uninstall", mutating, os);
         n.step("kdump", "uninstall-check", false).ok();
     }
 }
@@ -1029,13 +991,9 @@ fn kdump_warns_about_the_other_familys_configuration() {
 #[test]
 fn kdump_config_needs_the_crashkernel_configmap() {
     let n = Node::new("rhel-9", "rhel", "kdump");
-    let ran = n.step("kdump", "config", false);
-    assert!(
-        ran.error().contains(
-            "configMap crashkernel is missing: it sets the memory reserved for the crash kernel"
-        ),
-        "{}",
-        ran.error()
+    n.step("kdump", "config", false).assert_error_has(
+        "configMap crashkernel is missing: it sets the memory reserved for the crash kernel",
+        "rhel-9",
     );
 }
 
@@ -1044,16 +1002,20 @@ fn kdump_config_needs_the_crashkernel_configmap() {
 const PROFILE: &str =
     "[main]\nsummary=test\ninclude=throughput-performance\n\n[sysctl]\nvm.swappiness=10\n";
 
+/// A node for `tuned` whose profile is `gpu-throughput` ([`PROFILE`]), from its configMap.
+fn gpu_profile_node(os: &str, family: &'static str) -> Node {
+    let n = Node::new(os, family, "tuned");
+    n.configmap("tuned_profile", "gpu-throughput\n");
+    n.configmap("gpu-throughput", PROFILE);
+    n
+}
+
 #[test]
 fn tuned_on_every_distribution() {
     for (os, family) in DISTROS {
-        let n = Node::new(os, family, "tuned");
-        n.configmap("tuned_profile", "gpu-throughput\n");
-        n.configmap("gpu-throughput", PROFILE);
-        let fresh = n.snapshot();
+        let n = gpu_profile_node(os, family);
 
-        n.step("tuned", "apply", true).ok();
-        assert_eq!(n.snapshot(), fresh, "{os}");
+        n.dry_run("tuned", "apply", os);
         assert!(mutating(n.calls()).is_empty(), "{os}: {:?}", n.calls());
 
         n.t.clear_calls();
@@ -1067,10 +1029,7 @@ fn tuned_on_every_distribution() {
         ]);
         assert_eq!(mutating(n.calls()), want, "{os}");
 
-        n.t.clear_calls();
-        let again = n.step("tuned", "apply", false).ok();
-        assert!(again.report.changes.is_empty(), "{os}");
-        assert!(mutating(n.calls()).is_empty(), "{os}: {:?}", n.calls());
+        n.assert_idle("tuned", "apply", mutating, os);
         for m in ["apply-check", "config-check", "post-interrupt-check"] {
             n.step("tuned", m, false).ok();
         }
@@ -1102,21 +1061,14 @@ fn tuned_on_every_distribution() {
         ];
         want.extend(pkg_cmds(family, "remove", "tuned"));
         assert_eq!(mutating(n.calls()), want, "{os}");
-        n.t.clear_calls();
-        let twice = n.step("tuned", "uninstall", false).ok();
-        assert!(
-            twice.report.changes.is_empty() && mutating(n.calls()).is_empty(),
-            "{os}"
-        );
+        n.assert_idle("tuned", "uninstall", mutating, os);
         n.step("tuned", "uninstall-check", false).ok();
     }
 }
 
 #[test]
 fn tuned_removes_profiles_whose_configmap_is_gone() {
-    let n = Node::new("ubuntu-24.04", "debian", "tuned");
-    n.configmap("tuned_profile", "gpu-throughput\n");
-    n.configmap("gpu-throughput", PROFILE);
+    let n = gpu_profile_node("ubuntu-24.04", "debian");
     n.configmap("old-hpc", "[main]\ninclude=latency-performance\n");
     n.step("tuned", "apply", false).ok();
     assert_eq!(
@@ -1224,10 +1176,8 @@ fn shellscript_on_every_distribution() {
             "apply_check.sh",
             "read l < /etc/shellscript-ran && [ \"$l\" = ok ] && echo checked\n",
         );
-        let fresh = n.snapshot();
 
-        let plan = n.step("shellscript", "apply", true).ok();
-        assert_eq!(n.snapshot(), fresh, "{os}");
+        let plan = n.dry_run("shellscript", "apply", os);
         // Only planned: nothing streamed.
         assert_eq!(
             (plan.stdout.as_str(), plan.stderr.as_str()),
@@ -1235,11 +1185,7 @@ fn shellscript_on_every_distribution() {
             "{os}"
         );
         assert_eq!(
-            plan.report
-                .actions
-                .iter()
-                .map(|a| a.summary.as_str())
-                .collect::<Vec<_>>(),
+            plan.report.action_summaries(),
             [
                 "/bin/bash -c 'file=$2; . \"$1\" \"$2\"' /skyhook/pkg/skyhook_dir/shellscript_run.sh /skyhook/pkg/configmaps/apply.sh apply"
             ],
@@ -1291,9 +1237,7 @@ fn shellscript_runs_rhai_configmaps_in_the_same_session() {
         "print(`stage ${step().mode}`);\nfs::write(\"/etc/from-configmap-rhai\", \"yes\\n\");\n",
     );
     n.configmap("apply.sh", "echo bash must not run\n");
-    let fresh = n.snapshot();
-    let plan = n.step("shellscript", "apply", true).ok();
-    assert_eq!(n.snapshot(), fresh, "a dry run changes nothing");
+    let plan = n.dry_run("shellscript", "apply", "a .rhai configMap");
     assert_eq!(plan.report.changes.len(), 1);
     assert!(plan.report.actions.is_empty(), "bash was not planned");
 
@@ -1318,27 +1262,26 @@ fn shellscript_runs_rhai_configmaps_in_the_same_session() {
     // fail() in the configMap fails the step, with the configMap's own position
     n.configmap("config.rhai", "\nfail(\"not today\");\n");
     let failed = n.step("shellscript", "config", false);
-    assert!(failed.error().contains("not today"), "{}", failed.error());
-    assert!(
-        failed.error().contains("config.rhai:2:"),
-        "{}",
-        failed.error()
-    );
+    failed.assert_error_has("not today", "config.rhai");
+    failed.assert_error_has("config.rhai:2:", "config.rhai");
 }
 
 // ---------------------------------------------------------------- examples and docs
 
+/// The example packages (`examples/<name>`) the stdlib modules ship with.
+const EXAMPLES: &[&str] = &[
+    "tuning",
+    "tuned",
+    "kdump",
+    "shellscript",
+    "containerd-nvidia",
+    "gpu-service-user",
+];
+
 #[test]
 fn example_packages_load_and_compile() {
     let engine = ScriptEngine::default();
-    for module in [
-        "tuning",
-        "tuned",
-        "kdump",
-        "shellscript",
-        "containerd-nvidia",
-        "gpu-service-user",
-    ] {
+    for module in EXAMPLES {
         let dir = manifest().join("examples").join(module);
         let json = std::fs::read(dir.join("config.json")).unwrap();
         let loaded = crate::package::load::parse(&dir.join("config.json"), &json)
@@ -1409,14 +1352,7 @@ fn cr_configmaps(yaml: &str) -> std::collections::BTreeMap<String, String> {
 /// of the example (`skyhook-run --package examples/<m>`) tests what the CR deploys.
 #[test]
 fn example_configmaps_match_the_crs() {
-    for module in [
-        "tuning",
-        "tuned",
-        "kdump",
-        "shellscript",
-        "containerd-nvidia",
-        "gpu-service-user",
-    ] {
+    for module in EXAMPLES {
         let dir = manifest().join("examples").join(module);
         let cr = cr_configmaps(&std::fs::read_to_string(dir.join("skyhook.yaml")).unwrap());
         let mut files = std::collections::BTreeMap::new();

@@ -1,6 +1,7 @@
 //! Tests of the script layer through its public API: limits, resolver, context, output,
 //! results.
 
+use std::ops::RangeInclusive;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -34,6 +35,22 @@ fn ctx() -> StepContext {
     }
 }
 
+/// Write `main.rhai` with `source` into `dir` and compile it as a step of package dir `dir`.
+fn compile_main(
+    engine: &ScriptEngine,
+    dir: &Path,
+    source: &str,
+) -> Result<CompiledScript, ScriptError> {
+    write(dir, "main.rhai", source);
+    compile_step(engine, &dir.join("main.rhai"), dir)
+}
+
+/// Run `script` with [`ctx`], its output captured, no cancel.
+fn run_compiled(engine: &ScriptEngine, script: &CompiledScript) -> ScriptOutcome {
+    let out = Arc::new(CaptureOutput::new());
+    run_script(engine, script, &ctx(), out, crate::process::Cancel::new())
+}
+
 /// Write `main.rhai` (plus `files`) into a fresh dir, compile it with `limits`.
 fn compile_with(
     limits: Limits,
@@ -48,10 +65,43 @@ fn compile_with(
     for (rel, text) in files {
         write(dir.path(), rel, text);
     }
-    write(dir.path(), "main.rhai", main);
     let engine = ScriptEngine::new(limits);
-    let compiled = compile_step(&engine, &dir.path().join("main.rhai"), dir.path());
+    let compiled = compile_main(&engine, dir.path(), main);
     (dir, engine, compiled)
+}
+
+/// The path of `rel` in `dir`, as errors name it.
+fn shown(dir: &tempfile::TempDir, rel: &str) -> String {
+    dir.path().join(rel).display().to_string()
+}
+
+/// A step that did not compile: its error and the dir of its files.
+struct Refused {
+    dir: tempfile::TempDir,
+    e: ScriptError,
+}
+
+impl Refused {
+    fn main(&self) -> String {
+        shown(&self.dir, "main.rhai")
+    }
+    fn file(&self, rel: &str) -> String {
+        shown(&self.dir, rel)
+    }
+}
+
+/// Compile `main` (plus `files`) with `limits`, which must fail.
+fn refused_with(limits: Limits, main: &str, files: &[(&str, &str)]) -> Refused {
+    let (dir, _engine, compiled) = compile_with(limits, main, files);
+    let e = compiled
+        .err()
+        .unwrap_or_else(|| panic!("{main:?} should not compile"));
+    Refused { dir, e }
+}
+
+/// Compile `main` (plus `files`) with the default limits, which must fail.
+fn refused(main: &str, files: &[(&str, &str)]) -> Refused {
+    refused_with(Limits::default(), main, files)
 }
 
 struct Ran {
@@ -62,10 +112,10 @@ struct Ran {
 
 impl Ran {
     fn main(&self) -> String {
-        self.dir.path().join("main.rhai").display().to_string()
+        shown(&self.dir, "main.rhai")
     }
     fn file(&self, rel: &str) -> String {
-        self.dir.path().join(rel).display().to_string()
+        shown(&self.dir, rel)
     }
     fn err(&self) -> &ScriptError {
         self.outcome
@@ -100,6 +150,30 @@ fn run(main: &str, files: &[(&str, &str)]) -> Ran {
     run_opts(Limits::default(), main, files, |_| {})
 }
 
+/// Run `main` alone with `limits`.
+fn run_limited(limits: Limits, main: &str) -> Ran {
+    run_opts(limits, main, &[], |_| {})
+}
+
+/// Limits with no operations limit (for loops that must run into another).
+fn unbounded_operations() -> Limits {
+    Limits {
+        max_operations: u64::MAX,
+        ..Limits::default()
+    }
+}
+
+/// Assert the run failed at `limit` in `main.rhai`, on a line within `lines`, with
+/// `message`, and wrote its error (only) to stderr.
+fn assert_limit(r: &Ran, limit: Limit, message: &str, lines: RangeInclusive<usize>) {
+    let e = r.err();
+    assert_eq!(e.kind, ScriptErrorKind::Limit(limit));
+    assert_eq!(e.message, message);
+    assert_eq!(e.file, r.main());
+    assert!(e.line.is_some_and(|l| lines.contains(&l)), "{e}");
+    assert_eq!(r.stderr(), format!("{e}\n"));
+}
+
 fn assert_at(err: &ScriptError, file: &str, line: usize, col: usize) {
     assert_eq!(
         (err.file.as_str(), err.line, err.column),
@@ -116,28 +190,24 @@ fn infinite_loop_hits_operations_limit() {
         max_operations: 10_000,
         ..Limits::default()
     };
-    let r = run_opts(limits, "let x = 0;\nloop {\n    x += 1;\n}\n", &[], |_| {});
-    let e = r.err();
-    assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::Operations));
-    assert_eq!(
-        e.message,
-        "operations limit exceeded (max_operations = 10000)"
+    let r = run_limited(limits, "let x = 0;\nloop {\n    x += 1;\n}\n");
+    assert_limit(
+        &r,
+        Limit::Operations,
+        "operations limit exceeded (max_operations = 10000)",
+        2..=3,
     );
-    assert_eq!(e.file, r.main());
-    assert!(e.line.is_some_and(|l| (2..=3).contains(&l)), "{e}");
     assert_eq!(r.outcome.code, 1);
-    assert_eq!(r.stderr(), format!("{e}\n"));
 }
 
 #[test]
 fn infinite_loop_hits_deadline() {
     let limits = Limits {
-        max_operations: u64::MAX,
         timeout: Duration::from_millis(200),
-        ..Limits::default()
+        ..unbounded_operations()
     };
     let start = Instant::now();
-    let r = run_opts(limits, "let x = 0;\nloop {\n    x += 1;\n}\n", &[], |_| {});
+    let r = run_limited(limits, "let x = 0;\nloop {\n    x += 1;\n}\n");
     let elapsed = start.elapsed();
     let e = r.err();
     assert_eq!(e.kind, ScriptErrorKind::Timeout);
@@ -152,11 +222,7 @@ fn infinite_loop_hits_deadline() {
 
 #[test]
 fn run_timeout_overrides_engine_timeout() {
-    let limits = Limits {
-        max_operations: u64::MAX,
-        ..Limits::default()
-    };
-    let r = run_opts(limits, "loop {}", &[], |o| {
+    let r = run_opts(unbounded_operations(), "loop {}", &[], |o| {
         o.timeout = Some(Duration::from_millis(50));
     });
     assert_eq!(r.err().kind, ScriptErrorKind::Timeout);
@@ -184,10 +250,6 @@ fn cancel_flag_stops_the_run() {
 fn cancel_from_another_thread() {
     let cancel = crate::process::Cancel::new();
     let c = cancel.clone();
-    let limits = Limits {
-        max_operations: u64::MAX,
-        ..Limits::default()
-    };
     // The script signals it is running through print; the output sink sets the flag.
     struct CancelOnPrint(crate::process::Cancel);
     impl ScriptOutput for CancelOnPrint {
@@ -197,7 +259,7 @@ fn cancel_from_another_thread() {
         }
         fn stderr(&self, _: &[u8]) {}
     }
-    let (_dir, engine, compiled) = compile_with(limits, "print(1);\nloop {}", &[]);
+    let (_dir, engine, compiled) = compile_with(unbounded_operations(), "print(1);\nloop {}", &[]);
     let mut opts = ScriptRunOptions::new(Arc::new(CancelOnPrint(c)), cancel);
     opts.timeout = Some(Duration::from_secs(30));
     let outcome = run_script_with(&engine, &compiled.unwrap(), &ctx(), &opts);
@@ -243,14 +305,12 @@ fn recursion_up_to_the_limit_works() {
 #[test]
 fn doubling_string_hits_string_size() {
     let r = run("let s = \"x\";\nloop { s += s; }\n", &[]);
-    let e = r.err();
-    assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::StringSize));
-    assert_eq!(
-        e.message,
-        "string size limit exceeded (max_string_size = 33554432 bytes)"
+    assert_limit(
+        &r,
+        Limit::StringSize,
+        "string size limit exceeded (max_string_size = 33554432 bytes)",
+        2..=2,
     );
-    assert_eq!(e.file, r.main());
-    assert_eq!(e.line, Some(2));
 }
 
 #[test]
@@ -260,19 +320,15 @@ fn growing_array_and_map_hit_their_limits() {
         max_map_size: 10,
         ..Limits::default()
     };
-    let r = run_opts(
+    let r = run_limited(
         limits.clone(),
         "let a = [];\nfor i in 0..1000 { a.push(i); }\n",
-        &[],
-        |_| {},
     );
     assert_eq!(r.err().kind, ScriptErrorKind::Limit(Limit::ArraySize));
     assert_eq!(r.err().line, Some(2));
-    let r = run_opts(
+    let r = run_limited(
         limits.clone(),
         "let m = #{a:1,b:2,c:3,d:4,e:5,f:6};\nlet n = #{g:7,h:8,i:9,j:10,k:11};\nm += n;\n",
-        &[],
-        |_| {},
     );
     assert_eq!(r.err().kind, ScriptErrorKind::Limit(Limit::MapSize));
     assert_eq!(
@@ -283,12 +339,12 @@ fn growing_array_and_map_hit_their_limits() {
         )
     );
     // A literal over the limit is refused at compile time.
-    let (_d, _e, c) = compile_with(
+    let e = refused_with(
         limits,
         "let m = #{a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9,j:10,k:11};",
         &[],
-    );
-    let e = c.unwrap_err();
+    )
+    .e;
     assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::MapSize));
     assert_eq!((e.line, e.column), (Some(1), Some(54)));
 }
@@ -301,15 +357,12 @@ fn map_grown_by_large_keys_hits_the_memory_limit() {
         "let m = #{};\nlet v = \"x\";\nv.pad(1000000, 'x');\nfor i in 0..100000 {\n    m[v + i] = i;\n}\n",
         &[],
     );
-    let e = r.err();
-    assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::Memory));
-    assert_eq!(
-        e.message,
-        "memory limit exceeded: the script holds more than 256 MiB (max_memory)"
+    assert_limit(
+        &r,
+        Limit::Memory,
+        "memory limit exceeded: the script holds more than 256 MiB (max_memory)",
+        4..=5,
     );
-    assert_eq!(e.file, r.main());
-    assert!(e.line.is_some_and(|l| (4..=5).contains(&l)), "{e}");
-    assert_eq!(r.stderr(), format!("{e}\n"));
 }
 
 /// Values spread over many variables, each within Rhai's per-value limits, are bounded by
@@ -325,7 +378,7 @@ fn many_large_variables_hit_the_memory_limit() {
         src.push_str(&format!("let v{i} = s + {i};\n"));
     }
     src.push_str("print(\"unreachable\");\n");
-    let r = run_opts(limits, &src, &[], |_| {});
+    let r = run_limited(limits, &src);
     let e = r.err();
     assert_eq!(
         e.to_string().split_once(": ").map(|(_, m)| m),
@@ -347,10 +400,10 @@ fn map_of_one_shared_string_costs_one_string() {
         ..Limits::default()
     };
     let grow = "let m = #{};\nlet v = \"x\";\nv.pad(1000000, 'x');\nfor i in 0..100000 {\n    m[\"k\" + i] = v;\n}\n";
-    let r = run_opts(limits.clone(), &format!("{grow}7\n"), &[], |_| {});
+    let r = run_limited(limits.clone(), &format!("{grow}7\n"));
     assert!(r.outcome.error.is_none(), "{:?}", r.outcome.error);
     assert_eq!(r.outcome.code, 7);
-    let r = run_opts(limits, &format!("{grow}m.len()\n"), &[], |_| {});
+    let r = run_limited(limits, &format!("{grow}m.len()\n"));
     assert_eq!(
         r.err().to_string(),
         format!(
@@ -370,14 +423,9 @@ fn endless_large_prints_stop_at_the_output_limit() {
         "let s = \"x\";\ns.pad(30000000, 'x');\nloop {\n    print(s);\n}\n",
         &[],
     );
-    let e = r.err();
-    assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::Output));
-    assert_eq!(e.message, OUTPUT_LIMIT);
-    assert_eq!(e.file, r.main());
-    assert!(e.line.is_some_and(|l| (3..=4).contains(&l)), "{e}");
+    assert_limit(&r, Limit::Output, OUTPUT_LIMIT, 3..=4);
     let out = r.out.stdout_bytes();
     assert_eq!(out.len(), 2 * 30_000_001);
-    assert_eq!(r.stderr(), format!("{e}\n"));
 }
 
 /// Every output call counts, both streams together: `log::` fails at the call that would
@@ -392,11 +440,9 @@ fn output_limit_counts_print_debug_and_log() {
     let limit = "output limit exceeded: the script wrote more than 20 bytes with print, debug and \
                  log:: (max_output)";
     // 6 + 6 + 12 > 20: the third call fails where it is.
-    let r = run_opts(
+    let r = run_limited(
         limits.clone(),
         "print(\"hello\");\ndebug(\"world\");\nlog::info(\"abc\");\nprint(\"never\");\n",
-        &[],
-        |_| {},
     );
     assert_eq!(r.err().to_string(), format!("{}:3:6: {limit}", r.main()));
     assert_eq!(
@@ -404,25 +450,21 @@ fn output_limit_counts_print_debug_and_log() {
         ("hello\n".to_string(), format!("world\n{}\n", r.err()))
     );
     // A print past the limit: stopped before the next statement runs.
-    let r = run_opts(
+    let r = run_limited(
         limits.clone(),
         "print(\"0123456789abcdefghij\");\nprint(\"after\");\n",
-        &[],
-        |_| {},
     );
     assert_eq!(r.err().kind, ScriptErrorKind::Limit(Limit::Output));
     assert_eq!(r.err().line, Some(2), "{}", r.err());
     assert_eq!(r.stdout(), "");
     // The last statement: no later operation, the run fails when it ends.
-    let r = run_opts(
+    let r = run_limited(
         limits.clone(),
         "let x = 1;\ndebug(\"0123456789abcdefghij\");",
-        &[],
-        |_| {},
     );
     assert_eq!(r.err().to_string(), format!("{}: {limit}", r.main()));
     // Within the limit nothing changes.
-    let r = run_opts(limits, "print(\"0123456789abcdefghi\"); 3", &[], |_| {});
+    let r = run_limited(limits, "print(\"0123456789abcdefghi\"); 3");
     assert!(r.outcome.error.is_none(), "{:?}", r.outcome.error);
     assert_eq!((r.outcome.code, r.stdout().len()), (3, 20));
 }
@@ -432,12 +474,11 @@ fn output_limit_counts_print_debug_and_log() {
 #[test]
 fn endless_small_prints_stop_at_the_output_limit() {
     let limits = Limits {
-        max_operations: u64::MAX,
         max_output: 1 << 20,
-        ..Limits::default()
+        ..unbounded_operations()
     };
     let started = Instant::now();
-    let r = run_opts(limits, "loop { print(\"x\"); }", &[], |_| {});
+    let r = run_limited(limits, "loop { print(\"x\"); }");
     assert_eq!(
         r.err().to_string(),
         format!(
@@ -457,21 +498,20 @@ fn endless_small_prints_stop_at_the_output_limit() {
 #[test]
 fn deep_expression_hits_expression_depth() {
     let deep = format!("let x = {}1{};\n", "(".repeat(200), ")".repeat(200));
-    let (dir, _e, compiled) = compile_with(Limits::default(), &deep, &[]);
-    let e = compiled.unwrap_err();
+    let r = refused(&deep, &[]);
+    let e = &r.e;
     assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::ExprDepth));
     assert_eq!(
         e.message,
         "expression nesting limit exceeded (max_expr_depth = 64, 32 in functions)"
     );
-    assert_eq!(e.file, dir.path().join("main.rhai").display().to_string());
+    assert_eq!(e.file, r.main());
     assert_eq!(e.line, Some(1));
     assert!(e.column.is_some());
 
     // Inside a function the lower limit applies.
     let in_fn = format!("fn f() {{\n  {}1{}\n}}\n", "(".repeat(40), ")".repeat(40));
-    let (_dir, _e, compiled) = compile_with(Limits::default(), &in_fn, &[]);
-    let e = compiled.unwrap_err();
+    let e = refused(&in_fn, &[]).e;
     assert_eq!(e.kind, ScriptErrorKind::Limit(Limit::ExprDepth));
     assert_eq!(e.line, Some(2));
 }
@@ -482,23 +522,20 @@ fn too_many_variables() {
         max_variables: 5,
         ..Limits::default()
     };
-    let r = run_opts(
+    let r = run_limited(
         limits,
         "let a = 1; let b = 2; let c = 3; let d = 4; let e = 5; let f = 6;",
-        &[],
-        |_| {},
     );
     assert_eq!(r.err().kind, ScriptErrorKind::Limit(Limit::Variables));
 }
 
 #[test]
 fn eval_is_a_parse_error() {
-    let (dir, _e, compiled) =
-        compile_with(Limits::default(), "let x = 1;\nlet y = eval(\"x\");\n", &[]);
-    let e = compiled.unwrap_err();
+    let r = refused("let x = 1;\nlet y = eval(\"x\");\n", &[]);
+    let e = &r.e;
     assert_eq!(e.kind, ScriptErrorKind::Syntax);
     assert_eq!(e.line, Some(2));
-    assert_eq!(e.file, dir.path().join("main.rhai").display().to_string());
+    assert_eq!(e.file, r.main());
     assert!(e.message.contains("eval"), "{e}");
 }
 
@@ -547,27 +584,23 @@ fn relative_imports_work() {
 
 #[test]
 fn parent_and_absolute_imports_are_refused() {
-    let (dir, _e, c) = compile_with(
-        Limits::default(),
-        "let x = 1;\nimport \"../x\" as x;\n",
-        &[],
-    );
-    let e = c.unwrap_err();
-    assert_eq!(e.kind, ScriptErrorKind::Import);
-    let main = dir.path().join("main.rhai").display().to_string();
+    let r = refused("let x = 1;\nimport \"../x\" as x;\n", &[]);
+    assert_eq!(r.e.kind, ScriptErrorKind::Import);
     assert_eq!(
-        e.to_string(),
-        format!("{main}:2:1: cannot import \"../x\": module paths must not contain `..`")
+        r.e.to_string(),
+        format!(
+            "{}:2:1: cannot import \"../x\": module paths must not contain `..`",
+            r.main()
+        )
     );
 
     let outside = tempfile::tempdir().unwrap();
     write(outside.path(), "abs.rhai", "export const X = 1;");
     let abs = outside.path().join("abs.rhai").display().to_string();
-    let (dir, _e, c) = compile_with(Limits::default(), &format!("import \"{abs}\" as x;\n"), &[]);
-    let e = c.unwrap_err();
-    let main = dir.path().join("main.rhai").display().to_string();
+    let r = refused(&format!("import \"{abs}\" as x;\n"), &[]);
+    let main = r.main();
     assert_eq!(
-        e.to_string(),
+        r.e.to_string(),
         format!(
             "{main}:1:1: cannot import \"{abs}\": module paths must be relative to the package \
              directory"
@@ -580,16 +613,11 @@ fn parent_and_absolute_imports_are_refused() {
 /// `rhai_lint`).
 #[test]
 fn import_paths_with_control_characters_are_refused_on_one_line() {
-    let (dir, _e, c) = compile_with(
-        Limits::default(),
-        "import \"sk\0yhook/\\nning\" as t;\nt::apply();\n",
-        &[],
-    );
-    let e = c.unwrap_err();
-    assert_eq!(e.kind, ScriptErrorKind::Import);
-    let main = dir.path().join("main.rhai").display().to_string();
+    let r = refused("import \"sk\0yhook/\\nning\" as t;\nt::apply();\n", &[]);
+    assert_eq!(r.e.kind, ScriptErrorKind::Import);
+    let main = r.main();
     assert_eq!(
-        e.to_string(),
+        r.e.to_string(),
         format!(
             "{main}:1:1: cannot import \"sk\\0yhook/\\nning\": module paths must not contain \
              control characters"
@@ -619,12 +647,8 @@ fn symlinks_cannot_leave_the_base_dir() {
 
     let engine = ScriptEngine::default();
     for spec in ["abs", "rel", "lib/out/secret"] {
-        write(
-            &base,
-            "main.rhai",
-            &format!("import \"{spec}\" as m;\nm::X\n"),
-        );
-        let e = compile_step(&engine, &base.join("main.rhai"), &base).unwrap_err();
+        let e =
+            compile_main(&engine, &base, &format!("import \"{spec}\" as m;\nm::X\n")).unwrap_err();
         assert_eq!(e.kind, ScriptErrorKind::Import, "{spec}: {e}");
         assert_eq!((e.line, e.column), (Some(1), Some(1)), "{e}");
         assert!(
@@ -633,10 +657,8 @@ fn symlinks_cannot_leave_the_base_dir() {
             "{e}"
         );
     }
-    write(&base, "main.rhai", "import \"inside\" as m;\nm::X\n");
-    let script = compile_step(&engine, &base.join("main.rhai"), &base).unwrap();
-    let out = Arc::new(CaptureOutput::new());
-    let o = run_script(&engine, &script, &ctx(), out, crate::process::Cancel::new());
+    let script = compile_main(&engine, &base, "import \"inside\" as m;\nm::X\n").unwrap();
+    let o = run_compiled(&engine, &script);
     assert!(o.error.is_none(), "{:?}", o.error);
     assert_eq!(o.code, 7);
 }
@@ -669,34 +691,27 @@ fn error_in_module_top_level_reports_module_position() {
 
 #[test]
 fn syntax_error_in_module_reports_module_position() {
-    let (dir, _e, c) = compile_with(
-        Limits::default(),
+    let r = refused(
         "import \"lib/broken\" as b;\n",
         &[("lib/broken.rhai", "fn ok() { 1 }\nfn bad( { }\n")],
     );
-    let e = c.unwrap_err();
-    assert_eq!(e.kind, ScriptErrorKind::Syntax);
-    assert_eq!(
-        e.file,
-        dir.path().join("lib/broken.rhai").display().to_string()
-    );
-    assert_eq!(e.line, Some(2));
+    assert_eq!(r.e.kind, ScriptErrorKind::Syntax);
+    assert_eq!(r.e.file, r.file("lib/broken.rhai"));
+    assert_eq!(r.e.line, Some(2));
 }
 
 #[test]
 fn cyclic_imports_are_refused_at_compile_time() {
-    let (dir, _e, c) = compile_with(
-        Limits::default(),
+    let r = refused(
         "import \"a\" as a;\n",
         &[
             ("a.rhai", "import \"b\" as b;\n"),
             ("b.rhai", "\nimport \"a\" as a;\n"),
         ],
     );
-    let e = c.unwrap_err();
-    let p = |f: &str| dir.path().join(f).display().to_string();
+    let p = |f: &str| r.file(f);
     assert_eq!(
-        e.to_string(),
+        r.e.to_string(),
         format!(
             "{}:2:1: cannot import \"a\": cyclic import ({} -> {} -> {} -> {})",
             p("b.rhai"),
@@ -723,9 +738,8 @@ fn dynamic_import_is_resolved_at_run_time() {
 
 #[test]
 fn unknown_stdlib_module() {
-    let (_d, _e, c) = compile_with(Limits::default(), "import \"skyhook/nope\" as n;", &[]);
     assert_eq!(
-        c.unwrap_err().message,
+        refused("import \"skyhook/nope\" as n;", &[]).e.message,
         "cannot import \"skyhook/nope\": no embedded module named \"nope\" (available: hello, kdump, shellscript, tuned, tuning, containerd)"
     );
 }
@@ -744,25 +758,21 @@ fn every_stdlib_module_compiles() {
 
 #[test]
 fn syntax_error_position() {
-    let (dir, _e, c) = compile_with(Limits::default(), "let x = 1;\nlet y = ;\n", &[]);
-    let e = c.unwrap_err();
-    assert_eq!(e.kind, ScriptErrorKind::Syntax);
-    let main = dir.path().join("main.rhai").display().to_string();
-    assert_at(&e, &main, 2, 9);
+    let r = refused("let x = 1;\nlet y = ;\n", &[]);
+    assert_eq!(r.e.kind, ScriptErrorKind::Syntax);
+    assert_at(&r.e, &r.main(), 2, 9);
 }
 
 #[test]
 fn missing_import_fails_before_running() {
-    let (dir, _e, c) = compile_with(
-        Limits::default(),
+    let r = refused(
         "print(\"side effect\");\nfn f() {\n    import \"lib/missing\" as m;\n}\n",
         &[],
     );
-    let e = c.unwrap_err();
+    let e = &r.e;
     assert_eq!(e.kind, ScriptErrorKind::Import);
-    let main = dir.path().join("main.rhai").display().to_string();
-    assert_at(&e, &main, 3, 5);
-    let missing = dir.path().join("lib/missing.rhai").display().to_string();
+    assert_at(e, &r.main(), 3, 5);
+    let missing = r.file("lib/missing.rhai");
     assert!(
         e.message
             .starts_with(&format!("cannot import \"lib/missing\": {missing}: ")),
@@ -944,19 +954,17 @@ fn changed_without_host_is_zero() {
 fn engine_is_shared_across_threads() {
     let engine = Arc::new(ScriptEngine::default());
     let dir = tempfile::tempdir().unwrap();
-    write(
+    let script = compile_main(
+        &engine,
         dir.path(),
-        "main.rhai",
         "import \"skyhook/hello\" as h;\nh::greet(\"x\").len()",
     );
-    let script =
-        Arc::new(compile_step(&engine, &dir.path().join("main.rhai"), dir.path()).unwrap());
+    let script = Arc::new(script.unwrap());
     let handles: Vec<_> = (0..4)
         .map(|_| {
             let (engine, script) = (engine.clone(), script.clone());
             std::thread::spawn(move || {
-                let out = Arc::new(CaptureOutput::new());
-                let o = run_script(&engine, &script, &ctx(), out, crate::process::Cancel::new());
+                let o = run_compiled(&engine, &script);
                 (o.code, o.error.map(|e| e.to_string()))
             })
         })
@@ -978,8 +986,7 @@ fn engine_is_shared_across_threads() {
 fn bench_trivial_run_overhead() {
     let engine = ScriptEngine::default();
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "main.rhai", "let x = 1;");
-    let script = compile_step(&engine, &dir.path().join("main.rhai"), dir.path()).unwrap();
+    let script = compile_main(&engine, dir.path(), "let x = 1;").unwrap();
     let c = ctx();
     let cancel = crate::process::Cancel::new();
     let mut times = Vec::with_capacity(1000);

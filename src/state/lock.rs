@@ -620,16 +620,48 @@ pub(crate) fn holder_pid(path: &Path, root: &HostRoot) -> Option<u32> {
 mod tests {
     use super::*;
 
+    /// A host root in a temp dir (kept alive by the first value) and the state dir `/st`.
+    fn state_root() -> (tempfile::TempDir, HostRoot, &'static Path) {
+        let d = tempfile::tempdir().unwrap();
+        let r = HostRoot::open(d.path()).unwrap();
+        (d, r, Path::new("/st"))
+    }
+
+    /// Where package `demo`'s lock file is on the agent's side, under the root `d`.
+    fn demo_lock_file(d: &tempfile::TempDir) -> PathBuf {
+        d.path().join("st/locks/demo.lock")
+    }
+
+    /// Whether package `demo`'s lock is free: taken (and released at once) without waiting.
+    fn demo_free(r: &HostRoot) -> bool {
+        try_lock_package(r, Path::new("/st"), "demo")
+            .unwrap()
+            .is_some()
+    }
+
+    /// Which pid holds `demo`'s lock path.
+    fn demo_holder(r: &HostRoot) -> Option<u32> {
+        holder_pid(Path::new("/st/locks/demo.lock"), r)
+    }
+
+    /// A current-thread runtime, as the agent's.
+    fn current_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// A keeper of `held` started on `rt`.
+    fn start_keeper(rt: &tokio::runtime::Runtime, r: &HostRoot, held: &PackageLock) -> LockKeeper {
+        rt.block_on(async { LockKeeper::start(r, held) }).unwrap()
+    }
+
     #[test]
     fn cancellable_wait_ends_on_stop_and_a_late_acquisition_is_released() {
         use crate::process::{Cancel, CancelReason};
-        let d = tempfile::tempdir().unwrap();
-        let r = HostRoot::open(d.path()).unwrap();
-        let st = Path::new("/st");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let (_d, r, st) = state_root();
+        let rt = current_thread();
         // Free: taken at once, no wait reported, even when already stopped.
         let stopped = Cancel::new();
         stopped.stop(CancelReason::Signal("SIGTERM"));
@@ -687,14 +719,12 @@ mod tests {
 
     #[test]
     fn second_lock_excluded_until_drop() {
-        let d = tempfile::tempdir().unwrap();
-        let r = HostRoot::open(d.path()).unwrap();
-        let st = Path::new("/st");
+        let (d, r, st) = state_root();
         let held = lock_package(&r, st, "demo").unwrap();
         assert_eq!(held.path(), Path::new("/st/locks/demo.lock"));
-        assert!(d.path().join("st/locks/demo.lock").is_file());
+        assert!(demo_lock_file(&d).is_file());
         // flock locks belong to the open file description: a second open is excluded
-        assert!(try_lock_package(&r, st, "demo").unwrap().is_none());
+        assert!(!demo_free(&r));
         // another package is independent
         assert!(try_lock_package(&r, st, "other").unwrap().is_some());
 
@@ -711,7 +741,7 @@ mod tests {
             h.join().unwrap()
         });
         assert_eq!(waiter.unwrap(), Path::new("/st/locks/demo.lock"));
-        assert!(try_lock_package(&r, st, "demo").unwrap().is_some());
+        assert!(demo_free(&r));
     }
 
     #[test]
@@ -719,24 +749,19 @@ mod tests {
         // A waiter opened the lock file, then a cleanup removed it and a second agent created
         // and locked a new one: the waiter's flock succeeds on the old inode, which must not
         // count as holding the package lock.
-        let d = tempfile::tempdir().unwrap();
-        let r = HostRoot::open(d.path()).unwrap();
-        let st = Path::new("/st");
+        let (d, r, st) = state_root();
         let path = lock_path(st, "demo");
         let first = lock_package(&r, st, "demo").unwrap();
         let waiter_file = open_lock_file(&r, &path).unwrap();
-        std::fs::remove_file(d.path().join("st/locks/demo.lock")).unwrap();
+        std::fs::remove_file(demo_lock_file(&d)).unwrap();
         let second = try_lock_package(&r, st, "demo").unwrap();
         assert!(second.is_some(), "a new lock file is free");
         drop(first);
         let got = lock_opened(&r, &path, waiter_file, FlockArg::LockExclusiveNonblock).unwrap();
         assert!(matches!(got, Locked::Stale));
         // Through the public calls the waiter finds the new file, held by the second agent.
-        assert!(try_lock_package(&r, st, "demo").unwrap().is_none());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        assert!(!demo_free(&r));
+        let rt = current_thread();
         let cancel = crate::process::Cancel::new();
         let stopper = cancel.clone();
         let got = rt
@@ -764,14 +789,12 @@ mod tests {
     #[test]
     fn a_lock_path_another_holder_took_first_is_reported_lost() {
         use std::os::unix::fs::MetadataExt;
-        let d = tempfile::tempdir().unwrap();
-        let r = HostRoot::open(d.path()).unwrap();
-        let st = Path::new("/st");
+        let (d, r, st) = state_root();
         let held = lock_package(&r, st, "demo").unwrap();
         let m = held._lock.metadata().unwrap();
 
         // The restore itself: the name removed, and a newcomer created and locked a new file.
-        std::fs::remove_file(d.path().join("st/locks/demo.lock")).unwrap();
+        std::fs::remove_file(demo_lock_file(&d)).unwrap();
         let other = try_lock_package(&r, st, "demo").unwrap().unwrap();
         let mut keeper = Keeper {
             root: r.try_clone().unwrap(),
@@ -792,10 +815,7 @@ mod tests {
 
         // The keeper's task on a current-thread runtime (as the agent's): a file locked by
         // another holder renamed onto the path, seen while the runtime waits.
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = current_thread();
         let held = lock_package(&r, st, "demo").unwrap();
         assert!(matches!(
             LockKeeper::start(&r, &held),
@@ -804,15 +824,11 @@ mod tests {
                 ..
             })
         ));
-        let keeper = rt.block_on(async { LockKeeper::start(&r, &held) }).unwrap();
+        let keeper = start_keeper(&rt, &r, &held);
         rt.block_on(async { keeper.arm() }).unwrap();
         assert!(keeper.check().is_ok());
         let other = lock_package(&r, st, "other").unwrap();
-        std::fs::rename(
-            d.path().join("st/locks/other.lock"),
-            d.path().join("st/locks/demo.lock"),
-        )
-        .unwrap();
+        std::fs::rename(d.path().join("st/locks/other.lock"), demo_lock_file(&d)).unwrap();
         rt.block_on(async {
             let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
             while keeper.check().is_ok() && std::time::Instant::now() < end {
@@ -832,25 +848,20 @@ mod tests {
     /// is re-taken by `arm` itself, before the step, so a newcomer finds it busy.
     #[test]
     fn a_lock_file_removed_before_the_keeper_is_armed_is_retaken_by_arm() {
-        let d = tempfile::tempdir().unwrap();
-        let r = HostRoot::open(d.path()).unwrap();
-        let st = Path::new("/st");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let (d, r, st) = state_root();
+        let rt = current_thread();
         let held = lock_package(&r, st, "demo").unwrap();
-        let keeper = rt.block_on(async { LockKeeper::start(&r, &held) }).unwrap();
-        std::fs::remove_file(d.path().join("st/locks/demo.lock")).unwrap();
+        let keeper = start_keeper(&rt, &r, &held);
+        std::fs::remove_file(demo_lock_file(&d)).unwrap();
         rt.block_on(async { keeper.arm() }).unwrap();
         assert_eq!(
-            holder_pid(Path::new("/st/locks/demo.lock"), &r),
+            demo_holder(&r),
             Some(std::process::id()),
             "arm did not re-take the lock path removed before it"
         );
-        assert!(try_lock_package(&r, st, "demo").unwrap().is_none());
+        assert!(!demo_free(&r));
         keeper.stop().unwrap();
-        assert!(try_lock_package(&r, st, "demo").unwrap().is_some());
+        assert!(demo_free(&r));
         drop(held);
     }
 
@@ -858,20 +869,15 @@ mod tests {
     /// newcomer finds it busy), and `stop` releases it at once.
     #[test]
     fn the_keeper_task_restores_a_removed_lock_file_and_stop_releases_it() {
-        let d = tempfile::tempdir().unwrap();
-        let r = HostRoot::open(d.path()).unwrap();
-        let st = Path::new("/st");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let (d, r, st) = state_root();
+        let rt = current_thread();
         let held = lock_package(&r, st, "demo").unwrap();
-        let keeper = rt.block_on(async { LockKeeper::start(&r, &held) }).unwrap();
+        let keeper = start_keeper(&rt, &r, &held);
         rt.block_on(async { keeper.arm() }).unwrap();
-        std::fs::remove_file(d.path().join("st/locks/demo.lock")).unwrap();
+        std::fs::remove_file(demo_lock_file(&d)).unwrap();
         let restored = rt.block_on(async {
             for _ in 0..10_000 {
-                if holder_pid(Path::new("/st/locks/demo.lock"), &r) == Some(std::process::id()) {
+                if demo_holder(&r) == Some(std::process::id()) {
                     return true;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(2)).await;
@@ -879,22 +885,21 @@ mod tests {
             false
         });
         assert!(restored, "the keeper did not re-take the lock path");
-        assert!(try_lock_package(&r, st, "demo").unwrap().is_none());
+        assert!(!demo_free(&r));
         keeper.stop().unwrap();
         // What the keeper took is released by `stop`; the original lock is on the old inode.
-        assert!(try_lock_package(&r, st, "demo").unwrap().is_some());
+        assert!(demo_free(&r));
         drop(held);
     }
 
     #[test]
     fn a_lock_file_replaced_every_time_gives_up_with_the_path() {
-        let d = tempfile::tempdir().unwrap();
-        let r = HostRoot::open(d.path()).unwrap();
+        let (d, r, _) = state_root();
         let path = Path::new("/st/locks/demo.lock");
         std::fs::create_dir_all(d.path().join("st/locks")).unwrap();
-        std::fs::write(d.path().join("st/locks/demo.lock"), "").unwrap();
+        std::fs::write(demo_lock_file(&d), "").unwrap();
         let old = open_lock_file(&r, path).unwrap();
-        std::fs::remove_file(d.path().join("st/locks/demo.lock")).unwrap();
+        std::fs::remove_file(demo_lock_file(&d)).unwrap();
         let got = lock_opened(&r, path, old, FlockArg::LockExclusive).unwrap();
         assert!(matches!(got, Locked::Stale), "removed: nothing at the path");
         let e = StateError::LockReplaced {

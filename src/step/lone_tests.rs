@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use super::*;
 use crate::host::ExecMode;
 use crate::step::StepSpec;
+use crate::step::process::tests::block_on;
 
 /// An output that records what it is given.
 #[derive(Default)]
@@ -57,18 +58,6 @@ fn sh(program: &str, command: &str, spec: StepSpec) -> StepInvocation {
         preamble: None,
         keep_fds: Vec::new(),
     }
-}
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            tokio::time::timeout(Duration::from_secs(60), f)
-                .await
-                .expect("run did not finish within 60 s")
-        })
 }
 
 #[test]

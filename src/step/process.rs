@@ -396,4 +396,4 @@ impl ProcessRunner {
 
 #[cfg(test)]
 #[path = "process_tests.rs"]
-mod tests;
+pub(crate) mod tests;

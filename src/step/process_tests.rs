@@ -35,7 +35,8 @@ fn fixed_clock() -> NaiveDateTime {
 
 const TS: &str = "2025-01-02T13:45:01.123456";
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
+/// `f` run to its end on a current-thread runtime, within 60 s.
+pub(crate) fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -60,6 +60,32 @@ fn setup(name: &str, source: &str) -> (tempfile::TempDir, PathBuf, ScriptEngine,
     (d, file, engine, script)
 }
 
+/// Run `script` (of `engine`) as the step `spec` on the root `d`, ending its session, a
+/// `poke` it prints poking `file`: its result and its stderr.
+fn run_poking(
+    d: &tempfile::TempDir,
+    file: &Path,
+    engine: &ScriptEngine,
+    script: &CompiledScript,
+    spec: &StepSpec,
+) -> (StepResult, String) {
+    let api = spec.session(HostRoot::open(d.path()).unwrap());
+    let out = Arc::new(PokeOnPrint {
+        inner: CaptureOutput::new(),
+        file: file.to_path_buf(),
+    });
+    let o = ScriptStep {
+        engine,
+        script,
+        spec,
+        api: &api,
+        end: End::Session,
+        list_drift: false,
+    }
+    .run(out.clone());
+    (o, String::from_utf8(out.inner.stderr_bytes()).unwrap())
+}
+
 #[test]
 fn a_failed_flush_after_a_failed_script_is_reported_too() {
     let (d, file, engine, script) = setup(
@@ -67,27 +93,13 @@ fn a_failed_flush_after_a_failed_script_is_reported_too() {
         "fs::ensure_line(\"/etc/f\", \"a\");\nprint(\"poke\");\nthrow \"boom\";\n",
     );
     let spec = StepSpec::builder("apply", true).build();
-    let api = spec.session(HostRoot::open(d.path()).unwrap());
-    let out = Arc::new(PokeOnPrint {
-        inner: CaptureOutput::new(),
-        file: file.clone(),
-    });
-    let o = ScriptStep {
-        engine: &engine,
-        script: &script,
-        spec: &spec,
-        api: &api,
-        end: End::Session,
-        list_drift: false,
-    }
-    .run(out.clone());
+    let (o, stderr) = run_poking(&d, &file, &engine, &script, &spec);
     assert!(!o.ok);
     // The first error is the step's error.
     assert_eq!(o.error.as_deref(), Some("w.rhai:3:1: boom"));
     // The outside writer's content is kept, the batched edit was not written ...
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x\noutside\n");
     // ... and stderr says so after the script's error.
-    let stderr = String::from_utf8(out.inner.stderr_bytes()).unwrap();
     assert!(
         stderr.ends_with(
             "w.rhai: the work pending at the end of the step failed: /etc/f changed under the \
@@ -229,25 +241,9 @@ fn a_failed_end_whose_cause_was_redacted_reads_the_same_for_every_front_end() {
     // captured): the same text.
     let (d, file, engine, script) = setup("hunter2", SECRET_FILE_STEP);
     let spec = StepSpec::builder("apply", true).env(secret_env()).build();
-    let api = spec.session(HostRoot::open(d.path()).unwrap());
-    let out = Arc::new(PokeOnPrint {
-        inner: CaptureOutput::new(),
-        file: file.clone(),
-    });
-    let o = ScriptStep {
-        engine: &engine,
-        script: &script,
-        spec: &spec,
-        api: &api,
-        end: End::Session,
-        list_drift: false,
-    }
-    .run(out.clone());
+    let (o, stderr) = run_poking(&d, &file, &engine, &script, &spec);
     assert!(!o.ok);
     assert_eq!((o.code, o.status()), (0, 1));
     assert_eq!(o.error.as_deref(), Some(REDACTED_CAUSE));
-    assert_eq!(
-        String::from_utf8(out.inner.stderr_bytes()).unwrap(),
-        format!("{REDACTED_CAUSE}\n")
-    );
+    assert_eq!(stderr, format!("{REDACTED_CAUSE}\n"));
 }

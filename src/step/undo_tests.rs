@@ -5,15 +5,21 @@
 //! undone by the next session.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{End, ScriptStep};
+use crate::host::effects::context::{Context, HostOptions};
+use crate::host::effects::effect::Effect;
+use crate::host::effects::executors::Executor;
+use crate::host::effects::executors::apply::Apply;
 use crate::host::root::HostRoot;
 use crate::host::testutil::{TestHost, tree};
 use crate::process::{Cancel, CancelReason};
-use crate::script::{CaptureOutput, ModuleStore, ScriptEngine, ScriptOutput, compile_source};
+use crate::script::{
+    CaptureOutput, CompiledScript, ModuleStore, ScriptEngine, ScriptOutput, compile_source,
+};
 use crate::step::StepSpec;
 use crate::step::invocation::StepResult;
 
@@ -57,10 +63,7 @@ fn host() -> TestHost {
     t.file("/etc/modeme", "m\n");
     t.file("/proc/sys/vm/swappiness", "60\n");
     t.file("/proc/1/mountinfo", "");
-    t.file("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\n");
-    t.file("/etc/shadow", "root:*:19000:0:99999:7:::\n");
-    t.file("/etc/group", "root:x:0:\n");
-    t.file("/etc/gshadow", "root:*::\n");
+    user_db(&t);
     t.file("/etc/fstab", "# fstab\n/dev/sda1 / ext4 defaults 0 1\n");
     t.file("/etc/os-release", "ID=ubuntu\nID_LIKE=debian\n");
     // The agent's state directory, where the path locks live.
@@ -69,6 +72,14 @@ fn host() -> TestHost {
     t.file("/opt/tree/b/c", "C\n");
     std::os::unix::fs::symlink("a", t.p("/opt/tree/l")).unwrap();
     t
+}
+
+/// A user database on `t` with root alone: passwd, shadow, group, gshadow.
+fn user_db(t: &TestHost) {
+    t.file("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\n");
+    t.file("/etc/shadow", "root:*:19000:0:99999:7:::\n");
+    t.file("/etc/group", "root:x:0:\n");
+    t.file("/etc/gshadow", "root:*::\n");
 }
 
 /// The tree without what commands change and the lock files (skyhook's path locks, the
@@ -108,21 +119,27 @@ fn assert_same(before: &BTreeMap<PathBuf, String>, after: &BTreeMap<PathBuf, Str
 /// Run `source` as an apply step on `t` with `spec`; `hook` sees each print.
 fn run(t: &TestHost, source: &str, spec: &StepSpec, hook: Option<Hook>) -> (StepResult, String) {
     let engine = ScriptEngine::default();
-    let script = compile_source(
-        &engine,
-        "u.rhai",
-        source,
-        Arc::new(ModuleStore::new(t.dir.path())),
-    )
-    .unwrap();
+    let script = compile(&engine, t, source);
+    run_step(&engine, &script, spec, t, hook)
+}
+
+/// Run the compiled `script` as the step `spec` on `t`; `hook` sees each print. Returns the
+/// result and the step's stderr.
+fn run_step(
+    engine: &ScriptEngine,
+    script: &CompiledScript,
+    spec: &StepSpec,
+    t: &TestHost,
+    hook: Option<Hook>,
+) -> (StepResult, String) {
     let api = spec.session(HostRoot::open(&t.root).unwrap());
     let out = Arc::new(Hooked {
         inner: CaptureOutput::new(),
         hook,
     });
     let r = ScriptStep {
-        engine: &engine,
-        script: &script,
+        engine,
+        script,
         spec,
         api: &api,
         end: End::Session,
@@ -309,28 +326,34 @@ fn extended_attributes_and_an_earlier_deferred_record_are_put_back() {
     }
 }
 
+/// The effect context of the host root of `t`, default options.
+fn context(t: &TestHost) -> Context {
+    Context::new(HostRoot::open(&t.root).unwrap(), HostOptions::default())
+}
+
+/// The write of `content` to `path`, mode and owner left as they are.
+fn write_effect(path: &str, content: &str) -> Effect {
+    Effect::WriteFile {
+        path: path.into(),
+        content: content.to_string().into(),
+        mode: None,
+        uid: None,
+        gid: None,
+    }
+}
+
 #[test]
 fn a_journal_left_by_a_step_that_did_not_end_is_undone_by_the_next_session() {
-    use crate::host::effects::context::{Context, HostOptions};
-    use crate::host::effects::effect::Effect;
-    use crate::host::effects::executors::Executor;
-    use crate::host::effects::executors::apply::Apply;
     let t = host();
     let before = snapshot(&t);
     {
         // A step whose process died: effects journaled and performed, the journal neither
         // committed nor undone (dropping it releases its lock, as the process's death
         // would).
-        let cx = Context::new(HostRoot::open(&t.root).unwrap(), HostOptions::default());
+        let cx = context(&t);
         let mut apply = Apply::journaled("demo-tune.rhai");
         for e in [
-            Effect::WriteFile {
-                path: "/etc/existing".into(),
-                content: "k\n".into(),
-                mode: None,
-                uid: None,
-                gid: None,
-            },
+            write_effect("/etc/existing", "k\n"),
             Effect::RemoveAll {
                 path: "/opt/tree".into(),
             },
@@ -361,24 +384,11 @@ fn a_journal_left_by_a_step_that_did_not_end_is_undone_by_the_next_session() {
 
 #[test]
 fn a_live_steps_journal_is_left_alone_by_another_sessions_recovery() {
-    use crate::host::effects::context::{Context, HostOptions};
-    use crate::host::effects::effect::Effect;
-    use crate::host::effects::executors::Executor;
-    use crate::host::effects::executors::apply::Apply;
     let t = host();
-    let cx = Context::new(HostRoot::open(&t.root).unwrap(), HostOptions::default());
+    let cx = context(&t);
     let mut apply = Apply::journaled("demo-live");
     apply
-        .execute(
-            &cx,
-            &Effect::WriteFile {
-                path: "/etc/existing".into(),
-                content: "live\n".into(),
-                mode: None,
-                uid: None,
-                gid: None,
-            },
-        )
+        .execute(&cx, &write_effect("/etc/existing", "live\n"))
         .unwrap();
     let (r, stderr) = run(&t, "print(\"hello\");\n", &spec(), None);
     assert!(r.ok);
@@ -419,30 +429,17 @@ fn shm_host() -> TestHost {
 /// Run the compiled `script` as an apply step of package `package` on `t`.
 fn run_compiled(
     engine: &ScriptEngine,
-    script: &crate::script::CompiledScript,
+    script: &CompiledScript,
     t: &TestHost,
     package: &str,
     hook: Option<Hook>,
 ) -> (StepResult, String) {
     let spec = builder().package(package, "", None).build();
-    let api = spec.session(HostRoot::open(&t.root).unwrap());
-    let out = Arc::new(Hooked {
-        inner: CaptureOutput::new(),
-        hook,
-    });
-    let r = ScriptStep {
-        engine,
-        script,
-        spec: &spec,
-        api: &api,
-        end: End::Session,
-        list_drift: false,
-    }
-    .run(out.clone());
-    (r, String::from_utf8(out.inner.stderr_bytes()).unwrap())
+    run_step(engine, script, &spec, t, hook)
 }
 
-fn compile(engine: &ScriptEngine, t: &TestHost, src: &str) -> crate::script::CompiledScript {
+/// `src` compiled as `u.rhai`, its modules under `t`'s temp dir.
+fn compile(engine: &ScriptEngine, t: &TestHost, src: &str) -> CompiledScript {
     compile_source(
         engine,
         "u.rhai",
@@ -452,13 +449,34 @@ fn compile(engine: &ScriptEngine, t: &TestHost, src: &str) -> crate::script::Com
     .unwrap()
 }
 
+/// Step `a` of package `pkga` (which prints `edited` after its edits are on disk, then
+/// fails) and step `b` of package `pkgb`, compiled once for any number of rounds.
+struct TwoSteps {
+    engine: ScriptEngine,
+    a: CompiledScript,
+    b: CompiledScript,
+}
+
+impl TwoSteps {
+    fn compile(t: &TestHost, a: &str, b: &str) -> TwoSteps {
+        let engine = ScriptEngine::default();
+        let (a, b) = (compile(&engine, t, a), compile(&engine, t, b));
+        TwoSteps { engine, a, b }
+    }
+
+    /// See [`a_fails_around_b`].
+    fn run(&self, t: &TestHost, race: bool) -> (StepResult, StepResult) {
+        a_fails_around_b(&self.engine, &self.a, &self.b, t, race)
+    }
+}
+
 /// Run step `a` (which prints `edited` after its edits are on disk, then fails) and step
 /// `b` of another package on `t`: `b` starts at once, in parallel, when `race`, else once
 /// `a` printed; `a` fails only after `b` ended. Returns both results.
 fn a_fails_around_b(
     engine: &ScriptEngine,
-    a: &crate::script::CompiledScript,
-    b: &crate::script::CompiledScript,
+    a: &CompiledScript,
+    b: &CompiledScript,
     t: &TestHost,
     race: bool,
 ) -> (StepResult, StepResult) {
@@ -490,21 +508,15 @@ fn a_fails_around_b(
 #[test]
 fn a_failed_steps_undo_keeps_another_packages_line_in_a_shared_file() {
     let t = shm_host();
-    let engine = ScriptEngine::default();
-    let a = compile(
-        &engine,
+    let steps = TwoSteps::compile(
         &t,
         "fs::ensure_line(\"/etc/shared.conf\", \"a=1\");\nfs::exists(\"/etc\");\nprint(\"edited\");\nthrow \"boom\";\n",
-    );
-    let b = compile(
-        &engine,
-        &t,
         "fs::ensure_line(\"/etc/shared.conf\", \"b=1\");\n",
     );
     let started = std::time::Instant::now();
     for round in 0..1000 {
         t.file("/etc/shared.conf", "base=0\n");
-        let (ra, rb) = a_fails_around_b(&engine, &a, &b, &t, round % 2 == 1);
+        let (ra, rb) = steps.run(&t, round % 2 == 1);
         assert!(rb.ok, "round {round}: {:?}", rb.error);
         assert!(!ra.ok);
         let now = t.read("/etc/shared.conf");
@@ -525,29 +537,16 @@ fn a_failed_steps_undo_keeps_another_packages_line_in_a_shared_file() {
 #[test]
 fn a_failed_steps_undo_leaves_a_file_another_writer_changed_and_says_so() {
     let t = shm_host();
-    for (f, c) in [
-        ("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\n"),
-        ("/etc/shadow", "root:*:19000:0:99999:7:::\n"),
-        ("/etc/group", "root:x:0:\n"),
-        ("/etc/gshadow", "root:*::\n"),
-    ] {
-        t.file(f, c);
-    }
-    let engine = ScriptEngine::default();
-    let a = compile(
-        &engine,
+    user_db(&t);
+    let steps = TwoSteps::compile(
         &t,
         "fs::write(\"/etc/shared.conf\", \"whole=a\\n\");\nuser::ensure(\"alice\", #{system: true, create_home: false});\nprint(\"edited\");\nthrow \"boom\";\n",
-    );
-    let b = compile(
-        &engine,
-        &t,
         "fs::ensure_line(\"/etc/shared.conf\", \"b=1\");\nuser::ensure(\"bob\", #{system: true, create_home: false});\n",
     );
     for round in 0..20 {
         t.file("/etc/shared.conf", "base=0\n");
         t.file("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\n");
-        let (ra, rb) = a_fails_around_b(&engine, &a, &b, &t, false);
+        let (ra, rb) = steps.run(&t, false);
         assert!(rb.ok, "round {round}: {:?}", rb.error);
         assert_eq!(
             t.read("/etc/shared.conf"),
@@ -595,40 +594,69 @@ fn a_caught_journal_failure_fails_the_step_and_undoes_only_whole_records() {
     assert!(error.contains("No space left on device"), "{error}");
 }
 
-/// A host root on its own small tmpfs (`kib` KiB), unmounted on drop.
-struct SmallFs {
-    t: TestHost,
-}
+/// A tmpfs named `source` of `kib` KiB mounted on `path`, unmounted on drop.
+struct Tmpfs(PathBuf);
 
-impl SmallFs {
-    fn new(kib: u32) -> Option<SmallFs> {
-        let t = TestHost::new();
+impl Tmpfs {
+    /// None, with a `SKIPPED` line, where no tmpfs can be mounted (not root).
+    fn mount(path: &Path, kib: u32, source: &str) -> Option<Tmpfs> {
         let ok = std::process::Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={kib}k"),
-                "skyhook-small",
-            ])
-            .arg(&t.root)
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), source])
+            .arg(path)
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
             eprintln!("SKIPPED: cannot mount a tmpfs (not root?)");
             return None;
         }
-        std::fs::create_dir_all(t.p("/var/lib/skyhook")).unwrap();
-        Some(SmallFs { t })
+        Some(Tmpfs(path.to_path_buf()))
     }
 }
 
-impl Drop for SmallFs {
+impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg(&self.t.root)
-            .status();
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
     }
+}
+
+/// A host root on its own small tmpfs (`kib` KiB), unmounted on drop (before the host's
+/// temp dir goes: fields drop in order).
+struct SmallFs {
+    _mount: Tmpfs,
+    t: TestHost,
+}
+
+impl SmallFs {
+    fn new(kib: u32) -> Option<SmallFs> {
+        let t = TestHost::new();
+        let mount = Tmpfs::mount(&t.root, kib, "skyhook-small")?;
+        std::fs::create_dir_all(t.p("/var/lib/skyhook")).unwrap();
+        Some(SmallFs { _mount: mount, t })
+    }
+}
+
+/// Run `source` as a step of package `cleanup` on `t`.
+fn run_cleanup(t: &TestHost, source: &str) -> StepResult {
+    let engine = ScriptEngine::default();
+    run_compiled(&engine, &compile(&engine, t, source), t, "cleanup", None).0
+}
+
+/// Run `source`, which removes things and then throws `boom` at line `line`, as a step of
+/// package `cleanup` on `t`: it fails there and lists nothing not undone.
+fn removal_fails_undone(t: &TestHost, source: &str, line: u32) {
+    let r = run_cleanup(t, source);
+    let error = r.error.as_deref().unwrap();
+    assert!(
+        error.starts_with(&format!("u.rhai:{line}:1: boom")),
+        "{error}"
+    );
+    assert!(!error.contains("not undone"), "{error}");
+}
+
+/// Run `source` as a step of package `cleanup` on `t`: it succeeds.
+fn removal_succeeds(t: &TestHost, source: &str) {
+    let r = run_cleanup(t, source);
+    assert!(r.ok, "{:?}", r.error);
 }
 
 /// Fault 5: a cleanup step frees a full disk. On an 8 MiB filesystem with a 5 MiB file and
@@ -652,23 +680,12 @@ fn a_step_removes_a_big_file_from_a_full_disk_and_a_failed_one_puts_it_back() {
         vec![1u8; (left as usize).saturating_sub(512 * 1024)],
     )
     .unwrap();
-    let engine = ScriptEngine::default();
-    let failing = compile(
-        &engine,
-        t,
-        "fs::remove(\"/var/log/big\");\nthrow \"boom\";\n",
-    );
-    let (r, _) = run_compiled(&engine, &failing, t, "cleanup", None);
-    let error = r.error.as_deref().unwrap();
-    assert!(error.starts_with("u.rhai:2:1: boom"), "{error}");
-    assert!(!error.contains("not undone"), "{error}");
+    removal_fails_undone(t, "fs::remove(\"/var/log/big\");\nthrow \"boom\";\n", 2);
     assert!(
         std::fs::read(t.p("/var/log/big")).unwrap() == big,
         "not restored"
     );
-    let ok = compile(&engine, t, "fs::remove(\"/var/log/big\");\n");
-    let (r, _) = run_compiled(&engine, &ok, t, "cleanup", None);
-    assert!(r.ok, "{:?}", r.error);
+    removal_succeeds(t, "fs::remove(\"/var/log/big\");\n");
     assert!(!t.p("/var/log/big").exists());
     assert!(!t.p("/var/lib/skyhook/.undo").exists());
 }
@@ -681,18 +698,12 @@ fn a_file_over_64_mib_is_removed_and_put_back() {
     let f = std::fs::File::create(t.p("/big")).unwrap();
     f.set_len(65 * 1024 * 1024).unwrap();
     drop(f);
-    let engine = ScriptEngine::default();
-    let failing = compile(&engine, &t, "fs::remove(\"/big\");\nthrow \"boom\";\n");
-    let (r, _) = run_compiled(&engine, &failing, &t, "cleanup", None);
-    let error = r.error.as_deref().unwrap();
-    assert!(error.starts_with("u.rhai:2:1: boom"), "{error}");
+    removal_fails_undone(&t, "fs::remove(\"/big\");\nthrow \"boom\";\n", 2);
     assert_eq!(
         std::fs::metadata(t.p("/big")).unwrap().len(),
         65 * 1024 * 1024
     );
-    let ok = compile(&engine, &t, "fs::remove(\"/big\");\n");
-    let (r, _) = run_compiled(&engine, &ok, &t, "cleanup", None);
-    assert!(r.ok, "{:?}", r.error);
+    removal_succeeds(&t, "fs::remove(\"/big\");\n");
     assert!(!t.p("/big").exists());
 }
 
@@ -710,26 +721,12 @@ fn a_stale_socket_and_a_fifo_are_removed_and_put_back() {
         nix::sys::stat::Mode::from_bits_truncate(0o640),
     )
     .unwrap();
-    let engine = ScriptEngine::default();
-    let failing = compile(
-        &engine,
-        &t,
-        "fs::remove(\"/run/app/sock\");\nfs::remove(\"/run/app/fifo\");\nthrow \"boom\";\n",
-    );
-    let (r, _) = run_compiled(&engine, &failing, &t, "cleanup", None);
-    let error = r.error.as_deref().unwrap();
-    assert!(error.starts_with("u.rhai:3:1: boom"), "{error}");
-    assert!(!error.contains("not undone"), "{error}");
+    let removals = "fs::remove(\"/run/app/sock\");\nfs::remove(\"/run/app/fifo\");\n";
+    removal_fails_undone(&t, &format!("{removals}throw \"boom\";\n"), 3);
     let ft = |p: &str| std::fs::symlink_metadata(t.p(p)).unwrap().file_type();
     assert!(ft("/run/app/sock").is_socket());
     assert!(ft("/run/app/fifo").is_fifo());
-    let ok = compile(
-        &engine,
-        &t,
-        "fs::remove(\"/run/app/sock\");\nfs::remove(\"/run/app/fifo\");\n",
-    );
-    let (r, _) = run_compiled(&engine, &ok, &t, "cleanup", None);
-    assert!(r.ok, "{:?}", r.error);
+    removal_succeeds(&t, removals);
     assert!(!t.p("/run/app/sock").exists() && !t.p("/run/app/fifo").exists());
 }
 
@@ -738,27 +735,14 @@ fn a_stale_socket_and_a_fifo_are_removed_and_put_back() {
 /// it; undoing the older first put `one` back last. Now the file ends as it was.
 #[test]
 fn journals_of_two_killed_steps_are_undone_newest_first() {
-    use crate::host::effects::context::{Context, HostOptions};
-    use crate::host::effects::effect::Effect;
-    use crate::host::effects::executors::Executor;
-    use crate::host::effects::executors::apply::Apply;
     let t = shm_host();
     t.file("/etc/f", "orig\n");
-    let cx = Context::new(HostRoot::open(&t.root).unwrap(), HostOptions::default());
+    let cx = context(&t);
     let write = |label: &str, content: &str| {
         // A step killed after its write: journal neither committed nor undone.
         let mut apply = Apply::journaled(label);
         apply
-            .execute(
-                &cx,
-                &Effect::WriteFile {
-                    path: "/etc/f".into(),
-                    content: content.to_string().into(),
-                    mode: None,
-                    uid: None,
-                    gid: None,
-                },
-            )
+            .execute(&cx, &write_effect("/etc/f", content))
             .unwrap();
     };
     write("a-older", "one\n");
@@ -806,18 +790,12 @@ fn no_lock_file_is_left_behind() {
 #[test]
 fn a_failed_steps_undo_keeps_another_packages_file_in_a_directory_it_created() {
     let t = shm_host();
-    let engine = ScriptEngine::default();
-    let a = compile(
-        &engine,
+    let steps = TwoSteps::compile(
         &t,
         "fs::write(\"/etc/new.d/a.conf\", \"a=1\\n\");\nprint(\"edited\");\nthrow \"boom\";\n",
-    );
-    let b = compile(
-        &engine,
-        &t,
         "fs::write(\"/etc/new.d/b.conf\", \"b=1\\n\");\n",
     );
-    let (ra, rb) = a_fails_around_b(&engine, &a, &b, &t, false);
+    let (ra, rb) = steps.run(&t, false);
     assert!(rb.ok, "{:?}", rb.error);
     assert!(!ra.ok);
     assert!(!t.p("/etc/new.d/a.conf").exists());
@@ -855,15 +833,11 @@ fn a_removed_hard_linked_file_and_tree_come_back_as_the_same_inodes() {
     .unwrap();
     let ino = |p: &str| std::fs::symlink_metadata(t.p(p)).unwrap().ino();
     let (f, tree, fifo) = (ino("/srv/f"), ino("/srv/tree"), ino("/srv/tree/sub/p"));
-    let engine = ScriptEngine::default();
-    let failing = compile(
-        &engine,
+    removal_fails_undone(
         &t,
         "fs::remove(\"/srv/f\");\nfs::remove_all(\"/srv/tree\");\nthrow \"boom\";\n",
+        3,
     );
-    let (r, _) = run_compiled(&engine, &failing, &t, "cleanup", None);
-    let error = r.error.as_deref().unwrap();
-    assert!(!error.contains("not undone"), "{error}");
     assert_eq!((ino("/srv/f"), ino("/srv/f2")), (f, f));
     assert_eq!(std::fs::metadata(t.p("/srv/f")).unwrap().nlink(), 2);
     assert_eq!((ino("/srv/tree"), ino("/srv/tree/sub/p")), (tree, fifo));
@@ -888,22 +862,9 @@ fn a_removal_on_another_filesystem_is_put_back() {
     let t = shm_host();
     let mnt = t.p("/mnt/other");
     std::fs::create_dir_all(&mnt).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1m", "skyhook-other"])
-        .arg(&mnt)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("SKIPPED: cannot mount a tmpfs (not root?)");
+    let Some(_mount) = Tmpfs::mount(&mnt, 1024, "skyhook-other") else {
         return;
-    }
-    struct Umount(std::path::PathBuf);
-    impl Drop for Umount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _umount = Umount(mnt.clone());
+    };
     t.file("/mnt/other/f", "far\n");
     t.file("/mnt/other/tree/a", "A\n");
     nix::unistd::mkfifo(
@@ -911,16 +872,11 @@ fn a_removal_on_another_filesystem_is_put_back() {
         nix::sys::stat::Mode::from_bits_truncate(0o640),
     )
     .unwrap();
-    let engine = ScriptEngine::default();
-    let failing = compile(
-        &engine,
+    removal_fails_undone(
         &t,
         "fs::remove(\"/mnt/other/f\");\nfs::remove_all(\"/mnt/other/tree\");\nthrow \"boom\";\n",
+        3,
     );
-    let (r, _) = run_compiled(&engine, &failing, &t, "cleanup", None);
-    let error = r.error.as_deref().unwrap();
-    assert!(error.starts_with("u.rhai:3:1: boom"), "{error}");
-    assert!(!error.contains("not undone"), "{error}");
     assert_eq!(t.read("/mnt/other/f"), "far\n");
     assert_eq!(t.read("/mnt/other/tree/a"), "A\n");
     let p = std::fs::symlink_metadata(t.p("/mnt/other/tree/p")).unwrap();

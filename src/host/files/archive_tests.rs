@@ -55,7 +55,7 @@ fn a_big_entry_is_planned_from_the_archive_and_copied_byte_exact_through_staging
     assert!(unpack(&mut h));
     let r = h.finish().unwrap();
     assert_eq!(tree(&t.root), before, "a plan changed the root");
-    let lines: Vec<&str> = r.changes.iter().map(|c| c.summary.as_str()).collect();
+    let lines: Vec<&str> = r.change_summaries();
     assert_eq!(
         lines,
         [
@@ -109,12 +109,7 @@ fn a_big_entry_is_planned_from_the_archive_and_copied_byte_exact_through_staging
     let mut h = t.host(ExecMode::Apply);
     assert!(unpack(&mut h));
     let r = h.finish().unwrap();
-    let kinds: Vec<(&str, &str)> = r
-        .changes
-        .iter()
-        .map(|c| (c.kind.as_str(), c.target.as_str()))
-        .collect();
-    assert_eq!(kinds, [("chmod", "/opt/x/big")]);
+    assert_eq!(r.change_kinds_and_targets(), [("chmod", "/opt/x/big")]);
     assert_eq!(std::fs::read(t.p("/opt/x/big")).unwrap(), big);
 }
 

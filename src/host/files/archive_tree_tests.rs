@@ -5,19 +5,26 @@
 
 use crate::host::ExecMode;
 use crate::host::files::archive::{ExtractOptions, Extracted, extract};
+use crate::host::files::copy_tree::{TreeOptions, copy_tree};
 use crate::host::files::fs_script_tests::tests::tar_of;
+use crate::host::root::error::Result;
 use crate::host::testutil::{TestHost, tree};
 
 /// One entry: name, kind (`f` file, `d` directory, `l` symlink to body), mode, body.
 type Entry<'a> = (&'a str, char, u32, &'a str);
 
-/// A zip archive of `entries` (names as given).
+/// A zip archive of `entries` (names as given), stored uncompressed.
 pub(crate) fn zip_of(entries: &[Entry]) -> Vec<u8> {
+    zip_with(entries, zip::CompressionMethod::Stored)
+}
+
+/// A zip archive of `entries` (names as given), each compressed by `method`.
+pub(crate) fn zip_with(entries: &[Entry], method: zip::CompressionMethod) -> Vec<u8> {
     use std::io::Write;
     let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     for (name, kind, mode, body) in entries {
         let o = zip::write::SimpleFileOptions::default()
-            .compression_method(zip::CompressionMethod::Stored)
+            .compression_method(method)
             .unix_permissions(*mode);
         match kind {
             'd' => w.add_directory(*name, o).unwrap(),
@@ -32,28 +39,96 @@ pub(crate) fn zip_of(entries: &[Entry]) -> Vec<u8> {
     w.finish().unwrap().into_inner()
 }
 
+/// `entries` as a tar and as a zip archive, each with its format's name.
+fn tar_and_zip(entries: &[Entry]) -> [(&'static str, Vec<u8>); 2] {
+    [("tar", tar_of(entries)), ("zip", zip_of(entries))]
+}
+
+/// A host root with an empty `/opt/dest`, where [`apply`] extracts.
+pub(super) fn dest_host() -> TestHost {
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
+    t
+}
+
+/// A host root with an empty `/etc/cron.d`, where the racing user's symlinks lead.
+pub(super) fn cron_host() -> TestHost {
+    let t = TestHost::new();
+    std::fs::create_dir_all(t.p("/etc/cron.d")).unwrap();
+    t
+}
+
 /// Write `bytes` as `/tmp/x.archive`.
 pub(super) fn put(t: &TestHost, bytes: &[u8]) {
-    t.file("/tmp/x.archive", "");
-    std::fs::write(t.p("/tmp/x.archive"), bytes).unwrap();
+    put_at(t, "/tmp/x.archive", bytes);
+}
+
+/// Write `bytes` as the host file `path`, making its directories.
+pub(super) fn put_at(t: &TestHost, path: &str, bytes: &[u8]) {
+    t.file(path, "");
+    std::fs::write(t.p(path), bytes).unwrap();
+}
+
+/// Extract `/tmp/x.archive` into `dest` in apply mode.
+pub(super) fn extract_into(t: &TestHost, dest: &str) -> Result<Extracted> {
+    let mut h = t.host(ExecMode::Apply);
+    let r = extract(&mut h, "/tmp/x.archive", dest, &ExtractOptions::default());
+    let _ = h.finish();
+    r
+}
+
+/// `fs::copy_tree` of `src` to `dst` in apply mode, default options.
+pub(super) fn copy(t: &TestHost, src: &str, dst: &str) -> Result<bool> {
+    let mut h = t.host(ExecMode::Apply);
+    let r = copy_tree(&mut h, src, dst, &TreeOptions::default());
+    let _ = h.finish();
+    r
 }
 
 /// Extract `/tmp/x.archive` into `/opt/dest` in apply mode: the error's text, or
 /// "extracted".
 pub(super) fn apply(t: &TestHost) -> String {
-    let mut h = t.host(ExecMode::Apply);
-    let r = extract(
-        &mut h,
-        "/tmp/x.archive",
-        "/opt/dest",
-        &ExtractOptions::default(),
-    );
-    let _ = h.finish();
-    match r {
+    match extract_into(t, "/opt/dest") {
         Ok(Extracted::Done(_)) => "extracted".into(),
         Ok(Extracted::Unknown) => "unknown".into(),
         Err(e) => crate::chain::render(&e),
     }
+}
+
+/// Put `bytes` as the archive and extract it into `/opt/dest`, asserting the root did not
+/// change (`case` names the case); the error's text.
+pub(super) fn refused(t: &TestHost, bytes: &[u8], case: &str) -> String {
+    put(t, bytes);
+    let before = tree(&t.root);
+    let e = apply(t);
+    assert_eq!(tree(&t.root), before, "{case}: the root changed ({e})");
+    e
+}
+
+/// Assert `/etc/cron.d` holds no file; `what` says what was called and its result.
+pub(super) fn assert_cron_d_empty(t: &TestHost, what: &str) {
+    assert_eq!(
+        files_below(&t.p("/etc/cron.d")),
+        Vec::<String>::new(),
+        "{what}"
+    );
+}
+
+/// The end of the error of a lookup that met a symlink below `dir`.
+pub(super) fn symlink_below(dir: &str) -> String {
+    format!(
+        ": a symlink on the way below {dir}, where no symlink is followed: Too many levels of symbolic links (os error 40)"
+    )
+}
+
+/// Assert `e` is the failed stat of `path` that met a symlink below `dir` (`case` names
+/// the case).
+pub(super) fn assert_stat_met_symlink(e: &str, path: &str, dir: &str, case: &str) {
+    assert!(
+        e.starts_with(&format!("failed to stat {path} under host root "))
+            && e.ends_with(&symlink_below(dir)),
+        "{case}: {e}"
+    );
 }
 
 /// The archive: a symlink `d/e/l -> ../..` (dest itself), then `esc ->
@@ -70,14 +145,11 @@ fn a_symlink_through_the_archives_own_link_cannot_overwrite_etc_passwd_or_shadow
             ("esc", 'l', 0o777, &target),
             ("./esc", 'f', 0o644, "pwned::0:0::/:/bin/sh\n"),
         ];
-        for (format, bytes) in [("tar", tar_of(&entries)), ("zip", zip_of(&entries))] {
-            let t = TestHost::new();
+        for (format, bytes) in tar_and_zip(&entries) {
+            let t = dest_host();
             let original = format!("root:x:0:0::/root:/bin/sh\n{victim} of the host\n");
             t.file(&format!("/etc/{victim}"), &original);
-            std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
-            put(&t, &bytes);
-            let before = tree(&t.root);
-            let e = apply(&t);
+            let e = refused(&t, &bytes, format);
             assert_eq!(
                 std::fs::read(t.p(&format!("/etc/{victim}"))).unwrap(),
                 original.as_bytes(),
@@ -90,7 +162,6 @@ fn a_symlink_through_the_archives_own_link_cannot_overwrite_etc_passwd_or_shadow
                 ),
                 "{format}"
             );
-            assert_eq!(tree(&t.root), before, "{format}: the root changed");
         }
     }
 }
@@ -124,17 +195,13 @@ fn entries_of_two_kinds_at_one_path_are_refused_up_front_naming_both() {
         ),
     ];
     for (entries, want) in cases {
-        for (format, bytes) in [("tar", tar_of(entries)), ("zip", zip_of(entries))] {
-            let t = TestHost::new();
-            std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
-            put(&t, &bytes);
-            let before = tree(&t.root);
+        for (format, bytes) in tar_and_zip(entries) {
+            let e = refused(&dest_host(), &bytes, &format!("{format}: {want}"));
             assert_eq!(
-                apply(&t),
+                e,
                 format!("invalid archive: /tmp/x.archive: {want}"),
                 "{format}"
             );
-            assert_eq!(tree(&t.root), before, "{format}: {want}: the root changed");
         }
     }
 }
@@ -143,18 +210,16 @@ fn entries_of_two_kinds_at_one_path_are_refused_up_front_naming_both() {
 /// turns `a -> b/../x` into `../x`): the links are checked again against the whole tree.
 #[test]
 fn a_later_entry_that_makes_an_earlier_link_leave_dest_is_refused() {
-    let t = TestHost::new();
-    std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
-    put(
+    let t = dest_host();
+    let e = refused(
         &t,
         &tar_of(&[("a", 'l', 0o777, "b/../x"), ("b", 'l', 0o777, ".")]),
+        "a -> b/../x",
     );
-    let before = tree(&t.root);
     assert_eq!(
-        apply(&t),
+        e,
         "invalid archive: /tmp/x.archive: entry \"a\": is a symlink to \"b/../x\", which leaves the destination once the archive is extracted (through the archive's symlink b)"
     );
-    assert_eq!(tree(&t.root), before);
     // Links that stay inside, through each other and through a link at the destination,
     // are extracted.
     std::os::unix::fs::symlink("sub", t.p("/opt/dest/here")).unwrap();
@@ -196,43 +261,30 @@ pub(super) fn files_below(dir: &std::path::Path) -> Vec<String> {
 /// resolving no symlink below it: the write fails, nothing lands outside `dest`.
 #[test]
 fn a_directory_inside_dest_swapped_for_a_symlink_after_the_check_is_not_written_through() {
-    for format in ["tar", "zip"] {
-        let t = TestHost::new();
-        std::fs::create_dir_all(t.p("/etc/cron.d")).unwrap();
+    let entries: &[Entry] = &[
+        ("jobs/", 'd', 0o755, ""),
+        (
+            "jobs/evil",
+            'f',
+            0o644,
+            "* * * * * root sh -c 'id > /pwned'\n",
+        ),
+    ];
+    for (format, bytes) in tar_and_zip(entries) {
+        let t = cron_host();
         std::fs::create_dir_all(t.p("/opt/dest/jobs")).unwrap();
-        let entries: &[Entry] = &[
-            ("jobs/", 'd', 0o755, ""),
-            (
-                "jobs/evil",
-                'f',
-                0o644,
-                "* * * * * root sh -c 'id > /pwned'\n",
-            ),
-        ];
-        put(
-            &t,
-            &if format == "tar" {
-                tar_of(entries)
-            } else {
-                zip_of(entries)
-            },
-        );
+        put(&t, &bytes);
         let jobs = t.p("/opt/dest/jobs");
         race(move || {
             std::fs::remove_dir(&jobs).unwrap();
             std::os::unix::fs::symlink("/etc/cron.d", &jobs).unwrap();
         });
         let e = apply(&t);
-        assert_eq!(
-            files_below(&t.p("/etc/cron.d")),
-            Vec::<String>::new(),
-            "{format}: the archive landed in /etc/cron.d ({e})"
+        assert_cron_d_empty(
+            &t,
+            &format!("{format}: the archive landed in /etc/cron.d ({e})"),
         );
-        assert!(
-            e.starts_with("failed to stat /opt/dest/jobs under host root ")
-                && e.ends_with(": a symlink on the way below /opt/dest, where no symlink is followed: Too many levels of symbolic links (os error 40)"),
-            "{format}: {e}"
-        );
+        assert_stat_met_symlink(&e, "/opt/dest/jobs", "/opt/dest", format);
     }
 }
 
@@ -241,8 +293,7 @@ fn a_directory_inside_dest_swapped_for_a_symlink_after_the_check_is_not_written_
 /// `/etc/cron.d`.
 #[test]
 fn dest_itself_swapped_for_a_symlink_after_the_check_is_not_written_through() {
-    let t = TestHost::new();
-    std::fs::create_dir_all(t.p("/etc/cron.d")).unwrap();
+    let t = cron_host();
     std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
     put(
         &t,
@@ -258,11 +309,7 @@ fn dest_itself_swapped_for_a_symlink_after_the_check_is_not_written_through() {
         std::os::unix::fs::symlink("/etc/cron.d", &dest).unwrap();
     });
     let e = apply(&t);
-    assert_eq!(
-        files_below(&t.p("/etc/cron.d")),
-        Vec::<String>::new(),
-        "the archive landed in /etc/cron.d ({e})"
-    );
+    assert_cron_d_empty(&t, &format!("the archive landed in /etc/cron.d ({e})"));
     assert_eq!(e, "extracted");
     assert_eq!(files_below(&t.p("/opt/dest.old")), ["sub/evil", "top"]);
 }
@@ -271,8 +318,7 @@ fn dest_itself_swapped_for_a_symlink_after_the_check_is_not_written_through() {
 /// the walk is not written through.
 #[test]
 fn copy_tree_does_not_write_through_a_directory_swapped_for_a_symlink() {
-    let t = TestHost::new();
-    std::fs::create_dir_all(t.p("/etc/cron.d")).unwrap();
+    let t = cron_host();
     t.file("/src/jobs/evil", "evil\n");
     std::fs::create_dir_all(t.p("/dst/jobs")).unwrap();
     let jobs = t.p("/dst/jobs");
@@ -280,25 +326,10 @@ fn copy_tree_does_not_write_through_a_directory_swapped_for_a_symlink() {
         std::fs::remove_dir(&jobs).unwrap();
         std::os::unix::fs::symlink("/etc/cron.d", &jobs).unwrap();
     });
-    let mut h = t.host(ExecMode::Apply);
-    let r = crate::host::files::copy_tree::copy_tree(
-        &mut h,
-        "/src",
-        "/dst",
-        &crate::host::files::copy_tree::TreeOptions::default(),
-    );
-    let _ = h.finish();
-    assert_eq!(
-        files_below(&t.p("/etc/cron.d")),
-        Vec::<String>::new(),
-        "copied into /etc/cron.d ({r:?})"
-    );
+    let r = copy(&t, "/src", "/dst");
+    assert_cron_d_empty(&t, &format!("copied into /etc/cron.d ({r:?})"));
     let e = crate::chain::render(&r.unwrap_err());
-    assert!(
-        e.starts_with("failed to stat /dst/jobs under host root ")
-            && e.ends_with(": a symlink on the way below /dst, where no symlink is followed: Too many levels of symbolic links (os error 40)"),
-        "{e}"
-    );
+    assert_stat_met_symlink(&e, "/dst/jobs", "/dst", "copy_tree");
 }
 
 /// A hostile archive of many links with long targets cannot make the check run for long:
@@ -315,8 +346,7 @@ fn the_symlink_checks_of_one_call_are_bounded() {
         hd.set_size(0);
         b.append_link(&mut hd, format!("l{i}"), &target).unwrap();
     }
-    let t = TestHost::new();
-    std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
+    let t = dest_host();
     put(&t, &b.into_inner().unwrap());
     let started = std::time::Instant::now();
     assert_eq!(
@@ -351,15 +381,10 @@ fn names_and_link_targets_with_control_characters_are_refused_up_front() {
         ),
     ];
     for (format, bytes, want) in cases {
-        let t = TestHost::new();
-        std::fs::create_dir_all(t.p("/opt/dest")).unwrap();
-        put(&t, &bytes);
-        let before = tree(&t.root);
         assert_eq!(
-            apply(&t),
+            refused(&dest_host(), &bytes, format),
             format!("invalid archive: /tmp/x.archive: {want}"),
             "{format}"
         );
-        assert_eq!(tree(&t.root), before, "{format}");
     }
 }

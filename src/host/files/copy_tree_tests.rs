@@ -129,12 +129,10 @@ fn plan_lists_each_copy_without_diffing_it_and_apply_copies_byte_exact() {
     let mut h = t.host(ExecMode::Apply);
     assert!(copy(&mut h));
     let r = h.finish().unwrap();
-    let kinds: Vec<(&str, &str)> = r
-        .changes
-        .iter()
-        .map(|c| (c.kind.as_str(), c.target.as_str()))
-        .collect();
-    assert_eq!(kinds, [("chmod", "/dst/big"), ("chown", "/dst/big")]);
+    assert_eq!(
+        r.change_kinds_and_targets(),
+        [("chmod", "/dst/big"), ("chown", "/dst/big")]
+    );
     assert_eq!(meta(&t, "/dst/big"), (0o640, 1000, 1001));
 
     // Same size, other content: found by the digests, copied.

@@ -523,24 +523,9 @@ pub(crate) mod tests {
         ("efa/lib/libfabric.so", 'l', 0o777, "libfabric.so.1"),
     ];
 
+    /// A deflated zip archive of `entries`.
     fn zip_of(entries: &[TarEntry]) -> Vec<u8> {
-        use std::io::Write;
-        let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-        for (name, kind, mode, body) in entries {
-            let o = zip::write::SimpleFileOptions::default()
-                .compression_method(zip::CompressionMethod::Deflated)
-                .unix_permissions(*mode);
-            match kind {
-                'd' => w.add_directory(*name, o).unwrap(),
-                'f' => {
-                    w.start_file(*name, o).unwrap();
-                    w.write_all(body.as_bytes()).unwrap();
-                }
-                'l' => w.add_symlink(*name, *body, o).unwrap(),
-                _ => unreachable!(),
-            }
-        }
-        w.finish().unwrap().into_inner()
+        crate::host::files::archive_tree_tests::zip_with(entries, zip::CompressionMethod::Deflated)
     }
 
     #[test]

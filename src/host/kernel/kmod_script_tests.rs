@@ -52,7 +52,7 @@ pub(crate) mod tests {
                 r#"kmod::load("nvidia_uvm")"#,
             ],
         );
-        let actions: Vec<&str> = plan.actions.iter().map(|a| a.summary.as_str()).collect();
+        let actions: Vec<&str> = plan.action_summaries();
         assert_eq!(actions, ["update-initramfs -u"]);
         assert_eq!(
             t.read("/etc/modprobe.d/nouveau.conf"),
@@ -142,12 +142,7 @@ mod kernel_tests {
         let before = snapshot(&t);
         let plan = run(&t, ExecMode::Plan, src).ok();
         assert_eq!(plan.stdout(), "true\n");
-        let summaries: Vec<&str> = plan
-            .report
-            .changes
-            .iter()
-            .map(|c| c.summary.as_str())
-            .collect();
+        let summaries: Vec<&str> = plan.report.change_summaries();
         assert_eq!(
             summaries,
             [
@@ -155,12 +150,7 @@ mod kernel_tests {
                 "grub default: 6.8.0-1021-aws -> 6.8.0-1015-aws"
             ]
         );
-        let actions: Vec<&str> = plan
-            .report
-            .actions
-            .iter()
-            .map(|a| a.summary.as_str())
-            .collect();
+        let actions: Vec<&str> = plan.report.action_summaries();
         assert_eq!(actions, ["update-grub"]);
         let check = run(&t, ExecMode::Check, src).ok();
         assert_eq!(check.report.drift().len(), 2);

@@ -18,26 +18,7 @@ use crate::host::ExecMode;
 use crate::host::mounts::mount::{self, MountSpec, MountState};
 use crate::host::root::HostRoot;
 use crate::host::root::mount_ns::host_mount_ns;
-use crate::host::testutil::TestHost;
-
-/// Run `f` on a new thread in a new, private mount namespace (its mounts never propagate to
-/// this machine's); a panic in `f` fails the test.
-fn in_own_mount_ns(f: impl FnOnce() + Send + 'static) {
-    std::thread::spawn(move || {
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).expect("unshare -m");
-        nix::mount::mount(
-            None::<&str>,
-            "/",
-            None::<&str>,
-            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-            None::<&str>,
-        )
-        .expect("make / private");
-        f();
-    })
-    .join()
-    .unwrap_or_else(|p| std::panic::resume_unwind(p));
-}
+use crate::host::testutil::{TestHost, in_mount_namespace};
 
 /// Bind mounts made in our namespace, undone (lazily) when dropped, before the root is.
 struct Binds(Vec<PathBuf>);
@@ -58,19 +39,40 @@ impl Drop for Binds {
     }
 }
 
+/// A shell waiting on its stdin, `setup` run in its child before the exec; returned once it
+/// runs (it printed `ready`). `what` names it if it cannot start.
+///
+/// # Safety
+/// `setup` runs between fork and exec: as [`CommandExt::pre_exec`]'s closure, it may only
+/// make system calls on what was prepared before the fork.
+unsafe fn waiting_shell(
+    what: &str,
+    setup: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static,
+) -> Child {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", "echo ready; read x || :"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    // SAFETY: the caller's (see above).
+    unsafe { cmd.pre_exec(setup) };
+    let mut child = cmd.spawn().expect(what);
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    child
+}
+
 /// A "host": a child in a new mount namespace whose `/` is `root` (bind, `pivot_root`) with
 /// a procfs of its own at `/proc` and a tmpfs at each of `tmpfs` (paths in its new `/`),
 /// waiting on its stdin. Returns it once it runs.
 fn host_in(root: &Path, tmpfs: &[&str]) -> Child {
     let root_c = CString::new(root.as_os_str().as_bytes()).unwrap();
     let tmpfs: Vec<CString> = tmpfs.iter().map(|p| CString::new(*p).unwrap()).collect();
-    let mut cmd = Command::new("/bin/sh");
-    cmd.args(["-c", "echo ready; read x || :"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
     // SAFETY: only system calls on strings prepared before the fork.
     unsafe {
-        cmd.pre_exec(move || {
+        waiting_shell("start the host namespace", move || {
             let none = std::ptr::null::<libc::c_char>();
             let check = |rc: libc::c_long| match rc {
                 0 => Ok(()),
@@ -117,15 +119,8 @@ fn host_in(root: &Path, tmpfs: &[&str]) -> Child {
                 check(libc::mount(tmpfs, at.as_ptr(), tmpfs, 0, std::ptr::null()).into())?;
             }
             Ok(())
-        });
+        })
     }
-    let mut child = cmd.spawn().expect("start the host namespace");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line, "ready\n");
-    child
 }
 
 /// Ends the host child: its stdin closed, it exits and is reaped.
@@ -163,7 +158,7 @@ fn tmpfs() -> MountSpec {
 /// on this kernel that order does not always hold between a thread's and a child's.)
 #[test]
 fn mount_runs_in_the_host_mount_namespace_when_it_is_not_ours() {
-    in_own_mount_ns(|| {
+    in_mount_namespace(|| {
         let t = TestHost::new();
         t.install_sh();
         t.install("/usr/bin/mount");
@@ -215,7 +210,7 @@ fn mount_runs_in_the_host_mount_namespace_when_it_is_not_ours() {
 /// chrooted into the root as before (the recording stub inside the root is the one run).
 #[test]
 fn mount_runs_chrooted_when_the_host_namespace_is_ours() {
-    in_own_mount_ns(|| {
+    in_mount_namespace(|| {
         let t = TestHost::new();
         t.install_sh();
         t.stub("mount", "exit 0");
@@ -251,7 +246,7 @@ fn mount_runs_chrooted_when_the_host_namespace_is_ours() {
 /// other namespace, outside the root, stays mounted.
 #[test]
 fn mount_never_enters_a_proc_1_that_is_not_the_hosts_init() {
-    in_own_mount_ns(|| {
+    in_mount_namespace(|| {
         let t = TestHost::new();
         t.install_sh();
         t.stub("umount", "exit 0");
@@ -295,7 +290,7 @@ fn mount_never_enters_a_proc_1_that_is_not_the_hosts_init() {
 /// anything else outside the root is unmounted.
 #[test]
 fn mount_never_enters_a_namespace_whose_root_is_not_the_root() {
-    in_own_mount_ns(|| {
+    in_mount_namespace(|| {
         let t = TestHost::new();
         t.install_sh();
         t.stub("umount", "exit 0");
@@ -304,13 +299,9 @@ fn mount_never_enters_a_namespace_whose_root_is_not_the_root() {
         std::fs::create_dir_all(t.p("/srv")).unwrap();
         let root_c = CString::new(t.root.as_os_str().as_bytes()).unwrap();
         let srv_in_root = CString::new(t.p("/srv").as_os_str().as_bytes()).unwrap();
-        let mut cmd = Command::new("/bin/sh");
-        cmd.args(["-c", "echo ready; read x || :"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
         // SAFETY: only system calls on strings prepared before the fork.
-        unsafe {
-            cmd.pre_exec(move || {
+        let stranger = unsafe {
+            waiting_shell("start the chrooted stranger", move || {
                 let none = std::ptr::null::<libc::c_char>();
                 let check = |rc: libc::c_int| match rc {
                     0 => Ok(()),
@@ -343,15 +334,8 @@ fn mount_never_enters_a_namespace_whose_root_is_not_the_root() {
                 ))?;
                 check(libc::chroot(root_c.as_ptr()))?;
                 check(libc::chdir(c"/".as_ptr()))
-            });
-        }
-        let stranger = cmd.spawn().expect("start the chrooted stranger");
-        let mut line = String::new();
-        let mut stranger = stranger;
-        BufReader::new(stranger.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line, "ready\n");
+            })
+        };
         let proc_stranger = PathBuf::from(format!("/proc/{}", stranger.id()));
         let mut binds = Binds(Vec::new());
         binds.bind(&proc_stranger, &t.p("/proc/1"));
@@ -429,7 +413,7 @@ fn host_mount_ns_is_found_only_for_another_mount_namespace() {
 /// is checked for its kind: a network namespace there is an error naming the file.
 #[test]
 fn host_mount_ns_refuses_a_namespace_of_another_kind() {
-    in_own_mount_ns(|| {
+    in_mount_namespace(|| {
         let t = TestHost::new();
         t.file("/proc/1/ns/mnt", "");
         let mut binds = Binds(Vec::new());

@@ -396,7 +396,7 @@ print(raid::info("/dev/nvme1n1"));"#,
                 r#"fs::mkfs("/dev/md/r0", "xfs", #{options: ["-f", "-l", "su=8b"]})"#,
             ],
         );
-        let lines: Vec<&str> = plan.changes.iter().map(|c| c.summary.as_str()).collect();
+        let lines: Vec<&str> = plan.change_summaries();
         assert_eq!(
             lines,
             [

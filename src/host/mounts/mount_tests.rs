@@ -12,14 +12,14 @@ use crate::host::tests::{all_modes, s, snapshot};
 use crate::host::testutil::TestHost;
 use crate::host::{Host, Report};
 
-/// [`all_modes`] for calls that make several changes each (fstab, directory, mount): plan
-/// and check leave the root byte-identical and agree, apply returns what the plan did, a
-/// second apply changes nothing, a check after it finds no drift. Returns the plan's change
-/// summaries.
-fn every_mode(
+/// [`all_modes`] for calls that make several changes each (fstab, directory, mount, unit):
+/// plan and check leave the root byte-identical and agree, apply does what the plan did,
+/// a second apply changes nothing, a check after it finds no drift. Returns the plan's
+/// report.
+pub(super) fn plan_of_every_mode(
     t: &TestHost,
     f: impl Fn(&mut Host) -> crate::host::root::error::Result<bool>,
-) -> Vec<String> {
+) -> Report {
     let before = snapshot(t);
     let run = |mode| -> (bool, Report) {
         let mut h = t.host(mode);
@@ -42,7 +42,16 @@ fn every_mode(
         "second apply changed: {rep:?}"
     );
     let (_, check) = run(ExecMode::Check);
-    assert!(check.drift().is_empty(), "drift after apply");
+    assert!(check.drift().is_empty(), "drift after apply: {check:?}");
+    plan
+}
+
+/// [`plan_of_every_mode`]'s plan's change summaries.
+fn every_mode(
+    t: &TestHost,
+    f: impl Fn(&mut Host) -> crate::host::root::error::Result<bool>,
+) -> Vec<String> {
+    let plan = plan_of_every_mode(t, f);
     plan.changes.iter().map(|c| c.summary.clone()).collect()
 }
 
@@ -243,7 +252,7 @@ fn mount_conflicting_source_is_an_error_that_changes_nothing() {
     let mut h = t.host(ExecMode::Plan);
     assert!(mount::ensure(&mut h, "/data", &spec("UUID=u-1", "xfs", "defaults")).unwrap());
     let rep = h.finish().unwrap();
-    let kinds: Vec<&str> = rep.changes.iter().map(|c| c.summary.as_str()).collect();
+    let kinds: Vec<&str> = rep.change_summaries();
     // Mounted already: the new fstab line, then a remount to apply it.
     assert_eq!(kinds, ["update /etc/fstab", "mount -o remount /data"]);
     // Bad input is a clear error.
@@ -478,7 +487,7 @@ fn failed_update_initramfs_is_recorded_and_rerun_by_the_next_session() {
         assert!(!kmod::blacklist(&mut h, "nouveau", &BlacklistOptions::default()).unwrap());
         let rep = h.finish().unwrap();
         assert!(rep.changes.is_empty());
-        let actions: Vec<&str> = rep.actions.iter().map(|a| a.summary.as_str()).collect();
+        let actions: Vec<&str> = rep.action_summaries();
         assert_eq!(actions, ["update-initramfs -u"]);
     }
     assert_eq!(snapshot(&t), before);

@@ -4,11 +4,12 @@
 use std::path::Path;
 
 use crate::host::ExecMode;
+use crate::host::Host;
 use crate::host::mounts::mount::MountState;
+use crate::host::mounts::mount_tests::plan_of_every_mode;
 use crate::host::mounts::unit::{self, UnitSpec};
-use crate::host::tests::{s, snapshot};
+use crate::host::tests::s;
 use crate::host::testutil::TestHost;
-use crate::host::{Host, Report};
 
 /// Known names, as `systemd-escape --path --suffix=mount` (systemd 252) prints them; it also
 /// refuses a `..` component.
@@ -111,33 +112,14 @@ fn unit_host() -> TestHost {
 
 const RAID_UNIT: &str = "/etc/systemd/system/mnt-k8s\\x2ddisks.mount";
 
-/// Plan, check, apply, apply again, check: plan and check change nothing and agree, apply
-/// does what the plan said, the second apply and the check find nothing to do. Returns the
-/// plan's change summaries, then its action summaries (after `|`).
+/// [`plan_of_every_mode`]: plan and check change nothing and agree, apply does what the
+/// plan said, the second apply and the check find nothing to do. Returns the plan's change
+/// summaries, then its action summaries (after `|`).
 fn every_mode(
     t: &TestHost,
     f: impl Fn(&mut Host) -> crate::host::root::error::Result<bool>,
 ) -> Vec<String> {
-    let before = snapshot(t);
-    let run = |mode| -> (bool, Report) {
-        let mut h = t.host(mode);
-        let c = f(&mut h).unwrap();
-        (c, h.finish().unwrap())
-    };
-    let (planned, plan) = run(ExecMode::Plan);
-    assert!(planned);
-    assert_eq!(snapshot(t), before, "a plan changed the root");
-    let (checked, check) = run(ExecMode::Check);
-    assert!(checked);
-    assert_eq!(snapshot(t), before, "a check changed the root");
-    let (applied, rep) = run(ExecMode::Apply);
-    assert!(applied);
-    assert_eq!(rep.changes.len(), plan.changes.len());
-    assert_eq!(check.drift().len(), plan.changes.len());
-    let (again, rep) = run(ExecMode::Apply);
-    assert!(!again && rep.changes.is_empty(), "second apply: {rep:?}");
-    let (_, check) = run(ExecMode::Check);
-    assert!(check.drift().is_empty(), "drift after apply: {check:?}");
+    let plan = plan_of_every_mode(t, f);
     let actions = plan.actions.iter().map(|a| format!("| {}", a.summary));
     plan.changes
         .iter()
@@ -189,7 +171,7 @@ fn unit_writes_the_file_creates_the_mount_point_reloads_enables_and_starts() {
     };
     assert!(unit::unit(&mut h, "/mnt/k8s-disks", &spec).unwrap());
     let rep = h.finish().unwrap();
-    let summaries: Vec<&str> = rep.changes.iter().map(|c| c.summary.as_str()).collect();
+    let summaries: Vec<&str> = rep.change_summaries();
     assert_eq!(summaries, [format!("update {RAID_UNIT}").as_str()]);
     assert_eq!(rep.actions[0].summary, "systemctl daemon-reload");
     assert!(t.read(RAID_UNIT).contains("\nOptions=defaults\n"));

@@ -81,12 +81,7 @@ pub(crate) mod tests {
         ]);"#;
         let plan = run(&t, ExecMode::Plan, src).ok();
         assert_eq!(plan.stdout(), "[true, true]\n");
-        let kinds: Vec<&str> = plan
-            .report
-            .changes
-            .iter()
-            .map(|c| c.kind.as_str())
-            .collect();
+        let kinds: Vec<&str> = plan.report.change_kinds();
         assert_eq!(kinds, vec!["write", "write", "package_hold"]);
         assert_eq!(plan.report.changes[2].summary, "hold packages jq (apt)");
         assert_eq!(
@@ -144,12 +139,7 @@ mod upgrade_tests {
         let src = r#"pkg::update(); print(pkg::upgrade());"#;
         let plan = run(&t, ExecMode::Plan, src).ok();
         assert_eq!(plan.stdout(), "true\n");
-        let actions: Vec<&str> = plan
-            .report
-            .actions
-            .iter()
-            .map(|a| a.summary.as_str())
-            .collect();
+        let actions: Vec<&str> = plan.report.action_summaries();
         assert_eq!(actions, ["apt-get update", "apt-get upgrade -y"]);
         assert!(plan.report.changes.is_empty());
         let check = run(&t, ExecMode::Check, src).ok();

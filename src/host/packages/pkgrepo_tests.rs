@@ -177,7 +177,7 @@ fn debian_repo_pinned_install_and_hold_all_modes() {
     assert!(pkg::install(&mut h, &s(&["cuda-drivers=550.90.07-1"]), false).unwrap());
     assert!(pkg::installed(&h, "cuda-drivers").unwrap());
     let rep = h.finish().unwrap();
-    let summaries: Vec<&str> = rep.changes.iter().map(|c| c.summary.as_str()).collect();
+    let summaries: Vec<&str> = rep.change_summaries();
     assert_eq!(
         summaries,
         vec![

@@ -18,6 +18,38 @@ fn nginx_root() -> TestHost {
     t
 }
 
+/// The message of the error `step` fails with when run on `t` in `mode` (`ends` says
+/// where it must end).
+fn error_of(t: &TestHost, mode: ExecMode, step: &str, ends: &str) -> (ScriptErrorKind, String) {
+    let ran = run(t, mode, step);
+    let e = ran.outcome.error.as_ref().expect(ends);
+    (e.kind.clone(), e.message.clone())
+}
+
+/// [`error_of`] a plan of `step`, which must be unknown (not a refusal).
+fn unknown_in_plan(t: &TestHost, step: &str, ends: &str) -> String {
+    let (kind, m) = error_of(t, ExecMode::Plan, step, ends);
+    assert_eq!(
+        kind,
+        ScriptErrorKind::PlanUnknown,
+        "the plan refused the step: {m}"
+    );
+    m
+}
+
+/// [`error_of`] `step` in `mode`, which must not be unknown (a refusal).
+fn refused(t: &TestHost, mode: ExecMode, step: &str, ends: &str) -> String {
+    let (kind, m) = error_of(t, mode, step, ends);
+    assert_ne!(kind, ScriptErrorKind::PlanUnknown, "{m}");
+    m
+}
+
+/// Run `step` on `t` in apply mode: it succeeds.
+fn apply_succeeds(t: &TestHost, step: &str) {
+    let apply = run(t, ExecMode::Apply, step);
+    assert!(apply.outcome.error.is_none(), "{:?}", apply.outcome.error);
+}
+
 const STEP: &str = r#"pkg::install("nginx");
 fs::chmod("/etc/nginx/nginx.conf", 0o640);
 fs::ensure_line("/etc/nginx/nginx.conf", "worker_processes 4;");
@@ -33,27 +65,14 @@ fs::ensure_line("/etc/nginx/nginx.conf", "worker_processes 4;");
 #[test]
 fn a_plan_does_not_refuse_an_edit_of_what_pkg_install_makes() {
     let t = nginx_root();
-    let plan = run(&t, ExecMode::Plan, STEP);
-    let e = plan
-        .outcome
-        .error
-        .as_ref()
-        .expect("the plan ends at the chmod");
-    assert_eq!(
-        e.kind,
-        ScriptErrorKind::PlanUnknown,
-        "the plan refused the step: {}",
-        e.message
-    );
+    let m = unknown_in_plan(&t, STEP, "the plan ends at the chmod");
     assert!(
-        e.message.starts_with(
+        m.starts_with(
             "fs::chmod: unknown in the plan: /etc/nginx/nginx.conf does not exist, as the host is before install packages nginx (apt) (planned at main.rhai:1), which only the apply runs"
         ),
-        "{}",
-        e.message
+        "{m}"
     );
-    let apply = run(&t, ExecMode::Apply, STEP);
-    assert!(apply.outcome.error.is_none(), "{:?}", apply.outcome.error);
+    apply_succeeds(&t, STEP);
     assert_eq!(
         std::fs::read_to_string(t.p("/etc/nginx/nginx.conf")).unwrap(),
         "# nginx\nworker_processes 4;\n"
@@ -75,29 +94,16 @@ fn a_plan_does_not_refuse_a_write_below_what_an_unnamed_command_made_a_directory
     t.file("/etc/app.conf", "old\n");
     t.stub("setup", "rm /etc/app.conf; mkdir /etc/app.conf");
     let step = "run([\"setup\"]);\nfs::write(\"/etc/app.conf/x\", \"y\\n\");\n";
-    let plan = run(&t, ExecMode::Plan, step);
-    let e = plan
-        .outcome
-        .error
-        .as_ref()
-        .expect("the plan ends at the write");
-    assert_eq!(
-        e.kind,
-        ScriptErrorKind::PlanUnknown,
-        "the plan refused the step: {}",
-        e.message
-    );
+    let m = unknown_in_plan(&t, step, "the plan ends at the write");
     assert!(
-        e.message.starts_with("fs::write: unknown in the plan: ")
-            && e.message.contains("/etc/app.conf/x")
-            && e.message.contains(
+        m.starts_with("fs::write: unknown in the plan: ")
+            && m.contains("/etc/app.conf/x")
+            && m.contains(
                 ", as the host is before setup (planned at main.rhai:1), which only the apply runs"
             ),
-        "{}",
-        e.message
+        "{m}"
     );
-    let apply = run(&t, ExecMode::Apply, step);
-    assert!(apply.outcome.error.is_none(), "{:?}", apply.outcome.error);
+    apply_succeeds(&t, step);
     assert_eq!(t.read("/etc/app.conf/x"), "y\n");
 }
 
@@ -106,22 +112,18 @@ fn a_plan_does_not_refuse_a_write_below_what_an_unnamed_command_made_a_directory
 #[test]
 fn a_plan_still_fails_what_does_not_depend_on_the_host_after_a_planned_command() {
     let t = nginx_root();
-    let plan = run(
+    let m = refused(
         &t,
         ExecMode::Plan,
         "pkg::install(\"nginx\");\nfs::write(\"etc/x\", \"y\\n\");\n",
+        "a relative path fails",
     );
-    let e = plan.outcome.error.as_ref().expect("a relative path fails");
-    assert_ne!(e.kind, ScriptErrorKind::PlanUnknown, "{}", e.message);
     assert!(
-        e.message
-            .starts_with("fs::write: paths must be absolute: \"etc/x\""),
-        "{}",
-        e.message
+        m.starts_with("fs::write: paths must be absolute: \"etc/x\""),
+        "{m}"
     );
-    let plan = run(&t, ExecMode::Plan, "run([\"true\"]);\nfail(\"no\");\n");
-    let e = plan.outcome.error.as_ref().expect("fail() fails");
-    assert_ne!(e.kind, ScriptErrorKind::PlanUnknown, "{}", e.message);
+    let step = "run([\"true\"]);\nfail(\"no\");\n";
+    refused(&t, ExecMode::Plan, step, "fail() fails");
 }
 
 /// A check judges the host as it is: after a recorded package install, a read of what the
@@ -129,17 +131,9 @@ fn a_plan_still_fails_what_does_not_depend_on_the_host_after_a_planned_command()
 #[test]
 fn a_check_does_not_turn_failures_unknown() {
     let t = nginx_root();
-    let check = run(&t, ExecMode::Check, STEP);
-    let e = check
-        .outcome
-        .error
-        .as_ref()
-        .expect("the file does not exist");
-    assert_ne!(e.kind, ScriptErrorKind::PlanUnknown, "{}", e.message);
+    let m = refused(&t, ExecMode::Check, STEP, "the file does not exist");
     assert!(
-        e.message
-            .starts_with("fs::chmod: /etc/nginx/nginx.conf does not exist"),
-        "{}",
-        e.message
+        m.starts_with("fs::chmod: /etc/nginx/nginx.conf does not exist"),
+        "{m}"
     );
 }

@@ -17,6 +17,29 @@ const UNIT_SUFFIXES: &[&str] = &[
     ".service", ".socket", ".timer", ".mount", ".path", ".target", ".slice", ".scope",
 ];
 
+/// A function of a unit (`pub fn name(h, name) -> T body`, its docs first) and its host
+/// function `service::name(name)` (its reference docs after, then its effects), which calls
+/// it: the items of every `service::` call on one unit.
+macro_rules! unit_fn {
+    (
+        $(#[doc = $pdoc:literal])*
+        pub fn $name:ident($h:ident, $n:ident) -> $ret:ty $body:block
+        $(#[doc = $doc:literal])*
+        effects = $eff:tt;
+    ) => {
+        $(#[doc = $pdoc])*
+        pub fn $name($h: &mut Host, $n: &str) -> Result<$ret> $body
+
+        host_fn! {
+            $(#[doc = $doc])*
+            #[host(ns = "service", effects = $eff)]
+            fn $name(h: &mut Host, name: S) -> $ret {
+                Ok(super::$name(h, &name)?)
+            }
+        }
+    };
+}
+
 fn check_name(name: &str) -> Result<()> {
     if name.is_empty()
         || name.starts_with('-')
@@ -45,46 +68,38 @@ fn query_ok(h: &Host, args: &[&str]) -> Result<bool> {
     Ok(h.exec_state_query(&argv, &opts)?.ok)
 }
 
-/// `service::is_active(name)`: `systemctl is-active <name>` exits 0.
-///
-/// # Errors
-/// Invalid name; `systemctl` missing or failing to start.
-pub fn is_active(h: &mut Host, name: &str) -> Result<bool> {
-    check_name(name)?;
-    h.flush_daemon_reload()?;
-    if let (Some(a), _) = h.planned_service(name) {
-        return Ok(a);
+unit_fn! {
+    /// `service::is_active(name)`: `systemctl is-active <name>` exits 0.
+    ///
+    /// # Errors
+    /// Invalid name; `systemctl` missing or failing to start.
+    pub fn is_active(h, name) -> bool {
+        check_name(name)?;
+        h.flush_daemon_reload()?;
+        if let (Some(a), _) = h.planned_service(name) {
+            return Ok(a);
+        }
+        query_ok(h, &["is-active", name])
     }
-    query_ok(h, &["is-active", name])
-}
-
-host_fn! {
     /// `systemctl is-active` succeeds.
-    #[host(ns = "service", effects = ReadsHost)]
-    fn is_active(h: &mut Host, name: S) -> bool {
-        Ok(super::is_active(h, &name)?)
-    }
+    effects = ReadsHost;
 }
 
-/// `service::is_enabled(name)`: `systemctl is-enabled <name>` exits 0.
-///
-/// # Errors
-/// As [`is_active`].
-pub fn is_enabled(h: &mut Host, name: &str) -> Result<bool> {
-    check_name(name)?;
-    h.flush_daemon_reload()?;
-    if let (_, Some(e)) = h.planned_service(name) {
-        return Ok(e);
+unit_fn! {
+    /// `service::is_enabled(name)`: `systemctl is-enabled <name>` exits 0.
+    ///
+    /// # Errors
+    /// As [`is_active`].
+    pub fn is_enabled(h, name) -> bool {
+        check_name(name)?;
+        h.flush_daemon_reload()?;
+        if let (_, Some(e)) = h.planned_service(name) {
+            return Ok(e);
+        }
+        query_ok(h, &["is-enabled", name])
     }
-    query_ok(h, &["is-enabled", name])
-}
-
-host_fn! {
     /// `systemctl is-enabled` succeeds.
-    #[host(ns = "service", effects = ReadsHost)]
-    fn is_enabled(h: &mut Host, name: S) -> bool {
-        Ok(super::is_enabled(h, &name)?)
-    }
+    effects = ReadsHost;
 }
 
 fn change(h: &mut Host, name: &str, op: ServiceOp) -> Result<bool> {
@@ -170,68 +185,52 @@ host_fn! {
     }
 }
 
-/// `service::start(name)`: start when not active.
-///
-/// # Errors
-/// Invalid name; `systemctl start` failing (apply).
-pub fn start(h: &mut Host, name: &str) -> Result<bool> {
-    change(h, name, ServiceOp::Start)
-}
-
-host_fn! {
+unit_fn! {
+    /// `service::start(name)`: start when not active.
+    ///
+    /// # Errors
+    /// Invalid name; `systemctl start` failing (apply).
+    pub fn start(h, name) -> bool {
+        change(h, name, ServiceOp::Start)
+    }
     /// Start the unit when it is not active.
-    #[host(ns = "service", effects = [Service])]
-    fn start(h: &mut Host, name: S) -> bool {
-        Ok(super::start(h, &name)?)
+    effects = [Service];
+}
+
+unit_fn! {
+    /// `service::stop(name)`: stop when active.
+    ///
+    /// # Errors
+    /// As [`start`].
+    pub fn stop(h, name) -> bool {
+        change(h, name, ServiceOp::Stop)
     }
-}
-
-/// `service::stop(name)`: stop when active.
-///
-/// # Errors
-/// As [`start`].
-pub fn stop(h: &mut Host, name: &str) -> Result<bool> {
-    change(h, name, ServiceOp::Stop)
-}
-
-host_fn! {
     /// Stop the unit when it is active.
-    #[host(ns = "service", effects = [Service])]
-    fn stop(h: &mut Host, name: S) -> bool {
-        Ok(super::stop(h, &name)?)
+    effects = [Service];
+}
+
+unit_fn! {
+    /// `service::enable(name)`: enable when not enabled.
+    ///
+    /// # Errors
+    /// As [`start`].
+    pub fn enable(h, name) -> bool {
+        change(h, name, ServiceOp::Enable)
     }
-}
-
-/// `service::enable(name)`: enable when not enabled.
-///
-/// # Errors
-/// As [`start`].
-pub fn enable(h: &mut Host, name: &str) -> Result<bool> {
-    change(h, name, ServiceOp::Enable)
-}
-
-host_fn! {
     /// Enable the unit when it is not enabled.
-    #[host(ns = "service", effects = [Service])]
-    fn enable(h: &mut Host, name: S) -> bool {
-        Ok(super::enable(h, &name)?)
+    effects = [Service];
+}
+
+unit_fn! {
+    /// `service::disable(name)`: disable when enabled.
+    ///
+    /// # Errors
+    /// As [`start`].
+    pub fn disable(h, name) -> bool {
+        change(h, name, ServiceOp::Disable)
     }
-}
-
-/// `service::disable(name)`: disable when enabled.
-///
-/// # Errors
-/// As [`start`].
-pub fn disable(h: &mut Host, name: &str) -> Result<bool> {
-    change(h, name, ServiceOp::Disable)
-}
-
-host_fn! {
     /// Disable the unit when it is enabled.
-    #[host(ns = "service", effects = [Service])]
-    fn disable(h: &mut Host, name: S) -> bool {
-        Ok(super::disable(h, &name)?)
-    }
+    effects = [Service];
 }
 
 fn action(h: &mut Host, name: &str, action: ServiceAction) -> Result<()> {
@@ -244,36 +243,28 @@ fn action(h: &mut Host, name: &str, action: ServiceAction) -> Result<()> {
     Ok(())
 }
 
-/// `service::restart(name)`: an action (`systemctl restart`), every time.
-///
-/// # Errors
-/// Invalid name; the command failing (apply).
-pub fn restart(h: &mut Host, name: &str) -> Result<()> {
-    action(h, name, ServiceAction::Restart)
-}
-
-host_fn! {
+unit_fn! {
+    /// `service::restart(name)`: an action (`systemctl restart`), every time.
+    ///
+    /// # Errors
+    /// Invalid name; the command failing (apply).
+    pub fn restart(h, name) -> () {
+        action(h, name, ServiceAction::Restart)
+    }
     /// `systemctl restart`, every time.
-    #[host(ns = "service", effects = [ServiceAction])]
-    fn restart(h: &mut Host, name: S) -> () {
-        Ok(super::restart(h, &name)?)
+    effects = [ServiceAction];
+}
+
+unit_fn! {
+    /// `service::reload(name)`: an action (`systemctl reload`), every time.
+    ///
+    /// # Errors
+    /// As [`restart`].
+    pub fn reload(h, name) -> () {
+        action(h, name, ServiceAction::Reload)
     }
-}
-
-/// `service::reload(name)`: an action (`systemctl reload`), every time.
-///
-/// # Errors
-/// As [`restart`].
-pub fn reload(h: &mut Host, name: &str) -> Result<()> {
-    action(h, name, ServiceAction::Reload)
-}
-
-host_fn! {
     /// `systemctl reload`, every time.
-    #[host(ns = "service", effects = [ServiceAction])]
-    fn reload(h: &mut Host, name: S) -> () {
-        Ok(super::reload(h, &name)?)
-    }
+    effects = [ServiceAction];
 }
 
 /// `service::daemon_reload()`: an action (`systemctl daemon-reload`), every time; it also

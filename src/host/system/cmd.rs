@@ -513,6 +513,8 @@ mod tests {
     use crate::host::ExecMode;
     use crate::host::testutil::TestHost;
     use crate::process::{Cancel, CancelReason};
+    // A chrooted root with `/bin/sh` and `useradd`/`id` stubs over `/users`.
+    use crate::script::host_api::tests::users_root;
 
     /// A session whose commands run unchrooted (the machine's own bash, sleep, yes).
     fn host(t: &TestHost, cancel: Option<Cancel>) -> Host {
@@ -612,19 +614,6 @@ mod tests {
 
     fn argv(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
-    }
-
-    /// A chrooted root with `/bin/sh`, a `useradd` stub appending to `/users` and an `id`
-    /// stub that succeeds for a listed user.
-    fn users_root() -> TestHost {
-        let t = TestHost::new();
-        t.install_sh();
-        t.stub("useradd", "echo \"$1\" >> /users");
-        t.stub(
-            "id",
-            "[ -e /users ] || exit 1\nwhile read u; do [ \"$u\" = \"$1\" ] && exit 0; done < /users\nexit 1",
-        );
-        t
     }
 
     fn useradd(h: &mut Host) -> CmdOutput {

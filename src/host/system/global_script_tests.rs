@@ -51,12 +51,7 @@ pub(crate) mod tests {
             "[0, \"\", \"\", true, true]\n[0, true, \"out-q\\n\", true]\n"
         );
         assert_eq!(t.calls(), vec!["hello q"]);
-        let actions: Vec<&str> = p
-            .report
-            .actions
-            .iter()
-            .map(|a| a.summary.as_str())
-            .collect();
+        let actions: Vec<&str> = p.report.action_summaries();
         assert_eq!(actions.len(), 3, "{actions:?}");
         assert!(p.report.changes.is_empty());
         t.clear_calls();

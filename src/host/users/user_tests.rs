@@ -356,7 +356,7 @@ fn plan_resolves_the_planned_user_for_chown_and_write() {
     let red = h.redactor().clone();
     let rep = h.finish().unwrap();
     assert_eq!(snapshot(&t), before);
-    let summaries: Vec<&str> = rep.changes.iter().map(|c| c.summary.as_str()).collect();
+    let summaries: Vec<&str> = rep.change_summaries();
     assert_eq!(
         summaries,
         vec![

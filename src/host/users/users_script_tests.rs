@@ -58,11 +58,7 @@ pub(crate) mod tests {
                 .is_empty()
         );
         assert_eq!(
-            report
-                .changes
-                .iter()
-                .map(|c| c.summary.as_str())
-                .collect::<Vec<_>>(),
+            report.change_summaries(),
             vec![
                 "update /etc/group",
                 "update /etc/passwd",

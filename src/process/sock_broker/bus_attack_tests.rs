@@ -8,11 +8,12 @@
 use std::io::{Read as _, Write as _};
 use std::os::fd::AsRawFd as _;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::tests::{
-    accept_within, allowing, dir, listening, peer, runnable, sandboxed_both, system_bus,
+    accept_within, allowing, assert_connector_gone, dir, listening_in, peer, proc_status,
+    sandboxed_both, server_pid, test_bus,
 };
 use crate::process::dbus_filter::Encoder;
 use crate::process::sandbox::{Limits, QueryUsers};
@@ -134,15 +135,41 @@ fn auto_plan(slot: usize, sock: &Path) -> Limits {
 /// its argument; the bus is stopped when the plan is over. `None` when the test cannot run
 /// here (not root, no `python3` or no `dbus-daemon`: skipped as those say).
 fn query_at_a_bus(slot: usize, script: &str) -> Option<(String, String)> {
-    if !runnable() || !python() {
+    if !python() {
         return None;
     }
-    let d = dir(false);
-    let (mut daemon, sock) = system_bus(d.path())?;
-    let out = query(auto_plan(slot, &sock), script, &[sock.to_str().unwrap()]);
-    let _ = daemon.kill();
-    let _ = daemon.wait();
-    Some(out)
+    let (_d, bus) = test_bus()?;
+    Some(query_at(slot, &bus.sock, script))
+}
+
+/// `script` run as [`query`] in a plan of `auto`'s slot `slot` whose only allowed socket is
+/// `sock`, with `sock`'s path as its argument.
+fn query_at(slot: usize, sock: &Path, script: &str) -> (String, String) {
+    query(auto_plan(slot, sock), script, &[sock.to_str().unwrap()])
+}
+
+/// Where the test can run (root, `python3`): the test's listener acting as a system bus
+/// (a socket named `system_bus_socket` in a fresh directory); None (the test returns)
+/// elsewhere.
+fn fake_bus() -> Option<(tempfile::TempDir, PathBuf, std::os::unix::net::UnixListener)> {
+    if !python() {
+        return None;
+    }
+    listening_in(false, "system_bus_socket")
+}
+
+/// The bus's `OK` to a client's `AUTH`, with a server GUID.
+const BUS_OK: &[u8] = b"OK 0123456789abcdef0123456789abcdef\r\n";
+
+/// Acts as the bus on `c` (blocking, reads time out after 20 s) until the client's first
+/// SASL line: the NUL, then that line.
+fn bus_reads_claim(c: &mut UnixStream) -> String {
+    c.set_nonblocking(false).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut nul = [1u8; 1];
+    c.read_exact(&mut nul).unwrap();
+    assert_eq!(nul, [0]);
+    bus_line(c)
 }
 
 /// One `\r\n` line from the bus's side of a connection.
@@ -163,20 +190,10 @@ fn bus_line(c: &mut UnixStream) -> String {
 /// Acts as the bus on `c` up to the client's `Hello`, as `dbus-daemon` would: the NUL,
 /// `OK` to an `AUTH`, then after `BEGIN` a return of the `Hello`. The SASL lines it got.
 fn bus_side_until_hello(c: &mut UnixStream) -> Vec<String> {
-    c.set_nonblocking(false).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut nul = [1u8; 1];
-    c.read_exact(&mut nul).unwrap();
-    assert_eq!(nul, [0]);
-    let mut lines = Vec::new();
-    loop {
-        let l = bus_line(c);
-        lines.push(l.clone());
-        if l == "BEGIN" {
-            break;
-        }
-        c.write_all(b"OK 0123456789abcdef0123456789abcdef\r\n")
-            .unwrap();
+    let mut lines = vec![bus_reads_claim(c)];
+    while lines.last().unwrap() != "BEGIN" {
+        c.write_all(BUS_OK).unwrap();
+        lines.push(bus_line(c));
     }
     let mut fixed = [0u8; 16];
     c.read_exact(&mut fixed).unwrap();
@@ -255,17 +272,15 @@ print("in flight after %d bytes" % sent)
 /// for good (every later plan's bus `connect` refused).
 #[test]
 fn a_query_keeping_its_end_in_flight_holds_no_bus_connection_past_its_plan() {
-    if !runnable() || !python() {
+    let Some((_d, sock, l)) = fake_bus() else {
         return;
-    }
-    let d = dir(false);
-    let (sock, l) = listening(d.path(), "system_bus_socket");
+    };
     let bus = std::thread::spawn(move || {
         let mut c = accept_within(&l, 20_000).expect("the query's bus connection");
         let lines = bus_side_until_hello(&mut c);
         (c, lines)
     });
-    let (out, err) = query(auto_plan(11, &sock), IN_FLIGHT, &[sock.to_str().unwrap()]);
+    let (out, err) = query_at(11, &sock, IN_FLIGHT);
     let (mut c, lines) = bus.join().unwrap();
     assert!(out.starts_with("in flight"), "{out} {err}");
     assert_eq!(
@@ -345,8 +360,7 @@ fn every_sasl_variant_is_the_bus_user_or_refused_at_the_reference_dbus_daemon() 
     let results: std::collections::BTreeMap<&str, &str> =
         out.lines().filter_map(|l| l.split_once(':')).collect();
     assert_eq!(results.len(), 18, "{out} {err}");
-    // SAFETY: getpid(2) has no preconditions.
-    let server = unsafe { libc::getpid() };
+    let server = server_pid();
     for (name, got) in &results {
         if *got == "closed" {
             continue;
@@ -483,7 +497,7 @@ fn stalled_connections_fill_the_plans_bound_and_closed_ones_give_their_place_bac
             .replace("retries=0", &format!("retries={}", retries(&out))),
         "{err}"
     );
-    assert_connector_gone(pid);
+    assert_connector_gone(pid, "bus connector");
 }
 
 /// The `retries=N` the [`BOUND`] query printed (a count, bounded by the script).
@@ -495,7 +509,7 @@ fn retries(out: &str) -> String {
 }
 
 /// `out` without its `pid=N` line, and N (the bus connector's pid, as the bus saw it).
-fn connector_pid(out: &str) -> (String, u32) {
+fn connector_pid(out: &str) -> (String, i32) {
     let pid = out
         .lines()
         .find_map(|l| l.strip_prefix("pid="))
@@ -507,21 +521,6 @@ fn connector_pid(out: &str) -> (String, u32) {
         .map(|l| format!("{l}\n"))
         .collect();
     (rest, pid)
-}
-
-/// The plan is over: its bus connector `pid` (a process of uid 65534, the server's child)
-/// is gone, reaped (no zombie, no orphan).
-fn assert_connector_gone(pid: u32) {
-    // SAFETY: getpid(2) has no preconditions.
-    assert_ne!(
-        pid,
-        unsafe { libc::getpid() } as u32,
-        "the bus's peer is the server"
-    );
-    assert!(
-        !Path::new(&format!("/proc/{pid}")).exists(),
-        "the bus connector {pid} outlived its plan"
-    );
 }
 
 /// The query: a first bus connection waits in SASL (the test, having its claim, kills the
@@ -542,20 +541,14 @@ for name in ("second", "third"):
 /// by a new connector of the bus user; the broker is not wedged and the plan ends.
 #[test]
 fn a_killed_bus_connector_fails_one_connect_and_is_forked_anew() {
-    if !runnable() || !python() {
+    let Some((_d, sock, l)) = fake_bus() else {
         return;
-    }
-    let d = dir(false);
-    let (sock, l) = listening(d.path(), "system_bus_socket");
+    };
     let bus = std::thread::spawn(move || {
         let mut c1 = accept_within(&l, 20_000).expect("the first connection");
-        c1.set_nonblocking(false).unwrap();
-        c1.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         // The filter has the connection once its claim is here (killed before it sent the
         // connection to the broker, the connector would fail the first `connect` instead).
-        let mut nul = [1u8];
-        c1.read_exact(&mut nul).unwrap();
-        let claim = bus_line(&mut c1);
+        let claim = bus_reads_claim(&mut c1);
         let first = peer(&c1);
         // SAFETY: pidfd_open, kill and poll of the connector's pid.
         unsafe {
@@ -574,8 +567,7 @@ fn a_killed_bus_connector_fails_one_connect_and_is_forked_anew() {
             );
             libc::close(pidfd);
         }
-        c1.write_all(b"OK 0123456789abcdef0123456789abcdef\r\n")
-            .unwrap();
+        c1.write_all(BUS_OK).unwrap();
         // The second `connect` was answered before the third was made: whatever reached
         // the bus for it is queued by the time the third's connection is.
         let third = accept_within(&l, 10_000).expect("the third connection");
@@ -585,7 +577,7 @@ fn a_killed_bus_connector_fails_one_connect_and_is_forked_anew() {
             .collect();
         (first, claim, later, c1)
     });
-    let (out, err) = query(auto_plan(14, &sock), AFTER_KILL, &[sock.to_str().unwrap()]);
+    let (out, err) = query_at(14, &sock, AFTER_KILL);
     let (first, claim, later, _c1) = bus.join().unwrap();
     assert_eq!(claim, "AUTH EXTERNAL 3635353334");
     assert_eq!(out, "first=OK\nsecond=ECONNREFUSED\nthird=ok\n", "{err}");
@@ -596,10 +588,7 @@ fn a_killed_bus_connector_fails_one_connect_and_is_forked_anew() {
     );
     assert_eq!((first.uid, later[0].uid), (65534, 65534));
     assert_ne!(later[0].pid, first.pid, "the new connector");
-    assert!(
-        !Path::new(&format!("/proc/{}", later[0].pid)).exists(),
-        "the new connector outlived its plan"
-    );
+    assert_connector_gone(later[0].pid, "new connector");
 }
 
 /// The query's ways to the bus socket (argv 1) other than its path: a symlink it makes,
@@ -637,11 +626,9 @@ for name, path in ways:
 /// and an abstract name reach nothing.
 #[test]
 fn every_path_to_the_bus_socket_goes_through_the_filter_as_the_bus_user() {
-    if !runnable() || !python() {
+    let Some((_d, sock, l)) = fake_bus() else {
         return;
-    }
-    let d = dir(false);
-    let (sock, l) = listening(d.path(), "system_bus_socket");
+    };
     let writable = dir(true);
     let (out, err) = query(
         auto_plan(15, &sock),
@@ -663,8 +650,7 @@ fn every_path_to_the_bus_socket_goes_through_the_filter_as_the_bus_user() {
         reached,
         "connections that reached the bus: {out}"
     );
-    // SAFETY: getpid(2) has no preconditions.
-    let server = unsafe { libc::getpid() };
+    let server = server_pid();
     for mut c in conns {
         let cred = peer(&c);
         assert_eq!(cred.uid, 65534, "the bus's peer");
@@ -692,11 +678,9 @@ fn every_path_to_the_bus_socket_goes_through_the_filter_as_the_bus_user() {
 /// its channel) and is the bus user with no group, no capability, `no_new_privs`.
 #[test]
 fn a_host_process_of_the_bus_user_cannot_read_or_trace_the_bus_connector() {
-    if !runnable() || !python() {
+    let Some((_d, sock, l)) = fake_bus() else {
         return;
-    }
-    let d = dir(false);
-    let (sock, l) = listening(d.path(), "system_bus_socket");
+    };
     let bus = std::thread::spawn(move || {
         let mut c = accept_within(&l, 20_000).expect("the query's connection");
         let pid = peer(&c).pid;
@@ -713,30 +697,19 @@ fn a_host_process_of_the_bus_user_cannot_read_or_trace_the_bus_connector() {
                 }
             })
             .collect();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let status: Vec<String> = status
-            .lines()
-            .filter(|l| {
-                [
-                    "Uid:",
-                    "Gid:",
-                    "Groups:",
-                    "CapEff:",
-                    "CapPrm:",
-                    "NoNewPrivs:",
-                ]
-                .iter()
-                .any(|k| l.starts_with(k))
-            })
-            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-            .collect();
-        c.set_nonblocking(false).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut nul = [1u8];
-        c.read_exact(&mut nul).unwrap();
-        let _ = bus_line(&mut c);
-        c.write_all(b"OK 0123456789abcdef0123456789abcdef\r\n")
-            .unwrap();
+        let status = proc_status(
+            pid,
+            &[
+                "Uid:",
+                "Gid:",
+                "Groups:",
+                "CapEff:",
+                "CapPrm:",
+                "NoNewPrivs:",
+            ],
+        );
+        let _ = bus_reads_claim(&mut c);
+        c.write_all(BUS_OK).unwrap();
         (pid, probed, fds, status)
     });
     let script = r#"
@@ -744,7 +717,7 @@ s = connect_to(sys.argv[1])
 s.sendall(b"\0AUTH EXTERNAL " + own_hex().encode() + b"\r\n")
 print(line(s).split(" ")[0])
 "#;
-    let (out, err) = query(auto_plan(16, &sock), script, &[sock.to_str().unwrap()]);
+    let (out, err) = query_at(16, &sock, script);
     let (pid, probed, mut fds, status) = bus.join().unwrap();
     assert_eq!(out, "OK\n", "{err}");
     fds.sort();
@@ -913,5 +886,5 @@ fn queries_killed_mid_connect_leave_no_place_taken() {
     };
     let (out, pid) = connector_pid(&out);
     assert_eq!(out, "ninth=ECONNREFUSED\nheld=8\n", "{err}");
-    assert_connector_gone(pid);
+    assert_connector_gone(pid, "bus connector");
 }

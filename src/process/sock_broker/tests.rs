@@ -40,11 +40,7 @@ pub(super) fn sandboxed_both(limits: Limits, program: &str, args: &[&str]) -> (S
         ..Spec::default()
     };
     std::thread::spawn(move || {
-        // SAFETY: unshare on this thread only (its filesystem context and mounts).
-        assert_eq!(
-            unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) },
-            0
-        );
+        crate::process::sandbox::tests::unshare_mounts();
         let sb = sandbox::start(&limits).unwrap();
         sb.enter().unwrap();
         assert_eq!(sb.sandbox().sockets_brokered(), limits.unix_sockets);
@@ -60,8 +56,51 @@ pub(super) fn sandboxed_both(limits: Limits, program: &str, args: &[&str]) -> (S
     .unwrap()
 }
 
-fn perl(limits: Limits, code: &str) -> String {
-    sandboxed(limits, "/usr/bin/perl", &["-e", code])
+/// Perl `code` with `args` in a sandbox of `limits`, as [`sandboxed`]: its standard output.
+fn perl(limits: Limits, code: &str, args: &[&str]) -> String {
+    let mut all = vec!["-e", code];
+    all.extend_from_slice(args);
+    sandboxed(limits, "/usr/bin/perl", &all)
+}
+
+/// Where the test can run ([`runnable`]): a fresh directory ([`dir`]) and a socket `name`
+/// listening in it ([`listening`]); None (the test returns) elsewhere.
+pub(super) fn listening_in(
+    writable: bool,
+    name: &str,
+) -> Option<(tempfile::TempDir, PathBuf, UnixListener)> {
+    if !runnable() {
+        return None;
+    }
+    let d = dir(writable);
+    let (path, l) = listening(d.path(), name);
+    Some((d, path, l))
+}
+
+/// This process's pid (the server's, as a peer would see it).
+pub(super) fn server_pid() -> i32 {
+    // SAFETY: getpid(2) has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+/// The plan is over: the connector `pid` that was a listener's peer (`what` names it) is
+/// not the server, and is gone (reaped: no zombie, no orphan).
+pub(super) fn assert_connector_gone(pid: i32, what: &str) {
+    assert_ne!(pid, server_pid(), "the peer of the {what} is the server");
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the {what} {pid} outlived its plan"
+    );
+}
+
+/// The lines of `/proc/<pid>/status` that start with one of `keys`, each with its blanks
+/// squeezed to one space.
+pub(super) fn proc_status(pid: i32, keys: &[&str]) -> Vec<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .filter(|l| keys.iter().any(|k| l.starts_with(k)))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
 }
 
 /// A directory the query user may enter (0755; 0777 with `writable`) and a Unix stream
@@ -136,11 +175,9 @@ pub(super) fn peer(c: &UnixStream) -> libc::ucred {
 /// 0644: `EACCES`, as the kernel answers a user who may not write it).
 #[test]
 fn a_query_cannot_connect_to_a_world_writable_socket_that_is_not_allowed() {
-    if !runnable() {
+    let Some((d, path, l)) = listening_in(false, "open.sock") else {
         return;
-    }
-    let d = dir(false);
-    let (path, l) = listening(d.path(), "open.sock");
+    };
     let (allowed, _al) = listening(d.path(), "allowed.sock");
     let code = r#"
         for my $p (@ARGV) {
@@ -148,16 +185,10 @@ fn a_query_cannot_connect_to_a_world_writable_socket_that_is_not_allowed() {
             socket(my $s, 1, 1, 0) or die "socket: $!\n";
             print connect($s, pack("S a108", 1, $p)) ? "connected " : "$! ";
         }"#;
-    let out = sandboxed(
+    let out = perl(
         allowing(&[&allowed]),
-        "/usr/bin/perl",
-        &[
-            "-e",
-            code,
-            path.to_str().unwrap(),
-            "@abstract",
-            "/etc/passwd",
-        ],
+        code,
+        &[path.to_str().unwrap(), "@abstract", "/etc/passwd"],
     );
     assert_eq!(
         out, "Permission denied Connection refused Permission denied ",
@@ -173,11 +204,9 @@ fn a_query_cannot_connect_to_a_world_writable_socket_that_is_not_allowed() {
 /// the connector is gone once the plan is.
 #[test]
 fn an_allowed_socket_is_reached_as_the_query_user() {
-    if !runnable() {
+    let Some((d, path, l)) = listening_in(true, "bus.sock") else {
         return;
-    }
-    let d = dir(true);
-    let (path, l) = listening(d.path(), "bus.sock");
+    };
     let code = r#"
         use Fcntl;
         my ($p, $dir) = @ARGV;
@@ -200,15 +229,10 @@ fn an_allowed_socket_is_reached_as_the_query_user() {
         query_user: QueryUsers::Auto.for_slot(3),
         ..allowing(&[&path])
     };
-    let out = sandboxed(
+    let out = perl(
         limits,
-        "/usr/bin/perl",
-        &[
-            "-e",
-            code,
-            path.to_str().unwrap(),
-            d.path().to_str().unwrap(),
-        ],
+        code,
+        &[path.to_str().unwrap(), d.path().to_str().unwrap()],
     );
     assert_eq!(
         out, "blocking nonblocking nb=1 cloexec=1 relative symlink",
@@ -226,17 +250,7 @@ fn an_allowed_socket_is_reached_as_the_query_user() {
             cred.uid,
             cred.gid
         );
-        // SAFETY: getpid(2) has no preconditions.
-        assert_ne!(
-            cred.pid,
-            unsafe { libc::getpid() },
-            "the peer is the server"
-        );
-        assert!(
-            !Path::new(&format!("/proc/{}", cred.pid)).exists(),
-            "the connector {} outlived its plan",
-            cred.pid
-        );
+        assert_connector_gone(cred.pid, "connector");
         let mut got = String::new();
         c.set_nonblocking(false).unwrap();
         c.read_to_string(&mut got).unwrap();
@@ -248,38 +262,21 @@ fn an_allowed_socket_is_reached_as_the_query_user() {
 /// pid while the plan runs (real, effective, saved and filesystem ids; groups; not root).
 #[test]
 fn the_connectors_proc_status_is_the_query_users() {
-    if !runnable() {
+    let Some((_d, path, l)) = listening_in(false, "bus.sock") else {
         return;
-    }
-    let d = dir(false);
-    let (path, l) = listening(d.path(), "bus.sock");
+    };
     let l2 = l.try_clone().unwrap();
     let status = std::thread::spawn(move || {
         let c = accept_within(&l2, 10_000)?;
-        let pid = peer(&c).pid;
-        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        Some(
-            s.lines()
-                .filter(|l| {
-                    ["Uid:", "Gid:", "Groups:", "CapEff:"]
-                        .iter()
-                        .any(|k| l.starts_with(k))
-                })
-                .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        )
+        let status = proc_status(peer(&c).pid, &["Uid:", "Gid:", "Groups:", "CapEff:"]);
+        Some(status.join("\n"))
     });
     let code = r#"
         socket(my $s, 1, 1, 0) or die "socket: $!\n";
         connect($s, pack("S a108", 1, $ARGV[0])) or die "connect: $!\n";
         sysread($s, my $x, 1);
         print "done";"#;
-    let out = sandboxed(
-        allowing(&[&path]),
-        "/usr/bin/perl",
-        &["-e", code, path.to_str().unwrap()],
-    );
+    let out = perl(allowing(&[&path]), code, &[path.to_str().unwrap()]);
     let q = sandbox::AUTO_BASE;
     assert_eq!(
         status.join().unwrap().unwrap_or_default(),
@@ -313,11 +310,7 @@ fn a_query_gets_no_datagram_unix_socket_and_a_stream_socket_sends_to_no_address(
         socket(my $s, 1, 1, 0) or die "socket: $!\n";
         print "sendto=", (defined(send($s, "<13>evil", 0, $to)) ? "SENT" : "$!");
     "#;
-    let out = sandboxed(
-        Limits::default(),
-        "/usr/bin/perl",
-        &["-e", code, log.to_str().unwrap()],
-    );
+    let out = perl(Limits::default(), code, &[log.to_str().unwrap()]);
     assert_eq!(
         out,
         "dgram=Operation not permitted seqpacket=Operation not permitted \
@@ -351,7 +344,7 @@ fn a_querys_tcp_connect_on_its_own_loopback_works() {
         print connect($r, pack_sockaddr_in(1, inet_aton("127.0.0.1"))) ? "closed-port=CONNECTED" : "closed-port=$!";
     "#;
     assert_eq!(
-        perl(Limits::default(), code),
+        perl(Limits::default(), code, &[]),
         "tcp=connected closed-port=Connection refused"
     );
 }
@@ -360,22 +353,16 @@ fn a_querys_tcp_connect_on_its_own_loopback_works() {
 /// is made (`EPERM`), nothing reaches the listener.
 #[test]
 fn with_unix_sockets_denied_an_allowed_socket_is_not_reached() {
-    if !runnable() {
+    let Some((_d, path, l)) = listening_in(false, "bus.sock") else {
         return;
-    }
-    let d = dir(false);
-    let (path, l) = listening(d.path(), "bus.sock");
+    };
     let limits = Limits {
         unix_sockets: false,
         ..allowing(&[&path])
     };
     let code = r#"
         print socket(my $s, 1, 1, 0) ? (connect($s, pack("S a108", 1, $ARGV[0])) ? "CONNECTED" : "$!") : "socket: $!";"#;
-    let out = sandboxed(
-        limits,
-        "/usr/bin/perl",
-        &["-e", code, path.to_str().unwrap()],
-    );
+    let out = perl(limits, code, &[path.to_str().unwrap()]);
     assert_eq!(out, "socket: Operation not permitted");
     assert_eq!(accepted(&l).len(), 0);
 }
@@ -388,11 +375,12 @@ fn with_unix_sockets_denied_an_allowed_socket_is_not_reached() {
 /// rewrite between its check and its use would reach the other.)
 #[test]
 fn a_query_rewriting_its_address_or_a_symlink_reaches_no_other_socket() {
-    if !runnable() || !Path::new("/usr/bin/cc").exists() {
+    if !Path::new("/usr/bin/cc").exists() {
         return;
     }
-    let d = dir(true);
-    let (allowed, al) = listening(d.path(), "bus.sock");
+    let Some((d, allowed, al)) = listening_in(true, "bus.sock") else {
+        return;
+    };
     let (other, ol) = listening(d.path(), "evil.sock");
     let src = d.path().join("race.c");
     std::fs::write(&src, RACE_C).unwrap();
@@ -452,8 +440,9 @@ fn a_query_rewriting_its_address_or_a_symlink_reaches_no_other_socket() {
 /// A private `dbus-daemon` of the test's in `d`, a system bus (`<type>system</type>`, the
 /// reference daemon's system-bus checks) listening on `d/system_bus_socket` (the name the
 /// broker filters), every user allowed; `None` (skipped, or failed under
-/// `SKYHOOK_REQUIRE_ALL=1`) without `dbus-daemon`, `dbus-send` and `busctl`.
-pub(super) fn system_bus(d: &Path) -> Option<(std::process::Child, PathBuf)> {
+/// `SKYHOOK_REQUIRE_ALL=1`) without `dbus-daemon`, `dbus-send` and `busctl`. The daemon is
+/// killed when the [`Bus`] is dropped.
+pub(super) fn system_bus(d: &Path) -> Option<Bus> {
     for tool in [
         "/usr/bin/dbus-daemon",
         "/usr/bin/dbus-send",
@@ -503,7 +492,31 @@ pub(super) fn system_bus(d: &Path) -> Option<(std::process::Child, PathBuf)> {
     )
     .unwrap();
     assert!(line.starts_with("unix:path="), "dbus-daemon: {line:?}");
-    Some((daemon, sock))
+    Some(Bus { daemon, sock })
+}
+
+/// A running [`system_bus`]: the daemon (killed and reaped on drop) and its socket.
+pub(super) struct Bus {
+    daemon: std::process::Child,
+    pub(super) sock: PathBuf,
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+    }
+}
+
+/// Where the test can run ([`runnable`], [`system_bus`]): a directory and a system bus
+/// listening in it.
+pub(super) fn test_bus() -> Option<(tempfile::TempDir, Bus)> {
+    if !runnable() {
+        return None;
+    }
+    let d = dir(false);
+    let bus = system_bus(d.path())?;
+    Some((d, bus))
 }
 
 /// `dbus-send`'s arguments for the bus's `GetId` on `sock`.
@@ -527,18 +540,15 @@ fn get_id(sock: &Path) -> Vec<String> {
 /// rewritten.
 #[test]
 fn a_query_talks_to_an_allowed_dbus_daemon_as_itself() {
-    if !runnable() {
-        return;
-    }
-    let d = dir(false);
-    let Some((mut daemon, sock)) = system_bus(d.path()) else {
+    let Some((_d, bus)) = test_bus() else {
         return;
     };
-    let args = get_id(&sock);
+    let sock = &bus.sock;
+    let args = get_id(sock);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let nobody = Limits {
         query_user: sandbox::QueryUser::NOBODY,
-        ..allowing(&[&sock])
+        ..allowing(&[sock])
     };
     let (allowed, why) = sandboxed_both(nobody.clone(), "/usr/bin/dbus-send", &args);
     let (refused, said) = sandboxed_both(Limits::default(), "/usr/bin/dbus-send", &args);
@@ -553,8 +563,7 @@ fn a_query_talks_to_an_allowed_dbus_daemon_as_itself() {
         "uint32:0",
     ];
     let (_, started) = sandboxed_both(nobody, "/usr/bin/dbus-send", &start);
-    let _ = daemon.kill();
-    let _ = daemon.wait();
+    drop(bus);
     eprintln!("dbus-send through the broker: {}", allowed.trim());
     assert!(
         allowed.contains("method return") && allowed.contains("string \""),
@@ -576,18 +585,15 @@ fn a_query_talks_to_an_allowed_dbus_daemon_as_itself() {
 /// `AUTH EXTERNAL`, then an empty `DATA`, the bus taking the peer's uid).
 #[test]
 fn a_query_of_an_auto_user_reaches_the_reference_dbus_daemon_as_the_bus_user() {
-    if !runnable() {
-        return;
-    }
-    let d = dir(false);
-    let Some((mut daemon, sock)) = system_bus(d.path()) else {
+    let Some((_d, bus)) = test_bus() else {
         return;
     };
+    let sock = &bus.sock;
     let limits = Limits {
         query_user: QueryUsers::Auto.for_slot(5),
-        ..allowing(&[&sock])
+        ..allowing(&[sock])
     };
-    let args = get_id(&sock);
+    let args = get_id(sock);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (got, why) = sandboxed_both(limits.clone(), "/usr/bin/dbus-send", &args);
     let address = format!("--address=unix:path={}", sock.display());
@@ -603,8 +609,7 @@ fn a_query_of_an_auto_user_reaches_the_reference_dbus_daemon_as_the_bus_user() {
             "GetId",
         ],
     );
-    let _ = daemon.kill();
-    let _ = daemon.wait();
+    drop(bus);
     assert!(
         got.contains("method return") && got.contains("string \""),
         "dbus-send as query user {}: {got:?} {why:?}",
@@ -621,11 +626,9 @@ fn a_query_of_an_auto_user_reaches_the_reference_dbus_daemon_as_the_bus_user() {
 /// and is gone once the plan is.
 #[test]
 fn a_plan_holds_no_more_bus_connections_than_its_bound() {
-    if !runnable() {
+    let Some((_d, sock, l)) = listening_in(false, "system_bus_socket") else {
         return;
-    }
-    let d = dir(false);
-    let (sock, l) = listening(d.path(), "system_bus_socket");
+    };
     let code = r#"
         my @held;
         for my $i (1 .. $ARGV[1]) {
@@ -634,10 +637,10 @@ fn a_plan_holds_no_more_bus_connections_than_its_bound() {
             push @held, $s;
         }"#;
     let bound = 8;
-    let out = sandboxed(
+    let out = perl(
         allowing(&[&sock]),
-        "/usr/bin/perl",
-        &["-e", code, sock.to_str().unwrap(), &(bound + 1).to_string()],
+        code,
+        &[sock.to_str().unwrap(), &(bound + 1).to_string()],
     );
     assert_eq!(
         out,
@@ -650,17 +653,7 @@ fn a_plan_holds_no_more_bus_connections_than_its_bound() {
     for c in &conns {
         let cred = peer(c);
         assert_eq!((cred.uid, cred.gid), (65534, 65534), "the bus's peer");
-        // SAFETY: getpid(2) has no preconditions.
-        assert_ne!(
-            cred.pid,
-            unsafe { libc::getpid() },
-            "the peer is the server"
-        );
-        assert!(
-            !Path::new(&format!("/proc/{}", cred.pid)).exists(),
-            "the bus connector {} outlived its plan",
-            cred.pid
-        );
+        assert_connector_gone(cred.pid, "bus connector");
     }
 }
 

@@ -90,6 +90,39 @@ pub(crate) fn run(t: &TestHost, mode: ExecMode, src: &str) -> Ran {
     run_with(t, mode, src, opts_for(t))
 }
 
+/// [`opts_for`] `t`, the secret `db` allowed.
+fn opts_with_db_secret(t: &TestHost) -> HostOptions {
+    let mut o = opts_for(t);
+    o.allowed_secrets = vec!["db".into()];
+    o
+}
+
+/// The agent-side directory `rel` of `t` (beside the root: configMaps, node metadata,
+/// secrets), made if missing.
+fn agent_dir(t: &TestHost, rel: &str) -> PathBuf {
+    let d = t.dir.path().join(rel);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Assert each (mode, script, error) run on `t` with `o` fails with exactly that error.
+fn assert_errors(t: &TestHost, o: &HostOptions, cases: &[(ExecMode, &str, &str)]) {
+    for (mode, src, want) in cases {
+        let r = run_with(t, *mode, src, o.clone());
+        assert_eq!(r.error(), *want, "{mode:?} {src}");
+    }
+}
+
+/// The crate's directory, where the docs and fixtures are.
+fn manifest() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Whether generated docs are to be rewritten (`SKYHOOK_UPDATE_DOCS=1`) rather than checked.
+fn updating_docs() -> bool {
+    std::env::var_os("SKYHOOK_UPDATE_DOCS").is_some_and(|v| v == "1")
+}
+
 pub(crate) fn snapshot(t: &TestHost) -> std::collections::BTreeMap<PathBuf, String> {
     let mut m = tree(&t.root);
     m.remove(Path::new("stub.log"));
@@ -148,19 +181,32 @@ pub(crate) fn all_modes(t: &TestHost, calls: &[&str]) -> Report {
 #[test]
 fn errors_carry_position_path_and_function() {
     let t = TestHost::new();
-    let r = run(
+    assert_errors(
         &t,
-        ExecMode::Apply,
-        "let x = 1;\nlet y = fs::read(\"/etc/missing\");\n",
-    );
-    assert_eq!(
-        r.error(),
-        "main.rhai:2:13: fs::read: /etc/missing does not exist"
-    );
-    let r = run(&t, ExecMode::Plan, "\n  fs::write(\"etc/x\", \"\");");
-    assert_eq!(
-        r.error(),
-        "main.rhai:2:7: fs::write: paths must be absolute: \"etc/x\""
+        &opts_for(&t),
+        &[
+            (
+                ExecMode::Apply,
+                "let x = 1;\nlet y = fs::read(\"/etc/missing\");\n",
+                "main.rhai:2:13: fs::read: /etc/missing does not exist",
+            ),
+            (
+                ExecMode::Plan,
+                "\n  fs::write(\"etc/x\", \"\");",
+                "main.rhai:2:7: fs::write: paths must be absolute: \"etc/x\"",
+            ),
+            // Argument errors name the option.
+            (
+                ExecMode::Apply,
+                r#"fs::write("/x", "", #{mod: 1})"#,
+                "main.rhai:1:5: fs::write: unknown option \"mod\" (expected one of: mode, owner, group)",
+            ),
+            (
+                ExecMode::Apply,
+                r#"fs::ensure_line("/x", "l", #{create: false})"#,
+                "main.rhai:1:5: fs::ensure_line: /x does not exist",
+            ),
+        ],
     );
     // Catchable, and the message is the value caught.
     let r = run(
@@ -170,26 +216,11 @@ fn errors_carry_position_path_and_function() {
     )
     .ok();
     assert_eq!(r.stdout(), "fs::list: paths must be absolute: \"rel\"\n");
-    // Argument errors name the option.
-    let r = run(&t, ExecMode::Apply, r#"fs::write("/x", "", #{mod: 1})"#);
-    assert_eq!(
-        r.error(),
-        "main.rhai:1:5: fs::write: unknown option \"mod\" (expected one of: mode, owner, group)"
-    );
     let r = run(&t, ExecMode::Apply, r#"fs::chmod("/x", "rw")"#);
     assert!(
         r.error().contains("mode must be an integer"),
         "{}",
         r.error()
-    );
-    let r = run(
-        &t,
-        ExecMode::Apply,
-        r#"fs::ensure_line("/x", "l", #{create: false})"#,
-    );
-    assert_eq!(
-        r.error(),
-        "main.rhai:1:5: fs::ensure_line: /x does not exist"
     );
 }
 
@@ -217,35 +248,29 @@ fn whole_file_reads_refuse_fifos_devices_and_huge_files() {
         nix::sys::stat::makedev(1, 5),
     )
     .is_ok();
-    let cm = t.dir.path().join("configmaps");
-    std::fs::create_dir_all(&cm).unwrap();
-    mkfifo(&cm.join("fifo"));
-    let md = t.dir.path().join("node-metadata");
-    std::fs::create_dir_all(&md).unwrap();
-    mkfifo(&md.join("labels.json"));
-    let sd = t.dir.path().join("secrets/db");
-    std::fs::create_dir_all(&sd).unwrap();
-    mkfifo(&sd.join("fifo"));
-    let mut o = opts_for(&t);
-    o.allowed_secrets = vec!["db".into()];
+    mkfifo(&agent_dir(&t, "configmaps").join("fifo"));
+    mkfifo(&agent_dir(&t, "node-metadata").join("labels.json"));
+    mkfifo(&agent_dir(&t, "secrets/db").join("fifo"));
+    let o = opts_with_db_secret(&t);
 
     let started = Instant::now();
     // Uncaught: the step fails at the call with the whole message.
-    let r = run_with(
+    assert_errors(
         &t,
-        ExecMode::Apply,
-        "let x = 1;\nfs::read(\"/etc/fifo\")",
-        o.clone(),
-    );
-    assert_eq!(
-        r.error(),
-        "main.rhai:2:5: fs::read: /etc/fifo is a fifo, not a regular file (only regular files are read)"
-    );
-    let r = run_with(&t, ExecMode::Apply, r#"fs::read("/etc/big")"#, o.clone());
-    assert_eq!(
-        r.error(),
-        "main.rhai:1:5: fs::read: /etc/big is too large to read: 67108865 bytes, more than the \
-         limit of 67108864 bytes (64 MiB)"
+        &o,
+        &[
+            (
+                ExecMode::Apply,
+                "let x = 1;\nfs::read(\"/etc/fifo\")",
+                "main.rhai:2:5: fs::read: /etc/fifo is a fifo, not a regular file (only regular files are read)",
+            ),
+            (
+                ExecMode::Apply,
+                r#"fs::read("/etc/big")"#,
+                "main.rhai:1:5: fs::read: /etc/big is too large to read: 67108865 bytes, more than the \
+                 limit of 67108864 bytes (64 MiB)",
+            ),
+        ],
     );
     // Every other whole-file reader, in plan mode too (reads go through the overlay).
     let src = r#"
@@ -287,11 +312,15 @@ fn whole_file_reads_refuse_fifos_devices_and_huge_files() {
         assert_eq!(r.stdout(), expected.join("\n") + "\n", "{mode:?}");
     }
     if zero {
-        let r = run_with(&t, ExecMode::Apply, r#"fs::read("/etc/zero")"#, o.clone());
-        assert_eq!(
-            r.error(),
-            "main.rhai:1:5: fs::read: /etc/zero is a character device, not a regular file (only \
-             regular files are read)"
+        assert_errors(
+            &t,
+            &o,
+            &[(
+                ExecMode::Apply,
+                r#"fs::read("/etc/zero")"#,
+                "main.rhai:1:5: fs::read: /etc/zero is a character device, not a regular file (only \
+                 regular files are read)",
+            )],
         );
     }
     assert!(
@@ -421,8 +450,8 @@ fn docs_namespaces() -> Vec<&'static str> {
 }
 
 fn check_generated(rel: &str, text: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
-    if std::env::var_os("SKYHOOK_UPDATE_DOCS").is_some_and(|v| v == "1") {
+    let path = manifest().join(rel);
+    if updating_docs() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, text).unwrap();
     }
@@ -484,7 +513,7 @@ fn docs_readme_lists_every_namespace() {
         list.contains("`run`") && list.contains("`secret`"),
         "{list}"
     );
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let path = manifest().join("README.md");
     let readme = std::fs::read_to_string(&path).unwrap();
     let (Some(begin), Some(end)) = (readme.find(README_LIST_BEGIN), readme.find(README_LIST_END))
     else {
@@ -495,7 +524,7 @@ fn docs_readme_lists_every_namespace() {
     let start = begin + README_LIST_BEGIN.len() + 1;
     let fresh = format!("{}{list}{}", &readme[..start], &readme[end..]);
     let mut on_disk = readme.clone();
-    if std::env::var_os("SKYHOOK_UPDATE_DOCS").is_some_and(|v| v == "1") {
+    if updating_docs() {
         std::fs::write(&path, &fresh).unwrap();
         on_disk = fresh.clone();
     }
@@ -599,9 +628,7 @@ fn redacting_output_handles_secrets_and_characters_split_across_chunks() {
 /// README lists them), with `/proc/sys/kernel/arch` written from the layer's
 /// machine, as a real host's procfs has it.
 pub(crate) fn fakehost(name: &str) -> TestHost {
-    let layer = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fakehosts")
-        .join(name);
+    let layer = manifest().join("tests/fakehosts").join(name);
     assert!(layer.is_dir(), "{}: no such fake host", layer.display());
     let t = TestHost::new();
     let st = std::process::Command::new("cp")
@@ -654,84 +681,88 @@ fn effects_root() -> TestHost {
     let t = TestHost::new();
     t.systemctl_stub();
     apt_stubs(&t);
-    t.stub("hello", "echo out-$1");
-    t.stub("false", "exit 1");
-    t.stub("apt-mark", r#"[ "$1" = showhold ] && echo held; :"#);
-    t.stub("update-grub", ":");
-    t.stub("update-initramfs", ":");
-    t.stub("modprobe", ":");
-    t.stub("mdadm", ":");
+    for (name, body) in [
+        ("hello", "echo out-$1"),
+        ("false", "exit 1"),
+        ("apt-mark", r#"[ "$1" = showhold ] && echo held; :"#),
+        ("update-grub", ":"),
+        ("update-initramfs", ":"),
+        ("modprobe", ":"),
+        ("mdadm", ":"),
+        ("tuned-adm", ":"),
+        ("grub-set-default", ":"),
+        ("ldconfig", ":"),
+    ] {
+        t.stub(name, body);
+    }
     t.block_device("/dev/sdb", 16);
     t.block_device("/dev/sdd", 48);
-    t.stub("tuned-adm", ":");
-    t.file("/usr/lib/tuned/balanced/tuned.conf", "[main]\n");
-    t.file("/etc/tuned/active_profile", "old\n");
-    std::fs::write(t.p("/state/old.active"), "yes\n").unwrap();
-    std::fs::write(t.p("/state/old.enabled"), "yes\n").unwrap();
-    std::fs::write(t.p("/state/pkg-old"), "i\n").unwrap();
-    std::fs::write(t.p("/state/pkg-held"), "i\n").unwrap();
-    t.file("/etc/a.conf", "x=1\n");
-    t.file(
-        "/etc/blocks.conf",
-        "# BEGIN skyhook old\no\n# END skyhook old\n",
-    );
-    t.file("/srv/tree/f", "f");
+    for (path, content) in [
+        ("/usr/lib/tuned/balanced/tuned.conf", "[main]\n"),
+        ("/etc/tuned/active_profile", "old\n"),
+        ("/state/old.active", "yes\n"),
+        ("/state/old.enabled", "yes\n"),
+        ("/state/pkg-old", "i\n"),
+        ("/state/pkg-held", "i\n"),
+        ("/etc/a.conf", "x=1\n"),
+        (
+            "/etc/blocks.conf",
+            "# BEGIN skyhook old\no\n# END skyhook old\n",
+        ),
+        ("/srv/tree/f", "f"),
+        (
+            "/etc/systemd/system/kubelet.service.d/10-x.conf",
+            "[Service]\n",
+        ),
+        ("/etc/apt/sources.list.d/gone.sources", "Types: deb\n"),
+        ("/proc/sys/vm/swappiness", "60\n"),
+        (
+            "/etc/skyhook/sysctl-restore/unnamed.conf",
+            "vm.swappiness = 30\n",
+        ),
+        ("/proc/sys/kernel/osrelease", "6.1.0-test\n"),
+        ("/proc/cmdline", "ro quiet\n"),
+        ("/etc/hostname", "node-7\n"),
+        (
+            "/etc/default/grub.d/old.cfg",
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"q\"\n",
+        ),
+        ("/etc/fstab", "/dev/sdc1 /old ext4 defaults 0 0\n"),
+        ("/etc/systemd/system/mnt-old.mount", "[Mount]\n"),
+        (
+            "/proc/1/mountinfo",
+            "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n23 22 8:33 / /old rw - ext4 /dev/sdc1 rw\n",
+        ),
+        ("/proc/modules", ""),
+        // kernel::: two kernels, grub boots the newest (GRUB_DEFAULT absent: entry 0).
+        ("/boot/vmlinuz-6.1.0-test", ""),
+        ("/boot/vmlinuz-6.2.0-new", ""),
+        ("/etc/modprobe.d/floppy.conf", "blacklist floppy\n"),
+        (
+            "/etc/modprobe.d/blacklist-floppy.conf",
+            "blacklist floppy\n",
+        ),
+        ("/etc/modprobe.d/old.conf", "options old a=1\n"),
+        ("/etc/modules-load.d/old.conf", "old\n"),
+        ("/etc/c.toml", "[a]\nx = 1\n"),
+        ("/etc/d.json", "{\n  \"a\": 1\n}\n"),
+        ("/etc/u.conf", "[Service]\nUser=x\n"),
+        (
+            "/etc/passwd",
+            "root:x:0:0:root:/root:/bin/bash\nubuntu:x:1000:1000::/home/ubuntu:/bin/bash\n",
+        ),
+        ("/etc/group", "root:x:0:\nvideo:x:44:\nubuntu:x:1000:\n"),
+    ] {
+        t.file(path, content);
+    }
     std::fs::write(
         t.p("/srv/a.tar"),
         crate::host::files::fs_script_tests::tests::tar_of(&[("d/f", 'f', 0o644, "f\n")]),
     )
     .unwrap();
-    t.file(
-        "/etc/systemd/system/kubelet.service.d/10-x.conf",
-        "[Service]\n",
-    );
-    t.file("/etc/apt/sources.list.d/gone.sources", "Types: deb\n");
-    t.file("/proc/sys/vm/swappiness", "60\n");
-    t.file(
-        "/etc/skyhook/sysctl-restore/unnamed.conf",
-        "vm.swappiness = 30\n",
-    );
-    t.file("/proc/sys/kernel/osrelease", "6.1.0-test\n");
-    t.file("/proc/cmdline", "ro quiet\n");
-    t.file("/etc/hostname", "node-7\n");
-    t.file(
-        "/etc/default/grub.d/old.cfg",
-        "GRUB_CMDLINE_LINUX_DEFAULT=\"q\"\n",
-    );
-    t.file("/etc/fstab", "/dev/sdc1 /old ext4 defaults 0 0\n");
-    t.file("/etc/systemd/system/mnt-old.mount", "[Mount]\n");
-    t.file(
-        "/proc/1/mountinfo",
-        "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n23 22 8:33 / /old rw - ext4 /dev/sdc1 rw\n",
-    );
-    t.file("/proc/modules", "");
-    // kernel::: two kernels, grub boots the newest (GRUB_DEFAULT absent: entry 0).
-    t.file("/boot/vmlinuz-6.1.0-test", "");
-    t.file("/boot/vmlinuz-6.2.0-new", "");
-    t.stub("grub-set-default", ":");
-    t.stub("ldconfig", ":");
-    t.file("/etc/modprobe.d/floppy.conf", "blacklist floppy\n");
-    t.file(
-        "/etc/modprobe.d/blacklist-floppy.conf",
-        "blacklist floppy\n",
-    );
-    t.file("/etc/modprobe.d/old.conf", "options old a=1\n");
-    t.file("/etc/modules-load.d/old.conf", "old\n");
-    t.file("/etc/c.toml", "[a]\nx = 1\n");
-    t.file("/etc/d.json", "{\n  \"a\": 1\n}\n");
-    t.file("/etc/u.conf", "[Service]\nUser=x\n");
-    t.file(
-        "/etc/passwd",
-        "root:x:0:0:root:/root:/bin/bash\nubuntu:x:1000:1000::/home/ubuntu:/bin/bash\n",
-    );
-    t.file("/etc/group", "root:x:0:\nvideo:x:44:\nubuntu:x:1000:\n");
-    let cm = t.dir.path().join("configmaps");
-    std::fs::create_dir_all(&cm).unwrap();
-    std::fs::write(cm.join("a"), "k=v\n").unwrap();
-    std::fs::create_dir_all(t.dir.path().join("node-metadata")).unwrap();
-    let sd = t.dir.path().join("secrets/db");
-    std::fs::create_dir_all(&sd).unwrap();
-    std::fs::write(sd.join("password"), "pw").unwrap();
+    std::fs::write(agent_dir(&t, "configmaps").join("a"), "k=v\n").unwrap();
+    agent_dir(&t, "node-metadata");
+    std::fs::write(agent_dir(&t, "secrets/db").join("password"), "pw").unwrap();
     t
 }
 
@@ -776,8 +807,7 @@ fn declared_effects_are_the_submitted_ones() {
         let call = sample
             .replace("{URL}", &srv.url("/tool"))
             .replace("{SHA}", &sha(BODY));
-        let mut o = opts_for(&t);
-        o.allowed_secrets = vec!["db".into()];
+        let mut o = opts_with_db_secret(&t);
         o.env.push(("TOKEN".into(), "tok".into()));
         let ran = run_with(&t, ExecMode::Plan, &format!("let r = {call};\n"), o);
         if let Some(e) = &ran.outcome.error {
@@ -891,7 +921,7 @@ fn every_table_of_host_functions_is_gathered() {
             }
         }
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = manifest().join("src");
     let mut files = Vec::new();
     walk(&src.join("host"), &mut files);
     let mut with_table: Vec<String> = files

@@ -75,16 +75,8 @@ fn restart() -> Vec<crate::host::effects::effect::InterruptRequest> {
 #[test]
 fn version_2_adds_only_the_runtime_and_the_default() {
     let n = node(Some(V2), DEFAULT_CONF);
-    let before = n.snapshot();
-    let plan = n.step("containerd-nvidia", "config", true).ok();
-    assert_eq!(n.snapshot(), before, "a plan changed the root");
-    let targets: Vec<&str> = plan
-        .report
-        .changes
-        .iter()
-        .map(|c| c.target.as_str())
-        .collect();
-    assert_eq!(targets, [CONFIG, RECORD, CONFIG]);
+    let plan = n.dry_run("containerd-nvidia", "config", "version 2");
+    assert_eq!(plan.report.change_targets(), [CONFIG, RECORD, CONFIG]);
     let diff: String = plan
         .report
         .changes
@@ -202,13 +194,9 @@ BinaryName = \"/usr/bin/nvidia-container-runtime\"
     );
 
     let old = node(Some("[plugins.cri]\n"), "");
-    let r = old.step("containerd-nvidia", "config", false);
-    assert!(
-        r.error().contains(
-            "/etc/containerd/config.toml: no version (containerd config version 1) is not supported"
-        ),
-        "{}",
-        r.error()
+    old.step("containerd-nvidia", "config", false).assert_error_has(
+        "/etc/containerd/config.toml: no version (containerd config version 1) is not supported",
+        "version 1",
     );
     let bad = node(Some(V2), "runtime=nvidia\n");
     assert!(

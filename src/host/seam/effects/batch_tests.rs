@@ -38,6 +38,29 @@ fn lock_free(t: &TestHost, key: &str) -> bool {
     Flock::lock(f, FlockArg::LockExclusiveNonblock).is_ok()
 }
 
+/// A root with `/etc/f` holding `a`, and an apply session that has batched the line `b`
+/// into it (not written yet).
+fn a_batched_edit() -> (TestHost, Host) {
+    let t = TestHost::new();
+    t.file("/etc/f", "a\n");
+    let mut h = t.host(ExecMode::Apply);
+    assert!(fs::ensure_line(&mut h, "/etc/f", "b", &o()).unwrap());
+    (t, h)
+}
+
+/// What a command that prints `/etc/f`'s lines, run by `run` (chrooted) through `h`, prints.
+fn print_f(
+    h: &mut Host,
+    run: fn(&mut Host, &[String], &CommandOptions) -> Result<CmdOutput, HostError>,
+) -> String {
+    let argv = s(&[
+        "/bin/sh",
+        "-c",
+        "while read l; do printf %s $l; done < /etc/f",
+    ]);
+    run(h, &argv, &CommandOptions::default()).unwrap().stdout
+}
+
 fn ino(t: &TestHost, host: &str) -> u64 {
     std::fs::metadata(t.p(host)).unwrap().ino()
 }
@@ -174,35 +197,11 @@ fn every_read_path_sees_the_batched_edit() {
         ),
         (
             "run (chrooted)",
-            Box::new(|h| {
-                let out = cmd::run(
-                    h,
-                    &s(&[
-                        "/bin/sh",
-                        "-c",
-                        "while read l; do printf %s $l; done < /etc/f",
-                    ]),
-                    &CommandOptions::default(),
-                )
-                .unwrap();
-                assert_eq!(out.stdout, "ab");
-            }),
+            Box::new(|h| assert_eq!(print_f(h, cmd::run), "ab")),
         ),
         (
             "query (read-only command)",
-            Box::new(|h| {
-                let out = cmd::query(
-                    h,
-                    &s(&[
-                        "/bin/sh",
-                        "-c",
-                        "while read l; do printf %s $l; done < /etc/f",
-                    ]),
-                    &CommandOptions::default(),
-                )
-                .unwrap();
-                assert_eq!(out.stdout, "ab");
-            }),
+            Box::new(|h| assert_eq!(print_f(h, cmd::query), "ab")),
         ),
         (
             "a second file's edit",
@@ -257,10 +256,7 @@ fn every_read_path_sees_the_batched_edit() {
 
 #[test]
 fn the_lock_is_held_across_the_batch_and_no_second_lock_is_taken() {
-    let t = TestHost::new();
-    t.file("/etc/f", "a\n");
-    let mut h = t.host(ExecMode::Apply);
-    assert!(fs::ensure_line(&mut h, "/etc/f", "b", &o()).unwrap());
+    let (t, mut h) = a_batched_edit();
     assert!(!lock_free(&t, "/etc/f"), "held after the first edit");
     assert!(fs::ensure_line(&mut h, "/etc/f", "c", &o()).unwrap());
     assert!(!lock_free(&t, "/etc/f"), "held across the batch");
@@ -273,10 +269,7 @@ fn the_lock_is_held_across_the_batch_and_no_second_lock_is_taken() {
 
 #[test]
 fn an_outside_write_during_the_batch_fails_the_step_and_is_kept() {
-    let t = TestHost::new();
-    t.file("/etc/f", "a\n");
-    let mut h = t.host(ExecMode::Apply);
-    assert!(fs::ensure_line(&mut h, "/etc/f", "b", &o()).unwrap());
+    let (t, mut h) = a_batched_edit();
     // A writer that does not take the path lock (an editor, `sed -i`): a new inode.
     std::fs::write(t.p("/etc/f.tmp"), "outside\n").unwrap();
     std::fs::rename(t.p("/etc/f.tmp"), t.p("/etc/f")).unwrap();
@@ -321,10 +314,7 @@ fn an_outside_write_during_the_batch_fails_the_step_and_is_kept() {
 
 #[test]
 fn a_failing_call_after_edits_still_has_them_written() {
-    let t = TestHost::new();
-    t.file("/etc/f", "a\n");
-    let mut h = t.host(ExecMode::Apply);
-    assert!(fs::ensure_line(&mut h, "/etc/f", "b", &o()).unwrap());
+    let (t, mut h) = a_batched_edit();
     let e = fs::ensure_line(
         &mut h,
         "/etc/f",
@@ -362,10 +352,7 @@ fn a_failing_call_after_edits_still_has_them_written() {
 
 #[test]
 fn a_line_that_is_not_one_line_is_refused_and_leaves_the_batch() {
-    let t = TestHost::new();
-    t.file("/etc/f", "a\n");
-    let mut h = t.host(ExecMode::Apply);
-    assert!(fs::ensure_line(&mut h, "/etc/f", "b", &o()).unwrap());
+    let (t, mut h) = a_batched_edit();
     let e = fs::ensure_line(&mut h, "/etc/f", "m\nn", &o()).unwrap_err();
     assert!(e.to_string().contains("contains a line break"), "{e}");
     assert!(fs::ensure_line(&mut h, "/etc/f", "c", &o()).unwrap());

@@ -304,29 +304,8 @@ impl HostRoot {
 mod tests {
     use super::*;
     use crate::host::ExecMode;
-    use crate::host::testutil::TestHost;
+    use crate::host::testutil::{TestHost, in_mount_namespace};
     use nix::mount::{MsFlags, mount};
-
-    /// Run `f` on a thread of its own in a private mount namespace (the mounts it makes go
-    /// away with the thread).
-    fn in_mount_namespace<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).unwrap();
-                mount(
-                    None::<&str>,
-                    "/",
-                    None::<&str>,
-                    MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-                    None::<&str>,
-                )
-                .unwrap();
-                f()
-            })
-            .join()
-            .unwrap()
-        })
-    }
 
     fn tmpfs(at: &Path) {
         std::fs::create_dir_all(at).unwrap();

@@ -12,27 +12,7 @@ use nix::sys::stat::{Mode, mkdirat};
 use crate::host::ExecMode;
 use crate::host::effects::effect::Effect;
 use crate::host::files::fs;
-use crate::host::testutil::TestHost;
-
-/// Run `f` on a thread of its own in a private mount namespace (its mounts go with it).
-fn in_mount_namespace<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).unwrap();
-            mount(
-                None::<&str>,
-                "/",
-                None::<&str>,
-                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-                None::<&str>,
-            )
-            .unwrap();
-            f()
-        })
-        .join()
-        .unwrap()
-    })
-}
+use crate::host::testutil::{TestHost, in_mount_namespace};
 
 fn tmpfs(at: &Path, options: Option<&str>) {
     std::fs::create_dir_all(at).unwrap();

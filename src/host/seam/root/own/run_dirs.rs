@@ -368,42 +368,83 @@ mod tests {
         std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
     }
 
+    /// A host root in a temp dir and a run's kept directories over it.
+    struct Run {
+        t: tempfile::TempDir,
+        root: HostRoot,
+        dirs: RunDirs,
+    }
+
+    impl Run {
+        fn new() -> Run {
+            let t = tempfile::tempdir().unwrap();
+            let root = HostRoot::open(t.path()).unwrap();
+            Run {
+                t,
+                root,
+                dirs: RunDirs::default(),
+            }
+        }
+
+        /// The agent-side path of `rel` under the root.
+        fn at(&self, rel: &str) -> PathBuf {
+            self.t.path().join(rel)
+        }
+
+        /// [`RunDirs::write`] of `data` to the host path `host`.
+        fn try_write(&self, host: &str, data: &[u8]) -> Result<(), RootError> {
+            self.dirs
+                .write(&AgentFiles::new(&self.root), Path::new(host), data)
+        }
+
+        /// [`RunDirs::write`], which must succeed.
+        fn write(&self, host: &str, data: &[u8]) {
+            self.try_write(host, data).unwrap();
+        }
+
+        /// [`RunDirs::create_new`] of the host path `host` with `mode`.
+        fn create_new(&self, host: &str, mode: u32) -> Result<File, RootError> {
+            self.dirs
+                .create_new(&AgentFiles::new(&self.root), Path::new(host), mode)
+        }
+
+        /// [`RunDirs::remove_file`] of the host path `host`, which must not fail.
+        fn remove_file(&self, host: &str) -> bool {
+            self.dirs
+                .remove_file(&AgentFiles::new(&self.root), Path::new(host))
+                .unwrap()
+        }
+
+        /// [`RunDirs::exists`] of the host path `host`, which must not fail.
+        fn exists(&self, host: &str) -> bool {
+            self.dirs.exists(&self.root, Path::new(host)).unwrap()
+        }
+
+        /// How many directories the run keeps.
+        fn kept(&self) -> usize {
+            self.dirs.dirs.lock().unwrap().len()
+        }
+    }
+
     #[test]
     fn flags_in_one_directory_are_written_like_write_atomic() {
-        let t = tempfile::tempdir().unwrap();
-        let root = HostRoot::open(t.path()).unwrap();
-        let dirs = RunDirs::default();
-        let d = t.path().join("state/flags/pkg/1.0");
+        let r = Run::new();
+        let d = r.at("state/flags/pkg/1.0");
         // The first write creates the directories and keeps the directory's descriptor.
-        dirs.write(
-            &AgentFiles::new(&root),
-            Path::new("/state/flags/pkg/1.0/a.sh_X"),
-            b"one",
-        )
-        .unwrap();
-        assert_eq!(dirs.dirs.lock().unwrap().len(), 1);
-        dirs.write(
-            &AgentFiles::new(&root),
-            Path::new("/state/flags/pkg/1.0/b.sh_Y"),
-            b"two",
-        )
-        .unwrap();
+        r.write("/state/flags/pkg/1.0/a.sh_X", b"one");
+        assert_eq!(r.kept(), 1);
+        r.write("/state/flags/pkg/1.0/b.sh_Y", b"two");
         assert_eq!(std::fs::read(d.join("a.sh_X")).unwrap(), b"one");
         assert_eq!(std::fs::read(d.join("b.sh_Y")).unwrap(), b"two");
         assert_eq!(mode(&d.join("b.sh_Y")), 0o644, "a new flag is 0644");
         // A rewrite is 0644 too (the agent's own file: an old mode is not carried over); no
         // temporary is left.
         std::fs::set_permissions(d.join("a.sh_X"), std::fs::Permissions::from_mode(0o600)).unwrap();
-        dirs.write(
-            &AgentFiles::new(&root),
-            Path::new("/state/flags/pkg/1.0/a.sh_X"),
-            b"three",
-        )
-        .unwrap();
+        r.write("/state/flags/pkg/1.0/a.sh_X", b"three");
         assert_eq!(std::fs::read(d.join("a.sh_X")).unwrap(), b"three");
         assert_eq!(mode(&d.join("a.sh_X")), 0o644);
         assert_eq!(names(&d), ["a.sh_X", "b.sh_Y"]);
-        assert_eq!(dirs.dirs.lock().unwrap().len(), 1);
+        assert_eq!(r.kept(), 1);
     }
 
     /// A kept directory removed during the run (a step deleting its package's flags or
@@ -412,84 +453,41 @@ mod tests {
     /// lost). Creating a log and checking a flag do the same.
     #[test]
     fn a_kept_directory_removed_during_the_run_is_created_again() {
-        let t = tempfile::tempdir().unwrap();
-        let root = HostRoot::open(t.path()).unwrap();
-        let dirs = RunDirs::default();
-        let d = t.path().join("state/flags/pkg/1.0");
-        dirs.write(
-            &AgentFiles::new(&root),
-            Path::new("/state/flags/pkg/1.0/a"),
-            b"one",
-        )
-        .unwrap();
-        dirs.write(
-            &AgentFiles::new(&root),
-            Path::new("/state/flags/pkg/1.0/b"),
-            b"two",
-        )
-        .unwrap();
+        let r = Run::new();
+        let d = r.at("state/flags/pkg/1.0");
+        r.write("/state/flags/pkg/1.0/a", b"one");
+        r.write("/state/flags/pkg/1.0/b", b"two");
         // Removed by a step: the next operation in the directory after the step sees it.
-        std::fs::remove_dir_all(t.path().join("state")).unwrap();
-        dirs.step_ran();
-        assert!(
-            !dirs
-                .exists(&root, Path::new("/state/flags/pkg/1.0/a"))
-                .unwrap()
-        );
-        dirs.write(
-            &AgentFiles::new(&root),
-            Path::new("/state/flags/pkg/1.0/c"),
-            b"three",
-        )
-        .unwrap();
+        std::fs::remove_dir_all(r.at("state")).unwrap();
+        r.dirs.step_ran();
+        assert!(!r.exists("/state/flags/pkg/1.0/a"));
+        r.write("/state/flags/pkg/1.0/c", b"three");
         assert_eq!(names(&d), ["c"]);
         assert_eq!(std::fs::read(d.join("c")).unwrap(), b"three");
         // The new directory is kept in turn.
-        dirs.write(
-            &AgentFiles::new(&root),
-            Path::new("/state/flags/pkg/1.0/d"),
-            b"four",
-        )
-        .unwrap();
+        r.write("/state/flags/pkg/1.0/d", b"four");
         assert_eq!(names(&d), ["c", "d"]);
-        let logs = t.path().join("log");
+        let logs = r.at("log");
         std::fs::create_dir(&logs).unwrap();
-        drop(
-            dirs.create_new(&AgentFiles::new(&root), Path::new("/log/x.log"), 0o644)
-                .unwrap(),
-        );
+        drop(r.create_new("/log/x.log", 0o644).unwrap());
         std::fs::remove_dir_all(&logs).unwrap();
         std::fs::create_dir(&logs).unwrap();
-        dirs.step_ran();
-        drop(
-            dirs.create_new(&AgentFiles::new(&root), Path::new("/log/y.log"), 0o644)
-                .unwrap(),
-        );
+        r.dirs.step_ran();
+        drop(r.create_new("/log/y.log", 0o644).unwrap());
         assert_eq!(names(&logs), ["y.log"]);
     }
 
     #[test]
     fn a_symlinked_flag_is_replaced_at_its_target_inside_the_root() {
-        let t = tempfile::tempdir().unwrap();
-        let root = HostRoot::open(t.path()).unwrap();
-        let dirs = RunDirs::default();
-        let d = t.path().join("flags");
-        dirs.write(&AgentFiles::new(&root), Path::new("/flags/first"), b"x")
-            .unwrap();
+        let r = Run::new();
+        let d = r.at("flags");
+        r.write("/flags/first", b"x");
         // An absolute link: resolved inside the root (as `write_atomic` does), never on the
         // agent's own filesystem.
-        std::fs::create_dir(t.path().join("elsewhere")).unwrap();
+        std::fs::create_dir(r.at("elsewhere")).unwrap();
         symlink("/elsewhere/target", d.join("link")).unwrap();
-        dirs.write(
-            &AgentFiles::new(&root),
-            Path::new("/flags/link"),
-            b"through",
-        )
-        .unwrap();
-        assert_eq!(
-            std::fs::read(t.path().join("elsewhere/target")).unwrap(),
-            b"through"
-        );
+        r.write("/flags/link", b"through");
+        assert_eq!(std::fs::read(r.at("elsewhere/target")).unwrap(), b"through");
         assert!(
             std::fs::symlink_metadata(d.join("link"))
                 .unwrap()
@@ -500,101 +498,70 @@ mod tests {
 
     #[test]
     fn a_directory_at_the_flag_name_is_an_error_naming_the_flag() {
-        let t = tempfile::tempdir().unwrap();
-        let root = HostRoot::open(t.path()).unwrap();
-        let dirs = RunDirs::default();
-        dirs.write(&AgentFiles::new(&root), Path::new("/flags/first"), b"x")
-            .unwrap();
-        std::fs::create_dir(t.path().join("flags/taken")).unwrap();
-        let e = dirs
-            .write(&AgentFiles::new(&root), Path::new("/flags/taken"), b"y")
-            .unwrap_err();
+        let r = Run::new();
+        r.write("/flags/first", b"x");
+        std::fs::create_dir(r.at("flags/taken")).unwrap();
+        let e = r.try_write("/flags/taken", b"y").unwrap_err();
         assert_eq!(e.path, Path::new("/flags/taken"));
-        assert_eq!(names(&t.path().join("flags")), ["first", "taken"]);
+        assert_eq!(names(&r.at("flags")), ["first", "taken"]);
     }
 
     #[test]
     fn exists_create_and_remove_through_the_kept_directory() {
-        let t = tempfile::tempdir().unwrap();
-        let root = HostRoot::open(t.path()).unwrap();
-        let dirs = RunDirs::default();
-        let d = t.path().join("log/pkg");
+        let r = Run::new();
+        let d = r.at("log/pkg");
         std::fs::create_dir_all(&d).unwrap();
         // The first operation goes through the root and keeps the directory.
-        assert!(!dirs.exists(&root, Path::new("/log/pkg/a.log")).unwrap());
-        assert_eq!(dirs.dirs.lock().unwrap().len(), 1);
-        let mut f = dirs
-            .create_new(&AgentFiles::new(&root), Path::new("/log/pkg/a.log"), 0o640)
-            .unwrap();
+        assert!(!r.exists("/log/pkg/a.log"));
+        assert_eq!(r.kept(), 1);
+        let mut f = r.create_new("/log/pkg/a.log", 0o640).unwrap();
         f.write_all(b"hello").unwrap();
         drop(f);
         assert_eq!(std::fs::read(d.join("a.log")).unwrap(), b"hello");
         assert_eq!(mode(&d.join("a.log")), 0o640);
-        let taken = dirs
-            .create_new(&AgentFiles::new(&root), Path::new("/log/pkg/a.log"), 0o640)
-            .unwrap_err();
+        let taken = r.create_new("/log/pkg/a.log", 0o640).unwrap_err();
         assert_eq!(taken.kind(), io::ErrorKind::AlreadyExists);
         assert_eq!(taken.path, Path::new("/log/pkg/a.log"));
-        assert!(dirs.exists(&root, Path::new("/log/pkg/a.log")).unwrap());
-        assert!(
-            dirs.remove_file(&AgentFiles::new(&root), Path::new("/log/pkg/a.log"))
-                .unwrap()
-        );
-        assert!(
-            !dirs
-                .remove_file(&AgentFiles::new(&root), Path::new("/log/pkg/a.log"))
-                .unwrap()
-        );
-        assert!(!dirs.exists(&root, Path::new("/log/pkg/a.log")).unwrap());
+        assert!(r.exists("/log/pkg/a.log"));
+        assert!(r.remove_file("/log/pkg/a.log"));
+        assert!(!r.remove_file("/log/pkg/a.log"));
+        assert!(!r.exists("/log/pkg/a.log"));
         // A symlink at the name is never followed by the descriptor calls: `exists` asks the
         // root (inside it, `/etc/x` is missing), `create_new` refuses the taken name.
         symlink("/etc/x", d.join("l")).unwrap();
-        assert!(!dirs.exists(&root, Path::new("/log/pkg/l")).unwrap());
-        std::fs::create_dir(t.path().join("etc")).unwrap();
-        std::fs::write(t.path().join("etc/x"), b"").unwrap();
-        assert!(dirs.exists(&root, Path::new("/log/pkg/l")).unwrap());
-        let e = dirs
-            .create_new(&AgentFiles::new(&root), Path::new("/log/pkg/l"), 0o644)
-            .unwrap_err();
+        assert!(!r.exists("/log/pkg/l"));
+        std::fs::create_dir(r.at("etc")).unwrap();
+        std::fs::write(r.at("etc/x"), b"").unwrap();
+        assert!(r.exists("/log/pkg/l"));
+        let e = r.create_new("/log/pkg/l", 0o644).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
-        assert!(
-            dirs.remove_file(&AgentFiles::new(&root), Path::new("/log/pkg/l"))
-                .unwrap()
-        );
-        assert!(
-            t.path().join("etc/x").exists(),
-            "the link went, not its target"
-        );
+        assert!(r.remove_file("/log/pkg/l"));
+        assert!(r.at("etc/x").exists(), "the link went, not its target");
         assert_eq!(names(&d), Vec::<String>::new());
-        assert_eq!(dirs.dirs.lock().unwrap().len(), 1);
+        assert_eq!(r.kept(), 1);
     }
 
     #[test]
     fn the_first_write_into_a_kept_directory_still_sweeps_stale_temporaries() {
-        let t = tempfile::tempdir().unwrap();
-        let root = HostRoot::open(t.path()).unwrap();
-        let dirs = RunDirs::default();
-        let d = t.path().join("flags");
+        let r = Run::new();
+        let d = r.at("flags");
         std::fs::create_dir(&d).unwrap();
         // A temporary of the old `<pid>-<n>` shape with this process's pid: stale by
         // `is_stale_tmp` (no writer of this process is running).
         let stale = format!("{}{}-7", crate::host::root::TMP_PREFIX, std::process::id());
         std::fs::write(d.join(&stale), b"partial").unwrap();
         // Kept by a stat, not yet written: the first write goes through `write_atomic`.
-        assert!(!dirs.exists(&root, Path::new("/flags/f")).unwrap());
-        assert!(!dirs.lock()[Path::new("/flags")].swept);
-        dirs.write(&AgentFiles::new(&root), Path::new("/flags/f"), b"1")
-            .unwrap();
-        assert!(dirs.lock()[Path::new("/flags")].swept);
-        dirs.write(&AgentFiles::new(&root), Path::new("/flags/g"), b"2")
-            .unwrap();
+        assert!(!r.exists("/flags/f"));
+        assert!(!r.dirs.lock()[Path::new("/flags")].swept);
+        r.write("/flags/f", b"1");
+        assert!(r.dirs.lock()[Path::new("/flags")].swept);
+        r.write("/flags/g", b"2");
         assert_eq!(names(&d), ["f", "g"]);
     }
 
     #[test]
     fn a_cloned_root_is_the_same_confined_root() {
-        let t = tempfile::tempdir().unwrap();
-        let root = HostRoot::open(t.path()).unwrap();
+        let Run { t, root, .. } = Run::new();
         let clone = root.try_clone().unwrap();
         assert_eq!(clone.mount(), root.mount());
         clone.write_atomic(Path::new("/etc/f"), b"x", None).unwrap();
