@@ -641,7 +641,14 @@ fn every_path_to_the_bus_socket_goes_through_the_filter_as_the_bus_user() {
     for way in ["symlink", "slashes", "dot"] {
         assert_eq!(results.get(way), Some(&"ok"), "{way}: {out} {err}");
     }
-    assert_eq!(results.get("proc_fd"), Some(&"ELOOP"), "{out}");
+    // The broker looks `/proc/self/fd/N` up in its own `/proc/self`: a magic link where this
+    // process has an fd N open (refused, `ELOOP`), else nothing (`ENOENT`). Tests running
+    // beside this one open and close descriptors, so either answer comes; both reach nothing
+    // (the bus's connections are counted below).
+    assert!(
+        matches!(results.get("proc_fd"), Some(&"ELOOP" | &"ENOENT")),
+        "proc_fd: {out}"
+    );
     assert_eq!(results.get("abstract"), Some(&"ECONNREFUSED"), "{out}");
     // The plan is over: each filter was shut down, so what it sent is there, then the end.
     let conns: Vec<UnixStream> = std::iter::from_fn(|| l.accept().ok().map(|(c, _)| c)).collect();
