@@ -119,7 +119,8 @@ fn sweep(cgroup: Option<&std::path::Path>) {
 /// its queries took from the difference over its run ([`commands_wall_us`]).
 static COMMANDS_WALL_US: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// [`COMMANDS_WALL_US`] so far: microseconds this process's [`run`]s have spent on commands.
+/// Microseconds this process's [`run`]s have spent on commands so far (from the spawn to the
+/// reap, a failed spawn included, summed over every thread); never decreases.
 pub fn commands_wall_us() -> u64 {
     COMMANDS_WALL_US.load(std::sync::atomic::Ordering::Relaxed)
 }
