@@ -214,15 +214,7 @@ pub(crate) fn skip(why: &str) {
 pub fn in_mount_namespace<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     std::thread::scope(|s| {
         s.spawn(|| {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).expect("unshare -m");
-            nix::mount::mount(
-                None::<&str>,
-                "/",
-                None::<&str>,
-                nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE,
-                None::<&str>,
-            )
-            .expect("make / private");
+            crate::process::sandbox::tests::private_mounts();
             f()
         })
         .join()

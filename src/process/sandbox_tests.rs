@@ -30,7 +30,7 @@ pub(crate) fn unshare_mounts() {
 
 /// [`unshare_mounts`], then every mount of the new namespace made private (a mount made
 /// on this thread reaches no other namespace).
-fn private_mounts() {
+pub(crate) fn private_mounts() {
     unshare_mounts();
     nix::mount::mount(
         None::<&str>,
