@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::host::root::HostRoot;
-use crate::host::{ExecMode, Host, HostOptions};
+use crate::host::{ExecMode, Host, HostOptions, PlanCarry};
 
 pub(crate) struct TestHost {
     /// Holds `root/` (the host root) and anything outside it (configmaps, secrets).
@@ -30,6 +30,17 @@ impl TestHost {
         let mut o = HostOptions::default();
         f(&mut o);
         Host::new(HostRoot::open(&self.root).unwrap(), mode, o)
+    }
+
+    /// A plan session held to a budget of `budget` bytes, as serve's `--plan-bytes` holds
+    /// a package plan ([`PlanCarry::with_budget`]).
+    pub fn budgeted_plan(&self, budget: u64) -> Host {
+        Host::carried(
+            HostRoot::open(&self.root).unwrap(),
+            ExecMode::Plan,
+            HostOptions::default(),
+            PlanCarry::with_budget(budget),
+        )
     }
 
     /// Agent-side path of a host path.

@@ -354,12 +354,7 @@ mod tests {
     fn every_planned_effect_is_charged_what_the_server_keeps_of_it() {
         let t = TestHost::new();
         let budget = 64 << 10;
-        let mut h = Host::carried(
-            HostRoot::open(&t.root).unwrap(),
-            ExecMode::Plan,
-            HostOptions::default(),
-            PlanCarry::with_budget(budget),
-        );
+        let mut h = t.budgeted_plan(budget);
         let mut made = 0;
         let err = loop {
             match fs::mkdir(&mut h, &format!("/etc/d{made}"), None) {
@@ -391,12 +386,7 @@ mod tests {
         assert!(fs::stat(&h, "/etc/d33").is_err());
 
         let target = format!("/{}", "t".repeat(3999));
-        let mut h = Host::carried(
-            HostRoot::open(&t.root).unwrap(),
-            ExecMode::Plan,
-            HostOptions::default(),
-            PlanCarry::with_budget(budget),
-        );
+        let mut h = t.budgeted_plan(budget);
         assert!(fs::symlink(&mut h, &target, "/etc/l").unwrap());
         let c = &h.report().changes[0];
         assert_eq!(c.summary, format!("symlink /etc/l -> {target}"));
@@ -416,12 +406,7 @@ mod tests {
     fn a_steps_recorded_output_is_charged_to_the_budget() {
         use crate::host::effects::report::OutputStream;
         let t = TestHost::new();
-        let mut h = Host::carried(
-            HostRoot::open(&t.root).unwrap(),
-            ExecMode::Plan,
-            HostOptions::default(),
-            PlanCarry::with_budget(64 << 10),
-        );
+        let mut h = t.budgeted_plan(64 << 10);
         h.journal().output(OutputStream::Stdout, &[b'x'; 10 << 10]);
         let (report, r) = h.finish_step_with_report();
         r.unwrap();

@@ -1,6 +1,6 @@
 //! A plan's memo of real-root lookups (`overlay::RootMemo`) and the plan's budget.
 
-use super::{Host, PlanCarry};
+use super::Host;
 use crate::host::effects::context::HostOptions;
 use crate::host::effects::overlay::{MEMO_ENTRY_BYTES, MEMO_LOCAL_BYTES};
 use crate::host::effects::report::ExecMode;
@@ -27,12 +27,7 @@ fn a_plans_lookups_of_distinct_paths_are_held_to_its_budget() {
     let t = TestHost::new();
     std::fs::create_dir_all(t.root.join("etc")).unwrap();
     let budget = 1 << 20;
-    let mut h = Host::carried(
-        HostRoot::open(&t.root).unwrap(),
-        ExecMode::Plan,
-        HostOptions::default(),
-        PlanCarry::with_budget(budget),
-    );
+    let mut h = t.budgeted_plan(budget);
     let failed = (0..PATHS).find_map(|i| {
         fs::exists(&h, &format!("/etc/missing-{i}"))
             .err()
