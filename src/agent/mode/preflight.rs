@@ -26,7 +26,10 @@
 //! and ends that step's plan, which is not an error
 //! ([`crate::host::HostError::PlanUnknown`]); so is a later call's failure that depends on
 //! the host after any command the plan did not run, package and service actions included
-//! ([`crate::host::HostError::PlanUnknownFailure`]). `*-check` modes are validated only: a check
+//! ([`crate::host::HostError::PlanUnknownFailure`]); and after a package install, removal
+//! or upgrade or a command it did not run, a query of package or service state the plan
+//! did not plan itself is not run and is unknown
+//! ([`crate::host::HostError::PlanUnknownQuery`]). `*-check` modes are validated only: a check
 //! changes nothing, its failures are its results.
 //!
 //! A stop of the run (SIGTERM) aborts the plan at once: the script being planned and any

@@ -51,6 +51,54 @@ pub(crate) mod tests {
         );
     }
 
+    /// A step installs a package whose maintainer script enables its unit, then verifies
+    /// the unit is enabled. The apply passes. The plan cannot run the install, so the
+    /// unit's state after it is unknown (the plan's model only knows what it planned
+    /// itself): the step's plan ends there, without running `systemctl`.
+    #[test]
+    fn a_state_query_after_an_unrun_install_is_unknown_in_the_plan() {
+        // regression: the plan asked systemctl about the host before the install, followed
+        // the "not enabled" branch the apply never takes, and its fail() refused the mode
+        let t = TestHost::new();
+        apt_stubs(&t);
+        t.systemctl_stub();
+        t.stub(
+            "apt-get",
+            r#"for a; do [ "$a" = tuned ] && echo i > /state/pkg-tuned && echo yes > /state/tuned.enabled; done; :"#,
+        );
+        let step = "pkg::install(\"tuned\");\nif !service::is_enabled(\"tuned\") { fail(\"tuned.service is not enabled after its install\") }\nif !pkg::installed(\"tuned\") { fail(\"not installed\") }\n";
+        let plan = run(&t, ExecMode::Plan, step);
+        let e = plan
+            .outcome
+            .error
+            .as_ref()
+            .expect("the plan ends at the query");
+        assert_eq!(
+            (&e.kind, e.message.as_str()),
+            (
+                &crate::script::errors::ScriptErrorKind::PlanUnknown,
+                "service::is_enabled: the answer of systemctl is-enabled tuned is unknown in the plan: install packages tuned (apt) (planned at main.rhai:1) is only run by the apply and may change it"
+            )
+        );
+        assert!(!t.p("/state/pkg-tuned").exists(), "the plan installed");
+        run(&t, ExecMode::Apply, step).ok();
+        assert!(t.p("/state/tuned.enabled").exists());
+        // What the plan planned itself still answers after the install (the plan's model);
+        // a unit it planned nothing for does not.
+        let planned = run(
+            &t,
+            ExecMode::Plan,
+            "pkg::install(\"nginx\");\nif !pkg::installed(\"nginx\") { fail(\"x\") }\nprint(\"modelled\");\nservice::enable(\"nginx\");\n",
+        );
+        assert_eq!(planned.stdout(), "modelled\n");
+        assert_eq!(
+            planned.outcome.error.as_ref().map(|e| e.message.as_str()),
+            Some(
+                "service::enable: the answer of systemctl is-enabled nginx is unknown in the plan: install packages nginx (apt) (planned at main.rhai:1) is only run by the apply and may change it"
+            )
+        );
+    }
+
     #[test]
     fn services_all_modes_and_actions() {
         let t = TestHost::new();

@@ -175,7 +175,16 @@ apply script: what would change is drift, and the check fails).
   (`? unknown: fs::write: unknown in the plan: <its error>, as the host is before <the
   first such command> (planned at file:line), which only the apply runs ...`), not a
   failure: the apply runs the command first. A bad argument, a script error or `fail()`
-  still fails. Planned file content past
+  still fails. After a package install, removal or upgrade or a `run`/`sh` command the plan
+  did not run, a query of package or service state (`pkg::installed`, `pkg::version`,
+  `service::is_active`, `is_enabled`, `show`, and the ones `pkg::install`, `pkg::remove` and
+  the `service::` changes make to decide) is not run and is unknown the same way (`?
+  unknown: service::enable: the answer of systemctl is-enabled tuned is unknown in the plan:
+  install packages tuned (apt) (planned at apply.rhai:4) is only run by the apply and may
+  change it`), unless the plan itself planned that package's or unit's state, which then
+  answers: an install's maintainer scripts enable and start units and pull in other
+  packages, and a plan that followed the host's answer from before would plan, or `fail()`
+  on, a branch the apply does not take. Planned file content past
   64 MiB in all is kept in an unlinked temporary file, and a diff over 1 MiB is shown as a
   one-line note, so a plan's memory stays bounded however many files it writes.
   A plan lists, per step and in the order they happened, the changes (with the directories

@@ -680,6 +680,22 @@ impl Effect {
         }
     }
 
+    /// Whether this effect's program may install, remove or upgrade packages (a package
+    /// install, removal or upgrade, a script's command), and with them enable, start or
+    /// stop units: what a plan that does not run it cannot answer of package and service
+    /// state afterwards ([`crate::host::HostError::PlanUnknownQuery`]). A service, mount,
+    /// module, grub or tuned action changes only what the plan models of it, if anything.
+    pub fn may_change_packages(&self) -> bool {
+        matches!(
+            self,
+            Effect::PackageInstall { .. }
+                | Effect::PackageRemove { .. }
+                | Effect::PackageUpgrade { .. }
+                | Effect::Command { .. }
+                | Effect::GuardedCommand { .. }
+        )
+    }
+
     /// A short machine-readable kind for reports: `write`, `remove`, `mkdir`, `remove_all`,
     /// `chmod`, `chown`, `symlink`, `service`, `service_action`, `daemon_reload`,
     /// `package_install`, `package_remove`, `sysctl`, `command`, `guarded_command`,

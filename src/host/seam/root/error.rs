@@ -187,6 +187,27 @@ pub enum HostError {
         position: Option<String>,
     },
 
+    /// Plan mode: a query of package or service state that the plan's own model does not
+    /// answer (nothing earlier in the session planned that package's or unit's state), made
+    /// after a program the plan did not run that may change packages (a package install,
+    /// removal or upgrade, `run`, `sh`): that program may change the answer (a package's
+    /// maintainer scripts enable units and pull in other packages), so the query is not run
+    /// and, as [`HostError::PlanUnknown`], the call is reported as unknown and the rest of
+    /// the step is checked statically only.
+    #[error(
+        "the answer of {query} is unknown in the plan: {command}{} is only run by the apply and may change it",
+        at_position(.position)
+    )]
+    PlanUnknownQuery {
+        /// The query's command line, shell-quoted.
+        query: String,
+        /// The session's first program the plan did not run (a command line, shell-quoted,
+        /// or the action's summary).
+        command: String,
+        /// Where the script planned that program (`file:line`), if known.
+        position: Option<String>,
+    },
+
     /// Plan mode: a call failed in a way that depends on the host (`failure`, with its
     /// causes) after a command the plan did not run ([`HostError::depends_on_host`]; `run`,
     /// `sh`, a package, service, mount, module, grub or tuned action): the apply may not
@@ -323,11 +344,14 @@ fn remembered_lookups(bytes: u64) -> String {
 
 impl HostError {
     /// Whether this is the plan's unknown outcome ([`HostError::PlanUnknown`],
-    /// [`HostError::PlanUnknownFailure`]): the end of the step's plan, not a failure.
+    /// [`HostError::PlanUnknownQuery`], [`HostError::PlanUnknownFailure`]): the end of the
+    /// step's plan, not a failure.
     pub fn is_plan_unknown(&self) -> bool {
         matches!(
             self,
-            HostError::PlanUnknown { .. } | HostError::PlanUnknownFailure { .. }
+            HostError::PlanUnknown { .. }
+                | HostError::PlanUnknownQuery { .. }
+                | HostError::PlanUnknownFailure { .. }
         )
     }
 
@@ -358,6 +382,7 @@ impl HostError {
             | HostError::Timeout { .. }
             | HostError::Cancelled { .. }
             | HostError::PlanUnknown { .. }
+            | HostError::PlanUnknownQuery { .. }
             | HostError::PlanUnknownFailure { .. }
             | HostError::OutputTooLarge { .. }
             | HostError::Fetch { .. }

@@ -25,6 +25,7 @@ pub struct PlanCarry {
     overlay: Overlay,
     planned_commands: Vec<PlannedCommand>,
     first_unplanned: Option<PlannedCommand>,
+    first_package_change: Option<PlannedCommand>,
     pending: (bool, GrubPending, bool),
     recorded: (bool, bool, bool),
     redactor: Redactor,
@@ -42,6 +43,7 @@ impl PlanCarry {
             overlay: Overlay::default(),
             planned_commands: Vec::new(),
             first_unplanned: None,
+            first_package_change: None,
             pending: Default::default(),
             recorded: Default::default(),
             redactor: Redactor::default(),
@@ -97,6 +99,7 @@ impl Host {
             overlay,
             planned_commands: std::mem::take(&mut self.planned_commands),
             first_unplanned: self.first_unplanned.take(),
+            first_package_change: self.first_package_change.take(),
             pending: (
                 self.pending_daemon_reload,
                 std::mem::take(&mut self.pending_grub),
@@ -251,6 +254,7 @@ impl Host {
         host.bound_memo();
         host.planned_commands = carry.planned_commands;
         host.first_unplanned = carry.first_unplanned;
+        host.first_package_change = carry.first_package_change;
         (
             host.pending_daemon_reload,
             host.pending_grub,

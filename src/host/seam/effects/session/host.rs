@@ -93,6 +93,11 @@ pub struct Host {
     /// grub or tuned action): a later call's failure that depends on the host is unknown
     /// ([`Host::unplanned_command`]). Names no path.
     pub(in crate::host::seam::effects) first_unplanned: Option<PlannedCommand>,
+    /// Plan mode: the session's first such effect whose program may install, remove or
+    /// upgrade packages, and so enable or start their units
+    /// ([`crate::host::effects::effect::Effect::may_change_packages`]): a later query of package or service state the
+    /// plan's model does not answer is unknown ([`Host::exec_state_query`]).
+    pub(in crate::host::seam::effects) first_package_change: Option<PlannedCommand>,
     /// Plan and check mode: the bytes planned so far and the budget they are held to
     /// ([`Budget`], carried from session to session).
     pub(in crate::host::seam::effects) budget: Budget,
@@ -206,6 +211,7 @@ impl Host {
             recovered,
             planned_commands: Vec::new(),
             first_unplanned: None,
+            first_package_change: None,
             budget: Default::default(),
         }
     }

@@ -42,13 +42,26 @@ impl Host {
     /// `/etc/os-release` again after each `dpkg-query`. Any other command (a script's
     /// `cmd::query` included: "read-only" is the script's word) still makes the plan forget.
     ///
+    /// The callers ask the plan's model first (what the session planned for that package or
+    /// unit); a query it does not answer, after a program the plan did not run that may
+    /// change packages ([`crate::host::effects::effect::Effect::may_change_packages`]: a package install, removal or
+    /// upgrade, `run`, `sh`), is not run: the apply runs that program first, and its answer
+    /// there may differ (an install enables units and pulls in dependencies).
+    ///
     /// # Errors
-    /// As [`Host::exec`].
+    /// [`HostError::PlanUnknownQuery`] as above; as [`Host::exec`].
     pub(crate) fn exec_state_query(
         &self,
         argv: &[String],
         opts: &CommandOptions,
     ) -> Result<CmdOutput> {
+        if let Some(c) = &self.first_package_change {
+            return Err(HostError::PlanUnknownQuery {
+                query: crate::host::effects::exec::quote_argv(argv),
+                command: c.command.clone(),
+                position: c.position.as_ref().map(ToString::to_string),
+            });
+        }
         self.flush_batch()?;
         crate::host::effects::exec::exec(&self.cx, argv, opts)
     }

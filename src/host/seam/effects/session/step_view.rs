@@ -28,7 +28,7 @@ pub struct ViewMark {
     holds: HashMap<String, bool>,
     grub_default: Option<String>,
     planned_commands: usize,
-    unplanned: bool,
+    unplanned: (bool, bool),
     recorded: (bool, bool, bool),
 }
 
@@ -64,7 +64,10 @@ impl Host {
     /// is its view. End the mark with [`Host::restore_view`] or [`Host::keep_view`].
     pub fn view_mark(&mut self) -> Option<ViewMark> {
         let planned_commands = self.planned_commands.len();
-        let unplanned = self.first_unplanned.is_some();
+        let unplanned = (
+            self.first_unplanned.is_some(),
+            self.first_package_change.is_some(),
+        );
         let recorded = (
             self.recorded_reload,
             self.recorded_grub,
@@ -96,8 +99,11 @@ impl Host {
             self.recorded_initramfs,
         ) = mark.recorded;
         self.planned_commands.truncate(mark.planned_commands);
-        if !mark.unplanned {
+        if !mark.unplanned.0 {
             self.first_unplanned = None;
+        }
+        if !mark.unplanned.1 {
+            self.first_package_change = None;
         }
         let Some(o) = self.executor.overlay_mut() else {
             return;

@@ -84,13 +84,18 @@ impl Host {
             }
             r?
         };
-        if effect.runs_program() && self.first_unplanned.is_none() && self.mode() == ExecMode::Plan
-        {
-            self.first_unplanned = Some(PlannedCommand {
+        if effect.runs_program() && self.mode() == ExecMode::Plan {
+            let unplanned = || PlannedCommand {
                 command: d.summary.clone(),
                 position: self.position.clone(),
                 paths: Vec::new(),
-            });
+            };
+            if effect.may_change_packages() && self.first_package_change.is_none() {
+                self.first_package_change = Some(unplanned());
+            }
+            if self.first_unplanned.is_none() {
+                self.first_unplanned = Some(unplanned());
+            }
         }
         let position = self.position.clone();
         match effect.class() {
