@@ -17,6 +17,7 @@ use crate::host::Host;
 use crate::host::effects::effect::{Effect, PkgManager};
 pub use crate::host::effects::effect::{PackageSpec, parse_spec};
 use crate::host::effects::exec::CommandOptions;
+use crate::host::effects::session::StateRead;
 use crate::host::root::error::{HostError, Result};
 
 /// A failure of a `pkg::` or package repository function of its own; everything else is the
@@ -110,9 +111,14 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// A package state query (`dpkg-query -W`, `rpm -q`), run in every mode; it only reads the
-/// host, so a plan keeps what it read of the root across it ([`Host::exec_state_query`]).
-pub(crate) fn query(h: &Host, argv: &[&str]) -> Result<crate::host::system::cmd::CmdOutput> {
+/// A package state query (`dpkg-query -W`, `rpm -q`) whose answer is read for `read`, run
+/// in every mode; it only reads the host, so a plan keeps what it read of the root across
+/// it ([`Host::exec_state_query`]).
+pub(crate) fn query(
+    h: &Host,
+    argv: &[&str],
+    read: StateRead,
+) -> Result<crate::host::system::cmd::CmdOutput> {
     let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
     h.exec_state_query(
         &argv,
@@ -120,13 +126,20 @@ pub(crate) fn query(h: &Host, argv: &[&str]) -> Result<crate::host::system::cmd:
             read_only: true,
             ..CommandOptions::default()
         },
+        read,
     )
 }
 
-fn real_version(h: &Host, m: PkgManager, name: &str) -> Result<Option<String>> {
+/// The installed version of `name`, `None` when not installed; `read` says whether the
+/// caller reads the version or only whether there is one.
+fn real_version(h: &Host, m: PkgManager, name: &str, read: StateRead) -> Result<Option<String>> {
     let out = match m {
         PkgManager::Apt => {
-            let out = query(h, &["dpkg-query", "-W", "-f=${Status}\t${Version}", name])?;
+            let out = query(
+                h,
+                &["dpkg-query", "-W", "-f=${Status}\t${Version}", name],
+                read,
+            )?;
             let text = out.stdout.trim();
             match text.split_once('\t') {
                 Some((status, v)) if out.ok && status.ends_with(" installed") => {
@@ -136,7 +149,11 @@ fn real_version(h: &Host, m: PkgManager, name: &str) -> Result<Option<String>> {
             }
         }
         _ => {
-            let out = query(h, &["rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", name])?;
+            let out = query(
+                h,
+                &["rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", name],
+                read,
+            )?;
             out.ok.then(|| out.stdout.trim().to_string())
         }
     };
@@ -157,7 +174,7 @@ pub fn installed(h: &Host, name: &str) -> Result<bool, PkgError> {
     if parse_spec(m, name).version.is_some() {
         return satisfied(h, m, name);
     }
-    Ok(real_version(h, m, name)?.is_some())
+    Ok(real_version(h, m, name, StateRead::State)?.is_some())
 }
 
 host_fn! {
@@ -180,7 +197,7 @@ pub fn version(h: &Host, name: &str) -> Result<Option<String>, PkgError> {
         return Ok(None);
     }
     let m = need_manager(h)?;
-    Ok(real_version(h, m, name)?)
+    Ok(real_version(h, m, name, StateRead::Version)?)
 }
 
 host_fn! {
@@ -214,7 +231,8 @@ fn satisfied(h: &Host, m: PkgManager, raw: &str) -> Result<bool, PkgError> {
     if h.planned_package(&spec.name) == Some(false) {
         return Ok(false);
     }
-    Ok(real_version(h, m, &spec.name)?.is_some_and(|v| version_matches(m, &v, want)))
+    Ok(real_version(h, m, &spec.name, StateRead::Version)?
+        .is_some_and(|v| version_matches(m, &v, want)))
 }
 
 /// `pkg::install(names, #{update})`: install the packages that are not installed, or not in

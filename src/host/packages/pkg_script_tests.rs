@@ -196,6 +196,39 @@ mod upgrade_tests {
         assert_eq!(undone.not_undone, ["apt-get update"]);
     }
 
+    /// An index refresh and an upgrade that the plan did not run change no package's
+    /// presence: the plan still asks whether a package is installed and plans an install
+    /// after them. An upgrade changes versions, so a version read after it is unknown.
+    #[test]
+    fn after_an_unrun_upgrade_presence_is_read_and_versions_are_unknown() {
+        let t = TestHost::new();
+        apt_stubs(&t);
+        std::fs::write(t.p("/state/pkg-jq"), "i\n").unwrap();
+        let plan = run(
+            &t,
+            ExecMode::Plan,
+            "pkg::update();\npkg::upgrade();\nprint(pkg::installed(\"jq\"));\nprint(pkg::install(\"curl\"));\n",
+        )
+        .ok();
+        assert_eq!(plan.stdout(), "true\ntrue\n");
+        assert_eq!(
+            plan.report.change_summaries(),
+            ["install packages curl (apt)"]
+        );
+        let plan = run(
+            &t,
+            ExecMode::Plan,
+            "pkg::upgrade();\nprint(pkg::installed(\"jq\"));\npkg::version(\"jq\")\n",
+        );
+        assert_eq!(plan.stdout(), "true\n");
+        assert_eq!(
+            plan.outcome.error.as_ref().map(|e| e.message.as_str()),
+            Some(
+                "pkg::version: the answer of dpkg-query -W '-f=${Status}\t${Version}' jq is unknown in the plan: apt-get upgrade -y (planned at main.rhai:1) is only run by the apply and may change it"
+            )
+        );
+    }
+
     /// A host whose os-release names no supported package manager, after a command the plan
     /// did not run (which may install one, or rewrite os-release): `pkg::install` is unknown
     /// in the plan, not a refusal; the apply still fails with the same message

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use crate::host::Host;
 use crate::host::effects::effect::{Effect, ServiceAction, ServiceOp};
 use crate::host::effects::exec::CommandOptions;
+use crate::host::effects::session::StateRead;
 use crate::host::root::error::{HostError, Result};
 
 /// Suffixes that make a name a full unit name (`x.socket`), so its drop-in directory is
@@ -65,7 +66,7 @@ fn query_ok(h: &Host, args: &[&str]) -> Result<bool> {
         read_only: true,
         ..CommandOptions::default()
     };
-    Ok(h.exec_state_query(&argv, &opts)?.ok)
+    Ok(h.exec_state_query(&argv, &opts, StateRead::State)?.ok)
 }
 
 unit_fn! {
@@ -153,7 +154,7 @@ pub fn show(
         check: true,
         ..CommandOptions::default()
     };
-    let out = h.exec_state_query(&argv, &opts)?;
+    let out = h.exec_state_query(&argv, &opts, StateRead::State)?;
     Ok(out
         .stdout
         .lines()

@@ -680,20 +680,27 @@ impl Effect {
         }
     }
 
-    /// Whether this effect's program may install, remove or upgrade packages (a package
-    /// install, removal or upgrade, a script's command), and with them enable, start or
-    /// stop units: what a plan that does not run it cannot answer of package and service
-    /// state afterwards ([`crate::host::HostError::PlanUnknownQuery`]). A service, mount,
-    /// module, grub or tuned action changes only what the plan models of it, if anything.
+    /// Whether this effect's program may install or remove packages (a package install or
+    /// removal, a script's command), and with them enable, start or stop units: what a plan
+    /// that does not run it cannot answer of package and service state afterwards
+    /// ([`crate::host::HostError::PlanUnknownQuery`]). A service, mount, module, grub or
+    /// tuned action changes only what the plan models of it, if anything; an index refresh
+    /// changes nothing installed; an upgrade ([`Effect::upgrades_packages`]) changes
+    /// versions only.
     pub fn may_change_packages(&self) -> bool {
         matches!(
             self,
             Effect::PackageInstall { .. }
                 | Effect::PackageRemove { .. }
-                | Effect::PackageUpgrade { .. }
                 | Effect::Command { .. }
                 | Effect::GuardedCommand { .. }
         )
+    }
+
+    /// Whether this effect upgrades the installed packages (`pkg::upgrade`): the versions a
+    /// plan that does not run it reads afterwards are unknown, not what is installed.
+    pub fn upgrades_packages(&self) -> bool {
+        matches!(self, Effect::PackageUpgrade { upgrade: true, .. })
     }
 
     /// A short machine-readable kind for reports: `write`, `remove`, `mkdir`, `remove_all`,

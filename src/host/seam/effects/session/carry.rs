@@ -26,6 +26,7 @@ pub struct PlanCarry {
     planned_commands: Vec<PlannedCommand>,
     first_unplanned: Option<PlannedCommand>,
     first_package_change: Option<PlannedCommand>,
+    first_upgrade: Option<PlannedCommand>,
     pending: (bool, GrubPending, bool),
     recorded: (bool, bool, bool),
     redactor: Redactor,
@@ -44,6 +45,7 @@ impl PlanCarry {
             planned_commands: Vec::new(),
             first_unplanned: None,
             first_package_change: None,
+            first_upgrade: None,
             pending: Default::default(),
             recorded: Default::default(),
             redactor: Redactor::default(),
@@ -100,6 +102,7 @@ impl Host {
             planned_commands: std::mem::take(&mut self.planned_commands),
             first_unplanned: self.first_unplanned.take(),
             first_package_change: self.first_package_change.take(),
+            first_upgrade: self.first_upgrade.take(),
             pending: (
                 self.pending_daemon_reload,
                 std::mem::take(&mut self.pending_grub),
@@ -255,6 +258,7 @@ impl Host {
         host.planned_commands = carry.planned_commands;
         host.first_unplanned = carry.first_unplanned;
         host.first_package_change = carry.first_package_change;
+        host.first_upgrade = carry.first_upgrade;
         (
             host.pending_daemon_reload,
             host.pending_grub,

@@ -98,6 +98,10 @@ pub struct Host {
     /// ([`crate::host::effects::effect::Effect::may_change_packages`]): a later query of package or service state the
     /// plan's model does not answer is unknown ([`Host::exec_state_query`]).
     pub(in crate::host::seam::effects) first_package_change: Option<PlannedCommand>,
+    /// Plan mode: the session's first package upgrade it did not run
+    /// ([`crate::host::effects::effect::Effect::upgrades_packages`]): a later query of a
+    /// package's version is unknown.
+    pub(in crate::host::seam::effects) first_upgrade: Option<PlannedCommand>,
     /// Plan and check mode: the bytes planned so far and the budget they are held to
     /// ([`Budget`], carried from session to session).
     pub(in crate::host::seam::effects) budget: Budget,
@@ -212,6 +216,7 @@ impl Host {
             planned_commands: Vec::new(),
             first_unplanned: None,
             first_package_change: None,
+            first_upgrade: None,
             budget: Default::default(),
         }
     }

@@ -139,4 +139,5 @@ pub use end::{UNDONE_KINDS, Undone};
 pub use host::{Host, StartMemo};
 pub(crate) use line_edits::{LineEdit, edit_lines};
 pub use locks::ToolLock;
+pub(crate) use planned::StateRead;
 pub use step_view::ViewMark;

@@ -33,6 +33,16 @@ fn named_paths<'a>(words: impl IntoIterator<Item = &'a str>) -> Vec<PathBuf> {
     out
 }
 
+/// What the answer of a state query ([`Host::exec_state_query`]) is read for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StateRead {
+    /// Whether a package is installed, a unit's state: what an install, a removal or a
+    /// command changes.
+    State,
+    /// A package's version: what an upgrade changes too.
+    Version,
+}
+
 impl Host {
     /// Run a query of package or service state that a host function composed itself, in
     /// every mode: `dpkg-query -W` and `rpm -q` (`pkg::`), `systemctl
@@ -44,9 +54,11 @@ impl Host {
     ///
     /// The callers ask the plan's model first (what the session planned for that package or
     /// unit); a query it does not answer, after a program the plan did not run that may
-    /// change packages ([`crate::host::effects::effect::Effect::may_change_packages`]: a package install, removal or
-    /// upgrade, `run`, `sh`), is not run: the apply runs that program first, and its answer
-    /// there may differ (an install enables units and pulls in dependencies).
+    /// change its answer, is not run: the apply runs that program first, and its answer
+    /// there may differ (an install enables units and pulls in dependencies). Such programs
+    /// are a package install or removal, `run` and `sh`
+    /// ([`crate::host::effects::effect::Effect::may_change_packages`]) for every query, and
+    /// a package upgrade too for a query of a package's version (`read` [`StateRead::Version`]).
     ///
     /// # Errors
     /// [`HostError::PlanUnknownQuery`] as above; as [`Host::exec`].
@@ -54,8 +66,13 @@ impl Host {
         &self,
         argv: &[String],
         opts: &CommandOptions,
+        read: StateRead,
     ) -> Result<CmdOutput> {
-        if let Some(c) = &self.first_package_change {
+        let upgrade = match read {
+            StateRead::Version => self.first_upgrade.as_ref(),
+            StateRead::State => None,
+        };
+        if let Some(c) = self.first_package_change.as_ref().or(upgrade) {
             return Err(HostError::PlanUnknownQuery {
                 query: crate::host::effects::exec::quote_argv(argv),
                 command: c.command.clone(),

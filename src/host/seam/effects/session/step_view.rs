@@ -28,7 +28,7 @@ pub struct ViewMark {
     holds: HashMap<String, bool>,
     grub_default: Option<String>,
     planned_commands: usize,
-    unplanned: (bool, bool),
+    unplanned: (bool, bool, bool),
     recorded: (bool, bool, bool),
 }
 
@@ -67,6 +67,7 @@ impl Host {
         let unplanned = (
             self.first_unplanned.is_some(),
             self.first_package_change.is_some(),
+            self.first_upgrade.is_some(),
         );
         let recorded = (
             self.recorded_reload,
@@ -104,6 +105,9 @@ impl Host {
         }
         if !mark.unplanned.1 {
             self.first_package_change = None;
+        }
+        if !mark.unplanned.2 {
+            self.first_upgrade = None;
         }
         let Some(o) = self.executor.overlay_mut() else {
             return;

@@ -93,6 +93,9 @@ impl Host {
             if effect.may_change_packages() && self.first_package_change.is_none() {
                 self.first_package_change = Some(unplanned());
             }
+            if effect.upgrades_packages() && self.first_upgrade.is_none() {
+                self.first_upgrade = Some(unplanned());
+            }
             if self.first_unplanned.is_none() {
                 self.first_unplanned = Some(unplanned());
             }
