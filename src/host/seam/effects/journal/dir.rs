@@ -19,6 +19,8 @@ pub(super) fn remove_journal(
     made: &[PathBuf],
     held: bool,
 ) -> Result<()> {
+    #[cfg(test)]
+    super::fail_point::reach("remove_journal");
     root.remove_file(&dir.join(LOG))?;
     // What it moved aside was checked for mounts before the move, into this directory.
     root.remove_all_checked(dir)?;

@@ -49,6 +49,31 @@ impl<W: std::io::Write> std::io::Write for Limited<'_, W> {
 }
 
 thread_local! {
+    /// Code to run when this thread reaches a named point ([`at`], [`reach`]).
+    static HOOKS: std::cell::RefCell<Vec<(&'static str, Box<dyn FnOnce()>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Run `f` the next time this thread reaches `point` (`remove_journal`: a journal's
+/// removal is about to unlink its log; `recover_opened`: a recovery opened a log and is
+/// about to try its lock).
+pub(crate) fn at(point: &'static str, f: impl FnOnce() + 'static) {
+    HOOKS.with(|h| h.borrow_mut().push((point, Box::new(f))));
+}
+
+/// Run the hook this thread set for `point`, once.
+pub(super) fn reach(point: &str) {
+    let hook = HOOKS.with(|h| {
+        let mut h = h.borrow_mut();
+        let i = h.iter().position(|(p, _)| *p == point)?;
+        Some(h.remove(i).1)
+    });
+    if let Some(f) = hook {
+        f();
+    }
+}
+
+thread_local! {
     /// The journal `fdatasync`s this thread made ([`super::StepJournal::sync`]), for the
     /// tests that count them.
     pub(crate) static SYNCS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };

@@ -59,6 +59,66 @@ fn a_recovery_waits_for_a_journal_being_made_and_leaves_it() {
     assert!(root.symlink_metadata(&jdir.join(LOG)).unwrap().is_some());
 }
 
+/// A root with `/etc/f` holding `new\n` over `old\n`, written by a step whose journal
+/// (`pkg-commit`) recorded the write and is not ended yet.
+fn a_written_step() -> (tempfile::TempDir, HostRoot, StepJournal) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = HostRoot::open(tmp.path()).unwrap();
+    root.create_dir_all(Path::new("/etc"), 0o755).unwrap();
+    let f = Path::new("/etc/f");
+    root.write_atomic(f, b"old\n", Some(0o644)).unwrap();
+    let mut j = StepJournal::new("pkg-commit");
+    let effect = Effect::WriteFile {
+        path: f.to_path_buf(),
+        content: "new\n".into(),
+        mode: None,
+        uid: None,
+        gid: None,
+    };
+    assert_eq!(j.before(&root, &effect, false).unwrap(), Before::Perform);
+    root.write_atomic(f, b"new\n", Some(0o644)).unwrap();
+    (tmp, root, j)
+}
+
+/// A step that succeeded keeps its log locked until its journal is removed: a recovery
+/// (another agent starting) that runs while the journal is being removed finds the log
+/// locked and leaves it. The log used to be unlocked first, and a recovery in that window
+/// took it for an abandoned step's and undid the step that had just succeeded (another
+/// package's line lost, seen with two packages at once).
+#[test]
+fn a_recovery_while_a_step_commits_leaves_the_steps_write() {
+    let (_tmp, root, mut j) = a_written_step();
+    let found = std::rc::Rc::new(std::cell::RefCell::new(None));
+    let (other, slot) = (root.try_clone().unwrap(), found.clone());
+    fail_point::at("remove_journal", move || {
+        let lines = std::thread::spawn(move || recover(&other).unwrap())
+            .join()
+            .unwrap();
+        *slot.borrow_mut() = Some(lines);
+    });
+    j.commit(&root).unwrap();
+    assert_eq!(*found.borrow(), Some(Vec::<String>::new()));
+    assert_eq!(root.read(Path::new("/etc/f")).unwrap(), b"new\n");
+    assert!(root.symlink_metadata(Path::new(DIR)).unwrap().is_none());
+}
+
+/// A recovery that opened a step's log while the step was live, and tries its lock only
+/// after the step unlinked the log and let go of it, leaves the step's write: the lock
+/// it gets is on a log no longer linked. It used to replay that log (and then fail to
+/// open it again by name). (A committing step now waits for the recovery's hold of the
+/// journal directory before it lets go, so the step here ends by hand.)
+#[test]
+fn a_recovery_that_opened_a_log_before_its_step_ended_leaves_it() {
+    let (_tmp, root, j) = a_written_step();
+    let other = root.try_clone().unwrap();
+    fail_point::at("recover_opened", move || {
+        other.remove_file(&j.dir().join(LOG)).unwrap();
+        drop(j);
+    });
+    assert_eq!(recover(&root).unwrap(), Vec::<String>::new());
+    assert_eq!(root.read(Path::new("/etc/f")).unwrap(), b"new\n");
+}
+
 /// Fault 4: a journal's name does not depend on the process id (two agents that are
 /// pid 1 in their pods used to pick the same name): it carries the boot id and a
 /// random part, so names never repeat.

@@ -56,7 +56,9 @@
 //!
 //! When the step ends: on success (after its writes are durable) the journal is deleted
 //! (moved-aside paths with it); on failure it is replayed backwards, the restored
-//! directories fsynced, then deleted. A file is put back whole only while it holds exactly
+//! directories fsynced, then deleted. Either way the log stays locked until it is deleted,
+//! and a recovery that gets the lock of a log no longer linked where it found it leaves
+//! it: a recovery never takes an ending step's journal for an abandoned one. A file is put back whole only while it holds exactly
 //! what the step wrote there (its digest, compared under the path's lock, and for the user
 //! database under `/etc/.pwd.lock` too, which `useradd` takes): when another
 //! writer changed it since (its content, or the mode or owner the step left), a line or

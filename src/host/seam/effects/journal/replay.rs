@@ -345,6 +345,14 @@ pub(super) fn restore_checked(
     )))
 }
 
+/// Whether `f` is the file `path` names now (same device and inode).
+fn still_linked(root: &HostRoot, path: &Path, f: &File) -> bool {
+    match (f.metadata(), root.symlink_metadata(path)) {
+        (Ok(a), Ok(Some(b))) => a.ino() == b.ino() && a.dev() == b.dev(),
+        _ => false,
+    }
+}
+
 /// Whether the regular file at `path` has the mode, owner and extended attributes of file
 /// record `rec` (its content compared by the caller); `false` for any other record.
 fn as_recorded(root: &HostRoot, path: &Path, rec: &Record) -> Result<bool> {
@@ -576,9 +584,21 @@ pub fn recover(root: &HostRoot) -> Result<Vec<String>> {
             ));
             continue;
         }
-        let f = root.open_regular(&log_path)?;
+        let f = match root.open_regular(&log_path) {
+            Ok(f) => f,
+            // Its step ended meanwhile and removed it.
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(e.into()),
+        };
+        #[cfg(test)]
+        super::fail_point::reach("recover_opened");
         if lock(&f, LockOp::TryExclusive).is_err() {
             // A live step's journal.
+            continue;
+        }
+        if !still_linked(root, &log_path, &f) {
+            // Its step ended between our open and our lock: it removed the log (still
+            // holding its lock) before letting go. Not abandoned.
             continue;
         }
         let (entries, _) = entries_of(root, &f, &log_path)?;

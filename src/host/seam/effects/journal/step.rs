@@ -746,11 +746,16 @@ impl StepJournal {
             return Err(HostError::JournalFailed { message });
         }
         self.ahead.clear();
-        if self.log.take().is_none() {
+        // The log's descriptor (its `flock`) is held until the journal is gone: a
+        // recovery that finds the log unlocked takes it for an abandoned step's and
+        // undoes the step that just succeeded.
+        let Some(log) = self.log.take() else {
             return Ok(());
-        }
+        };
         self.records = 0;
-        remove_journal(root, &self.dir(), &self.made_dirs, false)
+        let removed = remove_journal(root, &self.dir(), &self.made_dirs, false);
+        drop(log);
+        removed
     }
 
     /// The step failed: replay the journal backwards, fsync, delete it. Returns one line
@@ -768,9 +773,11 @@ impl StepJournal {
         // The log was opened write-only: read it through a new descriptor.
         let reader = root.open_read(&log_path)?;
         let failed = replay(root, reader, &self.dir())?;
-        drop(log);
         self.records = 0;
-        remove_journal(root, &self.dir(), &self.made_dirs, false)?;
+        // Locked until removed, as in `commit`: a recovery must not replay it again.
+        let removed = remove_journal(root, &self.dir(), &self.made_dirs, false);
+        drop(log);
+        removed?;
         Ok(failed)
     }
 }
