@@ -175,10 +175,11 @@ apply script: what would change is drift, and the check fails).
   (`? unknown: fs::write: unknown in the plan: <its error>, as the host is before <the
   first such command> (planned at file:line), which only the apply runs ...`), not a
   failure: the apply runs the command first. A bad argument, a script error or `fail()`
-  still fails. After a package install, removal or upgrade or a `run`/`sh` command the plan
-  did not run, a query of package or service state (`pkg::installed`, `pkg::version`,
+  still fails. After a package install or removal or a `run`/`sh` command the plan did not
+  run, a query of package or service state (`pkg::installed`, `pkg::version`,
   `service::is_active`, `is_enabled`, `show`, and the ones `pkg::install`, `pkg::remove` and
-  the `service::` changes make to decide) is not run and is unknown the same way (`?
+  the `service::` changes make to decide; after a `pkg::upgrade`, a query of a version:
+  `pkg::version`, a pinned install) is not run and is unknown the same way (`?
   unknown: service::enable: the answer of systemctl is-enabled tuned is unknown in the plan:
   install packages tuned (apt) (planned at apply.rhai:4) is only run by the apply and may
   change it`), unless the plan itself planned that package's or unit's state, which then
