@@ -48,10 +48,12 @@ impl<W: std::io::Write> std::io::Write for Limited<'_, W> {
     }
 }
 
+/// A named point and the code to run there.
+type Hook = (&'static str, Box<dyn FnOnce()>);
+
 thread_local! {
     /// Code to run when this thread reaches a named point ([`at`], [`reach`]).
-    static HOOKS: std::cell::RefCell<Vec<(&'static str, Box<dyn FnOnce()>)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    static HOOKS: std::cell::RefCell<Vec<Hook>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Run `f` the next time this thread reaches `point` (`remove_journal`: a journal's
