@@ -59,8 +59,8 @@ fn a_recovery_waits_for_a_journal_being_made_and_leaves_it() {
     assert!(root.symlink_metadata(&jdir.join(LOG)).unwrap().is_some());
 }
 
-/// A root with `/etc/f` holding `new\n` over `old\n`, written by a step whose journal
-/// (`pkg-commit`) recorded the write and is not ended yet.
+/// A root with `/etc/f` holding `new\n` over `old\n` (both mode 0644), written by a step
+/// whose journal (`pkg-commit`) recorded the write and is not ended yet.
 fn a_written_step() -> (tempfile::TempDir, HostRoot, StepJournal) {
     let tmp = tempfile::tempdir().unwrap();
     let root = HostRoot::open(tmp.path()).unwrap();
@@ -352,21 +352,8 @@ fn the_undo_of_the_user_database_waits_for_the_shadow_utils_lock() {
 #[test]
 fn an_undo_keeps_a_mode_another_writer_set_on_the_steps_content() {
     use std::os::unix::fs::PermissionsExt;
-    let tmp = tempfile::tempdir().unwrap();
-    let root = HostRoot::open(tmp.path()).unwrap();
-    root.create_dir_all(Path::new("/etc"), 0o755).unwrap();
+    let (tmp, root, mut j) = a_written_step();
     let f = Path::new("/etc/f");
-    root.write_atomic(f, b"old\n", Some(0o644)).unwrap();
-    let mut j = StepJournal::new("pkg-mode");
-    let effect = Effect::WriteFile {
-        path: f.to_path_buf(),
-        content: "new\n".into(),
-        mode: None,
-        uid: None,
-        gid: None,
-    };
-    assert_eq!(j.before(&root, &effect, false).unwrap(), Before::Perform);
-    root.write_atomic(f, b"new\n", Some(0o644)).unwrap();
     std::fs::set_permissions(
         tmp.path().join("etc/f"),
         std::fs::Permissions::from_mode(0o600),
