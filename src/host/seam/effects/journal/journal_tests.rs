@@ -59,6 +59,43 @@ fn a_recovery_waits_for_a_journal_being_made_and_leaves_it() {
     assert!(root.symlink_metadata(&jdir.join(LOG)).unwrap().is_some());
 }
 
+/// A recovery whose lock on the journals' directory was granted only after another
+/// agent's cleanup removed that directory (empty), while a step made a new one and its
+/// journal in it, waits for the new directory's lock and leaves the journal being made.
+/// It used to scan the new directory holding the old one's lock, took the journal without
+/// a log yet for one never linked and removed it under the step, whose next write then
+/// failed (`No such file`).
+#[test]
+fn a_recovery_that_locked_a_removed_journal_directory_leaves_a_journal_being_made() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = HostRoot::open(tmp.path()).unwrap();
+    root.create_dir_all(Path::new(DIR), 0o700).unwrap();
+    let jdir = Path::new(DIR).join("pkg-made.1.0");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (other, made) = (root.try_clone().unwrap(), jdir.clone());
+    fail_point::at("hold_dir_opened", move || {
+        other.remove_dir(Path::new(DIR)).unwrap();
+        let (_, guard) = hold_dir_created(&other).unwrap();
+        other.create_dir_all(&made, 0o700).unwrap();
+        // The step links its locked log 300 ms later, then lets go of the directory.
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            // (Its directory still there: `create_new` would make it again.)
+            let linked = (other.symlink_metadata(&made).unwrap().is_some()).then(|| {
+                let log = other.create_new(&made.join(LOG), 0o600).unwrap();
+                lock(&log, LockOp::Exclusive).unwrap();
+                log
+            });
+            drop(guard);
+            let _ = tx.send(linked);
+        });
+    });
+    assert_eq!(recover(&root).unwrap(), Vec::<String>::new());
+    let log = rx.recv().unwrap();
+    assert!(log.is_some(), "the recovery removed the journal being made");
+    assert!(root.symlink_metadata(&jdir.join(LOG)).unwrap().is_some());
+}
+
 /// A root with `/etc/f` holding `new\n` over `old\n`, written by a step whose journal
 /// (`pkg-commit`) recorded the write and is not ended yet.
 fn a_written_step() -> (tempfile::TempDir, HostRoot, StepJournal) {
