@@ -10,9 +10,12 @@ use super::records::{DIR, LOG, jerr};
 use crate::host::root::HostRoot;
 use crate::host::root::error::Result;
 
-/// Remove a journal's directory (the log and what it moved aside), fsync its parent; then,
-/// holding the journals' directory exclusively (unless `held`: the caller holds it), that
-/// directory and the ones the journal created above it when empty.
+/// Remove a journal's directory (the log and what it moved aside), fsync its parent; then
+/// the journals' directory and the ones the journal created above it when empty. All of it
+/// holding the journals' directory exclusively (unless `held`: the caller holds it): a
+/// recovery scanning takes a journal directory without a log for one never linked and
+/// removes it, which under a step removing its own made that step's removal fail (`No
+/// such file`) and the step with it, though it had succeeded.
 pub(super) fn remove_journal(
     root: &HostRoot,
     dir: &Path,
@@ -21,14 +24,14 @@ pub(super) fn remove_journal(
 ) -> Result<()> {
     #[cfg(test)]
     super::fail_point::reach("remove_journal");
-    root.remove_file(&dir.join(LOG))?;
-    // What it moved aside was checked for mounts before the move, into this directory.
-    root.remove_all_checked(dir)?;
     let guard = if held {
         None
     } else {
         hold_dir(root, LockOp::Exclusive)?
     };
+    root.remove_file(&dir.join(LOG))?;
+    // What it moved aside was checked for mounts before the move, into this directory.
+    root.remove_all_checked(dir)?;
     if held || guard.is_some() {
         let _ = root.remove_dir(Path::new(DIR));
         for d in made.iter().rev() {

@@ -96,6 +96,96 @@ fn a_recovery_that_locked_a_removed_journal_directory_leaves_a_journal_being_mad
     assert!(root.symlink_metadata(&jdir.join(LOG)).unwrap().is_some());
 }
 
+/// The other process of [`recoveries_in_another_process_never_undo_an_ended_step`]: runs
+/// `recover` on the root named by `SKYHOOK_RECOVER_LOOP` until the file `stop` appears in
+/// it (at most 60 s), and fails on a recovery error or a journal it undid (none of that
+/// root's steps is abandoned).
+#[test]
+#[ignore = "run by recoveries_in_another_process_never_undo_an_ended_step"]
+fn recover_loop_in_a_child_process() {
+    let Some(dir) = std::env::var_os("SKYHOOK_RECOVER_LOOP") else {
+        return;
+    };
+    let root = HostRoot::open(Path::new(&dir)).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut rounds = 0u32;
+    while root.symlink_metadata(Path::new("/stop")).unwrap().is_none()
+        && std::time::Instant::now() < deadline
+    {
+        let lines = recover(&root).unwrap();
+        assert_eq!(lines, Vec::<String>::new(), "round {rounds}");
+        rounds += 1;
+        // Not a tight loop: a step's open retries when a cleanup removes the journals'
+        // directory between its creation and its lock, 16 times at most.
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    eprintln!("recoveries: {rounds}");
+}
+
+/// Two processes (`flock`s belong to open file descriptions: threads of one process can
+/// hide what another agent sees): this one commits and undoes steps writing `/etc/f`, the
+/// other recovers in a loop. No step that ended is ever undone (again), and no recovery
+/// fails.
+#[test]
+fn recoveries_in_another_process_never_undo_an_ended_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = HostRoot::open(tmp.path()).unwrap();
+    root.create_dir_all(Path::new("/etc"), 0o755).unwrap();
+    let f = Path::new("/etc/f");
+    root.write_atomic(f, b"0\n", Some(0o644)).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "host::seam::effects::journal::journal_tests::recover_loop_in_a_child_process",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("SKYHOOK_RECOVER_LOOP", tmp.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The child stops when this test ends, passed or not.
+    struct Stop<'a>(&'a HostRoot);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.write_atomic(Path::new("/stop"), b"", Some(0o644));
+        }
+    }
+    let stop = Stop(&root);
+    let mut current = "0\n".to_string();
+    for round in 1..=200 {
+        let content = format!("{round}\n");
+        let mut j = StepJournal::new(&format!("pkg-{round}"));
+        let effect = Effect::WriteFile {
+            path: f.to_path_buf(),
+            content: content.clone().into(),
+            mode: None,
+            uid: None,
+            gid: None,
+        };
+        assert_eq!(j.before(&root, &effect, false).unwrap(), Before::Perform);
+        root.write_atomic(f, content.as_bytes(), Some(0o644))
+            .unwrap();
+        if round % 3 == 0 {
+            assert_eq!(j.undo(&root).unwrap(), Vec::<String>::new());
+        } else {
+            j.commit(&root).unwrap();
+            current = content;
+        }
+        assert_eq!(
+            String::from_utf8(root.read(f).unwrap()).unwrap(),
+            current,
+            "round {round}"
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(String::from_utf8(root.read(f).unwrap()).unwrap(), current);
+    drop(stop);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the recovering process failed: {status}");
+}
+
 /// A root with `/etc/f` holding `new\n` over `old\n`, written by a step whose journal
 /// (`pkg-commit`) recorded the write and is not ended yet.
 fn a_written_step() -> (tempfile::TempDir, HostRoot, StepJournal) {
