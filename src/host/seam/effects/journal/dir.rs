@@ -12,27 +12,18 @@ use crate::host::root::error::Result;
 
 /// Remove a journal's directory (the log and what it moved aside), fsync its parent; then
 /// the journals' directory and the ones the journal created above it when empty. All of it
-/// holding the journals' directory exclusively (unless `held`: the caller holds it): a
-/// recovery scanning takes a journal directory without a log for one never linked and
-/// removes it, which under a step removing its own made that step's removal fail (`No
-/// such file`) and the step with it, though it had succeeded.
-pub(super) fn remove_journal(
-    root: &HostRoot,
-    dir: &Path,
-    made: &[PathBuf],
-    held: bool,
-) -> Result<()> {
+/// holding the journals' directory exclusively: a recovery scanning takes a journal
+/// directory without a log for one never linked and removes it, which under a step
+/// removing its own made that step's removal fail (`No such file`) and the step with it,
+/// though it had succeeded.
+pub(super) fn remove_journal(root: &HostRoot, dir: &Path, made: &[PathBuf]) -> Result<()> {
     #[cfg(test)]
     super::fail_point::reach("remove_journal");
-    let guard = if held {
-        None
-    } else {
-        hold_dir(root, LockOp::Exclusive)?
-    };
+    let guard = hold_dir(root, LockOp::Exclusive)?;
     root.remove_file(&dir.join(LOG))?;
     // What it moved aside was checked for mounts before the move, into this directory.
     root.remove_all_checked(dir)?;
-    if held || guard.is_some() {
+    if guard.is_some() {
         let _ = root.remove_dir(Path::new(DIR));
         for d in made.iter().rev() {
             if root.remove_dir(d).is_err() {

@@ -229,6 +229,58 @@ fn a_recovery_while_a_step_commits_leaves_the_steps_write() {
     assert!(root.symlink_metadata(Path::new(DIR)).unwrap().is_none());
 }
 
+/// A recovery replaying an abandoned journal's file waits for that file's path lock;
+/// a step holding that lock (a read-compare-write in progress) that makes its journal
+/// then meanwhile is not kept waiting for the recovery. The recovery used to hold the
+/// journals' directory exclusively while it replayed, and the step's journal waits for
+/// that directory (shared): each waited for the other, two agents hung for good.
+#[test]
+fn a_recovery_waiting_for_a_files_lock_lets_its_holder_make_its_journal() {
+    let (_tmp, root, j) = a_written_step();
+    // Abandoned: the recovery puts `old` back, under /etc/f's path lock.
+    drop(j);
+    let f = Path::new("/etc/f");
+    let held = crate::host::root::pathlock::lock(&root, &lock_key(&root, f)).unwrap();
+    let recovering = {
+        let root = root.try_clone().unwrap();
+        std::thread::spawn(move || recover(&root).unwrap())
+    };
+    // Until the recovery waits (a `->` waiter in /proc/locks), at most 10 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline
+        && !std::fs::read_to_string("/proc/locks")
+            .unwrap_or_default()
+            .contains("-> FLOCK")
+    {
+        std::thread::yield_now();
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let step_root = root.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut j = StepJournal::new("pkg-live");
+        let effect = Effect::WriteFile {
+            path: "/etc/f".into(),
+            content: "live\n".into(),
+            mode: None,
+            uid: None,
+            gid: None,
+        };
+        let before = j
+            .before(&step_root, &effect, false)
+            .map_err(|e| e.to_string());
+        let _ = tx.send((before, j));
+    });
+    let made = rx.recv_timeout(std::time::Duration::from_secs(10));
+    drop(held);
+    let (before, mut j) = made.expect("the step's journal waited for the recovery");
+    assert_eq!(before, Ok(Before::Perform));
+    let lines = recovering.join().unwrap();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("undid 1 file change"), "{lines:?}");
+    assert_eq!(root.read(f).unwrap(), b"old\n");
+    j.commit(&root).unwrap();
+}
+
 /// A recovery that opened a step's log while the step was live, and tries its lock only
 /// after the step unlinked the log and let go of it, leaves the step's write: the lock
 /// it gets is on a log no longer linked. It used to replay that log (and then fail to
