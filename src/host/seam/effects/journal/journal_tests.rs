@@ -281,6 +281,29 @@ fn a_recovery_waiting_for_a_files_lock_lets_its_holder_make_its_journal() {
     j.commit(&root).unwrap();
 }
 
+/// A step killed while it removed its journal after succeeding (after the log's unlink,
+/// or after the journal's directory went but before the journals' directory did) leaves
+/// a root the next recovery converges: nothing undone, no error, nothing left.
+#[test]
+fn a_step_killed_while_removing_its_journal_leaves_nothing_to_undo() {
+    for cut in ["log unlinked", "journal removed"] {
+        let (_tmp, root, j) = a_written_step();
+        root.remove_file(&j.dir().join(LOG)).unwrap();
+        if cut == "journal removed" {
+            root.remove_all(&j.dir()).unwrap();
+        }
+        // The process is gone: its descriptors (the log's lock) with it.
+        drop(j);
+        assert_eq!(recover(&root).unwrap(), Vec::<String>::new(), "{cut}");
+        assert_eq!(root.read(Path::new("/etc/f")).unwrap(), b"new\n", "{cut}");
+        assert!(
+            root.symlink_metadata(Path::new(DIR)).unwrap().is_none(),
+            "{cut}"
+        );
+        assert_eq!(recover(&root).unwrap(), Vec::<String>::new(), "{cut}");
+    }
+}
+
 /// A recovery that opened a step's log while the step was live, and tries its lock only
 /// after the step unlinked the log and let go of it, leaves the step's write: the lock
 /// it gets is on a log no longer linked. It used to replay that log (and then fail to
