@@ -196,6 +196,27 @@ pub(crate) mod tests {
             r.error()
         );
     }
+    /// A plan of `mount::unit` and `mount::bind` runs through after a service action, a
+    /// package index refresh and an upgrade the plan did not run: none makes unit state
+    /// unknown (only an install, removal or command does).
+    #[test]
+    fn mount_unit_plans_after_service_actions_and_an_update_or_upgrade() {
+        let t = TestHost::new();
+        apt_stubs(&t);
+        t.systemctl_stub();
+        let r = run(
+            &t,
+            ExecMode::Plan,
+            r#"service::restart("chronyd"); pkg::update(); pkg::upgrade();
+    print(mount::unit("/mnt/k8s-disks", #{what: "UUID=1b2c", type: "xfs"}));
+    print(mount::bind("/mnt/k8s-disks/kubelet", "/var/lib/kubelet", #{unit: true}));
+    print("end");"#,
+        );
+        assert_eq!(r.outcome.error.as_ref().map(|e| e.message.clone()), None);
+        assert_eq!(r.stdout(), "true\ntrue\nend\n");
+        assert!(!t.p("/etc/systemd/system/mnt-k8s\\x2ddisks.mount").exists());
+    }
+
     /// The mount-unit calls from Rhai: options as strings or arrays, the unit written as
     /// given, the unit name, and clear errors for a missing or wrong option.
     #[test]

@@ -51,6 +51,35 @@ pub(crate) mod tests {
         );
     }
 
+    /// A failed step's planned install leaves the view with the step (the agent undoes the
+    /// step whole): a later step's state queries run again, as before it.
+    #[test]
+    fn a_failed_steps_unrun_install_leaves_later_queries_answered() {
+        use crate::host::HostError;
+        use crate::host::services::service::is_enabled;
+        let t = TestHost::new();
+        apt_stubs(&t);
+        t.systemctl_stub();
+        let mut h = t.host(ExecMode::Plan);
+        let mark = h.view_mark().expect("a plan has a view");
+        crate::host::packages::pkg::install(&mut h, &["tuned".to_string()], false).unwrap();
+        assert!(matches!(
+            is_enabled(&mut h, "tuned"),
+            Err(HostError::PlanUnknownQuery { .. })
+        ));
+        h.restore_view(mark);
+        assert!(!is_enabled(&mut h, "tuned").unwrap());
+        // A step that keeps its install keeps the query unknown.
+        let mark = h.view_mark().expect("a plan has a view");
+        crate::host::packages::pkg::install(&mut h, &["tuned".to_string()], false).unwrap();
+        h.keep_view();
+        drop(mark);
+        assert!(matches!(
+            is_enabled(&mut h, "tuned"),
+            Err(HostError::PlanUnknownQuery { .. })
+        ));
+    }
+
     /// A step installs a package whose maintainer script enables its unit, then verifies
     /// the unit is enabled. The apply passes. The plan cannot run the install, so the
     /// unit's state after it is unknown (the plan's model only knows what it planned

@@ -10,26 +10,20 @@ use super::records::{DIR, LOG, jerr};
 use crate::host::root::HostRoot;
 use crate::host::root::error::Result;
 
-/// Remove a journal's directory (the log and what it moved aside), fsync its parent; then,
-/// holding the journals' directory exclusively (unless `held`: the caller holds it), that
-/// directory and the ones the journal created above it when empty.
-pub(super) fn remove_journal(
-    root: &HostRoot,
-    dir: &Path,
-    made: &[PathBuf],
-    held: bool,
-) -> Result<()> {
+/// Remove a journal's directory (the log and what it moved aside), fsync its parent; then
+/// the journals' directory and the ones the journal created above it when empty. All of it
+/// holding the journals' directory exclusively: a recovery scanning takes a journal
+/// directory without a log for one never linked and removes it, which under a step
+/// removing its own made that step's removal fail (`No such file`) and the step with it,
+/// though it had succeeded.
+pub(super) fn remove_journal(root: &HostRoot, dir: &Path, made: &[PathBuf]) -> Result<()> {
     #[cfg(test)]
     super::fail_point::reach("remove_journal");
+    let guard = hold_dir(root, LockOp::Exclusive)?;
     root.remove_file(&dir.join(LOG))?;
     // What it moved aside was checked for mounts before the move, into this directory.
     root.remove_all_checked(dir)?;
-    let guard = if held {
-        None
-    } else {
-        hold_dir(root, LockOp::Exclusive)?
-    };
-    if held || guard.is_some() {
+    if guard.is_some() {
         let _ = root.remove_dir(Path::new(DIR));
         for d in made.iter().rev() {
             if root.remove_dir(d).is_err() {
@@ -59,22 +53,41 @@ pub(super) enum LockOp {
 /// The journals' directory [`DIR`], open and `flock`ed: shared by a step while it makes its
 /// journal and links its log, exclusive for a recovery's scan and for removing the
 /// directory. Under the exclusive lock, a journal whose log is missing or unlocked was left
-/// by a process that is gone. `None` when the directory does not exist.
+/// by a process that is gone. `None` when the directory does not exist. The lock is on the
+/// directory the path names once it is granted: one removed (by another agent's cleanup)
+/// while this waited for its lock is let go and the path's new directory locked instead,
+/// at most 16 times (a lock on the removed one would not keep a step from making its
+/// journal in the new one, which a recovery would then take for an abandoned one).
 ///
 /// # Errors
-/// Opening the directory, or `flock`.
+/// Opening the directory, or `flock`; the race lost 16 times in a row.
 pub(super) fn hold_dir(root: &HostRoot, op: LockOp) -> Result<Option<File>> {
     let dir = Path::new(DIR);
-    if root.symlink_metadata(dir)?.is_none() {
-        return Ok(None);
+    for _ in 0..16 {
+        if root.symlink_metadata(dir)?.is_none() {
+            return Ok(None);
+        }
+        let f = match root.open_read(dir) {
+            Ok(f) => f,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        #[cfg(test)]
+        super::fail_point::reach("hold_dir_opened");
+        lock(&f, op).map_err(|e| jerr(dir, root, e))?;
+        let held = f.metadata().map_err(|e| jerr(dir, root, e))?;
+        match root.symlink_metadata(dir)? {
+            Some(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                return Ok(Some(f));
+            }
+            _ => continue,
+        }
     }
-    let f = match root.open_read(dir) {
-        Ok(f) => f,
-        Err(e) if e.is_not_found() => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    lock(&f, op).map_err(|e| jerr(dir, root, e))?;
-    Ok(Some(f))
+    Err(jerr(
+        dir,
+        root,
+        std::io::Error::other("removed by another agent's cleanup 16 times in a row"),
+    ))
 }
 
 /// Create [`DIR`] (returning the directories made) and hold it shared. A cleanup that

@@ -53,12 +53,14 @@ type Hook = (&'static str, Box<dyn FnOnce()>);
 
 thread_local! {
     /// Code to run when this thread reaches a named point ([`at`], [`reach`]).
-    static HOOKS: std::cell::RefCell<Vec<Hook>> = const { std::cell::RefCell::new(Vec::new()) };
+    static HOOKS: std::cell::RefCell<Vec<Hook>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Run `f` the next time this thread reaches `point` (`remove_journal`: a journal's
 /// removal is about to unlink its log; `recover_opened`: a recovery opened a log and is
-/// about to try its lock).
+/// about to try its lock; `hold_dir_opened`: the journals' directory was opened and is
+/// about to be locked).
 pub(crate) fn at(point: &'static str, f: impl FnOnce() + 'static) {
     HOOKS.with(|h| h.borrow_mut().push((point, Box::new(f))));
 }

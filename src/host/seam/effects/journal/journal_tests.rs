@@ -59,6 +59,133 @@ fn a_recovery_waits_for_a_journal_being_made_and_leaves_it() {
     assert!(root.symlink_metadata(&jdir.join(LOG)).unwrap().is_some());
 }
 
+/// A recovery whose lock on the journals' directory was granted only after another
+/// agent's cleanup removed that directory (empty), while a step made a new one and its
+/// journal in it, waits for the new directory's lock and leaves the journal being made.
+/// It used to scan the new directory holding the old one's lock, took the journal without
+/// a log yet for one never linked and removed it under the step, whose next write then
+/// failed (`No such file`).
+#[test]
+fn a_recovery_that_locked_a_removed_journal_directory_leaves_a_journal_being_made() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = HostRoot::open(tmp.path()).unwrap();
+    root.create_dir_all(Path::new(DIR), 0o700).unwrap();
+    let jdir = Path::new(DIR).join("pkg-made.1.0");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (other, made) = (root.try_clone().unwrap(), jdir.clone());
+    fail_point::at("hold_dir_opened", move || {
+        other.remove_dir(Path::new(DIR)).unwrap();
+        let (_, guard) = hold_dir_created(&other).unwrap();
+        other.create_dir_all(&made, 0o700).unwrap();
+        // The step links its locked log 300 ms later, then lets go of the directory.
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            // (Its directory still there: `create_new` would make it again.)
+            let linked = (other.symlink_metadata(&made).unwrap().is_some()).then(|| {
+                let log = other.create_new(&made.join(LOG), 0o600).unwrap();
+                lock(&log, LockOp::Exclusive).unwrap();
+                log
+            });
+            drop(guard);
+            let _ = tx.send(linked);
+        });
+    });
+    assert_eq!(recover(&root).unwrap(), Vec::<String>::new());
+    let log = rx.recv().unwrap();
+    assert!(log.is_some(), "the recovery removed the journal being made");
+    assert!(root.symlink_metadata(&jdir.join(LOG)).unwrap().is_some());
+}
+
+/// The other process of [`recoveries_in_another_process_never_undo_an_ended_step`]: runs
+/// `recover` on the root named by `SKYHOOK_RECOVER_LOOP` until the file `stop` appears in
+/// it (at most 60 s), and fails on a recovery error or a journal it undid (none of that
+/// root's steps is abandoned).
+#[test]
+#[ignore = "run by recoveries_in_another_process_never_undo_an_ended_step"]
+fn recover_loop_in_a_child_process() {
+    let Some(dir) = std::env::var_os("SKYHOOK_RECOVER_LOOP") else {
+        return;
+    };
+    let root = HostRoot::open(Path::new(&dir)).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut rounds = 0u32;
+    while root.symlink_metadata(Path::new("/stop")).unwrap().is_none()
+        && std::time::Instant::now() < deadline
+    {
+        let lines = recover(&root).unwrap();
+        assert_eq!(lines, Vec::<String>::new(), "round {rounds}");
+        rounds += 1;
+        // Not a tight loop: a step's open retries when a cleanup removes the journals'
+        // directory between its creation and its lock, 16 times at most.
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    eprintln!("recoveries: {rounds}");
+}
+
+/// Two processes (`flock`s belong to open file descriptions: threads of one process can
+/// hide what another agent sees): this one commits and undoes steps writing `/etc/f`, the
+/// other recovers in a loop. No step that ended is ever undone (again), and no recovery
+/// fails.
+#[test]
+fn recoveries_in_another_process_never_undo_an_ended_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = HostRoot::open(tmp.path()).unwrap();
+    root.create_dir_all(Path::new("/etc"), 0o755).unwrap();
+    let f = Path::new("/etc/f");
+    root.write_atomic(f, b"0\n", Some(0o644)).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "host::seam::effects::journal::journal_tests::recover_loop_in_a_child_process",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("SKYHOOK_RECOVER_LOOP", tmp.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The child stops when this test ends, passed or not.
+    struct Stop<'a>(&'a HostRoot);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.write_atomic(Path::new("/stop"), b"", Some(0o644));
+        }
+    }
+    let stop = Stop(&root);
+    let mut current = "0\n".to_string();
+    for round in 1..=200 {
+        let content = format!("{round}\n");
+        let mut j = StepJournal::new(&format!("pkg-{round}"));
+        let effect = Effect::WriteFile {
+            path: f.to_path_buf(),
+            content: content.clone().into(),
+            mode: None,
+            uid: None,
+            gid: None,
+        };
+        assert_eq!(j.before(&root, &effect, false).unwrap(), Before::Perform);
+        root.write_atomic(f, content.as_bytes(), Some(0o644))
+            .unwrap();
+        if round % 3 == 0 {
+            assert_eq!(j.undo(&root).unwrap(), Vec::<String>::new());
+        } else {
+            j.commit(&root).unwrap();
+            current = content;
+        }
+        assert_eq!(
+            String::from_utf8(root.read(f).unwrap()).unwrap(),
+            current,
+            "round {round}"
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(String::from_utf8(root.read(f).unwrap()).unwrap(), current);
+    drop(stop);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the recovering process failed: {status}");
+}
+
 /// A root with `/etc/f` holding `new\n` over `old\n` (both mode 0644), written by a step
 /// whose journal (`pkg-commit`) recorded the write and is not ended yet.
 fn a_written_step() -> (tempfile::TempDir, HostRoot, StepJournal) {
@@ -100,6 +227,81 @@ fn a_recovery_while_a_step_commits_leaves_the_steps_write() {
     assert_eq!(*found.borrow(), Some(Vec::<String>::new()));
     assert_eq!(root.read(Path::new("/etc/f")).unwrap(), b"new\n");
     assert!(root.symlink_metadata(Path::new(DIR)).unwrap().is_none());
+}
+
+/// A recovery replaying an abandoned journal's file waits for that file's path lock;
+/// a step holding that lock (a read-compare-write in progress) that makes its journal
+/// then meanwhile is not kept waiting for the recovery. The recovery used to hold the
+/// journals' directory exclusively while it replayed, and the step's journal waits for
+/// that directory (shared): each waited for the other, two agents hung for good.
+#[test]
+fn a_recovery_waiting_for_a_files_lock_lets_its_holder_make_its_journal() {
+    let (_tmp, root, j) = a_written_step();
+    // Abandoned: the recovery puts `old` back, under /etc/f's path lock.
+    drop(j);
+    let f = Path::new("/etc/f");
+    let held = crate::host::root::pathlock::lock(&root, &lock_key(&root, f)).unwrap();
+    let recovering = {
+        let root = root.try_clone().unwrap();
+        std::thread::spawn(move || recover(&root).unwrap())
+    };
+    // Until the recovery waits (a `->` waiter in /proc/locks), at most 10 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline
+        && !std::fs::read_to_string("/proc/locks")
+            .unwrap_or_default()
+            .contains("-> FLOCK")
+    {
+        std::thread::yield_now();
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let step_root = root.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut j = StepJournal::new("pkg-live");
+        let effect = Effect::WriteFile {
+            path: "/etc/f".into(),
+            content: "live\n".into(),
+            mode: None,
+            uid: None,
+            gid: None,
+        };
+        let before = j
+            .before(&step_root, &effect, false)
+            .map_err(|e| e.to_string());
+        let _ = tx.send((before, j));
+    });
+    let made = rx.recv_timeout(std::time::Duration::from_secs(10));
+    drop(held);
+    let (before, mut j) = made.expect("the step's journal waited for the recovery");
+    assert_eq!(before, Ok(Before::Perform));
+    let lines = recovering.join().unwrap();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("undid 1 file change"), "{lines:?}");
+    assert_eq!(root.read(f).unwrap(), b"old\n");
+    j.commit(&root).unwrap();
+}
+
+/// A step killed while it removed its journal after succeeding (after the log's unlink,
+/// or after the journal's directory went but before the journals' directory did) leaves
+/// a root the next recovery converges: nothing undone, no error, nothing left.
+#[test]
+fn a_step_killed_while_removing_its_journal_leaves_nothing_to_undo() {
+    for cut in ["log unlinked", "journal removed"] {
+        let (_tmp, root, j) = a_written_step();
+        root.remove_file(&j.dir().join(LOG)).unwrap();
+        if cut == "journal removed" {
+            root.remove_all(&j.dir()).unwrap();
+        }
+        // The process is gone: its descriptors (the log's lock) with it.
+        drop(j);
+        assert_eq!(recover(&root).unwrap(), Vec::<String>::new(), "{cut}");
+        assert_eq!(root.read(Path::new("/etc/f")).unwrap(), b"new\n", "{cut}");
+        assert!(
+            root.symlink_metadata(Path::new(DIR)).unwrap().is_none(),
+            "{cut}"
+        );
+        assert_eq!(recover(&root).unwrap(), Vec::<String>::new(), "{cut}");
+    }
 }
 
 /// A recovery that opened a step's log while the step was live, and tries its lock only

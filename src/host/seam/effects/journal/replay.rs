@@ -557,8 +557,11 @@ pub(super) fn restore(
 pub fn recover(root: &HostRoot) -> Result<Vec<String>> {
     let dir = Path::new(DIR);
     // Held exclusively for the scan: no step is between making its journal and linking
-    // its locked log, so a missing or unlocked log is an abandoned journal.
-    let Some(_guard) = hold_dir(root, LockOp::Exclusive)? else {
+    // its locked log, so a missing or unlocked log is an abandoned journal. Not while
+    // replaying (the logs found stay locked instead, until removed): a replay waits for
+    // files' path locks, and a step holding one may be making its journal, which waits for
+    // this directory (two agents hung, each waiting for the other).
+    let Some(guard) = hold_dir(root, LockOp::Exclusive)? else {
         return Ok(Vec::new());
     };
     let this_boot = boot_id();
@@ -623,6 +626,7 @@ pub fn recover(root: &HostRoot) -> Result<Vec<String>> {
         found.push((key.unwrap_or((0, 0)), e.name, jdir, f, count));
     }
     found.sort_by_key(|f| std::cmp::Reverse(f.0));
+    drop(guard);
     let mut lines = skipped;
     for (_, name, jdir, f, count) in found {
         let log_path = jdir.join(LOG);
@@ -632,12 +636,16 @@ pub fn recover(root: &HostRoot) -> Result<Vec<String>> {
             name.to_string_lossy()
         ));
         lines.extend(failed.into_iter().map(|l| format!("not undone: {l}")));
+        // Locked until removed: another recovery must not replay it again.
+        remove_journal(root, &jdir, &[])?;
         drop(f);
-        remove_journal(root, &jdir, &[], true)?;
     }
     // Journals that were never linked (a step killed before its first record, or while
     // its journal was being deleted) leave nothing behind either.
     // (A journal's removal above removed the directory already when it was the last.)
+    let Some(_guard) = hold_dir(root, LockOp::Exclusive)? else {
+        return Ok(lines);
+    };
     if root.read_dir(dir).is_ok_and(|d| d.is_empty()) && root.remove_dir(dir).unwrap_or(false) {
         root.sync_dir_checked(dir.parent().unwrap_or(Path::new("/")))?;
     }

@@ -753,7 +753,7 @@ impl StepJournal {
             return Ok(());
         };
         self.records = 0;
-        let removed = remove_journal(root, &self.dir(), &self.made_dirs, false);
+        let removed = remove_journal(root, &self.dir(), &self.made_dirs);
         drop(log);
         removed
     }
@@ -775,7 +775,7 @@ impl StepJournal {
         let failed = replay(root, reader, &self.dir())?;
         self.records = 0;
         // Locked until removed, as in `commit`: a recovery must not replay it again.
-        let removed = remove_journal(root, &self.dir(), &self.made_dirs, false);
+        let removed = remove_journal(root, &self.dir(), &self.made_dirs);
         drop(log);
         removed?;
         Ok(failed)
