@@ -4,7 +4,7 @@
 //! of one mode already do within one session ([`Host::finish_step`]).
 
 use super::Host;
-use super::host::{Budget, PlannedCommand};
+use super::host::{Budget, PlannedCommand, Unplanned};
 use crate::host::effects::context::HostOptions;
 use crate::host::effects::effect::Effect;
 use crate::host::effects::overlay::Overlay;
@@ -24,9 +24,7 @@ use crate::redact::Redactor;
 pub struct PlanCarry {
     overlay: Overlay,
     planned_commands: Vec<PlannedCommand>,
-    first_unplanned: Option<PlannedCommand>,
-    first_package_change: Option<PlannedCommand>,
-    first_upgrade: Option<PlannedCommand>,
+    unplanned: Unplanned,
     pending: (bool, GrubPending, bool),
     recorded: (bool, bool, bool),
     redactor: Redactor,
@@ -43,9 +41,7 @@ impl PlanCarry {
         PlanCarry {
             overlay: Overlay::default(),
             planned_commands: Vec::new(),
-            first_unplanned: None,
-            first_package_change: None,
-            first_upgrade: None,
+            unplanned: Unplanned::default(),
             pending: Default::default(),
             recorded: Default::default(),
             redactor: Redactor::default(),
@@ -100,9 +96,7 @@ impl Host {
         Some(PlanCarry {
             overlay,
             planned_commands: std::mem::take(&mut self.planned_commands),
-            first_unplanned: self.first_unplanned.take(),
-            first_package_change: self.first_package_change.take(),
-            first_upgrade: self.first_upgrade.take(),
+            unplanned: std::mem::take(&mut self.unplanned),
             pending: (
                 self.pending_daemon_reload,
                 std::mem::take(&mut self.pending_grub),
@@ -256,9 +250,7 @@ impl Host {
         }
         host.bound_memo();
         host.planned_commands = carry.planned_commands;
-        host.first_unplanned = carry.first_unplanned;
-        host.first_package_change = carry.first_package_change;
-        host.first_upgrade = carry.first_upgrade;
+        host.unplanned = carry.unplanned;
         (
             host.pending_daemon_reload,
             host.pending_grub,

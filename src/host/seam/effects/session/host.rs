@@ -88,20 +88,9 @@ pub struct Host {
     /// session (a dry run's or the preflight's): later reads of what they may have touched
     /// are unknown ([`Host::check_known`]).
     pub(in crate::host::seam::effects) planned_commands: Vec<PlannedCommand>,
-    /// Plan mode: the session's first effect the plan recorded without running its program
-    /// ([`Effect::runs_program`]: a `run`/`sh` command, a package, service, mount, module,
-    /// grub or tuned action): a later call's failure that depends on the host is unknown
-    /// ([`Host::unplanned_command`]). Names no path.
-    pub(in crate::host::seam::effects) first_unplanned: Option<PlannedCommand>,
-    /// Plan mode: the session's first such effect whose program may install, remove or
-    /// upgrade packages, and so enable or start their units
-    /// ([`crate::host::effects::effect::Effect::may_change_packages`]): a later query of package or service state the
-    /// plan's model does not answer is unknown ([`Host::exec_state_query`]).
-    pub(in crate::host::seam::effects) first_package_change: Option<PlannedCommand>,
-    /// Plan mode: the session's first package upgrade it did not run
-    /// ([`crate::host::effects::effect::Effect::upgrades_packages`]): a later query of a
-    /// package's version is unknown.
-    pub(in crate::host::seam::effects) first_upgrade: Option<PlannedCommand>,
+    /// Plan mode: the session's first effects the plan recorded without running their
+    /// program, by what that program may change ([`Unplanned`]).
+    pub(in crate::host::seam::effects) unplanned: Unplanned,
     /// Plan and check mode: the bytes planned so far and the budget they are held to
     /// ([`Budget`], carried from session to session).
     pub(in crate::host::seam::effects) budget: Budget,
@@ -214,9 +203,7 @@ impl Host {
             recorded: None,
             recovered,
             planned_commands: Vec::new(),
-            first_unplanned: None,
-            first_package_change: None,
-            first_upgrade: None,
+            unplanned: Unplanned::default(),
             budget: Default::default(),
         }
     }
@@ -404,6 +391,62 @@ impl StartMemo {
 
     fn found_records(&self, writes: u64, none: bool) {
         StartMemo::set(&self.no_records, writes, none);
+    }
+}
+
+/// Plan mode: the first effect of each kind that a session recorded without running its
+/// program, each kept once set (names no path). A step's view mark clears the ones set
+/// since ([`Unplanned::set`], [`Unplanned::clear_unset`]); a carry takes them all.
+#[derive(Debug, Default)]
+pub(in crate::host::seam::effects) struct Unplanned {
+    /// Any ([`Effect::runs_program`]: a `run`/`sh` command, a package, service, mount,
+    /// module, grub or tuned action): a later call's failure that depends on the host is
+    /// unknown ([`Host::unplanned_command`]).
+    pub(super) any: Option<PlannedCommand>,
+    /// One that may install or remove packages, and so enable or start their units
+    /// ([`Effect::may_change_packages`]): a later query of package or service state the
+    /// plan's model does not answer is unknown ([`Host::exec_state_query`]).
+    pub(super) packages: Option<PlannedCommand>,
+    /// A package upgrade ([`Effect::upgrades_packages`]): a later query of a package's
+    /// version is unknown.
+    pub(super) upgrade: Option<PlannedCommand>,
+}
+
+impl Unplanned {
+    /// Note `effect`, summarised as `summary` and planned at `position`, in each kind it
+    /// is the first of.
+    pub(super) fn note(&mut self, effect: &Effect, summary: &str, position: &Option<Position>) {
+        let kinds = [
+            (effect.runs_program(), &mut self.any),
+            (effect.may_change_packages(), &mut self.packages),
+            (effect.upgrades_packages(), &mut self.upgrade),
+        ];
+        for (is, first) in kinds {
+            if is && first.is_none() {
+                *first = Some(PlannedCommand {
+                    command: summary.to_string(),
+                    position: position.clone(),
+                    paths: Vec::new(),
+                });
+            }
+        }
+    }
+
+    /// Which kinds are set, for a view mark.
+    pub(super) fn set(&self) -> [bool; 3] {
+        [&self.any, &self.packages, &self.upgrade].map(Option::is_some)
+    }
+
+    /// Clear the kinds that were not set at `mark` ([`Unplanned::set`]).
+    pub(super) fn clear_unset(&mut self, mark: [bool; 3]) {
+        for (was, first) in
+            mark.into_iter()
+                .zip([&mut self.any, &mut self.packages, &mut self.upgrade])
+        {
+            if !was {
+                *first = None;
+            }
+        }
     }
 }
 

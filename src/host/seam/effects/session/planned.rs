@@ -69,10 +69,10 @@ impl Host {
         read: StateRead,
     ) -> Result<CmdOutput> {
         let upgrade = match read {
-            StateRead::Version => self.first_upgrade.as_ref(),
+            StateRead::Version => self.unplanned.upgrade.as_ref(),
             StateRead::State => None,
         };
-        if let Some(c) = self.first_package_change.as_ref().or(upgrade) {
+        if let Some(c) = self.unplanned.packages.as_ref().or(upgrade) {
             return Err(HostError::PlanUnknownQuery {
                 query: crate::host::effects::exec::quote_argv(argv),
                 command: c.command.clone(),
@@ -143,7 +143,7 @@ impl Host {
     /// ([`HostError::depends_on_host`]) is unknown ([`HostError::PlanUnknownFailure`], made
     /// by the binding layer), since the apply runs the command first.
     pub(crate) fn unplanned_command(&self) -> Option<(&str, Option<String>)> {
-        self.first_unplanned.as_ref().map(|c| {
+        self.unplanned.any.as_ref().map(|c| {
             (
                 c.command.as_str(),
                 c.position.as_ref().map(ToString::to_string),

@@ -28,7 +28,7 @@ pub struct ViewMark {
     holds: HashMap<String, bool>,
     grub_default: Option<String>,
     planned_commands: usize,
-    unplanned: (bool, bool, bool),
+    unplanned: [bool; 3],
     recorded: (bool, bool, bool),
 }
 
@@ -64,11 +64,7 @@ impl Host {
     /// is its view. End the mark with [`Host::restore_view`] or [`Host::keep_view`].
     pub fn view_mark(&mut self) -> Option<ViewMark> {
         let planned_commands = self.planned_commands.len();
-        let unplanned = (
-            self.first_unplanned.is_some(),
-            self.first_package_change.is_some(),
-            self.first_upgrade.is_some(),
-        );
+        let unplanned = self.unplanned.set();
         let recorded = (
             self.recorded_reload,
             self.recorded_grub,
@@ -100,15 +96,7 @@ impl Host {
             self.recorded_initramfs,
         ) = mark.recorded;
         self.planned_commands.truncate(mark.planned_commands);
-        if !mark.unplanned.0 {
-            self.first_unplanned = None;
-        }
-        if !mark.unplanned.1 {
-            self.first_package_change = None;
-        }
-        if !mark.unplanned.2 {
-            self.first_upgrade = None;
-        }
+        self.unplanned.clear_unset(mark.unplanned);
         let Some(o) = self.executor.overlay_mut() else {
             return;
         };

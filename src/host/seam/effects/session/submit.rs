@@ -2,7 +2,6 @@
 //! report, and handed to the executor (module docs of `session`).
 
 use super::Host;
-use super::host::PlannedCommand;
 use crate::host::effects::effect::{Effect, EffectClass};
 use crate::host::effects::exec::{CmdOutput, CommandOptions};
 use crate::host::effects::overlay::normalize;
@@ -84,21 +83,8 @@ impl Host {
             }
             r?
         };
-        if effect.runs_program() && self.mode() == ExecMode::Plan {
-            let unplanned = || PlannedCommand {
-                command: d.summary.clone(),
-                position: self.position.clone(),
-                paths: Vec::new(),
-            };
-            if effect.may_change_packages() && self.first_package_change.is_none() {
-                self.first_package_change = Some(unplanned());
-            }
-            if effect.upgrades_packages() && self.first_upgrade.is_none() {
-                self.first_upgrade = Some(unplanned());
-            }
-            if self.first_unplanned.is_none() {
-                self.first_unplanned = Some(unplanned());
-            }
+        if self.mode() == ExecMode::Plan {
+            self.unplanned.note(&effect, &d.summary, &self.position);
         }
         let position = self.position.clone();
         match effect.class() {
