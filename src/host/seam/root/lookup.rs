@@ -57,6 +57,20 @@ impl HostRoot {
         }
     }
 
+    /// Whether `host` itself (a final symlink not followed) names the open file `f` now:
+    /// the same device and inode. A lock taken on a file unlinked or replaced since it was
+    /// opened is a lock nobody else checks, so lockers check this after locking.
+    ///
+    /// # Errors
+    /// As [`HostRoot::symlink_metadata`]; `fstat` of `f`.
+    pub fn names(&self, host: &Path, f: &File) -> Result<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let held = f.metadata().map_err(|e| self.err("stat", host, e))?;
+        Ok(self
+            .symlink_metadata(host)?
+            .is_some_and(|now| now.ino() == held.ino() && now.dev() == held.dev()))
+    }
+
     /// True when the kernel resolved `host` meeting no symlink: one `openat2(O_PATH)` with
     /// `RESOLVE_NO_SYMLINKS` that opened it, or failed with `ENOENT` (the components before
     /// the missing one were no symlinks; those after it do not exist). False when it cannot

@@ -3,7 +3,6 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::records::{DIR, LOG, jerr};
@@ -75,12 +74,8 @@ pub(super) fn hold_dir(root: &HostRoot, op: LockOp) -> Result<Option<File>> {
         #[cfg(test)]
         super::fail_point::reach("hold_dir_opened");
         lock(&f, op).map_err(|e| jerr(dir, root, e))?;
-        let held = f.metadata().map_err(|e| jerr(dir, root, e))?;
-        match root.symlink_metadata(dir)? {
-            Some(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
-                return Ok(Some(f));
-            }
-            _ => continue,
+        if root.names(dir, &f)? {
+            return Ok(Some(f));
         }
     }
     Err(jerr(
@@ -109,12 +104,8 @@ pub(super) fn hold_dir_created(root: &HostRoot) -> Result<(Vec<PathBuf>, File)> 
         let Some(f) = hold_dir(root, LockOp::Shared)? else {
             continue;
         };
-        let held = f.metadata().map_err(|e| jerr(dir, root, e))?;
-        match root.symlink_metadata(dir)? {
-            Some(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
-                return Ok((made, f));
-            }
-            _ => continue,
+        if root.names(dir, &f)? {
+            return Ok((made, f));
         }
     }
     Err(jerr(

@@ -345,14 +345,6 @@ pub(super) fn restore_checked(
     )))
 }
 
-/// Whether `f` is the file `path` names now (same device and inode).
-fn still_linked(root: &HostRoot, path: &Path, f: &File) -> bool {
-    match (f.metadata(), root.symlink_metadata(path)) {
-        (Ok(a), Ok(Some(b))) => a.ino() == b.ino() && a.dev() == b.dev(),
-        _ => false,
-    }
-}
-
 /// Whether the regular file at `path` has the mode, owner and extended attributes of file
 /// record `rec` (its content compared by the caller); `false` for any other record.
 fn as_recorded(root: &HostRoot, path: &Path, rec: &Record) -> Result<bool> {
@@ -599,7 +591,7 @@ pub fn recover(root: &HostRoot) -> Result<Vec<String>> {
             // A live step's journal.
             continue;
         }
-        if !still_linked(root, &log_path, &f) {
+        if !root.names(&log_path, &f).unwrap_or(false) {
             // Its step ended between our open and our lock: it removed the log (still
             // holding its lock) before letting go. Not abandoned.
             continue;

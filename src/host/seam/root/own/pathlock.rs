@@ -86,15 +86,6 @@ impl Drop for PathLock {
     }
 }
 
-/// Whether `f` is the file `path` names now (same device and inode).
-fn still_named(root: &HostRoot, path: &Path, f: &File) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (f.metadata(), root.symlink_metadata(path)) {
-        (Ok(a), Ok(Some(b))) => a.ino() == b.ino() && a.dev() == b.dev(),
-        _ => false,
-    }
-}
-
 /// Open the lock file, creating it (mode 0600, and its directory 0755) when missing.
 fn open(root: &HostRoot, path: &Path) -> Result<File, RootError> {
     // Bounded: each failed round means the file vanished or appeared between two calls,
@@ -135,7 +126,7 @@ pub(in crate::host::seam) fn lock(root: &HostRoot, key: &Path) -> Result<PathLoc
     for _ in 0..64 {
         let file = open(root, &path)?;
         let held = flock(root, file, &path)?;
-        if still_named(root, &path, &held) {
+        if root.names(&path, &held).unwrap_or(false) {
             return Ok(PathLock {
                 unlink: root.try_clone().ok().map(|r| (r, path)),
                 _lock: held,

@@ -40,15 +40,10 @@ pub(crate) struct PwdLock {
 
 impl Drop for PwdLock {
     fn drop(&mut self) {
-        use std::os::unix::fs::MetadataExt;
         if let Some(root) = self.created.take() {
             let path = Path::new(PWD_LOCK);
             // Only the file this lock made (not one that replaced it).
-            let ours = match (self._file.metadata(), root.symlink_metadata(path)) {
-                (Ok(a), Ok(Some(b))) => a.ino() == b.ino() && a.dev() == b.dev(),
-                _ => false,
-            };
-            if ours {
+            if root.names(path, &self._file).unwrap_or(false) {
                 let _ = root.remove_file(path);
             }
         }
